@@ -1,0 +1,105 @@
+"""Deterministic, per-process batching of a `Split`, and prefetching to the devices.
+
+The global batch at (seed, epoch, index) is a pure function of those numbers and the split size,
+never of the device or process count: each process gathers only its contiguous slice of the global
+batch, so every example is read by exactly one process per epoch, and a run resumed at any step sees
+exactly the batches an uninterrupted run would have seen.
+"""
+
+import collections
+import concurrent.futures
+import hashlib
+
+import jax
+import numpy as np
+
+
+def epoch_permutation(num_examples, seed, epoch):
+  """The order of the training examples in `epoch`; depends only on (seed, epoch, num_examples)."""
+  rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(epoch), 0x5EED])
+  return rng.permutation(num_examples)
+
+
+def process_slice(global_batch, process_index, process_count):
+  """Rows [start, stop) of a global batch that `process_index` reads."""
+  if global_batch % process_count:
+    raise ValueError(f'batch {global_batch} is not divisible by {process_count} processes')
+  per_process = global_batch // process_count
+  return process_index * per_process, (process_index + 1) * per_process
+
+
+def steps_per_epoch(num_examples, batch_size):
+  """Full batches per epoch; the last partial batch is dropped, as in the reference study."""
+  return num_examples // batch_size
+
+
+def train_batch_indices(num_examples, batch_size, seed, step, process_index=0, process_count=1):
+  """Indices (into the train split) of this process's part of global batch number `step`."""
+  per_epoch = steps_per_epoch(num_examples, batch_size)
+  epoch, index = divmod(step, per_epoch)
+  order = epoch_permutation(num_examples, seed, epoch)
+  rows = order[index * batch_size:(index + 1) * batch_size]
+  start, stop = process_slice(batch_size, process_index, process_count)
+  return np.sort(rows[start:stop])  # sorted: sequential reads from a memory map
+
+
+def train_batch(split, batch_size, seed, step, process_index=0, process_count=1):
+  """This process's part of training batch `step` as numpy: {'image': uint8, 'label': ...}."""
+  idx = train_batch_indices(len(split), batch_size, seed, step, process_index, process_count)
+  return {'image': np.asarray(split.images[idx]), 'label': np.asarray(split.labels[idx])}
+
+
+def eval_batches(split, batch_size, process_index=0, process_count=1):
+  """Every example of `split` exactly once, in order, in global batches of `batch_size`.
+
+  The last global batch is padded (with copies of example 0) to the full size; `mask` is 1 for real
+  examples and 0 for padding, so sums weighted by `mask` count each example exactly once.
+  """
+  n = len(split)
+  start, stop = process_slice(batch_size, process_index, process_count)
+  for begin in range(0, n, batch_size):
+    rows = np.arange(begin + start, begin + stop)
+    mask = (rows < n).astype(np.float32)
+    rows = np.where(rows < n, rows, 0)
+    yield {'image': np.asarray(split.images[rows]), 'label': np.asarray(split.labels[rows]),
+           'mask': mask}
+
+
+def num_eval_batches(num_examples, batch_size):
+  return -(-num_examples // batch_size)
+
+
+def fingerprint(values):
+  """A short, order-independent hash of a collection of strings or ints (e.g. test file names)."""
+  digest = hashlib.sha256()
+  for value in sorted(str(v) for v in values):
+    digest.update(value.encode())
+    digest.update(b'\0')
+  return digest.hexdigest()[:16]
+
+
+def to_global(batch, sharding):
+  """Assemble per-process numpy arrays into global jax.Arrays sharded by `sharding`."""
+  return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), batch)
+
+
+def prefetch(iterator, size=2):
+  """Run `iterator` (which should already produce device arrays) `size` items ahead in a thread."""
+  if size <= 0:
+    yield from iterator
+    return
+  with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+    queue = collections.deque()
+    it = iter(iterator)
+
+    def submit():
+      queue.append(pool.submit(next, it, StopIteration))
+
+    for _ in range(size):
+      submit()
+    while True:
+      item = queue.popleft().result()
+      if item is StopIteration:
+        return
+      submit()
+      yield item

@@ -1,0 +1,41 @@
+"""The embedded default: scikit-learn's bundled `load_digits` (1,797 real 8x8 images, 10 classes).
+
+No download: the data ship inside scikit-learn. The 0..16 grey levels are scaled to uint8 and
+resized (bilinear) to `config.data.image_size`; the train/test split is stratified by class with
+`config.data.split_seed`, independent of the training seed.
+"""
+
+import numpy as np
+from PIL import Image
+from sklearn import datasets as sk_datasets
+from sklearn import model_selection
+
+from input_pipeline import base, batching
+
+
+def _resize(images, size):
+  if images.shape[1] == size:
+    return images
+  return np.stack([np.asarray(Image.fromarray(im).resize((size, size), Image.BILINEAR))
+                   for im in images])
+
+
+def load(config):
+  """The digits `Dataset` for `config.data` (image_size, test_fraction, split_seed)."""
+  digits = sk_datasets.load_digits()
+  images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)  # [1797, 8, 8]
+  images = _resize(images, int(config.data.image_size))[..., None]
+  labels = digits.target.astype(np.int32)
+  index = np.arange(len(labels))
+  train_idx, test_idx = model_selection.train_test_split(
+      index, test_size=float(config.data.test_fraction), stratify=labels,
+      random_state=int(config.data.split_seed))
+  train_idx, test_idx = np.sort(train_idx), np.sort(test_idx)
+  info = {'train_size': len(train_idx), 'test_size': len(test_idx),
+          'split_fingerprint': batching.fingerprint(test_idx.tolist()),
+          'split_seed': int(config.data.split_seed)}
+  return base.Dataset(
+      name='digits',
+      train=base.Split(images[train_idx], labels[train_idx]),
+      test=base.Split(images[test_idx], labels[test_idx]),
+      num_classes=10, task='classification', info=info)

@@ -1,0 +1,1 @@
+"""Models: ResNet-18 (torchvision-compatible) in flax.nnx."""

@@ -1,0 +1,104 @@
+"""ResNet-18 in flax.nnx with torchvision's structure, names and parameter shapes.
+
+Attribute paths mirror torchvision's state-dict keys (`conv1`, `bn1`, `layer1.0.conv1`,
+`layer2.0.downsample.0`, `fc`), so pretrained weights map one to one. With the ImageNet stem, 3
+input channels, width 1 and 1000 classes it has exactly torchvision's 11,689,512 parameters.
+"""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from models.layers import BatchNorm, Conv2d, Linear
+
+STAGE_CHANNELS = (64, 128, 256, 512)
+STAGE_BLOCKS = (2, 2, 2, 2)
+STEM_NAMES = ('conv1', 'bn1')
+HEAD_NAMES = ('fc',)
+
+
+class BasicBlock(nnx.Module):
+
+  def __init__(self, in_channels, channels, stride, *, layer_kwargs, bn_kwargs, rngs):
+    self.conv1 = Conv2d(in_channels, channels, 3, stride=stride, padding=1, **layer_kwargs,
+                        rngs=rngs)
+    self.bn1 = BatchNorm(channels, **bn_kwargs)
+    self.conv2 = Conv2d(channels, channels, 3, padding=1, **layer_kwargs, rngs=rngs)
+    self.bn2 = BatchNorm(channels, **bn_kwargs)
+    if stride != 1 or in_channels != channels:
+      self.downsample = nnx.List([
+          Conv2d(in_channels, channels, 1, stride=stride, **layer_kwargs, rngs=rngs),
+          BatchNorm(channels, **bn_kwargs)])
+    else:
+      self.downsample = None
+
+  def __call__(self, x):
+    y = jax.nn.relu(self.bn1(self.conv1(x)))
+    y = self.bn2(self.conv2(y))
+    shortcut = x if self.downsample is None else self.downsample[1](self.downsample[0](x))
+    return jax.nn.relu(y + shortcut)
+
+
+class ResNet18(nnx.Module):
+  """ResNet-18. Input: NHWC float images (already normalised). Output: [N, num_classes] logits.
+
+  stem='imagenet': 7x7/2 conv, BN, ReLU, 3x3/2 max-pool (torchvision). stem='small': 3x3/1 conv,
+  BN, ReLU, no pooling, for tiny images (8-32 px). `width` multiplies every stage's channels.
+  `batchnorm_group` > 0 gives every BatchNorm per-group statistics (see `layers.BatchNorm`).
+  """
+
+  def __init__(self, num_classes=1000, *, in_channels=3, width=1.0, stem='imagenet',
+               dtype=jnp.float32, param_dtype=jnp.float32, emulate='none', batchnorm_group=0,
+               rngs: nnx.Rngs):
+    if stem not in ('imagenet', 'small'):
+      raise ValueError(f"config.model.stem must be 'imagenet' or 'small', got {stem!r}")
+    layer_kwargs = dict(dtype=dtype, param_dtype=param_dtype, emulate=emulate)
+    bn_kwargs = dict(dtype=dtype, param_dtype=param_dtype, group_size=batchnorm_group)
+    channels = [max(1, int(round(c * width))) for c in STAGE_CHANNELS]
+    self.stem = stem
+    if stem == 'imagenet':
+      self.conv1 = Conv2d(in_channels, channels[0], 7, stride=2, padding=3, **layer_kwargs,
+                          rngs=rngs)
+    else:
+      self.conv1 = Conv2d(in_channels, channels[0], 3, stride=1, padding=1, **layer_kwargs,
+                          rngs=rngs)
+    self.bn1 = BatchNorm(channels[0], **bn_kwargs)
+    stages, previous = [], channels[0]
+    for index, (c, blocks) in enumerate(zip(channels, STAGE_BLOCKS)):
+      stride = 1 if index == 0 else 2
+      stage = []
+      for b in range(blocks):
+        stage.append(BasicBlock(previous, c, stride if b == 0 else 1, layer_kwargs=layer_kwargs,
+                                bn_kwargs=bn_kwargs, rngs=rngs))
+        previous = c
+      stages.append(nnx.List(stage))
+    self.layer1, self.layer2, self.layer3, self.layer4 = stages
+    self.fc = Linear(previous, num_classes, **layer_kwargs, rngs=rngs)
+    self.dtype = dtype
+
+  def features(self, x):
+    x = jax.nn.relu(self.bn1(self.conv1(x.astype(self.dtype))))
+    if self.stem == 'imagenet':
+      x = nnx.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+    for stage in (self.layer1, self.layer2, self.layer3, self.layer4):
+      for block in stage:
+        x = block(x)
+    return jnp.mean(x.astype(jnp.float32), axis=(1, 2))  # global average pool, f32
+
+  def __call__(self, x):
+    return self.fc(self.features(x)).astype(jnp.float32)
+
+
+def count_params(model):
+  return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+
+def create_model(config, num_classes, in_channels, rngs):
+  """The model `config.model` and `config.numerics` describe."""
+  model_cfg, num_cfg = config.model, config.numerics
+  if model_cfg.name != 'resnet18':
+    raise ValueError(f"config.model.name must be 'resnet18', got {model_cfg.name!r}")
+  return ResNet18(
+      num_classes, in_channels=in_channels, width=float(model_cfg.width), stem=model_cfg.stem,
+      dtype=jnp.dtype(num_cfg.compute_dtype), param_dtype=jnp.dtype(num_cfg.param_dtype),
+      emulate=num_cfg.emulate, batchnorm_group=int(num_cfg.batchnorm_group), rngs=rngs)

@@ -1,0 +1,1 @@
+"""Numerics as configuration: JAX flags, emulated product formats, and their records."""
