@@ -1,0 +1,129 @@
+"""Synthetic CelebA-format fixtures: the five official files, tiny, learnable, never real faces.
+
+  python -m input_pipeline.celeba_fixture --out /tmp/celeba_fixture --identities 20
+
+writes into OUT exactly what `input_pipeline.celeba` expects in `config.data.manual_dir`:
+  img_align_celeba.zip             JPEGs `img_align_celeba/000001.jpg`, ... of 218x178 (HxW), RGB
+  list_eval_partition.txt          `000001.jpg 0` (0 train, 1 validation, 2 test; identity-disjoint)
+  list_attr_celeba.txt             count line, 40 names (trailing space), rows of -1/1 (official spacing)
+  list_landmarks_align_celeba.txt  count line, 10 names, rows of 5 (x, y) points (official spacing)
+  identity_CelebA.txt              `000001.jpg 2880` (no header)
+
+Identities get sparse CelebA-like ids (1..10177), varied image counts including singletons, and
+files are interleaved across identities as in CelebA. Each identity is a distinct hue with its own
+stripe pattern, plus per-image noise and brightness jitter, so identity is learnable even at 16 px.
+Attributes: most are fixed per identity (learnable through the identity's look); `Eyeglasses` (a dark
+band at eye height) and `Smiling` (a bright bar at mouth height) vary per image and are drawn in.
+"""
+
+import argparse
+import colorsys
+import io
+import os
+import zipfile
+
+import numpy as np
+from PIL import Image
+
+HEIGHT, WIDTH = 218, 178
+ATTR_NAMES = (
+    '5_o_Clock_Shadow Arched_Eyebrows Attractive Bags_Under_Eyes Bald Bangs Big_Lips Big_Nose '
+    'Black_Hair Blond_Hair Blurry Brown_Hair Bushy_Eyebrows Chubby Double_Chin Eyeglasses Goatee '
+    'Gray_Hair Heavy_Makeup High_Cheekbones Male Mouth_Slightly_Open Mustache Narrow_Eyes No_Beard '
+    'Oval_Face Pale_Skin Pointy_Nose Receding_Hairline Rosy_Cheeks Sideburns Smiling Straight_Hair '
+    'Wavy_Hair Wearing_Earrings Wearing_Hat Wearing_Lipstick Wearing_Necklace Wearing_Necktie Young'
+).split()
+LANDMARK_NAMES = ('lefteye_x lefteye_y righteye_x righteye_y nose_x nose_y leftmouth_x leftmouth_y '
+                  'rightmouth_x rightmouth_y').split()
+LANDMARKS_MEAN = (69, 111, 107, 111, 88, 135, 72, 152, 105, 152)
+EYEGLASSES, SMILING = ATTR_NAMES.index('Eyeglasses'), ATTR_NAMES.index('Smiling')
+
+
+def image_counts(num_identities, max_images, rng):
+  """Images per identity: about a quarter singletons (at least one), the rest 2..max_images."""
+  counts = rng.integers(2, max(2, max_images) + 1, size=num_identities)
+  singles = max(1, num_identities // 4)
+  counts[rng.permutation(num_identities)[:singles]] = 1
+  return counts
+
+
+def _draw(identity_index, num_identities, eyeglasses, smiling, rng):
+  """One 218x178x3 uint8 image of an identity: its hue and stripes, per-image noise and marks."""
+  hue = identity_index / num_identities
+  base = np.array(colorsys.hsv_to_rgb(hue, 0.75, 0.85)) * 255.0
+  yy, xx = np.mgrid[0:HEIGHT, 0:WIDTH].astype(np.float32)
+  period = 12 + 4 * (identity_index % 5)
+  angle = np.pi * (identity_index % 4) / 4
+  stripes = np.sin(2 * np.pi * (xx * np.cos(angle) + yy * np.sin(angle)) / period)
+  image = base[None, None, :] * (1.0 + 0.15 * stripes[..., None]) * rng.uniform(0.85, 1.15)
+  image = image + rng.normal(0.0, 12.0, size=image.shape)
+  if eyeglasses:
+    image[100:122, 40:140] = 20.0
+  if smiling:
+    image[145:160, 60:118] = 245.0
+  return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def _attr_row(name, values):
+  """`000001.jpg -1  1 ...`: the official spacing (first value bare, the rest right-aligned to 2)."""
+  return f'{name} {values[0]}' + ''.join(f'{v:3d}' for v in values[1:])
+
+
+def _landmark_row(name, values):
+  """`000001.jpg 69  109  106 ...`: the official spacing (first value bare, the rest width 5)."""
+  return f'{name} {values[0]}' + ''.join(f'{v:5d}' for v in values[1:])
+
+
+def generate(out, identities=20, max_images=12, seed=0, quality=90):
+  """Write a fixture into folder `out`; returns {file name: identity id} of every image."""
+  rng = np.random.default_rng(seed)
+  os.makedirs(out, exist_ok=True)
+  ids = np.sort(rng.choice(np.arange(1, 10178), size=identities, replace=False))
+  counts = image_counts(identities, max_images, rng)
+  owners = rng.permutation(np.repeat(np.arange(identities), counts))  # interleaved, as in CelebA
+  partition_of = rng.choice(3, size=identities, p=(0.8, 0.1, 0.1))  # identity-disjoint partitions
+  partition_of[:min(3, identities)] = np.arange(min(3, identities))  # every partition non-empty
+  identity_attrs = rng.choice((-1, 1), size=(identities, len(ATTR_NAMES)))
+  names = [f'{i + 1:06d}.jpg' for i in range(len(owners))]
+  attr_rows, landmark_rows, id_rows, part_rows = [], [], [], []
+  with zipfile.ZipFile(os.path.join(out, 'img_align_celeba.zip'), 'w', zipfile.ZIP_DEFLATED) as zf:
+    zf.writestr(zipfile.ZipInfo('img_align_celeba/'), b'')
+    for name, owner in zip(names, owners):
+      attrs = identity_attrs[owner].copy()
+      attrs[EYEGLASSES], attrs[SMILING] = rng.choice((-1, 1), size=2)
+      image = _draw(owner, identities, attrs[EYEGLASSES] > 0, attrs[SMILING] > 0, rng)
+      buffer = io.BytesIO()
+      Image.fromarray(image).save(buffer, format='JPEG', quality=quality)
+      zf.writestr(f'img_align_celeba/{name}', buffer.getvalue())
+      landmarks = np.asarray(LANDMARKS_MEAN) + rng.integers(-4, 5, size=len(LANDMARKS_MEAN))
+      attr_rows.append(_attr_row(name, attrs.tolist()))
+      landmark_rows.append(_landmark_row(name, landmarks.tolist()))
+      id_rows.append(f'{name} {ids[owner]}')
+      part_rows.append(f'{name} {partition_of[owner]}')
+  n = len(names)
+  files = {
+      'list_attr_celeba.txt': [str(n), ' '.join(ATTR_NAMES) + ' '] + attr_rows,
+      'list_landmarks_align_celeba.txt': [str(n), ' '.join(LANDMARK_NAMES)] + landmark_rows,
+      'identity_CelebA.txt': id_rows,
+      'list_eval_partition.txt': part_rows,
+  }
+  for file_name, lines in files.items():
+    with open(os.path.join(out, file_name), 'w', newline='\n') as f:
+      f.write('\n'.join(lines) + '\n')
+  return {name: int(ids[owner]) for name, owner in zip(names, owners)}
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--out', required=True, help='folder to write the five files into')
+  parser.add_argument('--identities', type=int, default=20)
+  parser.add_argument('--max_images', type=int, default=12, help='most images of one identity')
+  parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument('--quality', type=int, default=90, help='JPEG quality')
+  args = parser.parse_args(argv)
+  owners = generate(args.out, args.identities, args.max_images, args.seed, args.quality)
+  print(f'wrote {len(owners)} images of {len(set(owners.values()))} identities to {args.out}')
+
+
+if __name__ == '__main__':
+  main()
