@@ -1,7 +1,9 @@
 """The one place JAX's numerics flags are set, and the record of what a run's numerics were.
 
 `configure(config)` must run before anything is traced (train.py and `train_and_evaluate` call it
-first). `describe(config)` returns the requested and the effective settings for the results.
+first). `describe(config)` returns the requested and the effective settings for the results, with
+the platform's default made explicit: which product format the convolutions and the matmuls really
+ran in ('bf16', 'bf16_3x', 'bf16_6x', 'tf32', 'f32', ...; see numerics/emulate.py).
 """
 
 import os
@@ -11,8 +13,23 @@ import jax.numpy as jnp
 
 from numerics import emulate as emulate_lib
 
-PRECISIONS = ('default', 'high', 'highest', 'bfloat16', 'tensorfloat32', 'float32')
+LEGACY_PRECISIONS = ('default', 'high', 'highest', 'bfloat16', 'tensorfloat32', 'float32')
+# DotAlgorithmPreset names that take f32 operands; they set dots only (convolutions ignore them).
+PRESET_PRECISIONS = ('BF16_BF16_F32', 'BF16_BF16_F32_X3', 'BF16_BF16_F32_X6', 'BF16_BF16_F32_X9',
+                     'TF32_TF32_F32', 'TF32_TF32_F32_X3', 'F32_F32_F32')
+PRECISIONS = LEGACY_PRECISIONS + PRESET_PRECISIONS
 DTYPES = ('float32', 'bfloat16')
+LEGACY_LEVEL = {'default': 'default', 'bfloat16': 'default', 'high': 'high',
+                'tensorfloat32': 'high', 'highest': 'highest', 'float32': 'highest'}
+# Product format of f32 operands at each legacy level, per platform (REFERENCE.md section 3).
+NATIVE_FORMAT = {
+    'tpu': {'default': 'bf16', 'high': 'bf16_3x', 'highest': 'bf16_6x'},
+    'gpu': {'default': 'tf32', 'high': 'tf32', 'highest': 'f32'},
+    'cpu': {'default': 'f32', 'high': 'f32', 'highest': 'f32'},
+}
+PRESET_FORMAT = {'BF16_BF16_F32': 'bf16', 'BF16_BF16_F32_X3': 'bf16_3x',
+                 'BF16_BF16_F32_X6': 'bf16_6x', 'BF16_BF16_F32_X9': 'bf16_9x',
+                 'TF32_TF32_F32': 'tf32', 'TF32_TF32_F32_X3': 'tf32_3x', 'F32_F32_F32': 'f32'}
 
 
 def validate(config):
@@ -27,9 +44,13 @@ def validate(config):
   if n.emulate not in emulate_lib.EMULATE_MODES:
     raise ValueError(f'config.numerics.emulate must be one of {emulate_lib.EMULATE_MODES}, '
                      f'got {n.emulate!r}')
-  if not isinstance(n.batchnorm_group, int) or n.batchnorm_group < 0:
+  if (not isinstance(n.batchnorm_group, int) or isinstance(n.batchnorm_group, bool)
+      or n.batchnorm_group < 0):
     raise ValueError(f'config.numerics.batchnorm_group must be an int >= 0, got '
                      f'{n.batchnorm_group!r}')
+  if not isinstance(n.gpu_deterministic, bool):
+    raise ValueError(f'config.numerics.gpu_deterministic must be True or False, got '
+                     f'{n.gpu_deterministic!r}')
 
 
 def configure(config):
@@ -42,14 +63,59 @@ def configure(config):
       os.environ['XLA_FLAGS'] = (flags + ' --xla_gpu_deterministic_ops=true').strip()
 
 
+def native_formats(platform, precision):
+  """(conv format, dot format) of f32 operands under `precision` on `platform`, natively.
+
+  Convolutions honour only the legacy levels: under a DotAlgorithmPreset they run at the
+  platform's default. CPU computes f32 whatever is asked. Unknown platforms give 'unknown'.
+  """
+  table = NATIVE_FORMAT.get(platform)
+  if table is None:
+    return 'unknown', 'unknown'
+  if precision in PRESET_FORMAT:
+    conv = table['default']
+    return conv, ('f32' if platform == 'cpu' else PRESET_FORMAT[precision])
+  level = table[LEGACY_LEVEL[precision or 'default']]
+  return level, level
+
+
+def effective_formats(platform, precision, emulate, compute_dtype='float32'):
+  """{'conv': format, 'dense': format} the model's products run in, all settings considered."""
+  if compute_dtype == 'bfloat16':
+    # bf16 operands: every format multiplies them exactly, with f32 accumulation.
+    return {'conv': 'bf16', 'dense': 'bf16'}
+  if emulate != 'none':
+    fmt = 'bf16_6x' if (emulate == 'f32' and platform == 'tpu') else emulate
+    return {'conv': fmt, 'dense': fmt}
+  conv, dot = native_formats(platform, precision)
+  return {'conv': conv, 'dense': dot}
+
+
 def describe(config):
-  """Requested and effective numerics of this run, JSON-serialisable."""
+  """Requested and effective numerics of this run, JSON-serialisable.
+
+  effective: the platform and device kind, the precision flag JAX holds, the product format of
+  the convolutions and dense layers ('conv_format', 'dense_format': the platform default made
+  explicit, or the emulated format), whether that format is emulated, the compute dtype, the
+  BatchNorm grouping, and whether GPU determinism is in XLA_FLAGS.
+  """
   n = config.numerics
-  platform = jax.devices()[0].platform
+  device = jax.devices()[0]
+  platform = device.platform
   requested = {k: n[k] for k in n.keys()}
   effective = dict(requested)
-  effective['platform'] = platform
-  effective['matmul_precision_flag'] = str(jax.config.jax_default_matmul_precision)
-  effective['compute_dtype'] = str(jnp.dtype(n.compute_dtype))
-  effective['xla_flags'] = os.environ.get('XLA_FLAGS', '')
+  flag = jax.config.jax_default_matmul_precision
+  formats = effective_formats(platform, flag, n.emulate, n.compute_dtype)
+  xla_flags = os.environ.get('XLA_FLAGS', '')
+  effective.update(
+      platform=platform,
+      device_kind=str(getattr(device, 'device_kind', '')),
+      matmul_precision_flag=str(flag),
+      conv_format=formats['conv'],
+      dense_format=formats['dense'],
+      emulated=n.emulate != 'none',
+      compute_dtype=str(jnp.dtype(n.compute_dtype)),
+      batchnorm='global batch' if not n.batchnorm_group else f'groups of {n.batchnorm_group}',
+      gpu_deterministic=(platform == 'gpu' and '--xla_gpu_deterministic_ops=true' in xla_flags),
+      xla_flags=xla_flags)
   return {'requested': requested, 'effective': effective}
