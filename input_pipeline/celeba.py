@@ -1,0 +1,217 @@
+"""CelebA (REFERENCE.md section 2) through TFDS `celeb_a` 2.1.0, offline, decoded once into a cache.
+
+  config.data.manual_dir  the five official files (see `celeba_files.FILES`); never fetched
+  config.data.tfds_dir    where TFDS celeb_a is prepared once and reused ('' = <manual_dir>/tfds)
+  config.data.cache_dir   decoded uint8 images ('' = <tfds_dir>/decoded_cache; must be local)
+
+Tasks (`config.data.task`):
+  identity    softmax over the identities present in the training split. Label = rank of the
+              CelebA identity id among those ids (a dense remap); on full CelebA every id 1..10177
+              is present, so the label is identity - 1, as in the reference. `info` records the rule
+              (and the id list whenever it is not plain identity - 1).
+  attributes  40 labels in {0, 1} (official -1 -> 0, 1 -> 1), task 'multilabel'.
+Splits (`config.data.split`): 'per_identity' pools all official partitions and splits every identity
+exactly by `test_fraction` with `split_seed` (rule in `celeba_files`); 'official' trains on partition
+0 and tests on partition 2. The sorted test file names are fingerprinted into `info`.
+
+Preprocessing: each JPEG is decoded once (PIL) and resized to image_size x image_size with PIL
+bilinear (antialiased) resampling. The aspect ratio is not kept: 218x178 is squashed, exactly as the
+reference's torchvision `Resize((224, 224))` does on PIL images. The uint8 result goes into a .npy
+per split under cache_dir, keyed by source files, split and resolution, then memory-mapped: later
+runs and epochs never decode, and need neither TensorFlow nor the JPEGs. Normalisation and flips
+happen on device. A JPEG that does not decode (or is not 218x178) is an error naming the file.
+"""
+
+import concurrent.futures
+import io
+import json
+import os
+import shutil
+
+import numpy as np
+from PIL import Image
+
+from input_pipeline import base, batching, celeba_files, celeba_tfds
+
+NATIVE_SHAPE = (218, 178)  # H, W
+TASKS = ('identity', 'attributes')
+SPLITS = ('per_identity', 'official')
+DECODED = {'images': 0}  # images decoded by this process (tests check that a cached load adds none)
+
+
+def _check_config(data):
+  if data.task not in TASKS:
+    raise ValueError(f'config.data.task must be one of {TASKS} for celeba, got {data.task!r}')
+  if data.split not in SPLITS:
+    raise ValueError(f'config.data.split must be one of {SPLITS}, got {data.split!r}')
+  if not 0.0 < float(data.test_fraction) < 1.0:
+    raise ValueError(f'config.data.test_fraction must be in (0, 1), got {data.test_fraction!r}')
+  if int(data.image_size) < 1:
+    raise ValueError(f'config.data.image_size must be a positive int, got {data.image_size!r}')
+
+
+def _dirs(data):
+  """(manual_dir, tfds_dir, cache_dir) with defaults filled in."""
+  manual_dir = os.path.expanduser(data.manual_dir) if data.manual_dir else ''
+  tfds_dir = data.tfds_dir or (os.path.join(manual_dir, 'tfds') if manual_dir else '')
+  if not tfds_dir:
+    raise ValueError('config.data.manual_dir (or a prepared config.data.tfds_dir) is needed for '
+                     f'celeba: set it to the folder with {", ".join(celeba_files.FILES)}')
+  tfds_dir = tfds_dir if '://' in tfds_dir else os.path.expanduser(tfds_dir)
+  cache_dir = data.cache_dir or os.path.join(tfds_dir, 'decoded_cache')
+  if '://' in cache_dir:
+    raise ValueError(f'config.data.cache_dir must be a local folder (it is memory-mapped), got '
+                     f'{cache_dir!r}: set config.data.cache_dir to a local disk')
+  return manual_dir, tfds_dir, os.path.expanduser(cache_dir)
+
+
+def _source(manual_dir, tfds_dir):
+  """(metadata, source record): from the five files if given, else from the prepared tfds_dir."""
+  if manual_dir:
+    meta = celeba_files.read_metadata(manual_dir)
+    source = {'source_fingerprint': celeba_files.source_fingerprint(manual_dir),
+              'official_files': celeba_files.official_sizes(manual_dir),
+              'manual_dir': os.path.abspath(manual_dir), 'num_images': len(meta['names'])}
+    return meta, source
+  source = celeba_tfds.prepared_source(tfds_dir)
+  if source is None:
+    celeba_files.check_present(manual_dir)  # raises: says what to download and where to put it
+  return celeba_tfds.read_metadata(tfds_dir), source
+
+
+def _split(data, meta):
+  """(train rows, test rows) into the sorted metadata arrays."""
+  if data.split == 'official':
+    train, test = celeba_files.split_official(meta['partition'])
+  else:
+    test = celeba_files.split_identity(meta['names'], meta['identity'], float(data.test_fraction),
+                                       int(data.split_seed))
+    train = ~test
+  return np.flatnonzero(train), np.flatnonzero(test)
+
+
+def decode(jpeg, size, name):
+  """JPEG bytes -> uint8 [size, size, 3]: PIL decode, RGB, bilinear squash (as the reference)."""
+  try:
+    with Image.open(io.BytesIO(jpeg)) as image:
+      image.load()
+      if (image.height, image.width) != NATIVE_SHAPE:
+        raise ValueError(f'is {image.height}x{image.width}, not the aligned 218x178')
+      image = image.convert('RGB')
+      if (size, size) != NATIVE_SHAPE:
+        image = image.resize((size, size), Image.BILINEAR)
+      return np.asarray(image, dtype=np.uint8)
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(f'CelebA image {name} in {celeba_files.ZIP} cannot be used ({e}): replace '
+                     f'config.data.manual_dir/{celeba_files.ZIP} with the official file from '
+                     f'{celeba_files.CELEBA_PAGE}') from None
+
+
+def _decode_into(tfds_dir, meta, targets, arrays, size, num_threads=None):
+  """Decode each record that has a target once: targets[row] = (split name, index) or None."""
+  threads = num_threads or len(os.sched_getaffinity(0))
+  partitions = sorted({int(meta['partition'][r]) for r, t in enumerate(targets) if t is not None})
+  with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+    for partition in partitions:
+      part_rows = np.flatnonzero(meta['partition'] == partition)  # = record order (sorted names)
+      pending, count = [], 0
+      for count, (jpeg, identity) in enumerate(celeba_tfds.iter_records(tfds_dir, partition), 1):
+        row = part_rows[count - 1] if count <= len(part_rows) else None
+        if row is None or identity != meta['identity'][row]:
+          raise ValueError(f'config.data.tfds_dir={tfds_dir!r}: record {count - 1} of partition '
+                           f'{partition} does not match the CelebA files: delete its celeb_a folder')
+        if targets[row] is not None:
+          split_name, index = targets[row]
+          pending.append(pool.submit(_decode_to, arrays[split_name], index, jpeg, size,
+                                     meta['names'][row]))
+        if len(pending) >= 4 * threads:
+          pending.pop(0).result()
+      for future in pending:
+        future.result()
+      if count != len(part_rows):
+        raise ValueError(f'config.data.tfds_dir={tfds_dir!r} has {count} records in partition '
+                         f'{partition}, not {len(part_rows)}: delete its celeb_a folder')
+
+
+def _decode_to(out, index, jpeg, size, name):
+  out[index] = decode(jpeg, size, name)
+  DECODED['images'] += 1
+
+
+def _build_cache(path, manual_dir, tfds_dir, source, meta, rows, size):
+  """Prepare TFDS if needed, then decode the splits' images into `path` once (atomically)."""
+  if manual_dir:
+    celeba_tfds.prepare(manual_dir, tfds_dir, source, meta)
+  tmp = f'{path}.partial-{os.getpid()}'
+  shutil.rmtree(tmp, ignore_errors=True)
+  os.makedirs(tmp)
+  targets = [None] * len(meta['names'])
+  arrays = {}
+  for split_name, split_rows in rows.items():
+    arrays[split_name] = np.lib.format.open_memmap(
+        os.path.join(tmp, f'{split_name}.npy'), 'w+', np.uint8, (len(split_rows), size, size, 3))
+    for index, row in enumerate(split_rows):
+      targets[row] = (split_name, index)
+  _decode_into(tfds_dir, meta, targets, arrays, size)
+  for array in arrays.values():
+    array.flush()
+  del arrays
+  with open(os.path.join(tmp, 'done.json'), 'w') as f:
+    json.dump({k: len(v) for k, v in rows.items()}, f)
+  try:
+    os.rename(tmp, path)
+  except OSError:  # another process finished the same cache first: keep theirs
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _labels(task, meta, train, test):
+  """(train labels, test labels, num_classes, base task, info) for `task`."""
+  if task == 'attributes':
+    labels = (meta['attributes'] > 0).astype(np.int32)
+    return labels[train], labels[test], labels.shape[1], 'multilabel', {
+        'label_rule': 'attributes: -1 -> 0, 1 -> 1', 'attribute_names': celeba_files.ATTR_NAMES}
+  ids = np.unique(meta['identity'][train])
+  unseen = np.setdiff1d(meta['identity'][test], ids)
+  if len(unseen):
+    raise ValueError(f'{len(unseen)} test identities never appear in training (official partitions '
+                     "are identity-disjoint): use config.data.split='per_identity' for task identity")
+  labels = np.searchsorted(ids, meta['identity']).astype(np.int32)
+  info = {'label_rule': 'rank of the identity id among the training ids'}
+  if np.array_equal(ids, np.arange(1, len(ids) + 1)):
+    info['label_rule'] += ' (= identity - 1 here)'
+  else:
+    info['identity_ids'] = ids.tolist()  # label k is CelebA identity identity_ids[k]
+  return labels[train], labels[test], len(ids), 'classification', info
+
+
+def load(config):
+  """The CelebA `Dataset` for `config.data` (see the module docstring)."""
+  data = config.data
+  _check_config(data)
+  manual_dir, tfds_dir, cache_dir = _dirs(data)
+  meta, source = _source(manual_dir, tfds_dir)
+  train, test = _split(data, meta)
+  size = int(data.image_size)
+  split_fp = batching.fingerprint(meta['names'][test].tolist())
+  key = f'{source["source_fingerprint"]}-{data.split}-{size}px-{split_fp}'
+  path = os.path.join(cache_dir, key)
+  if not os.path.exists(os.path.join(path, 'done.json')):
+    os.makedirs(cache_dir, exist_ok=True)
+    _build_cache(path, manual_dir, tfds_dir, source, meta, {'train': train, 'test': test}, size)
+  images = {s: np.load(os.path.join(path, f'{s}.npy'), mmap_mode='r') for s in ('train', 'test')}
+  train_labels, test_labels, num_classes, task, label_info = _labels(data.task, meta, train, test)
+  counts = np.unique(meta['identity'], return_counts=True)[1]
+  info = {
+      'task': data.task, 'split': data.split, 'split_seed': int(data.split_seed),
+      'test_fraction': float(data.test_fraction), 'split_fingerprint': split_fp,
+      'train_size': len(train), 'test_size': len(test), 'num_images': len(meta['names']),
+      'num_identities': len(counts), 'single_image_identities': int((counts == 1).sum()),
+      'source_fingerprint': source['source_fingerprint'],
+      'official_files': bool(source.get('official_files', False)),
+      'tfds': f'celeb_a:{celeba_tfds.VERSION}', 'image_size': size,
+      'resize': 'PIL bilinear to image_size x image_size, aspect not kept',
+      'decoded_cache': path, **label_info}
+  return base.Dataset(
+      name='celeba', train=base.Split(images['train'], train_labels),
+      test=base.Split(images['test'], test_labels), num_classes=num_classes, task=task, info=info)
+
