@@ -1,0 +1,1 @@
+"""Statistics, figures and sweeps over the runs' Orbax results."""

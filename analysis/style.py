@@ -1,0 +1,183 @@
+"""One presentation style for the study: figure look and arm colours, and the report tables.
+
+Figures: sans-serif type, 300 dpi PNG plus vector PDF (TrueType fonts embedded), the Okabe–Ito
+colour-blind-safe palette, and one colour per arm (sorted label order) in every figure.
+Tables: the statistics report as Markdown, LaTeX (booktabs) or CSV files.
+"""
+
+import math
+import sys
+
+import matplotlib
+
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+# Okabe & Ito (2008), without black (used for means) and yellow (too light on white paper).
+PALETTE = ('#0072B2', '#D55E00', '#009E73', '#CC79A7', '#56B4E9', '#E69F00', '#999999',
+           '#882255')
+WIDTH_IN = 6.5  # a full text width of a two-column-free paper, inches
+RC = {
+    'font.family': 'sans-serif',
+    'font.sans-serif': ['DejaVu Sans', 'Arial', 'Helvetica'],
+    'font.size': 8, 'axes.titlesize': 9, 'axes.labelsize': 8, 'legend.fontsize': 7,
+    'xtick.labelsize': 7, 'ytick.labelsize': 7,
+    'axes.spines.top': False, 'axes.spines.right': False, 'axes.linewidth': 0.6,
+    'axes.grid': True, 'axes.grid.axis': 'y', 'grid.color': '#DDDDDD', 'grid.linewidth': 0.5,
+    'lines.linewidth': 1.2, 'xtick.major.width': 0.6, 'ytick.major.width': 0.6,
+    'legend.frameon': False, 'figure.dpi': 100, 'savefig.dpi': 300, 'savefig.bbox': 'tight',
+    'savefig.pad_inches': 0.03, 'pdf.fonttype': 42, 'ps.fonttype': 42,
+}
+
+
+def apply():
+  """Set the study's matplotlib style (idempotent)."""
+  plt.rcParams.update(RC)
+
+
+def arm_colors(arms):
+  """{arm label: colour}, assigned in sorted label order so every figure agrees."""
+  return {arm: PALETTE[i % len(PALETTE)] for i, arm in enumerate(sorted(arms))}
+
+
+def save(fig, out_dir, name):
+  """Write `name`.pdf and `name`.png (300 dpi) into out_dir; returns the two paths."""
+  paths = [f'{out_dir}/{name}.pdf', f'{out_dir}/{name}.png']
+  for path in paths:
+    fig.savefig(path)
+  plt.close(fig)
+  return paths
+
+
+def num(x, digits=2):
+  """A table number: fixed digits, small p-values as '<0.001', missing as '–'."""
+  if x is None or (isinstance(x, float) and math.isnan(x)):
+    return '–'
+  if isinstance(x, (bool,)) or not isinstance(x, (int, float)):
+    return str(x)
+  return f'{x:.{digits}f}'
+
+
+def pval(p):
+  """p-value text: 3 significant places, '<0.001' below."""
+  if p is None or (isinstance(p, float) and math.isnan(p)):
+    return '–'
+  return '<0.001' if p < 0.001 else f'{p:.3f}'
+
+
+def display_arms(out):
+  """The per-arm table as strings, for Markdown/LaTeX."""
+  unit = '%' if out['scale'] == 100 else ''
+  rows = [{'arm': r['arm'], 'n': str(r['n']), f'mean{unit and " (%)"}': num(r['mean']),
+           'sd': num(r['sd']), '95% BCa CI': f'[{num(r["ci_low"])}, {num(r["ci_high"])}]',
+           'deterministic': 'yes' if r['deterministic'] else f'no ({r["determinism"]})',
+           'seeds': r['seeds']}
+          for _, r in out['arms'].iterrows()]
+  return rows
+
+
+def display_pairs(out):
+  """The pairwise table as strings, for Markdown/LaTeX (p-values: raw (Holm))."""
+  unit = 'pp' if out['scale'] == 100 else 'units'
+  both = lambda r, t: f'{pval(r[t + "_p"])} ({pval(r[t + "_p_holm"])})'
+  rows = []
+  for _, r in out['pairs'].iterrows():
+    rows.append({
+        'A': r['arm_a'], 'B': r['arm_b'], f'Δ A−B ({unit})': num(r['diff']),
+        '90% CI': f'[{num(r["ci90_low"])}, {num(r["ci90_high"])}]',
+        'equiv.': 'yes' if r['equivalent'] else 'no', 'TOST p': both(r, 'tost'),
+        'Welch p': both(r, 'welch'), 'paired p': both(r, 'paired') if r['paired'] else '–',
+        'MW exact p': both(r, 'mw'), "Hedges' g": num(r['hedges_g']),
+        'seeds 80% (Δ/eq.)': f'{r["n80_diff"]}/{r["n80_equiv"]}'})
+  return rows
+
+
+def markdown(rows):
+  """A Markdown table from a list of equal-keyed dicts of strings."""
+  if not rows:
+    return '(none)\n'
+  cols = list(rows[0])
+  esc = lambda s: str(s).replace('|', '\\|')
+  lines = ['| ' + ' | '.join(cols) + ' |', '|' + '|'.join('---' for _ in cols) + '|']
+  lines += ['| ' + ' | '.join(esc(r[c]) for c in cols) + ' |' for r in rows]
+  return '\n'.join(lines) + '\n'
+
+
+def tex(s):
+  """Escape LaTeX specials in a cell."""
+  table = {'\\': r'\textbackslash{}', '&': r'\&', '%': r'\%', '$': r'\$', '#': r'\#',
+           '_': r'\_', '{': r'\{', '}': r'\}', '~': r'\textasciitilde{}', '^': r'\^{}',
+           'Δ': r'$\Delta$', '−': '$-$', '<': r'$<$', '–': '--'}
+  return ''.join(table.get(ch, ch) for ch in str(s))
+
+
+def latex(rows, caption):
+  """A booktabs LaTeX table (needs \\usepackage{booktabs}) from a list of dicts of strings."""
+  if not rows:
+    return f'% {caption}: none\n'
+  cols = list(rows[0])
+  body = [' & '.join(tex(r[c]) for c in cols) + r' \\' for r in rows]
+  return '\n'.join([r'\begin{table}[t]', r'\centering', r'\small',
+                    r'\begin{tabular}{' + 'l' * 2 + 'r' * (len(cols) - 2) + '}', r'\toprule',
+                    ' & '.join(tex(c) for c in cols) + r' \\', r'\midrule', *body,
+                    r'\bottomrule', r'\end{tabular}', rf'\caption{{{tex(caption)}}}',
+                    r'\end{table}']) + '\n'
+
+
+def captions(out):
+  """(arms caption, pairs caption) saying what the numbers are."""
+  n_runs, unit = len(out['runs']), ('pp' if out['scale'] == 100 else 'units')
+  arms = (f'{out["metric"]} per arm over {n_runs} runs (one per seed); 95% BCa bootstrap CI '
+          f'of the mean. Arms by {", ".join(out["group_by"])}.')
+  pairs = (f'Pairwise comparisons, Δ = mean A − mean B; TOST equivalence margin ±{out["margin"]:g} '
+           f'{unit} (equivalent: 90% CI inside it; paired on shared seeds when both arms are '
+           f'deterministic, else Welch); p-values raw (Holm over {len(out["pairs"])} pairs); '
+           f'seeds per arm for 80% power, α = 0.05, at Δ = margin / for equivalence.')
+  return arms, pairs
+
+
+def render(out, fmt):
+  """The whole report as one Markdown or LaTeX string."""
+  arms_cap, pairs_cap = captions(out)
+  dup_rows = [{'arm': r['arm'], 'seed': str(r['seed']), 'kept': r['kept'], 'dropped': r['dropped'],
+               'same value': 'yes' if r['same'] else 'no'} for _, r in out['duplicates'].iterrows()]
+  exc_rows = [{'run': r['run'], 'reason': r['reason']} for _, r in out['excluded'].iterrows()]
+  design = [{'A': r['arm_a'], 'B': r['arm_b'], 'design': r['design']}
+            for _, r in out['pairs'].iterrows()]
+  if fmt == 'latex':
+    return ''.join([latex(display_arms(out), arms_cap), latex(display_pairs(out), pairs_cap),
+                    latex(design, 'Design of each comparison'),
+                    latex(dup_rows, 'Duplicate seeds (counted once; first run kept)'),
+                    latex(exc_rows, 'Runs excluded')])
+  parts = [f'# {out["metric"]} from {out.get("source", "")}\n', f'\n## Arms\n\n{arms_cap}\n\n',
+           markdown(display_arms(out)), f'\n## Pairwise comparisons\n\n{pairs_cap}\n\n',
+           markdown(display_pairs(out)), '\n', markdown(design),
+           '\n## Duplicate seeds (counted once, first run kept)\n\n', markdown(dup_rows),
+           '\n## Excluded runs\n\n', markdown(exc_rows)]
+  if not out['small'].empty:
+    parts += ['\n## Arms with n < 2 (tests skipped)\n\n', ', '.join(out['small']['arm']) + '\n']
+  return ''.join(parts)
+
+
+def csv_tables(out):
+  """{name: DataFrame} of the full-precision tables written in CSV mode."""
+  return {'arms': out['arms'], 'pairs': out['pairs'], 'duplicates': out['duplicates'],
+          'excluded': out['excluded']}
+
+
+def write_report(out, fmt, path=None):
+  """Print the report, or write it to `path` (CSV: one file per table, PATH_<table>.csv)."""
+  if fmt == 'csv':
+    for name, table in csv_tables(out).items():
+      if path:
+        stem = path[:-4] if path.endswith('.csv') else path
+        table.to_csv(f'{stem}_{name}.csv', index=False)
+      else:
+        sys.stdout.write(f'# {name}\n{table.to_csv(index=False)}\n')
+    return
+  text = render(out, fmt)
+  if path:
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write(text)
+  else:
+    sys.stdout.write(text)
