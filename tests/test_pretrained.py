@@ -1,0 +1,251 @@
+"""models/pretrained.py: torchvision ResNet-18 files load with logits parity against PyTorch.
+
+Run from the repository root: JAX_PLATFORMS=cpu python -m pytest tests/test_pretrained.py
+"""
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from models import pretrained, resnet
+
+torch = pytest.importorskip(
+    'torch', reason='torch (test-only extra) is not installed: the PyTorch parity tests need it')
+nn = torch.nn
+
+RTOL = 1e-4  # max |jax - torch| / max |torch|
+FORMATS = ('.pth', '.safetensors', '.npz')
+
+
+# A minimal torchvision ResNet-18 with torchvision's module names, so state_dict keys match.
+class BasicBlock(nn.Module):
+
+  def __init__(self, inplanes, planes, stride=1):
+    super().__init__()
+    self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
+    self.bn1 = nn.BatchNorm2d(planes)
+    self.relu = nn.ReLU(inplace=True)
+    self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+    self.bn2 = nn.BatchNorm2d(planes)
+    self.downsample = None
+    if stride != 1 or inplanes != planes:
+      self.downsample = nn.Sequential(nn.Conv2d(inplanes, planes, 1, stride, bias=False),
+                                      nn.BatchNorm2d(planes))
+
+  def forward(self, x):
+    out = self.relu(self.bn1(self.conv1(x)))
+    out = self.bn2(self.conv2(out))
+    identity = x if self.downsample is None else self.downsample(x)
+    return self.relu(out + identity)
+
+
+class TorchResNet(nn.Module):
+
+  def __init__(self, layers=(2, 2, 2, 2), num_classes=1000):
+    super().__init__()
+    self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+    self.bn1 = nn.BatchNorm2d(64)
+    self.relu = nn.ReLU(inplace=True)
+    self.maxpool = nn.MaxPool2d(3, 2, 1)
+    inplanes = 64
+    for i, (planes, blocks) in enumerate(zip((64, 128, 256, 512), layers)):
+      stage = []
+      for b in range(blocks):
+        stage.append(BasicBlock(inplanes, planes, 2 if (i > 0 and b == 0) else 1))
+        inplanes = planes
+      setattr(self, f'layer{i + 1}', nn.Sequential(*stage))
+    self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+    self.fc = nn.Linear(512, num_classes)
+
+  def forward(self, x):
+    x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+    x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+    return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+def random_torch_resnet(seed=0, layers=(2, 2, 2, 2), num_classes=1000):
+  """Random weights and random BN affine parameters and running statistics."""
+  torch.manual_seed(seed)
+  net = TorchResNet(layers, num_classes)
+  with torch.no_grad():
+    for m in net.modules():
+      if isinstance(m, nn.BatchNorm2d):
+        m.weight.uniform_(0.5, 1.5)
+        m.bias.normal_(0.0, 0.1)
+        m.running_mean.normal_(0.0, 0.1)
+        m.running_var.uniform_(0.5, 1.5)
+        m.num_batches_tracked.fill_(7)
+  return net
+
+
+def save(state, path):
+  """Write a torch state dict as .pth, .safetensors or .npz."""
+  path = str(path)
+  if path.endswith('.pth'):
+    torch.save(state, path)
+    return path
+  arrays = {k: v.detach().numpy().copy() for k, v in state.items()}
+  if path.endswith('.safetensors'):
+    from safetensors.numpy import save_file
+    save_file(arrays, path)
+  else:
+    np.savez(path, **arrays)
+  return path
+
+
+def rel_err(got, want):
+  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+  return float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+
+
+@pytest.fixture(scope='module')
+def net():
+  return random_torch_resnet()
+
+
+@pytest.fixture(scope='module')
+def files(net, tmp_path_factory):
+  folder = tmp_path_factory.mktemp('weights')
+  return {ext: save(net.state_dict(), folder / f'resnet18{ext}') for ext in FORMATS}
+
+
+@pytest.fixture(scope='module')
+def images():
+  return np.random.default_rng(0).normal(size=(4, 64, 64, 3)).astype(np.float32)  # NHWC
+
+
+def abstract_resnet(*args, **kwargs):
+  """A shape-only ResNet18 (no weights computed): enough for checks that fail before copying."""
+  return nnx.eval_shape(lambda: resnet.ResNet18(*args, **kwargs, rngs=nnx.Rngs(0)))
+
+
+def torch_logits(net, x, train):
+  net.train(train)
+  with torch.no_grad():
+    return net(torch.from_numpy(x.transpose(0, 3, 1, 2).copy())).numpy()
+
+
+@pytest.mark.parametrize('ext', FORMATS)
+def test_eval_logits_match_pytorch(net, files, images, ext):
+  want = torch_logits(net, images, train=False)
+  model = pretrained.load_torchvision(files[ext])
+  with jax.default_matmul_precision('highest'):
+    got = model(images)
+  err = rel_err(got, want)
+  # Random deep nets give similar logits for every image: check the per-image part separately.
+  centred = rel_err(got - np.mean(got, 0), want - np.mean(want, 0))
+  print(f'eval {ext}: max rel err {err:.2e}, centred {centred:.2e}')
+  assert err <= RTOL and centred <= RTOL, (err, centred)
+
+
+def test_train_mode_logits_and_running_stats_match_pytorch(files, images):
+  net = random_torch_resnet()  # a fresh copy: a train-mode forward updates running stats
+  want = torch_logits(net, images, train=True)
+  model = pretrained.load_torchvision(files['.npz'])
+  model.train()
+  with jax.default_matmul_precision('highest'):
+    got = model(images)
+  err = rel_err(got, want)
+  centred = rel_err(got - np.mean(got, 0), want - np.mean(want, 0))
+  print(f'train logits: max rel err {err:.2e}, centred {centred:.2e}')
+  assert err <= RTOL and centred <= RTOL, (err, centred)
+  state = net.state_dict()
+  worst = 0.0
+  for key, (variable, to_nnx) in pretrained.targets(model).items():
+    if 'running_' in key:
+      stat_err = rel_err(variable[...], to_nnx(state[key].numpy()))
+      worst = max(worst, stat_err)
+      assert stat_err <= RTOL, (key, stat_err)
+  print(f'train running stats: max rel err {worst:.2e}')
+  # The statistics really moved (else the check above could not fail).
+  before = random_torch_resnet().state_dict()['layer4.1.bn2.running_var'].numpy()
+  assert rel_err(model.layer4[1].bn2.var[...], before) > 1e-3
+
+
+def test_new_num_classes_reinitialises_only_head(net, files):
+  model = pretrained.load_torchvision(files['.safetensors'], num_classes=10)
+  assert model.fc.kernel[...].shape == (512, 10)
+  want = net.state_dict()['layer3.0.conv1.weight'].numpy().transpose(2, 3, 1, 0)
+  np.testing.assert_array_equal(model.layer3[0].conv1.kernel[...], want)
+
+
+def test_load_into_reinit_keeps_backbone_exact_and_stem_head_fresh(net, files):
+  model = resnet.ResNet18(1000, rngs=nnx.Rngs(1))
+  facts = pretrained.load_into(model, files['.npz'], ('stem', 'head'))
+  assert facts['reinit'] == ['stem', 'head'] and len(facts['sha256']) == 16
+  # 122 torchvision keys less 20 num_batches_tracked; stem: conv1 + 4 of bn1; head: 2.
+  assert facts['keys_in_file'] == 102 and facts['keys_loaded'] == 102 - 5 - 2
+  state = {k: v.numpy() for k, v in net.state_dict().items()}
+  for key, (variable, to_nnx) in pretrained.targets(model).items():
+    value, file_value = np.asarray(variable[...]), to_nnx(state[key])
+    if key.split('.')[0] in ('conv1', 'bn1', 'fc'):
+      assert not np.array_equal(value, file_value), key
+    else:
+      np.testing.assert_array_equal(value, file_value, err_msg=key)
+
+
+def test_load_into_digits_like_model(files):
+  """1-channel input, small stem, 10 classes: fine when stem and head are re-initialised."""
+  model = resnet.ResNet18(10, in_channels=1, stem='small', rngs=nnx.Rngs(0))
+  pretrained.load_into(model, files['.npz'], ('stem', 'head'))
+  want = np.load(files['.npz'])['layer4.1.bn2.running_var']
+  np.testing.assert_array_equal(model.layer4[1].bn2.var[...], want)
+  with pytest.raises(ValueError, match=r'shape mismatch: conv1\.weight.*fc\.weight'):
+    pretrained.load_into(abstract_resnet(10, in_channels=1, stem='small'), files['.npz'], ())
+
+
+def test_missing_and_unexpected_keys_are_named(net, tmp_path):
+  state = dict(net.state_dict())
+  del state['layer2.1.bn1.running_var']
+  state['extra.weight'] = torch.zeros(3)
+  path = save(state, tmp_path / 'bad.npz')
+  with pytest.raises(ValueError, match=r'missing: layer2\.1\.bn1\.running_var; '
+                                       r'unexpected: extra\.weight'):
+    pretrained.load_into(abstract_resnet(), path)
+
+
+def test_shape_mismatch_is_named(net, tmp_path):
+  state = dict(net.state_dict())
+  state['layer3.0.conv2.weight'] = torch.zeros(256, 256, 1, 1)
+  path = save(state, tmp_path / 'bad.safetensors')
+  with pytest.raises(ValueError, match=r'layer3\.0\.conv2\.weight file \(256, 256, 1, 1\) != '
+                                       r'model \(256, 256, 3, 3\)'):
+    pretrained.load_torchvision(path)
+
+
+def test_wrong_architecture(tmp_path):
+  path = save(random_torch_resnet(layers=(3, 4, 6, 3)).state_dict(), tmp_path / 'r34.npz')
+  with pytest.raises(ValueError, match='holds ResNet-34'):
+    pretrained.load_torchvision(path)
+  r50 = {f'layer{s}.{b}.{n}.weight': np.zeros(1, np.float32)
+         for s, blocks in zip((1, 2, 3, 4), (3, 4, 6, 3)) for b in range(blocks)
+         for n in ('conv1', 'conv2', 'conv3')}
+  np.savez(tmp_path / 'r50.npz', **r50)
+  with pytest.raises(ValueError, match='holds ResNet-50'):
+    pretrained.load_into(abstract_resnet(), str(tmp_path / 'r50.npz'))
+
+
+def test_missing_file_width_reinit_and_format_errors(files, tmp_path):
+  with pytest.raises(FileNotFoundError, match='config.model.init_from: no file at'):
+    pretrained.load_torchvision(str(tmp_path / 'nope.pth'))
+  with pytest.raises(ValueError, match='config.model.width must be 1.0'):
+    pretrained.load_into(abstract_resnet(10, width=0.5), files['.npz'])
+  with pytest.raises(ValueError, match='config.model.reinit: unknown part'):
+    pretrained.load_into(abstract_resnet(), files['.npz'], ('stem', 'fc'))
+  (tmp_path / 'w.bin').write_bytes(b'0')
+  with pytest.raises(ValueError, match='unsupported file type'):
+    pretrained.read_state_dict(str(tmp_path / 'w.bin'))
+  with pytest.raises(ValueError, match='in_channels must be 3'):
+    pretrained.load_torchvision(files['.npz'], in_channels=1)
+
+
+def test_converter_cli(files, tmp_path, capsys):
+  out = str(tmp_path / 'converted.npz')
+  assert pretrained.main(['--in', files['.pth'], '--out', out]) == 0
+  assert 'keys=' in capsys.readouterr().out
+  want = pretrained.read_state_dict(files['.pth'])
+  got = pretrained.read_state_dict(out)
+  assert sorted(got) == sorted(want)
+  for key in want:
+    np.testing.assert_array_equal(got[key], want[key], err_msg=key)
