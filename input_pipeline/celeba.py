@@ -55,8 +55,7 @@ def _dirs(data):
   manual_dir = os.path.expanduser(data.manual_dir) if data.manual_dir else ''
   tfds_dir = data.tfds_dir or (os.path.join(manual_dir, 'tfds') if manual_dir else '')
   if not tfds_dir:
-    raise ValueError('config.data.manual_dir (or a prepared config.data.tfds_dir) is needed for '
-                     f'celeba: set it to the folder with {", ".join(celeba_files.FILES)}')
+    celeba_files.check_present(manual_dir)  # raises: names the five files and the CelebA page
   tfds_dir = tfds_dir if '://' in tfds_dir else os.path.expanduser(tfds_dir)
   cache_dir = data.cache_dir or os.path.join(tfds_dir, 'decoded_cache')
   if '://' in cache_dir:
