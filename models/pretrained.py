@@ -257,7 +257,10 @@ def main(argv=None):
   parser.add_argument('--in', dest='src', required=True, help='input state dict')
   parser.add_argument('--out', dest='dst', required=True, help='output .npz or .safetensors')
   args = parser.parse_args(argv)
-  facts = convert(args.src, args.dst)
+  try:
+    facts = convert(args.src, args.dst)
+  except (OSError, ValueError, ImportError) as e:
+    parser.error(str(e))  # one line and exit status 2, no traceback
   print(' '.join(f'{k}={v}' for k, v in facts.items()))
   return 0
 

@@ -244,6 +244,8 @@ def test_converter_cli(files, tmp_path, capsys):
   out = str(tmp_path / 'converted.npz')
   assert pretrained.main(['--in', files['.pth'], '--out', out]) == 0
   assert 'keys=' in capsys.readouterr().out
+  with pytest.raises(SystemExit):  # one-line usage error, no traceback
+    pretrained.main(['--in', str(tmp_path / 'missing.pth'), '--out', out])
   want = pretrained.read_state_dict(files['.pth'])
   got = pretrained.read_state_dict(out)
   assert sorted(got) == sorted(want)
