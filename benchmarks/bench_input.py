@@ -1,0 +1,90 @@
+"""The CelebA input pipeline alone, on a generated CelebA-format fixture (218x178 JPEGs).
+
+  JAX_PLATFORMS=cpu python -m benchmarks.bench_input --identities 40 --image_size 224
+
+Measures, and prints as a table:
+  decode, 1 thread        JPEG -> uint8 image_size^2 (PIL decode + bilinear squash): images/s/core
+  decode, N threads       the same on a thread pool of N (the cold cache build uses all cores)
+  first load (cold)       celeba.load with nothing prepared: TF import, TFDS prepare, decode, write
+  cached load             celeba.load again: parse the txt files, open the memmaps (no decoding)
+  cached batch gather     batching.train_batch over the memmap: images/s, one thread
+"""
+
+import argparse
+import concurrent.futures
+import os
+import tempfile
+import time
+import zipfile
+
+import numpy as np
+
+from configs import celeba as celeba_config
+from input_pipeline import batching, celeba, celeba_files, celeba_fixture
+
+
+def _jpegs(manual_dir):
+  with zipfile.ZipFile(os.path.join(manual_dir, celeba_files.ZIP)) as zf:
+    return [(os.path.basename(i.filename), zf.read(i)) for i in zf.infolist() if not i.is_dir()]
+
+
+def _decode_rate(jpegs, size, threads, repeats):
+  start = time.perf_counter()
+  with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+    for _ in range(repeats):
+      list(pool.map(lambda item: celeba.decode(item[1], size, item[0]), jpegs))
+  return repeats * len(jpegs) / (time.perf_counter() - start)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--identities', type=int, default=40)
+  parser.add_argument('--max_images', type=int, default=12)
+  parser.add_argument('--image_size', type=int, default=224)
+  parser.add_argument('--batch_size', type=int, default=256)
+  parser.add_argument('--repeats', type=int, default=3, help='passes over the JPEGs when decoding')
+  parser.add_argument('--threads', type=int, default=len(os.sched_getaffinity(0)))
+  parser.add_argument('--workdir', default='', help='where the fixture goes (default: a temp dir)')
+  args = parser.parse_args(argv)
+
+  workdir = args.workdir or tempfile.mkdtemp(prefix='bench_input_')
+  manual_dir = os.path.join(workdir, 'files')
+  celeba_fixture.generate(manual_dir, args.identities, args.max_images, seed=0)
+  jpegs = _jpegs(manual_dir)
+  rows = []
+  one = _decode_rate(jpegs, args.image_size, 1, args.repeats)
+  rows.append(('decode, 1 thread', one, one))
+  many = _decode_rate(jpegs, args.image_size, args.threads, args.repeats)
+  rows.append((f'decode, {args.threads} threads', many, many / args.threads))
+
+  config = celeba_config.get_config('smoke')
+  config.data.manual_dir, config.data.image_size = manual_dir, args.image_size
+  start = time.perf_counter()
+  data = celeba.load(config)
+  cold = len(jpegs) / (time.perf_counter() - start)
+  rows.append(('first load (cold: TF import, prepare, decode)', cold, cold / args.threads))
+  start = time.perf_counter()
+  data = celeba.load(config)
+  rows.append(('cached load (no decoding)', len(jpegs) / (time.perf_counter() - start), None))
+
+  batch = min(args.batch_size, len(data.train))
+  steps = max(1, 20 * len(data.train) // batch)
+  start = time.perf_counter()
+  for step in range(steps):
+    batching.train_batch(data.train, batch, seed=0, step=step)
+  gather = steps * batch / (time.perf_counter() - start)
+  rows.append((f'cached batch gather (batch {batch})', gather, gather))
+
+  print(f'\n{len(jpegs)} JPEGs of 218x178 -> {args.image_size}x{args.image_size}, '
+        f'{args.threads} cores available ({os.cpu_count()} on the machine)')
+  print(f'| {"stage":<46} | {"images/s":>10} | {"per core":>10} |')
+  print(f'|{"-" * 48}|{"-" * 11}:|{"-" * 11}:|')
+  for name, rate, per_core in rows:
+    per = f'{per_core:10.0f}' if per_core is not None else f'{"-":>10}'
+    print(f'| {name:<46} | {rate:10.0f} | {per} |')
+  print(f'decoded cache: {data.info["decoded_cache"]} '
+        f'({np.prod(data.train.images.shape) / 2**20:.1f} MiB train)')
+
+
+if __name__ == '__main__':
+  main()
