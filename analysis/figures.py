@@ -79,7 +79,7 @@ def paired_diffs(out, out_dir):
   for _, p in out['pairs'].iterrows():
     a = runs[runs['arm'] == p['arm_a']].set_index('seed')['value']
     b = runs[runs['arm'] == p['arm_b']].set_index('seed')['value']
-    shared = sorted(set(a.index) & set(b.index), key=str)
+    shared = sorted(set(a.index) & set(b.index), key=stats.seed_key)
     if len(shared) >= 2:
       pairs.append((p, shared, (a.loc[shared] - b.loc[shared]).to_numpy()))
   if not pairs:

@@ -34,8 +34,9 @@ DET_COLUMNS = ('deterministic', 'numerics.effective.gpu_deterministic',
 
 
 def resolve_column(frame, name, arg):
-  """The column of `frame` that `name` means: exact, or with a config./numerics prefix."""
-  for candidate in (name, f'numerics.requested.{name}', f'config.{name}', f'final.{name}'):
+  """The column of `frame` that `name` means: exact, or with a numerics/config/final prefix."""
+  for candidate in (name, f'numerics.requested.{name}', f'numerics.effective.{name}',
+                    f'config.{name}', f'final.{name}'):
     if candidate in frame.columns:
       return candidate
   shown = ', '.join(c for c in frame.columns if not c.startswith(('config.', 'versions.', 'data.')))
@@ -141,6 +142,14 @@ def bca_ci(x, level=0.95):
   return res.confidence_interval.low, res.confidence_interval.high
 
 
+def seed_key(seed):
+  """Sort seeds numerically when they are numbers, else as text."""
+  try:
+    return (0, float(seed), '')
+  except (TypeError, ValueError):
+    return (1, 0.0, str(seed))
+
+
 def arm_table(prep):
   """One row per arm: arm, group fields, n, mean, sd, ci_low, ci_high (95% BCa), deterministic,
   determinism (why), seeds. Arms sorted by label."""
@@ -156,7 +165,7 @@ def arm_table(prep):
     rows.append({'arm': arm, **{g: runs[g].iloc[0] for g in prep['group_by']}, 'n': len(x),
                  'mean': x.mean(), 'sd': x.std(ddof=1) if len(x) > 1 else np.nan,
                  'ci_low': low, 'ci_high': high, 'deterministic': det, 'determinism': why,
-                 'seeds': ' '.join(str(s) for s in sorted(runs['seed'], key=str))})
+                 'seeds': ' '.join(str(s) for s in sorted(runs['seed'], key=seed_key))})
   return pd.DataFrame(rows)
 
 
@@ -249,7 +258,7 @@ def compare(runs_a, runs_b, det_a, det_b, margin):
   """Every test of one pair of arms (dicts of the columns of pair_table)."""
   a, b = runs_a['value'].to_numpy(), runs_b['value'].to_numpy()
   t, df, p = welch(a, b)
-  shared = sorted(set(runs_a['seed']) & set(runs_b['seed']), key=str)
+  shared = sorted(set(runs_a['seed']) & set(runs_b['seed']), key=seed_key)
   paired = det_a and det_b and len(shared) >= 2
   why = (f'paired: {len(shared)} shared seeds, both deterministic' if paired else
          f'unpaired: {len(shared)} shared seeds' + ('' if det_a and det_b else ', not both deterministic'))

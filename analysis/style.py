@@ -131,7 +131,7 @@ def captions(out):
           f'of the mean. Arms by {", ".join(out["group_by"])}.')
   pairs = (f'Pairwise comparisons, Δ = mean A − mean B; TOST equivalence margin ±{out["margin"]:g} '
            f'{unit} (equivalent: 90% CI inside it; paired on shared seeds when both arms are '
-           f'deterministic, else Welch); p-values raw (Holm over {len(out["pairs"])} pairs); '
+           f'deterministic, else Welch); p-values raw (Holm over {len(out["pairs"])} pair(s)); '
            f'seeds per arm for 80% power, α = 0.05, at Δ = margin / for equivalence.')
   return arms, pairs
 
