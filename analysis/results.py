@@ -23,7 +23,7 @@ RESULTS_ITEM = 'results'
 BASE_COLUMNS = ('run', 'status', 'reason', 'seed', 'platform', 'device_kind', 'num_devices',
                 'num_processes', 'step', 'total_steps', 'wall_time_s')
 # Parts of a results dict that become columns as `prefix.field...` (nested dicts flattened).
-FLATTENED = ('final', 'numerics', 'config', 'data', 'versions')
+FLATTENED = ('final', 'numerics', 'config', 'data', 'model', 'versions')
 
 
 def find_runs(root):
@@ -119,7 +119,8 @@ def runs_frame(records):
   Columns: `run` (path), `status` ('running'|'completed'|'failed'|'no_results'|'unreadable'),
   `reason`, `seed`, `platform`, `device_kind`, `num_devices`, `num_processes`, `step`,
   `total_steps`, `wall_time_s`, then `final.*` (metrics), `numerics.requested.*`,
-  `numerics.effective.*`, `config.*` (every config field, dotted), `data.*` and `versions.*`.
+  `numerics.effective.*`, `config.*` (every config field, dotted), `data.*`, `model.*` and
+  `versions.*`.
   """
   rows = []
   for run, results in records:
