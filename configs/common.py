@@ -84,7 +84,8 @@ def parse_arg(arg, presets):
     elif item in presets and not item.startswith('_'):
       names.append(item)
     else:
-      raise ValueError(f'unknown preset {item!r} after the colon: choose from {sorted(p for p in presets if not p.startswith('_'))} '
+      names_ok = sorted(p for p in presets if not p.startswith('_'))
+      raise ValueError(f'unknown preset {item!r} after the colon: choose from {names_ok} '
                        'or give key=value')
   return names, overrides
 

@@ -1,0 +1,30 @@
+"""Test session setup: CPU with 8 virtual devices, and a persistent compilation cache.
+
+The flags must be set before JAX initialises its backend, hence at import of this file.
+"""
+
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ['JAX_PLATFORMS'] = 'cpu'
+os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
+                           ' --xla_force_host_platform_device_count=8').strip()
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+CACHE_DIR = os.environ.get('TEST_JAX_CACHE', os.path.join(ROOT, '.jax_cache'))
+jax.config.update('jax_compilation_cache_dir', CACHE_DIR)
+jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
+
+
+@pytest.fixture
+def subprocess_env():
+  """Environment for running train.py in a subprocess: CPU, 8 devices, the shared cache."""
+  env = dict(os.environ)
+  env['PYTHONPATH'] = ROOT
+  env['JAX_COMPILATION_CACHE_DIR'] = CACHE_DIR
+  return env

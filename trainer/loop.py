@@ -1,0 +1,208 @@
+"""train_and_evaluate(config, workdir): the whole run, from config to Orbax results.
+
+Order of work: validate everything (config, devices, workdir, dataset) before compiling; build or
+restore the state; train phase by phase with on-device metric sums; evaluate every
+`eval_every_epochs`; checkpoint every epoch (and every `checkpoint_every_steps`); write results.
+Restarting the same command on the same workdir resumes from the latest checkpoint and reproduces
+the uninterrupted run: data order, augmentation and schedule are functions of the global step.
+"""
+
+import importlib.metadata
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+from flax import nnx
+
+import input_pipeline
+from input_pipeline import base, batching
+from models import resnet
+from numerics import setup as numerics_setup
+from trainer import checkpointing, optim, reporting, steps, validation
+
+VERSIONED_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')
+
+
+def versions():
+  out = {}
+  for name in VERSIONED_PACKAGES:
+    try:
+      out[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      out[name] = None
+  return out
+
+
+def prepare(config, workdir):
+  """Every check that can fail on bad input, before compute. Returns the dataset."""
+  validation.check_config(config)
+  validation.check_devices(config, jax.device_count(), jax.process_count())
+  validation.check_workdir(workdir)
+  try:
+    dataset = input_pipeline.get_dataset(config)
+  except (FileNotFoundError, ValueError) as e:
+    raise validation.ConfigError(str(e).splitlines()[0]) from None
+  validation.check_dataset(config, dataset)
+  return dataset
+
+
+def build_model(config, dataset):
+  """The model, initialised from `config.seed` (and `model.init_from`, when given).
+
+  Initialisation runs as one jitted computation (eager init would compile every op separately).
+  """
+  def create():
+    return resnet.create_model(config, dataset.num_classes, dataset.image_shape[-1],
+                               nnx.Rngs(params=config.seed))
+
+  graphdef, _ = nnx.split(nnx.eval_shape(create))
+  model = nnx.merge(graphdef, jax.jit(lambda: nnx.state(create()))())
+  facts = {}
+  if config.model.init_from:
+    from models import pretrained
+    facts = pretrained.load_into(model, config.model.init_from, tuple(config.model.reinit))
+  return model, facts
+
+
+def evaluate(eval_step, state, split, config, sharding):
+  """Top-1 accuracy (or mean per-label accuracy) and loss over every example of `split`."""
+  totals = jax.device_put(jax.tree.map(lambda v: jnp.asarray(v, jnp.float32),
+                                       steps.ZERO_SUMS), sharding[0])
+  for batch in batching.eval_batches(split, config.eval_batch_size, jax.process_index(),
+                                     jax.process_count()):
+    totals = eval_step(state, batching.to_global(batch, sharding[1]), totals)
+  totals = jax.device_get(totals)
+  return {'test_accuracy': float(totals['correct'] / totals['count']),
+          'test_loss': float(totals['loss'] / totals['count']), 'test_count': int(totals['count'])}
+
+
+def base_results(config, dataset, model_facts):
+  device = jax.devices()[0]
+  return {
+      'status': 'running', 'reason': '', 'seed': int(config.seed),
+      'platform': device.platform, 'device_kind': device.device_kind,
+      'num_devices': jax.device_count(), 'num_processes': jax.process_count(),
+      'numerics': numerics_setup.describe(config), 'data': dict(dataset.info),
+      'model': model_facts, 'config': config.to_dict(), 'versions': versions(),
+      'final': {}, 'history': [], 'wall_time_s': 0.0,
+  }
+
+
+def final_metrics(history):
+  """The run's headline numbers: the last evaluation and the last epoch's training metrics."""
+  evaluated = [h for h in history if 'test_accuracy' in h]
+  last = history[-1]
+  return {'test_accuracy': evaluated[-1]['test_accuracy'], 'test_loss': evaluated[-1]['test_loss'],
+          'train_loss': last['train_loss'], 'train_accuracy': last['train_accuracy']}
+
+
+def train_batches(split, config, start_step, stop_step, sharding):
+  """Global device batches for steps [start_step, stop_step), prepared ahead on a thread."""
+  def produce():
+    for step in range(start_step, stop_step):
+      batch = batching.train_batch(split, config.batch_size, config.seed, step,
+                                   jax.process_index(), jax.process_count())
+      yield batching.to_global(batch, sharding)
+  return batching.prefetch(produce(), config.data.prefetch)
+
+
+def train_and_evaluate(config, workdir):
+  """Train and evaluate `config` in `workdir`; returns the final results dict."""
+  numerics_setup.configure(config)
+  dataset = prepare(config, workdir)
+  start_time = time.time()
+  mesh = steps.make_mesh()
+  sharding = steps.shardings(mesh)
+  per_epoch = batching.steps_per_epoch(len(dataset.train), config.batch_size)
+  all_phases = optim.phases(config, per_epoch)
+  total_steps = config.num_epochs * per_epoch
+  mean, std = base.normalization_constants(config.data.normalization, dataset.image_shape[-1])
+
+  model, model_facts = build_model(config, dataset)
+  graphdef = nnx.graphdef(model)
+  state = steps.init_state(model, optim.make_optimizer(config, per_epoch, all_phases[0]))
+  state = jax.device_put(state, sharding[0])
+  results = base_results(config, dataset, model_facts)
+
+  mngr = checkpointing.manager(workdir, config.keep_checkpoints)
+  step = 0
+  if mngr.latest_step() is not None:
+    step = mngr.latest_step()
+    state, saved = checkpointing.restore(mngr, step, checkpointing.abstract(state))
+    results['history'] = saved.get('history', [])
+    results['wall_time_s'] = saved.get('wall_time_s', 0.0)
+    if saved.get('status') == 'completed' and step == total_steps:
+      logging.info('%s already holds a completed run; nothing to do', workdir)
+      mngr.close()
+      return saved
+    logging.info('Resumed from %s at step %d', checkpointing.checkpoint_dir(workdir), step)
+  elapsed_before = results['wall_time_s']
+
+  is_writer = jax.process_index() == 0
+  reporter = reporting.Reporter(workdir, total_steps, is_writer, resume_step=step)
+  eval_step = steps.make_eval_step(mesh, graphdef, dataset.task, mean, std)
+  logging.info('%s: %d train / %d test examples, %d steps/epoch, %d devices, %d processes',
+               dataset.name, len(dataset.train), len(dataset.test), per_epoch,
+               jax.device_count(), jax.process_count())
+
+  def checkpoint(at_step, status='running'):
+    results.update(status=status, step=at_step, total_steps=total_steps,
+                   wall_time_s=elapsed_before + time.time() - start_time)
+    checkpointing.save(mngr, at_step, state, results)
+
+  last_logged = jax.device_get(state['sums']) if step % per_epoch else dict(steps.ZERO_SUMS)
+  for phase in all_phases:
+    if step >= phase.stop:
+      continue
+    tx = optim.make_optimizer(config, per_epoch, phase)
+    if step == phase.start and phase.start > 0 and config.optim.schedule == 'per_phase':
+      state['opt_state'] = jax.device_put(tx.init(state['params']), sharding[0])
+    mask = optim.trainable_mask(state['params'], phase.frozen, config.model.reinit)
+    train_step = steps.make_train_step(mesh, graphdef, tx, mask, dataset.task, mean, std,
+                                       config.data.flip, config.seed)
+    logging.info('Phase %s: steps %d-%d%s', phase.name, phase.start, phase.stop,
+                 ' (backbone frozen)' if phase.frozen else '')
+    for batch in train_batches(dataset.train, config, step, phase.stop, sharding[1]):
+      state = train_step(state, batch)
+      step += 1
+      epoch, in_epoch = divmod(step, per_epoch)
+      if step % config.log_every_steps == 0 or in_epoch == 0:
+        sums = jax.device_get(state['sums'])
+        count = max(sums['count'] - last_logged['count'], 1.0)
+        loss = (sums['loss'] - last_logged['loss']) / count
+        accuracy = (sums['correct'] - last_logged['correct']) / count
+        last_logged = sums
+        lr = optim.learning_rate(config, per_epoch, all_phases, step - 1)
+        images_per_sec, eta = reporter.throughput(step, config.batch_size)
+        reporter.progress(step, epoch - (in_epoch == 0), config.num_epochs, loss, accuracy, lr,
+                          images_per_sec, eta)
+        reporter.write({'kind': 'train', 'step': step, 'epoch': epoch - (in_epoch == 0) + 1,
+                        'train_loss': float(loss), 'train_accuracy': float(accuracy),
+                        'learning_rate': lr, 'images_per_sec': images_per_sec})
+      if in_epoch == 0:
+        record = {'kind': 'epoch', 'epoch': epoch, 'step': step,
+                  'train_loss': float(sums['loss'] / sums['count']),
+                  'train_accuracy': float(sums['correct'] / sums['count'])}
+        if epoch % config.eval_every_epochs == 0 or epoch == config.num_epochs:
+          record.update(evaluate(eval_step, state, dataset.test, config, sharding))
+          logging.info('epoch %d: test_accuracy %.4f test_loss %.4f train_loss %.4f', epoch,
+                       record['test_accuracy'], record['test_loss'], record['train_loss'])
+        record['wall_time_s'] = elapsed_before + time.time() - start_time
+        reporter.write(record)
+        results['history'].append({k: v for k, v in record.items() if k != 'kind'})
+        state['sums'] = steps.zero_sums(mesh)
+        last_logged = dict(steps.ZERO_SUMS)
+        if step == total_steps:
+          results['final'] = final_metrics(results['history'])
+        checkpoint(step, 'completed' if step == total_steps else 'running')
+      elif config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0:
+        checkpoint(step)
+
+  mngr.wait_until_finished()
+  mngr.close()
+  reporter.close()
+  logging.info('Done: test_accuracy %.4f, %.1f s', results['final']['test_accuracy'],
+               results['wall_time_s'])
+  return results

@@ -1,0 +1,93 @@
+"""AdamW, the warmup-cosine schedule, and the frozen-backbone phase.
+
+Two phases: for the first `optim.freeze_epochs` only the parts named in `model.reinit` (by default
+the stem and the head) train and every other parameter stays bit-identical; then all train.
+BatchNorm running statistics keep updating while frozen, as in the reference (train-mode BN).
+
+`optim.schedule`:
+  'per_phase'  (the reference): each phase gets a fresh AdamW state and its own warmup-cosine
+               (warmup `warmup_epochs`, cosine to 0 at the end of the phase).
+  'continuous': one AdamW state and one warmup-cosine over all epochs; the backbone's Adam moments
+               start at zero when it unfreezes.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import optax
+
+# Which top-level model attributes belong to each named part (torchvision names).
+PARTS = {'stem': ('conv1', 'bn1'), 'head': ('fc',)}
+SCHEDULES = ('per_phase', 'continuous')
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+  """Steps [start, stop) trained with `frozen` (backbone fixed) and a schedule over `length`."""
+  name: str
+  start: int
+  stop: int
+  frozen: bool
+  schedule_start: int  # the optimizer step count at `start` is step - schedule_start
+  schedule_length: int
+
+
+def phases(config, steps_per_epoch):
+  """The run's phases, in order (one or two)."""
+  total = config.num_epochs * steps_per_epoch
+  freeze = config.optim.freeze_epochs * steps_per_epoch
+  if config.optim.schedule == 'continuous':
+    out = [Phase('frozen', 0, freeze, True, 0, total)] if freeze else []
+    return out + [Phase('full', freeze, total, False, 0, total)]
+  out = [Phase('frozen', 0, freeze, True, 0, freeze)] if freeze else []
+  return out + [Phase('full', freeze, total, False, freeze, total - freeze)]
+
+
+def phase_at(all_phases, step):
+  for phase in all_phases:
+    if phase.start <= step < phase.stop:
+      return phase
+  return all_phases[-1]
+
+
+def warmup_cosine(config, steps_per_epoch, length):
+  """optax schedule: linear 0 -> lr over warmup, cosine lr -> 0 at `length` steps."""
+  warmup = int(round(config.optim.warmup_epochs * steps_per_epoch))
+  warmup = max(0, min(warmup, length - 1))
+  return optax.warmup_cosine_decay_schedule(
+      init_value=0.0, peak_value=config.optim.learning_rate, warmup_steps=warmup,
+      decay_steps=max(length, 1), end_value=0.0)
+
+
+def learning_rate(config, steps_per_epoch, all_phases, step):
+  """The learning rate used by global step `step` (the same number the optimizer computes)."""
+  phase = phase_at(all_phases, step)
+  schedule = warmup_cosine(config, steps_per_epoch, phase.schedule_length)
+  return float(schedule(step - phase.schedule_start))
+
+
+def make_optimizer(config, steps_per_epoch, phase):
+  """AdamW (decoupled weight decay scaled by the lr, as torch.optim.AdamW) for `phase`."""
+  o = config.optim
+  return optax.adamw(warmup_cosine(config, steps_per_epoch, phase.schedule_length), b1=o.b1,
+                     b2=o.b2, eps=o.eps, weight_decay=o.weight_decay)
+
+
+def trainable_mask(params, frozen, reinit):
+  """Pytree of Python bools like `params`: True where the parameter trains in this phase."""
+  names = {name for part in reinit for name in PARTS[part]}
+  return {key: jax.tree.map(lambda _, k=key: (not frozen) or k in names, value)
+          for key, value in params.items()}
+
+
+def masked_update(params, grads, opt_state, tx, mask):
+  """One optimizer step touching only the parameters where `mask` is True.
+
+  Frozen parameters get zero gradients (so XLA drops their weight-gradient computation) and are
+  returned as the very same arrays, bit-identical.
+  """
+  grads = jax.tree.map(lambda g, m: g if m else jnp.zeros_like(g), grads, mask)
+  updates, opt_state = tx.update(grads, opt_state, params)
+  params = jax.tree.map(lambda p, u, m: p + u.astype(p.dtype) if m else p, params, updates, mask)
+  return params, opt_state

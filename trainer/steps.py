@@ -1,0 +1,119 @@
+"""The jitted train and eval steps, data parallel over a 1-D device mesh.
+
+The training state is a plain pytree {'params', 'batch_stats', 'opt_state', 'step', 'sums'}:
+replicated over the mesh, donated to each step. Batches are sharded along 'data'; under jit the
+losses, accuracies and BatchNorm statistics are computed over the global batch. `sums` accumulates
+the epoch's training loss/accuracy on device, so no step waits for the host.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from trainer import optim
+
+ZERO_SUMS = {'loss': 0.0, 'correct': 0.0, 'count': 0.0}
+
+
+def make_mesh(devices=None):
+  devices = np.asarray(devices if devices is not None else jax.devices())
+  return Mesh(devices, ('data',))
+
+
+def shardings(mesh):
+  """(replicated, batch-sharded) NamedShardings."""
+  return NamedSharding(mesh, P()), NamedSharding(mesh, P('data'))
+
+
+def init_state(model, tx):
+  """The state pytree of a freshly built nnx model and an optax optimizer."""
+  params = nnx.state(model, nnx.Param).to_pure_dict()
+  return {'params': params,
+          'batch_stats': nnx.state(model, nnx.BatchStat).to_pure_dict(),
+          'opt_state': tx.init(params),
+          'step': jnp.zeros((), jnp.int32),
+          'sums': jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), ZERO_SUMS)}
+
+
+def preprocess(images, mean, std, flip_key=None):
+  """uint8 NHWC -> normalised float32 on device; optional random horizontal flips."""
+  x = (images.astype(jnp.float32) / 255.0 - mean) / std
+  if flip_key is not None:
+    flips = jax.random.bernoulli(flip_key, 0.5, (x.shape[0],))
+    x = jnp.where(flips[:, None, None, None], x[:, :, ::-1, :], x)
+  return x
+
+
+def loss_and_correct(logits, labels, task):
+  """Per-example (loss, number-correct-as-fraction) in float32."""
+  logits = logits.astype(jnp.float32)
+  if task == 'multilabel':
+    labels = labels.astype(jnp.float32)
+    loss = optax.sigmoid_binary_cross_entropy(logits, labels).mean(axis=-1)
+    correct = ((logits > 0) == (labels > 0.5)).astype(jnp.float32).mean(axis=-1)
+  else:
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+  return loss, correct
+
+
+def _train_step(state, batch, *, graphdef, tx, mask, task, mean, std, flip, seed):
+  flip_key = jax.random.fold_in(jax.random.key(seed), state['step']) if flip else None
+  images = preprocess(batch['image'], mean, std, flip_key)
+
+  def loss_fn(params):
+    model = nnx.merge(graphdef, params, state['batch_stats'])
+    model.train()
+    logits = model(images)
+    loss, correct = loss_and_correct(logits, batch['label'], task)
+    return loss.mean(), (correct, nnx.state(model, nnx.BatchStat).to_pure_dict())
+
+  (loss, (correct, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+      state['params'])
+  params, opt_state = optim.masked_update(state['params'], grads, state['opt_state'], tx, mask)
+  n = jnp.asarray(correct.shape[0], jnp.float32)
+  sums = {'loss': state['sums']['loss'] + loss * n,
+          'correct': state['sums']['correct'] + correct.sum(),
+          'count': state['sums']['count'] + n}
+  return {'params': params, 'batch_stats': batch_stats, 'opt_state': opt_state,
+          'step': state['step'] + 1, 'sums': sums}
+
+
+def make_train_step(mesh, graphdef, tx, mask, task, mean, std, flip, seed):
+  """jit(state, batch) -> state, with the state replicated and donated, the batch sharded."""
+  replicated, sharded = shardings(mesh)
+  fn = functools.partial(_train_step, graphdef=graphdef, tx=tx, mask=mask, task=task,
+                         mean=jnp.asarray(mean), std=jnp.asarray(std), flip=flip, seed=seed)
+  return jax.jit(fn, in_shardings=(replicated, sharded), out_shardings=replicated,
+                 donate_argnums=(0,))
+
+
+def _eval_step(state, batch, totals, *, graphdef, task, mean, std):
+  model = nnx.merge(graphdef, state['params'], state['batch_stats'])
+  model.eval()
+  logits = model(preprocess(batch['image'], mean, std))
+  loss, correct = loss_and_correct(logits, batch['label'], task)
+  mask = batch['mask']
+  return {'loss': totals['loss'] + (loss * mask).sum(),
+          'correct': totals['correct'] + (correct * mask).sum(),
+          'count': totals['count'] + mask.sum()}
+
+
+def make_eval_step(mesh, graphdef, task, mean, std):
+  """jit(state, batch, totals) -> totals: masked sums, so every example counts exactly once."""
+  replicated, sharded = shardings(mesh)
+  fn = functools.partial(_eval_step, graphdef=graphdef, task=task, mean=jnp.asarray(mean),
+                         std=jnp.asarray(std))
+  return jax.jit(fn, in_shardings=(replicated, sharded, replicated), out_shardings=replicated,
+                 donate_argnums=(2,))
+
+
+def zero_sums(mesh):
+  replicated, _ = shardings(mesh)
+  return jax.device_put(jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), ZERO_SUMS),
+                        replicated)

@@ -1,0 +1,110 @@
+"""Checks that run before any data is loaded or anything compiled.
+
+Each failure is a `ConfigError` whose message is one line naming the field and the fix; train.py
+prints it and exits non-zero, leaving the workdir untouched.
+"""
+
+import os
+import uuid
+
+import input_pipeline
+from input_pipeline import base
+from numerics import setup as numerics_setup
+from trainer import optim
+
+
+class ConfigError(ValueError):
+  """A config, flag or environment problem found before compute starts."""
+
+
+def _positive_int(config, name):
+  value = config[name] if '.' not in name else config[name.split('.')[0]][name.split('.')[1]]
+  if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+    raise ConfigError(f'config.{name} must be a positive integer, got {value!r}')
+  return value
+
+
+def check_config(config):
+  """Static checks of every field the trainer reads."""
+  for name in ('num_epochs', 'batch_size', 'eval_batch_size', 'eval_every_epochs',
+               'log_every_steps', 'keep_checkpoints'):
+    _positive_int(config, name)
+  if not isinstance(config.checkpoint_every_steps, int) or config.checkpoint_every_steps < 0:
+    raise ConfigError('config.checkpoint_every_steps must be an integer >= 0 (0: every epoch), '
+                      f'got {config.checkpoint_every_steps!r}')
+  o = config.optim
+  if not o.learning_rate > 0:
+    raise ConfigError(f'config.optim.learning_rate must be > 0, got {o.learning_rate!r}')
+  if o.weight_decay < 0:
+    raise ConfigError(f'config.optim.weight_decay must be >= 0, got {o.weight_decay!r}')
+  if o.warmup_epochs < 0:
+    raise ConfigError(f'config.optim.warmup_epochs must be >= 0, got {o.warmup_epochs!r}')
+  if not isinstance(o.freeze_epochs, int) or o.freeze_epochs < 0:
+    raise ConfigError(f'config.optim.freeze_epochs must be an integer >= 0, got '
+                      f'{o.freeze_epochs!r}')
+  if o.freeze_epochs >= config.num_epochs:
+    raise ConfigError(f'config.optim.freeze_epochs ({o.freeze_epochs}) must be smaller than '
+                      f'config.num_epochs ({config.num_epochs}): nothing would train unfrozen')
+  if o.schedule not in optim.SCHEDULES:
+    raise ConfigError(f'config.optim.schedule must be one of {optim.SCHEDULES}, got '
+                      f'{o.schedule!r}')
+  unknown = [part for part in config.model.reinit if part not in optim.PARTS]
+  if unknown:
+    raise ConfigError(f'config.model.reinit may name {sorted(optim.PARTS)}, got {unknown}')
+  if config.data.name not in input_pipeline.DATASETS:
+    raise ConfigError(f'config.data.name must be one of {input_pipeline.DATASETS}, got '
+                      f'{config.data.name!r}')
+  if config.data.normalization not in base.NORMALIZATIONS:
+    raise ConfigError(f'config.data.normalization must be one of {sorted(base.NORMALIZATIONS)}, '
+                      f'got {config.data.normalization!r}')
+  _positive_int(config, 'data.image_size')
+  if not 0 < config.data.test_fraction < 1:
+    raise ConfigError(f'config.data.test_fraction must be in (0, 1), got '
+                      f'{config.data.test_fraction!r}')
+  if config.model.stem not in ('imagenet', 'small'):
+    raise ConfigError(f"config.model.stem must be 'imagenet' or 'small', got "
+                      f'{config.model.stem!r}')
+  if not config.model.width > 0:
+    raise ConfigError(f'config.model.width must be > 0, got {config.model.width!r}')
+  try:
+    numerics_setup.validate(config)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+
+
+def check_devices(config, num_devices, num_processes):
+  """Batch sizes must split evenly over devices and processes (and BN groups within a device)."""
+  for name in ('batch_size', 'eval_batch_size'):
+    if config[name] % num_devices:
+      raise ConfigError(f'config.{name}={config[name]} is not divisible by the {num_devices} '
+                        f'devices: use a multiple of {num_devices}')
+    if config[name] % num_processes:
+      raise ConfigError(f'config.{name}={config[name]} is not divisible by the {num_processes} '
+                        'processes')
+  group = config.numerics.batchnorm_group
+  if group and (config.batch_size // num_devices) % group:
+    raise ConfigError(f'config.numerics.batchnorm_group={group} must divide the per-device batch '
+                      f'{config.batch_size // num_devices} (batch_size / devices)')
+
+
+def check_dataset(config, dataset):
+  if config.batch_size > len(dataset.train):
+    raise ConfigError(f'config.batch_size={config.batch_size} is larger than the '
+                      f'{len(dataset.train)} training examples: no full batch per epoch')
+
+
+def check_workdir(workdir):
+  """The workdir must be creatable and writable (probed with a temporary file)."""
+  if not workdir:
+    raise ConfigError('--workdir is required')
+  if '://' in str(workdir):
+    return  # bucket paths are checked by the first checkpoint write
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    probe = os.path.join(workdir, f'.write_probe_{uuid.uuid4().hex}')
+    with open(probe, 'w') as f:
+      f.write('ok')
+    os.remove(probe)
+  except OSError as e:
+    raise ConfigError(f'--workdir={workdir} is not writable ({e.strerror}): choose another '
+                      'directory') from None
