@@ -3,12 +3,12 @@
 No TensorFlow here: a run whose decoded cache already exists (e.g. on a GPU machine without
 TensorFlow) needs only this module and numpy.
 
-Per-identity split (`split_identity`): every official partition is pooled; each identity's files are
-ordered by sha256(f'{split_seed}:{file name}') and the first n_test go to test, where
-n_test = floor(n * test_fraction + 0.5) (round half up), capped at n - 1 so every identity keeps at
-least one training image (identities with one image are train-only). It depends only on the file
-names, identities, `test_fraction` and `split_seed`: never on the training seed, the platform, the
-process count or the numpy version.
+Per-identity split (`split_identity`): every official partition is pooled; each identity's files
+are ordered by sha256(f'{split_seed}:{file name}') (its first 64 bits; ties by name) and the first
+n_test go to test, where n_test = floor(n * test_fraction + 0.5) (round half up), capped at n - 1 so
+every identity keeps at least one training image (identities with one image are train-only). It
+depends only on the file names, identities, `test_fraction` and `split_seed`: never on the training
+seed, the platform, the process count or the numpy version.
 """
 
 import hashlib
@@ -65,18 +65,17 @@ def _rows(path, header_lines, columns, file_name):
   head, body = lines[:header_lines], lines[header_lines:]
   if len(head) < header_lines:
     raise _bad(file_name, 'is empty or lacks its header')
-  names, values = [], []
-  for number, line in enumerate(body, header_lines + 1):
-    parts = line.split()
-    if len(parts) != columns + 1 or not parts[0].endswith('.jpg'):
-      raise _bad(file_name, f'line {number} has {len(parts)} fields, not a name and {columns} '
-                 'numbers (truncated or not the official file?)')
-    names.append(parts[0])
-    values.append(parts[1:])
-  try:
-    array = np.asarray(values, dtype=np.int64).reshape(len(values), columns)
-  except ValueError as e:
-    raise _bad(file_name, f'holds a non-integer value ({e})') from None
+  parts = [line.split(None, 1) for line in body]
+  for number, part in enumerate(parts, header_lines + 1):
+    if len(part) != 2 or not part[0].endswith('.jpg') or len(part[1].split()) != columns:
+      raise _bad(file_name, f'line {number} is not a name and {columns} numbers '
+                 '(truncated or not the official file?)')
+  text = ' '.join(part[1] for part in parts)
+  array = np.fromstring(text, dtype=np.int64, sep=' ') if parts else np.zeros(0, np.int64)
+  if array.size != len(parts) * columns:
+    raise _bad(file_name, 'holds a value that is not an integer')
+  array = array.reshape(len(parts), columns)
+  names = [part[0] for part in parts]
   return head, np.asarray(names), array
 
 
@@ -166,8 +165,9 @@ def test_count(n, test_fraction):
 
 def split_identity(names, identity, test_fraction, split_seed):
   """Boolean test mask over `names`: each identity split exactly (see the module docstring)."""
-  keys = np.asarray([hashlib.sha256(f'{int(split_seed)}:{n}'.encode()).hexdigest() for n in names])
-  order = np.lexsort((keys, identity))  # by identity, then by the seeded hash
+  keys = np.asarray([int(hashlib.sha256(f'{int(split_seed)}:{n}'.encode()).hexdigest()[:16], 16)
+                     for n in names], dtype=np.uint64)
+  order = np.lexsort((np.argsort(np.argsort(names, kind='stable')), keys, identity))
   ids, starts, counts = np.unique(identity[order], return_index=True, return_counts=True)
   test = np.zeros(len(names), bool)
   for start, count in zip(starts, counts):
