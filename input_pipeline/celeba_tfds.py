@@ -80,23 +80,30 @@ def _source_path(tfds_root):
   return os.path.join(tfds_root, 'celeb_a_source.json')
 
 
+def _path(path):
+  """A local path as is (no etils/TF needed); a bucket path (gs://...) through etils.epath."""
+  if '://' not in str(path):
+    import pathlib  # pylint: disable=g-import-not-at-top
+    return pathlib.Path(path)
+  from etils import epath  # pylint: disable=g-import-not-at-top
+  return epath.Path(path)
+
+
 def _index_path(tfds_root):
   return os.path.join(tfds_root, 'celeb_a_index.npz')
 
 
 def read_metadata(tfds_root):
   """The parsed metadata saved beside the prepared dataset (for runs without manual_dir)."""
-  from etils import epath  # pylint: disable=g-import-not-at-top
-  with epath.Path(_index_path(tfds_root)).open('rb') as f:
+  with _path(_index_path(tfds_root)).open('rb') as f:
     with np.load(f) as index:
       return {k: index[k] for k in index.files}
 
 
 def prepared_source(tfds_root):
   """The source record of the dataset prepared in `tfds_root`, or None if there is none yet."""
-  from etils import epath  # pylint: disable=g-import-not-at-top
-  path = epath.Path(_source_path(tfds_root))
-  if not (epath.Path(dataset_dir(tfds_root)) / 'dataset_info.json').exists() or not path.exists():
+  path = _path(_source_path(tfds_root))
+  if not (_path(dataset_dir(tfds_root)) / 'dataset_info.json').exists() or not path.exists():
     return None
   return json.loads(path.read_text())
 

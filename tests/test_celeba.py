@@ -162,6 +162,8 @@ def test_cache_reused_without_decoding_or_tensorflow(fixture_dir, dataset):
   assert isinstance(again.train.images, np.memmap)
   code = ('import sys; from configs import celeba as c; from input_pipeline import celeba as p; '
           f'cfg = c.get_config("smoke"); cfg.data.manual_dir = {out!r}; d = p.load(cfg); '
+          f'cfg.data.manual_dir = ""; cfg.data.tfds_dir = {os.path.join(out, "tfds")!r}; '
+          'e = p.load(cfg); assert e.info["decoded_cache"] == d.info["decoded_cache"]; '
           'assert p.DECODED["images"] == 0 and "tensorflow" not in sys.modules; print(len(d.train))')
   env = dict(os.environ, JAX_PLATFORMS='cpu')
   result = subprocess.run([sys.executable, '-c', code], cwd=REPO, env=env, capture_output=True,
