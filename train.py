@@ -24,6 +24,23 @@ class _QuietLibraries(logging.logging.Filter):
     return record.levelno >= logging.logging.WARNING or '/orbax/' not in record.pathname
 
 
+def fail(message):
+  """Print one line and exit 2: the way every bad input ends, before any compute."""
+  logging.flush()
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def config_error_line(error):
+  """One line out of ml_collections' multi-line config loading errors."""
+  if isinstance(error, (AttributeError, KeyError)):
+    name = str(error).strip('"\'')
+    return f'unknown config field {name!r}: check the --config.<field> overrides'
+  lines = [l.strip() for l in str(error).splitlines() if l.strip()]
+  detail = next((l for l in reversed(lines) if 'Errno' in l or 'Error' in l), lines[-1])
+  return f'--config could not be loaded: {detail}'
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
@@ -31,15 +48,29 @@ def main(argv):
   logging.get_absl_handler().addFilter(_QuietLibraries())
   from trainer import distributed, loop, validation  # after flags: JAX reads XLA_FLAGS at import
 
-  config = FLAGS.config
+  try:
+    config = FLAGS.config
+    config.get('seed')  # a config that failed to load raises only when first used
+  except (OSError, AttributeError, KeyError, ValueError, TypeError) as e:
+    fail(config_error_line(e))
   try:
     distributed.initialize(config)
     loop.train_and_evaluate(config, FLAGS.workdir)
   except validation.ConfigError as e:
-    logging.flush()
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    fail(str(e))
+
+
+def parse_flags(argv):
+  """absl flag parsing, with a config or flag error reduced to one line and exit code 2."""
+  try:
+    return FLAGS(argv)
+  except flags.Error as e:
+    lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+    lines = [l for l in lines if not l.startswith('Pass --help')] or [str(e)]
+    fail(lines[-1].split('Error: ', 1)[-1])
+  except (AttributeError, KeyError, OSError, ValueError, TypeError) as e:
+    fail(config_error_line(e))
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

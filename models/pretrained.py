@@ -27,7 +27,7 @@ from models import resnet
 from models.layers import BatchNorm, Conv2d, Linear
 
 FORMATS = ('.pth', '.pt', '.safetensors', '.npz')
-REINIT_PARTS = {'stem': resnet.STEM_NAMES, 'head': resnet.HEAD_NAMES}
+REINIT_PARTS = resnet.PARTS
 IGNORED_SUFFIX = '.num_batches_tracked'
 _BLOCK_KEY = re.compile(r'^layer([1-4])\.(\d+)\.(\w+)\.')
 _SHOWN = 6  # keys named per category in an error message

@@ -15,6 +15,7 @@ STAGE_CHANNELS = (64, 128, 256, 512)
 STAGE_BLOCKS = (2, 2, 2, 2)
 STEM_NAMES = ('conv1', 'bn1')
 HEAD_NAMES = ('fc',)
+PARTS = {'stem': STEM_NAMES, 'head': HEAD_NAMES}  # named parts for `model.reinit` and freezing
 
 
 class BasicBlock(nnx.Module):

@@ -110,7 +110,8 @@ def train_batches(split, config, start_step, stop_step, sharding):
 
 def train_and_evaluate(config, workdir):
   """Train and evaluate `config` in `workdir`; returns the final results dict."""
-  numerics_setup.configure(config)
+  validation.check_config(config)
+  numerics_setup.configure(config)  # before anything is traced
   dataset = prepare(config, workdir)
   start_time = time.time()
   mesh = steps.make_mesh()

@@ -17,8 +17,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from models import resnet
+
 # Which top-level model attributes belong to each named part (torchvision names).
-PARTS = {'stem': ('conv1', 'bn1'), 'head': ('fc',)}
+PARTS = resnet.PARTS
 SCHEDULES = ('per_phase', 'continuous')
 
 

@@ -32,9 +32,9 @@ def shardings(mesh):
 
 def init_state(model, tx):
   """The state pytree of a freshly built nnx model and an optax optimizer."""
-  params = nnx.state(model, nnx.Param).to_pure_dict()
+  params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
   return {'params': params,
-          'batch_stats': nnx.state(model, nnx.BatchStat).to_pure_dict(),
+          'batch_stats': nnx.to_pure_dict(nnx.state(model, nnx.BatchStat)),
           'opt_state': tx.init(params),
           'step': jnp.zeros((), jnp.int32),
           'sums': jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), ZERO_SUMS)}
@@ -71,7 +71,7 @@ def _train_step(state, batch, *, graphdef, tx, mask, task, mean, std, flip, seed
     model.train()
     logits = model(images)
     loss, correct = loss_and_correct(logits, batch['label'], task)
-    return loss.mean(), (correct, nnx.state(model, nnx.BatchStat).to_pure_dict())
+    return loss.mean(), (correct, nnx.to_pure_dict(nnx.state(model, nnx.BatchStat)))
 
   (loss, (correct, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
       state['params'])

@@ -51,6 +51,9 @@ def check_config(config):
   unknown = [part for part in config.model.reinit if part not in optim.PARTS]
   if unknown:
     raise ConfigError(f'config.model.reinit may name {sorted(optim.PARTS)}, got {unknown}')
+  if o.freeze_epochs and not config.model.reinit:
+    raise ConfigError('config.optim.freeze_epochs > 0 needs config.model.reinit to name the parts '
+                      "that train while the backbone is frozen, e.g. ('stem', 'head')")
   if config.data.name not in input_pipeline.DATASETS:
     raise ConfigError(f'config.data.name must be one of {input_pipeline.DATASETS}, got '
                       f'{config.data.name!r}')

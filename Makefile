@@ -1,0 +1,28 @@
+# Everything the project needs is installed from requirements*.txt into .venv.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export JAX_PLATFORMS ?= cpu
+
+.PHONY: setup study train smoke test clean
+
+$(VENV)/.installed: requirements.txt requirements-test.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-test.txt
+	touch $@
+
+setup: $(VENV)/.installed
+
+# The main job on the embedded default (scikit-learn digits, no download).
+train: setup
+	$(PY) train.py --config=configs/digits.py:cpu --workdir=runs/digits_cpu
+
+smoke: setup
+	$(PY) train.py --config=configs/digits.py:smoke --workdir=runs/digits_smoke
+
+test: setup
+	$(PY) -m pytest tests -q
+
+clean:
+	rm -rf runs .jax_cache .pytest_cache

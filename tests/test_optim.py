@@ -1,0 +1,105 @@
+"""Schedule values, phases, and the frozen-backbone step (backbone bit-identical, head moving)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from configs import digits
+from models import resnet
+from trainer import optim, steps
+
+
+def _config(**overrides):
+  c = digits.get_config('smoke')
+  for key, value in overrides.items():
+    node, leaf = (c.optim, key) if key in c.optim else (c, key)
+    node[leaf] = value
+  return c
+
+
+def test_per_phase_schedule_restarts_at_unfreeze():
+  c = _config(num_epochs=5, freeze_epochs=2, warmup_epochs=1.0, learning_rate=0.01)
+  per_epoch = 10
+  p = optim.phases(c, per_epoch)
+  assert [(x.start, x.stop, x.frozen) for x in p] == [(0, 20, True), (20, 50, False)]
+  lr = lambda s: optim.learning_rate(c, per_epoch, p, s)
+  assert lr(0) == 0.0
+  assert lr(10) == pytest.approx(0.01)  # end of warmup: the peak
+  assert lr(19) == pytest.approx(0.01 * 0.5 * (1 + np.cos(np.pi * 9 / 10)), rel=1e-5)
+  assert lr(20) == 0.0  # a fresh warmup at unfreeze
+  assert lr(30) == pytest.approx(0.01)
+  assert lr(49) == pytest.approx(0.01 * 0.5 * (1 + np.cos(np.pi * 19 / 20)), rel=1e-5)
+
+
+def test_continuous_schedule_spans_all_epochs():
+  c = _config(num_epochs=5, freeze_epochs=2, warmup_epochs=1.0, learning_rate=0.01,
+              schedule='continuous')
+  p = optim.phases(c, 10)
+  assert [(x.start, x.stop, x.schedule_start, x.schedule_length) for x in p] == [
+      (0, 20, 0, 50), (20, 50, 0, 50)]
+  lr = lambda s: optim.learning_rate(c, 10, p, s)
+  assert lr(10) == pytest.approx(0.01)
+  assert lr(20) == pytest.approx(0.01 * 0.5 * (1 + np.cos(np.pi * 10 / 40)), rel=1e-5)
+  assert lr(50) == pytest.approx(0.0, abs=1e-9)  # decay end
+
+
+def test_no_freeze_gives_one_phase():
+  p = optim.phases(_config(num_epochs=3, freeze_epochs=0), 7)
+  assert [(x.start, x.stop, x.frozen) for x in p] == [(0, 21, False)]
+
+
+def _tiny_state(config):
+  model = resnet.create_model(config, 10, 1, nnx.Rngs(0))
+  return model, nnx.graphdef(model)
+
+
+def test_frozen_phase_keeps_backbone_bit_identical_and_trains_stem_and_head():
+  config = _config(num_epochs=2, freeze_epochs=1)
+  model, graphdef = _tiny_state(config)
+  phase = optim.phases(config, 3)[0]
+  tx = optim.make_optimizer(config, 3, phase)
+  state = steps.init_state(model, tx)
+  before = jax.tree.map(np.asarray, state['params'])
+  stats_before = jax.tree.map(np.asarray, state['batch_stats'])
+  mask = optim.trainable_mask(state['params'], True, config.model.reinit)
+  mesh = steps.make_mesh(jax.devices()[:1])
+  step = steps.make_train_step(mesh, graphdef, tx, mask, 'classification', np.zeros(1),
+                               np.ones(1), False, 0)
+  rng = np.random.default_rng(0)
+  for _ in range(3):
+    batch = {'image': rng.integers(0, 255, (8, 8, 8, 1), dtype=np.uint8),
+             'label': rng.integers(0, 10, (8,)).astype(np.int32)}
+    state = step(state, batch)
+  after = jax.tree.map(np.asarray, state['params'])
+  for name in ('layer1', 'layer2', 'layer3', 'layer4'):
+    jax.tree.map(np.testing.assert_array_equal, after[name], before[name])
+  for name in ('conv1', 'bn1', 'fc'):
+    assert any(not np.array_equal(a, b) for a, b in
+               zip(jax.tree.leaves(after[name]), jax.tree.leaves(before[name]))), name
+  # BatchNorm stays in train mode while frozen: the backbone's running statistics move.
+  assert not np.array_equal(np.asarray(state['batch_stats']['layer3'][0]['bn1']['mean']),
+                            stats_before['layer3'][0]['bn1']['mean'])
+  assert int(state['step']) == 3
+
+
+def test_unfrozen_phase_trains_everything():
+  config = _config(num_epochs=2, freeze_epochs=0)
+  model, graphdef = _tiny_state(config)
+  phase = optim.phases(config, 3)[0]
+  tx = optim.make_optimizer(config, 3, phase)
+  state = steps.init_state(model, tx)
+  before = jax.tree.map(np.asarray, state['params'])
+  mask = optim.trainable_mask(state['params'], False, config.model.reinit)
+  assert all(jax.tree.leaves(mask))
+  mesh = steps.make_mesh(jax.devices()[:1])
+  step = steps.make_train_step(mesh, graphdef, tx, mask, 'classification', np.zeros(1),
+                               np.ones(1), False, 0)
+  rng = np.random.default_rng(1)
+  for _ in range(2):  # the first step's lr is 0 (warmup starts at 0)
+    batch = {'image': rng.integers(0, 255, (8, 8, 8, 1), dtype=np.uint8),
+             'label': rng.integers(0, 10, (8,)).astype(np.int32)}
+    state = step(state, batch)
+  assert not np.array_equal(np.asarray(state['params']['layer4'][1]['conv2']['kernel']),
+                            before['layer4'][1]['conv2']['kernel'])
