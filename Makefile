@@ -14,7 +14,12 @@ $(VENV)/.installed: requirements.txt requirements-test.txt
 
 setup: $(VENV)/.installed
 
-# The main job on the embedded default (scikit-learn digits, no download).
+# The main job on the embedded default (scikit-learn digits, no download): a numerics study
+# (3 arms x 5 seeds) -> statistics report -> figures, in runs/study.
+study: setup
+	$(PY) -m analysis.study --config=configs/digits.py:study --root=runs/study
+
+# One training run on the embedded default.
 train: setup
 	$(PY) train.py --config=configs/digits.py:cpu --workdir=runs/digits_cpu
 
