@@ -18,17 +18,19 @@ class Conv2d(nnx.Module):
   """Bias-free NHWC convolution, kernel HWIO [k, k, in, out] (torch's OIHW, transposed)."""
 
   def __init__(self, in_channels, out_channels, kernel_size, *, stride=1, padding=0,
-               dtype=jnp.float32, param_dtype=jnp.float32, emulate='none', rngs):
+               dtype=jnp.float32, param_dtype=jnp.float32, emulate='none', conv_impl='auto',
+               rngs):
     shape = (kernel_size, kernel_size, in_channels, out_channels)
     # torchvision ResNet: kaiming_normal_(mode='fan_out', nonlinearity='relu').
     std = math.sqrt(2.0 / (out_channels * kernel_size * kernel_size))
     self.kernel = nnx.Param(std * jax.random.normal(rngs.params(), shape, param_dtype))
     self.stride, self.padding = stride, [(padding, padding)] * 2
     self.dtype, self.emulate = dtype, emulate
+    self.conv_impl = ops.resolve_conv_impl(conv_impl)  # 'xla' or 'im2col' (numerics/ops.py)
 
   def __call__(self, x):
     return ops.conv2d(x.astype(self.dtype), self.kernel[...].astype(self.dtype), self.stride,
-                      self.padding, emulate=self.emulate)
+                      self.padding, emulate=self.emulate, impl=self.conv_impl)
 
 
 class Linear(nnx.Module):

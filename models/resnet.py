@@ -45,15 +45,17 @@ class ResNet18(nnx.Module):
 
   stem='imagenet': 7x7/2 conv, BN, ReLU, 3x3/2 max-pool (torchvision). stem='small': 3x3/1 conv,
   BN, ReLU, no pooling, for tiny images (8-32 px). `width` multiplies every stage's channels.
+  `conv_impl` ('auto', 'xla', 'im2col'; numerics/ops.py) picks how the convolutions are computed.
   `batchnorm_group` > 0 gives every BatchNorm per-group statistics (see `layers.BatchNorm`).
   """
 
   def __init__(self, num_classes=1000, *, in_channels=3, width=1.0, stem='imagenet',
                dtype=jnp.float32, param_dtype=jnp.float32, emulate='none', batchnorm_group=0,
-               rngs: nnx.Rngs):
+               conv_impl='auto', rngs: nnx.Rngs):
     if stem not in ('imagenet', 'small'):
       raise ValueError(f"config.model.stem must be 'imagenet' or 'small', got {stem!r}")
-    layer_kwargs = dict(dtype=dtype, param_dtype=param_dtype, emulate=emulate)
+    layer_kwargs = dict(dtype=dtype, param_dtype=param_dtype, emulate=emulate,
+                        conv_impl=conv_impl)
     bn_kwargs = dict(dtype=dtype, param_dtype=param_dtype, group_size=batchnorm_group)
     channels = [max(1, int(round(c * width))) for c in STAGE_CHANNELS]
     self.stem = stem
@@ -74,7 +76,8 @@ class ResNet18(nnx.Module):
         previous = c
       stages.append(nnx.List(stage))
     self.layer1, self.layer2, self.layer3, self.layer4 = stages
-    self.fc = Linear(previous, num_classes, **layer_kwargs, rngs=rngs)
+    self.fc = Linear(previous, num_classes, dtype=dtype, param_dtype=param_dtype, emulate=emulate,
+                     rngs=rngs)
     self.dtype = dtype
 
   def features(self, x):
@@ -102,4 +105,5 @@ def create_model(config, num_classes, in_channels, rngs):
   return ResNet18(
       num_classes, in_channels=in_channels, width=float(model_cfg.width), stem=model_cfg.stem,
       dtype=jnp.dtype(num_cfg.compute_dtype), param_dtype=jnp.dtype(num_cfg.param_dtype),
-      emulate=num_cfg.emulate, batchnorm_group=int(num_cfg.batchnorm_group), rngs=rngs)
+      emulate=num_cfg.emulate, batchnorm_group=int(num_cfg.batchnorm_group),
+      conv_impl=num_cfg.get('conv_impl', 'auto'), rngs=rngs)

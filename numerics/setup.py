@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from numerics import emulate as emulate_lib
+from numerics import ops
 
 LEGACY_PRECISIONS = ('default', 'high', 'highest', 'bfloat16', 'tensorfloat32', 'float32')
 # DotAlgorithmPreset names that take f32 operands; they set dots only (convolutions ignore them).
@@ -51,6 +52,7 @@ def validate(config):
   if not isinstance(n.gpu_deterministic, bool):
     raise ValueError(f'config.numerics.gpu_deterministic must be True or False, got '
                      f'{n.gpu_deterministic!r}')
+  ops.resolve_conv_impl(n.get('conv_impl', 'auto'), 'cpu')  # one-line error on a bad value
 
 
 def configure(config):
@@ -96,7 +98,8 @@ def describe(config):
 
   effective: the platform and device kind, the precision flag JAX holds, the product format of
   the convolutions and dense layers ('conv_format', 'dense_format': the platform default made
-  explicit, or the emulated format), whether that format is emulated, the compute dtype, the
+  explicit, or the emulated format), how the convolutions are computed ('conv_impl': 'xla' or
+  'im2col', 'auto' resolved), whether that format is emulated, the compute dtype, the
   BatchNorm grouping, and whether GPU determinism is in XLA_FLAGS.
   """
   n = config.numerics
@@ -106,11 +109,15 @@ def describe(config):
   effective = dict(requested)
   flag = jax.config.jax_default_matmul_precision
   formats = effective_formats(platform, flag, n.emulate, n.compute_dtype)
+  conv_impl = ops.resolve_conv_impl(n.get('conv_impl', 'auto'), platform)
+  if conv_impl == 'im2col':  # the convolutions are dots then, and dots honour presets
+    formats['conv'] = formats['dense']
   xla_flags = os.environ.get('XLA_FLAGS', '')
   effective.update(
       platform=platform,
       device_kind=str(getattr(device, 'device_kind', '')),
       matmul_precision_flag=str(flag),
+      conv_impl=conv_impl,
       conv_format=formats['conv'],
       dense_format=formats['dense'],
       emulated=n.emulate != 'none',
