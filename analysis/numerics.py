@@ -1,0 +1,323 @@
+"""Each numerics setting's error against a float64 reference, on the current backend.
+
+  python -m analysis.numerics --out /tmp/numerics            # about a minute on a 2-core CPU
+  python -m analysis.numerics --out DIR --model-settings all --model-width 0.5   # more
+
+Measures, for every setting (native `jax_default_matmul_precision` values and the emulated formats
+of numerics/emulate.py): matmuls of ResNet-18's reduction lengths (64 ... 512*9), every distinct
+ResNet-18 convolution shape and the fc layer, and a small ResNet-18's logits and parameter
+gradients (one training-mode step). Error = ||y - y64|| / ||y64|| (relative L2) against float64
+(numpy for the products; JAX float64 on the CPU for the model, whose BatchNorm and pooling stay
+f32 in every setting, so the model rows measure the products' formats). Pairs of settings that
+should agree (an emulated format and the native one it reproduces) are compared directly.
+Writes numerics.md, numerics.json and numerics_error.{png,pdf} to --out.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from models.resnet import ResNet18
+from numerics import ops
+
+# name: (jax_default_matmul_precision, emulate). Presets set dots only; convs then run at default.
+SETTINGS = {
+    'default': ('default', 'none'), 'high': ('high', 'none'), 'highest': ('highest', 'none'),
+    'BF16_BF16_F32': ('BF16_BF16_F32', 'none'), 'TF32_TF32_F32': ('TF32_TF32_F32', 'none'),
+    'emu:bf16': ('highest', 'bf16'), 'emu:bf16_3x': ('highest', 'bf16_3x'),
+    'emu:tf32': ('highest', 'tf32'), 'emu:f32': ('highest', 'f32'),
+}
+# (emulated, native) pairs whose agreement on a backend says the emulation reproduces it there.
+PAIRS = (('emu:bf16', 'default'), ('emu:bf16', 'BF16_BF16_F32'), ('emu:bf16_3x', 'high'),
+         ('emu:tf32', 'default'), ('emu:tf32', 'TF32_TF32_F32'), ('emu:f32', 'highest'))
+MATMUL_K = (64, 128, 147, 256, 512, 576, 1152, 2304, 4608)
+# ResNet-18's distinct convolutions: (name, kernel, in, out, stride).
+CONVS = (('conv1', 7, 3, 64, 2), ('layer1', 3, 64, 64, 1), ('layer2.0.conv1', 3, 64, 128, 2),
+         ('layer2', 3, 128, 128, 1), ('layer2.ds', 1, 64, 128, 2),
+         ('layer3.0.conv1', 3, 128, 256, 2), ('layer3', 3, 256, 256, 1),
+         ('layer3.ds', 1, 128, 256, 2), ('layer4.0.conv1', 3, 256, 512, 2),
+         ('layer4', 3, 512, 512, 1), ('layer4.ds', 1, 256, 512, 2))
+
+
+def rel_err(y, ref):
+  """||y - ref|| / ||ref|| in float64."""
+  y, ref = np.asarray(y, np.float64), np.asarray(ref, np.float64)
+  return float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
+
+
+def run_setting(setting, fn, *args):
+  """fn(*args, emulate) jitted and run under the setting's precision flag; None if unsupported."""
+  precision, emulate = SETTINGS[setting]
+  try:
+    with jax.default_matmul_precision(precision):
+      out = jax.jit(lambda *a: fn(*a, emulate))(*args)
+      return jax.tree.map(np.asarray, jax.block_until_ready(out))
+  except Exception as e:  # pylint: disable=broad-except  (e.g. a preset the backend lacks)
+    print(f'  {setting}: unsupported here ({str(e).splitlines()[0][:100]})', file=sys.stderr)
+    return None
+
+
+def conv_ref(x, k, stride, pad):
+  """NHWC x HWIO convolution in float64 numpy (im2col)."""
+  x = np.pad(np.asarray(x, np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+  kh = k.shape[0]
+  win = np.lib.stride_tricks.sliding_window_view(x, (kh, kh), axis=(1, 2))[:, ::stride, ::stride]
+  return np.einsum('nhwcij,ijco->nhwo', win, np.asarray(k, np.float64), optimize=True)
+
+
+def activations(rng, shape):
+  """Post-ReLU-like inputs (non-negative, half zeros), float32."""
+  return np.maximum(rng.standard_normal(shape), 0).astype(np.float32)
+
+
+def kaiming(rng, shape, fan):
+  return (rng.standard_normal(shape) * np.sqrt(2.0 / fan)).astype(np.float32)
+
+
+def product_cases(args, rng):
+  """[(kind, name, K, fn(x, w, emulate), x, w, float64 reference)] for every product measured."""
+  dense = lambda a, b, emulate: ops.dense(a, b, emulate=emulate)
+  cases = []
+  for k in MATMUL_K:
+    x, w = rng.standard_normal((args.rows, k)).astype(np.float32), kaiming(rng, (k, args.cols), k)
+    cases.append(('matmul', f'K={k}', k, dense, x, w, x.astype(np.float64) @ w.astype(np.float64)))
+  for name, kk, cin, cout, stride in CONVS:
+    size = args.conv_spatial * stride  # input size; the output is conv_spatial, K does not care
+    shape = (args.conv_batch, size, size, cin)
+    x = rng.standard_normal(shape).astype(np.float32) if name == 'conv1' else activations(rng, shape)
+    w, pad = kaiming(rng, (kk, kk, cin, cout), kk * kk * cout), kk // 2
+    fn = lambda a, b, emulate, st=stride, p=pad: ops.conv2d(a, b, st, [(p, p)] * 2, emulate=emulate)
+    cases.append(('layer', name, kk * kk * cin, fn, x, w, conv_ref(x, w, stride, pad)))
+  x, w = activations(rng, (args.rows, 512)), kaiming(rng, (512, args.classes), 512)
+  cases.append(('layer', 'fc', 512, dense, x, w, x.astype(np.float64) @ w.astype(np.float64)))
+  return cases
+
+
+def measure_products(settings, args, rng):
+  """({setting: {K: err}} for matmuls, [{name, K, setting: err}] for layers, {setting: outputs}).
+
+  All products of one setting are compiled as one program (one compile per setting).
+  """
+  cases = product_cases(args, rng)
+  fns = [c[3] for c in cases]
+  both = lambda xs, ws, emulate: [f(x, w, emulate) for f, x, w in zip(fns, xs, ws)]
+  xs, ws = [c[4] for c in cases], [c[5] for c in cases]
+  outs = {s: run_setting(s, both, xs, ws) for s in settings}
+  matmul, layers = {s: {} for s in settings}, []
+  for i, (kind, name, k, _, _, _, ref) in enumerate(cases):
+    errs = {s: None if outs[s] is None else rel_err(outs[s][i], ref) for s in settings}
+    if kind == 'matmul':
+      for s in settings:
+        matmul[s][k] = errs[s]
+    else:
+      layers.append({'name': name, 'K': k, **errs})
+  return matmul, layers, {s: outs[s] or [] for s in settings}, [c[1] for c in cases]
+
+
+def numpy_init(tree, rng):
+  """Concrete values for an abstract ResNet-18 state, torchvision's init drawn with numpy.
+
+  Conv kernels N(0, 2/fan_out), fc kernel and bias U(+-1/sqrt(in)), BatchNorm scale 1, bias 0,
+  running mean 0, var 1. (Initialising in JAX compiles the threefry RNG for every parameter:
+  about a minute on a small CPU, for values that do not matter here.)
+  """
+  fc_in = [a.shape[0] for a in jax.tree.leaves(tree) if a.ndim == 2] or [1]
+
+  def fill(path, leaf):
+    names = [str(getattr(k, 'key', getattr(k, 'name', getattr(k, 'idx', k)))) for k in path]
+    shape, name = leaf.shape, [n for n in names if n != 'value'][-1]
+    if len(shape) == 4:
+      v = rng.standard_normal(shape) * np.sqrt(2.0 / (shape[0] * shape[1] * shape[3]))
+    elif len(shape) == 2 or 'fc' in names:
+      v = rng.uniform(-1, 1, shape) / np.sqrt(fc_in[0])
+    else:
+      v = np.ones(shape) if name in ('scale', 'var') else np.zeros(shape)
+    return jnp.asarray(v, leaf.dtype)
+  return jax.tree_util.tree_map_with_path(fill, tree)
+
+
+def model_parts(args, emulate, dtype=jnp.float32, rng=None):
+  """(graphdef, params, rest) of the small ResNet-18 measured, in `dtype`.
+
+  Abstract state (nnx.eval_shape: no compute) unless `rng` is given: then numpy_init's values.
+  """
+  make = lambda: ResNet18(args.model_classes, width=args.model_width, stem='small', dtype=dtype,
+                          param_dtype=dtype, emulate=emulate, rngs=nnx.Rngs(args.seed))
+  graphdef, params, rest = nnx.split(nnx.eval_shape(make), nnx.Param, ...)
+  if rng is not None:
+    params, rest = numpy_init(params, rng), numpy_init(rest, rng)
+  return graphdef, params, rest
+
+
+def loss_and_grads(graphdef, params, rest, x, y):
+  """(logits, grads): one training-mode forward/backward of mean cross-entropy."""
+  model = nnx.merge(graphdef, params, rest)
+
+  def loss_fn(m):
+    logits = m(x)
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32))
+    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1)), logits
+  (_, logits), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+  return logits, grads
+
+
+def flat(tree):
+  return np.concatenate([np.ravel(np.asarray(a, np.float64)) for a in jax.tree.leaves(tree)])
+
+
+def measure_model(settings, args, rng):
+  """{setting: {'logits': err, 'grads': err}} against the float64 model, plus outputs for pairs."""
+  x = rng.standard_normal((args.model_batch, args.model_image, args.model_image, 3))
+  x = x.astype(np.float32)
+  y = (np.arange(args.model_batch) % args.model_classes).astype(np.int32)
+  _, params32, rest32 = model_parts(args, 'none', rng=rng)
+  cpu = jax.devices('cpu')[0]
+  with jax.enable_x64(True):
+    graphdef64, _, _ = model_parts(args, 'none', jnp.float64)
+    cast = lambda t: jax.device_put(jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), t), cpu)
+    ref = jax.jit(lambda *a: loss_and_grads(graphdef64, *a))(
+        cast(params32), cast(rest32), jax.device_put(x.astype(np.float64), cpu),
+        jax.device_put(y, cpu))
+    ref_logits, ref_grads = np.asarray(ref[0]), flat(ref[1])
+  errs, outs = {}, {}
+  for s in settings:
+    graphdef, _, _ = model_parts(args, SETTINGS[s][1])
+    fn = lambda p, r, a, b, emulate, g=graphdef: loss_and_grads(g, p, r, a, b)
+    out = run_setting(s, fn, params32, rest32, x, y)
+    outs[s] = out
+    errs[s] = None if out is None else {'logits': rel_err(out[0], ref_logits),
+                                        'grads': rel_err(flat(out[1]), ref_grads)}
+  return errs, outs
+
+
+def pair_diffs(outs, model_outs, settings, names):
+  """Per pair: worst ||a - b|| / ||b|| over the matmuls and over the layers (with which layer),
+  and the model's logits and gradients difference."""
+  rows = []
+  for a, b in PAIRS:
+    if a not in settings or b not in settings or not outs[a] or not outs[b]:
+      continue
+    diffs = [(rel_err(p, q), n) for p, q, n in zip(outs[a], outs[b], names)]
+    mm = [d for d, n in diffs if n.startswith('K=')]
+    layer = max((d, n) for d, n in diffs if not n.startswith('K='))
+    row = {'pair': f'{a} vs {b}', 'matmuls': max(mm), 'layers': layer[0], 'worst layer': layer[1]}
+    ma, mb = model_outs.get(a), model_outs.get(b)
+    ok = ma is not None and mb is not None
+    row['logits'] = rel_err(ma[0], mb[0]) if ok else None
+    row['grads'] = rel_err(flat(ma[1]), flat(mb[1])) if ok else None
+    rows.append(row)
+  return rows
+
+
+def fmt(v):
+  return 'n/a' if v is None else ('0' if v == 0 else f'{v:.2e}')
+
+
+def markdown(result):
+  """The Markdown report: products by reduction length, layers, model, pairs."""
+  from analysis import style  # pylint: disable=import-outside-toplevel
+  settings, info = result['settings'], result['info']
+  lines = [f"## Numerics on {info['platform']} ({info['device_kind']}), jax {info['jax']}\n",
+           'Relative L2 error against float64.\n', '### Matmuls [rows, K] @ [K, cols]\n']
+  lines.append(style.markdown([{'setting': s, **{f'K={k}': fmt(result['matmul'][s][k])
+                                                 for k in MATMUL_K}} for s in settings]))
+  lines.append('\n### ResNet-18 layers (K = reduction length)\n')
+  lines.append(style.markdown([{'layer': r['name'], 'K': str(r['K']),
+                                **{s: fmt(r[s]) for s in settings}} for r in result['layers']]))
+  if result['model']:
+    lines.append('\n### Small ResNet-18, one training-mode step\n')
+    lines.append(style.markdown([{'setting': s, 'logits': fmt((e or {}).get('logits')),
+                                  'grads': fmt((e or {}).get('grads'))}
+                                 for s, e in result['model'].items()]))
+  lines.append('\n### Emulated vs native (relative L2 difference; products: worst case)\n')
+  lines.append(style.markdown([{k: (v if isinstance(v, str) else fmt(v)) for k, v in r.items()}
+                               for r in result['pairs']]))
+  return '\n'.join(lines)
+
+
+def figure(result, out_dir):
+  """Error vs reduction length per setting: matmuls and layers, log-log."""
+  from analysis import style  # pylint: disable=import-outside-toplevel
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  style.apply()
+  colors = style.arm_colors(result['settings'])
+  fig, axes = plt.subplots(1, 2, figsize=(style.WIDTH_IN, 2.6), sharey=True)
+  for s in result['settings']:
+    ks = [k for k in MATMUL_K if result['matmul'][s][k] is not None]
+    dashed = '--' if s.startswith('emu:') else '-'
+    axes[0].plot(ks, [max(result['matmul'][s][k], 1e-12) for k in ks], dashed, marker='o',
+                 ms=2.5, color=colors[s], label=s)
+    rows = sorted((r['K'], r[s]) for r in result['layers'] if r[s] is not None)
+    axes[1].plot([k for k, _ in rows], [max(e, 1e-12) for _, e in rows], dashed, marker='o',
+                 ms=2.5, color=colors[s])
+  for ax, title in zip(axes, ('matmul (random normal)', 'ResNet-18 conv/fc shapes')):
+    ax.set(xscale='log', yscale='log', xlabel='reduction length K', title=title)
+  axes[0].set_ylabel('relative L2 error vs float64')
+  axes[0].legend(ncol=2)
+  fig.suptitle(f"{result['info']['platform']} ({result['info']['device_kind']})", fontsize=8)
+  return style.save(fig, out_dir, 'numerics_error')
+
+
+def parse_args(argv):
+  p = argparse.ArgumentParser(prog='python -m analysis.numerics',
+                              description=__doc__.split('\n')[0])
+  p.add_argument('--out', default='runs/numerics', help='folder for the table, JSON and figure')
+  p.add_argument('--settings', default=','.join(SETTINGS), help='comma-separated subset')
+  p.add_argument('--rows', type=int, default=128, help='matmul rows (output rows)')
+  p.add_argument('--cols', type=int, default=64, help='matmul columns')
+  p.add_argument('--classes', type=int, default=1000, help='fc outputs (CelebA identity: 10177)')
+  p.add_argument('--conv-spatial', type=int, default=4, help='conv output height and width')
+  p.add_argument('--conv-batch', type=int, default=2)
+  p.add_argument('--model-width', type=float, default=0.125)
+  p.add_argument('--model-image', type=int, default=8)
+  p.add_argument('--model-batch', type=int, default=8)
+  p.add_argument('--model-classes', type=int, default=10)
+  p.add_argument('--model-settings', default='default,emu:bf16,emu:tf32',
+                 help="settings for the model rows ('all': every one of --settings; each costs a "
+                      "ResNet-18 forward/backward compile, ~10-30 s on a small CPU; '': none)")
+  p.add_argument('--seed', type=int, default=0)
+  args = p.parse_args(argv)
+  if args.model_settings == 'all':
+    args.model_settings = args.settings
+  unknown = [s for s in (args.settings + ',' + args.model_settings).split(',')
+             if s and s not in SETTINGS]
+  if unknown:
+    p.error(f'--settings: unknown {unknown}; choose from {list(SETTINGS)}')
+  return args
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  settings = args.settings.split(',')
+  device = jax.devices()[0]
+  info = {'platform': device.platform, 'device_kind': device.device_kind, 'jax': jax.__version__,
+          'args': vars(args)}
+  rng = np.random.default_rng(args.seed)
+  start = time.time()
+  matmul, layers, outs, names = measure_products(settings, args, rng)
+  model_settings = [s for s in args.model_settings.split(',') if s]
+  model, model_outs = measure_model(model_settings, args, rng) if model_settings else ({}, {})
+  result = {'info': info, 'settings': settings, 'matmul': matmul, 'layers': layers,
+            'model': model, 'pairs': pair_diffs(outs, model_outs, settings, names)}
+  info['seconds'] = round(time.time() - start, 1)
+  os.makedirs(args.out, exist_ok=True)
+  report = markdown(result)
+  print(report)
+  with open(os.path.join(args.out, 'numerics.md'), 'w') as f:
+    f.write(report)
+  with open(os.path.join(args.out, 'numerics.json'), 'w') as f:
+    json.dump(result, f, indent=1, default=str)
+  for path in figure(result, args.out):
+    print(f'wrote {path}')
+  print(f"({info['seconds']} s)")
+
+
+if __name__ == '__main__':
+  main()
