@@ -52,6 +52,25 @@ def smoke(c):
 
 PRESETS = {'__base__': base, 'tpu': tpu, 'gpu': gpu, 'cpu': cpu, 'smoke': smoke}
 
+SWEEP_SEEDS = range(10)
+TPU_CORES = 8  # per-core BatchNorm arm: each of 8 cores normalises over 1/8 of the global batch
+
 
 def get_config(arg=None):
   return common.build(arg, PRESETS)
+
+
+def get_sweep(arg=None):
+  """The standard numerics arms x 10 seeds (`python -m analysis.sweep --config=configs/celeba.py:gpu`).
+
+  emulate=bf16: a TPU's default one-pass bf16 products; emulate=tf32: a GPU's default TF32
+  products; emulate=f32: true f32 products; compute_dtype=bfloat16: bf16 activations; and the TPU
+  arm again with BatchNorm statistics per group of batch_size/8 examples, as on 8 TPU cores. Every
+  arm runs on any backend: run the sweep once per platform (its own --root, or one root) and
+  analysis.stats groups the runs by platform and device kind as well.
+  """
+  per_core = max(1, get_config(arg).batch_size // TPU_CORES)
+  arms = ({'numerics.emulate': 'bf16'}, {'numerics.emulate': 'tf32'}, {'numerics.emulate': 'f32'},
+          {'numerics.compute_dtype': 'bfloat16'},
+          {'numerics.emulate': 'bf16', 'numerics.batchnorm_group': per_core})
+  return [{**arm, 'seed': seed} for arm in arms for seed in SWEEP_SEEDS]

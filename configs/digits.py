@@ -50,8 +50,28 @@ def smoke(c):
   c.optim.warmup_epochs = 0.5
 
 
-PRESETS = {'__base__': base, 'tpu': tpu, 'gpu': gpu, 'cpu': cpu, 'smoke': smoke}
+def study(c):
+  """The README's study (get_sweep: 3 arms x 5 seeds) in minutes on 2 cores: ~95% test accuracy."""
+  cpu(c)
+  c.data.image_size = 8  # the digits' native 8x8: no resize, a quarter of the cpu preset's compute
+  c.num_epochs = 4
+  c.optim.warmup_epochs = 1.0
+
+
+PRESETS = {'__base__': base, 'tpu': tpu, 'gpu': gpu, 'cpu': cpu, 'smoke': smoke, 'study': study}
+
+# The numerics arms of `get_sweep`: the product formats of a TPU (one-pass bf16), of a GPU (TF32)
+# and true f32, each emulated bit-exactly so that all three run on any backend (numerics/emulate.py).
+SWEEP_ARMS = ({'numerics.emulate': 'f32'}, {'numerics.emulate': 'bf16'},
+              {'numerics.emulate': 'tf32'})
+SWEEP_SEEDS = range(5)
 
 
 def get_config(arg=None):
   return common.build(arg, PRESETS)
+
+
+def get_sweep(arg=None):
+  """The study run by `python -m analysis.sweep --config=configs/digits.py:study`: arms x seeds."""
+  del arg  # the same arms and seeds under every preset
+  return [{**arm, 'seed': seed} for arm in SWEEP_ARMS for seed in SWEEP_SEEDS]

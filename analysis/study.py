@@ -1,0 +1,76 @@
+"""A whole study in one command: the sweep, the statistics report, the figures.
+
+  python -m analysis.study --config=configs/digits.py:study --root=/tmp/study --parallel 2
+
+Runs `python -m analysis.sweep` (arms x seeds of the config's get_sweep(); finished runs are
+skipped, so the command resumes), then the analysis.stats report of every run under the root
+(Markdown on stdout and in ROOT/report.md, also ROOT/report.tex and ROOT/report_<table>.csv), then
+the analysis.figures PDFs and PNGs into ROOT/figures. Runs that failed are excluded from the report
+and listed in it; the exit code is then 1.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+from analysis import figures, results, stats, style, sweep
+
+
+def parse_args(argv):
+  p = argparse.ArgumentParser(prog='python -m analysis.study', description=__doc__.split('\n')[0])
+  p.add_argument('--config', required=True, help='config file with get_sweep(), e.g. configs/digits.py:study')
+  p.add_argument('--root', required=True, help='local folder for the runs, the report and figures/')
+  p.add_argument('--parallel', type=int, default=None, help='runs at a time (default 1, or one per GPU)')
+  p.add_argument('--gpus', default='', help='comma-separated GPU ids: one run per GPU')
+  p.add_argument('--group-by', nargs='+', default=[], help='columns defining an arm (analysis.stats)')
+  p.add_argument('--metric', default=stats.DEFAULT_METRIC)
+  p.add_argument('--margin', type=float, default=0.5, help='equivalence margin, pp')
+  return p.parse_args(argv)
+
+
+def sweep_argv(args):
+  argv = [f'--config={args.config}', f'--root={args.root}']
+  if args.parallel:
+    argv.append(f'--parallel={args.parallel}')
+  if args.gpus:
+    argv.append(f'--gpus={args.gpus}')
+  return argv
+
+
+def report(root, group_by, metric, margin):
+  """Write ROOT/report.{md,tex}, ROOT/report_*.csv and ROOT/figures; print the Markdown."""
+  runs, hist = results.load(root)
+  out = stats.analyse(runs, group_by, metric, margin)
+  out['source'] = root
+  style.write_report(out, 'md')
+  style.write_report(out, 'md', os.path.join(root, 'report.md'))
+  style.write_report(out, 'latex', os.path.join(root, 'report.tex'))
+  style.write_report(out, 'csv', os.path.join(root, 'report.csv'))
+  return figures.make_all(out, hist, os.path.join(root, 'figures'))
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  if '://' in args.root:
+    sys.exit(f'error: --root={args.root}: a study runs locally; for bucket roots use '
+             'python -m analysis.sweep --dry-run, then analysis.stats / analysis.figures --runs=')
+  start = time.time()
+  code = sweep.main(sweep_argv(args))
+  if code in (2, 130):
+    return code
+  print(f'\n# Report ({args.root})\n', flush=True)
+  try:
+    written = report(os.path.abspath(args.root), args.group_by, args.metric, args.margin)
+  except ValueError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  print('\nfigures:\n' + '\n'.join(f'  {p}' for p in written))
+  load = ', '.join(f'{x:.2f}' for x in os.getloadavg())
+  print(f'study finished in {sweep.fmt_duration(time.time() - start)} (load average {load})'
+        + ('; some runs failed: see above' if code else ''))
+  return code
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,206 @@
+"""analysis.sweep / analysis.study: expansion, command list, SLURM script, skipping, scheduling,
+and a tiny end-to-end study on digits (train.py subprocesses -> stats -> figures)."""
+
+import os
+import shlex
+import subprocess
+import sys
+
+from absl import flags
+from ml_collections import config_flags
+from PIL import Image
+import pytest
+
+from analysis import results, study, sweep
+from configs import celeba, digits
+
+DIGITS = os.path.join(sweep.REPO, 'configs', 'digits.py')
+
+
+def write_config(tmp_path, sweep_body, name='cfg.py'):
+  """A config file wrapping digits with its own get_sweep (body: the returned expression)."""
+  path = tmp_path / name
+  path.write_text('from configs import digits\nget_config = digits.get_config\n\n'
+                  f'def get_sweep(arg=None):\n  return {sweep_body}\n')
+  return str(path)
+
+
+def test_digits_sweep_is_three_arms_times_five_seeds_with_stable_unique_slugs(tmp_path):
+  runs, path, arg = sweep.expand('configs/digits.py:study', str(tmp_path))
+  assert (path, arg) == (DIGITS, 'study') and len(runs) == 15
+  assert [r.slug for r in runs[::5]] == ['emulate-f32', 'emulate-bf16', 'emulate-tf32']
+  assert sorted({r.seed for r in runs}) == [0, 1, 2, 3, 4]
+  assert len({r.workdir for r in runs}) == 15
+  assert runs[7].workdir == f'{tmp_path}/emulate-bf16/seed2'
+  assert runs[7].overrides == {'seed': 2, 'numerics.emulate': 'bf16'}
+  again, _, _ = sweep.expand('configs/digits.py:cpu', str(tmp_path))
+  assert [r.workdir for r in again] == [r.workdir for r in runs]
+
+
+def test_slug_depends_on_the_arm_alone_and_disambiguates_shared_leaf_names():
+  leaves = sweep.config_leaves(digits.get_config().to_dict())
+  assert sweep.arm_slug({'numerics.emulate': 'bf16'}, leaves) == 'emulate-bf16'
+  assert sweep.arm_slug({}, leaves) == 'default'
+  # `name` is both data.name and model.name: the dotted name keeps the slug unambiguous.
+  assert sweep.arm_slug({'data.name': 'digits', 'model.width': 0.5}, leaves) == 'data.name-digits_width-0.5'
+  assert sweep.arm_slug({'model.reinit': ('stem', 'head')}, leaves) == 'reinit-stem-head'
+
+
+def test_celeba_sweep_has_the_five_standard_arms_times_ten_seeds(tmp_path):
+  runs, _, _ = sweep.expand('configs/celeba.py:smoke', str(tmp_path))
+  slugs = list(dict.fromkeys(r.slug for r in runs))
+  assert slugs == ['emulate-bf16', 'emulate-tf32', 'emulate-f32', 'compute_dtype-bfloat16',
+                   'emulate-bf16_batchnorm_group-4']
+  assert len(runs) == 50 and {r.seed for r in runs} == set(range(10))
+  assert celeba.get_sweep()[-1]['numerics.batchnorm_group'] == 2048 // 8
+
+
+@pytest.mark.parametrize('body, message', [
+    ("[{'numerics.emulat': 'bf16', 'seed': 0}]", "unknown config field 'numerics.emulat'"),
+    ("[{'seed': 1}, {'seed': 1}]", 'lists seed 1 twice'),
+    ("[{'data.manual_dir': 'a/b', 'seed': 0}, {'data.manual_dir': 'a_b', 'seed': 0}]", 'share the folder'),
+    ('[]', 'non-empty list'),
+])
+def test_bad_sweeps_are_one_line_errors(tmp_path, body, message):
+  with pytest.raises(ValueError, match=message) as e:
+    sweep.expand(write_config(tmp_path, body), str(tmp_path / 'r'))
+  assert '\n' not in str(e.value)
+
+
+def test_missing_get_sweep_and_bad_flags_exit_2(tmp_path, capsys):
+  (tmp_path / 'plain.py').write_text('from configs import digits\nget_config = digits.get_config\n')
+  assert sweep.main([f'--config={tmp_path}/plain.py', f'--root={tmp_path}/r']) == 2
+  assert 'has no get_sweep' in capsys.readouterr().err
+  assert sweep.main(['--config=configs/digits.py', f'--root={tmp_path}', '--gpus=0,x']) == 2
+  assert sweep.main(['--config=configs/digits.py', f'--root={tmp_path}', '--gpus=0', '--parallel=2']) == 2
+  assert sweep.main(['--config=configs/digits.py', '--root=gs://bucket/s']) == 2
+  assert '--root=gs://bucket/s' in capsys.readouterr().err
+
+
+def parse_train_command(line):
+  """The config that train.py's own flags build from one command-list line."""
+  argv = shlex.split(line)
+  assert argv[:2] == ['python', 'train.py']
+  values = flags.FlagValues()
+  config_flags.DEFINE_config_file('config', None, '', flag_values=values, lock_config=True,
+                                  sys_argv=argv[1:])
+  flags.DEFINE_string('workdir', None, '', flag_values=values)
+  cwd = os.getcwd()
+  os.chdir(sweep.REPO)  # the lines are relative to the repository root
+  try:
+    values(argv[1:])
+  finally:
+    os.chdir(cwd)
+  return values.config, values.workdir
+
+
+def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, capsys):
+  root = tmp_path / 'study'
+  code = sweep.main(['--config=configs/digits.py:smoke,model.width=0.25', f'--root={root}',
+                     '--dry-run'])
+  assert code == 0 and '0 completed (skipped), 15 to run' in capsys.readouterr().out
+  lines = (root / sweep.COMMANDS_FILE).read_text().splitlines()
+  runs, _, _ = sweep.expand('configs/digits.py:smoke,model.width=0.25', str(root))
+  assert len(lines) == 15
+  for line, run in zip(lines, runs):
+    config, workdir = parse_train_command(line)
+    expected = sweep.check_overrides(digits, 'smoke,model.width=0.25', run.overrides, 0)
+    assert workdir == run.workdir and config.to_dict() == expected.to_dict()
+  # Tuples, bools and floats survive the command line too.
+  odd = {'seed': 4, 'model.reinit': ('stem',), 'numerics.gpu_deterministic': True, 'model.width': 0.5}
+  run = sweep.Run(odd, 'odd', 4, odd, str(root / 'odd'))
+  config, _ = parse_train_command(sweep.command_line(sweep.command(run, DIGITS, 'smoke')))
+  assert config.to_dict() == sweep.check_overrides(digits, 'smoke', odd, 0).to_dict()
+  script = (root / sweep.SLURM_FILE).read_text()
+  assert script.startswith('#!/bin/bash\n') and '#SBATCH --array=0-14\n' in script
+  assert str(root / sweep.COMMANDS_FILE) in script and f'{root}/.jax_cache' in script
+  # Task 7 runs line 8 (0-based 7): a fake `python` records what it was given.
+  bin_dir = tmp_path / 'bin'
+  bin_dir.mkdir()
+  (bin_dir / 'python').write_text(f'#!/bin/bash\necho "$PWD $JAX_COMPILATION_CACHE_DIR $*" > {tmp_path}/ran\n')
+  (bin_dir / 'python').chmod(0o755)
+  env = {**os.environ, 'PATH': f'{bin_dir}:{os.environ["PATH"]}', 'SLURM_ARRAY_TASK_ID': '7'}
+  env.pop('JAX_COMPILATION_CACHE_DIR', None)
+  subprocess.run(['bash', str(root / sweep.SLURM_FILE)], env=env, check=True, capture_output=True)
+  assert (tmp_path / 'ran').read_text().split() == [sweep.REPO, f'{root}/.jax_cache'] + shlex.split(lines[7])[1:]
+
+
+def test_emit_paths_and_a_completed_run_is_skipped_a_changed_one_conflicts(tmp_path, capsys):
+  root = str(tmp_path / 'r')
+  runs, _, _ = sweep.expand('configs/digits.py:smoke', root)
+  done = sweep.check_overrides(digits, 'smoke', runs[0].overrides, 0).to_dict()
+  results.save_results(runs[0].workdir, {'status': 'completed', 'config': done}, step=5)
+  results.save_results(runs[1].workdir, {'status': 'running', 'config': done}, step=2)
+  changed = sweep.check_overrides(digits, 'smoke', runs[2].overrides, 0).to_dict()
+  changed['num_epochs'] = 99
+  results.save_results(runs[2].workdir, {'status': 'completed', 'config': changed}, step=5)
+  code = sweep.main(['--config=configs/digits.py:smoke', f'--root={root}', '--dry-run',
+                     f'--emit-commands={tmp_path}/c.txt', f'--emit-slurm={tmp_path}/s.sbatch'])
+  out = capsys.readouterr().out
+  assert code == 1 and '1 completed (skipped), 13 to run, 1 in conflict' in out
+  assert 'num_epochs=99 but the sweep asks 2' in out and runs[1].workdir in out
+  assert runs[0].workdir + ' ' not in out
+  assert len((tmp_path / 'c.txt').read_text().splitlines()) == 15
+  assert f'{tmp_path}/c.txt' in (tmp_path / 's.sbatch').read_text()
+
+
+def fake_runs(tmp_path, n):
+  return [sweep.Run({'a': i % 2}, f'a-{i % 2}', i // 2, {}, str(tmp_path / f'a-{i % 2}' / f'seed{i // 2}'))
+          for i in range(n)]
+
+
+def test_scheduler_one_run_per_gpu_reports_failures_and_continues(tmp_path, monkeypatch, capsys):
+  script = ('import os, sys, time; time.sleep(0.3); print("gpu", os.environ["CUDA_VISIBLE_DEVICES"], '
+            'os.environ["JAX_COMPILATION_CACHE_DIR"]); print("boom" if "seed1" in sys.argv[-1] else "ok"); '
+            'sys.exit(3 if "a-1/seed1" in sys.argv[-1] else 0)')
+  monkeypatch.setattr(sweep, 'command', lambda run, *a: [sys.executable, '-c', script, run.workdir])
+  monkeypatch.delenv('JAX_COMPILATION_CACHE_DIR', raising=False)
+  runs = fake_runs(tmp_path, 6)
+  progress = sweep.Progress(7, 1, 2)
+  failures = sweep.run_all(runs, 'x.py', '', str(tmp_path), progress, 2, [5, 7, 9], poll=0.05)
+  assert [(f[0].workdir, f[1], f[2]) for f in failures] == [(runs[3].workdir, 3, 'boom')]
+  assert (progress.done, progress.failed, progress.running) == (6, 1, 0)
+  out = capsys.readouterr().out
+  assert f"FAILED a-1/seed1: exit code 3, last log line: 'boom' (log: {runs[3].workdir}/train.log)" in out
+  assert '[sweep] 6/7 done, 0 running, 1 failed | elapsed 0m0' in out and 'ETA 0m00s' in out
+  logs = [open(os.path.join(r.workdir, 'train.log')).read() for r in runs]
+  assert all(f'{tmp_path}/.jax_cache' in log for log in logs)
+  assert {log.split('gpu ')[1].split()[0] for log in logs} == {'5', '7'}
+  assert max(int(l.split('running')[0].split()[-1]) for l in out.splitlines() if 'running' in l) == 2
+
+
+def test_launch_order_round_robins_arms_and_progress_eta():
+  runs = [sweep.Run({}, arm, seed, {}, '') for arm in 'abc' for seed in range(2)]
+  assert [(r.slug, r.seed) for r in sweep.launch_order(runs)] == [
+      ('a', 0), ('b', 0), ('c', 0), ('a', 1), ('b', 1), ('c', 1)]
+  p = sweep.Progress(10, 2, 2)
+  assert p.eta() is None and 'ETA ?' in p.line()
+  p.done, p.durations = 4, [30.0, 50.0]
+  assert p.eta() == pytest.approx(40 * 6 / 2)
+  assert sweep.fmt_duration(3725) == '1h2m05s'
+
+
+def test_tiny_study_end_to_end_then_resume_skips_everything(tmp_path, subprocess_env, monkeypatch, capsys):
+  monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', subprocess_env['JAX_COMPILATION_CACHE_DIR'])
+  monkeypatch.setenv('XLA_FLAGS', '')  # one CPU device: the cheapest compile
+  cfg = write_config(tmp_path, "[{'numerics.emulate': e, 'seed': s} for e in ('f32', 'bf16') for s in (0, 1)]")
+  root = tmp_path / 'study'
+  spec = f'--config={cfg}:smoke,num_epochs=2,optim.freeze_epochs=0'
+  assert study.main([spec, f'--root={root}', '--parallel=1']) == 0
+  out = capsys.readouterr().out
+  assert '[sweep] 4/4 done, 0 running, 0 failed' in out and 'study finished in' in out
+  report = (root / 'report.md').read_text()
+  assert report in out and 'emulate=bf16' in report and 'emulate=f32' in report
+  assert (root / 'report.tex').exists() and list(root.glob('report_*.csv'))
+  log = (root / 'emulate-bf16' / 'seed1' / 'train.log').read_text()
+  assert 'train.py --config=' in log and 'Done: test_accuracy' in log
+  runs = results.load_runs(str(root))
+  assert sorted(runs['status']) == ['completed'] * 4
+  pngs = sorted((root / 'figures').glob('*.png'))
+  assert {p.stem for p in pngs} >= {'accuracy_by_arm', 'paired_diffs', 'training_curves'}
+  for png in pngs:
+    with Image.open(png) as img:
+      img.load()
+      assert img.size[0] > 600
+  assert sweep.main([spec, f'--root={root}']) == 0
+  assert '4 completed (skipped), 0 to run' in capsys.readouterr().out
