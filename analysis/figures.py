@@ -13,6 +13,7 @@ import argparse
 import sys
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from analysis import stats, style
 
@@ -126,6 +127,7 @@ def training_curves(out, hist, out_dir):
       ax.fill_between(mean.index, mean - sd, mean + sd, color=colors[arm], alpha=0.18, linewidth=0)
       ax.plot(mean.index, mean, color=colors[arm], label=f'{arm} (n = {h["run"].nunique()})')
     ax.set_xlabel('epoch')
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(name)
     ax.grid(axis='x', color='#EEEEEE', linewidth=0.5)
   axes[0].set_title('Training curves (line: mean over seeds; band: ± 1 sd)', loc='left')
