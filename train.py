@@ -13,6 +13,8 @@ from ml_collections import config_flags
 config_flags.DEFINE_config_file('config', None, 'Config file, optionally with presets after a '
                                 'colon (e.g. configs/celeba.py:gpu).', lock_config=True)
 flags.DEFINE_string('workdir', None, 'Directory for checkpoints, results and metrics.')
+flags.DEFINE_bool('restart', False, 'Discard the run the workdir holds (a different config, or a '
+                  'failed run) and start over. Without it such a workdir is refused.')
 flags.mark_flags_as_required(['config', 'workdir'])
 FLAGS = flags.FLAGS
 
@@ -24,11 +26,11 @@ class _QuietLibraries(logging.logging.Filter):
     return record.levelno >= logging.logging.WARNING or '/orbax/' not in record.pathname
 
 
-def fail(message):
-  """Print one line and exit 2: the way every bad input ends, before any compute."""
+def fail(message, code=2):
+  """Print one line and exit `code`: 2 for bad input (before any compute), 1 for a failed run."""
   logging.flush()
   print(f'error: {message}', file=sys.stderr)
-  sys.exit(2)
+  sys.exit(code)
 
 
 def config_error_line(error):
@@ -46,7 +48,7 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   logging.get_absl_handler().addFilter(_QuietLibraries())
-  from trainer import distributed, loop, validation  # after flags: JAX reads XLA_FLAGS at import
+  from trainer import checkpointing, distributed, loop, validation  # after flags: JAX reads XLA_FLAGS
 
   try:
     config = FLAGS.config
@@ -55,9 +57,11 @@ def main(argv):
     fail(config_error_line(e))
   try:
     distributed.initialize(config)
-    loop.train_and_evaluate(config, FLAGS.workdir)
+    loop.train_and_evaluate(config, FLAGS.workdir, restart=FLAGS.restart)
   except validation.ConfigError as e:
     fail(str(e))
+  except (loop.TrainingFailed, checkpointing.CheckpointWriteError) as e:
+    fail(str(e), code=1)  # a run that started and stopped: its saved results say why
 
 
 def parse_flags(argv):

@@ -71,6 +71,10 @@ def base_config():
 
   c.distributed = ml_collections.ConfigDict()
   c.distributed.initialize = 'auto'  # 'auto' (cluster env detected), 'yes' or 'no'
+  # Name the job explicitly (e.g. 2 processes on localhost); empty/0/-1: read from the environment.
+  c.distributed.coordinator_address = ''  # 'host:port' of process 0
+  c.distributed.num_processes = 0
+  c.distributed.process_id = -1
   return c
 
 

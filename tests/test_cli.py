@@ -34,6 +34,23 @@ BAD_INPUTS = [
     (['--config=configs/digits.py:smoke', '--config.num_epochs=two'], 'num_epochs'),
     (['--config=configs/digits.py:smoke', '--config.batch_size=4096'],
      'config.batch_size=4096 is larger than the 1437 training examples'),
+    (['--config=configs/digits.py:smoke', '--config.numerics.emulate=fp8'],
+     'config.numerics.emulate'),
+    (['--config=configs/digits.py:smoke', '--config.data.flip=maybe'], 'data.flip'),
+    (['--config=configs/digits.py:smoke', '--config.no_such_field=1'], 'no_such_field'),
+    (['--config=configs/digits.py:smoke', '--config.checkpoint_every_steps=-1'],
+     'config.checkpoint_every_steps must be an integer >= 0'),
+    (['--config=configs/digits.py:smoke', '--config.distributed.initialize=maybe'],
+     'config.distributed.initialize must be one of'),
+    (['--config=configs/digits.py:smoke', '--config.distributed.process_id=1'],
+     'need config.distributed.coordinator_address'),
+    (['--config=configs/digits.py:smoke', '--config.distributed.coordinator_address=localhost:1',
+      '--config.distributed.num_processes=2', '--config.distributed.process_id=2'],
+     'config.distributed.process_id must be in [0, 2)'),
+    (['--config=configs/celeba.py:smoke', "--config.data.manual_dir="],
+     'config.data.manual_dir is empty'),
+    (['--config=configs/celeba.py:smoke', '--config.data.manual_dir=/nonexistent/celeba'],
+     'lacks img_align_celeba.zip'),
 ]
 
 
@@ -60,6 +77,15 @@ def test_unwritable_workdir_is_one_line_error(tmp_path, subprocess_env):
   assert proc.returncode == 2
   assert f'--workdir={target} is not writable' in proc.stderr
   assert 'Traceback' not in proc.stderr
+
+
+def test_workdir_that_is_a_file_is_one_line_error(tmp_path, subprocess_env):
+  target = tmp_path / 'a_file'
+  target.write_text('not a folder')
+  proc = run_train(['--config=configs/digits.py:smoke', f'--workdir={target}'], subprocess_env)
+  assert proc.returncode == 2
+  assert f'--workdir={target} is not writable' in proc.stderr.strip().splitlines()[-1]
+  assert 'Traceback' not in proc.stderr and target.read_text() == 'not a folder'
 
 
 def test_smoke_run_from_the_command_line(tmp_path, subprocess_env):

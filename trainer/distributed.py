@@ -1,8 +1,11 @@
 """Multi-process start-up: `jax.distributed.initialize` behind `config.distributed.initialize`.
 
-'auto' initialises when the environment names a multi-process job (JAX_COORDINATOR_ADDRESS,
-a SLURM job of several tasks, an Open MPI job, or a multi-host TPU slice); 'yes' always does (JAX
-then reads the cluster from the environment); 'no' never does.
+'auto' initialises when the config names a coordinator (`distributed.coordinator_address`) or the
+environment names a multi-process job (JAX_COORDINATOR_ADDRESS, a SLURM job of several tasks, an
+Open MPI job, or a multi-host TPU slice); 'yes' always does; 'no' never does. With
+`distributed.coordinator_address` set, `num_processes` and `process_id` must be set too (a
+localhost CPU job: coordinator 'localhost:PORT', N processes, ids 0..N-1); otherwise JAX reads the
+cluster from the environment. On CPU the cross-process collectives use gloo (JAX's default).
 """
 
 import os
@@ -26,11 +29,58 @@ def cluster_detected(environ=None):
   return len([h for h in env.get('TPU_WORKER_HOSTNAMES', '').split(',') if h]) > 1
 
 
+def explicit_cluster(config):
+  """{coordinator_address, num_processes, process_id} from the config, {} if none is named."""
+  d = config.distributed
+  if not d.coordinator_address:
+    if d.num_processes or d.process_id >= 0:
+      raise validation.ConfigError('config.distributed.num_processes/process_id need '
+                                   'config.distributed.coordinator_address (host:port)')
+    return {}
+  if ':' not in d.coordinator_address:
+    raise validation.ConfigError('config.distributed.coordinator_address must be host:port, got '
+                                 f'{d.coordinator_address!r}')
+  if not isinstance(d.num_processes, int) or d.num_processes < 1:
+    raise validation.ConfigError('config.distributed.num_processes must be a positive integer '
+                                 f'with a coordinator_address, got {d.num_processes!r}')
+  if not isinstance(d.process_id, int) or not 0 <= d.process_id < d.num_processes:
+    raise validation.ConfigError(f'config.distributed.process_id must be in [0, '
+                                 f'{d.num_processes}), got {d.process_id!r}')
+  return {'coordinator_address': d.coordinator_address, 'num_processes': d.num_processes,
+          'process_id': d.process_id}
+
+
 def initialize(config):
   mode = config.distributed.initialize
   if mode not in CHOICES:
     raise validation.ConfigError(f'config.distributed.initialize must be one of {CHOICES}, got '
                                  f'{mode!r}')
-  if mode == 'yes' or (mode == 'auto' and cluster_detected()):
-    jax.distributed.initialize()
+  cluster = explicit_cluster(config)
+  if mode == 'yes' or (mode == 'auto' and (cluster or cluster_detected())):
+    jax.distributed.initialize(**cluster)
     logging.info('jax.distributed: process %d of %d', jax.process_index(), jax.process_count())
+
+
+def barrier(name, timeout_s=900):
+  """Wait for every process at `name` via the coordination service (not a gloo collective, whose
+  context set-up gives up after 30 s). A no-op with one process."""
+  if jax.process_count() == 1:
+    return
+  from jax._src import distributed as jax_distributed  # pylint: disable=import-outside-toplevel
+  jax_distributed.global_state.client.wait_at_barrier(name, timeout_in_ms=timeout_s * 1000)
+
+
+_PRECOMPILED = [0]
+
+
+def precompile(fn, *abstract_args):
+  """With several processes: compile `fn` for `abstract_args` now, then meet the others, so that no
+  process enters a collective while another is still compiling (on CPU, gloo gives up after 30 s
+  of waiting for a peer). Returns the compiled executable (same HLO, same arithmetic). With one
+  process `fn` is returned unchanged."""
+  if jax.process_count() == 1:
+    return fn
+  compiled = fn.lower(*abstract_args).compile()
+  _PRECOMPILED[0] += 1
+  barrier(f'precompiled_{_PRECOMPILED[0]}')
+  return compiled

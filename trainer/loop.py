@@ -3,8 +3,14 @@
 Order of work: validate everything (config, devices, workdir, dataset) before compiling; build or
 restore the state; train phase by phase with on-device metric sums; evaluate every
 `eval_every_epochs`; checkpoint every epoch (and every `checkpoint_every_steps`); write results.
-Restarting the same command on the same workdir resumes from the latest checkpoint and reproduces
-the uninterrupted run: data order, augmentation and schedule are functions of the global step.
+Restarting the same command on the same workdir resumes from the newest checkpoint that restores
+(trainer/resume.py) and reproduces the uninterrupted run bit for bit: data order, augmentation and
+schedule are functions of the global step, and the state carries the epoch's metric sums (the
+results carry the sums at the last log, so even the logged metrics match). The workdir is locked
+while a run holds it (trainer/lock.py). Non-finite values are tracked on device (`_all_finite`,
+one small jitted reduction per step, no host sync) and checked at log/epoch/checkpoint points: the
+run stops with TrainingFailed naming the first bad step, its results say status 'failed', and no
+checkpoint ever holds a non-finite state.
 """
 
 import importlib.metadata
@@ -20,7 +26,7 @@ import input_pipeline
 from input_pipeline import base, batching
 from models import resnet
 from numerics import setup as numerics_setup
-from trainer import checkpointing, optim, reporting, steps, validation
+from trainer import checkpointing, distributed, faults, lock, optim, reporting, resume, steps, validation
 
 VERSIONED_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')
 
@@ -66,13 +72,14 @@ def build_model(config, dataset):
   return model, facts
 
 
-def evaluate(eval_step, state, split, config, sharding):
+def evaluate(eval_step, state, split, config, sharding, epoch=0):
   """Top-1 accuracy (or mean per-label accuracy) and loss over every example of `split`."""
   totals = jax.device_put(jax.tree.map(lambda v: jnp.asarray(v, jnp.float32),
                                        steps.ZERO_SUMS), sharding[0])
   for batch in batching.eval_batches(split, config.eval_batch_size, jax.process_index(),
                                      jax.process_count()):
     totals = eval_step(state, batching.to_global(batch, sharding[1]), totals)
+    faults.point('eval', epoch)
   totals = jax.device_get(totals)
   return {'test_accuracy': float(totals['correct'] / totals['count']),
           'test_loss': float(totals['loss'] / totals['count']), 'test_count': int(totals['count'])}
@@ -108,11 +115,63 @@ def train_batches(split, config, start_step, stop_step, sharding):
   return batching.prefetch(produce(), config.data.prefetch)
 
 
-def train_and_evaluate(config, workdir):
-  """Train and evaluate `config` in `workdir`; returns the final results dict."""
+def abstract_batch(split, batch_size, sharding, mask=False):
+  """ShapeDtypeStructs of a global batch of `split`, for compiling ahead (several processes)."""
+  out = {'image': jax.ShapeDtypeStruct((batch_size,) + split.images.shape[1:], split.images.dtype,
+                                       sharding=sharding),
+         'label': jax.ShapeDtypeStruct((batch_size,) + split.labels.shape[1:], split.labels.dtype,
+                                       sharding=sharding)}
+  if mask:
+    out['mask'] = jax.ShapeDtypeStruct((batch_size,), np.float32, sharding=sharding)
+  return out
+
+
+class TrainingFailed(RuntimeError):
+  """The run stopped on a non-finite loss or state; its results record status 'failed'."""
+
+
+def _all_finite(bad, state):
+  """Keep (first non-finite step, what) on device: no host sync per step.
+
+  `what` is a bit mask: 1 = the accumulated training loss, 2 = the parameters or BatchNorm
+  statistics (non-finite gradients reach the parameters through the optimizer update).
+  """
+  loss_ok = jnp.isfinite(state['sums']['loss'])
+  leaves = jax.tree.leaves((state['params'], state['batch_stats']))
+  state_ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
+  what = (~loss_ok).astype(jnp.int32) + 2 * (~state_ok).astype(jnp.int32)
+  first = (bad[0] < 0) & (what > 0)
+  return jnp.where(first, jnp.stack([state['step'].astype(jnp.int32), what]), bad)
+
+
+def nonfinite_reason(bad_step, what, per_epoch, last_finite):
+  parts = [name for bit, name in ((1, 'training loss'), (2, 'parameters/gradients')) if what & bit]
+  return (f'non-finite {" and ".join(parts)} at step {bad_step} (epoch '
+          f'{(bad_step - 1) // per_epoch + 1}); the last finite state is checkpoint step '
+          f'{last_finite}')
+
+
+def train_and_evaluate(config, workdir, restart=False):
+  """Train and evaluate `config` in `workdir`; returns the final results dict.
+
+  Raises validation.ConfigError on bad input or an unusable workdir (before compute),
+  TrainingFailed on a non-finite loss/state, checkpointing.CheckpointWriteError when a checkpoint
+  cannot be written.
+  """
   validation.check_config(config)
   numerics_setup.configure(config)  # before anything is traced
   dataset = prepare(config, workdir)
+  is_writer = jax.process_index() == 0
+  with lock.WorkdirLock(workdir, enabled=is_writer):
+    mngr = checkpointing.manager(workdir, config.keep_checkpoints)
+    try:
+      mngr = resume.check_workdir_run(mngr, workdir, config, restart)
+      return _train(config, workdir, dataset, mngr, is_writer)
+    finally:
+      mngr.close()
+
+
+def _train(config, workdir, dataset, mngr, is_writer):
   start_time = time.time()
   mesh = steps.make_mesh()
   sharding = steps.shardings(mesh)
@@ -127,33 +186,61 @@ def train_and_evaluate(config, workdir):
   state = jax.device_put(state, sharding[0])
   results = base_results(config, dataset, model_facts)
 
-  mngr = checkpointing.manager(workdir, config.keep_checkpoints)
-  step = 0
-  if mngr.latest_step() is not None:
-    step = mngr.latest_step()
-    state, saved = checkpointing.restore(mngr, step, checkpointing.abstract(state))
+  mngr, step, restored, saved = resume.restore(mngr, workdir, checkpointing.abstract(state),
+                                               config.keep_checkpoints)
+  log_sums = dict(steps.ZERO_SUMS)
+  if step is None:
+    step = 0
+  else:
+    state = restored
     results['history'] = saved.get('history', [])
     results['wall_time_s'] = saved.get('wall_time_s', 0.0)
+    log_sums = saved.get('log_sums', log_sums)
     if saved.get('status') == 'completed' and step == total_steps:
       logging.info('%s already holds a completed run; nothing to do', workdir)
-      mngr.close()
       return saved
     logging.info('Resumed from %s at step %d', checkpointing.checkpoint_dir(workdir), step)
   elapsed_before = results['wall_time_s']
+  last_finite = step
 
-  is_writer = jax.process_index() == 0
   reporter = reporting.Reporter(workdir, total_steps, is_writer, resume_step=step)
   eval_step = steps.make_eval_step(mesh, graphdef, dataset.task, mean, std)
+  watch = jax.jit(_all_finite, in_shardings=(sharding[0], sharding[0]),
+                  out_shardings=sharding[0], donate_argnums=(0,))
+  bad = jax.device_put(np.array([-1, 0], np.int32), sharding[0])
+  if jax.process_count() > 1:
+    eval_step = distributed.precompile(
+        eval_step, checkpointing.abstract(state),
+        abstract_batch(dataset.test, config.eval_batch_size, sharding[1], mask=True),
+        checkpointing.abstract(state['sums']))
+    watch = distributed.precompile(watch, checkpointing.abstract(bad),
+                                   checkpointing.abstract(state))
   logging.info('%s: %d train / %d test examples, %d steps/epoch, %d devices, %d processes',
                dataset.name, len(dataset.train), len(dataset.test), per_epoch,
                jax.device_count(), jax.process_count())
 
   def checkpoint(at_step, status='running'):
     results.update(status=status, step=at_step, total_steps=total_steps,
-                   wall_time_s=elapsed_before + time.time() - start_time)
+                   wall_time_s=elapsed_before + time.time() - start_time,
+                   log_sums={k: float(v) for k, v in last_logged.items()})
     checkpointing.save(mngr, at_step, state, results)
 
-  last_logged = jax.device_get(state['sums']) if step % per_epoch else dict(steps.ZERO_SUMS)
+  def ensure_finite(at_step):
+    """At sync points only: stop the run if any step so far produced a non-finite value."""
+    bad_step, what = (int(v) for v in jax.device_get(bad))
+    if bad_step < 0:
+      return
+    reason = nonfinite_reason(bad_step, what, per_epoch, last_finite)
+    results.update(status='failed', reason=reason, failed_step=bad_step, step=at_step,
+                   total_steps=total_steps,
+                   wall_time_s=elapsed_before + time.time() - start_time)
+    checkpointing.wait(mngr)
+    checkpointing.save(mngr, at_step, None, results)  # results only: the state is not finite
+    checkpointing.wait(mngr, at_step)
+    reporter.close()
+    raise TrainingFailed(reason)
+
+  last_logged = {k: np.float32(v) for k, v in log_sums.items()}
   for phase in all_phases:
     if step >= phase.stop:
       continue
@@ -163,12 +250,20 @@ def train_and_evaluate(config, workdir):
     mask = optim.trainable_mask(state['params'], phase.frozen, config.model.reinit)
     train_step = steps.make_train_step(mesh, graphdef, tx, mask, dataset.task, mean, std,
                                        config.data.flip, config.seed)
+    if jax.process_count() > 1:
+      train_step = distributed.precompile(train_step, checkpointing.abstract(state), abstract_batch(
+          dataset.train, config.batch_size, sharding[1]))
     logging.info('Phase %s: steps %d-%d%s', phase.name, phase.start, phase.stop,
                  ' (backbone frozen)' if phase.frozen else '')
     for batch in train_batches(dataset.train, config, step, phase.stop, sharding[1]):
       state = train_step(state, batch)
+      bad = watch(bad, state)
       step += 1
+      faults.point('step', step)
       epoch, in_epoch = divmod(step, per_epoch)
+      save_now = bool(config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0)
+      if step % config.log_every_steps == 0 or in_epoch == 0 or save_now:
+        ensure_finite(step)
       if step % config.log_every_steps == 0 or in_epoch == 0:
         sums = jax.device_get(state['sums'])
         count = max(sums['count'] - last_logged['count'], 1.0)
@@ -187,22 +282,23 @@ def train_and_evaluate(config, workdir):
                   'train_loss': float(sums['loss'] / sums['count']),
                   'train_accuracy': float(sums['correct'] / sums['count'])}
         if epoch % config.eval_every_epochs == 0 or epoch == config.num_epochs:
-          record.update(evaluate(eval_step, state, dataset.test, config, sharding))
+          record.update(evaluate(eval_step, state, dataset.test, config, sharding, epoch))
           logging.info('epoch %d: test_accuracy %.4f test_loss %.4f train_loss %.4f', epoch,
                        record['test_accuracy'], record['test_loss'], record['train_loss'])
         record['wall_time_s'] = elapsed_before + time.time() - start_time
         reporter.write(record)
         results['history'].append({k: v for k, v in record.items() if k != 'kind'})
         state['sums'] = steps.zero_sums(mesh)
-        last_logged = dict(steps.ZERO_SUMS)
+        last_logged = {k: np.float32(v) for k, v in steps.ZERO_SUMS.items()}
         if step == total_steps:
           results['final'] = final_metrics(results['history'])
         checkpoint(step, 'completed' if step == total_steps else 'running')
-      elif config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0:
+        last_finite = step
+      elif save_now:
         checkpoint(step)
+        last_finite = step
 
-  mngr.wait_until_finished()
-  mngr.close()
+  checkpointing.wait(mngr, step)
   reporter.close()
   logging.info('Done: test_accuracy %.4f, %.1f s', results['final']['test_accuracy'],
                results['wall_time_s'])
