@@ -1,0 +1,230 @@
+"""This project's ResNet-18 training step against PyTorch's, same model, batch, resolution, precision.
+
+  python -m benchmarks.bench_vs_torch                                   # CPU: 64^2, batch 64, f32
+  python -m benchmarks.bench_vs_torch --image-size 224 --batch 256 --precision bf16   # GPU
+
+One process, alternating rounds: every round times `--steps` steps of each variant in turn (the
+host blocks once per window), so a busy or throttling machine slows all variants alike. Variants:
+  jax            this project's step (benchmarks.bench_step.JaxStep: trainer.steps, donated state)
+  torch eager    a torchvision-shaped ResNet-18 in plain torch.nn, channels-last, AdamW (fused on
+                 CUDA, foreach elsewhere), the same uint8 -> normalised float preprocessing
+  torch compile  the same under torch.compile (skipped, with the reason, where it fails)
+Each step is a full training step: preprocess, forward, cross-entropy, backward, AdamW update.
+
+--precision: 'f32' (JAX matmul_precision 'highest'; torch TF32 off), 'tf32' (JAX 'default', which
+is TF32 on GPU; torch allow_tf32 on) or 'bf16' (JAX compute_dtype bfloat16 with f32 params and BN;
+torch autocast bf16). On CPU only 'f32' is meaningful (both compute f32 whatever is asked).
+
+Prints a Markdown table (median ms/step and images/s per variant) and, last,
+`speedup_vs_torch=<float>`: the fastest torch variant's median ms/step over this project's
+(> 1 means this project is faster).
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+if __package__ in (None, ''):  # run as a file: make the repository importable
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from benchmarks import bench_step  # noqa: E402
+
+PRECISIONS = {  # --precision -> (JAX compute_dtype, JAX matmul_precision)
+    'f32': ('float32', 'highest'),
+    'tf32': ('float32', 'default'),
+    'bf16': ('bfloat16', 'default'),
+}
+
+
+def torch_resnet18(num_classes=1000, width=1.0):
+  """torchvision.models.resnet18's architecture and init, in plain torch.nn (no torchvision)."""
+  import torch
+  from torch import nn
+
+  class BasicBlock(nn.Module):
+
+    def __init__(self, cin, c, stride):
+      super().__init__()
+      self.conv1 = nn.Conv2d(cin, c, 3, stride, 1, bias=False)
+      self.bn1 = nn.BatchNorm2d(c)
+      self.conv2 = nn.Conv2d(c, c, 3, 1, 1, bias=False)
+      self.bn2 = nn.BatchNorm2d(c)
+      self.relu = nn.ReLU(inplace=True)
+      self.downsample = None
+      if stride != 1 or cin != c:
+        self.downsample = nn.Sequential(nn.Conv2d(cin, c, 1, stride, bias=False),
+                                        nn.BatchNorm2d(c))
+
+    def forward(self, x):
+      y = self.relu(self.bn1(self.conv1(x)))
+      y = self.bn2(self.conv2(y))
+      return self.relu(y + (x if self.downsample is None else self.downsample(x)))
+
+  class ResNet18(nn.Module):
+
+    def __init__(self):
+      super().__init__()
+      ch = [max(1, int(round(c * width))) for c in (64, 128, 256, 512)]
+      self.conv1 = nn.Conv2d(3, ch[0], 7, 2, 3, bias=False)
+      self.bn1 = nn.BatchNorm2d(ch[0])
+      self.relu = nn.ReLU(inplace=True)
+      self.maxpool = nn.MaxPool2d(3, 2, 1)
+      layers, prev = [], ch[0]
+      for i, c in enumerate(ch):
+        layers.append(nn.Sequential(BasicBlock(prev, c, 1 if i == 0 else 2), BasicBlock(c, c, 1)))
+        prev = c
+      self.layer1, self.layer2, self.layer3, self.layer4 = layers
+      self.avgpool = nn.AdaptiveAvgPool2d(1)
+      self.fc = nn.Linear(prev, num_classes)
+      for m in self.modules():
+        if isinstance(m, nn.Conv2d):
+          nn.init.kaiming_normal_(m.weight, mode='fan_out', nonlinearity='relu')
+
+    def forward(self, x):
+      x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+      x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+      return self.fc(torch.flatten(self.avgpool(x), 1))
+
+  return ResNet18()
+
+
+class TorchStep:
+  """A torch training step on one synthetic batch; `run(n)` times n steps."""
+
+  def __init__(self, args, compiled):
+    import torch
+    self.torch = torch
+    self.device = torch.device(args.torch_device)
+    cuda = self.device.type == 'cuda'
+    if cuda:
+      tf32 = args.precision == 'tf32'
+      torch.backends.cuda.matmul.allow_tf32 = tf32
+      torch.backends.cudnn.allow_tf32 = tf32
+      torch.backends.cudnn.benchmark = True
+    torch.manual_seed(0)
+    model = torch_resnet18(args.num_classes, args.width).to(self.device)
+    self.model = model.to(memory_format=torch.channels_last)
+    self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                                 weight_decay=0.001, **({'fused': True} if cuda else
+                                                        {'foreach': True}))
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (args.batch, args.image_size, args.image_size, 3),
+                          dtype=np.uint8)
+    self.images = torch.from_numpy(images).to(self.device)  # NHWC uint8, like the JAX batch
+    self.labels = torch.from_numpy(
+        rng.integers(0, args.num_classes, (args.batch,)).astype(np.int64)).to(self.device)
+    self.autocast = args.precision == 'bf16'
+    self.loss_fn = torch.nn.CrossEntropyLoss()
+    step = self._step
+    if compiled:
+      step = torch.compile(step)
+    self.step = step
+    self.compile_s = None
+    start = time.perf_counter()
+    self.run(1)  # the first call compiles (torch.compile) or warms the caches (eager)
+    self.compile_s = time.perf_counter() - start
+
+  def _step(self, images, labels):
+    torch = self.torch
+    # uint8 NHWC -> normalised float NCHW in channels-last memory (a free permute).
+    x = images.permute(0, 3, 1, 2).float().div(255.0).sub(0.5).div(0.5)
+    x = x.contiguous(memory_format=torch.channels_last)
+    with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+      loss = self.loss_fn(self.model(x), labels)
+    loss.backward()
+    self.opt.step()
+    self.opt.zero_grad(set_to_none=True)
+    return loss.detach()
+
+  def sync(self):
+    if self.device.type == 'cuda':
+      self.torch.cuda.synchronize()
+
+  def run(self, n):
+    start = time.perf_counter()
+    for _ in range(n):
+      loss = self.step(self.images, self.labels)
+    loss.item()  # the host waits once, at the end of the window
+    self.sync()
+    return time.perf_counter() - start
+
+
+def torch_environment():
+  import torch
+  line = f'torch {torch.__version__}, threads {torch.get_num_threads()}'
+  if torch.cuda.is_available():
+    line += f', {torch.cuda.get_device_name(0)}, cuDNN {torch.backends.cudnn.version()}'
+  return line
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--image-size', type=int, default=64)
+  parser.add_argument('--batch', type=int, default=64)
+  parser.add_argument('--width', type=float, default=1.0)
+  parser.add_argument('--num-classes', type=int, default=1000)
+  parser.add_argument('--precision', default='f32', choices=tuple(PRECISIONS))
+  parser.add_argument('--conv-impl', default='auto', choices=('auto', 'xla', 'im2col'))
+  parser.add_argument('--steps', type=int, default=5, help='steps per timed window')
+  parser.add_argument('--rounds', type=int, default=5, help='alternating rounds (median)')
+  parser.add_argument('--warmup', type=int, default=2)
+  parser.add_argument('--no-compile', action='store_true', help='skip torch.compile')
+  parser.add_argument('--torch-device', default=None, help="default: 'cuda' if available")
+  args = parser.parse_args(argv)
+
+  import torch
+  if args.torch_device is None:
+    args.torch_device = 'cuda' if torch.cuda.is_available() else 'cpu'
+  compute_dtype, matmul_precision = PRECISIONS[args.precision]
+  jax_args = argparse.Namespace(
+      image_size=args.image_size, batch=args.batch, width=args.width, stem='imagenet',
+      num_classes=args.num_classes, compute_dtype=compute_dtype,
+      matmul_precision=matmul_precision, emulate='none', conv_impl=args.conv_impl, flip=False,
+      steps=args.steps, windows=args.rounds, warmup=args.warmup, devices=1)
+
+  print(bench_step.environment() + ' | ' + torch_environment())
+  print('command: python -m benchmarks.bench_vs_torch ' + ' '.join(
+      sys.argv[1:] if argv is None else argv))
+  import jax
+  variants, notes = {}, []
+  jax_step = bench_step.JaxStep(jax_args, jax.devices()[:1])
+  variants['jax (this project, conv_impl %s)' % jax_step.conv_impl] = jax_step
+  variants['torch eager'] = TorchStep(args, compiled=False)
+  if not args.no_compile:
+    try:
+      variants['torch.compile'] = TorchStep(args, compiled=True)
+    except Exception as e:  # noqa: BLE001 - report why and go on with eager
+      notes.append(f'torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}')
+  for v in variants.values():
+    v.run(args.warmup)
+  times = {name: [] for name in variants}
+  for _ in range(args.rounds):
+    for name, v in variants.items():
+      times[name].append(v.run(args.steps) / args.steps)
+
+  med = {name: statistics.median(t) * 1e3 for name, t in times.items()}
+  jax_name = next(iter(variants))
+  torch_names = [n for n in variants if n != jax_name]
+  best = min(torch_names, key=med.get)
+  print(f'ResNet-18 width {args.width:g}, {args.image_size}x{args.image_size}, batch '
+        f'{args.batch}, {args.num_classes} classes, precision {args.precision}, full training '
+        f'step (fwd+bwd+AdamW); {args.rounds} alternating rounds x {args.steps} steps')
+  print('| variant | ms/step (median) | min-max | images/s | first call (s) |')
+  print('|---|---|---|---|---|')
+  for name, v in variants.items():
+    t = times[name]
+    first = jax_step.compile_s if v is jax_step else v.compile_s
+    print(f'| {name} | {med[name]:.1f} | {min(t) * 1e3:.1f}-{max(t) * 1e3:.1f} | '
+          f'{args.batch / med[name] * 1e3:.1f} | {first:.1f} |')
+  for note in notes:
+    print(note)
+  print(f'best torch variant: {best}')
+  print(f'speedup_vs_torch={med[best] / med[jax_name]:.3f}')
+
+
+if __name__ == '__main__':
+  main()
