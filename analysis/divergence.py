@@ -315,9 +315,9 @@ def figure(result, out_dir):
     if any(np.any(y > 0) for y in lines.values()):
       ax.set_yscale('log')
     else:
-      ax.text(0.5, 0.5, 'exactly 0 at every step', ha='center', va='center', transform=ax.transAxes)
-    ax.set(title=title, xlabel='step')
-  axes[0].legend(ncol=2, loc='lower right')
+      ax.text(0.5, 0.85, 'exactly 0 at every step', ha='center', transform=ax.transAxes)
+    ax.set(title=title, xlabel='step', xlim=(0, max(x[-1], 1)))
+  axes[0].legend(ncol=2, loc='lower right', fontsize=6, handlelength=1)
   names = {n: f"{n}: {result['arms'][n]['label']}" for n in 'ab'}
   arm_colors = style.arm_colors(names.values())
   for n, text in names.items():
