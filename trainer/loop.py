@@ -57,14 +57,16 @@ def prepare(config, workdir):
 def build_model(config, dataset):
   """The model, initialised from `config.seed` (and `model.init_from`, when given).
 
-  Initialisation runs as one jitted computation (eager init would compile every op separately).
+  Initialisation runs as one jitted computation (eager init would compile every op separately),
+  with the key as an argument, so runs that differ only in seed share one compiled init.
   """
-  def create():
+  def create(key):
     return resnet.create_model(config, dataset.num_classes, dataset.image_shape[-1],
-                               nnx.Rngs(params=config.seed))
+                               nnx.Rngs(params=key))
 
-  graphdef, _ = nnx.split(nnx.eval_shape(create))
-  model = nnx.merge(graphdef, jax.jit(lambda: nnx.state(create()))())
+  key = jax.random.key(config.seed)
+  graphdef, _ = nnx.split(nnx.eval_shape(create, key))
+  model = nnx.merge(graphdef, jax.jit(lambda k: nnx.state(create(k)))(key))
   facts = {}
   if config.model.init_from:
     from models import pretrained
