@@ -179,7 +179,7 @@ class JaxStep:
     init = jax.jit(lambda: nnx.state(create())).lower().compile(
         compiler_options={'xla_backend_optimization_level': 0})
     model = nnx.merge(graphdef, init())
-    self.conv_impl = model.conv1.conv_impl
+    self.conv_impl = ops.resolve_conv_impl(model.conv1.conv_impl)
     self.num_params = resnet.count_params(model)
     all_phases = optim.phases(config, 1000)
     tx = optim.make_optimizer(config, 1000, all_phases[0])

@@ -26,7 +26,8 @@ class Conv2d(nnx.Module):
     self.kernel = nnx.Param(std * jax.random.normal(rngs.params(), shape, param_dtype))
     self.stride, self.padding = stride, [(padding, padding)] * 2
     self.dtype, self.emulate = dtype, emulate
-    self.conv_impl = ops.resolve_conv_impl(conv_impl)  # 'xla' or 'im2col' (numerics/ops.py)
+    ops.resolve_conv_impl(conv_impl)  # validates the name
+    self.conv_impl = conv_impl  # 'auto' is resolved per shape at trace time (numerics/ops.py)
 
   def __call__(self, x):
     return ops.conv2d(x.astype(self.dtype), self.kernel[...].astype(self.dtype), self.stride,

@@ -15,7 +15,9 @@ Convolution implementations (`config.numerics.conv_impl`, resolved by `resolve_c
             gradient). XLA:CPU runs several ResNet-18 convolution shapes (3x3 convs on 2x2 maps,
             weight gradients at 32x32x64) at a few GFLOP/s; as matmuls they run at the CPU's
             matmul speed, several times faster end to end.
-  'auto'    'im2col' on CPU, 'xla' on every other platform.
+  'auto'    on CPU, 'im2col' for convolutions of at least IM2COL_MIN_MACS multiply-adds per
+            example and 'xla' for smaller ones (tiny convolutions compile faster natively and run
+            fast either way); 'xla' on every other platform.
 
 Numerics: both compute the same bilinear product of the same operands. Under an emulate mode the
 operands are rounded exactly the same way (im2col is the `product` handed to `emulated`, and a
@@ -34,16 +36,26 @@ from numerics import emulate as emulate_lib
 
 CONV_DIMENSIONS = ('NHWC', 'HWIO', 'NHWC')
 CONV_IMPLS = ('auto', 'xla', 'im2col')
+IM2COL_MIN_MACS = 1_000_000  # per example: ResNet-18 at 64^2 and up; not the tiny test presets
 
 
-def resolve_conv_impl(impl, platform=None):
-  """'auto' -> 'im2col' on CPU, 'xla' elsewhere; 'xla' and 'im2col' unchanged."""
+def resolve_conv_impl(impl, platform=None, macs=None):
+  """'auto' -> 'im2col' on CPU (for `macs` >= IM2COL_MIN_MACS when given), else 'xla'."""
   if impl not in CONV_IMPLS:
     raise ValueError(f'config.numerics.conv_impl must be one of {CONV_IMPLS}, got {impl!r}')
   if impl != 'auto':
     return impl
   platform = platform or jax.default_backend()
-  return 'im2col' if platform == 'cpu' else 'xla'
+  if platform != 'cpu':
+    return 'xla'
+  return 'im2col' if macs is None or macs >= IM2COL_MIN_MACS else 'xla'
+
+
+def conv_macs(x_shape, kernel_shape, stride):
+  """Multiply-adds per example of an NHWC x HWIO convolution ('SAME'-like output size)."""
+  k_h, k_w, c_in, c_out = kernel_shape
+  h_out, w_out = -(-x_shape[1] // stride), -(-x_shape[2] // stride)
+  return h_out * w_out * k_h * k_w * c_in * c_out
 
 
 def _native_conv(x, kernel, stride, padding, precision=None):
@@ -95,7 +107,8 @@ def conv2d(x, kernel, stride=1, padding='SAME', *, emulate='none', impl='xla'):
   `impl`: 'xla', 'im2col' or 'auto' (see the module doc); the numerics are the same up to the f32
   summation order.
   """
-  product = CONV_PRODUCTS[resolve_conv_impl(impl)]
+  impl = resolve_conv_impl(impl, macs=conv_macs(x.shape, kernel.shape, stride))
+  product = CONV_PRODUCTS[impl]
   if emulate == 'none':
     return product(x, kernel, stride, padding)
   return emulate_lib.emulated(

@@ -112,6 +112,8 @@ def describe(config):
   conv_impl = ops.resolve_conv_impl(n.get('conv_impl', 'auto'), platform)
   if conv_impl == 'im2col':  # the convolutions are dots then, and dots honour presets
     formats['conv'] = formats['dense']
+    if n.get('conv_impl', 'auto') == 'auto':
+      conv_impl = f'im2col (convs of >= {ops.IM2COL_MIN_MACS} MACs/example), xla below'
   xla_flags = os.environ.get('XLA_FLAGS', '')
   effective.update(
       platform=platform,

@@ -116,6 +116,11 @@ def test_resolve_conv_impl():
   assert ops.resolve_conv_impl('auto', 'tpu') == 'xla'
   assert ops.resolve_conv_impl('im2col', 'gpu') == 'im2col'
   assert ops.resolve_conv_impl('xla', 'cpu') == 'xla'
+  # 'auto' on CPU: im2col only where the convolution is big enough to be worth it.
+  assert ops.resolve_conv_impl('auto', 'cpu', macs=ops.IM2COL_MIN_MACS) == 'im2col'
+  assert ops.resolve_conv_impl('auto', 'cpu', macs=ops.IM2COL_MIN_MACS - 1) == 'xla'
+  assert ops.resolve_conv_impl('auto', 'gpu', macs=10**12) == 'xla'
+  assert ops.conv_macs((2, 16, 16, 64), (3, 3, 64, 128), 2) == 8 * 8 * 9 * 64 * 128
   with pytest.raises(ValueError, match='config.numerics.conv_impl'):
     ops.resolve_conv_impl('cudnn')
 
@@ -124,7 +129,9 @@ def test_config_validation_and_record():
   config = digits.get_config('smoke')
   assert config.numerics.conv_impl == 'auto'
   effective = numerics_setup.describe(config)['effective']
-  assert effective['conv_impl'] == 'im2col' and effective['conv_format'] == 'f32'  # CPU
+  assert effective['conv_impl'].startswith('im2col (convs of >= ') and effective['conv_format'] == 'f32'  # CPU
+  config.numerics.conv_impl = 'im2col'
+  assert numerics_setup.describe(config)['effective']['conv_impl'] == 'im2col'
   config.numerics.conv_impl = 'xla'
   assert numerics_setup.describe(config)['effective']['conv_impl'] == 'xla'
   config.numerics.conv_impl = 'winograd'
