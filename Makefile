@@ -27,7 +27,7 @@ smoke: setup
 	$(PY) train.py --config=configs/digits.py:smoke --workdir=runs/digits_smoke
 
 test: setup
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q -n 2 --durations=15
 
 clean:
 	rm -rf runs .jax_cache .pytest_cache
