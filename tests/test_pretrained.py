@@ -251,3 +251,27 @@ def test_converter_cli(files, tmp_path, capsys):
   assert sorted(got) == sorted(want)
   for key in want:
     np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
+def test_reference_schedule_smoke_run_from_converted_file(files, tmp_path):
+  """Frozen then unfrozen from a converted file: backbone exact after phase 1, trained after."""
+  from configs import digits
+  from trainer import checkpointing, loop
+  import orbax.checkpoint as ocp
+  config = digits.get_config('smoke')
+  config.model.width = 1.0
+  config.model.init_from = str(files['.npz'])
+  config.num_epochs, config.optim.freeze_epochs = 2, 1
+  workdir = tmp_path / 'w'
+  results = loop.train_and_evaluate(config, str(workdir))
+  assert results['status'] == 'completed' and results['model']['reinit'] == ['stem', 'head']
+  loaded = pretrained.read_state_dict(files['.npz'])
+  mngr = checkpointing.manager(str(workdir), 3)
+  steps = mngr.all_steps()
+  def state_at(step):
+    return mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))['state']
+  frozen, unfrozen = state_at(steps[0]), state_at(steps[-1])
+  kernel = lambda s: np.asarray(s['params']['layer3']['0']['conv1']['kernel'])
+  want = np.transpose(loaded['layer3.0.conv1.weight'], (2, 3, 1, 0))
+  np.testing.assert_array_equal(kernel(frozen), want)
+  assert not np.array_equal(kernel(unfrozen), want)
