@@ -75,7 +75,8 @@ def build_model(config, dataset):
   with jax.default_device(host):
     init = jax.jit(lambda k: nnx.state(create(k))).lower(key).compile(
         {'xla_backend_optimization_level': 0})
-    model = nnx.merge(graphdef, init(key))
+    # Host numpy values: uncommitted, so every process can place them on the global mesh.
+    model = nnx.merge(graphdef, jax.device_get(init(key)))
   facts = {}
   if config.model.init_from:
     from models import pretrained
