@@ -17,7 +17,7 @@ setup: $(VENV)/.installed
 # The main job on the embedded default (scikit-learn digits, no download): a numerics study
 # (3 arms x 5 seeds) -> statistics report -> figures, in runs/study.
 study: setup
-	$(PY) -m analysis.study --config=configs/digits.py:study --root=runs/study
+	$(PY) -m analysis.study --config=configs/digits.py:study --root=runs/study --parallel 2
 
 # One training run on the embedded default.
 train: setup
