@@ -25,16 +25,10 @@ import zipfile
 import numpy as np
 from PIL import Image
 
+from input_pipeline import celeba_files
+
 HEIGHT, WIDTH = 218, 178
-ATTR_NAMES = (
-    '5_o_Clock_Shadow Arched_Eyebrows Attractive Bags_Under_Eyes Bald Bangs Big_Lips Big_Nose '
-    'Black_Hair Blond_Hair Blurry Brown_Hair Bushy_Eyebrows Chubby Double_Chin Eyeglasses Goatee '
-    'Gray_Hair Heavy_Makeup High_Cheekbones Male Mouth_Slightly_Open Mustache Narrow_Eyes No_Beard '
-    'Oval_Face Pale_Skin Pointy_Nose Receding_Hairline Rosy_Cheeks Sideburns Smiling Straight_Hair '
-    'Wavy_Hair Wearing_Earrings Wearing_Hat Wearing_Lipstick Wearing_Necklace Wearing_Necktie Young'
-).split()
-LANDMARK_NAMES = ('lefteye_x lefteye_y righteye_x righteye_y nose_x nose_y leftmouth_x leftmouth_y '
-                  'rightmouth_x rightmouth_y').split()
+ATTR_NAMES, LANDMARK_NAMES = celeba_files.ATTR_NAMES, celeba_files.LANDMARK_NAMES
 LANDMARKS_MEAN = (69, 111, 107, 111, 88, 135, 72, 152, 105, 152)
 EYEGLASSES, SMILING = ATTR_NAMES.index('Eyeglasses'), ATTR_NAMES.index('Smiling')
 
