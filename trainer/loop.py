@@ -75,8 +75,9 @@ def build_model(config, dataset):
   with jax.default_device(host):
     init = jax.jit(lambda k: nnx.state(create(k))).lower(key).compile(
         {'xla_backend_optimization_level': 0})
-    # Host numpy values: uncommitted, so every process can place them on the global mesh.
-    model = nnx.merge(graphdef, jax.device_get(init(key)))
+    # Fetched to the host and re-made uncommitted, so every process can place them on the global
+    # mesh (a committed CPU array cannot move to another host's devices).
+    model = nnx.merge(graphdef, jax.tree.map(jnp.asarray, jax.device_get(init(key))))
   facts = {}
   if config.model.init_from:
     from models import pretrained
