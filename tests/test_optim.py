@@ -50,28 +50,28 @@ def test_no_freeze_gives_one_phase():
   assert [(x.start, x.stop, x.frozen) for x in p] == [(0, 21, False)]
 
 
-def _tiny_state(config):
+def _train_tiny(config, frozen, num_steps, seed):
+  """(params before, batch stats before, state after, mask): `num_steps` steps on random batches."""
   model = resnet.create_model(config, 10, 1, nnx.Rngs(0))
-  return model, nnx.graphdef(model)
+  tx = optim.make_optimizer(config, 3, optim.phases(config, 3)[0])
+  state = steps.init_state(model, tx)
+  before = jax.tree.map(np.asarray, state['params'])
+  stats_before = jax.tree.map(np.asarray, state['batch_stats'])
+  mask = optim.trainable_mask(state['params'], frozen, config.model.reinit)
+  mesh = steps.make_mesh(jax.devices()[:1])
+  step = steps.make_train_step(mesh, nnx.graphdef(model), tx, mask, 'classification',
+                               np.zeros(1), np.ones(1), False, 0)
+  rng = np.random.default_rng(seed)
+  for _ in range(num_steps):
+    batch = {'image': rng.integers(0, 255, (8, 8, 8, 1), dtype=np.uint8),
+             'label': rng.integers(0, 10, (8,)).astype(np.int32)}
+    state = step(state, batch)
+  return before, stats_before, state, mask
 
 
 def test_frozen_phase_keeps_backbone_bit_identical_and_trains_stem_and_head():
   config = _config(num_epochs=2, freeze_epochs=1)
-  model, graphdef = _tiny_state(config)
-  phase = optim.phases(config, 3)[0]
-  tx = optim.make_optimizer(config, 3, phase)
-  state = steps.init_state(model, tx)
-  before = jax.tree.map(np.asarray, state['params'])
-  stats_before = jax.tree.map(np.asarray, state['batch_stats'])
-  mask = optim.trainable_mask(state['params'], True, config.model.reinit)
-  mesh = steps.make_mesh(jax.devices()[:1])
-  step = steps.make_train_step(mesh, graphdef, tx, mask, 'classification', np.zeros(1),
-                               np.ones(1), False, 0)
-  rng = np.random.default_rng(0)
-  for _ in range(3):
-    batch = {'image': rng.integers(0, 255, (8, 8, 8, 1), dtype=np.uint8),
-             'label': rng.integers(0, 10, (8,)).astype(np.int32)}
-    state = step(state, batch)
+  before, stats_before, state, _ = _train_tiny(config, frozen=True, num_steps=3, seed=0)
   after = jax.tree.map(np.asarray, state['params'])
   for name in ('layer1', 'layer2', 'layer3', 'layer4'):
     jax.tree.map(np.testing.assert_array_equal, after[name], before[name])
@@ -86,20 +86,8 @@ def test_frozen_phase_keeps_backbone_bit_identical_and_trains_stem_and_head():
 
 def test_unfrozen_phase_trains_everything():
   config = _config(num_epochs=2, freeze_epochs=0)
-  model, graphdef = _tiny_state(config)
-  phase = optim.phases(config, 3)[0]
-  tx = optim.make_optimizer(config, 3, phase)
-  state = steps.init_state(model, tx)
-  before = jax.tree.map(np.asarray, state['params'])
-  mask = optim.trainable_mask(state['params'], False, config.model.reinit)
+  # Two steps: the first step's lr is 0 (warmup starts at 0).
+  before, _, state, mask = _train_tiny(config, frozen=False, num_steps=2, seed=1)
   assert all(jax.tree.leaves(mask))
-  mesh = steps.make_mesh(jax.devices()[:1])
-  step = steps.make_train_step(mesh, graphdef, tx, mask, 'classification', np.zeros(1),
-                               np.ones(1), False, 0)
-  rng = np.random.default_rng(1)
-  for _ in range(2):  # the first step's lr is 0 (warmup starts at 0)
-    batch = {'image': rng.integers(0, 255, (8, 8, 8, 1), dtype=np.uint8),
-             'label': rng.integers(0, 10, (8,)).astype(np.int32)}
-    state = step(state, batch)
   assert not np.array_equal(np.asarray(state['params']['layer4'][1]['conv2']['kernel']),
                             before['layer4'][1]['conv2']['kernel'])
