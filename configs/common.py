@@ -38,6 +38,10 @@ def base_config():
   c.data.tfds_dir = ''  # celeba: where the prepared TFDS dataset lives (local path or gs://)
   c.data.cache_dir = ''  # celeba: decoded-image cache; '' = <tfds_dir>/decoded_cache
   c.data.prefetch = 2  # batches prepared ahead on a host thread and put on the devices
+  # Keep the whole training split (uint8) on every device and gather each batch there from its
+  # indices: no per-step host gather or transfer. The batches, hence the results, are bit-identical
+  # to host feeding; it must fit (validation refuses a split over half of a device's memory).
+  c.data.on_device = False
 
   c.model = ml_collections.ConfigDict()
   c.model.name = 'resnet18'

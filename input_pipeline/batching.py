@@ -83,6 +83,43 @@ def to_global(batch, sharding):
   return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), batch)
 
 
+def on_devices(split, sharding):
+  """The whole `split` as global jax.Arrays {'image', 'label'} laid out by `sharding`.
+
+  With a replicated sharding every device holds every example (`config.data.on_device`); each
+  process reads its devices' parts from `split` (a memmap is read once per device, not loaded).
+  """
+  def put(array):
+    return jax.make_array_from_callback(array.shape, sharding,
+                                        lambda index: np.ascontiguousarray(array[index]))
+  return {'image': put(split.images), 'label': put(split.labels)}
+
+
+def nbytes(split):
+  """Bytes the split's images and labels take (on each device, when kept there)."""
+  return int(split.images.nbytes) + int(split.labels.nbytes)
+
+
+def train_batches(split, batch_size, seed, start_step, stop_step, sharding, prefetch_size=2,
+                  on_device=None):
+  """Global device batches for steps [start_step, stop_step), prepared ahead on a thread.
+
+  `on_device`: (device-resident split from `on_devices`, gather step from trainer.steps.make_gather)
+  to gather on the devices: only the batch's row indices travel (the same rows, the same order).
+  """
+  def produce():
+    for step in range(start_step, stop_step):
+      if on_device:
+        data, gather = on_device
+        rows = train_batch_indices(len(split), batch_size, seed, step, jax.process_index(),
+                                   jax.process_count())
+        yield gather(data, to_global(rows.astype(np.int32), sharding))
+      else:
+        yield to_global(train_batch(split, batch_size, seed, step, jax.process_index(),
+                                    jax.process_count()), sharding)
+  return prefetch(produce(), prefetch_size)
+
+
 def prefetch(iterator, size=2):
   """Run `iterator` (which should already produce device arrays) `size` items ahead in a thread."""
   if size <= 0:

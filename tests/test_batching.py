@@ -53,3 +53,57 @@ def test_prefetch_preserves_order_and_ends():
 def test_fingerprint_is_order_independent():
   assert batching.fingerprint(['b', 'a']) == batching.fingerprint(['a', 'b'])
   assert batching.fingerprint(['a']) != batching.fingerprint(['b'])
+
+
+def test_device_gather_equals_host_batch_on_8_devices():
+  """data.on_device: the devices gather exactly the host batch's rows, sharded the same way."""
+  from trainer import steps
+  rng = np.random.default_rng(0)
+  split = base.Split(rng.integers(0, 256, (50, 4, 4, 3), dtype=np.uint8),
+                     rng.integers(0, 10, (50,), dtype=np.int32))
+  mesh = steps.make_mesh()
+  replicated, sharded = steps.shardings(mesh)
+  data = batching.on_devices(split, replicated)
+  assert data['image'].sharding.is_fully_replicated and len(data['image'].devices()) == 8
+  gather = steps.make_gather(mesh)
+  for step in (0, 3, 7):  # crosses an epoch boundary (6 batches of 8 per epoch)
+    rows = batching.train_batch_indices(len(split), 8, 5, step)
+    on_device = gather(data, batching.to_global(rows.astype(np.int32), sharded))
+    host = batching.to_global(batching.train_batch(split, 8, 5, step), sharded)
+    for key in ('image', 'label'):
+      assert on_device[key].sharding.is_equivalent_to(host[key].sharding, host[key].ndim)
+      np.testing.assert_array_equal(np.asarray(on_device[key]), np.asarray(host[key]))
+
+
+def test_device_resident_split_must_fit_half_a_device():
+  import pytest
+  from configs import digits
+  from trainer import validation
+  config = digits.get_config('smoke')
+  config.batch_size = 8
+  split = _split(64)  # 64 one-pixel images + 64 int32 labels = 320 bytes
+  dataset = base.Dataset('tiny', split, split, 64)
+  config.data.on_device = True
+  validation.check_dataset(config, dataset, device_bytes=1024)  # fits: 320 <= 512
+  with pytest.raises(validation.ConfigError, match=r'config.data.on_device=True needs .* GiB .* '
+                     r'set config.data.on_device=False'):
+    validation.check_dataset(config, dataset, device_bytes=600)
+  validation.check_dataset(config, dataset, device_bytes=None)  # CPU: no limit reported
+  config.data.on_device = False
+  validation.check_dataset(config, dataset, device_bytes=600)  # host feeding: no limit
+
+
+class _Device:
+  def __init__(self, stats):
+    self.stats = stats
+
+  def memory_stats(self):
+    if isinstance(self.stats, Exception):
+      raise self.stats
+    return self.stats
+
+
+def test_device_memory_is_the_smallest_reported_limit():
+  from trainer import validation
+  assert validation.device_memory([_Device({'bytes_limit': 8}), _Device({'bytes_limit': 5})]) == 5
+  assert validation.device_memory([_Device(None), _Device(RuntimeError('n/a'))]) is None

@@ -3,7 +3,7 @@
 import jax
 import pytest
 
-from benchmarks import bench_step, bench_vs_torch
+from benchmarks import bench_feed, bench_step, bench_vs_torch, profile_step
 
 TINY = ['--image-size', '16', '--batch', '8', '--steps', '2', '--width', '0.125']
 
@@ -37,3 +37,35 @@ def test_analytic_flops_match_reference():
   assert abs(bench_step.analytic_macs(128) / 1e9 - 0.593) < 0.001
   assert bench_step.peak_tflops('NVIDIA H100 80GB HBM3', 'bf16') == 989.0
   assert bench_step.peak_tflops('cpu', 'f32') is None
+
+
+def test_bench_feed_runs_every_feed(capsys, keep_matmul_precision):
+  bench_feed.main(TINY + ['--windows', '2', '--warmup', '1', '--examples', '24'])
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert lines[-1].startswith('real_vs_synthetic=') and float(lines[-1].split('=')[1]) > 0
+  assert [l.split(' |')[0] for l in lines if l.startswith(('| synthetic', '| host', '| device'))] \
+      == ['| synthetic', '| host', '| device']
+
+
+def test_profile_step_summarises_the_trace(capsys, keep_matmul_precision, tmp_path):
+  profile_step.main(TINY + ['--warmup', '1', '--devices', '1', '--trace-dir', str(tmp_path)])
+  lines = capsys.readouterr().out.strip().splitlines()
+  fraction = float(lines[-1].split('=')[1])
+  assert lines[-1].startswith('device_busy_fraction=') and 0 < fraction <= 1
+  text = '\n'.join(lines)
+  assert '| convolution |' in text or '| matmul |' in text  # the step's products were seen
+  assert profile_step.find_trace(str(tmp_path)).endswith('perfetto_trace.json.gz')
+
+
+def test_profile_summary_arithmetic():
+  events = [{'ph': 'X', 'pid': 1, 'ts': 0, 'dur': 10, 'name': 'cudnn_conv_fprop'},
+            {'ph': 'X', 'pid': 1, 'ts': 5, 'dur': 10, 'name': 'loop_add_fusion'},
+            {'ph': 'X', 'pid': 1, 'ts': 30, 'dur': 10, 'name': 'input_reduce_fusion'},
+            {'ph': 'X', 'pid': 2, 'ts': 0, 'dur': 99, 'name': 'python'},
+            {'ph': 'M', 'pid': 1, 'name': 'process_name', 'args': {'name': '/device:GPU:0'}},
+            {'ph': 'M', 'pid': 2, 'name': 'process_name', 'args': {'name': '/host:CPU'}}]
+  device, source = profile_step.device_events(events)
+  assert source == 'device' and len(device) == 3
+  s = profile_step.summarize(device, steps=2)
+  assert s['busy'] == 12.5 and s['span'] == 20 and s['kernel_sum'] == 15  # union of [0,15], [30,40]
+  assert s['by_category'] == {'convolution': 5, 'elementwise fusion': 5, 'reduction fusion': 5}

@@ -37,6 +37,7 @@ BAD_INPUTS = [
     (['--config=configs/digits.py:smoke', '--config.numerics.emulate=fp8'],
      'config.numerics.emulate'),
     (['--config=configs/digits.py:smoke', '--config.data.flip=maybe'], 'data.flip'),
+    (['--config=configs/digits.py:smoke', '--config.data.on_device=maybe'], 'data.on_device'),
     (['--config=configs/digits.py:smoke', '--config.no_such_field=1'], 'no_such_field'),
     (['--config=configs/digits.py:smoke', '--config.checkpoint_every_steps=-1'],
      'config.checkpoint_every_steps must be an integer >= 0'),

@@ -5,7 +5,8 @@ Not bit for bit: gloo sums across processes in another order than XLA sums the 8
 process, so the first epoch already differs in the last ulp of the eval loss and the difference
 grows through training (measured: epoch-1 train loss/accuracy equal, test loss 2.2696860 vs
 2.2696862; after epoch 2 test accuracy 0.819 vs 0.808). The 2-process run is killed (both processes
-at step 30), resumed from its checkpoint with the same command, and only process 0 writes.
+at step 30), resumed from its checkpoint with the same command (plus `data.on_device`, which does
+not change the batches), and only process 0 writes.
 """
 
 import json
@@ -32,7 +33,7 @@ def free_port():
     return s.getsockname()[1]
 
 
-def run_two_processes(workdir, env, fault=None, timeout=400):
+def run_two_processes(workdir, env, fault=None, timeout=400, extra=()):
   """Start processes 0 and 1 of one job; returns [(returncode, stderr)] in process order."""
   port = free_port()
   env = dict(env)
@@ -44,7 +45,8 @@ def run_two_processes(workdir, env, fault=None, timeout=400):
   for i in range(2):
     args = ['--config=configs/digits.py:smoke', f'--config.checkpoint_every_steps={EVERY}',
             f'--workdir={workdir}', f'--config.distributed.coordinator_address=localhost:{port}',
-            '--config.distributed.num_processes=2', f'--config.distributed.process_id={i}']
+            '--config.distributed.num_processes=2', f'--config.distributed.process_id={i}',
+            *extra]
     procs.append(subprocess.Popen(TRAIN + args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True))
   out = []
@@ -64,6 +66,7 @@ def without_wall_time(results):
   results = json.loads(json.dumps(results))  # as saved: tuples become lists
   out = {k: v for k, v in results.items() if k != 'wall_time_s'}
   out['config'] = {k: v for k, v in results['config'].items() if k != 'distributed'}
+  out['config']['data'] = {k: v for k, v in out['config']['data'].items() if k != 'on_device'}
   out['history'] = [{k: v for k, v in h.items() if k != 'wall_time_s'} for h in results['history']]
   return out
 
@@ -93,11 +96,14 @@ def test_two_processes_match_one_and_resume(tmp_path, subprocess_env):
   killed = run_two_processes(workdir, subprocess_env, fault='kill@step:30')
   assert killed[0][0] == -signal.SIGKILL, killed[0][1][-3000:]
   assert 28 in [int(p.name) for p in (workdir / 'checkpoints').iterdir() if p.name.isdigit()]
-  done = run_two_processes(workdir, subprocess_env)
+  # Resumed with the training split on the devices (each process fills its own 4): the batches,
+  # and so the metrics, are those of host feeding.
+  done = run_two_processes(workdir, subprocess_env, extra=['--config.data.on_device=True'])
   for code, err in done:
     assert code == 0, err[-3000:]
   assert 'jax.distributed: process 1 of 2' in done[1][1]
   assert 'Resumed' in done[0][1] and 'at step 28' in done[0][1]
+  assert all('Training split on every device' in err for _, err in done)
   two = results_lib.read_results(str(workdir))
   assert two['num_processes'] == 2 and one['num_processes'] == 1
   assert two['num_devices'] == one['num_devices'] == 8

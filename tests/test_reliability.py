@@ -191,6 +191,7 @@ def test_config_comparison_ignores_only_non_arithmetic_fields():
   saved = smoke_config().to_dict()
   same = smoke_config(log_every_steps=1, checkpoint_every_steps=0, keep_checkpoints=9)
   same.data.prefetch = 0
+  same.data.on_device = True
   same.distributed.num_processes = 2
   assert resume.config_differences(saved, same) == []
   assert resume.config_differences(saved, smoke_config(eval_batch_size=128)) == [

@@ -7,10 +7,10 @@ Restarting the same command on the same workdir resumes from the newest checkpoi
 (trainer/resume.py) and reproduces the uninterrupted run bit for bit: data order, augmentation and
 schedule are functions of the global step, and the state carries the epoch's metric sums (the
 results carry the sums at the last log, so even the logged metrics match). The workdir is locked
-while a run holds it (trainer/lock.py). Non-finite values are tracked on device (`_all_finite`,
-one small jitted reduction per step, no host sync) and checked at log/epoch/checkpoint points: the
-run stops with TrainingFailed naming the first bad step, its results say status 'failed', and no
-checkpoint ever holds a non-finite state.
+while a run holds it (trainer/lock.py). Non-finite values are tracked on device
+(`steps.make_watch`: one small jitted reduction per step, no host sync) and checked at
+log/epoch/checkpoint points: the run stops with TrainingFailed naming the first bad step, its
+results say status 'failed', and no checkpoint ever holds a non-finite state.
 """
 
 import importlib.metadata
@@ -50,7 +50,7 @@ def prepare(config, workdir):
     dataset = input_pipeline.get_dataset(config)
   except (FileNotFoundError, ValueError) as e:
     raise validation.ConfigError(str(e).splitlines()[0]) from None
-  validation.check_dataset(config, dataset)
+  validation.check_dataset(config, dataset, validation.device_memory(jax.local_devices()))
   return dataset
 
 
@@ -118,16 +118,6 @@ def final_metrics(history):
           'train_loss': last['train_loss'], 'train_accuracy': last['train_accuracy']}
 
 
-def train_batches(split, config, start_step, stop_step, sharding):
-  """Global device batches for steps [start_step, stop_step), prepared ahead on a thread."""
-  def produce():
-    for step in range(start_step, stop_step):
-      batch = batching.train_batch(split, config.batch_size, config.seed, step,
-                                   jax.process_index(), jax.process_count())
-      yield batching.to_global(batch, sharding)
-  return batching.prefetch(produce(), config.data.prefetch)
-
-
 def abstract_batch(split, batch_size, sharding, mask=False):
   """ShapeDtypeStructs of a global batch of `split`, for compiling ahead (several processes)."""
   out = {'image': jax.ShapeDtypeStruct((batch_size,) + split.images.shape[1:], split.images.dtype,
@@ -141,20 +131,6 @@ def abstract_batch(split, batch_size, sharding, mask=False):
 
 class TrainingFailed(RuntimeError):
   """The run stopped on a non-finite loss or state; its results record status 'failed'."""
-
-
-def _all_finite(bad, state):
-  """Keep (first non-finite step, what) on device: no host sync per step.
-
-  `what` is a bit mask: 1 = the accumulated training loss, 2 = the parameters or BatchNorm
-  statistics (non-finite gradients reach the parameters through the optimizer update).
-  """
-  loss_ok = jnp.isfinite(state['sums']['loss'])
-  leaves = jax.tree.leaves((state['params'], state['batch_stats']))
-  state_ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
-  what = (~loss_ok).astype(jnp.int32) + 2 * (~state_ok).astype(jnp.int32)
-  first = (bad[0] < 0) & (what > 0)
-  return jnp.where(first, jnp.stack([state['step'].astype(jnp.int32), what]), bad)
 
 
 def nonfinite_reason(bad_step, what, per_epoch, last_finite):
@@ -218,9 +194,8 @@ def _train(config, workdir, dataset, mngr, is_writer):
 
   reporter = reporting.Reporter(workdir, total_steps, is_writer, resume_step=step)
   eval_step = steps.make_eval_step(mesh, graphdef, dataset.task, mean, std)
-  watch = jax.jit(_all_finite, in_shardings=(sharding[0], sharding[0]),
-                  out_shardings=sharding[0], donate_argnums=(0,))
-  bad = jax.device_put(np.array([-1, 0], np.int32), sharding[0])
+  watch = steps.make_watch(mesh)
+  bad = steps.no_bad_step(mesh)
   if jax.process_count() > 1:
     eval_step = distributed.precompile(
         eval_step, checkpointing.abstract(state),
@@ -228,6 +203,16 @@ def _train(config, workdir, dataset, mngr, is_writer):
         checkpointing.abstract(state['sums']))
     watch = distributed.precompile(watch, checkpointing.abstract(bad),
                                    checkpointing.abstract(state))
+  on_device = None
+  if config.data.on_device:
+    device_data, gather = batching.on_devices(dataset.train, sharding[0]), steps.make_gather(mesh)
+    if jax.process_count() > 1:
+      gather = distributed.precompile(gather, checkpointing.abstract(device_data),
+                                      jax.ShapeDtypeStruct((config.batch_size,), np.int32,
+                                                           sharding=sharding[1]))
+    on_device = (device_data, gather)
+    logging.info('Training split on every device: %.2f GiB each',
+                 batching.nbytes(dataset.train) / 2**30)
   logging.info('%s: %d train / %d test examples, %d steps/epoch, %d devices, %d processes',
                dataset.name, len(dataset.train), len(dataset.test), per_epoch,
                jax.device_count(), jax.process_count())
@@ -268,7 +253,8 @@ def _train(config, workdir, dataset, mngr, is_writer):
           dataset.train, config.batch_size, sharding[1]))
     logging.info('Phase %s: steps %d-%d%s', phase.name, phase.start, phase.stop,
                  ' (backbone frozen)' if phase.frozen else '')
-    for batch in train_batches(dataset.train, config, step, phase.stop, sharding[1]):
+    for batch in batching.train_batches(dataset.train, config.batch_size, config.seed, step,
+                                        phase.stop, sharding[1], config.data.prefetch, on_device):
       state = train_step(state, batch)
       bad = watch(bad, state)
       step += 1

@@ -6,8 +6,9 @@ Checked before any compute (after the config and the dataset, with the workdir l
 - a workdir holding a run with a different config refuses, naming the fields; `--restart` discards
   it. Fields that cannot change the run's arithmetic are ignored (IGNORED_FIELDS): how often it logs
   and checkpoints, how many checkpoints it keeps, where the dataset files live, how many batches are
-  prefetched, and how the processes find each other. Everything else (seed, epochs, batch sizes,
-  eval_every_epochs, numerics, optimizer, model, data) must match.
+  prefetched or whether they are gathered on the devices, and how the processes find each other.
+  Everything else (seed, epochs, batch sizes, eval_every_epochs, numerics, optimizer, model, data)
+  must match.
 """
 
 import json
@@ -17,8 +18,8 @@ from absl import logging
 from trainer import checkpointing, distributed, validation
 
 IGNORED_FIELDS = ('log_every_steps', 'checkpoint_every_steps', 'keep_checkpoints', 'preset',
-                  'data.prefetch', 'data.manual_dir', 'data.tfds_dir', 'data.cache_dir',
-                  'distributed')
+                  'data.prefetch', 'data.on_device', 'data.manual_dir', 'data.tfds_dir',
+                  'data.cache_dir', 'distributed')
 
 
 def _flatten(tree, prefix=''):

@@ -113,6 +113,48 @@ def make_eval_step(mesh, graphdef, task, mean, std):
                  donate_argnums=(2,))
 
 
+def _gather(data, indices):
+  return {'image': data['image'][indices], 'label': data['label'][indices]}
+
+
+def make_gather(mesh):
+  """jit(data, indices) -> batch: a training batch gathered from a device-resident split.
+
+  `data` is the split replicated on every device (batching.on_devices), `indices` the global
+  batch's rows sharded along 'data'; each device gathers its own rows, so the batch comes out
+  sharded exactly like a host-fed one, with the same uint8 values.
+  """
+  replicated, sharded = shardings(mesh)
+  return jax.jit(_gather, in_shardings=(replicated, sharded), out_shardings=sharded)
+
+
+def _all_finite(bad, state):
+  """Keep (first non-finite step, what) on device: no host sync per step.
+
+  `what` is a bit mask: 1 = the accumulated training loss, 2 = the parameters or BatchNorm
+  statistics (non-finite gradients reach the parameters through the optimizer update).
+  """
+  loss_ok = jnp.isfinite(state['sums']['loss'])
+  leaves = jax.tree.leaves((state['params'], state['batch_stats']))
+  state_ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
+  what = (~loss_ok).astype(jnp.int32) + 2 * (~state_ok).astype(jnp.int32)
+  first = (bad[0] < 0) & (what > 0)
+  return jnp.where(first, jnp.stack([state['step'].astype(jnp.int32), what]), bad)
+
+
+def make_watch(mesh):
+  """jit(bad, state) -> bad, run after every train step: `bad` is [first bad step, what] on device
+  ([-1, 0] while every value is finite), read by the host only at log/checkpoint points."""
+  replicated, _ = shardings(mesh)
+  return jax.jit(_all_finite, in_shardings=(replicated, replicated), out_shardings=replicated,
+                 donate_argnums=(0,))
+
+
+def no_bad_step(mesh):
+  """The initial `bad` of make_watch: no non-finite value seen."""
+  return jax.device_put(np.array([-1, 0], np.int32), shardings(mesh)[0])
+
+
 def zero_sums(mesh):
   replicated, _ = shardings(mesh)
   return jax.device_put(jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), ZERO_SUMS),

@@ -8,7 +8,7 @@ import os
 import uuid
 
 import input_pipeline
-from input_pipeline import base
+from input_pipeline import base, batching
 from numerics import setup as numerics_setup
 from trainer import optim
 
@@ -90,10 +90,34 @@ def check_devices(config, num_devices, num_processes):
                       f'{config.batch_size // num_devices} (batch_size / devices)')
 
 
-def check_dataset(config, dataset):
+def check_dataset(config, dataset, device_bytes=None):
+  """The dataset must give a full batch; with data.on_device its training split must fit.
+
+  `device_bytes`: the memory of the smallest local device (None where devices do not report it,
+  e.g. CPU). A device-resident split may take at most half of it: the rest is the model's.
+  """
   if config.batch_size > len(dataset.train):
     raise ConfigError(f'config.batch_size={config.batch_size} is larger than the '
                       f'{len(dataset.train)} training examples: no full batch per epoch')
+  need = batching.nbytes(dataset.train)
+  if config.data.on_device and device_bytes and need > device_bytes / 2:
+    raise ConfigError(f'config.data.on_device=True needs {need / 2**30:.2f} GiB for the training '
+                      f'split on every device, over half of the {device_bytes / 2**30:.2f} GiB a '
+                      'device has: set config.data.on_device=False (host feeding) or a smaller '
+                      'config.data.image_size')
+
+
+def device_memory(devices):
+  """The smallest `bytes_limit` the devices report, or None when none reports one (CPU)."""
+  limits = []
+  for device in devices:
+    try:
+      stats = device.memory_stats()
+    except Exception:  # noqa: BLE001 - backends without memory statistics
+      stats = None
+    if stats and stats.get('bytes_limit'):
+      limits.append(int(stats['bytes_limit']))
+  return min(limits) if limits else None
 
 
 def check_workdir(workdir):

@@ -1,0 +1,153 @@
+"""Where a training step's device time goes: a profiler trace of bench_step's step, summarised.
+
+  python -m benchmarks.profile_step --image-size 224 --batch 256 --compute-dtype bfloat16   # GPU
+  python -m benchmarks.profile_step --image-size 32 --batch 16 --width 0.25 --steps 2      # CPU
+
+Takes the same arguments as `benchmarks/bench_step.py` (plus `--trace-dir`), compiles the same
+step, runs `--warmup` steps, then records `--steps` steps under `jax.profiler.trace` (with a
+Perfetto JSON trace) and reads that trace back: every complete event on the device's tracks is a
+kernel (GPU) or an XLA operation (CPU/TPU). It prints, per step:
+
+  - device busy time (the union of kernel intervals) against wall time: the gap is launch overhead
+    or host work the device waits for;
+  - time by category (convolution, matmul, reduction fusion, elementwise fusion, copy/transpose,
+    other) and the top kernels by total time.
+
+The last line is `device_busy_fraction=<float>`. The raw trace stays under `--trace-dir` for
+Perfetto (ui.perfetto.dev) or TensorBoard's profile plugin.
+"""
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import sys
+import tempfile
+
+if __package__ in (None, ''):  # run as a file: make the repository importable
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+
+from benchmarks import bench_step  # noqa: E402
+
+# Category of a kernel by (lower-cased) substrings of its name, first match wins. cuDNN/cuBLAS
+# kernel names carry 'conv'/'xmma'/'gemm'; XLA names its own kernels after the fusion kind.
+CATEGORIES = (
+    ('convolution', ('conv', 'xmma', 'implicit', 'dgrad', 'wgrad', 'fprop', 'cudnn')),
+    ('matmul', ('gemm', 'cutlass', 'dot', 'matmul', 'triton_gemm')),
+    ('reduction fusion', ('reduce', 'reduction')),
+    ('copy/transpose', ('copy', 'transpose', 'memcpy', 'memset', 'pad', 'concatenate', 'slice')),
+    ('elementwise fusion', ('fusion', 'loop_', 'add', 'multiply', 'convert', 'select')),
+)
+
+
+def category(name):
+  lowered = name.lower()
+  for label, keys in CATEGORIES:
+    if any(k in lowered for k in keys):
+      return label
+  return 'other'
+
+
+def find_trace(trace_dir):
+  """The newest perfetto_trace.json.gz under `trace_dir`."""
+  paths = sorted(glob.glob(os.path.join(trace_dir, '**', 'perfetto_trace.json.gz'),
+                           recursive=True), key=os.path.getmtime)
+  if not paths:
+    raise FileNotFoundError(f'no perfetto_trace.json.gz under {trace_dir}')
+  return paths[-1]
+
+
+def load_events(path):
+  with gzip.open(path, 'rt') as f:
+    data = json.load(f)
+  return data['traceEvents'] if isinstance(data, dict) else data
+
+
+def device_events(events):
+  """Complete ('X') events on device tracks: GPU/TPU processes, else the XLA op threads on CPU."""
+  names = {e['pid']: e.get('args', {}).get('name', '') for e in events
+           if e.get('ph') == 'M' and e.get('name') == 'process_name'}
+  devices = {pid for pid, name in names.items()
+             if '/device:' in name and 'cpu' not in name.lower()}
+  complete = [e for e in events if e.get('ph') == 'X' and 'dur' in e]
+  if devices:
+    return [e for e in complete if e['pid'] in devices], 'device'
+  # CPU: XLA's thunk executor records each HLO operation it runs (args carry 'hlo_op').
+  ops = [e for e in complete if 'hlo_op' in e.get('args', {})]
+  return ops, 'host XLA operations (CPU: thread-pool work overlaps, so busy time is a union)'
+
+
+def busy_time(events):
+  """Length of the union of the events' [ts, ts + dur) intervals (microseconds)."""
+  total, end = 0.0, None
+  for start, stop in sorted((e['ts'], e['ts'] + e['dur']) for e in events):
+    if end is None or start > end:
+      total += stop - start
+      end = stop
+    elif stop > end:
+      total += stop - end
+      end = stop
+  return total
+
+
+def summarize(events, steps):
+  """Per-step busy/wall time, time by category and by kernel, all in microseconds per step."""
+  if not events:
+    raise ValueError('the trace holds no device events (is a profiler plugin available?)')
+  span = max(e['ts'] + e['dur'] for e in events) - min(e['ts'] for e in events)
+  by_category, by_kernel, counts = (collections.Counter(), collections.Counter(),
+                                    collections.Counter())
+  for e in events:
+    by_category[category(e['name'])] += e['dur'] / steps
+    by_kernel[e['name']] += e['dur'] / steps
+    counts[e['name']] += 1
+  return {'busy': busy_time(events) / steps, 'span': span / steps,
+          'kernel_sum': sum(e['dur'] for e in events) / steps,
+          'launches': len(events) / steps, 'by_category': by_category, 'by_kernel': by_kernel,
+          'counts': {k: v / steps for k, v in counts.items()}}
+
+
+def report(s, top=25, source='device'):
+  lines = [f'events from: {source}',
+           f'per step: device busy {s["busy"] / 1e3:.3f} ms of {s["span"] / 1e3:.3f} ms span '
+           f'({s["busy"] / s["span"]:.1%} busy), {s["launches"]:.0f} kernels, sum of kernel '
+           f'times {s["kernel_sum"] / 1e3:.3f} ms', '',
+           '| category | ms/step | share of kernel time |', '|---|---|---|']
+  for name, us in s['by_category'].most_common():
+    lines.append(f'| {name} | {us / 1e3:.3f} | {us / s["kernel_sum"]:.1%} |')
+  lines += ['', f'| top {top} kernels | category | calls/step | ms/step | share |',
+            '|---|---|---|---|---|']
+  for name, us in s['by_kernel'].most_common(top):
+    short = name if len(name) <= 90 else name[:87] + '...'
+    lines.append(f'| `{short}` | {category(name)} | {s["counts"][name]:.0f} | {us / 1e3:.3f} | '
+                 f'{us / s["kernel_sum"]:.1%} |')
+  return '\n'.join(lines)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  bench_step.add_args(parser)
+  parser.add_argument('--trace-dir', default='', help='where the trace goes (default: a temp dir)')
+  parser.add_argument('--top', type=int, default=25, help='kernels listed')
+  args = parser.parse_args(argv)
+  print(bench_step.environment())
+  devices = jax.devices()[:args.devices] if args.devices else jax.devices()
+  bench = bench_step.JaxStep(args, devices)
+  bench.run(args.warmup)
+  trace_dir = args.trace_dir or tempfile.mkdtemp(prefix='profile_step_')
+  with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+    seconds = bench.run(args.steps)
+  print(f'traced {args.steps} steps: {seconds / args.steps * 1e3:.2f} ms/step wall under the '
+        f'profiler; trace in {trace_dir}')
+  events, source = device_events(load_events(find_trace(trace_dir)))
+  s = summarize(events, args.steps)
+  print(report(s, args.top, source))
+  print(f'device_busy_fraction={s["busy"] / s["span"]:.4f}')
+
+
+if __name__ == '__main__':
+  main()
