@@ -11,7 +11,8 @@ kernel (GPU) or an XLA operation (CPU/TPU). It prints, per step:
   - device busy time (the union of kernel intervals) against wall time: the gap is launch overhead
     or host work the device waits for;
   - time by category (convolution, matmul, reduction fusion, elementwise fusion, copy/transpose,
-    other) and the top kernels by total time.
+    other; a fusion is classified by the HLO it runs, from the compiled step's text) and the top
+    kernels by total time.
 
 The last line is `device_busy_fraction=<float>`. The raw trace stays under `--trace-dir` for
 Perfetto (ui.perfetto.dev) or TensorBoard's profile plugin.
@@ -23,6 +24,7 @@ import glob
 import gzip
 import json
 import os
+import re
 import sys
 import tempfile
 
@@ -33,11 +35,11 @@ import jax  # noqa: E402
 
 from benchmarks import bench_step  # noqa: E402
 
-# Category of a kernel by (lower-cased) substrings of its name, first match wins. cuDNN/cuBLAS
-# kernel names carry 'conv'/'xmma'/'gemm'; XLA names its own kernels after the fusion kind.
+# Category of a kernel by (lower-cased) substrings of its name, first match wins: the fallback for
+# kernels the compiled HLO does not name (cuDNN: fprop/dgrad/wgrad/implicit_gemm; cuBLAS: gemm).
 CATEGORIES = (
-    ('convolution', ('conv', 'xmma', 'implicit', 'dgrad', 'wgrad', 'fprop', 'cudnn')),
-    ('matmul', ('gemm', 'cutlass', 'dot', 'matmul', 'triton_gemm')),
+    ('convolution', ('conv', 'implicit', 'dgrad', 'wgrad', 'fprop', 'cudnn')),
+    ('matmul', ('gemm', 'cutlass', 'dot', 'matmul')),
     ('reduction fusion', ('reduce', 'reduction')),
     ('copy/transpose', ('copy', 'transpose', 'memcpy', 'memset', 'pad', 'concatenate', 'slice')),
     ('elementwise fusion', ('fusion', 'loop_', 'add', 'multiply', 'convert', 'select')),
@@ -45,11 +47,66 @@ CATEGORIES = (
 
 
 def category(name):
+  """Category of a kernel from its name alone (the fallback of `hlo_categories`)."""
   lowered = name.lower()
   for label, keys in CATEGORIES:
     if any(k in lowered for k in keys):
       return label
   return 'other'
+
+
+# `%name = <type> opcode(...)` lines of HLO text; a computation opens with `%name (...) -> ... {`.
+_INSTRUCTION = re.compile(r'^\s*(?:ROOT\s+)?%?([\w.\-]+) = .*?\b([a-z][a-z0-9\-]*)\(')
+_COMPUTATION = re.compile(r'^(?:ENTRY\s+)?%?([\w.\-]+) .*\{\s*$')
+_MOVES = {'copy', 'transpose', 'concatenate', 'pad', 'slice', 'dynamic-slice', 'bitcast',
+          'dynamic-update-slice', 'reshape', 'broadcast', 'parameter', 'constant', 'tuple',
+          'get-tuple-element', 'reverse', 'iota', 'copy-start', 'copy-done'}
+_REDUCTIONS = {'reduce', 'reduce-window', 'select-and-scatter', 'scatter', 'sort'}
+
+
+def _category_of_ops(ops, text):
+  targets = ' '.join(re.findall(r'custom_call_target="([^"]+)"', text)).lower()
+  if 'convolution' in ops or 'conv' in targets:
+    return 'convolution'
+  if 'dot' in ops or 'gemm' in targets or 'matmul' in targets:
+    return 'matmul'
+  if ops & _REDUCTIONS:
+    return 'reduction fusion'
+  if ops <= _MOVES:
+    return 'copy/transpose'
+  return 'elementwise fusion'
+
+
+def hlo_categories(text):
+  """{HLO instruction name: category} from a compiled module's text (`compiled.as_text()`).
+
+  A fusion is classified by what its fused computation holds (a convolution or cuDNN call, a dot
+  or cuBLAS call, a reduction, only data movement, else elementwise), so a kernel's category
+  does not depend on how the backend names it (XLA:CPU runs dots and reductions alike as
+  'ynn_fusion', for example).
+  """
+  bodies, lines, current = {}, {}, None
+  for line in text.splitlines():
+    head = _COMPUTATION.match(line)
+    if head and not line.startswith(' '):
+      current = head.group(1)
+      bodies[current] = []
+      continue
+    match = _INSTRUCTION.match(line)
+    if match and current is not None:
+      bodies[current].append((match.group(1), match.group(2)))
+      lines[match.group(1)] = line
+  out = {}
+  for instructions in bodies.values():
+    for name, opcode in instructions:
+      line = lines[name]
+      ops, text_of = {opcode}, line
+      callee = re.search(r'calls=%?([\w.\-]+)', line)
+      if callee and callee.group(1) in bodies:
+        ops = {op for _, op in bodies[callee.group(1)]}
+        text_of = ' '.join(lines[n] for n, _ in bodies[callee.group(1)])
+      out[name] = _category_of_ops(ops, text_of)
+  return out
 
 
 def find_trace(trace_dir):
@@ -94,21 +151,32 @@ def busy_time(events):
   return total
 
 
-def summarize(events, steps):
-  """Per-step busy/wall time, time by category and by kernel, all in microseconds per step."""
+def event_category(event, categories):
+  """The event's category: from the HLO instruction it ran (args 'hlo_op'), else its name."""
+  op = event.get('args', {}).get('hlo_op', event['name'])
+  return categories.get(op) or categories.get(event['name']) or category(event['name'])
+
+
+def summarize(events, steps, categories=None):
+  """Per-step busy/wall time, time by category and by kernel, all in microseconds per step.
+
+  `categories`: hlo_categories of the compiled step (else kernels are classified by name).
+  """
   if not events:
     raise ValueError('the trace holds no device events (is a profiler plugin available?)')
+  categories = categories or {}
   span = max(e['ts'] + e['dur'] for e in events) - min(e['ts'] for e in events)
-  by_category, by_kernel, counts = (collections.Counter(), collections.Counter(),
-                                    collections.Counter())
+  by_category, by_kernel, counts, kinds = (collections.Counter(), collections.Counter(),
+                                           collections.Counter(), {})
   for e in events:
-    by_category[category(e['name'])] += e['dur'] / steps
+    kinds[e['name']] = event_category(e, categories)
+    by_category[kinds[e['name']]] += e['dur'] / steps
     by_kernel[e['name']] += e['dur'] / steps
     counts[e['name']] += 1
   return {'busy': busy_time(events) / steps, 'span': span / steps,
           'kernel_sum': sum(e['dur'] for e in events) / steps,
           'launches': len(events) / steps, 'by_category': by_category, 'by_kernel': by_kernel,
-          'counts': {k: v / steps for k, v in counts.items()}}
+          'kinds': kinds, 'counts': {k: v / steps for k, v in counts.items()}}
 
 
 def report(s, top=25, source='device'):
@@ -123,7 +191,7 @@ def report(s, top=25, source='device'):
             '|---|---|---|---|---|']
   for name, us in s['by_kernel'].most_common(top):
     short = name if len(name) <= 90 else name[:87] + '...'
-    lines.append(f'| `{short}` | {category(name)} | {s["counts"][name]:.0f} | {us / 1e3:.3f} | '
+    lines.append(f'| `{short}` | {s["kinds"][name]} | {s["counts"][name]:.0f} | {us / 1e3:.3f} | '
                  f'{us / s["kernel_sum"]:.1%} |')
   return '\n'.join(lines)
 
@@ -144,7 +212,7 @@ def main(argv=None):
   print(f'traced {args.steps} steps: {seconds / args.steps * 1e3:.2f} ms/step wall under the '
         f'profiler; trace in {trace_dir}')
   events, source = device_events(load_events(find_trace(trace_dir)))
-  s = summarize(events, args.steps)
+  s = summarize(events, args.steps, hlo_categories(bench.step.as_text()))
   print(report(s, args.top, source))
   print(f'device_busy_fraction={s["busy"] / s["span"]:.4f}')
 

@@ -69,3 +69,35 @@ def test_profile_summary_arithmetic():
   s = profile_step.summarize(device, steps=2)
   assert s['busy'] == 12.5 and s['span'] == 20 and s['kernel_sum'] == 15  # union of [0,15], [30,40]
   assert s['by_category'] == {'convolution': 5, 'elementwise fusion': 5, 'reduction fusion': 5}
+
+
+HLO = """HloModule m
+%fused_computation.1 (p: f32[4]) -> f32[] {
+  %p = f32[4]{0} parameter(0)
+  %c = f32[] constant(0)
+  ROOT %r = f32[] reduce(%p, %c), dimensions={0}, to_apply=%add
+}
+%fused_computation.2 (p.1: f32[4,4]) -> f32[4,4] {
+  %p.1 = f32[4,4]{1,0} parameter(0)
+  ROOT %t = f32[4,4]{0,1} transpose(%p.1), dimensions={1,0}
+}
+ENTRY %main (a: f32[4,4]) -> f32[4,4] {
+  %a = f32[4,4]{1,0} parameter(0)
+  %ynn_fusion.1 = f32[] fusion(%a), kind=kCustom, calls=%fused_computation.1
+  %loop_fusion = f32[4,4]{1,0} fusion(%a), kind=kLoop, calls=%fused_computation.2
+  %conv.3 = (f32[4,4]{1,0}, u8[0]{0}) custom-call(%a, %a), custom_call_target="__cudnn$convForward"
+  %dot.1 = f32[4,4]{1,0} dot(%a, %a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %e = f32[4,4]{1,0} exponential(%a)
+}"""
+
+
+def test_kernels_are_classified_by_the_hlo_they_run():
+  cats = profile_step.hlo_categories(HLO)
+  assert cats['ynn_fusion.1'] == 'reduction fusion'  # the name says nothing; the body reduces
+  assert cats['loop_fusion'] == 'copy/transpose'
+  assert cats['conv.3'] == 'convolution' and cats['dot.1'] == 'matmul'
+  assert cats['e'] == 'elementwise fusion'
+  kernel = {'ph': 'X', 'pid': 1, 'ts': 0, 'dur': 4, 'name': 'sm90_kernel_x',
+            'args': {'hlo_op': 'conv.3'}}
+  assert profile_step.event_category(kernel, cats) == 'convolution'
+  assert profile_step.event_category({'name': 'sm90_xmma_gemm_bf16', 'args': {}}, {}) == 'matmul'
