@@ -15,9 +15,23 @@ Convolution implementations (`config.numerics.conv_impl`, resolved by `resolve_c
             gradient). XLA:CPU runs several ResNet-18 convolution shapes (3x3 convs on 2x2 maps,
             weight gradients at 32x32x64) at a few GFLOP/s; as matmuls they run at the CPU's
             matmul speed, several times faster end to end.
-  'auto'    on CPU, 'im2col' for convolutions of at least IM2COL_MIN_MACS multiply-adds per
-            example and 'xla' for smaller ones (tiny convolutions compile faster natively and run
-            fast either way); 'xla' on every other platform.
+  'auto'    'xla' on every platform but CPU. On CPU, 'im2col' where `benchmarks/bench_conv.py`
+            (forward + backward of each distinct ResNet-18 convolution, f32, 2 shared cores)
+            measured it faster, 'xla' elsewhere (ratios are XLA time / im2col time):
+            - 1x1 kernels: 1.0-5.4x (31 vs 7 ms for the 16x16x64 1x1/2 downsample at 64^2, batch
+              64); never slower beyond noise, and no extra compile time.
+            - >= IM2COL_MIN_MACS (1M) multiply-adds per example, i.e. every 3x3/7x7 conv of
+              ResNet-18 at 32^2 and 64^2: 0.6-25x per shape, 3.4-4.9x in total at 64^2.
+            - output maps of <= 2x2 (IM2COL_SMALL_OUT_PIXELS) from IM2COL_SMALL_OUT_MIN_MACS (50k)
+              up: 1.4-25x (1319 vs 56 ms for the 2x2x512 3x3 convs at 64^2; 36 vs 8 ms for 2x2x128
+              in the digits `cpu` preset, batch 128). The smoke preset's (<= 36,864 MACs) stay
+              'xla': im2col there saves ~10 ms/step but its 44 steps pay ~2 s more compile; and
+              on 1x1 maps 8 of im2col's 9 taps are padding (0.5-0.6x at 1x1x64).
+            - the rest, 3x3 convs on maps of 4x4 and up under 1M MACs: 0.55-1.3x, neither
+              reliably faster, and the native conv compiles faster (a 3x3 im2col: +0.1-1 s per
+              shape). The small stem (3x3 on 1 channel) is 1.4-2.5x but <= 4 ms per call.
+            End to end (train.py): the digits `cpu` preset 161 -> 135 s; `smoke` and `study`
+            unchanged within noise (compile-bound: 27-31 s and 28-33 s per run either way).
 
 Numerics: both compute the same bilinear product of the same operands. Under an emulate mode the
 operands are rounded exactly the same way (im2col is the `product` handed to `emulated`, and a
@@ -36,11 +50,19 @@ from numerics import emulate as emulate_lib
 
 CONV_DIMENSIONS = ('NHWC', 'HWIO', 'NHWC')
 CONV_IMPLS = ('auto', 'xla', 'im2col')
-IM2COL_MIN_MACS = 1_000_000  # per example: ResNet-18 at 64^2 and up; not the tiny test presets
+IM2COL_MIN_MACS = 1_000_000  # per example: every 3x3 conv of ResNet-18 (width 1) at 32^2 and up
+IM2COL_SMALL_OUT_PIXELS = 4  # output maps of at most 2x2: ResNet-18's last stages on small images
+IM2COL_SMALL_OUT_MIN_MACS = 50_000  # ... from this size: not the smoke preset's (<= 36,864)
 
 
-def resolve_conv_impl(impl, platform=None, macs=None):
-  """'auto' -> 'im2col' on CPU (for `macs` >= IM2COL_MIN_MACS when given), else 'xla'."""
+def resolve_conv_impl(impl, platform=None, macs=None, *, kernel_hw=None, out_hw=None):
+  """'auto' -> 'xla' off CPU; on CPU 'im2col' except for the shapes where 'xla' is kept.
+
+  On CPU: 'im2col' with no shape given (`macs` None), for 1x1 kernels (`kernel_hw`), for
+  `macs` >= IM2COL_MIN_MACS per example, and for output maps (`out_hw`) of at most
+  IM2COL_SMALL_OUT_PIXELS pixels from IM2COL_SMALL_OUT_MIN_MACS on; 'xla' for the rest (the
+  module doc gives the measurements).
+  """
   if impl not in CONV_IMPLS:
     raise ValueError(f'config.numerics.conv_impl must be one of {CONV_IMPLS}, got {impl!r}')
   if impl != 'auto':
@@ -48,13 +70,23 @@ def resolve_conv_impl(impl, platform=None, macs=None):
   platform = platform or jax.default_backend()
   if platform != 'cpu':
     return 'xla'
-  return 'im2col' if macs is None or macs >= IM2COL_MIN_MACS else 'xla'
+  if macs is None or macs >= IM2COL_MIN_MACS:
+    return 'im2col'
+  pointwise = kernel_hw is not None and tuple(kernel_hw) == (1, 1)
+  small_out = (out_hw is not None and out_hw[0] * out_hw[1] <= IM2COL_SMALL_OUT_PIXELS
+               and macs >= IM2COL_SMALL_OUT_MIN_MACS)
+  return 'im2col' if pointwise or small_out else 'xla'
+
+
+def conv_out_hw(x_shape, stride):
+  """Output height and width of an NHWC convolution with 'SAME'-like padding."""
+  return -(-x_shape[1] // stride), -(-x_shape[2] // stride)
 
 
 def conv_macs(x_shape, kernel_shape, stride):
   """Multiply-adds per example of an NHWC x HWIO convolution ('SAME'-like output size)."""
   k_h, k_w, c_in, c_out = kernel_shape
-  h_out, w_out = -(-x_shape[1] // stride), -(-x_shape[2] // stride)
+  h_out, w_out = conv_out_hw(x_shape, stride)
   return h_out * w_out * k_h * k_w * c_in * c_out
 
 
@@ -107,7 +139,8 @@ def conv2d(x, kernel, stride=1, padding='SAME', *, emulate='none', impl='xla'):
   `impl`: 'xla', 'im2col' or 'auto' (see the module doc); the numerics are the same up to the f32
   summation order.
   """
-  impl = resolve_conv_impl(impl, macs=conv_macs(x.shape, kernel.shape, stride))
+  impl = resolve_conv_impl(impl, macs=conv_macs(x.shape, kernel.shape, stride),
+                           kernel_hw=kernel.shape[:2], out_hw=conv_out_hw(x.shape, stride))
   product = CONV_PRODUCTS[impl]
   if emulate == 'none':
     return product(x, kernel, stride, padding)

@@ -113,7 +113,8 @@ def describe(config):
   if conv_impl == 'im2col':  # the convolutions are dots then, and dots honour presets
     formats['conv'] = formats['dense']
     if n.get('conv_impl', 'auto') == 'auto':
-      conv_impl = f'im2col (convs of >= {ops.IM2COL_MIN_MACS} MACs/example), xla below'
+      conv_impl = (f'im2col for 1x1 kernels, >= {ops.IM2COL_MIN_MACS} MACs/example and <= 2x2 '
+                   f'outputs from {ops.IM2COL_SMALL_OUT_MIN_MACS} MACs; xla otherwise')
   xla_flags = os.environ.get('XLA_FLAGS', '')
   effective.update(
       platform=platform,

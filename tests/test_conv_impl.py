@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from benchmarks import bench_conv, bench_step
 from configs import digits
 from models import resnet
 from numerics import ops
@@ -125,11 +126,91 @@ def test_resolve_conv_impl():
     ops.resolve_conv_impl('cudnn')
 
 
+def test_auto_rule_on_cpu_small_shapes():
+  """1x1 kernels and <= 2x2 outputs (from IM2COL_SMALL_OUT_MIN_MACS) use im2col under 1M MACs."""
+  def auto(x_shape, kernel_shape, stride, platform='cpu'):
+    return ops.resolve_conv_impl(
+        'auto', platform, macs=ops.conv_macs(x_shape, kernel_shape, stride),
+        kernel_hw=kernel_shape[:2], out_hw=ops.conv_out_hw(x_shape, stride))
+  assert auto((1, 8, 8, 8), (1, 1, 8, 16), 2) == 'im2col'  # 1x1 at 2,048 MACs
+  assert auto((1, 8, 8, 8), (1, 1, 8, 16), 2, 'gpu') == 'xla'
+  assert auto((1, 2, 2, 64), (3, 3, 64, 64), 1) == 'im2col'  # 2x2 output, 147,456 MACs
+  assert auto((1, 4, 4, 32), (3, 3, 32, 64), 2) == 'im2col'  # 4x4/2 -> 2x2, 73,728 MACs
+  assert auto((1, 2, 2, 32), (3, 3, 32, 32), 1) == 'xla'  # 2x2 but 36,864 < 50k (smoke preset)
+  assert auto((1, 4, 4, 64), (3, 3, 64, 64), 1) == 'xla'  # 4x4 output under 1M MACs
+  assert auto((1, 16, 16, 16), (3, 3, 16, 16), 1) == 'xla'
+  assert auto((1, 8, 8, 64), (3, 3, 64, 64), 1) == 'im2col'  # 2,359,296 MACs
+  out_2x2 = ops.IM2COL_SMALL_OUT_MIN_MACS
+  assert ops.resolve_conv_impl('auto', 'cpu', macs=out_2x2, kernel_hw=(3, 3),
+                               out_hw=(2, 2)) == 'im2col'
+  assert ops.resolve_conv_impl('auto', 'cpu', macs=out_2x2 - 1, kernel_hw=(3, 3),
+                               out_hw=(2, 2)) == 'xla'
+  assert ops.resolve_conv_impl('xla', 'cpu', macs=10, kernel_hw=(1, 1), out_hw=(1, 1)) == 'xla'
+
+
+def test_conv2d_auto_applies_the_rule():
+  """conv2d(impl='auto') hands the kernel and output size to the rule: a dot for a small 1x1."""
+  x, w = _operands(8, 8, 16, 1)
+  jaxpr = str(jax.make_jaxpr(lambda x, w: ops.conv2d(x, w, 2, 'VALID', impl='auto'))(x, w))
+  assert 'dot_general' in jaxpr and 'conv_general_dilated' not in jaxpr
+  x, w = _operands(8, 8, 8, 3)  # 3x3 on an 8x8 map, 36,864 MACs: native
+  jaxpr = str(jax.make_jaxpr(lambda x, w: ops.conv2d(x, w, 1, 'SAME', impl='auto'))(x, w))
+  assert 'conv_general_dilated' in jaxpr and 'dot_general' not in jaxpr
+
+
+def test_auto_picks_for_the_digits_presets():
+  """smoke: im2col only for its 1x1 downsamples; cpu preset: also its 2x2-output stage 4."""
+  def im2col_names(size, width):
+    convs = bench_conv.resnet18_convs(size, width, 'small', 1)
+    return {c.names[0] for c in convs if bench_conv.auto_pick(c, 'cpu') == 'im2col'}
+  downsamples = {f'layer{i}.0.downsample.0' for i in (2, 3, 4)}
+  assert im2col_names(8, 0.125) == downsamples
+  assert im2col_names(16, 0.25) == downsamples | {'layer4.0.conv1', 'layer4.0.conv2'}
+  assert im2col_names(8, 0.25) == downsamples | {'layer3.0.conv1', 'layer3.0.conv2',
+                                                  'layer4.0.conv1', 'layer4.0.conv2'}
+
+
+def test_bench_conv_lists_every_resnet18_convolution():
+  convs = bench_conv.resnet18_convs(64)
+  assert len(convs) == 11 and sum(len(c.names) for c in convs) == 20  # stem + 16 + 3 downsamples
+  assert [c.input_grad for c in convs].count(False) == 1  # the stem's input is the images
+  macs = sum(len(c.names) * bench_conv.macs(c) for c in convs)
+  assert macs + 512 * 1000 == bench_step.analytic_macs(64)
+  small = bench_conv.resnet18_convs(8, 0.125, 'small', 1)
+  assert sum(len(c.names) for c in small) == 20 and small[0].k == 3 and small[0].cin == 1
+
+
+def test_bench_conv_parse_sizes():
+  args = bench_conv.argparse.Namespace(image_size=64, width=1.0, stem='imagenet', batch=64,
+                                       in_channels=3)
+  assert bench_conv.parse_sizes('32,16:0.25:small:128:1', args) == [
+      (32, 1.0, 'imagenet', 64, 3), (16, 0.25, 'small', 128, 1)]
+  with pytest.raises(SystemExit):
+    bench_conv.parse_sizes('8:1:tiny', args)
+
+
+def test_bench_conv_runs(capsys):
+  """End to end at a tiny size (nothing timed): the table, one line per config, the last line."""
+  bench_conv.main(['--image-size', '8', '--width', '0.0625', '--stem', 'small', '--batch', '2',
+                   '--in-channels', '1', '--repeats', '1', '--min-time', '0'])
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert lines[-1].startswith('auto_vs_best=')
+  assert 0 < float(lines[-1].split('=')[1]) <= 1
+  assert lines[-2].startswith('auto_vs_best[8:0.0625:small:2:1]=')
+  rows = [line.strip('| ').split(' | ') for line in lines
+          if line.startswith('| ') and not line.startswith('| convolution |')]
+  assert len(rows) == 12 and rows[-1][0] == 'total (x count)'  # 11 distinct convs and the total
+  assert rows[0][:7] == ['conv1 (dw only)', '8x8x1', '3x3', '1', '4', '1', '2,304']
+  assert all(row[-2] in bench_conv.IMPLS and row[-1] in bench_conv.IMPLS for row in rows[:-1])
+  assert [row[-2] for row in rows if row[0].endswith('downsample.0')] == ['im2col'] * 3
+
+
 def test_config_validation_and_record():
   config = digits.get_config('smoke')
   assert config.numerics.conv_impl == 'auto'
   effective = numerics_setup.describe(config)['effective']
-  assert effective['conv_impl'].startswith('im2col (convs of >= ') and effective['conv_format'] == 'f32'  # CPU
+  assert effective['conv_impl'].startswith('im2col for 1x1 kernels, >= 1000000 MACs/example')
+  assert effective['conv_format'] == 'f32'  # CPU
   config.numerics.conv_impl = 'im2col'
   assert numerics_setup.describe(config)['effective']['conv_impl'] == 'im2col'
   config.numerics.conv_impl = 'xla'
