@@ -1,9 +1,13 @@
 """The benchmarks run end to end at minimal sizes and print their last line (nothing is timed)."""
 
+import subprocess
+import sys
+
 import jax
 import pytest
 
 from benchmarks import bench_feed, bench_step, bench_vs_torch, profile_step
+from tests.conftest import ROOT
 
 TINY = ['--image-size', '16', '--batch', '8', '--steps', '2', '--width', '0.125']
 
@@ -101,3 +105,15 @@ def test_kernels_are_classified_by_the_hlo_they_run():
             'args': {'hlo_op': 'conv.3'}}
   assert profile_step.event_category(kernel, cats) == 'convolution'
   assert profile_step.event_category({'name': 'sm90_xmma_gemm_bf16', 'args': {}}, {}) == 'matmul'
+
+
+def test_step_benchmarks_import_no_tensorflow(subprocess_env):
+  """The GPU image has no TensorFlow, ml_collections or tensorboardX: the step benchmarks must run."""
+  code = ('import sys; import benchmarks.bench_step, benchmarks.bench_feed, benchmarks.bench_conv, '
+          'benchmarks.profile_step, benchmarks.bench_vs_torch; '
+          "print(sorted(m for m in ('tensorflow', 'ml_collections', 'tensorboardX') "
+          'if m in sys.modules))')
+  out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=subprocess_env,
+                       capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert out.stdout.strip().splitlines()[-1] == '[]'
