@@ -23,12 +23,15 @@ happen on device. A JPEG that does not decode (or is not 218x178) is an error na
 """
 
 import concurrent.futures
+import contextlib
+import fcntl
 import io
 import json
 import os
 import shutil
 
 import numpy as np
+from absl import logging
 from PIL import Image
 
 from input_pipeline import base, batching, celeba_files, celeba_tfds
@@ -137,6 +140,29 @@ def _decode_to(out, index, jpeg, size, name):
   DECODED['images'] += 1
 
 
+@contextlib.contextmanager
+def preparation_lock(cache_dir):
+  """Hold `<cache_dir>/.prepare.lock` exclusively: one process at a time prepares TFDS and decodes.
+
+  The runs of a sweep started together on fresh files (`analysis.sweep --parallel N`) would
+  otherwise all prepare TFDS into one tfds_dir at once (and trip over each other's half-written
+  dataset) and all decode the same images. The others wait here, then find the cache built. An
+  flock dies with its process, so a killed preparation never leaves a stale lock; it serialises
+  processes of one machine (a cache_dir is local), not hosts sharing a network tfds_dir.
+  """
+  os.makedirs(cache_dir, exist_ok=True)
+  with open(os.path.join(cache_dir, '.prepare.lock'), 'a') as lock:
+    try:
+      fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      logging.info('Another process is preparing CelebA in %s: waiting for it', cache_dir)
+      fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _build_cache(path, manual_dir, tfds_dir, source, meta, rows, size):
   """Prepare TFDS if needed, then decode the splits' images into `path` once (atomically)."""
   if manual_dir:
@@ -195,8 +221,10 @@ def load(config):
   key = f'{source["source_fingerprint"]}-{data.split}-{size}px-{split_fp}'
   path = os.path.join(cache_dir, key)
   if not os.path.exists(os.path.join(path, 'done.json')):
-    os.makedirs(cache_dir, exist_ok=True)
-    _build_cache(path, manual_dir, tfds_dir, source, meta, {'train': train, 'test': test}, size)
+    with preparation_lock(cache_dir):
+      if not os.path.exists(os.path.join(path, 'done.json')):  # not built while we waited
+        _build_cache(path, manual_dir, tfds_dir, source, meta, {'train': train, 'test': test},
+                     size)
   images = {s: np.load(os.path.join(path, f'{s}.npy'), mmap_mode='r') for s in ('train', 'test')}
   train_labels, test_labels, num_classes, task, label_info = _labels(data.task, meta, train, test)
   counts = np.unique(meta['identity'], return_counts=True)[1]

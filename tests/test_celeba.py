@@ -259,3 +259,44 @@ def test_bad_config_fields():
     celeba.load(_config(''))
   with pytest.raises(ValueError, match='config.data.test_fraction'):
     celeba.load(_config('/nonexistent', test_fraction=1.0))
+
+
+FIRST_LOAD = """
+import sys
+sys.path.insert(0, {repo!r})
+from absl import logging
+from configs import celeba as celeba_config
+from input_pipeline import celeba
+logging.set_verbosity(logging.INFO)
+config = celeba_config.get_config('smoke')
+config.data.manual_dir = {manual_dir!r}
+dataset = celeba.load(config)
+print(celeba.DECODED['images'], len(dataset.train) + len(dataset.test))
+"""
+
+
+@pytest.mark.timeout(600)
+def test_concurrent_first_loads_prepare_and_decode_once(fixture_dir, tmp_path, subprocess_env):
+  """Two runs started together on fresh files: one prepares and decodes, the other waits, reuses."""
+  import threading
+  import time
+  target = str(_copy(fixture_dir, tmp_path))
+  cache_dir = celeba._dirs(_config(target).data)[2]
+  script = FIRST_LOAD.format(repo=REPO, manual_dir=target)
+  procs, errs = [], []
+  with celeba.preparation_lock(cache_dir):  # held until both processes queue behind it
+    for _ in range(2):
+      procs.append(subprocess.Popen([sys.executable, '-c', script], env=subprocess_env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+      errs.append([])
+      threading.Thread(target=lambda p=procs[-1], e=errs[-1]: e.extend(p.stderr),
+                       daemon=True).start()
+    deadline = time.time() + 300
+    while time.time() < deadline and not all(
+        any('is preparing CelebA' in line for line in e) for e in errs):
+      assert all(p.poll() is None for p in procs), ''.join(sum(errs, []))[-3000:]
+      time.sleep(0.2)
+  outs = [p.communicate(timeout=300)[0] for p in procs]
+  assert [p.returncode for p in procs] == [0, 0], ''.join(sum(errs, []))[-3000:]
+  decoded, totals = zip(*(map(int, out.split()[-2:]) for out in outs))
+  assert sorted(decoded) == [0, totals[0]] and totals[0] == totals[1]  # decoded exactly once
