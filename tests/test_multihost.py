@@ -1,12 +1,13 @@
 """Two JAX processes on localhost (CPU, gloo collectives, 4 devices each) against one process with 8.
 
-The global batch and the device count are the same, so the metrics must match the 1-process run.
-Not bit for bit: gloo sums across processes in another order than XLA sums the 8 devices of one
-process, so the first epoch already differs in the last ulp of the eval loss and the difference
-grows through training (measured: epoch-1 train loss/accuracy equal, test loss 2.2696860 vs
-2.2696862; after epoch 2 test accuracy 0.819 vs 0.808). The 2-process run is killed (both processes
-at step 30), resumed from its checkpoint with the same command (plus `data.on_device`, which does
-not change the batches), and only process 0 writes.
+The global batch and the device count are the same, so the metrics must match the 1-process run
+up to float summation order: the first logged training loss (mean of steps 1-5) to 1e-6, later
+metrics to what training amplifies rounding differences into. Measured (smoke preset): step 5
+2.6157153 vs 2.6157150; epoch 1 test loss 2.26988 vs 2.26969 (8e-5), which is also what a single
+process with 4 instead of 8 devices gives (2.26988): the layout changes the last bits of the
+cross-device sums, and 22 steps of training grow them to 1e-4. The 2-process run is killed (both
+processes at step 30), resumed from its checkpoint with the same command (plus `data.on_device`,
+which does not change the batches), and only process 0 writes.
 """
 
 import json
@@ -71,17 +72,21 @@ def without_wall_time(results):
   return out
 
 
-def assert_same_metrics(a, b):
-  """Same run facts exactly; metrics equal up to the cross-process summation order."""
+def assert_same_metrics(a, b, records_a, records_b):
+  """Same run facts exactly; metrics equal up to the cross-device summation order."""
   varying = ('num_processes', 'history', 'final', 'numerics')  # numerics: XLA_FLAGS (4 vs 8)
   assert a['numerics']['requested'] == b['numerics']['requested']
   assert {k: v for k, v in a.items() if k not in varying} == {
       k: v for k, v in b.items() if k not in varying}
   assert [sorted(h) for h in a['history']] == [sorted(h) for h in b['history']]
+  log_a, log_b = records_a[0], records_b[0]  # steps 1-5: the same batches, the same gradients
+  assert log_a['step'] == log_b['step'] == 5
+  assert log_a['train_loss'] == pytest.approx(log_b['train_loss'], rel=1e-6)
+  assert log_a['train_accuracy'] == log_b['train_accuracy']
   first_a, first_b = a['history'][0], b['history'][0]
   assert first_a['train_loss'] == pytest.approx(first_b['train_loss'], rel=1e-5)
-  assert first_a['test_loss'] == pytest.approx(first_b['test_loss'], rel=1e-5)
-  assert abs(first_a['test_accuracy'] - first_b['test_accuracy']) <= 1 / 360
+  assert first_a['test_loss'] == pytest.approx(first_b['test_loss'], rel=1e-3)
+  assert abs(first_a['test_accuracy'] - first_b['test_accuracy']) <= 3 / 360
   for key in ('train_loss', 'test_loss'):
     assert a['final'][key] == pytest.approx(b['final'][key], rel=0.03)
   assert abs(a['final']['test_accuracy'] - b['final']['test_accuracy']) <= 0.04
@@ -107,10 +112,11 @@ def test_two_processes_match_one_and_resume(tmp_path, subprocess_env):
   two = results_lib.read_results(str(workdir))
   assert two['num_processes'] == 2 and one['num_processes'] == 1
   assert two['num_devices'] == one['num_devices'] == 8
-  assert_same_metrics(without_wall_time(one), without_wall_time(two))
-  # Only process 0 writes: one record per logged step, none duplicated by process 1.
   records = [json.loads(l) for l in (workdir / 'metrics.jsonl').read_text().splitlines()]
+  records_one = [json.loads(l)
+                 for l in (tmp_path / 'one' / 'metrics.jsonl').read_text().splitlines()]
+  assert_same_metrics(without_wall_time(one), without_wall_time(two), records_one, records)
+  # Only process 0 writes: one record per logged step, none duplicated by process 1.
   keys = [(r['kind'], r['step']) for r in records]
   assert len(keys) == len(set(keys))
-  assert keys == [(r['kind'], r['step']) for r in
-                  map(json.loads, (tmp_path / 'one' / 'metrics.jsonl').read_text().splitlines())]
+  assert keys == [(r['kind'], r['step']) for r in records_one]
