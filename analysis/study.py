@@ -19,10 +19,8 @@ from analysis import figures, results, stats, style, sweep
 
 def parse_args(argv):
   p = argparse.ArgumentParser(prog='python -m analysis.study', description=__doc__.split('\n')[0])
-  p.add_argument('--config', required=True, help='config file with get_sweep(), e.g. configs/digits.py:study')
-  p.add_argument('--root', required=True, help='local folder for the runs, the report and figures/')
-  p.add_argument('--parallel', type=int, default=None, help='runs at a time (default 1, or one per GPU)')
-  p.add_argument('--gpus', default='', help='comma-separated GPU ids: one run per GPU')
+  sweep.add_run_args(p, 'configs/digits.py:study',
+                     'local folder for the runs, the report and figures/')
   p.add_argument('--group-by', nargs='+', default=[], help='columns defining an arm (analysis.stats)')
   p.add_argument('--metric', default=stats.DEFAULT_METRIC)
   p.add_argument('--margin', type=float, default=0.5, help='equivalence margin, pp')

@@ -318,12 +318,18 @@ def parse_gpus(text):
     raise ValueError(f'--gpus={text}: give comma-separated GPU ids, e.g. --gpus 0,1,2,3') from None
 
 
-def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m analysis.sweep', description=__doc__.split('\n')[0])
-  p.add_argument('--config', required=True, help='config file with get_sweep(), e.g. configs/digits.py:cpu')
-  p.add_argument('--root', required=True, help='folder holding one workdir per run')
+def add_run_args(p, example_config, root_help):
+  """--config, --root, --parallel, --gpus: what running a sweep takes (analysis.study too)."""
+  p.add_argument('--config', required=True,
+                 help=f'config file with get_sweep(), e.g. {example_config}')
+  p.add_argument('--root', required=True, help=root_help)
   p.add_argument('--parallel', type=int, default=None, help='runs at a time (default 1, or one per GPU)')
   p.add_argument('--gpus', default='', help='comma-separated GPU ids: one run per GPU')
+
+
+def parse_args(argv):
+  p = argparse.ArgumentParser(prog='python -m analysis.sweep', description=__doc__.split('\n')[0])
+  add_run_args(p, 'configs/digits.py:cpu', 'folder holding one workdir per run')
   p.add_argument('--emit-commands', default=None, help=f'command list file (default ROOT/{COMMANDS_FILE})')
   p.add_argument('--emit-slurm', default=None, help=f'SLURM array script (default ROOT/{SLURM_FILE})')
   p.add_argument('--dry-run', action='store_true', help='write the files and show the plan; run nothing')
