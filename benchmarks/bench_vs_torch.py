@@ -40,8 +40,9 @@ PRECISIONS = {  # --precision -> (JAX compute_dtype, JAX matmul_precision)
 }
 
 
-def torch_resnet18(num_classes=1000, width=1.0):
-  """torchvision.models.resnet18's architecture and init, in plain torch.nn (no torchvision)."""
+def torch_resnet18(num_classes=1000, width=1.0, blocks=(2, 2, 2, 2)):
+  """torchvision.models.resnet18's architecture, module names and init, in plain torch.nn (no
+  torchvision), so state_dict keys match torchvision's; `blocks` (3, 4, 6, 3) gives ResNet-34."""
   import torch
   from torch import nn
 
@@ -74,8 +75,10 @@ def torch_resnet18(num_classes=1000, width=1.0):
       self.relu = nn.ReLU(inplace=True)
       self.maxpool = nn.MaxPool2d(3, 2, 1)
       layers, prev = [], ch[0]
-      for i, c in enumerate(ch):
-        layers.append(nn.Sequential(BasicBlock(prev, c, 1 if i == 0 else 2), BasicBlock(c, c, 1)))
+      for i, (c, n) in enumerate(zip(ch, blocks)):
+        stage = [BasicBlock(prev, c, 1 if i == 0 else 2)]
+        stage += [BasicBlock(c, c, 1) for _ in range(n - 1)]
+        layers.append(nn.Sequential(*stage))
         prev = c
       self.layer1, self.layer2, self.layer3, self.layer4 = layers
       self.avgpool = nn.AdaptiveAvgPool2d(1)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from benchmarks.bench_vs_torch import torch_resnet18
 from models import pretrained, resnet
 
 torch = pytest.importorskip(
@@ -18,56 +19,10 @@ RTOL = 1e-4  # max |jax - torch| / max |torch|
 FORMATS = ('.pth', '.safetensors', '.npz')
 
 
-# A minimal torchvision ResNet-18 with torchvision's module names, so state_dict keys match.
-class BasicBlock(nn.Module):
-
-  def __init__(self, inplanes, planes, stride=1):
-    super().__init__()
-    self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
-    self.bn1 = nn.BatchNorm2d(planes)
-    self.relu = nn.ReLU(inplace=True)
-    self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
-    self.bn2 = nn.BatchNorm2d(planes)
-    self.downsample = None
-    if stride != 1 or inplanes != planes:
-      self.downsample = nn.Sequential(nn.Conv2d(inplanes, planes, 1, stride, bias=False),
-                                      nn.BatchNorm2d(planes))
-
-  def forward(self, x):
-    out = self.relu(self.bn1(self.conv1(x)))
-    out = self.bn2(self.conv2(out))
-    identity = x if self.downsample is None else self.downsample(x)
-    return self.relu(out + identity)
-
-
-class TorchResNet(nn.Module):
-
-  def __init__(self, layers=(2, 2, 2, 2), num_classes=1000):
-    super().__init__()
-    self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
-    self.bn1 = nn.BatchNorm2d(64)
-    self.relu = nn.ReLU(inplace=True)
-    self.maxpool = nn.MaxPool2d(3, 2, 1)
-    inplanes = 64
-    for i, (planes, blocks) in enumerate(zip((64, 128, 256, 512), layers)):
-      stage = []
-      for b in range(blocks):
-        stage.append(BasicBlock(inplanes, planes, 2 if (i > 0 and b == 0) else 1))
-        inplanes = planes
-      setattr(self, f'layer{i + 1}', nn.Sequential(*stage))
-    self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-    self.fc = nn.Linear(512, num_classes)
-
-  def forward(self, x):
-    x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-    x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-    return self.fc(torch.flatten(self.avgpool(x), 1))
-
-
 def random_torch_resnet(seed=0, layers=(2, 2, 2, 2), num_classes=1000):
   """Random weights and random BN affine parameters and running statistics."""
   torch.manual_seed(seed)
-  net = TorchResNet(layers, num_classes)
+  net = torch_resnet18(num_classes, blocks=layers)
   with torch.no_grad():
     for m in net.modules():
       if isinstance(m, nn.BatchNorm2d):
