@@ -42,7 +42,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks.bench_step import environment  # noqa: E402
+from benchmarks.bench_step import command_line, environment  # noqa: E402
 from models import resnet  # noqa: E402
 from numerics import ops  # noqa: E402
 
@@ -204,8 +204,7 @@ def main(argv=None):
                       help='seconds per timed measurement at least (calls are repeated)')
   args = parser.parse_args(argv)
   print(environment())
-  print('command: python -m benchmarks.bench_conv ' + ' '.join(sys.argv[1:] if argv is None
-                                                               else argv))
+  print(command_line('bench_conv', argv))
   configs = parse_sizes(args.sizes, args) if args.sizes else [
       (args.image_size, args.width, args.stem, args.batch, args.in_channels)]
   jax.jit(lambda x: x + 1).lower(1.0).compile()  # the backend's one-off start-up, untimed

@@ -129,9 +129,8 @@ def main(argv=None):
   args = parser.parse_args(argv)
   args.examples = args.examples or 8 * args.batch
   print(bench_step.environment())
-  print('command: python -m benchmarks.bench_feed ' + ' '.join(sys.argv[1:] if argv is None
-                                                               else argv))
-  devices = jax.devices()[:args.devices] if args.devices else jax.devices()
+  print(bench_step.command_line('bench_feed', argv))
+  devices = bench_step.selected_devices(args)
   bench = bench_step.JaxStep(args, devices)
   with tempfile.TemporaryDirectory(prefix='bench_feed_') as directory:
     images = open_images(args, directory)

@@ -37,7 +37,7 @@ from flax import nnx  # noqa: E402
 from models import resnet  # noqa: E402
 from numerics import ops  # noqa: E402
 from numerics import setup as numerics_setup  # noqa: E402
-from trainer import optim, steps  # noqa: E402
+from trainer import optim, steps, validation  # noqa: E402
 
 # Dense peak TFLOP/s per device by product format ('bf16', 'tf32', 'f32'); matched by substring
 # of jax's device_kind, first match wins (REFERENCE.md section 5; vendor data sheets, SXM parts).
@@ -145,14 +145,7 @@ def cost_flops(compiled):
 
 def peak_memory_bytes(devices):
   """Largest peak_bytes_in_use over `devices`, or None where memory_stats is not available."""
-  peaks = []
-  for d in devices:
-    try:
-      stats = d.memory_stats()
-    except Exception:  # noqa: BLE001
-      stats = None
-    if stats and 'peak_bytes_in_use' in stats:
-      peaks.append(stats['peak_bytes_in_use'])
+  peaks = validation.memory_stat(devices, 'peak_bytes_in_use')
   return max(peaks) if peaks else None
 
 
@@ -242,9 +235,19 @@ def environment():
           f'{time.strftime("%Y-%m-%d %H:%M:%S %Z")} | load average {load}')
 
 
+def command_line(module, argv):
+  """'command: python -m benchmarks.<module> <arguments>': the second line of every record."""
+  return f'command: python -m benchmarks.{module} ' + ' '.join(sys.argv[1:] if argv is None
+                                                                else argv)
+
+
+def selected_devices(args):
+  """The first `--devices` devices (0: all of them)."""
+  return jax.devices()[:args.devices] if args.devices else jax.devices()
+
+
 def measure(args):
-  devices = jax.devices()[:args.devices] if args.devices else jax.devices()
-  bench = JaxStep(args, devices)
+  bench = JaxStep(args, selected_devices(args))
   bench.run(args.warmup)
   times = [bench.run(args.steps) / args.steps for _ in range(args.windows)]
   return bench, times
@@ -311,8 +314,7 @@ def main(argv=None):
   add_args(parser)
   args = parser.parse_args(argv)
   print(environment())
-  print('command: python -m benchmarks.bench_step ' + ' '.join(sys.argv[1:] if argv is None
-                                                               else argv))
+  print(command_line('bench_step', argv))
   bench, times = measure(args)
   s = summarize(bench, times)
   print(table(bench, s))

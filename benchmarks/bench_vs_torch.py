@@ -190,8 +190,7 @@ def main(argv=None):
       steps=args.steps, windows=args.rounds, warmup=args.warmup, devices=1)
 
   print(bench_step.environment() + ' | ' + torch_environment())
-  print('command: python -m benchmarks.bench_vs_torch ' + ' '.join(
-      sys.argv[1:] if argv is None else argv))
+  print(bench_step.command_line('bench_vs_torch', argv))
   import jax
   variants, notes = {}, []
   jax_step = bench_step.JaxStep(jax_args, jax.devices()[:1])

@@ -203,8 +203,7 @@ def main(argv=None):
   parser.add_argument('--top', type=int, default=25, help='kernels listed')
   args = parser.parse_args(argv)
   print(bench_step.environment())
-  devices = jax.devices()[:args.devices] if args.devices else jax.devices()
-  bench = bench_step.JaxStep(args, devices)
+  bench = bench_step.JaxStep(args, bench_step.selected_devices(args))
   bench.run(args.warmup)
   trace_dir = args.trace_dir or tempfile.mkdtemp(prefix='profile_step_')
   with jax.profiler.trace(trace_dir, create_perfetto_trace=True):

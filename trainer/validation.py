@@ -99,24 +99,30 @@ def check_dataset(config, dataset, device_bytes=None):
   if config.batch_size > len(dataset.train):
     raise ConfigError(f'config.batch_size={config.batch_size} is larger than the '
                       f'{len(dataset.train)} training examples: no full batch per epoch')
-  need = batching.nbytes(dataset.train)
-  if config.data.on_device and device_bytes and need > device_bytes / 2:
+  need = batching.nbytes(dataset.train) if config.data.on_device else 0
+  if device_bytes and need > device_bytes / 2:
     raise ConfigError(f'config.data.on_device=True needs {need / 2**30:.2f} GiB for the training '
                       f'split on every device, over half of the {device_bytes / 2**30:.2f} GiB a '
                       'device has: set config.data.on_device=False (host feeding) or a smaller '
                       'config.data.image_size')
 
 
-def device_memory(devices):
-  """The smallest `bytes_limit` the devices report, or None when none reports one (CPU)."""
-  limits = []
+def memory_stat(devices, key):
+  """`key` of each device's memory_stats() (e.g. 'bytes_limit'), for the devices reporting it."""
+  values = []
   for device in devices:
     try:
       stats = device.memory_stats()
     except Exception:  # noqa: BLE001 - backends without memory statistics
       stats = None
-    if stats and stats.get('bytes_limit'):
-      limits.append(int(stats['bytes_limit']))
+    if stats and stats.get(key) is not None:
+      values.append(int(stats[key]))
+  return values
+
+
+def device_memory(devices):
+  """The smallest `bytes_limit` the devices report, or None when none reports one (CPU)."""
+  limits = [v for v in memory_stat(devices, 'bytes_limit') if v]
   return min(limits) if limits else None
 
 
