@@ -42,47 +42,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks.bench_step import command_line, environment  # noqa: E402
-from models import resnet  # noqa: E402
+from benchmarks.bench_step import command_line, environment, resnet18_convs  # noqa: E402
 from numerics import ops  # noqa: E402
 
 IMPLS = ('xla', 'im2col')
-
-# One distinct convolution: input size (square), channels, kernel, stride, padding, whether the
-# model needs its input gradient (not the stem's), and the names of the layers that run it.
-Conv = collections.namedtuple('Conv', 'size cin cout k stride pad input_grad names')
-
-
-def resnet18_convs(image_size, width=1.0, stem='imagenet', in_channels=3):
-  """The distinct convolutions of ResNet18(width, stem) on image_size^2, in model order."""
-  def out(size, k, s, p):
-    return (size + 2 * p - k) // s + 1
-
-  convs = {}  # (size, cin, cout, k, stride, pad, input_grad) -> names, insertion-ordered
-
-  def add(name, size, cin, cout, k, stride, pad, input_grad=True):
-    convs.setdefault((size, cin, cout, k, stride, pad, input_grad), []).append(name)
-    return out(size, k, stride, pad)
-
-  channels = [max(1, int(round(c * width))) for c in resnet.STAGE_CHANNELS]
-  size = image_size
-  if stem == 'imagenet':
-    size = add('conv1', size, in_channels, channels[0], 7, 2, 3, input_grad=False)
-    size = out(size, 3, 2, 1)  # max-pool
-  else:
-    size = add('conv1', size, in_channels, channels[0], 3, 1, 1, input_grad=False)
-  previous = channels[0]
-  for index, (c, blocks) in enumerate(zip(channels, resnet.STAGE_BLOCKS)):
-    for b in range(blocks):
-      stride = 2 if (index > 0 and b == 0) else 1
-      name = f'layer{index + 1}.{b}'
-      new = add(f'{name}.conv1', size, previous, c, 3, stride, 1)
-      add(f'{name}.conv2', new, c, c, 3, 1, 1)
-      if stride != 1 or previous != c:
-        add(f'{name}.downsample.0', size, previous, c, 1, stride, 0)
-      size, previous = new, c
-  return [Conv(*key, names=tuple(names)) for key, names in convs.items()]
-
 
 def macs(conv):
   """Multiply-adds per example, as numerics.ops counts them for 'auto'."""

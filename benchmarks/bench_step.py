@@ -21,6 +21,7 @@ Imports neither TensorFlow nor ml_collections: the config is a small dict-backed
 """
 
 import argparse
+import collections
 import os
 import platform as platform_lib
 import statistics
@@ -81,31 +82,50 @@ def make_config(args):
                 warmup_epochs=0.0, freeze_epochs=0, schedule='per_phase'))
 
 
-def analytic_macs(image_size, width=1.0, stem='imagenet', in_channels=3, num_classes=1000):
-  """Multiply-adds of one forward pass of ResNet18(width, stem) on image_size^2 (convs + fc)."""
-  def out(size, k, s, p):
-    return (size + 2 * p - k) // s + 1
+# One distinct convolution: input size (square), channels, kernel, stride, padding, whether the
+# model needs its input gradient (not the stem's), and the names of the layers that run it.
+Conv = collections.namedtuple('Conv', 'size cin cout k stride pad input_grad names')
+
+
+def conv_out(size, k, stride, pad):
+  """Output height (= width) of a k x k convolution (or pooling) on a size x size map."""
+  return (size + 2 * pad - k) // stride + 1
+
+
+def resnet18_convs(image_size, width=1.0, stem='imagenet', in_channels=3):
+  """The distinct convolutions of ResNet18(width, stem) on image_size^2, in model order."""
+  convs = {}  # (size, cin, cout, k, stride, pad, input_grad) -> names, insertion-ordered
+
+  def add(name, size, cin, cout, k, stride, pad, input_grad=True):
+    convs.setdefault((size, cin, cout, k, stride, pad, input_grad), []).append(name)
+    return conv_out(size, k, stride, pad)
 
   channels = [max(1, int(round(c * width))) for c in resnet.STAGE_CHANNELS]
-  macs, size = 0, image_size
+  size = image_size
   if stem == 'imagenet':
-    size = out(size, 7, 2, 3)
-    macs += size * size * 49 * in_channels * channels[0]
-    size = out(size, 3, 2, 1)  # max-pool
+    size = add('conv1', size, in_channels, channels[0], 7, 2, 3, input_grad=False)
+    size = conv_out(size, 3, 2, 1)  # max-pool
   else:
-    size = out(size, 3, 1, 1)
-    macs += size * size * 9 * in_channels * channels[0]
+    size = add('conv1', size, in_channels, channels[0], 3, 1, 1, input_grad=False)
   previous = channels[0]
   for index, (c, blocks) in enumerate(zip(channels, resnet.STAGE_BLOCKS)):
     for b in range(blocks):
       stride = 2 if (index > 0 and b == 0) else 1
-      new = out(size, 3, stride, 1)
-      macs += new * new * 9 * previous * c  # conv1
-      macs += new * new * 9 * c * c  # conv2
+      name = f'layer{index + 1}.{b}'
+      new = add(f'{name}.conv1', size, previous, c, 3, stride, 1)
+      add(f'{name}.conv2', new, c, c, 3, 1, 1)
       if stride != 1 or previous != c:
-        macs += new * new * previous * c  # 1x1 downsample
+        add(f'{name}.downsample.0', size, previous, c, 1, stride, 0)
       size, previous = new, c
-  return macs + previous * num_classes
+  return [Conv(*key, names=tuple(names)) for key, names in convs.items()]
+
+
+def analytic_macs(image_size, width=1.0, stem='imagenet', in_channels=3, num_classes=1000):
+  """Multiply-adds of one forward pass of ResNet18(width, stem) on image_size^2 (convs + fc)."""
+  macs = sum(len(c.names) * conv_out(c.size, c.k, c.stride, c.pad) ** 2 * c.k * c.k * c.cin
+             * c.cout for c in resnet18_convs(image_size, width, stem, in_channels))
+  features = max(1, int(round(resnet.STAGE_CHANNELS[-1] * width)))  # what the fc layer sees
+  return macs + features * num_classes
 
 
 def executed_format(platform, matmul_precision, emulate, compute_dtype, conv_impl):
