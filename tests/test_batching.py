@@ -1,8 +1,11 @@
 """Deterministic per-process batching: every example once per epoch, eval without drops."""
 
 import numpy as np
+import pytest
 
+from configs import digits
 from input_pipeline import base, batching
+from trainer import steps, validation
 
 
 def _split(n):
@@ -57,7 +60,6 @@ def test_fingerprint_is_order_independent():
 
 def test_device_gather_equals_host_batch_on_8_devices():
   """data.on_device: the devices gather exactly the host batch's rows, sharded the same way."""
-  from trainer import steps
   rng = np.random.default_rng(0)
   split = base.Split(rng.integers(0, 256, (50, 4, 4, 3), dtype=np.uint8),
                      rng.integers(0, 10, (50,), dtype=np.int32))
@@ -76,9 +78,6 @@ def test_device_gather_equals_host_batch_on_8_devices():
 
 
 def test_device_resident_split_must_fit_half_a_device():
-  import pytest
-  from configs import digits
-  from trainer import validation
   config = digits.get_config('smoke')
   config.batch_size = 8
   split = _split(64)  # 64 one-pixel images + 64 int32 labels = 320 bytes
@@ -104,6 +103,5 @@ class _Device:
 
 
 def test_device_memory_is_the_smallest_reported_limit():
-  from trainer import validation
   assert validation.device_memory([_Device({'bytes_limit': 8}), _Device({'bytes_limit': 5})]) == 5
   assert validation.device_memory([_Device(None), _Device(RuntimeError('n/a'))]) is None

@@ -4,6 +4,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 import zipfile
 
 import numpy as np
@@ -278,8 +280,6 @@ print(celeba.DECODED['images'], len(dataset.train) + len(dataset.test))
 @pytest.mark.timeout(600)
 def test_concurrent_first_loads_prepare_and_decode_once(fixture_dir, tmp_path, subprocess_env):
   """Two runs started together on fresh files: one prepares and decodes, the other waits, reuses."""
-  import threading
-  import time
   target = str(_copy(fixture_dir, tmp_path))
   cache_dir = celeba._dirs(_config(target).data)[2]
   script = FIRST_LOAD.format(repo=REPO, manual_dir=target)
