@@ -69,8 +69,9 @@ def base_config():
   c.numerics.emulate = 'none'  # product format reproduced on any backend (numerics/emulate.py)
   c.numerics.batchnorm_group = 0  # 0: BN over the global batch; K: per group of K examples
   c.numerics.gpu_deterministic = False  # --xla_gpu_deterministic_ops
-  # How convolutions are computed: 'auto' (im2col on CPU, xla elsewhere), 'xla' or 'im2col' (same
-  # product and operand rounding; f32 summation order differs; numerics/ops.py).
+  # How convolutions are computed: 'auto' (im2col for the shapes XLA:CPU runs slowly, xla for the
+  # rest and on GPU/TPU), 'xla' or 'im2col' (same product and operand rounding; f32 summation
+  # order differs; numerics/ops.py).
   c.numerics.conv_impl = 'auto'
 
   c.distributed = ml_collections.ConfigDict()
