@@ -5,6 +5,7 @@ from PIL import Image
 import pytest
 
 from analysis import figures, results, stats, style
+from trainer import record
 
 
 def fake_results(seed, acc, platform, dtype):
@@ -25,7 +26,7 @@ def make_study(root, arms=(('tpu', 'float32', 0.90), ('gpu', 'float32', 0.899),
   rng = np.random.default_rng(0)
   for platform, dtype, acc in arms:
     for seed in seeds:
-      results.save_results(f'{root}/{platform}_{dtype}/s{seed}',
+      record.write_results(f'{root}/{platform}_{dtype}/s{seed}',
                            fake_results(seed, acc + rng.normal(0, 0.003), platform, dtype))
 
 

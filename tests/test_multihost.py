@@ -22,7 +22,7 @@ import pytest
 from analysis import results as results_lib
 from configs import digits
 from tests.conftest import ROOT
-from trainer import loop
+from trainer import loop, record
 
 TRAIN = [sys.executable, os.path.join(ROOT, 'train.py')]
 EVERY = 4
@@ -109,7 +109,7 @@ def test_two_processes_match_one_and_resume(tmp_path, subprocess_env):
   assert 'jax.distributed: process 1 of 2' in done[1][1]
   assert 'Resumed' in done[0][1] and 'at step 28' in done[0][1]
   assert all('Training split on every device' in err for _, err in done)
-  two = results_lib.read_results(str(workdir))
+  two = record.read_results(str(workdir))
   assert two['num_processes'] == 2 and one['num_processes'] == 1
   assert two['num_devices'] == one['num_devices'] == 8
   records = [json.loads(l) for l in (workdir / 'metrics.jsonl').read_text().splitlines()]

@@ -22,7 +22,7 @@ from analysis import results as results_lib
 from analysis import stats
 from configs import digits
 from tests.conftest import ROOT
-from trainer import checkpointing, lock, loop, validation
+from trainer import checkpointing, lock, loop, record, validation
 
 TRAIN = [sys.executable, os.path.join(ROOT, 'train.py')]
 EVERY = 4  # checkpoint_every_steps: 22 steps per epoch, so mid-epoch steps 4, 8, ..., 40
@@ -113,7 +113,7 @@ def test_killed_at_any_moment_resumes_bit_identical(reference, tmp_path, subproc
   # The same command again finishes the run.
   proc = run_train(args, subprocess_env)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  final = results_lib.read_results(str(workdir))
+  final = record.read_results(str(workdir))
   assert final['status'] == 'completed'
   assert without_wall_time(final) == without_wall_time(ref)  # accuracy, losses, history: bitwise
   assert metric_records(workdir) == metric_records(ref_dir)  # every logged step, once, same values
@@ -144,7 +144,7 @@ def test_nan_stops_naming_the_step_and_analysis_excludes_it(reference, tmp_path)
                            'checkpoint_every_steps': 2})
   with pytest.raises(loop.TrainingFailed, match=r'non-finite .* at step (\d+) \(epoch 1\)') as e:
     loop.train_and_evaluate(config, str(workdir))
-  saved = results_lib.read_results(str(workdir))
+  saved = record.read_results(str(workdir))
   assert saved['status'] == 'failed' and saved['reason'] == str(e.value)
   bad_step = saved['failed_step']
   assert f'at step {bad_step} ' in str(e.value)

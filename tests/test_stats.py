@@ -10,6 +10,7 @@ from statsmodels.stats import multitest, power as smp, weightstats
 from statsmodels.stats.meta_analysis import effectsize_smd
 
 from analysis import results, stats
+from trainer import record
 
 METRIC = 'final.test_accuracy'
 
@@ -150,14 +151,14 @@ def test_paired_only_when_deterministic_and_aligned_by_seed():
 def make_runs(root):
   """Two GPU arms (float32 deterministic, bfloat16 not) + a duplicate, a failed and a running run."""
   for seed in range(4):
-    results.save_results(f'{root}/f32/s{seed}', fake_results(seed, 0.80 + 0.001 * seed))
-    results.save_results(f'{root}/bf16/s{seed}', fake_results(seed, 0.78 + 0.002 * seed, dtype='bfloat16', det=False))
-  results.save_results(f'{root}/f32/s1_again', fake_results(1, 0.801))  # same value: deterministic
-  results.save_results(f'{root}/bf16/s2_again', fake_results(2, 0.70, dtype='bfloat16', det=False))
-  results.save_results(f'{root}/f32/s9', fake_results(9, 0.1, status='failed'))
-  results.save_results(f'{root}/f32/s8', fake_results(8, 0.1, status='running', step=3), step=3)
-  results.save_results(f'{root}/f32/s7', fake_results(7, 0.1, status='running', step=3), step=3)
-  results.save_results(f'{root}/f32/s7', fake_results(7, 0.803, step=10), step=10)  # finished later
+    record.write_results(f'{root}/f32/s{seed}', fake_results(seed, 0.80 + 0.001 * seed))
+    record.write_results(f'{root}/bf16/s{seed}', fake_results(seed, 0.78 + 0.002 * seed, dtype='bfloat16', det=False))
+  record.write_results(f'{root}/f32/s1_again', fake_results(1, 0.801))  # same value: deterministic
+  record.write_results(f'{root}/bf16/s2_again', fake_results(2, 0.70, dtype='bfloat16', det=False))
+  record.write_results(f'{root}/f32/s9', fake_results(9, 0.1, status='failed'))
+  record.write_results(f'{root}/f32/s8', fake_results(8, 0.1, status='running', step=3), step=3)
+  record.write_results(f'{root}/f32/s7', fake_results(7, 0.1, status='running', step=3), step=3)
+  record.write_results(f'{root}/f32/s7', fake_results(7, 0.803, step=10), step=10)  # finished later
 
 
 def test_orbax_runs_duplicates_and_failed_runs(tmp_path):
@@ -185,7 +186,7 @@ def test_orbax_runs_duplicates_and_failed_runs(tmp_path):
 
 def test_cli_formats_and_small_arm(tmp_path, capsys):
   make_runs(tmp_path / 'runs')
-  results.save_results(f'{tmp_path}/runs/tpu/s0', fake_results(0, 0.8, platform='tpu'))
+  record.write_results(f'{tmp_path}/runs/tpu/s0', fake_results(0, 0.8, platform='tpu'))
   stats.main([f'--runs={tmp_path}/runs', '--margin=1'])
   captured = capsys.readouterr()
   assert "arm 'tpu, compute_dtype=float32' has n < 2" in captured.err

@@ -13,6 +13,7 @@ import pytest
 
 from analysis import results, study, sweep
 from configs import celeba, digits
+from trainer import record
 
 DIGITS = os.path.join(sweep.REPO, 'configs', 'digits.py')
 
@@ -129,11 +130,11 @@ def test_emit_paths_and_a_completed_run_is_skipped_a_changed_one_conflicts(tmp_p
   root = str(tmp_path / 'r')
   runs, _, _ = sweep.expand('configs/digits.py:smoke', root)
   done = sweep.check_overrides(digits, 'smoke', runs[0].overrides, 0).to_dict()
-  results.save_results(runs[0].workdir, {'status': 'completed', 'config': done}, step=5)
-  results.save_results(runs[1].workdir, {'status': 'running', 'config': done}, step=2)
+  record.write_results(runs[0].workdir, {'status': 'completed', 'config': done}, step=5)
+  record.write_results(runs[1].workdir, {'status': 'running', 'config': done}, step=2)
   changed = sweep.check_overrides(digits, 'smoke', runs[2].overrides, 0).to_dict()
   changed['num_epochs'] = 99
-  results.save_results(runs[2].workdir, {'status': 'completed', 'config': changed}, step=5)
+  record.write_results(runs[2].workdir, {'status': 'completed', 'config': changed}, step=5)
   code = sweep.main(['--config=configs/digits.py:smoke', f'--root={root}', '--dry-run',
                      f'--emit-commands={tmp_path}/c.txt', f'--emit-slurm={tmp_path}/s.sbatch'])
   out = capsys.readouterr().out

@@ -1,0 +1,169 @@
+"""The results record: its fields, its place in the Orbax checkpoint, and the rules read from it.
+
+This module is the one owner of
+- the layout: <workdir>/checkpoints/<step>/{state, results}, Orbax CheckpointManager items. Every
+  save carries the record as it stands, so the latest step's `results` is the run's current record,
+  readable without the state. A failed run's last step holds `results` only;
+- the record's fields (`new_record`, below) and the table columns they become (`row`);
+- which fields define an arm (every numerics field a config can set, automatically: `arm_columns`),
+  which make two runs a pair (same initial weights and data order: `PAIRING_FIELDS`), and the rule
+  that a config is "the same run" as a saved one (`config_differences`, used by resume and sweep).
+
+Record fields: `schema` (RECORD_SCHEMA; absent in records written before it existed, which read
+the same), `status` ('running' | 'completed' | 'failed'), `reason`, `seed`, `platform`,
+`device_kind`, `num_devices`, `num_processes`, `step`, `total_steps`, `wall_time_s`, `numerics`
+({'requested': config.numerics, 'effective': ...}, numerics/setup.py describe), `data` (the
+dataset's facts, fingerprint included), `model` (pretrained-weight facts), `config` (every field),
+`versions`, `final` (FINAL_METRICS), `history` (one entry per epoch), `log_sums` (training sums at
+the last log, for a bit-identical resume), `failed_step` (failed runs).
+"""
+
+import json
+
+import orbax.checkpoint as ocp
+from etils import epath
+
+RECORD_SCHEMA = 2
+CHECKPOINTS = 'checkpoints'
+STATE_ITEM = 'state'
+RESULTS_ITEM = 'results'
+ITEMS = (STATE_ITEM, RESULTS_ITEM)
+STATUSES = ('running', 'completed', 'failed')
+
+# Columns every run row has, in this order, before the flattened ones.
+BASE_COLUMNS = ('run', 'status', 'reason', 'seed', 'platform', 'device_kind', 'num_devices',
+                'num_processes', 'step', 'total_steps', 'wall_time_s')
+# Parts of a record that become columns as `part.field...` (nested dicts flattened).
+FLATTENED = ('final', 'numerics', 'config', 'data', 'model', 'versions')
+FINAL_METRICS = ('test_accuracy', 'test_loss', 'train_loss', 'train_accuracy')
+DEFAULT_METRIC = 'final.test_accuracy'
+
+# An arm: runs equal in these columns and in every requested numerics field.
+ARM_CONTEXT = ('platform', 'device_kind')
+ARM_PREFIX = 'numerics.requested.'
+# Whether a GPU run used deterministic kernels (TPU and CPU runs repeat bit for bit anyway).
+DETERMINISM_COLUMN = 'numerics.effective.gpu_deterministic'
+
+# Two runs share initial weights and data order (and so pair by seed) when these are equal:
+# the seed and everything that builds the initial model or orders and transforms the data.
+PAIRING_FIELDS = ('config.seed', 'config.batch_size', 'config.model.name', 'config.model.width',
+                  'config.model.stem', 'config.model.init_from', 'config.model.reinit',
+                  'config.numerics.param_dtype', 'config.data.name', 'config.data.task',
+                  'config.data.split', 'config.data.split_seed', 'config.data.test_fraction',
+                  'config.data.image_size', 'config.data.normalization', 'config.data.flip',
+                  'data.fingerprint')
+
+# Config fields that cannot change a run's arithmetic: a saved run with other values of these is
+# still the same run (resume continues it, the sweep counts it as done). Everything else (seed,
+# epochs, batch sizes, eval_every_epochs, numerics, optimizer, model, data) must match.
+IGNORED_FIELDS = ('log_every_steps', 'checkpoint_every_steps', 'keep_checkpoints', 'preset',
+                  'data.prefetch', 'data.on_device', 'data.manual_dir', 'data.tfds_dir',
+                  'data.cache_dir', 'distributed')
+
+
+def checkpoint_dir(workdir):
+  return epath.Path(workdir) / CHECKPOINTS
+
+
+def new_record(config, facts, numerics, data_info, model_facts, versions):
+  """The record of a run about to start: status 'running', no history.
+
+  `facts`: {'platform', 'device_kind', 'num_devices', 'num_processes'} of this run's devices.
+  """
+  return {'schema': RECORD_SCHEMA, 'status': 'running', 'reason': '', 'seed': int(config.seed),
+          **facts, 'numerics': numerics, 'data': dict(data_info), 'model': model_facts,
+          'config': config.to_dict(), 'versions': versions, 'final': {}, 'history': [],
+          'wall_time_s': 0.0}
+
+
+def final_metrics(history):
+  """The run's headline numbers: the last evaluation and the last epoch's training metrics."""
+  evaluated = [h for h in history if 'test_accuracy' in h]
+  last = history[-1]
+  return {'test_accuracy': evaluated[-1]['test_accuracy'], 'test_loss': evaluated[-1]['test_loss'],
+          'train_loss': last['train_loss'], 'train_accuracy': last['train_accuracy']}
+
+
+def save_args(results, state=None):
+  """The Orbax Composite that writes `results` (JSON) and, unless None, `state` at one step."""
+  items = {RESULTS_ITEM: ocp.args.JsonSave(results)}
+  if state is not None:
+    items[STATE_ITEM] = ocp.args.StandardSave(state)
+  return ocp.args.Composite(**items)
+
+
+def restore_args(abstract_state=None):
+  """The Composite that reads `results` and, given its abstract structure, the state."""
+  items = {RESULTS_ITEM: ocp.args.JsonRestore()}
+  if abstract_state is not None:
+    items[STATE_ITEM] = ocp.args.StandardRestore(abstract_state)
+  return ocp.args.Composite(**items)
+
+
+def read_results(run):
+  """The latest saved step's record of the run folder `run`, or None if no step is saved."""
+  options = ocp.CheckpointManagerOptions(read_only=True)
+  with ocp.CheckpointManager(checkpoint_dir(run), item_names=ITEMS, options=options) as mngr:
+    step = mngr.latest_step()
+    if step is None:
+      return None
+    return dict(mngr.restore(step, args=restore_args())[RESULTS_ITEM])
+
+
+def write_results(run, results, step=0):
+  """Write `results` as a results-only step of run folder `run` (tests; importing outside runs)."""
+  with ocp.CheckpointManager(checkpoint_dir(run), item_names=ITEMS) as mngr:
+    mngr.save(step, args=save_args(results), force=True)
+    mngr.wait_until_finished()
+
+
+def flatten(tree, prefix):
+  """{'a': {'b': 1}} -> {'prefix.a.b': 1}; lists and tuples become JSON strings (hashable)."""
+  out = {}
+  for key, value in (tree or {}).items():
+    name = f'{prefix}.{key}' if prefix else str(key)
+    if isinstance(value, dict):
+      out.update(flatten(value, name))
+    elif isinstance(value, (list, tuple)):
+      out[name] = json.dumps(list(value))
+    else:
+      out[name] = value
+  return out
+
+
+def row(run, results):
+  """One table row (dict) for `run` from its record (None: nothing saved yet)."""
+  if results is None:
+    return {'run': run, 'status': 'no_results', 'reason': 'no saved checkpoint step'}
+  out = {name: results.get(name) for name in BASE_COLUMNS[1:]}
+  out['run'] = run
+  if out['seed'] is None:
+    out['seed'] = (results.get('config') or {}).get('seed')
+  for part in FLATTENED:
+    out.update(flatten(results.get(part), part))
+  return out
+
+
+def arm_columns(columns):
+  """The columns that define an arm: platform, device kind and every requested numerics field."""
+  columns = list(columns)
+  return ([c for c in ARM_CONTEXT if c in columns]
+          + sorted(c for c in columns if c.startswith(ARM_PREFIX)))
+
+
+def pairing_columns(columns):
+  """PAIRING_FIELDS present among `columns` (a CSV has none: its rows never pair by these)."""
+  return [c for c in PAIRING_FIELDS if c in set(columns)]
+
+
+def _ignored(name):
+  return any(name == f or name.startswith(f + '.') for f in IGNORED_FIELDS)
+
+
+def config_differences(saved, requested):
+  """['field: saved -> requested', ...]: the fields in which config dict `requested` is not the
+  same run as saved config dict `saved` (IGNORED_FIELDS aside). Empty: the same run."""
+  old = flatten(json.loads(json.dumps(saved or {})), '')
+  new = flatten(json.loads(json.dumps(requested or {})), '')
+  return [f'{k}: {old.get(k, "<absent>")!r} -> {new.get(k, "<absent>")!r}'
+          for k in sorted(set(old) | set(new)) if not _ignored(k) and old.get(k) != new.get(k)]
