@@ -69,6 +69,8 @@ def base_config():
   c.numerics.emulate = 'none'  # product format reproduced on any backend (numerics/emulate.py)
   c.numerics.batchnorm_group = 0  # 0: BN over the global batch; K: per group of K examples
   c.numerics.gpu_deterministic = False  # --xla_gpu_deterministic_ops
+  # Further XLA flags of this run ('--xla_a=1 --xla_b=2'), set before JAX starts (numerics/setup.py).
+  c.numerics.xla_flags = ''
   # How convolutions are computed: 'auto' (im2col for the shapes XLA:CPU runs slowly, xla for the
   # rest and on GPU/TPU), 'xla' or 'im2col' (same product and operand rounding; f32 summation
   # order differs; numerics/ops.py).

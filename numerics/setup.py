@@ -1,11 +1,13 @@
 """The one place JAX's numerics flags are set, and the record of what a run's numerics were.
 
-`configure(config)` must run before anything is traced (train.py and `train_and_evaluate` call it
-first). `describe(config)` returns the requested and the effective settings for the results, with
-the platform's default made explicit: which product format the convolutions and the matmuls really
+`configure(config)` must run before JAX starts a backend (train.py calls it first, before
+`jax.distributed.initialize`; trainer/run.py calls it again, which checks the flags took effect).
+`describe(config)` returns the requested and the effective settings for the results, with the
+platform's default made explicit: which product format the convolutions and the matmuls really
 ran in ('bf16', 'bf16_3x', 'bf16_6x', 'tf32', 'f32', ...; see numerics/emulate.py).
 """
 
+import functools
 import os
 
 import jax
@@ -55,14 +57,55 @@ def validate(config):
   ops.resolve_conv_impl(n.get('conv_impl', 'auto'), 'cpu')  # one-line error on a bad value
 
 
+def xla_flags(config):
+  """The XLA flags this config needs: GPU determinism and `numerics.xla_flags`, in that order."""
+  n = config.numerics
+  extra = n.get('xla_flags', '') or ''
+  if not isinstance(extra, str) or any(not f.startswith('--xla_') for f in extra.split()):
+    raise ValueError(f'config.numerics.xla_flags must be space-separated --xla_* flags, got '
+                     f'{extra!r}')
+  wanted = ['--xla_gpu_deterministic_ops=true'] if n.gpu_deterministic else []
+  return wanted + [f for f in extra.split() if f not in wanted]
+
+
 def configure(config):
-  """Apply config.numerics to JAX: the default matmul precision and GPU determinism."""
+  """Apply config.numerics to this process, once, before JAX starts a backend.
+
+  The XLA flags (`xla_flags(config)`) go into XLA_FLAGS, which XLA reads once, when the first
+  backend starts: a flag that is missing once a backend runs cannot take effect any more, so that
+  raises ValueError naming the flag (train.py calls this before `jax.distributed.initialize`,
+  which starts the backends). The matmul precision becomes the process default here, and
+  `with_precision` also fixes it inside each jitted function, so that a function's arithmetic does
+  not depend on the context it is called from.
+  """
   validate(config)
   jax.config.update('jax_default_matmul_precision', config.numerics.matmul_precision)
-  if config.numerics.gpu_deterministic:
-    flags = os.environ.get('XLA_FLAGS', '')
-    if '--xla_gpu_deterministic_ops' not in flags:
-      os.environ['XLA_FLAGS'] = (flags + ' --xla_gpu_deterministic_ops=true').strip()
+  current = os.environ.get('XLA_FLAGS', '').split()
+  missing = [f for f in xla_flags(config) if f not in current]
+  if not missing:
+    return
+  from jax._src import xla_bridge  # pylint: disable=import-outside-toplevel
+  if xla_bridge.backends_are_initialized():
+    raise ValueError(f'config.numerics: XLA flag(s) {" ".join(missing)} must be set before JAX '
+                     'starts its backend: call numerics.setup.configure first (train.py does), '
+                     'or put them in XLA_FLAGS before starting Python')
+  os.environ['XLA_FLAGS'] = ' '.join(current + missing)
+
+
+def precision_scope(config):
+  """Context manager: config.numerics.matmul_precision as JAX's default inside it."""
+  return jax.default_matmul_precision(config.numerics.matmul_precision)
+
+
+def with_precision(fn, config):
+  """`fn` traced under config.numerics.matmul_precision, whatever the caller's context: the
+  one way the precision reaches a jitted computation (trainer/run.py wraps every step)."""
+
+  @functools.wraps(fn)
+  def traced(*args, **kwargs):
+    with precision_scope(config):
+      return fn(*args, **kwargs)
+  return traced
 
 
 def native_formats(platform, precision):

@@ -187,16 +187,16 @@ def test_lock_refuses_live_holder_and_takes_over_stale(tmp_path):
 
 
 def test_config_comparison_ignores_only_non_arithmetic_fields():
-  from trainer import resume
   saved = smoke_config().to_dict()
   same = smoke_config(log_every_steps=1, checkpoint_every_steps=0, keep_checkpoints=9)
   same.data.prefetch = 0
   same.data.on_device = True
   same.distributed.num_processes = 2
-  assert resume.config_differences(saved, same) == []
-  assert resume.config_differences(saved, smoke_config(eval_batch_size=128)) == [
+  assert record.config_differences(saved, same.to_dict()) == []
+  assert record.config_differences(saved, smoke_config(eval_batch_size=128).to_dict()) == [
       'eval_batch_size: 256 -> 128']
-  assert resume.config_differences(saved, smoke_config(**{'numerics.emulate': 'bf16'})) == [
+  assert record.config_differences(
+      saved, smoke_config(**{'numerics.emulate': 'bf16'}).to_dict()) == [
       "numerics.emulate: 'none' -> 'bf16'"]
 
 

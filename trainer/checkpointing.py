@@ -1,9 +1,7 @@
-"""Orbax checkpoints: the training state and the run's `results` (JSON) in one manager.
+"""Orbax checkpoints of a run: writing, waiting, restoring the newest valid step, setting aside.
 
-Layout: <workdir>/checkpoints/<step>/{state, results}. Every save carries the results as they
-stand (status 'running' until the last save, then 'completed' or 'failed'), so the latest step's
-`results` is always the run's current record, readable without the state (analysis/results.py).
-A failed run's last step holds `results` only; its earlier steps hold the last finite state.
+The layout (which items, where) belongs to trainer/record.py. Every save carries the results as
+they stand (status 'running' until the last save, then 'completed' or 'failed').
 
 Orbax writes each step into `<step>.orbax-checkpoint-tmp-*` and renames it when complete, so a
 write interrupted by a kill never becomes a step. A finalized step with damaged files is found by
@@ -21,9 +19,8 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from trainer import faults
+from trainer import faults, record
 
-ITEMS = ('state', 'results')
 CORRUPT_DIR = 'corrupt_checkpoints'
 
 
@@ -31,15 +28,12 @@ class CheckpointWriteError(RuntimeError):
   """A checkpoint could not be written (disk full, permissions, ...): one line, for train.py."""
 
 
-def checkpoint_dir(workdir):
-  return epath.Path(workdir) / 'checkpoints'
-
-
 def manager(workdir, keep, async_save=True):
   options = ocp.CheckpointManagerOptions(
       max_to_keep=keep, create=True, enable_async_checkpointing=async_save,
       cleanup_tmp_directories=True)
-  return ocp.CheckpointManager(checkpoint_dir(workdir), options=options, item_names=ITEMS)
+  return ocp.CheckpointManager(record.checkpoint_dir(workdir), options=options,
+                              item_names=record.ITEMS)
 
 
 def _write_error(step, error):
@@ -57,12 +51,9 @@ def save(mngr, step, state, results):
 
   The results are deep-copied: the caller keeps appending to its dict while the write runs.
   """
-  items = {'results': ocp.args.JsonSave(copy.deepcopy(results))}
-  if state is not None:
-    items['state'] = ocp.args.StandardSave(state)
   try:
     faults.point('save', step, actions=('enospc',))
-    mngr.save(step, args=ocp.args.Composite(**items), force=True)
+    mngr.save(step, args=record.save_args(copy.deepcopy(results), state), force=True)
   except (OSError, ValueError, RuntimeError) as e:  # incl. a failed previous asynchronous write
     raise _write_error(step, e) from e
   faults.point('save', step, actions=('kill',))
@@ -78,13 +69,12 @@ def wait(mngr, step=None):
 
 def restore(mngr, step, abstract_state):
   """(state, results) at `step`; `abstract_state` gives structure, dtypes and shardings."""
-  restored = mngr.restore(step, args=ocp.args.Composite(
-      state=ocp.args.StandardRestore(abstract_state), results=ocp.args.JsonRestore()))
-  return restored['state'], restored['results']
+  restored = mngr.restore(step, args=record.restore_args(abstract_state))
+  return restored[record.STATE_ITEM], restored[record.RESULTS_ITEM]
 
 
 def restore_results(mngr, step):
-  return mngr.restore(step, args=ocp.args.Composite(results=ocp.args.JsonRestore()))['results']
+  return mngr.restore(step, args=record.restore_args())[record.RESULTS_ITEM]
 
 
 def latest_results(mngr):
@@ -128,7 +118,7 @@ def set_aside(workdir, steps):
   target.mkdir(parents=True, exist_ok=True)
   stamp = time.strftime('%Y%m%d-%H%M%S')
   for step in steps:
-    src = checkpoint_dir(workdir) / str(step)
+    src = record.checkpoint_dir(workdir) / str(step)
     if src.exists():
       src.rename(target / f'{step}-{stamp}-{os.getpid()}')
 

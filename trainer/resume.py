@@ -4,45 +4,13 @@ Checked before any compute (after the config and the dataset, with the workdir l
 - a workdir whose latest results say `failed` (e.g. NaN loss) refuses: the same command would fail
   the same way; `--restart` discards that run;
 - a workdir holding a run with a different config refuses, naming the fields; `--restart` discards
-  it. Fields that cannot change the run's arithmetic are ignored (IGNORED_FIELDS): how often it logs
-  and checkpoints, how many checkpoints it keeps, where the dataset files live, how many batches are
-  prefetched or whether they are gathered on the devices, and how the processes find each other.
-  Everything else (seed, epochs, batch sizes, eval_every_epochs, numerics, optimizer, model, data)
-  must match.
+  it. "The same run" is trainer/record.py's rule (`config_differences`): fields that cannot change
+  the run's arithmetic (where the data files live, logging and checkpoint cadence, ...) may differ.
 """
-
-import json
 
 import jax
 from absl import logging
-from trainer import checkpointing, distributed, validation
-
-IGNORED_FIELDS = ('log_every_steps', 'checkpoint_every_steps', 'keep_checkpoints', 'preset',
-                  'data.prefetch', 'data.on_device', 'data.manual_dir', 'data.tfds_dir',
-                  'data.cache_dir', 'distributed')
-
-
-def _flatten(tree, prefix=''):
-  out = {}
-  for key, value in (tree or {}).items():
-    name = f'{prefix}{key}'
-    if isinstance(value, dict):
-      out.update(_flatten(value, name + '.'))
-    else:
-      out[name] = value
-  return out
-
-
-def _ignored(name):
-  return any(name == f or name.startswith(f + '.') for f in IGNORED_FIELDS)
-
-
-def config_differences(saved, config):
-  """['field: saved -> requested', ...] for the fields that change the run's arithmetic."""
-  old = _flatten(json.loads(json.dumps(saved)))
-  new = _flatten(json.loads(json.dumps(config.to_dict())))
-  return [f'{k}: {old.get(k, "<absent>")!r} -> {new.get(k, "<absent>")!r}'
-          for k in sorted(set(old) | set(new)) if not _ignored(k) and old.get(k) != new.get(k)]
+from trainer import checkpointing, distributed, record, validation
 
 
 def sync(name):
@@ -67,7 +35,7 @@ def check_workdir_run(mngr, workdir, config, restart):
         f'workdir {workdir} holds a run that failed at step {saved.get("failed_step", step)} '
         f'({saved.get("reason", "no reason recorded")}); pass --restart to discard it and start '
         'over, or use another --workdir')
-  diffs = config_differences(saved.get('config') or {}, config)
+  diffs = record.config_differences(saved.get('config'), config.to_dict())
   if diffs:
     shown = '; '.join(diffs[:4]) + (f'; and {len(diffs) - 4} more' if len(diffs) > 4 else '')
     raise validation.ConfigError(
@@ -87,7 +55,7 @@ def restore(mngr, workdir, abstract_state, keep):
   step, state, saved, bad = checkpointing.restore_newest_valid(mngr, abstract_state)
   if step is None:
     raise validation.ConfigError(
-        f'no checkpoint in {checkpointing.checkpoint_dir(workdir)} can be restored (steps '
+        f'no checkpoint in {record.checkpoint_dir(workdir)} can be restored (steps '
         f'{sorted(bad)} are damaged): pass --restart to start over, or use another --workdir')
   if bad:
     logging.warning('Resuming from step %d: newer checkpoint steps %s are damaged and are moved '

@@ -84,12 +84,15 @@ def _train_step(state, batch, *, graphdef, tx, mask, task, mean, std, flip, seed
           'step': state['step'] + 1, 'sums': sums}
 
 
-def make_train_step(mesh, graphdef, tx, mask, task, mean, std, flip, seed):
-  """jit(state, batch) -> state, with the state replicated and donated, the batch sharded."""
+def make_train_step(mesh, graphdef, tx, mask, task, mean, std, flip, seed, wrap=None):
+  """jit(state, batch) -> state, with the state replicated and donated, the batch sharded.
+
+  `wrap(fn)`, when given, wraps the step before jit (trainer/run.py fixes the numerics with it).
+  """
   replicated, sharded = shardings(mesh)
   fn = functools.partial(_train_step, graphdef=graphdef, tx=tx, mask=mask, task=task,
                          mean=jnp.asarray(mean), std=jnp.asarray(std), flip=flip, seed=seed)
-  return jax.jit(fn, in_shardings=(replicated, sharded), out_shardings=replicated,
+  return jax.jit(wrap(fn) if wrap else fn, in_shardings=(replicated, sharded), out_shardings=replicated,
                  donate_argnums=(0,))
 
 
@@ -104,12 +107,12 @@ def _eval_step(state, batch, totals, *, graphdef, task, mean, std):
           'count': totals['count'] + mask.sum()}
 
 
-def make_eval_step(mesh, graphdef, task, mean, std):
+def make_eval_step(mesh, graphdef, task, mean, std, wrap=None):
   """jit(state, batch, totals) -> totals: masked sums, so every example counts exactly once."""
   replicated, sharded = shardings(mesh)
   fn = functools.partial(_eval_step, graphdef=graphdef, task=task, mean=jnp.asarray(mean),
                          std=jnp.asarray(std))
-  return jax.jit(fn, in_shardings=(replicated, sharded, replicated), out_shardings=replicated,
+  return jax.jit(wrap(fn) if wrap else fn, in_shardings=(replicated, sharded, replicated), out_shardings=replicated,
                  donate_argnums=(2,))
 
 

@@ -1,0 +1,240 @@
+"""The run context: everything a training run is built from, built one way for every driver.
+
+  numerics_setup.configure(config)   # first, before any JAX backend starts (train.py does it)
+  ctx = run.build(config)            # validated config, dataset, mesh, phases, model structure
+  model, facts = run.init_model(ctx) # initial weights from config.seed (and model.init_from)
+  state = run.initial_state(ctx, model)
+  for phase in ctx.phases:
+    state, step_fn = run.enter_phase(ctx, state, phase, step)
+    for batch in run.batches(ctx, step, phase.stop, feed): state = step_fn(state, batch)
+
+`train_and_evaluate` (trainer/loop.py), the divergence tool (experiments/divergence.py) and the step
+benchmarks drive training through these functions only: the phases, the per-phase optimizer reset,
+the sharding and the numerics of every jitted step are decided here. Numerics reach a run by two
+channels, both from config.numerics: process-wide XLA flags and the default precision, applied by
+`numerics.setup.configure` before a backend starts, and the model's own settings (dtypes, formats,
+convolution implementation, BatchNorm grouping) given to `resnet.create_model`; each jitted step is
+traced under the config's matmul precision (`numerics.setup.with_precision`), whatever context it
+is called from, so two arms with different precisions can run in one process.
+"""
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+import input_pipeline
+from input_pipeline import base, batching
+from models import resnet
+from numerics import setup as numerics_setup
+from trainer import checkpointing, distributed, faults, optim, steps, validation
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+  """What a run is built from; every field derives from `config` (and the devices)."""
+  config: Any
+  dataset: Any
+  mesh: Any
+  replicated: Any  # NamedSharding of the state
+  sharded: Any  # NamedSharding of a batch (along 'data')
+  per_epoch: int
+  total_steps: int
+  phases: list
+  mean: Any
+  std: Any
+  graphdef: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Due:
+  """What happens after a step: `check` non-finite values, `log`, end the epoch (`epoch`),
+  `evaluate` at that epoch's end, `save` a checkpoint."""
+  check: bool
+  log: bool
+  epoch: bool
+  evaluate: bool
+  save: bool
+
+
+def load_dataset(config, device_bytes=None):
+  """The dataset, with every check that can fail on bad input, as one-line ConfigErrors."""
+  try:
+    dataset = input_pipeline.get_dataset(config)
+  except (FileNotFoundError, ValueError) as e:
+    raise validation.ConfigError(str(e).splitlines()[0]) from None
+  validation.check_dataset(config, dataset, device_bytes)
+  return dataset
+
+
+def build(config, dataset=None, devices=None):
+  """The run's context (validated; raises ConfigError on bad input, before any compute).
+
+  `dataset`: reuse one already loaded (arms of one comparison); `devices`: the mesh's devices
+  (default: all of them).
+  """
+  validation.check_config(config)
+  numerics_setup.configure(config)  # a no-op when train.py already applied it; else checks
+  devices = list(devices if devices is not None else jax.devices())
+  validation.check_devices(config, len(devices), jax.process_count())
+  if dataset is None:
+    dataset = load_dataset(config, validation.device_memory(jax.local_devices()))
+  mesh = steps.make_mesh(devices)
+  replicated, sharded = steps.shardings(mesh)
+  per_epoch = batching.steps_per_epoch(len(dataset.train), config.batch_size)
+  mean, std = base.normalization_constants(config.data.normalization, dataset.image_shape[-1])
+  graphdef = nnx.graphdef(nnx.eval_shape(lambda: _create(config, dataset, jax.random.key(0))))
+  return Context(config, dataset, mesh, replicated, sharded, per_epoch,
+                 config.num_epochs * per_epoch, optim.phases(config, per_epoch), mean, std,
+                 graphdef)
+
+
+def _create(config, dataset, key):
+  return resnet.create_model(config, dataset.num_classes, dataset.image_shape[-1],
+                             nnx.Rngs(params=key))
+
+
+def init_model(ctx):
+  """(model, facts): the initial model from `config.seed` (and `model.init_from`, when given).
+
+  The initial weights are computed on the host CPU backend, as one jitted computation compiled
+  without backend optimisations (seconds on a small CPU, and no fused arithmetic), so a seed gives
+  the same initial weights on TPU, GPU and CPU: runs pair across platforms by seed. The key is an
+  argument, so runs that differ only in seed share one compiled init.
+  """
+  config = ctx.config
+  try:
+    host = jax.local_devices(backend='cpu')[0]
+  except RuntimeError:  # JAX_PLATFORMS excludes the CPU backend: initialise on the default device
+    host = jax.local_devices()[0]
+  key = jax.device_put(jax.random.key(config.seed), host)
+  with jax.default_device(host):
+    init = jax.jit(lambda k: nnx.state(_create(config, ctx.dataset, k))).lower(key).compile(
+        {'xla_backend_optimization_level': 0})
+    # Fetched to the host and re-made uncommitted, so every process can place them on the global
+    # mesh (a committed CPU array cannot move to another host's devices).
+    model = nnx.merge(ctx.graphdef, jax.tree.map(jnp.asarray, jax.device_get(init(key))))
+  facts = {}
+  if config.model.init_from:
+    from models import pretrained  # pylint: disable=import-outside-toplevel
+    facts = pretrained.load_into(model, config.model.init_from, tuple(config.model.reinit))
+  return model, facts
+
+
+def optimizer(ctx, phase):
+  return optim.make_optimizer(ctx.config, ctx.per_epoch, phase)
+
+
+def initial_state(ctx, model):
+  """The training state of `model` with the first phase's optimizer, replicated on the mesh."""
+  state = steps.init_state(model, optimizer(ctx, ctx.phases[0]))
+  return jax.device_put(state, ctx.replicated)
+
+
+def abstract_batch(ctx, split, batch_size, mask=False):
+  """ShapeDtypeStructs of a global batch of `split`, for compiling ahead (several processes)."""
+  spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=ctx.sharded)
+  out = {'image': spec((batch_size,) + split.images.shape[1:], split.images.dtype),
+         'label': spec((batch_size,) + split.labels.shape[1:], split.labels.dtype)}
+  if mask:
+    out['mask'] = spec((batch_size,), np.float32)
+  return out
+
+
+def enter_phase(ctx, state, phase, step):
+  """(state, jitted train step) for `phase`, entered at global `step`.
+
+  At the start of a later phase with `optim.schedule='per_phase'` the optimizer state is made
+  afresh (the reference's new AdamW at the unfreeze); a run resumed inside a phase keeps its own.
+  """
+  config = ctx.config
+  tx = optimizer(ctx, phase)
+  if step == phase.start > 0 and config.optim.schedule == 'per_phase':
+    state = {**state, 'opt_state': jax.device_put(tx.init(state['params']), ctx.replicated)}
+  mask = optim.trainable_mask(state['params'], phase.frozen, config.model.reinit)
+  step_fn = steps.make_train_step(
+      ctx.mesh, ctx.graphdef, tx, mask, ctx.dataset.task, ctx.mean, ctx.std, config.data.flip,
+      config.seed, wrap=lambda fn: numerics_setup.with_precision(fn, config))
+  if jax.process_count() > 1:
+    step_fn = distributed.precompile(step_fn, checkpointing.abstract(state), abstract_batch(
+        ctx, ctx.dataset.train, config.batch_size))
+  return state, step_fn
+
+
+def eval_step(ctx, state):
+  """The jitted evaluation step (masked sums over a padded batch) for states like `state`."""
+  fn = steps.make_eval_step(ctx.mesh, ctx.graphdef, ctx.dataset.task, ctx.mean, ctx.std,
+                            wrap=lambda f: numerics_setup.with_precision(f, ctx.config))
+  if jax.process_count() > 1:
+    batch = abstract_batch(ctx, ctx.dataset.test, ctx.config.eval_batch_size, mask=True)
+    fn = distributed.precompile(fn, checkpointing.abstract(state), batch,
+                                checkpointing.abstract(state['sums']))
+  return fn
+
+
+def evaluate(ctx, step_fn, state, epoch=0):
+  """Top-1 accuracy (or mean per-label accuracy) and loss over every example of the test split.
+
+  Batches are gathered and put on the devices `data.prefetch` ahead on a thread, as in training.
+  """
+  config = ctx.config
+  totals = jax.device_put(jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), steps.ZERO_SUMS),
+                          ctx.replicated)
+  batches = (batching.to_global(batch, ctx.sharded) for batch in batching.eval_batches(
+      ctx.dataset.test, config.eval_batch_size, jax.process_index(), jax.process_count()))
+  for batch in batching.prefetch(batches, config.data.prefetch):
+    totals = step_fn(state, batch, totals)
+    faults.point('eval', epoch)
+  totals = jax.device_get(totals)
+  return {'test_accuracy': float(totals['correct'] / totals['count']),
+          'test_loss': float(totals['loss'] / totals['count']), 'test_count': int(totals['count'])}
+
+
+def watch(ctx, state):
+  """(jitted non-finite watch, its initial value): see steps.make_watch."""
+  fn, bad = steps.make_watch(ctx.mesh), steps.no_bad_step(ctx.mesh)
+  if jax.process_count() > 1:
+    fn = distributed.precompile(fn, checkpointing.abstract(bad), checkpointing.abstract(state))
+  return fn, bad
+
+
+def feed(ctx):
+  """None (host feeding) or (device-resident training split, jitted gather) for data.on_device."""
+  if not ctx.config.data.on_device:
+    return None
+  data, gather = batching.on_devices(ctx.dataset.train, ctx.replicated), steps.make_gather(ctx.mesh)
+  if jax.process_count() > 1:
+    gather = distributed.precompile(gather, checkpointing.abstract(data), jax.ShapeDtypeStruct(
+        (ctx.config.batch_size,), np.int32, sharding=ctx.sharded))
+  return data, gather
+
+
+def batches(ctx, start, stop, device_feed=None):
+  """Training batches of global steps [start, stop), sharded, prefetched (the data order is a
+  function of the seed and the step alone)."""
+  c = ctx.config
+  return batching.train_batches(ctx.dataset.train, c.batch_size, c.seed, start, stop, ctx.sharded,
+                                c.data.prefetch, device_feed)
+
+
+def due(ctx, step):
+  """What the loop does after global step `step` (1-based count of steps done): one rule for the
+  log, epoch, evaluation and checkpoint cadence (in the spirit of big_vision's `itstime`)."""
+  c = ctx.config
+  epoch, in_epoch = divmod(step, ctx.per_epoch)
+  epoch_end = in_epoch == 0
+  log = step % c.log_every_steps == 0 or epoch_end
+  save = bool(c.checkpoint_every_steps and step % c.checkpoint_every_steps == 0)
+  evaluate_now = epoch_end and (epoch % c.eval_every_epochs == 0 or epoch == c.num_epochs)
+  return Due(check=log or save, log=log, epoch=epoch_end, evaluate=evaluate_now,
+             save=save or epoch_end)
+
+
+def facts():
+  """Where this run executes: platform, device kind, device and process counts."""
+  device = jax.devices()[0]
+  return {'platform': device.platform, 'device_kind': device.device_kind,
+          'num_devices': jax.device_count(), 'num_processes': jax.process_count()}
