@@ -8,15 +8,18 @@ import os
 import sys
 
 from absl import app, flags, logging
-from ml_collections import config_flags
 
-config_flags.DEFINE_config_file('config', None, 'Config file, optionally with presets after a '
-                                'colon (e.g. configs/celeba.py:gpu).', lock_config=True)
-flags.DEFINE_string('workdir', None, 'Directory for checkpoints, results and metrics.')
+from configs import loader
+
+flags.DEFINE_string('config', None, 'Config file, optionally with presets and key=value pairs '
+                    'after a colon (e.g. configs/celeba.py:gpu,seed=3); any field can then be '
+                    'set as --config.<field>=<value>.')
+flags.DEFINE_string('workdir', None, 'Directory for checkpoints, results and metrics (a relative '
+                    'path is taken from the current directory).')
 flags.DEFINE_bool('restart', False, 'Discard the run the workdir holds (a different config, or a '
                   'failed run) and start over. Without it such a workdir is refused.')
-flags.mark_flags_as_required(['config', 'workdir'])
 FLAGS = flags.FLAGS
+CONFIG = {}  # 'spec' and 'overrides' from the command line (split off before absl parses it)
 
 
 class _QuietLibraries(logging.logging.Filter):
@@ -33,14 +36,24 @@ def fail(message, code=2):
   sys.exit(code)
 
 
-def config_error_line(error):
-  """One line out of ml_collections' multi-line config loading errors."""
-  if isinstance(error, (AttributeError, KeyError)):
-    name = str(error).strip('"\'')
-    return f'unknown config field {name!r}: check the --config.<field> overrides'
-  lines = [l.strip() for l in str(error).splitlines() if l.strip()]
-  detail = next((l for l in reversed(lines) if 'Errno' in l or 'Error' in l), lines[-1])
-  return f'--config could not be loaded: {detail}'
+def absolute_workdir(workdir):
+  """Local paths made absolute once, here (Orbax refuses relative ones); gs:// etc. unchanged."""
+  return workdir if '://' in workdir else os.path.abspath(os.path.expanduser(workdir))
+
+
+def load_config():
+  """The config from --config and --config.* (configs/loader.py), validated, or a one-line exit."""
+  from trainer import validation  # pylint: disable=import-outside-toplevel
+  if not CONFIG.get('spec'):
+    fail('--config: give a config file, e.g. --config=configs/digits.py:smoke')
+  if not FLAGS.workdir:
+    fail('--workdir: give a folder for the run, e.g. --workdir=runs/smoke')
+  try:
+    config = loader.load(CONFIG['spec'], CONFIG['overrides'])
+    validation.check_config(config)
+  except ValueError as e:  # ConfigError is a ValueError
+    fail(str(e).splitlines()[0])
+  return config
 
 
 def main(argv):
@@ -48,32 +61,35 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   logging.get_absl_handler().addFilter(_QuietLibraries())
-  from trainer import checkpointing, distributed, loop, validation  # after flags: JAX reads XLA_FLAGS
-
+  # CPU machines: JAX's probe for a TPU runtime is not a problem worth a warning line.
+  logging.logging.getLogger('jax._src.xla_bridge').setLevel(logging.logging.ERROR)
+  config = load_config()
+  from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
+  from trainer import checkpointing, distributed, loop, validation  # pylint: disable=import-outside-toplevel
   try:
-    config = FLAGS.config
-    config.get('seed')  # a config that failed to load raises only when first used
-  except (OSError, AttributeError, KeyError, ValueError, TypeError) as e:
-    fail(config_error_line(e))
-  try:
+    numerics_setup.configure(config)  # XLA flags before any backend starts (distributed does)
     distributed.initialize(config)
-    loop.train_and_evaluate(config, FLAGS.workdir, restart=FLAGS.restart)
+    loop.train_and_evaluate(config, absolute_workdir(FLAGS.workdir), restart=FLAGS.restart)
   except validation.ConfigError as e:
     fail(str(e))
+  except ValueError as e:  # numerics.setup: one line naming the field
+    fail(str(e).splitlines()[0])
   except (loop.TrainingFailed, checkpointing.CheckpointWriteError) as e:
     fail(str(e), code=1)  # a run that started and stopped: its saved results say why
 
 
 def parse_flags(argv):
-  """absl flag parsing, with a config or flag error reduced to one line and exit code 2."""
+  """absl flag parsing after the --config flags are split off; errors as one line, exit code 2."""
+  if any(a in ('--help', '-h', '--helpfull', '-?') for a in argv[1:]):
+    print(__doc__.strip() + '\n\nflags:\n' + FLAGS.main_module_help())
+    sys.exit(0)
+  CONFIG['spec'], CONFIG['overrides'], rest = loader.split_argv(argv[1:])
   try:
-    return FLAGS(argv)
+    return FLAGS(argv[:1] + rest)
   except flags.Error as e:
     lines = [l.strip() for l in str(e).splitlines() if l.strip()]
     lines = [l for l in lines if not l.startswith('Pass --help')] or [str(e)]
     fail(lines[-1].split('Error: ', 1)[-1])
-  except (AttributeError, KeyError, OSError, ValueError, TypeError) as e:
-    fail(config_error_line(e))
 
 
 if __name__ == '__main__':

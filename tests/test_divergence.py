@@ -1,4 +1,4 @@
-"""analysis/divergence: two numerics arms trained in lockstep from bit-identical weights.
+"""experiments/divergence: two numerics arms trained in lockstep from bit-identical weights.
 
 Tiny: the digits `smoke` preset (width 0.125, 8x8 images), a few steps, one device.
 """
@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from analysis import divergence
+from configs import loader
+from experiments import divergence
+from trainer import checkpointing, loop, record
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = os.path.join(ROOT, 'configs', 'digits.py') + ':smoke'
@@ -123,30 +125,28 @@ def test_matmul_precision_arms_lower_to_different_hlo():
   config = divergence.load_config(SMOKE)
   arms = [divergence.arm_config(config, {'numerics.matmul_precision': p}, f)
           for p, f in (('default', '--a'), ('highest', '--b'))]
-  ctx = divergence.prepare(*arms, devices=1)
-  _, fns = divergence.step_functions(ctx, ctx['phases'][0])
-  batch = divergence.global_batch(ctx, 0)
-  texts = {}
-  for name, arm in ctx['arms'].items():
-    with divergence.in_arm(arm):
-      texts[name] = fns[name].lower(ctx['states'][name], batch).as_text()
+  lock = divergence.prepare(*arms, devices=1)
+  fns = divergence.enter_phase(lock, lock['ctx'].phases[0], 0)
+  batch = divergence.global_batch(lock, 0)
+  # Lowered outside any precision context: each arm's step fixes its own precision inside.
+  texts = {name: fns[name].lower(lock['states'][name], batch).as_text() for name in 'ab'}
   assert fns['a'] is not fns['b'] and texts['a'] != texts['b']
   dots = {n: [l for l in t.splitlines() if 'dot_general' in l] for n, t in texts.items()}
   assert dots['a'] and all('HIGHEST' not in l for l in dots['a'])
   assert dots['b'] and all('HIGHEST' in l for l in dots['b'])
-  assert ctx['arms']['b']['numerics']['effective']['matmul_precision_flag'] == 'highest'
+  assert lock['arms']['b']['numerics']['effective']['matmul_precision_flag'] == 'highest'
 
 
 @pytest.mark.parametrize('argv,expect', [
-    (['--config=configs/nope.py', '--a', 'emulate=f32'], '--config=configs/nope.py: give a config'),
+    (['--config=configs/nope.py', '--a', 'emulate=f32'], '--config: no file configs/nope.py'),
     (['--a', 'model.width=0.5'], '--a: model.width is not a numerics field'),
     (['--a', 'emulate'], '--a=emulate: give numerics.<field>=<value>'),
     (['--a', 'emulate=fp8'], '--a: config.numerics.emulate must be one of'),
-    (['--a', 'emulate=f32', '--b', 'numerics.nope=1'], "--b: unknown config field 'numerics.nope'"),
+    (['--a', 'emulate=f32', '--b', 'numerics.nope=1'], '--b: unknown config field numerics.nope'),
     (['--a', 'emulate=f32', '--b', 'gpu_deterministic=True'], '--b: numerics.gpu_deterministic is'),
     (['--a', 'emulate=f32', '--steps', '0'], '--steps=0: give a positive integer'),
     (['--a', 'emulate=f32', '--every', 'x'], "argument --every: invalid int value: 'x'"),
-    (['--a', 'emulate=f32', '--config.model.nope=1'], "--config.model.nope: unknown config field"),
+    (['--a', 'emulate=f32', '--config.model.nope=1'], '--config.model.nope: unknown config field'),
     (['--a', 'emulate=f32', '--config.batch_size=0'], 'config.batch_size must be a positive'),
     (['--a', 'emulate=f32', '--bogus'], 'unrecognized argument --bogus'),
     (['--a', 'emulate=f32', '--devices', '3'], '--devices=3: give 0'),
@@ -163,3 +163,27 @@ def test_bad_arguments_rejected(argv, expect, tmp_path, capsys):
   err = capsys.readouterr().err.strip()
   assert expect in err and '\n' not in err, err
   assert not (tmp_path / 'out').exists()
+
+
+def test_arm_a_is_bit_identical_to_train_py(tmp_path):
+  """The divergence tool's arm a, N steps, and train.py's run of the same config for N steps
+  (through the frozen phase into the unfrozen one, with its optimizer reset): the same parameters,
+  bit for bit. Both build their training from trainer/run.py."""
+  overrides = [('num_epochs', '2'), ('optim.freeze_epochs', '1'), ('batch_size', '256'),
+               ('eval_batch_size', '512'), ('model.width', '0.0625')]
+  config = loader.load(SMOKE, overrides)
+  arms = [divergence.arm_config(config, {'numerics.emulate': 'bf16'}, f) for f in ('--a', '--b')]
+  lock = divergence.prepare(*arms, devices=0)
+  steps_total = lock['ctx'].total_steps
+  divergence.train(lock, steps_total, every=steps_total, probe=8)
+  trained = loop.train_and_evaluate(arms[0], str(tmp_path / 'run'))
+  assert trained['status'] == 'completed' and trained['step'] == steps_total
+  mngr = checkpointing.manager(str(tmp_path / 'run'), 1)
+  abstract = checkpointing.abstract(lock['states']['a'])
+  state, _ = checkpointing.restore(mngr, steps_total, abstract)
+  mngr.close()
+  ours, theirs = (divergence.flat(jax.device_get(s['params'])) for s in (lock['states']['a'], state))
+  assert ours.keys() == theirs.keys()
+  for name in ours:
+    np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
+  assert int(state['step']) == steps_total and record.CHECKPOINTS == 'checkpoints'

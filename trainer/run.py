@@ -97,6 +97,12 @@ def _create(config, dataset, key):
                              nnx.Rngs(params=key))
 
 
+def param_shapes(ctx):
+  """The model's parameters as ShapeDtypeStructs (pure dict), without initialising them."""
+  abstract = nnx.eval_shape(lambda: _create(ctx.config, ctx.dataset, jax.random.key(0)))
+  return nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
+
+
 def init_model(ctx):
   """(model, facts): the initial model from `config.seed` (and `model.init_from`, when given).
 

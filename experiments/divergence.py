@@ -1,14 +1,14 @@
 """One training run under two numerics settings in lockstep: how far apart do the models drift?
 
-  python -m analysis.divergence --config=configs/digits.py:cpu --a numerics.emulate=f32 \
+  python -m experiments.divergence --config=configs/digits.py:cpu --a numerics.emulate=f32 \
       --b numerics.emulate=bf16 --steps 100 --every 10 --out runs/divergence
 
 `--a`/`--b`: `numerics.<field>=<value>[,...]` (prefix optional); no `--b`: b = a, a determinism
 check (exactly zero distance at every step, else exit code 1); `--config.<field>=<v>`: both arms.
-Weights initialised once (arm a, the trainer's jitted init) are copied bit for bit to both arms;
-both train on batch `step` of `batching.train_batch` through the config's phases, as the trainer
-does. Each arm's `matmul_precision` is applied by `jax.default_matmul_precision` around its tracing
-and calls.
+Each arm is a run context (trainer/run.py) built from its config, as train.py builds one: the
+weights are initialised once (arm a, the trainer's init) and copied bit for bit to both arms; both
+train on batch `step` of the trainer's data order through the run context's phases (optimizer
+resets included) and jitted steps, each traced under its own arm's numerics.
 Rows at step 0, every `--every` steps and the last: ||θa-θb||/||θa|| overall and per group (stem,
 layer1..4, head; float64), max |θa-θb|, eval-mode logits on the first `--probe` test images
 (||La-Lb||/||La||; fraction whose argmax, or for multilabel any label's sign, differs), each arm's
@@ -16,11 +16,9 @@ mean training loss since the previous row. Writes divergence.{json,md,png,pdf} t
 """
 
 import argparse
-import ast
 import json
 import math
 import os
-import runpy
 import sys
 import time
 
@@ -28,24 +26,15 @@ import jax
 import numpy as np
 from flax import nnx
 
-import input_pipeline
 from analysis import style
-from configs import common
-from input_pipeline import base, batching
+from configs import loader
+from input_pipeline import batching
 from models import resnet
 from numerics import setup as numerics_setup
-from trainer import loop, optim, steps, validation
+from trainer import optim, run, steps
 
 GROUPS = ('stem', 'layer1', 'layer2', 'layer3', 'layer4', 'head')
 PART_OF = {name: part for part, names in resnet.PARTS.items() for name in names}  # conv1 -> stem
-
-
-def literal(text):
-  """'8' -> 8, 'True' -> True, 'bf16' -> 'bf16' (as config presets parse key=value)."""
-  try:
-    return ast.literal_eval(text)
-  except (ValueError, SyntaxError):
-    return text
 
 
 def parse_setting(flag, text):
@@ -60,43 +49,31 @@ def parse_setting(flag, text):
     if not key.startswith('numerics.') or key.count('.') != 1:
       raise ValueError(f'{flag}: {key} is not a numerics field; arms differ only in numerics.*, '
                        f'set other fields for both with --config.{key}=...')
-    if key == 'numerics.gpu_deterministic':  # an XLA flag of the whole process
+    if key in ('numerics.gpu_deterministic', 'numerics.xla_flags'):  # XLA flags of the process
       raise ValueError(f'{flag}: {key} is process-wide; set it for both with --config.{key}=...')
-    out[key] = literal(value)
+    out[key] = value  # text: typed like the field by configs/loader.py
   return out
 
 
 def load_config(spec, overrides=()):
-  """`configs/x.py:preset,...` -> ConfigDict, then `--config.<field>=<value>` overrides."""
-  path, _, arg = spec.partition(':')
-  if not path.endswith('.py') or not os.path.isfile(path):
-    raise ValueError(f'--config={spec}: give a config file, e.g. --config=configs/digits.py:cpu')
-  try:
-    config = runpy.run_path(path)['get_config'](arg)
-  except ValueError as e:
-    raise ValueError(f'--config={spec}: {str(e).splitlines()[0]}') from None
-  config = set_fields(config, [(k, literal(v)) for k, v in overrides], '--config.{key}')
-  validation.check_config(config)  # one-line ConfigError (a ValueError) naming the field
-  return config
-
-
-def set_fields(config, items, flag):
-  """config[key] = value for each pair; a bad key gives a one-line error naming `flag`."""
-  for key, value in items:
+  """`configs/x.py:preset,...` plus `--config.<field>=<value>` overrides (configs/loader.py)."""
+  config = loader.load(spec)
+  for key, value in overrides:
     try:
-      common.set_field(config, key, value)
+      loader.apply_overrides(config, [(key, value)])
     except ValueError as e:
-      raise ValueError(f'{flag.format(key=key)}: {e}; see configs/common.py') from None
+      raise ValueError(f'--config.{key}: {str(e).splitlines()[0]}') from None
+  run.validation.check_config(config)  # one-line ConfigError (a ValueError) naming the field
   return config
 
 
 def arm_config(config, overrides, flag):
   """A validated copy of `config` with the arm's numerics overrides."""
-  config = set_fields(config.copy_and_resolve_references(), overrides.items(), flag)
   try:
+    config = loader.apply_overrides(config.copy_and_resolve_references(), overrides.items())
     numerics_setup.validate(config)
   except ValueError as e:
-    raise ValueError(f'{flag}: {e}') from None
+    raise ValueError(f'{flag}: {str(e).splitlines()[0]}') from None
   return config
 
 
@@ -117,72 +94,58 @@ def check_same_params(host_params, abstract_params):
                        'parameters (e.g. the same numerics.param_dtype)')
 
 
-def in_arm(arm):
-  """The arm's matmul precision, for tracing and calling its jitted functions."""
-  return jax.default_matmul_precision(arm['config'].numerics.matmul_precision)
-
-
-def make_probe(graphdef, mean, std):
-  """jit(params, batch_stats, uint8 images) -> eval-mode f32 logits."""
+def make_probe(ctx):
+  """jit(params, batch_stats, uint8 images) -> eval-mode f32 logits, in the arm's numerics."""
   def logits(params, batch_stats, images):
-    model = nnx.merge(graphdef, params, batch_stats)
+    model = nnx.merge(ctx.graphdef, params, batch_stats)
     model.eval()
-    return model(steps.preprocess(images, mean, std))
-  return jax.jit(logits)
+    return model(steps.preprocess(images, ctx.mean, ctx.std))
+  return jax.jit(numerics_setup.with_precision(logits, ctx.config))
 
 
 def prepare(config_a, config_b, devices=0):
-  """Dataset, mesh, both arms and their bit-identical initial states (the lockstep's context)."""
+  """Both arms' run contexts and their bit-identical initial states (the lockstep's context)."""
   if jax.process_count() > 1:
-    raise ValueError('analysis.divergence runs in a single process; run it on one host')
+    raise ValueError('experiments.divergence runs in a single process; run it on one host')
   available = jax.local_devices()
   if not 0 <= devices <= len(available) or config_a.batch_size % (devices or len(available)):
     raise ValueError(f'--devices={devices}: give 0 (all {len(available)}) or 1..{len(available)}, '
                      f'dividing config.batch_size={config_a.batch_size}')
-  devices = devices or len(available)
-  dataset = input_pipeline.get_dataset(config_a)
-  mesh = steps.make_mesh(available[:devices])
-  per_epoch = batching.steps_per_epoch(len(dataset.train), config_a.batch_size)
-  phases = optim.phases(config_a, per_epoch)
-  mean, std = base.normalization_constants(config_a.data.normalization, dataset.image_shape[-1])
-  model, _ = loop.build_model(config_a, dataset)
-  tx = optim.make_optimizer(config_a, per_epoch, phases[0])
-  host = jax.device_get(steps.init_state(model, tx))
+  mesh_devices = available[:devices or len(available)]
+  ctx_a = run.build(config_a, devices=mesh_devices)
+  model, _ = run.init_model(ctx_a)
+  host = jax.device_get(steps.init_state(model, run.optimizer(ctx_a, ctx_a.phases[0])))
   arms, states, probes = {}, {}, {}
   for name, config in (('a', config_a), ('b', config_b)):
-    abstract = nnx.eval_shape(lambda c=config: resnet.create_model(
-        c, dataset.num_classes, dataset.image_shape[-1], nnx.Rngs(params=c.seed)))
-    check_same_params(host['params'], nnx.to_pure_dict(nnx.state(abstract, nnx.Param)))
+    ctx = ctx_a if name == 'a' else run.build(config, ctx_a.dataset, mesh_devices)
+    check_same_params(host['params'], run.param_shapes(ctx))
     key = json.dumps(config.numerics.to_dict(), sort_keys=True)
-    arm = arms[name] = {'name': name, 'config': config, 'key': key,
-                        'graphdef': nnx.graphdef(abstract)}
-    with in_arm(arm):
-      arm['numerics'] = numerics_setup.describe(config)
+    arms[name] = {'name': name, 'ctx': ctx, 'key': key}
+    with numerics_setup.precision_scope(config):
+      arms[name]['numerics'] = numerics_setup.describe(config)
     # Each arm its own buffers (the steps donate them), bit-identical.
-    states[name] = jax.device_put(jax.tree.map(np.copy, host), steps.shardings(mesh)[0])
-    probes.setdefault(key, make_probe(arm['graphdef'], mean, std))
-  return {'dataset': dataset, 'mesh': mesh, 'per_epoch': per_epoch, 'phases': phases,
-          'mean': mean, 'std': std, 'arms': arms, 'states': states, 'probes': probes,
-          'config': config_a, 'devices': devices}
+    states[name] = jax.device_put(jax.tree.map(np.copy, host), ctx.replicated)
+    probes.setdefault(key, make_probe(ctx))
+  return {'ctx': ctx_a, 'arms': arms, 'states': states, 'probes': probes,
+          'devices': len(mesh_devices)}
 
 
-def step_functions(ctx, phase):
-  """{arm name: jitted train step} for `phase`; arms with equal numerics share one."""
-  c, shared = ctx['config'], {}
-  tx = optim.make_optimizer(c, ctx['per_epoch'], phase)
-  mask = optim.trainable_mask(ctx['states']['a']['params'], phase.frozen, c.model.reinit)
-  for arm in ctx['arms'].values():
-    shared.setdefault(arm['key'], steps.make_train_step(
-        ctx['mesh'], arm['graphdef'], tx, mask, ctx['dataset'].task, ctx['mean'], ctx['std'],
-        c.data.flip, c.seed))
-  return tx, {name: shared[arm['key']] for name, arm in ctx['arms'].items()}
+def enter_phase(lock, phase, step):
+  """Each arm's state and jitted step for `phase` from the run context (arms with equal numerics
+  share one compiled step)."""
+  shared, fns = {}, {}
+  for name, arm in lock['arms'].items():
+    lock['states'][name], fn = run.enter_phase(arm['ctx'], lock['states'][name], phase, step)
+    fns[name] = shared.setdefault(arm['key'], fn)
+  return fns
 
 
-def global_batch(ctx, step):
+def global_batch(lock, step):
   """Training batch `step` (the trainer's data order), sharded over the mesh."""
-  c = ctx['config']
-  return batching.to_global(batching.train_batch(ctx['dataset'].train, c.batch_size, c.seed, step),
-                            steps.shardings(ctx['mesh'])[1])
+  ctx = lock['ctx']
+  c = ctx.config
+  return batching.to_global(batching.train_batch(ctx.dataset.train, c.batch_size, c.seed, step),
+                            ctx.sharded)
 
 
 def norms(d, a):
@@ -216,18 +179,17 @@ def logit_distance(la, lb, task):
           'max_abs': float(np.max(np.abs(d))), 'pred_differs': float(np.mean(differs))}
 
 
-def record(ctx, step, probe_images, last_sums):
+def record(lock, step, probe_images, last_sums):
   """One row: distances between the arms' current states and each arm's recent mean loss."""
   host = {n: jax.device_get({k: s[k] for k in ('params', 'batch_stats', 'sums')})
-          for n, s in ctx['states'].items()}
+          for n, s in lock['states'].items()}
   logits = {}
-  for name, arm in ctx['arms'].items():
-    with in_arm(arm):
-      s = ctx['states'][name]
-      logits[name] = ctx['probes'][arm['key']](s['params'], s['batch_stats'], probe_images)
+  for name, arm in lock['arms'].items():
+    s = lock['states'][name]
+    logits[name] = lock['probes'][arm['key']](s['params'], s['batch_stats'], probe_images)
   row = {'step': step, **{k: param_distance(host['a'][k], host['b'][k])
                           for k in ('params', 'batch_stats')},
-         'logits': logit_distance(logits['a'], logits['b'], ctx['dataset'].task)}
+         'logits': logit_distance(logits['a'], logits['b'], lock['ctx'].dataset.task)}
   for name, h in host.items():
     count = float(h['sums']['count']) - last_sums[name]['count']
     row[f'loss_{name}'] = ((float(h['sums']['loss']) - last_sums[name]['loss']) / count
@@ -236,29 +198,24 @@ def record(ctx, step, probe_images, last_sums):
   return row
 
 
-def train(ctx, num_steps, every, probe=256, log=None):
+def train(lock, num_steps, every, probe=256, log=None):
   """Train both arms `num_steps` steps in lockstep; a row at 0, every `every` (>= 1) and the end."""
-  total = ctx['per_epoch'] * ctx['config'].num_epochs
-  if num_steps < 1 or num_steps > total:
-    raise ValueError(f'--steps={num_steps}: give 1..{total} (the config trains {total} steps; '
-                     'more need a larger --config.num_epochs)')
-  probe_images = np.asarray(ctx['dataset'].test.images[:probe])
-  last_sums = {n: {'loss': 0.0, 'correct': 0.0, 'count': 0.0} for n in ctx['arms']}
-  rows, phase, start = [record(ctx, 0, probe_images, last_sums)], None, time.time()
+  ctx = lock['ctx']
+  if num_steps < 1 or num_steps > ctx.total_steps:
+    raise ValueError(f'--steps={num_steps}: give 1..{ctx.total_steps} (the config trains '
+                     f'{ctx.total_steps} steps; more need a larger --config.num_epochs)')
+  probe_images = np.asarray(ctx.dataset.test.images[:probe])
+  last_sums = {n: {'loss': 0.0, 'correct': 0.0, 'count': 0.0} for n in lock['arms']}
+  rows, phase, start = [record(lock, 0, probe_images, last_sums)], None, time.time()
   for step in range(num_steps):
     if phase is None or not phase.start <= step < phase.stop:
-      phase = optim.phase_at(ctx['phases'], step)
-      tx, fns = step_functions(ctx, phase)
-      if step == phase.start > 0 and ctx['config'].optim.schedule == 'per_phase':
-        for name, state in ctx['states'].items():
-          state['opt_state'] = jax.device_put(tx.init(state['params']),
-                                              steps.shardings(ctx['mesh'])[0])
-    batch = global_batch(ctx, step)
-    for name, arm in ctx['arms'].items():
-      with in_arm(arm):
-        ctx['states'][name] = fns[name](ctx['states'][name], batch)
+      phase = optim.phase_at(ctx.phases, step)
+      fns = enter_phase(lock, phase, step)
+    batch = global_batch(lock, step)
+    for name in lock['arms']:
+      lock['states'][name] = fns[name](lock['states'][name], batch)
     if (step + 1) % every == 0 or step + 1 == num_steps:
-      rows.append(r := record(ctx, step + 1, probe_images, last_sums))
+      rows.append(r := record(lock, step + 1, probe_images, last_sums))
       (log or (lambda _: None))(
           f'step {step + 1}/{num_steps} ({phase.name}): params {r["params"]["rel_l2"]:.3e}, '
           f'logits {r["logits"]["rel_l2"]:.3e} ({time.time() - start:.0f} s)')
@@ -329,7 +286,7 @@ def figure(result, out_dir):
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m analysis.divergence',
+  p = argparse.ArgumentParser(prog='python -m experiments.divergence',
                               description=__doc__.split('\n')[0])
   p.add_argument('--config', required=True, help='config file and presets: configs/digits.py:cpu')
   p.add_argument('--a', required=True, help='arm a: numerics.<field>=<value>[,...]')
@@ -366,21 +323,21 @@ def main(argv=None):
     set_b = set_a if args.b is None else parse_setting('--b', args.b)
     config_a, config_b = arm_config(config, set_a, '--a'), arm_config(config, set_b, '--b')
     numerics_setup.configure(config)  # process-wide flags (GPU determinism) before any backend use
-    ctx = prepare(config_a, config_b, args.devices)
-    rows = train(ctx, args.steps, args.every, args.probe, log=lambda s: print(s, file=sys.stderr))
+    lock = prepare(config_a, config_b, args.devices)
+    rows = train(lock, args.steps, args.every, args.probe, log=lambda s: print(s, file=sys.stderr))
   except ValueError as e:
     fail(str(e).splitlines()[0])
   device, same = jax.devices()[0], config_a.numerics.to_dict() == config_b.numerics.to_dict()
   bad = [f'{what} differ by {r[what]["max_abs"]:.3e} at step {r["step"]}' for r in rows
          for what in ('params', 'batch_stats', 'logits') if same and r[what]['max_abs'] != 0]
   info = {'config_spec': args.config, 'seed': config.seed, 'steps': args.steps, 'every': args.every,
-          'devices': ctx['devices'], 'probe': min(args.probe, len(ctx['dataset'].test)),
+          'devices': lock['devices'], 'probe': min(args.probe, len(lock['ctx'].dataset.test)),
           'platform': device.platform, 'device_kind': device.device_kind, 'jax': jax.__version__,
           'seconds': round(time.time() - start, 1), 'identical_settings': same,
           'deterministic': (not bad) if same else None, 'config': config.to_dict()}
   label = lambda s: ','.join(f'{k.split(".", 1)[1]}={v}' for k, v in s.items()) or 'config as given'
   result = {'info': info, 'records': rows,
-            'arms': {n: {'label': label(s), 'overrides': s, 'numerics': ctx['arms'][n]['numerics']}
+            'arms': {n: {'label': label(s), 'overrides': s, 'numerics': lock['arms'][n]['numerics']}
                      for n, s in (('a', set_a), ('b', set_b))}}
   os.makedirs(args.out, exist_ok=True)
   print(markdown(result))
