@@ -20,13 +20,15 @@ SLURM job-array script that runs line $SLURM_ARRAY_TASK_ID of it are written nex
 
 import argparse
 import collections
-import importlib.util
 import os
 import re
 import shlex
 import subprocess
 import sys
 import time
+
+from configs import loader
+from trainer import record
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS_FILE = 'sweep_commands.txt'
@@ -35,27 +37,6 @@ LOG_FILE = 'train.log'
 CACHE_DIR = '.jax_cache'
 
 Run = collections.namedtuple('Run', 'arm slug seed overrides workdir')
-
-
-def split_spec(spec):
-  """'configs/digits.py:cpu,seed=3' -> ('configs/digits.py', 'cpu,seed=3')."""
-  path, _, arg = spec.partition(':')
-  if not path.endswith('.py'):
-    raise ValueError(f'--config={spec}: give a config file, e.g. configs/digits.py:cpu')
-  full = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
-  if not os.path.isfile(full):
-    raise ValueError(f'--config: no file {path}; give a config file such as configs/digits.py')
-  return full, arg
-
-
-def load_module(path):
-  """Import a config file by path (with the repository on sys.path for `from configs import`)."""
-  if REPO not in sys.path:
-    sys.path.insert(0, REPO)
-  spec = importlib.util.spec_from_file_location(f'sweep_config_{abs(hash(path))}', path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
 
 
 def config_leaves(tree, prefix=''):
@@ -88,20 +69,17 @@ def arm_slug(arm, leaves):
 
 def check_overrides(module, arg, overrides, index):
   """Apply the run's overrides to the config (one-line error naming the field); returns it."""
-  from configs import common  # pylint: disable=import-outside-toplevel
   config = module.get_config(arg)
-  for key, value in overrides.items():
-    try:
-      common.set_field(config, key, value)
-    except ValueError as e:
-      raise ValueError(f'get_sweep() run {index}: {e}; use a dotted field of get_config()') from None
-  return config
+  try:
+    return loader.apply_overrides(config, overrides.items())
+  except ValueError as e:
+    raise ValueError(f'get_sweep() run {index}: {e}; use a dotted field of get_config()') from None
 
 
 def expand(spec, root):
   """(runs, config file, arg): the sweep of `spec` with one workdir per run under `root`."""
-  path, arg = split_spec(spec)
-  module = load_module(path)
+  path, arg = loader.split_spec(spec)
+  module = loader.load_module(path)
   if not hasattr(module, 'get_sweep'):
     raise ValueError(f'--config: {path} has no get_sweep(arg); add one returning a list of '
                      'override dicts (arms x seeds)')
@@ -174,24 +152,28 @@ def write_text(path, text):
 
 
 def saved_state(run, path, arg, module):
-  """('completed'|'todo'|'mismatch', detail) from the run's saved results, if any."""
+  """('completed'|'todo'|'mismatch', detail) from the run's saved record, if any.
+
+  A saved run is this sweep's run when trainer/record.py's rule says so (the rule train.py's
+  resume uses): then a completed one is skipped and an unfinished one relaunched, and train.py
+  resumes it. Any other saved run is a conflict, named with its differing fields.
+  """
   from analysis import results  # pylint: disable=import-outside-toplevel
-  if '://' in run.workdir or not os.path.isdir(join(run.workdir, results.CHECKPOINTS)):
+  if '://' in run.workdir or not os.path.isdir(str(record.checkpoint_dir(run.workdir))):
     return 'todo', ''  # bucket runs: the trainer on the host skips completed ones
   try:
     with results.quiet_absl():
-      saved = results.read_results(run.workdir)
+      saved = record.read_results(run.workdir)
   except Exception as e:  # pylint: disable=broad-except
     return 'todo', f'unreadable results ({type(e).__name__}); relaunching'
-  if not saved or saved.get('status') != 'completed':
+  if not saved:
     return 'todo', ''
   wanted = check_overrides(module, arg, run.overrides, 0).to_dict()
-  old, new = results.flatten(saved.get('config'), 'config'), results.flatten(wanted, 'config')
-  for key in sorted(set(old) & set(new)):
-    if old[key] != new[key]:
-      return 'mismatch', (f'completed with {key[7:]}={old[key]!r} but the sweep asks {new[key]!r}; '
-                          f'delete {run.workdir} or use another --root')
-  return 'completed', ''
+  diffs = record.config_differences(saved.get('config'), wanted)
+  if diffs:
+    return 'mismatch', (f'{run.workdir} holds a run with other settings ({"; ".join(diffs[:3])}): '
+                        'delete it or use another --root')
+  return ('completed', '') if saved.get('status') == 'completed' else ('todo', '')
 
 
 def fmt_duration(seconds):
@@ -370,7 +352,7 @@ def main(argv=None):
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
-  module = load_module(path)
+  module = loader.load_module(path)
   todo, done, failures = [], 0, []
   for run in runs:
     state, detail = saved_state(run, path, arg, module)

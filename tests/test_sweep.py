@@ -13,7 +13,7 @@ import pytest
 
 from analysis import results, study, sweep
 from configs import celeba, digits
-from trainer import record
+from trainer import checkpointing, record, resume
 
 DIGITS = os.path.join(sweep.REPO, 'configs', 'digits.py')
 
@@ -57,7 +57,7 @@ def test_celeba_sweep_has_the_five_standard_arms_times_ten_seeds(tmp_path):
 
 
 @pytest.mark.parametrize('body, message', [
-    ("[{'numerics.emulat': 'bf16', 'seed': 0}]", "unknown config field 'numerics.emulat'"),
+    ("[{'numerics.emulat': 'bf16', 'seed': 0}]", "unknown config field numerics.emulat"),
     ("[{'seed': 1}, {'seed': 1}]", 'lists seed 1 twice'),
     ("[{'data.manual_dir': 'a/b', 'seed': 0}, {'data.manual_dir': 'a_b', 'seed': 0}]", 'share the folder'),
     ('[]', 'non-empty list'),
@@ -131,7 +131,8 @@ def test_emit_paths_and_a_completed_run_is_skipped_a_changed_one_conflicts(tmp_p
   runs, _, _ = sweep.expand('configs/digits.py:smoke', root)
   done = sweep.check_overrides(digits, 'smoke', runs[0].overrides, 0).to_dict()
   record.write_results(runs[0].workdir, {'status': 'completed', 'config': done}, step=5)
-  record.write_results(runs[1].workdir, {'status': 'running', 'config': done}, step=2)
+  unfinished = sweep.check_overrides(digits, 'smoke', runs[1].overrides, 0).to_dict()
+  record.write_results(runs[1].workdir, {'status': 'running', 'config': unfinished}, step=2)
   changed = sweep.check_overrides(digits, 'smoke', runs[2].overrides, 0).to_dict()
   changed['num_epochs'] = 99
   record.write_results(runs[2].workdir, {'status': 'completed', 'config': changed}, step=5)
@@ -139,10 +140,35 @@ def test_emit_paths_and_a_completed_run_is_skipped_a_changed_one_conflicts(tmp_p
                      f'--emit-commands={tmp_path}/c.txt', f'--emit-slurm={tmp_path}/s.sbatch'])
   out = capsys.readouterr().out
   assert code == 1 and '1 completed (skipped), 13 to run, 1 in conflict' in out
-  assert 'num_epochs=99 but the sweep asks 2' in out and runs[1].workdir in out
+  assert 'other settings (num_epochs: 99 -> 2)' in out and runs[1].workdir in out
   assert runs[0].workdir + ' ' not in out
   assert len((tmp_path / 'c.txt').read_text().splitlines()) == 15
   assert f'{tmp_path}/c.txt' in (tmp_path / 's.sbatch').read_text()
+
+
+def test_rerun_after_moving_the_data_skips_completed_and_resumes_unfinished(tmp_path, capsys):
+  """Moving data.manual_dir / tfds_dir / cache_dir changes no run: the sweep skips the completed
+  runs and relaunches the unfinished ones, which train.py resumes: both by record's one rule."""
+  root = str(tmp_path / 'r')
+  runs, _, _ = sweep.expand('configs/digits.py:smoke', root)
+  for i, run in enumerate(runs[:2]):
+    saved = sweep.check_overrides(digits, 'smoke', run.overrides, 0)
+    saved.data.manual_dir, saved.data.tfds_dir, saved.data.cache_dir = '/old/a', '/old/b', '/old/c'
+    record.write_results(run.workdir, {'status': 'completed' if i == 0 else 'running',
+                                       'config': saved.to_dict()}, step=5)
+  code = sweep.main(['--config=configs/digits.py:smoke', f'--root={root}', '--dry-run'])
+  out = capsys.readouterr().out
+  assert code == 0 and '1 completed (skipped), 14 to run, 0 in conflict' in out
+  assert f'--workdir={runs[1].workdir}' in out and f'--workdir={runs[0].workdir} ' not in out
+  # train.py's resume applies the same rule to the moved run: it continues it.
+  moved = sweep.check_overrides(digits, 'smoke', runs[1].overrides, 0)
+  saved = record.read_results(runs[1].workdir)
+  assert record.config_differences(saved['config'], moved.to_dict()) == []
+  mngr = checkpointing.manager(runs[1].workdir, 3)
+  try:
+    assert resume.check_workdir_run(mngr, runs[1].workdir, moved, restart=False) is mngr
+  finally:
+    mngr.close()
 
 
 def fake_runs(tmp_path, n):
