@@ -37,6 +37,7 @@ def find_runs(root):
   return sorted(str(f) for f in found)
 
 
+@contextlib.contextmanager
 def quiet_absl():
   """Silence Orbax's per-manager absl warnings (read-only notices) while reading many runs."""
   logger = logging.getLogger('absl')
