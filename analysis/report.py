@@ -110,7 +110,8 @@ def setup_lines(out):
            ['dataset, train/test sizes, epochs, model width, resolution: not recorded (the table '
             'has no config.* / data.* columns)'])
   lines += [f'metric: {out["metric"]}' + (' (in %)' if out['scale'] == 100 else ''),
-            f'arms (by {", ".join(out["group_by"])}): {arms}', *seed_lines(out),
+            f'arms (by {", ".join(g.rsplit(".", 1)[-1] for g in out["group_by"])}): {arms}',
+            *seed_lines(out),
             f'equivalence margin: ±{out["margin"]:g} {unit} ({out["margin_reason"]})',
             f'decisions at α = {inf.ALPHA:g}, p-values Holm-adjusted over '
             f'{len(out["pairs"])} pair(s)']
