@@ -7,15 +7,22 @@ The root may be a local path or a bucket path (gs://...): all file access goes t
 
   runs = load_runs('/tmp/study')          # one row per run
   hist = load_histories('/tmp/study')     # one row per run and evaluated epoch
+  steps = load_steps('/tmp/study')        # one row per run and logged training step
 """
 
 import contextlib
+import json
 import logging
 
 from etils import epath
 import pandas as pd
 
 from trainer import record
+
+# Written by trainer/reporting.py in each run folder: one JSON object per logged step and epoch.
+METRICS_FILE = 'metrics.jsonl'
+STEP_COLUMNS = ('run', 'step', 'epoch', 'train_loss', 'train_accuracy')
+
 
 def find_runs(root):
   """Sorted run folders (as strings) under `root`: every folder that holds a `checkpoints/`.
@@ -112,3 +119,28 @@ def load_runs(root):
 def load_histories(root):
   """One row per run and evaluated epoch under `root` (see histories_frame)."""
   return histories_frame(read_all(root))
+
+
+def steps_frame(runs):
+  """One row per logged training record ('kind': 'train') in each run folder's metrics.jsonl:
+  run, step, epoch, train_loss, train_accuracy (loss and accuracy over the steps since the
+  previous record). Runs without the file add nothing; an unreadable line (a run killed while
+  writing it) is skipped."""
+  rows = []
+  for run in runs:
+    path = epath.Path(run) / METRICS_FILE
+    if not path.exists():
+      continue
+    for line in path.read_text().splitlines():
+      try:
+        entry = json.loads(line)
+      except json.JSONDecodeError:
+        continue
+      if entry.get('kind') == 'train':
+        rows.append({'run': str(run), **{k: entry.get(k) for k in STEP_COLUMNS[1:]}})
+  return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
+
+
+def load_steps(root):
+  """One row per run and logged training step under `root` (see steps_frame)."""
+  return steps_frame(find_runs(root))

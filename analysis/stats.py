@@ -1,41 +1,40 @@
-"""Per-arm summaries and pairwise tests of a metric over seeds, from Orbax results or a CSV.
+"""Per-arm summaries, pairwise tests and a verdict per pair, from Orbax results or a CSV.
 
-  python -m analysis.stats --runs=/tmp/study --margin=0.5
+  python -m analysis.stats --runs=/tmp/study --margin=0.5 --margin-reason='one test image = 0.05 pp'
   python -m analysis.stats --runs=gs://bucket/study --group-by platform compute_dtype --format=latex
-  python -m analysis.stats --csv=published.csv --group-by platform --metric accuracy --seed-col seed
+  python -m analysis.stats --csv=published.csv --group-by platform --metric accuracy
 
-An arm is a set of runs with equal values in the group-by columns (default: platform, device_kind
-and every requested numerics field). Each seed counts once per arm (later duplicates are reported,
-not used); runs that are not 'completed' are excluded and listed with their reason. Accuracies
-stored as fractions are reported in percent, so differences and `--margin` are percentage points.
-The tables are rendered (Markdown, LaTeX, CSV) by analysis/style.py.
+An arm is a set of runs with equal values in the group-by columns (default: trainer.record's arm
+columns: platform, device kind and every requested numerics field). Runs of one arm with the same
+seed are replicates: averaged into one value per seed, their spread reported as the arm's
+within-seed (nondeterminism) sd. Two arms pair by seed when they share seeds and those runs share
+initial weights and data order (equal trainer.record pairing fields), whatever their determinism.
+A CSV without a seed column: every row is its own run, unpaired. Runs that are not 'completed'
+are excluded and listed with their reason. Accuracies stored as fractions are reported in
+percent, so differences and the margin are percentage points (pp). Tables: analysis/style.py.
 """
 
 import argparse
 import itertools
 import sys
-import warnings
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
-from statsmodels.stats import power as smp
 
-ALPHA = 0.05
-POWER = 0.8
-BOOTSTRAP_SEED = 0
-BOOTSTRAP_RESAMPLES = 9999
-DEFAULT_METRIC = 'final.test_accuracy'
-NUMERICS_FIELDS = ('matmul_precision', 'compute_dtype', 'param_dtype', 'emulate',
-                   'batchnorm_group', 'gpu_deterministic')
-DET_COLUMNS = ('deterministic', 'numerics.effective.gpu_deterministic',
-               'numerics.requested.gpu_deterministic', 'config.numerics.gpu_deterministic',
-               'gpu_deterministic')
+from analysis import inference as inf
+from analysis import report
+from trainer import record
+
+DEFAULT_METRIC = record.DEFAULT_METRIC
+DEFAULT_MARGIN = 0.5
+UNDECLARED = ('none declared: 0.5 pp is the analysis.stats default, not a study decision; '
+              'declare one (--margin, --margin-reason)')
 
 
 def resolve_column(frame, name, arg):
   """The column of `frame` that `name` means: exact, or with a numerics/config/final prefix."""
-  for candidate in (name, f'numerics.requested.{name}', f'numerics.effective.{name}',
+  for candidate in (name, f'{record.ARM_PREFIX}{name}', f'numerics.effective.{name}',
                     f'config.{name}', f'final.{name}'):
     if candidate in frame.columns:
       return candidate
@@ -43,28 +42,20 @@ def resolve_column(frame, name, arg):
   raise ValueError(f'{arg}: no column {name!r}; choose from {shown} (or any config.* field)')
 
 
-def default_group_by(frame):
-  """platform, device_kind and the requested numerics fields that the runs have."""
-  cols = [c for c in ('platform', 'device_kind') if c in frame.columns]
-  return cols + [f'numerics.requested.{f}' for f in NUMERICS_FIELDS
-                 if f'numerics.requested.{f}' in frame.columns]
-
-
 def run_deterministic(row):
-  """(bool, why): does this run repeat bit-for-bit for its seed (TPU, CPU, GPU with det. ops)?"""
-  for col in DET_COLUMNS:
-    if col in row and not pd.isna(row[col]) and (col == 'deterministic' or row.get('platform') == 'gpu'):
-      return bool(row[col]), f'{col}={bool(row[col])}'
-  platform = row.get('platform')
+  """(True/False/None, why): does this run repeat bit for bit for its seed? None: not recorded."""
+  platform, value = row.get('platform'), row.get(record.DETERMINISM_COLUMN)
+  if platform == 'gpu' and value is not None and not pd.isna(value):
+    return bool(value), f'{record.DETERMINISM_COLUMN}={bool(value)}'
   if platform in ('tpu', 'cpu'):
     return True, platform
-  return False, f'platform {platform} without deterministic ops'
+  return None, f'platform {platform}: determinism not recorded'
 
 
 def label_columns(keys, names):
   """The group columns an arm label needs: in order, each one that splits the arms further."""
   chosen, distinct = [], 1
-  for i, name in enumerate(names):
+  for i, _ in enumerate(names):
     count = len({tuple(k[j] for j in chosen + [i]) for k in keys})
     if count > distinct:
       chosen, distinct = chosen + [i], count
@@ -76,70 +67,8 @@ def arm_label(values, names, chosen):
   parts = []
   for i in chosen:
     short = names[i].rsplit('.', 1)[-1]
-    parts.append(str(values[i]) if short in ('platform', 'device_kind') else f'{short}={values[i]}')
+    parts.append(str(values[i]) if names[i] in record.ARM_CONTEXT else f'{short}={values[i]}')
   return ', '.join(parts)
-
-
-def prepare(frame, group_by, metric, seed_col='seed', scale=None, assume_deterministic=False):
-  """Split the runs into included / excluded / duplicate rows and label each included run's arm.
-
-  Returns a dict: `runs` (included rows with `arm`, `value` = metric × scale, `det`, `det_why`),
-  `excluded` (run, status, reason), `duplicates` (arm, seed, kept, dropped, kept_value,
-  dropped_value, same), `group_by`, `metric`, `scale`.
-  """
-  if frame.empty:
-    raise ValueError('--runs/--csv: no runs to analyse; check the path')
-  metric = resolve_column(frame, metric, '--metric')
-  group_by = [resolve_column(frame, g, '--group-by') for g in group_by] or default_group_by(frame)
-  seed_col = resolve_column(frame, seed_col, '--seed-col')
-  frame = frame.copy()
-  status = frame['status'] if 'status' in frame else pd.Series('completed', index=frame.index)
-  reason = frame['reason'] if 'reason' in frame else pd.Series('', index=frame.index)
-  values = pd.to_numeric(frame[metric], errors='coerce')
-  bad = status.ne('completed') | values.isna()
-  progress = (f'step {a}/{b}' for a, b in zip(frame.get('step', [None] * len(frame)),
-                                               frame.get('total_steps', [None] * len(frame))))
-  why = [f'{s}: {r}' if s != 'completed' and isinstance(r, str) and r else
-         f'{s}: {p}' if s != 'completed' else f'no value for {metric}'
-         for s, r, p in zip(status, reason, progress)]
-  excluded = pd.DataFrame({'run': frame['run'], 'status': status, 'reason': why})[bad]
-  runs = frame[~bad].copy()
-  if runs.empty:
-    raise ValueError(f'--runs/--csv: none of the {len(frame)} runs is completed with a {metric}; '
-                     'see the excluded list')
-  if scale is None:
-    scale = 100.0 if 'acc' in metric.lower() and values[~bad].abs().max() <= 1 else 1.0
-  runs['value'] = values[~bad] * scale
-  keys = runs[group_by].astype(str).apply(tuple, axis=1)
-  chosen = label_columns(list(keys), group_by)
-  runs['arm'] = [arm_label(k, group_by, chosen) for k in keys]
-  dup = runs.duplicated(['arm', seed_col], keep='first')
-  first = runs[~dup].set_index(['arm', seed_col])
-  duplicates = pd.DataFrame([{
-      'arm': r['arm'], 'seed': r[seed_col], 'kept': first.loc[(r['arm'], r[seed_col]), 'run'],
-      'dropped': r['run'], 'kept_value': first.loc[(r['arm'], r[seed_col]), 'value'],
-      'dropped_value': r['value'], 'same': first.loc[(r['arm'], r[seed_col]), 'value'] == r['value']}
-      for _, r in runs[dup].iterrows()], columns=['arm', 'seed', 'kept', 'dropped', 'kept_value',
-                                                  'dropped_value', 'same'])
-  runs = runs[~dup].rename(columns={seed_col: 'seed'} if seed_col != 'seed' else {})
-  det = [(True, 'assumed') if assume_deterministic else run_deterministic(r) for _, r in runs.iterrows()]
-  runs['det'], runs['det_why'] = [d for d, _ in det], [w for _, w in det]
-  return {'runs': runs, 'excluded': excluded.reset_index(drop=True), 'duplicates': duplicates,
-          'group_by': group_by, 'metric': metric, 'scale': scale}
-
-
-def bca_ci(x, level=0.95):
-  """95% BCa bootstrap CI of the mean (scipy.stats.bootstrap, fixed rng); NaN when undefined."""
-  x = np.asarray(x, float)
-  if len(x) < 2:
-    return np.nan, np.nan
-  if np.ptp(x) == 0:
-    return x[0], x[0]
-  with warnings.catch_warnings():
-    warnings.simplefilter('ignore')
-    res = sps.bootstrap((x,), np.mean, confidence_level=level, method='BCa',
-                        n_resamples=BOOTSTRAP_RESAMPLES, rng=np.random.default_rng(BOOTSTRAP_SEED))
-  return res.confidence_interval.low, res.confidence_interval.high
 
 
 def seed_key(seed):
@@ -150,169 +79,222 @@ def seed_key(seed):
     return (1, 0.0, str(seed))
 
 
-def arm_table(prep):
-  """One row per arm: arm, group fields, n, mean, sd, ci_low, ci_high (95% BCa), deterministic,
-  determinism (why), seeds. Arms sorted by label."""
+def split_runs(frame, metric):
+  """(included runs, excluded table with run/status/reason, metric values of all rows)."""
+  status = frame['status'] if 'status' in frame else pd.Series('completed', index=frame.index)
+  reason = frame['reason'] if 'reason' in frame else pd.Series('', index=frame.index)
+  values = pd.to_numeric(frame[metric], errors='coerce')
+  bad = status.ne('completed') | values.isna()
+  progress = (f'step {a}/{b}' for a, b in zip(frame.get('step', [None] * len(frame)),
+                                               frame.get('total_steps', [None] * len(frame))))
+  why = [f'{s}: {r}' if s != 'completed' and isinstance(r, str) and r else
+         f'{s}: {p}' if s != 'completed' else f'no value for {metric}'
+         for s, r, p in zip(status, reason, progress)]
+  excluded = pd.DataFrame({'run': frame['run'], 'status': status, 'reason': why})[bad]
+  return frame[~bad].copy(), excluded.reset_index(drop=True), values
+
+
+def replicate_table(runs):
+  """One row per arm and seed run more than once: the runs, their values, mean and range."""
   rows = []
-  dups = prep['duplicates']
-  for arm, runs in prep['runs'].groupby('arm', sort=True):
-    x = runs['value'].to_numpy()
-    clash = dups[(dups['arm'] == arm) & ~dups['same'].astype(bool)]
-    det = bool(runs['det'].all()) and clash.empty
-    why = (f'seed {clash["seed"].iloc[0]} repeated with a different value' if not clash.empty
-           else '; '.join(sorted(set(runs['det_why']))))
-    low, high = bca_ci(x)
+  for (arm, seed), g in runs.groupby(['arm', 'seed'], sort=False):
+    if len(g) > 1:
+      v = g['value'].to_numpy()
+      rows.append({'arm': arm, 'seed': seed, 'n_runs': len(g), 'runs': ', '.join(g['run']),
+                   'values': ', '.join(f'{x:.4g}' for x in v), 'mean': v.mean(),
+                   'range': np.ptp(v), 'identical': bool(np.ptp(v) == 0)})
+  return pd.DataFrame(rows, columns=['arm', 'seed', 'n_runs', 'runs', 'values', 'mean', 'range',
+                                     'identical'])
+
+
+def unit_table(runs):
+  """One row per arm and seed (per run when unseeded): arm, seed, value = mean over its runs."""
+  key = runs['seed'].where(runs['seeded'], runs['run'])
+  units = (runs.assign(unit=key).groupby(['arm', 'unit'], sort=False)
+           .agg(seed=('seed', 'first'), value=('value', 'mean'), n_runs=('run', 'size'))
+           .reset_index())
+  return units[['arm', 'seed', 'unit', 'value', 'n_runs']]
+
+
+def prepare(frame, group_by, metric, seed_col=None, scale=None):
+  """Split the runs into included / excluded, label each included run's arm, average replicates.
+
+  `seed_col` None: 'seed' when the table has it, else every row is its own run (unpaired).
+  Returns a dict: `runs` (included rows with `arm`, `value` = metric × scale, `seed`, `seeded`,
+  `det`, `det_why`), `units` (one value per arm and seed), `replicates` (arm, seed, n_runs, runs,
+  values, mean, range, identical), `excluded` (run, status, reason), `seeded`, `group_by`,
+  `metric`, `scale`, `pairing` (the pairing fields the table records).
+  """
+  if frame.empty:
+    raise ValueError('--runs/--csv: no runs to analyse; check the path')
+  metric = resolve_column(frame, metric, '--metric')
+  group_by = ([resolve_column(frame, g, '--group-by') for g in group_by]
+              or record.arm_columns(frame.columns))
+  seeded = seed_col is not None or 'seed' in frame.columns
+  seed_col = resolve_column(frame, seed_col, '--seed-col') if seed_col else 'seed'
+  runs, excluded, values = split_runs(frame, metric)
+  if runs.empty:
+    raise ValueError(f'--runs/--csv: none of the {len(frame)} runs is completed with a {metric}; '
+                     'see the excluded list')
+  if scale is None:
+    scale = 100.0 if 'acc' in metric.lower() and values[runs.index].abs().max() <= 1 else 1.0
+  runs['value'] = values[runs.index] * scale
+  runs['seed'] = runs[seed_col] if seeded else None
+  runs['seeded'] = seeded & runs['seed'].notna()
+  keys = runs[group_by].astype(str).apply(tuple, axis=1)
+  chosen = label_columns(list(keys), group_by)
+  runs['arm'] = [arm_label(k, group_by, chosen) for k in keys]
+  det = [run_deterministic(r) for _, r in runs.iterrows()]
+  runs['det'], runs['det_why'] = [d for d, _ in det], [w for _, w in det]
+  seeded_runs = runs[runs['seeded']]
+  return {'runs': runs, 'units': unit_table(runs), 'replicates': replicate_table(seeded_runs),
+          'excluded': excluded, 'seeded': seeded, 'group_by': group_by, 'metric': metric,
+          'scale': scale, 'pairing': record.pairing_columns(frame.columns)}
+
+
+def determinism(runs, reps):
+  """(True/False/None, why) for one arm: recorded determinism, contradicted by unequal replicates."""
+  clash = reps[~reps['identical'].astype(bool)]
+  if not clash.empty:
+    return False, f'seed {clash["seed"].iloc[0]} repeated with a different value'
+  known = [d for d in runs['det'] if d is not None]
+  why = '; '.join(sorted(set(runs['det_why'])))
+  if len(known) < len(runs):
+    return None, why + ('; repeated seeds gave identical values' if not reps.empty else '')
+  return all(known), why
+
+
+def arm_table(prep):
+  """One row per arm: arm, group fields, n (seeds, or runs when unseeded), n_runs, mean, sd
+  (between seeds), ci_low, ci_high, ci_method (95%), within_sd and within_df (replicates of a
+  seed: the nondeterminism sd), deterministic (True/False/None), determinism (why), seeds."""
+  rows = []
+  for arm, units in prep['units'].groupby('arm', sort=True):
+    runs = prep['runs'][prep['runs']['arm'] == arm]
+    reps = prep['replicates'][prep['replicates']['arm'] == arm]
+    x = units['value'].to_numpy()
+    low, high, method = inf.mean_ci(x)
+    wsd, wdf = inf.within_sd([g['value'].to_numpy() for _, g in
+                              runs[runs['seeded']].groupby('seed')])
+    det, why = determinism(runs, reps)
     rows.append({'arm': arm, **{g: runs[g].iloc[0] for g in prep['group_by']}, 'n': len(x),
-                 'mean': x.mean(), 'sd': x.std(ddof=1) if len(x) > 1 else np.nan,
-                 'ci_low': low, 'ci_high': high, 'deterministic': det, 'determinism': why,
-                 'seeds': ' '.join(str(s) for s in sorted(runs['seed'], key=seed_key))})
+                 'n_runs': len(runs), 'mean': x.mean(), 'sd': x.std(ddof=1) if len(x) > 1 else np.nan,
+                 'ci_low': low, 'ci_high': high, 'ci_method': method, 'within_sd': wsd,
+                 'within_df': wdf, 'deterministic': det, 'determinism': why,
+                 'seeds': ' '.join(str(s) for s in sorted(units['seed'].dropna(), key=seed_key))})
   return pd.DataFrame(rows)
 
 
-def welch(a, b):
-  """(t, df, p): two-sided Welch t-test of mean(a) - mean(b)."""
-  r = sps.ttest_ind(a, b, equal_var=False)
-  return r.statistic, r.df, r.pvalue
+def design(prep, arm_a, arm_b):
+  """(paired, shared seeds, why): pair by seed when the arms share seeds and those runs share
+  initial weights and data order (equal pairing fields); determinism does not matter."""
+  if not prep['seeded']:
+    return False, [], 'unpaired: no seed column, each row is its own run'
+  units = prep['units']
+  seeds_a = set(units.loc[units['arm'] == arm_a, 'seed'].dropna())
+  seeds_b = set(units.loc[units['arm'] == arm_b, 'seed'].dropna())
+  shared = sorted(seeds_a & seeds_b, key=seed_key)
+  if len(shared) < 2:
+    return False, shared, ('unpaired: no shared seeds' if not shared else
+                           'unpaired: 1 shared seed, 2 needed')
+  runs = prep['runs']
+  both = runs[runs['arm'].isin([arm_a, arm_b]) & runs['seed'].isin(shared)]
+  differ = [c for c in prep['pairing'] if (both.groupby('seed')[c].agg(
+      lambda v: v.astype(str).nunique()) > 1).any()]
+  if differ:
+    return False, shared, f'unpaired: pairing fields differ: {", ".join(differ)}'
+  how = ('same init and data order' if prep['pairing'] else
+         'same seed taken as same init and data order (no pairing fields recorded)')
+  left = len(seeds_a | seeds_b) - len(shared)
+  rest = f'; {left} unshared seed(s) left out of the paired tests' if left else ''
+  return True, shared, f'paired: {len(shared)} shared seeds, {how}{rest}'
 
 
-def tost(diff, se, df, margin):
-  """(ci90_low, ci90_high, p): TOST of |true difference| < margin for an estimate with t errors."""
-  if se == 0:
-    return diff, diff, (0.0 if abs(diff) < margin else 1.0)
-  half = sps.t.ppf(1 - ALPHA, df) * se
-  p_low = sps.t.sf((diff + margin) / se, df)
-  p_high = sps.t.cdf((diff - margin) / se, df)
-  return diff - half, diff + half, max(p_low, p_high)
+def values_by_seed(prep, arm, seeds):
+  units = prep['units'][prep['units']['arm'] == arm].set_index('seed')
+  return units.loc[seeds, 'value'].to_numpy()
 
 
-def tost_ind(a, b, margin):
-  """Welch TOST (unequal variances, Welch–Satterthwaite df): (ci90_low, ci90_high, p)."""
-  va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
-  se = np.sqrt(va + vb)
-  df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if se > 0 else np.inf
-  return tost(np.mean(a) - np.mean(b), se, df, margin)
-
-
-def tost_paired(d, margin):
-  """Paired TOST on per-seed differences d: (ci90_low, ci90_high, p)."""
-  return tost(np.mean(d), np.std(d, ddof=1) / np.sqrt(len(d)), len(d) - 1, margin)
-
-
-def hedges_g(a, b):
-  """Bias-corrected standardised mean difference (mean(a) - mean(b)) / pooled sd × J."""
-  na, nb = len(a), len(b)
-  sp = np.sqrt(((na - 1) * np.var(a, ddof=1) + (nb - 1) * np.var(b, ddof=1)) / (na + nb - 2))
-  if sp == 0:
-    return np.nan
-  return (np.mean(a) - np.mean(b)) / sp * (1 - 3 / (4 * (na + nb) - 9))
-
-
-def holm(pvalues):
-  """Holm step-down adjusted p-values; NaN entries stay NaN and do not count as tests."""
-  p = np.asarray(pvalues, float)
-  out = np.full_like(p, np.nan)
-  idx = np.flatnonzero(~np.isnan(p))
-  order = idx[np.argsort(p[idx], kind='stable')]
-  m, running = len(order), 0.0
-  for rank, i in enumerate(order):
-    running = max(running, min(1.0, (m - rank) * p[i]))
-    out[i] = running
-  return out
-
-
-def smallest_n(power_at, target):
-  """Smallest integer n >= 2 with power_at(n) >= target (doubling, then bisection)."""
-  if power_at(2) >= target:
-    return 2
-  low, high = 2, 4
-  while power_at(high) < target:
-    low, high = high, high * 2
-    if high > 10 ** 7:
-      return np.inf
-  while high - low > 1:
-    mid = (low + high) // 2
-    low, high = (mid, high) if power_at(mid) < target else (low, mid)
-  return high
-
-
-def seeds_needed(sd, margin, paired=False):
-  """(n for 80% power to detect a difference of `margin`, n for 80% power to show equivalence
-  within ±margin when the true difference is 0); per arm (pairs when paired); α = 0.05.
-
-  statsmodels TTestIndPower (TTestPower when paired); equivalence uses the usual TOST
-  approximation: one-sided test at α with power 1 − (1 − 0.8) / 2 against the margin.
-  """
-  if not sd > 0:
-    return 2, 2
-  solver = smp.TTestPower() if paired else smp.TTestIndPower()
-  es = margin / sd
-  with warnings.catch_warnings():
-    warnings.simplefilter('ignore')
-    diff = smallest_n(lambda n: solver.power(es, n, ALPHA), POWER)
-    equiv = smallest_n(lambda n: solver.power(es, n, ALPHA, alternative='larger'),
-                       1 - (1 - POWER) / 2)
-  return diff, equiv
-
-
-def compare(runs_a, runs_b, det_a, det_b, margin):
-  """Every test of one pair of arms (dicts of the columns of pair_table)."""
-  a, b = runs_a['value'].to_numpy(), runs_b['value'].to_numpy()
-  t, df, p = welch(a, b)
-  shared = sorted(set(runs_a['seed']) & set(runs_b['seed']), key=seed_key)
-  paired = det_a and det_b and len(shared) >= 2
-  why = (f'paired: {len(shared)} shared seeds, both deterministic' if paired else
-         f'unpaired: {len(shared)} shared seeds' + ('' if det_a and det_b else ', not both deterministic'))
-  row = {'diff': a.mean() - b.mean(), 'welch_t': t, 'welch_df': df, 'welch_p': p,
-         'paired': paired, 'design': why, 'n_pairs': len(shared) if paired else 0,
-         'paired_t': np.nan, 'paired_p': np.nan,
-         'mw_u': np.nan, 'mw_p': np.nan, 'hedges_g': hedges_g(a, b)}
+def compare(prep, arm_a, arm_b, margin):
+  """Every test of one pair of arms (a dict of pair_table's columns, before Holm)."""
+  units = prep['units']
+  a = units.loc[units['arm'] == arm_a, 'value'].to_numpy()
+  b = units.loc[units['arm'] == arm_b, 'value'].to_numpy()
+  is_paired, shared, why = design(prep, arm_a, arm_b)
+  t, df, p = inf.welch(a, b)
   mw = sps.mannwhitneyu(a, b, alternative='two-sided', method='exact')
-  row['mw_u'], row['mw_p'] = mw.statistic, mw.pvalue
-  sp = np.sqrt(((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1)) / (len(a) + len(b) - 2))
-  row['n80_diff'], row['n80_equiv'] = seeds_needed(sp, margin)
-  if paired:
-    xa = runs_a.set_index('seed').loc[shared, 'value'].to_numpy()
-    xb = runs_b.set_index('seed').loc[shared, 'value'].to_numpy()
-    with warnings.catch_warnings():
-      warnings.simplefilter('ignore')
-      r = sps.ttest_rel(xa, xb)
-    row['paired_t'], row['paired_p'] = r.statistic, r.pvalue
-    row['ci90_low'], row['ci90_high'], row['tost_p'] = tost_paired(xa - xb, margin)
-    row['n80_pairs_diff'], row['n80_pairs_equiv'] = seeds_needed(np.std(xa - xb, ddof=1), margin, True)
+  row = {'arm_a': arm_a, 'arm_b': arm_b, 'n_a': len(a), 'n_b': len(b), 'paired': is_paired,
+         'design': why, 'n_pairs': len(shared) if is_paired else 0, 'welch_t': t, 'welch_df': df,
+         'welch_p': p, 'paired_t': np.nan, 'paired_p': np.nan, 'mw_u': mw.statistic,
+         'mw_p': mw.pvalue, 'hedges_g': inf.hedges_g(a, b)}
+  if is_paired:
+    xa, xb = values_by_seed(prep, arm_a, shared), values_by_seed(prep, arm_b, shared)
+    d, n = xa - xb, len(shared)
+    row['paired_t'], df, row['paired_p'] = inf.paired(xa, xb)
+    sd = np.std(d, ddof=1)
+    se = sd / np.sqrt(n)
+    row.update(diff=d.mean(), test='paired t', test_p=row['paired_p'], power_from=f'{n} pairs')
   else:
-    row['ci90_low'], row['ci90_high'], row['tost_p'] = tost_ind(a, b, margin)
-    row['n80_pairs_diff'] = row['n80_pairs_equiv'] = np.nan
-  row['equivalent'] = bool(-margin < row['ci90_low'] and row['ci90_high'] < margin)
+    se, df = inf.welch_se_df(a, b)
+    sd = np.sqrt(((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1))
+                 / (len(a) + len(b) - 2))
+    n = min(len(a), len(b))
+    what = 'seeds' if prep['seeded'] else 'runs'
+    row.update(diff=a.mean() - b.mean(), test='Welch t', test_p=p,
+               power_from=f'{len(a)} + {len(b)} {what}')
+  row['power_sd'], row['power_n'] = sd, n
+  row['ci95_low'], row['ci95_high'] = inf.diff_ci(row['diff'], se, df, 1 - inf.ALPHA)
+  row['ci90_low'], row['ci90_high'], row['tost_p'] = inf.tost(row['diff'], se, df, margin)
+  row['power_diff'], row['power_equiv'] = inf.power_at(sd, margin, n, is_paired)
+  row['n80_diff'], row['n80_equiv'] = inf.seeds_needed(sd, margin, is_paired)
   return row
 
 
 def pair_table(prep, arms, margin):
-  """One row per pair of arms with n >= 2 (arm_a before arm_b; diff = mean_a - mean_b), with
-  Welch, paired t (when paired), TOST (paired or Welch; `equivalent`: 90% CI inside ±margin),
-  exact Mann–Whitney, Hedges' g, seeds for 80% power, and Holm-adjusted p-values (`*_p_holm`)."""
-  ok = arms[arms['n'] >= 2]
-  runs = dict(tuple(prep['runs'].groupby('arm')))
-  det = dict(zip(arms['arm'], arms['deterministic']))
-  rows = [{'arm_a': a, 'arm_b': b, 'n_a': len(runs[a]), 'n_b': len(runs[b]),
-           **compare(runs[a], runs[b], det[a], det[b], margin)}
-          for a, b in itertools.combinations(ok['arm'], 2)]
-  pairs = pd.DataFrame(rows)
-  for test in ('welch', 'paired', 'tost', 'mw'):
-    if not pairs.empty:
-      pairs[f'{test}_p_holm'] = holm(pairs[f'{test}_p'])
+  """One row per pair of arms with n >= 2 (arm_a before arm_b; diff = mean A − mean B, over the
+  shared seeds when paired): Welch, paired t (when paired), TOST and 90% CI, the primary test
+  (`test`: paired t when paired, else Welch) with its 95% CI, exact Mann–Whitney, Hedges' g,
+  power; Holm-adjusted p-values over the pairs (`*_p_holm`); `equivalent_raw` (raw TOST p < α),
+  `equivalent` (Holm TOST p < α), `different`, `verdict` and `verdict_why` (analysis.report)."""
+  ok = arms.loc[arms['n'] >= 2, 'arm']
+  pairs = pd.DataFrame([compare(prep, a, b, margin) for a, b in itertools.combinations(ok, 2)])
+  if pairs.empty:
+    return pairs
+  for test in ('welch', 'paired', 'tost', 'mw', 'test'):
+    pairs[f'{test}_p_holm'] = inf.holm(pairs[f'{test}_p'])
+  pairs['equivalent_raw'] = pairs['tost_p'] < inf.ALPHA
+  pairs['equivalent'] = pairs['tost_p_holm'] < inf.ALPHA
+  pairs['different'] = ((pairs['test_p_holm'] < inf.ALPHA)
+                        & ((pairs['ci95_low'] > 0) | (pairs['ci95_high'] < 0)))
+  unit = 'pp' if prep['scale'] == 100 else 'units'
+  said = [report.verdict(r, margin, unit, len(pairs)) for _, r in pairs.iterrows()]
+  pairs['verdict'], pairs['verdict_why'] = [v for v, _ in said], [w for _, w in said]
   return pairs
 
 
-def analyse(frame, group_by=(), metric=DEFAULT_METRIC, margin=0.5, seed_col='seed', scale=None,
-            assume_deterministic=False):
+def margin_choice(margin=None, reason=None, declared=None, declared_reason=None):
+  """(margin, reason text): the study's declared margin unless `margin` (--margin) overrides it;
+  the default with a note saying it is undeclared when neither is given."""
+  if margin is None and declared is None:
+    return DEFAULT_MARGIN, UNDECLARED
+  if margin is None or margin == declared:
+    return declared, declared_reason or 'the study declares it without a reason'
+  text = f'from --margin: {reason or "no reason given"}'
+  if declared is not None:
+    text += f'; the study declares {declared:g} pp: {declared_reason or "no reason given"}'
+  return margin, text
+
+
+def analyse(frame, group_by=(), metric=DEFAULT_METRIC, margin=DEFAULT_MARGIN, margin_reason=None,
+            seed_col=None, scale=None):
   """Everything the report shows: prepare()'s dict plus `arms`, `pairs`, `small` (arms n < 2),
-  `margin`."""
+  `margin` and `margin_reason` (None: 'no reason given')."""
   if not margin > 0:
     raise ValueError(f'--margin: must be a positive number of percentage points, got {margin}')
-  prep = prepare(frame, list(group_by), metric, seed_col, scale, assume_deterministic)
+  prep = prepare(frame, list(group_by), metric, seed_col, scale)
   arms = arm_table(prep)
   prep.update(arms=arms, pairs=pair_table(prep, arms, margin), small=arms[arms['n'] < 2],
-              margin=margin)
+              margin=margin, margin_reason=margin_reason or 'no reason given')
   return prep
 
 
@@ -334,12 +316,13 @@ def parse_args(argv):
   src.add_argument('--csv', help='a CSV of results, one row per run')
   p.add_argument('--group-by', nargs='+', default=[], help='columns defining an arm')
   p.add_argument('--metric', default=DEFAULT_METRIC)
-  p.add_argument('--margin', type=float, default=0.5, help='equivalence margin, pp')
-  p.add_argument('--seed-col', default='seed')
+  p.add_argument('--margin', type=float, default=None,
+                 help=f'equivalence margin, pp (undeclared default {DEFAULT_MARGIN:g})')
+  p.add_argument('--margin-reason', default=None, help='why this margin (printed with it)')
+  p.add_argument('--seed-col', default=None,
+                 help="column of the seed (default 'seed' when present; absent: rows unpaired)")
   p.add_argument('--scale', type=float, default=None,
                  help='multiply the metric by this (default: 100 for accuracies in [0, 1])')
-  p.add_argument('--assume-deterministic', action='store_true',
-                 help='treat every run as deterministic (for CSVs without platform facts)')
   p.add_argument('--format', choices=('md', 'latex', 'csv'), default='md')
   p.add_argument('--out', help='write here (csv: FILE_arms.csv, FILE_pairs.csv, ...) not stdout')
   return p.parse_args(argv)
@@ -350,8 +333,8 @@ def main(argv=None):
   args = parse_args(argv)
   try:
     frame = results.load_runs(args.runs) if args.runs else read_csv(args.csv)
-    out = analyse(frame, args.group_by, args.metric, args.margin, args.seed_col, args.scale,
-                  args.assume_deterministic)
+    margin, reason = margin_choice(args.margin, args.margin_reason)
+    out = analyse(frame, args.group_by, args.metric, margin, reason, args.seed_col, args.scale)
     out['source'] = args.runs or args.csv
     for arm in out['small']['arm']:
       print(f'warning: arm {arm!r} has n < 2 completed runs: reported, its tests skipped',

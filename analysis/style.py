@@ -65,13 +65,20 @@ def pval(p):
   return '<0.001' if p < 0.001 else f'{p:.3f}'
 
 
+def det_text(det, why):
+  """'yes' / 'no (why)' / 'unknown (why)' for the arm table."""
+  return 'yes' if det is True else f'{"no" if det is False else "unknown"} ({why})'
+
+
 def display_arms(out):
   """The per-arm table as strings, for Markdown/LaTeX."""
-  unit = '%' if out['scale'] == 100 else ''
-  rows = [{'arm': r['arm'], 'n': str(r['n']), f'mean{unit and " (%)"}': num(r['mean']),
-           'sd': num(r['sd']), '95% BCa CI': f'[{num(r["ci_low"])}, {num(r["ci_high"])}]',
-           'deterministic': 'yes' if r['deterministic'] else f'no ({r["determinism"]})',
-           'seeds': r['seeds']}
+  unit = ' (%)' if out['scale'] == 100 else ''
+  rows = [{'arm': r['arm'], 'n': str(r['n']), 'runs': str(r['n_runs']), f'mean{unit}': num(r['mean']),
+           'sd': num(r['sd']), '95% CI': f'[{num(r["ci_low"])}, {num(r["ci_high"])}]',
+           'CI method': r['ci_method'],
+           'within-seed sd': (f'{num(r["within_sd"])} (df {r["within_df"]})' if r['within_df']
+                              else '–'),
+           'deterministic': det_text(r['deterministic'], r['determinism']), 'seeds': r['seeds']}
           for _, r in out['arms'].iterrows()]
   return rows
 
@@ -80,12 +87,17 @@ def display_pairs(out):
   """The pairwise table as strings, for Markdown/LaTeX (p-values: raw (Holm))."""
   unit = 'pp' if out['scale'] == 100 else 'units'
   both = lambda r, t: f'{pval(r[t + "_p"])} ({pval(r[t + "_p_holm"])})'
+  eq = lambda r: ('yes' if r['equivalent'] else 'no') + (
+      f' (raw: {"yes" if r["equivalent_raw"] else "no"})'
+      if r['equivalent'] != r['equivalent_raw'] else '')
   rows = []
   for _, r in out['pairs'].iterrows():
     rows.append({
-        'A': r['arm_a'], 'B': r['arm_b'], f'Δ A−B ({unit})': num(r['diff']),
+        'A': r['arm_a'], 'B': r['arm_b'], 'verdict': r['verdict'],
+        f'Δ A−B ({unit})': num(r['diff']),
+        '95% CI': f'[{num(r["ci95_low"])}, {num(r["ci95_high"])}]',
         '90% CI': f'[{num(r["ci90_low"])}, {num(r["ci90_high"])}]',
-        'equiv.': 'yes' if r['equivalent'] else 'no', 'TOST p': both(r, 'tost'),
+        'equiv. (Holm TOST)': eq(r), 'TOST p': both(r, 'tost'),
         'Welch p': both(r, 'welch'), 'paired p': both(r, 'paired') if r['paired'] else '–',
         'MW exact p': both(r, 'mw'), "Hedges' g": num(r['hedges_g']),
         'seeds 80% (Δ/eq.)': f'{r["n80_diff"]}/{r["n80_equiv"]}'})
@@ -107,7 +119,8 @@ def tex(s):
   """Escape LaTeX specials in a cell."""
   table = {'\\': r'\textbackslash{}', '&': r'\&', '%': r'\%', '$': r'\$', '#': r'\#',
            '_': r'\_', '{': r'\{', '}': r'\}', '~': r'\textasciitilde{}', '^': r'\^{}',
-           'Δ': r'$\Delta$', '−': '$-$', '<': r'$<$', '–': '--'}
+           'Δ': r'$\Delta$', '−': '$-$', '<': r'$<$', '>': r'$>$', '–': '--', '±': r'$\pm$',
+           '≥': r'$\geq$', '≤': r'$\leq$', 'α': r'$\alpha$'}
   return ''.join(table.get(ch, ch) for ch in str(s))
 
 
@@ -126,34 +139,53 @@ def latex(rows, caption):
 
 def captions(out):
   """(arms caption, pairs caption) saying what the numbers are."""
-  n_runs, unit = len(out['runs']), ('pp' if out['scale'] == 100 else 'units')
-  arms = (f'{out["metric"]} per arm over {n_runs} runs (one per seed); 95% BCa bootstrap CI '
-          f'of the mean. Arms by {", ".join(out["group_by"])}.')
-  pairs = (f'Pairwise comparisons, Δ = mean A − mean B; TOST equivalence margin ±{out["margin"]:g} '
-           f'{unit} (equivalent: 90% CI inside it; paired on shared seeds when both arms are '
-           f'deterministic, else Welch); p-values raw (Holm over {len(out["pairs"])} pair(s)); '
-           f'seeds per arm for 80% power, α = 0.05, at Δ = margin / for equivalence.')
+  from analysis.inference import BCA_MIN_N  # pylint: disable=import-outside-toplevel
+  unit = 'pp' if out['scale'] == 100 else 'units'
+  per = 'seed (replicates of a seed averaged)' if out['seeded'] else 'run (no seed column)'
+  arms = (f'{out["metric"]} per arm: n = number of {"seeds" if out["seeded"] else "runs"}, one '
+          f'value per {per}; sd between them; 95% CI of the mean by the method named '
+          f'(t-interval below n = {BCA_MIN_N}, where the BCa bootstrap under-covers); within-seed sd: '
+          f'spread of replicates of one seed (nondeterminism), pooled, with its df. '
+          f'Arms by {", ".join(out["group_by"])}.')
+  pairs = (f'Pairwise comparisons, Δ = mean A − mean B in {unit} (over shared seeds when '
+           f'paired); 95% CI of the difference test (paired t when paired, else Welch); 90% CI '
+           f'and TOST against the margin ±{out["margin"]:g} {unit}; equivalent: Holm-adjusted '
+           f'TOST p < 0.05 (raw decision in brackets when it differs); p-values raw (Holm over '
+           f'{len(out["pairs"])} pair(s)); seeds (pairs when paired) for 80% power, α = 0.05, '
+           f'at Δ = margin / for equivalence.')
   return arms, pairs
 
 
-def render(out, fmt):
-  """The whole report as one Markdown or LaTeX string."""
-  arms_cap, pairs_cap = captions(out)
-  dup_rows = [{'arm': r['arm'], 'seed': str(r['seed']), 'kept': r['kept'], 'dropped': r['dropped'],
-               'same value': 'yes' if r['same'] else 'no'} for _, r in out['duplicates'].iterrows()]
-  exc_rows = [{'run': r['run'], 'reason': r['reason']} for _, r in out['excluded'].iterrows()]
+def tables(out):
+  """[(title, rows)] of the report's tables after the pairwise one."""
   design = [{'A': r['arm_a'], 'B': r['arm_b'], 'design': r['design']}
             for _, r in out['pairs'].iterrows()]
+  reps = [{'arm': r['arm'], 'seed': str(r['seed']), 'runs': str(r['n_runs']), 'values': r['values'],
+           'mean used': num(r['mean']), 'identical': 'yes' if r['identical'] else 'no'}
+          for _, r in out['replicates'].iterrows()]
+  exc = [{'run': r['run'], 'reason': r['reason']} for _, r in out['excluded'].iterrows()]
+  return [('Design of each comparison', design),
+          ('Repeated seeds (replicates averaged; their spread is the within-seed sd)', reps),
+          ('Runs excluded', exc)]
+
+
+def render(out, fmt):
+  """The whole report as one Markdown or LaTeX string: setup, verdicts, then the tables."""
+  from analysis import report  # pylint: disable=import-outside-toplevel
+  arms_cap, pairs_cap = captions(out)
+  setup, verdicts = report.setup_lines(out), report.verdict_lines(out)
   if fmt == 'latex':
-    return ''.join([latex(display_arms(out), arms_cap), latex(display_pairs(out), pairs_cap),
-                    latex(design, 'Design of each comparison'),
-                    latex(dup_rows, 'Duplicate seeds (counted once; first run kept)'),
-                    latex(exc_rows, 'Runs excluded')])
-  parts = [f'# {out["metric"]} from {out.get("source", "")}\n', f'\n## Arms\n\n{arms_cap}\n\n',
-           markdown(display_arms(out)), f'\n## Pairwise comparisons\n\n{pairs_cap}\n\n',
-           markdown(display_pairs(out)), '\n', markdown(design),
-           '\n## Duplicate seeds (counted once, first run kept)\n\n', markdown(dup_rows),
-           '\n## Excluded runs\n\n', markdown(exc_rows)]
+    items = lambda lines: ''.join(rf'  \item {tex(l[2:].replace("**", ""))}' + '\n' for l in lines)
+    return ''.join(['% Setup\n\\begin{itemize}\n', items(setup), '\\end{itemize}\n',
+                    '% Verdict\n\\begin{itemize}\n', items(verdicts), '\\end{itemize}\n',
+                    latex(display_arms(out), arms_cap), latex(display_pairs(out), pairs_cap),
+                    *(latex(rows, title) for title, rows in tables(out))])
+  parts = [f'# {out["metric"]} from {out.get("source", "")}\n', '\n## Setup\n\n',
+           '\n'.join(setup) + '\n', '\n## Verdict\n\n', '\n'.join(verdicts) + '\n',
+           f'\n## Arms\n\n{arms_cap}\n\n', markdown(display_arms(out)),
+           f'\n## Pairwise comparisons\n\n{pairs_cap}\n\n', markdown(display_pairs(out))]
+  for title, rows in tables(out):
+    parts += [f'\n## {title}\n\n', markdown(rows)]
   if not out['small'].empty:
     parts += ['\n## Arms with n < 2 (tests skipped)\n\n', ', '.join(out['small']['arm']) + '\n']
   return ''.join(parts)
@@ -161,7 +193,7 @@ def render(out, fmt):
 
 def csv_tables(out):
   """{name: DataFrame} of the full-precision tables written in CSV mode."""
-  return {'arms': out['arms'], 'pairs': out['pairs'], 'duplicates': out['duplicates'],
+  return {'arms': out['arms'], 'pairs': out['pairs'], 'replicates': out['replicates'],
           'excluded': out['excluded']}
 
 
