@@ -70,8 +70,9 @@ def parse_pairs(items, flag):
 
 
 def select(frame, metric, factors, seed_col):
-  """The usable runs (stats.prepare: completed, finite metric, each seed once per arm), one str
-  column per factor name, and whether there is a seed column."""
+  """The usable runs (stats.prepare: completed, finite metric, each seed once per arm, an arm being
+  equal factors, platform, device kind and requested numerics), one str column per factor name,
+  and whether there is a seed column."""
   if frame.empty:
     raise ValueError('--runs/--csv: no runs to analyse; check the path')
   if not factors:
@@ -86,7 +87,8 @@ def select(frame, metric, factors, seed_col):
     if seed_col != 'seed':
       raise
     frame['_row'], seed_col, has_seed = np.arange(len(frame)), '_row', False
-  prep = stats.prepare(frame, list(cols.values()), metric_col, seed_col)
+  arm = list(dict.fromkeys(list(cols.values()) + stats.default_group_by(frame)))
+  prep = stats.prepare(frame, arm, metric_col, seed_col)  # a seed counts once per arm
   runs, excluded = prep['runs'], prep['excluded']
   missing = runs[list(cols.values())].isna().any(axis=1)
   if missing.any():
@@ -100,6 +102,15 @@ def select(frame, metric, factors, seed_col):
   prep.update(runs=runs.reset_index(drop=True), excluded=excluded.reset_index(drop=True),
               columns=cols, has_seed=has_seed)
   return prep
+
+
+def default_factors(frame):
+  """platform and the numerics.requested.* fields that vary among the completed runs (short names)."""
+  done = frame[frame['status'] == 'completed'] if 'status' in frame else frame
+  cols = ['platform'] + sorted(c for c in frame if c.startswith('numerics.requested.'))
+  cols = [c for c in cols if c in done and done[c].astype(str).nunique() > 1]
+  short = lambda c: c.rsplit('.', 1)[-1]
+  return [short(c) if stats.resolve_column(frame, short(c), '') == c else c for c in cols]
 
 
 def levels(runs, factor):
