@@ -49,7 +49,7 @@ import pandas as pd
 from scipy import stats as sps
 import statsmodels.api as sm
 
-from analysis import stats, style
+from analysis import forest, stats
 
 CSV_COLUMNS = ['term', 'estimate', 'ci_low', 'ci_high', 'p']
 CELL = 'platform x arithmetic'
@@ -165,8 +165,9 @@ def ols(y, X, cov, groups=None, note=''):
   """OLS with HC3 or seed-clustered standard errors, t intervals."""
   kwds = {'groups': pd.factorize(groups)[0]} if cov == 'cluster' else {}
   res = sm.OLS(y, X).fit(cov_type=cov, cov_kwds=kwds or None, use_t=True)
-  what = ('OLS with seed fixed effects, standard errors clustered by seed (t, seeds - 1 df)'
-          if cov == 'cluster' else 'OLS with HC3 standard errors (t, residual df)')
+  fe = ' with seed fixed effects' if any(c.startswith('seed=') for c in X) else ''
+  what = (f'OLS{fe}, standard errors clustered by seed (t, seeds - 1 df)' if cov == 'cluster'
+          else 'OLS with HC3 standard errors (t, residual df)')
   return {'result': res, 'kind': cov, 'method': f'{what}; {note}'}
 
 
@@ -364,45 +365,6 @@ def arm_rows(model, X, runs, factors, ref):
   return pd.DataFrame(rows, columns=['arm'] + CSV_COLUMNS[1:] + ['se', 'df'])
 
 
-def ci(r, low='ci_low', high='ci_high'):
-  return f'[{style.num(r[low])}, {style.num(r[high])}]'
-
-
-def render(out):
-  """The report as Markdown text: model, method, units, the tables, the excluded runs."""
-  u, half = out['unit'], out['noise']['half']
-  lines = [f'# Attribution of {out["metric"]}' + (f' ({out["source"]})' if out['source'] else ''),
-           '', f'model: {out["model"]}', f'method: {out["method"]}',
-           f'runs: {out["n_runs"]} used, {len(out["excluded"])} excluded, '
-           f'{len(out["duplicates"])} duplicate seed(s) dropped',
-           f'units: {u}; each term = difference from its factor\'s reference level '
-           '(other factors fixed), 95% CI and two-sided p, no multiplicity correction',
-           f'reference levels: {", ".join(f"{k}={v}" for k, v in out["reference"].items())}',
-           out['noise']['text'], '']
-  ratio = lambda e: style.num(abs(e) / half) if half > 0 else '–'
-  lines.append(style.markdown([{'term': r['term'], f'estimate ({u})': style.num(r['estimate']),
-                                '95% CI': ci(r), 'p': style.pval(r['p']),
-                                '|estimate| / noise half-width': ratio(r['estimate'])}
-                               for _, r in out['terms'].iterrows()]))
-  margin = (f'±{out["margin"]:g} {u}' + (f' ({out["margin_reason"]})' if out['margin_reason'] else '')
-            if out['margin'] else 'none given')
-  lines += [f'## Platform gap', '', out['gap_note'], f'equivalence margin: {margin}', '']
-  if out['gap'] is not None:
-    lines.append(style.markdown([{
-        'gap': r['gap'], 'component': r['component'], f'estimate ({u})': style.num(r['estimate']),
-        '95% CI': ci(r), 'p': style.pval(r['p']),
-        '90% CI (TOST)': ci(r, 'ci90_low', 'ci90_high') if isinstance(r.get('verdict'), str) else '',
-        'TOST p': style.pval(r.get('tost_p')), 'verdict': r.get('verdict') if isinstance(
-            r.get('verdict'), str) else ''} for _, r in out['gap'].iterrows()]))
-  if out['arms'] is not None:
-    lines.append(style.markdown([{'arm': r['arm'], f'minus reference arm ({u})':
-                                  style.num(r['estimate']), '95% CI': ci(r), 'p': style.pval(r['p'])}
-                                 for _, r in out['arms'].iterrows()]))
-  lines += ['## Excluded runs', '', style.markdown([{'run': r['run'], 'reason': r['reason']}
-                                                   for _, r in out['excluded'].iterrows()])]
-  return '\n'.join(lines)
-
-
 def formula(metric, factors, ref, interactions, has_seed):
   terms = [f"C({f}, Treatment('{ref[f]}'))" for f in factors] + [f'{a}:{b}' for a, b in interactions]
   return f'{metric} ~ ' + ' + '.join(terms) + (' + (1 | seed)' if has_seed else '')
@@ -431,7 +393,8 @@ def gap_section(prep, y, seeds, columns, ref, native, platform_profile, margin):
     return None, f'gap decomposition unavailable: {e.args[0]}; each arm minus the reference arm instead', None
   note = (f'native arm {arm[0]}={arm[1]}; emulation of each platform\'s native arithmetic: '
           + ', '.join(f'{p}={q}' for p, q in emu.items())
-          + f'. Gap model: {arm[0]} crossed with platform; {model["method"]}')
+          + f'. Gap model: {arm[0]} crossed with platform; {model["method"]}. (In the effects '
+          f'table above, {arm[0]}={arm[1]} averages the platforms\' different native arithmetics.)')
   return gap, note, emu
 
 
@@ -454,25 +417,24 @@ def run(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed', reference=
   X = design(runs, list(columns), ref, pairs)
   y, seeds = runs['value'], runs['seed'] if prep['has_seed'] else None
   model = fit(y, X, seeds)
-  unit = 'pp (percentage points of accuracy)' if prep['scale'] == 100 else 'metric units'
+  unit = 'pp' if prep['scale'] == 100 else 'metric units'
   out = {'metric': prep['metric'], 'source': source, 'reference': ref, 'margin': margin,
-         'margin_reason': margin_reason, 'unit': unit.split(' ')[0] if prep['scale'] == 100 else unit,
+         'margin_reason': margin_reason, 'unit': unit,
          'model': formula(prep['metric'], list(columns), ref, pairs, prep['has_seed']),
          'method': model['method'], 'terms': term_table(model, X), 'n_runs': len(runs),
          'excluded': prep['excluded'], 'duplicates': prep['duplicates'], 'arms': None,
-         'noise': noise_floor(runs, parse_pairs(noise_arm, '--noise-arm'), unit.split(' ')[0])}
+         'noise': noise_floor(runs, parse_pairs(noise_arm, '--noise-arm'), unit)}
   out['gap'], out['gap_note'], out['emulation'] = gap_section(prep, y, seeds, columns, ref, native,
                                                               platform_profile, margin)
   if out['gap'] is None:
     out['arms'] = arm_rows(model, X, runs, list(columns), ref)
-  out['text'] = render(out)
+  out['text'] = forest.render(out)
   out['files'] = write(out, out_dir) if out_dir else []
   return out
 
 
 def write(out, out_dir, figures_dir=None):
   """attribution.csv (exact columns), attribution_gap.csv, attribution.md, the forest plot."""
-  from analysis import forest  # pylint: disable=import-outside-toplevel
   os.makedirs(out_dir, exist_ok=True)
   files = [os.path.join(out_dir, 'attribution.csv'), os.path.join(out_dir, 'attribution.md')]
   out['terms'][CSV_COLUMNS].to_csv(files[0], index=False)

@@ -6,7 +6,7 @@ import pytest
 import statsmodels.api as sm
 import statsmodels.formula.api as smf
 
-from analysis import attribution, study
+from analysis import attribution, results, study
 
 METRIC = 'final.test_accuracy'
 PROFILE = 'numerics.requested.profile'
@@ -220,3 +220,18 @@ def test_study_runs_attribution_from_get_study(tmp_path, capsys):
   assert (tmp_path / 'figures' / 'attribution_forest.png').exists()
   cfg.write_text('def get_sweep(arg=None):\n  return []\n')
   assert study.attribution_report(str(tmp_path), runs_frame(), f'{cfg}:x', METRIC, 0.5) == []
+
+
+def test_cli_on_saved_runs_writes_the_outputs(tmp_path, capsys):
+  for i, (profile, seed, acc) in enumerate([('f32', 0, .90), ('f32', 1, .91), ('tpu_default', 0, .908),
+                                            ('tpu_default', 1, .919), ('f32', 2, .905)]):
+    results.save_results(str(tmp_path / 'runs' / f'r{i}'), {
+        'status': 'failed' if i == 4 else 'completed', 'reason': 'loss is NaN' if i == 4 else '',
+        'seed': seed, 'platform': 'cpu', 'numerics': {'requested': {'profile': profile}},
+        'final': {'test_accuracy': acc}})
+  attribution.main(['--runs', str(tmp_path / 'runs'), '--factors', 'profile', '--margin', '0.5',
+                    '--out', str(tmp_path / 'out')])
+  text = capsys.readouterr().out
+  assert 'runs: 4 used, 1 excluded' in text and 'failed: loss is NaN' in text
+  assert '| profile=tpu_default | 0.85 |' in text  # both seeds are +0.8 and +0.9 pp
+  assert 'one run per seed' not in text and (tmp_path / 'out' / 'attribution_forest.png').exists()
