@@ -394,7 +394,8 @@ def gap_section(prep, y, seeds, columns, ref, native, platform_profile, margin):
   note = (f'native arm {arm[0]}={arm[1]}; emulation of each platform\'s native arithmetic: '
           + ', '.join(f'{p}={q}' for p, q in emu.items())
           + f'. Gap model: {arm[0]} crossed with platform; {model["method"]}. (In the effects '
-          f'table above, {arm[0]}={arm[1]} averages the platforms\' different native arithmetics.)')
+          f'table above, {arm[0]}={arm[1]} averages the platforms\' different native arithmetics, which '
+          f'also biases the platform term; --interactions platform:{arm[0]} separates them.)')
   return gap, note, emu
 
 

@@ -65,7 +65,7 @@ def render(out):
   ratio = lambda e: style.num(abs(e) / half) if half > 0 else '–'
   lines.append(style.markdown([{'term': r['term'], f'estimate ({u})': style.num(r['estimate']),
                                 '95% CI': ci(r), 'p': style.pval(r['p']),
-                                '|estimate| / noise half-width': ratio(r['estimate'])}
+                                'abs. estimate / noise half-width': ratio(r['estimate'])}
                                for _, r in out['terms'].iterrows()]))
   margin = (f'±{out["margin"]:g} {u}' + (f' ({out["margin_reason"]})' if out['margin_reason'] else '')
             if out['margin'] else 'none given')
