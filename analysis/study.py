@@ -7,6 +7,12 @@ skipped, so the command resumes), then the analysis.stats report of every run un
 (Markdown on stdout and in ROOT/report.md, also ROOT/report.tex and ROOT/report_<table>.csv), then
 the analysis.figures PDFs and PNGs into ROOT/figures. Runs that failed are excluded from the report
 and listed in it; the exit code is then 1.
+
+If the config file defines `get_study(arg=None)` returning a dict (keys, each optional: margin,
+margin_reason, factors, reference, noise_arm, native, platform_profile), analysis.attribution then
+runs with those settings (factors default: platform and the requested numerics fields that vary;
+margin default: --margin) and writes ROOT/attribution.csv, ROOT/attribution.md (printed too),
+ROOT/attribution_gap.csv when there is a platform gap, and ROOT/figures/attribution_forest.{pdf,png}.
 """
 
 import argparse
@@ -14,7 +20,7 @@ import os
 import sys
 import time
 
-from analysis import figures, results, stats, style, sweep
+from analysis import attribution, figures, results, stats, style, sweep
 
 
 def parse_args(argv):
@@ -36,8 +42,9 @@ def sweep_argv(args):
   return argv
 
 
-def report(root, group_by, metric, margin):
-  """Write ROOT/report.{md,tex}, ROOT/report_*.csv and ROOT/figures; print the Markdown."""
+def report(root, group_by, metric, margin, config=None):
+  """Write ROOT/report.{md,tex}, ROOT/report_*.csv and ROOT/figures; print the Markdown; then the
+  attribution when the config defines get_study()."""
   runs, hist = results.load(root)
   out = stats.analyse(runs, group_by, metric, margin)
   out['source'] = root
@@ -45,7 +52,27 @@ def report(root, group_by, metric, margin):
   style.write_report(out, 'md', os.path.join(root, 'report.md'))
   style.write_report(out, 'latex', os.path.join(root, 'report.tex'))
   style.write_report(out, 'csv', os.path.join(root, 'report.csv'))
-  return figures.make_all(out, hist, os.path.join(root, 'figures'))
+  written = figures.make_all(out, hist, os.path.join(root, 'figures'))
+  return written + (attribution_report(root, runs, config, metric, margin) if config else [])
+
+
+def attribution_report(root, runs, config, metric, margin):
+  """analysis.attribution with the config's get_study() settings; [] when it has no get_study."""
+  path, arg = sweep.split_spec(config)
+  module = sweep.load_module(path)
+  if not hasattr(module, 'get_study'):
+    return []
+  settings = module.get_study(arg or None) or {}
+  if not isinstance(settings, dict):
+    raise ValueError(f'{path}: get_study() must return a dict (margin, factors, reference, ...)')
+  out = attribution.run(
+      runs, settings.get('factors') or attribution.default_factors(runs), metric=metric,
+      reference=settings.get('reference'), margin=settings.get('margin', margin),
+      noise_arm=settings.get('noise_arm'), native=settings.get('native'),
+      platform_profile=settings.get('platform_profile'), source=root,
+      margin_reason=settings.get('margin_reason'))
+  print(f'\n{out["text"]}', flush=True)
+  return attribution.write(out, root, os.path.join(root, 'figures'))
 
 
 def main(argv=None):
@@ -59,7 +86,8 @@ def main(argv=None):
     return code
   print(f'\n# Report ({args.root})\n', flush=True)
   try:
-    written = report(os.path.abspath(args.root), args.group_by, args.metric, args.margin)
+    written = report(os.path.abspath(args.root), args.group_by, args.metric, args.margin,
+                     args.config)
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
