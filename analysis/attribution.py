@@ -49,7 +49,8 @@ import pandas as pd
 from scipy import stats as sps
 import statsmodels.api as sm
 
-from analysis import forest, stats
+from analysis import forest, inference, stats
+from trainer import record
 
 CSV_COLUMNS = ['term', 'estimate', 'ci_low', 'ci_high', 'p']
 CELL = 'platform x arithmetic'
@@ -70,8 +71,9 @@ def parse_pairs(items, flag):
 
 
 def select(frame, metric, factors, seed_col):
-  """The usable runs (stats.prepare: completed, finite metric, each seed once per arm, an arm being
-  equal factors, platform, device kind and requested numerics), one str column per factor name,
+  """The usable runs (stats.prepare: completed, finite metric; repeated runs of a seed in one arm
+  are kept as observations sharing the seed's intercept, an arm being equal factors, platform,
+  device kind and requested numerics), one str column per factor name,
   and whether there is a seed column."""
   if frame.empty:
     raise ValueError('--runs/--csv: no runs to analyse; check the path')
@@ -87,7 +89,7 @@ def select(frame, metric, factors, seed_col):
     if seed_col != 'seed':
       raise
     frame['_row'], seed_col, has_seed = np.arange(len(frame)), '_row', False
-  arm = list(dict.fromkeys(list(cols.values()) + stats.default_group_by(frame)))
+  arm = list(dict.fromkeys(list(cols.values()) + record.arm_columns(frame.columns)))
   prep = stats.prepare(frame, arm, metric_col, seed_col)  # a seed counts once per arm
   runs, excluded = prep['runs'], prep['excluded']
   missing = runs[list(cols.values())].isna().any(axis=1)
@@ -246,8 +248,8 @@ def noise_floor(runs, arm, scale_unit):
 
 def verdict(row, margin):
   """The residual's TOST against +-margin and its reading (see module doc)."""
-  lo, hi, p = stats.tost(row['estimate'], row['se'], row['df'], margin) if margin else (np.nan,) * 3
-  if margin and p < stats.ALPHA:
+  lo, hi, p = inference.tost(row['estimate'], row['se'], row['df'], margin) if margin else (np.nan,) * 3
+  if margin and p < inference.ALPHA:
     word = 'explained by numerics'
   elif row['ci_low'] > 0 or row['ci_high'] < 0:
     word = 'not explained'
@@ -403,7 +405,7 @@ def run(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed', reference=
         interactions=(), margin=None, noise_arm=None, native=None, platform_profile=None,
         out_dir=None, source='', margin_reason=None):
   """The whole attribution (see module doc) as a dict: terms (the CSV table), gap, arms, noise,
-  model, method, excluded, duplicates, text (Markdown) and files (written to out_dir)."""
+  model, method, excluded, replicates, text (Markdown) and files (written to out_dir)."""
   if margin is not None and not margin > 0:
     raise ValueError(f'--margin: must be a positive number in the metric\'s units, got {margin}')
   prep = select(frame, metric, list(factors), seed_col)
@@ -423,7 +425,7 @@ def run(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed', reference=
          'margin_reason': margin_reason, 'unit': unit,
          'model': formula(prep['metric'], list(columns), ref, pairs, prep['has_seed']),
          'method': model['method'], 'terms': term_table(model, X), 'n_runs': len(runs),
-         'excluded': prep['excluded'], 'duplicates': prep['duplicates'], 'arms': None,
+         'excluded': prep['excluded'], 'replicates': prep['replicates'], 'arms': None,
          'noise': noise_floor(runs, parse_pairs(noise_arm, '--noise-arm'), unit)}
   out['gap'], out['gap_note'], out['emulation'] = gap_section(prep, y, seeds, columns, ref, native,
                                                               platform_profile, margin)

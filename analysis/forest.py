@@ -57,7 +57,7 @@ def render(out):
   lines = [f'# Attribution of {out["metric"]}' + (f' ({out["source"]})' if out['source'] else ''),
            '', f'model: {out["model"]}', f'method: {out["method"]}',
            f'runs: {out["n_runs"]} used, {len(out["excluded"])} excluded, '
-           f'{len(out["duplicates"])} duplicate seed(s) dropped',
+           f'{len(out["replicates"])} arm/seed(s) run more than once (each run kept)',
            f'units: {UNITS.get(u, u)}; each term = difference from its factor\'s reference level '
            '(other factors fixed), 95% CI and two-sided p, no multiplicity correction',
            f'reference levels: {", ".join(f"{k}={v}" for k, v in out["reference"].items())}',

@@ -21,6 +21,7 @@ import sys
 import time
 
 from analysis import attribution, figures, results, stats, style, sweep
+from configs import loader
 
 
 def parse_args(argv):
@@ -29,7 +30,9 @@ def parse_args(argv):
                      'local folder for the runs, the report and figures/')
   p.add_argument('--group-by', nargs='+', default=[], help='columns defining an arm (analysis.stats)')
   p.add_argument('--metric', default=stats.DEFAULT_METRIC)
-  p.add_argument('--margin', type=float, default=0.5, help='equivalence margin, pp')
+  p.add_argument('--margin', type=float, default=None,
+                 help="equivalence margin, pp (default: the config's get_study() declaration)")
+  p.add_argument('--margin-reason', default=None, help='why --margin (printed in the report)')
   return p.parse_args(argv)
 
 
@@ -42,35 +45,44 @@ def sweep_argv(args):
   return argv
 
 
-def report(root, group_by, metric, margin, config=None):
+def declaration(config):
+  """The study's declaration: the config file's get_study(arg) dict ({} without one)."""
+  if not config:
+    return {}
+  path, arg = loader.split_spec(config)
+  module = loader.load_module(path)
+  settings = module.get_study(arg or None) if hasattr(module, 'get_study') else {}
+  if not isinstance(settings, dict):
+    raise ValueError(f'{path}: get_study() must return a dict (margin, factors, reference, ...)')
+  return settings
+
+
+def report(root, group_by, metric, margin=None, config=None, margin_reason=None):
   """Write ROOT/report.{md,tex}, ROOT/report_*.csv and ROOT/figures; print the Markdown; then the
-  attribution when the config defines get_study()."""
+  attribution when the config declares a study (get_study)."""
+  settings = declaration(config)
+  margin, why = stats.margin_choice(margin, margin_reason, settings.get('margin'),
+                                    settings.get('margin_reason'))
   runs, hist = results.load(root)
-  out = stats.analyse(runs, group_by, metric, margin)
+  out = stats.analyse(runs, group_by, metric, margin, why)
   out['source'] = root
   style.write_report(out, 'md')
   style.write_report(out, 'md', os.path.join(root, 'report.md'))
   style.write_report(out, 'latex', os.path.join(root, 'report.tex'))
   style.write_report(out, 'csv', os.path.join(root, 'report.csv'))
   written = figures.make_all(out, hist, os.path.join(root, 'figures'))
-  return written + (attribution_report(root, runs, config, metric, margin) if config else [])
+  if settings:
+    written += attribution_report(root, runs, settings, metric, margin, why)
+  return written
 
 
-def attribution_report(root, runs, config, metric, margin):
-  """analysis.attribution with the config's get_study() settings; [] when it has no get_study."""
-  path, arg = sweep.split_spec(config)
-  module = sweep.load_module(path)
-  if not hasattr(module, 'get_study'):
-    return []
-  settings = module.get_study(arg or None) or {}
-  if not isinstance(settings, dict):
-    raise ValueError(f'{path}: get_study() must return a dict (margin, factors, reference, ...)')
+def attribution_report(root, runs, settings, metric, margin, margin_reason):
+  """analysis.attribution with the study's declared factors, reference levels and controls."""
   out = attribution.run(
       runs, settings.get('factors') or attribution.default_factors(runs), metric=metric,
-      reference=settings.get('reference'), margin=settings.get('margin', margin),
-      noise_arm=settings.get('noise_arm'), native=settings.get('native'),
-      platform_profile=settings.get('platform_profile'), source=root,
-      margin_reason=settings.get('margin_reason'))
+      reference=settings.get('reference'), margin=margin, noise_arm=settings.get('noise_arm'),
+      native=settings.get('native'), platform_profile=settings.get('platform_profile'),
+      source=root, margin_reason=margin_reason)
   print(f'\n{out["text"]}', flush=True)
   return attribution.write(out, root, os.path.join(root, 'figures'))
 
@@ -87,7 +99,7 @@ def main(argv=None):
   print(f'\n# Report ({args.root})\n', flush=True)
   try:
     written = report(os.path.abspath(args.root), args.group_by, args.metric, args.margin,
-                     args.config)
+                     args.config, args.margin_reason)
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2

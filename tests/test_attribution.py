@@ -6,7 +6,8 @@ import pytest
 import statsmodels.api as sm
 import statsmodels.formula.api as smf
 
-from analysis import attribution, results, study
+from analysis import attribution, results, stats, study
+from trainer import record
 
 METRIC = 'final.test_accuracy'
 PROFILE = 'numerics.requested.profile'
@@ -206,26 +207,28 @@ def test_bad_flags_one_line_error_exit_2(tmp_path, capsys, argv, message):
 
 def test_study_runs_attribution_from_get_study(tmp_path, capsys):
   cfg = tmp_path / 'cfg.py'
-  cfg.write_text("def get_study(arg=None):\n"
+  cfg.write_text("def get_config(arg=None):\n  return None\n\n\ndef get_study(arg=None):\n"
                  "  return {'margin': 0.25, 'margin_reason': 'half the seed sd', "
                  "'factors': ['platform', 'profile'], 'reference': {'profile': 'f32'}, "
                  "'noise_arm': {'profile': 'noise'}, 'native': {'profile': 'native'}}\n")
-  written = study.attribution_report(str(tmp_path), runs_frame(seeds=range(4)), f'{cfg}:x',
-                                     METRIC, 0.5)
+  settings = study.declaration(f'{cfg}:x')
+  margin, why = stats.margin_choice(None, None, settings['margin'], settings['margin_reason'])
+  written = study.attribution_report(str(tmp_path), runs_frame(seeds=range(4)), settings,
+                                     METRIC, margin, why)
   text = capsys.readouterr().out
   assert '±0.25 pp (half the seed sd)' in text and '| platform residual |' in text
   assert {p.split('/')[-1] for p in written} == {
       'attribution.csv', 'attribution.md', 'attribution_gap.csv', 'attribution_forest.pdf',
       'attribution_forest.png'}
   assert (tmp_path / 'figures' / 'attribution_forest.png').exists()
-  cfg.write_text('def get_sweep(arg=None):\n  return []\n')
-  assert study.attribution_report(str(tmp_path), runs_frame(), f'{cfg}:x', METRIC, 0.5) == []
+  cfg.write_text('def get_config(arg=None):\n  return None\n\n\ndef get_sweep(arg=None):\n  return []\n')
+  assert study.declaration(f'{cfg}:x') == {}
 
 
 def test_cli_on_saved_runs_writes_the_outputs(tmp_path, capsys):
   for i, (profile, seed, acc) in enumerate([('f32', 0, .90), ('f32', 1, .91), ('tpu_default', 0, .908),
                                             ('tpu_default', 1, .919), ('f32', 2, .905)]):
-    results.save_results(str(tmp_path / 'runs' / f'r{i}'), {
+    record.write_results(str(tmp_path / 'runs' / f'r{i}'), {
         'status': 'failed' if i == 4 else 'completed', 'reason': 'loss is NaN' if i == 4 else '',
         'seed': seed, 'platform': 'cpu', 'numerics': {'requested': {'profile': profile}},
         'final': {'test_accuracy': acc}})
