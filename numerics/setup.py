@@ -7,7 +7,6 @@ platform's default made explicit: which product format the convolutions and the 
 ran in ('bf16', 'bf16_3x', 'bf16_6x', 'tf32', 'f32', ...; see numerics/emulate.py).
 """
 
-import functools
 import os
 
 import jax
@@ -101,10 +100,11 @@ def with_precision(fn, config):
   """`fn` traced under config.numerics.matmul_precision, whatever the caller's context: the
   one way the precision reaches a jitted computation (trainer/run.py wraps every step)."""
 
-  @functools.wraps(fn)
   def traced(*args, **kwargs):
     with precision_scope(config):
       return fn(*args, **kwargs)
+  # The jitted computation keeps fn's name (HLO module names, profiles, dumps).
+  traced.__name__ = getattr(fn, '__name__', None) or getattr(fn, 'func', fn).__name__
   return traced
 
 

@@ -245,7 +245,8 @@ def test_corrupt_jpeg_named(fixture_dir, tmp_path):
     celeba.load(_config(str(target)))
 
 
-def test_tfds_dir_from_other_files_refused(fixture_dir, tmp_path):
+def test_tfds_dir_from_other_files_refused(fixture_dir, dataset, tmp_path):
+  del dataset  # the fixture's files are prepared into its tfds_dir (not yet, in a fresh worker)
   other = tmp_path / 'other'
   celeba_fixture.generate(str(other), identities=4, max_images=3, seed=9)
   config = _config(str(other), tfds_dir=os.path.join(fixture_dir[0], 'tfds'),

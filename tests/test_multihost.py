@@ -120,3 +120,38 @@ def test_two_processes_match_one_and_resume(tmp_path, subprocess_env):
   keys = [(r['kind'], r['step']) for r in records]
   assert len(keys) == len(set(keys))
   assert keys == [(r['kind'], r['step']) for r in records_one]
+
+
+@pytest.mark.timeout(600)
+def test_config_xla_flags_in_effect_in_every_process(tmp_path, subprocess_env):
+  """numerics.gpu_deterministic and numerics.xla_flags reach XLA in both processes of a 2-process
+  run: the compiled train step's debug options (dumped by XLA itself) hold them. They are applied
+  before jax.distributed.initialize starts the backends; set later, XLA would ignore them."""
+  port = free_port()
+  env = dict(subprocess_env)
+  env['XLA_FLAGS'] = '--xla_force_host_platform_device_count=4'
+  procs = []
+  for i in range(2):
+    args = ['--config=configs/digits.py:smoke', '--config.num_epochs=1',
+            '--config.optim.freeze_epochs=0', f'--workdir={tmp_path / "run"}',
+            '--config.numerics.gpu_deterministic=True',
+            f'--config.numerics.xla_flags=--xla_dump_to={tmp_path / f"dump{i}"}',
+            f'--config.distributed.coordinator_address=localhost:{port}',
+            '--config.distributed.num_processes=2', f'--config.distributed.process_id={i}']
+    procs.append(subprocess.Popen(TRAIN + args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True))
+  try:
+    errors = [p.communicate(timeout=500)[1] for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+  for i, (p, err) in enumerate(zip(procs, errors)):
+    assert p.returncode == 0, err[-3000:]
+    options = list((tmp_path / f'dump{i}').glob('*_train_step*.debug_options'))
+    assert options, sorted(x.name for x in (tmp_path / f'dump{i}').iterdir())[:20]
+    for path in options:
+      text = path.read_text()
+      assert 'xla_gpu_deterministic_ops: true' in text and f'dump{i}' in text, text
+  saved = record.read_results(str(tmp_path / 'run'))
+  assert saved['numerics']['requested']['gpu_deterministic'] is True

@@ -277,3 +277,18 @@ def test_effective_formats_make_platform_defaults_explicit():
   assert f('gpu', 'default', 'none', 'bfloat16')['dense'] == 'bf16'
   described = setup.describe(common.base_config())['effective']
   assert described['platform'] == 'cpu' and described['dense_format'] == 'f32'
+
+
+def test_xla_flags_refused_once_the_backend_runs():
+  """A flag XLA has not read before its backend started cannot take effect: one-line error."""
+  config = common.base_config()
+  jax.devices()  # the backend is running
+  config.numerics.xla_flags = '--xla_cpu_use_thunk_runtime=false --xla_unheard_of_flag=1'
+  with pytest.raises(ValueError, match='must be set before JAX starts its backend'):
+    setup.configure(config)
+  config.numerics.xla_flags = 'not_a_flag'
+  with pytest.raises(ValueError, match='config.numerics.xla_flags must be space-separated'):
+    setup.configure(config)
+  config.numerics.xla_flags = ''
+  setup.configure(config)  # nothing missing: fine
+  assert setup.xla_flags(config) == []
