@@ -75,6 +75,9 @@ def base_config():
   # rest and on GPU/TPU), 'xla' or 'im2col' (same product and operand rounding; f32 summation
   # order differs; numerics/ops.py).
   c.numerics.conv_impl = 'auto'
+  # How emulated products are computed: 'auto' (the fastest implementation with the same products
+  # on this platform) or 'reference' (rounded operands at HIGHEST); numerics/emulate.py.
+  c.numerics.emulate_impl = 'auto'
 
   c.distributed = ml_collections.ConfigDict()
   c.distributed.initialize = 'auto'  # 'auto' (cluster env detected), 'yes' or 'no'

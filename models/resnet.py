@@ -51,11 +51,11 @@ class ResNet18(nnx.Module):
 
   def __init__(self, num_classes=1000, *, in_channels=3, width=1.0, stem='imagenet',
                dtype=jnp.float32, param_dtype=jnp.float32, emulate='none', batchnorm_group=0,
-               conv_impl='auto', rngs: nnx.Rngs):
+               conv_impl='auto', emulate_impl='auto', rngs: nnx.Rngs):
     if stem not in ('imagenet', 'small'):
       raise ValueError(f"config.model.stem must be 'imagenet' or 'small', got {stem!r}")
     layer_kwargs = dict(dtype=dtype, param_dtype=param_dtype, emulate=emulate,
-                        conv_impl=conv_impl)
+                        conv_impl=conv_impl, emulate_impl=emulate_impl)
     bn_kwargs = dict(dtype=dtype, param_dtype=param_dtype, group_size=batchnorm_group)
     channels = [max(1, int(round(c * width))) for c in STAGE_CHANNELS]
     self.stem = stem
@@ -77,7 +77,7 @@ class ResNet18(nnx.Module):
       stages.append(nnx.List(stage))
     self.layer1, self.layer2, self.layer3, self.layer4 = stages
     self.fc = Linear(previous, num_classes, dtype=dtype, param_dtype=param_dtype, emulate=emulate,
-                     rngs=rngs)
+                     emulate_impl=emulate_impl, rngs=rngs)
     self.dtype = dtype
 
   def features(self, x):
@@ -106,4 +106,5 @@ def create_model(config, num_classes, in_channels, rngs):
       num_classes, in_channels=in_channels, width=float(model_cfg.width), stem=model_cfg.stem,
       dtype=jnp.dtype(num_cfg.compute_dtype), param_dtype=jnp.dtype(num_cfg.param_dtype),
       emulate=num_cfg.emulate, batchnorm_group=int(num_cfg.batchnorm_group),
-      conv_impl=num_cfg.get('conv_impl', 'auto'), rngs=rngs)
+      conv_impl=num_cfg.get('conv_impl', 'auto'),
+      emulate_impl=num_cfg.get('emulate_impl', 'auto'), rngs=rngs)

@@ -133,11 +133,12 @@ def _native_dense(x, kernel, precision=None):
   return lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=precision)
 
 
-def conv2d(x, kernel, stride=1, padding='SAME', *, emulate='none', impl='xla'):
+def conv2d(x, kernel, stride=1, padding='SAME', *, emulate='none', impl='xla',
+           emulate_impl='auto', key=None):
   """NHWC x HWIO convolution; padding is 'SAME', 'VALID' or [(lo, hi), (lo, hi)].
 
   `impl`: 'xla', 'im2col' or 'auto' (see the module doc); the numerics are the same up to the f32
-  summation order.
+  summation order. `emulate_impl`, `key`: see numerics/emulate.py `emulated`.
   """
   impl = resolve_conv_impl(impl, macs=conv_macs(x.shape, kernel.shape, stride),
                            kernel_hw=kernel.shape[:2], out_hw=conv_out_hw(x.shape, stride))
@@ -145,11 +146,12 @@ def conv2d(x, kernel, stride=1, padding='SAME', *, emulate='none', impl='xla'):
   if emulate == 'none':
     return product(x, kernel, stride, padding)
   return emulate_lib.emulated(
-      lambda a, b, precision: product(a, b, stride, padding, precision), x, kernel, emulate)
+      lambda a, b, precision: product(a, b, stride, padding, precision), x, kernel, emulate,
+      key=key, impl=emulate_impl)
 
 
-def dense(x, kernel, *, emulate='none'):
+def dense(x, kernel, *, emulate='none', emulate_impl='auto', key=None):
   """x [..., in] @ kernel [in, out]."""
   if emulate == 'none':
     return _native_dense(x, kernel)
-  return emulate_lib.emulated(_native_dense, x, kernel, emulate)
+  return emulate_lib.emulated(_native_dense, x, kernel, emulate, key=key, impl=emulate_impl)

@@ -9,8 +9,13 @@ is the same on CPU, GPU and TPU, whatever the backend does with bf16 casts or de
 Both formats share f32's exponent range, so f32 subnormals round on the same uniform grid (gradual
 underflow, as `ml_dtypes.bfloat16` does), ties go to the even mantissa, values at or past the
 midpoint above the largest finite value overflow to +-inf, +-inf stay +-inf and nan stays nan.
+
+`dither_bf16` is the matched-magnitude noise control: each value moved by independent uniform noise
+of +-1/2 bf16 ulp, the size of round-to-nearest bf16's error, but with mean zero for every value
+(round-to-nearest's error is a fixed function of the value: systematic).
 """
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -45,3 +50,27 @@ def split_bf16(x):
   """(hi, lo): hi = bf16(x), lo = bf16(x - hi), the two parts a 3-pass bf16 product multiplies."""
   hi = round_bf16(x)
   return hi, round_bf16(jnp.asarray(x, jnp.float32) - hi)
+
+
+# Smallest normal f32 exponent's ulp as bf16 sees it: f32 subnormals sit on this grid too.
+_BF16_SUBNORMAL_ULP = 2.0 ** -133
+
+
+def bf16_ulp(x):
+  """The spacing of bf16 values around each |x| (2^(e-7) for x in [2^e, 2^(e+1))), as float32."""
+  x = jnp.asarray(x, jnp.float32)
+  exponent = lax.bitcast_convert_type(x, jnp.uint32) & jnp.uint32(0x7F800000)  # 2^e, sign dropped
+  power = lax.bitcast_convert_type(exponent, jnp.float32)
+  return jnp.maximum(power * 2.0 ** -7, _BF16_SUBNORMAL_ULP)
+
+
+def dither_bf16(x, key):
+  """x + u * bf16_ulp(x), u ~ Uniform(-1/2, 1/2) drawn from `key` (one draw per element), float32.
+
+  Unbiased (E[result] = x for every x) and with the error distribution that round-to-nearest bf16
+  has for a value whose position between two bf16 neighbours is uniform: |error| <= ulp/2, mean
+  |error| ulp/4, rms ulp/sqrt(12). The same key gives the same bits. Non-finite values are kept.
+  """
+  x = jnp.asarray(x, jnp.float32)
+  u = jax.random.uniform(key, x.shape, jnp.float32, -0.5, 0.5)
+  return jnp.where(jnp.isfinite(x), x + u * bf16_ulp(x), x)

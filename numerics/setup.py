@@ -54,6 +54,7 @@ def validate(config):
     raise ValueError(f'config.numerics.gpu_deterministic must be True or False, got '
                      f'{n.gpu_deterministic!r}')
   ops.resolve_conv_impl(n.get('conv_impl', 'auto'), 'cpu')  # one-line error on a bad value
+  emulate_lib.resolve_impl(n.get('emulate_impl', 'auto'))
 
 
 def xla_flags(config):
@@ -167,6 +168,8 @@ def describe(config):
       conv_format=formats['conv'],
       dense_format=formats['dense'],
       emulated=n.emulate != 'none',
+      emulate_impl=(emulate_lib.resolve_impl(n.get('emulate_impl', 'auto'), platform, n.emulate)
+                    if n.emulate != 'none' else 'none'),
       compute_dtype=str(jnp.dtype(n.compute_dtype)),
       batchnorm='global batch' if not n.batchnorm_group else f'groups of {n.batchnorm_group}',
       gpu_deterministic=(platform == 'gpu' and '--xla_gpu_deterministic_ops=true' in xla_flags),
