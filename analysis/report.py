@@ -96,6 +96,18 @@ def seed_lines(out):
   return [f'seeds of {arm}: {seeds}' for arm, seeds in per_arm.items()]
 
 
+def title(out):
+  """'Final test accuracy by arm: 3 arms, 5 seeds each (digits)': what the report compares."""
+  name = out['metric'].replace('.', ' ').replace('_', ' ')
+  arms = out['arms']
+  count = sorted(set(arms['n'])) if not arms.empty else [0]
+  what = 'seeds' if out['seeded'] else 'runs'
+  each = f'{count[0]} {what} each' if len(count) == 1 else f'{count[0]}–{count[-1]} {what} per arm'
+  dataset = facts(out['runs'], 'config.data.name', 'data.name')
+  return (f'{name[0].upper()}{name[1:]} by arm: {len(arms)} arms, {each}'
+          + (f' ({dataset})' if dataset != NOT_RECORDED else ''))
+
+
 def setup_lines(out):
   """The setup, one Markdown bullet each: data, sizes, training, arms, seeds, margin."""
   runs, unit = out['runs'], 'pp' if out['scale'] == 100 else 'units'
@@ -109,7 +121,8 @@ def setup_lines(out):
            if dataset != NOT_RECORDED else
            ['dataset, train/test sizes, epochs, model width, resolution: not recorded (the table '
             'has no config.* / data.* columns)'])
-  lines += [f'metric: {out["metric"]}' + (' (in %)' if out['scale'] == 100 else ''),
+  lines += [f'metric: {out["metric"]}' + (' (in %)' if out['scale'] == 100 else '')
+            + (f'; runs read from {out["source"]}' if out.get('source') else ''),
             f'arms (by {", ".join(g.rsplit(".", 1)[-1] for g in out["group_by"])}): {arms}',
             *seed_lines(out),
             f'equivalence margin: ±{out["margin"]:g} {unit} ({out["margin_reason"]})',

@@ -11,7 +11,7 @@ from ml_collections import config_flags
 from PIL import Image
 import pytest
 
-from analysis import results, study, sweep
+from analysis import results, study, sweep, sweep_runner
 from configs import celeba, digits
 from trainer import checkpointing, record, resume
 
@@ -126,22 +126,18 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
   assert (tmp_path / 'ran').read_text().split() == [sweep.REPO, f'{root}/.jax_cache'] + shlex.split(lines[7])[1:]
 
 
-def test_emit_paths_and_a_completed_run_is_skipped_a_changed_one_conflicts(tmp_path, capsys):
+def test_emit_paths_and_a_completed_run_is_skipped_an_unfinished_one_relaunched(tmp_path, capsys):
   root = str(tmp_path / 'r')
   runs, _, _ = sweep.expand('configs/digits.py:smoke', root)
   done = sweep.check_overrides(digits, 'smoke', runs[0].overrides, 0).to_dict()
   record.write_results(runs[0].workdir, {'status': 'completed', 'config': done}, step=5)
   unfinished = sweep.check_overrides(digits, 'smoke', runs[1].overrides, 0).to_dict()
   record.write_results(runs[1].workdir, {'status': 'running', 'config': unfinished}, step=2)
-  changed = sweep.check_overrides(digits, 'smoke', runs[2].overrides, 0).to_dict()
-  changed['num_epochs'] = 99
-  record.write_results(runs[2].workdir, {'status': 'completed', 'config': changed}, step=5)
   code = sweep.main(['--config=configs/digits.py:smoke', f'--root={root}', '--dry-run',
                      f'--emit-commands={tmp_path}/c.txt', f'--emit-slurm={tmp_path}/s.sbatch'])
   out = capsys.readouterr().out
-  assert code == 1 and '1 completed (skipped), 13 to run, 1 in conflict' in out
-  assert 'other settings (num_epochs: 99 -> 2)' in out and runs[1].workdir in out
-  assert runs[0].workdir + ' ' not in out
+  assert code == 0 and '1 completed (skipped), 14 to run' in out
+  assert f'--workdir={runs[1].workdir} ' in out and f'--workdir={runs[0].workdir} ' not in out
   assert len((tmp_path / 'c.txt').read_text().splitlines()) == 15
   assert f'{tmp_path}/c.txt' in (tmp_path / 's.sbatch').read_text()
 
@@ -158,7 +154,7 @@ def test_rerun_after_moving_the_data_skips_completed_and_resumes_unfinished(tmp_
                                        'config': saved.to_dict()}, step=5)
   code = sweep.main(['--config=configs/digits.py:smoke', f'--root={root}', '--dry-run'])
   out = capsys.readouterr().out
-  assert code == 0 and '1 completed (skipped), 14 to run, 0 in conflict' in out
+  assert code == 0 and '1 completed (skipped), 14 to run' in out
   assert f'--workdir={runs[1].workdir}' in out and f'--workdir={runs[0].workdir} ' not in out
   # train.py's resume applies the same rule to the moved run: it continues it.
   moved = sweep.check_overrides(digits, 'smoke', runs[1].overrides, 0)
@@ -180,31 +176,32 @@ def test_scheduler_one_run_per_gpu_reports_failures_and_continues(tmp_path, monk
   script = ('import os, sys, time; time.sleep(0.3); print("gpu", os.environ["CUDA_VISIBLE_DEVICES"], '
             'os.environ["JAX_COMPILATION_CACHE_DIR"]); print("boom" if "seed1" in sys.argv[-1] else "ok"); '
             'sys.exit(3 if "a-1/seed1" in sys.argv[-1] else 0)')
-  monkeypatch.setattr(sweep, 'command', lambda run, *a: [sys.executable, '-c', script, run.workdir])
   monkeypatch.delenv('JAX_COMPILATION_CACHE_DIR', raising=False)
   runs = fake_runs(tmp_path, 6)
-  progress = sweep.Progress(7, 1, 2)
-  failures = sweep.run_all(runs, 'x.py', '', str(tmp_path), progress, 2, [5, 7, 9], poll=0.05)
+  progress = sweep_runner.Progress(7, 1, 2)
+  failures, in_use, signum = sweep_runner.run_all(
+      runs, lambda run: [sys.executable, '-c', script, run.workdir], str(tmp_path), sweep.REPO,
+      progress, 2, [5, 7, 9], poll=0.05)
   assert [(f[0].workdir, f[1], f[2]) for f in failures] == [(runs[3].workdir, 3, 'boom')]
-  assert (progress.done, progress.failed, progress.running) == (6, 1, 0)
+  assert (in_use, signum) == ([], None)
+  assert (progress.done, progress.failed, progress.active) == (6, 1, {})
   out = capsys.readouterr().out
-  assert f"FAILED a-1/seed1: exit code 3, last log line: 'boom' (log: {runs[3].workdir}/train.log)" in out
-  assert '[sweep] 6/7 done, 0 running, 1 failed | elapsed 0m0' in out and 'ETA 0m00s' in out
+  log3 = f'{runs[3].workdir}/train.log'
+  assert f"FAILED  a-1/seed1: exit code 3, last log line: 'boom' (log: {log3})" in out
+  assert f'start   a-1/seed1 on GPU ' in out and f'workdir {runs[3].workdir}, log {log3}' in out
+  assert '[sweep] 6/7 done, 0 running (no images/s), 1 failed | elapsed 0m0' in out
+  assert 'ETA 0m00s' in out
   logs = [open(os.path.join(r.workdir, 'train.log')).read() for r in runs]
   assert all(f'{tmp_path}/.jax_cache' in log for log in logs)
   assert {log.split('gpu ')[1].split()[0] for log in logs} == {'5', '7'}
-  assert max(int(l.split('running')[0].split()[-1]) for l in out.splitlines() if 'running' in l) == 2
+  assert max(int(l.split(' running')[0].split()[-1]) for l in out.splitlines() if ' running (' in l) == 2
 
 
-def test_launch_order_round_robins_arms_and_progress_eta():
+def test_launch_order_round_robins_arms():
   runs = [sweep.Run({}, arm, seed, {}, '') for arm in 'abc' for seed in range(2)]
   assert [(r.slug, r.seed) for r in sweep.launch_order(runs)] == [
       ('a', 0), ('b', 0), ('c', 0), ('a', 1), ('b', 1), ('c', 1)]
-  p = sweep.Progress(10, 2, 2)
-  assert p.eta() is None and 'ETA ?' in p.line()
-  p.done, p.durations = 4, [30.0, 50.0]
-  assert p.eta() == pytest.approx(40 * 6 / 2)
-  assert sweep.fmt_duration(3725) == '1h2m05s'
+  assert sweep_runner.fmt_duration(3725) == '1h2m05s'
 
 
 def test_tiny_study_end_to_end_then_resume_skips_everything(tmp_path, subprocess_env, monkeypatch, capsys):
@@ -215,7 +212,7 @@ def test_tiny_study_end_to_end_then_resume_skips_everything(tmp_path, subprocess
   spec = f'--config={cfg}:smoke,num_epochs=2,optim.freeze_epochs=0'
   assert study.main([spec, f'--root={root}', '--parallel=1']) == 0
   out = capsys.readouterr().out
-  assert '[sweep] 4/4 done, 0 running, 0 failed' in out and 'study finished in' in out
+  assert '[sweep] 4/4 done, 0 running (no images/s), 0 failed' in out and 'study finished in' in out
   report = (root / 'report.md').read_text()
   assert report in out and 'emulate=bf16' in report and 'emulate=f32' in report
   assert (root / 'report.tex').exists() and list(root.glob('report_*.csv'))
