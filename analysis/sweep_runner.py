@@ -12,7 +12,8 @@ killed sweep still exiting, is launched once the holder has gone (waiting at mos
 then it is reported as in use, not as failed).
 
 Console: a line per run start (workdir, log) and end, and every `heartbeat` seconds the aggregate:
-runs done/running/failed, images/s summed over the running runs, and the ETA. A running run's speed
+runs done/running/failed, images/s summed over the running runs (those without a measured speed
+yet are 'starting': loading, compiling), and the ETA. A running run's speed
 is the median images/s of its last SPEED_WINDOW logged intervals (metrics.jsonl), the first
 interval after launch (compile) left out; its steps left come from its log's `step s/T` counter.
 ETA = (seconds left of the running runs + queued runs x seconds per run) / parallel slots, where
@@ -206,13 +207,12 @@ class Progress:
     now = now or time.time()
     measures = [a.measure(now) for a in self.active.values()]
     rates = [ips for ips, _, _ in measures if ips]
-    rate = (f'{sum(rates):,.0f} images/s' + ('' if len(rates) == len(measures) else
-                                              f', {len(measures) - len(rates)} compiling')
-            if measures else 'no images/s')
+    speeds = ([f'{sum(rates):,.0f} images/s'] if rates else []) + (
+        [f'{len(measures) - len(rates)} starting'] if len(rates) < len(measures) else [])
+    running = f'{len(measures)} running' + (f' ({", ".join(speeds)})' if speeds else '')
     busy = f', {self.in_use} in use elsewhere' if self.in_use else ''
-    return (f'[sweep] {self.done}/{self.total} done, {len(self.active)} running ({rate}), '
-            f'{self.failed} failed{busy} | elapsed {fmt_duration(now - self.start)} | '
-            f'ETA {fmt_duration(self.eta(measures))}')
+    return (f'[sweep] {self.done}/{self.total} done, {running}, {self.failed} failed{busy} | '
+            f'elapsed {fmt_duration(now - self.start)} | ETA {fmt_duration(self.eta(measures))}')
 
   def show(self, message=None):
     self.last_shown = time.time()

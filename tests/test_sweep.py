@@ -1,19 +1,23 @@
 """analysis.sweep / analysis.study: expansion, command list, SLURM script, skipping, scheduling,
 and a tiny end-to-end study on digits (train.py subprocesses -> stats -> figures)."""
 
+import json
 import os
+import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 
 from absl import flags
 from ml_collections import config_flags
 from PIL import Image
 import pytest
 
-from analysis import results, study, sweep, sweep_runner
+from analysis import estimate, results, study, sweep, sweep_runner
 from configs import celeba, digits
-from trainer import checkpointing, record, resume
+from trainer import checkpointing, lock, record, resume
 
 DIGITS = os.path.join(sweep.REPO, 'configs', 'digits.py')
 
@@ -189,12 +193,13 @@ def test_scheduler_one_run_per_gpu_reports_failures_and_continues(tmp_path, monk
   log3 = f'{runs[3].workdir}/train.log'
   assert f"FAILED  a-1/seed1: exit code 3, last log line: 'boom' (log: {log3})" in out
   assert f'start   a-1/seed1 on GPU ' in out and f'workdir {runs[3].workdir}, log {log3}' in out
-  assert '[sweep] 6/7 done, 0 running (no images/s), 1 failed | elapsed 0m0' in out
+  assert '[sweep] 6/7 done, 0 running, 1 failed | elapsed 0m0' in out
   assert 'ETA 0m00s' in out
   logs = [open(os.path.join(r.workdir, 'train.log')).read() for r in runs]
   assert all(f'{tmp_path}/.jax_cache' in log for log in logs)
   assert {log.split('gpu ')[1].split()[0] for log in logs} == {'5', '7'}
-  assert max(int(l.split(' running')[0].split()[-1]) for l in out.splitlines() if ' running (' in l) == 2
+  running = [int(l.split(' running')[0].split()[-1]) for l in out.splitlines() if l.startswith('[sweep]')]
+  assert max(running) == 2
 
 
 def test_launch_order_round_robins_arms():
@@ -212,7 +217,7 @@ def test_tiny_study_end_to_end_then_resume_skips_everything(tmp_path, subprocess
   spec = f'--config={cfg}:smoke,num_epochs=2,optim.freeze_epochs=0'
   assert study.main([spec, f'--root={root}', '--parallel=1']) == 0
   out = capsys.readouterr().out
-  assert '[sweep] 4/4 done, 0 running (no images/s), 0 failed' in out and 'study finished in' in out
+  assert '[sweep] 4/4 done, 0 running, 0 failed' in out and 'study finished in' in out
   report = (root / 'report.md').read_text()
   assert report in out and 'emulate=bf16' in report and 'emulate=f32' in report
   assert (root / 'report.tex').exists() and list(root.glob('report_*.csv'))
@@ -228,3 +233,139 @@ def test_tiny_study_end_to_end_then_resume_skips_everything(tmp_path, subprocess
       assert img.size[0] > 600
   assert sweep.main([spec, f'--root={root}']) == 0
   assert '4 completed (skipped), 0 to run' in capsys.readouterr().out
+
+
+def write_train_records(workdir, records, log_counter=None):
+  """metrics.jsonl training records [(step, images/s)] and, optionally, a log with `step s/T`."""
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, results.METRICS_FILE), 'w') as f:
+    for step, ips in records:
+      f.write(json.dumps({'kind': 'train', 'step': step, 'images_per_sec': ips}) + '\n')
+    f.write('{"kind": "tr')  # a torn last line
+  if log_counter:
+    with open(os.path.join(workdir, sweep_runner.LOG_FILE), 'w') as f:
+      f.write(f'I1124 reporting.py:66] step {log_counter} (epoch 1/2) loss 2.6 | 28 img/s\n')
+
+
+def test_progress_speed_leaves_out_compile_and_eta_counts_running_and_queued(tmp_path):
+  a, b = str(tmp_path / 'a'), str(tmp_path / 'b')
+  # a: resumed at step 10; after launch the first interval (compile, 5 img/s) is left out.
+  write_train_records(a, [(5, 900.0), (10, 1000.0), (15, 5.0), (20, 100.0), (25, 300.0), (30, 200.0)],
+                      '30/110')
+  write_train_records(b, [(5, 3.0)], '5/110')  # still compiling: only the first interval
+  assert sweep_runner.speed(a, 10) == (200.0, 30) and sweep_runner.speed(b, 0) == (None, 5)
+  now = 1000.0
+  runs = [sweep.Run({}, 'x', s, {}, w) for s, w in ((0, a), (1, b))]
+  progress = sweep_runner.Progress(total=5, done=1, slots=2)
+  progress.active = {i: sweep_runner.Active(r, None, None, None, now - 60, 20, since)
+                     for i, (r, since) in enumerate(zip(runs, (10, 0)))}
+  measures = [x.measure(now) for x in progress.active.values()]
+  assert measures == [(200.0, 60.0, 80 * 20 / 200.0), (None, 60.0, None)]
+  # Per run: a's elapsed + left = 68 s (no run finished yet); b: 68 - 60 s left; 2 queued runs.
+  assert progress.eta(measures) == pytest.approx((8 + 8 + 2 * 68) / 2)
+  progress.durations = [100.0]  # a finished run's duration wins over the estimate
+  assert progress.eta(measures) == pytest.approx((8 + 40 + 2 * 100) / 2)
+  line = progress.line(now)
+  assert line.startswith('[sweep] 1/5 done, 2 running (200 images/s, 1 starting), 0 failed')
+  assert line.endswith('ETA 2m04s')
+  progress.durations, progress.active = [], {0: progress.active[1]}
+  assert progress.eta([measures[1]]) is None and 'ETA ?' in progress.line(now)
+
+
+def test_lock_holder_sees_a_live_run_and_not_a_released_or_dead_one(tmp_path):
+  workdir = str(tmp_path / 'run')
+  os.makedirs(workdir)
+  assert sweep_runner.lock_holder(workdir) is None
+  with lock.WorkdirLock(workdir):
+    assert sweep_runner.lock_holder(workdir)['pid'] == os.getpid()
+  assert sweep_runner.lock_holder(workdir) is None
+  holder = subprocess.Popen([sys.executable, '-c', (
+      'import sys, time; sys.path.insert(0, sys.argv[1]); from trainer import lock; '
+      'l = lock.WorkdirLock(sys.argv[2]).acquire(); print("held", flush=True); time.sleep(60)'),
+      sweep.REPO, workdir], stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline() == 'held\n'
+    assert sweep_runner.lock_holder(workdir)['pid'] == holder.pid
+  finally:
+    holder.kill()
+    holder.wait()
+  assert sweep_runner.lock_holder(workdir) is None  # the kernel released the dead holder's lock
+
+
+def train_processes(root):
+  """PIDs of live processes whose command line names `root` and train.py."""
+  found = []
+  for pid in filter(str.isdigit, os.listdir('/proc')):
+    try:
+      with open(f'/proc/{pid}/cmdline', 'rb') as f:
+        cmdline = f.read().decode(errors='replace')
+      with open(f'/proc/{pid}/stat') as f:
+        zombie = f.read().rsplit(')', 1)[1].split()[0] == 'Z'
+    except OSError:
+      continue
+    if str(root) in cmdline and 'train.py' in cmdline and not zombie:
+      found.append(int(pid))
+  return found
+
+
+def start_sweep(argv, env, out):
+  return subprocess.Popen([sys.executable, '-m', 'analysis.sweep', *argv], cwd=sweep.REPO, env=env,
+                          stdout=out, stderr=subprocess.STDOUT)
+
+
+def wait_until(condition, timeout, what):
+  deadline = time.time() + timeout
+  while not condition():
+    assert time.time() < deadline, f'timed out waiting for {what}'
+    time.sleep(0.2)
+
+
+def test_signals_stop_every_run_and_the_rerun_completes_them(tmp_path, subprocess_env):
+  """SIGTERM: forwarded to both runs, waited for (exit 143); SIGKILL: the runs die with the sweep;
+  the rerun then completes both runs (no run 'in use', none failed)."""
+  env = {**subprocess_env, 'XLA_FLAGS': ''}  # one CPU device: the cheapest compile
+  cfg = write_config(tmp_path, "[{'seed': s} for s in (0, 1)]")
+  root = tmp_path / 'study'
+  argv = [f'--config={cfg}:smoke,optim.freeze_epochs=0,num_epochs=1', f'--root={root}',
+          '--parallel=2', '--heartbeat=1']
+  for sig in (signal.SIGTERM, signal.SIGKILL):
+    with open(tmp_path / f'{sig.name}.txt', 'w') as out:
+      proc = start_sweep(argv, env, out)
+      wait_until(lambda: len(train_processes(root)) == 2, 120, 'both runs to start')
+      proc.send_signal(sig)
+      assert proc.wait(timeout=300) == (128 + sig if sig == signal.SIGTERM else -sig)
+      if sig == signal.SIGTERM:
+        assert train_processes(root) == []  # the sweep waited for them
+      wait_until(lambda: not train_processes(root), 10, 'the runs to die with the sweep')
+  text = (tmp_path / 'SIGTERM.txt').read_text()
+  assert 'stopping: SIGTERM sent to 2 running run(s)' in text and 'stopped by SIGTERM' in text
+  rerun = subprocess.run([sys.executable, '-m', 'analysis.sweep', *argv], cwd=sweep.REPO, env=env,
+                         capture_output=True, text=True, timeout=600)
+  assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+  assert 'FAILED' not in rerun.stdout and '[sweep] 2/2 done, 0 running' in rerun.stdout
+  assert sorted(results.load_runs(str(root))['status']) == ['completed'] * 2
+
+
+def test_estimate_prints_positive_device_hours_with_its_formula(tmp_path, subprocess_env, monkeypatch, capsys):
+  monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', subprocess_env['JAX_COMPILATION_CACHE_DIR'])
+  monkeypatch.setenv('XLA_FLAGS', '')
+  cfg = write_config(tmp_path, "[{'seed': s} for s in (0, 1, 2)]")
+  root = tmp_path / 'study'
+  code = sweep.main([f'--config={cfg}:smoke,optim.freeze_epochs=0,num_epochs=1', f'--root={root}',
+                     '--estimate', '--estimate-steps=2'])
+  out = capsys.readouterr().out
+  assert code == 0, out
+  total = re.search(r'total: ([0-9.e+-]+) device-hours for 3 runs on 1 x cpu \(cpu\) per run', out)
+  assert total and float(total.group(1)) > 0
+  assert '= Σ arms runs × devices × (Σ phases steps × s/step + evaluations × s/evaluation) / 3600' in out
+  assert 'not included: process start-up' in out
+  row = next(l for l in out.splitlines() if l.startswith('default '))
+  assert row.split()[1:3] == ['3', '22']  # runs, steps per run (1 epoch of 22 steps)
+  assert not list(root.glob('*/seed*'))  # nothing launched
+
+
+def test_estimate_formula():
+  m = {'devices': 4, 'evaluations': 3, 'evaluation_s': 2.0,
+       'phases': [{'steps': 100, 'step_s': 0.5}, {'steps': 300, 'step_s': 1.0}]}
+  assert estimate.seconds_per_run(m) == 100 * 0.5 + 300 * 1.0 + 3 * 2.0
+  assert estimate.device_hours([('a', 10, m), ('b', 2, m)]) == pytest.approx(12 * 4 * 356 / 3600)
