@@ -108,6 +108,17 @@ def title(out):
           + (f' ({dataset})' if dataset != NOT_RECORDED else ''))
 
 
+def arm_fields(out):
+  """'differ in emulate; grouped by platform, device_kind, ...': the grouping fields, those whose
+  values differ between the arms first."""
+  short = lambda g: g.rsplit('.', 1)[-1]
+  table = out['arms']
+  differ = [short(g) for g in out['group_by']
+            if g in table and table[g].astype(str).nunique() > 1]
+  grouped = f'grouped by {", ".join(short(g) for g in out["group_by"])}'
+  return f'differ in {", ".join(differ)}; {grouped}' if differ else grouped
+
+
 def setup_lines(out):
   """The setup, one Markdown bullet each: data, sizes, training, arms, seeds, margin."""
   runs, unit = out['runs'], 'pp' if out['scale'] == 100 else 'units'
@@ -123,7 +134,7 @@ def setup_lines(out):
             'has no config.* / data.* columns)'])
   lines += [f'metric: {out["metric"]}' + (' (in %)' if out['scale'] == 100 else '')
             + (f'; runs read from {out["source"]}' if out.get('source') else ''),
-            f'arms (by {", ".join(g.rsplit(".", 1)[-1] for g in out["group_by"])}): {arms}',
+            f'arms ({arm_fields(out)}): {arms}',
             *seed_lines(out),
             f'equivalence margin: ±{out["margin"]:g} {unit} ({out["margin_reason"]})',
             f'decisions at α = {inf.ALPHA:g}, p-values Holm-adjusted over '

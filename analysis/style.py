@@ -176,8 +176,7 @@ def render(out, fmt):
   setup, verdicts = report.setup_lines(out), report.verdict_lines(out)
   if fmt == 'latex':
     items = lambda lines: ''.join(rf'  \item {tex(l[2:].replace("**", ""))}' + '\n' for l in lines)
-    return ''.join([f'% {report.title(out)}\n% Setup\n\\begin{{itemize}}\n', items(setup),
-                    '\\end{itemize}\n',
+    return ''.join(['% Setup\n\\begin{itemize}\n', items(setup), '\\end{itemize}\n',
                     '% Verdict\n\\begin{itemize}\n', items(verdicts), '\\end{itemize}\n',
                     latex(display_arms(out), arms_cap), latex(display_pairs(out), pairs_cap),
                     *(latex(rows, title) for title, rows in tables(out))])

@@ -1,11 +1,14 @@
-"""A newcomer's first commands work as written: train.py with a relative --workdir, and `make smoke`
-from a fresh clone of the committed HEAD (reusing this venv, with the package index switched off:
-nothing is downloaded)."""
+"""A newcomer's first hour: train.py with a relative --workdir, `make smoke` from a fresh clone of
+the committed HEAD (reusing this venv, with the package index switched off: nothing is
+downloaded), and a report whose title says what it compares."""
 
 import os
 import subprocess
 import sys
 
+import pandas as pd
+
+from analysis import stats, style
 from conftest import ROOT
 from trainer import record
 
@@ -37,3 +40,18 @@ def test_make_smoke_from_a_fresh_clone(tmp_path, subprocess_env):
   status = subprocess.run(['git', 'status', '--porcelain'], cwd=clone, capture_output=True,
                           text=True, check=True)
   assert status.stdout == ''  # runs/ is ignored: the clone stays clean
+
+
+def test_report_title_says_what_is_compared_and_setup_names_what_differs():
+  rows = [{'run': f'/home/me/runs/{e}/seed{s}', 'status': 'completed', 'seed': s, 'platform': 'cpu',
+           'device_kind': 'cpu', 'numerics.requested.emulate': e,
+           'numerics.requested.compute_dtype': 'float32', 'config.data.name': 'digits',
+           'final.test_accuracy': 0.9 + 0.001 * s + (0.002 if e == 'bf16' else 0.0)}
+          for e in ('bf16', 'f32') for s in range(4)]
+  out = stats.analyse(pd.DataFrame(rows), margin=0.5)
+  out['source'] = '/home/me/runs'
+  text = style.render(out, 'md')
+  assert text.splitlines()[0] == '# Final test accuracy by arm: 2 arms, 4 seeds each (digits)'
+  assert ('- arms (differ in emulate; grouped by platform, device_kind, compute_dtype, emulate): '
+          'emulate=bf16 (4 seeds, 4 runs); emulate=f32 (4 seeds, 4 runs)') in text
+  assert 'runs read from /home/me/runs' in text
