@@ -335,6 +335,8 @@ def run_all(queue, argv_of, root, repo, progress, slots, gpus, batch_size=None, 
               break
             in_use.append(run)
             progress.in_use += 1
+            progress.show(f'in use  {run.slug}/seed{run.seed}: {run.workdir} is still held after '
+                          f'{fmt_duration(LOCK_WAIT_S)}; not run (rerun when its holder is done)')
             continue
           a = launch(run, argv_of(run), root, repo, free.pop(0), batch_size and batch_size(run))
           progress.active[a.proc.pid] = a

@@ -1,14 +1,17 @@
 """A newcomer's first hour: train.py with a relative --workdir, `make smoke` from a fresh clone of
 the committed HEAD (reusing this venv, with the package index switched off: nothing is
-downloaded), and a report whose title says what it compares."""
+downloaded), the sweep's cost before it runs (--estimate), and a report whose title says what it
+compares."""
 
 import os
+import re
 import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
-from analysis import stats, style
+from analysis import estimate, stats, style, sweep
 from conftest import ROOT
 from trainer import record
 
@@ -55,3 +58,30 @@ def test_report_title_says_what_is_compared_and_setup_names_what_differs():
   assert ('- arms (differ in emulate; grouped by platform, device_kind, compute_dtype, emulate): '
           'emulate=bf16 (4 seeds, 4 runs); emulate=f32 (4 seeds, 4 runs)') in text
   assert 'runs read from /home/me/runs' in text
+
+
+def test_estimate_prints_positive_device_hours_with_its_formula(tmp_path, subprocess_env, monkeypatch, capsys):
+  monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', subprocess_env['JAX_COMPILATION_CACHE_DIR'])
+  monkeypatch.setenv('XLA_FLAGS', '')
+  cfg = tmp_path / 'cfg.py'
+  cfg.write_text('from configs import digits\nget_config = digits.get_config\n\n'
+                 "def get_sweep(arg=None):\n  return [{'seed': s} for s in (0, 1, 2)]\n")
+  root = tmp_path / 'study'
+  code = sweep.main([f'--config={cfg}:smoke,optim.freeze_epochs=0,num_epochs=1', f'--root={root}',
+                     '--estimate', '--estimate-steps=2'])
+  out = capsys.readouterr().out
+  assert code == 0, out
+  total = re.search(r'total: ([0-9.e+-]+) device-hours for 3 runs on 1 x cpu \(cpu\) per run', out)
+  assert total and float(total.group(1)) > 0
+  assert '= Σ arms runs × devices × (Σ phases steps × s/step + evaluations × s/evaluation) / 3600' in out
+  assert 'not included: process start-up' in out
+  row = next(l for l in out.splitlines() if l.startswith('default '))
+  assert row.split()[1:3] == ['3', '22']  # runs, steps per run (1 epoch of 22 steps)
+  assert not list(root.glob('*/seed*'))  # nothing launched
+
+
+def test_estimate_formula():
+  m = {'devices': 4, 'evaluations': 3, 'evaluation_s': 2.0,
+       'phases': [{'steps': 100, 'step_s': 0.5}, {'steps': 300, 'step_s': 1.0}]}
+  assert estimate.seconds_per_run(m) == 100 * 0.5 + 300 * 1.0 + 3 * 2.0
+  assert estimate.device_hours([('a', 10, m), ('b', 2, m)]) == pytest.approx(12 * 4 * 356 / 3600)

@@ -3,7 +3,6 @@ and a tiny end-to-end study on digits (train.py subprocesses -> stats -> figures
 
 import json
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -15,7 +14,7 @@ from ml_collections import config_flags
 from PIL import Image
 import pytest
 
-from analysis import estimate, results, study, sweep, sweep_runner
+from analysis import results, study, sweep, sweep_runner
 from configs import celeba, digits
 from trainer import checkpointing, lock, record, resume
 
@@ -272,6 +271,17 @@ def test_progress_speed_leaves_out_compile_and_eta_counts_running_and_queued(tmp
   assert progress.eta([measures[1]]) is None and 'ETA ?' in progress.line(now)
 
 
+def hold_lock(workdir, seconds):
+  """A process holding the workdir's run lock for `seconds`, returned once it holds it."""
+  holder = subprocess.Popen([sys.executable, '-c', (
+      'import sys, time; sys.path.insert(0, sys.argv[1]); from trainer import lock; '
+      'l = lock.WorkdirLock(sys.argv[2]).acquire(); print("held", flush=True); '
+      'time.sleep(float(sys.argv[3]))'), sweep.REPO, workdir, str(seconds)],
+      stdout=subprocess.PIPE, text=True)
+  assert holder.stdout.readline() == 'held\n'
+  return holder
+
+
 def test_lock_holder_sees_a_live_run_and_not_a_released_or_dead_one(tmp_path):
   workdir = str(tmp_path / 'run')
   os.makedirs(workdir)
@@ -279,17 +289,39 @@ def test_lock_holder_sees_a_live_run_and_not_a_released_or_dead_one(tmp_path):
   with lock.WorkdirLock(workdir):
     assert sweep_runner.lock_holder(workdir)['pid'] == os.getpid()
   assert sweep_runner.lock_holder(workdir) is None
-  holder = subprocess.Popen([sys.executable, '-c', (
-      'import sys, time; sys.path.insert(0, sys.argv[1]); from trainer import lock; '
-      'l = lock.WorkdirLock(sys.argv[2]).acquire(); print("held", flush=True); time.sleep(60)'),
-      sweep.REPO, workdir], stdout=subprocess.PIPE, text=True)
+  holder = hold_lock(workdir, 60)
   try:
-    assert holder.stdout.readline() == 'held\n'
     assert sweep_runner.lock_holder(workdir)['pid'] == holder.pid
   finally:
     holder.kill()
     holder.wait()
   assert sweep_runner.lock_holder(workdir) is None  # the kernel released the dead holder's lock
+
+
+def test_a_held_workdir_is_waited_for_then_run_or_reported_in_use_not_failed(
+    tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(sweep_runner, 'LOCK_WAIT_S', 4.0)
+  runs = fake_runs(tmp_path, 2)
+  for run in runs:
+    os.makedirs(run.workdir)
+  lasting = hold_lock(runs[1].workdir, 60)
+  brief = hold_lock(runs[0].workdir, 1.5)  # still held when the sweep reaches run 0
+  try:
+    progress = sweep_runner.Progress(2, 0, 1)
+    failures, in_use, signum = sweep_runner.run_all(
+        runs, lambda run: [sys.executable, '-c', 'print("ran")'], str(tmp_path), sweep.REPO,
+        progress, 1, [], poll=0.05)
+  finally:
+    lasting.kill()
+    lasting.wait()
+    brief.wait()
+  assert (failures, in_use, signum) == ([], [runs[1]], None)
+  assert (progress.done, progress.failed, progress.in_use) == (1, 0, 1)
+  assert 'ran' in open(os.path.join(runs[0].workdir, 'train.log')).read()
+  assert not os.path.exists(os.path.join(runs[1].workdir, 'train.log'))
+  out = capsys.readouterr().out
+  assert f'waiting: {runs[0].workdir} is held by pid {brief.pid}' in out
+  assert '1 in use elsewhere' in out
 
 
 def train_processes(root):
@@ -344,28 +376,3 @@ def test_signals_stop_every_run_and_the_rerun_completes_them(tmp_path, subproces
   assert rerun.returncode == 0, rerun.stdout + rerun.stderr
   assert 'FAILED' not in rerun.stdout and '[sweep] 2/2 done, 0 running' in rerun.stdout
   assert sorted(results.load_runs(str(root))['status']) == ['completed'] * 2
-
-
-def test_estimate_prints_positive_device_hours_with_its_formula(tmp_path, subprocess_env, monkeypatch, capsys):
-  monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', subprocess_env['JAX_COMPILATION_CACHE_DIR'])
-  monkeypatch.setenv('XLA_FLAGS', '')
-  cfg = write_config(tmp_path, "[{'seed': s} for s in (0, 1, 2)]")
-  root = tmp_path / 'study'
-  code = sweep.main([f'--config={cfg}:smoke,optim.freeze_epochs=0,num_epochs=1', f'--root={root}',
-                     '--estimate', '--estimate-steps=2'])
-  out = capsys.readouterr().out
-  assert code == 0, out
-  total = re.search(r'total: ([0-9.e+-]+) device-hours for 3 runs on 1 x cpu \(cpu\) per run', out)
-  assert total and float(total.group(1)) > 0
-  assert '= Σ arms runs × devices × (Σ phases steps × s/step + evaluations × s/evaluation) / 3600' in out
-  assert 'not included: process start-up' in out
-  row = next(l for l in out.splitlines() if l.startswith('default '))
-  assert row.split()[1:3] == ['3', '22']  # runs, steps per run (1 epoch of 22 steps)
-  assert not list(root.glob('*/seed*'))  # nothing launched
-
-
-def test_estimate_formula():
-  m = {'devices': 4, 'evaluations': 3, 'evaluation_s': 2.0,
-       'phases': [{'steps': 100, 'step_s': 0.5}, {'steps': 300, 'step_s': 1.0}]}
-  assert estimate.seconds_per_run(m) == 100 * 0.5 + 300 * 1.0 + 3 * 2.0
-  assert estimate.device_hours([('a', 10, m), ('b', 2, m)]) == pytest.approx(12 * 4 * 356 / 3600)
