@@ -96,6 +96,29 @@ def seed_lines(out):
   return [f'seeds of {arm}: {seeds}' for arm, seeds in per_arm.items()]
 
 
+def title(out):
+  """'Final test accuracy by arm: 3 arms, 5 seeds each (digits)': what the report compares."""
+  name = out['metric'].replace('.', ' ').replace('_', ' ')
+  arms = out['arms']
+  count = sorted(set(arms['n'])) if not arms.empty else [0]
+  what = 'seeds' if out['seeded'] else 'runs'
+  each = f'{count[0]} {what} each' if len(count) == 1 else f'{count[0]}–{count[-1]} {what} per arm'
+  dataset = facts(out['runs'], 'config.data.name', 'data.name')
+  return (f'{name[0].upper()}{name[1:]} by arm: {len(arms)} arms, {each}'
+          + (f' ({dataset})' if dataset != NOT_RECORDED else ''))
+
+
+def arm_fields(out):
+  """'differ in emulate; grouped by platform, device_kind, ...': the grouping fields, those whose
+  values differ between the arms first."""
+  short = lambda g: g.rsplit('.', 1)[-1]
+  table = out['arms']
+  differ = [short(g) for g in out['group_by']
+            if g in table and table[g].astype(str).nunique() > 1]
+  grouped = f'grouped by {", ".join(short(g) for g in out["group_by"])}'
+  return f'differ in {", ".join(differ)}; {grouped}' if differ else grouped
+
+
 def setup_lines(out):
   """The setup, one Markdown bullet each: data, sizes, training, arms, seeds, margin."""
   runs, unit = out['runs'], 'pp' if out['scale'] == 100 else 'units'
@@ -109,8 +132,9 @@ def setup_lines(out):
            if dataset != NOT_RECORDED else
            ['dataset, train/test sizes, epochs, model width, resolution: not recorded (the table '
             'has no config.* / data.* columns)'])
-  lines += [f'metric: {out["metric"]}' + (' (in %)' if out['scale'] == 100 else ''),
-            f'arms (by {", ".join(g.rsplit(".", 1)[-1] for g in out["group_by"])}): {arms}',
+  lines += [f'metric: {out["metric"]}' + (' (in %)' if out['scale'] == 100 else '')
+            + (f'; runs read from {out["source"]}' if out.get('source') else ''),
+            f'arms ({arm_fields(out)}): {arms}',
             *seed_lines(out),
             f'equivalence margin: ±{out["margin"]:g} {unit} ({out["margin_reason"]})',
             f'decisions at α = {inf.ALPHA:g}, p-values Holm-adjusted over '

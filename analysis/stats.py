@@ -314,13 +314,18 @@ def parse_args(argv):
   src = p.add_mutually_exclusive_group(required=True)
   src.add_argument('--runs', help='root holding the runs (local or gs://)')
   src.add_argument('--csv', help='a CSV of results, one row per run')
-  p.add_argument('--group-by', nargs='+', default=[], help='columns defining an arm')
-  p.add_argument('--metric', default=DEFAULT_METRIC)
+  p.add_argument('--group-by', nargs='+', default=[],
+                 help='columns defining an arm, e.g. platform compute_dtype or any config.* field '
+                      '(default: platform, device kind and every requested numerics field)')
+  p.add_argument('--metric', default=DEFAULT_METRIC,
+                 help=f'the column compared between arms (default {DEFAULT_METRIC}; a CSV: any '
+                      'numeric column; accuracies in [0, 1] are reported in percent)')
   p.add_argument('--margin', type=float, default=None,
                  help=f'equivalence margin, pp (undeclared default {DEFAULT_MARGIN:g})')
   p.add_argument('--margin-reason', default=None, help='why this margin (printed with it)')
   p.add_argument('--seed-col', default=None,
-                 help="column of the seed (default 'seed' when present; absent: rows unpaired)")
+                 help="column holding each run's seed: runs of two arms with the same seed pair "
+                      "(default 'seed' when present; without one every row is unpaired)")
   p.add_argument('--scale', type=float, default=None,
                  help='multiply the metric by this (default: 100 for accuracies in [0, 1])')
   p.add_argument('--format', choices=('md', 'latex', 'csv'), default='md')

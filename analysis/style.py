@@ -180,7 +180,7 @@ def render(out, fmt):
                     '% Verdict\n\\begin{itemize}\n', items(verdicts), '\\end{itemize}\n',
                     latex(display_arms(out), arms_cap), latex(display_pairs(out), pairs_cap),
                     *(latex(rows, title) for title, rows in tables(out))])
-  parts = [f'# {out["metric"]} from {out.get("source", "")}\n', '\n## Setup\n\n',
+  parts = [f'# {report.title(out)}\n', '\n## Setup\n\n',
            '\n'.join(setup) + '\n', '\n## Verdict\n\n', '\n'.join(verdicts) + '\n',
            f'\n## Arms\n\n{arms_cap}\n\n', markdown(display_arms(out)),
            f'\n## Pairwise comparisons\n\n{pairs_cap}\n\n', markdown(display_pairs(out))]
