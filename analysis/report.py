@@ -7,7 +7,10 @@ Verdict of a pair (α = 0.05, p-values Holm-adjusted over the report's pairs):
   inconclusive  neither: the data cannot tell (say which side of the margin the 90% CI crosses).
 """
 
+import sys
+
 from analysis import inference as inf
+from analysis import style
 from analysis.style import num, pval
 
 NOT_RECORDED = 'not recorded'
@@ -140,3 +143,49 @@ def setup_lines(out):
             f'decisions at α = {inf.ALPHA:g}, p-values Holm-adjusted over '
             f'{len(out["pairs"])} pair(s)']
   return [f'- {line}' for line in lines]
+
+
+def render(out, fmt):
+  """The whole report as one Markdown or LaTeX string: setup, verdicts, then the tables."""
+  arms_cap, pairs_cap = style.captions(out)
+  setup, verdicts = setup_lines(out), verdict_lines(out)
+  if fmt == 'latex':
+    items = lambda lines: ''.join(rf'  \item {style.tex(l[2:].replace("**", ""))}' + '\n' for l in lines)
+    return ''.join(['% Setup\n\\begin{itemize}\n', items(setup), '\\end{itemize}\n',
+                    '% Verdict\n\\begin{itemize}\n', items(verdicts), '\\end{itemize}\n',
+                    style.latex(style.display_arms(out), arms_cap),
+                    style.latex(style.display_pairs(out), pairs_cap),
+                    *(style.latex(rows, heading) for heading, rows in style.tables(out))])
+  parts = [f'# {title(out)}\n', '\n## Setup\n\n',
+           '\n'.join(setup) + '\n', '\n## Verdict\n\n', '\n'.join(verdicts) + '\n',
+           f'\n## Arms\n\n{arms_cap}\n\n', style.markdown(style.display_arms(out)),
+           f'\n## Pairwise comparisons\n\n{pairs_cap}\n\n', style.markdown(style.display_pairs(out))]
+  for heading, rows in style.tables(out):
+    parts += [f"\n## {heading}\n\n", style.markdown(rows)]
+  if not out['small'].empty:
+    parts += ['\n## Arms with n < 2 (tests skipped)\n\n', ', '.join(out['small']['arm']) + '\n']
+  return ''.join(parts)
+
+
+def csv_tables(out):
+  """{name: DataFrame} of the full-precision tables written in CSV mode."""
+  return {'arms': out['arms'], 'pairs': out['pairs'], 'replicates': out['replicates'],
+          'excluded': out['excluded']}
+
+
+def write_report(out, fmt, path=None):
+  """Print the report, or write it to `path` (CSV: one file per table, PATH_<table>.csv)."""
+  if fmt == 'csv':
+    for name, table in csv_tables(out).items():
+      if path:
+        stem = path[:-4] if path.endswith('.csv') else path
+        table.to_csv(f'{stem}_{name}.csv', index=False)
+      else:
+        sys.stdout.write(f'# {name}\n{table.to_csv(index=False)}\n')
+    return
+  text = render(out, fmt)
+  if path:
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write(text)
+  else:
+    sys.stdout.write(text)

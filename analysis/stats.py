@@ -334,7 +334,7 @@ def parse_args(argv):
 
 
 def main(argv=None):
-  from analysis import results, style  # pylint: disable=import-outside-toplevel
+  from analysis import results  # pylint: disable=import-outside-toplevel
   args = parse_args(argv)
   try:
     frame = results.load_runs(args.runs) if args.runs else read_csv(args.csv)
@@ -344,7 +344,7 @@ def main(argv=None):
     for arm in out['small']['arm']:
       print(f'warning: arm {arm!r} has n < 2 completed runs: reported, its tests skipped',
             file=sys.stderr)
-    style.write_report(out, args.format, args.out)
+    report.write_report(out, args.format, args.out)
   except ValueError as e:
     sys.exit(f'error: {e}')
 

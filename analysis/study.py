@@ -20,7 +20,8 @@ import os
 import sys
 import time
 
-from analysis import attribution, figures, results, stats, style, sweep, sweep_runner
+from analysis import attribution, figures, results, stats, sweep, sweep_runner
+from analysis import report as report_text
 from configs import loader
 
 
@@ -67,10 +68,10 @@ def report(root, group_by, metric, margin=None, config=None, margin_reason=None)
   runs, hist = results.load(root)
   out = stats.analyse(runs, group_by, metric, margin, why)
   out['source'] = root
-  style.write_report(out, 'md')
-  style.write_report(out, 'md', os.path.join(root, 'report.md'))
-  style.write_report(out, 'latex', os.path.join(root, 'report.tex'))
-  style.write_report(out, 'csv', os.path.join(root, 'report.csv'))
+  report_text.write_report(out, 'md')
+  report_text.write_report(out, 'md', os.path.join(root, 'report.md'))
+  report_text.write_report(out, 'latex', os.path.join(root, 'report.tex'))
+  report_text.write_report(out, 'csv', os.path.join(root, 'report.csv'))
   written = figures.make_all(out, hist, os.path.join(root, 'figures'))
   if settings:
     written += attribution_report(root, runs, settings, metric, margin, why)

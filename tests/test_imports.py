@@ -38,7 +38,9 @@ def imports(path, modules):
     if isinstance(node, ast.Import):
       names = [a.name for a in node.names]
     elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-      names = [node.module] + [f'{node.module}.{a.name}' for a in node.names]
+      # `from pkg import mod` imports pkg.mod (a package's __init__ only when a name is not a module)
+      subs = [f'{node.module}.{a.name}' for a in node.names]
+      names = subs if all(n in modules for n in subs) else [node.module] + subs
     else:
       continue
     found.update(n for n in names if n in modules)
@@ -66,11 +68,20 @@ def layers(graph):
   while remaining:
     ready = sorted(k for k, v in remaining.items() if not v & set(remaining))
     if not ready:
-      raise ValueError(f'import cycle among {sorted(remaining)}')
+      raise ValueError(f'import cycle: {" -> ".join(cycle(remaining))}')
     out.append(ready)
     for k in ready:
       del remaining[k]
   return out
+
+
+def cycle(graph):
+  """One cycle of `graph` (every node has an edge inside it), as a list of nodes."""
+  node, path = sorted(graph)[0], []
+  while node not in path:
+    path.append(node)
+    node = sorted(graph[node] & set(graph))[0]
+  return path[path.index(node):] + [node]
 
 
 def test_folders_form_layers_without_back_edges():
@@ -80,6 +91,11 @@ def test_folders_form_layers_without_back_edges():
   for reader in ('analysis', 'experiments', 'benchmarks', 'train'):
     assert order.index(reader) > order.index('trainer')
   assert 'analysis' not in folders['trainer'] and 'experiments' not in folders['analysis']
+
+
+def test_no_file_imports_itself_through_others():
+  files, _ = graphs()
+  layers(files)  # raises ValueError naming the files of any cycle
 
 
 if __name__ == '__main__':

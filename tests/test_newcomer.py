@@ -11,7 +11,7 @@ import sys
 import pandas as pd
 import pytest
 
-from analysis import estimate, stats, style, sweep
+from analysis import estimate, report, stats, sweep
 from conftest import ROOT
 from trainer import record
 
@@ -53,7 +53,7 @@ def test_report_title_says_what_is_compared_and_setup_names_what_differs():
           for e in ('bf16', 'f32') for s in range(4)]
   out = stats.analyse(pd.DataFrame(rows), margin=0.5)
   out['source'] = '/home/me/runs'
-  text = style.render(out, 'md')
+  text = report.render(out, 'md')
   assert text.splitlines()[0] == '# Final test accuracy by arm: 2 arms, 4 seeds each (digits)'
   assert ('- arms (differ in emulate; grouped by platform, device_kind, compute_dtype, emulate): '
           'emulate=bf16 (4 seeds, 4 runs); emulate=f32 (4 seeds, 4 runs)') in text

@@ -9,7 +9,7 @@ from scipy import optimize, stats as sps
 from statsmodels.stats import multitest, power as smp, weightstats
 from statsmodels.stats.meta_analysis import effectsize_smd
 
-from analysis import inference, results, stats
+from analysis import inference, report, results, stats
 from trainer import record
 
 METRIC = 'final.test_accuracy'
@@ -169,8 +169,7 @@ def test_holm_can_undo_a_raw_equivalence_and_the_report_shows_both():
   assert pair['tost_p'] == pytest.approx(0.03) and pair['tost_p_holm'] == pytest.approx(0.09)
   assert pair['equivalent_raw'] and not pair['equivalent'] and pair['verdict'] == 'inconclusive'
   assert 'lies inside' in pair['verdict_why'] and 'raw 0.030' in pair['verdict_why']
-  from analysis import style  # pylint: disable=import-outside-toplevel
-  text = style.render(out, 'md')
+  text = report.render(out, 'md')
   assert '| no (raw: yes) | 0.030 (0.090) |' in text and 'Holm-adjusted TOST p < 0.05' in text
 
 
