@@ -9,6 +9,7 @@
 - A short training run follows the reference's loss curve.
 """
 
+import json
 import re
 
 import jax
@@ -17,6 +18,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from analysis import numerics as analysis_numerics
 from benchmarks import bench_step
 from configs import loader
 from numerics import emulate, ops, rounding
@@ -219,7 +221,7 @@ def loss_curve(impl, steps=6):
   config = loader.load('configs/digits.py:smoke', [('numerics.emulate', 'bf16'),
                                                    ('numerics.emulate_impl', impl)])
   numerics_setup.configure(config)
-  ctx = run.build(config, devices=jax.devices()[:1])
+  ctx = run.build(config)  # data parallel over the 8 (virtual) devices, as the trainer runs
   model, _ = run.init_model(ctx)
   state, step_fn = run.enter_phase(ctx, run.initial_state(ctx, model), ctx.phases[0], 0)
   sums = []
@@ -242,3 +244,19 @@ def test_training_loss_curve_fast_equals_reference():
   np.testing.assert_allclose(fast, ref, rtol=1e-5)
   for a, b in zip(jax.tree.leaves(fast_params), jax.tree.leaves(ref_params)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_analysis_numerics_compares_fast_with_reference_and_native(tmp_path, capsys):
+  """`python -m analysis.numerics`: the fast path's rows and pairs (on a GPU: against the native
+  hardware; here on CPU, where every format's native product is f32, against the reference)."""
+  analysis_numerics.main(['--out', str(tmp_path), '--settings', 'default,emu:tf32,fast:tf32',
+                          '--model-settings', '', '--rows', '8', '--cols', '8', '--classes', '10',
+                          '--conv-spatial', '2', '--conv-batch', '1'])
+  capsys.readouterr()
+  result = json.loads((tmp_path / 'numerics.json').read_text())
+  pairs = {r['pair']: r for r in result['pairs']}
+  assert set(pairs) == {'emu:tf32 vs default', 'fast:tf32 vs default', 'fast:tf32 vs emu:tf32'}
+  fast_vs_ref = pairs['fast:tf32 vs emu:tf32']
+  assert fast_vs_ref['matmuls'] <= TOL and fast_vs_ref['layers'] <= TOL
+  assert pairs['fast:tf32 vs default']['layers'] > 1e-4  # CPU's native product is f32, not TF32
+  assert all(r['fast:tf32'] is not None for r in result['layers'])
