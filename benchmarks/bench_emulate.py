@@ -5,7 +5,7 @@ implementation, images/s and the ratio to the native format's speed.
   python -m benchmarks.bench_emulate --config configs/celeba.py:gpu --batch 256 --formats bf16,tf32
 
 The config is bench_step's (`--config`, its shorthand flags, `--config.*` overrides). For every
-format of `--formats` (default: every emulated format) the step (bench_step.JaxStep: the run
+format of `--formats` (default: every emulated format but bf16_noise) the step (bench_step.JaxStep: the run
 context's step, every parameter training) is compiled under
   native     the platform's own arithmetic for the format, where it has one: the matmul_precision
              level whose native product format it is (numerics.setup.native_formats), or, for bf16
@@ -35,6 +35,8 @@ from numerics import emulate as emulate_lib  # noqa: E402
 from numerics import setup as numerics_setup  # noqa: E402
 
 FORMATS = tuple(m for m in emulate_lib.EMULATE_MODES if m != 'none')
+# The default --formats: those without a PRNG key (the model's layers pass none yet).
+DEFAULT_FORMATS = tuple(m for m in FORMATS if m not in emulate_lib.NOISY_MODES)
 
 
 def native_overrides(fmt, platform):
@@ -106,7 +108,7 @@ def table(plan, times, compile_s, batch, platform):
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   bench_step.add_args(parser)
-  parser.add_argument('--formats', default=','.join(FORMATS), help='comma-separated, of ' +
+  parser.add_argument('--formats', default=','.join(DEFAULT_FORMATS), help='comma-separated, of ' +
                       ','.join(FORMATS))
   args, config = bench_step.parse(parser, argv)
   formats = [f for f in args.formats.split(',') if f]

@@ -37,15 +37,18 @@ Two implementations multiply the same rounded operands (`impl`, config.numerics.
             result (`preferred_element_type`) and the pass's precision; data movement before them
             (im2col's pads and slices, a kernel's reversal) runs in that dtype, everything after in
             f32. Forward and backward alike: the transposed products are re-typed the same way, so
-            no transpose rule casts a gradient to the operands' dtype.
+            no transpose rule casts a gradient to the operands' dtype. On CPU, whose XLA has no
+            bf16 x bf16 -> f32 kernel for every dot, bf16 operands are converted to f32 (exactly)
+            for the contraction itself (lax.platform_dependent: GPU/TPU lowerings keep bf16).
             bf16     the rounded operands cast to bf16 (exact), one pass, f32 accumulation: a bf16
                      tensor-core pass, on a TPU exactly its native default pass.
             bf16_3x  the reference's hi/lo parts cast to bf16, the same three passes summed in the
                      same order.
-            tf32     GPU (and CPU): the TF32-rounded f32 operands at Precision.DEFAULT: TF32 tensor
-                     cores, whose rounding of f32 inputs to TF32 leaves TF32 values unchanged, and
-                     whose products of 11-bit significands (22 bits) are exact in f32. TPU, which has
-                     no TF32 unit: each TF32 operand t split into bf16 parts hi = t with its low 16
+            tf32     GPU: the TF32-rounded f32 operands at Precision.DEFAULT: TF32 tensor cores,
+                     whose rounding of f32 inputs to TF32 leaves TF32 values unchanged, and whose
+                     products of 11-bit significands (22 bits) are exact in f32. CPU (no TF32
+                     unit, and no promise that DEFAULT is f32 on every CPU): the reference's
+                     product. TPU, which has no TF32 unit: each TF32 operand t split into bf16 parts hi = t with its low 16
                      bits cleared (t's top 8 significant bits) and lo = t - hi (the other 3), both
                      exact (rounding.split_exact_bf16), and t*u = hi*u_hi + hi*u_lo + lo*u_hi +
                      lo*u_lo, every partial product exact: 4 bf16 passes against HIGHEST's 6 (which
@@ -113,8 +116,11 @@ def fast_plan(mode, platform=None):
   """The FastPlan of `mode` on `platform` (default: JAX's default backend); see the module doc."""
   if mode not in FAST_MODES:
     raise ValueError(f'numerics: {mode!r} has no fast form (one of {FAST_MODES})')
-  if mode == 'tf32' and (platform or jax.default_backend()) != 'tpu':
+  platform = platform or jax.default_backend()
+  if mode == 'tf32' and platform == 'gpu':
     return FastPlan(jnp.float32, DEFAULT, False)  # TF32 tensor cores on exact TF32 operands
+  if mode == 'tf32' and platform != 'tpu':
+    return FastPlan(jnp.float32, HIGHEST, False)  # no TF32 unit: the reference's product
   return FastPlan(jnp.bfloat16, DEFAULT, mode == 'tf32')
 
 
