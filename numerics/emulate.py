@@ -56,8 +56,8 @@ Two implementations multiply the same rounded operands (`impl`, config.numerics.
                      |t| >= 2^-116, where lo, when not zero, is a normal number.
             f32, bf16_noise: no faster exact form (the f32 product needs every bit of HIGHEST;
                      noise-dithered operands are arbitrary f32 values): 'fast' is the reference.
-  'auto'    'fast' on GPU and TPU; on CPU, per format, whichever `benchmarks/bench_step.py
-            --compare-emulate` measured faster there (AUTO_ON_CPU).
+  'auto'    'fast' on GPU and TPU; on CPU, per format, whichever `benchmarks/bench_emulate.py`
+            measured faster there (AUTO_ON_CPU: the reference, neither being faster).
 
 Both implementations give the same products of the same operands; only the order of the f32
 accumulation may differ (tests/test_emulate_fast.py: every ResNet-18 convolution shape and the
@@ -78,8 +78,9 @@ EMULATE_MODES = ('none', 'bf16', 'bf16_3x', 'tf32', 'f32', 'bf16_noise')
 NOISY_MODES = ('bf16_noise',)  # these need a PRNG key
 EMULATE_IMPLS = ('auto', 'reference', 'fast')  # see the module doc
 FAST_MODES = ('bf16', 'bf16_3x', 'tf32')  # the formats with a faster exact form
-# 'auto' on CPU, per format: the faster implementation in benchmarks/bench_step.py
-# --compare-emulate (BENCHMARKS.md, "Emulated formats").
+# 'auto' on CPU, per format (benchmarks/bench_emulate.py; BENCHMARKS.md, "Emulated formats"):
+# neither implementation measured faster there (XLA:CPU multiplies f32 either way: fast/reference
+# 0.95-1.02, inside the run-to-run spread), so the reference, as before the fast path existed.
 AUTO_ON_CPU = {'bf16': 'reference', 'bf16_3x': 'reference', 'tf32': 'reference'}
 HIGHEST = lax.Precision.HIGHEST
 DEFAULT = lax.Precision.DEFAULT
