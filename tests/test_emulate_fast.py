@@ -92,8 +92,10 @@ def worst_relative(a_outs, b_outs):
   return worst
 
 
-@pytest.mark.parametrize('conv_impl', ['xla', 'im2col'])
-@pytest.mark.parametrize('mode,platform', FORMS)
+# Every form with XLA's convolution (what GPUs and TPUs run); im2col's (CPU) pads, slices and
+# concatenations run in bf16 in the fast path: checked with one and with split operands.
+@pytest.mark.parametrize('mode,platform,conv_impl', [form + ('xla',) for form in FORMS] + [
+    ('bf16', 'gpu', 'im2col'), ('tf32', 'tpu', 'im2col')])
 def test_fast_equals_reference_on_every_resnet18_product(mode, platform, conv_impl):
   names, out = run_all(mode, platform, conv_impl, ('reference', 'fast'))
   err, where = worst_relative(out['fast'], out['reference'])
