@@ -20,6 +20,17 @@ reference's torchvision `Resize((224, 224))` does on PIL images. The uint8 resul
 per split under cache_dir, keyed by source files, split and resolution, then memory-mapped: later
 runs and epochs never decode, and need neither TensorFlow nor the JPEGs. Normalisation and flips
 happen on device. A JPEG that does not decode (or is not 218x178) is an error naming the file.
+
+Faults: TFDS preparation and the cache are each built under a temporary name
+(`*.partial-<host>-<pid>`) and renamed into place when complete, so a killed run leaves nothing a
+later run mistakes for a finished one; the next build deletes the partial folders of dead processes
+(`celeba_tfds.remove_leftovers`). One process per machine builds at a time (`preparation_lock`).
+
+Memory: the cache is written image by image with positioned writes (`write_cache`), never held or
+mapped whole, so the peak RSS of a first load does not grow with the number of images beyond the
+per-image index (file names, labels, TFDS's parsed attribute rows); the measured bound is in
+BENCHMARKS.md ("CelebA at full size"). Training reads the cache through a memory map: the pages it
+touches count in RSS as file pages, which the kernel drops under memory pressure.
 """
 
 import collections

@@ -477,3 +477,13 @@ def test_decoding_peak_rss_does_not_grow_with_the_images(tmp_path, subprocess_en
       name = meta['names'][row]
       assert np.array_equal(written[row], celeba.decode(zf.read(f'img_align_celeba/{name}'), 218, name))
   assert written.nbytes / 2**20 > 100 and peaks[1] - peaks[0] < RSS_GROWTH_LIMIT_MIB, peaks
+
+
+def test_bench_celeba_full_runs_at_a_tiny_size(tmp_path, capsys):
+  from benchmarks import bench_celeba_full  # pylint: disable=import-outside-toplevel
+  workdir = tmp_path / 'bench'
+  bench_celeba_full.main(['--workdir', str(workdir), '--images', '40', '--identities', '8',
+                          '--image_size', '8', '--gather_steps', '2', '--batch_size', '4'])
+  text = capsys.readouterr().out
+  assert '40 images (' in text and '| · prepare (TFDS) |' in text and '| · decode + write cache |' in text
+  assert 'decoded cache 0 MiB (N x 8^2 x 3 = 0 MiB)' in text and not workdir.exists()
