@@ -487,3 +487,14 @@ def test_bench_celeba_full_runs_at_a_tiny_size(tmp_path, capsys):
   text = capsys.readouterr().out
   assert '40 images (' in text and '| · prepare (TFDS) |' in text and '| · decode + write cache |' in text
   assert 'decoded cache 0 MiB (N x 8^2 x 3 = 0 MiB)' in text and not workdir.exists()
+
+
+def test_tfds_dir_of_an_earlier_layout_still_reads(fixture_dir, dataset, tmp_path):
+  """Before atomic preparation the source record and index sat beside celeb_a/, not inside."""
+  tfds_dir = tmp_path / 'tfds'
+  shutil.copytree(os.path.join(fixture_dir[0], 'tfds'), tfds_dir,
+                  ignore=shutil.ignore_patterns('decoded_cache'))
+  for name in (celeba_tfds.SOURCE, celeba_tfds.INDEX):
+    os.rename(os.path.join(celeba_tfds.dataset_dir(str(tfds_dir)), name), tfds_dir / name)
+  data = celeba.load(_config('', tfds_dir=str(tfds_dir), cache_dir=str(tmp_path / 'cache')))
+  assert np.array_equal(data.test.images, dataset.test.images)
