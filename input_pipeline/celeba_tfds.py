@@ -10,7 +10,9 @@ rest unchanged. Nothing is ever fetched (GCS lookups are off too).
 The archive's images are handed to the builder lazily (each member is read when its record is
 written), and only the members `img_align_celeba/<name>.jpg` (`celeba_files.zip_members`): the
 upstream builder would otherwise keep an open zip stream per image for the whole preparation
-(~5.5 KiB each, ~1.1 GiB at full size) and take any `*/000004.jpg` for image 000004.
+(~5.5 KiB each, ~1.1 GiB at full size) and take any `*/000004.jpg` for image 000004. Records get
+keys that keep TFDS's temporary buckets small (`record_key`), so its memory does not grow with
+the split.
 
 Preparation is atomic: TFDS writes into `<tfds_dir>/celeb_a.partial-<host>-<pid>/`, the source
 record and the metadata index go into the finished version folder, and that folder is renamed to
@@ -87,7 +89,28 @@ def _builder_class():
     def _split_generators(self, dl_manager):
       return super()._split_generators(LocalFiles(dl_manager, self._manual_files_dir))
 
+    def _generate_examples(self, *args, **kwargs):
+      for index, (_, record) in enumerate(super()._generate_examples(*args, **kwargs)):
+        yield record_key(index), record
+
   return _LocalCelebA
+
+
+KEY_SHIFT = 108  # record keys index << 108: up to 2**20 records per split
+
+
+def record_key(index):
+  """The TFDS key of the split's record number `index`: increasing, spread over the 128-bit keys.
+
+  With `disable_shuffling` TFDS keeps a split in memory up to 1000 MiB (its `shuffle`
+  MAX_MEM_BUFFER_SIZE), then moves it to 1000 temporary buckets by key range and reads them back
+  one at a time; the keys it would give itself (0, 1, 2, ...) all fall in bucket 0, which is then
+  read back whole (CelebA's train split: ~1.2 GiB, more for larger JPEGs). These keys keep the
+  order and put at most ceil(2**20 / 1000) = 1049 records in a bucket.
+  """
+  if index >> (128 - KEY_SHIFT):
+    raise ValueError(f'celeb_a split has more than {2 ** (128 - KEY_SHIFT)} records')
+  return index << KEY_SHIFT
 
 
 class _Member:

@@ -498,3 +498,23 @@ def test_tfds_dir_of_an_earlier_layout_still_reads(fixture_dir, dataset, tmp_pat
     os.rename(os.path.join(celeba_tfds.dataset_dir(str(tfds_dir)), name), tfds_dir / name)
   data = celeba.load(_config('', tfds_dir=str(tfds_dir), cache_dir=str(tmp_path / 'cache')))
   assert np.array_equal(data.test.images, dataset.test.images)
+
+
+def test_record_keys_keep_order_and_spread_over_tfds_buckets():
+  from tensorflow_datasets.core import shuffle  # pylint: disable=import-outside-toplevel
+  keys = [celeba_tfds.record_key(i) for i in range(202599)]  # the full CelebA in one split
+  buckets = np.asarray([shuffle.get_bucket_number(k, shuffle.BUCKETS_NUMBER) for k in keys])
+  assert keys == sorted(keys) and len(set(keys)) == len(keys) and np.all(np.diff(buckets) >= 0)
+  assert np.bincount(buckets).max() <= 1049  # TFDS reads one bucket back into memory at a time
+  with pytest.raises(ValueError, match='more than 1048576 records'):
+    celeba_tfds.record_key(2 ** 20)
+
+
+def test_prepared_through_tfds_buckets_in_record_order(fixture_dir, dataset, tmp_path, monkeypatch):
+  """With TFDS's in-memory buffer at 0 bytes every record goes through its buckets: same data."""
+  from tensorflow_datasets.core import shuffle  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(shuffle, 'MAX_MEM_BUFFER_SIZE', 0)
+  target = str(_copy(fixture_dir, tmp_path))
+  data = celeba.load(_config(target))
+  assert np.array_equal(data.test.images, dataset.test.images)
+  assert np.array_equal(data.train.images, dataset.train.images)
