@@ -111,9 +111,11 @@ def folder_bytes(path):
 
 def ensure_fixture(manual_dir, args, phases):
   """Generate the fixture unless `manual_dir` already holds one (its partition file is written
-  last, so a fixture killed mid-way is generated again)."""
+  last, so a fixture killed mid-way is generated again); a reused one loses its TFDS and cache."""
   if os.path.exists(os.path.join(manual_dir, celeba_files.PARTITION)):
-    print(f'reusing the fixture in {manual_dir}', flush=True)
+    print(f'reusing the fixture in {manual_dir} (its tfds/ deleted: the first load is cold)',
+          flush=True)
+    shutil.rmtree(os.path.join(manual_dir, 'tfds'), ignore_errors=True)
     return
   with phases.phase('generate fixture (not part of a load)', args.images):
     celeba_fixture.generate(manual_dir, args.identities, seed=0, images=args.images,

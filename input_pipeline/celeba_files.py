@@ -121,18 +121,21 @@ def _by_name(reference, names, values, file_name):
 
 
 def zip_members(manual_dir):
-  """{file name: ZipInfo} of the images `img_align_celeba/<name>.jpg` in img_align_celeba.zip.
-
-  Only members at that path count (a stray `other/000004.jpg` or `__MACOSX/...` is ignored, never
-  taken for image 000004); one name twice is an error naming both entries, as is a truncated zip.
-  """
+  """{file name: ZipInfo} of the images `img_align_celeba/<name>.jpg` in img_align_celeba.zip
+  (see `members_of`); a truncated zip is an error."""
   try:
     with zipfile.ZipFile(os.path.join(manual_dir, ZIP)) as zf:
-      infos = zf.infolist()
+      return members_of(zf)
   except (zipfile.BadZipFile, OSError) as e:
     raise _bad(ZIP, f'is not a readable zip ({e}; truncated download?)') from None
+
+
+def members_of(zf):
+  """{file name: ZipInfo} of the images in the open zip `zf`: only members at
+  `img_align_celeba/<name>.jpg` count (a stray `other/000004.jpg` or `__MACOSX/...` is ignored,
+  never taken for image 000004); one name twice is an error naming both entries."""
   members, position = {}, {}
-  for index, info in enumerate(infos):
+  for index, info in enumerate(zf.infolist()):
     folder, _, name = info.filename.partition('/')
     if folder != MEMBER_DIR or '/' in name or not name.endswith('.jpg'):
       continue

@@ -70,7 +70,7 @@ def _builder_class():
 
     def iter_archive(self, path):
       zf = zipfile.ZipFile(os.fspath(path))  # read lazily; closed with the last member
-      for name, info in celeba_files.zip_members(self._dir).items():
+      for name, info in celeba_files.members_of(zf).items():
         yield f'{celeba_files.MEMBER_DIR}/{name}', _Member(zf, info)
 
   class _LocalCelebA(upstream.Builder, skip_registration=True):
