@@ -218,12 +218,22 @@ def preparation_lock(cache_dir):
       fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _check_space(cache_dir, needed):
+  """Refuse before any work when `cache_dir`'s disk cannot hold the decoded cache."""
+  free = shutil.disk_usage(cache_dir).free
+  if free < needed:
+    raise ValueError(f'config.data.cache_dir={cache_dir!r}: the decoded cache needs '
+                     f'{needed / 2**20:,.1f} MiB and that disk has {free / 2**20:,.1f} MiB free: '
+                     'free space there or set config.data.cache_dir to a larger local disk')
+
+
 def _build_cache(path, manual_dir, tfds_dir, source, meta, rows, size):
   """Prepare TFDS if needed, then decode the splits' images into `path` once (atomically: into
   `<path>.partial-<host>-<pid>`, renamed when complete; leftovers of killed builds deleted first)."""
+  celeba_tfds.remove_leftovers(os.path.dirname(path))
+  _check_space(os.path.dirname(path), sum(len(r) for r in rows.values()) * size * size * 3)
   if manual_dir:
     celeba_tfds.prepare(manual_dir, tfds_dir, source, meta)
-  celeba_tfds.remove_leftovers(os.path.dirname(path))
   tmp = celeba_tfds.partial_path(path)
   shutil.rmtree(tmp, ignore_errors=True)
   os.makedirs(tmp)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 import warnings
 import zipfile
 
@@ -518,3 +519,12 @@ def test_prepared_through_tfds_buckets_in_record_order(fixture_dir, dataset, tmp
   data = celeba.load(_config(target))
   assert np.array_equal(data.test.images, dataset.test.images)
   assert np.array_equal(data.train.images, dataset.train.images)
+
+
+def test_too_little_disk_for_the_cache_refused_before_any_work(fixture_dir, tmp_path, monkeypatch):
+  target = str(_copy(fixture_dir, tmp_path))
+  monkeypatch.setattr(celeba.shutil, 'disk_usage', lambda _: types.SimpleNamespace(free=1000))
+  with pytest.raises(ValueError, match=r'config.data.cache_dir=.*needs [0-9.]+ MiB and that disk has '
+                     r'0.0 MiB free: free space there or set config.data.cache_dir'):
+    celeba.load(_config(target))
+  assert not os.path.exists(os.path.join(target, 'tfds', 'celeb_a'))  # refused before TFDS
