@@ -243,7 +243,8 @@ def main(argv=None):
     out = stats.analyse(runs, args.group_by, args.metric, margin, reason)
     steps = results.load_steps(args.runs)
   except ValueError as e:
-    sys.exit(f'error: {e}')
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
   for path in make_all(out, hist, args.out, steps):
     print(path)
 

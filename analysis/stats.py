@@ -370,7 +370,8 @@ def main(argv=None):
             file=sys.stderr)
     report.write_report(out, args.format, args.out)
   except ValueError as e:
-    sys.exit(f'error: {e}')
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
 
 
 if __name__ == '__main__':

@@ -92,8 +92,10 @@ def attribution_report(root, runs, settings, metric, margin, margin_reason):
 def main(argv=None):
   args = parse_args(argv)
   if '://' in args.root:
-    sys.exit(f'error: --root={args.root}: a study runs locally; for bucket roots use '
-             'python -m analysis.sweep --dry-run, then analysis.stats / analysis.figures --runs=')
+    print(f'error: --root={args.root}: a study runs locally; for bucket roots use '
+          'python -m analysis.sweep --dry-run, then analysis.stats / analysis.figures --runs=',
+          file=sys.stderr)
+    return 2
   start = time.time()
   code = sweep.main(sweep_argv(args))
   if code == 2 or code >= 128:  # bad input found before any run, or stopped by a signal

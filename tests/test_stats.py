@@ -393,21 +393,22 @@ def test_one_line_errors(tmp_path, capsys):
     stats.analyse(frame({'a': [.1, .2]}), margin=0)
   with pytest.raises(SystemExit) as e:
     stats.main([f'--runs={tmp_path}'])
-  assert str(e.value).startswith('error: --runs: no run') and '\n' not in str(e.value)
+  message = capsys.readouterr().err
+  assert e.value.code == 2 and message.startswith('error: --runs: no run') and message.count('\n') == 1
   failed = frame({'a': [.1, .2]}).assign(status='failed')
   with pytest.raises(ValueError, match='none of the 2 runs is completed'):
     stats.analyse(failed)
 
 
-def test_root_of_only_failed_runs_lists_them_with_reasons(tmp_path):
+def test_root_of_only_failed_runs_lists_them_with_reasons(tmp_path, capsys):
   for seed, status, step in ((0, 'failed', 10), (1, 'running', 3)):
     results_ = fake_results(seed, 0.1, status=status, step=step)
     del results_['final']  # stopped before any evaluation: no metric column at all
     record.write_results(f'{tmp_path}/a/s{seed}', results_, step=step)
   with pytest.raises(SystemExit) as e:
     stats.main([f'--runs={tmp_path}'])
-  message = str(e.value)
-  assert message.startswith('error: --runs/--csv: none of the 2 runs is completed') and '\n' not in message
+  message = capsys.readouterr().err.rstrip('\n')
+  assert e.value.code == 2 and message.startswith('error: --runs/--csv: none of the 2 runs is completed') and '\n' not in message
   assert f'{tmp_path}/a/s0 (failed: loss is NaN)' in message
   assert f'{tmp_path}/a/s1 (running: step 3/10)' in message and '--metric' not in message
 
