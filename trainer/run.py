@@ -135,8 +135,9 @@ def optimizer(ctx, phase):
 
 
 def initial_state(ctx, model):
-  """The training state of `model` with the first phase's optimizer, replicated on the mesh."""
-  state = steps.init_state(model, optimizer(ctx, ctx.phases[0]))
+  """The training state of `model` with the first phase's optimizer and the run seed (steps.py),
+  replicated on the mesh."""
+  state = steps.init_state(model, optimizer(ctx, ctx.phases[0]), ctx.config.seed)
   return jax.device_put(state, ctx.replicated)
 
 
@@ -173,6 +174,7 @@ def enter_phase(ctx, state, phase, step):
 def eval_step(ctx, state):
   """The jitted evaluation step (masked sums over a padded batch) for states like `state`."""
   fn = steps.make_eval_step(ctx.mesh, ctx.graphdef, ctx.dataset.task, ctx.mean, ctx.std,
+                            ctx.config.seed,
                             wrap=lambda f: numerics_setup.with_precision(f, ctx.config))
   if jax.process_count() > 1:
     batch = abstract_batch(ctx, ctx.dataset.test, ctx.config.eval_batch_size, mask=True)

@@ -1,9 +1,18 @@
 """The jitted train and eval steps, data parallel over a 1-D device mesh.
 
-The training state is a plain pytree {'params', 'batch_stats', 'opt_state', 'step', 'sums'}:
-replicated over the mesh, donated to each step. Batches are sharded along 'data'; under jit the
-losses, accuracies and BatchNorm statistics are computed over the global batch. `sums` accumulates
-the epoch's training loss/accuracy on device, so no step waits for the host.
+The training state is a plain pytree {'params', 'batch_stats', 'opt_state', 'step', 'sums'}, plus
+'seed' when the run context builds it: replicated over the mesh, donated to each step. Batches are
+sharded along 'data'; under jit the losses, accuracies and BatchNorm statistics are computed over
+the global batch. `sums` accumulates the epoch's training loss/accuracy on device, so no step waits
+for the host.
+
+Both steps trace the model inside numerics.ops.noise_scope with the key of (the run seed, the
+state's global step, 'train' or 'eval'): the noise of a noisy product format (bf16_noise) depends on
+nothing else, so a run repeats and resumes bit for bit (formats without noise never read the key).
+An evaluation uses one key for all its batches: the model it evaluates is perturbed one way. The
+run seed is read from the state's 'seed' (a run-time value: the seeds of an arm share one compiled
+step, which matters for the noisy formats, whose random draws take long to compile), else it is the
+step's static `seed`; both give the same keys.
 """
 
 import functools
@@ -15,6 +24,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from numerics import ops
 from trainer import optim
 
 ZERO_SUMS = {'loss': 0.0, 'correct': 0.0, 'count': 0.0}
@@ -30,14 +40,23 @@ def shardings(mesh):
   return NamedSharding(mesh, P()), NamedSharding(mesh, P('data'))
 
 
-def init_state(model, tx):
-  """The state pytree of a freshly built nnx model and an optax optimizer."""
+def init_state(model, tx, seed=None):
+  """The state pytree of a freshly built nnx model and an optax optimizer; with `seed` (the run
+  seed) in it when given (module doc)."""
   params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-  return {'params': params,
-          'batch_stats': nnx.to_pure_dict(nnx.state(model, nnx.BatchStat)),
-          'opt_state': tx.init(params),
-          'step': jnp.zeros((), jnp.int32),
-          'sums': jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), ZERO_SUMS)}
+  state = {'params': params,
+           'batch_stats': nnx.to_pure_dict(nnx.state(model, nnx.BatchStat)),
+           'opt_state': tx.init(params),
+           'step': jnp.zeros((), jnp.int32),
+           'sums': jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), ZERO_SUMS)}
+  if seed is not None:
+    state['seed'] = jnp.asarray(seed, jnp.int32)
+  return state
+
+
+def run_seed(state, seed):
+  """The run seed the keys derive from: the state's (traced), else the static `seed`."""
+  return state['seed'] if 'seed' in state else seed
 
 
 def preprocess(images, mean, std, flip_key=None):
@@ -63,6 +82,7 @@ def loss_and_correct(logits, labels, task):
 
 
 def _train_step(state, batch, *, graphdef, tx, mask, task, mean, std, flip, seed):
+  seed = run_seed(state, seed)
   flip_key = jax.random.fold_in(jax.random.key(seed), state['step']) if flip else None
   images = preprocess(batch['image'], mean, std, flip_key)
 
@@ -73,14 +93,15 @@ def _train_step(state, batch, *, graphdef, tx, mask, task, mean, std, flip, seed
     loss, correct = loss_and_correct(logits, batch['label'], task)
     return loss.mean(), (correct, nnx.to_pure_dict(nnx.state(model, nnx.BatchStat)))
 
-  (loss, (correct, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-      state['params'])
+  with ops.noise_scope(ops.step_noise_key(seed, state['step'], 'train')):
+    (loss, (correct, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state['params'])
   params, opt_state = optim.masked_update(state['params'], grads, state['opt_state'], tx, mask)
   n = jnp.asarray(correct.shape[0], jnp.float32)
   sums = {'loss': state['sums']['loss'] + loss * n,
           'correct': state['sums']['correct'] + correct.sum(),
           'count': state['sums']['count'] + n}
-  return {'params': params, 'batch_stats': batch_stats, 'opt_state': opt_state,
+  return {**state, 'params': params, 'batch_stats': batch_stats, 'opt_state': opt_state,
           'step': state['step'] + 1, 'sums': sums}
 
 
@@ -96,10 +117,11 @@ def make_train_step(mesh, graphdef, tx, mask, task, mean, std, flip, seed, wrap=
                  donate_argnums=(0,))
 
 
-def _eval_step(state, batch, totals, *, graphdef, task, mean, std):
+def _eval_step(state, batch, totals, *, graphdef, task, mean, std, seed):
   model = nnx.merge(graphdef, state['params'], state['batch_stats'])
   model.eval()
-  logits = model(preprocess(batch['image'], mean, std))
+  with ops.noise_scope(ops.step_noise_key(run_seed(state, seed), state['step'], 'eval')):
+    logits = model(preprocess(batch['image'], mean, std))
   loss, correct = loss_and_correct(logits, batch['label'], task)
   mask = batch['mask']
   return {'loss': totals['loss'] + (loss * mask).sum(),
@@ -107,11 +129,11 @@ def _eval_step(state, batch, totals, *, graphdef, task, mean, std):
           'count': totals['count'] + mask.sum()}
 
 
-def make_eval_step(mesh, graphdef, task, mean, std, wrap=None):
+def make_eval_step(mesh, graphdef, task, mean, std, seed, wrap=None):
   """jit(state, batch, totals) -> totals: masked sums, so every example counts exactly once."""
   replicated, sharded = shardings(mesh)
   fn = functools.partial(_eval_step, graphdef=graphdef, task=task, mean=jnp.asarray(mean),
-                         std=jnp.asarray(std))
+                         std=jnp.asarray(std), seed=seed)
   return jax.jit(wrap(fn) if wrap else fn, in_shardings=(replicated, sharded, replicated), out_shardings=replicated,
                  donate_argnums=(2,))
 
