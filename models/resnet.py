@@ -104,7 +104,8 @@ class ResNet18(nnx.Module):
 
 
 def product_id(path):
-  """A layer's static noise id: CRC-32 of its torchvision name ('layer2.0.downsample.0'), 31 bits."""
+  """A layer's static noise id: the CRC-32 of its torchvision name ('layer2.0.downsample.0'),
+  31 bits."""
   return zlib.crc32('.'.join(map(str, path)).encode()) & 0x7FFFFFFF
 
 

@@ -157,7 +157,3 @@ def release(config, fields):
       n[name] = UNSET
   return config
 
-
-def emulate_mode(fmt):
-  """The numerics/ops.py `emulate` argument of a format: 'none' for 'native'."""
-  return 'none' if fmt == 'native' else fmt

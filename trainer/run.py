@@ -135,9 +135,8 @@ def optimizer(ctx, phase):
 
 
 def initial_state(ctx, model):
-  """The training state of `model` with the first phase's optimizer and the run seed (steps.py),
-  replicated on the mesh."""
-  state = steps.init_state(model, optimizer(ctx, ctx.phases[0]), ctx.config.seed)
+  """The training state of `model` with the first phase's optimizer, replicated on the mesh."""
+  state = steps.init_state(model, optimizer(ctx, ctx.phases[0]))
   return jax.device_put(state, ctx.replicated)
 
 

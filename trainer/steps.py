@@ -1,18 +1,16 @@
 """The jitted train and eval steps, data parallel over a 1-D device mesh.
 
-The training state is a plain pytree {'params', 'batch_stats', 'opt_state', 'step', 'sums'}, plus
-'seed' when the run context builds it: replicated over the mesh, donated to each step. Batches are
-sharded along 'data'; under jit the losses, accuracies and BatchNorm statistics are computed over
-the global batch. `sums` accumulates the epoch's training loss/accuracy on device, so no step waits
-for the host.
+The training state is a plain pytree {'params', 'batch_stats', 'opt_state', 'step', 'sums'}:
+replicated over the mesh, donated to each step. Batches are sharded along 'data'; under jit the
+losses, accuracies and BatchNorm statistics are computed over the global batch. `sums` accumulates
+the epoch's training loss/accuracy on device, so no step waits for the host.
 
 Both steps trace the model inside numerics.ops.noise_scope with the key of (the run seed, the
 state's global step, 'train' or 'eval'): the noise of a noisy product format (bf16_noise) depends on
-nothing else, so a run repeats and resumes bit for bit (formats without noise never read the key).
-An evaluation uses one key for all its batches: the model it evaluates is perturbed one way. The
-run seed is read from the state's 'seed' (a run-time value: the seeds of an arm share one compiled
-step, which matters for the noisy formats, whose random draws take long to compile), else it is the
-step's static `seed`; both give the same keys.
+nothing else, so a run repeats and resumes bit for bit (formats without noise never read the key,
+and their compiled steps do not depend on the seed). An evaluation uses one key for all its
+batches: the model it evaluates is perturbed one way. The seed is a constant of the step, so each
+seed of a noisy arm compiles its own step.
 """
 
 import functools
@@ -40,23 +38,14 @@ def shardings(mesh):
   return NamedSharding(mesh, P()), NamedSharding(mesh, P('data'))
 
 
-def init_state(model, tx, seed=None):
-  """The state pytree of a freshly built nnx model and an optax optimizer; with `seed` (the run
-  seed) in it when given (module doc)."""
+def init_state(model, tx):
+  """The state pytree of a freshly built nnx model and an optax optimizer."""
   params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-  state = {'params': params,
-           'batch_stats': nnx.to_pure_dict(nnx.state(model, nnx.BatchStat)),
-           'opt_state': tx.init(params),
-           'step': jnp.zeros((), jnp.int32),
-           'sums': jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), ZERO_SUMS)}
-  if seed is not None:
-    state['seed'] = jnp.asarray(seed, jnp.int32)
-  return state
-
-
-def run_seed(state, seed):
-  """The run seed the keys derive from: the state's (traced), else the static `seed`."""
-  return state['seed'] if 'seed' in state else seed
+  return {'params': params,
+          'batch_stats': nnx.to_pure_dict(nnx.state(model, nnx.BatchStat)),
+          'opt_state': tx.init(params),
+          'step': jnp.zeros((), jnp.int32),
+          'sums': jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), ZERO_SUMS)}
 
 
 def preprocess(images, mean, std, flip_key=None):
@@ -82,7 +71,6 @@ def loss_and_correct(logits, labels, task):
 
 
 def _train_step(state, batch, *, graphdef, tx, mask, task, mean, std, flip, seed):
-  seed = run_seed(state, seed)
   flip_key = jax.random.fold_in(jax.random.key(seed), state['step']) if flip else None
   images = preprocess(batch['image'], mean, std, flip_key)
 
@@ -101,7 +89,7 @@ def _train_step(state, batch, *, graphdef, tx, mask, task, mean, std, flip, seed
   sums = {'loss': state['sums']['loss'] + loss * n,
           'correct': state['sums']['correct'] + correct.sum(),
           'count': state['sums']['count'] + n}
-  return {**state, 'params': params, 'batch_stats': batch_stats, 'opt_state': opt_state,
+  return {'params': params, 'batch_stats': batch_stats, 'opt_state': opt_state,
           'step': state['step'] + 1, 'sums': sums}
 
 
@@ -120,7 +108,7 @@ def make_train_step(mesh, graphdef, tx, mask, task, mean, std, flip, seed, wrap=
 def _eval_step(state, batch, totals, *, graphdef, task, mean, std, seed):
   model = nnx.merge(graphdef, state['params'], state['batch_stats'])
   model.eval()
-  with ops.noise_scope(ops.step_noise_key(run_seed(state, seed), state['step'], 'eval')):
+  with ops.noise_scope(ops.step_noise_key(seed, state['step'], 'eval')):
     logits = model(preprocess(batch['image'], mean, std))
   loss, correct = loss_and_correct(logits, batch['label'], task)
   mask = batch['mask']
