@@ -71,8 +71,8 @@ PRESETS = {'__base__': base, 'tpu': tpu, 'gpu': gpu, 'cpu': cpu, 'smoke': smoke,
 # CPU the native arm computes f32, so native and f32 are the same arithmetic there.
 # Declared before the study ran (the power calculation behind SEEDS):
 MARGIN_PP = 2.0
-MARGIN_REASON = ('a pipeline demonstration, not a claim: 7 of the 360 test images, the smallest '
-                 'margin whose seed count keeps the CPU study within 10 minutes')
+MARGIN_REASON = ('a pipeline demonstration, not a claim: 7 of the 360 test images; a tighter '
+                 'margin needs more seeds than a 2-core CPU runs in minutes')
 SEED_SD_PP = 1.0
 PAIRED_SD_PP = 1.3
 SD_SOURCE = ('pilot of this preset on CPU (3 emulated arms f32/bf16/tf32 x 5 seeds): arm sds '
