@@ -43,6 +43,7 @@ from input_pipeline import base  # noqa: E402
 from models import resnet  # noqa: E402
 from numerics import emulate as emulate_lib  # noqa: E402
 from numerics import ops  # noqa: E402
+from numerics import profiles  # noqa: E402
 from numerics import setup as numerics_setup  # noqa: E402
 from trainer import run, validation  # noqa: E402
 
@@ -161,14 +162,15 @@ def analytic_macs(image_size, width=1.0, stem='imagenet', in_channels=3, num_cla
 
 def executed_format(platform, numerics, conv_impl):
   """The product format the hardware really runs the convolutions in (for the MFU peak)."""
-  if numerics.emulate != 'none':
-    impl = emulate_lib.resolve_impl(numerics.emulate_impl, platform, numerics.emulate)
+  requested = profiles.formats(numerics)
+  fmt = requested['conv']
+  if fmt != 'native':
+    impl = emulate_lib.resolve_impl(numerics.emulate_impl, platform, fmt)
     if impl == 'reference':  # every pass at HIGHEST on exact operands
       return numerics_setup.native_formats(platform, 'highest')[0]
-    return 'bf16_4x' if emulate_lib.fast_plan(numerics.emulate, platform).split else numerics.emulate
-  formats = numerics_setup.effective_formats(platform, numerics.matmul_precision, 'none',
-                                             numerics.compute_dtype)
-  return formats['dense'] if conv_impl == 'im2col' else formats['conv']
+    return 'bf16_4x' if emulate_lib.fast_plan(fmt, platform).split else fmt
+  return numerics_setup.kind_formats(platform, numerics.matmul_precision, requested,
+                                     numerics.compute_dtype, conv_as_dot=conv_impl == 'im2col')['conv']
 
 
 def peak_tflops(device_kind, fmt):

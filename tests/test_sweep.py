@@ -1,7 +1,9 @@
 """analysis.sweep / analysis.study: expansion, command list, SLURM script, skipping, scheduling,
 and a tiny end-to-end study on digits (train.py subprocesses -> stats -> figures)."""
 
+import collections
 import json
+import math
 import os
 import shlex
 import signal
@@ -11,11 +13,14 @@ import time
 
 from absl import flags
 from ml_collections import config_flags
+import numpy as np
 from PIL import Image
 import pytest
+from statsmodels.stats import power as smp
 
-from analysis import results, study, sweep, sweep_runner
+from analysis import inference, results, study, sweep, sweep_runner
 from configs import celeba, digits
+from numerics import profiles
 from trainer import checkpointing, lock, record, resume
 
 DIGITS = os.path.join(sweep.REPO, 'configs', 'digits.py')
@@ -29,16 +34,55 @@ def write_config(tmp_path, sweep_body, name='cfg.py'):
   return str(path)
 
 
-def test_digits_sweep_is_three_arms_times_five_seeds_with_stable_unique_slugs(tmp_path):
+def test_digits_sweep_is_the_eight_arm_fraction_times_its_seeds_with_stable_unique_slugs(tmp_path):
   runs, path, arg = sweep.expand('configs/digits.py:study', str(tmp_path))
-  assert (path, arg) == (DIGITS, 'study') and len(runs) == 15
-  assert [r.slug for r in runs[::5]] == ['emulate-f32', 'emulate-bf16', 'emulate-tf32']
-  assert sorted({r.seed for r in runs}) == [0, 1, 2, 3, 4]
-  assert len({r.workdir for r in runs}) == 15
-  assert runs[7].workdir == f'{tmp_path}/emulate-bf16/seed2'
-  assert runs[7].overrides == {'seed': 2, 'numerics.emulate': 'bf16'}
+  seeds = digits.SEEDS
+  assert (path, arg) == (DIGITS, 'study') and len(runs) == 8 * seeds
+  assert [r.slug for r in runs[::seeds]] == [
+      'profile-native_batchnorm_group-0_compute_dtype-float32',
+      'profile-tpu-default_batchnorm_group-0_compute_dtype-float32',
+      'profile-jax-gpu-default_batchnorm_group-0_compute_dtype-float32',
+      'profile-torch-gpu-default_batchnorm_group-0_compute_dtype-float32',
+      'profile-f32_batchnorm_group-0_compute_dtype-float32',
+      'profile-native_batchnorm_group-16_compute_dtype-float32',  # per core: 128 / 8
+      'profile-native_batchnorm_group-0_compute_dtype-bfloat16',
+      'profile-bf16-noise_batchnorm_group-0_compute_dtype-float32']
+  assert sorted({r.seed for r in runs}) == list(range(seeds))
+  assert len({r.workdir for r in runs}) == len(runs)
+  arm = runs[seeds + 2]
+  assert arm.workdir == f'{tmp_path}/profile-tpu-default_batchnorm_group-0_compute_dtype-float32/seed2'
+  assert arm.overrides == {'seed': 2, 'numerics.profile': 'tpu_default',
+                           'numerics.batchnorm_group': 0, 'numerics.compute_dtype': 'float32'}
   again, _, _ = sweep.expand('configs/digits.py:cpu', str(tmp_path))
   assert [r.workdir for r in again] == [r.workdir for r in runs]
+
+
+def test_every_main_effect_of_the_digits_fraction_is_estimable():
+  """Treatment-coded main effects of profile, BatchNorm grouping and dtype: full column rank."""
+  arms = digits.study_arms(128)
+  columns = [('numerics.profile', p) for p in celeba.PROFILES[1:] + (celeba.NOISE_PROFILE,)]
+  columns += [('numerics.batchnorm_group', 16), ('numerics.compute_dtype', 'bfloat16')]
+  X = np.array([[1.0] + [float(arm[f] == v) for f, v in columns] for arm in arms])
+  assert np.linalg.matrix_rank(X) == X.shape[1] == len(arms)
+
+
+@pytest.mark.parametrize('module', [digits, celeba])
+def test_declared_seed_count_is_the_power_calculation(module):
+  """get_study's seeds = analysis.inference.seeds_needed on its declared inputs (paired, 80%
+  power, alpha 0.05), = statsmodels' own solve_power; get_sweep runs that many seeds per arm."""
+  declared = module.get_study()
+  sd, margin, seeds = declared['paired_sd'], declared['margin'], declared['seeds']
+  assert seeds == max(inference.seeds_needed(sd, margin, is_paired=True))
+  solver = smp.TTestPower()
+  assert seeds == max(math.ceil(solver.solve_power(margin / sd, alpha=0.05, power=0.8)),
+                      math.ceil(solver.solve_power(margin / sd, alpha=0.05, power=0.9,
+                                                   alternative='larger')))
+  per_arm = collections.Counter(
+      tuple(sorted((k, v) for k, v in run.items() if k != 'seed')) for run in module.get_sweep())
+  assert set(per_arm.values()) == {seeds}
+  assert declared['seed_sd_source'] and declared['paired_sd_source'] and declared['margin_reason']
+  assert declared['noise_arm'] == {'profile': 'bf16_noise'}
+  assert set(declared['reference']) <= set(declared['factors'])
 
 
 def test_slug_depends_on_the_arm_alone_and_disambiguates_shared_leaf_names():
@@ -50,13 +94,17 @@ def test_slug_depends_on_the_arm_alone_and_disambiguates_shared_leaf_names():
   assert sweep.arm_slug({'model.reinit': ('stem', 'head')}, leaves) == 'reinit-stem-head'
 
 
-def test_celeba_sweep_has_the_five_standard_arms_times_ten_seeds(tmp_path):
+def test_celeba_sweep_is_the_full_factorial_plus_the_noise_control(tmp_path):
   runs, _, _ = sweep.expand('configs/celeba.py:smoke', str(tmp_path))
-  slugs = list(dict.fromkeys(r.slug for r in runs))
-  assert slugs == ['emulate-bf16', 'emulate-tf32', 'emulate-f32', 'compute_dtype-bfloat16',
-                   'emulate-bf16_batchnorm_group-4']
-  assert len(runs) == 50 and {r.seed for r in runs} == set(range(10))
-  assert celeba.get_sweep()[-1]['numerics.batchnorm_group'] == 2048 // 8
+  arms = list(dict.fromkeys(r.slug for r in runs))
+  assert len(arms) == 5 * 2 * 2 + 1 and len(runs) == len(arms) * celeba.SEEDS
+  assert {r.seed for r in runs} == set(range(celeba.SEEDS))
+  assert arms[0] == 'profile-native_batchnorm_group-0_compute_dtype-float32'
+  assert arms[-1] == 'profile-bf16-noise_batchnorm_group-0_compute_dtype-float32'
+  assert 'profile-torch-gpu-default_batchnorm_group-4_compute_dtype-bfloat16' in arms  # 32 / 8
+  full = celeba.get_sweep()  # the default batch: per-core groups of 2048 / 8
+  assert {r['numerics.batchnorm_group'] for r in full} == {0, 256}
+  assert {r['numerics.profile'] for r in full} == set(celeba.PROFILES) | {'bf16_noise'}
 
 
 @pytest.mark.parametrize('body, message', [
@@ -95,17 +143,18 @@ def parse_train_command(line):
     values(argv[1:])
   finally:
     os.chdir(cwd)
-  return values.config, values.workdir
+  return profiles.expand(values.config), values.workdir  # train.py's loader expands the formats
 
 
 def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, capsys):
   root = tmp_path / 'study'
   code = sweep.main(['--config=configs/digits.py:smoke,model.width=0.25', f'--root={root}',
                      '--dry-run'])
-  assert code == 0 and '0 completed (skipped), 15 to run' in capsys.readouterr().out
-  lines = (root / sweep.COMMANDS_FILE).read_text().splitlines()
   runs, _, _ = sweep.expand('configs/digits.py:smoke,model.width=0.25', str(root))
-  assert len(lines) == 15
+  n = len(runs)
+  assert code == 0 and f'0 completed (skipped), {n} to run' in capsys.readouterr().out
+  lines = (root / sweep.COMMANDS_FILE).read_text().splitlines()
+  assert len(lines) == n
   for line, run in zip(lines, runs):
     config, workdir = parse_train_command(line)
     expected = sweep.check_overrides(digits, 'smoke,model.width=0.25', run.overrides, 0)
@@ -116,7 +165,7 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
   config, _ = parse_train_command(sweep.command_line(sweep.command(run, DIGITS, 'smoke')))
   assert config.to_dict() == sweep.check_overrides(digits, 'smoke', odd, 0).to_dict()
   script = (root / sweep.SLURM_FILE).read_text()
-  assert script.startswith('#!/bin/bash\n') and '#SBATCH --array=0-14\n' in script
+  assert script.startswith('#!/bin/bash\n') and f'#SBATCH --array=0-{n - 1}\n' in script
   assert str(root / sweep.COMMANDS_FILE) in script and f'{root}/.jax_cache' in script
   # Task 7 runs line 8 (0-based 7): a fake `python` records what it was given.
   bin_dir = tmp_path / 'bin'
@@ -139,9 +188,9 @@ def test_emit_paths_and_a_completed_run_is_skipped_an_unfinished_one_relaunched(
   code = sweep.main(['--config=configs/digits.py:smoke', f'--root={root}', '--dry-run',
                      f'--emit-commands={tmp_path}/c.txt', f'--emit-slurm={tmp_path}/s.sbatch'])
   out = capsys.readouterr().out
-  assert code == 0 and '1 completed (skipped), 14 to run' in out
+  assert code == 0 and f'1 completed (skipped), {len(runs) - 1} to run' in out
   assert f'--workdir={runs[1].workdir} ' in out and f'--workdir={runs[0].workdir} ' not in out
-  assert len((tmp_path / 'c.txt').read_text().splitlines()) == 15
+  assert len((tmp_path / 'c.txt').read_text().splitlines()) == len(runs)
   assert f'{tmp_path}/c.txt' in (tmp_path / 's.sbatch').read_text()
 
 
@@ -157,7 +206,7 @@ def test_rerun_after_moving_the_data_skips_completed_and_resumes_unfinished(tmp_
                                        'config': saved.to_dict()}, step=5)
   code = sweep.main(['--config=configs/digits.py:smoke', f'--root={root}', '--dry-run'])
   out = capsys.readouterr().out
-  assert code == 0 and '1 completed (skipped), 14 to run' in out
+  assert code == 0 and f'1 completed (skipped), {len(runs) - 1} to run' in out
   assert f'--workdir={runs[1].workdir}' in out and f'--workdir={runs[0].workdir} ' not in out
   # train.py's resume applies the same rule to the moved run: it continues it.
   moved = sweep.check_overrides(digits, 'smoke', runs[1].overrides, 0)
@@ -218,7 +267,8 @@ def test_tiny_study_end_to_end_then_resume_skips_everything(tmp_path, subprocess
   out = capsys.readouterr().out
   assert '[sweep] 4/4 done, 0 running, 0 failed' in out and 'study finished in' in out
   report = (root / 'report.md').read_text()
-  assert report in out and 'emulate=bf16' in report and 'emulate=f32' in report
+  # Arms labelled by the first requested field that separates them (record.arm_columns order).
+  assert report in out and 'conv_format=bf16' in report and 'conv_format=f32' in report
   assert (root / 'report.tex').exists() and list(root.glob('report_*.csv'))
   log = (root / 'emulate-bf16' / 'seed1' / 'train.log').read_text()
   assert 'train.py --config=' in log and 'Done: test_accuracy' in log
