@@ -9,11 +9,13 @@ Both steps trace the model inside numerics.ops.noise_scope with the key of (the 
 state's global step, 'train' or 'eval'): the noise of a noisy product format (bf16_noise) depends on
 nothing else, so a run repeats and resumes bit for bit (formats without noise never read the key,
 and their compiled steps do not depend on the seed). An evaluation uses one key for all its
-batches: the model it evaluates is perturbed one way. The seed is a constant of the step, so each
-seed of a noisy arm compiles its own step.
+batches: the model it evaluates is perturbed one way. The seed is an argument of the compiled step
+(a replicated uint32 scalar, bound by `Seeded`), so every seed of an arm shares one compilation.
 """
 
+import dataclasses
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -70,7 +72,32 @@ def loss_and_correct(logits, labels, task):
   return loss, correct
 
 
-def _train_step(state, batch, *, graphdef, tx, mask, task, mean, std, flip, seed):
+@dataclasses.dataclass(frozen=True)
+class Seeded:
+  """A jitted step whose last argument, the run seed, is bound: `step(*args)` calls
+  `fn(*args, seed)`. `lower` and `compile` keep the binding (trainer/distributed.py precompiles
+  through them); `as_text` shows the lowered module."""
+  fn: Any
+  seed: Any  # uint32 scalar, replicated on the mesh
+
+  def __call__(self, *args):
+    return self.fn(*args, self.seed)
+
+  def lower(self, *args):
+    return Seeded(self.fn.lower(*args, self.seed), self.seed)
+
+  def compile(self, *args, **kwargs):
+    return Seeded(self.fn.compile(*args, **kwargs), self.seed)
+
+  def as_text(self):
+    return self.fn.as_text()
+
+
+def _bind_seed(fn, seed, replicated):
+  return Seeded(fn, jax.device_put(np.asarray(seed, np.uint32), replicated))
+
+
+def _train_step(state, batch, seed, *, graphdef, tx, mask, task, mean, std, flip):
   flip_key = jax.random.fold_in(jax.random.key(seed), state['step']) if flip else None
   images = preprocess(batch['image'], mean, std, flip_key)
 
@@ -100,12 +127,13 @@ def make_train_step(mesh, graphdef, tx, mask, task, mean, std, flip, seed, wrap=
   """
   replicated, sharded = shardings(mesh)
   fn = functools.partial(_train_step, graphdef=graphdef, tx=tx, mask=mask, task=task,
-                         mean=jnp.asarray(mean), std=jnp.asarray(std), flip=flip, seed=seed)
-  return jax.jit(wrap(fn) if wrap else fn, in_shardings=(replicated, sharded), out_shardings=replicated,
-                 donate_argnums=(0,))
+                         mean=jnp.asarray(mean), std=jnp.asarray(std), flip=flip)
+  jitted = jax.jit(wrap(fn) if wrap else fn, in_shardings=(replicated, sharded, replicated),
+                   out_shardings=replicated, donate_argnums=(0,))
+  return _bind_seed(jitted, seed, replicated)
 
 
-def _eval_step(state, batch, totals, *, graphdef, task, mean, std, seed):
+def _eval_step(state, batch, totals, seed, *, graphdef, task, mean, std):
   model = nnx.merge(graphdef, state['params'], state['batch_stats'])
   model.eval()
   with ops.noise_scope(ops.step_noise_key(seed, state['step'], 'eval')):
@@ -121,9 +149,11 @@ def make_eval_step(mesh, graphdef, task, mean, std, seed, wrap=None):
   """jit(state, batch, totals) -> totals: masked sums, so every example counts exactly once."""
   replicated, sharded = shardings(mesh)
   fn = functools.partial(_eval_step, graphdef=graphdef, task=task, mean=jnp.asarray(mean),
-                         std=jnp.asarray(std), seed=seed)
-  return jax.jit(wrap(fn) if wrap else fn, in_shardings=(replicated, sharded, replicated), out_shardings=replicated,
-                 donate_argnums=(2,))
+                         std=jnp.asarray(std))
+  jitted = jax.jit(wrap(fn) if wrap else fn,
+                   in_shardings=(replicated, sharded, replicated, replicated),
+                   out_shardings=replicated, donate_argnums=(2,))
+  return _bind_seed(jitted, seed, replicated)
 
 
 def _gather(data, indices):
