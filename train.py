@@ -2,9 +2,14 @@
 
   python train.py --config=configs/celeba.py:tpu --workdir=/tmp/run
   python train.py --config=configs/digits.py:smoke --workdir=/tmp/smoke --config.seed=3
+
+Exit codes: 0 done; 1 the run failed (non-finite values, a write failed: its message says what to
+do); 2 bad input, found before any compute; 128 + N stopped by signal N (SIGTERM 143, SIGINT 130)
+after saving a checkpoint: the same command resumes.
 """
 
 import os
+import signal
 import sys
 
 from absl import app, flags, logging
@@ -18,15 +23,21 @@ flags.DEFINE_string('workdir', None, 'Directory for checkpoints, results and met
                     'path is taken from the current directory).')
 flags.DEFINE_bool('restart', False, 'Discard the run the workdir holds (a different config, or a '
                   'failed run) and start over. Without it such a workdir is refused.')
+flags.DEFINE_bool('allow_layout_change', False, 'Continue a saved run on another device layout '
+                  '(device count, process count, platform or device kind); the results then '
+                  'record each segment. Without it such a resume is refused.')
 FLAGS = flags.FLAGS
 CONFIG = {}  # 'spec' and 'overrides' from the command line (split off before absl parses it)
 
 
 class _QuietLibraries(logging.logging.Filter):
-  """Drops INFO records of Orbax's per-save chatter; warnings and errors pass."""
+  """Drops Orbax's per-save INFO chatter, and the tracebacks its background threads log when a
+  write fails: Orbax re-raises those failures in the main thread, where they become one line."""
 
   def filter(self, record):
-    return record.levelno >= logging.logging.WARNING or '/orbax/' not in record.pathname
+    if '/orbax/' not in record.pathname:
+      return True
+    return record.levelno >= logging.logging.WARNING and not record.exc_info
 
 
 def fail(message, code=2):
@@ -50,6 +61,13 @@ def load_config():
     fail('--workdir: give a folder for the run, e.g. --workdir=runs/smoke')
   try:
     config = loader.load(CONFIG['spec'], CONFIG['overrides'])
+  except ValueError as e:
+    fail(str(e).splitlines()[0])
+  except Exception as e:  # pylint: disable=broad-except  # the config file's own code failed
+    first = str(e).splitlines()[0] if str(e) else ''
+    fail(f'--config={CONFIG["spec"]}: {type(e).__name__}: {first}; fix the config file or the '
+         'value given')
+  try:
     validation.check_config(config)
   except ValueError as e:  # ConfigError is a ValueError
     fail(str(e).splitlines()[0])
@@ -65,17 +83,26 @@ def main(argv):
   logging.logging.getLogger('jax._src.xla_bridge').setLevel(logging.logging.ERROR)
   config = load_config()
   from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
-  from trainer import checkpointing, distributed, loop, validation  # pylint: disable=import-outside-toplevel
+  from trainer import checkpointing, distributed, loop, reporting, stop, validation  # pylint: disable=import-outside-toplevel
   try:
     numerics_setup.configure(config)  # XLA flags before any backend starts (distributed does)
     distributed.initialize(config)
-    loop.train_and_evaluate(config, absolute_workdir(FLAGS.workdir), restart=FLAGS.restart)
+    loop.train_and_evaluate(config, absolute_workdir(FLAGS.workdir), restart=FLAGS.restart,
+                            allow_layout_change=FLAGS.allow_layout_change)
   except validation.ConfigError as e:
     fail(str(e))
   except ValueError as e:  # numerics.setup: one line naming the field
     fail(str(e).splitlines()[0])
-  except (loop.TrainingFailed, checkpointing.CheckpointWriteError) as e:
+  except (loop.TrainingFailed, checkpointing.CheckpointWriteError,
+          reporting.MetricsWriteError) as e:
     fail(str(e), code=1)  # a run that started and stopped: its saved results say why
+  except stop.Stopped as e:  # SIGTERM/SIGINT in the training loop: saved, resumable
+    logging.flush()
+    print(f'stopped: {e}', file=sys.stderr)
+    sys.exit(e.exit_code)
+  except KeyboardInterrupt:  # SIGINT before the training loop: nothing new to save
+    fail('interrupted (SIGINT) outside the training loop; the checkpoints saved so far are kept: '
+         'run the same command again to resume', code=128 + signal.SIGINT)
 
 
 def parse_flags(argv):
