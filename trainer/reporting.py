@@ -71,7 +71,7 @@ class Reporter:
     self._tb = None
     self._lines, self._size = [], 0
     if is_writer:
-      self._lines = recover_lines(self.path, resume_step, history)
+      self._lines = self._guard(lambda: recover_lines(self.path, resume_step, history))
       self._rewrite()
       try:
         import tensorboardX
@@ -89,12 +89,12 @@ class Reporter:
     self._guard(lambda: self.path.write_text(text))
     self._size = len(text.encode())
 
-  def _guard(self, write):
+  def _guard(self, access):
     try:
-      write()
+      return access()
     except OSError as e:
       raise MetricsWriteError(
-          f'{self.path} could not be written ({e.strerror or e}); the checkpoints are unchanged: '
+          f'{self.path} could not be read or written ({e.strerror or e}); the checkpoints are unchanged: '
           'free space or fix the workdir, then run the same command again to resume') from None
 
   def _changed(self):
