@@ -72,3 +72,23 @@ def test_resume_on_other_device_count_needs_opt_in_and_records_segments(tmp_path
   assert final['segments'] == [{'start_step': 0, 'stop_step': 30, **layout, 'num_devices': 8},
                                {'start_step': 30, 'stop_step': 44, **layout, 'num_devices': 4}]
   assert final['status'] == 'completed' and final['num_devices'] == 4
+
+
+def test_segments_merge_on_one_layout_and_start_from_an_old_record():
+  eight = {'platform': 'cpu', 'device_kind': 'cpu', 'num_devices': 8, 'num_processes': 1}
+  four = dict(eight, num_devices=4)
+  results = {}
+  record.start_segment(results, None, eight, 0)
+  record.end_segment(results, 12)
+  assert results['segments'] == [{'start_step': 0, 'stop_step': 12, **eight}]
+  saved = dict(results)
+  record.start_segment(results, saved, eight, 12)  # resumed on the same layout: one segment
+  assert results['segments'] == [{'start_step': 0, 'stop_step': 12, **eight}]
+  record.start_segment(results, saved, four, 8)  # an older checkpoint, another layout
+  assert results['segments'] == [{'start_step': 0, 'stop_step': 8, **eight},
+                                 {'start_step': 8, 'stop_step': 8, **four}]
+  old = dict(eight, step=20)  # a record written before segments existed
+  record.start_segment(results, old, four, 20)
+  assert results['segments'] == [{'start_step': 0, 'stop_step': 20, **eight},
+                                 {'start_step': 20, 'stop_step': 20, **four}]
+  assert record.layout_differences(old, four) == ['num_devices: 8 -> 4']

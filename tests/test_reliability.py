@@ -8,11 +8,13 @@ small disk (a tmpfs in a private mount namespace where the machine allows one, e
 ENOSPC), then resumes once space is free.
 """
 
+import errno
 import json
 import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -265,6 +267,21 @@ def test_lock_holds_when_run_lock_is_deleted(tmp_path):
       lock.WorkdirLock(tmp_path).acquire()
   with lock.WorkdirLock(tmp_path):  # released: free again
     pass
+
+
+def test_lock_falls_back_to_the_file_where_folders_cannot_be_locked(tmp_path, monkeypatch):
+  """NFS emulates flock with write locks, which a folder (opened read-only) cannot take: ENOLCK.
+  The lock then holds on run.lock itself."""
+  real_flock = lock.fcntl.flock
+  def no_folder_locks(fd, operation):
+    if stat.S_ISDIR(os.fstat(fd).st_mode) and operation != lock.fcntl.LOCK_UN:
+      raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+    return real_flock(fd, operation)
+  monkeypatch.setattr(lock.fcntl, 'flock', no_folder_locks)
+  with lock.WorkdirLock(tmp_path):
+    with pytest.raises(lock.WorkdirLocked, match=f'pid {os.getpid()} on '):
+      lock.WorkdirLock(tmp_path).acquire()
+  lock.WorkdirLock(tmp_path).acquire().release()
 
 
 def test_config_comparison_ignores_only_non_arithmetic_fields():
