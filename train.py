@@ -9,12 +9,16 @@ after saving a checkpoint: the same command resumes.
 """
 
 import os
-import signal
 import sys
 
-from absl import app, flags, logging
+from trainer import stop  # imports no JAX: installed first, Ctrl-C during start-up is one line
 
-from configs import loader
+stop.install(stop.exit_at_once)  # the training loop stops gracefully instead (trainer/stop.py)
+
+# pylint: disable=wrong-import-position
+from absl import app, flags, logging  # noqa: E402
+
+from configs import loader  # noqa: E402
 
 flags.DEFINE_string('config', None, 'Config file, optionally with presets and key=value pairs '
                     'after a colon (e.g. configs/celeba.py:gpu,seed=3); any field can then be '
@@ -31,13 +35,14 @@ CONFIG = {}  # 'spec' and 'overrides' from the command line (split off before ab
 
 
 class _QuietLibraries(logging.logging.Filter):
-  """Drops Orbax's per-save INFO chatter, and the tracebacks its background threads log when a
-  write fails: Orbax re-raises those failures in the main thread, where they become one line."""
+  """Drops Orbax's per-save INFO chatter, and the tracebacks its background threads and asyncio
+  tasks log when a write fails: Orbax re-raises those failures in the main thread, where they
+  become one line."""
 
   def filter(self, record):
-    if '/orbax/' not in record.pathname:
-      return True
-    return record.levelno >= logging.logging.WARNING and not record.exc_info
+    orbax = '/orbax/' in record.pathname or (
+        record.name == 'asyncio' and '/orbax/' in record.getMessage())
+    return not orbax or (record.levelno >= logging.logging.WARNING and not record.exc_info)
 
 
 def fail(message, code=2):
@@ -81,9 +86,13 @@ def main(argv):
   logging.get_absl_handler().addFilter(_QuietLibraries())
   # CPU machines: JAX's probe for a TPU runtime is not a problem worth a warning line.
   logging.logging.getLogger('jax._src.xla_bridge').setLevel(logging.logging.ERROR)
-  config = load_config()
+  train(load_config())
+
+
+def train(config):
+  """train_and_evaluate, its failures as one line and an exit code (see the module docstring)."""
   from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
-  from trainer import checkpointing, distributed, loop, reporting, stop, validation  # pylint: disable=import-outside-toplevel
+  from trainer import checkpointing, distributed, loop, reporting, validation  # pylint: disable=import-outside-toplevel
   try:
     numerics_setup.configure(config)  # XLA flags before any backend starts (distributed does)
     distributed.initialize(config)
@@ -100,9 +109,6 @@ def main(argv):
     logging.flush()
     print(f'stopped: {e}', file=sys.stderr)
     sys.exit(e.exit_code)
-  except KeyboardInterrupt:  # SIGINT before the training loop: nothing new to save
-    fail('interrupted (SIGINT) outside the training loop; the checkpoints saved so far are kept: '
-         'run the same command again to resume', code=128 + signal.SIGINT)
 
 
 def parse_flags(argv):

@@ -154,7 +154,7 @@ def _train(ctx, workdir, mngr, p, is_writer):
           reporter.compiled(entered)  # the phase's first call compiled its step function
         faults.point('step', p.step)
         _after_step(ctx, mngr, reporter, p, bad, eval_fn, stops)
-  checkpointing.wait(mngr, p.step)
+    checkpointing.wait(mngr, p.step)  # a signal now changes nothing: the run is complete
   reporter.close()
   logging.info('Done: test_accuracy %.4f, %.1f s', p.results['final']['test_accuracy'],
                p.results['wall_time_s'])

@@ -6,7 +6,10 @@ signal's number (143 for SIGTERM, 130 for SIGINT: the shell's code for "ended by
 supervisor sees an interrupted, resumable run) and one line; the same command resumes. The first
 signal puts both signals back to the system's default action, so a second one ends the process at
 once, without saving (the newest finished checkpoint stays valid). Outside the loop (loading data,
-compiling the first step) the process's usual handling applies: nothing new exists to save.
+compiling the first step) train.py's `exit_at_once` handler ends the process with the same code and
+one line as soon as Python runs again (nothing new exists to save; no KeyboardInterrupt is raised
+into JAX or Orbax, where it can crash the process). A signal the parent ignores (SIGINT of a
+background job in a shell script) stays ignored.
 
 Several processes: every process must stop after the same step (a checkpoint is a collective
 write). The flags are combined at the loop's sync points (every log and checkpoint step,
@@ -15,11 +18,10 @@ the first sync point after any of them received a signal: at most `log_every_ste
 With one process the stop comes right after the step in flight.
 """
 
+import os
 import signal
 
-import jax
-import numpy as np
-from jax.experimental import multihost_utils
+# No JAX at import: train.py installs `exit_at_once` before anything heavy is imported.
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -32,6 +34,20 @@ class Stopped(Exception):
     self.exit_code = 128 + signum
     super().__init__(f'{signal.Signals(signum).name} received: stopped after step {step}, whose '
                      'checkpoint is saved; run the same command again to resume')
+
+
+def exit_at_once(signum, frame):
+  """Signal handler outside the training loop: one line on stderr, exit 128 + signum now."""
+  del frame
+  os.write(2, f'stopped: {signal.Signals(signum).name} received outside the training loop; '
+              'nothing new to save: run the same command again to resume\n'.encode())
+  os._exit(128 + signum)  # pylint: disable=protected-access
+
+
+def install(handler):
+  """`handler` for SIGTERM and SIGINT (those not ignored); {signal: previous handler}."""
+  return {sig: signal.signal(sig, handler) for sig in SIGNALS
+          if signal.getsignal(sig) != signal.SIG_IGN}
 
 
 class StopRequests:
@@ -49,7 +65,7 @@ class StopRequests:
 
   def __enter__(self):
     try:
-      self._previous = {sig: signal.signal(sig, self._mark) for sig in SIGNALS}
+      self._previous = install(self._mark)
     except ValueError:  # not the main thread: signals stay with whoever handles them there
       self._previous = {}
     return self
@@ -64,6 +80,9 @@ class StopRequests:
     One process: whether a signal arrived. Several: at sync points only, the largest signal number
     any process received (an all-gather: every process must call this at the same steps).
     """
+    import jax  # pylint: disable=import-outside-toplevel
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
     if jax.process_count() == 1:
       return self.signum
     if not sync_point:
