@@ -34,21 +34,56 @@ FLAGS = flags.FLAGS
 CONFIG = {}  # 'spec' and 'overrides' from the command line (split off before absl parses it)
 
 
+def _from_orbax(record):
+  """Whether a log record comes from Orbax: its own modules, or an asyncio task of one."""
+  if '/orbax/' in record.pathname:
+    return True
+  if record.name != 'asyncio':
+    return False
+  trace = record.exc_info[2] if record.exc_info else None
+  while trace is not None:
+    if '/orbax/' in trace.tb_frame.f_code.co_filename:
+      return True
+    trace = trace.tb_next
+  return '/orbax/' in record.getMessage()
+
+
 class _QuietLibraries(logging.logging.Filter):
   """Drops Orbax's per-save INFO chatter, and the tracebacks its background threads and asyncio
   tasks log when a write fails: Orbax re-raises those failures in the main thread, where they
   become one line."""
 
   def filter(self, record):
-    orbax = '/orbax/' in record.pathname or (
-        record.name == 'asyncio' and '/orbax/' in record.getMessage())
-    return not orbax or (record.levelno >= logging.logging.WARNING and not record.exc_info)
+    return not _from_orbax(record) or (record.levelno >= logging.logging.WARNING
+                                       and not record.exc_info)
 
 
-def fail(message, code=2):
-  """Print one line and exit `code`: 2 for bad input (before any compute), 1 for a failed run."""
+def _closed_loop(exc):
+  return isinstance(exc, RuntimeError) and str(exc) == 'Event loop is closed'
+
+
+def quiet_abandoned_writes():
+  """After a failed asynchronous write, tensorstore's callbacks into Orbax's closed event loop
+  print a traceback each (through sys.excepthook or sys.unraisablehook, from its threads): dropped.
+  Orbax reports the failure itself, once, in the main thread."""
+  excepthook, unraisablehook = sys.excepthook, sys.unraisablehook
+  sys.excepthook = lambda kind, exc, trace: None if _closed_loop(exc) else excepthook(
+      kind, exc, trace)
+  sys.unraisablehook = lambda info: None if _closed_loop(info.exc_value) else unraisablehook(info)
+
+
+def fail(message, code=2, at_once=False):
+  """Print one line and exit `code`: 2 for bad input (before any compute), 1 for a failed run.
+
+  `at_once`: skip the interpreter's shutdown (after a failed write, Orbax's abandoned asynchronous
+  tasks print hundreds of lines of "Event loop is closed" there; nothing is left to save).
+  """
   logging.flush()
   print(f'error: {message}', file=sys.stderr)
+  if at_once:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # pylint: disable=protected-access
   sys.exit(code)
 
 
@@ -84,6 +119,7 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   logging.get_absl_handler().addFilter(_QuietLibraries())
+  quiet_abandoned_writes()
   # CPU machines: JAX's probe for a TPU runtime is not a problem worth a warning line.
   logging.logging.getLogger('jax._src.xla_bridge').setLevel(logging.logging.ERROR)
   train(load_config())
@@ -102,9 +138,10 @@ def train(config):
     fail(str(e))
   except ValueError as e:  # numerics.setup: one line naming the field
     fail(str(e).splitlines()[0])
-  except (loop.TrainingFailed, checkpointing.CheckpointWriteError,
-          reporting.MetricsWriteError) as e:
+  except loop.TrainingFailed as e:
     fail(str(e), code=1)  # a run that started and stopped: its saved results say why
+  except (checkpointing.CheckpointWriteError, reporting.MetricsWriteError) as e:
+    fail(str(e), code=1, at_once=True)
   except stop.Stopped as e:  # SIGTERM/SIGINT in the training loop: saved, resumable
     logging.flush()
     print(f'stopped: {e}', file=sys.stderr)
