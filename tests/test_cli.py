@@ -35,7 +35,8 @@ BAD_INPUTS = [
     (['--config=configs/digits.py:smoke', '--config.optim.b1=1.0'],
      'config.optim.b1 must be a finite number in [0, 1), got 1.0'),
     (['--config=configs/digits.py:smoke,model.width=inf'],
-     "--config=configs/digits.py:smoke,model.width=inf: TypeError: Could not override field 'width'"),
+     "--config=configs/digits.py:smoke,model.width=inf: TypeError: Could not override field "
+     "'width'"),
     (['--config=configs/digits.py:smoke', '--config.num_epochs=0'],
      'config.num_epochs must be a positive integer'),
     (['--config=configs/digits.py:smoke', '--config.optim.freeze_epochs=2'],
@@ -100,8 +101,8 @@ CONFIG_FILES = [
     ('syntax', 'def get_config(arg=None):\n  return {\n', 'line 2:'),
     ('import', 'import no_such_module\ndef get_config(arg=None):\n  return None\n',
      "ModuleNotFoundError: No module named 'no_such_module'; fix the config file"),
-    ('nan', 'from configs import digits\ndef get_config(arg=None):\n  c = digits.get_config("smoke")'
-     '\n  c.optim.weight_decay = float("nan")\n  return c\n',
+    ('nan', 'from configs import digits\ndef get_config(arg=None):\n'
+     '  c = digits.get_config("smoke")\n  c.optim.weight_decay = float("nan")\n  return c\n',
      'config.optim.weight_decay must be a finite number >= 0, got nan'),
 ]
 

@@ -41,8 +41,8 @@ def test_metrics_missing_at_resume_get_the_epoch_records_back(tmp_path, caplog):
 
 def test_unwritable_metrics_is_one_line_error(tmp_path):
   (tmp_path / reporting.METRICS).mkdir()  # a folder where the file should be
-  with pytest.raises(reporting.MetricsWriteError, match=r'metrics.jsonl could not be read or written '
-                     r'\(Is a directory\); the checkpoints are unchanged'):
+  with pytest.raises(reporting.MetricsWriteError, match=r'metrics.jsonl could not be read or '
+                     r'written \(Is a directory\); the checkpoints are unchanged'):
     reporting.Reporter(tmp_path, 10, True)
 
 

@@ -94,8 +94,9 @@ class Reporter:
       return access()
     except OSError as e:
       raise MetricsWriteError(
-          f'{self.path} could not be read or written ({e.strerror or e}); the checkpoints are unchanged: '
-          'free space or fix the workdir, then run the same command again to resume') from None
+          f'{self.path} could not be read or written ({e.strerror or e}); the checkpoints are '
+          'unchanged: free space or fix the workdir, then run the same command again to resume'
+      ) from None
 
   def _changed(self):
     """Whether the file is no longer what this writer wrote (deleted, truncated, replaced)."""
