@@ -109,7 +109,7 @@ def select(frame, metric, factors, seed_col):
 def default_factors(frame):
   """platform and the numerics.requested.* fields that vary among the completed runs (short names)."""
   done = frame[frame['status'] == 'completed'] if 'status' in frame else frame
-  cols = ['platform'] + sorted(c for c in frame if c.startswith('numerics.requested.'))
+  cols = [c for c in record.arm_columns(frame.columns) if c != 'device_kind']
   cols = [c for c in cols if c in done and done[c].astype(str).nunique() > 1]
   short = lambda c: c.rsplit('.', 1)[-1]
   return [short(c) if stats.resolve_column(frame, short(c), '') == c else c for c in cols]
@@ -123,7 +123,7 @@ def levels(runs, factor):
 def find_factor(name, columns, flag):
   """The --factors name that `name` means (as written, or resolving to the same column)."""
   for factor, col in columns.items():
-    if name in (factor, col) or col in (f'numerics.requested.{name}', f'numerics.effective.{name}',
+    if name in (factor, col) or col in (f'{record.ARM_PREFIX}{name}', f'numerics.effective.{name}',
                                         f'config.{name}', f'final.{name}'):
       return factor
   raise ValueError(f'{flag}: {name!r} is not one of --factors ({", ".join(columns)}); add it there')

@@ -75,8 +75,8 @@ def base_config():
   # rest and on GPU/TPU), 'xla' or 'im2col' (same product and operand rounding; f32 summation
   # order differs; numerics/ops.py).
   c.numerics.conv_impl = 'auto'
-  # How emulated products are computed: 'auto' (the fastest implementation with the same products
-  # on this platform) or 'reference' (rounded operands at HIGHEST); numerics/emulate.py.
+  # How emulated products are computed: 'reference' (rounded operands at HIGHEST), 'fast' (the same
+  # operands on the format's native units) or 'auto' (fast on GPU/TPU, CPU: as measured); emulate.py.
   c.numerics.emulate_impl = 'auto'
 
   c.distributed = ml_collections.ConfigDict()
