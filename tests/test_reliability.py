@@ -265,6 +265,8 @@ def test_lock_holds_when_run_lock_is_deleted(tmp_path):
     (tmp_path / lock.LOCK_FILE).unlink()
     with pytest.raises(lock.WorkdirLocked, match='in use by a live run .*run.lock was deleted'):
       lock.WorkdirLock(tmp_path).acquire()
+    assert lock.holder(tmp_path) == {}  # held, by a process run.lock no longer names
+  assert lock.holder(tmp_path) is None
   with lock.WorkdirLock(tmp_path):  # released: free again
     pass
 
@@ -281,6 +283,8 @@ def test_lock_falls_back_to_the_file_where_folders_cannot_be_locked(tmp_path, mo
   with lock.WorkdirLock(tmp_path):
     with pytest.raises(lock.WorkdirLocked, match=f'pid {os.getpid()} on '):
       lock.WorkdirLock(tmp_path).acquire()
+    assert lock.holder(tmp_path)['pid'] == os.getpid()
+  assert lock.holder(tmp_path) is None
   lock.WorkdirLock(tmp_path).acquire().release()
 
 

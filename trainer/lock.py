@@ -36,6 +36,35 @@ def _read(path):
     return {}
 
 
+def _probe(path, flags):
+  """Whether a shared flock on `path` is refused now (a live exclusive holder); None where the
+  filesystem cannot lock it. Nothing is written; a shared lock taken is dropped at once."""
+  try:
+    fd = os.open(path, flags)
+  except OSError:
+    return False
+  try:
+    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    return False
+  except BlockingIOError:
+    return True
+  except OSError:
+    return None
+  finally:
+    os.close(fd)
+
+
+def holder(workdir):
+  """The record ({'pid', 'host', 'started'}, {} if run.lock is gone) of the live process holding
+  `workdir`, or None: probed where WorkdirLock locks (the folder, or run.lock where folders cannot
+  be locked). Readers (the sweep) ask here instead of re-spelling the lock."""
+  path = os.path.join(str(workdir), LOCK_FILE)
+  held = _probe(str(workdir), os.O_RDONLY | os.O_DIRECTORY)
+  if held is None:
+    held = _probe(path, os.O_RDONLY)
+  return _read(path) if held else None
+
+
 class WorkdirLock:
   """Context manager: acquire on enter (or raise WorkdirLocked), release on exit."""
 
