@@ -2,14 +2,23 @@
 
   python train.py --config=configs/celeba.py:tpu --workdir=/tmp/run
   python train.py --config=configs/digits.py:smoke --workdir=/tmp/smoke --config.seed=3
+
+Exit codes: 0 done; 1 the run failed (non-finite values, a write failed: its message says what to
+do); 2 bad input, found before any compute; 128 + N stopped by signal N (SIGTERM 143, SIGINT 130)
+after saving a checkpoint: the same command resumes.
 """
 
 import os
 import sys
 
-from absl import app, flags, logging
+from trainer import stop  # imports no JAX: installed first, Ctrl-C during start-up is one line
 
-from configs import loader
+stop.install(stop.exit_at_once)  # the training loop stops gracefully instead (trainer/stop.py)
+
+# pylint: disable=wrong-import-position
+from absl import app, flags, logging  # noqa: E402
+
+from configs import loader  # noqa: E402
 
 flags.DEFINE_string('config', None, 'Config file, optionally with presets and key=value pairs '
                     'after a colon (e.g. configs/celeba.py:gpu,seed=3); any field can then be '
@@ -18,21 +27,63 @@ flags.DEFINE_string('workdir', None, 'Directory for checkpoints, results and met
                     'path is taken from the current directory).')
 flags.DEFINE_bool('restart', False, 'Discard the run the workdir holds (a different config, or a '
                   'failed run) and start over. Without it such a workdir is refused.')
+flags.DEFINE_bool('allow_layout_change', False, 'Continue a saved run on another device layout '
+                  '(device count, process count, platform or device kind); the results then '
+                  'record each segment. Without it such a resume is refused.')
 FLAGS = flags.FLAGS
 CONFIG = {}  # 'spec' and 'overrides' from the command line (split off before absl parses it)
 
 
+def _from_orbax(record):
+  """Whether a log record comes from Orbax: its own modules, or an asyncio task of one."""
+  if '/orbax/' in record.pathname:
+    return True
+  if record.name != 'asyncio':
+    return False
+  trace = record.exc_info[2] if record.exc_info else None
+  while trace is not None:
+    if '/orbax/' in trace.tb_frame.f_code.co_filename:
+      return True
+    trace = trace.tb_next
+  return '/orbax/' in record.getMessage()
+
+
 class _QuietLibraries(logging.logging.Filter):
-  """Drops INFO records of Orbax's per-save chatter; warnings and errors pass."""
+  """Drops Orbax's per-save INFO chatter, and the tracebacks its background threads and asyncio
+  tasks log when a write fails: Orbax re-raises those failures in the main thread, where they
+  become one line."""
 
   def filter(self, record):
-    return record.levelno >= logging.logging.WARNING or '/orbax/' not in record.pathname
+    return not _from_orbax(record) or (record.levelno >= logging.logging.WARNING
+                                       and not record.exc_info)
 
 
-def fail(message, code=2):
-  """Print one line and exit `code`: 2 for bad input (before any compute), 1 for a failed run."""
+def _closed_loop(exc):
+  return isinstance(exc, RuntimeError) and str(exc) == 'Event loop is closed'
+
+
+def quiet_abandoned_writes():
+  """After a failed asynchronous write, tensorstore's callbacks into Orbax's closed event loop
+  print a traceback each (through sys.excepthook or sys.unraisablehook, from its threads): dropped.
+  Orbax reports the failure itself, once, in the main thread."""
+  excepthook, unraisablehook = sys.excepthook, sys.unraisablehook
+  sys.excepthook = lambda kind, exc, trace: None if _closed_loop(exc) else excepthook(
+      kind, exc, trace)
+  sys.unraisablehook = lambda info: None if _closed_loop(info.exc_value) else unraisablehook(info)
+
+
+def fail(message, code=2, at_once=False):
+  """Print one line and exit `code`: 2 for bad input (before any compute), 1 for a failed run.
+
+  `at_once`: skip the interpreter's shutdown (after a failed write, Orbax's abandoned asynchronous
+  tasks print hundreds of lines of "Event loop is closed" there; nothing is left to save).
+  """
   logging.flush()
   print(f'error: {message}', file=sys.stderr)
+  if at_once:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # pylint: disable=protected-access
   sys.exit(code)
 
 
@@ -50,6 +101,13 @@ def load_config():
     fail('--workdir: give a folder for the run, e.g. --workdir=runs/smoke')
   try:
     config = loader.load(CONFIG['spec'], CONFIG['overrides'])
+  except ValueError as e:
+    fail(str(e).splitlines()[0])
+  except Exception as e:  # pylint: disable=broad-except  # the config file's own code failed
+    first = str(e).splitlines()[0] if str(e) else ''
+    fail(f'--config={CONFIG["spec"]}: {type(e).__name__}: {first}; fix the config file or the '
+         'value given')
+  try:
     validation.check_config(config)
   except ValueError as e:  # ConfigError is a ValueError
     fail(str(e).splitlines()[0])
@@ -61,21 +119,33 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   logging.get_absl_handler().addFilter(_QuietLibraries())
+  quiet_abandoned_writes()
   # CPU machines: JAX's probe for a TPU runtime is not a problem worth a warning line.
   logging.logging.getLogger('jax._src.xla_bridge').setLevel(logging.logging.ERROR)
-  config = load_config()
+  train(load_config())
+
+
+def train(config):
+  """train_and_evaluate, its failures as one line and an exit code (see the module docstring)."""
   from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
-  from trainer import checkpointing, distributed, loop, validation  # pylint: disable=import-outside-toplevel
+  from trainer import checkpointing, distributed, loop, reporting, validation  # pylint: disable=import-outside-toplevel
   try:
     numerics_setup.configure(config)  # XLA flags before any backend starts (distributed does)
     distributed.initialize(config)
-    loop.train_and_evaluate(config, absolute_workdir(FLAGS.workdir), restart=FLAGS.restart)
+    loop.train_and_evaluate(config, absolute_workdir(FLAGS.workdir), restart=FLAGS.restart,
+                            allow_layout_change=FLAGS.allow_layout_change)
   except validation.ConfigError as e:
     fail(str(e))
   except ValueError as e:  # numerics.setup: one line naming the field
     fail(str(e).splitlines()[0])
-  except (loop.TrainingFailed, checkpointing.CheckpointWriteError) as e:
+  except loop.TrainingFailed as e:
     fail(str(e), code=1)  # a run that started and stopped: its saved results say why
+  except (checkpointing.CheckpointWriteError, reporting.MetricsWriteError) as e:
+    fail(str(e), code=1, at_once=True)
+  except stop.Stopped as e:  # SIGTERM/SIGINT in the training loop: saved, resumable
+    logging.flush()
+    print(f'stopped: {e}', file=sys.stderr)
+    sys.exit(e.exit_code)
 
 
 def parse_flags(argv):

@@ -23,7 +23,6 @@ plus left); '?' until a number exists.
 
 import contextlib
 import dataclasses
-import fcntl
 import json
 import os
 import re
@@ -98,25 +97,9 @@ def popen(argv, cwd, env, log):
 
 
 def lock_holder(workdir):
-  """The record ({'pid', 'host', ...}) of a live process holding the workdir's run lock, else None.
-
-  Probed with a shared, non-blocking flock on trainer/lock.py's file: it fails exactly while a
-  live run holds the exclusive lock; nothing is written.
-  """
-  try:
-    fd = os.open(os.path.join(workdir, lock.LOCK_FILE), os.O_RDONLY)
-  except OSError:
-    return None
-  try:
-    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-  except OSError:
-    try:
-      return json.loads(os.pread(fd, 4096, 0) or b'{}')
-    except ValueError:
-      return {}
-  finally:
-    os.close(fd)
-  return None
+  """The record ({'pid', 'host', ...}) of a live process holding the workdir's run lock, else None
+  (trainer/lock.py probes it; nothing is written)."""
+  return lock.holder(workdir)
 
 
 def logged_speeds(workdir):

@@ -74,7 +74,8 @@ def without_wall_time(results):
 
 def assert_same_metrics(a, b, records_a, records_b):
   """Same run facts exactly; metrics equal up to the cross-device summation order."""
-  varying = ('num_processes', 'history', 'final', 'numerics')  # numerics: XLA_FLAGS (4 vs 8)
+  varying = ('num_processes', 'history', 'final', 'numerics',  # numerics: XLA_FLAGS (4 vs 8)
+             'segments', 'state_digest')  # the layout; the final state's bits
   assert a['numerics']['requested'] == b['numerics']['requested']
   assert {k: v for k, v in a.items() if k not in varying} == {
       k: v for k, v in b.items() if k not in varying}

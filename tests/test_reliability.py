@@ -2,71 +2,35 @@
 
 One uninterrupted reference run (in this process) is compared with runs of train.py that are
 killed with SIGKILL at chosen moments (trainer/faults.py: during a step, inside a checkpoint write,
-during eval) and at an arbitrary moment from outside, then started again with the same command.
+during eval) and at an arbitrary moment from outside, then started again with the same command;
+with runs whose checkpoint bytes or metrics file were damaged; and with a run that fills a real
+small disk (a tmpfs in a private mount namespace where the machine allows one, else an injected
+ENOSPC), then resumes once space is free.
 """
 
-import hashlib
+import errno
 import json
 import os
+import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from analysis import results as results_lib
 from analysis import stats
-from configs import digits
+from tests import faults_common
 from tests.conftest import ROOT
+from tests.faults_common import (SMOKE_ARGS, TRAIN, metric_records, run_train, smoke_config,
+                                 tree_hash, without_wall_time)
 from trainer import checkpointing, lock, loop, record, validation
-
-TRAIN = [sys.executable, os.path.join(ROOT, 'train.py')]
-EVERY = 4  # checkpoint_every_steps: 22 steps per epoch, so mid-epoch steps 4, 8, ..., 40
-SMOKE_ARGS = ['--config=configs/digits.py:smoke', f'--config.checkpoint_every_steps={EVERY}']
-
-
-def smoke_config(**overrides):
-  c = digits.get_config('smoke')
-  c.checkpoint_every_steps = EVERY
-  for key, value in overrides.items():
-    if '.' in key:
-      c[key.split('.')[0]][key.split('.')[1]] = value
-    else:
-      c[key] = value
-  return c
-
-
-def run_train(args, env, fault=None, timeout=240):
-  env = dict(env)
-  if fault:
-    env['TRAIN_FAULT'] = fault
-  return subprocess.run(TRAIN + args, cwd=ROOT, env=env, capture_output=True, text=True,
-                        timeout=timeout)
-
-
-def without_wall_time(results):
-  results = json.loads(json.dumps(results))  # as saved: tuples become lists
-  out = {k: v for k, v in results.items() if k != 'wall_time_s'}
-  out['history'] = [{k: v for k, v in h.items() if k != 'wall_time_s'} for h in results['history']]
-  return out
-
-
-def metric_records(workdir):
-  lines = (workdir / 'metrics.jsonl').read_text().splitlines()
-  return [{k: v for k, v in json.loads(l).items() if k not in ('wall_time_s', 'images_per_sec')}
-          for l in lines]
-
-
-def tree_hash(folder):
-  digest = hashlib.sha256()
-  for path in sorted(p for p in folder.rglob('*') if p.is_file()):
-    digest.update(str(path.relative_to(folder)).encode())
-    digest.update(path.read_bytes())
-  return digest.hexdigest()
 
 
 @pytest.fixture(scope='module')
@@ -137,6 +101,117 @@ def test_damaged_latest_checkpoint_falls_back_to_newest_valid(reference, tmp_pat
 
 
 @pytest.mark.timeout(300)
+def test_flipped_byte_in_state_data_is_caught_by_the_digest(reference, tmp_path, caplog):
+  """One flipped byte in the largest data file of the newest checkpoint's state: Orbax restores
+  it without complaint, the digest saved beside it does not match, the run falls back to step 40
+  with a warning naming step 44, and ends bit-identical."""
+  ref_dir, ref = reference
+  workdir = tmp_path / 'flipped'
+  shutil.copytree(ref_dir, workdir)
+  data_files = [p for p in (workdir / 'checkpoints' / '44' / 'state').rglob('*')
+                if p.is_file() and p.parent.name == 'd']
+  target = max(data_files, key=lambda p: p.stat().st_size)
+  data = bytearray(target.read_bytes())
+  data[len(data) // 2] ^= 0x01
+  target.write_bytes(bytes(data))
+  again = loop.train_and_evaluate(smoke_config(), str(workdir))
+  assert 'Checkpoint step 44 cannot be restored (ValueError: state digest' in caplog.text
+  assert 'Resuming from step 40' in caplog.text
+  assert without_wall_time(again) == without_wall_time(ref)
+  assert ref['state_digest'] == again['state_digest']
+
+
+@pytest.mark.timeout(300)
+def test_torn_last_metrics_line_is_dropped_at_resume(reference, tmp_path, caplog):
+  ref_dir, ref = reference
+  workdir = tmp_path / 'torn'
+  shutil.copytree(ref_dir, workdir)
+  shutil.rmtree(workdir / 'checkpoints' / '44')
+  metrics = workdir / 'metrics.jsonl'
+  lines = metrics.read_text().splitlines()
+  # The crash cut the write of step 44's record (after step 40's checkpoint) mid-line.
+  metrics.write_text('\n'.join(lines[:-2]) + '\n' + lines[-2][:25])
+  again = loop.train_and_evaluate(smoke_config(), str(workdir))
+  assert f'metrics.jsonl line {len(lines) - 1} is not a whole JSON record' in caplog.text
+  assert without_wall_time(again) == without_wall_time(ref)
+  assert metric_records(workdir) == metric_records(ref_dir)
+
+
+def _tmpfs_runner(mount_point):
+  """A command prefix that runs a shell script with a private tmpfs at `mount_point` (`$M`), or
+  None where this machine allows no mount namespace (then the test injects ENOSPC instead)."""
+  for prefix in (['unshare', '-rm'], ['unshare', '-m']):
+    probe = subprocess.run(prefix + ['sh', '-c', f'mount -t tmpfs -o size=1m tmpfs {mount_point}'],
+                           capture_output=True)
+    if probe.returncode == 0:
+      return prefix
+  return None
+
+
+DISK_FULL = re.compile(r'error: checkpoint of step (\d+) could not be written \(No space left on '
+                       r'device\); the checkpoints already saved are unchanged: free space')
+
+
+@pytest.mark.timeout(600)
+def test_disk_full_mid_run_is_one_line_and_the_run_resumes(reference, tmp_path, subprocess_env):
+  """A 3 MB disk fills at the third or fourth checkpoint: one line naming the step whose write
+  failed, exit 1, no traceback; once space is free the same command resumes and ends
+  bit-identical to the reference."""
+  ref_dir, ref = reference
+  mount = tmp_path / 'disk'
+  mount.mkdir()
+  runner = _tmpfs_runner(mount)
+  workdir, out = mount / 'w', tmp_path / 'out'
+  out.mkdir()
+  command = ' '.join(TRAIN + SMOKE_ARGS + [f'--workdir={workdir}'])
+  if runner:
+    script = (f'mount -t tmpfs -o size=3m tmpfs {mount} && cd {ROOT} && '
+              f'{command} 2> {out}/full.err; echo $? > {out}/full.rc; cp -a {workdir} {out}/full; '
+              f'mount -o remount,size=64m {mount} && {command} 2> {out}/again.err; '
+              f'echo $? > {out}/again.rc; cp -a {workdir} {out}/again')
+    subprocess.run(runner + ['sh', '-c', script], env=subprocess_env, timeout=500)
+  else:  # no mount namespace here: the same failure, injected where the write would fail
+    full = run_train(SMOKE_ARGS + [f'--workdir={workdir}'], subprocess_env, fault='enospc@save:12')
+    again = run_train(SMOKE_ARGS + [f'--workdir={workdir}'], subprocess_env)
+    for name, proc in (('full', full), ('again', again)):
+      (out / f'{name}.err').write_text(proc.stderr)
+      (out / f'{name}.rc').write_text(str(proc.returncode))
+      shutil.copytree(workdir, out / name)
+  err = (out / 'full.err').read_text()
+  assert (out / 'full.rc').read_text().strip() == '1', err[-3000:]
+  last, only_logs = faults_common.last_line(err)
+  match = DISK_FULL.match(last)
+  assert match and only_logs and 'Traceback' not in err, err[-3000:]
+  failed = int(match.group(1))
+  assert failed >= 8 and failed % 4 == 0
+  assert max(faults_common.saved_steps(out / 'full')) == failed - 4  # the write before it is whole
+  assert (out / 'again.rc').read_text().strip() == '0', (out / 'again.err').read_text()[-3000:]
+  assert f'at step {failed - 4}' in (out / 'again.err').read_text()
+  assert without_wall_time(record.read_results(str(out / 'again'))) == without_wall_time(ref)
+  assert metric_records(out / 'again') == metric_records(ref_dir)
+
+
+@pytest.mark.timeout(300)
+def test_failed_save_is_reported_once_when_close_fails_too(tmp_path, monkeypatch):
+  """The write of step 4 fails; closing the manager then fails with Orbax's own error for it (as
+  a pending asynchronous write does): the caller gets the one CheckpointWriteError of step 4."""
+  real_close = ocp.CheckpointManager.close
+  def failing_close(self):
+    real_close(self)
+    raise ValueError("RESOURCE_EXHAUSTED: Error writing ...: [os_error_code='28']")
+  monkeypatch.setattr(ocp.CheckpointManager, 'close', failing_close)
+  monkeypatch.setenv('TRAIN_FAULT', 'enospc@save:4')
+  with pytest.raises(checkpointing.CheckpointWriteError) as e:
+    loop.train_and_evaluate(smoke_config(), str(tmp_path / 'w'))
+  assert str(e.value).startswith('checkpoint of step 4 could not be written (No space left on '
+                                 'device)')
+  # Without an error on its way out, the failed close is the error (read from Orbax's message).
+  mngr = checkpointing.manager(str(tmp_path / 'other'), 3)
+  with pytest.raises(checkpointing.CheckpointWriteError, match=r'No space left on device'):
+    checkpointing.close(mngr)
+
+
+@pytest.mark.timeout(300)
 def test_nan_stops_naming_the_step_and_analysis_excludes_it(reference, tmp_path):
   ref_dir, _ = reference
   workdir = tmp_path / 'runs' / 'diverged'
@@ -152,7 +227,6 @@ def test_nan_stops_naming_the_step_and_analysis_excludes_it(reference, tmp_path)
   mngr = checkpointing.manager(str(workdir), 3)
   state_steps = [s for s in mngr.all_steps() if (workdir / 'checkpoints' / str(s) / 'state').exists()]
   assert state_steps and max(state_steps) < bad_step
-  import orbax.checkpoint as ocp
   kept = mngr.restore(max(state_steps), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
   assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(kept['state']['params']))
   mngr.close()
@@ -184,6 +258,34 @@ def test_lock_refuses_live_holder_and_takes_over_stale(tmp_path):
   assert taken.previous['pid'] == dead.pid
   assert json.loads((tmp_path / lock.LOCK_FILE).read_text())['pid'] == os.getpid()
   taken.release()
+
+
+def test_lock_holds_when_run_lock_is_deleted(tmp_path):
+  with lock.WorkdirLock(tmp_path):
+    (tmp_path / lock.LOCK_FILE).unlink()
+    with pytest.raises(lock.WorkdirLocked, match='in use by a live run .*run.lock was deleted'):
+      lock.WorkdirLock(tmp_path).acquire()
+    assert lock.holder(tmp_path) == {}  # held, by a process run.lock no longer names
+  assert lock.holder(tmp_path) is None
+  with lock.WorkdirLock(tmp_path):  # released: free again
+    pass
+
+
+def test_lock_falls_back_to_the_file_where_folders_cannot_be_locked(tmp_path, monkeypatch):
+  """NFS emulates flock with write locks, which a folder (opened read-only) cannot take: ENOLCK.
+  The lock then holds on run.lock itself."""
+  real_flock = lock.fcntl.flock
+  def no_folder_locks(fd, operation):
+    if stat.S_ISDIR(os.fstat(fd).st_mode) and operation != lock.fcntl.LOCK_UN:
+      raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+    return real_flock(fd, operation)
+  monkeypatch.setattr(lock.fcntl, 'flock', no_folder_locks)
+  with lock.WorkdirLock(tmp_path):
+    with pytest.raises(lock.WorkdirLocked, match=f'pid {os.getpid()} on '):
+      lock.WorkdirLock(tmp_path).acquire()
+    assert lock.holder(tmp_path)['pid'] == os.getpid()
+  assert lock.holder(tmp_path) is None
+  lock.WorkdirLock(tmp_path).acquire().release()
 
 
 def test_config_comparison_ignores_only_non_arithmetic_fields():

@@ -1,9 +1,11 @@
 """Fault injection for the reliability tests: `TRAIN_FAULT=<action>@<point>:<n>[,...]`.
 
 Points: `step` (right after train step n is dispatched), `save` (inside the checkpoint write of step
-n: `kill` fires while Orbax is writing, `enospc` fails the write before it starts), `eval` (during
-the evaluation after epoch n). Actions: `kill` (SIGKILL this process: a preemption), `enospc`
-(raise OSError(ENOSPC): a full disk). Unset in normal runs: then `point` is a dictionary lookup.
+n: `kill`, `term` and `int` fire while Orbax is writing, `enospc` fails the write before it starts),
+`eval` (during the evaluation after epoch n). Actions: `kill` (SIGKILL this process: a
+preemption without notice), `term` / `int` (SIGTERM / SIGINT to this process: a preemption notice,
+a time limit, Ctrl-C), `enospc` (raise OSError(ENOSPC): a full disk). Unset in normal runs: then
+`point` is a dictionary lookup.
 """
 
 import errno
@@ -11,6 +13,7 @@ import os
 import signal
 
 ENV = 'TRAIN_FAULT'
+SIGNALS = {'kill': signal.SIGKILL, 'term': signal.SIGTERM, 'int': signal.SIGINT}
 
 
 def _parse(spec):
@@ -22,14 +25,14 @@ def _parse(spec):
   return faults
 
 
-def point(where, n, actions=('kill', 'enospc')):
+def point(where, n, actions=('kill', 'term', 'int', 'enospc')):
   """Fire any fault among `actions` configured for (`where`, `n`)."""
   spec = os.environ.get(ENV)
   if not spec:
     return
-  for action, at, k in _parse(spec):
+  for action, at, k in sorted(_parse(spec)):
     if at == where and k == n and action in actions:
-      if action == 'kill':
-        os.kill(os.getpid(), signal.SIGKILL)
+      if action in SIGNALS:
+        os.kill(os.getpid(), SIGNALS[action])
       elif action == 'enospc':
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f'injected at {where} {n}')

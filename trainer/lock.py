@@ -1,10 +1,14 @@
-"""One live run per workdir: an advisory lock file `<workdir>/run.lock` holding pid and hostname.
+"""One live run per workdir: an `fcntl.flock` on the workdir folder itself, and `<workdir>/run.lock`
+saying who holds it (pid, host, start time).
 
-The lock is an `fcntl.flock` on that file, so the kernel releases it when the holder dies in any way
-(kill -9 included): a lock file left by a dead process is stale and the next run takes it over (with
-a warning naming the dead holder). A live holder makes the next run refuse with a message naming its
-pid and host. Only process 0 of a multi-process job locks. Bucket workdirs (gs://...) are not locked;
-on a filesystem shared between hosts the lock is only as good as that filesystem's flock.
+Locking the folder (not the file) means deleting run.lock cannot defeat the lock: a second run
+still finds the folder locked (and, when run.lock is gone, says so instead of naming the holder).
+The kernel releases the lock when the holder dies in any way (kill -9 included): a run.lock left by
+a dead process is stale and the next run takes it over (with a warning naming the dead holder).
+Filesystems that cannot flock a folder (NFS emulates flock with write locks, which a folder cannot
+take) fall back to flocking run.lock itself. Only process 0 of a multi-process job locks. Bucket
+workdirs (gs://...) are not locked; on a filesystem shared between hosts the lock is only as good
+as that filesystem's flock.
 """
 
 import fcntl
@@ -32,6 +36,35 @@ def _read(path):
     return {}
 
 
+def _probe(path, flags):
+  """Whether a shared flock on `path` is refused now (a live exclusive holder); None where the
+  filesystem cannot lock it. Nothing is written; a shared lock taken is dropped at once."""
+  try:
+    fd = os.open(path, flags)
+  except OSError:
+    return False
+  try:
+    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    return False
+  except BlockingIOError:
+    return True
+  except OSError:
+    return None
+  finally:
+    os.close(fd)
+
+
+def holder(workdir):
+  """The record ({'pid', 'host', 'started'}, {} if run.lock is gone) of the live process holding
+  `workdir`, or None: probed where WorkdirLock locks (the folder, or run.lock where folders cannot
+  be locked). Readers (the sweep) ask here instead of re-spelling the lock."""
+  path = os.path.join(str(workdir), LOCK_FILE)
+  held = _probe(str(workdir), os.O_RDONLY | os.O_DIRECTORY)
+  if held is None:
+    held = _probe(path, os.O_RDONLY)
+  return _read(path) if held else None
+
+
 class WorkdirLock:
   """Context manager: acquire on enter (or raise WorkdirLocked), release on exit."""
 
@@ -41,28 +74,46 @@ class WorkdirLock:
     self._fd = None
     self.previous = {}
 
-  def acquire(self):
-    if not self.enabled:
-      return self
+  def _lock(self):
+    """flock the workdir folder (or, where the filesystem cannot, run.lock): the locked fd."""
+    folder = os.open(os.path.dirname(self.path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+      fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      return folder
+    except BlockingIOError:
+      os.close(folder)
+      raise
+    except OSError:  # e.g. EBADF/ENOLCK on NFS: lock the file instead
+      os.close(folder)
     fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
       os.close(fd)
+      raise
+    return fd
+
+  def acquire(self):
+    if not self.enabled:
+      return self
+    try:
+      fd = self._lock()
+    except OSError:
       holder = _read(self.path)
+      who = (f'pid {holder.get("pid", "?")} on {holder.get("host", "?")}, started '
+             f'{holder.get("started", "?")}' if holder.get('pid') else
+             f'its pid is unknown: {LOCK_FILE} was deleted')
       raise WorkdirLocked(
-          f'workdir {os.path.dirname(self.path)} is in use by a live run (pid '
-          f'{holder.get("pid", "?")} on {holder.get("host", "?")}, started '
-          f'{holder.get("started", "?")}): wait for it, stop it, or use another --workdir'
-      ) from None
+          f'workdir {os.path.dirname(self.path)} is in use by a live run ({who}): wait for it, '
+          'stop it, or use another --workdir') from None
     self.previous = _read(self.path)
     if self.previous.get('pid'):
       logging.warning('Taking over the stale lock of pid %s on %s (that process is gone)',
                       self.previous.get('pid'), self.previous.get('host'))
     record = {'pid': os.getpid(), 'host': socket.gethostname(),
               'started': time.strftime('%Y-%m-%dT%H:%M:%S%z')}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(record).encode(), 0)
+    with open(self.path, 'w') as f:
+      f.write(json.dumps(record))
     self._fd = fd
     return self
 
@@ -70,7 +121,11 @@ class WorkdirLock:
     if self._fd is None:
       return
     try:
-      os.ftruncate(self._fd, 0)  # an empty lock file: released cleanly, not stale
+      with open(self.path, 'w'):
+        pass  # an empty lock file: released cleanly, not stale
+    except OSError:
+      pass  # the workdir is gone: nothing to mark
+    try:
       fcntl.flock(self._fd, fcntl.LOCK_UN)
     finally:
       os.close(self._fd)

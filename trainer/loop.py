@@ -11,11 +11,13 @@ results carry the sums at the last log, so even the logged metrics match). The w
 while a run holds it (trainer/lock.py). Non-finite values are tracked on device
 (`steps.make_watch`: one small jitted reduction per step, no host sync) and checked at
 log/epoch/checkpoint points: the run stops with TrainingFailed naming the first bad step, its
-results say status 'failed', and no checkpoint ever holds a non-finite state.
+results say status 'failed', and no checkpoint ever holds a non-finite state. SIGTERM/SIGINT stop
+the loop after the current step with a synchronous checkpoint (trainer/stop.py: stop.Stopped).
 """
 
 import dataclasses
 import importlib.metadata
+import signal
 import time
 from typing import Any
 
@@ -25,7 +27,7 @@ from absl import logging
 
 from input_pipeline import batching
 from numerics import setup as numerics_setup
-from trainer import checkpointing, faults, lock, optim, record, reporting, resume, run, steps
+from trainer import checkpointing, faults, lock, optim, record, reporting, resume, run, steps, stop
 from trainer import validation
 
 VERSIONED_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')
@@ -52,12 +54,13 @@ def nonfinite_reason(bad_step, what, per_epoch, last_finite):
           f'{last_finite}')
 
 
-def train_and_evaluate(config, workdir, restart=False):
+def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False):
   """Train and evaluate `config` in `workdir`; returns the final results dict.
 
   Raises validation.ConfigError on bad input or an unusable workdir (before compute),
   TrainingFailed on a non-finite loss/state, checkpointing.CheckpointWriteError when a checkpoint
-  cannot be written.
+  cannot be written, reporting.MetricsWriteError when metrics.jsonl cannot, stop.Stopped after a
+  SIGTERM/SIGINT. `allow_layout_change`: a saved run may continue on another device layout.
   """
   validation.check_config(config)
   validation.check_workdir(workdir)
@@ -66,10 +69,16 @@ def train_and_evaluate(config, workdir, restart=False):
   with lock.WorkdirLock(workdir, enabled=is_writer):
     mngr = checkpointing.manager(workdir, config.keep_checkpoints)
     try:
-      mngr = resume.check_workdir_run(mngr, workdir, config, restart)
-      return _train(ctx, workdir, mngr, is_writer)
-    finally:
-      mngr.close()
+      mngr = resume.check_workdir_run(mngr, workdir, config, restart,
+                                      record.data_facts(ctx.dataset), run.facts(),
+                                      allow_layout_change)
+      mngr, progress, completed = _start(ctx, workdir, mngr)
+      results = completed if progress is None else _train(ctx, workdir, mngr, progress, is_writer)
+    except BaseException:
+      checkpointing.close(mngr, quiet=True)  # the error on its way out says what went wrong
+      raise
+    checkpointing.close(mngr)
+  return results
 
 
 @dataclasses.dataclass
@@ -94,10 +103,12 @@ def _start(ctx, workdir, mngr):
   state = run.initial_state(ctx, model)
   with numerics_setup.precision_scope(config):
     numerics = numerics_setup.describe(config)
-  results = record.new_record(config, run.facts(), numerics, ctx.dataset.info, model_facts,
-                              versions())
+  facts = run.facts()
+  results = record.new_record(config, facts, numerics, record.data_facts(ctx.dataset),
+                              model_facts, versions())
   mngr, step, restored, saved = resume.restore(mngr, workdir, checkpointing.abstract(state),
                                                config.keep_checkpoints)
+  record.start_segment(results, saved, facts, step or 0)
   if step is None:
     return mngr, Progress(state, results, 0, _floats(steps.ZERO_SUMS), 0, 0.0), None
   results.update(history=saved.get('history', []), wall_time_s=saved.get('wall_time_s', 0.0))
@@ -114,12 +125,10 @@ def _floats(sums):
   return {k: np.float32(v) for k, v in sums.items()}
 
 
-def _train(ctx, workdir, mngr, is_writer):
+def _train(ctx, workdir, mngr, p, is_writer):
   config = ctx.config
-  mngr, p, completed = _start(ctx, workdir, mngr)
-  if completed is not None:
-    return completed
-  reporter = reporting.Reporter(workdir, ctx.total_steps, is_writer, resume_step=p.step)
+  reporter = reporting.Reporter(workdir, ctx.total_steps, is_writer, resume_step=p.step,
+                                history=p.results['history'])
   eval_fn = run.eval_step(ctx, p.state)
   watch, bad = run.watch(ctx, p.state)
   device_feed = run.feed(ctx)
@@ -129,38 +138,55 @@ def _train(ctx, workdir, mngr, is_writer):
   logging.info('%s: %d train / %d test examples, %d steps/epoch, %d devices, %d processes',
                ctx.dataset.name, len(ctx.dataset.train), len(ctx.dataset.test), ctx.per_epoch,
                jax.device_count(), jax.process_count())
-  for phase in ctx.phases:
-    if p.step >= phase.stop:
-      continue
-    p.state, train_step = run.enter_phase(ctx, p.state, phase, p.step)
-    logging.info('Phase %s: steps %d-%d%s', phase.name, phase.start, phase.stop,
-                 ' (backbone frozen)' if phase.frozen else '')
-    for batch in run.batches(ctx, p.step, phase.stop, device_feed):
-      p.state = train_step(p.state, batch)
-      bad = watch(bad, p.state)
-      p.step += 1
-      faults.point('step', p.step)
-      due = run.due(ctx, p.step)
-      if due.check:
-        _ensure_finite(ctx, mngr, reporter, p, bad)
-      if due.log:
-        _log(ctx, reporter, p)
-      if due.epoch:
-        _end_epoch(ctx, reporter, p, eval_fn, due.evaluate)
-      if due.save:
-        status = 'completed' if p.step == ctx.total_steps else 'running'
-        _checkpoint(ctx, mngr, p, status)
-  checkpointing.wait(mngr, p.step)
+  with stop.StopRequests() as stops:
+    for phase in ctx.phases:
+      if p.step >= phase.stop:
+        continue
+      p.state, train_step = run.enter_phase(ctx, p.state, phase, p.step)
+      logging.info('Phase %s: steps %d-%d%s', phase.name, phase.start, phase.stop,
+                   ' (backbone frozen)' if phase.frozen else '')
+      entered = p.step
+      for batch in run.batches(ctx, p.step, phase.stop, device_feed):
+        p.state = train_step(p.state, batch)
+        bad = watch(bad, p.state)
+        p.step += 1
+        if p.step == entered + 1:
+          reporter.compiled(entered)  # the phase's first call compiled its step function
+        faults.point('step', p.step)
+        _after_step(ctx, mngr, reporter, p, bad, eval_fn, stops)
+    checkpointing.wait(mngr, p.step)  # a signal now changes nothing: the run is complete
   reporter.close()
   logging.info('Done: test_accuracy %.4f, %.1f s', p.results['final']['test_accuracy'],
                p.results['wall_time_s'])
   return p.results
 
 
+def _after_step(ctx, mngr, reporter, p, bad, eval_fn, stops):
+  """Whatever is due after step `p.step` (run.due), and a stop if a signal asked for one."""
+  due = run.due(ctx, p.step)
+  signum = stops.agreed(due.check) if p.step < ctx.total_steps else None
+  if due.check or signum:
+    _ensure_finite(ctx, mngr, reporter, p, bad)
+  if due.log:
+    _log(ctx, reporter, p)
+  if due.epoch:
+    _end_epoch(ctx, reporter, p, eval_fn, due.evaluate)
+  if due.save or signum:
+    _checkpoint(ctx, mngr, p, 'completed' if p.step == ctx.total_steps else 'running')
+  if signum:
+    logging.warning('%s: stopping after step %d; its checkpoint is being written (a second '
+                    'signal stops at once)', signal.Signals(signum).name, p.step)
+    checkpointing.wait(mngr, p.step)
+    reporter.close()
+    raise stop.Stopped(signum, p.step)
+
+
 def _checkpoint(ctx, mngr, p, status='running'):
   p.results.update(status=status, step=p.step, total_steps=ctx.total_steps,
                    wall_time_s=p.wall_time(),
-                   log_sums={k: float(v) for k, v in p.last_logged.items()})
+                   log_sums={k: float(v) for k, v in p.last_logged.items()},
+                   state_digest=checkpointing.state_digest(p.state))
+  record.end_segment(p.results, p.step)
   checkpointing.save(mngr, p.step, p.state, p.results)
   p.last_finite = p.step
 
@@ -173,6 +199,7 @@ def _ensure_finite(ctx, mngr, reporter, p, bad):
   reason = nonfinite_reason(bad_step, what, ctx.per_epoch, p.last_finite)
   p.results.update(status='failed', reason=reason, failed_step=bad_step, step=p.step,
                    total_steps=ctx.total_steps, wall_time_s=p.wall_time())
+  p.results.pop('state_digest', None)  # this step saves no state
   checkpointing.wait(mngr)
   checkpointing.save(mngr, p.step, None, p.results)  # results only: the state is not finite
   checkpointing.wait(mngr, p.step)
@@ -184,13 +211,13 @@ def _log(ctx, reporter, p):
   """The training loss and accuracy since the last log: console, metrics.jsonl, TensorBoard."""
   config, step = ctx.config, p.step
   sums = jax.device_get(p.state['sums'])
+  images_per_sec, eta = reporter.throughput(step, config.batch_size)
   count = max(sums['count'] - p.last_logged['count'], 1.0)
   loss = (sums['loss'] - p.last_logged['loss']) / count
   accuracy = (sums['correct'] - p.last_logged['correct']) / count
   p.last_logged = sums
   epoch = (step - 1) // ctx.per_epoch  # 0-based epoch this step belongs to
   lr = optim.learning_rate(config, ctx.per_epoch, ctx.phases, step - 1)
-  images_per_sec, eta = reporter.throughput(step, config.batch_size)
   reporter.progress(step, epoch, config.num_epochs, loss, accuracy, lr, images_per_sec, eta)
   reporter.write({'kind': 'train', 'step': step, 'epoch': epoch + 1, 'train_loss': float(loss),
                   'train_accuracy': float(accuracy), 'learning_rate': lr,
@@ -206,6 +233,7 @@ def _end_epoch(ctx, reporter, p, eval_fn, evaluate_now):
            'train_accuracy': float(sums['correct'] / sums['count'])}
   if evaluate_now:
     entry.update(run.evaluate(ctx, eval_fn, p.state, epoch))
+    reporter.evaluated(p.step)
     logging.info('epoch %d: test_accuracy %.4f test_loss %.4f train_loss %.4f', epoch,
                  entry['test_accuracy'], entry['test_loss'], entry['train_loss'])
   entry['wall_time_s'] = p.wall_time()

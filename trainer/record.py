@@ -21,7 +21,15 @@ the same), `status` ('running' | 'completed' | 'failed'), `reason`, `seed`, `pla
 ({'requested': config.numerics, 'effective': ...}, numerics/setup.py describe), `data` (the
 dataset's facts, fingerprint included), `model` (pretrained-weight facts), `config` (every field),
 `versions`, `final` (FINAL_METRICS), `history` (one entry per epoch), `log_sums` (training sums at
-the last log, for a bit-identical resume), `failed_step` (failed runs).
+the last log, for a bit-identical resume), `failed_step` (failed runs), `state_digest` (the digest
+of the state saved beside this record, trainer/checkpointing.py; checked on restore), `segments`
+(the stretches of steps the run trained on one device layout: `[{'start_step', 'stop_step',
+'platform', 'device_kind', 'num_devices', 'num_processes'}, ...]`; one segment unless a resume
+changed the layout, which needs --allow_layout_change; the top-level facts are the last segment's).
+
+A saved run is continued only by "the same run": the same config (`config_differences`), the same
+data (`data_differences`: files, split, resolution, class count) and, unless explicitly allowed,
+the same device layout (`layout_differences`).
 """
 
 import json
@@ -67,6 +75,15 @@ IGNORED_FIELDS = ('log_every_steps', 'checkpoint_every_steps', 'keep_checkpoints
                   'data.cache_dir', 'distributed')
 
 
+# The dataset facts that identify the data a run trains on (present in `data` when the dataset
+# reports them): the files, the split, the resolution and the number of classes. Where the files
+# live (paths, the decoded cache's folder) is not part of the data's identity.
+DATA_IDENTITY = ('fingerprint', 'source_fingerprint', 'split_fingerprint', 'image_size',
+                 'num_classes', 'train_size', 'test_size', 'task')
+# Where a run executes: a resume on another layout changes the run's arithmetic (summation order).
+LAYOUT = ('platform', 'device_kind', 'num_devices', 'num_processes')
+
+
 def checkpoint_dir(workdir):
   return epath.Path(workdir) / CHECKPOINTS
 
@@ -80,6 +97,45 @@ def new_record(config, facts, numerics, data_info, model_facts, versions):
           **facts, 'numerics': numerics, 'data': dict(data_info), 'model': model_facts,
           'config': config.to_dict(), 'versions': versions, 'final': {}, 'history': [],
           'wall_time_s': 0.0}
+
+
+def data_facts(dataset):
+  """The record's `data` part: the dataset's facts and its number of classes."""
+  return {**dataset.info, 'num_classes': int(dataset.num_classes)}
+
+
+def data_differences(saved, current):
+  """['data.field: saved -> current', ...] over DATA_IDENTITY fields both `data` dicts hold."""
+  saved, current = saved or {}, current or {}
+  return [f'data.{k}: {saved[k]!r} -> {current[k]!r}' for k in DATA_IDENTITY
+          if k in saved and k in current and saved[k] != current[k]]
+
+
+def layout_differences(saved, facts):
+  """['num_devices: 8 -> 4', ...]: how the layout `facts` differs from the saved record's."""
+  return [f'{k}: {saved.get(k)!r} -> {facts[k]!r}' for k in LAYOUT
+          if saved.get(k) is not None and saved.get(k) != facts[k]]
+
+
+def start_segment(results, saved, facts, step):
+  """results['segments']: the saved record's segments up to `step` (a record written before
+  segments existed: one segment on its own layout), then this session's, from `step` on `facts`'s
+  layout, merged into the last one when that has the same layout."""
+  saved = saved or {}
+  old = saved.get('segments') or ([{'start_step': 0, 'stop_step': step,
+                                    **{k: saved.get(k) for k in LAYOUT}}] if step else [])
+  segments = [dict(s) for s in old if s['start_step'] < step]
+  if segments:
+    segments[-1]['stop_step'] = min(segments[-1]['stop_step'], step)
+  layout = {k: facts[k] for k in LAYOUT}
+  if not (segments and {k: segments[-1].get(k) for k in LAYOUT} == layout):
+    segments.append({'start_step': step, 'stop_step': step, **layout})
+  results['segments'] = segments
+
+
+def end_segment(results, step):
+  """The current segment reaches `step` (called at every save)."""
+  results['segments'][-1]['stop_step'] = step
 
 
 def final_metrics(history):

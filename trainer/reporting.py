@@ -2,51 +2,126 @@
 
 `metrics.jsonl` holds one JSON object per logged step ('kind': 'train') and per epoch
 ('kind': 'epoch'); analysis code reads it directly. On resume, records after the restored step
-are dropped, so the file always describes one uninterrupted run.
+are dropped, so the file always describes one uninterrupted run; a torn last line (a host crash or
+a full disk mid-write) is dropped with a warning; a file missing at resume gets its epoch records
+back from the results record (the per-step records before the resume step are then lost, and the
+warning says so). The writer keeps the file's lines: if the file is deleted or changed while the run
+writes it, it is rewritten whole (with a warning) at the next record.
+
+Images/s and the ETA leave out compile time: the loop calls `compiled` when a step function's first
+call returns and `evaluated` after each evaluation (the first one compiles), and the ETA is the
+remaining steps times the mean time per step over the intervals without a compile in them.
 """
 
 import json
+import os
 import time
 
 from absl import logging
 from etils import epath
 
+METRICS = 'metrics.jsonl'
+
+
+class MetricsWriteError(RuntimeError):
+  """metrics.jsonl could not be written (disk full, permissions, ...): one line, for train.py."""
+
 
 def _format_duration(seconds):
+  if seconds is None:
+    return '?'
   seconds = int(max(seconds, 0))
   return f'{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}'
+
+
+def _parse(line):
+  try:
+    return json.loads(line)
+  except ValueError:
+    return None
+
+
+def recover_lines(path, step, history):
+  """The lines of metrics file `path` a run resumed at `step` keeps: records up to `step`, minus
+  lines that do not parse (torn writes); if the file is gone, the epoch records of `history`."""
+  if not path.exists():
+    if step:
+      logging.warning('%s is missing: its epoch records are rewritten from the results record; '
+                      'the per-step records before step %d are lost', path, step)
+    return [json.dumps({'kind': 'epoch', **entry}) for entry in history]
+  keep = []
+  for number, line in enumerate(path.read_text().splitlines(), 1):
+    parsed = _parse(line) if line.strip() else {}
+    if parsed is None:
+      logging.warning('%s line %d is not a whole JSON record (a write cut short, e.g. by a crash '
+                      'or a full disk): dropped', path, number)
+    elif parsed and parsed.get('step', 0) <= step:
+      keep.append(line)
+  return keep
 
 
 class Reporter:
   """Writes metrics on process 0 only; every process may call it."""
 
-  def __init__(self, workdir, total_steps, is_writer, resume_step=0):
+  def __init__(self, workdir, total_steps, is_writer, resume_step=0, history=()):
     self.total_steps = total_steps
     self.is_writer = is_writer
-    self.path = epath.Path(workdir) / 'metrics.jsonl'
+    self.path = epath.Path(workdir) / METRICS
+    self._local = '://' not in str(workdir)
     self._tb = None
+    self._lines, self._size = [], 0
     if is_writer:
-      self._truncate_after(resume_step)
+      self._lines = self._guard(lambda: recover_lines(self.path, resume_step, history))
+      self._rewrite()
       try:
         import tensorboardX
         self._tb = tensorboardX.SummaryWriter(str(epath.Path(workdir) / 'tensorboard'),
                                               purge_step=resume_step or None)
       except ImportError:
         logging.warning('tensorboardX is not installed: no TensorBoard events are written')
-    self._last_time, self._last_step = time.time(), resume_step
+    self._clock = (time.time(), resume_step)  # (time, step) where the current interval began
+    self._clean = False  # whether the current interval holds no compile
+    self._timed = [0.0, 0]  # seconds and steps of the clean intervals
+    self._evaluated = False
 
-  def _truncate_after(self, step):
-    if not self.path.exists():
-      return
-    keep = [line for line in self.path.read_text().splitlines()
-            if line.strip() and json.loads(line).get('step', 0) <= step]
-    self.path.write_text(''.join(line + '\n' for line in keep))
+  def _rewrite(self):
+    text = ''.join(line + '\n' for line in self._lines)
+    self._guard(lambda: self.path.write_text(text))
+    self._size = len(text.encode())
+
+  def _guard(self, access):
+    try:
+      return access()
+    except OSError as e:
+      raise MetricsWriteError(
+          f'{self.path} could not be read or written ({e.strerror or e}); the checkpoints are '
+          'unchanged: free space or fix the workdir, then run the same command again to resume'
+      ) from None
+
+  def _changed(self):
+    """Whether the file is no longer what this writer wrote (deleted, truncated, replaced)."""
+    if not self._local:
+      return not self.path.exists()
+    try:
+      return os.stat(self.path).st_size != self._size
+    except FileNotFoundError:
+      return True
 
   def write(self, record):
     if not self.is_writer:
       return
-    with self.path.open('a') as f:
-      f.write(json.dumps(record) + '\n')
+    line = json.dumps(record)
+    self._lines.append(line)
+    if self._changed():
+      logging.warning('%s was deleted or changed while this run was writing it: rewritten whole '
+                      '(%d records)', self.path, len(self._lines))
+      self._rewrite()
+    else:
+      def append():
+        with self.path.open('a') as f:
+          f.write(line + '\n')
+      self._guard(append)
+      self._size += len(line.encode()) + 1
     if self._tb is not None:
       prefix = record['kind']
       for key, value in record.items():
@@ -54,13 +129,28 @@ class Reporter:
           self._tb.add_scalar(f'{prefix}/{key}', value, record['step'])
       self._tb.flush()
 
+  def compiled(self, step):
+    """A compile just ended, `step` steps done: the time before now is not step time."""
+    self._clock, self._clean = (time.time(), step), True
+
+  def evaluated(self, step):
+    """An evaluation ended after `step`: the first one compiled, so its time is left out."""
+    if not self._evaluated:
+      self._evaluated = True
+      self.compiled(step)
+
   def throughput(self, step, batch_size):
-    """Images/s since the previous call, and an ETA for the rest of the run."""
+    """Images/s since the previous call (or the last compile), and the ETA (None until a step
+    time without compile has been measured)."""
     now = time.time()
-    steps = max(step - self._last_step, 1)
-    rate = steps / max(now - self._last_time, 1e-9)
-    self._last_time, self._last_step = now, step
-    return batch_size * rate, (self.total_steps - step) / rate
+    start, start_step = self._clock
+    steps, seconds = max(step - start_step, 1), max(now - start, 1e-9)
+    if self._clean:
+      self._timed[0] += seconds
+      self._timed[1] += steps
+    self._clock, self._clean = (now, step), True
+    eta = (self.total_steps - step) * self._timed[0] / self._timed[1] if self._timed[1] else None
+    return batch_size * steps / seconds, eta
 
   def progress(self, step, epoch, num_epochs, loss, accuracy, lr, images_per_sec, eta):
     logging.info('step %d/%d (epoch %d/%d) loss %.4f acc %.4f lr %.2e | %.0f img/s | ETA %s',

@@ -5,7 +5,13 @@ Checked before any compute (after the config and the dataset, with the workdir l
   the same way; `--restart` discards that run;
 - a workdir holding a run with a different config refuses, naming the fields; `--restart` discards
   it. "The same run" is trainer/record.py's rule (`config_differences`): fields that cannot change
-  the run's arithmetic (where the data files live, logging and checkpoint cadence, ...) may differ.
+  the run's arithmetic (where the data files live, logging and checkpoint cadence, ...) may differ;
+- a workdir holding a run trained on other data (record.data_differences: other files, split,
+  resolution or class count, e.g. config.data.manual_dir pointing at other files) refuses, saying
+  to point the config at the run's data;
+- an unfinished run saved on another device layout (record.layout_differences: device count,
+  process count, platform, device kind) refuses unless `allow_layout_change` (train.py
+  --allow_layout_change); then the results record each segment's layout.
 """
 
 import jax
@@ -17,8 +23,16 @@ def sync(name):
   distributed.barrier(name)
 
 
-def check_workdir_run(mngr, workdir, config, restart):
-  """Refuse, or wipe (restart), per the module docstring. Returns the manager to use."""
+def _shown(diffs):
+  return '; '.join(diffs[:4]) + (f'; and {len(diffs) - 4} more' if len(diffs) > 4 else '')
+
+
+def check_workdir_run(mngr, workdir, config, restart, data=None, facts=None,
+                      allow_layout_change=False):
+  """Refuse, or wipe (restart), per the module docstring. Returns the manager to use.
+
+  `data`: this run's record.data_facts; `facts`: its run.facts() (None: not compared).
+  """
   step, saved = checkpointing.latest_results(mngr)
   if restart and mngr.all_steps():
     logging.warning('--restart: discarding the run in %s (latest step %s)', workdir, step)
@@ -37,10 +51,25 @@ def check_workdir_run(mngr, workdir, config, restart):
         'over, or use another --workdir')
   diffs = record.config_differences(saved.get('config'), config.to_dict())
   if diffs:
-    shown = '; '.join(diffs[:4]) + (f'; and {len(diffs) - 4} more' if len(diffs) > 4 else '')
     raise validation.ConfigError(
-        f'workdir {workdir} holds a run with a different config ({shown}): pass --restart to '
-        'discard it and start over, or use another --workdir')
+        f'workdir {workdir} holds a run with a different config ({_shown(diffs)}): pass --restart '
+        'to discard it and start over, or use another --workdir')
+  diffs = record.data_differences(saved.get('data'), data)
+  if diffs:
+    raise validation.ConfigError(
+        f'workdir {workdir} holds a run trained on other data ({_shown(diffs)}): to resume it, '
+        'point config.data (manual_dir, tfds_dir, cache_dir) at the data it was trained on; to '
+        'train on this data, use another --workdir')
+  diffs = record.layout_differences(saved, facts) if facts and saved.get('status') != 'completed' \
+      else []
+  if diffs and not allow_layout_change:
+    raise validation.ConfigError(
+        f'workdir {workdir} holds a run saved at step {step} on another device layout '
+        f'({_shown(diffs)}): resume it on the same devices and processes, or pass '
+        '--allow_layout_change to continue on these (the results then record each segment)')
+  if diffs:
+    logging.warning('Continuing the run of %s on another device layout (%s): the results record '
+                    'each segment', workdir, _shown(diffs))
   return mngr
 
 

@@ -4,6 +4,7 @@ Each failure is a `ConfigError` whose message is one line naming the field and t
 prints it and exits non-zero, leaving the workdir untouched.
 """
 
+import math
 import os
 import uuid
 
@@ -17,10 +18,27 @@ class ConfigError(ValueError):
   """A config, flag or environment problem found before compute starts."""
 
 
+def _field(config, name):
+  node = config
+  for part in name.split('.'):
+    node = node[part]
+  return node
+
+
 def _positive_int(config, name):
-  value = config[name] if '.' not in name else config[name.split('.')[0]][name.split('.')[1]]
+  value = _field(config, name)
   if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
     raise ConfigError(f'config.{name} must be a positive integer, got {value!r}')
+  return value
+
+
+def _number(config, name, rule, ok):
+  """The field's value if it is a finite real number (not a bool, a string, NaN or inf) for which
+  `ok(value)` holds; else a ConfigError naming the field and `rule` (its range, in words)."""
+  value = _field(config, name)
+  real = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+  if not (real and ok(value)):
+    raise ConfigError(f'config.{name} must be a finite number {rule}, got {value!r}')
   return value
 
 
@@ -33,12 +51,12 @@ def check_config(config):
     raise ConfigError('config.checkpoint_every_steps must be an integer >= 0 (0: every epoch), '
                       f'got {config.checkpoint_every_steps!r}')
   o = config.optim
-  if not o.learning_rate > 0:
-    raise ConfigError(f'config.optim.learning_rate must be > 0, got {o.learning_rate!r}')
-  if o.weight_decay < 0:
-    raise ConfigError(f'config.optim.weight_decay must be >= 0, got {o.weight_decay!r}')
-  if o.warmup_epochs < 0:
-    raise ConfigError(f'config.optim.warmup_epochs must be >= 0, got {o.warmup_epochs!r}')
+  for name in ('optim.learning_rate', 'optim.eps'):
+    _number(config, name, '> 0', lambda v: v > 0)
+  for name in ('optim.weight_decay', 'optim.warmup_epochs'):
+    _number(config, name, '>= 0', lambda v: v >= 0)
+  for name in ('optim.b1', 'optim.b2'):  # 1 zeroes AdamW's bias correction: NaN at step 1
+    _number(config, name, 'in [0, 1)', lambda v: 0 <= v < 1)
   if not isinstance(o.freeze_epochs, int) or o.freeze_epochs < 0:
     raise ConfigError(f'config.optim.freeze_epochs must be an integer >= 0, got '
                       f'{o.freeze_epochs!r}')
@@ -61,14 +79,11 @@ def check_config(config):
     raise ConfigError(f'config.data.normalization must be one of {sorted(base.NORMALIZATIONS)}, '
                       f'got {config.data.normalization!r}')
   _positive_int(config, 'data.image_size')
-  if not 0 < config.data.test_fraction < 1:
-    raise ConfigError(f'config.data.test_fraction must be in (0, 1), got '
-                      f'{config.data.test_fraction!r}')
+  _number(config, 'data.test_fraction', 'in (0, 1)', lambda v: 0 < v < 1)
   if config.model.stem not in ('imagenet', 'small'):
     raise ConfigError(f"config.model.stem must be 'imagenet' or 'small', got "
                       f'{config.model.stem!r}')
-  if not config.model.width > 0:
-    raise ConfigError(f'config.model.width must be > 0, got {config.model.width!r}')
+  _number(config, 'model.width', '> 0', lambda v: v > 0)
   try:
     numerics_setup.validate(config)
   except ValueError as e:

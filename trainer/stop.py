@@ -1,0 +1,91 @@
+"""Graceful stop: SIGTERM (a TPU VM preemption, a SLURM time limit, `kill`) and SIGINT (Ctrl-C).
+
+While the training loop runs, the first SIGTERM or SIGINT only marks a stop: the loop finishes the
+step it is in, saves a checkpoint of it synchronously, and train.py exits with code 128 + the
+signal's number (143 for SIGTERM, 130 for SIGINT: the shell's code for "ended by that signal", so a
+supervisor sees an interrupted, resumable run) and one line; the same command resumes. The first
+signal puts both signals back to the system's default action, so a second one ends the process at
+once, without saving (the newest finished checkpoint stays valid). Outside the loop (loading data,
+compiling the first step) train.py's `exit_at_once` handler ends the process with the same code and
+one line as soon as Python runs again (nothing new exists to save; no KeyboardInterrupt is raised
+into JAX or Orbax, where it can crash the process). A signal the parent ignores (SIGINT of a
+background job in a shell script) stays ignored.
+
+Several processes: every process must stop after the same step (a checkpoint is a collective
+write). The flags are combined at the loop's sync points (every log and checkpoint step,
+`run.due(...).check`) by an all-gather of each process's signal number, so every process stops at
+the first sync point after any of them received a signal: at most `log_every_steps` steps later.
+With one process the stop comes right after the step in flight.
+"""
+
+import os
+import signal
+
+# No JAX at import: train.py installs `exit_at_once` before anything heavy is imported.
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Stopped(Exception):
+  """Training stopped on a signal after `step`, whose checkpoint is saved."""
+
+  def __init__(self, signum, step):
+    self.signum, self.step = signum, step
+    self.exit_code = 128 + signum
+    super().__init__(f'{signal.Signals(signum).name} received: stopped after step {step}, whose '
+                     'checkpoint is saved; run the same command again to resume')
+
+
+def exit_at_once(signum, frame):
+  """Signal handler outside the training loop: one line on stderr, exit 128 + signum now."""
+  del frame
+  os.write(2, f'stopped: {signal.Signals(signum).name} received outside the training loop; '
+              'nothing new to save: run the same command again to resume\n'.encode())
+  os._exit(128 + signum)  # pylint: disable=protected-access
+
+
+def install(handler):
+  """`handler` for SIGTERM and SIGINT (those not ignored); {signal: previous handler}."""
+  return {sig: signal.signal(sig, handler) for sig in SIGNALS
+          if signal.getsignal(sig) != signal.SIG_IGN}
+
+
+class StopRequests:
+  """Context manager: while entered, SIGTERM/SIGINT mark a stop (see the module docstring)."""
+
+  def __init__(self):
+    self.signum = None
+    self._previous = {}
+
+  def _mark(self, signum, frame):
+    del frame
+    self.signum = signum
+    for sig in SIGNALS:  # a second signal: the default action (end the process now)
+      signal.signal(sig, signal.SIG_DFL)
+
+  def __enter__(self):
+    try:
+      self._previous = install(self._mark)
+    except ValueError:  # not the main thread: signals stay with whoever handles them there
+      self._previous = {}
+    return self
+
+  def __exit__(self, *exc):
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+
+  def agreed(self, sync_point):
+    """The signal number every process stops on after this step, or None to go on.
+
+    One process: whether a signal arrived. Several: at sync points only, the largest signal number
+    any process received (an all-gather: every process must call this at the same steps).
+    """
+    import jax  # pylint: disable=import-outside-toplevel
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+    if jax.process_count() == 1:
+      return self.signum
+    if not sync_point:
+      return None
+    gathered = multihost_utils.process_allgather(np.int32(self.signum or 0))
+    return int(np.max(gathered)) or None
