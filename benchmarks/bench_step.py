@@ -349,12 +349,13 @@ def _fmt(value, spec):
 def numerics_line(config, conv_impl, platform):
   """compute dtype, precision, emulation (impl resolved) and conv implementation, in one line."""
   n = config.numerics
-  emulated = 'none'
-  if n.emulate != 'none':
-    impl = emulate_lib.resolve_impl(n.emulate_impl, platform, n.emulate)
-    emulated = f'{n.emulate} (emulate_impl {n.emulate_impl} -> {impl})'
-  return (f'compute {n.compute_dtype}, matmul_precision {n.matmul_precision}, emulate '
-          f'{emulated}, conv_impl {n.conv_impl} -> {conv_impl}')
+  kinds = []
+  for kind, fmt in profiles.formats(n).items():
+    impl = emulate_lib.resolve_impl(n.emulate_impl, platform, 'none' if fmt == 'native' else fmt)
+    kinds.append(f'{kind} {fmt}' + (f' (emulate_impl {n.emulate_impl} -> {impl})'
+                                    if fmt != 'native' else ''))
+  return (f'compute {n.compute_dtype}, matmul_precision {n.matmul_precision}, '
+          f'{", ".join(kinds)}, conv_impl {n.conv_impl} -> {conv_impl}')
 
 
 def table(bench, s, args):

@@ -97,10 +97,14 @@ SPLIT_PASS_ORDER = ((1, 1), (0, 1), (1, 0), (0, 0))  # exact hi/lo parts: all fo
 def resolve_impl(impl, platform=None, mode=None):
   """What `impl` means for `mode` on `platform`: 'fast' or 'reference' ('none' for mode 'none').
 
-  Without a mode, only checks `impl`; the platform defaults to JAX's default backend.
+  Without a mode, only checks `impl` and returns it: validation calls it so, before JAX may start a
+  backend (train.py validates before jax.distributed.initialize). With a mode, the platform
+  defaults to JAX's default backend.
   """
   if impl not in EMULATE_IMPLS:
     raise ValueError(f'config.numerics.emulate_impl must be one of {EMULATE_IMPLS}, got {impl!r}')
+  if mode is None:
+    return impl
   if mode == 'none':
     return 'none'
   if mode is not None and mode not in FAST_MODES:

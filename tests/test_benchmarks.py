@@ -38,7 +38,7 @@ def test_bench_step_loads_the_config_and_emulates(capsys, keep_matmul_precision)
   text = capsys.readouterr().out
   assert 'ResNet-18 width 0.25, small stem, 10 classes' in text  # smoke: 8^2, width 0.125
   assert '8x8x3 uint8, global batch 64' in text
-  assert 'emulate bf16 (emulate_impl fast -> fast)' in text
+  assert 'conv bf16 (emulate_impl fast -> fast), dense bf16 (emulate_impl fast -> fast)' in text
 
 
 def test_bench_step_refuses_bad_input_in_one_line(capsys):

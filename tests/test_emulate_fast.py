@@ -205,6 +205,7 @@ def test_resolve_impl():
   for mode in ('f32', 'bf16_noise'):  # no faster exact form
     assert emulate.resolve_impl('fast', 'gpu', mode) == 'reference'
   assert emulate.resolve_impl('fast', 'gpu', 'none') == 'none'
+  assert emulate.resolve_impl('auto') == 'auto'  # validation only: no backend asked for
   assert emulate.fast_plan('tf32', 'cpu') == (jnp.float32, emulate.HIGHEST, False)  # no TF32 unit
   assert emulate.fast_plan('tf32', 'gpu') == (jnp.float32, emulate.DEFAULT, False)
   with pytest.raises(ValueError, match='emulate_impl must be one of'):
