@@ -6,6 +6,7 @@ from analysis import style
 from experiments import divergence_measure as measure
 
 KIND_TITLES = {'b': 'a vs b', 'control': 'a vs control', 'ceiling': 'a vs a, other seed'}
+KIND_TICKS = {'b': 'a vs b', 'control': 'a vs\ncontrol', 'ceiling': 'a vs a,\nother seed'}
 # The colour of the pair's other model: arms a, b, control as style.arm_colors gives them.
 KIND_COLORS = {'b': style.PALETTE[1], 'control': style.PALETTE[2], 'ceiling': style.PALETTE[6]}
 MAIN = (('params', '‖Δθ‖/‖θa‖'), ('logits', 'logits ‖ΔL‖/‖La‖'),
@@ -112,9 +113,10 @@ Every cell: mean over the seeds (pairs) [{band}]; the JSON also has the sd and t
 the mean.
 """
 
-FINAL = """Whole test set at the end of training: the images whose predictions differ, per pair and pooled
-over the pairs (all images of all pairs as one binomial sample: its interval ignores the variation
-between seeds, which the per-pair rates show); interval: {ci} (statsmodels proportion_confint).
+FINAL = """Whole test set at the end of training: the images whose predictions differ, per pair
+and pooled over the pairs (all images of all pairs as one binomial sample: its interval ignores
+the variation between seeds, which the per-pair rates show); interval: {ci} (statsmodels
+proportion_confint).
 """
 
 
@@ -162,9 +164,8 @@ def final_panel(ax, final):
                 fmt='o', color=KIND_COLORS[kind], capsize=3)
     ax.plot([i + 0.15] * len(d['pairs']), [100 * q['rate'] for q in d['pairs']], '.',
             color=KIND_COLORS[kind], ms=3, alpha=0.7)
-  ax.set_xticks(range(len(kinds)), [KIND_TITLES[k].replace(' vs ', ' vs\n').replace(', ', ',\n')
-                                     for k in kinds], fontsize=6)
-  ax.set(title='end: test set, % differing', xlim=(-0.5, len(kinds) - 0.5))
+  ax.set_xticks(range(len(kinds)), [KIND_TICKS[k] for k in kinds], fontsize=6)
+  ax.set(title='end: test set, % differing', xlim=(-0.5, len(kinds) - 0.5), ylim=(0, None))
 
 
 def figure(result, out_dir):
