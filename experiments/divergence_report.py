@@ -9,8 +9,8 @@ KIND_TITLES = {'b': 'a vs b', 'control': 'a vs control', 'ceiling': 'a vs a, oth
 KIND_TICKS = {'b': 'a vs b', 'control': 'a vs\ncontrol', 'ceiling': 'a vs a,\nother seed'}
 # The colour of the pair's other model: arms a, b, control as style.arm_colors gives them.
 KIND_COLORS = {'b': style.PALETTE[1], 'control': style.PALETTE[2], 'ceiling': style.PALETTE[6]}
-MAIN = (('params', '‖Δθ‖/‖θa‖'), ('logits', 'logits ‖ΔL‖/‖La‖'),
-        ('probe_disagreement', 'probe preds differ'))
+PARAMS = (('params', '‖Δθ‖/‖θa‖'),)
+PROBE = (('logits', 'logits ‖ΔL‖/‖La‖'), ('probe_disagreement', 'preds differ'))
 
 
 def cell(b, spec='.2e'):
@@ -31,17 +31,17 @@ def percent(b):
   return {k: (100 * v if isinstance(v, float) else v) for k, v in b.items()}
 
 
-def curve_table(result):
-  """One row per recorded step: the main distances of every pair kind, and each arm's loss."""
+def curve_table(result, metrics, with_loss):
+  """One row per recorded step: `metrics` of every pair kind (and each arm's loss)."""
   curves, losses, steps = result['curves'], result['losses'], result['steps']
   rows = []
   for i, step in enumerate(steps):
     row = {'step': str(step)}
-    for name, title in MAIN:
+    for name, title in metrics:
       for kind in curves:
         row[f'{title} {KIND_TITLES[kind]}'] = cell(curves[kind][name][i],
                                                    '.3f' if 'disagree' in name else '.2e')
-    for arm, series in losses.items():
+    for arm, series in losses.items() if with_loss else ():
       row[f'loss {arm}'] = cell(series[i], '.4f')
     rows.append(row)
   return rows
@@ -94,23 +94,27 @@ def header(result):
   return lines
 
 
-EXPLAIN = """
-Pairs: **a vs b** (same seed: bit-identical initial weights, same batches; only the numerics
-differ), **a vs control** (arm a plus {control}, same seed: the control perturbation; the default,
-emulate=bf16_noise, moves every product operand by unbiased noise of the size of bf16 rounding: a
-perturbation of matched magnitude with no systematic direction; when a vs b is no larger, b's
-format acts like any perturbation of that size, amplified by training's chaos), **a vs a, other
-seed** (the ceiling: arm a with seed s
-against arm a with the next seed of the list, different initial weights and data order: the
-distance between two unrelated models of one arm). On a deterministic platform a seed repeated
-gives exactly the same model, so the replicates of an arm are its runs with different seeds.
+PAIRS = {
+    'b': """- **a vs b**: the same seed (bit-identical initial weights, the same batches); only the
+  numerics differ.""",
+    'control': """- **a vs control**: arm a plus {control}, the same seed. The default control,
+  emulate=bf16_noise, moves every product operand by unbiased noise of the size of bf16 rounding:
+  a perturbation of matched magnitude with no systematic direction. Where a vs b is no larger, b's
+  format acts like any perturbation of that size amplified by training; where it is clearly larger
+  (beyond the bands), the format does more than a random perturbation of its size would.""",
+    'ceiling': """- **a vs a, other seed** (the ceiling): arm a with seed s against arm a with the
+  next seed of the list (other initial weights and data order): how far apart two unrelated models
+  of one arm are. On a deterministic platform a repeated seed gives exactly the same model, so an
+  arm's replicates are its runs with different seeds.""",
+}
 
-Distances: relative L2 ‖θa−θx‖/‖θa‖ over all parameters (float64; x the pair's other model), the
-same per group, max |Δθ| in parameter units, BatchNorm running statistics, and eval-mode logits on
-the probe ‖La−Lx‖/‖La‖; "preds differ": the fraction of probe images whose predicted class (for
-multilabel tasks: any label) differs. Loss: each arm's mean training loss since the previous row.
-Every cell: mean over the seeds (pairs) [{band}]; the JSON also has the sd and the 95% t-interval of
-the mean.
+EXPLAIN = """
+Distances (float64, relative to arm a; x is the pair's other model): ‖θa−θx‖/‖θa‖ over all
+parameters and per group, max |Δθ| in parameter units, the BatchNorm running statistics' relative
+L2, and on the probe the eval-mode logits' ‖La−Lx‖/‖La‖ and "preds differ", the fraction of probe
+images whose predicted class (multilabel: any label) differs. Loss: each arm's mean training loss
+since the previous row. Every cell: the mean over the seeds (pairs) [{band}]; the JSON also has
+the sd and the 95% t-interval of the mean.
 """
 
 FINAL = """Whole test set at the end of training: the images whose predictions differ, per pair
@@ -122,11 +126,12 @@ proportion_confint).
 
 def markdown(result):
   """The report: setup, arms, what the numbers mean, the curves table and the final tables."""
-  control = result['arms'].get('control', {}).get('label', 'no control arm')
+  control = result['arms'].get('control', {}).get('label')
+  pairs = [PAIRS[kind].format(control=control) for kind in result['curves']]
   return '\n'.join([
-      *header(result),
-      EXPLAIN.format(control=control, band=measure.BAND_NAME),
-      '## Distances during training\n', style.markdown(curve_table(result)),
+      *header(result), '\nPairs:\n', *pairs, EXPLAIN.format(band=measure.BAND_NAME),
+      '## Parameter distance during training\n', style.markdown(curve_table(result, PARAMS, True)),
+      '## Probe logits during training\n', style.markdown(curve_table(result, PROBE, False)),
       f"## Per group at step {result['steps'][-1]}\n", style.markdown(group_table(result)),
       '## Prediction disagreement on the whole test set\n',
       FINAL.format(ci=measure.CI_NAME), style.markdown(final_table(result))])

@@ -251,8 +251,9 @@ def test_outputs_written_and_png_opens(f32_vs_bf16):
   text = (out / 'divergence.md').read_text(encoding='utf-8')
   assert 'a = emulate=f32 vs b = emulate=bf16' in text
   assert 'min–max over seeds' in text and '95% Wilson score interval' in text
-  # Tables: a header per table, a row per recorded step, a row per pair kind (twice).
-  assert text.count('\n| ') == 3 + len(result['records']) + 2 * 3
+  # Tables: parameters and probe (a header and a row per recorded step), per group and final (a
+  # header and a row per pair kind).
+  assert text.count('\n| ') == 2 * (1 + len(result['records'])) + 2 * (1 + 3)
   pooled = result['final']['disagreement']['b']['pooled']
   assert f"{pooled['count']} of {pooled['n']}" in text and pooled['n'] == 2 * 360
 
