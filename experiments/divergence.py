@@ -1,5 +1,7 @@
-"""One run under two numerics settings in lockstep, over several seeds: how far apart do the
-models drift, against a matched-magnitude control and the distance between unrelated seeds?
+"""Two numerics settings of one run trained in lockstep over seeds, with a control and a ceiling.
+
+How far apart do the models drift, against a perturbation of matched magnitude (the control) and
+the distance between unrelated models of one arm (the ceiling: another seed)?
 
   python -m experiments.divergence --config=configs/digits.py:study --a numerics.emulate=f32 \
       --b numerics.emulate=bf16 --seeds 0 1 2 3 4 --out runs/divergence
@@ -10,9 +12,9 @@ else exit code 1). `--control` (default `numerics.emulate=bf16_noise`, `none` fo
 arm a plus these overrides, a perturbation of matched magnitude. `--seeds S ...` or `--num-seeds N`
 (config.seed, config.seed+1, ...): the lockstep comparison per seed; from two seeds on, arm a of
 consecutive seeds is the ceiling pair. `--config.<field>=<v>`: every arm. `--steps` (default: the
-whole training) and rows every `--every` steps: distances per pair (experiments/divergence_measure.py),
-mean over seeds with the min–max band; at the end, prediction disagreement on the whole test set
-with Wilson intervals. Writes divergence.{json,md,png,pdf} to --out.
+whole training), a row every `--every` steps: distances per pair (divergence_measure.py), the
+mean over seeds with the min–max band; at the end, prediction disagreement on the whole test
+set with Wilson intervals. Writes divergence.{json,md,png,pdf} to --out.
 """
 
 import argparse

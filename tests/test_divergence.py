@@ -119,7 +119,7 @@ def test_ceiling_arm_has_other_initial_weights_and_data_order():
   lock = lockstep.prepare(configs, [0, 1], devices=1)
   ceiling = [p for p in lock['pairs'] if p['kind'] == 'ceiling']
   assert [(p['x'], p['y']) for p in ceiling] == [((0, 'a'), (1, 'a'))]
-  assert lock['arms'][1, 'a']['ctx'].config.seed == 1 and lock['arms'][0, 'a']['ctx'].config.seed == 0
+  assert [lock['arms'][s, 'a']['ctx'].config.seed for s in (0, 1)] == [0, 1]
   params = {s: measure.flat(jax.device_get(lock['states'][s, 'a']['params'])) for s in (0, 1)}
   assert all(not np.array_equal(params[0][k], params[1][k]) for k in params[0] if 'kernel' in k)
   batches = [jax.device_get(lockstep.global_batch(lock, s, 0)['image']) for s in (0, 1)]
