@@ -1,32 +1,40 @@
-# Everything the project needs is installed from requirements*.txt into .venv.
+# The documented way to run the project: every target installs what it needs into $(VENV) first.
+#   study, train, smoke: the core only (requirements.txt, ~1 GiB installed)
+#   test: the core, CelebA preparation and the test/benchmark packages (requirements-test.txt)
+# VENV=/abs/path/venv uses an existing virtual environment; pip then installs nothing that is
+# already there at the pinned version (it does not contact the index for those).
 PYTHON ?= python3
-VENV := .venv
+VENV ?= .venv
 PY := $(VENV)/bin/python
+PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: setup study train smoke test clean
+.PHONY: setup setup-test study train smoke test clean
 
-$(VENV)/.installed: requirements.txt requirements-test.txt
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-test.txt
-	touch $@
 
-setup: $(VENV)/.installed
+setup: | $(PY)
+	$(PIP_INSTALL) -r requirements.txt
+
+setup-test: | $(PY)
+	$(PIP_INSTALL) -r requirements-test.txt
 
 # The main job on the embedded default (scikit-learn digits, no download): a numerics study
 # (3 arms x 5 seeds) -> statistics report -> figures, in runs/study.
 study: setup
 	$(PY) -m analysis.study --config=configs/digits.py:study --root=runs/study --parallel 2
 
-# One training run on the embedded default.
+# One training run on the embedded default (a few minutes on 2 cores).
 train: setup
 	$(PY) train.py --config=configs/digits.py:cpu --workdir=runs/digits_cpu
 
+# Seconds: every phase of a run (frozen, unfrozen, evaluation, checkpoint), learns little.
 smoke: setup
 	$(PY) train.py --config=configs/digits.py:smoke --workdir=runs/digits_smoke
 
-test: setup
+test: setup-test
 	$(PY) -m pytest tests -q -n 2 --durations=15
 
 clean:

@@ -5,16 +5,12 @@ over seeds, and the split of the native platform gap into a numerics part and a 
       --noise-arm profile=noise --out /tmp/study
   python -m analysis.attribution --csv=published.csv --factors platform compute_dtype --metric acc
 
-Model. metric ~ C(factor, Treatment(reference)) + ... [+ chosen interactions] + (1 | seed), fitted
-by statsmodels MixedLM (REML) with a random intercept per seed: runs that share a seed share the
-initialisation and data order, so they are correlated across arms. A term `factor=level` is the
-difference from that factor's reference level with the other factors held fixed, with a 95% Wald
-(normal) interval as MixedLM reports it. If the mixed fit fails (an exception, no convergence, a
-boundary or singular fit such as a seed variance of zero) the model is refitted by OLS with one fixed
-effect per seed and standard errors clustered by seed (t with seeds - 1 df, Cameron & Miller 2015);
-with one run per seed, or no seed column, by OLS with HC3 standard errors (t with residual df). The
-`method` line says which. Accuracies stored as fractions are in percentage points (x100), as in
-analysis.stats. Only completed runs with a finite metric are used; the others are listed.
+Model (analysis/effects.py). metric ~ factors [+ chosen interactions] + (1 | seed): statsmodels
+MixedLM with a random intercept per seed, or OLS with seed-clustered (or HC3) errors when the mixed
+fit fails, as the `method` line says. A term `factor=level` is the difference from that factor's
+reference level with the other factors held fixed, with its 95% CI. Accuracies stored as fractions
+are in percentage points (x100), as in analysis.stats. Only completed runs with a finite metric are
+used; the others are listed.
 
 Platform gap. The `native` arm runs each platform's own default arithmetic, so it measures that
 platform's arithmetic; the emulated profiles (tpu_default, jax_gpu_default, ...) reproduce one
@@ -42,34 +38,15 @@ t(0.975, 2n - 2) * sd * sqrt(2 / n): how large a difference replicate noise alon
 import argparse
 import os
 import sys
-import warnings
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
-import statsmodels.api as sm
 
-from analysis import forest, inference, stats
+from analysis import effects, forest, inference, stats
 from trainer import record
 
-CSV_COLUMNS = ['term', 'estimate', 'ci_low', 'ci_high', 'p']
 CELL = 'platform x arithmetic'
-FAILED_FIT = ('boundary', 'singular', 'Hessian')  # words of MixedLM warnings that void its fit
-
-
-def parse_pairs(items, flag):
-  """['profile=native', ...] (or a dict) -> {'profile': 'native'}."""
-  if isinstance(items, dict):
-    return {str(k): str(v) for k, v in items.items()}
-  out = {}
-  for item in [items] if isinstance(items, str) else items or ():
-    name, eq, value = str(item).partition('=')
-    if not (eq and name and value):
-      raise ValueError(f'{flag}: {item!r} is not factor=level; write e.g. {flag} profile=native')
-    out[name] = value
-  return out
-
-
 def select(frame, metric, factors, seed_col):
   """The usable runs (stats.prepare: completed, finite metric; repeated runs of a seed in one arm
   are kept as observations sharing the seed's intercept, an arm being equal factors, platform,
@@ -109,121 +86,23 @@ def select(frame, metric, factors, seed_col):
 def default_factors(frame):
   """platform and the numerics.requested.* fields that vary among the completed runs (short names)."""
   done = frame[frame['status'] == 'completed'] if 'status' in frame else frame
-  cols = ['platform'] + sorted(c for c in frame if c.startswith('numerics.requested.'))
+  cols = [c for c in record.arm_columns(frame.columns) if c != 'device_kind']
   cols = [c for c in cols if c in done and done[c].astype(str).nunique() > 1]
   short = lambda c: c.rsplit('.', 1)[-1]
   return [short(c) if stats.resolve_column(frame, short(c), '') == c else c for c in cols]
 
 
-def levels(runs, factor):
-  """A factor's levels, sorted (numbers numerically)."""
-  return sorted(runs[factor].unique(), key=stats.seed_key)
-
-
-def find_factor(name, columns, flag):
-  """The --factors name that `name` means (as written, or resolving to the same column)."""
-  for factor, col in columns.items():
-    if name in (factor, col) or col in (f'numerics.requested.{name}', f'numerics.effective.{name}',
-                                        f'config.{name}', f'final.{name}'):
-      return factor
-  raise ValueError(f'{flag}: {name!r} is not one of --factors ({", ".join(columns)}); add it there')
-
-
 def references(runs, columns, given):
   """{factor: reference level}: given, else the first sorted level (platform: first seen)."""
-  chosen = {find_factor(k, columns, '--reference'): v for k, v in given.items()}
+  chosen = {effects.find_factor(k, columns, '--reference'): v for k, v in given.items()}
   out = {}
   for factor, col in columns.items():
-    lv = levels(runs, factor)
+    lv = effects.levels(runs, factor)
     default = runs[factor].iloc[0] if col == 'platform' else lv[0]
     out[factor] = chosen.get(factor, default)
     if out[factor] not in lv:
       raise ValueError(f'--reference: {factor} has no level {out[factor]!r}; levels: {", ".join(lv)}')
   return out
-
-
-def design(runs, factors, ref, interactions=()):
-  """Treatment-coded design matrix: Intercept, `factor=level` columns, `A=a:B=b` products of the
-  observed interaction cells. Raises if a column is a linear combination of the others."""
-  X = pd.DataFrame({'Intercept': 1.0}, index=runs.index)
-  by_factor = {}
-  for f in factors:
-    by_factor[f] = [f'{f}={lv}' for lv in levels(runs, f) if lv != ref[f]]
-    for name in by_factor[f]:
-      X[name] = (runs[f] == name.split('=', 1)[1]).astype(float)
-  for a, b in interactions:
-    for ca in by_factor[a]:
-      for cb in by_factor[b]:
-        if (X[ca] * X[cb]).any():
-          X[f'{ca}:{cb}'] = X[ca] * X[cb]
-  for i in range(2, X.shape[1] + 1):
-    if np.linalg.matrix_rank(X.iloc[:, :i].to_numpy()) < i:
-      raise ValueError(f'--factors: term {X.columns[i - 1]} is confounded with the terms before it '
-                       '(no run separates them); drop one of those factors or interactions')
-  return X
-
-
-def ols(y, X, cov, groups=None, note=''):
-  """OLS with HC3 or seed-clustered standard errors, t intervals."""
-  kwds = {'groups': pd.factorize(groups)[0]} if cov == 'cluster' else {}
-  res = sm.OLS(y, X).fit(cov_type=cov, cov_kwds=kwds or None, use_t=True)
-  fe = ' with seed fixed effects' if any(c.startswith('seed=') for c in X) else ''
-  what = (f'OLS{fe}, standard errors clustered by seed (t, seeds - 1 df)' if cov == 'cluster'
-          else 'OLS with HC3 standard errors (t, residual df)')
-  return {'result': res, 'kind': cov, 'method': f'{what}; {note}'}
-
-
-def fit(y, X, seeds):
-  """The mixed model with a random intercept per seed, or the OLS fallback (see module doc)."""
-  if seeds is None:
-    return ols(y, X, 'HC3', note='no seed column, so runs are taken as independent')
-  if seeds.value_counts().max() < 2:
-    return ols(y, X, 'HC3', note='one run per seed, so seed effects cannot be separated')
-  try:
-    with warnings.catch_warnings(record=True) as caught:
-      warnings.simplefilter('always')
-      res = sm.MixedLM(y, X, groups=seeds).fit(reml=True)
-    bad = sorted({str(w.message) for w in caught if any(k in str(w.message) for k in FAILED_FIT)})
-    if not res.converged:
-      bad.append('did not converge')
-    if not np.all(np.isfinite(res.bse_fe)):
-      bad.append('non-finite standard errors')
-    why = '; '.join(bad)
-  except Exception as e:  # any failure of the mixed fit means the fallback, said in `method`
-    why = f'{type(e).__name__}: {e}'
-  if not why:
-    n = seeds.nunique()
-    return {'result': res, 'kind': 'mixed', 'method': f'MixedLM (REML), random intercept per seed '
-            f'({n} seeds, seed sd {np.sqrt(res.cov_re.iloc[0, 0]):.3g}); 95% Wald (normal) intervals'}
-  dummies = pd.get_dummies(seeds.astype(str), prefix='seed', prefix_sep='=', drop_first=True)
-  Xs = pd.concat([X, dummies.astype(float)], axis=1)
-  note = f'mixed fit failed ({why})'
-  if np.linalg.matrix_rank(Xs.to_numpy()) < Xs.shape[1]:
-    return ols(y, X, 'cluster', seeds, note + '; seed fixed effects left out: confounded with factors')
-  return ols(y, Xs, 'cluster', seeds, note)
-
-
-def contrast(model, weights):
-  """estimate, se, 95% CI, p and df of sum(weights[col] * coef[col]) (statsmodels t_test)."""
-  res = model['result']
-  k = res.k_fe if model['kind'] == 'mixed' else len(res.params)
-  names = list(res.params.index[:k])
-  L = np.zeros(k)
-  for col, w in weights.items():
-    L[names.index(col)] += w
-  if not L.any():
-    return {'estimate': 0.0, 'se': 0.0, 'ci_low': 0.0, 'ci_high': 0.0, 'p': np.nan, 'df': np.inf}
-  tt = res.t_test(L[None, :])
-  low, high = np.ravel(tt.conf_int(alpha=0.05))
-  return {'estimate': float(np.ravel(tt.effect)[0]), 'se': float(np.ravel(tt.sd)[0]),
-          'ci_low': float(low), 'ci_high': float(high), 'p': float(np.ravel(tt.pvalue)[0]),
-          'df': float(getattr(tt, 'df_denom', None) or np.inf)}
-
-
-def term_table(model, X):
-  """One row per coefficient but the intercept: the CSV table."""
-  rows = [{'term': c, **contrast(model, {c: 1.0})} for c in X.columns if c != 'Intercept']
-  return pd.DataFrame(rows, columns=CSV_COLUMNS + ['se', 'df'])
 
 
 def noise_floor(runs, arm, scale_unit):
@@ -290,9 +169,9 @@ def gap_rows(model, X, runs, a, b, native, emu, others):
       parts.append((f'numerics: {f} as in the native arms', w))
   resid = total([gap] + [-w for _, w in parts])
   label = f'{a} - {b}'
-  rows = [{'gap': label, 'component': 'native gap', **contrast(model, gap)}]
-  rows += [{'gap': label, 'component': name, **contrast(model, w)} for name, w in parts]
-  rows.append({'gap': label, 'component': 'platform residual', **contrast(model, resid)})
+  rows = [{'gap': label, 'component': 'native gap', **effects.contrast(model, gap)}]
+  rows += [{'gap': label, 'component': name, **effects.contrast(model, w)} for name, w in parts]
+  rows.append({'gap': label, 'component': 'platform residual', **effects.contrast(model, resid)})
   return rows
 
 
@@ -318,10 +197,10 @@ def native_arm(runs, columns, given):
     (name, level), = given.items() if len(given) == 1 else [(None, None)]
     if name is None:
       raise ValueError('--native: give one factor=level, e.g. --native profile=native')
-    factor = find_factor(name, columns, '--native')
+    factor = effects.find_factor(name, columns, '--native')
     if level not in set(runs[factor]):
       raise ValueError(f'--native: {factor} has no level {level!r}; levels: '
-                       f'{", ".join(levels(runs, factor))}')
+                       f'{", ".join(effects.levels(runs, factor))}')
     return factor, level
   for factor, col in columns.items():
     if col.rsplit('.', 1)[-1] == 'profile' and 'native' in set(runs[factor]):
@@ -340,8 +219,8 @@ def decompose(runs, y, seeds, columns, ref, native, given_map, margin):
   if f'{base}|{nl}' not in set(runs[CELL]):
     raise LookupError(f'no {nf}={nl} run on the reference platform {base}')
   others = [f for f in columns if f not in (nf, plat)]
-  X = design(runs, [CELL] + others, {CELL: f'{base}|{nl}', **ref})
-  model = fit(y, X, seeds)
+  X = effects.design(runs, [CELL] + others, {CELL: f'{base}|{nl}', **ref})
+  model = effects.fit(y, X, seeds)
   rows = []
   for a in order:
     if a != base and f'{a}|{nl}' in set(runs[CELL]):
@@ -355,23 +234,6 @@ def decompose(runs, y, seeds, columns, ref, native, given_map, margin):
   return pd.concat([gap, extra], axis=1), model, emu
 
 
-def arm_rows(model, X, runs, factors, ref):
-  """Each observed arm (combination of factor levels) minus the reference arm, from the model."""
-  keys = runs[factors].apply(tuple, axis=1)
-  base = tuple(ref[f] for f in factors)
-  rows = []
-  for key in sorted(set(keys) - {base}):
-    w = X[keys == key].mean()
-    w['Intercept'] -= 1.0
-    rows.append({'arm': ', '.join(f'{f}={v}' for f, v in zip(factors, key)), **contrast(model, w)})
-  return pd.DataFrame(rows, columns=['arm'] + CSV_COLUMNS[1:] + ['se', 'df'])
-
-
-def formula(metric, factors, ref, interactions, has_seed):
-  terms = [f"C({f}, Treatment('{ref[f]}'))" for f in factors] + [f'{a}:{b}' for a, b in interactions]
-  return f'{metric} ~ ' + ' + '.join(terms) + (' + (1 | seed)' if has_seed else '')
-
-
 def gap_section(prep, y, seeds, columns, ref, native, platform_profile, margin):
   """(gap table or None, note line, emulation used) for run()."""
   runs = prep['runs']
@@ -379,15 +241,12 @@ def gap_section(prep, y, seeds, columns, ref, native, platform_profile, margin):
   if len(platforms) < 2:
     return None, (f'runs from one platform ({", ".join(map(str, platforms)) or "unknown"}): no '
                   'platform gap; each arm minus the reference arm instead'), None
-  arm = native_arm(runs, columns, parse_pairs(native, '--native'))
+  arm = native_arm(runs, columns, effects.parse_pairs(native, '--native'))
   if arm is None:
     return None, ('gap decomposition unavailable: no native arm (give --native factor=level); '
                   'each arm minus the reference arm instead'), None
-  given = parse_pairs(platform_profile, '--platform-profile')
-  bad = set(given) - set(platforms)
-  if bad:
-    raise ValueError(f'--platform-profile: no runs on {", ".join(sorted(bad))}; platforms: '
-                     f'{", ".join(platforms)}')
+  given = effects.parse_pairs(platform_profile, '--platform-profile')
+  given = {p: level for p, level in given.items() if p in platforms}  # a study lists every platform
   try:
     gap, model, emu = decompose(runs.assign(platform=runs['platform'].astype(str)), y, seeds,
                                 columns, ref, arm, given, margin)
@@ -410,27 +269,27 @@ def run(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed', reference=
     raise ValueError(f'--margin: must be a positive number in the metric\'s units, got {margin}')
   prep = select(frame, metric, list(factors), seed_col)
   runs, columns = prep['runs'], prep['columns']
-  ref = references(runs, columns, parse_pairs(reference, '--reference'))
+  ref = references(runs, columns, effects.parse_pairs(reference, '--reference'))
   pairs = []
   for item in interactions or ():
     a, colon, b = str(item).partition(':')
     if not colon:
       raise ValueError(f'--interactions: {item!r} is not A:B; write e.g. --interactions platform:profile')
-    pairs.append((find_factor(a, columns, '--interactions'), find_factor(b, columns, '--interactions')))
-  X = design(runs, list(columns), ref, pairs)
+    pairs.append((effects.find_factor(a, columns, '--interactions'), effects.find_factor(b, columns, '--interactions')))
+  X = effects.design(runs, list(columns), ref, pairs)
   y, seeds = runs['value'], runs['seed'] if prep['has_seed'] else None
-  model = fit(y, X, seeds)
+  model = effects.fit(y, X, seeds)
   unit = 'pp' if prep['scale'] == 100 else 'metric units'
   out = {'metric': prep['metric'], 'source': source, 'reference': ref, 'margin': margin,
          'margin_reason': margin_reason, 'unit': unit,
-         'model': formula(prep['metric'], list(columns), ref, pairs, prep['has_seed']),
-         'method': model['method'], 'terms': term_table(model, X), 'n_runs': len(runs),
+         'model': effects.formula(prep['metric'], list(columns), ref, pairs, prep['has_seed']),
+         'method': model['method'], 'terms': effects.term_table(model, X), 'n_runs': len(runs),
          'excluded': prep['excluded'], 'replicates': prep['replicates'], 'arms': None,
-         'noise': noise_floor(runs, parse_pairs(noise_arm, '--noise-arm'), unit)}
+         'noise': noise_floor(runs, effects.parse_pairs(noise_arm, '--noise-arm'), unit)}
   out['gap'], out['gap_note'], out['emulation'] = gap_section(prep, y, seeds, columns, ref, native,
                                                               platform_profile, margin)
   if out['gap'] is None:
-    out['arms'] = arm_rows(model, X, runs, list(columns), ref)
+    out['arms'] = effects.arm_rows(model, X, runs, list(columns), ref)
   out['text'] = forest.render(out)
   out['files'] = write(out, out_dir) if out_dir else []
   return out
@@ -440,7 +299,7 @@ def write(out, out_dir, figures_dir=None):
   """attribution.csv (exact columns), attribution_gap.csv, attribution.md, the forest plot."""
   os.makedirs(out_dir, exist_ok=True)
   files = [os.path.join(out_dir, 'attribution.csv'), os.path.join(out_dir, 'attribution.md')]
-  out['terms'][CSV_COLUMNS].to_csv(files[0], index=False)
+  out['terms'][effects.CSV_COLUMNS].to_csv(files[0], index=False)
   with open(files[1], 'w', encoding='utf-8') as f:
     f.write(out['text'])
   if out['gap'] is not None:

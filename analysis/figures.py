@@ -223,8 +223,11 @@ def parse_args(argv):
   p = argparse.ArgumentParser(prog='python -m analysis.figures', description=__doc__.split('\n')[0])
   p.add_argument('--runs', required=True, help='root holding the runs (local or gs://)')
   p.add_argument('--out', required=True, help='folder for the PDF and PNG files')
-  p.add_argument('--group-by', nargs='+', default=[], help='columns defining an arm')
-  p.add_argument('--metric', default=stats.DEFAULT_METRIC)
+  p.add_argument('--group-by', nargs='+', default=[],
+                 help='columns defining an arm (as analysis.stats; default: platform, device kind '
+                      'and every requested numerics field)')
+  p.add_argument('--metric', default=stats.DEFAULT_METRIC,
+                 help=f'the final metric per arm (default {stats.DEFAULT_METRIC})')
   p.add_argument('--margin', type=float, default=None,
                  help=f'equivalence margin, pp (undeclared default {stats.DEFAULT_MARGIN:g})')
   p.add_argument('--margin-reason', default=None, help='why this margin')
@@ -240,7 +243,8 @@ def main(argv=None):
     out = stats.analyse(runs, args.group_by, args.metric, margin, reason)
     steps = results.load_steps(args.runs)
   except ValueError as e:
-    sys.exit(f'error: {e}')
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
   for path in make_all(out, hist, args.out, steps):
     print(path)
 

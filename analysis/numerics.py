@@ -4,12 +4,15 @@
   python -m analysis.numerics --out DIR --model-settings all --model-width 0.5   # more
 
 Measures, for every setting (native `jax_default_matmul_precision` values and the emulated formats
-of numerics/emulate.py): matmuls of ResNet-18's reduction lengths (64 ... 512*9), every distinct
+of numerics/emulate.py, each by its reference implementation, `emu:`, and by its fast one, `fast:`,
+where the format has one): matmuls of ResNet-18's reduction lengths (64 ... 512*9), every distinct
 ResNet-18 convolution shape and the fc layer, and a small ResNet-18's logits and parameter
 gradients (one training-mode step). Error = ||y - y64|| / ||y64|| (relative L2) against float64
 (numpy for the products; JAX float64 on the CPU for the model, whose BatchNorm and pooling stay
 f32 in every setting, so the model rows measure the products' formats). Pairs of settings that
-should agree (an emulated format and the native one it reproduces) are compared directly.
+should agree (an emulated format and the native one it reproduces; the fast and the reference
+implementation of a format) are compared directly: on a GPU or TPU, `fast:* vs <native>` is the
+fidelity of the fast path against the hardware's own arithmetic.
 Writes numerics.md, numerics.json and numerics_error.{png,pdf} to --out.
 """
 
@@ -25,18 +28,23 @@ import numpy as np
 from flax import nnx
 
 from models.resnet import ResNet18
-from numerics import ops
+from numerics import emulate, ops
 
-# name: (jax_default_matmul_precision, emulate). Presets set dots only; convs then run at default.
+# name: (jax_default_matmul_precision, emulate, emulate_impl). Presets set dots only; convs then
+# run at default.
 SETTINGS = {
-    'default': ('default', 'none'), 'high': ('high', 'none'), 'highest': ('highest', 'none'),
-    'BF16_BF16_F32': ('BF16_BF16_F32', 'none'), 'TF32_TF32_F32': ('TF32_TF32_F32', 'none'),
-    'emu:bf16': ('highest', 'bf16'), 'emu:bf16_3x': ('highest', 'bf16_3x'),
-    'emu:tf32': ('highest', 'tf32'), 'emu:f32': ('highest', 'f32'),
+    'default': ('default', 'none', 'auto'), 'high': ('high', 'none', 'auto'),
+    'highest': ('highest', 'none', 'auto'), 'BF16_BF16_F32': ('BF16_BF16_F32', 'none', 'auto'),
+    'TF32_TF32_F32': ('TF32_TF32_F32', 'none', 'auto'),
+    **{f'emu:{m}': ('highest', m, 'reference') for m in ('bf16', 'bf16_3x', 'tf32', 'f32')},
+    **{f'fast:{m}': ('highest', m, 'fast') for m in emulate.FAST_MODES},
 }
-# (emulated, native) pairs whose agreement on a backend says the emulation reproduces it there.
-PAIRS = (('emu:bf16', 'default'), ('emu:bf16', 'BF16_BF16_F32'), ('emu:bf16_3x', 'high'),
-         ('emu:tf32', 'default'), ('emu:tf32', 'TF32_TF32_F32'), ('emu:f32', 'highest'))
+# (emulated, native) pairs whose agreement on a backend says the emulation reproduces it there,
+# for both implementations, and each fast implementation against its reference.
+PAIRS = tuple((f'{impl}:{m}', native) for impl in ('emu', 'fast') for m, native in (
+    ('bf16', 'default'), ('bf16', 'BF16_BF16_F32'), ('bf16_3x', 'high'), ('tf32', 'default'),
+    ('tf32', 'TF32_TF32_F32'), ('f32', 'highest')) if f'{impl}:{m}' in SETTINGS) + tuple(
+        (f'fast:{m}', f'emu:{m}') for m in emulate.FAST_MODES)
 MATMUL_K = (64, 128, 147, 256, 512, 576, 1152, 2304, 4608)
 # ResNet-18's distinct convolutions: (name, kernel, in, out, stride).
 CONVS = (('conv1', 7, 3, 64, 2), ('layer1', 3, 64, 64, 1), ('layer2.0.conv1', 3, 64, 128, 2),
@@ -53,11 +61,12 @@ def rel_err(y, ref):
 
 
 def run_setting(setting, fn, *args):
-  """fn(*args, emulate) jitted and run under the setting's precision flag; None if unsupported."""
-  precision, emulate = SETTINGS[setting]
+  """fn(*args, emulate, impl) jitted and run under the setting's precision flag; None if
+  unsupported."""
+  precision, mode, impl = SETTINGS[setting]
   try:
     with jax.default_matmul_precision(precision):
-      out = jax.jit(lambda *a: fn(*a, emulate))(*args)
+      out = jax.jit(lambda *a: fn(*a, mode, impl))(*args)
       return jax.tree.map(np.asarray, jax.block_until_ready(out))
   except Exception as e:  # pylint: disable=broad-except  (e.g. a preset the backend lacks)
     print(f'  {setting}: unsupported here ({str(e).splitlines()[0][:100]})', file=sys.stderr)
@@ -82,8 +91,8 @@ def kaiming(rng, shape, fan):
 
 
 def product_cases(args, rng):
-  """[(kind, name, K, fn(x, w, emulate), x, w, float64 reference)] for every product measured."""
-  dense = lambda a, b, emulate: ops.dense(a, b, emulate=emulate)
+  """[(kind, name, K, fn(x, w, emulate, impl), x, w, float64 reference)] for every product."""
+  dense = lambda a, b, mode, impl: ops.dense(a, b, emulate=mode, emulate_impl=impl)
   cases = []
   for k in MATMUL_K:
     x, w = rng.standard_normal((args.rows, k)).astype(np.float32), kaiming(rng, (k, args.cols), k)
@@ -93,7 +102,8 @@ def product_cases(args, rng):
     shape = (args.conv_batch, size, size, cin)
     x = rng.standard_normal(shape).astype(np.float32) if name == 'conv1' else activations(rng, shape)
     w, pad = kaiming(rng, (kk, kk, cin, cout), kk * kk * cout), kk // 2
-    fn = lambda a, b, emulate, st=stride, p=pad: ops.conv2d(a, b, st, [(p, p)] * 2, emulate=emulate)
+    fn = lambda a, b, mode, impl, st=stride, p=pad: ops.conv2d(a, b, st, [(p, p)] * 2,
+                                                               emulate=mode, emulate_impl=impl)
     cases.append(('layer', name, kk * kk * cin, fn, x, w, conv_ref(x, w, stride, pad)))
   x, w = activations(rng, (args.rows, 512)), kaiming(rng, (512, args.classes), 512)
   cases.append(('layer', 'fc', 512, dense, x, w, x.astype(np.float64) @ w.astype(np.float64)))
@@ -107,7 +117,7 @@ def measure_products(settings, args, rng):
   """
   cases = product_cases(args, rng)
   fns = [c[3] for c in cases]
-  both = lambda xs, ws, emulate: [f(x, w, emulate) for f, x, w in zip(fns, xs, ws)]
+  both = lambda xs, ws, mode, impl: [f(x, w, mode, impl) for f, x, w in zip(fns, xs, ws)]
   xs, ws = [c[4] for c in cases], [c[5] for c in cases]
   outs = {s: run_setting(s, both, xs, ws) for s in settings}
   matmul, layers = {s: {} for s in settings}, []
@@ -143,13 +153,14 @@ def numpy_init(tree, rng):
   return jax.tree_util.tree_map_with_path(fill, tree)
 
 
-def model_parts(args, emulate, dtype=jnp.float32, rng=None):
+def model_parts(args, emulate, dtype=jnp.float32, rng=None, impl='reference'):
   """(graphdef, params, rest) of the small ResNet-18 measured, in `dtype`.
 
   Abstract state (nnx.eval_shape: no compute) unless `rng` is given: then numpy_init's values.
   """
   make = lambda: ResNet18(args.model_classes, width=args.model_width, stem='small', dtype=dtype,
-                          param_dtype=dtype, emulate=emulate, rngs=nnx.Rngs(args.seed))
+                          param_dtype=dtype, emulate=emulate, emulate_impl=impl,
+                          rngs=nnx.Rngs(args.seed))
   graphdef, params, rest = nnx.split(nnx.eval_shape(make), nnx.Param, ...)
   if rng is not None:
     params, rest = numpy_init(params, rng), numpy_init(rest, rng)
@@ -188,8 +199,8 @@ def measure_model(settings, args, rng):
     ref_logits, ref_grads = np.asarray(ref[0]), flat(ref[1])
   errs, outs = {}, {}
   for s in settings:
-    graphdef, _, _ = model_parts(args, SETTINGS[s][1])
-    fn = lambda p, r, a, b, emulate, g=graphdef: loss_and_grads(g, p, r, a, b)
+    graphdef, _, _ = model_parts(args, SETTINGS[s][1], impl=SETTINGS[s][2])
+    fn = lambda p, r, a, b, mode, impl, g=graphdef: loss_and_grads(g, p, r, a, b)
     out = run_setting(s, fn, params32, rest32, x, y)
     outs[s] = out
     errs[s] = None if out is None else {'logits': rel_err(out[0], ref_logits),
@@ -251,7 +262,7 @@ def figure(result, out_dir):
   fig, axes = plt.subplots(1, 2, figsize=(style.WIDTH_IN, 2.6), sharey=True)
   for s in result['settings']:
     ks = [k for k in MATMUL_K if result['matmul'][s][k] is not None]
-    dashed = '--' if s.startswith('emu:') else '-'
+    dashed = {'emu': '--', 'fast': ':'}.get(s.split(':')[0], '-')
     axes[0].plot(ks, [max(result['matmul'][s][k], 1e-12) for k in ks], dashed, marker='o',
                  ms=2.5, color=colors[s], label=s)
     rows = sorted((r['K'], r[s]) for r in result['layers'] if r[s] is not None)

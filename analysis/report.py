@@ -7,7 +7,10 @@ Verdict of a pair (α = 0.05, p-values Holm-adjusted over the report's pairs):
   inconclusive  neither: the data cannot tell (say which side of the margin the 90% CI crosses).
 """
 
+import sys
+
 from analysis import inference as inf
+from analysis import style
 from analysis.style import num, pval
 
 NOT_RECORDED = 'not recorded'
@@ -96,6 +99,29 @@ def seed_lines(out):
   return [f'seeds of {arm}: {seeds}' for arm, seeds in per_arm.items()]
 
 
+def title(out):
+  """'Final test accuracy by arm: 3 arms, 5 seeds each (digits)': what the report compares."""
+  name = out['metric'].replace('.', ' ').replace('_', ' ')
+  arms = out['arms']
+  count = sorted(set(arms['n'])) if not arms.empty else [0]
+  what = 'seeds' if out['seeded'] else 'runs'
+  each = f'{count[0]} {what} each' if len(count) == 1 else f'{count[0]}–{count[-1]} {what} per arm'
+  dataset = facts(out['runs'], 'config.data.name', 'data.name')
+  return (f'{name[0].upper()}{name[1:]} by arm: {len(arms)} arms, {each}'
+          + (f' ({dataset})' if dataset != NOT_RECORDED else ''))
+
+
+def arm_fields(out):
+  """'differ in emulate; grouped by platform, device_kind, ...': the grouping fields, those whose
+  values differ between the arms first."""
+  short = lambda g: g.rsplit('.', 1)[-1]
+  table = out['arms']
+  differ = [short(g) for g in out['group_by']
+            if g in table and table[g].astype(str).nunique() > 1]
+  grouped = f'grouped by {", ".join(short(g) for g in out["group_by"])}'
+  return f'differ in {", ".join(differ)}; {grouped}' if differ else grouped
+
+
 def setup_lines(out):
   """The setup, one Markdown bullet each: data, sizes, training, arms, seeds, margin."""
   runs, unit = out['runs'], 'pp' if out['scale'] == 100 else 'units'
@@ -109,10 +135,57 @@ def setup_lines(out):
            if dataset != NOT_RECORDED else
            ['dataset, train/test sizes, epochs, model width, resolution: not recorded (the table '
             'has no config.* / data.* columns)'])
-  lines += [f'metric: {out["metric"]}' + (' (in %)' if out['scale'] == 100 else ''),
-            f'arms (by {", ".join(g.rsplit(".", 1)[-1] for g in out["group_by"])}): {arms}',
+  lines += [f'metric: {out["metric"]}' + (' (in %)' if out['scale'] == 100 else '')
+            + (f'; runs read from {out["source"]}' if out.get('source') else ''),
+            f'arms ({arm_fields(out)}): {arms}',
             *seed_lines(out),
             f'equivalence margin: ±{out["margin"]:g} {unit} ({out["margin_reason"]})',
             f'decisions at α = {inf.ALPHA:g}, p-values Holm-adjusted over '
             f'{len(out["pairs"])} pair(s)']
   return [f'- {line}' for line in lines]
+
+
+def render(out, fmt):
+  """The whole report as one Markdown or LaTeX string: setup, verdicts, then the tables."""
+  arms_cap, pairs_cap = style.captions(out)
+  setup, verdicts = setup_lines(out), verdict_lines(out)
+  if fmt == 'latex':
+    items = lambda lines: ''.join(rf'  \item {style.tex(l[2:].replace("**", ""))}' + '\n' for l in lines)
+    return ''.join(['% Setup\n\\begin{itemize}\n', items(setup), '\\end{itemize}\n',
+                    '% Verdict\n\\begin{itemize}\n', items(verdicts), '\\end{itemize}\n',
+                    style.latex(style.display_arms(out), arms_cap),
+                    style.latex(style.display_pairs(out), pairs_cap),
+                    *(style.latex(rows, heading) for heading, rows in style.tables(out))])
+  parts = [f'# {title(out)}\n', '\n## Setup\n\n',
+           '\n'.join(setup) + '\n', '\n## Verdict\n\n', '\n'.join(verdicts) + '\n',
+           f'\n## Arms\n\n{arms_cap}\n\n', style.markdown(style.display_arms(out)),
+           f'\n## Pairwise comparisons\n\n{pairs_cap}\n\n', style.markdown(style.display_pairs(out))]
+  for heading, rows in style.tables(out):
+    parts += [f"\n## {heading}\n\n", style.markdown(rows)]
+  if not out['small'].empty:
+    parts += ['\n## Arms with n < 2 (tests skipped)\n\n', ', '.join(out['small']['arm']) + '\n']
+  return ''.join(parts)
+
+
+def csv_tables(out):
+  """{name: DataFrame} of the full-precision tables written in CSV mode."""
+  return {'arms': out['arms'], 'pairs': out['pairs'], 'replicates': out['replicates'],
+          'excluded': out['excluded']}
+
+
+def write_report(out, fmt, path=None):
+  """Print the report, or write it to `path` (CSV: one file per table, PATH_<table>.csv)."""
+  if fmt == 'csv':
+    for name, table in csv_tables(out).items():
+      if path:
+        stem = path[:-4] if path.endswith('.csv') else path
+        table.to_csv(f'{stem}_{name}.csv', index=False)
+      else:
+        sys.stdout.write(f'# {name}\n{table.to_csv(index=False)}\n')
+    return
+  text = render(out, fmt)
+  if path:
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write(text)
+  else:
+    sys.stdout.write(text)

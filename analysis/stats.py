@@ -79,19 +79,42 @@ def seed_key(seed):
     return (1, 0.0, str(seed))
 
 
-def split_runs(frame, metric):
-  """(included runs, excluded table with run/status/reason, metric values of all rows)."""
-  status = frame['status'] if 'status' in frame else pd.Series('completed', index=frame.index)
+def run_status(frame):
+  """Each run's status ('completed' where the table has no status column)."""
+  return frame['status'] if 'status' in frame else pd.Series('completed', index=frame.index)
+
+
+def status_reasons(frame):
+  """Why each run is not completed: 'failed: loss is NaN', 'running: step 3/10' ('' if it is)."""
   reason = frame['reason'] if 'reason' in frame else pd.Series('', index=frame.index)
-  values = pd.to_numeric(frame[metric], errors='coerce')
-  bad = status.ne('completed') | values.isna()
   progress = (f'step {a}/{b}' for a, b in zip(frame.get('step', [None] * len(frame)),
                                                frame.get('total_steps', [None] * len(frame))))
-  why = [f'{s}: {r}' if s != 'completed' and isinstance(r, str) and r else
-         f'{s}: {p}' if s != 'completed' else f'no value for {metric}'
-         for s, r, p in zip(status, reason, progress)]
+  return [f'{s}: {r}' if isinstance(r, str) and r else f'{s}: {p}' if s != 'completed' else ''
+          for s, r, p in zip(run_status(frame), reason, progress)]
+
+
+def split_runs(frame, metric):
+  """(included runs, excluded table with run/status/reason, metric values of all rows).
+
+  Excluded: runs not completed, and completed runs whose metric is missing or not finite (inf).
+  """
+  status = run_status(frame)
+  values = pd.to_numeric(frame[metric], errors='coerce')
+  bad = status.ne('completed') | ~np.isfinite(values)
+  why = [w if s != 'completed' else f'no value for {metric}' if pd.isna(v) else
+         f'{metric} = {v} is not finite'
+         for s, w, v in zip(status, status_reasons(frame), values)]
   excluded = pd.DataFrame({'run': frame['run'], 'status': status, 'reason': why})[bad]
   return frame[~bad].copy(), excluded.reset_index(drop=True), values
+
+
+def check_some_completed(frame):
+  """Raise, listing every run with its reason, when no run of `frame` completed."""
+  if run_status(frame).eq('completed').any():
+    return
+  listed = '; '.join(f'{run} ({why})' for run, why in zip(frame['run'], status_reasons(frame)))
+  raise ValueError(f'--runs/--csv: none of the {len(frame)} runs is completed, so there is nothing to '
+                   f'analyse; finish or rerun them: {listed}')
 
 
 def replicate_table(runs):
@@ -127,6 +150,7 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   """
   if frame.empty:
     raise ValueError('--runs/--csv: no runs to analyse; check the path')
+  check_some_completed(frame)
   metric = resolve_column(frame, metric, '--metric')
   group_by = ([resolve_column(frame, g, '--group-by') for g in group_by]
               or record.arm_columns(frame.columns))
@@ -314,13 +338,18 @@ def parse_args(argv):
   src = p.add_mutually_exclusive_group(required=True)
   src.add_argument('--runs', help='root holding the runs (local or gs://)')
   src.add_argument('--csv', help='a CSV of results, one row per run')
-  p.add_argument('--group-by', nargs='+', default=[], help='columns defining an arm')
-  p.add_argument('--metric', default=DEFAULT_METRIC)
+  p.add_argument('--group-by', nargs='+', default=[],
+                 help='columns defining an arm, e.g. platform compute_dtype or any config.* field '
+                      '(default: platform, device kind and every requested numerics field)')
+  p.add_argument('--metric', default=DEFAULT_METRIC,
+                 help=f'the column compared between arms (default {DEFAULT_METRIC}; a CSV: any '
+                      'numeric column; accuracies in [0, 1] are reported in percent)')
   p.add_argument('--margin', type=float, default=None,
                  help=f'equivalence margin, pp (undeclared default {DEFAULT_MARGIN:g})')
   p.add_argument('--margin-reason', default=None, help='why this margin (printed with it)')
   p.add_argument('--seed-col', default=None,
-                 help="column of the seed (default 'seed' when present; absent: rows unpaired)")
+                 help="column holding each run's seed: runs of two arms with the same seed pair "
+                      "(default 'seed' when present; without one every row is unpaired)")
   p.add_argument('--scale', type=float, default=None,
                  help='multiply the metric by this (default: 100 for accuracies in [0, 1])')
   p.add_argument('--format', choices=('md', 'latex', 'csv'), default='md')
@@ -329,7 +358,7 @@ def parse_args(argv):
 
 
 def main(argv=None):
-  from analysis import results, style  # pylint: disable=import-outside-toplevel
+  from analysis import results  # pylint: disable=import-outside-toplevel
   args = parse_args(argv)
   try:
     frame = results.load_runs(args.runs) if args.runs else read_csv(args.csv)
@@ -339,9 +368,10 @@ def main(argv=None):
     for arm in out['small']['arm']:
       print(f'warning: arm {arm!r} has n < 2 completed runs: reported, its tests skipped',
             file=sys.stderr)
-    style.write_report(out, args.format, args.out)
+    report.write_report(out, args.format, args.out)
   except ValueError as e:
-    sys.exit(f'error: {e}')
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
 
 
 if __name__ == '__main__':

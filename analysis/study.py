@@ -20,7 +20,8 @@ import os
 import sys
 import time
 
-from analysis import attribution, figures, results, stats, style, sweep
+from analysis import attribution, figures, results, stats, sweep, sweep_runner
+from analysis import report as report_text
 from configs import loader
 
 
@@ -29,7 +30,8 @@ def parse_args(argv):
   sweep.add_run_args(p, 'configs/digits.py:study',
                      'local folder for the runs, the report and figures/')
   p.add_argument('--group-by', nargs='+', default=[], help='columns defining an arm (analysis.stats)')
-  p.add_argument('--metric', default=stats.DEFAULT_METRIC)
+  p.add_argument('--metric', default=stats.DEFAULT_METRIC,
+                 help=f'the column compared between arms (default {stats.DEFAULT_METRIC})')
   p.add_argument('--margin', type=float, default=None,
                  help="equivalence margin, pp (default: the config's get_study() declaration)")
   p.add_argument('--margin-reason', default=None, help='why --margin (printed in the report)')
@@ -66,10 +68,10 @@ def report(root, group_by, metric, margin=None, config=None, margin_reason=None)
   runs, hist = results.load(root)
   out = stats.analyse(runs, group_by, metric, margin, why)
   out['source'] = root
-  style.write_report(out, 'md')
-  style.write_report(out, 'md', os.path.join(root, 'report.md'))
-  style.write_report(out, 'latex', os.path.join(root, 'report.tex'))
-  style.write_report(out, 'csv', os.path.join(root, 'report.csv'))
+  report_text.write_report(out, 'md')
+  report_text.write_report(out, 'md', os.path.join(root, 'report.md'))
+  report_text.write_report(out, 'latex', os.path.join(root, 'report.tex'))
+  report_text.write_report(out, 'csv', os.path.join(root, 'report.csv'))
   written = figures.make_all(out, hist, os.path.join(root, 'figures'))
   if settings:
     written += attribution_report(root, runs, settings, metric, margin, why)
@@ -90,13 +92,15 @@ def attribution_report(root, runs, settings, metric, margin, margin_reason):
 def main(argv=None):
   args = parse_args(argv)
   if '://' in args.root:
-    sys.exit(f'error: --root={args.root}: a study runs locally; for bucket roots use '
-             'python -m analysis.sweep --dry-run, then analysis.stats / analysis.figures --runs=')
+    print(f'error: --root={args.root}: a study runs locally; for bucket roots use '
+          'python -m analysis.sweep --dry-run, then analysis.stats / analysis.figures --runs=',
+          file=sys.stderr)
+    return 2
   start = time.time()
   code = sweep.main(sweep_argv(args))
-  if code in (2, 130):
+  if code == 2 or code >= 128:  # bad input found before any run, or stopped by a signal
     return code
-  print(f'\n# Report ({args.root})\n', flush=True)
+  print(f'\nreport (also in {os.path.join(os.path.abspath(args.root), "report.md")}):\n', flush=True)
   try:
     written = report(os.path.abspath(args.root), args.group_by, args.metric, args.margin,
                      args.config, args.margin_reason)
@@ -105,7 +109,7 @@ def main(argv=None):
     return 2
   print('\nfigures:\n' + '\n'.join(f'  {p}' for p in written))
   load = ', '.join(f'{x:.2f}' for x in os.getloadavg())
-  print(f'study finished in {sweep.fmt_duration(time.time() - start)} (load average {load})'
+  print(f'study finished in {sweep_runner.fmt_duration(time.time() - start)} (load average {load})'
         + ('; some runs failed: see above' if code else ''))
   return code
 

@@ -6,7 +6,6 @@ Tables: the statistics report as Markdown, LaTeX (booktabs) or CSV files.
 """
 
 import math
-import sys
 
 import matplotlib
 
@@ -167,49 +166,3 @@ def tables(out):
   return [('Design of each comparison', design),
           ('Repeated seeds (replicates averaged; their spread is the within-seed sd)', reps),
           ('Runs excluded', exc)]
-
-
-def render(out, fmt):
-  """The whole report as one Markdown or LaTeX string: setup, verdicts, then the tables."""
-  from analysis import report  # pylint: disable=import-outside-toplevel
-  arms_cap, pairs_cap = captions(out)
-  setup, verdicts = report.setup_lines(out), report.verdict_lines(out)
-  if fmt == 'latex':
-    items = lambda lines: ''.join(rf'  \item {tex(l[2:].replace("**", ""))}' + '\n' for l in lines)
-    return ''.join(['% Setup\n\\begin{itemize}\n', items(setup), '\\end{itemize}\n',
-                    '% Verdict\n\\begin{itemize}\n', items(verdicts), '\\end{itemize}\n',
-                    latex(display_arms(out), arms_cap), latex(display_pairs(out), pairs_cap),
-                    *(latex(rows, title) for title, rows in tables(out))])
-  parts = [f'# {out["metric"]} from {out.get("source", "")}\n', '\n## Setup\n\n',
-           '\n'.join(setup) + '\n', '\n## Verdict\n\n', '\n'.join(verdicts) + '\n',
-           f'\n## Arms\n\n{arms_cap}\n\n', markdown(display_arms(out)),
-           f'\n## Pairwise comparisons\n\n{pairs_cap}\n\n', markdown(display_pairs(out))]
-  for title, rows in tables(out):
-    parts += [f'\n## {title}\n\n', markdown(rows)]
-  if not out['small'].empty:
-    parts += ['\n## Arms with n < 2 (tests skipped)\n\n', ', '.join(out['small']['arm']) + '\n']
-  return ''.join(parts)
-
-
-def csv_tables(out):
-  """{name: DataFrame} of the full-precision tables written in CSV mode."""
-  return {'arms': out['arms'], 'pairs': out['pairs'], 'replicates': out['replicates'],
-          'excluded': out['excluded']}
-
-
-def write_report(out, fmt, path=None):
-  """Print the report, or write it to `path` (CSV: one file per table, PATH_<table>.csv)."""
-  if fmt == 'csv':
-    for name, table in csv_tables(out).items():
-      if path:
-        stem = path[:-4] if path.endswith('.csv') else path
-        table.to_csv(f'{stem}_{name}.csv', index=False)
-      else:
-        sys.stdout.write(f'# {name}\n{table.to_csv(index=False)}\n')
-    return
-  text = render(out, fmt)
-  if path:
-    with open(path, 'w', encoding='utf-8') as f:
-      f.write(text)
-  else:
-    sys.stdout.write(text)

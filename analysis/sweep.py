@@ -1,7 +1,9 @@
 """Run a study (arms x seeds, declared by the config file's `get_sweep(arg)`) as train.py runs.
 
   python -m analysis.sweep --config=configs/digits.py:study --root=/tmp/study [--parallel 2]
-  python -m analysis.sweep --config=configs/celeba.py:gpu --root=/runs/celeba --gpus 0,1,2,3
+  python -m analysis.sweep --config=configs/digits.py:study --root=/tmp/study --estimate
+  python -m analysis.sweep --config=configs/celeba.py:gpu,data.manual_dir=/data/celeba \
+      --root=/runs/celeba --gpus 0,1,2,3
   python -m analysis.sweep --config=configs/celeba.py:tpu --root=gs://b/study --dry-run \
       --emit-commands=cmds.txt --emit-slurm=study.sbatch
 
@@ -11,11 +13,15 @@
 
   python train.py --config=<file>:<arg> --workdir=<run dir> --config.seed=<k> --config.<f>=<v> ...
 
-so each run can be repeated from its command alone. Runs whose saved results say 'completed' are
-skipped; the others are (re)launched and the trainer resumes them from their latest checkpoint.
-Each run's output is appended to `<run dir>/train.log`. The command list (one run per line) and a
-SLURM job-array script that runs line $SLURM_ARRAY_TASK_ID of it are written next to the runs
-(or where --emit-commands / --emit-slurm say). The exit code is 1 if any run failed.
+so each run can be repeated from its command alone. Before anything is launched or written, every
+run's config, data and workdir are checked (analysis/sweep_checks.py): all problems are printed,
+one line each, and the exit code is 2. Runs whose saved results say 'completed' are skipped; the
+others are (re)launched and the trainer resumes them from their latest checkpoint. Each run's output
+is appended to `<run dir>/train.log`; launching, watching and stopping the runs (signals included)
+is analysis/sweep_runner.py. The command list (one run per line) and a SLURM job-array script that
+runs line $SLURM_ARRAY_TASK_ID of it are written next to the runs (or where --emit-commands /
+--emit-slurm say). `--estimate` measures each arm's step time on this machine and prints the
+sweep's device-hours (analysis/estimate.py). The exit code is 1 if any run failed.
 """
 
 import argparse
@@ -23,18 +29,17 @@ import collections
 import os
 import re
 import shlex
-import subprocess
+import signal
 import sys
-import time
 
+from analysis import sweep_checks, sweep_runner
 from configs import loader
 from trainer import record
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS_FILE = 'sweep_commands.txt'
 SLURM_FILE = 'sweep.sbatch'
-LOG_FILE = 'train.log'
-CACHE_DIR = '.jax_cache'
+CACHE_DIR = sweep_runner.CACHE_DIR
 
 Run = collections.namedtuple('Run', 'arm slug seed overrides workdir')
 
@@ -113,13 +118,18 @@ def flag_value(value):
   return repr(tuple(value) if isinstance(value, list) else value)
 
 
-def command(run, path, arg, python='python'):
-  """The run's train.py argv, relative to the repository root."""
+def config_flags(run, path, arg):
+  """The run's --config flags: the file (relative to the repository root) and its overrides."""
   rel = os.path.relpath(path, REPO)
   config = rel if not rel.startswith('..') else path
-  argv = [python, 'train.py', f'--config={config}' + (f':{arg}' if arg else ''),
-          f'--workdir={run.workdir}']
-  return argv + [f'--config.{k}={flag_value(v)}' for k, v in run.overrides.items()]
+  return [f'--config={config}' + (f':{arg}' if arg else '')] + [
+      f'--config.{k}={flag_value(v)}' for k, v in run.overrides.items()]
+
+
+def command(run, path, arg, python='python'):
+  """The run's train.py argv, relative to the repository root."""
+  flags = config_flags(run, path, arg)
+  return [python, 'train.py', flags[0], f'--workdir={run.workdir}', *flags[1:]]
 
 
 def command_line(argv):
@@ -151,7 +161,7 @@ def write_text(path, text):
     f.write(text)
 
 
-def saved_state(run, path, arg, module):
+def saved_state(run, config):
   """('completed'|'todo'|'mismatch', detail) from the run's saved record, if any.
 
   A saved run is this sweep's run when trainer/record.py's rule says so (the rule train.py's
@@ -168,81 +178,11 @@ def saved_state(run, path, arg, module):
     return 'todo', f'unreadable results ({type(e).__name__}); relaunching'
   if not saved:
     return 'todo', ''
-  wanted = check_overrides(module, arg, run.overrides, 0).to_dict()
-  diffs = record.config_differences(saved.get('config'), wanted)
+  diffs = record.config_differences(saved.get('config'), config.to_dict())
   if diffs:
     return 'mismatch', (f'{run.workdir} holds a run with other settings ({"; ".join(diffs[:3])}): '
                         'delete it or use another --root')
   return ('completed', '') if saved.get('status') == 'completed' else ('todo', '')
-
-
-def fmt_duration(seconds):
-  if seconds is None:
-    return '?'
-  seconds = int(round(seconds))
-  h, rest = divmod(seconds, 3600)
-  return (f'{h}h' if h else '') + f'{rest // 60:d}m{rest % 60:02d}s'
-
-
-def last_line(path):
-  """The last non-empty line of a log file ('' if none)."""
-  try:
-    with open(path, 'rb') as f:
-      f.seek(max(0, os.path.getsize(path) - 8192))
-      lines = [l.strip() for l in f.read().decode(errors='replace').splitlines() if l.strip()]
-  except OSError:
-    return ''
-  return lines[-1] if lines else ''
-
-
-def child_env(root, gpu=None):
-  """The environment of a run: the shared compilation cache (unless set), one GPU when given."""
-  env = dict(os.environ)
-  env.setdefault('JAX_COMPILATION_CACHE_DIR', os.path.join(root, CACHE_DIR))
-  env.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.2')  # JAX's default: 1 s
-  env['PYTHONPATH'] = REPO + (os.pathsep + env['PYTHONPATH'] if env.get('PYTHONPATH') else '')
-  if gpu is not None:
-    env['CUDA_VISIBLE_DEVICES'] = str(gpu)
-  return env
-
-
-class Progress:
-  """Counts of done/running/failed runs and the one-line report with elapsed time and ETA."""
-
-  def __init__(self, total, done, slots, out=None):
-    self.total, self.done, self.slots, self.out = total, done, slots, out
-    self.running, self.failed, self.durations = 0, 0, []
-    self.start = self.last_shown = time.time()
-
-  def eta(self):
-    left = self.total - self.done - self.failed
-    if not left:
-      return 0.0
-    if not self.durations:
-      return None
-    return sum(self.durations) / len(self.durations) * left / self.slots
-
-  def line(self):
-    elapsed = time.time() - self.start
-    return (f'[sweep] {self.done}/{self.total} done, {self.running} running, {self.failed} failed'
-            f' | elapsed {fmt_duration(elapsed)} | ETA {fmt_duration(self.eta())}')
-
-  def show(self, message=None):
-    self.last_shown = time.time()
-    out = self.out or sys.stdout
-    if message:
-      print(message, file=out)
-    print(self.line(), file=out, flush=True)
-
-
-def launch(run, argv, root, gpu):
-  os.makedirs(run.workdir, exist_ok=True)
-  log = open(os.path.join(run.workdir, LOG_FILE), 'a')
-  log.write(f'\n# {time.strftime("%Y-%m-%d %H:%M:%S")} {command_line(argv)}\n')
-  log.flush()
-  proc = subprocess.Popen(argv, cwd=REPO, env=child_env(root, gpu), stdout=log,
-                          stderr=subprocess.STDOUT)
-  return proc, log
 
 
 def launch_order(runs):
@@ -251,46 +191,6 @@ def launch_order(runs):
   arms = list(dict.fromkeys(r.slug for r in runs))
   rank = {id(r): i for arm in arms for i, r in enumerate(x for x in runs if x.slug == arm)}
   return sorted(runs, key=lambda r: (rank[id(r)], arms.index(r.slug)))
-
-
-def run_all(todo, path, arg, root, progress, slots, gpus, poll=0.5, heartbeat=60):
-  """Launch `todo` runs, `slots` at a time (GPU ids from `gpus`); returns [(run, code, line)]."""
-  queue, active, failures = launch_order(todo), {}, []
-  free_gpus = list(gpus)[:slots] if gpus else [None] * slots
-  try:
-    while queue or active:
-      while queue and free_gpus:
-        run, gpu = queue.pop(0), free_gpus.pop(0)
-        proc, log = launch(run, command(run, path, arg, sys.executable), root, gpu)
-        active[proc.pid] = (run, proc, log, gpu, time.time())
-        progress.running += 1
-        progress.show(f'start {run.slug}/seed{run.seed}' + (f' on GPU {gpu}' if gpu is not None else ''))
-      time.sleep(poll)
-      if time.time() - progress.last_shown > heartbeat:
-        progress.show()
-      for pid in [p for p, a in active.items() if a[1].poll() is not None]:
-        run, proc, log, gpu, started = active.pop(pid)
-        log.close()
-        free_gpus.append(gpu)
-        progress.running -= 1
-        logfile = os.path.join(run.workdir, LOG_FILE)
-        if proc.returncode == 0:
-          progress.done += 1
-          progress.durations.append(time.time() - started)
-          progress.show(f'done  {run.slug}/seed{run.seed} in {fmt_duration(time.time() - started)}')
-        else:
-          progress.failed += 1
-          failures.append((run, proc.returncode, last_line(logfile)))
-          progress.show(f'FAILED {run.slug}/seed{run.seed}: exit code {proc.returncode}, last log '
-                        f'line: {last_line(logfile)!r} (log: {logfile})')
-  except KeyboardInterrupt:
-    for run, proc, log, _, _ in active.values():
-      proc.terminate()
-    for run, proc, log, _, _ in active.values():
-      proc.wait()
-      log.close()
-    raise
-  return failures
 
 
 def parse_gpus(text):
@@ -314,32 +214,71 @@ def parse_args(argv):
   add_run_args(p, 'configs/digits.py:cpu', 'folder holding one workdir per run')
   p.add_argument('--emit-commands', default=None, help=f'command list file (default ROOT/{COMMANDS_FILE})')
   p.add_argument('--emit-slurm', default=None, help=f'SLURM array script (default ROOT/{SLURM_FILE})')
-  p.add_argument('--dry-run', action='store_true', help='write the files and show the plan; run nothing')
+  p.add_argument('--dry-run', action='store_true',
+                 help='check every run, write the command list and SLURM script, show the plan; '
+                      'run nothing')
+  p.add_argument('--estimate', action='store_true',
+                 help="a dry run that also measures each arm's step time on this machine and "
+                      'prints the sweep\'s device-hours (analysis/estimate.py)')
+  p.add_argument('--estimate-steps', type=int, default=5,
+                 help='steps timed per training phase after the compile (--estimate)')
+  p.add_argument('--heartbeat', type=float, default=30.0,
+                 help='seconds between progress lines while runs train')
   return p.parse_args(argv)
 
 
-def plan(args):
-  """Expand the sweep, write the command list and SLURM script; returns (runs, path, arg, root)."""
-  remote = '://' in args.root
-  root = args.root if remote else os.path.abspath(args.root)
-  if remote and not args.dry_run:
-    raise ValueError(f'--root={args.root}: bucket roots can only be emitted (add --dry-run and run '
-                     'the command list on the hosts); run locally with a local folder')
-  runs, path, arg = expand(args.config, root)
-  local = '.' if remote else root
-  commands_file = os.path.abspath(args.emit_commands or os.path.join(local, COMMANDS_FILE))
-  slurm_file = os.path.abspath(args.emit_slurm or os.path.join(local, SLURM_FILE))
-  lines = [command_line(command(r, path, arg)) for r in runs]
-  write_text(commands_file, '\n'.join(lines) + '\n')
+def run_configs(runs, path, arg):
+  """{workdir: the run's ConfigDict} (get_config(arg) with the run's overrides)."""
+  module = loader.load_module(path)
+  return {r.workdir: check_overrides(module, arg, r.overrides, i) for i, r in enumerate(runs)}
+
+
+def output_files(args, root):
+  """(command list, SLURM script) paths; next to the runs unless --emit-* say otherwise."""
+  local = '.' if '://' in root else root
+  return (os.path.abspath(args.emit_commands or os.path.join(local, COMMANDS_FILE)),
+          os.path.abspath(args.emit_slurm or os.path.join(local, SLURM_FILE)))
+
+
+def write_plan(runs, path, arg, root, files):
+  """Write the command list and the SLURM script (only after every check passed)."""
+  commands_file, slurm_file = files
+  write_text(commands_file, '\n'.join(command_line(command(r, path, arg)) for r in runs) + '\n')
   name = 'sweep-' + os.path.splitext(os.path.basename(path))[0]
   write_text(slurm_file, slurm_script(commands_file, len(runs), root, name))
   print(f'{len(runs)} runs ({len({r.slug for r in runs})} arms) under {root}\n'
         f'commands: {commands_file}\nslurm:    {slurm_file}  (sbatch {slurm_file})')
-  return runs, path, arg, root
+
+
+def plan(args):
+  """(runs, path, arg, root, configs, states, errors): the sweep expanded and checked (see
+  sweep_checks.check); raises ValueError on a bad sweep declaration or flags."""
+  remote = '://' in args.root
+  root = args.root if remote else os.path.abspath(args.root)
+  if remote and not (args.dry_run or args.estimate):
+    raise ValueError(f'--root={args.root}: bucket roots can only be emitted (add --dry-run and run '
+                     'the command list on the hosts); run locally with a local folder')
+  runs, path, arg = expand(args.config, root)
+  configs = run_configs(runs, path, arg)
+  errors, warnings, states = sweep_checks.check(
+      runs, configs, root, list(zip(('--emit-commands', '--emit-slurm'), output_files(args, root))),
+      lambda r: saved_state(r, configs[r.workdir]))
+  for line in warnings:
+    print(f'warning: {line}', file=sys.stderr)
+  return runs, path, arg, root, configs, states, errors
+
+
+def report_problems(errors):
+  for line in errors:
+    print(f'error: {line}', file=sys.stderr)
+  print(f'{len(errors)} problem(s) found before launching: nothing was run or written',
+        file=sys.stderr)
+  return 2
 
 
 def main(argv=None):
-  """Run the sweep; returns the exit code (1 if any run failed or conflicts, 2 on bad flags)."""
+  """Run the sweep; returns the exit code (0 all completed, 1 a run failed or is in use, 2 bad
+  flags or a problem found by the checks, 128 + N stopped by signal N)."""
   args = parse_args(argv)
   try:
     gpus = parse_gpus(args.gpus)
@@ -348,38 +287,48 @@ def main(argv=None):
       raise ValueError(f'--parallel={args.parallel}: give a positive number of runs at a time')
     if gpus and slots > len(gpus):
       raise ValueError(f'--parallel={slots} exceeds the {len(gpus)} GPUs of --gpus; one run per GPU')
-    runs, path, arg, root = plan(args)
+    if args.estimate_steps < 1:
+      raise ValueError(f'--estimate-steps={args.estimate_steps}: give a positive number of steps')
+    runs, path, arg, root, configs, states, errors = plan(args)
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
-  module = loader.load_module(path)
-  todo, done, failures = [], 0, []
-  for run in runs:
-    state, detail = saved_state(run, path, arg, module)
-    if state == 'completed':
-      done += 1
-    elif state == 'mismatch':
-      failures.append((run, None, detail))
-      print(f'FAILED {run.slug}/seed{run.seed}: {detail}')
-    else:
-      todo.append(run)
-      if args.dry_run:
-        print(f'would run: {command_line(command(run, path, arg))}' + (f'  # {detail}' if detail else ''))
-  print(f'{done} completed (skipped), {len(todo)} to run, {len(failures)} in conflict')
+  if errors:
+    return report_problems(errors)
+  write_plan(runs, path, arg, root, output_files(args, root))
+  todo = [r for r in runs if states.get(r.workdir, ('todo', ''))[0] != 'completed']
+  for run in todo if args.dry_run or args.estimate else ():
+    detail = states.get(run.workdir, ('todo', ''))[1]
+    print(f'would run: {command_line(command(run, path, arg))}' + (f'  # {detail}' if detail else ''))
+  print(f'{len(runs) - len(todo)} completed (skipped), {len(todo)} to run')
+  if args.estimate:
+    from analysis import estimate  # pylint: disable=import-outside-toplevel
+    env = sweep_runner.child_env(REPO if '://' in root else root, REPO, gpus[0] if gpus else None)
+    return estimate.report(runs, lambda r: config_flags(r, path, arg), env, REPO,
+                           args.estimate_steps)
   if args.dry_run:
-    return 1 if failures else 0
-  progress = Progress(len(runs), done, slots)
-  progress.failed = len(failures)
+    return 0
+  return launch(todo, path, arg, root, configs, slots, gpus, len(runs), args.heartbeat)
+
+
+def launch(todo, path, arg, root, configs, slots, gpus, total, heartbeat):
+  """Run the `todo` runs; print the outcome; returns main's exit code."""
+  progress = sweep_runner.Progress(total, total - len(todo), slots)
+  print('each run logs to <its workdir>/train.log (tail -f one to watch it)')
   progress.show()
-  try:
-    failures += run_all(todo, path, arg, root, progress, slots, gpus)
-  except KeyboardInterrupt:
-    print('interrupted: running runs stopped; run the same command again to resume', file=sys.stderr)
-    return 130
+  failures, in_use, signum = sweep_runner.run_all(
+      launch_order(todo), lambda r: command(r, path, arg, sys.executable), root, REPO, progress,
+      slots, gpus, lambda r: configs[r.workdir].batch_size, heartbeat=heartbeat)
+  if signum is not None:
+    print(f'stopped by {signal.Signals(signum).name}: running runs were stopped and keep their '
+          'last checkpoint; run the same command again to resume', file=sys.stderr)
+    return 128 + signum
   progress.show('sweep finished')
   for run, code, line in failures:
-    print(f'failed: {run.workdir}: ' + (f'exit code {code}, last log line: {line!r}' if code is not None else line))
-  return 1 if failures else 0
+    print(f'failed: {run.workdir}: exit code {code}, last log line: {line!r}')
+  for run in in_use:
+    print(f'not run: {run.workdir} is in use by another live process; rerun when it has finished')
+  return 1 if failures or in_use else 0
 
 
 if __name__ == '__main__':

@@ -1,23 +1,27 @@
-"""One ResNet-18 training step of this project (trainer.steps), on synthetic uint8 data.
+"""One ResNet-18 training step of this project (the run context, trainer/run.py), on synthetic data.
 
-  python -m benchmarks.bench_step --image-size 64 --batch 64                       # CPU
-  python -m benchmarks.bench_step --image-size 224 --batch 256 --compute-dtype bfloat16   # GPU
+  python -m benchmarks.bench_step                                                  # CPU: 64^2, batch 64
+  python -m benchmarks.bench_step --config configs/celeba.py:gpu --batch 256 --compute-dtype bfloat16
+  python -m benchmarks.bench_step --config configs/celeba.py:gpu --batch 256 --emulate bf16 \
+      --emulate-impl fast                                                         # an emulated arm
 
-The step is the project's own: `resnet.create_model` -> `steps.init_state` ->
-`steps.make_train_step` (uint8 -> normalised f32 on device, forward, softmax cross-entropy,
-backward, AdamW through `optim.masked_update`, state donated, metrics summed on device). One
-synthetic batch stays on the device, so this measures the device step alone (no input pipeline).
+The config is loaded as train.py loads it (configs/loader.py): `--config FILE[:ARGS]` (default
+DEFAULT_CONFIG: the CelebA study's model and numerics at 64^2, batch 64), then the shorthand flags
+below (each sets one field: --batch is batch_size, --image-size data.image_size, --emulate
+numerics.emulate, ...), then `--config.FIELD=VALUE` overrides. A bad value stops with one line
+`error: ...` (exit code 2) before any compute. The step is the trainer's own, built by the run
+context (`run.build` on a synthetic dataset of one global batch of random uint8 images,
+`run.init_model`, `run.initial_state`, `run.enter_phase` into the phase where every parameter
+trains): uint8 -> normalised f32 on device, forward, cross-entropy, backward, AdamW, state donated,
+metrics summed on device. The batch stays on the device: this measures the device step alone.
 
 Reports: compile time (lower + compile), ms/step (median over `--windows` timed windows of
 `--steps` steps each, after `--warmup` steps; the host blocks only at the end of a window),
 images/s, achieved TFLOP/s from XLA's cost analysis of the compiled step and from the analytic
-count (training = 3 x forward = 6 x multiply-adds per image; REFERENCE.md section 5), MFU against
-the device's peak for the product format the step really runs in (None where no peak is known,
-e.g. CPUs), and the device's peak memory where it reports one. Prints a Markdown table; the last
-line is `images_per_sec=<float>`.
-
-Imports neither TensorFlow nor ml_collections: the config is a small dict-backed stand-in that
-`create_model`, `numerics.setup` and `trainer.optim` read like a ConfigDict.
+count (training = 3 x forward = 6 x multiply-adds per image), MFU against the device's peak for
+the product format the step really runs in (None where no peak is known, e.g. CPUs), and the
+device's peak memory where it reports one. Prints a Markdown table; the last line is
+`images_per_sec=<float>`. Imports no TensorFlow (ml_collections: yes, for the config).
 """
 
 import argparse
@@ -33,12 +37,25 @@ if __package__ in (None, ''):  # run as a file: make the repository importable
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from flax import nnx  # noqa: E402
 
+from configs import loader  # noqa: E402
+from input_pipeline import base  # noqa: E402
 from models import resnet  # noqa: E402
+from numerics import emulate as emulate_lib  # noqa: E402
 from numerics import ops  # noqa: E402
+from numerics import profiles  # noqa: E402
 from numerics import setup as numerics_setup  # noqa: E402
-from trainer import optim, steps, validation  # noqa: E402
+from trainer import run, validation  # noqa: E402
+
+# The CelebA study's model and numerics (ImageNet stem, f32, platform-default precision), at a
+# size a CPU times in seconds per step.
+DEFAULT_CONFIG = 'configs/celeba.py:data.image_size=64,batch_size=64'
+# Shorthand flags (argparse dest) and the config field each sets, when given.
+SHORTHANDS = (('image_size', 'data.image_size'), ('batch', 'batch_size'), ('width', 'model.width'),
+              ('stem', 'model.stem'), ('compute_dtype', 'numerics.compute_dtype'),
+              ('matmul_precision', 'numerics.matmul_precision'), ('emulate', 'numerics.emulate'),
+              ('emulate_impl', 'numerics.emulate_impl'), ('conv_impl', 'numerics.conv_impl'),
+              ('flip', 'data.flip'))
 
 # Dense peak TFLOP/s per device by product format ('bf16', 'tf32', 'f32'); matched by substring
 # of jax's device_kind, first match wins (REFERENCE.md section 5; vendor data sheets, SXM parts).
@@ -54,32 +71,47 @@ PEAK_TFLOPS = (
     ('TPU v5', {'bf16': 459.0}),
 )
 # Formats made of several bf16 passes run at the bf16 peak divided by the number of passes.
-PASSES = {'bf16_3x': 3, 'bf16_6x': 6, 'bf16_9x': 9, 'tf32_3x': 3}
+PASSES = {'bf16_3x': 3, 'bf16_4x': 4, 'bf16_6x': 6, 'bf16_9x': 9, 'tf32_3x': 3}
 
 
-class Cfg(dict):
-  """A dict with attribute access: the subset of ConfigDict the model and numerics code reads."""
-
-  def __getattr__(self, name):
-    try:
-      return self[name]
-    except KeyError:
-      raise AttributeError(name) from None
-
-  def __setattr__(self, name, value):
-    self[name] = value
+def fail(message):
+  """One line on stderr, exit code 2: bad input, found before any compute."""
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
 
 
-def make_config(args):
-  """The fields create_model / numerics.setup / trainer.optim read, from the command line."""
-  return Cfg(
-      seed=0, num_epochs=1,
-      model=Cfg(name='resnet18', width=float(args.width), stem=args.stem, reinit=('stem', 'head')),
-      numerics=Cfg(matmul_precision=args.matmul_precision, compute_dtype=args.compute_dtype,
-                   param_dtype='float32', emulate=args.emulate, batchnorm_group=0,
-                   gpu_deterministic=False, conv_impl=args.conv_impl),
-      optim=Cfg(learning_rate=0.01, weight_decay=0.001, b1=0.9, b2=0.999, eps=1e-8,
-                warmup_epochs=0.0, freeze_epochs=0, schedule='per_phase'))
+def shorthand_overrides(args, shorthands=SHORTHANDS):
+  """[(config field, value)] of the shorthand flags given on the command line."""
+  return [(field, getattr(args, dest)) for dest, field in shorthands
+          if getattr(args, dest, None) is not None]
+
+
+def parse(parser, argv, overrides_of=shorthand_overrides):
+  """(args, config): `--config` and `--config.*` split off (configs/loader.py), the rest parsed by
+  `parser`, the config loaded with overrides_of(args) then the `--config.*` overrides, validated
+  and its numerics applied (numerics.setup.configure, before any backend starts). Bad input:
+  one line and exit code 2."""
+  spec, overrides, rest = loader.split_argv(list(sys.argv[1:] if argv is None else argv))
+  args = parser.parse_args(rest)
+  try:
+    config = loader.load(spec or DEFAULT_CONFIG, overrides_of(args) + overrides)
+    validation.check_config(config)
+    numerics_setup.configure(config)
+  except ValueError as e:  # ConfigError is a ValueError
+    fail(str(e).splitlines()[0])
+  return args, config
+
+
+def synthetic_dataset(config, num_classes=1000, examples=None):
+  """Random uint8 images at config.data.image_size (3 channels) and labels: `examples` (default:
+  one global batch) training examples, one test example (the step never evaluates)."""
+  rng = np.random.default_rng(0)
+  size = config.data.image_size
+
+  def split(n):
+    return base.Split(rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8),
+                      rng.integers(0, num_classes, (n,), dtype=np.int32))
+  return base.Dataset('synthetic', split(examples or config.batch_size), split(1), num_classes)
 
 
 # One distinct convolution: input size (square), channels, kernel, stride, padding, whether the
@@ -128,12 +160,17 @@ def analytic_macs(image_size, width=1.0, stem='imagenet', in_channels=3, num_cla
   return macs + features * num_classes
 
 
-def executed_format(platform, matmul_precision, emulate, compute_dtype, conv_impl):
+def executed_format(platform, numerics, conv_impl):
   """The product format the hardware really runs the convolutions in (for the MFU peak)."""
-  if emulate != 'none':  # emulation runs every pass at HIGHEST on exact operands
-    return numerics_setup.native_formats(platform, 'highest')[0]
-  formats = numerics_setup.effective_formats(platform, matmul_precision, emulate, compute_dtype)
-  return formats['dense'] if conv_impl == 'im2col' else formats['conv']
+  requested = profiles.formats(numerics)
+  fmt = requested['conv']
+  if fmt != 'native':
+    impl = emulate_lib.resolve_impl(numerics.emulate_impl, platform, fmt)
+    if impl == 'reference':  # every pass at HIGHEST on exact operands
+      return numerics_setup.native_formats(platform, 'highest')[0]
+    return 'bf16_4x' if emulate_lib.fast_plan(fmt, platform).split else fmt
+  return numerics_setup.kind_formats(platform, numerics.matmul_precision, requested,
+                                     numerics.compute_dtype, conv_as_dot=conv_impl == 'im2col')['conv']
 
 
 def peak_tflops(device_kind, fmt):
@@ -170,41 +207,23 @@ def peak_memory_bytes(devices):
 
 
 class JaxStep:
-  """The project's train step, compiled for one synthetic batch; `run(n)` times n steps."""
+  """The trainer's step for `config`, compiled for one resident batch; `run(n)` times n steps.
 
-  def __init__(self, args, devices=None):
-    self.args = args
-    config = make_config(args)
-    numerics_setup.configure(config)  # jax_default_matmul_precision, before tracing
+  `dataset`: the data (default: synthetic_dataset); the resident batch is its first training
+  batch. Raises validation.ConfigError on a config the devices cannot run (before compiling).
+  """
+
+  def __init__(self, config, devices=None, dataset=None, num_classes=1000):
     self.config = config
     self.devices = list(devices if devices is not None else jax.devices())
-    if args.batch % len(self.devices):
-      raise SystemExit(f'--batch {args.batch} must divide over {len(self.devices)} devices')
-    mesh = steps.make_mesh(self.devices)
-    replicated, sharded = steps.shardings(mesh)
-
-    def create():
-      return resnet.create_model(config, args.num_classes, 3, nnx.Rngs(params=0))
-    graphdef, _ = nnx.split(nnx.eval_shape(create))
-    # Initialisation compiled at XLA's lowest backend optimisation: the random-number code takes
-    # ~30 s CPU to compile otherwise (values may differ from the trainer's in the last bit).
-    init = jax.jit(lambda: nnx.state(create())).lower().compile(
-        compiler_options={'xla_backend_optimization_level': 0})
-    model = nnx.merge(graphdef, init())
-    self.conv_impl = ops.resolve_conv_impl(model.conv1.conv_impl)
+    self.ctx = run.build(config, dataset or synthetic_dataset(config, num_classes), self.devices)
+    model, _ = run.init_model(self.ctx)
     self.num_params = resnet.count_params(model)
-    all_phases = optim.phases(config, 1000)
-    tx = optim.make_optimizer(config, 1000, all_phases[0])
-    state = steps.init_state(model, tx)
-    mask = optim.trainable_mask(state['params'], False, config.model.reinit)
-    self.state = jax.device_put(state, replicated)
-    rng = np.random.default_rng(0)
-    batch = {'image': rng.integers(0, 256, (args.batch, args.image_size, args.image_size, 3),
-                                   dtype=np.uint8),
-             'label': rng.integers(0, args.num_classes, (args.batch,), dtype=np.int32)}
-    self.batch = jax.device_put(batch, sharded)
-    step = steps.make_train_step(mesh, graphdef, tx, mask, 'identity', (0.5,) * 3, (0.5,) * 3,
-                                 args.flip, 0)
+    self.conv_impl = ops.resolve_conv_impl(config.numerics.conv_impl)
+    phase = next(p for p in self.ctx.phases if not p.frozen)  # every parameter trains
+    self.state, step = run.enter_phase(self.ctx, run.initial_state(self.ctx, model), phase,
+                                       phase.start)
+    (self.batch,) = list(run.batches(self.ctx, phase.start, phase.start + 1))
     start = time.perf_counter()
     self.step = step.lower(self.state, self.batch).compile()
     self.compile_s = time.perf_counter() - start
@@ -221,18 +240,30 @@ class JaxStep:
     return time.perf_counter() - start
 
 
+def build_step(config, devices=None, dataset=None, num_classes=1000):
+  """JaxStep(...), a config the devices cannot run ending the process with one line (exit 2)."""
+  try:
+    return JaxStep(config, devices, dataset, num_classes)
+  except validation.ConfigError as e:
+    fail(str(e).splitlines()[0])
+
+
 def add_args(parser):
-  parser.add_argument('--image-size', type=int, default=64)
-  parser.add_argument('--batch', type=int, default=64, help='global batch')
-  parser.add_argument('--width', type=float, default=1.0)
-  parser.add_argument('--stem', default='imagenet', choices=('imagenet', 'small'))
-  parser.add_argument('--num-classes', type=int, default=1000)
-  parser.add_argument('--compute-dtype', default='float32', choices=numerics_setup.DTYPES)
-  parser.add_argument('--matmul-precision', default='default', choices=numerics_setup.PRECISIONS)
-  parser.add_argument('--emulate', default='none', choices=('none', 'bf16', 'bf16_3x', 'tf32',
-                                                            'f32'))
-  parser.add_argument('--conv-impl', default='auto', choices=ops.CONV_IMPLS)
-  parser.add_argument('--flip', action='store_true', help='random flips in the step')
+  """The shorthand config flags (default: the config's value) and the timing flags."""
+  parser.epilog = (f'--config FILE[:ARGS] (default {DEFAULT_CONFIG}) and --config.FIELD=VALUE '
+                   'overrides as train.py takes them; the shorthand flags set one field each.')
+  parser.add_argument('--image-size', type=int, help='data.image_size')
+  parser.add_argument('--batch', type=int, help='batch_size (global)')
+  parser.add_argument('--width', type=float, help='model.width')
+  parser.add_argument('--stem', help="model.stem: 'imagenet' or 'small'")
+  parser.add_argument('--compute-dtype', help='numerics.compute_dtype')
+  parser.add_argument('--matmul-precision', help='numerics.matmul_precision')
+  parser.add_argument('--emulate', help='numerics.emulate: ' + '|'.join(emulate_lib.EMULATE_MODES))
+  parser.add_argument('--emulate-impl', help='numerics.emulate_impl: ' +
+                      '|'.join(emulate_lib.EMULATE_IMPLS))
+  parser.add_argument('--conv-impl', help='numerics.conv_impl: ' + '|'.join(ops.CONV_IMPLS))
+  parser.add_argument('--flip', action='store_true', default=None, help='data.flip')
+  parser.add_argument('--num-classes', type=int, default=1000, help='classes of the synthetic data')
   parser.add_argument('--steps', type=int, default=10, help='steps per timed window')
   parser.add_argument('--windows', type=int, default=5, help='timed windows (median reported)')
   parser.add_argument('--warmup', type=int, default=2, help='untimed steps after compiling')
@@ -266,8 +297,21 @@ def selected_devices(args):
   return jax.devices()[:args.devices] if args.devices else jax.devices()
 
 
-def measure(args):
-  bench = JaxStep(args, selected_devices(args))
+def alternate(runners, warmup, windows, steps):
+  """{name: [seconds per step of each window]}: runners[name](n) times n steps; after `warmup`
+  untimed steps each, `windows` rounds time `steps` steps of every runner in turn, so a busy or
+  throttling machine slows them all alike."""
+  for run_steps in runners.values():
+    run_steps(warmup)
+  times = {name: [] for name in runners}
+  for _ in range(windows):
+    for name, run_steps in runners.items():
+      times[name].append(run_steps(steps) / steps)
+  return times
+
+
+def measure(args, config):
+  bench = build_step(config, selected_devices(args), num_classes=args.num_classes)
   bench.run(args.warmup)
   times = [bench.run(args.steps) / args.steps for _ in range(args.windows)]
   return bench, times
@@ -275,14 +319,14 @@ def measure(args):
 
 def summarize(bench, times):
   """Dict of the reported quantities."""
-  args = bench.args
+  c = bench.config
   ms = statistics.median(times) * 1e3
-  ips = args.batch / (ms / 1e3)
+  ips = c.batch_size / (ms / 1e3)
   d = bench.devices[0]
-  analytic = 6.0 * analytic_macs(args.image_size, args.width, args.stem, 3, args.num_classes)
-  analytic *= args.batch
-  fmt = executed_format(d.platform, args.matmul_precision, args.emulate, args.compute_dtype,
-                        bench.conv_impl)
+  num_classes = bench.ctx.dataset.num_classes
+  analytic = 6.0 * analytic_macs(c.data.image_size, c.model.width, c.model.stem, 3, num_classes)
+  analytic *= c.batch_size
+  fmt = executed_format(d.platform, c.numerics, bench.conv_impl)
   peak = peak_tflops(str(getattr(d, 'device_kind', '')), fmt)
   xla_tflops = bench.flops / (ms / 1e3) / 1e12 if bench.flops else None
   analytic_tflops = analytic / (ms / 1e3) / 1e12
@@ -302,16 +346,26 @@ def _fmt(value, spec):
   return 'n/a' if value is None else format(value, spec)
 
 
-def table(bench, s):
-  args = bench.args
+def numerics_line(config, conv_impl, platform):
+  """compute dtype, precision, emulation (impl resolved) and conv implementation, in one line."""
+  n = config.numerics
+  emulated = 'none'
+  if n.emulate != 'none':
+    impl = emulate_lib.resolve_impl(n.emulate_impl, platform, n.emulate)
+    emulated = f'{n.emulate} (emulate_impl {n.emulate_impl} -> {impl})'
+  return (f'compute {n.compute_dtype}, matmul_precision {n.matmul_precision}, emulate '
+          f'{emulated}, conv_impl {n.conv_impl} -> {conv_impl}')
+
+
+def table(bench, s, args):
+  c = bench.config
   rows = [
-      ('config', f'ResNet-18 width {args.width:g}, {args.stem} stem, {args.num_classes} classes, '
-                 f'{bench.num_params:,} params'),
-      ('input', f'{args.image_size}x{args.image_size}x3 uint8, global batch {args.batch} on '
-                f'{len(bench.devices)} device(s)'),
-      ('numerics', f'compute {args.compute_dtype}, matmul_precision {args.matmul_precision}, '
-                   f'emulate {args.emulate}, conv_impl {args.conv_impl} -> {bench.conv_impl}, '
-                   f'executed format {s["format"]}'),
+      ('config', f'ResNet-18 width {c.model.width:g}, {c.model.stem} stem, '
+                 f'{bench.ctx.dataset.num_classes} classes, {bench.num_params:,} params'),
+      ('input', f'{c.data.image_size}x{c.data.image_size}x3 uint8, global batch {c.batch_size} '
+                f'on {len(bench.devices)} device(s)'),
+      ('numerics', numerics_line(c, bench.conv_impl, bench.devices[0].platform) +
+       f', executed format {s["format"]}'),
       ('compile (lower+compile)', f'{s["compile_s"]:.1f} s'),
       ('ms/step (median; min-max)', f'{s["ms"]:.2f} ({s["ms_min"]:.2f}-{s["ms_max"]:.2f}), '
                                     f'{args.windows} windows x {args.steps} steps'),
@@ -332,12 +386,12 @@ def table(bench, s):
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   add_args(parser)
-  args = parser.parse_args(argv)
+  args, config = parse(parser, argv)
   print(environment())
   print(command_line('bench_step', argv))
-  bench, times = measure(args)
+  bench, times = measure(args, config)
   s = summarize(bench, times)
-  print(table(bench, s))
+  print(table(bench, s, args))
   print(f'images_per_sec={s["images_per_sec"]:.2f}')
 
 

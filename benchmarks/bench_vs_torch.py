@@ -5,7 +5,11 @@
 
 One process, alternating rounds: every round times `--steps` steps of each variant in turn (the
 host blocks once per window), so a busy or throttling machine slows all variants alike. Variants:
-  jax            this project's step (benchmarks.bench_step.JaxStep: trainer.steps, donated state)
+  jax            this project's step (benchmarks.bench_step.JaxStep: the run context's step on
+                 synthetic data, donated state); its config is loaded as bench_step loads it
+                 (`--config`, default bench_step.DEFAULT_CONFIG, and `--config.*` overrides), with
+                 --image-size, --batch, --width, --conv-impl and --precision applied over it; the
+                 torch model takes the loaded image size, batch and width
   torch eager    a torchvision-shaped ResNet-18 in plain torch.nn, channels-last, AdamW (fused on
                  CUDA, foreach elsewhere), the same uint8 -> normalised float preprocessing
   torch compile  the same under torch.compile (skipped, with the reason, where it fails)
@@ -164,36 +168,45 @@ def torch_environment():
   return line
 
 
+def jax_overrides(args):
+  """The config fields the flags set: the shorthands given, and --precision's two fields."""
+  compute_dtype, matmul_precision = PRECISIONS[args.precision]
+  flags = tuple(p for p in bench_step.SHORTHANDS
+                if p[0] in ('image_size', 'batch', 'width', 'conv_impl'))
+  return bench_step.shorthand_overrides(args, flags) + [
+      ('numerics.compute_dtype', compute_dtype), ('numerics.matmul_precision', matmul_precision)]
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--image-size', type=int, default=64)
-  parser.add_argument('--batch', type=int, default=64)
-  parser.add_argument('--width', type=float, default=1.0)
+  parser.add_argument('--image-size', type=int, help='data.image_size (default: the config\'s)')
+  parser.add_argument('--batch', type=int, help='batch_size (default: the config\'s)')
+  parser.add_argument('--width', type=float, help='model.width (default: the config\'s)')
   parser.add_argument('--num-classes', type=int, default=1000)
   parser.add_argument('--precision', default='f32', choices=tuple(PRECISIONS))
-  parser.add_argument('--conv-impl', default='auto', choices=('auto', 'xla', 'im2col'))
+  parser.add_argument('--conv-impl', help='numerics.conv_impl: auto|xla|im2col')
   parser.add_argument('--steps', type=int, default=5, help='steps per timed window')
   parser.add_argument('--rounds', type=int, default=5, help='alternating rounds (median)')
   parser.add_argument('--warmup', type=int, default=2)
   parser.add_argument('--no-compile', action='store_true', help='skip torch.compile')
   parser.add_argument('--torch-device', default=None, help="default: 'cuda' if available")
-  args = parser.parse_args(argv)
+  args, config = bench_step.parse(parser, argv, jax_overrides)
+  if config.model.stem != 'imagenet' or config.numerics.emulate != 'none':
+    bench_step.fail('bench_vs_torch compares the native ImageNet-stem model: model.stem must be '
+                    "'imagenet' and numerics.emulate 'none'")
+  # The torch side takes the JAX side's sizes.
+  args.image_size, args.batch = config.data.image_size, config.batch_size
+  args.width = config.model.width
 
   import torch
   if args.torch_device is None:
     args.torch_device = 'cuda' if torch.cuda.is_available() else 'cpu'
-  compute_dtype, matmul_precision = PRECISIONS[args.precision]
-  jax_args = argparse.Namespace(
-      image_size=args.image_size, batch=args.batch, width=args.width, stem='imagenet',
-      num_classes=args.num_classes, compute_dtype=compute_dtype,
-      matmul_precision=matmul_precision, emulate='none', conv_impl=args.conv_impl, flip=False,
-      steps=args.steps, windows=args.rounds, warmup=args.warmup, devices=1)
 
   print(bench_step.environment() + ' | ' + torch_environment())
   print(bench_step.command_line('bench_vs_torch', argv))
   import jax
   variants, notes = {}, []
-  jax_step = bench_step.JaxStep(jax_args, jax.devices()[:1])
+  jax_step = bench_step.build_step(config, jax.devices()[:1], num_classes=args.num_classes)
   variants['jax (this project, conv_impl %s)' % jax_step.conv_impl] = jax_step
   variants['torch eager'] = TorchStep(args, compiled=False)
   if not args.no_compile:
@@ -201,12 +214,8 @@ def main(argv=None):
       variants['torch.compile'] = TorchStep(args, compiled=True)
     except Exception as e:  # noqa: BLE001 - report why and go on with eager
       notes.append(f'torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}')
-  for v in variants.values():
-    v.run(args.warmup)
-  times = {name: [] for name in variants}
-  for _ in range(args.rounds):
-    for name, v in variants.items():
-      times[name].append(v.run(args.steps) / args.steps)
+  times = bench_step.alternate({name: v.run for name, v in variants.items()}, args.warmup,
+                              args.rounds, args.steps)
 
   med = {name: statistics.median(t) * 1e3 for name, t in times.items()}
   jax_name = next(iter(variants))

@@ -1,10 +1,11 @@
 """Where a training step's device time goes: a profiler trace of bench_step's step, summarised.
 
-  python -m benchmarks.profile_step --image-size 224 --batch 256 --compute-dtype bfloat16   # GPU
-  python -m benchmarks.profile_step --image-size 32 --batch 16 --width 0.25 --steps 2      # CPU
+  python -m benchmarks.profile_step --config configs/celeba.py:gpu --batch 256 \
+      --compute-dtype bfloat16                                                         # GPU
+  python -m benchmarks.profile_step --image-size 32 --batch 16 --width 0.25 --steps 2  # CPU
 
-Takes the same arguments as `benchmarks/bench_step.py` (plus `--trace-dir`), compiles the same
-step, runs `--warmup` steps, then records `--steps` steps under `jax.profiler.trace` (with a
+Takes the same arguments as `benchmarks/bench_step.py` (`--config`, its shorthand flags and
+`--config.*` overrides, plus `--trace-dir`), builds the same step through the run context, runs `--warmup` steps, then records `--steps` steps under `jax.profiler.trace` (with a
 Perfetto JSON trace) and reads that trace back: every complete event on the device's tracks is a
 kernel (GPU) or an XLA operation (CPU/TPU). It prints, per step:
 
@@ -201,9 +202,11 @@ def main(argv=None):
   bench_step.add_args(parser)
   parser.add_argument('--trace-dir', default='', help='where the trace goes (default: a temp dir)')
   parser.add_argument('--top', type=int, default=25, help='kernels listed')
-  args = parser.parse_args(argv)
+  args, config = bench_step.parse(parser, argv)
   print(bench_step.environment())
-  bench = bench_step.JaxStep(args, bench_step.selected_devices(args))
+  print(bench_step.command_line('profile_step', argv))
+  bench = bench_step.build_step(config, bench_step.selected_devices(args),
+                                num_classes=args.num_classes)
   bench.run(args.warmup)
   trace_dir = args.trace_dir or tempfile.mkdtemp(prefix='profile_step_')
   with jax.profiler.trace(trace_dir, create_perfetto_trace=True):

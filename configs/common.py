@@ -66,7 +66,15 @@ def base_config():
   c.numerics.matmul_precision = 'default'  # any jax_default_matmul_precision value
   c.numerics.compute_dtype = 'float32'  # activations: 'float32' or 'bfloat16'
   c.numerics.param_dtype = 'float32'  # master weights
-  c.numerics.emulate = 'none'  # product format reproduced on any backend (numerics/emulate.py)
+  # Product formats (numerics/profiles.py): a named profile ('native', 'tpu_default',
+  # 'jax_gpu_default', 'torch_gpu_default', 'f32', 'bf16_noise'; '' = none), or `emulate`, one
+  # format for convolutions and dense layers alike ('none' = not given), or each kind's own
+  # ('native', 'bf16', 'bf16_3x', 'tf32', 'f32', 'bf16_noise'; '' = as profile/emulate say, else
+  # native). Loading expands them: the saved config holds the profile and both formats.
+  c.numerics.profile = ''
+  c.numerics.emulate = 'none'
+  c.numerics.conv_format = ''
+  c.numerics.dense_format = ''
   c.numerics.batchnorm_group = 0  # 0: BN over the global batch; K: per group of K examples
   c.numerics.gpu_deterministic = False  # --xla_gpu_deterministic_ops
   # Further XLA flags of this run ('--xla_a=1 --xla_b=2'), set before JAX starts (numerics/setup.py).
@@ -75,8 +83,8 @@ def base_config():
   # rest and on GPU/TPU), 'xla' or 'im2col' (same product and operand rounding; f32 summation
   # order differs; numerics/ops.py).
   c.numerics.conv_impl = 'auto'
-  # How emulated products are computed: 'auto' (the fastest implementation with the same products
-  # on this platform) or 'reference' (rounded operands at HIGHEST); numerics/emulate.py.
+  # How emulated products are computed: 'reference' (rounded operands at HIGHEST), 'fast' (the same
+  # operands on the format's native units) or 'auto' (fast on GPU/TPU, CPU: as measured); emulate.py.
   c.numerics.emulate_impl = 'auto'
 
   c.distributed = ml_collections.ConfigDict()

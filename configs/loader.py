@@ -8,7 +8,10 @@ value) pairs applied afterwards, as the command line's `--config.<field>=<value>
 value given as text is read as the field's type (`True`/`false`/`1` for booleans, Python literals
 for numbers and tuples, anything for strings). train.py, the sweep, the study, the divergence tool
 and the benchmarks all load through `load`; a bad file, preset, field or value raises one-line
-ValueError naming it and the fix.
+ValueError naming it and the fix. The numerics product formats are expanded after the overrides
+(numerics/profiles.py: the profile / emulate shorthands written out as conv_format and
+dense_format; contradictory settings are an error), also when overrides are applied to a config
+already loaded: a new shorthand then replaces the formats the old one had set.
 """
 
 import ast
@@ -18,6 +21,7 @@ import os
 import sys
 
 from configs import common
+from numerics import profiles
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRUE, FALSE = ('true', '1', 'yes'), ('false', '0', 'no')
@@ -88,7 +92,10 @@ def typed(old, value, dotted):
 
 
 def apply_overrides(config, overrides):
-  """config[field] = value for each (dotted field, value) pair, typed like the field."""
+  """config[field] = value for each (dotted field, value) pair, typed like the field; then the
+  product formats expanded (numerics/profiles.py)."""
+  overrides = list(overrides)
+  profiles.release(config, [dotted for dotted, _ in overrides])
   for dotted, value in overrides:
     node = config
     *parents, leaf = dotted.split('.')
@@ -99,7 +106,7 @@ def apply_overrides(config, overrides):
     if leaf not in node:
       raise unknown_field(config, dotted)
     common.set_field(config, dotted, typed(node[leaf], value, dotted))
-  return config
+  return profiles.expand(config) if 'numerics' in config else config
 
 
 def load(spec, overrides=()):

@@ -20,11 +20,25 @@ reference's torchvision `Resize((224, 224))` does on PIL images. The uint8 resul
 per split under cache_dir, keyed by source files, split and resolution, then memory-mapped: later
 runs and epochs never decode, and need neither TensorFlow nor the JPEGs. Normalisation and flips
 happen on device. A JPEG that does not decode (or is not 218x178) is an error naming the file.
+
+Faults: TFDS preparation and the cache are each built under a temporary name
+(`*.partial-<host>-<pid>`) and renamed into place when complete, so a killed run leaves nothing a
+later run mistakes for a finished one; the next build deletes the partial folders of dead processes
+(`celeba_tfds.remove_leftovers`). One process per machine builds at a time (`preparation_lock`).
+
+Memory: the cache is written image by image with positioned writes (`write_cache`), never held or
+mapped whole, so the peak RSS of a first load does not grow with the number of images beyond the
+per-image index (file names, labels, TFDS's parsed attribute rows); the measured bound is in
+BENCHMARKS.md ("CelebA at full size"). Training reads the cache through a memory map: the pages it
+touches count in RSS as file pages, which the kernel drops under memory pressure.
 """
 
+import collections
 import concurrent.futures
 import contextlib
+import errno
 import fcntl
+import functools
 import io
 import json
 import os
@@ -109,35 +123,76 @@ def decode(jpeg, size, name):
                      f'{celeba_files.CELEBA_PAGE}') from None
 
 
-def _decode_into(tfds_dir, meta, targets, arrays, size, num_threads=None):
-  """Decode each record that has a target once: targets[row] = (split name, index) or None."""
+def _decode_into(records, meta, targets, outputs, size, where, num_threads=None):
+  """Decode each record that has a target once: targets[row] = (split name, index) or None;
+  outputs[split name] = (file descriptor, byte offset of image 0)."""
   threads = num_threads or len(os.sched_getaffinity(0))
+  row_bytes = size * size * 3
   partitions = sorted({int(meta['partition'][r]) for r, t in enumerate(targets) if t is not None})
   with concurrent.futures.ThreadPoolExecutor(threads) as pool:
     for partition in partitions:
       part_rows = np.flatnonzero(meta['partition'] == partition)  # = record order (sorted names)
-      pending, count = [], 0
-      for count, (jpeg, identity) in enumerate(celeba_tfds.iter_records(tfds_dir, partition), 1):
+      pending, count = collections.deque(), 0
+      for count, (jpeg, identity) in enumerate(records(partition), 1):
         row = part_rows[count - 1] if count <= len(part_rows) else None
         if row is None or identity != meta['identity'][row]:
-          raise ValueError(f'config.data.tfds_dir={tfds_dir!r}: record {count - 1} of partition '
-                           f'{partition} does not match the CelebA files: delete its celeb_a folder')
+          raise ValueError(f'{where}: record {count - 1} of partition {partition} does not match '
+                           'the CelebA files: delete its celeb_a folder')
         if targets[row] is not None:
           split_name, index = targets[row]
-          pending.append(pool.submit(_decode_to, arrays[split_name], index, jpeg, size,
+          fd, offset = outputs[split_name]
+          pending.append(pool.submit(_decode_to, fd, offset + index * row_bytes, jpeg, size,
                                      meta['names'][row]))
-        if len(pending) >= 4 * threads:
-          pending.pop(0).result()
+        while len(pending) >= 4 * threads:  # bounded: at most 4 * threads images in flight
+          pending.popleft().result()
       for future in pending:
         future.result()
       if count != len(part_rows):
-        raise ValueError(f'config.data.tfds_dir={tfds_dir!r} has {count} records in partition '
-                         f'{partition}, not {len(part_rows)}: delete its celeb_a folder')
+        raise ValueError(f'{where} has {count} records in partition {partition}, not '
+                         f'{len(part_rows)}: delete its celeb_a folder')
 
 
-def _decode_to(out, index, jpeg, size, name):
-  out[index] = decode(jpeg, size, name)
+def _decode_to(fd, offset, jpeg, size, name):
+  data = decode(jpeg, size, name).tobytes()
+  if os.pwrite(fd, data, offset) != len(data):
+    raise OSError(errno.ENOSPC, 'short write to the decoded cache (disk full?)')
   DECODED['images'] += 1
+
+
+def _create_npy(path, count, size):
+  """An empty uint8 [count, size, size, 3] .npy (sparse until written): (open fd, data offset)."""
+  header = {'descr': np.lib.format.dtype_to_descr(np.dtype(np.uint8)), 'fortran_order': False,
+            'shape': (count, size, size, 3)}
+  with open(path, 'wb') as f:
+    np.lib.format.write_array_header_1_0(f, header)
+    offset = f.tell()
+    f.truncate(offset + count * size * size * 3)
+  return os.open(path, os.O_WRONLY), offset
+
+
+def write_cache(folder, rows, meta, size, records, where):
+  """Decode the images of `rows` ({split name: metadata rows}) into `folder`/<split>.npy.
+
+  `records(partition)` yields (JPEG bytes, identity) of an official partition in record order;
+  `where` names their source in errors. Each image goes to its place in the file by a positioned
+  write (os.pwrite), never through a memory map: mapped pages written count in the process's RSS
+  (the whole cache, by the end), written pages do not. At most 4 images per thread are in flight,
+  so memory does not grow with the number of images beyond the per-image index (`targets`).
+  """
+  targets = [None] * len(meta['names'])
+  outputs = {}
+  try:
+    for split_name, split_rows in rows.items():
+      outputs[split_name] = _create_npy(os.path.join(folder, f'{split_name}.npy'),
+                                        len(split_rows), size)
+      for index, row in enumerate(split_rows):
+        targets[row] = (split_name, index)
+    _decode_into(records, meta, targets, outputs, size, where)
+    for fd, _ in outputs.values():
+      os.fsync(fd)
+  finally:
+    for fd, _ in outputs.values():
+      os.close(fd)
 
 
 @contextlib.contextmanager
@@ -163,29 +218,37 @@ def preparation_lock(cache_dir):
       fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _check_space(cache_dir, needed):
+  """Refuse before any work when `cache_dir`'s disk cannot hold the decoded cache."""
+  free = shutil.disk_usage(cache_dir).free
+  if free < needed:
+    raise ValueError(f'config.data.cache_dir={cache_dir!r}: the decoded cache needs '
+                     f'{needed / 2**20:,.1f} MiB and that disk has {free / 2**20:,.1f} MiB free: '
+                     'free space there or set config.data.cache_dir to a larger local disk')
+
+
 def _build_cache(path, manual_dir, tfds_dir, source, meta, rows, size):
-  """Prepare TFDS if needed, then decode the splits' images into `path` once (atomically)."""
+  """Prepare TFDS if needed, then decode the splits' images into `path` once (atomically: into
+  `<path>.partial-<host>-<pid>`, renamed when complete; leftovers of killed builds deleted first)."""
+  celeba_tfds.remove_leftovers(os.path.dirname(path))
+  _check_space(os.path.dirname(path), sum(len(r) for r in rows.values()) * size * size * 3)
   if manual_dir:
     celeba_tfds.prepare(manual_dir, tfds_dir, source, meta)
-  tmp = f'{path}.partial-{os.getpid()}'
+  tmp = celeba_tfds.partial_path(path)
   shutil.rmtree(tmp, ignore_errors=True)
   os.makedirs(tmp)
-  targets = [None] * len(meta['names'])
-  arrays = {}
-  for split_name, split_rows in rows.items():
-    arrays[split_name] = np.lib.format.open_memmap(
-        os.path.join(tmp, f'{split_name}.npy'), 'w+', np.uint8, (len(split_rows), size, size, 3))
-    for index, row in enumerate(split_rows):
-      targets[row] = (split_name, index)
-  _decode_into(tfds_dir, meta, targets, arrays, size)
-  for array in arrays.values():
-    array.flush()
-  del arrays
-  with open(os.path.join(tmp, 'done.json'), 'w') as f:
-    json.dump({k: len(v) for k, v in rows.items()}, f)
   try:
+    write_cache(tmp, rows, meta, size, functools.partial(celeba_tfds.iter_records, tfds_dir),
+                f'config.data.tfds_dir={tfds_dir!r}')
+    with open(os.path.join(tmp, 'done.json'), 'w') as f:
+      json.dump({k: len(v) for k, v in rows.items()}, f)
+      f.flush()
+      os.fsync(f.fileno())
     os.rename(tmp, path)
-  except OSError:  # another process finished the same cache first: keep theirs
+  except OSError:
+    if not os.path.exists(os.path.join(path, 'done.json')):
+      raise
+  finally:  # removes the partial folder after a failure (and after losing a race to another)
     shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -14,12 +14,15 @@ seed, the platform, the process count or the numpy version.
 import hashlib
 import math
 import os
+import re
+import warnings
 import zipfile
 
 import numpy as np
 
 CELEBA_PAGE = 'https://mmlab.ie.cuhk.edu.hk/projects/CelebA.html'
 ZIP = 'img_align_celeba.zip'
+MEMBER_DIR = 'img_align_celeba'  # the images are the zip's members img_align_celeba/<name>.jpg
 PARTITION = 'list_eval_partition.txt'
 ATTR = 'list_attr_celeba.txt'
 LANDMARKS = 'list_landmarks_align_celeba.txt'
@@ -70,13 +73,26 @@ def _rows(path, header_lines, columns, file_name):
     if len(part) != 2 or not part[0].endswith('.jpg') or len(part[1].split()) != columns:
       raise _bad(file_name, f'line {number} is not a name and {columns} numbers '
                  '(truncated or not the official file?)')
-  text = ' '.join(part[1] for part in parts)
-  array = np.fromstring(text, dtype=np.int64, sep=' ') if parts else np.zeros(0, np.int64)
-  if array.size != len(parts) * columns:
-    raise _bad(file_name, 'holds a value that is not an integer')
-  array = array.reshape(len(parts), columns)
+  try:  # fast: one C parse of every value (numpy >= 2.4 raises on a non-integer, older warned)
+    with warnings.catch_warnings():
+      warnings.simplefilter('error', DeprecationWarning)
+      text = ' '.join(part[1] for part in parts)
+      array = np.fromstring(text, dtype=np.int64, sep=' ') if parts else np.zeros(0, np.int64)
+  except (ValueError, DeprecationWarning):
+    array = None
+  if array is None or array.size != len(parts) * columns:
+    raise _not_integer(parts, header_lines, file_name)
   names = [part[0] for part in parts]
-  return head, np.asarray(names), array
+  return head, np.asarray(names), array.reshape(len(parts), columns)
+
+
+def _not_integer(parts, header_lines, file_name):
+  """The error naming the first value that is not a plain integer, with its line number."""
+  for number, (_, values) in enumerate(parts, header_lines + 1):
+    for value in values.split():
+      if not re.fullmatch(r'[-+]?[0-9]+', value):
+        return _bad(file_name, f'line {number} holds {value!r}, not an integer')
+  return _bad(file_name, 'holds a value that is not an integer')
 
 
 def _counted(manual_dir, file_name, headings):
@@ -105,13 +121,29 @@ def _by_name(reference, names, values, file_name):
 
 
 def zip_members(manual_dir):
-  """{file name: ZipInfo} of the JPEGs in img_align_celeba.zip; a truncated zip is an error."""
+  """{file name: ZipInfo} of the images `img_align_celeba/<name>.jpg` in img_align_celeba.zip
+  (see `members_of`); a truncated zip is an error."""
   try:
     with zipfile.ZipFile(os.path.join(manual_dir, ZIP)) as zf:
-      infos = zf.infolist()
+      return members_of(zf)
   except (zipfile.BadZipFile, OSError) as e:
     raise _bad(ZIP, f'is not a readable zip ({e}; truncated download?)') from None
-  return {os.path.basename(i.filename): i for i in infos if not i.is_dir()}
+
+
+def members_of(zf):
+  """{file name: ZipInfo} of the images in the open zip `zf`: only members at
+  `img_align_celeba/<name>.jpg` count (a stray `other/000004.jpg` or `__MACOSX/...` is ignored,
+  never taken for image 000004); one name twice is an error naming both entries."""
+  members, position = {}, {}
+  for index, info in enumerate(zf.infolist()):
+    folder, _, name = info.filename.partition('/')
+    if folder != MEMBER_DIR or '/' in name or not name.endswith('.jpg'):
+      continue
+    if name in members:
+      raise _bad(ZIP, f'holds {info.filename} twice (entries {position[name]} and {index}, '
+                 f'{members[name].file_size} and {info.file_size} bytes)')
+    members[name], position[name] = info, index
+  return members
 
 
 def read_metadata(manual_dir):

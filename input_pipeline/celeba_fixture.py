@@ -41,6 +41,14 @@ def image_counts(num_identities, max_images, rng):
   return counts
 
 
+def exact_counts(num_identities, num_images, rng):
+  """Images per identity summing to exactly `num_images` (each at least 1; CelebA-sized when
+  called with 10,177 and 202,599: about 20 each, as in CelebA)."""
+  if num_images < num_identities:
+    raise ValueError(f'--images: {num_images} is fewer than --identities {num_identities}')
+  return 1 + rng.multinomial(num_images - num_identities, np.full(num_identities, 1 / num_identities))
+
+
 def _draw(identity_index, num_identities, eyeglasses, smiling, rng):
   """One 218x178x3 uint8 image of an identity: its hue and stripes, per-image noise and marks."""
   hue = identity_index / num_identities
@@ -68,12 +76,17 @@ def _landmark_row(name, values):
   return f'{name} {values[0]}' + ''.join(f'{v:5d}' for v in values[1:])
 
 
-def generate(out, identities=20, max_images=12, seed=0, quality=90):
-  """Write a fixture into folder `out`; returns {file name: identity id} of every image."""
+def generate(out, identities=20, max_images=12, seed=0, quality=90, images=None, progress=None):
+  """Write a fixture into folder `out`; returns {file name: identity id} of every image.
+
+  `images`: the total image count (counts from `exact_counts`); None: `image_counts`' random ones.
+  `progress(done, total)` is called every 10,000 images.
+  """
   rng = np.random.default_rng(seed)
   os.makedirs(out, exist_ok=True)
   ids = np.sort(rng.choice(np.arange(1, 10178), size=identities, replace=False))
-  counts = image_counts(identities, max_images, rng)
+  counts = (image_counts(identities, max_images, rng) if images is None else
+            exact_counts(identities, images, rng))
   owners = rng.permutation(np.repeat(np.arange(identities), counts))  # interleaved, as in CelebA
   partition_of = rng.choice(3, size=identities, p=(0.8, 0.1, 0.1))  # identity-disjoint partitions
   partition_of[:min(3, identities)] = np.arange(min(3, identities))  # every partition non-empty
@@ -82,7 +95,9 @@ def generate(out, identities=20, max_images=12, seed=0, quality=90):
   attr_rows, landmark_rows, id_rows, part_rows = [], [], [], []
   with zipfile.ZipFile(os.path.join(out, 'img_align_celeba.zip'), 'w', zipfile.ZIP_DEFLATED) as zf:
     zf.writestr(zipfile.ZipInfo('img_align_celeba/'), b'')
-    for name, owner in zip(names, owners):
+    for done, (name, owner) in enumerate(zip(names, owners), 1):
+      if progress and done % 10000 == 0:
+        progress(done, len(names))
       attrs = identity_attrs[owner].copy()
       attrs[EYEGLASSES], attrs[SMILING] = rng.choice((-1, 1), size=2)
       image = _draw(owner, identities, attrs[EYEGLASSES] > 0, attrs[SMILING] > 0, rng)
@@ -114,8 +129,11 @@ def main(argv=None):
   parser.add_argument('--max_images', type=int, default=12, help='most images of one identity')
   parser.add_argument('--seed', type=int, default=0)
   parser.add_argument('--quality', type=int, default=90, help='JPEG quality')
+  parser.add_argument('--images', type=int, default=None,
+                      help='exactly this many images in all (default: random counts per identity)')
   args = parser.parse_args(argv)
-  owners = generate(args.out, args.identities, args.max_images, args.seed, args.quality)
+  owners = generate(args.out, args.identities, args.max_images, args.seed, args.quality, args.images,
+                    progress=lambda done, total: print(f'{done}/{total} images', flush=True))
   print(f'wrote {len(owners)} images of {len(set(owners.values()))} identities to {args.out}')
 
 

@@ -7,14 +7,32 @@ fetching, and that the records keep the builder's generation order (`disable_shu
 the file names sorted within each official partition. The upstream `_generate_examples` does the
 rest unchanged. Nothing is ever fetched (GCS lookups are off too).
 
+The archive's images are handed to the builder lazily (each member is read when its record is
+written), and only the members `img_align_celeba/<name>.jpg` (`celeba_files.zip_members`): the
+upstream builder would otherwise keep an open zip stream per image for the whole preparation
+(~5.5 KiB each, ~1.1 GiB at full size) and take any `*/000004.jpg` for image 000004. Records get
+keys that keep TFDS's temporary buckets small (`record_key`), so its memory does not grow with
+the split.
+
+Preparation is atomic: TFDS writes into `<tfds_dir>/celeb_a.partial-<host>-<pid>/`, the source
+record and the metadata index go into the finished version folder, and that folder is renamed to
+`<tfds_dir>/celeb_a/2.1.0` last, so a `celeb_a/2.1.0` holding `celeb_a_source.json` is complete.
+A kill at any point leaves only the partial folder, which the next preparation on this host deletes
+once its process is gone (`remove_leftovers`).
+
 TensorFlow is imported here only, CPU-only and quiet; the GPU machines have no TensorFlow and never
 get here once the decoded cache exists.
 """
 
 import json
 import os
+import re
+import shutil
+import socket
+import zipfile
 
 import numpy as np
+from absl import logging
 
 from input_pipeline import celeba_files
 
@@ -51,7 +69,9 @@ def _builder_class():
       return {k: epath.Path(self._dir) / urls[u] for k, u in url_or_urls.items()}
 
     def iter_archive(self, path):
-      return self._dl.iter_archive(path)
+      zf = zipfile.ZipFile(os.fspath(path))  # read lazily; closed with the last member
+      for name, info in celeba_files.members_of(zf).items():
+        yield f'{celeba_files.MEMBER_DIR}/{name}', _Member(zf, info)
 
   class _LocalCelebA(upstream.Builder, skip_registration=True):
     name = 'celeb_a'
@@ -69,15 +89,56 @@ def _builder_class():
     def _split_generators(self, dl_manager):
       return super()._split_generators(LocalFiles(dl_manager, self._manual_files_dir))
 
+    def _generate_examples(self, *args, **kwargs):
+      for index, (_, record) in enumerate(super()._generate_examples(*args, **kwargs)):
+        yield record_key(index), record
+
   return _LocalCelebA
+
+
+KEY_SHIFT = 108  # record keys index << 108: up to 2**20 records per split
+
+
+def record_key(index):
+  """The TFDS key of the split's record number `index`: increasing, spread over the 128-bit keys.
+
+  With `disable_shuffling` TFDS keeps a split in memory up to 1000 MiB (its `shuffle`
+  MAX_MEM_BUFFER_SIZE), then moves it to 1000 temporary buckets by key range and reads them back
+  one at a time; the keys it would give itself (0, 1, 2, ...) all fall in bucket 0, which is then
+  read back whole (CelebA's train split: ~1.2 GiB, more for larger JPEGs). These keys keep the
+  order and put at most ceil(2**20 / 1000) = 1049 records in a bucket.
+  """
+  if index >> (128 - KEY_SHIFT):
+    raise ValueError(f'celeb_a split has more than {2 ** (128 - KEY_SHIFT)} records')
+  return index << KEY_SHIFT
+
+
+class _Member:
+  """One image of the zip, read only when the builder writes its record (`tfds.features.Image`
+  calls `read()` on anything that is not a path, array or bytes)."""
+
+  def __init__(self, zf, info):
+    self._zf, self._info = zf, info
+
+  def read(self):
+    return self._zf.read(self._info)
 
 
 def dataset_dir(tfds_root):
   return os.path.join(tfds_root, 'celeb_a', VERSION)
 
 
+SOURCE, INDEX = 'celeb_a_source.json', 'celeb_a_index.npz'
+
+
+def _record_path(tfds_root, name):
+  """`name` in the version folder, or beside it where a preparation before atomic ones put it."""
+  inside, beside = os.path.join(dataset_dir(tfds_root), name), os.path.join(tfds_root, name)
+  return beside if not _path(inside).exists() and _path(beside).exists() else inside
+
+
 def _source_path(tfds_root):
-  return os.path.join(tfds_root, 'celeb_a_source.json')
+  return _record_path(tfds_root, SOURCE)
 
 
 def _path(path):
@@ -90,7 +151,55 @@ def _path(path):
 
 
 def _index_path(tfds_root):
-  return os.path.join(tfds_root, 'celeb_a_index.npz')
+  return _record_path(tfds_root, INDEX)
+
+
+def partial_path(path):
+  """Where `path` is written before it is renamed into place: `<path>.partial-<host>-<pid>`."""
+  return f'{path}.partial-{socket.gethostname()}-{os.getpid()}'
+
+
+def _alive(pid):
+  if pid == os.getpid():
+    return False  # this process's own partial is from an attempt that already ended
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
+def _rmtree(path):
+  """Delete folder `path` (local or gs://) if it exists."""
+  if '://' not in str(path):
+    shutil.rmtree(path, ignore_errors=True)
+  elif _path(path).exists():
+    _path(path).rmtree()
+
+
+def remove_leftovers(folder):
+  """Delete the `*.partial-<host>-<pid>` entries of `folder` whose process is gone (this host only;
+  another host's are named in a warning, as are TFDS `incomplete.*` folders of older versions)."""
+  root = _path(folder)
+  if not root.is_dir():
+    return
+  stale = [root / 'celeb_a' / p.name for p in (root / 'celeb_a').iterdir()
+           if p.name.startswith('incomplete.')] if (root / 'celeb_a').is_dir() else []
+  for entry in root.iterdir():
+    match = re.fullmatch(r'.+\.partial-(?:(.+)-)?([0-9]+)', entry.name)
+    if not match:
+      continue
+    host, pid = match.group(1), int(match.group(2))
+    if host not in (None, socket.gethostname()):
+      stale.append(entry)
+    elif not _alive(pid):
+      logging.info('Deleting %s, left by a killed CelebA preparation (process %d)', entry, pid)
+      _rmtree(str(entry))
+  for entry in stale:
+    logging.warning('%s was left by a killed CelebA preparation (another host, or an older '
+                    'version): delete it once no process writes it', entry)
 
 
 def read_metadata(tfds_root):
@@ -108,28 +217,49 @@ def prepared_source(tfds_root):
   return json.loads(path.read_text())
 
 
-def prepare(manual_dir, tfds_root, source, meta):
-  """Prepare celeb_a into `tfds_root` once; reuse it when it came from the same files."""
-  from etils import epath  # pylint: disable=g-import-not-at-top
+def _check_existing(tfds_root, source):
+  """True when tfds_root already holds celeb_a prepared from these files; raises when it holds
+  another one (what to delete is named)."""
   existing = prepared_source(tfds_root)
   if existing is not None:
     if existing['source_fingerprint'] != source['source_fingerprint']:
       raise ValueError(
           f'config.data.tfds_dir={tfds_root!r} holds celeb_a prepared from other files '
           f'({existing["manual_dir"]}): point config.data.tfds_dir at another folder or delete '
-          f'{dataset_dir(tfds_root)} and {_source_path(tfds_root)}')
+          f'{dataset_dir(tfds_root)}')
+    return True
+  if (_path(dataset_dir(tfds_root)) / 'dataset_info.json').exists():
+    raise ValueError(f'config.data.tfds_dir={tfds_root!r}: {dataset_dir(tfds_root)} holds a celeb_a '
+                     f'without this project\'s {SOURCE} (prepared by another tool, or by an older '
+                     'version killed before finishing): delete that folder to prepare it again')
+  return False
+
+
+def prepare(manual_dir, tfds_root, source, meta):
+  """Prepare celeb_a into `tfds_root` once, atomically; reuse it when it came from the same files."""
+  if _check_existing(tfds_root, source):
     return False
+  remove_leftovers(tfds_root)
   tfds = import_tfds()
-  if (epath.Path(dataset_dir(tfds_root)) / 'dataset_info.json').exists():
-    raise ValueError(f'config.data.tfds_dir={tfds_root!r} holds a celeb_a not prepared by this '
-                     f'project (no {_source_path(tfds_root)}): use another config.data.tfds_dir')
-  builder = _builder_class()(manual_files_dir=manual_dir, data_dir=tfds_root)
-  builder.download_and_prepare(
-      download_dir=os.path.join(tfds_root, 'downloads'),
-      download_config=tfds.download.DownloadConfig(try_download_gcs=False))
-  with epath.Path(_index_path(tfds_root)).open('wb') as f:
-    np.savez(f, **meta)
-  epath.Path(_source_path(tfds_root)).write_text(json.dumps(source, indent=1))  # written last
+  partial = partial_path(os.path.join(tfds_root, 'celeb_a'))
+  _rmtree(partial)
+  try:
+    builder = _builder_class()(manual_files_dir=manual_dir, data_dir=partial)
+    builder.download_and_prepare(
+        download_dir=os.path.join(partial, 'downloads'),
+        download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+    done = _path(dataset_dir(partial))
+    with (done / INDEX).open('wb') as f:
+      np.savez(f, **meta)
+    (done / SOURCE).write_text(json.dumps(source, indent=1))
+    _path(dataset_dir(tfds_root)).parent.mkdir(parents=True, exist_ok=True)
+    try:
+      done.rename(dataset_dir(tfds_root))  # the step that makes it prepared
+    except OSError:  # another host or cache_dir finished first: keep theirs if it is the same
+      if not _check_existing(tfds_root, source):
+        raise
+  finally:
+    _rmtree(partial)
   return True
 
 

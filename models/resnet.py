@@ -5,11 +5,14 @@ Attribute paths mirror torchvision's state-dict keys (`conv1`, `bn1`, `layer1.0.
 input channels, width 1 and 1000 classes it has exactly torchvision's 11,689,512 parameters.
 """
 
+import zlib
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from models.layers import BatchNorm, Conv2d, Linear
+from numerics import profiles
 
 STAGE_CHANNELS = (64, 128, 256, 512)
 STAGE_BLOCKS = (2, 2, 2, 2)
@@ -46,15 +49,19 @@ class ResNet18(nnx.Module):
   stem='imagenet': 7x7/2 conv, BN, ReLU, 3x3/2 max-pool (torchvision). stem='small': 3x3/1 conv,
   BN, ReLU, no pooling, for tiny images (8-32 px). `width` multiplies every stage's channels.
   `conv_impl` ('auto', 'xla', 'im2col'; numerics/ops.py) picks how the convolutions are computed.
+  Product formats: `conv_format` for every convolution, `dense_format` for the head, each
+  defaulting to `emulate` (one format for both; 'none' = native). Every Conv2d and Linear gets a
+  static `product_id`, the CRC-32 of its torchvision name, for its noise key (numerics/ops.py).
   `batchnorm_group` > 0 gives every BatchNorm per-group statistics (see `layers.BatchNorm`).
   """
 
   def __init__(self, num_classes=1000, *, in_channels=3, width=1.0, stem='imagenet',
-               dtype=jnp.float32, param_dtype=jnp.float32, emulate='none', batchnorm_group=0,
-               conv_impl='auto', emulate_impl='auto', rngs: nnx.Rngs):
+               dtype=jnp.float32, param_dtype=jnp.float32, emulate='none', conv_format=None,
+               dense_format=None, batchnorm_group=0, conv_impl='auto', emulate_impl='auto',
+               rngs: nnx.Rngs):
     if stem not in ('imagenet', 'small'):
       raise ValueError(f"config.model.stem must be 'imagenet' or 'small', got {stem!r}")
-    layer_kwargs = dict(dtype=dtype, param_dtype=param_dtype, emulate=emulate,
+    layer_kwargs = dict(dtype=dtype, param_dtype=param_dtype, emulate=conv_format or emulate,
                         conv_impl=conv_impl, emulate_impl=emulate_impl)
     bn_kwargs = dict(dtype=dtype, param_dtype=param_dtype, group_size=batchnorm_group)
     channels = [max(1, int(round(c * width))) for c in STAGE_CHANNELS]
@@ -76,9 +83,12 @@ class ResNet18(nnx.Module):
         previous = c
       stages.append(nnx.List(stage))
     self.layer1, self.layer2, self.layer3, self.layer4 = stages
-    self.fc = Linear(previous, num_classes, dtype=dtype, param_dtype=param_dtype, emulate=emulate,
-                     emulate_impl=emulate_impl, rngs=rngs)
+    self.fc = Linear(previous, num_classes, dtype=dtype, param_dtype=param_dtype,
+                     emulate=dense_format or emulate, emulate_impl=emulate_impl, rngs=rngs)
     self.dtype = dtype
+    for path, module in nnx.iter_modules(self):
+      if isinstance(module, (Conv2d, Linear)):
+        module.product_id = product_id(path)
 
   def features(self, x):
     x = jax.nn.relu(self.bn1(self.conv1(x.astype(self.dtype))))
@@ -93,6 +103,12 @@ class ResNet18(nnx.Module):
     return self.fc(self.features(x)).astype(jnp.float32)
 
 
+def product_id(path):
+  """A layer's static noise id: the CRC-32 of its torchvision name ('layer2.0.downsample.0'),
+  31 bits."""
+  return zlib.crc32('.'.join(map(str, path)).encode()) & 0x7FFFFFFF
+
+
 def count_params(model):
   return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
@@ -102,9 +118,11 @@ def create_model(config, num_classes, in_channels, rngs):
   model_cfg, num_cfg = config.model, config.numerics
   if model_cfg.name != 'resnet18':
     raise ValueError(f"config.model.name must be 'resnet18', got {model_cfg.name!r}")
+  formats = profiles.formats(num_cfg)
   return ResNet18(
       num_classes, in_channels=in_channels, width=float(model_cfg.width), stem=model_cfg.stem,
       dtype=jnp.dtype(num_cfg.compute_dtype), param_dtype=jnp.dtype(num_cfg.param_dtype),
-      emulate=num_cfg.emulate, batchnorm_group=int(num_cfg.batchnorm_group),
+      conv_format=formats['conv'], dense_format=formats['dense'],
+      batchnorm_group=int(num_cfg.batchnorm_group),
       conv_impl=num_cfg.get('conv_impl', 'auto'),
       emulate_impl=num_cfg.get('emulate_impl', 'auto'), rngs=rngs)

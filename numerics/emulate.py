@@ -18,44 +18,118 @@ convolution or a matmul; `precision` is a lax.Precision) the way a given hardwar
   'none'    not emulated: the native product under `jax_default_matmul_precision` (numerics/ops.py
             does not call this module then).
 
-Every pass is computed at lax.Precision.HIGHEST on exactly representable operands: products of two
-bf16 (or TF32) values are exact in f32, so only the rounding of the operands and the f32
-accumulation remain, which is what the hardware does (up to summation order). Rounding is
-round-to-nearest-even (numerics/rounding.py).
+Rounding is round-to-nearest-even (numerics/rounding.py), done by one function, `operand_parts`,
+whatever the implementation. Products of two bf16 (or TF32) values are exact in f32, so only the
+rounding of the operands and the f32 accumulation remain, which is what the hardware does (up to
+summation order).
 
 The backward pass is emulated too: the gradients are themselves bilinear products (the transposes of
 `product`), of the incoming cotangent with the other operand, and each is computed in the same
 format: for bf16, dx = T_x(bf16(dy), bf16(k)) and dk = T_k(bf16(x), bf16(dy)), as on a TPU, where
 the backward convolutions and matmuls run on the MXU at the same default precision.
+
+Two implementations multiply the same rounded operands (`impl`, config.numerics.emulate_impl):
+
+  'reference' every pass at lax.Precision.HIGHEST on the rounded f32 values: exact products on any
+            backend, at f32 cost (on an H100 CUDA cores, not tensor cores; on a TPU six passes).
+  'fast'    every pass on the unit that computes the format natively. The product's own jaxpr is
+            re-run with its convolutions and matmuls given operands of the pass's dtype, an f32
+            result (`preferred_element_type`) and the pass's precision; data movement before them
+            (im2col's pads and slices, a kernel's reversal) runs in that dtype, everything after in
+            f32. Forward and backward alike: the transposed products are re-typed the same way, so
+            no transpose rule casts a gradient to the operands' dtype. On CPU, whose XLA has no
+            bf16 x bf16 -> f32 kernel for every dot, bf16 operands are converted to f32 (exactly)
+            for the contraction itself (lax.platform_dependent: GPU/TPU lowerings keep bf16).
+            bf16     the rounded operands cast to bf16 (exact), one pass, f32 accumulation: a bf16
+                     tensor-core pass, on a TPU exactly its native default pass.
+            bf16_3x  the reference's hi/lo parts cast to bf16, the same three passes summed in the
+                     same order.
+            tf32     GPU: the TF32-rounded f32 operands at Precision.DEFAULT: TF32 tensor cores,
+                     whose rounding of f32 inputs to TF32 leaves TF32 values unchanged, and whose
+                     products of 11-bit significands (22 bits) are exact in f32. CPU (no TF32
+                     unit, and no promise that DEFAULT is f32 on every CPU): the reference's
+                     product. TPU, which has no TF32 unit: each TF32 operand t split into bf16 parts hi = t with its low 16
+                     bits cleared (t's top 8 significant bits) and lo = t - hi (the other 3), both
+                     exact (rounding.split_exact_bf16), and t*u = hi*u_hi + hi*u_lo + lo*u_hi +
+                     lo*u_lo, every partial product exact: 4 bf16 passes against HIGHEST's 6 (which
+                     on TF32 operands compute the same four products and two zero ones). Exact for
+                     |t| >= 2^-116, where lo, when not zero, is a normal number.
+            f32, bf16_noise: no faster exact form (the f32 product needs every bit of HIGHEST;
+                     noise-dithered operands are arbitrary f32 values): 'fast' is the reference.
+  'auto'    'fast' on GPU and TPU; on CPU, per format, whichever `benchmarks/bench_emulate.py`
+            measured faster there (AUTO_ON_CPU: the reference, neither being faster).
+
+Both implementations give the same products of the same operands; only the order of the f32
+accumulation may differ (tests/test_emulate_fast.py: every ResNet-18 convolution shape and the
+dense head, forward and both gradients, and a short training run).
 """
 
+import collections
 import functools
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.extend import core as jex_core
 
 from numerics import rounding
 
 EMULATE_MODES = ('none', 'bf16', 'bf16_3x', 'tf32', 'f32', 'bf16_noise')
 NOISY_MODES = ('bf16_noise',)  # these need a PRNG key
-# How an emulated product is computed: 'reference' = rounded operands multiplied at HIGHEST (this
-# module); 'auto' = the fastest implementation known to give the same products on the platform
-# (today the reference on every platform).
-EMULATE_IMPLS = ('auto', 'reference')
+EMULATE_IMPLS = ('auto', 'reference', 'fast')  # see the module doc
+FAST_MODES = ('bf16', 'bf16_3x', 'tf32')  # the formats with a faster exact form
+# 'auto' on CPU, per format (benchmarks/bench_emulate.py; BENCHMARKS.md, "Emulated formats"):
+# neither implementation measured faster there (XLA:CPU multiplies f32 either way: fast/reference
+# 0.95-1.02, inside the run-to-run spread), so the reference, as before the fast path existed.
+AUTO_ON_CPU = {'bf16': 'reference', 'bf16_3x': 'reference', 'tf32': 'reference'}
 HIGHEST = lax.Precision.HIGHEST
+DEFAULT = lax.Precision.DEFAULT
+
+# How the fast path multiplies: operands of `dtype` at `precision`, f32 result; `split`: each
+# operand's exact bf16 hi/lo parts (4 passes) instead of the operand itself.
+FastPlan = collections.namedtuple('FastPlan', 'dtype precision split')
+# Passes of a product of parts [p0, p1, ...] by [q0, q1, ...]: (i, j) = p_i * q_j, summed left to
+# right. Two parts (bf16_3x): small terms first, then the large one, as XLA's X3 decomposition.
+PASS_ORDER = {1: ((0, 0),), 2: ((0, 1), (1, 0), (0, 0))}
+SPLIT_PASS_ORDER = ((1, 1), (0, 1), (1, 0), (0, 0))  # exact hi/lo parts: all four, small first
 
 
 def resolve_impl(impl, platform=None, mode=None):
-  """The implementation `impl` means for `mode` on `platform`: 'reference' (see EMULATE_IMPLS)."""
-  del platform, mode  # one implementation so far
+  """What `impl` means for `mode` on `platform`: 'fast' or 'reference' ('none' for mode 'none').
+
+  Without a mode, only checks `impl`; the platform defaults to JAX's default backend.
+  """
   if impl not in EMULATE_IMPLS:
     raise ValueError(f'config.numerics.emulate_impl must be one of {EMULATE_IMPLS}, got {impl!r}')
-  return 'reference'
+  if mode == 'none':
+    return 'none'
+  if mode is not None and mode not in FAST_MODES:
+    return 'reference'  # f32, bf16_noise: no faster exact form
+  if impl != 'auto':
+    return impl
+  platform = platform or jax.default_backend()
+  if platform != 'cpu':
+    return 'fast'
+  return AUTO_ON_CPU.get(mode, 'reference')
 
 
-def _passes(mode, a, key=None):
-  """The parts of operand `a` (f32) that `mode` multiplies: [a] or [hi, lo]."""
+def fast_plan(mode, platform=None):
+  """The FastPlan of `mode` on `platform` (default: JAX's default backend); see the module doc."""
+  if mode not in FAST_MODES:
+    raise ValueError(f'numerics: {mode!r} has no fast form (one of {FAST_MODES})')
+  platform = platform or jax.default_backend()
+  if mode == 'tf32' and platform == 'gpu':
+    return FastPlan(jnp.float32, DEFAULT, False)  # TF32 tensor cores on exact TF32 operands
+  if mode == 'tf32' and platform != 'tpu':
+    return FastPlan(jnp.float32, HIGHEST, False)  # no TF32 unit: the reference's product
+  return FastPlan(jnp.bfloat16, DEFAULT, mode == 'tf32')
+
+
+def operand_parts(mode, a, key=None):
+  """The parts of operand `a` (f32) that `mode` multiplies, as f32: [a'] or [hi, lo].
+
+  The one rounding of every implementation: the fast path casts these very values (fast_operands).
+  """
   if mode == 'bf16_noise':
     return [rounding.dither_bf16(a, key)]
   if mode == 'bf16':
@@ -69,6 +143,16 @@ def _passes(mode, a, key=None):
   raise ValueError(f'config.numerics.emulate must be one of {EMULATE_MODES}, got {mode!r}')
 
 
+def fast_operands(mode, a, plan):
+  """What the fast path multiplies for operand `a`: operand_parts(mode, a), exactly split into
+  bf16 hi/lo parts when `plan.split`, cast to `plan.dtype` (exact: they are values of it)."""
+  parts = operand_parts(mode, a)
+  if plan.split:
+    (part,) = parts
+    parts = list(rounding.split_exact_bf16(part))
+  return [p.astype(plan.dtype) for p in parts]
+
+
 def _operand_keys(key):
   """Independent keys for the two operands of one product (None: no noise)."""
   if key is None:
@@ -76,19 +160,91 @@ def _operand_keys(key):
   return jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
 
 
-def emulated_bilinear(f, a, b, mode, key=None):
+def _sum_passes(multiply, pa, pb, order):
+  """sum over (i, j) in `order`, left to right, of multiply(pa[i], pb[j])."""
+  total = None
+  for i, j in order:
+    term = multiply(pa[i], pb[j])
+    total = term if total is None else total + term
+  return total
+
+
+def emulated_bilinear(f, a, b, mode, key=None, plan=None):
   """f(a, b, precision), bilinear in (a, b), in `mode`'s format; f32 result. No custom gradient.
 
   `key`: the noise of a NOISY_MODES mode (each operand draws from its own fold of it).
+  `plan`: None for the reference implementation, else the FastPlan of the fast one.
   """
   a, b = jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)
-  key_a, key_b = _operand_keys(key)
-  pa, pb = _passes(mode, a, key_a), _passes(mode, b, key_b)
-  if len(pa) == 1:
-    return f(pa[0], pb[0], HIGHEST)
-  (ah, al), (bh, bl) = pa, pb
-  # Small terms first, then the large one: the order XLA's X3 decomposition uses.
-  return (f(ah, bl, HIGHEST) + f(al, bh, HIGHEST)) + f(ah, bh, HIGHEST)
+  if plan is None:
+    key_a, key_b = _operand_keys(key)
+    pa, pb = operand_parts(mode, a, key_a), operand_parts(mode, b, key_b)
+    return _sum_passes(lambda p, q: f(p, q, HIGHEST), pa, pb, PASS_ORDER[len(pa)])
+  pa, pb = fast_operands(mode, a, plan), fast_operands(mode, b, plan)
+  multiply = retyped(f, a.shape, b.shape, plan.precision)
+  return _sum_passes(multiply, pa, pb, SPLIT_PASS_ORDER if plan.split else PASS_ORDER[len(pa)])
+
+
+# Primitives that only move or copy values: exact in any dtype, so the fast path runs them in the
+# operands' (narrow) dtype.
+_MOVES = {'pad', 'slice', 'concatenate', 'reshape', 'transpose', 'rev', 'broadcast_in_dim',
+          'squeeze', 'expand_dims', 'split', 'copy', 'copy_p'}
+_CONTRACTIONS = {'dot_general', 'conv_general_dilated'}
+
+
+def retyped(f, a_shape, b_shape, precision):
+  """(p, q) -> f(p, q) with every convolution and matmul of f taking p's and q's dtype at
+  `precision` and giving an f32 result (the module doc, 'fast'); p, q of a_shape and b_shape."""
+  spec = lambda shape: jax.ShapeDtypeStruct(shape, jnp.float32)
+  closed = jax.make_jaxpr(lambda p, q: f(p, q, HIGHEST))(spec(a_shape), spec(b_shape))
+
+  def multiply(p, q):
+    (out,) = _eval_retyped(closed.jaxpr, closed.consts, [p, q], precision)
+    return out
+  return multiply
+
+
+def _contract(eqn, values, precision):
+  """The convolution or matmul `eqn` on `values` (cast to their common dtype) at `precision`,
+  f32 result. XLA:CPU has no bf16 x bf16 -> f32 kernels (its dot runtime rejects some such dots
+  outright): there the operands are converted to f32 first, exactly, for the same products."""
+  dtype = jnp.result_type(*values)  # both operands' dtype (f32 if they ever differed)
+  params = dict(eqn.params, precision=(precision, precision), preferred_element_type=jnp.float32)
+  bind = lambda *vs: eqn.primitive.bind(*vs, **params)
+  values = [jnp.asarray(v, dtype) for v in values]
+  if dtype == jnp.float32:
+    return bind(*values)
+  upcast = lambda *vs: bind(*[v.astype(jnp.float32) for v in vs])
+  return lax.platform_dependent(*values, cpu=upcast, default=bind)
+
+
+def _eval_retyped(jaxpr, consts, args, precision):
+  """Evaluate `jaxpr` on `args` (see `retyped`): contractions re-typed, moves in their input's
+  dtype, any other operation on its inputs converted (exactly) to the dtypes the jaxpr declares."""
+  env = {}
+  read = lambda v: v.val if isinstance(v, jex_core.Literal) else env[v]
+  for var, value in zip(list(jaxpr.constvars) + list(jaxpr.invars), list(consts) + list(args)):
+    env[var] = value
+  for eqn in jaxpr.eqns:
+    values = [read(v) for v in eqn.invars]
+    name = eqn.primitive.name
+    if name in _CONTRACTIONS:
+      outs = _contract(eqn, values, precision)
+    elif name in _MOVES:
+      dtype = jnp.result_type(values[0])
+      outs = eqn.primitive.bind(*[jnp.asarray(v, dtype) for v in values], **eqn.params)
+    elif name in ('jit', 'pjit'):
+      inner = eqn.params['jaxpr']
+      outs = _eval_retyped(inner.jaxpr, inner.consts, values, precision)
+    else:
+      if any(jex_core.jaxprs_in_params(eqn.params)):
+        raise ValueError(f'numerics: the fast path cannot re-type a {name!r} in a product')
+      values = [jnp.asarray(v, v_in.aval.dtype) for v, v_in in zip(values, eqn.invars)]
+      outs = eqn.primitive.bind(*values, **eqn.params)
+    outs = outs if eqn.primitive.multiple_results else [outs]
+    for var, value in zip(eqn.outvars, outs):
+      env[var] = value
+  return [read(v) for v in jaxpr.outvars]
 
 
 def _transpose_x(product, x_shape):
@@ -114,32 +270,33 @@ def _pass_key(key, index):
   return None if key is None else jax.random.fold_in(key, index)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3))
-def _emulated(product, x, kernel, mode, key):
-  return emulated_bilinear(product, x, kernel, mode, _pass_key(key, 0))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3, 5))
+def _emulated(product, x, kernel, mode, key, plan):
+  return emulated_bilinear(product, x, kernel, mode, _pass_key(key, 0), plan)
 
 
-def _emulated_fwd(product, x, kernel, mode, key):
-  return emulated_bilinear(product, x, kernel, mode, _pass_key(key, 0)), (x, kernel, key)
+def _emulated_fwd(product, x, kernel, mode, key, plan):
+  return emulated_bilinear(product, x, kernel, mode, _pass_key(key, 0), plan), (x, kernel, key)
 
 
-def _emulated_bwd(product, mode, residuals, dy):
+def _emulated_bwd(product, mode, plan, residuals, dy):
   x, kernel, key = residuals
   dy = dy.astype(jnp.float32)
-  dx = emulated_bilinear(_transpose_x(product, x.shape), dy, kernel, mode, _pass_key(key, 1))
-  dk = emulated_bilinear(_transpose_k(product, kernel.shape), x, dy, mode, _pass_key(key, 2))
+  dx = emulated_bilinear(_transpose_x(product, x.shape), dy, kernel, mode, _pass_key(key, 1), plan)
+  dk = emulated_bilinear(_transpose_k(product, kernel.shape), x, dy, mode, _pass_key(key, 2), plan)
   return dx.astype(x.dtype), dk.astype(kernel.dtype), None
 
 
 _emulated.defvjp(_emulated_fwd, _emulated_bwd)
 
 
-def emulated(product, x, kernel, mode, *, key=None, impl='auto'):
+def emulated(product, x, kernel, mode, *, key=None, impl='auto', platform=None):
   """product(x, kernel) computed, forward and backward, in `mode`'s format (see module doc).
 
   `product(a, b, precision)` must be bilinear in (a, b). The result has the dtype the native
   product would have (bf16 operands give a bf16 result, accumulated in f32 first). `key`: a PRNG
-  key, required by (and only used by) NOISY_MODES. `impl`: see EMULATE_IMPLS.
+  key, required by (and only used by) NOISY_MODES. `impl`: see EMULATE_IMPLS; `platform`: whose
+  'auto' choice and fast form to use (default: JAX's default backend).
   """
   if mode not in EMULATE_MODES or mode == 'none':
     raise ValueError(f"config.numerics.emulate must be one of {EMULATE_MODES[1:]} here "
@@ -147,6 +304,7 @@ def emulated(product, x, kernel, mode, *, key=None, impl='auto'):
   if (mode in NOISY_MODES) != (key is not None):
     raise ValueError(f'numerics: the {mode!r} product ' + ('needs a PRNG key' if key is None else
                                                             'takes no PRNG key'))
-  resolve_impl(impl, mode=mode)
+  fast = resolve_impl(impl, platform, mode) == 'fast'
+  plan = fast_plan(mode, platform) if fast else None
   out_dtype = jnp.result_type(x, kernel)
-  return _emulated(product, x, kernel, mode, key).astype(out_dtype)
+  return _emulated(product, x, kernel, mode, key, plan).astype(out_dtype)

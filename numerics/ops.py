@@ -40,7 +40,17 @@ differs is the order of the f32 summation over the k*k*C terms, so 'xla' and 'im
 rounding level (relative ~1e-6 in f32), not bit for bit. With bf16 operands both accumulate in
 f32 and round the result to bf16 once. On GPU/TPU the dot honours `jax_default_matmul_precision`
 presets that native convolutions ignore (numerics/setup.py records the format that results).
+
+Noise keys. A noisy format ('bf16_noise') needs a PRNG key per product and per step. The step
+functions (trainer/steps.py) trace the model inside `noise_scope(step_noise_key(seed, step,
+stream))`; each layer asks `noise_key(format, product_id)` for its key, the scope's key with the
+layer's static id folded in (models/resnet.py: a hash of the layer's torchvision name). So the
+noise is a function of (run seed, global step, train or eval, layer) only: a run repeats and
+resumes bit for bit, two seeds differ, and no two products (nor a product's forward and backward
+passes, numerics/emulate.py) share noise. Outside a scope a noisy product is an error.
 """
+
+import contextlib
 
 import jax
 import jax.numpy as jnp
@@ -49,10 +59,40 @@ from jax import lax
 from numerics import emulate as emulate_lib
 
 CONV_DIMENSIONS = ('NHWC', 'HWIO', 'NHWC')
+NOISE_STREAMS = {'train': 0, 'eval': 1}
+NOISE_TAG = 0x6E6F6973  # folded into the seed's key first: the noise never reuses another stream
+_NOISE_SCOPE = []  # the keys of the open noise_scope()s, innermost last (trace time)
 CONV_IMPLS = ('auto', 'xla', 'im2col')
 IM2COL_MIN_MACS = 1_000_000  # per example: every 3x3 conv of ResNet-18 (width 1) at 32^2 and up
 IM2COL_SMALL_OUT_PIXELS = 4  # output maps of at most 2x2: ResNet-18's last stages on small images
 IM2COL_SMALL_OUT_MIN_MACS = 50_000  # ... from this size: not the smoke preset's (<= 36,864)
+
+
+def step_noise_key(seed, step, stream):
+  """The noise key of global step `step` (traced or not) of the run with `seed`, per stream."""
+  key = jax.random.fold_in(jax.random.key(seed), NOISE_TAG)
+  return jax.random.fold_in(jax.random.fold_in(key, NOISE_STREAMS[stream]), step)
+
+
+@contextlib.contextmanager
+def noise_scope(key):
+  """Products traced inside draw their noise from `key` (see the module doc)."""
+  _NOISE_SCOPE.append(key)
+  try:
+    yield
+  finally:
+    _NOISE_SCOPE.pop()
+
+
+def noise_key(emulate, product_id):
+  """The key of the product `product_id` (a static int) in format `emulate`: None unless the format
+  is noisy; raises if a noisy product is traced outside noise_scope."""
+  if emulate not in emulate_lib.NOISY_MODES:
+    return None
+  if not _NOISE_SCOPE:
+    raise ValueError(f'numerics: the {emulate!r} product needs a noise key: trace the model inside '
+                     'numerics.ops.noise_scope(key) (trainer/steps.py does, per step)')
+  return jax.random.fold_in(_NOISE_SCOPE[-1], product_id)
 
 
 def resolve_conv_impl(impl, platform=None, macs=None, *, kernel_hw=None, out_hw=None):
@@ -137,13 +177,15 @@ def conv2d(x, kernel, stride=1, padding='SAME', *, emulate='none', impl='xla',
            emulate_impl='auto', key=None):
   """NHWC x HWIO convolution; padding is 'SAME', 'VALID' or [(lo, hi), (lo, hi)].
 
+  `emulate`: a product format ('none' or 'native': the platform's own; else numerics/emulate.py).
+
   `impl`: 'xla', 'im2col' or 'auto' (see the module doc); the numerics are the same up to the f32
   summation order. `emulate_impl`, `key`: see numerics/emulate.py `emulated`.
   """
   impl = resolve_conv_impl(impl, macs=conv_macs(x.shape, kernel.shape, stride),
                            kernel_hw=kernel.shape[:2], out_hw=conv_out_hw(x.shape, stride))
   product = CONV_PRODUCTS[impl]
-  if emulate == 'none':
+  if emulate in ('none', 'native'):
     return product(x, kernel, stride, padding)
   return emulate_lib.emulated(
       lambda a, b, precision: product(a, b, stride, padding, precision), x, kernel, emulate,
@@ -151,7 +193,7 @@ def conv2d(x, kernel, stride=1, padding='SAME', *, emulate='none', impl='xla',
 
 
 def dense(x, kernel, *, emulate='none', emulate_impl='auto', key=None):
-  """x [..., in] @ kernel [in, out]."""
-  if emulate == 'none':
+  """x [..., in] @ kernel [in, out]; `emulate` as in conv2d."""
+  if emulate in ('none', 'native'):
     return _native_dense(x, kernel)
   return emulate_lib.emulated(_native_dense, x, kernel, emulate, key=key, impl=emulate_impl)

@@ -52,6 +52,19 @@ def split_bf16(x):
   return hi, round_bf16(jnp.asarray(x, jnp.float32) - hi)
 
 
+def split_exact_bf16(x):
+  """(hi, lo) with hi + lo == x exactly: hi = x with its low 16 bits cleared (a bf16 value, never
+  rounded up, so never past bf16's range), lo = x - hi (exact in f32: hi and x share sign and
+  exponent). For x with at most 16 significant bits (TF32's 11 included) lo has at most 8 and is a
+  bf16 value too, unless it falls below f32's normal range (|x| < 2^-116 for TF32 values; such an
+  lo may be flushed to zero, as XLA:CPU does, leaving hi: within 2^-7 |x| or 2^-133 of x)."""
+  x = jnp.asarray(x, jnp.float32)
+  bits = lax.bitcast_convert_type(x, jnp.uint32)
+  hi = lax.bitcast_convert_type(bits & jnp.uint32(0xFFFF0000), jnp.float32)
+  finite = jnp.isfinite(x)
+  return jnp.where(finite, hi, x), jnp.where(finite, x - hi, 0.0)  # inf, nan: kept in hi
+
+
 # Smallest normal f32 exponent's ulp as bf16 sees it: f32 subnormals sit on this grid too.
 _BF16_SUBNORMAL_ULP = 2.0 ** -133
 

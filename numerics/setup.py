@@ -2,9 +2,11 @@
 
 `configure(config)` must run before JAX starts a backend (train.py calls it first, before
 `jax.distributed.initialize`; trainer/run.py calls it again, which checks the flags took effect).
-`describe(config)` returns the requested and the effective settings for the results, with the
-platform's default made explicit: which product format the convolutions and the matmuls really
-ran in ('bf16', 'bf16_3x', 'bf16_6x', 'tf32', 'f32', ...; see numerics/emulate.py).
+`validate(config)` checks every numerics field and expands the product formats in place
+(numerics/profiles.py). `describe(config)` returns the requested and the effective settings for the
+results, with the platform's default made explicit: which product format the convolutions and the
+dense layers really ran in ('bf16', 'bf16_3x', 'bf16_6x', 'tf32', 'f32', 'bf16_noise'; see
+numerics/emulate.py), each kind on its own.
 """
 
 import os
@@ -14,6 +16,7 @@ import jax.numpy as jnp
 
 from numerics import emulate as emulate_lib
 from numerics import ops
+from numerics import profiles
 
 LEGACY_PRECISIONS = ('default', 'high', 'highest', 'bfloat16', 'tensorfloat32', 'float32')
 # DotAlgorithmPreset names that take f32 operands; they set dots only (convolutions ignore them).
@@ -35,7 +38,8 @@ PRESET_FORMAT = {'BF16_BF16_F32': 'bf16', 'BF16_BF16_F32_X3': 'bf16_3x',
 
 
 def validate(config):
-  """One-line ValueError naming the field, for any numerics value the code cannot honour."""
+  """One-line ValueError naming the field, for any numerics value the code cannot honour; expands
+  profile / emulate into conv_format and dense_format (profiles.expand, in place)."""
   n = config.numerics
   if n.matmul_precision not in PRECISIONS:
     raise ValueError(f'config.numerics.matmul_precision must be one of {PRECISIONS}, '
@@ -43,9 +47,7 @@ def validate(config):
   for field in ('compute_dtype', 'param_dtype'):
     if n[field] not in DTYPES:
       raise ValueError(f'config.numerics.{field} must be one of {DTYPES}, got {n[field]!r}')
-  if n.emulate not in emulate_lib.EMULATE_MODES:
-    raise ValueError(f'config.numerics.emulate must be one of {emulate_lib.EMULATE_MODES}, '
-                     f'got {n.emulate!r}')
+  profiles.expand(config)
   if (not isinstance(n.batchnorm_group, int) or isinstance(n.batchnorm_group, bool)
       or n.batchnorm_group < 0):
     raise ValueError(f'config.numerics.batchnorm_group must be an int >= 0, got '
@@ -125,26 +127,46 @@ def native_formats(platform, precision):
   return level, level
 
 
-def effective_formats(platform, precision, emulate, compute_dtype='float32'):
-  """{'conv': format, 'dense': format} the model's products run in, all settings considered."""
-  if compute_dtype == 'bfloat16':
-    # bf16 operands: every format multiplies them exactly, with f32 accumulation.
-    return {'conv': 'bf16', 'dense': 'bf16'}
-  if emulate != 'none':
-    fmt = 'bf16_6x' if (emulate == 'f32' and platform == 'tpu') else emulate
-    return {'conv': fmt, 'dense': fmt}
+def kind_formats(platform, precision, requested, compute_dtype='float32', conv_as_dot=False):
+  """{'conv': format, 'dense': format} the model's products run in, all settings considered.
+
+  `requested`: profiles.formats() of the config. 'native' becomes the platform's format under
+  `precision` (native_formats; `conv_as_dot`: the convolutions are computed as dots, conv_impl
+  im2col, so they honour the dot's precision). bf16 activations make every format but the noise
+  control 'bf16' (bf16 operands are exact in every format; the noise moves them off the bf16
+  grid). Emulated f32 on a TPU runs at HIGHEST, six bf16 passes: 'bf16_6x'.
+  """
   conv, dot = native_formats(platform, precision)
-  return {'conv': conv, 'dense': dot}
+  native = {'conv': dot if conv_as_dot else conv, 'dense': dot}
+  out = {}
+  for kind in profiles.KINDS:
+    fmt = requested[kind]
+    if fmt in emulate_lib.NOISY_MODES:
+      out[kind] = fmt
+    elif compute_dtype == 'bfloat16':
+      out[kind] = 'bf16'
+    elif fmt == 'native':
+      out[kind] = native[kind]
+    else:
+      out[kind] = 'bf16_6x' if (fmt == 'f32' and platform == 'tpu') else fmt
+  return out
+
+
+def effective_formats(platform, precision, emulate, compute_dtype='float32'):
+  """kind_formats with one `emulate` mode for both kinds ('none': native)."""
+  fmt = 'native' if emulate == 'none' else emulate
+  return kind_formats(platform, precision, {'conv': fmt, 'dense': fmt}, compute_dtype)
 
 
 def describe(config):
   """Requested and effective numerics of this run, JSON-serialisable.
 
   effective: the platform and device kind, the precision flag JAX holds, the product format of
-  the convolutions and dense layers ('conv_format', 'dense_format': the platform default made
-  explicit, or the emulated format), how the convolutions are computed ('conv_impl': 'xla' or
-  'im2col', 'auto' resolved), whether that format is emulated, the compute dtype, the
-  BatchNorm grouping, and whether GPU determinism is in XLA_FLAGS.
+  the convolutions and of the dense layers ('conv_format', 'dense_format': kind_formats, the
+  platform default made explicit), how the convolutions are computed ('conv_impl': 'xla' or
+  'im2col', 'auto' resolved), which kinds are emulated and by which implementation
+  ('emulated', 'emulate_impl': {'conv': ..., 'dense': ...}, 'auto' resolved), the compute dtype,
+  the BatchNorm grouping, and whether GPU determinism is in XLA_FLAGS.
   """
   n = config.numerics
   device = jax.devices()[0]
@@ -152,13 +174,13 @@ def describe(config):
   requested = {k: n[k] for k in n.keys()}
   effective = dict(requested)
   flag = jax.config.jax_default_matmul_precision
-  formats = effective_formats(platform, flag, n.emulate, n.compute_dtype)
+  wanted = profiles.formats(n)
   conv_impl = ops.resolve_conv_impl(n.get('conv_impl', 'auto'), platform)
-  if conv_impl == 'im2col':  # the convolutions are dots then, and dots honour presets
-    formats['conv'] = formats['dense']
-    if n.get('conv_impl', 'auto') == 'auto':
-      conv_impl = (f'im2col for 1x1 kernels, >= {ops.IM2COL_MIN_MACS} MACs/example and <= 2x2 '
-                   f'outputs from {ops.IM2COL_SMALL_OUT_MIN_MACS} MACs; xla otherwise')
+  formats = kind_formats(platform, flag, wanted, n.compute_dtype, conv_as_dot=conv_impl == 'im2col')
+  if conv_impl == 'im2col' and n.get('conv_impl', 'auto') == 'auto':
+    conv_impl = (f'im2col for 1x1 kernels, >= {ops.IM2COL_MIN_MACS} MACs/example and <= 2x2 '
+                 f'outputs from {ops.IM2COL_SMALL_OUT_MIN_MACS} MACs; xla otherwise')
+  impl = n.get('emulate_impl', 'auto')
   xla_flags = os.environ.get('XLA_FLAGS', '')
   effective.update(
       platform=platform,
@@ -167,9 +189,9 @@ def describe(config):
       conv_impl=conv_impl,
       conv_format=formats['conv'],
       dense_format=formats['dense'],
-      emulated=n.emulate != 'none',
-      emulate_impl=(emulate_lib.resolve_impl(n.get('emulate_impl', 'auto'), platform, n.emulate)
-                    if n.emulate != 'none' else 'none'),
+      emulated={k: wanted[k] != 'native' for k in profiles.KINDS},
+      emulate_impl={k: (emulate_lib.resolve_impl(impl, platform, wanted[k])
+                        if wanted[k] != 'native' else 'none') for k in profiles.KINDS},
       compute_dtype=str(jnp.dtype(n.compute_dtype)),
       batchnorm='global batch' if not n.batchnorm_group else f'groups of {n.batchnorm_group}',
       gpu_deterministic=(platform == 'gpu' and '--xla_gpu_deterministic_ops=true' in xla_flags),

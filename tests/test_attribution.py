@@ -6,7 +6,7 @@ import pytest
 import statsmodels.api as sm
 import statsmodels.formula.api as smf
 
-from analysis import attribution, results, stats, study
+from analysis import attribution, effects, results, stats, study
 from trainer import record
 
 METRIC = 'final.test_accuracy'
@@ -97,7 +97,9 @@ def test_zero_platform_residual_is_explained_by_numerics():
 def test_planted_platform_residual_is_not_explained():
   out = attribution.run(runs_frame(platform_shift=1.5), ['platform', 'profile'],
                         reference={'profile': 'f32'}, margin=0.3,
-                        platform_profile=['tpu=tpu_default', 'gpu=jax_gpu_default'])
+                        platform_profile={'tpu': 'tpu_default', 'gpu': 'jax_gpu_default',
+                                          'cpu': 'f32'})  # a study's mapping: cpu has no runs
+  assert "native arithmetic: gpu=jax_gpu_default, tpu=tpu_default. Gap" in out['gap_note']
   r = residual(out)
   assert r['ci_low'] < 1.5 < r['ci_high'] and r['ci_low'] > 0.3
   assert r['verdict'] == 'not explained' and 'explained by numerics' not in out['text']
@@ -106,7 +108,7 @@ def test_planted_platform_residual_is_not_explained():
 def test_failed_mixed_fit_falls_back_to_clustered_ols_and_says_so(monkeypatch):
   def boom(*args, **kwargs):
     raise np.linalg.LinAlgError('Singular matrix')
-  monkeypatch.setattr(attribution.sm, 'MixedLM', boom)
+  monkeypatch.setattr(effects.sm, 'MixedLM', boom)
   frame = runs_frame(rng=3)
   out = attribution.run(frame, ['platform', 'profile'], reference={'profile': 'f32'}, margin=0.3)
   show(out)
@@ -193,7 +195,8 @@ def test_files_written_with_exact_csv_columns(tmp_path):
     (['--factors', 'profile', '--noise-arm', 'noise'], 'error: --noise-arm: '),
     (['--factors', 'profile', '--native', 'profile=nope'], 'error: --native: profile has no level'),
     (['--factors', 'profile', '--interactions', 'profile'], 'error: --interactions: '),
-    (['--factors', 'profile', '--platform-profile', 'cpu=f32'], 'error: --platform-profile: '),
+    (['--factors', 'profile', '--platform-profile', 'gpu=nope'],
+     "error: --platform-profile: profile has no level 'nope'"),
     (['--factors'], 'error: argument --factors: expected at least one argument'),
 ])
 def test_bad_flags_one_line_error_exit_2(tmp_path, capsys, argv, message):

@@ -6,7 +6,8 @@ import sys
 import jax
 import pytest
 
-from benchmarks import bench_feed, bench_step, bench_vs_torch, profile_step
+from benchmarks import bench_emulate, bench_feed, bench_step, bench_vs_torch, profile_step
+from numerics import emulate
 from tests.conftest import ROOT
 
 TINY = ['--image-size', '16', '--batch', '8', '--steps', '2', '--width', '0.125']
@@ -26,6 +27,55 @@ def test_bench_step_runs(capsys, keep_matmul_precision):
   assert lines[-1].startswith('images_per_sec=') and float(lines[-1].split('=')[1]) > 0
   text = '\n'.join(lines)
   assert '| ms/step (median; min-max) |' in text and 'conv_impl auto -> im2col' in text
+  assert '1000 classes' in text and '16x16x3 uint8, global batch 8' in text
+
+
+def test_bench_step_loads_the_config_and_emulates(capsys, keep_matmul_precision):
+  """--config and --config.* reach the step through configs/loader.py, the emulated format too."""
+  bench_step.main(['--config', 'configs/digits.py:smoke', '--config.model.width=0.25',
+                   '--emulate', 'bf16', '--emulate-impl', 'fast', '--steps', '1', '--windows', '1',
+                   '--warmup', '0', '--devices', '1', '--num-classes', '10'])
+  text = capsys.readouterr().out
+  assert 'ResNet-18 width 0.25, small stem, 10 classes' in text  # smoke: 8^2, width 0.125
+  assert '8x8x3 uint8, global batch 64' in text
+  assert 'emulate bf16 (emulate_impl fast -> fast)' in text
+
+
+def test_bench_step_refuses_bad_input_in_one_line(capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    bench_step.main(['--emulate', 'fp8'])
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith('error: config.numerics.emulate must be one of')
+  with pytest.raises(SystemExit):
+    bench_step.main(['--config.optim.learning_rat=1'])
+  assert 'did you mean optim.learning_rate' in capsys.readouterr().err
+
+
+def test_bench_emulate_compares_native_reference_and_fast(capsys, keep_matmul_precision):
+  bench_emulate.main(TINY + ['--windows', '1', '--warmup', '0', '--devices', '1', '--steps', '1',
+                             '--formats', 'bf16', '--stem', 'small', '--image-size', '8'])
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert lines[-1].startswith('fast_vs_reference=') and float(lines[-1].split('=')[1]) > 0
+  (row,) = [l for l in lines if l.startswith('| bf16 |')]
+  cells = [c.strip() for c in row.split('|')[1:-1]]
+  assert cells[1] == 'compute_dtype=bfloat16'  # CPU: no precision level computes bf16 products
+  assert all(float(c) > 0 for c in cells[2:8]) and cells[8] == emulate.AUTO_ON_CPU['bf16']
+
+
+def test_bench_emulate_native_variant_of_each_format():
+  native = lambda fmt, platform: bench_emulate.variants([fmt], platform)[fmt]['native']
+  assert native('bf16', 'tpu') == (('numerics.emulate', 'none'),
+                                   ('numerics.matmul_precision', 'default'))
+  assert native('bf16_3x', 'tpu')[1] == ('numerics.matmul_precision', 'high')
+  assert native('f32', 'tpu')[1] == ('numerics.matmul_precision', 'highest')  # 6 passes, both
+  assert native('tf32', 'gpu')[1] == ('numerics.matmul_precision', 'default')
+  assert native('f32', 'gpu')[1] == ('numerics.matmul_precision', 'highest')
+  assert native('bf16', 'gpu')[1] == ('numerics.compute_dtype', 'bfloat16')
+  assert native('tf32', 'cpu') is None and native('bf16_3x', 'gpu') is None
+  plan = bench_emulate.variants(['f32', 'tf32'], 'gpu')
+  assert plan['f32']['fast'] is None and plan['tf32']['fast'] == (
+      ('numerics.emulate', 'tf32'), ('numerics.emulate_impl', 'fast'))
 
 
 def test_bench_vs_torch_runs(capsys, keep_matmul_precision):
@@ -108,11 +158,11 @@ def test_kernels_are_classified_by_the_hlo_they_run():
 
 
 def test_step_benchmarks_import_no_tensorflow(subprocess_env):
-  """The GPU image has no TensorFlow, ml_collections or tensorboardX: the step benchmarks must run."""
+  """The GPU image has no TensorFlow or tensorboardX: the step benchmarks must run without them
+  (ml_collections, which the config loader needs, is carried there as a wheel: BENCHMARKS.md)."""
   code = ('import sys; import benchmarks.bench_step, benchmarks.bench_feed, benchmarks.bench_conv, '
-          'benchmarks.profile_step, benchmarks.bench_vs_torch; '
-          "print(sorted(m for m in ('tensorflow', 'ml_collections', 'tensorboardX') "
-          'if m in sys.modules))')
+          'benchmarks.profile_step, benchmarks.bench_vs_torch, benchmarks.bench_emulate; '
+          "print(sorted(m for m in ('tensorflow', 'tensorboardX') if m in sys.modules))")
   out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=subprocess_env,
                        capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stderr[-2000:]

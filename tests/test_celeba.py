@@ -2,17 +2,21 @@
 
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import types
+import warnings
 import zipfile
 
 import numpy as np
 import pytest
 
 from configs import celeba as celeba_config
-from input_pipeline import batching, celeba, celeba_files, celeba_fixture
+from input_pipeline import batching, celeba, celeba_files, celeba_fixture, celeba_tfds
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -156,7 +160,7 @@ def test_official_split(fixture_dir):
 
 def test_cache_reused_without_decoding_or_tensorflow(fixture_dir, dataset):
   out, _ = fixture_dir
-  source_json = os.path.join(out, 'tfds', 'celeb_a_source.json')
+  source_json = os.path.join(celeba_tfds.dataset_dir(os.path.join(out, 'tfds')), celeba_tfds.SOURCE)
   mtime, before = os.path.getmtime(source_json), celeba.DECODED['images']
   again = celeba.load(_config(out))
   assert celeba.DECODED['images'] == before and os.path.getmtime(source_json) == mtime
@@ -301,3 +305,226 @@ def test_concurrent_first_loads_prepare_and_decode_once(fixture_dir, tmp_path, s
   assert [p.returncode for p in procs] == [0, 0], ''.join(sum(errs, []))[-3000:]
   decoded, totals = zip(*(map(int, out.split()[-2:]) for out in outs))
   assert sorted(decoded) == [0, totals[0]] and totals[0] == totals[1]  # decoded exactly once
+
+
+@pytest.mark.parametrize('file_name,line,value', [
+    (celeba_files.ATTR, 5, 'x1'), (celeba_files.IDENTITY, 3, '12.5'),
+    (celeba_files.PARTITION, 7, '0,')])
+def test_non_integer_value_named_with_file_and_line(fixture_dir, tmp_path, file_name, line, value):
+  target = _copy(fixture_dir, tmp_path)
+  path = target / file_name
+  lines = path.read_text().split('\n')
+  parts = lines[line - 1].split(' ')
+  lines[line - 1] = ' '.join(parts[:-1] + [value])
+  path.write_text('\n'.join(lines))
+  with pytest.raises(ValueError) as error:
+    celeba_files.read_metadata(str(target))
+  assert f'{file_name} line {line} holds {value!r}, not an integer' in str(error.value)
+  assert '\n' not in str(error.value) and 'unmatched data' not in str(error.value)
+
+
+def _rewrite_zip(path, extra):
+  """Rewrite the zip at `path` with its members plus `extra` [(member name, bytes)] at the end."""
+  with zipfile.ZipFile(path) as zf:
+    members = [(i.filename, zf.read(i)) for i in zf.infolist()]
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore', UserWarning)  # zipfile warns about a duplicate name
+    with zipfile.ZipFile(path, 'w') as zf:
+      for name, data in members + extra:
+        zf.writestr(name, data)
+  return dict(members)
+
+
+def test_stray_zip_member_does_not_replace_an_image(fixture_dir, dataset, tmp_path):
+  target = _copy(fixture_dir, tmp_path)
+  with zipfile.ZipFile(target / celeba_files.ZIP) as zf:
+    stray = zf.read('img_align_celeba/000001.jpg')  # a valid JPEG, but not image 000004
+  members = _rewrite_zip(target / celeba_files.ZIP, [
+      ('__MACOSX/img_align_celeba/._000004.jpg', b'resource fork'), ('other/000004.jpg', stray)])
+  data = celeba.load(_config(str(target), cache_dir=str(tmp_path / 'cache')))
+  meta, (train, test) = _meta_and_split(str(target))
+  rows = {meta['names'][r]: ('train', i) for i, r in enumerate(train)}
+  rows.update({meta['names'][r]: ('test', i) for i, r in enumerate(test)})
+  split, index = rows['000004.jpg']
+  image = getattr(data, split).images[index]
+  assert np.array_equal(image, celeba.decode(members['img_align_celeba/000004.jpg'], 16, '4'))
+  assert not np.array_equal(image, celeba.decode(stray, 16, 'stray'))
+  assert np.array_equal(data.test.images, dataset.test.images)
+
+
+def test_duplicate_zip_member_names_both(fixture_dir, tmp_path):
+  target = _copy(fixture_dir, tmp_path)
+  members = _rewrite_zip(target / celeba_files.ZIP, [])
+  _rewrite_zip(target / celeba_files.ZIP, [('img_align_celeba/000004.jpg', b'other bytes')])
+  with pytest.raises(ValueError) as error:
+    celeba_files.read_metadata(str(target))
+  index = list(members).index('img_align_celeba/000004.jpg')
+  assert (f'img_align_celeba.zip holds img_align_celeba/000004.jpg twice (entries {index} and '
+          f'{len(members)}') in str(error.value)
+
+
+def test_celeb_a_without_source_record_says_what_to_delete(fixture_dir, tmp_path):
+  target = _copy(fixture_dir, tmp_path)
+  foreign = celeba_tfds.dataset_dir(str(target / 'tfds'))
+  os.makedirs(foreign)
+  with open(os.path.join(foreign, 'dataset_info.json'), 'w') as f:
+    f.write('{}')
+  with pytest.raises(ValueError) as error:
+    celeba.load(_config(str(target)))
+  assert f'{foreign} holds a celeb_a without' in str(error.value)
+  assert 'delete that folder to prepare it again' in str(error.value)
+
+
+def test_leftovers_of_dead_processes_removed_others_named(tmp_path, caplog):
+  dead = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'], check=True,
+                        capture_output=True, text=True)
+  dead_pid, host = int(dead.stdout), socket.gethostname()
+  names = {f'celeb_a.partial-{host}-{dead_pid}': False, f'abc-64px.partial-{dead_pid}': False,
+           f'abc-32px.partial-{host}-{os.getppid()}': True,  # a live process: kept
+           'celeb_a.partial-some-other-host-1': True, 'celeb_a/incomplete.ABC123_2.1.0': True}
+  for name in names:
+    os.makedirs(tmp_path / name / 'x')
+  with caplog.at_level('INFO'):
+    celeba_tfds.remove_leftovers(str(tmp_path))
+  assert {name: (tmp_path / name).exists() for name in names} == names
+  warned = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+  assert len(warned) == 2 and any('some-other-host' in w for w in warned)
+  assert any('incomplete.ABC123' in w for w in warned)
+
+
+KILLED_LOAD = """
+import os, signal, sys, zipfile
+sys.path.insert(0, {repo!r})
+import numpy as np
+from configs import celeba as celeba_config
+from input_pipeline import celeba
+calls = [0]
+def dying(original, after):
+  def wrapper(*args, **kwargs):
+    calls[0] += 1
+    if calls[0] > after:
+      os.kill(os.getpid(), signal.SIGKILL)
+    return original(*args, **kwargs)
+  return wrapper
+{patch}
+config = celeba_config.get_config('smoke')
+config.data.manual_dir = {manual_dir!r}
+celeba.load(config)
+"""
+KILL_POINTS = {  # where a preparation is killed: (the patch, what it leaves behind)
+    'mid_tfds': ('zipfile.ZipExtFile.read = dying(zipfile.ZipExtFile.read, 10)', 'incomplete.'),
+    'after_tfds_before_record': ('np.savez = dying(np.savez, 0)', 'celeb_a'),  # TFDS's output
+    'mid_decode': ('celeba.decode = dying(celeba.decode, 5)', 'px-'),
+}
+
+
+def _entries(folder):
+  return [os.path.join(d, n) for d, dirs, files in os.walk(folder) for n in dirs + files]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize('point', sorted(KILL_POINTS))
+def test_killed_preparation_leaves_nothing_that_blocks(fixture_dir, dataset, tmp_path,
+                                                       subprocess_env, point):
+  """SIGKILL at a point of the first load; the next load prepares, and deletes the leftovers."""
+  target = str(_copy(fixture_dir, tmp_path))
+  patch, left = KILL_POINTS[point]
+  script = KILLED_LOAD.format(repo=REPO, patch=patch, manual_dir=target)
+  result = subprocess.run([sys.executable, '-c', script], env=subprocess_env, capture_output=True,
+                          text=True, check=False)
+  assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
+  assert any(left in e for e in _entries(target)), _entries(target)  # the kill left its files
+  data = celeba.load(_config(target))
+  assert np.array_equal(data.test.images, dataset.test.images)
+  assert [e for e in _entries(target) if '.partial-' in e or 'incomplete.' in e] == []
+
+
+WRITE_CACHE = """
+import resource, sys, zipfile
+sys.path.insert(0, {repo!r})
+import numpy as np
+from input_pipeline import celeba, celeba_files
+meta = celeba_files.read_metadata({manual_dir!r})
+zf = zipfile.ZipFile({zip_path!r})
+def records(partition):  # (JPEG, identity) in record order, as celeba_tfds.iter_records gives
+  for name, identity, part in zip(meta['names'], meta['identity'], meta['partition']):
+    if part == partition:
+      yield zf.read(f'img_align_celeba/{{name}}'), identity
+celeba.write_cache({out!r}, {{'train': np.arange({count})}}, meta, {size}, records, 'the fixture')
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # peak RSS, KiB
+"""
+RSS_GROWTH_LIMIT_MIB = 8  # what 3N more images may add to peak RSS (they are 3 x 29 MiB decoded)
+
+
+def test_decoding_peak_rss_does_not_grow_with_the_images(tmp_path, subprocess_env):
+  """Peak RSS of a fresh process decoding N = 213 vs 4N images (218 px: 139 KiB each) differs by
+  less than RSS_GROWTH_LIMIT_MIB: the cache is written, not mapped (mapped pages count in RSS)."""
+  manual_dir = str(tmp_path / 'files')
+  celeba_fixture.generate(manual_dir, identities=20, seed=5, images=852)
+  peaks = []
+  for count in (213, 852):
+    out = tmp_path / f'cache{count}'
+    out.mkdir()
+    script = WRITE_CACHE.format(repo=REPO, manual_dir=manual_dir, out=str(out), count=count,
+                                size=218, zip_path=os.path.join(manual_dir, celeba_files.ZIP))
+    result = subprocess.run([sys.executable, '-c', script], env=subprocess_env, capture_output=True,
+                            text=True, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    peaks.append(int(result.stdout.split()[-1]) / 1024)
+  written = np.load(tmp_path / 'cache852' / 'train.npy', mmap_mode='r')
+  meta = celeba_files.read_metadata(manual_dir)
+  with zipfile.ZipFile(os.path.join(manual_dir, celeba_files.ZIP)) as zf:
+    for row in (0, 500, 851):
+      name = meta['names'][row]
+      assert np.array_equal(written[row], celeba.decode(zf.read(f'img_align_celeba/{name}'), 218, name))
+  assert written.nbytes / 2**20 > 100 and peaks[1] - peaks[0] < RSS_GROWTH_LIMIT_MIB, peaks
+
+
+def test_bench_celeba_full_runs_at_a_tiny_size(tmp_path, capsys):
+  from benchmarks import bench_celeba_full  # pylint: disable=import-outside-toplevel
+  workdir = tmp_path / 'bench'
+  bench_celeba_full.main(['--workdir', str(workdir), '--images', '40', '--identities', '8',
+                          '--image_size', '8', '--gather_steps', '2', '--batch_size', '4'])
+  text = capsys.readouterr().out
+  assert '40 images (' in text and '| · prepare (TFDS) |' in text and '| · decode + write cache |' in text
+  assert 'decoded cache 0 MiB (N x 8^2 x 3 = 0 MiB)' in text and not workdir.exists()
+
+
+def test_tfds_dir_of_an_earlier_layout_still_reads(fixture_dir, dataset, tmp_path):
+  """Before atomic preparation the source record and index sat beside celeb_a/, not inside."""
+  tfds_dir = tmp_path / 'tfds'
+  shutil.copytree(os.path.join(fixture_dir[0], 'tfds'), tfds_dir,
+                  ignore=shutil.ignore_patterns('decoded_cache'))
+  for name in (celeba_tfds.SOURCE, celeba_tfds.INDEX):
+    os.rename(os.path.join(celeba_tfds.dataset_dir(str(tfds_dir)), name), tfds_dir / name)
+  data = celeba.load(_config('', tfds_dir=str(tfds_dir), cache_dir=str(tmp_path / 'cache')))
+  assert np.array_equal(data.test.images, dataset.test.images)
+
+
+def test_record_keys_keep_order_and_spread_over_tfds_buckets():
+  from tensorflow_datasets.core import shuffle  # pylint: disable=import-outside-toplevel
+  keys = [celeba_tfds.record_key(i) for i in range(202599)]  # the full CelebA in one split
+  buckets = np.asarray([shuffle.get_bucket_number(k, shuffle.BUCKETS_NUMBER) for k in keys])
+  assert keys == sorted(keys) and len(set(keys)) == len(keys) and np.all(np.diff(buckets) >= 0)
+  assert np.bincount(buckets).max() <= 1049  # TFDS reads one bucket back into memory at a time
+  with pytest.raises(ValueError, match='more than 1048576 records'):
+    celeba_tfds.record_key(2 ** 20)
+
+
+def test_prepared_through_tfds_buckets_in_record_order(fixture_dir, dataset, tmp_path, monkeypatch):
+  """With TFDS's in-memory buffer at 0 bytes every record goes through its buckets: same data."""
+  from tensorflow_datasets.core import shuffle  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(shuffle, 'MAX_MEM_BUFFER_SIZE', 0)
+  target = str(_copy(fixture_dir, tmp_path))
+  data = celeba.load(_config(target))
+  assert np.array_equal(data.test.images, dataset.test.images)
+  assert np.array_equal(data.train.images, dataset.train.images)
+
+
+def test_too_little_disk_for_the_cache_refused_before_any_work(fixture_dir, tmp_path, monkeypatch):
+  target = str(_copy(fixture_dir, tmp_path))
+  monkeypatch.setattr(celeba.shutil, 'disk_usage', lambda _: types.SimpleNamespace(free=1000))
+  with pytest.raises(ValueError, match=r'config.data.cache_dir=.*needs [0-9.]+ MiB and that disk has '
+                     r'0.0 MiB free: free space there or set config.data.cache_dir'):
+    celeba.load(_config(target))
+  assert not os.path.exists(os.path.join(target, 'tfds', 'celeb_a'))  # refused before TFDS

@@ -176,7 +176,15 @@ def test_no_shared_seeds_and_colours_are_stable(tmp_path):
   assert len(set(style.arm_colors(labels).values())) == len(labels)
 
 
-def test_figures_cli_one_line_error(tmp_path):
+def test_figures_cli_one_line_error(tmp_path, capsys):
   with pytest.raises(SystemExit) as e:
     figures.main([f'--runs={tmp_path}', f'--out={tmp_path}/f'])
-  assert str(e.value).startswith('error: --runs: no run') and '\n' not in str(e.value)
+  message = capsys.readouterr().err
+  assert e.value.code == 2 and message.startswith('error: --runs: no run') and message.count('\n') == 1
+
+
+def test_study_refuses_a_bucket_root_in_one_line(capsys):
+  from analysis import study  # pylint: disable=import-outside-toplevel
+  assert study.main(['--config=configs/digits.py:study', '--root=gs://bucket/study']) == 2
+  message = capsys.readouterr().err
+  assert message.startswith('error: --root=gs://bucket/study: a study runs locally') and message.count('\n') == 1

@@ -11,7 +11,7 @@ from flax import nnx
 
 from configs import common
 from models.layers import BatchNorm
-from numerics import emulate, ops, rounding, setup
+from numerics import emulate, ops, profiles, rounding, setup
 
 F32_EDGES = np.array([
     0.0, -0.0, 1.0, -1.0, 1.00390625, 1.0 + 2**-8 + 2**-9, 1.0 + 3 * 2**-8, 1.0 + 2**-11,
@@ -258,9 +258,12 @@ def test_validate_accepts_every_documented_value():
   for p in setup.PRECISIONS:
     config.numerics.matmul_precision = p
     setup.validate(config)
-  for m in emulate.EMULATE_MODES:
-    config.numerics.emulate = m
-    setup.validate(config)
+  for field, values in (('emulate', emulate.EMULATE_MODES), ('profile', profiles.PROFILES),
+                        ('conv_format', profiles.FORMATS), ('dense_format', profiles.FORMATS)):
+    for value in values:
+      fresh = common.base_config()  # validation expands the formats: one setting per config
+      fresh.numerics[field] = value
+      setup.validate(fresh)
 
 
 def test_effective_formats_make_platform_defaults_explicit():

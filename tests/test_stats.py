@@ -9,7 +9,7 @@ from scipy import optimize, stats as sps
 from statsmodels.stats import multitest, power as smp, weightstats
 from statsmodels.stats.meta_analysis import effectsize_smd
 
-from analysis import inference, results, stats
+from analysis import inference, report, results, stats
 from trainer import record
 
 METRIC = 'final.test_accuracy'
@@ -169,8 +169,7 @@ def test_holm_can_undo_a_raw_equivalence_and_the_report_shows_both():
   assert pair['tost_p'] == pytest.approx(0.03) and pair['tost_p_holm'] == pytest.approx(0.09)
   assert pair['equivalent_raw'] and not pair['equivalent'] and pair['verdict'] == 'inconclusive'
   assert 'lies inside' in pair['verdict_why'] and 'raw 0.030' in pair['verdict_why']
-  from analysis import style  # pylint: disable=import-outside-toplevel
-  text = style.render(out, 'md')
+  text = report.render(out, 'md')
   assert '| no (raw: yes) | 0.030 (0.090) |' in text and 'Holm-adjusted TOST p < 0.05' in text
 
 
@@ -394,7 +393,37 @@ def test_one_line_errors(tmp_path, capsys):
     stats.analyse(frame({'a': [.1, .2]}), margin=0)
   with pytest.raises(SystemExit) as e:
     stats.main([f'--runs={tmp_path}'])
-  assert str(e.value).startswith('error: --runs: no run') and '\n' not in str(e.value)
+  message = capsys.readouterr().err
+  assert e.value.code == 2 and message.startswith('error: --runs: no run') and message.count('\n') == 1
   failed = frame({'a': [.1, .2]}).assign(status='failed')
   with pytest.raises(ValueError, match='none of the 2 runs is completed'):
     stats.analyse(failed)
+
+
+def test_root_of_only_failed_runs_lists_them_with_reasons(tmp_path, capsys):
+  for seed, status, step in ((0, 'failed', 10), (1, 'running', 3)):
+    results_ = fake_results(seed, 0.1, status=status, step=step)
+    del results_['final']  # stopped before any evaluation: no metric column at all
+    record.write_results(f'{tmp_path}/a/s{seed}', results_, step=step)
+  with pytest.raises(SystemExit) as e:
+    stats.main([f'--runs={tmp_path}'])
+  message = capsys.readouterr().err.rstrip('\n')
+  assert e.value.code == 2 and message.startswith('error: --runs/--csv: none of the 2 runs is completed') and '\n' not in message
+  assert f'{tmp_path}/a/s0 (failed: loss is NaN)' in message
+  assert f'{tmp_path}/a/s1 (running: step 3/10)' in message and '--metric' not in message
+
+
+def test_non_finite_metric_in_csv_is_excluded_and_listed(tmp_path):
+  values = [0.70, 0.71, float('inf'), 0.72, 0.69, 0.70, float('-inf'), 0.71]
+  table = pd.DataFrame({'platform': ['tpu'] * 4 + ['gpu'] * 4, 'accuracy': values})
+  table.to_csv(tmp_path / 'r.csv', index=False)
+  assert 'inf' in (tmp_path / 'r.csv').read_text()
+  out = stats.analyse(stats.read_csv(str(tmp_path / 'r.csv')), group_by=['platform'],
+                      metric='accuracy')
+  excluded = dict(zip(out['excluded']['run'], out['excluded']['reason']))
+  assert excluded == {f'{tmp_path}/r.csv:4': 'accuracy = inf is not finite',
+                      f'{tmp_path}/r.csv:8': 'accuracy = -inf is not finite'}
+  arms = out['arms'].set_index('arm')
+  assert list(arms['n']) == [3, 3] and np.isfinite(arms['mean']).all()
+  assert arms.loc['tpu', 'mean'] == pytest.approx(100 * np.mean([0.70, 0.71, 0.72]))
+  assert out['scale'] == 100  # the excluded inf does not turn the percent scaling off

@@ -1,19 +1,27 @@
 """analysis.sweep / analysis.study: expansion, command list, SLURM script, skipping, scheduling,
 and a tiny end-to-end study on digits (train.py subprocesses -> stats -> figures)."""
 
+import collections
+import json
+import math
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import time
 
 from absl import flags
 from ml_collections import config_flags
+import numpy as np
 from PIL import Image
 import pytest
+from statsmodels.stats import power as smp
 
-from analysis import results, study, sweep
+from analysis import inference, results, study, sweep, sweep_runner
 from configs import celeba, digits
-from trainer import checkpointing, record, resume
+from numerics import profiles
+from trainer import checkpointing, lock, record, resume
 
 DIGITS = os.path.join(sweep.REPO, 'configs', 'digits.py')
 
@@ -26,16 +34,55 @@ def write_config(tmp_path, sweep_body, name='cfg.py'):
   return str(path)
 
 
-def test_digits_sweep_is_three_arms_times_five_seeds_with_stable_unique_slugs(tmp_path):
+def test_digits_sweep_is_the_eight_arm_fraction_times_its_seeds_with_stable_unique_slugs(tmp_path):
   runs, path, arg = sweep.expand('configs/digits.py:study', str(tmp_path))
-  assert (path, arg) == (DIGITS, 'study') and len(runs) == 15
-  assert [r.slug for r in runs[::5]] == ['emulate-f32', 'emulate-bf16', 'emulate-tf32']
-  assert sorted({r.seed for r in runs}) == [0, 1, 2, 3, 4]
-  assert len({r.workdir for r in runs}) == 15
-  assert runs[7].workdir == f'{tmp_path}/emulate-bf16/seed2'
-  assert runs[7].overrides == {'seed': 2, 'numerics.emulate': 'bf16'}
+  seeds = digits.SEEDS
+  assert (path, arg) == (DIGITS, 'study') and len(runs) == 8 * seeds
+  assert [r.slug for r in runs[::seeds]] == [
+      'profile-native_batchnorm_group-0_compute_dtype-float32',
+      'profile-tpu-default_batchnorm_group-0_compute_dtype-float32',
+      'profile-jax-gpu-default_batchnorm_group-0_compute_dtype-float32',
+      'profile-torch-gpu-default_batchnorm_group-0_compute_dtype-float32',
+      'profile-f32_batchnorm_group-0_compute_dtype-float32',
+      'profile-native_batchnorm_group-16_compute_dtype-float32',  # per core: 128 / 8
+      'profile-native_batchnorm_group-0_compute_dtype-bfloat16',
+      'profile-bf16-noise_batchnorm_group-0_compute_dtype-float32']
+  assert sorted({r.seed for r in runs}) == list(range(seeds))
+  assert len({r.workdir for r in runs}) == len(runs)
+  arm = runs[seeds + 2]
+  assert arm.workdir == f'{tmp_path}/profile-tpu-default_batchnorm_group-0_compute_dtype-float32/seed2'
+  assert arm.overrides == {'seed': 2, 'numerics.profile': 'tpu_default',
+                           'numerics.batchnorm_group': 0, 'numerics.compute_dtype': 'float32'}
   again, _, _ = sweep.expand('configs/digits.py:cpu', str(tmp_path))
   assert [r.workdir for r in again] == [r.workdir for r in runs]
+
+
+def test_every_main_effect_of_the_digits_fraction_is_estimable():
+  """Treatment-coded main effects of profile, BatchNorm grouping and dtype: full column rank."""
+  arms = digits.study_arms(128)
+  columns = [('numerics.profile', p) for p in celeba.PROFILES[1:] + (celeba.NOISE_PROFILE,)]
+  columns += [('numerics.batchnorm_group', 16), ('numerics.compute_dtype', 'bfloat16')]
+  X = np.array([[1.0] + [float(arm[f] == v) for f, v in columns] for arm in arms])
+  assert np.linalg.matrix_rank(X) == X.shape[1] == len(arms)
+
+
+@pytest.mark.parametrize('module', [digits, celeba])
+def test_declared_seed_count_is_the_power_calculation(module):
+  """get_study's seeds = analysis.inference.seeds_needed on its declared inputs (paired, 80%
+  power, alpha 0.05), = statsmodels' own solve_power; get_sweep runs that many seeds per arm."""
+  declared = module.get_study()
+  sd, margin, seeds = declared['paired_sd'], declared['margin'], declared['seeds']
+  assert seeds == max(inference.seeds_needed(sd, margin, is_paired=True))
+  solver = smp.TTestPower()
+  assert seeds == max(math.ceil(solver.solve_power(margin / sd, alpha=0.05, power=0.8)),
+                      math.ceil(solver.solve_power(margin / sd, alpha=0.05, power=0.9,
+                                                   alternative='larger')))
+  per_arm = collections.Counter(
+      tuple(sorted((k, v) for k, v in run.items() if k != 'seed')) for run in module.get_sweep())
+  assert set(per_arm.values()) == {seeds}
+  assert declared['seed_sd_source'] and declared['paired_sd_source'] and declared['margin_reason']
+  assert declared['noise_arm'] == {'profile': 'bf16_noise'}
+  assert set(declared['reference']) <= set(declared['factors'])
 
 
 def test_slug_depends_on_the_arm_alone_and_disambiguates_shared_leaf_names():
@@ -47,13 +94,17 @@ def test_slug_depends_on_the_arm_alone_and_disambiguates_shared_leaf_names():
   assert sweep.arm_slug({'model.reinit': ('stem', 'head')}, leaves) == 'reinit-stem-head'
 
 
-def test_celeba_sweep_has_the_five_standard_arms_times_ten_seeds(tmp_path):
+def test_celeba_sweep_is_the_full_factorial_plus_the_noise_control(tmp_path):
   runs, _, _ = sweep.expand('configs/celeba.py:smoke', str(tmp_path))
-  slugs = list(dict.fromkeys(r.slug for r in runs))
-  assert slugs == ['emulate-bf16', 'emulate-tf32', 'emulate-f32', 'compute_dtype-bfloat16',
-                   'emulate-bf16_batchnorm_group-4']
-  assert len(runs) == 50 and {r.seed for r in runs} == set(range(10))
-  assert celeba.get_sweep()[-1]['numerics.batchnorm_group'] == 2048 // 8
+  arms = list(dict.fromkeys(r.slug for r in runs))
+  assert len(arms) == 5 * 2 * 2 + 1 and len(runs) == len(arms) * celeba.SEEDS
+  assert {r.seed for r in runs} == set(range(celeba.SEEDS))
+  assert arms[0] == 'profile-native_batchnorm_group-0_compute_dtype-float32'
+  assert arms[-1] == 'profile-bf16-noise_batchnorm_group-0_compute_dtype-float32'
+  assert 'profile-torch-gpu-default_batchnorm_group-4_compute_dtype-bfloat16' in arms  # 32 / 8
+  full = celeba.get_sweep()  # the default batch: per-core groups of 2048 / 8
+  assert {r['numerics.batchnorm_group'] for r in full} == {0, 256}
+  assert {r['numerics.profile'] for r in full} == set(celeba.PROFILES) | {'bf16_noise'}
 
 
 @pytest.mark.parametrize('body, message', [
@@ -92,17 +143,18 @@ def parse_train_command(line):
     values(argv[1:])
   finally:
     os.chdir(cwd)
-  return values.config, values.workdir
+  return profiles.expand(values.config), values.workdir  # train.py's loader expands the formats
 
 
 def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, capsys):
   root = tmp_path / 'study'
   code = sweep.main(['--config=configs/digits.py:smoke,model.width=0.25', f'--root={root}',
                      '--dry-run'])
-  assert code == 0 and '0 completed (skipped), 15 to run' in capsys.readouterr().out
-  lines = (root / sweep.COMMANDS_FILE).read_text().splitlines()
   runs, _, _ = sweep.expand('configs/digits.py:smoke,model.width=0.25', str(root))
-  assert len(lines) == 15
+  n = len(runs)
+  assert code == 0 and f'0 completed (skipped), {n} to run' in capsys.readouterr().out
+  lines = (root / sweep.COMMANDS_FILE).read_text().splitlines()
+  assert len(lines) == n
   for line, run in zip(lines, runs):
     config, workdir = parse_train_command(line)
     expected = sweep.check_overrides(digits, 'smoke,model.width=0.25', run.overrides, 0)
@@ -113,7 +165,7 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
   config, _ = parse_train_command(sweep.command_line(sweep.command(run, DIGITS, 'smoke')))
   assert config.to_dict() == sweep.check_overrides(digits, 'smoke', odd, 0).to_dict()
   script = (root / sweep.SLURM_FILE).read_text()
-  assert script.startswith('#!/bin/bash\n') and '#SBATCH --array=0-14\n' in script
+  assert script.startswith('#!/bin/bash\n') and f'#SBATCH --array=0-{n - 1}\n' in script
   assert str(root / sweep.COMMANDS_FILE) in script and f'{root}/.jax_cache' in script
   # Task 7 runs line 8 (0-based 7): a fake `python` records what it was given.
   bin_dir = tmp_path / 'bin'
@@ -126,23 +178,19 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
   assert (tmp_path / 'ran').read_text().split() == [sweep.REPO, f'{root}/.jax_cache'] + shlex.split(lines[7])[1:]
 
 
-def test_emit_paths_and_a_completed_run_is_skipped_a_changed_one_conflicts(tmp_path, capsys):
+def test_emit_paths_and_a_completed_run_is_skipped_an_unfinished_one_relaunched(tmp_path, capsys):
   root = str(tmp_path / 'r')
   runs, _, _ = sweep.expand('configs/digits.py:smoke', root)
   done = sweep.check_overrides(digits, 'smoke', runs[0].overrides, 0).to_dict()
   record.write_results(runs[0].workdir, {'status': 'completed', 'config': done}, step=5)
   unfinished = sweep.check_overrides(digits, 'smoke', runs[1].overrides, 0).to_dict()
   record.write_results(runs[1].workdir, {'status': 'running', 'config': unfinished}, step=2)
-  changed = sweep.check_overrides(digits, 'smoke', runs[2].overrides, 0).to_dict()
-  changed['num_epochs'] = 99
-  record.write_results(runs[2].workdir, {'status': 'completed', 'config': changed}, step=5)
   code = sweep.main(['--config=configs/digits.py:smoke', f'--root={root}', '--dry-run',
                      f'--emit-commands={tmp_path}/c.txt', f'--emit-slurm={tmp_path}/s.sbatch'])
   out = capsys.readouterr().out
-  assert code == 1 and '1 completed (skipped), 13 to run, 1 in conflict' in out
-  assert 'other settings (num_epochs: 99 -> 2)' in out and runs[1].workdir in out
-  assert runs[0].workdir + ' ' not in out
-  assert len((tmp_path / 'c.txt').read_text().splitlines()) == 15
+  assert code == 0 and f'1 completed (skipped), {len(runs) - 1} to run' in out
+  assert f'--workdir={runs[1].workdir} ' in out and f'--workdir={runs[0].workdir} ' not in out
+  assert len((tmp_path / 'c.txt').read_text().splitlines()) == len(runs)
   assert f'{tmp_path}/c.txt' in (tmp_path / 's.sbatch').read_text()
 
 
@@ -158,7 +206,7 @@ def test_rerun_after_moving_the_data_skips_completed_and_resumes_unfinished(tmp_
                                        'config': saved.to_dict()}, step=5)
   code = sweep.main(['--config=configs/digits.py:smoke', f'--root={root}', '--dry-run'])
   out = capsys.readouterr().out
-  assert code == 0 and '1 completed (skipped), 14 to run, 0 in conflict' in out
+  assert code == 0 and f'1 completed (skipped), {len(runs) - 1} to run' in out
   assert f'--workdir={runs[1].workdir}' in out and f'--workdir={runs[0].workdir} ' not in out
   # train.py's resume applies the same rule to the moved run: it continues it.
   moved = sweep.check_overrides(digits, 'smoke', runs[1].overrides, 0)
@@ -180,31 +228,33 @@ def test_scheduler_one_run_per_gpu_reports_failures_and_continues(tmp_path, monk
   script = ('import os, sys, time; time.sleep(0.3); print("gpu", os.environ["CUDA_VISIBLE_DEVICES"], '
             'os.environ["JAX_COMPILATION_CACHE_DIR"]); print("boom" if "seed1" in sys.argv[-1] else "ok"); '
             'sys.exit(3 if "a-1/seed1" in sys.argv[-1] else 0)')
-  monkeypatch.setattr(sweep, 'command', lambda run, *a: [sys.executable, '-c', script, run.workdir])
   monkeypatch.delenv('JAX_COMPILATION_CACHE_DIR', raising=False)
   runs = fake_runs(tmp_path, 6)
-  progress = sweep.Progress(7, 1, 2)
-  failures = sweep.run_all(runs, 'x.py', '', str(tmp_path), progress, 2, [5, 7, 9], poll=0.05)
+  progress = sweep_runner.Progress(7, 1, 2)
+  failures, in_use, signum = sweep_runner.run_all(
+      runs, lambda run: [sys.executable, '-c', script, run.workdir], str(tmp_path), sweep.REPO,
+      progress, 2, [5, 7, 9], poll=0.05)
   assert [(f[0].workdir, f[1], f[2]) for f in failures] == [(runs[3].workdir, 3, 'boom')]
-  assert (progress.done, progress.failed, progress.running) == (6, 1, 0)
+  assert (in_use, signum) == ([], None)
+  assert (progress.done, progress.failed, progress.active) == (6, 1, {})
   out = capsys.readouterr().out
-  assert f"FAILED a-1/seed1: exit code 3, last log line: 'boom' (log: {runs[3].workdir}/train.log)" in out
-  assert '[sweep] 6/7 done, 0 running, 1 failed | elapsed 0m0' in out and 'ETA 0m00s' in out
+  log3 = f'{runs[3].workdir}/train.log'
+  assert f"FAILED  a-1/seed1: exit code 3, last log line: 'boom' (log: {log3})" in out
+  assert f'start   a-1/seed1 on GPU ' in out and f'workdir {runs[3].workdir}, log {log3}' in out
+  assert '[sweep] 6/7 done, 0 running, 1 failed | elapsed 0m0' in out
+  assert 'ETA 0m00s' in out
   logs = [open(os.path.join(r.workdir, 'train.log')).read() for r in runs]
   assert all(f'{tmp_path}/.jax_cache' in log for log in logs)
   assert {log.split('gpu ')[1].split()[0] for log in logs} == {'5', '7'}
-  assert max(int(l.split('running')[0].split()[-1]) for l in out.splitlines() if 'running' in l) == 2
+  running = [int(l.split(' running')[0].split()[-1]) for l in out.splitlines() if l.startswith('[sweep]')]
+  assert max(running) == 2
 
 
-def test_launch_order_round_robins_arms_and_progress_eta():
+def test_launch_order_round_robins_arms():
   runs = [sweep.Run({}, arm, seed, {}, '') for arm in 'abc' for seed in range(2)]
   assert [(r.slug, r.seed) for r in sweep.launch_order(runs)] == [
       ('a', 0), ('b', 0), ('c', 0), ('a', 1), ('b', 1), ('c', 1)]
-  p = sweep.Progress(10, 2, 2)
-  assert p.eta() is None and 'ETA ?' in p.line()
-  p.done, p.durations = 4, [30.0, 50.0]
-  assert p.eta() == pytest.approx(40 * 6 / 2)
-  assert sweep.fmt_duration(3725) == '1h2m05s'
+  assert sweep_runner.fmt_duration(3725) == '1h2m05s'
 
 
 def test_tiny_study_end_to_end_then_resume_skips_everything(tmp_path, subprocess_env, monkeypatch, capsys):
@@ -217,7 +267,8 @@ def test_tiny_study_end_to_end_then_resume_skips_everything(tmp_path, subprocess
   out = capsys.readouterr().out
   assert '[sweep] 4/4 done, 0 running, 0 failed' in out and 'study finished in' in out
   report = (root / 'report.md').read_text()
-  assert report in out and 'emulate=bf16' in report and 'emulate=f32' in report
+  # Arms labelled by the first requested field that separates them (record.arm_columns order).
+  assert report in out and 'conv_format=bf16' in report and 'conv_format=f32' in report
   assert (root / 'report.tex').exists() and list(root.glob('report_*.csv'))
   log = (root / 'emulate-bf16' / 'seed1' / 'train.log').read_text()
   assert 'train.py --config=' in log and 'Done: test_accuracy' in log
@@ -231,3 +282,147 @@ def test_tiny_study_end_to_end_then_resume_skips_everything(tmp_path, subprocess
       assert img.size[0] > 600
   assert sweep.main([spec, f'--root={root}']) == 0
   assert '4 completed (skipped), 0 to run' in capsys.readouterr().out
+
+
+def write_train_records(workdir, records, log_counter=None):
+  """metrics.jsonl training records [(step, images/s)] and, optionally, a log with `step s/T`."""
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, results.METRICS_FILE), 'w') as f:
+    for step, ips in records:
+      f.write(json.dumps({'kind': 'train', 'step': step, 'images_per_sec': ips}) + '\n')
+    f.write('{"kind": "tr')  # a torn last line
+  if log_counter:
+    with open(os.path.join(workdir, sweep_runner.LOG_FILE), 'w') as f:
+      f.write(f'I1124 reporting.py:66] step {log_counter} (epoch 1/2) loss 2.6 | 28 img/s\n')
+
+
+def test_progress_speed_leaves_out_compile_and_eta_counts_running_and_queued(tmp_path):
+  a, b = str(tmp_path / 'a'), str(tmp_path / 'b')
+  # a: resumed at step 10; after launch the first interval (compile, 5 img/s) is left out.
+  write_train_records(a, [(5, 900.0), (10, 1000.0), (15, 5.0), (20, 100.0), (25, 300.0), (30, 200.0)],
+                      '30/110')
+  write_train_records(b, [(5, 3.0)], '5/110')  # still compiling: only the first interval
+  assert sweep_runner.speed(a, 10) == (200.0, 30) and sweep_runner.speed(b, 0) == (None, 5)
+  now = 1000.0
+  runs = [sweep.Run({}, 'x', s, {}, w) for s, w in ((0, a), (1, b))]
+  progress = sweep_runner.Progress(total=5, done=1, slots=2)
+  progress.active = {i: sweep_runner.Active(r, None, None, None, now - 60, 20, since)
+                     for i, (r, since) in enumerate(zip(runs, (10, 0)))}
+  measures = [x.measure(now) for x in progress.active.values()]
+  assert measures == [(200.0, 60.0, 80 * 20 / 200.0), (None, 60.0, None)]
+  # Per run: a's elapsed + left = 68 s (no run finished yet); b: 68 - 60 s left; 2 queued runs.
+  assert progress.eta(measures) == pytest.approx((8 + 8 + 2 * 68) / 2)
+  progress.durations = [100.0]  # a finished run's duration wins over the estimate
+  assert progress.eta(measures) == pytest.approx((8 + 40 + 2 * 100) / 2)
+  line = progress.line(now)
+  assert line.startswith('[sweep] 1/5 done, 2 running (200 images/s, 1 starting), 0 failed')
+  assert line.endswith('ETA 2m04s')
+  progress.durations, progress.active = [], {0: progress.active[1]}
+  assert progress.eta([measures[1]]) is None and 'ETA ?' in progress.line(now)
+
+
+def hold_lock(workdir, seconds):
+  """A process holding the workdir's run lock for `seconds`, returned once it holds it."""
+  holder = subprocess.Popen([sys.executable, '-c', (
+      'import sys, time; sys.path.insert(0, sys.argv[1]); from trainer import lock; '
+      'l = lock.WorkdirLock(sys.argv[2]).acquire(); print("held", flush=True); '
+      'time.sleep(float(sys.argv[3]))'), sweep.REPO, workdir, str(seconds)],
+      stdout=subprocess.PIPE, text=True)
+  assert holder.stdout.readline() == 'held\n'
+  return holder
+
+
+def test_lock_holder_sees_a_live_run_and_not_a_released_or_dead_one(tmp_path):
+  workdir = str(tmp_path / 'run')
+  os.makedirs(workdir)
+  assert sweep_runner.lock_holder(workdir) is None
+  with lock.WorkdirLock(workdir):
+    assert sweep_runner.lock_holder(workdir)['pid'] == os.getpid()
+  assert sweep_runner.lock_holder(workdir) is None
+  holder = hold_lock(workdir, 60)
+  try:
+    assert sweep_runner.lock_holder(workdir)['pid'] == holder.pid
+  finally:
+    holder.kill()
+    holder.wait()
+  assert sweep_runner.lock_holder(workdir) is None  # the kernel released the dead holder's lock
+
+
+def test_a_held_workdir_is_waited_for_then_run_or_reported_in_use_not_failed(
+    tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(sweep_runner, 'LOCK_WAIT_S', 4.0)
+  runs = fake_runs(tmp_path, 2)
+  for run in runs:
+    os.makedirs(run.workdir)
+  lasting = hold_lock(runs[1].workdir, 60)
+  brief = hold_lock(runs[0].workdir, 1.5)  # still held when the sweep reaches run 0
+  try:
+    progress = sweep_runner.Progress(2, 0, 1)
+    failures, in_use, signum = sweep_runner.run_all(
+        runs, lambda run: [sys.executable, '-c', 'print("ran")'], str(tmp_path), sweep.REPO,
+        progress, 1, [], poll=0.05)
+  finally:
+    lasting.kill()
+    lasting.wait()
+    brief.wait()
+  assert (failures, in_use, signum) == ([], [runs[1]], None)
+  assert (progress.done, progress.failed, progress.in_use) == (1, 0, 1)
+  assert 'ran' in open(os.path.join(runs[0].workdir, 'train.log')).read()
+  assert not os.path.exists(os.path.join(runs[1].workdir, 'train.log'))
+  out = capsys.readouterr().out
+  assert f'waiting: {runs[0].workdir} is held by pid {brief.pid}' in out
+  assert '1 in use elsewhere' in out
+
+
+def train_processes(root):
+  """PIDs of live processes whose command line names `root` and train.py."""
+  found = []
+  for pid in filter(str.isdigit, os.listdir('/proc')):
+    try:
+      with open(f'/proc/{pid}/cmdline', 'rb') as f:
+        cmdline = f.read().decode(errors='replace')
+      with open(f'/proc/{pid}/stat') as f:
+        zombie = f.read().rsplit(')', 1)[1].split()[0] == 'Z'
+    except OSError:
+      continue
+    if str(root) in cmdline and 'train.py' in cmdline and not zombie:
+      found.append(int(pid))
+  return found
+
+
+def start_sweep(argv, env, out):
+  return subprocess.Popen([sys.executable, '-m', 'analysis.sweep', *argv], cwd=sweep.REPO, env=env,
+                          stdout=out, stderr=subprocess.STDOUT)
+
+
+def wait_until(condition, timeout, what):
+  deadline = time.time() + timeout
+  while not condition():
+    assert time.time() < deadline, f'timed out waiting for {what}'
+    time.sleep(0.2)
+
+
+def test_signals_stop_every_run_and_the_rerun_completes_them(tmp_path, subprocess_env):
+  """SIGTERM: forwarded to both runs, waited for (exit 143); SIGKILL: the runs die with the sweep;
+  the rerun then completes both runs (no run 'in use', none failed)."""
+  env = {**subprocess_env, 'XLA_FLAGS': ''}  # one CPU device: the cheapest compile
+  cfg = write_config(tmp_path, "[{'seed': s} for s in (0, 1)]")
+  root = tmp_path / 'study'
+  argv = [f'--config={cfg}:smoke,optim.freeze_epochs=0,num_epochs=1', f'--root={root}',
+          '--parallel=2', '--heartbeat=1']
+  for sig in (signal.SIGTERM, signal.SIGKILL):
+    with open(tmp_path / f'{sig.name}.txt', 'w') as out:
+      proc = start_sweep(argv, env, out)
+      wait_until(lambda: len(train_processes(root)) == 2, 120, 'both runs to start')
+      proc.send_signal(sig)
+      assert proc.wait(timeout=300) == (128 + sig if sig == signal.SIGTERM else -sig)
+      if sig == signal.SIGTERM:
+        assert train_processes(root) == []  # the sweep waited for them
+      wait_until(lambda: not train_processes(root), 10, 'the runs to die with the sweep')
+  text = (tmp_path / 'SIGTERM.txt').read_text()
+  assert 'stopping: SIGTERM sent to 2 running run(s)' in text and 'stopped by SIGTERM' in text
+  rerun = subprocess.run([sys.executable, '-m', 'analysis.sweep', *argv], cwd=sweep.REPO, env=env,
+                         capture_output=True, text=True, timeout=600)
+  assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+  assert 'FAILED' not in rerun.stdout and '[sweep] 2/2 done, 0 running' in rerun.stdout
+  assert sorted(results.load_runs(str(root))['status']) == ['completed'] * 2

@@ -123,7 +123,7 @@ def set_aside(workdir, steps):
       src.rename(target / f'{step}-{stamp}-{os.getpid()}')
 
 
-def wipe(workdir, names=('checkpoints', 'metrics.jsonl', 'tensorboard', CORRUPT_DIR)):
+def wipe(workdir, names=(record.CHECKPOINTS, 'metrics.jsonl', 'tensorboard', CORRUPT_DIR)):
   """Delete a previous run's outputs (for --restart)."""
   for name in names:
     path = epath.Path(workdir) / name

@@ -9,6 +9,12 @@ This module is the one owner of
   which make two runs a pair (same initial weights and data order: `PAIRING_FIELDS`), and the rule
   that a config is "the same run" as a saved one (`config_differences`, used by resume and sweep).
 
+Records written by older versions of the code read the same: the layout has not changed, and a
+field the code added since (a numerics setting, say) is absent there; such a field counts as its
+default (configs/common.py), which is, by design, the behaviour before the field existed: `row`
+fills the arm-defining `numerics.requested.*` columns so, and `config_differences` does not hold
+it against a saved run.
+
 Record fields: `schema` (RECORD_SCHEMA; absent in records written before it existed, which read
 the same), `status` ('running' | 'completed' | 'failed'), `reason`, `seed`, `platform`,
 `device_kind`, `num_devices`, `num_processes`, `step`, `total_steps`, `wall_time_s`, `numerics`
@@ -131,8 +137,15 @@ def flatten(tree, prefix):
   return out
 
 
+def defaults():
+  """{dotted config field: default value} of every field the code has (configs/common.py)."""
+  from configs import common  # pylint: disable=import-outside-toplevel
+  return flatten(json.loads(json.dumps(common.base_config().to_dict())), '')
+
+
 def row(run, results):
-  """One table row (dict) for `run` from its record (None: nothing saved yet)."""
+  """One table row (dict) for `run` from its record (None: nothing saved yet). Requested numerics
+  fields the record predates are filled with their defaults (see the module doc)."""
   if results is None:
     return {'run': run, 'status': 'no_results', 'reason': 'no saved checkpoint step'}
   out = {name: results.get(name) for name in BASE_COLUMNS[1:]}
@@ -141,6 +154,10 @@ def row(run, results):
     out['seed'] = (results.get('config') or {}).get('seed')
   for part in FLATTENED:
     out.update(flatten(results.get(part), part))
+  if out.get('status') in STATUSES:
+    for name, value in defaults().items():
+      if name.startswith('numerics.'):
+        out.setdefault(f'{ARM_PREFIX}{name[len("numerics."):]}', value)
   return out
 
 
@@ -162,8 +179,13 @@ def _ignored(name):
 
 def config_differences(saved, requested):
   """['field: saved -> requested', ...]: the fields in which config dict `requested` is not the
-  same run as saved config dict `saved` (IGNORED_FIELDS aside). Empty: the same run."""
+  same run as saved config dict `saved` (IGNORED_FIELDS aside; a field the saved config predates
+  counts as its default). Empty: the same run."""
   old = flatten(json.loads(json.dumps(saved or {})), '')
   new = flatten(json.loads(json.dumps(requested or {})), '')
+  default = defaults()
+  for name in set(new) - set(old):
+    if name in default:
+      old[name] = default[name]
   return [f'{k}: {old.get(k, "<absent>")!r} -> {new.get(k, "<absent>")!r}'
           for k in sorted(set(old) | set(new)) if not _ignored(k) and old.get(k) != new.get(k)]

@@ -173,6 +173,7 @@ def enter_phase(ctx, state, phase, step):
 def eval_step(ctx, state):
   """The jitted evaluation step (masked sums over a padded batch) for states like `state`."""
   fn = steps.make_eval_step(ctx.mesh, ctx.graphdef, ctx.dataset.task, ctx.mean, ctx.std,
+                            ctx.config.seed,
                             wrap=lambda f: numerics_setup.with_precision(f, ctx.config))
   if jax.process_count() > 1:
     batch = abstract_batch(ctx, ctx.dataset.test, ctx.config.eval_batch_size, mask=True)

@@ -4,6 +4,13 @@ The training state is a plain pytree {'params', 'batch_stats', 'opt_state', 'ste
 replicated over the mesh, donated to each step. Batches are sharded along 'data'; under jit the
 losses, accuracies and BatchNorm statistics are computed over the global batch. `sums` accumulates
 the epoch's training loss/accuracy on device, so no step waits for the host.
+
+Both steps trace the model inside numerics.ops.noise_scope with the key of (the run seed, the
+state's global step, 'train' or 'eval'): the noise of a noisy product format (bf16_noise) depends on
+nothing else, so a run repeats and resumes bit for bit (formats without noise never read the key,
+and their compiled steps do not depend on the seed). An evaluation uses one key for all its
+batches: the model it evaluates is perturbed one way. The seed is a constant of the step, so each
+seed of a noisy arm compiles its own step.
 """
 
 import functools
@@ -15,6 +22,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from numerics import ops
 from trainer import optim
 
 ZERO_SUMS = {'loss': 0.0, 'correct': 0.0, 'count': 0.0}
@@ -73,8 +81,9 @@ def _train_step(state, batch, *, graphdef, tx, mask, task, mean, std, flip, seed
     loss, correct = loss_and_correct(logits, batch['label'], task)
     return loss.mean(), (correct, nnx.to_pure_dict(nnx.state(model, nnx.BatchStat)))
 
-  (loss, (correct, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-      state['params'])
+  with ops.noise_scope(ops.step_noise_key(seed, state['step'], 'train')):
+    (loss, (correct, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state['params'])
   params, opt_state = optim.masked_update(state['params'], grads, state['opt_state'], tx, mask)
   n = jnp.asarray(correct.shape[0], jnp.float32)
   sums = {'loss': state['sums']['loss'] + loss * n,
@@ -96,10 +105,11 @@ def make_train_step(mesh, graphdef, tx, mask, task, mean, std, flip, seed, wrap=
                  donate_argnums=(0,))
 
 
-def _eval_step(state, batch, totals, *, graphdef, task, mean, std):
+def _eval_step(state, batch, totals, *, graphdef, task, mean, std, seed):
   model = nnx.merge(graphdef, state['params'], state['batch_stats'])
   model.eval()
-  logits = model(preprocess(batch['image'], mean, std))
+  with ops.noise_scope(ops.step_noise_key(seed, state['step'], 'eval')):
+    logits = model(preprocess(batch['image'], mean, std))
   loss, correct = loss_and_correct(logits, batch['label'], task)
   mask = batch['mask']
   return {'loss': totals['loss'] + (loss * mask).sum(),
@@ -107,11 +117,11 @@ def _eval_step(state, batch, totals, *, graphdef, task, mean, std):
           'count': totals['count'] + mask.sum()}
 
 
-def make_eval_step(mesh, graphdef, task, mean, std, wrap=None):
+def make_eval_step(mesh, graphdef, task, mean, std, seed, wrap=None):
   """jit(state, batch, totals) -> totals: masked sums, so every example counts exactly once."""
   replicated, sharded = shardings(mesh)
   fn = functools.partial(_eval_step, graphdef=graphdef, task=task, mean=jnp.asarray(mean),
-                         std=jnp.asarray(std))
+                         std=jnp.asarray(std), seed=seed)
   return jax.jit(wrap(fn) if wrap else fn, in_shardings=(replicated, sharded, replicated), out_shardings=replicated,
                  donate_argnums=(2,))
 

@@ -1,0 +1,352 @@
+"""Running a sweep's train.py processes: launch, watch, stop (the runner of analysis.sweep).
+
+Each run is one `train.py` child process; its output is appended to `<workdir>/train.log`. Children
+- run in their own process group, so a terminal's Ctrl-C reaches the sweep alone, which forwards it;
+- die with the sweep on Linux (prctl PR_SET_PDEATHSIG = SIGKILL, set by a short exec wrapper):
+  a sweep killed with SIGKILL leaves no run behind (each loses the steps since its last
+  checkpoint; a rerun resumes it).
+SIGTERM or SIGINT to the sweep is forwarded once to every running child; the sweep waits for them,
+kills what still runs after STOP_GRACE_S or at a second signal, and reports 128 + the signal
+number. A run whose workdir lock (trainer/lock.py) is held by a live process, e.g. a child of a
+killed sweep still exiting, is launched once the holder has gone (waiting at most LOCK_WAIT_S;
+then it is reported as in use, not as failed).
+
+Console: a line per run start (workdir, log) and end, and every `heartbeat` seconds the aggregate:
+runs done/running/failed, images/s summed over the running runs (those without a measured speed
+yet are 'starting': loading, compiling), and the ETA. A running run's speed
+is the median images/s of its last SPEED_WINDOW logged intervals (metrics.jsonl), the first
+interval after launch (compile) left out; its steps left come from its log's `step s/T` counter.
+ETA = (seconds left of the running runs + queued runs x seconds per run) / parallel slots, where
+seconds per run is the mean duration of the runs finished so far (else the running runs' elapsed
+plus left); '?' until a number exists.
+"""
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from analysis.results import METRICS_FILE
+from trainer import lock
+
+LOG_FILE = 'train.log'
+CACHE_DIR = '.jax_cache'
+STOP_GRACE_S = 300
+LOCK_WAIT_S = 60
+SPEED_WINDOW = 5
+STEP_COUNTER = re.compile(r'step (\d+)/(\d+)')
+LINUX = sys.platform.startswith('linux')
+# Run first in a child: SIGKILL me when my parent (argv[1]) dies (prctl PR_SET_PDEATHSIG = 1; it
+# survives the exec), at once if it already has; then exec the run's command (argv[2:]).
+DIE_WITH_PARENT = ('import ctypes, os, signal, sys; '
+                   'ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0); '
+                   'os.getppid() == int(sys.argv[1]) or os.kill(os.getpid(), signal.SIGKILL); '
+                   'os.execvp(sys.argv[2], sys.argv[2:])')
+
+
+def fmt_duration(seconds):
+  if seconds is None:
+    return '?'
+  seconds = int(round(seconds))
+  h, rest = divmod(seconds, 3600)
+  return (f'{h}h' if h else '') + f'{rest // 60:d}m{rest % 60:02d}s'
+
+
+def tail(path, size=8192):
+  """The last `size` bytes of a text file as text ('' if unreadable)."""
+  try:
+    with open(path, 'rb') as f:
+      f.seek(max(0, os.path.getsize(path) - size))
+      return f.read().decode(errors='replace')
+  except OSError:
+    return ''
+
+
+def last_line(path):
+  """The last non-empty line of a log file ('' if none)."""
+  lines = [l.strip() for l in tail(path).splitlines() if l.strip()]
+  return lines[-1] if lines else ''
+
+
+def child_env(root, repo, gpu=None):
+  """The environment of a run: the shared compilation cache (unless set), one GPU when given."""
+  env = dict(os.environ)
+  env.setdefault('JAX_COMPILATION_CACHE_DIR', os.path.join(root, CACHE_DIR))
+  env.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.2')  # JAX's default: 1 s
+  env['PYTHONPATH'] = repo + (os.pathsep + env['PYTHONPATH'] if env.get('PYTHONPATH') else '')
+  if gpu is not None:
+    env['CUDA_VISIBLE_DEVICES'] = str(gpu)
+  return env
+
+
+def popen(argv, cwd, env, log):
+  """Start `argv` in its own process group; on Linux through DIE_WITH_PARENT (no preexec_fn: a
+  fork that runs Python code in the child is unsafe once JAX's threads run in this process)."""
+  if LINUX:
+    argv = [sys.executable, '-c', DIE_WITH_PARENT, str(os.getpid()), *argv]
+  return subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                          process_group=0)
+
+
+def lock_holder(workdir):
+  """The record ({'pid', 'host', ...}) of a live process holding the workdir's run lock, else None.
+
+  Probed with a shared, non-blocking flock on trainer/lock.py's file: it fails exactly while a
+  live run holds the exclusive lock; nothing is written.
+  """
+  try:
+    fd = os.open(os.path.join(workdir, lock.LOCK_FILE), os.O_RDONLY)
+  except OSError:
+    return None
+  try:
+    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+  except OSError:
+    try:
+      return json.loads(os.pread(fd, 4096, 0) or b'{}')
+    except ValueError:
+      return {}
+  finally:
+    os.close(fd)
+  return None
+
+
+def logged_speeds(workdir):
+  """[(step, images/s)] of the training records in the run's metrics.jsonl (torn lines skipped)."""
+  try:
+    with open(os.path.join(workdir, METRICS_FILE)) as f:
+      lines = f.read().splitlines()
+  except OSError:
+    return []
+  out = []
+  for line in lines:
+    try:
+      entry = json.loads(line)
+    except ValueError:
+      continue
+    if entry.get('kind') == 'train' and entry.get('images_per_sec'):
+      out.append((int(entry['step']), float(entry['images_per_sec'])))
+  return out
+
+
+def speed(workdir, since_step):
+  """(images/s or None, last logged step) from the records after `since_step` (module doc)."""
+  records = [r for r in logged_speeds(workdir) if r[0] > since_step]
+  measured = [ips for _, ips in records[1:]][-SPEED_WINDOW:]
+  return (statistics.median(measured) if measured else None), (records[-1][0] if records
+                                                               else since_step)
+
+
+def total_steps(logfile):
+  """The run's total steps from the last `step s/T` counter of its log, or None."""
+  found = STEP_COUNTER.findall(tail(logfile))
+  return int(found[-1][1]) if found else None
+
+
+@dataclasses.dataclass
+class Active:
+  """A running run: its process, log file, GPU, start time, batch size, last step before launch."""
+  run: Any
+  proc: Any
+  log: Any
+  gpu: Any
+  started: float
+  batch_size: Any
+  since_step: int
+
+  @property
+  def logfile(self):
+    return os.path.join(self.run.workdir, LOG_FILE)
+
+  def measure(self, now):
+    """(images/s or None, seconds running, seconds left or None)."""
+    ips, step = speed(self.run.workdir, self.since_step)
+    total = total_steps(self.logfile)
+    left = None
+    if ips and total and self.batch_size:
+      left = max(total - step, 0) * self.batch_size / ips
+    return ips, now - self.started, left
+
+
+class Progress:
+  """Counts of the sweep's runs, the running ones, and the console lines."""
+
+  def __init__(self, total, done, slots, out=None):
+    self.total, self.done, self.slots, self.out = total, done, slots, out
+    self.failed, self.in_use, self.durations, self.active = 0, 0, [], {}
+    self.start = self.last_shown = time.time()
+
+  @property
+  def queued(self):
+    return self.total - self.done - self.failed - self.in_use - len(self.active)
+
+  def eta(self, measures):
+    """Seconds until the sweep ends from [(images/s, running s, left s)] (module doc), or None."""
+    finished = [running + left for _, running, left in measures if left is not None]
+    per_run = statistics.mean(self.durations or finished) if self.durations or finished else None
+    work = 0.0
+    for _, running, left in measures:
+      if left is None and per_run is None:
+        return None
+      work += left if left is not None else max(per_run - running, 0.0)
+    if self.queued:
+      if per_run is None:
+        return None
+      work += self.queued * per_run
+    return work / self.slots
+
+  def line(self, now=None):
+    now = now or time.time()
+    measures = [a.measure(now) for a in self.active.values()]
+    rates = [ips for ips, _, _ in measures if ips]
+    speeds = ([f'{sum(rates):,.0f} images/s'] if rates else []) + (
+        [f'{len(measures) - len(rates)} starting'] if len(rates) < len(measures) else [])
+    running = f'{len(measures)} running' + (f' ({", ".join(speeds)})' if speeds else '')
+    busy = f', {self.in_use} in use elsewhere' if self.in_use else ''
+    return (f'[sweep] {self.done}/{self.total} done, {running}, {self.failed} failed{busy} | '
+            f'elapsed {fmt_duration(now - self.start)} | ETA {fmt_duration(self.eta(measures))}')
+
+  def show(self, message=None):
+    self.last_shown = time.time()
+    out = self.out or sys.stdout
+    if message:
+      print(message, file=out)
+    print(self.line(), file=out, flush=True)
+
+
+class Stop:
+  """SIGTERM/SIGINT while installed: the first sets `signum`, a later one `force` (no raising, so
+  no child can be started and then lost between two statements)."""
+
+  def __init__(self):
+    self.signum, self.force = None, False
+
+  def handle(self, signum, _frame):
+    if self.signum is None:
+      self.signum = signum
+    else:
+      self.force = True
+
+  @contextlib.contextmanager
+  def installed(self):
+    if threading.current_thread() is not threading.main_thread():
+      yield self
+      return
+    old = {s: signal.signal(s, self.handle) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+      yield self
+    finally:
+      for s, handler in old.items():
+        signal.signal(s, handler)
+
+
+def launch(run, argv, root, repo, gpu, batch_size):
+  """Start `argv` for `run` with its output appended to the run's log; returns an Active."""
+  os.makedirs(run.workdir, exist_ok=True)
+  log = open(os.path.join(run.workdir, LOG_FILE), 'a')
+  log.write(f'\n# {time.strftime("%Y-%m-%d %H:%M:%S")} {" ".join(argv)}\n')
+  log.flush()
+  since = speed(run.workdir, -1)[1]
+  return Active(run, popen(argv, repo, child_env(root, repo, gpu), log), log, gpu, time.time(),
+                batch_size, since)
+
+
+def wait_for_lock(run, progress, stop, poll):
+  """True once no live process holds the run's workdir (at most LOCK_WAIT_S), else False."""
+  holder, deadline = lock_holder(run.workdir), time.time() + LOCK_WAIT_S
+  if holder is not None:
+    progress.show(f'waiting: {run.workdir} is held by pid {holder.get("pid", "?")} on '
+                  f'{holder.get("host", "?")} (e.g. a run of a stopped sweep still exiting)')
+  while holder is not None and time.time() < deadline and stop.signum is None:
+    time.sleep(poll)
+    holder = lock_holder(run.workdir)
+  return holder is None
+
+
+def reap(progress, failures, stopping):
+  """Collect finished children: print their end; returns the GPUs they free."""
+  freed = []
+  for pid, a in list(progress.active.items()):
+    code = a.proc.poll()
+    if code is None:
+      continue
+    del progress.active[pid]
+    a.log.close()
+    freed.append(a.gpu)
+    name, took = f'{a.run.slug}/seed{a.run.seed}', fmt_duration(time.time() - a.started)
+    if stopping:
+      progress.show(f'stopped {name} after {took} (exit code {code}; log: {a.logfile})')
+    elif code == 0:
+      progress.done += 1
+      progress.durations.append(time.time() - a.started)
+      progress.show(f'done    {name} in {took} (log: {a.logfile})')
+    else:
+      progress.failed += 1
+      failures.append((a.run, code, last_line(a.logfile)))
+      progress.show(f'FAILED  {name}: exit code {code}, last log line: '
+                    f'{last_line(a.logfile)!r} (log: {a.logfile})')
+  return freed
+
+
+def stop_all(progress, stop, failures, poll=0.2):
+  """Forward the stop signal (SIGTERM after an error) to every child once, wait, kill leftovers."""
+  if not progress.active:
+    return
+  sig = signal.Signals(stop.signum or signal.SIGTERM)
+  for a in progress.active.values():
+    a.proc.send_signal(sig)
+  progress.show(f'stopping: {sig.name} sent to {len(progress.active)} running run(s); waiting for '
+                f'them to exit (at most {fmt_duration(STOP_GRACE_S)}; signal again to kill them now)')
+  deadline = time.time() + STOP_GRACE_S
+  while progress.active:
+    if stop.force or time.time() > deadline:
+      for a in progress.active.values():
+        a.proc.kill()
+      for a in progress.active.values():
+        a.proc.wait()
+    reap(progress, failures, stopping=True)
+    time.sleep(poll if progress.active else 0)
+
+
+def run_all(queue, argv_of, root, repo, progress, slots, gpus, batch_size=None, poll=0.5,
+            heartbeat=30):
+  """Run `queue` (in order), `slots` at a time (one GPU each from `gpus`).
+
+  `argv_of(run)`: the run's command; `batch_size(run)`: its global batch (for the ETA). Returns
+  (failures [(run, exit code, last log line)], in-use runs, the stop signal number or None).
+  """
+  queue, failures, in_use, stop = list(queue), [], [], Stop()
+  free = list(gpus)[:slots] if gpus else [None] * slots
+  with stop.installed():
+    try:
+      while (queue or progress.active) and stop.signum is None:
+        while queue and free and stop.signum is None:
+          run = queue.pop(0)
+          if not wait_for_lock(run, progress, stop, poll):
+            if stop.signum is not None:
+              break
+            in_use.append(run)
+            progress.in_use += 1
+            progress.show(f'in use  {run.slug}/seed{run.seed}: {run.workdir} is still held after '
+                          f'{fmt_duration(LOCK_WAIT_S)}; not run (rerun when its holder is done)')
+            continue
+          a = launch(run, argv_of(run), root, repo, free.pop(0), batch_size and batch_size(run))
+          progress.active[a.proc.pid] = a
+          progress.show(f'start   {run.slug}/seed{run.seed}' +
+                        (f' on GPU {a.gpu}' if a.gpu is not None else '') +
+                        f': workdir {run.workdir}, log {a.logfile}')
+        time.sleep(poll)
+        free += reap(progress, failures, stopping=False)
+        if time.time() - progress.last_shown > heartbeat:
+          progress.show()
+    finally:
+      stop_all(progress, stop, failures)
+  return failures, in_use, stop.signum

@@ -1,0 +1,107 @@
+"""The import structure: folders form layers (no back-edges, no cycles), and so do files.
+
+  python tests/test_imports.py     # prints the folder-level import arrows and the layers
+
+Read from the code itself (ast), so the picture cannot drift from it.
+"""
+
+import ast
+import collections
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FOLDERS = ('configs', 'numerics', 'input_pipeline', 'models', 'trainer', 'analysis',
+           'benchmarks', 'experiments')
+TOP_FILES = ('train.py',)
+
+
+def source_files():
+  """{module name: path} of every project module outside tests/."""
+  out = {}
+  for folder in FOLDERS:
+    for name in sorted(os.listdir(os.path.join(REPO, folder))):
+      if name.endswith('.py'):
+        module = f'{folder}.{name[:-3]}' if name != '__init__.py' else folder
+        out[module] = os.path.join(REPO, folder, name)
+  for name in TOP_FILES:
+    out[name[:-3]] = os.path.join(REPO, name)
+  return out
+
+
+def imports(path, modules):
+  """Project modules that the file at `path` imports (at any depth of the file)."""
+  with open(path) as f:
+    tree = ast.parse(f.read())
+  found = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      # `from pkg import mod` imports pkg.mod (a package's __init__ only when a name is not a module)
+      subs = [f'{node.module}.{a.name}' for a in node.names]
+      names = subs if all(n in modules for n in subs) else [node.module] + subs
+    else:
+      continue
+    found.update(n for n in names if n in modules)
+  return found
+
+
+def folder(module):
+  return module.split('.')[0]
+
+
+def graphs():
+  """(file graph, folder graph): {module: set of imported modules} and the same per folder."""
+  modules = source_files()
+  files = {m: imports(p, modules) - {m} for m, p in modules.items()}
+  folders = collections.defaultdict(set)
+  for module, targets in files.items():
+    folders[folder(module)].update(folder(t) for t in targets if folder(t) != folder(module))
+  return files, dict(folders)
+
+
+def layers(graph):
+  """Topological layers (what imports nothing left first); raises ValueError on a cycle."""
+  remaining = {k: set(v) for k, v in graph.items()}
+  out = []
+  while remaining:
+    ready = sorted(k for k, v in remaining.items() if not v & set(remaining))
+    if not ready:
+      raise ValueError(f'import cycle: {" -> ".join(cycle(remaining))}')
+    out.append(ready)
+    for k in ready:
+      del remaining[k]
+  return out
+
+
+def cycle(graph):
+  """One cycle of `graph` (every node has an edge inside it), as a list of nodes."""
+  node, path = sorted(graph)[0], []
+  while node not in path:
+    path.append(node)
+    node = sorted(graph[node] & set(graph))[0]
+  return path[path.index(node):] + [node]
+
+
+def test_folders_form_layers_without_back_edges():
+  _, folders = graphs()
+  order = [f for layer in layers(folders) for f in layer]
+  assert order.index('trainer') > max(order.index(f) for f in ('numerics', 'models', 'configs'))
+  for reader in ('analysis', 'experiments', 'benchmarks', 'train'):
+    assert order.index(reader) > order.index('trainer')
+  assert 'analysis' not in folders['trainer'] and 'experiments' not in folders['analysis']
+
+
+def test_no_file_imports_itself_through_others():
+  files, _ = graphs()
+  layers(files)  # raises ValueError naming the files of any cycle
+
+
+if __name__ == '__main__':
+  files_graph, folder_graph = graphs()
+  for source in sorted(folder_graph):
+    print(f'{source} -> {", ".join(sorted(folder_graph[source])) or "(nothing)"}')
+  print('layers, bottom up:', ' | '.join(', '.join(layer) for layer in layers(folder_graph)))
+  print(f'{len(files_graph)} files, {sum(map(len, folder_graph.values()))} folder arrows')
+  sys.exit(0)

@@ -1,0 +1,87 @@
+"""A newcomer's first hour: train.py with a relative --workdir, `make smoke` from a fresh clone of
+the committed HEAD (reusing this venv, with the package index switched off: nothing is
+downloaded), the sweep's cost before it runs (--estimate), and a report whose title says what it
+compares."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from analysis import estimate, report, stats, sweep
+from conftest import ROOT
+from trainer import record
+
+QUICK = 'configs/digits.py:smoke,optim.freeze_epochs=0,num_epochs=1'  # one phase: one compile
+
+
+def test_train_py_with_a_relative_workdir(tmp_path, subprocess_env):
+  env = {**subprocess_env, 'XLA_FLAGS': ''}  # one CPU device: the cheapest compile
+  proc = subprocess.run([sys.executable, os.path.join(ROOT, 'train.py'), f'--config={QUICK}',
+                         '--workdir=runs/relative'], cwd=tmp_path, env=env, capture_output=True,
+                        text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  saved = record.read_results(str(tmp_path / 'runs' / 'relative'))
+  assert saved['status'] == 'completed' and saved['step'] == saved['total_steps'] == 22
+  assert 'Traceback' not in proc.stderr
+
+
+def test_make_smoke_from_a_fresh_clone(tmp_path, subprocess_env):
+  clone = tmp_path / 'clone'
+  subprocess.run(['git', 'clone', '-q', ROOT, str(clone)], check=True, timeout=120)
+  env = {**subprocess_env, 'PIP_NO_INDEX': '1', 'XLA_FLAGS': ''}
+  env.pop('PYTHONPATH')  # the clone's own code
+  proc = subprocess.run(['make', 'smoke', f'VENV={sys.prefix}'], cwd=clone, env=env,
+                        capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+  assert 'Done: test_accuracy' in proc.stderr
+  saved = record.read_results(str(clone / 'runs' / 'digits_smoke'))
+  assert saved['status'] == 'completed' and saved['config']['preset'] == 'smoke'
+  status = subprocess.run(['git', 'status', '--porcelain'], cwd=clone, capture_output=True,
+                          text=True, check=True)
+  assert status.stdout == ''  # runs/ is ignored: the clone stays clean
+
+
+def test_report_title_says_what_is_compared_and_setup_names_what_differs():
+  rows = [{'run': f'/home/me/runs/{e}/seed{s}', 'status': 'completed', 'seed': s, 'platform': 'cpu',
+           'device_kind': 'cpu', 'numerics.requested.emulate': e,
+           'numerics.requested.compute_dtype': 'float32', 'config.data.name': 'digits',
+           'final.test_accuracy': 0.9 + 0.001 * s + (0.002 if e == 'bf16' else 0.0)}
+          for e in ('bf16', 'f32') for s in range(4)]
+  out = stats.analyse(pd.DataFrame(rows), margin=0.5)
+  out['source'] = '/home/me/runs'
+  text = report.render(out, 'md')
+  assert text.splitlines()[0] == '# Final test accuracy by arm: 2 arms, 4 seeds each (digits)'
+  assert ('- arms (differ in emulate; grouped by platform, device_kind, compute_dtype, emulate): '
+          'emulate=bf16 (4 seeds, 4 runs); emulate=f32 (4 seeds, 4 runs)') in text
+  assert 'runs read from /home/me/runs' in text
+
+
+def test_estimate_prints_positive_device_hours_with_its_formula(tmp_path, subprocess_env, monkeypatch, capsys):
+  monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', subprocess_env['JAX_COMPILATION_CACHE_DIR'])
+  monkeypatch.setenv('XLA_FLAGS', '')
+  cfg = tmp_path / 'cfg.py'
+  cfg.write_text('from configs import digits\nget_config = digits.get_config\n\n'
+                 "def get_sweep(arg=None):\n  return [{'seed': s} for s in (0, 1, 2)]\n")
+  root = tmp_path / 'study'
+  code = sweep.main([f'--config={cfg}:smoke,optim.freeze_epochs=0,num_epochs=1', f'--root={root}',
+                     '--estimate', '--estimate-steps=2'])
+  out = capsys.readouterr().out
+  assert code == 0, out
+  total = re.search(r'total: ([0-9.e+-]+) device-hours for 3 runs on 1 x cpu \(cpu\) per run', out)
+  assert total and float(total.group(1)) > 0
+  assert '= Σ arms runs × devices × (Σ phases steps × s/step + evaluations × s/evaluation) / 3600' in out
+  assert 'not included: process start-up' in out
+  row = next(l for l in out.splitlines() if l.startswith('default '))
+  assert row.split()[1:3] == ['3', '22']  # runs, steps per run (1 epoch of 22 steps)
+  assert not list(root.glob('*/seed*'))  # nothing launched
+
+
+def test_estimate_formula():
+  m = {'devices': 4, 'evaluations': 3, 'evaluation_s': 2.0,
+       'phases': [{'steps': 100, 'step_s': 0.5}, {'steps': 300, 'step_s': 1.0}]}
+  assert estimate.seconds_per_run(m) == 100 * 0.5 + 300 * 1.0 + 3 * 2.0
+  assert estimate.device_hours([('a', 10, m), ('b', 2, m)]) == pytest.approx(12 * 4 * 356 / 3600)
