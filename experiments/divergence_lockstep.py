@@ -21,6 +21,7 @@ from flax import nnx
 
 from experiments import divergence_measure as measure
 from input_pipeline import batching
+from numerics import ops
 from numerics import setup as numerics_setup
 from trainer import optim, run, steps
 
@@ -48,21 +49,25 @@ def check_same_params(host_params, abstract_params, name):
 
 
 def make_predict(ctx):
-  """jit(params, batch_stats, uint8 images) -> eval-mode f32 logits, in the arm's numerics."""
-  def logits(params, batch_stats, images):
+  """jit(params, batch_stats, seed, step, uint8 images) -> eval-mode f32 logits in the arm's
+  numerics; a noisy format draws the noise the trainer's evaluation of that run and step draws
+  (trainer/steps.py). The seed is an argument: one compilation serves every seed."""
+  def logits(params, batch_stats, seed, step, images):
     model = nnx.merge(ctx.graphdef, params, batch_stats)
     model.eval()
-    return model(steps.preprocess(images, ctx.mean, ctx.std))
+    with ops.noise_scope(ops.step_noise_key(seed, step, 'eval')):
+      return model(steps.preprocess(images, ctx.mean, ctx.std))
   return jax.jit(numerics_setup.with_precision(logits, ctx.config))
 
 
-def predict(fn, state, images, batch_size):
+def predict(fn, state, seed, images, batch_size):
   """Logits of every image (numpy), in batches of `batch_size` (the last one padded: one shape)."""
   out = []
   for begin in range(0, len(images), batch_size):
     chunk = np.asarray(images[begin:begin + batch_size])
     pad = np.zeros((batch_size - len(chunk),) + chunk.shape[1:], chunk.dtype)
-    logits = fn(state['params'], state['batch_stats'], np.concatenate([chunk, pad]))
+    logits = fn(state['params'], state['batch_stats'], np.int32(seed), state['step'],
+                np.concatenate([chunk, pad]))
     out.append(np.asarray(jax.device_get(logits))[:len(chunk)])
   return np.concatenate(out)
 
@@ -87,8 +92,7 @@ def prepare(configs, seeds, devices=0):
       ctx = run.build(config, dataset, mesh_devices)
       dataset = ctx.dataset
       if host is None:  # arm a: this seed's initial weights, for every arm of the seed
-        model, _ = run.init_model(ctx)
-        host = jax.device_get(steps.init_state(model, run.optimizer(ctx, ctx.phases[0])))
+        host = jax.device_get(run.initial_state(ctx, run.init_model(ctx)[0]))
       check_same_params(host['params'], run.param_shapes(ctx), name)
       key = json.dumps(config.numerics.to_dict(), sort_keys=True)
       arms[seed, name] = {'seed': seed, 'name': name, 'ctx': ctx, 'key': key}
@@ -123,7 +127,7 @@ def global_batch(lock, seed, step):
 
 def arm_logits(lock, images, arm_id):
   arm = lock['arms'][arm_id]
-  return predict(lock['predicts'][arm['key']], lock['states'][arm_id], images,
+  return predict(lock['predicts'][arm['key']], lock['states'][arm_id], arm['seed'], images,
                  arm['ctx'].config.eval_batch_size)
 
 

@@ -21,15 +21,13 @@ from experiments import divergence
 from experiments import divergence_lockstep as lockstep
 from experiments import divergence_measure as measure
 from numerics import setup as numerics_setup
-from trainer import checkpointing, loop, record, steps
+from trainer import checkpointing, loop, record, run, steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = os.path.join(ROOT, 'configs', 'digits.py') + ':smoke'
 TINY = ['--steps', '4', '--every', '2', '--probe', '64', '--devices', '1']
 BACKBONE = ('layer1', 'layer2', 'layer3', 'layer4')
-# The control arm: the matched-magnitude noise arm once the steps deliver its key; until then
-# another perturbation of arm a's arithmetic.
-CONTROL, CONTROL_FORMAT = 'numerics.emulate=bf16_3x', 'bf16_3x'
+CONTROL, CONTROL_FORMAT = 'numerics.emulate=bf16_noise', 'bf16_noise'  # the default control
 
 
 def run_main(argv):
@@ -43,7 +41,7 @@ def run_main(argv):
 
 @pytest.fixture(scope='module')
 def f32_vs_bf16(tmp_path_factory):
-  """Two seeds, arms a (f32), b (bf16) and a control (until the noise control trains, bf16_3x)."""
+  """Two seeds, arms a (f32), b (bf16) and the control (bf16_noise)."""
   out = tmp_path_factory.mktemp('f32_vs_bf16')
   code = run_main([f'--config={SMOKE}', '--a', 'numerics.emulate=f32', '--b',
                    'numerics.emulate=bf16', '--control', CONTROL, '--seeds', '3', '5',
@@ -130,15 +128,22 @@ def test_ceiling_arm_has_other_initial_weights_and_data_order():
 
 def test_final_test_counts_every_test_image():
   """Whole-test-set disagreement of untrained arms against predictions computed here directly,
-  in one batch; the intervals are statsmodels' Wilson intervals."""
+  in one batch; the intervals are statsmodels' Wilson intervals; the noisy control's accuracy is
+  the trainer's evaluation's (the same eval noise)."""
   config = divergence.load_config(SMOKE, [('eval_batch_size', '128')])  # 360 = 2 x 128 + 104
-  configs = {'a': divergence.arm_config(config, {'numerics.emulate': 'f32'}, '--a'),
-             'b': divergence.arm_config(config, {'numerics.emulate': 'bf16'}, '--b')}
+  configs = {n: divergence.arm_config(config, {'numerics.emulate': e}, f'--{n}')
+             for n, e in (('a', 'f32'), ('b', 'bf16'), ('control', 'bf16_noise'))}
   lock = lockstep.prepare(configs, [0, 1], devices=1)
   final = lockstep.final_test(lock)
   test = lock['ctx'].dataset.test
+  for seed in (0, 1):
+    ctx, state = lock['arms'][seed, 'control']['ctx'], lock['states'][seed, 'control']
+    evaluated = run.evaluate(ctx, run.eval_step(ctx, state), state)
+    # Equal counts of correct images (the evaluation sums them in float32).
+    assert final['accuracy']['control']['per_seed'][seed] == pytest.approx(
+        evaluated['test_accuracy'], abs=1e-7)
   preds = {}
-  for (seed, name), arm in lock['arms'].items():
+  for (seed, name), arm in ((i, a) for i, a in lock['arms'].items() if i[1] != 'control'):
     ctx, state = arm['ctx'], lock['states'][seed, name]
     def logits_of(params, batch_stats, images, ctx=ctx):
       model = nnx.merge(ctx.graphdef, params, batch_stats)
