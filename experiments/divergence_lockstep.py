@@ -1,0 +1,199 @@
+"""Several arms and seeds of one run trained in lockstep through the run context (trainer/run.py).
+
+Arms: 'a', 'b' and optionally 'control' (arm a's numerics plus the control's overrides), each a
+run context built from its config as train.py builds one. For every seed the initial weights are
+computed once (arm a's init for that seed) and copied bit for bit to that seed's arms; all of a
+seed's arms train on batch `step` of that seed's data order, through the run context's phases
+(optimizer resets included) and jitted steps, each traced under its arm's numerics. Arm a of two
+seeds differs in initial weights and data order: the ceiling pair.
+
+Pairs compared (always arm a first; distances relative to it):
+  'b'        a vs b, same seed;  'control'  a vs control, same seed;
+  'ceiling'  a with seed s vs a with the next seed of the list (cyclic from 3 seeds on).
+"""
+
+import json
+import time
+
+import jax
+import numpy as np
+from flax import nnx
+
+from experiments import divergence_measure as measure
+from input_pipeline import batching
+from numerics import ops
+from numerics import setup as numerics_setup
+from trainer import optim, run, steps
+
+
+def pair_list(seeds, names):
+  """[{'kind', 'seeds': [s, s'], 'x': (s, 'a'), 'y': (s', arm)}]: what each row compares."""
+  out = [{'kind': kind, 'seeds': [s, s], 'x': (s, 'a'), 'y': (s, kind)}
+         for kind in names if kind != 'a' for s in seeds]
+  links = len(seeds) if len(seeds) > 2 else len(seeds) - 1  # 2 seeds: one pair, not it twice
+  out += [{'kind': 'ceiling', 'seeds': [seeds[i], seeds[(i + 1) % len(seeds)]],
+           'x': (seeds[i], 'a'), 'y': (seeds[(i + 1) % len(seeds)], 'a')} for i in range(links)]
+  return out
+
+
+def check_same_params(host_params, abstract_params, name):
+  """One-line ValueError unless arm `name`'s parameters have arm a's names, shapes and dtypes."""
+  fa, fb = measure.flat(host_params), measure.flat(abstract_params)
+  desc = lambda v: 'absent' if v is None else f'{np.dtype(v.dtype)}{list(v.shape)}'
+  flag = '--control' if name == 'control' else '--a/--b'
+  for key in sorted(fa.keys() | fb.keys()):
+    if desc(fa.get(key)) != desc(fb.get(key)):
+      raise ValueError(f'{flag}: parameter {key} is {desc(fa.get(key))} in arm a, '
+                       f'{desc(fb.get(key))} in arm {name}; identical initial weights need equal '
+                       'parameters (e.g. the same numerics.param_dtype)')
+
+
+def make_predict(ctx):
+  """jit(params, batch_stats, seed, step, uint8 images) -> eval-mode f32 logits in the arm's
+  numerics; a noisy format draws the noise the trainer's evaluation of that run and step draws
+  (trainer/steps.py). The seed is an argument: one compilation serves every seed."""
+  def logits(params, batch_stats, seed, step, images):
+    model = nnx.merge(ctx.graphdef, params, batch_stats)
+    model.eval()
+    with ops.noise_scope(ops.step_noise_key(seed, step, 'eval')):
+      return model(steps.preprocess(images, ctx.mean, ctx.std))
+  return jax.jit(numerics_setup.with_precision(logits, ctx.config))
+
+
+def predict(fn, state, seed, images, batch_size):
+  """Logits of every image (numpy), in batches of `batch_size` (the last one padded: one shape)."""
+  out = []
+  for begin in range(0, len(images), batch_size):
+    chunk = np.asarray(images[begin:begin + batch_size])
+    pad = np.zeros((batch_size - len(chunk),) + chunk.shape[1:], chunk.dtype)
+    logits = fn(state['params'], state['batch_stats'], np.int32(seed), state['step'],
+                np.concatenate([chunk, pad]))
+    out.append(np.asarray(jax.device_get(logits))[:len(chunk)])
+  return np.concatenate(out)
+
+
+def prepare(configs, seeds, devices=0):
+  """The lockstep: every (seed, arm)'s run context and initial state, and the pairs to compare.
+
+  `configs`: {'a': config, 'b': config[, 'control': config]} (seeds are set here)."""
+  if jax.process_count() > 1:
+    raise ValueError('experiments.divergence runs in a single process; run it on one host')
+  available, config_a = jax.local_devices(), configs['a']
+  if not 0 <= devices <= len(available) or config_a.batch_size % (devices or len(available)):
+    raise ValueError(f'--devices={devices}: give 0 (all {len(available)}) or 1..{len(available)}, '
+                     f'dividing config.batch_size={config_a.batch_size}')
+  mesh_devices, dataset = available[:devices or len(available)], None
+  arms, states, predicts, numerics = {}, {}, {}, {}
+  for seed in seeds:
+    host = None
+    for name, config in configs.items():
+      config = config.copy_and_resolve_references()
+      config.seed = seed  # the test split is fixed by data.split_seed, shared by every seed
+      ctx = run.build(config, dataset, mesh_devices)
+      dataset = ctx.dataset
+      if host is None:  # arm a: this seed's initial weights, for every arm of the seed
+        host = jax.device_get(run.initial_state(ctx, run.init_model(ctx)[0]))
+      check_same_params(host['params'], run.param_shapes(ctx), name)
+      key = json.dumps(config.numerics.to_dict(), sort_keys=True)
+      arms[seed, name] = {'seed': seed, 'name': name, 'ctx': ctx, 'key': key}
+      if name not in numerics:
+        with numerics_setup.precision_scope(config):
+          numerics[name] = numerics_setup.describe(config)
+      # Each arm its own buffers (the steps donate them), bit-identical.
+      states[seed, name] = jax.device_put(jax.tree.map(np.copy, host), ctx.replicated)
+      predicts.setdefault(key, make_predict(ctx))
+  return {'ctx': arms[seeds[0], 'a']['ctx'], 'seeds': list(seeds), 'names': list(configs),
+          'arms': arms, 'states': states, 'predicts': predicts, 'numerics': numerics,
+          'pairs': pair_list(list(seeds), list(configs)), 'devices': len(mesh_devices)}
+
+
+def enter_phase(lock, phase, step):
+  """Each arm's state and jitted step for `phase` from its run context (arms of one seed with
+  equal numerics share one compiled step)."""
+  shared, fns = {}, {}
+  for arm_id, arm in lock['arms'].items():
+    lock['states'][arm_id], fn = run.enter_phase(arm['ctx'], lock['states'][arm_id], phase, step)
+    fns[arm_id] = shared.setdefault((arm['seed'], arm['key']), fn)
+  return fns
+
+
+def global_batch(lock, seed, step):
+  """Training batch `step` of `seed`'s data order (the trainer's), sharded over the mesh."""
+  ctx = lock['arms'][seed, 'a']['ctx']
+  c = ctx.config
+  return batching.to_global(batching.train_batch(ctx.dataset.train, c.batch_size, c.seed, step),
+                            ctx.sharded)
+
+
+def arm_logits(lock, images, arm_id):
+  arm = lock['arms'][arm_id]
+  return predict(lock['predicts'][arm['key']], lock['states'][arm_id], arm['seed'], images,
+                 arm['ctx'].config.eval_batch_size)
+
+
+def record(lock, step, probe_images, last_sums):
+  """One row: every pair's distances now, and each arm's mean training loss since the last row."""
+  task = lock['ctx'].dataset.task
+  host = {i: jax.device_get({k: s[k] for k in ('params', 'batch_stats', 'sums')})
+          for i, s in lock['states'].items()}
+  logits = {i: arm_logits(lock, probe_images, i) for i in lock['arms']}
+  pairs = {kind: [] for kind in dict.fromkeys(p['kind'] for p in lock['pairs'])}
+  for p in lock['pairs']:
+    x, y = p['x'], p['y']
+    pairs[p['kind']].append({'seeds': p['seeds'], **{
+        k: measure.param_distance(host[x][k], host[y][k]) for k in ('params', 'batch_stats')},
+        'logits': measure.logit_distance(logits[x], logits[y], task)})
+  loss = {name: [] for name in lock['names']}
+  for (seed, name), h in host.items():
+    count = float(h['sums']['count']) - last_sums[seed, name]['count']
+    loss[name].append((float(h['sums']['loss']) - last_sums[seed, name]['loss']) / count
+                      if count else None)
+    last_sums[seed, name] = {k: float(v) for k, v in h['sums'].items()}
+  return {'step': step, 'pairs': pairs, 'loss': loss}
+
+
+def train(lock, num_steps, every, probe=256, log=None):
+  """Train every arm `num_steps` steps in lockstep; a row at 0, every `every` (>= 1) and the end."""
+  ctx = lock['ctx']
+  if num_steps < 1 or num_steps > ctx.total_steps:
+    raise ValueError(f'--steps={num_steps}: give 1..{ctx.total_steps} (the config trains '
+                     f'{ctx.total_steps} steps; more need a larger --config.num_epochs)')
+  probe_images = np.asarray(ctx.dataset.test.images[:probe])
+  last_sums = {i: {'loss': 0.0, 'correct': 0.0, 'count': 0.0} for i in lock['arms']}
+  rows, phase, start = [record(lock, 0, probe_images, last_sums)], None, time.time()
+  for step in range(num_steps):
+    if phase is None or not phase.start <= step < phase.stop:
+      phase = optim.phase_at(ctx.phases, step)
+      fns = enter_phase(lock, phase, step)
+    for seed in lock['seeds']:
+      batch = global_batch(lock, seed, step)
+      for name in lock['names']:
+        lock['states'][seed, name] = fns[seed, name](lock['states'][seed, name], batch)
+    if (step + 1) % every == 0 or step + 1 == num_steps:
+      rows.append(r := record(lock, step + 1, probe_images, last_sums))
+      b = r['pairs']['b']
+      (log or (lambda _: None))(
+          f'step {step + 1}/{num_steps} ({phase.name}): a vs b params '
+          f'{np.mean([p["params"]["rel_l2"] for p in b]):.3e}, logits '
+          f'{np.mean([p["logits"]["rel_l2"] for p in b]):.3e} (mean of {len(b)} seeds; '
+          f'{time.time() - start:.0f} s)')
+  return rows
+
+
+def final_test(lock):
+  """At the end: each arm's test accuracy per seed and each pair kind's disagreement over every
+  test image (measure.disagreement)."""
+  test, task = lock['ctx'].dataset.test, lock['ctx'].dataset.task
+  preds = {i: measure.predictions(arm_logits(lock, test.images, i), task) for i in lock['arms']}
+  labels = np.asarray(test.labels)
+  correct = lambda p: np.mean(p == (labels > 0.5)) if task == 'multilabel' else np.mean(
+      p == labels)
+  accuracy = {name: [float(correct(preds[s, name])) for s in lock['seeds']]
+              for name in lock['names']}
+  kinds = {}
+  for p in lock['pairs']:
+    count = int(np.sum(measure.differs(preds[p['x']], preds[p['y']])))
+    kinds.setdefault(p['kind'], []).append({'seeds': p['seeds'], 'count': count, 'n': len(test)})
+  return {'test_count': len(test), 'accuracy': {n: measure.band(a) | {'per_seed': a}
+                                                for n, a in accuracy.items()},
+          'disagreement': {kind: measure.disagreement(ps) for kind, ps in kinds.items()}}

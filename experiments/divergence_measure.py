@@ -1,0 +1,126 @@
+"""What experiments/divergence.py measures between two models, and how it sums up over seeds.
+
+Distances (float64): ||θa-θb||/||θa|| over all parameters and per group (stem, layer1..4, head),
+max |θa-θb|, the same for the BatchNorm running statistics, and on logits ||La-Lb||/||La|| plus the
+fraction of examples whose prediction differs (argmax; for multilabel tasks: any label's sign).
+Over seeds: the mean with the min–max band (and the sd and the 95% Student t-interval of the mean,
+analysis/inference.py). Whole-test-set disagreement: disagreeing images / test images with the
+95% Wilson score interval (statsmodels `proportion_confint`, method 'wilson').
+"""
+
+import math
+
+import jax
+import numpy as np
+from statsmodels.stats.proportion import proportion_confint
+
+from analysis import inference
+from models import resnet
+
+GROUPS = ('stem', 'layer1', 'layer2', 'layer3', 'layer4', 'head')
+PART_OF = {name: part for part, names in resnet.PARTS.items() for name in names}  # conv1 -> stem
+CI_LEVEL, CI_ALPHA = 0.95, 0.05
+CI_METHOD = 'wilson'  # statsmodels proportion_confint: the Wilson score interval
+CI_NAME = '95% Wilson score interval'
+BAND_NAME = 'min–max over seeds'
+# The per-step curves: name -> the value of one pair's row.
+CURVES = {
+    'params': lambda r: r['params']['rel_l2'],
+    **{f'params.{g}': (lambda r, g=g: r['params']['groups'].get(g, {}).get('rel_l2'))
+       for g in GROUPS},
+    'params.max_abs': lambda r: r['params']['max_abs'],
+    'batch_stats': lambda r: r['batch_stats']['rel_l2'],
+    'logits': lambda r: r['logits']['rel_l2'],
+    'probe_disagreement': lambda r: r['logits']['pred_differs'],
+}
+
+
+def flat(tree):
+  """{'layer1.0.conv1.kernel': leaf, ...} in a fixed order."""
+  return {'.'.join(str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path): leaf
+          for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def norms(d, a):
+  """{'rel_l2': ||d||/||a||, 'diff_norm': ||d||, 'norm_a': ||a||} of float64 vectors."""
+  dd, aa = float(d @ d), float(a @ a)
+  return {'rel_l2': math.sqrt(dd / aa) if aa else (math.inf if dd else 0.0),
+          'diff_norm': math.sqrt(dd), 'norm_a': math.sqrt(aa)}
+
+
+def param_distance(pa, pb):
+  """Over all parameters (one concatenated vector) and per group, max |a-b|; float64."""
+  a = {k: np.ravel(v).astype(np.float64) for k, v in flat(pa).items()}
+  fb = flat(pb)
+  d = {k: v - np.ravel(fb[k]).astype(np.float64) for k, v in a.items()}
+  top = lambda k: PART_OF.get(k.split('.')[0], k.split('.')[0])
+  names = sorted({top(k) for k in a}, key=lambda g: (GROUPS.index(g) if g in GROUPS else 9, g))
+  part = lambda vs, g: np.concatenate([v for k, v in vs.items() if top(k) == g])
+  everything = lambda vs: np.concatenate(list(vs.values()))
+  return {**norms(everything(d), everything(a)),
+          'max_abs': float(np.max(np.abs(everything(d)), initial=0.0)),
+          'groups': {g: norms(part(d, g), part(a, g)) for g in names}}
+
+
+def predictions(logits, task):
+  """Per-example predictions: the argmax class, or for multilabel each label's sign (bool)."""
+  logits = np.asarray(logits)
+  return logits > 0 if task == 'multilabel' else np.argmax(logits, axis=-1)
+
+
+def differs(pred_a, pred_b):
+  """Per example: does the prediction differ (multilabel: any label)?"""
+  d = np.asarray(pred_a) != np.asarray(pred_b)
+  return d.reshape(d.shape[0], -1).any(axis=1)
+
+
+def logit_distance(la, lb, task):
+  """||La-Lb||/||La||, max |La-Lb| and the fraction of examples whose prediction differs."""
+  la, lb = np.asarray(la, np.float64), np.asarray(lb, np.float64)
+  d = la - lb
+  return {'rel_l2': norms(d.ravel(), la.ravel())['rel_l2'], 'max_abs': float(np.max(np.abs(d))),
+          'pred_differs': float(np.mean(differs(predictions(la, task), predictions(lb, task))))}
+
+
+def band(values):
+  """Mean over seeds with its band: min, max, sd (ddof 1) and the 95% t-interval of the mean.
+
+  None where a value is undefined (no values; sd and t-interval of a single value)."""
+  x = np.asarray([v for v in values if v is not None], np.float64)
+  if not x.size:
+    return {'n': 0, 'mean': None, 'min': None, 'max': None, 'sd': None, 't_low': None,
+            't_high': None}
+  low, high = inference.t_ci(x, CI_LEVEL)
+  finite = lambda v: float(v) if np.isfinite(v) else None
+  return {'n': int(x.size), 'mean': float(x.mean()), 'min': float(x.min()), 'max': float(x.max()),
+          'sd': finite(x.std(ddof=1)) if x.size > 1 else None, 't_low': finite(low),
+          't_high': finite(high)}
+
+
+def curves(rows):
+  """{pair kind: {curve: [band per row]}}, {arm: [band of its loss per row]} over seeds."""
+  kinds = list(rows[0]['pairs'])
+  out = {kind: {name: [band(get(p) for p in r['pairs'][kind]) for r in rows]
+                for name, get in CURVES.items()} for kind in kinds}
+  losses = {arm: [band(r['loss'][arm]) for r in rows] for arm in rows[0]['loss']}
+  return out, losses
+
+
+def proportion(count, nobs):
+  """count/nobs with its 95% Wilson score interval (statsmodels)."""
+  low, high = proportion_confint(count, nobs, alpha=CI_ALPHA, method=CI_METHOD)
+  return {'count': int(count), 'n': int(nobs), 'rate': count / nobs if nobs else None,
+          'ci_low': float(low), 'ci_high': float(high)}
+
+
+def disagreement(pairs):
+  """Whole-test-set disagreement of each pair ({'seeds', 'count', 'n'}), summed up over pairs.
+
+  Per pair: the proportion of test images whose predictions differ, Wilson interval. Pooled: all
+  pairs' images counted as one binomial sample (their interval ignores the variation between
+  seeds, which the per-pair rates and their min–max show).
+  """
+  per_pair = [{'seeds': p['seeds'], **proportion(p['count'], p['n'])} for p in pairs]
+  return {'pairs': per_pair,
+          'pooled': proportion(sum(p['count'] for p in pairs), sum(p['n'] for p in pairs)),
+          'band': band(p['rate'] for p in per_pair)}
