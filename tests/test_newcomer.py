@@ -55,7 +55,7 @@ def test_report_title_says_what_is_compared_and_setup_names_what_differs():
   out['source'] = '/home/me/runs'
   text = report.render(out, 'md')
   assert text.splitlines()[0] == '# Final test accuracy by arm: 2 arms, 4 seeds each (digits)'
-  assert ('- arms (differ in emulate; grouped by platform, device_kind, compute_dtype, emulate): '
+  assert ('- arms (differ in emulate; grouped by platform, device_kind, emulate, compute_dtype): '
           'emulate=bf16 (4 seeds, 4 runs); emulate=f32 (4 seeds, 4 runs)') in text
   assert 'runs read from /home/me/runs' in text
 

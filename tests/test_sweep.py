@@ -267,8 +267,9 @@ def test_tiny_study_end_to_end_then_resume_skips_everything(tmp_path, subprocess
   out = capsys.readouterr().out
   assert '[sweep] 4/4 done, 0 running, 0 failed' in out and 'study finished in' in out
   report = (root / 'report.md').read_text()
-  # Arms labelled by the first requested field that separates them (record.arm_columns order).
-  assert report in out and 'conv_format=bf16' in report and 'conv_format=f32' in report
+  # Arms labelled by the first requested field that separates them: the named shorthand first.
+  assert report in out and 'emulate=bf16' in report and 'emulate=f32' in report
+  assert 'conv_format=' not in report.split('## Arms')[1].split('## Pairwise')[0]
   assert (root / 'report.tex').exists() and list(root.glob('report_*.csv'))
   log = (root / 'emulate-bf16' / 'seed1' / 'train.log').read_text()
   assert 'train.py --config=' in log and 'Done: test_accuracy' in log

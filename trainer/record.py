@@ -55,6 +55,7 @@ DEFAULT_METRIC = 'final.test_accuracy'
 # An arm: runs equal in these columns and in every requested numerics field.
 ARM_CONTEXT = ('platform', 'device_kind')
 ARM_PREFIX = 'numerics.requested.'
+ARM_NAMED = ('profile', 'emulate')  # shorthands that name a whole arithmetic: listed first
 # Whether a GPU run used deterministic kernels (TPU and CPU runs repeat bit for bit anyway).
 DETERMINISM_COLUMN = 'numerics.effective.gpu_deterministic'
 
@@ -218,10 +219,13 @@ def row(run, results):
 
 
 def arm_columns(columns):
-  """The columns that define an arm: platform, device kind and every requested numerics field."""
+  """The columns that define an arm: platform, device kind and every requested numerics field,
+  the named ones first (ARM_NAMED: a label then reads 'profile=tpu_default', not the formats the
+  profile expands to)."""
   columns = list(columns)
-  return ([c for c in ARM_CONTEXT if c in columns]
-          + sorted(c for c in columns if c.startswith(ARM_PREFIX)))
+  named = [f'{ARM_PREFIX}{n}' for n in ARM_NAMED if f'{ARM_PREFIX}{n}' in columns]
+  return ([c for c in ARM_CONTEXT if c in columns] + named
+          + sorted(c for c in columns if c.startswith(ARM_PREFIX) and c not in named))
 
 
 def pairing_columns(columns):
