@@ -1,4 +1,4 @@
-"""numerics/: bit-exact rounding, emulated product formats (forward and backward), the precision
+"""numerics/: bit-exact operand rounding, emulated product formats (forward and backward), the precision
 flag in the lowered HLO, grouped BatchNorm, validation and the effective-format record."""
 
 import jax
