@@ -40,26 +40,13 @@ def config_problems(runs, configs):
   return [f'{message} (runs: {run_names(failing)})' for message, failing in by_message.items()]
 
 
-def celeba_decoded_cache(cache_dir):
-  """Whether `cache_dir` holds a finished decoded cache (a subfolder with done.json)."""
-  if not os.path.isdir(cache_dir):
-    return False
-  return any(os.path.isfile(os.path.join(cache_dir, d, 'done.json')) for d in os.listdir(cache_dir))
-
-
 def celeba_problems(data):
   """What stops CelebA from loading with `data` (config.data), without reading the images."""
-  from input_pipeline import celeba_files, celeba_tfds  # pylint: disable=import-outside-toplevel
-  manual_dir = os.path.expanduser(data.manual_dir) if data.manual_dir else ''
-  tfds_dir = data.tfds_dir or (os.path.join(manual_dir, 'tfds') if manual_dir else '')
-  if not tfds_dir:
-    return ['config.data.manual_dir is empty: set it to the folder holding the five CelebA files '
-            f'({", ".join(celeba_files.FILES)}; from {celeba_files.CELEBA_PAGE})']
-  tfds_dir = os.path.expanduser(tfds_dir)
-  cache_dir = os.path.expanduser(data.cache_dir or os.path.join(tfds_dir, 'decoded_cache'))
-  if '://' in cache_dir:
-    return [f'config.data.cache_dir={cache_dir!r} is a bucket path: set it to a local folder (the '
-            'decoded cache is memory-mapped)']
+  from input_pipeline import celeba, celeba_files, celeba_tfds  # pylint: disable=import-outside-toplevel
+  try:
+    manual_dir, tfds_dir, cache_dir = celeba.data_dirs(data)
+  except (OSError, ValueError) as e:
+    return [str(e).splitlines()[0]]
   prepared = '://' in tfds_dir or celeba_tfds.prepared_source(tfds_dir) is not None
   if not manual_dir:
     return [] if prepared else [
@@ -69,7 +56,7 @@ def celeba_problems(data):
     celeba_files.check_present(manual_dir)
   except (OSError, ValueError) as e:
     return [str(e).splitlines()[0]]
-  if not (prepared or celeba_decoded_cache(cache_dir)
+  if not (prepared or celeba.has_decoded_cache(cache_dir)
           or importlib.util.find_spec(TFDS_PACKAGE) is not None):
     return [f'config.data.manual_dir={manual_dir!r}: preparing CelebA needs tensorflow-datasets, '
             'which is not installed: pip install -r requirements-celeba.txt']

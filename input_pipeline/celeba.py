@@ -67,8 +67,9 @@ def _check_config(data):
     raise ValueError(f'config.data.image_size must be a positive int, got {data.image_size!r}')
 
 
-def _dirs(data):
-  """(manual_dir, tfds_dir, cache_dir) with defaults filled in."""
+def data_dirs(data):
+  """(manual_dir, tfds_dir, cache_dir) with defaults filled in; ValueError (or FileNotFoundError)
+  naming the field when none is given or the cache would be on a bucket."""
   manual_dir = os.path.expanduser(data.manual_dir) if data.manual_dir else ''
   tfds_dir = data.tfds_dir or (os.path.join(manual_dir, 'tfds') if manual_dir else '')
   if not tfds_dir:
@@ -76,9 +77,16 @@ def _dirs(data):
   tfds_dir = tfds_dir if '://' in tfds_dir else os.path.expanduser(tfds_dir)
   cache_dir = data.cache_dir or os.path.join(tfds_dir, 'decoded_cache')
   if '://' in cache_dir:
-    raise ValueError(f'config.data.cache_dir must be a local folder (it is memory-mapped), got '
-                     f'{cache_dir!r}: set config.data.cache_dir to a local disk')
+    raise ValueError(f'config.data.cache_dir={cache_dir!r} is a bucket path: set it to a local '
+                     'folder (the decoded cache is memory-mapped)')
   return manual_dir, tfds_dir, os.path.expanduser(cache_dir)
+
+
+def has_decoded_cache(cache_dir):
+  """Whether `cache_dir` holds a finished decoded cache (a subfolder with done.json)."""
+  if not os.path.isdir(cache_dir):
+    return False
+  return any(os.path.isfile(os.path.join(cache_dir, d, 'done.json')) for d in os.listdir(cache_dir))
 
 
 def _source(manual_dir, tfds_dir):
@@ -276,7 +284,7 @@ def load(config):
   """The CelebA `Dataset` for `config.data` (see the module docstring)."""
   data = config.data
   _check_config(data)
-  manual_dir, tfds_dir, cache_dir = _dirs(data)
+  manual_dir, tfds_dir, cache_dir = data_dirs(data)
   meta, source = _source(manual_dir, tfds_dir)
   train, test = _split(data, meta)
   size = int(data.image_size)

@@ -286,7 +286,7 @@ print(celeba.DECODED['images'], len(dataset.train) + len(dataset.test))
 def test_concurrent_first_loads_prepare_and_decode_once(fixture_dir, tmp_path, subprocess_env):
   """Two runs started together on fresh files: one prepares and decodes, the other waits, reuses."""
   target = str(_copy(fixture_dir, tmp_path))
-  cache_dir = celeba._dirs(_config(target).data)[2]
+  cache_dir = celeba.data_dirs(_config(target).data)[2]
   script = FIRST_LOAD.format(repo=REPO, manual_dir=target)
   procs, errs = [], []
   with celeba.preparation_lock(cache_dir):  # held until both processes queue behind it
