@@ -246,7 +246,10 @@ def gap_section(prep, y, seeds, columns, ref, native, platform_profile, margin):
     return None, ('gap decomposition unavailable: no native arm (give --native factor=level); '
                   'each arm minus the reference arm instead'), None
   given = effects.parse_pairs(platform_profile, '--platform-profile')
-  given = {p: level for p, level in given.items() if p in platforms}  # a study lists every platform
+  bad = set(given) - set(platforms)
+  if bad:
+    raise ValueError(f'--platform-profile: no runs on {", ".join(sorted(bad))}; platforms: '
+                     f'{", ".join(platforms)}')
   try:
     gap, model, emu = decompose(runs.assign(platform=runs['platform'].astype(str)), y, seeds,
                                 columns, ref, arm, given, margin)

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from analysis import attribution, figures, results, stats, sweep, sweep_runner
+from analysis import attribution, effects, figures, results, stats, sweep, sweep_runner
 from analysis import report as report_text
 from configs import loader
 
@@ -78,12 +78,22 @@ def report(root, group_by, metric, margin=None, config=None, margin_reason=None)
   return written
 
 
+def platform_profile(runs, declared):
+  """The declared {platform: profile} for the platforms among the completed runs: a study's
+  declaration lists every platform it may run on (analysis.attribution rejects one without runs)."""
+  completed = runs[runs['status'] == 'completed']
+  present = set(completed['platform'].astype(str)) if 'platform' in runs else set()
+  given = effects.parse_pairs(declared, '--platform-profile')
+  return {p: level for p, level in given.items() if p in present}
+
+
 def attribution_report(root, runs, settings, metric, margin, margin_reason):
   """analysis.attribution with the study's declared factors, reference levels and controls."""
   out = attribution.run(
       runs, settings.get('factors') or attribution.default_factors(runs), metric=metric,
       reference=settings.get('reference'), margin=margin, noise_arm=settings.get('noise_arm'),
-      native=settings.get('native'), platform_profile=settings.get('platform_profile'),
+      native=settings.get('native'),
+      platform_profile=platform_profile(runs, settings.get('platform_profile')),
       source=root, margin_reason=margin_reason)
   print(f'\n{out["text"]}', flush=True)
   return attribution.write(out, root, os.path.join(root, 'figures'))

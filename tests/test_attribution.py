@@ -97,8 +97,7 @@ def test_zero_platform_residual_is_explained_by_numerics():
 def test_planted_platform_residual_is_not_explained():
   out = attribution.run(runs_frame(platform_shift=1.5), ['platform', 'profile'],
                         reference={'profile': 'f32'}, margin=0.3,
-                        platform_profile={'tpu': 'tpu_default', 'gpu': 'jax_gpu_default',
-                                          'cpu': 'f32'})  # a study's mapping: cpu has no runs
+                        platform_profile={'tpu': 'tpu_default', 'gpu': 'jax_gpu_default'})
   assert "native arithmetic: gpu=jax_gpu_default, tpu=tpu_default. Gap" in out['gap_note']
   r = residual(out)
   assert r['ci_low'] < 1.5 < r['ci_high'] and r['ci_low'] > 0.3
@@ -197,6 +196,8 @@ def test_files_written_with_exact_csv_columns(tmp_path):
     (['--factors', 'profile', '--interactions', 'profile'], 'error: --interactions: '),
     (['--factors', 'profile', '--platform-profile', 'gpu=nope'],
      "error: --platform-profile: profile has no level 'nope'"),
+    (['--factors', 'profile', '--platform-profile', 'gpuu=f32'],
+     'error: --platform-profile: no runs on gpuu; platforms: gpu, tpu'),
     (['--factors'], 'error: argument --factors: expected at least one argument'),
 ])
 def test_bad_flags_one_line_error_exit_2(tmp_path, capsys, argv, message):
@@ -213,13 +214,16 @@ def test_study_runs_attribution_from_get_study(tmp_path, capsys):
   cfg.write_text("def get_config(arg=None):\n  return None\n\n\ndef get_study(arg=None):\n"
                  "  return {'margin': 0.25, 'margin_reason': 'half the seed sd', "
                  "'factors': ['platform', 'profile'], 'reference': {'profile': 'f32'}, "
-                 "'noise_arm': {'profile': 'noise'}, 'native': {'profile': 'native'}}\n")
+                 "'noise_arm': {'profile': 'noise'}, 'native': {'profile': 'native'}, "
+                 "'platform_profile': {'tpu': 'tpu_default', 'gpu': 'jax_gpu_default', "
+                 "'cpu': 'f32'}}\n")  # a study's mapping lists every platform: cpu has no runs
   settings = study.declaration(f'{cfg}:x')
   margin, why = stats.margin_choice(None, None, settings['margin'], settings['margin_reason'])
   written = study.attribution_report(str(tmp_path), runs_frame(seeds=range(4)), settings,
                                      METRIC, margin, why)
   text = capsys.readouterr().out
   assert '±0.25 pp (half the seed sd)' in text and '| platform residual |' in text
+  assert 'native arithmetic: gpu=jax_gpu_default, tpu=tpu_default. Gap' in text
   assert {p.split('/')[-1] for p in written} == {
       'attribution.csv', 'attribution.md', 'attribution_gap.csv', 'attribution_forest.pdf',
       'attribution_forest.png'}
