@@ -61,7 +61,7 @@ def _os_error(error):
 
 
 def _write_error(step, error):
-  detail = _os_error(error) or f'{type(error).__name__}: {str(error).splitlines()[0][:200]}'
+  detail = _os_error(error) or _short(error)
   return CheckpointWriteError(f'checkpoint of step {step} could not be written ({detail}); the '
                               'checkpoints already saved are unchanged: free space or fix the '
                               'workdir, then run the same command again to resume')

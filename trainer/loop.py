@@ -200,7 +200,6 @@ def _ensure_finite(ctx, mngr, reporter, p, bad):
   p.results.update(status='failed', reason=reason, failed_step=bad_step, step=p.step,
                    total_steps=ctx.total_steps, wall_time_s=p.wall_time())
   p.results.pop('state_digest', None)  # this step saves no state
-  checkpointing.wait(mngr)
   checkpointing.save(mngr, p.step, None, p.results)  # results only: the state is not finite
   checkpointing.wait(mngr, p.step)
   reporter.close()
