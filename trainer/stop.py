@@ -56,6 +56,7 @@ class StopRequests:
   def __init__(self):
     self.signum = None
     self._previous = {}
+    self._processes = 1
 
   def _mark(self, signum, frame):
     del frame
@@ -64,6 +65,8 @@ class StopRequests:
       signal.signal(sig, signal.SIG_DFL)
 
   def __enter__(self):
+    import jax  # pylint: disable=import-outside-toplevel  # (this module imports no JAX)
+    self._processes = jax.process_count()
     try:
       self._previous = install(self._mark)
     except ValueError:  # not the main thread: signals stay with whoever handles them there
@@ -80,12 +83,11 @@ class StopRequests:
     One process: whether a signal arrived. Several: at sync points only, the largest signal number
     any process received (an all-gather: every process must call this at the same steps).
     """
-    import jax  # pylint: disable=import-outside-toplevel
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
-    if jax.process_count() == 1:
+    if self._processes == 1:
       return self.signum
     if not sync_point:
       return None
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
     gathered = multihost_utils.process_allgather(np.int32(self.signum or 0))
     return int(np.max(gathered)) or None

@@ -18,15 +18,8 @@ class ConfigError(ValueError):
   """A config, flag or environment problem found before compute starts."""
 
 
-def _field(config, name):
-  node = config
-  for part in name.split('.'):
-    node = node[part]
-  return node
-
-
 def _positive_int(config, name):
-  value = _field(config, name)
+  value = config[name]  # ConfigDict takes dotted names
   if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
     raise ConfigError(f'config.{name} must be a positive integer, got {value!r}')
   return value
@@ -35,7 +28,7 @@ def _positive_int(config, name):
 def _number(config, name, rule, ok):
   """The field's value if it is a finite real number (not a bool, a string, NaN or inf) for which
   `ok(value)` holds; else a ConfigError naming the field and `rule` (its range, in words)."""
-  value = _field(config, name)
+  value = config[name]  # ConfigDict takes dotted names
   real = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
   if not (real and ok(value)):
     raise ConfigError(f'config.{name} must be a finite number {rule}, got {value!r}')
