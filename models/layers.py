@@ -22,14 +22,14 @@ class Conv2d(nnx.Module):
 
   def __init__(self, in_channels, out_channels, kernel_size, *, stride=1, padding=0,
                dtype=jnp.float32, param_dtype=jnp.float32, emulate='none', conv_impl='auto',
-               emulate_impl='auto', product_id=0, rngs):
+               emulate_impl='auto', rngs):
     shape = (kernel_size, kernel_size, in_channels, out_channels)
     # torchvision ResNet: kaiming_normal_(mode='fan_out', nonlinearity='relu').
     std = math.sqrt(2.0 / (out_channels * kernel_size * kernel_size))
     self.kernel = nnx.Param(std * jax.random.normal(rngs.params(), shape, param_dtype))
     self.stride, self.padding = stride, [(padding, padding)] * 2
     self.dtype, self.emulate, self.emulate_impl = dtype, emulate, emulate_impl
-    self.product_id = product_id
+    self.product_id = 0  # set by the model from the layer's name (models/resnet.py)
     ops.resolve_conv_impl(conv_impl)  # validates the name
     self.conv_impl = conv_impl  # 'auto' is resolved per shape at trace time (numerics/ops.py)
 
@@ -44,14 +44,14 @@ class Linear(nnx.Module):
   """Dense layer, kernel [in, out] (torch's [out, in], transposed); torch's default init."""
 
   def __init__(self, in_features, out_features, *, dtype=jnp.float32, param_dtype=jnp.float32,
-               emulate='none', emulate_impl='auto', product_id=0, rngs):
+               emulate='none', emulate_impl='auto', rngs):
     bound = 1.0 / math.sqrt(in_features)
     self.kernel = nnx.Param(jax.random.uniform(
         rngs.params(), (in_features, out_features), param_dtype, -bound, bound))
     self.bias = nnx.Param(jax.random.uniform(
         rngs.params(), (out_features,), param_dtype, -bound, bound))
     self.dtype, self.emulate, self.emulate_impl = dtype, emulate, emulate_impl
-    self.product_id = product_id
+    self.product_id = 0  # set by the model from the layer's name (models/resnet.py)
 
   def __call__(self, x):
     y = ops.dense(x.astype(self.dtype), self.kernel[...].astype(self.dtype), emulate=self.emulate,

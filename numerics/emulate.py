@@ -95,7 +95,8 @@ SPLIT_PASS_ORDER = ((1, 1), (0, 1), (1, 0), (0, 0))  # exact hi/lo parts: all fo
 
 
 def resolve_impl(impl, platform=None, mode=None):
-  """What `impl` means for `mode` on `platform`: 'fast' or 'reference' ('none' for mode 'none').
+  """What `impl` means for `mode` on `platform`: 'fast' or 'reference' ('none' for the platform's
+  own format, mode 'none' or 'native').
 
   Without a mode, only checks `impl` and returns it: validation calls it so, before JAX may start a
   backend (train.py validates before jax.distributed.initialize). With a mode, the platform
@@ -105,9 +106,9 @@ def resolve_impl(impl, platform=None, mode=None):
     raise ValueError(f'config.numerics.emulate_impl must be one of {EMULATE_IMPLS}, got {impl!r}')
   if mode is None:
     return impl
-  if mode == 'none':
+  if mode in ('none', 'native'):
     return 'none'
-  if mode is not None and mode not in FAST_MODES:
+  if mode not in FAST_MODES:
     return 'reference'  # f32, bf16_noise: no faster exact form
   if impl != 'auto':
     return impl

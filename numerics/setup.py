@@ -190,8 +190,7 @@ def describe(config):
       conv_format=formats['conv'],
       dense_format=formats['dense'],
       emulated={k: wanted[k] != 'native' for k in profiles.KINDS},
-      emulate_impl={k: (emulate_lib.resolve_impl(impl, platform, wanted[k])
-                        if wanted[k] != 'native' else 'none') for k in profiles.KINDS},
+      emulate_impl={k: emulate_lib.resolve_impl(impl, platform, wanted[k]) for k in profiles.KINDS},
       compute_dtype=str(jnp.dtype(n.compute_dtype)),
       batchnorm='global batch' if not n.batchnorm_group else f'groups of {n.batchnorm_group}',
       gpu_deterministic=(platform == 'gpu' and '--xla_gpu_deterministic_ops=true' in xla_flags),
