@@ -41,7 +41,8 @@ COMMANDS_FILE = 'sweep_commands.txt'
 SLURM_FILE = 'sweep.sbatch'
 CACHE_DIR = sweep_runner.CACHE_DIR
 
-Run = collections.namedtuple('Run', 'arm slug seed overrides workdir')
+# config: get_config(arg) with the run's overrides (a ConfigDict; None for runs built by hand).
+Run = collections.namedtuple('Run', 'arm slug seed overrides workdir config', defaults=(None,))
 
 
 def config_leaves(tree, prefix=''):
@@ -82,7 +83,8 @@ def check_overrides(module, arg, overrides, index):
 
 
 def expand(spec, root):
-  """(runs, config file, arg): the sweep of `spec` with one workdir per run under `root`."""
+  """(runs, config file, arg): the sweep of `spec` with one workdir per run under `root`, each
+  run with its config."""
   path, arg = loader.split_spec(spec)
   module = loader.load_module(path)
   if not hasattr(module, 'get_sweep'):
@@ -103,7 +105,8 @@ def expand(spec, root):
     if (slug, seed) in seen:
       raise ValueError(f'get_sweep(): arm {slug!r} lists seed {seed} twice; each seed once per arm')
     seen.add((slug, seed))
-    runs.append(Run(arm, slug, seed, {'seed': seed, **arm}, join(root, slug, f'seed{seed}')))
+    workdir = join(root, slug, f'seed{seed}')
+    runs.append(Run(arm, slug, seed, {'seed': seed, **arm}, workdir, config))
   return runs, path, arg
 
 
@@ -161,7 +164,7 @@ def write_text(path, text):
     f.write(text)
 
 
-def saved_state(run, config):
+def saved_state(run):
   """('completed'|'todo'|'mismatch', detail) from the run's saved record, if any.
 
   A saved run is this sweep's run when trainer/record.py's rule says so (the rule train.py's
@@ -178,7 +181,7 @@ def saved_state(run, config):
     return 'todo', f'unreadable results ({type(e).__name__}); relaunching'
   if not saved:
     return 'todo', ''
-  diffs = record.config_differences(saved.get('config'), config.to_dict())
+  diffs = record.config_differences(saved.get('config'), run.config.to_dict())
   if diffs:
     return 'mismatch', (f'{run.workdir} holds a run with other settings ({"; ".join(diffs[:3])}): '
                         'delete it or use another --root')
@@ -227,12 +230,6 @@ def parse_args(argv):
   return p.parse_args(argv)
 
 
-def run_configs(runs, path, arg):
-  """{workdir: the run's ConfigDict} (get_config(arg) with the run's overrides)."""
-  module = loader.load_module(path)
-  return {r.workdir: check_overrides(module, arg, r.overrides, i) for i, r in enumerate(runs)}
-
-
 def output_files(args, root):
   """(command list, SLURM script) paths; next to the runs unless --emit-* say otherwise."""
   local = '.' if '://' in root else root
@@ -251,21 +248,21 @@ def write_plan(runs, path, arg, root, files):
 
 
 def plan(args):
-  """(runs, path, arg, root, configs, states, errors): the sweep expanded and checked (see
-  sweep_checks.check); raises ValueError on a bad sweep declaration or flags."""
+  """(runs, path, arg, root, files, states, errors): the sweep expanded and checked (see
+  sweep_checks.check), files its (command list, SLURM script); raises ValueError on a bad sweep
+  declaration or flags."""
   remote = '://' in args.root
   root = args.root if remote else os.path.abspath(args.root)
   if remote and not (args.dry_run or args.estimate):
     raise ValueError(f'--root={args.root}: bucket roots can only be emitted (add --dry-run and run '
                      'the command list on the hosts); run locally with a local folder')
   runs, path, arg = expand(args.config, root)
-  configs = run_configs(runs, path, arg)
+  files = output_files(args, root)
   errors, warnings, states = sweep_checks.check(
-      runs, configs, root, list(zip(('--emit-commands', '--emit-slurm'), output_files(args, root))),
-      lambda r: saved_state(r, configs[r.workdir]))
+      runs, root, list(zip(('--emit-commands', '--emit-slurm'), files)), saved_state)
   for line in warnings:
     print(f'warning: {line}', file=sys.stderr)
-  return runs, path, arg, root, configs, states, errors
+  return runs, path, arg, root, files, states, errors
 
 
 def report_problems(errors):
@@ -274,6 +271,16 @@ def report_problems(errors):
   print(f'{len(errors)} problem(s) found before launching: nothing was run or written',
         file=sys.stderr)
   return 2
+
+
+def pending(runs, states):
+  """[(run, detail)] of the runs not completed, in order (bucket runs have no state: all are)."""
+  out = []
+  for run in runs:
+    state, detail = states.get(run.workdir, ('todo', ''))
+    if state != 'completed':
+      out.append((run, detail))
+  return out
 
 
 def main(argv=None):
@@ -289,16 +296,15 @@ def main(argv=None):
       raise ValueError(f'--parallel={slots} exceeds the {len(gpus)} GPUs of --gpus; one run per GPU')
     if args.estimate_steps < 1:
       raise ValueError(f'--estimate-steps={args.estimate_steps}: give a positive number of steps')
-    runs, path, arg, root, configs, states, errors = plan(args)
+    runs, path, arg, root, files, states, errors = plan(args)
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
   if errors:
     return report_problems(errors)
-  write_plan(runs, path, arg, root, output_files(args, root))
-  todo = [r for r in runs if states.get(r.workdir, ('todo', ''))[0] != 'completed']
-  for run in todo if args.dry_run or args.estimate else ():
-    detail = states.get(run.workdir, ('todo', ''))[1]
+  write_plan(runs, path, arg, root, files)
+  todo = pending(runs, states)
+  for run, detail in todo if args.dry_run or args.estimate else ():
     print(f'would run: {command_line(command(run, path, arg))}' + (f'  # {detail}' if detail else ''))
   print(f'{len(runs) - len(todo)} completed (skipped), {len(todo)} to run')
   if args.estimate:
@@ -308,17 +314,17 @@ def main(argv=None):
                            args.estimate_steps)
   if args.dry_run:
     return 0
-  return launch(todo, path, arg, root, configs, slots, gpus, len(runs), args.heartbeat)
+  return launch([r for r, _ in todo], path, arg, root, slots, gpus, len(runs), args.heartbeat)
 
 
-def launch(todo, path, arg, root, configs, slots, gpus, total, heartbeat):
+def launch(todo, path, arg, root, slots, gpus, total, heartbeat):
   """Run the `todo` runs; print the outcome; returns main's exit code."""
   progress = sweep_runner.Progress(total, total - len(todo), slots)
   print('each run logs to <its workdir>/train.log (tail -f one to watch it)')
   progress.show()
   failures, in_use, signum = sweep_runner.run_all(
       launch_order(todo), lambda r: command(r, path, arg, sys.executable), root, REPO, progress,
-      slots, gpus, lambda r: configs[r.workdir].batch_size, heartbeat=heartbeat)
+      slots, gpus, lambda r: r.config.batch_size, heartbeat=heartbeat)
   if signum is not None:
     print(f'stopped by {signal.Signals(signum).name}: running runs were stopped and keep their '
           'last checkpoint; run the same command again to resume', file=sys.stderr)

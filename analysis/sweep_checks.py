@@ -1,6 +1,6 @@
 """What analysis.sweep checks before it launches a run or writes a file, all problems at once.
 
-  problems, configs, states = sweep_checks.check(runs, module, arg, root, files)
+  errors, warnings, states = sweep_checks.check(runs, root, files, saved_state)
 
 - config: every run's config through trainer/validation.py's check_config (the checks train.py
   runs before any compute); a problem shared by several runs is one line naming them;
@@ -29,12 +29,12 @@ def run_names(runs):
   return ', '.join(names[:3]) + (f' and {len(names) - 3} more' if len(names) > 3 else '')
 
 
-def config_problems(runs, configs):
+def config_problems(runs):
   """One line per distinct check_config message, with the runs it applies to."""
   by_message = {}
   for run in runs:
     try:
-      validation.check_config(configs[run.workdir])
+      validation.check_config(run.config)
     except ValueError as e:
       by_message.setdefault(str(e).splitlines()[0], []).append(run)
   return [f'{message} (runs: {run_names(failing)})' for message, failing in by_message.items()]
@@ -63,11 +63,11 @@ def celeba_problems(data):
   return []
 
 
-def data_problems(runs, configs):
+def data_problems(runs):
   """One line per problem of each distinct data setting (only CelebA reads files)."""
   seen, problems = {}, []
   for run in runs:
-    data = configs[run.workdir].data
+    data = run.config.data
     key = repr(sorted(data.to_dict().items()))
     if key in seen or data.name != 'celeba':
       continue
@@ -118,15 +118,15 @@ def workdir_problems(runs, root, files, saved_state):
   return problems, states
 
 
-def check(runs, configs, root, files, saved_state):
+def check(runs, root, files, saved_state):
   """(errors, warnings, states): every problem of the sweep before anything is launched or written.
 
-  `configs`: {workdir: ConfigDict} of the runs; `files`: [(flag, path)] of the files it writes;
+  `runs`: analysis.sweep.Run, each with its config; `files`: [(flag, path)] of the files it writes;
   `saved_state(run)`: ('completed'|'todo'|'mismatch', detail) of a run folder's saved record.
   `states` maps each local run folder to its saved state (empty for bucket roots).
   """
-  errors = config_problems(runs, configs)
-  data = data_problems(runs, configs)
+  errors = config_problems(runs)
+  data = data_problems(runs)
   if '://' in root:
     return errors, [f'{p} (checked on this machine; the hosts need it)' for p in data], {}
   folders, states = workdir_problems(runs, root, files, saved_state)

@@ -159,6 +159,7 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
     config, workdir = parse_train_command(line)
     expected = sweep.check_overrides(digits, 'smoke,model.width=0.25', run.overrides, 0)
     assert workdir == run.workdir and config.to_dict() == expected.to_dict()
+    assert run.config.to_dict() == expected.to_dict()  # expand keeps each run's config
   # Tuples, bools and floats survive the command line too.
   odd = {'seed': 4, 'model.reinit': ('stem',), 'numerics.gpu_deterministic': True, 'model.width': 0.5}
   run = sweep.Run(odd, 'odd', 4, odd, str(root / 'odd'))
