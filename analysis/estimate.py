@@ -19,6 +19,7 @@ cache has the program), process start-up, data preparation and checkpoint writes
 on the kind of machine the runs will use: the step times are this machine's.
 """
 
+import collections
 import json
 import subprocess
 import sys
@@ -81,7 +82,7 @@ def table(arms):
   for slug, n, m in arms:
     per_step = ', '.join(f'{p["name"]} {p["step_s"]:.4g}' for p in m['phases'])
     steps = sum(p['steps'] for p in m['phases'])
-    hours = n * m['devices'] * seconds_per_run(m) / 3600
+    hours = device_hours([(slug, n, m)])
     lines.append(f'{slug:<28} {n:>4} {steps:>9} {per_step:>22} '
                  f'{m["evaluations"]:>4} x {m["evaluation_s"]:<5.3g} {seconds_per_run(m):>9.1f} '
                  f'{hours:>9.4g}')
@@ -96,15 +97,16 @@ def summary(arms):
   """The total device-hours with its formula, what it includes, and the bound with compilation."""
   first = arms[0][2]
   runs = sum(n for _, n, _ in arms)
+  hours = device_hours(arms)
   compiled = sum(n * m['devices'] * compile_seconds(m) for _, n, m in arms) / 3600
   return [
-      f'total: {device_hours(arms):.4g} device-hours for {runs} runs on {first["devices"]} x '
+      f'total: {hours:.4g} device-hours for {runs} runs on {first["devices"]} x '
       f'{first["device_kind"]} ({first["platform"]}) per run',
       '  = Σ arms runs × devices × (Σ phases steps × s/step + evaluations × s/evaluation) / 3600',
       '  includes: training steps (host input feeding included) and evaluation passes, measured '
       'here after compilation (mean over the timed steps)',
       '  not included: process start-up, data preparation, checkpoint writes, and compilation: '
-      f'{device_hours(arms) + compiled:.4g} device-hours if every run compiled as measured here '
+      f'{hours + compiled:.4g} device-hours if every run compiled as measured here '
       '(an upper bound: runs of an arm share compiles through the compilation cache)']
 
 
@@ -122,7 +124,7 @@ def measure_arm(flags, env, repo, timed_steps):
 def report(runs, flags_of, env, repo, timed_steps):
   """Measure each distinct arm (its first run's config flags, loaded by the arm's own process as
   train.py would) and print the table; returns an exit code (2 if an arm cannot be measured)."""
-  firsts = {}
+  firsts, counts = {}, collections.Counter(r.slug for r in runs)
   for r in runs:
     firsts.setdefault(r.slug, r)
   arms = []
@@ -130,8 +132,7 @@ def report(runs, flags_of, env, repo, timed_steps):
     print(f'estimate: timing {slug} ({timed_steps} steps per phase after compiling) ...',
           flush=True)
     try:
-      arms.append((slug, sum(r.slug == slug for r in runs),
-                   measure_arm(flags_of(first), env, repo, timed_steps)))
+      arms.append((slug, counts[slug], measure_arm(flags_of(first), env, repo, timed_steps)))
     except ValueError as e:
       print(f'error: --estimate: arm {slug}: {e}', file=sys.stderr)
       return 2

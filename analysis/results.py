@@ -121,23 +121,27 @@ def load_histories(root):
   return histories_frame(read_all(root))
 
 
-def steps_frame(runs):
-  """One row per logged training record ('kind': 'train') in each run folder's metrics.jsonl:
-  run, step, epoch, train_loss, train_accuracy (loss and accuracy over the steps since the
-  previous record). Runs without the file add nothing; an unreadable line (a run killed while
-  writing it) is skipped."""
-  rows = []
-  for run in runs:
-    path = epath.Path(run) / METRICS_FILE
-    if not path.exists():
+def train_records(run):
+  """The training records ('kind': 'train') of the run folder's metrics.jsonl, in order (dicts);
+  none without the file; an unreadable line (a run killed while writing it) is skipped."""
+  path = epath.Path(run) / METRICS_FILE
+  if not path.exists():
+    return
+  for line in path.read_text().splitlines():
+    try:
+      entry = json.loads(line)
+    except json.JSONDecodeError:
       continue
-    for line in path.read_text().splitlines():
-      try:
-        entry = json.loads(line)
-      except json.JSONDecodeError:
-        continue
-      if entry.get('kind') == 'train':
-        rows.append({'run': str(run), **{k: entry.get(k) for k in STEP_COLUMNS[1:]}})
+    if entry.get('kind') == 'train':
+      yield entry
+
+
+def steps_frame(runs):
+  """One row per logged training record (train_records) in each run folder's metrics.jsonl:
+  run, step, epoch, train_loss, train_accuracy (loss and accuracy over the steps since the
+  previous record). Runs without the file add nothing."""
+  rows = [{'run': str(run), **{k: entry.get(k) for k in STEP_COLUMNS[1:]}}
+          for run in runs for entry in train_records(run)]
   return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
 
 

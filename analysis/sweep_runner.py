@@ -23,7 +23,6 @@ plus left); '?' until a number exists.
 
 import contextlib
 import dataclasses
-import json
 import os
 import re
 import signal
@@ -34,7 +33,7 @@ import threading
 import time
 from typing import Any
 
-from analysis.results import METRICS_FILE
+from analysis import results
 from trainer import lock
 
 LOG_FILE = 'train.log'
@@ -96,28 +95,20 @@ def popen(argv, cwd, env, log):
                           process_group=0)
 
 
-def lock_holder(workdir):
-  """The record ({'pid', 'host', ...}) of a live process holding the workdir's run lock, else None
-  (trainer/lock.py probes it; nothing is written)."""
-  return lock.holder(workdir)
-
-
 def logged_speeds(workdir):
-  """[(step, images/s)] of the training records in the run's metrics.jsonl (torn lines skipped)."""
+  """[(step, images/s)] of the training records in the run's metrics.jsonl (results.train_records;
+  [] if the file cannot be read)."""
   try:
-    with open(os.path.join(workdir, METRICS_FILE)) as f:
-      lines = f.read().splitlines()
+    return [(int(e['step']), float(e['images_per_sec'])) for e in results.train_records(workdir)
+            if e.get('images_per_sec')]
   except OSError:
     return []
-  out = []
-  for line in lines:
-    try:
-      entry = json.loads(line)
-    except ValueError:
-      continue
-    if entry.get('kind') == 'train' and entry.get('images_per_sec'):
-      out.append((int(entry['step']), float(entry['images_per_sec'])))
-  return out
+
+
+def last_step(workdir):
+  """The step of the run's last logged training record with a speed, or -1."""
+  records = logged_speeds(workdir)
+  return records[-1][0] if records else -1
 
 
 def speed(workdir, since_step):
@@ -160,12 +151,21 @@ class Active:
 
 
 class Progress:
-  """Counts of the sweep's runs, the running ones, and the console lines."""
+  """Counts of the sweep's runs, the running ones, and the console lines. `failures`: [(run, exit
+  code, last log line)]; `held`: runs not run because another live process holds their workdir."""
 
   def __init__(self, total, done, slots, out=None):
     self.total, self.done, self.slots, self.out = total, done, slots, out
-    self.failed, self.in_use, self.durations, self.active = 0, 0, [], {}
+    self.failures, self.held, self.durations, self.active = [], [], [], {}
     self.start = self.last_shown = time.time()
+
+  @property
+  def failed(self):
+    return len(self.failures)
+
+  @property
+  def in_use(self):
+    return len(self.held)
 
   @property
   def queued(self):
@@ -237,24 +237,24 @@ def launch(run, argv, root, repo, gpu, batch_size):
   log = open(os.path.join(run.workdir, LOG_FILE), 'a')
   log.write(f'\n# {time.strftime("%Y-%m-%d %H:%M:%S")} {" ".join(argv)}\n')
   log.flush()
-  since = speed(run.workdir, -1)[1]
+  since = last_step(run.workdir)
   return Active(run, popen(argv, repo, child_env(root, repo, gpu), log), log, gpu, time.time(),
                 batch_size, since)
 
 
 def wait_for_lock(run, progress, stop, poll):
   """True once no live process holds the run's workdir (at most LOCK_WAIT_S), else False."""
-  holder, deadline = lock_holder(run.workdir), time.time() + LOCK_WAIT_S
+  holder, deadline = lock.holder(run.workdir), time.time() + LOCK_WAIT_S
   if holder is not None:
     progress.show(f'waiting: {run.workdir} is held by pid {holder.get("pid", "?")} on '
                   f'{holder.get("host", "?")} (e.g. a run of a stopped sweep still exiting)')
   while holder is not None and time.time() < deadline and stop.signum is None:
     time.sleep(poll)
-    holder = lock_holder(run.workdir)
+    holder = lock.holder(run.workdir)
   return holder is None
 
 
-def reap(progress, failures, stopping):
+def reap(progress, stopping):
   """Collect finished children: print their end; returns the GPUs they free."""
   freed = []
   for pid, a in list(progress.active.items()):
@@ -272,14 +272,13 @@ def reap(progress, failures, stopping):
       progress.durations.append(time.time() - a.started)
       progress.show(f'done    {name} in {took} (log: {a.logfile})')
     else:
-      progress.failed += 1
-      failures.append((a.run, code, last_line(a.logfile)))
-      progress.show(f'FAILED  {name}: exit code {code}, last log line: '
-                    f'{last_line(a.logfile)!r} (log: {a.logfile})')
+      line = last_line(a.logfile)
+      progress.failures.append((a.run, code, line))
+      progress.show(f'FAILED  {name}: exit code {code}, last log line: {line!r} (log: {a.logfile})')
   return freed
 
 
-def stop_all(progress, stop, failures, poll=0.2):
+def stop_all(progress, stop, poll=0.2):
   """Forward the stop signal (SIGTERM after an error) to every child once, wait, kill leftovers."""
   if not progress.active:
     return
@@ -295,7 +294,7 @@ def stop_all(progress, stop, failures, poll=0.2):
         a.proc.kill()
       for a in progress.active.values():
         a.proc.wait()
-    reap(progress, failures, stopping=True)
+    reap(progress, stopping=True)
     time.sleep(poll if progress.active else 0)
 
 
@@ -304,9 +303,10 @@ def run_all(queue, argv_of, root, repo, progress, slots, gpus, batch_size=None, 
   """Run `queue` (in order), `slots` at a time (one GPU each from `gpus`).
 
   `argv_of(run)`: the run's command; `batch_size(run)`: its global batch (for the ETA). Returns
-  (failures [(run, exit code, last log line)], in-use runs, the stop signal number or None).
+  (failures [(run, exit code, last log line)], in-use runs, the stop signal number or None): the
+  lists are progress.failures and progress.held.
   """
-  queue, failures, in_use, stop = list(queue), [], [], Stop()
+  queue, stop = list(queue), Stop()
   free = list(gpus)[:slots] if gpus else [None] * slots
   with stop.installed():
     try:
@@ -316,8 +316,7 @@ def run_all(queue, argv_of, root, repo, progress, slots, gpus, batch_size=None, 
           if not wait_for_lock(run, progress, stop, poll):
             if stop.signum is not None:
               break
-            in_use.append(run)
-            progress.in_use += 1
+            progress.held.append(run)
             progress.show(f'in use  {run.slug}/seed{run.seed}: {run.workdir} is still held after '
                           f'{fmt_duration(LOCK_WAIT_S)}; not run (rerun when its holder is done)')
             continue
@@ -327,9 +326,9 @@ def run_all(queue, argv_of, root, repo, progress, slots, gpus, batch_size=None, 
                         (f' on GPU {a.gpu}' if a.gpu is not None else '') +
                         f': workdir {run.workdir}, log {a.logfile}')
         time.sleep(poll)
-        free += reap(progress, failures, stopping=False)
+        free += reap(progress, stopping=False)
         if time.time() - progress.last_shown > heartbeat:
           progress.show()
     finally:
-      stop_all(progress, stop, failures)
-  return failures, in_use, stop.signum
+      stop_all(progress, stop)
+  return progress.failures, progress.held, stop.signum

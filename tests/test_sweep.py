@@ -305,6 +305,7 @@ def test_progress_speed_leaves_out_compile_and_eta_counts_running_and_queued(tmp
                       '30/110')
   write_train_records(b, [(5, 3.0)], '5/110')  # still compiling: only the first interval
   assert sweep_runner.speed(a, 10) == (200.0, 30) and sweep_runner.speed(b, 0) == (None, 5)
+  assert sweep_runner.last_step(a) == 30 and sweep_runner.last_step(str(tmp_path / 'none')) == -1
   now = 1000.0
   runs = [sweep.Run({}, 'x', s, {}, w) for s, w in ((0, a), (1, b))]
   progress = sweep_runner.Progress(total=5, done=1, slots=2)
@@ -337,17 +338,17 @@ def hold_lock(workdir, seconds):
 def test_lock_holder_sees_a_live_run_and_not_a_released_or_dead_one(tmp_path):
   workdir = str(tmp_path / 'run')
   os.makedirs(workdir)
-  assert sweep_runner.lock_holder(workdir) is None
+  assert lock.holder(workdir) is None
   with lock.WorkdirLock(workdir):
-    assert sweep_runner.lock_holder(workdir)['pid'] == os.getpid()
-  assert sweep_runner.lock_holder(workdir) is None
+    assert lock.holder(workdir)['pid'] == os.getpid()
+  assert lock.holder(workdir) is None
   holder = hold_lock(workdir, 60)
   try:
-    assert sweep_runner.lock_holder(workdir)['pid'] == holder.pid
+    assert lock.holder(workdir)['pid'] == holder.pid
   finally:
     holder.kill()
     holder.wait()
-  assert sweep_runner.lock_holder(workdir) is None  # the kernel released the dead holder's lock
+  assert lock.holder(workdir) is None  # the kernel released the dead holder's lock
 
 
 def test_a_held_workdir_is_waited_for_then_run_or_reported_in_use_not_failed(
