@@ -17,11 +17,9 @@ import time
 
 import jax
 import numpy as np
-from flax import nnx
 
 from experiments import divergence_measure as measure
-from input_pipeline import batching
-from numerics import ops
+from input_pipeline import base, batching
 from numerics import setup as numerics_setup
 from trainer import optim, run, steps
 
@@ -49,26 +47,23 @@ def check_same_params(host_params, abstract_params, name):
 
 
 def make_predict(ctx):
-  """jit(params, batch_stats, seed, step, uint8 images) -> eval-mode f32 logits in the arm's
-  numerics; a noisy format draws the noise the trainer's evaluation of that run and step draws
-  (trainer/steps.py). The seed is an argument: one compilation serves every seed."""
-  def logits(params, batch_stats, seed, step, images):
-    model = nnx.merge(ctx.graphdef, params, batch_stats)
-    model.eval()
-    with ops.noise_scope(ops.step_noise_key(seed, step, 'eval')):
-      return model(steps.preprocess(images, ctx.mean, ctx.std))
+  """jit({'params', 'batch_stats', 'step'}, seed, uint8 images) -> eval-mode f32 logits in the
+  arm's numerics: the trainer's evaluation forward pass (steps.eval_logits), so a noisy format
+  draws the noise the trainer's evaluation of that run and step draws. The seed is an argument:
+  one compilation serves every seed."""
+  def logits(state, seed, images):
+    return steps.eval_logits(ctx.graphdef, state, seed, images, ctx.mean, ctx.std)
   return jax.jit(numerics_setup.with_precision(logits, ctx.config))
 
 
-def predict(fn, state, seed, images, batch_size):
-  """Logits of every image (numpy), in batches of `batch_size` (the last one padded: one shape)."""
+def predict(fn, state, seed, split, batch_size):
+  """Logits of every example of `split` (numpy), in order, in the trainer's evaluation batches
+  (batching.eval_batches: the last one padded, one shape)."""
+  weights = {k: state[k] for k in ('params', 'batch_stats', 'step')}
   out = []
-  for begin in range(0, len(images), batch_size):
-    chunk = np.asarray(images[begin:begin + batch_size])
-    pad = np.zeros((batch_size - len(chunk),) + chunk.shape[1:], chunk.dtype)
-    logits = fn(state['params'], state['batch_stats'], np.int32(seed), state['step'],
-                np.concatenate([chunk, pad]))
-    out.append(np.asarray(jax.device_get(logits))[:len(chunk)])
+  for batch in batching.eval_batches(split, batch_size):
+    logits = fn(weights, np.int32(seed), batch['image'])
+    out.append(np.asarray(jax.device_get(logits))[batch['mask'] > 0])
   return np.concatenate(out)
 
 
@@ -117,26 +112,24 @@ def enter_phase(lock, phase, step):
   return fns
 
 
-def global_batch(lock, seed, step):
-  """Training batch `step` of `seed`'s data order (the trainer's), sharded over the mesh."""
-  ctx = lock['arms'][seed, 'a']['ctx']
-  c = ctx.config
-  return batching.to_global(batching.train_batch(ctx.dataset.train, c.batch_size, c.seed, step),
-                            ctx.sharded)
+def batches(lock, seed, start, stop):
+  """Training batches of steps [start, stop) in `seed`'s data order, as the trainer feeds them
+  (run.batches: sharded over the mesh, prefetched)."""
+  return run.batches(lock['arms'][seed, 'a']['ctx'], start, stop)
 
 
-def arm_logits(lock, images, arm_id):
+def arm_logits(lock, split, arm_id):
   arm = lock['arms'][arm_id]
-  return predict(lock['predicts'][arm['key']], lock['states'][arm_id], arm['seed'], images,
+  return predict(lock['predicts'][arm['key']], lock['states'][arm_id], arm['seed'], split,
                  arm['ctx'].config.eval_batch_size)
 
 
-def record(lock, step, probe_images, last_sums):
+def record(lock, step, probe, last_sums):
   """One row: every pair's distances now, and each arm's mean training loss since the last row."""
   task = lock['ctx'].dataset.task
   host = {i: jax.device_get({k: s[k] for k in ('params', 'batch_stats', 'sums')})
           for i, s in lock['states'].items()}
-  logits = {i: arm_logits(lock, probe_images, i) for i in lock['arms']}
+  logits = {i: arm_logits(lock, probe, i) for i in lock['arms']}
   pairs = {kind: [] for kind in dict.fromkeys(p['kind'] for p in lock['pairs'])}
   for p in lock['pairs']:
     x, y = p['x'], p['y']
@@ -158,19 +151,21 @@ def train(lock, num_steps, every, probe=256, log=None):
   if num_steps < 1 or num_steps > ctx.total_steps:
     raise ValueError(f'--steps={num_steps}: give 1..{ctx.total_steps} (the config trains '
                      f'{ctx.total_steps} steps; more need a larger --config.num_epochs)')
-  probe_images = np.asarray(ctx.dataset.test.images[:probe])
+  test = ctx.dataset.test
+  probe_split = base.Split(np.asarray(test.images[:probe]), np.asarray(test.labels[:probe]))
+  feeds = {seed: batches(lock, seed, 0, num_steps) for seed in lock['seeds']}
   last_sums = {i: {'loss': 0.0, 'correct': 0.0, 'count': 0.0} for i in lock['arms']}
-  rows, phase, start = [record(lock, 0, probe_images, last_sums)], None, time.time()
+  rows, phase, start = [record(lock, 0, probe_split, last_sums)], None, time.time()
   for step in range(num_steps):
     if phase is None or not phase.start <= step < phase.stop:
       phase = optim.phase_at(ctx.phases, step)
       fns = enter_phase(lock, phase, step)
     for seed in lock['seeds']:
-      batch = global_batch(lock, seed, step)
+      batch = next(feeds[seed])
       for name in lock['names']:
         lock['states'][seed, name] = fns[seed, name](lock['states'][seed, name], batch)
     if (step + 1) % every == 0 or step + 1 == num_steps:
-      rows.append(r := record(lock, step + 1, probe_images, last_sums))
+      rows.append(r := record(lock, step + 1, probe_split, last_sums))
       b = r['pairs']['b']
       (log or (lambda _: None))(
           f'step {step + 1}/{num_steps} ({phase.name}): a vs b params '
@@ -184,7 +179,7 @@ def final_test(lock):
   """At the end: each arm's test accuracy per seed and each pair kind's disagreement over every
   test image (measure.disagreement)."""
   test, task = lock['ctx'].dataset.test, lock['ctx'].dataset.task
-  preds = {i: measure.predictions(arm_logits(lock, test.images, i), task) for i in lock['arms']}
+  preds = {i: measure.predictions(arm_logits(lock, test, i), task) for i in lock['arms']}
   labels = np.asarray(test.labels)
   correct = lambda p: np.mean(p == (labels > 0.5)) if task == 'multilabel' else np.mean(
       p == labels)

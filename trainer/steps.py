@@ -133,11 +133,18 @@ def make_train_step(mesh, graphdef, tx, mask, task, mean, std, flip, seed, wrap=
   return _bind_seed(jitted, seed, replicated)
 
 
-def _eval_step(state, batch, totals, seed, *, graphdef, task, mean, std):
+def eval_logits(graphdef, state, seed, images, mean, std):
+  """Eval-mode logits of uint8 `images` for `state` ({'params', 'batch_stats', 'step'}, at least),
+  in the noise of the key (seed, state's step, 'eval'): the evaluation's forward pass, one for the
+  eval step and for experiments/divergence_lockstep.py."""
   model = nnx.merge(graphdef, state['params'], state['batch_stats'])
   model.eval()
   with ops.noise_scope(ops.step_noise_key(seed, state['step'], 'eval')):
-    logits = model(preprocess(batch['image'], mean, std))
+    return model(preprocess(images, mean, std))
+
+
+def _eval_step(state, batch, totals, seed, *, graphdef, task, mean, std):
+  logits = eval_logits(graphdef, state, seed, batch['image'], mean, std)
   loss, correct = loss_and_correct(logits, batch['label'], task)
   mask = batch['mask']
   return {'loss': totals['loss'] + (loss * mask).sum(),
