@@ -19,7 +19,8 @@ A thread samples /proc/self/status every 0.2 s: the peak RSS per phase, and its 
 (RssAnon: heap, buffers; what memory pressure cannot drop) and file part (RssFile: mapped file
 pages, dropped under pressure). `ru_maxrss` is the whole process's peak. Disk: the bytes of the
 zip, the prepared TFDS folder and the decoded cache. Everything generated is deleted at the end
-unless `--keep`.
+unless `--keep`. The environment line comes last: it starts the JAX backend, which the peaks
+above should not include.
 """
 
 import argparse
@@ -33,7 +34,7 @@ import time
 
 import numpy as np
 
-from benchmarks import bench_step
+from benchmarks import common
 from configs import celeba as celeba_config
 from input_pipeline import batching, celeba, celeba_files, celeba_fixture, celeba_tfds
 
@@ -143,8 +144,7 @@ def main(argv=None):
   parser.add_argument('--gather_steps', type=int, default=200, help='batches gathered after loading')
   parser.add_argument('--keep', action='store_true', help='keep the generated files')
   args = parser.parse_args(argv)
-  print(bench_step.environment())
-  print(bench_step.command_line('bench_celeba_full', argv))
+  print(common.command_line('bench_celeba_full', argv))
   manual_dir = os.path.join(args.workdir, 'files')
   phases = Phases()
   try:
@@ -164,7 +164,6 @@ def main(argv=None):
                       args.gather_steps * args.batch_size):
       for step in range(args.gather_steps):
         batching.train_batch(data.train, args.batch_size, seed=0, step=step)
-    phases.close()
     tfds_dir = os.path.join(manual_dir, 'tfds')
     print_table(phases, f'{len(data.train) + len(data.test):,} images ({len(data.train):,} train, '
                 f'{len(data.test):,} test), {data.info["num_identities"]:,} identities, '
@@ -177,6 +176,7 @@ def main(argv=None):
           f' MiB) | process peak RSS (ru_maxrss) '
           f'{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB')
     print(f'train images mean {np.asarray(data.train.images[:64]).mean():.1f} (sanity)')
+    print(common.environment())  # after the measurements: it starts the JAX backend
   finally:
     phases.close()
     if not args.keep:

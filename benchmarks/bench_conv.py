@@ -42,7 +42,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks.bench_step import command_line, environment, resnet18_convs  # noqa: E402
+from benchmarks.bench_step import resnet18_convs  # noqa: E402
+from benchmarks.common import command_line, environment  # noqa: E402
 from numerics import ops  # noqa: E402
 
 IMPLS = ('xla', 'im2col')

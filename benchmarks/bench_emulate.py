@@ -29,7 +29,7 @@ if __package__ in (None, ''):  # run as a file: make the repository importable
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-from benchmarks import bench_step  # noqa: E402
+from benchmarks import bench_step, common  # noqa: E402
 from configs import loader  # noqa: E402
 from numerics import emulate as emulate_lib  # noqa: E402
 from numerics import setup as numerics_setup  # noqa: E402
@@ -72,8 +72,8 @@ def measure(config, plan, args, devices):
     print(f'compiling {dict(overrides)} ...', flush=True)
     steps[overrides] = bench_step.build_step(variant_config(config, overrides), devices,
                                              num_classes=args.num_classes)
-  times = bench_step.alternate({o: s.run for o, s in steps.items()}, args.warmup, args.windows,
-                               args.steps)
+  times = common.alternate({o: s.run for o, s in steps.items()}, args.warmup, args.windows,
+                           args.steps)
   return times, {o: s.compile_s for o, s in steps.items()}
 
 
@@ -85,7 +85,6 @@ def table(plan, times, compile_s, batch, platform):
   """(Markdown table, [fast / reference per format])."""
   ips = {o: batch / statistics.median(t) for o, t in times.items()}
   get = lambda o: None if o is None else ips[o]
-  fmt_ = lambda v, spec: 'n/a' if v is None else format(v, spec)
   lines = ['| format | native setting | native img/s | reference img/s | fast img/s | reference / '
            'native | fast / native | fast / reference | auto here | compile s (ref / fast) |',
            '|---|---|---|---|---|---|---|---|---|---|']
@@ -98,10 +97,11 @@ def table(plan, times, compile_s, batch, platform):
       fast_vs_ref.append(fast / ref)
     auto = emulate_lib.resolve_impl('auto', platform, fmt)
     lines.append(
-        f'| {fmt} | {setting} | {fmt_(native, ".1f")} | {ref:.1f} | {fmt_(fast, ".1f")} | '
-        f'{fmt_(ratio(ref, native), ".3f")} | {fmt_(ratio(fast, native), ".3f")} | '
-        f'{fmt_(ratio(fast, ref), ".3f")} | {auto} | {compile_s[v["reference"]]:.1f} / '
-        f'{fmt_(compile_s.get(v["fast"]), ".1f")} |')
+        f'| {fmt} | {setting} | {common.fmt(native, ".1f")} | {ref:.1f} | '
+        f'{common.fmt(fast, ".1f")} | {common.fmt(ratio(ref, native), ".3f")} | '
+        f'{common.fmt(ratio(fast, native), ".3f")} | {common.fmt(ratio(fast, ref), ".3f")} | '
+        f'{auto} | {compile_s[v["reference"]]:.1f} / '
+        f'{common.fmt(compile_s.get(v["fast"]), ".1f")} |')
   return '\n'.join(lines), fast_vs_ref
 
 
@@ -114,9 +114,9 @@ def main(argv=None):
   formats = [f for f in args.formats.split(',') if f]
   unknown = [f for f in formats if f not in FORMATS]
   if unknown or not formats:
-    bench_step.fail(f'--formats: unknown {unknown}; choose from {",".join(FORMATS)}')
-  print(bench_step.environment())
-  print(bench_step.command_line('bench_emulate', argv))
+    common.fail(f'--formats: unknown {unknown}; choose from {",".join(FORMATS)}')
+  print(common.environment())
+  print(common.command_line('bench_emulate', argv))
   devices = bench_step.selected_devices(args)
   platform = devices[0].platform
   plan = variants(formats, platform)

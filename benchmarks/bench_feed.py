@@ -39,8 +39,8 @@ if __package__ in (None, ''):  # run as a file: make the repository importable
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks import bench_step  # noqa: E402
-from input_pipeline import base, batching  # noqa: E402
+from benchmarks import bench_step, common  # noqa: E402
+from input_pipeline import batching  # noqa: E402
 from trainer import run  # noqa: E402
 
 FEEDS = ('synthetic', 'host', 'device')
@@ -52,8 +52,8 @@ def open_images(args, config, directory):
   if args.images:
     images = np.load(args.images, mmap_mode='r')
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:3] != (size,) * 2:
-      bench_step.fail(f'--images {args.images}: need uint8 [N, {size}, {size}, 3] '
-                      f'(data.image_size {size}), got {images.dtype} {images.shape}')
+      common.fail(f'--images {args.images}: need uint8 [N, {size}, {size}, 3] '
+                  f'(data.image_size {size}), got {images.dtype} {images.shape}')
     return images
   path = os.path.join(directory, 'train.npy')
   examples = args.examples or 8 * config.batch_size
@@ -65,15 +65,6 @@ def open_images(args, config, directory):
   out.flush()
   del out
   return np.load(path, mmap_mode='r')
-
-
-def image_dataset(images, num_classes, batch_size):
-  """The images as a Dataset (random labels; one test example: nothing evaluates)."""
-  if len(images) < batch_size:
-    bench_step.fail(f'{len(images)} images: need at least one batch of {batch_size}')
-  labels = np.random.default_rng(1).integers(0, num_classes, len(images), dtype=np.int32)
-  return base.Dataset('feed', base.Split(images, labels), base.Split(images[:1], labels[:1]),
-                      num_classes)
 
 
 class Feeds:
@@ -108,7 +99,7 @@ class Feeds:
 def measure(feeds, args):
   """{feed: [seconds per step of each window]}, windows alternating between the feeds."""
   runners = {feed: functools.partial(feeds.run, feed) for feed in FEEDS}
-  return bench_step.alternate(runners, args.warmup, args.windows, args.steps)
+  return common.alternate(runners, args.warmup, args.windows, args.steps)
 
 
 def table(times, batch):
@@ -134,12 +125,13 @@ def main(argv=None):
   overrides = lambda a: bench_step.shorthand_overrides(
       a, bench_step.SHORTHANDS + (('prefetch', 'data.prefetch'),))
   args, config = bench_step.parse(parser, argv, overrides)
-  print(bench_step.environment())
-  print(bench_step.command_line('bench_feed', argv))
+  print(common.environment())
+  print(common.command_line('bench_feed', argv))
   devices = bench_step.selected_devices(args)
   with tempfile.TemporaryDirectory(prefix='bench_feed_') as directory:
     images = open_images(args, config, directory)
-    dataset = image_dataset(images, args.num_classes, config.batch_size)
+    dataset = bench_step.image_dataset('feed', images, args.num_classes, config.batch_size,
+                                       np.random.default_rng(1))
     bench = bench_step.build_step(config, devices, dataset)
     feeds = Feeds(bench)
     times = measure(feeds, args)

@@ -27,7 +27,6 @@ device's peak memory where it reports one. Prints a Markdown table; the last lin
 import argparse
 import collections
 import os
-import platform as platform_lib
 import statistics
 import sys
 import time
@@ -38,6 +37,7 @@ if __package__ in (None, ''):  # run as a file: make the repository importable
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+from benchmarks import common  # noqa: E402
 from configs import loader  # noqa: E402
 from input_pipeline import base  # noqa: E402
 from models import resnet  # noqa: E402
@@ -74,12 +74,6 @@ PEAK_TFLOPS = (
 PASSES = {'bf16_3x': 3, 'bf16_4x': 4, 'bf16_6x': 6, 'bf16_9x': 9, 'tf32_3x': 3}
 
 
-def fail(message):
-  """One line on stderr, exit code 2: bad input, found before any compute."""
-  print(f'error: {message}', file=sys.stderr)
-  sys.exit(2)
-
-
 def shorthand_overrides(args, shorthands=SHORTHANDS):
   """[(config field, value)] of the shorthand flags given on the command line."""
   return [(field, getattr(args, dest)) for dest, field in shorthands
@@ -98,20 +92,28 @@ def parse(parser, argv, overrides_of=shorthand_overrides):
     validation.check_config(config)
     numerics_setup.configure(config)
   except ValueError as e:  # ConfigError is a ValueError
-    fail(str(e).splitlines()[0])
+    common.fail(str(e).splitlines()[0])
   return args, config
 
 
-def synthetic_dataset(config, num_classes=1000, examples=None):
-  """Random uint8 images at config.data.image_size (3 channels) and labels: `examples` (default:
-  one global batch) training examples, one test example (the step never evaluates)."""
-  rng = np.random.default_rng(0)
-  size = config.data.image_size
+def image_dataset(name, images, num_classes, batch_size, rng):
+  """uint8 [N, H, W, 3] `images` as a Dataset: every image a training example with a label drawn
+  from `rng`, the first one also the test split (the step never evaluates). Fewer images than
+  one batch of `batch_size`: one line, exit code 2."""
+  if len(images) < batch_size:
+    common.fail(f'{len(images)} images: need at least one batch of {batch_size}')
+  labels = rng.integers(0, num_classes, len(images), dtype=np.int32)
+  return base.Dataset(name, base.Split(images, labels), base.Split(images[:1], labels[:1]),
+                      num_classes)
 
-  def split(n):
-    return base.Split(rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8),
-                      rng.integers(0, num_classes, (n,), dtype=np.int32))
-  return base.Dataset('synthetic', split(examples or config.batch_size), split(1), num_classes)
+
+def synthetic_dataset(config, num_classes=1000):
+  """One global batch of random uint8 images at config.data.image_size (3 channels), random
+  labels (image_dataset)."""
+  rng = np.random.default_rng(0)
+  size, n = config.data.image_size, config.batch_size
+  images = rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8)
+  return image_dataset('synthetic', images, num_classes, n, rng)
 
 
 # One distinct convolution: input size (square), channels, kernel, stride, padding, whether the
@@ -245,7 +247,7 @@ def build_step(config, devices=None, dataset=None, num_classes=1000):
   try:
     return JaxStep(config, devices, dataset, num_classes)
   except validation.ConfigError as e:
-    fail(str(e).splitlines()[0])
+    common.fail(str(e).splitlines()[0])
 
 
 def add_args(parser):
@@ -270,51 +272,16 @@ def add_args(parser):
   parser.add_argument('--devices', type=int, default=0, help='use the first N devices (0: all)')
 
 
-def environment():
-  """Device, versions, date and load average: one line for the record."""
-  d = jax.devices()[0]
-  try:
-    load = '%.2f %.2f %.2f' % os.getloadavg()
-  except OSError:
-    load = 'n/a'
-  import flax
-  import optax
-  return (f'device: {d.platform} {getattr(d, "device_kind", "")} x{jax.device_count()} | '
-          f'jax {jax.__version__}, jaxlib {jax.lib.__version__ if hasattr(jax.lib, "__version__") else ""}, '
-          f'flax {flax.__version__}, optax {optax.__version__}, python '
-          f'{platform_lib.python_version()} | cpus {os.cpu_count()} | '
-          f'{time.strftime("%Y-%m-%d %H:%M:%S %Z")} | load average {load}')
-
-
-def command_line(module, argv):
-  """'command: python -m benchmarks.<module> <arguments>': the second line of every record."""
-  return f'command: python -m benchmarks.{module} ' + ' '.join(sys.argv[1:] if argv is None
-                                                                else argv)
-
-
 def selected_devices(args):
   """The first `--devices` devices (0: all of them)."""
   return jax.devices()[:args.devices] if args.devices else jax.devices()
 
 
-def alternate(runners, warmup, windows, steps):
-  """{name: [seconds per step of each window]}: runners[name](n) times n steps; after `warmup`
-  untimed steps each, `windows` rounds time `steps` steps of every runner in turn, so a busy or
-  throttling machine slows them all alike."""
-  for run_steps in runners.values():
-    run_steps(warmup)
-  times = {name: [] for name in runners}
-  for _ in range(windows):
-    for name, run_steps in runners.items():
-      times[name].append(run_steps(steps) / steps)
-  return times
-
-
 def measure(args, config):
+  """(the step, [seconds per step of each of `--windows` windows] after `--warmup` steps)."""
   bench = build_step(config, selected_devices(args), num_classes=args.num_classes)
-  bench.run(args.warmup)
-  times = [bench.run(args.steps) / args.steps for _ in range(args.windows)]
-  return bench, times
+  times = common.alternate({'step': bench.run}, args.warmup, args.windows, args.steps)
+  return bench, times['step']
 
 
 def summarize(bench, times):
@@ -340,10 +307,6 @@ def summarize(bench, times):
       mfu_xla=xla_tflops / total_peak if (total_peak and xla_tflops) else None,
       mfu_analytic=analytic_tflops / total_peak if total_peak else None,
       peak_mem_gib=mem / 2**30 if mem is not None else None)
-
-
-def _fmt(value, spec):
-  return 'n/a' if value is None else format(value, spec)
 
 
 def numerics_line(config, conv_impl, platform):
@@ -372,12 +335,13 @@ def table(bench, s, args):
                                     f'{args.windows} windows x {args.steps} steps'),
       ('images/s', f'{s["images_per_sec"]:.1f}'),
       ('GFLOP/step: XLA cost analysis / analytic 6xMACs',
-       f'{_fmt(s["xla_gflop"], ".1f")} / {s["analytic_gflop"]:.1f}'),
+       f'{common.fmt(s["xla_gflop"], ".1f")} / {s["analytic_gflop"]:.1f}'),
       ('achieved TFLOP/s: XLA / analytic',
-       f'{_fmt(s["xla_tflops"], ".3f")} / {s["analytic_tflops"]:.3f}'),
-      ('peak TFLOP/s (all devices, format)', f'{_fmt(s["peak"], ".1f")} ({s["format"]})'),
-      ('MFU: XLA / analytic', f'{_fmt(s["mfu_xla"], ".1%")} / {_fmt(s["mfu_analytic"], ".1%")}'),
-      ('peak device memory', f'{_fmt(s["peak_mem_gib"], ".2f")} GiB'),
+       f'{common.fmt(s["xla_tflops"], ".3f")} / {s["analytic_tflops"]:.3f}'),
+      ('peak TFLOP/s (all devices, format)', f'{common.fmt(s["peak"], ".1f")} ({s["format"]})'),
+      ('MFU: XLA / analytic',
+       f'{common.fmt(s["mfu_xla"], ".1%")} / {common.fmt(s["mfu_analytic"], ".1%")}'),
+      ('peak device memory', f'{common.fmt(s["peak_mem_gib"], ".2f")} GiB'),
   ]
   lines = ['| quantity | value |', '|---|---|']
   lines += [f'| {k} | {v} |' for k, v in rows]
@@ -388,8 +352,8 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   add_args(parser)
   args, config = parse(parser, argv)
-  print(environment())
-  print(command_line('bench_step', argv))
+  print(common.environment())
+  print(common.command_line('bench_step', argv))
   bench, times = measure(args, config)
   s = summarize(bench, times)
   print(table(bench, s, args))

@@ -35,7 +35,7 @@ if __package__ in (None, ''):  # run as a file: make the repository importable
 
 import numpy as np  # noqa: E402
 
-from benchmarks import bench_step  # noqa: E402
+from benchmarks import bench_step, common  # noqa: E402
 
 PRECISIONS = {  # --precision -> (JAX compute_dtype, JAX matmul_precision)
     'f32': ('float32', 'highest'),
@@ -192,8 +192,8 @@ def main(argv=None):
   parser.add_argument('--torch-device', default=None, help="default: 'cuda' if available")
   args, config = bench_step.parse(parser, argv, jax_overrides)
   if config.model.stem != 'imagenet' or config.numerics.emulate != 'none':
-    bench_step.fail('bench_vs_torch compares the native ImageNet-stem model: model.stem must be '
-                    "'imagenet' and numerics.emulate 'none'")
+    common.fail('bench_vs_torch compares the native ImageNet-stem model: model.stem must be '
+                "'imagenet' and numerics.emulate 'none'")
   # The torch side takes the JAX side's sizes.
   args.image_size, args.batch = config.data.image_size, config.batch_size
   args.width = config.model.width
@@ -202,8 +202,8 @@ def main(argv=None):
   if args.torch_device is None:
     args.torch_device = 'cuda' if torch.cuda.is_available() else 'cpu'
 
-  print(bench_step.environment() + ' | ' + torch_environment())
-  print(bench_step.command_line('bench_vs_torch', argv))
+  print(common.environment() + ' | ' + torch_environment())
+  print(common.command_line('bench_vs_torch', argv))
   import jax
   variants, notes = {}, []
   jax_step = bench_step.build_step(config, jax.devices()[:1], num_classes=args.num_classes)
@@ -214,8 +214,8 @@ def main(argv=None):
       variants['torch.compile'] = TorchStep(args, compiled=True)
     except Exception as e:  # noqa: BLE001 - report why and go on with eager
       notes.append(f'torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}')
-  times = bench_step.alternate({name: v.run for name, v in variants.items()}, args.warmup,
-                              args.rounds, args.steps)
+  times = common.alternate({name: v.run for name, v in variants.items()}, args.warmup,
+                           args.rounds, args.steps)
 
   med = {name: statistics.median(t) * 1e3 for name, t in times.items()}
   jax_name = next(iter(variants))

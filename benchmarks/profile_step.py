@@ -34,7 +34,7 @@ if __package__ in (None, ''):  # run as a file: make the repository importable
 
 import jax  # noqa: E402
 
-from benchmarks import bench_step  # noqa: E402
+from benchmarks import bench_step, common  # noqa: E402
 
 # Category of a kernel by (lower-cased) substrings of its name, first match wins: the fallback for
 # kernels the compiled HLO does not name (cuDNN: fprop/dgrad/wgrad/implicit_gemm; cuBLAS: gemm).
@@ -203,8 +203,8 @@ def main(argv=None):
   parser.add_argument('--trace-dir', default='', help='where the trace goes (default: a temp dir)')
   parser.add_argument('--top', type=int, default=25, help='kernels listed')
   args, config = bench_step.parse(parser, argv)
-  print(bench_step.environment())
-  print(bench_step.command_line('profile_step', argv))
+  print(common.environment())
+  print(common.command_line('profile_step', argv))
   bench = bench_step.build_step(config, bench_step.selected_devices(args),
                                 num_classes=args.num_classes)
   bench.run(args.warmup)

@@ -1,0 +1,60 @@
+"""What the benchmarks share: the record's first two lines, the one-line error, alternating timed
+windows and the 'n/a' format.
+
+Light on purpose: the standard library only at import time (jax, flax and optax are imported
+inside `environment`, which also starts the JAX backend), so a benchmark measuring its own memory
+(bench_celeba_full) pays for them only where it asks for the environment line.
+"""
+
+import os
+import platform as platform_lib
+import sys
+import time
+
+
+def fail(message):
+  """One line on stderr, exit code 2: bad input, found before any compute."""
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def environment():
+  """Device, versions, date and load average: one line for the record."""
+  import jax  # pylint: disable=import-outside-toplevel
+  d = jax.devices()[0]
+  try:
+    load = '%.2f %.2f %.2f' % os.getloadavg()
+  except OSError:
+    load = 'n/a'
+  import flax  # pylint: disable=import-outside-toplevel
+  import optax  # pylint: disable=import-outside-toplevel
+  return (f'device: {d.platform} {getattr(d, "device_kind", "")} x{jax.device_count()} | '
+          f'jax {jax.__version__}, jaxlib {jax.lib.__version__ if hasattr(jax.lib, "__version__") else ""}, '
+          f'flax {flax.__version__}, optax {optax.__version__}, python '
+          f'{platform_lib.python_version()} | cpus {os.cpu_count()} | '
+          f'{time.strftime("%Y-%m-%d %H:%M:%S %Z")} | load average {load}')
+
+
+def command_line(module, argv):
+  """'command: python -m benchmarks.<module> <arguments>': the second line of every record (the
+  first of bench_celeba_full's, which prints the environment line last)."""
+  return f'command: python -m benchmarks.{module} ' + ' '.join(sys.argv[1:] if argv is None
+                                                                else argv)
+
+
+def alternate(runners, warmup, windows, steps):
+  """{name: [seconds per step of each window]}: runners[name](n) times n steps; after `warmup`
+  untimed steps each, `windows` rounds time `steps` steps of every runner in turn, so a busy or
+  throttling machine slows them all alike."""
+  for run_steps in runners.values():
+    run_steps(warmup)
+  times = {name: [] for name in runners}
+  for _ in range(windows):
+    for name, run_steps in runners.items():
+      times[name].append(run_steps(steps) / steps)
+  return times
+
+
+def fmt(value, spec):
+  """format(value, spec), or 'n/a' for None (a quantity not known here)."""
+  return 'n/a' if value is None else format(value, spec)
