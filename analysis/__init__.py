@@ -1,1 +1,1 @@
-"""Statistics, figures and sweeps over the runs' Orbax results."""
+"""Statistics, attribution, reports and figures over the runs' Orbax results (reading only)."""

@@ -93,7 +93,7 @@ def study_arms(batch_size):
 
 
 def get_sweep(arg=None):
-  """The factorial study: 21 arms x SEEDS seeds, on each platform (`python -m analysis.sweep
+  """The factorial study: 21 arms x SEEDS seeds, on each platform (`python -m sweeps.sweep
   --config=configs/celeba.py:gpu`, again with :tpu): platform x profile is crossed, and the
   native arm gives each platform's own residual (README "Which setting explains a gap")."""
   arms = study_arms(get_config(arg).batch_size)
@@ -101,7 +101,7 @@ def get_sweep(arg=None):
 
 
 def get_study(arg=None):
-  """The declaration analysis.study and analysis.attribution read (margin, factors, reference
+  """The declaration sweeps.study and analysis.attribution read (margin, factors, reference
   levels, controls) and the power calculation behind SEEDS."""
   del arg
   return {'margin': MARGIN_PP, 'margin_reason': MARGIN_REASON,

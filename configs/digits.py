@@ -1,7 +1,7 @@
 """The embedded default: scikit-learn's digits (no download).
 
   python train.py --config=configs/digits.py:cpu --workdir=/tmp/digits
-  python -m analysis.study --config=configs/digits.py:study --root=runs/study --parallel 2
+  python -m sweeps.study --config=configs/digits.py:study --root=runs/study --parallel 2
 """
 
 from configs import celeba, common
@@ -98,7 +98,7 @@ def study_arms(batch_size):
 
 
 def get_sweep(arg=None):
-  """The study run by `python -m analysis.study --config=configs/digits.py:study`: arms x seeds."""
+  """The study run by `python -m sweeps.study --config=configs/digits.py:study`: arms x seeds."""
   arms = study_arms(get_config(arg).batch_size)
   return [{**arm, 'seed': seed} for arm in arms for seed in range(SEEDS)]
 

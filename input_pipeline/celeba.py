@@ -207,7 +207,7 @@ def write_cache(folder, rows, meta, size, records, where):
 def preparation_lock(cache_dir):
   """Hold `<cache_dir>/.prepare.lock` exclusively: one process at a time prepares TFDS and decodes.
 
-  The runs of a sweep started together on fresh files (`analysis.sweep --parallel N`) would
+  The runs of a sweep started together on fresh files (`sweeps.sweep --parallel N`) would
   otherwise all prepare TFDS into one tfds_dir at once (and trip over each other's half-written
   dataset) and all decode the same images. The others wait here, then find the cache built. An
   flock dies with its process, so a killed preparation never leaves a stale lock; it serialises

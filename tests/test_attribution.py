@@ -6,7 +6,8 @@ import pytest
 import statsmodels.api as sm
 import statsmodels.formula.api as smf
 
-from analysis import attribution, effects, results, stats, study
+from analysis import attribution, effects, results, stats
+from sweeps import study
 from trainer import record
 
 METRIC = 'final.test_accuracy'

@@ -18,7 +18,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from analysis import numerics as analysis_numerics
+from experiments import numerics_probe
 from benchmarks import bench_step
 from configs import loader
 from numerics import emulate, ops, rounding
@@ -252,10 +252,10 @@ def test_training_loss_curve_fast_equals_reference():
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
-def test_analysis_numerics_compares_fast_with_reference_and_native(tmp_path, capsys):
-  """`python -m analysis.numerics`: the fast path's rows and pairs (on a GPU: against the native
+def test_numerics_probe_compares_fast_with_reference_and_native(tmp_path, capsys):
+  """`python -m experiments.numerics_probe`: the fast path's rows and pairs (on a GPU: against the native
   hardware; here on CPU, where every format's native product is f32, against the reference)."""
-  analysis_numerics.main(['--out', str(tmp_path), '--settings', 'default,emu:tf32,fast:tf32',
+  numerics_probe.main(['--out', str(tmp_path), '--settings', 'default,emu:tf32,fast:tf32',
                           '--model-settings', '', '--rows', '8', '--cols', '8', '--classes', '10',
                           '--conv-spatial', '2', '--conv-batch', '1'])
   capsys.readouterr()

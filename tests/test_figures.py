@@ -184,7 +184,7 @@ def test_figures_cli_one_line_error(tmp_path, capsys):
 
 
 def test_study_refuses_a_bucket_root_in_one_line(capsys):
-  from analysis import study  # pylint: disable=import-outside-toplevel
+  from sweeps import study  # pylint: disable=import-outside-toplevel
   assert study.main(['--config=configs/digits.py:study', '--root=gs://bucket/study']) == 2
   message = capsys.readouterr().err
   assert message.startswith('error: --root=gs://bucket/study: a study runs locally') and message.count('\n') == 1

@@ -12,7 +12,7 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOLDERS = ('configs', 'numerics', 'input_pipeline', 'models', 'trainer', 'analysis',
-           'benchmarks', 'experiments')
+           'benchmarks', 'experiments', 'sweeps')
 TOP_FILES = ('train.py',)
 
 
@@ -88,9 +88,11 @@ def test_folders_form_layers_without_back_edges():
   _, folders = graphs()
   order = [f for layer in layers(folders) for f in layer]
   assert order.index('trainer') > max(order.index(f) for f in ('numerics', 'models', 'configs'))
-  for reader in ('analysis', 'experiments', 'benchmarks', 'train'):
+  for reader in ('analysis', 'experiments', 'benchmarks', 'sweeps', 'train'):
     assert order.index(reader) > order.index('trainer')
   assert 'analysis' not in folders['trainer'] and 'experiments' not in folders['analysis']
+  # analysis/ only reads results: it neither launches training nor runs experiments
+  assert not {'sweeps', 'experiments', 'train'} & folders['analysis']
 
 
 def test_no_file_imports_itself_through_others():

@@ -11,7 +11,8 @@ import sys
 import pandas as pd
 import pytest
 
-from analysis import estimate, report, stats, sweep
+from analysis import report, stats
+from sweeps import estimate, sweep
 from conftest import ROOT
 from trainer import record
 

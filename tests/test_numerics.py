@@ -156,7 +156,7 @@ def test_emulate_bf16_operands_keep_dtype():
 
 def small_resnet_run(mode):
   """(logits, grads, [loss, loss after one SGD step]) of a tiny ResNet-18, one compile."""
-  from analysis import numerics as an  # pylint: disable=import-outside-toplevel
+  from experiments import numerics_probe as an  # pylint: disable=import-outside-toplevel
   args = an.parse_args(['--model-width', '0.125', '--model-image', '8', '--model-batch', '8'])
   rng = np.random.default_rng(0)
   graphdef, params, rest = an.model_parts(args, mode, rng=rng)

@@ -1,4 +1,4 @@
-"""analysis.sweep / analysis.study: expansion, command list, SLURM script, skipping, scheduling,
+"""sweeps.sweep / sweeps.study: expansion, command list, SLURM script, skipping, scheduling,
 and a tiny end-to-end study on digits (train.py subprocesses -> stats -> figures)."""
 
 import collections
@@ -18,7 +18,8 @@ from PIL import Image
 import pytest
 from statsmodels.stats import power as smp
 
-from analysis import inference, results, study, sweep, sweep_runner
+from analysis import inference, results
+from sweeps import runner, study, sweep
 from configs import celeba, digits
 from numerics import profiles
 from trainer import checkpointing, lock, record, resume
@@ -231,8 +232,8 @@ def test_scheduler_one_run_per_gpu_reports_failures_and_continues(tmp_path, monk
             'sys.exit(3 if "a-1/seed1" in sys.argv[-1] else 0)')
   monkeypatch.delenv('JAX_COMPILATION_CACHE_DIR', raising=False)
   runs = fake_runs(tmp_path, 6)
-  progress = sweep_runner.Progress(7, 1, 2)
-  failures, in_use, signum = sweep_runner.run_all(
+  progress = runner.Progress(7, 1, 2)
+  failures, in_use, signum = runner.run_all(
       runs, lambda run: [sys.executable, '-c', script, run.workdir], str(tmp_path), sweep.REPO,
       progress, 2, [5, 7, 9], poll=0.05)
   assert [(f[0].workdir, f[1], f[2]) for f in failures] == [(runs[3].workdir, 3, 'boom')]
@@ -255,7 +256,7 @@ def test_launch_order_round_robins_arms():
   runs = [sweep.Run({}, arm, seed, {}, '') for arm in 'abc' for seed in range(2)]
   assert [(r.slug, r.seed) for r in sweep.launch_order(runs)] == [
       ('a', 0), ('b', 0), ('c', 0), ('a', 1), ('b', 1), ('c', 1)]
-  assert sweep_runner.fmt_duration(3725) == '1h2m05s'
+  assert runner.fmt_duration(3725) == '1h2m05s'
 
 
 def test_tiny_study_end_to_end_then_resume_skips_everything(tmp_path, subprocess_env, monkeypatch, capsys):
@@ -294,7 +295,7 @@ def write_train_records(workdir, records, log_counter=None):
       f.write(json.dumps({'kind': 'train', 'step': step, 'images_per_sec': ips}) + '\n')
     f.write('{"kind": "tr')  # a torn last line
   if log_counter:
-    with open(os.path.join(workdir, sweep_runner.LOG_FILE), 'w') as f:
+    with open(os.path.join(workdir, runner.LOG_FILE), 'w') as f:
       f.write(f'I1124 reporting.py:66] step {log_counter} (epoch 1/2) loss 2.6 | 28 img/s\n')
 
 
@@ -304,12 +305,12 @@ def test_progress_speed_leaves_out_compile_and_eta_counts_running_and_queued(tmp
   write_train_records(a, [(5, 900.0), (10, 1000.0), (15, 5.0), (20, 100.0), (25, 300.0), (30, 200.0)],
                       '30/110')
   write_train_records(b, [(5, 3.0)], '5/110')  # still compiling: only the first interval
-  assert sweep_runner.speed(a, 10) == (200.0, 30) and sweep_runner.speed(b, 0) == (None, 5)
-  assert sweep_runner.last_step(a) == 30 and sweep_runner.last_step(str(tmp_path / 'none')) == -1
+  assert runner.speed(a, 10) == (200.0, 30) and runner.speed(b, 0) == (None, 5)
+  assert runner.last_step(a) == 30 and runner.last_step(str(tmp_path / 'none')) == -1
   now = 1000.0
   runs = [sweep.Run({}, 'x', s, {}, w) for s, w in ((0, a), (1, b))]
-  progress = sweep_runner.Progress(total=5, done=1, slots=2)
-  progress.active = {i: sweep_runner.Active(r, None, None, None, now - 60, 20, since)
+  progress = runner.Progress(total=5, done=1, slots=2)
+  progress.active = {i: runner.Active(r, None, None, None, now - 60, 20, since)
                      for i, (r, since) in enumerate(zip(runs, (10, 0)))}
   measures = [x.measure(now) for x in progress.active.values()]
   assert measures == [(200.0, 60.0, 80 * 20 / 200.0), (None, 60.0, None)]
@@ -353,15 +354,15 @@ def test_lock_holder_sees_a_live_run_and_not_a_released_or_dead_one(tmp_path):
 
 def test_a_held_workdir_is_waited_for_then_run_or_reported_in_use_not_failed(
     tmp_path, monkeypatch, capsys):
-  monkeypatch.setattr(sweep_runner, 'LOCK_WAIT_S', 4.0)
+  monkeypatch.setattr(runner, 'LOCK_WAIT_S', 4.0)
   runs = fake_runs(tmp_path, 2)
   for run in runs:
     os.makedirs(run.workdir)
   lasting = hold_lock(runs[1].workdir, 60)
   brief = hold_lock(runs[0].workdir, 1.5)  # still held when the sweep reaches run 0
   try:
-    progress = sweep_runner.Progress(2, 0, 1)
-    failures, in_use, signum = sweep_runner.run_all(
+    progress = runner.Progress(2, 0, 1)
+    failures, in_use, signum = runner.run_all(
         runs, lambda run: [sys.executable, '-c', 'print("ran")'], str(tmp_path), sweep.REPO,
         progress, 1, [], poll=0.05)
   finally:
@@ -394,7 +395,7 @@ def train_processes(root):
 
 
 def start_sweep(argv, env, out):
-  return subprocess.Popen([sys.executable, '-m', 'analysis.sweep', *argv], cwd=sweep.REPO, env=env,
+  return subprocess.Popen([sys.executable, '-m', 'sweeps.sweep', *argv], cwd=sweep.REPO, env=env,
                           stdout=out, stderr=subprocess.STDOUT)
 
 
@@ -424,7 +425,7 @@ def test_signals_stop_every_run_and_the_rerun_completes_them(tmp_path, subproces
       wait_until(lambda: not train_processes(root), 10, 'the runs to die with the sweep')
   text = (tmp_path / 'SIGTERM.txt').read_text()
   assert 'stopping: SIGTERM sent to 2 running run(s)' in text and 'stopped by SIGTERM' in text
-  rerun = subprocess.run([sys.executable, '-m', 'analysis.sweep', *argv], cwd=sweep.REPO, env=env,
+  rerun = subprocess.run([sys.executable, '-m', 'sweeps.sweep', *argv], cwd=sweep.REPO, env=env,
                          capture_output=True, text=True, timeout=600)
   assert rerun.returncode == 0, rerun.stdout + rerun.stderr
   assert 'FAILED' not in rerun.stdout and '[sweep] 2/2 done, 0 running' in rerun.stdout

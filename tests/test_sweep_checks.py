@@ -1,11 +1,11 @@
-"""analysis.sweep checks every run's config, data and workdir before it launches or writes anything,
+"""sweeps.sweep checks every run's config, data and workdir before it launches or writes anything,
 and reports all problems at once (one line each, exit code 2)."""
 
 import os
 
 import pytest
 
-from analysis import sweep, sweep_checks
+from sweeps import checks, sweep
 from configs import celeba, digits
 from input_pipeline import celeba_files
 from trainer import record
@@ -67,27 +67,27 @@ def test_unwritable_run_folder_and_a_saved_run_with_other_settings(tmp_path, cap
 
 def test_celeba_data_checks_without_reading_images(tmp_path, monkeypatch):
   data = celeba.get_config('smoke').data
-  assert 'config.data.manual_dir is empty' in sweep_checks.celeba_problems(data)[0]
+  assert 'config.data.manual_dir is empty' in checks.celeba_problems(data)[0]
   data.tfds_dir = str(tmp_path / 'tfds')
-  assert 'holds no CelebA prepared by this project' in sweep_checks.celeba_problems(data)[0]
+  assert 'holds no CelebA prepared by this project' in checks.celeba_problems(data)[0]
   data.manual_dir = str(tmp_path / 'files')
   os.makedirs(data.manual_dir)
   for name in celeba_files.FILES[1:]:
     (tmp_path / 'files' / name).write_text('')
-  assert f'lacks {celeba_files.ZIP}' in sweep_checks.celeba_problems(data)[0]
+  assert f'lacks {celeba_files.ZIP}' in checks.celeba_problems(data)[0]
   (tmp_path / 'files' / celeba_files.ZIP).write_text('')
-  assert sweep_checks.celeba_problems(data) == []
-  monkeypatch.setattr(sweep_checks.importlib.util, 'find_spec', lambda name: None)
-  assert sweep_checks.celeba_problems(data) == [
+  assert checks.celeba_problems(data) == []
+  monkeypatch.setattr(checks.importlib.util, 'find_spec', lambda name: None)
+  assert checks.celeba_problems(data) == [
       f"config.data.manual_dir='{data.manual_dir}': preparing CelebA needs tensorflow-datasets, "
       'which is not installed: pip install -r requirements-celeba.txt']
   done = tmp_path / 'cache' / 'key'
   done.mkdir(parents=True)
   (done / 'done.json').write_text('{}')
   data.cache_dir = str(tmp_path / 'cache')
-  assert sweep_checks.celeba_problems(data) == []  # a decoded cache needs no TensorFlow
+  assert checks.celeba_problems(data) == []  # a decoded cache needs no TensorFlow
   data.cache_dir = 'gs://bucket/cache'
-  assert 'is a bucket path' in sweep_checks.celeba_problems(data)[0]
+  assert 'is a bucket path' in checks.celeba_problems(data)[0]
 
 
 def test_bucket_roots_turn_data_problems_into_warnings(tmp_path, capsys):

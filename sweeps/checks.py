@@ -1,6 +1,6 @@
-"""What analysis.sweep checks before it launches a run or writes a file, all problems at once.
+"""What sweeps.sweep checks before it launches a run or writes a file, all problems at once.
 
-  errors, warnings, states = sweep_checks.check(runs, root, files, saved_state)
+  errors, warnings, states = checks.check(runs, root, files, saved_state)
 
 - config: every run's config through trainer/validation.py's check_config (the checks train.py
   runs before any compute); a problem shared by several runs is one line naming them;
@@ -9,7 +9,7 @@
   unless a decoded cache exists; the decoded cache must be local (it is memory-mapped);
 - workdir: the root, every run folder and the command-list/SLURM files must be creatable and
   writable (probed with os.access, nothing created), and a saved run in a run folder must be this
-  sweep's run by trainer/record.py's same-run rule (analysis.sweep.saved_state).
+  sweep's run by trainer/record.py's same-run rule (sweeps.sweep.saved_state).
 
 Bucket roots (gs://...) run elsewhere: their folders are not probed, and their data problems are
 warnings (the data lives on the hosts). Each problem is one line `<field>: <fix>`.
@@ -121,7 +121,7 @@ def workdir_problems(runs, root, files, saved_state):
 def check(runs, root, files, saved_state):
   """(errors, warnings, states): every problem of the sweep before anything is launched or written.
 
-  `runs`: analysis.sweep.Run, each with its config; `files`: [(flag, path)] of the files it writes;
+  `runs`: sweeps.sweep.Run, each with its config; `files`: [(flag, path)] of the files it writes;
   `saved_state(run)`: ('completed'|'todo'|'mismatch', detail) of a run folder's saved record.
   `states` maps each local run folder to its saved state (empty for bucket roots).
   """

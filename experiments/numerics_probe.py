@@ -1,7 +1,7 @@
 """Each numerics setting's error against a float64 reference, on the current backend.
 
-  python -m analysis.numerics --out /tmp/numerics            # about a minute on a 2-core CPU
-  python -m analysis.numerics --out DIR --model-settings all --model-width 0.5   # more
+  python -m experiments.numerics_probe --out /tmp/numerics            # about a minute on a 2-core CPU
+  python -m experiments.numerics_probe --out DIR --model-settings all --model-width 0.5   # more
 
 Measures, for every setting (native `jax_default_matmul_precision` values and the emulated formats
 of numerics/emulate.py, each by its reference implementation, `emu:`, and by its fast one, `fast:`,
@@ -277,7 +277,7 @@ def figure(result, out_dir):
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m analysis.numerics',
+  p = argparse.ArgumentParser(prog='python -m experiments.numerics_probe',
                               description=__doc__.split('\n')[0])
   p.add_argument('--out', default='runs/numerics', help='folder for the table, JSON and figure')
   p.add_argument('--settings', default=','.join(SETTINGS), help='comma-separated subset')

@@ -1,10 +1,10 @@
 """Run a study (arms x seeds, declared by the config file's `get_sweep(arg)`) as train.py runs.
 
-  python -m analysis.sweep --config=configs/digits.py:study --root=/tmp/study [--parallel 2]
-  python -m analysis.sweep --config=configs/digits.py:study --root=/tmp/study --estimate
-  python -m analysis.sweep --config=configs/celeba.py:gpu,data.manual_dir=/data/celeba \
+  python -m sweeps.sweep --config=configs/digits.py:study --root=/tmp/study [--parallel 2]
+  python -m sweeps.sweep --config=configs/digits.py:study --root=/tmp/study --estimate
+  python -m sweeps.sweep --config=configs/celeba.py:gpu,data.manual_dir=/data/celeba \
       --root=/runs/celeba --gpus 0,1,2,3
-  python -m analysis.sweep --config=configs/celeba.py:tpu --root=gs://b/study --dry-run \
+  python -m sweeps.sweep --config=configs/celeba.py:tpu --root=gs://b/study --dry-run \
       --emit-commands=cmds.txt --emit-slurm=study.sbatch
 
 `get_sweep(arg)` returns a list of override dicts, one per run: any config fields by dotted name,
@@ -14,14 +14,14 @@
   python train.py --config=<file>:<arg> --workdir=<run dir> --config.seed=<k> --config.<f>=<v> ...
 
 so each run can be repeated from its command alone. Before anything is launched or written, every
-run's config, data and workdir are checked (analysis/sweep_checks.py): all problems are printed,
+run's config, data and workdir are checked (sweeps/checks.py): all problems are printed,
 one line each, and the exit code is 2. Runs whose saved results say 'completed' are skipped; the
 others are (re)launched and the trainer resumes them from their latest checkpoint. Each run's output
 is appended to `<run dir>/train.log`; launching, watching and stopping the runs (signals included)
-is analysis/sweep_runner.py. The command list (one run per line) and a SLURM job-array script that
+is sweeps/runner.py. The command list (one run per line) and a SLURM job-array script that
 runs line $SLURM_ARRAY_TASK_ID of it are written next to the runs (or where --emit-commands /
 --emit-slurm say). `--estimate` measures each arm's step time on this machine and prints the
-sweep's device-hours (analysis/estimate.py). The exit code is 1 if any run failed.
+sweep's device-hours (sweeps/estimate.py). The exit code is 1 if any run failed.
 """
 
 import argparse
@@ -32,14 +32,14 @@ import shlex
 import signal
 import sys
 
-from analysis import sweep_checks, sweep_runner
+from sweeps import checks, runner
 from configs import loader
 from trainer import record
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS_FILE = 'sweep_commands.txt'
 SLURM_FILE = 'sweep.sbatch'
-CACHE_DIR = sweep_runner.CACHE_DIR
+CACHE_DIR = runner.CACHE_DIR
 
 # config: get_config(arg) with the run's overrides (a ConfigDict; None for runs built by hand).
 Run = collections.namedtuple('Run', 'arm slug seed overrides workdir config', defaults=(None,))
@@ -204,7 +204,7 @@ def parse_gpus(text):
 
 
 def add_run_args(p, example_config, root_help):
-  """--config, --root, --parallel, --gpus: what running a sweep takes (analysis.study too)."""
+  """--config, --root, --parallel, --gpus: what running a sweep takes (sweeps.study too)."""
   p.add_argument('--config', required=True,
                  help=f'config file with get_sweep(), e.g. {example_config}')
   p.add_argument('--root', required=True, help=root_help)
@@ -213,7 +213,7 @@ def add_run_args(p, example_config, root_help):
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m analysis.sweep', description=__doc__.split('\n')[0])
+  p = argparse.ArgumentParser(prog='python -m sweeps.sweep', description=__doc__.split('\n')[0])
   add_run_args(p, 'configs/digits.py:cpu', 'folder holding one workdir per run')
   p.add_argument('--emit-commands', default=None, help=f'command list file (default ROOT/{COMMANDS_FILE})')
   p.add_argument('--emit-slurm', default=None, help=f'SLURM array script (default ROOT/{SLURM_FILE})')
@@ -222,7 +222,7 @@ def parse_args(argv):
                       'run nothing')
   p.add_argument('--estimate', action='store_true',
                  help="a dry run that also measures each arm's step time on this machine and "
-                      'prints the sweep\'s device-hours (analysis/estimate.py)')
+                      'prints the sweep\'s device-hours (sweeps/estimate.py)')
   p.add_argument('--estimate-steps', type=int, default=5,
                  help='steps timed per training phase after the compile (--estimate)')
   p.add_argument('--heartbeat', type=float, default=30.0,
@@ -249,7 +249,7 @@ def write_plan(runs, path, arg, root, files):
 
 def plan(args):
   """(runs, path, arg, root, files, states, errors): the sweep expanded and checked (see
-  sweep_checks.check), files its (command list, SLURM script); raises ValueError on a bad sweep
+  checks.check), files its (command list, SLURM script); raises ValueError on a bad sweep
   declaration or flags."""
   remote = '://' in args.root
   root = args.root if remote else os.path.abspath(args.root)
@@ -258,7 +258,7 @@ def plan(args):
                      'the command list on the hosts); run locally with a local folder')
   runs, path, arg = expand(args.config, root)
   files = output_files(args, root)
-  errors, warnings, states = sweep_checks.check(
+  errors, warnings, states = checks.check(
       runs, root, list(zip(('--emit-commands', '--emit-slurm'), files)), saved_state)
   for line in warnings:
     print(f'warning: {line}', file=sys.stderr)
@@ -308,8 +308,8 @@ def main(argv=None):
     print(f'would run: {command_line(command(run, path, arg))}' + (f'  # {detail}' if detail else ''))
   print(f'{len(runs) - len(todo)} completed (skipped), {len(todo)} to run')
   if args.estimate:
-    from analysis import estimate  # pylint: disable=import-outside-toplevel
-    env = sweep_runner.child_env(REPO if '://' in root else root, REPO, gpus[0] if gpus else None)
+    from sweeps import estimate  # pylint: disable=import-outside-toplevel
+    env = runner.child_env(REPO if '://' in root else root, REPO, gpus[0] if gpus else None)
     return estimate.report(runs, lambda r: config_flags(r, path, arg), env, REPO,
                            args.estimate_steps)
   if args.dry_run:
@@ -319,10 +319,10 @@ def main(argv=None):
 
 def launch(todo, path, arg, root, slots, gpus, total, heartbeat):
   """Run the `todo` runs; print the outcome; returns main's exit code."""
-  progress = sweep_runner.Progress(total, total - len(todo), slots)
+  progress = runner.Progress(total, total - len(todo), slots)
   print('each run logs to <its workdir>/train.log (tail -f one to watch it)')
   progress.show()
-  failures, in_use, signum = sweep_runner.run_all(
+  failures, in_use, signum = runner.run_all(
       launch_order(todo), lambda r: command(r, path, arg, sys.executable), root, REPO, progress,
       slots, gpus, lambda r: r.config.batch_size, heartbeat=heartbeat)
   if signum is not None:

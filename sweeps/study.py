@@ -1,8 +1,8 @@
 """A whole study in one command: the sweep, the statistics report, the figures.
 
-  python -m analysis.study --config=configs/digits.py:study --root=/tmp/study --parallel 2
+  python -m sweeps.study --config=configs/digits.py:study --root=/tmp/study --parallel 2
 
-Runs `python -m analysis.sweep` (arms x seeds of the config's get_sweep(); finished runs are
+Runs `python -m sweeps.sweep` (arms x seeds of the config's get_sweep(); finished runs are
 skipped, so the command resumes), then the analysis.stats report of every run under the root
 (Markdown on stdout and in ROOT/report.md, also ROOT/report.tex and ROOT/report_<table>.csv), then
 the analysis.figures PDFs and PNGs into ROOT/figures. Runs that failed are excluded from the report
@@ -20,13 +20,14 @@ import os
 import sys
 import time
 
-from analysis import attribution, effects, figures, results, stats, sweep, sweep_runner
+from analysis import attribution, effects, figures, results, stats
+from sweeps import runner, sweep
 from analysis import report as report_text
 from configs import loader
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m analysis.study', description=__doc__.split('\n')[0])
+  p = argparse.ArgumentParser(prog='python -m sweeps.study', description=__doc__.split('\n')[0])
   sweep.add_run_args(p, 'configs/digits.py:study',
                      'local folder for the runs, the report and figures/')
   p.add_argument('--group-by', nargs='+', default=[], help='columns defining an arm (analysis.stats)')
@@ -103,7 +104,7 @@ def main(argv=None):
   args = parse_args(argv)
   if '://' in args.root:
     print(f'error: --root={args.root}: a study runs locally; for bucket roots use '
-          'python -m analysis.sweep --dry-run, then analysis.stats / analysis.figures --runs=',
+          'python -m sweeps.sweep --dry-run, then analysis.stats / analysis.figures --runs=',
           file=sys.stderr)
     return 2
   start = time.time()
@@ -119,7 +120,7 @@ def main(argv=None):
     return 2
   print('\nfigures:\n' + '\n'.join(f'  {p}' for p in written))
   load = ', '.join(f'{x:.2f}' for x in os.getloadavg())
-  print(f'study finished in {sweep_runner.fmt_duration(time.time() - start)} (load average {load})'
+  print(f'study finished in {runner.fmt_duration(time.time() - start)} (load average {load})'
         + ('; some runs failed: see above' if code else ''))
   return code
 

@@ -1,8 +1,8 @@
 """A sweep's cost before it runs: each arm's step time measured here, times steps and runs.
 
-  python -m analysis.sweep --config=configs/digits.py:study --root=runs/study --estimate
+  python -m sweeps.sweep --config=configs/digits.py:study --root=runs/study --estimate
 
-For each distinct arm the sweep starts `python -m analysis.estimate` with the arm's first run's
+For each distinct arm the sweep starts `python -m sweeps.estimate` with the arm's first run's
 config flags and the environment a run gets (same devices, same compilation cache). That process
 builds the run context as train.py does (trainer/run.py: build, init_model, initial_state,
 enter_phase), and for every training phase times `--steps` steps after the first (which compiles)
@@ -111,8 +111,8 @@ def summary(arms):
 
 
 def measure_arm(flags, env, repo, timed_steps):
-  """Run `python -m analysis.estimate` for one arm; its measurement, or raise ValueError."""
-  argv = [sys.executable, '-m', 'analysis.estimate', *flags, f'--steps={timed_steps}']
+  """Run `python -m sweeps.estimate` for one arm; its measurement, or raise ValueError."""
+  argv = [sys.executable, '-m', 'sweeps.estimate', *flags, f'--steps={timed_steps}']
   proc = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, check=False)
   found = [l[len(PREFIX):] for l in proc.stdout.splitlines() if l.startswith(PREFIX)]
   if proc.returncode or not found:
@@ -141,7 +141,7 @@ def report(runs, flags_of, env, repo, timed_steps):
 
 
 def main(argv=None):
-  """`python -m analysis.estimate --config=SPEC [--config.<f>=<v> ...] [--steps=N]`."""
+  """`python -m sweeps.estimate --config=SPEC [--config.<f>=<v> ...] [--steps=N]`."""
   from configs import loader  # pylint: disable=import-outside-toplevel
   from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
   from trainer import validation  # pylint: disable=import-outside-toplevel

@@ -1,4 +1,4 @@
-"""Running a sweep's train.py processes: launch, watch, stop (the runner of analysis.sweep).
+"""Running a sweep's train.py processes: launch, watch, stop (the runner of sweeps.sweep).
 
 Each run is one `train.py` child process; its output is appended to `<workdir>/train.log`. Children
 - run in their own process group, so a terminal's Ctrl-C reaches the sweep alone, which forwards it;
