@@ -51,9 +51,12 @@ def _from_orbax(record):
 class _QuietLibraries(logging.logging.Filter):
   """Drops Orbax's per-save INFO chatter, and the tracebacks its background threads and asyncio
   tasks log when a write fails: Orbax re-raises those failures in the main thread, where they
-  become one line."""
+  become one line. Drops JAX's own INFO lines too (on a CPU machine, 'Unable to initialize backend
+  tpu' at every start); its warnings (e.g. a GPU present without a CUDA jaxlib) stay."""
 
   def filter(self, record):
+    if record.name.startswith('jax.') and record.levelno < logging.logging.WARNING:
+      return False
     return not _from_orbax(record) or (record.levelno >= logging.logging.WARNING
                                        and not record.exc_info)
 
@@ -93,7 +96,8 @@ def absolute_workdir(workdir):
 
 
 def load_config():
-  """The config from --config and --config.* (configs/loader.py), validated, or a one-line exit."""
+  """The config from --config and --config.* (configs/loader.py), resolved once
+  (trainer/validation.resolve), or a one-line exit."""
   from trainer import validation  # pylint: disable=import-outside-toplevel
   if not CONFIG.get('spec'):
     fail('--config: give a config file, e.g. --config=configs/digits.py:smoke')
@@ -108,10 +112,9 @@ def load_config():
     fail(f'--config={CONFIG["spec"]}: {type(e).__name__}: {first}; fix the config file or the '
          'value given')
   try:
-    validation.check_config(config)
+    return validation.resolve(config)
   except ValueError as e:  # ConfigError is a ValueError
     fail(str(e).splitlines()[0])
-  return config
 
 
 def main(argv):
@@ -120,13 +123,12 @@ def main(argv):
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   logging.get_absl_handler().addFilter(_QuietLibraries())
   quiet_abandoned_writes()
-  # CPU machines: JAX's probe for a TPU runtime is not a problem worth a warning line.
-  logging.logging.getLogger('jax._src.xla_bridge').setLevel(logging.logging.ERROR)
   train(load_config())
 
 
 def train(config):
-  """train_and_evaluate, its failures as one line and an exit code (see the module docstring)."""
+  """train_and_evaluate of the resolved `config`, its failures as one line and an exit code (see
+  the module docstring)."""
   from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
   from trainer import checkpointing, distributed, loop, reporting, validation  # pylint: disable=import-outside-toplevel
   try:
@@ -136,7 +138,7 @@ def train(config):
                             allow_layout_change=FLAGS.allow_layout_change)
   except validation.ConfigError as e:
     fail(str(e))
-  except ValueError as e:  # numerics.setup: one line naming the field
+  except ValueError as e:  # numerics.setup.configure: one line naming the field
     fail(str(e).splitlines()[0])
   except loop.TrainingFailed as e:
     fail(str(e), code=1)  # a run that started and stopped: its saved results say why

@@ -10,9 +10,10 @@ context's step, every parameter training) is compiled under
   native     the platform's own arithmetic for the format, where it has one: the matmul_precision
              level whose native product format it is (numerics.setup.native_formats), or, for bf16
              where no level gives it (GPU, CPU), compute_dtype=bfloat16 (bf16 activations as well)
-  reference  numerics.emulate=FORMAT, emulate_impl=reference (rounded operands at HIGHEST)
-  fast       numerics.emulate=FORMAT, emulate_impl=fast (the formats with a fast form,
-             numerics.emulate.FAST_MODES)
+  reference  numerics.conv_format and dense_format = FORMAT, emulate_impl=reference (rounded
+             operands at HIGHEST)
+  fast       the same with emulate_impl=fast (the formats with a fast form,
+             numerics/emulate.py FAST_FORMATS)
 and every distinct variant times `--steps`-step windows in `--windows` alternating rounds, in one
 process, so a busy machine slows all alike. Table: median images/s per variant, emulated / native
 and fast / reference ratios, and what emulate_impl=auto picks on this platform. The last line is
@@ -33,20 +34,22 @@ from benchmarks import bench_step, common  # noqa: E402
 from configs import loader  # noqa: E402
 from numerics import emulate as emulate_lib  # noqa: E402
 from numerics import setup as numerics_setup  # noqa: E402
+from trainer import validation  # noqa: E402
 
-FORMATS = tuple(m for m in emulate_lib.EMULATE_MODES if m != 'none')
+FORMATS = emulate_lib.FORMATS[1:]  # the emulated ones
 # The default --formats: those without a PRNG key (the model's layers pass none yet).
-DEFAULT_FORMATS = tuple(m for m in FORMATS if m not in emulate_lib.NOISY_MODES)
+DEFAULT_FORMATS = tuple(m for m in FORMATS if m not in emulate_lib.NOISY_FORMATS)
+NATIVE = (('numerics.conv_format', 'native'), ('numerics.dense_format', 'native'))
 
 
 def native_overrides(fmt, platform):
   """Config overrides that compute `fmt`'s products natively on `platform`, or None."""
-  target = numerics_setup.effective_formats(platform, 'default', fmt)['conv']
+  target = numerics_setup.kind_formats(platform, 'default', {'conv': fmt, 'dense': fmt})['conv']
   for level in ('default', 'high', 'highest'):
     if numerics_setup.native_formats(platform, level) == (target, target):
-      return (('numerics.emulate', 'none'), ('numerics.matmul_precision', level))
+      return NATIVE + (('numerics.matmul_precision', level),)
   if fmt == 'bf16':
-    return (('numerics.emulate', 'none'), ('numerics.compute_dtype', 'bfloat16'))
+    return NATIVE + (('numerics.compute_dtype', 'bfloat16'),)
   return None
 
 
@@ -54,14 +57,16 @@ def variants(formats, platform):
   """{format: {'native' | 'reference' | 'fast': overrides}}, None where there is no such variant."""
   out = {}
   for fmt in formats:
-    emulated = lambda impl, f=fmt: (('numerics.emulate', f), ('numerics.emulate_impl', impl))
+    emulated = lambda impl, f=fmt: (('numerics.conv_format', f), ('numerics.dense_format', f),
+                                    ('numerics.emulate_impl', impl))
     out[fmt] = {'native': native_overrides(fmt, platform), 'reference': emulated('reference'),
-                'fast': emulated('fast') if fmt in emulate_lib.FAST_MODES else None}
+                'fast': emulated('fast') if fmt in emulate_lib.FAST_FORMATS else None}
   return out
 
 
 def variant_config(config, overrides):
-  return loader.apply_overrides(config.copy_and_resolve_references(), overrides)
+  """The resolved config of one variant: `config` (as loaded, not resolved) plus `overrides`."""
+  return validation.resolve(loader.apply_overrides(config.copy_and_resolve_references(), overrides))
 
 
 def measure(config, plan, args, devices):
@@ -91,8 +96,8 @@ def table(plan, times, compile_s, batch, platform):
   fast_vs_ref = []
   for fmt, v in plan.items():
     native, ref, fast = get(v['native']), get(v['reference']), get(v['fast'])
-    setting = ', '.join(f'{k.split(".")[-1]}={val}' for k, val in v['native'][1:]) if v['native'] \
-        else 'none on this platform'
+    setting = (', '.join(f'{k.split(".")[-1]}={val}' for k, val in v['native'][len(NATIVE):])
+               if v['native'] else 'none on this platform')
     if fast is not None:
       fast_vs_ref.append(fast / ref)
     auto = emulate_lib.resolve_impl('auto', platform, fmt)
@@ -110,7 +115,7 @@ def main(argv=None):
   bench_step.add_args(parser)
   parser.add_argument('--formats', default=','.join(DEFAULT_FORMATS), help='comma-separated, of ' +
                       ','.join(FORMATS))
-  args, config = bench_step.parse(parser, argv)
+  args, config = bench_step.parse(parser, argv, resolve=False)  # each variant resolves its own
   formats = [f for f in args.formats.split(',') if f]
   unknown = [f for f in formats if f not in FORMATS]
   if unknown or not formats:

@@ -25,7 +25,6 @@ over images/s of the synthetic one (1.0 = feeding costs nothing; the goal is >= 
 """
 
 import argparse
-import dataclasses
 import functools
 import os
 import statistics
@@ -72,14 +71,11 @@ class Feeds:
 
   def __init__(self, bench):
     ctx = bench.ctx
-    on_device = ctx.config.copy_and_resolve_references()
-    on_device.data.on_device = True
     self.bench = bench
     self.watch, self.bad = run.watch(ctx, bench.state)
     endless = 1 << 40  # the generators run as long as the benchmark does
     self.batches = {'host': run.batches(ctx, 0, endless),
-                    'device': run.batches(ctx, 0, endless,
-                                          run.feed(dataclasses.replace(ctx, config=on_device)))}
+                    'device': run.batches(ctx, 0, endless, run.feed(ctx, on_device=True))}
     self.split_bytes = batching.nbytes(ctx.dataset.train)
 
   def run(self, feed, n):

@@ -2,13 +2,14 @@
 
   python -m benchmarks.bench_step                                                  # CPU: 64^2, batch 64
   python -m benchmarks.bench_step --config configs/celeba.py:gpu --batch 256 --compute-dtype bfloat16
-  python -m benchmarks.bench_step --config configs/celeba.py:gpu --batch 256 --emulate bf16 \
+  python -m benchmarks.bench_step --config configs/celeba.py:gpu --batch 256 --format bf16 \
       --emulate-impl fast                                                         # an emulated arm
 
 The config is loaded as train.py loads it (configs/loader.py): `--config FILE[:ARGS]` (default
 DEFAULT_CONFIG: the CelebA study's model and numerics at 64^2, batch 64), then the shorthand flags
-below (each sets one field: --batch is batch_size, --image-size data.image_size, --emulate
-numerics.emulate, ...), then `--config.FIELD=VALUE` overrides. A bad value stops with one line
+below (each sets one field: --batch is batch_size, --image-size data.image_size, --profile
+numerics.profile, ...; --format F sets both numerics.conv_format and numerics.dense_format), then
+`--config.FIELD=VALUE` overrides. A bad value stops with one line
 `error: ...` (exit code 2) before any compute. The step is the trainer's own, built by the run
 context (`run.build` on a synthetic dataset of one global batch of random uint8 images,
 `run.init_model`, `run.initial_state`, `run.enter_phase` into the phase where every parameter
@@ -53,12 +54,15 @@ DEFAULT_CONFIG = 'configs/celeba.py:data.image_size=64,batch_size=64'
 # Shorthand flags (argparse dest) and the config field each sets, when given.
 SHORTHANDS = (('image_size', 'data.image_size'), ('batch', 'batch_size'), ('width', 'model.width'),
               ('stem', 'model.stem'), ('compute_dtype', 'numerics.compute_dtype'),
-              ('matmul_precision', 'numerics.matmul_precision'), ('emulate', 'numerics.emulate'),
+              ('matmul_precision', 'numerics.matmul_precision'), ('profile', 'numerics.profile'),
+              ('format', 'numerics.conv_format'), ('format', 'numerics.dense_format'),
               ('emulate_impl', 'numerics.emulate_impl'), ('conv_impl', 'numerics.conv_impl'),
               ('flip', 'data.flip'))
 
 # Dense peak TFLOP/s per device by product format ('bf16', 'tf32', 'f32'); matched by substring
-# of jax's device_kind, first match wins (REFERENCE.md section 5; vendor data sheets, SXM parts).
+# of jax's device_kind, first match wins: the vendors' data sheets (NVIDIA H100 and H200 Tensor
+# Core GPU datasheets, SXM parts unless named; NVIDIA A100 datasheet; Google Cloud TPU system
+# architecture pages for v4, v5e and v5p), dense (no sparsity) figures.
 PEAK_TFLOPS = (
     ('H200', {'bf16': 989.0, 'tf32': 495.0, 'f32': 67.0}),
     ('H100 PCIe', {'bf16': 756.0, 'tf32': 378.0, 'f32': 51.0}),
@@ -80,20 +84,22 @@ def shorthand_overrides(args, shorthands=SHORTHANDS):
           if getattr(args, dest, None) is not None]
 
 
-def parse(parser, argv, overrides_of=shorthand_overrides):
+def parse(parser, argv, overrides_of=shorthand_overrides, resolve=True):
   """(args, config): `--config` and `--config.*` split off (configs/loader.py), the rest parsed by
-  `parser`, the config loaded with overrides_of(args) then the `--config.*` overrides, validated
-  and its numerics applied (numerics.setup.configure, before any backend starts). Bad input:
-  one line and exit code 2."""
+  `parser`, the config loaded with overrides_of(args) then the `--config.*` overrides, resolved
+  (trainer/validation.resolve) and its numerics applied (numerics.setup.configure, before any
+  backend starts). `resolve=False` (a benchmark of several variants of one config, each resolved
+  on its own): the config as loaded, its process settings applied all the same. Bad input: one
+  line and exit code 2."""
   spec, overrides, rest = loader.split_argv(list(sys.argv[1:] if argv is None else argv))
   args = parser.parse_args(rest)
   try:
-    config = loader.load(spec or DEFAULT_CONFIG, overrides_of(args) + overrides)
-    validation.check_config(config)
+    loaded = loader.load(spec or DEFAULT_CONFIG, overrides_of(args) + overrides)
+    config = validation.resolve(loaded)
     numerics_setup.configure(config)
   except ValueError as e:  # ConfigError is a ValueError
     common.fail(str(e).splitlines()[0])
-  return args, config
+  return args, (config if resolve else loaded)
 
 
 def image_dataset(name, images, num_classes, batch_size, rng):
@@ -260,7 +266,9 @@ def add_args(parser):
   parser.add_argument('--stem', help="model.stem: 'imagenet' or 'small'")
   parser.add_argument('--compute-dtype', help='numerics.compute_dtype')
   parser.add_argument('--matmul-precision', help='numerics.matmul_precision')
-  parser.add_argument('--emulate', help='numerics.emulate: ' + '|'.join(emulate_lib.EMULATE_MODES))
+  parser.add_argument('--profile', help='numerics.profile: ' + '|'.join(profiles.PROFILES))
+  parser.add_argument('--format', help='numerics.conv_format and numerics.dense_format: '
+                      + '|'.join(emulate_lib.FORMATS))
   parser.add_argument('--emulate-impl', help='numerics.emulate_impl: ' +
                       '|'.join(emulate_lib.EMULATE_IMPLS))
   parser.add_argument('--conv-impl', help='numerics.conv_impl: ' + '|'.join(ops.CONV_IMPLS))
@@ -314,7 +322,7 @@ def numerics_line(config, conv_impl, platform):
   n = config.numerics
   kinds = []
   for kind, fmt in profiles.formats(n).items():
-    impl = emulate_lib.resolve_impl(n.emulate_impl, platform, 'none' if fmt == 'native' else fmt)
+    impl = emulate_lib.resolve_impl(n.emulate_impl, platform, fmt)
     kinds.append(f'{kind} {fmt}' + (f' (emulate_impl {n.emulate_impl} -> {impl})'
                                     if fmt != 'native' else ''))
   return (f'compute {n.compute_dtype}, matmul_precision {n.matmul_precision}, '

@@ -191,9 +191,10 @@ def main(argv=None):
   parser.add_argument('--no-compile', action='store_true', help='skip torch.compile')
   parser.add_argument('--torch-device', default=None, help="default: 'cuda' if available")
   args, config = bench_step.parse(parser, argv, jax_overrides)
-  if config.model.stem != 'imagenet' or config.numerics.emulate != 'none':
+  formats = (config.numerics.conv_format, config.numerics.dense_format)  # resolved: explicit
+  if config.model.stem != 'imagenet' or formats != ('native', 'native'):
     common.fail('bench_vs_torch compares the native ImageNet-stem model: model.stem must be '
-                "'imagenet' and numerics.emulate 'none'")
+                "'imagenet' and native product formats (no numerics.profile or *_format)")
   # The torch side takes the JAX side's sizes.
   args.image_size, args.batch = config.data.image_size, config.batch_size
   args.width = config.model.width

@@ -1,4 +1,5 @@
-"""CelebA identity classification as in the reference study (REFERENCE.md section 1).
+"""CelebA identity classification as in the reference study: the TPU-vs-GPU ResNet-18 experiment
+published in AI-Hypercomputer/torchprime (GitHub, `torchprime/models/resnet18/`, July 2025).
 
   python train.py --config=configs/celeba.py:tpu --config.data.manual_dir=DIR --workdir=W
 

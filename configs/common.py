@@ -2,15 +2,25 @@
 
 A config file's `get_config(arg)` takes the string after the colon: a comma-separated list of
 presets and `key=value` pairs, big_vision style, e.g. `configs/celeba.py:gpu,seed=3` or
-`configs/digits.py:smoke,model.width=0.5`. Presets apply in order, then the pairs. Any field can
-also be overridden on the command line (`--config.seed=3`), which absl applies afterwards.
+`configs/digits.py:smoke,model.width=0.5`. Presets apply in order, then the pairs. The command
+line's `--config.<field>=<value>` overrides are applied after `get_config` returns, by
+configs/loader.py, through the same `override` below. The config is locked (`ConfigDict.lock()`):
+a misspelt field is an error, never a new field.
 """
 
 import ast
+import difflib
 
 import ml_collections
 
 PRESETS = ('tpu', 'gpu', 'cpu', 'smoke')
+TRUE, FALSE = ('true', '1', 'yes'), ('false', '0', 'no')
+# Fields that no longer exist, with how to say the same thing today (one line each).
+REMOVED = {
+    'numerics.emulate': ("numerics.emulate was replaced by the per-kind formats: write "
+                         "numerics.conv_format=F and numerics.dense_format=F for emulate=F "
+                         "(emulate='none': leave both unset), or name a numerics.profile"),
+}
 
 
 def base_config():
@@ -67,12 +77,11 @@ def base_config():
   c.numerics.compute_dtype = 'float32'  # activations: 'float32' or 'bfloat16'
   c.numerics.param_dtype = 'float32'  # master weights
   # Product formats (numerics/profiles.py): a named profile ('native', 'tpu_default',
-  # 'jax_gpu_default', 'torch_gpu_default', 'f32', 'bf16_noise'; '' = none), or `emulate`, one
-  # format for convolutions and dense layers alike ('none' = not given), or each kind's own
-  # ('native', 'bf16', 'bf16_3x', 'tf32', 'f32', 'bf16_noise'; '' = as profile/emulate say, else
-  # native). Loading expands them: the saved config holds the profile and both formats.
+  # 'jax_gpu_default', 'torch_gpu_default', 'f32', 'bf16_noise'; '' = none) names both kinds at
+  # once; each kind's own format ('native', 'bf16', 'bf16_3x', 'tf32', 'f32', 'bf16_noise'; '' =
+  # as the profile says, else native). Resolution (trainer/validation.resolve) writes the formats
+  # out: the saved config holds the profile and both formats.
   c.numerics.profile = ''
-  c.numerics.emulate = 'none'
   c.numerics.conv_format = ''
   c.numerics.dense_format = ''
   c.numerics.batchnorm_group = 0  # 0: BN over the global batch; K: per group of K examples
@@ -93,19 +102,19 @@ def base_config():
   c.distributed.coordinator_address = ''  # 'host:port' of process 0
   c.distributed.num_processes = 0
   c.distributed.process_id = -1
+  c.preset = ''  # the presets named after the colon, in order (set by `build`)
+  c.lock()
   return c
 
 
 def parse_arg(arg, presets):
-  """Split 'gpu,seed=3,model.width=0.5' into preset names and {key: literal} overrides."""
+  """Split 'gpu,seed=3,model.width=0.5' into preset names and {key: text} overrides (typed by
+  `override`, as the field's type)."""
   names, overrides = [], {}
   for item in filter(None, (s.strip() for s in (arg or '').split(','))):
     if '=' in item:
       key, value = item.split('=', 1)
-      try:
-        overrides[key.strip()] = ast.literal_eval(value)
-      except (ValueError, SyntaxError):
-        overrides[key.strip()] = value  # a bare string
+      overrides[key.strip()] = value
     elif item in presets and not item.startswith('_'):
       names.append(item)
     else:
@@ -115,22 +124,70 @@ def parse_arg(arg, presets):
   return names, overrides
 
 
-def set_field(config, dotted, value):
-  """config['a.b.c'] = value, with a one-line error naming the field if it does not exist."""
-  *parents, leaf = dotted.split('.')
-  node = config
-  for name in parents:
-    if name not in node:
-      raise ValueError(f'unknown config field {dotted!r}')
-    node = node[name]
-  if leaf not in node:
-    raise ValueError(f'unknown config field {dotted!r}')
-  old = node[leaf]
-  if isinstance(old, float) and isinstance(value, int) and not isinstance(value, bool):
-    value = float(value)
+def fields(config, prefix=''):
+  """Every dotted leaf field name of a ConfigDict (or dict)."""
+  out = []
+  for key, value in config.items():
+    name = f'{prefix}{key}'
+    out.extend(fields(value, name + '.') if hasattr(value, 'items') else [name])
+  return out
+
+
+def unknown_field(config, dotted):
+  """The one-line error for a field the config does not have (a removed one says what replaced it)."""
+  if dotted in REMOVED:
+    return ValueError(f'config.{dotted}: {REMOVED[dotted]}')
+  close = difflib.get_close_matches(dotted, fields(config), n=1)
+  hint = f'did you mean {close[0]}?' if close else 'see configs/common.py for the fields'
+  return ValueError(f'unknown config field {dotted}: {hint}')
+
+
+def typed(old, value, dotted):
+  """`value` (text from a command line, or already a value) as the type of the field's `old`:
+  `True`/`false`/`1` for booleans, Python literals for numbers and tuples (one bare string
+  becomes a 1-tuple), anything for strings."""
   if isinstance(old, tuple) and isinstance(value, (list, str)):
-    value = tuple(value) if isinstance(value, list) else (value,)
-  node[leaf] = value
+    if isinstance(value, str):
+      try:
+        value = ast.literal_eval(value.strip())
+      except (ValueError, SyntaxError):
+        pass
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+  if not isinstance(value, str) or isinstance(old, str):
+    return value
+  text = value.strip()
+  if isinstance(old, bool):
+    if text.lower() in TRUE + FALSE:
+      return text.lower() in TRUE
+    raise ValueError(f'config.{dotted}={value}: give True or False')
+  try:
+    parsed = ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    parsed = text
+  if isinstance(old, (int, float)) and not isinstance(parsed, (int, float)):
+    raise ValueError(f'config.{dotted}={value}: give a number ({type(old).__name__})')
+  if isinstance(old, int) and isinstance(parsed, float):
+    raise ValueError(f'config.{dotted}={value}: give an integer')
+  return parsed
+
+
+def override(config, dotted, value):
+  """config[dotted] = value, typed like the field (ml_collections' `update_from_flattened_dict`
+  then checks and casts the type); one-line ValueError naming the field and the fix."""
+  node = config
+  *parents, leaf = dotted.split('.')
+  for name in parents:
+    if name not in node or not hasattr(node[name], 'items'):
+      raise unknown_field(config, dotted)
+    node = node[name]
+  if leaf not in node or hasattr(node[leaf], 'items'):
+    raise unknown_field(config, dotted)
+  value = typed(node[leaf], value, dotted)
+  try:
+    config.update_from_flattened_dict({dotted: value})
+  except TypeError:
+    raise ValueError(f'config.{dotted}={value!r}: give a {type(node[leaf]).__name__}, like the '
+                     f'default {node[leaf]!r}') from None
 
 
 def build(arg, presets):
@@ -140,6 +197,6 @@ def build(arg, presets):
   for name in names:
     presets[name](config)
   for key, value in overrides.items():
-    set_field(config, key, value)
+    override(config, key, value)
   config.preset = ','.join(names)
   return config

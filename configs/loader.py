@@ -4,27 +4,28 @@
 
 `spec` is `FILE[:ARG]`: FILE a config file defining `get_config(arg)` (configs/common.py builds it
 from presets and `key=value` pairs), ARG the text after the colon. `overrides` are (dotted field,
-value) pairs applied afterwards, as the command line's `--config.<field>=<value>` flags are; a
-value given as text is read as the field's type (`True`/`false`/`1` for booleans, Python literals
-for numbers and tuples, anything for strings). train.py, the sweep, the study, the divergence tool
-and the benchmarks all load through `load`; a bad file, preset, field or value raises one-line
-ValueError naming it and the fix. The numerics product formats are expanded after the overrides
-(numerics/profiles.py: the profile / emulate shorthands written out as conv_format and
-dense_format; contradictory settings are an error), also when overrides are applied to a config
-already loaded: a new shorthand then replaces the formats the old one had set.
+value) pairs applied afterwards, as the command line's `--config.<field>=<value>` flags are, each
+typed like its field (configs/common.py `override`). A bad file, preset, field or value raises a
+one-line ValueError naming it and the fix. The result is the config as written, not yet resolved:
+the entry point resolves it once (trainer/validation.resolve: numerics expanded, every field
+checked, frozen).
+
+Why not `ml_collections.config_flags`: train.py's command line has the same shape
+(`--config=FILE:ARG --config.field=value`), but the sweep, the study, the divergence tool and the
+benchmarks load configs from a spec and override pairs inside one process, which config_flags
+(it reads sys.argv at absl's flag parsing) does not offer; and on the command line it answers a
+misspelt field with an AttributeError traceback and reads `--config.model.reinit=(stem,)` as the
+one-element tuple `('(stem,)',)`. So train.py splits the `--config*` flags off (`split_argv`)
+and loads them here, like every other entry point; absl parses the rest.
 """
 
-import ast
-import difflib
 import importlib.util
 import os
 import sys
 
 from configs import common
-from numerics import profiles
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TRUE, FALSE = ('true', '1', 'yes'), ('false', '0', 'no')
 
 
 def split_spec(spec):
@@ -56,57 +57,12 @@ def load_module(path):
   return module
 
 
-def fields(config, prefix=''):
-  """Every dotted leaf field name of a ConfigDict (or dict)."""
-  out = []
-  for key, value in config.items():
-    name = f'{prefix}{key}'
-    out.extend(fields(value, name + '.') if hasattr(value, 'items') else [name])
-  return out
-
-
-def unknown_field(config, dotted):
-  close = difflib.get_close_matches(dotted, fields(config), n=1)
-  hint = f'did you mean {close[0]}?' if close else 'see configs/common.py for the fields'
-  return ValueError(f'unknown config field {dotted}: {hint}')
-
-
-def typed(old, value, dotted):
-  """`value` (text from a command line, or already a value) as the type of the field's `old`."""
-  if not isinstance(value, str) or isinstance(old, str):
-    return value
-  text = value.strip()
-  if isinstance(old, bool):
-    if text.lower() in TRUE + FALSE:
-      return text.lower() in TRUE
-    raise ValueError(f'config.{dotted}={value}: give True or False')
-  try:
-    parsed = ast.literal_eval(text)
-  except (ValueError, SyntaxError):
-    parsed = text
-  if isinstance(old, (int, float)) and not isinstance(parsed, (int, float)):
-    raise ValueError(f'config.{dotted}={value}: give a number ({type(old).__name__})')
-  if isinstance(old, int) and isinstance(parsed, float):
-    raise ValueError(f'config.{dotted}={value}: give an integer')
-  return parsed
-
-
 def apply_overrides(config, overrides):
-  """config[field] = value for each (dotted field, value) pair, typed like the field; then the
-  product formats expanded (numerics/profiles.py)."""
-  overrides = list(overrides)
-  profiles.release(config, [dotted for dotted, _ in overrides])
+  """config[field] = value for each (dotted field, value) pair, typed like the field; returns
+  config. Only for a config that is not resolved yet (a resolved one is frozen)."""
   for dotted, value in overrides:
-    node = config
-    *parents, leaf = dotted.split('.')
-    for name in parents:
-      if name not in node or not hasattr(node[name], 'items'):
-        raise unknown_field(config, dotted)
-      node = node[name]
-    if leaf not in node:
-      raise unknown_field(config, dotted)
-    common.set_field(config, dotted, typed(node[leaf], value, dotted))
-  return profiles.expand(config) if 'numerics' in config else config
+    common.override(config, dotted, value)
+  return config
 
 
 def load(spec, overrides=()):
@@ -117,7 +73,17 @@ def load(spec, overrides=()):
     config = module.get_config(arg or None)
   except ValueError as e:
     raise ValueError(f'--config={spec}: {str(e).splitlines()[0]}') from None
+  except AttributeError as e:  # a preset setting a field the locked config does not have
+    raise ValueError(f'--config={spec}: {_locked_message(e)}') from None
   return apply_overrides(config, overrides)
+
+
+def _locked_message(error):
+  """The field name of ml_collections' 'Key "x" does not exist ... the config is locked' error."""
+  text = str(error)
+  name = text.split('Key "', 1)[-1].split('"', 1)[0] if 'Key "' in text else text.splitlines()[0]
+  return (f'the config file sets a field that does not exist ({name}); see configs/common.py for '
+          'the fields')
 
 
 def split_argv(argv):

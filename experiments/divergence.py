@@ -3,13 +3,14 @@
 How far apart do the models drift, against a perturbation of matched magnitude (the control) and
 the distance between unrelated models of one arm (the ceiling: another seed)?
 
-  python -m experiments.divergence --config=configs/digits.py:study --a numerics.emulate=f32 \
-      --b numerics.emulate=bf16 --seeds 0 1 2 3 4 --out runs/divergence
+  python -m experiments.divergence --config=configs/digits.py:study --a numerics.profile=f32 \
+      --b numerics.profile=tpu_default --seeds 0 1 2 3 4 --out runs/divergence
 
 `--a`/`--b`/`--control`: `numerics.<field>=<value>[,...]` (prefix optional). No `--b`: b = a, a
 determinism check (exactly zero distance at every step and no test image predicted differently,
-else exit code 1). `--control` (default `numerics.emulate=bf16_noise`, `none` for no control arm):
-arm a plus these overrides, a perturbation of matched magnitude. `--seeds S ...` or `--num-seeds N`
+else exit code 1). `--control` (default `numerics.profile=bf16_noise`, `none` for no control arm):
+arm a plus these overrides, a perturbation of matched magnitude; a control that names a profile
+replaces arm a's product formats (its conv_format / dense_format) unless it names them too. `--seeds S ...` or `--num-seeds N`
 (config.seed, config.seed+1, ...): the lockstep comparison per seed; from two seeds on, arm a of
 consecutive seeds is the ceiling pair. `--config.<field>=<v>`: every arm. `--steps` (default: the
 whole training), a row every `--every` steps: distances per pair (divergence_measure.py), the
@@ -32,17 +33,18 @@ from experiments import divergence_report as report
 from numerics import setup as numerics_setup
 from trainer import run
 
-DEFAULT_CONTROL = 'numerics.emulate=bf16_noise'
+DEFAULT_CONTROL = 'numerics.profile=bf16_noise'
+FORMAT_FIELDS = ('numerics.conv_format', 'numerics.dense_format')
 
 
 def parse_setting(flag, text):
-  """'numerics.emulate=bf16,compute_dtype=bfloat16' -> {'numerics.emulate': 'bf16', ...}."""
+  """'numerics.profile=f32,compute_dtype=bfloat16' -> {'numerics.profile': 'f32', ...}."""
   out = {}
   for item in filter(None, (s.strip() for s in (text or '').split(','))):
     key, eq, value = (s.strip() for s in item.partition('='))
     if not eq or not key or not value:
       raise ValueError(f'{flag}={text}: give numerics.<field>=<value> pairs, e.g. '
-                       f'{flag} numerics.emulate=bf16')
+                       f'{flag} numerics.profile=tpu_default')
     key = key if '.' in key else f'numerics.{key}'
     if not key.startswith('numerics.') or key.count('.') != 1:
       raise ValueError(f'{flag}: {key} is not a numerics field; arms differ only in numerics.*, '
@@ -54,25 +56,25 @@ def parse_setting(flag, text):
 
 
 def load_config(spec, overrides=()):
-  """`configs/x.py:preset,...` plus `--config.<field>=<value>` overrides (configs/loader.py)."""
+  """`configs/x.py:preset,...` plus `--config.<field>=<value>` overrides (configs/loader.py), not
+  resolved: the arms' overrides come first."""
   config = loader.load(spec)
   for key, value in overrides:
     try:
       loader.apply_overrides(config, [(key, value)])
     except ValueError as e:
       raise ValueError(f'--config.{key}: {str(e).splitlines()[0]}') from None
-  run.validation.check_config(config)  # one-line ConfigError (a ValueError) naming the field
   return config
 
 
-def arm_config(config, overrides, flag):
-  """A validated copy of `config` with the arm's numerics overrides."""
+def arm_config(config, overrides, flag, seed):
+  """The resolved config of one arm and seed: `config` with the arm's numerics overrides."""
   try:
-    config = loader.apply_overrides(config.copy_and_resolve_references(), overrides.items())
-    numerics_setup.validate(config)
-  except ValueError as e:
+    config = loader.apply_overrides(config.copy_and_resolve_references(),
+                                    [*overrides.items(), ('seed', seed)])
+    return run.validation.resolve(config)
+  except ValueError as e:  # ConfigError is a ValueError: one line naming the field
     raise ValueError(f'{flag}: {str(e).splitlines()[0]}') from None
-  return config
 
 
 def parse_args(argv):
@@ -117,7 +119,10 @@ def settings(args):
   out = {'a': parse_setting('--a', args.a)}
   out['b'] = out['a'] if args.b is None else parse_setting('--b', args.b)
   if args.control.strip().lower() != 'none':
-    out['control'] = {**out['a'], **parse_setting('--control', args.control)}
+    control = parse_setting('--control', args.control)
+    named = 'numerics.profile' in control  # a profile replaces arm a's own formats
+    base = {k: v for k, v in out['a'].items() if not (named and k in FORMAT_FIELDS)}
+    out['control'] = {**base, **control}
   return out
 
 
@@ -153,10 +158,12 @@ def main(argv=None):
   try:
     config = load_config(args.config, overrides)
     arms = settings(args)
-    configs = {n: arm_config(config, s, f'--{n}') for n, s in arms.items()}
     seeds = args.seeds or list(range(config.seed, config.seed + (args.num_seeds or 1)))
-    numerics_setup.configure(config)  # process-wide flags (GPU determinism) before any backend use
-    lock = lockstep.prepare(configs, seeds, args.devices)
+    configs = {seed: {n: arm_config(config, s, f'--{n}', seed) for n, s in arms.items()}
+               for seed in seeds}
+    # process-wide flags (GPU determinism; the same for every arm) before any backend use
+    numerics_setup.configure(configs[seeds[0]]['a'])
+    lock = lockstep.prepare(configs, args.devices)
     num_steps = args.steps or lock['ctx'].total_steps
     rows = lockstep.train(lock, num_steps, args.every, args.probe,
                           log=lambda s: print(s, file=sys.stderr))
@@ -165,7 +172,8 @@ def main(argv=None):
   final = lockstep.final_test(lock)
   curves, losses = measure.curves(rows)
   device = jax.devices()[0]
-  same = configs['a'].numerics.to_dict() == configs['b'].numerics.to_dict()
+  first = configs[seeds[0]]
+  same = first['a'].numerics.to_dict() == first['b'].numerics.to_dict()
   info = {'config_spec': args.config, 'seeds': seeds, 'steps': num_steps,
           'total_steps': lock['ctx'].total_steps, 'every': args.every, 'devices': lock['devices'],
           'probe': min(args.probe, len(lock['ctx'].dataset.test)), 'platform': device.platform,

@@ -67,13 +67,16 @@ def predict(fn, state, seed, split, batch_size):
   return np.concatenate(out)
 
 
-def prepare(configs, seeds, devices=0):
+def prepare(configs, devices=0):
   """The lockstep: every (seed, arm)'s run context and initial state, and the pairs to compare.
 
-  `configs`: {'a': config, 'b': config[, 'control': config]} (seeds are set here)."""
+  `configs`: {seed: {'a': config, 'b': config[, 'control': config]}}, resolved configs whose
+  `seed` is that seed (experiments/divergence.py resolves them)."""
   if jax.process_count() > 1:
     raise ValueError('experiments.divergence runs in a single process; run it on one host')
-  available, config_a = jax.local_devices(), configs['a']
+  seeds = list(configs)
+  names = list(configs[seeds[0]])
+  available, config_a = jax.local_devices(), configs[seeds[0]]['a']
   if not 0 <= devices <= len(available) or config_a.batch_size % (devices or len(available)):
     raise ValueError(f'--devices={devices}: give 0 (all {len(available)}) or 1..{len(available)}, '
                      f'dividing config.batch_size={config_a.batch_size}')
@@ -81,9 +84,7 @@ def prepare(configs, seeds, devices=0):
   arms, states, predicts, numerics = {}, {}, {}, {}
   for seed in seeds:
     host = None
-    for name, config in configs.items():
-      config = config.copy_and_resolve_references()
-      config.seed = seed  # the test split is fixed by data.split_seed, shared by every seed
+    for name, config in configs[seed].items():  # the test split (data.split_seed) is shared
       ctx = run.build(config, dataset, mesh_devices)
       dataset = ctx.dataset
       if host is None:  # arm a: this seed's initial weights, for every arm of the seed
@@ -97,9 +98,9 @@ def prepare(configs, seeds, devices=0):
       # Each arm its own buffers (the steps donate them), bit-identical.
       states[seed, name] = jax.device_put(jax.tree.map(np.copy, host), ctx.replicated)
       predicts.setdefault(key, make_predict(ctx))
-  return {'ctx': arms[seeds[0], 'a']['ctx'], 'seeds': list(seeds), 'names': list(configs),
+  return {'ctx': arms[seeds[0], 'a']['ctx'], 'seeds': seeds, 'names': names,
           'arms': arms, 'states': states, 'predicts': predicts, 'numerics': numerics,
-          'pairs': pair_list(list(seeds), list(configs)), 'devices': len(mesh_devices)}
+          'pairs': pair_list(seeds, names), 'devices': len(mesh_devices)}
 
 
 def enter_phase(lock, phase, step):

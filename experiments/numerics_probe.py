@@ -30,21 +30,21 @@ from flax import nnx
 from models.resnet import ResNet18
 from numerics import emulate, ops
 
-# name: (jax_default_matmul_precision, emulate, emulate_impl). Presets set dots only; convs then
+# name: (jax_default_matmul_precision, product format, emulate_impl). Presets set dots only; convs then
 # run at default.
 SETTINGS = {
-    'default': ('default', 'none', 'auto'), 'high': ('high', 'none', 'auto'),
-    'highest': ('highest', 'none', 'auto'), 'BF16_BF16_F32': ('BF16_BF16_F32', 'none', 'auto'),
-    'TF32_TF32_F32': ('TF32_TF32_F32', 'none', 'auto'),
+    'default': ('default', 'native', 'auto'), 'high': ('high', 'native', 'auto'),
+    'highest': ('highest', 'native', 'auto'), 'BF16_BF16_F32': ('BF16_BF16_F32', 'native', 'auto'),
+    'TF32_TF32_F32': ('TF32_TF32_F32', 'native', 'auto'),
     **{f'emu:{m}': ('highest', m, 'reference') for m in ('bf16', 'bf16_3x', 'tf32', 'f32')},
-    **{f'fast:{m}': ('highest', m, 'fast') for m in emulate.FAST_MODES},
+    **{f'fast:{m}': ('highest', m, 'fast') for m in emulate.FAST_FORMATS},
 }
 # (emulated, native) pairs whose agreement on a backend says the emulation reproduces it there,
 # for both implementations, and each fast implementation against its reference.
 PAIRS = tuple((f'{impl}:{m}', native) for impl in ('emu', 'fast') for m, native in (
     ('bf16', 'default'), ('bf16', 'BF16_BF16_F32'), ('bf16_3x', 'high'), ('tf32', 'default'),
     ('tf32', 'TF32_TF32_F32'), ('f32', 'highest')) if f'{impl}:{m}' in SETTINGS) + tuple(
-        (f'fast:{m}', f'emu:{m}') for m in emulate.FAST_MODES)
+        (f'fast:{m}', f'emu:{m}') for m in emulate.FAST_FORMATS)
 MATMUL_K = (64, 128, 147, 256, 512, 576, 1152, 2304, 4608)
 # ResNet-18's distinct convolutions: (name, kernel, in, out, stride).
 CONVS = (('conv1', 7, 3, 64, 2), ('layer1', 3, 64, 64, 1), ('layer2.0.conv1', 3, 64, 128, 2),
@@ -61,12 +61,12 @@ def rel_err(y, ref):
 
 
 def run_setting(setting, fn, *args):
-  """fn(*args, emulate, impl) jitted and run under the setting's precision flag; None if
+  """fn(*args, fmt, impl) jitted and run under the setting's precision flag; None if
   unsupported."""
-  precision, mode, impl = SETTINGS[setting]
+  precision, fmt, impl = SETTINGS[setting]
   try:
     with jax.default_matmul_precision(precision):
-      out = jax.jit(lambda *a: fn(*a, mode, impl))(*args)
+      out = jax.jit(lambda *a: fn(*a, fmt, impl))(*args)
       return jax.tree.map(np.asarray, jax.block_until_ready(out))
   except Exception as e:  # pylint: disable=broad-except  (e.g. a preset the backend lacks)
     print(f'  {setting}: unsupported here ({str(e).splitlines()[0][:100]})', file=sys.stderr)
@@ -91,8 +91,8 @@ def kaiming(rng, shape, fan):
 
 
 def product_cases(args, rng):
-  """[(kind, name, K, fn(x, w, emulate, impl), x, w, float64 reference)] for every product."""
-  dense = lambda a, b, mode, impl: ops.dense(a, b, emulate=mode, emulate_impl=impl)
+  """[(kind, name, K, fn(x, w, fmt, impl), x, w, float64 reference)] for every product."""
+  dense = lambda a, b, fmt, impl: ops.dense(a, b, fmt=fmt, emulate_impl=impl)
   cases = []
   for k in MATMUL_K:
     x, w = rng.standard_normal((args.rows, k)).astype(np.float32), kaiming(rng, (k, args.cols), k)
@@ -102,8 +102,8 @@ def product_cases(args, rng):
     shape = (args.conv_batch, size, size, cin)
     x = rng.standard_normal(shape).astype(np.float32) if name == 'conv1' else activations(rng, shape)
     w, pad = kaiming(rng, (kk, kk, cin, cout), kk * kk * cout), kk // 2
-    fn = lambda a, b, mode, impl, st=stride, p=pad: ops.conv2d(a, b, st, [(p, p)] * 2,
-                                                               emulate=mode, emulate_impl=impl)
+    fn = lambda a, b, fmt, impl, st=stride, p=pad: ops.conv2d(a, b, st, [(p, p)] * 2,
+                                                              fmt=fmt, emulate_impl=impl)
     cases.append(('layer', name, kk * kk * cin, fn, x, w, conv_ref(x, w, stride, pad)))
   x, w = activations(rng, (args.rows, 512)), kaiming(rng, (512, args.classes), 512)
   cases.append(('layer', 'fc', 512, dense, x, w, x.astype(np.float64) @ w.astype(np.float64)))
@@ -117,7 +117,7 @@ def measure_products(settings, args, rng):
   """
   cases = product_cases(args, rng)
   fns = [c[3] for c in cases]
-  both = lambda xs, ws, mode, impl: [f(x, w, mode, impl) for f, x, w in zip(fns, xs, ws)]
+  both = lambda xs, ws, fmt, impl: [f(x, w, fmt, impl) for f, x, w in zip(fns, xs, ws)]
   xs, ws = [c[4] for c in cases], [c[5] for c in cases]
   outs = {s: run_setting(s, both, xs, ws) for s in settings}
   matmul, layers = {s: {} for s in settings}, []
@@ -153,13 +153,14 @@ def numpy_init(tree, rng):
   return jax.tree_util.tree_map_with_path(fill, tree)
 
 
-def model_parts(args, emulate, dtype=jnp.float32, rng=None, impl='reference'):
+def model_parts(args, fmt, dtype=jnp.float32, rng=None, impl='reference'):
   """(graphdef, params, rest) of the small ResNet-18 measured, in `dtype`.
 
   Abstract state (nnx.eval_shape: no compute) unless `rng` is given: then numpy_init's values.
   """
   make = lambda: ResNet18(args.model_classes, width=args.model_width, stem='small', dtype=dtype,
-                          param_dtype=dtype, emulate=emulate, emulate_impl=impl,
+                          param_dtype=dtype, conv_format=fmt, dense_format=fmt,
+                          emulate_impl=impl,
                           rngs=nnx.Rngs(args.seed))
   graphdef, params, rest = nnx.split(nnx.eval_shape(make), nnx.Param, ...)
   if rng is not None:
@@ -188,10 +189,10 @@ def measure_model(settings, args, rng):
   x = rng.standard_normal((args.model_batch, args.model_image, args.model_image, 3))
   x = x.astype(np.float32)
   y = (np.arange(args.model_batch) % args.model_classes).astype(np.int32)
-  _, params32, rest32 = model_parts(args, 'none', rng=rng)
+  _, params32, rest32 = model_parts(args, 'native', rng=rng)
   cpu = jax.devices('cpu')[0]
   with jax.enable_x64(True):
-    graphdef64, _, _ = model_parts(args, 'none', jnp.float64)
+    graphdef64, _, _ = model_parts(args, 'native', jnp.float64)
     cast = lambda t: jax.device_put(jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), t), cpu)
     ref = jax.jit(lambda *a: loss_and_grads(graphdef64, *a))(
         cast(params32), cast(rest32), jax.device_put(x.astype(np.float64), cpu),
@@ -200,7 +201,7 @@ def measure_model(settings, args, rng):
   errs, outs = {}, {}
   for s in settings:
     graphdef, _, _ = model_parts(args, SETTINGS[s][1], impl=SETTINGS[s][2])
-    fn = lambda p, r, a, b, mode, impl, g=graphdef: loss_and_grads(g, p, r, a, b)
+    fn = lambda p, r, a, b, fmt, impl, g=graphdef: loss_and_grads(g, p, r, a, b)
     out = run_setting(s, fn, params32, rest32, x, y)
     outs[s] = out
     errs[s] = None if out is None else {'logits': rel_err(out[0], ref_logits),

@@ -1,4 +1,6 @@
-"""CelebA (REFERENCE.md section 2) through TFDS `celeb_a` 2.1.0, offline, decoded once into a cache.
+"""CelebA (Liu et al., "Deep Learning Face Attributes in the Wild", ICCV 2015; 202,599 aligned
+218x178 images of 10,177 identities) through TFDS `celeb_a` 2.1.0 (its catalog page lists the
+five files it reads), offline, decoded once into a cache.
 
   config.data.manual_dir  the five official files (see `celeba_files.FILES`); never fetched
   config.data.tfds_dir    where TFDS celeb_a is prepared once and reused ('' = <manual_dir>/tfds)

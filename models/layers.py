@@ -1,8 +1,8 @@
 """Conv2d, Linear and BatchNorm with torchvision's initialisation and parameter shapes.
 
 Parameters are stored in f32 (`param_dtype`) and cast to the compute `dtype` at use; every product
-goes through `numerics.ops`, so a numerics setting reaches every layer. `emulate` is the layer's
-product format ('native'/'none' or a numerics/emulate.py mode; models/resnet.py gives convolutions
+goes through `numerics.ops`, so a numerics setting reaches every layer. `fmt` is the layer's
+product format ('native' or a numerics/emulate.py format; models/resnet.py gives convolutions
 and dense layers their own). `product_id` is a static id of the layer: a noisy format folds it into
 the step's noise key (numerics/ops.py noise_key). BatchNorm statistics and normalisation are
 always computed in float32.
@@ -21,41 +21,41 @@ class Conv2d(nnx.Module):
   """Bias-free NHWC convolution, kernel HWIO [k, k, in, out] (torch's OIHW, transposed)."""
 
   def __init__(self, in_channels, out_channels, kernel_size, *, stride=1, padding=0,
-               dtype=jnp.float32, param_dtype=jnp.float32, emulate='none', conv_impl='auto',
+               dtype=jnp.float32, param_dtype=jnp.float32, fmt='native', conv_impl='auto',
                emulate_impl='auto', rngs):
     shape = (kernel_size, kernel_size, in_channels, out_channels)
     # torchvision ResNet: kaiming_normal_(mode='fan_out', nonlinearity='relu').
     std = math.sqrt(2.0 / (out_channels * kernel_size * kernel_size))
     self.kernel = nnx.Param(std * jax.random.normal(rngs.params(), shape, param_dtype))
     self.stride, self.padding = stride, [(padding, padding)] * 2
-    self.dtype, self.emulate, self.emulate_impl = dtype, emulate, emulate_impl
+    self.dtype, self.fmt, self.emulate_impl = dtype, fmt, emulate_impl
     self.product_id = 0  # set by the model from the layer's name (models/resnet.py)
     ops.resolve_conv_impl(conv_impl)  # validates the name
     self.conv_impl = conv_impl  # 'auto' is resolved per shape at trace time (numerics/ops.py)
 
   def __call__(self, x):
     return ops.conv2d(x.astype(self.dtype), self.kernel[...].astype(self.dtype), self.stride,
-                      self.padding, emulate=self.emulate, impl=self.conv_impl,
+                      self.padding, fmt=self.fmt, impl=self.conv_impl,
                       emulate_impl=self.emulate_impl,
-                      key=ops.noise_key(self.emulate, self.product_id))
+                      key=ops.noise_key(self.fmt, self.product_id))
 
 
 class Linear(nnx.Module):
   """Dense layer, kernel [in, out] (torch's [out, in], transposed); torch's default init."""
 
   def __init__(self, in_features, out_features, *, dtype=jnp.float32, param_dtype=jnp.float32,
-               emulate='none', emulate_impl='auto', rngs):
+               fmt='native', emulate_impl='auto', rngs):
     bound = 1.0 / math.sqrt(in_features)
     self.kernel = nnx.Param(jax.random.uniform(
         rngs.params(), (in_features, out_features), param_dtype, -bound, bound))
     self.bias = nnx.Param(jax.random.uniform(
         rngs.params(), (out_features,), param_dtype, -bound, bound))
-    self.dtype, self.emulate, self.emulate_impl = dtype, emulate, emulate_impl
+    self.dtype, self.fmt, self.emulate_impl = dtype, fmt, emulate_impl
     self.product_id = 0  # set by the model from the layer's name (models/resnet.py)
 
   def __call__(self, x):
-    y = ops.dense(x.astype(self.dtype), self.kernel[...].astype(self.dtype), emulate=self.emulate,
-                  emulate_impl=self.emulate_impl, key=ops.noise_key(self.emulate, self.product_id))
+    y = ops.dense(x.astype(self.dtype), self.kernel[...].astype(self.dtype), fmt=self.fmt,
+                  emulate_impl=self.emulate_impl, key=ops.noise_key(self.fmt, self.product_id))
     return y + self.bias[...].astype(self.dtype)
 
 

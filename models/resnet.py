@@ -49,19 +49,19 @@ class ResNet18(nnx.Module):
   stem='imagenet': 7x7/2 conv, BN, ReLU, 3x3/2 max-pool (torchvision). stem='small': 3x3/1 conv,
   BN, ReLU, no pooling, for tiny images (8-32 px). `width` multiplies every stage's channels.
   `conv_impl` ('auto', 'xla', 'im2col'; numerics/ops.py) picks how the convolutions are computed.
-  Product formats: `conv_format` for every convolution, `dense_format` for the head, each
-  defaulting to `emulate` (one format for both; 'none' = native). Every Conv2d and Linear gets a
+  Product formats: `conv_format` for every convolution, `dense_format` for the head ('native' or
+  a numerics/emulate.py format). Every Conv2d and Linear gets a
   static `product_id`, the CRC-32 of its torchvision name, for its noise key (numerics/ops.py).
   `batchnorm_group` > 0 gives every BatchNorm per-group statistics (see `layers.BatchNorm`).
   """
 
   def __init__(self, num_classes=1000, *, in_channels=3, width=1.0, stem='imagenet',
-               dtype=jnp.float32, param_dtype=jnp.float32, emulate='none', conv_format=None,
-               dense_format=None, batchnorm_group=0, conv_impl='auto', emulate_impl='auto',
+               dtype=jnp.float32, param_dtype=jnp.float32, conv_format='native',
+               dense_format='native', batchnorm_group=0, conv_impl='auto', emulate_impl='auto',
                rngs: nnx.Rngs):
     if stem not in ('imagenet', 'small'):
       raise ValueError(f"config.model.stem must be 'imagenet' or 'small', got {stem!r}")
-    layer_kwargs = dict(dtype=dtype, param_dtype=param_dtype, emulate=conv_format or emulate,
+    layer_kwargs = dict(dtype=dtype, param_dtype=param_dtype, fmt=conv_format,
                         conv_impl=conv_impl, emulate_impl=emulate_impl)
     bn_kwargs = dict(dtype=dtype, param_dtype=param_dtype, group_size=batchnorm_group)
     channels = [max(1, int(round(c * width))) for c in STAGE_CHANNELS]
@@ -84,7 +84,7 @@ class ResNet18(nnx.Module):
       stages.append(nnx.List(stage))
     self.layer1, self.layer2, self.layer3, self.layer4 = stages
     self.fc = Linear(previous, num_classes, dtype=dtype, param_dtype=param_dtype,
-                     emulate=dense_format or emulate, emulate_impl=emulate_impl, rngs=rngs)
+                     fmt=dense_format, emulate_impl=emulate_impl, rngs=rngs)
     self.dtype = dtype
     for path, module in nnx.iter_modules(self):
       if isinstance(module, (Conv2d, Linear)):

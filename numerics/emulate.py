@@ -1,6 +1,6 @@
 """Emulated hardware product formats: the same arithmetic on TPU, GPU and CPU.
 
-`emulated(product, x, kernel, mode)` computes the bilinear `product(x, kernel, precision)` (a
+`emulated(product, x, kernel, fmt)` computes the bilinear `product(x, kernel, precision)` (a
 convolution or a matmul; `precision` is a lax.Precision) the way a given hardware format would:
 
   'bf16'    one bf16 pass: both operands rounded to bf16, products accumulated in f32 (a TPU MXU at
@@ -15,8 +15,8 @@ convolution or a matmul; `precision` is a lax.Precision) the way a given hardwar
             perturbation has the size of bf16 rounding but no systematic part; it needs a PRNG
             `key`, and every operand of every pass (forward and backward) draws its own noise
             from it, so a given key repeats bit for bit.
-  'none'    not emulated: the native product under `jax_default_matmul_precision` (numerics/ops.py
-            does not call this module then).
+  'native'  not emulated: the platform's own product under `jax_default_matmul_precision`
+            (numerics/ops.py does not call this module then).
 
 Rounding is round-to-nearest-even (numerics/rounding.py), done by one function, `operand_parts`,
 whatever the implementation. Products of two bf16 (or TF32) values are exact in f32, so only the
@@ -74,10 +74,10 @@ from jax.extend import core as jex_core
 
 from numerics import rounding
 
-EMULATE_MODES = ('none', 'bf16', 'bf16_3x', 'tf32', 'f32', 'bf16_noise')
-NOISY_MODES = ('bf16_noise',)  # these need a PRNG key
+FORMATS = ('native', 'bf16', 'bf16_3x', 'tf32', 'f32', 'bf16_noise')  # 'native': not emulated
+NOISY_FORMATS = ('bf16_noise',)  # these need a PRNG key
 EMULATE_IMPLS = ('auto', 'reference', 'fast')  # see the module doc
-FAST_MODES = ('bf16', 'bf16_3x', 'tf32')  # the formats with a faster exact form
+FAST_FORMATS = ('bf16', 'bf16_3x', 'tf32')  # the formats with a faster exact form
 # 'auto' on CPU, per format (benchmarks/bench_emulate.py; BENCHMARKS.md, "Emulated formats"):
 # neither implementation measured faster there (XLA:CPU multiplies f32 either way: fast/reference
 # 0.95-1.02, inside the run-to-run spread), so the reference, as before the fast path existed.
@@ -94,64 +94,64 @@ PASS_ORDER = {1: ((0, 0),), 2: ((0, 1), (1, 0), (0, 0))}
 SPLIT_PASS_ORDER = ((1, 1), (0, 1), (1, 0), (0, 0))  # exact hi/lo parts: all four, small first
 
 
-def resolve_impl(impl, platform=None, mode=None):
-  """What `impl` means for `mode` on `platform`: 'fast' or 'reference' ('none' for the platform's
-  own format, mode 'none' or 'native').
+def resolve_impl(impl, platform=None, fmt=None):
+  """What `impl` means for format `fmt` on `platform`: 'fast' or 'reference' ('native' for the
+  platform's own format, fmt 'native').
 
-  Without a mode, only checks `impl` and returns it: validation calls it so, before JAX may start a
-  backend (train.py validates before jax.distributed.initialize). With a mode, the platform
+  Without a format, only checks `impl` and returns it: validation calls it so, before JAX may start a
+  backend (train.py validates before jax.distributed.initialize). With a format, the platform
   defaults to JAX's default backend.
   """
   if impl not in EMULATE_IMPLS:
     raise ValueError(f'config.numerics.emulate_impl must be one of {EMULATE_IMPLS}, got {impl!r}')
-  if mode is None:
+  if fmt is None:
     return impl
-  if mode in ('none', 'native'):
-    return 'none'
-  if mode not in FAST_MODES:
+  if fmt == 'native':
+    return 'native'
+  if fmt not in FAST_FORMATS:
     return 'reference'  # f32, bf16_noise: no faster exact form
   if impl != 'auto':
     return impl
   platform = platform or jax.default_backend()
   if platform != 'cpu':
     return 'fast'
-  return AUTO_ON_CPU.get(mode, 'reference')
+  return AUTO_ON_CPU.get(fmt, 'reference')
 
 
-def fast_plan(mode, platform=None):
-  """The FastPlan of `mode` on `platform` (default: JAX's default backend); see the module doc."""
-  if mode not in FAST_MODES:
-    raise ValueError(f'numerics: {mode!r} has no fast form (one of {FAST_MODES})')
+def fast_plan(fmt, platform=None):
+  """The FastPlan of `fmt` on `platform` (default: JAX's default backend); see the module doc."""
+  if fmt not in FAST_FORMATS:
+    raise ValueError(f'numerics: {fmt!r} has no fast form (one of {FAST_FORMATS})')
   platform = platform or jax.default_backend()
-  if mode == 'tf32' and platform == 'gpu':
+  if fmt == 'tf32' and platform == 'gpu':
     return FastPlan(jnp.float32, DEFAULT, False)  # TF32 tensor cores on exact TF32 operands
-  if mode == 'tf32' and platform != 'tpu':
+  if fmt == 'tf32' and platform != 'tpu':
     return FastPlan(jnp.float32, HIGHEST, False)  # no TF32 unit: the reference's product
-  return FastPlan(jnp.bfloat16, DEFAULT, mode == 'tf32')
+  return FastPlan(jnp.bfloat16, DEFAULT, fmt == 'tf32')
 
 
-def operand_parts(mode, a, key=None):
-  """The parts of operand `a` (f32) that `mode` multiplies, as f32: [a'] or [hi, lo].
+def operand_parts(fmt, a, key=None):
+  """The parts of operand `a` (f32) that `fmt` multiplies, as f32: [a'] or [hi, lo].
 
   The one rounding of every implementation: the fast path casts these very values (fast_operands).
   """
-  if mode == 'bf16_noise':
+  if fmt == 'bf16_noise':
     return [rounding.dither_bf16(a, key)]
-  if mode == 'bf16':
+  if fmt == 'bf16':
     return [rounding.round_bf16(a)]
-  if mode == 'tf32':
+  if fmt == 'tf32':
     return [rounding.round_tf32(a)]
-  if mode == 'bf16_3x':
+  if fmt == 'bf16_3x':
     return list(rounding.split_bf16(a))
-  if mode == 'f32':
+  if fmt == 'f32':
     return [a]
-  raise ValueError(f'config.numerics.emulate must be one of {EMULATE_MODES}, got {mode!r}')
+  raise ValueError(f'numerics: no emulated format {fmt!r}; one of {FORMATS[1:]}')
 
 
-def fast_operands(mode, a, plan):
-  """What the fast path multiplies for operand `a`: operand_parts(mode, a), exactly split into
+def fast_operands(fmt, a, plan):
+  """What the fast path multiplies for operand `a`: operand_parts(fmt, a), exactly split into
   bf16 hi/lo parts when `plan.split`, cast to `plan.dtype` (exact: they are values of it)."""
-  parts = operand_parts(mode, a)
+  parts = operand_parts(fmt, a)
   if plan.split:
     (part,) = parts
     parts = list(rounding.split_exact_bf16(part))
@@ -174,18 +174,18 @@ def _sum_passes(multiply, pa, pb, order):
   return total
 
 
-def emulated_bilinear(f, a, b, mode, key=None, plan=None):
-  """f(a, b, precision), bilinear in (a, b), in `mode`'s format; f32 result. No custom gradient.
+def emulated_bilinear(f, a, b, fmt, key=None, plan=None):
+  """f(a, b, precision), bilinear in (a, b), in format `fmt`; f32 result. No custom gradient.
 
-  `key`: the noise of a NOISY_MODES mode (each operand draws from its own fold of it).
+  `key`: the noise of a NOISY_FORMATS format (each operand draws from its own fold of it).
   `plan`: None for the reference implementation, else the FastPlan of the fast one.
   """
   a, b = jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)
   if plan is None:
     key_a, key_b = _operand_keys(key)
-    pa, pb = operand_parts(mode, a, key_a), operand_parts(mode, b, key_b)
+    pa, pb = operand_parts(fmt, a, key_a), operand_parts(fmt, b, key_b)
     return _sum_passes(lambda p, q: f(p, q, HIGHEST), pa, pb, PASS_ORDER[len(pa)])
-  pa, pb = fast_operands(mode, a, plan), fast_operands(mode, b, plan)
+  pa, pb = fast_operands(fmt, a, plan), fast_operands(fmt, b, plan)
   multiply = retyped(f, a.shape, b.shape, plan.precision)
   return _sum_passes(multiply, pa, pb, SPLIT_PASS_ORDER if plan.split else PASS_ORDER[len(pa)])
 
@@ -276,40 +276,40 @@ def _pass_key(key, index):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3, 5))
-def _emulated(product, x, kernel, mode, key, plan):
-  return emulated_bilinear(product, x, kernel, mode, _pass_key(key, 0), plan)
+def _emulated(product, x, kernel, fmt, key, plan):
+  return emulated_bilinear(product, x, kernel, fmt, _pass_key(key, 0), plan)
 
 
-def _emulated_fwd(product, x, kernel, mode, key, plan):
-  return emulated_bilinear(product, x, kernel, mode, _pass_key(key, 0), plan), (x, kernel, key)
+def _emulated_fwd(product, x, kernel, fmt, key, plan):
+  return emulated_bilinear(product, x, kernel, fmt, _pass_key(key, 0), plan), (x, kernel, key)
 
 
-def _emulated_bwd(product, mode, plan, residuals, dy):
+def _emulated_bwd(product, fmt, plan, residuals, dy):
   x, kernel, key = residuals
   dy = dy.astype(jnp.float32)
-  dx = emulated_bilinear(_transpose_x(product, x.shape), dy, kernel, mode, _pass_key(key, 1), plan)
-  dk = emulated_bilinear(_transpose_k(product, kernel.shape), x, dy, mode, _pass_key(key, 2), plan)
+  dx = emulated_bilinear(_transpose_x(product, x.shape), dy, kernel, fmt, _pass_key(key, 1), plan)
+  dk = emulated_bilinear(_transpose_k(product, kernel.shape), x, dy, fmt, _pass_key(key, 2), plan)
   return dx.astype(x.dtype), dk.astype(kernel.dtype), None
 
 
 _emulated.defvjp(_emulated_fwd, _emulated_bwd)
 
 
-def emulated(product, x, kernel, mode, *, key=None, impl='auto', platform=None):
-  """product(x, kernel) computed, forward and backward, in `mode`'s format (see module doc).
+def emulated(product, x, kernel, fmt, *, key=None, impl='auto', platform=None):
+  """product(x, kernel) computed, forward and backward, in format `fmt` (see module doc).
 
   `product(a, b, precision)` must be bilinear in (a, b). The result has the dtype the native
   product would have (bf16 operands give a bf16 result, accumulated in f32 first). `key`: a PRNG
-  key, required by (and only used by) NOISY_MODES. `impl`: see EMULATE_IMPLS; `platform`: whose
+  key, required by (and only used by) NOISY_FORMATS. `impl`: see EMULATE_IMPLS; `platform`: whose
   'auto' choice and fast form to use (default: JAX's default backend).
   """
-  if mode not in EMULATE_MODES or mode == 'none':
-    raise ValueError(f"config.numerics.emulate must be one of {EMULATE_MODES[1:]} here "
-                     f"('none' uses the native product), got {mode!r}")
-  if (mode in NOISY_MODES) != (key is not None):
-    raise ValueError(f'numerics: the {mode!r} product ' + ('needs a PRNG key' if key is None else
+  if fmt not in FORMATS[1:]:
+    raise ValueError(f"numerics: no emulated format {fmt!r}; one of {FORMATS[1:]} ('native' "
+                     'uses the platform product, without this module)')
+  if (fmt in NOISY_FORMATS) != (key is not None):
+    raise ValueError(f'numerics: the {fmt!r} product ' + ('needs a PRNG key' if key is None else
                                                             'takes no PRNG key'))
-  fast = resolve_impl(impl, platform, mode) == 'fast'
-  plan = fast_plan(mode, platform) if fast else None
+  fast = resolve_impl(impl, platform, fmt) == 'fast'
+  plan = fast_plan(fmt, platform) if fast else None
   out_dtype = jnp.result_type(x, kernel)
-  return _emulated(product, x, kernel, mode, key, plan).astype(out_dtype)
+  return _emulated(product, x, kernel, fmt, key, plan).astype(out_dtype)

@@ -1,8 +1,8 @@
 """The two products every layer goes through: a convolution and a dense matmul.
 
 Every Conv and Linear in `models/` calls these, so a numerics setting applied here applies to the
-whole model, forward and backward. `emulate='none'` is the platform's native arithmetic under
-`jax_default_matmul_precision`; the other modes reproduce a given hardware product format on any
+whole model, forward and backward. Format `fmt='native'` is the platform's own arithmetic under
+`jax_default_matmul_precision`; the other formats reproduce a given hardware product format on any
 backend (see `numerics/emulate.py`).
 
 Convolution implementations (`config.numerics.conv_impl`, resolved by `resolve_conv_impl`):
@@ -15,25 +15,14 @@ Convolution implementations (`config.numerics.conv_impl`, resolved by `resolve_c
             gradient). XLA:CPU runs several ResNet-18 convolution shapes (3x3 convs on 2x2 maps,
             weight gradients at 32x32x64) at a few GFLOP/s; as matmuls they run at the CPU's
             matmul speed, several times faster end to end.
-  'auto'    'xla' on every platform but CPU. On CPU, 'im2col' where `benchmarks/bench_conv.py`
-            (forward + backward of each distinct ResNet-18 convolution, f32, 2 shared cores)
-            measured it faster, 'xla' elsewhere (ratios are XLA time / im2col time):
-            - 1x1 kernels: 1.0-5.4x (31 vs 7 ms for the 16x16x64 1x1/2 downsample at 64^2, batch
-              64); never slower beyond noise, and no extra compile time.
-            - >= IM2COL_MIN_MACS (1M) multiply-adds per example, i.e. every 3x3/7x7 conv of
-              ResNet-18 at 32^2 and 64^2: 0.6-25x per shape, 3.4-4.9x in total at 64^2.
-            - output maps of <= 2x2 (IM2COL_SMALL_OUT_PIXELS) from IM2COL_SMALL_OUT_MIN_MACS (50k)
-              up: 1.4-25x (1319 vs 56 ms for the 2x2x512 3x3 convs at 64^2; 36 vs 8 ms for 2x2x128
-              in the digits `cpu` preset, batch 128). The smoke preset's (<= 36,864 MACs) stay
-              'xla': im2col there saves ~10 ms/step but its 44 steps pay ~2 s more compile; and
-              on 1x1 maps 8 of im2col's 9 taps are padding (0.5-0.6x at 1x1x64).
-            - the rest, 3x3 convs on maps of 4x4 and up under 1M MACs: 0.55-1.3x, neither
-              reliably faster, and the native conv compiles faster (a 3x3 im2col: +0.1-1 s per
-              shape). The small stem (3x3 on 1 channel) is 1.4-2.5x but <= 4 ms per call.
-            End to end (train.py): the digits `cpu` preset 161 -> 135 s; `smoke` and `study`
-            unchanged within noise (compile-bound: 27-31 s and 28-33 s per run either way).
+  'auto'    'xla' on every platform but CPU. On CPU, 'im2col' for 1x1 kernels, for convolutions
+            of >= IM2COL_MIN_MACS multiply-adds per example, and for output maps of <= 2x2
+            (IM2COL_SMALL_OUT_PIXELS) from IM2COL_SMALL_OUT_MIN_MACS up; 'xla' for the rest. The
+            rule follows `benchmarks/bench_conv.py`'s per-shape measurements (forward + backward
+            of each distinct ResNet-18 convolution), whose tables and the end-to-end times are in
+            BENCHMARKS.md ("Conv implementation", "Per convolution").
 
-Numerics: both compute the same bilinear product of the same operands. Under an emulate mode the
+Numerics: both compute the same bilinear product of the same operands. Under an emulated format the
 operands are rounded exactly the same way (im2col is the `product` handed to `emulated`, and a
 patch of rounded values is those rounded values), and the accumulation is f32 either way. What
 differs is the order of the f32 summation over the k*k*C terms, so 'xla' and 'im2col' agree to
@@ -84,13 +73,13 @@ def noise_scope(key):
     _NOISE_SCOPE.pop()
 
 
-def noise_key(emulate, product_id):
-  """The key of the product `product_id` (a static int) in format `emulate`: None unless the format
+def noise_key(fmt, product_id):
+  """The key of the product `product_id` (a static int) in format `fmt`: None unless the format
   is noisy; raises if a noisy product is traced outside noise_scope."""
-  if emulate not in emulate_lib.NOISY_MODES:
+  if fmt not in emulate_lib.NOISY_FORMATS:
     return None
   if not _NOISE_SCOPE:
-    raise ValueError(f'numerics: the {emulate!r} product needs a noise key: trace the model inside '
+    raise ValueError(f'numerics: the {fmt!r} product needs a noise key: trace the model inside '
                      'numerics.ops.noise_scope(key) (trainer/steps.py does, per step)')
   return jax.random.fold_in(_NOISE_SCOPE[-1], product_id)
 
@@ -173,11 +162,11 @@ def _native_dense(x, kernel, precision=None):
   return lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=precision)
 
 
-def conv2d(x, kernel, stride=1, padding='SAME', *, emulate='none', impl='xla',
+def conv2d(x, kernel, stride=1, padding='SAME', *, fmt='native', impl='xla',
            emulate_impl='auto', key=None):
   """NHWC x HWIO convolution; padding is 'SAME', 'VALID' or [(lo, hi), (lo, hi)].
 
-  `emulate`: a product format ('none' or 'native': the platform's own; else numerics/emulate.py).
+  `fmt`: the product format ('native': the platform's own; else numerics/emulate.py FORMATS).
 
   `impl`: 'xla', 'im2col' or 'auto' (see the module doc); the numerics are the same up to the f32
   summation order. `emulate_impl`, `key`: see numerics/emulate.py `emulated`.
@@ -185,15 +174,15 @@ def conv2d(x, kernel, stride=1, padding='SAME', *, emulate='none', impl='xla',
   impl = resolve_conv_impl(impl, macs=conv_macs(x.shape, kernel.shape, stride),
                            kernel_hw=kernel.shape[:2], out_hw=conv_out_hw(x.shape, stride))
   product = CONV_PRODUCTS[impl]
-  if emulate in ('none', 'native'):
+  if fmt == 'native':
     return product(x, kernel, stride, padding)
   return emulate_lib.emulated(
-      lambda a, b, precision: product(a, b, stride, padding, precision), x, kernel, emulate,
+      lambda a, b, precision: product(a, b, stride, padding, precision), x, kernel, fmt,
       key=key, impl=emulate_impl)
 
 
-def dense(x, kernel, *, emulate='none', emulate_impl='auto', key=None):
-  """x [..., in] @ kernel [in, out]; `emulate` as in conv2d."""
-  if emulate in ('none', 'native'):
+def dense(x, kernel, *, fmt='native', emulate_impl='auto', key=None):
+  """x [..., in] @ kernel [in, out]; `fmt` as in conv2d."""
+  if fmt == 'native':
     return _native_dense(x, kernel)
-  return emulate_lib.emulated(_native_dense, x, kernel, emulate, key=key, impl=emulate_impl)
+  return emulate_lib.emulated(_native_dense, x, kernel, fmt, key=key, impl=emulate_impl)

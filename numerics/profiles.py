@@ -1,25 +1,26 @@
 """Product formats per kind (convolutions, dense layers) and the named profiles that set them.
 
-Four config.numerics fields say which format the model's products run in:
+Three config.numerics fields say which format the model's products run in, one per choice:
 
-  profile       a name from PROFILES below ('' = none): sets both formats at once.
-  emulate       the older shorthand: one format for both kinds ('none' = not given).
-  conv_format   the format of every convolution ('' = as profile / emulate say, else 'native').
+  profile       a name from PROFILES below ('' = none): both formats at once.
+  conv_format   the format of every convolution ('' = as the profile says, else 'native').
   dense_format  the format of every dense layer (the same).
 
 A format is 'native' (whatever the platform does under `matmul_precision`; numerics/setup.py
-records which) or one of numerics/emulate.py's modes ('bf16', 'bf16_3x', 'tf32', 'f32',
+records which) or one of numerics/emulate.py's FORMATS ('bf16', 'bf16_3x', 'tf32', 'f32',
 'bf16_noise'), reproduced on any backend. `formats(numerics)` is the one answer to "which format
-does each kind run in"; layers and `describe()` ask it. `expand(config)` writes that answer into
-conv_format and dense_format (configs/loader.py and validation call it, so the saved config holds
-both the profile name and the formats it stands for); it is idempotent. Settings that disagree (a
-profile and a different explicit format, emulate and a different explicit format, a profile and a
-different emulate) are a one-line ValueError naming the fields.
+does each kind run in"; the model and `describe()` ask it. `expand(config)` writes that answer
+into conv_format and dense_format; trainer/validation.resolve calls it once, before the config is
+frozen, so the saved config holds both the profile name and the formats it stands for. A profile
+and a different explicit format are a one-line ValueError naming both fields.
+
+Records written before `emulate` (one format for both kinds, 'none' = native) was removed are read
+through `upgrade(requested)`, the one place that knows the old field.
 """
 
 from numerics import emulate as emulate_lib
 
-FORMATS = ('native',) + emulate_lib.EMULATE_MODES[1:]  # 'none' is emulate's word for 'native'
+FORMATS = emulate_lib.FORMATS
 KINDS = ('conv', 'dense')
 UNSET = ''
 
@@ -83,27 +84,11 @@ def _check_values(numerics):
   if profile != UNSET and profile not in PROFILES:
     raise ValueError(f'config.numerics.profile must be one of {tuple(PROFILES)} (or empty), got '
                      f'{profile!r}')
-  mode = _field(numerics, 'emulate', 'none')
-  if mode not in emulate_lib.EMULATE_MODES:
-    raise ValueError(f'config.numerics.emulate must be one of {emulate_lib.EMULATE_MODES}, got '
-                     f'{mode!r}')
   for kind in KINDS:
     value = _field(numerics, f'{kind}_format', UNSET)
     if value != UNSET and value not in FORMATS:
       raise ValueError(f'config.numerics.{kind}_format must be one of {FORMATS} (or empty), got '
                        f'{value!r}')
-
-
-def _sources(numerics):
-  """[(field text, {'conv': fmt, 'dense': fmt})] of every setting that names formats."""
-  out = []
-  profile = _field(numerics, 'profile', UNSET)
-  if profile != UNSET:
-    out.append((f'config.numerics.profile={profile!r}', dict(zip(KINDS, PROFILES[profile]()))))
-  mode = _field(numerics, 'emulate', 'none')
-  if mode != 'none':
-    out.append((f'config.numerics.emulate={mode!r}', {'conv': mode, 'dense': mode}))
-  return out
 
 
 def formats(numerics):
@@ -112,48 +97,37 @@ def formats(numerics):
   Works on any mapping with the numerics fields (absent ones count as not given), expanded or not.
   """
   _check_values(numerics)
-  sources = _sources(numerics)
+  profile = _field(numerics, 'profile', UNSET)
+  named = dict(zip(KINDS, PROFILES[profile]())) if profile != UNSET else {}
   out = {}
   for kind in KINDS:
-    given = [(name, f[kind]) for name, f in sources]
     explicit = _field(numerics, f'{kind}_format', UNSET)
-    if explicit != UNSET:
-      given.append((f'config.numerics.{kind}_format={explicit!r}', explicit))
-    for name, value in given[1:]:
-      if value != given[0][1]:
-        raise ValueError(f'{name} contradicts {given[0][0]} ({kind} format {given[0][1]!r}): '
-                         'give one of them, or the same format')
-    out[kind] = given[0][1] if given else 'native'
+    if explicit != UNSET and kind in named and explicit != named[kind]:
+      raise ValueError(f'config.numerics.{kind}_format={explicit!r} contradicts '
+                       f'config.numerics.profile={profile!r} ({kind} format {named[kind]!r}): '
+                       'give one of them, or the same format')
+    out[kind] = explicit if explicit != UNSET else named.get(kind, 'native')
   return out
 
 
 def expand(config):
-  """Write `formats(config.numerics)` into conv_format / dense_format (in place); returns config.
-
-  Idempotent: an expanded config expands to itself.
-  """
+  """Write `formats(config.numerics)` into conv_format / dense_format of the (not yet frozen)
+  `config`, in place; returns it. Idempotent: an expanded config expands to itself."""
   resolved = formats(config.numerics)
   for kind in KINDS:
     config.numerics[f'{kind}_format'] = resolved[kind]
   return config
 
 
-def release(config, fields):
-  """Before overrides of `fields` (dotted names) are applied to a possibly expanded config: when
-  they set the profile or emulate shorthand but not a kind's format, that kind's format goes back
-  to not given if it only repeated what the old shorthands said, so that the new shorthand sets it
-  (an explicit, different format stays and is then checked against it)."""
-  shorthand = {'numerics.profile', 'numerics.emulate'} & set(fields)
-  if not shorthand or 'numerics' not in config:
-    return config
-  n = config.numerics
-  try:
-    old = formats({k: n.get(k) for k in ('profile', 'emulate') if k in n})
-  except ValueError:
-    return config  # not a consistent config: the expansion after the overrides says why
+def upgrade(requested):
+  """A record's requested numerics (a dict) as today's fields: the removed `emulate` shorthand
+  (one format for both kinds; 'none' = not given) becomes the conv_format / dense_format it set,
+  where those are not given; nothing else changes. Returns a new dict."""
+  out = dict(requested or {})
+  mode = out.pop('emulate', None)
+  if mode in (None, 'none', UNSET):
+    return out
   for kind in KINDS:
-    name = f'{kind}_format'
-    if f'numerics.{name}' not in fields and n.get(name, UNSET) == old[kind]:
-      n[name] = UNSET
-  return config
-
+    if out.get(f'{kind}_format', UNSET) in (UNSET, None):
+      out[f'{kind}_format'] = mode
+  return out

@@ -1,11 +1,12 @@
 """The one place JAX's numerics flags are set, and the record of what a run's numerics were.
 
-`configure(config)` must run before JAX starts a backend (train.py calls it first, before
-`jax.distributed.initialize`; trainer/run.py calls it again, which checks the flags took effect).
-`validate(config)` checks every numerics field and expands the product formats in place
-(numerics/profiles.py). `describe(config)` returns the requested and the effective settings for the
-results, with the platform's default made explicit: which product format the convolutions and the
-dense layers really ran in ('bf16', 'bf16_3x', 'bf16_6x', 'tf32', 'f32', 'bf16_noise'; see
+`configure(config)` applies a resolved config's process-wide settings (XLA flags, the default
+matmul precision) once per process, before JAX starts a backend: every entry point (train.py, the
+sweep's estimate, the divergence tool, the benchmarks) calls it right after resolving the config.
+`check(config)` checks every numerics field without changing it (trainer/validation.resolve, the
+one validation path, calls it). `describe(config)` returns the requested and the effective settings
+for the results, with the platform's default made explicit: which product format the convolutions
+and the dense layers really ran in ('bf16', 'bf16_3x', 'bf16_6x', 'tf32', 'f32', 'bf16_noise'; see
 numerics/emulate.py), each kind on its own.
 """
 
@@ -26,7 +27,10 @@ PRECISIONS = LEGACY_PRECISIONS + PRESET_PRECISIONS
 DTYPES = ('float32', 'bfloat16')
 LEGACY_LEVEL = {'default': 'default', 'bfloat16': 'default', 'high': 'high',
                 'tensorfloat32': 'high', 'highest': 'highest', 'float32': 'highest'}
-# Product format of f32 operands at each legacy level, per platform (REFERENCE.md section 3).
+# Product format of f32 operands at each legacy level, per platform: JAX's documentation of
+# `jax.default_matmul_precision` and `jax.lax.Precision` (docs.jax.dev: DEFAULT is one bf16 pass on
+# TPU, HIGH three, HIGHEST six; on NVIDIA GPUs DEFAULT and HIGH use TF32, HIGHEST true f32; CPUs
+# compute f32 at every level).
 NATIVE_FORMAT = {
     'tpu': {'default': 'bf16', 'high': 'bf16_3x', 'highest': 'bf16_6x'},
     'gpu': {'default': 'tf32', 'high': 'tf32', 'highest': 'f32'},
@@ -37,9 +41,9 @@ PRESET_FORMAT = {'BF16_BF16_F32': 'bf16', 'BF16_BF16_F32_X3': 'bf16_3x',
                  'TF32_TF32_F32': 'tf32', 'TF32_TF32_F32_X3': 'tf32_3x', 'F32_F32_F32': 'f32'}
 
 
-def validate(config):
-  """One-line ValueError naming the field, for any numerics value the code cannot honour; expands
-  profile / emulate into conv_format and dense_format (profiles.expand, in place)."""
+def check(config):
+  """One-line ValueError naming the field, for any numerics value the code cannot honour. Reads
+  only (the product formats are checked by profiles.formats; resolution expands them)."""
   n = config.numerics
   if n.matmul_precision not in PRECISIONS:
     raise ValueError(f'config.numerics.matmul_precision must be one of {PRECISIONS}, '
@@ -47,7 +51,7 @@ def validate(config):
   for field in ('compute_dtype', 'param_dtype'):
     if n[field] not in DTYPES:
       raise ValueError(f'config.numerics.{field} must be one of {DTYPES}, got {n[field]!r}')
-  profiles.expand(config)
+  profiles.formats(n)
   if (not isinstance(n.batchnorm_group, int) or isinstance(n.batchnorm_group, bool)
       or n.batchnorm_group < 0):
     raise ValueError(f'config.numerics.batchnorm_group must be an int >= 0, got '
@@ -55,14 +59,15 @@ def validate(config):
   if not isinstance(n.gpu_deterministic, bool):
     raise ValueError(f'config.numerics.gpu_deterministic must be True or False, got '
                      f'{n.gpu_deterministic!r}')
-  ops.resolve_conv_impl(n.get('conv_impl', 'auto'), 'cpu')  # one-line error on a bad value
-  emulate_lib.resolve_impl(n.get('emulate_impl', 'auto'))
+  xla_flags(config)
+  ops.resolve_conv_impl(n.conv_impl, 'cpu')  # one-line error on a bad value
+  emulate_lib.resolve_impl(n.emulate_impl)
 
 
 def xla_flags(config):
   """The XLA flags this config needs: GPU determinism and `numerics.xla_flags`, in that order."""
   n = config.numerics
-  extra = n.get('xla_flags', '') or ''
+  extra = n.xla_flags
   if not isinstance(extra, str) or any(not f.startswith('--xla_') for f in extra.split()):
     raise ValueError(f'config.numerics.xla_flags must be space-separated --xla_* flags, got '
                      f'{extra!r}')
@@ -70,28 +75,41 @@ def xla_flags(config):
   return wanted + [f for f in extra.split() if f not in wanted]
 
 
+_APPLIED = {}  # what configure() set in this process: {'xla_flags': [...]}
+
+
 def configure(config):
-  """Apply config.numerics to this process, once, before JAX starts a backend.
+  """Apply a resolved config.numerics to this process, once, before JAX starts a backend.
 
   The XLA flags (`xla_flags(config)`) go into XLA_FLAGS, which XLA reads once, when the first
-  backend starts: a flag that is missing once a backend runs cannot take effect any more, so that
-  raises ValueError naming the flag (train.py calls this before `jax.distributed.initialize`,
-  which starts the backends). The matmul precision becomes the process default here, and
-  `with_precision` also fixes it inside each jitted function, so that a function's arithmetic does
-  not depend on the context it is called from.
+  backend starts; entry points call this first, before `jax.distributed.initialize` (which starts
+  the backends). One process applies one set of flags: a later call asking for flags the first
+  did not set raises ValueError naming them (such arms need processes of their own), since a flag
+  added once a backend runs would silently not take effect. The matmul precision becomes the
+  process default here, and `with_precision` also fixes it inside each jitted function, so that a
+  function's arithmetic does not depend on the context it is called from.
   """
-  validate(config)
+  wanted = xla_flags(config)
+  current = os.environ.get('XLA_FLAGS', '').split()
+  missing = [f for f in wanted if f not in current]
+  if missing and _APPLIED:
+    raise ValueError(f'config.numerics: XLA flag(s) {" ".join(missing)} differ from the flags this '
+                     f'process already applied ({" ".join(_APPLIED["xla_flags"]) or "none"}): run '
+                     'configs with other XLA flags in a process of their own')
+  os.environ['XLA_FLAGS'] = ' '.join(current + missing)
+  _APPLIED.setdefault('xla_flags', wanted)
   jax.config.update('jax_default_matmul_precision', config.numerics.matmul_precision)
+
+
+def require_configured(config):
+  """ValueError unless this process's XLA_FLAGS hold every flag `config` needs (configure(config)
+  ran first); changes nothing (trainer/run.py checks so before building a run)."""
   current = os.environ.get('XLA_FLAGS', '').split()
   missing = [f for f in xla_flags(config) if f not in current]
-  if not missing:
-    return
-  from jax._src import xla_bridge  # pylint: disable=import-outside-toplevel
-  if xla_bridge.backends_are_initialized():
-    raise ValueError(f'config.numerics: XLA flag(s) {" ".join(missing)} must be set before JAX '
-                     'starts its backend: call numerics.setup.configure first (train.py does), '
-                     'or put them in XLA_FLAGS before starting Python')
-  os.environ['XLA_FLAGS'] = ' '.join(current + missing)
+  if missing:
+    raise ValueError(f'config.numerics: XLA flag(s) {" ".join(missing)} are not set in this '
+                     'process: call numerics.setup.configure(config) before JAX starts (train.py '
+                     'does), or put them in XLA_FLAGS before starting Python')
 
 
 def precision_scope(config):
@@ -141,7 +159,7 @@ def kind_formats(platform, precision, requested, compute_dtype='float32', conv_a
   out = {}
   for kind in profiles.KINDS:
     fmt = requested[kind]
-    if fmt in emulate_lib.NOISY_MODES:
+    if fmt in emulate_lib.NOISY_FORMATS:
       out[kind] = fmt
     elif compute_dtype == 'bfloat16':
       out[kind] = 'bf16'
@@ -150,12 +168,6 @@ def kind_formats(platform, precision, requested, compute_dtype='float32', conv_a
     else:
       out[kind] = 'bf16_6x' if (fmt == 'f32' and platform == 'tpu') else fmt
   return out
-
-
-def effective_formats(platform, precision, emulate, compute_dtype='float32'):
-  """kind_formats with one `emulate` mode for both kinds ('none': native)."""
-  fmt = 'native' if emulate == 'none' else emulate
-  return kind_formats(platform, precision, {'conv': fmt, 'dense': fmt}, compute_dtype)
 
 
 def describe(config):
@@ -175,12 +187,12 @@ def describe(config):
   effective = dict(requested)
   flag = jax.config.jax_default_matmul_precision
   wanted = profiles.formats(n)
-  conv_impl = ops.resolve_conv_impl(n.get('conv_impl', 'auto'), platform)
+  conv_impl = ops.resolve_conv_impl(n.conv_impl, platform)
   formats = kind_formats(platform, flag, wanted, n.compute_dtype, conv_as_dot=conv_impl == 'im2col')
-  if conv_impl == 'im2col' and n.get('conv_impl', 'auto') == 'auto':
+  if conv_impl == 'im2col' and n.conv_impl == 'auto':
     conv_impl = (f'im2col for 1x1 kernels, >= {ops.IM2COL_MIN_MACS} MACs/example and <= 2x2 '
                  f'outputs from {ops.IM2COL_SMALL_OUT_MIN_MACS} MACs; xla otherwise')
-  impl = n.get('emulate_impl', 'auto')
+  impl = n.emulate_impl
   xla_flags = os.environ.get('XLA_FLAGS', '')
   effective.update(
       platform=platform,

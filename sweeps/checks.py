@@ -2,8 +2,8 @@
 
   errors, warnings, states = checks.check(runs, root, files, saved_state)
 
-- config: every run's config through trainer/validation.py's check_config (the checks train.py
-  runs before any compute); a problem shared by several runs is one line naming them;
+- config: every run's config as sweeps.sweep resolved it (trainer/validation.resolve, the checks
+  train.py runs before any compute); a problem shared by several runs is one line naming them;
 - data: once per distinct data setting; CelebA needs the five official files in
   data.manual_dir, or a tfds_dir this project prepared, and preparing needs tensorflow-datasets
   unless a decoded cache exists; the decoded cache must be local (it is memory-mapped);
@@ -18,7 +18,6 @@ warnings (the data lives on the hosts). Each problem is one line `<field>: <fix>
 import importlib.util
 import os
 
-from trainer import validation
 
 TFDS_PACKAGE = 'tensorflow_datasets'
 
@@ -30,13 +29,12 @@ def run_names(runs):
 
 
 def config_problems(runs):
-  """One line per distinct check_config message, with the runs it applies to."""
+  """One line per distinct reason a run's config does not resolve (sweeps.sweep.Run.problem),
+  with the runs it applies to."""
   by_message = {}
   for run in runs:
-    try:
-      validation.check_config(run.config)
-    except ValueError as e:
-      by_message.setdefault(str(e).splitlines()[0], []).append(run)
+    if run.problem:
+      by_message.setdefault(run.problem, []).append(run)
   return [f'{message} (runs: {run_names(failing)})' for message, failing in by_message.items()]
 
 

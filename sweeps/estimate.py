@@ -152,8 +152,7 @@ def main(argv=None):
       raise ValueError(f'unexpected arguments {rest}: give --config=SPEC, --config.<field>=<value> '
                        'and --steps=N')
     steps = [int(a.split('=', 1)[1]) for a in rest] or [5]
-    config = loader.load(spec, overrides)
-    validation.check_config(config)
+    config = validation.resolve(loader.load(spec, overrides))
     numerics_setup.configure(config)  # before any backend starts, as in train.py
     result = measure(config, steps[-1])
   except ValueError as e:

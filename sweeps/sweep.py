@@ -34,15 +34,17 @@ import sys
 
 from sweeps import checks, runner
 from configs import loader
-from trainer import record
+from trainer import record, validation
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS_FILE = 'sweep_commands.txt'
 SLURM_FILE = 'sweep.sbatch'
 CACHE_DIR = runner.CACHE_DIR
 
-# config: get_config(arg) with the run's overrides (a ConfigDict; None for runs built by hand).
-Run = collections.namedtuple('Run', 'arm slug seed overrides workdir config', defaults=(None,))
+# config: get_config(arg) with the run's overrides, resolved (trainer/validation.resolve); as
+# written when it does not resolve, `problem` then saying why in one line (None: runs built by hand).
+Run = collections.namedtuple('Run', 'arm slug seed overrides workdir config problem',
+                             defaults=(None, ''))
 
 
 def config_leaves(tree, prefix=''):
@@ -106,8 +108,17 @@ def expand(spec, root):
       raise ValueError(f'get_sweep(): arm {slug!r} lists seed {seed} twice; each seed once per arm')
     seen.add((slug, seed))
     workdir = join(root, slug, f'seed{seed}')
-    runs.append(Run(arm, slug, seed, {'seed': seed, **arm}, workdir, config))
+    config, problem = resolved(config)
+    runs.append(Run(arm, slug, seed, {'seed': seed, **arm}, workdir, config, problem))
   return runs, path, arg
+
+
+def resolved(config):
+  """(the resolved config, '') or (config as written, the one-line reason it does not resolve)."""
+  try:
+    return validation.resolve(config), ''
+  except validation.ConfigError as e:
+    return config, str(e).splitlines()[0]
 
 
 def join(root, *parts):  # not os.path.join: roots may be bucket paths

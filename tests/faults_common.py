@@ -7,31 +7,30 @@ import os
 import subprocess
 import sys
 
-from configs import digits
+from configs import digits, loader
 from tests.conftest import ROOT
+from trainer import validation
 
 TRAIN = [sys.executable, os.path.join(ROOT, 'train.py')]
+# train.py with TRAIN_FAULT's faults installed from the test side (tests/fault_injection.py)
+FAULT_TRAIN = [sys.executable, os.path.join(ROOT, 'tests', 'fault_train.py')]
 EVERY = 4  # checkpoint_every_steps: 22 steps per epoch, so mid-epoch steps 4, 8, ..., 40
 SMOKE_ARGS = ['--config=configs/digits.py:smoke', f'--config.checkpoint_every_steps={EVERY}']
 
 
 def smoke_config(**overrides):
+  """The smoke run's resolved config, with `overrides` ({dotted field: value}) applied first."""
   c = digits.get_config('smoke')
   c.checkpoint_every_steps = EVERY
-  for key, value in overrides.items():
-    if '.' in key:
-      c[key.split('.')[0]][key.split('.')[1]] = value
-    else:
-      c[key] = value
-  return c
+  return validation.resolve(loader.apply_overrides(c, overrides.items()))
 
 
 def run_train(args, env, fault=None, timeout=240):
   env = dict(env)
   if fault:
     env['TRAIN_FAULT'] = fault
-  return subprocess.run(TRAIN + args, cwd=ROOT, env=env, capture_output=True, text=True,
-                        timeout=timeout)
+  return subprocess.run((FAULT_TRAIN if fault else TRAIN) + args, cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=timeout)
 
 
 def without_wall_time(results):

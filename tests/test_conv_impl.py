@@ -41,10 +41,10 @@ def _operands(size, cin, cout, k, seed=0, batch=2):
   return x, w
 
 
-def _value_and_grads(impl, x, w, stride, padding, emulate='none'):
+def _value_and_grads(impl, x, w, stride, padding, fmt='native'):
   """conv output and d<cos(y), 1>/dx, /dw: a non-trivial cotangent for both gradients."""
   def f(x, w):
-    y = ops.conv2d(x, w, stride, padding, emulate=emulate, impl=impl)
+    y = ops.conv2d(x, w, stride, padding, fmt=fmt, impl=impl)
     return jnp.sum(jnp.cos(y.astype(jnp.float32))), y
   (_, y), grads = jax.jit(jax.value_and_grad(f, argnums=(0, 1), has_aux=True))(x, w)
   return y, grads
@@ -70,20 +70,20 @@ def test_im2col_equals_lax_conv_values_and_gradients(shape):
   _close(dw, dw_ref, 1e-5)
 
 
-@pytest.mark.parametrize('emulate', ['bf16', 'bf16_3x', 'tf32', 'f32'])
+@pytest.mark.parametrize('fmt', ['bf16', 'bf16_3x', 'tf32', 'f32'])
 @pytest.mark.parametrize('shape', [RESNET18_CONVS[3], RESNET18_CONVS[4], RESNET18_CONVS[10]],
                          ids=[IDS[3], IDS[4], IDS[10]])
-def test_im2col_with_emulated_formats(shape, emulate):
-  """Same operand rounding as lax's conv under every emulate mode, forward and backward."""
+def test_im2col_with_emulated_formats(shape, fmt):
+  """Same operand rounding as lax's conv in every emulated format, forward and backward."""
   _, size, cin, cout, k, stride, pad = shape
   x, w = _operands(size, cin, cout, k, seed=1)
   padding = [(pad, pad)] * 2
-  y_ref, (dx_ref, dw_ref) = _value_and_grads('xla', x, w, stride, padding, emulate)
-  y, (dx, dw) = _value_and_grads('im2col', x, w, stride, padding, emulate)
+  y_ref, (dx_ref, dw_ref) = _value_and_grads('xla', x, w, stride, padding, fmt)
+  y, (dx, dw) = _value_and_grads('im2col', x, w, stride, padding, fmt)
   _close(y, y_ref, 1e-5)
   _close(dx, dx_ref, 1e-5)
   _close(dw, dw_ref, 1e-5)
-  if emulate == 'bf16':  # and the rounding really happened: far from the f32 product
+  if fmt == 'bf16':  # and the rounding really happened: far from the f32 product
     y_f32, _ = _value_and_grads('im2col', x, w, stride, padding)
     assert float(jnp.max(jnp.abs(y - y_f32))) > 1e-4
 
@@ -217,7 +217,7 @@ def test_config_validation_and_record():
   assert numerics_setup.describe(config)['effective']['conv_impl'] == 'xla'
   config.numerics.conv_impl = 'winograd'
   with pytest.raises(ValueError, match='config.numerics.conv_impl'):
-    numerics_setup.validate(config)
+    numerics_setup.check(config)
 
 
 def test_model_logits_and_gradients_agree_across_impls():

@@ -27,7 +27,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = os.path.join(ROOT, 'configs', 'digits.py') + ':smoke'
 TINY = ['--steps', '4', '--every', '2', '--probe', '64', '--devices', '1']
 BACKBONE = ('layer1', 'layer2', 'layer3', 'layer4')
-CONTROL, CONTROL_FORMAT = 'numerics.emulate=bf16_noise', 'bf16_noise'  # the default control
+CONTROL, CONTROL_FORMAT = 'numerics.profile=bf16_noise', 'bf16_noise'  # the default control
+
+
+def arm_configs(config, settings, seeds):
+  """{seed: {arm: resolved config}} as experiments.divergence builds them."""
+  return {seed: {n: divergence.arm_config(config, s, f'--{n}', seed) for n, s in settings.items()}
+          for seed in seeds}
 
 
 def run_main(argv):
@@ -43,8 +49,8 @@ def run_main(argv):
 def f32_vs_bf16(tmp_path_factory):
   """Two seeds, arms a (f32), b (bf16) and the control (bf16_noise)."""
   out = tmp_path_factory.mktemp('f32_vs_bf16')
-  code = run_main([f'--config={SMOKE}', '--a', 'numerics.emulate=f32', '--b',
-                   'numerics.emulate=bf16', '--control', CONTROL, '--seeds', '3', '5',
+  code = run_main([f'--config={SMOKE}', '--a', 'numerics.profile=f32', '--b',
+                   'numerics.profile=tpu_default', '--control', CONTROL, '--seeds', '3', '5',
                    '--out', str(out), *TINY])
   with open(out / 'divergence.json', encoding='utf-8') as f:
     return code, out, json.load(f)
@@ -81,7 +87,7 @@ def test_f32_vs_bf16_grows_from_zero(f32_vs_bf16):
 
 def test_control_arm_runs(f32_vs_bf16):
   result = f32_vs_bf16[2]
-  assert result['arms']['control']['overrides'] == {'numerics.emulate': CONTROL.split('=')[1]}
+  assert result['arms']['control']['overrides'] == {'numerics.profile': CONTROL.split('=')[1]}
   assert result['arms']['control']['numerics']['effective']['conv_format'] == CONTROL_FORMAT
   rows = pair_rows(result, 'control')
   assert [r[0]['seeds'] for r in rows] == [[3, 3], [5, 5]]
@@ -113,8 +119,8 @@ def test_pair_list():
 
 def test_ceiling_arm_has_other_initial_weights_and_data_order():
   config = divergence.load_config(SMOKE)
-  configs = {n: divergence.arm_config(config, {'numerics.emulate': 'f32'}, f'--{n}') for n in 'ab'}
-  lock = lockstep.prepare(configs, [0, 1], devices=1)
+  configs = arm_configs(config, {n: {'numerics.profile': 'f32'} for n in 'ab'}, [0, 1])
+  lock = lockstep.prepare(configs, devices=1)
   ceiling = [p for p in lock['pairs'] if p['kind'] == 'ceiling']
   assert [(p['x'], p['y']) for p in ceiling] == [((0, 'a'), (1, 'a'))]
   assert [lock['arms'][s, 'a']['ctx'].config.seed for s in (0, 1)] == [0, 1]
@@ -131,9 +137,9 @@ def test_final_test_counts_every_test_image():
   in one batch; the intervals are statsmodels' Wilson intervals; the noisy control's accuracy is
   the trainer's evaluation's (the same eval noise)."""
   config = divergence.load_config(SMOKE, [('eval_batch_size', '128')])  # 360 = 2 x 128 + 104
-  configs = {n: divergence.arm_config(config, {'numerics.emulate': e}, f'--{n}')
-             for n, e in (('a', 'f32'), ('b', 'bf16'), ('control', 'bf16_noise'))}
-  lock = lockstep.prepare(configs, [0, 1], devices=1)
+  configs = arm_configs(config, {n: {'numerics.profile': p} for n, p in (
+      ('a', 'f32'), ('b', 'tpu_default'), ('control', 'bf16_noise'))}, [0, 1])
+  lock = lockstep.prepare(configs, devices=1)
   final = lockstep.final_test(lock)
   test = lock['ctx'].dataset.test
   for seed in (0, 1):
@@ -254,7 +260,7 @@ def test_outputs_written_and_png_opens(f32_vs_bf16):
     assert image.size[0] > 500 and image.size[1] > 300
   assert (out / 'divergence.pdf').read_bytes().startswith(b'%PDF')
   text = (out / 'divergence.md').read_text(encoding='utf-8')
-  assert 'a = emulate=f32 vs b = emulate=bf16' in text
+  assert 'a = profile=f32 vs b = profile=tpu_default' in text
   assert 'min–max over seeds' in text and '95% Wilson score interval' in text
   # Tables: parameters and probe (a header and a row per recorded step), per group and final (a
   # header and a row per pair kind).
@@ -264,18 +270,36 @@ def test_outputs_written_and_png_opens(f32_vs_bf16):
 
 
 def test_default_control_is_the_noise_arm():
-  args, _ = divergence.parse_args(['--config=x.py', '--a', 'emulate=f32', '--b', 'emulate=bf16'])
-  assert divergence.settings(args)['control'] == {'numerics.emulate': 'bf16_noise'}
-  args, _ = divergence.parse_args(['--config=x.py', '--a', 'emulate=f32', '--control', 'none'])
+  args, _ = divergence.parse_args(['--config=x.py', '--a', 'profile=f32', '--b',
+                                   'profile=tpu_default'])
+  assert divergence.settings(args)['control'] == {'numerics.profile': 'bf16_noise'}
+  args, _ = divergence.parse_args(['--config=x.py', '--a', 'profile=f32', '--control', 'none'])
   assert list(divergence.settings(args)) == ['a', 'b']
-  args, _ = divergence.parse_args(['--config=x.py', '--a', 'emulate=tf32,compute_dtype=bfloat16',
-                                   '--control', 'emulate=bf16_3x'])
-  assert divergence.settings(args)['control'] == {'numerics.emulate': 'bf16_3x',
+  args, _ = divergence.parse_args(['--config=x.py', '--a',
+                                   'conv_format=tf32,dense_format=tf32,compute_dtype=bfloat16',
+                                   '--control', 'conv_format=bf16_3x,dense_format=bf16_3x'])
+  assert divergence.settings(args)['control'] == {'numerics.conv_format': 'bf16_3x',
+                                                  'numerics.dense_format': 'bf16_3x',
                                                   'numerics.compute_dtype': 'bfloat16'}
+  # The default control's profile replaces arm a's own formats.
+  args, _ = divergence.parse_args(['--config=x.py', '--a', 'conv_format=tf32,batchnorm_group=4'])
+  assert divergence.settings(args)['control'] == {'numerics.batchnorm_group': '4',
+                                                  'numerics.profile': 'bf16_noise'}
+
+
+def test_determinism_check_of_a_profile_arm_with_the_default_control(tmp_path):
+  """`--a numerics.profile=native` (a determinism check of a profile arm) runs with the default
+  noise control, which used to contradict it."""
+  code = run_main([f'--config={SMOKE}', '--a', 'numerics.profile=native', '--out', str(tmp_path),
+                   '--steps', '1', '--every', '1', '--probe', '16', '--devices', '1'])
+  assert code == 0
+  result = json.loads((tmp_path / 'divergence.json').read_text(encoding='utf-8'))
+  assert result['arms']['control']['overrides'] == {'numerics.profile': 'bf16_noise'}
+  assert result['info']['deterministic']
 
 
 def test_identical_settings_give_exactly_zero(tmp_path, capsys):
-  code = run_main([f'--config={SMOKE}', '--a', 'numerics.emulate=bf16', '--control', 'none',
+  code = run_main([f'--config={SMOKE}', '--a', 'numerics.profile=tpu_default', '--control', 'none',
                    '--out', str(tmp_path), *TINY[:2], '--every', '1', *TINY[4:]])
   assert code == 0
   result = json.loads((tmp_path / 'divergence.json').read_text(encoding='utf-8'))
@@ -295,9 +319,9 @@ def test_identical_settings_give_exactly_zero(tmp_path, capsys):
 
 def test_matmul_precision_arms_lower_to_different_hlo():
   config = divergence.load_config(SMOKE)
-  configs = {n: divergence.arm_config(config, {'numerics.matmul_precision': p}, f'--{n}')
-             for n, p in (('a', 'default'), ('b', 'highest'))}
-  lock = lockstep.prepare(configs, [0], devices=1)
+  configs = arm_configs(config, {n: {'numerics.matmul_precision': p} for n, p in (
+      ('a', 'default'), ('b', 'highest'))}, [0])
+  lock = lockstep.prepare(configs, devices=1)
   fns = lockstep.enter_phase(lock, lock['ctx'].phases[0], 0)
   batch = next(lockstep.batches(lock, 0, 0, 1))
   # Lowered outside any precision context: each arm's step fixes its own precision inside.
@@ -310,26 +334,27 @@ def test_matmul_precision_arms_lower_to_different_hlo():
 
 
 @pytest.mark.parametrize('argv,expect', [
-    (['--config=configs/nope.py', '--a', 'emulate=f32'], '--config: no file configs/nope.py'),
+    (['--config=configs/nope.py', '--a', 'profile=f32'], '--config: no file configs/nope.py'),
     (['--a', 'model.width=0.5'], '--a: model.width is not a numerics field'),
-    (['--a', 'emulate'], '--a=emulate: give numerics.<field>=<value>'),
-    (['--a', 'emulate=fp8'], '--a: config.numerics.emulate must be one of'),
-    (['--a', 'emulate=f32', '--b', 'numerics.nope=1'], '--b: unknown config field numerics.nope'),
-    (['--a', 'emulate=f32', '--b', 'gpu_deterministic=True'], '--b: numerics.gpu_deterministic is'),
-    (['--a', 'emulate=f32', '--steps', '0'], '--steps=0: give a positive integer'),
-    (['--a', 'emulate=f32', '--num-seeds', '0'], '--num-seeds=0: give a positive integer'),
-    (['--a', 'emulate=f32', '--seeds', '1', '1'], '--seeds=1 1: give distinct non-negative'),
-    (['--a', 'emulate=f32', '--seeds', '1', '--num-seeds', '2'],
+    (['--a', 'profile'], '--a=profile: give numerics.<field>=<value>'),
+    (['--a', 'profile=fp8'], '--a: config.numerics.profile must be one of'),
+    (['--a', 'emulate=f32'], '--a: config.numerics.emulate: numerics.emulate was replaced'),
+    (['--a', 'profile=f32', '--b', 'numerics.nope=1'], '--b: unknown config field numerics.nope'),
+    (['--a', 'profile=f32', '--b', 'gpu_deterministic=True'], '--b: numerics.gpu_deterministic is'),
+    (['--a', 'profile=f32', '--steps', '0'], '--steps=0: give a positive integer'),
+    (['--a', 'profile=f32', '--num-seeds', '0'], '--num-seeds=0: give a positive integer'),
+    (['--a', 'profile=f32', '--seeds', '1', '1'], '--seeds=1 1: give distinct non-negative'),
+    (['--a', 'profile=f32', '--seeds', '1', '--num-seeds', '2'],
      'argument --num-seeds: not allowed with argument --seeds'),
-    (['--a', 'emulate=f32', '--control', 'model.width=1'], '--control: model.width is not a'),
-    (['--a', 'emulate=f32', '--control', 'emulate=fp8'],
-     '--control: config.numerics.emulate must be one of'),
-    (['--a', 'emulate=f32', '--every', 'x'], "argument --every: invalid int value: 'x'"),
-    (['--a', 'emulate=f32', '--config.model.nope=1'], '--config.model.nope: unknown config field'),
-    (['--a', 'emulate=f32', '--config.batch_size=0'], 'config.batch_size must be a positive'),
-    (['--a', 'emulate=f32', '--bogus'], 'unrecognized argument --bogus'),
-    (['--a', 'emulate=f32', '--devices', '3'], '--devices=3: give 0'),
-    (['--a', 'emulate=f32', '--steps', '100000'], '--steps=100000: give 1..44'),
+    (['--a', 'profile=f32', '--control', 'model.width=1'], '--control: model.width is not a'),
+    (['--a', 'profile=f32', '--control', 'conv_format=fp8'],
+     '--control: config.numerics.conv_format must be one of'),
+    (['--a', 'profile=f32', '--every', 'x'], "argument --every: invalid int value: 'x'"),
+    (['--a', 'profile=f32', '--config.model.nope=1'], '--config.model.nope: unknown config field'),
+    (['--a', 'profile=f32', '--config.batch_size=0'], 'config.batch_size must be a positive'),
+    (['--a', 'profile=f32', '--bogus'], 'unrecognized argument --bogus'),
+    (['--a', 'profile=f32', '--devices', '3'], '--devices=3: give 0'),
+    (['--a', 'profile=f32', '--steps', '100000'], '--steps=100000: give 1..44'),
     (['--a', 'param_dtype=float32', '--b', 'param_dtype=bfloat16'],
      'parameter bn1.bias is float32[8] in arm a, bfloat16[8] in arm b'),
 ])
@@ -351,11 +376,12 @@ def test_arm_a_is_bit_identical_to_train_py(tmp_path):
   overrides = [('num_epochs', '2'), ('optim.freeze_epochs', '1'), ('batch_size', '256'),
                ('eval_batch_size', '512'), ('model.width', '0.0625')]
   config = loader.load(SMOKE, overrides)
-  configs = {n: divergence.arm_config(config, {'numerics.emulate': 'bf16'}, f'--{n}') for n in 'ab'}
-  lock = lockstep.prepare(configs, [config.seed], devices=0)
+  configs = {config.seed: {n: divergence.arm_config(config, {'numerics.profile': 'tpu_default'},
+                                                    f'--{n}', config.seed) for n in 'ab'}}
+  lock = lockstep.prepare(configs, devices=0)
   steps_total = lock['ctx'].total_steps
   lockstep.train(lock, steps_total, every=steps_total, probe=8)
-  trained = loop.train_and_evaluate(configs['a'], str(tmp_path / 'run'))
+  trained = loop.train_and_evaluate(configs[config.seed]['a'], str(tmp_path / 'run'))
   assert trained['status'] == 'completed' and trained['step'] == steps_total
   mngr = checkpointing.manager(str(tmp_path / 'run'), 1)
   ours = lock['states'][config.seed, 'a']

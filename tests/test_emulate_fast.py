@@ -24,7 +24,7 @@ from configs import loader
 from numerics import emulate, ops, rounding
 from numerics import setup as numerics_setup
 from tests.test_numerics import F32_EDGES, random_f32, same_bits
-from trainer import run
+from trainer import run, validation
 
 # The fast forms: (format, platform whose form is used). bf16 and bf16_3x have one form everywhere;
 # tf32 has the GPU's (TF32 tensor cores; also CPU's) and the TPU's (4 exact bf16 passes).
@@ -198,13 +198,13 @@ def test_lowered_fast_products_take_bf16_and_give_f32(kind, lowering_platform):
 def test_resolve_impl():
   assert emulate.resolve_impl('auto', 'gpu', 'bf16') == 'fast'
   assert emulate.resolve_impl('auto', 'tpu', 'tf32') == 'fast'
-  for mode in emulate.FAST_MODES:
+  for mode in emulate.FAST_FORMATS:
     assert emulate.resolve_impl('auto', 'cpu', mode) == emulate.AUTO_ON_CPU[mode]
     assert emulate.resolve_impl('reference', 'gpu', mode) == 'reference'
     assert emulate.resolve_impl('fast', 'cpu', mode) == 'fast'
   for mode in ('f32', 'bf16_noise'):  # no faster exact form
     assert emulate.resolve_impl('fast', 'gpu', mode) == 'reference'
-  assert emulate.resolve_impl('fast', 'gpu', 'none') == 'none'
+  assert emulate.resolve_impl('fast', 'gpu', 'native') == 'native'
   assert emulate.resolve_impl('auto') == 'auto'  # validation only: no backend asked for
   assert emulate.fast_plan('tf32', 'cpu') == (jnp.float32, emulate.HIGHEST, False)  # no TF32 unit
   assert emulate.fast_plan('tf32', 'gpu') == (jnp.float32, emulate.DEFAULT, False)
@@ -222,9 +222,9 @@ def test_fast_without_a_fast_form_is_the_reference():
 
 
 def loss_curve(impl, steps=6):
-  """Per-step training losses of the digits smoke run under emulate=bf16 and `impl`."""
-  config = loader.load('configs/digits.py:smoke', [('numerics.emulate', 'bf16'),
-                                                   ('numerics.emulate_impl', impl)])
+  """Per-step training losses of the digits smoke run in the bf16 format and `impl`."""
+  config = validation.resolve(loader.load('configs/digits.py:smoke', [
+      ('numerics.profile', 'tpu_default'), ('numerics.emulate_impl', impl)]))
   numerics_setup.configure(config)
   ctx = run.build(config)  # data parallel over the 8 (virtual) devices, as the trainer runs
   model, _ = run.init_model(ctx)

@@ -14,7 +14,7 @@ from trainer import loop, record, validation
 def _celeba(manual_dir):
   config = celeba_config.get_config('smoke')
   config.data.manual_dir = str(manual_dir)
-  return config
+  return validation.resolve(config)
 
 
 @pytest.mark.timeout(600)

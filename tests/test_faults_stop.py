@@ -1,6 +1,6 @@
 """Graceful stop (trainer/stop.py): SIGTERM/SIGINT finish the step, save it, exit 128 + signal.
 
-The signals are real: trainer/faults.py sends them to the process at a chosen step (or inside the
+The signals are real: tests/fault_injection.py sends them to the process at a chosen step (or inside the
 checkpoint write), the multi-process test sends one from outside to one process of two.
 """
 

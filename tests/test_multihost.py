@@ -22,9 +22,10 @@ import pytest
 from analysis import results as results_lib
 from configs import digits
 from tests.conftest import ROOT
-from trainer import loop, record
+from trainer import loop, record, validation
 
 TRAIN = [sys.executable, os.path.join(ROOT, 'train.py')]
+FAULT_TRAIN = [sys.executable, os.path.join(ROOT, 'tests', 'fault_train.py')]
 EVERY = 4
 
 
@@ -48,7 +49,8 @@ def run_two_processes(workdir, env, fault=None, timeout=400, extra=()):
             f'--workdir={workdir}', f'--config.distributed.coordinator_address=localhost:{port}',
             '--config.distributed.num_processes=2', f'--config.distributed.process_id={i}',
             *extra]
-    procs.append(subprocess.Popen(TRAIN + args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+    procs.append(subprocess.Popen((FAULT_TRAIN if fault else TRAIN) + args, cwd=ROOT, env=env,
+                                  stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True))
   out = []
   try:
@@ -97,7 +99,7 @@ def assert_same_metrics(a, b, records_a, records_b):
 def test_two_processes_match_one_and_resume(tmp_path, subprocess_env):
   config = digits.get_config('smoke')
   config.checkpoint_every_steps = EVERY
-  one = loop.train_and_evaluate(config, str(tmp_path / 'one'))
+  one = loop.train_and_evaluate(validation.resolve(config), str(tmp_path / 'one'))
   workdir = tmp_path / 'two'
   killed = run_two_processes(workdir, subprocess_env, fault='kill@step:30')
   assert killed[0][0] == -signal.SIGKILL, killed[0][1][-3000:]

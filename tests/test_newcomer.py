@@ -48,16 +48,16 @@ def test_make_smoke_from_a_fresh_clone(tmp_path, subprocess_env):
 
 def test_report_title_says_what_is_compared_and_setup_names_what_differs():
   rows = [{'run': f'/home/me/runs/{e}/seed{s}', 'status': 'completed', 'seed': s, 'platform': 'cpu',
-           'device_kind': 'cpu', 'numerics.requested.emulate': e,
+           'device_kind': 'cpu', 'numerics.requested.profile': e,
            'numerics.requested.compute_dtype': 'float32', 'config.data.name': 'digits',
-           'final.test_accuracy': 0.9 + 0.001 * s + (0.002 if e == 'bf16' else 0.0)}
-          for e in ('bf16', 'f32') for s in range(4)]
+           'final.test_accuracy': 0.9 + 0.001 * s + (0.002 if e == 'tpu_default' else 0.0)}
+          for e in ('tpu_default', 'f32') for s in range(4)]
   out = stats.analyse(pd.DataFrame(rows), margin=0.5)
   out['source'] = '/home/me/runs'
   text = report.render(out, 'md')
   assert text.splitlines()[0] == '# Final test accuracy by arm: 2 arms, 4 seeds each (digits)'
-  assert ('- arms (differ in emulate; grouped by platform, device_kind, emulate, compute_dtype): '
-          'emulate=bf16 (4 seeds, 4 runs); emulate=f32 (4 seeds, 4 runs)') in text
+  assert ('- arms (differ in profile; grouped by platform, device_kind, profile, compute_dtype): '
+          'profile=f32 (4 seeds, 4 runs); profile=tpu_default (4 seeds, 4 runs)') in text
   assert 'runs read from /home/me/runs' in text
 
 

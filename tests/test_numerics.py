@@ -1,6 +1,8 @@
 """numerics/: bit-exact operand rounding, emulated product formats (forward and backward), the precision
 flag in the lowered HLO, grouped BatchNorm, validation and the effective-format record."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -11,7 +13,7 @@ from flax import nnx
 
 from configs import common
 from models.layers import BatchNorm
-from numerics import emulate, ops, profiles, rounding, setup
+from numerics import ops, profiles, rounding, setup
 
 F32_EDGES = np.array([
     0.0, -0.0, 1.0, -1.0, 1.00390625, 1.0 + 2**-8 + 2**-9, 1.0 + 3 * 2**-8, 1.0 + 2**-11,
@@ -67,16 +69,18 @@ def test_rounding_cases_by_hand():
 
 
 def test_reference_diagonal_example():
-  """REFERENCE.md: 1.00390625^2 is 1.0 at one bf16 pass, 1.0078277587890625 in f32."""
+  """1.00390625 = 1 + 2^-8 needs 8 mantissa bits: bfloat16 keeps 7 (Google Cloud's "The bfloat16
+  numerical format"), so it rounds (to even) to 1.0 and one bf16 pass gives 1.0; TF32 (10 bits)
+  and f32 keep it, and its square 1 + 2^-7 + 2^-16 = 1.0078277587890625 is exact in f32."""
   a = jnp.eye(4, dtype=jnp.float32) * 1.00390625
-  diag = lambda mode: float(ops.dense(a, a, emulate=mode)[0, 0])
+  diag = lambda fmt: float(ops.dense(a, a, fmt=fmt)[0, 0])
   assert diag('bf16') == 1.0
   assert diag('f32') == diag('tf32') == 1.0078277587890625
   assert diag('bf16_3x') == 1.0078125  # hi*hi + hi*lo + lo*hi; lo*lo = 2^-16 is not computed
 
 
-def conv(a, b, mode):
-  return ops.conv2d(a, b, 2, [(1, 1), (1, 1)], emulate=mode)
+def conv(a, b, fmt):
+  return ops.conv2d(a, b, 2, [(1, 1), (1, 1)], fmt=fmt)
 
 
 def operands(seed=0):
@@ -89,19 +93,19 @@ def operands(seed=0):
 @pytest.mark.parametrize('product', ['conv', 'dense'])
 def test_emulate_f32_matches_native_on_cpu(product):
   o = operands()
-  f = conv if product == 'conv' else (lambda a, b, m: ops.dense(a, b, emulate=m))
+  f = conv if product == 'conv' else (lambda a, b, m: ops.dense(a, b, fmt=m))
   x, w, dy = (o['x'], o['w'], o['dyc']) if product == 'conv' else (o['a'], o['b'], o['dyd'])
   @jax.jit
   def run(x, w, dy):
     out = {}
-    for mode in ('none', 'f32', 'bf16'):
+    for mode in ('native', 'f32', 'bf16'):
       y, vjp = jax.vjp(lambda a, b, m=mode: f(a, b, m), x, w)
       out[mode] = (y,) + vjp(dy)
     return out
   out = run(x, w, dy)
-  for g1, g0 in zip(out['f32'], out['none']):
+  for g1, g0 in zip(out['f32'], out['native']):
     np.testing.assert_allclose(g1, g0, rtol=1e-6, atol=1e-6)
-  for g2, g0 in zip(out['bf16'], out['none']):  # the comparison can tell formats apart
+  for g2, g0 in zip(out['bf16'], out['native']):  # the comparison can tell formats apart
     assert float(jnp.max(jnp.abs(g2 - g0))) > 1e-3
 
 
@@ -111,7 +115,7 @@ def test_emulated_dense_gradients_by_hand(mode):
   o = operands(1)
   r = rounding.round_bf16 if mode == 'bf16' else rounding.round_tf32
   x, k, dy = o['a'], o['b'], o['dyd']
-  y, vjp = jax.vjp(lambda a, b: ops.dense(a, b, emulate=mode), x, k)
+  y, vjp = jax.vjp(lambda a, b: ops.dense(a, b, fmt=mode), x, k)
   dx, dk = vjp(dy)
   f64 = lambda v: np.asarray(v, np.float64)
   rx, rk, rdy = f64(r(x)), f64(r(k)), f64(r(dy))
@@ -150,7 +154,7 @@ def test_emulated_conv_gradients_by_hand(mode):
 
 def test_emulate_bf16_operands_keep_dtype():
   a = jnp.ones((3, 8), jnp.bfloat16)
-  y = ops.dense(a, jnp.ones((8, 2), jnp.bfloat16), emulate='tf32')
+  y = ops.dense(a, jnp.ones((8, 2), jnp.bfloat16), fmt='tf32')
   assert y.dtype == jnp.bfloat16 and float(y[0, 0]) == 8.0
 
 
@@ -178,7 +182,7 @@ def resnet_runs():
   before = jax.config.read('jax_disable_most_optimizations')
   jax.config.update('jax_disable_most_optimizations', True)
   try:
-    return {mode: small_resnet_run(mode) for mode in ('none', 'bf16')}
+    return {mode: small_resnet_run(mode) for mode in ('native', 'bf16')}
   finally:
     jax.config.update('jax_disable_most_optimizations', before)
 
@@ -186,7 +190,7 @@ def resnet_runs():
 def test_resnet_emulate_bf16_changes_by_expected_magnitude(resnet_runs):  # pylint: disable=redefined-outer-name
   """One-pass bf16 (eps 2^-8) moves logits by ~1e-3..1e-2, gradients more (ReLU/BN kinks on a
   tiny batch), and the training loss by ~1e-3."""
-  ref, bf = resnet_runs['none'], resnet_runs['bf16']
+  ref, bf = resnet_runs['native'], resnet_runs['bf16']
   logits = np.linalg.norm(bf[0] - ref[0]) / np.linalg.norm(ref[0])
   flat = lambda t: np.concatenate([g.ravel() for g in jax.tree.leaves(t)])
   grads = np.linalg.norm(flat(bf[1]) - flat(ref[1])) / np.linalg.norm(flat(ref[1]))
@@ -241,57 +245,71 @@ def test_grouped_batchnorm_equals_numpy():
 
 @pytest.mark.parametrize('field,value', [
     ('matmul_precision', 'fast'), ('matmul_precision', 'bf16_bf16_f32'),
-    ('compute_dtype', 'float16'), ('param_dtype', 'bf16'), ('emulate', 'fp8'),
+    ('compute_dtype', 'float16'), ('param_dtype', 'bf16'), ('conv_format', 'fp8'),
+    ('conv_format', 'none'), ('profile', 'tpu'),
     ('batchnorm_group', -1), ('batchnorm_group', 2.5), ('gpu_deterministic', 'yes')])
-def test_validate_rejects_bad_values(field, value):
+def test_check_rejects_bad_values(field, value):
   # Not type-safe: values a YAML file or a careless override could still bring in.
   config = ml_collections.ConfigDict(common.base_config().to_dict(), type_safe=False)
   config.numerics[field] = value
   with pytest.raises(ValueError) as info:
-    setup.validate(config)
+    setup.check(config)
   message = str(info.value)
   assert f'config.numerics.{field}' in message and '\n' not in message
 
 
-def test_validate_accepts_every_documented_value():
+def test_check_accepts_every_documented_value():
   config = common.base_config()
   for p in setup.PRECISIONS:
     config.numerics.matmul_precision = p
-    setup.validate(config)
-  for field, values in (('emulate', emulate.EMULATE_MODES), ('profile', profiles.PROFILES),
-                        ('conv_format', profiles.FORMATS), ('dense_format', profiles.FORMATS)):
+    setup.check(config)
+  for field, values in (('profile', profiles.PROFILES), ('conv_format', profiles.FORMATS),
+                        ('dense_format', profiles.FORMATS)):
     for value in values:
-      fresh = common.base_config()  # validation expands the formats: one setting per config
+      fresh = common.base_config()  # a profile and a format could contradict: one per config
       fresh.numerics[field] = value
-      setup.validate(fresh)
+      setup.check(fresh)
 
 
-def test_effective_formats_make_platform_defaults_explicit():
-  f = setup.effective_formats
-  assert f('tpu', 'default', 'none') == {'conv': 'bf16', 'dense': 'bf16'}
-  assert f('tpu', 'high', 'none')['dense'] == 'bf16_3x'
-  assert f('gpu', None, 'none') == {'conv': 'tf32', 'dense': 'tf32'}
-  assert f('gpu', 'bfloat16', 'none')['dense'] == 'tf32'  # 'bfloat16' on GPU is TF32
-  assert f('gpu', 'highest', 'none')['dense'] == 'f32'
-  assert f('gpu', 'BF16_BF16_F32', 'none') == {'conv': 'tf32', 'dense': 'bf16'}
-  assert f('cpu', 'default', 'none') == {'conv': 'f32', 'dense': 'f32'}
+def test_kind_formats_make_platform_defaults_explicit():
+  f = lambda platform, precision, fmt, dtype='float32': setup.kind_formats(
+      platform, precision, {'conv': fmt, 'dense': fmt}, dtype)
+  assert f('tpu', 'default', 'native') == {'conv': 'bf16', 'dense': 'bf16'}
+  assert f('tpu', 'high', 'native')['dense'] == 'bf16_3x'
+  assert f('gpu', None, 'native') == {'conv': 'tf32', 'dense': 'tf32'}
+  assert f('gpu', 'bfloat16', 'native')['dense'] == 'tf32'  # 'bfloat16' on GPU is TF32
+  assert f('gpu', 'highest', 'native')['dense'] == 'f32'
+  assert f('gpu', 'BF16_BF16_F32', 'native') == {'conv': 'tf32', 'dense': 'bf16'}
+  assert f('cpu', 'default', 'native') == {'conv': 'f32', 'dense': 'f32'}
   assert f('cpu', 'highest', 'bf16') == {'conv': 'bf16', 'dense': 'bf16'}
   assert f('tpu', 'highest', 'f32')['dense'] == 'bf16_6x'
-  assert f('gpu', 'default', 'none', 'bfloat16')['dense'] == 'bf16'
+  assert f('gpu', 'default', 'native', 'bfloat16')['dense'] == 'bf16'
   described = setup.describe(common.base_config())['effective']
   assert described['platform'] == 'cpu' and described['dense_format'] == 'f32'
 
 
-def test_xla_flags_refused_once_the_backend_runs():
-  """A flag XLA has not read before its backend started cannot take effect: one-line error."""
+def test_one_set_of_xla_flags_per_process(monkeypatch):
+  """configure() puts a config's flags into XLA_FLAGS once per process; a later config asking for
+  flags the first did not set is a one-line error (set once a backend runs, XLA would ignore
+  them); run.build checks the flags are in place without changing anything."""
+  monkeypatch.setattr(setup, '_APPLIED', {})
+  monkeypatch.setenv('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
   config = common.base_config()
-  jax.devices()  # the backend is running
-  config.numerics.xla_flags = '--xla_cpu_use_thunk_runtime=false --xla_unheard_of_flag=1'
-  with pytest.raises(ValueError, match='must be set before JAX starts its backend'):
-    setup.configure(config)
-  config.numerics.xla_flags = 'not_a_flag'
+  config.numerics.gpu_deterministic = True
+  setup.configure(config)
+  assert os.environ['XLA_FLAGS'].split() == ['--xla_force_host_platform_device_count=8',
+                                             '--xla_gpu_deterministic_ops=true']
+  setup.configure(config)  # the same flags again: nothing to do
+  setup.require_configured(config)
+  other = common.base_config()
+  other.numerics.xla_flags = '--xla_cpu_use_thunk_runtime=false --xla_unheard_of_flag=1'
+  with pytest.raises(ValueError, match='differ from the flags this process already applied'):
+    setup.configure(other)
+  with pytest.raises(ValueError, match='are not set in this process'):
+    setup.require_configured(other)
+  other.numerics.xla_flags = 'not_a_flag'
   with pytest.raises(ValueError, match='config.numerics.xla_flags must be space-separated'):
-    setup.configure(config)
-  config.numerics.xla_flags = ''
-  setup.configure(config)  # nothing missing: fine
-  assert setup.xla_flags(config) == []
+    setup.configure(other)
+  other.numerics.xla_flags = ''
+  setup.configure(other)  # nothing missing: fine
+  assert setup.xla_flags(other) == []

@@ -211,14 +211,14 @@ def test_converter_cli(files, tmp_path, capsys):
 def test_reference_schedule_smoke_run_from_converted_file(files, tmp_path):
   """Frozen then unfrozen from a converted file: backbone exact after phase 1, trained after."""
   from configs import digits
-  from trainer import checkpointing, loop
+  from trainer import checkpointing, loop, validation
   import orbax.checkpoint as ocp
   config = digits.get_config('smoke')
   config.model.width = 1.0
   config.model.init_from = str(files['.npz'])
   config.num_epochs, config.optim.freeze_epochs = 2, 1
   workdir = tmp_path / 'w'
-  results = loop.train_and_evaluate(config, str(workdir))
+  results = loop.train_and_evaluate(validation.resolve(config), str(workdir))
   assert results['status'] == 'completed' and results['model']['reinit'] == ['stem', 'head']
   loaded = pretrained.read_state_dict(files['.npz'])
   mngr = checkpointing.manager(str(workdir), 3)

@@ -11,7 +11,7 @@ from flax import nnx
 from configs import loader
 from models import layers, resnet
 from numerics import ops, profiles, setup
-from trainer import optim, steps
+from trainer import optim, run, steps, validation
 
 SMOKE = 'configs/digits.py:smoke'
 A, B = 1 + 2**-9, 1 + 2**-12  # A: TF32-exact, not bf16; B: neither TF32 nor bf16
@@ -32,28 +32,31 @@ def test_every_profile_is_documented_and_listed():
   assert 'jax.default_matmul_precision' in profiles.tpu_default.__doc__
 
 
+def resolved(arg='', overrides=()):
+  return validation.resolve(loader.load(f'{SMOKE},{arg}' if arg else SMOKE, overrides))
+
+
 @pytest.mark.parametrize('profile', list(CPU_FORMATS))
 def test_profile_expands_idempotently_and_is_recorded(profile):
-  config = loader.load(f'{SMOKE},numerics.profile={profile}')
+  loaded = loader.load(f'{SMOKE},numerics.profile={profile}')
+  config = validation.resolve(loaded)
   saved = config.to_dict()['numerics']  # trainer/record.py stores config.to_dict()
   conv, dense = profiles.PROFILES[profile]()
   assert (saved['profile'], saved['conv_format'], saved['dense_format']) == (profile, conv, dense)
-  again = profiles.expand(profiles.expand(config.copy_and_resolve_references()))
+  again = profiles.expand(profiles.expand(loaded.copy_and_resolve_references()))
   assert again.to_dict() == config.to_dict()
-  setup.validate(config)  # validation expands too: still the same
-  assert config.to_dict()['numerics'] == saved
+  assert loaded.numerics.conv_format == ''  # resolution copies: the loaded config is as written
 
 
-def test_emulate_shorthand_and_explicit_formats():
-  config = loader.load(SMOKE)
+def test_explicit_formats_and_the_profile():
+  config = resolved()
   assert (config.numerics.conv_format, config.numerics.dense_format) == ('native', 'native')
-  config = loader.load(f'{SMOKE},numerics.emulate=bf16')
+  config = resolved('numerics.conv_format=bf16,numerics.dense_format=bf16')
   assert (config.numerics.conv_format, config.numerics.dense_format) == ('bf16', 'bf16')
-  config = loader.load(SMOKE, [('numerics.conv_format', 'tf32')])
+  config = resolved(overrides=[('numerics.conv_format', 'tf32')])
   assert (config.numerics.conv_format, config.numerics.dense_format) == ('tf32', 'native')
-  same = loader.load(f'{SMOKE},numerics.profile=tpu_default,numerics.emulate=bf16',
-                     [('numerics.dense_format', 'bf16')])
-  assert same.numerics.conv_format == 'bf16'
+  same = resolved('numerics.profile=tpu_default', [('numerics.dense_format', 'bf16')])
+  assert (same.numerics.conv_format, same.numerics.dense_format) == ('bf16', 'bf16')
 
 
 @pytest.mark.parametrize('arg, overrides, fields', [
@@ -61,36 +64,54 @@ def test_emulate_shorthand_and_explicit_formats():
      ('config.numerics.conv_format', 'config.numerics.profile')),
     ('numerics.profile=torch_gpu_default', [('numerics.dense_format', 'tf32')],
      ('config.numerics.dense_format', 'config.numerics.profile')),
-    ('numerics.emulate=bf16', [('numerics.dense_format', 'tf32')],
-     ('config.numerics.dense_format', 'config.numerics.emulate')),
-    ('numerics.emulate=tf32', [('numerics.profile', 'f32')],
-     ('config.numerics.emulate', 'config.numerics.profile')),
     ('', [('numerics.profile', 'tpu')], ('config.numerics.profile',)),
     ('', [('numerics.conv_format', 'fp8')], ('config.numerics.conv_format',)),
+    ('', [('numerics.conv_format', 'none')], ('config.numerics.conv_format',)),
 ])
 def test_contradictory_or_unknown_settings_are_one_line_errors(arg, overrides, fields):
   with pytest.raises(ValueError) as info:
-    loader.load(f'{SMOKE},{arg}' if arg else SMOKE, overrides)
+    resolved(arg, overrides)
   message = str(info.value)
   assert '\n' not in message and all(f in message for f in fields), message
 
 
-def test_a_new_shorthand_on_a_loaded_config_replaces_the_formats_it_set():
-  """experiments/divergence applies arm overrides to a loaded (expanded) config."""
-  config = loader.load(SMOKE)
-  loader.apply_overrides(config, [('numerics.emulate', 'bf16')])
-  assert (config.numerics.conv_format, config.numerics.dense_format) == ('bf16', 'bf16')
+@pytest.mark.parametrize('arg, overrides', [('numerics.emulate=bf16', []),
+                                            ('', [('numerics.emulate', 'none')])])
+def test_the_removed_emulate_field_says_how_to_convert(arg, overrides):
+  """Configs written with `emulate` get one line naming the fields that replace it."""
+  with pytest.raises(ValueError) as info:
+    resolved(arg, overrides)
+  message = str(info.value)
+  assert '\n' not in message and 'numerics.emulate' in message
+  assert 'numerics.conv_format=F and numerics.dense_format=F for emulate=F' in message
+
+
+def test_overrides_before_resolution_replace_the_profile():
+  """experiments/divergence applies arm overrides to a loaded config, then resolves it: a new
+  profile is simply the profile (nothing was expanded yet)."""
   config = loader.load(f'{SMOKE},numerics.profile=torch_gpu_default')
   loader.apply_overrides(config, [('numerics.profile', 'f32')])
+  config = validation.resolve(config)
   assert (config.numerics.conv_format, config.numerics.dense_format) == ('f32', 'f32')
-  config = loader.load(SMOKE, [('numerics.conv_format', 'tf32')])  # explicit: kept, then checked
-  with pytest.raises(ValueError, match='conv_format'):
-    loader.apply_overrides(config, [('numerics.emulate', 'bf16')])
+
+
+def test_a_resolved_config_is_final():
+  """A second resolution and an in-place change both fail loudly; the trainer refuses a config
+  that was never resolved."""
+  config = resolved('numerics.profile=tpu_default')
+  with pytest.raises(TypeError, match='already resolved'):
+    validation.resolve(config)
+  with pytest.raises(AttributeError, match='immutable'):
+    config.numerics.profile = 'f32'
+  with pytest.raises(AttributeError, match='immutable'):
+    config.numerics['conv_format'] = 'f32'
+  with pytest.raises(TypeError, match='needs a resolved config'):
+    run.build(loader.load(SMOKE))
 
 
 @pytest.mark.parametrize('profile', list(CPU_FORMATS))
 def test_describe_records_each_kinds_format(profile):
-  config = loader.load(f'{SMOKE},numerics.profile={profile}')
+  config = resolved(f'numerics.profile={profile}')
   described = setup.describe(config)
   effective = described['effective']
   assert (effective['conv_format'], effective['dense_format']) == CPU_FORMATS[profile]
@@ -98,7 +119,8 @@ def test_describe_records_each_kinds_format(profile):
   wanted = dict(zip(profiles.KINDS, profiles.PROFILES[profile]()))
   emulated = {kind: fmt != 'native' for kind, fmt in wanted.items()}
   assert effective['emulated'] == emulated
-  assert effective['emulate_impl'] == {k: 'reference' if v else 'none' for k, v in emulated.items()}
+  assert effective['emulate_impl'] == {k: 'reference' if v else 'native'
+                                       for k, v in emulated.items()}
 
 
 def test_kind_formats_per_platform_precision_impl_and_dtype():
@@ -118,7 +140,7 @@ def test_kind_formats_per_platform_precision_impl_and_dtype():
 
 def layer_outputs(profile):
   """(conv, dense) outputs of the model's first convolution and its head on A and B."""
-  config = loader.load(f'{SMOKE},numerics.profile={profile}')
+  config = resolved(f'numerics.profile={profile}')
   model = resnet.create_model(config, 2, 2, nnx.Rngs(0))
   kernel = np.zeros(model.conv1.kernel.shape, np.float32)
   kernel[1, 1, :, 0] = 1.0  # the centre tap of both input channels into output channel 0
@@ -151,10 +173,10 @@ def test_noise_control_is_unbiased_with_the_size_of_bf16_rounding():
   b = rng.standard_normal((256, 16)).astype(np.float32)
   exact = a.astype(np.float64) @ b.astype(np.float64)
   draws = 200
-  noisy = jax.jit(jax.vmap(lambda k: ops.dense(a, b, emulate='bf16_noise', key=k)))(
+  noisy = jax.jit(jax.vmap(lambda k: ops.dense(a, b, fmt='bf16_noise', key=k)))(
       jax.random.split(jax.random.key(1), draws))
   err = np.asarray(noisy, np.float64) - exact  # [draws, 32, 16]
-  rounded = np.asarray(ops.dense(a, b, emulate='bf16'), np.float64) - exact
+  rounded = np.asarray(ops.dense(a, b, fmt='bf16'), np.float64) - exact
   rms = lambda e: float(np.sqrt(np.mean(np.square(e))))
   assert 0.7 < rms(err) / rms(rounded) < 1.4, (rms(err), rms(rounded))  # the same magnitude
   bias = err.mean(axis=0)  # per output element, over draws: sd rms(err)/sqrt(draws) if unbiased
@@ -170,7 +192,7 @@ def test_noise_control_forward_and_backward_noisy_and_keyed():
   exact = (f64(x) @ f64(k), f64(dy) @ f64(k).T, f64(x).T @ f64(dy))
 
   def run(key):
-    y, vjp = jax.vjp(lambda u, v: ops.dense(u, v, emulate='bf16_noise', key=key), x, k)
+    y, vjp = jax.vjp(lambda u, v: ops.dense(u, v, fmt='bf16_noise', key=key), x, k)
     return (y,) + vjp(dy)
   first, again, other = run(jax.random.key(3)), run(jax.random.key(3)), run(jax.random.key(4))
   for got, same, moved, ref in zip(first, again, other, exact):
@@ -199,7 +221,7 @@ def test_step_noise_keys_depend_on_seed_step_and_stream_only():
 def tiny_steps(seed, dense_format='bf16_noise'):
   """(state, train step, eval step, batch) of a tiny ResNet-18, by default with a noisy head (the
   noise of 20 noisy convolutions costs minutes of compile time here; their keys are tested above)."""
-  config = loader.load(f'{SMOKE},numerics.dense_format={dense_format},optim.freeze_epochs=0')
+  config = resolved(f'numerics.dense_format={dense_format},optim.freeze_epochs=0')
   model = resnet.create_model(config, 10, 1, nnx.Rngs(0))
   tx = optim.make_optimizer(config, 3, optim.phases(config, 3)[0])
   state = steps.init_state(model, tx)

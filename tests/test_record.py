@@ -1,5 +1,6 @@
 """trainer/record.py: the one owner of the results record, its arm fields and the same-run rule."""
 
+import json
 import subprocess
 
 import pandas as pd
@@ -7,7 +8,7 @@ import pytest
 
 from analysis import results, stats
 from configs import common, digits
-from trainer import record
+from trainer import record, validation
 
 REPO = __file__.rsplit('/tests/', 1)[0]
 
@@ -96,13 +97,36 @@ def test_a_record_written_before_newer_fields_loads_and_joins_its_arm(tmp_path):
       "numerics.conv_impl: 'auto' -> 'im2col'"]
 
 
+def test_a_record_written_with_the_removed_emulate_field_maps_to_the_formats(tmp_path):
+  """Records written while `numerics.emulate` existed read as today's fields: emulate='none' is
+  dropped, another value becomes the conv/dense formats it set (where the record has none), so
+  the run joins today's arm of that arithmetic and its config is still 'the same run'."""
+  today = validation.resolve(smoke(0, conv_format='bf16', dense_format='bf16'))
+  old = make_record(today, 0.90)
+  for part in (old['numerics']['requested'], old['config']['numerics']):
+    part.update(emulate='bf16', conv_format='', dense_format='')
+  record.write_results(str(tmp_path / 'old' / 'seed0'), old)
+  record.write_results(str(tmp_path / 'new' / 'seed1'), make_record(
+      validation.resolve(smoke(1, conv_format='bf16', dense_format='bf16')), 0.91))
+  runs = results.load_runs(str(tmp_path))
+  assert not [c for c in runs.columns if c.endswith('.emulate')]
+  assert list(runs[f'{record.ARM_PREFIX}conv_format']) == ['bf16', 'bf16']
+  assert len(stats.analyse(runs, margin=0.5)['arms']) == 1
+  assert record.config_differences(old['config'], today.to_dict()) == []
+  native = validation.resolve(smoke(0)).to_dict()
+  as_written = json.loads(json.dumps(native))
+  as_written['numerics']['emulate'] = 'none'  # what every record of the digits study holds
+  assert record.config_differences(as_written, native) == []
+
+
 def test_same_run_rule_ignores_paths_and_cadence_but_not_arithmetic():
   saved = smoke(0).to_dict()
   moved = smoke(0)
   moved.data.manual_dir, moved.data.cache_dir, moved.log_every_steps = '/elsewhere', '/c', 7
   assert record.config_differences(saved, moved.to_dict()) == []
-  assert record.config_differences(saved, smoke(0, emulate='bf16').to_dict()) == [
-      "numerics.emulate: 'none' -> 'bf16'"]
+  resolved = lambda config: validation.resolve(config).to_dict()
+  assert record.config_differences(resolved(smoke(0)), resolved(smoke(0, conv_format='bf16'))) == [
+      "numerics.conv_format: 'native' -> 'bf16'"]
   assert record.config_differences(saved, smoke(1).to_dict()) == ['seed: 0 -> 1']
 
 

@@ -1,7 +1,7 @@
 """Preemption, damaged checkpoints, NaN, the workdir lock and config mismatch, disk full.
 
 One uninterrupted reference run (in this process) is compared with runs of train.py that are
-killed with SIGKILL at chosen moments (trainer/faults.py: during a step, inside a checkpoint write,
+killed with SIGKILL at chosen moments (tests/fault_injection.py: during a step, inside a checkpoint write,
 during eval) and at an arbitrary moment from outside, then started again with the same command;
 with runs whose checkpoint bytes or metrics file were damaged; and with a run that fills a real
 small disk (a tmpfs in a private mount namespace where the machine allows one, else an injected
@@ -26,7 +26,7 @@ import pytest
 
 from analysis import results as results_lib
 from analysis import stats
-from tests import faults_common
+from tests import fault_injection, faults_common
 from tests.conftest import ROOT
 from tests.faults_common import (SMOKE_ARGS, TRAIN, metric_records, run_train, smoke_config,
                                  tree_hash, without_wall_time)
@@ -200,7 +200,7 @@ def test_failed_save_is_reported_once_when_close_fails_too(tmp_path, monkeypatch
     real_close(self)
     raise ValueError("RESOURCE_EXHAUSTED: Error writing ...: [os_error_code='28']")
   monkeypatch.setattr(ocp.CheckpointManager, 'close', failing_close)
-  monkeypatch.setenv('TRAIN_FAULT', 'enospc@save:4')
+  fault_injection.install('enospc@save:4', monkeypatch.setattr)
   with pytest.raises(checkpointing.CheckpointWriteError) as e:
     loop.train_and_evaluate(smoke_config(), str(tmp_path / 'w'))
   assert str(e.value).startswith('checkpoint of step 4 could not be written (No space left on '
@@ -290,16 +290,15 @@ def test_lock_falls_back_to_the_file_where_folders_cannot_be_locked(tmp_path, mo
 
 def test_config_comparison_ignores_only_non_arithmetic_fields():
   saved = smoke_config().to_dict()
-  same = smoke_config(log_every_steps=1, checkpoint_every_steps=0, keep_checkpoints=9)
-  same.data.prefetch = 0
-  same.data.on_device = True
-  same.distributed.num_processes = 2
+  same = smoke_config(log_every_steps=1, checkpoint_every_steps=0, keep_checkpoints=9,
+                      **{'data.prefetch': 0, 'data.on_device': True,
+                         'distributed.num_processes': 2})
   assert record.config_differences(saved, same.to_dict()) == []
   assert record.config_differences(saved, smoke_config(eval_batch_size=128).to_dict()) == [
       'eval_batch_size: 256 -> 128']
   assert record.config_differences(
-      saved, smoke_config(**{'numerics.emulate': 'bf16'}).to_dict()) == [
-      "numerics.emulate: 'none' -> 'bf16'"]
+      saved, smoke_config(**{'numerics.conv_format': 'bf16'}).to_dict()) == [
+      "numerics.conv_format: 'native' -> 'bf16'"]
 
 
 # Bad input against a workdir that already holds a run (interrupted after step 40): each fails
@@ -307,8 +306,8 @@ def test_config_comparison_ignores_only_non_arithmetic_fields():
 EXISTING_RUN_CASES = [
     ('different_config', ['--config.seed=1'], None, 2,
      'holds a run with a different config (seed: 0 -> 1)'),
-    ('different_numerics', ['--config.numerics.emulate=bf16'], None, 2,
-     "numerics.emulate: 'none' -> 'bf16'"),
+    ('different_numerics', ['--config.numerics.conv_format=bf16'], None, 2,
+     "numerics.conv_format: 'native' -> 'bf16'"),
     ('live_lock', [], None, 2, 'is in use by a live run (pid'),
     ('disk_full', [], 'enospc@save:44', 1,
      'checkpoint of step 44 could not be written (No space left on device)'),

@@ -21,8 +21,7 @@ from statsmodels.stats import power as smp
 from analysis import inference, results
 from sweeps import runner, study, sweep
 from configs import celeba, digits
-from numerics import profiles
-from trainer import checkpointing, lock, record, resume
+from trainer import checkpointing, lock, record, resume, validation
 
 DIGITS = os.path.join(sweep.REPO, 'configs', 'digits.py')
 
@@ -88,7 +87,7 @@ def test_declared_seed_count_is_the_power_calculation(module):
 
 def test_slug_depends_on_the_arm_alone_and_disambiguates_shared_leaf_names():
   leaves = sweep.config_leaves(digits.get_config().to_dict())
-  assert sweep.arm_slug({'numerics.emulate': 'bf16'}, leaves) == 'emulate-bf16'
+  assert sweep.arm_slug({'numerics.profile': 'tpu_default'}, leaves) == 'profile-tpu-default'
   assert sweep.arm_slug({}, leaves) == 'default'
   # `name` is both data.name and model.name: the dotted name keeps the slug unambiguous.
   assert sweep.arm_slug({'data.name': 'digits', 'model.width': 0.5}, leaves) == 'data.name-digits_width-0.5'
@@ -144,7 +143,7 @@ def parse_train_command(line):
     values(argv[1:])
   finally:
     os.chdir(cwd)
-  return profiles.expand(values.config), values.workdir  # train.py's loader expands the formats
+  return validation.resolve(values.config), values.workdir  # as train.py resolves it
 
 
 def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, capsys):
@@ -158,14 +157,16 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
   assert len(lines) == n
   for line, run in zip(lines, runs):
     config, workdir = parse_train_command(line)
-    expected = sweep.check_overrides(digits, 'smoke,model.width=0.25', run.overrides, 0)
+    expected = validation.resolve(
+        sweep.check_overrides(digits, 'smoke,model.width=0.25', run.overrides, 0))
     assert workdir == run.workdir and config.to_dict() == expected.to_dict()
-    assert run.config.to_dict() == expected.to_dict()  # expand keeps each run's config
+    assert run.config.to_dict() == expected.to_dict()  # expand keeps each run's resolved config
   # Tuples, bools and floats survive the command line too.
   odd = {'seed': 4, 'model.reinit': ('stem',), 'numerics.gpu_deterministic': True, 'model.width': 0.5}
   run = sweep.Run(odd, 'odd', 4, odd, str(root / 'odd'))
   config, _ = parse_train_command(sweep.command_line(sweep.command(run, DIGITS, 'smoke')))
-  assert config.to_dict() == sweep.check_overrides(digits, 'smoke', odd, 0).to_dict()
+  assert config.to_dict() == validation.resolve(sweep.check_overrides(digits, 'smoke', odd,
+                                                                       0)).to_dict()
   script = (root / sweep.SLURM_FILE).read_text()
   assert script.startswith('#!/bin/bash\n') and f'#SBATCH --array=0-{n - 1}\n' in script
   assert str(root / sweep.COMMANDS_FILE) in script and f'{root}/.jax_cache' in script
@@ -183,9 +184,9 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
 def test_emit_paths_and_a_completed_run_is_skipped_an_unfinished_one_relaunched(tmp_path, capsys):
   root = str(tmp_path / 'r')
   runs, _, _ = sweep.expand('configs/digits.py:smoke', root)
-  done = sweep.check_overrides(digits, 'smoke', runs[0].overrides, 0).to_dict()
+  done = runs[0].config.to_dict()  # as train.py saves it: resolved
   record.write_results(runs[0].workdir, {'status': 'completed', 'config': done}, step=5)
-  unfinished = sweep.check_overrides(digits, 'smoke', runs[1].overrides, 0).to_dict()
+  unfinished = runs[1].config.to_dict()
   record.write_results(runs[1].workdir, {'status': 'running', 'config': unfinished}, step=2)
   code = sweep.main(['--config=configs/digits.py:smoke', f'--root={root}', '--dry-run',
                      f'--emit-commands={tmp_path}/c.txt', f'--emit-slurm={tmp_path}/s.sbatch'])
@@ -202,8 +203,9 @@ def test_rerun_after_moving_the_data_skips_completed_and_resumes_unfinished(tmp_
   root = str(tmp_path / 'r')
   runs, _, _ = sweep.expand('configs/digits.py:smoke', root)
   for i, run in enumerate(runs[:2]):
-    saved = sweep.check_overrides(digits, 'smoke', run.overrides, 0)
-    saved.data.manual_dir, saved.data.tfds_dir, saved.data.cache_dir = '/old/a', '/old/b', '/old/c'
+    saved = validation.resolve(sweep.check_overrides(digits, 'smoke', {
+        **run.overrides, 'data.manual_dir': '/old/a', 'data.tfds_dir': '/old/b',
+        'data.cache_dir': '/old/c'}, 0))
     record.write_results(run.workdir, {'status': 'completed' if i == 0 else 'running',
                                        'config': saved.to_dict()}, step=5)
   code = sweep.main(['--config=configs/digits.py:smoke', f'--root={root}', '--dry-run'])
@@ -211,7 +213,7 @@ def test_rerun_after_moving_the_data_skips_completed_and_resumes_unfinished(tmp_
   assert code == 0 and f'1 completed (skipped), {len(runs) - 1} to run' in out
   assert f'--workdir={runs[1].workdir}' in out and f'--workdir={runs[0].workdir} ' not in out
   # train.py's resume applies the same rule to the moved run: it continues it.
-  moved = sweep.check_overrides(digits, 'smoke', runs[1].overrides, 0)
+  moved = runs[1].config
   saved = record.read_results(runs[1].workdir)
   assert record.config_differences(saved['config'], moved.to_dict()) == []
   mngr = checkpointing.manager(runs[1].workdir, 3)
@@ -262,7 +264,8 @@ def test_launch_order_round_robins_arms():
 def test_tiny_study_end_to_end_then_resume_skips_everything(tmp_path, subprocess_env, monkeypatch, capsys):
   monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', subprocess_env['JAX_COMPILATION_CACHE_DIR'])
   monkeypatch.setenv('XLA_FLAGS', '')  # one CPU device: the cheapest compile
-  cfg = write_config(tmp_path, "[{'numerics.emulate': e, 'seed': s} for e in ('f32', 'bf16') for s in (0, 1)]")
+  cfg = write_config(tmp_path, "[{'numerics.profile': p, 'seed': s} for p in ('f32', 'tpu_default') "
+                     "for s in (0, 1)]")
   root = tmp_path / 'study'
   spec = f'--config={cfg}:smoke,num_epochs=2,optim.freeze_epochs=0'
   assert study.main([spec, f'--root={root}', '--parallel=1']) == 0
@@ -270,10 +273,10 @@ def test_tiny_study_end_to_end_then_resume_skips_everything(tmp_path, subprocess
   assert '[sweep] 4/4 done, 0 running, 0 failed' in out and 'study finished in' in out
   report = (root / 'report.md').read_text()
   # Arms labelled by the first requested field that separates them: the named shorthand first.
-  assert report in out and 'emulate=bf16' in report and 'emulate=f32' in report
+  assert report in out and 'profile=tpu_default' in report and 'profile=f32' in report
   assert 'conv_format=' not in report.split('## Arms')[1].split('## Pairwise')[0]
   assert (root / 'report.tex').exists() and list(root.glob('report_*.csv'))
-  log = (root / 'emulate-bf16' / 'seed1' / 'train.log').read_text()
+  log = (root / 'profile-tpu-default' / 'seed1' / 'train.log').read_text()
   assert 'train.py --config=' in log and 'Done: test_accuracy' in log
   runs = results.load_runs(str(root))
   assert sorted(runs['status']) == ['completed'] * 4

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from sweeps import checks, sweep
-from configs import celeba, digits
+from configs import celeba
 from input_pipeline import celeba_files
 from trainer import record
 
@@ -28,8 +28,8 @@ def test_bad_config_missing_data_and_uncreatable_root_all_reported_nothing_writt
     tmp_path, capsys, dry_run):
   missing = tmp_path / 'no_celeba'
   cfg = write_config(tmp_path, 'celeba', (
-      "[{'numerics.emulate': e, 'seed': s, **({'num_epochs': 0} if e == 'bf16' else {})} "
-      "for e in ('bf16', 'f32') for s in (0, 1, 2, 3)]"))
+      "[{'numerics.profile': p, 'seed': s, **({'num_epochs': 0} if p == 'tpu_default' else {})} "
+      "for p in ('tpu_default', 'f32') for s in (0, 1, 2, 3)]"))
   (tmp_path / 'blocker').write_text('a file where the root would go')
   before = listing(tmp_path)
   argv = [f'--config={cfg}:smoke,data.manual_dir={missing}', f'--root={tmp_path}/blocker/study']
@@ -37,8 +37,8 @@ def test_bad_config_missing_data_and_uncreatable_root_all_reported_nothing_writt
   err = capsys.readouterr().err.splitlines()
   assert all(line.startswith('error: ') for line in err[:-1]) and len(err) == 4
   assert err[0] == ('error: config.num_epochs must be a positive integer, got 0 (runs: '
-                    'emulate-bf16_num_epochs-0/seed0, emulate-bf16_num_epochs-0/seed1, '
-                    'emulate-bf16_num_epochs-0/seed2 and 1 more)')
+                    'profile-tpu-default_num_epochs-0/seed0, profile-tpu-default_num_epochs-0/seed1, '
+                    'profile-tpu-default_num_epochs-0/seed2 and 1 more)')
   assert f"config.data.manual_dir='{missing}' lacks {', '.join(celeba_files.FILES)}" in err[1]
   assert err[2] == (f'error: --root={tmp_path}/blocker/study cannot be created: '
                     f'{tmp_path}/blocker is a file, not a folder: choose another path')
@@ -49,7 +49,7 @@ def test_bad_config_missing_data_and_uncreatable_root_all_reported_nothing_writt
 def test_unwritable_run_folder_and_a_saved_run_with_other_settings(tmp_path, capsys, monkeypatch):
   root = tmp_path / 'r'
   runs, _, _ = sweep.expand('configs/digits.py:smoke', str(root))
-  changed = sweep.check_overrides(digits, 'smoke', runs[2].overrides, 0).to_dict()
+  changed = runs[2].config.to_dict()
   changed['num_epochs'] = 99
   record.write_results(runs[2].workdir, {'status': 'completed', 'config': changed}, step=5)
   os.makedirs(runs[4].workdir)

@@ -7,19 +7,18 @@ import jax
 import numpy as np
 import pytest
 
-from configs import digits
-from trainer import checkpointing, loop
+from configs import digits, loader
+from trainer import checkpointing, loop, validation
 
 RESULT_KEYS = {'status', 'seed', 'platform', 'device_kind', 'num_devices', 'num_processes',
                'numerics', 'final', 'history', 'config', 'versions', 'wall_time_s'}
 
 
 def smoke_config(**overrides):
+  """The smoke run's resolved config, with `overrides` ({dotted field: value}) applied first."""
   c = digits.get_config('smoke')
   c.log_every_steps = 4
-  for key, value in overrides.items():
-    c[key] = value
-  return c
+  return validation.resolve(loader.apply_overrides(c, overrides.items()))
 
 
 @pytest.fixture(scope='module')
@@ -86,8 +85,7 @@ def test_completed_run_is_not_trained_again(finished_run):
 def test_device_resident_dataset_trains_bit_identically(finished_run, tmp_path):
   """data.on_device gathers the same rows on the devices: every logged number is unchanged."""
   _, results = finished_run
-  config = smoke_config()
-  config.data.on_device = True
+  config = smoke_config(**{'data.on_device': True})
   workdir = tmp_path / 'on_device'
   again = loop.train_and_evaluate(config, str(workdir))
   strip = lambda history: [{k: v for k, v in h.items() if k != 'wall_time_s'} for h in history]

@@ -1,7 +1,9 @@
-"""Orbax checkpoints of a run: writing, waiting, restoring the newest valid step, setting aside.
+"""Orbax checkpoints of a run: the manager, write failures, waiting, restoring the newest valid
+step, setting aside.
 
-The layout (which items, where) belongs to trainer/record.py. Every save carries the results as
-they stand (status 'running' until the last save, then 'completed' or 'failed').
+The layout (which items, where) and the write itself belong to trainer/record.py (`record.save`,
+called by the training loop inside `write_errors`). Every save carries the results as they stand
+(status 'running' until the last save, then 'completed' or 'failed').
 
 Orbax writes each step into `<step>.orbax-checkpoint-tmp-*` and renames it when complete, so a
 write interrupted by a kill never becomes a step. A finalized step with damaged files is found by
@@ -12,10 +14,10 @@ and moves the bad ones to <workdir>/corrupt_checkpoints/.
 
 A write that fails (a full disk, permissions) becomes one CheckpointWriteError naming the step whose
 write failed: asynchronous writes fail late (Orbax reports them at the next save, wait or close),
-so `save` first waits for the pending one, and `close` never reports a failure twice.
+so the loop first waits for the pending one (`wait`), and `close` never reports a failure twice.
 """
 
-import copy
+import contextlib
 import hashlib
 import os
 import re
@@ -29,7 +31,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from trainer import faults, record
+from trainer import record
 
 CORRUPT_DIR = 'corrupt_checkpoints'
 
@@ -67,20 +69,14 @@ def _write_error(step, error):
                               'workdir, then run the same command again to resume')
 
 
-def save(mngr, step, state, results):
-  """Save (asynchronously, where enabled) the state and the results at `step`.
-
-  The previous asynchronous write is waited for first (Orbax would wait for it inside this save
-  anyway), so that its failure names its own step. The results are deep-copied: the caller keeps
-  appending to its dict while the write runs.
-  """
-  wait(mngr)
+@contextlib.contextmanager
+def write_errors(step):
+  """Inside: a failing write (OSError, or Orbax's ValueError/RuntimeError) becomes the one
+  CheckpointWriteError naming `step`."""
   try:
-    faults.point('save', step, actions=('enospc',))
-    mngr.save(step, args=record.save_args(copy.deepcopy(results), state), force=True)
+    yield
   except (OSError, ValueError, RuntimeError) as e:
     raise _write_error(step, e) from e
-  faults.point('save', step, actions=('kill', 'term', 'int'))
 
 
 def wait(mngr, step=None):

@@ -66,8 +66,11 @@ def barrier(name, timeout_s=900):
   context set-up gives up after 30 s). A no-op with one process."""
   if jax.process_count() == 1:
     return
-  from jax._src import distributed as jax_distributed  # pylint: disable=import-outside-toplevel
-  jax_distributed.global_state.client.wait_at_barrier(name, timeout_in_ms=timeout_s * 1000)
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  # Naming the processes makes Orbax wait at the coordination service's barrier; without them it
+  # would run a device collective (jax.experimental.multihost_utils.sync_global_devices).
+  ocp.multihost.sync_global_processes(name, timeout=timeout_s,
+                                      processes=set(range(jax.process_count())))
 
 
 _PRECOMPILED = [0]

@@ -27,7 +27,7 @@ from absl import logging
 
 from input_pipeline import batching
 from numerics import setup as numerics_setup
-from trainer import checkpointing, faults, lock, optim, record, reporting, resume, run, steps, stop
+from trainer import checkpointing, lock, optim, record, reporting, resume, run, steps, stop
 from trainer import validation
 
 VERSIONED_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')
@@ -55,14 +55,15 @@ def nonfinite_reason(bad_step, what, per_epoch, last_finite):
 
 
 def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False):
-  """Train and evaluate `config` in `workdir`; returns the final results dict.
+  """Train and evaluate the resolved `config` (trainer/validation.resolve) in `workdir`; returns
+  the final results dict.
 
   Raises validation.ConfigError on bad input or an unusable workdir (before compute),
   TrainingFailed on a non-finite loss/state, checkpointing.CheckpointWriteError when a checkpoint
   cannot be written, reporting.MetricsWriteError when metrics.jsonl cannot, stop.Stopped after a
   SIGTERM/SIGINT. `allow_layout_change`: a saved run may continue on another device layout.
   """
-  validation.check_config(config)
+  validation.require_resolved(config, 'trainer.loop.train_and_evaluate')
   validation.check_workdir(workdir)
   ctx = run.build(config)
   is_writer = jax.process_index() == 0
@@ -152,7 +153,6 @@ def _train(ctx, workdir, mngr, p, is_writer):
         p.step += 1
         if p.step == entered + 1:
           reporter.compiled(entered)  # the phase's first call compiled its step function
-        faults.point('step', p.step)
         _after_step(ctx, mngr, reporter, p, bad, eval_fn, stops)
     checkpointing.wait(mngr, p.step)  # a signal now changes nothing: the run is complete
   reporter.close()
@@ -181,13 +181,22 @@ def _after_step(ctx, mngr, reporter, p, bad, eval_fn, stops):
     raise stop.Stopped(signum, p.step)
 
 
+def _save(mngr, step, results, state=None):
+  """The run's results (and state) as checkpoint step `step`: <workdir>/checkpoints/<step>/
+  {results, state} (record.save). The previous asynchronous write is waited for first, so that
+  its failure names its own step."""
+  checkpointing.wait(mngr)
+  with checkpointing.write_errors(step):
+    record.save(mngr, step, results, state)
+
+
 def _checkpoint(ctx, mngr, p, status='running'):
   p.results.update(status=status, step=p.step, total_steps=ctx.total_steps,
                    wall_time_s=p.wall_time(),
                    log_sums={k: float(v) for k, v in p.last_logged.items()},
                    state_digest=checkpointing.state_digest(p.state))
   record.end_segment(p.results, p.step)
-  checkpointing.save(mngr, p.step, p.state, p.results)
+  _save(mngr, p.step, p.results, p.state)
   p.last_finite = p.step
 
 
@@ -200,7 +209,7 @@ def _ensure_finite(ctx, mngr, reporter, p, bad):
   p.results.update(status='failed', reason=reason, failed_step=bad_step, step=p.step,
                    total_steps=ctx.total_steps, wall_time_s=p.wall_time())
   p.results.pop('state_digest', None)  # this step saves no state
-  checkpointing.save(mngr, p.step, None, p.results)  # results only: the state is not finite
+  _save(mngr, p.step, p.results)  # results only: the state is not finite
   checkpointing.wait(mngr, p.step)
   reporter.close()
   raise TrainingFailed(reason)
@@ -231,7 +240,7 @@ def _end_epoch(ctx, reporter, p, eval_fn, evaluate_now):
            'train_loss': float(sums['loss'] / sums['count']),
            'train_accuracy': float(sums['correct'] / sums['count'])}
   if evaluate_now:
-    entry.update(run.evaluate(ctx, eval_fn, p.state, epoch))
+    entry.update(run.evaluate(ctx, eval_fn, p.state))
     reporter.evaluated(p.step)
     logging.info('epoch %d: test_accuracy %.4f test_loss %.4f train_loss %.4f', epoch,
                  entry['test_accuracy'], entry['test_loss'], entry['train_loss'])

@@ -13,7 +13,9 @@ Records written by older versions of the code read the same: the layout has not 
 field the code added since (a numerics setting, say) is absent there; such a field counts as its
 default (configs/common.py), which is, by design, the behaviour before the field existed: `row`
 fills the arm-defining `numerics.requested.*` columns so, and `config_differences` does not hold
-it against a saved run.
+it against a saved run. A field the code removed is mapped once, where a record is read
+(`upgrade`): the `emulate` shorthand becomes the per-kind formats it stood for
+(numerics/profiles.py upgrade).
 
 Record fields: `schema` (RECORD_SCHEMA; absent in records written before it existed, which read
 the same), `status` ('running' | 'completed' | 'failed'), `reason`, `seed`, `platform`,
@@ -32,10 +34,13 @@ data (`data_differences`: files, split, resolution, class count) and, unless exp
 the same device layout (`layout_differences`).
 """
 
+import copy
 import json
 
 import orbax.checkpoint as ocp
 from etils import epath
+
+from numerics import profiles
 
 RECORD_SCHEMA = 2
 CHECKPOINTS = 'checkpoints'
@@ -55,7 +60,7 @@ DEFAULT_METRIC = 'final.test_accuracy'
 # An arm: runs equal in these columns and in every requested numerics field.
 ARM_CONTEXT = ('platform', 'device_kind')
 ARM_PREFIX = 'numerics.requested.'
-ARM_NAMED = ('profile', 'emulate')  # shorthands that name a whole arithmetic: listed first
+ARM_NAMED = ('profile',)  # the name of a whole arithmetic: listed first
 # Whether a GPU run used deterministic kernels (TPU and CPU runs repeat bit for bit anyway).
 DETERMINISM_COLUMN = 'numerics.effective.gpu_deterministic'
 
@@ -147,6 +152,13 @@ def final_metrics(history):
           'train_loss': last['train_loss'], 'train_accuracy': last['train_accuracy']}
 
 
+def save(mngr, step, results, state=None):
+  """Write the record `results` (and, unless None, `state`) as step `step` of the Orbax manager
+  `mngr`: <workdir>/checkpoints/<step>/{results, state}, asynchronously where `mngr` is. The
+  results are deep-copied: the caller keeps appending to its dict while the write runs."""
+  mngr.save(step, args=save_args(copy.deepcopy(results), state), force=True)
+
+
 def save_args(results, state=None):
   """The Orbax Composite that writes `results` (JSON) and, unless None, `state` at one step."""
   items = {RESULTS_ITEM: ocp.args.JsonSave(results)}
@@ -176,7 +188,7 @@ def read_results(run):
 def write_results(run, results, step=0):
   """Write `results` as a results-only step of run folder `run` (tests; importing outside runs)."""
   with ocp.CheckpointManager(checkpoint_dir(run), item_names=ITEMS) as mngr:
-    mngr.save(step, args=save_args(results), force=True)
+    save(mngr, step, results)
     mngr.wait_until_finished()
 
 
@@ -200,11 +212,26 @@ def defaults():
   return flatten(json.loads(json.dumps(common.base_config().to_dict())), '')
 
 
+def upgrade(results):
+  """A saved record (dict) as today's fields: its requested and effective numerics and its
+  config's numerics through numerics.profiles.upgrade (the removed `emulate` shorthand); a new
+  dict."""
+  results = dict(results)
+  if isinstance(results.get('numerics'), dict):
+    results['numerics'] = {part: profiles.upgrade(value) if isinstance(value, dict) else value
+                           for part, value in results['numerics'].items()}
+  if isinstance(results.get('config'), dict) and 'numerics' in results['config']:
+    results['config'] = {**results['config'],
+                         'numerics': profiles.upgrade(results['config']['numerics'])}
+  return results
+
+
 def row(run, results):
   """One table row (dict) for `run` from its record (None: nothing saved yet). Requested numerics
   fields the record predates are filled with their defaults (see the module doc)."""
   if results is None:
     return {'run': run, 'status': 'no_results', 'reason': 'no saved checkpoint step'}
+  results = upgrade(results)
   out = {name: results.get(name) for name in BASE_COLUMNS[1:]}
   out['run'] = run
   if out['seed'] is None:
@@ -241,7 +268,7 @@ def config_differences(saved, requested):
   """['field: saved -> requested', ...]: the fields in which config dict `requested` is not the
   same run as saved config dict `saved` (IGNORED_FIELDS aside; a field the saved config predates
   counts as its default). Empty: the same run."""
-  old = flatten(json.loads(json.dumps(saved or {})), '')
+  old = flatten(json.loads(json.dumps(upgrade({'config': saved or {}})['config'])), '')
   new = flatten(json.loads(json.dumps(requested or {})), '')
   default = defaults()
   for name in set(new) - set(old):

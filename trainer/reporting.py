@@ -11,6 +11,13 @@ writes it, it is rewritten whole (with a warning) at the next record.
 Images/s and the ETA leave out compile time: the loop calls `compiled` when a step function's first
 call returns and `evaluated` after each evaluation (the first one compiles), and the ETA is the
 remaining steps times the mean time per step over the intervals without a compile in them.
+
+Why not CLU's metric writers and periodic actions (the flax examples' standard): in clu 0.0.12
+(the latest release) `import clu.metric_writers` imports TensorFlow at once (its package imports
+`SummaryWriter`, a tf.summary writer), and `clu.periodic_actions` imports `metric_writers`, so
+neither loads on the core install, which has no TensorFlow (requirements.txt; tensorboardX writes
+the TensorBoard files here). CLU has no JSON-lines writer either, and `ReportProgress` measures
+steps/s over every interval, compiles included, which is the number this module leaves out.
 """
 
 import json

@@ -1,7 +1,8 @@
 """The run context: everything a training run is built from, built one way for every driver.
 
-  numerics_setup.configure(config)   # first, before any JAX backend starts (train.py does it)
-  ctx = run.build(config)            # validated config, dataset, mesh, phases, model structure
+  config = validation.resolve(loader.load(spec, overrides))   # the entry point resolves once
+  numerics_setup.configure(config)   # then, before any JAX backend starts (train.py does both)
+  ctx = run.build(config)            # dataset, mesh, phases, model structure
   model, facts = run.init_model(ctx) # initial weights from config.seed (and model.init_from)
   state = run.initial_state(ctx, model)
   for phase in ctx.phases:
@@ -30,7 +31,7 @@ import input_pipeline
 from input_pipeline import base, batching
 from models import resnet
 from numerics import setup as numerics_setup
-from trainer import checkpointing, distributed, faults, optim, steps, validation
+from trainer import checkpointing, distributed, optim, steps, validation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,13 +72,15 @@ def load_dataset(config, device_bytes=None):
 
 
 def build(config, dataset=None, devices=None):
-  """The run's context (validated; raises ConfigError on bad input, before any compute).
+  """The run's context from a resolved config (raises ConfigError on bad input, before any
+  compute; TypeError for a config that was not resolved, ValueError if its XLA flags were not
+  applied to this process).
 
   `dataset`: reuse one already loaded (arms of one comparison); `devices`: the mesh's devices
   (default: all of them).
   """
-  validation.check_config(config)
-  numerics_setup.configure(config)  # a no-op when train.py already applied it; else checks
+  validation.require_resolved(config, 'trainer.run.build')
+  numerics_setup.require_configured(config)
   devices = list(devices if devices is not None else jax.devices())
   validation.check_devices(config, len(devices), jax.process_count())
   if dataset is None:
@@ -182,7 +185,7 @@ def eval_step(ctx, state):
   return fn
 
 
-def evaluate(ctx, step_fn, state, epoch=0):
+def evaluate(ctx, step_fn, state):
   """Top-1 accuracy (or mean per-label accuracy) and loss over every example of the test split.
 
   Batches are gathered and put on the devices `data.prefetch` ahead on a thread, as in training.
@@ -194,7 +197,6 @@ def evaluate(ctx, step_fn, state, epoch=0):
       ctx.dataset.test, config.eval_batch_size, jax.process_index(), jax.process_count()))
   for batch in batching.prefetch(batches, config.data.prefetch):
     totals = step_fn(state, batch, totals)
-    faults.point('eval', epoch)
   totals = jax.device_get(totals)
   return {'test_accuracy': float(totals['correct'] / totals['count']),
           'test_loss': float(totals['loss'] / totals['count']), 'test_count': int(totals['count'])}
@@ -208,9 +210,10 @@ def watch(ctx, state):
   return fn, bad
 
 
-def feed(ctx):
-  """None (host feeding) or (device-resident training split, jitted gather) for data.on_device."""
-  if not ctx.config.data.on_device:
+def feed(ctx, on_device=None):
+  """None (host feeding) or (device-resident training split, jitted gather): as data.on_device
+  says, unless `on_device` is given (a benchmark comparing both feeds of one run)."""
+  if not (ctx.config.data.on_device if on_device is None else on_device):
     return None
   data, gather = batching.on_devices(ctx.dataset.train, ctx.replicated), steps.make_gather(ctx.mesh)
   if jax.process_count() > 1:

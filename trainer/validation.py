@@ -1,15 +1,22 @@
-"""Checks that run before any data is loaded or anything compiled.
+"""Checks that run before any data is loaded or anything compiled, and the one resolution of a config.
 
-Each failure is a `ConfigError` whose message is one line naming the field and the fix; train.py
-prints it and exits non-zero, leaving the workdir untouched.
+`resolve(config)` is the one validation path: every entry point (train.py, the sweep, the study,
+the divergence tool, the benchmarks) loads a config (configs/loader.py), resolves it once (numerics
+formats expanded, every field checked) and hands the frozen result on; trainer/, numerics/ and the
+launchers only read it (`require_resolved` says so loudly where a driver forgot). Each failure is a
+`ConfigError` whose message is one line naming the field and the fix; train.py prints it and exits
+non-zero, leaving the workdir untouched.
 """
 
 import math
 import os
 import uuid
 
+import ml_collections
+
 import input_pipeline
 from input_pipeline import base, batching
+from numerics import profiles
 from numerics import setup as numerics_setup
 from trainer import optim
 
@@ -35,7 +42,36 @@ def _number(config, name, rule, ok):
   return value
 
 
-def check_config(config):
+def resolve(config):
+  """The resolved config: a frozen copy of `config` with the product formats expanded
+  (numerics/profiles.py) and every field checked; ConfigError (one line) on bad input.
+
+  Resolving twice is a programming error (TypeError): a resolved config is final.
+  """
+  if is_resolved(config):
+    raise TypeError('the config is already resolved: resolve it once, at the entry point, and '
+                    'hand the resolved config on')
+  config = config.copy_and_resolve_references()  # a copy: the caller's config stays as written
+  try:
+    profiles.expand(config)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+  _check_fields(config)
+  return ml_collections.FrozenConfigDict(config)
+
+
+def is_resolved(config):
+  return isinstance(config, ml_collections.FrozenConfigDict)
+
+
+def require_resolved(config, who):
+  """TypeError unless `config` came from `resolve` (`who`: the function that needs it)."""
+  if not is_resolved(config):
+    raise TypeError(f'{who} needs a resolved config: call trainer.validation.resolve(config) once, '
+                    'at the entry point, and pass its result')
+
+
+def _check_fields(config):
   """Static checks of every field the trainer reads."""
   for name in ('num_epochs', 'batch_size', 'eval_batch_size', 'eval_every_epochs',
                'log_every_steps', 'keep_checkpoints'):
@@ -78,7 +114,7 @@ def check_config(config):
                       f'{config.model.stem!r}')
   _number(config, 'model.width', '> 0', lambda v: v > 0)
   try:
-    numerics_setup.validate(config)
+    numerics_setup.check(config)
   except ValueError as e:
     raise ConfigError(str(e)) from None
 
