@@ -12,23 +12,13 @@ reference level with the other factors held fixed, with its 95% CI. Accuracies s
 are in percentage points (x100), as in analysis.stats. Only completed runs with a finite metric are
 used; the others are listed.
 
-Platform gap. The `native` arm runs each platform's own default arithmetic, so it measures that
-platform's arithmetic; the emulated profiles (tpu_default, jax_gpu_default, ...) reproduce one
-platform's arithmetic and run on every platform. In an additive model `native` would be the same
-arithmetic on every platform, which it is not, so the gap is split in a second fit of the same kind
-whose arithmetic factor is crossed with platform (one coefficient per observed (platform, profile)
-cell; the other factors additive). For a platform A and the reference platform B:
-  native gap  G = native arm on A - native arm on B (adjusted for seed and the other factors);
-  numerics    N = cell(profile emulating A) - cell(profile emulating B), averaged over the
-                  platforms that ran both, plus, for each other factor whose level differs between
-                  the two native arms, its coefficient difference (one row per factor);
-  residual    R = G - N: what the emulated arithmetic does not reproduce.
-Each is a linear contrast c'b of the coefficients, with standard error sqrt(c'Vc) from the fit's
-covariance matrix V (mixed or cluster-robust), so the correlation of G and N (shared runs) is kept.
-R is tested against +-margin by two one-sided tests (TOST, Schuirmann 1987; 90% CI): 'explained by
-numerics' only if R is equivalent to 0 (TOST p < 0.05), 'not explained' if R's 95% CI excludes 0,
-else 'inconclusive'. With one platform (or no native arm) each observed arm is compared with the
-reference arm instead, from the main fit.
+Platform gap (analysis/gap.py). With runs from two or more platforms and a native arm, the native
+gap between each platform and the reference platform is split, in a second fit whose arithmetic
+factor is crossed with platform, into a numerics part (what the emulated arithmetic reproduces)
+and a platform residual, with a verdict (no gap / explained by numerics / partly explained / not
+explained / inconclusive), the share of the gap the numerics part accounts for (delta-method
+interval) and the seeds a decisive answer needs. With one platform (or no native arm) each
+observed arm is compared with the reference arm instead, from the main fit.
 
 Noise floor. The sd of the metric over the runs (seeds) of the noise-control arm, and the half-width
 of a 95% t interval of the difference of two independent means of that many runs with that sd,
@@ -43,10 +33,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from analysis import effects, forest, inference, stats
+from analysis import attribution_report, effects, forest, gap, stats
 from trainer import record
 
-CELL = 'platform x arithmetic'
+
 def select(frame, metric, factors, seed_col):
   """The usable runs (stats.prepare: completed, finite metric; repeated runs of a seed in one arm
   are kept as observations sharing the seed's intercept, an arm being equal factors, platform,
@@ -93,13 +83,13 @@ def default_factors(frame):
 
 
 def references(runs, columns, given):
-  """{factor: reference level}: given, else the first sorted level (platform: first seen)."""
+  """{factor: reference level}: given, else the first sorted level (platform too, so the order in
+  which runs or roots are read does not change the reference: cpu before gpu before tpu)."""
   chosen = {effects.find_factor(k, columns, '--reference'): v for k, v in given.items()}
   out = {}
-  for factor, col in columns.items():
+  for factor in columns:
     lv = effects.levels(runs, factor)
-    default = runs[factor].iloc[0] if col == 'platform' else lv[0]
-    out[factor] = chosen.get(factor, default)
+    out[factor] = chosen.get(factor, lv[0])
     if out[factor] not in lv:
       raise ValueError(f'--reference: {factor} has no level {out[factor]!r}; levels: {", ".join(lv)}')
   return out
@@ -125,149 +115,14 @@ def noise_floor(runs, arm, scale_unit):
       f'sqrt(2/{len(x)}) = {half:.3f} {scale_unit}')}
 
 
-def verdict(row, margin):
-  """The residual's TOST against +-margin and its reading (see module doc)."""
-  lo, hi, p = inference.tost(row['estimate'], row['se'], row['df'], margin) if margin else (np.nan,) * 3
-  if margin and p < inference.ALPHA:
-    word = 'explained by numerics'
-  elif row['ci_low'] > 0 or row['ci_high'] < 0:
-    word = 'not explained'
-  else:
-    word = 'inconclusive' + ('' if margin else ' (no --margin for an equivalence test)')
-  return {'ci90_low': lo, 'ci90_high': hi, 'tost_p': p, 'verdict': word}
-
-
-def cell_weights(X, cell, sign=1.0):
-  """Weights of a (platform, profile) cell's coefficient (none for the reference cell)."""
-  col = f'{CELL}={cell}'
-  return pd.Series({col: sign} if col in X else {}, dtype=float)
-
-
-def total(weights):
-  """Sum of weight Series, a missing column counting as 0."""
-  out = pd.Series(dtype=float)
-  for w in weights:
-    out = out.add(w, fill_value=0.0)
-  return out
-
-
-def gap_rows(model, X, runs, a, b, native, emu, others):
-  """Rows (gap, component, contrast...) of platform a's native gap against platform b."""
-  nf, nl = native
-  nat = lambda p: (runs['platform'] == p) & (runs[nf] == nl)
-  gap = X[nat(a)].mean() - X[nat(b)].mean()
-  cells = set(runs[CELL])
-  both = [p for p in sorted(set(runs['platform'])) if {f'{p}|{emu[a]}', f'{p}|{emu[b]}'} <= cells]
-  if not both:
-    raise LookupError(f'no platform ran both {nf}={emu[a]} and {nf}={emu[b]}')
-  num = total(w for p in both for w in (cell_weights(X, f'{p}|{emu[a]}'),
-                                        cell_weights(X, f'{p}|{emu[b]}', -1.0))) / len(both)
-  parts = [(f'numerics: {nf} {emu[a]} - {emu[b]} (on {", ".join(both)})', num)]
-  for f in others:
-    w = gap[[c for c in X if c.startswith(f'{f}=')]]
-    if w.abs().sum() > 1e-12:
-      parts.append((f'numerics: {f} as in the native arms', w))
-  resid = total([gap] + [-w for _, w in parts])
-  label = f'{a} - {b}'
-  rows = [{'gap': label, 'component': 'native gap', **effects.contrast(model, gap)}]
-  rows += [{'gap': label, 'component': name, **effects.contrast(model, w)} for name, w in parts]
-  rows.append({'gap': label, 'component': 'platform residual', **effects.contrast(model, resid)})
-  return rows
-
-
-def default_emulation(runs, native_factor, platforms, given):
-  """{platform: profile level emulating its native arithmetic}: given, else <p>_default or
-  jax_<p>_default when that level exists."""
-  lv = set(runs[native_factor])
-  out = {}
-  for p in platforms:
-    guess = [c for c in (f'{p}_default', f'jax_{p}_default') if c in lv]
-    out[p] = given.get(p, guess[0] if guess else None)
-    if out[p] is None:
-      raise LookupError(f'no level of {native_factor} emulates {p}; give --platform-profile {p}=LEVEL')
-    if out[p] not in lv:
-      raise ValueError(f'--platform-profile: {native_factor} has no level {out[p]!r}; '
-                       f'levels: {", ".join(sorted(lv))}')
-  return out
-
-
-def native_arm(runs, columns, given):
-  """(factor, level) of the native arm: --native, else a 'profile' factor with a 'native' level."""
-  if given:
-    (name, level), = given.items() if len(given) == 1 else [(None, None)]
-    if name is None:
-      raise ValueError('--native: give one factor=level, e.g. --native profile=native')
-    factor = effects.find_factor(name, columns, '--native')
-    if level not in set(runs[factor]):
-      raise ValueError(f'--native: {factor} has no level {level!r}; levels: '
-                       f'{", ".join(effects.levels(runs, factor))}')
-    return factor, level
-  for factor, col in columns.items():
-    if col.rsplit('.', 1)[-1] == 'profile' and 'native' in set(runs[factor]):
-      return factor, 'native'
-  return None
-
-
-def decompose(runs, y, seeds, columns, ref, native, given_map, margin):
-  """(gap table, gap model, emulation map) for each platform against the reference platform."""
-  nf, nl = native
-  plat = next((f for f, c in columns.items() if c == 'platform'), None)
-  order = list(dict.fromkeys(runs['platform']))
-  base = ref[plat] if plat else order[0]
-  emu = default_emulation(runs, nf, order, given_map)
-  runs = runs.assign(**{CELL: runs['platform'] + '|' + runs[nf]})
-  if f'{base}|{nl}' not in set(runs[CELL]):
-    raise LookupError(f'no {nf}={nl} run on the reference platform {base}')
-  others = [f for f in columns if f not in (nf, plat)]
-  X = effects.design(runs, [CELL] + others, {CELL: f'{base}|{nl}', **ref})
-  model = effects.fit(y, X, seeds)
-  rows = []
-  for a in order:
-    if a != base and f'{a}|{nl}' in set(runs[CELL]):
-      rows += gap_rows(model, X, runs, a, base, native, emu, others)
-  if not rows:
-    raise LookupError(f'no platform other than {base} has a {nf}={nl} run')
-  gap = pd.DataFrame(rows)
-  resid = gap['component'] == 'platform residual'
-  extra = pd.DataFrame([verdict(r, margin) if is_r else {} for is_r, (_, r) in
-                        zip(resid, gap.iterrows())], index=gap.index)
-  return pd.concat([gap, extra], axis=1), model, emu
-
-
-def gap_section(prep, y, seeds, columns, ref, native, platform_profile, margin):
-  """(gap table or None, note line, emulation used) for run()."""
-  runs = prep['runs']
-  platforms = list(dict.fromkeys(runs['platform'])) if 'platform' in runs else []
-  if len(platforms) < 2:
-    return None, (f'runs from one platform ({", ".join(map(str, platforms)) or "unknown"}): no '
-                  'platform gap; each arm minus the reference arm instead'), None
-  arm = native_arm(runs, columns, effects.parse_pairs(native, '--native'))
-  if arm is None:
-    return None, ('gap decomposition unavailable: no native arm (give --native factor=level); '
-                  'each arm minus the reference arm instead'), None
-  given = effects.parse_pairs(platform_profile, '--platform-profile')
-  bad = set(given) - set(platforms)
-  if bad:
-    raise ValueError(f'--platform-profile: no runs on {", ".join(sorted(bad))}; platforms: '
-                     f'{", ".join(platforms)}')
-  try:
-    gap, model, emu = decompose(runs.assign(platform=runs['platform'].astype(str)), y, seeds,
-                                columns, ref, arm, given, margin)
-  except LookupError as e:
-    return None, f'gap decomposition unavailable: {e.args[0]}; each arm minus the reference arm instead', None
-  note = (f'native arm {arm[0]}={arm[1]}; emulation of each platform\'s native arithmetic: '
-          + ', '.join(f'{p}={q}' for p, q in emu.items())
-          + f'. Gap model: {arm[0]} crossed with platform; {model["method"]}. (In the effects '
-          f'table above, {arm[0]}={arm[1]} averages the platforms\' different native arithmetics, which '
-          f'also biases the platform term; --interactions platform:{arm[0]} separates them.)')
-  return gap, note, emu
-
-
 def run(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed', reference=None,
         interactions=(), margin=None, noise_arm=None, native=None, platform_profile=None,
         out_dir=None, source='', margin_reason=None):
-  """The whole attribution (see module doc) as a dict: terms (the CSV table), gap, arms, noise,
-  model, method, excluded, replicates, text (Markdown) and files (written to out_dir)."""
+  """The whole attribution (see module doc) as a dict of numbers and verdict categories: terms (the
+  CSV table), gap (component table or None), decomposition (one verdict dict per gap,
+  analysis/gap.py), arms, noise, model, method, excluded, replicates, labels ({term: short label}
+  for the renderer and figures; empty here, a study's declaration fills it) and files (written to
+  out_dir: write())."""
   if margin is not None and not margin > 0:
     raise ValueError(f'--margin: must be a positive number in the metric\'s units, got {margin}')
   prep = select(frame, metric, list(factors), seed_col)
@@ -284,32 +139,41 @@ def run(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed', reference=
   model = effects.fit(y, X, seeds)
   unit = 'pp' if prep['scale'] == 100 else 'metric units'
   out = {'metric': prep['metric'], 'source': source, 'reference': ref, 'margin': margin,
-         'margin_reason': margin_reason, 'unit': unit,
+         'margin_reason': margin_reason, 'unit': unit, 'labels': {},
          'model': effects.formula(prep['metric'], list(columns), ref, pairs, prep['has_seed']),
          'method': model['method'], 'terms': effects.term_table(model, X), 'n_runs': len(runs),
          'excluded': prep['excluded'], 'replicates': prep['replicates'], 'arms': None,
          'noise': noise_floor(runs, effects.parse_pairs(noise_arm, '--noise-arm'), unit)}
-  out['gap'], out['gap_note'], out['emulation'] = gap_section(prep, y, seeds, columns, ref, native,
-                                                              platform_profile, margin)
+  split = gap.section(runs, y, seeds, columns, ref, native, platform_profile, margin)
+  out.update(gap=split['table'], gap_note=split['note'], emulation=split['emulation'],
+             native=split['native'], gap_method=split.get('method'),
+             decomposition=split['decomposition'], gap_model=split.get('model'),
+             gap_summaries=split.get('summaries'))
   if out['gap'] is None:
     out['arms'] = effects.arm_rows(model, X, runs, list(columns), ref)
-  out['text'] = forest.render(out)
   out['files'] = write(out, out_dir) if out_dir else []
   return out
 
 
-def write(out, out_dir, figures_dir=None):
-  """attribution.csv (exact columns), attribution_gap.csv, attribution.md, the forest plot."""
+def write_tables(out, out_dir):
+  """attribution.csv (exact columns), attribution.md, and with a gap attribution_gap.csv (every
+  component) and attribution_decomposition.csv (one row per gap: verdict, share, seeds)."""
   os.makedirs(out_dir, exist_ok=True)
   files = [os.path.join(out_dir, 'attribution.csv'), os.path.join(out_dir, 'attribution.md')]
   out['terms'][effects.CSV_COLUMNS].to_csv(files[0], index=False)
   with open(files[1], 'w', encoding='utf-8') as f:
-    f.write(out['text'])
+    f.write(attribution_report.render(out))
   if out['gap'] is not None:
-    files.append(os.path.join(out_dir, 'attribution_gap.csv'))
-    out['gap'].to_csv(files[-1], index=False)
-  os.makedirs(figures_dir or out_dir, exist_ok=True)
-  return files + forest.plot(out, figures_dir or out_dir)
+    files += [os.path.join(out_dir, f'attribution_{n}.csv') for n in ('gap', 'decomposition')]
+    out['gap'].to_csv(files[-2], index=False)
+    gap.flat(out['decomposition']).to_csv(files[-1], index=False)
+  return files
+
+
+def write(out, out_dir):
+  """write_tables, the forest plot and, with a gap, the gap figure (analysis/forest.py)."""
+  return (write_tables(out, out_dir) + forest.plot(out, out_dir)
+          + (forest.plot_gap(out, out_dir) or []))
 
 
 class Parser(argparse.ArgumentParser):
@@ -319,9 +183,10 @@ class Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv):
+  from analysis import results  # pylint: disable=import-outside-toplevel
   p = Parser(prog='python -m analysis.attribution', description=__doc__.split('\n')[0])
   src = p.add_mutually_exclusive_group(required=True)
-  src.add_argument('--runs', help='root holding the runs (local or gs://)')
+  results.add_runs_argument(src)
   src.add_argument('--csv', help='a CSV of results, one row per run')
   p.add_argument('--metric', default=stats.DEFAULT_METRIC)
   p.add_argument('--factors', nargs='+', required=True, help='factor columns (platform included)')
@@ -333,7 +198,8 @@ def parse_args(argv):
   p.add_argument('--native', nargs='+', default=[], help='factor=level of the native arm')
   p.add_argument('--platform-profile', nargs='+', default=[],
                  help='platform=level: the profile emulating each platform, e.g. gpu=jax_gpu_default')
-  p.add_argument('--out', help='folder for attribution.csv/.md and attribution_forest.{pdf,png}')
+  p.add_argument('--out', help='folder for attribution.csv/.md, attribution_gap.csv, '
+                 'attribution_decomposition.csv, attribution_forest and gap_decomposition .pdf/.png')
   return p.parse_args(argv)
 
 
@@ -344,11 +210,11 @@ def main(argv=None):
     frame = results.load_runs(args.runs) if args.runs else stats.read_csv(args.csv)
     out = run(frame, args.factors, args.metric, args.seed_col, args.reference, args.interactions,
               args.margin, args.noise_arm, args.native, args.platform_profile, args.out,
-              args.runs or args.csv)
+              ' '.join(args.runs or [args.csv]))
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
-  print(out['text'])
+  print(attribution_report.render(out))
   for path in out['files']:
     print(f'wrote {path}')
 

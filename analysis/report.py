@@ -1,27 +1,25 @@
-"""The words of the statistics report: the study's setup and a verdict per pair of arms.
+"""The words of the statistics report: the one-page answer first (analysis/summary.py), then the
+setup, why each comparison got its verdict with its power, the arms, and the rest (design,
+replicates, exclusions). Numbers and verdict categories come from analysis/stats.py (a pair's
+verdict: equivalent / different / inconclusive, see there) and analysis/answer.py.
 
-Verdict of a pair (α = 0.05, p-values Holm-adjusted over the report's pairs):
-  equivalent    the TOST p < α: the true difference lies within ±margin;
-  different     the difference test (paired t when paired, else Welch) p < α and its 95% CI
-                excludes 0;
-  inconclusive  neither: the data cannot tell (say which side of the margin the 90% CI crosses).
+  text = render(out, 'md')        # or 'latex': the booktabs tables only, for \input
 """
 
 import sys
 
+from analysis import answer, gap
 from analysis import inference as inf
-from analysis import style
+from analysis import style, summary
 from analysis.style import num, pval
-
-NOT_RECORDED = 'not recorded'
-
+from analysis.summary import NOT_RECORDED, facts
 
 def signed(x):
   return f'{x:+.2f}'
 
 
-def verdict(r, margin, unit, m):
-  """(verdict, why) of one pair_table row `r`; m = the number of pairs Holm adjusts over."""
+def verdict_why(r, margin, unit, m):
+  """Why pair_table/contrast row `r` got its verdict; m = the number of pairs Holm adjusts over."""
   holm = f'Holm over {m} pair{"s" if m > 1 else ""}'
   tost = f'TOST p = {pval(r["tost_p_holm"])} ({holm}; raw {pval(r["tost_p"])})'
   test = f'{r["test"]} p = {pval(r["test_p_holm"])} ({holm}; raw {pval(r["test_p"])})'
@@ -31,10 +29,10 @@ def verdict(r, margin, unit, m):
     why = f'{tost} < {inf.ALPHA:g}: the difference lies within ±{margin:g} {unit} ({ci90})'
     if r['different']:
       why += f'; a nonzero difference is also detected ({test}, {ci95}), inside the margin'
-    return 'equivalent', why
+    return why
   if r['different']:
-    return 'different', (f'{test} < {inf.ALPHA:g} and its {ci95} excludes 0; equivalence '
-                         f'within ±{margin:g} {unit} not shown ({tost})')
+    return (f'{test} < {inf.ALPHA:g} and its {ci95} excludes 0; equivalence within ±{margin:g} '
+            f'{unit} not shown ({tost})')
   low, high = r['ci90_low'] <= -margin, r['ci90_high'] >= margin
   if low and high:
     where = f'the {ci90} is wider than the margin ±{margin:g} {unit} on both sides'
@@ -43,7 +41,7 @@ def verdict(r, margin, unit, m):
   else:
     where = (f'the {ci90} lies inside ±{margin:g} {unit}, but the Holm-adjusted TOST p is not '
              f'below {inf.ALPHA:g}')
-  return 'inconclusive', f'neither shown: {tost}; {test}; {where}'
+  return f'neither shown: {tost}; {test}; {where}'
 
 
 def power_line(r, margin, unit):
@@ -56,25 +54,27 @@ def power_line(r, margin, unit):
           f'{r["n80_diff"]} / {r["n80_equiv"]} {what}')
 
 
+def judged(out):
+  """(the table the report judges: declared contrasts, else every pair; its row names)."""
+  if out.get('contrasts') is not None:
+    table = out['contrasts']
+    several = table['platform'].nunique() > 1 if not table.empty else False
+    names = [f'{r["platform"]}: {r["label"]} − reference' if several else f'{r["label"]} − reference'
+             for _, r in table.iterrows()]
+    return table, names
+  return out['pairs'], [f'{r["arm_a"]} vs {r["arm_b"]}' for _, r in out['pairs'].iterrows()]
+
+
 def verdict_lines(out):
-  """One Markdown paragraph per pair: the verdict in bold, why, the design, the power."""
+  """One line per judged comparison: the verdict in bold, Δ, why, the design, the power."""
   unit = 'pp' if out['scale'] == 100 else 'units'
+  table, names = judged(out)
   lines = []
-  for _, r in out['pairs'].iterrows():
-    lines.append(f'- **{r["arm_a"]} vs {r["arm_b"]}: {r["verdict"]}.** Δ = mean A − mean B = '
-                 f'{signed(r["diff"])} {unit}. Why: {r["verdict_why"]}. Design: {r["design"]}. '
+  for name, (_, r) in zip(names, table.iterrows()):
+    lines.append(f'- **{name}: {r["verdict"]}.** Δ = {signed(r["diff"])} {unit}. Why: '
+                 f'{verdict_why(r, out["margin"], unit, len(table))}. Design: {r["design"]}. '
                  f'{power_line(r, out["margin"], unit)}.')
   return lines or ['- no pair of arms with n ≥ 2 each: nothing to compare']
-
-
-def facts(runs, *columns):
-  """The distinct recorded values of the first of `columns` the table has, as text."""
-  for col in columns:
-    if col in runs:
-      values = sorted({str(v) for v in runs[col].dropna()})
-      if values:
-        return values[0] if len(values) == 1 else ', '.join(values) + ' (differ between runs)'
-  return NOT_RECORDED
 
 
 def sizes(out):
@@ -100,19 +100,23 @@ def seed_lines(out):
 
 
 def title(out):
-  """'Final test accuracy by arm: 3 arms, 5 seeds each (digits)': what the report compares."""
+  """'Final test accuracy by arm: 3 arms, 5 seeds each (digits)' ('8 arms on 2 platforms (cpu,
+  gpu)' when the declared arms ran on several): what the report compares."""
   name = out['metric'].replace('.', ' ').replace('_', ' ')
-  arms = out['arms']
+  arms, info = out['arms'], out.get('arm_info')
   count = sorted(set(arms['n'])) if not arms.empty else [0]
   what = 'seeds' if out['seeded'] else 'runs'
   each = f'{count[0]} {what} each' if len(count) == 1 else f'{count[0]}–{count[-1]} {what} per arm'
   dataset = facts(out['runs'], 'config.data.name', 'data.name')
-  return (f'{name[0].upper()}{name[1:]} by arm: {len(arms)} arms, {each}'
+  platforms = sorted(set(info['platform'])) if info is not None else []
+  where = (f'{info["label"].nunique()} arms on {len(platforms)} platforms ({", ".join(platforms)})'
+           if len(platforms) > 1 else f'{len(arms)} arms')
+  return (f'{name[0].upper()}{name[1:]} by arm: {where}, {each}'
           + (f' ({dataset})' if dataset != NOT_RECORDED else ''))
 
 
 def arm_fields(out):
-  """'differ in emulate; grouped by platform, device_kind, ...': the grouping fields, those whose
+  """'differ in profile; grouped by platform, device_kind, ...': the grouping fields, those whose
   values differ between the arms first."""
   short = lambda g: g.rsplit('.', 1)[-1]
   table = out['arms']
@@ -124,9 +128,9 @@ def arm_fields(out):
 
 def setup_lines(out):
   """The setup, one Markdown bullet each: data, sizes, training, arms, seeds, margin."""
-  runs, unit = out['runs'], 'pp' if out['scale'] == 100 else 'units'
-  arms = '; '.join(f'{r["arm"]} ({r["n"]} seeds, {r["n_runs"]} runs)' if out['seeded'] else
-                   f'{r["arm"]} ({r["n_runs"]} runs)' for _, r in out['arms'].iterrows())
+  runs, unit, name = out['runs'], 'pp' if out['scale'] == 100 else 'units', answer.labels(out)
+  arms = '; '.join(f'{name[r["arm"]]} ({r["n"]} seeds, {r["n_runs"]} runs)' if out['seeded'] else
+                   f'{name[r["arm"]]} ({r["n_runs"]} runs)' for _, r in out['arms'].iterrows())
   dataset = facts(runs, 'config.data.name', 'data.name')
   lines = ([f'dataset: {dataset}, task {facts(runs, "config.data.task", "data.task")}; {sizes(out)}',
             f'training: {facts(runs, "config.num_epochs")} epochs, model '
@@ -140,28 +144,47 @@ def setup_lines(out):
             f'arms ({arm_fields(out)}): {arms}',
             *seed_lines(out),
             f'equivalence margin: ±{out["margin"]:g} {unit} ({out["margin_reason"]})',
-            f'decisions at α = {inf.ALPHA:g}, p-values Holm-adjusted over '
-            f'{len(out["pairs"])} pair(s)']
+            f'decisions at α = {inf.ALPHA:g}, p-values Holm-adjusted over the '
+            f'{len(judged(out)[0])} comparisons judged']
   return [f'- {line}' for line in lines]
 
 
+DEFAULTS = {'software': {'platforms': {}, 'confounds': []}, 'noise': {}, 'contrasts': None,
+            'attribution': None, 'arm_info': None}
+
+
+def labelled(out, table):
+  """The table with arm_a/arm_b as short labels (the declaration's) where the study has them."""
+  if table.empty:
+    return table
+  short = answer.labels(out)
+  return table.assign(arm_a=table['arm_a'].map(short), arm_b=table['arm_b'].map(short))
+
+
+def details(out):
+  """[(heading, caption, rows)] of the tables after the answer and the verdict lines."""
+  arms_cap, pairs_cap = style.captions(out, judged(out)[0])
+  table = labelled(out, judged(out)[0])
+  parts = [('Arms', arms_cap, style.display_arms(out)),
+           ('Comparisons: every test', pairs_cap, style.display_pairs(table, out['scale']))]
+  if out.get('contrasts') is not None and not out['pairs'].empty:
+    parts.append(('All pairs (--all-pairs; Holm over all pairs, not the declared family)', '',
+                  style.display_pairs(out['pairs'], out['scale'])))
+  return parts + [(heading, '', rows) for heading, rows in style.tables(out, table)]
+
+
 def render(out, fmt):
-  """The whole report as one Markdown or LaTeX string: setup, verdicts, then the tables."""
-  arms_cap, pairs_cap = style.captions(out)
-  setup, verdicts = setup_lines(out), verdict_lines(out)
+  """The whole report as one string. md: title, the answer (analysis/summary.py), setup, why
+  each comparison got its verdict, then the tables. latex: the booktabs tables only."""
+  out = {**DEFAULTS, **out, 'unit': 'pp' if out['scale'] == 100 else 'units'}
   if fmt == 'latex':
-    items = lambda lines: ''.join(rf'  \item {style.tex(l[2:].replace("**", ""))}' + '\n' for l in lines)
-    return ''.join(['% Setup\n\\begin{itemize}\n', items(setup), '\\end{itemize}\n',
-                    '% Verdict\n\\begin{itemize}\n', items(verdicts), '\\end{itemize}\n',
-                    style.latex(style.display_arms(out), arms_cap),
-                    style.latex(style.display_pairs(out), pairs_cap),
-                    *(style.latex(rows, heading) for heading, rows in style.tables(out))])
-  parts = [f'# {title(out)}\n', '\n## Setup\n\n',
-           '\n'.join(setup) + '\n', '\n## Verdict\n\n', '\n'.join(verdicts) + '\n',
-           f'\n## Arms\n\n{arms_cap}\n\n', style.markdown(style.display_arms(out)),
-           f'\n## Pairwise comparisons\n\n{pairs_cap}\n\n', style.markdown(style.display_pairs(out))]
-  for heading, rows in style.tables(out):
-    parts += [f"\n## {heading}\n\n", style.markdown(rows)]
+    arms_cap, _ = style.captions(out, judged(out)[0])
+    return summary.latex_tables(out) + style.latex(style.display_arms(out), arms_cap, 'tab:arms')
+  parts = [f'# {title(out)}\n', '\n## Answer\n\n', '\n'.join(summary.answer_lines(out)) + '\n',
+           '\n## Setup\n\n', '\n'.join(setup_lines(out)) + '\n',
+           '\n## Why each verdict, and its power\n\n', '\n'.join(verdict_lines(out)) + '\n']
+  for heading, caption, rows in details(out):
+    parts += [f'\n## {heading}\n\n', f'{caption}\n\n' if caption else '', style.markdown(rows)]
   if not out['small'].empty:
     parts += ['\n## Arms with n < 2 (tests skipped)\n\n', ', '.join(out['small']['arm']) + '\n']
   return ''.join(parts)
@@ -169,8 +192,13 @@ def render(out, fmt):
 
 def csv_tables(out):
   """{name: DataFrame} of the full-precision tables written in CSV mode."""
-  return {'arms': out['arms'], 'pairs': out['pairs'], 'replicates': out['replicates'],
-          'excluded': out['excluded']}
+  tables = {'arms': out['arms'], 'pairs': out['pairs'], 'replicates': out['replicates'],
+            'excluded': out['excluded']}
+  if out.get('contrasts') is not None:
+    tables['contrasts'] = out['contrasts']
+  if out.get('attribution') and out['attribution']['decomposition']:
+    tables['decomposition'] = gap.flat(out['attribution']['decomposition'])
+  return tables
 
 
 def write_report(out, fmt, path=None):

@@ -2,12 +2,15 @@
 
 A run is a folder holding `checkpoints/`, an Orbax CheckpointManager directory whose steps hold
 the items `state` and `results`; the latest step's `results` JSON is the run's current record.
-The root may be a local path or a bucket path (gs://...): all file access goes through
-`etils.epath` and Orbax.
+Every reader takes one root or a list of roots, each a local path or a bucket path (gs://...),
+mixed freely: all file access goes through `etils.epath` and Orbax. A run is identified by its
+root and its path relative to that root (`run` = ROOT/RELATIVE, as found); a run reached through
+two roots (a root given twice, or inside another) is an error, not a replicate.
 
-  runs = load_runs('/tmp/study')          # one row per run
-  hist = load_histories('/tmp/study')     # one row per run and evaluated epoch
-  steps = load_steps('/tmp/study')        # one row per run and logged training step
+  runs = load_runs('/tmp/study')                       # one row per run
+  runs = load_runs(['gs://bucket/gpu', 'runs/cpu'])    # two platforms' roots, read as one
+  hist = load_histories('/tmp/study')                  # one row per run and evaluated epoch
+  steps = load_steps('/tmp/study')                     # one row per run and logged training step
 """
 
 import contextlib
@@ -56,12 +59,39 @@ def quiet_absl():
     logger.setLevel(level)
 
 
-def read_all(root):
-  """[(run path, results dict or None or the Exception raised reading it)] for every run under root."""
-  runs = find_runs(root)
-  if not runs:
-    raise ValueError(f'--runs: no run (a folder holding {record.CHECKPOINTS}/) under {root}; '
-                     'point it at the sweep root or a run workdir')
+def add_runs_argument(parser, required=False):
+  """The --runs ROOT [ROOT ...] flag every reader takes (to a parser or a mutually exclusive group)."""
+  parser.add_argument('--runs', nargs='+', required=required, metavar='ROOT',
+                      help='one or more roots holding the runs (local or gs://, mixed)')
+
+
+def as_roots(roots):
+  """A list of roots from one root (str or path) or several."""
+  return [str(roots)] if isinstance(roots, (str, epath.Path)) else [str(r) for r in roots]
+
+
+def find_all(roots):
+  """Every run folder under every root, in root order; a run found twice is a ValueError."""
+  found, first = [], {}
+  for root in as_roots(roots):
+    runs = find_runs(root)
+    if not runs:
+      raise ValueError(f'--runs: no run (a folder holding {record.CHECKPOINTS}/) under {root}; '
+                       'point it at the sweep root or a run workdir')
+    for run in runs:
+      key = run.rstrip('/')
+      if key in first:
+        raise ValueError(f'--runs: {run} is under both {first[key]} and {root}; give each root once '
+                         '(no root inside another)')
+      first[key] = root
+    found += runs
+  return found
+
+
+def read_all(roots):
+  """[(run path, results dict or None or the Exception raised reading it)] for every run under
+  the root(s)."""
+  runs = find_all(roots)
   out = []
   with quiet_absl():
     for run in runs:
@@ -105,20 +135,20 @@ def histories_frame(records):
   return pd.DataFrame(rows) if rows else pd.DataFrame(columns=['run', 'epoch'])
 
 
-def load(root):
-  """(runs_frame, histories_frame) for every run under `root`, each results read once."""
-  records = read_all(root)
+def load(roots):
+  """(runs_frame, histories_frame) for every run under the root(s), each results read once."""
+  records = read_all(roots)
   return runs_frame(records), histories_frame(records)
 
 
-def load_runs(root):
-  """One row per run under `root` (see runs_frame)."""
-  return runs_frame(read_all(root))
+def load_runs(roots):
+  """One row per run under the root(s) (see runs_frame)."""
+  return runs_frame(read_all(roots))
 
 
-def load_histories(root):
-  """One row per run and evaluated epoch under `root` (see histories_frame)."""
-  return histories_frame(read_all(root))
+def load_histories(roots):
+  """One row per run and evaluated epoch under the root(s) (see histories_frame)."""
+  return histories_frame(read_all(roots))
 
 
 def train_records(run):
@@ -145,6 +175,6 @@ def steps_frame(runs):
   return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
 
 
-def load_steps(root):
-  """One row per run and logged training step under `root` (see steps_frame)."""
-  return steps_frame(find_runs(root))
+def load_steps(roots):
+  """One row per run and logged training step under the root(s) (see steps_frame)."""
+  return steps_frame(find_all(roots))

@@ -1,8 +1,6 @@
-"""Per-arm summaries, pairwise tests and a verdict per pair, from Orbax results or a CSV.
-
-  python -m analysis.stats --runs=/tmp/study --margin=0.5 --margin-reason='one test image = 0.05 pp'
-  python -m analysis.stats --runs=gs://bucket/study --group-by platform compute_dtype --format=latex
-  python -m analysis.stats --csv=published.csv --group-by platform --metric accuracy
+"""Per-arm summaries, pairwise tests and a verdict category per pair, from a runs table (Orbax
+results through analysis.results, or a CSV): numbers only; analysis/report.py puts them into words
+and analysis/study.py is the command (python -m analysis.study).
 
 An arm is a set of runs with equal values in the group-by columns (default: trainer.record's arm
 columns: platform, device kind and every requested numerics field). Runs of one arm with the same
@@ -11,19 +9,23 @@ within-seed (nondeterminism) sd. Two arms pair by seed when they share seeds and
 initial weights and data order (equal trainer.record pairing fields), whatever their determinism.
 A CSV without a seed column: every row is its own run, unpaired. Runs that are not 'completed'
 are excluded and listed with their reason. Accuracies stored as fractions are reported in
-percent, so differences and the margin are percentage points (pp). Tables: analysis/style.py.
+percent, so differences and the margin are percentage points (pp).
+
+Verdict of a pair (α = 0.05, p-values Holm-adjusted over the pairs judged together: all pairs, or
+a study's declared contrasts, analysis/contrasts.py):
+  equivalent    the TOST p < α: the true difference lies within ±margin;
+  different     the difference test (paired t when paired, else Welch) p < α and its 95% CI
+                excludes 0;
+  inconclusive  neither.
 """
 
-import argparse
 import itertools
-import sys
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
 from analysis import inference as inf
-from analysis import report
 from trainer import record
 
 DEFAULT_METRIC = record.DEFAULT_METRIC
@@ -274,14 +276,12 @@ def compare(prep, arm_a, arm_b, margin):
   return row
 
 
-def pair_table(prep, arms, margin):
-  """One row per pair of arms with n >= 2 (arm_a before arm_b; diff = mean A − mean B, over the
-  shared seeds when paired): Welch, paired t (when paired), TOST and 90% CI, the primary test
-  (`test`: paired t when paired, else Welch) with its 95% CI, exact Mann–Whitney, Hedges' g,
-  power; Holm-adjusted p-values over the pairs (`*_p_holm`); `equivalent_raw` (raw TOST p < α),
-  `equivalent` (Holm TOST p < α), `different`, `verdict` and `verdict_why` (analysis.report)."""
-  ok = arms.loc[arms['n'] >= 2, 'arm']
-  pairs = pd.DataFrame([compare(prep, a, b, margin) for a, b in itertools.combinations(ok, 2)])
+def judge(rows):
+  """The pair table of compare() rows judged as one family: Holm-adjusted p-values over its rows
+  (`*_p_holm`), `equivalent_raw` (raw TOST p < α), `equivalent` (Holm TOST p < α), `different`
+  (Holm primary-test p < α and 95% CI excluding 0) and `verdict` ('equivalent' when equivalent,
+  else 'different' when different, else 'inconclusive')."""
+  pairs = pd.DataFrame(rows)
   if pairs.empty:
     return pairs
   for test in ('welch', 'paired', 'tost', 'mw', 'test'):
@@ -290,10 +290,18 @@ def pair_table(prep, arms, margin):
   pairs['equivalent'] = pairs['tost_p_holm'] < inf.ALPHA
   pairs['different'] = ((pairs['test_p_holm'] < inf.ALPHA)
                         & ((pairs['ci95_low'] > 0) | (pairs['ci95_high'] < 0)))
-  unit = 'pp' if prep['scale'] == 100 else 'units'
-  said = [report.verdict(r, margin, unit, len(pairs)) for _, r in pairs.iterrows()]
-  pairs['verdict'], pairs['verdict_why'] = [v for v, _ in said], [w for _, w in said]
+  pairs['verdict'] = np.select([pairs['equivalent'], pairs['different']],
+                               ['equivalent', 'different'], 'inconclusive')
   return pairs
+
+
+def pair_table(prep, arms, margin):
+  """One row per pair of arms with n >= 2 (arm_a before arm_b; diff = mean A − mean B, over the
+  shared seeds when paired): Welch, paired t (when paired), TOST and 90% CI, the primary test
+  (`test`: paired t when paired, else Welch) with its 95% CI, exact Mann–Whitney, Hedges' g,
+  power; judged as one family (judge)."""
+  ok = arms.loc[arms['n'] >= 2, 'arm']
+  return judge([compare(prep, a, b, margin) for a, b in itertools.combinations(ok, 2)])
 
 
 def margin_choice(margin=None, reason=None, declared=None, declared_reason=None):
@@ -310,15 +318,16 @@ def margin_choice(margin=None, reason=None, declared=None, declared_reason=None)
 
 
 def analyse(frame, group_by=(), metric=DEFAULT_METRIC, margin=DEFAULT_MARGIN, margin_reason=None,
-            seed_col=None, scale=None):
-  """Everything the report shows: prepare()'s dict plus `arms`, `pairs`, `small` (arms n < 2),
-  `margin` and `margin_reason` (None: 'no reason given')."""
+            seed_col=None, scale=None, all_pairs=True):
+  """Everything the report shows: prepare()'s dict plus `arms`, `pairs` (every pair; empty unless
+  `all_pairs`), `small` (arms n < 2), `margin` and `margin_reason` (None: 'no reason given')."""
   if not margin > 0:
     raise ValueError(f'--margin: must be a positive number of percentage points, got {margin}')
   prep = prepare(frame, list(group_by), metric, seed_col, scale)
   arms = arm_table(prep)
-  prep.update(arms=arms, pairs=pair_table(prep, arms, margin), small=arms[arms['n'] < 2],
-              margin=margin, margin_reason=margin_reason or 'no reason given')
+  prep.update(arms=arms, pairs=pair_table(prep, arms, margin) if all_pairs else pd.DataFrame(),
+              small=arms[arms['n'] < 2], margin=margin,
+              margin_reason=margin_reason or 'no reason given')
   return prep
 
 
@@ -331,48 +340,3 @@ def read_csv(path):
   if 'run' not in frame:
     frame.insert(0, 'run', [f'{path}:{i + 2}' for i in range(len(frame))])
   return frame
-
-
-def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m analysis.stats', description=__doc__.split('\n')[0])
-  src = p.add_mutually_exclusive_group(required=True)
-  src.add_argument('--runs', help='root holding the runs (local or gs://)')
-  src.add_argument('--csv', help='a CSV of results, one row per run')
-  p.add_argument('--group-by', nargs='+', default=[],
-                 help='columns defining an arm, e.g. platform compute_dtype or any config.* field '
-                      '(default: platform, device kind and every requested numerics field)')
-  p.add_argument('--metric', default=DEFAULT_METRIC,
-                 help=f'the column compared between arms (default {DEFAULT_METRIC}; a CSV: any '
-                      'numeric column; accuracies in [0, 1] are reported in percent)')
-  p.add_argument('--margin', type=float, default=None,
-                 help=f'equivalence margin, pp (undeclared default {DEFAULT_MARGIN:g})')
-  p.add_argument('--margin-reason', default=None, help='why this margin (printed with it)')
-  p.add_argument('--seed-col', default=None,
-                 help="column holding each run's seed: runs of two arms with the same seed pair "
-                      "(default 'seed' when present; without one every row is unpaired)")
-  p.add_argument('--scale', type=float, default=None,
-                 help='multiply the metric by this (default: 100 for accuracies in [0, 1])')
-  p.add_argument('--format', choices=('md', 'latex', 'csv'), default='md')
-  p.add_argument('--out', help='write here (csv: FILE_arms.csv, FILE_pairs.csv, ...) not stdout')
-  return p.parse_args(argv)
-
-
-def main(argv=None):
-  from analysis import results  # pylint: disable=import-outside-toplevel
-  args = parse_args(argv)
-  try:
-    frame = results.load_runs(args.runs) if args.runs else read_csv(args.csv)
-    margin, reason = margin_choice(args.margin, args.margin_reason)
-    out = analyse(frame, args.group_by, args.metric, margin, reason, args.seed_col, args.scale)
-    out['source'] = args.runs or args.csv
-    for arm in out['small']['arm']:
-      print(f'warning: arm {arm!r} has n < 2 completed runs: reported, its tests skipped',
-            file=sys.stderr)
-    report.write_report(out, args.format, args.out)
-  except ValueError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
-
-
-if __name__ == '__main__':
-  main()

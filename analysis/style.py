@@ -15,7 +15,10 @@ import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-imp
 # Okabe & Ito (2008), without black (used for means) and yellow (too light on white paper).
 PALETTE = ('#0072B2', '#D55E00', '#009E73', '#CC79A7', '#56B4E9', '#E69F00', '#999999',
            '#882255')
-WIDTH_IN = 6.5  # a full text width of a two-column-free paper, inches
+WIDTH_IN = 6.5  # a full text width of a two-column-free paper, inches (the experiments' figures)
+# The study's figures are drawn at their printed size (saved uncropped: save(..., crop=False)):
+ONE_COLUMN_IN = 3.3  # one column of a two-column paper, inches
+TWO_COLUMN_IN = 6.9  # both columns of a two-column paper, inches
 RC = {
     'font.family': 'sans-serif',
     'font.sans-serif': ['DejaVu Sans', 'Arial', 'Helvetica'],
@@ -39,11 +42,19 @@ def arm_colors(arms):
   return {arm: PALETTE[i % len(PALETTE)] for i, arm in enumerate(sorted(arms))}
 
 
-def save(fig, out_dir, name):
-  """Write `name`.pdf and `name`.png (300 dpi) into out_dir; returns the two paths."""
+def platform_colors(platforms):
+  """{platform: colour} in sorted order, so every figure gives a platform the same colour."""
+  return {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(sorted(set(map(str, platforms))))}
+
+
+def save(fig, out_dir, name, crop=True):
+  """Write `name`.pdf and `name`.png (300 dpi) into out_dir; returns the two paths. crop=False
+  keeps the figure's own size (a figure laid out for a printed width), else it is cropped to
+  what is drawn."""
   paths = [f'{out_dir}/{name}.pdf', f'{out_dir}/{name}.png']
-  for path in paths:
-    fig.savefig(path)
+  with matplotlib.rc_context({'savefig.bbox': 'tight' if crop else 'standard'}):
+    for path in paths:
+      fig.savefig(path)
   plt.close(fig)
   return paths
 
@@ -70,27 +81,33 @@ def det_text(det, why):
 
 
 def display_arms(out):
-  """The per-arm table as strings, for Markdown/LaTeX."""
+  """The per-arm table as strings, for Markdown/LaTeX (with the short label when declared)."""
   unit = ' (%)' if out['scale'] == 100 else ''
-  rows = [{'arm': r['arm'], 'n': str(r['n']), 'runs': str(r['n_runs']), f'mean{unit}': num(r['mean']),
-           'sd': num(r['sd']), '95% CI': f'[{num(r["ci_low"])}, {num(r["ci_high"])}]',
-           'CI method': r['ci_method'],
+  info = out.get('arm_info')
+  short = dict(zip(info['arm'], info['label'])) if info is not None else {}
+  several = info is not None and info['platform'].nunique() > 1
+  platform = dict(zip(info['arm'], info['platform'])) if several else {}
+  rows = [{**({'platform': platform[r['arm']]} if several else {}),
+           'arm': short.get(r['arm'], r['arm']), 'n': str(r['n']), 'runs': str(r['n_runs']),
+           f'mean{unit}': num(r['mean']), 'sd': num(r['sd']),
+           '95% CI': f'[{num(r["ci_low"])}, {num(r["ci_high"])}]', 'CI method': r['ci_method'],
            'within-seed sd': (f'{num(r["within_sd"])} (df {r["within_df"]})' if r['within_df']
                               else '–'),
-           'deterministic': det_text(r['deterministic'], r['determinism']), 'seeds': r['seeds']}
+           'deterministic': det_text(r['deterministic'], r['determinism']),
+           **({'seeds': r['seeds']} if not short else {})}
           for _, r in out['arms'].iterrows()]
   return rows
 
 
-def display_pairs(out):
-  """The pairwise table as strings, for Markdown/LaTeX (p-values: raw (Holm))."""
-  unit = 'pp' if out['scale'] == 100 else 'units'
+def display_pairs(pairs, scale):
+  """A pair or contrast table as strings, for Markdown/LaTeX (p-values: raw (Holm))."""
+  unit = 'pp' if scale == 100 else 'units'
   both = lambda r, t: f'{pval(r[t + "_p"])} ({pval(r[t + "_p_holm"])})'
   eq = lambda r: ('yes' if r['equivalent'] else 'no') + (
       f' (raw: {"yes" if r["equivalent_raw"] else "no"})'
       if r['equivalent'] != r['equivalent_raw'] else '')
   rows = []
-  for _, r in out['pairs'].iterrows():
+  for _, r in pairs.iterrows():
     rows.append({
         'A': r['arm_a'], 'B': r['arm_b'], 'verdict': r['verdict'],
         f'Δ A−B ({unit})': num(r['diff']),
@@ -123,21 +140,28 @@ def tex(s):
   return ''.join(table.get(ch, ch) for ch in str(s))
 
 
-def latex(rows, caption):
-  """A booktabs LaTeX table (needs \\usepackage{booktabs}) from a list of dicts of strings."""
+def numeric_cell(text):
+  """Does a table cell hold a number or an interval (right-aligned in LaTeX)?"""
+  return bool(text) and (text[0] in '+-−–[<' or text[0].isdigit())
+
+
+def latex(rows, caption, label=None):
+  """A booktabs LaTeX table (needs \\usepackage{booktabs}) from a list of dicts of strings;
+  columns of numbers right-aligned, text left-aligned."""
   if not rows:
     return f'% {caption}: none\n'
   cols = list(rows[0])
+  align = ''.join('r' if all(numeric_cell(str(r[c])) for r in rows) else 'l' for c in cols)
   body = [' & '.join(tex(r[c]) for c in cols) + r' \\' for r in rows]
   return '\n'.join([r'\begin{table}[t]', r'\centering', r'\small',
-                    r'\begin{tabular}{' + 'l' * 2 + 'r' * (len(cols) - 2) + '}', r'\toprule',
+                    r'\begin{tabular}{' + align + '}', r'\toprule',
                     ' & '.join(tex(c) for c in cols) + r' \\', r'\midrule', *body,
                     r'\bottomrule', r'\end{tabular}', rf'\caption{{{tex(caption)}}}',
-                    r'\end{table}']) + '\n'
+                    *([rf'\label{{{label}}}'] if label else []), r'\end{table}']) + '\n'
 
 
-def captions(out):
-  """(arms caption, pairs caption) saying what the numbers are."""
+def captions(out, pairs):
+  """(arms caption, caption of the judged `pairs` table) saying what the numbers are."""
   from analysis.inference import BCA_MIN_N  # pylint: disable=import-outside-toplevel
   unit = 'pp' if out['scale'] == 100 else 'units'
   per = 'seed (replicates of a seed averaged)' if out['seeded'] else 'run (no seed column)'
@@ -146,19 +170,18 @@ def captions(out):
           f'(t-interval below n = {BCA_MIN_N}, where the BCa bootstrap under-covers); within-seed sd: '
           f'spread of replicates of one seed (nondeterminism), pooled, with its df. '
           f'Arms by {", ".join(out["group_by"])}.')
-  pairs = (f'Pairwise comparisons, Δ = mean A − mean B in {unit} (over shared seeds when '
-           f'paired); 95% CI of the difference test (paired t when paired, else Welch); 90% CI '
-           f'and TOST against the margin ±{out["margin"]:g} {unit}; equivalent: Holm-adjusted '
-           f'TOST p < 0.05 (raw decision in brackets when it differs); p-values raw (Holm over '
-           f'{len(out["pairs"])} pair(s)); seeds (pairs when paired) for 80% power, α = 0.05, '
-           f'at Δ = margin / for equivalence.')
+  pairs = (f'Δ = mean A − mean B in {unit} (over shared seeds when paired); 95% CI of the '
+           f'difference test (paired t when paired, else Welch); 90% CI and TOST against the '
+           f'margin ±{out["margin"]:g} {unit}; equivalent: Holm-adjusted TOST p < 0.05 (raw decision '
+           f'in brackets when it differs); p-values raw (Holm over {len(pairs)} comparison(s)); '
+           f'seeds (pairs when paired) for 80% power, α = 0.05, at Δ = margin / for equivalence.')
   return arms, pairs
 
 
-def tables(out):
-  """[(title, rows)] of the report's tables after the pairwise one."""
-  design = [{'A': r['arm_a'], 'B': r['arm_b'], 'design': r['design']}
-            for _, r in out['pairs'].iterrows()]
+def tables(out, pairs):
+  """[(title, rows)] of the report's last tables: the design of each judged pair, replicates,
+  exclusions."""
+  design = [{'A': r['arm_a'], 'B': r['arm_b'], 'design': r['design']} for _, r in pairs.iterrows()]
   reps = [{'arm': r['arm'], 'seed': str(r['seed']), 'runs': str(r['n_runs']), 'values': r['values'],
            'mean used': num(r['mean']), 'identical': 'yes' if r['identical'] else 'no'}
           for _, r in out['replicates'].iterrows()]

@@ -101,14 +101,20 @@ def get_sweep(arg=None):
   return [{**arm, 'seed': seed} for arm in arms for seed in range(SEEDS)]
 
 
+# Short arm labels (analysis/declaration.py): an arm is named by what differs from the reference.
+LABELS = {'profile': '{}', 'batchnorm_group': 'BN/{}',
+          'compute_dtype': {'bfloat16': 'bf16 activations', 'float32': 'f32 activations'}}
+
+
 def get_study(arg=None):
-  """The declaration sweeps.study and analysis.attribution read (margin, factors, reference
-  levels, controls) and the power calculation behind SEEDS."""
+  """The declaration (analysis/declaration.py) that sweeps.sweep writes into the root before the
+  first run and the analysis reads: margin, factors, reference levels, controls, short labels,
+  and the power calculation behind SEEDS."""
   del arg
   return {'margin': MARGIN_PP, 'margin_reason': MARGIN_REASON,
           'factors': ['platform', 'profile', 'batchnorm_group', 'compute_dtype'],
           'reference': {'profile': 'native', 'batchnorm_group': '0', 'compute_dtype': 'float32'},
           'noise_arm': {'profile': NOISE_PROFILE}, 'native': {'profile': 'native'},
           'platform_profile': {'tpu': 'tpu_default', 'gpu': 'jax_gpu_default', 'cpu': 'f32'},
-          'seed_sd': SEED_SD_PP, 'seed_sd_source': SEED_SD_SOURCE, 'paired_sd': PAIRED_SD_PP,
-          'paired_sd_source': PAIRED_SD_SOURCE, 'seeds': SEEDS}
+          'labels': LABELS, 'seed_sd': SEED_SD_PP, 'seed_sd_source': SEED_SD_SOURCE,
+          'paired_sd': PAIRED_SD_PP, 'paired_sd_source': PAIRED_SD_SOURCE, 'seeds': SEEDS}

@@ -23,7 +23,7 @@ TFDS_PACKAGE = 'tensorflow_datasets'
 
 
 def run_names(runs):
-  """'emulate-bf16/seed0, emulate-bf16/seed1 and 13 more' for a problem shared by `runs`."""
+  """'profile-f32/seed0, profile-f32/seed1 and 13 more' for a problem shared by `runs`."""
   names = [f'{r.slug}/seed{r.seed}' for r in runs]
   return ', '.join(names[:3]) + (f' and {len(names) - 3} more' if len(names) > 3 else '')
 

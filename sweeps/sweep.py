@@ -15,7 +15,9 @@
 
 so each run can be repeated from its command alone. Before anything is launched or written, every
 run's config, data and workdir are checked (sweeps/checks.py): all problems are printed,
-one line each, and the exit code is 2. Runs whose saved results say 'completed' are skipped; the
+one line each, and the exit code is 2. A config file with `get_study(arg)` declares what the
+analysis will test (analysis/declaration.py): it is written into the root as study.json before the
+first run, and a declaration that differs from the root's once runs exist is one of those problems. Runs whose saved results say 'completed' are skipped; the
 others are (re)launched and the trainer resumes them from their latest checkpoint. Each run's output
 is appended to `<run dir>/train.log`; launching, watching and stopping the runs (signals included)
 is sweeps/runner.py. The command list (one run per line) and a SLURM job-array script that
@@ -33,6 +35,7 @@ import signal
 import sys
 
 from sweeps import checks, runner
+from analysis import declaration
 from configs import loader
 from trainer import record, validation
 
@@ -69,7 +72,7 @@ def slug_value(value):
 
 
 def arm_slug(arm, leaves):
-  """'emulate-bf16_compute_dtype-bfloat16': fields in the arm's order, from the arm alone (stable
+  """'profile-tpu-default_compute_dtype-bfloat16': fields in the arm's order, from the arm alone (stable
   when arms are added or removed); 'default' for an arm without overrides."""
   parts = [f'{short_name(k, leaves)}-{slug_value(v)}' for k, v in arm.items()]
   return '_'.join(parts) or 'default'
@@ -258,9 +261,31 @@ def write_plan(runs, path, arg, root, files):
         f'commands: {commands_file}\nslurm:    {slurm_file}  (sbatch {slurm_file})')
 
 
+def runs_exist(root):
+  """Does the (local) root hold any run (a folder with checkpoints/)?"""
+  from analysis import results  # pylint: disable=import-outside-toplevel
+  return os.path.isdir(root) and bool(results.find_runs(root))
+
+
+def study_declaration(spec, root):
+  """(declaration to write into the root or None, problem or None): a config's get_study() is
+  written before the first run; once runs exist, a changed one is refused. A bucket root is not
+  read here (its runs are made on other hosts): its declaration is written beside the command list."""
+  declared = declaration.from_config(spec)
+  path = os.path.join(root, declaration.STUDY_FILE)
+  if not declared or '://' in root or not os.path.exists(path):
+    return declared or None, None
+  diff = declaration.differences(declaration.read_file(path), declared)
+  if diff and runs_exist(root):
+    return None, (f'{path}: get_study() differs from the declaration its runs were made under '
+                  f'({"; ".join(diff[:3])}); restore it, or use a new --root for a new study')
+  return (declared if diff else None), None
+
+
 def plan(args):
-  """(runs, path, arg, root, files, states, errors): the sweep expanded and checked (see
-  checks.check), files its (command list, SLURM script); raises ValueError on a bad sweep
+  """(runs, path, arg, root, files, states, errors, declared): the sweep expanded and checked
+  (see checks.check and study_declaration), files its (command list, SLURM script), declared the
+  study declaration to write (None: none, or already there); raises ValueError on a bad sweep
   declaration or flags."""
   remote = '://' in args.root
   root = args.root if remote else os.path.abspath(args.root)
@@ -273,7 +298,8 @@ def plan(args):
       runs, root, list(zip(('--emit-commands', '--emit-slurm'), files)), saved_state)
   for line in warnings:
     print(f'warning: {line}', file=sys.stderr)
-  return runs, path, arg, root, files, states, errors
+  declared, problem = study_declaration(args.config, root)
+  return runs, path, arg, root, files, states, errors + ([problem] if problem else []), declared
 
 
 def report_problems(errors):
@@ -307,12 +333,18 @@ def main(argv=None):
       raise ValueError(f'--parallel={slots} exceeds the {len(gpus)} GPUs of --gpus; one run per GPU')
     if args.estimate_steps < 1:
       raise ValueError(f'--estimate-steps={args.estimate_steps}: give a positive number of steps')
-    runs, path, arg, root, files, states, errors = plan(args)
+    runs, path, arg, root, files, states, errors, declared = plan(args)
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
   if errors:
     return report_problems(errors)
+  if declared and '://' in root:
+    where = declaration.write(os.path.dirname(files[0]), declared)
+    print(f'study declaration: {where} (copy it to {join(root, declaration.STUDY_FILE)} before '
+          'the runs start)')
+  elif declared:
+    print(f'study declaration: {declaration.write(root, declared)}')
   write_plan(runs, path, arg, root, files)
   todo = pending(runs, states)
   for run, detail in todo if args.dry_run or args.estimate else ():

@@ -1,4 +1,5 @@
-"""analysis.attribution and analysis.forest on synthetic runs with planted effects (fixed RNG)."""
+"""analysis.attribution, its renderer and forest plot on synthetic runs with planted effects (fixed
+RNG). The gap decomposition's verdicts and share: tests/test_gap.py."""
 
 import numpy as np
 import pandas as pd
@@ -6,8 +7,7 @@ import pytest
 import statsmodels.api as sm
 import statsmodels.formula.api as smf
 
-from analysis import attribution, effects, results, stats
-from sweeps import study
+from analysis import answer, attribution, attribution_report, declaration, effects, stats
 from trainer import record
 
 METRIC = 'final.test_accuracy'
@@ -38,7 +38,9 @@ def runs_frame(platforms=('gpu', 'tpu'), seeds=range(8), native=True, platform_s
 
 
 def show(out):
-  print(out['text'])
+  text = attribution_report.render(out)
+  print(text)
+  return text
 
 
 def term(out, name):
@@ -47,7 +49,7 @@ def term(out, name):
 
 def residual(out):
   gap = out['gap']
-  return gap[gap['component'] == 'platform residual'].iloc[0]
+  return gap[gap['kind'] == 'residual'].iloc[0]
 
 
 def test_planted_effects_inside_their_cis_and_match_statsmodels_mixedlm():
@@ -89,20 +91,23 @@ def test_zero_platform_residual_is_explained_by_numerics():
   r = residual(out)
   assert r['ci_low'] < 0 < r['ci_high'] and r['tost_p'] < 0.05
   assert -0.3 < r['ci90_low'] and r['ci90_high'] < 0.3
-  assert r['verdict'] == 'explained by numerics' and 'explained by numerics' in out['text']
-  assert 'gpu=jax_gpu_default, tpu=tpu_default' in out['gap_note']  # the default mapping, stated
+  assert out['decomposition'][0]['verdict'] == 'explained by numerics'
+  assert '**tpu − gpu: explained by numerics**' in show(out)
+  assert out['emulation'] == {'gpu': 'jax_gpu_default', 'tpu': 'tpu_default'}  # the default mapping
+  assert 'gpu=jax_gpu_default, tpu=tpu_default' in show(out)
   assert gap.loc['native gap', 'estimate'] == pytest.approx(
       numerics['estimate'] + r['estimate'])
 
 
-def test_planted_platform_residual_is_not_explained():
+def test_planted_platform_residual_leaves_the_gap_partly_explained():
   out = attribution.run(runs_frame(platform_shift=1.5), ['platform', 'profile'],
                         reference={'profile': 'f32'}, margin=0.3,
                         platform_profile={'tpu': 'tpu_default', 'gpu': 'jax_gpu_default'})
-  assert "native arithmetic: gpu=jax_gpu_default, tpu=tpu_default. Gap" in out['gap_note']
+  assert "native arithmetic: gpu=jax_gpu_default, tpu=tpu_default. Gap" in show(out)
   r = residual(out)
   assert r['ci_low'] < 1.5 < r['ci_high'] and r['ci_low'] > 0.3
-  assert r['verdict'] == 'not explained' and 'explained by numerics' not in out['text']
+  assert out['decomposition'][0]['verdict'] == 'partly explained'  # 0.8 of 2.3 pp: numerics
+  assert 'explained by numerics**' not in show(out)
 
 
 def test_failed_mixed_fit_falls_back_to_clustered_ols_and_says_so(monkeypatch):
@@ -113,7 +118,7 @@ def test_failed_mixed_fit_falls_back_to_clustered_ols_and_says_so(monkeypatch):
   out = attribution.run(frame, ['platform', 'profile'], reference={'profile': 'f32'}, margin=0.3)
   show(out)
   assert 'mixed fit failed (LinAlgError: Singular matrix)' in out['method']
-  assert 'clustered by seed' in out['method'] and 'method: OLS with seed fixed effects' in out['text']
+  assert 'clustered by seed' in out['method'] and 'method: OLS with seed fixed effects' in show(out)
   # The main terms against statsmodels' own formula OLS with the same clustered errors.
   data = frame.assign(v=100 * frame[METRIC], profile=frame[PROFILE])
   ref = smf.ols("v ~ C(platform) + C(profile, Treatment('f32')) + C(seed)", data).fit(
@@ -166,6 +171,7 @@ def test_one_platform_compares_arms_with_the_reference_arm():
   out = attribution.run(runs_frame(platforms=('tpu',)), ['platform', 'profile'],
                         reference={'profile': 'f32'}, margin=0.3)
   assert out['gap'] is None and out['gap_note'].startswith('runs from one platform (tpu)')
+  assert out['decomposition'] == []
   arms = out['arms'].set_index('arm')
   assert arms.loc['platform=tpu, profile=tpu_default', 'estimate'] == pytest.approx(
       term(out, 'profile=tpu_default')['estimate'])
@@ -181,11 +187,15 @@ def test_files_written_with_exact_csv_columns(tmp_path):
   table = pd.read_csv(tmp_path / 'attribution.csv')
   assert list(table.columns) == ['term', 'estimate', 'ci_low', 'ci_high', 'p']
   assert table['term'].tolist() == out['terms']['term'].tolist() and len(table) == 5
-  for name in ('attribution.md', 'attribution_gap.csv', 'attribution_forest.pdf',
-               'attribution_forest.png'):
+  for name in ('attribution.md', 'attribution_gap.csv', 'attribution_decomposition.csv',
+               'attribution_forest.pdf', 'attribution_forest.png', 'gap_decomposition.pdf',
+               'gap_decomposition.png'):
     assert (tmp_path / name).stat().st_size > 500, name
-  assert len(out['excluded']) == 2 and 'failed: loss is NaN' in out['text']
-  assert 'no value for final.test_accuracy' in out['text']
+  decomposition = pd.read_csv(tmp_path / 'attribution_decomposition.csv').iloc[0]
+  assert decomposition['verdict'] == out['decomposition'][0]['verdict'] and decomposition['gap'] == 'tpu - gpu'
+  assert {'share', 'share_ci_low', 'seeds_for_residual_within_margin'} <= set(decomposition.index)
+  assert len(out['excluded']) == 2 and 'failed: loss is NaN' in show(out)
+  assert 'no value for final.test_accuracy' in show(out)
 
 
 @pytest.mark.parametrize('argv, message', [
@@ -210,27 +220,26 @@ def test_bad_flags_one_line_error_exit_2(tmp_path, capsys, argv, message):
   assert e.value.code == 2 and err.startswith(message) and err.count('\n') == 1, err
 
 
-def test_study_runs_attribution_from_get_study(tmp_path, capsys):
+def test_a_declared_study_runs_the_attribution_with_its_settings(tmp_path, capsys):
   cfg = tmp_path / 'cfg.py'
   cfg.write_text("def get_config(arg=None):\n  return None\n\n\ndef get_study(arg=None):\n"
                  "  return {'margin': 0.25, 'margin_reason': 'half the seed sd', "
                  "'factors': ['platform', 'profile'], 'reference': {'profile': 'f32'}, "
                  "'noise_arm': {'profile': 'noise'}, 'native': {'profile': 'native'}, "
                  "'platform_profile': {'tpu': 'tpu_default', 'gpu': 'jax_gpu_default', "
-                 "'cpu': 'f32'}}\n")  # a study's mapping lists every platform: cpu has no runs
-  settings = study.declaration(f'{cfg}:x')
-  margin, why = stats.margin_choice(None, None, settings['margin'], settings['margin_reason'])
-  written = study.attribution_report(str(tmp_path), runs_frame(seeds=range(4)), settings,
-                                     METRIC, margin, why)
-  text = capsys.readouterr().out
+                 "'cpu': 'f32'}, 'labels': {'profile': '{}'}}\n")  # cpu has no runs
+  declared = declaration.load(f'{cfg}:x')
+  frame = runs_frame(seeds=range(4)).drop(columns='numerics.requested.batchnorm_group')
+  out = answer.analyse(frame, declared)
+  att = out['attribution']
+  assert att['margin'] == 0.25 and att['margin_reason'] == 'half the seed sd'
+  assert att['emulation'] == {'gpu': 'jax_gpu_default', 'tpu': 'tpu_default'}
+  assert att['labels']['profile=tpu_default'] == 'tpu_default'
+  assert att['labels']['platform=tpu'] == 'platform tpu'
+  text = show(att)
   assert '±0.25 pp (half the seed sd)' in text and '| platform residual |' in text
-  assert 'native arithmetic: gpu=jax_gpu_default, tpu=tpu_default. Gap' in text
-  assert {p.split('/')[-1] for p in written} == {
-      'attribution.csv', 'attribution.md', 'attribution_gap.csv', 'attribution_forest.pdf',
-      'attribution_forest.png'}
-  assert (tmp_path / 'figures' / 'attribution_forest.png').exists()
   cfg.write_text('def get_config(arg=None):\n  return None\n\n\ndef get_sweep(arg=None):\n  return []\n')
-  assert study.declaration(f'{cfg}:x') == {}
+  assert declaration.load(f'{cfg}:x') == {}
 
 
 def test_cli_on_saved_runs_writes_the_outputs(tmp_path, capsys):
@@ -246,3 +255,4 @@ def test_cli_on_saved_runs_writes_the_outputs(tmp_path, capsys):
   assert 'runs: 4 used, 1 excluded' in text and 'failed: loss is NaN' in text
   assert '| profile=tpu_default | 0.85 |' in text  # both seeds are +0.8 and +0.9 pp
   assert 'one run per seed' not in text and (tmp_path / 'out' / 'attribution_forest.png').exists()
+  assert not (tmp_path / 'out' / 'gap_decomposition.png').exists()  # one platform: no gap

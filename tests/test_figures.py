@@ -1,5 +1,7 @@
-"""analysis.figures on fake Orbax runs: every figure is written as a readable PDF and 300-dpi PNG,
-shows the seeds, has legends only for what it draws, and plots training from per-step records."""
+"""analysis.figures and analysis.forest on fake Orbax runs: every figure is written as a readable
+PDF and 300-dpi PNG at its printed size (one column 3.3 in, two columns 6.9 in), shows the seeds,
+names arms by their short labels, has legends only for what it draws (inside the figure), and
+plots training from per-step records."""
 
 import json
 
@@ -10,7 +12,8 @@ from matplotlib.patches import PathPatch
 from PIL import Image
 import pytest
 
-from analysis import figures, results, stats, style
+from analysis import answer, figures, forest, results, stats, style
+from test_contrasts import DIGITS, digits_frame
 from trainer import record
 
 STEPS = (2, 4, 6, 8, 10)  # logged training steps of every fake run, 2 per epoch
@@ -97,7 +100,7 @@ def test_all_figures_written_and_readable(tmp_path, capsys):
   make_study(tmp_path / 'runs')
   figures.main([f'--runs={tmp_path}/runs', f'--out={tmp_path}/figs', '--margin=0.5'])
   written = capsys.readouterr().out.split()
-  names = {'accuracy_by_arm', 'paired_diffs', 'training_curves'}
+  names = {'accuracy_by_arm', 'contrasts', 'training_curves'}  # no declaration: no attribution
   assert sorted(written) == sorted(f'{tmp_path}/figs/{n}.{e}' for n in names for e in ('pdf', 'png'))
   check_files(written)
 
@@ -130,21 +133,63 @@ def test_points_for_every_seed_and_no_boxes_below_ten(tmp_path):
   assert not legend_problems(fig)
 
 
-def test_difference_legend_lists_only_drawn_kinds(tmp_path):
+def test_contrast_legend_lists_only_drawn_kinds(tmp_path):
   make_study(tmp_path / 'a', arms=(('tpu', 'float32', 0.9),), seeds=range(3))
   make_study(tmp_path / 'a', arms=(('gpu', 'float32', 0.9),), seeds=range(10, 13))
   out, hist, steps = analysed(tmp_path / 'a')
   style.apply()
-  fig = figures.draw_paired_diffs(out)  # no shared seeds: only a Welch difference
-  labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-  assert labels == ['equivalence margin ±0.5 pp', 'Δ ± 90% CI (Welch, unpaired)']
-  assert not legend_problems(fig)
-  make_study(tmp_path / 'b')
-  out, _, _ = analysed(tmp_path / 'b')
-  fig = figures.draw_paired_diffs(out)
-  labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-  assert 'Δ ± 90% CI (Welch, unpaired)' not in labels and 'one seed: A − B' in labels
-  assert not legend_problems(fig)
+  fig = forest.draw_contrasts(figures.contrast_table(out), {}, 0.5, 'pp')  # one Welch Δ, no noise arm
+  labels = [t.get_text() for t in fig.legends[0].get_texts()]
+  assert labels == ['margin ±0.5 pp', '95% CI', '90% CI', 'Δ'] and not legend_problems(fig)
+  assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ['gpu − tpu']
+
+
+def pdf_size_in(path):
+  """(width, height) in inches of a one-page PDF's MediaBox."""
+  with open(path, 'rb') as f:
+    text = f.read().decode('latin-1')
+  x0, y0, x1, y1 = map(float, text.split('/MediaBox')[1].split('[')[1].split(']')[0].split())
+  return (x1 - x0) / 72, (y1 - y0) / 72
+
+
+def test_every_figure_is_drawn_at_its_printed_size_with_short_labels_inside_the_figure(tmp_path):
+  out = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
+  paths = figures.make_all(out, pd.DataFrame(columns=['run', 'epoch']), str(tmp_path),
+                           steps=pd.DataFrame(columns=list(results.STEP_COLUMNS)))
+  widths = {'accuracy_by_arm': style.TWO_COLUMN_IN, 'contrasts': style.ONE_COLUMN_IN,
+            'attribution_forest': style.ONE_COLUMN_IN, 'gap_decomposition': style.ONE_COLUMN_IN}
+  assert sorted({p.rsplit('/', 1)[1].split('.')[0] for p in paths}) == sorted(widths)
+  for name, width in widths.items():
+    assert pdf_size_in(f'{tmp_path}/{name}.pdf')[0] == pytest.approx(width, abs=0.01), name
+    with Image.open(f'{tmp_path}/{name}.png') as img:
+      assert img.size[0] == round(300 * width), name
+  style.apply()
+  fig = figures.draw_accuracy_by_arm(out)
+  ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+  assert ticks[:2] == ['native', 'f32'] and 'BN/16' in ticks and 'bf16\nactivations' in ticks
+  assert not any('=' in t for t in ticks) and not legend_problems(fig)
+  assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [
+      'cpu: one seed', 'gpu: one seed', 'mean ± 95% CI (t-interval)']
+  fig.canvas.draw()
+  inside = fig.bbox.padded(1)
+  for artist in [fig.axes[0].get_legend(), *fig.axes[0].get_xticklabels()]:
+    box = artist.get_window_extent()
+    assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and box.y1 <= inside.y1, artist
+
+
+def test_gap_figure_draws_the_three_parts_with_margin_and_noise_floor():
+  out = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
+  att = out['attribution']
+  fig = forest.draw_gap(att)
+  ax = fig.axes[0]
+  assert [t.get_text().split('\n')[0] for t in ax.get_yticklabels()] == [
+      'native gap', '= numerics part', '+ platform residual']
+  d = att['decomposition'][0]
+  assert ax.get_title(loc='left') == f'gpu − cpu: {d["verdict"]} at ±2 pp'
+  dashed = sorted(line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == '--')
+  assert dashed == [-2, 2]
+  labels = [t.get_text() for t in fig.legends[0].get_texts()]
+  assert f'noise floor ±{att["noise"]["half"]:.2f} pp' in labels and not legend_problems(fig)
 
 
 def test_training_curves_are_built_from_per_step_records(tmp_path):
@@ -154,13 +199,15 @@ def test_training_curves_are_built_from_per_step_records(tmp_path):
   fig = figures.draw_training_curves(out, hist, steps)
   loss_ax, test_ax = fig.axes[:2]
   lines = {line.get_label(): line for line in loss_ax.get_lines()}
-  gpu = lines['gpu (n = 5)']  # arm colours in sorted order: gpu is the second arm (k = 1)
+  gpu = lines['gpu']  # one platform per arm here: arms are labelled by the group-by label
   assert list(gpu.get_xdata()) == list(STEPS)
   expect = [np.mean([2 * 2.0 / s + 0.01 * seed for seed in range(5)]) for s in STEPS]
   assert list(gpu.get_ydata()) == pytest.approx(expect)
   assert loss_ax.get_yscale() == 'log' and 'step' in loss_ax.get_xlabel()
   low, high = test_ax.get_ylim()
   assert low > 60 and high - low < 40  # zoomed to the last epochs, not 0–100%
+  assert min(test_ax.get_lines()[0].get_xdata()) == 3  # the last half of 5 epochs
+  assert len(loss_ax.collections) == 2  # ± 1 sd bands: 2 curves
   assert not legend_problems(fig)
 
 

@@ -1,5 +1,7 @@
-"""analysis.results and analysis.stats on planted numbers and fake Orbax runs (no training)."""
+"""analysis.results, analysis.stats and the report of analysis.study on planted numbers and fake
+Orbax runs (no training)."""
 
+import io
 import itertools
 
 import numpy as np
@@ -10,6 +12,7 @@ from statsmodels.stats import multitest, power as smp, weightstats
 from statsmodels.stats.meta_analysis import effectsize_smd
 
 from analysis import inference, report, results, stats
+from analysis import study as analysis_study
 from trainer import record
 
 METRIC = 'final.test_accuracy'
@@ -82,18 +85,25 @@ def test_published_values_match_the_published_summary():
   assert tpu[0] == tpu[1] and tpu[5] == tpu[6] and gpu[0] != gpu[1] and gpu[5] != gpu[6]
 
 
+def csv_tables(text):
+  """{table: DataFrame} of what `--format csv` prints ('# name' then the CSV, per table)."""
+  blocks = [b for b in text.split('# ') if b.strip()]
+  return {b.split('\n', 1)[0]: pd.read_csv(io.StringIO(b.split('\n', 1)[1])) for b in blocks}
+
+
 def test_two_column_published_csv_reproduces_welch_p(tmp_path, capsys):
   tpu, gpu = write_published(tmp_path / 'published.csv', with_seeds=False)
-  stats.main(['--csv', str(tmp_path / 'published.csv'), '--group-by', 'platform', '--metric',
-              'accuracy'])
+  analysis_study.main(['--csv', str(tmp_path / 'published.csv'), '--group-by', 'platform',
+                       '--metric', 'accuracy'])
   text = capsys.readouterr().out
   assert 'unpaired: no seed column, each row is its own run' in text
   assert 'no seed column: every row is its own run' in text  # the setup says so too
   assert 'not recorded' in text and '| 0.173 (0.173) |' in text  # Welch p, raw (Holm)
-  stats.main(['--csv', str(tmp_path / 'published.csv'), '--group-by', 'platform', '--metric',
-              'accuracy', '--format=csv', f'--out={tmp_path}/o.csv'])
-  pair = pd.read_csv(tmp_path / 'o_pairs.csv').iloc[0]
-  arms = pd.read_csv(tmp_path / 'o_arms.csv').set_index('arm')
+  assert 'every pair, Holm over 1' in text  # no declaration: every pair is a comparison
+  analysis_study.main(['--csv', str(tmp_path / 'published.csv'), '--group-by', 'platform',
+                       '--metric', 'accuracy', '--format=csv'])
+  tables = csv_tables(capsys.readouterr().out)
+  pair, arms = tables['pairs'].iloc[0], tables['arms'].set_index('arm')
   assert round(pair['welch_p'], 4) == 0.1734 and not pair['paired'] and pair['test'] == 'Welch t'
   assert list(arms['n']) == [14, 14] and round(arms.loc['tpu', 'mean'], 2) == 69.79
   assert round(arms.loc['gpu', 'sd'], 2) == 0.65 and (arms['ci_method'] == 't-interval').all()
@@ -102,16 +112,16 @@ def test_two_column_published_csv_reproduces_welch_p(tmp_path, capsys):
 
 def test_published_csv_with_seeds_averages_duplicates_and_pairs(tmp_path, capsys):
   tpu, gpu = write_published(tmp_path / 'seeded.csv', with_seeds=True)
-  stats.main(['--csv', str(tmp_path / 'seeded.csv'), '--group-by', 'platform', '--metric',
-              'accuracy', '--format=csv', f'--out={tmp_path}/o.csv'])
-  reps = pd.read_csv(tmp_path / 'o_replicates.csv')
+  analysis_study.main(['--csv', str(tmp_path / 'seeded.csv'), '--group-by', 'platform',
+                       '--metric', 'accuracy', '--format=csv'])
+  tables = csv_tables(capsys.readouterr().out)
+  reps = tables['replicates']
   assert sorted(zip(reps['arm'], reps['seed'], reps['n_runs'])) == [
       ('gpu', 3, 2), ('gpu', 42, 2), ('tpu', 3, 2), ('tpu', 42, 2)]
   assert list(reps.set_index(['arm', 'seed']).loc[[('tpu', 42), ('gpu', 42)], 'identical']) == [True, False]
   per_seed = lambda x: pd.Series(100 * x).groupby(PUB_SEEDS).mean()  # replicates averaged
   a, b = per_seed(gpu), per_seed(tpu)
-  arms = pd.read_csv(tmp_path / 'o_arms.csv').set_index('arm')
-  pair = pd.read_csv(tmp_path / 'o_pairs.csv').iloc[0]
+  arms, pair = tables['arms'].set_index('arm'), tables['pairs'].iloc[0]
   assert list(arms['n']) == [12, 12] and list(arms['n_runs']) == [14, 14]
   assert arms.loc['gpu', 'mean'] == pytest.approx(a.mean())
   within = np.sqrt(((100 * (gpu[0] - gpu[1])) ** 2 + (100 * (gpu[5] - gpu[6])) ** 2) / 4)
@@ -120,6 +130,11 @@ def test_published_csv_with_seeds_averages_duplicates_and_pairs(tmp_path, capsys
   assert pair['paired_p'] == pytest.approx(sps.ttest_rel(a, b).pvalue)
   assert pair['diff'] == pytest.approx((a - b).mean()) and pair['test'] == 'paired t'
   assert 'paired: 12 shared seeds' in pair['design'] and pair['power_from'] == '12 pairs'
+
+
+def why(pair, margin, m=1):
+  """The report's words for a judged pair (analysis/report.py): stats keeps numbers only."""
+  return report.verdict_why(pair, margin, 'pp', m)
 
 
 def test_planted_shift_is_different():
@@ -132,7 +147,7 @@ def test_planted_shift_is_different():
   assert pair['welch_p_holm'] < 0.001 and pair['mw_p'] < 0.01 and pair['test_p_holm'] < 0.001
   assert not pair['equivalent'] and pair['tost_p'] > 0.5
   assert pair['ci90_high'] < -0.5 and pair['ci95_high'] < 0  # the whole interval is outside
-  assert pair['verdict'] == 'different' and 'excludes 0' in pair['verdict_why']
+  assert pair['verdict'] == 'different' and 'excludes 0' in why(pair, 0.5)
 
 
 def test_identical_distributions_are_equivalent_and_not_different():
@@ -142,7 +157,7 @@ def test_identical_distributions_are_equivalent_and_not_different():
   pair = out['pairs'].iloc[0]
   assert pair['welch_p'] > 0.05 and pair['equivalent'] and pair['tost_p_holm'] < 0.05
   assert -0.2 < pair['ci90_low'] < pair['ci90_high'] < 0.2
-  assert pair['verdict'] == 'equivalent' and 'within ±0.2 pp' in pair['verdict_why']
+  assert pair['verdict'] == 'equivalent' and 'within ±0.2 pp' in why(pair, 0.2)
   same = stats.analyse(frame({'x': a, 'y': a[::-1]}, {'x': 'gpu', 'y': 'gpu'}), margin=0.2)
   assert same['pairs'].iloc[0]['welch_p'] == pytest.approx(1.0)
   assert same['pairs'].iloc[0]['verdict'] == 'equivalent'
@@ -154,7 +169,8 @@ def test_wide_interval_is_inconclusive():
   out = stats.analyse(frame({'x': a, 'y': b}, {'x': 'gpu', 'y': 'gpu'}), margin=0.3)
   pair = out['pairs'].iloc[0]
   assert pair['ci90_low'] < -0.3 and pair['ci90_high'] > 0.3 and pair['test_p_holm'] > 0.05
-  assert pair['verdict'] == 'inconclusive' and 'wider than the margin ±0.3 pp on both sides' in pair['verdict_why']
+  assert pair['verdict'] == 'inconclusive'
+  assert 'wider than the margin ±0.3 pp on both sides' in why(pair, 0.3)
   assert pair['power_diff'] < 0.8 and pair['n80_equiv'] > 5
 
 
@@ -168,7 +184,7 @@ def test_holm_can_undo_a_raw_equivalence_and_the_report_shows_both():
   pair = out['pairs'].set_index(['arm_a', 'arm_b']).loc[('compute_dtype=x', 'compute_dtype=y')]
   assert pair['tost_p'] == pytest.approx(0.03) and pair['tost_p_holm'] == pytest.approx(0.09)
   assert pair['equivalent_raw'] and not pair['equivalent'] and pair['verdict'] == 'inconclusive'
-  assert 'lies inside' in pair['verdict_why'] and 'raw 0.030' in pair['verdict_why']
+  assert 'lies inside' in why(pair, margin, 3) and 'raw 0.030' in why(pair, margin, 3)
   text = report.render(out, 'md')
   assert '| no (raw: yes) | 0.030 (0.090) |' in text and 'Holm-adjusted TOST p < 0.05' in text
 
@@ -298,9 +314,9 @@ def test_margin_and_its_reason_are_printed_and_overrides_say_so(tmp_path, capsys
                                    'one test image is 0.28 pp')
   assert stats.margin_choice() == (stats.DEFAULT_MARGIN, stats.UNDECLARED)
   write_published(tmp_path / 'p.csv', with_seeds=False)
-  stats.main(['--csv', str(tmp_path / 'p.csv'), '--metric', 'accuracy'])
+  analysis_study.main(['--csv', str(tmp_path / 'p.csv'), '--metric', 'accuracy'])
   assert f'equivalence margin: ±0.5 pp ({stats.UNDECLARED})' in capsys.readouterr().out
-  stats.main(['--csv', str(tmp_path / 'p.csv'), '--metric', 'accuracy', '--margin', '0.3',
+  analysis_study.main(['--csv', str(tmp_path / 'p.csv'), '--metric', 'accuracy', '--margin', '0.3',
               '--margin-reason', 'half the GPU sd'])
   assert 'equivalence margin: ±0.3 pp (from --margin: half the GPU sd)' in capsys.readouterr().out
 
@@ -345,39 +361,41 @@ def test_orbax_runs_replicates_and_failed_runs(tmp_path):
                             '1 unshared seed(s) left out of the paired tests')
 
 
-def test_report_opens_with_setup_and_verdict(tmp_path, capsys):
+def test_report_opens_with_the_answer_then_setup_and_why(tmp_path, capsys):
   make_runs(tmp_path / 'runs')
-  stats.main([f'--runs={tmp_path}/runs', '--margin=1', '--margin-reason=a planted reason'])
+  analysis_study.main([f'--runs={tmp_path}/runs', '--margin=1', '--margin-reason=a planted reason'])
   text = capsys.readouterr().out
-  setup = text.split('## Setup')[1].split('## Verdict')[0]
+  answer = text.split('## Answer')[1].split('## Setup')[0]
+  assert '**Question.** Which numerical setting changes test accuracy on gpu' in answer
+  assert '| compute_dtype=bfloat16 − compute_dtype=float32 | -2.90 |' in answer  # A − B, pp
+  setup = text.split('## Setup')[1].split('## Why each verdict')[0]
   assert '- dataset: digits, task not recorded; train 1437 / test 360 images; one test image = 0.278 pp' in setup
   assert '- training: 2 epochs, model resnet18 width 0.25, resolution 8 px' in setup
   assert 'compute_dtype=bfloat16 (4 seeds, 5 runs)' in setup
   assert 'equivalence margin: ±1 pp (from --margin: a planted reason)' in setup
-  verdict = text.split('## Verdict')[1].split('## Arms')[0]
+  verdict = text.split('## Why each verdict')[1].split('## Arms')[0]
   assert verdict.count('- **') == 1 and '**compute_dtype=bfloat16 vs compute_dtype=float32: ' in verdict
   assert 'Power (estimated from n = 4 pairs; sd of the per-seed differences' in verdict
-  assert text.index('## Setup') < text.index('## Verdict') < text.index('## Arms')
+  assert text.index('## Answer') < text.index('## Setup') < text.index('## Why') < text.index('## Arms')
 
 
 def test_cli_formats_and_small_arm(tmp_path, capsys):
   make_runs(tmp_path / 'runs')
   record.write_results(f'{tmp_path}/runs/tpu/s0', fake_results(0, 0.8, platform='tpu'))
-  stats.main([f'--runs={tmp_path}/runs', '--margin=1'])
+  analysis_study.main([f'--runs={tmp_path}/runs', '--margin=1'])
   captured = capsys.readouterr()
   assert "arm 'tpu, compute_dtype=float32' has n < 2" in captured.err
   assert '| gpu, compute_dtype=bfloat16 | gpu, compute_dtype=float32 |' in captured.out
-  assert 'tpu' not in captured.out.split('## Pairwise')[1].split('## Design')[0]
+  assert 'tpu' not in captured.out.split('## Comparisons: every test')[1].split('## Design')[0]
   assert 'failed: loss is NaN' in captured.out
-  stats.main([f'--runs={tmp_path}/runs', '--format=latex', f'--out={tmp_path}/t.tex'])
-  tex = (tmp_path / 't.tex').read_text()
-  assert tex.startswith('% Setup') and '\\toprule' in tex and 'bfloat16' in tex
-  assert '**' not in tex and '\\item' in tex
-  stats.main([f'--runs={tmp_path}/runs', '--format=csv', f'--out={tmp_path}/t.csv'])
-  arms = pd.read_csv(tmp_path / 't_arms.csv')
-  assert list(arms['n']) == [4, 5, 1] and (tmp_path / 't_pairs.csv').exists()
-  assert len(pd.read_csv(tmp_path / 't_excluded.csv')) == 2
-  assert len(pd.read_csv(tmp_path / 't_replicates.csv')) == 2
+  analysis_study.main([f'--runs={tmp_path}/runs', '--format=latex'])
+  tex = capsys.readouterr().out
+  assert tex.startswith('\\begin{table}') and '\\toprule' in tex and 'bfloat16' in tex
+  assert '**' not in tex and '\\item' not in tex and tex.count('\\begin{tabular}') == 3
+  analysis_study.main([f'--runs={tmp_path}/runs', '--format=csv'])
+  tables = csv_tables(capsys.readouterr().out)
+  assert list(tables['arms']['n']) == [4, 5, 1] and len(tables['pairs']) == 1
+  assert len(tables['excluded']) == 2 and len(tables['replicates']) == 2
 
 
 def test_one_line_errors(tmp_path, capsys):
@@ -392,7 +410,7 @@ def test_one_line_errors(tmp_path, capsys):
   with pytest.raises(ValueError, match='--margin'):
     stats.analyse(frame({'a': [.1, .2]}), margin=0)
   with pytest.raises(SystemExit) as e:
-    stats.main([f'--runs={tmp_path}'])
+    analysis_study.main([f'--runs={tmp_path}'])
   message = capsys.readouterr().err
   assert e.value.code == 2 and message.startswith('error: --runs: no run') and message.count('\n') == 1
   failed = frame({'a': [.1, .2]}).assign(status='failed')
@@ -406,7 +424,7 @@ def test_root_of_only_failed_runs_lists_them_with_reasons(tmp_path, capsys):
     del results_['final']  # stopped before any evaluation: no metric column at all
     record.write_results(f'{tmp_path}/a/s{seed}', results_, step=step)
   with pytest.raises(SystemExit) as e:
-    stats.main([f'--runs={tmp_path}'])
+    analysis_study.main([f'--runs={tmp_path}'])
   message = capsys.readouterr().err.rstrip('\n')
   assert e.value.code == 2 and message.startswith('error: --runs/--csv: none of the 2 runs is completed') and '\n' not in message
   assert f'{tmp_path}/a/s0 (failed: loss is NaN)' in message

@@ -274,14 +274,14 @@ def test_tiny_study_end_to_end_then_resume_skips_everything(tmp_path, subprocess
   report = (root / 'report.md').read_text()
   # Arms labelled by the first requested field that separates them: the named shorthand first.
   assert report in out and 'profile=tpu_default' in report and 'profile=f32' in report
-  assert 'conv_format=' not in report.split('## Arms')[1].split('## Pairwise')[0]
+  assert 'conv_format=' not in report.split('## Arms')[1].split('## Comparisons: every test')[0]
   assert (root / 'report.tex').exists() and list(root.glob('report_*.csv'))
   log = (root / 'profile-tpu-default' / 'seed1' / 'train.log').read_text()
   assert 'train.py --config=' in log and 'Done: test_accuracy' in log
   runs = results.load_runs(str(root))
   assert sorted(runs['status']) == ['completed'] * 4
   pngs = sorted((root / 'figures').glob('*.png'))
-  assert {p.stem for p in pngs} >= {'accuracy_by_arm', 'paired_diffs', 'training_curves'}
+  assert {p.stem for p in pngs} >= {'accuracy_by_arm', 'contrasts', 'training_curves'}
   for png in pngs:
     with Image.open(png) as img:
       img.load()

@@ -1,0 +1,104 @@
+"""The study's answer as numbers: statistics per arm, the declared contrasts, the gap
+decomposition and the platforms' software, from one runs table and the study's declaration.
+analysis/report.py puts it into words, analysis/figures.py draws it, analysis/study.py is the
+command.
+
+  out = analyse(frame, declaration.load('configs/digits.py:study'))
+
+Without a declaration (or one without factors and a reference) every pair of arms is compared
+instead of the declared contrasts, and there is no attribution.
+"""
+
+import pandas as pd
+
+from analysis import attribution, contrasts, declaration, effects, stats
+
+VERSION_PREFIX = 'versions.'
+
+
+def platform_profile(runs, declared):
+  """The declared {platform: profile} for the platforms among the runs: a study's declaration
+  lists every platform it may run on (analysis.attribution rejects one without runs)."""
+  present = set(runs['platform'].astype(str)) if 'platform' in runs else set()
+  given = effects.parse_pairs(declared or {}, '--platform-profile')
+  return {p: level for p, level in given.items() if p in present}
+
+
+def distinct(values):
+  """The distinct values of a column as text: one value, or 'a, b (differ between runs)'."""
+  seen = sorted({str(v) for v in values.dropna()})
+  if not seen:
+    return None
+  return seen[0] if len(seen) == 1 else ', '.join(seen) + ' (differ between runs)'
+
+
+def software(runs):
+  """{'platforms': {platform: {'device_kind', 'devices', 'versions': {package: version}}},
+  'confounds': [packages whose versions differ between platforms]} from the analysed runs."""
+  if 'platform' not in runs:
+    return {'platforms': {}, 'confounds': []}
+  packages = sorted(c[len(VERSION_PREFIX):] for c in runs if c.startswith(VERSION_PREFIX))
+  out = {}
+  for platform, group in runs.groupby(runs['platform'].astype(str), sort=True):
+    out[platform] = {'device_kind': distinct(group.get('device_kind', pd.Series(dtype=str))),
+                     'devices': distinct(group.get('num_devices', pd.Series(dtype=str))),
+                     'versions': {p: distinct(group[VERSION_PREFIX + p]) for p in packages}}
+  confounds = [p for p in packages
+               if len({v['versions'][p] for v in out.values() if v['versions'][p]}) > 1]
+  return {'platforms': out, 'confounds': confounds}
+
+
+def term_labels(terms, declared):
+  """{term: short label}: 'profile=tpu_default' -> 'tpu_default', 'platform=gpu' -> 'platform gpu'."""
+  out = {}
+  for term in terms:
+    factor, _, level = term.partition('=')
+    out[term] = (f'platform {level}' if factor == 'platform' else
+                 declaration.factor_label(declared, factor, level) if level and ':' not in term
+                 else term)
+  return out
+
+
+def attribute(frame, declared, metric, seed_col, margin, margin_reason, source):
+  """analysis.attribution with the declared factors, reference, noise arm and native arm."""
+  completed = frame[frame['status'] == 'completed'] if 'status' in frame else frame
+  out = attribution.run(
+      frame, declared.get('factors') or attribution.default_factors(frame), metric=metric,
+      seed_col=seed_col or 'seed', reference=declared.get('reference'), margin=margin,
+      noise_arm=declared.get('noise_arm'), native=declared.get('native'),
+      platform_profile=platform_profile(completed, declared.get('platform_profile')),
+      source=source, margin_reason=margin_reason)
+  out['labels'] = term_labels(out['terms']['term'], declared)
+  return out
+
+
+def analyse(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, margin=None,
+            margin_reason=None, seed_col=None, scale=None, all_pairs=False, source=''):
+  """stats.analyse's dict plus `declared`, `contrasts` (the declared family, or None), `arm_info`
+  (analysis/contrasts.arm_levels), `noise` ({platform: noise floor}), `software`, `attribution`
+  (analysis.attribution's dict, or None) and `source`; `pairs` holds every pair only with
+  `all_pairs` or without declared contrasts."""
+  declared = declared or {}
+  margin, why = stats.margin_choice(margin, margin_reason, declared.get('margin'),
+                                    declared.get('margin_reason'))
+  declares = bool(declared.get('factors') and declared.get('reference'))
+  out = stats.analyse(frame, group_by, metric, margin, why, seed_col, scale,
+                      all_pairs=all_pairs or not declares)
+  unit = 'pp' if out['scale'] == 100 else 'units'
+  out.update(declared=declared, source=source, unit=unit, contrasts=None, arm_info=None, noise={},
+             attribution=None, software=software(out['runs']))
+  if declares:
+    out['arm_info'] = contrasts.arm_levels(out, declared)
+    out['contrasts'] = contrasts.contrast_table(out, declared)
+    out['noise'] = contrasts.noise_floors(out, declared, unit)
+    out['attribution'] = attribute(frame, declared, out['metric'], seed_col, margin, why, source)
+  return out
+
+
+def labels(out):
+  """{arm: short label} (the declaration's), or the arms' own labels without one."""
+  if out.get('arm_info') is not None:
+    info = out['arm_info']
+    several = info['platform'].nunique() > 1
+    return {r.arm: f'{r.platform}: {r.label}' if several else r.label for r in info.itertuples()}
+  return {a: a for a in out['arms']['arm']}

@@ -1,0 +1,105 @@
+"""A study's whole analysis in one command: the report (the answer first), its tables, the
+attribution and the figures, from one or more roots of runs (local and gs://, mixed) or a CSV.
+
+  python -m analysis.study --runs runs/study --out runs/study          # what sweeps.study runs
+  python -m analysis.study --runs gs://bucket/gpu runs/cpu --out out   # two platforms' roots
+  python -m analysis.study --csv results/digits_h100_cpu.csv --study results/digits_study.json
+  python -m analysis.study --csv published.csv --group-by platform --metric accuracy
+
+The tests are the study's declared contrasts (analysis/contrasts.py): the declaration written
+into the root before the first run (study.json, analysis/declaration.py), or --study; every pair
+of arms only with --all-pairs (or when nothing is declared). Without --out the report is printed
+(--format md: the whole report; latex: its booktabs tables; csv: its tables). With --out DIR it
+is printed and written: DIR/report.md, report.tex, report_<table>.csv, attribution.md,
+attribution.csv, attribution_gap.csv and attribution_decomposition.csv (two platforms), and
+DIR/figures/ (analysis/figures.py). Bad input: one line `error: ...`, exit code 2, nothing written.
+"""
+
+import argparse
+import os
+import sys
+
+from analysis import answer, attribution, declaration, figures, report, results, stats
+
+
+def parse_args(argv):
+  p = argparse.ArgumentParser(prog='python -m analysis.study', description=__doc__.split('\n')[0])
+  src = p.add_mutually_exclusive_group(required=True)
+  results.add_runs_argument(src)
+  src.add_argument('--csv', help='a CSV of results, one row per run (analysis.export writes one)')
+  declaration.add_study_argument(p)
+  p.add_argument('--all-pairs', action='store_true',
+                 help='also test every pair of arms (Holm over all pairs, apart from the declared family)')
+  p.add_argument('--group-by', nargs='+', default=[],
+                 help='columns defining an arm, e.g. platform compute_dtype or any config.* field '
+                      '(default: platform, device kind and every requested numerics field)')
+  p.add_argument('--metric', default=stats.DEFAULT_METRIC,
+                 help=f'the column compared between arms (default {stats.DEFAULT_METRIC}; a CSV: any '
+                      'numeric column; accuracies in [0, 1] are reported in percent)')
+  p.add_argument('--margin', type=float, default=None,
+                 help=f'equivalence margin, pp (default: the declared one, else {stats.DEFAULT_MARGIN:g})')
+  p.add_argument('--margin-reason', default=None, help='why --margin (printed with it)')
+  p.add_argument('--seed-col', default=None,
+                 help="column holding each run's seed (default 'seed' when present; without one "
+                      'every row is its own run, unpaired)')
+  p.add_argument('--scale', type=float, default=None,
+                 help='multiply the metric by this (default: 100 for accuracies in [0, 1])')
+  p.add_argument('--format', choices=('md', 'latex', 'csv'), default='md',
+                 help='what is printed (with --out every format is written)')
+  p.add_argument('--out', help='folder for the report, its tables, the attribution and figures/')
+  return p.parse_args(argv)
+
+
+def load(args):
+  """(runs table, histories, steps or None, declaration, source) of the command line."""
+  if args.runs:
+    frame, hist = results.load(args.runs)
+    steps = results.load_steps(args.runs)
+    declared = declaration.from_roots(args.runs)[0]
+  else:
+    frame, steps, declared = stats.read_csv(args.csv), None, {}
+    hist = frame.iloc[:0][['run']]
+  if args.study:
+    declared = declaration.load(args.study)
+  return frame, hist, steps, declared, ' '.join(args.runs or [args.csv])
+
+
+def write(out, hist, steps, out_dir):
+  """Every file of the analysis into out_dir (see module doc); returns their paths."""
+  os.makedirs(out_dir, exist_ok=True)
+  files = [os.path.join(out_dir, f'report.{e}') for e in ('md', 'tex')]
+  report.write_report(out, 'md', files[0])
+  report.write_report(out, 'latex', files[1])
+  report.write_report(out, 'csv', os.path.join(out_dir, 'report.csv'))
+  files += [os.path.join(out_dir, f'report_{name}.csv') for name in report.csv_tables(out)]
+  if out['attribution']:
+    files += attribution.write_tables(out['attribution'], out_dir)
+  return files + figures.make_all(out, hist, os.path.join(out_dir, 'figures'), steps)
+
+
+def analyse(args):
+  """analysis/answer.py's dict for the command line, with the histories and steps."""
+  frame, hist, steps, declared, source = load(args)
+  out = answer.analyse(frame, declared, args.group_by, args.metric, args.margin,
+                       args.margin_reason, args.seed_col, args.scale, args.all_pairs, source)
+  return out, hist, steps
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  try:
+    out, hist, steps = analyse(args)
+  except ValueError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+  for arm in out['small']['arm']:
+    print(f'warning: arm {arm!r} has n < 2 completed runs: reported, its tests skipped',
+          file=sys.stderr)
+  report.write_report(out, args.format)
+  if args.out:
+    for path in write(out, hist, steps, args.out):
+      print(f'wrote {path}', file=sys.stderr)
+
+
+if __name__ == '__main__':
+  main()

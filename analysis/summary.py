@@ -1,0 +1,152 @@
+"""The one-page answer that opens the report (Markdown), and the booktabs tables a paper can
+\\input (LaTeX): the question, the platforms and their software (version differences flagged as
+a confound), the gap decomposition when there are two platforms, the declared contrasts against
+the noise floor and the margin with one verdict each. Numbers from analysis/answer.py.
+"""
+
+from analysis import attribution_report, inference, style
+from analysis.attribution_report import interval, signed
+
+NOT_RECORDED = 'not recorded'
+
+
+def facts(runs, *columns):
+  """The distinct recorded values of the first of `columns` the table has, as text."""
+  for col in columns:
+    if col in runs:
+      values = sorted({str(v) for v in runs[col].dropna()})
+      if values:
+        return values[0] if len(values) == 1 else ', '.join(values) + ' (differ between runs)'
+  return NOT_RECORDED
+
+
+def setting(runs):
+  """'digits, resnet18 width 0.25, 4 epochs, 8 px': the recorded facts of the runs, those
+  recorded."""
+  parts = [facts(runs, 'config.data.name', 'data.name'),
+           f'{facts(runs, "config.model.name")} width {facts(runs, "config.model.width")}',
+           f'{facts(runs, "config.num_epochs")} epochs',
+           f'{facts(runs, "config.data.image_size", "data.image_size")} px']
+  return ', '.join(p for p in parts if NOT_RECORDED not in p)
+
+
+def question(out):
+  """What the study asks, from its platforms and runs."""
+  platforms = sorted(out['software']['platforms'])
+  metric = out['metric'].rsplit('.', 1)[-1].replace('_', ' ')
+  n = sorted(set(out['arms']['n']))
+  info = out.get('arm_info')
+  arms = info['label'].nunique() if info is not None else len(out['arms'])
+  ask = (f'Does training on {platforms[-1]} give the same {metric} as on {platforms[0]}, and which '
+         'numerical setting explains a difference?' if len(platforms) > 1 else
+         f'Which numerical setting changes {metric} on {platforms[0] if platforms else "this platform"}, '
+         'beyond the noise floor?')
+  what = ', '.join(p for p in (setting(out['runs']), f'{arms} arms',
+                               f'{n[0]}{"–" + str(n[-1]) if len(n) > 1 else ""} seeds per arm') if p)
+  return (f'**Question.** {ask} ({what}.) Equivalence margin ±{out["margin"]:g} {out["unit"]}: '
+          f'{out["margin_reason"]}.')
+
+
+def software_lines(out):
+  """One line per platform (device, versions) and the confound line when versions differ."""
+  info = out['software']
+  lines = []
+  for platform, recorded in info['platforms'].items():
+    versions = ', '.join(f'{p} {v}' for p, v in recorded['versions'].items() if v)
+    devices = f' × {recorded["devices"]}' if recorded['devices'] else ''
+    lines.append(f'- {platform}: {recorded["device_kind"] or NOT_RECORDED}{devices}; '
+                 f'{versions or "versions not recorded"}')
+  if info['confounds']:
+    lines.append(f'- **Confound:** {", ".join(info["confounds"])} differ between the platforms; the '
+                 'platform gap and its residual include whatever those versions change.')
+  elif len(info['platforms']) > 1:
+    lines.append('- The platforms ran the same recorded library versions.')
+  return ['**Platforms and software** (from the runs\' records):', *lines]
+
+
+def gap_lines(out):
+  """The decomposition of each platform gap (analysis/attribution_report.py's words)."""
+  att = out.get('attribution')
+  if not att:
+    return []
+  if not att['decomposition']:
+    return [f'**Platform gap:** {att["gap_note"]}.', '']
+  lines = [f'**Platform gap** (native gap = numerics part + platform residual; '
+           f'{att["gap_method"]}; α = {inference.ALPHA:g}):', '']
+  for d in att['decomposition']:
+    lines += attribution_report.decomposition_lines(d, out['unit']) + ['']
+  return lines
+
+
+def contrast_verdict(r, margin):
+  """'equivalent', 'different' or 'inconclusive: …' in a few words, from a contrast row."""
+  if r['verdict'] != 'inconclusive':
+    return r['verdict']
+  low, high = r['ci90_low'] <= -margin, r['ci90_high'] >= margin
+  if low or high:
+    return f'inconclusive: 90% CI past {"±" if low and high else "−" if low else "+"}{margin:g}'
+  return 'inconclusive: Holm TOST p ≥ 0.05'
+
+
+def contrast_rows(out, table):
+  """One row of strings per contrast: platform (when several), arm, Δ, CIs, floor, verdict."""
+  several = table['platform'].nunique() > 1 if 'platform' in table else False
+  rows = []
+  for _, r in table.iterrows():
+    half = (out['noise'].get(r.get('platform')) or {}).get('half')
+    floor = ('–' if half is None else 'within' if abs(r['diff']) < half else 'beyond')
+    rows.append({**({'platform': r['platform']} if several else {}),
+                 'arm − reference' if 'label' in r else 'A − B':
+                     r['label'] if 'label' in r else f'{r["arm_a"]} − {r["arm_b"]}',
+                 f'Δ ({out["unit"]})': signed(r['diff']),
+                 '95% CI': interval(r['ci95_low'], r['ci95_high']),
+                 '90% CI': interval(r['ci90_low'], r['ci90_high']),
+                 'noise floor': floor, 'verdict (Holm)': contrast_verdict(r, out['margin'])})
+  return rows
+
+
+def contrast_lines(out):
+  """The declared contrasts (or every pair without a declaration) with their verdicts."""
+  table = out['contrasts'] if out.get('contrasts') is not None else out['pairs']
+  unit, m = out['unit'], out['margin']
+  if table is None or table.empty:
+    return ['**Comparisons:** none (no two arms with n ≥ 2 each).']
+  floors = ', '.join(f'{p} ±{f["half"]:.2f}' for p, f in out['noise'].items())
+  ref = (out['arm_info'].loc[out['arm_info']['role'] == 'reference', 'label'].iloc[0]
+         if out.get('contrasts') is not None else None)
+  head = (f'**Factor effects**: each arm − the reference arm ({ref}) on its platform, paired by '
+          f'seed where the runs pair; Holm over the {len(table)} declared contrasts'
+          if ref else f'**Comparisons** (no declared contrasts: every pair, Holm over {len(table)})')
+  floor = (f'; noise floor (95% half-width of a difference of two noise-arm means): {floors} {unit}'
+           if floors else '; no noise arm declared')
+  return [f'{head}{floor}; margin ±{m:g} {unit}. Verdicts: equivalent = Holm TOST p < '
+          f'{inference.ALPHA:g} (90% CI inside ±{m:g}); different = Holm p < {inference.ALPHA:g} and '
+          '95% CI excluding 0; else inconclusive.', '', style.markdown(contrast_rows(out, table)).rstrip('\n')]
+
+
+def answer_lines(out):
+  """The one-page answer (Markdown lines) of analysis/answer.py's dict."""
+  return [question(out), '', *software_lines(out), '', *gap_lines(out), *contrast_lines(out)]
+
+
+def latex_tables(out):
+  """Booktabs tables a paper can \\input: gap decomposition, contrasts, software."""
+  unit, parts = out['unit'], []
+  att = out.get('attribution')
+  for d in (att or {}).get('decomposition') or []:
+    parts.append(style.latex(attribution_report.component_rows(d, unit),
+                             f'{d["gap"]} decomposition at ±{d["margin"]:g} {unit}: {d["verdict"]}. '
+                             f'{attribution_report.share_line(d)}.',
+                             label='tab:gap-' + '-'.join(d['gap'].replace(' - ', ' ').split())))
+  table = out['contrasts'] if out.get('contrasts') is not None else out['pairs']
+  if table is not None and not table.empty:
+    parts.append(style.latex(contrast_rows(out, table),
+                             f'Each arm minus the reference arm ({unit}), 95% and 90% CIs; verdicts '
+                             f'Holm-adjusted over the {len(table)} contrasts, margin ±{out["margin"]:g} {unit}.',
+                             label='tab:contrasts'))
+  rows = [{'platform': p, 'device': f['device_kind'] or NOT_RECORDED,
+           **{k: v or '–' for k, v in f['versions'].items()}}
+          for p, f in out['software']['platforms'].items()]
+  if rows:
+    parts.append(style.latex(rows, 'Platforms and library versions of the runs.', label='tab:software'))
+  return ''.join(parts)

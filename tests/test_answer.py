@@ -1,0 +1,106 @@
+"""The study's answer (analysis.answer -> analysis.report): the one-page answer first (question,
+platforms and software with version differences flagged, decomposition, contrasts), report.tex as
+booktabs tables, and several roots (local folders here) giving the tables of one root holding
+them all."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import answer, declaration, report, results
+from analysis import study as analysis_study
+from test_contrasts import DIGITS, digits_frame
+from trainer import record
+
+SMALL = {'factors': ['platform', 'profile'], 'reference': {'profile': 'native'},
+         'noise_arm': {'profile': 'bf16_noise'}, 'native': {'profile': 'native'},
+         'platform_profile': {'gpu': 'jax_gpu_default', 'cpu': 'f32'}, 'margin': 1.0,
+         'margin_reason': 'planted', 'labels': {'profile': '{}'}}
+
+
+def answer_section(text):
+  return text.split('## Setup')[0]
+
+
+def test_the_answer_fits_one_screen_and_comes_first():
+  out = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(8)), DIGITS)
+  text = report.render(out, 'md')
+  first = answer_section(text)
+  assert len(first.splitlines()) <= 60, len(first.splitlines())
+  assert first.startswith('# ') and '## Answer' in first
+  assert '**Question.** Does training on gpu give the same test accuracy as on cpu' in first
+  assert '**gpu − cpu: ' in first and '| platform residual |' in first  # the decomposition
+  assert 'share of the gap explained by numerics' in first and 'seeds per arm for 80% power' in first
+  for label in ('tpu_default', 'BN/16', 'bf16 activations', 'bf16_noise'):
+    assert first.count(f'| {label} |') == 2, label  # one line per contrast and platform
+  assert 'Holm over the 14 declared contrasts' in first
+  later = text[len(first):]
+  assert later.index('## Setup') < later.index('## Why each verdict') < later.index('## Arms')
+  assert '## Runs excluded' in later and '## Repeated seeds' in later
+
+
+def test_version_differences_between_platforms_are_flagged_as_a_confound():
+  out = answer.analyse(digits_frame(('cpu', 'gpu')), DIGITS)
+  first = answer_section(report.render(out, 'md'))
+  assert '- cpu: cpu; jax 0.10.2, optax 0.2.8' in first
+  assert '- gpu: gpu; jax 0.11.2, optax 0.2.8' in first
+  assert '**Confound:** jax differ between the platforms' in first
+  assert out['software']['confounds'] == ['jax']
+  same = digits_frame(('cpu', 'gpu')).assign(**{'versions.jax': '0.11.2'})
+  first = answer_section(report.render(answer.analyse(same, DIGITS), 'md'))
+  assert 'Confound' not in first and 'the same recorded library versions' in first
+
+
+def test_report_tex_holds_booktabs_tables_only():
+  out = answer.analyse(digits_frame(('cpu', 'gpu')), DIGITS)
+  tex = report.render(out, 'latex')
+  assert tex.count('\\begin{table}') == tex.count('\\bottomrule') == 4  # gap, contrasts, software, arms
+  for label in ('tab:gap-gpu-cpu', 'tab:contrasts', 'tab:software', 'tab:arms'):
+    assert f'\\label{{{label}}}' in tex
+  assert '\\item' not in tex and '**' not in tex and '|' not in tex
+  assert 'BN/16' in tex and 'bf16 activations' in tex
+
+
+def fake_run(root, platform, profile, seed, acc):
+  record.write_results(str(root / f'{profile}' / f'seed{seed}'), {
+      'status': 'completed', 'seed': seed, 'platform': platform, 'device_kind': platform,
+      'numerics': {'requested': {'profile': profile}}, 'final': {'test_accuracy': acc},
+      'versions': {'jax': {'cpu': '0.10.2', 'gpu': '0.11.2'}[platform]},
+      'config': {'seed': seed}})
+
+
+def test_two_roots_give_the_same_tables_as_one_root_holding_both(tmp_path, capsys):
+  rng = np.random.default_rng(3)
+  for platform in ('gpu', 'cpu'):
+    for k, profile in enumerate(('native', 'f32', 'jax_gpu_default', 'bf16_noise')):
+      for seed in range(3):
+        fake_run(tmp_path / 'all' / platform, platform, profile, seed, 0.9 + 0.002 * k + rng.normal(0, 0.004))
+  both = answer.analyse(results.load_runs(str(tmp_path / 'all')), SMALL)
+  roots = [str(tmp_path / 'all' / 'gpu'), str(tmp_path / 'all' / 'cpu')]  # gpu first: order-free
+  apart = answer.analyse(results.load_runs(roots), SMALL)
+  for name in ('arms', 'contrasts'):
+    pd.testing.assert_frame_equal(both[name].reset_index(drop=True), apart[name].reset_index(drop=True))
+  assert both['attribution']['decomposition'][0]['R'] == pytest.approx(
+      apart['attribution']['decomposition'][0]['R'], abs=1e-9)
+  assert set(both['runs']['run']) == set(apart['runs']['run'])  # root + relative path
+  with pytest.raises(ValueError, match='is under both') as e:
+    results.load_runs([str(tmp_path / 'all'), roots[0]])  # a root inside another
+  assert '\n' not in str(e.value)
+  declaration.write(tmp_path / 'all' / 'gpu', SMALL)  # the command reads the roots' declaration
+  analysis_study.main(['--runs', *roots, '--out', str(tmp_path / 'out')])
+  captured = capsys.readouterr()
+  assert '| native gap gpu − cpu |' in captured.out
+  written = {line.split(str(tmp_path / 'out') + '/')[1] for line in captured.err.splitlines()}
+  assert {'report.md', 'report.tex', 'report_contrasts.csv', 'report_decomposition.csv',
+          'attribution.md', 'attribution_decomposition.csv', 'figures/contrasts.pdf',
+          'figures/gap_decomposition.png', 'figures/accuracy_by_arm.pdf'} <= written
+  assert (tmp_path / 'out' / 'report.md').read_text() == captured.out
+
+
+def test_sweeps_study_checks_its_other_roots_before_the_sweep(tmp_path, capsys):
+  from sweeps import study  # pylint: disable=import-outside-toplevel
+  code = study.main(['--config=configs/digits.py:study', f'--root={tmp_path}/r', '--runs',
+                     str(tmp_path / 'nope')])
+  err = capsys.readouterr().err
+  assert code == 2 and err.startswith('error: --runs:') and err.count('\n') == 1
+  assert not (tmp_path / 'r').exists()  # nothing run or written
