@@ -78,6 +78,10 @@ def gap_lines(out):
   return lines
 
 
+# Without a declaration every pair is tested; beyond this many the answer gives their counts.
+MAX_UNDECLARED_ROWS = 12
+
+
 def contrast_verdict(r, margin):
   """'equivalent', 'different' or 'inconclusive: …' in a few words, from a contrast row."""
   if r['verdict'] != 'inconclusive':
@@ -119,9 +123,16 @@ def contrast_lines(out):
           if ref else f'**Comparisons** (no declared contrasts: every pair, Holm over {len(table)})')
   floor = (f'; noise floor (95% half-width of a difference of two noise-arm means): {floors} {unit}'
            if floors else '; no noise arm declared')
-  return [f'{head}{floor}; margin ±{m:g} {unit}. Verdicts: equivalent = Holm TOST p < '
+  rule = (f'{head}{floor}; margin ±{m:g} {unit}. Verdicts: equivalent = Holm TOST p < '
           f'{inference.ALPHA:g} (90% CI inside ±{m:g}); different = Holm p < {inference.ALPHA:g} and '
-          '95% CI excluding 0; else inconclusive.', '', style.markdown(contrast_rows(out, table)).rstrip('\n')]
+          '95% CI excluding 0; else inconclusive.')
+  if not ref and len(table) > MAX_UNDECLARED_ROWS:  # every pair of many arms: counts, not a page
+    counts = table['verdict'].value_counts()
+    said = ', '.join(f'{counts.get(v, 0)} {v}' for v in ('equivalent', 'different', 'inconclusive'))
+    return [f'{rule} {said}; every pair is in "Comparisons: every test" below. Declare the '
+            "study's contrasts (get_study() in the config file, or --study FILE) to have them "
+            'answered here.']
+  return [rule, '', style.markdown(contrast_rows(out, table)).rstrip('\n')]
 
 
 def answer_lines(out):

@@ -39,6 +39,21 @@ def test_the_answer_fits_one_screen_and_comes_first():
   assert '## Runs excluded' in later and '## Repeated seeds' in later
 
 
+def test_without_a_declaration_the_answer_counts_the_pairs_instead_of_listing_them():
+  """Runs whose root holds no declaration: every pair is tested (Holm over all of them) and the
+  answer says how many came out how, the pairs themselves following in the report."""
+  out = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
+  text = report.render(out, 'md')
+  first = answer_section(text)
+  pairs = len(out['pairs'])
+  assert pairs == 16 * 15 // 2 and len(first.splitlines()) <= 60, len(first.splitlines())
+  assert f'no declared contrasts: every pair, Holm over {pairs}' in first
+  counts = out['pairs']['verdict'].value_counts()
+  assert f"{counts.get('inconclusive', 0)} inconclusive" in first
+  assert 'get_study()' in first and first.count('\n| ') == 0
+  assert '## Comparisons: every test' in text[len(first):]
+
+
 def test_version_differences_between_platforms_are_flagged_as_a_confound():
   out = answer.analyse(digits_frame(('cpu', 'gpu')), DIGITS)
   first = answer_section(report.render(out, 'md'))
