@@ -98,7 +98,7 @@ PAIRS = {
     'b': """- **a vs b**: the same seed (bit-identical initial weights, the same batches); only the
   numerics differ.""",
     'control': """- **a vs control**: arm a plus {control}, the same seed. The default control,
-  emulate=bf16_noise, moves every product operand by unbiased noise of the size of bf16 rounding:
+  profile=bf16_noise, moves every product operand by unbiased noise of the size of bf16 rounding:
   a perturbation of matched magnitude with no systematic direction. Where a vs b is no larger, b's
   format acts like any perturbation of that size amplified by training; where it is clearly larger
   (beyond the bands), the format does more than a random perturbation of its size would.""",

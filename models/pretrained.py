@@ -214,7 +214,7 @@ def load_torchvision(path, num_classes=1000, *, rngs=None, **model_kwargs):
   """The NNX ResNet18 with the file's weights and BN statistics, in eval mode (NHWC f32 input).
 
   The head (fc) keeps a fresh initialisation when `num_classes` differs from the file's.
-  `model_kwargs` go to `ResNet18` (e.g. dtype, emulate); in_channels must be 3, width 1.0.
+  `model_kwargs` go to `ResNet18` (e.g. dtype, conv_format); in_channels must be 3, width 1.0.
   """
   if model_kwargs.get('in_channels', 3) != 3:
     raise ValueError(f'in_channels must be 3 for a pretrained ResNet-18, got '

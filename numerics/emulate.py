@@ -99,7 +99,7 @@ def resolve_impl(impl, platform=None, fmt=None):
   platform's own format, fmt 'native').
 
   Without a format, only checks `impl` and returns it: validation calls it so, before JAX may start a
-  backend (train.py validates before jax.distributed.initialize). With a format, the platform
+  backend (train.py resolves its config before jax.distributed.initialize). With a format, the platform
   defaults to JAX's default backend.
   """
   if impl not in EMULATE_IMPLS:
