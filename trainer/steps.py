@@ -19,6 +19,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 import optax
 from flax import nnx
@@ -59,6 +60,30 @@ def preprocess(images, mean, std, flip_key=None):
   return x
 
 
+def label_logits(logits, labels):
+  """logits[i, labels[i]] without a gather (whose gradient is a scatter): the sum of the row
+  masked to the label's one-hot, one nonzero term, hence exact. Labels index as optax's
+  `jnp.take_along_axis` does: a negative label counts from the end, one out of range gives NaN."""
+  num_classes = logits.shape[-1]
+  labels = jnp.where(labels < 0, labels + num_classes, labels)
+  hit = labels[..., None] == lax.broadcasted_iota(labels.dtype, logits.shape, logits.ndim - 1)
+  picked = jnp.sum(jnp.where(hit, logits, jnp.zeros((), logits.dtype)), axis=-1)
+  return jnp.where(jnp.any(hit, axis=-1), picked, jnp.full((), jnp.nan, logits.dtype))
+
+
+def softmax_cross_entropy(logits, labels):
+  """optax.softmax_cross_entropy_with_integer_labels(logits, labels) as logsumexp minus the
+  label's logit (`label_logits`), as optax computes it, with no gather in the forward pass and
+  no scatter in the backward pass (XLA's deterministic GPU mode sorts a scatter's indices).
+
+  The values are optax's bit for bit. The gradient is the same two terms, softmax * g and -g at
+  the label; optax's scatter adds them in a separate kernel, whereas here XLA fuses them into one
+  and contracts softmax * g - g into a fused multiply-add (one rounding instead of two): at the
+  label's entry the gradient can differ from optax's by 1 ulp, bit-identical elsewhere
+  (tests/test_loss.py)."""
+  return jax.nn.logsumexp(logits, axis=-1) - label_logits(logits, labels)
+
+
 def loss_and_correct(logits, labels, task):
   """Per-example (loss, number-correct-as-fraction) in float32."""
   logits = logits.astype(jnp.float32)
@@ -67,7 +92,7 @@ def loss_and_correct(logits, labels, task):
     loss = optax.sigmoid_binary_cross_entropy(logits, labels).mean(axis=-1)
     correct = ((logits > 0) == (labels > 0.5)).astype(jnp.float32).mean(axis=-1)
   else:
-    loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    loss = softmax_cross_entropy(logits, labels)
     correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
   return loss, correct
 
