@@ -35,7 +35,7 @@ def allocate_gpu_memory_on_demand():
 def memory_settings():
   """'XLA_PYTHON_CLIENT_...=value, ...' of the memory variables set, or "JAX's default"."""
   found = [f'{name}={os.environ[name]}' for name in MEMORY_VARIABLES if name in os.environ]
-  return ', '.join(found) if found else "JAX's default (75 % preallocated)"
+  return ', '.join(found) if found else "JAX's default (a GPU preallocates 75 %)"
 
 
 def environment():

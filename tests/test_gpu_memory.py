@@ -66,7 +66,7 @@ def test_bench_vs_torch_allocates_on_demand_unless_told_otherwise(no_memory_sett
   assert os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'false'
   assert common.memory_settings() == 'XLA_PYTHON_CLIENT_PREALLOCATE=false'
   monkeypatch.delenv('XLA_PYTHON_CLIENT_PREALLOCATE')
-  assert common.memory_settings() == "JAX's default (75 % preallocated)"
+  assert common.memory_settings() == "JAX's default (a GPU preallocates 75 %)"
   monkeypatch.setenv(FRACTION, '0.3')
   common.allocate_gpu_memory_on_demand()
   assert 'XLA_PYTHON_CLIENT_PREALLOCATE' not in os.environ
