@@ -135,3 +135,12 @@ def test_lowered_gradient_has_no_scatter_or_sort():
 def test_refuses_a_non_nhwc_input():
   with pytest.raises(ValueError, match='NHWC'):
     new_pool(jnp.zeros((4, 4, 3)))
+
+
+def test_bench_pool_times_both_pools_both_ways(capsys):
+  from benchmarks import bench_pool  # pylint: disable=import-outside-toplevel
+  bench_pool.main(['--batch', '2', '--size', '9', '--channels', '3', '--dtype', 'float32',
+                   '--steps', '1', '--windows', '1', '--warmup', '0'])
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert lines[-1].startswith('pool_speedup=') and float(lines[-1].split('=')[1]) > 0
+  assert sum(l.startswith(('| flax nnx.max_pool |', '| models/pool.py |')) for l in lines) == 4
