@@ -101,5 +101,7 @@ def max_pool(x, window, strides, padding):
   `strides` pairs of ints, `padding` ((top, bottom), (left, right))."""
   if x.ndim != 4:
     raise ValueError(f'max_pool: NHWC input expected, got shape {x.shape}')
+  if window[0] * window[1] > 256:  # the chosen offset is kept as uint8
+    raise ValueError(f'max_pool: windows of at most 256 elements, got {tuple(window)}')
   as_pairs = lambda p: tuple((int(lo), int(hi)) for lo, hi in p)
   return _max_pool(x, tuple(map(int, window)), tuple(map(int, strides)), as_pairs(padding))

@@ -9,9 +9,9 @@ Lowering only traces (no compile, nothing runs), at a small width, image size an
 operations the step holds depends on the stem, the task, the product formats, the emulation
 implementation, the activation dtype and BatchNorm grouping, not on the sizes. Covered: every
 preset of configs/digits.py and configs/celeba.py with its own numerics, every profile of
-numerics/profiles.py (in both activation dtypes, with the reference and the fast emulation),
-per-core BatchNorm, the CelebA attributes task, random flips; one train step is also compiled for
-the CPU and its HLO checked.
+numerics/profiles.py on the ImageNet stem (f32 activations with the fast emulation, bf16
+activations with the reference one), per-core BatchNorm, the CelebA attributes task, random
+flips; one train step is also compiled for the CPU and its HLO checked.
 """
 
 import re

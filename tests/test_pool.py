@@ -132,9 +132,11 @@ def test_lowered_gradient_has_no_scatter_or_sort():
   assert not re.search(r'stablehlo\.(scatter|select_and_scatter|sort)\b', new)
 
 
-def test_refuses_a_non_nhwc_input():
+def test_refuses_a_non_nhwc_input_and_a_window_too_large_for_its_offsets():
   with pytest.raises(ValueError, match='NHWC'):
     new_pool(jnp.zeros((4, 4, 3)))
+  with pytest.raises(ValueError, match='at most 256'):
+    new_pool(jnp.zeros((1, 20, 20, 1)), window=(17, 16), strides=(1, 1), padding=((0, 0), (0, 0)))
 
 
 def test_bench_pool_times_both_pools_both_ways(capsys):
