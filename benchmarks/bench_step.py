@@ -233,16 +233,19 @@ class JaxStep:
                                        phase.start)
     (self.batch,) = list(run.batches(self.ctx, phase.start, phase.start + 1))
     start = time.perf_counter()
-    self.step = step.lower(self.state, self.batch).compile()
+    self.lowered = step.lower(self.state, self.batch)  # compile(options) gives variants
+    self.step = self.lowered.compile()
     self.compile_s = time.perf_counter() - start
     self.flops = cost_flops(self.step)
 
-  def run(self, n):
-    """Seconds for n steps, the host blocking once at the end."""
+  def run(self, n, step=None):
+    """Seconds for n steps (of `step`, a compiled variant of the step, default self.step), the
+    host blocking once at the end."""
+    step = step or self.step
     start = time.perf_counter()
     state = self.state
     for _ in range(n):
-      state = self.step(state, self.batch)
+      state = step(state, self.batch)
     jax.block_until_ready(state)
     self.state = state
     return time.perf_counter() - start

@@ -19,6 +19,11 @@ Each step is a full training step: preprocess, forward, cross-entropy, backward,
 is TF32 on GPU; torch allow_tf32 on) or 'bf16' (JAX compute_dtype bfloat16 with f32 params and BN;
 torch autocast bf16). On CPU only 'f32' is meaningful (both compute f32 whatever is asked).
 
+Memory: JAX would preallocate 75 % of the GPU before torch allocates anything (at batch 2048 torch
+then ran out of memory on an H100), so this benchmark sets XLA_PYTHON_CLIENT_PREALLOCATE=false
+itself, before JAX starts, unless one of JAX's memory variables is set already (its environment
+line says which settings applied).
+
 Prints a Markdown table (median ms/step and images/s per variant) and, last,
 `speedup_vs_torch=<float>`: the fastest torch variant's median ms/step over this project's
 (> 1 means this project is faster).
@@ -178,6 +183,7 @@ def jax_overrides(args):
 
 
 def main(argv=None):
+  common.allocate_gpu_memory_on_demand()  # before anything starts JAX's backend
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--image-size', type=int, help='data.image_size (default: the config\'s)')
   parser.add_argument('--batch', type=int, help='batch_size (default: the config\'s)')

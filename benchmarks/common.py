@@ -1,5 +1,5 @@
 """What the benchmarks share: the record's first two lines, the one-line error, alternating timed
-windows and the 'n/a' format.
+windows, the 'n/a' format and JAX's GPU memory settings.
 
 Light on purpose: the standard library only at import time (jax, flax and optax are imported
 inside `environment`, which also starts the JAX backend), so a benchmark measuring its own memory
@@ -18,8 +18,28 @@ def fail(message):
   sys.exit(2)
 
 
+# JAX's GPU memory settings, read when the GPU backend starts (JAX's "GPU memory allocation" docs).
+MEMORY_VARIABLES = ('XLA_PYTHON_CLIENT_PREALLOCATE', 'XLA_PYTHON_CLIENT_MEM_FRACTION',
+                    'XLA_PYTHON_CLIENT_ALLOCATOR')
+
+
+def allocate_gpu_memory_on_demand():
+  """XLA_PYTHON_CLIENT_PREALLOCATE=false unless a MEMORY_VARIABLES entry is set already: JAX then
+  takes GPU memory as it needs it instead of 75 % of the GPU at start, which leaves room for
+  another framework in the same process (torch). Call before anything starts JAX's backend; a
+  backend already running keeps its allocator (the environment line says what was set)."""
+  if not any(name in os.environ for name in MEMORY_VARIABLES):
+    os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] = 'false'
+
+
+def memory_settings():
+  """'XLA_PYTHON_CLIENT_...=value, ...' of the memory variables set, or "JAX's default"."""
+  found = [f'{name}={os.environ[name]}' for name in MEMORY_VARIABLES if name in os.environ]
+  return ', '.join(found) if found else "JAX's default (a GPU preallocates 75 %)"
+
+
 def environment():
-  """Device, versions, date and load average: one line for the record."""
+  """Device, versions, date, load average and GPU memory settings: one line for the record."""
   import jax  # pylint: disable=import-outside-toplevel
   d = jax.devices()[0]
   try:
@@ -32,7 +52,8 @@ def environment():
           f'jax {jax.__version__}, jaxlib {jax.lib.__version__ if hasattr(jax.lib, "__version__") else ""}, '
           f'flax {flax.__version__}, optax {optax.__version__}, python '
           f'{platform_lib.python_version()} | cpus {os.cpu_count()} | '
-          f'{time.strftime("%Y-%m-%d %H:%M:%S %Z")} | load average {load}')
+          f'{time.strftime("%Y-%m-%d %H:%M:%S %Z")} | load average {load} | '
+          f'GPU memory: {memory_settings()}')
 
 
 def command_line(module, argv):

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models import pool
 from models.layers import BatchNorm, Conv2d, Linear
 from numerics import profiles
 
@@ -93,7 +94,7 @@ class ResNet18(nnx.Module):
   def features(self, x):
     x = jax.nn.relu(self.bn1(self.conv1(x.astype(self.dtype))))
     if self.stem == 'imagenet':
-      x = nnx.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+      x = pool.max_pool(x, (3, 3), (2, 2), ((1, 1), (1, 1)))  # nnx.max_pool's values, no scatter
     for stage in (self.layer1, self.layer2, self.layer3, self.layer4):
       for block in stage:
         x = block(x)

@@ -19,8 +19,16 @@ interval after launch (compile) left out; its steps left come from its log's `st
 ETA = (seconds left of the running runs + queued runs x seconds per run) / parallel slots, where
 seconds per run is the mean duration of the runs finished so far (else the running runs' elapsed
 plus left); '?' until a number exists.
+
+GPU memory: JAX preallocates 75 % of a GPU's memory in every process, so two runs on one GPU
+cannot both start. Runs that share a GPU (`--parallel N` without `--gpus`: every run sees every
+GPU; or an id repeated in `--gpus`) each get XLA_PYTHON_CLIENT_MEM_FRACTION = GPU_SHARE / (runs on
+that GPU), unless the environment already sets one of MEMORY_VARIABLES (yours then applies to every
+run); a run alone on its GPU keeps JAX's default. The memory settings a run starts with are written
+in its train.log header line, before the command.
 """
 
+import collections
 import contextlib
 import dataclasses
 import os
@@ -34,6 +42,7 @@ import time
 from typing import Any
 
 from analysis import results
+from benchmarks.common import MEMORY_VARIABLES  # JAX's GPU memory settings (one given is kept)
 from trainer import lock
 
 LOG_FILE = 'train.log'
@@ -42,6 +51,7 @@ STOP_GRACE_S = 300
 LOCK_WAIT_S = 60
 SPEED_WINDOW = 5
 STEP_COUNTER = re.compile(r'step (\d+)/(\d+)')
+GPU_SHARE = 0.9  # of a GPU's memory, split between the runs sharing it (the rest: CUDA contexts)
 LINUX = sys.platform.startswith('linux')
 # Run first in a child: SIGKILL me when my parent (argv[1]) dies (prctl PR_SET_PDEATHSIG = 1; it
 # survives the exec), at once if it already has; then exec the run's command (argv[2:]).
@@ -75,15 +85,37 @@ def last_line(path):
   return lines[-1] if lines else ''
 
 
-def child_env(root, repo, gpu=None):
-  """The environment of a run: the shared compilation cache (unless set), one GPU when given."""
+def runs_per_gpu(gpus, slots):
+  """{GPU id: concurrent runs on it} when `slots` runs take one id each from `gpus` (run_all's
+  order); {None: slots} without ids (every run sees every GPU)."""
+  handed = list(gpus)[:slots]
+  return dict(collections.Counter(handed)) if handed else {None: slots}
+
+
+def memory_fraction(sharing, environ):
+  """{'XLA_PYTHON_CLIENT_MEM_FRACTION': GPU_SHARE / sharing} for a run that shares its GPU with
+  `sharing` - 1 others, or {} (alone on its GPU, or `environ` sets a MEMORY_VARIABLES entry)."""
+  if sharing <= 1 or any(name in environ for name in MEMORY_VARIABLES):
+    return {}
+  return {'XLA_PYTHON_CLIENT_MEM_FRACTION': f'{GPU_SHARE / sharing:.3f}'}
+
+
+def child_env(root, repo, gpu=None, sharing=1):
+  """The environment of a run: the shared compilation cache (unless set), one GPU when given, the
+  GPU memory fraction of `sharing` concurrent runs on it (memory_fraction)."""
   env = dict(os.environ)
   env.setdefault('JAX_COMPILATION_CACHE_DIR', os.path.join(root, CACHE_DIR))
   env.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.2')  # JAX's default: 1 s
   env['PYTHONPATH'] = repo + (os.pathsep + env['PYTHONPATH'] if env.get('PYTHONPATH') else '')
   if gpu is not None:
     env['CUDA_VISIBLE_DEVICES'] = str(gpu)
+  env.update(memory_fraction(sharing, env))
   return env
+
+
+def memory_settings(env):
+  """'NAME=value ...' of the MEMORY_VARIABLES set in `env` ('' if none): the train.log record."""
+  return ' '.join(f'{name}={env[name]}' for name in MEMORY_VARIABLES if name in env)
 
 
 def popen(argv, cwd, env, log):
@@ -231,15 +263,18 @@ class Stop:
         signal.signal(s, handler)
 
 
-def launch(run, argv, root, repo, gpu, batch_size):
-  """Start `argv` for `run` with its output appended to the run's log; returns an Active."""
+def launch(run, argv, root, repo, gpu, batch_size, sharing=1):
+  """Start `argv` for `run` with its output appended to the run's log, `sharing` runs on its GPU
+  (child_env); returns an Active."""
   os.makedirs(run.workdir, exist_ok=True)
+  env = child_env(root, repo, gpu, sharing)
   log = open(os.path.join(run.workdir, LOG_FILE), 'a')
-  log.write(f'\n# {time.strftime("%Y-%m-%d %H:%M:%S")} {" ".join(argv)}\n')
+  memory = memory_settings(env)
+  log.write(f'\n# {time.strftime("%Y-%m-%d %H:%M:%S")} {memory + " " if memory else ""}'
+            f'{" ".join(argv)}\n')
   log.flush()
   since = last_step(run.workdir)
-  return Active(run, popen(argv, repo, child_env(root, repo, gpu), log), log, gpu, time.time(),
-                batch_size, since)
+  return Active(run, popen(argv, repo, env, log), log, gpu, time.time(), batch_size, since)
 
 
 def wait_for_lock(run, progress, stop, poll):
@@ -308,6 +343,7 @@ def run_all(queue, argv_of, root, repo, progress, slots, gpus, batch_size=None, 
   """
   queue, stop = list(queue), Stop()
   free = list(gpus)[:slots] if gpus else [None] * slots
+  sharing = runs_per_gpu(gpus, slots)
   with stop.installed():
     try:
       while (queue or progress.active) and stop.signum is None:
@@ -320,7 +356,9 @@ def run_all(queue, argv_of, root, repo, progress, slots, gpus, batch_size=None, 
             progress.show(f'in use  {run.slug}/seed{run.seed}: {run.workdir} is still held after '
                           f'{fmt_duration(LOCK_WAIT_S)}; not run (rerun when its holder is done)')
             continue
-          a = launch(run, argv_of(run), root, repo, free.pop(0), batch_size and batch_size(run))
+          gpu = free.pop(0)
+          a = launch(run, argv_of(run), root, repo, gpu, batch_size and batch_size(run),
+                     sharing[gpu])
           progress.active[a.proc.pid] = a
           progress.show(f'start   {run.slug}/seed{run.seed}' +
                         (f' on GPU {a.gpu}' if a.gpu is not None else '') +

@@ -1,6 +1,8 @@
 """Test session setup: CPU with 8 virtual devices, and a persistent compilation cache.
 
-The flags must be set before JAX initialises its backend, hence at import of this file.
+The flags must be set before JAX initialises its backend, hence at import of this file. The GPU
+tier (tests/gpu) is the exception: `GPU_TESTS=1 python -m pytest tests/gpu` leaves JAX's platform
+alone, so those tests run on the machine's GPU (elsewhere they are skipped).
 """
 
 import os
@@ -8,7 +10,9 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-os.environ['JAX_PLATFORMS'] = 'cpu'
+GPU_TIER = os.environ.get('GPU_TESTS') == '1'
+if not GPU_TIER:
+  os.environ['JAX_PLATFORMS'] = 'cpu'
 os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                            ' --xla_force_host_platform_device_count=8').strip()
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')

@@ -172,7 +172,8 @@ def _after_step(ctx, mngr, reporter, p, bad, eval_fn, stops):
   if due.epoch:
     _end_epoch(ctx, reporter, p, eval_fn, due.evaluate)
   if due.save or signum:
-    _checkpoint(ctx, mngr, p, 'completed' if p.step == ctx.total_steps else 'running')
+    with reporter.paused():  # not training time (images/s)
+      _checkpoint(ctx, mngr, p, 'completed' if p.step == ctx.total_steps else 'running')
   if signum:
     logging.warning('%s: stopping after step %d; its checkpoint is being written (a second '
                     'signal stops at once)', signal.Signals(signum).name, p.step)
@@ -240,7 +241,8 @@ def _end_epoch(ctx, reporter, p, eval_fn, evaluate_now):
            'train_loss': float(sums['loss'] / sums['count']),
            'train_accuracy': float(sums['correct'] / sums['count'])}
   if evaluate_now:
-    entry.update(run.evaluate(ctx, eval_fn, p.state))
+    with reporter.paused():  # not training time (images/s)
+      entry.update(run.evaluate(ctx, eval_fn, p.state))
     reporter.evaluated(p.step)
     logging.info('epoch %d: test_accuracy %.4f test_loss %.4f train_loss %.4f', epoch,
                  entry['test_accuracy'], entry['test_loss'], entry['train_loss'])

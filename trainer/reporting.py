@@ -8,18 +8,22 @@ back from the results record (the per-step records before the resume step are th
 warning says so). The writer keeps the file's lines: if the file is deleted or changed while the run
 writes it, it is rewritten whole (with a warning) at the next record.
 
-Images/s and the ETA leave out compile time: the loop calls `compiled` when a step function's first
-call returns and `evaluated` after each evaluation (the first one compiles), and the ETA is the
-remaining steps times the mean time per step over the intervals without a compile in them.
+Images/s is training throughput: the images of the steps since the previous log over the wall
+time of that interval minus the time spent in evaluations and checkpoint saves (the loop runs
+those inside `paused()`), and no interval with a compile in it counts (the loop calls `compiled`
+when a step function's first call returns, and `evaluated` after each evaluation: the first one
+compiles). The ETA is the remaining steps times the mean wall time per step over the intervals
+without a compile, evaluations and saves included, so it also covers the per-epoch work.
 
 Why not CLU's metric writers and periodic actions (the flax examples' standard): in clu 0.0.12
 (the latest release) `import clu.metric_writers` imports TensorFlow at once (its package imports
 `SummaryWriter`, a tf.summary writer), and `clu.periodic_actions` imports `metric_writers`, so
 neither loads on the core install, which has no TensorFlow (requirements.txt; tensorboardX writes
 the TensorBoard files here). CLU has no JSON-lines writer either, and `ReportProgress` measures
-steps/s over every interval, compiles included, which is the number this module leaves out.
+steps/s over every interval, compiles and evaluations included, which this module leaves out.
 """
 
+import contextlib
 import json
 import os
 import time
@@ -87,6 +91,7 @@ class Reporter:
       except ImportError:
         logging.warning('tensorboardX is not installed: no TensorBoard events are written')
     self._clock = (time.time(), resume_step)  # (time, step) where the current interval began
+    self._paused = 0.0  # seconds of the current interval spent evaluating or saving
     self._clean = False  # whether the current interval holds no compile
     self._timed = [0.0, 0]  # seconds and steps of the clean intervals
     self._evaluated = False
@@ -138,7 +143,7 @@ class Reporter:
 
   def compiled(self, step):
     """A compile just ended, `step` steps done: the time before now is not step time."""
-    self._clock, self._clean = (time.time(), step), True
+    self._clock, self._clean, self._paused = (time.time(), step), True, 0.0
 
   def evaluated(self, step):
     """An evaluation ended after `step`: the first one compiled, so its time is left out."""
@@ -146,18 +151,29 @@ class Reporter:
       self._evaluated = True
       self.compiled(step)
 
+  @contextlib.contextmanager
+  def paused(self):
+    """Work that is not training (an evaluation, a checkpoint save): its wall time is left out
+    of the images/s of the interval it falls in (the ETA keeps it)."""
+    start = time.time()
+    try:
+      yield
+    finally:
+      self._paused += time.time() - max(start, self._clock[0])
+
   def throughput(self, step, batch_size):
-    """Images/s since the previous call (or the last compile), and the ETA (None until a step
-    time without compile has been measured)."""
+    """Training images/s since the previous call (or the last compile), paused time left out,
+    and the ETA (None until a step time without compile has been measured)."""
     now = time.time()
     start, start_step = self._clock
     steps, seconds = max(step - start_step, 1), max(now - start, 1e-9)
+    training = max(seconds - self._paused, 1e-9)
     if self._clean:
       self._timed[0] += seconds
       self._timed[1] += steps
-    self._clock, self._clean = (now, step), True
+    self._clock, self._clean, self._paused = (now, step), True, 0.0
     eta = (self.total_steps - step) * self._timed[0] / self._timed[1] if self._timed[1] else None
-    return batch_size * steps / seconds, eta
+    return batch_size * steps / training, eta
 
   def progress(self, step, epoch, num_epochs, loss, accuracy, lr, images_per_sec, eta):
     logging.info('step %d/%d (epoch %d/%d) loss %.4f acc %.4f lr %.2e | %.0f img/s | ETA %s',

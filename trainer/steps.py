@@ -19,6 +19,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 import optax
 from flax import nnx
@@ -59,6 +60,56 @@ def preprocess(images, mean, std, flip_key=None):
   return x
 
 
+def label_logits(logits, labels):
+  """logits[i, labels[i]] without a gather (whose gradient is a scatter): the sum of the row
+  masked to the label's one-hot, one nonzero term, hence exact. Labels index as optax's
+  `jnp.take_along_axis` does: a negative label counts from the end, one out of range gives NaN."""
+  num_classes = logits.shape[-1]
+  labels = jnp.where(labels < 0, labels + num_classes, labels)
+  hit = labels[..., None] == lax.broadcasted_iota(labels.dtype, logits.shape, logits.ndim - 1)
+  picked = jnp.sum(jnp.where(hit, logits, jnp.zeros((), logits.dtype)), axis=-1)
+  return jnp.where(jnp.any(hit, axis=-1), picked, jnp.full((), jnp.nan, logits.dtype))
+
+
+def softmax_cross_entropy(logits, labels):
+  """optax.softmax_cross_entropy_with_integer_labels(logits, labels) as logsumexp minus the
+  label's logit (`label_logits`), as optax computes it, with no gather in the forward pass and
+  no scatter in the backward pass (XLA's deterministic GPU mode sorts a scatter's indices).
+
+  Values and gradients are optax's bit for bit (tests/test_loss.py). The gradient is the same two
+  terms as optax's, logsumexp's (softmax * g, by JAX's own rule) and -g at the label, summed
+  after the first is rounded to f32, as optax's separate scatter kernel makes it: see
+  `_cross_entropy_bwd`."""
+  return _cross_entropy(logits, labels)
+
+
+@jax.custom_vjp
+def _cross_entropy(logits, labels):
+  return jax.nn.logsumexp(logits, axis=-1) - label_logits(logits, labels)
+
+
+def _cross_entropy_fwd(logits, labels):
+  lse, lse_vjp = jax.vjp(lambda x: jax.nn.logsumexp(x, axis=-1), logits)
+  return lse - label_logits(logits, labels), (lse_vjp, logits, labels)
+
+
+def _cross_entropy_bwd(residuals, g):
+  """softmax * g, rounded, then -g at the label. Left alone, XLA fuses the two into one kernel and
+  contracts the product and the difference into a fused multiply-add (one rounding instead of
+  two: 1 ulp off optax at the label). The select on NaN between them (NaN stays NaN, any other
+  value passes unchanged) keeps the product rounded on its own: f32 has no 'round here' op that
+  XLA keeps (reduce_precision to f32 and optimization_barrier were both tried, and dropped)."""
+  lse_vjp, logits, labels = residuals
+  (term,) = lse_vjp(g)
+  term = jnp.where(jnp.isnan(term), jnp.full_like(term, jnp.nan), term)
+  _, pick_vjp = jax.vjp(lambda x: label_logits(x, labels), logits)
+  (picked,) = pick_vjp(g)
+  return term - picked, None
+
+
+_cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)
+
+
 def loss_and_correct(logits, labels, task):
   """Per-example (loss, number-correct-as-fraction) in float32."""
   logits = logits.astype(jnp.float32)
@@ -67,7 +118,7 @@ def loss_and_correct(logits, labels, task):
     loss = optax.sigmoid_binary_cross_entropy(logits, labels).mean(axis=-1)
     correct = ((logits > 0) == (labels > 0.5)).astype(jnp.float32).mean(axis=-1)
   else:
-    loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    loss = softmax_cross_entropy(logits, labels)
     correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
   return loss, correct
 

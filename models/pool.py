@@ -1,0 +1,107 @@
+"""Max pooling with a scatter-free gradient (the ResNet stem's 3x3/2 pool, padding 1).
+
+`max_pool(x, window, strides, padding)` is flax's `nnx.max_pool` on NHWC inputs, bit for bit
+(forward and gradient), computed from dense ops only: no scatter, select_and_scatter or sort, so
+XLA's deterministic GPU mode (`--xla_gpu_deterministic_ops`) has nothing to serialise.
+
+The gradient of `nnx.max_pool` (`lax.reduce_window` with `lax.max`) is JAX's
+`select_and_scatter_add`: on CPU and GPU, JAX pads the input with -inf and runs XLA's
+SelectAndScatter with the select function `>=` (jax/_src/lax/windowed_reductions.py). XLA visits a
+window's elements in row-major order and keeps its current choice `c` against each later element
+`e` while `c >= e`; otherwise `e` becomes the choice (XLA operation semantics, SelectAndScatter).
+Hence the rule this module reproduces:
+
+  - each window's cotangent goes to the FIRST maximum in row-major window order (ties: the
+    top-most, then left-most element of the window);
+  - the -inf padding takes part in that order, so it is chosen only when every real element of
+    the window is -inf (its cotangent then falls on the padding and is dropped, as today); with
+    finite inputs (the stem pools a ReLU output, >= 0) the padding is never chosen;
+  - a NaN replaces the current choice when met (NaN >= e and e >= NaN are false), as in XLA;
+  - where several windows choose one element, their cotangents are summed in row-major window
+    order (XLA:CPU's order; on a GPU without deterministic ops the order of those additions is
+    not defined).
+
+Forward: the maximum of the `window` strided slices of the padded input (`lax.max`, which
+propagates NaN like reduce_window's). The forward pass also records, per output element, the
+window offset it chose (uint8); the backward pass puts each offset's share of the cotangent back
+with `lax.pad` (interior padding = stride - 1) and sums the shares in the order above.
+tests/test_pool.py checks all of this against `jax.grad` of `nnx.max_pool` bit for bit (float32
+and bfloat16, odd and even sizes, random and constructed ties, signed zeros, -inf and NaN).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+
+def _padded_slices(x, window, strides, padding):
+  """The window's strided slices of the -inf-padded NHWC `x`, in row-major window order."""
+  (top, bottom), (left, right) = padding
+  padded = lax.pad(x, jnp.array(-jnp.inf, x.dtype),
+                   ((0, 0, 0), (top, bottom, 0), (left, right, 0), (0, 0, 0)))
+  n, height, width, channels = padded.shape
+  out_h = (height - window[0]) // strides[0] + 1
+  out_w = (width - window[1]) // strides[1] + 1
+  return [lax.slice(padded, (0, i, j, 0),
+                    (n, i + (out_h - 1) * strides[0] + 1, j + (out_w - 1) * strides[1] + 1,
+                     channels), (1, strides[0], strides[1], 1))
+          for i in range(window[0]) for j in range(window[1])]
+
+
+def _pool_and_choice(x, window, strides, padding):
+  """(max over the window, the offset XLA's select `>=` chooses, as uint8)."""
+  slices = _padded_slices(x, window, strides, padding)
+  out = chosen = slices[0]
+  choice = jnp.zeros(out.shape, jnp.uint8)
+  for offset, candidate in enumerate(slices[1:], start=1):
+    out = lax.max(out, candidate)
+    take = ~(chosen >= candidate)
+    chosen = jnp.where(take, candidate, chosen)
+    choice = jnp.where(take, jnp.uint8(offset), choice)
+  return out, choice
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
+def _max_pool(x, window, strides, padding):
+  slices = _padded_slices(x, window, strides, padding)
+  return functools.reduce(lax.max, slices)
+
+
+def _max_pool_fwd(x, window, strides, padding):
+  out, choice = _pool_and_choice(x, window, strides, padding)
+  return out, (choice, x.shape)
+
+
+def _max_pool_bwd(window, strides, padding, residuals, cotangent):
+  choice, (_, height, width, _) = residuals
+  (top, _), (left, _) = padding
+  out_h, out_w = cotangent.shape[1:3]
+  zero = jnp.zeros((), cotangent.dtype)
+  total = None
+  offsets = [(i, j) for i in range(window[0]) for j in range(window[1])]
+  # Descending offsets = ascending windows for each input element: XLA:CPU's order of additions.
+  for offset in reversed(range(len(offsets))):
+    i, j = offsets[offset]
+    share = jnp.where(choice == offset, cotangent, zero)
+    # Output (r, c) came from padded input (i + r*stride, j + c*stride); crop the padding.
+    rows = (i - top, height + top - i - (out_h - 1) * strides[0] - 1, strides[0] - 1)
+    cols = (j - left, width + left - j - (out_w - 1) * strides[1] - 1, strides[1] - 1)
+    placed = lax.pad(share, zero, ((0, 0, 0), rows, cols, (0, 0, 0)))
+    total = placed if total is None else total + placed
+  return (total,)
+
+
+_max_pool.defvjp(_max_pool_fwd, _max_pool_bwd)
+
+
+def max_pool(x, window, strides, padding):
+  """`nnx.max_pool(x, window, strides, padding)` for NHWC `x` (see the module doc): `window` and
+  `strides` pairs of ints, `padding` ((top, bottom), (left, right))."""
+  if x.ndim != 4:
+    raise ValueError(f'max_pool: NHWC input expected, got shape {x.shape}')
+  if window[0] * window[1] > 256:  # the chosen offset is kept as uint8
+    raise ValueError(f'max_pool: windows of at most 256 elements, got {tuple(window)}')
+  as_pairs = lambda p: tuple((int(lo), int(hi)) for lo, hi in p)
+  return _max_pool(x, tuple(map(int, window)), tuple(map(int, strides)), as_pairs(padding))

@@ -1,0 +1,90 @@
+"""GPU memory on a shared GPU: the sweep's per-run memory fraction and bench_vs_torch's on-demand
+allocation, set by the code itself (no GPU needed: the environment a process starts with)."""
+
+import os
+import sys
+
+import pytest
+
+from benchmarks import bench_step, bench_vs_torch, common
+from sweeps import runner, sweep
+from tests.conftest import ROOT
+from tests.test_benchmarks import keep_matmul_precision  # noqa: F401 (a fixture)
+
+FRACTION = 'XLA_PYTHON_CLIENT_MEM_FRACTION'
+
+
+@pytest.fixture
+def no_memory_settings(monkeypatch):
+  for name in common.MEMORY_VARIABLES:
+    monkeypatch.delenv(name, raising=False)
+
+
+def test_runs_per_gpu_for_parallel_runs_and_gpu_lists():
+  assert runner.runs_per_gpu([], 4) == {None: 4}  # --parallel 4: all four see every GPU
+  assert runner.runs_per_gpu([], 1) == {None: 1}
+  assert runner.runs_per_gpu([0, 1, 2, 3], 4) == {0: 1, 1: 1, 2: 1, 3: 1}  # --gpus 0,1,2,3
+  assert runner.runs_per_gpu([0, 1, 2, 3], 2) == {0: 1, 1: 1}  # --parallel 2 takes two ids
+  assert runner.runs_per_gpu([0, 0, 1, 1, 1], 5) == {0: 2, 1: 3}  # an id repeated: runs share it
+
+
+def test_memory_fraction_splits_the_gpu_unless_alone_or_set_by_the_user():
+  assert runner.memory_fraction(1, {}) == {}  # alone on its GPU: JAX's default
+  assert runner.memory_fraction(2, {}) == {FRACTION: '0.450'}
+  assert runner.memory_fraction(4, {}) == {FRACTION: '0.225'}
+  assert runner.memory_fraction(3, {}) == {FRACTION: '0.300'}
+  for name in common.MEMORY_VARIABLES:  # the user's setting applies to every run instead
+    assert runner.memory_fraction(4, {name: 'x'}) == {}
+
+
+def test_child_env_carries_the_fraction_and_keeps_the_users(no_memory_settings, monkeypatch):
+  assert runner.child_env('/r', ROOT, None, sharing=4)[FRACTION] == '0.225'
+  assert FRACTION not in runner.child_env('/r', ROOT, 0, sharing=1)
+  monkeypatch.setenv('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
+  env = runner.child_env('/r', ROOT, None, sharing=4)
+  assert FRACTION not in env and env['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'false'
+
+
+def test_parallel_runs_on_one_gpu_start_with_the_fraction_recorded_in_train_log(
+    tmp_path, no_memory_settings, capsys):
+  """`--parallel 4` without --gpus: each run's process gets 0.9 / 4, its train.log header says so."""
+  runs = [sweep.Run({}, 'a', seed, {}, str(tmp_path / 'a' / f'seed{seed}')) for seed in range(4)]
+  progress = runner.Progress(4, 0, 4)
+  script = f'import os; print("fraction", os.environ.get("{FRACTION}"))'
+  failures, _, _ = runner.run_all(runs, lambda run: [sys.executable, '-c', script],
+                                  str(tmp_path), sweep.REPO, progress, 4, [], poll=0.05)
+  assert failures == []
+  for run in runs:
+    header, printed = open(os.path.join(run.workdir, 'train.log')).read().strip().splitlines()
+    assert header.startswith('# ') and f' {FRACTION}=0.225 {sys.executable} -c ' in header
+    assert printed == 'fraction 0.225'
+  capsys.readouterr()
+
+
+def test_bench_vs_torch_allocates_on_demand_unless_told_otherwise(no_memory_settings, monkeypatch):
+  common.allocate_gpu_memory_on_demand()
+  assert os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'false'
+  assert common.memory_settings() == 'XLA_PYTHON_CLIENT_PREALLOCATE=false'
+  monkeypatch.delenv('XLA_PYTHON_CLIENT_PREALLOCATE')
+  assert common.memory_settings() == "JAX's default (a GPU preallocates 75 %)"
+  monkeypatch.setenv(FRACTION, '0.3')
+  common.allocate_gpu_memory_on_demand()
+  assert 'XLA_PYTHON_CLIENT_PREALLOCATE' not in os.environ
+  assert common.memory_settings() == f'{FRACTION}=0.3'
+
+
+def test_bench_vs_torch_sets_it_first_and_records_it(no_memory_settings, monkeypatch, capsys,
+                                                     keep_matmul_precision):
+  """main() sets it as its first statement (before its config, torch or JAX start anything) and
+  prints it in its environment line; stopped here before any step is built."""
+
+  class Stop(Exception):
+    pass
+
+  def stop(*args, **kwargs):
+    raise Stop
+  monkeypatch.setattr(bench_step, 'build_step', stop)
+  with pytest.raises(Stop):
+    bench_vs_torch.main(['--no-compile', '--image-size', '16', '--batch', '8'])
+  first = capsys.readouterr().out.splitlines()[0]
+  assert '| GPU memory: XLA_PYTHON_CLIENT_PREALLOCATE=false |' in first and 'torch ' in first
