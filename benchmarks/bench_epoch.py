@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks import bench_step, common  # noqa: E402
 from input_pipeline import base, batching  # noqa: E402
-from trainer import checkpointing, run  # noqa: E402
+from trainer import checkpointing, loop, run  # noqa: E402
 
 CELEBA_TRAIN, CELEBA_TEST = 162_038, 40_561  # the per-identity split (README, CelebA)
 
@@ -73,13 +73,12 @@ def time_calls(fn, repeats):
 
 
 def save(bench, mngr):
-  """The loop's epoch-end checkpoint of the current state (after the previous write finished);
-  returns when `checkpointing.save` does: the synchronous part."""
-  checkpointing.wait(mngr)
+  """The loop's epoch-end checkpoint of the current state (trainer/loop.py `save`, which first
+  waits for the previous write); returns when it does: the synchronous part."""
   step = int(jax.device_get(bench.state['step']))
   results = {'status': 'running', 'step': step,
              'state_digest': checkpointing.state_digest(bench.state)}
-  checkpointing.save(mngr, step, bench.state, results)
+  loop.save(mngr, step, results, bench.state)
 
 
 def time_saves(bench, mngr, repeats, steps_during):

@@ -182,7 +182,7 @@ def _after_step(ctx, mngr, reporter, p, bad, eval_fn, stops):
     raise stop.Stopped(signum, p.step)
 
 
-def _save(mngr, step, results, state=None):
+def save(mngr, step, results, state=None):
   """The run's results (and state) as checkpoint step `step`: <workdir>/checkpoints/<step>/
   {results, state} (record.save). The previous asynchronous write is waited for first, so that
   its failure names its own step."""
@@ -197,7 +197,7 @@ def _checkpoint(ctx, mngr, p, status='running'):
                    log_sums={k: float(v) for k, v in p.last_logged.items()},
                    state_digest=checkpointing.state_digest(p.state))
   record.end_segment(p.results, p.step)
-  _save(mngr, p.step, p.results, p.state)
+  save(mngr, p.step, p.results, p.state)
   p.last_finite = p.step
 
 
@@ -210,7 +210,7 @@ def _ensure_finite(ctx, mngr, reporter, p, bad):
   p.results.update(status='failed', reason=reason, failed_step=bad_step, step=p.step,
                    total_steps=ctx.total_steps, wall_time_s=p.wall_time())
   p.results.pop('state_digest', None)  # this step saves no state
-  _save(mngr, p.step, p.results)  # results only: the state is not finite
+  save(mngr, p.step, p.results)  # results only: the state is not finite
   checkpointing.wait(mngr, p.step)
   reporter.close()
   raise TrainingFailed(reason)
