@@ -5,22 +5,25 @@
   python -m analysis.stats --csv=published.csv --group-by platform --metric accuracy
 
 An arm is a set of runs with equal values in the group-by columns (default: trainer.record's arm
-columns: platform, device kind and every requested numerics field). Runs of one arm with the same
-seed are replicates: averaged into one value per seed, their spread reported as the arm's
+columns: platform, device kind, every requested numerics field and every config field that differs
+between the runs but those that cannot change a result: cadence, paths, distributed, the seed).
+Labels name config fields as overrides spell them ('optim.learning_rate=0.002'); seeds print as
+integers. Runs of one arm with the same seed are replicates: averaged into one value per seed, their spread reported as the arm's
 within-seed (nondeterminism) sd. Two arms pair by seed when they share seeds and those runs share
 initial weights and data order (equal trainer.record pairing fields), whatever their determinism.
 A CSV without a seed column: every row is its own run, unpaired. Runs that are not 'completed'
 are excluded and listed with their reason. Accuracies stored as fractions are reported in
-percent, so differences and the margin are percentage points (pp). Tables: analysis/style.py.
+percent, so differences and the margin are percentage points (pp). Methods by size (Mann–Whitney,
+the arm's interval): analysis/inference.py. Tables: analysis/style.py.
 """
 
 import argparse
+import collections
 import itertools
 import sys
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from analysis import inference as inf
 from analysis import report
@@ -42,9 +45,9 @@ def resolve_column(frame, name, arg):
   raise ValueError(f'{arg}: no column {name!r}; choose from {shown} (or any config.* field)')
 
 
-def run_deterministic(row):
-  """(True/False/None, why): does this run repeat bit for bit for its seed? None: not recorded."""
-  platform, value = row.get('platform'), row.get(record.DETERMINISM_COLUMN)
+def run_deterministic(platform, value):
+  """(True/False/None, why): does a run on `platform` whose recorded GPU determinism is `value`
+  repeat bit for bit for its seed? None: not recorded."""
   if platform == 'gpu' and value is not None and not pd.isna(value):
     return bool(value), f'{record.DETERMINISM_COLUMN}={bool(value)}'
   if platform in ('tpu', 'cpu'):
@@ -63,12 +66,29 @@ def label_columns(keys, names):
 
 
 def arm_label(values, names, chosen):
-  """'tpu, compute_dtype=bfloat16': the chosen group values, platform/device kind unnamed."""
-  parts = []
-  for i in chosen:
-    short = names[i].rsplit('.', 1)[-1]
-    parts.append(str(values[i]) if names[i] in record.ARM_CONTEXT else f'{short}={values[i]}')
-  return ', '.join(parts)
+  """'tpu, compute_dtype=bfloat16, optim.learning_rate=0.002': the chosen group values, platform
+  and device kind unnamed, the others by record.field_name."""
+  return ', '.join(str(values[i]) if names[i] in record.ARM_CONTEXT else
+                   f'{record.field_name(names[i])}={values[i]}' for i in chosen)
+
+
+def whole_numbers(values):
+  """A float column of whole numbers (pandas reads integers as floats when a value is missing) as
+  Python ints, None where missing; any other column unchanged. Seeds then print as 0 1, not 0.0."""
+  v = values.to_numpy()
+  if values.dtype.kind != 'f' or not np.all(np.isnan(v) | (np.isfinite(v) & (v == np.floor(v)))):
+    return values
+  return pd.Series([None if np.isnan(x) else int(x) for x in v], index=values.index, dtype=object)
+
+
+def arm_labels(runs, group_by):
+  """Each run's arm label: the values of `group_by` (as text), each distinct key labelled once."""
+  texts = [whole_numbers(runs[g]).astype(str) for g in group_by]
+  keys = list(zip(*texts)) if texts else [()] * len(runs)
+  distinct = list(dict.fromkeys(keys))
+  chosen = label_columns(distinct, group_by)
+  label = {k: arm_label(k, group_by, chosen) for k in distinct}
+  return [label[k] for k in keys]
 
 
 def seed_key(seed):
@@ -77,6 +97,19 @@ def seed_key(seed):
     return (0, float(seed), '')
   except (TypeError, ValueError):
     return (1, 0.0, str(seed))
+
+
+def seed_text(seeds):
+  """'0–4 7 9': the distinct seeds in order, 3 or more consecutive integers as one range."""
+  whole = lambda s: isinstance(s, (int, np.integer))
+  parts = []  # [first, last] of each run of consecutive integers (or a lone seed)
+  for seed in sorted(set(seeds.dropna()), key=seed_key):
+    if parts and whole(seed) and whole(parts[-1][1]) and seed == parts[-1][1] + 1:
+      parts[-1][1] = seed
+    else:
+      parts.append([seed, seed])
+  return ' '.join(str(a) if a == b else f'{a} {b}' if b == a + 1 else f'{a}–{b}'
+                  for a, b in parts)
 
 
 def run_status(frame):
@@ -103,8 +136,8 @@ def split_runs(frame, metric):
   bad = status.ne('completed') | ~np.isfinite(values)
   why = [w if s != 'completed' else f'no value for {metric}' if pd.isna(v) else
          f'{metric} = {v} is not finite'
-         for s, w, v in zip(status, status_reasons(frame), values)]
-  excluded = pd.DataFrame({'run': frame['run'], 'status': status, 'reason': why})[bad]
+         for s, w, v in zip(status[bad], status_reasons(frame[bad]), values[bad])]
+  excluded = pd.DataFrame({'run': frame.loc[bad, 'run'], 'status': status[bad], 'reason': why})
   return frame[~bad].copy(), excluded.reset_index(drop=True), values
 
 
@@ -119,15 +152,17 @@ def check_some_completed(frame):
 
 def replicate_table(runs):
   """One row per arm and seed run more than once: the runs, their values, mean and range."""
-  rows = []
-  for (arm, seed), g in runs.groupby(['arm', 'seed'], sort=False):
-    if len(g) > 1:
-      v = g['value'].to_numpy()
-      rows.append({'arm': arm, 'seed': seed, 'n_runs': len(g), 'runs': ', '.join(g['run']),
-                   'values': ', '.join(f'{x:.4g}' for x in v), 'mean': v.mean(),
-                   'range': np.ptp(v), 'identical': bool(np.ptp(v) == 0)})
-  return pd.DataFrame(rows, columns=['arm', 'seed', 'n_runs', 'runs', 'values', 'mean', 'range',
-                                     'identical'])
+  columns = ['arm', 'seed', 'n_runs', 'runs', 'values', 'mean', 'range', 'identical']
+  repeated = runs[runs.groupby(['arm', 'seed'], sort=False)['value'].transform('size') > 1]
+  if repeated.empty:
+    return pd.DataFrame(columns=columns)
+  repeated = repeated.assign(text=[f'{x:.4g}' for x in repeated['value']])
+  table = repeated.groupby(['arm', 'seed'], sort=False).agg(
+      n_runs=('run', 'size'), runs=('run', ', '.join), values=('text', ', '.join),
+      mean=('value', 'mean'), low=('value', 'min'), high=('value', 'max')).reset_index()
+  table['range'] = table['high'] - table['low']
+  table['identical'] = table['range'] == 0
+  return table[columns]
 
 
 def unit_table(runs):
@@ -153,7 +188,7 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   check_some_completed(frame)
   metric = resolve_column(frame, metric, '--metric')
   group_by = ([resolve_column(frame, g, '--group-by') for g in group_by]
-              or record.arm_columns(frame.columns))
+              or record.arm_columns(frame))
   seeded = seed_col is not None or 'seed' in frame.columns
   seed_col = resolve_column(frame, seed_col, '--seed-col') if seed_col else 'seed'
   runs, excluded, values = split_runs(frame, metric)
@@ -163,12 +198,12 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   if scale is None:
     scale = 100.0 if 'acc' in metric.lower() and values[runs.index].abs().max() <= 1 else 1.0
   runs['value'] = values[runs.index] * scale
-  runs['seed'] = runs[seed_col] if seeded else None
+  runs['seed'] = whole_numbers(runs[seed_col]) if seeded else None
   runs['seeded'] = seeded & runs['seed'].notna()
-  keys = runs[group_by].astype(str).apply(tuple, axis=1)
-  chosen = label_columns(list(keys), group_by)
-  runs['arm'] = [arm_label(k, group_by, chosen) for k in keys]
-  det = [run_deterministic(r) for _, r in runs.iterrows()]
+  runs['arm'] = arm_labels(runs, group_by)
+  unknown = [None] * len(runs)
+  det = [run_deterministic(p, v) for p, v in zip(runs.get('platform', unknown),
+                                                 runs.get(record.DETERMINISM_COLUMN, unknown))]
   runs['det'], runs['det_why'] = [d for d, _ in det], [w for _, w in det]
   seeded_runs = runs[runs['seeded']]
   return {'runs': runs, 'units': unit_table(runs), 'replicates': replicate_table(seeded_runs),
@@ -198,14 +233,14 @@ def arm_table(prep):
     reps = prep['replicates'][prep['replicates']['arm'] == arm]
     x = units['value'].to_numpy()
     low, high, method = inf.mean_ci(x)
-    wsd, wdf = inf.within_sd([g['value'].to_numpy() for _, g in
-                              runs[runs['seeded']].groupby('seed')])
+    seeded = runs[runs['seeded']]
+    wsd, wdf = inf.within_sd(seeded['value'], seeded['seed'])
     det, why = determinism(runs, reps)
     rows.append({'arm': arm, **{g: runs[g].iloc[0] for g in prep['group_by']}, 'n': len(x),
                  'n_runs': len(runs), 'mean': x.mean(), 'sd': x.std(ddof=1) if len(x) > 1 else np.nan,
                  'ci_low': low, 'ci_high': high, 'ci_method': method, 'within_sd': wsd,
                  'within_df': wdf, 'deterministic': det, 'determinism': why,
-                 'seeds': ' '.join(str(s) for s in sorted(units['seed'].dropna(), key=seed_key))})
+                 'seeds': seed_text(units['seed'])})
   return pd.DataFrame(rows)
 
 
@@ -223,8 +258,8 @@ def design(prep, arm_a, arm_b):
                            'unpaired: 1 shared seed, 2 needed')
   runs = prep['runs']
   both = runs[runs['arm'].isin([arm_a, arm_b]) & runs['seed'].isin(shared)]
-  differ = [c for c in prep['pairing'] if (both.groupby('seed')[c].agg(
-      lambda v: v.astype(str).nunique()) > 1).any()]
+  values = both[prep['pairing']].astype(str).groupby(both['seed']).nunique()
+  differ = [c for c in prep['pairing'] if (values[c] > 1).any()]
   if differ:
     return False, shared, f'unpaired: pairing fields differ: {", ".join(differ)}'
   how = ('same init and data order' if prep['pairing'] else
@@ -246,11 +281,11 @@ def compare(prep, arm_a, arm_b, margin):
   b = units.loc[units['arm'] == arm_b, 'value'].to_numpy()
   is_paired, shared, why = design(prep, arm_a, arm_b)
   t, df, p = inf.welch(a, b)
-  mw = sps.mannwhitneyu(a, b, alternative='two-sided', method='exact')
+  mw_u, mw_p, mw_method = inf.mann_whitney(a, b)
   row = {'arm_a': arm_a, 'arm_b': arm_b, 'n_a': len(a), 'n_b': len(b), 'paired': is_paired,
          'design': why, 'n_pairs': len(shared) if is_paired else 0, 'welch_t': t, 'welch_df': df,
-         'welch_p': p, 'paired_t': np.nan, 'paired_p': np.nan, 'mw_u': mw.statistic,
-         'mw_p': mw.pvalue, 'hedges_g': inf.hedges_g(a, b)}
+         'welch_p': p, 'paired_t': np.nan, 'paired_p': np.nan, 'mw_u': mw_u, 'mw_p': mw_p,
+         'mw_method': mw_method, 'hedges_g': inf.hedges_g(a, b)}
   if is_paired:
     xa, xb = values_by_seed(prep, arm_a, shared), values_by_seed(prep, arm_b, shared)
     d, n = xa - xb, len(shared)
@@ -277,7 +312,8 @@ def compare(prep, arm_a, arm_b, margin):
 def pair_table(prep, arms, margin):
   """One row per pair of arms with n >= 2 (arm_a before arm_b; diff = mean A − mean B, over the
   shared seeds when paired): Welch, paired t (when paired), TOST and 90% CI, the primary test
-  (`test`: paired t when paired, else Welch) with its 95% CI, exact Mann–Whitney, Hedges' g,
+  (`test`: paired t when paired, else Welch) with its 95% CI, Mann–Whitney (`mw_method`: by
+  size, analysis.inference), Hedges' g,
   power; Holm-adjusted p-values over the pairs (`*_p_holm`); `equivalent_raw` (raw TOST p < α),
   `equivalent` (Holm TOST p < α), `different`, `verdict` and `verdict_why` (analysis.report)."""
   ok = arms.loc[arms['n'] >= 2, 'arm']
@@ -323,11 +359,26 @@ def analyse(frame, group_by=(), metric=DEFAULT_METRIC, margin=DEFAULT_MARGIN, ma
 
 
 def read_csv(path):
-  """A CSV of published results as a runs table (`run` = 'FILE:ROW' when it has no run column)."""
+  """A CSV of published results as a runs table (`run` = 'FILE:ROW' when it has no run column).
+  Refused, naming --csv: an unreadable or empty file, a header without rows, repeated column
+  names (pandas would rename the second 'x' to 'x.1' and read the first)."""
   try:
+    header = pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0]
     frame = pd.read_csv(path)
-  except (OSError, pd.errors.ParserError) as e:
+  except pd.errors.EmptyDataError:
+    raise ValueError(f'--csv: {path} is empty: no runs to analyse; give a CSV with a header row '
+                     'and one row per run')
+  except (OSError, UnicodeDecodeError, pd.errors.ParserError) as e:
     raise ValueError(f'--csv: cannot read {path} ({e}); give a CSV file with a header row')
+  repeated = [name for name, count in collections.Counter(header).items() if count > 1]
+  if repeated:
+    at = lambda name: ', '.join(str(i + 1) for i, h in enumerate(header) if h == name)
+    raise ValueError(f'--csv: {path} has duplicate column names: '
+                     + '; '.join(f'{name} (columns {at(name)})' for name in repeated)
+                     + '; rename them so each column has its own name')
+  if frame.empty:
+    raise ValueError(f'--csv: {path} has a header but no rows: no runs to analyse; add one row '
+                     'per run')
   if 'run' not in frame:
     frame.insert(0, 'run', [f'{path}:{i + 2}' for i in range(len(frame))])
   return frame

@@ -4,11 +4,11 @@
   python -m benchmarks.bench_analysis --sizes 1000 100000 --max-memory-gb 4
 
 The table (runs_table): 4 arms x N seeds, one row per run, as a published CSV would have them
-(run, platform, profile, seed, accuracy): gpu/native, tpu/native, gpu/tpu_default, gpu/jax_gpu_default,
-so the attribution fits both its models (the factor effects and the platform-gap decomposition).
-Accuracy = 70 % + the arm's effect + a seed effect (sd 0.7 pp, shared by the arms) + run noise
-(sd 0.3 pp), as a fraction rounded to 1/10,000 (a 10,000-image test set: ties, as real accuracies
-have them).
+(run, platform, profile, seed, accuracy): gpu/native, tpu/native, gpu/tpu_default and
+gpu/jax_gpu_default, so the attribution fits both its models (the factor effects and the
+platform-gap decomposition). Accuracy = 70 % + the arm's effect + a seed effect (sd --seed-sd,
+0.7 pp, shared by the arms) + run noise (sd 0.3 pp), as a fraction rounded to 1/10,000 (a
+10,000-image test set: ties, as real accuracies have them).
 
 Each tool and size runs in its own subprocess (`--measure TOOL --csv FILE`), under an
 address-space limit of --max-memory-gb (a tool that needs more fails with MemoryError instead of
@@ -82,7 +82,8 @@ def measure(tool, path):
 def child(tool, path, max_gb, timeout):
   """Run measure() in a subprocess under an address-space limit; its result or why it failed."""
   hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-  limit = int(max_gb * 1024 ** 3) if hard == resource.RLIM_INFINITY else min(hard, int(max_gb * 1024 ** 3))
+  limit = int(max_gb * 1024 ** 3)
+  limit = limit if hard == resource.RLIM_INFINITY else min(hard, limit)
   cap = lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
   cmd = [sys.executable, '-m', 'benchmarks.bench_analysis', '--measure', tool, '--csv', path]
   env = {**os.environ, 'PYTHONPATH': ROOT}
@@ -94,7 +95,8 @@ def child(tool, path, max_gb, timeout):
     return {'failed': f'not done after {timeout} s'}
   if done.returncode:
     last = (done.stderr.strip().splitlines() or ['?'])[-1]
-    return {'failed': f'exit {done.returncode} after {time.perf_counter() - start:.0f} s: {last[:80]}'}
+    seconds = time.perf_counter() - start
+    return {'failed': f'exit {done.returncode} after {seconds:.0f} s: {last[:80]}'}
   return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -113,6 +115,9 @@ def parse_args(argv):
   p.add_argument('--sizes', type=int, nargs='+', default=[1_000, 10_000, 100_000],
                  help='rows per table (a multiple of 4: 4 arms x rows/4 seeds)')
   p.add_argument('--tools', nargs='+', choices=TOOLS, default=list(TOOLS))
+  p.add_argument('--seed-sd', type=float, default=SEED_SD,
+                 help='sd of the seed effect, pp (0: MixedLM fits a boundary and the attribution '
+                      'falls back to seed fixed effects)')
   p.add_argument('--max-memory-gb', type=float, default=8.0,
                  help='address-space limit of each measurement subprocess')
   p.add_argument('--timeout', type=int, default=600, help='seconds per measurement subprocess')
@@ -123,6 +128,8 @@ def parse_args(argv):
   if bad:
     common.fail(f'--sizes: {bad[0]} is not a multiple of {len(ARMS)} (>= 8); give rows = '
                 f'{len(ARMS)} arms x seeds')
+  if not args.seed_sd >= 0:
+    common.fail(f'--seed-sd: {args.seed_sd} must be a non-negative sd in pp')
   if not args.max_memory_gb > 0:
     common.fail(f'--max-memory-gb: {args.max_memory_gb} must be positive')
   return args
@@ -141,7 +148,7 @@ def main(argv=None):
   with tempfile.TemporaryDirectory(prefix='bench_analysis_') as tmp:
     for n in args.sizes:
       path = os.path.join(tmp, f'runs_{n}.csv')
-      runs_table(n // len(ARMS)).to_csv(path, index=False)
+      runs_table(n // len(ARMS), seed_sd=args.seed_sd).to_csv(path, index=False)
       for tool in args.tools:
         r = child(tool, path, args.max_memory_gb, args.timeout)
         shape = f'{len(ARMS)} x {n // len(ARMS):,}'
