@@ -68,9 +68,12 @@ def run_tool(tool, path):
   return f'{model}; {why}' if why else model
 
 
-def measure(tool, path):
+def measure(tool, path, mixed_max_rows=None):
   """The child: one JSON line with seconds, peak RSS and the method the tool reports."""
+  from analysis import effects  # pylint: disable=import-outside-toplevel
   import analysis.attribution  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  if mixed_max_rows:  # measure MixedLM beyond the size where the attribution stops fitting it
+    effects.MIXED_MAX_ROWS = mixed_max_rows
   after_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
   start = time.perf_counter()
   method = run_tool(tool, path)
@@ -79,13 +82,14 @@ def measure(tool, path):
                     'imports_mb': after_imports}))
 
 
-def child(tool, path, max_gb, timeout):
+def child(tool, path, max_gb, timeout, mixed_max_rows=None):
   """Run measure() in a subprocess under an address-space limit; its result or why it failed."""
   hard = resource.getrlimit(resource.RLIMIT_AS)[1]
   limit = int(max_gb * 1024 ** 3)
   limit = limit if hard == resource.RLIM_INFINITY else min(hard, limit)
   cap = lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
   cmd = [sys.executable, '-m', 'benchmarks.bench_analysis', '--measure', tool, '--csv', path]
+  cmd += ['--mixed-max-rows', str(mixed_max_rows)] if mixed_max_rows else []
   env = {**os.environ, 'PYTHONPATH': ROOT}
   start = time.perf_counter()
   try:
@@ -121,6 +125,8 @@ def parse_args(argv):
   p.add_argument('--max-memory-gb', type=float, default=8.0,
                  help='address-space limit of each measurement subprocess')
   p.add_argument('--timeout', type=int, default=600, help='seconds per measurement subprocess')
+  p.add_argument('--mixed-max-rows', type=int, default=None,
+                 help='override analysis.effects.MIXED_MAX_ROWS (what MixedLM would cost beyond it)')
   p.add_argument('--measure', choices=TOOLS, help=argparse.SUPPRESS)
   p.add_argument('--csv', help=argparse.SUPPRESS)
   args = p.parse_args(argv)
@@ -138,7 +144,7 @@ def parse_args(argv):
 def main(argv=None):
   args = parse_args(argv)
   if args.measure:
-    measure(args.measure, args.csv)
+    measure(args.measure, args.csv, args.mixed_max_rows)
     return
   print(versions())
   print(common.command_line('bench_analysis', argv))
@@ -150,7 +156,7 @@ def main(argv=None):
       path = os.path.join(tmp, f'runs_{n}.csv')
       runs_table(n // len(ARMS), seed_sd=args.seed_sd).to_csv(path, index=False)
       for tool in args.tools:
-        r = child(tool, path, args.max_memory_gb, args.timeout)
+        r = child(tool, path, args.max_memory_gb, args.timeout, args.mixed_max_rows)
         shape = f'{len(ARMS)} x {n // len(ARMS):,}'
         if 'failed' in r:
           rows.append(f'| {n:,} | {shape} | {tool} | – | – | – | failed: {r["failed"]} |')
