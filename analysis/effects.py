@@ -7,8 +7,8 @@ statsmodels MixedLM (REML) with a random intercept per seed: runs that share a s
 initialisation and data order, so they are correlated across arms. A term `factor=level` is the
 difference from that factor's reference level with the other factors held fixed, with a 95% Wald
 (normal) interval as MixedLM reports it. MixedLM runs up to MIXED_MAX_ROWS runs: its fit loops over
-the seeds at every iteration (attribution's two fits, effects and gap: 14 s at 20,000 runs, 62 s
-at 100,000 on a busy 2-core CPU; BENCHMARKS.md). Beyond that, or if the mixed fit fails (an
+the seeds at every iteration (attribution's two fits, effects and gap: 15 s at 20,000 runs, 51 to
+118 s at 100,000 on a busy 2-core CPU; BENCHMARKS.md). Beyond that, or if the mixed fit fails (an
 exception, no convergence, a boundary or singular fit such as a seed variance of zero): OLS with
 one fixed effect per seed by the within transformation (each seed's mean removed from the metric
 and the design: the coefficients of OLS with seed dummies, by Frisch-Waugh-Lovell, without a runs x
