@@ -31,6 +31,7 @@ from trainer import record
 
 DEFAULT_METRIC = record.DEFAULT_METRIC
 DEFAULT_MARGIN = 0.5
+MAX_ARMS = 100  # 4,950 pairs: about a minute of pairwise tests (10 ms a pair on a 2-core CPU)
 UNDECLARED = ('none declared: 0.5 pp is the analysis.stats default, not a study decision; '
               'declare one (--margin, --margin-reason)')
 
@@ -224,9 +225,15 @@ def determinism(runs, reps):
 
 
 def arm_table(prep):
-  """One row per arm: arm, group fields, n (seeds, or runs when unseeded), n_runs, mean, sd
+  """Raises (naming --group-by) beyond MAX_ARMS arms, before any per-arm work. One row per arm: arm, group fields, n (seeds, or runs when unseeded), n_runs, mean, sd
   (between seeds), ci_low, ci_high, ci_method (95%), within_sd and within_df (replicates of a
   seed: the nondeterminism sd), deterministic (True/False/None), determinism (why), seeds."""
+  arms = prep['units']['arm'].nunique()
+  if arms > MAX_ARMS:
+    by = ', '.join(record.field_name(g) for g in prep['group_by'])
+    raise ValueError(f'--group-by: {arms:,} arms (by {by}), more than this report holds '
+                     f'({MAX_ARMS} arms at most: up to {MAX_ARMS * (MAX_ARMS - 1) // 2:,} pairs of '
+                     'tests, about a minute); group by fewer or coarser columns')
   rows = []
   for arm, units in prep['units'].groupby('arm', sort=True):
     runs = prep['runs'][prep['runs']['arm'] == arm]
