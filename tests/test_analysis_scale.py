@@ -185,15 +185,15 @@ def test_prepare_and_arm_table_loop_per_arm_not_per_run(monkeypatch):
 
 
 def test_more_arms_than_a_report_can_compare_is_one_line_naming_group_by(tmp_path, capsys):
-  """Grouping by a column of 101 values (101 arms of 2 seeds: 5,050 pairs of tests) is refused
+  """Grouping by a column of 201 values (201 arms of 2 seeds: 20,100 pairs of tests) is refused
   before any per-arm work, naming --group-by and the fix."""
-  table = bench_analysis.runs_table(202)
-  table['tag'] = (table['seed'] % 101).astype(str)
+  table = bench_analysis.runs_table(402)
+  table['tag'] = (table['seed'] % 201).astype(str)
   table.to_csv(tmp_path / 'runs.csv', index=False)
   code, err = one_line_error(capsys, stats.main, ['--csv', str(tmp_path / 'runs.csv'), '--metric',
                                                   'accuracy', '--group-by', 'tag'])
-  assert code == 2 and err.startswith('error: --group-by: 101 arms (by tag), more than this report')
-  assert f'{stats.MAX_ARMS} arms at most: up to 4,950 pairs' in err and 'fewer or coarser' in err
+  assert code == 2 and err.startswith('error: --group-by: 201 arms (by tag), more than this report')
+  assert f'{stats.MAX_ARMS} arms at most: up to 19,900 pairs' in err and 'fewer or coarser' in err
 
 
 # Item 3: arms defined by every config field that differs.
