@@ -71,10 +71,10 @@ def select(frame, metric, factors, seed_col):
   arm = list(dict.fromkeys(list(cols.values()) + record.arm_columns(frame)))
   prep = stats.prepare(frame, arm, metric_col, seed_col)  # a seed counts once per arm
   runs, excluded = prep['runs'], prep['excluded']
-  missing = runs[list(cols.values())].isna().any(axis=1)
+  absent = runs[list(cols.values())].isna()
+  missing = absent.any(axis=1)
   if missing.any():
-    why = [f'no value for {", ".join(c for c in cols.values() if pd.isna(r[c]))}'
-           for _, r in runs[missing].iterrows()]
+    why = [f'no value for {", ".join(absent.columns[row])}' for row in absent[missing].to_numpy()]
     excluded = pd.concat([excluded, pd.DataFrame({'run': runs.loc[missing, 'run'],
                                                   'status': 'completed', 'reason': why})])
     runs = runs[~missing]
