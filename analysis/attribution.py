@@ -6,8 +6,10 @@ over seeds, and the split of the native platform gap into a numerics part and a 
   python -m analysis.attribution --csv=published.csv --factors platform compute_dtype --metric acc
 
 Model (analysis/effects.py). metric ~ factors [+ chosen interactions] + (1 | seed): statsmodels
-MixedLM with a random intercept per seed, or OLS with seed-clustered (or HC3) errors when the mixed
-fit fails, as the `method` line says. A term `factor=level` is the difference from that factor's
+MixedLM with a random intercept per seed up to effects.MIXED_MAX_ROWS runs; beyond that, or when
+the mixed fit fails, OLS with seed fixed effects (within transformation) and seed-clustered errors;
+HC3 errors without seed replication; the `method` line says which and why. A design too large for
+memory is refused before any fit (effects.check_size). A term `factor=level` is the difference from that factor's
 reference level with the other factors held fixed, with its 95% CI. Accuracies stored as fractions
 are in percentage points (x100), as in analysis.stats. Only completed runs with a finite metric are
 used; the others are listed.
@@ -56,13 +58,13 @@ def select(frame, metric, factors, seed_col):
     if seed_col != 'seed':
       raise
     frame['_row'], seed_col, has_seed = np.arange(len(frame)), '_row', False
-  arm = list(dict.fromkeys(list(cols.values()) + record.arm_columns(frame.columns)))
+  arm = list(dict.fromkeys(list(cols.values()) + record.arm_columns(frame)))
   prep = stats.prepare(frame, arm, metric_col, seed_col)  # a seed counts once per arm
   runs, excluded = prep['runs'], prep['excluded']
-  missing = runs[list(cols.values())].isna().any(axis=1)
+  absent = runs[list(cols.values())].isna()
+  missing = absent.any(axis=1)
   if missing.any():
-    why = [f'no value for {", ".join(c for c in cols.values() if pd.isna(r[c]))}'
-           for _, r in runs[missing].iterrows()]
+    why = [f'no value for {", ".join(absent.columns[row])}' for row in absent[missing].to_numpy()]
     excluded = pd.concat([excluded, pd.DataFrame({'run': runs.loc[missing, 'run'],
                                                   'status': 'completed', 'reason': why})])
     runs = runs[~missing]
@@ -74,11 +76,12 @@ def select(frame, metric, factors, seed_col):
 
 
 def default_factors(frame):
-  """platform and the numerics.requested.* fields that vary among the completed runs (short names)."""
+  """platform, the numerics.requested.* fields and the arm-defining config fields that vary among
+  the completed runs (by record.field_name where that names the same column)."""
   done = frame[frame['status'] == 'completed'] if 'status' in frame else frame
-  cols = [c for c in record.arm_columns(frame.columns) if c != 'device_kind']
-  cols = [c for c in cols if c in done and done[c].astype(str).nunique() > 1]
-  short = lambda c: c.rsplit('.', 1)[-1]
+  cols = [c for c in record.arm_columns(done) if c != 'device_kind']
+  cols = [c for c in cols if done[c].astype(str).nunique() > 1]
+  short = record.field_name
   return [short(c) if stats.resolve_column(frame, short(c), '') == c else c for c in cols]
 
 

@@ -3,13 +3,16 @@ results through analysis.results, or a CSV): numbers only; analysis/report.py pu
 and analysis/study.py is the command (python -m analysis.study).
 
 An arm is a set of runs with equal values in the group-by columns (default: trainer.record's arm
-columns: platform, device kind and every requested numerics field). Runs of one arm with the same
-seed are replicates: averaged into one value per seed, their spread reported as the arm's
+columns: platform, device kind, every requested numerics field and every config field that differs
+between the runs but those that cannot change a result: cadence, paths, distributed, the seed).
+Labels name config fields as overrides spell them ('optim.learning_rate=0.002'); seeds print as
+integers (analysis/labels.py). Runs of one arm with the same seed are replicates: averaged into one value per seed, their spread reported as the arm's
 within-seed (nondeterminism) sd. Two arms pair by seed when they share seeds and those runs share
 initial weights and data order (equal trainer.record pairing fields), whatever their determinism.
 A CSV without a seed column: every row is its own run, unpaired. Runs that are not 'completed'
 are excluded and listed with their reason. Accuracies stored as fractions are reported in
-percent, so differences and the margin are percentage points (pp).
+percent, so differences and the margin are percentage points (pp). Methods by size (Mann–Whitney,
+the arm's interval): analysis/inference.py. Tables: analysis/style.py.
 
 Verdict of a pair (α = 0.05, p-values Holm-adjusted over the pairs judged together: all pairs, or
 a study's declared contrasts, analysis/contrasts.py):
@@ -19,17 +22,19 @@ a study's declared contrasts, analysis/contrasts.py):
   inconclusive  neither.
 """
 
+import collections
 import itertools
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from analysis import inference as inf
+from analysis.labels import arm_labels, seed_key, seed_text, whole_numbers
 from trainer import record
 
 DEFAULT_METRIC = record.DEFAULT_METRIC
 DEFAULT_MARGIN = 0.5
+MAX_ARMS = 200  # 19,900 pairs: about 3 minutes of pairwise tests (10 ms a pair on a 2-core CPU)
 UNDECLARED = ('none declared: 0.5 pp is the analysis.stats default, not a study decision; '
               'declare one (--margin, --margin-reason)')
 
@@ -44,41 +49,14 @@ def resolve_column(frame, name, arg):
   raise ValueError(f'{arg}: no column {name!r}; choose from {shown} (or any config.* field)')
 
 
-def run_deterministic(row):
-  """(True/False/None, why): does this run repeat bit for bit for its seed? None: not recorded."""
-  platform, value = row.get('platform'), row.get(record.DETERMINISM_COLUMN)
+def run_deterministic(platform, value):
+  """(True/False/None, why): does a run on `platform` whose recorded GPU determinism is `value`
+  repeat bit for bit for its seed? None: not recorded."""
   if platform == 'gpu' and value is not None and not pd.isna(value):
     return bool(value), f'{record.DETERMINISM_COLUMN}={bool(value)}'
   if platform in ('tpu', 'cpu'):
     return True, platform
   return None, f'platform {platform}: determinism not recorded'
-
-
-def label_columns(keys, names):
-  """The group columns an arm label needs: in order, each one that splits the arms further."""
-  chosen, distinct = [], 1
-  for i, _ in enumerate(names):
-    count = len({tuple(k[j] for j in chosen + [i]) for k in keys})
-    if count > distinct:
-      chosen, distinct = chosen + [i], count
-  return chosen or list(range(len(names)))
-
-
-def arm_label(values, names, chosen):
-  """'tpu, compute_dtype=bfloat16': the chosen group values, platform/device kind unnamed."""
-  parts = []
-  for i in chosen:
-    short = names[i].rsplit('.', 1)[-1]
-    parts.append(str(values[i]) if names[i] in record.ARM_CONTEXT else f'{short}={values[i]}')
-  return ', '.join(parts)
-
-
-def seed_key(seed):
-  """Sort seeds numerically when they are numbers, else as text."""
-  try:
-    return (0, float(seed), '')
-  except (TypeError, ValueError):
-    return (1, 0.0, str(seed))
 
 
 def run_status(frame):
@@ -105,8 +83,8 @@ def split_runs(frame, metric):
   bad = status.ne('completed') | ~np.isfinite(values)
   why = [w if s != 'completed' else f'no value for {metric}' if pd.isna(v) else
          f'{metric} = {v} is not finite'
-         for s, w, v in zip(status, status_reasons(frame), values)]
-  excluded = pd.DataFrame({'run': frame['run'], 'status': status, 'reason': why})[bad]
+         for s, w, v in zip(status[bad], status_reasons(frame[bad]), values[bad])]
+  excluded = pd.DataFrame({'run': frame.loc[bad, 'run'], 'status': status[bad], 'reason': why})
   return frame[~bad].copy(), excluded.reset_index(drop=True), values
 
 
@@ -121,15 +99,17 @@ def check_some_completed(frame):
 
 def replicate_table(runs):
   """One row per arm and seed run more than once: the runs, their values, mean and range."""
-  rows = []
-  for (arm, seed), g in runs.groupby(['arm', 'seed'], sort=False):
-    if len(g) > 1:
-      v = g['value'].to_numpy()
-      rows.append({'arm': arm, 'seed': seed, 'n_runs': len(g), 'runs': ', '.join(g['run']),
-                   'values': ', '.join(f'{x:.4g}' for x in v), 'mean': v.mean(),
-                   'range': np.ptp(v), 'identical': bool(np.ptp(v) == 0)})
-  return pd.DataFrame(rows, columns=['arm', 'seed', 'n_runs', 'runs', 'values', 'mean', 'range',
-                                     'identical'])
+  columns = ['arm', 'seed', 'n_runs', 'runs', 'values', 'mean', 'range', 'identical']
+  repeated = runs[runs.groupby(['arm', 'seed'], sort=False)['value'].transform('size') > 1]
+  if repeated.empty:
+    return pd.DataFrame(columns=columns)
+  repeated = repeated.assign(text=[f'{x:.4g}' for x in repeated['value']])
+  table = repeated.groupby(['arm', 'seed'], sort=False).agg(
+      n_runs=('run', 'size'), runs=('run', ', '.join), values=('text', ', '.join),
+      mean=('value', 'mean'), low=('value', 'min'), high=('value', 'max')).reset_index()
+  table['range'] = table['high'] - table['low']
+  table['identical'] = table['range'] == 0
+  return table[columns]
 
 
 def unit_table(runs):
@@ -155,7 +135,7 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   check_some_completed(frame)
   metric = resolve_column(frame, metric, '--metric')
   group_by = ([resolve_column(frame, g, '--group-by') for g in group_by]
-              or record.arm_columns(frame.columns))
+              or record.arm_columns(frame))
   seeded = seed_col is not None or 'seed' in frame.columns
   seed_col = resolve_column(frame, seed_col, '--seed-col') if seed_col else 'seed'
   runs, excluded, values = split_runs(frame, metric)
@@ -165,12 +145,12 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   if scale is None:
     scale = 100.0 if 'acc' in metric.lower() and values[runs.index].abs().max() <= 1 else 1.0
   runs['value'] = values[runs.index] * scale
-  runs['seed'] = runs[seed_col] if seeded else None
+  runs['seed'] = whole_numbers(runs[seed_col]) if seeded else None
   runs['seeded'] = seeded & runs['seed'].notna()
-  keys = runs[group_by].astype(str).apply(tuple, axis=1)
-  chosen = label_columns(list(keys), group_by)
-  runs['arm'] = [arm_label(k, group_by, chosen) for k in keys]
-  det = [run_deterministic(r) for _, r in runs.iterrows()]
+  runs['arm'] = arm_labels(runs, group_by)
+  unknown = [None] * len(runs)
+  det = [run_deterministic(p, v) for p, v in zip(runs.get('platform', unknown),
+                                                 runs.get(record.DETERMINISM_COLUMN, unknown))]
   runs['det'], runs['det_why'] = [d for d, _ in det], [w for _, w in det]
   seeded_runs = runs[runs['seeded']]
   return {'runs': runs, 'units': unit_table(runs), 'replicates': replicate_table(seeded_runs),
@@ -191,23 +171,29 @@ def determinism(runs, reps):
 
 
 def arm_table(prep):
-  """One row per arm: arm, group fields, n (seeds, or runs when unseeded), n_runs, mean, sd
+  """Raises (naming --group-by) beyond MAX_ARMS arms, before any per-arm work. One row per arm: arm, group fields, n (seeds, or runs when unseeded), n_runs, mean, sd
   (between seeds), ci_low, ci_high, ci_method (95%), within_sd and within_df (replicates of a
   seed: the nondeterminism sd), deterministic (True/False/None), determinism (why), seeds."""
+  arms = prep['units']['arm'].nunique()
+  if arms > MAX_ARMS:
+    by = ', '.join(record.field_name(g) for g in prep['group_by'])
+    raise ValueError(f'--group-by: {arms:,} arms (by {by}), more than this report holds '
+                     f'({MAX_ARMS} arms at most: up to {MAX_ARMS * (MAX_ARMS - 1) // 2:,} pairs of '
+                     'tests, minutes); group by fewer or coarser columns')
   rows = []
   for arm, units in prep['units'].groupby('arm', sort=True):
     runs = prep['runs'][prep['runs']['arm'] == arm]
     reps = prep['replicates'][prep['replicates']['arm'] == arm]
     x = units['value'].to_numpy()
     low, high, method = inf.mean_ci(x)
-    wsd, wdf = inf.within_sd([g['value'].to_numpy() for _, g in
-                              runs[runs['seeded']].groupby('seed')])
+    seeded = runs[runs['seeded']]
+    wsd, wdf = inf.within_sd(seeded['value'], seeded['seed'])
     det, why = determinism(runs, reps)
     rows.append({'arm': arm, **{g: runs[g].iloc[0] for g in prep['group_by']}, 'n': len(x),
                  'n_runs': len(runs), 'mean': x.mean(), 'sd': x.std(ddof=1) if len(x) > 1 else np.nan,
                  'ci_low': low, 'ci_high': high, 'ci_method': method, 'within_sd': wsd,
                  'within_df': wdf, 'deterministic': det, 'determinism': why,
-                 'seeds': ' '.join(str(s) for s in sorted(units['seed'].dropna(), key=seed_key))})
+                 'seeds': seed_text(units['seed'])})
   return pd.DataFrame(rows)
 
 
@@ -225,8 +211,8 @@ def design(prep, arm_a, arm_b):
                            'unpaired: 1 shared seed, 2 needed')
   runs = prep['runs']
   both = runs[runs['arm'].isin([arm_a, arm_b]) & runs['seed'].isin(shared)]
-  differ = [c for c in prep['pairing'] if (both.groupby('seed')[c].agg(
-      lambda v: v.astype(str).nunique()) > 1).any()]
+  values = both[prep['pairing']].astype(str).groupby(both['seed']).nunique()
+  differ = [c for c in prep['pairing'] if (values[c] > 1).any()]
   if differ:
     return False, shared, f'unpaired: pairing fields differ: {", ".join(differ)}'
   how = ('same init and data order' if prep['pairing'] else
@@ -248,11 +234,11 @@ def compare(prep, arm_a, arm_b, margin):
   b = units.loc[units['arm'] == arm_b, 'value'].to_numpy()
   is_paired, shared, why = design(prep, arm_a, arm_b)
   t, df, p = inf.welch(a, b)
-  mw = sps.mannwhitneyu(a, b, alternative='two-sided', method='exact')
+  mw_u, mw_p, mw_method = inf.mann_whitney(a, b)
   row = {'arm_a': arm_a, 'arm_b': arm_b, 'n_a': len(a), 'n_b': len(b), 'paired': is_paired,
          'design': why, 'n_pairs': len(shared) if is_paired else 0, 'welch_t': t, 'welch_df': df,
-         'welch_p': p, 'paired_t': np.nan, 'paired_p': np.nan, 'mw_u': mw.statistic,
-         'mw_p': mw.pvalue, 'hedges_g': inf.hedges_g(a, b)}
+         'welch_p': p, 'paired_t': np.nan, 'paired_p': np.nan, 'mw_u': mw_u, 'mw_p': mw_p,
+         'mw_method': mw_method, 'hedges_g': inf.hedges_g(a, b)}
   if is_paired:
     xa, xb = values_by_seed(prep, arm_a, shared), values_by_seed(prep, arm_b, shared)
     d, n = xa - xb, len(shared)
@@ -298,8 +284,8 @@ def judge(rows):
 def pair_table(prep, arms, margin):
   """One row per pair of arms with n >= 2 (arm_a before arm_b; diff = mean A − mean B, over the
   shared seeds when paired): Welch, paired t (when paired), TOST and 90% CI, the primary test
-  (`test`: paired t when paired, else Welch) with its 95% CI, exact Mann–Whitney, Hedges' g,
-  power; judged as one family (judge)."""
+  (`test`: paired t when paired, else Welch) with its 95% CI, Mann–Whitney (`mw_method`: by
+  size, analysis.inference), Hedges' g, power; judged as one family (judge)."""
   ok = arms.loc[arms['n'] >= 2, 'arm']
   return judge([compare(prep, a, b, margin) for a, b in itertools.combinations(ok, 2)])
 
@@ -332,11 +318,26 @@ def analyse(frame, group_by=(), metric=DEFAULT_METRIC, margin=DEFAULT_MARGIN, ma
 
 
 def read_csv(path):
-  """A CSV of published results as a runs table (`run` = 'FILE:ROW' when it has no run column)."""
+  """A CSV of published results as a runs table (`run` = 'FILE:ROW' when it has no run column).
+  Refused, naming --csv: an unreadable or empty file, a header without rows, repeated column
+  names (pandas would rename the second 'x' to 'x.1' and read the first)."""
   try:
+    header = pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0]
     frame = pd.read_csv(path)
-  except (OSError, pd.errors.ParserError) as e:
+  except pd.errors.EmptyDataError:
+    raise ValueError(f'--csv: {path} is empty: no runs to analyse; give a CSV with a header row '
+                     'and one row per run')
+  except (OSError, UnicodeDecodeError, pd.errors.ParserError) as e:
     raise ValueError(f'--csv: cannot read {path} ({e}); give a CSV file with a header row')
+  repeated = [name for name, count in collections.Counter(header).items() if count > 1]
+  if repeated:
+    at = lambda name: ', '.join(str(i + 1) for i, h in enumerate(header) if h == name)
+    raise ValueError(f'--csv: {path} has duplicate column names: '
+                     + '; '.join(f'{name} (columns {at(name)})' for name in repeated)
+                     + '; rename them so each column has its own name')
+  if frame.empty:
+    raise ValueError(f'--csv: {path} has a header but no rows: no runs to analyse; add one row '
+                     'per run')
   if 'run' not in frame:
     frame.insert(0, 'run', [f'{path}:{i + 2}' for i in range(len(frame))])
   return frame

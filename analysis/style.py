@@ -115,7 +115,8 @@ def display_pairs(pairs, scale):
         '90% CI': f'[{num(r["ci90_low"])}, {num(r["ci90_high"])}]',
         'equiv. (Holm TOST)': eq(r), 'TOST p': both(r, 'tost'),
         'Welch p': both(r, 'welch'), 'paired p': both(r, 'paired') if r['paired'] else '–',
-        'MW exact p': both(r, 'mw'), "Hedges' g": num(r['hedges_g']),
+        'Mann–Whitney p (method)': f"{both(r, 'mw')}, {r['mw_method']}",
+        "Hedges' g": num(r['hedges_g']),
         'seeds 80% (Δ/eq.)': f'{r["n80_diff"]}/{r["n80_equiv"]}'})
   return rows
 
@@ -162,12 +163,13 @@ def latex(rows, caption, label=None):
 
 def captions(out, pairs):
   """(arms caption, caption of the judged `pairs` table) saying what the numbers are."""
-  from analysis.inference import BCA_MIN_N  # pylint: disable=import-outside-toplevel
+  from analysis.inference import BCA_MAX_N, BCA_MIN_N  # pylint: disable=import-outside-toplevel
   unit = 'pp' if out['scale'] == 100 else 'units'
   per = 'seed (replicates of a seed averaged)' if out['seeded'] else 'run (no seed column)'
   arms = (f'{out["metric"]} per arm: n = number of {"seeds" if out["seeded"] else "runs"}, one '
           f'value per {per}; sd between them; 95% CI of the mean by the method named '
-          f'(t-interval below n = {BCA_MIN_N}, where the BCa bootstrap under-covers); within-seed sd: '
+          f'(t-interval below n = {BCA_MIN_N}, where the BCa bootstrap under-covers, and from '
+          f'n = {BCA_MAX_N:,}, where the two agree); within-seed sd: '
           f'spread of replicates of one seed (nondeterminism), pooled, with its df. '
           f'Arms by {", ".join(out["group_by"])}.')
   pairs = (f'Δ = mean A − mean B in {unit} (over shared seeds when paired); 95% CI of the '

@@ -1,5 +1,6 @@
-"""What the benchmarks share: the record's first two lines, the one-line error, alternating timed
-windows, the 'n/a' format and JAX's GPU memory settings.
+"""What the benchmarks share: the record's first two lines (`host`: cpus, date and load, for any
+benchmark), the one-line error, alternating timed windows, the 'n/a' format and JAX's GPU memory
+settings.
 
 Light on purpose: the standard library only at import time (jax, flax and optax are imported
 inside `environment`, which also starts the JAX backend), so a benchmark measuring its own memory
@@ -38,22 +39,25 @@ def memory_settings():
   return ', '.join(found) if found else "JAX's default (a GPU preallocates 75 %)"
 
 
-def environment():
-  """Device, versions, date, load average and GPU memory settings: one line for the record."""
-  import jax  # pylint: disable=import-outside-toplevel
-  d = jax.devices()[0]
+def host():
+  """'cpus 2 | 2026-11-25 10:00:00 UTC | load average 1.00 0.90 0.80': the end of a record line."""
   try:
     load = '%.2f %.2f %.2f' % os.getloadavg()
   except OSError:
     load = 'n/a'
+  return f'cpus {os.cpu_count()} | {time.strftime("%Y-%m-%d %H:%M:%S %Z")} | load average {load}'
+
+
+def environment():
+  """Device, versions, date, load average and GPU memory settings: one line for the record."""
+  import jax  # pylint: disable=import-outside-toplevel
+  d = jax.devices()[0]
   import flax  # pylint: disable=import-outside-toplevel
   import optax  # pylint: disable=import-outside-toplevel
   return (f'device: {d.platform} {getattr(d, "device_kind", "")} x{jax.device_count()} | '
           f'jax {jax.__version__}, jaxlib {jax.lib.__version__ if hasattr(jax.lib, "__version__") else ""}, '
           f'flax {flax.__version__}, optax {optax.__version__}, python '
-          f'{platform_lib.python_version()} | cpus {os.cpu_count()} | '
-          f'{time.strftime("%Y-%m-%d %H:%M:%S %Z")} | load average {load} | '
-          f'GPU memory: {memory_settings()}')
+          f'{platform_lib.python_version()} | {host()} | GPU memory: {memory_settings()}')
 
 
 def command_line(module, argv):

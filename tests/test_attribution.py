@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 import statsmodels.api as sm
 import statsmodels.formula.api as smf
+from scipy import stats as sps
 
 from analysis import answer, attribution, attribution_report, declaration, effects, stats
 from trainer import record
@@ -119,21 +120,26 @@ def test_failed_mixed_fit_falls_back_to_clustered_ols_and_says_so(monkeypatch):
   show(out)
   assert 'mixed fit failed (LinAlgError: Singular matrix)' in out['method']
   assert 'clustered by seed' in out['method'] and 'method: OLS with seed fixed effects' in show(out)
-  # The main terms against statsmodels' own formula OLS with the same clustered errors.
+  # The main terms against statsmodels' own formula OLS with seed dummies and the same clustered
+  # sandwich, its CR1 factor counting the factor columns only (5: the seed effects are nested in
+  # their clusters, tests/test_analysis_scale.py).
   data = frame.assign(v=100 * frame[METRIC], profile=frame[PROFILE])
   ref = smf.ols("v ~ C(platform) + C(profile, Treatment('f32')) + C(seed)", data).fit(
-      cov_type='cluster', cov_kwds={'groups': data['seed']}, use_t=True)
+      cov_type='cluster', cov_kwds={'groups': data['seed'], 'use_correction': False}, use_t=True)
   name = "C(profile, Treatment('f32'))[T.tpu_default]"
   t = term(out, 'profile=tpu_default')
-  assert [t['estimate'], t['ci_low'], t['ci_high'], t['p']] == pytest.approx(
-      [ref.params[name], *ref.conf_int().loc[name], ref.pvalues[name]], rel=1e-6)
+  n, g = len(data), data['seed'].nunique()
+  se = ref.bse[name] * np.sqrt(g / (g - 1) * (n - 1) / (n - 5))
+  half = sps.t.ppf(0.975, g - 1) * se
+  assert [t['estimate'], t['se'], t['ci_low'], t['ci_high']] == pytest.approx(
+      [ref.params[name], se, ref.params[name] - half, ref.params[name] + half], rel=1e-6)
   # The residual contrast in this balanced design is the mean over seeds of a per-seed contrast d
-  # of raw values; its clustered se is sd(d)/sqrt(G) times statsmodels' CR1 factor.
+  # of raw values; its clustered se is sd(d)/sqrt(G) times the CR1 factor sqrt((N-1)/(N-K)).
   cell = data.pivot_table(index='seed', columns=['platform', 'profile'], values='v')
   d = (cell['tpu', 'native'] - cell['gpu', 'native']
        - 0.5 * (cell['tpu', 'tpu_default'] - cell['tpu', 'jax_gpu_default'])
        - 0.5 * (cell['gpu', 'tpu_default'] - cell['gpu', 'jax_gpu_default']))
-  n, g, k = len(data), len(d), 2 * 5 + len(d) - 1  # cells + seed fixed effects
+  n, g, k = len(data), len(d), 2 * 5 - 1  # the cells but the reference one
   r = residual(out)
   assert r['estimate'] == pytest.approx(d.mean(), abs=1e-9)
   assert r['se'] == pytest.approx(d.std(ddof=1) / np.sqrt(g) * np.sqrt((n - 1) / (n - k)), rel=1e-9)

@@ -69,7 +69,7 @@ def test_every_numerics_field_a_config_can_set_defines_an_arm(field):
       config.numerics[field] = value
       rows.append(record.row(f'/r/{value}/{seed}', make_record(config, 0.9 + 0.01 * seed)))
   frame = pd.DataFrame(rows)
-  assert f'{record.ARM_PREFIX}{field}' in record.arm_columns(frame.columns)
+  assert f'{record.ARM_PREFIX}{field}' in record.arm_columns(frame)
   out = stats.analyse(frame, margin=0.5)
   assert len(out['arms']) == 2 and list(out['arms']['n']) == [2, 2]
 

@@ -5,16 +5,17 @@ This module is the one owner of
   save carries the record as it stands, so the latest step's `results` is the run's current record,
   readable without the state. A failed run's last step holds `results` only;
 - the record's fields (`new_record`, below) and the table columns they become (`row`);
-- which fields define an arm (every numerics field a config can set, automatically: `arm_columns`),
+- which fields define an arm (every numerics field a config can set, automatically, and every other
+  config field that differs between the runs but those that cannot change a result: `arm_columns`),
   which make two runs a pair (same initial weights and data order: `PAIRING_FIELDS`), and the rule
   that a config is "the same run" as a saved one (`config_differences`, used by resume and sweep).
 
 Records written by older versions of the code read the same: the layout has not changed, and a
 field the code added since (a numerics setting, say) is absent there; such a field counts as its
 default (configs/common.py), which is, by design, the behaviour before the field existed: `row`
-fills the arm-defining `numerics.requested.*` columns so, and `config_differences` does not hold
-it against a saved run. A field the code removed is mapped once, where a record is read
-(`upgrade`): the `emulate` shorthand becomes the per-kind formats it stood for
+fills the arm-defining `numerics.requested.*` and `config.*` columns so, and `config_differences`
+does not hold it against a saved run. A field the code removed is mapped once, where a record is
+read (`upgrade`): the `emulate` shorthand becomes the per-kind formats it stood for
 (numerics/profiles.py upgrade).
 
 Record fields: `schema` (RECORD_SCHEMA; absent in records written before it existed, which read
@@ -57,10 +58,14 @@ FLATTENED = ('final', 'numerics', 'config', 'data', 'model', 'versions')
 FINAL_METRICS = ('test_accuracy', 'test_loss', 'train_loss', 'train_accuracy')
 DEFAULT_METRIC = 'final.test_accuracy'
 
-# An arm: runs equal in these columns and in every requested numerics field.
+# An arm: runs equal in these columns, in every requested numerics field and in every config field
+# that differs between the runs, but the fields that cannot change the result (IGNORED_FIELDS), the
+# seed (an arm's replicate index) and config.numerics (the numerics.requested.* columns).
 ARM_CONTEXT = ('platform', 'device_kind')
 ARM_PREFIX = 'numerics.requested.'
 ARM_NAMED = ('profile',)  # the name of a whole arithmetic: listed first
+CONFIG_PREFIX = 'config.'
+NOT_ARM_CONFIG = ('seed', 'numerics')
 # Whether a GPU run used deterministic kernels (TPU and CPU runs repeat bit for bit anyway).
 DETERMINISM_COLUMN = 'numerics.effective.gpu_deterministic'
 
@@ -228,7 +233,8 @@ def upgrade(results):
 
 def row(run, results):
   """One table row (dict) for `run` from its record (None: nothing saved yet). Requested numerics
-  fields the record predates are filled with their defaults (see the module doc)."""
+  fields the record predates, and config fields (a record with a config) but the seed, are filled
+  with their defaults (see the module doc)."""
   if results is None:
     return {'run': run, 'status': 'no_results', 'reason': 'no saved checkpoint step'}
   results = upgrade(results)
@@ -242,17 +248,35 @@ def row(run, results):
     for name, value in defaults().items():
       if name.startswith('numerics.'):
         out.setdefault(f'{ARM_PREFIX}{name[len("numerics."):]}', value)
+      if results.get('config') and name != 'seed':
+        out.setdefault(f'{CONFIG_PREFIX}{name}', value)
   return out
 
 
-def arm_columns(columns):
-  """The columns that define an arm: platform, device kind and every requested numerics field,
-  the named ones first (ARM_NAMED: a label then reads 'profile=tpu_default', not the formats the
-  profile expands to)."""
-  columns = list(columns)
+def _arm_config(column):
+  """Whether config column `column` can define an arm (not in NOT_ARM_CONFIG or IGNORED_FIELDS)."""
+  return not _under(column[len(CONFIG_PREFIX):], NOT_ARM_CONFIG + IGNORED_FIELDS)
+
+
+def arm_columns(frame):
+  """The columns of runs table `frame` that define an arm: platform, device kind, every requested
+  numerics field (the named ones first, ARM_NAMED: a label then reads 'profile=tpu_default', not
+  the formats the profile expands to), then every config field whose recorded values differ
+  between the runs (missing values aside), the seed, config.numerics and IGNORED_FIELDS aside."""
+  columns = list(frame.columns)
   named = [f'{ARM_PREFIX}{n}' for n in ARM_NAMED if f'{ARM_PREFIX}{n}' in columns]
+  config = [c for c in sorted(columns) if c.startswith(CONFIG_PREFIX) and _arm_config(c)
+            and frame[c].nunique() > 1]
   return ([c for c in ARM_CONTEXT if c in columns] + named
-          + sorted(c for c in columns if c.startswith(ARM_PREFIX) and c not in named))
+          + sorted(c for c in columns if c.startswith(ARM_PREFIX) and c not in named) + config)
+
+
+def field_name(column):
+  """How an arm label names a column: 'optim.learning_rate' for config.optim.learning_rate (the
+  spelling of a config override), the last part otherwise ('profile', 'compute_dtype')."""
+  if column.startswith(CONFIG_PREFIX):
+    return column[len(CONFIG_PREFIX):]
+  return column.rsplit('.', 1)[-1]
 
 
 def pairing_columns(columns):
@@ -260,8 +284,9 @@ def pairing_columns(columns):
   return [c for c in PAIRING_FIELDS if c in set(columns)]
 
 
-def _ignored(name):
-  return any(name == f or name.startswith(f + '.') for f in IGNORED_FIELDS)
+def _under(name, fields):
+  """Whether dotted field `name` is one of `fields` or inside one of them."""
+  return any(name == f or name.startswith(f + '.') for f in fields)
 
 
 def config_differences(saved, requested):
@@ -275,4 +300,5 @@ def config_differences(saved, requested):
     if name in default:
       old[name] = default[name]
   return [f'{k}: {old.get(k, "<absent>")!r} -> {new.get(k, "<absent>")!r}'
-          for k in sorted(set(old) | set(new)) if not _ignored(k) and old.get(k) != new.get(k)]
+          for k in sorted(set(old) | set(new))
+          if not _under(k, IGNORED_FIELDS) and old.get(k) != new.get(k)]
