@@ -21,6 +21,7 @@ from absl import logging
 from etils import epath
 
 METRICS = 'metrics.jsonl'
+TENSORBOARD = 'tensorboard'
 
 
 class MetricsWriteError(RuntimeError):
@@ -75,7 +76,7 @@ class Reporter:
       self._rewrite()
       try:
         import tensorboardX
-        self._tb = tensorboardX.SummaryWriter(str(epath.Path(workdir) / 'tensorboard'),
+        self._tb = tensorboardX.SummaryWriter(str(epath.Path(workdir) / TENSORBOARD),
                                               purge_step=resume_step or None)
       except ImportError:
         logging.warning('tensorboardX is not installed: no TensorBoard events are written')

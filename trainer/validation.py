@@ -11,7 +11,7 @@ import uuid
 import input_pipeline
 from input_pipeline import base, batching
 from numerics import setup as numerics_setup
-from trainer import optim
+from trainer import checkpointing, optim, record
 
 
 class ConfigError(ValueError):
@@ -135,7 +135,8 @@ def device_memory(devices):
 
 
 def check_workdir(workdir):
-  """The workdir must be creatable and writable (probed with a temporary file)."""
+  """The workdir must be creatable and writable (probed with a temporary file), and what a run
+  keeps there (`check_layout`) must be what the run will read and write."""
   if not workdir:
     raise ConfigError('--workdir is required')
   if '://' in str(workdir):
@@ -149,3 +150,33 @@ def check_workdir(workdir):
   except OSError as e:
     raise ConfigError(f'--workdir={workdir} is not writable ({e.strerror}): choose another '
                       'directory') from None
+  check_layout(workdir)
+
+
+def _layout_problem(path, folder):
+  """What is wrong with existing `path` for a run that keeps a folder (or a file) there, or None."""
+  kinds = ('folder', 'file') if folder else ('file', 'folder')
+  if folder != os.path.isdir(path):
+    return f'is a {kinds[1]}, not the {kinds[0]} a run keeps there'
+  if not os.access(path, os.W_OK | (os.X_OK if folder else 0)):
+    return 'is not writable'
+  return None
+
+
+def check_layout(workdir):
+  """Every entry of the run layout (trainer/checkpointing.py RUN_FOLDERS, RUN_FILES, and each step
+  folder under checkpoints/) that exists must be the kind of entry the run uses, and writable: one
+  line naming the path otherwise, before anything is read or written there (a `checkpoints` file
+  would otherwise be found only at the first save, after a fresh start had rewritten the metrics)."""
+  entries = [(name, True) for name in checkpointing.RUN_FOLDERS]
+  entries += [(name, False) for name in checkpointing.RUN_FILES]
+  steps = os.path.join(workdir, record.CHECKPOINTS)
+  if os.path.isdir(steps):
+    entries += [(os.path.join(record.CHECKPOINTS, name), True)
+                for name in sorted(os.listdir(steps)) if name.isdigit()]
+  for name, folder in entries:
+    path = os.path.join(workdir, name)
+    problem = _layout_problem(path, folder) if os.path.lexists(path) else None
+    if problem:
+      raise ConfigError(f'--workdir: {path} {problem}: move it out of the workdir (or fix its '
+                        'permissions), or use another --workdir; nothing was written')
