@@ -28,6 +28,11 @@ def test_train_py_with_a_relative_workdir(tmp_path, subprocess_env):
   saved = record.read_results(str(tmp_path / 'runs' / 'relative'))
   assert saved['status'] == 'completed' and saved['step'] == saved['total_steps'] == 22
   assert 'Traceback' not in proc.stderr
+  # Accuracy on the console in %, as in the reports (it was a fraction: 'acc 0.7773').
+  final = 100 * saved['final']['test_accuracy']
+  assert re.search(r'step 20/22 \(epoch 1/1\) loss [0-9.]+ acc [0-9]+\.[0-9]{2} % lr', proc.stderr)
+  assert f'epoch 1: test_accuracy {final:.2f} % test_loss' in proc.stderr
+  assert f'Done: test_accuracy {final:.2f} %, ' in proc.stderr
 
 
 def test_make_smoke_from_a_fresh_clone(tmp_path, subprocess_env):
