@@ -3,15 +3,17 @@ the committed HEAD (reusing this venv, with the package index switched off: noth
 downloaded), the sweep's cost before it runs (--estimate), and a report whose title says what it
 compares."""
 
+import itertools
 import os
 import re
+import shlex
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
 
-from analysis import report, stats
+from analysis import attribution, effects, report, stats
 from sweeps import estimate, sweep
 from conftest import ROOT
 from trainer import record
@@ -91,3 +93,33 @@ def test_estimate_formula():
        'phases': [{'steps': 100, 'step_s': 0.5}, {'steps': 300, 'step_s': 1.0}]}
   assert estimate.seconds_per_run(m) == 100 * 0.5 + 300 * 1.0 + 3 * 2.0
   assert estimate.device_hours([('a', 10, m), ('b', 2, m)]) == pytest.approx(12 * 4 * 356 / 3600)
+
+
+def readme_command(module):
+  """The README's first `python -m <module>` command, continuation lines joined, as argv."""
+  with open(os.path.join(ROOT, 'README.md')) as f:
+    text = f.read().replace('\\\n', ' ')
+  line = next(l for l in text.splitlines() if l.startswith(f'python -m {module} '))
+  return shlex.split(line)[3:]
+
+
+def test_readme_attribution_example_uses_the_reference_levels_its_text_names():
+  """The example gave only profile=native: compute_dtype's reference became bfloat16 (its first
+  sorted level) while the text says float32."""
+  args = attribution.parse_args(readme_command('analysis.attribution'))
+  levels = {'platform': ('gpu', 'tpu'), 'profile': ('native', 'bf16_noise', 'tpu_default'),
+            'batchnorm_group': (0, 256), 'compute_dtype': ('bfloat16', 'float32')}
+  rows = [{'run': f'/r/{i}', 'status': 'completed', 'reason': '', 'seed': seed,
+           'platform': platform, 'numerics.requested.profile': profile,
+           'numerics.requested.batchnorm_group': group, 'numerics.requested.compute_dtype': dtype,
+           'final.test_accuracy': 0.9}
+          for i, (platform, profile, group, dtype, seed) in enumerate(
+              itertools.product(*levels.values(), range(2)))]
+  prep = attribution.select(pd.DataFrame(rows), args.metric, args.factors, args.seed_col)
+  chosen = attribution.references(prep['runs'], prep['columns'],
+                                  effects.parse_pairs(args.reference, '--reference'))
+  assert chosen == {'platform': 'gpu', 'profile': 'native', 'batchnorm_group': '0',
+                    'compute_dtype': 'float32'}
+  with open(os.path.join(ROOT, 'README.md')) as f:
+    assert ("reference level (`profile=native`,\n  `batchnorm_group=0`, `compute_dtype=float32`"
+            in f.read())
