@@ -8,8 +8,12 @@ import math
 import os
 import uuid
 
+import jax
+import numpy as np
+
 import input_pipeline
 from input_pipeline import base, batching
+from models import resnet
 from numerics import setup as numerics_setup
 from trainer import checkpointing, optim, record
 
@@ -84,7 +88,8 @@ def check_config(config):
 
 
 def check_devices(config, num_devices, num_processes):
-  """Batch sizes must split evenly over devices and processes (and BN groups within a device)."""
+  """Batch sizes must split evenly over devices and processes (and BN groups within a device),
+  and a training step's activations must fit (`check_activations`, with this machine's memory)."""
   for name in ('batch_size', 'eval_batch_size'):
     if config[name] % num_devices:
       raise ConfigError(f'config.{name}={config[name]} is not divisible by the {num_devices} '
@@ -96,6 +101,30 @@ def check_devices(config, num_devices, num_processes):
   if group and (config.batch_size // num_devices) % group:
     raise ConfigError(f'config.numerics.batchnorm_group={group} must divide the per-device batch '
                       f'{config.batch_size // num_devices} (batch_size / devices)')
+  check_activations(config, num_devices, device_memory(jax.local_devices()), base.host_memory())
+
+
+def check_activations(config, num_devices, device_bytes, host_bytes):
+  """Refuse, before any data is loaded or anything compiled, a training step whose activations
+  cannot fit: a lower bound (the outputs of every convolution, models/resnet.py
+  conv_output_values, in the compute dtype) for the per-device batch against `device_bytes` (the
+  smallest device's memory), or, where devices do not report memory (CPU, whose devices share
+  the host's), for the whole batch against `host_bytes`."""
+  size, width = config.data.image_size, float(config.model.width)
+  per_example = (resnet.conv_output_values(size, width, config.model.stem)
+                 * np.dtype(config.numerics.compute_dtype).itemsize)
+  batch = config.batch_size // num_devices if device_bytes else config.batch_size
+  limit = device_bytes or host_bytes
+  need = batch * per_example
+  if not limit or need <= limit:
+    return
+  where = 'a device has' if device_bytes else 'this machine has'
+  raise ConfigError(
+      f'config.data.image_size={size}: a training step keeps at least {need / 2**30:,.1f} GiB of '
+      f'activations ({batch} images x {per_example / 2**20:,.1f} MiB of convolution outputs at '
+      f'{size}x{size}, model.width {width:g}, {config.numerics.compute_dtype}), over the '
+      f'{limit / 2**30:,.1f} GiB {where}: use a smaller config.data.image_size or '
+      'config.batch_size')
 
 
 def check_dataset(config, dataset, device_bytes=None):
