@@ -150,18 +150,20 @@ def main(argv=None):
   """Run the comparison; returns 0, 1 (determinism check failed) or 2 (bad arguments)."""
   args, overrides = parse_args(argv)
   start = time.time()
+  progress = lockstep.Progress(lambda line: print(line, file=sys.stderr, flush=True))
+  progress.say(f'loading {args.config}')
   try:
     config = load_config(args.config, overrides)
     arms = settings(args)
     configs = {n: arm_config(config, s, f'--{n}') for n, s in arms.items()}
     seeds = args.seeds or list(range(config.seed, config.seed + (args.num_seeds or 1)))
     numerics_setup.configure(config)  # process-wide flags (GPU determinism) before any backend use
-    lock = lockstep.prepare(configs, seeds, args.devices)
+    lock = lockstep.prepare(configs, seeds, args.devices, progress)
     num_steps = args.steps or lock['ctx'].total_steps
-    rows = lockstep.train(lock, num_steps, args.every, args.probe,
-                          log=lambda s: print(s, file=sys.stderr))
+    rows = lockstep.train(lock, num_steps, args.every, args.probe, progress)
   except ValueError as e:
     fail(str(e).splitlines()[0])
+  progress.say('predicting the whole test set with every arm')
   final = lockstep.final_test(lock)
   curves, losses = measure.curves(rows)
   device = jax.devices()[0]
