@@ -21,7 +21,8 @@ is appended to `<run dir>/train.log`; launching, watching and stopping the runs 
 is sweeps/runner.py. The command list (one run per line) and a SLURM job-array script that
 runs line $SLURM_ARRAY_TASK_ID of it are written next to the runs (or where --emit-commands /
 --emit-slurm say; a bucket root needs both), every user-supplied string shell-quoted
-(`check_commands` refuses what quoting cannot make safe). `--estimate` measures each arm's step time on this machine and prints the
+(`check_commands` refuses what quoting cannot make safe). `--estimate` measures what each arm's
+runs spend on this machine (start-up, compiles, steps, evaluations, checkpoints) and prints the
 sweep's device-hours (sweeps/estimate.py). The exit code is 1 if any run failed.
 """
 
@@ -270,9 +271,10 @@ def parse_args(argv):
                  help='check every run, write the command list and SLURM script, show the plan; '
                       'run nothing')
   p.add_argument('--estimate', action='store_true',
-                 help="a dry run that also measures each arm's step time on this machine and "
-                      'prints the sweep\'s device-hours (sweeps/estimate.py)')
-  p.add_argument('--estimate-steps', type=int, default=5,
+                 help="a dry run that also measures what each arm's runs spend on this machine "
+                      '(start-up, compiles, steps, evaluations, checkpoints), --parallel arms at a '
+                      'time, and prints the sweep\'s device-hours (sweeps/estimate.py)')
+  p.add_argument('--estimate-steps', type=int, default=3,
                  help='steps timed per training phase after the compile (--estimate)')
   p.add_argument('--heartbeat', type=float, default=30.0,
                  help='seconds between progress lines while runs train')
@@ -363,8 +365,9 @@ def main(argv=None):
   print(f'{len(runs) - len(todo)} completed (skipped), {len(todo)} to run')
   if args.estimate:
     from sweeps import estimate  # pylint: disable=import-outside-toplevel
-    env = runner.child_env(REPO if '://' in root else root, REPO, gpus[0] if gpus else None)
-    return estimate.report(runs, lambda r: config_flags(r, path, arg), env, REPO,
+    envs = [runner.child_env(REPO if '://' in root else root, REPO, gpu)
+            for gpu in (gpus[:slots] or [None] * slots)]  # one per slot, as the runs get them
+    return estimate.report(runs, lambda r: config_flags(r, path, arg), envs, REPO,
                            args.estimate_steps)
   if args.dry_run:
     return 0

@@ -9,6 +9,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 
 import pandas as pd
 import pytest
@@ -68,7 +69,11 @@ def test_report_title_says_what_is_compared_and_setup_names_what_differs():
   assert 'runs read from /home/me/runs' in text
 
 
-def test_estimate_prints_positive_device_hours_with_its_formula(tmp_path, subprocess_env, monkeypatch, capsys):
+def test_estimate_prints_device_hours_with_its_parts(tmp_path, subprocess_env, monkeypatch,
+                                                     capsys):
+  """The estimate counts what a run really spends: start-up and compiles included (the first
+  run of an arm compiles, later ones load from the cache); before, it left them out and took
+  6 min to say 0.054 device-hours for a study that took ~10 device-minutes."""
   monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', subprocess_env['JAX_COMPILATION_CACHE_DIR'])
   monkeypatch.setenv('XLA_FLAGS', '')
   cfg = tmp_path / 'cfg.py'
@@ -79,20 +84,49 @@ def test_estimate_prints_positive_device_hours_with_its_formula(tmp_path, subpro
                      '--estimate', '--estimate-steps=2'])
   out = capsys.readouterr().out
   assert code == 0, out
-  total = re.search(r'total: ([0-9.e+-]+) device-hours for 3 runs on 1 x cpu \(cpu\) per run', out)
+  total = re.search(r'total: ([0-9.e+-]+) device-hours for 3 runs on 1 x cpu \(cpu\) per run; '
+                    r'about [0-9.]+ min of wall-clock at 1 run\(s\) at a time', out)
   assert total and float(total.group(1)) > 0
-  assert '= Σ arms runs × devices × (Σ phases steps × s/step + evaluations × s/evaluation) / 3600' in out
-  assert 'not included: process start-up' in out
+  assert ('= Σ arms devices × (first run + (runs - 1) × later run) / 3600, a run = start-up + '
+          'Σ phases (compile + steps × s/step) + evaluations × s/evaluation + checkpoints × '
+          's/checkpoint') in out
+  parts = re.search(r'parts: start-up ([0-9.e+-]+), compilation ([0-9.e+-]+), steps '
+                    r'([0-9.e+-]+), evaluation ([0-9.e+-]+), checkpoints ([0-9.e+-]+) device-hours',
+                    out)
+  assert parts and all(float(v) > 0 for v in parts.groups())
+  assert float(parts.group(1)) + float(parts.group(2)) > float(parts.group(3))  # start-up+compile
   row = next(l for l in out.splitlines() if l.startswith('default '))
-  assert row.split()[1:3] == ['3', '22']  # runs, steps per run (1 epoch of 22 steps)
+  assert row.split()[1] == '3' and row.split()[4:6] == ['22', 'x']  # runs, steps of one epoch
   assert not list(root.glob('*/seed*'))  # nothing launched
 
 
-def test_estimate_formula():
-  m = {'devices': 4, 'evaluations': 3, 'evaluation_s': 2.0,
-       'phases': [{'steps': 100, 'step_s': 0.5}, {'steps': 300, 'step_s': 1.0}]}
-  assert estimate.seconds_per_run(m) == 100 * 0.5 + 300 * 1.0 + 3 * 2.0
-  assert estimate.device_hours([('a', 10, m), ('b', 2, m)]) == pytest.approx(12 * 4 * 356 / 3600)
+def test_estimate_formula_and_parallel_measurement(monkeypatch, capsys):
+  phases = [{'steps': 100, 'step_s': 0.5, 'compile_s': 20.0, 'cached_compile_s': 2.0},
+            {'steps': 300, 'step_s': 1.0, 'compile_s': 30.0, 'cached_compile_s': 3.0}]
+  m = {'devices': 4, 'platform': 'gpu', 'device_kind': 'H100', 'startup_s': 5.0,
+       'phases': phases, 'evaluations': 3, 'evaluation_s': 2.0, 'evaluation_compile_s': 10.0,
+       'evaluation_cached_compile_s': 1.0, 'checkpoints': 5, 'checkpoint_s': 0.4}
+  first = 5 + (20 + 30 + 10) + (100 * 0.5 + 300 * 1.0) + 3 * 2 + 5 * 0.4
+  later = 5 + (2 + 3 + 1) + (100 * 0.5 + 300 * 1.0) + 3 * 2 + 5 * 0.4
+  assert sum(estimate.parts(m, cached=False).values()) == pytest.approx(first)
+  assert sum(estimate.parts(m, cached=True).values()) == pytest.approx(later)
+  assert estimate.device_hours([('a', 10, m), ('b', 1, m)]) == pytest.approx(
+      4 * (first + 9 * later + first) / 3600)
+  # Arms are measured len(envs) at a time, each in its own slot's environment.
+  running, seen = [], []
+  def fake_measure(flags, env, repo, steps):
+    running.append(env['SLOT'])
+    seen.append(len(running))
+    time.sleep(0.2)
+    running.remove(env['SLOT'])
+    return m
+  monkeypatch.setattr(estimate, 'measure_arm', fake_measure)
+  runs = [sweep.Run({}, arm, s, {}, '') for arm in 'abcd' for s in range(2)]
+  envs = [{'SLOT': '0'}, {'SLOT': '1'}]
+  assert estimate.report(runs, lambda r: [], envs, ROOT, 2) == 0
+  assert max(seen) == 2
+  out = capsys.readouterr().out
+  assert 'measuring 4 arm(s), 2 at a time' in out and 'wall-clock at 2 run(s) at a time' in out
 
 
 def readme_command(module):
