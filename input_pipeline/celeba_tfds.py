@@ -1,12 +1,12 @@
 """TFDS `celeb_a` 2.1.0 prepared offline from the five local files, and read back as JPEG bytes.
 
 The installed builder's download URLs (Google Drive) are unreachable here, so `_LocalCelebA` is a
-thin, unregistered subclass of it with the same name, version and features: its only change is that
+thin, unregistered subclass of it with the same name, version and features: its changes are that
 `dl_manager.download(...)` answers with the local files in `config.data.manual_dir` instead of
 fetching, that the records keep the builder's generation order (`disable_shuffling`), which is
 the file names sorted within each official partition, and that its console line says it prepares
-offline (upstream prints "Downloading and preparing dataset"). The upstream `_generate_examples` does the
-rest unchanged. Nothing is ever fetched (GCS lookups are off too).
+offline (upstream prints "Downloading and preparing dataset"). The upstream
+`_generate_examples` does the rest unchanged. Nothing is ever fetched (GCS lookups are off too).
 
 The archive's images are handed to the builder lazily (each member is read when its record is
 written), and only the members `img_align_celeba/<name>.jpg` (`celeba_files.zip_members`): the

@@ -19,7 +19,8 @@ GIB = 2**30
 def test_conv_output_values_count_what_the_model_computes(stem, size, width, monkeypatch):
   seen = []
   call = layers.Conv2d.__call__
-  monkeypatch.setattr(layers.Conv2d, '__call__', lambda self, x: seen.append(call(self, x)) or seen[-1])
+  monkeypatch.setattr(layers.Conv2d, '__call__',
+                      lambda self, x: seen.append(call(self, x)) or seen[-1])
   nnx.eval_shape(lambda: resnet.ResNet18(10, width=width, stem=stem, rngs=nnx.Rngs(0))(
       jnp.zeros((1, size, size, 3))))  # shapes only: nothing computed
   assert len(seen) == 20  # the stem, 16 block convolutions, 3 downsamples

@@ -18,7 +18,8 @@ def stub_python(tmp_path):
   bin_dir = tmp_path / 'bin'
   bin_dir.mkdir()
   stub = bin_dir / 'python'
-  stub.write_text('#!/bin/bash\nprintf \'%s\\0\' "$PWD" "$JAX_COMPILATION_CACHE_DIR" "$@" > "$ARGV"\n')
+  stub.write_text('#!/bin/bash\n'
+                  'printf \'%s\\0\' "$PWD" "$JAX_COMPILATION_CACHE_DIR" "$@" > "$ARGV"\n')
   stub.chmod(0o755)
   return bin_dir
 

@@ -195,8 +195,9 @@ def _layout_problem(path, folder):
 def check_layout(workdir):
   """Every entry of the run layout (trainer/checkpointing.py RUN_FOLDERS, RUN_FILES, and each step
   folder under checkpoints/) that exists must be the kind of entry the run uses, and writable: one
-  line naming the path otherwise, before anything is read or written there (a `checkpoints` file
-  would otherwise be found only at the first save, after a fresh start had rewritten the metrics)."""
+  line naming the path otherwise, before anything is read or written there (a `checkpoints`
+  file would otherwise be found only at the first save, after a fresh start had rewritten the
+  metrics)."""
   entries = [(name, True) for name in checkpointing.RUN_FOLDERS]
   entries += [(name, False) for name in checkpointing.RUN_FILES]
   steps = os.path.join(workdir, record.CHECKPOINTS)
