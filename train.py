@@ -65,14 +65,30 @@ def _closed_loop(exc):
   return isinstance(exc, RuntimeError) and str(exc) == 'Event loop is closed'
 
 
-def quiet_abandoned_writes():
-  """After a failed asynchronous write, tensorstore's callbacks into Orbax's closed event loop
-  print a traceback each (through sys.excepthook or sys.unraisablehook, from its threads): dropped.
-  Orbax reports the failure itself, once, in the main thread."""
-  excepthook, unraisablehook = sys.excepthook, sys.unraisablehook
-  sys.excepthook = lambda kind, exc, trace: None if _closed_loop(exc) else excepthook(
-      kind, exc, trace)
-  sys.unraisablehook = lambda info: None if _closed_loop(info.exc_value) else unraisablehook(info)
+def _orbax_coroutine(obj):
+  code = getattr(obj, 'cr_code', None)
+  return code is not None and '/orbax/' in code.co_filename
+
+
+def quiet_abandoned_work():
+  """Drop what Orbax's abandoned asynchronous work prints through sys.excepthook and
+  sys.unraisablehook (from its threads, and at interpreter shutdown); Orbax reports the failure
+  itself, once, in the main thread, where it becomes one line:
+  - after a failed write, tensorstore's callbacks into Orbax's closed event loop;
+  - after a failed restore, the other arrays' reads it leaves pending: when such a coroutine is
+    closed, Orbax's `except BaseException` in serialization.py turns the GeneratorExit into an
+    Exception with the whole TensorStore spec (~65 lines each, one per array in flight).
+  The hooks hold what they call (no module globals: they also run while the interpreter shuts
+  down)."""
+  def on_exception(kind, exc, trace, previous=sys.excepthook, closed_loop=_closed_loop):
+    if not closed_loop(exc):
+      previous(kind, exc, trace)
+
+  def on_unraisable(info, previous=sys.unraisablehook, closed_loop=_closed_loop,
+                    orbax=_orbax_coroutine):
+    if not (closed_loop(info.exc_value) or orbax(info.object)):
+      previous(info)
+  sys.excepthook, sys.unraisablehook = on_exception, on_unraisable
 
 
 def fail(message, code=2, at_once=False):
@@ -122,7 +138,7 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   logging.get_absl_handler().addFilter(_QuietLibraries())
-  quiet_abandoned_writes()
+  quiet_abandoned_work()
   train(load_config())
 
 

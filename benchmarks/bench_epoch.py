@@ -9,7 +9,7 @@ Everything goes through the run context as the training loop does (trainer/run.p
 of bench_step (`JaxStep`: the phase where every parameter trains, one resident batch), the
 evaluation `run.evaluate` with the eval step (host gather on a prefetch thread, padded and masked
 last batch), and the checkpoint the loop writes at every epoch end: `checkpointing.state_digest`
-then `checkpointing.save` into a temporary folder with the loop's Orbax manager (asynchronous).
+then `loop.save` (the loop's own write) into a temporary folder with the loop's Orbax manager (asynchronous).
 Measured, each the median of its repeats after one untimed call (the first evaluation compiles):
 
   - the training step (bench_step's timing: `--windows` windows of `--steps` steps);

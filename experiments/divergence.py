@@ -155,6 +155,8 @@ def main(argv=None):
   """Run the comparison; returns 0, 1 (determinism check failed) or 2 (bad arguments)."""
   args, overrides = parse_args(argv)
   start = time.time()
+  progress = lockstep.Progress(lambda line: print(line, file=sys.stderr, flush=True))
+  progress.say(f'loading {args.config}')
   try:
     config = load_config(args.config, overrides)
     arms = settings(args)
@@ -163,12 +165,12 @@ def main(argv=None):
                for seed in seeds}
     # process-wide flags (GPU determinism; the same for every arm) before any backend use
     numerics_setup.configure(configs[seeds[0]]['a'])
-    lock = lockstep.prepare(configs, args.devices)
+    lock = lockstep.prepare(configs, args.devices, progress)
     num_steps = args.steps or lock['ctx'].total_steps
-    rows = lockstep.train(lock, num_steps, args.every, args.probe,
-                          log=lambda s: print(s, file=sys.stderr))
+    rows = lockstep.train(lock, num_steps, args.every, args.probe, progress)
   except ValueError as e:
     fail(str(e).splitlines()[0])
+  progress.say('predicting the whole test set with every arm')
   final = lockstep.final_test(lock)
   curves, losses = measure.curves(rows)
   device = jax.devices()[0]

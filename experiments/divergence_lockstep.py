@@ -67,11 +67,48 @@ def predict(fn, state, seed, split, batch_size):
   return np.concatenate(out)
 
 
-def prepare(configs, devices=0):
+def duration(seconds):
+  seconds = int(round(seconds))
+  return f'{seconds // 60}m{seconds % 60:02d}s'
+
+
+class Progress:
+  """Progress lines on `log` from the first second: what is being built or compiled (each line
+  with the time since the start), then at least every `interval` seconds while training: steps
+  done, steps/s over the steps since the last compile ended, and the ETA at that rate."""
+
+  def __init__(self, log=None, interval=10.0, clock=time.time):
+    self.log, self.interval, self.clock = log or (lambda _: None), interval, clock
+    self.start = self.last = clock()
+    self.since = None  # (time, step) where the last compile ended
+
+  def say(self, text):
+    self.last = self.clock()
+    self.log(f'[{duration(self.last - self.start)}] {text}')
+
+  def compiled(self, step):
+    """The steps before `step` included a compile: the rate counts from here."""
+    self.since = (self.clock(), step)
+
+  def rate(self, step, total):
+    """'step s/T, X steps/s, ETA ...' (the rate once a step after the last compile has run)."""
+    now = self.clock()
+    if self.since is None or step <= self.since[1] or now <= self.since[0]:
+      return f'step {step}/{total}, steps/s: measuring (compiling)'
+    per_s = (step - self.since[1]) / (now - self.since[0])
+    return f'step {step}/{total}, {per_s:.3g} steps/s, ETA {duration((total - step) / per_s)}'
+
+  def step(self, step, total):
+    if self.clock() - self.last >= self.interval:
+      self.say(self.rate(step, total))
+
+
+def prepare(configs, devices=0, progress=None):
   """The lockstep: every (seed, arm)'s run context and initial state, and the pairs to compare.
 
   `configs`: {seed: {'a': config, 'b': config[, 'control': config]}}, resolved configs whose
   `seed` is that seed (experiments/divergence.py resolves them)."""
+  progress = progress or Progress()
   if jax.process_count() > 1:
     raise ValueError('experiments.divergence runs in a single process; run it on one host')
   seeds = list(configs)
@@ -85,6 +122,8 @@ def prepare(configs, devices=0):
   for seed in seeds:
     host = None
     for name, config in configs[seed].items():  # the test split (data.split_seed) is shared
+      progress.say(f'building seed {seed} arm {name}: run context' +
+                   (', data and initial weights' if host is None else ''))
       ctx = run.build(config, dataset, mesh_devices)
       dataset = ctx.dataset
       if host is None:  # arm a: this seed's initial weights, for every arm of the seed
@@ -146,9 +185,10 @@ def record(lock, step, probe, last_sums):
   return {'step': step, 'pairs': pairs, 'loss': loss}
 
 
-def train(lock, num_steps, every, probe=256, log=None):
-  """Train every arm `num_steps` steps in lockstep; a row at 0, every `every` (>= 1) and the end."""
-  ctx = lock['ctx']
+def train(lock, num_steps, every, probe=256, progress=None):
+  """Train every arm `num_steps` steps in lockstep; a row at 0, every `every` (>= 1) and the end.
+  `progress` (a Progress) says what compiles, and the rate and ETA as steps run."""
+  ctx, progress = lock['ctx'], progress or Progress()
   if num_steps < 1 or num_steps > ctx.total_steps:
     raise ValueError(f'--steps={num_steps}: give 1..{ctx.total_steps} (the config trains '
                      f'{ctx.total_steps} steps; more need a larger --config.num_epochs)')
@@ -156,23 +196,29 @@ def train(lock, num_steps, every, probe=256, log=None):
   probe_split = base.Split(np.asarray(test.images[:probe]), np.asarray(test.labels[:probe]))
   feeds = {seed: batches(lock, seed, 0, num_steps) for seed in lock['seeds']}
   last_sums = {i: {'loss': 0.0, 'correct': 0.0, 'count': 0.0} for i in lock['arms']}
-  rows, phase, start = [record(lock, 0, probe_split, last_sums)], None, time.time()
+  progress.say(f'compiling the evaluation pass of {len(lock["predicts"])} distinct arm(s), then '
+               'the first row (step 0)')
+  rows, phase = [record(lock, 0, probe_split, last_sums)], None
   for step in range(num_steps):
     if phase is None or not phase.start <= step < phase.stop:
       phase = optim.phase_at(ctx.phases, step)
       fns = enter_phase(lock, phase, step)
+      progress.say(f'compiling the training step of phase {phase.name} for '
+                   f'{len(set(map(id, fns.values())))} arm(s) (their first step)')
     for seed in lock['seeds']:
       batch = next(feeds[seed])
       for name in lock['names']:
         lock['states'][seed, name] = fns[seed, name](lock['states'][seed, name], batch)
+    if step == phase.start:
+      progress.compiled(step + 1)
     if (step + 1) % every == 0 or step + 1 == num_steps:
       rows.append(r := record(lock, step + 1, probe_split, last_sums))
       b = r['pairs']['b']
-      (log or (lambda _: None))(
-          f'step {step + 1}/{num_steps} ({phase.name}): a vs b params '
-          f'{np.mean([p["params"]["rel_l2"] for p in b]):.3e}, logits '
-          f'{np.mean([p["logits"]["rel_l2"] for p in b]):.3e} (mean of {len(b)} seeds; '
-          f'{time.time() - start:.0f} s)')
+      progress.say(f'{progress.rate(step + 1, num_steps)} ({phase.name}): a vs b params '
+                   f'{np.mean([p["params"]["rel_l2"] for p in b]):.3e}, logits '
+                   f'{np.mean([p["logits"]["rel_l2"] for p in b]):.3e} (mean of {len(b)} seeds)')
+    else:
+      progress.step(step + 1, num_steps)
   return rows
 
 

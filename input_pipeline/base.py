@@ -7,6 +7,7 @@ and identical on every backend.
 """
 
 import dataclasses
+import os
 from typing import Any
 
 import numpy as np
@@ -69,3 +70,11 @@ def normalization_constants(name, channels):
   if channels == 1:  # grayscale: the mean of the per-channel constants
     mean, std = (float(np.mean(mean)),), (float(np.mean(std)),)
   return np.asarray(mean, np.float32), np.asarray(std, np.float32)
+
+
+def host_memory():
+  """This machine's physical memory in bytes (None where the OS does not say)."""
+  try:
+    return os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+  except (ValueError, OSError, AttributeError):
+    return None

@@ -294,6 +294,10 @@ def load(config):
   key = f'{source["source_fingerprint"]}-{data.split}-{size}px-{split_fp}'
   path = os.path.join(cache_dir, key)
   if not os.path.exists(os.path.join(path, 'done.json')):
+    # Preparing and decoding read TFDS: on an install without it, one line before any lock or
+    # folder is made.
+    celeba_tfds.require_tfds(f'config.data.manual_dir={manual_dir!r}' if manual_dir else
+                             f'config.data.tfds_dir={tfds_dir!r}')
     with preparation_lock(cache_dir):
       if not os.path.exists(os.path.join(path, 'done.json')):  # not built while we waited
         _build_cache(path, manual_dir, tfds_dir, source, meta, {'train': train, 'test': test},

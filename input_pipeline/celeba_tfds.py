@@ -1,11 +1,12 @@
 """TFDS `celeb_a` 2.1.0 prepared offline from the five local files, and read back as JPEG bytes.
 
 The installed builder's download URLs (Google Drive) are unreachable here, so `_LocalCelebA` is a
-thin, unregistered subclass of it with the same name, version and features: its only change is that
+thin, unregistered subclass of it with the same name, version and features: its changes are that
 `dl_manager.download(...)` answers with the local files in `config.data.manual_dir` instead of
-fetching, and that the records keep the builder's generation order (`disable_shuffling`), which is
-the file names sorted within each official partition. The upstream `_generate_examples` does the
-rest unchanged. Nothing is ever fetched (GCS lookups are off too).
+fetching, that the records keep the builder's generation order (`disable_shuffling`), which is
+the file names sorted within each official partition, and that its console line says it prepares
+offline (upstream prints "Downloading and preparing dataset"). The upstream
+`_generate_examples` does the rest unchanged. Nothing is ever fetched (GCS lookups are off too).
 
 The archive's images are handed to the builder lazily (each member is read when its record is
 written), and only the members `img_align_celeba/<name>.jpg` (`celeba_files.zip_members`): the
@@ -51,6 +52,21 @@ def import_tfds():
   return tfds
 
 
+def missing_tfds(field):
+  """The one line for a CelebA preparation (asked for by `field`, e.g. "config.data.manual_dir=
+  '/data/celeba'") on an install without tensorflow-datasets."""
+  return (f'{field}: preparing CelebA needs tensorflow-datasets, which is not installed: '
+          'pip install -r requirements-celeba.txt')
+
+
+def require_tfds(field):
+  """import_tfds(), or a ValueError with the one line `missing_tfds(field)`."""
+  try:
+    return import_tfds()
+  except ImportError:
+    raise ValueError(missing_tfds(field)) from None
+
+
 def _builder_class():
   """The unregistered local subclass of the installed `celeb_a` builder."""
   from etils import epath  # pylint: disable=g-import-not-at-top
@@ -85,6 +101,11 @@ def _builder_class():
 
     def dataset_info_from_configs(self, **kwargs):
       return super().dataset_info_from_configs(disable_shuffling=True, **kwargs)
+
+    def _log_download_bytes(self):
+      # Upstream prints "Downloading and preparing dataset ..." to stdout: nothing is downloaded.
+      logging.info('Preparing TFDS celeb_a %s offline from the files in %s into %s (nothing is '
+                   'downloaded)', VERSION, self._manual_files_dir, self.data_dir)
 
     def _split_generators(self, dl_manager):
       return super()._split_generators(LocalFiles(dl_manager, self._manual_files_dir))

@@ -23,8 +23,15 @@ def _resize(images, size):
 def load(config):
   """The digits `Dataset` for `config.data` (image_size, test_fraction, split_seed)."""
   digits = sk_datasets.load_digits()
+  size = int(config.data.image_size)
+  need, host = len(digits.images) * size * size, base.host_memory()
+  if host and need > host / 2:  # the resized images are held in memory, on the host
+    raise ValueError(f'config.data.image_size={size}: the {len(digits.images)} digits resized to '
+                     f'{size}x{size} take {need / 2**30:.1f} GiB of memory, over half of the '
+                     f'{host / 2**30:.1f} GiB this machine has: use a smaller '
+                     'config.data.image_size (the digits are 8x8 images)')
   images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)  # [1797, 8, 8]
-  images = _resize(images, int(config.data.image_size))[..., None]
+  images = _resize(images, size)[..., None]
   labels = digits.target.astype(np.int32)
   index = np.arange(len(labels))
   train_idx, test_idx = model_selection.train_test_split(

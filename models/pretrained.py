@@ -16,8 +16,10 @@ Convert once where torch is installed, for a TPU VM without torch:
 import argparse
 import hashlib
 import os
+import pickle
 import re
 import sys
+import warnings
 
 import jax.numpy as jnp
 import numpy as np
@@ -52,13 +54,24 @@ def _check_path(path, field):
   return ext
 
 
+# How to write each format so that it loads here (the fix named when a file does not read).
+HOW_TO_SAVE = {'.pth': 'torch.save(model.state_dict(), path)',
+               '.pt': 'torch.save(model.state_dict(), path)',
+               '.safetensors': 'safetensors.torch.save_file(model.state_dict(), path)',
+               '.npz': 'python -m models.pretrained --in resnet18.pth --out resnet18.npz'}
+
+
 def _read_torch(path):
   try:
     import torch
-  except ImportError as e:
-    raise ImportError(f'reading {path!r} needs torch; convert it once where torch is installed: '
-                      f'python -m models.pretrained --in {path} --out resnet18.npz') from e
-  obj = torch.load(path, map_location='cpu', weights_only=True)
+  except ImportError:
+    raise ValueError(f'{path!r} needs torch to read, which is not installed; convert it once where '
+                     f'torch is installed: python -m models.pretrained --in {path} --out '
+                     'resnet18.npz') from None
+  # weights_only: tensors and plain containers only, no code (a hostile pickle is refused).
+  with warnings.catch_warnings():  # its unpickler warns about pickle protocols before refusing
+    warnings.simplefilter('ignore', UserWarning)
+    obj = torch.load(path, map_location='cpu', weights_only=True)
   if isinstance(obj, dict) and isinstance(obj.get('state_dict'), dict):
     obj = obj['state_dict']  # a training checkpoint wrapping the state dict
   if not isinstance(obj, dict):
@@ -68,17 +81,37 @@ def _read_torch(path):
           for k, v in obj.items() if isinstance(v, torch.Tensor)}
 
 
-def read_state_dict(path, field='config.model.init_from'):
-  """{torchvision key: np.ndarray} from a .pth/.pt, .safetensors or .npz file."""
-  ext = _check_path(path, field)
+def _read(path, ext):
+  """{key: array} of the file, by its format; any reader's failure propagates."""
   if ext in ('.pth', '.pt'):
-    state = _read_torch(path)
-  elif ext == '.safetensors':
+    return _read_torch(path)
+  if ext == '.safetensors':
     from safetensors.numpy import load_file
-    state = load_file(path)
-  else:
-    with np.load(path, allow_pickle=False) as data:
-      state = {k: data[k] for k in data.files}
+    return load_file(path)
+  with np.load(path, allow_pickle=False) as data:  # no pickled objects: no code runs
+    return {k: data[k] for k in data.files}
+
+
+def read_state_dict(path, field='config.model.init_from'):
+  """{torchvision key: np.ndarray} from a .pth/.pt, .safetensors or .npz file.
+
+  Every failure is one ValueError line naming `field`, the file and the fix (a missing file:
+  FileNotFoundError): a damaged or hostile file (a pickle that would run code, a truncated
+  archive, a bad header) included, whatever its reader raised.
+  """
+  ext = _check_path(path, field)
+  try:
+    state = _read(path, ext)
+  except Exception as e:  # pylint: disable=broad-except  # each reader raises its own kinds
+    if isinstance(e, ValueError) and str(e).startswith(repr(path)):  # ours: the file and the fix
+      raise ValueError(f'{field}: {e}') from None
+    detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else ''
+    if isinstance(e, pickle.UnpicklingError):  # torch's own text suggests weights_only=False
+      detail = ('torch.load(weights_only=True) refused it: it holds more than tensors and plain '
+                'containers (damaged, or code that would run)')
+    raise ValueError(f'{field}: {path!r} is not a readable {ext} state dict '
+                     f'({type(e).__name__}: {detail}); give a torchvision ResNet-18 state dict '
+                     f'written with {HOW_TO_SAVE[ext]}') from None
   # nn.DataParallel / DistributedDataParallel save every key under 'module.'.
   if state and all(k.startswith('module.') for k in state):
     state = {k[len('module.'):]: v for k, v in state.items()}

@@ -65,7 +65,7 @@ class ResNet18(nnx.Module):
     layer_kwargs = dict(dtype=dtype, param_dtype=param_dtype, fmt=conv_format,
                         conv_impl=conv_impl, emulate_impl=emulate_impl)
     bn_kwargs = dict(dtype=dtype, param_dtype=param_dtype, group_size=batchnorm_group)
-    channels = [max(1, int(round(c * width))) for c in STAGE_CHANNELS]
+    channels = stage_channels(width)
     self.stem = stem
     if stem == 'imagenet':
       self.conv1 = Conv2d(in_channels, channels[0], 7, stride=2, padding=3, **layer_kwargs,
@@ -102,6 +102,35 @@ class ResNet18(nnx.Module):
 
   def __call__(self, x):
     return self.fc(self.features(x)).astype(jnp.float32)
+
+
+def stage_channels(width):
+  """The four stages' channel counts at `width` (at least 1 each)."""
+  return [max(1, int(round(c * width))) for c in STAGE_CHANNELS]
+
+
+def _conv_out(size, kernel, stride, padding):
+  return (size + 2 * padding - kernel) // stride + 1
+
+
+def conv_output_values(image_size, width=1.0, stem='imagenet'):
+  """Values per example in the outputs of all convolutions of ResNet18(width, stem) on an
+  image_size x image_size input (the structure of `ResNet18`; tests/test_model.py checks it
+  against the model). A lower bound on the activations a training step keeps for the backward
+  pass: each BatchNorm and ReLU output adds about as much again."""
+  channels = stage_channels(width)
+  size = _conv_out(image_size, 7, 2, 3) if stem == 'imagenet' else image_size
+  total = size * size * channels[0]
+  if stem == 'imagenet':
+    size = _conv_out(size, 3, 2, 1)  # the max-pool
+  previous = channels[0]
+  for index, (c, blocks) in enumerate(zip(channels, STAGE_BLOCKS)):
+    for b in range(blocks):
+      stride = 2 if index and not b else 1
+      size = _conv_out(size, 3, stride, 1)
+      total += (2 + (stride != 1 or previous != c)) * size * size * c  # conv1, conv2, downsample
+      previous = c
+  return total
 
 
 def product_id(path):

@@ -56,8 +56,7 @@ def celeba_problems(data):
     return [str(e).splitlines()[0]]
   if not (prepared or celeba.has_decoded_cache(cache_dir)
           or importlib.util.find_spec(TFDS_PACKAGE) is not None):
-    return [f'config.data.manual_dir={manual_dir!r}: preparing CelebA needs tensorflow-datasets, '
-            'which is not installed: pip install -r requirements-celeba.txt']
+    return [celeba_tfds.missing_tfds(f'config.data.manual_dir={manual_dir!r}')]
   return []
 
 

@@ -9,7 +9,9 @@ SIGTERM or SIGINT to the sweep is forwarded once to every running child; the swe
 kills what still runs after STOP_GRACE_S or at a second signal, and reports 128 + the signal
 number. A run whose workdir lock (trainer/lock.py) is held by a live process, e.g. a child of a
 killed sweep still exiting, is launched once the holder has gone (waiting at most LOCK_WAIT_S;
-then it is reported as in use, not as failed).
+then it is reported as in use, not as failed). Sweeps sharing a root claim each run before they
+start it (lock.claim, held while its child runs): a run another sweep started is waited for and
+counted done when it completes there, never started twice (`take`).
 
 Console: a line per run start (workdir, log) and end, and every `heartbeat` seconds the aggregate:
 runs done/running/failed, images/s summed over the running runs (those without a measured speed
@@ -159,7 +161,8 @@ def total_steps(logfile):
 
 @dataclasses.dataclass
 class Active:
-  """A running run: its process, log file, GPU, start time, batch size, last step before launch."""
+  """A running run: its process, log file, GPU, start time, batch size, last step before launch,
+  and the claim this sweep holds on its workdir (lock.claim; None in tests that build one)."""
   run: Any
   proc: Any
   log: Any
@@ -167,6 +170,7 @@ class Active:
   started: float
   batch_size: Any
   since_step: int
+  claim: Any = None
 
   @property
   def logfile(self):
@@ -184,11 +188,13 @@ class Active:
 
 class Progress:
   """Counts of the sweep's runs, the running ones, and the console lines. `failures`: [(run, exit
-  code, last log line)]; `held`: runs not run because another live process holds their workdir."""
+  code, last log line)]; `held`: runs not run because another live process holds their workdir;
+  `elsewhere`: runs claimed by another sweep on the same root, waited for."""
 
   def __init__(self, total, done, slots, out=None):
     self.total, self.done, self.slots, self.out = total, done, slots, out
     self.failures, self.held, self.durations, self.active = [], [], [], {}
+    self.elsewhere = []
     self.start = self.last_shown = time.time()
 
   @property
@@ -201,7 +207,8 @@ class Progress:
 
   @property
   def queued(self):
-    return self.total - self.done - self.failed - self.in_use - len(self.active)
+    return (self.total - self.done - self.failed - self.in_use - len(self.active)
+            - len(self.elsewhere))
 
   def eta(self, measures):
     """Seconds until the sweep ends from [(images/s, running s, left s)] (module doc), or None."""
@@ -225,7 +232,8 @@ class Progress:
     speeds = ([f'{sum(rates):,.0f} images/s'] if rates else []) + (
         [f'{len(measures) - len(rates)} starting'] if len(rates) < len(measures) else [])
     running = f'{len(measures)} running' + (f' ({", ".join(speeds)})' if speeds else '')
-    busy = f', {self.in_use} in use elsewhere' if self.in_use else ''
+    busy = (f', {len(self.elsewhere)} in another sweep' if self.elsewhere else '') + (
+        f', {self.in_use} in use elsewhere' if self.in_use else '')
     return (f'[sweep] {self.done}/{self.total} done, {running}, {self.failed} failed{busy} | '
             f'elapsed {fmt_duration(now - self.start)} | ETA {fmt_duration(self.eta(measures))}')
 
@@ -263,9 +271,9 @@ class Stop:
         signal.signal(s, handler)
 
 
-def launch(run, argv, root, repo, gpu, batch_size, sharing=1):
-  """Start `argv` for `run` with its output appended to the run's log, `sharing` runs on its GPU
-  (child_env); returns an Active."""
+def launch(run, argv, root, repo, gpu, batch_size, sharing=1, claim=None):
+  """Start `argv` for `run` (claimed by this sweep: `claim`) with its output appended to the
+  run's log, `sharing` runs on its GPU (child_env); returns an Active."""
   os.makedirs(run.workdir, exist_ok=True)
   env = child_env(root, repo, gpu, sharing)
   log = open(os.path.join(run.workdir, LOG_FILE), 'a')
@@ -274,7 +282,58 @@ def launch(run, argv, root, repo, gpu, batch_size, sharing=1):
             f'{" ".join(argv)}\n')
   log.flush()
   since = last_step(run.workdir)
-  return Active(run, popen(argv, repo, env, log), log, gpu, time.time(), batch_size, since)
+  return Active(run, popen(argv, repo, env, log), log, gpu, time.time(), batch_size, since, claim)
+
+
+def completed(run):
+  """Whether the run's saved results say 'completed' (False when there are none, or unreadable)."""
+  from trainer import record  # pylint: disable=import-outside-toplevel
+  try:
+    with results.quiet_absl():
+      saved = record.read_results(run.workdir)
+  except Exception:  # pylint: disable=broad-except  # a run being written, or none
+    return False
+  return bool(saved) and saved.get('status') == 'completed'
+
+
+def _try_claim(run, progress, is_completed):
+  """(claim, done): this sweep's claim on `run` (lock.claim; None while another process holds
+  it), or done=True when the run has been completed elsewhere meanwhile (counted done here)."""
+  claim = lock.claim(run.workdir)
+  if claim is None or not is_completed(run):
+    return claim, False
+  lock.release_claim(claim)
+  progress.done += 1
+  progress.show(f'done    {run.slug}/seed{run.seed}: completed elsewhere (another sweep on this '
+                'root)')
+  return None, True
+
+
+def take(queue, progress, is_completed):
+  """(run, claim) of the next run this sweep starts, or (None, None) when none can start now.
+
+  A run another sweep on the same root has claimed is not started here: it waits in
+  `progress.elsewhere` until that claim is released, then counts as done if it completed there,
+  and is started here (to resume) if not; a queued run completed elsewhere meanwhile counts as
+  done too. So of two sweeps on one root, one starts each run, and only it writes the run's log.
+  """
+  for run in list(progress.elsewhere):
+    claim, done = _try_claim(run, progress, is_completed)
+    if claim is not None or done:
+      progress.elsewhere.remove(run)
+    if claim is not None:
+      return run, claim
+  while queue:
+    run = queue.pop(0)
+    claim, done = _try_claim(run, progress, is_completed)
+    if claim is not None:
+      return run, claim
+    if not done:
+      progress.elsewhere.append(run)
+      holder = lock.claimant(run.workdir)
+      progress.show(f'other   {run.slug}/seed{run.seed}: started by another sweep (pid '
+                    f'{holder.get("pid", "?")} on {holder.get("host", "?")}); waiting for it')
+  return None, None
 
 
 def wait_for_lock(run, progress, stop, poll):
@@ -298,6 +357,8 @@ def reap(progress, stopping):
       continue
     del progress.active[pid]
     a.log.close()
+    if a.claim is not None:
+      lock.release_claim(a.claim)
     freed.append(a.gpu)
     name, took = f'{a.run.slug}/seed{a.run.seed}', fmt_duration(time.time() - a.started)
     if stopping:
@@ -334,22 +395,27 @@ def stop_all(progress, stop, poll=0.2):
 
 
 def run_all(queue, argv_of, root, repo, progress, slots, gpus, batch_size=None, poll=0.5,
-            heartbeat=30):
-  """Run `queue` (in order), `slots` at a time (one GPU each from `gpus`).
+            heartbeat=30, is_completed=completed):
+  """Run `queue` (in order), `slots` at a time (one GPU each from `gpus`); each run is claimed
+  before it starts (`take`: runs another sweep started are waited for, not started twice).
 
-  `argv_of(run)`: the run's command; `batch_size(run)`: its global batch (for the ETA). Returns
-  (failures [(run, exit code, last log line)], in-use runs, the stop signal number or None): the
-  lists are progress.failures and progress.held.
+  `argv_of(run)`: the run's command; `batch_size(run)`: its global batch (for the ETA);
+  `is_completed(run)`: whether a run finished by another sweep completed. Returns (failures [(run,
+  exit code, last log line)], in-use runs, the stop signal number or None): the lists are
+  progress.failures and progress.held.
   """
   queue, stop = list(queue), Stop()
   free = list(gpus)[:slots] if gpus else [None] * slots
   sharing = runs_per_gpu(gpus, slots)
   with stop.installed():
     try:
-      while (queue or progress.active) and stop.signum is None:
-        while queue and free and stop.signum is None:
-          run = queue.pop(0)
+      while (queue or progress.active or progress.elsewhere) and stop.signum is None:
+        while free and stop.signum is None:
+          run, claim = take(queue, progress, is_completed)
+          if run is None:
+            break
           if not wait_for_lock(run, progress, stop, poll):
+            lock.release_claim(claim)
             if stop.signum is not None:
               break
             progress.held.append(run)
@@ -358,7 +424,7 @@ def run_all(queue, argv_of, root, repo, progress, slots, gpus, batch_size=None, 
             continue
           gpu = free.pop(0)
           a = launch(run, argv_of(run), root, repo, gpu, batch_size and batch_size(run),
-                     sharing[gpu])
+                     sharing[gpu], claim)
           progress.active[a.proc.pid] = a
           progress.show(f'start   {run.slug}/seed{run.seed}' +
                         (f' on GPU {a.gpu}' if a.gpu is not None else '') +

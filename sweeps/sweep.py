@@ -22,7 +22,9 @@ others are (re)launched and the trainer resumes them from their latest checkpoin
 is appended to `<run dir>/train.log`; launching, watching and stopping the runs (signals included)
 is sweeps/runner.py. The command list (one run per line) and a SLURM job-array script that
 runs line $SLURM_ARRAY_TASK_ID of it are written next to the runs (or where --emit-commands /
---emit-slurm say). `--estimate` measures each arm's step time on this machine and prints the
+--emit-slurm say; a bucket root needs both), every user-supplied string shell-quoted
+(`check_commands` refuses what quoting cannot make safe). `--estimate` measures what each arm's
+runs spend on this machine (start-up, compiles, steps, evaluations, checkpoints) and prints the
 sweep's device-hours (sweeps/estimate.py). The exit code is 1 if any run failed.
 """
 
@@ -153,19 +155,67 @@ def command_line(argv):
   return ' '.join(shlex.quote(a) for a in argv)
 
 
+# What an `#SBATCH` line may hold: SLURM reads those lines without shell quoting (a space ends the
+# value, `%` starts a file-name pattern), so user paths there are limited to these characters.
+SBATCH_SAFE = re.compile(r'[A-Za-z0-9._/+,:@=-]+')
+LINE_BREAKS = ('\n', '\r', '\0')
+
+
+def sbatch_folder(commands_file):
+  """The folder of `commands_file`, for `#SBATCH --output=`; a one-line ValueError naming
+  --emit-commands when SLURM could not read it safely there."""
+  folder = os.path.dirname(commands_file)
+  bad = sorted({c for c in folder if not SBATCH_SAFE.fullmatch(c)})
+  if bad:
+    raise ValueError(f'--emit-commands={commands_file}: its folder goes into the SLURM script\'s '
+                     f'"#SBATCH --output=" line, which SLURM reads without shell quoting, and it '
+                     f'holds {"".join(bad)!r}: pass --emit-commands (and --emit-slurm) in a folder '
+                     'named with letters, digits and ._/+,:@=- only')
+  return folder
+
+
+def check_one_line(text, what):
+  """A one-line ValueError naming `what` when `text` holds a line break (or NUL): the command list
+  is one run per line, and the SLURM script runs line i of it."""
+  if any(c in text for c in LINE_BREAKS):
+    raise ValueError(f'{what}: {text!r} holds a line break, which a command list of one run per '
+                     'line cannot hold: remove it')
+
+
+def check_commands(runs, path, arg, root, files):
+  """Every string that goes into the command list or the SLURM script, checked before anything is
+  written: no line breaks anywhere, and an #SBATCH-safe output folder."""
+  check_one_line(root, '--root')
+  check_one_line(path + (arg or ''), '--config')
+  for flag, file in zip(('--emit-commands', '--emit-slurm'), files):
+    check_one_line(file, flag)
+  sbatch_folder(files[0])
+  for i, run in enumerate(runs):
+    for field, value in run.overrides.items():
+      check_one_line(flag_value(value), f'get_sweep() run {i}: {field}')
+
+
 def slurm_script(commands_file, count, root, job_name):
-  """A job array of `count` tasks; task i runs line i (0-based) of `commands_file`."""
+  """A job array of `count` tasks; task i runs line i (0-based) of `commands_file`.
+
+  Every user-supplied string is shell-quoted (shlex.quote) where the shell reads it; the one in an
+  #SBATCH line (the output folder, which SLURM reads unquoted) is checked by `sbatch_folder`, and
+  the job name is reduced to safe characters.
+  """
+  name = re.sub(r'[^A-Za-z0-9._-]+', '-', job_name).strip('-') or 'sweep'
+  output = f'{sbatch_folder(commands_file)}/slurm-%A_%a.out'
   return '\n'.join([
       '#!/bin/bash',
-      f'#SBATCH --job-name={job_name}',
+      f'#SBATCH --job-name={name}',
       f'#SBATCH --array=0-{count - 1}',
-      f'#SBATCH --output={os.path.join(os.path.dirname(commands_file), "slurm-%A_%a.out")}',
+      f'#SBATCH --output={output}',
       '#SBATCH --ntasks=1',
       '# Add resource lines, e.g. #SBATCH --gres=gpu:1. Task i runs line i (0-based) of the list;',
       '# completed runs return at once, unfinished ones resume from their latest checkpoint.',
       'set -euo pipefail',
       f'cd {shlex.quote(REPO)}',
-      f'export JAX_COMPILATION_CACHE_DIR="${{JAX_COMPILATION_CACHE_DIR:-{join(root, CACHE_DIR)}}}"',
+      f'CACHE_DEFAULT={shlex.quote(join(root, CACHE_DIR))}',
+      'export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$CACHE_DEFAULT}"',
       f'CMD=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {shlex.quote(commands_file)})',
       'echo "task $SLURM_ARRAY_TASK_ID: $CMD"',
       'eval "$CMD"',
@@ -235,9 +285,10 @@ def parse_args(argv):
                  help='check every run, write the command list and SLURM script, show the plan; '
                       'run nothing')
   p.add_argument('--estimate', action='store_true',
-                 help="a dry run that also measures each arm's step time on this machine and "
-                      'prints the sweep\'s device-hours (sweeps/estimate.py)')
-  p.add_argument('--estimate-steps', type=int, default=5,
+                 help="a dry run that also measures what each arm's runs spend on this machine "
+                      '(start-up, compiles, steps, evaluations, checkpoints), --parallel arms at a '
+                      'time, and prints the sweep\'s device-hours (sweeps/estimate.py)')
+  p.add_argument('--estimate-steps', type=int, default=3,
                  help='steps timed per training phase after the compile (--estimate)')
   p.add_argument('--heartbeat', type=float, default=30.0,
                  help='seconds between progress lines while runs train')
@@ -245,10 +296,14 @@ def parse_args(argv):
 
 
 def output_files(args, root):
-  """(command list, SLURM script) paths; next to the runs unless --emit-* say otherwise."""
-  local = '.' if '://' in root else root
-  return (os.path.abspath(args.emit_commands or os.path.join(local, COMMANDS_FILE)),
-          os.path.abspath(args.emit_slurm or os.path.join(local, SLURM_FILE)))
+  """(command list, SLURM script) paths; next to the runs unless --emit-* say otherwise. A bucket
+  root cannot hold them (they are written here): it needs both --emit-* flags."""
+  if '://' in root and not (args.emit_commands and args.emit_slurm):
+    raise ValueError(f'--root={root}: the command list and the SLURM script are written on this '
+                     'machine, not into a bucket: give --emit-commands=FILE and --emit-slurm=FILE '
+                     '(local paths)')
+  return (os.path.abspath(args.emit_commands or os.path.join(root, COMMANDS_FILE)),
+          os.path.abspath(args.emit_slurm or os.path.join(root, SLURM_FILE)))
 
 
 def write_plan(runs, path, arg, root, files):
@@ -294,6 +349,7 @@ def plan(args):
                      'the command list on the hosts); run locally with a local folder')
   runs, path, arg = expand(args.config, root)
   files = output_files(args, root)
+  check_commands(runs, path, arg, root, files)
   errors, warnings, states = checks.check(
       runs, root, list(zip(('--emit-commands', '--emit-slurm'), files)), saved_state)
   for line in warnings:
@@ -352,8 +408,9 @@ def main(argv=None):
   print(f'{len(runs) - len(todo)} completed (skipped), {len(todo)} to run')
   if args.estimate:
     from sweeps import estimate  # pylint: disable=import-outside-toplevel
-    env = runner.child_env(REPO if '://' in root else root, REPO, gpus[0] if gpus else None)
-    return estimate.report(runs, lambda r: config_flags(r, path, arg), env, REPO,
+    envs = [runner.child_env(REPO if '://' in root else root, REPO, gpu)
+            for gpu in (gpus[:slots] or [None] * slots)]  # one per slot, as the runs get them
+    return estimate.report(runs, lambda r: config_flags(r, path, arg), envs, REPO,
                            args.estimate_steps)
   if args.dry_run:
     return 0

@@ -17,6 +17,7 @@ import pytest
 
 from configs import celeba as celeba_config
 from input_pipeline import batching, celeba, celeba_files, celeba_fixture, celeba_tfds
+from trainer import run, validation
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -205,6 +206,27 @@ def _copy(fixture_dir, tmp_path):
   return target
 
 
+def test_core_install_without_tfds_is_one_line_and_leaves_no_lock(fixture_dir, dataset, tmp_path,
+                                                                  monkeypatch):
+  """Before: a 35-line ModuleNotFoundError traceback from train.py, and <cache_dir>/.prepare.lock
+  left behind. Now the sweep check's line, as a ConfigError (train.py: exit 2), nothing made."""
+  del dataset  # the fixture's files prepared into its tfds_dir (for the second case)
+  target = _copy(fixture_dir, tmp_path)
+  monkeypatch.setitem(sys.modules, 'tensorflow_datasets', None)  # import fails: the core install
+  with pytest.raises(validation.ConfigError) as error:
+    run.load_dataset(_config(str(target)))
+  assert str(error.value) == (f'config.data.manual_dir={str(target)!r}: preparing CelebA needs '
+                              'tensorflow-datasets, which is not installed: pip install -r '
+                              'requirements-celeba.txt')
+  assert sorted(os.listdir(target)) == sorted(celeba_files.FILES)  # no tfds/, no lock, no cache
+  # A prepared tfds_dir whose decoded cache is not built yet needs TFDS to decode, too.
+  config = _config('', tfds_dir=os.path.join(fixture_dir[0], 'tfds'),
+                   cache_dir=str(tmp_path / 'cache'))
+  with pytest.raises(validation.ConfigError, match=r"^config.data.tfds_dir='.*': preparing"):
+    run.load_dataset(config)
+  assert not (tmp_path / 'cache').exists()
+
+
 def test_truncated_zip_is_an_error(fixture_dir, tmp_path):
   target = _copy(fixture_dir, tmp_path)
   path = target / celeba_files.ZIP
@@ -288,23 +310,29 @@ def test_concurrent_first_loads_prepare_and_decode_once(fixture_dir, tmp_path, s
   target = str(_copy(fixture_dir, tmp_path))
   cache_dir = celeba.data_dirs(_config(target).data)[2]
   script = FIRST_LOAD.format(repo=REPO, manual_dir=target)
-  procs, errs = [], []
+  procs, errs, readers = [], [], []
   with celeba.preparation_lock(cache_dir):  # held until both processes queue behind it
     for _ in range(2):
       procs.append(subprocess.Popen([sys.executable, '-c', script], env=subprocess_env,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
       errs.append([])
-      threading.Thread(target=lambda p=procs[-1], e=errs[-1]: e.extend(p.stderr),
-                       daemon=True).start()
+      readers.append(threading.Thread(target=lambda p=procs[-1], e=errs[-1]: e.extend(p.stderr),
+                                      daemon=True))
+      readers[-1].start()
     deadline = time.time() + 300
     while time.time() < deadline and not all(
         any('is preparing CelebA' in line for line in e) for e in errs):
       assert all(p.poll() is None for p in procs), ''.join(sum(errs, []))[-3000:]
       time.sleep(0.2)
   outs = [p.communicate(timeout=300)[0] for p in procs]
+  for reader in readers:
+    reader.join(timeout=60)
   assert [p.returncode for p in procs] == [0, 0], ''.join(sum(errs, []))[-3000:]
   decoded, totals = zip(*(map(int, out.split()[-2:]) for out in outs))
   assert sorted(decoded) == [0, totals[0]] and totals[0] == totals[1]  # decoded exactly once
+  # The preparation says it is offline (TFDS's own line said "Downloading and preparing").
+  assert not any('Downloading' in out for out in outs)
+  assert sum('Preparing TFDS celeb_a 2.1.0 offline' in ''.join(e) for e in errs) == 1
 
 
 @pytest.mark.parametrize('file_name,line,value', [

@@ -45,6 +45,9 @@ BAD_INPUTS = [
     (['--config=configs/digits.py:smoke', '--config.num_epochs=two'], 'num_epochs'),
     (['--config=configs/digits.py:smoke', '--config.batch_size=4096'],
      'config.batch_size=4096 is larger than the 1437 training examples'),
+    (['--config=configs/digits.py:smoke', '--config.data.image_size=4096'],  # was: 6 GB, no line
+     'config.data.image_size=4096: a training step keeps at least 300.0 GiB of activations (64 '
+     'images x 4,800.0 MiB of convolution outputs at 4096x4096, model.width 0.125, float32)'),
     (['--config=configs/digits.py:smoke', '--config.numerics.emulate=fp8'],
      'config.numerics.emulate'),
     (['--config=configs/digits.py:smoke', '--config.data.flip=maybe'], 'data.flip'),

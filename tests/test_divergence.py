@@ -6,6 +6,7 @@ Tiny: the digits `smoke` preset (width 0.125, 8x8 images), a few steps, one devi
 import json
 import math
 import os
+import re
 
 import jax
 import numpy as np
@@ -314,7 +315,31 @@ def test_identical_settings_give_exactly_zero(tmp_path, capsys):
     assert p['logits']['max_abs'] == 0.0 and p['logits']['pred_differs'] == 0.0
     assert r['step'] == 0 or r['loss']['a'] == r['loss']['b']
   assert result['final']['disagreement']['b']['pooled']['count'] == 0
-  assert 'determinism check: passed' in capsys.readouterr().out
+  out = capsys.readouterr()
+  assert 'determinism check: passed' in out.out
+  # Progress from the start, compiles included (it printed nothing until the first row before).
+  lines = [l for l in out.err.splitlines() if l.startswith('[')]
+  assert lines[0] == f'[0m00s] loading {SMOKE}'
+  assert [l.split('] ', 1)[1].split(':')[0].split(' (')[0] for l in lines[1:4]] == [
+      'building seed 0 arm a', 'building seed 0 arm b',
+      'compiling the evaluation pass of 1 distinct arm(s), then the first row']
+  assert 'compiling the training step of phase frozen for 1 arm(s)' in lines[4]
+  assert re.search(r'step 4/4, [0-9.e+]+ steps/s, ETA 0m00s \(frozen\)', out.err)
+
+
+def test_progress_rate_leaves_out_the_compile_and_says_the_eta():
+  now, lines = [100.0], []
+  progress = lockstep.Progress(lines.append, interval=10.0, clock=lambda: now[0])
+  assert progress.rate(1, 50) == 'step 1/50, steps/s: measuring (compiling)'
+  now[0] = 160.0  # the first step compiled for a minute
+  progress.compiled(1)
+  progress.step(1, 50)  # over 10 s since the last line: one now, with no rate yet
+  now[0] = 164.0
+  progress.step(9, 50)  # 4 s since the last line: nothing
+  now[0] = 170.0  # 10 steps after the compile in 10 s
+  progress.step(11, 50)
+  assert lines == ['[1m00s] step 1/50, steps/s: measuring (compiling)',
+                   '[1m10s] step 11/50, 1 steps/s, ETA 0m39s']
 
 
 def test_matmul_precision_arms_lower_to_different_hlo():
@@ -364,8 +389,9 @@ def test_bad_arguments_rejected(argv, expect, tmp_path, capsys):
   with pytest.raises(SystemExit) as exit_info:
     run_main([*argv, '--out', str(tmp_path / 'out')])
   assert exit_info.value.code == 2
-  err = capsys.readouterr().err.strip()
-  assert expect in err and '\n' not in err, err
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert expect in lines[-1] and lines[-1].startswith('error: '), lines
+  assert all(l.startswith('[') for l in lines[:-1]), lines  # only progress lines before it
   assert not (tmp_path / 'out').exists()
 
 

@@ -3,15 +3,18 @@ the committed HEAD (reusing this venv, with the package index switched off: noth
 downloaded), the sweep's cost before it runs (--estimate), and a report whose title says what it
 compares."""
 
+import itertools
 import os
 import re
+import shlex
 import subprocess
 import sys
+import time
 
 import pandas as pd
 import pytest
 
-from analysis import report, stats
+from analysis import attribution, effects, report, stats
 from sweeps import estimate, sweep
 from conftest import ROOT
 from trainer import record
@@ -28,6 +31,11 @@ def test_train_py_with_a_relative_workdir(tmp_path, subprocess_env):
   saved = record.read_results(str(tmp_path / 'runs' / 'relative'))
   assert saved['status'] == 'completed' and saved['step'] == saved['total_steps'] == 22
   assert 'Traceback' not in proc.stderr
+  # Accuracy on the console in %, as in the reports (it was a fraction: 'acc 0.7773').
+  final = 100 * saved['final']['test_accuracy']
+  assert re.search(r'step 20/22 \(epoch 1/1\) loss [0-9.]+ acc [0-9]+\.[0-9]{2} % lr', proc.stderr)
+  assert f'epoch 1: test_accuracy {final:.2f} % test_loss' in proc.stderr
+  assert f'Done: test_accuracy {final:.2f} %, ' in proc.stderr
 
 
 def test_make_smoke_from_a_fresh_clone(tmp_path, subprocess_env):
@@ -61,7 +69,11 @@ def test_report_title_says_what_is_compared_and_setup_names_what_differs():
   assert 'runs read from /home/me/runs' in text
 
 
-def test_estimate_prints_positive_device_hours_with_its_formula(tmp_path, subprocess_env, monkeypatch, capsys):
+def test_estimate_prints_device_hours_with_its_parts(tmp_path, subprocess_env, monkeypatch,
+                                                     capsys):
+  """The estimate counts what a run really spends: start-up and compiles included (the first
+  run of an arm compiles, later ones load from the cache); before, it left them out and took
+  6 min to say 0.054 device-hours for a study that took ~10 device-minutes."""
   monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', subprocess_env['JAX_COMPILATION_CACHE_DIR'])
   monkeypatch.setenv('XLA_FLAGS', '')
   cfg = tmp_path / 'cfg.py'
@@ -72,17 +84,76 @@ def test_estimate_prints_positive_device_hours_with_its_formula(tmp_path, subpro
                      '--estimate', '--estimate-steps=2'])
   out = capsys.readouterr().out
   assert code == 0, out
-  total = re.search(r'total: ([0-9.e+-]+) device-hours for 3 runs on 1 x cpu \(cpu\) per run', out)
+  total = re.search(r'total: ([0-9.e+-]+) device-hours for 3 runs on 1 x cpu \(cpu\) per run; '
+                    r'about [0-9.]+ min of wall-clock at 1 run\(s\) at a time', out)
   assert total and float(total.group(1)) > 0
-  assert '= Σ arms runs × devices × (Σ phases steps × s/step + evaluations × s/evaluation) / 3600' in out
-  assert 'not included: process start-up' in out
+  assert ('= Σ arms devices × (first run + (runs - 1) × later run) / 3600, a run = start-up + '
+          'Σ phases (compile + steps × s/step) + evaluations × s/evaluation + checkpoints × '
+          's/checkpoint') in out
+  parts = re.search(r'parts: start-up ([0-9.e+-]+), compilation ([0-9.e+-]+), steps '
+                    r'([0-9.e+-]+), evaluation ([0-9.e+-]+), checkpoints ([0-9.e+-]+) device-hours',
+                    out)
+  assert parts and all(float(v) > 0 for v in parts.groups())
+  assert float(parts.group(1)) + float(parts.group(2)) > float(parts.group(3))  # start-up+compile
   row = next(l for l in out.splitlines() if l.startswith('default '))
-  assert row.split()[1:3] == ['3', '22']  # runs, steps per run (1 epoch of 22 steps)
+  assert row.split()[1] == '3' and row.split()[4:6] == ['22', 'x']  # runs, steps of one epoch
   assert not list(root.glob('*/seed*'))  # nothing launched
 
 
-def test_estimate_formula():
-  m = {'devices': 4, 'evaluations': 3, 'evaluation_s': 2.0,
-       'phases': [{'steps': 100, 'step_s': 0.5}, {'steps': 300, 'step_s': 1.0}]}
-  assert estimate.seconds_per_run(m) == 100 * 0.5 + 300 * 1.0 + 3 * 2.0
-  assert estimate.device_hours([('a', 10, m), ('b', 2, m)]) == pytest.approx(12 * 4 * 356 / 3600)
+def test_estimate_formula_and_parallel_measurement(monkeypatch, capsys):
+  phases = [{'steps': 100, 'step_s': 0.5, 'compile_s': 20.0, 'cached_compile_s': 2.0},
+            {'steps': 300, 'step_s': 1.0, 'compile_s': 30.0, 'cached_compile_s': 3.0}]
+  m = {'devices': 4, 'platform': 'gpu', 'device_kind': 'H100', 'startup_s': 5.0,
+       'phases': phases, 'evaluations': 3, 'evaluation_s': 2.0, 'evaluation_compile_s': 10.0,
+       'evaluation_cached_compile_s': 1.0, 'checkpoints': 5, 'checkpoint_s': 0.4}
+  first = 5 + (20 + 30 + 10) + (100 * 0.5 + 300 * 1.0) + 3 * 2 + 5 * 0.4
+  later = 5 + (2 + 3 + 1) + (100 * 0.5 + 300 * 1.0) + 3 * 2 + 5 * 0.4
+  assert sum(estimate.parts(m, cached=False).values()) == pytest.approx(first)
+  assert sum(estimate.parts(m, cached=True).values()) == pytest.approx(later)
+  assert estimate.device_hours([('a', 10, m), ('b', 1, m)]) == pytest.approx(
+      4 * (first + 9 * later + first) / 3600)
+  # Arms are measured len(envs) at a time, each in its own slot's environment.
+  running, seen = [], []
+  def fake_measure(flags, env, repo, steps):
+    running.append(env['SLOT'])
+    seen.append(len(running))
+    time.sleep(0.2)
+    running.remove(env['SLOT'])
+    return m
+  monkeypatch.setattr(estimate, 'measure_arm', fake_measure)
+  runs = [sweep.Run({}, arm, s, {}, '') for arm in 'abcd' for s in range(2)]
+  envs = [{'SLOT': '0'}, {'SLOT': '1'}]
+  assert estimate.report(runs, lambda r: [], envs, ROOT, 2) == 0
+  assert max(seen) == 2
+  out = capsys.readouterr().out
+  assert 'measuring 4 arm(s), 2 at a time' in out and 'wall-clock at 2 run(s) at a time' in out
+
+
+def readme_command(module):
+  """The README's first `python -m <module>` command, continuation lines joined, as argv."""
+  with open(os.path.join(ROOT, 'README.md')) as f:
+    text = f.read().replace('\\\n', ' ')
+  line = next(l for l in text.splitlines() if l.startswith(f'python -m {module} '))
+  return shlex.split(line)[3:]
+
+
+def test_readme_attribution_example_uses_the_reference_levels_its_text_names():
+  """The example gave only profile=native: compute_dtype's reference became bfloat16 (its first
+  sorted level) while the text says float32."""
+  args = attribution.parse_args(readme_command('analysis.attribution'))
+  levels = {'platform': ('gpu', 'tpu'), 'profile': ('native', 'bf16_noise', 'tpu_default'),
+            'batchnorm_group': (0, 256), 'compute_dtype': ('bfloat16', 'float32')}
+  rows = [{'run': f'/r/{i}', 'status': 'completed', 'reason': '', 'seed': seed,
+           'platform': platform, 'numerics.requested.profile': profile,
+           'numerics.requested.batchnorm_group': group, 'numerics.requested.compute_dtype': dtype,
+           'final.test_accuracy': 0.9}
+          for i, (platform, profile, group, dtype, seed) in enumerate(
+              itertools.product(*levels.values(), range(2)))]
+  prep = attribution.select(pd.DataFrame(rows), args.metric, args.factors, args.seed_col)
+  chosen = attribution.references(prep['runs'], prep['columns'],
+                                  effects.parse_pairs(args.reference, '--reference'))
+  assert chosen == {'platform': 'gpu', 'profile': 'native', 'batchnorm_group': '0',
+                    'compute_dtype': 'float32'}
+  with open(os.path.join(ROOT, 'README.md')) as f:
+    assert ("reference level (`profile=native`,\n  `batchnorm_group=0`, `compute_dtype=float32`"
+            in f.read())

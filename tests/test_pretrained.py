@@ -3,6 +3,12 @@
 Run from the repository root: JAX_PLATFORMS=cpu python -m pytest tests/test_pretrained.py
 """
 
+import os
+import pickle
+import subprocess
+import sys
+import zipfile
+
 import jax
 import numpy as np
 import pytest
@@ -10,6 +16,7 @@ from flax import nnx
 
 from benchmarks.bench_vs_torch import torch_resnet18
 from models import pretrained, resnet
+from tests.conftest import ROOT
 
 torch = pytest.importorskip(
     'torch', reason='torch (test-only extra) is not installed: the PyTorch parity tests need it')
@@ -193,6 +200,66 @@ def test_missing_file_width_reinit_and_format_errors(files, tmp_path):
     pretrained.read_state_dict(str(tmp_path / 'w.bin'))
   with pytest.raises(ValueError, match='in_channels must be 3'):
     pretrained.load_torchvision(files['.npz'], in_channels=1)
+
+
+class RunsCode:
+  """Unpickling it runs code: touches the file named by its argument."""
+
+  def __init__(self, marker):
+    self.marker = marker
+
+  def __reduce__(self):
+    return (os.system, (f'touch {self.marker}',))
+
+
+def hostile_files(folder):
+  """{name: (path, what its error says)}: damaged and hostile files of each format."""
+  marker = folder / 'EXECUTED'
+  with open(folder / 'runs_code.pth', 'wb') as f:
+    pickle.dump({'conv1.weight': RunsCode(marker)}, f)
+  (folder / 'garbage.pth').write_bytes(b'not a pickle' * 10)
+  (folder / 'garbage.safetensors').write_bytes(b'\x10' + bytes(7) + b'{"a": garbage}  ')
+  (folder / 'garbage.npz').write_bytes(b'PK\x03\x04garbage')
+  np.save(folder / 'obj.npy', np.array([RunsCode(marker)], dtype=object), allow_pickle=True)
+  with zipfile.ZipFile(folder / 'pickled.npz', 'w') as archive:
+    archive.write(folder / 'obj.npy', 'conv1.weight.npy')
+  refused = 'refused it: it holds more than tensors and plain containers'
+  return {'runs_code.pth': refused, 'garbage.pth': refused,
+          'garbage.safetensors': 'SafetensorError: Error while deserializing header',
+          'garbage.npz': 'BadZipFile: File is not a zip file',
+          'pickled.npz': 'Object arrays cannot be loaded when allow_pickle=False'}, marker
+
+
+def test_damaged_or_hostile_files_are_one_line_naming_field_file_and_fix(tmp_path, subprocess_env):
+  """Before: a 38-line traceback from train.py (.pth, .safetensors), or a line naming neither the
+  field nor the file (.npz)."""
+  cases, marker = hostile_files(tmp_path)
+  for name, detail in cases.items():
+    path = str(tmp_path / name)
+    with pytest.raises(ValueError) as e:
+      pretrained.read_state_dict(path)
+    ext = os.path.splitext(name)[1]
+    assert str(e.value).startswith(f'config.model.init_from: {path!r} is not a readable {ext} '
+                                   'state dict (') and detail in str(e.value)
+    assert str(e.value).endswith(f'written with {pretrained.HOW_TO_SAVE[ext]}')
+    assert '\n' not in str(e.value)
+  proc = subprocess.run(
+      [sys.executable, 'train.py', '--config=configs/digits.py:smoke',
+       f'--config.model.init_from={tmp_path}/runs_code.pth', f'--workdir={tmp_path}/w'],
+      cwd=ROOT, env=subprocess_env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2 and proc.stderr.count('\n') == 1, proc.stderr[-3000:]
+  assert proc.stderr.startswith(f"error: config.model.init_from: '{tmp_path}/runs_code.pth' is "
+                                'not a readable .pth state dict')
+  assert not marker.exists()
+
+
+def test_pth_without_torch_says_how_to_convert(files, monkeypatch):
+  monkeypatch.setitem(sys.modules, 'torch', None)  # import torch fails, as on a TPU VM
+  with pytest.raises(ValueError) as e:
+    pretrained.read_state_dict(files['.pth'])
+  assert str(e.value) == (f"config.model.init_from: {files['.pth']!r} needs torch to read, which "
+                          'is not installed; convert it once where torch is installed: python -m '
+                          f"models.pretrained --in {files['.pth']} --out resnet18.npz")
 
 
 def test_converter_cli(files, tmp_path, capsys):

@@ -31,9 +31,13 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from trainer import record
+from trainer import record, reporting
 
 CORRUPT_DIR = 'corrupt_checkpoints'
+# What a run keeps in its workdir, and what each entry must be where it already exists: the
+# layout trainer/validation.py checks before any compute, and what --restart deletes.
+RUN_FOLDERS = (record.CHECKPOINTS, reporting.TENSORBOARD, CORRUPT_DIR)
+RUN_FILES = (reporting.METRICS,)
 
 
 class CheckpointWriteError(RuntimeError):
@@ -177,7 +181,7 @@ def set_aside(workdir, steps):
       src.rename(target / f'{step}-{stamp}-{os.getpid()}')
 
 
-def wipe(workdir, names=(record.CHECKPOINTS, 'metrics.jsonl', 'tensorboard', CORRUPT_DIR)):
+def wipe(workdir, names=RUN_FOLDERS + RUN_FILES):
   """Delete a previous run's outputs (for --restart)."""
   for name in names:
     path = epath.Path(workdir) / name

@@ -1,5 +1,6 @@
 """One live run per workdir: an `fcntl.flock` on the workdir folder itself, and `<workdir>/run.lock`
-saying who holds it (pid, host, start time).
+saying who holds it (pid, host, start time); and one starter per run among sweeps sharing a root:
+`claim` (`<workdir>/sweep.claim`, flocked by the sweep before it launches the run).
 
 Locking the folder (not the file) means deleting run.lock cannot defeat the lock: a second run
 still finds the folder locked (and, when run.lock is gone, says so instead of naming the holder).
@@ -22,6 +23,7 @@ from absl import logging
 from trainer import validation
 
 LOCK_FILE = 'run.lock'
+CLAIM_FILE = 'sweep.claim'
 
 
 class WorkdirLocked(validation.ConfigError):
@@ -63,6 +65,42 @@ def holder(workdir):
   if held is None:
     held = _probe(path, os.O_RDONLY)
   return _read(path) if held else None
+
+
+def _who():
+  return {'pid': os.getpid(), 'host': socket.gethostname(),
+          'started': time.strftime('%Y-%m-%dT%H:%M:%S%z')}
+
+
+def claim(workdir):
+  """Claim `workdir` for the run this process is about to start (a sweep, before it launches the
+  run's train.py): an exclusive, non-blocking flock on `<workdir>/sweep.claim`, which then names
+  this process. Returns the locked file descriptor, held until `release_claim` or this process's
+  death (children do not inherit it), or None when another live process holds the claim: of two
+  sweeps sharing a root, exactly one starts each run. The run's own WorkdirLock is separate (the
+  child takes it)."""
+  os.makedirs(str(workdir), exist_ok=True)
+  fd = os.open(os.path.join(str(workdir), CLAIM_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError:
+    os.close(fd)
+    return None
+  os.ftruncate(fd, 0)
+  os.write(fd, json.dumps(_who()).encode())
+  return fd
+
+
+def claimant(workdir):
+  """The record ({'pid', 'host', 'started'}) of the process that last claimed `workdir`."""
+  return _read(os.path.join(str(workdir), CLAIM_FILE))
+
+
+def release_claim(fd):
+  try:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+  finally:
+    os.close(fd)
 
 
 class WorkdirLock:
@@ -110,10 +148,8 @@ class WorkdirLock:
     if self.previous.get('pid'):
       logging.warning('Taking over the stale lock of pid %s on %s (that process is gone)',
                       self.previous.get('pid'), self.previous.get('host'))
-    record = {'pid': os.getpid(), 'host': socket.gethostname(),
-              'started': time.strftime('%Y-%m-%dT%H:%M:%S%z')}
     with open(self.path, 'w') as f:
-      f.write(json.dumps(record))
+      f.write(json.dumps(_who()))
     self._fd = fd
     return self
 

@@ -156,8 +156,8 @@ def _train(ctx, workdir, mngr, p, is_writer):
         _after_step(ctx, mngr, reporter, p, bad, eval_fn, stops)
     checkpointing.wait(mngr, p.step)  # a signal now changes nothing: the run is complete
   reporter.close()
-  logging.info('Done: test_accuracy %.4f, %.1f s', p.results['final']['test_accuracy'],
-               p.results['wall_time_s'])
+  logging.info('Done: test_accuracy %s, %.1f s', reporting.percent(
+      p.results['final']['test_accuracy']), p.results['wall_time_s'])
   return p.results
 
 
@@ -244,8 +244,9 @@ def _end_epoch(ctx, reporter, p, eval_fn, evaluate_now):
     with reporter.paused():  # not training time (images/s)
       entry.update(run.evaluate(ctx, eval_fn, p.state))
     reporter.evaluated(p.step)
-    logging.info('epoch %d: test_accuracy %.4f test_loss %.4f train_loss %.4f', epoch,
-                 entry['test_accuracy'], entry['test_loss'], entry['train_loss'])
+    logging.info('epoch %d: test_accuracy %s test_loss %.4f train_loss %.4f', epoch,
+                 reporting.percent(entry['test_accuracy']), entry['test_loss'],
+                 entry['train_loss'])
   entry['wall_time_s'] = p.wall_time()
   reporter.write(entry)
   p.results['history'].append({k: v for k, v in entry.items() if k != 'kind'})

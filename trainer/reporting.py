@@ -32,6 +32,7 @@ from absl import logging
 from etils import epath
 
 METRICS = 'metrics.jsonl'
+TENSORBOARD = 'tensorboard'
 
 
 class MetricsWriteError(RuntimeError):
@@ -43,6 +44,12 @@ def _format_duration(seconds):
     return '?'
   seconds = int(max(seconds, 0))
   return f'{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}'
+
+
+def percent(fraction):
+  """An accuracy (a fraction, as metrics.jsonl and the results hold it) as the console shows it:
+  '83.06 %', the unit of the reports."""
+  return f'{100 * float(fraction):.2f} %'
 
 
 def _parse(line):
@@ -86,7 +93,7 @@ class Reporter:
       self._rewrite()
       try:
         import tensorboardX
-        self._tb = tensorboardX.SummaryWriter(str(epath.Path(workdir) / 'tensorboard'),
+        self._tb = tensorboardX.SummaryWriter(str(epath.Path(workdir) / TENSORBOARD),
                                               purge_step=resume_step or None)
       except ImportError:
         logging.warning('tensorboardX is not installed: no TensorBoard events are written')
@@ -176,8 +183,9 @@ class Reporter:
     return batch_size * steps / training, eta
 
   def progress(self, step, epoch, num_epochs, loss, accuracy, lr, images_per_sec, eta):
-    logging.info('step %d/%d (epoch %d/%d) loss %.4f acc %.4f lr %.2e | %.0f img/s | ETA %s',
-                 step, self.total_steps, epoch + 1, num_epochs, loss, accuracy, lr,
+    """The console line of a logged step: training accuracy in % (as the reports give it)."""
+    logging.info('step %d/%d (epoch %d/%d) loss %.4f acc %s lr %.2e | %.0f img/s | ETA %s',
+                 step, self.total_steps, epoch + 1, num_epochs, loss, percent(accuracy), lr,
                  images_per_sec, _format_duration(eta))
 
   def close(self):

@@ -129,7 +129,10 @@ def init_model(ctx):
   facts = {}
   if config.model.init_from:
     from models import pretrained  # pylint: disable=import-outside-toplevel
-    facts = pretrained.load_into(model, config.model.init_from, tuple(config.model.reinit))
+    try:
+      facts = pretrained.load_into(model, config.model.init_from, tuple(config.model.reinit))
+    except (OSError, ValueError) as e:  # one line naming config.model.init_from, the file, the fix
+      raise validation.ConfigError(str(e).splitlines()[0]) from None
   return model, facts
 
 

@@ -12,13 +12,16 @@ import math
 import os
 import uuid
 
+import jax
 import ml_collections
+import numpy as np
 
 import input_pipeline
 from input_pipeline import base, batching
+from models import resnet
 from numerics import profiles
 from numerics import setup as numerics_setup
-from trainer import optim
+from trainer import checkpointing, optim, record
 
 
 class ConfigError(ValueError):
@@ -120,7 +123,8 @@ def _check_fields(config):
 
 
 def check_devices(config, num_devices, num_processes):
-  """Batch sizes must split evenly over devices and processes (and BN groups within a device)."""
+  """Batch sizes must split evenly over devices and processes (and BN groups within a device),
+  and a training step's activations must fit (`check_activations`, with this machine's memory)."""
   for name in ('batch_size', 'eval_batch_size'):
     if config[name] % num_devices:
       raise ConfigError(f'config.{name}={config[name]} is not divisible by the {num_devices} '
@@ -132,6 +136,30 @@ def check_devices(config, num_devices, num_processes):
   if group and (config.batch_size // num_devices) % group:
     raise ConfigError(f'config.numerics.batchnorm_group={group} must divide the per-device batch '
                       f'{config.batch_size // num_devices} (batch_size / devices)')
+  check_activations(config, num_devices, device_memory(jax.local_devices()), base.host_memory())
+
+
+def check_activations(config, num_devices, device_bytes, host_bytes):
+  """Refuse, before any data is loaded or anything compiled, a training step whose activations
+  cannot fit: a lower bound (the outputs of every convolution, models/resnet.py
+  conv_output_values, in the compute dtype) for the per-device batch against `device_bytes` (the
+  smallest device's memory), or, where devices do not report memory (CPU, whose devices share
+  the host's), for the whole batch against `host_bytes`."""
+  size, width = config.data.image_size, float(config.model.width)
+  per_example = (resnet.conv_output_values(size, width, config.model.stem)
+                 * np.dtype(config.numerics.compute_dtype).itemsize)
+  batch = config.batch_size // num_devices if device_bytes else config.batch_size
+  limit = device_bytes or host_bytes
+  need = batch * per_example
+  if not limit or need <= limit:
+    return
+  where = 'a device has' if device_bytes else 'this machine has'
+  raise ConfigError(
+      f'config.data.image_size={size}: a training step keeps at least {need / 2**30:,.1f} GiB of '
+      f'activations ({batch} images x {per_example / 2**20:,.1f} MiB of convolution outputs at '
+      f'{size}x{size}, model.width {width:g}, {config.numerics.compute_dtype}), over the '
+      f'{limit / 2**30:,.1f} GiB {where}: use a smaller config.data.image_size or '
+      'config.batch_size')
 
 
 def check_dataset(config, dataset, device_bytes=None):
@@ -171,7 +199,8 @@ def device_memory(devices):
 
 
 def check_workdir(workdir):
-  """The workdir must be creatable and writable (probed with a temporary file)."""
+  """The workdir must be creatable and writable (probed with a temporary file), and what a run
+  keeps there (`check_layout`) must be what the run will read and write."""
   if not workdir:
     raise ConfigError('--workdir is required')
   if '://' in str(workdir):
@@ -185,3 +214,34 @@ def check_workdir(workdir):
   except OSError as e:
     raise ConfigError(f'--workdir={workdir} is not writable ({e.strerror}): choose another '
                       'directory') from None
+  check_layout(workdir)
+
+
+def _layout_problem(path, folder):
+  """What is wrong with existing `path` for a run that keeps a folder (or a file) there, or None."""
+  kinds = ('folder', 'file') if folder else ('file', 'folder')
+  if folder != os.path.isdir(path):
+    return f'is a {kinds[1]}, not the {kinds[0]} a run keeps there'
+  if not os.access(path, os.W_OK | (os.X_OK if folder else 0)):
+    return 'is not writable'
+  return None
+
+
+def check_layout(workdir):
+  """Every entry of the run layout (trainer/checkpointing.py RUN_FOLDERS, RUN_FILES, and each step
+  folder under checkpoints/) that exists must be the kind of entry the run uses, and writable: one
+  line naming the path otherwise, before anything is read or written there (a `checkpoints`
+  file would otherwise be found only at the first save, after a fresh start had rewritten the
+  metrics)."""
+  entries = [(name, True) for name in checkpointing.RUN_FOLDERS]
+  entries += [(name, False) for name in checkpointing.RUN_FILES]
+  steps = os.path.join(workdir, record.CHECKPOINTS)
+  if os.path.isdir(steps):
+    entries += [(os.path.join(record.CHECKPOINTS, name), True)
+                for name in sorted(os.listdir(steps)) if name.isdigit()]
+  for name, folder in entries:
+    path = os.path.join(workdir, name)
+    problem = _layout_problem(path, folder) if os.path.lexists(path) else None
+    if problem:
+      raise ConfigError(f'--workdir: {path} {problem}: move it out of the workdir (or fix its '
+                        'permissions), or use another --workdir; nothing was written')
