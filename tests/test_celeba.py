@@ -324,7 +324,11 @@ def test_concurrent_first_loads_prepare_and_decode_once(fixture_dir, tmp_path, s
         any('is preparing CelebA' in line for line in e) for e in errs):
       assert all(p.poll() is None for p in procs), ''.join(sum(errs, []))[-3000:]
       time.sleep(0.2)
-  outs = [p.communicate(timeout=300)[0] for p in procs]
+  # stdout read to its end (the process's exit), stderr left to the readers: communicate() would
+  # read stderr too, racing the readers for its last lines
+  outs = [p.stdout.read() for p in procs]
+  for p in procs:
+    p.wait(timeout=300)
   for reader in readers:
     reader.join(timeout=60)
   assert [p.returncode for p in procs] == [0, 0], ''.join(sum(errs, []))[-3000:]

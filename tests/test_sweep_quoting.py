@@ -86,5 +86,6 @@ def test_bucket_root_writes_nothing_here_without_emit_paths(tmp_path, monkeypatc
                  '--emit-slurm=FILE (local paths)']
   assert os.listdir(tmp_path) == []
   assert sweep.main(argv + ['--emit-commands=c.txt', '--emit-slurm=s.sbatch']) == 0
-  assert sorted(os.listdir(tmp_path)) == ['c.txt', 's.sbatch']
+  # the study's declaration goes beside the command list (a bucket root is not written from here)
+  assert sorted(os.listdir(tmp_path)) == ['c.txt', 's.sbatch', 'study.json']
   assert f'commands: {tmp_path}/c.txt' in capsys.readouterr().out
