@@ -23,7 +23,7 @@ is appended to `<run dir>/train.log`; launching, watching and stopping the runs 
 is sweeps/runner.py. The command list (one run per line) and a SLURM job-array script that
 runs line $SLURM_ARRAY_TASK_ID of it are written next to the runs (or where --emit-commands /
 --emit-slurm say; a bucket root needs both), every user-supplied string shell-quoted
-(`check_commands` refuses what quoting cannot make safe). `--estimate` measures what each arm's
+(sweeps/scripts.py; it refuses what quoting cannot make safe). `--estimate` measures what each arm's
 runs spend on this machine (start-up, compiles, steps, evaluations, checkpoints) and prints the
 sweep's device-hours (sweeps/estimate.py). The exit code is 1 if any run failed.
 """
@@ -32,19 +32,14 @@ import argparse
 import collections
 import os
 import re
-import shlex
 import signal
 import sys
 
-from sweeps import checks, runner
+from sweeps import checks, runner, scripts
 from analysis import declaration
 from configs import loader
 from trainer import record, validation
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMMANDS_FILE = 'sweep_commands.txt'
-SLURM_FILE = 'sweep.sbatch'
-CACHE_DIR = runner.CACHE_DIR
 
 # config: get_config(arg) with the run's overrides, resolved (trainer/validation.resolve); as
 # written when it does not resolve, `problem` then saying why in one line (None: runs built by hand).
@@ -112,7 +107,7 @@ def expand(spec, root):
     if (slug, seed) in seen:
       raise ValueError(f'get_sweep(): arm {slug!r} lists seed {seed} twice; each seed once per arm')
     seen.add((slug, seed))
-    workdir = join(root, slug, f'seed{seed}')
+    workdir = scripts.join(root, slug, f'seed{seed}')
     config, problem = resolved(config)
     runs.append(Run(arm, slug, seed, {'seed': seed, **arm}, workdir, config, problem))
   return runs, path, arg
@@ -124,108 +119,6 @@ def resolved(config):
     return validation.resolve(config), ''
   except validation.ConfigError as e:
     return config, str(e).splitlines()[0]
-
-
-def join(root, *parts):  # not os.path.join: roots may be bucket paths
-  return '/'.join([root.rstrip('/'), *parts])
-
-
-def flag_value(value):
-  """A config value as absl's --config.<field>= parses it back."""
-  if isinstance(value, str):
-    return value
-  return repr(tuple(value) if isinstance(value, list) else value)
-
-
-def config_flags(run, path, arg):
-  """The run's --config flags: the file (relative to the repository root) and its overrides."""
-  rel = os.path.relpath(path, REPO)
-  config = rel if not rel.startswith('..') else path
-  return [f'--config={config}' + (f':{arg}' if arg else '')] + [
-      f'--config.{k}={flag_value(v)}' for k, v in run.overrides.items()]
-
-
-def command(run, path, arg, python='python'):
-  """The run's train.py argv, relative to the repository root."""
-  flags = config_flags(run, path, arg)
-  return [python, 'train.py', flags[0], f'--workdir={run.workdir}', *flags[1:]]
-
-
-def command_line(argv):
-  return ' '.join(shlex.quote(a) for a in argv)
-
-
-# What an `#SBATCH` line may hold: SLURM reads those lines without shell quoting (a space ends the
-# value, `%` starts a file-name pattern), so user paths there are limited to these characters.
-SBATCH_SAFE = re.compile(r'[A-Za-z0-9._/+,:@=-]+')
-LINE_BREAKS = ('\n', '\r', '\0')
-
-
-def sbatch_folder(commands_file):
-  """The folder of `commands_file`, for `#SBATCH --output=`; a one-line ValueError naming
-  --emit-commands when SLURM could not read it safely there."""
-  folder = os.path.dirname(commands_file)
-  bad = sorted({c for c in folder if not SBATCH_SAFE.fullmatch(c)})
-  if bad:
-    raise ValueError(f'--emit-commands={commands_file}: its folder goes into the SLURM script\'s '
-                     f'"#SBATCH --output=" line, which SLURM reads without shell quoting, and it '
-                     f'holds {"".join(bad)!r}: pass --emit-commands (and --emit-slurm) in a folder '
-                     'named with letters, digits and ._/+,:@=- only')
-  return folder
-
-
-def check_one_line(text, what):
-  """A one-line ValueError naming `what` when `text` holds a line break (or NUL): the command list
-  is one run per line, and the SLURM script runs line i of it."""
-  if any(c in text for c in LINE_BREAKS):
-    raise ValueError(f'{what}: {text!r} holds a line break, which a command list of one run per '
-                     'line cannot hold: remove it')
-
-
-def check_commands(runs, path, arg, root, files):
-  """Every string that goes into the command list or the SLURM script, checked before anything is
-  written: no line breaks anywhere, and an #SBATCH-safe output folder."""
-  check_one_line(root, '--root')
-  check_one_line(path + (arg or ''), '--config')
-  for flag, file in zip(('--emit-commands', '--emit-slurm'), files):
-    check_one_line(file, flag)
-  sbatch_folder(files[0])
-  for i, run in enumerate(runs):
-    for field, value in run.overrides.items():
-      check_one_line(flag_value(value), f'get_sweep() run {i}: {field}')
-
-
-def slurm_script(commands_file, count, root, job_name):
-  """A job array of `count` tasks; task i runs line i (0-based) of `commands_file`.
-
-  Every user-supplied string is shell-quoted (shlex.quote) where the shell reads it; the one in an
-  #SBATCH line (the output folder, which SLURM reads unquoted) is checked by `sbatch_folder`, and
-  the job name is reduced to safe characters.
-  """
-  name = re.sub(r'[^A-Za-z0-9._-]+', '-', job_name).strip('-') or 'sweep'
-  output = f'{sbatch_folder(commands_file)}/slurm-%A_%a.out'
-  return '\n'.join([
-      '#!/bin/bash',
-      f'#SBATCH --job-name={name}',
-      f'#SBATCH --array=0-{count - 1}',
-      f'#SBATCH --output={output}',
-      '#SBATCH --ntasks=1',
-      '# Add resource lines, e.g. #SBATCH --gres=gpu:1. Task i runs line i (0-based) of the list;',
-      '# completed runs return at once, unfinished ones resume from their latest checkpoint.',
-      'set -euo pipefail',
-      f'cd {shlex.quote(REPO)}',
-      f'CACHE_DEFAULT={shlex.quote(join(root, CACHE_DIR))}',
-      'export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$CACHE_DEFAULT}"',
-      f'CMD=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {shlex.quote(commands_file)})',
-      'echo "task $SLURM_ARRAY_TASK_ID: $CMD"',
-      'eval "$CMD"',
-      ''])
-
-
-def write_text(path, text):
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with open(path, 'w') as f:
-    f.write(text)
 
 
 def saved_state(run):
@@ -279,8 +172,10 @@ def add_run_args(p, example_config, root_help):
 def parse_args(argv):
   p = argparse.ArgumentParser(prog='python -m sweeps.sweep', description=__doc__.split('\n')[0])
   add_run_args(p, 'configs/digits.py:cpu', 'folder holding one workdir per run')
-  p.add_argument('--emit-commands', default=None, help=f'command list file (default ROOT/{COMMANDS_FILE})')
-  p.add_argument('--emit-slurm', default=None, help=f'SLURM array script (default ROOT/{SLURM_FILE})')
+  p.add_argument('--emit-commands', default=None,
+                 help=f'command list file (default ROOT/{scripts.COMMANDS_FILE})')
+  p.add_argument('--emit-slurm', default=None,
+                 help=f'SLURM array script (default ROOT/{scripts.SLURM_FILE})')
   p.add_argument('--dry-run', action='store_true',
                  help='check every run, write the command list and SLURM script, show the plan; '
                       'run nothing')
@@ -302,16 +197,17 @@ def output_files(args, root):
     raise ValueError(f'--root={root}: the command list and the SLURM script are written on this '
                      'machine, not into a bucket: give --emit-commands=FILE and --emit-slurm=FILE '
                      '(local paths)')
-  return (os.path.abspath(args.emit_commands or os.path.join(root, COMMANDS_FILE)),
-          os.path.abspath(args.emit_slurm or os.path.join(root, SLURM_FILE)))
+  return (os.path.abspath(args.emit_commands or os.path.join(root, scripts.COMMANDS_FILE)),
+          os.path.abspath(args.emit_slurm or os.path.join(root, scripts.SLURM_FILE)))
 
 
 def write_plan(runs, path, arg, root, files):
   """Write the command list and the SLURM script (only after every check passed)."""
   commands_file, slurm_file = files
-  write_text(commands_file, '\n'.join(command_line(command(r, path, arg)) for r in runs) + '\n')
+  lines = [scripts.command_line(scripts.command(r, path, arg)) for r in runs]
+  scripts.write_text(commands_file, '\n'.join(lines) + '\n')
   name = 'sweep-' + os.path.splitext(os.path.basename(path))[0]
-  write_text(slurm_file, slurm_script(commands_file, len(runs), root, name))
+  scripts.write_text(slurm_file, scripts.slurm_script(commands_file, len(runs), root, name))
   print(f'{len(runs)} runs ({len({r.slug for r in runs})} arms) under {root}\n'
         f'commands: {commands_file}\nslurm:    {slurm_file}  (sbatch {slurm_file})')
 
@@ -349,7 +245,7 @@ def plan(args):
                      'the command list on the hosts); run locally with a local folder')
   runs, path, arg = expand(args.config, root)
   files = output_files(args, root)
-  check_commands(runs, path, arg, root, files)
+  scripts.check_commands(runs, path, arg, root, files)
   errors, warnings, states = checks.check(
       runs, root, list(zip(('--emit-commands', '--emit-slurm'), files)), saved_state)
   for line in warnings:
@@ -397,20 +293,22 @@ def main(argv=None):
     return report_problems(errors)
   if declared and '://' in root:
     where = declaration.write(os.path.dirname(files[0]), declared)
-    print(f'study declaration: {where} (copy it to {join(root, declaration.STUDY_FILE)} before '
+    copy_to = scripts.join(root, declaration.STUDY_FILE)
+    print(f'study declaration: {where} (copy it to {copy_to} before '
           'the runs start)')
   elif declared:
     print(f'study declaration: {declaration.write(root, declared)}')
   write_plan(runs, path, arg, root, files)
   todo = pending(runs, states)
   for run, detail in todo if args.dry_run or args.estimate else ():
-    print(f'would run: {command_line(command(run, path, arg))}' + (f'  # {detail}' if detail else ''))
+    line = scripts.command_line(scripts.command(run, path, arg))
+    print(f'would run: {line}' + (f'  # {detail}' if detail else ''))
   print(f'{len(runs) - len(todo)} completed (skipped), {len(todo)} to run')
   if args.estimate:
     from sweeps import estimate  # pylint: disable=import-outside-toplevel
-    envs = [runner.child_env(REPO if '://' in root else root, REPO, gpu)
+    envs = [runner.child_env(scripts.REPO if '://' in root else root, scripts.REPO, gpu)
             for gpu in (gpus[:slots] or [None] * slots)]  # one per slot, as the runs get them
-    return estimate.report(runs, lambda r: config_flags(r, path, arg), envs, REPO,
+    return estimate.report(runs, lambda r: scripts.config_flags(r, path, arg), envs, scripts.REPO,
                            args.estimate_steps)
   if args.dry_run:
     return 0
@@ -423,8 +321,8 @@ def launch(todo, path, arg, root, slots, gpus, total, heartbeat):
   print('each run logs to <its workdir>/train.log (tail -f one to watch it)')
   progress.show()
   failures, in_use, signum = runner.run_all(
-      launch_order(todo), lambda r: command(r, path, arg, sys.executable), root, REPO, progress,
-      slots, gpus, lambda r: r.config.batch_size, heartbeat=heartbeat)
+      launch_order(todo), lambda r: scripts.command(r, path, arg, sys.executable), root,
+      scripts.REPO, progress, slots, gpus, lambda r: r.config.batch_size, heartbeat=heartbeat)
   if signum is not None:
     print(f'stopped by {signal.Signals(signum).name}: running runs were stopped and keep their '
           'last checkpoint; run the same command again to resume', file=sys.stderr)

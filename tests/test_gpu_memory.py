@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from benchmarks import bench_step, bench_vs_torch, common
-from sweeps import runner, sweep
+from sweeps import runner, scripts, sweep
 from tests.conftest import ROOT
 from tests.test_benchmarks import keep_matmul_precision  # noqa: F401 (a fixture)
 
@@ -52,7 +52,7 @@ def test_parallel_runs_on_one_gpu_start_with_the_fraction_recorded_in_train_log(
   progress = runner.Progress(4, 0, 4)
   script = f'import os; print("fraction", os.environ.get("{FRACTION}"))'
   failures, _, _ = runner.run_all(runs, lambda run: [sys.executable, '-c', script],
-                                  str(tmp_path), sweep.REPO, progress, 4, [], poll=0.05)
+                                  str(tmp_path), scripts.REPO, progress, 4, [], poll=0.05)
   assert failures == []
   for run in runs:
     header, printed = open(os.path.join(run.workdir, 'train.log')).read().strip().splitlines()

@@ -19,11 +19,11 @@ import pytest
 from statsmodels.stats import power as smp
 
 from analysis import inference, results
-from sweeps import runner, study, sweep
+from sweeps import runner, scripts, study, sweep
 from configs import celeba, digits
 from trainer import checkpointing, lock, record, resume, validation
 
-DIGITS = os.path.join(sweep.REPO, 'configs', 'digits.py')
+DIGITS = os.path.join(scripts.REPO, 'configs', 'digits.py')
 
 
 def write_config(tmp_path, sweep_body, name='cfg.py'):
@@ -138,7 +138,7 @@ def parse_train_command(line):
                                   sys_argv=argv[1:])
   flags.DEFINE_string('workdir', None, '', flag_values=values)
   cwd = os.getcwd()
-  os.chdir(sweep.REPO)  # the lines are relative to the repository root
+  os.chdir(scripts.REPO)  # the lines are relative to the repository root
   try:
     values(argv[1:])
   finally:
@@ -153,7 +153,7 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
   runs, _, _ = sweep.expand('configs/digits.py:smoke,model.width=0.25', str(root))
   n = len(runs)
   assert code == 0 and f'0 completed (skipped), {n} to run' in capsys.readouterr().out
-  lines = (root / sweep.COMMANDS_FILE).read_text().splitlines()
+  lines = (root / scripts.COMMANDS_FILE).read_text().splitlines()
   assert len(lines) == n
   for line, run in zip(lines, runs):
     config, workdir = parse_train_command(line)
@@ -164,12 +164,12 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
   # Tuples, bools and floats survive the command line too.
   odd = {'seed': 4, 'model.reinit': ('stem',), 'numerics.gpu_deterministic': True, 'model.width': 0.5}
   run = sweep.Run(odd, 'odd', 4, odd, str(root / 'odd'))
-  config, _ = parse_train_command(sweep.command_line(sweep.command(run, DIGITS, 'smoke')))
+  config, _ = parse_train_command(scripts.command_line(scripts.command(run, DIGITS, 'smoke')))
   assert config.to_dict() == validation.resolve(sweep.check_overrides(digits, 'smoke', odd,
                                                                        0)).to_dict()
-  script = (root / sweep.SLURM_FILE).read_text()
+  script = (root / scripts.SLURM_FILE).read_text()
   assert script.startswith('#!/bin/bash\n') and f'#SBATCH --array=0-{n - 1}\n' in script
-  assert str(root / sweep.COMMANDS_FILE) in script and f'{root}/.jax_cache' in script
+  assert str(root / scripts.COMMANDS_FILE) in script and f'{root}/.jax_cache' in script
   # Task 7 runs line 8 (0-based 7): a fake `python` records what it was given.
   bin_dir = tmp_path / 'bin'
   bin_dir.mkdir()
@@ -177,8 +177,8 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
   (bin_dir / 'python').chmod(0o755)
   env = {**os.environ, 'PATH': f'{bin_dir}:{os.environ["PATH"]}', 'SLURM_ARRAY_TASK_ID': '7'}
   env.pop('JAX_COMPILATION_CACHE_DIR', None)
-  subprocess.run(['bash', str(root / sweep.SLURM_FILE)], env=env, check=True, capture_output=True)
-  assert (tmp_path / 'ran').read_text().split() == [sweep.REPO, f'{root}/.jax_cache'] + shlex.split(lines[7])[1:]
+  subprocess.run(['bash', str(root / scripts.SLURM_FILE)], env=env, check=True, capture_output=True)
+  assert (tmp_path / 'ran').read_text().split() == [scripts.REPO, f'{root}/.jax_cache'] + shlex.split(lines[7])[1:]
 
 
 def test_emit_paths_and_a_completed_run_is_skipped_an_unfinished_one_relaunched(tmp_path, capsys):
@@ -236,7 +236,7 @@ def test_scheduler_one_run_per_gpu_reports_failures_and_continues(tmp_path, monk
   runs = fake_runs(tmp_path, 6)
   progress = runner.Progress(7, 1, 2)
   failures, in_use, signum = runner.run_all(
-      runs, lambda run: [sys.executable, '-c', script, run.workdir], str(tmp_path), sweep.REPO,
+      runs, lambda run: [sys.executable, '-c', script, run.workdir], str(tmp_path), scripts.REPO,
       progress, 2, [5, 7, 9], poll=0.05)
   assert [(f[0].workdir, f[1], f[2]) for f in failures] == [(runs[3].workdir, 3, 'boom')]
   assert (in_use, signum) == ([], None)
@@ -333,7 +333,7 @@ def hold_lock(workdir, seconds):
   holder = subprocess.Popen([sys.executable, '-c', (
       'import sys, time; sys.path.insert(0, sys.argv[1]); from trainer import lock; '
       'l = lock.WorkdirLock(sys.argv[2]).acquire(); print("held", flush=True); '
-      'time.sleep(float(sys.argv[3]))'), sweep.REPO, workdir, str(seconds)],
+      'time.sleep(float(sys.argv[3]))'), scripts.REPO, workdir, str(seconds)],
       stdout=subprocess.PIPE, text=True)
   assert holder.stdout.readline() == 'held\n'
   return holder
@@ -366,7 +366,7 @@ def test_a_held_workdir_is_waited_for_then_run_or_reported_in_use_not_failed(
   try:
     progress = runner.Progress(2, 0, 1)
     failures, in_use, signum = runner.run_all(
-        runs, lambda run: [sys.executable, '-c', 'print("ran")'], str(tmp_path), sweep.REPO,
+        runs, lambda run: [sys.executable, '-c', 'print("ran")'], str(tmp_path), scripts.REPO,
         progress, 1, [], poll=0.05)
   finally:
     lasting.kill()
@@ -398,7 +398,7 @@ def train_processes(root):
 
 
 def start_sweep(argv, env, out):
-  return subprocess.Popen([sys.executable, '-m', 'sweeps.sweep', *argv], cwd=sweep.REPO, env=env,
+  return subprocess.Popen([sys.executable, '-m', 'sweeps.sweep', *argv], cwd=scripts.REPO, env=env,
                           stdout=out, stderr=subprocess.STDOUT)
 
 
@@ -428,7 +428,7 @@ def test_signals_stop_every_run_and_the_rerun_completes_them(tmp_path, subproces
       wait_until(lambda: not train_processes(root), 10, 'the runs to die with the sweep')
   text = (tmp_path / 'SIGTERM.txt').read_text()
   assert 'stopping: SIGTERM sent to 2 running run(s)' in text and 'stopped by SIGTERM' in text
-  rerun = subprocess.run([sys.executable, '-m', 'sweeps.sweep', *argv], cwd=sweep.REPO, env=env,
+  rerun = subprocess.run([sys.executable, '-m', 'sweeps.sweep', *argv], cwd=scripts.REPO, env=env,
                          capture_output=True, text=True, timeout=600)
   assert rerun.returncode == 0, rerun.stdout + rerun.stderr
   assert 'FAILED' not in rerun.stdout and '[sweep] 2/2 done, 0 running' in rerun.stdout

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from sweeps import checks, sweep
+from sweeps import checks, scripts, sweep
 from configs import celeba
 from input_pipeline import celeba_files
 from trainer import record
@@ -62,7 +62,7 @@ def test_unwritable_run_folder_and_a_saved_run_with_other_settings(tmp_path, cap
           'delete it or use another --root') in err
   assert f'error: --workdir={runs[4].workdir} is not writable: choose a folder' in err
   assert '2 problem(s) found' in err and listing(root) == before
-  assert not (root / sweep.COMMANDS_FILE).exists()
+  assert not (root / scripts.COMMANDS_FILE).exists()
 
 
 def test_celeba_data_checks_without_reading_images(tmp_path, monkeypatch):

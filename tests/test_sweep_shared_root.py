@@ -6,7 +6,7 @@ import os
 import sys
 import threading
 
-from sweeps import runner, sweep
+from sweeps import runner, scripts
 from tests.test_sweep import fake_runs
 from trainer import lock
 
@@ -21,7 +21,7 @@ def test_two_sweeps_on_one_root_start_each_run_once(tmp_path):
   def sweep_once(i):
     progress = runner.Progress(len(runs), 0, 2, out=outs[i])
     returned[i] = runner.run_all(
-        runs, lambda run: [sys.executable, '-c', RUN, run.workdir], str(tmp_path), sweep.REPO,
+        runs, lambda run: [sys.executable, '-c', RUN, run.workdir], str(tmp_path), scripts.REPO,
         progress, 2, [], poll=0.05,
         is_completed=lambda run: os.path.exists(os.path.join(run.workdir, 'done')))
     returned[i] += (progress.done,)
