@@ -288,15 +288,16 @@ def test_default_control_is_the_noise_arm():
                                                   'numerics.profile': 'bf16_noise'}
 
 
-def test_determinism_check_of_a_profile_arm_with_the_default_control(tmp_path):
-  """`--a numerics.profile=native` (a determinism check of a profile arm) runs with the default
-  noise control, which used to contradict it."""
-  code = run_main([f'--config={SMOKE}', '--a', 'numerics.profile=native', '--out', str(tmp_path),
-                   '--steps', '1', '--every', '1', '--probe', '16', '--devices', '1'])
-  assert code == 0
-  result = json.loads((tmp_path / 'divergence.json').read_text(encoding='utf-8'))
-  assert result['arms']['control']['overrides'] == {'numerics.profile': 'bf16_noise'}
-  assert result['info']['deterministic']
+def test_determinism_check_of_a_profile_arm_with_the_default_control():
+  """`--a numerics.profile=native` (a determinism check of a profile arm) resolves with the default
+  noise control, which used to contradict it (the control's profile replaces arm a's)."""
+  args, _ = divergence.parse_args([f'--config={SMOKE}', '--a', 'numerics.profile=native'])
+  arms = divergence.settings(args)
+  assert arms['control'] == {'numerics.profile': 'bf16_noise'}
+  config = divergence.load_config(SMOKE)
+  control = divergence.arm_config(config, arms['control'], '--control', 0)
+  assert (control.numerics.conv_format, control.numerics.dense_format) == ('bf16_noise',) * 2
+  assert divergence.arm_config(config, arms['a'], '--a', 0).numerics.conv_format == 'native'
 
 
 def test_identical_settings_give_exactly_zero(tmp_path, capsys):
