@@ -1,4 +1,5 @@
-"""The import structure: folders form layers (no back-edges, no cycles), and so do files.
+"""The import structure: folders form layers (no back-edges, no cycles), and so do files; one
+config resolution path, no private JAX module and no fault hook in production code.
 
   python tests/test_imports.py     # prints the folder-level import arrows and the layers
 
@@ -98,6 +99,29 @@ def test_folders_form_layers_without_back_edges():
 def test_no_file_imports_itself_through_others():
   files, _ = graphs()
   layers(files)  # raises ValueError naming the files of any cycle
+
+
+def grep(pattern):
+  """{file: [line, ...]} of `git grep -nE pattern` in the project's Python files outside tests/."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  out = subprocess.run(['git', 'grep', '-nE', pattern, '--', '*.py', ':!tests/'], cwd=REPO,
+                       capture_output=True, text=True, check=False).stdout
+  found = collections.defaultdict(list)
+  for line in out.splitlines():
+    path, _, rest = line.partition(':')
+    found[path].append(rest)
+  return dict(found)
+
+
+def test_one_config_resolution_path():
+  """The numerics formats are expanded and the fields checked in one place only
+  (trainer/validation.resolve); the removed `emulate` field lives only in the one-line hint and
+  the mapping of old records; no private JAX module and no fault hook in production code."""
+  assert list(grep(r'profiles\.expand\(|numerics_setup\.check\(')) == ['trainer/validation.py']
+  assert sorted(grep(r"numerics\.emulate\b|'emulate'")) == ['configs/common.py',
+                                                            'numerics/profiles.py']
+  assert grep(r'jax\._src') == {}
+  assert grep(r'\bfaults\b|TRAIN_FAULT') == {}
 
 
 if __name__ == '__main__':
