@@ -4,11 +4,10 @@ RNG). The gap decomposition's verdicts and share: tests/test_gap.py."""
 import numpy as np
 import pandas as pd
 import pytest
-import statsmodels.api as sm
 import statsmodels.formula.api as smf
 from scipy import stats as sps
 
-from analysis import answer, attribution, attribution_report, declaration, effects, stats
+from analysis import answer, attribution, attribution_report, declaration, effects
 from trainer import record
 
 METRIC = 'final.test_accuracy'

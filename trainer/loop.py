@@ -127,7 +127,6 @@ def _floats(sums):
 
 
 def _train(ctx, workdir, mngr, p, is_writer):
-  config = ctx.config
   reporter = reporting.Reporter(workdir, ctx.total_steps, is_writer, resume_step=p.step,
                                 history=p.results['history'])
   eval_fn = run.eval_step(ctx, p.state)
