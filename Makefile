@@ -22,7 +22,7 @@ setup-test: | $(PY)
 	$(PIP_INSTALL) -r requirements-test.txt
 
 # The main job on the embedded default (scikit-learn digits, no download): a numerics study
-# (8 arms x 6 seeds) -> statistics report -> attribution -> figures, in runs/study (~5 min on 2 cores).
+# (8 arms x 6 seeds) -> statistics report -> attribution -> figures, in runs/study (~6 min on 2 cores).
 study: setup
 	$(PY) -m sweeps.study --config=configs/digits.py:study --root=runs/study --parallel 2
 
