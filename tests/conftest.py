@@ -32,3 +32,13 @@ def subprocess_env():
   env['PYTHONPATH'] = ROOT
   env['JAX_COMPILATION_CACHE_DIR'] = CACHE_DIR
   return env
+
+
+@pytest.fixture
+def fast_compile():
+  """Compiled without most optimisations: the same program and semantics, a fraction of the CPU
+  time (for tests of what a step computes or contains, not of its speed)."""
+  before = jax.config.read('jax_disable_most_optimizations')
+  jax.config.update('jax_disable_most_optimizations', True)
+  yield
+  jax.config.update('jax_disable_most_optimizations', before)

@@ -1,20 +1,8 @@
 """benchmarks/bench_determinism.py runs end to end at a minimal size (on CPU both variants compile
 the same program: XLA:CPU is deterministic either way)."""
 
-import jax
-import pytest
-
 from benchmarks import bench_determinism
 from tests.test_benchmarks import keep_matmul_precision  # noqa: F401 (a fixture)
-
-
-@pytest.fixture
-def fast_compile():
-  """Compiled without most optimisations: the same program structure, a fraction of the CPU time."""
-  before = jax.config.read('jax_disable_most_optimizations')
-  jax.config.update('jax_disable_most_optimizations', True)
-  yield
-  jax.config.update('jax_disable_most_optimizations', before)
 
 
 def test_bench_determinism_prints_both_variants_and_the_ratio(capsys, keep_matmul_precision,  # pylint: disable=redefined-outer-name,unused-argument

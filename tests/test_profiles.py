@@ -241,15 +241,6 @@ def same(s, t):
   return all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(s), jax.tree.leaves(t)))
 
 
-@pytest.fixture
-def fast_compile():
-  """Compiled without most optimisations: the same semantics, a fraction of the CPU time."""
-  before = jax.config.read('jax_disable_most_optimizations')
-  jax.config.update('jax_disable_most_optimizations', True)
-  yield
-  jax.config.update('jax_disable_most_optimizations', before)
-
-
 def test_noise_control_training_repeats_resumes_and_differs_per_seed(fast_compile):  # pylint: disable=unused-argument,redefined-outer-name
   """Two train steps then an evaluation: repeated, and resumed (the second step from a host copy
   of the state), bit for bit; another seed gives other noise in training and in evaluation."""
