@@ -6,6 +6,7 @@ alone, so those tests run on the machine's GPU (elsewhere they are skipped).
 """
 
 import os
+import signal
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -16,6 +17,12 @@ if not GPU_TIER:
 os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                            ' --xla_force_host_platform_device_count=8').strip()
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+# A test runner started in the background by a shell without job control inherits SIGINT ignored,
+# and so would every train.py it starts (the trainer keeps an ignored signal ignored, as a
+# background job should): the tests that send SIGINT need it deliverable.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+  signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
