@@ -12,7 +12,6 @@ import math
 import os
 import uuid
 
-import jax
 import ml_collections
 import numpy as np
 
@@ -122,9 +121,10 @@ def _check_fields(config):
     raise ConfigError(str(e)) from None
 
 
-def check_devices(config, num_devices, num_processes):
+def check_devices(config, num_devices, num_processes, device_bytes):
   """Batch sizes must split evenly over devices and processes (and BN groups within a device),
-  and a training step's activations must fit (`check_activations`, with this machine's memory)."""
+  and a training step's activations must fit (`check_activations`, with `device_bytes`, the
+  smallest local device's memory (`device_memory`), and the host's)."""
   for name in ('batch_size', 'eval_batch_size'):
     if config[name] % num_devices:
       raise ConfigError(f'config.{name}={config[name]} is not divisible by the {num_devices} '
@@ -136,7 +136,7 @@ def check_devices(config, num_devices, num_processes):
   if group and (config.batch_size // num_devices) % group:
     raise ConfigError(f'config.numerics.batchnorm_group={group} must divide the per-device batch '
                       f'{config.batch_size // num_devices} (batch_size / devices)')
-  check_activations(config, num_devices, device_memory(jax.local_devices()), base.host_memory())
+  check_activations(config, num_devices, device_bytes, base.host_memory())
 
 
 def check_activations(config, num_devices, device_bytes, host_bytes):
