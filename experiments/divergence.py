@@ -70,9 +70,7 @@ def load_config(spec, overrides=()):
 def arm_config(config, overrides, flag, seed):
   """The resolved config of one arm and seed: `config` with the arm's numerics overrides."""
   try:
-    config = loader.apply_overrides(config.copy_and_resolve_references(),
-                                    [*overrides.items(), ('seed', seed)])
-    return run.validation.resolve(config)
+    return run.validation.resolve(config, [*overrides.items(), ('seed', seed)])
   except ValueError as e:  # ConfigError is a ValueError: one line naming the field
     raise ValueError(f'{flag}: {str(e).splitlines()[0]}') from None
 
