@@ -30,11 +30,12 @@ from configs import loader
 from experiments import divergence_lockstep as lockstep
 from experiments import divergence_measure as measure
 from experiments import divergence_report as report
+from numerics import profiles
 from numerics import setup as numerics_setup
 from trainer import run
 
 DEFAULT_CONTROL = 'numerics.profile=bf16_noise'
-FORMAT_FIELDS = ('numerics.conv_format', 'numerics.dense_format')
+FORMAT_FIELDS = tuple(f'numerics.{kind}_format' for kind in profiles.KINDS)
 
 
 def parse_setting(flag, text):
