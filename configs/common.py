@@ -142,16 +142,21 @@ def unknown_field(config, dotted):
   return ValueError(f'unknown config field {dotted}: {hint}')
 
 
+def _literal(text):
+  """The Python literal that `text` spells (surrounding spaces aside), or `text` itself."""
+  try:
+    return ast.literal_eval(text.strip())
+  except (ValueError, SyntaxError):
+    return text
+
+
 def typed(old, value, dotted):
   """`value` (text from a command line, or already a value) as the type of the field's `old`:
   `True`/`false`/`1` for booleans, Python literals for numbers and tuples (one bare string
   becomes a 1-tuple), anything for strings."""
   if isinstance(old, tuple) and isinstance(value, (list, str)):
     if isinstance(value, str):
-      try:
-        value = ast.literal_eval(value.strip())
-      except (ValueError, SyntaxError):
-        pass
+      value = _literal(value)
     return tuple(value) if isinstance(value, (list, tuple)) else (value,)
   if not isinstance(value, str) or isinstance(old, str):
     return value
@@ -160,10 +165,7 @@ def typed(old, value, dotted):
     if text.lower() in TRUE + FALSE:
       return text.lower() in TRUE
     raise ValueError(f'config.{dotted}={value}: give True or False')
-  try:
-    parsed = ast.literal_eval(text)
-  except (ValueError, SyntaxError):
-    parsed = text
+  parsed = _literal(text)
   if isinstance(old, (int, float)) and not isinstance(parsed, (int, float)):
     raise ValueError(f'config.{dotted}={value}: give a number ({type(old).__name__})')
   if isinstance(old, int) and isinstance(parsed, float):

@@ -30,11 +30,12 @@ from configs import loader
 from experiments import divergence_lockstep as lockstep
 from experiments import divergence_measure as measure
 from experiments import divergence_report as report
+from numerics import profiles
 from numerics import setup as numerics_setup
 from trainer import run
 
 DEFAULT_CONTROL = 'numerics.profile=bf16_noise'
-FORMAT_FIELDS = ('numerics.conv_format', 'numerics.dense_format')
+FORMAT_FIELDS = tuple(f'numerics.{kind}_format' for kind in profiles.KINDS)
 
 
 def parse_setting(flag, text):
@@ -70,9 +71,7 @@ def load_config(spec, overrides=()):
 def arm_config(config, overrides, flag, seed):
   """The resolved config of one arm and seed: `config` with the arm's numerics overrides."""
   try:
-    config = loader.apply_overrides(config.copy_and_resolve_references(),
-                                    [*overrides.items(), ('seed', seed)])
-    return run.validation.resolve(config)
+    return run.validation.resolve(config, [*overrides.items(), ('seed', seed)])
   except ValueError as e:  # ConfigError is a ValueError: one line naming the field
     raise ValueError(f'{flag}: {str(e).splitlines()[0]}') from None
 

@@ -61,13 +61,17 @@ HOW_TO_SAVE = {'.pth': 'torch.save(model.state_dict(), path)',
                '.npz': 'python -m models.pretrained --in resnet18.pth --out resnet18.npz'}
 
 
+class _Unreadable(ValueError):
+  """_read_torch's own one-line error: the file and the fix (read_state_dict names the field)."""
+
+
 def _read_torch(path):
   try:
     import torch
   except ImportError:
-    raise ValueError(f'{path!r} needs torch to read, which is not installed; convert it once where '
-                     f'torch is installed: python -m models.pretrained --in {path} --out '
-                     'resnet18.npz') from None
+    raise _Unreadable(f'{path!r} needs torch to read, which is not installed; convert it once '
+                      f'where torch is installed: python -m models.pretrained --in {path} --out '
+                      'resnet18.npz') from None
   # weights_only: tensors and plain containers only, no code (a hostile pickle is refused).
   with warnings.catch_warnings():  # its unpickler warns about pickle protocols before refusing
     warnings.simplefilter('ignore', UserWarning)
@@ -75,8 +79,8 @@ def _read_torch(path):
   if isinstance(obj, dict) and isinstance(obj.get('state_dict'), dict):
     obj = obj['state_dict']  # a training checkpoint wrapping the state dict
   if not isinstance(obj, dict):
-    raise ValueError(f'{path!r} holds a {type(obj).__name__}, not a state dict; save '
-                     'model.state_dict()')
+    raise _Unreadable(f'{path!r} holds a {type(obj).__name__}, not a state dict; save '
+                      'model.state_dict()')
   return {k: v.detach().cpu().float().numpy() if v.is_floating_point() else v.cpu().numpy()
           for k, v in obj.items() if isinstance(v, torch.Tensor)}
 
@@ -102,9 +106,9 @@ def read_state_dict(path, field='config.model.init_from'):
   ext = _check_path(path, field)
   try:
     state = _read(path, ext)
+  except _Unreadable as e:  # ours: the file and the fix
+    raise ValueError(f'{field}: {e}') from None
   except Exception as e:  # pylint: disable=broad-except  # each reader raises its own kinds
-    if isinstance(e, ValueError) and str(e).startswith(repr(path)):  # ours: the file and the fix
-      raise ValueError(f'{field}: {e}') from None
     detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else ''
     if isinstance(e, pickle.UnpicklingError):  # torch's own text suggests weights_only=False
       detail = ('torch.load(weights_only=True) refused it: it holds more than tensors and plain '

@@ -75,7 +75,13 @@ def xla_flags(config):
   return wanted + [f for f in extra.split() if f not in wanted]
 
 
-_APPLIED = {}  # what configure() set in this process: {'xla_flags': [...]}
+_applied = None  # the XLA flags configure() set in this process (None: it has not run)
+
+
+def _missing(wanted):
+  """(this process's XLA_FLAGS as a list, the flags of `wanted` not among them)."""
+  current = os.environ.get('XLA_FLAGS', '').split()
+  return current, [f for f in wanted if f not in current]
 
 
 def configure(config):
@@ -89,23 +95,23 @@ def configure(config):
   process default here, and `with_precision` also fixes it inside each jitted function, so that a
   function's arithmetic does not depend on the context it is called from.
   """
+  global _applied  # pylint: disable=global-statement
   wanted = xla_flags(config)
-  current = os.environ.get('XLA_FLAGS', '').split()
-  missing = [f for f in wanted if f not in current]
-  if missing and _APPLIED:
+  current, missing = _missing(wanted)
+  if missing and _applied is not None:
     raise ValueError(f'config.numerics: XLA flag(s) {" ".join(missing)} differ from the flags this '
-                     f'process already applied ({" ".join(_APPLIED["xla_flags"]) or "none"}): run '
+                     f'process already applied ({" ".join(_applied) or "none"}): run '
                      'configs with other XLA flags in a process of their own')
   os.environ['XLA_FLAGS'] = ' '.join(current + missing)
-  _APPLIED.setdefault('xla_flags', wanted)
+  if _applied is None:
+    _applied = wanted
   jax.config.update('jax_default_matmul_precision', config.numerics.matmul_precision)
 
 
 def require_configured(config):
   """ValueError unless this process's XLA_FLAGS hold every flag `config` needs (configure(config)
   ran first); changes nothing (trainer/run.py checks so before building a run)."""
-  current = os.environ.get('XLA_FLAGS', '').split()
-  missing = [f for f in xla_flags(config) if f not in current]
+  _, missing = _missing(xla_flags(config))
   if missing:
     raise ValueError(f'config.numerics: XLA flag(s) {" ".join(missing)} are not set in this '
                      'process: call numerics.setup.configure(config) before JAX starts (train.py '

@@ -292,7 +292,7 @@ def test_one_set_of_xla_flags_per_process(monkeypatch):
   """configure() puts a config's flags into XLA_FLAGS once per process; a later config asking for
   flags the first did not set is a one-line error (set once a backend runs, XLA would ignore
   them); run.build checks the flags are in place without changing anything."""
-  monkeypatch.setattr(setup, '_APPLIED', {})
+  monkeypatch.setattr(setup, '_applied', None)
   monkeypatch.setenv('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
   config = common.base_config()
   config.numerics.gpu_deterministic = True

@@ -67,6 +67,30 @@ def holder(workdir):
   return _read(path) if held else None
 
 
+def _open(path):
+  """`path` opened read-write (created, 0o644, where missing): a file descriptor to flock."""
+  return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+
+def _flock(fd):
+  """`fd`, exclusively flocked without blocking; on failure (BlockingIOError: another process
+  holds it; another OSError: the filesystem cannot lock it) `fd` is closed and the error raised."""
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError:
+    os.close(fd)
+    raise
+  return fd
+
+
+def _unlock(fd):
+  """Drop the flock on `fd` and close it (closed even when the unlock fails)."""
+  try:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+  finally:
+    os.close(fd)
+
+
 def _who():
   return {'pid': os.getpid(), 'host': socket.gethostname(),
           'started': time.strftime('%Y-%m-%dT%H:%M:%S%z')}
@@ -80,11 +104,10 @@ def claim(workdir):
   sweeps sharing a root, exactly one starts each run. The run's own WorkdirLock is separate (the
   child takes it)."""
   os.makedirs(str(workdir), exist_ok=True)
-  fd = os.open(os.path.join(str(workdir), CLAIM_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+  fd = _open(os.path.join(str(workdir), CLAIM_FILE))
   try:
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    _flock(fd)
   except OSError:
-    os.close(fd)
     return None
   os.ftruncate(fd, 0)
   os.write(fd, json.dumps(_who()).encode())
@@ -97,10 +120,7 @@ def claimant(workdir):
 
 
 def release_claim(fd):
-  try:
-    fcntl.flock(fd, fcntl.LOCK_UN)
-  finally:
-    os.close(fd)
+  _unlock(fd)
 
 
 class WorkdirLock:
@@ -116,20 +136,12 @@ class WorkdirLock:
     """flock the workdir folder (or, where the filesystem cannot, run.lock): the locked fd."""
     folder = os.open(os.path.dirname(self.path), os.O_RDONLY | os.O_DIRECTORY)
     try:
-      fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-      return folder
+      return _flock(folder)
     except BlockingIOError:
-      os.close(folder)
       raise
     except OSError:  # e.g. EBADF/ENOLCK on NFS: lock the file instead
-      os.close(folder)
-    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-      os.close(fd)
-      raise
-    return fd
+      pass
+    return _flock(_open(self.path))
 
   def acquire(self):
     if not self.enabled:
@@ -162,9 +174,8 @@ class WorkdirLock:
     except OSError:
       pass  # the workdir is gone: nothing to mark
     try:
-      fcntl.flock(self._fd, fcntl.LOCK_UN)
+      _unlock(self._fd)
     finally:
-      os.close(self._fd)
       self._fd = None
 
   def __enter__(self):

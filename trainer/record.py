@@ -217,6 +217,14 @@ def defaults():
   return flatten(json.loads(json.dumps(common.base_config().to_dict())), '')
 
 
+def _upgrade_config(config):
+  """A saved config (dict) with its numerics through numerics.profiles.upgrade, as a new dict;
+  anything without numerics comes back as it is."""
+  if isinstance(config, dict) and 'numerics' in config:
+    return {**config, 'numerics': profiles.upgrade(config['numerics'])}
+  return config
+
+
 def upgrade(results):
   """A saved record (dict) as today's fields: its requested and effective numerics and its
   config's numerics through numerics.profiles.upgrade (the removed `emulate` shorthand); a new
@@ -225,9 +233,8 @@ def upgrade(results):
   if isinstance(results.get('numerics'), dict):
     results['numerics'] = {part: profiles.upgrade(value) if isinstance(value, dict) else value
                            for part, value in results['numerics'].items()}
-  if isinstance(results.get('config'), dict) and 'numerics' in results['config']:
-    results['config'] = {**results['config'],
-                         'numerics': profiles.upgrade(results['config']['numerics'])}
+  if 'config' in results:
+    results['config'] = _upgrade_config(results['config'])
   return results
 
 
@@ -293,7 +300,7 @@ def config_differences(saved, requested):
   """['field: saved -> requested', ...]: the fields in which config dict `requested` is not the
   same run as saved config dict `saved` (IGNORED_FIELDS aside; a field the saved config predates
   counts as its default). Empty: the same run."""
-  old = flatten(json.loads(json.dumps(upgrade({'config': saved or {}})['config'])), '')
+  old = flatten(json.loads(json.dumps(_upgrade_config(saved or {}))), '')
   new = flatten(json.loads(json.dumps(requested or {})), '')
   default = defaults()
   for name in set(new) - set(old):

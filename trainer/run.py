@@ -82,9 +82,10 @@ def build(config, dataset=None, devices=None):
   validation.require_resolved(config, 'trainer.run.build')
   numerics_setup.require_configured(config)
   devices = list(devices if devices is not None else jax.devices())
-  validation.check_devices(config, len(devices), jax.process_count())
+  device_bytes = validation.device_memory(jax.local_devices())
+  validation.check_devices(config, len(devices), jax.process_count(), device_bytes)
   if dataset is None:
-    dataset = load_dataset(config, validation.device_memory(jax.local_devices()))
+    dataset = load_dataset(config, device_bytes)
   mesh = steps.make_mesh(devices)
   replicated, sharded = steps.shardings(mesh)
   per_epoch = batching.steps_per_epoch(len(dataset.train), config.batch_size)

@@ -12,11 +12,11 @@ import math
 import os
 import uuid
 
-import jax
 import ml_collections
 import numpy as np
 
 import input_pipeline
+from configs import loader
 from input_pipeline import base, batching
 from models import resnet
 from numerics import profiles
@@ -45,9 +45,11 @@ def _number(config, name, rule, ok):
   return value
 
 
-def resolve(config):
-  """The resolved config: a frozen copy of `config` with the product formats expanded
-  (numerics/profiles.py) and every field checked; ConfigError (one line) on bad input.
+def resolve(config, overrides=()):
+  """The resolved config: a frozen copy of `config` with `overrides` ((dotted field, value) pairs,
+  configs/loader.apply_overrides: its one-line ValueError on a bad one) applied, the product
+  formats expanded (numerics/profiles.py) and every field checked; ConfigError (one line) on bad
+  input.
 
   Resolving twice is a programming error (TypeError): a resolved config is final.
   """
@@ -55,6 +57,7 @@ def resolve(config):
     raise TypeError('the config is already resolved: resolve it once, at the entry point, and '
                     'hand the resolved config on')
   config = config.copy_and_resolve_references()  # a copy: the caller's config stays as written
+  loader.apply_overrides(config, overrides)
   try:
     profiles.expand(config)
   except ValueError as e:
@@ -122,9 +125,10 @@ def _check_fields(config):
     raise ConfigError(str(e)) from None
 
 
-def check_devices(config, num_devices, num_processes):
+def check_devices(config, num_devices, num_processes, device_bytes):
   """Batch sizes must split evenly over devices and processes (and BN groups within a device),
-  and a training step's activations must fit (`check_activations`, with this machine's memory)."""
+  and a training step's activations must fit (`check_activations`, with `device_bytes`, the
+  smallest local device's memory (`device_memory`), and the host's)."""
   for name in ('batch_size', 'eval_batch_size'):
     if config[name] % num_devices:
       raise ConfigError(f'config.{name}={config[name]} is not divisible by the {num_devices} '
@@ -136,7 +140,7 @@ def check_devices(config, num_devices, num_processes):
   if group and (config.batch_size // num_devices) % group:
     raise ConfigError(f'config.numerics.batchnorm_group={group} must divide the per-device batch '
                       f'{config.batch_size // num_devices} (batch_size / devices)')
-  check_activations(config, num_devices, device_memory(jax.local_devices()), base.host_memory())
+  check_activations(config, num_devices, device_bytes, base.host_memory())
 
 
 def check_activations(config, num_devices, device_bytes, host_bytes):
