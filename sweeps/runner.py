@@ -25,8 +25,8 @@ plus left); '?' until a number exists.
 GPU memory: JAX preallocates 75 % of a GPU's memory in every process, so two runs on one GPU
 cannot both start. Runs that share a GPU (`--parallel N` without `--gpus`: every run sees every
 GPU; or an id repeated in `--gpus`) each get XLA_PYTHON_CLIENT_MEM_FRACTION = GPU_SHARE / (runs on
-that GPU), unless the environment already sets one of MEMORY_VARIABLES (yours then applies to every
-run); a run alone on its GPU keeps JAX's default. The memory settings a run starts with are written
+that GPU), unless the environment already sets one of MEMORY_VARIABLES (trainer/gpu_memory.py;
+yours then applies to every run); a run alone on its GPU keeps JAX's default. The memory settings a run starts with are written
 in its train.log header line, before the command.
 """
 
@@ -44,9 +44,8 @@ import time
 from typing import Any
 
 from analysis import results
-from benchmarks.common import MEMORY_VARIABLES  # JAX's GPU memory settings (one given is kept)
 from sweeps import claims
-from trainer import lock
+from trainer import gpu_memory, lock
 
 LOG_FILE = 'train.log'
 CACHE_DIR = '.jax_cache'
@@ -98,7 +97,7 @@ def runs_per_gpu(gpus, slots):
 def memory_fraction(sharing, environ):
   """{'XLA_PYTHON_CLIENT_MEM_FRACTION': GPU_SHARE / sharing} for a run that shares its GPU with
   `sharing` - 1 others, or {} (alone on its GPU, or `environ` sets a MEMORY_VARIABLES entry)."""
-  if sharing <= 1 or any(name in environ for name in MEMORY_VARIABLES):
+  if sharing <= 1 or any(name in environ for name in gpu_memory.MEMORY_VARIABLES):
     return {}
   return {'XLA_PYTHON_CLIENT_MEM_FRACTION': f'{GPU_SHARE / sharing:.3f}'}
 
@@ -114,11 +113,6 @@ def child_env(root, repo, gpu=None, sharing=1):
     env['CUDA_VISIBLE_DEVICES'] = str(gpu)
   env.update(memory_fraction(sharing, env))
   return env
-
-
-def memory_settings(env):
-  """'NAME=value ...' of the MEMORY_VARIABLES set in `env` ('' if none): the train.log record."""
-  return ' '.join(f'{name}={env[name]}' for name in MEMORY_VARIABLES if name in env)
 
 
 def popen(argv, cwd, env, log):
@@ -278,7 +272,7 @@ def launch(run, argv, root, repo, gpu, batch_size, sharing=1, claim=None):
   os.makedirs(run.workdir, exist_ok=True)
   env = child_env(root, repo, gpu, sharing)
   log = open(os.path.join(run.workdir, LOG_FILE), 'a')
-  memory = memory_settings(env)
+  memory = gpu_memory.memory_settings(env, ' ', '')  # the train.log record ('' if none)
   log.write(f'\n# {time.strftime("%Y-%m-%d %H:%M:%S")} {memory + " " if memory else ""}'
             f'{" ".join(argv)}\n')
   log.flush()

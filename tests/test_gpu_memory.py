@@ -9,6 +9,7 @@ import pytest
 from benchmarks import bench_step, bench_vs_torch, common
 from sweeps import runner, scripts, sweep
 from tests.conftest import ROOT
+from trainer import gpu_memory
 from tests.test_benchmarks import keep_matmul_precision  # noqa: F401 (a fixture)
 
 FRACTION = 'XLA_PYTHON_CLIENT_MEM_FRACTION'
@@ -16,7 +17,7 @@ FRACTION = 'XLA_PYTHON_CLIENT_MEM_FRACTION'
 
 @pytest.fixture
 def no_memory_settings(monkeypatch):
-  for name in common.MEMORY_VARIABLES:
+  for name in gpu_memory.MEMORY_VARIABLES:
     monkeypatch.delenv(name, raising=False)
 
 
@@ -33,7 +34,7 @@ def test_memory_fraction_splits_the_gpu_unless_alone_or_set_by_the_user():
   assert runner.memory_fraction(2, {}) == {FRACTION: '0.450'}
   assert runner.memory_fraction(4, {}) == {FRACTION: '0.225'}
   assert runner.memory_fraction(3, {}) == {FRACTION: '0.300'}
-  for name in common.MEMORY_VARIABLES:  # the user's setting applies to every run instead
+  for name in gpu_memory.MEMORY_VARIABLES:  # the user's setting applies to every run instead
     assert runner.memory_fraction(4, {name: 'x'}) == {}
 
 
@@ -64,13 +65,13 @@ def test_parallel_runs_on_one_gpu_start_with_the_fraction_recorded_in_train_log(
 def test_bench_vs_torch_allocates_on_demand_unless_told_otherwise(no_memory_settings, monkeypatch):
   common.allocate_gpu_memory_on_demand()
   assert os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'false'
-  assert common.memory_settings() == 'XLA_PYTHON_CLIENT_PREALLOCATE=false'
+  assert gpu_memory.memory_settings() == 'XLA_PYTHON_CLIENT_PREALLOCATE=false'
   monkeypatch.delenv('XLA_PYTHON_CLIENT_PREALLOCATE')
-  assert common.memory_settings() == "JAX's default (a GPU preallocates 75 %)"
+  assert gpu_memory.memory_settings() == "JAX's default (a GPU preallocates 75 %)"
   monkeypatch.setenv(FRACTION, '0.3')
   common.allocate_gpu_memory_on_demand()
   assert 'XLA_PYTHON_CLIENT_PREALLOCATE' not in os.environ
-  assert common.memory_settings() == f'{FRACTION}=0.3'
+  assert gpu_memory.memory_settings() == f'{FRACTION}=0.3'
 
 
 def test_bench_vs_torch_sets_it_first_and_records_it(no_memory_settings, monkeypatch, capsys,
