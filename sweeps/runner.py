@@ -87,11 +87,18 @@ def last_line(path):
   return lines[-1] if lines else ''
 
 
+def slot_gpus(gpus, slots):
+  """[(GPU id, runs on that GPU)] of each of `slots` runs at a time: one id each from `gpus`, in
+  order; without ids, None (every run sees every GPU) shared by all `slots`. The one rule by which
+  run_all and the estimate (slot_envs) hand GPUs to slots."""
+  handed = list(gpus)[:slots] if gpus else [None] * slots
+  count = collections.Counter(handed)
+  return [(gpu, count[gpu]) for gpu in handed]
+
+
 def runs_per_gpu(gpus, slots):
-  """{GPU id: concurrent runs on it} when `slots` runs take one id each from `gpus` (run_all's
-  order); {None: slots} without ids (every run sees every GPU)."""
-  handed = list(gpus)[:slots]
-  return dict(collections.Counter(handed)) if handed else {None: slots}
+  """{GPU id: concurrent runs on it} (slot_gpus); {None: slots} without ids."""
+  return dict(slot_gpus(gpus, slots))
 
 
 def memory_fraction(sharing, environ):
@@ -113,6 +120,12 @@ def child_env(root, repo, gpu=None, sharing=1):
     env['CUDA_VISIBLE_DEVICES'] = str(gpu)
   env.update(memory_fraction(sharing, env))
   return env
+
+
+def slot_envs(root, repo, gpus, slots):
+  """The environment of each of `slots` runs at a time (child_env), GPUs and memory fractions
+  handed out as run_all hands them (slot_gpus): what the sweep's --estimate processes get."""
+  return [child_env(root, repo, gpu, sharing) for gpu, sharing in slot_gpus(gpus, slots)]
 
 
 def popen(argv, cwd, env, log):
@@ -349,8 +362,8 @@ def run_all(queue, argv_of, root, repo, progress, slots, gpus, batch_size=None, 
   progress.failures and progress.held.
   """
   queue, stop = list(queue), Stop()
-  free = list(gpus)[:slots] if gpus else [None] * slots
-  sharing = runs_per_gpu(gpus, slots)
+  handed = slot_gpus(gpus, slots)
+  free, sharing = [gpu for gpu, _ in handed], dict(handed)
   with stop.installed():
     try:
       while (queue or progress.active or progress.elsewhere) and stop.signum is None:

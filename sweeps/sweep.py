@@ -306,8 +306,7 @@ def main(argv=None):
   print(f'{len(runs) - len(todo)} completed (skipped), {len(todo)} to run')
   if args.estimate:
     from sweeps import estimate  # pylint: disable=import-outside-toplevel
-    envs = [runner.child_env(scripts.REPO if '://' in root else root, scripts.REPO, gpu)
-            for gpu in (gpus[:slots] or [None] * slots)]  # one per slot, as the runs get them
+    envs = runner.slot_envs(scripts.REPO if '://' in root else root, scripts.REPO, gpus, slots)
     return estimate.report(runs, lambda r: scripts.config_flags(r, path, arg), envs, scripts.REPO,
                            args.estimate_steps)
   if args.dry_run:

@@ -46,6 +46,25 @@ def test_child_env_carries_the_fraction_and_keeps_the_users(no_memory_settings, 
   assert FRACTION not in env and env['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'false'
 
 
+def test_estimate_processes_sharing_a_gpu_get_the_runs_fraction(tmp_path, no_memory_settings,
+                                                                  monkeypatch, capsys):
+  """`--estimate --parallel 2` without --gpus: both measuring processes share the GPU as the runs
+  would, each with 0.9 / 2 (before, each took JAX's default 75 %)."""
+  from sweeps import estimate  # pylint: disable=import-outside-toplevel
+  seen = []
+  monkeypatch.setattr(estimate, 'report', lambda runs, flags_of, envs, *_: seen.extend(envs) or 0)
+  cfg = tmp_path / 'cfg.py'
+  cfg.write_text('from configs import digits\nget_config = digits.get_config\n\n'
+                 "def get_sweep(arg=None):\n  return [{'seed': s} for s in (0, 1)]\n")
+  code = sweep.main([f'--config={cfg}:smoke', f'--root={tmp_path / "study"}', '--estimate',
+                     '--parallel', '2'])
+  capsys.readouterr()
+  assert code == 0 and [env.get(FRACTION) for env in seen] == ['0.450', '0.450']
+  assert [env.get(FRACTION) for env in runner.slot_envs('/r', ROOT, [0, 1], 2)] == [None, None]
+  assert [env['CUDA_VISIBLE_DEVICES'] for env in runner.slot_envs('/r', ROOT, [3, 3], 2)] == [
+      '3', '3']
+
+
 def test_parallel_runs_on_one_gpu_start_with_the_fraction_recorded_in_train_log(
     tmp_path, no_memory_settings, capsys):
   """`--parallel 4` without --gpus: each run's process gets 0.9 / 4, its train.log header says so."""
