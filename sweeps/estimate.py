@@ -71,7 +71,6 @@ def _phase(ctx, state, phase, timed_steps):
 def _evaluation(ctx, state):
   """{evaluation_s, evaluation_compile_s, evaluation_cached_compile_s}."""
   import jax  # pylint: disable=import-outside-toplevel
-  import numpy as np  # pylint: disable=import-outside-toplevel
   from input_pipeline import batching  # pylint: disable=import-outside-toplevel
   from trainer import run, steps  # pylint: disable=import-outside-toplevel
   eval_fn = run.eval_step(ctx, state)
@@ -80,8 +79,8 @@ def _evaluation(ctx, state):
   size = ctx.config.eval_batch_size
   batch = batching.to_global(next(batching.eval_batches(
       ctx.dataset.test, size, jax.process_index(), jax.process_count())), ctx.sharded)
-  totals = jax.device_put(jax.tree.map(lambda v: np.float32(v), steps.ZERO_SUMS), ctx.replicated)
-  per_batch = full / -(-len(ctx.dataset.test) // size)
+  totals = steps.zero_sums(ctx.mesh)
+  per_batch = full / batching.num_eval_batches(len(ctx.dataset.test), size)
   jax.clear_caches()
   again, _ = _timed(lambda: eval_fn(state, batch, totals))
   return {'evaluation_s': full, 'evaluation_compile_s': max(first - full, 0.0),
