@@ -168,7 +168,8 @@ def summary(arms, slots, cache_dir):
   first_m = arms[0][2]
   runs = sum(n for _, n, _ in arms)
   hours = device_hours(arms)
-  by_part = {k: sum(arm_parts(n, m)[k] for _, n, m in arms) / 3600 for k in PARTS}
+  per_arm = [arm_parts(n, m) for _, n, m in arms]
+  by_part = {k: sum(p[k] for p in per_arm) / 3600 for k in PARTS}
   cold = sum(m['devices'] * (parts(m, False)['compilation'] - parts(m, True)['compilation'])
              for _, _, m in arms) / 3600
   wall = hours * 3600 / first_m['devices'] / slots
