@@ -45,7 +45,7 @@ from typing import Any
 
 from analysis import results
 from sweeps import claims
-from trainer import gpu_memory, lock
+from trainer import gpu_memory, lock, reporting
 
 LOG_FILE = 'train.log'
 CACHE_DIR = '.jax_cache'
@@ -63,12 +63,7 @@ DIE_WITH_PARENT = ('import ctypes, os, signal, sys; '
                    'os.execvp(sys.argv[2], sys.argv[2:])')
 
 
-def fmt_duration(seconds):
-  if seconds is None:
-    return '?'
-  seconds = int(round(seconds))
-  h, rest = divmod(seconds, 3600)
-  return (f'{h}h' if h else '') + f'{rest // 60:d}m{rest % 60:02d}s'
+fmt_duration = reporting.duration  # '1h2m05s', '?' for None (the name sweeps/study.py uses)
 
 
 def tail(path, size=8192):
