@@ -71,9 +71,9 @@ def run_tool(tool, path):
 
 
 def measure(tool, path, mixed_max_rows=None):
-  """The child: one JSON line with seconds, peak RSS and the method the tool reports."""
-  from analysis import effects  # pylint: disable=import-outside-toplevel
-  import analysis.attribution  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  """The child: one JSON line with seconds, peak RSS and the method the tool reports; every module
+  run_tool imports is imported here, before the clock starts."""
+  from analysis import answer, attribution, effects, report, stats  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
   if mixed_max_rows:  # measure MixedLM beyond the size where the attribution stops fitting it
     effects.MIXED_MAX_ROWS = mixed_max_rows
   after_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -8,8 +8,9 @@
 Everything goes through the run context as the training loop does (trainer/run.py): the train step
 of bench_step (`JaxStep`: the phase where every parameter trains, one resident batch), the
 evaluation `run.evaluate` with the eval step (host gather on a prefetch thread, padded and masked
-last batch), and the checkpoint the loop writes at every epoch end: `checkpointing.state_digest`
-then `loop.save` (the loop's own write) into a temporary folder with the loop's Orbax manager (asynchronous).
+last batch), and the checkpoint the loop writes at every epoch end: `loop.save_state` (the state's
+digest, then the loop's own write) into a temporary folder with the loop's Orbax manager
+(asynchronous).
 Measured, each the median of its repeats after one untimed call (the first evaluation compiles):
 
   - the training step (bench_step's timing: `--windows` windows of `--steps` steps);
@@ -73,12 +74,11 @@ def time_calls(fn, repeats):
 
 
 def save(bench, mngr):
-  """The loop's epoch-end checkpoint of the current state (trainer/loop.py `save`, which first
-  waits for the previous write); returns when it does: the synchronous part."""
+  """The loop's epoch-end checkpoint of the current state (trainer/loop.py `save_state`: the
+  digest, then `save`, which first waits for the previous write); returns when it does: the
+  synchronous part."""
   step = int(jax.device_get(bench.state['step']))
-  results = {'status': 'running', 'step': step,
-             'state_digest': checkpointing.state_digest(bench.state)}
-  loop.save(mngr, step, results, bench.state)
+  loop.save_state(mngr, step, bench.state, {'status': 'running', 'step': step})
 
 
 def time_saves(bench, mngr, repeats, steps_during):

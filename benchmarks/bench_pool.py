@@ -7,7 +7,7 @@ The ResNet stem's 3x3/2 pool (padding 1) on an NHWC input of `--batch` x `--size
 `--channels` (at 224^2 the pool sees 112^2 x 64): the gradient of sum(pool(x) * g) for a fixed
 random cotangent g, i.e. the forward pass and the backward pass the training step runs. Each
 implementation is compiled with XLA's deterministic GPU operations on and off (per compilation,
-`compiler_options` {'xla_gpu_deterministic_ops': ...}), all four timed in alternating windows in
+`compiler_options`: bench_determinism.VARIANTS), all four timed in alternating windows in
 one process. Prints ms per call (median; min-max); the last line is `pool_speedup=<float>`:
 flax's nondeterministic time over models/pool.py's deterministic one (> 1: the deterministic,
 scatter-free pool is faster than the pool the study ran before). On CPU the option changes
@@ -28,13 +28,12 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from benchmarks import common  # noqa: E402
+from benchmarks import bench_determinism, common  # noqa: E402
 from models import pool  # noqa: E402
 
 WINDOW, STRIDES, PADDING = (3, 3), (2, 2), ((1, 1), (1, 1))
 POOLS = {'flax nnx.max_pool': lambda x: nnx.max_pool(x, WINDOW, STRIDES, PADDING),
          'models/pool.py': lambda x: pool.max_pool(x, WINDOW, STRIDES, PADDING)}
-DETERMINISM = {'deterministic': True, 'nondeterministic': False}
 
 
 def compiled_variants(x, cotangent):
@@ -43,8 +42,8 @@ def compiled_variants(x, cotangent):
   for name, fn in POOLS.items():
     grad = jax.jit(jax.grad(lambda v, g, fn=fn: jnp.sum((fn(v) * g).astype(jnp.float32))))
     lowered = grad.lower(x, cotangent)
-    for mode, on in DETERMINISM.items():
-      out[(name, mode)] = lowered.compile({'xla_gpu_deterministic_ops': on})
+    for mode, options in bench_determinism.VARIANTS.items():
+      out[(name, mode)] = lowered.compile(options)
   return out
 
 

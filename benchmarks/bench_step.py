@@ -218,10 +218,12 @@ class JaxStep:
   """The trainer's step for `config`, compiled for one resident batch; `run(n)` times n steps.
 
   `dataset`: the data (default: synthetic_dataset); the resident batch is its first training
-  batch. Raises validation.ConfigError on a config the devices cannot run (before compiling).
+  batch. `compile_step=False`: the step is only lowered (`lowered`; `step` and `flops` None), for
+  a caller that compiles its own variants of it. Raises validation.ConfigError on a config the
+  devices cannot run (before compiling).
   """
 
-  def __init__(self, config, devices=None, dataset=None, num_classes=1000):
+  def __init__(self, config, devices=None, dataset=None, num_classes=1000, compile_step=True):
     self.config = config
     self.devices = list(devices if devices is not None else jax.devices())
     self.ctx = run.build(config, dataset or synthetic_dataset(config, num_classes), self.devices)
@@ -234,9 +236,9 @@ class JaxStep:
     (self.batch,) = list(run.batches(self.ctx, phase.start, phase.start + 1))
     start = time.perf_counter()
     self.lowered = step.lower(self.state, self.batch)  # compile(options) gives variants
-    self.step = self.lowered.compile()
+    self.step = self.lowered.compile() if compile_step else None
     self.compile_s = time.perf_counter() - start
-    self.flops = cost_flops(self.step)
+    self.flops = cost_flops(self.step) if compile_step else None
 
   def run(self, n, step=None):
     """Seconds for n steps (of `step`, a compiled variant of the step, default self.step), the
@@ -251,10 +253,10 @@ class JaxStep:
     return time.perf_counter() - start
 
 
-def build_step(config, devices=None, dataset=None, num_classes=1000):
+def build_step(config, devices=None, dataset=None, num_classes=1000, compile_step=True):
   """JaxStep(...), a config the devices cannot run ending the process with one line (exit 2)."""
   try:
-    return JaxStep(config, devices, dataset, num_classes)
+    return JaxStep(config, devices, dataset, num_classes, compile_step)
   except validation.ConfigError as e:
     common.fail(str(e).splitlines()[0])
 

@@ -1,6 +1,6 @@
 """What the benchmarks share: the record's first two lines (`host`: cpus, date and load, for any
-benchmark), the one-line error, alternating timed windows, the 'n/a' format and JAX's GPU memory
-settings.
+benchmark), the one-line error, alternating timed windows, the 'n/a' format and on-demand GPU
+memory (JAX's memory settings and their record: trainer/gpu_memory.py).
 
 Light on purpose: the standard library only at import time (jax, flax and optax are imported
 inside `environment`, which also starts the JAX backend), so a benchmark measuring its own memory
@@ -12,6 +12,8 @@ import platform as platform_lib
 import sys
 import time
 
+from trainer import gpu_memory
+
 
 def fail(message):
   """One line on stderr, exit code 2: bad input, found before any compute."""
@@ -19,24 +21,13 @@ def fail(message):
   sys.exit(2)
 
 
-# JAX's GPU memory settings, read when the GPU backend starts (JAX's "GPU memory allocation" docs).
-MEMORY_VARIABLES = ('XLA_PYTHON_CLIENT_PREALLOCATE', 'XLA_PYTHON_CLIENT_MEM_FRACTION',
-                    'XLA_PYTHON_CLIENT_ALLOCATOR')
-
-
 def allocate_gpu_memory_on_demand():
   """XLA_PYTHON_CLIENT_PREALLOCATE=false unless a MEMORY_VARIABLES entry is set already: JAX then
   takes GPU memory as it needs it instead of 75 % of the GPU at start, which leaves room for
   another framework in the same process (torch). Call before anything starts JAX's backend; a
   backend already running keeps its allocator (the environment line says what was set)."""
-  if not any(name in os.environ for name in MEMORY_VARIABLES):
+  if not any(name in os.environ for name in gpu_memory.MEMORY_VARIABLES):
     os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] = 'false'
-
-
-def memory_settings():
-  """'XLA_PYTHON_CLIENT_...=value, ...' of the memory variables set, or "JAX's default"."""
-  found = [f'{name}={os.environ[name]}' for name in MEMORY_VARIABLES if name in os.environ]
-  return ', '.join(found) if found else "JAX's default (a GPU preallocates 75 %)"
 
 
 def host():
@@ -57,7 +48,8 @@ def environment():
   return (f'device: {d.platform} {getattr(d, "device_kind", "")} x{jax.device_count()} | '
           f'jax {jax.__version__}, jaxlib {jax.lib.__version__ if hasattr(jax.lib, "__version__") else ""}, '
           f'flax {flax.__version__}, optax {optax.__version__}, python '
-          f'{platform_lib.python_version()} | {host()} | GPU memory: {memory_settings()}')
+          f'{platform_lib.python_version()} | {host()} | '
+          f'GPU memory: {gpu_memory.memory_settings()}')
 
 
 def command_line(module, argv):

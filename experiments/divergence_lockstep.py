@@ -21,7 +21,7 @@ import numpy as np
 from experiments import divergence_measure as measure
 from input_pipeline import base, batching
 from numerics import setup as numerics_setup
-from trainer import optim, run, steps
+from trainer import optim, reporting, run, steps
 
 
 def pair_list(seeds, names):
@@ -67,11 +67,6 @@ def predict(fn, state, seed, split, batch_size):
   return np.concatenate(out)
 
 
-def duration(seconds):
-  seconds = int(round(seconds))
-  return f'{seconds // 60}m{seconds % 60:02d}s'
-
-
 class Progress:
   """Progress lines on `log` from the first second: what is being built or compiled (each line
   with the time since the start), then at least every `interval` seconds while training: steps
@@ -84,7 +79,7 @@ class Progress:
 
   def say(self, text):
     self.last = self.clock()
-    self.log(f'[{duration(self.last - self.start)}] {text}')
+    self.log(f'[{reporting.duration(self.last - self.start)}] {text}')
 
   def compiled(self, step):
     """The steps before `step` included a compile: the rate counts from here."""
@@ -96,7 +91,8 @@ class Progress:
     if self.since is None or step <= self.since[1] or now <= self.since[0]:
       return f'step {step}/{total}, steps/s: measuring (compiling)'
     per_s = (step - self.since[1]) / (now - self.since[0])
-    return f'step {step}/{total}, {per_s:.3g} steps/s, ETA {duration((total - step) / per_s)}'
+    eta = reporting.duration((total - step) / per_s)
+    return f'step {step}/{total}, {per_s:.3g} steps/s, ETA {eta}'
 
   def step(self, step, total):
     if self.clock() - self.last >= self.interval:

@@ -3,19 +3,32 @@ starts (trainer/lock.py `claim`: a non-blocking flock on <run>/sweep.claim, held
 runs), so of two sweeps on one root one starts each run, and only it writes the run's log.
 """
 
+import os
+
 from analysis import results
-from trainer import lock
+from trainer import lock, record
+
+
+def saved_results(workdir):
+  """(the run's saved results or None, '' or why they cannot be read: the error's type name).
+  (None, '') without opening anything when the workdir has no checkpoints folder (a fresh run) or
+  is in a bucket (the trainer on the host skips completed ones)."""
+  if '://' in workdir or not os.path.isdir(str(record.checkpoint_dir(workdir))):
+    return None, ''
+  try:
+    with results.quiet_absl():
+      return record.read_results(workdir), ''
+  except Exception as e:  # pylint: disable=broad-except  # e.g. a run being written
+    return None, type(e).__name__
+
+
+def says_completed(saved):
+  return bool(saved) and saved.get('status') == 'completed'
 
 
 def completed(run):
   """Whether the run's saved results say 'completed' (False when there are none, or unreadable)."""
-  from trainer import record  # pylint: disable=import-outside-toplevel
-  try:
-    with results.quiet_absl():
-      saved = record.read_results(run.workdir)
-  except Exception:  # pylint: disable=broad-except  # a run being written, or none
-    return False
-  return bool(saved) and saved.get('status') == 'completed'
+  return says_completed(saved_results(run.workdir)[0])
 
 
 def _try_claim(run, progress, is_completed):

@@ -71,7 +71,6 @@ def _phase(ctx, state, phase, timed_steps):
 def _evaluation(ctx, state):
   """{evaluation_s, evaluation_compile_s, evaluation_cached_compile_s}."""
   import jax  # pylint: disable=import-outside-toplevel
-  import numpy as np  # pylint: disable=import-outside-toplevel
   from input_pipeline import batching  # pylint: disable=import-outside-toplevel
   from trainer import run, steps  # pylint: disable=import-outside-toplevel
   eval_fn = run.eval_step(ctx, state)
@@ -80,8 +79,8 @@ def _evaluation(ctx, state):
   size = ctx.config.eval_batch_size
   batch = batching.to_global(next(batching.eval_batches(
       ctx.dataset.test, size, jax.process_index(), jax.process_count())), ctx.sharded)
-  totals = jax.device_put(jax.tree.map(lambda v: np.float32(v), steps.ZERO_SUMS), ctx.replicated)
-  per_batch = full / -(-len(ctx.dataset.test) // size)
+  totals = steps.zero_sums(ctx.mesh)
+  per_batch = full / batching.num_eval_batches(len(ctx.dataset.test), size)
   jax.clear_caches()
   again, _ = _timed(lambda: eval_fn(state, batch, totals))
   return {'evaluation_s': full, 'evaluation_compile_s': max(first - full, 0.0),
@@ -94,8 +93,7 @@ def _checkpoint_s(state):
   with tempfile.TemporaryDirectory() as folder:
     mngr = checkpointing.manager(folder, 1)
     start = time.perf_counter()
-    results = {'state_digest': checkpointing.state_digest(state)}
-    loop.save(mngr, 1, results, state)
+    loop.save_state(mngr, 1, state, {})
     checkpointing.wait(mngr)
     seconds = time.perf_counter() - start
     checkpointing.close(mngr)
@@ -169,7 +167,8 @@ def summary(arms, slots, cache_dir):
   first_m = arms[0][2]
   runs = sum(n for _, n, _ in arms)
   hours = device_hours(arms)
-  by_part = {k: sum(arm_parts(n, m)[k] for _, n, m in arms) / 3600 for k in PARTS}
+  per_arm = [arm_parts(n, m) for _, n, m in arms]
+  by_part = {k: sum(p[k] for p in per_arm) / 3600 for k in PARTS}
   cold = sum(m['devices'] * (parts(m, False)['compilation'] - parts(m, True)['compilation'])
              for _, _, m in arms) / 3600
   wall = hours * 3600 / first_m['devices'] / slots

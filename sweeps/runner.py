@@ -25,8 +25,8 @@ plus left); '?' until a number exists.
 GPU memory: JAX preallocates 75 % of a GPU's memory in every process, so two runs on one GPU
 cannot both start. Runs that share a GPU (`--parallel N` without `--gpus`: every run sees every
 GPU; or an id repeated in `--gpus`) each get XLA_PYTHON_CLIENT_MEM_FRACTION = GPU_SHARE / (runs on
-that GPU), unless the environment already sets one of MEMORY_VARIABLES (yours then applies to every
-run); a run alone on its GPU keeps JAX's default. The memory settings a run starts with are written
+that GPU), unless the environment already sets one of MEMORY_VARIABLES (trainer/gpu_memory.py;
+yours then applies to every run); a run alone on its GPU keeps JAX's default. The memory settings a run starts with are written
 in its train.log header line, before the command.
 """
 
@@ -44,9 +44,8 @@ import time
 from typing import Any
 
 from analysis import results
-from benchmarks.common import MEMORY_VARIABLES  # JAX's GPU memory settings (one given is kept)
 from sweeps import claims
-from trainer import lock
+from trainer import gpu_memory, lock, reporting
 
 LOG_FILE = 'train.log'
 CACHE_DIR = '.jax_cache'
@@ -64,12 +63,7 @@ DIE_WITH_PARENT = ('import ctypes, os, signal, sys; '
                    'os.execvp(sys.argv[2], sys.argv[2:])')
 
 
-def fmt_duration(seconds):
-  if seconds is None:
-    return '?'
-  seconds = int(round(seconds))
-  h, rest = divmod(seconds, 3600)
-  return (f'{h}h' if h else '') + f'{rest // 60:d}m{rest % 60:02d}s'
+fmt_duration = reporting.duration  # '1h2m05s', '?' for None (the name sweeps/study.py uses)
 
 
 def tail(path, size=8192):
@@ -88,17 +82,24 @@ def last_line(path):
   return lines[-1] if lines else ''
 
 
+def slot_gpus(gpus, slots):
+  """[(GPU id, runs on that GPU)] of each of `slots` runs at a time: one id each from `gpus`, in
+  order; without ids, None (every run sees every GPU) shared by all `slots`. The one rule by which
+  run_all and the estimate (slot_envs) hand GPUs to slots."""
+  handed = list(gpus)[:slots] if gpus else [None] * slots
+  count = collections.Counter(handed)
+  return [(gpu, count[gpu]) for gpu in handed]
+
+
 def runs_per_gpu(gpus, slots):
-  """{GPU id: concurrent runs on it} when `slots` runs take one id each from `gpus` (run_all's
-  order); {None: slots} without ids (every run sees every GPU)."""
-  handed = list(gpus)[:slots]
-  return dict(collections.Counter(handed)) if handed else {None: slots}
+  """{GPU id: concurrent runs on it} (slot_gpus); {None: slots} without ids."""
+  return dict(slot_gpus(gpus, slots))
 
 
 def memory_fraction(sharing, environ):
   """{'XLA_PYTHON_CLIENT_MEM_FRACTION': GPU_SHARE / sharing} for a run that shares its GPU with
   `sharing` - 1 others, or {} (alone on its GPU, or `environ` sets a MEMORY_VARIABLES entry)."""
-  if sharing <= 1 or any(name in environ for name in MEMORY_VARIABLES):
+  if sharing <= 1 or any(name in environ for name in gpu_memory.MEMORY_VARIABLES):
     return {}
   return {'XLA_PYTHON_CLIENT_MEM_FRACTION': f'{GPU_SHARE / sharing:.3f}'}
 
@@ -116,9 +117,10 @@ def child_env(root, repo, gpu=None, sharing=1):
   return env
 
 
-def memory_settings(env):
-  """'NAME=value ...' of the MEMORY_VARIABLES set in `env` ('' if none): the train.log record."""
-  return ' '.join(f'{name}={env[name]}' for name in MEMORY_VARIABLES if name in env)
+def slot_envs(root, repo, gpus, slots):
+  """The environment of each of `slots` runs at a time (child_env), GPUs and memory fractions
+  handed out as run_all hands them (slot_gpus): what the sweep's --estimate processes get."""
+  return [child_env(root, repo, gpu, sharing) for gpu, sharing in slot_gpus(gpus, slots)]
 
 
 def popen(argv, cwd, env, log):
@@ -278,7 +280,7 @@ def launch(run, argv, root, repo, gpu, batch_size, sharing=1, claim=None):
   os.makedirs(run.workdir, exist_ok=True)
   env = child_env(root, repo, gpu, sharing)
   log = open(os.path.join(run.workdir, LOG_FILE), 'a')
-  memory = memory_settings(env)
+  memory = gpu_memory.memory_settings(env, ' ', '')  # the train.log record ('' if none)
   log.write(f'\n# {time.strftime("%Y-%m-%d %H:%M:%S")} {memory + " " if memory else ""}'
             f'{" ".join(argv)}\n')
   log.flush()
@@ -355,8 +357,8 @@ def run_all(queue, argv_of, root, repo, progress, slots, gpus, batch_size=None, 
   progress.failures and progress.held.
   """
   queue, stop = list(queue), Stop()
-  free = list(gpus)[:slots] if gpus else [None] * slots
-  sharing = runs_per_gpu(gpus, slots)
+  handed = slot_gpus(gpus, slots)
+  free, sharing = [gpu for gpu, _ in handed], dict(handed)
   with stop.installed():
     try:
       while (queue or progress.active or progress.elsewhere) and stop.signum is None:

@@ -16,7 +16,6 @@ from sweeps import runner
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS_FILE = 'sweep_commands.txt'
 SLURM_FILE = 'sweep.sbatch'
-CACHE_DIR = runner.CACHE_DIR
 
 
 def join(root, *parts):  # not os.path.join: roots may be bucket paths
@@ -107,7 +106,7 @@ def slurm_script(commands_file, count, root, job_name):
       '# completed runs return at once, unfinished ones resume from their latest checkpoint.',
       'set -euo pipefail',
       f'cd {shlex.quote(REPO)}',
-      f'CACHE_DEFAULT={shlex.quote(join(root, CACHE_DIR))}',
+      f'CACHE_DEFAULT={shlex.quote(join(root, runner.CACHE_DIR))}',
       'export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$CACHE_DEFAULT}"',
       f'CMD=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {shlex.quote(commands_file)})',
       'echo "task $SLURM_ARRAY_TASK_ID: $CMD"',

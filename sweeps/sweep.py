@@ -35,7 +35,7 @@ import re
 import signal
 import sys
 
-from sweeps import checks, runner, scripts
+from sweeps import checks, claims, runner, scripts
 from analysis import declaration
 from configs import loader
 from trainer import record, validation
@@ -128,21 +128,16 @@ def saved_state(run):
   resume uses): then a completed one is skipped and an unfinished one relaunched, and train.py
   resumes it. Any other saved run is a conflict, named with its differing fields.
   """
-  from analysis import results  # pylint: disable=import-outside-toplevel
-  if '://' in run.workdir or not os.path.isdir(str(record.checkpoint_dir(run.workdir))):
-    return 'todo', ''  # bucket runs: the trainer on the host skips completed ones
-  try:
-    with results.quiet_absl():
-      saved = record.read_results(run.workdir)
-  except Exception as e:  # pylint: disable=broad-except
-    return 'todo', f'unreadable results ({type(e).__name__}); relaunching'
+  saved, error = claims.saved_results(run.workdir)  # none in a bucket: see there
+  if error:
+    return 'todo', f'unreadable results ({error}); relaunching'
   if not saved:
     return 'todo', ''
   diffs = record.config_differences(saved.get('config'), run.config.to_dict())
   if diffs:
     return 'mismatch', (f'{run.workdir} holds a run with other settings ({"; ".join(diffs[:3])}): '
                         'delete it or use another --root')
-  return ('completed', '') if saved.get('status') == 'completed' else ('todo', '')
+  return ('completed', '') if claims.says_completed(saved) else ('todo', '')
 
 
 def launch_order(runs):
@@ -306,8 +301,7 @@ def main(argv=None):
   print(f'{len(runs) - len(todo)} completed (skipped), {len(todo)} to run')
   if args.estimate:
     from sweeps import estimate  # pylint: disable=import-outside-toplevel
-    envs = [runner.child_env(scripts.REPO if '://' in root else root, scripts.REPO, gpu)
-            for gpu in (gpus[:slots] or [None] * slots)]  # one per slot, as the runs get them
+    envs = runner.slot_envs(scripts.REPO if '://' in root else root, scripts.REPO, gpus, slots)
     return estimate.report(runs, lambda r: scripts.config_flags(r, path, arg), envs, scripts.REPO,
                            args.estimate_steps)
   if args.dry_run:

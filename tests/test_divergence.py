@@ -341,6 +341,9 @@ def test_progress_rate_leaves_out_the_compile_and_says_the_eta():
   progress.step(11, 50)
   assert lines == ['[1m00s] step 1/50, steps/s: measuring (compiling)',
                    '[1m10s] step 11/50, 1 steps/s, ETA 0m39s']
+  now[0] = 100.0 + 3660.4  # past an hour: hours, as the sweep's lines count them
+  progress.say('still here')
+  assert lines[-1] == '[1h1m00s] still here'
 
 
 def test_matmul_precision_arms_lower_to_different_hlo():

@@ -83,4 +83,4 @@ def test_eta_unknown_until_a_step_time_without_compile(tmp_path, monkeypatch):
   reporter = reporting.Reporter(tmp_path, 100, False)
   clock.now += 50
   assert reporter.throughput(5, 64)[1] is None  # no compile end reported: all of it may be compile
-  assert reporting._format_duration(None) == '?'
+  assert reporting.duration(None, clock=True) == '?'

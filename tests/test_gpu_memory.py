@@ -9,6 +9,7 @@ import pytest
 from benchmarks import bench_step, bench_vs_torch, common
 from sweeps import runner, scripts, sweep
 from tests.conftest import ROOT
+from trainer import gpu_memory
 from tests.test_benchmarks import keep_matmul_precision  # noqa: F401 (a fixture)
 
 FRACTION = 'XLA_PYTHON_CLIENT_MEM_FRACTION'
@@ -16,7 +17,7 @@ FRACTION = 'XLA_PYTHON_CLIENT_MEM_FRACTION'
 
 @pytest.fixture
 def no_memory_settings(monkeypatch):
-  for name in common.MEMORY_VARIABLES:
+  for name in gpu_memory.MEMORY_VARIABLES:
     monkeypatch.delenv(name, raising=False)
 
 
@@ -33,7 +34,7 @@ def test_memory_fraction_splits_the_gpu_unless_alone_or_set_by_the_user():
   assert runner.memory_fraction(2, {}) == {FRACTION: '0.450'}
   assert runner.memory_fraction(4, {}) == {FRACTION: '0.225'}
   assert runner.memory_fraction(3, {}) == {FRACTION: '0.300'}
-  for name in common.MEMORY_VARIABLES:  # the user's setting applies to every run instead
+  for name in gpu_memory.MEMORY_VARIABLES:  # the user's setting applies to every run instead
     assert runner.memory_fraction(4, {name: 'x'}) == {}
 
 
@@ -43,6 +44,25 @@ def test_child_env_carries_the_fraction_and_keeps_the_users(no_memory_settings, 
   monkeypatch.setenv('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
   env = runner.child_env('/r', ROOT, None, sharing=4)
   assert FRACTION not in env and env['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'false'
+
+
+def test_estimate_processes_sharing_a_gpu_get_the_runs_fraction(tmp_path, no_memory_settings,
+                                                                  monkeypatch, capsys):
+  """`--estimate --parallel 2` without --gpus: both measuring processes share the GPU as the runs
+  would, each with 0.9 / 2 (before, each took JAX's default 75 %)."""
+  from sweeps import estimate  # pylint: disable=import-outside-toplevel
+  seen = []
+  monkeypatch.setattr(estimate, 'report', lambda runs, flags_of, envs, *_: seen.extend(envs) or 0)
+  cfg = tmp_path / 'cfg.py'
+  cfg.write_text('from configs import digits\nget_config = digits.get_config\n\n'
+                 "def get_sweep(arg=None):\n  return [{'seed': s} for s in (0, 1)]\n")
+  code = sweep.main([f'--config={cfg}:smoke', f'--root={tmp_path / "study"}', '--estimate',
+                     '--parallel', '2'])
+  capsys.readouterr()
+  assert code == 0 and [env.get(FRACTION) for env in seen] == ['0.450', '0.450']
+  assert [env.get(FRACTION) for env in runner.slot_envs('/r', ROOT, [0, 1], 2)] == [None, None]
+  assert [env['CUDA_VISIBLE_DEVICES'] for env in runner.slot_envs('/r', ROOT, [3, 3], 2)] == [
+      '3', '3']
 
 
 def test_parallel_runs_on_one_gpu_start_with_the_fraction_recorded_in_train_log(
@@ -64,13 +84,13 @@ def test_parallel_runs_on_one_gpu_start_with_the_fraction_recorded_in_train_log(
 def test_bench_vs_torch_allocates_on_demand_unless_told_otherwise(no_memory_settings, monkeypatch):
   common.allocate_gpu_memory_on_demand()
   assert os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'false'
-  assert common.memory_settings() == 'XLA_PYTHON_CLIENT_PREALLOCATE=false'
+  assert gpu_memory.memory_settings() == 'XLA_PYTHON_CLIENT_PREALLOCATE=false'
   monkeypatch.delenv('XLA_PYTHON_CLIENT_PREALLOCATE')
-  assert common.memory_settings() == "JAX's default (a GPU preallocates 75 %)"
+  assert gpu_memory.memory_settings() == "JAX's default (a GPU preallocates 75 %)"
   monkeypatch.setenv(FRACTION, '0.3')
   common.allocate_gpu_memory_on_demand()
   assert 'XLA_PYTHON_CLIENT_PREALLOCATE' not in os.environ
-  assert common.memory_settings() == f'{FRACTION}=0.3'
+  assert gpu_memory.memory_settings() == f'{FRACTION}=0.3'
 
 
 def test_bench_vs_torch_sets_it_first_and_records_it(no_memory_settings, monkeypatch, capsys,

@@ -21,7 +21,7 @@ from statsmodels.stats import power as smp
 from analysis import inference, results
 from sweeps import runner, scripts, study, sweep
 from configs import celeba, digits
-from trainer import checkpointing, lock, record, resume, validation
+from trainer import checkpointing, lock, record, reporting, resume, validation
 
 DIGITS = os.path.join(scripts.REPO, 'configs', 'digits.py')
 
@@ -259,6 +259,15 @@ def test_launch_order_round_robins_arms():
   assert [(r.slug, r.seed) for r in sweep.launch_order(runs)] == [
       ('a', 0), ('b', 0), ('c', 0), ('a', 1), ('b', 1), ('c', 1)]
   assert runner.fmt_duration(3725) == '1h2m05s'
+
+
+def test_one_duration_format_for_the_consoles():
+  """trainer/reporting.duration: the sweep's lines, the lockstep divergence's and (clock) the
+  training line's ETA, rounded to the second (the ETA was truncated before)."""
+  assert reporting.duration(3725) == '1h2m05s' and reporting.duration(59.6) == '1m00s'
+  assert reporting.duration(3725.4, clock=True) == '1:02:05'
+  assert reporting.duration(59.6, clock=True) == '0:01:00'
+  assert reporting.duration(None) == '?' and reporting.duration(-3) == '0m00s'
 
 
 def test_tiny_study_end_to_end_then_resume_skips_everything(tmp_path, subprocess_env, monkeypatch, capsys):

@@ -54,3 +54,16 @@ def test_a_claim_is_exclusive_and_dies_with_its_holder(tmp_path):
   again = lock.claim(workdir)
   assert again is not None
   lock.release_claim(again)
+
+
+def test_completed_opens_no_checkpoint_manager_for_a_fresh_run(tmp_path, monkeypatch):
+  """claims.completed (asked of every run before it starts) reads a run's results only once it
+  has a checkpoints folder, as the sweep's plan does (claims.saved_results)."""
+  from sweeps import claims  # pylint: disable=import-outside-toplevel
+  from trainer import record  # pylint: disable=import-outside-toplevel
+  opened = []
+  monkeypatch.setattr(record, 'read_results', lambda workdir: opened.append(workdir) or None)
+  run = fake_runs(tmp_path, 1)[0]
+  assert not claims.completed(run) and opened == []
+  os.makedirs(record.checkpoint_dir(run.workdir))
+  assert not claims.completed(run) and opened == [run.workdir]

@@ -190,13 +190,19 @@ def save(mngr, step, results, state=None):
     record.save(mngr, step, results, state)
 
 
+def save_state(mngr, step, state, results):
+  """`state` and `results` as checkpoint step `step` (save), `results` first given the state's
+  digest (results['state_digest'], set here: what a restore checks the state against)."""
+  results['state_digest'] = checkpointing.state_digest(state)
+  save(mngr, step, results, state)
+
+
 def _checkpoint(ctx, mngr, p, status='running'):
   p.results.update(status=status, step=p.step, total_steps=ctx.total_steps,
                    wall_time_s=p.wall_time(),
-                   log_sums={k: float(v) for k, v in p.last_logged.items()},
-                   state_digest=checkpointing.state_digest(p.state))
+                   log_sums={k: float(v) for k, v in p.last_logged.items()})
   record.end_segment(p.results, p.step)
-  save(mngr, p.step, p.results, p.state)
+  save_state(mngr, p.step, p.state, p.results)
   p.last_finite = p.step
 
 

@@ -39,11 +39,15 @@ class MetricsWriteError(RuntimeError):
   """metrics.jsonl could not be written (disk full, permissions, ...): one line, for train.py."""
 
 
-def _format_duration(seconds):
+def duration(seconds, clock=False):
+  """Seconds as the consoles show them (the training line's ETA, a sweep's progress, the lockstep
+  divergence's): '1h2m05s' ('2m04s' under an hour), or with `clock` '1:02:05'; '?' for None (not
+  known yet). Rounded to the second, a negative as 0."""
   if seconds is None:
     return '?'
-  seconds = int(max(seconds, 0))
-  return f'{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}'
+  h, rest = divmod(int(round(max(seconds, 0))), 3600)
+  m, s = divmod(rest, 60)
+  return f'{h}:{m:02d}:{s:02d}' if clock else (f'{h}h' if h else '') + f'{m}m{s:02d}s'
 
 
 def percent(fraction):
@@ -186,7 +190,7 @@ class Reporter:
     """The console line of a logged step: training accuracy in % (as the reports give it)."""
     logging.info('step %d/%d (epoch %d/%d) loss %.4f acc %s lr %.2e | %.0f img/s | ETA %s',
                  step, self.total_steps, epoch + 1, num_epochs, loss, percent(accuracy), lr,
-                 images_per_sec, _format_duration(eta))
+                 images_per_sec, duration(eta, clock=True))
 
   def close(self):
     if self._tb is not None:
