@@ -55,12 +55,11 @@ def load(args):
   if args.runs:
     frame, hist = results.load(args.runs)
     steps = results.load_steps(args.runs)
-    declared = declaration.from_roots(args.runs)[0]
+    declared = declaration.load(args.study) if args.study else declaration.from_roots(args.runs)[0]
   else:
-    frame, steps, declared = stats.read_csv(args.csv), None, {}
+    frame, steps = stats.read_csv(args.csv), None
+    declared = declaration.load(args.study) if args.study else {}
     hist = frame.iloc[:0][['run']]
-  if args.study:
-    declared = declaration.load(args.study)
   return frame, hist, steps, declared, ' '.join(args.runs or [args.csv])
 
 
