@@ -261,19 +261,16 @@ def parse_args(argv):
 
 
 def main(argv=None):
-  from analysis import declaration, results  # pylint: disable=import-outside-toplevel
+  from analysis import study  # pylint: disable=import-outside-toplevel
   args = parse_args(argv)
   try:
-    runs, hist = results.load(args.runs)
-    declared = (declaration.load(args.study) if args.study else
-                declaration.from_roots(args.runs)[0])
+    runs, hist, declared = study.load_runs(args.runs, args.study)
     out = answer.analyse(runs, declared, args.group_by, args.metric, args.margin,
                          args.margin_reason)
-    steps = results.load_steps(args.runs)
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
-  for path in make_all(out, hist, args.out, steps):
+  for path in make_all(out, hist, args.out):
     print(path)
 
 

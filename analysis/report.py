@@ -202,7 +202,8 @@ def csv_tables(out):
 
 
 def write_report(out, fmt, path=None):
-  """Print the report, or write it to `path` (CSV: one file per table, PATH_<table>.csv)."""
+  """Print the report, or write it to `path` (CSV: one file per table, PATH_<table>.csv); returns
+  the rendered text (None for CSV)."""
   if fmt == 'csv':
     for name, table in csv_tables(out).items():
       if path:
@@ -210,10 +211,15 @@ def write_report(out, fmt, path=None):
         table.to_csv(f'{stem}_{name}.csv', index=False)
       else:
         sys.stdout.write(f'# {name}\n{table.to_csv(index=False)}\n')
-    return
-  text = render(out, fmt)
+    return None
+  return write_text(render(out, fmt), path)
+
+
+def write_text(text, path=None):
+  """Print the rendered report `text`, or write it to `path`; returns the text."""
   if path:
     with open(path, 'w', encoding='utf-8') as f:
       f.write(text)
   else:
     sys.stdout.write(text)
+  return text
