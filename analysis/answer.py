@@ -61,7 +61,7 @@ def term_labels(terms, declared):
 
 def attribute(frame, declared, metric, seed_col, margin, margin_reason, source):
   """analysis.attribution with the declared factors, reference, noise arm and native arm."""
-  completed = frame[frame['status'] == 'completed'] if 'status' in frame else frame
+  completed = frame[stats.run_status(frame) == 'completed']
   out = attribution.run(
       frame, declared.get('factors') or attribution.default_factors(frame), metric=metric,
       seed_col=seed_col or 'seed', reference=declared.get('reference'), margin=margin,

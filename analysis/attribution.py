@@ -78,7 +78,7 @@ def select(frame, metric, factors, seed_col):
 def default_factors(frame):
   """platform, the numerics.requested.* fields and the arm-defining config fields that vary among
   the completed runs (by record.field_name where that names the same column)."""
-  done = frame[frame['status'] == 'completed'] if 'status' in frame else frame
+  done = frame[stats.run_status(frame) == 'completed']
   cols = [c for c in record.arm_columns(done) if c != 'device_kind']
   cols = [c for c in cols if done[c].astype(str).nunique() > 1]
   short = record.field_name
