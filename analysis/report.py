@@ -11,11 +11,9 @@ import sys
 from analysis import answer, gap
 from analysis import inference as inf
 from analysis import style, summary
+from analysis.attribution_report import signed
 from analysis.style import num, pval
 from analysis.summary import NOT_RECORDED, facts
-
-def signed(x):
-  return f'{x:+.2f}'
 
 
 def verdict_why(r, margin, unit, m):
