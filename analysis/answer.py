@@ -84,13 +84,12 @@ def analyse(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, marg
   declares = bool(declared.get('factors') and declared.get('reference'))
   out = stats.analyse(frame, group_by, metric, margin, why, seed_col, scale,
                       all_pairs=all_pairs or not declares)
-  unit = 'pp' if out['scale'] == 100 else 'units'
-  out.update(declared=declared, source=source, unit=unit, contrasts=None, arm_info=None, noise={},
+  out.update(declared=declared, source=source, contrasts=None, arm_info=None, noise={},
              attribution=None, software=software(out['runs']))
   if declares:
     out['arm_info'] = contrasts.arm_levels(out, declared)
     out['contrasts'] = contrasts.contrast_table(out, declared)
-    out['noise'] = contrasts.noise_floors(out, declared, unit)
+    out['noise'] = contrasts.noise_floors(out, declared, out['unit'])
     out['attribution'] = attribute(frame, declared, out['metric'], seed_col, margin, why, source)
   return out
 

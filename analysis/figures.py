@@ -138,7 +138,7 @@ def contrast_table(out):
 
 def contrasts(out, out_dir):
   noise = {p: f['half'] for p, f in (out.get('noise') or {}).items()}
-  return forest.plot_contrasts(contrast_table(out), noise, out['margin'], out.get('unit', 'pp'),
+  return forest.plot_contrasts(contrast_table(out), noise, out['margin'], out['unit'],
                                out_dir)
 
 

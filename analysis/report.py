@@ -65,7 +65,7 @@ def judged(out):
 
 def verdict_lines(out):
   """One line per judged comparison: the verdict in bold, Δ, why, the design, the power."""
-  unit = 'pp' if out['scale'] == 100 else 'units'
+  unit = out['unit']
   table, names = judged(out)
   lines = []
   for name, (_, r) in zip(names, table.iterrows()):
@@ -126,7 +126,7 @@ def arm_fields(out):
 
 def setup_lines(out):
   """The setup, one Markdown bullet each: data, sizes, training, arms, seeds, margin."""
-  runs, unit, name = out['runs'], 'pp' if out['scale'] == 100 else 'units', answer.labels(out)
+  runs, unit, name = out['runs'], out['unit'], answer.labels(out)
   arms = '; '.join(f'{name[r["arm"]]} ({r["n"]} seeds, {r["n_runs"]} runs)' if out['seeded'] else
                    f'{name[r["arm"]]} ({r["n_runs"]} runs)' for _, r in out['arms'].iterrows())
   dataset = facts(runs, 'config.data.name', 'data.name')
@@ -164,17 +164,17 @@ def details(out):
   arms_cap, pairs_cap = style.captions(out, judged(out)[0])
   table = labelled(out, judged(out)[0])
   parts = [('Arms', arms_cap, style.display_arms(out)),
-           ('Comparisons: every test', pairs_cap, style.display_pairs(table, out['scale']))]
+           ('Comparisons: every test', pairs_cap, style.display_pairs(table, out['unit']))]
   if out.get('contrasts') is not None and not out['pairs'].empty:
     parts.append(('All pairs (--all-pairs; Holm over all pairs, not the declared family)', '',
-                  style.display_pairs(out['pairs'], out['scale'])))
+                  style.display_pairs(out['pairs'], out['unit'])))
   return parts + [(heading, '', rows) for heading, rows in style.tables(out, table)]
 
 
 def render(out, fmt):
   """The whole report as one string. md: title, the answer (analysis/summary.py), setup, why
   each comparison got its verdict, then the tables. latex: the booktabs tables only."""
-  out = {**DEFAULTS, **out, 'unit': 'pp' if out['scale'] == 100 else 'units'}
+  out = {**DEFAULTS, **out}
   if fmt == 'latex':
     arms_cap, _ = style.captions(out, judged(out)[0])
     return summary.latex_tables(out) + style.latex(style.display_arms(out), arms_cap, 'tab:arms')

@@ -99,9 +99,8 @@ def display_arms(out):
   return rows
 
 
-def display_pairs(pairs, scale):
-  """A pair or contrast table as strings, for Markdown/LaTeX (p-values: raw (Holm))."""
-  unit = 'pp' if scale == 100 else 'units'
+def display_pairs(pairs, unit):
+  """A pair or contrast table as strings, for Markdown/LaTeX (p-values: raw (Holm)); Δ in `unit`."""
   both = lambda r, t: f'{pval(r[t + "_p"])} ({pval(r[t + "_p_holm"])})'
   eq = lambda r: ('yes' if r['equivalent'] else 'no') + (
       f' (raw: {"yes" if r["equivalent_raw"] else "no"})'
@@ -164,7 +163,7 @@ def latex(rows, caption, label=None):
 def captions(out, pairs):
   """(arms caption, caption of the judged `pairs` table) saying what the numbers are."""
   from analysis.inference import BCA_MAX_N, BCA_MIN_N  # pylint: disable=import-outside-toplevel
-  unit = 'pp' if out['scale'] == 100 else 'units'
+  unit = out['unit']
   per = 'seed (replicates of a seed averaged)' if out['seeded'] else 'run (no seed column)'
   arms = (f'{out["metric"]} per arm: n = number of {"seeds" if out["seeded"] else "runs"}, one '
           f'value per {per}; sd between them; 95% CI of the mean by the method named '
