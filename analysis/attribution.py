@@ -41,9 +41,10 @@ from trainer import record
 
 def select(frame, metric, factors, seed_col):
   """The usable runs (stats.prepare: completed, finite metric; repeated runs of a seed in one arm
-  are kept as observations sharing the seed's intercept, an arm being equal factors, platform,
-  device kind and requested numerics), one str column per factor name,
-  and whether there is a seed column."""
+  are kept as observations sharing the seed's intercept, an arm being equal factors and
+  trainer.record.arm_columns: platform, device kind, every requested numerics field and every
+  config field that differs between the runs), one str column per factor name, and whether there
+  is a seed column."""
   if frame.empty:
     raise ValueError('--runs/--csv: no runs to analyse; check the path')
   if not factors:

@@ -250,8 +250,8 @@ def parse_args(argv):
   p.add_argument('--out', required=True, help='folder for the PDF and PNG files')
   declaration.add_study_argument(p)
   p.add_argument('--group-by', nargs='+', default=[],
-                 help='columns defining an arm (default: platform, device kind and every '
-                      'requested numerics field)')
+                 help='columns defining an arm (default: platform, device kind, every requested '
+                      'numerics field and every config field that differs between the runs)')
   p.add_argument('--metric', default=stats.DEFAULT_METRIC,
                  help=f'the final metric per arm (default {stats.DEFAULT_METRIC})')
   p.add_argument('--margin', type=float, default=None,

@@ -3,7 +3,7 @@ attribution and the figures, from one or more roots of runs (local and gs://, mi
 
   python -m analysis.study --runs runs/study --out runs/study          # what sweeps.study runs
   python -m analysis.study --runs gs://bucket/gpu runs/cpu --out out   # two platforms' roots
-  python -m analysis.study --csv results/digits_h100_cpu.csv --study results/digits_study.json
+  python -m analysis.study --csv results/digits_h100_cpu.csv --study results/digits_h100_cpu.study.json
   python -m analysis.study --csv published.csv --group-by platform --metric accuracy
 
 The tests are the study's declared contrasts (analysis/contrasts.py): the declaration written
@@ -32,7 +32,8 @@ def parse_args(argv):
                  help='also test every pair of arms (Holm over all pairs, apart from the declared family)')
   p.add_argument('--group-by', nargs='+', default=[],
                  help='columns defining an arm, e.g. platform compute_dtype or any config.* field '
-                      '(default: platform, device kind and every requested numerics field)')
+                      '(default: platform, device kind, every requested numerics field and every '
+                      'config field that differs between the runs; trainer.record.arm_columns)')
   p.add_argument('--metric', default=stats.DEFAULT_METRIC,
                  help=f'the column compared between arms (default {stats.DEFAULT_METRIC}; a CSV: any '
                       'numeric column; accuracies in [0, 1] are reported in percent)')
