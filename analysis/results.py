@@ -9,7 +9,7 @@ two roots (a root given twice, or inside another) is an error, not a replicate.
 
   runs = load_runs('/tmp/study')                       # one row per run
   runs = load_runs(['gs://bucket/gpu', 'runs/cpu'])    # two platforms' roots, read as one
-  hist = load_histories('/tmp/study')                  # one row per run and evaluated epoch
+  runs, hist = load('/tmp/study')                      # and one row per run and evaluated epoch
   steps = load_steps('/tmp/study')                     # one row per run and logged training step
 """
 
@@ -144,11 +144,6 @@ def load(roots):
 def load_runs(roots):
   """One row per run under the root(s) (see runs_frame)."""
   return runs_frame(read_all(roots))
-
-
-def load_histories(roots):
-  """One row per run and evaluated epoch under the root(s) (see histories_frame)."""
-  return histories_frame(read_all(roots))
 
 
 def train_records(run):
