@@ -261,10 +261,10 @@ def parse_args(argv):
 
 
 def main(argv=None):
-  from analysis import study  # pylint: disable=import-outside-toplevel
+  from analysis import results  # pylint: disable=import-outside-toplevel
   args = parse_args(argv)
   try:
-    runs, hist, declared = study.load_runs(args.runs, args.study)
+    runs, hist, declared = results.load_study(args.runs, args.study)
     out = answer.analyse(runs, declared, args.group_by, args.metric, args.margin,
                          args.margin_reason)
   except ValueError as e:

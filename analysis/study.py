@@ -51,21 +51,10 @@ def parse_args(argv):
   return p.parse_args(argv)
 
 
-def load_runs(roots, study=None, config=None):
-  """(runs table, histories, declaration) of the runs under `roots`. The declaration: `study`
-  (--study) when given, else the roots' study.json, else `config`'s get_study() (sweeps.study),
-  else none. The one loader of analysis.study, analysis.figures and sweeps.study."""
-  frame, hist = results.load(roots)
-  if study:
-    return frame, hist, declaration.load(study)
-  declared = declaration.from_roots(roots)[0]
-  return frame, hist, declared or (declaration.from_config(config) if config else {})
-
-
 def load(args):
   """(runs table, histories, declaration, source) of the command line."""
   if args.runs:
-    return (*load_runs(args.runs, args.study), ' '.join(args.runs))
+    return (*results.load_study(args.runs, args.study), ' '.join(args.runs))
   frame = stats.read_csv(args.csv)
   declared = declaration.load(args.study) if args.study else {}
   return frame, frame.iloc[:0][['run']], declared, args.csv

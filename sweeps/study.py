@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from analysis import answer, stats
+from analysis import answer, results, stats
 from analysis import study as analysis_study
 from sweeps import runner, sweep
 
@@ -58,7 +58,7 @@ def report(root, group_by, metric, margin=None, config=None, margin_reason=None,
   attribution and figures/ into root (analysis.study). The declaration is the roots' study.json,
   else the config's get_study()."""
   roots = [root, *more]
-  frame, hist, declared = analysis_study.load_runs(roots, config=config)
+  frame, hist, declared = results.load_study(roots, config=config)
   out = answer.analyse(frame, declared, group_by, metric, margin, margin_reason,
                        all_pairs=all_pairs, source=' '.join(roots))
   return analysis_study.publish(out, hist, 'md', root)
