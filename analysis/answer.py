@@ -61,7 +61,7 @@ def term_labels(terms, declared):
 
 def attribute(frame, declared, metric, seed_col, margin, margin_reason, source):
   """analysis.attribution with the declared factors, reference, noise arm and native arm."""
-  completed = frame[frame['status'] == 'completed'] if 'status' in frame else frame
+  completed = frame[stats.run_status(frame) == 'completed']
   out = attribution.run(
       frame, declared.get('factors') or attribution.default_factors(frame), metric=metric,
       seed_col=seed_col or 'seed', reference=declared.get('reference'), margin=margin,
@@ -84,13 +84,12 @@ def analyse(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, marg
   declares = bool(declared.get('factors') and declared.get('reference'))
   out = stats.analyse(frame, group_by, metric, margin, why, seed_col, scale,
                       all_pairs=all_pairs or not declares)
-  unit = 'pp' if out['scale'] == 100 else 'units'
-  out.update(declared=declared, source=source, unit=unit, contrasts=None, arm_info=None, noise={},
+  out.update(declared=declared, source=source, contrasts=None, arm_info=None, noise={},
              attribution=None, software=software(out['runs']))
   if declares:
     out['arm_info'] = contrasts.arm_levels(out, declared)
     out['contrasts'] = contrasts.contrast_table(out, declared)
-    out['noise'] = contrasts.noise_floors(out, declared, unit)
+    out['noise'] = contrasts.noise_floors(out, declared, out['unit'])
     out['attribution'] = attribute(frame, declared, out['metric'], seed_col, margin, why, source)
   return out
 

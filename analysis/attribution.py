@@ -41,9 +41,10 @@ from trainer import record
 
 def select(frame, metric, factors, seed_col):
   """The usable runs (stats.prepare: completed, finite metric; repeated runs of a seed in one arm
-  are kept as observations sharing the seed's intercept, an arm being equal factors, platform,
-  device kind and requested numerics), one str column per factor name,
-  and whether there is a seed column."""
+  are kept as observations sharing the seed's intercept, an arm being equal factors and
+  trainer.record.arm_columns: platform, device kind, every requested numerics field and every
+  config field that differs between the runs), one str column per factor name, and whether there
+  is a seed column."""
   if frame.empty:
     raise ValueError('--runs/--csv: no runs to analyse; check the path')
   if not factors:
@@ -78,7 +79,7 @@ def select(frame, metric, factors, seed_col):
 def default_factors(frame):
   """platform, the numerics.requested.* fields and the arm-defining config fields that vary among
   the completed runs (by record.field_name where that names the same column)."""
-  done = frame[frame['status'] == 'completed'] if 'status' in frame else frame
+  done = frame[stats.run_status(frame) == 'completed']
   cols = [c for c in record.arm_columns(done) if c != 'device_kind']
   cols = [c for c in cols if done[c].astype(str).nunique() > 1]
   short = record.field_name

@@ -21,11 +21,6 @@ def ci(r, low='ci_low', high='ci_high'):
   return f'[{num(r[low])}, {num(r[high])}]'
 
 
-def short_term(term, labels):
-  """'tpu_default' for 'profile=tpu_default' when the declaration labels it, else the term."""
-  return labels.get(term, term)
-
-
 def component_rows(d, unit):
   """The decomposition of one gap as table rows (strings): G, N, R."""
   a, b = d['profiles']
@@ -116,7 +111,7 @@ def render(out):
            f'reference levels: {", ".join(f"{k}={v}" for k, v in out["reference"].items())}',
            out['noise']['text'], '']
   ratio = lambda e: num(abs(e) / half) if half > 0 else '–'
-  lines.append(style.markdown([{'term': short_term(r['term'], labels), f'estimate ({u})': num(r['estimate']),
+  lines.append(style.markdown([{'term': labels.get(r['term'], r['term']), f'estimate ({u})': num(r['estimate']),
                                 '95% CI': ci(r), 'p': pval(r['p']),
                                 'abs. estimate / noise half-width': ratio(r['estimate'])}
                                for _, r in out['terms'].iterrows()]))

@@ -69,8 +69,10 @@ def family(arms):
 
 def contrast_table(out, declared, margin=None):
   """The declared contrasts judged as one family (stats.compare rows + stats.judge) with
-  platform, label and role of each arm; Δ = arm − reference arm."""
-  arms = arm_levels(out, declared)
+  platform, label and role of each arm; Δ = arm − reference arm. The arms: out['arm_info']
+  (analysis/answer.py) when set, else arm_levels."""
+  arms = out.get('arm_info')
+  arms = arm_levels(out, declared) if arms is None else arms
   rows = [stats.compare(out, a, b, margin or out['margin']) for a, b in family(arms)]
   table = stats.judge(rows)
   if table.empty:

@@ -138,7 +138,7 @@ def contrast_table(out):
 
 def contrasts(out, out_dir):
   noise = {p: f['half'] for p, f in (out.get('noise') or {}).items()}
-  return forest.plot_contrasts(contrast_table(out), noise, out['margin'], out.get('unit', 'pp'),
+  return forest.plot_contrasts(contrast_table(out), noise, out['margin'], out['unit'],
                                out_dir)
 
 
@@ -250,8 +250,8 @@ def parse_args(argv):
   p.add_argument('--out', required=True, help='folder for the PDF and PNG files')
   declaration.add_study_argument(p)
   p.add_argument('--group-by', nargs='+', default=[],
-                 help='columns defining an arm (default: platform, device kind and every '
-                      'requested numerics field)')
+                 help='columns defining an arm (default: platform, device kind, every requested '
+                      'numerics field and every config field that differs between the runs)')
   p.add_argument('--metric', default=stats.DEFAULT_METRIC,
                  help=f'the final metric per arm (default {stats.DEFAULT_METRIC})')
   p.add_argument('--margin', type=float, default=None,
@@ -261,19 +261,16 @@ def parse_args(argv):
 
 
 def main(argv=None):
-  from analysis import declaration, results  # pylint: disable=import-outside-toplevel
+  from analysis import results  # pylint: disable=import-outside-toplevel
   args = parse_args(argv)
   try:
-    runs, hist = results.load(args.runs)
-    declared = (declaration.load(args.study) if args.study else
-                declaration.from_roots(args.runs)[0])
+    runs, hist, declared = results.load_study(args.runs, args.study)
     out = answer.analyse(runs, declared, args.group_by, args.metric, args.margin,
                          args.margin_reason)
-    steps = results.load_steps(args.runs)
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
-  for path in make_all(out, hist, args.out, steps):
+  for path in make_all(out, hist, args.out):
     print(path)
 
 

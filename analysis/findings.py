@@ -22,8 +22,11 @@ LAST = '<!-- findings: end -->'
 
 
 def judged_at(out, margin):
-  """(decomposition dicts, contrast table) of analysis/answer.py's `out` judged at `margin`."""
+  """(decomposition dicts, contrast table) of analysis/answer.py's `out` judged at `margin`: its
+  own at the margin it was analysed at."""
   att = out['attribution']
+  if margin == out['margin']:
+    return att['decomposition'], out['contrasts']
   seeds = att['decomposition'][0]['seeds'] if att['decomposition'] else 0
   split = gap.summarise(att['gap_model'], att['gap_summaries'], seeds, margin) if att['gap_summaries'] else []
   return split, contrasts.contrast_table(out, out['declared'], margin)

@@ -11,11 +11,9 @@ import sys
 from analysis import answer, gap
 from analysis import inference as inf
 from analysis import style, summary
+from analysis.attribution_report import signed
 from analysis.style import num, pval
 from analysis.summary import NOT_RECORDED, facts
-
-def signed(x):
-  return f'{x:+.2f}'
 
 
 def verdict_why(r, margin, unit, m):
@@ -67,7 +65,7 @@ def judged(out):
 
 def verdict_lines(out):
   """One line per judged comparison: the verdict in bold, Δ, why, the design, the power."""
-  unit = 'pp' if out['scale'] == 100 else 'units'
+  unit = out['unit']
   table, names = judged(out)
   lines = []
   for name, (_, r) in zip(names, table.iterrows()):
@@ -128,7 +126,7 @@ def arm_fields(out):
 
 def setup_lines(out):
   """The setup, one Markdown bullet each: data, sizes, training, arms, seeds, margin."""
-  runs, unit, name = out['runs'], 'pp' if out['scale'] == 100 else 'units', answer.labels(out)
+  runs, unit, name = out['runs'], out['unit'], answer.labels(out)
   arms = '; '.join(f'{name[r["arm"]]} ({r["n"]} seeds, {r["n_runs"]} runs)' if out['seeded'] else
                    f'{name[r["arm"]]} ({r["n_runs"]} runs)' for _, r in out['arms'].iterrows())
   dataset = facts(runs, 'config.data.name', 'data.name')
@@ -166,17 +164,17 @@ def details(out):
   arms_cap, pairs_cap = style.captions(out, judged(out)[0])
   table = labelled(out, judged(out)[0])
   parts = [('Arms', arms_cap, style.display_arms(out)),
-           ('Comparisons: every test', pairs_cap, style.display_pairs(table, out['scale']))]
+           ('Comparisons: every test', pairs_cap, style.display_pairs(table, out['unit']))]
   if out.get('contrasts') is not None and not out['pairs'].empty:
     parts.append(('All pairs (--all-pairs; Holm over all pairs, not the declared family)', '',
-                  style.display_pairs(out['pairs'], out['scale'])))
+                  style.display_pairs(out['pairs'], out['unit'])))
   return parts + [(heading, '', rows) for heading, rows in style.tables(out, table)]
 
 
 def render(out, fmt):
   """The whole report as one string. md: title, the answer (analysis/summary.py), setup, why
   each comparison got its verdict, then the tables. latex: the booktabs tables only."""
-  out = {**DEFAULTS, **out, 'unit': 'pp' if out['scale'] == 100 else 'units'}
+  out = {**DEFAULTS, **out}
   if fmt == 'latex':
     arms_cap, _ = style.captions(out, judged(out)[0])
     return summary.latex_tables(out) + style.latex(style.display_arms(out), arms_cap, 'tab:arms')
@@ -202,7 +200,8 @@ def csv_tables(out):
 
 
 def write_report(out, fmt, path=None):
-  """Print the report, or write it to `path` (CSV: one file per table, PATH_<table>.csv)."""
+  """Print the report, or write it to `path` (CSV: one file per table, PATH_<table>.csv); returns
+  the rendered text (None for CSV)."""
   if fmt == 'csv':
     for name, table in csv_tables(out).items():
       if path:
@@ -210,10 +209,15 @@ def write_report(out, fmt, path=None):
         table.to_csv(f'{stem}_{name}.csv', index=False)
       else:
         sys.stdout.write(f'# {name}\n{table.to_csv(index=False)}\n')
-    return
-  text = render(out, fmt)
+    return None
+  return write_text(render(out, fmt), path)
+
+
+def write_text(text, path=None):
+  """Print the rendered report `text`, or write it to `path`; returns the text."""
   if path:
     with open(path, 'w', encoding='utf-8') as f:
       f.write(text)
   else:
     sys.stdout.write(text)
+  return text

@@ -9,8 +9,9 @@ two roots (a root given twice, or inside another) is an error, not a replicate.
 
   runs = load_runs('/tmp/study')                       # one row per run
   runs = load_runs(['gs://bucket/gpu', 'runs/cpu'])    # two platforms' roots, read as one
-  hist = load_histories('/tmp/study')                  # one row per run and evaluated epoch
+  runs, hist = load('/tmp/study')                      # and one row per run and evaluated epoch
   steps = load_steps('/tmp/study')                     # one row per run and logged training step
+  runs, hist, declared = load_study(['runs/cpu', 'gs://b/gpu'])  # and the study's declaration
 """
 
 import contextlib
@@ -20,6 +21,7 @@ import logging
 from etils import epath
 import pandas as pd
 
+from analysis import declaration
 from trainer import record
 
 # Written by trainer/reporting.py in each run folder: one JSON object per logged step and epoch.
@@ -141,14 +143,21 @@ def load(roots):
   return runs_frame(records), histories_frame(records)
 
 
+def load_study(roots, study=None, config=None):
+  """(runs_frame, histories_frame, declaration) of the runs under the root(s): what analysis.study,
+  analysis.figures and sweeps.study analyse. The declaration: `study` (--study: a study.json or a
+  config file) when given, else the roots' study.json, else `config`'s get_study() (sweeps.study),
+  else none ({})."""
+  frame, hist = load(roots)
+  if study:
+    return frame, hist, declaration.load(study)
+  declared = declaration.from_roots(roots)[0]
+  return frame, hist, declared or (declaration.from_config(config) if config else {})
+
+
 def load_runs(roots):
   """One row per run under the root(s) (see runs_frame)."""
   return runs_frame(read_all(roots))
-
-
-def load_histories(roots):
-  """One row per run and evaluated epoch under the root(s) (see histories_frame)."""
-  return histories_frame(read_all(roots))
 
 
 def train_records(run):

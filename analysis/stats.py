@@ -306,14 +306,16 @@ def margin_choice(margin=None, reason=None, declared=None, declared_reason=None)
 def analyse(frame, group_by=(), metric=DEFAULT_METRIC, margin=DEFAULT_MARGIN, margin_reason=None,
             seed_col=None, scale=None, all_pairs=True):
   """Everything the report shows: prepare()'s dict plus `arms`, `pairs` (every pair; empty unless
-  `all_pairs`), `small` (arms n < 2), `margin` and `margin_reason` (None: 'no reason given')."""
+  `all_pairs`), `small` (arms n < 2), `margin`, `margin_reason` (None: 'no reason given') and
+  `unit` of the values, differences and margin ('pp' for percent, else 'units')."""
   if not margin > 0:
     raise ValueError(f'--margin: must be a positive number of percentage points, got {margin}')
   prep = prepare(frame, list(group_by), metric, seed_col, scale)
   arms = arm_table(prep)
   prep.update(arms=arms, pairs=pair_table(prep, arms, margin) if all_pairs else pd.DataFrame(),
               small=arms[arms['n'] < 2], margin=margin,
-              margin_reason=margin_reason or 'no reason given')
+              margin_reason=margin_reason or 'no reason given',
+              unit='pp' if prep['scale'] == 100 else 'units')
   return prep
 
 

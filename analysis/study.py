@@ -3,7 +3,7 @@ attribution and the figures, from one or more roots of runs (local and gs://, mi
 
   python -m analysis.study --runs runs/study --out runs/study          # what sweeps.study runs
   python -m analysis.study --runs gs://bucket/gpu runs/cpu --out out   # two platforms' roots
-  python -m analysis.study --csv results/digits_h100_cpu.csv --study results/digits_study.json
+  python -m analysis.study --csv results/digits_h100_cpu.csv --study results/digits_h100_cpu.study.json
   python -m analysis.study --csv published.csv --group-by platform --metric accuracy
 
 The tests are the study's declared contrasts (analysis/contrasts.py): the declaration written
@@ -32,7 +32,8 @@ def parse_args(argv):
                  help='also test every pair of arms (Holm over all pairs, apart from the declared family)')
   p.add_argument('--group-by', nargs='+', default=[],
                  help='columns defining an arm, e.g. platform compute_dtype or any config.* field '
-                      '(default: platform, device kind and every requested numerics field)')
+                      '(default: platform, device kind, every requested numerics field and every '
+                      'config field that differs between the runs; trainer.record.arm_columns)')
   p.add_argument('--metric', default=stats.DEFAULT_METRIC,
                  help=f'the column compared between arms (default {stats.DEFAULT_METRIC}; a CSV: any '
                       'numeric column; accuracies in [0, 1] are reported in percent)')
@@ -51,54 +52,57 @@ def parse_args(argv):
 
 
 def load(args):
-  """(runs table, histories, steps or None, declaration, source) of the command line."""
+  """(runs table, histories, declaration, source) of the command line."""
   if args.runs:
-    frame, hist = results.load(args.runs)
-    steps = results.load_steps(args.runs)
-    declared = declaration.from_roots(args.runs)[0]
-  else:
-    frame, steps, declared = stats.read_csv(args.csv), None, {}
-    hist = frame.iloc[:0][['run']]
-  if args.study:
-    declared = declaration.load(args.study)
-  return frame, hist, steps, declared, ' '.join(args.runs or [args.csv])
+    return (*results.load_study(args.runs, args.study), ' '.join(args.runs))
+  frame = stats.read_csv(args.csv)
+  declared = declaration.load(args.study) if args.study else {}
+  return frame, frame.iloc[:0][['run']], declared, args.csv
 
 
-def write(out, hist, steps, out_dir):
-  """Every file of the analysis into out_dir (see module doc); returns their paths."""
+def write(out, hist, out_dir, rendered=None):
+  """Every file of the analysis into out_dir (see module doc); returns their paths. `rendered`:
+  {format: text} of the report already rendered, not rendered again."""
+  rendered = rendered or {}
   os.makedirs(out_dir, exist_ok=True)
-  files = [os.path.join(out_dir, f'report.{e}') for e in ('md', 'tex')]
-  report.write_report(out, 'md', files[0])
-  report.write_report(out, 'latex', files[1])
+  files = []
+  for fmt, ext in (('md', 'md'), ('latex', 'tex')):
+    files.append(os.path.join(out_dir, f'report.{ext}'))
+    report.write_text(rendered[fmt] if fmt in rendered else report.render(out, fmt), files[-1])
   report.write_report(out, 'csv', os.path.join(out_dir, 'report.csv'))
   files += [os.path.join(out_dir, f'report_{name}.csv') for name in report.csv_tables(out)]
   if out['attribution']:
     files += attribution.write_tables(out['attribution'], out_dir)
-  return files + figures.make_all(out, hist, os.path.join(out_dir, 'figures'), steps)
+  return files + figures.make_all(out, hist, os.path.join(out_dir, 'figures'))
+
+
+def publish(out, hist, fmt='md', out_dir=None):
+  """Warn of arms with n < 2, print the report in `fmt` and, with out_dir, write every file into
+  it (write); returns the paths written."""
+  for arm in out['small']['arm']:
+    print(f'warning: arm {arm!r} has n < 2 completed runs: reported, its tests skipped',
+          file=sys.stderr)
+  text = report.write_report(out, fmt)
+  return write(out, hist, out_dir, {fmt: text}) if out_dir else []
 
 
 def analyse(args):
-  """analysis/answer.py's dict for the command line, with the histories and steps."""
-  frame, hist, steps, declared, source = load(args)
+  """analysis/answer.py's dict for the command line, with the histories."""
+  frame, hist, declared, source = load(args)
   out = answer.analyse(frame, declared, args.group_by, args.metric, args.margin,
                        args.margin_reason, args.seed_col, args.scale, args.all_pairs, source)
-  return out, hist, steps
+  return out, hist
 
 
 def main(argv=None):
   args = parse_args(argv)
   try:
-    out, hist, steps = analyse(args)
+    out, hist = analyse(args)
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
-  for arm in out['small']['arm']:
-    print(f'warning: arm {arm!r} has n < 2 completed runs: reported, its tests skipped',
-          file=sys.stderr)
-  report.write_report(out, args.format)
-  if args.out:
-    for path in write(out, hist, steps, args.out):
-      print(f'wrote {path}', file=sys.stderr)
+  for path in publish(out, hist, args.format, args.out):
+    print(f'wrote {path}', file=sys.stderr)
 
 
 if __name__ == '__main__':

@@ -12,6 +12,8 @@ import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from analysis import inference  # pylint: disable=wrong-import-position
+
 # Okabe & Ito (2008), without black (used for means) and yellow (too light on white paper).
 PALETTE = ('#0072B2', '#D55E00', '#009E73', '#CC79A7', '#56B4E9', '#E69F00', '#999999',
            '#882255')
@@ -99,9 +101,8 @@ def display_arms(out):
   return rows
 
 
-def display_pairs(pairs, scale):
-  """A pair or contrast table as strings, for Markdown/LaTeX (p-values: raw (Holm))."""
-  unit = 'pp' if scale == 100 else 'units'
+def display_pairs(pairs, unit):
+  """A pair or contrast table as strings, for Markdown/LaTeX (p-values: raw (Holm)); Δ in `unit`."""
   both = lambda r, t: f'{pval(r[t + "_p"])} ({pval(r[t + "_p_holm"])})'
   eq = lambda r: ('yes' if r['equivalent'] else 'no') + (
       f' (raw: {"yes" if r["equivalent_raw"] else "no"})'
@@ -163,20 +164,21 @@ def latex(rows, caption, label=None):
 
 def captions(out, pairs):
   """(arms caption, caption of the judged `pairs` table) saying what the numbers are."""
-  from analysis.inference import BCA_MAX_N, BCA_MIN_N  # pylint: disable=import-outside-toplevel
-  unit = 'pp' if out['scale'] == 100 else 'units'
+  unit = out['unit']
   per = 'seed (replicates of a seed averaged)' if out['seeded'] else 'run (no seed column)'
   arms = (f'{out["metric"]} per arm: n = number of {"seeds" if out["seeded"] else "runs"}, one '
           f'value per {per}; sd between them; 95% CI of the mean by the method named '
-          f'(t-interval below n = {BCA_MIN_N}, where the BCa bootstrap under-covers, and from '
-          f'n = {BCA_MAX_N:,}, where the two agree); within-seed sd: '
+          f'(t-interval below n = {inference.BCA_MIN_N}, where the BCa bootstrap under-covers, and '
+          f'from n = {inference.BCA_MAX_N:,}, where the two agree); within-seed sd: '
           f'spread of replicates of one seed (nondeterminism), pooled, with its df. '
           f'Arms by {", ".join(out["group_by"])}.')
   pairs = (f'Δ = mean A − mean B in {unit} (over shared seeds when paired); 95% CI of the '
            f'difference test (paired t when paired, else Welch); 90% CI and TOST against the '
-           f'margin ±{out["margin"]:g} {unit}; equivalent: Holm-adjusted TOST p < 0.05 (raw decision '
-           f'in brackets when it differs); p-values raw (Holm over {len(pairs)} comparison(s)); '
-           f'seeds (pairs when paired) for 80% power, α = 0.05, at Δ = margin / for equivalence.')
+           f'margin ±{out["margin"]:g} {unit}; equivalent: Holm-adjusted TOST p < '
+           f'{inference.ALPHA:g} (raw decision in brackets when it differs); p-values raw (Holm '
+           f'over {len(pairs)} comparison(s)); '
+           f'seeds (pairs when paired) for 80% power, α = {inference.ALPHA:g}, at Δ = margin / for '
+           'equivalence.')
   return arms, pairs
 
 

@@ -4,19 +4,19 @@ a confound), the gap decomposition when there are two platforms, the declared co
 the noise floor and the margin with one verdict each. Numbers from analysis/answer.py.
 """
 
-from analysis import attribution_report, inference, style
+from analysis import answer, attribution_report, inference, style
 from analysis.attribution_report import interval, signed
 
 NOT_RECORDED = 'not recorded'
 
 
 def facts(runs, *columns):
-  """The distinct recorded values of the first of `columns` the table has, as text."""
+  """The distinct recorded values (answer.distinct) of the first of `columns` the table has values
+  in."""
   for col in columns:
-    if col in runs:
-      values = sorted({str(v) for v in runs[col].dropna()})
-      if values:
-        return values[0] if len(values) == 1 else ', '.join(values) + ' (differ between runs)'
+    text = answer.distinct(runs[col]) if col in runs else None
+    if text is not None:
+      return text
   return NOT_RECORDED
 
 

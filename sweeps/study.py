@@ -21,9 +21,8 @@ import os
 import sys
 import time
 
-from analysis import answer, declaration, report as report_text, results
+from analysis import answer, results, stats
 from analysis import study as analysis_study
-from analysis import stats
 from sweeps import runner, sweep
 
 
@@ -59,12 +58,10 @@ def report(root, group_by, metric, margin=None, config=None, margin_reason=None,
   attribution and figures/ into root (analysis.study). The declaration is the roots' study.json,
   else the config's get_study()."""
   roots = [root, *more]
-  frame, hist = results.load(roots)
-  declared = declaration.from_roots(roots)[0] or (declaration.from_config(config) if config else {})
+  frame, hist, declared = results.load_study(roots, config=config)
   out = answer.analyse(frame, declared, group_by, metric, margin, margin_reason,
                        all_pairs=all_pairs, source=' '.join(roots))
-  report_text.write_report(out, 'md')
-  return analysis_study.write(out, hist, results.load_steps(roots), root)
+  return analysis_study.publish(out, hist, 'md', root)
 
 
 def main(argv=None):

@@ -119,3 +119,23 @@ def test_sweeps_study_checks_its_other_roots_before_the_sweep(tmp_path, capsys):
   err = capsys.readouterr().err
   assert code == 2 and err.startswith('error: --runs:') and err.count('\n') == 1
   assert not (tmp_path / 'r').exists()  # nothing run or written
+
+
+def test_study_flag_is_the_declaration_when_the_roots_declare_different_studies(tmp_path, capsys):
+  """Two roots whose study.json differ are refused, unless --study gives the declaration: then
+  their own declarations are not read."""
+  rng = np.random.default_rng(5)
+  for platform in ('gpu', 'cpu'):
+    for profile in ('native', 'f32', 'jax_gpu_default', 'bf16_noise'):
+      for seed in range(3):
+        fake_run(tmp_path / platform, platform, profile, seed, 0.9 + rng.normal(0, 0.004))
+  roots = [str(tmp_path / 'gpu'), str(tmp_path / 'cpu')]
+  declaration.write(roots[0], SMALL)
+  declaration.write(roots[1], {**SMALL, 'margin': 2.0})
+  with pytest.raises(SystemExit) as e:
+    analysis_study.main(['--runs', *roots])
+  assert e.value.code == 2 and 'declare different studies' in capsys.readouterr().err
+  study = declaration.write(tmp_path / 'declared', {**SMALL, 'margin': 0.7})
+  analysis_study.main(['--runs', *roots, '--study', study])
+  captured = capsys.readouterr()
+  assert 'Equivalence margin ±0.7 pp' in captured.out and 'error' not in captured.err
