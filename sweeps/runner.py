@@ -63,9 +63,6 @@ DIE_WITH_PARENT = ('import ctypes, os, signal, sys; '
                    'os.execvp(sys.argv[2], sys.argv[2:])')
 
 
-fmt_duration = reporting.duration  # '1h2m05s', '?' for None (the name sweeps/study.py uses)
-
-
 def tail(path, size=8192):
   """The last `size` bytes of a text file as text ('' if unreadable)."""
   try:
@@ -238,7 +235,7 @@ class Progress:
     busy = (f', {len(self.elsewhere)} in another sweep' if self.elsewhere else '') + (
         f', {self.in_use} in use elsewhere' if self.in_use else '')
     return (f'[sweep] {self.done}/{self.total} done, {running}, {self.failed} failed{busy} | '
-            f'elapsed {fmt_duration(now - self.start)} | ETA {fmt_duration(self.eta(measures))}')
+            f'elapsed {reporting.duration(now - self.start)} | ETA {reporting.duration(self.eta(measures))}')
 
   def show(self, message=None):
     self.last_shown = time.time()
@@ -312,7 +309,7 @@ def reap(progress, stopping):
     if a.claim is not None:
       lock.release_claim(a.claim)
     freed.append(a.gpu)
-    name, took = f'{a.run.slug}/seed{a.run.seed}', fmt_duration(time.time() - a.started)
+    name, took = f'{a.run.slug}/seed{a.run.seed}', reporting.duration(time.time() - a.started)
     if stopping:
       progress.show(f'stopped {name} after {took} (exit code {code}; log: {a.logfile})')
     elif code == 0:
@@ -334,7 +331,7 @@ def stop_all(progress, stop, poll=0.2):
   for a in progress.active.values():
     a.proc.send_signal(sig)
   progress.show(f'stopping: {sig.name} sent to {len(progress.active)} running run(s); waiting for '
-                f'them to exit (at most {fmt_duration(STOP_GRACE_S)}; signal again to kill them now)')
+                f'them to exit (at most {reporting.duration(STOP_GRACE_S)}; signal again to kill them now)')
   deadline = time.time() + STOP_GRACE_S
   while progress.active:
     if stop.force or time.time() > deadline:
@@ -372,7 +369,7 @@ def run_all(queue, argv_of, root, repo, progress, slots, gpus, batch_size=None, 
               break
             progress.held.append(run)
             progress.show(f'in use  {run.slug}/seed{run.seed}: {run.workdir} is still held after '
-                          f'{fmt_duration(LOCK_WAIT_S)}; not run (rerun when its holder is done)')
+                          f'{reporting.duration(LOCK_WAIT_S)}; not run (rerun when its holder is done)')
             continue
           gpu = free.pop(0)
           a = launch(run, argv_of(run), root, repo, gpu, batch_size and batch_size(run),

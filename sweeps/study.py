@@ -23,7 +23,8 @@ import time
 
 from analysis import answer, results, stats
 from analysis import study as analysis_study
-from sweeps import runner, sweep
+from sweeps import sweep
+from trainer import reporting
 
 
 def parse_args(argv):
@@ -89,7 +90,7 @@ def main(argv=None):
     return 2
   print('\nwritten:\n' + '\n'.join(f'  {p}' for p in written))
   load = ', '.join(f'{x:.2f}' for x in os.getloadavg())
-  print(f'study finished in {runner.fmt_duration(time.time() - start)} (load average {load})'
+  print(f'study finished in {reporting.duration(time.time() - start)} (load average {load})'
         + ('; some runs failed: see above' if code else ''))
   return code
 

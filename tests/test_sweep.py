@@ -258,7 +258,7 @@ def test_launch_order_round_robins_arms():
   runs = [sweep.Run({}, arm, seed, {}, '') for arm in 'abc' for seed in range(2)]
   assert [(r.slug, r.seed) for r in sweep.launch_order(runs)] == [
       ('a', 0), ('b', 0), ('c', 0), ('a', 1), ('b', 1), ('c', 1)]
-  assert runner.fmt_duration(3725) == '1h2m05s'
+  assert reporting.duration(3725) == '1h2m05s'
 
 
 def test_one_duration_format_for_the_consoles():
