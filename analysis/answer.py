@@ -65,7 +65,8 @@ def attribute(frame, declared, metric, seed_col, margin, margin_reason, source):
   out = attribution.run(
       frame, declared.get('factors') or attribution.default_factors(frame), metric=metric,
       seed_col=seed_col or 'seed', reference=declared.get('reference'), margin=margin,
-      noise_arm=declared.get('noise_arm'), native=declared.get('native'),
+      noise_arm=declared.get('noise_arm'), noise_of=declared.get('noise_of'),
+      min_share=declared.get('min_share'), native=declared.get('native'),
       platform_profile=platform_profile(completed, declared.get('platform_profile')),
       source=source, margin_reason=margin_reason)
   out['labels'] = term_labels(out['terms']['term'], declared)

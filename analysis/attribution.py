@@ -14,17 +14,20 @@ reference level with the other factors held fixed, with its 95% CI. Accuracies s
 are in percentage points (x100), as in analysis.stats. Only completed runs with a finite metric are
 used; the others are listed.
 
-Platform gap (analysis/gap.py). With runs from two or more platforms and a native arm, the native
-gap between each platform and the reference platform is split, in a second fit whose arithmetic
-factor is crossed with platform, into a numerics part (what the emulated arithmetic reproduces)
-and a platform residual, with a verdict (no gap / explained by numerics / partly explained / not
-explained / inconclusive), the share of the gap the numerics part accounts for (delta-method
-interval) and the seeds a decisive answer needs. With one platform (or no native arm) each
-observed arm is compared with the reference arm instead, from the main fit.
+Platform gap (analysis/gap.py). With runs from two or more platforms and a native arm, each
+platform's native gap against the reference platform is measured per seed from the paired cell
+means of the native and emulating arms (every other factor at its reference level) and split
+exactly into the emulation's fidelity on each platform, the numerics part and the platforms under
+the same emulated arithmetic, each with a t-interval over seeds; the verdict (analysis/
+gap_verdict.py: no gap / gap within margin / explained by numerics / partly explained / not
+explained / inconclusive), the share explained (Fieller) and the seeds a decisive answer needs.
+The mixed model over the same cells is shown as a cross-check. With one platform (or no native
+arm) each observed arm is compared with the reference arm instead, from the main fit.
 
-Noise floor. The sd of the metric over the runs (seeds) of the noise-control arm, and the half-width
-of a 95% t interval of the difference of two independent means of that many runs with that sd,
-t(0.975, 2n - 2) * sd * sqrt(2 / n): how large a difference replicate noise alone gives.
+Noise floor, per platform (noise_floors). The paired sd of (noise arm - the arm it perturbs, the
+declaration's noise_of, else the reference arm) over the seeds both ran, and the 95% half-width
+of a paired mean difference at that many seeds, t(0.975, n - 1) x sd / sqrt(n): how large a
+paired difference the matched perturbation alone gives at this study's seeds.
 """
 
 import argparse
@@ -35,7 +38,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from analysis import attribution_report, effects, forest, gap, stats
+from analysis import attribution_report, effects, forest, gap, gap_verdict, stats
 from trainer import record
 
 
@@ -99,32 +102,58 @@ def references(runs, columns, given):
   return out
 
 
-def noise_floor(runs, arm, scale_unit):
-  """sd over the noise arm's runs and the 95% half-width of a difference of two such means."""
-  if not arm:
-    return {'sd': np.nan, 'half': np.nan, 'text': 'noise floor unavailable: no --noise-arm given'}
+def arm_mask(runs, levels, flag):
+  """Rows of `runs` whose factor columns hold `levels` ({factor name: level})."""
   mask = pd.Series(True, index=runs.index)
-  for name, level in arm.items():
-    col = name if name in runs else stats.resolve_column(runs, name, '--noise-arm')
-    mask &= runs[col].astype(str) == level
-  x = runs.loc[mask, 'value'].to_numpy()
-  label = ', '.join(f'{k}={v}' for k, v in arm.items())
-  if len(x) < 2:
-    raise ValueError(f'--noise-arm: {label} has {len(x)} usable run(s); it needs 2 or more')
-  sd = float(np.std(x, ddof=1))
-  half = float(sps.t.ppf(0.975, 2 * len(x) - 2) * sd * np.sqrt(2 / len(x)))
-  return {'sd': sd, 'half': half, 'text': (
-      f'noise floor ({label}, {len(x)} runs): sd between runs {sd:.3f} {scale_unit}; 95% half-width '
-      f'of the difference of two independent {len(x)}-run means, t(0.975, {2 * len(x) - 2}) x sd x '
-      f'sqrt(2/{len(x)}) = {half:.3f} {scale_unit}')}
+  for name, level in levels.items():
+    col = name if name in runs else stats.resolve_column(runs, name, flag)
+    mask &= runs[col].astype(str) == str(level)
+  return mask
+
+
+def noise_floor(runs, arm, base, scale_unit):
+  """The paired noise floor of one platform's runs (module doc): {'sd', 'half', 'n', 'text'}."""
+  label = lambda levels: ', '.join(f'{k}={v}' for k, v in levels.items())
+  noisy = runs[arm_mask(runs, arm, '--noise-arm')].groupby('seed')['value'].mean()
+  clean_runs = runs[arm_mask(runs, base, '--noise-of')]
+  if 'arm' in clean_runs and clean_runs['arm'].nunique() > 1:
+    raise ValueError(f'--noise-of: {label(base)} matches {clean_runs["arm"].nunique()} arms; name '
+                     'every factor of the arm the noise arm perturbs')
+  clean = clean_runs.groupby('seed')['value'].mean()
+  d = (noisy - clean).dropna().to_numpy()
+  if len(d) < 2:
+    raise ValueError(f'--noise-arm: {label(arm)} shares {len(d)} seed(s) with {label(base)}; it '
+                     'needs 2 or more')
+  sd = float(np.std(d, ddof=1))
+  half = float(sps.t.ppf(0.975, len(d) - 1) * sd / np.sqrt(len(d)))
+  return {'sd': sd, 'half': half, 'n': len(d), 'text': (
+      f'noise floor ({label(arm)} − {label(base)}, paired by seed, {len(d)} seeds): sd of the '
+      f'per-seed differences {sd:.3f} {scale_unit}; 95% half-width of their mean, '
+      f't(0.975, {len(d) - 1}) x sd / √{len(d)} = {half:.3f} {scale_unit}')}
+
+
+def noise_floors(runs, arm, base, scale_unit):
+  """{platform: noise_floor} of each platform where the noise arm and its base share 2+ seeds."""
+  if not arm:
+    return {}
+  platforms = runs['platform'].astype(str) if 'platform' in runs else pd.Series('', index=runs.index)
+  floors = {}
+  for platform, group in runs.groupby(platforms, sort=True):
+    try:
+      floors[platform] = noise_floor(group, arm, base, scale_unit)
+    except ValueError as e:
+      if '--noise-of' in str(e) and 'matches' in str(e):
+        raise
+  return floors
 
 
 def run(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed', reference=None,
         interactions=(), margin=None, noise_arm=None, native=None, platform_profile=None,
-        out_dir=None, source='', margin_reason=None):
+        out_dir=None, source='', margin_reason=None, noise_of=None, min_share=None):
   """The whole attribution (see module doc) as a dict of numbers and verdict categories: terms (the
   CSV table), gap (component table or None), decomposition (one verdict dict per gap,
-  analysis/gap.py), arms, noise, model, method, excluded, replicates, labels ({term: short label}
+  analysis/gap_verdict.py), arms, noise ({platform: noise_floor}), model, method, excluded,
+  replicates, labels ({term: short label}
   for the renderer and figures; empty here, a study's declaration fills it) and files (written to
   out_dir: write())."""
   if margin is not None and not margin > 0:
@@ -147,12 +176,14 @@ def run(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed', reference=
          'model': effects.formula(prep['metric'], list(columns), ref, pairs, prep['has_seed']),
          'method': model['method'], 'terms': effects.term_table(model, X), 'n_runs': len(runs),
          'excluded': prep['excluded'], 'replicates': prep['replicates'], 'arms': None,
-         'noise': noise_floor(runs, effects.parse_pairs(noise_arm, '--noise-arm'), unit)}
-  split = gap.section(runs, y, seeds, columns, ref, native, platform_profile, margin)
+         'noise': noise_floors(runs, effects.parse_pairs(noise_arm, '--noise-arm'),
+                               effects.parse_pairs(noise_of or reference or {}, '--noise-of'),
+                               unit)}
+  split = gap.section(runs if prep['has_seed'] else runs.drop(columns='seed'), columns, ref,
+                      native, platform_profile, margin, min_share)
   out.update(gap=split['table'], gap_note=split['note'], emulation=split['emulation'],
-             native=split['native'], gap_method=split.get('method'),
-             decomposition=split['decomposition'], gap_model=split.get('model'),
-             gap_summaries=split.get('summaries'))
+             native=split['native'], decomposition=split['decomposition'],
+             gap_summaries=split['summaries'], min_share=min_share)
   if out['gap'] is None:
     out['arms'] = effects.arm_rows(model, X, runs, list(columns), ref)
   out['files'] = write(out, out_dir) if out_dir else []
@@ -170,7 +201,7 @@ def write_tables(out, out_dir):
   if out['gap'] is not None:
     files += [os.path.join(out_dir, f'attribution_{n}.csv') for n in ('gap', 'decomposition')]
     out['gap'].to_csv(files[-2], index=False)
-    gap.flat(out['decomposition']).to_csv(files[-1], index=False)
+    gap_verdict.flat(out['decomposition']).to_csv(files[-1], index=False)
   return files
 
 
@@ -199,6 +230,11 @@ def parse_args(argv):
   p.add_argument('--interactions', nargs='+', default=[], help='A:B interactions to add')
   p.add_argument('--margin', type=float, default=None, help='equivalence margin (pp for accuracies)')
   p.add_argument('--noise-arm', nargs='+', default=[], help='factor=level: the noise-control arm')
+  p.add_argument('--noise-of', nargs='+', default=[],
+                 help='factor=level: the arm the noise arm perturbs (default: the reference arm)')
+  p.add_argument('--min-share', type=float, default=None,
+                 help='share of the gap the numerics part must reach (lower 95%% bound) for '
+                      '"explained by numerics" (default %g)' % gap_verdict.MIN_SHARE)
   p.add_argument('--native', nargs='+', default=[], help='factor=level of the native arm')
   p.add_argument('--platform-profile', nargs='+', default=[],
                  help='platform=level: the profile emulating each platform, e.g. gpu=jax_gpu_default')
@@ -214,7 +250,7 @@ def main(argv=None):
     frame = results.load_runs(args.runs) if args.runs else stats.read_csv(args.csv)
     out = run(frame, args.factors, args.metric, args.seed_col, args.reference, args.interactions,
               args.margin, args.noise_arm, args.native, args.platform_profile, args.out,
-              ' '.join(args.runs or [args.csv]))
+              ' '.join(args.runs or [args.csv]), noise_of=args.noise_of, min_share=args.min_share)
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)

@@ -84,15 +84,7 @@ def contrast_table(out, declared, margin=None):
 
 
 def noise_floors(out, declared, unit):
-  """{platform: analysis.attribution.noise_floor dict} of each platform with >= 2 noise-arm runs."""
-  noise = declared.get('noise_arm')
-  if not noise:
-    return {}
-  runs, floors = out['runs'], {}
-  for platform, group in runs.groupby(runs['platform'].astype(str) if 'platform' in runs else
-                                      pd.Series('', index=runs.index)):
-    try:
-      floors[platform] = attribution.noise_floor(group, noise, unit)
-    except ValueError:
-      continue  # fewer than 2 noise-arm runs on this platform: no floor there
-  return floors
+  """{platform: analysis.attribution.noise_floor} (paired: the noise arm − the arm it perturbs,
+  declared noise_of, else the reference arm) of each platform where both share 2+ seeds."""
+  return attribution.noise_floors(out['runs'], declared.get('noise_arm') or {},
+                                  declared.get('noise_of') or declared.get('reference') or {}, unit)

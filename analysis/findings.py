@@ -27,8 +27,8 @@ def judged_at(out, margin):
   att = out['attribution']
   if margin == out['margin']:
     return att['decomposition'], out['contrasts']
-  seeds = att['decomposition'][0]['seeds'] if att['decomposition'] else 0
-  split = gap.summarise(att['gap_model'], att['gap_summaries'], seeds, margin) if att['gap_summaries'] else []
+  split = (gap.summarise(att['gap_summaries'], margin, att['min_share'])[1]
+           if att['gap_summaries'] else [])
   return split, contrasts.contrast_table(out, out['declared'], margin)
 
 

@@ -1,96 +1,165 @@
-"""The platform gap of analysis.attribution: its split into a numerics part and a platform residual,
-and a verdict that says what the split shows.
+"""The platform gap of analysis.attribution, measured as it is named: per seed, from the paired
+cell means of the arms that define it, split exactly into what the emulated arithmetic explains
+and what it does not. Verdict words: analysis/gap_verdict.py.
 
-The `native` arm runs each platform's own default arithmetic; the emulated profiles (tpu_default,
-jax_gpu_default, ...) reproduce one platform's arithmetic on every platform. The gap model crosses
-the arithmetic factor with platform (one coefficient per observed (platform, profile) cell; the
-other factors additive). For a platform A and the reference platform B:
-  native gap  G = native arm on A - native arm on B (adjusted for seed and the other factors);
-  numerics    N = cell(profile emulating A) - cell(profile emulating B), averaged over the
-                  platforms that ran both, plus, for each other factor whose level differs between
-                  the two native arms, its coefficient difference (one row per factor);
-  residual    R = G - N: what the emulated arithmetic does not reproduce.
-Each is a linear contrast c'b of the coefficients with standard error sqrt(c'Vc) from the fit's
-covariance V (mixed or cluster-robust), so the correlation of G, N and R (shared runs) is kept.
+Cells. y(P, e, s) = the metric of seed s on platform P under profile level e, every other declared
+factor at its reference level (batchnorm_group=0, f32 activations: arms with another level, e.g.
+BN/16 or bf16 activations, never enter), replicates of a seed averaged. A = a platform, B = the
+reference platform; nat = the native arm, eA / eB = the profiles emulating A's / B's native
+arithmetic (the declaration's platform_profile). Per seed s:
+  G     = nat_A - nat_B                       the native gap (the question)
+  fid_X = nat_X - eX_X                        does the profile emulating X reproduce X, on X
+  N_X   = eA_X - eB_X                         the numerics part measured on platform X
+  N     = (N_A + N_B) / 2                     the numerics part;  N_A - N_B its interaction
+  P_e   = e_A - e_B                           the platforms under the same emulated arithmetic e
+  P     = (P_eA + P_eB) / 2
+  R     = G - N = fid_A - fid_B + P           what the emulated arithmetic does not reproduce
+  and the identity G = fid_A - fid_B + N + P holds exactly, seed by seed.
+Each component's estimate is its mean over the seeds that ran every cell it needs (the seeds of
+all cells, so the identity holds on the means too), with a t-interval over those seeds (the
+paired design's own: robust to unequal arm variances, no model), two-sided paired-t p and, for G,
+Wilcoxon's signed-rank p and d_z. G and R also get their TOST against the margin. Share explained
+s = N / G with Fieller's interval over the same seeds (analysis.inference.fieller). A component
+whose cells were not run is reported as not estimable, naming the missing cells.
 
-Verdict (alpha = 0.05; "shown" = the 95% CI excludes 0; "equivalent" = TOST p < alpha against
-+-margin, Schuirmann 1987, i.e. the 90% CI inside +-margin):
-  no gap                 G is equivalent to 0: there is nothing beyond the margin to explain;
-  explained by numerics  G is shown, N is shown with G's sign, and R is equivalent to 0;
-  partly explained       G is shown, N is shown with G's sign, and R is shown too;
-  not explained          G is shown, R is shown, and N is not shown with G's sign;
-  inconclusive           anything else (the flags say which part is open).
-"Explained by numerics" is an intersection-union test (Berger 1982): each part at alpha gives the
-whole claim level alpha, with no multiplicity correction among its parts.
-
-Share explained: s = N / G with a delta-method interval, se(s) = se(N - s G) / |G| (the contrast
-N - sG evaluated at the estimate s, so cov(N, G) is included), t (or normal) quantile with the
-fit's df; reported only when G is shown. Seeds for a decisive answer: analysis.inference's
-seeds_needed (paired t power, 80%, alpha 0.05) with the per-seed sd of each contrast, se x
-sqrt(seeds): to show G and N nonzero at their estimates, and G or R within +-margin when the true
-value is 0.
+Cross-check (named, not the estimator): a MixedLM (random intercept per seed) over the same cells
+with one coefficient per cell, the same G, N and R as contrasts (analysis/effects.py); it assumes
+one residual variance for every cell.
 """
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
-from analysis import effects, inference
+from analysis import effects, gap_verdict, inference
 
-CELL = 'platform x arithmetic'
-VERDICTS = ('no gap', 'explained by numerics', 'partly explained', 'not explained', 'inconclusive')
-
-
-def cell_weights(X, cell, sign=1.0):
-  """Weights of a (platform, profile) cell's coefficient (none for the reference cell)."""
-  col = f'{CELL}={cell}'
-  return pd.Series({col: sign} if col in X else {}, dtype=float)
+KINDS = ('gap', 'fidelity', 'numerics', 'numerics total', 'numerics interaction', 'platform',
+         'platform total', 'residual')
 
 
-def total(weights):
-  """Sum of weight Series, a missing column counting as 0."""
-  out = pd.Series(dtype=float)
-  for w in weights:
-    out = out.add(w, fill_value=0.0)
+def cell_means(runs, factor, others, ref):
+  """{(platform, level): Series over seeds} of the runs at every other factor's reference level,
+  replicates of a seed averaged."""
+  keep = pd.Series(True, index=runs.index)
+  for f in others:
+    keep &= runs[f].astype(str) == str(ref[f])
+  cells = runs[keep].groupby(['platform', factor, 'seed'], sort=True)['value'].mean()
+  return {key: group.droplevel([0, 1]) for key, group in cells.groupby(level=[0, 1])}
+
+
+def definitions(a, b, native, emu):
+  """[(key, label, kind, {cell: weight})] of every component of platform a's gap against b."""
+  ea, eb = emu[a], emu[b]
+  cell = lambda p, e: (p, e)
+  return [
+      ('G', f'native gap ({a} − {b})', 'gap', {cell(a, native): 1, cell(b, native): -1}),
+      ('fid_A', f'fidelity on {a}: native − {ea}', 'fidelity', {cell(a, native): 1, cell(a, ea): -1}),
+      ('fid_B', f'fidelity on {b}: native − {eb}', 'fidelity', {cell(b, native): 1, cell(b, eb): -1}),
+      ('N_A', f'numerics on {a}: {ea} − {eb}', 'numerics', {cell(a, ea): 1, cell(a, eb): -1}),
+      ('N_B', f'numerics on {b}: {ea} − {eb}', 'numerics', {cell(b, ea): 1, cell(b, eb): -1}),
+      ('N', f'numerics part: {ea} − {eb}, mean of both platforms', 'numerics total',
+       {cell(a, ea): .5, cell(a, eb): -.5, cell(b, ea): .5, cell(b, eb): -.5}),
+      ('N_interaction', f'numerics on {a} − on {b}', 'numerics interaction',
+       {cell(a, ea): 1, cell(a, eb): -1, cell(b, ea): -1, cell(b, eb): 1}),
+      ('P_eA', f'platforms under {ea}: {a} − {b}', 'platform', {cell(a, ea): 1, cell(b, ea): -1}),
+      ('P_eB', f'platforms under {eb}: {a} − {b}', 'platform', {cell(a, eb): 1, cell(b, eb): -1}),
+      ('P', f'platforms under the same emulated arithmetic, mean of {ea} and {eb}',
+       'platform total', {cell(a, ea): .5, cell(b, ea): -.5, cell(a, eb): .5, cell(b, eb): -.5}),
+      ('R', 'platform residual: gap − numerics part', 'residual',
+       {cell(a, native): 1, cell(b, native): -1, cell(a, ea): -.5, cell(a, eb): .5,
+        cell(b, ea): -.5, cell(b, eb): .5}),
+  ]
+
+
+def per_seed(cells, weights, seeds):
+  """The component's value per seed: sum of weight x cell mean, over `seeds`."""
+  return sum(w * cells[c].loc[seeds].to_numpy() for c, w in weights.items())
+
+
+def component_stats(d, margin):
+  """Estimate, sd, se, df, 95% CI, paired-t p, signed-rank p and d_z of the per-seed values d;
+  with a margin also the 90% CI and TOST p."""
+  k = len(d)
+  mean = float(np.mean(d))
+  sd = float(np.std(d, ddof=1)) if k > 1 else np.nan
+  se = sd / np.sqrt(k) if k > 1 else np.nan
+  low, high = inference.diff_ci(mean, se, k - 1, 0.95) if k > 1 else (np.nan, np.nan)
+  if k < 2:
+    p = np.nan
+  elif se > 0:
+    p = float(2 * inference.sps.t.sf(abs(mean) / se, k - 1))
+  else:
+    p = 1.0 if mean == 0 else 0.0
+  _, sr_p, sr_method = inference.signed_rank(d)
+  out = {'estimate': mean, 'sd': sd, 'se': se, 'df': k - 1, 'seeds': k, 'ci_low': low,
+         'ci_high': high, 'p': p, 'signed_rank_p': sr_p, 'signed_rank_method': sr_method,
+         'd_z': inference.d_z(d), 'ci90_low': np.nan, 'ci90_high': np.nan, 'tost_p': np.nan}
+  if margin and k > 1:
+    out['ci90_low'], out['ci90_high'], out['tost_p'] = inference.tost(mean, se, k - 1, margin)
   return out
 
 
-def gap_weights(X, runs, a, b, native, emu, others):
-  """(gap weights, [(numerics part name, weights)]) of platform a's native gap against b."""
-  nf, nl = native
-  nat = lambda p: (runs['platform'] == p) & (runs[nf] == nl)
-  gap = X[nat(a)].mean() - X[nat(b)].mean()
-  cells = set(runs[CELL])
-  both = [p for p in sorted(set(runs['platform'])) if {f'{p}|{emu[a]}', f'{p}|{emu[b]}'} <= cells]
-  if not both:
-    raise LookupError(f'no platform ran both {nf}={emu[a]} and {nf}={emu[b]}')
-  num = total(w for p in both for w in (cell_weights(X, f'{p}|{emu[a]}'),
-                                        cell_weights(X, f'{p}|{emu[b]}', -1.0))) / len(both)
-  parts = [(f'numerics: {nf} {emu[a]} - {emu[b]} (on {", ".join(both)})', num)]
+def components(cells, a, b, native, emu):
+  """(summary, missing): the per-seed values of every estimable component of a's gap against b
+  over the seeds common to all cells run, and {key: why not} of the others."""
+  present = {c for c in cells}
+  defs = definitions(a, b, native, emu)
+  used = {c for _, _, _, w in defs for c in w if c in present}
+  seeds = sorted(set.intersection(*(set(cells[c].index) for c in used)))
+  values, missing, labels, kinds = {}, {}, {}, {}
+  for key, label, kind, weights in defs:
+    absent = [c for c in weights if c not in present]
+    labels[key], kinds[key] = label, kind
+    if absent:
+      missing[key] = 'not estimable: no runs of ' + ', '.join(f'{e} on {p}' for p, e in absent)
+    else:
+      values[key] = per_seed(cells, weights, seeds)
+  if 'N_A' in values and 'N_B' not in values or 'N_B' in values and 'N_A' not in values:
+    only = 'N_A' if 'N_A' in values else 'N_B'  # one platform ran both emulations: N from it alone
+    values['N'] = values[only]
+    labels['N'] = labels[only] + ' (one platform only)'
+    missing.pop('N', None)
+    values['R'] = values['G'] - values['N']
+    missing.pop('R', None)
+  return {'gap': f'{a} - {b}', 'platforms': (a, b), 'profiles': (emu[a], emu[b]), 'seeds': seeds,
+          'values': values, 'labels': labels, 'kinds': kinds}, missing
+
+
+def component_table(summary, missing, margin):
+  """One row per component: gap, key, component (label), kind, the component_stats numbers, note
+  (why it is not estimable)."""
+  rows = []
+  for key, label in summary['labels'].items():
+    row = {'gap': summary['gap'], 'key': key, 'component': label, 'kind': summary['kinds'][key]}
+    if key in summary['values']:
+      row.update(component_stats(summary['values'][key], margin if key in ('G', 'R') else None))
+      row['note'] = ''
+    else:
+      row['note'] = missing[key]
+    rows.append(row)
+  return pd.DataFrame(rows)
+
+
+def cross_check(runs, factor, others, ref, summary, native):
+  """{key: effects.contrast} of G, N and R from a MixedLM over the same cells and seeds (the
+  module doc), or {} when the fit fails; named as a cross-check wherever it is shown."""
+  a, b = summary['platforms']
+  keep = runs['seed'].isin(summary['seeds'])
   for f in others:
-    w = gap[[c for c in X if c.startswith(f'{f}=')]]
-    if w.abs().sum() > 1e-12:
-      parts.append((f'numerics: {f} as in the native arms', w))
-  return gap, parts
-
-
-def gap_rows(model, X, runs, a, b, native, emu, others):
-  """(component rows, summary) of platform a's native gap against b: rows `gap`, `component`,
-  `kind` (gap | numerics | numerics total | residual) and the contrast's numbers; the summary is
-  judge()'s input (the contrasts G, N, R and the weights the share needs)."""
-  gap, parts = gap_weights(X, runs, a, b, native, emu, others)
-  num = total(w for _, w in parts)
-  label = f'{a} - {b}'
-  named = [('native gap', 'gap', gap)] + [(name, 'numerics', w) for name, w in parts]
-  if len(parts) > 1:
-    named.append(('numerics part (sum)', 'numerics total', num))
-  named.append(('platform residual', 'residual', total([gap, -num])))
-  rows = [{'gap': label, 'component': name, 'kind': kind, **effects.contrast(model, w)}
-          for name, kind, w in named]
-  part = lambda kind: next(r for r in rows if r['kind'] == kind)
-  numerics = part('numerics total') if len(parts) > 1 else part('numerics')
-  return rows, {'gap': label, 'G': part('gap'), 'N': numerics, 'R': part('residual'),
-                'weights': (gap, num), 'profiles': (emu[a], emu[b])}
+    keep &= runs[f].astype(str) == str(ref[f])
+  sub = runs[keep].assign(cell=lambda r: r['platform'].astype(str) + '|' + r[factor].astype(str))
+  X = effects.design(sub, ['cell'], {'cell': f'{b}|{native}'})
+  try:
+    model = effects.fit(sub['value'], X, sub['seed'])
+  except (ValueError, np.linalg.LinAlgError):
+    return {}
+  out = {}
+  for key, _, _, weights in definitions(a, b, native, dict(zip((a, b), summary['profiles']))):
+    if key in ('G', 'N', 'R') and key in summary['values']:
+      w = pd.Series({f'cell={p}|{e}': v for (p, e), v in weights.items()
+                     if f'cell={p}|{e}' in X}, dtype=float)
+      out[key] = effects.contrast(model, w)
+  out['method'] = model['method']
+  return out
 
 
 def default_emulation(runs, native_factor, platforms, given):
@@ -126,136 +195,51 @@ def native_arm(runs, columns, given):
   return None
 
 
-def shown(c):
-  """Does the contrast's 95% CI exclude 0? (+1 above, -1 below, 0 no)."""
-  return 1 if c['ci_low'] > 0 else -1 if c['ci_high'] < 0 else 0
-
-
-def equivalence(c, margin):
-  """(90% CI low, high, TOST p) of contrast c against +-margin; NaNs without a margin."""
-  if not margin:
-    return np.nan, np.nan, np.nan
-  return inference.tost(c['estimate'], c['se'], c['df'], margin)
-
-
-def share(model, summary):
-  """(s = N / G, its 95% CI low, high) by the delta method (module doc); NaNs when G is not shown."""
-  G, N = summary['G'], summary['N']
-  if not shown(G):
-    return np.nan, np.nan, np.nan
-  s = N['estimate'] / G['estimate']
-  gap, num = summary['weights']
-  se = effects.contrast(model, total([num, -s * gap]))['se'] / abs(G['estimate'])
-  half = sps.t.ppf(0.975, G['df']) * se
-  return s, s - half, s + half
-
-
-def seeds_needed(summary, seeds, margin):
-  """{question: seeds} for a decisive answer at the observed per-seed sds (module doc)."""
-  sd = lambda c: c['se'] * np.sqrt(seeds)
-  G, N, R = summary['G'], summary['N'], summary['R']
-  out = {'gap nonzero': inference.seeds_needed(sd(G), abs(G['estimate']), True)[0],
-         'numerics part nonzero': inference.seeds_needed(sd(N), abs(N['estimate']), True)[0]}
-  if margin:
-    out['gap within margin'] = inference.seeds_needed(sd(G), margin, True)[1]
-    out['residual within margin'] = inference.seeds_needed(sd(R), margin, True)[1]
-  return out
-
-
-def verdict(flags):
-  """The verdict (VERDICTS) from judge()'s flags (module doc)."""
-  if flags['gap_equivalent']:
-    return 'no gap'
-  if not flags['gap_shown']:
-    return 'inconclusive'
-  if flags['numerics_shown'] and flags['residual_equivalent']:
-    return 'explained by numerics'
-  if flags['numerics_shown'] and flags['residual_shown']:
-    return 'partly explained'
-  if flags['residual_shown']:
-    return 'not explained'
-  return 'inconclusive'
-
-
-def judge(summary, margin):
-  """The decomposition's numbers and verdict at `margin` (None: no equivalence test): a dict with
-  the G, N, R estimates and CIs, their TOST (90% CI, p), the flags and the verdict."""
-  G, N, R = summary['G'], summary['N'], summary['R']
-  sign = shown(G)
-  g90, r90 = equivalence(G, margin), equivalence(R, margin)
-  flags = {'gap_equivalent': bool(g90[2] < inference.ALPHA), 'gap_shown': bool(sign),
-           'numerics_shown': bool(sign) and shown(N) == sign,
-           'numerics_opposite': bool(sign) and shown(N) == -sign,
-           'residual_equivalent': bool(r90[2] < inference.ALPHA), 'residual_shown': bool(shown(R))}
-  out = {'gap': summary['gap'], 'margin': margin, 'profiles': summary['profiles']}
-  for key, c in (('G', G), ('N', N), ('R', R)):
-    out.update({f'{key}': c['estimate'], f'{key}_se': c['se'], f'{key}_ci_low': c['ci_low'],
-                f'{key}_ci_high': c['ci_high'], f'{key}_p': c['p']})
-  out.update({'G_ci90_low': g90[0], 'G_ci90_high': g90[1], 'G_tost_p': g90[2],
-              'R_ci90_low': r90[0], 'R_ci90_high': r90[1], 'R_tost_p': r90[2]})
-  return {**out, **flags, 'verdict': verdict(flags)}
-
-
-def decompose(runs, y, seeds, columns, ref, native, given_map):
-  """(component table, [summary per gap], gap model, emulation map) of each platform against the
-  reference platform."""
+def decompose(runs, columns, ref, native, given_map):
+  """([summary per gap], emulation map): each platform's gap against the reference platform, its
+  per-seed components (components()) and their table, and the cross-check."""
   nf, nl = native
   plat = next((f for f, c in columns.items() if c == 'platform'), None)
   order = sorted(set(runs['platform']))
   base = ref[plat] if plat else order[0]
   emu = default_emulation(runs, nf, order, given_map)
-  runs = runs.assign(**{CELL: runs['platform'] + '|' + runs[nf]})
-  if f'{base}|{nl}' not in set(runs[CELL]):
-    raise LookupError(f'no {nf}={nl} run on the reference platform {base}')
   others = [f for f in columns if f not in (nf, plat)]
-  X = effects.design(runs, [CELL] + others, {CELL: f'{base}|{nl}', **ref})
-  model = effects.fit(y, X, seeds)
-  rows, summaries = [], []
+  cells = cell_means(runs, nf, others, ref)
+  if (base, nl) not in cells:
+    raise LookupError(f'no {nf}={nl} run on the reference platform {base} at the other factors\' '
+                      'reference levels')
+  summaries = []
   for a in order:
-    if a != base and f'{a}|{nl}' in set(runs[CELL]):
-      more, summary = gap_rows(model, X, runs, a, base, native, emu, others)
-      rows, summaries = rows + more, summaries + [summary]
-  if not rows:
+    if a != base and (a, nl) in cells:
+      summary, missing = components(cells, a, base, nl, emu)
+      if len(summary['seeds']) < 2:
+        raise LookupError(f'fewer than 2 seeds ran every cell of the {a} - {base} gap')
+      summary['missing'] = missing
+      summary['cross_check'] = cross_check(runs, nf, others, ref, summary, nl)
+      summaries.append(summary)
+  if not summaries:
     raise LookupError(f'no platform other than {base} has a {nf}={nl} run')
-  return pd.DataFrame(rows), summaries, model, emu
+  return summaries, emu
 
 
-def summarise(model, summaries, seeds, margin):
-  """One judge() dict per gap, with the share explained and the seeds a decisive answer needs."""
-  out = []
-  for summary in summaries:
-    s, low, high = share(model, summary)
-    out.append({**judge(summary, margin), 'share': s, 'share_ci_low': low, 'share_ci_high': high,
-                'share_method': 'delta method', 'seeds': seeds,
-                'seeds_needed': seeds_needed(summary, seeds, margin)})
-  return out
+def summarise(summaries, margin, min_share=None):
+  """(component table of every gap, [gap_verdict.judge dict per gap]) at `margin`."""
+  tables = [component_table(s, s['missing'], margin) for s in summaries]
+  judged = [gap_verdict.judge(s, t, margin, min_share) for s, t in zip(summaries, tables)]
+  return pd.concat(tables, ignore_index=True), judged
 
 
-def flat(decomposition):
-  """One row per gap of summarise()'s dicts: the numbers, flags and verdict, the share, and one
-  `seeds_for_<question>` column per question of seeds_needed."""
-  rows = [{k: v for k, v in d.items() if k not in ('seeds_needed', 'profiles')}
-          | {f'seeds_for_{q.replace(" ", "_")}': n for q, n in d['seeds_needed'].items()}
-          for d in decomposition]
-  return pd.DataFrame(rows)
-
-
-def with_tost(table, margin):
-  """The component table with the 90% CI and TOST p of the native gap and residual rows."""
-  extra = [dict(zip(('ci90_low', 'ci90_high', 'tost_p'), equivalence(r, margin)))
-           if r['kind'] in ('gap', 'residual') else {} for _, r in table.iterrows()]
-  return pd.concat([table, pd.DataFrame(extra, index=table.index)], axis=1)
-
-
-def section(runs, y, seeds, columns, ref, native, platform_profile, margin):
-  """{'table', 'decomposition', 'native', 'emulation', 'method', 'model', 'summaries', 'note'}
-  of the gap; table None, decomposition [] and `note` saying why when it cannot be split."""
+def section(runs, columns, ref, native, platform_profile, margin, min_share=None):
+  """{'table', 'decomposition', 'native', 'emulation', 'summaries', 'note'} of the gap; table None,
+  decomposition [] and `note` saying why when it cannot be split."""
   platforms = sorted(set(runs['platform'].astype(str))) if 'platform' in runs else []
   none = lambda note: {'table': None, 'decomposition': [], 'note': note, 'emulation': None,
-                       'native': None}
+                       'native': None, 'summaries': []}
   if len(platforms) < 2:
     return none(f'runs from one platform ({", ".join(map(str, platforms)) or "unknown"}): no '
                 'platform gap; each arm minus the reference arm instead')
+  if 'seed' not in runs or runs['seed'].isna().all():
+    return none('gap decomposition unavailable: no seed column, so no arm pairs with another')
   arm = native_arm(runs, columns, effects.parse_pairs(native, '--native'))
   if arm is None:
     return none('gap decomposition unavailable: no native arm (give --native factor=level); '
@@ -266,12 +250,11 @@ def section(runs, y, seeds, columns, ref, native, platform_profile, margin):
     raise ValueError(f'--platform-profile: no runs on {", ".join(sorted(bad))}; platforms: '
                      f'{", ".join(platforms)}')
   try:
-    table, summaries, model, emu = decompose(runs.assign(platform=runs['platform'].astype(str)),
-                                             y, seeds, columns, ref, arm, given)
+    summaries, emu = decompose(runs.assign(platform=runs['platform'].astype(str)), columns, ref,
+                               arm, given)
   except LookupError as e:
     return none(f'gap decomposition unavailable: {e.args[0]}; each arm minus the reference arm '
                 'instead')
-  n_seeds = int(seeds.nunique()) if seeds is not None else len(runs)
-  return {'table': with_tost(table, margin), 'note': None, 'native': arm, 'emulation': emu,
-          'method': model['method'], 'model': model, 'summaries': summaries,
-          'decomposition': summarise(model, summaries, n_seeds, margin)}
+  table, judged = summarise(summaries, margin, min_share)
+  return {'table': table, 'note': None, 'native': arm, 'emulation': emu, 'summaries': summaries,
+          'decomposition': judged}

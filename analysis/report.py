@@ -8,7 +8,7 @@ verdict: equivalent / different / inconclusive, see there) and analysis/answer.p
 
 import sys
 
-from analysis import answer, gap
+from analysis import answer, gap_verdict
 from analysis import inference as inf
 from analysis import style, summary
 from analysis.attribution_report import signed
@@ -195,7 +195,7 @@ def csv_tables(out):
   if out.get('contrasts') is not None:
     tables['contrasts'] = out['contrasts']
   if out.get('attribution') and out['attribution']['decomposition']:
-    tables['decomposition'] = gap.flat(out['attribution']['decomposition'])
+    tables['decomposition'] = gap_verdict.flat(out['attribution']['decomposition'])
   return tables
 
 

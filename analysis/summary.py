@@ -56,11 +56,15 @@ def software_lines(out):
     devices = f' × {recorded["devices"]}' if recorded['devices'] else ''
     lines.append(f'- {platform}: {recorded["device_kind"] or NOT_RECORDED}{devices}; '
                  f'{versions or "versions not recorded"}')
+  recorded = any(v for f in info['platforms'].values() for v in f['versions'].values())
   if info['confounds']:
     lines.append(f'- **Confound:** {", ".join(info["confounds"])} differ between the platforms; the '
                  'platform gap and its residual include whatever those versions change.')
-  elif len(info['platforms']) > 1:
+  elif len(info['platforms']) > 1 and recorded:
     lines.append('- The platforms ran the same recorded library versions.')
+  elif len(info['platforms']) > 1:
+    lines.append('- Library versions: not recorded, so whether the platforms ran the same '
+                 'software is unknown.')
   return ['**Platforms and software** (from the runs\' records):', *lines]
 
 
@@ -71,10 +75,10 @@ def gap_lines(out):
     return []
   if not att['decomposition']:
     return [f'**Platform gap:** {att["gap_note"]}.', '']
-  lines = [f'**Platform gap** (native gap = numerics part + platform residual; '
-           f'{att["gap_method"]}; α = {inference.ALPHA:g}):', '']
+  lines = ['**Platform gap** (per seed: native gap G = fid_A − fid_B + N + P, numerics part N, '
+           f'residual R = G − N; mean over seeds with a t-interval; α = {inference.ALPHA:g}):', '']
   for d in att['decomposition']:
-    lines += attribution_report.decomposition_lines(d, out['unit']) + ['']
+    lines += attribution_report.decomposition_lines(d, att['gap'], out['unit']) + ['']
   return lines
 
 
@@ -121,8 +125,8 @@ def contrast_lines(out):
   head = (f'**Factor effects**: each arm − the reference arm ({ref}) on its platform, paired by '
           f'seed where the runs pair; Holm over the {len(table)} declared contrasts'
           if ref else f'**Comparisons** (no declared contrasts: every pair, Holm over {len(table)})')
-  floor = (f'; noise floor (95% half-width of a difference of two noise-arm means): {floors} {unit}'
-           if floors else '; no noise arm declared')
+  floor = (f'; noise floor (95% half-width of the mean paired difference noise arm − the arm it '
+           f'perturbs, at this study\'s seeds): {floors} {unit}' if floors else '; no noise floor')
   rule = (f'{head}{floor}; margin ±{m:g} {unit}. Verdicts: equivalent = Holm TOST p < '
           f'{inference.ALPHA:g} (90% CI inside ±{m:g}); different = Holm p < {inference.ALPHA:g} and '
           '95% CI excluding 0; else inconclusive.')
@@ -145,7 +149,8 @@ def latex_tables(out):
   unit, parts = out['unit'], []
   att = out.get('attribution')
   for d in (att or {}).get('decomposition') or []:
-    parts.append(style.latex(attribution_report.component_rows(d, unit),
+    parts.append(style.latex(attribution_report.component_rows(att['gap'], d['gap'], unit,
+                                                             d['margin']),
                              f'{d["gap"]} decomposition at ±{d["margin"]:g} {unit}: {d["verdict"]}. '
                              f'{attribution_report.share_line(d)}.',
                              label='tab:gap-' + '-'.join(d['gap'].replace(' - ', ' ').split())))
