@@ -92,7 +92,35 @@ def analyse(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, marg
     out['contrasts'] = contrasts.contrast_table(out, declared)
     out['noise'] = contrasts.noise_floors(out, declared, out['unit'])
     out['attribution'] = attribute(frame, declared, out['metric'], seed_col, margin, why, source)
+  out['scope'] = scope(out, declared)
+  if out['scope']['confirmatory'] is False and out['scope']['declared_seeds_present']:
+    seeds = pd.to_numeric(frame[seed_col or 'seed'], errors='coerce')
+    out['confirmatory'] = analyse(
+        frame[seeds.isin(out['scope']['declared_seeds'])], declared, group_by, metric,
+        declared.get('margin'), None, seed_col, scale, all_pairs, source)
   return out
+
+
+def scope(out, declared):
+  """What was analysed against what was declared before the runs: {'declared_seeds' (seeds
+  0..k-1 for a declared count k, as the study's get_sweep runs them; None undeclared),
+  'declared_margin', 'analysed_seeds', 'margin', 'declared_seeds_present', 'confirmatory' (True:
+  the declared seeds at the declared margin; False: more or other seeds, or another margin: an
+  exploratory analysis; None: nothing declared), 'deviations' (words)}."""
+  k, m0 = declared.get('seeds'), declared.get('margin')
+  seeds = sorted({int(x) for x in out['runs']['seed'].dropna()}) if out['seeded'] else []
+  wanted = list(range(int(k))) if k else None
+  deviations = []
+  if wanted is not None and seeds != wanted:
+    deviations.append(f'{len(seeds)} seeds analysed, {k} declared (seeds 0–{int(k) - 1})')
+  if m0 is not None and out['margin'] != m0:
+    deviations.append(f'margin ±{out["margin"]:g}, declared ±{m0:g}')
+  known = wanted is not None or m0 is not None
+  return {'declared_seeds': wanted, 'declared_margin': m0, 'analysed_seeds': seeds,
+          'margin': out['margin'], 'deviations': deviations,
+          'declared_seeds_present': bool(wanted) and set(wanted) <= set(seeds) and (
+              set(wanted) != set(seeds) or m0 is not None),
+          'confirmatory': (not deviations) if known else None}
 
 
 def labels(out):

@@ -111,14 +111,20 @@ def arm_mask(runs, levels, flag):
   return mask
 
 
-def noise_floor(runs, arm, base, scale_unit):
-  """The paired noise floor of one platform's runs (module doc): {'sd', 'half', 'n', 'text'}."""
+def noise_floor(runs, arm, base, scale_unit, factors=()):
+  """The paired noise floor of one platform's runs (module doc): {'sd', 'half', 'n', 'text'}. The
+  base arm: `base`'s levels, and every other factor column in `factors` at the noise arm's level."""
   label = lambda levels: ', '.join(f'{k}={v}' for k, v in levels.items())
-  noisy = runs[arm_mask(runs, arm, '--noise-arm')].groupby('seed')['value'].mean()
-  clean_runs = runs[arm_mask(runs, base, '--noise-of')]
-  if 'arm' in clean_runs and clean_runs['arm'].nunique() > 1:
-    raise ValueError(f'--noise-of: {label(base)} matches {clean_runs["arm"].nunique()} arms; name '
-                     'every factor of the arm the noise arm perturbs')
+  noisy_runs = runs[arm_mask(runs, arm, '--noise-arm')]
+  noisy = noisy_runs.groupby('seed')['value'].mean()
+  named = {k if k in runs else stats.resolve_column(runs, k, '--noise-of') for k in {**base, **arm}}
+  same = {f: noisy_runs[f].astype(str).iloc[0] for f in factors
+          if f not in named and f in runs and f != 'platform'
+          and not noisy_runs.empty and noisy_runs[f].astype(str).nunique() == 1}
+  clean_runs = runs[arm_mask(runs, {**base, **same}, '--noise-of')]
+  if 'arm' in clean_runs and (clean_runs.groupby('seed')['arm'].nunique() > 1).any():
+    raise ValueError(f'--noise-of: {label(base)} matches {clean_runs["arm"].nunique()} arms on one '
+                     'seed; name every factor of the arm the noise arm perturbs')
   clean = clean_runs.groupby('seed')['value'].mean()
   d = (noisy - clean).dropna().to_numpy()
   if len(d) < 2:
@@ -132,7 +138,7 @@ def noise_floor(runs, arm, base, scale_unit):
       f't(0.975, {len(d) - 1}) x sd / √{len(d)} = {half:.3f} {scale_unit}')}
 
 
-def noise_floors(runs, arm, base, scale_unit):
+def noise_floors(runs, arm, base, scale_unit, factors=()):
   """{platform: noise_floor} of each platform where the noise arm and its base share 2+ seeds."""
   if not arm:
     return {}
@@ -140,7 +146,7 @@ def noise_floors(runs, arm, base, scale_unit):
   floors = {}
   for platform, group in runs.groupby(platforms, sort=True):
     try:
-      floors[platform] = noise_floor(group, arm, base, scale_unit)
+      floors[platform] = noise_floor(group, arm, base, scale_unit, factors)
     except ValueError as e:
       if '--noise-of' in str(e) and 'matches' in str(e):
         raise
@@ -178,7 +184,7 @@ def run(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed', reference=
          'excluded': prep['excluded'], 'replicates': prep['replicates'], 'arms': None,
          'noise': noise_floors(runs, effects.parse_pairs(noise_arm, '--noise-arm'),
                                effects.parse_pairs(noise_of or reference or {}, '--noise-of'),
-                               unit)}
+                               unit, list(columns))}
   split = gap.section(runs if prep['has_seed'] else runs.drop(columns='seed'), columns, ref,
                       native, platform_profile, margin, min_share)
   out.update(gap=split['table'], gap_note=split['note'], emulation=split['emulation'],

@@ -121,8 +121,8 @@ def cross_check_line(d, unit):
     return 'cross-check (mixed model over the same cells): fit failed'
   parts = [f'{k} {signed(c[k]["estimate"])} {interval(c[k]["ci_low"], c[k]["ci_high"])}'
            for k in ('G', 'N', 'R') if c.get(k)]
-  return (f'cross-check, {c["method"].split(";")[0]} over the same cells (one residual variance for '
-          f'every cell): ' + ', '.join(parts) + f' {unit}')
+  return (f'cross-check, {c["method"].split(" (")[0]} over the same cells (one residual variance '
+          f'for every cell): ' + ', '.join(parts) + f' {unit}')
 
 
 def decomposition_lines(d, table, unit):

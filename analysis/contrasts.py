@@ -87,4 +87,5 @@ def noise_floors(out, declared, unit):
   """{platform: analysis.attribution.noise_floor} (paired: the noise arm − the arm it perturbs,
   declared noise_of, else the reference arm) of each platform where both share 2+ seeds."""
   return attribution.noise_floors(out['runs'], declared.get('noise_arm') or {},
-                                  declared.get('noise_of') or declared.get('reference') or {}, unit)
+                                  declared.get('noise_of') or declared.get('reference') or {}, unit,
+                                  list(factor_columns(out['runs'], declared).values()))

@@ -4,7 +4,11 @@ A config file's `get_study(arg=None)` returns it as a dict; every key is optiona
   margin, margin_reason     the equivalence margin (pp) and why
   factors                   the factors that define the arms (platform included)
   reference                 {factor: level}: the reference arm every other arm is compared with
-  noise_arm                 {factor: level}: the noise control (its spread is the noise floor)
+  noise_arm                 {factor: level}: the noise control
+  noise_of                  {factor: level}: the arm the noise control perturbs (the noise floor
+                            is the paired sd of their difference; default: the reference arm)
+  min_share, min_share_reason  the share of the platform gap the numerics part must reach (lower
+                            95% bound) for "explained by numerics" (analysis/gap_verdict.py)
   native, platform_profile  the native arm and the profile emulating each platform (the gap
                             decomposition, analysis/gap.py)
   labels                    {factor: '{}'-format text or {level: label}}: short arm labels

@@ -14,6 +14,8 @@ import argparse
 import collections
 import sys
 
+import numpy as np
+
 from analysis import answer, attribution_report, contrasts, declaration, gap, report, stats, style
 from analysis.attribution_report import interval, signed
 
@@ -32,20 +34,41 @@ def judged_at(out, margin):
   return split, contrasts.contrast_table(out, out['declared'], margin)
 
 
-def gap_row(d, unit):
-  return {'margin': f'±{d["margin"]:g} {unit}',
-          'native gap': f'{signed(d["G"])} {interval(d["G_ci_low"], d["G_ci_high"])}',
-          'numerics part': f'{signed(d["N"])} {interval(d["N_ci_low"], d["N_ci_high"])}',
-          'residual, 90% CI': f'{signed(d["R"])} {interval(d["R_ci90_low"], d["R_ci90_high"])}',
-          'share explained': (f'{d["share"]:.2f} [{d["share_ci_low"]:.2f}, {d["share_ci_high"]:.2f}]'
-                              if d['share'] == d['share'] else '–'),
-          'verdict': f'**{d["verdict"]}**'}
+COMPONENTS = ('G', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N', 'P', 'R')
+
+
+def component_table(analyses, unit):
+  """Rows: the decomposition's components; one column per (name, analysis): estimate [95% CI]."""
+  tables = [(name, out['attribution']['gap'], out['attribution']['decomposition'][0]['gap'])
+            for name, out in analyses]
+  rows = []
+  for key in COMPONENTS:
+    label = tables[0][1].set_index('key').loc[key, 'component']
+    row = {'component': label}
+    for name, table, gap_label in tables:
+      r = table[table['gap'] == gap_label].set_index('key').loc[key]
+      row[name] = (f'{signed(r["estimate"])} {interval(r["ci_low"], r["ci_high"])}'
+                   if r['note'] == '' else r['note'])
+    rows.append(row)
+  return rows
+
+
+def verdict_row(scope, d, table, unit):
+  share = (f'{d["share"]:.2f} [{d["share_ci_low"]:.2f}, {d["share_ci_high"]:.2f}]'
+           if np.isfinite(d['share_ci_low']) else
+           f'{d["share"]:.2f}, unbounded' if d['share'] == d['share'] else '–')
+  return {'analysis': scope, 'margin': f'±{d["margin"]:g} {unit}',
+          'native gap, 90% CI': interval(d['G_ci90_low'], d['G_ci90_high']),
+          'residual, 90% CI': interval(d['R_ci90_low'], d['R_ci90_high']),
+          'share (Fieller)': share, 'verdict': f'**{d["verdict"]}**',
+          'contrasts (Holm)': counts(table)}
 
 
 def counts(table):
   """'3 equivalent, 11 inconclusive': the contrast verdicts counted."""
   seen = collections.Counter(table['verdict'])
-  return ', '.join(f'{seen[v]} {v}' for v in ('equivalent', 'different', 'inconclusive') if seen[v])
+  return ', '.join(f'{seen[v]} {v}' for v in ('identical arithmetic', 'equivalent', 'different',
+                                               'inconclusive') if seen[v])
 
 
 def platform_words(out):
@@ -54,12 +77,35 @@ def platform_words(out):
                    for p, f in out['software']['platforms'].items())
 
 
+def seeds_text(out):
+  seeds = out['scope']['analysed_seeds']
+  return f'seeds {seeds[0]}–{seeds[-1]}' if seeds else 'unseeded'
+
+
+def analyses(out):
+  """[(column name, analysis)]: the confirmatory one (the declared seeds) first, when it differs."""
+  conf = out.get('confirmatory')
+  first = [(f'confirmatory ({seeds_text(conf)})', conf)] if conf is not None else []
+  kind = 'exploratory' if out['scope']['confirmatory'] is False else 'confirmatory'
+  return first + [(f'{kind} ({seeds_text(out)})', out)]
+
+
 def section(out, margins, source, command):
-  """The README section (Markdown) for analysis/answer.py's `out` judged at each margin;
-  `command` is the analysis.study command that reproduces the full report."""
-  unit, judged = out['unit'], [judged_at(out, m) for m in margins]
-  first, last = judged[0][0][0], judged[-1][0][0]
-  a, b = first['profiles']
+  """The README section (Markdown) for analysis/answer.py's `out`: the confirmatory analysis (the
+  declared seeds at the declared margin) and the exploratory ones (every seed, each margin)."""
+  unit, sc = out['unit'], out['scope']
+  columns = analyses(out)
+  verdicts = []
+  for name, analysis in columns:
+    ms = [analysis['margin']] if analysis is not out or analysis['scope']['confirmatory'] else margins
+    for m in ms:
+      split, table = judged_at(analysis, m)
+      verdicts.append((name, split[0], table))
+  d0 = verdicts[0][1]
+  a, b = d0['profiles']
+  declared = (f'Declared before the runs (`{source.replace(".csv", ".study.json")}`): '
+              f'{len(sc["declared_seeds"] or [])} seeds, margin ±{sc["declared_margin"]:g} {unit}'
+              if sc['declared_margin'] is not None else 'Nothing was declared before the runs')
   lines = ['## What it finds on an H100 and a CPU', '', FIRST, '',
            '```bash', command, '```', '',
            f'The digits study (`configs/digits.py:study`, {out["arm_info"]["label"].nunique()} arms) '
@@ -68,15 +114,19 @@ def section(out, margins, source, command):
            f'Metric: final test accuracy in % ({report.sizes(out)}). The '
            f'platforms ran different {", ".join(out["software"]["confounds"])} versions, so the gap '
            'and its residual include whatever those change.', '',
-           f'Native gap = numerics part ({a} − {b}, measured on both platforms) + platform residual '
-           f'({out["attribution"]["gap_method"].split(";")[0]}; 95% CIs, the residual\'s 90% CI '
-           f'for its TOST; share = numerics part / gap, {first["share_method"]}):', '',
-           style.markdown([gap_row(split[0], unit) for split, _ in judged]).rstrip('\n'), '']
-  for (split, table), m in zip(judged, margins):
-    lines.append(f'- At ±{m:g} {unit}: **{split[0]["verdict"]}**: '
-                 f'{attribution_report.why(split[0], unit)}. The {len(table)} declared contrasts '
-                 f'(each arm − native, per platform, Holm): {counts(table)}.')
-  lines += [f'- At ±{margins[-1]:g} {unit}, {attribution_report.seeds_line(last, unit)}.', '', LAST]
+           f'{declared}; the analysis of exactly those is confirmatory, everything else '
+           'exploratory. Each component per seed from the paired cell means (every other factor at '
+           f'its reference level), mean over seeds with its 95% t-interval; G = fid_A − fid_B + N + P '
+           f'exactly; N = {a} − {b}, measured on both platforms; R = G − N:', '',
+           style.markdown(component_table(columns, unit)).rstrip('\n'), '',
+           style.markdown([verdict_row(scope, d, t, unit) for scope, d, t in verdicts]).rstrip('\n'),
+           '']
+  for scope, d, _ in verdicts:
+    lines.append(f'- {scope}, ±{d["margin"]:g} {unit}: **{d["verdict"]}**: '
+                 f'{attribution_report.why(d, unit)}.')
+  last = verdicts[-1][1]
+  lines += [f'- {verdicts[-1][0]}, ±{last["margin"]:g} {unit}, '
+            f'{attribution_report.seeds_line(last, unit)}.', '', LAST]
   return '\n'.join(lines) + '\n'
 
 

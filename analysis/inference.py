@@ -39,7 +39,7 @@ BCA_METHOD = 'BCa bootstrap'
 MW_EXACT_MAX_N = 100
 MW_PERMUTATION_MAX_SPLITS = 5000  # C(14, 7) = 3432: 7 + 7 values; about 0.03 s
 MW_EXACT = 'exact'
-SIGNED_RANK_EXACT_MAX_N = 16  # 2^16 sign flips: about 0.05 s
+SIGNED_RANK_EXACT_MAX_N = 50  # dynamic programming: microseconds
 SR_EXACT = 'exact (sign flips, ties as midranks)'
 SR_NORMAL = 'normal approx. (tie corrected)'
 MW_PERMUTATION = 'exact permutation (ties)'
@@ -162,20 +162,31 @@ def mann_whitney(a, b):
 
 
 def signed_rank(d):
-  """(W, two-sided p, method) of Wilcoxon's signed-rank test of the paired differences d (zeros
-  dropped); (nan, 1.0, 'all differences 0') when every difference is 0. Exact: the permutation
-  distribution over all 2^n sign flips of the midranks (scipy.stats.PermutationMethod), which is
-  the exact null with ties; scipy's method='exact' ignores ties."""
+  """(W = min(W+, W-), two-sided p, method) of Wilcoxon's signed-rank test of the paired differences d (zeros
+  dropped, Wilcox); (nan, 1.0, 'all differences 0') when every difference is 0. Exact up to
+  SIGNED_RANK_EXACT_MAX_N nonzero differences: the null distribution of W+ = the sum of the
+  positive differences' midranks over all 2^n equally likely sign flips (the exact null with
+  ties; scipy's method='exact' ignores ties), counted by dynamic programming over half-ranks, and
+  p = min(1, 2 min(P(W+ <= w), P(W+ >= w))) as scipy.stats.wilcoxon with a PermutationMethod
+  gives (tests/test_gap.py checks); else scipy's normal approximation with tie correction."""
   d = np.asarray(d, float)
   nonzero = d[d != 0]
   if len(nonzero) == 0:
     return np.nan, 1.0, 'all differences 0'
-  exact = len(nonzero) <= SIGNED_RANK_EXACT_MAX_N
-  method = sps.PermutationMethod(n_resamples=np.inf) if exact else 'approx'
-  with warnings.catch_warnings():
-    warnings.simplefilter('ignore')
-    res = sps.wilcoxon(nonzero, method=method)
-  return float(res.statistic), float(res.pvalue), SR_EXACT if exact else SR_NORMAL
+  if len(nonzero) > SIGNED_RANK_EXACT_MAX_N:
+    with warnings.catch_warnings():
+      warnings.simplefilter('ignore')
+      res = sps.wilcoxon(nonzero, method='approx')
+    return float(res.statistic), float(res.pvalue), SR_NORMAL
+  halves = np.rint(2 * sps.rankdata(np.abs(nonzero))).astype(int)  # midranks x 2: integers
+  counts = np.zeros(halves.sum() + 1)
+  counts[0] = 1.0
+  for h in halves:  # each rank enters the positive sum or not
+    counts[h:] = counts[h:] + counts[:-h].copy() if h else counts[h:]
+  probs = counts / counts.sum()
+  w = int(halves[nonzero > 0].sum())
+  p = min(1.0, 2 * min(probs[:w + 1].sum(), probs[w:].sum()))
+  return min(w, halves.sum() - w) / 2, float(p), SR_EXACT
 
 
 def d_z(d):
@@ -282,10 +293,13 @@ def nct_power(es, n, is_paired, alternative='two-sided'):
   the noncentral t directly: statsmodels returns NaN at large effect sizes (its root solver),
   where the power is 1 to many digits."""
   df, nc = (n - 1, es * np.sqrt(n)) if is_paired else (2 * n - 2, es * np.sqrt(n / 2))
+  tail = lambda value, normal: normal if value != value else value  # scipy's far tails: NaN
   if alternative == 'larger':
-    return float(sps.nct.sf(sps.t.ppf(1 - ALPHA, df), df, nc))
+    crit = sps.t.ppf(1 - ALPHA, df)
+    return float(tail(sps.nct.sf(crit, df, nc), sps.norm.sf(crit - nc)))
   crit = sps.t.ppf(1 - ALPHA / 2, df)
-  return float(sps.nct.sf(crit, df, nc) + sps.nct.cdf(-crit, df, nc))
+  return float(tail(sps.nct.sf(crit, df, nc), sps.norm.sf(crit - nc))
+               + tail(sps.nct.cdf(-crit, df, nc), sps.norm.cdf(-crit - nc)))
 
 
 def power_at(sd, margin, n, is_paired=False):

@@ -8,7 +8,7 @@ verdict: equivalent / different / inconclusive, see there) and analysis/answer.p
 
 import sys
 
-from analysis import answer, gap_verdict
+from analysis import answer, gap_verdict, stats
 from analysis import inference as inf
 from analysis import style, summary
 from analysis.attribution_report import signed
@@ -18,6 +18,10 @@ from analysis.summary import NOT_RECORDED, facts
 
 def verdict_why(r, margin, unit, m):
   """Why pair_table/contrast row `r` got its verdict; m = the number of pairs Holm adjusts over."""
+  if r['verdict'] == 'identical arithmetic':
+    return ('the two arms ran the same effective arithmetic on one platform (their records\' '
+            'numerics.effective fields are equal) and every paired difference is exactly 0: '
+            'not tested, outside the Holm family')
   holm = f'Holm over {m} pair{"s" if m > 1 else ""}'
   tost = f'TOST p = {pval(r["tost_p_holm"])} ({holm}; raw {pval(r["tost_p"])})'
   test = f'{r["test"]} p = {pval(r["test_p_holm"])} ({holm}; raw {pval(r["test_p"])})'
@@ -28,9 +32,12 @@ def verdict_why(r, margin, unit, m):
     if r['different']:
       why += f'; a nonzero difference is also detected ({test}, {ci95}), inside the margin'
     return why
+  rank = (f'{r["rank_test"]} p = {pval(r["rank_p_holm"])} ({holm}; raw {pval(r["rank_p"])})')
   if r['different']:
-    return (f'{test} < {inf.ALPHA:g} and its {ci95} excludes 0; equivalence within ±{margin:g} '
-            f'{unit} not shown ({tost})')
+    also = (f'; on the {r["lattice"]:.3g}-{unit} lattice of the metric the {rank} agrees'
+            if r['lattice'] == r['lattice'] and r['lattice'] is not None else '')
+    return (f'{test} < {inf.ALPHA:g} and its {ci95} excludes 0{also}; equivalence within '
+            f'±{margin:g} {unit} not shown ({tost})')
   low, high = r['ci90_low'] <= -margin, r['ci90_high'] >= margin
   if low and high:
     where = f'the {ci90} is wider than the margin ±{margin:g} {unit} on both sides'
@@ -39,7 +46,7 @@ def verdict_why(r, margin, unit, m):
   else:
     where = (f'the {ci90} lies inside ±{margin:g} {unit}, but the Holm-adjusted TOST p is not '
              f'below {inf.ALPHA:g}')
-  return f'neither shown: {tost}; {test}; {where}'
+  return f'neither shown: {tost}; {test}; {rank}; {where}'
 
 
 def power_line(r, margin, unit):
@@ -67,11 +74,12 @@ def verdict_lines(out):
   """One line per judged comparison: the verdict in bold, Δ, why, the design, the power."""
   unit = out['unit']
   table, names = judged(out)
+  tested = stats.family_size(table)
   lines = []
   for name, (_, r) in zip(names, table.iterrows()):
+    power = '' if r['verdict'] == 'identical arithmetic' else f' {power_line(r, out["margin"], unit)}.'
     lines.append(f'- **{name}: {r["verdict"]}.** Δ = {signed(r["diff"])} {unit}. Why: '
-                 f'{verdict_why(r, out["margin"], unit, len(table))}. Design: {r["design"]}. '
-                 f'{power_line(r, out["margin"], unit)}.')
+                 f'{verdict_why(r, out["margin"], unit, tested)}. Design: {r["design"]}.{power}')
   return lines or ['- no pair of arms with n ≥ 2 each: nothing to compare']
 
 
@@ -143,7 +151,8 @@ def setup_lines(out):
             *seed_lines(out),
             f'equivalence margin: ±{out["margin"]:g} {unit} ({out["margin_reason"]})',
             f'decisions at α = {inf.ALPHA:g}, p-values Holm-adjusted over the '
-            f'{len(judged(out)[0])} comparisons judged']
+            f'{stats.family_size(judged(out)[0])} comparisons tested (identical arithmetic is reported, '
+            'not tested)']
   return [f'- {line}' for line in lines]
 
 

@@ -14,11 +14,19 @@ are excluded and listed with their reason. Accuracies stored as fractions are re
 percent, so differences and the margin are percentage points (pp). Methods by size (Mann–Whitney,
 the arm's interval): analysis/inference.py. Tables: analysis/style.py.
 
+Rank test and effect size by design: paired pairs get Wilcoxon's signed-rank test (exact at small
+n, ties as midranks) and d_z = mean(d) / sd(d); unpaired pairs Mann–Whitney and Hedges' g.
+
 Verdict of a pair (α = 0.05, p-values Holm-adjusted over the pairs judged together: all pairs, or
 a study's declared contrasts, analysis/contrasts.py):
+  identical arithmetic  the two arms ran on one platform with equal effective arithmetic (every
+                IDENTICAL_FIELDS value of their records) and every paired difference is exactly
+                0: reported, not tested, and outside the Holm family;
   equivalent    the TOST p < α: the true difference lies within ±margin;
   different     the difference test (paired t when paired, else Welch) p < α and its 95% CI
-                excludes 0;
+                excludes 0; when the metric lives on a lattice (accuracy on N test images: steps
+                of 100/N pp, `lattice`), the rank test's Holm p < α too, so a verdict cannot rest
+                on a t-test over differences of one or two images;
   inconclusive  neither.
 """
 
@@ -35,6 +43,9 @@ from trainer import record
 DEFAULT_METRIC = record.DEFAULT_METRIC
 DEFAULT_MARGIN = 0.5
 MAX_ARMS = 200  # 19,900 pairs: about 3 minutes of pairwise tests (10 ms a pair on a 2-core CPU)
+EFFECTIVE = 'numerics.effective.'
+IDENTICAL_FIELDS = ('platform', 'device_kind', 'batchnorm_group', 'compute_dtype', 'conv_format',
+                    'dense_format', 'matmul_precision', 'param_dtype', 'xla_flags')
 UNDECLARED = ('none declared: 0.5 pp is the analysis.stats default, not a study decision; '
               'declare one (--margin, --margin-reason)')
 
@@ -155,7 +166,29 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   seeded_runs = runs[runs['seeded']]
   return {'runs': runs, 'units': unit_table(runs), 'replicates': replicate_table(seeded_runs),
           'excluded': excluded, 'seeded': seeded, 'group_by': group_by, 'metric': metric,
-          'scale': scale, 'pairing': record.pairing_columns(frame.columns)}
+          'scale': scale, 'pairing': record.pairing_columns(frame.columns),
+          'lattice': lattice(runs, metric, scale)}
+
+
+def lattice(runs, metric, scale):
+  """The step of an accuracy measured on one recorded test-set size N (100 / N pp, or 1 / N as a
+  fraction), else None: such a metric takes only multiples of the step."""
+  if 'acc' not in metric.lower() or 'data.test_size' not in runs:
+    return None
+  sizes = pd.to_numeric(runs['data.test_size'], errors='coerce').dropna().unique()
+  return float(scale / sizes[0]) if len(sizes) == 1 and sizes[0] > 0 else None
+
+
+def identical_arithmetic(prep, arm_a, arm_b):
+  """Do the two arms' records give the same effective arithmetic (IDENTICAL_FIELDS of
+  numerics.effective.*, one value per arm, all recorded)?"""
+  runs = prep['runs']
+  cols = [EFFECTIVE + f for f in IDENTICAL_FIELDS]
+  if not all(c in runs for c in cols[:2]):
+    return False
+  cols = [c for c in cols if c in runs]
+  values = [runs.loc[runs['arm'] == arm, cols].astype(str).drop_duplicates() for arm in (arm_a, arm_b)]
+  return all(len(v) == 1 for v in values) and values[0].iloc[0].equals(values[1].iloc[0])
 
 
 def determinism(runs, reps):
@@ -234,19 +267,24 @@ def compare(prep, arm_a, arm_b, margin):
   b = units.loc[units['arm'] == arm_b, 'value'].to_numpy()
   is_paired, shared, why = design(prep, arm_a, arm_b)
   t, df, p = inf.welch(a, b)
-  mw_u, mw_p, mw_method = inf.mann_whitney(a, b)
   row = {'arm_a': arm_a, 'arm_b': arm_b, 'n_a': len(a), 'n_b': len(b), 'paired': is_paired,
          'design': why, 'n_pairs': len(shared) if is_paired else 0, 'welch_t': t, 'welch_df': df,
-         'welch_p': p, 'paired_t': np.nan, 'paired_p': np.nan, 'mw_u': mw_u, 'mw_p': mw_p,
-         'mw_method': mw_method, 'hedges_g': inf.hedges_g(a, b)}
+         'welch_p': p, 'paired_t': np.nan, 'paired_p': np.nan, 'mw_u': np.nan, 'mw_p': np.nan,
+         'mw_method': 'not used (paired)', 'signed_rank_w': np.nan, 'signed_rank_p': np.nan,
+         'signed_rank_method': 'not used (unpaired)', 'hedges_g': np.nan, 'd_z': np.nan, 'identical': False}
   if is_paired:
     xa, xb = values_by_seed(prep, arm_a, shared), values_by_seed(prep, arm_b, shared)
     d, n = xa - xb, len(shared)
     row['paired_t'], df, row['paired_p'] = inf.paired(xa, xb)
+    row['signed_rank_w'], row['signed_rank_p'], row['signed_rank_method'] = inf.signed_rank(d)
+    row.update(rank_test='signed-rank', rank_p=row['signed_rank_p'], d_z=inf.d_z(d),
+               identical=bool(np.all(d == 0)) and identical_arithmetic(prep, arm_a, arm_b))
     sd = np.std(d, ddof=1)
     se = sd / np.sqrt(n)
     row.update(diff=d.mean(), test='paired t', test_p=row['paired_p'], power_from=f'{n} pairs')
   else:
+    row['mw_u'], row['mw_p'], row['mw_method'] = inf.mann_whitney(a, b)
+    row.update(rank_test='Mann–Whitney', rank_p=row['mw_p'], hedges_g=inf.hedges_g(a, b))
     se, df = inf.welch_se_df(a, b)
     sd = np.sqrt(((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1))
                  / (len(a) + len(b) - 2))
@@ -259,26 +297,35 @@ def compare(prep, arm_a, arm_b, margin):
   row['ci90_low'], row['ci90_high'], row['tost_p'] = inf.tost(row['diff'], se, df, margin)
   row['power_diff'], row['power_equiv'] = inf.power_at(sd, margin, n, is_paired)
   row['n80_diff'], row['n80_equiv'] = inf.seeds_needed(sd, margin, is_paired)
+  row['lattice'] = prep.get('lattice')
   return row
 
 
 def judge(rows):
   """The pair table of compare() rows judged as one family: Holm-adjusted p-values over its rows
-  (`*_p_holm`), `equivalent_raw` (raw TOST p < α), `equivalent` (Holm TOST p < α), `different`
-  (Holm primary-test p < α and 95% CI excluding 0) and `verdict` ('equivalent' when equivalent,
-  else 'different' when different, else 'inconclusive')."""
+  but the identical-arithmetic ones (`*_p_holm`; NaN for those), `equivalent_raw` (raw TOST
+  p < α), `equivalent` (Holm TOST p < α), `different` (Holm primary-test p < α and 95% CI excluding
+  0, and on a lattice the Holm rank-test p < α) and `verdict` (module doc)."""
   pairs = pd.DataFrame(rows)
   if pairs.empty:
     return pairs
-  for test in ('welch', 'paired', 'tost', 'mw', 'test'):
-    pairs[f'{test}_p_holm'] = inf.holm(pairs[f'{test}_p'])
-  pairs['equivalent_raw'] = pairs['tost_p'] < inf.ALPHA
+  tested = ~pairs['identical'].astype(bool)
+  for test in ('welch', 'paired', 'tost', 'mw', 'signed_rank', 'rank', 'test'):
+    pairs[f'{test}_p_holm'] = inf.holm(pairs[f'{test}_p'].where(tested))
+  pairs['equivalent_raw'] = (pairs['tost_p'] < inf.ALPHA) & tested
   pairs['equivalent'] = pairs['tost_p_holm'] < inf.ALPHA
+  on_lattice = pairs['lattice'].notna()
   pairs['different'] = ((pairs['test_p_holm'] < inf.ALPHA)
-                        & ((pairs['ci95_low'] > 0) | (pairs['ci95_high'] < 0)))
-  pairs['verdict'] = np.select([pairs['equivalent'], pairs['different']],
-                               ['equivalent', 'different'], 'inconclusive')
+                        & ((pairs['ci95_low'] > 0) | (pairs['ci95_high'] < 0))
+                        & (~on_lattice | (pairs['rank_p_holm'] < inf.ALPHA)))
+  pairs['verdict'] = np.select([~tested, pairs['equivalent'], pairs['different']],
+                               ['identical arithmetic', 'equivalent', 'different'], 'inconclusive')
   return pairs
+
+
+def family_size(table):
+  """The number of comparisons Holm adjusts over: the judged ones but identical arithmetic."""
+  return int((table['verdict'] != 'identical arithmetic').sum()) if not table.empty else 0
 
 
 def pair_table(prep, arms, margin):

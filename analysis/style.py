@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from analysis import inference  # pylint: disable=wrong-import-position
+from analysis import inference, stats  # pylint: disable=wrong-import-position
 
 # Okabe & Ito (2008), without black (used for means) and yellow (too light on white paper).
 PALETTE = ('#0072B2', '#D55E00', '#009E73', '#CC79A7', '#56B4E9', '#E69F00', '#999999',
@@ -116,8 +116,9 @@ def display_pairs(pairs, unit):
         '90% CI': f'[{num(r["ci90_low"])}, {num(r["ci90_high"])}]',
         'equiv. (Holm TOST)': eq(r), 'TOST p': both(r, 'tost'),
         'Welch p': both(r, 'welch'), 'paired p': both(r, 'paired') if r['paired'] else '–',
-        'Mann–Whitney p (method)': f"{both(r, 'mw')}, {r['mw_method']}",
-        "Hedges' g": num(r['hedges_g']),
+        'rank test p (method)': (f"{r['rank_test']} {both(r, 'rank')}, "
+                                 f"{r['signed_rank_method'] if r['paired'] else r['mw_method']}"),
+        'effect size': (f"d_z {num(r['d_z'])}" if r['paired'] else f"Hedges' g {num(r['hedges_g'])}"),
         'seeds 80% (Δ/eq.)': f'{r["n80_diff"]}/{r["n80_equiv"]}'})
   return rows
 
@@ -176,7 +177,7 @@ def captions(out, pairs):
            f'difference test (paired t when paired, else Welch); 90% CI and TOST against the '
            f'margin ±{out["margin"]:g} {unit}; equivalent: Holm-adjusted TOST p < '
            f'{inference.ALPHA:g} (raw decision in brackets when it differs); p-values raw (Holm '
-           f'over {len(pairs)} comparison(s)); '
+           f'over the {stats.family_size(pairs)} comparison(s) tested; identical arithmetic is not tested); '
            f'seeds (pairs when paired) for 80% power, α = {inference.ALPHA:g}, at Δ = margin / for '
            'equivalence.')
   return arms, pairs

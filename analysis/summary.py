@@ -4,7 +4,7 @@ a confound), the gap decomposition when there are two platforms, the declared co
 the noise floor and the margin with one verdict each. Numbers from analysis/answer.py.
 """
 
-from analysis import answer, attribution_report, inference, style
+from analysis import answer, attribution_report, inference, stats, style
 from analysis.attribution_report import interval, signed
 
 NOT_RECORDED = 'not recorded'
@@ -89,7 +89,7 @@ MAX_UNDECLARED_ROWS = 12
 def contrast_verdict(r, margin):
   """'equivalent', 'different' or 'inconclusive: …' in a few words, from a contrast row."""
   if r['verdict'] != 'inconclusive':
-    return r['verdict']
+    return r['verdict'] + (' (not tested)' if r['verdict'] == 'identical arithmetic' else '')
   low, high = r['ci90_low'] <= -margin, r['ci90_high'] >= margin
   if low or high:
     return f'inconclusive: 90% CI past {"±" if low and high else "−" if low else "+"}{margin:g}'
@@ -123,13 +123,14 @@ def contrast_lines(out):
   ref = (out['arm_info'].loc[out['arm_info']['role'] == 'reference', 'label'].iloc[0]
          if out.get('contrasts') is not None else None)
   head = (f'**Factor effects**: each arm − the reference arm ({ref}) on its platform, paired by '
-          f'seed where the runs pair; Holm over the {len(table)} declared contrasts'
-          if ref else f'**Comparisons** (no declared contrasts: every pair, Holm over {len(table)})')
+          f'seed where the runs pair; Holm over the {stats.family_size(table)} declared contrasts tested'
+          if ref else f'**Comparisons** (no declared contrasts: every pair, Holm over {stats.family_size(table)})')
   floor = (f'; noise floor (95% half-width of the mean paired difference noise arm − the arm it '
            f'perturbs, at this study\'s seeds): {floors} {unit}' if floors else '; no noise floor')
   rule = (f'{head}{floor}; margin ±{m:g} {unit}. Verdicts: equivalent = Holm TOST p < '
           f'{inference.ALPHA:g} (90% CI inside ±{m:g}); different = Holm p < {inference.ALPHA:g} and '
-          '95% CI excluding 0; else inconclusive.')
+          '95% CI excluding 0 (on a lattice metric also the rank test); identical arithmetic = '
+          'equal effective numerics and every difference 0 (outside Holm); else inconclusive.')
   if not ref and len(table) > MAX_UNDECLARED_ROWS:  # every pair of many arms: counts, not a page
     counts = table['verdict'].value_counts()
     said = ', '.join(f'{counts.get(v, 0)} {v}' for v in ('equivalent', 'different', 'inconclusive'))
@@ -139,9 +140,43 @@ def contrast_lines(out):
   return [rule, '', style.markdown(contrast_rows(out, table)).rstrip('\n')]
 
 
+def headline(out):
+  """'gpu − cpu: no gap (G +0.26 [-0.22, +0.75] pp); 13 contrasts: 13 equivalent' of one analysis."""
+  att, parts = out.get('attribution') or {}, []
+  for d in att.get('decomposition') or []:
+    parts.append(f'{d["gap"].replace(" - ", " − ")}: **{d["verdict"]}** (G {signed(d["G"])} '
+                 f'{interval(d["G_ci_low"], d["G_ci_high"])} {out["unit"]})')
+  table = out['contrasts'] if out.get('contrasts') is not None else out['pairs']
+  if table is not None and not table.empty:
+    seen = table['verdict'].value_counts()
+    parts.append(f'{stats.family_size(table)} contrasts tested: ' + ', '.join(
+        f'{seen[v]} {v}' for v in ('equivalent', 'different', 'inconclusive') if v in seen))
+  return '; '.join(parts)
+
+
+def scope_lines(out):
+  """Confirmatory vs exploratory: the declared seeds at the declared margin first."""
+  sc = out.get('scope') or {}
+  if sc.get('confirmatory') is None:
+    return ['**Exploratory**: the study declares no seeds or margin before its runs.', '']
+  if sc['confirmatory']:
+    return [f'**Confirmatory**: the declared seeds at the declared margin '
+            f'(±{sc["declared_margin"]:g} {out["unit"]}).', '']
+  lines = [f'**Exploratory** ({"; ".join(sc["deviations"])}).']
+  if out.get('confirmatory') is not None:
+    conf = out['confirmatory']
+    lines.append(f'**Confirmatory answer** (declared seeds {conf["scope"]["analysed_seeds"][0]}–'
+                 f'{conf["scope"]["analysed_seeds"][-1]} at the declared ±{conf["margin"]:g} '
+                 f'{out["unit"]}): {headline(conf)}. The rest of this page is exploratory.')
+  else:
+    lines.append('No confirmatory answer: the declared seeds were not all run.')
+  return [' '.join(lines), '']
+
+
 def answer_lines(out):
   """The one-page answer (Markdown lines) of analysis/answer.py's dict."""
-  return [question(out), '', *software_lines(out), '', *gap_lines(out), *contrast_lines(out)]
+  return [question(out), '', *scope_lines(out), *software_lines(out), '', *gap_lines(out),
+          *contrast_lines(out)]
 
 
 def latex_tables(out):
@@ -158,7 +193,7 @@ def latex_tables(out):
   if table is not None and not table.empty:
     parts.append(style.latex(contrast_rows(out, table),
                              f'Each arm minus the reference arm ({unit}), 95% and 90% CIs; verdicts '
-                             f'Holm-adjusted over the {len(table)} contrasts, margin ±{out["margin"]:g} {unit}.',
+                             f'Holm-adjusted over the {stats.family_size(table)} contrasts tested, margin ±{out["margin"]:g} {unit}.',
                              label='tab:contrasts'))
   rows = [{'platform': p, 'device': f['device_kind'] or NOT_RECORDED,
            **{k: v or '–' for k, v in f['versions'].items()}}

@@ -106,6 +106,13 @@ LABELS = {'profile': '{}', 'batchnorm_group': 'BN/{}',
           'compute_dtype': {'bfloat16': 'bf16 activations', 'float32': 'f32 activations'}}
 
 
+# "Explained by numerics" needs the numerics part to be at least this share of the platform gap
+# by the share's lower 95% bound (analysis/gap_verdict.py).
+MIN_SHARE = 0.5
+MIN_SHARE_REASON = ('the numerics must be the larger part of the gap at 95% confidence for the '
+                    'gap to count as explained by them')
+
+
 def get_study(arg=None):
   """The declaration (analysis/declaration.py) that sweeps.sweep writes into the root before the
   first run and the analysis reads: margin, factors, reference levels, controls, short labels,
@@ -114,7 +121,10 @@ def get_study(arg=None):
   return {'margin': MARGIN_PP, 'margin_reason': MARGIN_REASON,
           'factors': ['platform', 'profile', 'batchnorm_group', 'compute_dtype'],
           'reference': {'profile': 'native', 'batchnorm_group': '0', 'compute_dtype': 'float32'},
-          'noise_arm': {'profile': NOISE_PROFILE}, 'native': {'profile': 'native'},
+          'noise_arm': {'profile': NOISE_PROFILE},
+          'noise_of': {'profile': 'f32', 'batchnorm_group': '0', 'compute_dtype': 'float32'},
+          'min_share': MIN_SHARE, 'min_share_reason': MIN_SHARE_REASON,
+          'native': {'profile': 'native'},
           'platform_profile': {'tpu': 'tpu_default', 'gpu': 'jax_gpu_default', 'cpu': 'f32'},
           'labels': LABELS, 'seed_sd': SEED_SD_PP, 'seed_sd_source': SEED_SD_SOURCE,
           'paired_sd': PAIRED_SD_PP, 'paired_sd_source': PAIRED_SD_SOURCE, 'seeds': SEEDS}

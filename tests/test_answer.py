@@ -29,11 +29,13 @@ def test_the_answer_fits_one_screen_and_comes_first():
   assert len(first.splitlines()) <= 60, len(first.splitlines())
   assert first.startswith('# ') and '## Answer' in first
   assert '**Question.** Does training on gpu give the same test accuracy as on cpu' in first
-  assert '**gpu − cpu: ' in first and '| platform residual |' in first  # the decomposition
-  assert 'share of the gap explained by numerics' in first and 'seeds per arm for 80% power' in first
+  assert '**gpu − cpu: ' in first and '| platform residual: gap − numerics part |' in first
+  assert 'share of the gap explained by numerics' in first and 'seeds for 80% power' in first
+  assert '**Exploratory** (8 seeds analysed, 6 declared (seeds 0–5))' in first
+  assert '**Confirmatory answer** (declared seeds 0–5 at the declared ±2 pp)' in first
   for label in ('tpu_default', 'BN/16', 'bf16 activations', 'bf16_noise'):
     assert first.count(f'| {label} |') == 2, label  # one line per contrast and platform
-  assert 'Holm over the 14 declared contrasts' in first
+  assert 'Holm over the 14 declared contrasts tested' in first
   later = text[len(first):]
   assert later.index('## Setup') < later.index('## Why each verdict') < later.index('## Arms')
   assert '## Runs excluded' in later and '## Repeated seeds' in later

@@ -75,18 +75,24 @@ def test_planted_effects_inside_their_cis_and_match_statsmodels_mixedlm():
   assert terms.loc['profile=tpu_default', 'estimate'] == pytest.approx(ref.params[name], abs=1e-4)
   assert terms.loc['profile=tpu_default', ['ci_low', 'ci_high']].tolist() == pytest.approx(
       [low, high], abs=1e-4)
-  x = 100 * frame.loc[frame[PROFILE] == 'noise', METRIC]
-  assert 'sd between runs' in out['noise']['text']
-  assert out['noise']['sd'] == pytest.approx(x.std(ddof=1))
-  assert out['noise']['half'] == pytest.approx(2.042272 * x.std(ddof=1) * np.sqrt(2 / 16), rel=1e-5)
+  # The noise floor, per platform, paired by seed: noise − f32 (the reference arm), by hand.
+  data = data.pivot_table(index='seed', columns=['platform', 'profile'], values='v')
+  for platform in ('gpu', 'tpu'):
+    d = data[platform, 'noise'] - data[platform, 'f32']
+    floor = out['noise'][platform]
+    assert 'paired by seed, 8 seeds' in floor['text'] and floor['n'] == 8
+    assert floor['sd'] == pytest.approx(d.std(ddof=1), rel=1e-12)
+    assert floor['half'] == pytest.approx(2.364624 * d.std(ddof=1) / np.sqrt(8), rel=1e-6)
+    assert floor['sd'] != pytest.approx(data[platform, 'noise'].std(ddof=1), rel=0.05)
 
 
 def test_zero_platform_residual_is_explained_by_numerics():
-  out = attribution.run(runs_frame(), ['platform', 'profile', 'batchnorm_group'],
+  out = attribution.run(runs_frame(), ['platform', 'profile'],
                         reference={'profile': 'f32'}, margin=0.3)
   show(out)
-  gap = out['gap'].set_index('component')
-  numerics = gap.loc['numerics: profile tpu_default - jax_gpu_default (on gpu, tpu)']
+  gap = out['gap'].set_index('key')
+  numerics = gap.loc['N']
+  assert numerics['component'] == 'numerics part: tpu_default − jax_gpu_default, mean of both platforms'
   assert numerics['ci_low'] < 0.8 < numerics['ci_high']
   r = residual(out)
   assert r['ci_low'] < 0 < r['ci_high'] and r['tost_p'] < 0.05
@@ -95,15 +101,14 @@ def test_zero_platform_residual_is_explained_by_numerics():
   assert '**tpu − gpu: explained by numerics**' in show(out)
   assert out['emulation'] == {'gpu': 'jax_gpu_default', 'tpu': 'tpu_default'}  # the default mapping
   assert 'gpu=jax_gpu_default, tpu=tpu_default' in show(out)
-  assert gap.loc['native gap', 'estimate'] == pytest.approx(
-      numerics['estimate'] + r['estimate'])
+  assert gap.loc['G', 'estimate'] == pytest.approx(numerics['estimate'] + r['estimate'])
 
 
 def test_planted_platform_residual_leaves_the_gap_partly_explained():
   out = attribution.run(runs_frame(platform_shift=1.5), ['platform', 'profile'],
                         reference={'profile': 'f32'}, margin=0.3,
                         platform_profile={'tpu': 'tpu_default', 'gpu': 'jax_gpu_default'})
-  assert "native arithmetic: gpu=jax_gpu_default, tpu=tpu_default. Gap" in show(out)
+  assert "native arithmetic: gpu=jax_gpu_default, tpu=tpu_default. Each component" in show(out)
   r = residual(out)
   assert r['ci_low'] < 1.5 < r['ci_high'] and r['ci_low'] > 0.3
   assert out['decomposition'][0]['verdict'] == 'partly explained'  # 0.8 of 2.3 pp: numerics
@@ -132,17 +137,16 @@ def test_failed_mixed_fit_falls_back_to_clustered_ols_and_says_so(monkeypatch):
   half = sps.t.ppf(0.975, g - 1) * se
   assert [t['estimate'], t['se'], t['ci_low'], t['ci_high']] == pytest.approx(
       [ref.params[name], se, ref.params[name] - half, ref.params[name] + half], rel=1e-6)
-  # The residual contrast in this balanced design is the mean over seeds of a per-seed contrast d
-  # of raw values; its clustered se is sd(d)/sqrt(G) times the CR1 factor sqrt((N-1)/(N-K)).
+  # The residual is the mean over seeds of a per-seed contrast d of raw values, with the t-interval
+  # over seeds (no model): se = sd(d) / sqrt(seeds), seeds - 1 df.
   cell = data.pivot_table(index='seed', columns=['platform', 'profile'], values='v')
   d = (cell['tpu', 'native'] - cell['gpu', 'native']
        - 0.5 * (cell['tpu', 'tpu_default'] - cell['tpu', 'jax_gpu_default'])
        - 0.5 * (cell['gpu', 'tpu_default'] - cell['gpu', 'jax_gpu_default']))
-  n, g, k = len(data), len(d), 2 * 5 - 1  # the cells but the reference one
   r = residual(out)
   assert r['estimate'] == pytest.approx(d.mean(), abs=1e-9)
-  assert r['se'] == pytest.approx(d.std(ddof=1) / np.sqrt(g) * np.sqrt((n - 1) / (n - k)), rel=1e-9)
-  assert r['df'] == g - 1
+  assert r['se'] == pytest.approx(d.std(ddof=1) / np.sqrt(len(d)), rel=1e-9)
+  assert r['df'] == len(d) - 1
 
 
 def test_zero_seed_variance_is_a_boundary_fit_and_falls_back():
@@ -242,7 +246,7 @@ def test_a_declared_study_runs_the_attribution_with_its_settings(tmp_path, capsy
   assert att['labels']['profile=tpu_default'] == 'tpu_default'
   assert att['labels']['platform=tpu'] == 'platform tpu'
   text = show(att)
-  assert '±0.25 pp (half the seed sd)' in text and '| platform residual |' in text
+  assert '±0.25 pp (half the seed sd)' in text and '| platform residual: gap − numerics part |' in text
   cfg.write_text('def get_config(arg=None):\n  return None\n\n\ndef get_sweep(arg=None):\n  return []\n')
   assert declaration.load(f'{cfg}:x') == {}
 

@@ -43,7 +43,7 @@ def test_the_digits_declaration_gives_seven_contrasts_with_holm_over_exactly_the
   info = out['arm_info'].set_index('arm')
   assert set(info.loc[table['arm_b'], 'label']) == {'native'}  # Δ = arm − the reference arm
   assert list(table['role']).count('noise') == 1
-  for test in ('tost', 'test', 'welch', 'mw'):
+  for test in ('tost', 'test', 'welch', 'signed_rank'):
     holm = multitest.multipletests(table[f'{test}_p'], method='holm')[1]
     assert table[f'{test}_p_holm'].to_numpy() == pytest.approx(holm), test
   both = answer.analyse(digits_frame(), DIGITS, all_pairs=True)

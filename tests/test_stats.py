@@ -144,7 +144,8 @@ def test_planted_shift_is_different():
                       margin=0.5)
   pair = out['pairs'].iloc[0]
   assert out['scale'] == 100 and pair['diff'] == pytest.approx(100 * (a.mean() - b.mean()))
-  assert pair['welch_p_holm'] < 0.001 and pair['mw_p'] < 0.01 and pair['test_p_holm'] < 0.001
+  assert pair['welch_p_holm'] < 0.001 and pair['signed_rank_p'] < 0.01 and pair['test_p_holm'] < 0.001
+  assert pair['rank_test'] == 'signed-rank' and np.isnan(pair['mw_p'])  # paired: no Mann–Whitney
   assert not pair['equivalent'] and pair['tost_p'] > 0.5
   assert pair['ci90_high'] < -0.5 and pair['ci95_high'] < 0  # the whole interval is outside
   assert pair['verdict'] == 'different' and 'excludes 0' in why(pair, 0.5)
@@ -244,8 +245,10 @@ def test_bca_under_covers_where_the_arm_table_does_not_use_it():
 
 def test_pairwise_table_matches_direct_calls_and_exact_mann_whitney():
   a, b = np.array([.70, .71, .69, .72, .70]), np.array([.68, .69, .70, .67, .66, .69])
-  out = stats.analyse(frame({'a': a, 'b': b}, {'a': 'gpu', 'b': 'gpu'}), margin=1.0)
+  unpaired = frame({'a': a, 'b': b}, {'a': 'gpu', 'b': 'gpu'}).drop(columns='seed')
+  out = stats.analyse(unpaired, margin=1.0)
   pair = out['pairs'].iloc[0]
+  assert not pair['paired'] and pair['rank_test'] == 'Mann–Whitney' and np.isnan(pair['d_z'])
   assert pair['welch_p'] == pytest.approx(sps.ttest_ind(100 * a, 100 * b, equal_var=False).pvalue)
   # Exact two-sided Mann–Whitney by enumerating every split of the pooled ranks.
   pooled, u_obs = np.concatenate([a, b]), sps.mannwhitneyu(a, b).statistic
@@ -261,7 +264,8 @@ def test_pairwise_table_matches_direct_calls_and_exact_mann_whitney():
 
 
 def test_three_runs_per_arm_cannot_reach_significance_with_exact_mann_whitney():
-  out = stats.analyse(frame({'a': [.1, .2, .3], 'b': [.7, .8, .9]}, {'a': 'gpu', 'b': 'gpu'}))
+  out = stats.analyse(frame({'a': [.1, .2, .3], 'b': [.7, .8, .9]}, {'a': 'gpu', 'b': 'gpu'})
+                      .drop(columns='seed'))
   assert out['pairs'].iloc[0]['mw_p'] == pytest.approx(0.1)  # 2 / C(6, 3): the smallest possible
 
 
@@ -446,3 +450,77 @@ def test_non_finite_metric_in_csv_is_excluded_and_listed(tmp_path):
   assert list(arms['n']) == [3, 3] and np.isfinite(arms['mean']).all()
   assert arms.loc['tpu', 'mean'] == pytest.approx(100 * np.mean([0.70, 0.71, 0.72]))
   assert out['scale'] == 100  # the excluded inf does not turn the percent scaling off
+
+
+def test_signed_rank_equals_scipys_exact_test_with_ties_and_zeros():
+  rng = np.random.default_rng(5)
+  for n in (6, 9, 12):
+    d = rng.integers(-3, 4, size=n) * 0.278  # accuracy on 360 images: ties and zeros
+    w, p, method = inference.signed_rank(d)
+    nonzero = d[d != 0]
+    ref = sps.wilcoxon(nonzero, method=sps.PermutationMethod(n_resamples=np.inf))
+    assert (w, p) == pytest.approx((ref.statistic, ref.pvalue)) and method.startswith('exact')
+  assert inference.signed_rank(np.zeros(5))[1] == 1.0
+
+
+def test_paired_pairs_get_signed_rank_and_d_z_unpaired_ones_mann_whitney_and_g():
+  rng = np.random.default_rng(6)
+  a = 0.9 + rng.normal(0, 0.01, 8)
+  b = a - 0.004 + rng.normal(0, 0.002, 8)
+  pair = stats.analyse(frame({'x': a, 'y': b}), margin=0.5)['pairs'].iloc[0]
+  d = 100 * (a - b)
+  assert pair['paired'] and pair['d_z'] == pytest.approx(d.mean() / d.std(ddof=1))
+  assert pair['signed_rank_p'] == pytest.approx(sps.wilcoxon(d).pvalue)  # exact, no ties here
+  # the unpaired effect size of the same data is far smaller: the seed spread stays in it
+  assert abs(inference.hedges_g(100 * a, 100 * b)) < abs(pair['d_z']) / 3
+
+
+def test_power_is_a_number_where_statsmodels_returns_nan():
+  from statsmodels.stats import power as smp
+  assert np.isnan(smp.TTestPower().power(2 / 0.76, 16, 0.05))  # the case the report showed as "–"
+  power, _ = inference.power_at(0.76, 2.0, 16, is_paired=True)
+  assert power == pytest.approx(1.0, abs=1e-9)
+  assert inference.nct_power(0.5, 16, True) == pytest.approx(smp.TTestPower().power(0.5, 16, 0.05))
+
+
+def lattice_frame(diffs_in_images, n_seeds, test_size=360):
+  """Two paired arms on one platform whose per-seed accuracies differ by the given image counts."""
+  rng = np.random.default_rng(8)
+  base = 0.9 + rng.integers(-5, 5, n_seeds) / test_size
+  other = base - np.resize(diffs_in_images, n_seeds) / test_size
+  return frame({'x': base, 'y': other}).assign(**{'data.test_size': test_size})
+
+
+def test_on_a_lattice_a_different_verdict_needs_the_rank_test_too():
+  """Six seeds whose differences are one or two test images: the paired t is small (p 0.0015), but
+  the exact signed-rank p cannot go below 2 / 2^6 = 0.031; with several comparisons in the family
+  Holm lifts it past 0.05, so 'different' rests on the t-test alone and is not given."""
+  out = stats.analyse(lattice_frame([1, 1, 2, 1, 1, 2], 6), margin=0.2)
+  pair = out['pairs'].iloc[0]
+  assert pair['lattice'] == pytest.approx(100 / 360) and pair['paired_p'] < 0.01
+  assert pair['signed_rank_p'] == pytest.approx(2 / 64)
+  rows = [stats.compare(out, *out['pairs'].iloc[0][['arm_a', 'arm_b']], 0.2)] * 3
+  judged = stats.judge(rows)
+  assert (judged['test_p_holm'] < 0.05).all() and not judged['different'].any()
+  off = [dict(r, lattice=None) for r in rows]  # the same numbers off a lattice: 'different'
+  assert stats.judge(off)['different'].all()
+
+
+def test_identical_arithmetic_is_reported_not_tested_and_outside_holm():
+  rng = np.random.default_rng(9)
+  a = 0.9 + rng.normal(0, 0.01, 6)
+  table = frame({'native': a, 'f32': a, 'bf16': a + rng.normal(0, 0.005, 6)},
+                {'native': 'cpu', 'f32': 'cpu', 'bf16': 'cpu'})
+  effective = {'native': 'f32', 'f32': 'f32', 'bf16': 'bf16'}
+  table = table.assign(**{'numerics.effective.platform': 'cpu', 'numerics.effective.device_kind': 'cpu',
+                          'numerics.effective.conv_format': table[
+                              'numerics.requested.compute_dtype'].map(effective)})
+  pairs = stats.analyse(table, margin=0.5)['pairs'].set_index(['arm_a', 'arm_b'])
+  same = pairs.loc[('compute_dtype=f32', 'compute_dtype=native')]
+  assert same['verdict'] == 'identical arithmetic' and np.isnan(same['tost_p_holm'])
+  tested = pairs[pairs['verdict'] != 'identical arithmetic']
+  assert len(tested) == 2
+  np.testing.assert_allclose(tested['tost_p_holm'], inference.holm(tested['tost_p']))
+  # equal values without equal recorded arithmetic are tested like any pair
+  plain = stats.analyse(frame({'native': a, 'f32': a}, {'native': 'cpu', 'f32': 'cpu'}), margin=0.5)
+  assert plain['pairs'].iloc[0]['verdict'] == 'equivalent'
