@@ -102,8 +102,18 @@ def test_runs_on_two_cpu_instruction_sets_are_two_platforms_never_pooled(tmp_pat
   pair = out['pairs'].iloc[0]
   assert pair['paired'] and pair['diff'] == pytest.approx(
       1.0 if pair['arm_a'] == 'cpu-AVX2' else -1.0)
-  gpu = {'platform': 'gpu', 'device_kind': 'NVIDIA H100', **dict.fromkeys(record.CPU_FACTS)}
-  assert record.platform_identity(gpu) == 'gpu'
+
+
+@pytest.mark.parametrize('facts, identity', [
+    ({'platform': 'cpu', **isa('AVX2')}, 'cpu-AVX2'),
+    ({'platform': 'cpu', 'cpu_isa': 'AVX512_BF16', 'xla_cpu_isa': 'AVX2'}, 'cpu-AVX512_BF16-max-AVX2'),
+    ({'platform': 'cpu', 'cpu_isa': 'aarch64', 'xla_cpu_isa': 'aarch64'}, 'cpu-aarch64'),
+    ({'platform': 'cpu'}, 'cpu'),  # an old record: not recorded
+    ({'platform': 'gpu', 'device_kind': 'NVIDIA H100', **dict.fromkeys(record.CPU_FACTS)}, 'gpu'),
+])
+def test_platform_identity_and_back_to_the_jax_platform(facts, identity):
+  assert record.platform_identity(facts) == identity
+  assert record.jax_platform(identity) == facts['platform']
 
 
 def test_a_record_without_cpu_facts_reads_not_recorded_and_joins_no_known_isa(tmp_path):

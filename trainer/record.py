@@ -268,6 +268,12 @@ def platform_identity(results):
   return f'{platform}-{isa}' + (f'-max-{xla_isa}' if xla_isa and xla_isa != isa else '')
 
 
+def jax_platform(identity):
+  """The JAX platform ('cpu', 'gpu', 'tpu') of a platform identity ('cpu-AVX2', platform_identity):
+  what a rule declared per JAX platform (an emulating profile, determinism) reads."""
+  return str(identity).split('-', 1)[0]
+
+
 def row(run, results):
   """One table row (dict) for `run` from its record (None: nothing saved yet). Requested numerics
   fields the record predates, and config fields (a record with a config) but the seed, are filled
