@@ -106,7 +106,8 @@ def test_runs_on_two_cpu_instruction_sets_are_two_platforms_never_pooled(tmp_pat
 
 @pytest.mark.parametrize('facts, identity', [
     ({'platform': 'cpu', **isa('AVX2')}, 'cpu-AVX2'),
-    ({'platform': 'cpu', 'cpu_isa': 'AVX512_BF16', 'xla_cpu_isa': 'AVX2'}, 'cpu-AVX512_BF16-max-AVX2'),
+    ({'platform': 'cpu', 'cpu_isa': 'AVX512_BF16', 'xla_cpu_isa': 'AVX2'},
+     'cpu-AVX512_BF16-max-AVX2'),
     ({'platform': 'cpu', 'cpu_isa': 'aarch64', 'xla_cpu_isa': 'aarch64'}, 'cpu-aarch64'),
     ({'platform': 'cpu'}, 'cpu'),  # an old record: not recorded
     ({'platform': 'gpu', 'device_kind': 'NVIDIA H100', **dict.fromkeys(record.CPU_FACTS)}, 'gpu'),

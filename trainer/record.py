@@ -41,8 +41,8 @@ pools and pairs by) is the JAX platform, and on CPU the instruction set too: 'cp
 'cpu-AVX2' are two platforms (XLA:CPU compiles for the host's instruction set: the same config
 gives other numbers), never pooled as one or paired as replicates; a run whose XLA code was held
 below its processor's level (--xla_cpu_max_isa) is a third, 'cpu-AVX512-max-AVX2': the flag moves
-XLA's own code but, measured on an AVX2 host, not the bits of its dot and convolution kernels, so
-such a run is not shown to compute as an AVX2 host does.
+XLA's own loops but not its dot, convolution and reduction kernels (numerics/setup.py
+XLA_CPU_ISAS), so such a run is not known to compute as an AVX2 host does.
 A CPU record without `cpu_isa` (written before it was recorded) stays 'cpu': not recorded, never
 guessed, and so never pooled with a CPU run whose instruction set is known.
 """
