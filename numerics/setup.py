@@ -3,6 +3,7 @@
 `configure(config)` applies a resolved config's process-wide settings (XLA flags, the default
 matmul precision) once per process, before JAX starts a backend: every entry point (train.py, the
 sweep's estimate, the divergence tool, the benchmarks) calls it right after resolving the config.
+`cpu_facts()` names the processor a CPU run ran on and the instruction set XLA:CPU compiled for.
 `check(config)` checks every numerics field without changing it (trainer/validation.resolve, the
 one validation path, calls it). `describe(config)` returns the requested and the effective settings
 for the results, with the platform's default made explicit: which product format the convolutions
@@ -11,6 +12,7 @@ numerics/emulate.py), each kind on its own.
 """
 
 import os
+import platform as host
 
 import jax
 import jax.numpy as jnp
@@ -73,6 +75,20 @@ def xla_flags(config):
                      f'{extra!r}')
   wanted = ['--xla_gpu_deterministic_ops=true'] if n.gpu_deterministic else []
   return wanted + [f for f in extra.split() if f not in wanted]
+
+
+# XLA:CPU's instruction-set levels, lowest first: the values --xla_cpu_max_isa takes (jaxlib
+# 0.10.2's flag help: SSE4_2, AVX, AVX2, AVX512, AVX512_VNNI, AVX512_BF16, AMX, AMX_FP16; any case),
+# each with the /proc/cpuinfo flags a host needs for it (a level needs every level below it too).
+# Measured with jaxlib 0.10.2 on an AVX2 host: the flag moves the code XLA generates itself (loop
+# fusions: a*b+c is one FMA from AVX2 on), not the dots, convolutions and reductions, which run in
+# YNNPACK fusions whose kernels do not follow it (nor did they with those fusions switched off).
+XLA_CPU_ISAS = {'SSE4_2': ('sse4_2',), 'AVX': ('avx',), 'AVX2': ('avx2',), 'AVX512': ('avx512f',),
+                'AVX512_VNNI': ('avx512_vnni',), 'AVX512_BF16': ('avx512_bf16',),
+                'AMX': ('amx_bf16', 'amx_int8'), 'AMX_FP16': ('amx_fp16',)}
+MAX_ISA_FLAG = '--xla_cpu_max_isa='
+CPUINFO = '/proc/cpuinfo'
+X86 = ('x86_64', 'amd64', 'i386', 'i686')
 
 
 _applied = None  # the XLA flags configure() set in this process (None: it has not run)
@@ -214,3 +230,51 @@ def describe(config):
       gpu_deterministic=(platform == 'gpu' and '--xla_gpu_deterministic_ops=true' in xla_flags),
       xla_flags=xla_flags)
   return {'requested': requested, 'effective': effective}
+
+
+def cpuinfo(path=CPUINFO):
+  """{field: value} of the first processor listed in /proc/cpuinfo; {} where there is none."""
+  try:
+    with open(path, encoding='utf-8', errors='replace') as f:
+      text = f.read()
+  except OSError:
+    return {}
+  out = {}
+  for line in text.splitlines():
+    if not line.strip() and out:
+      break
+    key, sep, value = line.partition(':')
+    if sep:
+      out.setdefault(key.strip(), value.strip())
+  return out
+
+
+def xla_cpu_isa(cpu_flags, xla_flags):
+  """The instruction set XLA:CPU generates code for on an x86-64 host whose /proc/cpuinfo lists
+  `cpu_flags`: the highest XLA_CPU_ISAS level the host has, lowered to the last
+  --xla_cpu_max_isa in `xla_flags` (XLA ignores a value it does not know, with a warning, and so
+  does this). None where the host has no level (no flags read: not recorded)."""
+  have, levels = set(cpu_flags), []
+  for name, needs in XLA_CPU_ISAS.items():
+    if not have.issuperset(needs):
+      break
+    levels.append(name)
+  pinned = [f[len(MAX_ISA_FLAG):].upper() for f in xla_flags.split() if f.startswith(MAX_ISA_FLAG)]
+  if pinned and pinned[-1] in levels:
+    return pinned[-1]
+  return levels[-1] if levels else None
+
+
+def cpu_facts(xla_flags=None):
+  """(model, instruction set, XLA's instruction set) of this host's processor (trainer/record.py
+  CPU_FACTS names them): the model name /proc/cpuinfo gives (else platform.processor()); on x86-64
+  the best XLA_CPU_ISAS level the processor has and the level XLA:CPU generates code for
+  (xla_cpu_isa: that one, lowered by a --xla_cpu_max_isa in `xla_flags`, default this process's
+  XLA_FLAGS); elsewhere both are the machine's architecture (e.g. 'aarch64'). None for what cannot
+  be read (not recorded)."""
+  xla_flags = os.environ.get('XLA_FLAGS', '') if xla_flags is None else xla_flags
+  info, machine = cpuinfo(), host.machine().lower()
+  flags = info.get('flags', '').split()
+  own, xla = ((xla_cpu_isa(flags, ''), xla_cpu_isa(flags, xla_flags)) if machine in X86
+              else (machine or None,) * 2)
+  return info.get('model name') or host.processor() or None, own, xla

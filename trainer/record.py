@@ -20,7 +20,9 @@ read (`upgrade`): the `emulate` shorthand becomes the per-kind formats it stood 
 
 Record fields: `schema` (RECORD_SCHEMA; absent in records written before it existed, which read
 the same), `status` ('running' | 'completed' | 'failed'), `reason`, `seed`, `platform`,
-`device_kind`, `num_devices`, `num_processes`, `step`, `total_steps`, `wall_time_s`, `numerics`
+`device_kind`, `cpu_model`, `cpu_isa` and `xla_cpu_isa` (CPU_FACTS: a CPU run's processor, its
+instruction set and the one XLA:CPU generated code for; None on GPU and TPU; absent before schema
+3: not recorded), `num_devices`, `num_processes`, `step`, `total_steps`, `wall_time_s`, `numerics`
 ({'requested': config.numerics, 'effective': ...}, numerics/setup.py describe), `data` (the
 dataset's facts, fingerprint included), `model` (pretrained-weight facts), `config` (every field),
 `versions`, `final` (FINAL_METRICS), `history` (one entry per epoch), `log_sums` (training sums at
@@ -33,6 +35,16 @@ changed the layout, which needs --allow_layout_change; the top-level facts are t
 A saved run is continued only by "the same run": the same config (`config_differences`), the same
 data (`data_differences`: files, split, resolution, class count) and, unless explicitly allowed,
 the same device layout (`layout_differences`).
+
+The platform a run's row names (`platform_identity`, the `platform` column every analysis groups,
+pools and pairs by) is the JAX platform, and on CPU the instruction set too: 'cpu-AVX512' and
+'cpu-AVX2' are two platforms (XLA:CPU compiles for the host's instruction set: the same config
+gives other numbers), never pooled as one or paired as replicates; a run whose XLA code was held
+below its processor's level (--xla_cpu_max_isa) is a third, 'cpu-AVX512-max-AVX2': the flag moves
+XLA's own loops but not its dot, convolution and reduction kernels (numerics/setup.py
+XLA_CPU_ISAS), so such a run is not known to compute as an AVX2 host does.
+A CPU record without `cpu_isa` (written before it was recorded) stays 'cpu': not recorded, never
+guessed, and so never pooled with a CPU run whose instruction set is known.
 """
 
 import copy
@@ -43,16 +55,20 @@ from etils import epath
 
 from numerics import profiles
 
-RECORD_SCHEMA = 2
+RECORD_SCHEMA = 3  # 3: CPU_FACTS recorded
 CHECKPOINTS = 'checkpoints'
 STATE_ITEM = 'state'
 RESULTS_ITEM = 'results'
 ITEMS = (STATE_ITEM, RESULTS_ITEM)
 STATUSES = ('running', 'completed', 'failed')
 
+# A CPU run's processor: its model name, its instruction set and the one XLA:CPU generated code for
+# (XLA's names of the levels, 'AVX2', 'AVX512', ...; the architecture off x86-64): cpu_facts in
+# numerics/setup.py.
+CPU_FACTS = ('cpu_model', 'cpu_isa', 'xla_cpu_isa')
 # Columns every run row has, in this order, before the flattened ones.
-BASE_COLUMNS = ('run', 'status', 'reason', 'seed', 'platform', 'device_kind', 'num_devices',
-                'num_processes', 'step', 'total_steps', 'wall_time_s')
+BASE_COLUMNS = ('run', 'status', 'reason', 'seed', 'platform', 'device_kind', *CPU_FACTS,
+                'num_devices', 'num_processes', 'step', 'total_steps', 'wall_time_s')
 # Parts of a record that become columns as `part.field...` (nested dicts flattened).
 FLATTENED = ('final', 'numerics', 'config', 'data', 'model', 'versions')
 FINAL_METRICS = ('test_accuracy', 'test_loss', 'train_loss', 'train_accuracy')
@@ -68,6 +84,8 @@ CONFIG_PREFIX = 'config.'
 NOT_ARM_CONFIG = ('seed', 'numerics')
 # Whether a GPU run used deterministic kernels (TPU and CPU runs repeat bit for bit anyway).
 DETERMINISM_COLUMN = 'numerics.effective.gpu_deterministic'
+# The XLA flags in effect (XLA_FLAGS as the run started, numerics/setup.py describe).
+XLA_FLAGS_COLUMN = 'numerics.effective.xla_flags'
 
 # Two runs share initial weights and data order (and so pair by seed) when these are equal:
 # the seed and everything that builds the initial model or orders and transforms the data.
@@ -238,6 +256,24 @@ def upgrade(results):
   return results
 
 
+def platform_identity(results):
+  """The platform record `results` ran on, as the analysis tells platforms apart (module doc): the
+  JAX platform, on CPU followed by the processor's instruction set ('cpu-AVX2') and by XLA's where
+  a pin lowered it ('cpu-AVX512-max-AVX2'); the bare platform where the instruction set is not
+  recorded (records before schema 3) and on GPU and TPU."""
+  platform = results.get('platform')
+  _, isa, xla_isa = (results.get(k) for k in CPU_FACTS)
+  if platform != 'cpu' or not isa:
+    return platform
+  return f'{platform}-{isa}' + (f'-max-{xla_isa}' if xla_isa and xla_isa != isa else '')
+
+
+def jax_platform(identity):
+  """The JAX platform ('cpu', 'gpu', 'tpu') of a platform identity ('cpu-AVX2', platform_identity):
+  what a rule declared per JAX platform (an emulating profile, determinism) reads."""
+  return str(identity).split('-', 1)[0]
+
+
 def row(run, results):
   """One table row (dict) for `run` from its record (None: nothing saved yet). Requested numerics
   fields the record predates, and config fields (a record with a config) but the seed, are filled
@@ -246,7 +282,7 @@ def row(run, results):
     return {'run': run, 'status': 'no_results', 'reason': 'no saved checkpoint step'}
   results = upgrade(results)
   out = {name: results.get(name) for name in BASE_COLUMNS[1:]}
-  out['run'] = run
+  out.update(run=run, platform=platform_identity(results))
   if out['seed'] is None:
     out['seed'] = (results.get('config') or {}).get('seed')
   for part in FLATTENED:

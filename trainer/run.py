@@ -31,7 +31,7 @@ import input_pipeline
 from input_pipeline import base, batching
 from models import resnet
 from numerics import setup as numerics_setup
-from trainer import checkpointing, distributed, optim, steps, validation
+from trainer import checkpointing, distributed, optim, record, steps, validation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,7 +248,11 @@ def due(ctx, step):
 
 
 def facts():
-  """Where this run executes: platform, device kind, device and process counts."""
+  """Where this run executes: platform, device kind, device and process counts, and on CPU the
+  processor's model, instruction set and XLA:CPU's (record.CPU_FACTS, numerics.setup.cpu_facts;
+  None on GPU and TPU, whose device kind names the chip)."""
   device = jax.devices()[0]
-  return {'platform': device.platform, 'device_kind': device.device_kind,
+  cpu = dict(zip(record.CPU_FACTS, numerics_setup.cpu_facts() if device.platform == 'cpu'
+                 else (None,) * len(record.CPU_FACTS)))
+  return {'platform': device.platform, 'device_kind': device.device_kind, **cpu,
           'num_devices': jax.device_count(), 'num_processes': jax.process_count()}
