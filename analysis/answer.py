@@ -12,16 +12,20 @@ instead of the declared contrasts, and there is no attribution.
 import pandas as pd
 
 from analysis import attribution, contrasts, declaration, effects, stats
+from trainer import record
 
 VERSION_PREFIX = 'versions.'
 
 
 def platform_profile(runs, declared):
   """The declared {platform: profile} for the platforms among the runs: a study's declaration
-  lists every platform it may run on (analysis.attribution rejects one without runs)."""
+  lists every JAX platform it may run on (analysis.attribution rejects one without runs); a
+  platform identity such as 'cpu-AVX2' (trainer.record.platform_identity) takes its JAX
+  platform's profile."""
   present = set(runs['platform'].astype(str)) if 'platform' in runs else set()
   given = effects.parse_pairs(declared or {}, '--platform-profile')
-  return {p: level for p, level in given.items() if p in present}
+  return {p: given.get(p, given.get(record.jax_platform(p))) for p in sorted(present)
+          if p in given or record.jax_platform(p) in given}
 
 
 def distinct(values):
@@ -41,6 +45,7 @@ def software(runs):
   out = {}
   for platform, group in runs.groupby(runs['platform'].astype(str), sort=True):
     out[platform] = {'device_kind': distinct(group.get('device_kind', pd.Series(dtype=str))),
+                     **{f: distinct(group[f]) if f in group else None for f in record.CPU_FACTS},
                      'devices': distinct(group.get('num_devices', pd.Series(dtype=str))),
                      'versions': {p: distinct(group[VERSION_PREFIX + p]) for p in packages}}
   confounds = [p for p in packages

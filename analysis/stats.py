@@ -63,9 +63,10 @@ def resolve_column(frame, name, arg):
 def run_deterministic(platform, value):
   """(True/False/None, why): does a run on `platform` whose recorded GPU determinism is `value`
   repeat bit for bit for its seed? None: not recorded."""
-  if platform == 'gpu' and value is not None and not pd.isna(value):
+  kind = record.jax_platform(platform)
+  if kind == 'gpu' and value is not None and not pd.isna(value):
     return bool(value), f'{record.DETERMINISM_COLUMN}={bool(value)}'
-  if platform in ('tpu', 'cpu'):
+  if kind in ('tpu', 'cpu'):
     return True, platform
   return None, f'platform {platform}: determinism not recorded'
 

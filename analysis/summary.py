@@ -54,8 +54,10 @@ def software_lines(out):
   for platform, recorded in info['platforms'].items():
     versions = ', '.join(f'{p} {v}' for p, v in recorded['versions'].items() if v)
     devices = f' × {recorded["devices"]}' if recorded['devices'] else ''
-    lines.append(f'- {platform}: {recorded["device_kind"] or NOT_RECORDED}{devices}; '
-                 f'{versions or "versions not recorded"}')
+    cpu = ', '.join(f'{f} {recorded[f]}' for f in ('cpu_model', 'cpu_isa', 'xla_cpu_isa')
+                    if recorded.get(f))
+    lines.append(f'- {platform}: {recorded["device_kind"] or NOT_RECORDED}{devices}'
+                 f'{f" ({cpu})" if cpu else ""}; {versions or "versions not recorded"}')
   recorded = any(v for f in info['platforms'].values() for v in f['versions'].values())
   if info['confounds']:
     lines.append(f'- **Confound:** {", ".join(info["confounds"])} differ between the platforms; the '

@@ -141,3 +141,17 @@ def test_study_flag_is_the_declaration_when_the_roots_declare_different_studies(
   analysis_study.main(['--runs', *roots, '--study', study])
   captured = capsys.readouterr()
   assert 'Equivalence margin ±0.7 pp' in captured.out and 'error' not in captured.err
+
+
+def test_a_cpu_platform_identity_takes_the_declared_cpu_profile():
+  """Records name the CPU's instruction set ('cpu-AVX2', trainer.record.platform_identity): the
+  declaration's cpu profile still emulates it, so the gap is decomposed, and its determinism is
+  the CPU's."""
+  frame = digits_frame(('cpu', 'gpu'), seeds=range(4))
+  frame['platform'] = frame['platform'].replace({'cpu': 'cpu-AVX2'})
+  assert answer.platform_profile(frame, DIGITS['platform_profile']) == {
+      'cpu-AVX2': 'f32', 'gpu': 'jax_gpu_default'}
+  out = answer.analyse(frame, DIGITS)
+  assert out['attribution']['decomposition'][0]['gap'] == 'gpu - cpu-AVX2'
+  assert out['arms'].set_index('arm')['deterministic'].loc[
+      lambda s: s.index.str.contains('cpu-AVX2')].all()
