@@ -56,18 +56,24 @@ def mean_squares(y):
                                           / (n_i * n_j * (n_r - 1)), n_i * n_j * (n_r - 1))}
 
 
+def estimates(ms, shape):
+  """{component: method-of-moments estimate} from mean_squares' {name: (MS, df)} of an I × J × R
+  array (module doc), untruncated."""
+  n_i, n_j, n_r = shape
+  m = {k: v[0] for k, v in ms.items()}
+  ab, e = m['init × data order'], m['nondeterminism (replicates)']
+  return {'init': (m['init'] - ab) / (n_j * n_r), 'data order': (m['data order'] - ab) / (n_i * n_r),
+          'init × data order': (ab - e) / n_r, 'nondeterminism (replicates)': e}
+
+
 def variance_components(frame, value='value', init='init_seed', data='data_seed'):
   """One row per component (COMPONENTS): mean_square, df, estimate (method of moments),
   variance (truncated at 0), sd, share_pct, truncated; `method` names the estimator."""
   if frame[init].nunique() < 2 or frame[data].nunique() < 2:
     raise ValueError('variance split: needs at least 2 init seeds and 2 data seeds')
   y = cell_array(frame, value, init, data)
-  n_i, n_j, n_r = y.shape
   ms = mean_squares(y)
-  m = {k: v[0] for k, v in ms.items()}
-  ab, e = m['init × data order'], m['nondeterminism (replicates)']
-  estimate = {'init': (m['init'] - ab) / (n_j * n_r), 'data order': (m['data order'] - ab) / (n_i * n_r),
-              'init × data order': (ab - e) / n_r, 'nondeterminism (replicates)': e}
+  estimate = estimates(ms, y.shape)
   rows = [{'component': c, 'mean_square': ms[c][0], 'df': ms[c][1], 'estimate': estimate[c],
            'variance': max(estimate[c], 0.0), 'truncated': estimate[c] < 0} for c in COMPONENTS]
   table = pd.DataFrame(rows)
