@@ -21,6 +21,10 @@ Kinds of rows (the ladder, bottom rung first; `pairing` says which seeds are com
   noise               the noise arm vs the arm it perturbs, same seed (perturbation churn)
   contrast            a compared pair of arms (a declared contrast, or every pair), same seed
   platform            the same arm (or the native arms) on two platforms, same seed
+  data order          one arm, same init seed, different data-order seeds (runs recording
+                      `init` and `data`): per init seed, disjoint pairs of its sorted data seeds,
+                      averaged; the t-interval is over the init seeds (different seeds)
+  init                the same with the roles swapped: same data seed, different init seeds
   seed                one arm, different seeds: disjoint pairs of its sorted seeds (s1, s2),
                       (s3, s4), ... so the pairs are independent (different seeds)
   seed_all            the seed rows of every arm of one platform as one sample (a = b = 'every
@@ -36,11 +40,13 @@ import pandas as pd
 from analysis import inference
 from analysis.labels import seed_key
 
-KINDS = ('nondeterminism', 'identical', 'noise', 'contrast', 'platform', 'seed', 'seed_all')
+KINDS = ('nondeterminism', 'identical', 'noise', 'contrast', 'platform', 'data order', 'init',
+         'seed', 'seed_all')
 KIND_TITLES = {'nondeterminism': 'nondeterminism (same-seed replicates)',
                'identical': 'identical arithmetic (0 by construction)',
                'noise': 'perturbation (noise arm vs its arm)', 'contrast': 'numerics setting',
-               'platform': 'platform', 'seed': 'seed (two seeds of one arm)',
+               'platform': 'platform', 'data order': 'data order (same init seed)',
+               'init': 'initial weights (same data seed)', 'seed': 'seed (two seeds of one arm)',
                'seed_all': 'seed (two seeds of one arm, every arm of a platform)'}
 SAME, DIFFERENT = 'same seed', 'different seeds'
 CI_NAME = '95% Student t-interval over seeds'
@@ -141,6 +147,30 @@ def platform_seed_churn(seed_rows):
   return rows
 
 
+def source_churn(entries, arm, varied, fixed):
+  """Churn from one source of one arm: runs equal in `fixed` ('init' or 'data'), different in
+  `varied`; per level of `fixed`, the mean churn over disjoint pairs of its sorted `varied`
+  levels (replicates: their cross pairs); the row over the levels of `fixed`. None without
+  such pairs (or without recorded init and data seeds)."""
+  cells = {}
+  for e in entries:
+    if e['arm'] == arm and e.get('init') is not None and e.get('data') is not None:
+      cells.setdefault(e[fixed], {}).setdefault(e[varied], []).append(e)
+  values, labels = [], []
+  for level in sorted(cells, key=seed_key):
+    varied_levels = sorted(cells[level], key=seed_key)
+    pairs = list(zip(varied_levels[0::2], varied_levels[1::2]))
+    if pairs:
+      values.append(np.mean([cross_mean(cells[level][x], cells[level][y]) for x, y in pairs]))
+      labels.append(level)
+  if not values:
+    return None
+  kind = 'data order' if varied == 'data' else 'init'
+  one = next(iter(next(iter(cells.values())).values()))[0]
+  row = seed_row(kind, arm, arm, DIFFERENT, values, labels, unit_name(one), by_unit(entries))
+  return {**row, 'seed_list': f'{fixed} seeds ' + row['seed_list']}
+
+
 def replicate_churn(units, arm):
   """Churn between same-seed replicates of one arm: per seed with >= 2 runs, the mean churn over
   its replicate pairs; None when no seed of the arm was repeated."""
@@ -173,6 +203,8 @@ def agreement_table(entries, pairs=(), noise=(), identical=(), platform=()):
     for a, b in given:
       row = same_seed(units, kind, a, b) if a in arms and b in arms else None
       rows.append(check_identical(row) if row and kind == 'identical' else row)
+  rows += [source_churn(entries, arm, *roles) for roles in (('data', 'init'), ('init', 'data'))
+           for arm in arms]
   seeds = [r for r in (seed_churn(units, arm) for arm in arms) if r is not None]
   rows += seeds + platform_seed_churn(seeds)
   table = pd.DataFrame([r for r in rows if r is not None], columns=list(COLUMNS))
@@ -196,8 +228,8 @@ def summary(table, missing=0, total=0):
   """One line for the report's first page: the churn ladder's rungs, mean churn (over seeds) of
   each kind present; says 'no predictions' when no run has any."""
   if total and missing == total:
-    return (f'Agreement: no predictions in any of the {total} runs (records written before runs '
-            'saved their test predictions); churn needs runs that save them.')
+    return (f'Agreement: no predictions in any of the {total} runs (a CSV, or records written '
+            'before runs saved their test predictions); churn needs runs that save them.')
   parts = [f'{KIND_TITLES[k].split(" (")[0]} {span(rows)}'
            for k in KINDS if (rows := rung(table, k)) is not None]
   if not parts:

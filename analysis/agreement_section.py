@@ -44,7 +44,8 @@ def unit_seed(row, columns):
 
 
 def load_entries(runs, load=None):
-  """([{run, arm, seed, platform, pred}] of the runs with predictions, [runs without])."""
+  """([{run, arm, seed, platform, pred, init, data}] of the runs with predictions, [runs
+  without]); init and data: the recorded init and data-order seeds (None when not recorded)."""
   load = load or read_run_predictions
   columns = variance.seed_columns(runs)
   entries, missing = [], []
@@ -54,7 +55,9 @@ def load_entries(runs, load=None):
       missing.append(row['run'])
       continue
     entries.append({'run': row['run'], 'arm': row['arm'], 'seed': unit_seed(row, columns),
-                    'platform': str(row.get('platform', '')), 'pred': pred})
+                    'platform': str(row.get('platform', '')), 'pred': pred,
+                    'init': row[columns[0]] if columns else None,
+                    'data': row[columns[1]] if columns else None})
   return entries, missing
 
 

@@ -212,3 +212,36 @@ def test_seed_rows_of_every_arm_of_a_platform_pooled_as_one_sample():
   assert pooled['seeds'] == 4 and pooled['churn_pct'] == pytest.approx(np.mean(per_arm))
   assert (pooled['ci_low'], pooled['ci_high']) == pytest.approx(
       sps.t.interval(0.95, 3, np.mean(per_arm), sps.sem(per_arm)))
+
+
+def crossed_runs(rng):
+  """Arm 'a' crossing 4 init seeds × 4 data seeds × 2 replicates: each init seed its own model
+  (30 % of images moved), each data seed moving 4 % more, each replicate 1 %."""
+  rows, loaded = [], {}
+  for i in range(4):
+    by_init = prediction(0.3, rng)
+    for j in range(4):
+      by_data = prediction(0.04, rng, base=by_init['predicted'])
+      for r in range(2):
+        run = f'/r/a/init{i}/data{j}/rep{r}'
+        loaded[run] = prediction(0.01, rng, base=by_data['predicted'])
+        rows.append({'run': run, 'arm': 'a', 'seed': 0, 'platform': 'cpu', 'init_seed': i,
+                     'data_seed': j, 'replicate': r, 'value': rng.normal(90, 1)})
+  return pd.DataFrame(rows), loaded
+
+
+def test_churn_by_source_with_init_and_data_order_seeds():
+  runs, loaded = crossed_runs(np.random.default_rng(9))
+  section = agreement_section.agreement_section(runs, [], load=loaded.get)
+  table = section['table'].set_index('kind')
+  assert table.loc['nondeterminism', 'seeds'] == 16  # every (init, data) cell repeated
+  assert (table.loc['nondeterminism', 'churn_pct'] < table.loc['data order', 'churn_pct']
+          < table.loc['init', 'churn_pct'])
+  first = lambda i, j: [loaded[f'/r/a/init{i}/data{j}/rep{r}']['predicted'] for r in (0, 1)]
+  cross = lambda x, y: np.mean([agreement.churn(p, q) for p in x for q in y])
+  per_init = [np.mean([cross(first(i, 0), first(i, 1)), cross(first(i, 2), first(i, 3))])
+              for i in range(4)]  # disjoint data-seed pairs (0, 1), (2, 3) within each init seed
+  assert table.loc['data order', 'churn_pct'] == pytest.approx(100 * np.mean(per_init))
+  assert table.loc['data order', 'seed_list'] == 'init seeds 0, 1, 2, 3'
+  variance_rows = section['variance'].set_index('component')
+  assert set(variance_rows.index) >= {'init', 'data order', 'nondeterminism (replicates)'}
