@@ -12,6 +12,7 @@ and left out; with none at all the summary says "no predictions" and the tables 
 are empty, while the training-loss table (from the runs table) is still there.
 """
 
+import importlib
 import itertools
 import os
 
@@ -28,7 +29,7 @@ def read_run_predictions(run):
   """trainer/predictions.read_predictions of run folder `run` (its final step), or None. A build
   without trainer/predictions.py saves no predictions: every run then reads as None."""
   try:
-    from trainer import predictions  # pylint: disable=import-outside-toplevel
+    predictions = importlib.import_module('trainer.predictions')
   except ModuleNotFoundError as e:
     if e.name != 'trainer.predictions':
       raise

@@ -125,13 +125,14 @@ def test_different_test_data_is_refused_naming_both_runs():
     agreement.agreement_table(entries, pairs=[('a', 'b')])
 
 
-def csv_analysis():
-  """answer.analyse of the published H100 + CPU digits study with its declaration."""
+@pytest.fixture(scope='module')
+def published():
+  """answer.analyse of the published H100 + CPU digits study with its declaration (read only)."""
   return answer.analyse(stats.read_csv(CSV), declaration.load(CSV.replace('.csv', '.study.json')))
 
 
-def test_baseline_pairs_from_the_recorded_arithmetic():
-  out = csv_analysis()
+def test_baseline_pairs_from_the_recorded_arithmetic(published):
+  out = published
   runs, by = out['runs'], out['group_by']
   arm = lambda platform, profile, bn='0', dtype='float32': runs.loc[
       (runs['platform'] == platform) & (runs['numerics.requested.profile'] == profile)
@@ -153,8 +154,8 @@ def planted_loader(runs, rng):
           for r, s in zip(runs['run'], runs['seed'])}
 
 
-def test_section_writes_the_csvs_and_the_ladder(tmp_path):
-  out = csv_analysis()
+def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):
+  out = published
   loaded = planted_loader(out['runs'], np.random.default_rng(7))
   section = agreement_section.from_analysis(out, load=loaded.get)
   table = section['table']
@@ -171,8 +172,8 @@ def test_section_writes_the_csvs_and_the_ladder(tmp_path):
   assert set(written['pairing']) == {'same seed', 'different seeds'}
 
 
-def test_old_records_without_predictions_still_analyse(tmp_path):
-  out = csv_analysis()
+def test_old_records_without_predictions_still_analyse(tmp_path, published):
+  out = published
   section = agreement_section.from_analysis(out, load=lambda run: None)
   assert section['summary'].startswith('Agreement: no predictions in any of the 256 runs')
   assert section['table'].empty and section['calibration'].empty
@@ -245,3 +246,17 @@ def test_churn_by_source_with_init_and_data_order_seeds():
   assert table.loc['data order', 'seed_list'] == 'init seeds 0, 1, 2, 3'
   variance_rows = section['variance'].set_index('component')
   assert set(variance_rows.index) >= {'init', 'data order', 'nondeterminism (replicates)'}
+
+
+def test_the_study_command_writes_the_agreement_files_from_a_csv(tmp_path, capsys):
+  """A CSV holds no predictions: the agreement CSV comes with no rows, the loss table is there."""
+  from analysis import study  # pylint: disable=import-outside-toplevel
+  frame = pd.read_csv(CSV)
+  keep = frame['platform'].eq('cpu') & frame['seed'].lt(4) & frame[
+      'numerics.requested.profile'].isin(['f32', 'bf16_noise'])
+  frame[keep].to_csv(tmp_path / 'small.csv', index=False)
+  study.main(['--csv', str(tmp_path / 'small.csv'), '--out', str(tmp_path / 'out')])
+  written = capsys.readouterr().err
+  assert 'report_agreement.csv' in written and 'report_train_loss.csv' in written
+  assert pd.read_csv(tmp_path / 'out' / 'report_agreement.csv').empty
+  assert len(pd.read_csv(tmp_path / 'out' / 'report_train_loss.csv')) == 2
