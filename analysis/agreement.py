@@ -219,21 +219,34 @@ def rung(table, kind):
 
 
 def span(rows):
-  """'3.5 %' for one row, '1.2–3.5 %' (the rows' range of means) for several."""
-  low, high = rows['churn_pct'].min(), rows['churn_pct'].max()
-  return f'{low:.2g} %' if len(rows) == 1 or low == high else f'{low:.2g}–{high:.2g} %'
+  """'3.5 %' for one row (or rows that round alike), '1.2–3.5 %' (their range of means)."""
+  low, high = (f'{v:.2g}' for v in (rows['churn_pct'].min(), rows['churn_pct'].max()))
+  return f'{low} %' if low == high else f'{low}–{high} %'
+
+
+def rung_text(table, kind):
+  """'numerics setting 1.2–3.5 %'; identical arithmetic says whether it was exactly 0."""
+  rows = rung(table, kind)
+  title = 'seed' if kind == 'seed_all' else KIND_TITLES[kind].split(' (')[0]
+  if kind != 'identical':
+    return f'{title} {span(rows)}'
+  failed = ~rows['check'].str.startswith('exactly 0')
+  return (f'{title} exactly 0 (checked)' if not failed.any() else
+          f'{title} {span(rows)}, NOT 0 in {int(failed.sum())} of {len(rows)} pairs')
 
 
 def summary(table, missing=0, total=0):
   """One line for the report's first page: the churn ladder's rungs, mean churn (over seeds) of
-  each kind present; says 'no predictions' when no run has any."""
+  each kind present (the seed rung: every arm of a platform pooled, when there is such a row);
+  says 'no predictions' when no run has any."""
   if total and missing == total:
     return (f'Agreement: no predictions in any of the {total} runs (a CSV, or records written '
             'before runs saved their test predictions); churn needs runs that save them.')
-  parts = [f'{KIND_TITLES[k].split(" (")[0]} {span(rows)}'
-           for k in KINDS if (rows := rung(table, k)) is not None]
-  if not parts:
+  kinds = [k for k in KINDS if rung(table, k) is not None]
+  if 'seed_all' in kinds:
+    kinds.remove('seed')
+  if not kinds:
     return 'Agreement: no pair of runs shares a seed, so no churn could be computed.'
   left = f'; {missing} of {total} runs without predictions left out' if missing else ''
   return ('Agreement (churn, the share of test predictions that differ, mean over seeds): '
-          + ', '.join(parts) + left + '.')
+          + ', '.join(rung_text(table, k) for k in kinds) + left + '.')

@@ -260,3 +260,14 @@ def test_the_study_command_writes_the_agreement_files_from_a_csv(tmp_path, capsy
   assert 'report_agreement.csv' in written and 'report_train_loss.csv' in written
   assert pd.read_csv(tmp_path / 'out' / 'report_agreement.csv').empty
   assert len(pd.read_csv(tmp_path / 'out' / 'report_train_loss.csv')) == 2
+
+
+def test_summary_line_names_each_rung_once_and_the_identical_check():
+  rng = np.random.default_rng(10)
+  preds = [prediction(0.2, rng) for _ in range(3)]
+  entries = [entry(arm, s, dict(p)) for arm in 'ab' for s, p in enumerate(preds)]
+  line = agreement.summary(agreement.agreement_table(entries, identical=[('a', 'b')]))
+  assert 'identical arithmetic exactly 0 (checked)' in line
+  assert line.count(' seed ') == 1  # the pooled seed rung only, not each arm's too
+  line = agreement.summary(agreement.agreement_table(two_arms([0.02, 0.04]), identical=[('a', 'b')]))
+  assert 'NOT 0 in 1 of 1 pairs' in line
