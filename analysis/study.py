@@ -11,15 +11,19 @@ into the root before the first run (study.json, analysis/declaration.py), or --s
 of arms only with --all-pairs (or when nothing is declared). Without --out the report is printed
 (--format md: the whole report; latex: its booktabs tables; csv: its tables). With --out DIR it
 is printed and written: DIR/report.md, report.tex, report_<table>.csv, attribution.md,
-attribution.csv, attribution_gap.csv and attribution_decomposition.csv (two platforms), and
-DIR/figures/ (analysis/figures.py). Bad input: one line `error: ...`, exit code 2, nothing written.
+attribution.csv, attribution_gap.csv and attribution_decomposition.csv (two platforms),
+DIR/figures/ (analysis/figures.py), and the agreement files (analysis/agreement_section.py:
+report_agreement.csv, report_calibration.csv, report_train_loss.csv, report_per_class.csv,
+report_variance.csv where they have rows, figures/churn_ladder.*). Bad input: one line
+`error: ...`, exit code 2, nothing written.
 """
 
 import argparse
 import os
 import sys
 
-from analysis import answer, attribution, declaration, figures, report, results, stats
+from analysis import (agreement_section, answer, attribution, declaration, figures, report,
+                      results, stats)
 
 
 def parse_args(argv):
@@ -73,7 +77,8 @@ def write(out, hist, out_dir, rendered=None):
   files += [os.path.join(out_dir, f'report_{name}.csv') for name in report.csv_tables(out)]
   if out['attribution']:
     files += attribution.write_tables(out['attribution'], out_dir)
-  return files + figures.make_all(out, hist, os.path.join(out_dir, 'figures'))
+  files += figures.make_all(out, hist, os.path.join(out_dir, 'figures'))
+  return files + (agreement_section.write(out['agreement'], out_dir) if 'agreement' in out else [])
 
 
 def publish(out, hist, fmt='md', out_dir=None):
@@ -91,6 +96,8 @@ def analyse(args):
   frame, hist, declared, source = load(args)
   out = answer.analyse(frame, declared, args.group_by, args.metric, args.margin,
                        args.margin_reason, args.seed_col, args.scale, args.all_pairs, source)
+  # Agreement (analysis/agreement_section.py): a CSV's rows are not run folders, so no predictions.
+  out['agreement'] = agreement_section.from_analysis(out, None if args.runs else lambda run: None)
   return out, hist
 
 

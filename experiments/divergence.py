@@ -15,7 +15,7 @@ replaces arm a's product formats (its conv_format / dense_format) unless it name
 consecutive seeds is the ceiling pair. `--config.<field>=<v>`: every arm. `--steps` (default: the
 whole training), a row every `--every` steps: distances per pair (divergence_measure.py), the
 mean over seeds with the min–max band; at the end, prediction disagreement on the whole test
-set with Wilson intervals. Writes divergence.{json,md,png,pdf} to --out.
+set per seed (Wilson intervals), then across seeds (t-interval over seeds). Writes divergence.{json,md,png,pdf} to --out.
 """
 
 import argparse
@@ -134,7 +134,7 @@ def determinism_failures(result):
   bad = [f'seed {p["seeds"][0]}: {what} differ by {p[what]["max_abs"]:.3e} at step {r["step"]}'
          for r in result['records'] for p in r['pairs']['b']
          for what in ('params', 'batch_stats', 'logits') if p[what]['max_abs'] != 0]
-  count = result['final']['disagreement']['b']['pooled']['count']
+  count = result['final']['disagreement']['b']['total']['count']
   return bad + ([f'{count} test predictions differ at the end'] if count else [])
 
 
@@ -179,7 +179,8 @@ def main(argv=None):
           'total_steps': lock['ctx'].total_steps, 'every': args.every, 'devices': lock['devices'],
           'probe': min(args.probe, len(lock['ctx'].dataset.test)), 'platform': device.platform,
           'device_kind': device.device_kind, 'jax': jax.__version__, 'identical_settings': same,
-          'band': measure.BAND_NAME, 'interval': measure.CI_NAME, 'config': config.to_dict()}
+          'band': measure.BAND_NAME, 'interval': measure.CI_NAME,
+          'across_interval': measure.ACROSS_NAME, 'config': config.to_dict()}
   result = {'info': info, 'steps': [r['step'] for r in rows], 'curves': curves, 'losses': losses,
             'final': final, 'records': rows,
             'arms': {n: {'label': label(s), 'overrides': s, 'numerics': lock['numerics'][n]}

@@ -4,8 +4,11 @@ Distances (float64): ||θa-θb||/||θa|| over all parameters and per group (stem
 max |θa-θb|, the same for the BatchNorm running statistics, and on logits ||La-Lb||/||La|| plus the
 fraction of examples whose prediction differs (argmax; for multilabel tasks: any label's sign).
 Over seeds: the mean with the min–max band (and the sd and the 95% Student t-interval of the mean,
-analysis/inference.py). Whole-test-set disagreement: disagreeing images / test images with the
-95% Wilson score interval (statsmodels `proportion_confint`, method 'wilson').
+analysis/inference.py). Whole-test-set disagreement, per pair (per seed): disagreeing images /
+test images with the 95% Wilson score interval (statsmodels `proportion_confint`, method
+'wilson'); across seeds: the mean of the per-pair rates r_s with the 95% Student t-interval over
+the independent pairs, r̄ ± t_{0.975, m−1} sd(r_s)/√m (seeds are the units: pooling the images of
+all seeds into one binomial sample ignores the variation between seeds and is too narrow).
 """
 
 import math
@@ -22,6 +25,7 @@ PART_OF = {name: part for part, names in resnet.PARTS.items() for name in names}
 CI_LEVEL, CI_ALPHA = 0.95, 0.05
 CI_METHOD = 'wilson'  # statsmodels proportion_confint: the Wilson score interval
 CI_NAME = '95% Wilson score interval'
+ACROSS_NAME = '95% Student t-interval over seeds (independent pairs)'
 BAND_NAME = 'min–max over seeds'
 # The per-step curves: name -> the value of one pair's row.
 CURVES = {
@@ -113,14 +117,28 @@ def proportion(count, nobs):
           'ci_low': float(low), 'ci_high': float(high)}
 
 
-def disagreement(pairs):
-  """Whole-test-set disagreement of each pair ({'seeds', 'count', 'n'}), summed up over pairs.
+def independent(pairs):
+  """The pairs that share no seed with an earlier one (the ceiling pairs of consecutive seeds
+  overlap: (s0, s1), (s1, s2), ... keeps (s0, s1), (s2, s3), ...)."""
+  used, kept = set(), []
+  for p in pairs:
+    if not used & set(p['seeds']):
+      kept.append(p)
+      used |= set(p['seeds'])
+  return kept
 
-  Per pair: the proportion of test images whose predictions differ, Wilson interval. Pooled: all
-  pairs' images counted as one binomial sample (their interval ignores the variation between
-  seeds, which the per-pair rates and their min–max show).
+
+def disagreement(pairs):
+  """Whole-test-set disagreement of each pair ({'seeds', 'count', 'n'}), then across seeds.
+
+  `pairs`: per pair the proportion of test images whose predictions differ with its Wilson
+  interval; `across`: band() of the independent pairs' rates (mean, min–max, 95% t-interval over
+  seeds; `pairs` = how many); `band`: the min–max of every pair; `total`: images differing in
+  all pairs together and their number (a count, not an estimate with an interval).
   """
   per_pair = [{'seeds': p['seeds'], **proportion(p['count'], p['n'])} for p in pairs]
+  kept = independent(per_pair)
   return {'pairs': per_pair,
-          'pooled': proportion(sum(p['count'] for p in pairs), sum(p['n'] for p in pairs)),
+          'total': {'count': sum(p['count'] for p in pairs), 'n': sum(p['n'] for p in pairs)},
+          'across': {**band(p['rate'] for p in kept), 'pairs': len(kept)},
           'band': band(p['rate'] for p in per_pair)}

@@ -60,19 +60,23 @@ def group_table(result):
   return rows
 
 
+def interval(low, high):
+  return '–' if low is None else f'{pct(low)}–{pct(high)}'
+
+
 def final_table(result):
-  """Whole-test-set disagreement per pair kind, pooled and per seed."""
-  final = result['final']
+  """Whole-test-set disagreement per pair kind: per seed (Wilson), then across seeds (t)."""
   rows = []
-  for kind, d in final['disagreement'].items():
-    pooled = d['pooled']
+  for kind, d in result['final']['disagreement'].items():
+    across, total = d['across'], d['total']
     rows.append({
         'pair': KIND_TITLES[kind], 'pairs': str(len(d['pairs'])),
-        'images differing': f"{pooled['count']} of {pooled['n']}",
-        'pooled %': pct(pooled['rate']),
-        '95% Wilson CI %': f"{pct(pooled['ci_low'])}–{pct(pooled['ci_high'])}",
-        'per pair %': ', '.join(pct(p['rate']) for p in d['pairs']),
-        'mean [min, max] %': cell(percent(d['band']), '.2f')})
+        'per seed % [95% Wilson]': '; '.join(f"{pct(p['rate'])} [{interval(p['ci_low'], p['ci_high'])}]"
+                                            for p in d['pairs']),
+        'mean over seeds %': '–' if across['mean'] is None else pct(across['mean']),
+        '95% t CI over seeds %': interval(across['t_low'], across['t_high']),
+        'seeds in the CI': str(across['pairs']),
+        'images differing (all seeds)': f"{total['count']} of {total['n']}"})
   return rows
 
 
@@ -117,10 +121,11 @@ since the previous row. Every cell: the mean over the seeds (pairs) [{band}]; th
 the sd and the 95% t-interval of the mean.
 """
 
-FINAL = """Whole test set at the end of training: the images whose predictions differ, per pair
-and pooled over the pairs (all images of all pairs as one binomial sample: its interval ignores
-the variation between seeds, which the per-pair rates show); interval: {ci} (statsmodels
-proportion_confint).
+FINAL = """Whole test set at the end of training: the share of images whose predictions differ,
+per seed (pair) with its {ci} (statsmodels proportion_confint), then across seeds: the mean of
+the per-seed shares with its {across} (seeds are the units; the ceiling pairs of consecutive
+seeds share seeds, so only pairs without a shared seed enter it). Pooling all seeds' images into
+one binomial sample would ignore the variation between seeds and give too narrow an interval.
 """
 
 
@@ -134,7 +139,7 @@ def markdown(result):
       '## Probe logits during training\n', style.markdown(curve_table(result, PROBE, False)),
       f"## Per group at step {result['steps'][-1]}\n", style.markdown(group_table(result)),
       '## Prediction disagreement on the whole test set\n',
-      FINAL.format(ci=measure.CI_NAME), style.markdown(final_table(result))])
+      FINAL.format(ci=measure.CI_NAME, across=measure.ACROSS_NAME), style.markdown(final_table(result))])
 
 
 def plot_band(ax, x, series, color, label, lw=1.4):
@@ -159,16 +164,20 @@ def distance_panel(ax, x, curves, name, title, log=True):
 
 
 def final_panel(ax, final):
-  """Whole-test-set disagreement per pair kind: pooled rate with its Wilson interval, per pair."""
+  """Whole-test-set disagreement per pair kind: the mean over seeds with its t-interval over
+  seeds, and each pair's rate with its Wilson interval beside it."""
   kinds = list(final['disagreement'])
   for i, kind in enumerate(kinds):
     d = final['disagreement'][kind]
-    p = d['pooled']
-    ax.errorbar([i], [100 * p['rate']], yerr=[[100 * (p['rate'] - p['ci_low'])],
-                                              [100 * (p['ci_high'] - p['rate'])]],
-                fmt='o', color=KIND_COLORS[kind], capsize=3)
-    ax.plot([i + 0.15] * len(d['pairs']), [100 * q['rate'] for q in d['pairs']], '.',
-            color=KIND_COLORS[kind], ms=3, alpha=0.7)
+    a = d['across']
+    if a['t_low'] is not None:
+      ax.plot([i, i], [100 * max(a['t_low'], 0), 100 * a['t_high']], color=KIND_COLORS[kind], lw=1.4)
+    ax.plot([i], [100 * a['mean']], 'o', color=KIND_COLORS[kind])
+    for j, q in enumerate(d['pairs']):
+      x = i + 0.12 + 0.05 * j
+      ax.plot([x, x], [100 * q['ci_low'], 100 * q['ci_high']], color=KIND_COLORS[kind], lw=0.5,
+              alpha=0.6)
+      ax.plot([x], [100 * q['rate']], '.', color=KIND_COLORS[kind], ms=3, alpha=0.7)
   ax.set_xticks(range(len(kinds)), [KIND_TICKS[k] for k in kinds], fontsize=6)
   ax.set(title='end: test set, % differing', xlim=(-0.5, len(kinds) - 0.5), ylim=(0, None))
 
@@ -203,5 +212,6 @@ def figure(result, out_dir):
   final_panel(axes[7], result['final'])
   axes[8].axis('off')
   axes[8].text(0, 0.5, f'lines: mean over seeds\nbands: {measure.BAND_NAME}\n'
-               f'final: pooled, {measure.CI_NAME}\n(dots: each pair)', fontsize=7, va='center')
+               f'final: mean over seeds,\n{measure.ACROSS_NAME};\ndots: each seed, '
+               f'{measure.CI_NAME}', fontsize=7, va='center')
   return style.save(fig, out_dir, 'divergence')

@@ -177,16 +177,31 @@ def test_disagreement_matches_statsmodels():
   for p, q in zip(pairs, out['pairs']):
     assert q['rate'] == p['count'] / 360
     assert (q['ci_low'], q['ci_high']) == proportion_confint(p['count'], 360, method='wilson')
-  pooled = out['pooled']
-  assert (pooled['count'], pooled['n']) == (15, 1080)
-  assert (pooled['ci_low'], pooled['ci_high']) == proportion_confint(15, 1080, alpha=0.05,
-                                                                      method='wilson')
+  assert out['total'] == {'count': 15, 'n': 1080}
   rates = np.array([3, 0, 12]) / 360
   assert out['band']['mean'] == pytest.approx(rates.mean())
   assert (out['band']['min'], out['band']['max']) == (0.0, rates.max())
+  # Across seeds: the t-interval over the three seeds' rates, not a Wilson interval over the
+  # 1080 images pooled (the nearest wrong version: about 4x narrower here).
+  across = out['across']
+  half = scipy_stats.t.ppf(0.975, 2) * rates.std(ddof=1) / math.sqrt(3)
+  assert across['pairs'] == 3 and across['mean'] == pytest.approx(rates.mean())
+  assert (across['t_low'], across['t_high']) == pytest.approx((rates.mean() - half,
+                                                               rates.mean() + half))
+  low, high = proportion_confint(15, 1080, alpha=0.05, method='wilson')
+  assert across['t_high'] - across['t_low'] > 3 * (high - low)
   differs = measure.differs(np.array([[1, 0], [1, 1], [0, 0]]) > 0, np.array([[1, 1], [1, 1],
                                                                                [0, 0]]) > 0)
   assert differs.tolist() == [True, False, False]  # multilabel: any label's sign
+
+
+def test_ceiling_pairs_sharing_a_seed_are_left_out_of_the_interval_over_seeds():
+  pairs = [{'seeds': [0, 1], 'count': 30, 'n': 360}, {'seeds': [1, 2], 'count': 50, 'n': 360},
+           {'seeds': [2, 3], 'count': 40, 'n': 360}, {'seeds': [3, 0], 'count': 60, 'n': 360}]
+  out = measure.disagreement(pairs)
+  assert out['across']['pairs'] == 2  # (0, 1) and (2, 3): independent
+  assert out['across']['mean'] == pytest.approx((30 + 40) / 720)
+  assert out['band']['mean'] == pytest.approx(180 / 1440)  # every pair, for the min–max band
 
 
 def test_band_by_hand():
@@ -263,11 +278,12 @@ def test_outputs_written_and_png_opens(f32_vs_bf16):
   text = (out / 'divergence.md').read_text(encoding='utf-8')
   assert 'a = profile=f32 vs b = profile=tpu_default' in text
   assert 'min–max over seeds' in text and '95% Wilson score interval' in text
+  assert measure.ACROSS_NAME in text
   # Tables: parameters and probe (a header and a row per recorded step), per group and final (a
   # header and a row per pair kind).
   assert text.count('\n| ') == 2 * (1 + len(result['records'])) + 2 * (1 + 3)
-  pooled = result['final']['disagreement']['b']['pooled']
-  assert f"{pooled['count']} of {pooled['n']}" in text and pooled['n'] == 2 * 360
+  total = result['final']['disagreement']['b']['total']
+  assert f"{total['count']} of {total['n']}" in text and total['n'] == 2 * 360
 
 
 def test_default_control_is_the_noise_arm():
@@ -315,7 +331,7 @@ def test_identical_settings_give_exactly_zero(tmp_path, capsys):
     assert p['batch_stats']['max_abs'] == 0.0
     assert p['logits']['max_abs'] == 0.0 and p['logits']['pred_differs'] == 0.0
     assert r['step'] == 0 or r['loss']['a'] == r['loss']['b']
-  assert result['final']['disagreement']['b']['pooled']['count'] == 0
+  assert result['final']['disagreement']['b']['total']['count'] == 0
   out = capsys.readouterr()
   assert 'determinism check: passed' in out.out
   # Progress from the start, compiles included (it printed nothing until the first row before).

@@ -1,0 +1,124 @@
+"""The agreement part of a study's analysis: every run's saved test predictions read once, then the
+churn ladder (analysis/agreement.py), calibration and training loss (analysis/calibration.py),
+per-class differences (analysis/per_class.py) and the variance split (analysis/variance.py), as
+DataFrames for CSVs, a one-line summary for the report's first page and the ladder figure.
+
+  section = agreement_section(out['runs'], pairs, noise=..., identical=..., platform=...)
+  section = from_analysis(out)        # analysis/answer.py's dict: pairs derived from it
+  paths = write(section, out_dir)     # report_agreement.csv, ... and figures/churn_ladder.*
+
+Runs whose records hold no predictions (written before runs saved them) are listed in `missing`
+and left out; with none at all the summary says "no predictions" and the tables that need them
+are empty, while the training-loss table (from the runs table) is still there.
+"""
+
+import importlib
+import itertools
+import os
+
+import pandas as pd
+
+from analysis import agreement, agreement_pairs, calibration, per_class, variance
+
+CSV_FILES = {'table': 'report_agreement.csv', 'calibration': 'report_calibration.csv',
+             'train_loss': 'report_train_loss.csv', 'per_class': 'report_per_class.csv',
+             'variance': 'report_variance.csv'}
+
+
+def read_run_predictions(run):
+  """trainer/predictions.read_predictions of run folder `run` (its final step), or None. A build
+  without trainer/predictions.py saves no predictions: every run then reads as None."""
+  try:
+    predictions = importlib.import_module('trainer.predictions')
+  except ModuleNotFoundError as e:
+    if e.name != 'trainer.predictions':
+      raise
+    return None
+  return predictions.read_predictions(run)
+
+
+def unit_seed(row, columns):
+  """The seed a run pairs by: its seed, with its init and data-order seeds where recorded."""
+  if columns is None:
+    return row['seed']
+  return f"{row['seed']} (init {row[columns[0]]}, data {row[columns[1]]})"
+
+
+def load_entries(runs, load=None):
+  """([{run, arm, seed, platform, pred, init, data}] of the runs with predictions, [runs
+  without]); init and data: the recorded init and data-order seeds (None when not recorded)."""
+  load = load or read_run_predictions
+  columns = variance.seed_columns(runs)
+  entries, missing = [], []
+  for _, row in runs.iterrows():
+    pred = load(row['run'])
+    if pred is None:
+      missing.append(row['run'])
+      continue
+    entries.append({'run': row['run'], 'arm': row['arm'], 'seed': unit_seed(row, columns),
+                    'platform': str(row.get('platform', '')), 'pred': pred,
+                    'init': row[columns[0]] if columns else None,
+                    'data': row[columns[1]] if columns else None})
+  return entries, missing
+
+
+def agreement_section(runs, pairs, noise=(), identical=(), platform=(), load=None, labels=None):
+  """{'table' (report_agreement.csv), 'calibration', 'train_loss', 'per_class', 'variance':
+  DataFrames; 'summary': the first-page line; 'missing': runs without predictions}.
+
+  `runs`: completed runs with `run` (the run folder), `arm`, `seed`, `platform` (stats.prepare's
+  `runs`); `pairs`: the (a, b) arms compared (declared contrasts, or every pair); `noise`,
+  `identical`, `platform`: the ladder's baseline pairs (analysis/agreement_pairs.py); `load`:
+  run folder -> predictions dict or None (default: trainer/predictions.read_predictions);
+  `labels`: {arm: short label} for the table's label_a, label_b and the figure (default: the arm)."""
+  entries, missing = load_entries(runs, load)
+  table = agreement.agreement_table(entries, pairs, noise, identical, platform)
+  for side in ('a', 'b'):
+    table[f'label_{side}'] = [(labels or {}).get(arm, arm) for arm in table[side]]
+  return {'table': table, 'summary': agreement.summary(table, len(missing), len(runs)),
+          'calibration': calibration.calibration_table(entries),
+          'train_loss': calibration.loss_table(runs),
+          'per_class': per_class.per_class_table(entries, pairs),
+          'variance': variance.variance_table(runs), 'missing': missing}
+
+
+def compared_pairs(out):
+  """The (a, b) arms the study compares: its declared contrasts, else every pair of arms on one
+  platform (pairs across platforms are the ladder's platform rows)."""
+  table = out.get('contrasts')
+  if table is not None and not table.empty:
+    return list(zip(table['arm_a'], table['arm_b']))
+  runs = out['runs']
+  platform = (runs.groupby('arm')['platform'].first().astype(str) if 'platform' in runs else
+              pd.Series('', index=sorted(runs['arm'].unique())))
+  return [(a, b) for a, b in itertools.combinations(sorted(platform.index), 2)
+          if platform[a] == platform[b]]
+
+
+def from_analysis(out, load=None):
+  """agreement_section of analysis/answer.py's `out`: its compared pairs, the baseline pairs
+  agreement_pairs derives from its runs and group-by columns, and its short arm labels."""
+  from analysis import answer  # pylint: disable=import-outside-toplevel  (answer may call this module)
+  runs, group_by = out['runs'], out['group_by']
+  return agreement_section(runs, compared_pairs(out),
+                           noise=agreement_pairs.noise_pairs(runs, group_by),
+                           identical=agreement_pairs.identical_pairs(runs, group_by),
+                           platform=agreement_pairs.platform_pairs(runs, group_by), load=load,
+                           labels=answer.labels(out))
+
+
+def write(section, out_dir):
+  """The section's non-empty CSVs into out_dir (report_agreement.csv always) and the churn
+  ladder into out_dir/figures when it has rows; returns the paths written."""
+  from analysis import agreement_figure  # pylint: disable=import-outside-toplevel
+  os.makedirs(out_dir, exist_ok=True)
+  paths = []
+  for key, name in CSV_FILES.items():
+    frame = section[key]
+    if key == 'table' or not frame.empty:
+      paths.append(os.path.join(out_dir, name))
+      pd.DataFrame(frame).to_csv(paths[-1], index=False)
+  if not section['table'].empty:
+    os.makedirs(os.path.join(out_dir, 'figures'), exist_ok=True)
+    paths += agreement_figure.churn_ladder(section['table'], os.path.join(out_dir, 'figures'))
+  return paths

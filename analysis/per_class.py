@@ -1,0 +1,74 @@
+"""Per-class accuracy differences between two arms, paired over seeds, with the family of classes
+Holm-adjusted (analysis.inference.holm, checked against statsmodels multipletests). Numbers only.
+
+Per run, class c (attributes task: attribute k over all images): acc_c = (1/n_c) Σ_{i: y_i = c}
+[ŷ_i = c] (attributes: (1/n) Σ_i [ŷ_ik = y_ik]). Per shared seed s: d_cs = acc_c(A, s) −
+acc_c(B, s) (replicates averaged first). Per class: the mean d̄_c over seeds, its 95% t-interval,
+and the paired t-test of d̄_c = 0 (t = d̄_c / (sd(d_c)/√m), m − 1 df; scipy ttest_1samp); p-values
+Holm-adjusted over the classes (α = 0.05). A class whose differences are all equal has no test
+(p NaN: left out of the Holm family).
+"""
+
+import warnings
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from analysis import inference
+from analysis.labels import seed_key
+
+COLUMNS = ('a', 'b', 'class', 'seeds', 'diff_pp', 'ci_low', 'ci_high', 't', 'p', 'p_holm',
+           'different')
+
+
+def class_accuracy(pred):
+  """Accuracy per class (classification: over the images of each true class, NaN for a class
+  without images) or per attribute (attributes task), as an array."""
+  label, predicted = np.asarray(pred['label']), np.asarray(pred['predicted'])
+  if label.ndim > 1:
+    return np.mean(label == predicted, axis=0)
+  classes = max(int(label.max()), int(predicted.max())) + 1
+  right = np.bincount(label, weights=(label == predicted), minlength=classes)
+  count = np.bincount(label, minlength=classes)
+  with np.errstate(invalid='ignore', divide='ignore'):
+    return right / count
+
+
+def seed_accuracies(entries, arm):
+  """{seed: per-class accuracy averaged over the arm's replicates of that seed}."""
+  by_seed = {}
+  for e in entries:
+    if e['arm'] == arm:
+      by_seed.setdefault(e['seed'], []).append(class_accuracy(e['pred']))
+  width = max((len(a) for v in by_seed.values() for a in v), default=0)
+  pad = lambda a: np.pad(a, (0, width - len(a)), constant_values=np.nan)
+  return {s: np.mean([pad(a) for a in v], axis=0) for s, v in by_seed.items()}
+
+
+def class_differences(entries, a, b):
+  """One row per class (COLUMNS): A − B in pp over the shared seeds; empty with < 2 shared seeds."""
+  acc_a, acc_b = seed_accuracies(entries, a), seed_accuracies(entries, b)
+  shared = sorted(set(acc_a) & set(acc_b), key=seed_key)
+  if len(shared) < 2:
+    return pd.DataFrame(columns=list(COLUMNS))
+  width = max(len(acc_a[shared[0]]), len(acc_b[shared[0]]))
+  pad = lambda x: np.pad(x, (0, width - len(x)), constant_values=np.nan)
+  d = 100 * np.array([pad(acc_a[s]) - pad(acc_b[s]) for s in shared])  # seeds × classes
+  low, high = inference.t_ci(d.T)
+  with warnings.catch_warnings(), np.errstate(invalid='ignore', divide='ignore'):
+    warnings.simplefilter('ignore')
+    test = sps.ttest_1samp(d, 0.0, axis=0)
+  p = np.where(np.ptp(d, axis=0) > 0, test.pvalue, np.nan)
+  p_holm = inference.holm(p)
+  return pd.DataFrame({'a': a, 'b': b, 'class': np.arange(width), 'seeds': len(shared),
+                       'diff_pp': d.mean(axis=0), 'ci_low': low, 'ci_high': high,
+                       't': test.statistic, 'p': p, 'p_holm': p_holm,
+                       'different': p_holm < inference.ALPHA})
+
+
+def per_class_table(entries, pairs):
+  """class_differences of every (a, b) pair given, stacked (Holm within each pair's classes)."""
+  tables = [class_differences(entries, a, b) for a, b in pairs]
+  tables = [t for t in tables if not t.empty]
+  return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=list(COLUMNS))
