@@ -11,7 +11,7 @@ instead of the declared contrasts, and there is no attribution.
 
 import pandas as pd
 
-from analysis import attribution, contrasts, declaration, effects, stats
+from analysis import agreement_section, attribution, contrasts, declaration, effects, stats
 from trainer import record
 
 VERSION_PREFIX = 'versions.'
@@ -79,11 +79,14 @@ def attribute(frame, declared, metric, seed_col, margin, margin_reason, source):
 
 
 def analyse(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, margin=None,
-            margin_reason=None, seed_col=None, scale=None, all_pairs=False, source=''):
+            margin_reason=None, seed_col=None, scale=None, all_pairs=False, source='',
+            run_folders=False):
   """stats.analyse's dict plus `declared`, `contrasts` (the declared family, or None), `arm_info`
   (analysis/contrasts.arm_levels), `noise` ({platform: noise floor}), `software`, `attribution`
-  (analysis.attribution's dict, or None) and `source`; `pairs` holds every pair only with
-  `all_pairs` or without declared contrasts."""
+  (analysis.attribution's dict, or None), `source`, `agreement` (analysis/agreement_section.py:
+  predictions read from the runs when `run_folders`), `scope` and, for an exploratory analysis,
+  `confirmatory` (the same analysis of the declared seeds at the declared margin); `pairs` holds
+  every pair only with `all_pairs` or without declared contrasts."""
   declared = declared or {}
   margin, why = stats.margin_choice(margin, margin_reason, declared.get('margin'),
                                     declared.get('margin_reason'))
@@ -97,6 +100,9 @@ def analyse(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, marg
     out['contrasts'] = contrasts.contrast_table(out, declared)
     out['noise'] = contrasts.noise_floors(out, declared, out['unit'])
     out['attribution'] = attribute(frame, declared, out['metric'], seed_col, margin, why, source)
+  # Agreement between models (analysis/agreement_section.py): read from the run folders' saved
+  # predictions; a CSV's rows are not run folders, so a CSV has none.
+  out['agreement'] = agreement_section.from_analysis(out, None if run_folders else lambda run: None)
   out['scope'] = scope(out, declared)
   if out['scope']['confirmatory'] is False and out['scope']['declared_seeds_present']:
     seeds = pd.to_numeric(frame[seed_col or 'seed'], errors='coerce')

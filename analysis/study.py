@@ -95,9 +95,8 @@ def analyse(args):
   """analysis/answer.py's dict for the command line, with the histories."""
   frame, hist, declared, source = load(args)
   out = answer.analyse(frame, declared, args.group_by, args.metric, args.margin,
-                       args.margin_reason, args.seed_col, args.scale, args.all_pairs, source)
-  # Agreement (analysis/agreement_section.py): a CSV's rows are not run folders, so no predictions.
-  out['agreement'] = agreement_section.from_analysis(out, None if args.runs else lambda run: None)
+                       args.margin_reason, args.seed_col, args.scale, args.all_pairs, source,
+                       run_folders=bool(args.runs))
   return out, hist
 
 

@@ -177,8 +177,9 @@ def scope_lines(out):
 
 def answer_lines(out):
   """The one-page answer (Markdown lines) of analysis/answer.py's dict."""
+  agreement = [] if not out.get('agreement') else ['', out['agreement']['summary']]
   return [question(out), '', *scope_lines(out), *software_lines(out), '', *gap_lines(out),
-          *contrast_lines(out)]
+          *contrast_lines(out), *agreement]
 
 
 def latex_tables(out):

@@ -61,7 +61,7 @@ def report(root, group_by, metric, margin=None, config=None, margin_reason=None,
   roots = [root, *more]
   frame, hist, declared = results.load_study(roots, config=config)
   out = answer.analyse(frame, declared, group_by, metric, margin, margin_reason,
-                       all_pairs=all_pairs, source=' '.join(roots))
+                       all_pairs=all_pairs, source=' '.join(roots), run_folders=True)
   return analysis_study.publish(out, hist, 'md', root)
 
 
