@@ -5,18 +5,22 @@
 
 Writes, for the runs that analysis.stats keeps (completed; replicates of a seed averaged), with
 the arms named by their short labels (what differs from the study's reference arm):
-  accuracy_by_arm    (two columns) the final metric per arm: every seed (points), mean ± 95% CI
-                     (the arm table's interval); one colour per platform when there are several;
-                     quartile boxes only from BOX_MIN_N seeds per arm
+  accuracy_by_arm    (two columns) the final metric per arm: every seed (points: colour = platform,
+                     marker = arm), mean ± 95% CI (the arm table's interval, black); quartile
+                     boxes only from BOX_MIN_N seeds per arm
   contrasts          (one column) each declared contrast, arm − reference arm, ± 95% / 90% CI,
-                     against the margin and the noise floor (analysis/forest.py); every pair when
-                     the study declares no contrasts
-  gap_decomposition  (one column) native gap = numerics part + platform residual (two platforms)
-  attribution_forest (one column) the factor terms of analysis.attribution
+                     against the margin and each platform's noise floor (analysis/forest.py);
+                     every pair when the study declares no contrasts
+  gap_decomposition  (one column) native gap G = fid_A − fid_B + N + P and the residual R
+                     (two platforms)
+  attribution_forest (one column) the gap decomposition's components and the main effects of
+                     the other factors (analysis/forest.py)
   training_curves    (two columns) training loss per logged step (each run's metrics.jsonl) and
                      the test metric per epoch zoomed to the last half of the epochs: mean per arm
-                     (colour) and platform (line style); band = ± 1 sd over runs up to SHADED_MAX
-                     curves per panel
+                     (marker and line style) and platform (colour); band = ± 1 sd over runs up to
+                     SHADED_MAX curves per panel; an arm whose curves equal another arm's on its
+                     platform exactly (the same arithmetic) is named so in the legend
+Colour = platform in every figure, the same arm the same marker and line style (analysis/style.py).
 Legends list only what is drawn. The y axes span the data, not 0–100%.
 """
 

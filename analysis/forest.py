@@ -19,6 +19,8 @@ across platforms); arms by their marker (style.arm_styles).
                   (thin) and 90% CI (thick), colour = platform, marker = the arm's
 """
 
+import textwrap
+
 from matplotlib.colors import to_rgba
 from matplotlib.patches import Patch
 import numpy as np
@@ -31,8 +33,8 @@ GAP_NAME = 'gap_decomposition'
 CONTRASTS_NAME = 'contrasts'
 ROW_IN = 0.2  # height of one row, inches
 PLATFORM_FACTOR = 'platform'
-# The gap's components in the forest's order: key -> row label ({a}, {b}: the platforms; {ea},
-# {eb}: the profiles emulating them).
+# The gap's components in the forest's order: key -> row label ({a}, {b}: the platforms; e_A, e_B,
+# the profiles emulating them, are named in the panel's title).
 COMPONENT_ROWS = (
     ('G', 'G  native gap'), ('fid_A', 'fid_A  fidelity on {a}'), ('fid_B', 'fid_B  fidelity on {b}'),
     ('N_A', 'N_A  numerics on {a}'), ('N_B', 'N_B  numerics on {b}'), ('N', 'N  numerics part'),
@@ -97,9 +99,10 @@ def rows_axis(ax, labels, xlabel=None):
 
 
 def legend_above(fig, handles, labels, ncol=2):
-  """The figure's legend above the axes, inside the figure."""
-  fig.legend(handles, labels, loc='outside upper center', ncol=ncol, handlelength=1.6,
-             columnspacing=1.0, fontsize=6.5)
+  """The figure's legend above the axes, inside the figure (none without entries)."""
+  if handles:
+    fig.legend(handles, labels, loc='outside upper center', ncol=ncol, handlelength=1.6,
+               columnspacing=1.0, fontsize=6.5)
 
 
 def component_color(key, platforms):
@@ -118,7 +121,7 @@ def gap_rows(out):
     rows = table[table['gap'] == d['gap']].set_index('key')
     title = f'gap {a} − {b}, {d["seeds"]} seeds\ne_A = {ea}, e_B = {eb}'
     groups.append((title, [
-        (label.format(a=a, b=b, ea=ea, eb=eb), rows.loc[k, 'estimate'],
+        (label.format(a=a, b=b), rows.loc[k, 'estimate'],
          [rows.loc[k, 'ci_low'], rows.loc[k, 'ci_high']], component_color(k, (a, b)),
          rows.loc[k, 'note']) for k, label in COMPONENT_ROWS if k in rows.index]))
   return groups
@@ -214,14 +217,14 @@ def plot(out, out_dir, name=NAME):
 def sum_rows(out, d):
   """[(label, value, ci95, ci90, colour, note)] of one gap's SUM_ROWS, each part as it enters
   G = fid_A − fid_B + N + P (fid_B negated, its CI flipped)."""
-  (a, b), (ea, eb) = d['platforms'], d['profiles']
+  a, b = d['platforms']
   rows = out['gap'][out['gap']['gap'] == d['gap']].set_index('key')
   out_rows = []
   for key, sign, label in SUM_ROWS:
     r = rows.loc[key]
     ci = sorted([sign * r['ci_low'], sign * r['ci_high']])
     ci90 = [r['ci90_low'], r['ci90_high']] if key in ('G', 'R') else None
-    out_rows.append((label.format(a=a, b=b, ea=ea, eb=eb), sign * r['estimate'], ci, ci90,
+    out_rows.append((label.format(a=a, b=b), sign * r['estimate'], ci, ci90,
                      component_color(key, (a, b)), r['note']))
   return out_rows
 
@@ -256,9 +259,15 @@ def draw_gap(out):
   handles, labels = ax.get_legend_handles_labels()
   keys = platform_keys(parts[0]['platforms'])
   legend_above(fig, handles + [k for k, _ in keys], labels + [t for _, t in keys])
-  ax.set_title('\n'.join(f'{d["gap"].replace(" - ", " − ")}: {d["verdict"]} at ±{d["margin"]:g} '
-                         f'{out["unit"]}' for d in parts), loc='left', fontsize=7, pad=3)
+  ax.set_title('\n'.join(verdict_line(d, out['unit']) for d in parts), loc='left', fontsize=7,
+               pad=3)
   return fig
+
+
+def verdict_line(d, unit):
+  """'gpu − cpu: <verdict> at ±m unit', and the open part (wrapped) when the verdict names one."""
+  line = f'{d["gap"].replace(" - ", " − ")}: {d["verdict"]} at ±{d["margin"]:g} {unit}'
+  return line + ''.join('\n' + part for part in textwrap.wrap(d.get('open') or '', 48))
 
 
 def plot_contrasts(table, noise, margin, unit, out_dir, name=CONTRASTS_NAME, markers=None):

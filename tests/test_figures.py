@@ -212,6 +212,9 @@ def test_gap_figure_draws_the_gap_as_the_sum_of_its_parts_with_margin_and_noise_
   for p in ('cpu', 'gpu'):
     assert f'noise floor {p} ±{att["noise"][p]["half"]:.2f} pp' in labels
   assert not legend_problems(fig)
+  partly = {**d, 'verdict': 'partly explained', 'open': 'the residual is not within ±2'}
+  assert forest.verdict_line(partly, 'pp') == (
+      'gpu − cpu: partly explained at ±2 pp\nthe residual is not within ±2')
 
 
 def test_forest_draws_the_decomposition_and_no_unqualified_platform_term():
