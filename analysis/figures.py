@@ -29,6 +29,7 @@ import sys
 
 import numpy as np
 from matplotlib import ticker
+from matplotlib.patches import Patch
 
 from analysis import answer, forest, stats, style
 
@@ -136,7 +137,10 @@ def draw_accuracy_by_arm(out):
                                          for c in categories])
   ax.set_xlim(-0.5, len(categories) - 0.5)
   ax.set_ylabel(unit_label(out))
-  ax.legend(loc='lower left', bbox_to_anchor=(0.0, 1.0), ncol=4, borderaxespad=0.2)
+  handles, labels = ax.get_legend_handles_labels()
+  handles = [Patch(facecolor='#DDDDDD', edgecolor='#777777') if label.startswith('quartiles')
+             else h for h, label in zip(handles, labels)]  # a box of any platform: grey key
+  ax.legend(handles, labels, loc='lower left', bbox_to_anchor=(0.0, 1.0), ncol=4, borderaxespad=0.2)
   return fig
 
 

@@ -267,7 +267,8 @@ def draw_gap(out):
 def verdict_line(d, unit):
   """'gpu − cpu: <verdict> at ±m unit', and the open part (wrapped) when the verdict names one."""
   line = f'{d["gap"].replace(" - ", " − ")}: {d["verdict"]} at ±{d["margin"]:g} {unit}'
-  return line + ''.join('\n' + part for part in textwrap.wrap(d.get('open') or '', 48))
+  parts = [w for part in (d.get('open') or '').split('; ') for w in textwrap.wrap(part, 38)]
+  return '\n'.join([line, *parts])
 
 
 def plot_contrasts(table, noise, margin, unit, out_dir, name=CONTRASTS_NAME, markers=None):
