@@ -180,14 +180,16 @@ def markevery(n, k, arms):
 
 
 def band(ax, mean, sd, look, shade):
-  """The mean line (look = (colour, (marker, line style), label, k, arms): arm k of `arms`), with a
-  ± 1 sd band when `shade`; returns (mean, sd drawn)."""
-  color, (marker, linestyle), label, k, arms = look
+  """The mean line (look = (colour, (marker, line style), label, k, arms, under): arm k of `arms`,
+  of the platform with `under` platforms drawn over it: its line and markers that much wider, so
+  a curve another platform's covers exactly shows as a rim), with a ± 1 sd band when `shade`;
+  returns (mean, sd drawn)."""
+  color, (marker, linestyle), label, k, arms, under = look
   if shade:
     ax.fill_between(mean.index, mean - sd, mean + sd, color=color, alpha=0.15, linewidth=0)
-  ax.plot(mean.index, mean, color=color, linestyle=linestyle, linewidth=1.0, marker=marker,
-          markevery=markevery(len(mean), k, arms), markersize=3.2, markerfacecolor='none',
-          markeredgewidth=0.7, label=label)
+  ax.plot(mean.index, mean, color=color, linestyle=linestyle, linewidth=1.0 + 1.0 * under,
+          marker=marker, markevery=markevery(len(mean), k, arms), markersize=3.2 + 1.6 * under,
+          markerfacecolor='none', markeredgewidth=0.7 + 0.3 * under, label=label, zorder=3 - under)
   return mean, sd if shade else 0 * sd
 
 
@@ -254,7 +256,8 @@ def draw_training_curves(out, hist, steps):
   name = lambda a: place[a][0] + (f' ({place[a][1]})' if crossed else '')
   look = lambda a: (colors[place[a][1]], styles[place[a][0]],
                     name(a) + (f' (identical to {place[same[a]][0]})' if a in same else ''),
-                    categories.index(place[a][0]), len(categories))
+                    categories.index(place[a][0]), len(categories),
+                    len(platforms) - 1 - platforms.index(place[a][1]))
   shade = len(place) <= SHADED_MAX
   fig, axes = plt.subplots(1, 2, figsize=(style.TWO_COLUMN_IN, 2.4), layout='constrained')
   for a, (mean, sd) in loss.items():
@@ -304,8 +307,9 @@ def legend_entries(categories, place, same, colors, styles):
              for c in categories]
   labels = [c + (f' ({", ".join(note[c])})' if c in note else '') for c in categories]
   platforms = sorted(colors)
-  handles += [plt.Line2D([], [], color=colors[p], linewidth=2.0) for p in platforms]
-  return handles, labels + platforms
+  under = {p: len(platforms) - 1 - i for i, p in enumerate(platforms)}  # as band() draws them
+  handles += [plt.Line2D([], [], color=colors[p], linewidth=1.0 + 1.0 * under[p]) for p in platforms]
+  return handles, labels + [p + (' (wider: drawn beneath)' if under[p] else '') for p in platforms]
 
 
 def training_curves(out, hist, steps, out_dir):

@@ -314,7 +314,8 @@ def test_identical_curves_stay_distinguishable_and_colour_is_the_platform():
   gpu = {label: line.get_marker() for label, line in lines.items() if '(gpu)' in label}
   assert gpu == {'native (gpu)': native.get_marker(), 'f32 (gpu)': f32.get_marker()}
   labels = [t.get_text() for t in fig.legends[0].get_texts()]
-  assert labels == ['native', 'f32 (= native on cpu)', 'cpu', 'gpu']
+  assert labels == ['native', 'f32 (= native on cpu)', 'cpu (wider: drawn beneath)', 'gpu']
+  assert lines['native (cpu)'].get_linewidth() > lines['native (gpu)'].get_linewidth()
 
 
 def test_training_curves_are_built_from_per_step_records(tmp_path):
