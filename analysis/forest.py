@@ -113,8 +113,8 @@ def component_color(key, platforms):
 
 
 def gap_rows(out):
-  """[(title, [(label, estimate, ci95, colour, note)])] of each gap in out['gap'] (COMPONENT_ROWS
-  order), [] without a decomposition."""
+  """[(title, [(label, estimate, ci95, None, colour, note)])] of each gap in out['gap']
+  (COMPONENT_ROWS order), [] without a decomposition."""
   table, groups = out.get('gap'), []
   for d in out.get('decomposition') or []:
     (a, b), (ea, eb) = d['platforms'], d['profiles']
@@ -122,7 +122,7 @@ def gap_rows(out):
     title = f'gap {a} − {b}, {d["seeds"]} seeds\ne_A = {ea}, e_B = {eb}'
     groups.append((title, [
         (label.format(a=a, b=b), rows.loc[k, 'estimate'],
-         [rows.loc[k, 'ci_low'], rows.loc[k, 'ci_high']], component_color(k, (a, b)),
+         [rows.loc[k, 'ci_low'], rows.loc[k, 'ci_high']], None, component_color(k, (a, b)),
          rows.loc[k, 'note']) for k, label in COMPONENT_ROWS if k in rows.index]))
   return groups
 
@@ -145,22 +145,28 @@ def effect_rows(out):
       label = f'{labels.get(r.term, r.term)}, mean over all arms'
     else:
       label = labels.get(r.term, r.term)
-    rows.append((label, r.estimate, [r.ci_low, r.ci_high], style.ACROSS_PLATFORMS, ''))
+    rows.append((label, r.estimate, [r.ci_low, r.ci_high], None, style.ACROSS_PLATFORMS, ''))
   title = ('main effects of the other factors\n(additive model over every arm)' if decomposed
            else 'main effects (additive model)')
   return title, rows
 
 
-def draw_rows(ax, rows, with_labels):
-  """One interval per row (label, estimate, ci95, colour, note), 'not estimable' where noted."""
-  for y, (_, est, ci, color, note) in zip(np.arange(len(rows))[::-1], rows):
+def draw_rows(ax, rows, labels=(None,) * 3, xlabel=None):
+  """One interval per row (label, estimate, ci95, ci90 or None, colour, note) top to bottom,
+  'not estimable' where noted; `labels`: the legend labels of the first row's marker, 95% and
+  90% lines."""
+  for y, (_, est, ci, ci90, color, note) in zip(np.arange(len(rows))[::-1], rows):
     if note:
       ax.text(0, y, 'not estimable', ha='center', va='center', fontsize=6, color='#777777')
       continue
-    labelled = with_labels and y == len(rows) - 1
-    draw_interval(ax, y, est, ci, color=color,
-                  labels=('estimate', '95% CI', None) if labelled else (None,) * 3)
-  rows_axis(ax, [r[0] for r in rows])
+    draw_interval(ax, y, est, ci, ci90, color=color,
+                  labels=labels if y == len(rows) - 1 else (None,) * 3)
+  rows_axis(ax, [r[0] for r in rows], xlabel)
+
+
+def gap_platforms(out):
+  """The platforms of every decomposed gap, sorted."""
+  return sorted({p for d in out.get('decomposition') or [] for p in d['platforms']})
 
 
 def platform_keys(platforms, across=True, prefix='on '):
@@ -198,14 +204,12 @@ def draw_forest(out):
   floors = floors_of(out.get('noise'))
   for i, (ax, (title, rows)) in enumerate(zip(axes[:, 0], groups)):
     draw_limits(ax, out['margin'], floors, out['unit'], label=i == 0)
-    draw_rows(ax, rows, with_labels=i == 0)
+    draw_rows(ax, rows)
     ax.set_title(title, loc='left', fontsize=6.5, pad=3)
   axes[-1, 0].set_xlabel(f'estimate ± 95% CI ({out["unit"]})')
   handles, labels = axes[0, 0].get_legend_handles_labels()
-  keep = [i for i, label in enumerate(labels) if label not in ('estimate', '95% CI')]
-  keys = platform_keys(out['decomposition'][0]['platforms']) if out.get('decomposition') else []
-  legend_above(fig, [handles[i] for i in keep] + [k for k, _ in keys],
-               [labels[i] for i in keep] + [t for _, t in keys])
+  keys = platform_keys(gap_platforms(out)) if out.get('decomposition') else []
+  legend_above(fig, handles + [k for k, _ in keys], labels + [t for _, t in keys])
   return fig
 
 
@@ -215,7 +219,7 @@ def plot(out, out_dir, name=NAME):
 
 
 def sum_rows(out, d):
-  """[(label, value, ci95, ci90, colour, note)] of one gap's SUM_ROWS, each part as it enters
+  """[(label, value, ci95, ci90, colour, note)] (draw_rows) of one gap's SUM_ROWS, each part as it enters
   G = fid_A − fid_B + N + P (fid_B negated, its CI flipped)."""
   a, b = d['platforms']
   rows = out['gap'][out['gap']['gap'] == d['gap']].set_index('key')
@@ -245,19 +249,12 @@ def draw_gap(out):
   fig, ax = plt.subplots(figsize=(style.ONE_COLUMN_IN, frame_height(len(rows), extra=1.25, row=0.27)),
                          layout='constrained')
   draw_limits(ax, parts[0]['margin'], floors_of(out.get('noise')), out['unit'])
-  for y, (_, est, ci, ci90, color, note) in zip(np.arange(len(rows))[::-1], rows):
-    if note:
-      ax.text(0, y, 'not estimable', ha='center', va='center', fontsize=6, color='#777777')
-      continue
-    first = y == len(rows) - 1
-    draw_interval(ax, y, est, ci, ci90, color=color,
-                  labels=(None, '95% CI', '90% CI (TOST)') if first else (None,) * 3)
+  draw_rows(ax, rows, (None, '95% CI', '90% CI (TOST)'), f'part of the gap ({out["unit"]})')
   for k in range(1, len(rows)):  # a rule above each residual row and between gaps
     if rows[k][0].startswith('residual') or rows[k][0].startswith('native gap'):
       ax.axhline(len(rows) - k - 0.5, color='#BBBBBB', linewidth=0.5)
-  rows_axis(ax, [r[0] for r in rows], f'part of the gap ({out["unit"]})')
   handles, labels = ax.get_legend_handles_labels()
-  keys = platform_keys(parts[0]['platforms'])
+  keys = platform_keys(gap_platforms(out))
   legend_above(fig, handles + [k for k, _ in keys], labels + [t for _, t in keys])
   ax.set_title('\n'.join(verdict_line(d, out['unit']) for d in parts), loc='left', fontsize=7,
                pad=3)
