@@ -5,18 +5,22 @@
 
 Writes, for the runs that analysis.stats keeps (completed; replicates of a seed averaged), with
 the arms named by their short labels (what differs from the study's reference arm):
-  accuracy_by_arm    (two columns) the final metric per arm: every seed (points), mean ± 95% CI
-                     (the arm table's interval); one colour per platform when there are several;
-                     quartile boxes only from BOX_MIN_N seeds per arm
+  accuracy_by_arm    (two columns) the final metric per arm: every seed (points: colour = platform,
+                     marker = arm), mean ± 95% CI (the arm table's interval, black); quartile
+                     boxes only from BOX_MIN_N seeds per arm
   contrasts          (one column) each declared contrast, arm − reference arm, ± 95% / 90% CI,
-                     against the margin and the noise floor (analysis/forest.py); every pair when
-                     the study declares no contrasts
-  gap_decomposition  (one column) native gap = numerics part + platform residual (two platforms)
-  attribution_forest (one column) the factor terms of analysis.attribution
+                     against the margin and each platform's noise floor (analysis/forest.py);
+                     every pair when the study declares no contrasts
+  gap_decomposition  (one column) native gap G = fid_A − fid_B + N + P and the residual R
+                     (two platforms)
+  attribution_forest (one column) the gap decomposition's components and the main effects of
+                     the other factors (analysis/forest.py)
   training_curves    (two columns) training loss per logged step (each run's metrics.jsonl) and
                      the test metric per epoch zoomed to the last half of the epochs: mean per arm
-                     (colour) and platform (line style); band = ± 1 sd over runs up to SHADED_MAX
-                     curves per panel
+                     (marker and line style) and platform (colour); band = ± 1 sd over runs up to
+                     SHADED_MAX curves per panel; an arm whose curves equal another arm's on its
+                     platform exactly (the same arithmetic) is named so in the legend
+Colour = platform in every figure, the same arm the same marker and line style (analysis/style.py).
 Legends list only what is drawn. The y axes span the data, not 0–100%.
 """
 
@@ -25,12 +29,13 @@ import sys
 
 import numpy as np
 from matplotlib import ticker
+from matplotlib.patches import Patch
 
 from analysis import answer, forest, stats, style
 
 plt = style.plt
 BOX_MIN_N = 10  # below this many seeds per arm a box (quartiles) says less than the points
-LINESTYLES = ('-', '--', ':', '-.')
+MARKS = 6  # markers per training curve
 SHADED_MAX = 4  # ± 1 sd bands only up to this many curves per panel: more overlap into grey
 
 
@@ -66,21 +71,32 @@ def once(label, seen):
 
 
 def layout(out):
-  """(categories in order, {arm: (category, series)}, series in order): the short label of each
-  arm and its platform when the study declares its arms, else the arm alone."""
+  """(categories in order, {arm: (category, platform)}, platforms in order): the short label of
+  each arm and its platform when the study declares its arms, else the arm itself and the
+  platform its runs record ('' when none)."""
   info = out.get('arm_info')
   if info is None:
+    runs = out['runs']
+    platform = (runs.groupby('arm')['platform'].first().astype(str) if 'platform' in runs
+                else {})
     arms = list(out['arms']['arm'])
-    return arms, {a: (a, '') for a in arms}, ['']
-  series = sorted(set(info['platform'])) if info['platform'].nunique() > 1 else ['']
-  place = {r.arm: (r.label, r.platform if series != [''] else '') for r in info.itertuples()}
-  return list(dict.fromkeys(info['label'])), place, series
+    place = {a: (a, platform.get(a, '')) for a in arms}
+    return arms, place, sorted({p for _, p in place.values()})
+  place = {r.arm: (r.label, str(r.platform)) for r in info.itertuples()}
+  return list(dict.fromkeys(info['label'])), place, sorted(set(map(str, info['platform'])))
 
 
-def colours(categories, series):
-  """{(category, series): colour}: by platform when there are several, else by arm."""
-  by = style.platform_colors(series) if len(series) > 1 else style.arm_colors(categories)
-  return {(c, s): by[s] if len(series) > 1 else by[c] for c in categories for s in series}
+def positions(categories, place, width=0.8):
+  """{arm: x}: each category at its index, its platforms side by side within `width`."""
+  present = {}
+  for cat, platform in place.values():
+    present.setdefault(cat, set()).add(platform)
+  x = {}
+  for arm, (cat, platform) in place.items():
+    own = sorted(present[cat])
+    step = width / len(own)
+    x[arm] = categories.index(cat) + (own.index(platform) - (len(own) - 1) / 2) * step
+  return x
 
 
 def draw_box(ax, x, values, color, seen):
@@ -91,21 +107,25 @@ def draw_box(ax, x, values, color, seen):
 
 
 def draw_accuracy_by_arm(out):
-  """The figure: points per seed, mean ± 95% CI (black), boxes only from BOX_MIN_N seeds."""
-  categories, place, series = layout(out)
-  color, seen = colours(categories, series), set()
-  width = 0.8 / len(series)
+  """The figure: points per seed (colour = platform, marker = arm), mean ± 95% CI (black), boxes
+  only from BOX_MIN_N seeds."""
+  categories, place, platforms = layout(out)
+  colors, marker, seen = style.platform_colors(platforms), style.arm_styles(categories), set()
+  x_of = positions(categories, place)
+  width = 0.8 / max(len(platforms), 1)
   fig, ax = plt.subplots(figsize=(style.TWO_COLUMN_IN, 2.5), layout='constrained')
-  for i, row in enumerate(out['arms'].itertuples()):
-    cat, ser = place[row.arm]
-    x = categories.index(cat) + (series.index(ser) - (len(series) - 1) / 2) * width
+  arms = sorted(out['arms'].itertuples(), key=lambda r: categories.index(place[r.arm][0]))
+  for i, row in enumerate(arms):  # in arm order: a platform's legend key shows the first arm's marker
+    (cat, platform), x = place[row.arm], x_of[row.arm]
     values = out['units'].loc[out['units']['arm'] == row.arm, 'value'].to_numpy()
-    c = color[(cat, ser)]
+    c = colors[platform]
     if len(values) >= BOX_MIN_N:
       draw_box(ax, x, values, c, seen)
-    name = f'{ser}: one seed' if ser else ('one seed' if out['seeded'] else 'one run')
-    ax.scatter(x - width * 0.12 + jitter(len(values), width * 0.12, seed=i), values, s=7, color=c,
-               alpha=0.8, linewidths=0, zorder=3, label=once(name, seen))
+    name = f'{platform}: one seed' if len(platforms) > 1 else (
+        'one seed' if out['seeded'] else 'one run')
+    ax.scatter(x - width * 0.12 + jitter(len(values), width * 0.12, seed=i), values, s=8,
+               marker=marker[cat][0], facecolors='none', edgecolors=c, alpha=0.85,
+               linewidths=0.7, zorder=3, label=once(name, seen))
     if np.isfinite(row.ci_low):
       ax.errorbar(x + width * 0.22, row.mean, yerr=[[row.mean - row.ci_low], [row.ci_high - row.mean]],
                   fmt='D', color='black', markersize=2.8, capsize=1.8, linewidth=0.8, zorder=4,
@@ -117,7 +137,10 @@ def draw_accuracy_by_arm(out):
                                          for c in categories])
   ax.set_xlim(-0.5, len(categories) - 0.5)
   ax.set_ylabel(unit_label(out))
-  ax.legend(loc='lower left', bbox_to_anchor=(0.0, 1.0), ncol=4, borderaxespad=0.2)
+  handles, labels = ax.get_legend_handles_labels()
+  handles = [Patch(facecolor='#DDDDDD', edgecolor='#777777') if label.startswith('quartiles')
+             else h for h, label in zip(handles, labels)]  # a box of any platform: grey key
+  ax.legend(handles, labels, loc='lower left', bbox_to_anchor=(0.0, 1.0), ncol=4, borderaxespad=0.2)
   return fig
 
 
@@ -137,20 +160,53 @@ def contrast_table(out):
 
 
 def contrasts(out, out_dir):
-  noise = {p: f['half'] for p, f in (out.get('noise') or {}).items()}
-  return forest.plot_contrasts(contrast_table(out), noise, out['margin'], out['unit'],
-                               out_dir)
+  categories, _, _ = layout(out)
+  markers = {a: m for a, (m, _) in style.arm_styles(categories).items()}
+  return forest.plot_contrasts(contrast_table(out), forest.floors_of(out.get('noise')),
+                               out['margin'], out['unit'], out_dir, markers=markers)
 
 
-def band(ax, frame, x, col, look, shade, scale=1.0):
-  """Mean over runs of `col` per `x` (a line: look = (colour, line style, label)), with a ± 1 sd
-  band when `shade`; returns (mean, sd drawn)."""
+def curve(frame, x, col, scale=1.0):
+  """(mean, sd) over runs of `col` per `x` (sd 0 where one run)."""
   g = frame.groupby(x)[col]
-  mean, sd = g.mean() * scale, g.std(ddof=1).fillna(0) * scale
+  return g.mean() * scale, g.std(ddof=1).fillna(0) * scale
+
+
+def markevery(n, k, arms):
+  """Every MARK_EVERY-th of n points marked, arm k of `arms` starting at its own offset (so two
+  coinciding curves show both markers)."""
+  step = max(n // MARKS, 1)
+  return (k * step // max(arms, 1) % step, step)
+
+
+def band(ax, mean, sd, look, shade):
+  """The mean line (look = (colour, (marker, line style), label, k, arms, under): arm k of `arms`,
+  of the platform with `under` platforms drawn over it: its line and markers that much wider, so
+  a curve another platform's covers exactly shows as a rim), with a ± 1 sd band when `shade`;
+  returns (mean, sd drawn)."""
+  color, (marker, linestyle), label, k, arms, under = look
   if shade:
-    ax.fill_between(mean.index, mean - sd, mean + sd, color=look[0], alpha=0.15, linewidth=0)
-  ax.plot(mean.index, mean, color=look[0], linestyle=look[1], linewidth=1.0, label=look[2])
+    ax.fill_between(mean.index, mean - sd, mean + sd, color=color, alpha=0.15, linewidth=0)
+  ax.plot(mean.index, mean, color=color, linestyle=linestyle, linewidth=1.0 + 1.0 * under,
+          marker=marker, markevery=markevery(len(mean), k, arms), markersize=3.2 + 1.6 * under,
+          markerfacecolor='none', markeredgewidth=0.7 + 0.3 * under, label=label, zorder=3 - under)
   return mean, sd if shade else 0 * sd
+
+
+def identical_to(panels, place, categories):
+  """{arm: the earlier arm (category order) of its platform whose mean curves equal its own
+  exactly in every panel}: identical arithmetic, drawn on top of each other."""
+  same = {}
+  arms = sorted(place, key=lambda a: categories.index(place[a][0]))
+  for i, arm in enumerate(arms):
+    for other in arms[:i]:
+      if place[other][1] != place[arm][1] or other in same:
+        continue
+      shared = [p for p in panels if arm in p and other in p]
+      if shared and all(p[arm][0].equals(p[other][0]) for p in shared):
+        same[arm] = other
+        break
+  return same
 
 
 def last_epochs(hist):
@@ -174,26 +230,41 @@ def plain_log_axis(axis):
   axis.set_minor_formatter(ticker.NullFormatter())
 
 
-def draw_training_curves(out, hist, steps):
-  """The figure: training loss per logged step, test metric per epoch (zoomed); None if no data."""
-  categories, place, series = layout(out)
+def curve_panels(out, hist, steps):
+  """({arm: (mean, sd)} of the training loss per step, the same of the test metric (%) per epoch
+  over the last half of the epochs), for the runs analysed."""
   keep = out['runs'][['run', 'arm']]
   steps = steps.merge(keep, on='run') if not steps.empty else steps
   hist = hist.merge(keep, on='run') if not hist.empty and 'test_accuracy' in hist else hist.iloc[:0]
-  if steps.empty and hist.empty:
+  loss = {a: curve(s, 'step', 'train_loss') for a, s in
+          (steps.groupby('arm', sort=True) if not steps.empty else ())}
+  test = {a: curve(h, 'epoch', 'test_accuracy', 100.0) for a, h in
+          (last_epochs(hist).groupby('arm', sort=True) if not hist.empty else ())}
+  return loss, test
+
+
+def draw_training_curves(out, hist, steps):
+  """The figure: training loss per logged step, test metric per epoch (zoomed); colour = platform,
+  marker and line style = arm; None if no data."""
+  categories, place, platforms = layout(out)
+  loss, test = curve_panels(out, hist, steps)
+  if not loss and not test:
     return None
-  color = {k: v for k, v in zip(categories, style.PALETTE * 4)}
-  line = {s: LINESTYLES[i % 4] for i, s in enumerate(series)}
-  look = lambda a: (color[place[a][0]], line[place[a][1]],
-                    place[a][0] + (f' ({place[a][1]})' if place[a][1] else ''))
-  shade = len(categories) * len(series) <= SHADED_MAX
+  colors, styles = style.platform_colors(platforms), style.arm_styles(categories)
+  same = identical_to((loss, test), place, categories)
+  crossed = crosses_platforms(place)
+  name = lambda a: place[a][0] + (f' ({place[a][1]})' if crossed else '')
+  look = lambda a: (colors[place[a][1]], styles[place[a][0]],
+                    name(a) + (f' (identical to {place[same[a]][0]})' if a in same else ''),
+                    categories.index(place[a][0]), len(categories),
+                    len(platforms) - 1 - platforms.index(place[a][1]))
+  shade = len(place) <= SHADED_MAX
   fig, axes = plt.subplots(1, 2, figsize=(style.TWO_COLUMN_IN, 2.4), layout='constrained')
-  for a, s in (steps.groupby('arm', sort=True) if not steps.empty else ()):
-    band(axes[0], s, 'step', 'train_loss', look(a), shade)
+  for a, (mean, sd) in loss.items():
+    band(axes[0], mean, sd, look(a), shade)
   axes[0].set(xlabel='training step', ylabel='training loss', yscale='log')
   plain_log_axis(axes[0].yaxis)
-  spans = [band(axes[1], h, 'epoch', 'test_accuracy', look(a), shade, 100.0)
-           for a, h in (last_epochs(hist).groupby('arm', sort=True) if not hist.empty else ())]
+  spans = [band(axes[1], mean, sd, look(a), shade) for a, (mean, sd) in test.items()]
   if spans:
     zoom(axes[1], spans)
   axes[1].set(xlabel='epoch (last half)', ylabel='test accuracy (%)')
@@ -201,22 +272,44 @@ def draw_training_curves(out, hist, steps):
   for ax in axes:
     ax.grid(axis='x', color='#EEEEEE', linewidth=0.5)
     ax.set_visible(bool(ax.get_lines()))
-  fig.legend(*legend_entries(axes, categories, series, color, line), loc='outside right upper',
-             title='mean ± 1 sd over runs' if shade else 'mean over runs',
-             title_fontsize=6.5, fontsize=6.5, handlelength=2.0)
+  rank = {look(a)[2]: categories.index(place[a][0]) for a in place}
+  fig.legend(*(legend_entries(categories, place, same, colors, styles) if crossed else
+               drawn_entries(axes, rank)),
+             loc='outside right upper', title='mean ± 1 sd over runs' if shade else 'mean over runs',
+             title_fontsize=6.5, fontsize=6.5, handlelength=2.6)
   return fig
 
 
-def legend_entries(axes, categories, series, color, line):
-  """(handles, labels): the drawn lines of one platform, else one key per arm (colour) and per
-  platform (line style)."""
-  if len(series) == 1:
-    handles, labels = next(a for a in axes if a.get_lines()).get_legend_handles_labels()
-    order = sorted(range(len(labels)), key=lambda i: categories.index(labels[i]))
-    return [handles[i] for i in order], [labels[i] for i in order]
-  handles = [plt.Line2D([], [], color=color[c], linewidth=1.2) for c in categories]
-  handles += [plt.Line2D([], [], color='#444444', linestyle=line[s], linewidth=1.0) for s in series]
-  return handles, list(categories) + list(series)
+def crosses_platforms(place):
+  """Does an arm label occur on more than one platform ({arm: (label, platform)})?"""
+  per_label = {}
+  for cat, platform in place.values():
+    per_label.setdefault(cat, set()).add(platform)
+  return any(len(p) > 1 for p in per_label.values())
+
+
+def drawn_entries(axes, rank):
+  """(handles, labels) of the drawn lines, in arm order (`rank` {label: position})."""
+  handles, labels = next(a for a in axes if a.get_lines()).get_legend_handles_labels()
+  order = sorted(range(len(labels)), key=lambda i: rank[labels[i]])
+  return [handles[i] for i in order], [labels[i] for i in order]
+
+
+def legend_entries(categories, place, same, colors, styles):
+  """(handles, labels) when an arm label occurs on several platforms: one key per arm (dark grey,
+  its marker and line style; '= X on P' where it is identical to arm X on platform P) and one per
+  platform (its colour)."""
+  note = {}
+  for arm, other in same.items():
+    note.setdefault(place[arm][0], []).append(f'= {place[other][0]} on {place[arm][1]}')
+  handles = [plt.Line2D([], [], color='#333333', linestyle=styles[c][1], marker=styles[c][0],
+                        markersize=3.2, markerfacecolor='none', markeredgewidth=0.7, linewidth=1.0)
+             for c in categories]
+  labels = [c + (f' ({", ".join(note[c])})' if c in note else '') for c in categories]
+  platforms = sorted(colors)
+  under = {p: len(platforms) - 1 - i for i, p in enumerate(platforms)}  # as band() draws them
+  handles += [plt.Line2D([], [], color=colors[p], linewidth=1.0 + 1.0 * under[p]) for p in platforms]
+  return handles, labels + [p + (' (wider: drawn beneath)' if under[p] else '') for p in platforms]
 
 
 def training_curves(out, hist, steps, out_dir):

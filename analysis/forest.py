@@ -1,15 +1,28 @@
 """Forest plots of the study, one column wide (style.ONE_COLUMN_IN) and drawn at their printed size,
 as PDF and 300-dpi PNG in analysis/style.py's style: intervals against a zero line, the equivalence
-margin (dashed) and the noise floor (shaded: the 95% half-width of a difference of two noise-arm
-means, analysis.attribution.noise_floor).
+margin (dashed, black) and the noise floor of each platform (a band in the platform's colour, its
+own legend key: the 95% half-width of the paired mean difference noise arm − the arm it perturbs,
+analysis.attribution.noise_floor). Colour = platform (style.platform_colors; black: measured
+across platforms); arms by their marker (style.arm_styles).
 
-  plot            attribution_forest: each factor term's estimate ± 95% CI (analysis.attribution)
-  plot_gap        gap_decomposition: native gap = numerics part + residual, each ± 95% CI (thin)
-                  and, for the gap and the residual, the 90% CI of their TOST (thick)
+  plot            attribution_forest: per platform gap, every component of its decomposition
+                  (analysis/gap.py: G; fid_A, fid_B; N_A, N_B, N, N_A − N_B; P_eA, P_eB, P; R) ± 95%
+                  t-CI over seeds; below, in a panel of its own, the main effects of the other
+                  factors (the additive model's terms). The model's platform term is not drawn
+                  where the gap is decomposed (it averages different arithmetic: profile=native is
+                  one arithmetic on each platform); without a decomposition it is drawn, labelled as
+                  the mean over every arm.
+  plot_gap        gap_decomposition: G = fid_A − fid_B + N + P, each part as it enters the sum ±
+                  95% CI (thin), and the residual R = G − N; G and R with the 90% CI of their TOST
+                  (thick)
   plot_contrasts  contrasts: each declared contrast (arm − reference arm, per platform) ± 95% CI
-                  (thin) and 90% CI (thick), one marker colour per platform
+                  (thin) and 90% CI (thick), colour = platform, marker = the arm's
 """
 
+import textwrap
+
+from matplotlib.colors import to_rgba
+from matplotlib.patches import Patch
 import numpy as np
 
 from analysis import style
@@ -19,7 +32,19 @@ NAME = 'attribution_forest'
 GAP_NAME = 'gap_decomposition'
 CONTRASTS_NAME = 'contrasts'
 ROW_IN = 0.2  # height of one row, inches
-GREY = '#999999'
+PLATFORM_FACTOR = 'platform'
+# The gap's components in the forest's order: key -> row label ({a}, {b}: the platforms; e_A, e_B,
+# the profiles emulating them, are named in the panel's title).
+COMPONENT_ROWS = (
+    ('G', 'G  native gap'), ('fid_A', 'fid_A  fidelity on {a}'), ('fid_B', 'fid_B  fidelity on {b}'),
+    ('N_A', 'N_A  numerics on {a}'), ('N_B', 'N_B  numerics on {b}'), ('N', 'N  numerics part'),
+    ('N_interaction', 'N_A − N_B'), ('P_eA', 'P_eA  platforms under e_A'),
+    ('P_eB', 'P_eB  platforms under e_B'), ('P', 'P  platform part'), ('R', 'R  residual G − N'))
+# The gap figure's rows: (key, sign with which it enters G = fid_A − fid_B + N + P, label).
+SUM_ROWS = (('G', 1, 'native gap G'), ('fid_A', 1, '= fid_A  fidelity on {a}'),
+            ('fid_B', -1, '− fid_B  fidelity on {b}'), ('N', 1, '+ N  numerics part'),
+            ('P', 1, '+ P  platform part'), ('R', 1, 'residual R = G − N'))
+ON_A, ON_B = ('fid_A', 'N_A'), ('fid_B', 'N_B')  # components measured on one platform
 
 
 def frame_height(rows, extra=0.9, row=ROW_IN):
@@ -27,62 +52,185 @@ def frame_height(rows, extra=0.9, row=ROW_IN):
   return extra + row * max(rows, 1)
 
 
-def draw_limits(ax, margin, half, unit, noise_label=None, margin_label=True):
-  """Zero line, ±margin (dashed) and the noise band ±half (shaded), labelled for the legend
-  unless noise_label / margin_label is False."""
-  if half is not None and np.isfinite(half) and half > 0:
-    ax.axvspan(-half, half, color=GREY, alpha=0.15, linewidth=0,
-               label=(noise_label or f'noise floor ±{half:.2f} {unit}') if noise_label is not False
-               else None)
+def floors_of(noise):
+  """{platform: 95% half-width} of a noise dict ({platform: analysis.attribution.noise_floor})."""
+  return {p: f['half'] for p, f in (noise or {}).items() if f and np.isfinite(f['half'])}
+
+
+def draw_limits(ax, margin, floors, unit, label=True):
+  """Zero line, ±margin (dashed) and one noise band ±half per platform ({platform: half}) in the
+  platform's colour, widest first, each with its own legend label unless `label` is False."""
+  colors = style.platform_colors(floors)
+  for p, half in sorted(floors.items(), key=lambda item: -item[1]):
+    if half > 0:
+      name = f'noise floor {p} ±{half:.2f} {unit}' if p else f'noise floor ±{half:.2f} {unit}'
+      ax.axvspan(-half, half, facecolor=to_rgba(colors[p], 0.1), linewidth=0.7,
+                 edgecolor=to_rgba(colors[p], 0.8), label=name if label else None)
   if margin:
     for sign in (-1, 1):
       ax.axvline(sign * margin, color='black', linestyle='--', linewidth=0.7,
-                 label=f'margin ±{margin:g} {unit}' if sign > 0 and margin_label else None)
+                 label=f'margin ±{margin:g} {unit}' if sign > 0 and label else None)
   ax.axvline(0, color='#555555', linewidth=0.6)
 
 
-def draw_interval(ax, y, est, ci95, ci90=None, color='#0072B2', filled=True, labels=(None,) * 3):
+def draw_interval(ax, y, est, ci95, ci90=None, color=style.ACROSS_PLATFORMS, filled=True,
+                  labels=(None,) * 3, marker='D'):
   """A marker at `est`, a thin 95% CI line and, when given, a thick 90% CI line; `labels`:
   legend labels of the marker, the 95% line and the 90% line (None: unlabelled)."""
   ax.plot(ci95, [y, y], color=color, linewidth=0.8, solid_capstyle='butt', label=labels[1])
   if ci90 is not None and np.isfinite(ci90[0]):
     ax.plot(ci90, [y, y], color=color, linewidth=2.4, alpha=0.55, solid_capstyle='butt',
             label=labels[2])
-  ax.plot([est], [y], 'D', color=color, markersize=3.2, markerfacecolor=color if filled else 'white',
-          markeredgewidth=0.8, label=labels[0], zorder=3)
+  ax.plot([est], [y], marker, color=color, markersize=3.4,
+          markerfacecolor=color if filled else 'white', markeredgewidth=0.8, label=labels[0],
+          zorder=3)
 
 
-def finish(ax, labels, xlabel, ncol=2):
-  """Row labels top to bottom, x label, the legend above the axes inside the figure, x grid."""
+def rows_axis(ax, labels, xlabel=None):
+  """Row labels top to bottom, the x label, an x grid."""
   n = len(labels)
   ax.set_yticks(np.arange(n)[::-1], labels)
   ax.set_ylim(-0.6, n - 0.4)
   ax.grid(axis='y', visible=False)
   ax.grid(axis='x', color='#EEEEEE', linewidth=0.5)
   ax.tick_params(axis='y', length=0)
-  ax.set_xlabel(xlabel)
-  ax.figure.legend(*ax.get_legend_handles_labels(), loc='outside upper center', ncol=ncol,
-                   handlelength=1.6, columnspacing=1.0, fontsize=6.5)
+  if xlabel:
+    ax.set_xlabel(xlabel)
+
+
+def legend_above(fig, handles, labels, ncol=2):
+  """The figure's legend above the axes, inside the figure (none without entries)."""
+  if handles:
+    fig.legend(handles, labels, loc='outside upper center', ncol=ncol, handlelength=1.6,
+               columnspacing=1.0, fontsize=6.5)
+
+
+def component_color(key, platforms):
+  """The platform's colour for a component measured on one platform, else ACROSS_PLATFORMS."""
+  colors = style.platform_colors(platforms)
+  return (colors[platforms[0]] if key in ON_A else colors[platforms[1]] if key in ON_B
+          else style.ACROSS_PLATFORMS)
+
+
+def gap_rows(out):
+  """[(title, [(label, estimate, ci95, None, colour, note)])] of each gap in out['gap']
+  (COMPONENT_ROWS order), [] without a decomposition."""
+  table, groups = out.get('gap'), []
+  for d in out.get('decomposition') or []:
+    (a, b), (ea, eb) = d['platforms'], d['profiles']
+    rows = table[table['gap'] == d['gap']].set_index('key')
+    title = f'gap {a} − {b}, {d["seeds"]} seeds\ne_A = {ea}, e_B = {eb}'
+    groups.append((title, [
+        (label.format(a=a, b=b), rows.loc[k, 'estimate'],
+         [rows.loc[k, 'ci_low'], rows.loc[k, 'ci_high']], None, component_color(k, (a, b)),
+         rows.loc[k, 'note']) for k, label in COMPONENT_ROWS if k in rows.index]))
+  return groups
+
+
+def platform_term(term):
+  """Does a model term (factor=level, or an interaction a:b) involve the platform factor?"""
+  return any(part.partition('=')[0].rsplit('.', 1)[-1] == PLATFORM_FACTOR
+             for part in term.split(':'))
+
+
+def effect_rows(out):
+  """(title, rows) of the model's main-effect terms: without the platform terms where the gap is
+  decomposed, else with them labelled as the mean over every arm."""
+  labels, decomposed = out.get('labels') or {}, bool(out.get('decomposition'))
+  rows = []
+  for r in out['terms'].itertuples():
+    if platform_term(r.term):
+      if decomposed:
+        continue
+      label = f'{labels.get(r.term, r.term)}, mean over all arms'
+    else:
+      label = labels.get(r.term, r.term)
+    rows.append((label, r.estimate, [r.ci_low, r.ci_high], None, style.ACROSS_PLATFORMS, ''))
+  title = ('main effects of the other factors\n(additive model over every arm)' if decomposed
+           else 'main effects (additive model)')
+  return title, rows
+
+
+def draw_rows(ax, rows, labels=(None,) * 3, xlabel=None):
+  """One interval per row (label, estimate, ci95, ci90 or None, colour, note) top to bottom,
+  'not estimable' where noted; `labels`: the legend labels of the first row's marker, 95% and
+  90% lines."""
+  for y, (_, est, ci, ci90, color, note) in zip(np.arange(len(rows))[::-1], rows):
+    if note:
+      ax.text(0, y, 'not estimable', ha='center', va='center', fontsize=6, color='#777777')
+      continue
+    draw_interval(ax, y, est, ci, ci90, color=color,
+                  labels=labels if y == len(rows) - 1 else (None,) * 3)
+  rows_axis(ax, [r[0] for r in rows], xlabel)
+
+
+def gap_platforms(out):
+  """The platforms of every decomposed gap, sorted."""
+  return sorted({p for d in out.get('decomposition') or [] for p in d['platforms']})
+
+
+def platform_keys(platforms, across=True, prefix='on '):
+  """Legend proxies: a patch in each platform's colour ('on <platform>') and, with `across`, a
+  black one for what is measured across platforms."""
+  colors = style.platform_colors(platforms)
+  keys = [(Patch(color=colors[p]), f'{prefix}{p}') for p in platforms]
+  if across:
+    keys.append((Patch(color=style.ACROSS_PLATFORMS), 'across platforms'))
+  return keys
+
+
+def neutral_keys(handles, labels, platforms):
+  """The legend's (handles, labels) with the interval keys in dark grey (an interval of any
+  platform) and each platform's key a patch of its colour."""
+  colors = style.platform_colors(platforms)
+  out = []
+  for h, label in zip(handles, labels):
+    if label in colors:
+      h = Patch(color=colors[label])
+    elif label.startswith(('95% CI', '90% CI')):
+      h = plt.Line2D([], [], color='#333333', linewidth=h.get_linewidth(), alpha=h.get_alpha())
+    out.append(h)
+  return out, labels
+
+
+def draw_forest(out):
+  """The attribution forest (module doc): a panel per gap and one of main effects."""
+  style.apply()
+  groups = [g for g in [*gap_rows(out), effect_rows(out)] if g[1]]
+  sizes = [len(rows) + 2.2 for _, rows in groups]  # rows plus the panel's title
+  fig, axes = plt.subplots(len(groups), 1, sharex=True, height_ratios=sizes, squeeze=False,
+                           figsize=(style.ONE_COLUMN_IN, frame_height(sum(sizes), extra=1.0)),
+                           layout='constrained')
+  floors = floors_of(out.get('noise'))
+  for i, (ax, (title, rows)) in enumerate(zip(axes[:, 0], groups)):
+    draw_limits(ax, out['margin'], floors, out['unit'], label=i == 0)
+    draw_rows(ax, rows)
+    ax.set_title(title, loc='left', fontsize=6.5, pad=3)
+  axes[-1, 0].set_xlabel(f'estimate ± 95% CI ({out["unit"]})')
+  handles, labels = axes[0, 0].get_legend_handles_labels()
+  keys = platform_keys(gap_platforms(out)) if out.get('decomposition') else []
+  legend_above(fig, handles + [k for k, _ in keys], labels + [t for _, t in keys])
+  return fig
 
 
 def plot(out, out_dir, name=NAME):
-  """attribution_forest: out['terms'] top to bottom in table order; returns the two paths."""
-  style.apply()
-  terms, labels = out['terms'], out.get('labels') or {}
-  fig, ax = plt.subplots(figsize=(style.ONE_COLUMN_IN, frame_height(len(terms))), layout='constrained')
-  draw_limits(ax, out['margin'], out['noise']['half'], out['unit'])
-  for y, r in zip(np.arange(len(terms))[::-1], terms.itertuples()):
-    draw_interval(ax, y, r.estimate, [r.ci_low, r.ci_high],
-                  labels=('estimate', '95% CI', None) if y == len(terms) - 1 else (None,) * 3)
-  finish(ax, [labels.get(t, t) for t in terms['term']],
-         f'difference from the reference level ({out["unit"]})')
-  return style.save(fig, out_dir, name, crop=False)
+  """attribution_forest (draw_forest) as PDF and PNG; returns the two paths."""
+  return style.save(draw_forest(out), out_dir, name, crop=False)
 
 
-def gap_labels(d):
-  a, b = d['profiles']
-  return [f'native gap\n{d["gap"].replace(" - ", " − ")}', f'= numerics part\n{a} − {b}',
-          '+ platform residual']
+def sum_rows(out, d):
+  """[(label, value, ci95, ci90, colour, note)] (draw_rows) of one gap's SUM_ROWS, each part as it enters
+  G = fid_A − fid_B + N + P (fid_B negated, its CI flipped)."""
+  a, b = d['platforms']
+  rows = out['gap'][out['gap']['gap'] == d['gap']].set_index('key')
+  out_rows = []
+  for key, sign, label in SUM_ROWS:
+    r = rows.loc[key]
+    ci = sorted([sign * r['ci_low'], sign * r['ci_high']])
+    ci90 = [r['ci90_low'], r['ci90_high']] if key in ('G', 'R') else None
+    out_rows.append((label.format(a=a, b=b), sign * r['estimate'], ci, ci90,
+                     component_color(key, (a, b)), r['note']))
+  return out_rows
 
 
 def plot_gap(out, out_dir, name=GAP_NAME):
@@ -92,62 +240,66 @@ def plot_gap(out, out_dir, name=GAP_NAME):
 
 
 def draw_gap(out):
-  """The figure: per gap (out['decomposition']) its three parts; None without a gap."""
+  """The figure: per gap (out['decomposition']) G and its parts (SUM_ROWS); None without a gap."""
   parts = out.get('decomposition') or []
   if not parts:
     return None
   style.apply()
-  height = frame_height(3 * len(parts), extra=1.0, row=0.32)
-  fig, ax = plt.subplots(figsize=(style.ONE_COLUMN_IN, height), layout='constrained')
-  draw_limits(ax, parts[0]['margin'], out['noise']['half'], out['unit'])
-  labels, y = [], 3 * len(parts) - 1
-  for d in parts:
-    for key, label in zip('GNR', gap_labels(d)):
-      ci90 = [d[f'{key}_ci90_low'], d[f'{key}_ci90_high']] if key != 'N' else None
-      draw_interval(ax, y, d[key], [d[f'{key}_ci_low'], d[f'{key}_ci_high']], ci90,
-                    color=style.PALETTE[0],
-                    labels=('estimate', '95% CI', '90% CI (TOST)') if not labels else (None,) * 3)
-      labels.append(label)
-      y -= 1
-  finish(ax, labels, f'difference ({out["unit"]})', ncol=3)
-  ax.set_title(' · '.join(f'{d["gap"].replace(" - ", " − ")}: {d["verdict"]} at ±{d["margin"]:g} '
-                          f'{out["unit"]}' for d in parts), loc='left', fontsize=7.5, pad=3)
+  rows = [row for d in parts for row in sum_rows(out, d)]
+  fig, ax = plt.subplots(figsize=(style.ONE_COLUMN_IN, frame_height(len(rows), extra=1.25, row=0.27)),
+                         layout='constrained')
+  draw_limits(ax, parts[0]['margin'], floors_of(out.get('noise')), out['unit'])
+  draw_rows(ax, rows, (None, '95% CI', '90% CI (TOST)'), f'part of the gap ({out["unit"]})')
+  for k in range(1, len(rows)):  # a rule above each residual row and between gaps
+    if rows[k][0].startswith('residual') or rows[k][0].startswith('native gap'):
+      ax.axhline(len(rows) - k - 0.5, color='#BBBBBB', linewidth=0.5)
+  handles, labels = ax.get_legend_handles_labels()
+  keys = platform_keys(gap_platforms(out))
+  legend_above(fig, handles + [k for k, _ in keys], labels + [t for _, t in keys])
+  ax.set_title('\n'.join(verdict_line(d, out['unit']) for d in parts), loc='left', fontsize=7,
+               pad=3)
   return fig
 
 
-def plot_contrasts(table, noise, margin, unit, out_dir, name=CONTRASTS_NAME):
+def verdict_line(d, unit):
+  """'gpu − cpu: <verdict> at ±m unit', and the open part (wrapped) when the verdict names one."""
+  line = f'{d["gap"].replace(" - ", " − ")}: {d["verdict"]} at ±{d["margin"]:g} {unit}'
+  parts = [w for part in (d.get('open') or '').split('; ') for w in textwrap.wrap(part, 38)]
+  return '\n'.join([line, *parts])
+
+
+def plot_contrasts(table, noise, margin, unit, out_dir, name=CONTRASTS_NAME, markers=None):
   """contrasts (draw_contrasts) as PDF and PNG; None without contrasts."""
-  fig = draw_contrasts(table, noise, margin, unit)
+  fig = draw_contrasts(table, noise, margin, unit, markers)
   return None if fig is None else style.save(fig, out_dir, name, crop=False)
 
 
-def draw_contrasts(table, noise, margin, unit):
-  """The figure: one row per contrast label (analysis/contrasts.py table), one marker per
-  platform (offset within the row); `noise` {platform: half-width}. None without contrasts."""
+def draw_contrasts(table, noise, margin, unit, markers=None):
+  """The figure: one row per contrast label (analysis/contrasts.py table), one interval per
+  platform (offset within the row, the platform's colour, the arm's marker from `markers`
+  {label: marker}, else 'D'; hollow: unpaired); `noise` {platform: half-width}, one band and
+  legend key per platform. None without contrasts."""
   if table is None or table.empty:
     return None
   style.apply()
+  markers = markers or {}
   rows = list(dict.fromkeys(table['label']))
   platforms = list(dict.fromkeys(table['platform']))
   colors = style.platform_colors(platforms)
   fig, ax = plt.subplots(figsize=(style.ONE_COLUMN_IN, frame_height(len(rows), extra=1.1)),
                          layout='constrained')
-  floors = [p for p in platforms if noise.get(p)]
-  values = '/'.join(f'±{noise[p]:.2f}' for p in floors)
-  which = f' ({"/".join(floors)})' if len(platforms) > 1 else ''
-  for i, p in enumerate(platforms):  # nested grey bands: darker inside every platform's floor
-    draw_limits(ax, margin, noise.get(p), unit, f'noise floor {values} {unit}{which}' if p == (
-        floors or [None])[0] else False, margin_label=i == 0)
+  draw_limits(ax, margin, {p: h for p, h in noise.items() if h}, unit)
   step = 0.32 / max(len(platforms) - 1, 1)
   offsets = {p: 0.16 - i * step if len(platforms) > 1 else 0.0 for i, p in enumerate(platforms)}
   seen = set()
   for r in table.itertuples():
     y = len(rows) - 1 - rows.index(r.label) + offsets[r.platform]
-    marker = r.platform if len(platforms) > 1 else 'Δ'
+    key = r.platform if len(platforms) > 1 else 'Δ'
     draw_interval(ax, y, r.diff, [r.ci95_low, r.ci95_high], [r.ci90_low, r.ci90_high],
-                  color=colors[r.platform], filled=r.paired,
-                  labels=(None if marker in seen else marker,
+                  color=colors[r.platform], filled=r.paired, marker=markers.get(r.label, 'D'),
+                  labels=(None if key in seen else key,
                           *(('95% CI', '90% CI') if not seen else (None, None))))
-    seen.add(marker)
-  finish(ax, rows, f'arm − reference arm ({unit})', ncol=2)
+    seen.add(key)
+  rows_axis(ax, rows, f'arm − reference arm ({unit})')
+  legend_above(fig, *neutral_keys(*ax.get_legend_handles_labels(), platforms))
   return fig

@@ -1,7 +1,11 @@
 """One presentation style for the study: figure look and arm colours, and the report tables.
 
 Figures: sans-serif type, 300 dpi PNG plus vector PDF (TrueType fonts embedded), the Okabe–Ito
-colour-blind-safe palette, and one colour per arm (sorted label order) in every figure.
+colour-blind-safe palette. In the study's figures colour = platform, the same colour for a platform
+in every figure (PLATFORM_COLORS; black for a quantity measured across platforms, e.g. a gap), and
+an arm is told apart by its position, its marker and its line style (arm_styles), the same arm the
+same marker and style in every figure. arm_colors (one colour per arm) is for the experiments'
+figures, which compare arms on one platform.
 Tables: the statistics report as Markdown, LaTeX (booktabs) or CSV files.
 """
 
@@ -17,6 +21,14 @@ from analysis import inference, stats  # pylint: disable=wrong-import-position
 # Okabe & Ito (2008), without black (used for means) and yellow (too light on white paper).
 PALETTE = ('#0072B2', '#D55E00', '#009E73', '#CC79A7', '#56B4E9', '#E69F00', '#999999',
            '#882255')
+# Fixed colours of the platforms the project runs on; any other platform takes the next unused
+# palette colour in sorted name order (platform_colors).
+PLATFORM_COLORS = {'cpu': PALETTE[0], 'gpu': PALETTE[1], 'tpu': PALETTE[2]}
+ACROSS_PLATFORMS = 'black'  # a quantity measured across platforms (a gap, a platform difference)
+NO_PLATFORM = '#444444'  # runs that record no platform
+# An arm's marker and line style; 'D' is left for estimates (forest plots, means).
+ARM_MARKERS = ('o', 's', '^', 'v', 'P', 'X', '*', 'h', '<', '>')
+ARM_LINESTYLES = ('-', '--', ':', '-.')
 WIDTH_IN = 6.5  # a full text width of a two-column-free paper, inches (the experiments' figures)
 # The study's figures are drawn at their printed size (saved uncropped: save(..., crop=False)):
 ONE_COLUMN_IN = 3.3  # one column of a two-column paper, inches
@@ -45,8 +57,23 @@ def arm_colors(arms):
 
 
 def platform_colors(platforms):
-  """{platform: colour} in sorted order, so every figure gives a platform the same colour."""
-  return {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(sorted(set(map(str, platforms))))}
+  """{platform: colour}: PLATFORM_COLORS for cpu, gpu and tpu, the unused palette colours in sorted
+  name order for any other, NO_PLATFORM for '' (so a platform has one colour in every figure)."""
+  names = sorted(set(map(str, platforms)))
+  spare = [c for c in PALETTE if c not in PLATFORM_COLORS.values()]
+  others = [p for p in names if p and p not in PLATFORM_COLORS]
+  out = {p: spare[others.index(p) % len(spare)] for p in others}
+  out.update({p: PLATFORM_COLORS[p] for p in names if p in PLATFORM_COLORS})
+  return {p: out.get(p, NO_PLATFORM) for p in names}
+
+
+def arm_styles(arms):
+  """{arm label: (marker, line style)} in the order given (the study's arm order, so every figure
+  that is handed the same arms agrees): every arm its own marker (up to len(ARM_MARKERS) arms),
+  line styles cycling."""
+  arms = list(dict.fromkeys(arms))
+  return {a: (ARM_MARKERS[i % len(ARM_MARKERS)], ARM_LINESTYLES[i % len(ARM_LINESTYLES)])
+          for i, a in enumerate(arms)}
 
 
 def save(fig, out_dir, name, crop=True):

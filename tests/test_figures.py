@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pandas as pd
 from matplotlib.collections import PathCollection
-from matplotlib.patches import PathPatch
+from matplotlib.colors import to_hex
+from matplotlib.patches import Patch, PathPatch
 from PIL import Image
 import pytest
 
@@ -79,16 +80,19 @@ def drawn(artist):
 
 
 def legend_problems(fig):
-  """Legend labels with no drawn artist of that label in the figure's axes."""
-  artists = {}
+  """Legend labels with no drawn artist of that label in the figure's axes; a colour key (a
+  patch, e.g. 'on gpu') needs a drawn line of its colour."""
+  artists, colours = {}, set()
   for ax in fig.axes:
     for a in [*ax.lines, *ax.collections, *ax.patches, *ax.containers]:
       if drawn(a):
         artists.setdefault(a.get_label(), a)
+    colours |= {to_hex(line.get_color()) for line in ax.lines if drawn(line)}
   legends = [ax.get_legend() for ax in fig.axes if ax.get_legend()] + fig.legends
-  labels = [t.get_text() for leg in legends for t in leg.get_texts()]
-  assert labels, 'no legend at all'
-  return [label for label in labels if label not in artists]
+  keys = [(t.get_text(), h) for leg in legends for t, h in zip(leg.get_texts(), leg.legend_handles)]
+  assert keys, 'no legend at all'
+  colour_key = lambda h: isinstance(h, Patch) and to_hex(h.get_facecolor()) in colours
+  return [label for label, h in keys if label not in artists and not colour_key(h)]
 
 
 def analysed(root, **kw):
@@ -126,7 +130,7 @@ def test_points_for_every_seed_and_no_boxes_below_ten(tmp_path):
   assert high - low < 5 and low > 80  # the y scale shows the arms' spread, not 0–100%
   assert not legend_problems(fig)
   labels = [t.get_text() for t in ax.get_legend().get_texts()]
-  assert labels == ['one seed', 'mean ± 95% CI (t-interval)']
+  assert labels == ['gpu: one seed', 'tpu: one seed', 'mean ± 95% CI (t-interval)']  # colour = platform
   many = pd.concat([out['units'].assign(seed=out['units']['seed'] + 100 * k) for k in range(2)])
   fig = figures.draw_accuracy_by_arm({**out, 'units': many})  # 10 seeds per arm: boxes appear
   assert len([p for p in fig.axes[0].patches if isinstance(p, PathPatch)]) == 2
@@ -177,19 +181,141 @@ def test_every_figure_is_drawn_at_its_printed_size_with_short_labels_inside_the_
     assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and box.y1 <= inside.y1, artist
 
 
-def test_gap_figure_draws_the_three_parts_with_margin_and_noise_floor():
-  out = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
-  att = out['attribution']
+def digits_attribution():
+  """The attribution of the digits fraction on cpu and gpu, 4 seeds (planted noise per run)."""
+  return answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)['attribution']
+
+
+def markers_at(ax):
+  """{row y: x of the estimate marker} of a forest axis (the 'D' markers)."""
+  return {line.get_ydata()[0]: line.get_xdata()[0] for line in ax.lines
+          if line.get_marker() == 'D' and len(line.get_xdata()) == 1}
+
+
+def test_gap_figure_draws_the_gap_as_the_sum_of_its_parts_with_margin_and_noise_floors():
+  att = digits_attribution()
   fig = forest.draw_gap(att)
   ax = fig.axes[0]
-  assert [t.get_text().split('\n')[0] for t in ax.get_yticklabels()] == [
-      'native gap', '= numerics part', '+ platform residual']
+  assert [t.get_text() for t in ax.get_yticklabels()] == [
+      'native gap G', '= fid_A  fidelity on gpu', '− fid_B  fidelity on cpu', '+ N  numerics part',
+      '+ P  platform part', 'residual R = G − N']
   d = att['decomposition'][0]
   assert ax.get_title(loc='left') == f'gpu − cpu: {d["verdict"]} at ±2 pp'
+  at = markers_at(ax)  # y 5 (top) .. 0: G, fid_A, −fid_B, N, P, R
+  assert at[4] == pytest.approx(d['fid_A']) and at[3] == pytest.approx(-d['fid_B'])
+  assert d['fid_B'] != pytest.approx(0)  # the sign is seen
+  assert at[5] == pytest.approx(at[4] + at[3] + at[2] + at[1])  # G = fid_A − fid_B + N + P
+  assert at[0] == pytest.approx(d['R'])
   dashed = sorted(line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == '--')
   assert dashed == [-2, 2]
   labels = [t.get_text() for t in fig.legends[0].get_texts()]
-  assert f'noise floor ±{att["noise"]["half"]:.2f} pp' in labels and not legend_problems(fig)
+  for p in ('cpu', 'gpu'):
+    assert f'noise floor {p} ±{att["noise"][p]["half"]:.2f} pp' in labels
+  assert not legend_problems(fig)
+  partly = {**d, 'verdict': 'partly explained', 'open': 'the residual is not within ±2'}
+  assert forest.verdict_line(partly, 'pp') == (
+      'gpu − cpu: partly explained at ±2 pp\nthe residual is not within ±2')
+
+
+def test_forest_draws_the_decomposition_and_no_unqualified_platform_term():
+  att = digits_attribution()
+  assert 'platform=gpu' in set(att['terms']['term'])  # the model has the pooled term
+  fig = forest.draw_forest(att)
+  gap_ax, effects_ax = fig.axes
+  rows = [t.get_text() for t in gap_ax.get_yticklabels()]
+  assert rows == [label.format(a='gpu', b='cpu') for _, label in forest.COMPONENT_ROWS]
+  table = att['gap'].set_index('key')
+  at = markers_at(gap_ax)
+  for y, (key, _) in zip(range(len(rows) - 1, -1, -1), forest.COMPONENT_ROWS):
+    assert at[y] == pytest.approx(table.loc[key, 'estimate']), key
+  effects = [t.get_text() for t in effects_ax.get_yticklabels()]
+  assert effects and not any('platform' in label or 'gpu' == label for label in effects)
+  assert 'main effects' in effects_ax.get_title(loc='left')
+  labels = [t.get_text() for t in fig.legends[0].get_texts()]
+  assert [x for x in labels if x.startswith('noise floor')] == [
+      f'noise floor {p} ±{att["noise"][p]["half"]:.2f} pp' for p in ('gpu', 'cpu')]
+  undecomposed = forest.draw_forest({**att, 'decomposition': [], 'gap': None})
+  effects = [t.get_text() for t in undecomposed.axes[0].get_yticklabels()]
+  assert 'platform gpu, mean over all arms' in effects and 'platform gpu' not in effects
+
+
+def band_colors(ax):
+  """{edge colour of each noise band (axvspan)}."""
+  return {to_hex(p.get_edgecolor()) for p in ax.patches if p.get_label().startswith('noise floor')}
+
+
+def test_a_platform_has_one_colour_in_every_figure():
+  out = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
+  cpu, gpu = (to_hex(style.PLATFORM_COLORS[p]) for p in ('cpu', 'gpu'))
+  assert style.platform_colors(['gpu']) == {'gpu': style.PLATFORM_COLORS['gpu']}  # whatever else a figure shows
+  assert style.platform_colors(['tpu', 'gpu', 'cpu'])['gpu'] == style.PLATFORM_COLORS['gpu']
+  style.apply()
+  ax = figures.draw_accuracy_by_arm(out).axes[0]
+  info = out['arm_info']
+  points = [c for c in ax.collections if isinstance(c, PathCollection)]
+  assert len(points) == len(info)
+  assert {to_hex(c.get_edgecolor()[0]) for c in points} == {cpu, gpu}
+  ax = forest.draw_contrasts(figures.contrast_table(out), forest.floors_of(out['noise']),
+                             out['margin'], out['unit']).axes[0]
+  assert {to_hex(line.get_color()) for line in ax.lines if line.get_marker() != 'None'} >= {cpu, gpu}
+  assert band_colors(ax) == {cpu, gpu}
+  att = out['attribution']
+  gap_ax = forest.draw_gap(att).axes[0]
+  colours = {t.get_text(): None for t in gap_ax.get_yticklabels()}
+  at = {line.get_ydata()[0]: to_hex(line.get_color()) for line in gap_ax.lines
+        if line.get_marker() == 'D'}
+  assert (at[4], at[3], at[5]) == (gpu, cpu, to_hex(style.ACROSS_PLATFORMS)), colours
+  assert band_colors(gap_ax) == band_colors(forest.draw_forest(att).axes[0]) == {cpu, gpu}
+
+
+def test_contrasts_draw_one_noise_band_and_legend_key_per_platform():
+  out = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
+  style.apply()
+  fig = forest.draw_contrasts(figures.contrast_table(out), {'cpu': 0.4, 'gpu': 0.5}, 2.0, 'pp')
+  legend = fig.legends[0]
+  keys = {t.get_text(): h for t, h in zip(legend.get_texts(), legend.legend_handles)}
+  assert [k for k in keys if k.startswith('noise')] == ['noise floor gpu ±0.50 pp',
+                                                          'noise floor cpu ±0.40 pp']
+  for p in ('cpu', 'gpu'):
+    assert to_hex(keys[f'noise floor {p} ±{0.4 if p == "cpu" else 0.5:.2f} pp'].get_edgecolor()) == (
+        to_hex(style.PLATFORM_COLORS[p]))
+  assert sorted(round(p.get_x() + p.get_width(), 6) for p in fig.axes[0].patches
+                if p.get_label().startswith('noise')) == [0.4, 0.5]
+  assert not legend_problems(fig)
+
+
+def curves_study():
+  """An in-memory study of two platforms with arms native and f32; on cpu f32 is the same
+  arithmetic as native (identical curves), on gpu it differs."""
+  arms = [('cpu', 'native', 0.0), ('cpu', 'f32', 0.0), ('gpu', 'native', 0.1), ('gpu', 'f32', 0.2)]
+  info = pd.DataFrame([{'arm': f'{p}, {a}', 'platform': p, 'label': a} for p, a, _ in arms])
+  runs = pd.DataFrame([{'run': f'{p}/{a}/{s}', 'arm': f'{p}, {a}'} for p, a, _ in arms
+                       for s in range(2)])
+  steps = pd.DataFrame([{'run': f'{p}/{a}/{s}', 'step': t, 'epoch': t // 10 + 1,
+                         'train_loss': 1.0 / t + d + 0.01 * s, 'train_accuracy': 0.5}
+                        for p, a, d in arms for s in range(2) for t in range(1, 40)])
+  hist = pd.DataFrame([{'run': f'{p}/{a}/{s}', 'epoch': e, 'test_accuracy': 0.9 - d / e}
+                       for p, a, d in arms for s in range(2) for e in range(1, 5)])
+  return {'arm_info': info, 'runs': runs}, hist, steps
+
+
+def test_identical_curves_stay_distinguishable_and_colour_is_the_platform():
+  out, hist, steps = curves_study()
+  style.apply()
+  fig = figures.draw_training_curves(out, hist, steps)
+  lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+  native, f32 = lines['native (cpu)'], lines['f32 (cpu) (identical to native)']
+  assert list(native.get_ydata()) == list(f32.get_ydata())  # drawn on top of each other ...
+  assert native.get_marker() != f32.get_marker()  # ... yet told apart
+  assert native.get_linestyle() != f32.get_linestyle()
+  assert native.get_markevery() != f32.get_markevery()  # markers at different steps
+  for label, line in lines.items():
+    assert to_hex(line.get_color()) == to_hex(style.PLATFORM_COLORS[label.split('(')[1][:3]]), label
+  gpu = {label: line.get_marker() for label, line in lines.items() if '(gpu)' in label}
+  assert gpu == {'native (gpu)': native.get_marker(), 'f32 (gpu)': f32.get_marker()}
+  labels = [t.get_text() for t in fig.legends[0].get_texts()]
+  assert labels == ['native', 'f32 (= native on cpu)', 'cpu (wider: drawn beneath)', 'gpu']
+  assert lines['native (cpu)'].get_linewidth() > lines['native (gpu)'].get_linewidth()
 
 
 def test_training_curves_are_built_from_per_step_records(tmp_path):
