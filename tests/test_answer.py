@@ -106,7 +106,7 @@ def test_two_roots_give_the_same_tables_as_one_root_holding_both(tmp_path, capsy
   declaration.write(tmp_path / 'all' / 'gpu', SMALL)  # the command reads the roots' declaration
   analysis_study.main(['--runs', *roots, '--out', str(tmp_path / 'out')])
   captured = capsys.readouterr()
-  assert '| native gap gpu − cpu |' in captured.out
+  assert '| native gap (gpu − cpu) |' in captured.out
   written = {line.split(str(tmp_path / 'out') + '/')[1] for line in captured.err.splitlines()}
   assert {'report.md', 'report.tex', 'report_contrasts.csv', 'report_decomposition.csv',
           'attribution.md', 'attribution_decomposition.csv', 'figures/contrasts.pdf',
