@@ -27,15 +27,13 @@ of a 95% t interval of the difference of two independent means of that many runs
 t(0.975, 2n - 2) * sd * sqrt(2 / n): how large a difference replicate noise alone gives.
 """
 
-import argparse
 import os
-import sys
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from analysis import attribution_report, effects, forest, gap, stats
+from analysis import attribution_report, cli, effects, forest, gap, stats
 from trainer import record
 
 
@@ -180,15 +178,9 @@ def write(out, out_dir):
           + (forest.plot_gap(out, out_dir) or []))
 
 
-class Parser(argparse.ArgumentParser):
-  def error(self, message):
-    print(f'error: {message}; see --help', file=sys.stderr)
-    sys.exit(2)
-
-
 def parse_args(argv):
   from analysis import results  # pylint: disable=import-outside-toplevel
-  p = Parser(prog='python -m analysis.attribution', description=__doc__.split('\n')[0])
+  p = cli.Parser(prog='python -m analysis.attribution', description=__doc__.split('\n')[0])
   src = p.add_mutually_exclusive_group(required=True)
   results.add_runs_argument(src)
   src.add_argument('--csv', help='a CSV of results, one row per run')
@@ -197,7 +189,7 @@ def parse_args(argv):
   p.add_argument('--seed-col', default='seed')
   p.add_argument('--reference', nargs='+', default=[], help='factor=level: reference levels')
   p.add_argument('--interactions', nargs='+', default=[], help='A:B interactions to add')
-  p.add_argument('--margin', type=float, default=None, help='equivalence margin (pp for accuracies)')
+  cli.add_margin_argument(p, 'equivalence margin (pp for accuracies)')
   p.add_argument('--noise-arm', nargs='+', default=[], help='factor=level: the noise-control arm')
   p.add_argument('--native', nargs='+', default=[], help='factor=level of the native arm')
   p.add_argument('--platform-profile', nargs='+', default=[],
@@ -207,17 +199,24 @@ def parse_args(argv):
   return p.parse_args(argv)
 
 
+def named_columns(args):
+  """The columns the command line names (factors, and those of the arms): read from a CSV."""
+  arms = args.reference + args.noise_arm + args.native + args.platform_profile
+  return args.factors + [str(a).split('=')[0] for a in arms]
+
+
 def main(argv=None):
   from analysis import results  # pylint: disable=import-outside-toplevel
+  cli.locale_proof()
   args = parse_args(argv)
   try:
-    frame = results.load_runs(args.runs) if args.runs else stats.read_csv(args.csv)
+    frame = (results.load_runs(args.runs) if args.runs else
+             stats.read_csv(args.csv, args.metric, args.seed_col, named_columns(args), True))
     out = run(frame, args.factors, args.metric, args.seed_col, args.reference, args.interactions,
               args.margin, args.noise_arm, args.native, args.platform_profile, args.out,
               ' '.join(args.runs or [args.csv]))
   except ValueError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(e)
   print(attribution_report.render(out))
   for path in out['files']:
     print(f'wrote {path}')
