@@ -210,6 +210,7 @@ def main(argv=None):
   cli.locale_proof()
   args = parse_args(argv)
   try:
+    cli.check_out_folder(args.out)
     frame = (results.load_runs(args.runs) if args.runs else
              stats.read_csv(args.csv, args.metric, args.seed_col, named_columns(args), True))
     out = run(frame, args.factors, args.metric, args.seed_col, args.reference, args.interactions,

@@ -8,6 +8,7 @@ and output that prints under any locale.
 """
 
 import argparse
+import os
 import sys
 
 from analysis import declaration
@@ -41,6 +42,13 @@ def margin_flag(text):
 
 def add_margin_argument(parser, help_text):
   parser.add_argument('--margin', type=margin_flag, default=None, help=help_text)
+
+
+def check_out_folder(path):
+  """Raise a ValueError naming --out when `path` exists and is not a folder (checked before any
+  compute: the report would be computed, then fail to be written)."""
+  if path and os.path.exists(path) and not os.path.isdir(path):
+    raise ValueError(f'--out: {path} is a file; give a folder (it is created when missing)')
 
 
 def locale_proof():

@@ -17,7 +17,8 @@ line naming the column, the line of the file and the fix.
                   percent rows among fractions would switch the whole analysis to percent); a loss
                   (*loss*) >= 0. Only the completed runs are checked (status 'completed', or every
                   row without a status column): the others are excluded anyway.
-  run             each run id once (a repeated id is two values of one run, not two replicates).
+  run             each run id once, none empty (a repeated id is two values of one run, not two
+                  replicates).
   seed            whole numbers ('abc' would merge its runs into one seed); an empty seed is a
                   run of its own (analysis.study) but refused where every run needs its seed
                   (analysis.attribution: the seed is the model's group), but for runs that are
@@ -133,12 +134,15 @@ def metric_problems(frame, column):
 
 
 def run_id_problems(frame):
-  """One line per run id that appears on more than one line."""
+  """One line per run id that appears on more than one line, and per empty run id."""
   if 'run' not in frame:
     return []
-  runs = frame['run'].astype(str)
+  empty = frame['run'].isna()
+  lines = [f'run, line {n}: the run id is empty; give each run its own id'
+           for n in line_numbers(frame.index[empty])]
+  runs = frame.loc[~empty, 'run'].astype(str)
   repeated = runs[runs.duplicated(keep=False)]
-  return [f'run, lines {", ".join(map(str, line_numbers(rows.index)))}: run id {run!r} appears '
+  return lines + [f'run, lines {", ".join(map(str, line_numbers(rows.index)))}: run id {run!r} appears '
           f'{len(rows)} times; give each run its own id (runs of one seed are replicates only '
           'under different ids)' for run, rows in repeated.groupby(repeated, sort=False)]
 

@@ -143,6 +143,7 @@ def main(argv=None):
   cli.locale_proof()
   args = parse_args(argv)
   try:
+    cli.check_out_folder(args.out)
     out, hist = analyse(args)
   except ValueError as e:
     cli.fail(e)

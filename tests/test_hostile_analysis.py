@@ -155,6 +155,14 @@ def test_a_repeated_run_id_is_refused_not_averaged(tmp_path):
     stats.read_csv(accuracy_csv(tmp_path / 'r.csv', fractions(), runs=runs), 'accuracy')
 
 
+def test_an_empty_run_id_is_refused(tmp_path):
+  runs = [f'r{i}' for i in range(12)]
+  runs[1] = runs[3] = None
+  with pytest.raises(ValueError, match=r'run, line 3: the run id is empty') as e:
+    stats.read_csv(accuracy_csv(tmp_path / 'r.csv', fractions(), runs=runs), 'accuracy')
+  assert 'run, line 5: the run id is empty' in str(e.value)
+
+
 @pytest.mark.parametrize('bad, message', [('abc', "'abc' is not a whole-number seed"),
                                           (2.5, '2.5 is not a whole-number seed')])
 def test_seeds_must_be_whole_numbers(tmp_path, capsys, bad, message):
@@ -300,6 +308,16 @@ def test_bad_csv_input_writes_nothing(tmp_path, capsys):
   cli_error(capsys, analysis_study.main, ['--csv', accuracy_csv(tmp_path / 'r.csv', values),
                                           '--metric', 'accuracy', '--out', str(out)])
   assert not out.exists()
+
+
+@pytest.mark.parametrize('main, extra', [(analysis_study.main, []),
+                                         (attribution.main, ['--factors', 'platform'])])
+def test_an_out_that_is_a_file_is_one_line_before_any_compute(tmp_path, capsys, main, extra):
+  (tmp_path / 'afile').write_text('x')
+  lines = cli_error(capsys, main, ['--csv', accuracy_csv(tmp_path / 'r.csv', fractions()),
+                                   '--metric', 'accuracy', '--out', str(tmp_path / 'afile'), *extra])
+  assert lines == [f'error: --out: {tmp_path}/afile is a file; give a folder (it is created when '
+                   'missing)']
 
 
 def run_module(args, env=None, timeout=300):
