@@ -30,15 +30,13 @@ of a paired mean difference at that many seeds, t(0.975, n - 1) x sd / sqrt(n): 
 paired difference the matched perturbation alone gives at this study's seeds.
 """
 
-import argparse
 import os
-import sys
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from analysis import attribution_report, effects, forest, gap, gap_verdict, stats
+from analysis import attribution_report, cli, effects, forest, gap, gap_verdict, stats
 from trainer import record
 
 
@@ -217,15 +215,9 @@ def write(out, out_dir):
           + (forest.plot_gap(out, out_dir) or []))
 
 
-class Parser(argparse.ArgumentParser):
-  def error(self, message):
-    print(f'error: {message}; see --help', file=sys.stderr)
-    sys.exit(2)
-
-
 def parse_args(argv):
   from analysis import results  # pylint: disable=import-outside-toplevel
-  p = Parser(prog='python -m analysis.attribution', description=__doc__.split('\n')[0])
+  p = cli.Parser(prog='python -m analysis.attribution', description=__doc__.split('\n')[0])
   src = p.add_mutually_exclusive_group(required=True)
   results.add_runs_argument(src)
   src.add_argument('--csv', help='a CSV of results, one row per run')
@@ -234,7 +226,7 @@ def parse_args(argv):
   p.add_argument('--seed-col', default='seed')
   p.add_argument('--reference', nargs='+', default=[], help='factor=level: reference levels')
   p.add_argument('--interactions', nargs='+', default=[], help='A:B interactions to add')
-  p.add_argument('--margin', type=float, default=None, help='equivalence margin (pp for accuracies)')
+  cli.add_margin_argument(p, 'equivalence margin (pp for accuracies)')
   p.add_argument('--noise-arm', nargs='+', default=[], help='factor=level: the noise-control arm')
   p.add_argument('--noise-of', nargs='+', default=[],
                  help='factor=level: the arm the noise arm perturbs (default: the reference arm)')
@@ -249,17 +241,25 @@ def parse_args(argv):
   return p.parse_args(argv)
 
 
+def named_columns(args):
+  """The columns the command line names (factors, and those of the arms): read from a CSV."""
+  arms = args.reference + args.noise_arm + args.native + args.platform_profile
+  return args.factors + [str(a).split('=')[0] for a in arms]
+
+
 def main(argv=None):
   from analysis import results  # pylint: disable=import-outside-toplevel
+  cli.locale_proof()
   args = parse_args(argv)
   try:
-    frame = results.load_runs(args.runs) if args.runs else stats.read_csv(args.csv)
+    cli.check_out_folder(args.out)
+    frame = (results.load_runs(args.runs) if args.runs else
+             stats.read_csv(args.csv, args.metric, args.seed_col, named_columns(args), True))
     out = run(frame, args.factors, args.metric, args.seed_col, args.reference, args.interactions,
               args.margin, args.noise_arm, args.native, args.platform_profile, args.out,
               ' '.join(args.runs or [args.csv]), noise_of=args.noise_of, min_share=args.min_share)
   except ValueError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(e)
   print(attribution_report.render(out))
   for path in out['files']:
     print(f'wrote {path}')

@@ -26,6 +26,37 @@ import json
 from etils import epath
 
 STUDY_FILE = 'study.json'
+# The largest margin taken: in pp an accuracy difference never exceeds 100, so a wider margin
+# calls every difference equivalent (inf, 1e308: "-12.92 pp equivalent").
+MAX_MARGIN = 100.0
+
+
+def margin_problem(value):
+  """Why `value` is not an equivalence margin (None when it is one): a margin is a number (not
+  text, not true/false), finite, above 0 and at most MAX_MARGIN."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)):
+    return (f'{value!r} is not a number; give the margin as a number, e.g. 0.5 (pp for an '
+            "accuracy, else the metric's units)")
+  if not 0 < value <= MAX_MARGIN:
+    return (f'{value!r} is not a usable margin; give a number above 0 and at most {MAX_MARGIN:g} '
+            "(pp for an accuracy, else the metric's units), e.g. 0.5")
+  return None
+
+
+def check_margin(value, where):
+  """`value` as a float when it is a margin (margin_problem), else a ValueError naming `where` (the
+  flag, or the study.json path and field it came from)."""
+  problem = margin_problem(value)
+  if problem:
+    raise ValueError(f'{where}: {problem}')
+  return float(value)
+
+
+def check(declared, where):
+  """The declaration, its margin checked (check_margin, naming `where`: 'FILE: margin')."""
+  if declared.get('margin') is not None:
+    check_margin(declared['margin'], f'{where}: margin')
+  return declared
 
 
 def normalise(declared):
@@ -41,19 +72,19 @@ def from_config(spec):
   declared = module.get_study(arg or None) if hasattr(module, 'get_study') else {}
   if not isinstance(declared, dict):
     raise ValueError(f'{path}: get_study() must return a dict (margin, factors, reference, ...)')
-  return normalise(declared)
+  return check(normalise(declared), f'{spec} get_study()')
 
 
 def read_file(path):
   """A declaration written as JSON (a root's STUDY_FILE)."""
   try:
-    declared = json.loads(epath.Path(path).read_text())
+    declared = json.loads(epath.Path(path).read_bytes().decode('utf-8'))
   except (OSError, ValueError) as e:
     raise ValueError(f'--study: cannot read {path} as a study declaration ({e}); give a '
                      f'{STUDY_FILE} or a config file with get_study()') from None
   if not isinstance(declared, dict):
     raise ValueError(f'--study: {path} holds no declaration (a JSON object); see analysis/declaration.py')
-  return declared
+  return check(declared, str(path))
 
 
 def load(source):

@@ -11,11 +11,9 @@ no run fills; `run` is the run's path relative to the roots' common parent folde
 The CSV reads back (analysis.stats.read_csv) to the same tables as the runs it came from.
 """
 
-import argparse
 import os
-import sys
 
-from analysis import declaration, results
+from analysis import cli, declaration, results
 
 
 def relative_runs(runs, roots):
@@ -45,7 +43,7 @@ def study_path(csv_path):
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m analysis.export', description=__doc__.split('\n')[0])
+  p = cli.Parser(prog='python -m analysis.export', description=__doc__.split('\n')[0])
   results.add_runs_argument(p, required=True)
   p.add_argument('--out', required=True, help='the CSV file to write')
   p.add_argument('--study', default=None,
@@ -55,6 +53,7 @@ def parse_args(argv):
 
 
 def main(argv=None):
+  cli.locale_proof()
   args = parse_args(argv)
   try:
     if not args.out.endswith('.csv'):
@@ -62,10 +61,9 @@ def main(argv=None):
     declared = declaration.load(args.study) if args.study else None
     frame = export(args.runs)
   except ValueError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(e)
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  frame.to_csv(args.out, index=False)
+  frame.to_csv(args.out, index=False, encoding='utf-8')
   print(f'wrote {args.out}: {len(frame)} runs, {frame.shape[1]} columns')
   if declared:
     path = study_path(args.out)

@@ -180,6 +180,19 @@ def details(out):
   return parts + [(heading, '', rows) for heading, rows in style.tables(out, table)]
 
 
+def excluded_lines(out):
+  """The first page's count of the runs left out, by reason (the Excluded table lists each run)."""
+  excluded = out['excluded']
+  if excluded.empty:
+    return []
+  counts = excluded['reason'].value_counts()
+  said = '; '.join(f'{n} {why}' for why, n in counts.head(5).items())
+  more = f'; {len(counts) - 5} other reasons' if len(counts) > 5 else ''
+  total = len(excluded) + len(out['runs'])
+  return ['', f'**Excluded:** {len(excluded)} of {total} runs ({said}{more}); each is listed under '
+          '"Runs excluded" below.']
+
+
 def render(out, fmt):
   """The whole report as one string. md: title, the answer (analysis/summary.py), setup, why
   each comparison got its verdict, then the tables. latex: the booktabs tables only."""
@@ -187,7 +200,8 @@ def render(out, fmt):
   if fmt == 'latex':
     arms_cap, _ = style.captions(out, judged(out)[0])
     return summary.latex_tables(out) + style.latex(style.display_arms(out), arms_cap, 'tab:arms')
-  parts = [f'# {title(out)}\n', '\n## Answer\n\n', '\n'.join(summary.answer_lines(out)) + '\n',
+  answer_page = summary.answer_lines(out) + excluded_lines(out)
+  parts = [f'# {title(out)}\n', '\n## Answer\n\n', '\n'.join(answer_page) + '\n',
            '\n## Setup\n\n', '\n'.join(setup_lines(out)) + '\n',
            '\n## Why each verdict, and its power\n\n', '\n'.join(verdict_lines(out)) + '\n']
   for heading, caption, rows in details(out):

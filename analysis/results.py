@@ -4,8 +4,9 @@ A run is a folder holding `checkpoints/`, an Orbax CheckpointManager directory w
 the items `state` and `results`; the latest step's `results` JSON is the run's current record.
 Every reader takes one root or a list of roots, each a local path or a bucket path (gs://...),
 mixed freely: all file access goes through `etils.epath` and Orbax. A run is identified by its
-root and its path relative to that root (`run` = ROOT/RELATIVE, as found); a run reached through
-two roots (a root given twice, or inside another) is an error, not a replicate.
+root and its path relative to that root (`run` = ROOT/RELATIVE, as found) and counted once
+however it is reached (symlinks, loops, a root given twice: analysis.results.walk); a run met
+under two different roots (one inside the other) is an error, not a replicate.
 
   runs = load_runs('/tmp/study')                       # one row per run
   runs = load_runs(['gs://bucket/gpu', 'runs/cpu'])    # two platforms' roots, read as one
@@ -17,6 +18,8 @@ two roots (a root given twice, or inside another) is an error, not a replicate.
 import contextlib
 import json
 import logging
+import os
+import posixpath
 
 from etils import epath
 import pandas as pd
@@ -29,24 +32,70 @@ METRICS_FILE = 'metrics.jsonl'
 STEP_COLUMNS = ('run', 'step', 'epoch', 'train_loss', 'train_accuracy')
 
 
-def find_runs(root):
-  """Sorted run folders (as strings) under `root`: every folder that holds a `checkpoints/`.
+def identity(path):
+  """What tells two paths of one folder apart from two folders: the real path of a local folder
+  (symlinks, '..' and './' resolved), a bucket path with its '..' and '//' collapsed."""
+  text = str(path)
+  scheme, sep, rest = text.partition('://')
+  if sep:
+    return f'{scheme}://{posixpath.normpath(rest)}'
+  return os.path.realpath(text)
 
-  The search does not descend into a `checkpoints/` folder. `root` itself may be a run.
-  """
-  root = epath.Path(root)
-  if not root.exists():
+
+def open_root(root):
+  """`root` as an epath.Path, refused in one line (naming --runs) when it is missing, not a folder,
+  or a bucket that cannot be reached (no gcsfs installed, no access)."""
+  path = epath.Path(root)
+  try:
+    exists, is_dir = path.exists(), path.is_dir()
+  except ImportError as e:
+    raise ValueError(f'--runs: {root}: reading a bucket needs a filesystem package ({e}); '
+                     'pip install gcsfs, or copy the runs to a local folder') from None
+  except Exception as e:  # pylint: disable=broad-except  # a bucket backend's own error types
+    first = (str(e).strip().splitlines() or [''])[0][:200]
+    raise ValueError(f'--runs: cannot read {root} ({type(e).__name__}: {first}); check the path '
+                     'and your access to it') from None
+  if not exists:
     raise ValueError(f'--runs: {root} does not exist; give the folder (or gs:// path) holding the runs')
-  if not root.is_dir():
+  if not is_dir:
     raise ValueError(f'--runs: {root} is not a folder; give the folder holding the runs')
-  found, todo = [], [root]
-  while todo:
-    folder = todo.pop()
-    children = [c for c in folder.iterdir() if c.is_dir()]
+  return path
+
+
+def walk(root):
+  """(run folders, unreadable folders) under `root`: sorted paths (strings), and sorted (path, the
+  OSError listing it raised) pairs. A run folder
+  holds a `checkpoints/`; the walk does not descend into one, and `root` itself may be a run.
+
+  Each folder is entered once, by its identity (real path): a symlink loop, or a symlink to a
+  folder already walked, adds nothing, so the walk ends after at most one visit per real folder.
+  Symlinked folders are walked after every plain one, so a run is named by its plain path when
+  it has one. A folder that cannot be listed (PermissionError, ...) is returned as unreadable.
+  """
+  found, unreadable, seen = [], [], set()
+  todo, linked = [open_root(root)], []
+  while todo or linked:
+    folder = todo.pop() if todo else linked.pop()
+    key = identity(folder)
+    if key in seen:
+      continue
+    seen.add(key)
+    try:
+      children = [c for c in folder.iterdir() if c.is_dir()]
+    except OSError as e:
+      unreadable.append((str(folder), e))
+      continue
     if any(c.name == record.CHECKPOINTS for c in children):
-      found.append(folder)
-    todo.extend(c for c in children if c.name != record.CHECKPOINTS)
-  return sorted(str(f) for f in found)
+      found.append(str(folder))
+    for child in sorted(children, reverse=True):
+      if child.name != record.CHECKPOINTS:
+        (linked if os.path.islink(str(child)) else todo).append(child)
+  return sorted(found), sorted(unreadable, key=lambda item: item[0])
+
+
+def find_runs(root):
+  """Sorted run folders (as strings) under `root` (see walk; unreadable folders left out)."""
+  return walk(root)[0]
 
 
 @contextlib.contextmanager
@@ -72,28 +121,39 @@ def as_roots(roots):
   return [str(roots)] if isinstance(roots, (str, epath.Path)) else [str(r) for r in roots]
 
 
-def find_all(roots):
-  """Every run folder under every root, in root order; a run found twice is a ValueError."""
-  found, first = [], {}
+def find_all(roots, unreadable=None):
+  """Every run folder under every root, in root order, each once. A root given twice (by another
+  spelling, a symlink, '..') is read once; a run met under two different roots (one inside the
+  other, or a symlink between them) is a ValueError naming both places. Folders that cannot be
+  listed are appended, with their error, to the list `unreadable` when given."""
+  found, first, roots_seen = [], {}, set()
   for root in as_roots(roots):
-    runs = find_runs(root)
-    if not runs:
+    if identity(root) in roots_seen:
+      continue
+    roots_seen.add(identity(root))
+    runs, locked = walk(root)
+    if not runs and not locked:
       raise ValueError(f'--runs: no run (a folder holding {record.CHECKPOINTS}/) under {root}; '
                        'point it at the sweep root or a run workdir')
     for run in runs:
-      key = run.rstrip('/')
+      key = identity(run)
       if key in first:
-        raise ValueError(f'--runs: {run} is under both {first[key]} and {root}; give each root once '
-                         '(no root inside another)')
-      first[key] = root
+        raise ValueError(f'--runs: one run is under both {first[key][1]} (as {first[key][0]}) and '
+                         f'{root} (as {run}); give each root once, no root inside another and no '
+                         'symlink from one root into another')
+      first[key] = (run, root)
     found += runs
+    if unreadable is not None:
+      unreadable += locked
   return found
 
 
 def read_all(roots):
   """[(run path, results dict or None or the Exception raised reading it)] for every run under
-  the root(s)."""
-  runs = find_all(roots)
+  the root(s); a folder that cannot be listed comes with its error (PermissionError, ...), so it
+  is listed as unreadable, not silently left out."""
+  locked = []
+  runs = find_all(roots, locked)
   out = []
   with quiet_absl():
     for run in runs:
@@ -101,7 +161,7 @@ def read_all(roots):
         out.append((run, record.read_results(run)))
       except Exception as e:  # a corrupt run must not hide the others; it is listed as excluded
         out.append((run, e))
-  return out
+  return out + locked
 
 
 def runs_frame(records):
@@ -166,7 +226,7 @@ def train_records(run):
   path = epath.Path(run) / METRICS_FILE
   if not path.exists():
     return
-  for line in path.read_text().splitlines():
+  for line in path.read_bytes().decode('utf-8', 'replace').splitlines():
     try:
       entry = json.loads(line)
     except json.JSONDecodeError:

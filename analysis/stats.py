@@ -36,6 +36,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
+from analysis import csv_input, declaration
 from analysis import inference as inf
 from analysis.labels import arm_labels, seed_key, seed_text, whole_numbers
 from trainer import record
@@ -340,7 +341,13 @@ def pair_table(prep, arms, margin):
 
 def margin_choice(margin=None, reason=None, declared=None, declared_reason=None):
   """(margin, reason text): the study's declared margin unless `margin` (--margin) overrides it;
-  the default with a note saying it is undeclared when neither is given."""
+  the default with a note saying it is undeclared when neither is given. Each is checked where it
+  came from (declaration.check_margin: a ValueError naming --margin or the study's margin)."""
+  if margin is not None:
+    margin = declaration.check_margin(margin, '--margin')
+  if declared is not None:
+    declared = declaration.check_margin(declared, "the study's declared margin (study.json or "
+                                        'get_study(): margin)')
   if margin is None and declared is None:
     return DEFAULT_MARGIN, UNDECLARED
   if margin is None or margin == declared:
@@ -367,19 +374,26 @@ def analyse(frame, group_by=(), metric=DEFAULT_METRIC, margin=DEFAULT_MARGIN, ma
   return prep
 
 
-def read_csv(path):
-  """A CSV of published results as a runs table (`run` = 'FILE:ROW' when it has no run column).
+def read_csv(path, metric=None, seed_col=None, names=(), seed_required=False):
+  """A CSV of published results as a runs table (`run` = 'FILE:ROW' when it has no run column),
+  its used columns only (analysis/csv_input.py: `metric` and `names` are the metric and the
+  columns the command names), checked before anything is computed (csv_input.check: the metric's
+  scale and range, unique run ids, whole-number seeds in `seed_col`, default 'seed', and with
+  `seed_required` one for every completed run).
   Refused, naming --csv: an unreadable or empty file, a header without rows, repeated column
-  names (pandas would rename the second 'x' to 'x.1' and read the first)."""
+  names (pandas would rename the second 'x' to 'x.1' and read the first), the checks' problems."""
   try:
-    header = pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0]
-    frame = pd.read_csv(path)
+    header = list(pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0])
+    repeated = [name for name, count in collections.Counter(header).items() if count > 1]
+    if metric and not repeated:
+      metric = resolve_column(pd.DataFrame(columns=header), metric, '--metric')
+    frame = None if repeated else csv_input.read_columns(path, header, metric, names,
+                                                         seed_col or 'seed')
   except pd.errors.EmptyDataError:
     raise ValueError(f'--csv: {path} is empty: no runs to analyse; give a CSV with a header row '
                      'and one row per run')
   except (OSError, UnicodeDecodeError, pd.errors.ParserError) as e:
     raise ValueError(f'--csv: cannot read {path} ({e}); give a CSV file with a header row')
-  repeated = [name for name, count in collections.Counter(header).items() if count > 1]
   if repeated:
     at = lambda name: ', '.join(str(i + 1) for i, h in enumerate(header) if h == name)
     raise ValueError(f'--csv: {path} has duplicate column names: '
@@ -388,6 +402,14 @@ def read_csv(path):
   if frame.empty:
     raise ValueError(f'--csv: {path} has a header but no rows: no runs to analyse; add one row '
                      'per run')
+  seed = resolve_column(frame, seed_col, '--seed-col') if seed_col not in (None, 'seed') else 'seed'
+  csv_input.check(frame, path, metric, seed if seed in frame else None, seed_required)
   if 'run' not in frame:
     frame.insert(0, 'run', [f'{path}:{i + 2}' for i in range(len(frame))])
   return frame
+
+
+if __name__ == '__main__':  # the command earlier versions documented
+  from analysis import cli  # pylint: disable=import-outside-toplevel
+  cli.fail('analysis.stats is a library, not a command: run python -m analysis.study --runs ROOT '
+           '(or --csv FILE); see python -m analysis.study --help')

@@ -14,20 +14,23 @@ is printed and written: DIR/report.md, report.tex, report_<table>.csv, attributi
 attribution.csv, attribution_gap.csv and attribution_decomposition.csv (two platforms),
 DIR/figures/ (analysis/figures.py), and the agreement files (analysis/agreement_section.py:
 report_agreement.csv, report_calibration.csv, report_train_loss.csv, report_per_class.csv,
-report_variance.csv where they have rows, figures/churn_ladder.*). Bad input: one line
-`error: ...`, exit code 2, nothing written.
+report_variance.csv where they have rows, figures/churn_ladder.*); a table without columns
+(report_pairs.csv when only the declared contrasts are tested) is not written, and a line on stderr
+says so. The LaTeX tables' labels carry the source's name (tab:digits-h100-cpu-contrasts), so that
+the report.tex of two studies can be \\input into one paper. Bad input: `error: ...` lines (the last
+one too), exit code 2, nothing written; output prints under any locale (analysis/cli.py).
 """
 
-import argparse
 import os
+import re
 import sys
 
-from analysis import (agreement_section, answer, attribution, declaration, figures, report,
-                      results, stats)
+from analysis import (agreement_section, answer, attribution, cli, declaration, figures,
+                      report, results, stats)
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m analysis.study', description=__doc__.split('\n')[0])
+  p = cli.Parser(prog='python -m analysis.study', description=__doc__.split('\n')[0])
   src = p.add_mutually_exclusive_group(required=True)
   results.add_runs_argument(src)
   src.add_argument('--csv', help='a CSV of results, one row per run (analysis.export writes one)')
@@ -41,8 +44,8 @@ def parse_args(argv):
   p.add_argument('--metric', default=stats.DEFAULT_METRIC,
                  help=f'the column compared between arms (default {stats.DEFAULT_METRIC}; a CSV: any '
                       'numeric column; accuracies in [0, 1] are reported in percent)')
-  p.add_argument('--margin', type=float, default=None,
-                 help=f'equivalence margin, pp (default: the declared one, else {stats.DEFAULT_MARGIN:g})')
+  cli.add_margin_argument(p, f'equivalence margin, pp (default: the declared one, else '
+                          f'{stats.DEFAULT_MARGIN:g})')
   p.add_argument('--margin-reason', default=None, help='why --margin (printed with it)')
   p.add_argument('--seed-col', default=None,
                  help="column holding each run's seed (default 'seed' when present; without one "
@@ -55,13 +58,55 @@ def parse_args(argv):
   return p.parse_args(argv)
 
 
+def named_columns(args, declared):
+  """The columns the command line and the declaration name (--group-by, the declared factors and
+  the factors of its reference, noise and native arms): read from a CSV whatever their kind."""
+  names = list(args.group_by) + list(declared.get('factors') or [])
+  for key in ('reference', 'noise_arm', 'native'):
+    arm = declared.get(key) or {}
+    names += list(arm) if isinstance(arm, dict) else [str(a).split('=')[0] for a in arm]
+  return names
+
+
 def load(args):
   """(runs table, histories, declaration, source) of the command line."""
   if args.runs:
     return (*results.load_study(args.runs, args.study), ' '.join(args.runs))
-  frame = stats.read_csv(args.csv)
   declared = declaration.load(args.study) if args.study else {}
+  frame = stats.read_csv(args.csv, args.metric, args.seed_col, named_columns(args, declared))
   return frame, frame.iloc[:0][['run']], declared, args.csv
+
+
+def label_prefix(source):
+  """The name the LaTeX labels of a study carry: its CSV's stem, or its roots' last folders
+  ('digits_h100_cpu', 'h100-cpu'), in letters, digits and '-' only."""
+  names = [os.path.splitext(os.path.basename(s.rstrip('/')))[0] for s in source.split()]
+  return re.sub(r'[^A-Za-z0-9]+', '-', '-'.join(names)).strip('-') or 'study'
+
+
+def render(out, fmt):
+  """report.render, the LaTeX labels made the study's own (tab:NAME -> tab:PREFIX-NAME, label_prefix
+  of the source): two studies' report.tex \\input into one paper repeat no \\label."""
+  text = report.render(out, fmt)
+  if fmt != 'latex':
+    return text
+  return text.replace(r'\label{tab:', rf'\label{{tab:{label_prefix(out["source"])}-')
+
+
+def write_csv_tables(out, out_dir):
+  """DIR/report_<table>.csv for each table of the report that has columns (report.csv_tables; an
+  empty table keeps its header); one without columns (no pair tested) is not written and a line on
+  stderr says so. Returns the paths written."""
+  files = []
+  for name, table in report.csv_tables(out).items():
+    if table.columns.empty:
+      print(f'note: report_{name}.csv not written: no {name} tested (declared contrasts only; '
+            '--all-pairs tests every pair)' if name == 'pairs' else
+            f'note: report_{name}.csv not written: the table is empty', file=sys.stderr)
+      continue
+    files.append(os.path.join(out_dir, f'report_{name}.csv'))
+    table.to_csv(files[-1], index=False, encoding='utf-8')
+  return files
 
 
 def write(out, hist, out_dir, rendered=None):
@@ -72,9 +117,8 @@ def write(out, hist, out_dir, rendered=None):
   files = []
   for fmt, ext in (('md', 'md'), ('latex', 'tex')):
     files.append(os.path.join(out_dir, f'report.{ext}'))
-    report.write_text(rendered[fmt] if fmt in rendered else report.render(out, fmt), files[-1])
-  report.write_report(out, 'csv', os.path.join(out_dir, 'report.csv'))
-  files += [os.path.join(out_dir, f'report_{name}.csv') for name in report.csv_tables(out)]
+    report.write_text(rendered[fmt] if fmt in rendered else render(out, fmt), files[-1])
+  files += write_csv_tables(out, out_dir)
   if out['attribution']:
     files += attribution.write_tables(out['attribution'], out_dir)
   files += figures.make_all(out, hist, os.path.join(out_dir, 'figures'))
@@ -87,7 +131,7 @@ def publish(out, hist, fmt='md', out_dir=None):
   for arm in out['small']['arm']:
     print(f'warning: arm {arm!r} has n < 2 completed runs: reported, its tests skipped',
           file=sys.stderr)
-  text = report.write_report(out, fmt)
+  text = report.write_report(out, fmt) if fmt == 'csv' else report.write_text(render(out, fmt))
   return write(out, hist, out_dir, {fmt: text}) if out_dir else []
 
 
@@ -101,12 +145,13 @@ def analyse(args):
 
 
 def main(argv=None):
+  cli.locale_proof()
   args = parse_args(argv)
   try:
+    cli.check_out_folder(args.out)
     out, hist = analyse(args)
   except ValueError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(e)
   for path in publish(out, hist, args.format, args.out):
     print(f'wrote {path}', file=sys.stderr)
 

@@ -1,5 +1,5 @@
 """The statistics report and the attribution (python -m analysis.study / analysis.attribution)
-on synthetic run tables of 10^3 to 10^5 rows.
+on synthetic run tables of 10^3 to 10^5 rows in analysis.export's own 105-column format.
 
   python -m benchmarks.bench_analysis                        # 1,000, 10,000 and 100,000 rows
   python -m benchmarks.bench_analysis --sizes 1000 100000 --max-memory-gb 4
@@ -9,14 +9,18 @@ The table (runs_table): 4 arms x N seeds, one row per run, as a published CSV wo
 gpu/jax_gpu_default, so the attribution fits both its models (the factor effects and the
 platform-gap decomposition). Accuracy = 70 % + the arm's effect + a seed effect (sd --seed-sd,
 0.7 pp, shared by the arms) + run noise (sd 0.3 pp), as a fraction rounded to 1/10,000 (a
-10,000-image test set: ties, as real accuracies have them).
+10,000-image test set: ties, as real accuracies have them). The CSV the tools read
+(export_table) has those runs in the format python -m analysis.export writes (TEMPLATE's 105
+columns: config, numerics, data, versions, ...; profile = numerics.requested.profile, accuracy =
+final.test_accuracy), so its memory is what an exported study costs.
 
 Each tool and size runs in its own subprocess (`--measure TOOL --csv FILE`), under an
 address-space limit of --max-memory-gb (a tool that needs more fails with MemoryError instead of
-taking the machine down). What is timed, after the imports: stats = read_csv +
-answer.analyse (every pair compared: no declaration) + the Markdown report, what
-`python -m analysis.study --csv` computes; attribution = read_csv + attribution.run (effects, gap
-decomposition; no files). Peak memory = the subprocess's peak resident set (getrusage ru_maxrss), the
+taking the machine down). What is timed, after the imports: stats = read_csv (the columns the
+analysis uses, checked: analysis/csv_input.py) + answer.analyse (every pair compared: no
+declaration) + the Markdown report, what `python -m analysis.study --csv` computes; attribution =
+read_csv + attribution.run (effects, gap decomposition; no files). Peak memory = the subprocess's
+peak resident set (getrusage ru_maxrss: the 'Maximum resident set size' of /usr/bin/time -v), the
 interpreter and its imports included (their share is the 'after imports' column).
 """
 
@@ -34,12 +38,16 @@ import numpy as np
 import pandas as pd
 
 from benchmarks import common
+from trainer import record
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARMS = (('gpu', 'native', 0.0), ('tpu', 'native', 0.3), ('gpu', 'tpu_default', 0.3),
         ('gpu', 'jax_gpu_default', 0.0))  # platform, profile, effect in pp
 SEED_SD, RUN_SD, BASE, TEST_IMAGES = 0.7, 0.3, 70.0, 10_000
 TOOLS = ('stats', 'attribution')
+# An exported study (python -m analysis.export): the format the tables are generated in.
+TEMPLATE = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
+FACTORS = ['platform', 'profile']
 
 
 def runs_table(seeds, rng=0, seed_sd=SEED_SD):
@@ -56,15 +64,35 @@ def runs_table(seeds, rng=0, seed_sd=SEED_SD):
   return table
 
 
+def export_table(seeds, rng=0, seed_sd=SEED_SD, template=TEMPLATE):
+  """runs_table(seeds) in analysis.export's own format (the 105 columns of `template`, an exported
+  study): each run is a copy of the template's first run of its platform (tpu: of its cpu run,
+  renamed) with its own run id, seed, profile and accuracy (final.test_accuracy)."""
+  runs = runs_table(seeds, rng, seed_sd)
+  source = pd.read_csv(template)
+  first = source.groupby('platform', sort=False).head(1).set_index('platform')
+  first.loc['tpu'] = first.loc['cpu']
+  table = first.loc[runs['platform']].reset_index()
+  table['run'] = runs['run'].to_numpy()
+  for column in ('seed', 'config.seed'):
+    table[column] = runs['seed'].to_numpy()
+  for column in ('numerics.requested.profile', 'config.numerics.profile', 'numerics.effective.profile'):
+    table[column] = runs['profile'].to_numpy()
+  table['numerics.effective.platform'] = table['platform']
+  table[record.DEFAULT_METRIC] = runs['accuracy'].to_numpy()
+  return table[source.columns]
+
+
 def run_tool(tool, path):
-  """Run `tool` on the CSV at `path` as its command line would; returns the method it names."""
+  """Run `tool` on the CSV at `path` (export_table's format) as its command line would; returns
+  the method it names."""
   from analysis import answer, attribution, report, stats  # pylint: disable=import-outside-toplevel
-  frame = stats.read_csv(path)
+  frame = stats.read_csv(path, record.DEFAULT_METRIC, 'seed', FACTORS)
   if tool == 'stats':  # what `python -m analysis.study --csv` does, every pair compared
-    out = answer.analyse(frame, {}, ['platform', 'profile'], 'accuracy', margin=0.3)
+    out = answer.analyse(frame, {}, FACTORS, record.DEFAULT_METRIC, margin=0.3)
     report.render(out, 'md')
     return 'Mann-Whitney: ' + ', '.join(sorted(set(out['pairs'].get('mw_method', ['?']))))
-  out = attribution.run(frame, ['platform', 'profile'], 'accuracy', margin=0.3)
+  out = attribution.run(frame, FACTORS, record.DEFAULT_METRIC, margin=0.3)
   model, _, why = out['method'].partition(' (')  # why: after the model's own parentheses
   why = why.split('df); ', 1)[1].split(' (')[0] if 'df); ' in why else ''
   return f'{model}; {why}' if why else model
@@ -156,7 +184,7 @@ def main(argv=None):
   with tempfile.TemporaryDirectory(prefix='bench_analysis_') as tmp:
     for n in args.sizes:
       path = os.path.join(tmp, f'runs_{n}.csv')
-      runs_table(n // len(ARMS), seed_sd=args.seed_sd).to_csv(path, index=False)
+      export_table(n // len(ARMS), seed_sd=args.seed_sd).to_csv(path, index=False)
       for tool in args.tools:
         r = child(tool, path, args.max_memory_gb, args.timeout, args.mixed_max_rows)
         shape = f'{len(ARMS)} x {n // len(ARMS):,}'

@@ -210,7 +210,7 @@ def test_files_written_with_exact_csv_columns(tmp_path):
 @pytest.mark.parametrize('argv, message', [
     (['--factors', 'nosuch'], 'error: --factors: no column'),
     (['--factors', 'profile', '--reference', 'profile=bf17'], 'error: --reference: profile has no level'),
-    (['--factors', 'profile', '--margin', '-1'], 'error: --margin: must be a positive'),
+    (['--factors', 'profile', '--margin', '-1'], 'error: argument --margin: -1.0 is not a usable margin'),
     (['--factors', 'profile', '--noise-arm', 'noise'], 'error: --noise-arm: '),
     (['--factors', 'profile', '--native', 'profile=nope'], 'error: --native: profile has no level'),
     (['--factors', 'profile', '--interactions', 'profile'], 'error: --interactions: '),

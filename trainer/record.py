@@ -50,10 +50,10 @@ guessed, and so never pooled with a CPU run whose instruction set is known.
 import copy
 import json
 
-import orbax.checkpoint as ocp
 from etils import epath
 
-from numerics import profiles
+# Orbax and numerics.profiles (both load JAX) are imported inside the functions that use them: the
+# analysis of a CSV reads only this module's field names and stays without JAX (~170 MB, seconds).
 
 RECORD_SCHEMA = 3  # 3: CPU_FACTS recorded
 CHECKPOINTS = 'checkpoints'
@@ -184,6 +184,7 @@ def save(mngr, step, results, state=None):
 
 def save_args(results, state=None):
   """The Orbax Composite that writes `results` (JSON) and, unless None, `state` at one step."""
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   items = {RESULTS_ITEM: ocp.args.JsonSave(results)}
   if state is not None:
     items[STATE_ITEM] = ocp.args.StandardSave(state)
@@ -192,6 +193,7 @@ def save_args(results, state=None):
 
 def restore_args(abstract_state=None):
   """The Composite that reads `results` and, given its abstract structure, the state."""
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   items = {RESULTS_ITEM: ocp.args.JsonRestore()}
   if abstract_state is not None:
     items[STATE_ITEM] = ocp.args.StandardRestore(abstract_state)
@@ -200,6 +202,7 @@ def restore_args(abstract_state=None):
 
 def read_results(run):
   """The latest saved step's record of the run folder `run`, or None if no step is saved."""
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   options = ocp.CheckpointManagerOptions(read_only=True)
   with ocp.CheckpointManager(checkpoint_dir(run), item_names=ITEMS, options=options) as mngr:
     step = mngr.latest_step()
@@ -210,6 +213,7 @@ def read_results(run):
 
 def write_results(run, results, step=0):
   """Write `results` as a results-only step of run folder `run` (tests; importing outside runs)."""
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   with ocp.CheckpointManager(checkpoint_dir(run), item_names=ITEMS) as mngr:
     save(mngr, step, results)
     mngr.wait_until_finished()
@@ -238,6 +242,7 @@ def defaults():
 def _upgrade_config(config):
   """A saved config (dict) with its numerics through numerics.profiles.upgrade, as a new dict;
   anything without numerics comes back as it is."""
+  from numerics import profiles  # pylint: disable=import-outside-toplevel
   if isinstance(config, dict) and 'numerics' in config:
     return {**config, 'numerics': profiles.upgrade(config['numerics'])}
   return config
@@ -247,6 +252,7 @@ def upgrade(results):
   """A saved record (dict) as today's fields: its requested and effective numerics and its
   config's numerics through numerics.profiles.upgrade (the removed `emulate` shorthand); a new
   dict."""
+  from numerics import profiles  # pylint: disable=import-outside-toplevel
   results = dict(results)
   if isinstance(results.get('numerics'), dict):
     results['numerics'] = {part: profiles.upgrade(value) if isinstance(value, dict) else value

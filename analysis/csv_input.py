@@ -1,0 +1,174 @@
+"""A CSV of results entering the analysis (analysis.stats.read_csv): which of its columns are read,
+and what it must satisfy before anything is computed from it.
+
+Columns read (read_columns): all but those no analysis reads, so that 100,000 runs in
+analysis.export's 105-column format stay small: the final.* metrics other than the analysed one
+and the config fields that cannot change a result (trainer.record.IGNORED_FIELDS: cadence, paths,
+distributed), unless named (--group-by, --factors, the declared factors). The file is read in
+chunks of CHUNK_ROWS rows, so the parser's buffers stay bounded, and its text columns (config,
+numerics, data, versions: a few values repeated over every run) are kept as pandas categoricals.
+
+Checks (check): a wrong value here silently changes a verdict, so each one is refused with one
+line naming the column, the line of the file and the fix.
+
+  metric column   numbers (a text value is refused, an empty cell is a run with no value: excluded
+                  and listed), finite; an accuracy (a column named *acc*) in [0, 1] or [0, 100] and
+                  on one scale: fractions (0 < v <= 1) and percents (1 < v <= 100) never mixed (3
+                  percent rows among fractions would switch the whole analysis to percent); a loss
+                  (*loss*) >= 0. Only the completed runs are checked (status 'completed', or every
+                  row without a status column): the others are excluded anyway.
+  run             each run id once, none empty (a repeated id is two values of one run, not two
+                  replicates).
+  seed            whole numbers ('abc' would merge its runs into one seed); an empty seed is a
+                  run of its own (analysis.study) but refused where every run needs its seed
+                  (analysis.attribution: the seed is the model's group), but for runs that are
+                  not completed.
+
+Lines are the file's (the header is line 1). At most MAX_LINES problems are listed, then a count.
+"""
+
+import numpy as np
+import pandas as pd
+
+from trainer import record
+
+MAX_LINES = 10
+CHUNK_ROWS = 20_000
+
+
+def unused(column, metric, names):
+  """Whether no analysis of `metric` (a column name, or None: every metric kept) and of the
+  columns `names` (as given: 'compute_dtype' or a full column name) reads `column`."""
+  if column in names or column == metric:
+    return False
+  if column.startswith('final.'):
+    return metric is not None
+  field = column[len(record.CONFIG_PREFIX):]
+  return column.startswith(record.CONFIG_PREFIX) and any(
+      field == f or field.startswith(f + '.') for f in record.IGNORED_FIELDS)
+
+
+def compact(chunk, plain):
+  """The chunk with its text columns but `plain` as pandas categoricals (one copy of each distinct
+  value and a small code per row: the config, numerics, data and versions columns repeat a few
+  values over every run)."""
+  for column in chunk.columns:
+    if column not in plain and not pd.api.types.is_numeric_dtype(chunk[column]):
+      chunk[column] = chunk[column].astype('category')
+  return chunk
+
+
+def join(chunks):
+  """The chunks as one table: a column categorical in every chunk stays categorical (over the
+  union of the chunks' values), any other is concatenated as pandas reads it."""
+  columns = {}
+  for name in chunks[0].columns:
+    parts = [chunk[name] for chunk in chunks]
+    if all(isinstance(part.dtype, pd.CategoricalDtype) for part in parts):
+      columns[name] = pd.Series(pd.api.types.union_categoricals(parts, ignore_order=True), name=name)
+    else:
+      columns[name] = pd.concat([part.astype(object) if isinstance(part.dtype, pd.CategoricalDtype)
+                                 else part for part in parts], ignore_index=True)
+  return pd.DataFrame(columns)
+
+
+def read_columns(path, header, metric=None, names=(), seed='seed'):
+  """The table in the CSV at `path` (whose header is `header`), only its columns that are used
+  (unused; `metric`: the metric's column), read CHUNK_ROWS rows at a time, each chunk's text
+  columns made categorical (compact) but the run, its status and reason, the metric and `seed`."""
+  keep = [c for c in header if not unused(c, metric, set(names))]
+  plain = {'run', 'status', 'reason', metric, seed}
+  return join([compact(chunk, plain) for chunk in
+               pd.read_csv(path, usecols=keep, chunksize=CHUNK_ROWS)])
+
+
+def line_numbers(index):
+  """The file's line numbers of rows `index` (the header is line 1)."""
+  return [int(i) + 2 for i in index]
+
+
+def completed_rows(frame):
+  """The rows that are analysed: status 'completed' (every row without a status column)."""
+  if 'status' not in frame:
+    return pd.Series(True, index=frame.index)
+  return frame['status'].astype(str).eq('completed')
+
+
+def accuracy_scale_problems(column, numbers):
+  """One line per row on the minority scale when fractions and percents are mixed."""
+  fractions = numbers[(numbers > 0) & (numbers <= 1)]
+  percents = numbers[(numbers > 1) & (numbers <= 100)]
+  if fractions.empty or percents.empty:
+    return []
+  if len(percents) <= len(fractions):
+    odd, fix = percents, f'in percent while {len(fractions)} rows are fractions: divide it by 100'
+  else:
+    odd, fix = fractions, f'a fraction while {len(percents)} rows are in percent: multiply it by 100'
+  return [f'{column}, line {n}: {v:g} is {fix} (one scale for the whole column)'
+          for n, v in zip(line_numbers(odd.index), odd)]
+
+
+def metric_problems(frame, column):
+  """The metric column's problems (see the module doc), one line each."""
+  values = frame.loc[completed_rows(frame), column]
+  numbers = pd.to_numeric(values, errors='coerce')
+  text = values[values.notna() & numbers.isna()]
+  lines = [f'{column}, line {n}: {v!r} is not a number; write the number, or leave the cell empty '
+           'to exclude the run' for n, v in zip(line_numbers(text.index), text)]
+  numbers = numbers.dropna().astype(float)
+  infinite = numbers[~np.isfinite(numbers)]
+  lines += [f'{column}, line {n}: {v} is not finite; write the run\'s value, or leave the cell '
+            'empty to exclude the run' for n, v in zip(line_numbers(infinite.index), infinite)]
+  numbers = numbers[np.isfinite(numbers)]
+  kind = 'an accuracy' if 'acc' in column.lower() else 'a loss' if 'loss' in column.lower() else None
+  if kind:
+    low = numbers[numbers < 0]
+    lines += [f'{column}, line {n}: {v:g} is negative, and {kind} is >= 0; correct the value'
+              for n, v in zip(line_numbers(low.index), low)]
+  if kind == 'an accuracy':
+    high = numbers[numbers > 100]
+    lines += [f'{column}, line {n}: {v:g} is above 100; an accuracy is a fraction in [0, 1] or a '
+              'percent in [0, 100]: correct the value' for n, v in zip(line_numbers(high.index), high)]
+    lines += accuracy_scale_problems(column, numbers)
+  return lines
+
+
+def run_id_problems(frame):
+  """One line per run id that appears on more than one line, and per empty run id."""
+  if 'run' not in frame:
+    return []
+  empty = frame['run'].isna()
+  lines = [f'run, line {n}: the run id is empty; give each run its own id'
+           for n in line_numbers(frame.index[empty])]
+  runs = frame.loc[~empty, 'run'].astype(str)
+  repeated = runs[runs.duplicated(keep=False)]
+  return lines + [f'run, lines {", ".join(map(str, line_numbers(rows.index)))}: run id {run!r} appears '
+          f'{len(rows)} times; give each run its own id (runs of one seed are replicates only '
+          'under different ids)' for run, rows in repeated.groupby(repeated, sort=False)]
+
+
+def seed_problems(frame, column, required):
+  """One line per seed that is not a whole number, or (`required`) is missing on a completed run."""
+  values = frame[column]
+  numbers = pd.to_numeric(values, errors='coerce')
+  whole = numbers.notna() & np.isfinite(numbers) & (numbers == np.floor(numbers))
+  bad = values.notna() & ~whole
+  empty = values.isna() & completed_rows(frame) & required
+  lines = [f'{column}, line {n}: {v!r} is not a whole-number seed; write the run\'s integer seed'
+           for n, v in zip(line_numbers(values[bad].index), values[bad])]
+  return lines + [f'{column}, line {n}: the seed is empty; write the run\'s integer seed (the '
+                  'attribution groups runs by seed)' for n in line_numbers(values[empty].index)]
+
+
+def check(frame, path, metric=None, seed=None, seed_required=False):
+  """Raise a ValueError of one line per problem of `frame` (read from `path`) in the metric column
+  `metric`, the run ids and the seed column `seed` (each None: not checked; `seed_required`: an
+  empty seed of a completed run is a problem)."""
+  lines = (metric_problems(frame, metric) if metric else []) + run_id_problems(frame)
+  lines += seed_problems(frame, seed, seed_required) if seed else []
+  if not lines:
+    return
+  more = len(lines) - MAX_LINES
+  shown = lines[:MAX_LINES] + ([f'... and {more} more problems of the same kinds'] if more > 0 else [])
+  raise ValueError('\n'.join(f'--csv {path}: {line}' for line in shown)
+                   + f'\n--csv {path}: {len(lines)} problem(s) above; nothing was analysed')
