@@ -7,14 +7,14 @@ an arm):
   identical   two arms of one platform whose runs all repeat bit for bit (stats.run_deterministic)
               and whose recorded arithmetic is the same: equal effective formats (ARITHMETIC) and
               equal non-numerics group-by columns (on CPU: profile f32 and native);
-  noise       the noise arm (an effective format among emulate.NOISY_FORMATS) vs the arm it
+  noise       the noise arm (an effective format among formats.NOISY_FORMATS) vs the arm it
               perturbs: the same arm with its noisy formats read as f32 (the emulated one when
               there is one, as the noise arm is emulated).
 """
 
 import itertools
 
-from numerics import emulate
+from numerics import formats
 from trainer import record
 
 EFFECTIVE = 'numerics.effective.'
@@ -71,9 +71,9 @@ def noise_pairs(runs, group_by):
   same = ['platform', 'device_kind', *not_numerics(group_by)]
   pairs = []
   for noisy, fn in facts.items():
-    if not any(fn.get(c) in emulate.NOISY_FORMATS for c in ARITHMETIC):
+    if not any(fn.get(c) in formats.NOISY_FORMATS for c in ARITHMETIC):
       continue
-    quiet = {c: NOISE_FREE if fn.get(c) in emulate.NOISY_FORMATS else fn.get(c) for c in ARITHMETIC}
+    quiet = {c: NOISE_FREE if fn.get(c) in formats.NOISY_FORMATS else fn.get(c) for c in ARITHMETIC}
     found = [arm for arm, f in facts.items() if arm != noisy and equal_in(f, fn, same)
              and equal_in(f, quiet, ARITHMETIC)]
     emulated = [arm for arm in found if equal_in(facts[arm], fn, EMULATED)]

@@ -34,12 +34,15 @@ from trainer import record
 
 MAX_LINES = 10
 CHUNK_ROWS = 20_000
+# read whatever the analysed metric: the final training loss is reported per arm beside it
+# (analysis/calibration.py loss_table)
+ALWAYS_READ = ('final.train_loss',)
 
 
 def unused(column, metric, names):
   """Whether no analysis of `metric` (a column name, or None: every metric kept) and of the
   columns `names` (as given: 'compute_dtype' or a full column name) reads `column`."""
-  if column in names or column == metric:
+  if column in names or column == metric or column in ALWAYS_READ:
     return False
   if column.startswith('final.'):
     return metric is not None

@@ -73,9 +73,7 @@ from jax import lax
 from jax.extend import core as jex_core
 
 from numerics import rounding
-
-FORMATS = ('native', 'bf16', 'bf16_3x', 'tf32', 'f32', 'bf16_noise')  # 'native': not emulated
-NOISY_FORMATS = ('bf16_noise',)  # these need a PRNG key
+from numerics.formats import FORMATS, NOISY_FORMATS  # pylint: disable=unused-import  (re-exported)
 EMULATE_IMPLS = ('auto', 'reference', 'fast')  # see the module doc
 FAST_FORMATS = ('bf16', 'bf16_3x', 'tf32')  # the formats with a faster exact form
 # 'auto' on CPU, per format (benchmarks/bench_emulate.py; BENCHMARKS.md, "Emulated formats"):
