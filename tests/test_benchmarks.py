@@ -96,7 +96,7 @@ def test_bench_emulate_native_variant_of_each_format():
 
 
 def test_bench_vs_torch_runs(capsys, keep_matmul_precision):
-  bench_vs_torch.main(TINY + ['--rounds', '2', '--warmup', '1', '--no-compile'])
+  bench_vs_torch.main(TINY + ['--rounds', '2', '--warmup', '0', '--no-compile'])
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[-1].startswith('speedup_vs_torch=') and float(lines[-1].split('=')[1]) > 0
   assert any(line.startswith('| torch eager |') for line in lines)
