@@ -3,7 +3,9 @@ GPU's size and at a toy size for CPU (`smoke`), its expected minutes on an H100 
 
 Every command is an existing tool's own command line (the benchmarks, pytest, sweeps.sweep), run
 from the repository root; the study's records are exported to CSV in this process
-(analysis.export) so that the folder brought back holds them without the training states.
+(analysis.export) so that the folder brought back holds them without the training states. At the
+toy size the sweeps are dry runs (checked and planned, not trained): the headlines of trained
+runs are tested on planted records (tests/test_gpu_evidence.py).
 """
 
 import collections
@@ -11,6 +13,8 @@ import glob
 import os
 import re
 import sys
+
+from sweeps import scripts
 
 # One command of a part: `argv` run as a subprocess (stdout to OUT/<part>/<label>.txt, stderr to
 # <label>.err), or `call(ctx)` run in this process (its returned text written the same way);
@@ -111,18 +115,30 @@ def study_spec(ctx, seeds, only=None, extra=''):
   return 'benchmarks/study_seeds.py:' + ','.join(p for p in parts if p)
 
 
-def sweep(label, spec, root, parallel):
+def sweep(ctx, label, spec, root, parallel):
+  """sweeps.sweep of `spec` into `root`; at the toy size a dry run (every run's config, data and
+  folder checked, the command list and study.json written, nothing trained: a train.py run costs
+  a CPU more than the rest of the toy agenda)."""
+  dry = ['--dry-run'] if ctx.smoke else []
   return Step(label, [PY, '-m', 'sweeps.sweep', f'--config={spec}', f'--root={root}',
-                      f'--parallel={parallel}', '--heartbeat=60'], ok=(0, 1))
+                      f'--parallel={parallel}', '--heartbeat=60', *dry], ok=(0, 1))
+
+
+def planned(ctx, root):
+  """The toy size's headline: how many runs the dry run planned (its command list)."""
+  commands = read(os.path.join(root, scripts.COMMANDS_FILE)).splitlines()
+  return f'dry run: {len(commands)} run(s) planned'
 
 
 def shared_gpu(ctx):
   """Four runs at a time on the one GPU (a toy two on CPU): each gets the memory fraction."""
   spec = study_spec(ctx, 1)
-  return [sweep('sweep', spec, os.path.join(ctx.folder, 'runs'), 2 if ctx.smoke else 4)]
+  return [sweep(ctx, 'sweep', spec, os.path.join(ctx.folder, 'runs'), 4)]
 
 
 def shared_gpu_headline(ctx):
+  if ctx.smoke:
+    return planned(ctx, os.path.join(ctx.folder, 'runs'))
   logs = glob.glob(os.path.join(ctx.folder, 'runs', '*', '*', 'train.log'))
   found = [MEM_FRACTION.search(read(log)) for log in logs]  # the first header's settings
   fractions = collections.Counter(m.group(1) if m else 'none' for m in found)
@@ -164,8 +180,7 @@ def study_root(ctx):
 
 
 def seed_range(ctx, first):
-  """The slice's seeds: first..first+STUDY_SLICE-1; at the toy size seed 0 in every slice (the
-  first slice trains it, the others find it completed: the sweep's resume, without training)."""
+  """The slice's seeds: first..first+STUDY_SLICE-1; seed 0 at the toy size."""
   return (0, 0) if ctx.smoke else (first, first + STUDY_SLICE - 1)
 
 
@@ -174,12 +189,14 @@ def study_slice(first):
   def steps(ctx):
     first_seed, last = seed_range(ctx, first)
     root = study_root(ctx)
-    return [sweep('sweep', study_spec(ctx, STUDY_SEEDS, (first_seed, last)), root,
-                  1 if ctx.smoke else STUDY_PARALLEL),
-            export_step('export', [root], os.path.join(ctx.out, 'study', 'study.csv'),
-                        study_spec(ctx, STUDY_SEEDS))]
+    export = export_step('export', [root], os.path.join(ctx.out, 'study', 'study.csv'),
+                         study_spec(ctx, STUDY_SEEDS))
+    return [sweep(ctx, 'sweep', study_spec(ctx, STUDY_SEEDS, (first_seed, last)), root,
+                  STUDY_PARALLEL)] + ([] if ctx.smoke else [export])
 
   def headline(ctx):
+    if ctx.smoke:
+      return planned(ctx, study_root(ctx))
     first_seed, last = seed_range(ctx, first)
     return (f'seeds {first_seed}-{last}: '
             f'{runs_line(study_root(ctx), range(first_seed, last + 1))}; '
@@ -199,10 +216,14 @@ def replicates(deterministic):
     spec = study_spec(ctx, REPLICATE_SEEDS if not ctx.smoke else 1,
                       extra=f'numerics.gpu_deterministic={deterministic}')
     roots = replicate_roots(ctx, deterministic)
-    parallel = 1 if ctx.smoke else STUDY_PARALLEL
-    return [sweep(f'sweep_{os.path.basename(r)}', spec, r, parallel) for r in roots] + [
-        export_step('export', roots, os.path.dirname(roots[0]) + '.csv', spec)]
-  return steps, lambda ctx: replicate_line(*replicate_roots(ctx, deterministic))
+    export = export_step('export', roots, os.path.dirname(roots[0]) + '.csv', spec)
+    return [sweep(ctx, f'sweep_{os.path.basename(r)}', spec, r, STUDY_PARALLEL)
+            for r in roots] + ([] if ctx.smoke else [export])
+
+  def headline(ctx):
+    roots = replicate_roots(ctx, deterministic)
+    return ' / '.join(planned(ctx, r) for r in roots) if ctx.smoke else replicate_line(*roots)
+  return steps, headline
 
 
 def replicate_line(root_a, root_b):

@@ -124,3 +124,14 @@ def test_replicate_headline_counts_identical_states_and_accuracy_gaps(monkeypatc
   assert agenda.replicate_line('a', 'b') == (
       '3 same-seed pairs: bit-identical final states 1, equal test accuracy 2, largest '
       'accuracy difference 0.50 pp')
+
+
+def test_runs_headline_counts_completed_runs_and_their_accuracy(monkeypatch):
+  runs = {'a/seed0': {'status': 'completed', 'seed': 0, 'final': {'test_accuracy': 0.9}},
+          'a/seed4': {'status': 'completed', 'seed': 4, 'final': {'test_accuracy': 0.95}},
+          'b/seed4': {'status': 'completed', 'seed': 4, 'final': {'test_accuracy': 0.97}},
+          'c/seed5': {'status': 'failed', 'seed': 5, 'final': {}}, 'd/seed6': None}
+  monkeypatch.setattr(agenda, 'records', lambda root: runs)
+  assert agenda.runs_line('r', range(4, 8)) == (
+      '2 of 3 runs completed; test accuracy mean 96.00 % (95.00-97.00)')
+  assert agenda.runs_line('r').startswith('3 of 4 runs completed; test accuracy mean 94.00 %')
