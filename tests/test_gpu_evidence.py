@@ -21,6 +21,7 @@ def evidence(args, env, timeout=1200):
                         env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.timeout(1800)  # every benchmark at toy size: 9 min on 2 cores at load 11
 def test_smoke_runs_every_part_writes_the_summary_and_skips_done_parts(tmp_path, subprocess_env):
   out = tmp_path / 'evidence'
   first = evidence(['--smoke', '--out', str(out)], subprocess_env)
