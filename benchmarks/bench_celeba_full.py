@@ -1,11 +1,11 @@
 """CelebA at full size, dry run: preparation, decoding, memory and disk on a generated fixture.
 
-  nice -n 10 python -m benchmarks.bench_celeba_full --workdir /tmp/celeba_full --image_size 128
+  nice -n 10 python -m benchmarks.bench_celeba_full --workdir /tmp/celeba_full --image-size 128
 
 Generates (or reuses, when `--workdir`/files already holds one) a CelebA-format fixture of the real
 size: 202,599 JPEGs of 218x178 of 10,177 identities in the five official file formats
 (`input_pipeline.celeba_fixture`; synthetic images, larger JPEGs than CelebA's ~7 KB), then runs
-one cold `celeba.load` (config `celeba.py:smoke` at `--image_size`) in this process and times its
+one cold `celeba.load` (config `celeba.py:smoke` at `--image-size`) in this process and times its
 phases by wrapping the functions `load` calls:
 
   metadata      celeba_files.read_metadata: parse and check the five files
@@ -14,7 +14,7 @@ phases by wrapping the functions `load` calls:
   prepare       celeba_tfds.prepare: TFDS celeb_a 2.1.0 written from the zip (TF import included)
   decode        celeba.write_cache: every image read back from TFDS, decoded, resized, written
 
-then a cached load (no decoding) and `--gather_steps` training batches gathered from the memmap.
+then a cached load (no decoding) and `--gather-steps` training batches gathered from the memmap.
 A thread samples /proc/self/status every 0.2 s: the peak RSS per phase, and its anonymous part
 (RssAnon: heap, buffers; what memory pressure cannot drop) and file part (RssFile: mapped file
 pages, dropped under pressure). `ru_maxrss` is the whole process's peak. Disk: the bytes of the
@@ -139,9 +139,9 @@ def main(argv=None):
   parser.add_argument('--workdir', required=True, help='fixture, TFDS and cache go here (local disk)')
   parser.add_argument('--images', type=int, default=202599)
   parser.add_argument('--identities', type=int, default=10177)
-  parser.add_argument('--image_size', type=int, default=128)
-  parser.add_argument('--batch_size', type=int, default=256)
-  parser.add_argument('--gather_steps', type=int, default=200, help='batches gathered after loading')
+  parser.add_argument('--image-size', type=int, default=128)
+  parser.add_argument('--batch', type=int, default=256)
+  parser.add_argument('--gather-steps', type=int, default=200, help='batches gathered after loading')
   parser.add_argument('--keep', action='store_true', help='keep the generated files')
   args = parser.parse_args(argv)
   print(common.command_line('bench_celeba_full', argv))
@@ -160,10 +160,10 @@ def main(argv=None):
       data = celeba.load(config)
     with phases.phase('cached load (no decoding)'):
       data = celeba.load(config)
-    with phases.phase(f'gather {args.gather_steps} batches of {args.batch_size}',
-                      args.gather_steps * args.batch_size):
+    with phases.phase(f'gather {args.gather_steps} batches of {args.batch}',
+                      args.gather_steps * args.batch):
       for step in range(args.gather_steps):
-        batching.train_batch(data.train, args.batch_size, seed=0, step=step)
+        batching.train_batch(data.train, args.batch, seed=0, step=step)
     tfds_dir = os.path.join(manual_dir, 'tfds')
     print_table(phases, f'{len(data.train) + len(data.test):,} images ({len(data.train):,} train, '
                 f'{len(data.test):,} test), {data.info["num_identities"]:,} identities, '

@@ -13,9 +13,21 @@ sort operations of its compiled HLO (XLA's deterministic mode sorts a scatter's 
 whether `--repeat-steps` steps from one state, run twice, end in bit-identical states (a CRC-32
 of every leaf, checkpointing.state_digest).
 
-Prints a Markdown table; the last line is `deterministic_vs_nondeterministic=<float>`: images/s
-of the deterministic variant over the other's (goal on a GPU: >= 0.97). XLA:CPU is deterministic
-either way, so on CPU the two compile the same program and the ratio only shows the noise.
+`--variants` adds two more compilations of the same lowering (GPU questions; XLA's deterministic
+flags also switch autotuning off, its autotuner taking the first candidate):
+  exclude_nondeterministic  `xla_gpu_exclude_nondeterministic_ops` instead (deterministic kernels,
+                            refusing select-and-scatter: the step has none)
+  deterministic_autotuned   deterministic ops with the autotuning results of the nondeterministic
+                            compilation (`xla_gpu_dump_autotune_results_to` there, then
+                            `xla_gpu_load_autotune_results_from`): does XLA keep the tuned kernels,
+                            and do they repeat bit for bit? Needs `nondeterministic` in the list;
+                            where that compilation writes no results (XLA:CPU has no autotuner) the
+                            variant is left out with a note.
+
+Prints a Markdown table, then `<variant>_vs_nondeterministic=<float>` for each extra variant; the
+last line is `deterministic_vs_nondeterministic=<float>`: images/s of the deterministic variant
+over the other's (goal on a GPU: >= 0.97). XLA:CPU is deterministic either way, so on CPU the
+variants compile the same program and the ratios only show the noise.
 """
 
 import argparse
@@ -24,6 +36,7 @@ import os
 import re
 import statistics
 import sys
+import tempfile
 import time
 
 if __package__ in (None, ''):  # run as a file: make the repository importable
@@ -36,6 +49,11 @@ from trainer import checkpointing  # noqa: E402
 
 OPTION = 'xla_gpu_deterministic_ops'
 VARIANTS = {'deterministic': {OPTION: True}, 'nondeterministic': {OPTION: False}}
+EXCLUDE = 'xla_gpu_exclude_nondeterministic_ops'
+DUMP_AUTOTUNE, LOAD_AUTOTUNE = 'xla_gpu_dump_autotune_results_to', 'xla_gpu_load_autotune_results_from'
+EXTRA_VARIANTS = {'exclude_nondeterministic': {OPTION: False, EXCLUDE: True},
+                  'deterministic_autotuned': {OPTION: True}}  # + LOAD_AUTOTUNE (compile_options)
+ALL_VARIANTS = (*VARIANTS, *EXTRA_VARIANTS)
 SCATTER_OR_SORT = re.compile(r'\b(scatter|select-and-scatter|sort)\(')
 
 
@@ -56,26 +74,66 @@ def repeats_identically(bench, compiled, steps):
   return digests[0] == digests[1]
 
 
-def measure(args, config):
-  """(bench, {variant: {'times': [s/step], 'ops': {...}, 'repeats': bool, 'compile_s': s}})."""
+def parse_variants(text):
+  """The --variants list, in compile order (nondeterministic first: its autotuning results are
+  what deterministic_autotuned loads); a bad list ends the process with one line (exit 2)."""
+  names = [n.strip() for n in text.split(',') if n.strip()]
+  unknown = [n for n in names if n not in ALL_VARIANTS]
+  if unknown or not names or len(set(names)) < len(names):
+    common.fail(f'--variants={text}: give distinct names among {",".join(ALL_VARIANTS)}')
+  if 'deterministic_autotuned' in names and 'nondeterministic' not in names:
+    common.fail('--variants: deterministic_autotuned loads the autotuning results of the '
+                'nondeterministic compilation; list nondeterministic too')
+  return sorted(names, key=lambda n: n != 'nondeterministic')
+
+
+def compile_options(name, autotune_file):
+  """(XLA options of the variant's compilation, or None when it cannot be built here; a note)."""
+  options = {**VARIANTS, **EXTRA_VARIANTS}[name]
+  if name == 'nondeterministic':
+    return {**options, DUMP_AUTOTUNE: autotune_file}, ''
+  if name != 'deterministic_autotuned':
+    return options, ''
+  if not os.path.getsize(autotune_file):
+    return None, ('deterministic_autotuned left out: the nondeterministic compilation wrote no '
+                  'autotuning results (XLA:CPU has no autotuner)')
+  return {**options, LOAD_AUTOTUNE: autotune_file}, ''
+
+
+def compile_variants(bench, names):
+  """({variant: {'compiled', 'compile_s', 'ops'}}, [notes]) from the bench's one lowering."""
+  out, notes = {}, []
+  with tempfile.TemporaryDirectory(prefix='bench_determinism_') as folder:
+    autotune_file = os.path.join(folder, 'autotune_results.textproto')
+    open(autotune_file, 'w').close()  # empty: nothing written yet
+    for name in names:
+      options, note = compile_options(name, autotune_file)
+      if options is None:
+        notes.append(note)
+        continue
+      start = time.perf_counter()
+      compiled = bench.lowered.compile(options)
+      out[name] = {'compiled': compiled, 'compile_s': time.perf_counter() - start,
+                   'ops': scatter_and_sort_ops(compiled)}
+  return out, notes
+
+
+def measure(args, config, names=tuple(VARIANTS)):
+  """(bench, {variant: {'times': [s/step], 'ops': {...}, 'repeats': bool, 'compile_s': s}},
+  [notes])."""
   bench = bench_step.build_step(config, bench_step.selected_devices(args),
                                 num_classes=args.num_classes, compile_step=False)  # lowered only
-  out = {}
-  for name, options in VARIANTS.items():
-    start = time.perf_counter()
-    compiled = bench.lowered.compile(options)
-    out[name] = {'compiled': compiled, 'compile_s': time.perf_counter() - start,
-                 'ops': scatter_and_sort_ops(compiled)}
+  out, notes = compile_variants(bench, names)
   times = common.alternate({name: lambda n, c=v['compiled']: bench.run(n, c)
                             for name, v in out.items()}, args.warmup, args.windows, args.steps)
   for name, v in out.items():
     v['times'] = times[name]
     v['repeats'] = repeats_identically(bench, v['compiled'], args.repeat_steps)
-  return bench, out
+  return bench, out, notes
 
 
 def table(bench, results, args):
-  """(Markdown table, images/s ratio deterministic / nondeterministic)."""
+  """(Markdown table, {variant: its images/s over the nondeterministic variant's})."""
   c = bench.config
   ips = {name: c.batch_size / statistics.median(v['times']) for name, v in results.items()}
   lines = [f'ResNet-18 width {c.model.width:g}, {c.model.stem} stem, {c.data.image_size}^2, '
@@ -91,7 +149,8 @@ def table(bench, results, args):
     lines.append(f'| {name} | {statistics.median(t):.2f} ({min(t):.2f}-{max(t):.2f}) | '
                  f'{ips[name]:.1f} | {ops} | {"yes" if v["repeats"] else "no"} | '
                  f'{v["compile_s"]:.1f} |')
-  return '\n'.join(lines), ips['deterministic'] / ips['nondeterministic']
+  base = ips.get('nondeterministic')
+  return '\n'.join(lines), {name: ips[name] / base for name in ips if base and name != 'nondeterministic'}
 
 
 def main(argv=None):
@@ -99,15 +158,22 @@ def main(argv=None):
   bench_step.add_args(parser)
   parser.add_argument('--repeat-steps', type=int, default=3,
                       help='steps run twice from one state, per variant')
+  parser.add_argument('--variants', default=','.join(VARIANTS),
+                      help='compilations compared: ' + ','.join(ALL_VARIANTS))
   args, config = bench_step.parse(parser, argv)
   if args.repeat_steps < 1:
     common.fail(f'--repeat-steps={args.repeat_steps}: give a positive number of steps')
+  names = parse_variants(args.variants)
   print(common.environment())
   print(common.command_line('bench_determinism', argv))
-  bench, results = measure(args, config)
-  text, ratio = table(bench, results, args)
-  print(text)
-  print(f'deterministic_vs_nondeterministic={ratio:.4f}')
+  bench, results, notes = measure(args, config, names)
+  text, ratios = table(bench, results, args)
+  print('\n'.join([text, *notes]))
+  for name, ratio in ratios.items():  # deterministic's last: the line the tools read
+    if name != 'deterministic':
+      print(f'{name}_vs_nondeterministic={ratio:.4f}')
+  if 'deterministic' in ratios:
+    print(f'deterministic_vs_nondeterministic={ratios["deterministic"]:.4f}')
 
 
 if __name__ == '__main__':

@@ -1,6 +1,6 @@
 """The CelebA input pipeline alone, on a generated CelebA-format fixture (218x178 JPEGs).
 
-  JAX_PLATFORMS=cpu python -m benchmarks.bench_input --identities 40 --image_size 224
+  JAX_PLATFORMS=cpu python -m benchmarks.bench_input --identities 40 --image-size 224
 
 Measures, and prints as a table, images per wall-clock second and per CPU-second of this process
 (= images/s of one fully available core; robust to a busy, shared machine):
@@ -42,9 +42,9 @@ def _decode_rate(jpegs, size, threads, repeats):
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--identities', type=int, default=40)
-  parser.add_argument('--max_images', type=int, default=12)
-  parser.add_argument('--image_size', type=int, default=224)
-  parser.add_argument('--batch_size', type=int, default=256)
+  parser.add_argument('--max-images', type=int, default=12)
+  parser.add_argument('--image-size', type=int, default=224)
+  parser.add_argument('--batch', type=int, default=256)
   parser.add_argument('--repeats', type=int, default=3, help='passes over the JPEGs when decoding')
   parser.add_argument('--threads', type=int, default=len(os.sched_getaffinity(0)))
   parser.add_argument('--workdir', default='', help='where the fixture goes (default: a temp dir)')
@@ -69,7 +69,7 @@ def main(argv=None):
   data = celeba.load(config)
   rows.append(('cached load (no decoding)', len(jpegs) / (time.perf_counter() - start), None))
 
-  batch = min(args.batch_size, len(data.train))
+  batch = min(args.batch, len(data.train))
   steps = max(1, 20 * len(data.train) // batch)
   start, cpu = time.perf_counter(), time.process_time()
   for step in range(steps):

@@ -158,9 +158,11 @@ class TorchStep:
 
   def run(self, n):
     start = time.perf_counter()
+    loss = None
     for _ in range(n):
       loss = self.step(self.images, self.labels)
-    loss.item()  # the host waits once, at the end of the window
+    if loss is not None:  # n = 0 (--warmup 0): nothing to wait for
+      loss.item()  # the host waits once, at the end of the window
     self.sync()
     return time.perf_counter() - start
 

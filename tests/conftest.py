@@ -6,6 +6,7 @@ alone, so those tests run on the machine's GPU (elsewhere they are skipped).
 """
 
 import os
+import pathlib
 import signal
 import sys
 
@@ -26,6 +27,45 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
+
+# Tiers by cost, one per test file (`pytest -m unit`, `-m "not e2e"`, ...; pytest.ini registers
+# them): unit = no model is built (statistics and analysis on planted tables, config and plan
+# checks, pure functions); integration = JAX in this process (model parts, one compiled step, a
+# benchmark's main at a toy size); e2e = whole runs: training, or subprocesses (train.py, the
+# CLIs, the benchmarks); gpu = tests/gpu (skipped without GPU_TESTS=1). tests/test_tiers.py checks
+# that every test file is in exactly one tier.
+TIERS = {
+    'unit': ('test_analysis_scale.py', 'test_answer.py', 'test_attribution.py', 'test_batching.py',
+             'test_contrasts.py', 'test_faults_metrics.py', 'test_figures.py', 'test_findings.py',
+             'test_gap.py', 'test_imports.py', 'test_record.py', 'test_stats.py',
+             'test_sweep_checks.py', 'test_sweep_shared_root.py', 'test_throughput.py',
+             'test_tiers.py'),
+    'integration': ('test_bench_determinism.py', 'test_bench_epoch.py', 'test_conv_impl.py',
+                    'test_data_parallel.py', 'test_emulate_fast.py', 'test_gpu_memory.py',
+                    'test_loss.py', 'test_lowering.py', 'test_memory_checks.py', 'test_model.py',
+                    'test_numerics.py', 'test_optim.py', 'test_pool.py', 'test_profiles.py'),
+    'e2e': ('test_benchmarks.py', 'test_celeba.py', 'test_cli.py', 'test_divergence.py',
+            'test_faults_resume.py', 'test_faults_stop.py', 'test_faults_workdir.py',
+            'test_gpu_evidence.py', 'test_multihost.py', 'test_newcomer.py', 'test_pretrained.py',
+            'test_reliability.py', 'test_sweep.py', 'test_sweep_quoting.py', 'test_train.py'),
+    'gpu': ('gpu/test_gpu_tier.py',),
+}
+TESTS = pathlib.Path(__file__).resolve().parent
+
+
+def tier_of(path):
+  """The tier of a test file (a path), or None for a file no tier lists."""
+  name = pathlib.Path(path).resolve().relative_to(TESTS).as_posix()
+  return next((tier for tier, files in TIERS.items() if name in files), None)
+
+
+def pytest_collection_modifyitems(items):
+  """Each test gets its file's tier as a marker."""
+  for item in items:
+    tier = tier_of(item.path)
+    if tier:
+      item.add_marker(getattr(pytest.mark, tier))
+
 
 CACHE_DIR = os.environ.get('TEST_JAX_CACHE', os.path.join(ROOT, '.jax_cache'))
 jax.config.update('jax_compilation_cache_dir', CACHE_DIR)

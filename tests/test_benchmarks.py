@@ -1,5 +1,8 @@
 """The benchmarks run end to end at minimal sizes and print their last line (nothing is timed)."""
 
+import glob
+import os
+import re
 import subprocess
 import sys
 
@@ -19,6 +22,18 @@ def keep_matmul_precision():
   before = jax.config.jax_default_matmul_precision
   yield
   jax.config.update('jax_default_matmul_precision', before)
+
+
+def test_every_benchmark_flag_is_spelt_with_hyphens():
+  """One spelling in every benchmark (argparse's and the sweeps' and analysis tools'): --image-size,
+  never --image_size; a flag that names a config field keeps its hyphenated shorthand."""
+  flags = {}
+  for path in glob.glob(os.path.join(ROOT, 'benchmarks', '*.py')):
+    with open(path, encoding='utf-8') as f:
+      for flag in re.findall(r"add_argument\(\s*'(--[^']+)'", f.read()):
+        flags.setdefault(flag, os.path.basename(path))
+  assert '--image-size' in flags and '--batch' in flags
+  assert not {flag: where for flag, where in flags.items() if '_' in flag}
 
 
 def test_bench_step_runs(capsys, keep_matmul_precision):
@@ -81,7 +96,7 @@ def test_bench_emulate_native_variant_of_each_format():
 
 
 def test_bench_vs_torch_runs(capsys, keep_matmul_precision):
-  bench_vs_torch.main(TINY + ['--rounds', '2', '--warmup', '1', '--no-compile'])
+  bench_vs_torch.main(TINY + ['--rounds', '2', '--warmup', '0', '--no-compile'])
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[-1].startswith('speedup_vs_torch=') and float(lines[-1].split('=')[1]) > 0
   assert any(line.startswith('| torch eager |') for line in lines)

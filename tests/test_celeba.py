@@ -516,7 +516,7 @@ def test_bench_celeba_full_runs_at_a_tiny_size(tmp_path, capsys):
   from benchmarks import bench_celeba_full  # pylint: disable=import-outside-toplevel
   workdir = tmp_path / 'bench'
   bench_celeba_full.main(['--workdir', str(workdir), '--images', '40', '--identities', '8',
-                          '--image_size', '8', '--gather_steps', '2', '--batch_size', '4'])
+                          '--image-size', '8', '--gather-steps', '2', '--batch', '4'])
   text = capsys.readouterr().out
   assert '40 images (' in text and '| · prepare (TFDS) |' in text and '| · decode + write cache |' in text
   assert 'decoded cache 0 MiB (N x 8^2 x 3 = 0 MiB)' in text and not workdir.exists()

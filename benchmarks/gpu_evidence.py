@@ -1,0 +1,286 @@
+"""The GPU agenda as one program: every GPU measurement this project waits for, in parts of less
+than 9 minutes on an H100, written into one folder to bring back.
+
+  python -m benchmarks.gpu_evidence --list                        # each part, minutes on an H100
+  python -m benchmarks.gpu_evidence --part gpu_tier --out runs/gpu_evidence
+  python -m benchmarks.gpu_evidence --part all --out runs/gpu_evidence   # the parts not done yet
+  python -m benchmarks.gpu_evidence --pack $OUT/gpu_evidence.tar.gz --out runs/gpu_evidence
+  python -m benchmarks.gpu_evidence --smoke --out /tmp/evidence   # every part, toy size, CPU
+
+The parts and their commands: benchmarks/gpu_evidence_parts.py (each an existing tool's command
+line). A part runs its commands in order from the repository root, each command's stdout in
+OUT/<part>/<label>.txt and stderr in <label>.err, and ends by writing OUT/<part>/status.json
+(status, headline, each command with its exit code and seconds). Resumable: a part whose status
+says `completed` (in the same mode, smoke or not) is skipped unless --force; a part stopped
+midway (a failed command, --part-minutes reached, the machine taken back) is not done, and runs
+again from its first command (the study's sweeps skip their completed runs). After every part the
+summary is written again: OUT/summary.md and OUT/summary.csv, one row per part (status, minutes,
+headline). `--pack FILE` writes OUT as a .tar.gz without the runs' training states (their
+records and logs stay), small enough to bring back.
+"""
+
+import argparse
+import contextlib
+import csv
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import traceback
+
+if __package__ in (None, ''):  # run as a file: make the repository importable
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import common  # noqa: E402
+from benchmarks import gpu_evidence_parts as agenda  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STATUS_FILE = 'status.json'
+SUMMARY_COLUMNS = ('part', 'h100_minutes', 'status', 'minutes', 'headline')
+PART_MINUTES = 9.0  # the lent machine's commands end at 10 minutes
+GRACE_S = 20  # after SIGTERM, before SIGKILL (the sweep stops its runs in between)
+# Smoke mode: CPU, every compile in one cache, compiled without most optimisations.
+SMOKE_ENV = {'JAX_PLATFORMS': 'cpu', 'JAX_DISABLE_MOST_OPTIMIZATIONS': '1',
+             'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0'}
+
+
+def parts_named(names):
+  """The parts to run, in agenda order: 'all' or comma-separated names; one line on a bad name."""
+  known = {p.name: p for p in agenda.PARTS}
+  wanted = [n.strip() for n in names.split(',') if n.strip()]
+  if wanted == ['all']:
+    return list(agenda.PARTS)
+  unknown = [n for n in wanted if n not in known]
+  if unknown or not wanted:
+    common.fail(f'--part={names}: give all or part names among {", ".join(known)} (--list)')
+  return [p for p in agenda.PARTS if p.name in wanted]
+
+
+def read_status(out, name):
+  path = os.path.join(out, name, STATUS_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path, encoding='utf-8') as f:
+    return json.load(f)
+
+
+def write_json(path, value):
+  """Written whole or not at all (a temporary file renamed over it)."""
+  with open(path + '.tmp', 'w', encoding='utf-8') as f:
+    json.dump(value, f, indent=1)
+  os.replace(path + '.tmp', path)
+
+
+def is_done(status, smoke):
+  return bool(status) and status['status'] == 'completed' and status['smoke'] == smoke
+
+
+def environment(step):
+  """This process's environment (smoke mode's settings included) with the step's."""
+  env = {**os.environ, 'PYTHONUNBUFFERED': '1', **step.env}
+  env['PYTHONPATH'] = REPO + (os.pathsep + env['PYTHONPATH'] if env.get('PYTHONPATH') else '')
+  return env
+
+
+def run_command(step, ctx, seconds_left):
+  """Exit code of the step's subprocess (None: stopped at the part's time limit)."""
+  with open(os.path.join(ctx.folder, step.label + '.txt'), 'w') as out, \
+       open(os.path.join(ctx.folder, step.label + '.err'), 'w') as err:
+    proc = subprocess.Popen(step.argv, cwd=REPO, env=environment(step), stdout=out,
+                            stderr=err, start_new_session=True)
+    try:
+      return proc.wait(timeout=max(1.0, seconds_left))
+    except subprocess.TimeoutExpired:
+      os.killpg(proc.pid, signal.SIGTERM)
+      try:
+        proc.wait(timeout=GRACE_S)
+      except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+      return None
+
+
+def in_process(step, ctx):
+  """Smoke mode runs `python -m benchmarks.X ...` and `python -m sweeps.sweep ...` as X.main(args)
+  in this process (the same argv, parsed the same way): one set of imports and in-memory
+  compilations for every toy part instead of a process each."""
+  return ctx.smoke and not step.env and step.argv[1] == '-m' and step.argv[2].startswith(
+      ('benchmarks.', 'sweeps.'))
+
+
+def run_module(step, ctx):
+  """Exit code of module.main(argv) run here, its stdout and stderr in the step's files."""
+  with open(os.path.join(ctx.folder, step.label + '.txt'), 'w') as out, \
+       open(os.path.join(ctx.folder, step.label + '.err'), 'w') as err, \
+       contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    try:
+      code = importlib.import_module(step.argv[2]).main(step.argv[3:])
+    except SystemExit as e:
+      code = e.code
+    except Exception:  # noqa: BLE001 - a failed command is a result of the part
+      traceback.print_exc()
+      code = 1
+  return code if isinstance(code, int) else (0 if code is None else 2)
+
+
+def run_call(step, ctx):
+  """0 when the in-process step returns (its text in <label>.txt), else 1 (the error in .err)."""
+  try:
+    text = step.call(ctx)
+  except (Exception, SystemExit) as e:  # noqa: BLE001 - a failed step is a result of the part
+    with open(os.path.join(ctx.folder, step.label + '.err'), 'w') as f:
+      f.write(f'{type(e).__name__}: {e}\n')
+    return 1
+  with open(os.path.join(ctx.folder, step.label + '.txt'), 'w') as f:
+    f.write(text + '\n')
+  return 0
+
+
+def run_part(part, out, smoke, part_minutes):
+  """Run the part's commands; returns its status dict (also written to OUT/<part>/status.json)."""
+  ctx = agenda.Context(smoke, out, os.path.join(out, part.name))
+  os.makedirs(ctx.folder, exist_ok=True)
+  status = {'part': part.name, 'smoke': smoke, 'status': 'running', 'commands': [],
+            'started': common.host(), 'minutes': 0.0, 'headline': ''}
+  write_json(os.path.join(ctx.folder, STATUS_FILE), status)
+  start = time.time()
+  for step in part.steps(ctx):
+    seconds_left = part_minutes * 60 - (time.time() - start)
+    began = time.time()
+    if step.call:
+      code = run_call(step, ctx)
+    elif in_process(step, ctx):
+      code = run_module(step, ctx)
+    else:
+      code = run_command(step, ctx, seconds_left)
+    status['commands'].append({'label': step.label, 'exit_code': code,
+                               'seconds': round(time.time() - began, 1),
+                               'command': ' '.join(step.argv) if step.argv else 'in process'})
+    if code is None or code not in step.ok:
+      status['status'] = 'timed out' if code is None else f'failed: {step.label} exit {code}'
+      break
+  else:
+    status['status'] = 'completed'
+  status['minutes'] = round((time.time() - start) / 60, 2)
+  try:
+    status['headline'] = part.headline(ctx)
+  except Exception as e:  # noqa: BLE001 - a part's outputs may be partial
+    status['headline'] = f'no headline ({type(e).__name__}: {str(e).splitlines()[0][:200]})'
+  write_json(os.path.join(ctx.folder, STATUS_FILE), status)
+  return status
+
+
+def summary_rows(out):
+  rows = []
+  for part in agenda.PARTS:
+    s = read_status(out, part.name) or {'status': 'not run', 'minutes': '', 'headline': ''}
+    mode = ' (smoke)' if s.get('smoke') else ''
+    rows.append({'part': part.name, 'h100_minutes': part.minutes, 'status': s['status'] + mode,
+                 'minutes': s['minutes'], 'headline': s['headline']})
+  return rows
+
+
+def write_summary(out):
+  """OUT/summary.csv and OUT/summary.md: every part of the agenda, run or not."""
+  rows = summary_rows(out)
+  with open(os.path.join(out, 'summary.csv'), 'w', newline='', encoding='utf-8') as f:
+    writer = csv.DictWriter(f, SUMMARY_COLUMNS)
+    writer.writeheader()
+    writer.writerows(rows)
+  lines = [f'# GPU evidence ({common.host()})', '',
+           '| part | expected minutes (H100) | status | minutes | headline |',
+           '|---|---|---|---|---|']
+  lines += [f'| {r["part"]} | {r["h100_minutes"]} | {r["status"]} | {r["minutes"]} | '
+            f'{str(r["headline"]).replace("|", "/")} |' for r in rows]
+  with open(os.path.join(out, 'summary.md'), 'w', encoding='utf-8') as f:
+    f.write('\n'.join(lines) + '\n')
+  return rows
+
+
+def pack(out, path):
+  """OUT as a .tar.gz without the runs' training states (checkpoints/<step>/state) or the
+  compilation cache."""
+  def keep(info):
+    parts = info.name.split('/')
+    state = len(parts) >= 3 and parts[-3] == 'checkpoints' and parts[-1] == 'state'
+    return None if state or '.jax_cache' in parts else info
+  with tarfile.open(path, 'w:gz') as tar:
+    tar.add(out, arcname=os.path.basename(os.path.abspath(out)), filter=keep)
+  return os.path.getsize(path)
+
+
+def list_parts():
+  total = sum(p.minutes for p in agenda.PARTS)
+  for p in agenda.PARTS:
+    print(f'{p.name:30s} {p.minutes:3d} min  {p.what}')
+  print(f'{len(agenda.PARTS)} parts, {total} minutes on an H100 in all')
+
+
+def keep_off_the_gpu():
+  """This process reads run records (Orbax, which starts JAX) between the parts: on the CPU, so
+  that it never takes GPU memory from the commands (JAX would preallocate 75 % of it). Only this
+  process: the commands' environment is left as it is."""
+  import jax  # pylint: disable=import-outside-toplevel
+  jax.config.update('jax_platforms', 'cpu')
+
+
+def parse_args(argv):
+  p = argparse.ArgumentParser(prog='python -m benchmarks.gpu_evidence',
+                              description=__doc__.split('\n')[0])
+  p.add_argument('--list', action='store_true', help='print each part and its minutes on an H100')
+  p.add_argument('--part', default=None, help="'all' or comma-separated part names")
+  p.add_argument('--out', default=None, help='the evidence folder (one per machine)')
+  p.add_argument('--smoke', action='store_true',
+                 help='toy sizes on CPU (every part, unless --part names some)')
+  p.add_argument('--force', action='store_true', help='run parts already completed again')
+  p.add_argument('--part-minutes', type=float, default=PART_MINUTES,
+                 help='a part still running after this is stopped (status: timed out)')
+  p.add_argument('--pack', default=None, metavar='FILE.tar.gz',
+                 help='write the evidence folder, without training states, to this archive')
+  return p.parse_args(argv)
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  if args.list:
+    list_parts()
+    return 0
+  if not args.out:
+    common.fail('--out: give the evidence folder, e.g. --out runs/gpu_evidence')
+  if args.pack:
+    if not os.path.isdir(args.out):
+      common.fail(f'--out={args.out}: no evidence folder there to pack')
+    print(f'wrote {args.pack}: {pack(args.out, args.pack) / 2**20:.1f} MiB')
+    return 0
+  if not args.part and not args.smoke:
+    common.fail('--part: give all or part names (--list), or --smoke')
+  parts = parts_named(args.part or 'all')
+  if args.smoke:  # before anything here starts JAX
+    os.environ.update(SMOKE_ENV)
+    os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', os.path.join(REPO, '.jax_cache'))
+  else:
+    keep_off_the_gpu()
+  out = os.path.abspath(args.out)
+  os.makedirs(out, exist_ok=True)
+  failed = 0
+  for part in parts:
+    if is_done(read_status(out, part.name), args.smoke) and not args.force:
+      print(f'{part.name}: completed already (skipped; --force runs it again)')
+      continue
+    print(f'{part.name}: running (expected {part.minutes} min on an H100)', flush=True)
+    status = run_part(part, out, args.smoke, args.part_minutes)
+    failed += status['status'] != 'completed'
+    print(f'{part.name}: {status["status"]} in {status["minutes"]} min: {status["headline"]}',
+          flush=True)
+    write_summary(out)
+  write_summary(out)
+  print(f'summary: {os.path.join(out, "summary.md")}')
+  return 1 if failed else 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

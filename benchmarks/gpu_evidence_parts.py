@@ -1,0 +1,278 @@
+"""The parts of the GPU agenda (benchmarks/gpu_evidence.py runs them): each part's commands at the
+GPU's size and at a toy size for CPU (`smoke`), its expected minutes on an H100 and its headline.
+
+Every command is an existing tool's own command line (the benchmarks, pytest, sweeps.sweep), run
+from the repository root; the study's records are exported to CSV in this process
+(analysis.export) so that the folder brought back holds them without the training states. At the
+toy size the sweeps are dry runs (checked and planned, not trained): the headlines of trained
+runs are tested on planted records (tests/test_gpu_evidence.py).
+"""
+
+import collections
+import glob
+import os
+import re
+import sys
+
+from sweeps import scripts
+
+# One command of a part: `argv` run as a subprocess (stdout to OUT/<part>/<label>.txt, stderr to
+# <label>.err), or `call(ctx)` run in this process (its returned text written the same way);
+# `ok` the exit codes that mean it ran to its end (pytest's 1: tests failed, a result).
+Step = collections.namedtuple('Step', 'label argv env ok call', defaults=(None, {}, (0,), None))
+Part = collections.namedtuple('Part', 'name minutes what steps headline')
+# smoke: toy sizes on CPU; out: the evidence folder; folder: this part's folder in it.
+Context = collections.namedtuple('Context', 'smoke out folder')
+
+PY = sys.executable
+GPU_STEP = ['--config', 'configs/celeba.py:gpu', '--image-size', '224', '--compute-dtype',
+            'bfloat16']
+TOY_STEP = ['--config', 'configs/celeba.py:gpu', '--image-size', '16', '--width', '0.0625',
+            '--batch', '8', '--num-classes', '10', '--steps', '1', '--windows', '1', '--warmup',
+            '0']
+ALL_VARIANTS = 'deterministic,nondeterministic,exclude_nondeterministic,deterministic_autotuned'
+STUDY_SEEDS, STUDY_SLICE, STUDY_PARALLEL = 16, 4, 8
+REPLICATE_SEEDS = 2
+# The toy study: digits' smoke preset, one epoch of 6 steps, one arm.
+TOY_STUDY = 'smoke,num_epochs=1,optim.freeze_epochs=0,batch_size=256,arms=1'
+KEY_VALUE = re.compile(r'^([A-Za-z_]\w*)=(-?[0-9][0-9.e+-]*)$')
+PYTEST_SUMMARY = re.compile(r'\d+ (passed|failed|skipped|errors?)\b.* in ')
+MEM_FRACTION = re.compile(r'XLA_PYTHON_CLIENT_MEM_FRACTION=([0-9.]+)')
+
+
+def module(name, *args):
+  return Step(name, [PY, '-m', f'benchmarks.{name}', *args])
+
+
+def read(path):
+  if not os.path.exists(path):
+    return ''
+  with open(path, encoding='utf-8', errors='replace') as f:
+    return f.read()
+
+
+def key_values(ctx):
+  """'key=value; ...': the `name=<number>` lines of every command's output (the benchmarks' last
+  lines), in order."""
+  found = []
+  for path in sorted(glob.glob(os.path.join(ctx.folder, '*.txt'))):
+    found += [line.strip() for line in read(path).splitlines() if KEY_VALUE.match(line.strip())]
+  return '; '.join(found) or 'no result line'
+
+
+def pytest_summary(ctx):
+  lines = [l.strip('= ') for l in read(os.path.join(ctx.folder, 'pytest.txt')).splitlines()]
+  return next((l for l in reversed(lines) if PYTEST_SUMMARY.search(l)), 'no pytest summary')
+
+
+def gpu_tier(ctx):
+  env = {} if ctx.smoke else {'GPU_TESTS': '1'}
+  return [Step('pytest', [PY, '-m', 'pytest', 'tests/gpu', '-q'], env, (0, 1))]
+
+
+def determinism(batch, variants, extra=()):
+  def steps(ctx):
+    size = TOY_STEP if ctx.smoke else GPU_STEP + ['--batch', str(batch), *extra]
+    return [module('bench_determinism', *size, '--variants', variants)]
+  return steps
+
+
+def determinism_256(ctx):
+  pool = ['--batch', '2', '--size', '8', '--channels', '4', '--steps', '1', '--windows', '1',
+          '--warmup', '0'] if ctx.smoke else []
+  return determinism(256, ALL_VARIANTS)(ctx) + [module('bench_pool', *pool)]
+
+
+def vs_torch(batch, config=(), rounds=()):
+  def steps(ctx):
+    if ctx.smoke:
+      size = ['--image-size', '16', '--width', '0.0625', '--batch', '8', '--num-classes', '10',
+              '--steps', '1', '--rounds', '1', '--warmup', '0', '--no-compile']
+    else:
+      size = ['--image-size', '224', '--batch', str(batch), '--precision', 'bf16', *rounds]
+    return [module('bench_vs_torch', *config, *size)]
+  return steps
+
+
+def profile_steps(ctx):
+  if ctx.smoke:
+    return [module('profile_step', *TOY_STEP, '--top', '5')]
+  return [Step(f'profile_step_{b}', [PY, '-m', 'benchmarks.profile_step', *GPU_STEP, '--batch',
+                                     str(b), '--top', '40']) for b in (256, 2048)]
+
+
+def epoch_steps(ctx):
+  if ctx.smoke:
+    return [module('bench_epoch', *TOY_STEP, '--train-examples', '16', '--test-examples', '8',
+                   '--repeats', '1', '--config.eval_batch_size=8')]
+  return [module('bench_epoch', *GPU_STEP)]
+
+
+def study_spec(ctx, seeds, only=None, extra=''):
+  """benchmarks/study_seeds.py's spec: the study (the toy one in smoke mode) over `seeds`."""
+  parts = [TOY_STUDY if ctx.smoke else 'study', extra, f'seeds={seeds}',
+           f'only={only[0]}-{only[1]}' if only else '']
+  return 'benchmarks/study_seeds.py:' + ','.join(p for p in parts if p)
+
+
+def sweep(ctx, label, spec, root, parallel):
+  """sweeps.sweep of `spec` into `root`; at the toy size a dry run (every run's config, data and
+  folder checked, the command list and study.json written, nothing trained: a train.py run costs
+  a CPU more than the rest of the toy agenda)."""
+  dry = ['--dry-run'] if ctx.smoke else []
+  return Step(label, [PY, '-m', 'sweeps.sweep', f'--config={spec}', f'--root={root}',
+                      f'--parallel={parallel}', '--heartbeat=60', *dry], ok=(0, 1))
+
+
+def planned(ctx, root):
+  """The toy size's headline: how many runs the dry run planned (its command list)."""
+  commands = read(os.path.join(root, scripts.COMMANDS_FILE)).splitlines()
+  return f'dry run: {len(commands)} run(s) planned'
+
+
+def shared_gpu(ctx):
+  """Four runs at a time on the one GPU (a toy two on CPU): each gets the memory fraction."""
+  spec = study_spec(ctx, 1)
+  return [sweep(ctx, 'sweep', spec, os.path.join(ctx.folder, 'runs'), 4)]
+
+
+def shared_gpu_headline(ctx):
+  if ctx.smoke:
+    return planned(ctx, os.path.join(ctx.folder, 'runs'))
+  logs = glob.glob(os.path.join(ctx.folder, 'runs', '*', '*', 'train.log'))
+  found = [MEM_FRACTION.search(read(log)) for log in logs]  # the first header's settings
+  fractions = collections.Counter(m.group(1) if m else 'none' for m in found)
+  named = ', '.join(f'{v} in {n}' for v, n in sorted(fractions.items())) or 'none'
+  return f'{runs_line(os.path.join(ctx.folder, "runs"))}; MEM_FRACTION in train.log: {named}'
+
+
+def records(root):
+  """{run path relative to root: its record (None: nothing saved)} (analysis.results)."""
+  from analysis import results  # pylint: disable=import-outside-toplevel
+  return {os.path.relpath(run, root): r for run, r in results.read_all(root)
+          if not isinstance(r, Exception)}
+
+
+def runs_line(root, seeds=None):
+  """'N of M runs completed; test accuracy mean (min-max)' of the runs under root (of `seeds`)."""
+  found = [r for r in records(root).values() if r and (seeds is None or r.get('seed') in seeds)]
+  done = [r for r in found if r.get('status') == 'completed']
+  accuracy = [100 * r['final']['test_accuracy'] for r in done if 'test_accuracy' in r['final']]
+  line = f'{len(done)} of {len(found)} runs completed'
+  if accuracy:
+    line += (f'; test accuracy mean {sum(accuracy) / len(accuracy):.2f} % '
+             f'({min(accuracy):.2f}-{max(accuracy):.2f})')
+  return line
+
+
+def export_step(label, roots, csv_path, spec):
+  """The runs' records as one CSV and the study's declaration beside it (analysis.export), so the
+  folder brought back holds them without the training states."""
+  def call(ctx):  # pylint: disable=unused-argument
+    from analysis import export  # pylint: disable=import-outside-toplevel
+    export.main(['--runs', *roots, '--out', csv_path, '--study', spec])
+    return f'wrote {csv_path}'
+  return Step(label, call=call)
+
+
+def study_root(ctx):
+  return os.path.join(ctx.out, 'study', 'runs')
+
+
+def seed_range(ctx, first):
+  """The slice's seeds: first..first+STUDY_SLICE-1; seed 0 at the toy size."""
+  return (0, 0) if ctx.smoke else (first, first + STUDY_SLICE - 1)
+
+
+def study_slice(first):
+  """The study's seeds first..first+STUDY_SLICE-1 (see seed_range)."""
+  def steps(ctx):
+    first_seed, last = seed_range(ctx, first)
+    root = study_root(ctx)
+    export = export_step('export', [root], os.path.join(ctx.out, 'study', 'study.csv'),
+                         study_spec(ctx, STUDY_SEEDS))
+    return [sweep(ctx, 'sweep', study_spec(ctx, STUDY_SEEDS, (first_seed, last)), root,
+                  STUDY_PARALLEL)] + ([] if ctx.smoke else [export])
+
+  def headline(ctx):
+    if ctx.smoke:
+      return planned(ctx, study_root(ctx))
+    first_seed, last = seed_range(ctx, first)
+    return (f'seeds {first_seed}-{last}: '
+            f'{runs_line(study_root(ctx), range(first_seed, last + 1))}; '
+            f'whole root: {runs_line(study_root(ctx))}')
+  return steps, headline
+
+
+def replicate_roots(ctx, deterministic):
+  folder = os.path.join(ctx.out, 'replicates', f'gpu_deterministic_{deterministic}')
+  return [os.path.join(folder, name) for name in ('a', 'b')]
+
+
+def replicates(deterministic):
+  """The study's arms x REPLICATE_SEEDS seeds twice (roots a and b) with
+  numerics.gpu_deterministic set: do same-seed runs end in the same model?"""
+  def steps(ctx):
+    spec = study_spec(ctx, REPLICATE_SEEDS if not ctx.smoke else 1,
+                      extra=f'numerics.gpu_deterministic={deterministic}')
+    roots = replicate_roots(ctx, deterministic)
+    export = export_step('export', roots, os.path.dirname(roots[0]) + '.csv', spec)
+    return [sweep(ctx, f'sweep_{os.path.basename(r)}', spec, r, STUDY_PARALLEL)
+            for r in roots] + ([] if ctx.smoke else [export])
+
+  def headline(ctx):
+    roots = replicate_roots(ctx, deterministic)
+    return ' / '.join(planned(ctx, r) for r in roots) if ctx.smoke else replicate_line(*roots)
+  return steps, headline
+
+
+def replicate_line(root_a, root_b):
+  """Same-seed pairs (a run of root a, the same arm and seed in root b), both completed: how many
+  end in bit-identical states (the record's state_digest, a CRC-32 of every leaf) and with equal
+  test accuracy, and the largest accuracy difference |a - b| in pp."""
+  a, b = records(root_a), records(root_b)
+  pairs = [(a[k], b[k]) for k in sorted(a.keys() & b.keys())
+           if a[k] and b[k] and a[k].get('status') == b[k].get('status') == 'completed']
+  if not pairs:
+    return 'no completed same-seed pair'
+  same_state = sum(x.get('state_digest') is not None and x.get('state_digest') ==
+                   y.get('state_digest') for x, y in pairs)
+  gaps = [abs(x['final']['test_accuracy'] - y['final']['test_accuracy']) * 100 for x, y in pairs]
+  return (f'{len(pairs)} same-seed pairs: bit-identical final states {same_state}, equal test '
+          f'accuracy {sum(g == 0 for g in gaps)}, largest accuracy difference {max(gaps):.2f} pp')
+
+
+def part(name, minutes, what, steps, headline=key_values):
+  return Part(name, minutes, what, steps, headline)
+
+
+STUDY_PARTS = [part(f'study_seeds_{f}_{f + STUDY_SLICE - 1}', 4,
+                    f'the digits study, {STUDY_PARALLEL} runs at a time: 8 arms x seeds {f}-'
+                    f'{f + STUDY_SLICE - 1} of {STUDY_SEEDS}', *study_slice(f))
+               for f in range(0, STUDY_SEEDS, STUDY_SLICE)]
+PARTS = [
+    part('gpu_tier', 3, 'GPU_TESTS=1 pytest tests/gpu', gpu_tier, pytest_summary),
+    part('determinism_256', 4, 'bench_determinism at batch 256 (all four variants) and bench_pool',
+         determinism_256),
+    part('determinism_2048', 5, 'bench_determinism at batch 2048: deterministic vs not',
+         determinism(2048, 'deterministic,nondeterministic', ['--steps', '5', '--windows', '3'])),
+    part('determinism_2048_xla', 7, 'bench_determinism at batch 2048: exclude_nondeterministic_ops '
+         'and the autotuned deterministic compilation', determinism(
+             2048, 'nondeterministic,exclude_nondeterministic,deterministic_autotuned',
+             ['--steps', '5', '--windows', '3'])),
+    part('vs_torch_256', 3, 'bench_vs_torch, bf16, batch 256', vs_torch(256)),
+    part('vs_torch_2048', 6, 'bench_vs_torch, bf16, batch 2048', vs_torch(2048, (), ['--rounds', '3'])),
+    part('vs_torch_2048_deterministic', 6, 'bench_vs_torch, bf16, batch 2048, the gpu preset '
+         '(deterministic)', vs_torch(2048, ('--config', 'configs/celeba.py:gpu'), ['--rounds', '3'])),
+    part('profile_step', 5, 'profile_step at batch 256 and 2048 (deterministic preset)',
+         profile_steps),
+    part('bench_epoch', 4, 'bench_epoch: a CelebA epoch at batch 2048, its evaluation and save',
+         epoch_steps),
+    part('shared_gpu', 3, 'four runs sharing the GPU (sweeps.sweep --parallel 4, 8 runs)',
+         shared_gpu, shared_gpu_headline),
+    *STUDY_PARTS,
+    part('replicates_deterministic_off', 4, 'the 8 arms x 2 seeds twice, gpu_deterministic=False',
+         *replicates(False)),
+    part('replicates_deterministic_on', 4, 'the 8 arms x 2 seeds twice, gpu_deterministic=True',
+         *replicates(True)),
+]
