@@ -15,7 +15,7 @@ an arm):
 import itertools
 
 from numerics import formats
-from trainer import record
+from runrecord import record
 
 EFFECTIVE = 'numerics.effective.'
 ARITHMETIC = tuple(EFFECTIVE + f for f in ('conv_format', 'dense_format', 'compute_dtype',

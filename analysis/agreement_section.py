@@ -4,7 +4,7 @@ per-class differences (analysis/per_class.py) and the variance split (analysis/v
 DataFrames for CSVs, a one-line summary for the report's first page and the ladder figure.
 
   section = agreement_section(out['runs'], pairs, noise=..., identical=..., platform=...)
-  section = from_analysis(out)        # analysis/answer.py's dict: pairs derived from it
+  section = from_analysis(out, answer.labels(out))   # analysis/answer.py's dict: pairs derived from it
   paths = write(section, out_dir)     # report_agreement.csv, ... and figures/churn_ladder.*
 
 Runs whose records hold no predictions (written before runs saved them) are listed in `missing`
@@ -95,16 +95,16 @@ def compared_pairs(out):
           if platform[a] == platform[b]]
 
 
-def from_analysis(out, load=None):
+def from_analysis(out, labels, load=None):
   """agreement_section of analysis/answer.py's `out`: its compared pairs, the baseline pairs
-  agreement_pairs derives from its runs and group-by columns, and its short arm labels."""
-  from analysis import answer  # pylint: disable=import-outside-toplevel  (answer may call this module)
+  agreement_pairs derives from its runs and group-by columns, and `labels` ({arm: short label},
+  answer.labels)."""
   runs, group_by = out['runs'], out['group_by']
   return agreement_section(runs, compared_pairs(out),
                            noise=agreement_pairs.noise_pairs(runs, group_by),
                            identical=agreement_pairs.identical_pairs(runs, group_by),
                            platform=agreement_pairs.platform_pairs(runs, group_by), load=load,
-                           labels=answer.labels(out))
+                           labels=labels)
 
 
 def write(section, out_dir):

@@ -12,7 +12,7 @@ instead of the declared contrasts, and there is no attribution.
 import pandas as pd
 
 from analysis import agreement_section, attribution, contrasts, declaration, effects, stats
-from trainer import record
+from runrecord import record
 
 VERSION_PREFIX = 'versions.'
 
@@ -20,7 +20,7 @@ VERSION_PREFIX = 'versions.'
 def platform_profile(runs, declared):
   """The declared {platform: profile} for the platforms among the runs: a study's declaration
   lists every JAX platform it may run on (analysis.attribution rejects one without runs); a
-  platform identity such as 'cpu-AVX2' (trainer.record.platform_identity) takes its JAX
+  platform identity such as 'cpu-AVX2' (runrecord.record.platform_identity) takes its JAX
   platform's profile."""
   present = set(runs['platform'].astype(str)) if 'platform' in runs else set()
   given = effects.parse_pairs(declared or {}, '--platform-profile')
@@ -102,7 +102,8 @@ def analyse(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, marg
     out['attribution'] = attribute(frame, declared, out['metric'], seed_col, margin, why, source)
   # Agreement between models (analysis/agreement_section.py): read from the run folders' saved
   # predictions; a CSV's rows are not run folders, so a CSV has none.
-  out['agreement'] = agreement_section.from_analysis(out, None if run_folders else lambda run: None)
+  out['agreement'] = agreement_section.from_analysis(out, labels(out),
+                                                     None if run_folders else lambda run: None)
   out['scope'] = scope(out, declared)
   if out['scope']['confirmatory'] is False and out['scope']['declared_seeds_present']:
     seeds = pd.to_numeric(frame[seed_col or 'seed'], errors='coerce')

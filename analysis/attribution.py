@@ -37,13 +37,13 @@ import pandas as pd
 from scipy import stats as sps
 
 from analysis import attribution_report, cli, effects, forest, gap, gap_verdict, stats
-from trainer import record
+from runrecord import record
 
 
 def select(frame, metric, factors, seed_col):
   """The usable runs (stats.prepare: completed, finite metric; repeated runs of a seed in one arm
   are kept as observations sharing the seed's intercept, an arm being equal factors and
-  trainer.record.arm_columns: platform, device kind, every requested numerics field and every
+  runrecord.record.arm_columns: platform, device kind, every requested numerics field and every
   config field that differs between the runs), one str column per factor name, and whether there
   is a seed column."""
   if frame.empty:

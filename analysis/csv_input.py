@@ -3,7 +3,7 @@ and what it must satisfy before anything is computed from it.
 
 Columns read (read_columns): all but those no analysis reads, so that 100,000 runs in
 analysis.export's 105-column format stay small: the final.* metrics other than the analysed one
-and the config fields that cannot change a result (trainer.record.IGNORED_FIELDS: cadence, paths,
+and the config fields that cannot change a result (runrecord.record.IGNORED_FIELDS: cadence, paths,
 distributed), unless named (--group-by, --factors, the declared factors). The file is read in
 chunks of CHUNK_ROWS rows, so the parser's buffers stay bounded, and its text columns (config,
 numerics, data, versions: a few values repeated over every run) are kept as pandas categoricals.
@@ -30,7 +30,7 @@ Lines are the file's (the header is line 1). At most MAX_LINES problems are list
 import numpy as np
 import pandas as pd
 
-from trainer import record
+from runrecord import record
 
 MAX_LINES = 10
 CHUNK_ROWS = 20_000

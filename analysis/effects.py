@@ -30,7 +30,7 @@ import pandas as pd
 import statsmodels.api as sm
 
 from analysis import labels
-from trainer import record
+from runrecord import record
 
 CSV_COLUMNS = ['term', 'estimate', 'ci_low', 'ci_high', 'p']
 MIXED_MAX_ROWS = 20_000

@@ -1,11 +1,11 @@
-"""What the tables call things: arm labels from the group-by values (trainer.record names the
+"""What the tables call things: arm labels from the group-by values (runrecord.record names the
 fields), seeds as integers, seeds in order, runs of consecutive seeds as ranges.
 """
 
 import numpy as np
 import pandas as pd
 
-from trainer import record
+from runrecord import record
 
 
 def seed_key(seed):

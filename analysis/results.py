@@ -25,10 +25,10 @@ from etils import epath
 import pandas as pd
 
 from analysis import declaration
-from trainer import record
+from runrecord import record
 
 # Written by trainer/reporting.py in each run folder: one JSON object per logged step and epoch.
-METRICS_FILE = 'metrics.jsonl'
+METRICS_FILE = record.METRICS
 STEP_COLUMNS = ('run', 'step', 'epoch', 'train_loss', 'train_accuracy')
 
 

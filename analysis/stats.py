@@ -2,13 +2,13 @@
 results through analysis.results, or a CSV): numbers only; analysis/report.py puts them into words
 and analysis/study.py is the command (python -m analysis.study).
 
-An arm is a set of runs with equal values in the group-by columns (default: trainer.record's arm
+An arm is a set of runs with equal values in the group-by columns (default: runrecord.record's arm
 columns: platform, device kind, every requested numerics field and every config field that differs
 between the runs but those that cannot change a result: cadence, paths, distributed, the seed).
 Labels name config fields as overrides spell them ('optim.learning_rate=0.002'); seeds print as
 integers (analysis/labels.py). Runs of one arm with the same seed are replicates: averaged into one value per seed, their spread reported as the arm's
 within-seed (nondeterminism) sd. Two arms pair by seed when they share seeds and those runs share
-initial weights and data order (equal trainer.record pairing fields), whatever their determinism.
+initial weights and data order (equal runrecord.record pairing fields), whatever their determinism.
 A CSV without a seed column: every row is its own run, unpaired. Runs that are not 'completed'
 are excluded and listed with their reason. Accuracies stored as fractions are reported in
 percent, so differences and the margin are percentage points (pp). Methods by size (Mann–Whitney,
@@ -39,7 +39,7 @@ import pandas as pd
 from analysis import csv_input, declaration
 from analysis import inference as inf
 from analysis.labels import arm_labels, seed_key, seed_text, whole_numbers
-from trainer import record
+from runrecord import record
 
 DEFAULT_METRIC = record.DEFAULT_METRIC
 DEFAULT_MARGIN = 0.5

@@ -40,7 +40,7 @@ def parse_args(argv):
   p.add_argument('--group-by', nargs='+', default=[],
                  help='columns defining an arm, e.g. platform compute_dtype or any config.* field '
                       '(default: platform, device kind, every requested numerics field and every '
-                      'config field that differs between the runs; trainer.record.arm_columns)')
+                      'config field that differs between the runs; runrecord.record.arm_columns)')
   p.add_argument('--metric', default=stats.DEFAULT_METRIC,
                  help=f'the column compared between arms (default {stats.DEFAULT_METRIC}; a CSV: any '
                       'numeric column; accuracies in [0, 1] are reported in percent)')

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks import common
-from trainer import record
+from runrecord import record
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARMS = (('gpu', 'native', 0.0), ('tpu', 'native', 0.3), ('gpu', 'tpu_default', 0.3),

@@ -266,7 +266,7 @@ def xla_cpu_isa(cpu_flags, xla_flags):
 
 
 def cpu_facts(xla_flags=None):
-  """(model, instruction set, XLA's instruction set) of this host's processor (trainer/record.py
+  """(model, instruction set, XLA's instruction set) of this host's processor (runrecord/record.py
   CPU_FACTS names them): the model name /proc/cpuinfo gives (else platform.processor()); on x86-64
   the best XLA_CPU_ISAS level the processor has and the level XLA:CPU generates code for
   (xla_cpu_isa: that one, lowered by a --xla_cpu_max_isa in `xla_flags`, default this process's

@@ -9,7 +9,7 @@
   unless a decoded cache exists; the decoded cache must be local (it is memory-mapped);
 - workdir: the root, every run folder and the command-list/SLURM files must be creatable and
   writable (probed with os.access, nothing created), and a saved run in a run folder must be this
-  sweep's run by trainer/record.py's same-run rule (sweeps.sweep.saved_state).
+  sweep's run by runrecord/record.py's same-run rule (sweeps.sweep.saved_state).
 
 Bucket roots (gs://...) run elsewhere: their folders are not probed, and their data problems are
 warnings (the data lives on the hosts). Each problem is one line `<field>: <fix>`.

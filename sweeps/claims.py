@@ -6,7 +6,8 @@ runs), so of two sweeps on one root one starts each run, and only it writes the 
 import os
 
 from analysis import results
-from trainer import lock, record
+from trainer import lock
+from runrecord import record
 
 
 def saved_results(workdir):

@@ -45,9 +45,10 @@ from typing import Any
 
 from analysis import results
 from sweeps import claims
+from runrecord import record
 from trainer import gpu_memory, lock, reporting
 
-LOG_FILE = 'train.log'
+LOG_FILE = record.LOG_FILE
 CACHE_DIR = '.jax_cache'
 STOP_GRACE_S = 300
 LOCK_WAIT_S = 60

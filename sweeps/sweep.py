@@ -38,10 +38,11 @@ import sys
 from sweeps import checks, claims, runner, scripts
 from analysis import declaration
 from configs import loader
-from trainer import record, validation
+from trainer import validation
 
 
 # config: get_config(arg) with the run's overrides, resolved (trainer/validation.resolve); as
+from runrecord import record
 # written when it does not resolve, `problem` then saying why in one line (None: runs built by hand).
 Run = collections.namedtuple('Run', 'arm slug seed overrides workdir config problem',
                              defaults=(None, ''))
@@ -124,7 +125,7 @@ def resolved(config):
 def saved_state(run):
   """('completed'|'todo'|'mismatch', detail) from the run's saved record, if any.
 
-  A saved run is this sweep's run when trainer/record.py's rule says so (the rule train.py's
+  A saved run is this sweep's run when runrecord/record.py's rule says so (the rule train.py's
   resume uses): then a completed one is skipped and an unfinished one relaunched, and train.py
   resumes it. Any other saved run is a conflict, named with its differing fields.
   """

@@ -47,7 +47,8 @@ def fire(faults, where, n, actions=ACTIONS):
 
 def install(spec, setattr=setattr):  # pylint: disable=redefined-builtin
   """Wrap the trainer's functions so that the faults of `spec` fire (module doc)."""
-  from trainer import loop, record  # pylint: disable=import-outside-toplevel
+  from trainer import loop  # pylint: disable=import-outside-toplevel
+  from runrecord import record
   faults = parse(spec)
   if not faults:
     return

@@ -157,7 +157,7 @@ def planted_loader(runs, rng):
 def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):
   out = published
   loaded = planted_loader(out['runs'], np.random.default_rng(7))
-  section = agreement_section.from_analysis(out, load=loaded.get)
+  section = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
   table = section['table']
   assert set(table['kind']) == {'identical', 'noise', 'contrast', 'platform', 'seed', 'seed_all'}
   assert len(table[table['kind'] == 'contrast']) == 14  # the declared contrasts
@@ -174,7 +174,7 @@ def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):
 
 def test_old_records_without_predictions_still_analyse(tmp_path, published):
   out = published
-  section = agreement_section.from_analysis(out, load=lambda run: None)
+  section = agreement_section.from_analysis(out, answer.labels(out), load=lambda run: None)
   assert section['summary'].startswith('Agreement: no predictions in any of the 256 runs')
   assert section['table'].empty and section['calibration'].empty
   assert len(section['train_loss']) == 16  # from the runs table: still there

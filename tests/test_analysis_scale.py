@@ -17,7 +17,7 @@ from analysis import answer, attribution, effects, inference, report, stats
 from analysis import study as analysis_study
 from benchmarks import bench_analysis
 from tests.test_record import make_record, smoke
-from trainer import record
+from runrecord import record
 
 
 def one_line_error(capsys, main, argv):

@@ -8,7 +8,7 @@ import statsmodels.formula.api as smf
 from scipy import stats as sps
 
 from analysis import answer, attribution, attribution_report, declaration, effects
-from trainer import record
+from runrecord import record
 
 METRIC = 'final.test_accuracy'
 PROFILE = 'numerics.requested.profile'

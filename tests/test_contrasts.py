@@ -12,7 +12,7 @@ from statsmodels.stats import multitest
 from analysis import answer, contrasts, declaration
 from configs import digits
 from sweeps import sweep
-from trainer import record
+from runrecord import record
 
 METRIC = 'final.test_accuracy'
 DIGITS = declaration.load('configs/digits.py:study')

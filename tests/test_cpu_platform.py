@@ -1,5 +1,5 @@
 """A CPU is not one platform: CPU records name the processor, its instruction set and XLA's, and
-two instruction sets are two platforms (trainer/record.py platform_identity, numerics/setup.py
+two instruction sets are two platforms (runrecord/record.py platform_identity, numerics/setup.py
 cpu_facts)."""
 
 import math
@@ -10,7 +10,8 @@ import pytest
 from analysis import results, stats
 from configs import digits
 from numerics import setup as numerics_setup
-from trainer import record, run
+from trainer import run
+from runrecord import record
 
 AVX512_HOST = 'fpu sse4_1 sse4_2 avx avx2 fma avx512f avx512bw avx512_vnni'.split()
 AVX2_HOST = 'fpu sse4_1 sse4_2 avx avx2 fma'.split()

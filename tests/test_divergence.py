@@ -22,7 +22,8 @@ from experiments import divergence
 from experiments import divergence_lockstep as lockstep
 from experiments import divergence_measure as measure
 from numerics import setup as numerics_setup
-from trainer import checkpointing, loop, record, run, steps
+from trainer import checkpointing, loop, run, steps
+from runrecord import record
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = os.path.join(ROOT, 'configs', 'digits.py') + ':smoke'

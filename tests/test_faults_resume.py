@@ -8,7 +8,8 @@ import pytest
 from configs import celeba as celeba_config
 from input_pipeline import celeba_fixture
 from tests.faults_common import (SMOKE_ARGS, last_line, run_train, saved_steps, tree_hash)
-from trainer import loop, record, validation
+from trainer import loop, validation
+from runrecord import record
 
 
 def _celeba(manual_dir):

@@ -14,7 +14,8 @@ from tests.faults_common import (EVERY, SMOKE_ARGS, TRAIN, last_line, metric_rec
                                  saved_steps, smoke_config, without_wall_time)
 from tests.conftest import ROOT
 from tests.test_multihost import free_port
-from trainer import loop, record
+from trainer import loop
+from runrecord import record
 
 
 @pytest.fixture(scope='module')

@@ -15,7 +15,7 @@ import pytest
 
 from analysis import answer, figures, forest, results, stats, style
 from test_contrasts import DIGITS, digits_frame
-from trainer import record
+from runrecord import record
 
 STEPS = (2, 4, 6, 8, 10)  # logged training steps of every fake run, 2 per epoch
 

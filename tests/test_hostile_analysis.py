@@ -19,7 +19,7 @@ from analysis import answer
 from analysis import study as analysis_study
 from tests.conftest import ROOT
 from tests.test_stats import fake_results
-from trainer import record
+from runrecord import record
 
 METRIC = record.DEFAULT_METRIC
 

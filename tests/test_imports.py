@@ -12,7 +12,7 @@ import os
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FOLDERS = ('configs', 'numerics', 'input_pipeline', 'models', 'trainer', 'analysis',
+FOLDERS = ('configs', 'numerics', 'input_pipeline', 'models', 'runrecord', 'trainer', 'analysis',
            'benchmarks', 'experiments', 'sweeps')
 TOP_FILES = ('train.py',)
 
@@ -89,11 +89,15 @@ def test_folders_form_layers_without_back_edges():
   _, folders = graphs()
   order = [f for layer in layers(folders) for f in layer]
   assert order.index('trainer') > max(order.index(f) for f in ('numerics', 'models', 'configs'))
-  for reader in ('analysis', 'experiments', 'benchmarks', 'sweeps', 'train'):
+  for reader in ('experiments', 'benchmarks', 'sweeps', 'train'):
     assert order.index(reader) > order.index('trainer')
+  assert order.index('analysis') > order.index('runrecord')
   assert 'analysis' not in folders['trainer'] and 'experiments' not in folders['analysis']
-  # analysis/ only reads results: it neither launches training nor runs experiments
-  assert not {'sweeps', 'experiments', 'train'} & folders['analysis']
+  # analysis/ only reads results: it neither launches training nor runs experiments, and it reads
+  # runs through the run record's own room, not through the trainer
+  assert not {'sweeps', 'experiments', 'train', 'trainer'} & folders['analysis']
+  assert order.index('runrecord') < order.index('trainer')
+  assert not {'trainer', 'analysis', 'sweeps', 'models', 'input_pipeline'} & folders['runrecord']
 
 
 def test_no_file_imports_itself_through_others():

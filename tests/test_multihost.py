@@ -22,7 +22,8 @@ import pytest
 from analysis import results as results_lib
 from configs import digits
 from tests.conftest import ROOT
-from trainer import loop, record, validation
+from trainer import loop, validation
+from runrecord import record
 
 TRAIN = [sys.executable, os.path.join(ROOT, 'train.py')]
 FAULT_TRAIN = [sys.executable, os.path.join(ROOT, 'tests', 'fault_train.py')]

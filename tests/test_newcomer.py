@@ -17,7 +17,7 @@ import pytest
 from analysis import attribution, effects, report, stats
 from sweeps import estimate, sweep
 from conftest import ROOT
-from trainer import record
+from runrecord import record
 
 QUICK = 'configs/digits.py:smoke,optim.freeze_epochs=0,num_epochs=1'  # one phase: one compile
 

@@ -40,7 +40,7 @@ def resolved(arg='', overrides=()):
 def test_profile_expands_idempotently_and_is_recorded(profile):
   loaded = loader.load(f'{SMOKE},numerics.profile={profile}')
   config = validation.resolve(loaded)
-  saved = config.to_dict()['numerics']  # trainer/record.py stores config.to_dict()
+  saved = config.to_dict()['numerics']  # runrecord/record.py stores config.to_dict()
   conv, dense = profiles.PROFILES[profile]()
   assert (saved['profile'], saved['conv_format'], saved['dense_format']) == (profile, conv, dense)
   again = profiles.expand(profiles.expand(loaded.copy_and_resolve_references()))

@@ -1,4 +1,4 @@
-"""trainer/record.py: the one owner of the results record, its arm fields and the same-run rule."""
+"""runrecord/record.py: the one owner of the results record, its arm fields and the same-run rule."""
 
 import json
 import subprocess
@@ -8,7 +8,8 @@ import pytest
 
 from analysis import results, stats
 from configs import common, digits
-from trainer import record, validation
+from trainer import validation
+from runrecord import record
 
 REPO = __file__.rsplit('/tests/', 1)[0]
 
@@ -132,11 +133,11 @@ def test_same_run_rule_ignores_paths_and_cadence_but_not_arithmetic():
 
 def test_layout_and_arm_fields_are_defined_once():
   """The checkpoint items, their Orbax argument types and the arm prefix are spelled only in
-  trainer/record.py (tests aside)."""
+  runrecord/record.py (tests aside)."""
   def places(pattern):
     out = subprocess.run(['git', 'grep', '-n', '-E', pattern, '--', '*.py', ':!tests/'],
                          cwd=REPO, capture_output=True, text=True, check=False).stdout
     return sorted({line.split(':', 1)[0] for line in out.splitlines()})
-  assert places(r'ocp\.args\.(Json|Standard)(Save|Restore)') == ['trainer/record.py']
-  assert places(r"'numerics\.requested\.'") == ['trainer/record.py']
-  assert places(r"= 'checkpoints'|\('checkpoints'") == ['trainer/record.py']
+  assert places(r'ocp\.args\.(Json|Standard)(Save|Restore)') == ['runrecord/record.py']
+  assert places(r"'numerics\.requested\.'") == ['runrecord/record.py']
+  assert places(r"= 'checkpoints'|\('checkpoints'") == ['runrecord/record.py']

@@ -13,14 +13,14 @@ from statsmodels.stats.meta_analysis import effectsize_smd
 
 from analysis import inference, report, results, stats
 from analysis import study as analysis_study
-from trainer import record
+from runrecord import record
 
 METRIC = 'final.test_accuracy'
 
 
 def frame(arms, platforms=None, deterministic=None):
   """A runs table: arms = {dtype: [accuracy fraction per seed 0..n-1]}; deterministic = {dtype:
-  bool} sets the recorded GPU determinism (trainer.record.DETERMINISM_COLUMN)."""
+  bool} sets the recorded GPU determinism (runrecord.record.DETERMINISM_COLUMN)."""
   rows = []
   for dtype, values in arms.items():
     platform = (platforms or {}).get(dtype, 'tpu')
@@ -373,7 +373,7 @@ def test_report_opens_with_the_answer_then_setup_and_why(tmp_path, capsys):
   assert '**Question.** Which numerical setting changes test accuracy on gpu' in answer
   assert '| compute_dtype=bfloat16 − compute_dtype=float32 | -2.90 |' in answer  # A − B, pp
   setup = text.split('## Setup')[1].split('## Why each verdict')[0]
-  # data.task: a field the record predates counts as its default (trainer/record.py row)
+  # data.task: a field the record predates counts as its default (runrecord/record.py row)
   assert '- dataset: digits, task identity; train 1437 / test 360 images; one test image = 0.278 pp' in setup
   assert '- training: 2 epochs, model resnet18 width 0.25, resolution 8 px' in setup
   assert 'compute_dtype=bfloat16 (4 seeds, 5 runs)' in setup

@@ -21,7 +21,8 @@ from statsmodels.stats import power as smp
 from analysis import inference, results
 from sweeps import runner, scripts, study, sweep
 from configs import celeba, digits
-from trainer import checkpointing, lock, record, reporting, resume, validation
+from trainer import checkpointing, lock, reporting, resume, validation
+from runrecord import record
 
 DIGITS = os.path.join(scripts.REPO, 'configs', 'digits.py')
 

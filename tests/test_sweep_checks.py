@@ -8,7 +8,7 @@ import pytest
 from sweeps import checks, scripts, sweep
 from configs import celeba
 from input_pipeline import celeba_files
-from trainer import record
+from runrecord import record
 
 
 def write_config(tmp_path, base, sweep_body):

@@ -60,7 +60,7 @@ def test_completed_opens_no_checkpoint_manager_for_a_fresh_run(tmp_path, monkeyp
   """claims.completed (asked of every run before it starts) reads a run's results only once it
   has a checkpoints folder, as the sweep's plan does (claims.saved_results)."""
   from sweeps import claims  # pylint: disable=import-outside-toplevel
-  from trainer import record  # pylint: disable=import-outside-toplevel
+  from runrecord import record  # pylint: disable=import-outside-toplevel
   opened = []
   monkeypatch.setattr(record, 'read_results', lambda workdir: opened.append(workdir) or None)
   run = fake_runs(tmp_path, 1)[0]

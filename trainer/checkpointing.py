@@ -1,7 +1,7 @@
 """Orbax checkpoints of a run: the manager, write failures, waiting, restoring the newest valid
 step, setting aside.
 
-The layout (which items, where) and the write itself belong to trainer/record.py (`record.save`,
+The layout (which items, where) and the write itself belong to runrecord/record.py (`record.save`,
 called by the training loop inside `write_errors`). Every save carries the results as they stand
 (status 'running' until the last save, then 'completed' or 'failed').
 
@@ -31,7 +31,9 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from trainer import record, reporting
+from trainer import reporting
+
+from runrecord import record
 
 CORRUPT_DIR = 'corrupt_checkpoints'
 # What a run keeps in its workdir, and what each entry must be where it already exists: the

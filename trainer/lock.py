@@ -20,9 +20,10 @@ import time
 
 from absl import logging
 
+from runrecord import record
 from trainer import validation
 
-LOCK_FILE = 'run.lock'
+LOCK_FILE = record.LOCK_FILE
 CLAIM_FILE = 'sweep.claim'
 
 

@@ -3,7 +3,7 @@
 Order of work: validate everything (config, devices, workdir, dataset) and build the run context
 (trainer/run.py) before compiling; build or restore the state; train phase by phase with
 on-device metric sums; evaluate every `eval_every_epochs`; checkpoint every epoch (and every
-`checkpoint_every_steps`); write the results record (trainer/record.py).
+`checkpoint_every_steps`); write the results record (runrecord/record.py).
 Restarting the same command on the same workdir resumes from the newest checkpoint that restores
 (trainer/resume.py) and reproduces the uninterrupted run bit for bit: data order, augmentation and
 schedule are functions of the global step, and the state carries the epoch's metric sums (the
@@ -27,7 +27,8 @@ from absl import logging
 
 from input_pipeline import batching
 from numerics import setup as numerics_setup
-from trainer import checkpointing, lock, optim, record, reporting, resume, run, steps, stop
+from trainer import checkpointing, lock, optim, reporting, resume, run, steps, stop
+from runrecord import record
 from trainer import validation
 
 VERSIONED_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')

@@ -31,7 +31,9 @@ import time
 from absl import logging
 from etils import epath
 
-METRICS = 'metrics.jsonl'
+from runrecord import record
+
+METRICS = record.METRICS
 TENSORBOARD = 'tensorboard'
 
 

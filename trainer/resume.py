@@ -4,7 +4,7 @@ Checked before any compute (after the config and the dataset, with the workdir l
 - a workdir whose latest results say `failed` (e.g. NaN loss) refuses: the same command would fail
   the same way; `--restart` discards that run;
 - a workdir holding a run with a different config refuses, naming the fields; `--restart` discards
-  it. "The same run" is trainer/record.py's rule (`config_differences`): fields that cannot change
+  it. "The same run" is runrecord/record.py's rule (`config_differences`): fields that cannot change
   the run's arithmetic (where the data files live, logging and checkpoint cadence, ...) may differ;
 - a workdir holding a run trained on other data (record.data_differences: other files, split,
   resolution or class count, e.g. config.data.manual_dir pointing at other files) refuses, saying
@@ -16,7 +16,8 @@ Checked before any compute (after the config and the dataset, with the workdir l
 
 import jax
 from absl import logging
-from trainer import checkpointing, distributed, record, validation
+from trainer import checkpointing, distributed, validation
+from runrecord import record
 
 
 def sync(name):

@@ -31,7 +31,8 @@ import input_pipeline
 from input_pipeline import base, batching
 from models import resnet
 from numerics import setup as numerics_setup
-from trainer import checkpointing, distributed, optim, record, steps, validation
+from trainer import checkpointing, distributed, optim, steps, validation
+from runrecord import record
 
 
 @dataclasses.dataclass(frozen=True)

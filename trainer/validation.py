@@ -21,7 +21,8 @@ from input_pipeline import base, batching
 from models import resnet
 from numerics import profiles
 from numerics import setup as numerics_setup
-from trainer import checkpointing, optim, record
+from trainer import checkpointing, optim
+from runrecord import record
 
 
 class ConfigError(ValueError):

@@ -56,7 +56,12 @@ from etils import epath
 # analysis of a CSV reads only this module's field names and stays without JAX (~170 MB, seconds).
 
 RECORD_SCHEMA = 3  # 3: CPU_FACTS recorded
+# Every file a run's workdir holds, named once (the trainer writes them, the sweep and the analysis
+# read them): the checkpoints folder, the JSON-lines metrics, the lock, the sweep's log of a run.
 CHECKPOINTS = 'checkpoints'
+METRICS = 'metrics.jsonl'
+LOCK_FILE = 'run.lock'
+LOG_FILE = 'train.log'
 STATE_ITEM = 'state'
 RESULTS_ITEM = 'results'
 ITEMS = (STATE_ITEM, RESULTS_ITEM)
