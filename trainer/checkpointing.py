@@ -31,7 +31,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from trainer import record, reporting
+from trainer import predictions, record, reporting
 
 CORRUPT_DIR = 'corrupt_checkpoints'
 # What a run keeps in its workdir, and what each entry must be where it already exists: the
@@ -49,7 +49,7 @@ def manager(workdir, keep, async_save=True):
       max_to_keep=keep, create=True, enable_async_checkpointing=async_save,
       cleanup_tmp_directories=True)
   return ocp.CheckpointManager(record.checkpoint_dir(workdir), options=options,
-                              item_names=record.ITEMS)
+                              item_names=record.ITEMS + (predictions.ITEM,))
 
 
 def _os_error(error):
