@@ -5,13 +5,17 @@ One-epoch digits smoke runs (22 steps, one phase): seed 0 native (the reference)
 init_seed = data_seed = 0 (which must be the reference run itself).
 """
 
+import collections
+
 import jax
 import numpy as np
+import pandas as pd
 import pytest
 from flax import nnx
 
 from configs import common, digits, loader
 from input_pipeline import base, batching
+from sweeps import sweep
 from trainer import checkpointing, loop, predictions, record, run, steps, validation
 
 ONE_EPOCH = {'num_epochs': 1, 'optim.freeze_epochs': 0}
@@ -182,3 +186,28 @@ def test_multilabel_predictions_are_bits_and_probabilities():
   logits = jax.jit(lambda s, x: steps.eval_logits(ctx.graphdef, s, 0, x, ctx.mean, ctx.std))(
       state, images)
   np.testing.assert_allclose(preds['probability'], jax.nn.sigmoid(logits), rtol=1e-5, atol=1e-6)
+
+
+def test_variance_preset_crosses_init_and_data_seeds_with_replicates_on_one_arm(tmp_path):
+  """digits:variance runs every init seed with every data seed, REPLICATES times each: the
+  replicates of a cell share its seed (repeated runs of one seed for the analysis), every run
+  has its own folder, and all are one arm, the study's reference arm."""
+  runs, _, _ = sweep.expand('configs/digits.py:variance', str(tmp_path))
+  configs = [r.config for r in runs]
+  assert not [r.problem for r in runs if r.problem] and len({r.workdir for r in runs}) == 18
+  cells = collections.Counter((c.init_seed, c.data_seed) for c in configs)
+  assert cells == {(i, d): digits.REPLICATES for i in range(digits.INIT_SEEDS)
+                   for d in range(digits.DATA_SEEDS)}
+  cell_of_seed = collections.defaultdict(list)
+  for c in configs:
+    cell_of_seed[c.seed].append((c.init_seed, c.data_seed))
+  assert len(cell_of_seed) == 9
+  assert all(len(cell) == digits.REPLICATES and len(set(cell)) == 1
+             for cell in cell_of_seed.values())
+  rows = pd.DataFrame([record.row(r.workdir, record.new_record(
+      r.config, run.facts(), {'requested': r.config.numerics.to_dict()}, {}, {}, {}))
+                       for r in runs])
+  assert len(rows[record.arm_columns(rows)].drop_duplicates()) == 1
+  reference = validation.resolve(loader.load('configs/digits.py:study', list(
+      digits.study_arms(128)[0].items())))
+  assert all(c.numerics == reference.numerics for c in configs)
