@@ -28,7 +28,8 @@ def base_config():
   c = ml_collections.ConfigDict()
   c.seed = 0  # initialisation, data order and augmentation; the data split has its own seed
   # Either part of `seed` on its own (None: `seed`, so `seed` stays the one knob): the initial
-  # weights; the data order, the flips and the noise of a noisy product format (`init_seed_of`).
+  # weights; the data order, the flips and the noise of a noisy product format (`init_seed_of`,
+  # `data_seed_of`).
   c.init_seed = ml_collections.config_dict.placeholder(int)
   c.data_seed = ml_collections.config_dict.placeholder(int)
   c.replicate = 0  # changes nothing but the run's name: same-seed replicates of one run
