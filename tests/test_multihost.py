@@ -129,7 +129,6 @@ def test_two_processes_match_one_and_resume(tmp_path, subprocess_env):
   assert preds['step'] == two['step'] and np.array_equal(preds['label'], preds_one['label'])
   assert np.mean(preds['predicted'] == preds['label']) == pytest.approx(
       two['final']['test_accuracy'], abs=1e-6)
-  assert np.mean(preds['predicted'] != preds_one['predicted']) <= 0.04  # as the accuracies
 
 
 @pytest.mark.timeout(600)
