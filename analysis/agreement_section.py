@@ -12,13 +12,13 @@ and left out; with none at all the summary says "no predictions" and the tables 
 are empty, while the training-loss table (from the runs table) is still there.
 """
 
-import importlib
 import itertools
 import os
 
 import pandas as pd
 
 from analysis import agreement, agreement_pairs, calibration, per_class, variance
+from runrecord import predictions
 
 CSV_FILES = {'table': 'report_agreement.csv', 'calibration': 'report_calibration.csv',
              'train_loss': 'report_train_loss.csv', 'per_class': 'report_per_class.csv',
@@ -26,14 +26,8 @@ CSV_FILES = {'table': 'report_agreement.csv', 'calibration': 'report_calibration
 
 
 def read_run_predictions(run):
-  """trainer/predictions.read_predictions of run folder `run` (its final step), or None. A build
-  without trainer/predictions.py saves no predictions: every run then reads as None."""
-  try:
-    predictions = importlib.import_module('trainer.predictions')
-  except ModuleNotFoundError as e:
-    if e.name != 'trainer.predictions':
-      raise
-    return None
+  """runrecord/predictions.read_predictions of run folder `run` (its newest step with them), or
+  None: a run written before runs saved their predictions."""
   return predictions.read_predictions(run)
 
 

@@ -27,6 +27,12 @@ def base_config():
   """Every field the code reads, with the reference study's values where it sets one."""
   c = ml_collections.ConfigDict()
   c.seed = 0  # initialisation, data order and augmentation; the data split has its own seed
+  # Either part of `seed` on its own (None: `seed`, so `seed` stays the one knob): the initial
+  # weights; the data order, the flips and the noise of a noisy product format (`init_seed_of`,
+  # `data_seed_of`).
+  c.init_seed = ml_collections.config_dict.placeholder(int)
+  c.data_seed = ml_collections.config_dict.placeholder(int)
+  c.replicate = 0  # changes nothing but the run's name: same-seed replicates of one run
   c.num_epochs = 25
   c.batch_size = 2048  # global train batch, divided over all devices of all processes
   c.eval_batch_size = 4096  # global; the last eval batch is padded and masked, never dropped
@@ -105,6 +111,20 @@ def base_config():
   c.preset = ''  # the presets named after the colon, in order (set by `build`)
   c.lock()
   return c
+
+
+def init_seed_of(config):
+  """The seed of the run's initial weights: config.init_seed, or config.seed where it is None
+  (a config dict or ConfigDict; a saved config from before the field: config.seed)."""
+  value = config.get('init_seed')
+  return int(config['seed'] if value is None else value)
+
+
+def data_seed_of(config):
+  """The seed of the run's data order, flips and product noise: config.data_seed, or config.seed
+  where it is None (as `init_seed_of`)."""
+  value = config.get('data_seed')
+  return int(config['seed'] if value is None else value)
 
 
 def parse_arg(arg, presets):
@@ -188,7 +208,7 @@ def override(config, dotted, value):
   try:
     config.update_from_flattened_dict({dotted: value})
   except TypeError:
-    raise ValueError(f'config.{dotted}={value!r}: give a {type(node[leaf]).__name__}, like the '
+    raise ValueError(f'config.{dotted}={value!r}: give a {node.get_type(leaf).__name__}, like the '
                      f'default {node[leaf]!r}') from None
 
 

@@ -2,6 +2,7 @@
 
   python train.py --config=configs/digits.py:cpu --workdir=/tmp/digits
   python -m sweeps.study --config=configs/digits.py:study --root=runs/study --parallel 2
+  python -m sweeps.sweep --config=configs/digits.py:variance --root=runs/variance --parallel 2
 """
 
 from configs import celeba, common
@@ -60,7 +61,16 @@ def study(c):
   c.optim.warmup_epochs = 1.0
 
 
-PRESETS = {'__base__': base, 'tpu': tpu, 'gpu': gpu, 'cpu': cpu, 'smoke': smoke, 'study': study}
+def variance(c):
+  """Where a run's spread comes from (get_sweep: INIT_SEEDS x DATA_SEEDS x REPLICATES runs of the
+  study's reference arm): initial weights (init_seed), data order (data_seed), or the hardware
+  (replicates: same seeds, another run; bit-identical on CPU, TPU and deterministic GPU kernels)."""
+  study(c)
+  c.numerics.profile = 'native'  # the study's reference arm (global BatchNorm, f32 activations)
+
+
+PRESETS = {'__base__': base, 'tpu': tpu, 'gpu': gpu, 'cpu': cpu, 'smoke': smoke, 'study': study,
+           'variance': variance}
 
 # The CPU-sized factorial of `make study`: configs/celeba.py's factors and levels (profile,
 # BatchNorm grouping, activation dtype) as a one-factor-at-a-time fraction around the reference
@@ -81,6 +91,9 @@ SD_SOURCE = ('pilot of this preset on CPU (3 emulated arms f32/bf16/tf32 x 5 see
 # PAIRED_SD_PP and MARGIN_PP: 6 seeds both to detect the margin and to show equivalence within it;
 # tests/test_sweep.py checks the number.
 SEEDS = 6
+# The variance preset's crossed design: every init seed with every data seed, each run REPLICATES
+# times (a run's `seed` numbers its (init, data) cell, so its replicates share it).
+INIT_SEEDS, DATA_SEEDS, REPLICATES = 3, 3, 2
 
 
 def get_config(arg=None):
@@ -97,9 +110,19 @@ def study_arms(batch_size):
   return arms + [{**reference, 'numerics.profile': celeba.NOISE_PROFILE}]
 
 
+def variance_runs():
+  """The variance preset's runs: init seeds x data seeds x replicates on one arm."""
+  return [{'init_seed': i, 'data_seed': d, 'replicate': r, 'seed': i * DATA_SEEDS + d}
+          for i in range(INIT_SEEDS) for d in range(DATA_SEEDS) for r in range(REPLICATES)]
+
+
 def get_sweep(arg=None):
-  """The study run by `python -m sweeps.study --config=configs/digits.py:study`: arms x seeds."""
-  arms = study_arms(get_config(arg).batch_size)
+  """The study run by `python -m sweeps.study --config=configs/digits.py:study`: arms x seeds;
+  with the `variance` preset, `variance_runs`."""
+  config = get_config(arg)
+  if 'variance' in config.preset.split(','):
+    return variance_runs()
+  arms = study_arms(config.batch_size)
   return [{**arm, 'seed': seed} for arm in arms for seed in range(SEEDS)]
 
 

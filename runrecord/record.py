@@ -1,7 +1,8 @@
 """The results record: its fields, its place in the Orbax checkpoint, and the rules read from it.
 
 This module is the one owner of
-- the layout: <workdir>/checkpoints/<step>/{state, results}, Orbax CheckpointManager items. Every
+- the layout: <workdir>/checkpoints/<step>/{state, results}, Orbax CheckpointManager items (and
+  `predictions` at an evaluation's step: runrecord/predictions.py owns that item). Every
   save carries the record as it stands, so the latest step's `results` is the run's current record,
   readable without the state. A failed run's last step holds `results` only;
 - the record's fields (`new_record`, below) and the table columns they become (`row`);
@@ -19,7 +20,9 @@ read (`upgrade`): the `emulate` shorthand becomes the per-kind formats it stood 
 (numerics/profiles.py upgrade).
 
 Record fields: `schema` (RECORD_SCHEMA; absent in records written before it existed, which read
-the same), `status` ('running' | 'completed' | 'failed'), `reason`, `seed`, `platform`,
+the same), `status` ('running' | 'completed' | 'failed'), `reason`, `seed`, `init_seed` and
+`data_seed` (what the initial weights and the data order came from: `seed` unless set apart;
+absent in older records, whose rows read `seed` for both), `platform`,
 `device_kind`, `cpu_model`, `cpu_isa` and `xla_cpu_isa` (CPU_FACTS: a CPU run's processor, its
 instruction set and the one XLA:CPU generated code for; None on GPU and TPU; absent before schema
 3: not recorded), `num_devices`, `num_processes`, `step`, `total_steps`, `wall_time_s`, `numerics`
@@ -72,8 +75,12 @@ STATUSES = ('running', 'completed', 'failed')
 # numerics/setup.py.
 CPU_FACTS = ('cpu_model', 'cpu_isa', 'xla_cpu_isa')
 # Columns every run row has, in this order, before the flattened ones.
-BASE_COLUMNS = ('run', 'status', 'reason', 'seed', 'platform', 'device_kind', *CPU_FACTS,
-                'num_devices', 'num_processes', 'step', 'total_steps', 'wall_time_s')
+BASE_COLUMNS = ('run', 'status', 'reason', 'seed', 'init_seed', 'data_seed', 'platform',
+                'device_kind', *CPU_FACTS, 'num_devices', 'num_processes', 'step', 'total_steps',
+                'wall_time_s')
+# The seeds a run's initial weights and data order came from (configs/common.py init_seed_of,
+# data_seed_of): `seed` in records written before they existed.
+SEED_PARTS = ('init_seed', 'data_seed')
 # Parts of a record that become columns as `part.field...` (nested dicts flattened).
 FLATTENED = ('final', 'numerics', 'config', 'data', 'model', 'versions')
 FINAL_METRICS = ('test_accuracy', 'test_loss', 'train_loss', 'train_accuracy')
@@ -86,16 +93,17 @@ ARM_CONTEXT = ('platform', 'device_kind')
 ARM_PREFIX = 'numerics.requested.'
 ARM_NAMED = ('profile',)  # the name of a whole arithmetic: listed first
 CONFIG_PREFIX = 'config.'
-NOT_ARM_CONFIG = ('seed', 'numerics')
+NOT_ARM_CONFIG = ('seed', 'init_seed', 'data_seed', 'replicate', 'numerics')
 # Whether a GPU run used deterministic kernels (TPU and CPU runs repeat bit for bit anyway).
 DETERMINISM_COLUMN = 'numerics.effective.gpu_deterministic'
 # The XLA flags in effect (XLA_FLAGS as the run started, numerics/setup.py describe).
 XLA_FLAGS_COLUMN = 'numerics.effective.xla_flags'
 
 # Two runs share initial weights and data order (and so pair by seed) when these are equal:
-# the seed and everything that builds the initial model or orders and transforms the data.
-PAIRING_FIELDS = ('config.seed', 'config.batch_size', 'config.model.name', 'config.model.width',
-                  'config.model.stem', 'config.model.init_from', 'config.model.reinit',
+# the init and data seeds (both `seed` unless set apart) and everything that builds the initial
+# model or orders and transforms the data.
+PAIRING_FIELDS = ('init_seed', 'data_seed', 'config.batch_size', 'config.model.name',
+                  'config.model.width', 'config.model.stem', 'config.model.init_from', 'config.model.reinit',
                   'config.numerics.param_dtype', 'config.data.name', 'config.data.task',
                   'config.data.split', 'config.data.split_seed', 'config.data.test_fraction',
                   'config.data.image_size', 'config.data.normalization', 'config.data.flip',
@@ -127,7 +135,9 @@ def new_record(config, facts, numerics, data_info, model_facts, versions):
 
   `facts`: {'platform', 'device_kind', 'num_devices', 'num_processes'} of this run's devices.
   """
+  from configs import common  # pylint: disable=import-outside-toplevel
   return {'schema': RECORD_SCHEMA, 'status': 'running', 'reason': '', 'seed': int(config.seed),
+          'init_seed': common.init_seed_of(config), 'data_seed': common.data_seed_of(config),
           **facts, 'numerics': numerics, 'data': dict(data_info), 'model': model_facts,
           'config': config.to_dict(), 'versions': versions, 'final': {}, 'history': [],
           'wall_time_s': 0.0}
@@ -180,17 +190,19 @@ def final_metrics(history):
           'train_loss': last['train_loss'], 'train_accuracy': last['train_accuracy']}
 
 
-def save(mngr, step, results, state=None):
+def save(mngr, step, results, state=None, extra=None):
   """Write the record `results` (and, unless None, `state`) as step `step` of the Orbax manager
   `mngr`: <workdir>/checkpoints/<step>/{results, state}, asynchronously where `mngr` is. The
-  results are deep-copied: the caller keeps appending to its dict while the write runs."""
-  mngr.save(step, args=save_args(copy.deepcopy(results), state), force=True)
+  results are deep-copied: the caller keeps appending to its dict while the write runs.
+  `extra`: further items of the step, {name: Orbax save argument} (runrecord/predictions.py)."""
+  mngr.save(step, args=save_args(copy.deepcopy(results), state, extra), force=True)
 
 
-def save_args(results, state=None):
-  """The Orbax Composite that writes `results` (JSON) and, unless None, `state` at one step."""
+def save_args(results, state=None, extra=None):
+  """The Orbax Composite that writes `results` (JSON), unless None `state`, and `extra`'s items
+  at one step."""
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
-  items = {RESULTS_ITEM: ocp.args.JsonSave(results)}
+  items = {RESULTS_ITEM: ocp.args.JsonSave(results), **(extra or {})}
   if state is not None:
     items[STATE_ITEM] = ocp.args.StandardSave(state)
   return ocp.args.Composite(**items)
@@ -296,6 +308,8 @@ def row(run, results):
   out.update(run=run, platform=platform_identity(results))
   if out['seed'] is None:
     out['seed'] = (results.get('config') or {}).get('seed')
+  for name in SEED_PARTS:
+    out[name] = out['seed'] if out[name] is None else out[name]
   for part in FLATTENED:
     out.update(flatten(results.get(part), part))
   if out.get('status') in STATUSES:

@@ -58,9 +58,9 @@ def install(spec, setattr=setattr):  # pylint: disable=redefined-builtin
     fire(faults, 'step', p.step)
     return after_step(ctx, mngr, reporter, p, *args)
 
-  def faulty_save(mngr, step, results, state=None):
+  def faulty_save(mngr, step, results, state=None, extra=None):
     fire(faults, 'save', step, ('enospc',))
-    save(mngr, step, results, state)
+    save(mngr, step, results, state, extra)
     fire(faults, 'save', step, tuple(SIGNALS))
 
   def faulty_end_epoch(ctx, reporter, p, eval_fn, evaluate_now):

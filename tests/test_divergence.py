@@ -146,7 +146,7 @@ def test_final_test_counts_every_test_image():
   test = lock['ctx'].dataset.test
   for seed in (0, 1):
     ctx, state = lock['arms'][seed, 'control']['ctx'], lock['states'][seed, 'control']
-    evaluated = run.evaluate(ctx, run.eval_step(ctx, state), state)
+    evaluated, _ = run.evaluate(ctx, run.eval_step(ctx, state), state)
     # Equal counts of correct images (the evaluation sums them in float32).
     assert final['accuracy']['control']['per_seed'][seed] == pytest.approx(
         evaluated['test_accuracy'], abs=1e-7)

@@ -3,13 +3,14 @@
 import shutil
 import signal
 
+import numpy as np
 import pytest
 
 from configs import celeba as celeba_config
 from input_pipeline import celeba_fixture
 from tests.faults_common import (SMOKE_ARGS, last_line, run_train, saved_steps, tree_hash)
 from trainer import loop, validation
-from runrecord import record
+from runrecord import predictions, record
 
 
 def _celeba(manual_dir):
@@ -29,6 +30,10 @@ def test_resume_on_other_celeba_files_is_refused_naming_the_data(tmp_path):
   celeba_fixture.generate(str(c), identities=12, max_images=9, seed=3)
   workdir = tmp_path / 'run'
   done = loop.train_and_evaluate(_celeba(a), str(workdir))
+  saved = predictions.read_predictions(str(workdir))  # the CelebA run's, in test-set order
+  assert saved['step'] == done['step'] and saved['task'] == 'classification'
+  assert saved['fingerprint'] == done['data']['split_fingerprint']
+  assert saved['predicted'].shape == (done['data']['test_size'],)
   shutil.rmtree(workdir / 'checkpoints' / str(done['step']))  # as if stopped before the end
   before = tree_hash(workdir / 'checkpoints')
   with pytest.raises(validation.ConfigError) as same_classes:
@@ -45,6 +50,8 @@ def test_resume_on_other_celeba_files_is_refused_naming_the_data(tmp_path):
   assert 'data.num_classes: 16 -> 12' in str(other_classes.value)
   assert tree_hash(workdir / 'checkpoints') == before
   assert loop.train_and_evaluate(_celeba(a), str(workdir))['final'] == done['final']
+  resumed = predictions.read_predictions(str(workdir))
+  assert all(np.array_equal(resumed[k], saved[k]) for k in predictions.KEYS['classification'])
 
 
 @pytest.mark.timeout(600)

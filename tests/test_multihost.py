@@ -17,13 +17,14 @@ import socket
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from analysis import results as results_lib
 from configs import digits
 from tests.conftest import ROOT
 from trainer import loop, validation
-from runrecord import record
+from runrecord import predictions, record
 
 TRAIN = [sys.executable, os.path.join(ROOT, 'train.py')]
 FAULT_TRAIN = [sys.executable, os.path.join(ROOT, 'tests', 'fault_train.py')]
@@ -124,6 +125,11 @@ def test_two_processes_match_one_and_resume(tmp_path, subprocess_env):
   keys = [(r['kind'], r['step']) for r in records]
   assert len(keys) == len(set(keys))
   assert keys == [(r['kind'], r['step']) for r in records_one]
+  # The predictions, gathered from both processes' devices: every test example once, in order.
+  preds, preds_one = (predictions.read_predictions(str(w)) for w in (workdir, tmp_path / 'one'))
+  assert preds['step'] == two['step'] and np.array_equal(preds['label'], preds_one['label'])
+  assert np.mean(preds['predicted'] == preds['label']) == pytest.approx(
+      two['final']['test_accuracy'], abs=1e-6)
 
 
 @pytest.mark.timeout(600)

@@ -251,7 +251,7 @@ def test_noise_control_training_repeats_resumes_and_differs_per_seed(fast_compil
     runs = []
     for _ in range(2):  # each from the host copy, as a resumed run
       end = train(jax.tree.map(jnp.asarray, saved), batch)
-      totals = evaluate(end, {**batch, 'mask': np.ones(8, np.float32)},
+      totals, _ = evaluate(end, {**batch, 'mask': np.ones(8, np.float32)},
                         jax.tree.map(jnp.asarray, steps.ZERO_SUMS))
       runs.append(jax.device_get((end, totals)))
     assert same(runs[0], runs[1])

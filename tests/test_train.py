@@ -9,6 +9,7 @@ import pytest
 
 from configs import digits, loader
 from trainer import checkpointing, loop, validation
+from runrecord import predictions
 
 RESULT_KEYS = {'status', 'seed', 'platform', 'device_kind', 'num_devices', 'num_processes',
                'numerics', 'final', 'history', 'config', 'versions', 'wall_time_s'}
@@ -71,6 +72,10 @@ def test_interrupted_run_resumes_at_its_step_and_ends_bit_identical(finished_run
   assert [h['epoch'] for h in again['history']] == [1, 2]
   assert again['final'] == results['final']
   assert again['history'][0] == results['history'][0]  # restored, not recomputed
+  # The final evaluation's predictions, recomputed after the resume: bit for bit the same.
+  before, after = (predictions.read_predictions(str(w), 44) for w in (workdir, resumed))
+  assert after['step'] == 44 and set(after) == set(before)
+  assert all(np.array_equal(after[k], before[k]) for k in predictions.KEYS['classification'])
   records = [json.loads(line) for line in (resumed / 'metrics.jsonl').read_text().splitlines()]
   steps = [r['step'] for r in records if r['kind'] == 'train']
   assert len(steps) == len(set(steps))  # no duplicated records after the resume

@@ -33,7 +33,7 @@ from etils import epath
 
 from trainer import reporting
 
-from runrecord import record
+from runrecord import predictions, record
 
 CORRUPT_DIR = 'corrupt_checkpoints'
 # What a run keeps in its workdir, and what each entry must be where it already exists: the
@@ -51,7 +51,7 @@ def manager(workdir, keep, async_save=True):
       max_to_keep=keep, create=True, enable_async_checkpointing=async_save,
       cleanup_tmp_directories=True)
   return ocp.CheckpointManager(record.checkpoint_dir(workdir), options=options,
-                              item_names=record.ITEMS)
+                              item_names=record.ITEMS + (predictions.ITEM,))
 
 
 def _os_error(error):

@@ -3,7 +3,8 @@
 Order of work: validate everything (config, devices, workdir, dataset) and build the run context
 (trainer/run.py) before compiling; build or restore the state; train phase by phase with
 on-device metric sums; evaluate every `eval_every_epochs`; checkpoint every epoch (and every
-`checkpoint_every_steps`); write the results record (runrecord/record.py).
+`checkpoint_every_steps`); write the results record (runrecord/record.py), and each evaluation's
+per-example predictions into its step's checkpoint (runrecord/predictions.py).
 Restarting the same command on the same workdir resumes from the newest checkpoint that restores
 (trainer/resume.py) and reproduces the uninterrupted run bit for bit: data order, augmentation and
 schedule are functions of the global step, and the state carries the epoch's metric sums (the
@@ -29,6 +30,7 @@ from input_pipeline import batching
 from numerics import setup as numerics_setup
 from trainer import checkpointing, lock, optim, reporting, resume, run, steps, stop
 from runrecord import record
+from runrecord import predictions as prediction_items
 from trainer import validation
 
 VERSIONED_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')
@@ -93,6 +95,7 @@ class Progress:
   last_finite: int
   elapsed_before: float
   start_time: float = dataclasses.field(default_factory=time.time)
+  predictions: Any = None  # the last evaluation's, until the checkpoint of its step holds them
 
   def wall_time(self):
     return self.elapsed_before + time.time() - self.start_time
@@ -182,20 +185,21 @@ def _after_step(ctx, mngr, reporter, p, bad, eval_fn, stops):
     raise stop.Stopped(signum, p.step)
 
 
-def save(mngr, step, results, state=None):
-  """The run's results (and state) as checkpoint step `step`: <workdir>/checkpoints/<step>/
-  {results, state} (record.save). The previous asynchronous write is waited for first, so that
-  its failure names its own step."""
+def save(mngr, step, results, state=None, predictions=None):
+  """The run's results (and state, and an evaluation's predictions) as checkpoint step `step`:
+  <workdir>/checkpoints/<step>/{results, state, predictions} (record.save). The previous
+  asynchronous write is waited for first, so that its failure names its own step."""
   checkpointing.wait(mngr)
   with checkpointing.write_errors(step):
-    record.save(mngr, step, results, state)
+    record.save(mngr, step, results, state, prediction_items.save_items(predictions))
 
 
-def save_state(mngr, step, state, results):
-  """`state` and `results` as checkpoint step `step` (save), `results` first given the state's
-  digest (results['state_digest'], set here: what a restore checks the state against)."""
+def save_state(mngr, step, state, results, predictions=None):
+  """`state` and `results` (and `predictions`) as checkpoint step `step` (save), `results` first
+  given the state's digest (results['state_digest'], set here: what a restore checks the state
+  against)."""
   results['state_digest'] = checkpointing.state_digest(state)
-  save(mngr, step, results, state)
+  save(mngr, step, results, state, predictions)
 
 
 def _checkpoint(ctx, mngr, p, status='running'):
@@ -203,7 +207,8 @@ def _checkpoint(ctx, mngr, p, status='running'):
                    wall_time_s=p.wall_time(),
                    log_sums={k: float(v) for k, v in p.last_logged.items()})
   record.end_segment(p.results, p.step)
-  save_state(mngr, p.step, p.state, p.results)
+  save_state(mngr, p.step, p.state, p.results, p.predictions)
+  p.predictions = None
   p.last_finite = p.step
 
 
@@ -248,7 +253,8 @@ def _end_epoch(ctx, reporter, p, eval_fn, evaluate_now):
            'train_accuracy': float(sums['correct'] / sums['count'])}
   if evaluate_now:
     with reporter.paused():  # not training time (images/s)
-      entry.update(run.evaluate(ctx, eval_fn, p.state))
+      metrics, p.predictions = run.evaluate(ctx, eval_fn, p.state)
+      entry.update(metrics)
     reporter.evaluated(p.step)
     logging.info('epoch %d: test_accuracy %s test_loss %.4f train_loss %.4f', epoch,
                  reporting.percent(entry['test_accuracy']), entry['test_loss'],

@@ -3,7 +3,7 @@
   config = validation.resolve(loader.load(spec, overrides))   # the entry point resolves once
   numerics_setup.configure(config)   # then, before any JAX backend starts (train.py does both)
   ctx = run.build(config)            # dataset, mesh, phases, model structure
-  model, facts = run.init_model(ctx) # initial weights from config.seed (and model.init_from)
+  model, facts = run.init_model(ctx) # initial weights from init_seed (and model.init_from)
   state = run.initial_state(ctx, model)
   for phase in ctx.phases:
     state, step_fn = run.enter_phase(ctx, state, phase, step)
@@ -28,11 +28,12 @@ import numpy as np
 from flax import nnx
 
 import input_pipeline
+from configs import common
 from input_pipeline import base, batching
 from models import resnet
 from numerics import setup as numerics_setup
 from trainer import checkpointing, distributed, optim, steps, validation
-from runrecord import record
+from runrecord import predictions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +110,8 @@ def param_shapes(ctx):
 
 
 def init_model(ctx):
-  """(model, facts): the initial model from `config.seed` (and `model.init_from`, when given).
+  """(model, facts): the initial model from the init seed (configs/common.py `init_seed_of`:
+  config.init_seed, else config.seed) and `model.init_from`, when given.
 
   The initial weights are computed on the host CPU backend, as one jitted computation compiled
   without backend optimisations (seconds on a small CPU, and no fused arithmetic), so a seed gives
@@ -121,7 +123,7 @@ def init_model(ctx):
     host = jax.local_devices(backend='cpu')[0]
   except RuntimeError:  # JAX_PLATFORMS excludes the CPU backend: initialise on the default device
     host = jax.local_devices()[0]
-  key = jax.device_put(jax.random.key(config.seed), host)
+  key = jax.device_put(jax.random.key(common.init_seed_of(config)), host)
   with jax.default_device(host):
     init = jax.jit(lambda k: nnx.state(_create(config, ctx.dataset, k))).lower(key).compile(
         {'xla_backend_optimization_level': 0})
@@ -171,7 +173,7 @@ def enter_phase(ctx, state, phase, step):
   mask = optim.trainable_mask(state['params'], phase.frozen, config.model.reinit)
   step_fn = steps.make_train_step(
       ctx.mesh, ctx.graphdef, tx, mask, ctx.dataset.task, ctx.mean, ctx.std, config.data.flip,
-      config.seed, wrap=lambda fn: numerics_setup.with_precision(fn, config))
+      common.data_seed_of(config), wrap=lambda fn: numerics_setup.with_precision(fn, config))
   if jax.process_count() > 1:
     step_fn = distributed.precompile(step_fn, checkpointing.abstract(state), abstract_batch(
         ctx, ctx.dataset.train, config.batch_size))
@@ -181,7 +183,7 @@ def enter_phase(ctx, state, phase, step):
 def eval_step(ctx, state):
   """The jitted evaluation step (masked sums over a padded batch) for states like `state`."""
   fn = steps.make_eval_step(ctx.mesh, ctx.graphdef, ctx.dataset.task, ctx.mean, ctx.std,
-                            ctx.config.seed,
+                            common.data_seed_of(ctx.config),
                             wrap=lambda f: numerics_setup.with_precision(f, ctx.config))
   if jax.process_count() > 1:
     batch = abstract_batch(ctx, ctx.dataset.test, ctx.config.eval_batch_size, mask=True)
@@ -191,7 +193,9 @@ def eval_step(ctx, state):
 
 
 def evaluate(ctx, step_fn, state):
-  """Top-1 accuracy (or mean per-label accuracy) and loss over every example of the test split.
+  """(metrics, predictions): top-1 accuracy (or mean per-label accuracy) and loss over every
+  example of the test split, and its per-example predictions in test-set order
+  (runrecord/predictions.py), fetched from the devices once, at the end.
 
   Batches are gathered and put on the devices `data.prefetch` ahead on a thread, as in training.
   """
@@ -200,11 +204,15 @@ def evaluate(ctx, step_fn, state):
                           ctx.replicated)
   batches = (batching.to_global(batch, ctx.sharded) for batch in batching.eval_batches(
       ctx.dataset.test, config.eval_batch_size, jax.process_index(), jax.process_count()))
+  outputs = []
   for batch in batching.prefetch(batches, config.data.prefetch):
-    totals = step_fn(state, batch, totals)
-  totals = jax.device_get(totals)
-  return {'test_accuracy': float(totals['correct'] / totals['count']),
-          'test_loss': float(totals['loss'] / totals['count']), 'test_count': int(totals['count'])}
+    totals, batch_outputs = step_fn(state, batch, totals)
+    outputs.append(batch_outputs)
+  totals, outputs = jax.device_get((totals, outputs))
+  metrics = {'test_accuracy': float(totals['correct'] / totals['count']),
+             'test_loss': float(totals['loss'] / totals['count']),
+             'test_count': int(totals['count'])}
+  return metrics, predictions.collect(ctx.dataset, outputs)
 
 
 def watch(ctx, state):
@@ -229,10 +237,10 @@ def feed(ctx, on_device=None):
 
 def batches(ctx, start, stop, device_feed=None):
   """Training batches of global steps [start, stop), sharded, prefetched (the data order is a
-  function of the seed and the step alone)."""
+  function of the data seed, `configs.common.data_seed_of`, and the step alone)."""
   c = ctx.config
-  return batching.train_batches(ctx.dataset.train, c.batch_size, c.seed, start, stop, ctx.sharded,
-                                c.data.prefetch, device_feed)
+  return batching.train_batches(ctx.dataset.train, c.batch_size, common.data_seed_of(c), start,
+                                stop, ctx.sharded, c.data.prefetch, device_feed)
 
 
 def due(ctx, step):

@@ -5,8 +5,9 @@ replicated over the mesh, donated to each step. Batches are sharded along 'data'
 losses, accuracies and BatchNorm statistics are computed over the global batch. `sums` accumulates
 the epoch's training loss/accuracy on device, so no step waits for the host.
 
-Both steps trace the model inside numerics.ops.noise_scope with the key of (the run seed, the
-state's global step, 'train' or 'eval'): the noise of a noisy product format (bf16_noise) depends on
+Both steps trace the model inside numerics.ops.noise_scope with the key of (the run's data seed,
+configs/common.py data_seed_of: config.seed unless data_seed is set; the state's global step;
+'train' or 'eval'): the noise of a noisy product format (bf16_noise) depends on
 nothing else, so a run repeats and resumes bit for bit (formats without noise never read the key,
 and their compiled steps do not depend on the seed). An evaluation uses one key for all its
 batches: the model it evaluates is perturbed one way. The seed is an argument of the compiled step
@@ -194,23 +195,39 @@ def eval_logits(graphdef, state, seed, images, mean, std):
     return model(preprocess(images, mean, std))
 
 
+def example_outputs(logits, labels, task):
+  """Per-example outputs of eval-mode `logits` (float32): classification: the predicted class
+  (argmax, as `loss_and_correct` counts it), the softmax probability of that class and of the
+  label; multilabel: each label's predicted bit (logit > 0) and sigmoid probability of 1."""
+  logits = logits.astype(jnp.float32)
+  if task == 'multilabel':
+    return {'predicted': (logits > 0).astype(jnp.int8), 'probability': jax.nn.sigmoid(logits)}
+  predicted = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+  probs = jax.nn.softmax(logits, axis=-1)
+  return {'predicted': predicted, 'p_predicted': label_logits(probs, predicted),
+          'p_label': label_logits(probs, labels)}
+
+
 def _eval_step(state, batch, totals, seed, *, graphdef, task, mean, std):
   logits = eval_logits(graphdef, state, seed, batch['image'], mean, std)
   loss, correct = loss_and_correct(logits, batch['label'], task)
   mask = batch['mask']
-  return {'loss': totals['loss'] + (loss * mask).sum(),
-          'correct': totals['correct'] + (correct * mask).sum(),
-          'count': totals['count'] + mask.sum()}
+  totals = {'loss': totals['loss'] + (loss * mask).sum(),
+            'correct': totals['correct'] + (correct * mask).sum(),
+            'count': totals['count'] + mask.sum()}
+  return totals, example_outputs(logits, batch['label'], task)
 
 
 def make_eval_step(mesh, graphdef, task, mean, std, seed, wrap=None):
-  """jit(state, batch, totals) -> totals: masked sums, so every example counts exactly once."""
+  """jit(state, batch, totals) -> (totals, outputs): masked sums, so every example counts exactly
+  once, and the batch's per-example outputs (`example_outputs`, padding included), replicated: an
+  all-gather on the devices, so every process can read the whole batch's outputs."""
   replicated, sharded = shardings(mesh)
   fn = functools.partial(_eval_step, graphdef=graphdef, task=task, mean=jnp.asarray(mean),
                          std=jnp.asarray(std))
   jitted = jax.jit(wrap(fn) if wrap else fn,
                    in_shardings=(replicated, sharded, replicated, replicated),
-                   out_shardings=replicated, donate_argnums=(2,))
+                   out_shardings=(replicated, replicated), donate_argnums=(2,))
   return _bind_seed(jitted, seed, replicated)
 
 
