@@ -37,6 +37,7 @@ if __package__ in (None, ''):  # run as a file: make the repository importable
 
 from benchmarks import common  # noqa: E402
 from benchmarks import gpu_evidence_parts as agenda  # noqa: E402
+from runrecord import record  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATUS_FILE = 'status.json'
@@ -206,7 +207,8 @@ def pack(out, path):
   compilation cache."""
   def keep(info):
     parts = info.name.split('/')
-    state = len(parts) >= 3 and parts[-3] == 'checkpoints' and parts[-1] == 'state'
+    state = (len(parts) >= 3 and parts[-3] == record.CHECKPOINTS
+             and parts[-1] == record.STATE_ITEM)
     return None if state or '.jax_cache' in parts else info
   with tarfile.open(path, 'w:gz') as tar:
     tar.add(out, arcname=os.path.basename(os.path.abspath(out)), filter=keep)

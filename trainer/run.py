@@ -33,7 +33,7 @@ from input_pipeline import base, batching
 from models import resnet
 from numerics import setup as numerics_setup
 from trainer import checkpointing, distributed, optim, steps, validation
-from runrecord import predictions
+from runrecord import predictions, record
 
 
 @dataclasses.dataclass(frozen=True)
