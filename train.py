@@ -114,7 +114,7 @@ def absolute_workdir(workdir):
 def load_config():
   """The config from --config and --config.* (configs/loader.py), resolved once
   (trainer/validation.resolve), or a one-line exit."""
-  from trainer import validation  # pylint: disable=import-outside-toplevel
+  from trainer import platforms, validation  # pylint: disable=import-outside-toplevel
   if not CONFIG.get('spec'):
     fail('--config: give a config file, e.g. --config=configs/digits.py:smoke')
   if not FLAGS.workdir:
@@ -128,7 +128,9 @@ def load_config():
     fail(f'--config={CONFIG["spec"]}: {type(e).__name__}: {first}; fix the config file or the '
          'value given')
   try:
-    return validation.resolve(config)
+    resolved = validation.resolve(config)
+    platforms.check()  # JAX_PLATFORMS can start here: before any backend does
+    return resolved
   except ValueError as e:  # ConfigError is a ValueError
     fail(str(e).splitlines()[0])
 
@@ -160,6 +162,10 @@ def train(config):
     fail(str(e), code=1)  # a run that started and stopped: its saved results say why
   except (checkpointing.CheckpointWriteError, reporting.MetricsWriteError) as e:
     fail(str(e), code=1, at_once=True)
+  except RuntimeError as e:
+    if 'Unable to initialize backend' not in str(e):
+      raise
+    fail(str(e).splitlines()[0])  # a platform platforms.check could not see fail (a driver)
   except stop.Stopped as e:  # SIGTERM/SIGINT in the training loop: saved, resumable
     logging.flush()
     print(f'stopped: {e}', file=sys.stderr)

@@ -38,6 +38,7 @@ import sys
 from sweeps import checks, claims, runner, scripts
 from analysis import declaration
 from configs import loader
+from input_pipeline import base
 from trainer import record, validation
 
 
@@ -273,19 +274,18 @@ def main(argv=None):
   args = parse_args(argv)
   try:
     gpus = parse_gpus(args.gpus)
-    slots = args.parallel or len(gpus) or 1
-    if slots < 1:
-      raise ValueError(f'--parallel={args.parallel}: give a positive number of runs at a time')
-    if gpus and slots > len(gpus):
-      raise ValueError(f'--parallel={slots} exceeds the {len(gpus)} GPUs of --gpus; one run per GPU')
     if args.estimate_steps < 1:
       raise ValueError(f'--estimate-steps={args.estimate_steps}: give a positive number of steps')
     runs, path, arg, root, files, states, errors, declared = plan(args)
+    slots, capped = checks.parallel_slots(args.parallel, runs, gpus, base.host_memory(),
+                                          os.cpu_count() or 1)
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
   if errors:
     return report_problems(errors)
+  if capped:
+    print(f'warning: {capped}', file=sys.stderr)
   if declared and '://' in root:
     where = declaration.write(os.path.dirname(files[0]), declared)
     copy_to = scripts.join(root, declaration.STUDY_FILE)
@@ -299,11 +299,14 @@ def main(argv=None):
     line = scripts.command_line(scripts.command(run, path, arg))
     print(f'would run: {line}' + (f'  # {detail}' if detail else ''))
   print(f'{len(runs) - len(todo)} completed (skipped), {len(todo)} to run')
-  if args.estimate:
+  if args.estimate and not todo:
+    print('estimate: nothing to run, nothing to price')
+    return 0
+  if args.estimate:  # priced: the runs still to run
     from sweeps import estimate  # pylint: disable=import-outside-toplevel
     envs = runner.slot_envs(scripts.REPO if '://' in root else root, scripts.REPO, gpus, slots)
-    return estimate.report(runs, lambda r: scripts.config_flags(r, path, arg), envs, scripts.REPO,
-                           args.estimate_steps)
+    return estimate.report([r for r, _ in todo], lambda r: scripts.config_flags(r, path, arg),
+                           envs, scripts.REPO, args.estimate_steps)
   if args.dry_run:
     return 0
   return launch([r for r, _ in todo], path, arg, root, slots, gpus, len(runs), args.heartbeat)

@@ -175,7 +175,7 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
   bin_dir.mkdir()
   (bin_dir / 'python').write_text(f'#!/bin/bash\necho "$PWD $JAX_COMPILATION_CACHE_DIR $*" > {tmp_path}/ran\n')
   (bin_dir / 'python').chmod(0o755)
-  env = {**os.environ, 'PATH': f'{bin_dir}:{os.environ["PATH"]}', 'SLURM_ARRAY_TASK_ID': '7'}
+  env = {**os.environ, "SWEEP_PYTHON": str(bin_dir / "python"), "SLURM_ARRAY_TASK_ID": "7"}
   env.pop('JAX_COMPILATION_CACHE_DIR', None)
   subprocess.run(['bash', str(root / scripts.SLURM_FILE)], env=env, check=True, capture_output=True)
   assert (tmp_path / 'ran').read_text().split() == [scripts.REPO, f'{root}/.jax_cache'] + shlex.split(lines[7])[1:]

@@ -24,6 +24,7 @@ from trainer import validation
 
 LOCK_FILE = 'run.lock'
 CLAIM_FILE = 'sweep.claim'
+FILES = (LOCK_FILE, CLAIM_FILE)  # the files of a workdir this module keeps
 
 
 class WorkdirLocked(validation.ConfigError):

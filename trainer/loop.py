@@ -64,8 +64,12 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
   SIGTERM/SIGINT. `allow_layout_change`: a saved run may continue on another device layout.
   """
   validation.require_resolved(config, 'trainer.loop.train_and_evaluate')
-  validation.check_workdir(workdir)
-  ctx = run.build(config)
+  created = validation.check_workdir(workdir, lock.FILES)
+  try:
+    ctx = run.build(config)
+  except validation.ConfigError:  # refused before anything was written: leave nothing behind
+    validation.remove_created(created)
+    raise
   is_writer = jax.process_index() == 0
   with lock.WorkdirLock(workdir, enabled=is_writer):
     mngr = checkpointing.manager(workdir, config.keep_checkpoints)
@@ -138,6 +142,7 @@ def _train(ctx, workdir, mngr, p, is_writer):
   logging.info('%s: %d train / %d test examples, %d steps/epoch, %d devices, %d processes',
                ctx.dataset.name, len(ctx.dataset.train), len(ctx.dataset.test), ctx.per_epoch,
                jax.device_count(), jax.process_count())
+  reporter.compiles_ahead(len([f for f in ctx.phases if p.step < f.stop]))
   with stop.StopRequests() as stops:
     for phase in ctx.phases:
       if p.step >= phase.stop:
@@ -155,9 +160,17 @@ def _train(ctx, workdir, mngr, p, is_writer):
         _after_step(ctx, mngr, reporter, p, bad, eval_fn, stops)
     checkpointing.wait(mngr, p.step)  # a signal now changes nothing: the run is complete
   reporter.close()
-  logging.info('Done: test_accuracy %s, %.1f s', reporting.percent(
-      p.results['final']['test_accuracy']), p.results['wall_time_s'])
+  logging.info('Done: test_accuracy %s, %s', reporting.percent(
+      p.results['final']['test_accuracy']), session_times(p))
   return p.results
+
+
+def session_times(p):
+  """'12.3 s' for a run trained in one session; 'this session 12.3 s, all sessions 157.7 s' for a
+  resumed one (its wall_time_s counts every session)."""
+  if not p.elapsed_before:
+    return f'{p.wall_time():.1f} s'
+  return f'this session {time.time() - p.start_time:.1f} s, all sessions {p.wall_time():.1f} s'
 
 
 def _after_step(ctx, mngr, reporter, p, bad, eval_fn, stops):
