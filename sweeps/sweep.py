@@ -37,7 +37,7 @@ import sys
 
 from sweeps import checks, claims, runner, scripts
 from analysis import declaration
-from configs import loader
+from configs import common, loader
 from input_pipeline import base
 from trainer import record, validation
 
@@ -46,15 +46,6 @@ from trainer import record, validation
 # written when it does not resolve, `problem` then saying why in one line (None: runs built by hand).
 Run = collections.namedtuple('Run', 'arm slug seed overrides workdir config problem',
                              defaults=(None, ''))
-
-
-def config_leaves(tree, prefix=''):
-  """Every dotted field name of a config dict."""
-  out = []
-  for key, value in tree.items():
-    name = f'{prefix}{key}'
-    out.extend(config_leaves(value, name + '.') if isinstance(value, dict) else [name])
-  return out
 
 
 def short_name(field, leaves):
@@ -96,7 +87,7 @@ def expand(spec, root):
   sweep = module.get_sweep(arg or None)
   if not sweep or not all(isinstance(o, dict) for o in sweep):
     raise ValueError(f'{path}: get_sweep() must return a non-empty list of override dicts')
-  leaves = config_leaves(module.get_config(arg).to_dict())
+  leaves = common.fields(module.get_config(arg))
   runs, slugs, seen = [], {}, set()
   for i, overrides in enumerate(sweep):
     config = check_overrides(module, arg, overrides, i)

@@ -20,7 +20,7 @@ from statsmodels.stats import power as smp
 
 from analysis import inference, results
 from sweeps import runner, scripts, study, sweep
-from configs import celeba, digits
+from configs import celeba, common, digits
 from trainer import checkpointing, lock, record, reporting, resume, validation
 
 DIGITS = os.path.join(scripts.REPO, 'configs', 'digits.py')
@@ -86,7 +86,7 @@ def test_declared_seed_count_is_the_power_calculation(module):
 
 
 def test_slug_depends_on_the_arm_alone_and_disambiguates_shared_leaf_names():
-  leaves = sweep.config_leaves(digits.get_config().to_dict())
+  leaves = common.fields(digits.get_config())
   assert sweep.arm_slug({'numerics.profile': 'tpu_default'}, leaves) == 'profile-tpu-default'
   assert sweep.arm_slug({}, leaves) == 'default'
   # `name` is both data.name and model.name: the dotted name keeps the slug unambiguous.

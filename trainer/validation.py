@@ -151,9 +151,10 @@ def _check_fields(config):
                       f'got {config.data.normalization!r}')
   _positive_int(config, 'data.image_size')
   _number(config, 'data.test_fraction', 'in (0, 1)', lambda v: 0 < v < 1)
-  if config.model.stem not in ('imagenet', 'small'):
-    raise ConfigError(f"config.model.stem must be 'imagenet' or 'small', got "
-                      f'{config.model.stem!r}')
+  try:
+    resnet.check_stem(config.model.stem)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
   _number(config, 'model.width', f'>= 1/64 = {WIDTH_MIN} (the stem\'s 64 channels times the '
           'width must give at least one channel)', lambda v: v >= WIDTH_MIN)
   check_steps(config, _estimated_steps_per_epoch(config), estimated=True)
@@ -245,6 +246,12 @@ def device_memory(devices):
   """The smallest `bytes_limit` the devices report, or None when none reports one (CPU)."""
   limits = [v for v in memory_stat(devices, 'bytes_limit') if v]
   return min(limits) if limits else None
+
+
+def absolute_workdir(workdir):
+  """Local paths made absolute once, at the entry point (Orbax refuses relative ones); gs:// etc.
+  unchanged."""
+  return workdir if '://' in workdir else os.path.abspath(os.path.expanduser(workdir))
 
 
 def check_workdir(workdir, extra_files=()):
