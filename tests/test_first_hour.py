@@ -63,13 +63,13 @@ def test_resume_streams_metrics_and_keeps_the_same_records(tmp_path, caplog, mon
   path.write_text(text)
   for whole in ('read_text', 'read_bytes'):  # the old path read it whole
     monkeypatch.setattr(epath.Path, whole, lambda *a, **k: 1 / 0)
-  reporter = reporting.Reporter(tmp_path, 100, True, resume_step=15)
+  reporter = reporting.JsonLinesWriter(tmp_path, resume_step=15)
   monkeypatch.undo()
   assert lines_of(path) == [json.dumps(r) for r in records[:3]]
   assert caplog.text.count('line 3 is not a whole JSON record') == 1
-  reporter.write({'kind': 'train', 'step': 16})
+  reporter.write_scalars(16, {'kind': 'train', 'step': 16})
   path.unlink()
-  reporter.write({'kind': 'train', 'step': 17})
+  reporter.write_scalars(17, {'kind': 'train', 'step': 17})
   assert [json.loads(line)['step'] for line in lines_of(path)] == [5, 10, 15, 16, 17]
   assert caplog.text.count('line 3 is not a whole JSON record') == 1
   reporter.close()

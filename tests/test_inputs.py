@@ -14,6 +14,7 @@ from sweeps import checks, scripts, sweep
 from tests.conftest import ROOT
 from tests.test_cli import run_train
 from tests.test_sweep import write_config
+from trainer import clock as progress_clock
 from trainer import lock, loop, platforms, record, reporting, validation
 
 
@@ -205,19 +206,24 @@ def test_estimate_of_a_completed_root_prices_nothing(tmp_path, capsys, monkeypat
   assert priced == [] and '2 completed (skipped), 0 to run' in out and 'nothing to price' in out
 
 
-def test_eta_says_compiles_are_still_to_come(tmp_path, caplog):
+def test_eta_says_compiles_are_still_to_come(caplog):
   """Before: 'ETA 0:00:02' from the frozen phase's steps, then a 30 s compile of the next."""
   caplog.set_level('INFO')
-  reporter = reporting.Reporter(tmp_path, 100, False)
-  reporter.compiles_ahead(2)  # two phases ahead, and the first evaluation: 3 compiles
-  reporter.compiled(0)
-  images_per_sec, eta = reporter.throughput(5, 64)
-  reporter.progress(5, 0, 4, 1.0, 0.5, 1e-3, images_per_sec, eta)
+  timer = progress_clock.ProgressClock(100)
+  console = reporting.ConsoleWriter(100, 4, timer)
+  timer.compiles_ahead(2)  # two phases ahead, and the first evaluation: 3 compiles
+  timer.compiled(0)
+  line = {'kind': 'train', 'step': 5, 'epoch': 1, 'train_loss': 1.0, 'train_accuracy': 0.5,
+          'learning_rate': 1e-3}
+  images_per_sec, eta = timer.throughput(5, 64)
+  console.write_scalars(5, {**line, 'images_per_sec': images_per_sec, 'eta_s': eta})
+  assert 'step 5/100 (epoch 1/4) loss 1.0000 acc 50.00 %' in caplog.text
   assert '+ 2 compile(s) to come' in caplog.text
-  reporter.compiled(10)
-  reporter.evaluated(20)
+  timer.compiled(10)
+  timer.evaluated(20)
   caplog.clear()
-  reporter.progress(30, 1, 4, 1.0, 0.5, 1e-3, *reporter.throughput(30, 64))
+  images_per_sec, eta = timer.throughput(30, 64)
+  console.write_scalars(30, {**line, 'step': 30, 'images_per_sec': images_per_sec, 'eta_s': eta})
   assert 'ETA' in caplog.text and 'to come' not in caplog.text
 
 
