@@ -63,7 +63,8 @@ def check(config):
   if not isinstance(n.gpu_deterministic, bool):
     raise ValueError(f'config.numerics.gpu_deterministic must be True or False, got '
                      f'{n.gpu_deterministic!r}')
-  known_flags(tuple(n.xla_flags.split()))
+  xla_flags(config)  # their syntax
+  known_flags(tuple(n.xla_flags.split()))  # XLA knows them
   ops.resolve_conv_impl(n.conv_impl, 'cpu')  # one-line error on a bad value
   emulate_lib.resolve_impl(n.emulate_impl)
 

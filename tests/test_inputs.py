@@ -29,6 +29,9 @@ def resolve(**overrides):
     ('num_epochs', 10**9, 'overflow the int32 step counter'),
     ('numerics.xla_flags', '--xla_no_such_flag=1',
      "config.numerics.xla_flags: XLA refuses '--xla_no_such_flag=1' (Unknown flag in XLA_FLAGS"),
+    ('numerics.xla_flags', '--xla_dump_to=/tmp/a b', 'must be space-separated --xla_* flags'),
+    ('data.prefetch', -1, 'config.data.prefetch must be an integer in [0, 64]'),
+    ('data.prefetch', 10**9, 'config.data.prefetch must be an integer in [0, 64]'),
 ])
 def test_numbers_are_checked_at_resolution(field, value, message):
   """Before: seed -1 or 2**64 an OverflowError after 19 s of loading, width 1e-9 a 1-channel net,

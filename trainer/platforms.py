@@ -21,7 +21,7 @@ NVIDIA_DRIVER = ('/proc/driver/nvidia/version', '/dev/nvidiactl')
 
 def requested(environ=os.environ):
   """The platforms JAX_PLATFORMS names, in order ([] when unset or empty: JAX picks)."""
-  return [p.strip().lower() for p in environ.get('JAX_PLATFORMS', '').split(',') if p.strip()]
+  return [p.strip() for p in environ.get('JAX_PLATFORMS', '').split(',') if p.strip()]
 
 
 def plugins():

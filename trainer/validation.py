@@ -150,6 +150,10 @@ def _check_fields(config):
     raise ConfigError(f'config.data.normalization must be one of {sorted(base.NORMALIZATIONS)}, '
                       f'got {config.data.normalization!r}')
   _positive_int(config, 'data.image_size')
+  prefetch = config.data.prefetch  # each batch ahead is held on the devices; 0: none ahead
+  if not isinstance(prefetch, int) or isinstance(prefetch, bool) or not 0 <= prefetch <= 64:
+    raise ConfigError(f'config.data.prefetch must be an integer in [0, 64] (batches prepared '
+                      f'ahead, each held on the devices), got {prefetch!r}')
   _number(config, 'data.test_fraction', 'in (0, 1)', lambda v: 0 < v < 1)
   try:
     resnet.check_stem(config.model.stem)
