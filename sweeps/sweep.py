@@ -267,6 +267,8 @@ def main(argv=None):
     gpus = parse_gpus(args.gpus)
     if args.estimate_steps < 1:
       raise ValueError(f'--estimate-steps={args.estimate_steps}: give a positive number of steps')
+    if not 0 < args.heartbeat < float('inf'):  # NaN fails too: it would never print
+      raise ValueError(f'--heartbeat={args.heartbeat}: give a positive number of seconds')
     runs, path, arg, root, files, states, errors, declared = plan(args)
     slots, capped = checks.parallel_slots(args.parallel, runs, gpus, base.host_memory(),
                                           os.cpu_count() or 1)

@@ -150,6 +150,9 @@ def test_sweep_parallel_zero_is_refused_and_a_huge_one_capped(tmp_path, capsys, 
   cfg = write_config(tmp_path, "[{'seed': 0}]")
   assert sweep.main(sweep_args(tmp_path, f'{cfg}:smoke', '--parallel', '0')) == 2
   assert 'error: --parallel=0: give a positive number' in capsys.readouterr().err
+  for heartbeat in ('-1', 'nan', 'inf'):  # before: a line every poll, or never one
+    assert sweep.main(sweep_args(tmp_path, f'{cfg}:smoke', f'--heartbeat={heartbeat}')) == 2
+    assert f'error: --heartbeat={float(heartbeat)}: give a positive' in capsys.readouterr().err
   monkeypatch.setattr(platforms, 'gpu_runs', lambda environ=None: False)
   runs, _, _ = sweep.expand(f'{cfg}:smoke', str(tmp_path / 'r'))
   slots, why = checks.parallel_slots(1000, runs, [], 4 * 2**30, 64)
