@@ -23,6 +23,8 @@ import importlib.util
 import os
 import sys
 
+import ml_collections
+
 from configs import common
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,6 +84,9 @@ def load(spec, overrides=()):
     first = (str(e).splitlines() or [''])[0]
     raise ValueError(f'--config={spec}: {type(e).__name__}: {first}; fix the config file or the '
                      'value given') from None
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise ValueError(f'--config={spec}: get_config() returned a {type(config).__name__}, not an '
+                     'ml_collections.ConfigDict: build it as configs/digits.py does')
   return apply_overrides(config, overrides)
 
 

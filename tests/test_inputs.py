@@ -104,6 +104,16 @@ def test_non_ascii_workdir_under_a_non_utf8_locale_is_refused_before_training(tm
   assert_one_line_refusal(proc, 'use a UTF-8 locale (export LC_ALL=C.UTF-8', workdir)
 
 
+def test_config_file_returning_no_config_is_one_line(tmp_path):
+  """Hostile pass: get_config() returning None or a dict was an AttributeError traceback."""
+  for name, value in (('none', 'None'), ('plain', "{'seed': 1}")):
+    path = tmp_path / f'{name}.py'
+    path.write_text(f'def get_config(arg=None):\n  return {value}\n')
+    with pytest.raises(ValueError, match=r'get_config\(\) returned a (NoneType|dict), not an '
+                       r'ml_collections.ConfigDict'):
+      loader.load(str(path))
+
+
 def test_workdir_entries_of_the_wrong_kind(tmp_path):
   """A file as the workdir says so (before: 'not writable (File exists)'); run.lock as a folder is
   one line (before: IsADirectoryError); nothing is created."""
