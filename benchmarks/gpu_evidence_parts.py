@@ -14,6 +14,7 @@ import os
 import re
 import sys
 
+from runrecord import record
 from sweeps import scripts
 
 # One command of a part: `argv` run as a subprocess (stdout to OUT/<part>/<label>.txt, stderr to
@@ -139,7 +140,7 @@ def shared_gpu(ctx):
 def shared_gpu_headline(ctx):
   if ctx.smoke:
     return planned(ctx, os.path.join(ctx.folder, 'runs'))
-  logs = glob.glob(os.path.join(ctx.folder, 'runs', '*', '*', 'train.log'))
+  logs = glob.glob(os.path.join(ctx.folder, 'runs', '*', '*', record.LOG_FILE))
   found = [MEM_FRACTION.search(read(log)) for log in logs]  # the first header's settings
   fractions = collections.Counter(m.group(1) if m else 'none' for m in found)
   named = ', '.join(f'{v} in {n}' for v, n in sorted(fractions.items())) or 'none'

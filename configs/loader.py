@@ -23,6 +23,8 @@ import importlib.util
 import os
 import sys
 
+import ml_collections
+
 from configs import common
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,6 +54,9 @@ def load_module(path):
     spec.loader.exec_module(module)
   except SyntaxError as e:
     raise ValueError(f'--config: {path} line {e.lineno}: {e.msg}; fix the config file') from None
+  except Exception as e:  # pylint: disable=broad-except  # e.g. an import the file makes fails
+    raise ValueError(f'--config: {path}: {type(e).__name__}: {(str(e).splitlines() or [""])[0]}; '
+                     'fix the config file') from None
   if not hasattr(module, 'get_config'):
     raise ValueError(f'--config: {path} defines no get_config(arg); see configs/digits.py')
   return module
@@ -75,6 +80,13 @@ def load(spec, overrides=()):
     raise ValueError(f'--config={spec}: {str(e).splitlines()[0]}') from None
   except AttributeError as e:  # a preset setting a field the locked config does not have
     raise ValueError(f'--config={spec}: {_locked_message(e)}') from None
+  except Exception as e:  # pylint: disable=broad-except  # the config file's own code failed
+    first = (str(e).splitlines() or [''])[0]
+    raise ValueError(f'--config={spec}: {type(e).__name__}: {first}; fix the config file or the '
+                     'value given') from None
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise ValueError(f'--config={spec}: get_config() returned a {type(config).__name__}, not an '
+                     'ml_collections.ConfigDict: build it as configs/digits.py does')
   return apply_overrides(config, overrides)
 
 

@@ -60,9 +60,20 @@ def rel_err(y, ref):
   return float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
 
 
-def run_setting(setting, fn, *args):
+NO_DIFFERENCE = 'no difference'  # the 'worst layer' of a pair whose layers all agree exactly
+_START = [time.time()]  # when main started: the progress lines' clock
+
+
+def progress(message):
+  """One line on stderr, with the seconds since the probe started (each setting compiles for
+  seconds to a minute on a small CPU: the console shows what it is doing)."""
+  print(f'[{time.time() - _START[0]:5.0f} s] {message}', file=sys.stderr, flush=True)
+
+
+def run_setting(setting, fn, *args, what='products'):
   """fn(*args, fmt, impl) jitted and run under the setting's precision flag; None if
   unsupported."""
+  progress(f'{what}: {setting}')
   precision, fmt, impl = SETTINGS[setting]
   try:
     with jax.default_matmul_precision(precision):
@@ -191,6 +202,7 @@ def measure_model(settings, args, rng):
   y = (np.arange(args.model_batch) % args.model_classes).astype(np.int32)
   _, params32, rest32 = model_parts(args, 'native', rng=rng)
   cpu = jax.devices('cpu')[0]
+  progress('model: float64 reference')
   with jax.enable_x64(True):
     graphdef64, _, _ = model_parts(args, 'native', jnp.float64)
     cast = lambda t: jax.device_put(jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), t), cpu)
@@ -202,7 +214,7 @@ def measure_model(settings, args, rng):
   for s in settings:
     graphdef, _, _ = model_parts(args, SETTINGS[s][1], impl=SETTINGS[s][2])
     fn = lambda p, r, a, b, fmt, impl, g=graphdef: loss_and_grads(g, p, r, a, b)
-    out = run_setting(s, fn, params32, rest32, x, y)
+    out = run_setting(s, fn, params32, rest32, x, y, what='model')
     outs[s] = out
     errs[s] = None if out is None else {'logits': rel_err(out[0], ref_logits),
                                         'grads': rel_err(flat(out[1]), ref_grads)}
@@ -219,7 +231,8 @@ def pair_diffs(outs, model_outs, settings, names):
     diffs = [(rel_err(p, q), n) for p, q, n in zip(outs[a], outs[b], names)]
     mm = [d for d, n in diffs if n.startswith('K=')]
     layer = max((d, n) for d, n in diffs if not n.startswith('K='))
-    row = {'pair': f'{a} vs {b}', 'matmuls': max(mm), 'layers': layer[0], 'worst layer': layer[1]}
+    row = {'pair': f'{a} vs {b}', 'matmuls': max(mm), 'layers': layer[0],
+           'worst layer': layer[1] if layer[0] > 0 else NO_DIFFERENCE}
     ma, mb = model_outs.get(a), model_outs.get(b)
     ok = ma is not None and mb is not None
     row['logits'] = rel_err(ma[0], mb[0]) if ok else None
@@ -272,7 +285,9 @@ def figure(result, out_dir):
   for ax, title in zip(axes, ('matmul (random normal)', 'ResNet-18 conv/fc shapes')):
     ax.set(xscale='log', yscale='log', xlabel='reduction length K', title=title)
   axes[0].set_ylabel('relative L2 error vs float64')
-  axes[0].legend(ncol=2)
+  handles, labels = axes[0].get_legend_handles_labels()  # below the axes: it covers no line
+  fig.legend(handles, labels, loc='upper center', bbox_to_anchor=(0.5, 0.0),
+             ncol=min(len(labels), 4), frameon=False)
   fig.suptitle(f"{result['info']['platform']} ({result['info']['device_kind']})", fontsize=8)
   return style.save(fig, out_dir, 'numerics_error')
 
@@ -312,7 +327,9 @@ def main(argv=None):
   info = {'platform': device.platform, 'device_kind': device.device_kind, 'jax': jax.__version__,
           'args': vars(args)}
   rng = np.random.default_rng(args.seed)
-  start = time.time()
+  start = _START[0] = time.time()
+  progress(f'{len(settings)} settings on {device.platform}: one compile each (products), then '
+           f'{len([s for s in args.model_settings.split(",") if s])} model setting(s)')
   matmul, layers, outs, names = measure_products(settings, args, rng)
   model_settings = [s for s in args.model_settings.split(',') if s]
   model, model_outs = measure_model(model_settings, args, rng) if model_settings else ({}, {})

@@ -60,8 +60,7 @@ class ResNet18(nnx.Module):
                dtype=jnp.float32, param_dtype=jnp.float32, conv_format='native',
                dense_format='native', batchnorm_group=0, conv_impl='auto', emulate_impl='auto',
                rngs: nnx.Rngs):
-    if stem not in ('imagenet', 'small'):
-      raise ValueError(f"config.model.stem must be 'imagenet' or 'small', got {stem!r}")
+    check_stem(stem)
     layer_kwargs = dict(dtype=dtype, param_dtype=param_dtype, fmt=conv_format,
                         conv_impl=conv_impl, emulate_impl=emulate_impl)
     bn_kwargs = dict(dtype=dtype, param_dtype=param_dtype, group_size=batchnorm_group)
@@ -102,6 +101,15 @@ class ResNet18(nnx.Module):
 
   def __call__(self, x):
     return self.fc(self.features(x)).astype(jnp.float32)
+
+
+STEMS = ('imagenet', 'small')
+
+
+def check_stem(stem):
+  """One-line ValueError naming config.model.stem unless it is one of STEMS."""
+  if stem not in STEMS:
+    raise ValueError(f'config.model.stem must be one of {STEMS}, got {stem!r}')
 
 
 def stage_channels(width):

@@ -11,8 +11,12 @@ and the dense layers really ran in ('bf16', 'bf16_3x', 'bf16_6x', 'tf32', 'f32',
 numerics/emulate.py), each kind on its own.
 """
 
+import functools
 import os
 import platform as host
+import re
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -61,7 +65,8 @@ def check(config):
   if not isinstance(n.gpu_deterministic, bool):
     raise ValueError(f'config.numerics.gpu_deterministic must be True or False, got '
                      f'{n.gpu_deterministic!r}')
-  xla_flags(config)
+  xla_flags(config)  # their syntax
+  known_flags(tuple(n.xla_flags.split()))  # XLA knows them
   ops.resolve_conv_impl(n.conv_impl, 'cpu')  # one-line error on a bad value
   emulate_lib.resolve_impl(n.emulate_impl)
 
@@ -89,6 +94,30 @@ XLA_CPU_ISAS = {'SSE4_2': ('sse4_2',), 'AVX': ('avx',), 'AVX2': ('avx2',), 'AVX5
 MAX_ISA_FLAG = '--xla_cpu_max_isa='
 CPUINFO = '/proc/cpuinfo'
 X86 = ('x86_64', 'amd64', 'i386', 'i686')
+
+# XLA reads XLA_FLAGS when its first backend starts and ends the process (a fatal 'F' log line,
+# exit 1) on a flag it does not know or a value it cannot parse; a CPU backend in a child process
+# reads them the same way (every backend's flags are in one table) in under a second.
+FLAG_PROBE = 'import jax; jax.devices("cpu")'
+
+
+@functools.lru_cache(maxsize=None)
+def known_flags(flags):
+  """One-line ValueError naming config.numerics.xla_flags when XLA refuses any of `flags` (a
+  tuple), found by starting a CPU backend with them in a child process (FLAG_PROBE)."""
+  if not flags:
+    return
+  env = {**os.environ, 'XLA_FLAGS': ' '.join(flags), 'JAX_PLATFORMS': 'cpu',
+         'TF_CPP_MIN_LOG_LEVEL': '0'}
+  probe = subprocess.run([sys.executable, '-c', FLAG_PROBE], env=env, capture_output=True,
+                         text=True, check=False)
+  if probe.returncode == 0:
+    return
+  logged = [line.split('] ', 1)[-1] for line in probe.stderr.splitlines()
+            if re.match(r'[EF]\d{4} ', line)]  # XLA's error and fatal log lines, first is why
+  said = logged[0] if logged else f'exit code {probe.returncode}'
+  raise ValueError(f'config.numerics.xla_flags: XLA refuses {" ".join(flags)!r} ({said}): '
+                   'remove or correct the flag')
 
 
 _applied = None  # the XLA flags configure() set in this process (None: it has not run)

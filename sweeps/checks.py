@@ -7,8 +7,10 @@
 - data: once per distinct data setting; CelebA needs the five official files in
   data.manual_dir, or a tfds_dir this project prepared, and preparing needs tensorflow-datasets
   unless a decoded cache exists; the decoded cache must be local (it is memory-mapped);
+- environment: the platforms JAX_PLATFORMS names must start here (trainer/platforms.py);
 - workdir: the root, every run folder and the command-list/SLURM files must be creatable and
-  writable (probed with os.access, nothing created), and a saved run in a run folder must be this
+  writable (probed with os.access, nothing created), what a run folder holds the kind of entry
+  a run uses (run.lock, train.log: files; checkpoints: a folder), and a saved run in a run folder must be this
   sweep's run by runrecord/record.py's same-run rule (sweeps.sweep.saved_state).
 
 Bucket roots (gs://...) run elsewhere: their folders are not probed, and their data problems are
@@ -18,8 +20,15 @@ warnings (the data lives on the hosts). Each problem is one line `<field>: <fix>
 import importlib.util
 import os
 
+from runrecord import record
+from trainer import lock, platforms, validation
+
 
 TFDS_PACKAGE = 'tensorflow_datasets'
+LOG_FILE = record.LOG_FILE  # each run's console output, appended by sweeps/runner.py
+# What a train.py process holds besides its activations (Python, JAX, the data, the compiled
+# steps): about 0.8 GB measured for a digits run on CPU; rounded up.
+RUN_OVERHEAD_BYTES = 2**30
 
 
 def run_names(runs):
@@ -96,8 +105,34 @@ def folder_problem(folder, what):
   return None
 
 
+def run_folder_problem(workdir):
+  """None if the existing run folder and what it holds are the kinds of entry a run and its log
+  (LOG_FILE) use (trainer/validation.check_layout); else one line."""
+  problem = folder_problem(workdir, '--workdir')
+  if problem:
+    return problem
+  try:
+    validation.check_layout(workdir, extra_files=lock.FILES + (LOG_FILE,))
+  except validation.ConfigError as e:
+    return str(e)
+  return None
+
+
+def environment_problems():
+  """The platforms JAX_PLATFORMS names must start on this host (trainer/platforms.py)."""
+  try:
+    platforms.check()
+  except ValueError as e:
+    return [str(e)]
+  return []
+
+
 def workdir_problems(runs, root, files, saved_state):
   """The root, the run folders and the emitted files must be writable; saved runs must match."""
+  try:
+    validation.check_path_encoding(root, '--root')
+  except validation.ConfigError as e:
+    return [str(e)], {}
   folders = {os.path.abspath(root): '--root'}
   for flag, path in files:
     folders.setdefault(os.path.dirname(os.path.abspath(path)), f'{flag}={path}: folder')
@@ -106,7 +141,7 @@ def workdir_problems(runs, root, files, saved_state):
     return problems, {}
   states = {}
   for run in runs:
-    problem = folder_problem(run.workdir, '--workdir') if os.path.exists(run.workdir) else None
+    problem = run_folder_problem(run.workdir) if os.path.exists(run.workdir) else None
     state, detail = ('todo', '') if problem else saved_state(run)
     if state == 'mismatch':
       problem = detail
@@ -125,6 +160,32 @@ def check(runs, root, files, saved_state):
   errors = config_problems(runs)
   data = data_problems(runs)
   if '://' in root:
-    return errors, [f'{p} (checked on this machine; the hosts need it)' for p in data], {}
+    elsewhere = data + environment_problems()
+    return errors, [f'{p} (checked on this machine; the hosts need it)' for p in elsewhere], {}
+  errors += environment_problems()
   folders, states = workdir_problems(runs, root, files, saved_state)
   return errors + data + folders, [], states
+
+
+def parallel_slots(requested, runs, gpus, host_bytes, cores):
+  """(runs at a time, warning or None): `requested` (--parallel; None: one per GPU, else 1),
+  capped by what the host holds: `host_bytes` over each run's memory (RUN_OVERHEAD_BYTES plus its
+  activations, trainer/validation.activation_bytes, for the largest run), and for runs on CPU
+  (no --gpus, no GPU JAX can use) the `cores`. ValueError (one line) for fewer than 1, or more than
+  --gpus has ids."""
+  if requested is not None and requested < 1:
+    raise ValueError(f'--parallel={requested}: give a positive number of runs at a time')
+  slots = requested or len(gpus) or 1
+  if gpus and slots > len(gpus):
+    raise ValueError(f'--parallel={slots} exceeds the {len(gpus)} GPUs of --gpus; one run per GPU')
+  configs = [r.config for r in runs if r.config is not None and not r.problem]
+  per_run = RUN_OVERHEAD_BYTES + max(
+      (validation.activation_bytes(c, c.batch_size) for c in configs), default=0)
+  caps = [(max(1, int(host_bytes // per_run)), f'{host_bytes / 2**30:.1f} GiB of memory hold '
+           f'about that many runs of {per_run / 2**30:.1f} GiB')] if host_bytes else []
+  if not gpus and not platforms.gpu_runs():
+    caps.append((max(1, cores), f'this host has {cores} CPU cores'))
+  cap, why = min(caps, default=(slots, ''), key=lambda c: c[0])
+  if slots <= cap:
+    return slots, None
+  return cap, f'--parallel={slots} capped to {cap}: {why}'

@@ -44,9 +44,9 @@ import time
 from typing import Any
 
 from analysis import results
-from sweeps import claims
+from sweeps import checks, claims
 from runrecord import record
-from trainer import gpu_memory, lock, reporting
+from trainer import gpu_memory, lock, platforms, reporting
 
 LOG_FILE = record.LOG_FILE
 CACHE_DIR = '.jax_cache'
@@ -96,8 +96,10 @@ def runs_per_gpu(gpus, slots):
 
 def memory_fraction(sharing, environ):
   """{'XLA_PYTHON_CLIENT_MEM_FRACTION': GPU_SHARE / sharing} for a run that shares its GPU with
-  `sharing` - 1 others, or {} (alone on its GPU, or `environ` sets a MEMORY_VARIABLES entry)."""
-  if sharing <= 1 or any(name in environ for name in gpu_memory.MEMORY_VARIABLES):
+  `sharing` - 1 others, or {} (alone on its GPU, `environ` sets a MEMORY_VARIABLES entry, or the
+  run has no GPU: trainer/platforms.gpu_runs)."""
+  if (sharing <= 1 or any(name in environ for name in gpu_memory.MEMORY_VARIABLES)
+      or not platforms.gpu_runs(environ)):  # no GPU JAX can use: nothing to share
     return {}
   return {'XLA_PYTHON_CLIENT_MEM_FRACTION': f'{GPU_SHARE / sharing:.3f}'}
 

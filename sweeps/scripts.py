@@ -10,6 +10,7 @@ breaks (the list is one run per line), and the one string SLURM reads unquoted (
 import os
 import re
 import shlex
+import sys
 
 from sweeps import runner
 
@@ -87,8 +88,10 @@ def check_commands(runs, path, arg, root, files):
       check_one_line(flag_value(value), f'get_sweep() run {i}: {field}')
 
 
-def slurm_script(commands_file, count, root, job_name):
-  """A job array of `count` tasks; task i runs line i (0-based) of `commands_file`.
+def slurm_script(commands_file, count, root, job_name, python=sys.executable):
+  """A job array of `count` tasks; task i runs line i (0-based) of `commands_file`, its `python`
+  being the interpreter `python` (the one that wrote the script: its virtual environment, not the
+  first `python` on the compute node's PATH), or $SWEEP_PYTHON where the job's environment sets it.
 
   Every user-supplied string is shell-quoted (shlex.quote) where the shell reads it; the one in an
   #SBATCH line (the output folder, which SLURM reads unquoted) is checked by `sbatch_folder`, and
@@ -109,7 +112,10 @@ def slurm_script(commands_file, count, root, job_name):
       f'CACHE_DEFAULT={shlex.quote(join(root, runner.CACHE_DIR))}',
       'export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$CACHE_DEFAULT}"',
       f'CMD=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {shlex.quote(commands_file)})',
-      'echo "task $SLURM_ARRAY_TASK_ID: $CMD"',
+      f'PYTHON={shlex.quote(python)}',
+      'PYTHON="${SWEEP_PYTHON:-$PYTHON}"',
+      'python() { "$PYTHON" "$@"; }  # the lines\' `python`: the interpreter that wrote them',
+      'echo "task $SLURM_ARRAY_TASK_ID: $PYTHON ${CMD#python }"',
       'eval "$CMD"',
       ''])
 

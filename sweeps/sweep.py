@@ -37,24 +37,17 @@ import sys
 
 from sweeps import checks, claims, runner, scripts
 from analysis import declaration
-from configs import loader
+from configs import common, loader
+from input_pipeline import base
 from trainer import validation
 
 
 # config: get_config(arg) with the run's overrides, resolved (trainer/validation.resolve); as
 from runrecord import record
+from runrecord import record
 # written when it does not resolve, `problem` then saying why in one line (None: runs built by hand).
 Run = collections.namedtuple('Run', 'arm slug seed overrides workdir config problem',
                              defaults=(None, ''))
-
-
-def config_leaves(tree, prefix=''):
-  """Every dotted field name of a config dict."""
-  out = []
-  for key, value in tree.items():
-    name = f'{prefix}{key}'
-    out.extend(config_leaves(value, name + '.') if isinstance(value, dict) else [name])
-  return out
 
 
 def short_name(field, leaves):
@@ -96,7 +89,7 @@ def expand(spec, root):
   sweep = module.get_sweep(arg or None)
   if not sweep or not all(isinstance(o, dict) for o in sweep):
     raise ValueError(f'{path}: get_sweep() must return a non-empty list of override dicts')
-  leaves = config_leaves(module.get_config(arg).to_dict())
+  leaves = common.fields(module.get_config(arg))
   runs, slugs, seen = [], {}, set()
   for i, overrides in enumerate(sweep):
     config = check_overrides(module, arg, overrides, i)
@@ -274,19 +267,20 @@ def main(argv=None):
   args = parse_args(argv)
   try:
     gpus = parse_gpus(args.gpus)
-    slots = args.parallel or len(gpus) or 1
-    if slots < 1:
-      raise ValueError(f'--parallel={args.parallel}: give a positive number of runs at a time')
-    if gpus and slots > len(gpus):
-      raise ValueError(f'--parallel={slots} exceeds the {len(gpus)} GPUs of --gpus; one run per GPU')
     if args.estimate_steps < 1:
       raise ValueError(f'--estimate-steps={args.estimate_steps}: give a positive number of steps')
+    if not 0 < args.heartbeat < float('inf'):  # NaN fails too: it would never print
+      raise ValueError(f'--heartbeat={args.heartbeat}: give a positive number of seconds')
     runs, path, arg, root, files, states, errors, declared = plan(args)
+    slots, capped = checks.parallel_slots(args.parallel, runs, gpus, base.host_memory(),
+                                          os.cpu_count() or 1)
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
   if errors:
     return report_problems(errors)
+  if capped:
+    print(f'warning: {capped}', file=sys.stderr)
   if declared and '://' in root:
     where = declaration.write(os.path.dirname(files[0]), declared)
     copy_to = scripts.join(root, declaration.STUDY_FILE)
@@ -300,11 +294,14 @@ def main(argv=None):
     line = scripts.command_line(scripts.command(run, path, arg))
     print(f'would run: {line}' + (f'  # {detail}' if detail else ''))
   print(f'{len(runs) - len(todo)} completed (skipped), {len(todo)} to run')
-  if args.estimate:
+  if args.estimate and not todo:
+    print('estimate: nothing to run, nothing to price')
+    return 0
+  if args.estimate:  # priced: the runs still to run
     from sweeps import estimate  # pylint: disable=import-outside-toplevel
     envs = runner.slot_envs(scripts.REPO if '://' in root else root, scripts.REPO, gpus, slots)
-    return estimate.report(runs, lambda r: scripts.config_flags(r, path, arg), envs, scripts.REPO,
-                           args.estimate_steps)
+    return estimate.report([r for r, _ in todo], lambda r: scripts.config_flags(r, path, arg),
+                           envs, scripts.REPO, args.estimate_steps)
   if args.dry_run:
     return 0
   return launch([r for r, _ in todo], path, arg, root, slots, gpus, len(runs), args.heartbeat)

@@ -29,7 +29,7 @@ BAD_INPUTS = [
     (['--config=configs/digits.py:smoke', '--config.optim.learning_rate=-1e-3'],
      'config.optim.learning_rate must be a finite number > 0'),
     (['--config=configs/digits.py:smoke', '--config.model.width=1e999'],
-     'config.model.width must be a finite number > 0, got inf'),
+     'config.model.width must be a finite number >= 1/64'),
     (['--config=configs/digits.py:smoke,optim.warmup_epochs=1e999'],
      'config.optim.warmup_epochs must be a finite number >= 0, got inf'),
     (['--config=configs/digits.py:smoke', '--config.optim.b1=1.0'],
@@ -137,7 +137,7 @@ def test_workdir_that_is_a_file_is_one_line_error(tmp_path, subprocess_env):
   target.write_text('not a folder')
   proc = run_train(['--config=configs/digits.py:smoke', f'--workdir={target}'], subprocess_env)
   assert proc.returncode == 2
-  assert f'--workdir={target} is not writable' in proc.stderr.strip().splitlines()[-1]
+  assert f'--workdir={target} is a file, not a folder' in proc.stderr.strip().splitlines()[-1]
   assert 'Traceback' not in proc.stderr and target.read_text() == 'not a folder'
 
 

@@ -34,7 +34,7 @@ def test_sigterm_saves_the_step_and_the_resumed_run_is_bit_identical(reference, 
                                                                      subprocess_env):
   """SIGTERM during step 13 (not a checkpoint step: 4, 8, 12, ...): step 13 is finished and saved,
   exit 143 with one line. Resumed, then SIGINT at step 17 and again while step 17's checkpoint is
-  being written: the process ends at once (killed by the signal, no traceback). The same command
+  being written: the process ends at once (exit 130, its one line, no traceback). The same command
   then resumes from step 16 (or 17, if its write finished) and ends bit-identical to the
   uninterrupted run: no completed step lost."""
   ref_dir, ref = reference
@@ -49,8 +49,9 @@ def test_sigterm_saves_the_step_and_the_resumed_run_is_bit_identical(reference, 
   assert saved['status'] == 'running' and saved['step'] == 13
   assert [r['step'] for r in metric_records(workdir)] == [5, 10]
   proc = run_train(args, subprocess_env, fault='int@step:17,int@save:17')
-  assert proc.returncode == -signal.SIGINT, proc.stderr[-3000:]
+  assert proc.returncode == 128 + signal.SIGINT, proc.stderr[-3000:]
   assert 'at step 13' in proc.stderr and 'Traceback' not in proc.stderr
+  assert proc.stderr.strip().splitlines()[-1].startswith('stopped: a second signal (SIGINT)')
   assert 16 in saved_steps(workdir)
   proc = run_train(args, subprocess_env)
   assert proc.returncode == 0, proc.stderr[-3000:]

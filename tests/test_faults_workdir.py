@@ -19,7 +19,7 @@ ABANDONED_READ = r"""
 import sys
 import tensorstore as ts
 from orbax.checkpoint._src.serialization import limits, serialization
-import train
+from trainer import quiet
 
 class InFlight:
   def __await__(self):
@@ -32,7 +32,7 @@ serialization._read_shard = read_in_flight  # the read of the array's data, not 
 store = ts.open({'driver': 'zarr', 'kvstore': {'driver': 'memory'}}, create=True, shape=[4],
                 dtype=ts.float32).result()
 if sys.argv[1] == 'quiet':
-  train.quiet_abandoned_work()
+  quiet.quiet_abandoned_work()
 coro = serialization._read_array_index_and_device_put(
     [], (slice(0, 4),), store, global_shape=(4,), new_shard_shape=(4,), dtype=None,
     byte_limiter=limits.get_byte_limiter(), strict=True, dll=None, memory_kind=None)

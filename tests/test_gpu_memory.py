@@ -9,7 +9,7 @@ import pytest
 from benchmarks import bench_step, bench_vs_torch, common
 from sweeps import runner, scripts, sweep
 from tests.conftest import ROOT
-from trainer import gpu_memory
+from trainer import gpu_memory, platforms
 from tests.test_benchmarks import keep_matmul_precision  # noqa: F401 (a fixture)
 
 FRACTION = 'XLA_PYTHON_CLIENT_MEM_FRACTION'
@@ -21,6 +21,12 @@ def no_memory_settings(monkeypatch):
     monkeypatch.delenv(name, raising=False)
 
 
+@pytest.fixture
+def gpu_host(monkeypatch):
+  """The runs have a GPU JAX can use (trainer/platforms.gpu_runs), as on a GPU host."""
+  monkeypatch.setattr(platforms, 'gpu_runs', lambda environ=None: True)
+
+
 def test_runs_per_gpu_for_parallel_runs_and_gpu_lists():
   assert runner.runs_per_gpu([], 4) == {None: 4}  # --parallel 4: all four see every GPU
   assert runner.runs_per_gpu([], 1) == {None: 1}
@@ -29,7 +35,7 @@ def test_runs_per_gpu_for_parallel_runs_and_gpu_lists():
   assert runner.runs_per_gpu([0, 0, 1, 1, 1], 5) == {0: 2, 1: 3}  # an id repeated: runs share it
 
 
-def test_memory_fraction_splits_the_gpu_unless_alone_or_set_by_the_user():
+def test_memory_fraction_splits_the_gpu_unless_alone_or_set_by_the_user(gpu_host):
   assert runner.memory_fraction(1, {}) == {}  # alone on its GPU: JAX's default
   assert runner.memory_fraction(2, {}) == {FRACTION: '0.450'}
   assert runner.memory_fraction(4, {}) == {FRACTION: '0.225'}
@@ -38,7 +44,8 @@ def test_memory_fraction_splits_the_gpu_unless_alone_or_set_by_the_user():
     assert runner.memory_fraction(4, {name: 'x'}) == {}
 
 
-def test_child_env_carries_the_fraction_and_keeps_the_users(no_memory_settings, monkeypatch):
+def test_child_env_carries_the_fraction_and_keeps_the_users(no_memory_settings, monkeypatch,
+                                                            gpu_host):
   assert runner.child_env('/r', ROOT, None, sharing=4)[FRACTION] == '0.225'
   assert FRACTION not in runner.child_env('/r', ROOT, 0, sharing=1)
   monkeypatch.setenv('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
@@ -47,7 +54,7 @@ def test_child_env_carries_the_fraction_and_keeps_the_users(no_memory_settings, 
 
 
 def test_estimate_processes_sharing_a_gpu_get_the_runs_fraction(tmp_path, no_memory_settings,
-                                                                  monkeypatch, capsys):
+                                                                  monkeypatch, capsys, gpu_host):
   """`--estimate --parallel 2` without --gpus: both measuring processes share the GPU as the runs
   would, each with 0.9 / 2 (before, each took JAX's default 75 %)."""
   from sweeps import estimate  # pylint: disable=import-outside-toplevel
@@ -66,7 +73,7 @@ def test_estimate_processes_sharing_a_gpu_get_the_runs_fraction(tmp_path, no_mem
 
 
 def test_parallel_runs_on_one_gpu_start_with_the_fraction_recorded_in_train_log(
-    tmp_path, no_memory_settings, capsys):
+    tmp_path, no_memory_settings, capsys, gpu_host):
   """`--parallel 4` without --gpus: each run's process gets 0.9 / 4, its train.log header says so."""
   runs = [sweep.Run({}, 'a', seed, {}, str(tmp_path / 'a' / f'seed{seed}')) for seed in range(4)]
   progress = runner.Progress(4, 0, 4)
@@ -79,6 +86,19 @@ def test_parallel_runs_on_one_gpu_start_with_the_fraction_recorded_in_train_log(
     assert header.startswith('# ') and f' {FRACTION}=0.225 {sys.executable} -c ' in header
     assert printed == 'fraction 0.225'
   capsys.readouterr()
+
+
+def test_cpu_runs_get_no_gpu_memory_fraction(tmp_path, no_memory_settings, monkeypatch):
+  """Runs without a GPU (JAX_PLATFORMS=cpu here) start without the fraction, and their train.log
+  header names no GPU setting (before, every parallel run's header named it)."""
+  monkeypatch.setenv('JAX_PLATFORMS', 'cpu')
+  assert runner.memory_fraction(4, os.environ) == {}
+  runs = [sweep.Run({}, 'a', seed, {}, str(tmp_path / 'a' / f'seed{seed}')) for seed in range(2)]
+  failures, _, _ = runner.run_all(runs, lambda run: [sys.executable, '-c', 'pass'], str(tmp_path),
+                                  scripts.REPO, runner.Progress(2, 0, 2), 2, [], poll=0.05)
+  assert failures == []
+  for run in runs:
+    assert FRACTION not in open(os.path.join(run.workdir, 'train.log')).read()
 
 
 def test_bench_vs_torch_allocates_on_demand_unless_told_otherwise(no_memory_settings, monkeypatch):

@@ -20,7 +20,7 @@ from statsmodels.stats import power as smp
 
 from analysis import inference, results
 from sweeps import runner, scripts, study, sweep
-from configs import celeba, digits
+from configs import celeba, common, digits
 from trainer import checkpointing, lock, reporting, resume, validation
 from runrecord import record
 
@@ -87,7 +87,7 @@ def test_declared_seed_count_is_the_power_calculation(module):
 
 
 def test_slug_depends_on_the_arm_alone_and_disambiguates_shared_leaf_names():
-  leaves = sweep.config_leaves(digits.get_config().to_dict())
+  leaves = common.fields(digits.get_config())
   assert sweep.arm_slug({'numerics.profile': 'tpu_default'}, leaves) == 'profile-tpu-default'
   assert sweep.arm_slug({}, leaves) == 'default'
   # `name` is both data.name and model.name: the dotted name keeps the slug unambiguous.
@@ -176,7 +176,7 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
   bin_dir.mkdir()
   (bin_dir / 'python').write_text(f'#!/bin/bash\necho "$PWD $JAX_COMPILATION_CACHE_DIR $*" > {tmp_path}/ran\n')
   (bin_dir / 'python').chmod(0o755)
-  env = {**os.environ, 'PATH': f'{bin_dir}:{os.environ["PATH"]}', 'SLURM_ARRAY_TASK_ID': '7'}
+  env = {**os.environ, "SWEEP_PYTHON": str(bin_dir / "python"), "SLURM_ARRAY_TASK_ID": "7"}
   env.pop('JAX_COMPILATION_CACHE_DIR', None)
   subprocess.run(['bash', str(root / scripts.SLURM_FILE)], env=env, check=True, capture_output=True)
   assert (tmp_path / 'ran').read_text().split() == [scripts.REPO, f'{root}/.jax_cache'] + shlex.split(lines[7])[1:]

@@ -26,7 +26,7 @@ def stub_python(tmp_path):
 
 def run_task(script, task, tmp_path, bin_dir):
   """Run the SLURM script's task `task` as SLURM would (bash, SLURM_ARRAY_TASK_ID); (argv, rc)."""
-  env = {**os.environ, 'PATH': f'{bin_dir}:{os.environ["PATH"]}', 'SLURM_ARRAY_TASK_ID': str(task),
+  env = {**os.environ, 'SWEEP_PYTHON': str(bin_dir / 'python'), 'SLURM_ARRAY_TASK_ID': str(task),
          'MARK': str(tmp_path / 'EXECUTED'), 'ARGV': str(tmp_path / 'argv')}
   env.pop('JAX_COMPILATION_CACHE_DIR', None)
   proc = subprocess.run(['bash', str(script)], env=env, capture_output=True, text=True)

@@ -25,6 +25,7 @@ from trainer import validation
 
 LOCK_FILE = record.LOCK_FILE
 CLAIM_FILE = 'sweep.claim'
+FILES = (LOCK_FILE, CLAIM_FILE)  # the files of a workdir this module keeps
 
 
 class WorkdirLocked(validation.ConfigError):

@@ -28,7 +28,7 @@ from absl import logging
 
 from input_pipeline import batching
 from numerics import setup as numerics_setup
-from trainer import checkpointing, lock, optim, reporting, resume, run, steps, stop
+from trainer import checkpointing, clock, lock, optim, reporting, resume, run, steps, stop
 from runrecord import record
 from runrecord import predictions as prediction_items
 from trainer import validation
@@ -67,8 +67,12 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
   SIGTERM/SIGINT. `allow_layout_change`: a saved run may continue on another device layout.
   """
   validation.require_resolved(config, 'trainer.loop.train_and_evaluate')
-  validation.check_workdir(workdir)
-  ctx = run.build(config)
+  created = validation.check_workdir(workdir, lock.FILES)
+  try:
+    ctx = run.build(config)
+  except validation.ConfigError:  # refused before anything was written: leave nothing behind
+    validation.remove_created(created)
+    raise
   is_writer = jax.process_index() == 0
   with lock.WorkdirLock(workdir, enabled=is_writer):
     mngr = checkpointing.manager(workdir, config.keep_checkpoints)
@@ -83,6 +87,15 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
       raise
     checkpointing.close(mngr)
   return results
+
+
+@dataclasses.dataclass(frozen=True)
+class Outputs:
+  """Where a run reports: the files (reporting.create_writers), the throughput and ETA clock
+  (trainer/clock.py), the console line (reporting.ConsoleWriter)."""
+  writers: Any
+  clock: Any
+  console: Any
 
 
 @dataclasses.dataclass
@@ -131,8 +144,9 @@ def _floats(sums):
 
 
 def _train(ctx, workdir, mngr, p, is_writer):
-  reporter = reporting.Reporter(workdir, ctx.total_steps, is_writer, resume_step=p.step,
-                                history=p.results['history'])
+  timer = clock.ProgressClock(ctx.total_steps, p.step)
+  out = Outputs(reporting.create_writers(workdir, is_writer, p.step, p.results['history']), timer,
+                reporting.ConsoleWriter(ctx.total_steps, ctx.config.num_epochs, timer))
   eval_fn = run.eval_step(ctx, p.state)
   watch, bad = run.watch(ctx, p.state)
   device_feed = run.feed(ctx)
@@ -142,6 +156,7 @@ def _train(ctx, workdir, mngr, p, is_writer):
   logging.info('%s: %d train / %d test examples, %d steps/epoch, %d devices, %d processes',
                ctx.dataset.name, len(ctx.dataset.train), len(ctx.dataset.test), ctx.per_epoch,
                jax.device_count(), jax.process_count())
+  out.clock.compiles_ahead(len([f for f in ctx.phases if p.step < f.stop]))
   with stop.StopRequests() as stops:
     for phase in ctx.phases:
       if p.step >= phase.stop:
@@ -155,33 +170,41 @@ def _train(ctx, workdir, mngr, p, is_writer):
         bad = watch(bad, p.state)
         p.step += 1
         if p.step == entered + 1:
-          reporter.compiled(entered)  # the phase's first call compiled its step function
-        _after_step(ctx, mngr, reporter, p, bad, eval_fn, stops)
+          out.clock.compiled(entered)  # the phase's first call compiled its step function
+        _after_step(ctx, mngr, out, p, bad, eval_fn, stops)
     checkpointing.wait(mngr, p.step)  # a signal now changes nothing: the run is complete
-  reporter.close()
-  logging.info('Done: test_accuracy %s, %.1f s', reporting.percent(
-      p.results['final']['test_accuracy']), p.results['wall_time_s'])
+  out.writers.close()
+  logging.info('Done: test_accuracy %s, %s', reporting.percent(
+      p.results['final']['test_accuracy']), session_times(p))
   return p.results
 
 
-def _after_step(ctx, mngr, reporter, p, bad, eval_fn, stops):
+def session_times(p):
+  """'12.3 s' for a run trained in one session; 'this session 12.3 s, all sessions 157.7 s' for a
+  resumed one (its wall_time_s counts every session)."""
+  if not p.elapsed_before:
+    return f'{p.wall_time():.1f} s'
+  return f'this session {time.time() - p.start_time:.1f} s, all sessions {p.wall_time():.1f} s'
+
+
+def _after_step(ctx, mngr, out, p, bad, eval_fn, stops):
   """Whatever is due after step `p.step` (run.due), and a stop if a signal asked for one."""
   due = run.due(ctx, p.step)
   signum = stops.agreed(due.check) if p.step < ctx.total_steps else None
   if due.check or signum:
-    _ensure_finite(ctx, mngr, reporter, p, bad)
+    _ensure_finite(ctx, mngr, out, p, bad)
   if due.log:
-    _log(ctx, reporter, p)
+    _log(ctx, out, p)
   if due.epoch:
-    _end_epoch(ctx, reporter, p, eval_fn, due.evaluate)
+    _end_epoch(ctx, out, p, eval_fn, due.evaluate)
   if due.save or signum:
-    with reporter.paused():  # not training time (images/s)
+    with out.clock.paused():  # not training time (images/s)
       _checkpoint(ctx, mngr, p, 'completed' if p.step == ctx.total_steps else 'running')
   if signum:
     logging.warning('%s: stopping after step %d; its checkpoint is being written (a second '
                     'signal stops at once)', signal.Signals(signum).name, p.step)
     checkpointing.wait(mngr, p.step)
-    reporter.close()
+    out.writers.close()
     raise stop.Stopped(signum, p.step)
 
 
@@ -212,7 +235,7 @@ def _checkpoint(ctx, mngr, p, status='running'):
   p.last_finite = p.step
 
 
-def _ensure_finite(ctx, mngr, reporter, p, bad):
+def _ensure_finite(ctx, mngr, out, p, bad):
   """At sync points only: stop the run if any step so far produced a non-finite value."""
   bad_step, what = (int(v) for v in jax.device_get(bad))
   if bad_step < 0:
@@ -223,28 +246,29 @@ def _ensure_finite(ctx, mngr, reporter, p, bad):
   p.results.pop('state_digest', None)  # this step saves no state
   save(mngr, p.step, p.results)  # results only: the state is not finite
   checkpointing.wait(mngr, p.step)
-  reporter.close()
+  out.writers.close()
   raise TrainingFailed(reason)
 
 
-def _log(ctx, reporter, p):
+def _log(ctx, out, p):
   """The training loss and accuracy since the last log: console, metrics.jsonl, TensorBoard."""
   config, step = ctx.config, p.step
   sums = jax.device_get(p.state['sums'])
-  images_per_sec, eta = reporter.throughput(step, config.batch_size)
+  images_per_sec, eta = out.clock.throughput(step, config.batch_size)
   count = max(sums['count'] - p.last_logged['count'], 1.0)
   loss = (sums['loss'] - p.last_logged['loss']) / count
   accuracy = (sums['correct'] - p.last_logged['correct']) / count
   p.last_logged = sums
   epoch = (step - 1) // ctx.per_epoch  # 0-based epoch this step belongs to
   lr = optim.learning_rate(config, ctx.per_epoch, ctx.phases, step - 1)
-  reporter.progress(step, epoch, config.num_epochs, loss, accuracy, lr, images_per_sec, eta)
-  reporter.write({'kind': 'train', 'step': step, 'epoch': epoch + 1, 'train_loss': float(loss),
-                  'train_accuracy': float(accuracy), 'learning_rate': lr,
-                  'images_per_sec': images_per_sec})
+  entry = {'kind': 'train', 'step': step, 'epoch': epoch + 1, 'train_loss': float(loss),
+           'train_accuracy': float(accuracy), 'learning_rate': lr,
+           'images_per_sec': images_per_sec}
+  out.console.write_scalars(step, {**entry, 'eta_s': eta})
+  out.writers.write_scalars(step, entry)
 
 
-def _end_epoch(ctx, reporter, p, eval_fn, evaluate_now):
+def _end_epoch(ctx, out, p, eval_fn, evaluate_now):
   """The epoch's record (training sums, and the evaluation when due); sums reset on device."""
   epoch = p.step // ctx.per_epoch
   sums = jax.device_get(p.state['sums'])
@@ -252,15 +276,15 @@ def _end_epoch(ctx, reporter, p, eval_fn, evaluate_now):
            'train_loss': float(sums['loss'] / sums['count']),
            'train_accuracy': float(sums['correct'] / sums['count'])}
   if evaluate_now:
-    with reporter.paused():  # not training time (images/s)
+    with out.clock.paused():  # not training time (images/s)
       metrics, p.predictions = run.evaluate(ctx, eval_fn, p.state)
       entry.update(metrics)
-    reporter.evaluated(p.step)
+    out.clock.evaluated(p.step)
     logging.info('epoch %d: test_accuracy %s test_loss %.4f train_loss %.4f', epoch,
                  reporting.percent(entry['test_accuracy']), entry['test_loss'],
                  entry['train_loss'])
   entry['wall_time_s'] = p.wall_time()
-  reporter.write(entry)
+  out.writers.write_scalars(entry['step'], entry)
   p.results['history'].append({k: v for k, v in entry.items() if k != 'kind'})
   p.state['sums'] = steps.zero_sums(ctx.mesh)
   p.last_logged = _floats(steps.ZERO_SUMS)

@@ -91,6 +91,7 @@ def build(config, dataset=None, devices=None):
   mesh = steps.make_mesh(devices)
   replicated, sharded = steps.shardings(mesh)
   per_epoch = batching.steps_per_epoch(len(dataset.train), config.batch_size)
+  validation.check_steps(config, per_epoch)
   mean, std = base.normalization_constants(config.data.normalization, dataset.image_shape[-1])
   graphdef = nnx.graphdef(nnx.eval_shape(lambda: _create(config, dataset, jax.random.key(0))))
   return Context(config, dataset, mesh, replicated, sharded, per_epoch,

@@ -4,8 +4,8 @@ While the training loop runs, the first SIGTERM or SIGINT only marks a stop: the
 step it is in, saves a checkpoint of it synchronously, and train.py exits with code 128 + the
 signal's number (143 for SIGTERM, 130 for SIGINT: the shell's code for "ended by that signal", so a
 supervisor sees an interrupted, resumable run) and one line; the same command resumes. The first
-signal puts both signals back to the system's default action, so a second one ends the process at
-once, without saving (the newest finished checkpoint stays valid). Outside the loop (loading data,
+signal makes a second one end the process at once, with one line, without saving (the newest
+finished checkpoint stays valid). Outside the loop (loading data,
 compiling the first step) train.py's `exit_at_once` handler ends the process with the same code and
 one line as soon as Python runs again (nothing new exists to save; no KeyboardInterrupt is raised
 into JAX or Orbax, where it can crash the process). A signal the parent ignores (SIGINT of a
@@ -44,6 +44,15 @@ def exit_at_once(signum, frame):
   os._exit(128 + signum)  # pylint: disable=protected-access
 
 
+def exit_on_second(signum, frame):
+  """Handler after the first signal in the loop: one line on stderr, exit 128 + signum now."""
+  del frame
+  os.write(2, f'stopped: a second signal ({signal.Signals(signum).name}) ended the run at once, '
+              'without saving this step; the newest finished checkpoint stays valid: run the '
+              'same command again to resume\n'.encode())
+  os._exit(128 + signum)  # pylint: disable=protected-access
+
+
 def install(handler):
   """`handler` for SIGTERM and SIGINT (those not ignored); {signal: previous handler}."""
   return {sig: signal.signal(sig, handler) for sig in SIGNALS
@@ -61,8 +70,8 @@ class StopRequests:
   def _mark(self, signum, frame):
     del frame
     self.signum = signum
-    for sig in SIGNALS:  # a second signal: the default action (end the process now)
-      signal.signal(sig, signal.SIG_DFL)
+    for sig in SIGNALS:  # a second signal ends the process now, with its line
+      signal.signal(sig, exit_on_second)
 
   def __enter__(self):
     import jax  # pylint: disable=import-outside-toplevel  # (this module imports no JAX)

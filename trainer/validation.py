@@ -10,6 +10,7 @@ non-zero, leaving the workdir untouched.
 
 import math
 import os
+import sys
 import uuid
 
 import ml_collections
@@ -27,6 +28,14 @@ from runrecord import record
 
 class ConfigError(ValueError):
   """A config, flag or environment problem found before compute starts."""
+
+
+SEED_MAX = 2**32 - 1  # the seed reaches the steps as a uint32 (trainer/steps.py)
+STEP_MAX = 2**31 - 1  # the training state's step counter is an int32 (trainer/steps.py)
+WIDTH_MIN = 1 / 64  # the stem's 64 channels times the width: at least one channel
+# Every image each dataset holds (input_pipeline/digits.py, celeba.py): the training split is
+# about (1 - data.test_fraction) of it, which bounds the steps of an epoch before any data loads.
+DATASET_IMAGES = {'digits': 1797, 'celeba': 202599}
 
 
 def _positive_int(config, name):
@@ -78,8 +87,35 @@ def require_resolved(config, who):
                     'at the entry point, and pass its result')
 
 
+def _check_seed(config):
+  seed = config.seed
+  if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= SEED_MAX:
+    raise ConfigError(f'config.seed must be an integer in [0, {SEED_MAX}] (the range the PRNG '
+                      f'takes as a uint32), got {seed!r}')
+
+
+def check_steps(config, per_epoch, estimated=False):
+  """The run's steps (num_epochs x `per_epoch`) must fit the int32 step counter."""
+  total = config.num_epochs * per_epoch
+  if total > STEP_MAX:
+    about = 'about ' if estimated else ''
+    raise ConfigError(
+        f'config.num_epochs={config.num_epochs}: {about}{total:,} steps ({about}{per_epoch:,} per '
+        f'epoch) overflow the int32 step counter ({STEP_MAX:,}): use fewer epochs or a larger '
+        'config.batch_size')
+
+
+def _estimated_steps_per_epoch(config):
+  """A lower bound of the steps per epoch from the dataset's size alone (1 if unknown); a 10 %
+  margin for how a split rounds, so a run that fits is never refused here (run.build checks the
+  exact count)."""
+  images = DATASET_IMAGES.get(config.data.name, 0) * (1 - config.data.test_fraction) * 0.9
+  return max(1, int(images) // config.batch_size)
+
+
 def _check_fields(config):
   """Static checks of every field the trainer reads."""
+  _check_seed(config)
   for name in ('num_epochs', 'batch_size', 'eval_batch_size', 'eval_every_epochs',
                'log_every_steps', 'keep_checkpoints'):
     _positive_int(config, name)
@@ -115,11 +151,18 @@ def _check_fields(config):
     raise ConfigError(f'config.data.normalization must be one of {sorted(base.NORMALIZATIONS)}, '
                       f'got {config.data.normalization!r}')
   _positive_int(config, 'data.image_size')
+  prefetch = config.data.prefetch  # each batch ahead is held on the devices; 0: none ahead
+  if not isinstance(prefetch, int) or isinstance(prefetch, bool) or not 0 <= prefetch <= 64:
+    raise ConfigError(f'config.data.prefetch must be an integer in [0, 64] (batches prepared '
+                      f'ahead, each held on the devices), got {prefetch!r}')
   _number(config, 'data.test_fraction', 'in (0, 1)', lambda v: 0 < v < 1)
-  if config.model.stem not in ('imagenet', 'small'):
-    raise ConfigError(f"config.model.stem must be 'imagenet' or 'small', got "
-                      f'{config.model.stem!r}')
-  _number(config, 'model.width', '> 0', lambda v: v > 0)
+  try:
+    resnet.check_stem(config.model.stem)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+  _number(config, 'model.width', f'>= 1/64 = {WIDTH_MIN} (the stem\'s 64 channels times the '
+          'width must give at least one channel)', lambda v: v >= WIDTH_MIN)
+  check_steps(config, _estimated_steps_per_epoch(config), estimated=True)
   try:
     numerics_setup.check(config)
   except ValueError as e:
@@ -144,6 +187,14 @@ def check_devices(config, num_devices, num_processes, device_bytes):
   check_activations(config, num_devices, device_bytes, base.host_memory())
 
 
+def activation_bytes(config, batch):
+  """A lower bound of a training step's activations for `batch` images: the outputs of every
+  convolution (models/resnet.py conv_output_values) in the compute dtype."""
+  values = resnet.conv_output_values(config.data.image_size, float(config.model.width),
+                                     config.model.stem)
+  return batch * values * np.dtype(config.numerics.compute_dtype).itemsize
+
+
 def check_activations(config, num_devices, device_bytes, host_bytes):
   """Refuse, before any data is loaded or anything compiled, a training step whose activations
   cannot fit: a lower bound (the outputs of every convolution, models/resnet.py
@@ -151,8 +202,7 @@ def check_activations(config, num_devices, device_bytes, host_bytes):
   smallest device's memory), or, where devices do not report memory (CPU, whose devices share
   the host's), for the whole batch against `host_bytes`."""
   size, width = config.data.image_size, float(config.model.width)
-  per_example = (resnet.conv_output_values(size, width, config.model.stem)
-                 * np.dtype(config.numerics.compute_dtype).itemsize)
+  per_example = activation_bytes(config, 1)
   batch = config.batch_size // num_devices if device_bytes else config.batch_size
   limit = device_bytes or host_bytes
   need = batch * per_example
@@ -203,26 +253,92 @@ def device_memory(devices):
   return min(limits) if limits else None
 
 
-def check_workdir(workdir):
-  """The workdir must be creatable and writable (probed with a temporary file), and what a run
-  keeps there (`check_layout`) must be what the run will read and write."""
+def absolute_workdir(workdir):
+  """Local paths made absolute once, at the entry point (Orbax refuses relative ones); gs:// etc.
+  unchanged."""
+  return workdir if '://' in workdir else os.path.abspath(os.path.expanduser(workdir))
+
+
+def check_workdir(workdir, extra_files=()):
+  """The workdir must be a folder (or creatable as one) and writable (probed with a temporary
+  file), and what a run keeps there (`check_layout`, with `extra_files`) must be what the run will
+  read and write.
+  Returns the folders it created, outermost first (`remove_created` takes them away again when
+  the run is refused before it writes anything)."""
   if not workdir:
     raise ConfigError('--workdir is required')
+  check_path_encoding(workdir, '--workdir')
   if '://' in str(workdir):
-    return  # bucket paths are checked by the first checkpoint write
+    return []
+  existing = _nearest_existing(workdir)
+  if not os.path.isdir(existing):
+    where = '' if existing == os.path.abspath(workdir) else f' cannot be created: {existing}'
+    raise ConfigError(f'--workdir={workdir}{where} is a file, not a folder: choose another '
+                      'path, or move the file away')
+  created = []
   try:
-    os.makedirs(workdir, exist_ok=True)
+    for folder in _missing_folders(workdir):
+      os.mkdir(folder)
+      created.append(folder)
     probe = os.path.join(workdir, f'.write_probe_{uuid.uuid4().hex}')
     with open(probe, 'w') as f:
       f.write('ok')
     os.remove(probe)
   except OSError as e:
+    remove_created(created)
     raise ConfigError(f'--workdir={workdir} is not writable ({e.strerror}): choose another '
                       'directory') from None
-  check_layout(workdir)
+  try:
+    check_layout(workdir, extra_files)
+  except ConfigError:
+    remove_created(created)
+    raise
+  return created
 
 
-def _layout_problem(path, folder):
+def check_path_encoding(path, flag):
+  """A path this process can hand to every writer: the file system's encoding (ASCII under a
+  non-UTF-8 locale such as LC_ALL=C with Python's UTF-8 mode off) and UTF-8 (what Orbax and
+  TensorStore pass to C++) must both spell it; otherwise the first checkpoint, an epoch later,
+  fails."""
+  try:
+    str(path).encode(sys.getfilesystemencoding())
+    str(path).encode('utf-8')
+  except UnicodeEncodeError:
+    raise ConfigError(
+        f'{flag}={path!a} holds characters this process cannot pass to the checkpoint writer '
+        f'under its locale (file names in {sys.getfilesystemencoding()}): use a UTF-8 locale '
+        '(export LC_ALL=C.UTF-8, or PYTHONUTF8=1), or an ASCII path') from None
+
+
+def _nearest_existing(path):
+  """`path` (absolute) or its closest existing ancestor."""
+  path = os.path.abspath(path)
+  while not os.path.lexists(path) and os.path.dirname(path) != path:
+    path = os.path.dirname(path)
+  return path
+
+
+def _missing_folders(workdir):
+  """The folders from the nearest existing ancestor down to `workdir`, outermost first."""
+  path, missing = os.path.abspath(workdir), []
+  while not os.path.lexists(path):
+    missing.insert(0, path)
+    path = os.path.dirname(path)
+  return missing
+
+
+def remove_created(created):
+  """Remove the folders check_workdir created (innermost first), each only while empty: a run
+  refused before it wrote anything leaves nothing behind."""
+  for folder in reversed(created):
+    try:
+      os.rmdir(folder)
+    except OSError:
+      return  # not empty (or gone): keep it and everything above
+
+
+def layout_problem(path, folder):
   """What is wrong with existing `path` for a run that keeps a folder (or a file) there, or None."""
   kinds = ('folder', 'file') if folder else ('file', 'folder')
   if folder != os.path.isdir(path):
@@ -232,21 +348,22 @@ def _layout_problem(path, folder):
   return None
 
 
-def check_layout(workdir):
-  """Every entry of the run layout (trainer/checkpointing.py RUN_FOLDERS, RUN_FILES, and each step
-  folder under checkpoints/) that exists must be the kind of entry the run uses, and writable: one
+def check_layout(workdir, extra_files=()):
+  """Every entry of the run layout (trainer/checkpointing.py RUN_FOLDERS, RUN_FILES, the callers'
+  `extra_files`: trainer/lock.py FILES, a sweep's train.log; and each step folder under
+  checkpoints/) that exists must be the kind of entry the run uses, and writable: one
   line naming the path otherwise, before anything is read or written there (a `checkpoints`
   file would otherwise be found only at the first save, after a fresh start had rewritten the
   metrics)."""
   entries = [(name, True) for name in checkpointing.RUN_FOLDERS]
-  entries += [(name, False) for name in checkpointing.RUN_FILES]
+  entries += [(name, False) for name in checkpointing.RUN_FILES + tuple(extra_files)]
   steps = os.path.join(workdir, record.CHECKPOINTS)
   if os.path.isdir(steps):
     entries += [(os.path.join(record.CHECKPOINTS, name), True)
                 for name in sorted(os.listdir(steps)) if name.isdigit()]
   for name, folder in entries:
     path = os.path.join(workdir, name)
-    problem = _layout_problem(path, folder) if os.path.lexists(path) else None
+    problem = layout_problem(path, folder) if os.path.lexists(path) else None
     if problem:
       raise ConfigError(f'--workdir: {path} {problem}: move it out of the workdir (or fix its '
                         'permissions), or use another --workdir; nothing was written')
