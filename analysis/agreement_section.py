@@ -43,12 +43,11 @@ def load_entries(runs, load=None):
   without]); init and data: the recorded init and data-order seeds (None when not recorded)."""
   load = load or read_run_predictions
   columns = variance.seed_columns(runs)
-  entries, missing = [], []
-  for _, row in runs.iterrows():
-    pred = load(row['run'])
-    if pred is None:
-      missing.append(row['run'])
-      continue
+  preds = [load(run) for run in runs['run']]
+  missing = [run for run, pred in zip(runs['run'], preds) if pred is None]
+  entries = []
+  for i in (i for i, pred in enumerate(preds) if pred is not None):
+    row, pred = runs.iloc[i], preds[i]
     entries.append({'run': row['run'], 'arm': row['arm'], 'seed': unit_seed(row, columns),
                     'platform': str(row.get('platform', '')), 'pred': pred,
                     'init': row[columns[0]] if columns else None,

@@ -51,15 +51,22 @@ def select(frame, metric, factors, seed_col):
   if not factors:
     raise ValueError('--factors: give at least one factor column, e.g. --factors platform profile')
   cols = {f: stats.resolve_column(frame, f, '--factors') for f in factors}
-  frame, metric_col = frame.copy(), stats.resolve_column(frame, metric, '--metric')
-  values = pd.to_numeric(frame[metric_col], errors='coerce')
-  frame[metric_col] = values.where(np.isfinite(values))
+  metric_col = stats.resolve_column(frame, metric, '--metric')
   try:
     seed_col, has_seed = stats.resolve_column(frame, seed_col, '--seed-col'), True
   except ValueError:
     if seed_col != 'seed':
       raise
-    frame['_row'], seed_col, has_seed = np.arange(len(frame)), '_row', False
+    seed_col, has_seed = None, False
+  # one copy, of the columns the attribution reads (an export has ~100 more)
+  needed = {'run', 'status', 'reason', 'platform', 'device_kind', record.DETERMINISM_COLUMN,
+            metric_col, seed_col, *cols.values(), *record.arm_columns(frame),
+            *record.pairing_columns(frame.columns)}
+  frame = frame[[c for c in frame.columns if c in needed]].copy()
+  values = pd.to_numeric(frame[metric_col], errors='coerce')
+  frame[metric_col] = values.where(np.isfinite(values))
+  if not has_seed:
+    frame['_row'], seed_col = np.arange(len(frame)), '_row'
   arm = list(dict.fromkeys(list(cols.values()) + record.arm_columns(frame)))
   prep = stats.prepare(frame, arm, metric_col, seed_col)  # a seed counts once per arm
   runs, excluded = prep['runs'], prep['excluded']

@@ -246,7 +246,7 @@ def plan(args):
 def report_problems(errors):
   for line in errors:
     print(f'error: {line}', file=sys.stderr)
-  print(f'{len(errors)} problem(s) found before launching: nothing was run or written',
+  print(f'error: {len(errors)} problem(s) found before launching: nothing was run or written',
         file=sys.stderr)
   return 2
 

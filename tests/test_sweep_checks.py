@@ -42,7 +42,7 @@ def test_bad_config_missing_data_and_uncreatable_root_all_reported_nothing_writt
   assert f"config.data.manual_dir='{missing}' lacks {', '.join(celeba_files.FILES)}" in err[1]
   assert err[2] == (f'error: --root={tmp_path}/blocker/study cannot be created: '
                     f'{tmp_path}/blocker is a file, not a folder: choose another path')
-  assert err[3] == '3 problem(s) found before launching: nothing was run or written'
+  assert err[3] == 'error: 3 problem(s) found before launching: nothing was run or written'
   assert listing(tmp_path) == before
 
 
