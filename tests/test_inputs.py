@@ -279,3 +279,19 @@ def test_train_py_is_at_most_100_lines_with_no_global_between_functions():
     text = f.read()
   assert len(text.splitlines()) <= 100
   assert 'CONFIG = {}' not in text and 'class ' not in text
+
+
+def test_a_workdir_made_by_another_process_meanwhile_is_used_not_refused(tmp_path, monkeypatch):
+  """The processes of one multi-host run check the same new workdir at once: the one whose mkdir
+  loses the race must take the folder the other made (before: 'not writable (File exists)', and
+  the two-process test failed whenever the race went that way)."""
+  workdir = tmp_path / 'new' / 'run'
+  real_mkdir = os.mkdir
+
+  def other_process_first(path, *args, **kwargs):
+    real_mkdir(path, *args, **kwargs)  # the other process wins the race ...
+    raise FileExistsError(17, 'File exists', path)  # ... and ours finds it there
+
+  monkeypatch.setattr(os, 'mkdir', other_process_first)
+  assert validation.check_workdir(str(workdir)) == []  # none of it is ours to remove
+  assert workdir.is_dir()

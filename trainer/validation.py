@@ -278,8 +278,13 @@ def check_workdir(workdir, extra_files=()):
   created = []
   try:
     for folder in _missing_folders(workdir):
-      os.mkdir(folder)
-      created.append(folder)
+      try:
+        os.mkdir(folder)
+        created.append(folder)
+      except FileExistsError:
+        if not os.path.isdir(folder):
+          raise
+        # another process of this run (or a second run started at once) made it first: theirs
     probe = os.path.join(workdir, f'.write_probe_{uuid.uuid4().hex}')
     with open(probe, 'w') as f:
       f.write('ok')
