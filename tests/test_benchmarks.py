@@ -200,3 +200,13 @@ def test_bench_analysis_times_after_every_import_of_the_tools(subprocess_env):
                        capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stderr[-2000:]
   assert '"method": "none"' in out.stdout.strip().splitlines()[-1], out.stdout
+
+
+def test_bench_resume_metrics_reads_the_file_it_resumes_and_keeps_it(tmp_path, capsys):
+  from benchmarks import bench_resume_metrics  # pylint: disable=import-outside-toplevel
+  bench_resume_metrics.main(['--workdir', str(tmp_path), '--size-mb', '0.2'])
+  row = capsys.readouterr().out.strip().splitlines()[-1].split('|')
+  size_before = os.path.getsize(tmp_path / 'metrics.jsonl')
+  assert int(row[2].replace(',', '')) > 1000 and float(row[4]) > 0
+  bench_resume_metrics.main(['--workdir', str(tmp_path), '--size-mb', '0.2'])  # reuses the file
+  assert os.path.getsize(tmp_path / 'metrics.jsonl') == size_before  # every record kept
