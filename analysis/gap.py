@@ -29,6 +29,7 @@ one residual variance for every cell.
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
 from analysis import effects, gap_verdict, inference
 
@@ -86,7 +87,7 @@ def component_stats(d, margin):
   if k < 2:
     p = np.nan
   elif se > 0:
-    p = float(2 * inference.sps.t.sf(abs(mean) / se, k - 1))
+    p = float(2 * sps.t.sf(abs(mean) / se, k - 1))
   else:
     p = 1.0 if mean == 0 else 0.0
   _, sr_p, sr_method = inference.signed_rank(d)
