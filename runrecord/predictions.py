@@ -28,6 +28,9 @@ of the state, so a resumed run writes the predictions an uninterrupted one write
   read_predictions(workdir, step=44)  # that step's, or None
 """
 
+import logging
+import os
+
 import numpy as np
 
 from runrecord import record
@@ -74,14 +77,21 @@ def read_predictions(workdir, step=None):
   """The predictions item saved at checkpoint `step` of run folder `workdir` (None: the newest
   step holding one) as a dict of numpy arrays, `task`, `fingerprint` and `step`; None when that
   step (or every step) has none. Needs neither the model nor the training state."""
+  workdir = workdir if '://' in str(workdir) else os.path.abspath(workdir)  # Orbax: absolute
   steps = saved_steps(workdir)
   if step is None:
     step = steps[-1] if steps else None
   if step not in steps:
     return None
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
-  options = ocp.CheckpointManagerOptions(read_only=True)
-  with ocp.CheckpointManager(record.checkpoint_dir(workdir), item_names=(ITEM,),
-                             options=options) as mngr:
-    restored = mngr.restore(step, args=ocp.args.Composite(**{ITEM: ocp.args.PyTreeRestore()}))
+  absl_log = logging.getLogger('absl')  # Orbax warns three lines per read-only manager
+  level = absl_log.level
+  absl_log.setLevel(logging.ERROR)
+  try:
+    options = ocp.CheckpointManagerOptions(read_only=True)
+    with ocp.CheckpointManager(record.checkpoint_dir(workdir), item_names=(ITEM,),
+                               options=options) as mngr:
+      restored = mngr.restore(step, args=ocp.args.Composite(**{ITEM: ocp.args.PyTreeRestore()}))
+  finally:
+    absl_log.setLevel(level)
   return {**dict(restored[ITEM]), 'step': int(step)}
