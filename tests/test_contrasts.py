@@ -104,7 +104,8 @@ def test_declaration_is_written_before_the_first_run_and_a_changed_one_is_refuse
   capsys.readouterr()
   assert sweep.main([study_config(tmp_path, 0.5), f'--root={root}', '--dry-run']) == 2
   errors = [l for l in capsys.readouterr().err.splitlines() if l.startswith('error:')]
-  assert len(errors) == 1 and 'margin: 1.0 -> 0.5' in errors[0] and 'use a new --root' in errors[0]
+  assert len(errors) == 2 and 'margin: 1.0 -> 0.5' in errors[0] and 'use a new --root' in errors[0]
+  assert errors[1] == 'error: 1 problem(s) found before launching: nothing was run or written'
   assert json.loads((root / declaration.STUDY_FILE).read_text())['margin'] == 1.0  # untouched
   assert declaration.from_roots([str(root)])[0]['margin'] == 1.0
 
