@@ -31,6 +31,7 @@ if __package__ in (None, ''):  # run as a file: make the repository importable
 
 
 from benchmarks import bench_step, common  # noqa: E402
+from configs import common as config_common  # noqa: E402
 from numerics import emulate as emulate_lib  # noqa: E402
 from numerics import setup as numerics_setup  # noqa: E402
 from trainer import validation  # noqa: E402
@@ -65,7 +66,8 @@ def variants(formats, platform):
 
 def variant_config(config, overrides):
   """The resolved config of one variant: `config` (as loaded, not resolved) plus `overrides`."""
-  return validation.resolve(config, overrides)
+  return validation.resolve(
+      config_common.apply_overrides(config.copy_and_resolve_references(), overrides))
 
 
 def measure(config, plan, args, devices):

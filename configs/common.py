@@ -4,7 +4,7 @@ A config file's `get_config(arg)` takes the string after the colon: a comma-sepa
 presets and `key=value` pairs, big_vision style, e.g. `configs/celeba.py:gpu,seed=3` or
 `configs/digits.py:smoke,model.width=0.5`. Presets apply in order, then the pairs. The command
 line's `--config.<field>=<value>` overrides are applied after `get_config` returns, by
-configs/loader.py, through the same `override` below. The config is locked (`ConfigDict.lock()`):
+configs/loader.py, through the same `apply_overrides` below (the one override path). The config is locked (`ConfigDict.lock()`):
 a misspelt field is an error, never a new field.
 """
 
@@ -129,7 +129,7 @@ def data_seed_of(config):
 
 def parse_arg(arg, presets):
   """Split 'gpu,seed=3,model.width=0.5' into preset names and {key: text} overrides (typed by
-  `override`, as the field's type)."""
+  `apply_overrides`, as the field's type)."""
   names, overrides = [], {}
   for item in filter(None, (s.strip() for s in (arg or '').split(','))):
     if '=' in item:
@@ -193,7 +193,7 @@ def typed(old, value, dotted):
   return parsed
 
 
-def override(config, dotted, value):
+def _override(config, dotted, value):
   """config[dotted] = value, typed like the field (ml_collections' `update_from_flattened_dict`
   then checks and casts the type); one-line ValueError naming the field and the fix."""
   node = config
@@ -212,13 +212,22 @@ def override(config, dotted, value):
                      f'default {node[leaf]!r}') from None
 
 
+def apply_overrides(config, overrides):
+  """config[field] = value for each (dotted field, value) pair, each value typed like its field;
+  returns config. The one override path: a preset's `key=value` pairs (`build`), the command
+  line's `--config.<field>=<value>` (configs/loader.load) and a sweep's or experiment's arms all
+  come through here. Only for a config that is not resolved yet (a resolved one is frozen)."""
+  for dotted, value in overrides:
+    _override(config, dotted, value)
+  return config
+
+
 def build(arg, presets):
   """Apply `arg`'s presets (functions taking the config) in order, then its key=value pairs."""
   names, overrides = parse_arg(arg, presets)
   config = presets['__base__']()
   for name in names:
     presets[name](config)
-  for key, value in overrides.items():
-    override(config, key, value)
+  apply_overrides(config, overrides.items())
   config.preset = ','.join(names)
   return config

@@ -5,7 +5,7 @@
 `spec` is `FILE[:ARG]`: FILE a config file defining `get_config(arg)` (configs/common.py builds it
 from presets and `key=value` pairs), ARG the text after the colon. `overrides` are (dotted field,
 value) pairs applied afterwards, as the command line's `--config.<field>=<value>` flags are, each
-typed like its field (configs/common.py `override`). A bad file, preset, field or value raises a
+typed like its field (configs/common.py `apply_overrides`). A bad file, preset, field or value raises a
 one-line ValueError naming it and the fix. The result is the config as written, not yet resolved:
 the entry point resolves it once (trainer/validation.resolve: numerics expanded, every field
 checked, frozen).
@@ -62,14 +62,6 @@ def load_module(path):
   return module
 
 
-def apply_overrides(config, overrides):
-  """config[field] = value for each (dotted field, value) pair, typed like the field; returns
-  config. Only for a config that is not resolved yet (a resolved one is frozen)."""
-  for dotted, value in overrides:
-    common.override(config, dotted, value)
-  return config
-
-
 def load(spec, overrides=()):
   """The ConfigDict of `spec` ('FILE[:ARG]') with `overrides` applied (module docstring)."""
   path, arg = split_spec(spec)
@@ -87,7 +79,7 @@ def load(spec, overrides=()):
   if not isinstance(config, ml_collections.ConfigDict):
     raise ValueError(f'--config={spec}: get_config() returned a {type(config).__name__}, not an '
                      'ml_collections.ConfigDict: build it as configs/digits.py does')
-  return apply_overrides(config, overrides)
+  return common.apply_overrides(config, overrides)
 
 
 def _locked_message(error):

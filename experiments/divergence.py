@@ -26,7 +26,7 @@ import time
 
 import jax
 
-from configs import loader
+from configs import common, loader
 from experiments import divergence_lockstep as lockstep
 from experiments import divergence_measure as measure
 from experiments import divergence_report as report
@@ -62,7 +62,7 @@ def load_config(spec, overrides=()):
   config = loader.load(spec)
   for key, value in overrides:
     try:
-      loader.apply_overrides(config, [(key, value)])
+      common.apply_overrides(config, [(key, value)])
     except ValueError as e:
       raise ValueError(f'--config.{key}: {str(e).splitlines()[0]}') from None
   return config
@@ -71,7 +71,9 @@ def load_config(spec, overrides=()):
 def arm_config(config, overrides, flag, seed):
   """The resolved config of one arm and seed: `config` with the arm's numerics overrides."""
   try:
-    return run.validation.resolve(config, [*overrides.items(), ('seed', seed)])
+    arm = common.apply_overrides(config.copy_and_resolve_references(),
+                                 [*overrides.items(), ('seed', seed)])
+    return run.validation.resolve(arm)
   except ValueError as e:  # ConfigError is a ValueError: one line naming the field
     raise ValueError(f'{flag}: {str(e).splitlines()[0]}') from None
 

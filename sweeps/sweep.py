@@ -39,12 +39,11 @@ from sweeps import checks, claims, runner, scripts
 from analysis import declaration
 from configs import common, loader
 from input_pipeline import base
+from runrecord import record
 from trainer import validation
 
 
 # config: get_config(arg) with the run's overrides, resolved (trainer/validation.resolve); as
-from runrecord import record
-from runrecord import record
 # written when it does not resolve, `problem` then saying why in one line (None: runs built by hand).
 Run = collections.namedtuple('Run', 'arm slug seed overrides workdir config problem',
                              defaults=(None, ''))
@@ -73,7 +72,7 @@ def check_overrides(module, arg, overrides, index):
   """Apply the run's overrides to the config (one-line error naming the field); returns it."""
   config = module.get_config(arg)
   try:
-    return loader.apply_overrides(config, overrides.items())
+    return common.apply_overrides(config, overrides.items())
   except ValueError as e:
     raise ValueError(f'get_sweep() run {index}: {e}; use a dotted field of get_config()') from None
 

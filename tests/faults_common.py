@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from configs import digits, loader
+from configs import common, digits
 from tests.conftest import ROOT
 from trainer import validation
 
@@ -22,7 +22,7 @@ def smoke_config(**overrides):
   """The smoke run's resolved config, with `overrides` ({dotted field: value}) applied first."""
   c = digits.get_config('smoke')
   c.checkpoint_every_steps = EVERY
-  return validation.resolve(loader.apply_overrides(c, overrides.items()))
+  return validation.resolve(common.apply_overrides(c, overrides.items()))
 
 
 def run_train(args, env, fault=None, timeout=240):

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from configs import digits, loader
+from configs import common, digits, loader
 from sweeps import checks, scripts, sweep
 from tests.conftest import ROOT
 from tests.test_cli import run_train
@@ -20,7 +20,7 @@ from runrecord import record
 
 
 def resolve(**overrides):
-  return validation.resolve(loader.apply_overrides(digits.get_config('smoke'), overrides.items()))
+  return validation.resolve(common.apply_overrides(digits.get_config('smoke'), overrides.items()))
 
 
 @pytest.mark.parametrize('field,value,message', [

@@ -30,7 +30,7 @@ ARRAYS = predictions.KEYS['classification']
 
 def smoke_config(**overrides):
   config = digits.get_config('smoke')
-  return validation.resolve(loader.apply_overrides(config, {**ONE_EPOCH, **overrides}.items()))
+  return validation.resolve(common.apply_overrides(config, {**ONE_EPOCH, **overrides}.items()))
 
 
 @pytest.fixture(scope='module')
@@ -154,10 +154,10 @@ def test_seed_fields_typed_and_named():
   assert config.init_seed is None and config.data_seed is None and config.replicate == 0
   assert common.init_seed_of(config) == common.data_seed_of(config) == config.seed
   assert common.init_seed_of({'seed': 4}) == 4  # a saved config from before the fields
-  loader.apply_overrides(config, [('init_seed', '7')])
+  common.apply_overrides(config, [('init_seed', '7')])
   assert config.init_seed == 7 and common.init_seed_of(config) == 7
   with pytest.raises(ValueError, match=r'^config\.data_seed=.abc.: give a int'):
-    loader.apply_overrides(config, [('data_seed', 'abc')])
+    common.apply_overrides(config, [('data_seed', 'abc')])
 
 
 def test_multilabel_predictions_are_bits_and_probabilities():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from configs import loader
+from configs import common, loader
 from models import layers, resnet
 from numerics import ops, profiles, setup
 from trainer import optim, run, steps, validation
@@ -90,7 +90,7 @@ def test_overrides_before_resolution_replace_the_profile():
   """experiments/divergence applies arm overrides to a loaded config, then resolves it: a new
   profile is simply the profile (nothing was expanded yet)."""
   config = loader.load(f'{SMOKE},numerics.profile=torch_gpu_default')
-  loader.apply_overrides(config, [('numerics.profile', 'f32')])
+  common.apply_overrides(config, [('numerics.profile', 'f32')])
   config = validation.resolve(config)
   assert (config.numerics.conv_format, config.numerics.dense_format) == ('f32', 'f32')
 

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from configs import digits, loader
+from configs import common, digits
 from trainer import checkpointing, loop, validation
 from runrecord import predictions
 
@@ -19,7 +19,7 @@ def smoke_config(**overrides):
   """The smoke run's resolved config, with `overrides` ({dotted field: value}) applied first."""
   c = digits.get_config('smoke')
   c.log_every_steps = 4
-  return validation.resolve(loader.apply_overrides(c, overrides.items()))
+  return validation.resolve(common.apply_overrides(c, overrides.items()))
 
 
 @pytest.fixture(scope='module')

@@ -17,7 +17,6 @@ import ml_collections
 import numpy as np
 
 import input_pipeline
-from configs import loader
 from input_pipeline import base, batching
 from models import resnet
 from numerics import profiles
@@ -55,11 +54,10 @@ def _number(config, name, rule, ok):
   return value
 
 
-def resolve(config, overrides=()):
-  """The resolved config: a frozen copy of `config` with `overrides` ((dotted field, value) pairs,
-  configs/loader.apply_overrides: its one-line ValueError on a bad one) applied, the product
-  formats expanded (numerics/profiles.py) and every field checked; ConfigError (one line) on bad
-  input.
+def resolve(config):
+  """The resolved config: a frozen copy of `config` (its overrides already applied, by
+  configs/common.apply_overrides) with the product formats expanded (numerics/profiles.py) and
+  every field checked; ConfigError (one line) on bad input.
 
   Resolving twice is a programming error (TypeError): a resolved config is final.
   """
@@ -67,7 +65,6 @@ def resolve(config, overrides=()):
     raise TypeError('the config is already resolved: resolve it once, at the entry point, and '
                     'hand the resolved config on')
   config = config.copy_and_resolve_references()  # a copy: the caller's config stays as written
-  loader.apply_overrides(config, overrides)
   try:
     profiles.expand(config)
   except ValueError as e:
