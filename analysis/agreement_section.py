@@ -3,8 +3,8 @@ churn ladder (analysis/agreement.py), calibration and training loss (analysis/ca
 per-class differences (analysis/per_class.py) and the variance split (analysis/variance.py), as
 DataFrames for CSVs, a one-line summary for the report's first page and the ladder figure.
 
-  section = agreement_section(out['runs'], pairs, noise=..., identical=..., platform=...)
-  section = from_analysis(out, answer.labels(out))   # analysis/answer.py's dict: pairs derived from it
+  section = agreement_section(out.runs, pairs, noise=..., identical=..., platform=...)
+  section = from_analysis(out, answer.labels(out))   # an analysis.result.Analysis: its pairs
   paths = write(section, out_dir)     # report_agreement.csv, ... and figures/churn_ladder.*
 
 Runs whose records hold no predictions (written before runs saved them) are listed in `missing`
@@ -17,7 +17,7 @@ import os
 
 import pandas as pd
 
-from analysis import agreement, agreement_pairs, calibration, per_class, variance
+from analysis import agreement, agreement_pairs, calibration, per_class, result, variance
 from runrecord import predictions
 
 CSV_FILES = {'table': 'report_agreement.csv', 'calibration': 'report_calibration.csv',
@@ -56,8 +56,9 @@ def load_entries(runs, load=None):
 
 
 def agreement_section(runs, pairs, noise=(), identical=(), platform=(), load=None, labels=None):
-  """{'table' (report_agreement.csv), 'calibration', 'train_loss', 'per_class', 'variance':
-  DataFrames; 'summary': the first-page line; 'missing': runs without predictions}.
+  """The analysis.result.Agreement of the runs: table (report_agreement.csv), calibration,
+  train_loss, per_class, variance (DataFrames); summary (the first-page line); missing (the runs
+  without predictions).
 
   `runs`: completed runs with `run` (the run folder), `arm`, `seed`, `platform` (stats.prepare's
   `runs`); `pairs`: the (a, b) arms compared (declared contrasts, or every pair); `noise`,
@@ -68,20 +69,20 @@ def agreement_section(runs, pairs, noise=(), identical=(), platform=(), load=Non
   table = agreement.agreement_table(entries, pairs, noise, identical, platform)
   for side in ('a', 'b'):
     table[f'label_{side}'] = [(labels or {}).get(arm, arm) for arm in table[side]]
-  return {'table': table, 'summary': agreement.summary(table, len(missing), len(runs)),
-          'calibration': calibration.calibration_table(entries),
-          'train_loss': calibration.loss_table(runs),
-          'per_class': per_class.per_class_table(entries, pairs),
-          'variance': variance.variance_table(runs), 'missing': missing}
+  return result.Agreement(table=table, summary=agreement.summary(table, len(missing), len(runs)),
+                          calibration=calibration.calibration_table(entries),
+                          train_loss=calibration.loss_table(runs),
+                          per_class=per_class.per_class_table(entries, pairs),
+                          variance=variance.variance_table(runs), missing=missing)
 
 
 def compared_pairs(out):
   """The (a, b) arms the study compares: its declared contrasts, else every pair of arms on one
   platform (pairs across platforms are the ladder's platform rows)."""
-  table = out.get('contrasts')
+  table = out.contrasts
   if table is not None and not table.empty:
     return list(zip(table['arm_a'], table['arm_b']))
-  runs = out['runs']
+  runs = out.runs
   platform = (runs.groupby('arm')['platform'].first().astype(str) if 'platform' in runs else
               pd.Series('', index=sorted(runs['arm'].unique())))
   return [(a, b) for a, b in itertools.combinations(sorted(platform.index), 2)
@@ -92,7 +93,7 @@ def from_analysis(out, labels, load=None):
   """agreement_section of analysis/answer.py's `out`: its compared pairs, the baseline pairs
   agreement_pairs derives from its runs and group-by columns, and `labels` ({arm: short label},
   answer.labels)."""
-  runs, group_by = out['runs'], out['group_by']
+  runs, group_by = out.runs, out.group_by
   return agreement_section(runs, compared_pairs(out),
                            noise=agreement_pairs.noise_pairs(runs, group_by),
                            identical=agreement_pairs.identical_pairs(runs, group_by),
@@ -107,11 +108,11 @@ def write(section, out_dir):
   os.makedirs(out_dir, exist_ok=True)
   paths = []
   for key, name in CSV_FILES.items():
-    frame = section[key]
+    frame = getattr(section, key)
     if key == 'table' or not frame.empty:
       paths.append(os.path.join(out_dir, name))
       pd.DataFrame(frame).to_csv(paths[-1], index=False)
-  if not section['table'].empty:
+  if not section.table.empty:
     os.makedirs(os.path.join(out_dir, 'figures'), exist_ok=True)
-    paths += agreement_figure.churn_ladder(section['table'], os.path.join(out_dir, 'figures'))
+    paths += agreement_figure.churn_ladder(section.table, os.path.join(out_dir, 'figures'))
   return paths

@@ -3,7 +3,7 @@ decomposition and the platforms' software, from one runs table and the study's d
 analysis/report.py puts it into words, analysis/figures.py draws it, analysis/study.py is the
 command.
 
-  out = analyse(frame, declaration.load('configs/digits.py:study'))
+  result = analyse(frame, declaration.load('configs/digits.py:study'))
 
 Without a declaration (or one without factors and a reference) every pair of arms is compared
 instead of the declared contrasts, and there is no attribution.
@@ -11,7 +11,8 @@ instead of the declared contrasts, and there is no attribution.
 
 import pandas as pd
 
-from analysis import agreement_section, attribution, contrasts, declaration, effects, stats
+from analysis import (agreement_section, attribution, contrasts, declaration, effects, result,
+                      stats)
 from runrecord import record
 
 VERSION_PREFIX = 'versions.'
@@ -37,10 +38,10 @@ def distinct(values):
 
 
 def software(runs):
-  """{'platforms': {platform: {'device_kind', 'devices', 'versions': {package: version}}},
-  'confounds': [packages whose versions differ between platforms]} from the analysed runs."""
+  """analysis.result.Software of the analysed runs: each platform's device kind, CPU facts,
+  device count and package versions, and the packages whose versions differ between platforms."""
   if 'platform' not in runs:
-    return {'platforms': {}, 'confounds': []}
+    return result.Software()
   packages = sorted(c[len(VERSION_PREFIX):] for c in runs if c.startswith(VERSION_PREFIX))
   out = {}
   for platform, group in runs.groupby(runs['platform'].astype(str), sort=True):
@@ -50,7 +51,7 @@ def software(runs):
                      'versions': {p: distinct(group[VERSION_PREFIX + p]) for p in packages}}
   confounds = [p for p in packages
                if len({v['versions'][p] for v in out.values() if v['versions'][p]}) > 1]
-  return {'platforms': out, 'confounds': confounds}
+  return result.Software(platforms=out, confounds=confounds)
 
 
 def term_labels(terms, declared):
@@ -74,71 +75,69 @@ def attribute(frame, declared, metric, seed_col, margin, margin_reason, source):
       min_share=declared.get('min_share'), native=declared.get('native'),
       platform_profile=platform_profile(completed, declared.get('platform_profile')),
       source=source, margin_reason=margin_reason)
-  out['labels'] = term_labels(out['terms']['term'], declared)
+  out.labels = term_labels(out.terms['term'], declared)
   return out
 
 
 def analyse(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, margin=None,
             margin_reason=None, seed_col=None, scale=None, all_pairs=False, source='',
             run_folders=False):
-  """stats.analyse's dict plus `declared`, `contrasts` (the declared family, or None), `arm_info`
-  (analysis/contrasts.arm_levels), `noise` ({platform: noise floor}), `software`, `attribution`
-  (analysis.attribution's dict, or None), `source`, `agreement` (analysis/agreement_section.py:
-  predictions read from the runs when `run_folders`), `scope` and, for an exploratory analysis,
-  `confirmatory` (the same analysis of the declared seeds at the declared margin); `pairs` holds
+  """The study's analysis.result.Analysis: stats.analyse's Stats plus the declaration's contrasts,
+  noise floors and attribution, the software, the agreement (predictions read from the runs when
+  `run_folders`), the scope and, for an exploratory analysis, the confirmatory one; `pairs` holds
   every pair only with `all_pairs` or without declared contrasts."""
   declared = declared or {}
   margin, why = stats.margin_choice(margin, margin_reason, declared.get('margin'),
                                     declared.get('margin_reason'))
   declares = bool(declared.get('factors') and declared.get('reference'))
-  out = stats.analyse(frame, group_by, metric, margin, why, seed_col, scale,
-                      all_pairs=all_pairs or not declares)
-  out.update(declared=declared, source=source, contrasts=None, arm_info=None, noise={},
-             attribution=None, software=software(out['runs']))
+  numbers = stats.analyse(frame, group_by, metric, margin, why, seed_col, scale,
+                          all_pairs=all_pairs or not declares)
+  out = result.Analysis(**result.fields_of(numbers), declared=declared, source=source,
+                        software=software(numbers.runs))
   if declares:
-    out['arm_info'] = contrasts.arm_levels(out, declared)
-    out['contrasts'] = contrasts.contrast_table(out, declared)
-    out['noise'] = contrasts.noise_floors(out, declared, out['unit'])
-    out['attribution'] = attribute(frame, declared, out['metric'], seed_col, margin, why, source)
+    out.arm_info = contrasts.arm_levels(out, declared)
+    out.contrasts = contrasts.contrast_table(out, declared)
+    out.noise = contrasts.noise_floors(out, declared, out.unit)
+    out.attribution = attribute(frame, declared, out.metric, seed_col, margin, why, source)
   # Agreement between models (analysis/agreement_section.py): read from the run folders' saved
   # predictions; a CSV's rows are not run folders, so a CSV has none.
-  out['agreement'] = agreement_section.from_analysis(out, labels(out),
-                                                     None if run_folders else lambda run: None)
-  out['scope'] = scope(out, declared)
-  if out['scope']['confirmatory'] is False and out['scope']['declared_seeds_present']:
+  out.agreement = agreement_section.from_analysis(out, labels(out),
+                                                  None if run_folders else lambda run: None)
+  out.scope = scope(out, declared)
+  if out.scope.confirmatory is False and out.scope.declared_seeds_present:
     seeds = pd.to_numeric(frame[seed_col or 'seed'], errors='coerce')
-    out['confirmatory'] = analyse(
-        frame[seeds.isin(out['scope']['declared_seeds'])], declared, group_by, metric,
+    out.confirmatory = analyse(
+        frame[seeds.isin(out.scope.declared_seeds)], declared, group_by, metric,
         declared.get('margin'), None, seed_col, scale, all_pairs, source)
   return out
 
 
 def scope(out, declared):
-  """What was analysed against what was declared before the runs: {'declared_seeds' (seeds
-  0..k-1 for a declared count k, as the study's get_sweep runs them; None undeclared),
-  'declared_margin', 'analysed_seeds', 'margin', 'declared_seeds_present', 'confirmatory' (True:
-  the declared seeds at the declared margin; False: more or other seeds, or another margin: an
-  exploratory analysis; None: nothing declared), 'deviations' (words)}."""
+  """What was analysed against what was declared before the runs (analysis.result.Scope):
+  declared_seeds (seeds 0..k-1 for a declared count k, as the study's get_sweep runs them; None
+  undeclared), declared_margin, analysed_seeds, margin, declared_seeds_present, confirmatory
+  (True: the declared seeds at the declared margin; False: more or other seeds, or another
+  margin: an exploratory analysis; None: nothing declared), deviations (words)."""
   k, m0 = declared.get('seeds'), declared.get('margin')
-  seeds = sorted({int(x) for x in out['runs']['seed'].dropna()}) if out['seeded'] else []
+  seeds = sorted({int(x) for x in out.runs['seed'].dropna()}) if out.seeded else []
   wanted = list(range(int(k))) if k else None
   deviations = []
   if wanted is not None and seeds != wanted:
     deviations.append(f'{len(seeds)} seeds analysed, {k} declared (seeds 0–{int(k) - 1})')
-  if m0 is not None and out['margin'] != m0:
-    deviations.append(f'margin ±{out["margin"]:g}, declared ±{m0:g}')
+  if m0 is not None and out.margin != m0:
+    deviations.append(f'margin ±{out.margin:g}, declared ±{m0:g}')
   known = wanted is not None or m0 is not None
-  return {'declared_seeds': wanted, 'declared_margin': m0, 'analysed_seeds': seeds,
-          'margin': out['margin'], 'deviations': deviations,
-          'declared_seeds_present': bool(wanted) and set(wanted) <= set(seeds) and (
-              set(wanted) != set(seeds) or m0 is not None),
-          'confirmatory': (not deviations) if known else None}
+  return result.Scope(declared_seeds=wanted, declared_margin=m0, analysed_seeds=seeds,
+                      margin=out.margin, deviations=deviations,
+                      declared_seeds_present=bool(wanted) and set(wanted) <= set(seeds) and (
+                          set(wanted) != set(seeds) or m0 is not None),
+                      confirmatory=(not deviations) if known else None)
 
 
 def labels(out):
   """{arm: short label} (the declaration's), or the arms' own labels without one."""
-  if out.get('arm_info') is not None:
-    info = out['arm_info']
+  if out.arm_info is not None:
+    info = out.arm_info
     several = info['platform'].nunique() > 1
     return {r.arm: f'{r.platform}: {r.label}' if several else r.label for r in info.itertuples()}
-  return {a: a for a in out['arms']['arm']}
+  return {a: a for a in out.arms['arm']}

@@ -30,13 +30,14 @@ of a paired mean difference at that many seeds, t(0.975, n - 1) x sd / sqrt(n): 
 paired difference the matched perturbation alone gives at this study's seeds.
 """
 
+import dataclasses
 import os
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from analysis import attribution_report, cli, effects, forest, gap, gap_verdict, stats
+from analysis import attribution_report, cli, effects, forest, gap, gap_verdict, result, stats
 from runrecord import record
 
 
@@ -44,8 +45,8 @@ def select(frame, metric, factors, seed_col):
   """The usable runs (stats.prepare: completed, finite metric; repeated runs of a seed in one arm
   are kept as observations sharing the seed's intercept, an arm being equal factors and
   runrecord.record.arm_columns: platform, device kind, every requested numerics field and every
-  config field that differs between the runs), one str column per factor name, and whether there
-  is a seed column."""
+  config field that differs between the runs) as (analysis.result.Prepared with one str column per
+  factor name, {factor: column}, whether there is a seed column)."""
   if frame.empty:
     raise ValueError('--runs/--csv: no runs to analyse; check the path')
   if not factors:
@@ -69,7 +70,7 @@ def select(frame, metric, factors, seed_col):
     frame['_row'], seed_col = np.arange(len(frame)), '_row'
   arm = list(dict.fromkeys(list(cols.values()) + record.arm_columns(frame)))
   prep = stats.prepare(frame, arm, metric_col, seed_col)  # a seed counts once per arm
-  runs, excluded = prep['runs'], prep['excluded']
+  runs, excluded = prep.runs, prep.excluded
   absent = runs[list(cols.values())].isna()
   missing = absent.any(axis=1)
   if missing.any():
@@ -79,9 +80,8 @@ def select(frame, metric, factors, seed_col):
     runs = runs[~missing]
   for name, col in cols.items():
     runs[name] = runs[col].astype(str)
-  prep.update(runs=runs.reset_index(drop=True), excluded=excluded.reset_index(drop=True),
-              columns=cols, has_seed=has_seed)
-  return prep
+  return (dataclasses.replace(prep, runs=runs.reset_index(drop=True),
+                              excluded=excluded.reset_index(drop=True)), cols, has_seed)
 
 
 def default_factors(frame):
@@ -161,16 +161,15 @@ def noise_floors(runs, arm, base, scale_unit, factors=()):
 def run(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed', reference=None,
         interactions=(), margin=None, noise_arm=None, native=None, platform_profile=None,
         out_dir=None, source='', margin_reason=None, noise_of=None, min_share=None):
-  """The whole attribution (see module doc) as a dict of numbers and verdict categories: terms (the
-  CSV table), gap (component table or None), decomposition (one verdict dict per gap,
+  """The whole attribution (see module doc) as an analysis.result.Attribution: terms (the CSV
+  table), gap (component table or None), decomposition (one verdict dict per gap,
   analysis/gap_verdict.py), arms, noise ({platform: noise_floor}), model, method, excluded,
-  replicates, labels ({term: short label}
-  for the renderer and figures; empty here, a study's declaration fills it) and files (written to
-  out_dir: write())."""
+  replicates, labels ({term: short label} for the renderer and figures; empty here, a study's
+  declaration fills it) and files (written to out_dir: write())."""
   if margin is not None and not margin > 0:
     raise ValueError(f'--margin: must be a positive number in the metric\'s units, got {margin}')
-  prep = select(frame, metric, list(factors), seed_col)
-  runs, columns = prep['runs'], prep['columns']
+  prep, columns, has_seed = select(frame, metric, list(factors), seed_col)
+  runs = prep.runs
   ref = references(runs, columns, effects.parse_pairs(reference, '--reference'))
   pairs = []
   for item in interactions or ():
@@ -179,25 +178,26 @@ def run(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed', reference=
       raise ValueError(f'--interactions: {item!r} is not A:B; write e.g. --interactions platform:profile')
     pairs.append((effects.find_factor(a, columns, '--interactions'), effects.find_factor(b, columns, '--interactions')))
   X = effects.design(runs, list(columns), ref, pairs)
-  y, seeds = runs['value'], runs['seed'] if prep['has_seed'] else None
+  y, seeds = runs['value'], runs['seed'] if has_seed else None
   model = effects.fit(y, X, seeds)
-  unit = 'pp' if prep['scale'] == 100 else 'metric units'
-  out = {'metric': prep['metric'], 'source': source, 'reference': ref, 'margin': margin,
-         'margin_reason': margin_reason, 'unit': unit, 'labels': {},
-         'model': effects.formula(prep['metric'], list(columns), ref, pairs, prep['has_seed']),
-         'method': model['method'], 'terms': effects.term_table(model, X), 'n_runs': len(runs),
-         'excluded': prep['excluded'], 'replicates': prep['replicates'], 'arms': None,
-         'noise': noise_floors(runs, effects.parse_pairs(noise_arm, '--noise-arm'),
-                               effects.parse_pairs(noise_of or reference or {}, '--noise-of'),
-                               unit, list(columns))}
-  split = gap.section(runs if prep['has_seed'] else runs.drop(columns='seed'), columns, ref,
+  unit = 'pp' if prep.scale == 100 else 'metric units'
+  split = gap.section(runs if has_seed else runs.drop(columns='seed'), columns, ref,
                       native, platform_profile, margin, min_share)
-  out.update(gap=split['table'], gap_note=split['note'], emulation=split['emulation'],
-             native=split['native'], decomposition=split['decomposition'],
-             gap_summaries=split['summaries'], min_share=min_share)
-  if out['gap'] is None:
-    out['arms'] = effects.arm_rows(model, X, runs, list(columns), ref)
-  out['files'] = write(out, out_dir) if out_dir else []
+  out = result.Attribution(
+      metric=prep.metric, source=source, reference=ref, margin=margin,
+      margin_reason=margin_reason, unit=unit,
+      model=effects.formula(prep.metric, list(columns), ref, pairs, has_seed),
+      method=model['method'], terms=effects.term_table(model, X), n_runs=len(runs),
+      excluded=prep.excluded, replicates=prep.replicates,
+      noise=noise_floors(runs, effects.parse_pairs(noise_arm, '--noise-arm'),
+                         effects.parse_pairs(noise_of or reference or {}, '--noise-of'),
+                         unit, list(columns)),
+      min_share=min_share, gap=split['table'], gap_note=split['note'],
+      emulation=split['emulation'], native=split['native'],
+      decomposition=split['decomposition'], gap_summaries=split['summaries'])
+  if out.gap is None:
+    out.arms = effects.arm_rows(model, X, runs, list(columns), ref)
+  out.files = write(out, out_dir) if out_dir else []
   return out
 
 
@@ -206,13 +206,13 @@ def write_tables(out, out_dir):
   component) and attribution_decomposition.csv (one row per gap: verdict, share, seeds)."""
   os.makedirs(out_dir, exist_ok=True)
   files = [os.path.join(out_dir, 'attribution.csv'), os.path.join(out_dir, 'attribution.md')]
-  out['terms'][effects.CSV_COLUMNS].to_csv(files[0], index=False)
+  out.terms[effects.CSV_COLUMNS].to_csv(files[0], index=False)
   with open(files[1], 'w', encoding='utf-8') as f:
     f.write(attribution_report.render(out))
-  if out['gap'] is not None:
+  if out.gap is not None:
     files += [os.path.join(out_dir, f'attribution_{n}.csv') for n in ('gap', 'decomposition')]
-    out['gap'].to_csv(files[-2], index=False)
-    gap_verdict.flat(out['decomposition']).to_csv(files[-1], index=False)
+    out.gap.to_csv(files[-2], index=False)
+    gap_verdict.flat(out.decomposition).to_csv(files[-1], index=False)
   return files
 
 
@@ -268,7 +268,7 @@ def main(argv=None):
   except ValueError as e:
     cli.fail(e)
   print(attribution_report.render(out))
-  for path in out['files']:
+  for path in out.files:
     print(f'wrote {path}')
 
 

@@ -136,50 +136,50 @@ def decomposition_lines(d, table, unit):
 
 def noise_text(out):
   """The noise floor lines, one per platform, or why there is none."""
-  if not out['noise']:
+  if not out.noise:
     return 'noise floor unavailable: no --noise-arm given, or it shares < 2 seeds with its base arm'
-  return '; '.join(f'{p}: {f["text"]}' if p else f['text'] for p, f in out['noise'].items())
+  return '; '.join(f'{p}: {f["text"]}' if p else f['text'] for p, f in out.noise.items())
 
 
 def render(out):
   """The attribution report as Markdown: model, method, units, the tables, the excluded runs."""
-  u, labels = out['unit'], out.get('labels') or {}
-  half = min((f['half'] for f in out['noise'].values()), default=np.nan)
-  lines = [f'# Attribution of {out["metric"]}' + (f' ({out["source"]})' if out['source'] else ''),
-           '', f'model: {out["model"]}', f'method: {out["method"]}',
-           f'runs: {out["n_runs"]} used, {len(out["excluded"])} excluded, '
-           f'{len(out["replicates"])} arm/seed(s) run more than once (each run kept)',
+  u, labels = out.unit, out.labels or {}
+  half = min((f['half'] for f in out.noise.values()), default=np.nan)
+  lines = [f'# Attribution of {out.metric}' + (f' ({out.source})' if out.source else ''),
+           '', f'model: {out.model}', f'method: {out.method}',
+           f'runs: {out.n_runs} used, {len(out.excluded)} excluded, '
+           f'{len(out.replicates)} arm/seed(s) run more than once (each run kept)',
            f'units: {UNITS.get(u, u)}; each term = difference from its factor\'s reference level '
            '(other factors fixed), 95% CI and two-sided p, no multiplicity correction',
-           f'reference levels: {", ".join(f"{k}={v}" for k, v in out["reference"].items())}',
+           f'reference levels: {", ".join(f"{k}={v}" for k, v in out.reference.items())}',
            noise_text(out), '']
   ratio = lambda e: num(abs(e) / half) if half > 0 else '–'
   lines.append(style.markdown([{'term': labels.get(r['term'], r['term']), f'estimate ({u})': num(r['estimate']),
                                 '95% CI': ci(r), 'p': pval(r['p']),
                                 'abs. estimate / smallest noise half-width': ratio(r['estimate'])}
-                               for _, r in out['terms'].iterrows()]))
-  margin = (f'±{out["margin"]:g} {u}' + (f' ({out["margin_reason"]})' if out['margin_reason'] else '')
-            if out['margin'] else 'none given')
+                               for _, r in out.terms.iterrows()]))
+  margin = (f'±{out.margin:g} {u}' + (f' ({out.margin_reason})' if out.margin_reason else '')
+            if out.margin else 'none given')
   lines += ['## Platform gap', '', gap_note(out), f'equivalence margin: {margin}', '']
-  for d in out['decomposition']:
-    lines += decomposition_lines(d, out['gap'], u) + ['']
-  if out['arms'] is not None:
+  for d in out.decomposition:
+    lines += decomposition_lines(d, out.gap, u) + ['']
+  if out.arms is not None:
     lines.append(style.markdown([{'arm': r['arm'], f'minus reference arm ({u})':
                                   num(r['estimate']), '95% CI': ci(r), 'p': pval(r['p'])}
-                                 for _, r in out['arms'].iterrows()]))
+                                 for _, r in out.arms.iterrows()]))
   lines += ['## Excluded runs', '', style.markdown([{'run': r['run'], 'reason': r['reason']}
-                                                   for _, r in out['excluded'].iterrows()])]
+                                                   for _, r in out.excluded.iterrows()])]
   return '\n'.join(lines)
 
 
 def gap_note(out):
   """How the gap was measured (native arm, emulation per platform, the per-seed estimator), or why
   not."""
-  if out['native'] is None:
-    return out['gap_note']
-  factor, level = out['native']
+  if out.native is None:
+    return out.gap_note
+  factor, level = out.native
   return (f'native arm {factor}={level}; emulation of each platform\'s native arithmetic: '
-          + ', '.join(f'{p}={q}' for p, q in out['emulation'].items())
+          + ', '.join(f'{p}={q}' for p, q in out.emulation.items())
           + '. Each component is a per-seed combination of the cells (platform, '
           f'{factor}) at the other factors\' reference levels, its mean with a t-interval over '
           'seeds; G = fid_A − fid_B + N + P exactly. (The effects table above is the main-effects '

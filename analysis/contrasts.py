@@ -31,10 +31,10 @@ def arm_levels(out, declared):
   """One row per arm of stats.analyse's `out`: arm, platform, each factor's level, label (short,
   declaration.arm_label), role ('reference' | 'noise' | 'arm'), n, and `order` (the declared
   factor that differs from the reference first, then the label; the noise arm last)."""
-  runs = out['runs']
+  runs = out.runs
   columns = factor_columns(runs, declared)
   first = runs.groupby('arm', sort=False).first()
-  n = out['arms'].set_index('arm')['n']
+  n = out.arms.set_index('arm')['n']
   rows = []
   for arm, r in first.iterrows():
     levels = {f: declaration.level_text(r[c]) for f, c in columns.items()}
@@ -69,11 +69,11 @@ def family(arms):
 
 def contrast_table(out, declared, margin=None):
   """The declared contrasts judged as one family (stats.compare rows + stats.judge) with
-  platform, label and role of each arm; Δ = arm − reference arm. The arms: out['arm_info']
+  platform, label and role of each arm; Δ = arm − reference arm. The arms: out.arm_info
   (analysis/answer.py) when set, else arm_levels."""
-  arms = out.get('arm_info')
+  arms = out.arm_info
   arms = arm_levels(out, declared) if arms is None else arms
-  rows = [stats.compare(out, a, b, margin or out['margin']) for a, b in family(arms)]
+  rows = [stats.compare(out, a, b, margin or out.margin) for a, b in family(arms)]
   table = stats.judge(rows)
   if table.empty:
     return table
@@ -86,6 +86,6 @@ def contrast_table(out, declared, margin=None):
 def noise_floors(out, declared, unit):
   """{platform: analysis.attribution.noise_floor} (paired: the noise arm − the arm it perturbs,
   declared noise_of, else the reference arm) of each platform where both share 2+ seeds."""
-  return attribution.noise_floors(out['runs'], declared.get('noise_arm') or {},
+  return attribution.noise_floors(out.runs, declared.get('noise_arm') or {},
                                   declared.get('noise_of') or declared.get('reference') or {}, unit,
-                                  list(factor_columns(out['runs'], declared).values()))
+                                  list(factor_columns(out.runs, declared).values()))

@@ -58,8 +58,8 @@ def wrap(label, inches, char_in=0.052):
 
 def unit_label(out):
   """Axis label of the metric, e.g. 'test accuracy (%)'."""
-  name = out['metric'].rsplit('.', 1)[-1].replace('_', ' ')
-  return f'{name} (%)' if out['scale'] == 100 else name
+  name = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
+  return f'{name} (%)' if out.scale == 100 else name
 
 
 def once(label, seen):
@@ -74,12 +74,12 @@ def layout(out):
   """(categories in order, {arm: (category, platform)}, platforms in order): the short label of
   each arm and its platform when the study declares its arms, else the arm itself and the
   platform its runs record ('' when none)."""
-  info = out.get('arm_info')
+  info = out.arm_info
   if info is None:
-    runs = out['runs']
+    runs = out.runs
     platform = (runs.groupby('arm')['platform'].first().astype(str) if 'platform' in runs
                 else {})
-    arms = list(out['arms']['arm'])
+    arms = list(out.arms['arm'])
     place = {a: (a, platform.get(a, '')) for a in arms}
     return arms, place, sorted({p for _, p in place.values()})
   place = {r.arm: (r.label, str(r.platform)) for r in info.itertuples()}
@@ -114,15 +114,15 @@ def draw_accuracy_by_arm(out):
   x_of = positions(categories, place)
   width = 0.8 / max(len(platforms), 1)
   fig, ax = plt.subplots(figsize=(style.TWO_COLUMN_IN, 2.5), layout='constrained')
-  arms = sorted(out['arms'].itertuples(), key=lambda r: categories.index(place[r.arm][0]))
+  arms = sorted(out.arms.itertuples(), key=lambda r: categories.index(place[r.arm][0]))
   for i, row in enumerate(arms):  # in arm order: a platform's legend key shows the first arm's marker
     (cat, platform), x = place[row.arm], x_of[row.arm]
-    values = out['units'].loc[out['units']['arm'] == row.arm, 'value'].to_numpy()
+    values = out.units.loc[out.units['arm'] == row.arm, 'value'].to_numpy()
     c = colors[platform]
     if len(values) >= BOX_MIN_N:
       draw_box(ax, x, values, c, seen)
     name = f'{platform}: one seed' if len(platforms) > 1 else (
-        'one seed' if out['seeded'] else 'one run')
+        'one seed' if out.seeded else 'one run')
     ax.scatter(x - width * 0.12 + jitter(len(values), width * 0.12, seed=i), values, s=8,
                marker=marker[cat][0], facecolors='none', edgecolors=c, alpha=0.85,
                linewidths=0.7, zorder=3, label=once(name, seen))
@@ -150,9 +150,9 @@ def accuracy_by_arm(out, out_dir):
 
 def contrast_table(out):
   """The table the contrasts figure draws: the declared contrasts, or every pair labelled A − B."""
-  if out.get('contrasts') is not None:
-    return out['contrasts']
-  pairs = out['pairs']
+  if out.contrasts is not None:
+    return out.contrasts
+  pairs = out.pairs
   if pairs.empty:
     return pairs
   return pairs.assign(label=[f'{a} − {b}' for a, b in zip(pairs['arm_a'], pairs['arm_b'])],
@@ -162,8 +162,8 @@ def contrast_table(out):
 def contrasts(out, out_dir):
   categories, _, _ = layout(out)
   markers = {a: m for a, (m, _) in style.arm_styles(categories).items()}
-  return forest.plot_contrasts(contrast_table(out), forest.floors_of(out.get('noise')),
-                               out['margin'], out['unit'], out_dir, markers=markers)
+  return forest.plot_contrasts(contrast_table(out), forest.floors_of(out.noise),
+                               out.margin, out.unit, out_dir, markers=markers)
 
 
 def curve(frame, x, col, scale=1.0):
@@ -233,7 +233,7 @@ def plain_log_axis(axis):
 def curve_panels(out, hist, steps):
   """({arm: (mean, sd)} of the training loss per step, the same of the test metric (%) per epoch
   over the last half of the epochs), for the runs analysed."""
-  keep = out['runs'][['run', 'arm']]
+  keep = out.runs[['run', 'arm']]
   steps = steps.merge(keep, on='run') if not steps.empty else steps
   hist = hist.merge(keep, on='run') if not hist.empty and 'test_accuracy' in hist else hist.iloc[:0]
   loss = {a: curve(s, 'step', 'train_loss') for a, s in
@@ -318,7 +318,7 @@ def training_curves(out, hist, steps, out_dir):
 
 
 def make_all(out, hist, out_dir, steps=None):
-  """Write every figure that the data allow (analysis/answer.py's dict); returns the files.
+  """Write every figure that the data allow (an analysis.result.Analysis); returns the files.
 
   `steps`: analysis.results.load_steps' table; None reads it from the analysed runs' folders.
   """
@@ -327,9 +327,9 @@ def make_all(out, hist, out_dir, steps=None):
   epath.Path(out_dir).mkdir(parents=True, exist_ok=True)
   style.apply()
   if steps is None:
-    steps = results.steps_frame(out['runs']['run'])
+    steps = results.steps_frame(out.runs['run'])
   written = accuracy_by_arm(out, out_dir)
-  att = out.get('attribution')
+  att = out.attribution
   for paths in (contrasts(out, out_dir), training_curves(out, hist, steps, out_dir),
                 att and forest.plot(att, out_dir), att and forest.plot_gap(att, out_dir)):
     written += paths or []

@@ -26,12 +26,12 @@ LAST = '<!-- findings: end -->'
 def judged_at(out, margin):
   """(decomposition dicts, contrast table) of analysis/answer.py's `out` judged at `margin`: its
   own at the margin it was analysed at."""
-  att = out['attribution']
-  if margin == out['margin']:
-    return att['decomposition'], out['contrasts']
-  split = (gap.summarise(att['gap_summaries'], margin, att['min_share'])[1]
-           if att['gap_summaries'] else [])
-  return split, contrasts.contrast_table(out, out['declared'], margin)
+  att = out.attribution
+  if margin == out.margin:
+    return att.decomposition, out.contrasts
+  split = (gap.summarise(att.gap_summaries, margin, att.min_share)[1]
+           if att.gap_summaries else [])
+  return split, contrasts.contrast_table(out, out.declared, margin)
 
 
 COMPONENTS = ('G', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N', 'P', 'R')
@@ -39,7 +39,7 @@ COMPONENTS = ('G', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N', 'P', 'R')
 
 def component_table(analyses, unit):
   """Rows: the decomposition's components; one column per (name, analysis): estimate [95% CI]."""
-  tables = [(name, out['attribution']['gap'], out['attribution']['decomposition'][0]['gap'])
+  tables = [(name, out.attribution.gap, out.attribution.decomposition[0]['gap'])
             for name, out in analyses]
   rows = []
   for key in COMPONENTS:
@@ -74,45 +74,45 @@ def counts(table):
 def platform_words(out):
   return '; '.join(f'{p}: {f["device_kind"]}, ' + ', '.join(
       f'{k} {v}' for k, v in f['versions'].items() if k in ('jax', 'jaxlib', 'flax', 'optax'))
-                   for p, f in out['software']['platforms'].items())
+                   for p, f in out.software.platforms.items())
 
 
 def seeds_text(out):
-  seeds = out['scope']['analysed_seeds']
+  seeds = out.scope.analysed_seeds
   return f'seeds {seeds[0]}–{seeds[-1]}' if seeds else 'unseeded'
 
 
 def analyses(out):
   """[(column name, analysis)]: the confirmatory one (the declared seeds) first, when it differs."""
-  conf = out.get('confirmatory')
+  conf = out.confirmatory
   first = [(f'confirmatory ({seeds_text(conf)})', conf)] if conf is not None else []
-  kind = 'exploratory' if out['scope']['confirmatory'] is False else 'confirmatory'
+  kind = 'exploratory' if out.scope.confirmatory is False else 'confirmatory'
   return first + [(f'{kind} ({seeds_text(out)})', out)]
 
 
 def section(out, margins, source, command):
   """The README section (Markdown) for analysis/answer.py's `out`: the confirmatory analysis (the
   declared seeds at the declared margin) and the exploratory ones (every seed, each margin)."""
-  unit, sc = out['unit'], out['scope']
+  unit, sc = out.unit, out.scope
   columns = analyses(out)
   verdicts = []
   for name, analysis in columns:
-    ms = [analysis['margin']] if analysis is not out or analysis['scope']['confirmatory'] else margins
+    ms = [analysis.margin] if analysis is not out or analysis.scope.confirmatory else margins
     for m in ms:
       split, table = judged_at(analysis, m)
       verdicts.append((name, split[0], table))
   d0 = verdicts[0][1]
   a, b = d0['profiles']
   declared = (f'Declared before the runs (`{source.replace(".csv", ".study.json")}`): '
-              f'{len(sc["declared_seeds"] or [])} seeds, margin ±{sc["declared_margin"]:g} {unit}'
-              if sc['declared_margin'] is not None else 'Nothing was declared before the runs')
+              f'{len(sc.declared_seeds or [])} seeds, margin ±{sc.declared_margin:g} {unit}'
+              if sc.declared_margin is not None else 'Nothing was declared before the runs')
   lines = ['## What it finds on an H100 and a CPU', '', FIRST, '',
            '```bash', command, '```', '',
-           f'The digits study (`configs/digits.py:study`, {out["arm_info"]["label"].nunique()} arms) '
-           f'on two platforms, {min(out["arms"]["n"])} seeds per arm, {len(out["runs"])} runs, '
+           f'The digits study (`configs/digits.py:study`, {out.arm_info["label"].nunique()} arms) '
+           f'on two platforms, {min(out.arms["n"])} seeds per arm, {len(out.runs)} runs, '
            f'read from `{source}` (provenance: `results/README.md`). {platform_words(out)}. '
            f'Metric: final test accuracy in % ({report.sizes(out)}). The '
-           f'platforms ran different {", ".join(out["software"]["confounds"])} versions, so the gap '
+           f'platforms ran different {", ".join(out.software.confounds)} versions, so the gap '
            'and its residual include whatever those change.', '',
            f'{declared}; the analysis of exactly those is confirmatory, everything else '
            'exploratory. Each component per seed from the paired cell means (every other factor at '
@@ -155,7 +155,7 @@ def main(argv=None):
     declared = declaration.load(args.study)
     margins = args.margins or [declared.get('margin', stats.DEFAULT_MARGIN)]
     out = answer.analyse(stats.read_csv(args.csv), declared, margin=margins[0])
-    if not out['attribution'] or not out['attribution']['decomposition']:
+    if not out.attribution or not out.attribution.decomposition:
       raise ValueError(f'--csv: {args.csv} holds no gap decomposition (runs from two platforms '
                        'with a native arm are needed)')
     command = (f'python -m analysis.study --csv {args.csv} --study {args.study}   # the full '

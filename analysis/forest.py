@@ -113,10 +113,10 @@ def component_color(key, platforms):
 
 
 def gap_rows(out):
-  """[(title, [(label, estimate, ci95, None, colour, note)])] of each gap in out['gap']
+  """[(title, [(label, estimate, ci95, None, colour, note)])] of each gap in out.gap
   (COMPONENT_ROWS order), [] without a decomposition."""
-  table, groups = out.get('gap'), []
-  for d in out.get('decomposition') or []:
+  table, groups = out.gap, []
+  for d in out.decomposition or []:
     (a, b), (ea, eb) = d['platforms'], d['profiles']
     rows = table[table['gap'] == d['gap']].set_index('key')
     title = f'gap {a} − {b}, {d["seeds"]} seeds\ne_A = {ea}, e_B = {eb}'
@@ -136,9 +136,9 @@ def platform_term(term):
 def effect_rows(out):
   """(title, rows) of the model's main-effect terms: without the platform terms where the gap is
   decomposed, else with them labelled as the mean over every arm."""
-  labels, decomposed = out.get('labels') or {}, bool(out.get('decomposition'))
+  labels, decomposed = out.labels or {}, bool(out.decomposition)
   rows = []
-  for r in out['terms'].itertuples():
+  for r in out.terms.itertuples():
     if platform_term(r.term):
       if decomposed:
         continue
@@ -166,7 +166,7 @@ def draw_rows(ax, rows, labels=(None,) * 3, xlabel=None):
 
 def gap_platforms(out):
   """The platforms of every decomposed gap, sorted."""
-  return sorted({p for d in out.get('decomposition') or [] for p in d['platforms']})
+  return sorted({p for d in out.decomposition or [] for p in d['platforms']})
 
 
 def platform_keys(platforms, across=True, prefix='on '):
@@ -201,14 +201,14 @@ def draw_forest(out):
   fig, axes = plt.subplots(len(groups), 1, sharex=True, height_ratios=sizes, squeeze=False,
                            figsize=(style.ONE_COLUMN_IN, frame_height(sum(sizes), extra=1.0)),
                            layout='constrained')
-  floors = floors_of(out.get('noise'))
+  floors = floors_of(out.noise)
   for i, (ax, (title, rows)) in enumerate(zip(axes[:, 0], groups)):
-    draw_limits(ax, out['margin'], floors, out['unit'], label=i == 0)
+    draw_limits(ax, out.margin, floors, out.unit, label=i == 0)
     draw_rows(ax, rows)
     ax.set_title(title, loc='left', fontsize=6.5, pad=3)
-  axes[-1, 0].set_xlabel(f'estimate ± 95% CI ({out["unit"]})')
+  axes[-1, 0].set_xlabel(f'estimate ± 95% CI ({out.unit})')
   handles, labels = axes[0, 0].get_legend_handles_labels()
-  keys = platform_keys(gap_platforms(out)) if out.get('decomposition') else []
+  keys = platform_keys(gap_platforms(out)) if out.decomposition else []
   legend_above(fig, handles + [k for k, _ in keys], labels + [t for _, t in keys])
   return fig
 
@@ -222,7 +222,7 @@ def sum_rows(out, d):
   """[(label, value, ci95, ci90, colour, note)] (draw_rows) of one gap's SUM_ROWS, each part as it enters
   G = fid_A − fid_B + N + P (fid_B negated, its CI flipped)."""
   a, b = d['platforms']
-  rows = out['gap'][out['gap']['gap'] == d['gap']].set_index('key')
+  rows = out.gap[out.gap['gap'] == d['gap']].set_index('key')
   out_rows = []
   for key, sign, label in SUM_ROWS:
     r = rows.loc[key]
@@ -240,23 +240,23 @@ def plot_gap(out, out_dir, name=GAP_NAME):
 
 
 def draw_gap(out):
-  """The figure: per gap (out['decomposition']) G and its parts (SUM_ROWS); None without a gap."""
-  parts = out.get('decomposition') or []
+  """The figure: per gap (out.decomposition) G and its parts (SUM_ROWS); None without a gap."""
+  parts = out.decomposition or []
   if not parts:
     return None
   style.apply()
   rows = [row for d in parts for row in sum_rows(out, d)]
   fig, ax = plt.subplots(figsize=(style.ONE_COLUMN_IN, frame_height(len(rows), extra=1.25, row=0.27)),
                          layout='constrained')
-  draw_limits(ax, parts[0]['margin'], floors_of(out.get('noise')), out['unit'])
-  draw_rows(ax, rows, (None, '95% CI', '90% CI (TOST)'), f'part of the gap ({out["unit"]})')
+  draw_limits(ax, parts[0]['margin'], floors_of(out.noise), out.unit)
+  draw_rows(ax, rows, (None, '95% CI', '90% CI (TOST)'), f'part of the gap ({out.unit})')
   for k in range(1, len(rows)):  # a rule above each residual row and between gaps
     if rows[k][0].startswith('residual') or rows[k][0].startswith('native gap'):
       ax.axhline(len(rows) - k - 0.5, color='#BBBBBB', linewidth=0.5)
   handles, labels = ax.get_legend_handles_labels()
   keys = platform_keys(gap_platforms(out))
   legend_above(fig, handles + [k for k, _ in keys], labels + [t for _, t in keys])
-  ax.set_title('\n'.join(verdict_line(d, out['unit']) for d in parts), loc='left', fontsize=7,
+  ax.set_title('\n'.join(verdict_line(d, out.unit) for d in parts), loc='left', fontsize=7,
                pad=3)
   return fig
 

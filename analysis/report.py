@@ -61,45 +61,45 @@ def power_line(r, margin, unit):
 
 def judged(out):
   """(the table the report judges: declared contrasts, else every pair; its row names)."""
-  if out.get('contrasts') is not None:
-    table = out['contrasts']
+  if out.contrasts is not None:
+    table = out.contrasts
     several = table['platform'].nunique() > 1 if not table.empty else False
     names = [f'{r["platform"]}: {r["label"]} − reference' if several else f'{r["label"]} − reference'
              for _, r in table.iterrows()]
     return table, names
-  return out['pairs'], [f'{r["arm_a"]} vs {r["arm_b"]}' for _, r in out['pairs'].iterrows()]
+  return out.pairs, [f'{r["arm_a"]} vs {r["arm_b"]}' for _, r in out.pairs.iterrows()]
 
 
 def verdict_lines(out):
   """One line per judged comparison: the verdict in bold, Δ, why, the design, the power."""
-  unit = out['unit']
+  unit = out.unit
   table, names = judged(out)
   tested = stats.family_size(table)
   lines = []
   for name, (_, r) in zip(names, table.iterrows()):
-    power = '' if r['verdict'] == 'identical arithmetic' else f' {power_line(r, out["margin"], unit)}.'
+    power = '' if r['verdict'] == 'identical arithmetic' else f' {power_line(r, out.margin, unit)}.'
     lines.append(f'- **{name}: {r["verdict"]}.** Δ = {signed(r["diff"])} {unit}. Why: '
-                 f'{verdict_why(r, out["margin"], unit, tested)}. Design: {r["design"]}.{power}')
+                 f'{verdict_why(r, out.margin, unit, tested)}. Design: {r["design"]}.{power}')
   return lines or ['- no pair of arms with n ≥ 2 each: nothing to compare']
 
 
 def sizes(out):
   """'train 1437 / test 360 images; one test image = 0.278 pp' from the data.* columns."""
-  runs = out['runs']
+  runs = out.runs
   train, test = facts(runs, 'data.train_size'), facts(runs, 'data.test_size')
   text = f'train {train} / test {test} images'
   try:
     one = 100.0 / float(test)
   except ValueError:
     return text
-  return text + (f'; one test image = {one:.3g} pp' if out['scale'] == 100 else '')
+  return text + (f'; one test image = {one:.3g} pp' if out.scale == 100 else '')
 
 
 def seed_lines(out):
   """The seeds: once when every arm has the same ones, else per arm."""
-  if not out['seeded']:
+  if not out.seeded:
     return ['seeds: no seed column: every row is its own run, so no pair is paired']
-  per_arm = dict(zip(out['arms']['arm'], out['arms']['seeds']))
+  per_arm = dict(zip(out.arms['arm'], out.arms['seeds']))
   if len(set(per_arm.values())) == 1:
     return [f'seeds (every arm): {next(iter(per_arm.values()))}']
   return [f'seeds of {arm}: {seeds}' for arm, seeds in per_arm.items()]
@@ -108,12 +108,12 @@ def seed_lines(out):
 def title(out):
   """'Final test accuracy by arm: 3 arms, 5 seeds each (digits)' ('8 arms on 2 platforms (cpu,
   gpu)' when the declared arms ran on several): what the report compares."""
-  name = out['metric'].replace('.', ' ').replace('_', ' ')
-  arms, info = out['arms'], out.get('arm_info')
+  name = out.metric.replace('.', ' ').replace('_', ' ')
+  arms, info = out.arms, out.arm_info
   count = sorted(set(arms['n'])) if not arms.empty else [0]
-  what = 'seeds' if out['seeded'] else 'runs'
+  what = 'seeds' if out.seeded else 'runs'
   each = f'{count[0]} {what} each' if len(count) == 1 else f'{count[0]}–{count[-1]} {what} per arm'
-  dataset = facts(out['runs'], 'config.data.name', 'data.name')
+  dataset = facts(out.runs, 'config.data.name', 'data.name')
   platforms = sorted(set(info['platform'])) if info is not None else []
   where = (f'{info["label"].nunique()} arms on {len(platforms)} platforms ({", ".join(platforms)})'
            if len(platforms) > 1 else f'{len(arms)} arms')
@@ -125,18 +125,18 @@ def arm_fields(out):
   """'differ in profile; grouped by platform, device_kind, ...': the grouping fields, those whose
   values differ between the arms first."""
   short = lambda g: g.rsplit('.', 1)[-1]
-  table = out['arms']
-  differ = [short(g) for g in out['group_by']
+  table = out.arms
+  differ = [short(g) for g in out.group_by
             if g in table and table[g].astype(str).nunique() > 1]
-  grouped = f'grouped by {", ".join(short(g) for g in out["group_by"])}'
+  grouped = f'grouped by {", ".join(short(g) for g in out.group_by)}'
   return f'differ in {", ".join(differ)}; {grouped}' if differ else grouped
 
 
 def setup_lines(out):
   """The setup, one Markdown bullet each: data, sizes, training, arms, seeds, margin."""
-  runs, unit, name = out['runs'], out['unit'], answer.labels(out)
-  arms = '; '.join(f'{name[r["arm"]]} ({r["n"]} seeds, {r["n_runs"]} runs)' if out['seeded'] else
-                   f'{name[r["arm"]]} ({r["n_runs"]} runs)' for _, r in out['arms'].iterrows())
+  runs, unit, name = out.runs, out.unit, answer.labels(out)
+  arms = '; '.join(f'{name[r["arm"]]} ({r["n"]} seeds, {r["n_runs"]} runs)' if out.seeded else
+                   f'{name[r["arm"]]} ({r["n_runs"]} runs)' for _, r in out.arms.iterrows())
   dataset = facts(runs, 'config.data.name', 'data.name')
   lines = ([f'dataset: {dataset}, task {facts(runs, "config.data.task", "data.task")}; {sizes(out)}',
             f'training: {facts(runs, "config.num_epochs")} epochs, model '
@@ -145,19 +145,15 @@ def setup_lines(out):
            if dataset != NOT_RECORDED else
            ['dataset, train/test sizes, epochs, model width, resolution: not recorded (the table '
             'has no config.* / data.* columns)'])
-  lines += [f'metric: {out["metric"]}' + (' (in %)' if out['scale'] == 100 else '')
-            + (f'; runs read from {out["source"]}' if out.get('source') else ''),
+  lines += [f'metric: {out.metric}' + (' (in %)' if out.scale == 100 else '')
+            + (f'; runs read from {out.source}' if out.source else ''),
             f'arms ({arm_fields(out)}): {arms}',
             *seed_lines(out),
-            f'equivalence margin: ±{out["margin"]:g} {unit} ({out["margin_reason"]})',
+            f'equivalence margin: ±{out.margin:g} {unit} ({out.margin_reason})',
             f'decisions at α = {inf.ALPHA:g}, p-values Holm-adjusted over the '
             f'{stats.family_size(judged(out)[0])} comparisons tested (identical arithmetic is reported, '
             'not tested)']
   return [f'- {line}' for line in lines]
-
-
-DEFAULTS = {'software': {'platforms': {}, 'confounds': []}, 'noise': {}, 'contrasts': None,
-            'attribution': None, 'arm_info': None}
 
 
 def labelled(out, table):
@@ -173,30 +169,30 @@ def details(out):
   arms_cap, pairs_cap = style.captions(out, judged(out)[0])
   table = labelled(out, judged(out)[0])
   parts = [('Arms', arms_cap, style.display_arms(out)),
-           ('Comparisons: every test', pairs_cap, style.display_pairs(table, out['unit']))]
-  if out.get('contrasts') is not None and not out['pairs'].empty:
+           ('Comparisons: every test', pairs_cap, style.display_pairs(table, out.unit))]
+  if out.contrasts is not None and not out.pairs.empty:
     parts.append(('All pairs (--all-pairs; Holm over all pairs, not the declared family)', '',
-                  style.display_pairs(out['pairs'], out['unit'])))
+                  style.display_pairs(out.pairs, out.unit)))
   return parts + [(heading, '', rows) for heading, rows in style.tables(out, table)]
 
 
 def excluded_lines(out):
   """The first page's count of the runs left out, by reason (the Excluded table lists each run)."""
-  excluded = out['excluded']
+  excluded = out.excluded
   if excluded.empty:
     return []
   counts = excluded['reason'].value_counts()
   said = '; '.join(f'{n} {why}' for why, n in counts.head(5).items())
   more = f'; {len(counts) - 5} other reasons' if len(counts) > 5 else ''
-  total = len(excluded) + len(out['runs'])
+  total = len(excluded) + len(out.runs)
   return ['', f'**Excluded:** {len(excluded)} of {total} runs ({said}{more}); each is listed under '
           '"Runs excluded" below.']
 
 
 def render(out, fmt):
   """The whole report as one string. md: title, the answer (analysis/summary.py), setup, why
-  each comparison got its verdict, then the tables. latex: the booktabs tables only."""
-  out = {**DEFAULTS, **out}
+  each comparison got its verdict, then the tables. latex: the booktabs tables only. `out`: an
+  analysis.result.Analysis (analysis/answer.analyse)."""
   if fmt == 'latex':
     arms_cap, _ = style.captions(out, judged(out)[0])
     return summary.latex_tables(out) + style.latex(style.display_arms(out), arms_cap, 'tab:arms')
@@ -206,19 +202,19 @@ def render(out, fmt):
            '\n## Why each verdict, and its power\n\n', '\n'.join(verdict_lines(out)) + '\n']
   for heading, caption, rows in details(out):
     parts += [f'\n## {heading}\n\n', f'{caption}\n\n' if caption else '', style.markdown(rows)]
-  if not out['small'].empty:
-    parts += ['\n## Arms with n < 2 (tests skipped)\n\n', ', '.join(out['small']['arm']) + '\n']
+  if not out.small.empty:
+    parts += ['\n## Arms with n < 2 (tests skipped)\n\n', ', '.join(out.small['arm']) + '\n']
   return ''.join(parts)
 
 
 def csv_tables(out):
   """{name: DataFrame} of the full-precision tables written in CSV mode."""
-  tables = {'arms': out['arms'], 'pairs': out['pairs'], 'replicates': out['replicates'],
-            'excluded': out['excluded']}
-  if out.get('contrasts') is not None:
-    tables['contrasts'] = out['contrasts']
-  if out.get('attribution') and out['attribution']['decomposition']:
-    tables['decomposition'] = gap_verdict.flat(out['attribution']['decomposition'])
+  tables = {'arms': out.arms, 'pairs': out.pairs, 'replicates': out.replicates,
+            'excluded': out.excluded}
+  if out.contrasts is not None:
+    tables['contrasts'] = out.contrasts
+  if out.attribution and out.attribution.decomposition:
+    tables['decomposition'] = gap_verdict.flat(out.attribution.decomposition)
   return tables
 
 

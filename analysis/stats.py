@@ -36,7 +36,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from analysis import csv_input, declaration
+from analysis import csv_input, declaration, result
 from analysis import inference as inf
 from analysis.labels import arm_labels, seed_key, seed_text, whole_numbers
 from runrecord import record
@@ -138,7 +138,7 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   """Split the runs into included / excluded, label each included run's arm, average replicates.
 
   `seed_col` None: 'seed' when the table has it, else every row is its own run (unpaired).
-  Returns a dict: `runs` (included rows with `arm`, `value` = metric × scale, `seed`, `seeded`,
+  Returns an analysis.result.Prepared: `runs` (included rows with `arm`, `value` = metric × scale, `seed`, `seeded`,
   `det`, `det_why`), `units` (one value per arm and seed), `replicates` (arm, seed, n_runs, runs,
   values, mean, range, identical), `excluded` (run, status, reason), `seeded`, `group_by`,
   `metric`, `scale`, `pairing` (the pairing fields the table records).
@@ -166,10 +166,11 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
                                                  runs.get(record.DETERMINISM_COLUMN, unknown))]
   runs['det'], runs['det_why'] = [d for d, _ in det], [w for _, w in det]
   seeded_runs = runs[runs['seeded']]
-  return {'runs': runs, 'units': unit_table(runs), 'replicates': replicate_table(seeded_runs),
-          'excluded': excluded, 'seeded': seeded, 'group_by': group_by, 'metric': metric,
-          'scale': scale, 'pairing': record.pairing_columns(frame.columns),
-          'lattice': lattice(runs, metric, scale)}
+  return result.Prepared(runs=runs, units=unit_table(runs),
+                         replicates=replicate_table(seeded_runs), excluded=excluded,
+                         seeded=seeded, group_by=group_by, metric=metric, scale=scale,
+                         pairing=record.pairing_columns(frame.columns),
+                         lattice=lattice(runs, metric, scale))
 
 
 def lattice(runs, metric, scale):
@@ -184,7 +185,7 @@ def lattice(runs, metric, scale):
 def identical_arithmetic(prep, arm_a, arm_b):
   """Do the two arms' records give the same effective arithmetic (IDENTICAL_FIELDS of
   numerics.effective.*, one value per arm, all recorded)?"""
-  runs = prep['runs']
+  runs = prep.runs
   cols = [EFFECTIVE + f for f in IDENTICAL_FIELDS]
   if not all(c in runs for c in cols[:2]):
     return False
@@ -209,22 +210,22 @@ def arm_table(prep):
   """Raises (naming --group-by) beyond MAX_ARMS arms, before any per-arm work. One row per arm: arm, group fields, n (seeds, or runs when unseeded), n_runs, mean, sd
   (between seeds), ci_low, ci_high, ci_method (95%), within_sd and within_df (replicates of a
   seed: the nondeterminism sd), deterministic (True/False/None), determinism (why), seeds."""
-  arms = prep['units']['arm'].nunique()
+  arms = prep.units['arm'].nunique()
   if arms > MAX_ARMS:
-    by = ', '.join(record.field_name(g) for g in prep['group_by'])
+    by = ', '.join(record.field_name(g) for g in prep.group_by)
     raise ValueError(f'--group-by: {arms:,} arms (by {by}), more than this report holds '
                      f'({MAX_ARMS} arms at most: up to {MAX_ARMS * (MAX_ARMS - 1) // 2:,} pairs of '
                      'tests, minutes); group by fewer or coarser columns')
   rows = []
-  for arm, units in prep['units'].groupby('arm', sort=True):
-    runs = prep['runs'][prep['runs']['arm'] == arm]
-    reps = prep['replicates'][prep['replicates']['arm'] == arm]
+  for arm, units in prep.units.groupby('arm', sort=True):
+    runs = prep.runs[prep.runs['arm'] == arm]
+    reps = prep.replicates[prep.replicates['arm'] == arm]
     x = units['value'].to_numpy()
     low, high, method = inf.mean_ci(x)
     seeded = runs[runs['seeded']]
     wsd, wdf = inf.within_sd(seeded['value'], seeded['seed'])
     det, why = determinism(runs, reps)
-    rows.append({'arm': arm, **{g: runs[g].iloc[0] for g in prep['group_by']}, 'n': len(x),
+    rows.append({'arm': arm, **{g: runs[g].iloc[0] for g in prep.group_by}, 'n': len(x),
                  'n_runs': len(runs), 'mean': x.mean(), 'sd': x.std(ddof=1) if len(x) > 1 else np.nan,
                  'ci_low': low, 'ci_high': high, 'ci_method': method, 'within_sd': wsd,
                  'within_df': wdf, 'deterministic': det, 'determinism': why,
@@ -235,22 +236,22 @@ def arm_table(prep):
 def design(prep, arm_a, arm_b):
   """(paired, shared seeds, why): pair by seed when the arms share seeds and those runs share
   initial weights and data order (equal pairing fields); determinism does not matter."""
-  if not prep['seeded']:
+  if not prep.seeded:
     return False, [], 'unpaired: no seed column, each row is its own run'
-  units = prep['units']
+  units = prep.units
   seeds_a = set(units.loc[units['arm'] == arm_a, 'seed'].dropna())
   seeds_b = set(units.loc[units['arm'] == arm_b, 'seed'].dropna())
   shared = sorted(seeds_a & seeds_b, key=seed_key)
   if len(shared) < 2:
     return False, shared, ('unpaired: no shared seeds' if not shared else
                            'unpaired: 1 shared seed, 2 needed')
-  runs = prep['runs']
+  runs = prep.runs
   both = runs[runs['arm'].isin([arm_a, arm_b]) & runs['seed'].isin(shared)]
-  values = both[prep['pairing']].astype(str).groupby(both['seed']).nunique()
-  differ = [c for c in prep['pairing'] if (values[c] > 1).any()]
+  values = both[prep.pairing].astype(str).groupby(both['seed']).nunique()
+  differ = [c for c in prep.pairing if (values[c] > 1).any()]
   if differ:
     return False, shared, f'unpaired: pairing fields differ: {", ".join(differ)}'
-  how = ('same init and data order' if prep['pairing'] else
+  how = ('same init and data order' if prep.pairing else
          'same seed taken as same init and data order (no pairing fields recorded)')
   left = len(seeds_a | seeds_b) - len(shared)
   rest = f'; {left} unshared seed(s) left out of the paired tests' if left else ''
@@ -258,13 +259,13 @@ def design(prep, arm_a, arm_b):
 
 
 def values_by_seed(prep, arm, seeds):
-  units = prep['units'][prep['units']['arm'] == arm].set_index('seed')
+  units = prep.units[prep.units['arm'] == arm].set_index('seed')
   return units.loc[seeds, 'value'].to_numpy()
 
 
 def compare(prep, arm_a, arm_b, margin):
   """Every test of one pair of arms (a dict of pair_table's columns, before Holm)."""
-  units = prep['units']
+  units = prep.units
   a = units.loc[units['arm'] == arm_a, 'value'].to_numpy()
   b = units.loc[units['arm'] == arm_b, 'value'].to_numpy()
   is_paired, shared, why = design(prep, arm_a, arm_b)
@@ -291,7 +292,7 @@ def compare(prep, arm_a, arm_b, margin):
     sd = np.sqrt(((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1))
                  / (len(a) + len(b) - 2))
     n = min(len(a), len(b))
-    what = 'seeds' if prep['seeded'] else 'runs'
+    what = 'seeds' if prep.seeded else 'runs'
     row.update(diff=a.mean() - b.mean(), test='Welch t', test_p=p,
                power_from=f'{len(a)} + {len(b)} {what}')
   row['power_sd'], row['power_n'] = sd, n
@@ -299,7 +300,7 @@ def compare(prep, arm_a, arm_b, margin):
   row['ci90_low'], row['ci90_high'], row['tost_p'] = inf.tost(row['diff'], se, df, margin)
   row['power_diff'], row['power_equiv'] = inf.power_at(sd, margin, n, is_paired)
   row['n80_diff'], row['n80_equiv'] = inf.seeds_needed(sd, margin, is_paired)
-  row['lattice'] = prep.get('lattice')
+  row['lattice'] = prep.lattice
   return row
 
 
@@ -360,18 +361,18 @@ def margin_choice(margin=None, reason=None, declared=None, declared_reason=None)
 
 def analyse(frame, group_by=(), metric=DEFAULT_METRIC, margin=DEFAULT_MARGIN, margin_reason=None,
             seed_col=None, scale=None, all_pairs=True):
-  """Everything the report shows: prepare()'s dict plus `arms`, `pairs` (every pair; empty unless
+  """analysis.result.Stats: prepare()'s Prepared plus `arms`, `pairs` (every pair; empty unless
   `all_pairs`), `small` (arms n < 2), `margin`, `margin_reason` (None: 'no reason given') and
   `unit` of the values, differences and margin ('pp' for percent, else 'units')."""
   if not margin > 0:
     raise ValueError(f'--margin: must be a positive number of percentage points, got {margin}')
   prep = prepare(frame, list(group_by), metric, seed_col, scale)
   arms = arm_table(prep)
-  prep.update(arms=arms, pairs=pair_table(prep, arms, margin) if all_pairs else pd.DataFrame(),
-              small=arms[arms['n'] < 2], margin=margin,
-              margin_reason=margin_reason or 'no reason given',
-              unit='pp' if prep['scale'] == 100 else 'units')
-  return prep
+  return result.Stats(**result.fields_of(prep), arms=arms,
+                      pairs=pair_table(prep, arms, margin) if all_pairs else pd.DataFrame(),
+                      small=arms[arms['n'] < 2], margin=margin,
+                      margin_reason=margin_reason or 'no reason given',
+                      unit='pp' if prep.scale == 100 else 'units')
 
 
 def read_csv(path, metric=None, seed_col=None, names=(), seed_required=False):

@@ -90,7 +90,7 @@ def render(out, fmt):
   text = report.render(out, fmt)
   if fmt != 'latex':
     return text
-  return text.replace(r'\label{tab:', rf'\label{{tab:{label_prefix(out["source"])}-')
+  return text.replace(r'\label{tab:', rf'\label{{tab:{label_prefix(out.source)}-')
 
 
 def write_csv_tables(out, out_dir):
@@ -119,16 +119,16 @@ def write(out, hist, out_dir, rendered=None):
     files.append(os.path.join(out_dir, f'report.{ext}'))
     report.write_text(rendered[fmt] if fmt in rendered else render(out, fmt), files[-1])
   files += write_csv_tables(out, out_dir)
-  if out['attribution']:
-    files += attribution.write_tables(out['attribution'], out_dir)
+  if out.attribution:
+    files += attribution.write_tables(out.attribution, out_dir)
   files += figures.make_all(out, hist, os.path.join(out_dir, 'figures'))
-  return files + (agreement_section.write(out['agreement'], out_dir) if 'agreement' in out else [])
+  return files + (agreement_section.write(out.agreement, out_dir) if out.agreement else [])
 
 
 def publish(out, hist, fmt='md', out_dir=None):
   """Warn of arms with n < 2, print the report in `fmt` and, with out_dir, write every file into
   it (write); returns the paths written."""
-  for arm in out['small']['arm']:
+  for arm in out.small['arm']:
     print(f'warning: arm {arm!r} has n < 2 completed runs: reported, its tests skipped',
           file=sys.stderr)
   text = report.write_report(out, fmt) if fmt == 'csv' else report.write_text(render(out, fmt))
@@ -136,7 +136,7 @@ def publish(out, hist, fmt='md', out_dir=None):
 
 
 def analyse(args):
-  """analysis/answer.py's dict for the command line, with the histories."""
+  """analysis/answer.analyse's Analysis for the command line, with the histories."""
   frame, hist, declared, source = load(args)
   out = answer.analyse(frame, declared, args.group_by, args.metric, args.margin,
                        args.margin_reason, args.seed_col, args.scale, args.all_pairs, source,

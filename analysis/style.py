@@ -111,8 +111,8 @@ def det_text(det, why):
 
 def display_arms(out):
   """The per-arm table as strings, for Markdown/LaTeX (with the short label when declared)."""
-  unit = ' (%)' if out['scale'] == 100 else ''
-  info = out.get('arm_info')
+  unit = ' (%)' if out.scale == 100 else ''
+  info = out.arm_info
   short = dict(zip(info['arm'], info['label'])) if info is not None else {}
   several = info is not None and info['platform'].nunique() > 1
   platform = dict(zip(info['arm'], info['platform'])) if several else {}
@@ -124,7 +124,7 @@ def display_arms(out):
                               else '–'),
            'deterministic': det_text(r['deterministic'], r['determinism']),
            **({'seeds': r['seeds']} if not short else {})}
-          for _, r in out['arms'].iterrows()]
+          for _, r in out.arms.iterrows()]
   return rows
 
 
@@ -192,17 +192,17 @@ def latex(rows, caption, label=None):
 
 def captions(out, pairs):
   """(arms caption, caption of the judged `pairs` table) saying what the numbers are."""
-  unit = out['unit']
-  per = 'seed (replicates of a seed averaged)' if out['seeded'] else 'run (no seed column)'
-  arms = (f'{out["metric"]} per arm: n = number of {"seeds" if out["seeded"] else "runs"}, one '
+  unit = out.unit
+  per = 'seed (replicates of a seed averaged)' if out.seeded else 'run (no seed column)'
+  arms = (f'{out.metric} per arm: n = number of {"seeds" if out.seeded else "runs"}, one '
           f'value per {per}; sd between them; 95% CI of the mean by the method named '
           f'(t-interval below n = {inference.BCA_MIN_N}, where the BCa bootstrap under-covers, and '
           f'from n = {inference.BCA_MAX_N:,}, where the two agree); within-seed sd: '
           f'spread of replicates of one seed (nondeterminism), pooled, with its df. '
-          f'Arms by {", ".join(out["group_by"])}.')
+          f'Arms by {", ".join(out.group_by)}.')
   pairs = (f'Δ = mean A − mean B in {unit} (over shared seeds when paired); 95% CI of the '
            f'difference test (paired t when paired, else Welch); 90% CI and TOST against the '
-           f'margin ±{out["margin"]:g} {unit}; equivalent: Holm-adjusted TOST p < '
+           f'margin ±{out.margin:g} {unit}; equivalent: Holm-adjusted TOST p < '
            f'{inference.ALPHA:g} (raw decision in brackets when it differs); p-values raw (Holm '
            f'over the {stats.family_size(pairs)} comparison(s) tested; identical arithmetic is not tested); '
            f'seeds (pairs when paired) for 80% power, α = {inference.ALPHA:g}, at Δ = margin / for '
@@ -216,8 +216,8 @@ def tables(out, pairs):
   design = [{'A': r['arm_a'], 'B': r['arm_b'], 'design': r['design']} for _, r in pairs.iterrows()]
   reps = [{'arm': r['arm'], 'seed': str(r['seed']), 'runs': str(r['n_runs']), 'values': r['values'],
            'mean used': num(r['mean']), 'identical': 'yes' if r['identical'] else 'no'}
-          for _, r in out['replicates'].iterrows()]
-  exc = [{'run': r['run'], 'reason': r['reason']} for _, r in out['excluded'].iterrows()]
+          for _, r in out.replicates.iterrows()]
+  exc = [{'run': r['run'], 'reason': r['reason']} for _, r in out.excluded.iterrows()]
   return [('Design of each comparison', design),
           ('Repeated seeds (replicates averaged; their spread is the within-seed sd)', reps),
           ('Runs excluded', exc)]

@@ -32,39 +32,39 @@ def setting(runs):
 
 def question(out):
   """What the study asks, from its platforms and runs."""
-  platforms = sorted(out['software']['platforms'])
-  metric = out['metric'].rsplit('.', 1)[-1].replace('_', ' ')
-  n = sorted(set(out['arms']['n']))
-  info = out.get('arm_info')
-  arms = info['label'].nunique() if info is not None else len(out['arms'])
+  platforms = sorted(out.software.platforms)
+  metric = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
+  n = sorted(set(out.arms['n']))
+  info = out.arm_info
+  arms = info['label'].nunique() if info is not None else len(out.arms)
   ask = (f'Does training on {platforms[-1]} give the same {metric} as on {platforms[0]}, and which '
          'numerical setting explains a difference?' if len(platforms) > 1 else
          f'Which numerical setting changes {metric} on {platforms[0] if platforms else "this platform"}, '
          'beyond the noise floor?')
-  what = ', '.join(p for p in (setting(out['runs']), f'{arms} arms',
+  what = ', '.join(p for p in (setting(out.runs), f'{arms} arms',
                                f'{n[0]}{"–" + str(n[-1]) if len(n) > 1 else ""} seeds per arm') if p)
-  return (f'**Question.** {ask} ({what}.) Equivalence margin ±{out["margin"]:g} {out["unit"]}: '
-          f'{out["margin_reason"]}.')
+  return (f'**Question.** {ask} ({what}.) Equivalence margin ±{out.margin:g} {out.unit}: '
+          f'{out.margin_reason}.')
 
 
 def software_lines(out):
   """One line per platform (device, versions) and the confound line when versions differ."""
-  info = out['software']
+  info = out.software
   lines = []
-  for platform, recorded in info['platforms'].items():
+  for platform, recorded in info.platforms.items():
     versions = ', '.join(f'{p} {v}' for p, v in recorded['versions'].items() if v)
     devices = f' × {recorded["devices"]}' if recorded['devices'] else ''
     cpu = ', '.join(f'{f} {recorded[f]}' for f in ('cpu_model', 'cpu_isa', 'xla_cpu_isa')
                     if recorded.get(f))
     lines.append(f'- {platform}: {recorded["device_kind"] or NOT_RECORDED}{devices}'
                  f'{f" ({cpu})" if cpu else ""}; {versions or "versions not recorded"}')
-  recorded = any(v for f in info['platforms'].values() for v in f['versions'].values())
-  if info['confounds']:
-    lines.append(f'- **Confound:** {", ".join(info["confounds"])} differ between the platforms; the '
+  recorded = any(v for f in info.platforms.values() for v in f['versions'].values())
+  if info.confounds:
+    lines.append(f'- **Confound:** {", ".join(info.confounds)} differ between the platforms; the '
                  'platform gap and its residual include whatever those versions change.')
-  elif len(info['platforms']) > 1 and recorded:
+  elif len(info.platforms) > 1 and recorded:
     lines.append('- The platforms ran the same recorded library versions.')
-  elif len(info['platforms']) > 1:
+  elif len(info.platforms) > 1:
     lines.append('- Library versions: not recorded, so whether the platforms ran the same '
                  'software is unknown.')
   return ['**Platforms and software** (from the runs\' records):', *lines]
@@ -72,15 +72,15 @@ def software_lines(out):
 
 def gap_lines(out):
   """The decomposition of each platform gap (analysis/attribution_report.py's words)."""
-  att = out.get('attribution')
+  att = out.attribution
   if not att:
     return []
-  if not att['decomposition']:
-    return [f'**Platform gap:** {att["gap_note"]}.', '']
+  if not att.decomposition:
+    return [f'**Platform gap:** {att.gap_note}.', '']
   lines = ['**Platform gap** (per seed: native gap G = fid_A − fid_B + N + P, numerics part N, '
            f'residual R = G − N; mean over seeds with a t-interval; α = {inference.ALPHA:g}):', '']
-  for d in att['decomposition']:
-    lines += attribution_report.decomposition_lines(d, att['gap'], out['unit']) + ['']
+  for d in att.decomposition:
+    lines += attribution_report.decomposition_lines(d, att.gap, out.unit) + ['']
   return lines
 
 
@@ -103,27 +103,27 @@ def contrast_rows(out, table):
   several = table['platform'].nunique() > 1 if 'platform' in table else False
   rows = []
   for _, r in table.iterrows():
-    half = (out['noise'].get(r.get('platform')) or {}).get('half')
+    half = (out.noise.get(r.get('platform')) or {}).get('half')
     floor = ('–' if half is None else 'within' if abs(r['diff']) < half else 'beyond')
     rows.append({**({'platform': r['platform']} if several else {}),
                  'arm − reference' if 'label' in r else 'A − B':
                      r['label'] if 'label' in r else f'{r["arm_a"]} − {r["arm_b"]}',
-                 f'Δ ({out["unit"]})': signed(r['diff']),
+                 f'Δ ({out.unit})': signed(r['diff']),
                  '95% CI': interval(r['ci95_low'], r['ci95_high']),
                  '90% CI': interval(r['ci90_low'], r['ci90_high']),
-                 'noise floor': floor, 'verdict (Holm)': contrast_verdict(r, out['margin'])})
+                 'noise floor': floor, 'verdict (Holm)': contrast_verdict(r, out.margin)})
   return rows
 
 
 def contrast_lines(out):
   """The declared contrasts (or every pair without a declaration) with their verdicts."""
-  table = out['contrasts'] if out.get('contrasts') is not None else out['pairs']
-  unit, m = out['unit'], out['margin']
+  table = out.contrasts if out.contrasts is not None else out.pairs
+  unit, m = out.unit, out.margin
   if table is None or table.empty:
     return ['**Comparisons:** none (no two arms with n ≥ 2 each).']
-  floors = ', '.join(f'{p} ±{f["half"]:.2f}' for p, f in out['noise'].items())
-  ref = (out['arm_info'].loc[out['arm_info']['role'] == 'reference', 'label'].iloc[0]
-         if out.get('contrasts') is not None else None)
+  floors = ', '.join(f'{p} ±{f["half"]:.2f}' for p, f in out.noise.items())
+  ref = (out.arm_info.loc[out.arm_info['role'] == 'reference', 'label'].iloc[0]
+         if out.contrasts is not None else None)
   head = (f'**Factor effects**: each arm − the reference arm ({ref}) on its platform, paired by '
           f'seed where the runs pair; Holm over the {stats.family_size(table)} declared contrasts tested'
           if ref else f'**Comparisons** (no declared contrasts: every pair, Holm over {stats.family_size(table)})')
@@ -144,11 +144,11 @@ def contrast_lines(out):
 
 def headline(out):
   """'gpu − cpu: no gap (G +0.26 [-0.22, +0.75] pp); 13 contrasts: 13 equivalent' of one analysis."""
-  att, parts = out.get('attribution') or {}, []
-  for d in att.get('decomposition') or []:
+  parts = []
+  for d in out.attribution.decomposition if out.attribution else []:
     parts.append(f'{d["gap"].replace(" - ", " − ")}: **{d["verdict"]}** (G {signed(d["G"])} '
-                 f'{interval(d["G_ci_low"], d["G_ci_high"])} {out["unit"]})')
-  table = out['contrasts'] if out.get('contrasts') is not None else out['pairs']
+                 f'{interval(d["G_ci_low"], d["G_ci_high"])} {out.unit})')
+  table = out.contrasts if out.contrasts is not None else out.pairs
   if table is not None and not table.empty:
     seen = table['verdict'].value_counts()
     parts.append(f'{stats.family_size(table)} contrasts tested: ' + ', '.join(
@@ -158,49 +158,49 @@ def headline(out):
 
 def scope_lines(out):
   """Confirmatory vs exploratory: the declared seeds at the declared margin first."""
-  sc = out.get('scope') or {}
-  if sc.get('confirmatory') is None:
+  sc = out.scope
+  if sc is None or sc.confirmatory is None:
     return ['**Exploratory**: the study declares no seeds or margin before its runs.', '']
-  if sc['confirmatory']:
+  if sc.confirmatory:
     return [f'**Confirmatory**: the declared seeds at the declared margin '
-            f'(±{sc["declared_margin"]:g} {out["unit"]}).', '']
-  lines = [f'**Exploratory** ({"; ".join(sc["deviations"])}).']
-  if out.get('confirmatory') is not None:
-    conf = out['confirmatory']
-    lines.append(f'**Confirmatory answer** (declared seeds {conf["scope"]["analysed_seeds"][0]}–'
-                 f'{conf["scope"]["analysed_seeds"][-1]} at the declared ±{conf["margin"]:g} '
-                 f'{out["unit"]}): {headline(conf)}. The rest of this page is exploratory.')
+            f'(±{sc.declared_margin:g} {out.unit}).', '']
+  lines = [f'**Exploratory** ({"; ".join(sc.deviations)}).']
+  if out.confirmatory is not None:
+    conf = out.confirmatory
+    lines.append(f'**Confirmatory answer** (declared seeds {conf.scope.analysed_seeds[0]}–'
+                 f'{conf.scope.analysed_seeds[-1]} at the declared ±{conf.margin:g} '
+                 f'{out.unit}): {headline(conf)}. The rest of this page is exploratory.')
   else:
     lines.append('No confirmatory answer: the declared seeds were not all run.')
   return [' '.join(lines), '']
 
 
 def answer_lines(out):
-  """The one-page answer (Markdown lines) of analysis/answer.py's dict."""
-  agreement = [] if not out.get('agreement') else ['', out['agreement']['summary']]
+  """The one-page answer (Markdown lines) of an analysis.result.Analysis."""
+  agreement = [] if not out.agreement else ['', out.agreement.summary]
   return [question(out), '', *scope_lines(out), *software_lines(out), '', *gap_lines(out),
           *contrast_lines(out), *agreement]
 
 
 def latex_tables(out):
   """Booktabs tables a paper can \\input: gap decomposition, contrasts, software."""
-  unit, parts = out['unit'], []
-  att = out.get('attribution')
-  for d in (att or {}).get('decomposition') or []:
-    parts.append(style.latex(attribution_report.component_rows(att['gap'], d['gap'], unit,
+  unit, parts = out.unit, []
+  att = out.attribution
+  for d in att.decomposition if att else []:
+    parts.append(style.latex(attribution_report.component_rows(att.gap, d['gap'], unit,
                                                              d['margin']),
                              f'{d["gap"]} decomposition at ±{d["margin"]:g} {unit}: {d["verdict"]}. '
                              f'{attribution_report.share_line(d)}.',
                              label='tab:gap-' + '-'.join(d['gap'].replace(' - ', ' ').split())))
-  table = out['contrasts'] if out.get('contrasts') is not None else out['pairs']
+  table = out.contrasts if out.contrasts is not None else out.pairs
   if table is not None and not table.empty:
     parts.append(style.latex(contrast_rows(out, table),
                              f'Each arm minus the reference arm ({unit}), 95% and 90% CIs; verdicts '
-                             f'Holm-adjusted over the {stats.family_size(table)} contrasts tested, margin ±{out["margin"]:g} {unit}.',
+                             f'Holm-adjusted over the {stats.family_size(table)} contrasts tested, margin ±{out.margin:g} {unit}.',
                              label='tab:contrasts'))
   rows = [{'platform': p, 'device': f['device_kind'] or NOT_RECORDED,
            **{k: v or '–' for k, v in f['versions'].items()}}
-          for p, f in out['software']['platforms'].items()]
+          for p, f in out.software.platforms.items()]
   if rows:
     parts.append(style.latex(rows, 'Platforms and library versions of the runs.', label='tab:software'))
   return ''.join(parts)

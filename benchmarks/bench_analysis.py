@@ -91,11 +91,11 @@ def run_tool(tool, path):
   if tool == 'stats':  # what `python -m analysis.study --csv` does, every pair compared
     out = answer.analyse(frame, {}, FACTORS, record.DEFAULT_METRIC, margin=0.3)
     report.render(out, 'md')
-    pairs = out['pairs']
+    pairs = out.pairs
     used = pairs['signed_rank_method'].where(pairs['paired'], pairs['mw_method'])
     return 'rank test: ' + ', '.join(sorted(set(used)))
   out = attribution.run(frame, FACTORS, record.DEFAULT_METRIC, margin=0.3)
-  model, _, why = out['method'].partition(' (')  # why: after the model's own parentheses
+  model, _, why = out.method.partition(' (')  # why: after the model's own parentheses
   why = why.split('df); ', 1)[1].split(' (')[0] if 'df); ' in why else ''
   return f'{model}; {why}' if why else model
 

@@ -133,7 +133,7 @@ def published():
 
 def test_baseline_pairs_from_the_recorded_arithmetic(published):
   out = published
-  runs, by = out['runs'], out['group_by']
+  runs, by = out.runs, out.group_by
   arm = lambda platform, profile, bn='0', dtype='float32': runs.loc[
       (runs['platform'] == platform) & (runs['numerics.requested.profile'] == profile)
       & (runs['numerics.requested.batchnorm_group'].astype(str) == bn)
@@ -156,13 +156,13 @@ def planted_loader(runs, rng):
 
 def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):
   out = published
-  loaded = planted_loader(out['runs'], np.random.default_rng(7))
+  loaded = planted_loader(out.runs, np.random.default_rng(7))
   section = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
-  table = section['table']
+  table = section.table
   assert set(table['kind']) == {'identical', 'noise', 'contrast', 'platform', 'seed', 'seed_all'}
   assert len(table[table['kind'] == 'contrast']) == 14  # the declared contrasts
   assert table.loc[table['kind'] == 'identical', 'label_a'].tolist() == ['cpu: f32']
-  assert section['summary'].startswith('Agreement (churn') and section['missing'] == []
+  assert section.summary.startswith('Agreement (churn') and section.missing == []
   paths = agreement_section.write(section, str(tmp_path))
   names = {os.path.basename(p) for p in paths}
   assert {'report_agreement.csv', 'report_calibration.csv', 'report_train_loss.csv',
@@ -175,9 +175,9 @@ def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):
 def test_old_records_without_predictions_still_analyse(tmp_path, published):
   out = published
   section = agreement_section.from_analysis(out, answer.labels(out), load=lambda run: None)
-  assert section['summary'].startswith('Agreement: no predictions in any of the 256 runs')
-  assert section['table'].empty and section['calibration'].empty
-  assert len(section['train_loss']) == 16  # from the runs table: still there
+  assert section.summary.startswith('Agreement: no predictions in any of the 256 runs')
+  assert section.table.empty and section.calibration.empty
+  assert len(section.train_loss) == 16  # from the runs table: still there
   paths = agreement_section.write(section, str(tmp_path))
   assert [os.path.basename(p) for p in paths] == ['report_agreement.csv', 'report_train_loss.csv']
 
@@ -189,7 +189,7 @@ def test_some_runs_without_predictions_are_counted():
 
 
 def test_without_a_declaration_every_pair_of_arms_on_one_platform_is_compared():
-  out = stats.analyse(stats.read_csv(CSV), all_pairs=False)
+  out = answer.analyse(stats.read_csv(CSV), all_pairs=False)
   pairs = agreement_section.compared_pairs(out)
   assert len(pairs) == 2 * (8 * 7 // 2)
   assert all(a.split(',')[0] == b.split(',')[0] for a, b in pairs)
@@ -234,7 +234,7 @@ def crossed_runs(rng):
 def test_churn_by_source_with_init_and_data_order_seeds():
   runs, loaded = crossed_runs(np.random.default_rng(9))
   section = agreement_section.agreement_section(runs, [], load=loaded.get)
-  table = section['table'].set_index('kind')
+  table = section.table.set_index('kind')
   assert table.loc['nondeterminism', 'seeds'] == 16  # every (init, data) cell repeated
   assert (table.loc['nondeterminism', 'churn_pct'] < table.loc['data order', 'churn_pct']
           < table.loc['init', 'churn_pct'])
@@ -244,7 +244,7 @@ def test_churn_by_source_with_init_and_data_order_seeds():
               for i in range(4)]  # disjoint data-seed pairs (0, 1), (2, 3) within each init seed
   assert table.loc['data order', 'churn_pct'] == pytest.approx(100 * np.mean(per_init))
   assert table.loc['data order', 'seed_list'] == 'init seeds 0, 1, 2, 3'
-  variance_rows = section['variance'].set_index('component')
+  variance_rows = section.variance.set_index('component')
   assert set(variance_rows.index) >= {'init', 'data order', 'nondeterminism (replicates)'}
 
 

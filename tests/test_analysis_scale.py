@@ -72,14 +72,14 @@ def test_many_seeds_fit_seed_fixed_effects_in_bounded_memory_and_say_why():
   finally:
     tracemalloc.stop()
   assert peak < 60e6, peak
-  assert out['method'].startswith('OLS with seed fixed effects (within')
-  assert f'MixedLM not fitted: {len(frame):,} runs > {effects.MIXED_MAX_ROWS:,}' in out['method']
+  assert out.method.startswith('OLS with seed fixed effects (within')
+  assert f'MixedLM not fitted: {len(frame):,} runs > {effects.MIXED_MAX_ROWS:,}' in out.method
   # the gap is per seed (no model); its mixed-model cross-check falls back the same way
-  assert 'MixedLM not fitted' in out['decomposition'][0]['cross_check']['method']
-  t = out['terms'].set_index('term').loc['profile=tpu_default']
+  assert 'MixedLM not fitted' in out.decomposition[0]['cross_check']['method']
+  t = out.terms.set_index('term').loc['profile=tpu_default']
   assert t['ci_low'] < 0.3 < t['ci_high']
   small = attribution.run(bench_analysis.runs_table(30), ['platform', 'profile'], 'accuracy')
-  assert small['method'].startswith('MixedLM (REML)')
+  assert small.method.startswith('MixedLM (REML)')
 
 
 def test_memory_guard_refuses_a_design_it_cannot_hold(tmp_path, capsys):
@@ -139,7 +139,7 @@ def test_stats_at_hundreds_of_seeds_names_the_mann_whitney_method_in_the_tables(
   frame = bench_analysis.runs_table(400)
   frame = frame[frame['profile'] == 'native'].drop(columns='seed')  # unpaired: Mann–Whitney
   out = answer.analyse(frame, {}, ['platform'], 'accuracy', margin=0.3)
-  pair = out['pairs'].iloc[0]
+  pair = out.pairs.iloc[0]
   assert pair['mw_method'] == inference.MW_NORMAL
   a, b = (100 * frame.loc[frame['platform'] == arm, 'accuracy']
           for arm in (pair['arm_a'], pair['arm_b']))
@@ -179,7 +179,7 @@ def test_prepare_and_arm_table_loop_per_arm_not_per_run(monkeypatch):
   prep = stats.prepare(frame, ['platform', 'profile'], 'accuracy')
   arms = stats.arm_table(prep)
   assert len(iterated) <= 2 * len(arms)
-  assert len(prep['replicates']) == 600 and list(arms['n']) == [300] * 4
+  assert len(prep.replicates) == 600 and list(arms['n']) == [300] * 4
   native = arms.set_index('arm').loc['gpu, profile=native']
   assert native['within_sd'] == pytest.approx(0.1 / np.sqrt(2)) and native['within_df'] == 300
   assert native['n_runs'] == 600 and native['determinism'] == (
@@ -221,17 +221,17 @@ def test_arms_split_on_every_config_field_that_differs():
       rows.append(record.row(f'/r/{name}/{seed}', rec))
   rows.append(record.row('/r/pending', None))  # no seed: the seed column becomes float
   out = stats.analyse(pd.DataFrame(rows), margin=0.5)
-  arms = out['arms'].set_index('arm')
+  arms = out.arms.set_index('arm')
   assert sorted(arms.index) == ['num_epochs=2, optim.learning_rate=0.002',
                                 'num_epochs=2, optim.learning_rate=0.003',
                                 'num_epochs=4, optim.learning_rate=0.003']
-  assert list(arms['n']) == [2, 2, 2] and out['replicates'].empty
+  assert list(arms['n']) == [2, 2, 2] and out.replicates.empty
   assert set(arms['seeds']) == {'0 1'} and not arms['determinism'].str.contains('different').any()
-  assert {'config.num_epochs', 'config.optim.learning_rate'} <= set(out['group_by'])
+  assert {'config.num_epochs', 'config.optim.learning_rate'} <= set(out.group_by)
   for never in ('config.seed', 'config.log_every_steps', 'config.data.manual_dir',
                 'config.checkpoint_every_steps', 'config.optim.schedule'):
-    assert never not in out['group_by'], never
-  assert not any(c.startswith('config.numerics.') for c in out['group_by'])
+    assert never not in out.group_by, never
+  assert not any(c.startswith('config.numerics.') for c in out.group_by)
 
 
 def test_seeds_print_as_integers_in_every_table(tmp_path, capsys):
@@ -263,8 +263,8 @@ def test_attribution_with_one_seed_per_arm(tmp_path, capsys):
   path.write_text('platform,profile,seed,accuracy\ngpu,native,0,0.70\ngpu,f32,0,0.71\n'
                   'tpu,native,0,0.72\ntpu,f32,0,0.69\n')
   out = attribution.run(stats.read_csv(str(path)), ['platform', 'profile'], 'accuracy')
-  assert 'HC3' in out['method'] and 'one seed' in out['method']
-  assert np.isfinite(out['terms'][['ci_low', 'ci_high']].to_numpy()).all()
+  assert 'HC3' in out.method and 'one seed' in out.method
+  assert np.isfinite(out.terms[['ci_low', 'ci_high']].to_numpy()).all()
 
 
 @pytest.mark.parametrize('content', ['', 'platform,accuracy\n'])

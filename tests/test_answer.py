@@ -47,10 +47,10 @@ def test_without_a_declaration_the_answer_counts_the_pairs_instead_of_listing_th
   out = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
   text = report.render(out, 'md')
   first = answer_section(text)
-  pairs = len(out['pairs'])
+  pairs = len(out.pairs)
   assert pairs == 16 * 15 // 2 and len(first.splitlines()) <= 60, len(first.splitlines())
   assert f'no declared contrasts: every pair, Holm over {pairs}' in first
-  counts = out['pairs']['verdict'].value_counts()
+  counts = out.pairs['verdict'].value_counts()
   assert f"{counts.get('inconclusive', 0)} inconclusive" in first
   assert 'get_study()' in first and first.count('\n| ') == 0
   assert '## Comparisons: every test' in text[len(first):]
@@ -62,7 +62,7 @@ def test_version_differences_between_platforms_are_flagged_as_a_confound():
   assert '- cpu: cpu; jax 0.10.2, optax 0.2.8' in first
   assert '- gpu: gpu; jax 0.11.2, optax 0.2.8' in first
   assert '**Confound:** jax differ between the platforms' in first
-  assert out['software']['confounds'] == ['jax']
+  assert out.software.confounds == ['jax']
   same = digits_frame(('cpu', 'gpu')).assign(**{'versions.jax': '0.11.2'})
   first = answer_section(report.render(answer.analyse(same, DIGITS), 'md'))
   assert 'Confound' not in first and 'the same recorded library versions' in first
@@ -96,10 +96,10 @@ def test_two_roots_give_the_same_tables_as_one_root_holding_both(tmp_path, capsy
   roots = [str(tmp_path / 'all' / 'gpu'), str(tmp_path / 'all' / 'cpu')]  # gpu first: order-free
   apart = answer.analyse(results.load_runs(roots), SMALL)
   for name in ('arms', 'contrasts'):
-    pd.testing.assert_frame_equal(both[name].reset_index(drop=True), apart[name].reset_index(drop=True))
-  assert both['attribution']['decomposition'][0]['R'] == pytest.approx(
-      apart['attribution']['decomposition'][0]['R'], abs=1e-9)
-  assert set(both['runs']['run']) == set(apart['runs']['run'])  # root + relative path
+    pd.testing.assert_frame_equal(getattr(both, name).reset_index(drop=True), getattr(apart, name).reset_index(drop=True))
+  assert both.attribution.decomposition[0]['R'] == pytest.approx(
+      apart.attribution.decomposition[0]['R'], abs=1e-9)
+  assert set(both.runs['run']) == set(apart.runs['run'])  # root + relative path
   with pytest.raises(ValueError, match='is under both') as e:
     results.load_runs([str(tmp_path / 'all'), roots[0]])  # a root inside another
   assert '\n' not in str(e.value)
@@ -154,6 +154,6 @@ def test_a_cpu_platform_identity_takes_the_declared_cpu_profile():
   assert answer.platform_profile(frame, DIGITS['platform_profile']) == {
       'cpu-AVX2': 'f32', 'gpu': 'jax_gpu_default'}
   out = answer.analyse(frame, DIGITS)
-  assert out['attribution']['decomposition'][0]['gap'] == 'gpu - cpu-AVX2'
-  assert out['arms'].set_index('arm')['deterministic'].loc[
+  assert out.attribution.decomposition[0]['gap'] == 'gpu - cpu-AVX2'
+  assert out.arms.set_index('arm')['deterministic'].loc[
       lambda s: s.index.str.contains('cpu-AVX2')].all()

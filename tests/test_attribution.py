@@ -44,11 +44,11 @@ def show(out):
 
 
 def term(out, name):
-  return out['terms'].set_index('term').loc[name]
+  return out.terms.set_index('term').loc[name]
 
 
 def residual(out):
-  gap = out['gap']
+  gap = out.gap
   return gap[gap['kind'] == 'residual'].iloc[0]
 
 
@@ -57,8 +57,8 @@ def test_planted_effects_inside_their_cis_and_match_statsmodels_mixedlm():
   out = attribution.run(frame, ['platform', 'profile', 'batchnorm_group'],
                         reference={'profile': 'f32'}, margin=0.3, noise_arm=['profile=noise'])
   show(out)
-  assert out['method'].startswith('MixedLM (REML)')
-  terms = out['terms'].set_index('term')
+  assert out.method.startswith('MixedLM (REML)')
+  terms = out.terms.set_index('term')
   planted = {'profile=tpu_default': 0.8, 'profile=jax_gpu_default': 0, 'profile=noise': 0,
              'platform=tpu': 0, 'batchnorm_group=1': 0}
   assert set(terms.index) == set(planted)
@@ -79,7 +79,7 @@ def test_planted_effects_inside_their_cis_and_match_statsmodels_mixedlm():
   data = data.pivot_table(index='seed', columns=['platform', 'profile'], values='v')
   for platform in ('gpu', 'tpu'):
     d = data[platform, 'noise'] - data[platform, 'f32']
-    floor = out['noise'][platform]
+    floor = out.noise[platform]
     assert 'paired by seed, 8 seeds' in floor['text'] and floor['n'] == 8
     assert floor['sd'] == pytest.approx(d.std(ddof=1), rel=1e-12)
     assert floor['half'] == pytest.approx(2.364624 * d.std(ddof=1) / np.sqrt(8), rel=1e-6)
@@ -90,16 +90,16 @@ def test_zero_platform_residual_is_explained_by_numerics():
   out = attribution.run(runs_frame(), ['platform', 'profile'],
                         reference={'profile': 'f32'}, margin=0.3)
   show(out)
-  gap = out['gap'].set_index('key')
+  gap = out.gap.set_index('key')
   numerics = gap.loc['N']
   assert numerics['component'] == 'numerics part: tpu_default − jax_gpu_default, mean of both platforms'
   assert numerics['ci_low'] < 0.8 < numerics['ci_high']
   r = residual(out)
   assert r['ci_low'] < 0 < r['ci_high'] and r['tost_p'] < 0.05
   assert -0.3 < r['ci90_low'] and r['ci90_high'] < 0.3
-  assert out['decomposition'][0]['verdict'] == 'explained by numerics'
+  assert out.decomposition[0]['verdict'] == 'explained by numerics'
   assert '**tpu − gpu: explained by numerics**' in show(out)
-  assert out['emulation'] == {'gpu': 'jax_gpu_default', 'tpu': 'tpu_default'}  # the default mapping
+  assert out.emulation == {'gpu': 'jax_gpu_default', 'tpu': 'tpu_default'}  # the default mapping
   assert 'gpu=jax_gpu_default, tpu=tpu_default' in show(out)
   assert gap.loc['G', 'estimate'] == pytest.approx(numerics['estimate'] + r['estimate'])
 
@@ -111,7 +111,7 @@ def test_planted_platform_residual_leaves_the_gap_partly_explained():
   assert "native arithmetic: gpu=jax_gpu_default, tpu=tpu_default. Each component" in show(out)
   r = residual(out)
   assert r['ci_low'] < 1.5 < r['ci_high'] and r['ci_low'] > 0.3
-  assert out['decomposition'][0]['verdict'] == 'partly explained'  # 0.8 of 2.3 pp: numerics
+  assert out.decomposition[0]['verdict'] == 'partly explained'  # 0.8 of 2.3 pp: numerics
   assert 'explained by numerics**' not in show(out)
 
 
@@ -122,8 +122,8 @@ def test_failed_mixed_fit_falls_back_to_clustered_ols_and_says_so(monkeypatch):
   frame = runs_frame(rng=3)
   out = attribution.run(frame, ['platform', 'profile'], reference={'profile': 'f32'}, margin=0.3)
   show(out)
-  assert 'mixed fit failed (LinAlgError: Singular matrix)' in out['method']
-  assert 'clustered by seed' in out['method'] and 'method: OLS with seed fixed effects' in show(out)
+  assert 'mixed fit failed (LinAlgError: Singular matrix)' in out.method
+  assert 'clustered by seed' in out.method and 'method: OLS with seed fixed effects' in show(out)
   # The main terms against statsmodels' own formula OLS with seed dummies and the same clustered
   # sandwich, its CR1 factor counting the factor columns only (5: the seed effects are nested in
   # their clusters, tests/test_analysis_scale.py).
@@ -157,7 +157,7 @@ def test_zero_seed_variance_is_a_boundary_fit_and_falls_back():
   finally:
     SEED_SD = saved
   out = attribution.run(frame, ['profile'], reference={'profile': 'f32'})
-  assert 'mixed fit failed' in out['method'] and 'boundary' in out['method']
+  assert 'mixed fit failed' in out.method and 'boundary' in out.method
 
 
 def test_csv_without_seed_column_uses_hc3(tmp_path, capsys):
@@ -179,12 +179,12 @@ def test_csv_without_seed_column_uses_hc3(tmp_path, capsys):
 def test_one_platform_compares_arms_with_the_reference_arm():
   out = attribution.run(runs_frame(platforms=('tpu',)), ['platform', 'profile'],
                         reference={'profile': 'f32'}, margin=0.3)
-  assert out['gap'] is None and out['gap_note'].startswith('runs from one platform (tpu)')
-  assert out['decomposition'] == []
-  arms = out['arms'].set_index('arm')
+  assert out.gap is None and out.gap_note.startswith('runs from one platform (tpu)')
+  assert out.decomposition == []
+  arms = out.arms.set_index('arm')
   assert arms.loc['platform=tpu, profile=tpu_default', 'estimate'] == pytest.approx(
       term(out, 'profile=tpu_default')['estimate'])
-  assert 'platform=tpu' not in set(out['terms']['term'])  # one level: no term
+  assert 'platform=tpu' not in set(out.terms['term'])  # one level: no term
 
 
 def test_files_written_with_exact_csv_columns(tmp_path):
@@ -195,15 +195,15 @@ def test_files_written_with_exact_csv_columns(tmp_path):
                         margin=0.3, noise_arm={'profile': 'noise'}, out_dir=str(tmp_path))
   table = pd.read_csv(tmp_path / 'attribution.csv')
   assert list(table.columns) == ['term', 'estimate', 'ci_low', 'ci_high', 'p']
-  assert table['term'].tolist() == out['terms']['term'].tolist() and len(table) == 5
+  assert table['term'].tolist() == out.terms['term'].tolist() and len(table) == 5
   for name in ('attribution.md', 'attribution_gap.csv', 'attribution_decomposition.csv',
                'attribution_forest.pdf', 'attribution_forest.png', 'gap_decomposition.pdf',
                'gap_decomposition.png'):
     assert (tmp_path / name).stat().st_size > 500, name
   decomposition = pd.read_csv(tmp_path / 'attribution_decomposition.csv').iloc[0]
-  assert decomposition['verdict'] == out['decomposition'][0]['verdict'] and decomposition['gap'] == 'tpu - gpu'
+  assert decomposition['verdict'] == out.decomposition[0]['verdict'] and decomposition['gap'] == 'tpu - gpu'
   assert {'share', 'share_ci_low', 'seeds_for_residual_within_margin'} <= set(decomposition.index)
-  assert len(out['excluded']) == 2 and 'failed: loss is NaN' in show(out)
+  assert len(out.excluded) == 2 and 'failed: loss is NaN' in show(out)
   assert 'no value for final.test_accuracy' in show(out)
 
 
@@ -240,11 +240,11 @@ def test_a_declared_study_runs_the_attribution_with_its_settings(tmp_path, capsy
   declared = declaration.load(f'{cfg}:x')
   frame = runs_frame(seeds=range(4)).drop(columns='numerics.requested.batchnorm_group')
   out = answer.analyse(frame, declared)
-  att = out['attribution']
-  assert att['margin'] == 0.25 and att['margin_reason'] == 'half the seed sd'
-  assert att['emulation'] == {'gpu': 'jax_gpu_default', 'tpu': 'tpu_default'}
-  assert att['labels']['profile=tpu_default'] == 'tpu_default'
-  assert att['labels']['platform=tpu'] == 'platform tpu'
+  att = out.attribution
+  assert att.margin == 0.25 and att.margin_reason == 'half the seed sd'
+  assert att.emulation == {'gpu': 'jax_gpu_default', 'tpu': 'tpu_default'}
+  assert att.labels['profile=tpu_default'] == 'tpu_default'
+  assert att.labels['platform=tpu'] == 'platform tpu'
   text = show(att)
   assert '±0.25 pp (half the seed sd)' in text and '| platform residual: gap − numerics part |' in text
   cfg.write_text('def get_config(arg=None):\n  return None\n\n\ndef get_sweep(arg=None):\n  return []\n')

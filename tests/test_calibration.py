@@ -72,8 +72,8 @@ def test_calibration_per_arm_averages_replicates_then_a_t_interval_over_seeds():
 
 def test_final_training_loss_beside_accuracy_per_arm():
   out = stats.analyse(stats.read_csv(CSV), all_pairs=False)
-  table = calibration.loss_table(out['runs']).set_index('arm')
-  runs = out['runs']
+  table = calibration.loss_table(out.runs).set_index('arm')
+  runs = out.runs
   bn16 = runs.loc[(runs['platform'] == 'cpu')
                   & (runs['numerics.requested.batchnorm_group'].astype(str) == '16'), 'arm'].iloc[0]
   assert table.loc[bn16, 'seeds'] == 16
@@ -82,7 +82,7 @@ def test_final_training_loss_beside_accuracy_per_arm():
   assert table.loc[bn16, 'test_accuracy_pct'] == pytest.approx(
       runs.loc[runs['arm'] == bn16, 'value'].mean())
   assert table['train_loss_ratio'].min() == 1.0
-  assert calibration.loss_table(out['runs'].drop(columns='final.train_loss')).empty
+  assert calibration.loss_table(out.runs.drop(columns='final.train_loss')).empty
 
 
 def test_per_class_differences_paired_over_seeds_with_holm_as_statsmodels():

@@ -36,31 +36,31 @@ def digits_frame(platforms=('cpu',), seeds=range(6), rng=0):
 
 def test_the_digits_declaration_gives_seven_contrasts_with_holm_over_exactly_them():
   out = answer.analyse(digits_frame(), DIGITS)
-  table = out['contrasts']
-  assert len(table) == 7 and out['pairs'].empty  # every pair only with --all-pairs
+  table = out.contrasts
+  assert len(table) == 7 and out.pairs.empty  # every pair only with --all-pairs
   assert list(table['label']) == ['f32', 'jax_gpu_default', 'torch_gpu_default', 'tpu_default',
                                   'BN/16', 'bf16 activations', 'bf16_noise']
-  info = out['arm_info'].set_index('arm')
+  info = out.arm_info.set_index('arm')
   assert set(info.loc[table['arm_b'], 'label']) == {'native'}  # Δ = arm − the reference arm
   assert list(table['role']).count('noise') == 1
   for test in ('tost', 'test', 'welch', 'signed_rank'):
     holm = multitest.multipletests(table[f'{test}_p'], method='holm')[1]
     assert table[f'{test}_p_holm'].to_numpy() == pytest.approx(holm), test
   both = answer.analyse(digits_frame(), DIGITS, all_pairs=True)
-  assert len(both['pairs']) == 28  # all pairs on request, Holm over all 28 apart from the family
-  assert both['contrasts']['tost_p_holm'].tolist() == pytest.approx(table['tost_p_holm'].tolist())
-  assert both['pairs']['tost_p_holm'].max() >= table['tost_p_holm'].max()
+  assert len(both.pairs) == 28  # all pairs on request, Holm over all 28 apart from the family
+  assert both.contrasts['tost_p_holm'].tolist() == pytest.approx(table['tost_p_holm'].tolist())
+  assert both.pairs['tost_p_holm'].max() >= table['tost_p_holm'].max()
 
 
 def test_two_platforms_give_each_platform_its_own_family():
   out = answer.analyse(digits_frame(('cpu', 'gpu')), DIGITS)
-  table = out['contrasts']
+  table = out.contrasts
   assert len(table) == 14 and list(table['platform']) == ['cpu'] * 7 + ['gpu'] * 7
-  info = out['arm_info'].set_index('arm')
+  info = out.arm_info.set_index('arm')
   assert (info.loc[table['arm_a'], 'platform'].to_numpy() == info.loc[table['arm_b'], 'platform'].to_numpy()).all()
   holm = multitest.multipletests(table['tost_p'], method='holm')[1]
   assert table['tost_p_holm'].to_numpy() == pytest.approx(holm)
-  assert set(out['noise']) == {'cpu', 'gpu'} and out['noise']['gpu']['half'] > 0
+  assert set(out.noise) == {'cpu', 'gpu'} and out.noise['gpu']['half'] > 0
 
 
 def test_short_labels_say_only_what_differs_from_the_reference():

@@ -98,9 +98,9 @@ def test_runs_on_two_cpu_instruction_sets_are_two_platforms_never_pooled(tmp_pat
   runs = results.load_runs(str(tmp_path))
   assert sorted(set(runs['platform'])) == ['cpu-AVX2', 'cpu-AVX512']
   out = stats.analyse(runs, margin=0.5)
-  assert sorted(out['arms']['arm']) == ['cpu-AVX2', 'cpu-AVX512']
-  assert list(out['arms']['n']) == [3, 3] and out['replicates'].empty
-  pair = out['pairs'].iloc[0]
+  assert sorted(out.arms['arm']) == ['cpu-AVX2', 'cpu-AVX512']
+  assert list(out.arms['n']) == [3, 3] and out.replicates.empty
+  pair = out.pairs.iloc[0]
   assert pair['paired'] and pair['diff'] == pytest.approx(
       1.0 if pair['arm_a'] == 'cpu-AVX2' else -1.0)
 
@@ -130,4 +130,4 @@ def test_a_record_without_cpu_facts_reads_not_recorded_and_joins_no_known_isa(tm
   assert old['platform'] == 'cpu'
   assert all(old[k] is None or math.isnan(old[k]) for k in record.CPU_FACTS)
   out = stats.analyse(runs.reset_index(), margin=0.5)
-  assert sorted(out['arms']['arm']) == ['cpu', 'cpu-AVX512'] and out['replicates'].empty
+  assert sorted(out.arms['arm']) == ['cpu', 'cpu-AVX512'] and out.replicates.empty

@@ -3,7 +3,9 @@ PDF and 300-dpi PNG at its printed size (one column 3.3 in, two columns 6.9 in),
 names arms by their short labels, has legends only for what it draws (inside the figure), and
 plots training from per-step records."""
 
+import dataclasses
 import json
+import types
 
 import numpy as np
 import pandas as pd
@@ -97,7 +99,7 @@ def legend_problems(fig):
 
 def analysed(root, **kw):
   runs, hist = results.load(str(root))
-  return stats.analyse(runs, **kw), hist, results.load_steps(str(root))
+  return answer.analyse(runs, **kw), hist, results.load_steps(str(root))
 
 
 def test_all_figures_written_and_readable(tmp_path, capsys):
@@ -131,8 +133,8 @@ def test_points_for_every_seed_and_no_boxes_below_ten(tmp_path):
   assert not legend_problems(fig)
   labels = [t.get_text() for t in ax.get_legend().get_texts()]
   assert labels == ['gpu: one seed', 'tpu: one seed', 'mean ± 95% CI (t-interval)']  # colour = platform
-  many = pd.concat([out['units'].assign(seed=out['units']['seed'] + 100 * k) for k in range(2)])
-  fig = figures.draw_accuracy_by_arm({**out, 'units': many})  # 10 seeds per arm: boxes appear
+  many = pd.concat([out.units.assign(seed=out.units['seed'] + 100 * k) for k in range(2)])
+  fig = figures.draw_accuracy_by_arm(dataclasses.replace(out, units=many))  # 10 seeds per arm: boxes appear
   assert len([p for p in fig.axes[0].patches if isinstance(p, PathPatch)]) == 2
   assert not legend_problems(fig)
 
@@ -183,7 +185,7 @@ def test_every_figure_is_drawn_at_its_printed_size_with_short_labels_inside_the_
 
 def digits_attribution():
   """The attribution of the digits fraction on cpu and gpu, 4 seeds (planted noise per run)."""
-  return answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)['attribution']
+  return answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS).attribution
 
 
 def markers_at(ax):
@@ -199,7 +201,7 @@ def test_gap_figure_draws_the_gap_as_the_sum_of_its_parts_with_margin_and_noise_
   assert [t.get_text() for t in ax.get_yticklabels()] == [
       'native gap G', '= fid_A  fidelity on gpu', '− fid_B  fidelity on cpu', '+ N  numerics part',
       '+ P  platform part', 'residual R = G − N']
-  d = att['decomposition'][0]
+  d = att.decomposition[0]
   assert ax.get_title(loc='left') == f'gpu − cpu: {d["verdict"]} at ±2 pp'
   at = markers_at(ax)  # y 5 (top) .. 0: G, fid_A, −fid_B, N, P, R
   assert at[4] == pytest.approx(d['fid_A']) and at[3] == pytest.approx(-d['fid_B'])
@@ -210,7 +212,7 @@ def test_gap_figure_draws_the_gap_as_the_sum_of_its_parts_with_margin_and_noise_
   assert dashed == [-2, 2]
   labels = [t.get_text() for t in fig.legends[0].get_texts()]
   for p in ('cpu', 'gpu'):
-    assert f'noise floor {p} ±{att["noise"][p]["half"]:.2f} pp' in labels
+    assert f'noise floor {p} ±{att.noise[p]["half"]:.2f} pp' in labels
   assert not legend_problems(fig)
   partly = {**d, 'verdict': 'partly explained', 'open': 'the residual is not within ±2'}
   assert forest.verdict_line(partly, 'pp') == (
@@ -219,12 +221,12 @@ def test_gap_figure_draws_the_gap_as_the_sum_of_its_parts_with_margin_and_noise_
 
 def test_forest_draws_the_decomposition_and_no_unqualified_platform_term():
   att = digits_attribution()
-  assert 'platform=gpu' in set(att['terms']['term'])  # the model has the pooled term
+  assert 'platform=gpu' in set(att.terms['term'])  # the model has the pooled term
   fig = forest.draw_forest(att)
   gap_ax, effects_ax = fig.axes
   rows = [t.get_text() for t in gap_ax.get_yticklabels()]
   assert rows == [label.format(a='gpu', b='cpu') for _, label in forest.COMPONENT_ROWS]
-  table = att['gap'].set_index('key')
+  table = att.gap.set_index('key')
   at = markers_at(gap_ax)
   for y, (key, _) in zip(range(len(rows) - 1, -1, -1), forest.COMPONENT_ROWS):
     assert at[y] == pytest.approx(table.loc[key, 'estimate']), key
@@ -233,8 +235,8 @@ def test_forest_draws_the_decomposition_and_no_unqualified_platform_term():
   assert 'main effects' in effects_ax.get_title(loc='left')
   labels = [t.get_text() for t in fig.legends[0].get_texts()]
   assert [x for x in labels if x.startswith('noise floor')] == [
-      f'noise floor {p} ±{att["noise"][p]["half"]:.2f} pp' for p in ('gpu', 'cpu')]
-  undecomposed = forest.draw_forest({**att, 'decomposition': [], 'gap': None})
+      f'noise floor {p} ±{att.noise[p]["half"]:.2f} pp' for p in ('gpu', 'cpu')]
+  undecomposed = forest.draw_forest(dataclasses.replace(att, decomposition=[], gap=None))
   effects = [t.get_text() for t in undecomposed.axes[0].get_yticklabels()]
   assert 'platform gpu, mean over all arms' in effects and 'platform gpu' not in effects
 
@@ -251,15 +253,15 @@ def test_a_platform_has_one_colour_in_every_figure():
   assert style.platform_colors(['tpu', 'gpu', 'cpu'])['gpu'] == style.PLATFORM_COLORS['gpu']
   style.apply()
   ax = figures.draw_accuracy_by_arm(out).axes[0]
-  info = out['arm_info']
+  info = out.arm_info
   points = [c for c in ax.collections if isinstance(c, PathCollection)]
   assert len(points) == len(info)
   assert {to_hex(c.get_edgecolor()[0]) for c in points} == {cpu, gpu}
-  ax = forest.draw_contrasts(figures.contrast_table(out), forest.floors_of(out['noise']),
-                             out['margin'], out['unit']).axes[0]
+  ax = forest.draw_contrasts(figures.contrast_table(out), forest.floors_of(out.noise),
+                             out.margin, out.unit).axes[0]
   assert {to_hex(line.get_color()) for line in ax.lines if line.get_marker() != 'None'} >= {cpu, gpu}
   assert band_colors(ax) == {cpu, gpu}
-  att = out['attribution']
+  att = out.attribution
   gap_ax = forest.draw_gap(att).axes[0]
   colours = {t.get_text(): None for t in gap_ax.get_yticklabels()}
   at = {line.get_ydata()[0]: to_hex(line.get_color()) for line in gap_ax.lines
@@ -296,7 +298,7 @@ def curves_study():
                         for p, a, d in arms for s in range(2) for t in range(1, 40)])
   hist = pd.DataFrame([{'run': f'{p}/{a}/{s}', 'epoch': e, 'test_accuracy': 0.9 - d / e}
                        for p, a, d in arms for s in range(2) for e in range(1, 5)])
-  return {'arm_info': info, 'runs': runs}, hist, steps
+  return types.SimpleNamespace(arm_info=info, runs=runs), hist, steps  # the fields it draws from
 
 
 def test_identical_curves_stay_distinguishable_and_colour_is_the_platform():
@@ -344,7 +346,7 @@ def test_no_shared_seeds_and_colours_are_stable(tmp_path):
   paths = figures.make_all(out, hist, str(tmp_path / 'f'))  # steps read from the run folders
   assert len(paths) == 6 and any('training_curves' in p for p in paths)
   check_files(paths)
-  labels = list(out['arms']['arm'])
+  labels = list(out.arms['arm'])
   assert style.arm_colors(labels) == style.arm_colors(labels[::-1])
   assert len(set(style.arm_colors(labels).values())) == len(labels)
 

@@ -41,7 +41,7 @@ def planted(shift, sd=None, seeds=12, rng=0, seed_sd=0.8, base=90.0):
 def run(frame, margin=0.5, **kw):
   out = attribution.run(frame, FACTORS, reference=REFERENCE, margin=margin,
                         native={'profile': 'native'}, platform_profile=EMULATES, **kw)
-  (d,) = out['decomposition']
+  (d,) = out.decomposition
   return out, d
 
 
@@ -218,7 +218,7 @@ def test_the_shipped_export_gap_is_the_native_arms_paired_mean():
   d_hand = (by_seed['gpu'] - by_seed['cpu']).to_numpy()
   out = attribution.run(frame, FACTORS, reference=REFERENCE, margin=2.0,
                         native={'profile': 'native'}, platform_profile=EMULATES)
-  (d,) = out['decomposition']
+  (d,) = out.decomposition
   assert d['G'] == pytest.approx(d_hand.mean(), abs=1e-9) and round(d['G'], 2) == 0.26
   assert (round(d['G_ci_low'], 2), round(d['G_ci_high'], 2)) == (-0.22, 0.75)
   assert d['verdict'] == 'no gap'

@@ -66,7 +66,7 @@ def test_symlink_loops_inside_a_root_count_each_run_once_and_end(tmp_path, deadl
   assert len(runs) == 6 and runs['run'].is_unique
   assert f'{root}/float32/s1' in set(runs['run']) and f'{root}/alias' not in set(runs['run'])
   out = stats.analyse(runs, margin=0.5)
-  assert list(out['arms']['n_runs']) == [3, 3] and out['replicates'].empty
+  assert list(out.arms['n_runs']) == [3, 3] and out.replicates.empty
 
 
 @pytest.mark.parametrize('second', ['link', 'dotdot', 'slash'])
@@ -367,7 +367,7 @@ def small_out(source):
 
 def test_a_table_without_columns_is_not_written_and_said(tmp_path, capsys):
   out = small_out('x.csv')
-  out['pairs'] = pd.DataFrame()  # declared contrasts only: no pair tested
+  out.pairs = pd.DataFrame()  # declared contrasts only: no pair tested
   files = analysis_study.write_csv_tables(out, str(tmp_path))
   assert not (tmp_path / 'report_pairs.csv').exists()
   assert 'note: report_pairs.csv not written: no pairs tested' in capsys.readouterr().err

@@ -14,7 +14,7 @@ import time
 import pandas as pd
 import pytest
 
-from analysis import attribution, effects, report, stats
+from analysis import answer, attribution, effects, report, stats
 from sweeps import estimate, sweep
 from conftest import ROOT
 from runrecord import record
@@ -60,8 +60,8 @@ def test_report_title_says_what_is_compared_and_setup_names_what_differs():
            'numerics.requested.compute_dtype': 'float32', 'config.data.name': 'digits',
            'final.test_accuracy': 0.9 + 0.001 * s + (0.002 if e == 'tpu_default' else 0.0)}
           for e in ('tpu_default', 'f32') for s in range(4)]
-  out = stats.analyse(pd.DataFrame(rows), margin=0.5)
-  out['source'] = '/home/me/runs'
+  out = answer.analyse(pd.DataFrame(rows), margin=0.5)
+  out.source = '/home/me/runs'
   text = report.render(out, 'md')
   assert text.splitlines()[0] == '# Final test accuracy by arm: 2 arms, 4 seeds each (digits)'
   assert ('- arms (differ in profile; grouped by platform, device_kind, profile, compute_dtype): '
@@ -152,8 +152,9 @@ def test_documented_attribution_example_uses_the_reference_levels_its_text_names
            'final.test_accuracy': 0.9}
           for i, (platform, profile, group, dtype, seed) in enumerate(
               itertools.product(*levels.values(), range(2)))]
-  prep = attribution.select(pd.DataFrame(rows), args.metric, args.factors, args.seed_col)
-  chosen = attribution.references(prep['runs'], prep['columns'],
+  prep, columns, _ = attribution.select(pd.DataFrame(rows), args.metric, args.factors,
+                                       args.seed_col)
+  chosen = attribution.references(prep.runs, columns,
                                   effects.parse_pairs(args.reference, '--reference'))
   assert chosen == {'platform': 'gpu', 'profile': 'native', 'batchnorm_group': '0',
                     'compute_dtype': 'float32'}

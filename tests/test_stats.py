@@ -11,7 +11,7 @@ from scipy import optimize, stats as sps
 from statsmodels.stats import multitest, power as smp, weightstats
 from statsmodels.stats.meta_analysis import effectsize_smd
 
-from analysis import inference, report, results, stats
+from analysis import answer, inference, report, results, stats
 from analysis import study as analysis_study
 from runrecord import record
 
@@ -142,8 +142,8 @@ def test_planted_shift_is_different():
   a, b = 0.70 + rng.normal(0, 0.003, 10), 0.71 + rng.normal(0, 0.003, 10)  # 1 pp shift, sd .3 pp
   out = stats.analyse(frame({'bfloat16': a, 'float32': b}, {'bfloat16': 'gpu', 'float32': 'gpu'}),
                       margin=0.5)
-  pair = out['pairs'].iloc[0]
-  assert out['scale'] == 100 and pair['diff'] == pytest.approx(100 * (a.mean() - b.mean()))
+  pair = out.pairs.iloc[0]
+  assert out.scale == 100 and pair['diff'] == pytest.approx(100 * (a.mean() - b.mean()))
   assert pair['welch_p_holm'] < 0.001 and pair['signed_rank_p'] < 0.01 and pair['test_p_holm'] < 0.001
   assert pair['rank_test'] == 'signed-rank' and np.isnan(pair['mw_p'])  # paired: no Mann–Whitney
   assert not pair['equivalent'] and pair['tost_p'] > 0.5
@@ -155,20 +155,20 @@ def test_identical_distributions_are_equivalent_and_not_different():
   rng = np.random.default_rng(1)
   a, b = 0.70 + rng.normal(0, 0.001, 20), 0.70 + rng.normal(0, 0.001, 20)  # sd .1 pp, no shift
   out = stats.analyse(frame({'x': a, 'y': b}, {'x': 'gpu', 'y': 'gpu'}), margin=0.2)
-  pair = out['pairs'].iloc[0]
+  pair = out.pairs.iloc[0]
   assert pair['welch_p'] > 0.05 and pair['equivalent'] and pair['tost_p_holm'] < 0.05
   assert -0.2 < pair['ci90_low'] < pair['ci90_high'] < 0.2
   assert pair['verdict'] == 'equivalent' and 'within ±0.2 pp' in why(pair, 0.2)
   same = stats.analyse(frame({'x': a, 'y': a[::-1]}, {'x': 'gpu', 'y': 'gpu'}), margin=0.2)
-  assert same['pairs'].iloc[0]['welch_p'] == pytest.approx(1.0)
-  assert same['pairs'].iloc[0]['verdict'] == 'equivalent'
+  assert same.pairs.iloc[0]['welch_p'] == pytest.approx(1.0)
+  assert same.pairs.iloc[0]['verdict'] == 'equivalent'
 
 
 def test_wide_interval_is_inconclusive():
   rng = np.random.default_rng(6)
   a, b = 0.70 + rng.normal(0, 0.01, 5), 0.70 + rng.normal(0, 0.01, 5)  # sd 1 pp, margin 0.3 pp
   out = stats.analyse(frame({'x': a, 'y': b}, {'x': 'gpu', 'y': 'gpu'}), margin=0.3)
-  pair = out['pairs'].iloc[0]
+  pair = out.pairs.iloc[0]
   assert pair['ci90_low'] < -0.3 and pair['ci90_high'] > 0.3 and pair['test_p_holm'] > 0.05
   assert pair['verdict'] == 'inconclusive'
   assert 'wider than the margin ±0.3 pp on both sides' in why(pair, 0.3)
@@ -181,8 +181,8 @@ def test_holm_can_undo_a_raw_equivalence_and_the_report_shows_both():
   arms = {'x': x, 'y': x + rng.normal(0, 0.001, 8), 'z': x + 0.03}  # z: 3 pp away from both
   d = 100 * (arms['x'] - arms['y'])  # paired on seeds: pick the margin where raw TOST p = 0.03
   margin = optimize.brentq(lambda m: inference.tost_paired(d, m)[2] - 0.03, abs(d.mean()) + 1e-6, 5)
-  out = stats.analyse(frame(arms, {k: 'gpu' for k in arms}), margin=margin)
-  pair = out['pairs'].set_index(['arm_a', 'arm_b']).loc[('compute_dtype=x', 'compute_dtype=y')]
+  out = answer.analyse(frame(arms, {k: 'gpu' for k in arms}), margin=margin)
+  pair = out.pairs.set_index(['arm_a', 'arm_b']).loc[('compute_dtype=x', 'compute_dtype=y')]
   assert pair['tost_p'] == pytest.approx(0.03) and pair['tost_p_holm'] == pytest.approx(0.09)
   assert pair['equivalent_raw'] and not pair['equivalent'] and pair['verdict'] == 'inconclusive'
   assert 'lies inside' in why(pair, margin, 3) and 'raw 0.030' in why(pair, margin, 3)
@@ -247,7 +247,7 @@ def test_pairwise_table_matches_direct_calls_and_exact_mann_whitney():
   a, b = np.array([.70, .71, .69, .72, .70]), np.array([.68, .69, .70, .67, .66, .69])
   unpaired = frame({'a': a, 'b': b}, {'a': 'gpu', 'b': 'gpu'}).drop(columns='seed')
   out = stats.analyse(unpaired, margin=1.0)
-  pair = out['pairs'].iloc[0]
+  pair = out.pairs.iloc[0]
   assert not pair['paired'] and pair['rank_test'] == 'Mann–Whitney' and np.isnan(pair['d_z'])
   assert pair['welch_p'] == pytest.approx(sps.ttest_ind(100 * a, 100 * b, equal_var=False).pvalue)
   # Exact two-sided Mann–Whitney by enumerating every split of the pooled ranks.
@@ -257,7 +257,7 @@ def test_pairwise_table_matches_direct_calls_and_exact_mann_whitney():
   mean_u = 15
   p_exact = np.mean([abs(u - mean_u) >= abs(u_obs - mean_u) - 1e-9 for u in us])
   assert pair['mw_u'] == u_obs and pair['mw_p'] == pytest.approx(p_exact)
-  arm = out['arms'].set_index('arm').loc['compute_dtype=a']
+  arm = out.arms.set_index('arm').loc['compute_dtype=a']
   assert (arm['n'], arm['mean'], arm['sd']) == pytest.approx((5, 100 * a.mean(), 100 * a.std(ddof=1)))
   assert (arm['ci_low'], arm['ci_high']) == pytest.approx(sps.t.interval(0.95, 4, 100 * a.mean(),
                                                                          100 * sps.sem(a)))
@@ -266,7 +266,7 @@ def test_pairwise_table_matches_direct_calls_and_exact_mann_whitney():
 def test_three_runs_per_arm_cannot_reach_significance_with_exact_mann_whitney():
   out = stats.analyse(frame({'a': [.1, .2, .3], 'b': [.7, .8, .9]}, {'a': 'gpu', 'b': 'gpu'})
                       .drop(columns='seed'))
-  assert out['pairs'].iloc[0]['mw_p'] == pytest.approx(0.1)  # 2 / C(6, 3): the smallest possible
+  assert out.pairs.iloc[0]['mw_p'] == pytest.approx(0.1)  # 2 / C(6, 3): the smallest possible
 
 
 def test_seeds_needed_matches_statsmodels_and_monte_carlo():
@@ -296,17 +296,17 @@ def test_nondeterministic_arm_pairs_with_deterministic_one_on_shared_seeds():
   out = stats.analyse(runs, margin=0.5)
   shuffled = stats.analyse(runs.iloc[::-1], margin=0.5)  # pairs are by seed, not by row order
   for o in (out, shuffled):
-    pair = o['pairs'].iloc[0]
+    pair = o.pairs.iloc[0]
     assert pair['paired'] and pair['n_pairs'] == 8 and pair['design'].startswith('paired: 8 shared seeds')
     assert pair['paired_p'] == pytest.approx(sps.ttest_rel(100 * values['b'], 100 * values['a']).pvalue)
     assert pair['paired_p'] < 0.001 < pair['welch_p']  # seed variance removed by pairing
     assert pair['verdict'] == 'equivalent'
-  assert list(out['arms']['deterministic']) == [False, True]  # gpu (recorded False), tpu
+  assert list(out.arms['deterministic']) == [False, True]  # gpu (recorded False), tpu
   runs['config.batch_size'] = np.where(runs['platform'] == 'gpu', 256, 512)
-  pair = stats.analyse(runs, margin=0.5)['pairs'].iloc[0]
+  pair = stats.analyse(runs, margin=0.5).pairs.iloc[0]
   assert not pair['paired'] and pair['design'] == 'unpaired: pairing fields differ: config.batch_size'
   runs['seed'] = np.where(runs['platform'] == 'gpu', runs['seed'] + 100, runs['seed'])
-  pair = stats.analyse(runs, margin=0.5)['pairs'].iloc[0]
+  pair = stats.analyse(runs, margin=0.5).pairs.iloc[0]
   assert not pair['paired'] and pair['design'] == 'unpaired: no shared seeds'
 
 
@@ -347,19 +347,19 @@ def test_orbax_runs_replicates_and_failed_runs(tmp_path):
           'config.model.reinit'} <= set(runs.columns)
   assert set(hist.columns) >= {'run', 'epoch', 'test_accuracy'} and len(hist) == 26
   out = stats.analyse(runs, margin=0.5)
-  assert list(out['arms']['n']) == [4, 5] and list(out['arms']['n_runs']) == [5, 6]
-  reps = out['replicates'].set_index('seed')
+  assert list(out.arms['n']) == [4, 5] and list(out.arms['n_runs']) == [5, 6]
+  reps = out.replicates.set_index('seed')
   assert reps.loc[1, 'runs'] == f'{tmp_path}/f32/s1, {tmp_path}/f32/s1_again' and reps.loc[1, 'identical']
   assert not reps.loc[2, 'identical'] and reps.loc[2, 'mean'] == pytest.approx((78.4 + 70.0) / 2)
-  units = out['units'].set_index(['arm', 'seed'])['value']
+  units = out.units.set_index(['arm', 'seed'])['value']
   assert units[('compute_dtype=bfloat16', 2)] == pytest.approx(74.2)  # replicates averaged
-  excluded = dict(zip(out['excluded']['run'], out['excluded']['reason']))
+  excluded = dict(zip(out.excluded['run'], out.excluded['reason']))
   assert excluded == {f'{tmp_path}/f32/s8': 'running: step 3/10', f'{tmp_path}/f32/s9': 'failed: loss is NaN'}
-  arms = out['arms'].set_index('arm')
+  arms = out.arms.set_index('arm')
   assert arms['deterministic'].tolist() == [False, True]
   assert 'different value' in arms['determinism'].iloc[0]
   assert arms['within_sd'].tolist() == pytest.approx([8.4 / np.sqrt(2), 0.0])
-  pair = out['pairs'].iloc[0]
+  pair = out.pairs.iloc[0]
   assert pair['paired'] and pair['n_pairs'] == 4  # bf16 is nondeterministic: paired all the same
   assert pair['design'] == ('paired: 4 shared seeds, same init and data order; '
                             '1 unshared seed(s) left out of the paired tests')
@@ -443,13 +443,13 @@ def test_non_finite_metric_in_csv_is_excluded_and_listed(tmp_path):
   assert 'inf' in (tmp_path / 'r.csv').read_text()
   out = stats.analyse(stats.read_csv(str(tmp_path / 'r.csv')), group_by=['platform'],
                       metric='accuracy')
-  excluded = dict(zip(out['excluded']['run'], out['excluded']['reason']))
+  excluded = dict(zip(out.excluded['run'], out.excluded['reason']))
   assert excluded == {f'{tmp_path}/r.csv:4': 'accuracy = inf is not finite',
                       f'{tmp_path}/r.csv:8': 'accuracy = -inf is not finite'}
-  arms = out['arms'].set_index('arm')
+  arms = out.arms.set_index('arm')
   assert list(arms['n']) == [3, 3] and np.isfinite(arms['mean']).all()
   assert arms.loc['tpu', 'mean'] == pytest.approx(100 * np.mean([0.70, 0.71, 0.72]))
-  assert out['scale'] == 100  # the excluded inf does not turn the percent scaling off
+  assert out.scale == 100  # the excluded inf does not turn the percent scaling off
 
 
 def test_signed_rank_equals_scipys_exact_test_with_ties_and_zeros():
@@ -467,7 +467,7 @@ def test_paired_pairs_get_signed_rank_and_d_z_unpaired_ones_mann_whitney_and_g()
   rng = np.random.default_rng(6)
   a = 0.9 + rng.normal(0, 0.01, 8)
   b = a - 0.004 + rng.normal(0, 0.002, 8)
-  pair = stats.analyse(frame({'x': a, 'y': b}), margin=0.5)['pairs'].iloc[0]
+  pair = stats.analyse(frame({'x': a, 'y': b}), margin=0.5).pairs.iloc[0]
   d = 100 * (a - b)
   assert pair['paired'] and pair['d_z'] == pytest.approx(d.mean() / d.std(ddof=1))
   assert pair['signed_rank_p'] == pytest.approx(sps.wilcoxon(d).pvalue)  # exact, no ties here
@@ -496,10 +496,10 @@ def test_on_a_lattice_a_different_verdict_needs_the_rank_test_too():
   the exact signed-rank p cannot go below 2 / 2^6 = 0.031; with several comparisons in the family
   Holm lifts it past 0.05, so 'different' rests on the t-test alone and is not given."""
   out = stats.analyse(lattice_frame([1, 1, 2, 1, 1, 2], 6), margin=0.2)
-  pair = out['pairs'].iloc[0]
+  pair = out.pairs.iloc[0]
   assert pair['lattice'] == pytest.approx(100 / 360) and pair['paired_p'] < 0.01
   assert pair['signed_rank_p'] == pytest.approx(2 / 64)
-  rows = [stats.compare(out, *out['pairs'].iloc[0][['arm_a', 'arm_b']], 0.2)] * 3
+  rows = [stats.compare(out, *out.pairs.iloc[0][['arm_a', 'arm_b']], 0.2)] * 3
   judged = stats.judge(rows)
   assert (judged['test_p_holm'] < 0.05).all() and not judged['different'].any()
   off = [dict(r, lattice=None) for r in rows]  # the same numbers off a lattice: 'different'
@@ -515,7 +515,7 @@ def test_identical_arithmetic_is_reported_not_tested_and_outside_holm():
   table = table.assign(**{'numerics.effective.platform': 'cpu', 'numerics.effective.device_kind': 'cpu',
                           'numerics.effective.conv_format': table[
                               'numerics.requested.compute_dtype'].map(effective)})
-  pairs = stats.analyse(table, margin=0.5)['pairs'].set_index(['arm_a', 'arm_b'])
+  pairs = stats.analyse(table, margin=0.5).pairs.set_index(['arm_a', 'arm_b'])
   same = pairs.loc[('compute_dtype=f32', 'compute_dtype=native')]
   assert same['verdict'] == 'identical arithmetic' and np.isnan(same['tost_p_holm'])
   tested = pairs[pairs['verdict'] != 'identical arithmetic']
@@ -523,4 +523,4 @@ def test_identical_arithmetic_is_reported_not_tested_and_outside_holm():
   np.testing.assert_allclose(tested['tost_p_holm'], inference.holm(tested['tost_p']))
   # equal values without equal recorded arithmetic are tested like any pair
   plain = stats.analyse(frame({'native': a, 'f32': a}, {'native': 'cpu', 'f32': 'cpu'}), margin=0.5)
-  assert plain['pairs'].iloc[0]['verdict'] == 'equivalent'
+  assert plain.pairs.iloc[0]['verdict'] == 'equivalent'

@@ -1,0 +1,145 @@
+"""The analysis result, typed: what analysis.stats, analysis.attribution, analysis.answer and
+analysis.agreement_section hand on to the words (report, summary, findings) and the figures.
+
+One owner for the result's shape: every reader takes these fields by name (`result.arms`); a
+field that is not here does not exist. Tables are pandas DataFrames with the columns their
+producer's docstring lists; values are in `unit` (pp for an accuracy, x100).
+
+  Prepared   the runs table read for analysis (analysis/stats.prepare)
+  Stats      + per-arm statistics and every pairwise test (analysis/stats.analyse)
+  Analysis   + the declaration, its contrasts, noise floors, attribution, software, agreement,
+               scope and the confirmatory re-analysis (analysis/answer.analyse)
+  Attribution  the factor effects and the platform gap decomposition (analysis/attribution.run)
+  Agreement  agreement between models from saved predictions (analysis/agreement_section.py)
+  Scope      what was analysed against what was declared (analysis/answer.scope)
+  Software   each platform's device and package versions (analysis/answer.software)
+"""
+
+import dataclasses
+from typing import Any, Optional
+
+import pandas as pd
+
+
+@dataclasses.dataclass
+class Prepared:
+  """The included runs and what was left out. `runs`: one row per completed run with `arm`,
+  `value` (metric x scale), `seed`, `seeded`, `det`, `det_why`; `units`: one value per arm and
+  seed (replicates averaged); `replicates`: arm, seed, n_runs, runs, values, mean, range,
+  identical; `excluded`: run, status, reason; `pairing`: the pairing fields the table records;
+  `lattice`: the step of an accuracy on one test-set size, else None."""
+  runs: pd.DataFrame
+  units: pd.DataFrame
+  replicates: pd.DataFrame
+  excluded: pd.DataFrame
+  seeded: bool
+  group_by: list
+  metric: str
+  scale: float
+  pairing: list
+  lattice: Optional[float]
+
+
+@dataclasses.dataclass
+class Stats(Prepared):
+  """Prepared plus `arms` (one row per arm), `pairs` (every pair's test; empty unless asked),
+  `small` (arms with n < 2), the equivalence `margin` and why, and the `unit` of values,
+  differences and margin ('pp' for percent, else 'units')."""
+  arms: pd.DataFrame
+  pairs: pd.DataFrame
+  small: pd.DataFrame
+  margin: float
+  margin_reason: str
+  unit: str
+
+
+@dataclasses.dataclass
+class Scope:
+  """Confirmatory (True: the declared seeds at the declared margin), exploratory (False) or
+  nothing declared (None), with the `deviations` from the declaration in words."""
+  declared_seeds: Optional[list]
+  declared_margin: Optional[float]
+  analysed_seeds: list
+  margin: float
+  deviations: list
+  declared_seeds_present: bool
+  confirmatory: Optional[bool]
+
+
+@dataclasses.dataclass
+class Software:
+  """`platforms`: {platform: {'device_kind', the CPU facts, 'devices', 'versions': {package:
+  version}}}; `confounds`: the packages whose versions differ between platforms."""
+  platforms: dict = dataclasses.field(default_factory=dict)
+  confounds: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Agreement:
+  """`table`: the churn ladder (analysis/agreement.py); `summary`: its first-page line;
+  `calibration`, `train_loss`, `per_class`, `variance`: their tables; `missing`: the runs
+  without saved predictions."""
+  table: pd.DataFrame
+  summary: str
+  calibration: pd.DataFrame
+  train_loss: pd.DataFrame
+  per_class: pd.DataFrame
+  variance: pd.DataFrame
+  missing: list
+
+
+@dataclasses.dataclass
+class Attribution:
+  """Which numerical setting explains a difference: `terms` (the fitted effects, one row per
+  term), `model` (its formula) and `method`; the platform gap: `gap` (component table or None),
+  `gap_note` (why there is none), `decomposition` (one verdict dict per gap,
+  analysis/gap_verdict.py), `gap_summaries`, `native`, `emulation`; `arms` (each arm minus the
+  reference, without a gap); `noise` ({platform: noise floor dict}); `labels` ({term: short
+  label}); `files` written."""
+  metric: str
+  source: str
+  reference: dict
+  margin: Optional[float]
+  margin_reason: Optional[str]
+  unit: str
+  model: str
+  method: str
+  terms: pd.DataFrame
+  n_runs: int
+  excluded: pd.DataFrame
+  replicates: pd.DataFrame
+  noise: dict
+  min_share: Optional[float]
+  gap: Optional[pd.DataFrame] = None
+  gap_note: Optional[str] = None
+  emulation: Optional[dict] = None
+  native: Any = None
+  decomposition: list = dataclasses.field(default_factory=list)
+  gap_summaries: list = dataclasses.field(default_factory=list)
+  arms: Optional[pd.DataFrame] = None
+  labels: dict = dataclasses.field(default_factory=dict)
+  files: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Analysis(Stats):
+  """Stats plus the study's `declared` declaration and `source`; `contrasts` (the declared
+  family, or None), `arm_info` (analysis/contrasts.arm_levels, or None), `noise` ({platform:
+  noise floor}), `attribution`, `software`, `agreement` (None for a CSV: no run folders),
+  `scope`, and for an exploratory analysis `confirmatory` (the same analysis of the declared
+  seeds at the declared margin)."""
+  declared: dict = dataclasses.field(default_factory=dict)
+  source: str = ''
+  contrasts: Optional[pd.DataFrame] = None
+  arm_info: Optional[pd.DataFrame] = None
+  noise: dict = dataclasses.field(default_factory=dict)
+  attribution: Optional[Attribution] = None
+  software: Software = dataclasses.field(default_factory=Software)
+  agreement: Optional[Agreement] = None
+  scope: Optional[Scope] = None
+  confirmatory: Optional['Analysis'] = None
+
+
+def fields_of(instance):
+  """{field: value} of a result, shallow (the tables are not copied)."""
+  return {f.name: getattr(instance, f.name) for f in dataclasses.fields(instance)}
