@@ -1,4 +1,4 @@
-"""What the analysis command lines share (analysis.study, analysis.attribution, analysis.export):
+"""What the analysis command lines share (analysis.study, analysis.numbers.attribution, analysis.export):
 bad input as `error: ...` lines on stderr with exit code 2 and no traceback, the --margin flag,
 and output that prints under any locale.
 
@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from analysis import declaration
+from analysis.inputs import declaration
 
 
 def fail(message):

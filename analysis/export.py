@@ -1,4 +1,4 @@
-"""Export runs as a compact CSV: one row per run, the record's columns (analysis.results'
+"""Export runs as a compact CSV: one row per run, the record's columns (analysis.inputs.results'
 runs table: status, seed, platform, device kind, final metrics, requested and effective numerics,
 config, data facts, versions), without the per-epoch history, the training state or the columns
 no run fills; `run` is the run's path relative to the roots' common parent folder.
@@ -7,13 +7,14 @@ no run fills; `run` is the run's path relative to the roots' common parent folde
       --study configs/digits.py:study
 
 `--study` also writes the study's declaration beside the CSV (FILE.study.json), so that
-`python -m analysis.study --csv FILE.csv --study FILE.study.json` tests what the study declared.
-The CSV reads back (analysis.stats.read_csv) to the same tables as the runs it came from.
+`python -m analysis.analyse --csv FILE.csv --study FILE.study.json` tests what the study declared.
+The CSV reads back (analysis.numbers.stats.read_csv) to the same tables as the runs it came from.
 """
 
 import os
 
-from analysis import cli, declaration, results
+from analysis import cli
+from analysis.inputs import declaration, results
 
 
 def relative_runs(runs, roots):

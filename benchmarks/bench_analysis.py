@@ -1,4 +1,4 @@
-"""The statistics report and the attribution (python -m analysis.study / analysis.attribution)
+"""The statistics report and the attribution (python -m analysis.analyse / analysis.numbers.attribution)
 on synthetic run tables of 10^3 to 10^5 rows in analysis.export's own 105-column format.
 
   python -m benchmarks.bench_analysis                        # 1,000, 10,000 and 100,000 rows
@@ -17,8 +17,8 @@ final.test_accuracy), so its memory is what an exported study costs.
 Each tool and size runs in its own subprocess (`--measure TOOL --csv FILE`), under an
 address-space limit of --max-memory-gb (a tool that needs more fails with MemoryError instead of
 taking the machine down). What is timed, after the imports: stats = read_csv (the columns the
-analysis uses, checked: analysis/csv_input.py) + answer.analyse (every pair compared: no
-declaration) + the Markdown report, what `python -m analysis.study --csv` computes; attribution =
+analysis uses, checked: analysis/inputs/csv_input.py) + answer.analyse (every pair compared: no
+declaration) + the Markdown report, what `python -m analysis.analyse --csv` computes; attribution =
 read_csv + attribution.run (effects, gap decomposition; no files). Peak memory = the subprocess's
 peak resident set (getrusage ru_maxrss: the 'Maximum resident set size' of /usr/bin/time -v), the
 interpreter and its imports included (their share is the 'after imports' column).
@@ -86,9 +86,10 @@ def export_table(seeds, rng=0, seed_sd=SEED_SD, template=TEMPLATE):
 def run_tool(tool, path):
   """Run `tool` on the CSV at `path` (export_table's format) as its command line would; returns
   the method it names."""
-  from analysis import answer, attribution, report, stats  # pylint: disable=import-outside-toplevel
+  from analysis.numbers import answer, attribution, stats  # pylint: disable=import-outside-toplevel
+  from analysis.words import report
   frame = stats.read_csv(path, record.DEFAULT_METRIC, 'seed', FACTORS)
-  if tool == 'stats':  # what `python -m analysis.study --csv` does, every pair compared
+  if tool == 'stats':  # what `python -m analysis.analyse --csv` does, every pair compared
     out = answer.analyse(frame, {}, FACTORS, record.DEFAULT_METRIC, margin=0.3)
     report.render(out, 'md')
     pairs = out.pairs
@@ -103,7 +104,8 @@ def run_tool(tool, path):
 def measure(tool, path, mixed_max_rows=None):
   """The child: one JSON line with seconds, peak RSS and the method the tool reports; every module
   run_tool imports is imported here, before the clock starts."""
-  from analysis import answer, attribution, effects, report, stats  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  from analysis.numbers import answer, attribution, effects, stats  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  from analysis.words import report
   if mixed_max_rows:  # measure MixedLM beyond the size where the attribution stops fitting it
     effects.MIXED_MAX_ROWS = mixed_max_rows
   after_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -158,7 +160,7 @@ def parse_args(argv):
                  help='address-space limit of each measurement subprocess')
   p.add_argument('--timeout', type=int, default=600, help='seconds per measurement subprocess')
   p.add_argument('--mixed-max-rows', type=int, default=None,
-                 help='override analysis.effects.MIXED_MAX_ROWS (what MixedLM would cost beyond it)')
+                 help='override analysis.numbers.effects.MIXED_MAX_ROWS (what MixedLM would cost beyond it)')
   p.add_argument('--measure', choices=TOOLS, help=argparse.SUPPRESS)
   p.add_argument('--csv', help=argparse.SUPPRESS)
   args = p.parse_args(argv)

@@ -148,8 +148,8 @@ def shared_gpu_headline(ctx):
 
 
 def records(root):
-  """{run path relative to root: its record (None: nothing saved)} (analysis.results)."""
-  from analysis import results  # pylint: disable=import-outside-toplevel
+  """{run path relative to root: its record (None: nothing saved)} (analysis.inputs.results)."""
+  from analysis.inputs import results  # pylint: disable=import-outside-toplevel
   return {os.path.relpath(run, root): r for run, r in results.read_all(root)
           if not isinstance(r, Exception)}
 

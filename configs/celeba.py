@@ -72,7 +72,7 @@ PAIRED_SD_PP = 1.27
 PAIRED_SD_SOURCE = ('sqrt(2) x SEED_SD_PP: arms sharing a seed assumed uncorrelated (no credit '
                     'for pairing), as in the digits pilot, where the per-seed differences between '
                     'arms had sd 1.1-1.4 pp at arm sds of 0.4-1.3 pp')
-# statsmodels power (analysis/inference.py seeds_needed, paired, alpha 0.05, 80% power) at
+# statsmodels power (analysis/numbers/inference.py seeds_needed, paired, alpha 0.05, 80% power) at
 # PAIRED_SD_PP and MARGIN_PP: 15 seeds to detect a difference of the margin, 16 to show
 # equivalence within it; tests/test_sweep.py checks the number. It is the n of a two-arm paired
 # comparison; the factorial's main effects and the gap residual pool 4 or more arms per level.
@@ -101,20 +101,20 @@ def get_sweep(arg=None):
   return [{**arm, 'seed': seed} for arm in arms for seed in range(SEEDS)]
 
 
-# Short arm labels (analysis/declaration.py): an arm is named by what differs from the reference.
+# Short arm labels (analysis/inputs/declaration.py): an arm is named by what differs from the reference.
 LABELS = {'profile': '{}', 'batchnorm_group': 'BN/{}',
           'compute_dtype': {'bfloat16': 'bf16 activations', 'float32': 'f32 activations'}}
 
 
 # "Explained by numerics" needs the numerics part to be at least this share of the platform gap
-# by the share's lower 95% bound (analysis/gap_verdict.py).
+# by the share's lower 95% bound (analysis/numbers/gap_verdict.py).
 MIN_SHARE = 0.5
 MIN_SHARE_REASON = ('the numerics must be the larger part of the gap at 95% confidence for the '
                     'gap to count as explained by them')
 
 
 def get_study(arg=None):
-  """The declaration (analysis/declaration.py) that sweeps.sweep writes into the root before the
+  """The declaration (analysis/inputs/declaration.py) that sweeps.sweep writes into the root before the
   first run and the analysis reads: margin, factors, reference levels, controls, short labels,
   and the power calculation behind SEEDS."""
   del arg

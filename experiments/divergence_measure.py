@@ -4,7 +4,7 @@ Distances (float64): ||θa-θb||/||θa|| over all parameters and per group (stem
 max |θa-θb|, the same for the BatchNorm running statistics, and on logits ||La-Lb||/||La|| plus the
 fraction of examples whose prediction differs (argmax; for multilabel tasks: any label's sign).
 Over seeds: the mean with the min–max band (and the sd and the 95% Student t-interval of the mean,
-analysis/inference.py). Whole-test-set disagreement, per pair (per seed): disagreeing images /
+analysis/numbers/inference.py). Whole-test-set disagreement, per pair (per seed): disagreeing images /
 test images with the 95% Wilson score interval (statsmodels `proportion_confint`, method
 'wilson'); across seeds: the mean of the per-pair rates r_s with the 95% Student t-interval over
 the independent pairs, r̄ ± t_{0.975, m−1} sd(r_s)/√m (seeds are the units: pooling the images of
@@ -17,7 +17,7 @@ import jax
 import numpy as np
 from statsmodels.stats.proportion import proportion_confint
 
-from analysis import inference
+from analysis.numbers import inference
 from models import resnet
 
 GROUPS = ('stem', 'layer1', 'layer2', 'layer3', 'layer4', 'head')

@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from analysis import style
+from analysis.figures import style
+from analysis.words import tables
 from experiments import divergence_measure as measure
 
 KIND_TITLES = {'b': 'a vs b', 'control': 'a vs control', 'ceiling': 'a vs a, other seed'}
@@ -135,11 +136,11 @@ def markdown(result):
   pairs = [PAIRS[kind].format(control=control) for kind in result['curves']]
   return '\n'.join([
       *header(result), '\nPairs:\n', *pairs, EXPLAIN.format(band=measure.BAND_NAME),
-      '## Parameter distance during training\n', style.markdown(curve_table(result, PARAMS, True)),
-      '## Probe logits during training\n', style.markdown(curve_table(result, PROBE, False)),
-      f"## Per group at step {result['steps'][-1]}\n", style.markdown(group_table(result)),
+      '## Parameter distance during training\n', tables.markdown(curve_table(result, PARAMS, True)),
+      '## Probe logits during training\n', tables.markdown(curve_table(result, PROBE, False)),
+      f"## Per group at step {result['steps'][-1]}\n", tables.markdown(group_table(result)),
       '## Prediction disagreement on the whole test set\n',
-      FINAL.format(ci=measure.CI_NAME, across=measure.ACROSS_NAME), style.markdown(final_table(result))])
+      FINAL.format(ci=measure.CI_NAME, across=measure.ACROSS_NAME), tables.markdown(final_table(result))])
 
 
 def plot_band(ax, x, series, color, label, lw=1.4):

@@ -247,29 +247,31 @@ def fmt(v):
 
 def markdown(result):
   """The Markdown report: products by reduction length, layers, model, pairs."""
-  from analysis import style  # pylint: disable=import-outside-toplevel
+  from analysis.figures import style  # pylint: disable=import-outside-toplevel
+  from analysis.words import tables
   settings, info = result['settings'], result['info']
   lines = [f"## Numerics on {info['platform']} ({info['device_kind']}), jax {info['jax']}\n",
            'Relative L2 error against float64.\n', '### Matmuls [rows, K] @ [K, cols]\n']
-  lines.append(style.markdown([{'setting': s, **{f'K={k}': fmt(result['matmul'][s][k])
+  lines.append(tables.markdown([{'setting': s, **{f'K={k}': fmt(result['matmul'][s][k])
                                                  for k in MATMUL_K}} for s in settings]))
   lines.append('\n### ResNet-18 layers (K = reduction length)\n')
-  lines.append(style.markdown([{'layer': r['name'], 'K': str(r['K']),
+  lines.append(tables.markdown([{'layer': r['name'], 'K': str(r['K']),
                                 **{s: fmt(r[s]) for s in settings}} for r in result['layers']]))
   if result['model']:
     lines.append('\n### Small ResNet-18, one training-mode step\n')
-    lines.append(style.markdown([{'setting': s, 'logits': fmt((e or {}).get('logits')),
+    lines.append(tables.markdown([{'setting': s, 'logits': fmt((e or {}).get('logits')),
                                   'grads': fmt((e or {}).get('grads'))}
                                  for s, e in result['model'].items()]))
   lines.append('\n### Emulated vs native (relative L2 difference; products: worst case)\n')
-  lines.append(style.markdown([{k: (v if isinstance(v, str) else fmt(v)) for k, v in r.items()}
+  lines.append(tables.markdown([{k: (v if isinstance(v, str) else fmt(v)) for k, v in r.items()}
                                for r in result['pairs']]))
   return '\n'.join(lines)
 
 
 def figure(result, out_dir):
   """Error vs reduction length per setting: matmuls and layers, log-log."""
-  from analysis import style  # pylint: disable=import-outside-toplevel
+  from analysis.figures import style  # pylint: disable=import-outside-toplevel
+  from analysis.words import tables
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   style.apply()
   colors = style.arm_colors(result['settings'])

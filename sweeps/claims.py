@@ -5,7 +5,7 @@ runs), so of two sweeps on one root one starts each run, and only it writes the 
 
 import os
 
-from analysis import results
+from analysis.inputs import results
 from trainer import lock
 from runrecord import record
 

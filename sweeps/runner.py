@@ -43,8 +43,8 @@ import threading
 import time
 from typing import Any
 
-from analysis import results
-from sweeps import checks, claims
+from analysis.inputs import results
+from sweeps import claims
 from runrecord import record
 from trainer import gpu_memory, lock, platforms, reporting
 

@@ -6,7 +6,7 @@ figures).
 
 Runs `python -m sweeps.sweep` (arms x seeds of the config's get_sweep(); finished runs are
 skipped, so the command resumes; a get_study() declaration is written into the root as
-study.json before the first run), then `python -m analysis.study` on the root's runs, and on
+study.json before the first run), then `python -m analysis.analyse` on the root's runs, and on
 those of the roots given with --runs (the same study on other platforms or machines, local or
 gs://): the report (Markdown on stdout and in ROOT/report.md; ROOT/report.tex,
 ROOT/report_<table>.csv), the attribution with the declared factors, reference levels and
@@ -21,8 +21,9 @@ import os
 import sys
 import time
 
-from analysis import answer, results, stats
-from analysis import study as analysis_study
+from analysis import analyse
+from analysis.inputs import results
+from analysis.numbers import answer, stats
 from sweeps import sweep
 from trainer import reporting
 
@@ -62,14 +63,14 @@ def report(root, group_by, metric, margin=None, config=None, margin_reason=None,
   frame, hist, declared = results.load_study(roots, config=config)
   out = answer.analyse(frame, declared, group_by, metric, margin, margin_reason,
                        all_pairs=all_pairs, source=' '.join(roots), run_folders=True)
-  return analysis_study.publish(out, hist, 'md', root)
+  return analyse.publish(out, hist, 'md', root)
 
 
 def main(argv=None):
   args = parse_args(argv)
   if '://' in args.root:
     print(f'error: --root={args.root}: a study runs locally; for bucket roots use '
-          'python -m sweeps.sweep --dry-run, then python -m analysis.study --runs=',
+          'python -m sweeps.sweep --dry-run, then python -m analysis.analyse --runs=',
           file=sys.stderr)
     return 2
   missing = [r for r in args.runs if '://' not in r and not os.path.isdir(r)]

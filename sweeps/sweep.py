@@ -16,7 +16,7 @@
 so each run can be repeated from its command alone. Before anything is launched or written, every
 run's config, data and workdir are checked (sweeps/checks.py): all problems are printed,
 one line each, and the exit code is 2. A config file with `get_study(arg)` declares what the
-analysis will test (analysis/declaration.py): it is written into the root as study.json before the
+analysis will test (analysis/inputs/declaration.py): it is written into the root as study.json before the
 first run, and a declaration that differs from the root's once runs exist is one of those problems. Runs whose saved results say 'completed' are skipped; the
 others are (re)launched and the trainer resumes them from their latest checkpoint. Each run's output
 is appended to `<run dir>/train.log`; launching, watching and stopping the runs (signals included)
@@ -36,7 +36,7 @@ import signal
 import sys
 
 from sweeps import checks, claims, runner, scripts
-from analysis import declaration
+from analysis.inputs import declaration
 from configs import common, loader
 from input_pipeline import base
 from runrecord import record
@@ -202,7 +202,7 @@ def write_plan(runs, path, arg, root, files):
 
 def runs_exist(root):
   """Does the (local) root hold any run (a folder with checkpoints/)?"""
-  from analysis import results  # pylint: disable=import-outside-toplevel
+  from analysis.inputs import results  # pylint: disable=import-outside-toplevel
   return os.path.isdir(root) and bool(results.find_runs(root))
 
 

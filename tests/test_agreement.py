@@ -1,4 +1,4 @@
-"""analysis/agreement.py, agreement_pairs.py, agreement_section.py and agreement_figure.py on
+"""analysis/numbers/agreement.py, agreement_pairs.py, agreement_section.py and agreement_figure.py on
 planted predictions (no training, no saved runs)."""
 
 import os
@@ -9,8 +9,10 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.proportion import proportion_confint
 
-from analysis import agreement, agreement_figure, agreement_pairs, agreement_section, answer
-from analysis import declaration, stats
+from analysis import analyse
+from analysis.figures import churn_ladder
+from analysis.inputs import declaration
+from analysis.numbers import agreement, agreement_pairs, agreement_section, answer, stats
 
 N, CLASSES, FINGERPRINT = 400, 10, 'e17be61d6f4e908a'
 LABELS = np.random.default_rng(0).integers(0, CLASSES, N).astype(np.int32)
@@ -163,7 +165,7 @@ def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):
   assert len(table[table['kind'] == 'contrast']) == 14  # the declared contrasts
   assert table.loc[table['kind'] == 'identical', 'label_a'].tolist() == ['cpu: f32']
   assert section.summary.startswith('Agreement (churn') and section.missing == []
-  paths = agreement_section.write(section, str(tmp_path))
+  paths = analyse.write_agreement(section, str(tmp_path))
   names = {os.path.basename(p) for p in paths}
   assert {'report_agreement.csv', 'report_calibration.csv', 'report_train_loss.csv',
           'report_per_class.csv', 'churn_ladder.png', 'churn_ladder.pdf'} <= names
@@ -178,7 +180,7 @@ def test_old_records_without_predictions_still_analyse(tmp_path, published):
   assert section.summary.startswith('Agreement: no predictions in any of the 256 runs')
   assert section.table.empty and section.calibration.empty
   assert len(section.train_loss) == 16  # from the runs table: still there
-  paths = agreement_section.write(section, str(tmp_path))
+  paths = analyse.write_agreement(section, str(tmp_path))
   assert [os.path.basename(p) for p in paths] == ['report_agreement.csv', 'report_train_loss.csv']
 
 
@@ -198,8 +200,8 @@ def test_without_a_declaration_every_pair_of_arms_on_one_platform_is_compared():
 def test_a_long_ladder_is_cut_to_a_readable_page():
   rows = ([{'kind': 'contrast', 'platform_a': 'cpu'}] * 60 + [{'kind': 'seed', 'platform_a': 'cpu'}] * 10
           + [{'kind': 'seed', 'platform_a': 'gpu'}] * 3 + [{'kind': 'seed_all', 'platform_a': 'cpu'}])
-  drawn, left_out = agreement_figure.drawn_rows(pd.DataFrame(rows))
-  assert len(drawn) == agreement_figure.MAX_ROWS and left_out == 60 - (agreement_figure.MAX_ROWS - 4)
+  drawn, left_out = churn_ladder.drawn_rows(pd.DataFrame(rows))
+  assert len(drawn) == churn_ladder.MAX_ROWS and left_out == 60 - (churn_ladder.MAX_ROWS - 4)
   assert list(drawn['kind'].iloc[-4:]) == ['seed'] * 3 + ['seed_all']  # cpu's arms: pooled only
 
 
@@ -250,12 +252,12 @@ def test_churn_by_source_with_init_and_data_order_seeds():
 
 def test_the_study_command_writes_the_agreement_files_from_a_csv(tmp_path, capsys):
   """A CSV holds no predictions: the agreement CSV comes with no rows, the loss table is there."""
-  from analysis import study  # pylint: disable=import-outside-toplevel
+  from analysis import analyse  # pylint: disable=import-outside-toplevel
   frame = pd.read_csv(CSV)
   keep = frame['platform'].eq('cpu') & frame['seed'].lt(4) & frame[
       'numerics.requested.profile'].isin(['f32', 'bf16_noise'])
   frame[keep].to_csv(tmp_path / 'small.csv', index=False)
-  study.main(['--csv', str(tmp_path / 'small.csv'), '--out', str(tmp_path / 'out')])
+  analyse.main(['--csv', str(tmp_path / 'small.csv'), '--out', str(tmp_path / 'out')])
   written = capsys.readouterr().err
   assert 'report_agreement.csv' in written and 'report_train_loss.csv' in written
   assert pd.read_csv(tmp_path / 'out' / 'report_agreement.csv').empty

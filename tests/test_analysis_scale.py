@@ -1,4 +1,4 @@
-"""analysis.stats and analysis.attribution at scale and on hostile input (issue #23, items 1-3 and
+"""analysis.numbers.stats and analysis.numbers.attribution at scale and on hostile input (issue #23, items 1-3 and
 the analysis parts of 9): methods chosen by size, seed fixed effects without dense seed matrices,
 the memory guard, arms split by every config field, integer seeds, one-line errors. Moderate sizes
 only (seconds); the 10^5-row numbers are benchmarks/bench_analysis.py's."""
@@ -13,8 +13,9 @@ import statsmodels.api as sm
 from pandas.core.groupby import groupby as pd_groupby
 from scipy import stats as sps
 
-from analysis import answer, attribution, effects, inference, report, stats
-from analysis import study as analysis_study
+from analysis import analyse, attribute
+from analysis.numbers import answer, attribution, effects, inference, stats
+from analysis.words import report
 from benchmarks import bench_analysis
 from tests.test_record import make_record, smoke
 from runrecord import record
@@ -88,7 +89,7 @@ def test_memory_guard_refuses_a_design_it_cannot_hold(tmp_path, capsys):
   table = bench_analysis.runs_table(2_500)
   table['tag'] = [f't{i}' for i in range(len(table))]
   table.to_csv(tmp_path / 'runs.csv', index=False)
-  code, err = one_line_error(capsys, attribution.main, [
+  code, err = one_line_error(capsys, attribute.main, [
       '--csv', str(tmp_path / 'runs.csv'), '--metric', 'accuracy', '--factors', 'platform', 'tag'])
   assert code == 2 and err.startswith('error: --factors: ')
   assert 'tag has 10,000 levels' in err and 'GB' in err and 'drop it' in err
@@ -108,7 +109,7 @@ def test_design_names_a_confounded_term_from_its_distinct_rows():
                              'profile=tpu_default'] and len(X) == 200
 
 
-# Item 2: analysis.stats at any size.
+# Item 2: analysis.numbers.stats at any size.
 
 def test_mann_whitney_method_by_size():
   """Exact where cheap and defined, else the normal approximation scipy uses."""
@@ -192,7 +193,7 @@ def test_more_arms_than_a_report_can_compare_is_one_line_naming_group_by(tmp_pat
   table = bench_analysis.runs_table(402)
   table['tag'] = (table['seed'] % 201).astype(str)
   table.to_csv(tmp_path / 'runs.csv', index=False)
-  code, err = one_line_error(capsys, analysis_study.main, [
+  code, err = one_line_error(capsys, analyse.main, [
       '--csv', str(tmp_path / 'runs.csv'), '--metric', 'accuracy', '--group-by', 'tag'])
   assert code == 2 and err.startswith('error: --group-by: 201 arms (by tag), more than this report')
   assert f'{stats.MAX_ARMS} arms at most: up to 19,900 pairs' in err and 'fewer or coarser' in err
@@ -240,11 +241,11 @@ def test_seeds_print_as_integers_in_every_table(tmp_path, capsys):
       'platform,seed,accuracy\ntpu,0,0.70\ntpu,1,0.71\ntpu,1,0.72\ntpu,2,0.69\n'
       'gpu,0,0.70\ngpu,1,0.70\ngpu,2,0.68\ngpu,,0.71\n')
   argv = ['--csv', str(tmp_path / 'r.csv'), '--group-by', 'platform', '--metric', 'accuracy']
-  analysis_study.main(argv)
+  analyse.main(argv)
   text = capsys.readouterr().out
   assert 'seed 1 repeated with a different value' in text and '| tpu | 1 | 2 |' in text
   assert '| 0–2 |' in text and '.0 ' not in text and '.0 |' not in text
-  analysis_study.main(argv + [f'--out={tmp_path}/o'])
+  analyse.main(argv + [f'--out={tmp_path}/o'])
   assert (tmp_path / 'o' / 'report_replicates.csv').read_text().splitlines()[1].startswith('tpu,1,2,')
   assert pd.read_csv(tmp_path / 'o' / 'report_arms.csv')['seeds'].tolist() == ['0–2', '0–2']
 
@@ -257,7 +258,7 @@ def test_attribution_with_one_seed_per_arm(tmp_path, capsys):
   a correct analysis, OLS with HC3 errors on 1 residual df, saying why."""
   path = tmp_path / 'one.csv'
   path.write_text('platform,profile,seed,accuracy\ngpu,native,0,0.70\ngpu,f32,0,0.71\n')
-  code, err = one_line_error(capsys, attribution.main, [
+  code, err = one_line_error(capsys, attribute.main, [
       '--csv', str(path), '--factors', 'profile', '--metric', 'accuracy'])
   assert code == 2 and err.startswith('error: --factors: 2 usable runs for 2 coefficients')
   path.write_text('platform,profile,seed,accuracy\ngpu,native,0,0.70\ngpu,f32,0,0.71\n'
@@ -271,7 +272,7 @@ def test_attribution_with_one_seed_per_arm(tmp_path, capsys):
 def test_an_empty_csv_is_named_as_the_csv(tmp_path, capsys, content):
   path = tmp_path / 'empty.csv'
   path.write_text(content)
-  for main, argv in ((analysis_study.main, []), (attribution.main, ['--factors', 'platform'])):
+  for main, argv in ((analyse.main, []), (attribute.main, ['--factors', 'platform'])):
     code, err = one_line_error(capsys, main, ['--csv', str(path), '--metric', 'accuracy'] + argv)
     assert code == 2 and err.startswith(f'error: --csv: {path} ') and 'no runs' in err
 
@@ -280,7 +281,7 @@ def test_duplicate_column_names_are_refused(tmp_path, capsys):
   """pandas would read the second 'accuracy' as 'accuracy.1' and analyse the first silently."""
   path = tmp_path / 'dup.csv'
   path.write_text('platform,accuracy,seed,accuracy\ntpu,0.7,0,0.8\ngpu,0.6,0,0.9\n')
-  code, err = one_line_error(capsys, analysis_study.main, ['--csv', str(path), '--metric',
+  code, err = one_line_error(capsys, analyse.main, ['--csv', str(path), '--metric',
                                                            'accuracy'])
   assert code == 2 and err.startswith(f'error: --csv: {path} has duplicate column names: accuracy')
 

@@ -1,4 +1,4 @@
-"""The study's answer (analysis.answer -> analysis.report): the one-page answer first (question,
+"""The study's answer (analysis.numbers.answer -> analysis.words.report): the one-page answer first (question,
 platforms and software with version differences flagged, decomposition, contrasts), report.tex as
 booktabs tables, and several roots (local folders here) giving the tables of one root holding
 them all."""
@@ -7,8 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import answer, declaration, report, results
-from analysis import study as analysis_study
+from analysis import analyse
+from analysis.inputs import declaration, results
+from analysis.numbers import answer
+from analysis.words import report
 from test_contrasts import DIGITS, digits_frame
 from runrecord import record
 
@@ -104,7 +106,7 @@ def test_two_roots_give_the_same_tables_as_one_root_holding_both(tmp_path, capsy
     results.load_runs([str(tmp_path / 'all'), roots[0]])  # a root inside another
   assert '\n' not in str(e.value)
   declaration.write(tmp_path / 'all' / 'gpu', SMALL)  # the command reads the roots' declaration
-  analysis_study.main(['--runs', *roots, '--out', str(tmp_path / 'out')])
+  analyse.main(['--runs', *roots, '--out', str(tmp_path / 'out')])
   captured = capsys.readouterr()
   assert '| native gap (gpu − cpu) |' in captured.out
   written = {line.split(str(tmp_path / 'out') + '/')[1] for line in captured.err.splitlines()
@@ -137,10 +139,10 @@ def test_study_flag_is_the_declaration_when_the_roots_declare_different_studies(
   declaration.write(roots[0], SMALL)
   declaration.write(roots[1], {**SMALL, 'margin': 2.0})
   with pytest.raises(SystemExit) as e:
-    analysis_study.main(['--runs', *roots])
+    analyse.main(['--runs', *roots])
   assert e.value.code == 2 and 'declare different studies' in capsys.readouterr().err
   study = declaration.write(tmp_path / 'declared', {**SMALL, 'margin': 0.7})
-  analysis_study.main(['--runs', *roots, '--study', study])
+  analyse.main(['--runs', *roots, '--study', study])
   captured = capsys.readouterr()
   assert 'Equivalence margin ±0.7 pp' in captured.out and 'error' not in captured.err
 

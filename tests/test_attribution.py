@@ -1,4 +1,4 @@
-"""analysis.attribution, its renderer and forest plot on synthetic runs with planted effects (fixed
+"""analysis.numbers.attribution, its renderer and forest plot on synthetic runs with planted effects (fixed
 RNG). The gap decomposition's verdicts and share: tests/test_gap.py."""
 
 import numpy as np
@@ -7,7 +7,10 @@ import pytest
 import statsmodels.formula.api as smf
 from scipy import stats as sps
 
-from analysis import answer, attribution, attribution_report, declaration, effects
+from analysis import attribute
+from analysis.inputs import declaration
+from analysis.numbers import answer, attribution, effects
+from analysis.words import attribution_text
 from runrecord import record
 
 METRIC = 'final.test_accuracy'
@@ -38,7 +41,7 @@ def runs_frame(platforms=('gpu', 'tpu'), seeds=range(8), native=True, platform_s
 
 
 def show(out):
-  text = attribution_report.render(out)
+  text = attribution_text.render(out)
   print(text)
   return text
 
@@ -165,7 +168,7 @@ def test_csv_without_seed_column_uses_hc3(tmp_path, capsys):
   frame = frame.rename(columns={METRIC: 'acc', PROFILE: 'fmt'})[['platform', 'fmt', 'acc']]
   path = tmp_path / 'published.csv'
   frame.to_csv(path, index=False)
-  attribution.main(['--csv', str(path), '--metric', 'acc', '--factors', 'fmt',
+  attribute.main(['--csv', str(path), '--metric', 'acc', '--factors', 'fmt',
                     '--reference', 'fmt=f32'])
   text = capsys.readouterr().out
   assert 'no seed column' in text and 'HC3' in text and '(1 | seed)' not in text
@@ -192,7 +195,8 @@ def test_files_written_with_exact_csv_columns(tmp_path):
   frame.loc[0, 'status'], frame.loc[0, 'reason'] = 'failed', 'loss is NaN'
   frame.loc[1, METRIC] = np.inf
   out = attribution.run(frame, ['platform', 'profile'], reference={'profile': 'f32'},
-                        margin=0.3, noise_arm={'profile': 'noise'}, out_dir=str(tmp_path))
+                        margin=0.3, noise_arm={'profile': 'noise'})
+  attribute.write(out, str(tmp_path))
   table = pd.read_csv(tmp_path / 'attribution.csv')
   assert list(table.columns) == ['term', 'estimate', 'ci_low', 'ci_high', 'p']
   assert table['term'].tolist() == out.terms['term'].tolist() and len(table) == 5
@@ -224,7 +228,7 @@ def test_bad_flags_one_line_error_exit_2(tmp_path, capsys, argv, message):
   path = tmp_path / 'runs.csv'
   runs_frame(seeds=range(3)).to_csv(path, index=False)
   with pytest.raises(SystemExit) as e:
-    attribution.main(['--csv', str(path)] + argv)
+    attribute.main(['--csv', str(path)] + argv)
   err = capsys.readouterr().err
   assert e.value.code == 2 and err.startswith(message) and err.count('\n') == 1, err
 
@@ -258,7 +262,7 @@ def test_cli_on_saved_runs_writes_the_outputs(tmp_path, capsys):
         'status': 'failed' if i == 4 else 'completed', 'reason': 'loss is NaN' if i == 4 else '',
         'seed': seed, 'platform': 'cpu', 'numerics': {'requested': {'profile': profile}},
         'final': {'test_accuracy': acc}})
-  attribution.main(['--runs', str(tmp_path / 'runs'), '--factors', 'profile', '--margin', '0.5',
+  attribute.main(['--runs', str(tmp_path / 'runs'), '--factors', 'profile', '--margin', '0.5',
                     '--out', str(tmp_path / 'out')])
   text = capsys.readouterr().out
   assert 'runs: 4 used, 1 excluded' in text and 'failed: loss is NaN' in text

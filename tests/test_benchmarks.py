@@ -192,9 +192,9 @@ def test_bench_analysis_times_after_every_import_of_the_tools(subprocess_env):
   """What bench_analysis times starts after the imports (its module doc): the analysis modules the
   tools use are loaded before run_tool is called (answer and report were imported inside it)."""
   code = ('import sys; from benchmarks import bench_analysis; '
-          "bench_analysis.run_tool = lambda tool, path: ' '.join(m for m in ('analysis.answer', "
-          "'analysis.report', 'analysis.stats', 'analysis.attribution', 'analysis.contrasts', "
-          "'analysis.declaration', 'analysis.summary') if m not in sys.modules) or 'none'; "
+          "bench_analysis.run_tool = lambda tool, path: ' '.join(m for m in ('analysis.numbers.answer', "
+          "'analysis.words.report', 'analysis.numbers.stats', 'analysis.numbers.attribution', 'analysis.numbers.contrasts', "
+          "'analysis.inputs.declaration', 'analysis.words.summary') if m not in sys.modules) or 'none'; "
           "bench_analysis.measure('stats', 'unread.csv')")
   out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=subprocess_env,
                        capture_output=True, text=True, timeout=300)

@@ -1,4 +1,4 @@
-"""analysis/calibration.py and analysis/per_class.py on hand-computed tiny tables and planted runs."""
+"""analysis/numbers/calibration.py and analysis/numbers/per_class.py on hand-computed tiny tables and planted runs."""
 
 import os
 
@@ -8,7 +8,7 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
-from analysis import calibration, per_class, stats
+from analysis.numbers import calibration, per_class, stats
 
 CSV = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'results',
                    'digits_h100_cpu.csv')

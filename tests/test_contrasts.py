@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from statsmodels.stats import multitest
 
-from analysis import answer, contrasts, declaration
+from analysis.inputs import declaration
+from analysis.numbers import answer, contrasts
 from configs import digits
 from sweeps import sweep
 from runrecord import record

@@ -7,7 +7,8 @@ import platform as host
 
 import pytest
 
-from analysis import results, stats
+from analysis.inputs import results
+from analysis.numbers import stats
 from configs import digits
 from numerics import setup as numerics_setup
 from trainer import run

@@ -1,4 +1,4 @@
-"""analysis.figures and analysis.forest on fake Orbax runs: every figure is written as a readable
+"""analysis.figures.study_figures and analysis.figures.forest on fake Orbax runs: every figure is written as a readable
 PDF and 300-dpi PNG at its printed size (one column 3.3 in, two columns 6.9 in), shows the seeds,
 names arms by their short labels, has legends only for what it draws (inside the figure), and
 plots training from per-step records."""
@@ -15,7 +15,10 @@ from matplotlib.patches import Patch, PathPatch
 from PIL import Image
 import pytest
 
-from analysis import answer, figures, forest, results, stats, style
+from analysis import draw
+from analysis.figures import forest, study_figures, style
+from analysis.inputs import results
+from analysis.numbers import answer
 from test_contrasts import DIGITS, digits_frame
 from runrecord import record
 
@@ -104,7 +107,7 @@ def analysed(root, **kw):
 
 def test_all_figures_written_and_readable(tmp_path, capsys):
   make_study(tmp_path / 'runs')
-  figures.main([f'--runs={tmp_path}/runs', f'--out={tmp_path}/figs', '--margin=0.5'])
+  draw.main([f'--runs={tmp_path}/runs', f'--out={tmp_path}/figs', '--margin=0.5'])
   written = capsys.readouterr().out.split()
   names = {'accuracy_by_arm', 'contrasts', 'training_curves'}  # no declaration: no attribution
   assert sorted(written) == sorted(f'{tmp_path}/figs/{n}.{e}' for n in names for e in ('pdf', 'png'))
@@ -123,7 +126,7 @@ def test_points_for_every_seed_and_no_boxes_below_ten(tmp_path):
   make_study(tmp_path / 'runs', arms=(('tpu', 'float32', 0.9), ('gpu', 'float32', 0.899)))
   out, _, _ = analysed(tmp_path / 'runs')
   style.apply()
-  fig = figures.draw_accuracy_by_arm(out)
+  fig = study_figures.draw_accuracy_by_arm(out)
   ax = fig.axes[0]
   assert not [p for p in ax.patches if isinstance(p, PathPatch)]  # n = 5: no box
   points = [c for c in ax.collections if isinstance(c, PathCollection)]
@@ -134,7 +137,7 @@ def test_points_for_every_seed_and_no_boxes_below_ten(tmp_path):
   labels = [t.get_text() for t in ax.get_legend().get_texts()]
   assert labels == ['gpu: one seed', 'tpu: one seed', 'mean ± 95% CI (t-interval)']  # colour = platform
   many = pd.concat([out.units.assign(seed=out.units['seed'] + 100 * k) for k in range(2)])
-  fig = figures.draw_accuracy_by_arm(dataclasses.replace(out, units=many))  # 10 seeds per arm: boxes appear
+  fig = study_figures.draw_accuracy_by_arm(dataclasses.replace(out, units=many))  # 10 seeds per arm: boxes appear
   assert len([p for p in fig.axes[0].patches if isinstance(p, PathPatch)]) == 2
   assert not legend_problems(fig)
 
@@ -144,7 +147,7 @@ def test_contrast_legend_lists_only_drawn_kinds(tmp_path):
   make_study(tmp_path / 'a', arms=(('gpu', 'float32', 0.9),), seeds=range(10, 13))
   out, hist, steps = analysed(tmp_path / 'a')
   style.apply()
-  fig = forest.draw_contrasts(figures.contrast_table(out), {}, 0.5, 'pp')  # one Welch Δ, no noise arm
+  fig = forest.draw_contrasts(study_figures.contrast_table(out), {}, 0.5, 'pp')  # one Welch Δ, no noise arm
   labels = [t.get_text() for t in fig.legends[0].get_texts()]
   assert labels == ['margin ±0.5 pp', '95% CI', '90% CI', 'Δ'] and not legend_problems(fig)
   assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ['gpu − tpu']
@@ -160,7 +163,7 @@ def pdf_size_in(path):
 
 def test_every_figure_is_drawn_at_its_printed_size_with_short_labels_inside_the_figure(tmp_path):
   out = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
-  paths = figures.make_all(out, pd.DataFrame(columns=['run', 'epoch']), str(tmp_path),
+  paths = study_figures.make_all(out, pd.DataFrame(columns=['run', 'epoch']), str(tmp_path),
                            steps=pd.DataFrame(columns=list(results.STEP_COLUMNS)))
   widths = {'accuracy_by_arm': style.TWO_COLUMN_IN, 'contrasts': style.ONE_COLUMN_IN,
             'attribution_forest': style.ONE_COLUMN_IN, 'gap_decomposition': style.ONE_COLUMN_IN}
@@ -170,7 +173,7 @@ def test_every_figure_is_drawn_at_its_printed_size_with_short_labels_inside_the_
     with Image.open(f'{tmp_path}/{name}.png') as img:
       assert img.size[0] == round(300 * width), name
   style.apply()
-  fig = figures.draw_accuracy_by_arm(out)
+  fig = study_figures.draw_accuracy_by_arm(out)
   ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
   assert ticks[:2] == ['native', 'f32'] and 'BN/16' in ticks and 'bf16\nactivations' in ticks
   assert not any('=' in t for t in ticks) and not legend_problems(fig)
@@ -252,12 +255,12 @@ def test_a_platform_has_one_colour_in_every_figure():
   assert style.platform_colors(['gpu']) == {'gpu': style.PLATFORM_COLORS['gpu']}  # whatever else a figure shows
   assert style.platform_colors(['tpu', 'gpu', 'cpu'])['gpu'] == style.PLATFORM_COLORS['gpu']
   style.apply()
-  ax = figures.draw_accuracy_by_arm(out).axes[0]
+  ax = study_figures.draw_accuracy_by_arm(out).axes[0]
   info = out.arm_info
   points = [c for c in ax.collections if isinstance(c, PathCollection)]
   assert len(points) == len(info)
   assert {to_hex(c.get_edgecolor()[0]) for c in points} == {cpu, gpu}
-  ax = forest.draw_contrasts(figures.contrast_table(out), forest.floors_of(out.noise),
+  ax = forest.draw_contrasts(study_figures.contrast_table(out), forest.floors_of(out.noise),
                              out.margin, out.unit).axes[0]
   assert {to_hex(line.get_color()) for line in ax.lines if line.get_marker() != 'None'} >= {cpu, gpu}
   assert band_colors(ax) == {cpu, gpu}
@@ -273,7 +276,7 @@ def test_a_platform_has_one_colour_in_every_figure():
 def test_contrasts_draw_one_noise_band_and_legend_key_per_platform():
   out = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
   style.apply()
-  fig = forest.draw_contrasts(figures.contrast_table(out), {'cpu': 0.4, 'gpu': 0.5}, 2.0, 'pp')
+  fig = forest.draw_contrasts(study_figures.contrast_table(out), {'cpu': 0.4, 'gpu': 0.5}, 2.0, 'pp')
   legend = fig.legends[0]
   keys = {t.get_text(): h for t, h in zip(legend.get_texts(), legend.legend_handles)}
   assert [k for k in keys if k.startswith('noise')] == ['noise floor gpu ±0.50 pp',
@@ -304,7 +307,7 @@ def curves_study():
 def test_identical_curves_stay_distinguishable_and_colour_is_the_platform():
   out, hist, steps = curves_study()
   style.apply()
-  fig = figures.draw_training_curves(out, hist, steps)
+  fig = study_figures.draw_training_curves(out, hist, steps)
   lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
   native, f32 = lines['native (cpu)'], lines['f32 (cpu) (identical to native)']
   assert list(native.get_ydata()) == list(f32.get_ydata())  # drawn on top of each other ...
@@ -324,7 +327,7 @@ def test_training_curves_are_built_from_per_step_records(tmp_path):
   make_study(tmp_path / 'runs', arms=(('tpu', 'float32', 0.9), ('gpu', 'float32', 0.899)))
   out, hist, steps = analysed(tmp_path / 'runs')
   style.apply()
-  fig = figures.draw_training_curves(out, hist, steps)
+  fig = study_figures.draw_training_curves(out, hist, steps)
   loss_ax, test_ax = fig.axes[:2]
   lines = {line.get_label(): line for line in loss_ax.get_lines()}
   gpu = lines['gpu']  # one platform per arm here: arms are labelled by the group-by label
@@ -343,7 +346,7 @@ def test_no_shared_seeds_and_colours_are_stable(tmp_path):
   make_study(tmp_path / 'a', arms=(('tpu', 'float32', 0.9),), seeds=range(3))
   make_study(tmp_path / 'a', arms=(('gpu', 'float32', 0.9),), seeds=range(10, 13))
   out, hist, _ = analysed(tmp_path / 'a')
-  paths = figures.make_all(out, hist, str(tmp_path / 'f'))  # steps read from the run folders
+  paths = study_figures.make_all(out, hist, str(tmp_path / 'f'))  # steps read from the run folders
   assert len(paths) == 6 and any('training_curves' in p for p in paths)
   check_files(paths)
   labels = list(out.arms['arm'])
@@ -353,7 +356,7 @@ def test_no_shared_seeds_and_colours_are_stable(tmp_path):
 
 def test_figures_cli_one_line_error(tmp_path, capsys):
   with pytest.raises(SystemExit) as e:
-    figures.main([f'--runs={tmp_path}', f'--out={tmp_path}/f'])
+    draw.main([f'--runs={tmp_path}', f'--out={tmp_path}/f'])
   message = capsys.readouterr().err
   assert e.value.code == 2 and message.startswith('error: --runs: no run') and message.count('\n') == 1
 

@@ -8,7 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import answer, declaration, export, findings, results, stats
+from analysis import export, findings
+from analysis.inputs import declaration, results
+from analysis.numbers import answer, stats
 from conftest import ROOT
 from test_answer import SMALL, fake_run
 

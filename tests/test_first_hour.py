@@ -22,7 +22,7 @@ def test_probe_says_no_difference_instead_of_naming_a_worst_layer(monkeypatch):
 
 def test_probe_legend_covers_no_line(monkeypatch, tmp_path):
   """Before: the legend sat inside the matmul axes, over a line."""
-  from analysis import style  # pylint: disable=import-outside-toplevel
+  from analysis.figures import style  # pylint: disable=import-outside-toplevel
   saved = []
   monkeypatch.setattr(style, 'save', lambda fig, out, name: saved.append(fig) or [])
   settings = ['default', 'emu:bf16', 'fast:bf16', 'emu:tf32', 'high']

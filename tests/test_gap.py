@@ -1,4 +1,4 @@
-"""The platform gap (analysis/gap.py, gap_verdict.py) on planted two-platform studies where the
+"""The platform gap (analysis/numbers/gap.py, gap_verdict.py) on planted two-platform studies where the
 estimand matters: the native arms' own paired gap, not a platform term pooled over every arm with
 profile=native; the exact per-seed identity G = fid_A - fid_B + N + P; verdicts that cannot call a
 gap beyond the margin "no gap" or a gap the numerics explain a quarter of "explained"; unequal arm
@@ -8,7 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import attribution, attribution_report, gap, gap_verdict, inference
+from analysis import attribute
+from analysis.numbers import attribution, gap, gap_verdict, inference
+from analysis.words import attribution_text
 
 METRIC = 'final.test_accuracy'
 COL = {'profile': 'numerics.requested.profile', 'batchnorm_group': 'numerics.requested.batchnorm_group',
@@ -101,7 +103,7 @@ def test_a_gap_beyond_the_margin_that_numerics_explain_a_quarter_of_is_neither_n
 def test_a_shown_gap_inside_the_margin_is_labelled_so():
   _, d = run(planted({('gpu', NATIVE): 0.6}, seeds=30), margin=2.0)
   assert d['gap_shown'] and d['gap_equivalent'] and d['verdict'] == 'gap within margin'
-  assert 'a real gap, smaller than the margin' in attribution_report.why(d, 'pp')
+  assert 'a real gap, smaller than the margin' in attribution_text.why(d, 'pp')
 
 
 @pytest.mark.parametrize('shift, verdict', [
@@ -112,8 +114,8 @@ def test_a_shown_gap_inside_the_margin_is_labelled_so():
 ])
 def test_each_planted_gap_gets_its_verdict(shift, verdict):
   out, d = run(planted(shift, seeds=16), margin=0.5 if verdict != 'no gap' else 2.0)
-  assert d['verdict'] == verdict, attribution_report.why(d, 'pp')
-  assert f'**gpu − cpu: {verdict}**' in attribution_report.render(out)
+  assert d['verdict'] == verdict, attribution_text.why(d, 'pp')
+  assert f'**gpu − cpu: {verdict}**' in attribution_text.render(out)
 
 
 def test_verdict_rules():
@@ -193,11 +195,12 @@ def test_a_missing_emulation_names_the_component_it_cannot_estimate():
   assert 'jax_gpu_default on cpu' in d['missing']['N_B'] and 'P_eA' in d['missing']
   assert d['N_estimable']  # from the GPU alone, and labelled so
   assert 'one platform only' in d['N_label']
-  assert 'not estimable: no runs of jax_gpu_default on cpu' in attribution_report.render(out)
+  assert 'not estimable: no runs of jax_gpu_default on cpu' in attribution_text.render(out)
 
 
 def test_decomposition_csv_columns(tmp_path):
-  out, _ = run(planted({('gpu', NATIVE): 1.0}), out_dir=str(tmp_path))
+  out, _ = run(planted({('gpu', NATIVE): 1.0}))
+  attribute.write_tables(out, str(tmp_path))
   table = pd.read_csv(tmp_path / 'attribution_decomposition.csv')
   for col in ('G', 'G_ci_low', 'G_ci_high', 'N', 'R', 'share', 'share_ci_low', 'share_ci_high',
               'verdict', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N_interaction', 'P', 'P_eA', 'P_eB',

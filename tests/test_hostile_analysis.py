@@ -14,9 +14,10 @@ import pandas as pd
 import pytest
 from etils import epath
 
-from analysis import attribution, cli, csv_input, declaration, export, report, results, stats
-from analysis import answer
-from analysis import study as analysis_study
+from analysis import analyse, attribute, cli, export
+from analysis.inputs import csv_input, declaration, results
+from analysis.numbers import answer, stats
+from analysis.words import report
 from tests.conftest import ROOT
 from tests.test_stats import fake_results
 from runrecord import record
@@ -84,9 +85,9 @@ def test_a_run_under_two_roots_is_one_line_naming_both_places(tmp_path, capsys):
   root = plant(tmp_path / 'root', seeds=(0,))
   os.makedirs(tmp_path / 'other')
   os.symlink(f'{root}/float32', tmp_path / 'other' / 'f32')
-  lines = cli_error(capsys, analysis_study.main, ['--runs', root, str(tmp_path / 'other')])
+  lines = cli_error(capsys, analyse.main, ['--runs', root, str(tmp_path / 'other')])
   assert len(lines) == 1 and f'{root}/float32/s0' in lines[0] and f'{tmp_path}/other/f32/s0' in lines[0]
-  lines = cli_error(capsys, analysis_study.main, ['--runs', root, f'{root}/bfloat16'])
+  lines = cli_error(capsys, analyse.main, ['--runs', root, f'{root}/bfloat16'])
   assert len(lines) == 1 and f'is under both {root} (as {root}/bfloat16/s0) and {root}/bfloat16 ' in lines[0]
 
 
@@ -119,10 +120,10 @@ def test_bad_metric_values_are_refused_naming_column_line_and_fix(tmp_path, caps
   values = fractions()
   values[5] = bad
   path = accuracy_csv(tmp_path / 'r.csv', values)
-  lines = cli_error(capsys, analysis_study.main, ['--csv', path, '--metric', 'accuracy'])
+  lines = cli_error(capsys, analyse.main, ['--csv', path, '--metric', 'accuracy'])
   assert lines[0].startswith(f'error: --csv {path}: accuracy, line 7: ') and line in lines[0], lines
   assert lines[-1].endswith('1 problem(s) above; nothing was analysed')
-  lines = cli_error(capsys, attribution.main, ['--csv', path, '--metric', 'accuracy',
+  lines = cli_error(capsys, attribute.main, ['--csv', path, '--metric', 'accuracy',
                                                 '--factors', 'platform'])
   assert line in lines[0]
 
@@ -169,7 +170,7 @@ def test_seeds_must_be_whole_numbers(tmp_path, capsys, bad, message):
   seeds = [i // 2 for i in range(12)]
   seeds[4] = bad
   path = accuracy_csv(tmp_path / 'r.csv', fractions(), seeds=seeds)
-  lines = cli_error(capsys, analysis_study.main, ['--csv', path, '--metric', 'accuracy'])
+  lines = cli_error(capsys, analyse.main, ['--csv', path, '--metric', 'accuracy'])
   assert lines[0].startswith(f'error: --csv {path}: seed, line 6: ') and message in lines[0]
 
 
@@ -178,11 +179,11 @@ def test_the_attribution_refuses_an_empty_seed_the_study_takes_it_as_a_run_of_it
   seeds = [i // 2 for i in range(12)]
   seeds[4] = None
   path = accuracy_csv(tmp_path / 'r.csv', fractions(), seeds=seeds)
-  lines = cli_error(capsys, attribution.main, ['--csv', path, '--metric', 'accuracy',
+  lines = cli_error(capsys, attribute.main, ['--csv', path, '--metric', 'accuracy',
                                                 '--factors', 'platform'])
   assert lines[0] == (f'error: --csv {path}: seed, line 6: the seed is empty; write the run\'s '
                       'integer seed (the attribution groups runs by seed)')
-  analysis_study.main(['--csv', path, '--metric', 'accuracy'])
+  analyse.main(['--csv', path, '--metric', 'accuracy'])
   assert '## Answer' in capsys.readouterr().out
 
 
@@ -191,7 +192,7 @@ def test_every_problem_is_its_own_line_up_to_a_limit(tmp_path, capsys):
   for i in range(0, 30, 2):
     values[i] = 'x'
   path = accuracy_csv(tmp_path / 'r.csv', values)
-  lines = cli_error(capsys, analysis_study.main, ['--csv', path, '--metric', 'accuracy'])
+  lines = cli_error(capsys, analyse.main, ['--csv', path, '--metric', 'accuracy'])
   assert len(lines) == csv_input.MAX_LINES + 2 and '... and 5 more' in lines[-2]
   assert lines[-1].endswith('15 problem(s) above; nothing was analysed')
 
@@ -199,7 +200,7 @@ def test_every_problem_is_its_own_line_up_to_a_limit(tmp_path, capsys):
 def test_an_empty_metric_cell_is_excluded_and_counted_on_the_first_page(tmp_path, capsys):
   values = fractions()
   values[4] = None
-  analysis_study.main(['--csv', accuracy_csv(tmp_path / 'r.csv', values), '--metric', 'accuracy'])
+  analyse.main(['--csv', accuracy_csv(tmp_path / 'r.csv', values), '--metric', 'accuracy'])
   page = capsys.readouterr().out.split('## Setup')[0]
   assert '**Excluded:** 1 of 12 runs (1 no value for accuracy)' in page
 
@@ -231,10 +232,10 @@ def test_the_digits_export_reads_back_unchanged_in_the_columns_it_keeps():
 @pytest.mark.parametrize('margin', ['inf', '1e308', 'true', '0', '-1', 'nan', 'abc'])
 def test_a_bad_margin_flag_is_one_line_naming_the_flag(tmp_path, capsys, margin):
   path = accuracy_csv(tmp_path / 'r.csv', fractions())
-  lines = cli_error(capsys, analysis_study.main, ['--csv', path, '--metric', 'accuracy',
+  lines = cli_error(capsys, analyse.main, ['--csv', path, '--metric', 'accuracy',
                                                   '--margin', margin])
   assert len(lines) == 1 and lines[0].startswith('error: argument --margin: ')
-  lines = cli_error(capsys, attribution.main, ['--csv', path, '--metric', 'accuracy',
+  lines = cli_error(capsys, attribute.main, ['--csv', path, '--metric', 'accuracy',
                                                 '--factors', 'platform', '--margin', margin])
   assert len(lines) == 1 and lines[0].startswith('error: argument --margin: ')
 
@@ -243,13 +244,13 @@ def test_a_bad_margin_flag_is_one_line_naming_the_flag(tmp_path, capsys, margin)
 def test_a_bad_study_json_margin_names_the_file_and_field(tmp_path, capsys, margin):
   root = plant(tmp_path / 'root', seeds=(0, 1))
   (tmp_path / 'root' / 'study.json').write_text(json.dumps({'margin': margin}))
-  lines = cli_error(capsys, analysis_study.main, ['--runs', root])
+  lines = cli_error(capsys, analyse.main, ['--runs', root])
   assert len(lines) == 1 and lines[0].startswith(f'error: {root}/study.json: margin: '), lines
   assert '--margin' not in lines[0]
   study = tmp_path / 's.json'
   study.write_text(json.dumps({'margin': margin}))
   path = accuracy_csv(tmp_path / 'r.csv', fractions())
-  lines = cli_error(capsys, analysis_study.main, ['--csv', path, '--metric', 'accuracy',
+  lines = cli_error(capsys, analyse.main, ['--csv', path, '--metric', 'accuracy',
                                                   '--study', str(study)])
   assert lines[0].startswith(f'error: {study}: margin: ')
 
@@ -275,7 +276,7 @@ def test_an_unlistable_run_folder_is_excluded_with_its_reason(tmp_path, capsys, 
     return listing(self)
   monkeypatch.setattr(type(epath.Path(root)), 'iterdir', iterdir)
   out_dir = tmp_path / 'out'
-  analysis_study.main(['--runs', root, '--out', str(out_dir)])
+  analyse.main(['--runs', root, '--out', str(out_dir)])
   page = capsys.readouterr().out.split('## Setup')[0]
   assert '**Excluded:** 1 of 6 runs (1 unreadable: PermissionError: ' in page
   excluded = pd.read_csv(out_dir / 'report_excluded.csv')
@@ -283,9 +284,9 @@ def test_an_unlistable_run_folder_is_excluded_with_its_reason(tmp_path, capsys, 
 
 
 @pytest.mark.parametrize('main, argv', [
-    (analysis_study.main, ['--runs', 'gs://bucket/study', '--out', '{out}']),
+    (analyse.main, ['--runs', 'gs://bucket/study', '--out', '{out}']),
     (export.main, ['--runs', 'gs://bucket/study', '--out', '{out}/runs.csv']),
-    (attribution.main, ['--runs', 'gs://bucket/study', '--factors', 'platform', '--out', '{out}']),
+    (attribute.main, ['--runs', 'gs://bucket/study', '--factors', 'platform', '--out', '{out}']),
 ])
 def test_a_bucket_root_without_gcsfs_is_one_line(tmp_path, capsys, monkeypatch, main, argv):
   exists = type(epath.Path('/')).exists
@@ -305,13 +306,13 @@ def test_bad_csv_input_writes_nothing(tmp_path, capsys):
   values = fractions()
   values[0] = 93.0
   out = tmp_path / 'out'
-  cli_error(capsys, analysis_study.main, ['--csv', accuracy_csv(tmp_path / 'r.csv', values),
+  cli_error(capsys, analyse.main, ['--csv', accuracy_csv(tmp_path / 'r.csv', values),
                                           '--metric', 'accuracy', '--out', str(out)])
   assert not out.exists()
 
 
-@pytest.mark.parametrize('main, extra', [(analysis_study.main, []),
-                                         (attribution.main, ['--factors', 'platform'])])
+@pytest.mark.parametrize('main, extra', [(analyse.main, []),
+                                         (attribute.main, ['--factors', 'platform'])])
 def test_an_out_that_is_a_file_is_one_line_before_any_compute(tmp_path, capsys, main, extra):
   (tmp_path / 'afile').write_text('x')
   lines = cli_error(capsys, main, ['--csv', accuracy_csv(tmp_path / 'r.csv', fractions()),
@@ -326,20 +327,13 @@ def run_module(args, env=None, timeout=300):
                         text=True, timeout=timeout)
 
 
-def test_python_m_analysis_stats_names_the_command_to_use():
-  done = run_module(['analysis.stats'])
-  last = done.stderr.strip().splitlines()[-1]
-  assert done.returncode == 2 and last.startswith('error: ') and 'python -m analysis.study' in last
-  assert 'Traceback' not in done.stderr
-
-
 # 5. Output under a non-UTF-8 locale.
 
 def test_the_report_prints_under_the_c_locale(tmp_path):
   path = accuracy_csv(tmp_path / 'r.csv', fractions())
   env = {k: v for k, v in os.environ.items() if k not in ('PYTHONIOENCODING', 'LANG', 'LC_CTYPE')}
   env.update(LC_ALL='C', PYTHONUTF8='0')
-  done = run_module(['analysis.study', '--csv', path, '--metric', 'accuracy', '--out',
+  done = run_module(['analysis.analyse', '--csv', path, '--metric', 'accuracy', '--out',
                      str(tmp_path / 'out')], env)
   assert done.returncode == 0, done.stderr[-2000:]
   assert '\\xb1' in done.stdout and 'Traceback' not in done.stderr  # '±', escaped
@@ -368,7 +362,7 @@ def small_out(source):
 def test_a_table_without_columns_is_not_written_and_said(tmp_path, capsys):
   out = small_out('x.csv')
   out.pairs = pd.DataFrame()  # declared contrasts only: no pair tested
-  files = analysis_study.write_csv_tables(out, str(tmp_path))
+  files = analyse.write_csv_tables(out, str(tmp_path))
   assert not (tmp_path / 'report_pairs.csv').exists()
   assert 'note: report_pairs.csv not written: no pairs tested' in capsys.readouterr().err
   assert str(tmp_path / 'report_excluded.csv') in files
@@ -378,7 +372,7 @@ def test_a_table_without_columns_is_not_written_and_said(tmp_path, capsys):
 def test_two_studies_latex_labels_differ(tmp_path):
   labels = []
   for source in (f'{tmp_path}/digits_h100_cpu.csv', 'runs/celeba'):
-    tex = analysis_study.render(small_out(source), 'latex')
+    tex = analyse.render(small_out(source), 'latex')
     labels.append({line.split('{')[1].rstrip('}') for line in tex.splitlines()
                    if line.startswith(r'\label{')})
   assert labels[0] and not labels[0] & labels[1]
@@ -389,7 +383,7 @@ def test_two_studies_latex_labels_differ(tmp_path):
 # 7. Memory: the analysis does not load JAX or Orbax.
 
 def test_the_analysis_commands_do_not_import_jax():
-  code = ('import sys; import analysis.study, analysis.attribution, analysis.export; '
+  code = ('import sys; import analysis.analyse, analysis.attribute, analysis.draw, analysis.export; '
           "print(sorted(m for m in ('jax', 'orbax', 'tensorflow') if m in sys.modules))")
   done = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env={**os.environ, 'PYTHONPATH': ROOT},
                         capture_output=True, text=True, timeout=300)

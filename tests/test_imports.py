@@ -18,13 +18,14 @@ TOP_FILES = ('train.py',)
 
 
 def source_files():
-  """{module name: path} of every project module outside tests/."""
+  """{module name: path} of every project module outside tests/ (subpackages included)."""
   out = {}
   for folder in FOLDERS:
-    for name in sorted(os.listdir(os.path.join(REPO, folder))):
-      if name.endswith('.py'):
-        module = f'{folder}.{name[:-3]}' if name != '__init__.py' else folder
-        out[module] = os.path.join(REPO, folder, name)
+    for where, _, names in sorted(os.walk(os.path.join(REPO, folder))):
+      package = os.path.relpath(where, REPO).replace(os.sep, '.')
+      for name in sorted(n for n in names if n.endswith('.py')):
+        module = f'{package}.{name[:-3]}' if name != '__init__.py' else package
+        out[module] = os.path.join(where, name)
   for name in TOP_FILES:
     out[name[:-3]] = os.path.join(REPO, name)
   return out
@@ -98,6 +99,36 @@ def test_folders_form_layers_without_back_edges():
   assert not {'sweeps', 'experiments', 'train', 'trainer'} & folders['analysis']
   assert order.index('runrecord') < order.index('trainer')
   assert not {'trainer', 'analysis', 'sweeps', 'models', 'input_pipeline'} & folders['runrecord']
+
+
+# analysis/ by role: inputs (reading runs) < numbers (the typed result) < words, figures < the
+# commands (analysis/*.py: analyse, attribute, draw, export, findings, and their cli helpers).
+ANALYSIS_ROOMS = ('inputs', 'numbers', 'words', 'figures')
+
+
+def analysis_room(module):
+  """The room of an analysis module: inputs, numbers, words, figures, or 'commands'."""
+  parts = module.split('.')
+  return parts[1] if len(parts) > 2 and parts[1] in ANALYSIS_ROOMS else 'commands'
+
+
+def test_analysis_rooms_by_role_import_downwards_only():
+  files, _ = graphs()
+  arrows = collections.defaultdict(set)
+  for module, targets in files.items():
+    if module.startswith('analysis.'):
+      for target in targets:
+        if target.startswith('analysis.') and analysis_room(target) != analysis_room(module):
+          arrows[analysis_room(module)].add(analysis_room(target))
+  assert not arrows['inputs'], arrows['inputs']
+  assert arrows['numbers'] <= {'inputs'}, arrows['numbers']
+  assert arrows['words'] <= {'inputs', 'numbers'}, arrows['words']
+  assert arrows['figures'] <= {'inputs', 'numbers'}, arrows['figures']
+  # nothing outside analysis/ reaches into its commands but benchmarks and sweeps (which run them)
+  for module, targets in files.items():
+    commands = {t for t in targets if t.startswith('analysis.') and analysis_room(t) == 'commands'}
+    if commands and not module.startswith(('analysis.', 'benchmarks.', 'sweeps.')):
+      raise AssertionError(f'{module} imports the analysis commands {sorted(commands)}')
 
 
 def test_no_file_imports_itself_through_others():

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from analysis import results as results_lib
+from analysis.inputs import results as results_lib
 from configs import digits
 from tests.conftest import ROOT
 from trainer import loop, validation

@@ -14,7 +14,9 @@ import time
 import pandas as pd
 import pytest
 
-from analysis import answer, attribution, effects, report, stats
+from analysis import attribute
+from analysis.numbers import answer, attribution, effects
+from analysis.words import report
 from sweeps import estimate, sweep
 from conftest import ROOT
 from runrecord import record
@@ -143,7 +145,7 @@ def documented_command(module):
 def test_documented_attribution_example_uses_the_reference_levels_its_text_names():
   """The example gave only profile=native: compute_dtype's reference became bfloat16 (its first
   sorted level) while the text says float32."""
-  args = attribution.parse_args(documented_command('analysis.attribution'))
+  args = attribute.parse_args(documented_command('analysis.attribute'))
   levels = {'platform': ('gpu', 'tpu'), 'profile': ('native', 'bf16_noise', 'tpu_default'),
             'batchnorm_group': (0, 256), 'compute_dtype': ('bfloat16', 'float32')}
   rows = [{'run': f'/r/{i}', 'status': 'completed', 'reason': '', 'seed': seed,

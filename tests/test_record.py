@@ -6,7 +6,8 @@ import subprocess
 import pandas as pd
 import pytest
 
-from analysis import results, stats
+from analysis.inputs import results
+from analysis.numbers import stats
 from configs import common, digits
 from trainer import validation
 from runrecord import record

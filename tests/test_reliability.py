@@ -24,8 +24,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from analysis import results as results_lib
-from analysis import stats
+from analysis.inputs import results as results_lib
+from analysis.numbers import stats
 from tests import fault_injection, faults_common
 from tests.conftest import ROOT
 from tests.faults_common import (SMOKE_ARGS, TRAIN, metric_records, run_train, smoke_config,
@@ -231,7 +231,7 @@ def test_nan_stops_naming_the_step_and_analysis_excludes_it(reference, tmp_path)
   kept = mngr.restore(max(state_steps), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
   assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(kept['state']['params']))
   mngr.close()
-  # analysis.stats excludes the failed run and says why.
+  # analysis.numbers.stats excludes the failed run and says why.
   shutil.copytree(ref_dir, tmp_path / 'runs' / 'reference')
   prepared = stats.prepare(results_lib.runs_frame(results_lib.read_all(str(tmp_path / 'runs'))),
                            [], 'final.test_accuracy')

@@ -1,4 +1,4 @@
-"""analysis.results, analysis.stats and the report of analysis.study on planted numbers and fake
+"""analysis.inputs.results, analysis.numbers.stats and the report of analysis.analyse on planted numbers and fake
 Orbax runs (no training)."""
 
 import io
@@ -11,8 +11,10 @@ from scipy import optimize, stats as sps
 from statsmodels.stats import multitest, power as smp, weightstats
 from statsmodels.stats.meta_analysis import effectsize_smd
 
-from analysis import answer, inference, report, results, stats
-from analysis import study as analysis_study
+from analysis import analyse
+from analysis.inputs import results
+from analysis.numbers import answer, inference, stats
+from analysis.words import report
 from runrecord import record
 
 METRIC = 'final.test_accuracy'
@@ -93,14 +95,14 @@ def csv_tables(text):
 
 def test_two_column_published_csv_reproduces_welch_p(tmp_path, capsys):
   tpu, gpu = write_published(tmp_path / 'published.csv', with_seeds=False)
-  analysis_study.main(['--csv', str(tmp_path / 'published.csv'), '--group-by', 'platform',
+  analyse.main(['--csv', str(tmp_path / 'published.csv'), '--group-by', 'platform',
                        '--metric', 'accuracy'])
   text = capsys.readouterr().out
   assert 'unpaired: no seed column, each row is its own run' in text
   assert 'no seed column: every row is its own run' in text  # the setup says so too
   assert 'not recorded' in text and '| 0.173 (0.173) |' in text  # Welch p, raw (Holm)
   assert 'every pair, Holm over 1' in text  # no declaration: every pair is a comparison
-  analysis_study.main(['--csv', str(tmp_path / 'published.csv'), '--group-by', 'platform',
+  analyse.main(['--csv', str(tmp_path / 'published.csv'), '--group-by', 'platform',
                        '--metric', 'accuracy', '--format=csv'])
   tables = csv_tables(capsys.readouterr().out)
   pair, arms = tables['pairs'].iloc[0], tables['arms'].set_index('arm')
@@ -112,7 +114,7 @@ def test_two_column_published_csv_reproduces_welch_p(tmp_path, capsys):
 
 def test_published_csv_with_seeds_averages_duplicates_and_pairs(tmp_path, capsys):
   tpu, gpu = write_published(tmp_path / 'seeded.csv', with_seeds=True)
-  analysis_study.main(['--csv', str(tmp_path / 'seeded.csv'), '--group-by', 'platform',
+  analyse.main(['--csv', str(tmp_path / 'seeded.csv'), '--group-by', 'platform',
                        '--metric', 'accuracy', '--format=csv'])
   tables = csv_tables(capsys.readouterr().out)
   reps = tables['replicates']
@@ -133,7 +135,7 @@ def test_published_csv_with_seeds_averages_duplicates_and_pairs(tmp_path, capsys
 
 
 def why(pair, margin, m=1):
-  """The report's words for a judged pair (analysis/report.py): stats keeps numbers only."""
+  """The report's words for a judged pair (analysis/words/report.py): stats keeps numbers only."""
   return report.verdict_why(pair, margin, 'pp', m)
 
 
@@ -318,9 +320,9 @@ def test_margin_and_its_reason_are_printed_and_overrides_say_so(tmp_path, capsys
                                    'one test image is 0.28 pp')
   assert stats.margin_choice() == (stats.DEFAULT_MARGIN, stats.UNDECLARED)
   write_published(tmp_path / 'p.csv', with_seeds=False)
-  analysis_study.main(['--csv', str(tmp_path / 'p.csv'), '--metric', 'accuracy'])
+  analyse.main(['--csv', str(tmp_path / 'p.csv'), '--metric', 'accuracy'])
   assert f'equivalence margin: ±0.5 pp ({stats.UNDECLARED})' in capsys.readouterr().out
-  analysis_study.main(['--csv', str(tmp_path / 'p.csv'), '--metric', 'accuracy', '--margin', '0.3',
+  analyse.main(['--csv', str(tmp_path / 'p.csv'), '--metric', 'accuracy', '--margin', '0.3',
               '--margin-reason', 'half the GPU sd'])
   assert 'equivalence margin: ±0.3 pp (from --margin: half the GPU sd)' in capsys.readouterr().out
 
@@ -367,7 +369,7 @@ def test_orbax_runs_replicates_and_failed_runs(tmp_path):
 
 def test_report_opens_with_the_answer_then_setup_and_why(tmp_path, capsys):
   make_runs(tmp_path / 'runs')
-  analysis_study.main([f'--runs={tmp_path}/runs', '--margin=1', '--margin-reason=a planted reason'])
+  analyse.main([f'--runs={tmp_path}/runs', '--margin=1', '--margin-reason=a planted reason'])
   text = capsys.readouterr().out
   answer = text.split('## Answer')[1].split('## Setup')[0]
   assert '**Question.** Which numerical setting changes test accuracy on gpu' in answer
@@ -387,17 +389,17 @@ def test_report_opens_with_the_answer_then_setup_and_why(tmp_path, capsys):
 def test_cli_formats_and_small_arm(tmp_path, capsys):
   make_runs(tmp_path / 'runs')
   record.write_results(f'{tmp_path}/runs/tpu/s0', fake_results(0, 0.8, platform='tpu'))
-  analysis_study.main([f'--runs={tmp_path}/runs', '--margin=1'])
+  analyse.main([f'--runs={tmp_path}/runs', '--margin=1'])
   captured = capsys.readouterr()
   assert "arm 'tpu, compute_dtype=float32' has n < 2" in captured.err
   assert '| gpu, compute_dtype=bfloat16 | gpu, compute_dtype=float32 |' in captured.out
   assert 'tpu' not in captured.out.split('## Comparisons: every test')[1].split('## Design')[0]
   assert 'failed: loss is NaN' in captured.out
-  analysis_study.main([f'--runs={tmp_path}/runs', '--format=latex'])
+  analyse.main([f'--runs={tmp_path}/runs', '--format=latex'])
   tex = capsys.readouterr().out
   assert tex.startswith('\\begin{table}') and '\\toprule' in tex and 'bfloat16' in tex
   assert '**' not in tex and '\\item' not in tex and tex.count('\\begin{tabular}') == 3
-  analysis_study.main([f'--runs={tmp_path}/runs', '--format=csv'])
+  analyse.main([f'--runs={tmp_path}/runs', '--format=csv'])
   tables = csv_tables(capsys.readouterr().out)
   assert list(tables['arms']['n']) == [4, 5, 1] and len(tables['pairs']) == 1
   assert len(tables['excluded']) == 2 and len(tables['replicates']) == 2
@@ -415,7 +417,7 @@ def test_one_line_errors(tmp_path, capsys):
   with pytest.raises(ValueError, match='--margin'):
     stats.analyse(frame({'a': [.1, .2]}), margin=0)
   with pytest.raises(SystemExit) as e:
-    analysis_study.main([f'--runs={tmp_path}'])
+    analyse.main([f'--runs={tmp_path}'])
   message = capsys.readouterr().err
   assert e.value.code == 2 and message.startswith('error: --runs: no run') and message.count('\n') == 1
   failed = frame({'a': [.1, .2]}).assign(status='failed')
@@ -429,7 +431,7 @@ def test_root_of_only_failed_runs_lists_them_with_reasons(tmp_path, capsys):
     del results_['final']  # stopped before any evaluation: no metric column at all
     record.write_results(f'{tmp_path}/a/s{seed}', results_, step=step)
   with pytest.raises(SystemExit) as e:
-    analysis_study.main([f'--runs={tmp_path}'])
+    analyse.main([f'--runs={tmp_path}'])
   message = capsys.readouterr().err.rstrip('\n')
   assert e.value.code == 2 and message.startswith('error: --runs/--csv: none of the 2 runs is completed') and '\n' not in message
   assert f'{tmp_path}/a/s0 (failed: loss is NaN)' in message

@@ -1,4 +1,4 @@
-"""analysis/variance.py: the crossed init × data-order split with replicates, on simulated runs
+"""analysis/numbers/variance.py: the crossed init × data-order split with replicates, on simulated runs
 with known components, against statsmodels MixedLM and against the naive one-way split."""
 
 import warnings
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import statsmodels.api as sm
 
-from analysis import variance
+from analysis.numbers import variance
 
 SD = {'init': 1.0, 'data order': 0.6, 'init × data order': 0.0, 'nondeterminism (replicates)': 0.3}
 

@@ -1,4 +1,4 @@
-"""The churn ladder: every row of analysis/agreement.py's table as a point (mean churn over seeds)
+"""The churn ladder: every row of analysis/numbers/agreement.py's table as a point (mean churn over seeds)
 with its 95% t-interval over seeds and the per-seed values as small dots, rungs from top to
 bottom in agreement.KINDS order (nondeterminism, identical arithmetic, noise, each numerics
 setting, platform, seed). Colour: the platform of the pair (style.platform_colors, as in every
@@ -8,7 +8,8 @@ import textwrap
 
 import numpy as np
 
-from analysis import agreement, style
+from analysis.figures import style
+from analysis.numbers import agreement
 
 ACROSS = 'across platforms'
 ACROSS_COLOR = '#000000'

@@ -1,5 +1,5 @@
-"""The analysis result, typed: what analysis.stats, analysis.attribution, analysis.answer and
-analysis.agreement_section hand on to the words (report, summary, findings) and the figures.
+"""The analysis result, typed: what analysis.numbers.stats, analysis.numbers.attribution, analysis.numbers.answer and
+analysis.numbers.agreement_section hand on to the words (report, summary, findings) and the figures.
 
 One owner for the result's shape: every reader takes these fields by name (`result.arms`); a
 field that is not here does not exist. Tables are pandas DataFrames with the columns their
@@ -10,7 +10,7 @@ producer's docstring lists; values are in `unit` (pp for an accuracy, x100).
   Analysis   + the declaration, its contrasts, noise floors, attribution, software, agreement,
                scope and the confirmatory re-analysis (analysis/answer.analyse)
   Attribution  the factor effects and the platform gap decomposition (analysis/attribution.run)
-  Agreement  agreement between models from saved predictions (analysis/agreement_section.py)
+  Agreement  agreement between models from saved predictions (analysis/numbers/agreement_section.py)
   Scope      what was analysed against what was declared (analysis/answer.scope)
   Software   each platform's device and package versions (analysis/answer.software)
 """
@@ -76,7 +76,7 @@ class Software:
 
 @dataclasses.dataclass
 class Agreement:
-  """`table`: the churn ladder (analysis/agreement.py); `summary`: its first-page line;
+  """`table`: the churn ladder (analysis/numbers/agreement.py); `summary`: its first-page line;
   `calibration`, `train_loss`, `per_class`, `variance`: their tables; `missing`: the runs
   without saved predictions."""
   table: pd.DataFrame
@@ -93,9 +93,9 @@ class Attribution:
   """Which numerical setting explains a difference: `terms` (the fitted effects, one row per
   term), `model` (its formula) and `method`; the platform gap: `gap` (component table or None),
   `gap_note` (why there is none), `decomposition` (one verdict dict per gap,
-  analysis/gap_verdict.py), `gap_summaries`, `native`, `emulation`; `arms` (each arm minus the
+  analysis/numbers/gap_verdict.py), `gap_summaries`, `native`, `emulation`; `arms` (each arm minus the
   reference, without a gap); `noise` ({platform: noise floor dict}); `labels` ({term: short
-  label}); `files` written."""
+  label})."""
   metric: str
   source: str
   reference: dict
@@ -118,7 +118,6 @@ class Attribution:
   gap_summaries: list = dataclasses.field(default_factory=list)
   arms: Optional[pd.DataFrame] = None
   labels: dict = dataclasses.field(default_factory=dict)
-  files: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass

@@ -1,24 +1,24 @@
 """Per-arm summaries, pairwise tests and a verdict category per pair, from a runs table (Orbax
-results through analysis.results, or a CSV): numbers only; analysis/report.py puts them into words
-and analysis/study.py is the command (python -m analysis.study).
+results through analysis.inputs.results, or a CSV): numbers only; analysis/words/report.py puts them into words
+and analysis/analyse.py is the command (python -m analysis.analyse).
 
 An arm is a set of runs with equal values in the group-by columns (default: runrecord.record's arm
 columns: platform, device kind, every requested numerics field and every config field that differs
 between the runs but those that cannot change a result: cadence, paths, distributed, the seed).
 Labels name config fields as overrides spell them ('optim.learning_rate=0.002'); seeds print as
-integers (analysis/labels.py). Runs of one arm with the same seed are replicates: averaged into one value per seed, their spread reported as the arm's
+integers (analysis/inputs/labels.py). Runs of one arm with the same seed are replicates: averaged into one value per seed, their spread reported as the arm's
 within-seed (nondeterminism) sd. Two arms pair by seed when they share seeds and those runs share
 initial weights and data order (equal runrecord.record pairing fields), whatever their determinism.
 A CSV without a seed column: every row is its own run, unpaired. Runs that are not 'completed'
 are excluded and listed with their reason. Accuracies stored as fractions are reported in
 percent, so differences and the margin are percentage points (pp). Methods by size (Mann–Whitney,
-the arm's interval): analysis/inference.py. Tables: analysis/style.py.
+the arm's interval): analysis/numbers/inference.py. Tables: analysis/figures/style.py.
 
 Rank test and effect size by design: paired pairs get Wilcoxon's signed-rank test (exact at small
 n, ties as midranks) and d_z = mean(d) / sd(d); unpaired pairs Mann–Whitney and Hedges' g.
 
 Verdict of a pair (α = 0.05, p-values Holm-adjusted over the pairs judged together: all pairs, or
-a study's declared contrasts, analysis/contrasts.py):
+a study's declared contrasts, analysis/numbers/contrasts.py):
   identical arithmetic  the two arms ran on one platform with equal effective arithmetic (every
                 IDENTICAL_FIELDS value of their records) and every paired difference is exactly
                 0: reported, not tested, and outside the Holm family;
@@ -36,9 +36,10 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from analysis import csv_input, declaration, result
-from analysis import inference as inf
-from analysis.labels import arm_labels, seed_key, seed_text, whole_numbers
+from analysis.inputs import csv_input, declaration
+from analysis.inputs.labels import arm_labels, seed_key, seed_text, whole_numbers
+from analysis.numbers import inference as inf
+from analysis.numbers import result
 from runrecord import record
 
 DEFAULT_METRIC = record.DEFAULT_METRIC
@@ -47,7 +48,7 @@ MAX_ARMS = 200  # 19,900 pairs: about 3 minutes of pairwise tests (10 ms a pair 
 EFFECTIVE = 'numerics.effective.'
 IDENTICAL_FIELDS = ('platform', 'device_kind', 'batchnorm_group', 'compute_dtype', 'conv_format',
                     'dense_format', 'matmul_precision', 'param_dtype', 'xla_flags')
-UNDECLARED = ('none declared: 0.5 pp is the analysis.stats default, not a study decision; '
+UNDECLARED = ('none declared: 0.5 pp is the analysis.numbers.stats default, not a study decision; '
               'declare one (--margin, --margin-reason)')
 
 
@@ -138,7 +139,7 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   """Split the runs into included / excluded, label each included run's arm, average replicates.
 
   `seed_col` None: 'seed' when the table has it, else every row is its own run (unpaired).
-  Returns an analysis.result.Prepared: `runs` (included rows with `arm`, `value` = metric × scale, `seed`, `seeded`,
+  Returns an analysis.numbers.result.Prepared: `runs` (included rows with `arm`, `value` = metric × scale, `seed`, `seeded`,
   `det`, `det_why`), `units` (one value per arm and seed), `replicates` (arm, seed, n_runs, runs,
   values, mean, range, identical), `excluded` (run, status, reason), `seeded`, `group_by`,
   `metric`, `scale`, `pairing` (the pairing fields the table records).
@@ -335,7 +336,7 @@ def pair_table(prep, arms, margin):
   """One row per pair of arms with n >= 2 (arm_a before arm_b; diff = mean A − mean B, over the
   shared seeds when paired): Welch, paired t (when paired), TOST and 90% CI, the primary test
   (`test`: paired t when paired, else Welch) with its 95% CI, Mann–Whitney (`mw_method`: by
-  size, analysis.inference), Hedges' g, power; judged as one family (judge)."""
+  size, analysis.numbers.inference), Hedges' g, power; judged as one family (judge)."""
   ok = arms.loc[arms['n'] >= 2, 'arm']
   return judge([compare(prep, a, b, margin) for a, b in itertools.combinations(ok, 2)])
 
@@ -361,7 +362,7 @@ def margin_choice(margin=None, reason=None, declared=None, declared_reason=None)
 
 def analyse(frame, group_by=(), metric=DEFAULT_METRIC, margin=DEFAULT_MARGIN, margin_reason=None,
             seed_col=None, scale=None, all_pairs=True):
-  """analysis.result.Stats: prepare()'s Prepared plus `arms`, `pairs` (every pair; empty unless
+  """analysis.numbers.result.Stats: prepare()'s Prepared plus `arms`, `pairs` (every pair; empty unless
   `all_pairs`), `small` (arms n < 2), `margin`, `margin_reason` (None: 'no reason given') and
   `unit` of the values, differences and margin ('pp' for percent, else 'units')."""
   if not margin > 0:
@@ -377,7 +378,7 @@ def analyse(frame, group_by=(), metric=DEFAULT_METRIC, margin=DEFAULT_MARGIN, ma
 
 def read_csv(path, metric=None, seed_col=None, names=(), seed_required=False):
   """A CSV of published results as a runs table (`run` = 'FILE:ROW' when it has no run column),
-  its used columns only (analysis/csv_input.py: `metric` and `names` are the metric and the
+  its used columns only (analysis/inputs/csv_input.py: `metric` and `names` are the metric and the
   columns the command names), checked before anything is computed (csv_input.check: the metric's
   scale and range, unique run ids, whole-number seeds in `seed_col`, default 'seed', and with
   `seed_required` one for every completed run).
@@ -409,8 +410,3 @@ def read_csv(path, metric=None, seed_col=None, names=(), seed_required=False):
     frame.insert(0, 'run', [f'{path}:{i + 2}' for i in range(len(frame))])
   return frame
 
-
-if __name__ == '__main__':  # the command earlier versions documented
-  from analysis import cli  # pylint: disable=import-outside-toplevel
-  cli.fail('analysis.stats is a library, not a command: run python -m analysis.study --runs ROOT '
-           '(or --csv FILE); see python -m analysis.study --help')

@@ -5,7 +5,7 @@ the items `state` and `results`; the latest step's `results` JSON is the run's c
 Every reader takes one root or a list of roots, each a local path or a bucket path (gs://...),
 mixed freely: all file access goes through `etils.epath` and Orbax. A run is identified by its
 root and its path relative to that root (`run` = ROOT/RELATIVE, as found) and counted once
-however it is reached (symlinks, loops, a root given twice: analysis.results.walk); a run met
+however it is reached (symlinks, loops, a root given twice: analysis.inputs.results.walk); a run met
 under two different roots (one inside the other) is an error, not a replicate.
 
   runs = load_runs('/tmp/study')                       # one row per run
@@ -24,7 +24,7 @@ import posixpath
 from etils import epath
 import pandas as pd
 
-from analysis import declaration
+from analysis.inputs import declaration
 from runrecord import record
 
 # Written by trainer/reporting.py in each run folder: one JSON object per logged step and epoch.

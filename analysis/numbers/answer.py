@@ -1,6 +1,6 @@
 """The study's answer as numbers: statistics per arm, the declared contrasts, the gap
 decomposition and the platforms' software, from one runs table and the study's declaration.
-analysis/report.py puts it into words, analysis/figures.py draws it, analysis/study.py is the
+analysis/words/report.py puts it into words, analysis/figures/study_figures.py draws it, analysis/analyse.py is the
 command.
 
   result = analyse(frame, declaration.load('configs/digits.py:study'))
@@ -11,8 +11,8 @@ instead of the declared contrasts, and there is no attribution.
 
 import pandas as pd
 
-from analysis import (agreement_section, attribution, contrasts, declaration, effects, result,
-                      stats)
+from analysis.inputs import declaration
+from analysis.numbers import agreement_section, attribution, contrasts, effects, result, stats
 from runrecord import record
 
 VERSION_PREFIX = 'versions.'
@@ -20,7 +20,7 @@ VERSION_PREFIX = 'versions.'
 
 def platform_profile(runs, declared):
   """The declared {platform: profile} for the platforms among the runs: a study's declaration
-  lists every JAX platform it may run on (analysis.attribution rejects one without runs); a
+  lists every JAX platform it may run on (analysis.numbers.attribution rejects one without runs); a
   platform identity such as 'cpu-AVX2' (runrecord.record.platform_identity) takes its JAX
   platform's profile."""
   present = set(runs['platform'].astype(str)) if 'platform' in runs else set()
@@ -38,7 +38,7 @@ def distinct(values):
 
 
 def software(runs):
-  """analysis.result.Software of the analysed runs: each platform's device kind, CPU facts,
+  """analysis.numbers.result.Software of the analysed runs: each platform's device kind, CPU facts,
   device count and package versions, and the packages whose versions differ between platforms."""
   if 'platform' not in runs:
     return result.Software()
@@ -66,7 +66,7 @@ def term_labels(terms, declared):
 
 
 def attribute(frame, declared, metric, seed_col, margin, margin_reason, source):
-  """analysis.attribution with the declared factors, reference, noise arm and native arm."""
+  """analysis.numbers.attribution with the declared factors, reference, noise arm and native arm."""
   completed = frame[stats.run_status(frame) == 'completed']
   out = attribution.run(
       frame, declared.get('factors') or attribution.default_factors(frame), metric=metric,
@@ -82,7 +82,7 @@ def attribute(frame, declared, metric, seed_col, margin, margin_reason, source):
 def analyse(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, margin=None,
             margin_reason=None, seed_col=None, scale=None, all_pairs=False, source='',
             run_folders=False):
-  """The study's analysis.result.Analysis: stats.analyse's Stats plus the declaration's contrasts,
+  """The study's analysis.numbers.result.Analysis: stats.analyse's Stats plus the declaration's contrasts,
   noise floors and attribution, the software, the agreement (predictions read from the runs when
   `run_folders`), the scope and, for an exploratory analysis, the confirmatory one; `pairs` holds
   every pair only with `all_pairs` or without declared contrasts."""
@@ -99,7 +99,7 @@ def analyse(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, marg
     out.contrasts = contrasts.contrast_table(out, declared)
     out.noise = contrasts.noise_floors(out, declared, out.unit)
     out.attribution = attribute(frame, declared, out.metric, seed_col, margin, why, source)
-  # Agreement between models (analysis/agreement_section.py): read from the run folders' saved
+  # Agreement between models (analysis/numbers/agreement_section.py): read from the run folders' saved
   # predictions; a CSV's rows are not run folders, so a CSV has none.
   out.agreement = agreement_section.from_analysis(out, labels(out),
                                                   None if run_folders else lambda run: None)
@@ -113,7 +113,7 @@ def analyse(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, marg
 
 
 def scope(out, declared):
-  """What was analysed against what was declared before the runs (analysis.result.Scope):
+  """What was analysed against what was declared before the runs (analysis.numbers.result.Scope):
   declared_seeds (seeds 0..k-1 for a declared count k, as the study's get_sweep runs them; None
   undeclared), declared_margin, analysed_seeds, margin, declared_seeds_present, confirmatory
   (True: the declared seeds at the declared margin; False: more or other seeds, or another

@@ -1,11 +1,11 @@
 """The agreement part of a study's analysis: every run's saved test predictions read once, then the
-churn ladder (analysis/agreement.py), calibration and training loss (analysis/calibration.py),
-per-class differences (analysis/per_class.py) and the variance split (analysis/variance.py), as
-DataFrames for CSVs, a one-line summary for the report's first page and the ladder figure.
+churn ladder (analysis/numbers/agreement.py), calibration and training loss (analysis/numbers/calibration.py),
+per-class differences (analysis/numbers/per_class.py) and the variance split (analysis/numbers/variance.py), as
+DataFrames for CSVs and a one-line summary for the report's first page (analysis/analyse.py
+writes the CSVs and the ladder figure).
 
   section = agreement_section(out.runs, pairs, noise=..., identical=..., platform=...)
-  section = from_analysis(out, answer.labels(out))   # an analysis.result.Analysis: its pairs
-  paths = write(section, out_dir)     # report_agreement.csv, ... and figures/churn_ladder.*
+  section = from_analysis(out, answer.labels(out))   # an analysis.numbers.result.Analysis: its pairs
 
 Runs whose records hold no predictions (written before runs saved them) are listed in `missing`
 and left out; with none at all the summary says "no predictions" and the tables that need them
@@ -13,17 +13,11 @@ are empty, while the training-loss table (from the runs table) is still there.
 """
 
 import itertools
-import os
 
 import pandas as pd
 
-from analysis import agreement, agreement_pairs, calibration, per_class, result, variance
+from analysis.numbers import agreement, agreement_pairs, calibration, per_class, result, variance
 from runrecord import predictions
-
-CSV_FILES = {'table': 'report_agreement.csv', 'calibration': 'report_calibration.csv',
-             'train_loss': 'report_train_loss.csv', 'per_class': 'report_per_class.csv',
-             'variance': 'report_variance.csv'}
-
 
 def read_run_predictions(run):
   """runrecord/predictions.read_predictions of run folder `run` (its newest step with them), or
@@ -56,13 +50,13 @@ def load_entries(runs, load=None):
 
 
 def agreement_section(runs, pairs, noise=(), identical=(), platform=(), load=None, labels=None):
-  """The analysis.result.Agreement of the runs: table (report_agreement.csv), calibration,
+  """The analysis.numbers.result.Agreement of the runs: table (report_agreement.csv), calibration,
   train_loss, per_class, variance (DataFrames); summary (the first-page line); missing (the runs
   without predictions).
 
   `runs`: completed runs with `run` (the run folder), `arm`, `seed`, `platform` (stats.prepare's
   `runs`); `pairs`: the (a, b) arms compared (declared contrasts, or every pair); `noise`,
-  `identical`, `platform`: the ladder's baseline pairs (analysis/agreement_pairs.py); `load`:
+  `identical`, `platform`: the ladder's baseline pairs (analysis/numbers/agreement_pairs.py); `load`:
   run folder -> predictions dict or None (default: trainer/predictions.read_predictions);
   `labels`: {arm: short label} for the table's label_a, label_b and the figure (default: the arm)."""
   entries, missing = load_entries(runs, load)
@@ -90,7 +84,7 @@ def compared_pairs(out):
 
 
 def from_analysis(out, labels, load=None):
-  """agreement_section of analysis/answer.py's `out`: its compared pairs, the baseline pairs
+  """agreement_section of analysis/numbers/answer.py's `out`: its compared pairs, the baseline pairs
   agreement_pairs derives from its runs and group-by columns, and `labels` ({arm: short label},
   answer.labels)."""
   runs, group_by = out.runs, out.group_by
@@ -99,20 +93,3 @@ def from_analysis(out, labels, load=None):
                            identical=agreement_pairs.identical_pairs(runs, group_by),
                            platform=agreement_pairs.platform_pairs(runs, group_by), load=load,
                            labels=labels)
-
-
-def write(section, out_dir):
-  """The section's non-empty CSVs into out_dir (report_agreement.csv always) and the churn
-  ladder into out_dir/figures when it has rows; returns the paths written."""
-  from analysis import agreement_figure  # pylint: disable=import-outside-toplevel
-  os.makedirs(out_dir, exist_ok=True)
-  paths = []
-  for key, name in CSV_FILES.items():
-    frame = getattr(section, key)
-    if key == 'table' or not frame.empty:
-      paths.append(os.path.join(out_dir, name))
-      pd.DataFrame(frame).to_csv(paths[-1], index=False)
-  if not section.table.empty:
-    os.makedirs(os.path.join(out_dir, 'figures'), exist_ok=True)
-    paths += agreement_figure.churn_ladder(section.table, os.path.join(out_dir, 'figures'))
-  return paths

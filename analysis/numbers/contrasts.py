@@ -1,8 +1,8 @@
-"""A study's pre-registered contrasts, from its declaration (analysis/declaration.py): on each
+"""A study's pre-registered contrasts, from its declaration (analysis/inputs/declaration.py): on each
 platform, every arm against the reference arm (Δ = arm − reference, paired by seed where the runs
 pair), judged as one family: Holm over exactly these contrasts (stats.judge), 7 per platform for
 the 8 arms of configs/digits.py's fraction. The noise arm is one of them and also sets the noise
-floor (analysis.attribution.noise_floor, per platform). Numbers and verdict categories only.
+floor (analysis.numbers.attribution.noise_floor, per platform). Numbers and verdict categories only.
 
   arms = arm_levels(out, declared)     # per arm: platform, factor levels, short label, role
   table = contrast_table(out, declared)
@@ -10,7 +10,8 @@ floor (analysis.attribution.noise_floor, per platform). Numbers and verdict cate
 
 import pandas as pd
 
-from analysis import attribution, declaration, stats
+from analysis.inputs import declaration
+from analysis.numbers import attribution, stats
 
 
 def factor_columns(runs, declared):
@@ -70,7 +71,7 @@ def family(arms):
 def contrast_table(out, declared, margin=None):
   """The declared contrasts judged as one family (stats.compare rows + stats.judge) with
   platform, label and role of each arm; Δ = arm − reference arm. The arms: out.arm_info
-  (analysis/answer.py) when set, else arm_levels."""
+  (analysis/numbers/answer.py) when set, else arm_levels."""
   arms = out.arm_info
   arms = arm_levels(out, declared) if arms is None else arms
   rows = [stats.compare(out, a, b, margin or out.margin) for a, b in family(arms)]
@@ -84,7 +85,7 @@ def contrast_table(out, declared, margin=None):
 
 
 def noise_floors(out, declared, unit):
-  """{platform: analysis.attribution.noise_floor} (paired: the noise arm − the arm it perturbs,
+  """{platform: analysis.numbers.attribution.noise_floor} (paired: the noise arm − the arm it perturbs,
   declared noise_of, else the reference arm) of each platform where both share 2+ seeds."""
   return attribution.noise_floors(out.runs, declared.get('noise_arm') or {},
                                   declared.get('noise_of') or declared.get('reference') or {}, unit,

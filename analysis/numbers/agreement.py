@@ -1,6 +1,6 @@
 """Agreement between models: churn, the share of test examples two models predict differently,
 per seed and then across seeds, read against its baselines (the churn ladder). Numbers only:
-analysis/agreement_section.py loads the predictions and writes the CSV, agreement_figure.py draws.
+analysis/numbers/agreement_section.py loads the predictions and writes the CSV, agreement_figure.py draws.
 
 Predictions: trainer/predictions.read_predictions's dict per run (test-set order): `predicted`
 int32[n] (classification) or [n, 40] (the attributes task), `label`, `fingerprint`, `task`.
@@ -11,7 +11,7 @@ int32[n] (classification) or [n, 40] (the attributes task), `label`, `fingerprin
 Units: `entries` is a list of dicts {run, arm, seed, platform, pred} (pred: the predictions dict);
 the entries of one arm and seed are its replicates. Per seed s a pair gets one value c_s (its
 replicates' cross pairs averaged); over the seeds the row reports the mean c̄ = (1/m) Σ_s c_s
-with the Student t-interval c̄ ± t_{0.975, m−1} · sd(c_s)/√m (analysis.inference.t_ci): seeds are
+with the Student t-interval c̄ ± t_{0.975, m−1} · sd(c_s)/√m (analysis.numbers.inference.t_ci): seeds are
 the independent units, not images (a Wilson interval over the images of all seeds pooled ignores
 the variation between seeds and comes out too narrow).
 
@@ -37,8 +37,8 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from analysis import inference
-from analysis.labels import seed_key
+from analysis.inputs.labels import seed_key
+from analysis.numbers import inference
 
 KINDS = ('nondeterminism', 'identical', 'noise', 'contrast', 'platform', 'data order', 'init',
          'seed', 'seed_all')

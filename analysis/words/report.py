@@ -1,19 +1,19 @@
-"""The words of the statistics report: the one-page answer first (analysis/summary.py), then the
+"""The words of the statistics report: the one-page answer first (analysis/words/summary.py), then the
 setup, why each comparison got its verdict with its power, the arms, and the rest (design,
-replicates, exclusions). Numbers and verdict categories come from analysis/stats.py (a pair's
-verdict: equivalent / different / inconclusive, see there) and analysis/answer.py.
+replicates, exclusions). Numbers and verdict categories come from analysis/numbers/stats.py (a pair's
+verdict: equivalent / different / inconclusive, see there) and analysis/numbers/answer.py.
 
   text = render(out, 'md')        # or 'latex': the booktabs tables only, for \input
 """
 
 import sys
 
-from analysis import answer, gap_verdict, stats
-from analysis import inference as inf
-from analysis import style, summary
-from analysis.attribution_report import signed
-from analysis.style import num, pval
-from analysis.summary import NOT_RECORDED, facts
+from analysis.numbers import answer, gap_verdict, stats
+from analysis.numbers import inference as inf
+from analysis.words import summary, tables
+from analysis.words.attribution_text import signed
+from analysis.words.summary import NOT_RECORDED, facts
+from analysis.words.tables import num, pval
 
 
 def verdict_why(r, margin, unit, m):
@@ -166,14 +166,14 @@ def labelled(out, table):
 
 def details(out):
   """[(heading, caption, rows)] of the tables after the answer and the verdict lines."""
-  arms_cap, pairs_cap = style.captions(out, judged(out)[0])
+  arms_cap, pairs_cap = tables.captions(out, judged(out)[0])
   table = labelled(out, judged(out)[0])
-  parts = [('Arms', arms_cap, style.display_arms(out)),
-           ('Comparisons: every test', pairs_cap, style.display_pairs(table, out.unit))]
+  parts = [('Arms', arms_cap, tables.display_arms(out)),
+           ('Comparisons: every test', pairs_cap, tables.display_pairs(table, out.unit))]
   if out.contrasts is not None and not out.pairs.empty:
     parts.append(('All pairs (--all-pairs; Holm over all pairs, not the declared family)', '',
-                  style.display_pairs(out.pairs, out.unit)))
-  return parts + [(heading, '', rows) for heading, rows in style.tables(out, table)]
+                  tables.display_pairs(out.pairs, out.unit)))
+  return parts + [(heading, '', rows) for heading, rows in tables.detail_tables(out, table)]
 
 
 def excluded_lines(out):
@@ -190,18 +190,18 @@ def excluded_lines(out):
 
 
 def render(out, fmt):
-  """The whole report as one string. md: title, the answer (analysis/summary.py), setup, why
+  """The whole report as one string. md: title, the answer (analysis/words/summary.py), setup, why
   each comparison got its verdict, then the tables. latex: the booktabs tables only. `out`: an
-  analysis.result.Analysis (analysis/answer.analyse)."""
+  analysis.numbers.result.Analysis (analysis/answer.analyse)."""
   if fmt == 'latex':
-    arms_cap, _ = style.captions(out, judged(out)[0])
-    return summary.latex_tables(out) + style.latex(style.display_arms(out), arms_cap, 'tab:arms')
+    arms_cap, _ = tables.captions(out, judged(out)[0])
+    return summary.latex_tables(out) + tables.latex(tables.display_arms(out), arms_cap, 'tab:arms')
   answer_page = summary.answer_lines(out) + excluded_lines(out)
   parts = [f'# {title(out)}\n', '\n## Answer\n\n', '\n'.join(answer_page) + '\n',
            '\n## Setup\n\n', '\n'.join(setup_lines(out)) + '\n',
            '\n## Why each verdict, and its power\n\n', '\n'.join(verdict_lines(out)) + '\n']
   for heading, caption, rows in details(out):
-    parts += [f'\n## {heading}\n\n', f'{caption}\n\n' if caption else '', style.markdown(rows)]
+    parts += [f'\n## {heading}\n\n', f'{caption}\n\n' if caption else '', tables.markdown(rows)]
   if not out.small.empty:
     parts += ['\n## Arms with n < 2 (tests skipped)\n\n', ', '.join(out.small['arm']) + '\n']
   return ''.join(parts)
@@ -209,13 +209,13 @@ def render(out, fmt):
 
 def csv_tables(out):
   """{name: DataFrame} of the full-precision tables written in CSV mode."""
-  tables = {'arms': out.arms, 'pairs': out.pairs, 'replicates': out.replicates,
+  frames = {'arms': out.arms, 'pairs': out.pairs, 'replicates': out.replicates,
             'excluded': out.excluded}
   if out.contrasts is not None:
-    tables['contrasts'] = out.contrasts
+    frames['contrasts'] = out.contrasts
   if out.attribution and out.attribution.decomposition:
-    tables['decomposition'] = gap_verdict.flat(out.attribution.decomposition)
-  return tables
+    frames['decomposition'] = gap_verdict.flat(out.attribution.decomposition)
+  return frames
 
 
 def write_report(out, fmt, path=None):

@@ -1,20 +1,20 @@
 """Which numerical setting explains a difference in a metric: factor effects from a mixed model
 over seeds, and the split of the native platform gap into a numerics part and a platform residual.
 
-  python -m analysis.attribution --runs=/tmp/study --factors platform profile --margin 0.3 \
-      --noise-arm profile=noise --out /tmp/study
-  python -m analysis.attribution --csv=published.csv --factors platform compute_dtype --metric acc
+  out = run(frame, ['platform', 'profile'], margin=0.3, noise_arm={'profile': 'noise'})
 
-Model (analysis/effects.py). metric ~ factors [+ chosen interactions] + (1 | seed): statsmodels
+The command is analysis/attribute.py (its Markdown words: analysis/words/attribution_text.py).
+
+Model (analysis/numbers/effects.py). metric ~ factors [+ chosen interactions] + (1 | seed): statsmodels
 MixedLM with a random intercept per seed up to effects.MIXED_MAX_ROWS runs; beyond that, or when
 the mixed fit fails, OLS with seed fixed effects (within transformation) and seed-clustered errors;
 HC3 errors without seed replication; the `method` line says which and why. A design too large for
 memory is refused before any fit (effects.check_size). A term `factor=level` is the difference from that factor's
 reference level with the other factors held fixed, with its 95% CI. Accuracies stored as fractions
-are in percentage points (x100), as in analysis.stats. Only completed runs with a finite metric are
+are in percentage points (x100), as in analysis.numbers.stats. Only completed runs with a finite metric are
 used; the others are listed.
 
-Platform gap (analysis/gap.py). With runs from two or more platforms and a native arm, each
+Platform gap (analysis/numbers/gap.py). With runs from two or more platforms and a native arm, each
 platform's native gap against the reference platform is measured per seed from the paired cell
 means of the native and emulating arms (every other factor at its reference level) and split
 exactly into the emulation's fidelity on each platform, the numerics part and the platforms under
@@ -31,13 +31,12 @@ paired difference the matched perturbation alone gives at this study's seeds.
 """
 
 import dataclasses
-import os
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from analysis import attribution_report, cli, effects, forest, gap, gap_verdict, result, stats
+from analysis.numbers import effects, gap, result, stats
 from runrecord import record
 
 
@@ -45,7 +44,7 @@ def select(frame, metric, factors, seed_col):
   """The usable runs (stats.prepare: completed, finite metric; repeated runs of a seed in one arm
   are kept as observations sharing the seed's intercept, an arm being equal factors and
   runrecord.record.arm_columns: platform, device kind, every requested numerics field and every
-  config field that differs between the runs) as (analysis.result.Prepared with one str column per
+  config field that differs between the runs) as (analysis.numbers.result.Prepared with one str column per
   factor name, {factor: column}, whether there is a seed column)."""
   if frame.empty:
     raise ValueError('--runs/--csv: no runs to analyse; check the path')
@@ -160,12 +159,12 @@ def noise_floors(runs, arm, base, scale_unit, factors=()):
 
 def run(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed', reference=None,
         interactions=(), margin=None, noise_arm=None, native=None, platform_profile=None,
-        out_dir=None, source='', margin_reason=None, noise_of=None, min_share=None):
-  """The whole attribution (see module doc) as an analysis.result.Attribution: terms (the CSV
+        source='', margin_reason=None, noise_of=None, min_share=None):
+  """The whole attribution (see module doc) as an analysis.numbers.result.Attribution: terms (the CSV
   table), gap (component table or None), decomposition (one verdict dict per gap,
-  analysis/gap_verdict.py), arms, noise ({platform: noise_floor}), model, method, excluded,
+  analysis/numbers/gap_verdict.py), arms, noise ({platform: noise_floor}), model, method, excluded,
   replicates, labels ({term: short label} for the renderer and figures; empty here, a study's
-  declaration fills it) and files (written to out_dir: write())."""
+  declaration fills it)."""
   if margin is not None and not margin > 0:
     raise ValueError(f'--margin: must be a positive number in the metric\'s units, got {margin}')
   prep, columns, has_seed = select(frame, metric, list(factors), seed_col)
@@ -197,80 +196,5 @@ def run(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed', reference=
       decomposition=split['decomposition'], gap_summaries=split['summaries'])
   if out.gap is None:
     out.arms = effects.arm_rows(model, X, runs, list(columns), ref)
-  out.files = write(out, out_dir) if out_dir else []
   return out
 
-
-def write_tables(out, out_dir):
-  """attribution.csv (exact columns), attribution.md, and with a gap attribution_gap.csv (every
-  component) and attribution_decomposition.csv (one row per gap: verdict, share, seeds)."""
-  os.makedirs(out_dir, exist_ok=True)
-  files = [os.path.join(out_dir, 'attribution.csv'), os.path.join(out_dir, 'attribution.md')]
-  out.terms[effects.CSV_COLUMNS].to_csv(files[0], index=False)
-  with open(files[1], 'w', encoding='utf-8') as f:
-    f.write(attribution_report.render(out))
-  if out.gap is not None:
-    files += [os.path.join(out_dir, f'attribution_{n}.csv') for n in ('gap', 'decomposition')]
-    out.gap.to_csv(files[-2], index=False)
-    gap_verdict.flat(out.decomposition).to_csv(files[-1], index=False)
-  return files
-
-
-def write(out, out_dir):
-  """write_tables, the forest plot and, with a gap, the gap figure (analysis/forest.py)."""
-  return (write_tables(out, out_dir) + forest.plot(out, out_dir)
-          + (forest.plot_gap(out, out_dir) or []))
-
-
-def parse_args(argv):
-  from analysis import results  # pylint: disable=import-outside-toplevel
-  p = cli.Parser(prog='python -m analysis.attribution', description=__doc__.split('\n')[0])
-  src = p.add_mutually_exclusive_group(required=True)
-  results.add_runs_argument(src)
-  src.add_argument('--csv', help='a CSV of results, one row per run')
-  p.add_argument('--metric', default=stats.DEFAULT_METRIC)
-  p.add_argument('--factors', nargs='+', required=True, help='factor columns (platform included)')
-  p.add_argument('--seed-col', default='seed')
-  p.add_argument('--reference', nargs='+', default=[], help='factor=level: reference levels')
-  p.add_argument('--interactions', nargs='+', default=[], help='A:B interactions to add')
-  cli.add_margin_argument(p, 'equivalence margin (pp for accuracies)')
-  p.add_argument('--noise-arm', nargs='+', default=[], help='factor=level: the noise-control arm')
-  p.add_argument('--noise-of', nargs='+', default=[],
-                 help='factor=level: the arm the noise arm perturbs (default: the reference arm)')
-  p.add_argument('--min-share', type=float, default=None,
-                 help='share of the gap the numerics part must reach (lower 95%% bound) for '
-                      '"explained by numerics" (default %g)' % gap_verdict.MIN_SHARE)
-  p.add_argument('--native', nargs='+', default=[], help='factor=level of the native arm')
-  p.add_argument('--platform-profile', nargs='+', default=[],
-                 help='platform=level: the profile emulating each platform, e.g. gpu=jax_gpu_default')
-  p.add_argument('--out', help='folder for attribution.csv/.md, attribution_gap.csv, '
-                 'attribution_decomposition.csv, attribution_forest and gap_decomposition .pdf/.png')
-  return p.parse_args(argv)
-
-
-def named_columns(args):
-  """The columns the command line names (factors, and those of the arms): read from a CSV."""
-  arms = args.reference + args.noise_arm + args.native + args.platform_profile
-  return args.factors + [str(a).split('=')[0] for a in arms]
-
-
-def main(argv=None):
-  from analysis import results  # pylint: disable=import-outside-toplevel
-  cli.locale_proof()
-  args = parse_args(argv)
-  try:
-    cli.check_out_folder(args.out)
-    frame = (results.load_runs(args.runs) if args.runs else
-             stats.read_csv(args.csv, args.metric, args.seed_col, named_columns(args), True))
-    out = run(frame, args.factors, args.metric, args.seed_col, args.reference, args.interactions,
-              args.margin, args.noise_arm, args.native, args.platform_profile, args.out,
-              ' '.join(args.runs or [args.csv]), noise_of=args.noise_of, min_share=args.min_share)
-  except ValueError as e:
-    cli.fail(e)
-  print(attribution_report.render(out))
-  for path in out.files:
-    print(f'wrote {path}')
-
-
-if __name__ == '__main__':
-  main()

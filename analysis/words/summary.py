@@ -1,11 +1,12 @@
 """The one-page answer that opens the report (Markdown), and the booktabs tables a paper can
 \\input (LaTeX): the question, the platforms and their software (version differences flagged as
 a confound), the gap decomposition when there are two platforms, the declared contrasts against
-the noise floor and the margin with one verdict each. Numbers from analysis/answer.py.
+the noise floor and the margin with one verdict each. Numbers from analysis/numbers/answer.py.
 """
 
-from analysis import answer, attribution_report, inference, stats, style
-from analysis.attribution_report import interval, signed
+from analysis.numbers import answer, inference, stats
+from analysis.words import attribution_text, tables
+from analysis.words.attribution_text import interval, signed
 
 NOT_RECORDED = 'not recorded'
 
@@ -71,7 +72,7 @@ def software_lines(out):
 
 
 def gap_lines(out):
-  """The decomposition of each platform gap (analysis/attribution_report.py's words)."""
+  """The decomposition of each platform gap (analysis/words/attribution_text.py's words)."""
   att = out.attribution
   if not att:
     return []
@@ -80,7 +81,7 @@ def gap_lines(out):
   lines = ['**Platform gap** (per seed: native gap G = fid_A − fid_B + N + P, numerics part N, '
            f'residual R = G − N; mean over seeds with a t-interval; α = {inference.ALPHA:g}):', '']
   for d in att.decomposition:
-    lines += attribution_report.decomposition_lines(d, att.gap, out.unit) + ['']
+    lines += attribution_text.decomposition_lines(d, att.gap, out.unit) + ['']
   return lines
 
 
@@ -139,7 +140,7 @@ def contrast_lines(out):
     return [f'{rule} {said}; every pair is in "Comparisons: every test" below. Declare the '
             "study's contrasts (get_study() in the config file, or --study FILE) to have them "
             'answered here.']
-  return [rule, '', style.markdown(contrast_rows(out, table)).rstrip('\n')]
+  return [rule, '', tables.markdown(contrast_rows(out, table)).rstrip('\n')]
 
 
 def headline(out):
@@ -176,7 +177,7 @@ def scope_lines(out):
 
 
 def answer_lines(out):
-  """The one-page answer (Markdown lines) of an analysis.result.Analysis."""
+  """The one-page answer (Markdown lines) of an analysis.numbers.result.Analysis."""
   agreement = [] if not out.agreement else ['', out.agreement.summary]
   return [question(out), '', *scope_lines(out), *software_lines(out), '', *gap_lines(out),
           *contrast_lines(out), *agreement]
@@ -187,14 +188,14 @@ def latex_tables(out):
   unit, parts = out.unit, []
   att = out.attribution
   for d in att.decomposition if att else []:
-    parts.append(style.latex(attribution_report.component_rows(att.gap, d['gap'], unit,
+    parts.append(tables.latex(attribution_text.component_rows(att.gap, d['gap'], unit,
                                                              d['margin']),
                              f'{d["gap"]} decomposition at ±{d["margin"]:g} {unit}: {d["verdict"]}. '
-                             f'{attribution_report.share_line(d)}.',
+                             f'{attribution_text.share_line(d)}.',
                              label='tab:gap-' + '-'.join(d['gap'].replace(' - ', ' ').split())))
   table = out.contrasts if out.contrasts is not None else out.pairs
   if table is not None and not table.empty:
-    parts.append(style.latex(contrast_rows(out, table),
+    parts.append(tables.latex(contrast_rows(out, table),
                              f'Each arm minus the reference arm ({unit}), 95% and 90% CIs; verdicts '
                              f'Holm-adjusted over the {stats.family_size(table)} contrasts tested, margin ±{out.margin:g} {unit}.',
                              label='tab:contrasts'))
@@ -202,5 +203,5 @@ def latex_tables(out):
            **{k: v or '–' for k, v in f['versions'].items()}}
           for p, f in out.software.platforms.items()]
   if rows:
-    parts.append(style.latex(rows, 'Platforms and library versions of the runs.', label='tab:software'))
+    parts.append(tables.latex(rows, 'Platforms and library versions of the runs.', label='tab:software'))
   return ''.join(parts)

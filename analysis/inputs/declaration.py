@@ -8,14 +8,14 @@ A config file's `get_study(arg=None)` returns it as a dict; every key is optiona
   noise_of                  {factor: level}: the arm the noise control perturbs (the noise floor
                             is the paired sd of their difference; default: the reference arm)
   min_share, min_share_reason  the share of the platform gap the numerics part must reach (lower
-                            95% bound) for "explained by numerics" (analysis/gap_verdict.py)
+                            95% bound) for "explained by numerics" (analysis/numbers/gap_verdict.py)
   native, platform_profile  the native arm and the profile emulating each platform (the gap
-                            decomposition, analysis/gap.py)
+                            decomposition, analysis/numbers/gap.py)
   labels                    {factor: '{}'-format text or {level: label}}: short arm labels
   seed_sd, paired_sd, seeds and their *_source: the power calculation behind the seed count
 sweeps.sweep (and so sweeps.study) writes it into the root as STUDY_FILE before the first run and
 refuses a changed declaration once runs exist; the analysis reads it from there, so its tests are
-the ones declared before the data existed (analysis/contrasts.py).
+the ones declared before the data existed (analysis/numbers/contrasts.py).
 
   declared = load('configs/digits.py:study')          # a config file, or a study.json file
   declared = from_roots(['runs/cpu', 'gs://b/gpu'])   # the roots' study.json (they must agree)
@@ -83,7 +83,7 @@ def read_file(path):
     raise ValueError(f'--study: cannot read {path} as a study declaration ({e}); give a '
                      f'{STUDY_FILE} or a config file with get_study()') from None
   if not isinstance(declared, dict):
-    raise ValueError(f'--study: {path} holds no declaration (a JSON object); see analysis/declaration.py')
+    raise ValueError(f'--study: {path} holds no declaration (a JSON object); see analysis/inputs/declaration.py')
   return check(declared, str(path))
 
 

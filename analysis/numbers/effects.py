@@ -1,4 +1,4 @@
-"""The model behind analysis.attribution: the treatment-coded design, the seed mixed model (or its
+"""The model behind analysis.numbers.attribution: the treatment-coded design, the seed mixed model (or its
 seed fixed-effects and OLS alternatives), and linear contrasts of its coefficients with their
 intervals.
 
@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import statsmodels.api as sm
 
-from analysis import labels
+from analysis.inputs import labels
 from runrecord import record
 
 CSV_COLUMNS = ['term', 'estimate', 'ci_low', 'ci_high', 'p']

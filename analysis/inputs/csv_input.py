@@ -1,4 +1,4 @@
-"""A CSV of results entering the analysis (analysis.stats.read_csv): which of its columns are read,
+"""A CSV of results entering the analysis (analysis.numbers.stats.read_csv): which of its columns are read,
 and what it must satisfy before anything is computed from it.
 
 Columns read (read_columns): all but those no analysis reads, so that 100,000 runs in
@@ -21,7 +21,7 @@ line naming the column, the line of the file and the fix.
                   replicates).
   seed            whole numbers ('abc' would merge its runs into one seed); an empty seed is a
                   run of its own (analysis.study) but refused where every run needs its seed
-                  (analysis.attribution: the seed is the model's group), but for runs that are
+                  (analysis.numbers.attribution: the seed is the model's group), but for runs that are
                   not completed.
 
 Lines are the file's (the header is line 1). At most MAX_LINES problems are listed, then a count.
@@ -35,7 +35,7 @@ from runrecord import record
 MAX_LINES = 10
 CHUNK_ROWS = 20_000
 # read whatever the analysed metric: the final training loss is reported per arm beside it
-# (analysis/calibration.py loss_table)
+# (analysis/numbers/calibration.py loss_table)
 ALWAYS_READ = ('final.train_loss',)
 
 

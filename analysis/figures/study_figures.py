@@ -1,37 +1,35 @@
 """Publication figures of a study, drawn at their printed size (one column 3.3 in, two columns
-6.9 in: analysis/style.py) as vector PDF and 300-dpi PNG.
+6.9 in: analysis/figures/style.py) as vector PDF and 300-dpi PNG.
 
-  python -m analysis.figures --runs ROOT [ROOT ...] --out FIGURES [--study FILE] [--margin 0.5]
+  make_all(analysis, hist, 'figures')   # the command: python -m analysis.draw
 
-Writes, for the runs that analysis.stats keeps (completed; replicates of a seed averaged), with
+Writes, for the runs that analysis.numbers.stats keeps (completed; replicates of a seed averaged), with
 the arms named by their short labels (what differs from the study's reference arm):
   accuracy_by_arm    (two columns) the final metric per arm: every seed (points: colour = platform,
                      marker = arm), mean ± 95% CI (the arm table's interval, black); quartile
                      boxes only from BOX_MIN_N seeds per arm
   contrasts          (one column) each declared contrast, arm − reference arm, ± 95% / 90% CI,
-                     against the margin and each platform's noise floor (analysis/forest.py);
+                     against the margin and each platform's noise floor (analysis/figures/forest.py);
                      every pair when the study declares no contrasts
   gap_decomposition  (one column) native gap G = fid_A − fid_B + N + P and the residual R
                      (two platforms)
   attribution_forest (one column) the gap decomposition's components and the main effects of
-                     the other factors (analysis/forest.py)
+                     the other factors (analysis/figures/forest.py)
   training_curves    (two columns) training loss per logged step (each run's metrics.jsonl) and
                      the test metric per epoch zoomed to the last half of the epochs: mean per arm
                      (marker and line style) and platform (colour); band = ± 1 sd over runs up to
                      SHADED_MAX curves per panel; an arm whose curves equal another arm's on its
                      platform exactly (the same arithmetic) is named so in the legend
-Colour = platform in every figure, the same arm the same marker and line style (analysis/style.py).
+Colour = platform in every figure, the same arm the same marker and line style (analysis/figures/style.py).
 Legends list only what is drawn. The y axes span the data, not 0–100%.
 """
-
-import argparse
-import sys
 
 import numpy as np
 from matplotlib import ticker
 from matplotlib.patches import Patch
 
-from analysis import answer, forest, stats, style
+from analysis.figures import forest, style
+from analysis.inputs import results
 
 plt = style.plt
 BOX_MIN_N = 10  # below this many seeds per arm a box (quartiles) says less than the points
@@ -318,12 +316,11 @@ def training_curves(out, hist, steps, out_dir):
 
 
 def make_all(out, hist, out_dir, steps=None):
-  """Write every figure that the data allow (an analysis.result.Analysis); returns the files.
+  """Write every figure that the data allow (an analysis.numbers.result.Analysis); returns the files.
 
-  `steps`: analysis.results.load_steps' table; None reads it from the analysed runs' folders.
+  `steps`: analysis.inputs.results.load_steps' table; None reads it from the analysed runs' folders.
   """
   from etils import epath  # pylint: disable=import-outside-toplevel
-  from analysis import results  # pylint: disable=import-outside-toplevel
   epath.Path(out_dir).mkdir(parents=True, exist_ok=True)
   style.apply()
   if steps is None:
@@ -335,37 +332,3 @@ def make_all(out, hist, out_dir, steps=None):
     written += paths or []
   return written
 
-
-def parse_args(argv):
-  from analysis import declaration, results  # pylint: disable=import-outside-toplevel
-  p = argparse.ArgumentParser(prog='python -m analysis.figures', description=__doc__.split('\n')[0])
-  results.add_runs_argument(p, required=True)
-  p.add_argument('--out', required=True, help='folder for the PDF and PNG files')
-  declaration.add_study_argument(p)
-  p.add_argument('--group-by', nargs='+', default=[],
-                 help='columns defining an arm (default: platform, device kind, every requested '
-                      'numerics field and every config field that differs between the runs)')
-  p.add_argument('--metric', default=stats.DEFAULT_METRIC,
-                 help=f'the final metric per arm (default {stats.DEFAULT_METRIC})')
-  p.add_argument('--margin', type=float, default=None,
-                 help='equivalence margin, pp (default: the declared one)')
-  p.add_argument('--margin-reason', default=None, help='why this margin')
-  return p.parse_args(argv)
-
-
-def main(argv=None):
-  from analysis import results  # pylint: disable=import-outside-toplevel
-  args = parse_args(argv)
-  try:
-    runs, hist, declared = results.load_study(args.runs, args.study)
-    out = answer.analyse(runs, declared, args.group_by, args.metric, args.margin,
-                         args.margin_reason)
-  except ValueError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
-  for path in make_all(out, hist, args.out):
-    print(path)
-
-
-if __name__ == '__main__':
-  main()

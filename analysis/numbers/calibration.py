@@ -10,13 +10,13 @@ Per run, from its test predictions (trainer/predictions.read_predictions):
       holds 0); acc_b = their share predicted right, conf_b = their mean confidence, n_b their
       count. Confidence: p_predicted (classification); per bit max(p, 1−p) (attributes).
 Per arm: one value per seed (replicates averaged), then the mean with its 95% Student t-interval
-over seeds (analysis.inference.t_ci).
+over seeds (analysis.numbers.inference.t_ci).
 """
 
 import numpy as np
 import pandas as pd
 
-from analysis import inference
+from analysis.numbers import inference
 
 ECE_BINS = 15
 ECE_NAME = f'ECE, {ECE_BINS} equal-width confidence bins over [0, 1]'

@@ -1,12 +1,12 @@
 """Forest plots of the study, one column wide (style.ONE_COLUMN_IN) and drawn at their printed size,
-as PDF and 300-dpi PNG in analysis/style.py's style: intervals against a zero line, the equivalence
+as PDF and 300-dpi PNG in analysis/figures/style.py's style: intervals against a zero line, the equivalence
 margin (dashed, black) and the noise floor of each platform (a band in the platform's colour, its
 own legend key: the 95% half-width of the paired mean difference noise arm − the arm it perturbs,
-analysis.attribution.noise_floor). Colour = platform (style.platform_colors; black: measured
+analysis.numbers.attribution.noise_floor). Colour = platform (style.platform_colors; black: measured
 across platforms); arms by their marker (style.arm_styles).
 
   plot            attribution_forest: per platform gap, every component of its decomposition
-                  (analysis/gap.py: G; fid_A, fid_B; N_A, N_B, N, N_A − N_B; P_eA, P_eB, P; R) ± 95%
+                  (analysis/numbers/gap.py: G; fid_A, fid_B; N_A, N_B, N, N_A − N_B; P_eA, P_eB, P; R) ± 95%
                   t-CI over seeds; below, in a panel of its own, the main effects of the other
                   factors (the additive model's terms). The model's platform term is not drawn
                   where the gap is decomposed (it averages different arithmetic: profile=native is
@@ -25,7 +25,7 @@ from matplotlib.colors import to_rgba
 from matplotlib.patches import Patch
 import numpy as np
 
-from analysis import style
+from analysis.figures import style
 
 plt = style.plt
 NAME = 'attribution_forest'
@@ -53,7 +53,7 @@ def frame_height(rows, extra=0.9, row=ROW_IN):
 
 
 def floors_of(noise):
-  """{platform: 95% half-width} of a noise dict ({platform: analysis.attribution.noise_floor})."""
+  """{platform: 95% half-width} of a noise dict ({platform: analysis.numbers.attribution.noise_floor})."""
   return {p: f['half'] for p, f in (noise or {}).items() if f and np.isfinite(f['half'])}
 
 
@@ -275,7 +275,7 @@ def plot_contrasts(table, noise, margin, unit, out_dir, name=CONTRASTS_NAME, mar
 
 
 def draw_contrasts(table, noise, margin, unit, markers=None):
-  """The figure: one row per contrast label (analysis/contrasts.py table), one interval per
+  """The figure: one row per contrast label (analysis/numbers/contrasts.py table), one interval per
   platform (offset within the row, the platform's colour, the arm's marker from `markers`
   {label: marker}, else 'D'; hollow: unpaired); `noise` {platform: half-width}, one band and
   legend key per platform. None without contrasts."""

@@ -1,12 +1,13 @@
-"""The words of analysis.attribution: its Markdown report, and the platform gap's decomposition
-(table, verdict and why, share explained, seeds needed) that analysis/report.py's answer reuses.
-Numbers and verdict categories come from analysis/attribution.py and analysis/gap.py.
+"""The words of analysis.numbers.attribution: its Markdown report, and the platform gap's decomposition
+(table, verdict and why, share explained, seeds needed) that analysis/words/report.py's answer reuses.
+Numbers and verdict categories come from analysis/numbers/attribution.py and analysis/numbers/gap.py.
 """
 
 import numpy as np
 
-from analysis import inference, style
-from analysis.style import num, pval
+from analysis.numbers import inference
+from analysis.words import tables
+from analysis.words.tables import num, pval
 
 UNITS = {'pp': 'pp (percentage points: accuracy x 100)'}
 
@@ -24,7 +25,7 @@ def ci(r, low='ci_low', high='ci_high'):
 
 
 def component_rows(table, gap_label, unit, margin):
-  """Every component of one gap (analysis/gap.py's table) as rows of strings: estimate, 95% CI
+  """Every component of one gap (analysis/numbers/gap.py's table) as rows of strings: estimate, 95% CI
   over seeds, paired-t p; G and R with their 90% CI and TOST; a component not estimable says why."""
   rows = []
   for _, r in table[table['gap'] == gap_label].iterrows():
@@ -70,7 +71,7 @@ def share_state(d):
 
 
 def why(d, unit):
-  """Why the decomposition `d` (analysis/gap_verdict.py judge) got its verdict, in one sentence."""
+  """Why the decomposition `d` (analysis/numbers/gap_verdict.py judge) got its verdict, in one sentence."""
   m = d['margin']
   g90 = interval(d['G_ci90_low'], d['G_ci90_high'])
   g95 = interval(d['G_ci_low'], d['G_ci_high'])
@@ -127,7 +128,7 @@ def cross_check_line(d, unit):
 
 def decomposition_lines(d, table, unit):
   """Markdown lines of one gap's decomposition: table, verdict with why, share, seeds, check."""
-  return [style.markdown(component_rows(table, d['gap'], unit, d['margin'])).rstrip('\n'), '',
+  return [tables.markdown(component_rows(table, d['gap'], unit, d['margin'])).rstrip('\n'), '',
           f'**{d["gap"].replace(" - ", " − ")}: {d["verdict"]}** — {why(d, unit)}.',
           f'Signed-rank p of the gap {pval(d["G_signed_rank_p"])} ({d["G_signed_rank_method"]}); '
           f'd_z {num(d["G_d_z"])}; seeds used {d["seeds"]}.',
@@ -154,7 +155,7 @@ def render(out):
            f'reference levels: {", ".join(f"{k}={v}" for k, v in out.reference.items())}',
            noise_text(out), '']
   ratio = lambda e: num(abs(e) / half) if half > 0 else '–'
-  lines.append(style.markdown([{'term': labels.get(r['term'], r['term']), f'estimate ({u})': num(r['estimate']),
+  lines.append(tables.markdown([{'term': labels.get(r['term'], r['term']), f'estimate ({u})': num(r['estimate']),
                                 '95% CI': ci(r), 'p': pval(r['p']),
                                 'abs. estimate / smallest noise half-width': ratio(r['estimate'])}
                                for _, r in out.terms.iterrows()]))
@@ -164,10 +165,10 @@ def render(out):
   for d in out.decomposition:
     lines += decomposition_lines(d, out.gap, u) + ['']
   if out.arms is not None:
-    lines.append(style.markdown([{'arm': r['arm'], f'minus reference arm ({u})':
+    lines.append(tables.markdown([{'arm': r['arm'], f'minus reference arm ({u})':
                                   num(r['estimate']), '95% CI': ci(r), 'p': pval(r['p'])}
                                  for _, r in out.arms.iterrows()]))
-  lines += ['## Excluded runs', '', style.markdown([{'run': r['run'], 'reason': r['reason']}
+  lines += ['## Excluded runs', '', tables.markdown([{'run': r['run'], 'reason': r['reason']}
                                                    for _, r in out.excluded.iterrows()])]
   return '\n'.join(lines)
 

@@ -1,6 +1,6 @@
-"""The platform gap of analysis.attribution, measured as it is named: per seed, from the paired
+"""The platform gap of analysis.numbers.attribution, measured as it is named: per seed, from the paired
 cell means of the arms that define it, split exactly into what the emulated arithmetic explains
-and what it does not. Verdict words: analysis/gap_verdict.py.
+and what it does not. Verdict words: analysis/numbers/gap_verdict.py.
 
 Cells. y(P, e, s) = the metric of seed s on platform P under profile level e, every other declared
 factor at its reference level (batchnorm_group=0, f32 activations: arms with another level, e.g.
@@ -19,11 +19,11 @@ Each component's estimate is its mean over the seeds that ran every cell it need
 all cells, so the identity holds on the means too), with a t-interval over those seeds (the
 paired design's own: robust to unequal arm variances, no model), two-sided paired-t p and, for G,
 Wilcoxon's signed-rank p and d_z. G and R also get their TOST against the margin. Share explained
-s = N / G with Fieller's interval over the same seeds (analysis.inference.fieller). A component
+s = N / G with Fieller's interval over the same seeds (analysis.numbers.inference.fieller). A component
 whose cells were not run is reported as not estimable, naming the missing cells.
 
 Cross-check (named, not the estimator): a MixedLM (random intercept per seed) over the same cells
-with one coefficient per cell, the same G, N and R as contrasts (analysis/effects.py); it assumes
+with one coefficient per cell, the same G, N and R as contrasts (analysis/numbers/effects.py); it assumes
 one residual variance for every cell.
 """
 
@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from analysis import effects, gap_verdict, inference
+from analysis.numbers import effects, gap_verdict, inference
 
 KINDS = ('gap', 'fidelity', 'numerics', 'numerics total', 'numerics interaction', 'platform',
          'platform total', 'residual')

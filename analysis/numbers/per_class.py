@@ -1,5 +1,5 @@
 """Per-class accuracy differences between two arms, paired over seeds, with the family of classes
-Holm-adjusted (analysis.inference.holm, checked against statsmodels multipletests). Numbers only.
+Holm-adjusted (analysis.numbers.inference.holm, checked against statsmodels multipletests). Numbers only.
 
 Per run, class c (attributes task: attribute k over all images): acc_c = (1/n_c) Σ_{i: y_i = c}
 [ŷ_i = c] (attributes: (1/n) Σ_i [ŷ_ik = y_ik]). Per shared seed s: d_cs = acc_c(A, s) −
@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from analysis import inference
-from analysis.labels import seed_key
+from analysis.inputs.labels import seed_key
+from analysis.numbers import inference
 
 COLUMNS = ('a', 'b', 'class', 'seeds', 'diff_pp', 'ci_low', 'ci_high', 't', 'p', 'p_holm',
            'different')

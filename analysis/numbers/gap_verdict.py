@@ -1,4 +1,4 @@
-"""What the platform gap's decomposition (analysis/gap.py) shows: flags, a verdict that cannot
+"""What the platform gap's decomposition (analysis/numbers/gap.py) shows: flags, a verdict that cannot
 claim more than its intervals, the share explained and the seeds a decisive answer needs.
 
 alpha = 0.05; "shown" = the 95% t-interval over seeds excludes 0; "within the margin" = TOST
@@ -20,7 +20,7 @@ how much of G the numerics account for is judged by the share, which is relative
 import numpy as np
 import pandas as pd
 
-from analysis import inference
+from analysis.numbers import inference
 
 VERDICTS = ('no gap', 'gap within margin', 'explained by numerics', 'partly explained',
             'not explained', 'inconclusive')

@@ -1,18 +1,18 @@
 """A study's whole analysis in one command: the report (the answer first), its tables, the
 attribution and the figures, from one or more roots of runs (local and gs://, mixed) or a CSV.
 
-  python -m analysis.study --runs runs/study --out runs/study          # what sweeps.study runs
-  python -m analysis.study --runs gs://bucket/gpu runs/cpu --out out   # two platforms' roots
-  python -m analysis.study --csv results/digits_h100_cpu.csv --study results/digits_h100_cpu.study.json
-  python -m analysis.study --csv published.csv --group-by platform --metric accuracy
+  python -m analysis.analyse --runs runs/study --out runs/study          # what sweeps.study runs
+  python -m analysis.analyse --runs gs://bucket/gpu runs/cpu --out out   # two platforms' roots
+  python -m analysis.analyse --csv results/digits_h100_cpu.csv --study results/digits_h100_cpu.study.json
+  python -m analysis.analyse --csv published.csv --group-by platform --metric accuracy
 
-The tests are the study's declared contrasts (analysis/contrasts.py): the declaration written
-into the root before the first run (study.json, analysis/declaration.py), or --study; every pair
+The tests are the study's declared contrasts (analysis/numbers/contrasts.py): the declaration written
+into the root before the first run (study.json, analysis/inputs/declaration.py), or --study; every pair
 of arms only with --all-pairs (or when nothing is declared). Without --out the report is printed
 (--format md: the whole report; latex: its booktabs tables; csv: its tables). With --out DIR it
 is printed and written: DIR/report.md, report.tex, report_<table>.csv, attribution.md,
 attribution.csv, attribution_gap.csv and attribution_decomposition.csv (two platforms),
-DIR/figures/ (analysis/figures.py), and the agreement files (analysis/agreement_section.py:
+DIR/figures/ (analysis/figures/study_figures.py), and the agreement files (analysis/numbers/agreement_section.py:
 report_agreement.csv, report_calibration.csv, report_train_loss.csv, report_per_class.csv,
 report_variance.csv where they have rows, figures/churn_ladder.*); a table without columns
 (report_pairs.csv when only the declared contrasts are tested) is not written, and a line on stderr
@@ -25,12 +25,22 @@ import os
 import re
 import sys
 
-from analysis import (agreement_section, answer, attribution, cli, declaration, figures,
-                      report, results, stats)
+import pandas as pd
+
+from analysis import attribute, cli
+from analysis.figures import churn_ladder, study_figures
+from analysis.inputs import declaration, results
+from analysis.numbers import answer, stats
+from analysis.words import report
+
+# The agreement section's tables (analysis/numbers/agreement_section.py) and their files.
+AGREEMENT_FILES = {'table': 'report_agreement.csv', 'calibration': 'report_calibration.csv',
+                   'train_loss': 'report_train_loss.csv', 'per_class': 'report_per_class.csv',
+                   'variance': 'report_variance.csv'}
 
 
 def parse_args(argv):
-  p = cli.Parser(prog='python -m analysis.study', description=__doc__.split('\n')[0])
+  p = cli.Parser(prog='python -m analysis.analyse', description=__doc__.split('\n')[0])
   src = p.add_mutually_exclusive_group(required=True)
   results.add_runs_argument(src)
   src.add_argument('--csv', help='a CSV of results, one row per run (analysis.export writes one)')
@@ -120,9 +130,24 @@ def write(out, hist, out_dir, rendered=None):
     report.write_text(rendered[fmt] if fmt in rendered else render(out, fmt), files[-1])
   files += write_csv_tables(out, out_dir)
   if out.attribution:
-    files += attribution.write_tables(out.attribution, out_dir)
-  files += figures.make_all(out, hist, os.path.join(out_dir, 'figures'))
-  return files + (agreement_section.write(out.agreement, out_dir) if out.agreement else [])
+    files += attribute.write_tables(out.attribution, out_dir)
+  files += study_figures.make_all(out, hist, os.path.join(out_dir, 'figures'))
+  return files + (write_agreement(out.agreement, out_dir) if out.agreement else [])
+
+
+def write_agreement(section, out_dir):
+  """The agreement section's non-empty CSVs into out_dir (report_agreement.csv always) and the
+  churn ladder into out_dir/figures when it has rows; returns the paths written."""
+  paths = []
+  for key, name in AGREEMENT_FILES.items():
+    frame = getattr(section, key)
+    if key == 'table' or not frame.empty:
+      paths.append(os.path.join(out_dir, name))
+      pd.DataFrame(frame).to_csv(paths[-1], index=False)
+  if not section.table.empty:
+    os.makedirs(os.path.join(out_dir, 'figures'), exist_ok=True)
+    paths += churn_ladder.churn_ladder(section.table, os.path.join(out_dir, 'figures'))
+  return paths
 
 
 def publish(out, hist, fmt='md', out_dir=None):

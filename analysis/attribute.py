@@ -1,0 +1,96 @@
+"""Which numerical setting explains a difference in a metric, as a command: analysis.numbers.
+attribution's factor effects and platform gap decomposition, printed in words and written as
+tables and figures.
+
+  python -m analysis.attribute --runs=/tmp/study --factors platform profile --margin 0.3 \
+      --noise-arm profile=noise --out /tmp/study
+  python -m analysis.attribute --csv=published.csv --factors platform compute_dtype --metric acc
+
+With --out DIR: attribution.csv (exact columns), attribution.md, and with a platform gap
+attribution_gap.csv and attribution_decomposition.csv; the forest plot and the gap figure
+(analysis/figures/forest.py). Bad input: one `error: ...` line, exit code 2, nothing written.
+"""
+
+import os
+
+from analysis import cli
+from analysis.figures import forest
+from analysis.inputs import results
+from analysis.numbers import attribution, effects, gap_verdict, stats
+from analysis.words import attribution_text
+
+
+def write_tables(out, out_dir):
+  """attribution.csv (exact columns), attribution.md, and with a gap attribution_gap.csv (every
+  component) and attribution_decomposition.csv (one row per gap: verdict, share, seeds)."""
+  os.makedirs(out_dir, exist_ok=True)
+  files = [os.path.join(out_dir, 'attribution.csv'), os.path.join(out_dir, 'attribution.md')]
+  out.terms[effects.CSV_COLUMNS].to_csv(files[0], index=False)
+  with open(files[1], 'w', encoding='utf-8') as f:
+    f.write(attribution_text.render(out))
+  if out.gap is not None:
+    files += [os.path.join(out_dir, f'attribution_{n}.csv') for n in ('gap', 'decomposition')]
+    out.gap.to_csv(files[-2], index=False)
+    gap_verdict.flat(out.decomposition).to_csv(files[-1], index=False)
+  return files
+
+
+def write(out, out_dir):
+  """write_tables, the forest plot and, with a gap, the gap figure (analysis/forest.py)."""
+  return (write_tables(out, out_dir) + forest.plot(out, out_dir)
+          + (forest.plot_gap(out, out_dir) or []))
+
+
+def parse_args(argv):
+  from analysis.inputs import results  # pylint: disable=import-outside-toplevel
+  p = cli.Parser(prog='python -m analysis.attribution', description=__doc__.split('\n')[0])
+  src = p.add_mutually_exclusive_group(required=True)
+  results.add_runs_argument(src)
+  src.add_argument('--csv', help='a CSV of results, one row per run')
+  p.add_argument('--metric', default=stats.DEFAULT_METRIC)
+  p.add_argument('--factors', nargs='+', required=True, help='factor columns (platform included)')
+  p.add_argument('--seed-col', default='seed')
+  p.add_argument('--reference', nargs='+', default=[], help='factor=level: reference levels')
+  p.add_argument('--interactions', nargs='+', default=[], help='A:B interactions to add')
+  cli.add_margin_argument(p, 'equivalence margin (pp for accuracies)')
+  p.add_argument('--noise-arm', nargs='+', default=[], help='factor=level: the noise-control arm')
+  p.add_argument('--noise-of', nargs='+', default=[],
+                 help='factor=level: the arm the noise arm perturbs (default: the reference arm)')
+  p.add_argument('--min-share', type=float, default=None,
+                 help='share of the gap the numerics part must reach (lower 95%% bound) for '
+                      '"explained by numerics" (default %g)' % gap_verdict.MIN_SHARE)
+  p.add_argument('--native', nargs='+', default=[], help='factor=level of the native arm')
+  p.add_argument('--platform-profile', nargs='+', default=[],
+                 help='platform=level: the profile emulating each platform, e.g. gpu=jax_gpu_default')
+  p.add_argument('--out', help='folder for attribution.csv/.md, attribution_gap.csv, '
+                 'attribution_decomposition.csv, attribution_forest and gap_decomposition .pdf/.png')
+  return p.parse_args(argv)
+
+
+def named_columns(args):
+  """The columns the command line names (factors, and those of the arms): read from a CSV."""
+  arms = args.reference + args.noise_arm + args.native + args.platform_profile
+  return args.factors + [str(a).split('=')[0] for a in arms]
+
+
+def main(argv=None):
+  from analysis.inputs import results  # pylint: disable=import-outside-toplevel
+  cli.locale_proof()
+  args = parse_args(argv)
+  try:
+    cli.check_out_folder(args.out)
+    frame = (results.load_runs(args.runs) if args.runs else
+             stats.read_csv(args.csv, args.metric, args.seed_col, named_columns(args), True))
+    out = attribution.run(frame, args.factors, args.metric, args.seed_col, args.reference,
+                          args.interactions, args.margin, args.noise_arm, args.native,
+                          args.platform_profile, ' '.join(args.runs or [args.csv]),
+                          noise_of=args.noise_of, min_share=args.min_share)
+  except ValueError as e:
+    cli.fail(e)
+  print(attribution_text.render(out))
+  for path in write(out, args.out) if args.out else []:
+    print(f'wrote {path}')
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,48 @@
+"""The study's figures as a command (analysis/figures/study_figures.py says what each shows).
+
+  python -m analysis.draw --runs ROOT [ROOT ...] --out FIGURES [--study FILE] [--margin 0.5]
+
+Bad input: one `error: ...` line, exit code 2, nothing drawn.
+"""
+
+import argparse
+import sys
+
+from analysis.figures import study_figures
+from analysis.inputs import declaration, results
+from analysis.numbers import answer, stats
+
+
+def parse_args(argv):
+  from analysis.inputs import declaration, results  # pylint: disable=import-outside-toplevel
+  p = argparse.ArgumentParser(prog='python -m analysis.figures', description=__doc__.split('\n')[0])
+  results.add_runs_argument(p, required=True)
+  p.add_argument('--out', required=True, help='folder for the PDF and PNG files')
+  declaration.add_study_argument(p)
+  p.add_argument('--group-by', nargs='+', default=[],
+                 help='columns defining an arm (default: platform, device kind, every requested '
+                      'numerics field and every config field that differs between the runs)')
+  p.add_argument('--metric', default=stats.DEFAULT_METRIC,
+                 help=f'the final metric per arm (default {stats.DEFAULT_METRIC})')
+  p.add_argument('--margin', type=float, default=None,
+                 help='equivalence margin, pp (default: the declared one)')
+  p.add_argument('--margin-reason', default=None, help='why this margin')
+  return p.parse_args(argv)
+
+
+def main(argv=None):
+  from analysis.inputs import results  # pylint: disable=import-outside-toplevel
+  args = parse_args(argv)
+  try:
+    runs, hist, declared = results.load_study(args.runs, args.study)
+    out = answer.analyse(runs, declared, args.group_by, args.metric, args.margin,
+                         args.margin_reason)
+  except ValueError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+  for path in study_figures.make_all(out, hist, args.out):
+    print(path)
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,1 @@
+"""Reading runs for analysis: run folders (Orbax records), CSV exports and study declarations."""
