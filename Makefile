@@ -24,7 +24,7 @@ setup-test: | $(PY)
 # The main job on the embedded default (scikit-learn digits, no download): a numerics study
 # (8 arms x 6 seeds) -> statistics report -> attribution -> figures, in runs/study (~6 min on 2 cores).
 study: setup
-	$(PY) -m sweeps.study --config=configs/digits.py:study --root=runs/study --parallel 2
+	$(PY) -m sweeps.run_study --config=configs/digits.py:study --root=runs/study --parallel 2
 
 # One training run on the embedded default (a few minutes on 2 cores).
 train: setup

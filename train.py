@@ -57,7 +57,7 @@ def main(parsed):
 def train(config):
   """train_and_evaluate of the resolved `config`; failures as one line and an exit code."""
   from numerics import setup as numerics_setup
-  from trainer import checkpointing, distributed, loop, reporting, validation
+  from trainer import checkpointing, distributed, loop, validation, writers
   try:
     numerics_setup.configure(config)  # XLA flags before any backend starts (distributed does)
     distributed.initialize(config)
@@ -67,7 +67,7 @@ def train(config):
     fail(str(e).splitlines()[0])
   except loop.TrainingFailed as e:
     fail(str(e), code=1)  # a run that started and stopped: its saved results say why
-  except (checkpointing.CheckpointWriteError, reporting.MetricsWriteError) as e:
+  except (checkpointing.CheckpointWriteError, writers.MetricsWriteError) as e:
     fail(str(e), code=1, at_once=True)
   except RuntimeError as e:  # a backend platforms.check could not see fail (e.g. a driver)
     if 'Unable to initialize backend' not in str(e):

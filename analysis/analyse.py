@@ -1,7 +1,7 @@
 """A study's whole analysis in one command: the report (the answer first), its tables, the
 attribution and the figures, from one or more roots of runs (local and gs://, mixed) or a CSV.
 
-  python -m analysis.analyse --runs runs/study --out runs/study          # what sweeps.study runs
+  python -m analysis.analyse --runs runs/study --out runs/study          # what sweeps.run_study runs
   python -m analysis.analyse --runs gs://bucket/gpu runs/cpu --out out   # two platforms' roots
   python -m analysis.analyse --csv results/digits_h100_cpu.csv --study results/digits_h100_cpu.study.json
   python -m analysis.analyse --csv published.csv --group-by platform --metric accuracy

@@ -1,5 +1,5 @@
 """Peak memory of resuming a run whose metrics.jsonl is large: the file is read one line at a time
-(trainer/reporting.py kept_lines), so a resumed run holds one line, not the file.
+(trainer/writers.py kept_lines), so a resumed run holds one line, not the file.
 
   python -m benchmarks.bench_resume_metrics --workdir /tmp/mem1g --size-mb 1024
   /usr/bin/time -v python -m benchmarks.bench_resume_metrics --workdir /tmp/mem1g --size-mb 1024
@@ -19,7 +19,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from runrecord import record  # noqa: E402
-from trainer import reporting  # noqa: E402
+from trainer import writers  # noqa: E402
 
 LINE = {'kind': 'train', 'step': 0, 'epoch': 1, 'train_loss': 2.302585092994046,
         'train_accuracy': 0.1015625, 'learning_rate': 0.0009999999999999998,
@@ -54,7 +54,7 @@ def main(argv=None):
   else:
     last = write_metrics(path, size)
   start = time.perf_counter()
-  reporting.JsonLinesWriter(args.workdir, resume_step=last).close()
+  writers.JsonLinesWriter(args.workdir, resume_step=last).close()
   seconds = time.perf_counter() - start
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
   print('| metrics.jsonl (MB) | resumed at step | seconds | peak RSS (MB) |')

@@ -180,7 +180,7 @@ def summarize(events, steps, categories=None):
           'kinds': kinds, 'counts': {k: v / steps for k, v in counts.items()}}
 
 
-def report(s, top=25, source='device'):
+def step_lines(s, top=25, source='device'):
   lines = [f'events from: {source}',
            f'per step: device busy {s["busy"] / 1e3:.3f} ms of {s["span"] / 1e3:.3f} ms span '
            f'({s["busy"] / s["span"]:.1%} busy), {s["launches"]:.0f} kernels, sum of kernel '
@@ -215,7 +215,7 @@ def main(argv=None):
         f'profiler; trace in {trace_dir}')
   events, source = device_events(load_events(find_trace(trace_dir)))
   s = summarize(events, args.steps, hlo_categories(bench.step.as_text()))
-  print(report(s, args.top, source))
+  print(step_lines(s, args.top, source))
   print(f'device_busy_fraction={s["busy"] / s["span"]:.4f}')
 
 

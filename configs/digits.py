@@ -1,7 +1,7 @@
 """The embedded default: scikit-learn's digits (no download).
 
   python train.py --config=configs/digits.py:cpu --workdir=/tmp/digits
-  python -m sweeps.study --config=configs/digits.py:study --root=runs/study --parallel 2
+  python -m sweeps.run_study --config=configs/digits.py:study --root=runs/study --parallel 2
   python -m sweeps.sweep --config=configs/digits.py:variance --root=runs/variance --parallel 2
 """
 
@@ -117,7 +117,7 @@ def variance_runs():
 
 
 def get_sweep(arg=None):
-  """The study run by `python -m sweeps.study --config=configs/digits.py:study`: arms x seeds;
+  """The study run by `python -m sweeps.run_study --config=configs/digits.py:study`: arms x seeds;
   with the `variance` preset, `variance_runs`."""
   config = get_config(arg)
   if 'variance' in config.preset.split(','):

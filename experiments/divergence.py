@@ -29,7 +29,7 @@ import jax
 from configs import common, loader
 from experiments import divergence_lockstep as lockstep
 from experiments import divergence_measure as measure
-from experiments import divergence_report as report
+from experiments import divergence_output as output
 from numerics import profiles
 from numerics import setup as numerics_setup
 from trainer import run
@@ -143,12 +143,12 @@ def determinism_failures(result):
 def write(result, out_dir):
   """divergence.md/.json/.png/.pdf; prints the report and the figure's paths."""
   os.makedirs(out_dir, exist_ok=True)
-  text = report.markdown(result)
+  text = output.markdown(result)
   print(text)
   for name, content in (('md', text), ('json', json.dumps(result, indent=1, default=str))):
     with open(os.path.join(out_dir, f'divergence.{name}'), 'w', encoding='utf-8') as f:
       f.write(content)
-  for path in report.figure(result, out_dir):
+  for path in output.figure(result, out_dir):
     print(f'wrote {path}')
 
 

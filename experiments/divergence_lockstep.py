@@ -21,7 +21,7 @@ import numpy as np
 from experiments import divergence_measure as measure
 from input_pipeline import base, batching
 from numerics import setup as numerics_setup
-from trainer import optim, reporting, run, steps
+from trainer import optim, run, steps, writers
 
 
 def pair_list(seeds, names):
@@ -79,7 +79,7 @@ class Progress:
 
   def say(self, text):
     self.last = self.clock()
-    self.log(f'[{reporting.duration(self.last - self.start)}] {text}')
+    self.log(f'[{writers.duration(self.last - self.start)}] {text}')
 
   def compiled(self, step):
     """The steps before `step` included a compile: the rate counts from here."""
@@ -91,7 +91,7 @@ class Progress:
     if self.since is None or step <= self.since[1] or now <= self.since[0]:
       return f'step {step}/{total}, steps/s: measuring (compiling)'
     per_s = (step - self.since[1]) / (now - self.since[0])
-    eta = reporting.duration((total - step) / per_s)
+    eta = writers.duration((total - step) / per_s)
     return f'step {step}/{total}, {per_s:.3g} steps/s, ETA {eta}'
 
   def step(self, step, total):

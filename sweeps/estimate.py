@@ -199,7 +199,7 @@ def measure_arm(flags, env, repo, timed_steps):
   return json.loads(found[-1])
 
 
-def report(runs, flags_of, envs, repo, timed_steps):
+def measure_arms(runs, flags_of, envs, repo, timed_steps):
   """Measure each distinct arm (its first run's config flags, loaded by the arm's own process as
   train.py would), len(envs) at a time (one environment per slot, as the sweep's runs get them),
   and print the table; returns an exit code (2 if an arm cannot be measured)."""

@@ -46,7 +46,7 @@ from typing import Any
 from analysis.inputs import results
 from sweeps import claims
 from runrecord import record
-from trainer import gpu_memory, lock, platforms, reporting
+from trainer import gpu_memory, lock, platforms, writers
 
 LOG_FILE = record.LOG_FILE
 CACHE_DIR = '.jax_cache'
@@ -238,7 +238,7 @@ class Progress:
     busy = (f', {len(self.elsewhere)} in another sweep' if self.elsewhere else '') + (
         f', {self.in_use} in use elsewhere' if self.in_use else '')
     return (f'[sweep] {self.done}/{self.total} done, {running}, {self.failed} failed{busy} | '
-            f'elapsed {reporting.duration(now - self.start)} | ETA {reporting.duration(self.eta(measures))}')
+            f'elapsed {writers.duration(now - self.start)} | ETA {writers.duration(self.eta(measures))}')
 
   def show(self, message=None):
     self.last_shown = time.time()
@@ -312,7 +312,7 @@ def reap(progress, stopping):
     if a.claim is not None:
       lock.release_claim(a.claim)
     freed.append(a.gpu)
-    name, took = f'{a.run.slug}/seed{a.run.seed}', reporting.duration(time.time() - a.started)
+    name, took = f'{a.run.slug}/seed{a.run.seed}', writers.duration(time.time() - a.started)
     if stopping:
       progress.show(f'stopped {name} after {took} (exit code {code}; log: {a.logfile})')
     elif code == 0:
@@ -334,7 +334,7 @@ def stop_all(progress, stop, poll=0.2):
   for a in progress.active.values():
     a.proc.send_signal(sig)
   progress.show(f'stopping: {sig.name} sent to {len(progress.active)} running run(s); waiting for '
-                f'them to exit (at most {reporting.duration(STOP_GRACE_S)}; signal again to kill them now)')
+                f'them to exit (at most {writers.duration(STOP_GRACE_S)}; signal again to kill them now)')
   deadline = time.time() + STOP_GRACE_S
   while progress.active:
     if stop.force or time.time() > deadline:
@@ -372,7 +372,7 @@ def run_all(queue, argv_of, root, repo, progress, slots, gpus, batch_size=None, 
               break
             progress.held.append(run)
             progress.show(f'in use  {run.slug}/seed{run.seed}: {run.workdir} is still held after '
-                          f'{reporting.duration(LOCK_WAIT_S)}; not run (rerun when its holder is done)')
+                          f'{writers.duration(LOCK_WAIT_S)}; not run (rerun when its holder is done)')
             continue
           gpu = free.pop(0)
           a = launch(run, argv_of(run), root, repo, gpu, batch_size and batch_size(run),

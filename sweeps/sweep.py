@@ -149,7 +149,7 @@ def parse_gpus(text):
 
 
 def add_run_args(p, example_config, root_help):
-  """--config, --root, --parallel, --gpus: what running a sweep takes (sweeps.study too)."""
+  """--config, --root, --parallel, --gpus: what running a sweep takes (sweeps.run_study too)."""
   p.add_argument('--config', required=True,
                  help=f'config file with get_sweep(), e.g. {example_config}')
   p.add_argument('--root', required=True, help=root_help)
@@ -242,7 +242,7 @@ def plan(args):
   return runs, path, arg, root, files, states, errors + ([problem] if problem else []), declared
 
 
-def report_problems(errors):
+def print_problems(errors):
   for line in errors:
     print(f'error: {line}', file=sys.stderr)
   print(f'error: {len(errors)} problem(s) found before launching: nothing was run or written',
@@ -277,7 +277,7 @@ def main(argv=None):
     print(f'error: {e}', file=sys.stderr)
     return 2
   if errors:
-    return report_problems(errors)
+    return print_problems(errors)
   if capped:
     print(f'warning: {capped}', file=sys.stderr)
   if declared and '://' in root:
@@ -299,7 +299,7 @@ def main(argv=None):
   if args.estimate:  # priced: the runs still to run
     from sweeps import estimate  # pylint: disable=import-outside-toplevel
     envs = runner.slot_envs(scripts.REPO if '://' in root else root, scripts.REPO, gpus, slots)
-    return estimate.report([r for r, _ in todo], lambda r: scripts.config_flags(r, path, arg),
+    return estimate.measure_arms([r for r, _ in todo], lambda r: scripts.config_flags(r, path, arg),
                            envs, scripts.REPO, args.estimate_steps)
   if args.dry_run:
     return 0

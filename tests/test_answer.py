@@ -119,8 +119,8 @@ def test_two_roots_give_the_same_tables_as_one_root_holding_both(tmp_path, capsy
 
 
 def test_sweeps_study_checks_its_other_roots_before_the_sweep(tmp_path, capsys):
-  from sweeps import study  # pylint: disable=import-outside-toplevel
-  code = study.main(['--config=configs/digits.py:study', f'--root={tmp_path}/r', '--runs',
+  from sweeps import run_study  # pylint: disable=import-outside-toplevel
+  code = run_study.main(['--config=configs/digits.py:study', f'--root={tmp_path}/r', '--runs',
                      str(tmp_path / 'nope')])
   err = capsys.readouterr().err
   assert code == 2 and err.startswith('error: --runs:') and err.count('\n') == 1

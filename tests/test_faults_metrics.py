@@ -1,12 +1,12 @@
 """metrics.jsonl under faults (deleted mid-run, replaced, missing at resume, unwritable) and an ETA
-that leaves compile time out (trainer/reporting.py)."""
+that leaves compile time out (trainer/writers.py)."""
 
 import json
 
 import pytest
 
 from trainer import clock as progress_clock
-from trainer import reporting
+from trainer import writers
 
 
 def _records(path):
@@ -18,33 +18,33 @@ def _train(step):
 
 
 def test_metrics_deleted_mid_run_are_rewritten_whole(tmp_path, caplog):
-  reporter = reporting.JsonLinesWriter(tmp_path)
+  reporter = writers.JsonLinesWriter(tmp_path)
   for step in (5, 10, 15):
     reporter.write_scalars(step, _train(step))
-  (tmp_path / reporting.METRICS).unlink()
+  (tmp_path / writers.METRICS).unlink()
   reporter.write_scalars(20, _train(20))
-  assert [r['step'] for r in _records(tmp_path / reporting.METRICS)] == [5, 10, 15, 20]
+  assert [r['step'] for r in _records(tmp_path / writers.METRICS)] == [5, 10, 15, 20]
   assert 'was deleted or changed while this run was writing it: rewritten whole (4 records)' in \
       caplog.text
-  (tmp_path / reporting.METRICS).write_text('{"kind": "train", "step": 99}\n')  # replaced
+  (tmp_path / writers.METRICS).write_text('{"kind": "train", "step": 99}\n')  # replaced
   reporter.write_scalars(25, _train(25))
-  assert [r['step'] for r in _records(tmp_path / reporting.METRICS)] == [5, 10, 15, 20, 25]
+  assert [r['step'] for r in _records(tmp_path / writers.METRICS)] == [5, 10, 15, 20, 25]
   reporter.close()
 
 
 def test_metrics_missing_at_resume_get_the_epoch_records_back(tmp_path, caplog):
   history = [{'epoch': 1, 'step': 22, 'train_loss': 2.0, 'test_accuracy': 0.5}]
-  reporter = reporting.JsonLinesWriter(tmp_path, resume_step=30, history=history)
-  assert _records(tmp_path / reporting.METRICS) == [{'kind': 'epoch', **history[0]}]
+  reporter = writers.JsonLinesWriter(tmp_path, resume_step=30, history=history)
+  assert _records(tmp_path / writers.METRICS) == [{'kind': 'epoch', **history[0]}]
   assert 'the per-step records before step 30 are lost' in caplog.text
   reporter.close()
 
 
 def test_unwritable_metrics_is_one_line_error(tmp_path):
-  (tmp_path / reporting.METRICS).mkdir()  # a folder where the file should be
-  with pytest.raises(reporting.MetricsWriteError, match=r'metrics.jsonl could not be read or '
+  (tmp_path / writers.METRICS).mkdir()  # a folder where the file should be
+  with pytest.raises(writers.MetricsWriteError, match=r'metrics.jsonl could not be read or '
                      r'written \(Is a directory\); the checkpoints are unchanged'):
-    reporting.JsonLinesWriter(tmp_path)
+    writers.JsonLinesWriter(tmp_path)
 
 
 class FakeClock:
@@ -84,4 +84,4 @@ def test_eta_unknown_until_a_step_time_without_compile(tmp_path, monkeypatch):
   reporter = progress_clock.ProgressClock(100)
   clock.now += 50
   assert reporter.throughput(5, 64)[1] is None  # no compile end reported: all of it may be compile
-  assert reporting.duration(None, clock=True) == '?'
+  assert writers.duration(None, clock=True) == '?'

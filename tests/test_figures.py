@@ -39,7 +39,7 @@ def fake_results(seed, acc, platform, dtype):
 
 
 def write_metrics(run, seed, scale):
-  """A metrics.jsonl as trainer/reporting.py writes it: train records, epoch records, one bad line."""
+  """A metrics.jsonl as trainer/writers.py writes it: train records, epoch records, one bad line."""
   lines = []
   for step in STEPS:
     lines.append({'kind': 'train', 'step': step, 'epoch': (step + 1) // 2,
@@ -362,7 +362,7 @@ def test_figures_cli_one_line_error(tmp_path, capsys):
 
 
 def test_study_refuses_a_bucket_root_in_one_line(capsys):
-  from sweeps import study  # pylint: disable=import-outside-toplevel
-  assert study.main(['--config=configs/digits.py:study', '--root=gs://bucket/study']) == 2
+  from sweeps import run_study  # pylint: disable=import-outside-toplevel
+  assert run_study.main(['--config=configs/digits.py:study', '--root=gs://bucket/study']) == 2
   message = capsys.readouterr().err
   assert message.startswith('error: --root=gs://bucket/study: a study runs locally') and message.count('\n') == 1

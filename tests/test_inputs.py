@@ -15,7 +15,7 @@ from tests.conftest import ROOT
 from tests.test_cli import run_train
 from tests.test_sweep import write_config
 from trainer import clock as progress_clock
-from trainer import lock, loop, platforms, reporting, validation
+from trainer import lock, loop, platforms, validation, writers
 from runrecord import record
 
 
@@ -227,7 +227,7 @@ def test_eta_says_compiles_are_still_to_come(caplog):
   """Before: 'ETA 0:00:02' from the frozen phase's steps, then a 30 s compile of the next."""
   caplog.set_level('INFO')
   timer = progress_clock.ProgressClock(100)
-  console = reporting.ConsoleWriter(100, 4, timer)
+  console = writers.ConsoleWriter(100, 4, timer)
   timer.compiles_ahead(2)  # two phases ahead, and the first evaluation: 3 compiles
   timer.compiled(0)
   line = {'kind': 'train', 'step': 5, 'epoch': 1, 'train_loss': 1.0, 'train_accuracy': 0.5,

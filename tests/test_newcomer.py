@@ -125,7 +125,7 @@ def test_estimate_formula_and_parallel_measurement(monkeypatch, capsys):
   monkeypatch.setattr(estimate, 'measure_arm', fake_measure)
   runs = [sweep.Run({}, arm, s, {}, '') for arm in 'abcd' for s in range(2)]
   envs = [{'SLOT': '0'}, {'SLOT': '1'}]
-  assert estimate.report(runs, lambda r: [], envs, ROOT, 2) == 0
+  assert estimate.measure_arms(runs, lambda r: [], envs, ROOT, 2) == 0
   assert max(seen) == 2
   out = capsys.readouterr().out
   assert 'measuring 4 arm(s), 2 at a time' in out and 'wall-clock at 2 run(s) at a time' in out

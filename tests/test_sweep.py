@@ -1,4 +1,4 @@
-"""sweeps.sweep / sweeps.study: expansion, command list, SLURM script, skipping, scheduling,
+"""sweeps.sweep / sweeps.run_study: expansion, command list, SLURM script, skipping, scheduling,
 and a tiny end-to-end study on digits (train.py subprocesses -> stats -> figures)."""
 
 import collections
@@ -20,9 +20,9 @@ from statsmodels.stats import power as smp
 
 from analysis.inputs import results
 from analysis.numbers import inference
-from sweeps import runner, scripts, study, sweep
+from sweeps import run_study, runner, scripts, sweep
 from configs import celeba, common, digits
-from trainer import checkpointing, lock, reporting, resume, validation
+from trainer import checkpointing, lock, resume, validation, writers
 from runrecord import record
 
 DIGITS = os.path.join(scripts.REPO, 'configs', 'digits.py')
@@ -260,16 +260,16 @@ def test_launch_order_round_robins_arms():
   runs = [sweep.Run({}, arm, seed, {}, '') for arm in 'abc' for seed in range(2)]
   assert [(r.slug, r.seed) for r in sweep.launch_order(runs)] == [
       ('a', 0), ('b', 0), ('c', 0), ('a', 1), ('b', 1), ('c', 1)]
-  assert reporting.duration(3725) == '1h2m05s'
+  assert writers.duration(3725) == '1h2m05s'
 
 
 def test_one_duration_format_for_the_consoles():
-  """trainer/reporting.duration: the sweep's lines, the lockstep divergence's and (clock) the
+  """trainer/writers.duration: the sweep's lines, the lockstep divergence's and (clock) the
   training line's ETA, rounded to the second (the ETA was truncated before)."""
-  assert reporting.duration(3725) == '1h2m05s' and reporting.duration(59.6) == '1m00s'
-  assert reporting.duration(3725.4, clock=True) == '1:02:05'
-  assert reporting.duration(59.6, clock=True) == '0:01:00'
-  assert reporting.duration(None) == '?' and reporting.duration(-3) == '0m00s'
+  assert writers.duration(3725) == '1h2m05s' and writers.duration(59.6) == '1m00s'
+  assert writers.duration(3725.4, clock=True) == '1:02:05'
+  assert writers.duration(59.6, clock=True) == '0:01:00'
+  assert writers.duration(None) == '?' and writers.duration(-3) == '0m00s'
 
 
 def test_tiny_study_end_to_end_then_resume_skips_everything(tmp_path, subprocess_env, monkeypatch, capsys):
@@ -279,7 +279,7 @@ def test_tiny_study_end_to_end_then_resume_skips_everything(tmp_path, subprocess
                      "for s in (0, 1)]")
   root = tmp_path / 'study'
   spec = f'--config={cfg}:smoke,num_epochs=2,optim.freeze_epochs=0'
-  assert study.main([spec, f'--root={root}', '--parallel=1']) == 0
+  assert run_study.main([spec, f'--root={root}', '--parallel=1']) == 0
   out = capsys.readouterr().out
   assert '[sweep] 4/4 done, 0 running, 0 failed' in out and 'study finished in' in out
   report = (root / 'report.md').read_text()

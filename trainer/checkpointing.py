@@ -31,15 +31,15 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from trainer import reporting
+from trainer import writers
 
 from runrecord import predictions, record
 
 CORRUPT_DIR = 'corrupt_checkpoints'
 # What a run keeps in its workdir, and what each entry must be where it already exists: the
 # layout trainer/validation.py checks before any compute, and what --restart deletes.
-RUN_FOLDERS = (record.CHECKPOINTS, reporting.TENSORBOARD, CORRUPT_DIR)
-RUN_FILES = (reporting.METRICS,)
+RUN_FOLDERS = (record.CHECKPOINTS, writers.TENSORBOARD, CORRUPT_DIR)
+RUN_FILES = (writers.METRICS,)
 
 
 class CheckpointWriteError(RuntimeError):

@@ -1,5 +1,5 @@
 """The training clock: images/s and the ETA of a run, apart from what writes them (CLU's
-`ReportProgress` in spirit; trainer/reporting.py writes).
+`ReportProgress` in spirit; trainer/writers.py writes).
 
 Images/s is training throughput: the images of the steps since the previous log over the wall
 time of that interval minus the time spent in evaluations and checkpoint saves (the loop runs

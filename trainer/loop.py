@@ -28,7 +28,7 @@ from absl import logging
 
 from input_pipeline import batching
 from numerics import setup as numerics_setup
-from trainer import checkpointing, clock, lock, optim, reporting, resume, run, steps, stop
+from trainer import checkpointing, clock, lock, optim, resume, run, steps, stop, writers
 from runrecord import record
 from runrecord import predictions as prediction_items
 from trainer import validation
@@ -63,7 +63,7 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
 
   Raises validation.ConfigError on bad input or an unusable workdir (before compute),
   TrainingFailed on a non-finite loss/state, checkpointing.CheckpointWriteError when a checkpoint
-  cannot be written, reporting.MetricsWriteError when metrics.jsonl cannot, stop.Stopped after a
+  cannot be written, writers.MetricsWriteError when metrics.jsonl cannot, stop.Stopped after a
   SIGTERM/SIGINT. `allow_layout_change`: a saved run may continue on another device layout.
   """
   validation.require_resolved(config, 'trainer.loop.train_and_evaluate')
@@ -91,8 +91,8 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
 
 @dataclasses.dataclass(frozen=True)
 class Outputs:
-  """Where a run reports: the files (reporting.create_writers), the throughput and ETA clock
-  (trainer/clock.py), the console line (reporting.ConsoleWriter)."""
+  """Where a run reports: the files (writers.create_writers), the throughput and ETA clock
+  (trainer/clock.py), the console line (writers.ConsoleWriter)."""
   writers: Any
   clock: Any
   console: Any
@@ -145,8 +145,8 @@ def _floats(sums):
 
 def _train(ctx, workdir, mngr, p, is_writer):
   timer = clock.ProgressClock(ctx.total_steps, p.step)
-  out = Outputs(reporting.create_writers(workdir, is_writer, p.step, p.results['history']), timer,
-                reporting.ConsoleWriter(ctx.total_steps, ctx.config.num_epochs, timer))
+  out = Outputs(writers.create_writers(workdir, is_writer, p.step, p.results['history']), timer,
+                writers.ConsoleWriter(ctx.total_steps, ctx.config.num_epochs, timer))
   eval_fn = run.eval_step(ctx, p.state)
   watch, bad = run.watch(ctx, p.state)
   device_feed = run.feed(ctx)
@@ -174,7 +174,7 @@ def _train(ctx, workdir, mngr, p, is_writer):
         _after_step(ctx, mngr, out, p, bad, eval_fn, stops)
     checkpointing.wait(mngr, p.step)  # a signal now changes nothing: the run is complete
   out.writers.close()
-  logging.info('Done: test_accuracy %s, %s', reporting.percent(
+  logging.info('Done: test_accuracy %s, %s', writers.percent(
       p.results['final']['test_accuracy']), session_times(p))
   return p.results
 
@@ -281,7 +281,7 @@ def _end_epoch(ctx, out, p, eval_fn, evaluate_now):
       entry.update(metrics)
     out.clock.evaluated(p.step)
     logging.info('epoch %d: test_accuracy %s test_loss %.4f train_loss %.4f', epoch,
-                 reporting.percent(entry['test_accuracy']), entry['test_loss'],
+                 writers.percent(entry['test_accuracy']), entry['test_loss'],
                  entry['train_loss'])
   entry['wall_time_s'] = p.wall_time()
   out.writers.write_scalars(entry['step'], entry)

@@ -13,7 +13,7 @@ A config file's `get_study(arg=None)` returns it as a dict; every key is optiona
                             decomposition, analysis/numbers/gap.py)
   labels                    {factor: '{}'-format text or {level: label}}: short arm labels
   seed_sd, paired_sd, seeds and their *_source: the power calculation behind the seed count
-sweeps.sweep (and so sweeps.study) writes it into the root as STUDY_FILE before the first run and
+sweeps.sweep (and so sweeps.run_study) writes it into the root as STUDY_FILE before the first run and
 refuses a changed declaration once runs exist; the analysis reads it from there, so its tests are
 the ones declared before the data existed (analysis/numbers/contrasts.py).
 

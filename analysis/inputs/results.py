@@ -27,7 +27,7 @@ import pandas as pd
 from analysis.inputs import declaration
 from runrecord import record
 
-# Written by trainer/reporting.py in each run folder: one JSON object per logged step and epoch.
+# Written by trainer/writers.py in each run folder: one JSON object per logged step and epoch.
 METRICS_FILE = record.METRICS
 STEP_COLUMNS = ('run', 'step', 'epoch', 'train_loss', 'train_accuracy')
 
@@ -205,8 +205,8 @@ def load(roots):
 
 def load_study(roots, study=None, config=None):
   """(runs_frame, histories_frame, declaration) of the runs under the root(s): what analysis.study,
-  analysis.figures and sweeps.study analyse. The declaration: `study` (--study: a study.json or a
-  config file) when given, else the roots' study.json, else `config`'s get_study() (sweeps.study),
+  analysis.figures and sweeps.run_study analyse. The declaration: `study` (--study: a study.json or a
+  config file) when given, else the roots' study.json, else `config`'s get_study() (sweeps.run_study),
   else none ({})."""
   frame, hist = load(roots)
   if study:

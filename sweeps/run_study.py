@@ -1,8 +1,8 @@
 """A whole study in one command: the sweep, then its analysis (the report, the attribution, the
 figures).
 
-  python -m sweeps.study --config=configs/digits.py:study --root=/tmp/study --parallel 2
-  python -m sweeps.study --config=configs/digits.py:study --root=runs/cpu --runs gs://b/gpu
+  python -m sweeps.run_study --config=configs/digits.py:study --root=/tmp/study --parallel 2
+  python -m sweeps.run_study --config=configs/digits.py:study --root=runs/cpu --runs gs://b/gpu
 
 Runs `python -m sweeps.sweep` (arms x seeds of the config's get_sweep(); finished runs are
 skipped, so the command resumes; a get_study() declaration is written into the root as
@@ -25,11 +25,11 @@ from analysis import analyse
 from analysis.inputs import results
 from analysis.numbers import answer, stats
 from sweeps import sweep
-from trainer import reporting
+from trainer import writers
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m sweeps.study', description=__doc__.split('\n')[0])
+  p = argparse.ArgumentParser(prog='python -m sweeps.run_study', description=__doc__.split('\n')[0])
   sweep.add_run_args(p, 'configs/digits.py:study',
                      'local folder for the runs, the report and figures/')
   p.add_argument('--group-by', nargs='+', default=[], help='columns defining an arm (analysis.study)')
@@ -54,10 +54,10 @@ def sweep_argv(args):
   return argv
 
 
-def report(root, group_by, metric, margin=None, config=None, margin_reason=None, more=(),
+def analyse_roots(root, group_by, metric, margin=None, config=None, margin_reason=None, more=(),
            all_pairs=False):
   """The analysis of the runs under `root` and the `more` roots: print the report, write it, the
-  attribution and figures/ into root (analysis.study). The declaration is the roots' study.json,
+  attribution and figures/ into root (analysis.analyse). The declaration is the roots' study.json,
   else the config's get_study()."""
   roots = [root, *more]
   frame, hist, declared = results.load_study(roots, config=config)
@@ -84,14 +84,14 @@ def main(argv=None):
     return code
   print(f'\nreport (also in {os.path.join(os.path.abspath(args.root), "report.md")}):\n', flush=True)
   try:
-    written = report(os.path.abspath(args.root), args.group_by, args.metric, args.margin,
+    written = analyse_roots(os.path.abspath(args.root), args.group_by, args.metric, args.margin,
                      args.config, args.margin_reason, args.runs, args.all_pairs)
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
   print('\nwritten:\n' + '\n'.join(f'  {p}' for p in written))
   load = ', '.join(f'{x:.2f}' for x in os.getloadavg())
-  print(f'study finished in {reporting.duration(time.time() - start)} (load average {load})'
+  print(f'study finished in {writers.duration(time.time() - start)} (load average {load})'
         + ('; some runs failed: see above' if code else ''))
   return code
 

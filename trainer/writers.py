@@ -1,4 +1,4 @@
-"""What a run reports while it trains: a JSON-lines metrics file, TensorBoard, and the console.
+"""The metric writers of a run: a JSON-lines metrics file, TensorBoard, and the console line.
 
 `metrics.jsonl` holds one JSON object per logged step ('kind': 'train') and per epoch
 ('kind': 'epoch'); analysis code reads it directly. On resume, records after the restored step
