@@ -3,16 +3,19 @@ platforms and software with version differences flagged, decomposition, contrast
 booktabs tables, and several roots (local folders here) giving the tables of one root holding
 them all."""
 
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from analysis import analyse
 from analysis.inputs import declaration, results
-from analysis.numbers import answer
+from analysis.numbers import answer, gap_verdict, result
 from analysis.words import report
 from test_contrasts import DIGITS, digits_frame
 from runrecord import record
+from tests.conftest import ROOT
 
 SMALL = {'factors': ['platform', 'profile'], 'reference': {'profile': 'native'},
          'noise_arm': {'profile': 'bf16_noise'}, 'native': {'profile': 'native'},
@@ -159,3 +162,17 @@ def test_a_cpu_platform_identity_takes_the_declared_cpu_profile():
   assert out.attribution.decomposition[0]['gap'] == 'gpu - cpu-AVX2'
   assert out.arms.set_index('arm')['deterministic'].loc[
       lambda s: s.index.str.contains('cpu-AVX2')].all()
+
+
+def test_the_documented_python_use_runs_and_gives_the_typed_result(monkeypatch):
+  """docs/statistics.md's Python example, run on a planted digits-study table."""
+  with open(os.path.join(ROOT, 'docs', 'statistics.md'), encoding='utf-8') as f:
+    code = f.read().split('```python\n', 1)[1].split('```', 1)[0]
+  monkeypatch.setattr(results, 'load_runs', lambda root: digits_frame(('cpu', 'gpu')))
+  lines = code.strip().splitlines()
+  scope = {}
+  exec('\n'.join(lines[:-1]), scope)  # pylint: disable=exec-used
+  contrasts, verdict, confirmatory = eval(lines[-1], scope)  # pylint: disable=eval-used
+  assert isinstance(scope['study'], result.Analysis)
+  assert isinstance(scope['study'].attribution, result.Attribution)
+  assert len(contrasts) > 0 and verdict in gap_verdict.VERDICTS and confirmatory in (True, False)

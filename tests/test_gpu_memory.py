@@ -59,7 +59,7 @@ def test_estimate_processes_sharing_a_gpu_get_the_runs_fraction(tmp_path, no_mem
   would, each with 0.9 / 2 (before, each took JAX's default 75 %)."""
   from sweeps import estimate  # pylint: disable=import-outside-toplevel
   seen = []
-  monkeypatch.setattr(estimate, 'report', lambda runs, flags_of, envs, *_: seen.extend(envs) or 0)
+  monkeypatch.setattr(estimate, 'measure_arms', lambda runs, flags_of, envs, *_: seen.extend(envs) or 0)
   cfg = tmp_path / 'cfg.py'
   cfg.write_text('from configs import digits\nget_config = digits.get_config\n\n'
                  "def get_sweep(arg=None):\n  return [{'seed': s} for s in (0, 1)]\n")

@@ -210,7 +210,7 @@ def test_estimate_of_a_completed_root_prices_nothing(tmp_path, capsys, monkeypat
   cfg = write_config(tmp_path, "[{'seed': 0}, {'seed': 1}]")
   runs, _, _ = sweep.expand(f'{cfg}:smoke', str(tmp_path / 'root'))
   priced = []
-  monkeypatch.setattr(estimate, 'report', lambda runs, *_: priced.extend(runs) or 0)
+  monkeypatch.setattr(estimate, 'measure_arms', lambda runs, *_: priced.extend(runs) or 0)
   record.write_results(runs[0].workdir, {'status': 'completed', 'config': runs[0].config.to_dict()},
                        step=5)
   assert sweep.main([f'--config={cfg}:smoke', f'--root={tmp_path / "root"}', '--estimate']) == 0
