@@ -6,13 +6,13 @@ attribution and the figures, from one or more roots of runs (local and gs://, mi
   python -m analysis.analyse --csv results/digits_h100_cpu.csv --study results/digits_h100_cpu.study.json
   python -m analysis.analyse --csv published.csv --group-by platform --metric accuracy
 
-The tests are the study's declared contrasts (analysis/numbers/contrasts.py): the declaration written
-into the root before the first run (study.json, analysis/inputs/declaration.py), or --study; every pair
-of arms only with --all-pairs (or when nothing is declared). Without --out the report is printed
-(--format md: the whole report; latex: its booktabs tables; csv: its tables). With --out DIR it
-is printed and written: DIR/report.md, report.tex, report_<table>.csv, attribution.md,
-attribution.csv, attribution_gap.csv and attribution_decomposition.csv (two platforms),
-DIR/figures/ (analysis/figures/study_figures.py), and the agreement files (analysis/numbers/agreement_section.py:
+The tests are the study's declared contrasts (analysis/numbers/contrasts.py): the declaration
+written into the root before the first run (study.json, analysis/inputs/declaration.py), or --study;
+every pair of arms only with --all-pairs (or when nothing is declared). Without --out the report is
+printed (--format md: the whole report; latex: its booktabs tables; csv: its tables). With --out DIR
+it is printed and written: DIR/report.md, report.tex, report_<table>.csv, attribution.md,
+attribution.csv, attribution_gap.csv and attribution_decomposition.csv (two platforms), DIR/figures/
+(analysis/figures/study_figures.py), and the agreement files (analysis/numbers/agreement_section.py:
 report_agreement.csv, report_calibration.csv, report_train_loss.csv, report_per_class.csv,
 report_variance.csv where they have rows, figures/churn_ladder.*); a table without columns
 (report_pairs.csv when only the declared contrasts are tested) is not written, and a line on stderr

@@ -1,6 +1,6 @@
-"""What the analysis command lines share (analysis.study, analysis.numbers.attribution, analysis.export):
-bad input as `error: ...` lines on stderr with exit code 2 and no traceback, the --margin flag,
-and output that prints under any locale.
+"""What the analysis command lines share (analysis.study, analysis.numbers.attribution,
+analysis.export): bad input as `error: ...` lines on stderr with exit code 2 and no traceback, the
+--margin flag, and output that prints under any locale.
 
   args = cli.Parser(prog='python -m analysis.x').parse_args(argv)   # argparse, errors as above
   cli.locale_proof()                                              # '±' under LC_ALL=C

@@ -1,5 +1,6 @@
-"""The statistics report and the attribution (python -m analysis.analyse / analysis.numbers.attribution)
-on synthetic run tables of 10^3 to 10^5 rows in analysis.export's own 105-column format.
+"""The statistics report and the attribution (python -m analysis.analyse /
+analysis.numbers.attribution) on synthetic run tables of 10^3 to 10^5 rows in analysis.export's own
+105-column format.
 
   python -m benchmarks.bench_analysis                        # 1,000, 10,000 and 100,000 rows
   python -m benchmarks.bench_analysis --sizes 1000 100000 --max-memory-gb 4

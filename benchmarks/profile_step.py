@@ -5,9 +5,10 @@
   python -m benchmarks.profile_step --image-size 32 --batch 16 --width 0.25 --steps 2  # CPU
 
 Takes the same arguments as `benchmarks/bench_step.py` (`--config`, its shorthand flags and
-`--config.*` overrides, plus `--trace-dir`), builds the same step through the run context, runs `--warmup` steps, then records `--steps` steps under `jax.profiler.trace` (with a
-Perfetto JSON trace) and reads that trace back: every complete event on the device's tracks is a
-kernel (GPU) or an XLA operation (CPU/TPU). It prints, per step:
+`--config.*` overrides, plus `--trace-dir`), builds the same step through the run context, runs
+`--warmup` steps, then records `--steps` steps under `jax.profiler.trace` (with a Perfetto JSON
+trace) and reads that trace back: every complete event on the device's tracks is a kernel (GPU) or
+an XLA operation (CPU/TPU). It prints, per step:
 
   - device busy time (the union of kernel intervals) against wall time: the gap is launch overhead
     or host work the device waits for;

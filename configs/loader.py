@@ -5,10 +5,10 @@
 `spec` is `FILE[:ARG]`: FILE a config file defining `get_config(arg)` (configs/common.py builds it
 from presets and `key=value` pairs), ARG the text after the colon. `overrides` are (dotted field,
 value) pairs applied afterwards, as the command line's `--config.<field>=<value>` flags are, each
-typed like its field (configs/common.py `apply_overrides`). A bad file, preset, field or value raises a
-one-line ValueError naming it and the fix. The result is the config as written, not yet resolved:
-the entry point resolves it once (trainer/validation.resolve: numerics expanded, every field
-checked, frozen).
+typed like its field (configs/common.py `apply_overrides`). A bad file, preset, field or value
+raises a one-line ValueError naming it and the fix. The result is the config as written, not yet
+resolved: the entry point resolves it once (trainer/validation.resolve: numerics expanded, every
+field checked, frozen).
 
 Why not `ml_collections.config_flags`: train.py's command line has the same shape
 (`--config=FILE:ARG --config.field=value`), but the sweep, the study, the divergence tool and the

@@ -1,4 +1,5 @@
-"""What the divergence tool writes: Markdown tables (what every number means) and the figure (PNG + PDF)."""
+"""What the divergence tool writes: Markdown tables (what every number means) and the figure (PNG +
+PDF)."""
 
 import numpy as np
 

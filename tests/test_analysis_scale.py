@@ -1,7 +1,7 @@
-"""analysis.numbers.stats and analysis.numbers.attribution at scale and on hostile input (issue #23, items 1-3 and
-the analysis parts of 9): methods chosen by size, seed fixed effects without dense seed matrices,
-the memory guard, arms split by every config field, integer seeds, one-line errors. Moderate sizes
-only (seconds); the 10^5-row numbers are benchmarks/bench_analysis.py's."""
+"""analysis.numbers.stats and analysis.numbers.attribution at scale and on hostile input (issue #23,
+items 1-3 and the analysis parts of 9): methods chosen by size, seed fixed effects without dense
+seed matrices, the memory guard, arms split by every config field, integer seeds, one-line errors.
+Moderate sizes only (seconds); the 10^5-row numbers are benchmarks/bench_analysis.py's."""
 
 import itertools
 import tracemalloc

@@ -1,7 +1,7 @@
-"""The study's answer (analysis.numbers.answer -> analysis.words.report): the one-page answer first (question,
-platforms and software with version differences flagged, decomposition, contrasts), report.tex as
-booktabs tables, and several roots (local folders here) giving the tables of one root holding
-them all."""
+"""The study's answer (analysis.numbers.answer -> analysis.words.report): the one-page answer first
+(question, platforms and software with version differences flagged, decomposition, contrasts),
+report.tex as booktabs tables, and several roots (local folders here) giving the tables of one root
+holding them all."""
 
 import os
 

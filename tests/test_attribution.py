@@ -1,5 +1,5 @@
-"""analysis.numbers.attribution, its renderer and forest plot on synthetic runs with planted effects (fixed
-RNG). The gap decomposition's verdicts and share: tests/test_gap.py."""
+"""analysis.numbers.attribution, its renderer and forest plot on synthetic runs with planted effects
+(fixed RNG). The gap decomposition's verdicts and share: tests/test_gap.py."""
 
 import numpy as np
 import pandas as pd

@@ -1,4 +1,5 @@
-"""analysis/numbers/calibration.py and analysis/numbers/per_class.py on hand-computed tiny tables and planted runs."""
+"""analysis/numbers/calibration.py and analysis/numbers/per_class.py on hand-computed tiny tables
+and planted runs."""
 
 import os
 

@@ -1,8 +1,8 @@
-"""The platform gap (analysis/numbers/gap.py, gap_verdict.py) on planted two-platform studies where the
-estimand matters: the native arms' own paired gap, not a platform term pooled over every arm with
-profile=native; the exact per-seed identity G = fid_A - fid_B + N + P; verdicts that cannot call a
-gap beyond the margin "no gap" or a gap the numerics explain a quarter of "explained"; unequal arm
-variances; Fieller's share interval at the shipped regime (G/se about 2.5)."""
+"""The platform gap (analysis/numbers/gap.py, gap_verdict.py) on planted two-platform studies where
+the estimand matters: the native arms' own paired gap, not a platform term pooled over every arm
+with profile=native; the exact per-seed identity G = fid_A - fid_B + N + P; verdicts that cannot
+call a gap beyond the margin "no gap" or a gap the numerics explain a quarter of "explained";
+unequal arm variances; Fieller's share interval at the shipped regime (G/se about 2.5)."""
 
 import numpy as np
 import pandas as pd

@@ -1,5 +1,5 @@
-"""analysis.inputs.results, analysis.numbers.stats and the report of analysis.analyse on planted numbers and fake
-Orbax runs (no training)."""
+"""analysis.inputs.results, analysis.numbers.stats and the report of analysis.analyse on planted
+numbers and fake Orbax runs (no training)."""
 
 import io
 import itertools

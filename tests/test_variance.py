@@ -1,5 +1,5 @@
-"""analysis/numbers/variance.py: the crossed init × data-order split with replicates, on simulated runs
-with known components, against statsmodels MixedLM and against the naive one-way split."""
+"""analysis/numbers/variance.py: the crossed init × data-order split with replicates, on simulated
+runs with known components, against statsmodels MixedLM and against the naive one-way split."""
 
 import warnings
 

@@ -1,4 +1,5 @@
-"""Checks that run before any data is loaded or anything compiled, and the one resolution of a config.
+"""Checks that run before any data is loaded or anything compiled, and the one resolution of a
+config.
 
 `resolve(config)` is the one validation path: every entry point (train.py, the sweep, the study,
 the divergence tool, the benchmarks) loads a config (configs/loader.py), resolves it once (numerics

@@ -1,8 +1,8 @@
-"""The churn ladder: every row of analysis/numbers/agreement.py's table as a point (mean churn over seeds)
-with its 95% t-interval over seeds and the per-seed values as small dots, rungs from top to
-bottom in agreement.KINDS order (nondeterminism, identical arithmetic, noise, each numerics
-setting, platform, seed). Colour: the platform of the pair (style.platform_colors, as in every
-figure), black for pairs across platforms. Drawn at its printed width (style.TWO_COLUMN_IN)."""
+"""The churn ladder: every row of analysis/numbers/agreement.py's table as a point (mean churn over
+seeds) with its 95% t-interval over seeds and the per-seed values as small dots, rungs from top to
+bottom in agreement.KINDS order (nondeterminism, identical arithmetic, noise, each numerics setting,
+platform, seed). Colour: the platform of the pair (style.platform_colors, as in every figure), black
+for pairs across platforms. Drawn at its printed width (style.TWO_COLUMN_IN)."""
 
 import textwrap
 

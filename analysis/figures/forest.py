@@ -1,9 +1,9 @@
 """Forest plots of the study, one column wide (style.ONE_COLUMN_IN) and drawn at their printed size,
-as PDF and 300-dpi PNG in analysis/figures/style.py's style: intervals against a zero line, the equivalence
-margin (dashed, black) and the noise floor of each platform (a band in the platform's colour, its
-own legend key: the 95% half-width of the paired mean difference noise arm − the arm it perturbs,
-analysis.numbers.attribution.noise_floor). Colour = platform (style.platform_colors; black: measured
-across platforms); arms by their marker (style.arm_styles).
+as PDF and 300-dpi PNG in analysis/figures/style.py's style: intervals against a zero line, the
+equivalence margin (dashed, black) and the noise floor of each platform (a band in the platform's
+colour, its own legend key: the 95% half-width of the paired mean difference noise arm − the arm it
+perturbs, analysis.numbers.attribution.noise_floor). Colour = platform (style.platform_colors;
+black: measured across platforms); arms by their marker (style.arm_styles).
 
   plot            attribution_forest: per platform gap, every component of its decomposition
                   (analysis/numbers/gap.py: G; fid_A, fid_B; N_A, N_B, N, N_A − N_B; P_eA, P_eB, P; R) ± 95%

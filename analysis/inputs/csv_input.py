@@ -1,5 +1,5 @@
-"""A CSV of results entering the analysis (analysis.numbers.stats.read_csv): which of its columns are read,
-and what it must satisfy before anything is computed from it.
+"""A CSV of results entering the analysis (analysis.numbers.stats.read_csv): which of its columns
+are read, and what it must satisfy before anything is computed from it.
 
 Columns read (read_columns): all but those no analysis reads, so that 100,000 runs in
 analysis.export's 105-column format stay small: the final.* metrics other than the analysed one

@@ -1,1 +1,2 @@
-"""The numbers of an analysis: statistics, the gap decomposition, attribution, agreement; the typed result (result.py)."""
+"""The numbers of an analysis: statistics, the gap decomposition, attribution, agreement; the typed
+result (result.py)."""

@@ -1,6 +1,7 @@
-"""Agreement between models: churn, the share of test examples two models predict differently,
-per seed and then across seeds, read against its baselines (the churn ladder). Numbers only:
-analysis/numbers/agreement_section.py loads the predictions and writes the CSV, agreement_figure.py draws.
+"""Agreement between models: churn, the share of test examples two models predict differently, per
+seed and then across seeds, read against its baselines (the churn ladder). Numbers only:
+analysis/numbers/agreement_section.py loads the predictions and writes the CSV, agreement_figure.py
+draws.
 
 Predictions: trainer/predictions.read_predictions's dict per run (test-set order): `predicted`
 int32[n] (classification) or [n, 40] (the attributes task), `label`, `fingerprint`, `task`.
@@ -10,10 +11,10 @@ int32[n] (classification) or [n, 40] (the attributes task), `label`, `fingerprin
 
 Units: `entries` is a list of dicts {run, arm, seed, platform, pred} (pred: the predictions dict);
 the entries of one arm and seed are its replicates. Per seed s a pair gets one value c_s (its
-replicates' cross pairs averaged); over the seeds the row reports the mean c̄ = (1/m) Σ_s c_s
-with the Student t-interval c̄ ± t_{0.975, m−1} · sd(c_s)/√m (analysis.numbers.inference.t_ci): seeds are
-the independent units, not images (a Wilson interval over the images of all seeds pooled ignores
-the variation between seeds and comes out too narrow).
+replicates' cross pairs averaged); over the seeds the row reports the mean c̄ = (1/m) Σ_s c_s with
+the Student t-interval c̄ ± t_{0.975, m−1} · sd(c_s)/√m (analysis.numbers.inference.t_ci): seeds are
+the independent units, not images (a Wilson interval over the images of all seeds pooled ignores the
+variation between seeds and comes out too narrow).
 
 Kinds of rows (the ladder, bottom rung first; `pairing` says which seeds are compared):
   nondeterminism      same arm, same seed, replicate runs (same seed)

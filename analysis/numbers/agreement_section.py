@@ -1,8 +1,8 @@
 """The agreement part of a study's analysis: every run's saved test predictions read once, then the
-churn ladder (analysis/numbers/agreement.py), calibration and training loss (analysis/numbers/calibration.py),
-per-class differences (analysis/numbers/per_class.py) and the variance split (analysis/numbers/variance.py), as
-DataFrames for CSVs and a one-line summary for the report's first page (analysis/analyse.py
-writes the CSVs and the ladder figure).
+churn ladder (analysis/numbers/agreement.py), calibration and training loss
+(analysis/numbers/calibration.py), per-class differences (analysis/numbers/per_class.py) and the
+variance split (analysis/numbers/variance.py), as DataFrames for CSVs and a one-line summary for the
+report's first page (analysis/analyse.py writes the CSVs and the ladder figure).
 
   section = agreement_section(out.runs, pairs, noise=..., identical=..., platform=...)
   section = from_analysis(out, answer.labels(out))   # an analysis.numbers.result.Analysis: its pairs

@@ -1,7 +1,7 @@
-"""The study's answer as numbers: statistics per arm, the declared contrasts, the gap
-decomposition and the platforms' software, from one runs table and the study's declaration.
-analysis/words/report.py puts it into words, analysis/figures/study_figures.py draws it, analysis/analyse.py is the
-command.
+"""The study's answer as numbers: statistics per arm, the declared contrasts, the gap decomposition
+and the platforms' software, from one runs table and the study's declaration.
+analysis/words/report.py puts it into words, analysis/figures/study_figures.py draws it,
+analysis/analyse.py is the command.
 
   result = analyse(frame, declaration.load('configs/digits.py:study'))
 

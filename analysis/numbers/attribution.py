@@ -5,14 +5,14 @@ over seeds, and the split of the native platform gap into a numerics part and a 
 
 The command is analysis/attribute.py (its Markdown words: analysis/words/attribution_text.py).
 
-Model (analysis/numbers/effects.py). metric ~ factors [+ chosen interactions] + (1 | seed): statsmodels
-MixedLM with a random intercept per seed up to effects.MIXED_MAX_ROWS runs; beyond that, or when
-the mixed fit fails, OLS with seed fixed effects (within transformation) and seed-clustered errors;
-HC3 errors without seed replication; the `method` line says which and why. A design too large for
-memory is refused before any fit (effects.check_size). A term `factor=level` is the difference from that factor's
-reference level with the other factors held fixed, with its 95% CI. Accuracies stored as fractions
-are in percentage points (x100), as in analysis.numbers.stats. Only completed runs with a finite metric are
-used; the others are listed.
+Model (analysis/numbers/effects.py). metric ~ factors [+ chosen interactions] + (1 | seed):
+statsmodels MixedLM with a random intercept per seed up to effects.MIXED_MAX_ROWS runs; beyond that,
+or when the mixed fit fails, OLS with seed fixed effects (within transformation) and seed-clustered
+errors; HC3 errors without seed replication; the `method` line says which and why. A design too
+large for memory is refused before any fit (effects.check_size). A term `factor=level` is the
+difference from that factor's reference level with the other factors held fixed, with its 95% CI.
+Accuracies stored as fractions are in percentage points (x100), as in analysis.numbers.stats. Only
+completed runs with a finite metric are used; the others are listed.
 
 Platform gap (analysis/numbers/gap.py). With runs from two or more platforms and a native arm, each
 platform's native gap against the reference platform is measured per seed from the paired cell

@@ -1,7 +1,7 @@
-"""A study's pre-registered contrasts, from its declaration (analysis/inputs/declaration.py): on each
-platform, every arm against the reference arm (Δ = arm − reference, paired by seed where the runs
-pair), judged as one family: Holm over exactly these contrasts (stats.judge), 7 per platform for
-the 8 arms of configs/digits.py's fraction. The noise arm is one of them and also sets the noise
+"""A study's pre-registered contrasts, from its declaration (analysis/inputs/declaration.py): on
+each platform, every arm against the reference arm (Δ = arm − reference, paired by seed where the
+runs pair), judged as one family: Holm over exactly these contrasts (stats.judge), 7 per platform
+for the 8 arms of configs/digits.py's fraction. The noise arm is one of them and also sets the noise
 floor (analysis.numbers.attribution.noise_floor, per platform). Numbers and verdict categories only.
 
   arms = arm_levels(out, declared)     # per arm: platform, factor levels, short label, role

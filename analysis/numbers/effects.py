@@ -1,6 +1,6 @@
-"""The model behind analysis.numbers.attribution: the treatment-coded design, the seed mixed model (or its
-seed fixed-effects and OLS alternatives), and linear contrasts of its coefficients with their
-intervals.
+"""The model behind analysis.numbers.attribution: the treatment-coded design, the seed mixed model
+(or its seed fixed-effects and OLS alternatives), and linear contrasts of its coefficients with
+their intervals.
 
 metric ~ C(factor, Treatment(reference)) + ... [+ chosen interactions] + (1 | seed), fitted by
 statsmodels MixedLM (REML) with a random intercept per seed: runs that share a seed share the

@@ -1,6 +1,6 @@
-"""The platform gap of analysis.numbers.attribution, measured as it is named: per seed, from the paired
-cell means of the arms that define it, split exactly into what the emulated arithmetic explains
-and what it does not. Verdict words: analysis/numbers/gap_verdict.py.
+"""The platform gap of analysis.numbers.attribution, measured as it is named: per seed, from the
+paired cell means of the arms that define it, split exactly into what the emulated arithmetic
+explains and what it does not. Verdict words: analysis/numbers/gap_verdict.py.
 
 Cells. y(P, e, s) = the metric of seed s on platform P under profile level e, every other declared
 factor at its reference level (batchnorm_group=0, f32 activations: arms with another level, e.g.

@@ -1,5 +1,5 @@
-"""What the platform gap's decomposition (analysis/numbers/gap.py) shows: flags, a verdict that cannot
-claim more than its intervals, the share explained and the seeds a decisive answer needs.
+"""What the platform gap's decomposition (analysis/numbers/gap.py) shows: flags, a verdict that
+cannot claim more than its intervals, the share explained and the seeds a decisive answer needs.
 
 alpha = 0.05; "shown" = the 95% t-interval over seeds excludes 0; "within the margin" = TOST
 p < alpha against +-margin (the 90% CI inside +-margin; Schuirmann 1987). m = the margin, s0 = the

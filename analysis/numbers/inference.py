@@ -1,4 +1,5 @@
-"""The statistical tests and intervals behind analysis.numbers.stats, each checked against scipy/statsmodels.
+"""The statistical tests and intervals behind analysis.numbers.stats, each checked against
+scipy/statsmodels.
 
 Intervals of an arm's mean: the Student t-interval below BCA_MIN_N values, the BCa bootstrap from
 there on, and the t-interval again from BCA_MAX_N. The BCa interval under-covers at small n

@@ -1,5 +1,6 @@
 """Per-class accuracy differences between two arms, paired over seeds, with the family of classes
-Holm-adjusted (analysis.numbers.inference.holm, checked against statsmodels multipletests). Numbers only.
+Holm-adjusted (analysis.numbers.inference.holm, checked against statsmodels multipletests). Numbers
+only.
 
 Per run, class c (attributes task: attribute k over all images): acc_c = (1/n_c) Σ_{i: y_i = c}
 [ŷ_i = c] (attributes: (1/n) Σ_i [ŷ_ik = y_ik]). Per shared seed s: d_cs = acc_c(A, s) −

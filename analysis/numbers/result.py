@@ -1,5 +1,6 @@
-"""The analysis result, typed: what analysis.numbers.stats, analysis.numbers.attribution, analysis.numbers.answer and
-analysis.numbers.agreement_section hand on to the words (report, summary, findings) and the figures.
+"""The analysis result, typed: what analysis.numbers.stats, analysis.numbers.attribution,
+analysis.numbers.answer and analysis.numbers.agreement_section hand on to the words (report,
+summary, findings) and the figures.
 
 One owner for the result's shape: every reader takes these fields by name (`result.arms`); a
 field that is not here does not exist. Tables are pandas DataFrames with the columns their

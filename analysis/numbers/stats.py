@@ -1,18 +1,19 @@
 """Per-arm summaries, pairwise tests and a verdict category per pair, from a runs table (Orbax
-results through analysis.inputs.results, or a CSV): numbers only; analysis/words/report.py puts them into words
-and analysis/analyse.py is the command (python -m analysis.analyse).
+results through analysis.inputs.results, or a CSV): numbers only; analysis/words/report.py puts them
+into words and analysis/analyse.py is the command (python -m analysis.analyse).
 
 An arm is a set of runs with equal values in the group-by columns (default: runrecord.record's arm
 columns: platform, device kind, every requested numerics field and every config field that differs
 between the runs but those that cannot change a result: cadence, paths, distributed, the seed).
 Labels name config fields as overrides spell them ('optim.learning_rate=0.002'); seeds print as
-integers (analysis/inputs/labels.py). Runs of one arm with the same seed are replicates: averaged into one value per seed, their spread reported as the arm's
-within-seed (nondeterminism) sd. Two arms pair by seed when they share seeds and those runs share
-initial weights and data order (equal runrecord.record pairing fields), whatever their determinism.
-A CSV without a seed column: every row is its own run, unpaired. Runs that are not 'completed'
-are excluded and listed with their reason. Accuracies stored as fractions are reported in
-percent, so differences and the margin are percentage points (pp). Methods by size (Mann–Whitney,
-the arm's interval): analysis/numbers/inference.py. Tables: analysis/figures/style.py.
+integers (analysis/inputs/labels.py). Runs of one arm with the same seed are replicates: averaged
+into one value per seed, their spread reported as the arm's within-seed (nondeterminism) sd. Two
+arms pair by seed when they share seeds and those runs share initial weights and data order (equal
+runrecord.record pairing fields), whatever their determinism. A CSV without a seed column: every row
+is its own run, unpaired. Runs that are not 'completed' are excluded and listed with their reason.
+Accuracies stored as fractions are reported in percent, so differences and the margin are percentage
+points (pp). Methods by size (Mann–Whitney, the arm's interval): analysis/numbers/inference.py.
+Tables: analysis/figures/style.py.
 
 Rank test and effect size by design: paired pairs get Wilcoxon's signed-rank test (exact at small
 n, ties as midranks) and d_z = mean(d) / sd(d); unpaired pairs Mann–Whitney and Hedges' g.

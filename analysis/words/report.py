@@ -1,7 +1,7 @@
-"""The words of the statistics report: the one-page answer first (analysis/words/summary.py), then the
-setup, why each comparison got its verdict with its power, the arms, and the rest (design,
-replicates, exclusions). Numbers and verdict categories come from analysis/numbers/stats.py (a pair's
-verdict: equivalent / different / inconclusive, see there) and analysis/numbers/answer.py.
+"""The words of the statistics report: the one-page answer first (analysis/words/summary.py), then
+the setup, why each comparison got its verdict with its power, the arms, and the rest (design,
+replicates, exclusions). Numbers and verdict categories come from analysis/numbers/stats.py (a
+pair's verdict: equivalent / different / inconclusive, see there) and analysis/numbers/answer.py.
 
   text = render(out, 'md')        # or 'latex': the booktabs tables only, for \input
 """
