@@ -2,11 +2,13 @@
 
 The global batch and the device count are the same, so the metrics must match the 1-process run
 up to float summation order: the first logged training loss (mean of steps 1-5) to 1e-6, later
-metrics to what training amplifies rounding differences into. Measured (smoke preset): step 5
-2.6157153 vs 2.6157150; epoch 1 test loss 2.26988 vs 2.26969 (8e-5), which is also what a single
-process with 4 instead of 8 devices gives (2.26988): the layout changes the last bits of the
-cross-device sums, and 22 steps of training grow them to 1e-4. The 2-process run is killed (both
-processes at step 30), resumed from its checkpoint with the same command (plus `data.on_device`,
+metrics to what training amplifies rounding differences into. Measured (smoke preset, batch 64):
+step 5 2.6157153 vs 2.6157150; epoch 1 test loss 2.26988 vs 2.26969 (8e-5), which is also what a
+single process with 4 instead of 8 devices gives (2.26988): the layout changes the last bits of
+the cross-device sums, and 22 steps of training grow them to 1e-4. The runs here use the smoke
+preset at batch 256 (5 steps an epoch, both phases in 10 steps: the same program at a quarter of
+the steps). The 2-process run is killed mid-epoch 2 (both processes at step 8, after the
+checkpoint of step 6), resumed from its checkpoint with the same command (plus `data.on_device`,
 which does not change the batches), and only process 0 writes.
 """
 
@@ -28,7 +30,8 @@ from runrecord import predictions, record
 
 TRAIN = [sys.executable, os.path.join(ROOT, 'train.py')]
 FAULT_TRAIN = [sys.executable, os.path.join(ROOT, 'tests', 'fault_train.py')]
-EVERY = 4
+EVERY = 3  # checkpoint_every_steps: steps 3, 6, 9 and each epoch's end (5, 10)
+BATCH = 256  # 1437 training images: 5 steps an epoch
 
 
 def free_port():
@@ -48,7 +51,8 @@ def run_two_processes(workdir, env, fault=None, timeout=400, extra=()):
   procs = []
   for i in range(2):
     args = ['--config=configs/digits.py:smoke', f'--config.checkpoint_every_steps={EVERY}',
-            f'--workdir={workdir}', f'--config.distributed.coordinator_address=localhost:{port}',
+            f'--config.batch_size={BATCH}', f'--workdir={workdir}',
+            f'--config.distributed.coordinator_address=localhost:{port}',
             '--config.distributed.num_processes=2', f'--config.distributed.process_id={i}',
             *extra]
     procs.append(subprocess.Popen((FAULT_TRAIN if fault else TRAIN) + args, cwd=ROOT, env=env,
@@ -100,19 +104,19 @@ def assert_same_metrics(a, b, records_a, records_b):
 @pytest.mark.timeout(900)
 def test_two_processes_match_one_and_resume(tmp_path, subprocess_env):
   config = digits.get_config('smoke')
-  config.checkpoint_every_steps = EVERY
+  config.checkpoint_every_steps, config.batch_size = EVERY, BATCH
   one = loop.train_and_evaluate(validation.resolve(config), str(tmp_path / 'one'))
   workdir = tmp_path / 'two'
-  killed = run_two_processes(workdir, subprocess_env, fault='kill@step:30')
+  killed = run_two_processes(workdir, subprocess_env, fault='kill@step:8')
   assert killed[0][0] == -signal.SIGKILL, killed[0][1][-3000:]
-  assert 28 in [int(p.name) for p in (workdir / 'checkpoints').iterdir() if p.name.isdigit()]
+  assert 6 in [int(p.name) for p in (workdir / 'checkpoints').iterdir() if p.name.isdigit()]
   # Resumed with the training split on the devices (each process fills its own 4): the batches,
   # and so the metrics, are those of host feeding.
   done = run_two_processes(workdir, subprocess_env, extra=['--config.data.on_device=True'])
   for code, err in done:
     assert code == 0, err[-3000:]
   assert 'jax.distributed: process 1 of 2' in done[1][1]
-  assert 'Resumed' in done[0][1] and 'at step 28' in done[0][1]
+  assert 'Resumed' in done[0][1] and 'at step 6' in done[0][1]
   assert all('Training split on every device' in err for _, err in done)
   two = record.read_results(str(workdir))
   assert two['num_processes'] == 2 and one['num_processes'] == 1
@@ -143,7 +147,8 @@ def test_config_xla_flags_in_effect_in_every_process(tmp_path, subprocess_env):
   procs = []
   for i in range(2):
     args = ['--config=configs/digits.py:smoke', '--config.num_epochs=1',
-            '--config.optim.freeze_epochs=0', f'--workdir={tmp_path / "run"}',
+            '--config.optim.freeze_epochs=0', f'--config.batch_size={BATCH}',
+            f'--workdir={tmp_path / "run"}',
             '--config.numerics.gpu_deterministic=True',
             f'--config.numerics.xla_flags=--xla_dump_to={tmp_path / f"dump{i}"}',
             f'--config.distributed.coordinator_address=localhost:{port}',
