@@ -10,24 +10,18 @@ import time
 
 import pytest
 
-from tests.faults_common import (SMOKE_ARGS, TRAIN, last_line, metric_records, run_train,
+from tests.faults_common import (EVERY, SMOKE_ARGS, TRAIN, last_line, metric_records, run_train,
                                  saved_steps, smoke_config, without_wall_time)
 from tests.conftest import ROOT
 from tests.test_multihost import free_port
 from trainer import loop
 from runrecord import record
 
-# Checkpoints at steps 8, 16, 24, 32, 40 and the epochs' ends (22, 44): half the saves of the other
-# fault tests' 4 (saving the 8-device state is most of a smoke run's time), and still a checkpoint
-# step before and after each signal below.
-EVERY = 8
-ARGS = [SMOKE_ARGS[0], f'--config.checkpoint_every_steps={EVERY}']
-
 
 @pytest.fixture(scope='module')
 def reference(tmp_path_factory):
   workdir = tmp_path_factory.mktemp('stop') / 'reference'
-  return workdir, loop.train_and_evaluate(smoke_config(checkpoint_every_steps=EVERY), str(workdir))
+  return workdir, loop.train_and_evaluate(smoke_config(), str(workdir))
 
 
 def _stopped_line(name, step):
@@ -38,14 +32,14 @@ def _stopped_line(name, step):
 @pytest.mark.timeout(600)
 def test_sigterm_saves_the_step_and_the_resumed_run_is_bit_identical(reference, tmp_path,
                                                                      subprocess_env):
-  """SIGTERM during step 13 (not a checkpoint step: 8, 16, ...): step 13 is finished and saved,
+  """SIGTERM during step 13 (not a checkpoint step: 4, 8, 12, ...): step 13 is finished and saved,
   exit 143 with one line. Resumed, then SIGINT at step 17 and again while step 17's checkpoint is
   being written: the process ends at once (exit 130, its one line, no traceback). The same command
   then resumes from step 16 (or 17, if its write finished) and ends bit-identical to the
   uninterrupted run: no completed step lost."""
   ref_dir, ref = reference
   workdir = tmp_path / 'w'
-  args = ARGS + [f'--workdir={workdir}']
+  args = SMOKE_ARGS + [f'--workdir={workdir}']
   proc = run_train(args, subprocess_env, fault='term@step:13')
   assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]
   last, only_logs = last_line(proc.stderr)
@@ -90,10 +84,10 @@ def _two_processes(workdir, env, port):
   env['XLA_FLAGS'] = env.get('XLA_FLAGS', '').replace(
       '--xla_force_host_platform_device_count=8', '--xla_force_host_platform_device_count=4')
   return [subprocess.Popen(
-      TRAIN + ARGS + [f'--workdir={workdir}',
-                      f'--config.distributed.coordinator_address=localhost:{port}',
-                      '--config.distributed.num_processes=2',
-                      f'--config.distributed.process_id={i}'],
+      TRAIN + SMOKE_ARGS + [f'--workdir={workdir}',
+                            f'--config.distributed.coordinator_address=localhost:{port}',
+                            '--config.distributed.num_processes=2',
+                            f'--config.distributed.process_id={i}'],
       cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
           for i in range(2)]
 

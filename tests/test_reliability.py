@@ -235,10 +235,10 @@ def test_nan_stops_naming_the_step_and_analysis_excludes_it(reference, tmp_path)
   shutil.copytree(ref_dir, tmp_path / 'runs' / 'reference')
   prepared = stats.prepare(results_lib.runs_frame(results_lib.read_all(str(tmp_path / 'runs'))),
                            [], 'final.test_accuracy')
-  excluded = prepared['excluded']
+  excluded = prepared.excluded
   assert list(excluded['run']) == [str(workdir)]
   assert f'failed: non-finite' in excluded['reason'].iloc[0]
-  assert len(prepared['runs']) == 1
+  assert len(prepared.runs) == 1
   # The same command refuses the failed workdir; --restart discards it and fails the same way.
   with pytest.raises(validation.ConfigError, match=f'failed at step {bad_step}'):
     loop.train_and_evaluate(config, str(workdir))
