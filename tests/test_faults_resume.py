@@ -56,19 +56,20 @@ def test_resume_on_other_celeba_files_is_refused_naming_the_data(tmp_path):
 
 @pytest.mark.timeout(600)
 def test_resume_on_other_device_count_needs_opt_in_and_records_segments(tmp_path, subprocess_env):
-  """Stopped at step 30 on 8 devices, resumed on 4: refused with one line (exit 2, checkpoints
-  unchanged); with --allow_layout_change it completes and the results record both segments."""
+  """Stopped at step 7 (epoch 2) on 8 devices, resumed on 4: refused with one line (exit 2,
+  checkpoints unchanged); with --allow_layout_change it completes and the results record both
+  segments. Batch 256: 5 steps an epoch, 10 in all (the layout check does not depend on them)."""
   workdir = tmp_path / 'w'
-  args = SMOKE_ARGS + [f'--workdir={workdir}']
-  proc = run_train(args, subprocess_env, fault='term@step:30')
-  assert proc.returncode == 128 + signal.SIGTERM and 30 in saved_steps(workdir), proc.stderr[-3000:]
+  args = SMOKE_ARGS + ['--config.batch_size=256', f'--workdir={workdir}']
+  proc = run_train(args, subprocess_env, fault='term@step:7')
+  assert proc.returncode == 128 + signal.SIGTERM and 7 in saved_steps(workdir), proc.stderr[-3000:]
   four = dict(subprocess_env)
   four['XLA_FLAGS'] = four['XLA_FLAGS'].replace('device_count=8', 'device_count=4')
   before = tree_hash(workdir / 'checkpoints')
   proc = run_train(args, four)
   last, only_logs = last_line(proc.stderr)
   assert proc.returncode == 2 and only_logs, proc.stderr[-3000:]
-  assert last == (f'error: workdir {workdir} holds a run saved at step 30 on another device layout '
+  assert last == (f'error: workdir {workdir} holds a run saved at step 7 on another device layout '
                   '(num_devices: 8 -> 4): resume it on the same devices and processes, or pass '
                   '--allow_layout_change to continue on these (the results then record each '
                   'segment)')
@@ -77,8 +78,8 @@ def test_resume_on_other_device_count_needs_opt_in_and_records_segments(tmp_path
   assert proc.returncode == 0, proc.stderr[-3000:]
   final = record.read_results(str(workdir))
   layout = {'platform': 'cpu', 'device_kind': final['device_kind'], 'num_processes': 1}
-  assert final['segments'] == [{'start_step': 0, 'stop_step': 30, **layout, 'num_devices': 8},
-                               {'start_step': 30, 'stop_step': 44, **layout, 'num_devices': 4}]
+  assert final['segments'] == [{'start_step': 0, 'stop_step': 7, **layout, 'num_devices': 8},
+                               {'start_step': 7, 'stop_step': 10, **layout, 'num_devices': 4}]
   assert final['status'] == 'completed' and final['num_devices'] == 4
 
 
