@@ -42,8 +42,7 @@ def write(out, out_dir):
 
 
 def parse_args(argv):
-  from analysis.inputs import results  # pylint: disable=import-outside-toplevel
-  p = cli.Parser(prog='python -m analysis.attribution', description=__doc__.split('\n')[0])
+  p = cli.Parser(prog='python -m analysis.attribute', description=__doc__.split('\n')[0])
   src = p.add_mutually_exclusive_group(required=True)
   results.add_runs_argument(src)
   src.add_argument('--csv', help='a CSV of results, one row per run')
@@ -58,7 +57,7 @@ def parse_args(argv):
                  help='factor=level: the arm the noise arm perturbs (default: the reference arm)')
   p.add_argument('--min-share', type=float, default=None,
                  help='share of the gap the numerics part must reach (lower 95%% bound) for '
-                      '"explained by numerics" (default %g)' % gap_verdict.MIN_SHARE)
+                      f'"explained by numerics" (default {gap_verdict.MIN_SHARE:g})')
   p.add_argument('--native', nargs='+', default=[], help='factor=level of the native arm')
   p.add_argument('--platform-profile', nargs='+', default=[],
                  help='platform=level: the profile emulating each platform, e.g. gpu=jax_gpu_default')
@@ -74,7 +73,6 @@ def named_columns(args):
 
 
 def main(argv=None):
-  from analysis.inputs import results  # pylint: disable=import-outside-toplevel
   cli.locale_proof()
   args = parse_args(argv)
   try:

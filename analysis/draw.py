@@ -14,8 +14,7 @@ from analysis.numbers import answer, stats
 
 
 def parse_args(argv):
-  from analysis.inputs import declaration, results  # pylint: disable=import-outside-toplevel
-  p = argparse.ArgumentParser(prog='python -m analysis.figures', description=__doc__.split('\n')[0])
+  p = argparse.ArgumentParser(prog='python -m analysis.draw', description=__doc__.split('\n')[0])
   results.add_runs_argument(p, required=True)
   p.add_argument('--out', required=True, help='folder for the PDF and PNG files')
   declaration.add_study_argument(p)
@@ -31,7 +30,6 @@ def parse_args(argv):
 
 
 def main(argv=None):
-  from analysis.inputs import results  # pylint: disable=import-outside-toplevel
   args = parse_args(argv)
   try:
     runs, hist, declared = results.load_study(args.runs, args.study)

@@ -7,7 +7,7 @@ import pytest
 import statsmodels.formula.api as smf
 from scipy import stats as sps
 
-from analysis import attribute
+from analysis import analyse, attribute, draw
 from analysis.inputs import declaration
 from analysis.numbers import answer, attribution, effects
 from analysis.words import attribution_text
@@ -269,3 +269,12 @@ def test_cli_on_saved_runs_writes_the_outputs(tmp_path, capsys):
   assert '| profile=tpu_default | 0.85 |' in text  # both seeds are +0.8 and +0.9 pp
   assert 'one run per seed' not in text and (tmp_path / 'out' / 'attribution_forest.png').exists()
   assert not (tmp_path / 'out' / 'gap_decomposition.png').exists()  # one platform: no gap
+
+
+def test_every_analysis_command_prints_its_help(capsys):
+  """--help of each command names the command as it is run (`python -m analysis.NAME`)."""
+  for name, module in (('analyse', analyse), ('attribute', attribute), ('draw', draw)):
+    with pytest.raises(SystemExit) as done:
+      module.parse_args(['--help'])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith(f'usage: python -m analysis.{name} '), name
