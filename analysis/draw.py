@@ -6,8 +6,8 @@ Bad input: one `error: ...` line, exit code 2, nothing drawn.
 """
 
 import argparse
-import sys
 
+from analysis import cli
 from analysis.figures import study_figures
 from analysis.inputs import declaration, results
 from analysis.numbers import answer, stats
@@ -36,8 +36,7 @@ def main(argv=None):
     out = answer.analyse(runs, declared, args.group_by, args.metric, args.margin,
                          args.margin_reason)
   except ValueError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(e)
   for path in study_figures.make_all(out, hist, args.out):
     print(path)
 

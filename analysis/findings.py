@@ -16,6 +16,7 @@ import sys
 
 import numpy as np
 
+from analysis import cli
 from analysis.inputs import declaration
 from analysis.numbers import answer, contrasts, gap, stats
 from analysis.words import attribution_text, report, tables
@@ -167,8 +168,7 @@ def main(argv=None):
       with open(args.readme, encoding='utf-8') as f:
         new = replace(f.read(), text)
   except ValueError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(e)
   if not args.readme:
     sys.stdout.write(text)
     return
