@@ -45,6 +45,7 @@ def parse_args(argv):
   results.add_runs_argument(src)
   src.add_argument('--csv', help='a CSV of results, one row per run (analysis.export writes one)')
   declaration.add_study_argument(p)
+  declaration.add_compare_argument(p)
   p.add_argument('--all-pairs', action='store_true',
                  help='also test every pair of arms (Holm over all pairs, apart from the declared family)')
   p.add_argument('--group-by', nargs='+', default=[],
@@ -165,7 +166,8 @@ def analyse(args):
   frame, hist, declared, source = load(args)
   out = answer.analyse(frame, declared, args.group_by, args.metric, args.margin,
                        args.margin_reason, args.seed_col, args.scale, args.all_pairs, source,
-                       run_folders=bool(args.runs))
+                       run_folders=bool(args.runs),
+                       compare=declaration.parse_compare(args.compare))
   return out, hist
 
 

@@ -93,8 +93,10 @@ class Agreement:
 class Attribution:
   """Which numerical setting explains a difference: `terms` (the fitted effects, one row per
   term), `model` (its formula) and `method`; the platform gap: `gap` (component table or None),
-  `gap_note` (why there is none), `decomposition` (one verdict dict per gap,
-  analysis/numbers/gap_verdict.py), `gap_summaries`, `native`, `emulation`; `arms` (each arm minus the
+  `gap_note` (why there is none), `decomposition` (one verdict dict per platform pair, the
+  question's pair first, analysis/numbers/gap_verdict.py), `gap_summaries`, `native`,
+  `emulation`, `pairs_note` (the pairs left out and why), `compare_flag` (where the pairs came
+  from: 'compare' (declared), '--compare', None: every pair by default); `arms` (each arm minus the
   reference, without a gap); `noise` ({platform: noise floor dict}); `labels` ({term: short
   label})."""
   metric: str
@@ -119,6 +121,8 @@ class Attribution:
   gap_summaries: list = dataclasses.field(default_factory=list)
   arms: Optional[pd.DataFrame] = None
   labels: dict = dataclasses.field(default_factory=dict)
+  pairs_note: str = ''
+  compare_flag: Optional[str] = None
 
 
 @dataclasses.dataclass

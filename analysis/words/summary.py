@@ -4,7 +4,10 @@ a confound), the gap decomposition when there are two platforms, the declared co
 the noise floor and the margin with one verdict each. Numbers from analysis/numbers/answer.py.
 """
 
-from analysis.numbers import answer, inference, stats
+import pandas as pd
+
+from analysis.inputs.labels import seed_text
+from analysis.numbers import answer, gap, inference, stats
 from analysis.words import attribution_text, tables
 from analysis.words.attribution_text import interval, signed
 
@@ -31,15 +34,26 @@ def setting(runs):
   return ', '.join(p for p in parts if NOT_RECORDED not in p)
 
 
+def compared(out):
+  """[(a, b)] of the platform pairs the study answers: its decomposition's (the declared compare,
+  --compare, or every pair), else every pair of its platforms (gap.default_pairs)."""
+  att = out.attribution
+  if att and att.decomposition:
+    return [tuple(d['platforms']) for d in att.decomposition]
+  return gap.default_pairs(out.software.platforms)
+
+
 def question(out):
-  """What the study asks, from its platforms and runs."""
+  """What the study asks, from its platform pairs (the first is the question) and runs."""
   platforms = sorted(out.software.platforms)
   metric = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
   n = sorted(set(out.arms['n']))
   info = out.arm_info
   arms = info['label'].nunique() if info is not None else len(out.arms)
-  ask = (f'Does training on {platforms[-1]} give the same {metric} as on {platforms[0]}, and which '
-         'numerical setting explains a difference?' if len(platforms) > 1 else
+  pairs = compared(out)
+  also = (f' Also compared: {answer.pairs_text(pairs[1:])}.' if len(pairs) > 1 else '')
+  ask = (f'Does training on {pairs[0][0]} give the same {metric} as on {pairs[0][1]}, and which '
+         f'numerical setting explains a difference?{also}' if len(platforms) > 1 else
          f'Which numerical setting changes {metric} on {platforms[0] if platforms else "this platform"}, '
          'beyond the noise floor?')
   what = ', '.join(p for p in (setting(out.runs), f'{arms} arms',
@@ -79,7 +93,8 @@ def gap_lines(out):
   if not att.decomposition:
     return [f'**Platform gap:** {att.gap_note}.', '']
   lines = ['**Platform gap** (per seed: native gap G = fid_A − fid_B + N + P, numerics part N, '
-           f'residual R = G − N; mean over seeds with a t-interval; α = {inference.ALPHA:g}):', '']
+           f'residual R = G − N; mean over seeds with a t-interval; α = {inference.ALPHA:g}); '
+           + attribution_text.pairs_line(att), '']
   for d in att.decomposition:
     lines += attribution_text.decomposition_lines(d, att.gap, out.unit) + ['']
   return lines
@@ -143,12 +158,25 @@ def contrast_lines(out):
   return [rule, '', tables.markdown(contrast_rows(out, table)).rstrip('\n')]
 
 
+def seeds_used(d, declared):
+  """'seeds 0–5' of a decomposition, or 'seeds 0 1 2 4 5 (5 of the 6 declared: 3 lacks a cell)'."""
+  used = [str(s) for s in d['seed_list']]
+  text = f'seeds {seed_text(pd.Series(d["seed_list"]))}'
+  if declared and set(map(str, declared)) - set(used):
+    left = [str(s) for s in declared if str(s) not in used]
+    text += (f' ({len(used)} of the {len(declared)} declared: {", ".join(left)} '
+             f'{"lacks" if len(left) == 1 else "lack"} a cell of the gap)')
+  return text
+
+
 def headline(out):
-  """'gpu − cpu: no gap (G +0.26 [-0.22, +0.75] pp); 13 contrasts: 13 equivalent' of one analysis."""
+  """'gpu − cpu: no gap (G +0.26 [-0.22, +0.75] pp, seeds 0–5); 13 contrasts: 13 equivalent' of one
+  analysis: each pair's verdict with the seeds its decomposition used."""
   parts = []
+  declared = out.scope.declared_seeds if out.scope else None
   for d in out.attribution.decomposition if out.attribution else []:
     parts.append(f'{d["gap"].replace(" - ", " − ")}: **{d["verdict"]}** (G {signed(d["G"])} '
-                 f'{interval(d["G_ci_low"], d["G_ci_high"])} {out.unit})')
+                 f'{interval(d["G_ci_low"], d["G_ci_high"])} {out.unit}, {seeds_used(d, declared)})')
   table = out.contrasts if out.contrasts is not None else out.pairs
   if table is not None and not table.empty:
     seen = table['verdict'].value_counts()
@@ -168,9 +196,13 @@ def scope_lines(out):
   lines = [f'**Exploratory** ({"; ".join(sc.deviations)}).']
   if out.confirmatory is not None:
     conf = out.confirmatory
-    lines.append(f'**Confirmatory answer** (declared seeds {conf.scope.analysed_seeds[0]}–'
-                 f'{conf.scope.analysed_seeds[-1]} at the declared ±{conf.margin:g} '
-                 f'{out.unit}): {headline(conf)}. The rest of this page is exploratory.')
+    pairs = conf.attribution.decomposition if conf.attribution else []
+    which = (f' and platform pairs {answer.pairs_text([d["platforms"] for d in pairs])}'
+             if pairs else '')
+    lines.append(f'**Confirmatory answer** (the declared seeds at the declared ±{conf.margin:g} '
+                 f'{out.unit}{which}): {headline(conf)}. The rest of this page is exploratory.')
+  elif sc.declared_seeds is None:
+    lines.append('No confirmatory answer: the study declares no seeds to re-analyse.')
   else:
     lines.append('No confirmatory answer: the declared seeds were not all run.')
   return [' '.join(lines), '']
