@@ -11,7 +11,7 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats import power as smp
 
-from analysis.numbers import answer, attribution, gap, inference
+from analysis.numbers import answer, attribution, gap
 from analysis.words import attribution_text, summary
 
 METRIC = 'final.test_accuracy'

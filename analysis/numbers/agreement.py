@@ -104,8 +104,14 @@ def by_unit(entries):
   return units
 
 
+def unit_order(seed):
+  """Sort key of a model (runrecord.record.model_keys): by its seed, numerically, then as text
+  ('2 (init 0, data 2)' before '10 (init 3, data 1)')."""
+  return (seed_key(str(seed).split(' (')[0]), str(seed))
+
+
 def seeds_of(units, arm):
-  return sorted((s for a, s in units if a == arm), key=seed_key)
+  return sorted((s for a, s in units if a == arm), key=unit_order)
 
 
 def cross_mean(left, right):

@@ -61,6 +61,7 @@ def agreement_section(runs, pairs, noise=(), identical=(), platform=(), load=Non
   run folder -> predictions dict or None (default: trainer/predictions.read_predictions);
   `labels`: {arm: short label} for the table's label_a, label_b and the figure (default: the arm)."""
   entries, missing = load_entries(runs, load)
+  split, notes = variance.split_by_arm(runs)
   table = agreement.agreement_table(entries, pairs, noise, identical, platform)
   for side in ('a', 'b'):
     table[f'label_{side}'] = [(labels or {}).get(arm, arm) for arm in table[side]]
@@ -68,7 +69,7 @@ def agreement_section(runs, pairs, noise=(), identical=(), platform=(), load=Non
                           calibration=calibration.calibration_table(entries),
                           train_loss=calibration.loss_table(runs),
                           per_class=per_class.per_class_table(entries, pairs),
-                          variance=variance.variance_table(runs), missing=missing)
+                          variance=split, missing=missing, variance_notes=notes)
 
 
 def compared_pairs(out):

@@ -79,7 +79,8 @@ class Software:
 class Agreement:
   """`table`: the churn ladder (analysis/numbers/agreement.py); `summary`: its first-page line;
   `calibration`, `train_loss`, `per_class`, `variance`: their tables; `missing`: the runs
-  without saved predictions."""
+  without saved predictions; `variance_notes`: the arms whose seeds vary but that have no
+  variance split, and why."""
   table: pd.DataFrame
   summary: str
   calibration: pd.DataFrame
@@ -87,6 +88,7 @@ class Agreement:
   per_class: pd.DataFrame
   variance: pd.DataFrame
   missing: list
+  variance_notes: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass

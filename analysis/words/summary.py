@@ -8,7 +8,7 @@ import pandas as pd
 
 from analysis.inputs.labels import seed_text
 from analysis.numbers import answer, gap, inference, stats
-from analysis.words import attribution_text, tables
+from analysis.words import attribution_text, tables, variance_text
 from analysis.words.attribution_text import interval, signed
 
 NOT_RECORDED = 'not recorded'
@@ -211,8 +211,9 @@ def scope_lines(out):
 def answer_lines(out):
   """The one-page answer (Markdown lines) of an analysis.numbers.result.Analysis."""
   agreement = [] if not out.agreement else ['', out.agreement.summary]
+  split = variance_text.first_page_line(out.agreement, out.unit, answer.labels(out))
   return [question(out), '', *scope_lines(out), *software_lines(out), '', *gap_lines(out),
-          *contrast_lines(out), *agreement]
+          *contrast_lines(out), *agreement, *(['', *split] if split else [])]
 
 
 def latex_tables(out):
