@@ -28,7 +28,7 @@ import sys
 import pandas as pd
 
 from analysis import attribute, cli
-from analysis.figures import churn_ladder, study_figures
+from analysis.figures import churn_ladder, naming, study_figures
 from analysis.inputs import declaration, results
 from analysis.numbers import answer, stats
 from analysis.words import report
@@ -133,12 +133,14 @@ def write(out, hist, out_dir, rendered=None):
   if out.attribution:
     files += attribute.write_tables(out.attribution, out_dir)
   files += study_figures.make_all(out, hist, os.path.join(out_dir, 'figures'))
-  return files + (write_agreement(out.agreement, out_dir) if out.agreement else [])
+  return files + (write_agreement(out.agreement, out_dir, naming.context(out, 150))
+                  if out.agreement else [])
 
 
-def write_agreement(section, out_dir):
+def write_agreement(section, out_dir, context=None):
   """The agreement section's non-empty CSVs into out_dir (report_agreement.csv always) and the
-  churn ladder into out_dir/figures when it has rows; returns the paths written."""
+  churn ladder (subtitled with `context`) into out_dir/figures when it has rows; returns the paths
+  written."""
   paths = []
   for key, name in AGREEMENT_FILES.items():
     frame = getattr(section, key)
@@ -147,7 +149,7 @@ def write_agreement(section, out_dir):
       pd.DataFrame(frame).to_csv(paths[-1], index=False)
   if not section.table.empty:
     os.makedirs(os.path.join(out_dir, 'figures'), exist_ok=True)
-    paths += churn_ladder.churn_ladder(section.table, os.path.join(out_dir, 'figures'))
+    paths += churn_ladder.churn_ladder(section.table, os.path.join(out_dir, 'figures'), context)
   return paths
 
 

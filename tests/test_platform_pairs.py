@@ -64,7 +64,7 @@ def decompose(frame, margin=2.0, **kw):
   return out, {d['gap']: d for d in out.decomposition}
 
 
-THREE = {('tpu', 'native'): 1.5, ('gpu', 'native'): 0.4, ('tpu', 'tpu_default'): 0.8,
+THREE = {('tpu', 'native'): 1.2, ('gpu', 'native'): 2.4, ('tpu', 'tpu_default'): 0.8,
          ('gpu', 'tpu_default'): 0.8, ('cpu', 'tpu_default'): 0.8, ('tpu', 'jax_gpu_default'): 0.3,
          ('gpu', 'jax_gpu_default'): 0.3, ('cpu', 'jax_gpu_default'): 0.3}
 

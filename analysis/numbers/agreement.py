@@ -65,6 +65,7 @@ KIND_TITLES = {'nondeterminism': 'nondeterminism (same-seed replicates)',
 # What the first page calls each rung (the title's part before ' ('): which source of difference.
 SHORT_TITLES = {k: v.split(' (')[0] for k, v in KIND_TITLES.items()}
 SAME, DIFFERENT = 'same seed', 'different seeds'
+DEFINITION = 'churn, the share of predicted test labels that differ'  # named so everywhere
 CI_NAME = ('95% t-Wilson interval over seeds (the t-interval reshaped to stay inside [0, 100] %: '
            'analysis.numbers.inference.proportion_mean_ci)')
 COLUMNS = ('kind', 'a', 'b', 'platform_a', 'platform_b', 'pairing', 'churn_pct', 'ci_low',
@@ -82,7 +83,7 @@ def churn(pred_a, pred_b):
 
 def unit_name(entry):
   """What churn counts for this run's task."""
-  return ('image×attribute bits' if np.ndim(entry['pred']['predicted']) > 1 else 'images')
+  return ('image × attribute labels' if np.ndim(entry['pred']['predicted']) > 1 else 'images')
 
 
 def pair_churn(entry_a, entry_b):
@@ -323,28 +324,46 @@ def baseline(table, platform):
   return None
 
 
-def reading(table):
-  """The numerics rows read against the seed-to-seed churn of their platform, in words: how many
-  change the model at all (churn > 0), as what multiple of a new seed's churn, and whether their
-  intervals lie below, overlap or lie above the seed churn's; '' without both kinds."""
+def against_seeds(table):
+  """The numerics rows against the seed-to-seed churn of their platform (baseline), or None
+  without both: {'rows', 'changed' (churn above 0), 'low', 'high' (their churn range, %),
+  'ratio_low', 'ratio_high' (churn / the seed churn), 'below' / 'above' (how many intervals lie
+  wholly below / above the seed churn's), 'base' (the seed churns, text)}."""
   rows = [(r, baseline(table, r['platform_a'])) for _, r in table.iterrows()
           if r['kind'] == 'contrast']
   rows = [(r, b) for r, b in rows if b is not None and b[0] > 0]
   if not rows:
-    return ''
+    return None
   ratio = [r['churn_pct'] / b[0] for r, b in rows]
-  below = sum(r['ci_high'] < b[1] for r, b in rows)
-  above = sum(r['ci_low'] > b[2] for r, b in rows)
-  changed = sum(r['churn_pct'] > 0 for r, _ in rows)
-  base = ', '.join(f'{b:.2g} %' for b in sorted({round(b[0], 6) for _, b in rows}))
-  verdict = ('every one changes fewer predictions than a new seed does (its interval below the '
-             'seed churn\'s)' if below == len(rows) else
-             f'{above} change more predictions than a new seed does' if above else
-             f'{below} of them change fewer predictions than a new seed does, the others about as '
-             'many (intervals overlapping)')
-  return (f'read against the churn between two seeds ({base}): {changed} of {len(rows)} numerics '
-          f'settings change the model (churn above 0), {min(ratio):.2g}–{max(ratio):.2g} × a new '
-          f'seed\'s churn; {verdict}')
+  churn = [r['churn_pct'] for r, _ in rows]
+  return {'rows': len(rows), 'changed': sum(c > 0 for c in churn), 'low': min(churn),
+          'high': max(churn), 'ratio_low': min(ratio), 'ratio_high': max(ratio),
+          'below': sum(r['ci_high'] < b[1] for r, b in rows),
+          'above': sum(r['ci_low'] > b[2] for r, b in rows),
+          'base': ', '.join(f'{b:.2g} %' for b in sorted({round(b[0], 6) for _, b in rows}))}
+
+
+def seed_verdict(read):
+  """How the settings' churn compares with a new seed's, in words (against_seeds)."""
+  if read['below'] == read['rows']:
+    return 'every one changes fewer predictions than a new seed does'
+  if read['above']:
+    return f'{read["above"]} change more predictions than a new seed does'
+  return (f'{read["below"]} of them change fewer predictions than a new seed does, the others '
+          'about as many (intervals overlapping)')
+
+
+def reading(table):
+  """The numerics rows read against the seed-to-seed churn of their platform, in words: how many
+  change the model at all (churn > 0), as what multiple of a new seed's churn, and whether their
+  intervals lie below, overlap or lie above the seed churn's; '' without both kinds."""
+  read = against_seeds(table)
+  if read is None:
+    return ''
+  return (f'read against the churn between two seeds ({read["base"]}): {read["changed"]} of '
+          f'{read["rows"]} numerics settings change the model (churn above 0), '
+          f'{read["ratio_low"]:.2g}–{read["ratio_high"]:.2g} × a new seed\'s churn; '
+          f'{seed_verdict(read)}')
 
 
 def summary(table, missing=0, total=0):
@@ -361,6 +380,6 @@ def summary(table, missing=0, total=0):
     return 'Agreement: no pair of runs shares a seed, so no churn could be computed.'
   left = f'; {missing} of {total} runs without predictions left out' if missing else ''
   read = reading(table)
-  return ('Agreement (churn, the share of test predictions that differ, mean over seeds): '
+  return (f'Agreement ({DEFINITION}; mean over seeds): '
           + ', '.join(rung_text(table, k) for k in kinds) + left
           + (f'. Same model? {read[0].upper()}{read[1:]}' if read else '') + '.')

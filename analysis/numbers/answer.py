@@ -12,7 +12,7 @@ instead of the declared contrasts, and there is no attribution.
 import pandas as pd
 
 from analysis.inputs import declaration
-from analysis.numbers import agreement_section, attribution, contrasts, effects, result, stats
+from analysis.numbers import agreement_section, attribution, contrasts, effects, gap, result, stats
 from runrecord import record
 
 VERSION_PREFIX = 'versions.'
@@ -93,6 +93,8 @@ def analyse(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, marg
   margin, why = stats.margin_choice(margin, margin_reason, declared.get('margin'),
                                     declared.get('margin_reason'))
   declares = bool(declared.get('factors') and declared.get('reference'))
+  if compare:
+    check_compare(frame, compare, declares)
   numbers = stats.analyse(frame, group_by, metric, margin, why, seed_col, scale,
                           all_pairs=all_pairs or not declares)
   out = result.Analysis(**result.fields_of(numbers), declared=declared, source=source,
@@ -119,6 +121,17 @@ def analyse(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, marg
 def pairs_text(pairs):
   """'tpu − gpu, gpu − cpu'."""
   return ', '.join(f'{a} − {b}' for a, b in pairs)
+
+
+def check_compare(frame, compare, declares):
+  """Refuse --compare pairs that name a platform without completed runs, or a study without the
+  declaration the gap decomposition needs, before any statistic is computed."""
+  if not declares:
+    raise ValueError('--compare: the platform gap is decomposed only for a declared study (factors, '
+                     'reference and native arm: the root\'s study.json, or --study)')
+  done = frame[stats.run_status(frame) == 'completed']
+  present = sorted(set(done['platform'].astype(str))) if 'platform' in done else []
+  gap.platform_pairs(present, compare, '--compare')
 
 
 def scope(out, declared, compare=None):

@@ -137,11 +137,11 @@ def noise_floor(runs, arm, base, scale_unit, factors=()):
                      'needs 2 or more')
   sd = float(np.std(d, ddof=1))
   half = float(sps.t.ppf(0.975, len(d) - 1) * sd / np.sqrt(len(d)))
-  levels = {**base, **same}
-  differ = lambda a, b: {k: v for k, v in a.items() if str(b.get(k)) != str(v)}
-  common = {k: v for k, v in levels.items() if k not in differ(arm, levels)
-            and str(arm.get(k, v)) == str(v)}
-  what = (f'{label(differ(arm, levels))} − {label(differ(levels, arm))}'
+  levels = {**base, **same}  # the base arm's levels; the noise arm's other levels are the same
+  changed = [k for k in arm if k not in levels or str(levels[k]) != str(arm[k])]
+  common = {k: v for k, v in levels.items() if k not in changed}
+  what = (f'{label({k: arm[k] for k in changed})} − '
+          f'{label({k: levels[k] for k in changed if k in levels})}'
           + (f' at {label(common)}' if common else ''))
   return {'sd': sd, 'half': half, 'n': len(d), 'what': what, 'text': (
       f'noise floor: the paired difference {what} over {len(d)} seeds; sd of the per-seed '

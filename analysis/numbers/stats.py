@@ -26,7 +26,9 @@ a study's declared contrasts, analysis/numbers/contrasts.py):
   identical arithmetic  the two arms ran on one platform with equal effective arithmetic (every
                 IDENTICAL_FIELDS value of their records) and every paired difference is exactly
                 0: reported, not tested, and outside the Holm family;
-  equivalent    the TOST p < α: the true difference lies within ±margin;
+  within margin both below: a difference shown (as for "different") that lies within ±margin,
+                what the gap verdict calls "gap within margin" (real and small);
+  equivalent    the TOST p < α: the true difference lies within ±margin (and none is shown);
   different     the difference test (paired t when paired, else Welch) p < α and its 95% CI
                 excludes 0; when the metric lives on a lattice (accuracy on N test images: steps
                 of 100/N pp, `lattice`), the rank test's Holm p < α too, so a verdict cannot rest
@@ -52,6 +54,8 @@ MAX_ARMS = 200  # 19,900 pairs: about 3 minutes of pairwise tests (10 ms a pair 
 EFFECTIVE = 'numerics.effective.'
 IDENTICAL_FIELDS = ('platform', 'device_kind', 'batchnorm_group', 'compute_dtype', 'conv_format',
                     'dense_format', 'matmul_precision', 'param_dtype', 'xla_flags')
+# A pair's verdicts, in the order the reports count them (judge).
+VERDICTS = ('identical arithmetic', 'within margin', 'equivalent', 'different', 'inconclusive')
 UNDECLARED = ('none declared: 0.5 pp is the analysis.numbers.stats default, not a study decision; '
               'declare one (--margin, --margin-reason)')
 
@@ -324,7 +328,8 @@ def judge(rows):
   """The pair table of compare() rows judged as one family: Holm-adjusted p-values over its rows
   but the identical-arithmetic ones (`*_p_holm`; NaN for those), `equivalent_raw` (raw TOST
   p < α), `equivalent` (Holm TOST p < α), `different` (Holm primary-test p < α and 95% CI excluding
-  0, and on a lattice the Holm rank-test p < α) and `verdict` (module doc)."""
+  0, and on a lattice the Holm rank-test p < α) and `verdict` (module doc: identical arithmetic,
+  within margin, equivalent, different, inconclusive)."""
   pairs = pd.DataFrame(rows)
   if pairs.empty:
     return pairs
@@ -337,8 +342,9 @@ def judge(rows):
   pairs['different'] = ((pairs['test_p_holm'] < inf.ALPHA)
                         & ((pairs['ci95_low'] > 0) | (pairs['ci95_high'] < 0))
                         & (~on_lattice | (pairs['rank_p_holm'] < inf.ALPHA)))
-  pairs['verdict'] = np.select([~tested, pairs['equivalent'], pairs['different']],
-                               ['identical arithmetic', 'equivalent', 'different'], 'inconclusive')
+  pairs['verdict'] = np.select(
+      [~tested, pairs['equivalent'] & pairs['different'], pairs['equivalent'], pairs['different']],
+      ['identical arithmetic', 'within margin', 'equivalent', 'different'], 'inconclusive')
   return pairs
 
 

@@ -130,11 +130,15 @@ def gap_state(d, unit):
   g95 = interval(d['G_ci_low'], d['G_ci_high'])
   holm = (f'; paired-t p {pval(d["G_p_holm"])}{holm_text(d)}' if k > 1 else
           ' includes 0' if not d['gap_shown'] else ' excludes 0')
-  within = (f'lies within ±{m:g} {unit} (90% CI {g90}, TOST p {pval(d["G_tost_p_holm"])}'
-            f'{holm_text(d)})' if d['gap_equivalent'] else
-            f'is not shown within ±{m:g} {unit} (90% CI {g90})' if m else 'no margin was given')
-  state = 'shown' if d['gap_shown'] else 'not shown'
-  return f'the native gap is {state} (95% CI {g95}{holm}) and {within}'
+  shown = f'shown (95% CI {g95}{holm})'
+  if d['gap_equivalent']:
+    within = (f'lies within ±{m:g} {unit} (90% CI {g90}, TOST p {pval(d["G_tost_p_holm"])}'
+              f'{holm_text(d)})')
+    return f'the native gap is {"" if d["gap_shown"] else "not "}{shown} and {within}'
+  nor = f' ±{m:g} {unit} (90% CI {g90})' if m else ' a margin (none was given)'
+  if d['gap_shown']:
+    return f'the native gap is {shown} and not within{nor}'
+  return f'the native gap is neither {shown} nor within{nor}'
 
 
 def why(d, unit):
@@ -263,7 +267,7 @@ def pairs_line(out):
   holm = (f'; each pair\'s gap tests (paired t, TOST, signed rank) Holm-adjusted over the '
           f'{len(out.decomposition)} pairs' if len(out.decomposition) > 1 else '')
   left = f'; left out: {out.pairs_note}' if out.pairs_note else ''
-  return f'platform pairs (G = A − B): {pairs}, {source}{holm}{left}.'
+  return f'Platform pairs (G = A − B): {pairs}, {source}{holm}{left}.'
 
 
 def gap_note(out):

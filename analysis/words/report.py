@@ -3,7 +3,7 @@ the setup, why each comparison got its verdict with its power, the arms, and the
 replicates, exclusions). Numbers and verdict categories come from analysis/numbers/stats.py (a
 pair's verdict: equivalent / different / inconclusive, see there) and analysis/numbers/answer.py.
 
-  text = render(out, 'md')        # or 'latex': the booktabs tables only, for \input
+  text = render(out, 'md')        # or 'latex': the booktabs tables only, for \\input
 """
 
 import sys

@@ -8,7 +8,7 @@ import pandas as pd
 
 from analysis.inputs.labels import seed_text
 from analysis.numbers import answer, gap, inference, stats
-from analysis.words import attribution_text, tables, variance_text
+from analysis.words import answer_sentence, attribution_text, tables, variance_text
 from analysis.words.attribution_text import interval, signed
 
 NOT_RECORDED = 'not recorded'
@@ -93,7 +93,7 @@ def gap_lines(out):
   if not att.decomposition:
     return [f'**Platform gap:** {att.gap_note}.', '']
   lines = ['**Platform gap** (per seed: native gap G = fid_A − fid_B + N + P, numerics part N, '
-           f'residual R = G − N; mean over seeds with a t-interval; α = {inference.ALPHA:g}); '
+           f'residual R = G − N; mean over seeds with a t-interval; α = {inference.ALPHA:g}). '
            + attribution_text.pairs_line(att), '']
   for d in att.decomposition:
     lines += attribution_text.decomposition_lines(d, att.gap, out.unit) + ['']
@@ -105,9 +105,14 @@ MAX_UNDECLARED_ROWS = 12
 
 
 def contrast_verdict(r, margin):
-  """'equivalent', 'different' or 'inconclusive: …' in a few words, from a contrast row."""
+  """The verdict in a few words, from a contrast row: 'within margin (a difference shown)',
+  'equivalent' (with the raw 95% CI's word where it excludes 0 and Holm does not), 'different',
+  'identical arithmetic (not tested)' or 'inconclusive: …'."""
+  if r['verdict'] == 'equivalent' and (r['ci95_low'] > 0 or r['ci95_high'] < 0):
+    return 'equivalent (its 95% CI excludes 0 before Holm, not after)'
   if r['verdict'] != 'inconclusive':
-    return r['verdict'] + (' (not tested)' if r['verdict'] == 'identical arithmetic' else '')
+    return r['verdict'] + {'identical arithmetic': ' (not tested)',
+                           'within margin': ' (a difference shown)'}.get(r['verdict'], '')
   low, high = r['ci90_low'] <= -margin, r['ci90_high'] >= margin
   if low or high:
     return f'inconclusive: 90% CI past {"±" if low and high else "−" if low else "+"}{margin:g}'
@@ -147,11 +152,13 @@ def contrast_lines(out):
            f'perturbs, at this study\'s seeds): {floors} {unit}' if floors else '; no noise floor')
   rule = (f'{head}{floor}; margin ±{m:g} {unit}. Verdicts: equivalent = Holm TOST p < '
           f'{inference.ALPHA:g} (90% CI inside ±{m:g}); different = Holm p < {inference.ALPHA:g} and '
-          '95% CI excluding 0 (on a lattice metric also the rank test); identical arithmetic = '
-          'equal effective numerics and every difference 0 (outside Holm); else inconclusive.')
+          '95% CI excluding 0 (on a lattice metric also the rank test); within margin = both: a '
+          'difference shown, inside the margin (as "gap within margin"); identical arithmetic = '
+          'equal effective numerics and every difference 0 (not tested, outside Holm); else '
+          'inconclusive.')
   if not ref and len(table) > MAX_UNDECLARED_ROWS:  # every pair of many arms: counts, not a page
     counts = table['verdict'].value_counts()
-    said = ', '.join(f'{counts.get(v, 0)} {v}' for v in ('equivalent', 'different', 'inconclusive'))
+    said = ', '.join(f'{counts.get(v, 0)} {v}' for v in stats.VERDICTS[1:])
     return [f'{rule} {said}; every pair is in "Comparisons: every test" below. Declare the '
             "study's contrasts (get_study() in the config file, or --study FILE) to have them "
             'answered here.']
@@ -181,7 +188,7 @@ def headline(out):
   if table is not None and not table.empty:
     seen = table['verdict'].value_counts()
     parts.append(f'{stats.family_size(table)} contrasts tested: ' + ', '.join(
-        f'{seen[v]} {v}' for v in ('equivalent', 'different', 'inconclusive') if v in seen))
+        f'{seen[v]} {v}' for v in stats.VERDICTS[1:] if v in seen))
   return '; '.join(parts)
 
 
@@ -212,8 +219,9 @@ def answer_lines(out):
   """The one-page answer (Markdown lines) of an analysis.numbers.result.Analysis."""
   agreement = [] if not out.agreement else ['', out.agreement.summary]
   split = variance_text.first_page_line(out.agreement, out.unit, answer.labels(out))
-  return [question(out), '', *scope_lines(out), *software_lines(out), '', *gap_lines(out),
-          *contrast_lines(out), *agreement, *(['', *split] if split else [])]
+  return [question(out), '', answer_sentence.sentence(out), '', *scope_lines(out),
+          *software_lines(out), '', *gap_lines(out), *contrast_lines(out), *agreement,
+          *(['', *split] if split else [])]
 
 
 def latex_tables(out):
