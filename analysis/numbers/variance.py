@@ -149,19 +149,14 @@ def seed_columns(runs):
 def variance_table(runs, value='value'):
   """variance_components per arm of a runs table (stats.prepare's `runs`: `arm`, `value`) whose
   runs set init and data-order seeds apart (more than one of each in the arm); an arm whose
-  design is not a full crossing is left out, with why in variance_notes. Empty when no arm
+  design is not a full crossing is left out (split_by_arm says why). Empty when no arm
   qualifies."""
   return split_by_arm(runs, value)[0]
 
 
-def variance_notes(runs, value='value'):
-  """['arm: why it has no variance split'] of the arms that vary init or data seeds but are not a
-  full crossing (variance_table leaves them out)."""
-  return split_by_arm(runs, value)[1]
-
-
 def split_by_arm(runs, value='value'):
-  """(variance_table, variance_notes) in one pass."""
+  """(variance_table, notes): the notes say, per arm whose init or data seeds vary without a full
+  crossing, why it has no split ('arm: variance split: needs ...')."""
   columns = seed_columns(runs)
   if columns is None:
     return pd.DataFrame(), []
