@@ -29,8 +29,8 @@ GROUPS = ('stem', 'layer1', 'layer2', 'layer3', 'layer4', 'head')
 PART_OF = {name: part for part, names in resnet.PARTS.items() for name in names}  # conv1 -> stem
 CI_LEVEL, CI_ALPHA = 0.95, 0.05
 CI_METHOD = 'wilson'  # statsmodels proportion_confint: the Wilson score interval
-CI_NAME = '95% Wilson score interval (multilabel: t-Wilson over images)'
-ACROSS_NAME = '95% t-Wilson interval over seeds (independent pairs; inside 0–100 %)'
+CI_NAME = '95% Wilson score interval (multilabel: over images)'
+ACROSS_NAME = '95% t-Wilson interval over seeds (independent pairs)'
 BAND_NAME = 'min–max over seeds'
 # The per-step curves: name -> the value of one pair's row.
 CURVES = {

@@ -1,6 +1,8 @@
 """What the divergence tool writes: Markdown tables (what every number means) and the figure (PNG +
 PDF)."""
 
+import textwrap
+
 import numpy as np
 
 from analysis.figures import style
@@ -217,7 +219,8 @@ def figure(result, out_dir):
   axes[6].legend(fontsize=6)
   final_panel(axes[7], result['final'])
   axes[8].axis('off')
-  axes[8].text(0, 0.5, f'lines: mean over seeds\nbands: {measure.BAND_NAME}\n'
-               f'final: mean over seeds,\n{measure.ACROSS_NAME};\ndots: each seed, '
-               f'{measure.CI_NAME}', fontsize=7, va='center')
+  legend = (f'lines: mean over seeds; bands: {measure.BAND_NAME}; final: churn (share of predicted '
+            f'labels that differ), mean over seeds, {measure.ACROSS_NAME}; dots: each seed, '
+            f'{measure.CI_NAME}')
+  axes[8].text(0, 0.5, textwrap.fill(legend, 34), fontsize=6.5, va='center')
   return style.save(fig, out_dir, 'divergence')
