@@ -354,27 +354,19 @@ def field_name(column):
   return column.rsplit('.', 1)[-1]
 
 
-def _seed_text(value):
-  """A seed as text: 3, not 3.0; None when missing."""
-  if value is None or value != value:
-    return None
-  return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
-
-
 def model_keys(seeds, init_seeds=None, data_seeds=None):
   """Each run's model within its arm, the unit replicates are averaged in and arms are paired by
   (the replicate rule, MODEL_FIELDS): the seed itself where every run's init and data-order seeds
-  equal its seed or are not recorded (records before they existed, a CSV without them), else, for
-  every run, 'S (init I, data D)', so that runs of one seed with other initial weights or data
-  order are never averaged as replicates. A list aligned with `seeds`; None where the seed is."""
+  equal its seed or are not recorded (older records, a CSV without them), else for every run
+  'S (init I, data D)': runs of one seed with other initial weights or data order are never
+  replicates. A list aligned with `seeds`; None where the seed is."""
+  text = lambda v: None if v is None or v != v else str(int(v)) if isinstance(v, float) else str(v)
   seeds = list(seeds)
   parts = [list(p) if p is not None else [None] * len(seeds) for p in (init_seeds, data_seeds)]
-  text = [[_seed_text(v) for v in column] for column in (seeds, *parts)]
-  apart = any(t is not None and t != s for s, *rest in zip(*text) for t in rest)
-  if not apart:
+  rows = list(zip(*([text(v) for v in column] for column in (seeds, *parts))))
+  if not any(t is not None and t != s for s, *rest in rows for t in rest):
     return seeds
-  return [None if s is None else f'{s} (init {i if i is not None else s}, '
-          f'data {d if d is not None else s})' for s, i, d in zip(*text)]
+  return [None if s is None else f'{s} (init {i or s}, data {d or s})' for s, i, d in rows]
 
 
 def pairing_columns(columns):

@@ -5,7 +5,7 @@ each setting against the churn between two seeds of one arm). Numbers and verdic
 analysis/numbers (stats.judge, gap_verdict, agreement.against_seeds); nothing is judged here.
 """
 
-from analysis.numbers import agreement
+from analysis.numbers import agreement, stats
 from analysis.words.attribution_text import interval, signed
 
 
@@ -23,11 +23,24 @@ def listed(names, most=4):
   return names[0] if len(names) == 1 else ', '.join(names[:-1]) + ' and ' + names[-1]
 
 
+def pairs_clause(out):
+  """Without declared contrasts: how the pairs of arms came out, counted (their names are the
+  report's tables)."""
+  seen = out.pairs['verdict'].value_counts()
+  counts = ', '.join(f'{seen[v]} {v}' for v in stats.VERDICTS if v in seen)
+  metric = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
+  return (f'{len(out.pairs)} pairs of arms compared on {metric} (no declared contrasts, Holm over '
+          f'{stats.family_size(out.pairs)}): {counts}')
+
+
 def settings_clause(out):
-  """Which settings changed the metric, by the contrasts' verdicts; '' without contrasts."""
+  """Which settings changed the metric, by the contrasts' verdicts (counted for undeclared pairs);
+  '' without contrasts."""
   table = out.contrasts if out.contrasts is not None else out.pairs
   if table is None or table.empty:
     return ''
+  if out.contrasts is None:
+    return pairs_clause(out)
   several = 'platform' in table and table['platform'].nunique() > 1
   by = {v: [r for _, r in table.iterrows() if r['verdict'] == v] for v in set(table['verdict'])}
   metric = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
