@@ -134,3 +134,11 @@ def test_the_noise_floor_is_one_clean_line():
   for p in ('cpu', 'gpu'):
     f = att.noise[p]
     assert f'{p} ±{f["half"]:.3f} pp (sd {f["sd"]:.3f}, 6 seeds)' in text
+
+
+def test_without_declared_contrasts_the_sentence_counts_the_pairs():
+  from test_contrasts import digits_frame  # pylint: disable=import-outside-toplevel
+  out = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
+  line = answer_sentence.sentence(out)
+  assert f'{len(out.pairs)} pairs of arms compared on test accuracy (no declared contrasts' in line
+  assert len(line) < 400 and 'profile=' not in line

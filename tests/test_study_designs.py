@@ -203,3 +203,17 @@ def test_one_definition_of_disagreement_for_the_attributes_task():
   out = measure.disagreement([pair, measure.pair_churn(a, a, [1, 1])])
   assert out['pairs'][0]['rate'] == pytest.approx(bits) and out['pairs'][1]['rate'] == 0
   assert 0 <= out['across']['t_low'] <= out['across']['mean'] <= out['across']['t_high'] <= 1
+
+
+def test_the_t_wilson_interval_covers_near_0_where_the_t_interval_does_not():
+  """Churn per seed near 1 % (360 images, overdispersed between seeds as churn is), 6 seeds: the
+  t-interval covers about 89 %, its reshaped t-Wilson version about 93 % (3000 studies)."""
+  rng = np.random.default_rng(11)
+  mu, m, phi, n, sims = 0.01, 6, 3, 360, 3000
+  q = rng.beta(mu * n / phi, (1 - mu) * n / phi, (sims, m))
+  p = rng.binomial(n, q) / n
+  t_low, t_high = inference.t_ci(p)
+  t_cover = np.mean((t_low <= mu) & (mu <= t_high))
+  wilson = np.array([inference.proportion_mean_ci(row) for row in p])
+  w_cover = np.mean((wilson[:, 0] <= mu) & (mu <= wilson[:, 1]))
+  assert w_cover >= 0.915 and w_cover > t_cover + 0.02, (w_cover, t_cover)
