@@ -77,7 +77,7 @@ def draw(table, context=None):
   colors = style.platform_colors(platforms)
   arms = [x for _, r in table.iterrows() for x in (r.get('label_a', r['a']), r.get('label_b', r['b']))
           if not str(x).startswith('every arm on ')]
-  short = naming.short_labels(arms)
+  short = naming.short_labels(arms, one=None)  # one declared arm keeps its own label
   labels = [row_label(r, short) for _, r in table.iterrows()]
   lines = sum(label.count('\n') + 1 for label in labels)
   fig, ax = plt.subplots(figsize=(style.TWO_COLUMN_IN, 1.1 + ROW_IN * max(lines, 2)),

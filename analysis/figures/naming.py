@@ -13,15 +13,20 @@ NAMED = ('profile=',)  # fields whose value names itself: 'tpu_default', not 'pr
 ONE_ARM = 'all runs'  # the label of the only arm: nothing tells it from another
 
 
-def short_labels(labels, drop=()):
+def cut(text):
+  """`text` in at most LABEL_CHARS characters ('…' where cut)."""
+  return text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1].rstrip(', ') + '…'
+
+
+def short_labels(labels, drop=(), one=ONE_ARM):
   """{label: short label} of arm labels 'a, b=1, c=2' (analysis/inputs/labels.py): the parts
   that differ between the arms (where every part is shared, the first), without the parts in
   `drop` ({label: parts to leave out}, e.g. the platform the colour shows), named fields by their
-  value (an empty one left out), at most LABEL_CHARS characters; the only arm is ONE_ARM;
-  distinct labels stay distinct."""
+  value (an empty one left out), at most LABEL_CHARS characters; the only arm is `one` (None: its
+  own label, cut); distinct labels stay distinct."""
   labels = list(dict.fromkeys(map(str, labels)))
   if len(labels) == 1:
-    return {labels[0]: ONE_ARM}
+    return {labels[0]: one or cut(labels[0])}
   parts = {l: [p for p in l.split(', ') if p not in set((drop or {}).get(l, ()))] or l.split(', ')
            for l in labels}
   common = set.intersection(*(set(p) for p in parts.values()))
@@ -29,8 +34,7 @@ def short_labels(labels, drop=()):
   for label in labels:
     keep = [p for p in parts[label] if p not in common] or parts[label][:1]
     keep = [p.split('=', 1)[1] if p.startswith(NAMED) else p for p in keep]
-    text = ', '.join(p for p in keep if p) or label
-    out[label] = text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1].rstrip(', ') + '…'
+    out[label] = cut(', '.join(p for p in keep if p) or label)
   seen = {}
   for label in labels:  # cut labels that collide get a number
     seen.setdefault(out[label], []).append(label)
@@ -58,7 +62,11 @@ def context(out, width=None):
   data = recorded(runs, 'config.data.name', 'data.name')
   test = recorded(runs, 'data.test_size')
   n = sorted(set(out.arms['n'])) if not out.arms.empty else [0]
-  what = ('seed' if out.seeded else 'run') + ('' if n == [1] else 's')
+  units = getattr(out, 'units', None)
+  models = bool(out.seeded and units is not None
+                and units['seed'].astype(str).str.contains(' (init ', regex=False).any())
+  what = ('model' if models else 'seed' if out.seeded else 'run') + ('' if n == [1] else 's')
+  what += ' (seed, init, data)' if models else ''
   each = f'{n[0]}' if len(n) == 1 else f'{n[0]}–{n[-1]}'
   devices = '; '.join(f'{p}: {f["device_kind"]}' if f.get('device_kind')
                       and f['device_kind'].lower() != p.lower() else p
