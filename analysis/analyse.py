@@ -28,7 +28,7 @@ import sys
 import pandas as pd
 
 from analysis import attribute, cli
-from analysis.figures import churn_ladder, study_figures
+from analysis.figures import churn_ladder, naming, study_figures
 from analysis.inputs import declaration, results
 from analysis.numbers import answer, stats
 from analysis.words import report
@@ -45,6 +45,7 @@ def parse_args(argv):
   results.add_runs_argument(src)
   src.add_argument('--csv', help='a CSV of results, one row per run (analysis.export writes one)')
   declaration.add_study_argument(p)
+  declaration.add_compare_argument(p)
   p.add_argument('--all-pairs', action='store_true',
                  help='also test every pair of arms (Holm over all pairs, apart from the declared family)')
   p.add_argument('--group-by', nargs='+', default=[],
@@ -132,12 +133,14 @@ def write(out, hist, out_dir, rendered=None):
   if out.attribution:
     files += attribute.write_tables(out.attribution, out_dir)
   files += study_figures.make_all(out, hist, os.path.join(out_dir, 'figures'))
-  return files + (write_agreement(out.agreement, out_dir) if out.agreement else [])
+  return files + (write_agreement(out.agreement, out_dir, naming.context(out, 150))
+                  if out.agreement else [])
 
 
-def write_agreement(section, out_dir):
+def write_agreement(section, out_dir, context=None):
   """The agreement section's non-empty CSVs into out_dir (report_agreement.csv always) and the
-  churn ladder into out_dir/figures when it has rows; returns the paths written."""
+  churn ladder (subtitled with `context`) into out_dir/figures when it has rows; returns the paths
+  written."""
   paths = []
   for key, name in AGREEMENT_FILES.items():
     frame = getattr(section, key)
@@ -146,7 +149,7 @@ def write_agreement(section, out_dir):
       pd.DataFrame(frame).to_csv(paths[-1], index=False)
   if not section.table.empty:
     os.makedirs(os.path.join(out_dir, 'figures'), exist_ok=True)
-    paths += churn_ladder.churn_ladder(section.table, os.path.join(out_dir, 'figures'))
+    paths += churn_ladder.churn_ladder(section.table, os.path.join(out_dir, 'figures'), context)
   return paths
 
 
@@ -165,7 +168,8 @@ def analyse(args):
   frame, hist, declared, source = load(args)
   out = answer.analyse(frame, declared, args.group_by, args.metric, args.margin,
                        args.margin_reason, args.seed_col, args.scale, args.all_pairs, source,
-                       run_folders=bool(args.runs))
+                       run_folders=bool(args.runs),
+                       compare=declaration.parse_compare(args.compare))
   return out, hist
 
 

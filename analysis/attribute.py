@@ -7,7 +7,8 @@ tables and figures.
   python -m analysis.attribute --csv=published.csv --factors platform compute_dtype --metric acc
 
 With --out DIR: attribution.csv (exact columns), attribution.md, and with a platform gap
-attribution_gap.csv and attribution_decomposition.csv; the forest plot and the gap figure
+attribution_gap.csv and attribution_decomposition.csv (one row per platform pair, --compare A:B ...;
+default every pair, tpu − gpu first); the forest plot and the gap figure
 (analysis/figures/forest.py). Bad input: one `error: ...` line, exit code 2, nothing written.
 """
 
@@ -15,7 +16,7 @@ import os
 
 from analysis import cli
 from analysis.figures import forest
-from analysis.inputs import results
+from analysis.inputs import declaration, results
 from analysis.numbers import attribution, effects, gap_verdict, stats
 from analysis.words import attribution_text
 
@@ -61,6 +62,7 @@ def parse_args(argv):
   p.add_argument('--native', nargs='+', default=[], help='factor=level of the native arm')
   p.add_argument('--platform-profile', nargs='+', default=[],
                  help='platform=level: the profile emulating each platform, e.g. gpu=jax_gpu_default')
+  declaration.add_compare_argument(p)
   p.add_argument('--out', help='folder for attribution.csv/.md, attribution_gap.csv, '
                  'attribution_decomposition.csv, attribution_forest and gap_decomposition .pdf/.png')
   return p.parse_args(argv)
@@ -82,7 +84,8 @@ def main(argv=None):
     out = attribution.run(frame, args.factors, args.metric, args.seed_col, args.reference,
                           args.interactions, args.margin, args.noise_arm, args.native,
                           args.platform_profile, ' '.join(args.runs or [args.csv]),
-                          noise_of=args.noise_of, min_share=args.min_share)
+                          noise_of=args.noise_of, min_share=args.min_share,
+                          compare=declaration.parse_compare(args.compare), compare_flag='--compare')
   except ValueError as e:
     cli.fail(e)
   print(attribution_text.render(out))

@@ -1,5 +1,6 @@
 """The README's "What it finds on an H100 and a CPU", generated from the shipped export (results/):
-the platforms and their software, the gap decomposition (native gap, numerics part, residual with
+the platforms and their software, the gap decomposition of each platform pair the study compares
+(its declared compare, else every pair, tpu − gpu first: native gap, numerics part, residual with
 its 90% CI, share explained, verdict) at each margin, and the declared contrasts' verdicts.
 
   python -m analysis.findings --csv results/digits_h100_cpu.csv \
@@ -40,10 +41,10 @@ def judged_at(out, margin):
 COMPONENTS = ('G', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N', 'P', 'R')
 
 
-def component_table(analyses, unit):
-  """Rows: the decomposition's components; one column per (name, analysis): estimate [95% CI]."""
-  gaps = [(name, out.attribution.gap, out.attribution.decomposition[0]['gap'])
-            for name, out in analyses]
+def component_table(analyses, unit, gap_label):
+  """Rows: the components of the pair `gap_label` ('gpu - cpu'); one column per (name, analysis):
+  estimate [95% CI]."""
+  gaps = [(name, out.attribution.gap, gap_label) for name, out in analyses]
   rows = []
   for key in COMPONENTS:
     label = gaps[0][1].set_index('key').loc[key, 'component']
@@ -60,7 +61,8 @@ def verdict_row(scope, d, table, unit):
   share = (f'{d["share"]:.2f} [{d["share_ci_low"]:.2f}, {d["share_ci_high"]:.2f}]'
            if np.isfinite(d['share_ci_low']) else
            f'{d["share"]:.2f}, unbounded' if d['share'] == d['share'] else '–')
-  return {'analysis': scope, 'margin': f'±{d["margin"]:g} {unit}',
+  return {'analysis': scope, 'pair': d['gap'].replace(' - ', ' − '),
+          'margin': f'±{d["margin"]:g} {unit}',
           'native gap, 90% CI': interval(d['G_ci90_low'], d['G_ci90_high']),
           'residual, 90% CI': interval(d['R_ci90_low'], d['R_ci90_high']),
           'share (Fieller)': share, 'verdict': f'**{d["verdict"]}**',
@@ -70,8 +72,7 @@ def verdict_row(scope, d, table, unit):
 def counts(table):
   """'3 equivalent, 11 inconclusive': the contrast verdicts counted."""
   seen = collections.Counter(table['verdict'])
-  return ', '.join(f'{seen[v]} {v}' for v in ('identical arithmetic', 'equivalent', 'different',
-                                               'inconclusive') if seen[v])
+  return ', '.join(f'{seen[v]} {v}' for v in stats.VERDICTS if seen[v])
 
 
 def platform_words(out):
@@ -103,9 +104,7 @@ def section(out, margins, source, command):
     ms = [analysis.margin] if analysis is not out or analysis.scope.confirmatory else margins
     for m in ms:
       split, table = judged_at(analysis, m)
-      verdicts.append((name, split[0], table))
-  d0 = verdicts[0][1]
-  a, b = d0['profiles']
+      verdicts += [(name, d, table) for d in split]
   declared = (f'Declared before the runs (`{source.replace(".csv", ".study.json")}`): '
               f'{len(sc.declared_seeds or [])} seeds, margin ±{sc.declared_margin:g} {unit}'
               if sc.declared_margin is not None else 'Nothing was declared before the runs')
@@ -118,15 +117,19 @@ def section(out, margins, source, command):
            f'platforms ran different {", ".join(out.software.confounds)} versions, so the gap '
            'and its residual include whatever those change.', '',
            f'{declared}; the analysis of exactly those is confirmatory, everything else '
-           'exploratory. Each component per seed from the paired cell means (every other factor at '
-           f'its reference level), mean over seeds with its 95% t-interval; G = fid_A − fid_B + N + P '
-           f'exactly; N = {a} − {b}, measured on both platforms; R = G − N:', '',
-           tables.markdown(component_table(columns, unit)).rstrip('\n'), '',
-           tables.markdown([verdict_row(scope, d, t, unit) for scope, d, t in verdicts]).rstrip('\n'),
-           '']
+           f'exploratory. {attribution_text.pairs_line(out.attribution)} Each component per seed '
+           'from the paired cell means (every other factor at its reference level), mean over seeds '
+           'with its 95% t-interval; G = fid_A − fid_B + N + P exactly; R = G − N.', '']
+  for d in out.attribution.decomposition:
+    (a, b), where = d['profiles'], (f'on {d["N_only"]} only' if d['N_only'] else
+                                    'measured on both platforms')
+    lines += [f'{d["gap"].replace(" - ", " − ")}: N = {a} − {b}, {where}:', '',
+              tables.markdown(component_table(columns, unit, d['gap'])).rstrip('\n'), '']
+  lines += [tables.markdown([verdict_row(scope, d, t, unit)
+                             for scope, d, t in verdicts]).rstrip('\n'), '']
   for scope, d, _ in verdicts:
-    lines.append(f'- {scope}, ±{d["margin"]:g} {unit}: **{d["verdict"]}**: '
-                 f'{attribution_text.why(d, unit)}.')
+    lines.append(f'- {scope}, {d["gap"].replace(" - ", " − ")}, ±{d["margin"]:g} {unit}: '
+                 f'**{d["verdict"]}**: {attribution_text.why(d, unit)}.')
   last = verdicts[-1][1]
   lines += [f'- {verdicts[-1][0]}, ±{last["margin"]:g} {unit}, '
             f'{attribution_text.seeds_line(last, unit)}.', '', LAST]

@@ -14,8 +14,10 @@ replaces arm a's product formats (its conv_format / dense_format) unless it name
 (config.seed, config.seed+1, ...): the lockstep comparison per seed; from two seeds on, arm a of
 consecutive seeds is the ceiling pair. `--config.<field>=<v>`: every arm. `--steps` (default: the
 whole training), a row every `--every` steps: distances per pair (divergence_measure.py), the
-mean over seeds with the min–max band; at the end, prediction disagreement on the whole test
-set per seed (Wilson intervals), then across seeds (t-interval over seeds). Writes divergence.{json,md,png,pdf} to --out.
+mean over seeds with the min–max band; at the end, the churn (the share of predicted labels that
+differ: images, or image × attribute labels; the analysis's definition) on the whole test set per
+seed (Wilson intervals; multilabel: over images), then across seeds (t-Wilson interval over
+seeds, inside 0–100 %). Writes divergence.{json,md,png,pdf} to --out.
 """
 
 import argparse
@@ -137,7 +139,7 @@ def determinism_failures(result):
          for r in result['records'] for p in r['pairs']['b']
          for what in ('params', 'batch_stats', 'logits') if p[what]['max_abs'] != 0]
   count = result['final']['disagreement']['b']['total']['count']
-  return bad + ([f'{count} test predictions differ at the end'] if count else [])
+  return bad + ([f'{count} predicted test labels differ at the end'] if count else [])
 
 
 def write(result, out_dir):

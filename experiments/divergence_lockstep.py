@@ -219,8 +219,8 @@ def train(lock, num_steps, every, probe=256, progress=None):
 
 
 def final_test(lock):
-  """At the end: each arm's test accuracy per seed and each pair kind's disagreement over every
-  test image (measure.disagreement)."""
+  """At the end: each arm's test accuracy per seed and each pair kind's churn, the share of
+  predicted labels that differ, over the whole test set (measure.pair_churn, measure.disagreement)."""
   test, task = lock['ctx'].dataset.test, lock['ctx'].dataset.task
   preds = {i: measure.predictions(arm_logits(lock, test, i), task) for i in lock['arms']}
   labels = np.asarray(test.labels)
@@ -230,8 +230,8 @@ def final_test(lock):
               for name in lock['names']}
   kinds = {}
   for p in lock['pairs']:
-    count = int(np.sum(measure.differs(preds[p['x']], preds[p['y']])))
-    kinds.setdefault(p['kind'], []).append({'seeds': p['seeds'], 'count': count, 'n': len(test)})
+    kinds.setdefault(p['kind'], []).append(
+        measure.pair_churn(preds[p['x']], preds[p['y']], p['seeds']))
   return {'test_count': len(test), 'accuracy': {n: measure.band(a) | {'per_seed': a}
                                                 for n, a in accuracy.items()},
           'disagreement': {kind: measure.disagreement(ps) for kind, ps in kinds.items()}}

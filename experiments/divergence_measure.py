@@ -2,13 +2,18 @@
 
 Distances (float64): ||θa-θb||/||θa|| over all parameters and per group (stem, layer1..4, head),
 max |θa-θb|, the same for the BatchNorm running statistics, and on logits ||La-Lb||/||La|| plus the
-fraction of examples whose prediction differs (argmax; for multilabel tasks: any label's sign).
+churn: the share of predicted labels that differ (argmax; for multilabel tasks each label's sign,
+over images × labels), the one definition of disagreement the analysis's churn uses too
+(analysis/numbers/agreement.py churn), not the share of images with any label different.
 Over seeds: the mean with the min–max band (and the sd and the 95% Student t-interval of the mean,
-analysis/numbers/inference.py). Whole-test-set disagreement, per pair (per seed): disagreeing images /
-test images with the 95% Wilson score interval (statsmodels `proportion_confint`, method
-'wilson'); across seeds: the mean of the per-pair rates r_s with the 95% Student t-interval over
-the independent pairs, r̄ ± t_{0.975, m−1} sd(r_s)/√m (seeds are the units: pooling the images of
-all seeds into one binomial sample ignores the variation between seeds and is too narrow).
+analysis/numbers/inference.py). Whole-test-set churn, per pair (per seed): differing labels /
+predicted labels with its 95% interval: one label per image, the Wilson score interval over the
+images (statsmodels `proportion_confint`, method 'wilson'); several labels per image, the labels
+of one image are not independent, so the t-Wilson interval of the mean per-image share over the
+images (analysis.numbers.inference.proportion_mean_ci, images as clusters). Across seeds: the mean
+of the per-pair rates r_s with the t-Wilson interval over the independent pairs (inside [0, 1];
+the t-interval r̄ ± t_{0.975, m−1} sd(r_s)/√m away from the bounds; seeds are the units: pooling the
+images of all seeds into one binomial sample ignores the variation between seeds and is too narrow).
 """
 
 import math
@@ -17,15 +22,15 @@ import jax
 import numpy as np
 from statsmodels.stats.proportion import proportion_confint
 
-from analysis.numbers import inference
+from analysis.numbers import agreement, inference
 from models import resnet
 
 GROUPS = ('stem', 'layer1', 'layer2', 'layer3', 'layer4', 'head')
 PART_OF = {name: part for part, names in resnet.PARTS.items() for name in names}  # conv1 -> stem
 CI_LEVEL, CI_ALPHA = 0.95, 0.05
 CI_METHOD = 'wilson'  # statsmodels proportion_confint: the Wilson score interval
-CI_NAME = '95% Wilson score interval'
-ACROSS_NAME = '95% Student t-interval over seeds (independent pairs)'
+CI_NAME = '95% Wilson score interval (multilabel: over images)'
+ACROSS_NAME = '95% t-Wilson interval over seeds (independent pairs)'
 BAND_NAME = 'min–max over seeds'
 # The per-step curves: name -> the value of one pair's row.
 CURVES = {
@@ -73,17 +78,31 @@ def predictions(logits, task):
 
 
 def differs(pred_a, pred_b):
-  """Per example: does the prediction differ (multilabel: any label)?"""
+  """Per example: the share of its predicted labels that differ (one label: 0 or 1); their mean is
+  the churn (analysis.numbers.agreement.churn)."""
   d = np.asarray(pred_a) != np.asarray(pred_b)
-  return d.reshape(d.shape[0], -1).any(axis=1)
+  return d.reshape(d.shape[0], -1).mean(axis=1)
 
 
 def logit_distance(la, lb, task):
-  """||La-Lb||/||La||, max |La-Lb| and the fraction of examples whose prediction differs."""
+  """||La-Lb||/||La||, max |La-Lb| and the churn (the share of predicted labels that differ)."""
   la, lb = np.asarray(la, np.float64), np.asarray(lb, np.float64)
   d = la - lb
   return {'rel_l2': norms(d.ravel(), la.ravel())['rel_l2'], 'max_abs': float(np.max(np.abs(d))),
-          'pred_differs': float(np.mean(differs(predictions(la, task), predictions(lb, task))))}
+          'pred_differs': agreement.churn(predictions(la, task), predictions(lb, task))}
+
+
+def pair_churn(pred_a, pred_b, seeds):
+  """One pair's whole-test-set churn as disagreement() takes it: {'seeds', 'count' (differing
+  labels), 'n' (predicted labels), 'labels' (per image)} and, with several labels per image, its
+  interval over the images (proportion)."""
+  shares = differs(pred_a, pred_b)
+  labels = int(np.asarray(pred_a).size // max(len(shares), 1))
+  pair = {'seeds': seeds, 'count': int(round(float(shares.sum()) * labels)),
+          'n': int(len(shares) * labels), 'labels': labels}
+  if labels > 1:
+    pair['ci_low'], pair['ci_high'] = inference.proportion_mean_ci(shares)
+  return pair
 
 
 def band(values):
@@ -110,9 +129,10 @@ def curves(rows):
   return out, losses
 
 
-def proportion(count, nobs):
-  """count/nobs with its 95% Wilson score interval (statsmodels)."""
-  low, high = proportion_confint(count, nobs, alpha=CI_ALPHA, method=CI_METHOD)
+def proportion(count, nobs, interval=None):
+  """count/nobs with its 95% Wilson score interval (statsmodels), or `interval` (low, high) when
+  given (several labels per image: computed over the images, pair_churn)."""
+  low, high = interval or proportion_confint(count, nobs, alpha=CI_ALPHA, method=CI_METHOD)
   return {'count': int(count), 'n': int(nobs), 'rate': count / nobs if nobs else None,
           'ci_low': float(low), 'ci_high': float(high)}
 
@@ -131,14 +151,19 @@ def independent(pairs):
 def disagreement(pairs):
   """Whole-test-set disagreement of each pair ({'seeds', 'count', 'n'}), then across seeds.
 
-  `pairs`: per pair the proportion of test images whose predictions differ with its Wilson
-  interval; `across`: band() of the independent pairs' rates (mean, min–max, 95% t-interval over
-  seeds; `pairs` = how many); `band`: the min–max of every pair; `total`: images differing in
-  all pairs together and their number (a count, not an estimate with an interval).
+  `pairs`: per pair (pair_churn) its churn, the share of predicted labels that differ, with its
+  interval (module doc); `across`: band() of the independent pairs' rates (mean, min–max) with
+  the t-Wilson interval over seeds as t_low, t_high (`pairs` = how many); `band`: the min–max of
+  every pair; `total`: labels differing in all pairs together and their number (a count, not an
+  estimate with an interval).
   """
-  per_pair = [{'seeds': p['seeds'], **proportion(p['count'], p['n'])} for p in pairs]
+  per_pair = [{'seeds': p['seeds'], **proportion(
+      p['count'], p['n'], (p['ci_low'], p['ci_high']) if 'ci_low' in p else None)} for p in pairs]
   kept = independent(per_pair)
+  rates = [p['rate'] for p in kept]
+  low, high = inference.proportion_mean_ci(rates)
+  bounded = {'t_low': float(low), 't_high': float(high)} if len(rates) > 1 else {}
   return {'pairs': per_pair,
           'total': {'count': sum(p['count'] for p in pairs), 'n': sum(p['n'] for p in pairs)},
-          'across': {**band(p['rate'] for p in kept), 'pairs': len(kept)},
+          'across': {**band(rates), **bounded, 'pairs': len(kept)},
           'band': band(p['rate'] for p in per_pair)}

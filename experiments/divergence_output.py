@@ -1,6 +1,8 @@
 """What the divergence tool writes: Markdown tables (what every number means) and the figure (PNG +
 PDF)."""
 
+import textwrap
+
 import numpy as np
 
 from analysis.figures import style
@@ -12,7 +14,7 @@ KIND_TICKS = {'b': 'a vs b', 'control': 'a vs\ncontrol', 'ceiling': 'a vs a,\not
 # The colour of the pair's other model: arms a, b, control as style.arm_colors gives them.
 KIND_COLORS = {'b': style.PALETTE[1], 'control': style.PALETTE[2], 'ceiling': style.PALETTE[6]}
 PARAMS = (('params', '‖Δθ‖/‖θa‖'),)
-PROBE = (('logits', 'logits ‖ΔL‖/‖La‖'), ('probe_disagreement', 'preds differ'))
+PROBE = (('logits', 'logits ‖ΔL‖/‖La‖'), ('probe_disagreement', 'churn'))
 
 
 def cell(b, spec='.2e'):
@@ -67,7 +69,8 @@ def interval(low, high):
 
 
 def final_table(result):
-  """Whole-test-set disagreement per pair kind: per seed (Wilson), then across seeds (t)."""
+  """Whole-test-set churn (the share of predicted labels that differ) per pair kind: per seed
+  (Wilson over images; multilabel: t-Wilson over images), then across seeds (t-Wilson)."""
   rows = []
   for kind, d in result['final']['disagreement'].items():
     across, total = d['across'], d['total']
@@ -76,9 +79,9 @@ def final_table(result):
         'per seed % [95% Wilson]': '; '.join(f"{pct(p['rate'])} [{interval(p['ci_low'], p['ci_high'])}]"
                                             for p in d['pairs']),
         'mean over seeds %': '–' if across['mean'] is None else pct(across['mean']),
-        '95% t CI over seeds %': interval(across['t_low'], across['t_high']),
+        '95% t-Wilson CI over seeds %': interval(across['t_low'], across['t_high']),
         'seeds in the CI': str(across['pairs']),
-        'images differing (all seeds)': f"{total['count']} of {total['n']}"})
+        'labels differing (all seeds)': f"{total['count']} of {total['n']}"})
   return rows
 
 
@@ -117,17 +120,20 @@ PAIRS = {
 EXPLAIN = """
 Distances (float64, relative to arm a; x is the pair's other model): ‖θa−θx‖/‖θa‖ over all
 parameters and per group, max |Δθ| in parameter units, the BatchNorm running statistics' relative
-L2, and on the probe the eval-mode logits' ‖La−Lx‖/‖La‖ and "preds differ", the fraction of probe
-images whose predicted class (multilabel: any label) differs. Loss: each arm's mean training loss
+L2, and on the probe the eval-mode logits' ‖La−Lx‖/‖La‖ and the churn, the share of the probe's
+predicted labels that differ (images; multilabel: image × attribute labels, the definition of the
+analysis's churn, analysis/numbers/agreement.py). Loss: each arm's mean training loss
 since the previous row. Every cell: the mean over the seeds (pairs) [{band}]; the JSON also has
 the sd and the 95% t-interval of the mean.
 """
 
-FINAL = """Whole test set at the end of training: the share of images whose predictions differ,
-per seed (pair) with its {ci} (statsmodels proportion_confint), then across seeds: the mean of
-the per-seed shares with its {across} (seeds are the units; the ceiling pairs of consecutive
-seeds share seeds, so only pairs without a shared seed enter it). Pooling all seeds' images into
-one binomial sample would ignore the variation between seeds and give too narrow an interval.
+FINAL = """Whole test set at the end of training: the churn, the share of predicted labels that
+differ (images; multilabel: image × attribute labels), per seed (pair) with its {ci}
+(statsmodels proportion_confint; several labels per image are not independent, so their interval is
+over the images), then across seeds: the mean of the per-seed shares with its {across} (seeds are
+the units; the ceiling pairs of consecutive seeds share seeds, so only pairs without a shared seed
+enter it). Pooling all seeds' images into one binomial sample would ignore the variation between
+seeds and give too narrow an interval.
 """
 
 
@@ -140,7 +146,7 @@ def markdown(result):
       '## Parameter distance during training\n', tables.markdown(curve_table(result, PARAMS, True)),
       '## Probe logits during training\n', tables.markdown(curve_table(result, PROBE, False)),
       f"## Per group at step {result['steps'][-1]}\n", tables.markdown(group_table(result)),
-      '## Prediction disagreement on the whole test set\n',
+      '## Churn on the whole test set (share of predicted labels that differ)\n',
       FINAL.format(ci=measure.CI_NAME, across=measure.ACROSS_NAME), tables.markdown(final_table(result))])
 
 
@@ -166,14 +172,14 @@ def distance_panel(ax, x, curves, name, title, log=True):
 
 
 def final_panel(ax, final):
-  """Whole-test-set disagreement per pair kind: the mean over seeds with its t-interval over
-  seeds, and each pair's rate with its Wilson interval beside it."""
+  """Whole-test-set churn per pair kind: the mean over seeds with its t-Wilson interval over
+  seeds, and each pair's rate with its own interval beside it; every bound inside 0–100 %."""
   kinds = list(final['disagreement'])
   for i, kind in enumerate(kinds):
     d = final['disagreement'][kind]
     a = d['across']
     if a['t_low'] is not None:
-      ax.plot([i, i], [100 * max(a['t_low'], 0), 100 * a['t_high']], color=KIND_COLORS[kind], lw=1.4)
+      ax.plot([i, i], [100 * a['t_low'], 100 * a['t_high']], color=KIND_COLORS[kind], lw=1.4)
     ax.plot([i], [100 * a['mean']], 'o', color=KIND_COLORS[kind])
     for j, q in enumerate(d['pairs']):
       x = i + 0.12 + 0.05 * j
@@ -181,7 +187,7 @@ def final_panel(ax, final):
               alpha=0.6)
       ax.plot([x], [100 * q['rate']], '.', color=KIND_COLORS[kind], ms=3, alpha=0.7)
   ax.set_xticks(range(len(kinds)), [KIND_TICKS[k] for k in kinds], fontsize=6)
-  ax.set(title='end: test set, % differing', xlim=(-0.5, len(kinds) - 0.5), ylim=(0, None))
+  ax.set(title='end: churn, % of test labels', xlim=(-0.5, len(kinds) - 0.5), ylim=(0, None))
 
 
 def figure(result, out_dir):
@@ -195,7 +201,7 @@ def figure(result, out_dir):
   for ax, (name, title, log) in zip(axes, [
       ('params', 'params ‖θa−θx‖/‖θa‖', True), ('params.max_abs', 'params max |θa−θx|', True),
       ('batch_stats', 'BN statistics ‖Δ‖/‖a‖', True), ('logits', 'probe logits ‖ΔL‖/‖La‖', True),
-      ('probe_disagreement', 'probe: fraction differing', False)]):
+      ('probe_disagreement', 'probe: churn (share of labels)', False)]):
     distance_panel(ax, x, curves, name, title, log)
   axes[0].legend(loc='lower right', fontsize=6)
   groups = {g: curves['b'][f'params.{g}'] for g in measure.GROUPS
@@ -213,7 +219,8 @@ def figure(result, out_dir):
   axes[6].legend(fontsize=6)
   final_panel(axes[7], result['final'])
   axes[8].axis('off')
-  axes[8].text(0, 0.5, f'lines: mean over seeds\nbands: {measure.BAND_NAME}\n'
-               f'final: mean over seeds,\n{measure.ACROSS_NAME};\ndots: each seed, '
-               f'{measure.CI_NAME}', fontsize=7, va='center')
+  legend = (f'lines: mean over seeds; bands: {measure.BAND_NAME}; final: churn (share of predicted '
+            f'labels that differ), mean over seeds, {measure.ACROSS_NAME}; dots: each seed, '
+            f'{measure.CI_NAME}')
+  axes[8].text(0, 0.5, textwrap.fill(legend, 34), fontsize=6.5, va='center')
   return style.save(fig, out_dir, 'divergence')

@@ -8,8 +8,10 @@ This module is the one owner of
 - the record's fields (`new_record`, below) and the table columns they become (`row`);
 - which fields define an arm (every numerics field a config can set, automatically, and every other
   config field that differs between the runs but those that cannot change a result: `arm_columns`),
-  which make two runs a pair (same initial weights and data order: `PAIRING_FIELDS`), and the rule
-  that a config is "the same run" as a saved one (`config_differences`, used by resume and sweep).
+  which make two runs a pair (same initial weights and data order: `PAIRING_FIELDS`), which make
+  two runs of an arm the same model trained again (replicates: `MODEL_FIELDS`, `model_keys`, used
+  by every analysis reader: replicates, contrasts, agreement, variance), and the rule that a config
+  is "the same run" as a saved one (`config_differences`, used by resume and sweep).
 
 Records written by older versions of the code read the same: the layout has not changed, and a
 field the code added since (a numerics setting, say) is absent there; such a field counts as its
@@ -81,6 +83,11 @@ BASE_COLUMNS = ('run', 'status', 'reason', 'seed', 'init_seed', 'data_seed', 'pl
 # The seeds a run's initial weights and data order came from (configs/common.py init_seed_of,
 # data_seed_of): `seed` in records written before they existed.
 SEED_PARTS = ('init_seed', 'data_seed')
+# Two runs of one arm are the same model trained again (replicates: averaged as one value, their
+# spread the nondeterminism) only when these are equal; otherwise they are different models (the
+# replicate rule: `model_keys`, which every reader that averages replicates or pairs arms by seed
+# uses). `replicate` is not among them: it only names a repeated run.
+MODEL_FIELDS = ('seed', *SEED_PARTS)
 # Parts of a record that become columns as `part.field...` (nested dicts flattened).
 FLATTENED = ('final', 'numerics', 'config', 'data', 'model', 'versions')
 FINAL_METRICS = ('test_accuracy', 'test_loss', 'train_loss', 'train_accuracy')
@@ -345,6 +352,21 @@ def field_name(column):
   if column.startswith(CONFIG_PREFIX):
     return column[len(CONFIG_PREFIX):]
   return column.rsplit('.', 1)[-1]
+
+
+def model_keys(seeds, init_seeds=None, data_seeds=None):
+  """Each run's model within its arm, the unit replicates are averaged in and arms are paired by
+  (the replicate rule, MODEL_FIELDS): the seed itself where every run's init and data-order seeds
+  equal its seed or are not recorded (older records, a CSV without them), else for every run
+  'S (init I, data D)': runs of one seed with other initial weights or data order are never
+  replicates. A list aligned with `seeds`; None where the seed is."""
+  text = lambda v: None if v is None or v != v else str(int(v)) if isinstance(v, float) else str(v)
+  seeds = list(seeds)
+  parts = [list(p) if p is not None else [None] * len(seeds) for p in (init_seeds, data_seeds)]
+  rows = list(zip(*([text(v) for v in column] for column in (seeds, *parts))))
+  if not any(t is not None and t != s for s, *rest in rows for t in rest):
+    return seeds
+  return [None if s is None else f'{s} (init {i or s}, data {d or s})' for s, i, d in rows]
 
 
 def pairing_columns(columns):

@@ -40,7 +40,8 @@ TIERS = {
              'test_gap.py', 'test_imports.py', 'test_record.py', 'test_stats.py',
              'test_sweep_checks.py', 'test_sweep_shared_root.py', 'test_throughput.py',
              'test_tiers.py', 'test_docs.py', 'test_agreement.py', 'test_calibration.py',
-             'test_variance.py'),
+             'test_variance.py', 'test_platform_pairs.py', 'test_study_designs.py',
+             'test_first_page.py', 'test_figures_context.py'),
     'integration': ('test_bench_determinism.py', 'test_bench_epoch.py', 'test_conv_impl.py',
                     'test_data_parallel.py', 'test_emulate_fast.py', 'test_gpu_memory.py',
                     'test_loss.py', 'test_lowering.py', 'test_memory_checks.py', 'test_model.py',
@@ -50,7 +51,7 @@ TIERS = {
             'test_faults_resume.py', 'test_faults_stop.py', 'test_faults_workdir.py',
             'test_gpu_evidence.py', 'test_multihost.py', 'test_newcomer.py', 'test_pretrained.py',
             'test_reliability.py', 'test_sweep.py', 'test_sweep_quoting.py', 'test_train.py',
-            'test_predictions.py', 'test_inputs.py', 'test_first_hour.py'),
+            'test_predictions.py', 'test_inputs.py', 'test_first_hour.py', 'test_three_platforms.py'),
     'gpu': ('gpu/test_gpu_tier.py',),
 }
 TESTS = pathlib.Path(__file__).resolve().parent

@@ -12,7 +12,7 @@ from statsmodels.stats.proportion import proportion_confint
 from analysis import analyse
 from analysis.figures import churn_ladder
 from analysis.inputs import declaration
-from analysis.numbers import agreement, agreement_pairs, agreement_section, answer, stats
+from analysis.numbers import agreement, agreement_pairs, agreement_section, answer, inference, stats
 
 N, CLASSES, FINGERPRINT = 400, 10, 'e17be61d6f4e908a'
 LABELS = np.random.default_rng(0).integers(0, CLASSES, N).astype(np.int32)
@@ -70,11 +70,14 @@ def test_same_seed_churn_per_seed_then_t_interval_over_seeds():
   by_seed = [agreement.churn(entries[i]['pred']['predicted'], entries[i + 1]['pred']['predicted'])
              for i in range(0, 8, 2)]
   row = agreement.agreement_table(entries, pairs=[('a', 'b')]).set_index('kind').loc['contrast']
-  x = 100 * np.array(by_seed)
-  half = sps.t.ppf(0.975, 3) * x.std(ddof=1) / 2
+  x = np.array(by_seed)
+  # the t-Wilson interval by hand: the mu with (mean - mu)^2 <= k mu (1 - mu)
+  mean, k = x.mean(), sps.t.ppf(0.975, 3) ** 2 * x.var(ddof=1) / (4 * x.mean() * (1 - x.mean()))
+  roots = np.roots([1 + k, -(2 * mean + k), mean ** 2])
   assert row['pairing'] == 'same seed' and row['seeds'] == 4
-  assert row['churn_pct'] == pytest.approx(x.mean())
-  assert (row['ci_low'], row['ci_high']) == pytest.approx((x.mean() - half, x.mean() + half))
+  assert row['churn_pct'] == pytest.approx(100 * mean)
+  assert (row['ci_low'], row['ci_high']) == pytest.approx(sorted(100 * roots))
+  assert 0 < row['ci_low'] < 100 * mean < row['ci_high'] < 100
 
 
 def test_churn_interval_agrees_with_a_bootstrap_over_seeds():
@@ -162,7 +165,8 @@ def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):
   section = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
   table = section.table
   assert set(table['kind']) == {'identical', 'noise', 'contrast', 'platform', 'seed', 'seed_all'}
-  assert len(table[table['kind'] == 'contrast']) == 14  # the declared contrasts
+  # the declared contrasts but cpu's f32 − native, which is its identical-arithmetic row only
+  assert len(table[table['kind'] == 'contrast']) == 13
   assert table.loc[table['kind'] == 'identical', 'label_a'].tolist() == ['cpu: f32']
   assert section.summary.startswith('Agreement (churn') and section.missing == []
   paths = analyse.write_agreement(section, str(tmp_path))
@@ -205,16 +209,33 @@ def test_a_long_ladder_is_cut_to_a_readable_page():
   assert list(drawn['kind'].iloc[-4:]) == ['seed'] * 3 + ['seed_all']  # cpu's arms: pooled only
 
 
-def test_seed_rows_of_every_arm_of_a_platform_pooled_as_one_sample():
+def test_seed_rows_of_every_arm_of_a_platform_pooled_by_clusters_of_shared_seeds():
+  """Arms a and b are bit-identical (identical arithmetic), c is not: pooled as independent pairs
+  (the nearest wrong version) two thirds of the sample repeat one model pair; clustered by seed
+  pair the sample is the 3 seed pairs, each the mean over the arms, with the interval over them."""
   rng = np.random.default_rng(8)
-  entries = [entry(arm, s, prediction(0.2, rng)) for arm in 'ab' for s in range(4)]
+  base = [prediction(0.2, rng) for _ in range(6)]
+  entries = [entry(arm, s, base[s] if arm in 'ab' else prediction(0.05, rng, base[s]['predicted']))
+             for arm in 'abc' for s in range(6)]
   table = agreement.agreement_table(entries).set_index('kind')
   pred = {(e['arm'], e['seed']): e['pred']['predicted'] for e in entries}
-  per_arm = [100 * agreement.churn(pred[(arm, s)], pred[(arm, s + 1)]) for arm in 'ab' for s in (0, 2)]
+  per_pair = {(s, s + 1): [100 * agreement.churn(pred[(arm, s)], pred[(arm, s + 1)]) for arm in 'abc']
+              for s in (0, 2, 4)}
+  assert per_pair[(0, 1)][0] == per_pair[(0, 1)][1]  # a and b: the same two models
+  clustered = np.array([np.mean(v) for v in per_pair.values()])
   pooled = table.loc['seed_all']
-  assert pooled['seeds'] == 4 and pooled['churn_pct'] == pytest.approx(np.mean(per_arm))
-  assert (pooled['ci_low'], pooled['ci_high']) == pytest.approx(
-      sps.t.interval(0.95, 3, np.mean(per_arm), sps.sem(per_arm)))
+  assert pooled['seeds'] == 3 and pooled['churn_pct'] == pytest.approx(clustered.mean())
+  low, high = (100 * v for v in inference.proportion_mean_ci(clustered / 100))
+  assert (pooled['ci_low'], pooled['ci_high']) == pytest.approx((low, high))
+  assert '9 pairs of 3 arms in 3 clusters' in pooled['seed_list']
+  naive = np.concatenate(list(per_pair.values()))  # 9 "independent" pairs: narrower, wrongly
+  naive_low, naive_high = (100 * v for v in inference.proportion_mean_ci(naive / 100))
+  assert naive_high - naive_low < high - low
+
+
+def test_clusters_join_seed_pairs_that_share_a_seed():
+  assert sorted(map(sorted, agreement.clusters([(0, 1), (2, 3), (1, 2), (4, 5), (6, 7), (7, 8)]))) == [
+      [0, 1, 2], [3], [4, 5]]
 
 
 def crossed_runs(rng):
@@ -270,6 +291,6 @@ def test_summary_line_names_each_rung_once_and_the_identical_check():
   entries = [entry(arm, s, dict(p)) for arm in 'ab' for s, p in enumerate(preds)]
   line = agreement.summary(agreement.agreement_table(entries, identical=[('a', 'b')]))
   assert 'identical arithmetic exactly 0 (checked)' in line
-  assert line.count(' seed ') == 1  # the pooled seed rung only, not each arm's too
+  assert line.count('seed: init and data order') == 1  # the pooled seed rung only, not each arm's
   line = agreement.summary(agreement.agreement_table(two_arms([0.02, 0.04]), identical=[('a', 'b')]))
   assert 'NOT 0 in 1 of 1 pairs' in line

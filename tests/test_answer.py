@@ -37,7 +37,8 @@ def test_the_answer_fits_one_screen_and_comes_first():
   assert '**gpu − cpu: ' in first and '| platform residual: gap − numerics part |' in first
   assert 'share of the gap explained by numerics' in first and 'seeds for 80% power' in first
   assert '**Exploratory** (8 seeds analysed, 6 declared (seeds 0–5))' in first
-  assert '**Confirmatory answer** (declared seeds 0–5 at the declared ±2 pp)' in first
+  assert ('**Confirmatory answer** (the declared seeds at the declared ±2 pp and platform pairs '
+          'gpu − cpu)') in first and ', seeds 0–5)' in first
   for label in ('tpu_default', 'BN/16', 'bf16 activations', 'bf16_noise'):
     assert first.count(f'| {label} |') == 2, label  # one line per contrast and platform
   assert 'Holm over the 14 declared contrasts tested' in first

@@ -204,7 +204,7 @@ def test_decomposition_csv_columns(tmp_path):
   table = pd.read_csv(tmp_path / 'attribution_decomposition.csv')
   for col in ('G', 'G_ci_low', 'G_ci_high', 'N', 'R', 'share', 'share_ci_low', 'share_ci_high',
               'verdict', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N_interaction', 'P', 'P_eA', 'P_eB',
-              'open', 'G_signed_rank_p', 'G_d_z', 'G_mixed_model', 'platform_A', 'seeds_used'):
+              'open', 'G_signed_rank_p', 'G_d_z', 'G_mixed_model', 'platform_a', 'platform_b', 'seeds_used'):
     assert col in table, col
   components = pd.read_csv(tmp_path / 'attribution_gap.csv')
   assert list(components['key']) == list(gap_verdict.KEYS)

@@ -302,7 +302,7 @@ def test_nondeterministic_arm_pairs_with_deterministic_one_on_shared_seeds():
     assert pair['paired'] and pair['n_pairs'] == 8 and pair['design'].startswith('paired: 8 shared seeds')
     assert pair['paired_p'] == pytest.approx(sps.ttest_rel(100 * values['b'], 100 * values['a']).pvalue)
     assert pair['paired_p'] < 0.001 < pair['welch_p']  # seed variance removed by pairing
-    assert pair['verdict'] == 'equivalent'
+    assert pair['verdict'] == 'within margin'  # shown (p < 0.001), and inside ±0.5 pp
   assert list(out.arms['deterministic']) == [False, True]  # gpu (recorded False), tpu
   runs['config.batch_size'] = np.where(runs['platform'] == 'gpu', 256, 512)
   pair = stats.analyse(runs, margin=0.5).pairs.iloc[0]

@@ -12,17 +12,16 @@ black: measured across platforms); arms by their marker (style.arm_styles).
                   where the gap is decomposed (it averages different arithmetic: profile=native is
                   one arithmetic on each platform); without a decomposition it is drawn, labelled as
                   the mean over every arm.
-  plot_gap        gap_decomposition: G = fid_A − fid_B + N + P, each part as it enters the sum ±
-                  95% CI (thin), and the residual R = G − N; G and R with the 90% CI of their TOST
-                  (thick)
+  plot_gap        gap_decomposition: per platform pair, G = fid_A − fid_B + N + P, each part as it enters the
+                  sum ± 95% CI (thin), and the residual R = G − N; G and R with the 90% CI of their
+                  TOST (thick); the G row names the pair and its verdict
   plot_contrasts  contrasts: each declared contrast (arm − reference arm, per platform) ± 95% CI
-                  (thin) and 90% CI (thick), colour = platform, marker = the arm's
+                  (thin) and 90% CI (thick), colour = platform, the estimate a 'D' (hollow:
+                  unpaired), each legend key as it is drawn
+The study's figures carry its context (data, n, platforms: analysis/figures/naming.py) as a caption.
 """
 
-import textwrap
-
 from matplotlib.colors import to_rgba
-from matplotlib.patches import Patch
 import numpy as np
 
 from analysis.figures import style
@@ -40,10 +39,11 @@ COMPONENT_ROWS = (
     ('N_A', 'N_A  numerics on {a}'), ('N_B', 'N_B  numerics on {b}'), ('N', 'N  numerics part'),
     ('N_interaction', 'N_A − N_B'), ('P_eA', 'P_eA  platforms under e_A'),
     ('P_eB', 'P_eB  platforms under e_B'), ('P', 'P  platform part'), ('R', 'R  residual G − N'))
-# The gap figure's rows: (key, sign with which it enters G = fid_A − fid_B + N + P, label).
-SUM_ROWS = (('G', 1, 'native gap G'), ('fid_A', 1, '= fid_A  fidelity on {a}'),
-            ('fid_B', -1, '− fid_B  fidelity on {b}'), ('N', 1, '+ N  numerics part'),
-            ('P', 1, '+ P  platform part'), ('R', 1, 'residual R = G − N'))
+# The gap figure's rows: (key, sign with which it enters G = fid_A − fid_B + N + P, label); the
+# identity itself is the x label, so no row label starts with an operator.
+SUM_ROWS = (('G', 1, 'native gap G ({a} − {b})'), ('fid_A', 1, 'fidelity on {a}: fid_A'),
+            ('fid_B', -1, 'fidelity on {b}, negated: −fid_B'), ('N', 1, 'numerics part N'),
+            ('P', 1, 'platform part P'), ('R', 1, 'residual R = G − N'))
 ON_A, ON_B = ('fid_A', 'N_A'), ('fid_B', 'N_B')  # components measured on one platform
 
 
@@ -96,6 +96,12 @@ def rows_axis(ax, labels, xlabel=None):
   ax.tick_params(axis='y', length=0)
   if xlabel:
     ax.set_xlabel(xlabel)
+
+
+def caption(fig, text):
+  """The study's context line (naming.context) as a caption under the axes, left-aligned (the
+  legend takes the top of a one-column figure; constrained layout makes room for both)."""
+  fig.supxlabel(text, x=0.01, ha='left', fontsize=6, color='#444444')
 
 
 def legend_above(fig, handles, labels, ncol=2):
@@ -169,25 +175,27 @@ def gap_platforms(out):
   return sorted({p for d in out.decomposition or [] for p in d['platforms']})
 
 
+def estimate_key(color):
+  """A legend key drawn as an estimate is: its 'D' marker on its 95% CI line, in `color`."""
+  return plt.Line2D([], [], color=color, marker='D', markersize=3.4, linewidth=0.8)
+
+
 def platform_keys(platforms, across=True, prefix='on '):
-  """Legend proxies: a patch in each platform's colour ('on <platform>') and, with `across`, a
+  """Legend keys: an estimate in each platform's colour ('on <platform>') and, with `across`, a
   black one for what is measured across platforms."""
   colors = style.platform_colors(platforms)
-  keys = [(Patch(color=colors[p]), f'{prefix}{p}') for p in platforms]
+  keys = [(estimate_key(colors[p]), f'{prefix}{p}') for p in platforms]
   if across:
-    keys.append((Patch(color=style.ACROSS_PLATFORMS), 'across platforms'))
+    keys.append((estimate_key(style.ACROSS_PLATFORMS), 'across platforms'))
   return keys
 
 
 def neutral_keys(handles, labels, platforms):
   """The legend's (handles, labels) with the interval keys in dark grey (an interval of any
-  platform) and each platform's key a patch of its colour."""
-  colors = style.platform_colors(platforms)
+  platform); each platform's key is the marker as drawn (its colour, filled or hollow)."""
   out = []
   for h, label in zip(handles, labels):
-    if label in colors:
-      h = Patch(color=colors[label])
-    elif label.startswith(('95% CI', '90% CI')):
+    if label.startswith(('95% CI', '90% CI')):
       h = plt.Line2D([], [], color='#333333', linewidth=h.get_linewidth(), alpha=h.get_alpha())
     out.append(h)
   return out, labels
@@ -228,66 +236,72 @@ def sum_rows(out, d):
     r = rows.loc[key]
     ci = sorted([sign * r['ci_low'], sign * r['ci_high']])
     ci90 = [r['ci90_low'], r['ci90_high']] if key in ('G', 'R') else None
-    out_rows.append((label.format(a=a, b=b), sign * r['estimate'], ci, ci90,
-                     component_color(key, (a, b)), r['note']))
+    text = label.format(a=a, b=b) + (f':\n{verdict_line(d, out.unit)}' if key == 'G' else '')
+    out_rows.append((text, sign * r['estimate'], ci, ci90, component_color(key, (a, b)),
+                     r['note']))
   return out_rows
 
 
-def plot_gap(out, out_dir, name=GAP_NAME):
+def plot_gap(out, out_dir, name=GAP_NAME, context=None):
   """gap_decomposition (draw_gap) as PDF and PNG; None without a gap."""
-  fig = draw_gap(out)
+  fig = draw_gap(out, context)
   return None if fig is None else style.save(fig, out_dir, name, crop=False)
 
 
-def draw_gap(out):
-  """The figure: per gap (out.decomposition) G and its parts (SUM_ROWS); None without a gap."""
+def draw_gap(out, context=None):
+  """The figure: per gap (out.decomposition) G and its parts (SUM_ROWS), the x label the identity
+  G = fid_A − fid_B + N + P; `context` (naming.context) as its subtitle; None without a gap."""
   parts = out.decomposition or []
   if not parts:
     return None
   style.apply()
   rows = [row for d in parts for row in sum_rows(out, d)]
-  fig, ax = plt.subplots(figsize=(style.ONE_COLUMN_IN, frame_height(len(rows), extra=1.25, row=0.27)),
+  extra = 1.25 + (0.12 * (context.count('\n') + 1) if context else 0)
+  fig, ax = plt.subplots(figsize=(style.ONE_COLUMN_IN, frame_height(len(rows), extra=extra, row=0.27)),
                          layout='constrained')
+  if context:
+    caption(fig, context)
   draw_limits(ax, parts[0]['margin'], floors_of(out.noise), out.unit)
-  draw_rows(ax, rows, (None, '95% CI', '90% CI (TOST)'), f'part of the gap ({out.unit})')
+  draw_rows(ax, rows, (None, '95% CI', '90% CI (TOST)'))
+  ax.set_xlabel(f'each part as it enters the gap ({out.unit}):\nG = fid_A − fid_B + N + P',
+                loc='right')  # under the axes, not past the figure's edge
   for k in range(1, len(rows)):  # a rule above each residual row and between gaps
     if rows[k][0].startswith('residual') or rows[k][0].startswith('native gap'):
       ax.axhline(len(rows) - k - 0.5, color='#BBBBBB', linewidth=0.5)
   handles, labels = ax.get_legend_handles_labels()
   keys = platform_keys(gap_platforms(out))
   legend_above(fig, handles + [k for k, _ in keys], labels + [t for _, t in keys])
-  ax.set_title('\n'.join(verdict_line(d, out.unit) for d in parts), loc='left', fontsize=7,
-               pad=3)
   return fig
 
 
 def verdict_line(d, unit):
-  """'gpu − cpu: <verdict> at ±m unit', and the open part (wrapped) when the verdict names one."""
-  line = f'{d["gap"].replace(" - ", " − ")}: {d["verdict"]} at ±{d["margin"]:g} {unit}'
-  parts = [w for part in (d.get('open') or '').split('; ') for w in textwrap.wrap(part, 38)]
-  return '\n'.join([line, *parts])
+  """'<verdict> at ±m unit': the second line of a pair's gap row (its open part is in the
+  report)."""
+  return f'{d["verdict"]} at ±{d["margin"]:g} {unit}' if d['margin'] else d['verdict']
 
 
-def plot_contrasts(table, noise, margin, unit, out_dir, name=CONTRASTS_NAME, markers=None):
+def plot_contrasts(table, noise, margin, unit, out_dir, name=CONTRASTS_NAME, context=None):
   """contrasts (draw_contrasts) as PDF and PNG; None without contrasts."""
-  fig = draw_contrasts(table, noise, margin, unit, markers)
+  fig = draw_contrasts(table, noise, margin, unit, context)
   return None if fig is None else style.save(fig, out_dir, name, crop=False)
 
 
-def draw_contrasts(table, noise, margin, unit, markers=None):
+def draw_contrasts(table, noise, margin, unit, context=None):
   """The figure: one row per contrast label (analysis/numbers/contrasts.py table), one interval per
-  platform (offset within the row, the platform's colour, the arm's marker from `markers`
-  {label: marker}, else 'D'; hollow: unpaired); `noise` {platform: half-width}, one band and
-  legend key per platform. None without contrasts."""
+  platform (offset within the row, the platform's colour, the estimate's 'D' marker, hollow:
+  unpaired; each legend key drawn the same way); `noise` {platform: half-width}, one band and
+  legend key per platform; `context` (naming.context) as its subtitle. None without contrasts."""
   if table is None or table.empty:
     return None
   style.apply()
-  markers = markers or {}
   rows = list(dict.fromkeys(table['label']))
   platforms = list(dict.fromkeys(table['platform']))
   colors = style.platform_colors(platforms)
-  fig, ax = plt.subplots(figsize=(style.ONE_COLUMN_IN, frame_height(len(rows), extra=1.1)),
+  extra = 1.1 + (0.12 * (context.count('\n') + 1) if context else 0)
+  fig, ax = plt.subplots(figsize=(style.ONE_COLUMN_IN, frame_height(len(rows), extra=extra)),
                          layout='constrained')
+  if context:
+    caption(fig, context)
   draw_limits(ax, margin, {p: h for p, h in noise.items() if h}, unit)
   step = 0.32 / max(len(platforms) - 1, 1)
   offsets = {p: 0.16 - i * step if len(platforms) > 1 else 0.0 for i, p in enumerate(platforms)}
@@ -296,7 +310,7 @@ def draw_contrasts(table, noise, margin, unit, markers=None):
     y = len(rows) - 1 - rows.index(r.label) + offsets[r.platform]
     key = r.platform if len(platforms) > 1 else 'Δ'
     draw_interval(ax, y, r.diff, [r.ci95_low, r.ci95_high], [r.ci90_low, r.ci90_high],
-                  color=colors[r.platform], filled=r.paired, marker=markers.get(r.label, 'D'),
+                  color=colors[r.platform], filled=r.paired, marker='D',
                   labels=(None if key in seen else key,
                           *(('95% CI', '90% CI') if not seen else (None, None))))
     seen.add(key)

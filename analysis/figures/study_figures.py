@@ -5,30 +5,33 @@
 
 Writes, for the runs that analysis.numbers.stats keeps (completed; replicates of a seed averaged), with
 the arms named by their short labels (what differs from the study's reference arm):
-  accuracy_by_arm    (two columns) the final metric per arm: every seed (points: colour = platform,
-                     marker = arm), mean ± 95% CI (the arm table's interval, black); quartile
-                     boxes only from BOX_MIN_N seeds per arm
+  accuracy_by_arm    (two columns) the final metric per arm: every seed (points: colour = platform;
+                     the arm is the x position), mean ± 95% CI (the arm table's interval, black);
+                     quartile boxes only from BOX_MIN_N seeds per arm
   contrasts          (one column) each declared contrast, arm − reference arm, ± 95% / 90% CI,
                      against the margin and each platform's noise floor (analysis/figures/forest.py);
                      every pair when the study declares no contrasts
-  gap_decomposition  (one column) native gap G = fid_A − fid_B + N + P and the residual R
-                     (two platforms)
-  attribution_forest (one column) the gap decomposition's components and the main effects of
-                     the other factors (analysis/figures/forest.py)
+  gap_decomposition  (one column) per platform pair, native gap G = fid_A − fid_B + N + P and the
+                     residual R (two platforms or more)
   training_curves    (two columns) training loss per logged step (each run's metrics.jsonl) and
                      the test metric per epoch zoomed to the last half of the epochs: mean per arm
                      (marker and line style) and platform (colour); band = ± 1 sd over runs up to
                      SHADED_MAX curves per panel; an arm whose curves equal another arm's on its
                      platform exactly (the same arithmetic) is named so in the legend
-Colour = platform in every figure, the same arm the same marker and line style (analysis/figures/style.py).
-Legends list only what is drawn. The y axes span the data, not 0–100%.
+Colour = platform in every figure; in the training curves each arm its own marker and line style
+(analysis/figures/style.py). Each figure's subtitle says its data set, n and platforms
+(analysis/figures/naming.py context); arms go by short labels (naming.short_labels). Legends list
+only what is drawn, each key as it is drawn. The y axes span the data, not 0–100%. The attribution
+forest (analysis/figures/forest.py plot: the gap's components and the main effects) is the
+attribution command's; here the contrasts and the gap figure show what it would repeat.
 """
 
 import numpy as np
+import pandas as pd
 from matplotlib import ticker
 from matplotlib.patches import Patch
 
-from analysis.figures import forest, style
+from analysis.figures import forest, naming, style
 from analysis.inputs import results
 
 plt = style.plt
@@ -70,16 +73,19 @@ def once(label, seen):
 
 def layout(out):
   """(categories in order, {arm: (category, platform)}, platforms in order): the short label of
-  each arm and its platform when the study declares its arms, else the arm itself and the
-  platform its runs record ('' when none)."""
+  each arm and its platform when the study declares its arms, else the arm's short label
+  (naming.short_labels: what differs between the arms, without its platform and device, which the
+  colour shows) and the platform its runs record ('' when none)."""
   info = out.arm_info
   if info is None:
-    runs = out.runs
-    platform = (runs.groupby('arm')['platform'].first().astype(str) if 'platform' in runs
-                else {})
+    first = out.runs.groupby('arm').first()
+    col = lambda c: first[c].astype(str) if c in first else pd.Series('', index=first.index)
+    platform, device = col('platform'), col('device_kind')
     arms = list(out.arms['arm'])
-    place = {a: (a, platform.get(a, '')) for a in arms}
-    return arms, place, sorted({p for _, p in place.values()})
+    short = naming.short_labels(arms, {a: (platform.get(a, ''), device.get(a, '')) for a in arms})
+    place = {a: (short[a], platform.get(a, '')) for a in arms}
+    return (list(dict.fromkeys(short[a] for a in arms)), place,
+            sorted({p for _, p in place.values()}))
   place = {r.arm: (r.label, str(r.platform)) for r in info.itertuples()}
   return list(dict.fromkeys(info['label'])), place, sorted(set(map(str, info['platform'])))
 
@@ -108,10 +114,11 @@ def draw_accuracy_by_arm(out):
   """The figure: points per seed (colour = platform, marker = arm), mean ± 95% CI (black), boxes
   only from BOX_MIN_N seeds."""
   categories, place, platforms = layout(out)
-  colors, marker, seen = style.platform_colors(platforms), style.arm_styles(categories), set()
+  colors, seen = style.platform_colors(platforms), set()
   x_of = positions(categories, place)
   width = 0.8 / max(len(platforms), 1)
-  fig, ax = plt.subplots(figsize=(style.TWO_COLUMN_IN, 2.5), layout='constrained')
+  fig, ax = plt.subplots(figsize=(style.TWO_COLUMN_IN, 2.7), layout='constrained')
+  naming.subtitle(fig, naming.context(out, 150))
   arms = sorted(out.arms.itertuples(), key=lambda r: categories.index(place[r.arm][0]))
   for i, row in enumerate(arms):  # in arm order: a platform's legend key shows the first arm's marker
     (cat, platform), x = place[row.arm], x_of[row.arm]
@@ -122,7 +129,7 @@ def draw_accuracy_by_arm(out):
     name = f'{platform}: one seed' if len(platforms) > 1 else (
         'one seed' if out.seeded else 'one run')
     ax.scatter(x - width * 0.12 + jitter(len(values), width * 0.12, seed=i), values, s=8,
-               marker=marker[cat][0], facecolors='none', edgecolors=c, alpha=0.85,
+               marker='o', facecolors='none', edgecolors=c, alpha=0.85,
                linewidths=0.7, zorder=3, label=once(name, seen))
     if np.isfinite(row.ci_low):
       ax.errorbar(x + width * 0.22, row.mean, yerr=[[row.mean - row.ci_low], [row.ci_high - row.mean]],
@@ -158,10 +165,8 @@ def contrast_table(out):
 
 
 def contrasts(out, out_dir):
-  categories, _, _ = layout(out)
-  markers = {a: m for a, (m, _) in style.arm_styles(categories).items()}
   return forest.plot_contrasts(contrast_table(out), forest.floors_of(out.noise),
-                               out.margin, out.unit, out_dir, markers=markers)
+                               out.margin, out.unit, out_dir, context=naming.context(out, 68))
 
 
 def curve(frame, x, col, scale=1.0):
@@ -257,7 +262,8 @@ def draw_training_curves(out, hist, steps):
                     categories.index(place[a][0]), len(categories),
                     len(platforms) - 1 - platforms.index(place[a][1]))
   shade = len(place) <= SHADED_MAX
-  fig, axes = plt.subplots(1, 2, figsize=(style.TWO_COLUMN_IN, 2.4), layout='constrained')
+  fig, axes = plt.subplots(1, 2, figsize=(style.TWO_COLUMN_IN, 2.6), layout='constrained')
+  naming.subtitle(fig, naming.context(out, 150))
   for a, (mean, sd) in loss.items():
     band(axes[0], mean, sd, look(a), shade)
   axes[0].set(xlabel='training step', ylabel='training loss', yscale='log')
@@ -328,7 +334,7 @@ def make_all(out, hist, out_dir, steps=None):
   written = accuracy_by_arm(out, out_dir)
   att = out.attribution
   for paths in (contrasts(out, out_dir), training_curves(out, hist, steps, out_dir),
-                att and forest.plot(att, out_dir), att and forest.plot_gap(att, out_dir)):
+                att and forest.plot_gap(att, out_dir, context=naming.context(out, 68))):
     written += paths or []
   return written
 

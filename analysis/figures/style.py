@@ -2,8 +2,9 @@
 colour-blind-safe palette. In the study's figures colour = platform, the same colour for a platform
 in every figure (PLATFORM_COLORS; black for a quantity measured across platforms, e.g. a gap), and
 an arm is told apart by its position, its marker and its line style (arm_styles), the same arm the
-same marker and style in every figure. arm_colors (one colour per arm) is for the experiments'
-figures, which compare arms on one platform.
+same marker and style in every figure that draws arms as lines (the training curves; up to
+len(ARM_LINESTYLES) arms with distinct line styles). arm_colors (one colour per arm) is for the
+experiments' figures, which compare arms on one platform.
 """
 
 import matplotlib
@@ -22,7 +23,8 @@ ACROSS_PLATFORMS = 'black'  # a quantity measured across platforms (a gap, a pla
 NO_PLATFORM = '#444444'  # runs that record no platform
 # An arm's marker and line style; 'D' is left for estimates (forest plots, means).
 ARM_MARKERS = ('o', 's', '^', 'v', 'P', 'X', '*', 'h', '<', '>')
-ARM_LINESTYLES = ('-', '--', ':', '-.')
+ARM_LINESTYLES = ('-', '--', ':', '-.', (0, (6, 1.5)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 2.5)),
+                  (0, (7, 2, 1.5, 2)))  # eight distinct: one per arm of the digits study
 WIDTH_IN = 6.5  # a full text width of a two-column-free paper, inches (the experiments' figures)
 # The study's figures are drawn at their printed size (saved uncropped: save(..., crop=False)):
 ONE_COLUMN_IN = 3.3  # one column of a two-column paper, inches

@@ -12,6 +12,10 @@ A config file's `get_study(arg=None)` returns it as a dict; every key is optiona
   native, platform_profile  the native arm and the profile emulating each platform (the gap
                             decomposition, analysis/numbers/gap.py)
   labels                    {factor: '{}'-format text or {level: label}}: short arm labels
+  compare                   [[A, B], ...]: the platform pairs whose gap G = A − B is decomposed
+                            and judged, the question's pair first (default: every pair of the
+                            platforms run, tpu before gpu before cpu: analysis/numbers/gap.py
+                            default_pairs); --compare overrides it, as an exploratory analysis
   seed_sd, paired_sd, seeds and their *_source: the power calculation behind the seed count
 sweeps.sweep (and so sweeps.run_study) writes it into the root as STUDY_FILE before the first run and
 refuses a changed declaration once runs exist; the analysis reads it from there, so its tests are
@@ -52,10 +56,55 @@ def check_margin(value, where):
   return float(value)
 
 
+def compare_problem(value):
+  """Why `value` is not a list of platform pairs (None when it is one): a non-empty list of
+  2-element lists of two different platform names (text), no pair given twice."""
+  example = 'e.g. [["tpu", "gpu"], ["tpu", "cpu"]]'
+  if not isinstance(value, (list, tuple)) or not value:
+    return f'{value!r} is not a list of platform pairs; give {example}'
+  seen = set()
+  for pair in value:
+    if (not isinstance(pair, (list, tuple)) or len(pair) != 2
+        or not all(isinstance(p, str) and p for p in pair)):
+      return f'{pair!r} is not a pair of platform names; give {example}'
+    if pair[0] == pair[1]:
+      return f'{list(pair)!r} compares {pair[0]} with itself; give two different platforms'
+    if frozenset(pair) in seen:
+      return f'{list(pair)!r} is given twice (in either order); give each pair once'
+    seen.add(frozenset(pair))
+  return None
+
+
+def parse_compare(items):
+  """--compare A:B [C:D ...] as [[A, B], ...] (checked as compare_problem; None when not given)."""
+  if not items:
+    return None
+  pairs = [str(item).split(':') for item in items]
+  bad = next((item for item, pair in zip(items, pairs) if len(pair) != 2), None)
+  problem = (f'{bad!r} is not A:B; write e.g. --compare tpu:gpu tpu:cpu' if bad is not None
+             else compare_problem(pairs))
+  if problem:
+    raise ValueError(f'--compare: {problem}')
+  return pairs
+
+
+def add_compare_argument(parser):
+  """The --compare flag of the commands that decompose a platform gap."""
+  parser.add_argument('--compare', nargs='+', default=None, metavar='A:B',
+                      help='platform pairs whose gap A − B is decomposed, the first the question '
+                           '(default: the declared compare, else every pair, tpu before gpu before '
+                           'cpu); overriding the declared pairs makes the analysis exploratory')
+
+
 def check(declared, where):
-  """The declaration, its margin checked (check_margin, naming `where`: 'FILE: margin')."""
+  """The declaration, its margin (check_margin, naming `where`: 'FILE: margin') and its platform
+  pairs (compare_problem) checked."""
   if declared.get('margin') is not None:
     check_margin(declared['margin'], f'{where}: margin')
+  if declared.get('compare') is not None:
+    problem = compare_problem(declared['compare'])
+    if problem:
+      raise ValueError(f'{where}: compare: {problem}')
   return declared
 
 

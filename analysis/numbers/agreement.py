@@ -9,11 +9,19 @@ int32[n] (classification) or [n, 40] (the attributes task), `label`, `fingerprin
   churn(A, B)   = (1/n) Σ_i [ŷ_A(i) ≠ ŷ_B(i)]                   classification, over n images
                 = (1/(40 n)) Σ_i Σ_k [ŷ_A(i, k) ≠ ŷ_B(i, k)]    attributes, over all n×40 bits
 
-Units: `entries` is a list of dicts {run, arm, seed, platform, pred} (pred: the predictions dict);
-the entries of one arm and seed are its replicates. Per seed s a pair gets one value c_s (its
-replicates' cross pairs averaged); over the seeds the row reports the mean c̄ = (1/m) Σ_s c_s with
-the Student t-interval c̄ ± t_{0.975, m−1} · sd(c_s)/√m (analysis.numbers.inference.t_ci): seeds are
-the independent units, not images (a Wilson interval over the images of all seeds pooled ignores the
+One definition of disagreement, used by every churn here and by the divergence tool
+(experiments/divergence_measure.py): the share of predicted labels that differ, over images for a
+classification task and over image × attribute labels for the 40-attribute task (not the share of
+images with any attribute different, which saturates as attributes are added).
+
+Units: `entries` is a list of dicts {run, arm, seed, platform, pred, init, data} (pred: the
+predictions dict; seed: the run's model, runrecord.record.model_keys; init, data: its recorded init
+and data-order seeds, None when not recorded); the entries of one arm and seed are its replicates.
+Per seed s a pair gets one value c_s (its replicates' cross pairs averaged); over the m seeds the
+row reports the mean c̄ = (1/m) Σ_s c_s with the t-Wilson interval over seeds
+(analysis.numbers.inference.proportion_mean_ci: the μ with (c̄ − μ)² ≤ t²_{m−1} sd(c_s)² μ(1 − μ) /
+(m c̄ (1 − c̄)); inside [0, 100] %, the t-interval c̄ ± t sd/√m away from the bounds): seeds are the
+independent units, not images (a Wilson interval over the images of all seeds pooled ignores the
 variation between seeds and comes out too narrow).
 
 Kinds of rows (the ladder, bottom rung first; `pairing` says which seeds are compared):
@@ -26,11 +34,15 @@ Kinds of rows (the ladder, bottom rung first; `pairing` says which seeds are com
                       `init` and `data`): per init seed, disjoint pairs of its sorted data seeds,
                       averaged; the t-interval is over the init seeds (different seeds)
   init                the same with the roles swapped: same data seed, different init seeds
-  seed                one arm, different seeds: disjoint pairs of its sorted seeds (s1, s2),
-                      (s3, s4), ... so the pairs are independent (different seeds)
-  seed_all            the seed rows of every arm of one platform as one sample (a = b = 'every
-                      arm on PLATFORM'): the pairs of different arms are different models, so
-                      still independent; the t-interval is over all those pairs
+  seed                one arm, two models that differ in both initial weights and data order
+                      (different seeds; where init and data seeds are recorded apart, only pairs
+                      whose init and data seeds both differ): disjoint pairs of its sorted models,
+                      each model in one pair at most, so the pairs are independent
+  seed_all            the seed rows of every arm of one platform pooled, clustered by seeds: arms
+                      that share a seed pair share its initial weights and data order (two arms of
+                      identical arithmetic give the same two models), so the pairs of all arms that
+                      touch a common seed form one cluster, valued at their mean churn; the interval
+                      is over the clusters, which share no seed (a = b = 'every arm on PLATFORM')
 """
 
 import itertools
@@ -46,11 +58,16 @@ KINDS = ('nondeterminism', 'identical', 'noise', 'contrast', 'platform', 'data o
 KIND_TITLES = {'nondeterminism': 'nondeterminism (same-seed replicates)',
                'identical': 'identical arithmetic (0 by construction)',
                'noise': 'perturbation (noise arm vs its arm)', 'contrast': 'numerics setting',
-               'platform': 'platform', 'data order': 'data order (same init seed)',
-               'init': 'initial weights (same data seed)', 'seed': 'seed (two seeds of one arm)',
-               'seed_all': 'seed (two seeds of one arm, every arm of a platform)'}
+               'platform': 'platform', 'data order': 'data order only (same init seed)',
+               'init': 'initial weights only (same data seed)',
+               'seed': 'seed: init and data order (two seeds of one arm)',
+               'seed_all': 'seed: init and data order (every arm of a platform, clustered)'}
+# What the first page calls each rung (the title's part before ' ('): which source of difference.
+SHORT_TITLES = {k: v.split(' (')[0] for k, v in KIND_TITLES.items()}
 SAME, DIFFERENT = 'same seed', 'different seeds'
-CI_NAME = '95% Student t-interval over seeds'
+DEFINITION = 'churn, the share of predicted test labels that differ'  # named so everywhere
+CI_NAME = ('95% t-Wilson interval over seeds (the t-interval reshaped to stay inside [0, 100] %: '
+           'analysis.numbers.inference.proportion_mean_ci)')
 COLUMNS = ('kind', 'a', 'b', 'platform_a', 'platform_b', 'pairing', 'churn_pct', 'ci_low',
            'ci_high', 'seeds', 'seed_list', 'per_seed_pct', 'unit', 'check')
 
@@ -66,7 +83,7 @@ def churn(pred_a, pred_b):
 
 def unit_name(entry):
   """What churn counts for this run's task."""
-  return ('image×attribute bits' if np.ndim(entry['pred']['predicted']) > 1 else 'images')
+  return ('image × attribute labels' if np.ndim(entry['pred']['predicted']) > 1 else 'images')
 
 
 def pair_churn(entry_a, entry_b):
@@ -88,8 +105,14 @@ def by_unit(entries):
   return units
 
 
+def unit_order(seed):
+  """Sort key of a model (runrecord.record.model_keys): by its seed, numerically, then as text
+  ('2 (init 0, data 2)' before '10 (init 3, data 1)')."""
+  return (seed_key(str(seed).split(' (')[0]), str(seed))
+
+
 def seeds_of(units, arm):
-  return sorted((s for a, s in units if a == arm), key=seed_key)
+  return sorted((s for a, s in units if a == arm), key=unit_order)
 
 
 def cross_mean(left, right):
@@ -100,7 +123,7 @@ def cross_mean(left, right):
 def seed_row(kind, a, b, pairing, values, labels, unit, units):
   """One row of the table: the mean over seeds of `values` (fractions) with its t-interval, %."""
   x = 100 * np.asarray(values, float)
-  low, high = inference.t_ci(x) if len(x) else (np.nan, np.nan)
+  low, high = (100 * v for v in inference.proportion_mean_ci(values)) if len(x) else (np.nan,) * 2
   first = lambda arm: next((e['platform'] for (u, _), es in units.items() if u == arm
                             for e in es), '')
   return {'kind': kind, 'a': a, 'b': b, 'platform_a': first(a), 'platform_b': first(b),
@@ -120,31 +143,84 @@ def same_seed(units, kind, a, b):
   return seed_row(kind, a, b, SAME, values, shared, unit_name(units[(a, shared[0])][0]), units)
 
 
+def sources(units, arm, seed):
+  """(init, data) seeds of one model of `arm`, (None, None) where not recorded."""
+  first = units[(arm, seed)][0]
+  return first.get('init'), first.get('data')
+
+
+def both_differ(units, arm, s, t):
+  """Do models s and t of `arm` differ in initial weights and in data order (true where the
+  init and data seeds are not recorded: then they are the seed)?"""
+  (i1, d1), (i2, d2) = sources(units, arm, s), sources(units, arm, t)
+  if None in (i1, d1, i2, d2):
+    return True
+  return str(i1) != str(i2) and str(d1) != str(d2)
+
+
+def disjoint_pairs(units, arm):
+  """Pairs of different models of `arm` that differ in init and data order (both_differ), each
+  model in one pair at most: in sorted order, each unused model with the next unused one it
+  differs from in both (with seed = init = data: (s1, s2), (s3, s4), ...)."""
+  seeds, used, pairs = seeds_of(units, arm), set(), []
+  for i, s in enumerate(seeds):
+    if s in used:
+      continue
+    t = next((t for t in seeds[i + 1:] if t not in used and both_differ(units, arm, s, t)), None)
+    if t is not None:
+      pairs.append((s, t))
+      used |= {s, t}
+  return pairs
+
+
 def seed_churn(units, arm):
-  """Churn between different seeds of one arm: disjoint pairs (s1, s2), (s3, s4), ... of its
-  sorted seeds (independent pairs); None with fewer than two seeds."""
+  """Churn between different seeds of one arm: disjoint_pairs (independent pairs, each differing
+  in init and data order); None without such a pair."""
   seeds = seeds_of(units, arm)
-  pairs = list(zip(seeds[0::2], seeds[1::2]))
+  pairs = disjoint_pairs(units, arm)
   if not pairs:
     return None
   values = [cross_mean(units[(arm, s)], units[(arm, t)]) for s, t in pairs]
   labels = [f'{s}-{t}' for s, t in pairs]
-  return seed_row('seed', arm, arm, DIFFERENT, values, labels,
-                  unit_name(units[(arm, seeds[0])][0]), units)
+  row = seed_row('seed', arm, arm, DIFFERENT, values, labels,
+                 unit_name(units[(arm, seeds[0])][0]), units)
+  return {**row, 'pairs': pairs}  # kept for clustering, not a column
+
+
+def clusters(pairs):
+  """[[index of the pairs in one cluster]]: pairs (of seeds, any arms) joined when they share a
+  seed, transitively (union–find), so that different clusters share no seed."""
+  parent = list(range(len(pairs)))
+  find = lambda i: i if parent[i] == i else find(parent[i])
+  first = {}
+  for i, pair in enumerate(pairs):
+    for seed in pair:
+      j = first.setdefault(seed, i)
+      parent[find(i)] = find(j)
+  groups = {}
+  for i in range(len(pairs)):
+    groups.setdefault(find(i), []).append(i)
+  return list(groups.values())
 
 
 def platform_seed_churn(seed_rows):
-  """Per platform with >= 2 arms: one 'seed_all' row over the seed pairs of all its arms."""
+  """Per platform with >= 2 arms: one 'seed_all' row over the seed pairs of all its arms, clustered
+  by seed (module doc): each cluster's value is the mean churn of its pairs, the row's mean and
+  interval are over the clusters."""
   rows = []
   for platform in sorted({r['platform_a'] for r in seed_rows}):
     group = [r for r in seed_rows if r['platform_a'] == platform]
     if len(group) < 2:
       continue
-    values = [v for r in group for v in r['values']]
+    pairs = [p for r in group for p in r['pairs']]
+    churns = [v for r in group for v in r['values']]
+    found = clusters(pairs)
+    values = [float(np.mean([churns[i] for i in c])) for c in found]
     name = f'every arm on {platform}'
     row = seed_row('seed_all', name, name, DIFFERENT, values, [], group[0]['unit'], {})
     rows.append({**row, 'platform_a': platform, 'platform_b': platform,
-                 'seed_list': f'{len(values)} pairs of {len(group)} arms'})
+                 'seed_list': f'{len(churns)} pairs of {len(group)} arms in {len(values)} '
+                              'clusters of shared seeds'})
   return rows
 
 
@@ -193,12 +269,14 @@ def check_identical(row):
 
 def agreement_table(entries, pairs=(), noise=(), identical=(), platform=()):
   """The churn table (report_agreement.csv, COLUMNS): one row per pair of arms given for each
-  kind (lists of (a, b) arm pairs), per arm one seed-churn row and (where seeds were repeated)
-  one nondeterminism row; rows ordered by KINDS. Arms or pairs without shared seeds are left
-  out."""
+  kind (lists of (a, b) arm pairs; a compared pair that is also an identical-arithmetic pair is
+  its identical row only), per arm one seed-churn row and (where seeds were repeated) one
+  nondeterminism row; rows ordered by KINDS. Arms or pairs without shared seeds are left out."""
   units = by_unit(entries)
   arms = sorted({a for a, _ in units})
   rows = [replicate_churn(units, arm) for arm in arms]
+  same = {frozenset(p) for p in identical}
+  pairs = [p for p in pairs if frozenset(p) not in same]  # said once, as identical arithmetic
   for kind, given in (('identical', identical), ('noise', noise), ('contrast', pairs),
                       ('platform', platform)):
     for a, b in given:
@@ -228,12 +306,64 @@ def span(rows):
 def rung_text(table, kind):
   """'numerics setting 1.2–3.5 %'; identical arithmetic says whether it was exactly 0."""
   rows = rung(table, kind)
-  title = 'seed' if kind == 'seed_all' else KIND_TITLES[kind].split(' (')[0]
+  title = SHORT_TITLES[kind]
   if kind != 'identical':
     return f'{title} {span(rows)}'
   failed = ~rows['check'].str.startswith('exactly 0')
   return (f'{title} exactly 0 (checked)' if not failed.any() else
           f'{title} {span(rows)}, NOT 0 in {int(failed.sum())} of {len(rows)} pairs')
+
+
+def baseline(table, platform):
+  """(mean, low, high) % of the seed-to-seed churn on `platform`: its pooled 'seed_all' row, else
+  its arms' seed rows (mean of their means, the widest bounds); None without either."""
+  for kind in ('seed_all', 'seed'):
+    rows = table[(table['kind'] == kind) & (table['platform_a'] == platform)]
+    if not rows.empty:
+      return rows['churn_pct'].mean(), rows['ci_low'].min(), rows['ci_high'].max()
+  return None
+
+
+def against_seeds(table):
+  """The numerics rows against the seed-to-seed churn of their platform (baseline), or None
+  without both: {'rows', 'changed' (churn above 0), 'low', 'high' (their churn range, %),
+  'ratio_low', 'ratio_high' (churn / the seed churn), 'below' / 'above' (how many intervals lie
+  wholly below / above the seed churn's), 'base' (the seed churns, text)}."""
+  rows = [(r, baseline(table, r['platform_a'])) for _, r in table.iterrows()
+          if r['kind'] == 'contrast']
+  rows = [(r, b) for r, b in rows if b is not None and b[0] > 0]
+  if not rows:
+    return None
+  ratio = [r['churn_pct'] / b[0] for r, b in rows]
+  churn = [r['churn_pct'] for r, _ in rows]
+  return {'rows': len(rows), 'changed': sum(c > 0 for c in churn), 'low': min(churn),
+          'high': max(churn), 'ratio_low': min(ratio), 'ratio_high': max(ratio),
+          'below': sum(r['ci_high'] < b[1] for r, b in rows),
+          'above': sum(r['ci_low'] > b[2] for r, b in rows),
+          'base': ', '.join(f'{b:.2g} %' for b in sorted({round(b[0], 6) for _, b in rows}))}
+
+
+def seed_verdict(read):
+  """How the settings' churn compares with a new seed's, in words (against_seeds)."""
+  if read['below'] == read['rows']:
+    return 'every one changes fewer predictions than a new seed does'
+  if read['above']:
+    return f'{read["above"]} change more predictions than a new seed does'
+  return (f'{read["below"]} of them change fewer predictions than a new seed does, the others '
+          'about as many (intervals overlapping)')
+
+
+def reading(table):
+  """The numerics rows read against the seed-to-seed churn of their platform, in words: how many
+  change the model at all (churn > 0), as what multiple of a new seed's churn, and whether their
+  intervals lie below, overlap or lie above the seed churn's; '' without both kinds."""
+  read = against_seeds(table)
+  if read is None:
+    return ''
+  return (f'read against the churn between two seeds ({read["base"]}): {read["changed"]} of '
+          f'{read["rows"]} numerics settings change the model (churn above 0), '
+          f'{read["ratio_low"]:.2g}–{read["ratio_high"]:.2g} × a new seed\'s churn; '
+          f'{seed_verdict(read)}')
 
 
 def summary(table, missing=0, total=0):
@@ -249,5 +379,7 @@ def summary(table, missing=0, total=0):
   if not kinds:
     return 'Agreement: no pair of runs shares a seed, so no churn could be computed.'
   left = f'; {missing} of {total} runs without predictions left out' if missing else ''
-  return ('Agreement (churn, the share of test predictions that differ, mean over seeds): '
-          + ', '.join(rung_text(table, k) for k in kinds) + left + '.')
+  read = reading(table)
+  return (f'Agreement ({DEFINITION}; mean over seeds): '
+          + ', '.join(rung_text(table, k) for k in kinds) + left
+          + (f'. Same model? {read[0].upper()}{read[1:]}' if read else '') + '.')

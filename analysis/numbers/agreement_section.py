@@ -17,7 +17,7 @@ import itertools
 import pandas as pd
 
 from analysis.numbers import agreement, agreement_pairs, calibration, per_class, result, variance
-from runrecord import predictions
+from runrecord import predictions, record
 
 def read_run_predictions(run):
   """runrecord/predictions.read_predictions of run folder `run` (its newest step with them), or
@@ -25,11 +25,11 @@ def read_run_predictions(run):
   return predictions.read_predictions(run)
 
 
-def unit_seed(row, columns):
-  """The seed a run pairs by: its seed, with its init and data-order seeds where recorded."""
-  if columns is None:
-    return row['seed']
-  return f"{row['seed']} (init {row[columns[0]]}, data {row[columns[1]]})"
+def unit_seeds(runs, columns):
+  """The model each run is (runrecord.record.model_keys, the replicate rule every reader uses): its
+  seed, with its init and data-order seeds where they are set apart from it."""
+  seeds = runs['base_seed'] if 'base_seed' in runs else runs['seed']
+  return record.model_keys(seeds, *([runs[c] for c in columns] if columns else []))
 
 
 def load_entries(runs, load=None):
@@ -38,11 +38,12 @@ def load_entries(runs, load=None):
   load = load or read_run_predictions
   columns = variance.seed_columns(runs)
   preds = [load(run) for run in runs['run']]
+  seeds = unit_seeds(runs, columns)
   missing = [run for run, pred in zip(runs['run'], preds) if pred is None]
   entries = []
   for i in (i for i, pred in enumerate(preds) if pred is not None):
     row, pred = runs.iloc[i], preds[i]
-    entries.append({'run': row['run'], 'arm': row['arm'], 'seed': unit_seed(row, columns),
+    entries.append({'run': row['run'], 'arm': row['arm'], 'seed': seeds[i],
                     'platform': str(row.get('platform', '')), 'pred': pred,
                     'init': row[columns[0]] if columns else None,
                     'data': row[columns[1]] if columns else None})
@@ -60,6 +61,7 @@ def agreement_section(runs, pairs, noise=(), identical=(), platform=(), load=Non
   run folder -> predictions dict or None (default: trainer/predictions.read_predictions);
   `labels`: {arm: short label} for the table's label_a, label_b and the figure (default: the arm)."""
   entries, missing = load_entries(runs, load)
+  split, notes = variance.split_by_arm(runs)
   table = agreement.agreement_table(entries, pairs, noise, identical, platform)
   for side in ('a', 'b'):
     table[f'label_{side}'] = [(labels or {}).get(arm, arm) for arm in table[side]]
@@ -67,7 +69,7 @@ def agreement_section(runs, pairs, noise=(), identical=(), platform=(), load=Non
                           calibration=calibration.calibration_table(entries),
                           train_loss=calibration.loss_table(runs),
                           per_class=per_class.per_class_table(entries, pairs),
-                          variance=variance.variance_table(runs), missing=missing)
+                          variance=split, missing=missing, variance_notes=notes)
 
 
 def compared_pairs(out):

@@ -12,7 +12,7 @@ instead of the declared contrasts, and there is no attribution.
 import pandas as pd
 
 from analysis.inputs import declaration
-from analysis.numbers import agreement_section, attribution, contrasts, effects, result, stats
+from analysis.numbers import agreement_section, attribution, contrasts, effects, gap, result, stats
 from runrecord import record
 
 VERSION_PREFIX = 'versions.'
@@ -65,8 +65,9 @@ def term_labels(terms, declared):
   return out
 
 
-def attribute(frame, declared, metric, seed_col, margin, margin_reason, source):
-  """analysis.numbers.attribution with the declared factors, reference, noise arm and native arm."""
+def attribute(frame, declared, metric, seed_col, margin, margin_reason, source, compare=None):
+  """analysis.numbers.attribution with the declared factors, reference, noise arm, native arm and
+  platform pairs (`compare`, from --compare, overrides the declared ones)."""
   completed = frame[stats.run_status(frame) == 'completed']
   out = attribution.run(
       frame, declared.get('factors') or attribution.default_factors(frame), metric=metric,
@@ -74,22 +75,26 @@ def attribute(frame, declared, metric, seed_col, margin, margin_reason, source):
       noise_arm=declared.get('noise_arm'), noise_of=declared.get('noise_of'),
       min_share=declared.get('min_share'), native=declared.get('native'),
       platform_profile=platform_profile(completed, declared.get('platform_profile')),
-      source=source, margin_reason=margin_reason)
+      source=source, margin_reason=margin_reason, compare=compare or declared.get('compare'),
+      compare_flag='--compare' if compare else 'compare')
   out.labels = term_labels(out.terms['term'], declared)
   return out
 
 
 def analyse(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, margin=None,
             margin_reason=None, seed_col=None, scale=None, all_pairs=False, source='',
-            run_folders=False):
+            run_folders=False, compare=None):
   """The study's analysis.numbers.result.Analysis: stats.analyse's Stats plus the declaration's contrasts,
   noise floors and attribution, the software, the agreement (predictions read from the runs when
   `run_folders`), the scope and, for an exploratory analysis, the confirmatory one; `pairs` holds
-  every pair only with `all_pairs` or without declared contrasts."""
+  every pair only with `all_pairs` or without declared contrasts. `compare` ([[a, b], ...], from
+  --compare): the platform pairs decomposed instead of the declared ones, an exploratory analysis."""
   declared = declared or {}
   margin, why = stats.margin_choice(margin, margin_reason, declared.get('margin'),
                                     declared.get('margin_reason'))
   declares = bool(declared.get('factors') and declared.get('reference'))
+  if compare:
+    check_compare(frame, compare, declares)
   numbers = stats.analyse(frame, group_by, metric, margin, why, seed_col, scale,
                           all_pairs=all_pairs or not declares)
   out = result.Analysis(**result.fields_of(numbers), declared=declared, source=source,
@@ -98,12 +103,13 @@ def analyse(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, marg
     out.arm_info = contrasts.arm_levels(out, declared)
     out.contrasts = contrasts.contrast_table(out, declared)
     out.noise = contrasts.noise_floors(out, declared, out.unit)
-    out.attribution = attribute(frame, declared, out.metric, seed_col, margin, why, source)
+    out.attribution = attribute(frame, declared, out.metric, seed_col, margin, why, source,
+                                compare)
   # Agreement between models (analysis/numbers/agreement_section.py): read from the run folders' saved
   # predictions; a CSV's rows are not run folders, so a CSV has none.
   out.agreement = agreement_section.from_analysis(out, labels(out),
                                                   None if run_folders else lambda run: None)
-  out.scope = scope(out, declared)
+  out.scope = scope(out, declared, compare)
   if out.scope.confirmatory is False and out.scope.declared_seeds_present:
     seeds = pd.to_numeric(frame[seed_col or 'seed'], errors='coerce')
     out.confirmatory = analyse(
@@ -112,25 +118,45 @@ def analyse(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, marg
   return out
 
 
-def scope(out, declared):
+def pairs_text(pairs):
+  """'tpu − gpu, gpu − cpu'."""
+  return ', '.join(f'{a} − {b}' for a, b in pairs)
+
+
+def check_compare(frame, compare, declares):
+  """Refuse --compare pairs that name a platform without completed runs, or a study without the
+  declaration the gap decomposition needs, before any statistic is computed."""
+  if not declares:
+    raise ValueError('--compare: the platform gap is decomposed only for a declared study (factors, '
+                     'reference and native arm: the root\'s study.json, or --study)')
+  done = frame[stats.run_status(frame) == 'completed']
+  present = sorted(set(done['platform'].astype(str))) if 'platform' in done else []
+  gap.platform_pairs(present, compare, '--compare')
+
+
+def scope(out, declared, compare=None):
   """What was analysed against what was declared before the runs (analysis.numbers.result.Scope):
   declared_seeds (seeds 0..k-1 for a declared count k, as the study's get_sweep runs them; None
   undeclared), declared_margin, analysed_seeds, margin, declared_seeds_present, confirmatory
-  (True: the declared seeds at the declared margin; False: more or other seeds, or another
-  margin: an exploratory analysis; None: nothing declared), deviations (words)."""
+  (True: the declared seeds at the declared margin and platform pairs; False: more or other
+  seeds, another margin, or platform pairs from --compare: an exploratory analysis; None:
+  nothing declared), deviations (words)."""
   k, m0 = declared.get('seeds'), declared.get('margin')
-  seeds = sorted({int(x) for x in out.runs['seed'].dropna()}) if out.seeded else []
+  seeds = sorted({int(x) for x in out.runs['base_seed'].dropna()}) if out.seeded else []
   wanted = list(range(int(k))) if k else None
   deviations = []
   if wanted is not None and seeds != wanted:
     deviations.append(f'{len(seeds)} seeds analysed, {k} declared (seeds 0–{int(k) - 1})')
   if m0 is not None and out.margin != m0:
     deviations.append(f'margin ±{out.margin:g}, declared ±{m0:g}')
-  known = wanted is not None or m0 is not None
+  if compare:
+    said = pairs_text(declared['compare']) if declared.get('compare') else 'every pair'
+    deviations.append(f'platform pairs {pairs_text(compare)} from --compare (declared: {said})')
+  known = wanted is not None or m0 is not None or bool(compare)
   return result.Scope(declared_seeds=wanted, declared_margin=m0, analysed_seeds=seeds,
                       margin=out.margin, deviations=deviations,
                       declared_seeds_present=bool(wanted) and set(wanted) <= set(seeds) and (
-                          set(wanted) != set(seeds) or m0 is not None),
+                          set(wanted) != set(seeds) or m0 is not None or bool(compare)),
                       confirmatory=(not deviations) if known else None)
 
 

@@ -14,8 +14,9 @@ difference from that factor's reference level with the other factors held fixed,
 Accuracies stored as fractions are in percentage points (x100), as in analysis.numbers.stats. Only
 completed runs with a finite metric are used; the others are listed.
 
-Platform gap (analysis/numbers/gap.py). With runs from two or more platforms and a native arm, each
-platform's native gap against the reference platform is measured per seed from the paired cell
+Platform gap (analysis/numbers/gap.py). With runs from two or more platforms and a native arm, the
+native gap G = A − B of each platform pair compared (the declaration's compare; default every pair,
+tpu − gpu first) is measured per seed from the paired cell
 means of the native and emulating arms (every other factor at its reference level) and split
 exactly into the emulation's fidelity on each platform, the numerics part and the platforms under
 the same emulated arithmetic, each with a t-interval over seeds; the verdict (analysis/
@@ -136,10 +137,16 @@ def noise_floor(runs, arm, base, scale_unit, factors=()):
                      'needs 2 or more')
   sd = float(np.std(d, ddof=1))
   half = float(sps.t.ppf(0.975, len(d) - 1) * sd / np.sqrt(len(d)))
-  return {'sd': sd, 'half': half, 'n': len(d), 'text': (
-      f'noise floor ({label(arm)} − {label(base)}, paired by seed, {len(d)} seeds): sd of the '
-      f'per-seed differences {sd:.3f} {scale_unit}; 95% half-width of their mean, '
-      f't(0.975, {len(d) - 1}) x sd / √{len(d)} = {half:.3f} {scale_unit}')}
+  levels = {**base, **same}  # the base arm's levels; the noise arm's other levels are the same
+  changed = [k for k in arm if k not in levels or str(levels[k]) != str(arm[k])]
+  common = {k: v for k, v in levels.items() if k not in changed}
+  what = (f'{label({k: arm[k] for k in changed})} − '
+          f'{label({k: levels[k] for k in changed if k in levels})}'
+          + (f' at {label(common)}' if common else ''))
+  return {'sd': sd, 'half': half, 'n': len(d), 'what': what, 'text': (
+      f'noise floor: the paired difference {what} over {len(d)} seeds; sd of the per-seed '
+      f'differences {sd:.3f} {scale_unit}; 95% half-width of their mean, '
+      f't(0.975, {len(d) - 1}) × sd / √{len(d)} = {half:.3f} {scale_unit}')}
 
 
 def noise_floors(runs, arm, base, scale_unit, factors=()):
@@ -159,12 +166,15 @@ def noise_floors(runs, arm, base, scale_unit, factors=()):
 
 def run(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed', reference=None,
         interactions=(), margin=None, noise_arm=None, native=None, platform_profile=None,
-        source='', margin_reason=None, noise_of=None, min_share=None):
+        source='', margin_reason=None, noise_of=None, min_share=None, compare=None,
+        compare_flag='compare'):
   """The whole attribution (see module doc) as an analysis.numbers.result.Attribution: terms (the CSV
   table), gap (component table or None), decomposition (one verdict dict per gap,
   analysis/numbers/gap_verdict.py), arms, noise ({platform: noise_floor}), model, method, excluded,
   replicates, labels ({term: short label} for the renderer and figures; empty here, a study's
-  declaration fills it)."""
+  declaration fills it). `compare`: the platform pairs whose gap is decomposed ([[a, b], ...], the
+  declaration's or --compare's, named by `compare_flag`; default every pair, analysis/numbers/
+  gap.py default_pairs)."""
   if margin is not None and not margin > 0:
     raise ValueError(f'--margin: must be a positive number in the metric\'s units, got {margin}')
   prep, columns, has_seed = select(frame, metric, list(factors), seed_col)
@@ -181,7 +191,7 @@ def run(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed', reference=
   model = effects.fit(y, X, seeds)
   unit = 'pp' if prep.scale == 100 else 'metric units'
   split = gap.section(runs if has_seed else runs.drop(columns='seed'), columns, ref,
-                      native, platform_profile, margin, min_share)
+                      native, platform_profile, margin, min_share, compare, compare_flag)
   out = result.Attribution(
       metric=prep.metric, source=source, reference=ref, margin=margin,
       margin_reason=margin_reason, unit=unit,
@@ -193,7 +203,8 @@ def run(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed', reference=
                          unit, list(columns)),
       min_share=min_share, gap=split['table'], gap_note=split['note'],
       emulation=split['emulation'], native=split['native'],
-      decomposition=split['decomposition'], gap_summaries=split['summaries'])
+      decomposition=split['decomposition'], gap_summaries=split['summaries'],
+      pairs_note=split.get('pairs_note', ''), compare_flag=compare_flag if compare else None)
   if out.gap is None:
     out.arms = effects.arm_rows(model, X, runs, list(columns), ref)
   return out

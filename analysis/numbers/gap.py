@@ -4,9 +4,12 @@ explains and what it does not. Verdict words: analysis/numbers/gap_verdict.py.
 
 Cells. y(P, e, s) = the metric of seed s on platform P under profile level e, every other declared
 factor at its reference level (batchnorm_group=0, f32 activations: arms with another level, e.g.
-BN/16 or bf16 activations, never enter), replicates of a seed averaged. A = a platform, B = the
-reference platform; nat = the native arm, eA / eB = the profiles emulating A's / B's native
-arithmetic (the declaration's platform_profile). Per seed s:
+BN/16 or bf16 activations, never enter), replicates of a seed averaged (a seed: the model unit of
+runrecord.record.model_keys). (A, B) = a platform pair compared: the declaration's `compare`, or
+--compare (exploratory), else every pair of the platforms run with A before B in PLATFORM_ORDER
+(tpu − gpu, tpu − cpu, gpu − cpu: default_pairs), the question's pair first; nat = the native arm,
+eA / eB = the profiles emulating A's / B's native arithmetic (the declaration's platform_profile).
+Per seed s:
   G     = nat_A - nat_B                       the native gap (the question)
   fid_X = nat_X - eX_X                        does the profile emulating X reproduce X, on X
   N_X   = eA_X - eB_X                         the numerics part measured on platform X
@@ -20,18 +23,26 @@ all cells, so the identity holds on the means too), with a t-interval over those
 paired design's own: robust to unequal arm variances, no model), two-sided paired-t p and, for G,
 Wilcoxon's signed-rank p and d_z. G and R also get their TOST against the margin. Share explained
 s = N / G with Fieller's interval over the same seeds (analysis.numbers.inference.fieller). A component
-whose cells were not run is reported as not estimable, naming the missing cells.
+whose cells were not run is reported as not estimable, naming the missing cells. Where only one
+platform X ran both emulating profiles, N = N_X (labelled "one platform only", and named in the
+verdict, which it cannot make "explained" by itself: its interaction with the platform is not
+tested) and R = G − N_X. Several pairs: each pair's gap tests (paired t, TOST, signed rank) are
+Holm-adjusted over the pairs compared (analysis/numbers/gap_verdict.py judge_family).
 
 Cross-check (named, not the estimator): a MixedLM (random intercept per seed) over the same cells
-with one coefficient per cell, the same G, N and R as contrasts (analysis/numbers/effects.py); it assumes
-one residual variance for every cell.
+with one coefficient per cell, the same G, N and R as contrasts of the same cell weights the
+estimate used (N_X where N is from one platform; analysis/numbers/effects.py); it assumes one
+residual variance for every cell.
 """
+
+import itertools
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
 from analysis.numbers import effects, gap_verdict, inference
+from runrecord import record
 
 KINDS = ('gap', 'fidelity', 'numerics', 'numerics total', 'numerics interaction', 'platform',
          'platform total', 'residual')
@@ -114,15 +125,23 @@ def components(cells, a, b, native, emu):
       missing[key] = 'not estimable: no runs of ' + ', '.join(f'{e} on {p}' for p, e in absent)
     else:
       values[key] = per_seed(cells, weights, seeds)
-  if 'N_A' in values and 'N_B' not in values or 'N_B' in values and 'N_A' not in values:
-    only = 'N_A' if 'N_A' in values else 'N_B'  # one platform ran both emulations: N from it alone
-    values['N'] = values[only]
-    labels['N'] = labels[only] + ' (one platform only)'
+  used = {key: dict(weights) for key, _, _, weights in defs if key in ('G', 'N', 'R')}
+  only = None
+  if ('N_A' in values) != ('N_B' in values):
+    key = 'N_A' if 'N_A' in values else 'N_B'  # one platform ran both emulations: N from it alone
+    only = a if key == 'N_A' else b
+    values['N'] = values[key]
+    labels['N'] = labels[key] + ' (one platform only)'
     missing.pop('N', None)
     values['R'] = values['G'] - values['N']
+    labels['R'] = labels['R'] + f' (N from {only} only)'
     missing.pop('R', None)
+    used['N'] = dict(next(w for k, _, _, w in defs if k == key))
+    used['R'] = {c: used['G'].get(c, 0) - used['N'].get(c, 0)
+                 for c in {*used['G'], *used['N']}}
   return {'gap': f'{a} - {b}', 'platforms': (a, b), 'profiles': (emu[a], emu[b]), 'seeds': seeds,
-          'values': values, 'labels': labels, 'kinds': kinds}, missing
+          'values': values, 'labels': labels, 'kinds': kinds, 'weights': used,
+          'n_only': only}, missing
 
 
 def component_table(summary, missing, margin):
@@ -142,23 +161,32 @@ def component_table(summary, missing, margin):
 
 def cross_check(runs, factor, others, ref, summary, native):
   """{key: effects.contrast} of G, N and R from a MixedLM over the same cells and seeds (the
-  module doc), or {} when the fit fails; named as a cross-check wherever it is shown."""
+  module doc), each with the cell weights the per-seed estimate used (summary['weights']: N from
+  one platform where only it ran both emulations, R = G − that N), or {} when the fit fails; a key
+  whose definition needs a cell without runs holds {'note': why} instead; named as a cross-check
+  wherever it is shown."""
   a, b = summary['platforms']
   keep = runs['seed'].isin(summary['seeds'])
   for f in others:
     keep &= runs[f].astype(str) == str(ref[f])
   sub = runs[keep].assign(cell=lambda r: r['platform'].astype(str) + '|' + r[factor].astype(str))
+  cells_run = set(sub['cell'])
   X = effects.design(sub, ['cell'], {'cell': f'{b}|{native}'})
   try:
     model = effects.fit(sub['value'], X, sub['seed'])
   except (ValueError, np.linalg.LinAlgError):
     return {}
   out = {}
-  for key, _, _, weights in definitions(a, b, native, dict(zip((a, b), summary['profiles']))):
-    if key in ('G', 'N', 'R') and key in summary['values']:
-      w = pd.Series({f'cell={p}|{e}': v for (p, e), v in weights.items()
-                     if f'cell={p}|{e}' in X}, dtype=float)
-      out[key] = effects.contrast(model, w)
+  for key, weights in summary['weights'].items():
+    if key not in summary['values']:
+      continue
+    absent = [f'{e} on {p}' for (p, e), v in weights.items() if v and f'{p}|{e}' not in cells_run]
+    if absent:  # the estimate's definition needs a cell the fit has no coefficient for
+      out[key] = {'note': 'cannot use the same definition: no runs of ' + ', '.join(absent)}
+      continue
+    w = pd.Series({f'cell={p}|{e}': v for (p, e), v in weights.items()
+                   if f'cell={p}|{e}' in X}, dtype=float)
+    out[key] = effects.contrast(model, w)
   out['method'] = model['method']
   return out
 
@@ -196,49 +224,103 @@ def native_arm(runs, columns, given):
   return None
 
 
-def decompose(runs, columns, ref, native, given_map):
-  """([summary per gap], emulation map): each platform's gap against the reference platform, its
-  per-seed components (components()) and their table, and the cross-check."""
+PLATFORM_ORDER = ('tpu', 'gpu', 'cpu')  # the project's question: tpu − gpu, then each against cpu
+
+
+def platform_rank(platform):
+  """Sort key of a platform identity: its JAX platform's place in PLATFORM_ORDER, then the name."""
+  kind = record.jax_platform(platform)
+  return (PLATFORM_ORDER.index(kind) if kind in PLATFORM_ORDER else len(PLATFORM_ORDER), platform)
+
+
+def default_pairs(platforms):
+  """Every pair (a, b) of the platforms, a before b in PLATFORM_ORDER (G = a − b), the question's
+  pair first: tpu − gpu, tpu − cpu, gpu − cpu."""
+  return list(itertools.combinations(sorted(set(platforms), key=platform_rank), 2))
+
+
+def resolve_platform(name, platforms, flag):
+  """The platform identity among `platforms` that `name` means: itself, or the one identity of
+  that JAX platform ('cpu' -> 'cpu-AVX512'); None when no run is on it; a ValueError naming `flag`
+  when it means several."""
+  if name in platforms:
+    return name
+  same = sorted(p for p in platforms if record.jax_platform(p) == name)
+  if len(same) > 1:
+    raise ValueError(f'{flag}: {name!r} means {", ".join(same)}; name one of them')
+  return same[0] if same else None
+
+
+def platform_pairs(platforms, given, flag):
+  """(pairs to decompose, notes): `given` ([[a, b], ...], the declaration's compare or --compare)
+  resolved to the platforms run, else default_pairs. A given pair whose platform has no runs is
+  left out with a note (from --compare it is an error: a typo); a pair given twice is one."""
+  if not given:
+    return default_pairs(platforms), []
+  pairs, notes = [], []
+  for a, b in given:
+    found = [resolve_platform(str(p), platforms, flag) for p in (a, b)]
+    absent = [str(p) for p, f in zip((a, b), found) if f is None]
+    if absent and flag == '--compare':
+      raise ValueError(f'--compare: no runs on {", ".join(absent)}; platforms run: '
+                       f'{", ".join(sorted(platforms))}')
+    if absent:
+      notes.append(f'{a} − {b}: no runs on {", ".join(absent)}')
+    elif tuple(found) not in pairs and found[0] != found[1]:
+      pairs.append(tuple(found))
+  return pairs, notes
+
+
+def decompose(runs, columns, ref, native, given_map, pairs):
+  """([summary per pair], emulation map, notes): each pair's (a, b) gap G = a − b, its per-seed
+  components (components()) and the cross-check; a pair that cannot be split is left out with a
+  note saying why."""
   nf, nl = native
   plat = next((f for f, c in columns.items() if c == 'platform'), None)
-  order = sorted(set(runs['platform']))
-  base = ref[plat] if plat else order[0]
-  emu = default_emulation(runs, nf, order, given_map)
+  needed = sorted({p for pair in pairs for p in pair})
+  emu = default_emulation(runs, nf, needed, given_map)
   others = [f for f in columns if f not in (nf, plat)]
   cells = cell_means(runs, nf, others, ref)
-  if (base, nl) not in cells:
-    raise LookupError(f'no {nf}={nl} run on the reference platform {base} at the other factors\' '
-                      'reference levels')
-  summaries = []
-  for a in order:
-    if a != base and (a, nl) in cells:
-      summary, missing = components(cells, a, base, nl, emu)
-      if len(summary['seeds']) < 2:
-        raise LookupError(f'fewer than 2 seeds ran every cell of the {a} - {base} gap')
-      summary['missing'] = missing
-      summary['cross_check'] = cross_check(runs, nf, others, ref, summary, nl)
-      summaries.append(summary)
+  summaries, notes = [], []
+  for a, b in pairs:
+    absent = [p for p in (a, b) if (p, nl) not in cells]
+    if absent:
+      notes.append(f'{a} − {b}: no {nf}={nl} run on {", ".join(absent)} at the other factors\' '
+                   'reference levels')
+      continue
+    summary, missing = components(cells, a, b, nl, emu)
+    if len(summary['seeds']) < 2:
+      notes.append(f'{a} − {b}: fewer than 2 seeds ran every cell of the gap')
+      continue
+    summary['missing'] = missing
+    summary['cross_check'] = cross_check(runs, nf, others, ref, summary, nl)
+    summaries.append(summary)
   if not summaries:
-    raise LookupError(f'no platform other than {base} has a {nf}={nl} run')
-  return summaries, emu
+    raise LookupError('; '.join(notes) or 'no platform pair to compare')
+  return summaries, {p: emu[p] for p in needed}, notes
 
 
 def summarise(summaries, margin, min_share=None):
-  """(component table of every gap, [gap_verdict.judge dict per gap]) at `margin`."""
+  """(component table of every gap, [gap_verdict.judge dict per gap]) at `margin`, the gaps' tests
+  Holm-adjusted over the pairs compared (gap_verdict.judge_family)."""
   tables = [component_table(s, s['missing'], margin) for s in summaries]
-  judged = [gap_verdict.judge(s, t, margin, min_share) for s, t in zip(summaries, tables)]
+  judged = gap_verdict.judge_family(summaries, tables, margin, min_share)
   return pd.concat(tables, ignore_index=True), judged
 
 
-def section(runs, columns, ref, native, platform_profile, margin, min_share=None):
-  """{'table', 'decomposition', 'native', 'emulation', 'summaries', 'note'} of the gap; table None,
-  decomposition [] and `note` saying why when it cannot be split."""
+def section(runs, columns, ref, native, platform_profile, margin, min_share=None, compare=None,
+            compare_flag='compare'):
+  """{'table', 'decomposition', 'native', 'emulation', 'summaries', 'note', 'pairs_note'} of the
+  gap of each platform pair (`compare`: the declaration's or --compare's [[a, b], ...] named by
+  `compare_flag`; default_pairs without); table None, decomposition [] and `note` saying why when
+  none can be split; `pairs_note`: the pairs left out and why."""
   platforms = sorted(set(runs['platform'].astype(str))) if 'platform' in runs else []
   none = lambda note: {'table': None, 'decomposition': [], 'note': note, 'emulation': None,
-                       'native': None, 'summaries': []}
+                       'native': None, 'summaries': [], 'pairs_note': ''}
   if len(platforms) < 2:
     return none(f'runs from one platform ({", ".join(map(str, platforms)) or "unknown"}): no '
                 'platform gap; each arm minus the reference arm instead')
+  pairs, left_out = platform_pairs(platforms, compare, compare_flag)
   if 'seed' not in runs or runs['seed'].isna().all():
     return none('gap decomposition unavailable: no seed column, so no arm pairs with another')
   arm = native_arm(runs, columns, effects.parse_pairs(native, '--native'))
@@ -251,11 +333,13 @@ def section(runs, columns, ref, native, platform_profile, margin, min_share=None
     raise ValueError(f'--platform-profile: no runs on {", ".join(sorted(bad))}; platforms: '
                      f'{", ".join(platforms)}')
   try:
-    summaries, emu = decompose(runs.assign(platform=runs['platform'].astype(str)), columns, ref,
-                               arm, given)
+    if not pairs:
+      raise LookupError('none of the declared platform pairs ran (' + '; '.join(left_out) + ')')
+    summaries, emu, notes = decompose(runs.assign(platform=runs['platform'].astype(str)),
+                                      columns, ref, arm, given, pairs)
   except LookupError as e:
     return none(f'gap decomposition unavailable: {e.args[0]}; each arm minus the reference arm '
                 'instead')
   table, judged = summarise(summaries, margin, min_share)
   return {'table': table, 'note': None, 'native': arm, 'emulation': emu, 'summaries': summaries,
-          'decomposition': judged}
+          'decomposition': judged, 'pairs_note': '; '.join(left_out + notes)}

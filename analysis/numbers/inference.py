@@ -88,6 +88,28 @@ def mean_ci(x, level=0.95):
   return low, high, method
 
 
+def proportion_mean_ci(p, level=0.95):
+  """(low, high) of the mean of per-unit proportions p (fractions in [0, 1], one per independent
+  unit, e.g. a churn per seed): the t-Wilson interval, the μ in [0, 1] with
+  (p̄ − μ)² ≤ k μ (1 − μ),  k = t²(0.5 + level / 2, m − 1) s² / (m p̄ (1 − p̄)),
+  s the sd of p over the m units: Wilson's score interval with the between-unit variance of p̄ in
+  place of the binomial one (a quasi-binomial variance, φ μ (1 − μ) / m), so
+  (low, high) = (p̄ + k/2 ∓ √(k p̄ (1 − p̄) + k²/4)) / (1 + k).
+  It lies in [0, 1], contains p̄, is asymmetric near 0 and 1, and where p̄ is far from both it is
+  the t-interval p̄ ± t s / √m (k p̄ (1 − p̄) = t² s² / m). Every unit equal (s = 0), p̄ = 0 or 1:
+  the point itself; m < 2: NaN."""
+  p = np.asarray(p, float)
+  m = len(p)
+  if m < 2:
+    return np.nan, np.nan
+  mean, s = float(p.mean()), float(p.std(ddof=1))
+  if s == 0 or mean <= 0 or mean >= 1:
+    return mean, mean
+  k = sps.t.ppf(0.5 + level / 2, m - 1) ** 2 * s ** 2 / (m * mean * (1 - mean))
+  root = math.sqrt(k * mean * (1 - mean) + k * k / 4)
+  return (mean + k / 2 - root) / (1 + k), (mean + k / 2 + root) / (1 + k)
+
+
 def welch(a, b):
   """(t, df, p): two-sided Welch t-test of mean(a) - mean(b)."""
   r = sps.ttest_ind(a, b, equal_var=False)

@@ -6,8 +6,11 @@ Per run, class c (attributes task: attribute k over all images): acc_c = (1/n_c)
 [ŷ_i = c] (attributes: (1/n) Σ_i [ŷ_ik = y_ik]). Per shared seed s: d_cs = acc_c(A, s) −
 acc_c(B, s) (replicates averaged first). Per class: the mean d̄_c over seeds, its 95% t-interval,
 and the paired t-test of d̄_c = 0 (t = d̄_c / (sd(d_c)/√m), m − 1 df; scipy ttest_1samp); p-values
-Holm-adjusted over the classes (α = 0.05). A class whose differences are all equal has no test
-(p NaN: left out of the Holm family).
+Holm-adjusted over the classes (α = 0.05). A class whose differences are all equal has no t-test
+(sd 0): when they are all 0 it has no test at all (p NaN, left out of the Holm family); when they
+are the same nonzero value in every seed it gets the exact signed-rank test (every sign alike:
+p = 2 / 2^m, analysis.numbers.inference.signed_rank), so a difference that never varies reads as
+different once m >= 6 seeds, not as "t = inf, p NaN". `test` names the test of each class.
 """
 
 import warnings
@@ -20,7 +23,22 @@ from analysis.inputs.labels import seed_key
 from analysis.numbers import inference
 
 COLUMNS = ('a', 'b', 'class', 'seeds', 'diff_pp', 'ci_low', 'ci_high', 't', 'p', 'p_holm',
-           'different')
+           'different', 'test')
+T_TEST, EXACT, NONE = 'paired t', 'exact signed-rank (constant difference)', 'none (every difference 0)'
+
+
+def class_tests(d):
+  """(p, test name) per class (column) of the seeds × classes differences d (module doc)."""
+  with warnings.catch_warnings(), np.errstate(invalid='ignore', divide='ignore'):
+    warnings.simplefilter('ignore')
+    t_p = sps.ttest_1samp(d, 0.0, axis=0).pvalue
+  finite = np.all(np.isfinite(d), axis=0)  # a class absent from the test set: NaN, no test
+  varies = finite & (np.ptp(np.where(np.isfinite(d), d, 0), axis=0) > 0)
+  constant = finite & ~varies & ~np.all(d == 0, axis=0)
+  exact = [inference.signed_rank(column)[1] if c else np.nan for column, c in zip(d.T, constant)]
+  p = np.where(varies, t_p, np.where(constant, exact, np.nan))
+  test = np.where(varies, T_TEST, np.where(constant, EXACT, NONE))
+  return p, test
 
 
 def class_accuracy(pred):
@@ -59,13 +77,13 @@ def class_differences(entries, a, b):
   low, high = inference.t_ci(d.T)
   with warnings.catch_warnings(), np.errstate(invalid='ignore', divide='ignore'):
     warnings.simplefilter('ignore')
-    test = sps.ttest_1samp(d, 0.0, axis=0)
-  p = np.where(np.ptp(d, axis=0) > 0, test.pvalue, np.nan)
+    t = sps.ttest_1samp(d, 0.0, axis=0).statistic
+  p, test = class_tests(d)
   p_holm = inference.holm(p)
   return pd.DataFrame({'a': a, 'b': b, 'class': np.arange(width), 'seeds': len(shared),
                        'diff_pp': d.mean(axis=0), 'ci_low': low, 'ci_high': high,
-                       't': test.statistic, 'p': p, 'p_holm': p_holm,
-                       'different': p_holm < inference.ALPHA})
+                       't': t, 'p': p, 'p_holm': p_holm,
+                       'different': p_holm < inference.ALPHA, 'test': test})
 
 
 def per_class_table(entries, pairs):

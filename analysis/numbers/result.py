@@ -79,7 +79,8 @@ class Software:
 class Agreement:
   """`table`: the churn ladder (analysis/numbers/agreement.py); `summary`: its first-page line;
   `calibration`, `train_loss`, `per_class`, `variance`: their tables; `missing`: the runs
-  without saved predictions."""
+  without saved predictions; `variance_notes`: the arms whose seeds vary but that have no
+  variance split, and why."""
   table: pd.DataFrame
   summary: str
   calibration: pd.DataFrame
@@ -87,14 +88,17 @@ class Agreement:
   per_class: pd.DataFrame
   variance: pd.DataFrame
   missing: list
+  variance_notes: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
 class Attribution:
   """Which numerical setting explains a difference: `terms` (the fitted effects, one row per
   term), `model` (its formula) and `method`; the platform gap: `gap` (component table or None),
-  `gap_note` (why there is none), `decomposition` (one verdict dict per gap,
-  analysis/numbers/gap_verdict.py), `gap_summaries`, `native`, `emulation`; `arms` (each arm minus the
+  `gap_note` (why there is none), `decomposition` (one verdict dict per platform pair, the
+  question's pair first, analysis/numbers/gap_verdict.py), `gap_summaries`, `native`,
+  `emulation`, `pairs_note` (the pairs left out and why), `compare_flag` (where the pairs came
+  from: 'compare' (declared), '--compare', None: every pair by default); `arms` (each arm minus the
   reference, without a gap); `noise` ({platform: noise floor dict}); `labels` ({term: short
   label})."""
   metric: str
@@ -119,6 +123,8 @@ class Attribution:
   gap_summaries: list = dataclasses.field(default_factory=list)
   arms: Optional[pd.DataFrame] = None
   labels: dict = dataclasses.field(default_factory=dict)
+  pairs_note: str = ''
+  compare_flag: Optional[str] = None
 
 
 @dataclasses.dataclass

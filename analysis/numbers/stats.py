@@ -6,8 +6,11 @@ An arm is a set of runs with equal values in the group-by columns (default: runr
 columns: platform, device kind, every requested numerics field and every config field that differs
 between the runs but those that cannot change a result: cadence, paths, distributed, the seed).
 Labels name config fields as overrides spell them ('optim.learning_rate=0.002'); seeds print as
-integers (analysis/inputs/labels.py). Runs of one arm with the same seed are replicates: averaged
-into one value per seed, their spread reported as the arm's within-seed (nondeterminism) sd. Two
+integers (analysis/inputs/labels.py). Runs of one arm are replicates when they are the same model
+trained again: the same seed, init seed and data-order seed (the replicate rule,
+runrecord.record.model_keys: a root whose runs set init or data seeds apart from `seed` gets
+'S (init I, data D)' units); replicates are averaged into one value per unit, their spread reported
+as the arm's within-seed (nondeterminism) sd, and arms pair by equal units. Two
 arms pair by seed when they share seeds and those runs share initial weights and data order (equal
 runrecord.record pairing fields), whatever their determinism. A CSV without a seed column: every row
 is its own run, unpaired. Runs that are not 'completed' are excluded and listed with their reason.
@@ -23,7 +26,9 @@ a study's declared contrasts, analysis/numbers/contrasts.py):
   identical arithmetic  the two arms ran on one platform with equal effective arithmetic (every
                 IDENTICAL_FIELDS value of their records) and every paired difference is exactly
                 0: reported, not tested, and outside the Holm family;
-  equivalent    the TOST p < α: the true difference lies within ±margin;
+  within margin both below: a difference shown (as for "different") that lies within ±margin,
+                what the gap verdict calls "gap within margin" (real and small);
+  equivalent    the TOST p < α: the true difference lies within ±margin (and none is shown);
   different     the difference test (paired t when paired, else Welch) p < α and its 95% CI
                 excludes 0; when the metric lives on a lattice (accuracy on N test images: steps
                 of 100/N pp, `lattice`), the rank test's Holm p < α too, so a verdict cannot rest
@@ -49,6 +54,8 @@ MAX_ARMS = 200  # 19,900 pairs: about 3 minutes of pairwise tests (10 ms a pair 
 EFFECTIVE = 'numerics.effective.'
 IDENTICAL_FIELDS = ('platform', 'device_kind', 'batchnorm_group', 'compute_dtype', 'conv_format',
                     'dense_format', 'matmul_precision', 'param_dtype', 'xla_flags')
+# A pair's verdicts, in the order the reports count them (judge).
+VERDICTS = ('identical arithmetic', 'within margin', 'equivalent', 'different', 'inconclusive')
 UNDECLARED = ('none declared: 0.5 pp is the analysis.numbers.stats default, not a study decision; '
               'declare one (--margin, --margin-reason)')
 
@@ -140,8 +147,9 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   """Split the runs into included / excluded, label each included run's arm, average replicates.
 
   `seed_col` None: 'seed' when the table has it, else every row is its own run (unpaired).
-  Returns an analysis.numbers.result.Prepared: `runs` (included rows with `arm`, `value` = metric × scale, `seed`, `seeded`,
-  `det`, `det_why`), `units` (one value per arm and seed), `replicates` (arm, seed, n_runs, runs,
+  Returns an analysis.numbers.result.Prepared: `runs` (included rows with `arm`, `value` = metric
+  × scale, `seed` (the model unit: model_units), `base_seed` (the seed column as recorded),
+  `seeded`, `det`, `det_why`), `units` (one value per arm and seed), `replicates` (arm, seed, n_runs, runs,
   values, mean, range, identical), `excluded` (run, status, reason), `seeded`, `group_by`,
   `metric`, `scale`, `pairing` (the pairing fields the table records).
   """
@@ -160,7 +168,8 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   if scale is None:
     scale = 100.0 if 'acc' in metric.lower() and values[runs.index].abs().max() <= 1 else 1.0
   runs['value'] = values[runs.index] * scale
-  runs['seed'] = whole_numbers(runs[seed_col]) if seeded else None
+  runs['base_seed'] = whole_numbers(runs[seed_col]) if seeded else None
+  runs['seed'] = model_units(runs, seed_col) if seeded else None
   runs['seeded'] = seeded & runs['seed'].notna()
   runs['arm'] = arm_labels(runs, group_by)
   unknown = [None] * len(runs)
@@ -173,6 +182,15 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
                          seeded=seeded, group_by=group_by, metric=metric, scale=scale,
                          pairing=record.pairing_columns(frame.columns),
                          lattice=lattice(runs, metric, scale))
+
+
+def model_units(runs, seed_col):
+  """The seed each run is averaged and paired by: runrecord.record.model_keys of its seed and, for
+  the `seed` column, its recorded init and data-order seeds (so runs of one seed that differ in
+  either are different models, never replicates); an object column."""
+  parts = [runs[c] if seed_col == 'seed' and c in runs else None for c in record.SEED_PARTS]
+  keys = record.model_keys(runs['base_seed'], *parts)
+  return pd.Series(keys, index=runs.index, dtype=object)
 
 
 def lattice(runs, metric, scale):
@@ -310,7 +328,8 @@ def judge(rows):
   """The pair table of compare() rows judged as one family: Holm-adjusted p-values over its rows
   but the identical-arithmetic ones (`*_p_holm`; NaN for those), `equivalent_raw` (raw TOST
   p < α), `equivalent` (Holm TOST p < α), `different` (Holm primary-test p < α and 95% CI excluding
-  0, and on a lattice the Holm rank-test p < α) and `verdict` (module doc)."""
+  0, and on a lattice the Holm rank-test p < α) and `verdict` (module doc: identical arithmetic,
+  within margin, equivalent, different, inconclusive)."""
   pairs = pd.DataFrame(rows)
   if pairs.empty:
     return pairs
@@ -323,8 +342,9 @@ def judge(rows):
   pairs['different'] = ((pairs['test_p_holm'] < inf.ALPHA)
                         & ((pairs['ci95_low'] > 0) | (pairs['ci95_high'] < 0))
                         & (~on_lattice | (pairs['rank_p_holm'] < inf.ALPHA)))
-  pairs['verdict'] = np.select([~tested, pairs['equivalent'], pairs['different']],
-                               ['identical arithmetic', 'equivalent', 'different'], 'inconclusive')
+  pairs['verdict'] = np.select(
+      [~tested, pairs['equivalent'] & pairs['different'], pairs['equivalent'], pairs['different']],
+      ['identical arithmetic', 'within margin', 'equivalent', 'different'], 'inconclusive')
   return pairs
 
 

@@ -13,18 +13,34 @@ balanced design (every cell R >= 2 runs):
   MS_ab   = R Σ_ij (ȳ_ij· − ȳ_i·· − ȳ_·j· + ȳ···)² / ((I − 1)(J − 1))   E = σ²_e + R σ²_ab
   MS_e    = Σ_ijr (y_ijr − ȳ_ij·)² / (I J (R − 1))      E = σ²_e
 so σ̂²_init = (MS_init − MS_ab)/(J R), σ̂²_data = (MS_data − MS_ab)/(I R),
-σ̂²_ab = (MS_ab − MS_e)/R, σ̂²_nondet = MS_e. A negative estimate is truncated at 0 (`truncated`
-says so; the untruncated value is kept in `estimate`). Shares: each truncated component over
-their sum. The nearest wrong version, one_way(), treats init seeds as the only factor and puts
-data order into the residual.
+σ̂²_ab = (MS_ab − MS_e)/R, σ̂²_nondet = MS_e. Without replicates (R = 1, e.g. a deterministic
+platform, where a replicate repeats bit for bit) the interaction and the nondeterminism are one
+residual, σ̂²_ab+e = MS_ab, and σ̂²_init, σ̂²_data are as above with R = 1. A negative estimate is
+truncated at 0 (`truncated` says so; the untruncated value is kept in `estimate`, and the report
+says it in words). Shares: each truncated component over their sum.
+
+95% intervals (`ci_low`, `ci_high`, `ci_df`): each estimate is a linear combination Σ c_k MS_k of
+independent mean squares with MS_k df_k / E[MS_k] ~ χ²(df_k); Satterthwaite's df
+ν = (Σ c_k MS_k)² / Σ (c_k MS_k)² / df_k gives [ν σ̂² / χ²_{0.975}(ν), ν σ̂² / χ²_{0.025}(ν)], exact
+(ν = df) for a component that is one mean square (nondeterminism, or the R = 1 residual),
+approximate otherwise (it under-covers at small df; Searle, Casella & McCulloch 1992, 4.6). Below
+MIN_CI_DF the interval is not given (at ν = 2 its upper bound is already 39× the estimate, at
+ν = 1 about 1,000×): `ci_df` says why, more init or data seeds are what it needs; a truncated
+(non-positive) estimate has none either.
+The nearest wrong version, one_way(), treats init seeds as the only factor and puts data order
+into the residual.
 """
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
-METHOD = ('two-way crossed random-effects ANOVA with replication, method of moments (expected '
-          'mean squares); negative estimates truncated at 0')
+METHOD = ('two-way crossed random-effects ANOVA, method of moments (expected mean squares); '
+          'negative estimates truncated at 0; 95% intervals by Satterthwaite\'s df (exact χ² for '
+          'a single mean square)')
 COMPONENTS = ('init', 'data order', 'init × data order', 'nondeterminism (replicates)')
+RESIDUAL = 'init × data order + nondeterminism (no replicates)'  # R = 1: one residual
+MIN_CI_DF = 2.0
 INIT_COLUMNS = ('init_seed', 'config.init_seed')
 DATA_COLUMNS = ('data_seed', 'config.data_seed')
 
@@ -34,48 +50,77 @@ def cell_array(frame, value, init, data):
   counts = frame.groupby([init, data]).size()
   inits, datas = sorted(frame[init].unique()), sorted(frame[data].unique())
   full = counts.reindex(pd.MultiIndex.from_product([inits, datas]), fill_value=0)
-  if full.nunique() != 1 or full.iloc[0] < 2:
+  if full.nunique() != 1 or full.iloc[0] < 1:
     short = ', '.join(f'({i}, {j}): {n}' for (i, j), n in full.items() if n != full.max())
     raise ValueError(f'variance split: needs every (init_seed, data_seed) cell run the same number '
-                     f'of times, at least twice (replicates); runs per cell: {short or full.iloc[0]}')
+                     f'of times; runs per cell: {short or full.iloc[0]}')
   ordered = frame.sort_values([init, data], kind='stable')
   return ordered[value].to_numpy(float).reshape(len(inits), len(datas), int(full.iloc[0]))
 
 
 def mean_squares(y):
-  """{name: (mean square, df)} of an I × J × R array (module doc)."""
+  """{name: (mean square, df)} of an I × J × R array (module doc); with R = 1 no replicate mean
+  square, the interaction one being the residual."""
   n_i, n_j, n_r = y.shape
   grand, cell = y.mean(), y.mean(axis=2)
   row, col = cell.mean(axis=1), cell.mean(axis=0)
   inter = cell - row[:, None] - col[None, :] + grand
-  return {'init': (n_j * n_r * np.sum((row - grand) ** 2) / (n_i - 1), n_i - 1),
-          'data order': (n_i * n_r * np.sum((col - grand) ** 2) / (n_j - 1), n_j - 1),
-          'init × data order': (n_r * np.sum(inter ** 2) / ((n_i - 1) * (n_j - 1)),
-                                (n_i - 1) * (n_j - 1)),
-          'nondeterminism (replicates)': (np.sum((y - cell[..., None]) ** 2)
-                                          / (n_i * n_j * (n_r - 1)), n_i * n_j * (n_r - 1))}
+  out = {'init': (n_j * n_r * np.sum((row - grand) ** 2) / (n_i - 1), n_i - 1),
+         'data order': (n_i * n_r * np.sum((col - grand) ** 2) / (n_j - 1), n_j - 1),
+         'init × data order': (n_r * np.sum(inter ** 2) / ((n_i - 1) * (n_j - 1)),
+                               (n_i - 1) * (n_j - 1))}
+  if n_r > 1:
+    out['nondeterminism (replicates)'] = (np.sum((y - cell[..., None]) ** 2)
+                                          / (n_i * n_j * (n_r - 1)), n_i * n_j * (n_r - 1))
+  return out
+
+
+def coefficients(shape):
+  """{component: {mean square: c_k}}: each estimate as Σ c_k MS_k (module doc)."""
+  n_i, n_j, n_r = shape
+  ab = 'init × data order'
+  out = {'init': {'init': 1 / (n_j * n_r), ab: -1 / (n_j * n_r)},
+         'data order': {'data order': 1 / (n_i * n_r), ab: -1 / (n_i * n_r)}}
+  if n_r == 1:
+    return {**out, RESIDUAL: {ab: 1.0}}
+  e = 'nondeterminism (replicates)'
+  return {**out, ab: {ab: 1 / n_r, e: -1 / n_r}, e: {e: 1.0}}
 
 
 def estimates(ms, shape):
   """{component: method-of-moments estimate} from mean_squares' {name: (MS, df)} of an I × J × R
   array (module doc), untruncated."""
-  n_i, n_j, n_r = shape
-  m = {k: v[0] for k, v in ms.items()}
-  ab, e = m['init × data order'], m['nondeterminism (replicates)']
-  return {'init': (m['init'] - ab) / (n_j * n_r), 'data order': (m['data order'] - ab) / (n_i * n_r),
-          'init × data order': (ab - e) / n_r, 'nondeterminism (replicates)': e}
+  return {c: sum(w * ms[k][0] for k, w in weights.items())
+          for c, weights in coefficients(shape).items()}
+
+
+def interval(ms, weights):
+  """(low, high, ν) of Σ c_k MS_k by Satterthwaite's df (module doc); NaN bounds when the
+  estimate is not positive or ν < MIN_CI_DF."""
+  value = sum(w * ms[k][0] for k, w in weights.items())
+  spread = sum((w * ms[k][0]) ** 2 / ms[k][1] for k, w in weights.items())
+  nu = value ** 2 / spread if spread > 0 else np.nan
+  if not value > 0 or not nu >= MIN_CI_DF:
+    return np.nan, np.nan, nu
+  return (nu * value / sps.chi2.ppf(0.975, nu), nu * value / sps.chi2.ppf(0.025, nu), nu)
 
 
 def variance_components(frame, value='value', init='init_seed', data='data_seed'):
-  """One row per component (COMPONENTS): mean_square, df, estimate (method of moments),
-  variance (truncated at 0), sd, share_pct, truncated; `method` names the estimator."""
+  """One row per component (COMPONENTS; with one run per cell the last two as RESIDUAL):
+  mean_square and df (of the component's own mean square), estimate (method of moments),
+  variance (truncated at 0), sd, share_pct, truncated, ci_low, ci_high (of the variance, 95%),
+  ci_df (Satterthwaite's ν), replicates (R); `method` names the estimator."""
   if frame[init].nunique() < 2 or frame[data].nunique() < 2:
     raise ValueError('variance split: needs at least 2 init seeds and 2 data seeds')
   y = cell_array(frame, value, init, data)
   ms = mean_squares(y)
   estimate = estimates(ms, y.shape)
-  rows = [{'component': c, 'mean_square': ms[c][0], 'df': ms[c][1], 'estimate': estimate[c],
-           'variance': max(estimate[c], 0.0), 'truncated': estimate[c] < 0} for c in COMPONENTS]
+  own = lambda c: ms['init × data order' if c == RESIDUAL else c]
+  rows = [{'component': c, 'mean_square': own(c)[0], 'df': own(c)[1], 'estimate': estimate[c],
+           'variance': max(estimate[c], 0.0), 'truncated': estimate[c] < 0,
+           **dict(zip(('ci_low', 'ci_high', 'ci_df'), interval(ms, weights))),
+           'replicates': y.shape[2]}
+          for c, weights in coefficients(y.shape).items()]
   table = pd.DataFrame(rows)
   table['sd'] = np.sqrt(table['variance'])
   total = table['variance'].sum()
@@ -103,16 +148,28 @@ def seed_columns(runs):
 
 def variance_table(runs, value='value'):
   """variance_components per arm of a runs table (stats.prepare's `runs`: `arm`, `value`) whose
-  runs record init and data-order seeds; arms whose design is not a full crossing with
-  replicates are left out. Empty when no arm qualifies."""
+  runs set init and data-order seeds apart (more than one of each in the arm); an arm whose
+  design is not a full crossing is left out (split_by_arm says why). Empty when no arm
+  qualifies."""
+  return split_by_arm(runs, value)[0]
+
+
+def split_by_arm(runs, value='value'):
+  """(variance_table, notes): the notes say, per arm whose init or data seeds vary without a full
+  crossing, why it has no split ('arm: variance split: needs ...')."""
   columns = seed_columns(runs)
   if columns is None:
-    return pd.DataFrame()
-  tables = []
+    return pd.DataFrame(), []
+  tables, notes = [], []
   for arm, group in runs.groupby('arm', sort=True):
+    if group[columns[0]].nunique() < 2 and group[columns[1]].nunique() < 2:
+      continue  # one init and one data seed (or seed = init = data): no split to make
+    if (group[columns[0]].astype(str) == group[columns[1]].astype(str)).all():
+      continue  # init and data seeds move together: the seeds of an ordinary study
     try:
       table = variance_components(group, value, *columns)
-    except ValueError:
+    except ValueError as e:
+      notes.append(f'{arm}: {e}')
       continue
     tables.append(table.assign(arm=arm, runs=len(group)))
-  return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+  return (pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()), notes

@@ -4,8 +4,10 @@ Numbers and verdict categories come from analysis/numbers/attribution.py and ana
 """
 
 import numpy as np
+import pandas as pd
 
-from analysis.numbers import inference
+from analysis.inputs.labels import seed_text
+from analysis.numbers import gap_verdict, inference
 from analysis.words import tables
 from analysis.words.tables import num, pval
 
@@ -44,24 +46,59 @@ def numerics_state(d):
   n = interval(d['N_ci_low'], d['N_ci_high'])
   if not d['N_estimable']:
     return 'the numerics part is not estimable from the arms run'
+  where = (f' (measured on {d["N_only"]} only: the other platform did not run both emulating '
+           'profiles, so its interaction with the platform is untested)' if d['N_only'] else '')
   if d['numerics_shown']:
-    return f'the numerics part has the gap\'s sign and excludes 0 ({n})'
+    return f'the numerics part has the gap\'s sign and excludes 0 ({n}){where}'
   if d['numerics_opposite']:
-    return f'the numerics part has the opposite sign ({n})'
-  return f'the numerics part\'s 95% CI {n} includes 0'
+    return f'the numerics part has the opposite sign ({n}){where}'
+  return f'the numerics part\'s 95% CI {n} includes 0{where}'
+
+
+def interaction_state(d):
+  """The interaction N_A − N_B in words when its 95% CI excludes 0, else ''."""
+  if not d.get('interaction_shown'):
+    return ''
+  a, b = d['platforms']
+  return (f'the numerics part differs between the platforms (N_A − N_B '
+          f'{signed(d["N_interaction"])} {interval(d["N_interaction_ci_low"], d["N_interaction_ci_high"])}: '
+          f'{signed(d["N_A"])} on {a}, {signed(d["N_B"])} on {b}; N is their mean)')
+
+
+def carriers(d):
+  """What carries the residual R = fid_A − fid_B + P, in words: each part whose 95% CI excludes 0
+  (the emulation's fidelity on A or B, the platforms under the same emulated arithmetic, with the
+  interaction where P differs between the two arithmetics), else the largest part, not shown."""
+  (a, b), (ea, eb) = d['platforms'], d['profiles']
+  parts = (('fid_A', 1, f'{ea} not reproducing {a}\'s native arithmetic on {a} (fid_A'),
+           ('fid_B', -1, f'{eb} not reproducing {b}\'s native arithmetic on {b} (−fid_B'),
+           ('P', 1, f'the platforms under the same emulated arithmetic (P'))
+  text = lambda key, sign, name: (f'{name} {signed(sign * d[key])} '
+                                  f'{interval(*sorted([sign * d[key + "_ci_low"], sign * d[key + "_ci_high"]]))})')
+  found = [text(*p) for p in parts if d[p[0]] == d[p[0]]
+           and gap_verdict.shown(d[p[0] + '_ci_low'], d[p[0] + '_ci_high'])]
+  if found:
+    return 'carried by ' + ' and '.join(found)
+  known = [p for p in parts if d[p[0]] == d[p[0]]]
+  if not known:
+    return ''
+  key, sign, name = max(known, key=lambda p: abs(d[p[0]]))
+  return f'no part of it is shown; the largest is {text(key, sign, name)}'
 
 
 def residual_state(d, unit):
   m = d['margin']
+  carried = carriers(d)
   if d['residual_equivalent']:
     return (f'the residual lies within ±{m:g} {unit} (90% CI {interval(d["R_ci90_low"], d["R_ci90_high"])}, '
             f'TOST p {pval(d["R_tost_p"])})')
   if d['residual_shown']:
-    return f'a residual remains (95% CI {interval(d["R_ci_low"], d["R_ci_high"])} excludes 0)'
+    return (f'a residual remains (95% CI {interval(d["R_ci_low"], d["R_ci_high"])} excludes 0)'
+            + (f', {carried}' if carried else ''))
   if not m:
     return 'the residual cannot be shown within a margin (none given)'
   return (f'the residual is neither shown nor within ±{m:g} {unit} (90% CI '
-          f'{interval(d["R_ci90_low"], d["R_ci90_high"])})')
+          f'{interval(d["R_ci90_low"], d["R_ci90_high"])})' + (f'; {carried}' if carried else ''))
 
 
 def share_state(d):
@@ -70,24 +107,59 @@ def share_state(d):
   return f'the share\'s lower 95% bound is below the minimum {d["min_share"]:g}'
 
 
-def why(d, unit):
-  """Why the decomposition `d` (analysis/numbers/gap_verdict.py judge) got its verdict, in one sentence."""
-  m = d['margin']
+def holm_text(d):
+  """' (Holm over the 3 pairs compared)' for several pairs, '' for one."""
+  k = d.get('pairs_compared', 1)
+  return f', Holm over the {k} pairs compared' if k > 1 else ''
+
+
+def rank_text(d):
+  """The signed-rank test beside the t-interval: its p and the seeds' signs."""
+  k = d.get('pairs_compared', 1)
+  p = pval(d['G_signed_rank_p_holm'] if k > 1 else d['G_signed_rank_p'])
+  can = ('' if d['G_signed_rank_attainable'] * k < inference.ALPHA else
+         f'; at {d["seeds"]} seeds it cannot reach {inference.ALPHA:g}')
+  return (f'exact signed-rank p {p}{holm_text(d)}, {d["G_seeds_positive"]} of {d["seeds"]} '
+          f'seeds above 0 and {d["G_seeds_negative"]} below{can}')
+
+
+def gap_state(d, unit):
+  """Whether the gap is shown (paired t, with its Holm p over several pairs) and within ±m."""
+  m, k = d['margin'], d.get('pairs_compared', 1)
   g90 = interval(d['G_ci90_low'], d['G_ci90_high'])
   g95 = interval(d['G_ci_low'], d['G_ci_high'])
-  if d['verdict'] == 'no gap':
-    return (f'the native gap is not shown (95% CI {g95} includes 0) and lies within ±{m:g} {unit} '
-            f'(90% CI {g90}, TOST p {pval(d["G_tost_p"])})')
+  holm = (f'; paired-t p {pval(d["G_p_holm"])}{holm_text(d)}' if k > 1 else
+          ' includes 0' if not d['gap_shown'] else ' excludes 0')
+  shown = f'shown (95% CI {g95}{holm})'
+  if d['gap_equivalent']:
+    within = (f'lies within ±{m:g} {unit} (90% CI {g90}, TOST p {pval(d["G_tost_p_holm"])}'
+              f'{holm_text(d)})')
+    return f'the native gap is {"" if d["gap_shown"] else "not "}{shown} and {within}'
+  nor = f' ±{m:g} {unit} (90% CI {g90})' if m else ' a margin (none was given)'
+  if d['gap_shown']:
+    return f'the native gap is {shown} and not within{nor}'
+  return f'the native gap is neither {shown} nor within{nor}'
+
+
+def why(d, unit):
+  """Why the decomposition `d` (analysis/numbers/gap_verdict.py judge_family) got its verdict, in
+  one sentence: the gap's tests (t, signed rank, TOST), the split, what carries the residual, the
+  interaction and the numerics part's platforms."""
+  text = gap_state(d, unit)
+  if d['verdict'] == 'tests disagree' or d.get('rank_shown') != d['gap_shown']:
+    text += f'; {rank_text(d)}'
+  if d['verdict'] == 'tests disagree':
+    return text + ': the t-interval and the signed-rank test disagree on whether there is a gap'
   if d['verdict'] == 'gap within margin':
-    return (f'the native gap is shown (95% CI {g95} excludes 0) and lies within ±{m:g} {unit} '
-            f'(90% CI {g90}, TOST p {pval(d["G_tost_p"])}): a real gap, smaller than the margin')
-  if not d['gap_shown']:
-    within = f' nor within ±{m:g} {unit} (90% CI {g90})' if m else ' (and no margin was given)'
-    return f'the native gap is neither shown (95% CI {g95} includes 0){within}'
-  text = f'the native gap is shown (95% CI {g95}); {numerics_state(d)}'
+    return text + ': a real gap, smaller than the margin'
+  if d['verdict'] == 'no gap' or not d['gap_shown']:
+    return text
+  text += f'; {numerics_state(d)}'
   if d['numerics_shown']:
     text += f'; {share_state(d)}'
   text += f'; {residual_state(d, unit)}'
+  inter = interaction_state(d)
+  text += f'; {inter}' if inter else ''
   return text + (f' (open: {d["open"]})' if d['open'] else '')
 
 
@@ -104,42 +176,56 @@ def share_line(d):
 
 
 def seeds_line(d, unit):
-  """The seeds (per arm) each part of a decisive answer needs at the observed per-seed sds."""
-  m = f'±{d["margin"]:g} {unit}' if d['margin'] else ''
-  names = {'gap nonzero': f'gap ≠ 0 (at {signed(d["G"])})',
-           'numerics part nonzero': f'numerics part ≠ 0 (at {signed(d["N"])})',
-           'gap within margin': f'gap within {m} (true 0)',
-           'residual within margin': f'residual within {m} (true 0)'}
-  parts = [f'{names[q]} {n}' for q, n in d['seeds_needed'].items()]
+  """The seeds (per arm) each part of a decisive answer needs at the observed per-seed sds, each at
+  the margin (the smallest effect of interest); without a margin, why none is given."""
+  if not d['margin']:
+    return ('seeds for 80% power: none computed (no margin, so no smallest effect of interest to '
+            'power)')
+  m = f'±{d["margin"]:g} {unit}'
+  names = {'gap nonzero': f'a gap of {m} shown ≠ 0', 'numerics part nonzero':
+           f'a numerics part of {m} shown ≠ 0', 'gap within margin': f'a gap of 0 shown within {m}',
+           'residual within margin': f'a residual of 0 shown within {m}'}
+  parts = [f'{names[q]}: {n}' for q, n in d['seeds_needed'].items()]
   return (f'seeds for 80% power (α = {inference.ALPHA:g}, paired t at the observed sd of each '
-          f'per-seed component; now {d["seeds"]}): ' + ', '.join(parts))
+          f'per-seed component, at the margin, the smallest effect of interest; now '
+          f'{d["seeds"]}): ' + ', '.join(parts))
 
 
 def cross_check_line(d, unit):
-  """The mixed model's G, N and R over the same cells (a named cross-check, not the estimator)."""
+  """The mixed model's G, N and R over the same cells with the estimate's own definitions (a named
+  cross-check, not the estimator); a key it cannot define the same way says so."""
   c = d['cross_check']
   if not c.get('G'):
     return 'cross-check (mixed model over the same cells): fit failed'
   parts = [f'{k} {signed(c[k]["estimate"])} {interval(c[k]["ci_low"], c[k]["ci_high"])}'
-           for k in ('G', 'N', 'R') if c.get(k)]
-  return (f'cross-check, {c["method"].split(" (")[0]} over the same cells (one residual variance '
-          f'for every cell): ' + ', '.join(parts) + f' {unit}')
+           if 'estimate' in c[k] else f'{k}: {c[k]["note"]}' for k in ('G', 'N', 'R') if c.get(k)]
+  same = f' (N from {d["N_only"]} only, as the estimate)' if d.get('N_only') else ''
+  return (f'cross-check, {c["method"].split(" (")[0]} over the same cells{same} (one residual '
+          f'variance for every cell): ' + ', '.join(parts) + f' {unit}')
 
 
 def decomposition_lines(d, table, unit):
   """Markdown lines of one gap's decomposition: table, verdict with why, share, seeds, check."""
+  seeds = seed_text(pd.Series(d['seed_list'], dtype=object))
   return [tables.markdown(component_rows(table, d['gap'], unit, d['margin'])).rstrip('\n'), '',
           f'**{d["gap"].replace(" - ", " − ")}: {d["verdict"]}** — {why(d, unit)}.',
           f'Signed-rank p of the gap {pval(d["G_signed_rank_p"])} ({d["G_signed_rank_method"]}); '
-          f'd_z {num(d["G_d_z"])}; seeds used {d["seeds"]}.',
+          f'd_z {num(d["G_d_z"])}; seeds used {d["seeds"]} ({seeds}).',
           f'{share_line(d)}; {seeds_line(d, unit)}.', f'{cross_check_line(d, unit)}.']
 
 
 def noise_text(out):
-  """The noise floor lines, one per platform, or why there is none."""
+  """The noise floor in one sentence, each platform's number after the definition, or why there
+  is none."""
   if not out.noise:
     return 'noise floor unavailable: no --noise-arm given, or it shares < 2 seeds with its base arm'
-  return '; '.join(f'{p}: {f["text"]}' if p else f['text'] for p, f in out.noise.items())
+  floors = list(out.noise.items())
+  whats = {f['what'] for _, f in floors}
+  what = next(iter(whats)) if len(whats) == 1 else 'the noise arm − the arm it perturbs'
+  per = ', '.join(f'{p + " " if p else ""}±{f["half"]:.3f} {out.unit} (sd {f["sd"]:.3f}, '
+                  f'{f["n"]} seeds)' for p, f in floors)
+  return (f'noise floor (95% half-width of the mean paired difference {what}, '
+          f't(0.975, n − 1) × sd / √n over the n seeds both ran): {per}')
 
 
 def render(out):
@@ -173,13 +259,25 @@ def render(out):
   return '\n'.join(lines)
 
 
+def pairs_line(out):
+  """Which platform pairs are decomposed, where they came from and how they enter the tests."""
+  pairs = ', '.join(d['gap'].replace(' - ', ' − ') for d in out.decomposition)
+  source = {'compare': 'declared (compare)', '--compare': 'from --compare (exploratory)'}.get(
+      out.compare_flag, 'every pair of the platforms run (none declared), tpu before gpu before cpu')
+  holm = (f'; each pair\'s gap tests (paired t, TOST, signed rank) Holm-adjusted over the '
+          f'{len(out.decomposition)} pairs' if len(out.decomposition) > 1 else '')
+  left = f'; left out: {out.pairs_note}' if out.pairs_note else ''
+  return f'Platform pairs (G = A − B): {pairs}, {source}{holm}{left}.'
+
+
 def gap_note(out):
-  """How the gap was measured (native arm, emulation per platform, the per-seed estimator), or why
-  not."""
+  """How the gap was measured (pairs, native arm, emulation per platform, the per-seed
+  estimator), or why not."""
   if out.native is None:
     return out.gap_note
   factor, level = out.native
-  return (f'native arm {factor}={level}; emulation of each platform\'s native arithmetic: '
+  return (pairs_line(out) + ' '
+          f'native arm {factor}={level}; emulation of each platform\'s native arithmetic: '
           + ', '.join(f'{p}={q}' for p, q in out.emulation.items())
           + '. Each component is a per-seed combination of the cells (platform, '
           f'{factor}) at the other factors\' reference levels, its mean with a t-interval over '

@@ -3,14 +3,14 @@ the setup, why each comparison got its verdict with its power, the arms, and the
 replicates, exclusions). Numbers and verdict categories come from analysis/numbers/stats.py (a
 pair's verdict: equivalent / different / inconclusive, see there) and analysis/numbers/answer.py.
 
-  text = render(out, 'md')        # or 'latex': the booktabs tables only, for \input
+  text = render(out, 'md')        # or 'latex': the booktabs tables only, for \\input
 """
 
 import sys
 
 from analysis.numbers import answer, gap_verdict, stats
 from analysis.numbers import inference as inf
-from analysis.words import summary, tables
+from analysis.words import summary, tables, variance_text
 from analysis.words.attribution_text import signed
 from analysis.words.summary import NOT_RECORDED, facts
 from analysis.words.tables import num, pval
@@ -173,6 +173,11 @@ def details(out):
   if out.contrasts is not None and not out.pairs.empty:
     parts.append(('All pairs (--all-pairs; Holm over all pairs, not the declared family)', '',
                   tables.display_pairs(out.pairs, out.unit)))
+  split = out.agreement.variance if out.agreement else None
+  if split is not None and not split.empty:
+    parts.append(('Where the variance between runs comes from',
+                  variance_text.CAPTION.format(unit=out.unit),
+                  variance_text.rows(split, out.unit, answer.labels(out))))
   return parts + [(heading, '', rows) for heading, rows in tables.detail_tables(out, table)]
 
 
@@ -195,7 +200,12 @@ def render(out, fmt):
   analysis.numbers.result.Analysis (analysis/answer.analyse)."""
   if fmt == 'latex':
     arms_cap, _ = tables.captions(out, judged(out)[0])
-    return summary.latex_tables(out) + tables.latex(tables.display_arms(out), arms_cap, 'tab:arms')
+    split = out.agreement.variance if out.agreement else None
+    extra = (tables.latex(variance_text.rows(split, out.unit, answer.labels(out)),
+                          variance_text.CAPTION.format(unit=out.unit), 'tab:variance')
+             if split is not None and not split.empty else '')
+    return (summary.latex_tables(out) + tables.latex(tables.display_arms(out), arms_cap, 'tab:arms')
+            + extra)
   answer_page = summary.answer_lines(out) + excluded_lines(out)
   parts = [f'# {title(out)}\n', '\n## Answer\n\n', '\n'.join(answer_page) + '\n',
            '\n## Setup\n\n', '\n'.join(setup_lines(out)) + '\n',

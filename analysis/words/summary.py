@@ -4,8 +4,11 @@ a confound), the gap decomposition when there are two platforms, the declared co
 the noise floor and the margin with one verdict each. Numbers from analysis/numbers/answer.py.
 """
 
-from analysis.numbers import answer, inference, stats
-from analysis.words import attribution_text, tables
+import pandas as pd
+
+from analysis.inputs.labels import seed_text
+from analysis.numbers import answer, gap, inference, stats
+from analysis.words import answer_sentence, attribution_text, tables, variance_text
 from analysis.words.attribution_text import interval, signed
 
 NOT_RECORDED = 'not recorded'
@@ -31,15 +34,26 @@ def setting(runs):
   return ', '.join(p for p in parts if NOT_RECORDED not in p)
 
 
+def compared(out):
+  """[(a, b)] of the platform pairs the study answers: its decomposition's (the declared compare,
+  --compare, or every pair), else every pair of its platforms (gap.default_pairs)."""
+  att = out.attribution
+  if att and att.decomposition:
+    return [tuple(d['platforms']) for d in att.decomposition]
+  return gap.default_pairs(out.software.platforms)
+
+
 def question(out):
-  """What the study asks, from its platforms and runs."""
+  """What the study asks, from its platform pairs (the first is the question) and runs."""
   platforms = sorted(out.software.platforms)
   metric = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
   n = sorted(set(out.arms['n']))
   info = out.arm_info
   arms = info['label'].nunique() if info is not None else len(out.arms)
-  ask = (f'Does training on {platforms[-1]} give the same {metric} as on {platforms[0]}, and which '
-         'numerical setting explains a difference?' if len(platforms) > 1 else
+  pairs = compared(out)
+  also = (f' Also compared: {answer.pairs_text(pairs[1:])}.' if len(pairs) > 1 else '')
+  ask = (f'Does training on {pairs[0][0]} give the same {metric} as on {pairs[0][1]}, and which '
+         f'numerical setting explains a difference?{also}' if len(platforms) > 1 else
          f'Which numerical setting changes {metric} on {platforms[0] if platforms else "this platform"}, '
          'beyond the noise floor?')
   what = ', '.join(p for p in (setting(out.runs), f'{arms} arms',
@@ -79,7 +93,8 @@ def gap_lines(out):
   if not att.decomposition:
     return [f'**Platform gap:** {att.gap_note}.', '']
   lines = ['**Platform gap** (per seed: native gap G = fid_A − fid_B + N + P, numerics part N, '
-           f'residual R = G − N; mean over seeds with a t-interval; α = {inference.ALPHA:g}):', '']
+           f'residual R = G − N; mean over seeds with a t-interval; α = {inference.ALPHA:g}). '
+           + attribution_text.pairs_line(att), '']
   for d in att.decomposition:
     lines += attribution_text.decomposition_lines(d, att.gap, out.unit) + ['']
   return lines
@@ -90,9 +105,14 @@ MAX_UNDECLARED_ROWS = 12
 
 
 def contrast_verdict(r, margin):
-  """'equivalent', 'different' or 'inconclusive: …' in a few words, from a contrast row."""
+  """The verdict in a few words, from a contrast row: 'within margin (a difference shown)',
+  'equivalent' (with the raw 95% CI's word where it excludes 0 and Holm does not), 'different',
+  'identical arithmetic (not tested)' or 'inconclusive: …'."""
+  if r['verdict'] == 'equivalent' and (r['ci95_low'] > 0 or r['ci95_high'] < 0):
+    return 'equivalent (its 95% CI excludes 0 before Holm, not after)'
   if r['verdict'] != 'inconclusive':
-    return r['verdict'] + (' (not tested)' if r['verdict'] == 'identical arithmetic' else '')
+    return r['verdict'] + {'identical arithmetic': ' (not tested)',
+                           'within margin': ' (a difference shown)'}.get(r['verdict'], '')
   low, high = r['ci90_low'] <= -margin, r['ci90_high'] >= margin
   if low or high:
     return f'inconclusive: 90% CI past {"±" if low and high else "−" if low else "+"}{margin:g}'
@@ -132,28 +152,43 @@ def contrast_lines(out):
            f'perturbs, at this study\'s seeds): {floors} {unit}' if floors else '; no noise floor')
   rule = (f'{head}{floor}; margin ±{m:g} {unit}. Verdicts: equivalent = Holm TOST p < '
           f'{inference.ALPHA:g} (90% CI inside ±{m:g}); different = Holm p < {inference.ALPHA:g} and '
-          '95% CI excluding 0 (on a lattice metric also the rank test); identical arithmetic = '
-          'equal effective numerics and every difference 0 (outside Holm); else inconclusive.')
+          '95% CI excluding 0 (on a lattice metric also the rank test); within margin = both: a '
+          'difference shown, inside the margin (as "gap within margin"); identical arithmetic = '
+          'equal effective numerics and every difference 0 (not tested, outside Holm); else '
+          'inconclusive.')
   if not ref and len(table) > MAX_UNDECLARED_ROWS:  # every pair of many arms: counts, not a page
     counts = table['verdict'].value_counts()
-    said = ', '.join(f'{counts.get(v, 0)} {v}' for v in ('equivalent', 'different', 'inconclusive'))
+    said = ', '.join(f'{counts.get(v, 0)} {v}' for v in stats.VERDICTS[1:])
     return [f'{rule} {said}; every pair is in "Comparisons: every test" below. Declare the '
             "study's contrasts (get_study() in the config file, or --study FILE) to have them "
             'answered here.']
   return [rule, '', tables.markdown(contrast_rows(out, table)).rstrip('\n')]
 
 
+def seeds_used(d, declared):
+  """'seeds 0–5' of a decomposition, or 'seeds 0 1 2 4 5 (5 of the 6 declared: 3 lacks a cell)'."""
+  used = [str(s) for s in d['seed_list']]
+  text = f'seeds {seed_text(pd.Series(d["seed_list"]))}'
+  if declared and set(map(str, declared)) - set(used):
+    left = [str(s) for s in declared if str(s) not in used]
+    text += (f' ({len(used)} of the {len(declared)} declared: {", ".join(left)} '
+             f'{"lacks" if len(left) == 1 else "lack"} a cell of the gap)')
+  return text
+
+
 def headline(out):
-  """'gpu − cpu: no gap (G +0.26 [-0.22, +0.75] pp); 13 contrasts: 13 equivalent' of one analysis."""
+  """'gpu − cpu: no gap (G +0.26 [-0.22, +0.75] pp, seeds 0–5); 13 contrasts: 13 equivalent' of one
+  analysis: each pair's verdict with the seeds its decomposition used."""
   parts = []
+  declared = out.scope.declared_seeds if out.scope else None
   for d in out.attribution.decomposition if out.attribution else []:
     parts.append(f'{d["gap"].replace(" - ", " − ")}: **{d["verdict"]}** (G {signed(d["G"])} '
-                 f'{interval(d["G_ci_low"], d["G_ci_high"])} {out.unit})')
+                 f'{interval(d["G_ci_low"], d["G_ci_high"])} {out.unit}, {seeds_used(d, declared)})')
   table = out.contrasts if out.contrasts is not None else out.pairs
   if table is not None and not table.empty:
     seen = table['verdict'].value_counts()
     parts.append(f'{stats.family_size(table)} contrasts tested: ' + ', '.join(
-        f'{seen[v]} {v}' for v in ('equivalent', 'different', 'inconclusive') if v in seen))
+        f'{seen[v]} {v}' for v in stats.VERDICTS[1:] if v in seen))
   return '; '.join(parts)
 
 
@@ -168,9 +203,13 @@ def scope_lines(out):
   lines = [f'**Exploratory** ({"; ".join(sc.deviations)}).']
   if out.confirmatory is not None:
     conf = out.confirmatory
-    lines.append(f'**Confirmatory answer** (declared seeds {conf.scope.analysed_seeds[0]}–'
-                 f'{conf.scope.analysed_seeds[-1]} at the declared ±{conf.margin:g} '
-                 f'{out.unit}): {headline(conf)}. The rest of this page is exploratory.')
+    pairs = conf.attribution.decomposition if conf.attribution else []
+    which = (f' and platform pairs {answer.pairs_text([d["platforms"] for d in pairs])}'
+             if pairs else '')
+    lines.append(f'**Confirmatory answer** (the declared seeds at the declared ±{conf.margin:g} '
+                 f'{out.unit}{which}): {headline(conf)}. The rest of this page is exploratory.')
+  elif sc.declared_seeds is None:
+    lines.append('No confirmatory answer: the study declares no seeds to re-analyse.')
   else:
     lines.append('No confirmatory answer: the declared seeds were not all run.')
   return [' '.join(lines), '']
@@ -179,8 +218,10 @@ def scope_lines(out):
 def answer_lines(out):
   """The one-page answer (Markdown lines) of an analysis.numbers.result.Analysis."""
   agreement = [] if not out.agreement else ['', out.agreement.summary]
-  return [question(out), '', *scope_lines(out), *software_lines(out), '', *gap_lines(out),
-          *contrast_lines(out), *agreement]
+  split = variance_text.first_page_line(out.agreement, out.unit, answer.labels(out))
+  return [question(out), '', answer_sentence.sentence(out), '', *scope_lines(out),
+          *software_lines(out), '', *gap_lines(out), *contrast_lines(out), *agreement,
+          *(['', *split] if split else [])]
 
 
 def latex_tables(out):

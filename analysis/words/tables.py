@@ -54,6 +54,9 @@ def display_pairs(pairs, unit):
       if r['equivalent'] != r['equivalent_raw'] else '')
   rows = []
   for _, r in pairs.iterrows():
+    if r['verdict'] == 'identical arithmetic':  # reported, not tested: no test column filled
+      rows.append(untested_row(r, unit))
+      continue
     rows.append({
         'A': r['arm_a'], 'B': r['arm_b'], 'verdict': r['verdict'],
         f'Δ A−B ({unit})': num(r['diff']),
@@ -66,6 +69,16 @@ def display_pairs(pairs, unit):
         'effect size': (f"d_z {num(r['d_z'])}" if r['paired'] else f"Hedges' g {num(r['hedges_g'])}"),
         'seeds 80% (Δ/eq.)': f'{r["n80_diff"]}/{r["n80_equiv"]}'})
   return rows
+
+
+def untested_row(r, unit):
+  """display_pairs' row of an identical-arithmetic pair: Δ and its CIs, every test 'not tested'."""
+  return {'A': r['arm_a'], 'B': r['arm_b'], 'verdict': r['verdict'], f'Δ A−B ({unit})': num(r['diff']),
+          '95% CI': f'[{num(r["ci95_low"])}, {num(r["ci95_high"])}]',
+          '90% CI': f'[{num(r["ci90_low"])}, {num(r["ci90_high"])}]',
+          'equiv. (Holm TOST)': 'not tested', 'TOST p': 'not tested', 'Welch p': 'not tested',
+          'paired p': 'not tested', 'rank test p (method)': 'not tested',
+          'effect size': 'not tested', 'seeds 80% (Δ/eq.)': '–'}
 
 
 def markdown(rows):
