@@ -83,7 +83,9 @@ def load(args):
   if args.runs:
     return (*results.load_study(args.runs, args.study), ' '.join(args.runs))
   declared = declaration.load(args.study) if args.study else {}
-  frame = stats.read_csv(args.csv, args.metric, args.seed_col, named_columns(args, declared))
+  frame = stats.read_csv(args.csv, args.metric, args.seed_col, named_columns(args, declared),
+                         scale=args.scale)
+  declaration.check_levels(declared, frame, args.study)
   return frame, frame.iloc[:0][['run']], declared, args.csv
 
 

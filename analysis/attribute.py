@@ -55,7 +55,7 @@ def parse_args(argv):
   p.add_argument('--noise-arm', nargs='+', default=[], help='factor=level: the noise-control arm')
   p.add_argument('--noise-of', nargs='+', default=[],
                  help='factor=level: the arm the noise arm perturbs (default: the reference arm)')
-  p.add_argument('--min-share', type=float, default=None,
+  p.add_argument('--min-share', type=cli.share_flag, default=None,
                  help='share of the gap the numerics part must reach (lower 95%% bound) for '
                       f'"explained by numerics" (default {gap_verdict.MIN_SHARE:g})')
   p.add_argument('--native', nargs='+', default=[], help='factor=level of the native arm')

@@ -28,16 +28,24 @@ class Parser(argparse.ArgumentParser):
     fail(f'{message}; see --help')
 
 
-def margin_flag(text):
-  """argparse type of --margin: the number in `text`, refused as declaration.margin_problem says."""
-  try:
-    value = float(text)
-  except ValueError:
-    value = text
-  problem = declaration.margin_problem(value)
-  if problem:
-    raise argparse.ArgumentTypeError(problem)
-  return value
+def number_flag(problem_of):
+  """An argparse type: the number in the text (kept as text when it is none), refused with the
+  one line `problem_of(value)` gives (None: a usable value)."""
+  def parse(text):
+    try:
+      value = float(text)
+    except ValueError:
+      value = text
+    problem = problem_of(value)
+    if problem:
+      raise argparse.ArgumentTypeError(problem)
+    return value
+  return parse
+
+
+# --margin (declaration.margin_problem) and --min-share (declaration.share_problem: in (0, 1])
+margin_flag = number_flag(declaration.margin_problem)
+share_flag = number_flag(declaration.share_problem)
 
 
 def add_margin_argument(parser, help_text):
