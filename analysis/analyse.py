@@ -18,7 +18,10 @@ report_variance.csv where they have rows, figures/churn_ladder.*); a table witho
 (report_pairs.csv when only the declared contrasts are tested) is not written, and a line on stderr
 says so. The LaTeX tables' labels carry the source's name (tab:digits-h100-cpu-contrasts), so that
 the report.tex of two studies can be \\input into one paper. Bad input: `error: ...` lines (the last
-one too), exit code 2, nothing written; output prints under any locale (analysis/cli.py).
+one too), exit code 2, nothing written; output prints under any locale (analysis/cli.py). The files
+are written into a staging folder and moved into place when all are written, under a lock on --out
+(analysis/output.py): a second analysis on the same --out is refused in one line while the first
+runs, and a failed write (a full disk: exit 1, one line) leaves the previous report whole.
 """
 
 import os
@@ -27,7 +30,7 @@ import sys
 
 import pandas as pd
 
-from analysis import attribute, cli
+from analysis import attribute, cli, output
 from analysis.figures import churn_ladder, study_figures
 from analysis.inputs import declaration, results
 from analysis.numbers import answer, stats
@@ -152,14 +155,21 @@ def write_agreement(section, out_dir):
   return paths
 
 
-def publish(out, hist, fmt='md', out_dir=None):
+def publish(out, hist, fmt='md', out_dir=None, dest=None):
   """Warn of arms with n < 2, print the report in `fmt` and, with out_dir, write every file into
-  it (write); returns the paths written."""
+  it (write), all at once and under its lock (analysis/output.py; `dest`: its Destination, already
+  held); returns the paths written. output.Busy / output.WriteFailed (ValueErrors, one line) when
+  another command holds out_dir or a write fails: the previous report is then whole."""
   for arm in out.small['arm']:
     print(f'warning: arm {arm!r} has n < 2 completed runs: reported, its tests skipped',
           file=sys.stderr)
   text = report.write_report(out, fmt) if fmt == 'csv' else report.write_text(render(out, fmt))
-  return write(out, hist, out_dir, {fmt: text}) if out_dir else []
+  if not out_dir:
+    return []
+  if dest is None:
+    with output.Destination(out_dir) as held:
+      return held.write(lambda folder: write(out, hist, folder, {fmt: text}))
+  return dest.write(lambda folder: write(out, hist, folder, {fmt: text}))
 
 
 def analyse(args):
@@ -176,10 +186,12 @@ def main(argv=None):
   args = parse_args(argv)
   try:
     cli.check_out_folder(args.out)
-    out, hist = analyse(args)
   except ValueError as e:
     cli.fail(e)
-  for path in publish(out, hist, args.format, args.out):
+  with cli.destination(args.out) as dest:  # --out locked before any compute, written at once
+    out, hist = analyse(args)
+    written = publish(out, hist, args.format, args.out, dest)
+  for path in written:
     print(f'wrote {path}', file=sys.stderr)
 
 

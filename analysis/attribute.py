@@ -8,7 +8,8 @@ tables and figures.
 
 With --out DIR: attribution.csv (exact columns), attribution.md, and with a platform gap
 attribution_gap.csv and attribution_decomposition.csv; the forest plot and the gap figure
-(analysis/figures/forest.py). Bad input: one `error: ...` line, exit code 2, nothing written.
+(analysis/figures/forest.py), written at once under a lock on --out (analysis/output.py). Bad
+input: one `error: ...` line, exit code 2, nothing written.
 """
 
 import os
@@ -77,16 +78,18 @@ def main(argv=None):
   args = parse_args(argv)
   try:
     cli.check_out_folder(args.out)
+  except ValueError as e:
+    cli.fail(e)
+  with cli.destination(args.out) as dest:  # locked, written at once (analysis/output.py)
     frame = (results.load_runs(args.runs) if args.runs else
              stats.read_csv(args.csv, args.metric, args.seed_col, named_columns(args), True))
     out = attribution.run(frame, args.factors, args.metric, args.seed_col, args.reference,
                           args.interactions, args.margin, args.noise_arm, args.native,
                           args.platform_profile, ' '.join(args.runs or [args.csv]),
                           noise_of=args.noise_of, min_share=args.min_share)
-  except ValueError as e:
-    cli.fail(e)
-  print(attribution_text.render(out))
-  for path in write(out, args.out) if args.out else []:
+    print(attribution_text.render(out))
+    written = dest.write(lambda folder: write(out, folder)) if dest else []
+  for path in written:
     print(f'wrote {path}')
 
 

@@ -8,17 +8,40 @@ analysis.export): bad input as `error: ...` lines on stderr with exit code 2 and
 """
 
 import argparse
+import contextlib
 import os
 import sys
 
+from analysis import output
 from analysis.inputs import declaration
 
 
-def fail(message):
-  """Print each line of `message` as 'error: LINE' on stderr (the last line is one too) and exit 2."""
+def fail(message, code=2):
+  """Print each line of `message` as 'error: LINE' on stderr (the last line is one too) and exit
+  `code` (2: bad input; 1: the output could not be written, output.WriteFailed)."""
   for line in str(message).splitlines() or ['']:
     print(f'error: {line}', file=sys.stderr)
-  sys.exit(2)
+  sys.exit(code)
+
+
+@contextlib.contextmanager
+def destination(target, folder=True, flag='--out'):
+  """analysis/output.py's Destination of `target`, held while inside (None when `target` is
+  None: the command writes nothing); refused in one line (fail) when another command holds it or
+  it cannot be written. Inside, a ValueError is one line, exit 2, and a WriteFailed one, exit 1:
+  nothing is written either way."""
+  dest = None
+  try:
+    if target:
+      dest = output.Destination(target, folder, flag).__enter__()
+    yield dest
+  except output.WriteFailed as e:
+    fail(e, code=1)
+  except ValueError as e:
+    fail(e)
+  finally:
+    if dest is not None:
+      dest.__exit__(None, None, None)
 
 
 class Parser(argparse.ArgumentParser):
