@@ -63,7 +63,7 @@ def parse_args(argv):
   p.add_argument('--seed-col', default=None,
                  help="column holding each run's seed (default 'seed' when present; without one "
                       'every row is its own run, unpaired)')
-  p.add_argument('--scale', type=float, default=None,
+  p.add_argument('--scale', type=cli.scale_flag, default=None,
                  help='multiply the metric by this (default: 100 for accuracies in [0, 1])')
   p.add_argument('--format', choices=('md', 'latex', 'csv'), default='md',
                  help='what is printed (with --out every format is written)')

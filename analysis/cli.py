@@ -66,9 +66,19 @@ def number_flag(problem_of):
   return parse
 
 
-# --margin (declaration.margin_problem) and --min-share (declaration.share_problem: in (0, 1])
+def factor_problem(value):
+  """Why `value` is not a --scale factor: a finite number above 0 (0 or -100 turn every accuracy
+  into 0 or its negative; inf and nan into no number)."""
+  real = isinstance(value, float) and value == value and 0 < value < float('inf')
+  return None if real else (f'{value!r} is not a factor; give a positive number, e.g. 100 '
+                            '(fractions to percent) or 1 (already in percent)')
+
+
+# --margin (declaration.margin_problem), --min-share (declaration.share_problem: in (0, 1]),
+# --scale (factor_problem)
 margin_flag = number_flag(declaration.margin_problem)
 share_flag = number_flag(declaration.share_problem)
+scale_flag = number_flag(factor_problem)
 
 
 def add_margin_argument(parser, help_text):

@@ -46,13 +46,13 @@ TIERS = {
                     'test_loss.py', 'test_lowering.py', 'test_memory_checks.py', 'test_model.py',
                     'test_numerics.py', 'test_optim.py', 'test_pool.py', 'test_profiles.py',
                     'test_cpu_platform.py', 'test_hostile_analysis.py', 'test_run_predictions.py',
-                    'test_run_identity.py'),
+                    'test_run_identity.py', 'test_hostile_pass36.py'),
     'e2e': ('test_benchmarks.py', 'test_celeba.py', 'test_cli.py', 'test_divergence.py',
             'test_faults_resume.py', 'test_faults_stop.py', 'test_faults_workdir.py',
             'test_gpu_evidence.py', 'test_multihost.py', 'test_newcomer.py', 'test_pretrained.py',
             'test_reliability.py', 'test_sweep.py', 'test_sweep_quoting.py', 'test_train.py',
             'test_predictions.py', 'test_inputs.py', 'test_first_hour.py',
-            'test_report_output.py'),
+            'test_report_output.py', 'test_train_inputs.py'),
     'gpu': ('gpu/test_gpu_tier.py',),
 }
 TESTS = pathlib.Path(__file__).resolve().parent

@@ -307,10 +307,21 @@ def from_config(spec):
   return check(normalise(declared), f'{spec} get_study()')
 
 
+def unique_keys(pairs):
+  """json's object_pairs_hook: the object, a key given twice refused (json keeps the last)."""
+  keys = [k for k, _ in pairs]
+  twice = [k for k in dict.fromkeys(keys) if keys.count(k) > 1]
+  if twice:
+    raise ValueError(f'the key {twice[0]!r} is given twice; give it once')
+  return dict(pairs)
+
+
 def read_file(path):
-  """A declaration written as JSON (a root's STUDY_FILE)."""
+  """A declaration written as JSON (a root's STUDY_FILE; a UTF-8 byte-order mark is read past, a
+  key given twice refused)."""
   try:
-    declared = json.loads(epath.Path(path).read_bytes().decode('utf-8'))
+    declared = json.loads(epath.Path(path).read_bytes().decode('utf-8-sig'),
+                          object_pairs_hook=unique_keys)
   except (OSError, ValueError) as e:
     raise ValueError(f'--study: cannot read {path} as a study declaration ({e}); give a '
                      f'{STUDY_FILE} or a config file with get_study()') from None

@@ -14,7 +14,8 @@ pair one model's accuracy with another model's predictions. A run left out says 
   NO_STEP        its results name no step
   DAMAGED        the item at its step cannot be read (a truncated or missing file: Orbax's error
                  in the reason), or does not hold the arrays its task needs, of one length, the
-                 test split's size (data.test_size) where the record gives it
+                 test split's size (data.test_size) and fingerprint (data.split_fingerprint)
+                 where the record gives them
 
 Only these sections leave the run out: its accuracy, the tests and the verdict keep it.
 """
@@ -46,9 +47,10 @@ def known(value):
   return int(value)
 
 
-def item_problem(pred, test_size=None):
+def item_problem(pred, test_size=None, fingerprint=None):
   """Why the predictions item `pred` cannot be compared example by example (None: it can): its
-  task's arrays (predictions.KEYS) present, of one length, that length the test split's size."""
+  task's arrays (predictions.KEYS) present, of one length, that length the test split's size, its
+  test split the record's (`fingerprint`: data.split_fingerprint; None: not recorded)."""
   task = pred.get('task')
   if task not in predictions.KEYS:
     return f'task {task!r} is neither of {", ".join(predictions.KEYS)}'
@@ -61,6 +63,9 @@ def item_problem(pred, test_size=None):
   n = next(iter(lengths.values()))
   if test_size is not None and n != test_size:
     return f'{n} examples, the test split has {test_size}'
+  saved = str(pred.get('fingerprint') or '')
+  if fingerprint and saved and saved != str(fingerprint):
+    return f'the predictions of test split {saved}, the results of {fingerprint}'
   return None
 
 
@@ -98,10 +103,12 @@ def quiet_failed_reads(run):
   sys.unraisablehook = hook
 
 
-def read(run, step, test_size=None):
+def read(run, step, test_size=None, fingerprint=None):
   """(predictions dict, None) of run folder `run` at checkpoint `step` (its results' step), or
-  (None, reason): see the module doc. `test_size`: data.test_size of its record (None: unknown)."""
+  (None, reason): see the module doc. `test_size`, `fingerprint`: data.test_size and
+  data.split_fingerprint of its record (None: unknown)."""
   step, test_size = known(step), known(test_size)
+  fingerprint = None if fingerprint is None or fingerprint != fingerprint else fingerprint
   if step is None:
     return None, NO_STEP
   try:
@@ -118,5 +125,5 @@ def read(run, step, test_size=None):
     quiet_failed_reads(run)
     first = (str(e).strip().splitlines() or [''])[0][:200]
     return None, f'{DAMAGED} (step {step}: {type(e).__name__}: {first})'
-  problem = item_problem(pred, test_size)
+  problem = item_problem(pred, test_size, fingerprint)
   return (None, f'{DAMAGED} (step {step}: {problem})') if problem else (pred, None)

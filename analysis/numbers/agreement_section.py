@@ -25,7 +25,8 @@ from analysis.numbers import agreement, agreement_pairs, calibration, per_class,
 
 def read_run_predictions(row):
   """(predictions, None) or (None, why) of a runs-table row: its run folder at its step."""
-  return run_predictions.read(row['run'], row.get('step'), row.get('data.test_size'))
+  return run_predictions.read(row['run'], row.get('step'), row.get('data.test_size'),
+                              row.get('data.split_fingerprint'))
 
 
 def loaded(load):
