@@ -20,8 +20,8 @@ read (`upgrade`): the `emulate` shorthand becomes the per-kind formats it stood 
 (numerics/profiles.py upgrade).
 
 Record fields: `schema` (RECORD_SCHEMA; absent in records written before it existed, which read
-the same), `run_id` (the run's identity, `new_run_id`: made when the run starts, kept by every
-resume, exported with the run; absent before schema 4: `run_identity`), `status` ('running' | 'completed' | 'failed'), `reason`, `seed`, `init_seed` and
+the same), `run_id` (`new_run_id`, made when the run starts, kept by every resume; absent before
+schema 4), `status` ('running' | 'completed' | 'failed'), `reason`, `seed`, `init_seed` and
 `data_seed` (what the initial weights and the data order came from: `seed` unless set apart;
 absent in older records, whose rows read `seed` for both), `platform`,
 `device_kind`, `cpu_model`, `cpu_isa` and `xla_cpu_isa` (CPU_FACTS: a CPU run's processor, its
@@ -37,11 +37,8 @@ of the state saved beside this record, trainer/checkpointing.py; checked on rest
 changed the layout, which needs --allow_layout_change; the top-level facts are the last segment's;
 each segment holds the CPU facts of its session too: `platform_identity` reads them).
 
-A run is one run however it is reached: `run_identity` is its recorded `run_id`, and for a record
-written before ids existed a digest of the record's whole content (a copy of such a run is the
-same run; two distinct runs never share a record: their wall times, digests and histories differ).
-The analysis (analysis/inputs/results.py) counts a run met twice (a bind mount, a copy, two roots,
-an export beside its folders) once, and refuses one id holding two different records.
+A run is one run however it is reached (analysis/inputs/results.py): `run_identity` is its
+`run_id`, or for a record written before ids existed a digest of the record's whole content.
 
 A saved run is continued only by "the same run": the same config (`config_differences`), the same
 data (`data_differences`: files, split, resolution, class count) and, unless explicitly allowed,
