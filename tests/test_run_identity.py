@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 
 import pandas as pd
 import pytest
@@ -27,7 +28,7 @@ def plant(root, seeds=(0, 1, 2), with_ids=True):
       results = fake_results(seed, 0.8 + 0.001 * seed + 0.01 * (dtype == 'bfloat16'), dtype=dtype)
       results['wall_time_s'] = 10.0 + seed + (dtype == 'bfloat16')  # runs differ, as real ones do
       if with_ids:
-        results['run_id'] = record.new_run_id()
+        results['run_id'] = uuid.uuid4().hex  # as record.new_run_id makes it
       record.write_results(f'{root}/{dtype}/s{seed}', results)
   return str(root)
 

@@ -118,13 +118,13 @@ def test_set_problems(frame):
   if not fields or done.empty:
     return []
   config = data_config_columns(done)
-  text = done[fields].astype(str).where(done[fields].notna())
-  groups = (text.groupby([done[c].astype(str) for c in config], dropna=False, observed=True)
-            if config else text.groupby(pd.Series(0, index=done.index)))
+  groups = (done.groupby(config, dropna=False, observed=True, sort=False)[fields] if config else
+            done[fields].groupby(pd.Series(0, index=done.index)))
   counts = groups.nunique()
   lines = []
   for key in counts.index[(counts > 1).any(axis=1)]:
-    rows = text.loc[groups.groups[key]]
+    rows = done.loc[groups.groups[key], fields]
+    rows = rows.astype(str).where(rows.notna())
     for field in [f for f in fields if counts.loc[key, f] > 1]:
       values = rows[field].dropna()
       shown = ', '.join(f'{v!r} ({(values == v).sum()} runs, e.g. {run_name(done, values.index[values == v][0])})'

@@ -23,18 +23,17 @@ from analysis.inputs import run_predictions
 from analysis.numbers import agreement, agreement_pairs, calibration, per_class, result, variance
 
 
-def read_run_predictions(row):
-  """(predictions, None) or (None, why) of a runs-table row: its run folder at its step."""
-  return run_predictions.read(row['run'], row.get('step'), row.get('data.test_size'),
-                              row.get('data.split_fingerprint'))
+def read_run_predictions(runs):
+  """[(predictions, None) or (None, why)] of each run of `runs`: its run folder at its step."""
+  column = lambda name: runs[name] if name in runs else [None] * len(runs)
+  return [run_predictions.read(*row) for row in zip(
+      runs['run'], column('step'), column('data.test_size'), column('data.split_fingerprint'))]
 
 
-def loaded(load):
-  """A row reader from `load` (run folder -> predictions dict or None; tests, a CSV)."""
-  def read(row):
-    pred = load(row['run'])
-    return (pred, None) if pred is not None else (None, run_predictions.NONE_SAVED)
-  return read
+def loaded(runs, load):
+  """The same from `load` (run folder -> predictions dict or None; tests, a CSV)."""
+  return [(pred, None) if pred is not None else (None, run_predictions.NONE_SAVED)
+          for pred in map(load, runs['run'])]
 
 
 def unit_seed(row, columns):
@@ -48,9 +47,8 @@ def load_entries(runs, load=None):
   """([{run, arm, seed, platform, pred, init, data}] of the runs with predictions, [(run, why) of
   the runs without]); init and data: the recorded init and data-order seeds (None when not
   recorded). `load`: run folder -> predictions or None (default: read_run_predictions)."""
-  read = loaded(load) if load else read_run_predictions
   columns = variance.seed_columns(runs)
-  got = [read(row) for _, row in runs.iterrows()]
+  got = loaded(runs, load) if load else read_run_predictions(runs)
   preds = [pred for pred, _ in got]
   missing = [(run, why) for run, (pred, why) in zip(runs['run'], got) if pred is None]
   entries = []
