@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 import time
 import uuid
 
@@ -67,6 +68,9 @@ def _lock(path, flag, target):
       raise Busy(f'{flag} {target}: another analysis is writing it (pid {who.get("pid", "?")} on '
                  f'{who.get("host", "?")}, started {who.get("started", "?")}): wait for it to '
                  f'finish, or give another {flag}') from None
+    except OSError as e:  # a file system without locks (ENOLCK on some NFS mounts)
+      print(f'note: {flag} {target}: this file system cannot lock ({e.strerror}): written without '
+            'a lock (still staged and moved into place at once)', file=sys.stderr)
     try:
       same = os.fstat(fd).st_ino == os.stat(path).st_ino
     except FileNotFoundError:

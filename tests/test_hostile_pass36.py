@@ -213,3 +213,17 @@ def test_a_completed_run_is_not_refused_on_another_identity(tmp_path):
     def restore(self, step, args=None):
       return {record.RESULTS_ITEM: saved}
   assert resume.check_workdir_run(Manager(), str(tmp_path), config, False, None, facts) is not None
+
+
+def test_a_file_system_without_locks_still_gets_its_report(tmp_path, capsys, monkeypatch):
+  """Some NFS mounts refuse flock (ENOLCK): the report is still staged and moved into place, with
+  a note, rather than refused."""
+  import errno  # pylint: disable=import-outside-toplevel
+  import fcntl  # pylint: disable=import-outside-toplevel
+
+  def no_locks(fd, how):
+    raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+  monkeypatch.setattr(fcntl, 'flock', no_locks)
+  analyse.main(['--csv', runs_csv(tmp_path / 'a.csv'), '--out', str(tmp_path / 'out')])
+  assert 'this file system cannot lock (No locks available)' in capsys.readouterr().err
+  assert (tmp_path / 'out' / 'report.md').exists() and output.LOCK not in os.listdir(tmp_path / 'out')
