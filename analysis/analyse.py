@@ -18,7 +18,10 @@ report_variance.csv where they have rows, figures/churn_ladder.*); a table witho
 (report_pairs.csv when only the declared contrasts are tested) is not written, and a line on stderr
 says so. The LaTeX tables' labels carry the source's name (tab:digits-h100-cpu-contrasts), so that
 the report.tex of two studies can be \\input into one paper. Bad input: `error: ...` lines (the last
-one too), exit code 2, nothing written; output prints under any locale (analysis/cli.py).
+one too), exit code 2, nothing written; output prints under any locale (analysis/cli.py). The files
+are written into a staging folder and moved into place when all are written, under a lock on --out
+(analysis/output.py): a second analysis on the same --out is refused in one line while the first
+runs, and a failed write (a full disk: exit 1, one line) leaves the previous report whole.
 """
 
 import os
@@ -27,7 +30,7 @@ import sys
 
 import pandas as pd
 
-from analysis import attribute, cli
+from analysis import attribute, cli, output
 from analysis.figures import churn_ladder, naming, study_figures
 from analysis.inputs import declaration, results
 from analysis.numbers import answer, stats
@@ -61,7 +64,7 @@ def parse_args(argv):
   p.add_argument('--seed-col', default=None,
                  help="column holding each run's seed (default 'seed' when present; without one "
                       'every row is its own run, unpaired)')
-  p.add_argument('--scale', type=float, default=None,
+  p.add_argument('--scale', type=cli.scale_flag, default=None,
                  help='multiply the metric by this (default: 100 for accuracies in [0, 1])')
   p.add_argument('--format', choices=('md', 'latex', 'csv'), default='md',
                  help='what is printed (with --out every format is written)')
@@ -84,7 +87,9 @@ def load(args):
   if args.runs:
     return (*results.load_study(args.runs, args.study), ' '.join(args.runs))
   declared = declaration.load(args.study) if args.study else {}
-  frame = stats.read_csv(args.csv, args.metric, args.seed_col, named_columns(args, declared))
+  frame = stats.read_csv(args.csv, args.metric, args.seed_col, named_columns(args, declared),
+                         scale=args.scale)
+  declaration.check_levels(declared, frame, args.study)
   return frame, frame.iloc[:0][['run']], declared, args.csv
 
 
@@ -153,14 +158,21 @@ def write_agreement(section, out_dir, context=None):
   return paths
 
 
-def publish(out, hist, fmt='md', out_dir=None):
+def publish(out, hist, fmt='md', out_dir=None, dest=None):
   """Warn of arms with n < 2, print the report in `fmt` and, with out_dir, write every file into
-  it (write); returns the paths written."""
+  it (write), all at once and under its lock (analysis/output.py; `dest`: its Destination, already
+  held); returns the paths written. output.Busy / output.WriteFailed (ValueErrors, one line) when
+  another command holds out_dir or a write fails: the previous report is then whole."""
   for arm in out.small['arm']:
     print(f'warning: arm {arm!r} has n < 2 completed runs: reported, its tests skipped',
           file=sys.stderr)
   text = report.write_report(out, fmt) if fmt == 'csv' else report.write_text(render(out, fmt))
-  return write(out, hist, out_dir, {fmt: text}) if out_dir else []
+  if not out_dir:
+    return []
+  if dest is None:
+    with output.Destination(out_dir) as held:
+      return held.write(lambda folder: write(out, hist, folder, {fmt: text}))
+  return dest.write(lambda folder: write(out, hist, folder, {fmt: text}))
 
 
 def analyse(args):
@@ -178,10 +190,12 @@ def main(argv=None):
   args = parse_args(argv)
   try:
     cli.check_out_folder(args.out)
-    out, hist = analyse(args)
   except ValueError as e:
     cli.fail(e)
-  for path in publish(out, hist, args.format, args.out):
+  with cli.destination(args.out) as dest:  # --out locked before any compute, written at once
+    out, hist = analyse(args)
+    written = publish(out, hist, args.format, args.out, dest)
+  for path in written:
     print(f'wrote {path}', file=sys.stderr)
 
 

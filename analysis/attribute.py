@@ -9,7 +9,8 @@ tables and figures.
 With --out DIR: attribution.csv (exact columns), attribution.md, and with a platform gap
 attribution_gap.csv and attribution_decomposition.csv (one row per platform pair, --compare A:B ...;
 default every pair, tpu − gpu first); the forest plot and the gap figure
-(analysis/figures/forest.py). Bad input: one `error: ...` line, exit code 2, nothing written.
+(analysis/figures/forest.py), written at once under a lock on --out (analysis/output.py). Bad
+input: one `error: ...` line, exit code 2, nothing written.
 """
 
 import os
@@ -56,7 +57,7 @@ def parse_args(argv):
   p.add_argument('--noise-arm', nargs='+', default=[], help='factor=level: the noise-control arm')
   p.add_argument('--noise-of', nargs='+', default=[],
                  help='factor=level: the arm the noise arm perturbs (default: the reference arm)')
-  p.add_argument('--min-share', type=float, default=None,
+  p.add_argument('--min-share', type=cli.share_flag, default=None,
                  help='share of the gap the numerics part must reach (lower 95%% bound) for '
                       f'"explained by numerics" (default {gap_verdict.MIN_SHARE:g})')
   p.add_argument('--native', nargs='+', default=[], help='factor=level of the native arm')
@@ -79,6 +80,9 @@ def main(argv=None):
   args = parse_args(argv)
   try:
     cli.check_out_folder(args.out)
+  except ValueError as e:
+    cli.fail(e)
+  with cli.destination(args.out) as dest:  # locked, written at once (analysis/output.py)
     frame = (results.load_runs(args.runs) if args.runs else
              stats.read_csv(args.csv, args.metric, args.seed_col, named_columns(args), True))
     out = attribution.run(frame, args.factors, args.metric, args.seed_col, args.reference,
@@ -86,10 +90,9 @@ def main(argv=None):
                           args.platform_profile, ' '.join(args.runs or [args.csv]),
                           noise_of=args.noise_of, min_share=args.min_share,
                           compare=declaration.parse_compare(args.compare), compare_flag='--compare')
-  except ValueError as e:
-    cli.fail(e)
-  print(attribution_text.render(out))
-  for path in write(out, args.out) if args.out else []:
+    print(attribution_text.render(out))
+    written = dest.write(lambda folder: write(out, folder)) if dest else []
+  for path in written:
     print(f'wrote {path}')
 
 

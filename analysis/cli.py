@@ -8,17 +8,40 @@ analysis.export): bad input as `error: ...` lines on stderr with exit code 2 and
 """
 
 import argparse
+import contextlib
 import os
 import sys
 
+from analysis import output
 from analysis.inputs import declaration
 
 
-def fail(message):
-  """Print each line of `message` as 'error: LINE' on stderr (the last line is one too) and exit 2."""
+def fail(message, code=2):
+  """Print each line of `message` as 'error: LINE' on stderr (the last line is one too) and exit
+  `code` (2: bad input; 1: the output could not be written, output.WriteFailed)."""
   for line in str(message).splitlines() or ['']:
     print(f'error: {line}', file=sys.stderr)
-  sys.exit(2)
+  sys.exit(code)
+
+
+@contextlib.contextmanager
+def destination(target, folder=True, flag='--out'):
+  """analysis/output.py's Destination of `target`, held while inside (None when `target` is
+  None: the command writes nothing); refused in one line (fail) when another command holds it or
+  it cannot be written. Inside, a ValueError is one line, exit 2, and a WriteFailed one, exit 1:
+  nothing is written either way."""
+  dest = None
+  try:
+    if target:
+      dest = output.Destination(target, folder, flag).__enter__()
+    yield dest
+  except output.WriteFailed as e:
+    fail(e, code=1)
+  except ValueError as e:
+    fail(e)
+  finally:
+    if dest is not None:
+      dest.__exit__(None, None, None)
 
 
 class Parser(argparse.ArgumentParser):
@@ -28,16 +51,34 @@ class Parser(argparse.ArgumentParser):
     fail(f'{message}; see --help')
 
 
-def margin_flag(text):
-  """argparse type of --margin: the number in `text`, refused as declaration.margin_problem says."""
-  try:
-    value = float(text)
-  except ValueError:
-    value = text
-  problem = declaration.margin_problem(value)
-  if problem:
-    raise argparse.ArgumentTypeError(problem)
-  return value
+def number_flag(problem_of):
+  """An argparse type: the number in the text (kept as text when it is none), refused with the
+  one line `problem_of(value)` gives (None: a usable value)."""
+  def parse(text):
+    try:
+      value = float(text)
+    except ValueError:
+      value = text
+    problem = problem_of(value)
+    if problem:
+      raise argparse.ArgumentTypeError(problem)
+    return value
+  return parse
+
+
+def factor_problem(value):
+  """Why `value` is not a --scale factor: a finite number above 0 (0 or -100 turn every accuracy
+  into 0 or its negative; inf and nan into no number)."""
+  real = isinstance(value, float) and value == value and 0 < value < float('inf')
+  return None if real else (f'{value!r} is not a factor; give a positive number, e.g. 100 '
+                            '(fractions to percent) or 1 (already in percent)')
+
+
+# --margin (declaration.margin_problem), --min-share (declaration.share_problem: in (0, 1]),
+# --scale (factor_problem)
+margin_flag = number_flag(declaration.margin_problem)
+share_flag = number_flag(declaration.share_problem)
+scale_flag = number_flag(factor_problem)
 
 
 def add_margin_argument(parser, help_text):

@@ -2,7 +2,8 @@
 
   python -m analysis.draw --runs ROOT [ROOT ...] --out FIGURES [--study FILE] [--margin 0.5]
 
-Bad input: one `error: ...` line, exit code 2, nothing drawn.
+Bad input: one `error: ...` line, exit code 2, nothing drawn. The figures are drawn into a staging
+folder and moved into place at once, under a lock on --out (analysis/output.py).
 """
 
 import argparse
@@ -31,13 +32,12 @@ def parse_args(argv):
 
 def main(argv=None):
   args = parse_args(argv)
-  try:
+  with cli.destination(args.out) as dest:  # locked, drawn at once (analysis/output.py)
     runs, hist, declared = results.load_study(args.runs, args.study)
     out = answer.analyse(runs, declared, args.group_by, args.metric, args.margin,
                          args.margin_reason)
-  except ValueError as e:
-    cli.fail(e)
-  for path in study_figures.make_all(out, hist, args.out):
+    written = dest.write(lambda folder: study_figures.make_all(out, hist, folder))
+  for path in written:
     print(path)
 
 

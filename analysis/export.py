@@ -8,6 +8,9 @@ no run fills; `run` is the run's path relative to the roots' common parent folde
 
 `--study` also writes the study's declaration beside the CSV (FILE.study.json), so that
 `python -m analysis.analyse --csv FILE.csv --study FILE.study.json` tests what the study declared.
+Both are written beside the CSV first and moved into place together, under a lock on the CSV
+(analysis/output.py): a failed export leaves the previous one whole. Each row carries its run's
+`run_id` (runrecord/record.py run_identity), so the same run met in two exports is one run.
 The CSV reads back (analysis.numbers.stats.read_csv) to the same tables as the runs it came from.
 """
 
@@ -31,7 +34,7 @@ def relative_runs(runs, roots):
 
 def export(roots):
   """The runs table of the roots as exported: empty columns dropped, runs relative."""
-  frame = results.load_runs(roots)
+  frame = results.load_runs(roots, checked=False)  # a copy of the table as it is
   frame = frame.dropna(axis=1, how='all')
   frame['run'] = relative_runs(frame['run'], roots)
   return frame
@@ -53,23 +56,28 @@ def parse_args(argv):
   return p.parse_args(argv)
 
 
+def write(frame, declared, folder, name):
+  """FOLDER/NAME (the CSV) and, with a declaration, its FILE.study.json; their paths."""
+  paths = [os.path.join(folder, name)]
+  frame.to_csv(paths[0], index=False, encoding='utf-8')
+  if declared:
+    paths.append(study_path(paths[0]))
+    with open(paths[1], 'w', encoding='utf-8') as f:
+      f.write(declaration.dumps(declared))
+  return paths
+
+
 def main(argv=None):
   cli.locale_proof()
   args = parse_args(argv)
-  try:
-    if not args.out.endswith('.csv'):
-      raise ValueError(f'--out={args.out}: give a .csv file name')
+  if not args.out.endswith('.csv') or os.path.isdir(args.out):
+    cli.fail(f'--out={args.out}: give a .csv file name')
+  with cli.destination(args.out, folder=False) as dest:  # locked, written at once (output.py)
     declared = declaration.load(args.study) if args.study else None
     frame = export(args.runs)
-  except ValueError as e:
-    cli.fail(e)
-  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  frame.to_csv(args.out, index=False, encoding='utf-8')
-  print(f'wrote {args.out}: {len(frame)} runs, {frame.shape[1]} columns')
-  if declared:
-    path = study_path(args.out)
-    with open(path, 'w', encoding='utf-8') as f:
-      f.write(declaration.dumps(declared))
+    written = dest.write(lambda folder: write(frame, declared, folder, os.path.basename(args.out)))
+  print(f'wrote {written[0]}: {len(frame)} runs, {frame.shape[1]} columns')
+  for path in written[1:]:
     print(f'wrote {path}')
 
 

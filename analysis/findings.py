@@ -13,6 +13,7 @@ with the README, so the README's numbers cannot drift from the data.
 
 import argparse
 import collections
+import os
 import sys
 
 import numpy as np
@@ -175,9 +176,15 @@ def main(argv=None):
   if not args.readme:
     sys.stdout.write(text)
     return
-  with open(args.readme, 'w', encoding='utf-8') as f:
-    f.write(new)
+  with cli.destination(args.readme, folder=False, flag='--readme') as dest:  # analysis/output.py
+    dest.write(lambda folder: [write_text(os.path.join(folder, os.path.basename(args.readme)), new)])
   print(f'wrote the section into {args.readme}')
+
+
+def write_text(path, text):
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write(text)
+  return path
 
 
 if __name__ == '__main__':

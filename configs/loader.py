@@ -31,8 +31,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def split_spec(spec):
-  """'configs/digits.py:cpu,seed=3' -> (absolute file path, 'cpu,seed=3')."""
-  path, _, arg = (spec or '').partition(':')
+  """'configs/digits.py:cpu,seed=3' -> (absolute file path, 'cpu,seed=3'). The file is the text
+  up to the first '.py:' (or all of it when it ends in '.py'), so a folder name may hold ':'."""
+  spec = spec or ''
+  cut = spec.find('.py:')
+  path, arg = (spec[:cut + 3], spec[cut + 4:]) if cut >= 0 else (spec, '')
   if not path.endswith('.py'):
     raise ValueError(f'--config={spec}: give a config file, e.g. --config=configs/digits.py:cpu')
   full = path if os.path.isabs(path) else os.path.abspath(path)
@@ -62,8 +65,21 @@ def load_module(path):
   return module
 
 
+def repeated(overrides):
+  """A one-line ValueError when a field is given twice among `overrides` ([(field, text)]): the
+  later would silently win (`--config.seed=1 ... --config.seed=2`)."""
+  seen = {}
+  for key, value in overrides:
+    if key in seen and seen[key] != value:
+      raise ValueError(f'--config.{key} is given twice ({seen[key]} and {value}): give it once')
+    seen[key] = value
+
+
 def load(spec, overrides=()):
-  """The ConfigDict of `spec` ('FILE[:ARG]') with `overrides` applied (module docstring)."""
+  """The ConfigDict of `spec` ('FILE[:ARG]') with `overrides` applied (module docstring); a field
+  given twice with two values is refused (`repeated`), here and after the colon."""
+  overrides = list(overrides)
+  repeated(overrides)
   path, arg = split_spec(spec)
   module = load_module(path)
   try:

@@ -155,9 +155,12 @@ def batches(lock, seed, start, stop):
 
 
 def arm_logits(lock, split, arm_id):
+  """The arm's logits of `split` in the batches the trainer's evaluation would use for it
+  (batching.eval_batch_size: the test split's are run.eval_batch's, hence its eval noise)."""
   arm = lock['arms'][arm_id]
-  return predict(lock['predicts'][arm['key']], lock['states'][arm_id], arm['seed'], split,
-                 arm['ctx'].config.eval_batch_size)
+  ctx = arm['ctx']
+  size = batching.eval_batch_size(len(split), ctx.config.eval_batch_size, ctx.mesh.devices.size)
+  return predict(lock['predicts'][arm['key']], lock['states'][arm_id], arm['seed'], split, size)
 
 
 def record(lock, step, probe, last_sums):

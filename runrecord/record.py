@@ -22,7 +22,8 @@ read (`upgrade`): the `emulate` shorthand becomes the per-kind formats it stood 
 (numerics/profiles.py upgrade).
 
 Record fields: `schema` (RECORD_SCHEMA; absent in records written before it existed, which read
-the same), `status` ('running' | 'completed' | 'failed'), `reason`, `seed`, `init_seed` and
+the same), `run_id` (`new_run_id`, made when the run starts, kept by every resume; absent before
+schema 4), `status` ('running' | 'completed' | 'failed'), `reason`, `seed`, `init_seed` and
 `data_seed` (what the initial weights and the data order came from: `seed` unless set apart;
 absent in older records, whose rows read `seed` for both), `platform`,
 `device_kind`, `cpu_model`, `cpu_isa` and `xla_cpu_isa` (CPU_FACTS: a CPU run's processor, its
@@ -35,7 +36,11 @@ the last log, for a bit-identical resume), `failed_step` (failed runs), `state_d
 of the state saved beside this record, trainer/checkpointing.py; checked on restore), `segments`
 (the stretches of steps the run trained on one device layout: `[{'start_step', 'stop_step',
 'platform', 'device_kind', 'num_devices', 'num_processes'}, ...]`; one segment unless a resume
-changed the layout, which needs --allow_layout_change; the top-level facts are the last segment's).
+changed the layout, which needs --allow_layout_change; the top-level facts are the last segment's;
+each segment holds the CPU facts of its session too: `platform_identity` reads them).
+
+A run is one run however it is reached (analysis/inputs/results.py): `run_identity` is its
+`run_id`, or for a record written before ids existed a digest of the record's whole content.
 
 A saved run is continued only by "the same run": the same config (`config_differences`), the same
 data (`data_differences`: files, split, resolution, class count) and, unless explicitly allowed,
@@ -49,18 +54,22 @@ below its processor's level (--xla_cpu_max_isa) is a third, 'cpu-AVX512-max-AVX2
 XLA's own loops but not its dot, convolution and reduction kernels (numerics/setup.py
 XLA_CPU_ISAS), so such a run is not known to compute as an AVX2 host does.
 A CPU record without `cpu_isa` (written before it was recorded) stays 'cpu': not recorded, never
-guessed, and so never pooled with a CPU run whose instruction set is known.
+guessed, and so never pooled with a CPU run whose instruction set is known. A run whose segments
+ran on different platform identities (a resume allowed onto another instruction set or platform,
+`identity_differences`) is 'cpu-AVX512+cpu-AVX2': a platform of its own, never pooled with either.
 """
 
 import copy
+import hashlib
 import json
+import uuid
 
 from etils import epath
 
 # Orbax and numerics.profiles (both load JAX) are imported inside the functions that use them: the
 # analysis of a CSV reads only this module's field names and stays without JAX (~170 MB, seconds).
 
-RECORD_SCHEMA = 3  # 3: CPU_FACTS recorded
+RECORD_SCHEMA = 4  # 3: CPU_FACTS recorded; 4: run_id, segments' CPU facts
 # Every file a run's workdir holds, named once (the trainer writes them, the sweep and the analysis
 # read them): the checkpoints folder, the JSON-lines metrics, the lock, the sweep's log of a run.
 CHECKPOINTS = 'checkpoints'
@@ -77,7 +86,7 @@ STATUSES = ('running', 'completed', 'failed')
 # numerics/setup.py.
 CPU_FACTS = ('cpu_model', 'cpu_isa', 'xla_cpu_isa')
 # Columns every run row has, in this order, before the flattened ones.
-BASE_COLUMNS = ('run', 'status', 'reason', 'seed', 'init_seed', 'data_seed', 'platform',
+BASE_COLUMNS = ('run', 'run_id', 'status', 'reason', 'seed', 'init_seed', 'data_seed', 'platform',
                 'device_kind', *CPU_FACTS, 'num_devices', 'num_processes', 'step', 'total_steps',
                 'wall_time_s')
 # The seeds a run's initial weights and data order came from (configs/common.py init_seed_of,
@@ -106,15 +115,19 @@ DETERMINISM_COLUMN = 'numerics.effective.gpu_deterministic'
 # The XLA flags in effect (XLA_FLAGS as the run started, numerics/setup.py describe).
 XLA_FLAGS_COLUMN = 'numerics.effective.xla_flags'
 
+# The test set a run was evaluated on, as the datasets record it (input_pipeline: digits and
+# CelebA record the test split's fingerprint and size, CelebA the source files' fingerprint too):
+# runs compare example by example, and pair, only on one test set (analysis/inputs/columns.py).
+TEST_SET = ('data.source_fingerprint', 'data.split_fingerprint', 'data.test_size')
 # Two runs share initial weights and data order (and so pair by seed) when these are equal:
-# the init and data seeds (both `seed` unless set apart) and everything that builds the initial
-# model or orders and transforms the data.
+# the init and data seeds (both `seed` unless set apart), everything that builds the initial
+# model or orders and transforms the data, and the test set they were evaluated on.
 PAIRING_FIELDS = ('init_seed', 'data_seed', 'config.batch_size', 'config.model.name',
                   'config.model.width', 'config.model.stem', 'config.model.init_from', 'config.model.reinit',
                   'config.numerics.param_dtype', 'config.data.name', 'config.data.task',
                   'config.data.split', 'config.data.split_seed', 'config.data.test_fraction',
                   'config.data.image_size', 'config.data.normalization', 'config.data.flip',
-                  'data.fingerprint')
+                  *TEST_SET)
 
 # Config fields that cannot change a run's arithmetic: a saved run with other values of these is
 # still the same run (resume continues it, the sweep counts it as done). Everything else (seed,
@@ -131,6 +144,8 @@ DATA_IDENTITY = ('fingerprint', 'source_fingerprint', 'split_fingerprint', 'imag
                  'num_classes', 'train_size', 'test_size', 'task')
 # Where a run executes: a resume on another layout changes the run's arithmetic (summation order).
 LAYOUT = ('platform', 'device_kind', 'num_devices', 'num_processes')
+# What each segment records: its layout and, on CPU, the processor (its platform identity).
+SEGMENT_FACTS = LAYOUT + CPU_FACTS
 
 
 def checkpoint_dir(workdir):
@@ -143,11 +158,27 @@ def new_record(config, facts, numerics, data_info, model_facts, versions):
   `facts`: {'platform', 'device_kind', 'num_devices', 'num_processes'} of this run's devices.
   """
   from configs import common  # pylint: disable=import-outside-toplevel
-  return {'schema': RECORD_SCHEMA, 'status': 'running', 'reason': '', 'seed': int(config.seed),
+  return {'schema': RECORD_SCHEMA, 'run_id': new_run_id(), 'status': 'running', 'reason': '',
+          'seed': int(config.seed),
           'init_seed': common.init_seed_of(config), 'data_seed': common.data_seed_of(config),
           **facts, 'numerics': numerics, 'data': dict(data_info), 'model': model_facts,
           'config': config.to_dict(), 'versions': versions, 'final': {}, 'history': [],
           'wall_time_s': 0.0}
+
+
+def new_run_id():
+  """A new run's identity: 32 random hex digits (uuid4), made once, when the run starts."""
+  return uuid.uuid4().hex
+
+
+def run_identity(results):
+  """What tells two records of one run from records of two runs: the recorded `run_id`; for a
+  record written before ids existed, 'content-' and a digest of its whole JSON content (a copy is
+  the same run; distinct runs differ at least in wall time and history)."""
+  if results.get('run_id'):
+    return str(results['run_id'])
+  text = json.dumps(results, sort_keys=True, default=str)
+  return 'content-' + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def data_facts(dataset):
@@ -163,9 +194,20 @@ def data_differences(saved, current):
 
 
 def layout_differences(saved, facts):
-  """['num_devices: 8 -> 4', ...]: how the layout `facts` differs from the saved record's."""
+  """['num_devices: 8 -> 4', ...]: how the layout `facts` differs from the saved record's (the
+  platform identity apart: identity_differences)."""
   return [f'{k}: {saved.get(k)!r} -> {facts[k]!r}' for k in LAYOUT
           if saved.get(k) is not None and saved.get(k) != facts[k]]
+
+
+def identity_differences(saved, facts):
+  """['platform identity: cpu-AVX512 -> cpu-AVX2'] when the platform identity of `facts` (this
+  session) differs from the one the saved record's last segment ran on, else [] (a record whose
+  identity is not recorded, 'cpu' before schema 3, is not held against a session)."""
+  before, now = platform_identity({**saved, 'segments': None}), platform_identity(facts)
+  if saved.get('platform') != facts.get('platform') or before in (None, now, saved.get('platform')):
+    return []  # another platform altogether: LAYOUT's 'platform' line says so
+  return [f'platform identity: {before} -> {now}']
 
 
 def start_segment(results, saved, facts, step):
@@ -173,13 +215,15 @@ def start_segment(results, saved, facts, step):
   segments existed: one segment on its own layout), then this session's, from `step` on `facts`'s
   layout, merged into the last one when that has the same layout."""
   saved = saved or {}
+  if saved.get('run_id'):
+    results['run_id'] = saved['run_id']  # a resume continues the run: its identity too
   old = saved.get('segments') or ([{'start_step': 0, 'stop_step': step,
                                     **{k: saved.get(k) for k in LAYOUT}}] if step else [])
   segments = [dict(s) for s in old if s['start_step'] < step]
   if segments:
     segments[-1]['stop_step'] = min(segments[-1]['stop_step'], step)
-  layout = {k: facts[k] for k in LAYOUT}
-  if not (segments and {k: segments[-1].get(k) for k in LAYOUT} == layout):
+  layout = {k: facts.get(k) for k in SEGMENT_FACTS if k in LAYOUT or facts.get(k) is not None}
+  if not (segments and {k: segments[-1].get(k, v) for k, v in layout.items()} == layout):
     segments.append({'start_step': step, 'stop_step': step, **layout})
   results['segments'] = segments
 
@@ -291,6 +335,13 @@ def platform_identity(results):
   JAX platform, on CPU followed by the processor's instruction set ('cpu-AVX2') and by XLA's where
   a pin lowered it ('cpu-AVX512-max-AVX2'); the bare platform where the instruction set is not
   recorded (records before schema 3) and on GPU and TPU."""
+  segments = [s for s in results.get('segments') or [] if isinstance(s, dict)]
+  if segments:  # each segment's facts, over the record's where a segment predates them
+    top = {k: results.get(k) for k in SEGMENT_FACTS}
+    names = list(dict.fromkeys(platform_identity({**top, **{k: v for k, v in s.items()
+                                                           if v is not None}}) for s in segments))
+    if len(names) > 1:
+      return '+'.join(str(n) for n in names)
   platform = results.get('platform')
   _, isa, xla_isa = (results.get(k) for k in CPU_FACTS)
   if platform != 'cpu' or not isa:
@@ -312,7 +363,11 @@ def row(run, results):
     return {'run': run, 'status': 'no_results', 'reason': 'no saved checkpoint step'}
   results = upgrade(results)
   out = {name: results.get(name) for name in BASE_COLUMNS[1:]}
-  out.update(run=run, platform=platform_identity(results))
+  out.update(run=run, run_id=run_identity(results), platform=platform_identity(results))
+  kinds = list(dict.fromkeys(s.get('device_kind') for s in results.get('segments') or []
+                             if isinstance(s, dict) and s.get('device_kind')))
+  if len(kinds) > 1:  # trained on several device kinds (--allow_layout_change): none of them alone
+    out['device_kind'] = '+'.join(map(str, kinds))
   if out['seed'] is None:
     out['seed'] = (results.get('config') or {}).get('seed')
   for name in SEED_PARTS:

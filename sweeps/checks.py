@@ -8,6 +8,12 @@
   data.manual_dir, or a tfds_dir this project prepared, and preparing needs tensorflow-datasets
   unless a decoded cache exists; the decoded cache must be local (it is memory-mapped);
 - environment: the platforms JAX_PLATFORMS names must start here (trainer/platforms.py);
+- devices: each run's batch sizes must split over the devices a run of this sweep sees (its
+  environment: XLA_FLAGS and the config's own XLA flags, CUDA_VISIBLE_DEVICES under --gpus),
+  counted by starting JAX in a child process with that environment (`devices_seen`; nothing is
+  allocated), and its activations must fit them: trainer/validation.check_devices, the check
+  train.py runs once its devices exist (before: each run exited 2 after its folder and log
+  existed);
 - workdir: the root, every run folder and the command-list/SLURM files must be creatable and
   writable (probed with os.access, nothing created), what a run folder holds the kind of entry
   a run uses (run.lock, train.log: files; checkpoints: a folder), and a saved run in a run folder must be this
@@ -17,8 +23,12 @@ Bucket roots (gs://...) run elsewhere: their folders are not probed, and their d
 warnings (the data lives on the hosts). Each problem is one line `<field>: <fix>`.
 """
 
+import functools
 import importlib.util
+import json
 import os
+import subprocess
+import sys
 
 from runrecord import record
 from trainer import lock, platforms, validation
@@ -118,6 +128,69 @@ def run_folder_problem(workdir):
   return None
 
 
+# Started in a child process with a run's environment: how many devices (and of which platform) it
+# sees, and their smallest memory where they report one.
+DEVICE_PROBE = '''
+import json, jax
+def limit(device):
+  try:
+    return (device.memory_stats() or {}).get('bytes_limit')
+  except Exception:  # backends without memory statistics (CPU)
+    return None
+limits = [v for v in map(limit, jax.local_devices()) if v]
+print(json.dumps([jax.device_count(), jax.devices()[0].platform, min(limits) if limits else None]))
+'''
+# What the probe leaves out of a run's environment: it compiles nothing and allocates nothing.
+PROBE_ENV = {'XLA_PYTHON_CLIENT_PREALLOCATE': 'false', 'JAX_COMPILATION_CACHE_DIR': None}
+
+
+@functools.lru_cache(maxsize=None)
+def devices_seen(environment):
+  """(device count, platform, smallest device memory or None) a process started with
+  `environment` ((name, value) pairs) sees, or None when JAX does not start there."""
+  env = {k: v for k, v in dict(environment).items() if PROBE_ENV.get(k, '') is not None}
+  env.update({k: v for k, v in PROBE_ENV.items() if v is not None})
+  try:
+    probe = subprocess.run([sys.executable, '-c', DEVICE_PROBE], env=env, capture_output=True,
+                           text=True, timeout=600, check=False)
+    return tuple(json.loads(probe.stdout.strip().splitlines()[-1])) if probe.returncode == 0 else None
+  except (subprocess.SubprocessError, OSError, ValueError, IndexError):
+    return None
+
+
+def run_environment(run, env):
+  """The environment of `run`'s train.py: the sweep's for its runs (`env`) with the config's own
+  XLA flags added, as numerics.setup.configure adds them."""
+  from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
+  flags = env.get('XLA_FLAGS', '').split()
+  flags += [f for f in numerics_setup.xla_flags(run.config) if f not in flags]
+  return tuple(sorted({**env, 'XLA_FLAGS': ' '.join(flags)}.items()))
+
+
+def device_problems(runs, env):
+  """(errors, warnings): one error per distinct reason a run's batches do not split over (or its
+  activations do not fit) the devices a run started with `env` sees (validation.check_devices),
+  naming the runs; a warning when the devices cannot be counted here. Runs of a multi-process
+  job (config.distributed) are left to train.py: their devices are the job's."""
+  by_message, warnings = {}, []
+  for run in runs:
+    if run.problem or run.config is None or run.config.distributed.initialize == 'yes':
+      continue
+    seen = devices_seen(run_environment(run, env))
+    if seen is None:
+      warnings.append('the devices a run sees could not be counted here (JAX did not start in a '
+                      'child process): each run checks its batch sizes against them')
+      continue
+    count, platform, memory = seen
+    try:
+      validation.check_devices(run.config, count, 1, memory)
+    except validation.ConfigError as e:
+      message = f'{e} (the {count} {platform} device(s) a run of this sweep sees)'
+      by_message.setdefault(message, []).append(run)
+  errors = [f'{message} (runs: {run_names(failing)})' for message, failing in by_message.items()]
+  return errors, sorted(set(warnings))
+
+
 def environment_problems():
   """The platforms JAX_PLATFORMS names must start on this host (trainer/platforms.py)."""
   try:
@@ -150,21 +223,23 @@ def workdir_problems(runs, root, files, saved_state):
   return problems, states
 
 
-def check(runs, root, files, saved_state):
+def check(runs, root, files, saved_state, env=None):
   """(errors, warnings, states): every problem of the sweep before anything is launched or written.
 
   `runs`: sweeps.sweep.Run, each with its config; `files`: [(flag, path)] of the files it writes;
-  `saved_state(run)`: ('completed'|'todo'|'mismatch', detail) of a run folder's saved record.
-  `states` maps each local run folder to its saved state (empty for bucket roots).
+  `saved_state(run)`: ('completed'|'todo'|'mismatch', detail) of a run folder's saved record;
+  `env`: the environment a run starts with (sweeps/runner.py child_env; None: the devices are
+  not checked). `states` maps each local run folder to its saved state (empty for bucket roots).
   """
   errors = config_problems(runs)
   data = data_problems(runs)
   if '://' in root:
     elsewhere = data + environment_problems()
     return errors, [f'{p} (checked on this machine; the hosts need it)' for p in elsewhere], {}
-  errors += environment_problems()
+  environment = environment_problems()
+  devices, warnings = device_problems(runs, env) if env is not None and not environment else ([], [])
   folders, states = workdir_problems(runs, root, files, saved_state)
-  return errors + data + folders, [], states
+  return errors + environment + devices + data + folders, warnings, states
 
 
 def parallel_slots(requested, runs, gpus, host_bytes, cores):

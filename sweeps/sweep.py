@@ -234,8 +234,10 @@ def plan(args):
   runs, path, arg = expand(args.config, root)
   files = output_files(args, root)
   scripts.check_commands(runs, path, arg, root, files)
+  gpus = parse_gpus(args.gpus)  # a run's environment: one GPU each under --gpus (runner.py)
   errors, warnings, states = checks.check(
-      runs, root, list(zip(('--emit-commands', '--emit-slurm'), files)), saved_state)
+      runs, root, list(zip(('--emit-commands', '--emit-slurm'), files)), saved_state,
+      runner.child_env(root, scripts.REPO, gpus[0] if gpus else None))
   for line in warnings:
     print(f'warning: {line}', file=sys.stderr)
   declared, problem = study_declaration(args.config, root)

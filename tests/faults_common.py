@@ -35,7 +35,7 @@ def run_train(args, env, fault=None, timeout=240):
 
 def without_wall_time(results):
   results = json.loads(json.dumps(results))  # as saved: tuples become lists
-  out = {k: v for k, v in results.items() if k != 'wall_time_s'}
+  out = {k: v for k, v in results.items() if k not in ('wall_time_s', 'run_id')}  # run_id: each run's own
   out['history'] = [{k: v for k, v in h.items() if k != 'wall_time_s'} for h in results['history']]
   return out
 

@@ -77,7 +77,8 @@ def test_resume_on_other_device_count_needs_opt_in_and_records_segments(tmp_path
   proc = run_train(args + ['--allow_layout_change'], four)
   assert proc.returncode == 0, proc.stderr[-3000:]
   final = record.read_results(str(workdir))
-  layout = {'platform': 'cpu', 'device_kind': final['device_kind'], 'num_processes': 1}
+  layout = {'platform': 'cpu', 'device_kind': final['device_kind'], 'num_processes': 1,
+            **{k: final[k] for k in record.CPU_FACTS}}  # each segment's processor too
   assert final['segments'] == [{'start_step': 0, 'stop_step': 7, **layout, 'num_devices': 8},
                                {'start_step': 7, 'stop_step': 10, **layout, 'num_devices': 4}]
   assert final['status'] == 'completed' and final['num_devices'] == 4

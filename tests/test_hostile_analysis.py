@@ -131,7 +131,8 @@ def test_bad_metric_values_are_refused_naming_column_line_and_fix(tmp_path, caps
 def test_a_minority_of_fractions_among_percents_is_refused_the_other_way(tmp_path):
   values = [80.0 + i for i in range(12)]
   values[3] = 0.81
-  with pytest.raises(ValueError, match='line 5: 0.81 is a fraction while 11 rows are in percent'):
+  with pytest.raises(ValueError, match=r'line 5: 0.81 is at most 1 while 11 rows are in percent: a '
+                     r'fraction\? multiply it by 100; a real percent below 1\? give --scale 1'):
     stats.read_csv(accuracy_csv(tmp_path / 'r.csv', values), 'accuracy')
 
 

@@ -73,7 +73,7 @@ def run_two_processes(workdir, env, fault=None, timeout=400, extra=()):
 
 def without_wall_time(results):
   results = json.loads(json.dumps(results))  # as saved: tuples become lists
-  out = {k: v for k, v in results.items() if k != 'wall_time_s'}
+  out = {k: v for k, v in results.items() if k not in ('wall_time_s', 'run_id')}  # run_id: each run's own
   out['config'] = {k: v for k, v in results['config'].items() if k != 'distributed'}
   out['config']['data'] = {k: v for k, v in out['config']['data'].items() if k != 'on_device'}
   out['history'] = [{k: v for k, v in h.items() if k != 'wall_time_s'} for h in results['history']]

@@ -332,7 +332,8 @@ def make_runs(root):
   for seed in range(4):
     record.write_results(f'{root}/f32/s{seed}', fake_results(seed, 0.80 + 0.001 * seed))
     record.write_results(f'{root}/bf16/s{seed}', fake_results(seed, 0.78 + 0.002 * seed, dtype='bfloat16', det=False))
-  record.write_results(f'{root}/f32/s1_again', fake_results(1, 0.801))  # same value: deterministic
+  # same value (deterministic), another run: its own wall time (a copy would be counted once)
+  record.write_results(f'{root}/f32/s1_again', {**fake_results(1, 0.801), 'wall_time_s': 2.0})
   record.write_results(f'{root}/bf16/s2_again', fake_results(2, 0.70, dtype='bfloat16', det=False))
   record.write_results(f'{root}/f32/s9', fake_results(9, 0.1, status='failed'))
   record.write_results(f'{root}/f32/s8', fake_results(8, 0.1, status='running', step=3), step=3)

@@ -10,8 +10,11 @@ Checked before any compute (after the config and the dataset, with the workdir l
   resolution or class count, e.g. config.data.manual_dir pointing at other files) refuses, saying
   to point the config at the run's data;
 - an unfinished run saved on another device layout (record.layout_differences: device count,
-  process count, platform, device kind) refuses unless `allow_layout_change` (train.py
-  --allow_layout_change); then the results record each segment's layout.
+  process count, platform, device kind) or another platform identity (record.identity_differences:
+  the CPU instruction set XLA compiles for, e.g. --xla_cpu_max_isa=AVX2 after an AVX-512 start)
+  refuses unless `allow_layout_change` (train.py --allow_layout_change); then the results record
+  each segment's layout and CPU facts, and a run whose segments ran on two platform identities is
+  a platform of its own ('cpu-AVX512+cpu-AVX2', record.platform_identity), never pooled with either.
 """
 
 import jax
@@ -61,8 +64,15 @@ def check_workdir_run(mngr, workdir, config, restart, data=None, facts=None,
         f'workdir {workdir} holds a run trained on other data ({_shown(diffs)}): to resume it, '
         'point config.data (manual_dir, tfds_dir, cache_dir) at the data it was trained on; to '
         'train on this data, use another --workdir')
-  diffs = record.layout_differences(saved, facts) if facts and saved.get('status') != 'completed' \
-      else []
+  unfinished = facts and saved.get('status') != 'completed'
+  moved = record.identity_differences(saved, facts) if unfinished else []
+  if moved and not allow_layout_change:
+    raise validation.ConfigError(
+        f'workdir {workdir} holds a run saved at step {step} on another platform identity '
+        f'({_shown(moved)}; the analysis groups runs by it): resume it where it ran (the same '
+        'XLA_FLAGS and instruction set), or pass --allow_layout_change to continue here as a run '
+        f'of its own platform ({record.platform_identity(saved)}+{record.platform_identity(facts)})')
+  diffs = (record.layout_differences(saved, facts) if unfinished else []) + moved
   if diffs and not allow_layout_change:
     raise validation.ConfigError(
         f'workdir {workdir} holds a run saved at step {step} on another device layout '

@@ -181,13 +181,20 @@ def enter_phase(ctx, state, phase, step):
   return state, step_fn
 
 
+def eval_batch(ctx):
+  """The global evaluation batch: config.eval_batch_size at most, no larger than the test split
+  needs (batching.eval_batch_size, a multiple of the mesh's devices)."""
+  return batching.eval_batch_size(len(ctx.dataset.test), ctx.config.eval_batch_size,
+                                  ctx.mesh.devices.size)
+
+
 def eval_step(ctx, state):
   """The jitted evaluation step (masked sums over a padded batch) for states like `state`."""
   fn = steps.make_eval_step(ctx.mesh, ctx.graphdef, ctx.dataset.task, ctx.mean, ctx.std,
                             common.data_seed_of(ctx.config),
                             wrap=lambda f: numerics_setup.with_precision(f, ctx.config))
   if jax.process_count() > 1:
-    batch = abstract_batch(ctx, ctx.dataset.test, ctx.config.eval_batch_size, mask=True)
+    batch = abstract_batch(ctx, ctx.dataset.test, eval_batch(ctx), mask=True)
     fn = distributed.precompile(fn, checkpointing.abstract(state), batch,
                                 checkpointing.abstract(state['sums']))
   return fn
@@ -204,7 +211,7 @@ def evaluate(ctx, step_fn, state):
   totals = jax.device_put(jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), steps.ZERO_SUMS),
                           ctx.replicated)
   batches = (batching.to_global(batch, ctx.sharded) for batch in batching.eval_batches(
-      ctx.dataset.test, config.eval_batch_size, jax.process_index(), jax.process_count()))
+      ctx.dataset.test, eval_batch(ctx), jax.process_index(), jax.process_count()))
   outputs = []
   for batch in batching.prefetch(batches, config.data.prefetch):
     totals, batch_outputs = step_fn(state, batch, totals)

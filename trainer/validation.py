@@ -85,11 +85,24 @@ def require_resolved(config, who):
                     'at the entry point, and pass its result')
 
 
+# Every seed a config holds, and what takes it: each in [0, SEED_MAX], where it enters (a wrapped
+# init_seed 2^32 trained as 0 and was recorded as given; data_seed 2^32 an OverflowError after the
+# workdir existed; split_seed -1 an error naming sklearn's random_state). None: the field's
+# default (init_seed and data_seed: config.seed, configs/common.py init_seed_of, data_seed_of).
+SEEDS = {'seed': 'the PRNG takes it as a uint32',
+         'init_seed': 'the PRNG takes it as a uint32; None: config.seed',
+         'data_seed': 'the data order and the PRNG take it as a uint32; None: config.seed',
+         'data.split_seed': "the test split's random generator takes it as a uint32"}
+
+
 def _check_seed(config):
-  seed = config.seed
-  if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= SEED_MAX:
-    raise ConfigError(f'config.seed must be an integer in [0, {SEED_MAX}] (the range the PRNG '
-                      f'takes as a uint32), got {seed!r}')
+  for name, why in SEEDS.items():
+    seed = config[name]  # ConfigDict takes dotted names
+    if seed is None and name in ('init_seed', 'data_seed'):
+      continue
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= SEED_MAX:
+      raise ConfigError(f'config.{name} must be an integer in [0, {SEED_MAX}] ({why}), got '
+                        f'{seed!r}')
 
 
 def check_steps(config, per_epoch, estimated=False):
@@ -117,6 +130,10 @@ def _check_fields(config):
   for name in ('num_epochs', 'batch_size', 'eval_batch_size', 'eval_every_epochs',
                'log_every_steps', 'keep_checkpoints'):
     _positive_int(config, name)
+  replicate = config.replicate  # names a same-seed replicate: its own workdir, nothing else
+  if not isinstance(replicate, int) or isinstance(replicate, bool) or replicate < 0:
+    raise ConfigError(f'config.replicate must be an integer >= 0 (0, 1, 2, ...: same-seed '
+                      f'replicates of one run), got {replicate!r}')
   if not isinstance(config.checkpoint_every_steps, int) or config.checkpoint_every_steps < 0:
     raise ConfigError('config.checkpoint_every_steps must be an integer >= 0 (0: every epoch), '
                       f'got {config.checkpoint_every_steps!r}')
@@ -193,26 +210,43 @@ def activation_bytes(config, batch):
   return batch * values * np.dtype(config.numerics.compute_dtype).itemsize
 
 
+def eval_activation_bytes(config, batch):
+  """A lower bound of an evaluation step's activations for `batch` images: a forward pass keeps
+  no activation for a backward one, but holds the first convolution's input (one channel at
+  least) and output (ResNet-18's largest: 64 x width channels at ceil(size / 2)^2 after the
+  imagenet stem's 7x7/2, padding 3; size^2 after the small stem) for the whole batch at once."""
+  size = config.data.image_size
+  side = -(-size // 2) if config.model.stem == 'imagenet' else size
+  values = side * side * resnet.stage_channels(float(config.model.width))[0] + size * size
+  return batch * values * np.dtype(config.numerics.compute_dtype).itemsize
+
+
 def check_activations(config, num_devices, device_bytes, host_bytes):
   """Refuse, before any data is loaded or anything compiled, a training step whose activations
   cannot fit: a lower bound (the outputs of every convolution, models/resnet.py
   conv_output_values, in the compute dtype) for the per-device batch against `device_bytes` (the
   smallest device's memory), or, where devices do not report memory (CPU, whose devices share
-  the host's), for the whole batch against `host_bytes`."""
+  the host's), for the whole batch against `host_bytes`; and the same for an evaluation step's
+  batch, config.eval_batch_size (eval_activation_bytes: forward only)."""
   size, width = config.data.image_size, float(config.model.width)
-  per_example = activation_bytes(config, 1)
-  batch = config.batch_size // num_devices if device_bytes else config.batch_size
   limit = device_bytes or host_bytes
-  need = batch * per_example
-  if not limit or need <= limit:
-    return
   where = 'a device has' if device_bytes else 'this machine has'
-  raise ConfigError(
-      f'config.data.image_size={size}: a training step keeps at least {need / 2**30:,.1f} GiB of '
-      f'activations ({batch} images x {per_example / 2**20:,.1f} MiB of convolution outputs at '
-      f'{size}x{size}, model.width {width:g}, {config.numerics.compute_dtype}), over the '
-      f'{limit / 2**30:,.1f} GiB {where}: use a smaller config.data.image_size or '
-      'config.batch_size')
+  for field, bound in (('batch_size', activation_bytes), ('eval_batch_size', eval_activation_bytes)):
+    batch = config[field] // num_devices if device_bytes else config[field]
+    need, per_example = bound(config, batch), bound(config, 1)
+    if not limit or need <= limit:
+      continue
+    held = 'convolution outputs' if field == 'batch_size' else "the first convolution's input and output"
+    what = (f'({batch} images x {per_example / 2**20:,.1f} MiB of {held} at '
+            f'{size}x{size}, model.width {width:g}, {config.numerics.compute_dtype}), over the '
+            f'{limit / 2**30:,.1f} GiB {where}')
+    if field == 'batch_size':
+      raise ConfigError(f'config.data.image_size={size}: a training step keeps at least '
+                        f'{need / 2**30:,.1f} GiB of activations {what}: use a smaller '
+                        'config.data.image_size or config.batch_size')
+    raise ConfigError(f'config.eval_batch_size={config[field]}: an evaluation step holds at least '
+                      f'{need / 2**30:,.1f} GiB of activations {what}: use a smaller '
+                      'config.eval_batch_size')
 
 
 def check_dataset(config, dataset, device_bytes=None):

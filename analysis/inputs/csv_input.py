@@ -8,17 +8,29 @@ distributed), unless named (--group-by, --factors, the declared factors). The fi
 chunks of CHUNK_ROWS rows, so the parser's buffers stay bounded, and its text columns (config,
 numerics, data, versions: a few values repeated over every run) are kept as pandas categoricals.
 
+Read as (read_columns): surrounding spaces of text cells dropped ('f32 ' is 'f32'), the platform
+names as JAX spells them (analysis/inputs/columns.py normalise_platforms: 'GPU ' is 'gpu'; a note
+on stderr says so), and a run met twice (rows with one `run_id`, analysis.export's column, and the
+same values in every other column read, the `run` path aside: an export of a root and of its copy
+or bind mount, concatenated) counted once, with a note.
+
 Checks (check): a wrong value here silently changes a verdict, so each one is refused with one
 line naming the column, the line of the file and the fix.
 
   metric column   numbers (a text value is refused, an empty cell is a run with no value: excluded
                   and listed), finite; an accuracy (a column named *acc*) in [0, 1] or [0, 100] and
                   on one scale: fractions (0 < v <= 1) and percents (1 < v <= 100) never mixed (3
-                  percent rows among fractions would switch the whole analysis to percent); a loss
-                  (*loss*) >= 0. Only the completed runs are checked (status 'completed', or every
-                  row without a status column): the others are excluded anyway.
+                  percent rows among fractions would switch the whole analysis to percent; a real
+                  0.8 % among percents is read as one with --scale 1, which declares the scale);
+                  a loss (*loss*) >= 0. Only the completed runs are checked (status 'completed', or
+                  every row without a status column): the others are excluded anyway.
+  other numbers   the columns read beside the metric (final.train_loss for the loss table, the
+                  final test accuracy beside it): the same rules.
+  platform        no empty cell, no two names that differ only in case (columns.platform_problems).
+  test set        one per data config (columns.test_set_problems).
   run             each run id once, none empty (a repeated id is two values of one run, not two
-                  replicates).
+                  replicates); rows sharing a `run_id` with different values are one run holding
+                  two records: refused, naming both lines.
   seed            whole numbers ('abc' would merge its runs into one seed); an empty seed is a
                   run of its own (analysis.study) but refused where every run needs its seed
                   (analysis.numbers.attribution: the seed is the model's group), but for runs that are
@@ -27,9 +39,12 @@ line naming the column, the line of the file and the fix.
 Lines are the file's (the header is line 1). At most MAX_LINES problems are listed, then a count.
 """
 
+import sys
+
 import numpy as np
 import pandas as pd
 
+from analysis.inputs import columns
 from runrecord import record
 
 MAX_LINES = 10
@@ -37,6 +52,9 @@ CHUNK_ROWS = 20_000
 # read whatever the analysed metric: the final training loss is reported per arm beside it
 # (analysis/numbers/calibration.py loss_table)
 ALWAYS_READ = ('final.train_loss',)
+# Numeric columns checked as the metric is, whenever they are read (the loss table's).
+CHECKED = ('final.train_loss', 'final.test_loss', record.DEFAULT_METRIC)
+ID = 'run_id'  # runrecord/record.py's run identity, as analysis.export writes it
 
 
 def unused(column, metric, names):
@@ -80,21 +98,53 @@ def read_columns(path, header, metric=None, names=(), seed='seed'):
   (unused; `metric`: the metric's column), read CHUNK_ROWS rows at a time, each chunk's text
   columns made categorical (compact) but the run, its status and reason, the metric and `seed`."""
   keep = [c for c in header if not unused(c, metric, set(names))]
-  plain = {'run', 'status', 'reason', metric, seed}
-  return join([compact(chunk, plain) for chunk in
-               pd.read_csv(path, usecols=keep, chunksize=CHUNK_ROWS)])
+  plain = {'run', ID, 'status', 'reason', metric, seed}
+  frame = join([compact(chunk, plain) for chunk in
+                pd.read_csv(path, usecols=keep, chunksize=CHUNK_ROWS)])
+  frame, notes = columns.normalise_platforms(frame)  # first: its notes name the cells as written
+  frame = strip_text(frame)
+  frame, once = one_per_run(frame)
+  for note in notes + once:
+    print(f'note: --csv {path}: {note}', file=sys.stderr)
+  return frame
 
 
-def line_numbers(index):
-  """The file's line numbers of rows `index` (the header is line 1)."""
-  return [int(i) + 2 for i in index]
+def strip_text(frame):
+  """`frame` with surrounding spaces dropped from its categorical (text) cells: 'f32 ' would be an
+  arm of its own. Only the distinct values are looked at."""
+  for name in frame.columns:
+    values = frame[name]
+    if isinstance(values.dtype, pd.CategoricalDtype):
+      cats = list(values.cat.categories)
+      stripped = [c.strip() if isinstance(c, str) else c for c in cats]
+      if stripped != cats:
+        frame[name] = values.astype(object).map(
+            lambda v: v.strip() if isinstance(v, str) else v).astype('category')
+  return frame
 
 
-def completed_rows(frame):
-  """The rows that are analysed: status 'completed' (every row without a status column)."""
-  if 'status' not in frame:
-    return pd.Series(True, index=frame.index)
-  return frame['status'].astype(str).eq('completed')
+def one_per_run(frame):
+  """(frame, notes): rows sharing a `run_id` whose other columns but `run` hold the same values
+  kept once (one run met twice); rows sharing one that differ are left for check to refuse."""
+  if ID not in frame or not frame[ID].notna().any():
+    return frame, []
+  ids = frame[ID].astype(object)
+  repeated = ids.notna() & ids.duplicated(keep=False)
+  if not repeated.any():
+    return frame, []
+  others = [c for c in frame.columns if c != 'run']
+  content = frame.loc[repeated, others].astype(str)
+  same = content.drop_duplicates()
+  if same[ID].duplicated().any():  # an id with two contents: check() refuses it
+    return frame, []
+  drop = content.index.difference(same.index)
+  notes = [f'run id {frame.at[i, ID]} on lines {", ".join(map(str, line_numbers(ids.index[ids == frame.at[i, ID]])))}: '
+           'one run met twice (the same values): counted once' for i in same.index]
+  return frame.drop(index=drop), notes
+
+
+line_numbers = columns.line_numbers
+completed_rows = columns.completed_rows
 
 
 def accuracy_scale_problems(column, numbers):
@@ -105,14 +155,17 @@ def accuracy_scale_problems(column, numbers):
     return []
   if len(percents) <= len(fractions):
     odd, fix = percents, f'in percent while {len(fractions)} rows are fractions: divide it by 100'
-  else:
-    odd, fix = fractions, f'a fraction while {len(percents)} rows are in percent: multiply it by 100'
+  else:  # a percent at most 1 is possible (a run at 0.8 %): say how to keep it
+    odd, fix = fractions, (f'at most 1 while {len(percents)} rows are in percent: a fraction? '
+                           'multiply it by 100; a real percent below 1? give --scale 1 (the column '
+                           'is in percent)')
   return [f'{column}, line {n}: {v:g} is {fix} (one scale for the whole column)'
           for n, v in zip(line_numbers(odd.index), odd)]
 
 
-def metric_problems(frame, column):
-  """The metric column's problems (see the module doc), one line each."""
+def metric_problems(frame, column, scale=None):
+  """The metric column's problems (see the module doc), one line each; `scale` (--scale: the
+  factor to percent the user declared) replaces the scale rule: value x scale in [0, 100]."""
   values = frame.loc[completed_rows(frame), column]
   numbers = pd.to_numeric(values, errors='coerce')
   text = values[values.notna() & numbers.isna()]
@@ -128,11 +181,30 @@ def metric_problems(frame, column):
     low = numbers[numbers < 0]
     lines += [f'{column}, line {n}: {v:g} is negative, and {kind} is >= 0; correct the value'
               for n, v in zip(line_numbers(low.index), low)]
+  if kind == 'an accuracy' and scale is not None:
+    high = numbers[numbers * scale > 100]
+    return lines + [f'{column}, line {n}: {v:g} x --scale {scale:g} is above 100 %; correct the '
+                    'value or --scale' for n, v in zip(line_numbers(high.index), high)]
   if kind == 'an accuracy':
     high = numbers[numbers > 100]
     lines += [f'{column}, line {n}: {v:g} is above 100; an accuracy is a fraction in [0, 1] or a '
               'percent in [0, 100]: correct the value' for n, v in zip(line_numbers(high.index), high)]
     lines += accuracy_scale_problems(column, numbers)
+  return lines
+
+
+def identity_problems(frame):
+  """One line per `run_id` held by rows with different values (one_per_run kept them)."""
+  if ID not in frame:
+    return []
+  ids = frame[ID].astype(object)
+  repeated = ids[ids.notna() & ids.duplicated(keep=False)]
+  lines = []
+  for run_id, rows in repeated.groupby(repeated, sort=False):
+    places = ', '.join(f'line {n}' + (f' ({frame.at[i, "run"]})' if 'run' in frame else '')
+                       for n, i in zip(line_numbers(rows.index), rows.index))
+    lines.append(f'{ID}: run id {run_id!r} holds different values on {places}: one run with two '
+                 'records (a copy taken at another step?); keep the one you mean')
   return lines
 
 
@@ -163,11 +235,15 @@ def seed_problems(frame, column, required):
                   'attribution groups runs by seed)' for n in line_numbers(values[empty].index)]
 
 
-def check(frame, path, metric=None, seed=None, seed_required=False):
+def check(frame, path, metric=None, seed=None, seed_required=False, scale=None):
   """Raise a ValueError of one line per problem of `frame` (read from `path`) in the metric column
-  `metric`, the run ids and the seed column `seed` (each None: not checked; `seed_required`: an
-  empty seed of a completed run is a problem)."""
-  lines = (metric_problems(frame, metric) if metric else []) + run_id_problems(frame)
+  `metric` (on the declared `scale` when given), the other numbers read (CHECKED), the platforms,
+  the test sets, the run ids and identities and the seed column `seed` (each None: not checked;
+  `seed_required`: an empty seed of a completed run is a problem)."""
+  lines = metric_problems(frame, metric, scale) if metric else []
+  lines += [line for c in CHECKED if c in frame and c != metric for line in metric_problems(frame, c)]
+  lines += columns.platform_problems(frame) + columns.test_set_problems(frame)
+  lines += run_id_problems(frame) + identity_problems(frame)
   lines += seed_problems(frame, seed, seed_required) if seed else []
   if not lines:
     return

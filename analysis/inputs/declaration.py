@@ -1,22 +1,29 @@
 """A study's declaration: what its analysis tests, fixed before the first run.
 
-A config file's `get_study(arg=None)` returns it as a dict; every key is optional:
-  margin, margin_reason     the equivalence margin (pp) and why
-  factors                   the factors that define the arms (platform included)
+A config file's `get_study(arg=None)` returns it as a dict; every key is optional (null: not
+declared), and no other key is taken (SCHEMA; `check` refuses an unknown key naming the nearest):
+  margin, margin_reason     the equivalence margin (pp; a number in (0, MAX_MARGIN]) and why
+  factors                   the factors that define the arms (platform included): a list of names
   reference                 {factor: level}: the reference arm every other arm is compared with
   noise_arm                 {factor: level}: the noise control
   noise_of                  {factor: level}: the arm the noise control perturbs (the noise floor
                             is the paired sd of their difference; default: the reference arm)
   min_share, min_share_reason  the share of the platform gap the numerics part must reach (lower
-                            95% bound) for "explained by numerics" (analysis/numbers/gap_verdict.py)
-  native, platform_profile  the native arm and the profile emulating each platform (the gap
-                            decomposition, analysis/numbers/gap.py)
+                            95% bound, in (0, 1]) for "explained by numerics"
+                            (analysis/numbers/gap_verdict.py)
+  native, platform_profile  the native arm ({factor: level}, one entry) and the profile level
+                            emulating each platform ({platform: level}; the gap decomposition,
+                            analysis/numbers/gap.py)
   labels                    {factor: '{}'-format text or {level: label}}: short arm labels
   compare                   [[A, B], ...]: the platform pairs whose gap G = A − B is decomposed
                             and judged, the question's pair first (default: every pair of the
                             platforms run, tpu before gpu before cpu: analysis/numbers/gap.py
                             default_pairs); --compare overrides it, as an exploratory analysis
-  seed_sd, paired_sd, seeds and their *_source: the power calculation behind the seed count
+  seed_sd, paired_sd        positive numbers (pp), seeds a positive count k (seeds 0..k-1) or a
+                            list of whole-number seeds, and their *_source (text): the power
+                            calculation behind the seed count
+The arms and levels it names must exist among the runs analysed (`check_levels`: a typo in a
+level is one line naming the file, the key and the nearest level, never a flag not given).
 sweeps.sweep (and so sweeps.run_study) writes it into the root as STUDY_FILE before the first run and
 refuses a changed declaration once runs exist; the analysis reads it from there, so its tests are
 the ones declared before the data existed (analysis/numbers/contrasts.py).
@@ -25,9 +32,13 @@ the ones declared before the data existed (analysis/numbers/contrasts.py).
   declared = from_roots(['runs/cpu', 'gs://b/gpu'])   # the roots' study.json (they must agree)
 """
 
+import difflib
 import json
+import math
 
 from etils import epath
+
+from analysis.inputs import columns
 
 STUDY_FILE = 'study.json'
 # The largest margin taken: in pp an accuracy difference never exceeds 100, so a wider margin
@@ -54,6 +65,115 @@ def check_margin(value, where):
   if problem:
     raise ValueError(f'{where}: {problem}')
   return float(value)
+
+
+def text_problem(value):
+  return None if isinstance(value, str) else f'{value!r} is not text; write it in quotes'
+
+
+def positive_problem(value):
+  """Why `value` is not a positive finite number (an sd, pp)."""
+  real = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+  return None if real and value > 0 else f'{value!r} is not a positive number; give e.g. 1.0 (pp)'
+
+
+def share_problem(value):
+  """Why `value` is not a share of the gap: a number in (0, 1] (0.5: half the gap)."""
+  real = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+  return None if real and 0 < value <= 1 else (
+      f'{value!r} is not a share in (0, 1]; give e.g. 0.5 (half the gap), not a percent')
+
+
+def whole(value):
+  """Whether `value` is a whole number (6 or 6.0, not True, not 6.5)."""
+  return (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and math.isfinite(value) and value == int(value))
+
+
+def seeds_problem(value):
+  """Why `value` is not a seed count (k: seeds 0..k-1) or a list of distinct whole-number seeds
+  in the PRNG's range [0, 2^32 - 1]."""
+  if isinstance(value, list):
+    bad = [s for s in value if not (whole(s) and 0 <= s <= SEED_MAX)]
+    if not value or bad:
+      return (f'{bad[0] if bad else value!r} is not a seed; give whole numbers in [0, {SEED_MAX}], '
+              'e.g. [0, 1, 2, 3]')
+    repeated = sorted({int(s) for s in value if value.count(s) > 1})
+    return f'seed {repeated[0]} is listed twice; list each seed once' if repeated else None
+  if whole(value) and value >= 1:
+    return None
+  return (f'{value!r} is not a seed count; give a positive whole number k (seeds 0..k-1) or a '
+          'list of seeds, e.g. [0, 1, 2, 3]')
+
+
+def factors_problem(value):
+  if isinstance(value, str):
+    return (f'{value!r} is text, not a list (it would be read letter by letter); write '
+            f'[{json.dumps(value)}]')
+  if not isinstance(value, list) or not all(isinstance(f, str) and f.strip() for f in value):
+    return f'{value!r} is not a list of factor names; write e.g. ["platform", "profile"]'
+  repeated = [f for f in dict.fromkeys(value) if value.count(f) > 1]
+  return f'{repeated[0]!r} is listed twice; list each factor once' if repeated else None
+
+
+def pairs_of(value):
+  """{factor: level} of an arm as a declaration writes it ({factor: level}, or a list of
+  'factor=level' texts), or None when it is neither."""
+  if isinstance(value, dict):
+    return value
+  if isinstance(value, list) and all(isinstance(v, str) and '=' in v for v in value):
+    return dict(str(v).split('=', 1) for v in value)
+  return None
+
+
+def arm_problem(value, single=False):
+  """Why `value` is not an arm ({factor: level}: names and levels text or numbers)."""
+  arm = pairs_of(value)
+  example = '{"profile": "native"}'
+  if not arm:
+    return f'{value!r} is not an arm; give {{factor: level}}, e.g. {example}'
+  bad = [f'{k}: {v!r}' for k, v in arm.items()
+         if not (isinstance(k, str) and k) or isinstance(v, (dict, list, type(None)))]
+  if bad:
+    return f'{bad[0]} is not factor: level (a level is text or a number); e.g. {example}'
+  if single and len(arm) != 1:
+    return f'{value!r} names {len(arm)} factors; the native arm is one factor=level, e.g. {example}'
+  return None
+
+
+def platform_profile_problem(value):
+  if not isinstance(value, dict) or not value:
+    return f'{value!r} is not {{platform: level}}; give e.g. {{"gpu": "jax_gpu_default"}}'
+  bad = [f'{k}: {v!r}' for k, v in value.items()
+         if not (isinstance(k, str) and k.strip() == k and k) or not isinstance(v, str) or not v]
+  return (f'{bad[0]} is not platform: profile level (both text), e.g. "gpu": "jax_gpu_default"'
+          if bad else None)
+
+
+def label_problem(spec):
+  """Why a factor's label `spec` cannot label a level: text that formats one value ('BN/{}'), or
+  {level: label text}."""
+  if isinstance(spec, dict):
+    bad = [f'{k}: {v!r}' for k, v in spec.items() if not isinstance(v, str)]
+    return f'{bad[0]} is not a label (text)' if bad else None
+  if not isinstance(spec, str):
+    return f'{spec!r} is neither a format text ("BN/{{}}") nor {{level: label}}'
+  try:
+    spec.format('x')
+  except (IndexError, KeyError, ValueError) as e:
+    return (f'{spec!r} does not format one level ({type(e).__name__}: {e}); write {{}} where the '
+            'level goes, e.g. "BN/{}"')
+  return None
+
+
+def labels_problem(value):
+  if not isinstance(value, dict):
+    return f'{value!r} is not {{factor: label}}; give e.g. {{"batchnorm_group": "BN/{{}}"}}'
+  for factor, spec in value.items():
+    problem = label_problem(spec)
+    if problem:
+      return f'{factor}: {problem}'
+  return None
 
 
 def compare_problem(value):
@@ -96,16 +216,103 @@ def add_compare_argument(parser):
                            'cpu); overriding the declared pairs makes the analysis exploratory')
 
 
-def check(declared, where):
-  """The declaration, its margin (check_margin, naming `where`: 'FILE: margin') and its platform
-  pairs (compare_problem) checked."""
-  if declared.get('margin') is not None:
-    check_margin(declared['margin'], f'{where}: margin')
-  if declared.get('compare') is not None:
-    problem = compare_problem(declared['compare'])
+SEED_MAX = 2**32 - 1  # the PRNG's range (trainer/validation.py SEED_MAX)
+# Every key a declaration may hold, and why a value is not one (None: it is).
+SCHEMA = {
+    'margin': margin_problem, 'margin_reason': text_problem, 'factors': factors_problem,
+    'reference': arm_problem, 'noise_arm': arm_problem, 'noise_of': arm_problem,
+    'native': lambda v: arm_problem(v, single=True), 'platform_profile': platform_profile_problem,
+    'compare': compare_problem, 'min_share': share_problem, 'min_share_reason': text_problem,
+    'labels': labels_problem, 'seed_sd': positive_problem, 'paired_sd': positive_problem,
+    'seeds': seeds_problem, 'seed_sd_source': text_problem, 'paired_sd_source': text_problem,
+}
+ARMS = ('reference', 'noise_arm', 'noise_of', 'native')  # the keys naming an arm {factor: level}
+
+
+def nearest_key(key):
+  close = difflib.get_close_matches(str(key), SCHEMA, n=1, cutoff=0.6)
+  return f'did you mean {close[0]!r}?' if close else f'the keys: {", ".join(SCHEMA)}'
+
+
+def problems(declared):
+  """['key: why', ...]: every unknown key (with the nearest known one), every value of the wrong
+  type or range (SCHEMA), and every factor an arm or label names outside `factors`."""
+  lines = [f'{key!r} is not a declaration key; {nearest_key(key)}' for key in declared
+           if key not in SCHEMA]
+  for key, problem_of in SCHEMA.items():
+    value = declared.get(key)
+    problem = None if value is None else problem_of(value)
     if problem:
-      raise ValueError(f'{where}: compare: {problem}')
+      lines.append(f'{key}: {problem}')
+  factors = declared.get('factors')
+  if isinstance(factors, list) and not factors_problem(factors):
+    named = [(k, f) for k in ARMS if pairs_of(declared.get(k)) and not arm_problem(declared[k])
+             for f in pairs_of(declared[k])]
+    named += [('labels', f) for f in declared.get('labels') or {}
+              if isinstance(declared.get('labels'), dict)]
+    lines += [f'{key}: {factor!r} is not one of the declared factors ({", ".join(factors)}); '
+              + (f'did you mean {close[0]!r}? ' if close else '') + 'add it to factors, or correct it'
+              for key, factor in named if factor not in factors
+              for close in [difflib.get_close_matches(factor, factors, n=1)]]
+  return lines
+
+
+def check(declared, where):
+  """The declaration, every key checked against SCHEMA (problems); a ValueError of one line per
+  problem, each naming `where` (the file, or 'SPEC get_study()') and the key."""
+  lines = problems(declared)
+  if lines:
+    raise ValueError('\n'.join(f'{where}: {line}' for line in lines))
   return declared
+
+
+def declared_seeds(declared):
+  """The seeds the declaration names, in order: 0..k-1 for a count k, the list as given; None when
+  it names none."""
+  seeds = (declared or {}).get('seeds')
+  if seeds is None:
+    return None
+  return [int(s) for s in seeds] if isinstance(seeds, list) else list(range(int(seeds)))
+
+
+def level_problems(declared, frame):
+  """['key: why', ...]: each declared factor that is no column of the runs table `frame`, and each
+  level an arm (ARMS) or platform_profile names that no run has (with the nearest level)."""
+  factors = [f for f in declared.get('factors') or []]
+  found, lines = {}, []
+  for factor in factors:
+    try:
+      found[factor] = columns.resolve_column(frame, factor, 'factors')
+    except ValueError:
+      close = difflib.get_close_matches(factor, [c.rsplit('.', 1)[-1] for c in frame.columns], n=1)
+      lines.append(f'factors: no column {factor!r} among the runs' +
+                   (f'; did you mean {close[0]!r}?' if close else ''))
+  levels = {f: sorted({level_text(v) for v in frame[c].dropna().unique()}) for f, c in found.items()}
+
+  def missing(key, factor, level):
+    if factor not in levels or level_text(level) in levels[factor]:
+      return None
+    close = difflib.get_close_matches(level_text(level), levels[factor], n=1)
+    return (f'{key}: no run has {factor}={level_text(level)} (levels among the {len(frame)} runs: '
+            f'{", ".join(levels[factor])})' + (f'; did you mean {close[0]!r}?' if close else '')
+            + '; correct it, or analyse once its runs exist')
+  for key in ARMS:
+    for factor, level in (pairs_of(declared.get(key)) or {}).items():
+      lines.append(missing(key, factor, level))
+  native = next(iter(pairs_of(declared.get('native')) or {'profile': None}))
+  platforms = set(frame['platform'].dropna().astype(str)) if 'platform' in frame else set()
+  for platform, level in (declared.get('platform_profile') or {}).items():
+    present = any(p == platform or p.split('-', 1)[0] == platform for p in platforms)
+    lines.append(missing('platform_profile', native, level) if present else None)
+  return [line for line in lines if line]
+
+
+def check_levels(declared, frame, where):
+  """The declaration against the runs it is to analyse: one line per problem (level_problems),
+  each naming `where` and the key, as a ValueError; nothing when it holds."""
+  lines = level_problems(declared or {}, frame)
+  if lines:
+    raise ValueError('\n'.join(f'{where}: {line}' for line in lines))
 
 
 def normalise(declared):
@@ -124,10 +331,21 @@ def from_config(spec):
   return check(normalise(declared), f'{spec} get_study()')
 
 
+def unique_keys(pairs):
+  """json's object_pairs_hook: the object, a key given twice refused (json keeps the last)."""
+  keys = [k for k, _ in pairs]
+  twice = [k for k in dict.fromkeys(keys) if keys.count(k) > 1]
+  if twice:
+    raise ValueError(f'the key {twice[0]!r} is given twice; give it once')
+  return dict(pairs)
+
+
 def read_file(path):
-  """A declaration written as JSON (a root's STUDY_FILE)."""
+  """A declaration written as JSON (a root's STUDY_FILE; a UTF-8 byte-order mark is read past, a
+  key given twice refused)."""
   try:
-    declared = json.loads(epath.Path(path).read_bytes().decode('utf-8'))
+    declared = json.loads(epath.Path(path).read_bytes().decode('utf-8-sig'),
+                          object_pairs_hook=unique_keys)
   except (OSError, ValueError) as e:
     raise ValueError(f'--study: cannot read {path} as a study declaration ({e}); give a '
                      f'{STUDY_FILE} or a config file with get_study()') from None

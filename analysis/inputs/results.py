@@ -3,10 +3,15 @@
 A run is a folder holding `checkpoints/`, an Orbax CheckpointManager directory whose steps hold
 the items `state` and `results`; the latest step's `results` JSON is the run's current record.
 Every reader takes one root or a list of roots, each a local path or a bucket path (gs://...),
-mixed freely: all file access goes through `etils.epath` and Orbax. A run is identified by its
+mixed freely: all file access goes through `etils.epath` and Orbax. A run is named by its
 root and its path relative to that root (`run` = ROOT/RELATIVE, as found) and counted once
-however it is reached (symlinks, loops, a root given twice: analysis.inputs.results.walk); a run met
-under two different roots (one inside the other) is an error, not a replicate.
+however it is reached: a folder is entered once by its identity (a local folder's device and
+inode, which a symlink, '..' or a bind mount share: `walk`); a run met under two different roots
+(one inside the other) is an error, not a replicate; and a run met in two folders (a copy, a bind
+mount the walk cannot see, a root and its backup) is one run by its recorded identity
+(runrecord/record.py run_identity: the `run_id` made when it started; a digest of the record for
+records written before ids existed): counted once when both records are the same, one line naming
+both places when they differ.
 
   runs = load_runs('/tmp/study')                       # one row per run
   runs = load_runs(['gs://bucket/gpu', 'runs/cpu'])    # two platforms' roots, read as one
@@ -20,11 +25,12 @@ import json
 import logging
 import os
 import posixpath
+import sys
 
 from etils import epath
 import pandas as pd
 
-from analysis.inputs import declaration
+from analysis.inputs import columns, declaration
 from runrecord import record
 
 # Written by trainer/writers.py in each run folder: one JSON object per logged step and epoch.
@@ -33,13 +39,18 @@ STEP_COLUMNS = ('run', 'step', 'epoch', 'train_loss', 'train_accuracy')
 
 
 def identity(path):
-  """What tells two paths of one folder apart from two folders: the real path of a local folder
-  (symlinks, '..' and './' resolved), a bucket path with its '..' and '//' collapsed."""
+  """What tells two paths of one folder apart from two folders: a local folder's device and inode
+  (shared by its symlinks, '..' spellings and bind mounts; its real path where it cannot be
+  stat'ed), a bucket path with its '..' and '//' collapsed."""
   text = str(path)
   scheme, sep, rest = text.partition('://')
   if sep:
     return f'{scheme}://{posixpath.normpath(rest)}'
-  return os.path.realpath(text)
+  try:
+    stat = os.stat(text)
+  except OSError:
+    return os.path.realpath(text)
+  return f'inode {stat.st_dev}:{stat.st_ino}'
 
 
 def open_root(root):
@@ -150,8 +161,8 @@ def find_all(roots, unreadable=None):
 
 def read_all(roots):
   """[(run path, results dict or None or the Exception raised reading it)] for every run under
-  the root(s); a folder that cannot be listed comes with its error (PermissionError, ...), so it
-  is listed as unreadable, not silently left out."""
+  the root(s), each run once (one_per_run); a folder that cannot be listed comes with its error
+  (PermissionError, ...), so it is listed as unreadable, not silently left out."""
   locked = []
   runs = find_all(roots, locked)
   out = []
@@ -161,7 +172,33 @@ def read_all(roots):
         out.append((run, record.read_results(run)))
       except Exception as e:  # a corrupt run must not hide the others; it is listed as excluded
         out.append((run, e))
-  return out + locked
+  return one_per_run(out) + locked
+
+
+def one_per_run(records):
+  """`records` ([(run path, results)]) with each run once by its identity (record.run_identity):
+  a second folder holding the same record is dropped, with a note on stderr naming both places
+  (printed once every record is known to agree); two folders whose records share an id but differ
+  are a ValueError naming both (a copy taken at another step, or an id copied by hand: which one
+  is the run?)."""
+  first, kept, notes = {}, [], []
+  for run, results in records:
+    key = record.run_identity(results) if isinstance(results, dict) else None
+    if key is None or key not in first:
+      first.setdefault(key, (run, results))
+      kept.append((run, results))
+      continue
+    other, saved = first[key]
+    if json.dumps(saved, sort_keys=True, default=str) != json.dumps(results, sort_keys=True,
+                                                                    default=str):
+      raise ValueError(f'--runs: run {key} is at {other} and at {run} with different records '
+                       f'(step {saved.get("step")}, {saved.get("status")} vs step '
+                       f'{results.get("step")}, {results.get("status")}): one is a copy of the '
+                       'other taken at another point; keep the one you mean')
+    notes.append(f'note: {run} is the run at {other} (run id {key}, the same record): counted once')
+  for note in notes:
+    print(note, file=sys.stderr)
+  return kept
 
 
 def runs_frame(records):
@@ -197,27 +234,43 @@ def histories_frame(records):
   return pd.DataFrame(rows) if rows else pd.DataFrame(columns=['run', 'epoch'])
 
 
+def check_runs(frame):
+  """The runs table as the analysis reads it: one test set per data config
+  (analysis/inputs/columns.py test_set_problems); a ValueError of one line per problem."""
+  lines = columns.test_set_problems(frame)
+  if lines:
+    raise ValueError('\n'.join(f'--runs: {line}' for line in lines))
+  return frame
+
+
 def load(roots):
-  """(runs_frame, histories_frame) for every run under the root(s), each results read once."""
+  """(runs_frame, histories_frame) for every run under the root(s), each results read once, the
+  table checked (check_runs)."""
   records = read_all(roots)
-  return runs_frame(records), histories_frame(records)
+  return check_runs(runs_frame(records)), histories_frame(records)
 
 
 def load_study(roots, study=None, config=None):
   """(runs_frame, histories_frame, declaration) of the runs under the root(s): what analysis.study,
   analysis.figures and sweeps.run_study analyse. The declaration: `study` (--study: a study.json or a
   config file) when given, else the roots' study.json, else `config`'s get_study() (sweeps.run_study),
-  else none ({})."""
+  else none ({}); checked against the runs (declaration.check_levels, naming where it came from)."""
   frame, hist = load(roots)
   if study:
-    return frame, hist, declaration.load(study)
-  declared = declaration.from_roots(roots)[0]
-  return frame, hist, declared or (declaration.from_config(config) if config else {})
+    declared, where = declaration.load(study), str(study)
+  else:
+    declared, where = declaration.from_roots(roots)
+    if not declared and config:
+      declared, where = declaration.from_config(config), f'{config} get_study()'
+  declaration.check_levels(declared, frame, where)
+  return frame, hist, declared or {}
 
 
-def load_runs(roots):
-  """One row per run under the root(s) (see runs_frame)."""
-  return runs_frame(read_all(roots))
+def load_runs(roots, checked=True):
+  """One row per run under the root(s) (see runs_frame), checked (check_runs) unless not
+  `checked` (analysis.export copies the table as it is)."""
+  frame = runs_frame(read_all(roots))
+  return check_runs(frame) if checked else frame
 
 
 def train_records(run):

@@ -7,22 +7,34 @@ report's first page (analysis/analyse.py writes the CSVs and the ladder figure).
   section = agreement_section(out.runs, pairs, noise=..., identical=..., platform=...)
   section = from_analysis(out, answer.labels(out))   # an analysis.numbers.result.Analysis: its pairs
 
-Runs whose records hold no predictions (written before runs saved them) are listed in `missing`
-and left out; with none at all the summary says "no predictions" and the tables that need them
-are empty, while the training-loss table (from the runs table) is still there.
+Each run's predictions are those of the step its results came from (analysis/inputs/
+run_predictions.py read); a run without them there (none saved, none at that step, a damaged item)
+is listed in `missing` and left out of these sections only, its reason counted on the first page;
+with none at all the summary says so and the tables that need them are empty, while the
+training-loss table (from the runs table) is still there.
 """
 
+import collections
 import itertools
 
 import pandas as pd
 
+from analysis.inputs import run_predictions
 from analysis.numbers import agreement, agreement_pairs, calibration, per_class, result, variance
-from runrecord import predictions, record
+from runrecord import record
 
-def read_run_predictions(run):
-  """runrecord/predictions.read_predictions of run folder `run` (its newest step with them), or
-  None: a run written before runs saved their predictions."""
-  return predictions.read_predictions(run)
+
+def read_run_predictions(runs):
+  """[(predictions, None) or (None, why)] of each run of `runs`: its run folder at its step."""
+  column = lambda name: runs[name] if name in runs else [None] * len(runs)
+  return [run_predictions.read(*row) for row in zip(
+      runs['run'], column('step'), column('data.test_size'), column('data.split_fingerprint'))]
+
+
+def loaded(runs, load):
+  """The same from `load` (run folder -> predictions dict or None; tests, a CSV)."""
+  return [(pred, None) if pred is not None else (None, run_predictions.NONE_SAVED)
+          for pred in map(load, runs['run'])]
 
 
 def unit_seeds(runs, columns):
@@ -33,13 +45,14 @@ def unit_seeds(runs, columns):
 
 
 def load_entries(runs, load=None):
-  """([{run, arm, seed, platform, pred, init, data}] of the runs with predictions, [runs
-  without]); init and data: the recorded init and data-order seeds (None when not recorded)."""
-  load = load or read_run_predictions
+  """([{run, arm, seed, platform, pred, init, data}] of the runs with predictions, [(run, why) of
+  the runs without]); init and data: the recorded init and data-order seeds (None when not
+  recorded). `load`: run folder -> predictions or None (default: read_run_predictions)."""
   columns = variance.seed_columns(runs)
-  preds = [load(run) for run in runs['run']]
+  got = loaded(runs, load) if load else read_run_predictions(runs)
+  preds = [pred for pred, _ in got]
+  missing = [(run, why) for run, (pred, why) in zip(runs['run'], got) if pred is None]
   seeds = unit_seeds(runs, columns)
-  missing = [run for run, pred in zip(runs['run'], preds) if pred is None]
   entries = []
   for i in (i for i, pred in enumerate(preds) if pred is not None):
     row, pred = runs.iloc[i], preds[i]
@@ -50,7 +63,21 @@ def load_entries(runs, load=None):
   return entries, missing
 
 
-def agreement_section(runs, pairs, noise=(), identical=(), platform=(), load=None, labels=None):
+def summary_line(table, missing, total):
+  """agreement.summary's first-page line, the runs left out counted by reason (run_predictions)."""
+  reasons = collections.Counter(run_predictions.kind(why) for _, why in missing)
+  if not missing or set(reasons) == {run_predictions.NONE_SAVED}:
+    return agreement.summary(table, len(missing), total)
+  counted = ', '.join(f'{n} {why}' for why, n in reasons.most_common())
+  if len(missing) == total:
+    return (f'Agreement: none of the {total} runs has predictions of the step its results came '
+            f'from ({counted}); churn, calibration and per-class need them.')
+  return (agreement.summary(table).rstrip('.') + f'; {len(missing)} of {total} runs left out of '
+          f'the agreement, calibration and per-class tables ({counted}).')
+
+
+def agreement_section(runs, pairs, noise=(), identical=(), platform=(), load=None, labels=None,
+                      scale=None):
   """The analysis.numbers.result.Agreement of the runs: table (report_agreement.csv), calibration,
   train_loss, per_class, variance (DataFrames); summary (the first-page line); missing (the runs
   without predictions).
@@ -58,18 +85,21 @@ def agreement_section(runs, pairs, noise=(), identical=(), platform=(), load=Non
   `runs`: completed runs with `run` (the run folder), `arm`, `seed`, `platform` (stats.prepare's
   `runs`); `pairs`: the (a, b) arms compared (declared contrasts, or every pair); `noise`,
   `identical`, `platform`: the ladder's baseline pairs (analysis/numbers/agreement_pairs.py); `load`:
-  run folder -> predictions dict or None (default: trainer/predictions.read_predictions);
-  `labels`: {arm: short label} for the table's label_a, label_b and the figure (default: the arm)."""
+  run folder -> predictions dict or None (default: the step its results came from,
+  read_run_predictions);
+  `labels`: {arm: short label} for the table's label_a, label_b and the figure (default: the arm);
+  `scale`: the accuracy's factor to percent (calibration.loss_table; None: from its values)."""
   entries, missing = load_entries(runs, load)
   split, notes = variance.split_by_arm(runs)
   table = agreement.agreement_table(entries, pairs, noise, identical, platform)
   for side in ('a', 'b'):
     table[f'label_{side}'] = [(labels or {}).get(arm, arm) for arm in table[side]]
-  return result.Agreement(table=table, summary=agreement.summary(table, len(missing), len(runs)),
+  return result.Agreement(table=table, summary=summary_line(table, missing, len(runs)),
                           calibration=calibration.calibration_table(entries),
-                          train_loss=calibration.loss_table(runs),
+                          train_loss=calibration.loss_table(runs, scale=scale),
                           per_class=per_class.per_class_table(entries, pairs),
-                          variance=split, missing=missing, variance_notes=notes)
+                          variance=split, missing=[run for run, _ in missing],
+                          variance_notes=notes)
 
 
 def compared_pairs(out):
@@ -94,4 +124,5 @@ def from_analysis(out, labels, load=None):
                            noise=agreement_pairs.noise_pairs(runs, group_by),
                            identical=agreement_pairs.identical_pairs(runs, group_by),
                            platform=agreement_pairs.platform_pairs(runs, group_by), load=load,
-                           labels=labels)
+                           labels=labels,
+                           scale=out.scale if out.metric == calibration.ACCURACY else None)

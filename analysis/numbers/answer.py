@@ -12,6 +12,7 @@ instead of the declared contrasts, and there is no attribution.
 import pandas as pd
 
 from analysis.inputs import declaration
+from analysis.inputs.labels import seed_text
 from analysis.numbers import agreement_section, attribution, contrasts, effects, gap, result, stats
 from runrecord import record
 
@@ -136,17 +137,18 @@ def check_compare(frame, compare, declares):
 
 def scope(out, declared, compare=None):
   """What was analysed against what was declared before the runs (analysis.numbers.result.Scope):
-  declared_seeds (seeds 0..k-1 for a declared count k, as the study's get_sweep runs them; None
-  undeclared), declared_margin, analysed_seeds, margin, declared_seeds_present, confirmatory
-  (True: the declared seeds at the declared margin and platform pairs; False: more or other
-  seeds, another margin, or platform pairs from --compare: an exploratory analysis; None:
+  declared_seeds (seeds 0..k-1 for a declared count k, as the study's get_sweep runs them, or the
+  declared list; None undeclared), declared_margin, analysed_seeds, margin, declared_seeds_present,
+  confirmatory (True: the declared seeds at the declared margin and platform pairs; False: more or
+  other seeds, another margin, or platform pairs from --compare: an exploratory analysis; None:
   nothing declared), deviations (words)."""
-  k, m0 = declared.get('seeds'), declared.get('margin')
+  m0 = declared.get('margin')
   seeds = sorted({int(x) for x in out.runs['base_seed'].dropna()}) if out.seeded else []
-  wanted = list(range(int(k))) if k else None
+  wanted = declaration.declared_seeds(declared)  # 0..k-1 for a count k, or the seeds listed
   deviations = []
-  if wanted is not None and seeds != wanted:
-    deviations.append(f'{len(seeds)} seeds analysed, {k} declared (seeds 0–{int(k) - 1})')
+  if wanted is not None and seeds != sorted(wanted):
+    deviations.append(f'{len(seeds)} seeds analysed, {len(wanted)} declared (seeds '
+                      f'{seed_text(pd.Series(wanted))})')
   if m0 is not None and out.margin != m0:
     deviations.append(f'margin ±{out.margin:g}, declared ±{m0:g}')
   if compare:

@@ -21,6 +21,7 @@ from analysis.numbers import inference
 ECE_BINS = 15
 ECE_NAME = f'ECE, {ECE_BINS} equal-width confidence bins over [0, 1]'
 EPS = float(np.finfo(np.float32).tiny)
+ACCURACY = 'final.test_accuracy'  # the accuracy loss_table shows beside the loss
 
 
 def ece(confidence, correct, bins=ECE_BINS):
@@ -88,16 +89,21 @@ def calibration_table(entries):
   return table
 
 
-def loss_table(runs, loss='final.train_loss', accuracy='final.test_accuracy'):
+def loss_table(runs, loss='final.train_loss', accuracy=ACCURACY, scale=None):
   """Per arm: the final training loss beside the test accuracy (%), each mean with its t-interval
   over seeds, and the loss relative to the lowest arm's (`train_loss_ratio`: how many times the
   best arm's loss). `runs`: a runs table with `arm`, `seed` and the two columns (stats.prepare's
-  `runs`, completed runs only). A table without a loss column gives an empty table."""
+  `runs`, completed runs only). A table without a loss column gives an empty table. The accuracy
+  in percent: times `scale` (the analysis's, when the accuracy is its metric), else times 100 for
+  fractions (every value <= 1) and as it is for a column already in percent."""
   if loss not in runs or accuracy not in runs:
     return pd.DataFrame()
+  values = pd.to_numeric(runs[accuracy], errors='coerce')
+  if scale is None:
+    scale = 100.0 if values.abs().max() <= 1 else 1.0
   frame = pd.DataFrame({'arm': runs['arm'], 'seed': runs['seed'],
                         'train_loss': pd.to_numeric(runs[loss], errors='coerce'),
-                        'test_accuracy_pct': 100 * pd.to_numeric(runs[accuracy], errors='coerce')})
+                        'test_accuracy_pct': scale * values})
   table = per_arm(frame, ['test_accuracy_pct', 'train_loss'])
   table['train_loss_ratio'] = table['train_loss'] / table['train_loss'].min()
   return table

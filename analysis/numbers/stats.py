@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.inputs import csv_input, declaration
+from analysis.inputs.columns import resolve_column  # which column a name means (its owner)
 from analysis.inputs.labels import arm_labels, seed_key, seed_text, whole_numbers
 from analysis.numbers import inference as inf
 from analysis.numbers import result
@@ -58,16 +59,6 @@ IDENTICAL_FIELDS = ('platform', 'device_kind', 'batchnorm_group', 'compute_dtype
 VERDICTS = ('identical arithmetic', 'within margin', 'equivalent', 'different', 'inconclusive')
 UNDECLARED = ('none declared: 0.5 pp is the analysis.numbers.stats default, not a study decision; '
               'declare one (--margin, --margin-reason)')
-
-
-def resolve_column(frame, name, arg):
-  """The column of `frame` that `name` means: exact, or with a numerics/config/final prefix."""
-  for candidate in (name, f'{record.ARM_PREFIX}{name}', f'numerics.effective.{name}',
-                    f'config.{name}', f'final.{name}'):
-    if candidate in frame.columns:
-      return candidate
-  shown = ', '.join(c for c in frame.columns if not c.startswith(('config.', 'versions.', 'data.')))
-  raise ValueError(f'{arg}: no column {name!r}; choose from {shown} (or any config.* field)')
 
 
 def run_deterministic(platform, value):
@@ -397,12 +388,12 @@ def analyse(frame, group_by=(), metric=DEFAULT_METRIC, margin=DEFAULT_MARGIN, ma
                       unit='pp' if prep.scale == 100 else 'units')
 
 
-def read_csv(path, metric=None, seed_col=None, names=(), seed_required=False):
+def read_csv(path, metric=None, seed_col=None, names=(), seed_required=False, scale=None):
   """A CSV of published results as a runs table (`run` = 'FILE:ROW' when it has no run column),
   its used columns only (analysis/inputs/csv_input.py: `metric` and `names` are the metric and the
   columns the command names), checked before anything is computed (csv_input.check: the metric's
-  scale and range, unique run ids, whole-number seeds in `seed_col`, default 'seed', and with
-  `seed_required` one for every completed run).
+  scale (or `scale`, --scale, when given) and range, unique run ids, whole-number seeds in
+  `seed_col`, default 'seed', and with `seed_required` one for every completed run).
   Refused, naming --csv: an unreadable or empty file, a header without rows, repeated column
   names (pandas would rename the second 'x' to 'x.1' and read the first), the checks' problems."""
   try:
@@ -426,7 +417,7 @@ def read_csv(path, metric=None, seed_col=None, names=(), seed_required=False):
     raise ValueError(f'--csv: {path} has a header but no rows: no runs to analyse; add one row '
                      'per run')
   seed = resolve_column(frame, seed_col, '--seed-col') if seed_col not in (None, 'seed') else 'seed'
-  csv_input.check(frame, path, metric, seed if seed in frame else None, seed_required)
+  csv_input.check(frame, path, metric, seed if seed in frame else None, seed_required, scale)
   if 'run' not in frame:
     frame.insert(0, 'run', [f'{path}:{i + 2}' for i in range(len(frame))])
   return frame
