@@ -211,7 +211,16 @@ def configured(config, kind, platform='tpu'):
   return 'highest'
 
 
+# The bf16 DotAlgorithmPresets and the precision level that computes the same passes on a TPU
+# (JAX's DotAlgorithmPreset documentation): the TPU compiler may print a dot's algorithm as that
+# level once it has rewritten the dot as a convolution.
+SAME_PASSES = {'dot_bf16_bf16_f32': 'default', 'dot_bf16_bf16_f32_x3': 'high',
+               'dot_bf16_bf16_f32_x6': 'highest'}
+
+
 def as_configured(found, config, platform='tpu'):
-  """How many of `found` carry the precision or algorithm `configured` asks of their kind."""
+  """How many of `found` carry the precision or algorithm `configured` asks of their kind (an
+  algorithm or its SAME_PASSES level)."""
   wanted = {kind: configured(config, kind, platform) for kind in profiles.KINDS}
-  return sum(p.how == wanted.get(p.kind) for p in found)
+  same = lambda how: SAME_PASSES.get(how, how)
+  return sum(same(p.how) == same(wanted.get(p.kind)) for p in found)

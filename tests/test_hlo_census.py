@@ -93,8 +93,11 @@ def test_what_each_setting_asks_of_a_tpu(overrides, wanted):
 def test_as_configured_counts_each_kind_against_its_own_wish():
   config = validation.resolve(loader.load('configs/digits.py:smoke', [
       ('numerics.matmul_precision', 'BF16_BF16_F32_X3')]))
-  # conv asks default (1 of 2 conv products), dense asks the algorithm (1 of 2 dense products)
-  assert hlo_census.as_configured(hlo_census.products(PLANTED), config) == 2
+  # conv asks default (1 of 2 conv products), dense the algorithm: the dot carrying it and the
+  # convolution carrying `high`, its three passes, both count
+  assert hlo_census.as_configured(hlo_census.products(PLANTED), config) == 3
+  f32 = validation.resolve(loader.load('configs/digits.py:smoke', [('numerics.profile', 'f32')]))
+  assert hlo_census.as_configured(hlo_census.products(PLANTED), f32) == 1
 
 
 def test_roofline_is_the_slower_of_compute_and_memory():

@@ -175,3 +175,44 @@ def test_max_batch_search_compiles_larger_batches(tmp_path):
   assert code == 0, stdout[-2000:]
   assert rows[0]['max_batch'] == '256'
   assert 'batch 256:' in stdout and 'largest batch that fits: 256 (3 compiles)' in stdout
+
+
+ONE_ARM = """from configs import digits
+get_config = digits.get_config
+def get_sweep(arg=None):
+  return [{'numerics.profile': 'f32', 'seed': seed} for seed in range(3)]
+"""
+
+
+def test_sweep_estimate_prices_each_arm_from_its_compiled_tpu_program(tmp_path):
+  """`sweeps.sweep --estimate --estimate-tpu`: one arm of 3 seeds of the smoke config, its
+  programs compiled for one v5e chip (the preflight's run hours, times 3)."""
+  config = tmp_path / 'one_arm.py'
+  config.write_text(ONE_ARM)
+  proc = subprocess.run(
+      [sys.executable, '-m', 'sweeps.sweep', f'--config={config}:smoke',
+       f'--root={tmp_path / "root"}', '--estimate', '--estimate-tpu', 'v5e-1'], cwd=ROOT,
+      capture_output=True, text=True, env={**os.environ, 'PYTHONPATH': ROOT}, timeout=900)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  (arm,) = [l for l in proc.stdout.splitlines() if l.startswith('estimate: profile-f32: ')]
+  runs, hours = arm[len('estimate: profile-f32: '):].split(' runs x ')
+  assert runs == '3' and float(hours.split()[0]) > 0
+  total = next(l for l in proc.stdout.splitlines() if l.startswith('total: '))
+  assert float(total.split()[1]) == pytest.approx(3 * float(hours.split()[0]), rel=0.01)
+  assert 'run-hours on v5e-1' in total and 'not executions' in total
+
+
+def test_a_product_the_compiler_computes_otherwise_than_asked_is_counted_out(tmp_path):
+  """matmul_precision BF16_BF16_F32_X3 (three bf16 passes in the dense products; convolutions
+  ignore presets): in the TPU program the backward dense products carry `high` (three passes),
+  but the forward one takes a bf16 operand at the default precision, one pass. The census says
+  so: one product not as configured."""
+  code, stdout, _, rows = run_quick(
+      tmp_path, '--config=configs/digits.py:smoke', '--config.numerics.matmul_precision='
+      'BF16_BF16_F32_X3', '--topology', 'v5e:2x2', '--programs', 'full')
+  assert code == 0, stdout[-2000:]
+  (row,) = rows
+  assert row['configured'] == 'conv @ default; dense @ dot_bf16_bf16_f32_x3'
+  assert int(row['products_as_configured']) == int(row['products']) - 1
+  assert 'dense backward f32 x f32 @ high: 2' in row['product_breakdown']
+  assert 'dense forward bf16 x f32 @ default: 1' in row['product_breakdown']
