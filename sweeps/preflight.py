@@ -19,7 +19,7 @@ program it reports:
                     code (`memory_analysis()`), against the chip's HBM: `fits`
   gflop_per_step    XLA's FLOPs of the whole step (one chip's program x chips); bytes per chip
   roofline          step time, images/s, hours of a run and of the config's sweep
-                    (sweeps/tpu_estimate.py: a lower bound from the chip's bf16 peak and HBM
+                    (sweeps/tpu_estimate.py: optimistic, from the chip's bf16 peak and HBM
                     bandwidth, sources in sweeps/tpu_topology.py)
   numerics          every dot and convolution of the optimized TPU program, forward and backward,
                     with the operand types and precision it carries (sweeps/hlo_census.py), how
@@ -63,7 +63,9 @@ UNITS_GIB = {'K': 2**-20, 'M': 2**-10, 'G': 1, 'T': 2**10}
 
 def parse_args(rest):
   p = argparse.ArgumentParser(prog='python -m sweeps.preflight',
-                              description=__doc__.split('\n')[0])
+                              description=__doc__.split('\n')[0],
+                              epilog='and --config=FILE[:PRESETS,key=value] [--config.<field>=<value> '
+                                     '...] as train.py takes them (configs/loader.py)')
   p.add_argument('--topology', nargs='+', required=True,
                  help='TPU topologies: libtpu names (v5e:2x4, v4:2x2x1, v5p:2x2x1, v6e:2x2) or '
                       'accelerator types (v4-8, v5e-8, v5p-8, v6e-8)')
@@ -303,13 +305,14 @@ def markdown(rows):
         f'{r["memory_per_chip_gib"]:.3g} ({r["hbm_per_chip_gib"]}) | {"yes" if r["fits"] else "NO"} '
         f'| {r["gflop_per_step"]:.4g} | {r["roofline_ms"]:.3g} | {r["images_per_s"]:,.0f} | '
         f'{r["products"]} ({r["products_as_configured"]}) | {r["rounding_ops"]} |')
+  lines.append('')
   for name in dict.fromkeys(r['topology'] for r in rows):
     first = next(r for r in rows if r['topology'] == name)
     hours = (f'a run {first["run_hours"]:.3g} h, the sweep ({first["sweep_runs"]} runs) '
-             f'{first["sweep_hours"]:.3g} h' if first.get('run_hours') is not None
-             else 'no estimate (a program did not compile)')
+             f'{first["sweep_hours"]:.3g} h at the roofline' if first.get('run_hours') is not None
+             else 'no run estimate (it needs every program compiled)')
     largest = f'; largest batch that fits: {first["max_batch"]}' if first.get('max_batch') else ''
-    lines.append(f'\n{name}: {hours} at the roofline{largest}')
+    lines.append(f'- {name}: {hours}{largest}')
   return '\n'.join(lines)
 
 
@@ -364,7 +367,7 @@ def main(argv=None):
     print(f'[preflight] wrote {path}')
   print(markdown(rows))
   print(f'[preflight] took {time.time() - start:.0f} s on this host ({os.cpu_count()} CPUs): '
-        'compiled programs, not executions; the roofline is a lower bound of the step time')
+        'compiled programs, not executions; the roofline is an optimistic step time')
   return 0 if all(r['compiled'] for r in rows) else 1
 
 

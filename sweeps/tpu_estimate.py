@@ -8,9 +8,8 @@ Roofline (per chip; the program is the per-chip partition of the step, as XLA co
 
 with XLA's `cost_analysis()` flops and bytes accessed of one chip's program, `passes` the
 FLOP-weighted mean MXU passes of its products (sweeps/hlo_census.py `mean_passes`: 1 for bf16
-products, 6 at HIGHEST) and the chip's figures (sweeps/tpu_topology.py CHIPS). It is a lower
-bound of the step time: it assumes the MXU or the HBM busy every cycle; TPU ResNet training runs
-well below that (about 40 % of peak on a TPU v3 in flax's ImageNet example), and it leaves out the
+products, 6 at HIGHEST) and the chip's figures (sweeps/tpu_topology.py CHIPS). It is optimistic:
+it assumes the MXU or the HBM busy every cycle, takes XLA's counts as the work, and leaves out the
 host's input feeding and the collectives between chips. Estimates from a compiled program, not
 measurements.
 
@@ -121,7 +120,7 @@ def price_arms(runs, flags_of, topology, repo, slots, out=None):
     print(f'estimate: {lines[-1]}', file=out, flush=True)
   print(f'total: {total:.4g} run-hours on {topology} ({total * chips:.4g} chip-hours); about '
         f'{total / max(slots, 1):.3g} h of wall-clock at {slots} run(s) at a time. Roofline '
-        'estimates from compiled programs, not executions (a lower bound: sweeps/tpu_estimate.py)',
+        'estimates from compiled programs, not executions (optimistic: sweeps/tpu_estimate.py)',
         file=out, flush=True)
   return 0
 
