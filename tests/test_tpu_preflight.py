@@ -1,15 +1,17 @@
 """The TPU preflight (sweeps/preflight.py): the trainer's programs compiled for TPU topologies on
 this CPU with libtpu (requirements-tpu.txt), their memory, cost and numerics.
 
-Each preflight is one subprocess, shared by the assertions on it (TPU compiles take seconds each
-at these sizes, minutes at CelebA's): the smoke config with the `tpu_default` profile and the
+Each preflight is one subprocess, shared by the assertions on it, once per session even under
+pytest-xdist (TPU compiles take seconds each at these sizes, minutes at CelebA's): the smoke config with the `tpu_default` profile and the
 study config with `f32`, each on a single-host v5e (v5e:2x2), a multi-host v5e (v5e:2x4: 2 hosts
 of 4 chips) and a v4 (v4:2x2x1: 4 megacore chips); the bad inputs; a program over a v5e chip's
 16 GiB; a short --max-batch search. Skipped only where libtpu is not installed.
 """
 
 import csv
+import fcntl
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -39,18 +41,32 @@ def preflight(tmp, *args, env=None):
   return proc.returncode, proc.stdout, proc.stderr, rows
 
 
+def once_per_session(tmp_path_factory, name, *args):
+  """`preflight(*args)` run once per test session, also under pytest-xdist: the first worker
+  runs it, under a lock in the session's shared temporary folder, the others read its result."""
+  base = tmp_path_factory.getbasetemp()
+  shared = base.parent if os.environ.get('PYTEST_XDIST_WORKER') else base
+  folder, result = shared / f'tpu_preflight_{name}', shared / f'tpu_preflight_{name}.json'
+  with open(shared / f'tpu_preflight_{name}.lock', 'w') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not result.exists():
+      folder.mkdir(exist_ok=True)
+      result.write_text(json.dumps(preflight(str(folder), *args)))
+    return json.loads(result.read_text())
+
+
 @pytest.fixture(scope='module')
 def smoke(tmp_path_factory):
   """The smoke config, emulated bf16 products (tpu_default), on the three topologies."""
-  return preflight(str(tmp_path_factory.mktemp('smoke')), '--config=configs/digits.py:smoke',
-                   '--config.numerics.profile=tpu_default', '--topology', *TOPOLOGIES)
+  return once_per_session(tmp_path_factory, 'smoke', '--config=configs/digits.py:smoke',
+                          '--config.numerics.profile=tpu_default', '--topology', *TOPOLOGIES)
 
 
 @pytest.fixture(scope='module')
 def study(tmp_path_factory):
   """The study config, f32 products (profile f32), on the three topologies."""
-  return preflight(str(tmp_path_factory.mktemp('study')), '--config=configs/digits.py:study',
-                   '--config.numerics.profile=f32', '--topology', *TOPOLOGIES)
+  return once_per_session(tmp_path_factory, 'study', '--config=configs/digits.py:study',
+                          '--config.numerics.profile=f32', '--topology', *TOPOLOGIES)
 
 
 @pytest.mark.parametrize('which, programs', [('smoke', ('frozen', 'full', 'eval')),
