@@ -1,6 +1,8 @@
 # The documented way to run the project: every target installs what it needs into $(VENV) first.
 #   study, train, smoke: the core only (requirements.txt, ~1 GiB installed)
-#   test: the core, CelebA preparation and the test/benchmark packages (requirements-test.txt)
+#   test: the core, CelebA preparation, libtpu and the test/benchmark packages (requirements-test.txt)
+#   setup-tpu: the core and JAX's TPU runtime (requirements-tpu.txt): a TPU VM, or TPU programs
+#     compiled on this host (python -m sweeps.preflight, docs/tpu.md)
 # VENV=/abs/path/venv uses an existing virtual environment; pip then installs nothing that is
 # already there at the pinned version (it does not contact the index for those).
 PYTHON ?= python3
@@ -9,7 +11,7 @@ PY := $(VENV)/bin/python
 PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: setup setup-test study train smoke test clean
+.PHONY: setup setup-test setup-tpu study train smoke test clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +22,9 @@ setup: | $(PY)
 
 setup-test: | $(PY)
 	$(PIP_INSTALL) -r requirements-test.txt
+
+setup-tpu: | $(PY)
+	$(PIP_INSTALL) -r requirements-tpu.txt
 
 # The main job on the embedded default (scikit-learn digits, no download): a numerics study
 # (8 arms x 6 seeds) -> statistics report -> attribution -> figures, in runs/study (~6 min on 2 cores).

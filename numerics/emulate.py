@@ -72,7 +72,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.extend import core as jex_core
 
-from numerics import rounding
+from numerics import rounding, target
 from numerics.formats import FORMATS, NOISY_FORMATS  # pylint: disable=unused-import  (re-exported)
 EMULATE_IMPLS = ('auto', 'reference', 'fast')  # see the module doc
 FAST_FORMATS = ('bf16', 'bf16_3x', 'tf32')  # the formats with a faster exact form
@@ -98,7 +98,8 @@ def resolve_impl(impl, platform=None, fmt=None):
 
   Without a format, only checks `impl` and returns it: validation calls it so, before JAX may start a
   backend (train.py resolves its config before jax.distributed.initialize). With a format, the platform
-  defaults to JAX's default backend.
+  defaults to the one being traced for (numerics/target.py: JAX's default backend unless a step
+  is traced for other devices).
   """
   if impl not in EMULATE_IMPLS:
     raise ValueError(f'config.numerics.emulate_impl must be one of {EMULATE_IMPLS}, got {impl!r}')
@@ -110,17 +111,18 @@ def resolve_impl(impl, platform=None, fmt=None):
     return 'reference'  # f32, bf16_noise: no faster exact form
   if impl != 'auto':
     return impl
-  platform = platform or jax.default_backend()
+  platform = platform or target.current()
   if platform != 'cpu':
     return 'fast'
   return AUTO_ON_CPU.get(fmt, 'reference')
 
 
 def fast_plan(fmt, platform=None):
-  """The FastPlan of `fmt` on `platform` (default: JAX's default backend); see the module doc."""
+  """The FastPlan of `fmt` on `platform` (default: the one traced for, numerics/target.py); see
+  the module doc."""
   if fmt not in FAST_FORMATS:
     raise ValueError(f'numerics: {fmt!r} has no fast form (one of {FAST_FORMATS})')
-  platform = platform or jax.default_backend()
+  platform = platform or target.current()
   if fmt == 'tf32' and platform == 'gpu':
     return FastPlan(jnp.float32, DEFAULT, False)  # TF32 tensor cores on exact TF32 operands
   if fmt == 'tf32' and platform != 'tpu':
@@ -299,7 +301,7 @@ def emulated(product, x, kernel, fmt, *, key=None, impl='auto', platform=None):
   `product(a, b, precision)` must be bilinear in (a, b). The result has the dtype the native
   product would have (bf16 operands give a bf16 result, accumulated in f32 first). `key`: a PRNG
   key, required by (and only used by) NOISY_FORMATS. `impl`: see EMULATE_IMPLS; `platform`: whose
-  'auto' choice and fast form to use (default: JAX's default backend).
+  'auto' choice and fast form to use (default: the one traced for, numerics/target.py).
   """
   if fmt not in FORMATS[1:]:
     raise ValueError(f"numerics: no emulated format {fmt!r}; one of {FORMATS[1:]} ('native' "

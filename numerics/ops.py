@@ -46,6 +46,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from numerics import emulate as emulate_lib
+from numerics import target
 
 CONV_DIMENSIONS = ('NHWC', 'HWIO', 'NHWC')
 NOISE_STREAMS = {'train': 0, 'eval': 1}
@@ -96,7 +97,7 @@ def resolve_conv_impl(impl, platform=None, macs=None, *, kernel_hw=None, out_hw=
     raise ValueError(f'config.numerics.conv_impl must be one of {CONV_IMPLS}, got {impl!r}')
   if impl != 'auto':
     return impl
-  platform = platform or jax.default_backend()
+  platform = platform or target.current()
   if platform != 'cpu':
     return 'xla'
   if macs is None or macs >= IM2COL_MIN_MACS:

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from numerics import emulate as emulate_lib
 from numerics import ops
 from numerics import profiles
+from numerics import target
 
 LEGACY_PRECISIONS = ('default', 'high', 'highest', 'bfloat16', 'tensorfloat32', 'float32')
 # DotAlgorithmPreset names that take f32 operands; they set dots only (convolutions ignore them).
@@ -168,12 +169,14 @@ def precision_scope(config):
   return jax.default_matmul_precision(config.numerics.matmul_precision)
 
 
-def with_precision(fn, config):
+def with_precision(fn, config, platform=None):
   """`fn` traced under config.numerics.matmul_precision, whatever the caller's context: the
-  one way the precision reaches a jitted computation (trainer/run.py wraps every step)."""
+  one way the precision reaches a jitted computation (trainer/run.py wraps every step). With
+  `platform` (the platform of the devices it is compiled for), its platform-dependent choices are
+  made for that platform (numerics/target.py), not for this process's default backend."""
 
   def traced(*args, **kwargs):
-    with precision_scope(config):
+    with precision_scope(config), target.scope(platform):
       return fn(*args, **kwargs)
   # The jitted computation keeps fn's name (HLO module names, profiles, dumps).
   traced.__name__ = getattr(fn, '__name__', None) or getattr(fn, 'func', fn).__name__

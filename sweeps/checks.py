@@ -30,6 +30,7 @@ import os
 import subprocess
 import sys
 
+from sweeps import tpu_chips
 from runrecord import record
 from trainer import lock, platforms, validation
 
@@ -252,7 +253,9 @@ def parallel_slots(requested, runs, gpus, host_bytes, cores):
     raise ValueError(f'--parallel={requested}: give a positive number of runs at a time')
   slots = requested or len(gpus) or 1
   if gpus and slots > len(gpus):
-    raise ValueError(f'--parallel={slots} exceeds the {len(gpus)} GPUs of --gpus; one run per GPU')
+    what = ('TPU chips of --tpu-chips', 'chip') if isinstance(gpus[0], tpu_chips.Chip) else (
+        'GPUs of --gpus', 'GPU')
+    raise ValueError(f'--parallel={slots} exceeds the {len(gpus)} {what[0]}; one run per {what[1]}')
   configs = [r.config for r in runs if r.config is not None and not r.problem]
   per_run = RUN_OVERHEAD_BYTES + max(
       (validation.activation_bytes(c, c.batch_size) for c in configs), default=0)

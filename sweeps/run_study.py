@@ -51,6 +51,8 @@ def sweep_argv(args):
     argv.append(f'--parallel={args.parallel}')
   if args.gpus:
     argv.append(f'--gpus={args.gpus}')
+  if args.tpu_chips:
+    argv.append(f'--tpu-chips={args.tpu_chips}')
   return argv
 
 

@@ -28,6 +28,10 @@ GPU; or an id repeated in `--gpus`) each get XLA_PYTHON_CLIENT_MEM_FRACTION = GP
 that GPU), unless the environment already sets one of MEMORY_VARIABLES (trainer/gpu_memory.py;
 yours then applies to every run); a run alone on its GPU keeps JAX's default. The memory settings a run starts with are written
 in its train.log header line, before the command.
+
+TPU chips (`--tpu-chips`): each slot holds one chip of the TPU VM, never shared, and each run on
+it gets libtpu's per-process variables with the chip's own port (sweeps/tpu_chips.py), written in
+its train.log header line too.
 """
 
 import collections
@@ -44,7 +48,7 @@ import time
 from typing import Any
 
 from analysis.inputs import results
-from sweeps import claims
+from sweeps import claims, tpu_chips
 from runrecord import record
 from trainer import gpu_memory, lock, platforms, writers
 
@@ -83,7 +87,8 @@ def last_line(path):
 def slot_gpus(gpus, slots):
   """[(GPU id, runs on that GPU)] of each of `slots` runs at a time: one id each from `gpus`, in
   order; without ids, None (every run sees every GPU) shared by all `slots`. The one rule by which
-  run_all and the estimate (slot_envs) hand GPUs to slots."""
+  run_all and the estimate (slot_envs) hand GPUs to slots. `gpus` may hold TPU chips instead
+  (sweeps/tpu_chips.py Chip, never repeated): one chip per slot, handed out the same way."""
   handed = list(gpus)[:slots] if gpus else [None] * slots
   count = collections.Counter(handed)
   return [(gpu, count[gpu]) for gpu in handed]
@@ -105,16 +110,24 @@ def memory_fraction(sharing, environ):
 
 
 def child_env(root, repo, gpu=None, sharing=1):
-  """The environment of a run: the shared compilation cache (unless set), one GPU when given, the
+  """The environment of a run: the shared compilation cache (unless set), one GPU when given (or
+  one TPU chip, a tpu_chips.Chip: libtpu's per-process variables, tpu_chips.environment), the
   GPU memory fraction of `sharing` concurrent runs on it (memory_fraction)."""
   env = dict(os.environ)
   env.setdefault('JAX_COMPILATION_CACHE_DIR', os.path.join(root, CACHE_DIR))
   env.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.2')  # JAX's default: 1 s
   env['PYTHONPATH'] = repo + (os.pathsep + env['PYTHONPATH'] if env.get('PYTHONPATH') else '')
-  if gpu is not None:
+  if isinstance(gpu, tpu_chips.Chip):
+    env.update(tpu_chips.environment(gpu.index))
+  elif gpu is not None:
     env['CUDA_VISIBLE_DEVICES'] = str(gpu)
   env.update(memory_fraction(sharing, env))
   return env
+
+
+def on_device(gpu):
+  """'GPU 0' or 'TPU chip 3': a slot's device, for the console."""
+  return str(gpu) if isinstance(gpu, tpu_chips.Chip) else f'GPU {gpu}'
 
 
 def slot_envs(root, repo, gpus, slots):
@@ -280,7 +293,9 @@ def launch(run, argv, root, repo, gpu, batch_size, sharing=1, claim=None):
   os.makedirs(run.workdir, exist_ok=True)
   env = child_env(root, repo, gpu, sharing)
   log = open(os.path.join(run.workdir, LOG_FILE), 'a')
-  memory = gpu_memory.memory_settings(env, ' ', '')  # the train.log record ('' if none)
+  # The train.log record of the memory settings and the TPU chip ('' if none).
+  memory = ' '.join(filter(None, (gpu_memory.memory_settings(env, ' ', ''),
+                                  tpu_chips.settings(env))))
   log.write(f'\n# {time.strftime("%Y-%m-%d %H:%M:%S")} {memory + " " if memory else ""}'
             f'{" ".join(argv)}\n')
   log.flush()
@@ -379,7 +394,7 @@ def run_all(queue, argv_of, root, repo, progress, slots, gpus, batch_size=None, 
                      sharing[gpu], claim)
           progress.active[a.proc.pid] = a
           progress.show(f'start   {run.slug}/seed{run.seed}' +
-                        (f' on GPU {a.gpu}' if a.gpu is not None else '') +
+                        (f' on {on_device(a.gpu)}' if a.gpu is not None else '') +
                         f': workdir {run.workdir}, log {a.logfile}')
         time.sleep(poll)
         free += reap(progress, stopping=False)

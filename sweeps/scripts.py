@@ -12,7 +12,7 @@ import re
 import shlex
 import sys
 
-from sweeps import runner
+from sweeps import runner, tpu_chips
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS_FILE = 'sweep_commands.txt'
@@ -42,6 +42,12 @@ def command(run, path, arg, python='python'):
   """The run's train.py argv, relative to the repository root."""
   flags = config_flags(run, path, arg)
   return [python, 'train.py', flags[0], f'--workdir={run.workdir}', *flags[1:]]
+
+
+def placed(argv, chips=()):
+  """`argv` started on a free one of the TPU `chips` (sweeps/tpu_chips.py launcher), or as it
+  is without chips."""
+  return tpu_chips.launcher(chips) + list(argv) if chips else list(argv)
 
 
 def command_line(argv):

@@ -6,6 +6,8 @@
       --root=/runs/celeba --gpus 0,1,2,3
   python -m sweeps.sweep --config=configs/celeba.py:tpu --root=gs://b/study --dry-run \
       --emit-commands=cmds.txt --emit-slurm=study.sbatch
+  python -m sweeps.sweep --config=configs/digits.py:study,model.width=1.0 --root=runs/tpu \
+      --tpu-chips 0,1,2,3,4,5,6,7
 
 `get_sweep(arg)` returns a list of override dicts, one per run: any config fields by dotted name,
 `seed` included. The runs with equal overrides apart from `seed` form an arm; each run goes to
@@ -35,7 +37,7 @@ import re
 import signal
 import sys
 
-from sweeps import checks, claims, runner, scripts
+from sweeps import checks, claims, runner, scripts, tpu_chips, tpu_estimate
 from analysis.inputs import declaration
 from configs import common, loader
 from input_pipeline import base
@@ -148,6 +150,24 @@ def parse_gpus(text):
     raise ValueError(f'--gpus={text}: give comma-separated GPU ids, e.g. --gpus 0,1,2,3') from None
 
 
+def placement(args):
+  """The slots' devices: the GPU ids of --gpus, or the TPU chips of --tpu-chips
+  (tpu_chips.Chip), never both; one-line ValueError otherwise."""
+  gpus, chips = parse_gpus(args.gpus), tpu_chips.parse(args.tpu_chips)
+  if gpus and chips:
+    raise ValueError('--gpus and --tpu-chips: give one of them (a run uses GPUs or a TPU chip)')
+  if getattr(args, 'estimate_tpu', '') and not getattr(args, 'estimate', False):
+    raise ValueError('--estimate-tpu prices the runs: give it with --estimate')
+  return gpus or chips
+
+
+def print_chip_environments(chips):
+  """What each run gets on each chip (a run takes the first free chip): libtpu's variables."""
+  print('each run takes a free TPU chip and runs with its variables (sweeps/tpu_chips.py):')
+  for chip in chips:
+    print(f'  {chip}: {tpu_chips.settings(tpu_chips.environment(chip.index))}')
+
+
 def add_run_args(p, example_config, root_help):
   """--config, --root, --parallel, --gpus: what running a sweep takes (sweeps.run_study too)."""
   p.add_argument('--config', required=True,
@@ -155,6 +175,9 @@ def add_run_args(p, example_config, root_help):
   p.add_argument('--root', required=True, help=root_help)
   p.add_argument('--parallel', type=int, default=None, help='runs at a time (default 1, or one per GPU)')
   p.add_argument('--gpus', default='', help='comma-separated GPU ids: one run per GPU')
+  p.add_argument('--tpu-chips', default='',
+                 help='comma-separated TPU chip ids of this TPU VM: one run per chip, each with '
+                      "libtpu's per-process variables and its own port (sweeps/tpu_chips.py)")
 
 
 def parse_args(argv):
@@ -171,6 +194,10 @@ def parse_args(argv):
                  help="a dry run that also measures what each arm's runs spend on this machine "
                       '(start-up, compiles, steps, evaluations, checkpoints), --parallel arms at a '
                       'time, and prints the sweep\'s device-hours (sweeps/estimate.py)')
+  p.add_argument('--estimate-tpu', default='', metavar='TOPOLOGY',
+                 help='with --estimate: price the runs from their TPU programs compiled here for '
+                      'TOPOLOGY (sweeps/preflight.py; e.g. v5e-1 for one run per chip) instead of '
+                      'measuring them on this machine')
   p.add_argument('--estimate-steps', type=int, default=3,
                  help='steps timed per training phase after the compile (--estimate)')
   p.add_argument('--heartbeat', type=float, default=30.0,
@@ -189,10 +216,11 @@ def output_files(args, root):
           os.path.abspath(args.emit_slurm or os.path.join(root, scripts.SLURM_FILE)))
 
 
-def write_plan(runs, path, arg, root, files):
-  """Write the command list and the SLURM script (only after every check passed)."""
+def write_plan(runs, path, arg, root, files, chips=()):
+  """Write the command list and the SLURM script (only after every check passed); with TPU
+  `chips`, each line starts its run on a free one of them (sweeps/tpu_chips.py)."""
   commands_file, slurm_file = files
-  lines = [scripts.command_line(scripts.command(r, path, arg)) for r in runs]
+  lines = [scripts.command_line(scripts.placed(scripts.command(r, path, arg), chips)) for r in runs]
   scripts.write_text(commands_file, '\n'.join(lines) + '\n')
   name = 'sweep-' + os.path.splitext(os.path.basename(path))[0]
   scripts.write_text(slurm_file, scripts.slurm_script(commands_file, len(runs), root, name))
@@ -267,7 +295,7 @@ def main(argv=None):
   flags or a problem found by the checks, 128 + N stopped by signal N)."""
   args = parse_args(argv)
   try:
-    gpus = parse_gpus(args.gpus)
+    gpus = placement(args)
     if args.estimate_steps < 1:
       raise ValueError(f'--estimate-steps={args.estimate_steps}: give a positive number of steps')
     if not 0 < args.heartbeat < float('inf'):  # NaN fails too: it would never print
@@ -289,15 +317,22 @@ def main(argv=None):
           'the runs start)')
   elif declared:
     print(f'study declaration: {declaration.write(root, declared)}')
-  write_plan(runs, path, arg, root, files)
+  chips = [g for g in gpus if isinstance(g, tpu_chips.Chip)]
+  write_plan(runs, path, arg, root, files, chips)
   todo = pending(runs, states)
   for run, detail in todo if args.dry_run or args.estimate else ():
     line = scripts.command_line(scripts.command(run, path, arg))
     print(f'would run: {line}' + (f'  # {detail}' if detail else ''))
+  if chips and (args.dry_run or args.estimate):
+    print_chip_environments(chips[:slots])
   print(f'{len(runs) - len(todo)} completed (skipped), {len(todo)} to run')
   if args.estimate and not todo:
     print('estimate: nothing to run, nothing to price')
     return 0
+  if args.estimate and args.estimate_tpu:  # priced from the TPU programs compiled here
+    return tpu_estimate.price_arms([r for r, _ in todo],
+                                   lambda r: scripts.config_flags(r, path, arg), args.estimate_tpu,
+                                   scripts.REPO, slots)
   if args.estimate:  # priced: the runs still to run
     from sweeps import estimate  # pylint: disable=import-outside-toplevel
     envs = runner.slot_envs(scripts.REPO if '://' in root else root, scripts.REPO, gpus, slots)

@@ -32,8 +32,9 @@ import pytest  # noqa: E402
 # them): unit = no model is built (statistics and analysis on planted tables, config and plan
 # checks, pure functions); integration = JAX in this process (model parts, one compiled step, a
 # benchmark's main at a toy size); e2e = whole runs: training, or subprocesses (train.py, the
-# CLIs, the benchmarks); gpu = tests/gpu (skipped without GPU_TESTS=1). tests/test_tiers.py checks
-# that every test file is in exactly one tier.
+# CLIs, the benchmarks); tpu = TPU programs compiled on this CPU with libtpu (sweeps/preflight.py;
+# skipped where libtpu is not installed); gpu = tests/gpu (skipped without GPU_TESTS=1).
+# tests/test_tiers.py checks that every test file is in exactly one tier.
 TIERS = {
     'unit': ('test_analysis_scale.py', 'test_answer.py', 'test_attribution.py', 'test_batching.py',
              'test_contrasts.py', 'test_faults_metrics.py', 'test_figures.py', 'test_findings.py',
@@ -42,19 +43,20 @@ TIERS = {
              'test_tiers.py', 'test_docs.py', 'test_agreement.py', 'test_calibration.py',
              'test_variance.py', 'test_platform_pairs.py', 'test_study_designs.py',
              'test_first_page.py', 'test_figures_context.py', 'test_declaration.py',
-             'test_columns.py'),
+             'test_columns.py', 'test_hlo_census.py'),
     'integration': ('test_bench_determinism.py', 'test_bench_epoch.py', 'test_conv_impl.py',
                     'test_data_parallel.py', 'test_emulate_fast.py', 'test_gpu_memory.py',
                     'test_loss.py', 'test_lowering.py', 'test_memory_checks.py', 'test_model.py',
                     'test_numerics.py', 'test_optim.py', 'test_pool.py', 'test_profiles.py',
                     'test_cpu_platform.py', 'test_hostile_analysis.py', 'test_run_predictions.py',
-                    'test_run_identity.py', 'test_hostile_pass36.py'),
+                    'test_run_identity.py', 'test_hostile_pass36.py', 'test_abstract_build.py'),
     'e2e': ('test_benchmarks.py', 'test_celeba.py', 'test_cli.py', 'test_divergence.py',
             'test_faults_resume.py', 'test_faults_stop.py', 'test_faults_workdir.py',
             'test_gpu_evidence.py', 'test_multihost.py', 'test_newcomer.py', 'test_pretrained.py',
             'test_reliability.py', 'test_sweep.py', 'test_sweep_quoting.py', 'test_train.py',
             'test_predictions.py', 'test_inputs.py', 'test_first_hour.py', 'test_three_platforms.py',
-            'test_report_output.py', 'test_train_inputs.py'),
+            'test_report_output.py', 'test_train_inputs.py', 'test_tpu_chips.py'),
+    'tpu': ('test_tpu_preflight.py',),
     'gpu': ('gpu/test_gpu_tier.py',),
 }
 TESTS = pathlib.Path(__file__).resolve().parent

@@ -1,6 +1,6 @@
 """The documentation holds together: every relative link in README.md, BENCHMARKS.md,
 results/README.md and docs/*.md resolves (the file, and the heading its #anchor names), README.md
-stays within 200 lines and BENCHMARKS.md within 300."""
+stays within 200 lines and BENCHMARKS.md within 310."""
 
 import glob
 import os
@@ -80,7 +80,7 @@ def test_the_readme_links_every_docs_page():
 
 def test_lengths():
   assert line_count('README.md') <= 200
-  assert line_count('BENCHMARKS.md') <= 300
+  assert line_count('BENCHMARKS.md') <= 310
 
 
 def test_the_checker_finds_a_missing_file_and_a_missing_anchor(tmp_path):

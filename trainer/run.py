@@ -73,19 +73,22 @@ def load_dataset(config, device_bytes=None):
   return dataset
 
 
-def build(config, dataset=None, devices=None):
+def build(config, dataset=None, devices=None, device_bytes=None):
   """The run's context from a resolved config (raises ConfigError on bad input, before any
   compute; TypeError for a config that was not resolved, ValueError if its XLA flags were not
   applied to this process).
 
-  `dataset`: reuse one already loaded (arms of one comparison); `devices`: the mesh's devices
-  (default: all of them).
+  `dataset`: reuse one already loaded (arms of one comparison), or one declared without its data
+  (trainer/declared.py); `devices`: the mesh's devices (default: all of them), also compile-only
+  ones (a TPU topology, sweeps/preflight.py): the batch must split over their processes;
+  `device_bytes`: one device's memory where the devices do not report it (a TPU chip's HBM).
   """
   validation.require_resolved(config, 'trainer.run.build')
   numerics_setup.require_configured(config)
   devices = list(devices if devices is not None else jax.devices())
-  device_bytes = validation.device_memory(jax.local_devices())
-  validation.check_devices(config, len(devices), jax.process_count(), device_bytes)
+  processes = len({d.process_index for d in devices})
+  device_bytes = device_bytes or validation.device_memory(jax.local_devices())
+  validation.check_devices(config, len(devices), processes, device_bytes)
   if dataset is None:
     dataset = load_dataset(config, device_bytes)
   mesh = steps.make_mesh(devices)
@@ -97,6 +100,17 @@ def build(config, dataset=None, devices=None):
   return Context(config, dataset, mesh, replicated, sharded, per_epoch,
                  config.num_epochs * per_epoch, optim.phases(config, per_epoch), mean, std,
                  graphdef)
+
+
+def platform(ctx):
+  """The platform of the mesh's devices ('cpu', 'gpu', 'tpu'): what every step is traced for."""
+  return ctx.mesh.devices.flat[0].platform
+
+
+def _traced(ctx):
+  """How every jitted step is traced: under the config's matmul precision, for the mesh's
+  platform (numerics/setup.py with_precision)."""
+  return lambda fn: numerics_setup.with_precision(fn, ctx.config, platform(ctx))
 
 
 def _create(config, dataset, key):
@@ -147,8 +161,28 @@ def optimizer(ctx, phase):
 
 def initial_state(ctx, model):
   """The training state of `model` with the first phase's optimizer, replicated on the mesh."""
-  state = steps.init_state(model, optimizer(ctx, ctx.phases[0]))
-  return jax.device_put(state, ctx.replicated)
+  return replicate(ctx, steps.init_state(model, optimizer(ctx, ctx.phases[0])))
+
+
+def abstract_state(ctx):
+  """`initial_state`'s shapes, dtypes and sharding (ShapeDtypeStructs), without initialising any
+  weight: what a step is lowered and compiled for on devices that hold no data."""
+  return replicate(ctx, jax.eval_shape(lambda: steps.init_state(
+      _create(ctx.config, ctx.dataset, jax.random.key(0)), optimizer(ctx, ctx.phases[0]))))
+
+
+def is_abstract(tree):
+  """Whether every leaf of `tree` is a ShapeDtypeStruct (a state built by `abstract_state`)."""
+  return all(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(tree))
+
+
+def replicate(ctx, tree):
+  """`tree` replicated on the mesh: its arrays placed there, or, for an abstract tree, its
+  ShapeDtypeStructs given the replicated sharding (the one path for both builds)."""
+  if is_abstract(tree):
+    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=ctx.replicated,
+                                                       weak_type=s.weak_type), tree)
+  return jax.device_put(tree, ctx.replicated)
 
 
 def abstract_batch(ctx, split, batch_size, mask=False):
@@ -170,11 +204,12 @@ def enter_phase(ctx, state, phase, step):
   config = ctx.config
   tx = optimizer(ctx, phase)
   if step == phase.start > 0 and config.optim.schedule == 'per_phase':
-    state = {**state, 'opt_state': jax.device_put(tx.init(state['params']), ctx.replicated)}
+    init = jax.eval_shape if is_abstract(state) else lambda fn, x: fn(x)
+    state = {**state, 'opt_state': replicate(ctx, init(tx.init, state['params']))}
   mask = optim.trainable_mask(state['params'], phase.frozen, config.model.reinit)
   step_fn = steps.make_train_step(
       ctx.mesh, ctx.graphdef, tx, mask, ctx.dataset.task, ctx.mean, ctx.std, config.data.flip,
-      common.data_seed_of(config), wrap=lambda fn: numerics_setup.with_precision(fn, config))
+      common.data_seed_of(config), wrap=_traced(ctx))
   if jax.process_count() > 1:
     step_fn = distributed.precompile(step_fn, checkpointing.abstract(state), abstract_batch(
         ctx, ctx.dataset.train, config.batch_size))
@@ -191,8 +226,7 @@ def eval_batch(ctx):
 def eval_step(ctx, state):
   """The jitted evaluation step (masked sums over a padded batch) for states like `state`."""
   fn = steps.make_eval_step(ctx.mesh, ctx.graphdef, ctx.dataset.task, ctx.mean, ctx.std,
-                            common.data_seed_of(ctx.config),
-                            wrap=lambda f: numerics_setup.with_precision(f, ctx.config))
+                            common.data_seed_of(ctx.config), wrap=_traced(ctx))
   if jax.process_count() > 1:
     batch = abstract_batch(ctx, ctx.dataset.test, eval_batch(ctx), mask=True)
     fn = distributed.precompile(fn, checkpointing.abstract(state), batch,

@@ -128,25 +128,33 @@ def loss_and_correct(logits, labels, task):
 class Seeded:
   """A jitted step whose last argument, the run seed, is bound: `step(*args)` calls
   `fn(*args, seed)`. `lower` and `compile` keep the binding (trainer/distributed.py precompiles
-  through them); `as_text` shows the lowered module."""
+  through them); `as_text` shows the lowered module. The seed is lowered as its shape, dtype and
+  sharding, and placed on the devices at the first call: a step can be lowered and compiled for
+  devices that hold no data (a compile-only TPU topology, sweeps/preflight.py)."""
   fn: Any
-  seed: Any  # uint32 scalar, replicated on the mesh
+  seed: Any  # uint32 scalar (numpy)
+  sharding: Any  # replicated over the mesh
 
   def __call__(self, *args):
-    return self.fn(*args, self.seed)
+    return self.fn(*args, self.placed_seed)
+
+  @functools.cached_property
+  def placed_seed(self):
+    return jax.device_put(self.seed, self.sharding)
 
   def lower(self, *args):
-    return Seeded(self.fn.lower(*args, self.seed), self.seed)
+    spec = jax.ShapeDtypeStruct(self.seed.shape, self.seed.dtype, sharding=self.sharding)
+    return Seeded(self.fn.lower(*args, spec), self.seed, self.sharding)
 
   def compile(self, *args, **kwargs):
-    return Seeded(self.fn.compile(*args, **kwargs), self.seed)
+    return Seeded(self.fn.compile(*args, **kwargs), self.seed, self.sharding)
 
   def as_text(self):
     return self.fn.as_text()
 
 
 def _bind_seed(fn, seed, replicated):
-  return Seeded(fn, jax.device_put(np.asarray(seed, np.uint32), replicated))
+  return Seeded(fn, np.asarray(seed, np.uint32), replicated)
 
 
 def _train_step(state, batch, seed, *, graphdef, tx, mask, task, mean, std, flip):

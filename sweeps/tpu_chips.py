@@ -1,0 +1,113 @@
+"""One run per TPU chip on one TPU VM (`sweeps.sweep --tpu-chips 0,1,...`).
+
+A process bound to one chip of a TPU VM needs libtpu's per-process variables, not only the chip:
+
+  TPU_VISIBLE_CHIPS=<i>                 the chip it may use
+  TPU_PROCESS_BOUNDS=1,1,1              it is a one-process job ...
+  TPU_CHIPS_PER_PROCESS_BOUNDS=1,1,1    ... of one chip
+  TPU_PROCESS_PORT=<PORT_BASE + i>      its own port, and the address list of its one-process
+  TPU_PROCESS_ADDRESSES=localhost:<port>  job (with TPU_VISIBLE_CHIPS alone a second process on
+  CLOUD_TPU_TASK_ID=0                   the VM stops on libtpu's lock: the TPU is already in use)
+
+(the variables Google's TPU VM runtime reads, as the public one-process-per-chip launch scripts
+set them). The port is a function of the chip, so two runs on different chips never share one,
+and a chip is never handed to two runs at once: the sweep's runner gives each of its slots one
+chip (sweeps/runner.py), and the command list and SLURM script it emits start each run through
+`python -m sweeps.tpu_chips --chips=0,1,... -- <train.py command>`, which takes the first chip
+no other run on this host holds (an exclusive `flock` on LOCK_DIR/chip<i>, kept by the run until
+it exits; it waits while all are taken), sets the variables and executes the command.
+"""
+
+import collections
+import fcntl
+import os
+import sys
+import time
+
+PORT_BASE = 8476
+LOCK_DIR = os.path.join(os.environ.get('TMPDIR', '/tmp'), 'tpu_chips')
+VARIABLES = ('TPU_VISIBLE_CHIPS', 'TPU_PROCESS_BOUNDS', 'TPU_CHIPS_PER_PROCESS_BOUNDS',
+             'TPU_PROCESS_PORT', 'TPU_PROCESS_ADDRESSES', 'CLOUD_TPU_TASK_ID')
+POLL_S = 1
+
+
+class Chip(collections.namedtuple('Chip', 'index')):
+  """A slot's TPU chip (sweeps/runner.py hands these out as it hands out GPU ids)."""
+
+  def __str__(self):
+    return f'TPU chip {self.index}'
+
+
+def parse(text):
+  """[Chip] of '0,1,2,3' ('' = none); one-line ValueError on a bad or repeated id (a chip cannot
+  be shared: libtpu locks it)."""
+  try:
+    ids = [int(c) for c in (text or '').split(',') if c.strip()]
+  except ValueError:
+    raise ValueError(f'--tpu-chips={text}: give comma-separated chip ids, e.g. --tpu-chips '
+                     '0,1,2,3') from None
+  if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+    raise ValueError(f'--tpu-chips={text}: give each chip id (>= 0) once; two runs cannot share a '
+                     'TPU chip')
+  return [Chip(i) for i in ids]
+
+
+def environment(index):
+  """libtpu's per-process variables of a run on chip `index` (module doc)."""
+  port = PORT_BASE + index
+  return {'TPU_VISIBLE_CHIPS': str(index), 'TPU_PROCESS_BOUNDS': '1,1,1',
+          'TPU_CHIPS_PER_PROCESS_BOUNDS': '1,1,1', 'TPU_PROCESS_PORT': str(port),
+          'TPU_PROCESS_ADDRESSES': f'localhost:{port}', 'CLOUD_TPU_TASK_ID': '0'}
+
+
+def settings(env):
+  """'NAME=value ...' of the VARIABLES set in `env` ('' if none): a run's train.log header."""
+  return ' '.join(f'{name}={env[name]}' for name in VARIABLES if name in env)
+
+
+def launcher(chips):
+  """The argv prefix that starts a command on the first free one of `chips` (module doc)."""
+  return ['python', '-m', 'sweeps.tpu_chips', f'--chips={",".join(str(c.index) for c in chips)}',
+          '--']
+
+
+def claim(chips, lock_dir=LOCK_DIR, poll_s=POLL_S):
+  """(chip index, open lock descriptor) of the first of `chips` no other process holds, waiting
+  while all are held."""
+  os.makedirs(lock_dir, exist_ok=True)
+  while True:
+    for chip in chips:
+      fd = os.open(os.path.join(lock_dir, f'chip{chip.index}'), os.O_RDWR | os.O_CREAT, 0o666)
+      try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return chip.index, fd
+      except BlockingIOError:
+        os.close(fd)
+    time.sleep(poll_s)
+
+
+def main(argv=None):
+  """`python -m sweeps.tpu_chips --chips=0,1,... -- COMMAND...`: COMMAND on a free chip."""
+  argv = sys.argv[1:] if argv is None else argv
+  if len(argv) < 3 or not argv[0].startswith('--chips=') or argv[1] != '--':
+    print('error: usage: python -m sweeps.tpu_chips --chips=0,1,... -- COMMAND...',
+          file=sys.stderr)
+    return 2
+  try:
+    chips = parse(argv[0][len('--chips='):])
+  except ValueError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  index, fd = claim(chips)
+  os.set_inheritable(fd, True)  # the command holds the chip's lock until it exits
+  os.environ.update(environment(index))
+  print(f'tpu_chips: {settings(os.environ)}', flush=True)
+  command = argv[2:]
+  if command[0] == 'python':  # the command list's `python`: this interpreter
+    command = [sys.executable, *command[1:]]
+  os.execvp(command[0], command)
+  return 0  # not reached
+
+
+if __name__ == '__main__':
+  sys.exit(main())
