@@ -44,13 +44,20 @@ def fail(message, code=2, at_once=False):
 
 def main(parsed):
   """The config resolved once, JAX_PLATFORMS checked, then train; bad input: one line, exit 2."""
-  from trainer import platforms, quiet, validation
+  from trainer import platforms, quiet
   quiet.install()
   try:
-    config = validation.resolve(loader.load(*parsed))
-    platforms.check()  # before any backend starts
-  except ValueError as e:  # a bad file, preset, field or value; ConfigError is a ValueError
+    loaded = loader.load(*parsed)  # a bad file, preset or field: answered before JAX loads
+  except ValueError as e:
     fail(str(e).splitlines()[0])
+  from trainer import validation
+  try:
+    config = validation.resolve(loaded)
+    platforms.check()  # before any backend starts
+  except ValueError as e:  # a bad value; ConfigError is a ValueError
+    fail(str(e).splitlines()[0])
+  logging.info('%s resolved; the run in %s starts (each slow step below logs its progress)',
+               parsed[0], FLAGS.workdir)
   train(config)
 
 

@@ -27,7 +27,7 @@ import sys
 
 import pandas as pd
 
-from analysis import attribute, cli
+from analysis import arguments, attribute, cli
 from analysis.figures import churn_ladder, study_figures
 from analysis.inputs import declaration, results
 from analysis.numbers import answer, stats
@@ -40,32 +40,9 @@ AGREEMENT_FILES = {'table': 'report_agreement.csv', 'calibration': 'report_calib
 
 
 def parse_args(argv):
-  p = cli.Parser(prog='python -m analysis.analyse', description=__doc__.split('\n')[0])
-  src = p.add_mutually_exclusive_group(required=True)
-  results.add_runs_argument(src)
-  src.add_argument('--csv', help='a CSV of results, one row per run (analysis.export writes one)')
-  declaration.add_study_argument(p)
-  p.add_argument('--all-pairs', action='store_true',
-                 help='also test every pair of arms (Holm over all pairs, apart from the declared family)')
-  p.add_argument('--group-by', nargs='+', default=[],
-                 help='columns defining an arm, e.g. platform compute_dtype or any config.* field '
-                      '(default: platform, device kind, every requested numerics field and every '
-                      'config field that differs between the runs; runrecord.record.arm_columns)')
-  p.add_argument('--metric', default=stats.DEFAULT_METRIC,
-                 help=f'the column compared between arms (default {stats.DEFAULT_METRIC}; a CSV: any '
-                      'numeric column; accuracies in [0, 1] are reported in percent)')
-  cli.add_margin_argument(p, f'equivalence margin, pp (default: the declared one, else '
-                          f'{stats.DEFAULT_MARGIN:g})')
-  p.add_argument('--margin-reason', default=None, help='why --margin (printed with it)')
-  p.add_argument('--seed-col', default=None,
-                 help="column holding each run's seed (default 'seed' when present; without one "
-                      'every row is its own run, unpaired)')
-  p.add_argument('--scale', type=float, default=None,
-                 help='multiply the metric by this (default: 100 for accuracies in [0, 1])')
-  p.add_argument('--format', choices=('md', 'latex', 'csv'), default='md',
-                 help='what is printed (with --out every format is written)')
-  p.add_argument('--out', help='folder for the report, its tables, the attribution and figures/')
-  return p.parse_args(argv)
+  """The command line (analysis/arguments.py: parsed there before this module's imports when run
+  as `python -m analysis.analyse`)."""
+  return arguments.analyse(argv)
 
 
 def named_columns(args, declared):

@@ -1,4 +1,4 @@
-"""What the analysis command lines share (analysis.study, analysis.numbers.attribution,
+"""What the analysis command lines share (analysis.analyse, attribute, draw,
 analysis.export): bad input as `error: ...` lines on stderr with exit code 2 and no traceback, the
 --margin flag, and output that prints under any locale.
 

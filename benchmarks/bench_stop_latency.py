@@ -1,12 +1,12 @@
-"""Stop latency: from a SIGINT to the saved checkpoint, idle and under CPU load, with the host's
-steps in flight bounded (trainer/stop.py STEPS_IN_FLIGHT) and unbounded.
+"""Stop latency: from a SIGTERM (a preemption notice) to the saved checkpoint, idle and under CPU
+load, with the host's steps in flight bounded (trainer/stop.py STEPS_IN_FLIGHT) and unbounded.
 
   python -m benchmarks.bench_stop_latency                        # digits study + a slower config
   python -m benchmarks.bench_stop_latency --configs configs/digits.py:study --trials 3 --load 0
 
 Each trial trains the config (`num_epochs` raised so that no run ends first) through the training
 loop itself (trainer/loop.py train_and_evaluate, in this process, a fresh workdir), and a thread
-sends SIGINT to this process at a random moment: once the device has finished step 3 (the compile
+sends SIGTERM to this process at a random moment: once the device has finished step 3 (the compile
 is over), after a delay drawn uniformly from [0, one epoch of steps) at the step time just
 measured. The loop stops at its next step boundary with a checkpoint (stop.Stopped). Measured per
 trial: the seconds from the signal to the Stopped exception (the checkpoint written and waited
@@ -16,10 +16,12 @@ an evaluation ran after the signal, and the device's images/s before the signal.
 
 `--load N` runs N busy-looping processes beside it (a CPU hog: a loaded host). The `in flight`
 column: STEPS_IN_FLIGHT as shipped, or `none` (no bound: JAX's own asynchronous dispatch, how the
-loop ran before the bound). The bound the table checks (docs/operations.md): steps after the
-signal <= STEPS_IN_FLIGHT + 1; seconds <= (STEPS_IN_FLIGHT + 1) x step time + one evaluation (only
-when the signal comes in the last steps of an evaluated epoch) + the checkpoint write. Prints one
-Markdown row per (config, load, in flight) with the median and the largest of the trials.
+loop ran before the bound); the step time is the first setting's, from its images/s. The bound the
+table checks (docs/operations.md): steps after the signal <= STEPS_IN_FLIGHT + 1; seconds <=
+(STEPS_IN_FLIGHT + 1) x step time + one evaluation (only when the signal comes in the last steps of
+an evaluated epoch) + the checkpoint write. Prints one Markdown row per (config, load), each
+in-flight setting's median and largest over its trials.
+
 
 `--throughput-rounds R` (default 3; 0 skips it) then prints what the bound costs: the first
 config trained whole for `--throughput-epochs` epochs at 1, 2 and 4 steps in flight and
@@ -54,8 +56,9 @@ HOG = 'while True: pass'
 
 def parse_args(argv):
   p = argparse.ArgumentParser(prog='python -m benchmarks.bench_stop_latency',
-                              description='Stop latency: from a SIGINT to the saved checkpoint, '
-                              'idle and under CPU load, steps in flight bounded and unbounded.')
+                              description='Stop latency: from a SIGTERM (a preemption notice) to '
+                              'the saved checkpoint, idle and under CPU load, steps in flight '
+                              'bounded and unbounded.')
   p.add_argument('--configs', nargs='+', default=list(CONFIGS),
                  help='config specs (file:presets,key=value); default: the digits study and a '
                  'slower digits config')
@@ -147,7 +150,7 @@ def watched(markers):
 
 def signal_later(markers, per_epoch, rng, sent):
   """A thread: once step START_STEP is done, estimate the step time over the next two steps,
-  wait a uniform fraction of an epoch, send SIGINT; `sent` gets (time, steps done, images/s
+  wait a uniform fraction of an epoch, send SIGTERM; `sent` gets (time, steps done, images/s
   window as (steps, seconds))."""
   def send():
     first = markers.wait_for(START_STEP)
@@ -155,7 +158,7 @@ def signal_later(markers, per_epoch, rng, sent):
     time.sleep(rng.uniform(0, per_epoch) * step_s)
     now, done = time.time(), markers.done()
     sent.append((now, done, done - START_STEP, now - first))
-    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGTERM)
   thread = threading.Thread(target=send, daemon=True)
   thread.start()
   return thread
@@ -220,15 +223,24 @@ def resolved(spec, epochs=100):
     common.fail(f'--configs {spec}: {str(e).splitlines()[0]}')
 
 
-def row(spec, load, flight, results, step_s):
+def cell(results):
+  """'steps median/max; seconds median/max; evaluations; images/s' of one setting's trials."""
   seconds = [r['seconds'] for r in results]
   steps = [r['steps_after'] for r in results]
-  evaluated = sum(r['evaluated_after'] for r in results)
   rates = [r['images_per_s'] for r in results if r['images_per_s']]
-  return (f'| {spec} | {step_s:.3f} | {load} | {flight} | {len(results)} | '
-          f'{statistics.median(steps):g} / {max(steps)} | '
-          f'{statistics.median(seconds):.2f} / {max(seconds):.2f} | {evaluated} | '
-          f'{common.fmt(statistics.median(rates) if rates else None, ".0f")} |')
+  return (f'{statistics.median(steps):g} / {max(steps)} | {statistics.median(seconds):.2f} / '
+          f'{max(seconds):.2f} | {sum(r["evaluated_after"] for r in results)} | '
+          f'{common.fmt(statistics.median(rates) if rates else None, ".0f")}')
+
+
+def header(flights):
+  """The table's two header lines: per in-flight setting, its four columns."""
+  columns = ['config', 'step (s)', 'CPU hogs', 'trials']
+  for flight in flights:
+    name = f'{flight} in flight'
+    columns += [f'{name}: steps after the signal, median / max', 'seconds to the saved '
+                'checkpoint, median / max', 'evaluations after the signal', 'images/s before it']
+  return '| ' + ' | '.join(columns) + ' |\n' + '|---' * len(columns) + '|'
 
 
 def main(argv=None):
@@ -249,10 +261,8 @@ def main(argv=None):
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
   print(common.environment())
   print(common.command_line('bench_stop_latency', argv))
-  print('| config | step (s) | CPU hogs | in flight | trials | steps after the signal, median / '
-        'max | seconds to the saved checkpoint, median / max | evaluations after the signal | '
-        'images/s before it |')
-  print('|---|---|---|---|---|---|---|---|---|')
+  flights = [in_flight_limit(v, stop.STEPS_IN_FLIGHT) for v in args.in_flight]
+  print(header(['none' if f is None else f for f in flights]))
   rng = random.Random(args.seed)
   for spec, config in zip(args.configs, configs):
     numerics_setup.configure(config)  # its matmul precision
@@ -260,24 +270,22 @@ def main(argv=None):
     for load in args.load:
       hogs = start_hogs(load)
       try:
-        for flight in args.in_flight:
-          limit = in_flight_limit(flight, stop.STEPS_IN_FLIGHT)
-          results = [trial(config, per_epoch, limit, rng) for _ in range(args.trials)]
-          rates = [r['images_per_s'] for r in results if r['images_per_s']]
-          step_s = config.batch_size / statistics.median(rates) if rates else float('nan')
-          print(row(spec, load, 'none' if limit is None else limit, results, step_s), flush=True)
+        results = [[trial(config, per_epoch, limit, rng) for _ in range(args.trials)]
+                   for limit in flights]
       finally:
         stop_hogs(hogs)
+      rates = [r['images_per_s'] for r in results[0] if r['images_per_s']]
+      step_s = config.batch_size / statistics.median(rates) if rates else float('nan')
+      print(f'| {spec} | {step_s:.3f} | {load} | {args.trials} | '
+            + ' | '.join(cell(r) for r in results) + ' |', flush=True)
   print(f'bound: steps after the signal <= STEPS_IN_FLIGHT + 1 = {stop.STEPS_IN_FLIGHT + 1}')
   if args.throughput_rounds:
     config = resolved(args.configs[0], args.throughput_epochs)
     numerics_setup.configure(config)
     rates = throughput(config, args.throughput_rounds)
-    print(f'\n{args.configs[0]}, {args.throughput_epochs} epochs, {args.throughput_rounds} '
-          'alternating rounds, median images/s:')
-    print('| in flight | ' + ' | '.join('none' if k is None else str(k) for k in rates) + ' |')
-    print('|---|' + '---|' * len(rates))
-    print('| images/s | ' + ' | '.join(f'{v:.0f}' for v in rates.values()) + ' |')
+    print(f'throughput ({args.configs[0]}, {args.throughput_epochs} epochs, median images/s of '
+          f'{args.throughput_rounds} alternating rounds): ' + ', '.join(
+              f'{"none" if k is None else k} in flight {v:.0f}' for k, v in rates.items()))
   return 0
 
 

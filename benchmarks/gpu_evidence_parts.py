@@ -322,7 +322,8 @@ PARTS = [
     part('vs_torch_2048', 3.5, 'bench_vs_torch, bf16, batch 2048 (the study\'s): JAX against '
          'torch eager and torch.compile', vs_torch(2048, (), ['--rounds', '3'])),
     part('vs_torch_2048_deterministic', 4.0, 'bench_vs_torch, bf16, batch 2048, the gpu preset '
-         '(deterministic)', vs_torch(2048, ('--config', 'configs/celeba.py:gpu'), ['--rounds', '3'])),
+         '(deterministic)',
+         vs_torch(2048, ('--config', 'configs/celeba.py:gpu'), ['--rounds', '3'])),
     part('profile_step', 5.0, 'profile_step at batch 256 and 2048 (deterministic preset)',
          profile_steps),
     part('bench_epoch', 4.0, 'bench_epoch: a CelebA epoch at batch 2048, its evaluation and save',

@@ -251,14 +251,19 @@ def parse_rest(rest):
 def main(argv=None):
   """`python -m sweeps.estimate --config=SPEC [--config.<f>=<v> ...] [--steps=N]
   [--launched=TIME]`."""
-  from configs import loader  # pylint: disable=import-outside-toplevel
-  from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
-  from trainer import validation  # pylint: disable=import-outside-toplevel
   argv = sys.argv[1:] if argv is None else argv
+  if any(a in ('-h', '--help') for a in argv):
+    print(main.__doc__.strip() + '\n\nOne arm of `python -m sweeps.sweep --estimate` (this '
+          "module's doc says what it measures); prints one line `estimate: {json}`.")
+    return 0
+  from configs import loader  # pylint: disable=import-outside-toplevel
   spec, overrides, rest = loader.split_argv(argv)
   try:
-    steps, launched = parse_rest(rest)
-    config = validation.resolve(loader.load(spec, overrides))
+    steps, launched = parse_rest(rest)  # a bad flag: one line, before JAX loads
+    loaded = loader.load(spec, overrides)
+    from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
+    from trainer import validation  # pylint: disable=import-outside-toplevel
+    config = validation.resolve(loaded)
     numerics_setup.configure(config)  # before any backend starts, as in train.py
     result = measure(config, steps, launched)
   except ValueError as e:

@@ -50,7 +50,8 @@ TIERS = {
             'test_faults_resume.py', 'test_faults_stop.py', 'test_faults_workdir.py',
             'test_gpu_evidence.py', 'test_multihost.py', 'test_newcomer.py', 'test_pretrained.py',
             'test_reliability.py', 'test_sweep.py', 'test_sweep_quoting.py', 'test_train.py',
-            'test_predictions.py', 'test_inputs.py', 'test_first_hour.py', 'test_stop_bound.py'),
+            'test_predictions.py', 'test_inputs.py', 'test_first_hour.py', 'test_stop_bound.py',
+            'test_commands.py'),
     'gpu': ('gpu/test_gpu_tier.py',),
 }
 TESTS = pathlib.Path(__file__).resolve().parent

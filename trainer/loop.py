@@ -72,7 +72,9 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
   validation.require_resolved(config, 'trainer.loop.train_and_evaluate')
   created = validation.check_workdir(workdir, lock.FILES)
   try:
-    ctx = run.build(config)
+    with clock.heartbeat(f'Loading {config.data.name} and checking it against the config and the '
+                         'devices'):
+      ctx = run.build(config)
   except validation.ConfigError:  # refused before anything was written: leave nothing behind
     validation.remove_created(created)
     raise
@@ -83,7 +85,9 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
       mngr = resume.check_workdir_run(mngr, workdir, config, restart,
                                       record.data_facts(ctx.dataset), run.facts(),
                                       allow_layout_change)
-      mngr, progress, completed = _start(ctx, workdir, mngr)
+      with clock.heartbeat('Initialising the model (compiled once) and looking for a checkpoint '
+                           'to resume from'):
+        mngr, progress, completed = _start(ctx, workdir, mngr)
       results = completed if progress is None else _train(ctx, workdir, mngr, progress, is_writer)
     except BaseException:
       checkpointing.close(mngr, quiet=True)  # the error on its way out says what went wrong
@@ -148,18 +152,19 @@ def _floats(sums):
 
 
 def _train(ctx, workdir, mngr, p, is_writer):
-  timer = clock.ProgressClock(ctx.total_steps, p.step)
-  out = Outputs(writers.create_writers(workdir, is_writer, p.step, p.results['history']), timer,
-                writers.ConsoleWriter(ctx.total_steps, ctx.config.num_epochs, timer))
-  eval_fn = run.eval_step(ctx, p.state)
-  watch, bad = run.watch(ctx, p.state)
-  device_feed = run.feed(ctx)
-  if device_feed is not None:
-    logging.info('Training split on every device: %.2f GiB each',
-                 batching.nbytes(ctx.dataset.train) / 2**30)
   logging.info('%s: %d train / %d test examples, %d steps/epoch, %d devices, %d processes',
                ctx.dataset.name, len(ctx.dataset.train), len(ctx.dataset.test), ctx.per_epoch,
                jax.device_count(), jax.process_count())
+  timer = clock.ProgressClock(ctx.total_steps, p.step)
+  with clock.heartbeat('Opening metrics.jsonl and TensorBoard, building the evaluation step'):
+    out = Outputs(writers.create_writers(workdir, is_writer, p.step, p.results['history']), timer,
+                  writers.ConsoleWriter(ctx.total_steps, ctx.config.num_epochs, timer))
+    eval_fn = run.eval_step(ctx, p.state)
+    watch, bad = run.watch(ctx, p.state)
+    device_feed = run.feed(ctx)
+  if device_feed is not None:
+    logging.info('Training split on every device: %.2f GiB each',
+                 batching.nbytes(ctx.dataset.train) / 2**30)
   out.clock.compiles_ahead(len([f for f in ctx.phases if p.step < f.stop]))
   in_flight = stop.InFlight(stop.STEPS_IN_FLIGHT)
   with stop.StopRequests() as stops:

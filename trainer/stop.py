@@ -19,18 +19,17 @@ write). The flags are combined at the loop's sync points (every log and checkpoi
 the first sync point after any of them received a signal: at most `log_every_steps` steps later.
 With one process the stop comes at the next step boundary the host reaches.
 
-How late that is: JAX dispatches a step asynchronously, so an unchecked host runs ahead of the device
-(a whole epoch of steps, on CPU) and a stop would then wait for every queued step. `InFlight` bounds
-that: after dispatching step s the loop waits until step s - STEPS_IN_FLIGHT is done, so when the
-host reads the mark at most STEPS_IN_FLIGHT steps are unfinished (the one running included), and a
-stop waits for those, the log, evaluation or checkpoint due at the host's step, and the checkpoint
-write (docs/operations.md states the bound; benchmarks/bench_stop_latency.py measures it). A signal that arrives while the host waits in a
-long call (an XLA compile, an evaluation) is read when that call returns: Python runs signal
-handlers between bytecodes only.
+How late that is: JAX dispatches a step asynchronously, so an unchecked host runs ahead of the
+device (a whole epoch of steps, on CPU) and a stop would then wait for every queued step. `InFlight`
+bounds that: after dispatching step s the loop waits until step s - STEPS_IN_FLIGHT is done, so when
+the host reads the mark at most STEPS_IN_FLIGHT steps are unfinished (the one running included), and
+a stop waits for those, the log, evaluation or checkpoint due at the host's step, and the checkpoint
+write (docs/operations.md states the bound; benchmarks/bench_stop_latency.py measures it). A signal
+that arrives while the host waits in a long call (an XLA compile, an evaluation) is read when that
+call returns: Python runs signal handlers between bytecodes only.
 """
 
 import collections
-
 import os
 import signal
 
@@ -43,10 +42,10 @@ STEPS_IN_FLIGHT = 2
 
 
 class InFlight:
-  """The host's bound on steps dispatched but not done: `dispatched(marker)` after each step (a small
-  array the step's output determines and nothing donates: the non-finite watch's) waits until the
-  device has finished the step `limit` steps back. `limit` None: no bound (JAX's own asynchronous
-  dispatch, for the benchmark's comparison)."""
+  """The host's bound on steps dispatched but not done: `dispatched(marker)` after each step (a
+  small array the step's output determines and nothing donates: the non-finite watch's) waits
+  until the device has finished the step `limit` steps back. `limit` None: no bound (JAX's own
+  asynchronous dispatch, for the benchmark's comparison)."""
 
   def __init__(self, limit):
     self.limit = limit

@@ -26,6 +26,11 @@ import json
 from etils import epath
 
 STUDY_FILE = 'study.json'
+# The defaults where a study declares none (light here, so that the commands' --help needs no
+# statistics library): the equivalence margin, pp (analysis.numbers.stats), and the share of the
+# gap the numerics part must reach (analysis.numbers.gap_verdict).
+DEFAULT_MARGIN = 0.5
+MIN_SHARE = 0.5
 # The largest margin taken: in pp an accuracy difference never exceeds 100, so a wider margin
 # calls every difference equivalent (inf, 1e308: "-12.92 pp equivalent").
 MAX_MARGIN = 100.0
