@@ -33,6 +33,7 @@ from analysis.inputs import declaration, results
 from analysis.numbers import answer, stats
 from analysis.words import report
 
+COMMAND = 'analysis.analyse'  # how its progress lines name it
 # The agreement section's tables (analysis/numbers/agreement_section.py) and their files.
 AGREEMENT_FILES = {'table': 'report_agreement.csv', 'calibration': 'report_calibration.csv',
                    'train_loss': 'report_train_loss.csv', 'per_class': 'report_per_class.csv',
@@ -138,11 +139,15 @@ def publish(out, hist, fmt='md', out_dir=None):
 
 
 def analyse(args):
-  """analysis/answer.analyse's Analysis for the command line, with the histories."""
-  frame, hist, declared, source = load(args)
-  out = answer.analyse(frame, declared, args.group_by, args.metric, args.margin,
-                       args.margin_reason, args.seed_col, args.scale, args.all_pairs, source,
-                       run_folders=bool(args.runs))
+  """analysis/answer.analyse's Analysis for the command line, with the histories; each stage that
+  lasts over 2 s says so on stderr (cli.stage)."""
+  with cli.stage(COMMAND, f'reading {" ".join(args.runs) if args.runs else args.csv}'):
+    frame, hist, declared, source = load(args)
+  with cli.stage(COMMAND, f'{len(frame)} runs: testing the contrasts, the gap decomposition, the '
+                 'attribution and the agreement'):
+    out = answer.analyse(frame, declared, args.group_by, args.metric, args.margin,
+                         args.margin_reason, args.seed_col, args.scale, args.all_pairs, source,
+                         run_folders=bool(args.runs))
   return out, hist
 
 
@@ -154,7 +159,10 @@ def main(argv=None):
     out, hist = analyse(args)
   except ValueError as e:
     cli.fail(e)
-  for path in publish(out, hist, args.format, args.out):
+  with cli.stage(COMMAND, 'the report' + (f', its tables, the attribution and the figures into '
+                                            f'{args.out}' if args.out else '')):
+    written = publish(out, hist, args.format, args.out)
+  for path in written:
     print(f'wrote {path}', file=sys.stderr)
 
 

@@ -150,4 +150,7 @@ def early(orig_argv=None):
   package, _, command = module.partition('.')
   if package == 'analysis' and command in COMMANDS:
     COMMANDS[command](rest)
+    if sys.stderr.isatty():  # a person waiting (a log or a test wants bad input as one line)
+      print(f'{module}: loading pandas, statsmodels and matplotlib (seconds; on a busy machine '
+            'tens of seconds)', file=sys.stderr, flush=True)
 

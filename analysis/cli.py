@@ -8,8 +8,11 @@ analysis.export): bad input as `error: ...` lines on stderr with exit code 2 and
 """
 
 import argparse
+import contextlib
 import os
 import sys
+import threading
+import time
 
 from analysis.inputs import declaration
 
@@ -58,3 +61,28 @@ def locale_proof():
   for stream in (sys.stdout, sys.stderr):
     if hasattr(stream, 'reconfigure'):
       stream.reconfigure(errors='backslashreplace')
+
+
+@contextlib.contextmanager
+def stage(command, what, quiet_s=2.0, every_s=10.0):
+  """Progress on stderr (stdout holds the report) for a stage that lasts: nothing if it ends
+  within `quiet_s` (a quick run, or bad input found at once, stays one `error:` line), else
+  'COMMAND: WHAT...' then, every `every_s`, 'COMMAND: WHAT: N s', and 'COMMAND: WHAT: done in N s'."""
+  start, done, shown = time.time(), threading.Event(), []
+
+  def beat():
+    if done.wait(quiet_s):
+      return
+    shown.append(True)
+    print(f'{command}: {what}...', file=sys.stderr, flush=True)
+    while not done.wait(every_s):
+      print(f'{command}: {what}: {time.time() - start:.0f} s', file=sys.stderr, flush=True)
+  thread = threading.Thread(target=beat, daemon=True)
+  thread.start()
+  try:
+    yield
+  finally:
+    done.set()
+    thread.join()
+  if shown:
+    print(f'{command}: {what}: done in {time.time() - start:.1f} s', file=sys.stderr, flush=True)

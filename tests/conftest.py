@@ -40,7 +40,7 @@ TIERS = {
              'test_gap.py', 'test_imports.py', 'test_record.py', 'test_stats.py',
              'test_sweep_checks.py', 'test_sweep_shared_root.py', 'test_throughput.py',
              'test_tiers.py', 'test_docs.py', 'test_agreement.py', 'test_calibration.py',
-             'test_variance.py'),
+             'test_variance.py', 'test_readme_claims.py'),
     'integration': ('test_bench_determinism.py', 'test_bench_epoch.py', 'test_conv_impl.py',
                     'test_data_parallel.py', 'test_emulate_fast.py', 'test_gpu_memory.py',
                     'test_loss.py', 'test_lowering.py', 'test_memory_checks.py', 'test_model.py',
