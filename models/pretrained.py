@@ -302,7 +302,8 @@ def convert(src, dst):
 
 
 def main(argv=None):
-  args = make_parser().parse_args(argv)
+  parser = make_parser()
+  args = parser.parse_args(argv)
   try:
     facts = convert(args.src, args.dst)
   except (OSError, ValueError, ImportError) as e:

@@ -13,10 +13,12 @@ steps/s over every interval, compiles and evaluations included, which this clock
 
 `heartbeat(what)` covers the silences in between: a line when a long call (an XLA compile, the
 first evaluation, a restore) begins, one every HEARTBEAT_S seconds while it lasts, and one with its
-duration when it ends, so a run prints from its first seconds, compiles included.
+duration when it ends, so a run prints from its first seconds, compiles included. They go to
+stdout (stderr keeps the log and, for bad input, the one `error:` line), when absl logs INFO.
 """
 
 import contextlib
+import sys
 import threading
 import time
 
@@ -25,16 +27,23 @@ from absl import logging
 HEARTBEAT_S = 10.0
 
 
+def say(line):
+  """A progress line on stdout, time-stamped, where absl shows INFO (train.py; not a benchmark
+  that silenced the trainer's logs)."""
+  if logging.level_info():
+    print(f'{time.strftime("%H:%M:%S")} {line}', file=sys.stdout, flush=True)
+
+
 @contextlib.contextmanager
 def heartbeat(what, every_s=HEARTBEAT_S):
-  """Log '<what>...' now, '<what>: still running, N s' every `every_s` seconds from a daemon
-  thread while the block runs, and '<what>: done in N s' when it ends."""
+  """Print '<what>...' now, '<what>: still running, N s' every `every_s` seconds from a daemon
+  thread while the block runs, and '<what>: done in N s' when it ends (on stdout)."""
   start, done = time.time(), threading.Event()
-  logging.info('%s...', what)
+  say(f'{what}...')
 
   def beat():
     while not done.wait(every_s):
-      logging.info('%s: still running, %.0f s', what, time.time() - start)
+      say(f'{what}: still running, {time.time() - start:.0f} s')
   thread = threading.Thread(target=beat, daemon=True, name='heartbeat')
   thread.start()
   try:
@@ -42,7 +51,7 @@ def heartbeat(what, every_s=HEARTBEAT_S):
   finally:
     done.set()
     thread.join()
-  logging.info('%s: done in %.1f s', what, time.time() - start)
+  say(f'{what}: done in {time.time() - start:.1f} s')
 
 
 class ProgressClock:

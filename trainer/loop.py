@@ -224,10 +224,10 @@ def _stop_if_asked(ctx, mngr, out, p, bad, stops):
   `p.step` (unless its checkpoint is already written) and raise stop.Stopped. Nothing is dispatched
   after the signal is read: the stop waits for the steps in flight (stop.InFlight) only."""
   signum = stops.agreed(run.due(ctx, p.step).check)
-  if not signum or p.step == 0:  # step 0: nothing trained, nothing to save (train.py's exit)
-    if signum:
-      raise stop.Stopped(signum, None)
+  if not signum:
     return
+  if p.step == 0:  # nothing trained yet: nothing to save
+    raise stop.Stopped(signum, None)
   logging.warning('%s: stopping after step %d; its checkpoint is being written (a second '
                   'signal stops at once)', signal.Signals(signum).name, p.step)
   if p.saved != p.step:
