@@ -23,7 +23,9 @@ is appended to `<run dir>/train.log`; launching, watching and stopping the runs 
 is sweeps/runner.py. The command list (one run per line) and a SLURM job-array script that
 runs line $SLURM_ARRAY_TASK_ID of it are written next to the runs (or where --emit-commands /
 --emit-slurm say; a bucket root needs both), every user-supplied string shell-quoted
-(sweeps/scripts.py; it refuses what quoting cannot make safe). `--estimate` measures what each arm's
+(sweeps/scripts.py; it refuses what quoting cannot make safe). A dry run writes nothing but the
+files --emit-commands, --emit-slurm and --emit-study name, and prints its summary line first, then
+the commands (the first 10 and a count of a longer list). `--estimate` measures what each arm's
 runs spend on this machine (start-up, compiles, steps, evaluations, checkpoints) and prints the
 sweep's device-hours (sweeps/estimate.py). The exit code is 1 if any run failed.
 """
