@@ -2,6 +2,8 @@
 
 import sys
 
-if sys.argv[:1] == ['-m']:  # `python -m analysis.<command>` is being found: its flags first, so that
-  from analysis import arguments  # --help and a bad flag come before its heavy imports
+# `python -m analysis.<command>` is being found: its flags are parsed first, so that --help and a
+# bad flag come before the command's heavy imports (analysis/arguments.py).
+if sys.argv[:1] == ['-m']:
+  from analysis import arguments
   arguments.early()

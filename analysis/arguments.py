@@ -18,7 +18,7 @@ RUNS_HELP = 'one or more roots holding the runs (local or gs://, mixed)'
 
 
 def add_runs_argument(parser, required=False):
-  """The --runs ROOT [ROOT ...] flag every reader takes (to a parser or a mutually exclusive group)."""
+  """The --runs ROOT [ROOT ...] flag every reader takes (a parser or a mutually exclusive group)."""
   parser.add_argument('--runs', nargs='+', required=required, metavar='ROOT', help=RUNS_HELP)
 
 

@@ -67,7 +67,8 @@ def locale_proof():
 def stage(command, what, quiet_s=2.0, every_s=10.0):
   """Progress on stderr (stdout holds the report) for a stage that lasts: nothing if it ends
   within `quiet_s` (a quick run, or bad input found at once, stays one `error:` line), else
-  'COMMAND: WHAT...' then, every `every_s`, 'COMMAND: WHAT: N s', and 'COMMAND: WHAT: done in N s'."""
+  'COMMAND: WHAT...', then every `every_s` 'COMMAND: WHAT: N s', and at its end
+  'COMMAND: WHAT: done in N s'."""
   start, done, shown = time.time(), threading.Event(), []
 
   def beat():

@@ -127,7 +127,8 @@ def table(plan, times, compile_s, batch, platform):
 
 
 def main(argv=None):
-  args, config = step_args.parse(make_parser(), argv, resolve=False)  # each variant resolves its own
+  # each variant resolves its own config
+  args, config = step_args.parse(make_parser(), argv, resolve=False)
   formats = [f for f in args.formats.split(',') if f]
   unknown = [f for f in formats if f not in FORMATS]
   if unknown or not formats:

@@ -44,7 +44,8 @@ def main(argv=None):
                               description=common.description(__doc__))
   p.add_argument('--workdir', required=True,
                  help='folder for the metrics.jsonl (kept: a file of that size is reused)')
-  p.add_argument('--size-mb', type=float, default=1024.0, help='the file\'s size, MB (default 1024)')
+  p.add_argument('--size-mb', type=float, default=1024.0,
+                 help='the file\'s size, MB (default 1024)')
   args = p.parse_args(argv)
   os.makedirs(args.workdir, exist_ok=True)
   path = os.path.join(args.workdir, record.METRICS)
