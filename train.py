@@ -3,9 +3,8 @@
   python train.py --config=configs/celeba.py:tpu --workdir=/tmp/run
   python train.py --config=configs/digits.py:smoke --workdir=/tmp/smoke --config.seed=3
 
-Exit codes: 0 done; 1 the run failed (non-finite values, a write failed: its message says what to
-do); 2 bad input, found before any compute; 128 + N stopped by signal N (SIGTERM 143, SIGINT 130)
-after saving a checkpoint: the same command resumes.
+Exit codes: 0 done; 1 failed (non-finite values, a failed write: its message says what to do); 2 bad
+input, before any compute; 128 + N stopped by signal N (143 SIGTERM, 130 SIGINT), saved: resumable.
 """
 
 import os
@@ -20,9 +19,8 @@ from absl import app, flags, logging  # noqa: E402
 
 from configs import loader  # noqa: E402
 
-flags.DEFINE_string('config', None, 'Config file, optionally with presets and key=value pairs '
-                    'after a colon (e.g. configs/celeba.py:gpu,seed=3); then any field as '
-                    '--config.<field>=<value>.')
+flags.DEFINE_string('config', None, 'Config file, with presets and key=value pairs after a colon '
+                    '(e.g. configs/celeba.py:gpu,seed=3); then any --config.<field>=<value>.')
 flags.DEFINE_string('workdir', None, 'Folder for checkpoints, results and metrics.')
 flags.DEFINE_bool('restart', False, 'Discard the run the workdir holds (another config, or a '
                   'failed run) and start over; without it such a workdir is refused.')
@@ -44,10 +42,12 @@ def fail(message, code=2, at_once=False):
 
 def main(parsed):
   """The config resolved once, JAX_PLATFORMS checked, then train; bad input: one line, exit 2."""
-  from trainer import platforms, quiet, validation
+  from trainer import platforms, quiet
   quiet.install()
   try:
-    config = validation.resolve(loader.load(*parsed))
+    loaded = loader.load(*parsed)  # a bad file, preset or field: answered before JAX loads
+    from trainer import validation
+    config = validation.resolve(loaded)
     platforms.check()  # before any backend starts
   except ValueError as e:  # a bad file, preset, field or value; ConfigError is a ValueError
     fail(str(e).splitlines()[0])

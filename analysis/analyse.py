@@ -30,12 +30,13 @@ import sys
 
 import pandas as pd
 
-from analysis import attribute, cli, output
+from analysis import arguments, attribute, cli, output
 from analysis.figures import churn_ladder, naming, study_figures
 from analysis.inputs import declaration, results
 from analysis.numbers import answer, stats
 from analysis.words import report
 
+COMMAND = 'analysis.analyse'  # how its progress lines name it
 # The agreement section's tables (analysis/numbers/agreement_section.py) and their files.
 AGREEMENT_FILES = {'table': 'report_agreement.csv', 'calibration': 'report_calibration.csv',
                    'train_loss': 'report_train_loss.csv', 'per_class': 'report_per_class.csv',
@@ -43,33 +44,9 @@ AGREEMENT_FILES = {'table': 'report_agreement.csv', 'calibration': 'report_calib
 
 
 def parse_args(argv):
-  p = cli.Parser(prog='python -m analysis.analyse', description=__doc__.split('\n')[0])
-  src = p.add_mutually_exclusive_group(required=True)
-  results.add_runs_argument(src)
-  src.add_argument('--csv', help='a CSV of results, one row per run (analysis.export writes one)')
-  declaration.add_study_argument(p)
-  declaration.add_compare_argument(p)
-  p.add_argument('--all-pairs', action='store_true',
-                 help='also test every pair of arms (Holm over all pairs, apart from the declared family)')
-  p.add_argument('--group-by', nargs='+', default=[],
-                 help='columns defining an arm, e.g. platform compute_dtype or any config.* field '
-                      '(default: platform, device kind, every requested numerics field and every '
-                      'config field that differs between the runs; runrecord.record.arm_columns)')
-  p.add_argument('--metric', default=stats.DEFAULT_METRIC,
-                 help=f'the column compared between arms (default {stats.DEFAULT_METRIC}; a CSV: any '
-                      'numeric column; accuracies in [0, 1] are reported in percent)')
-  cli.add_margin_argument(p, f'equivalence margin, pp (default: the declared one, else '
-                          f'{stats.DEFAULT_MARGIN:g})')
-  p.add_argument('--margin-reason', default=None, help='why --margin (printed with it)')
-  p.add_argument('--seed-col', default=None,
-                 help="column holding each run's seed (default 'seed' when present; without one "
-                      'every row is its own run, unpaired)')
-  p.add_argument('--scale', type=cli.scale_flag, default=None,
-                 help='multiply the metric by this (default: 100 for accuracies in [0, 1])')
-  p.add_argument('--format', choices=('md', 'latex', 'csv'), default='md',
-                 help='what is printed (with --out every format is written)')
-  p.add_argument('--out', help='folder for the report, its tables, the attribution and figures/')
-  return p.parse_args(argv)
+  """The command line (analysis/arguments.py: parsed there before this module's imports when run
+  as `python -m analysis.analyse`)."""
+  return arguments.analyse(argv)
 
 
 def named_columns(args, declared):
@@ -176,12 +153,16 @@ def publish(out, hist, fmt='md', out_dir=None, dest=None):
 
 
 def analyse(args):
-  """analysis/answer.analyse's Analysis for the command line, with the histories."""
-  frame, hist, declared, source = load(args)
-  out = answer.analyse(frame, declared, args.group_by, args.metric, args.margin,
-                       args.margin_reason, args.seed_col, args.scale, args.all_pairs, source,
-                       run_folders=bool(args.runs),
-                       compare=declaration.parse_compare(args.compare))
+  """analysis/answer.analyse's Analysis for the command line, with the histories; each stage that
+  lasts over 2 s says so on stderr (cli.stage)."""
+  with cli.stage(COMMAND, f'reading {" ".join(args.runs) if args.runs else args.csv}'):
+    frame, hist, declared, source = load(args)
+  with cli.stage(COMMAND, f'{len(frame)} runs: testing the contrasts, the gap decomposition, the '
+                 'attribution and the agreement'):
+    out = answer.analyse(frame, declared, args.group_by, args.metric, args.margin,
+                         args.margin_reason, args.seed_col, args.scale, args.all_pairs, source,
+                         run_folders=bool(args.runs),
+                         compare=declaration.parse_compare(args.compare))
   return out, hist
 
 
@@ -194,7 +175,9 @@ def main(argv=None):
     cli.fail(e)
   with cli.destination(args.out) as dest:  # --out locked before any compute, written at once
     out, hist = analyse(args)
-    written = publish(out, hist, args.format, args.out, dest)
+    with cli.stage(COMMAND, 'the report' + (f', its tables, the attribution and the figures into '
+                                              f'{args.out}' if args.out else '')):
+      written = publish(out, hist, args.format, args.out, dest)
   for path in written:
     print(f'wrote {path}', file=sys.stderr)
 

@@ -15,7 +15,7 @@ input: one `error: ...` line, exit code 2, nothing written.
 
 import os
 
-from analysis import cli
+from analysis import arguments, cli
 from analysis.figures import forest
 from analysis.inputs import declaration, results
 from analysis.numbers import attribution, effects, gap_verdict, stats
@@ -44,29 +44,9 @@ def write(out, out_dir):
 
 
 def parse_args(argv):
-  p = cli.Parser(prog='python -m analysis.attribute', description=__doc__.split('\n')[0])
-  src = p.add_mutually_exclusive_group(required=True)
-  results.add_runs_argument(src)
-  src.add_argument('--csv', help='a CSV of results, one row per run')
-  p.add_argument('--metric', default=stats.DEFAULT_METRIC)
-  p.add_argument('--factors', nargs='+', required=True, help='factor columns (platform included)')
-  p.add_argument('--seed-col', default='seed')
-  p.add_argument('--reference', nargs='+', default=[], help='factor=level: reference levels')
-  p.add_argument('--interactions', nargs='+', default=[], help='A:B interactions to add')
-  cli.add_margin_argument(p, 'equivalence margin (pp for accuracies)')
-  p.add_argument('--noise-arm', nargs='+', default=[], help='factor=level: the noise-control arm')
-  p.add_argument('--noise-of', nargs='+', default=[],
-                 help='factor=level: the arm the noise arm perturbs (default: the reference arm)')
-  p.add_argument('--min-share', type=cli.share_flag, default=None,
-                 help='share of the gap the numerics part must reach (lower 95%% bound) for '
-                      f'"explained by numerics" (default {gap_verdict.MIN_SHARE:g})')
-  p.add_argument('--native', nargs='+', default=[], help='factor=level of the native arm')
-  p.add_argument('--platform-profile', nargs='+', default=[],
-                 help='platform=level: the profile emulating each platform, e.g. gpu=jax_gpu_default')
-  declaration.add_compare_argument(p)
-  p.add_argument('--out', help='folder for attribution.csv/.md, attribution_gap.csv, '
-                 'attribution_decomposition.csv, attribution_forest and gap_decomposition .pdf/.png')
-  return p.parse_args(argv)
+  """The command line (analysis/arguments.py: parsed there before this module's imports when run
+  as `python -m analysis.attribute`)."""
+  return arguments.attribute(argv)
 
 
 def named_columns(args):

@@ -1,4 +1,4 @@
-"""What the analysis command lines share (analysis.study, analysis.numbers.attribution,
+"""What the analysis command lines share (analysis.analyse, attribute, draw,
 analysis.export): bad input as `error: ...` lines on stderr with exit code 2 and no traceback, the
 --margin flag, and output that prints under any locale.
 
@@ -11,6 +11,8 @@ import argparse
 import contextlib
 import os
 import sys
+import threading
+import time
 
 from analysis import output
 from analysis.inputs import declaration
@@ -99,3 +101,29 @@ def locale_proof():
   for stream in (sys.stdout, sys.stderr):
     if hasattr(stream, 'reconfigure'):
       stream.reconfigure(errors='backslashreplace')
+
+
+@contextlib.contextmanager
+def stage(command, what, quiet_s=2.0, every_s=10.0):
+  """Progress on stderr (stdout holds the report) for a stage that lasts: nothing if it ends
+  within `quiet_s` (a quick run, or bad input found at once, stays one `error:` line), else
+  'COMMAND: WHAT...', then every `every_s` 'COMMAND: WHAT: N s', and at its end
+  'COMMAND: WHAT: done in N s'."""
+  start, done, shown = time.time(), threading.Event(), []
+
+  def beat():
+    if done.wait(quiet_s):
+      return
+    shown.append(True)
+    print(f'{command}: {what}...', file=sys.stderr, flush=True)
+    while not done.wait(every_s):
+      print(f'{command}: {what}: {time.time() - start:.0f} s', file=sys.stderr, flush=True)
+  thread = threading.Thread(target=beat, daemon=True)
+  thread.start()
+  try:
+    yield
+  finally:
+    done.set()
+    thread.join()
+  if shown:
+    print(f'{command}: {what}: done in {time.time() - start:.1f} s', file=sys.stderr, flush=True)

@@ -6,28 +6,16 @@ Bad input: one `error: ...` line, exit code 2, nothing drawn. The figures are dr
 folder and moved into place at once, under a lock on --out (analysis/output.py).
 """
 
-import argparse
-
-from analysis import cli
+from analysis import arguments, cli
 from analysis.figures import study_figures
-from analysis.inputs import declaration, results
-from analysis.numbers import answer, stats
+from analysis.inputs import results
+from analysis.numbers import answer
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m analysis.draw', description=__doc__.split('\n')[0])
-  results.add_runs_argument(p, required=True)
-  p.add_argument('--out', required=True, help='folder for the PDF and PNG files')
-  declaration.add_study_argument(p)
-  p.add_argument('--group-by', nargs='+', default=[],
-                 help='columns defining an arm (default: platform, device kind, every requested '
-                      'numerics field and every config field that differs between the runs)')
-  p.add_argument('--metric', default=stats.DEFAULT_METRIC,
-                 help=f'the final metric per arm (default {stats.DEFAULT_METRIC})')
-  p.add_argument('--margin', type=float, default=None,
-                 help='equivalence margin, pp (default: the declared one)')
-  p.add_argument('--margin-reason', default=None, help='why this margin')
-  return p.parse_args(argv)
+  """The command line (analysis/arguments.py: parsed there before this module's imports when run
+  as `python -m analysis.draw`)."""
+  return arguments.draw(argv)
 
 
 def main(argv=None):

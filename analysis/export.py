@@ -16,7 +16,7 @@ The CSV reads back (analysis.numbers.stats.read_csv) to the same tables as the r
 
 import os
 
-from analysis import cli
+from analysis import arguments, cli
 from analysis.inputs import declaration, results
 
 
@@ -47,13 +47,9 @@ def study_path(csv_path):
 
 
 def parse_args(argv):
-  p = cli.Parser(prog='python -m analysis.export', description=__doc__.split('\n')[0])
-  results.add_runs_argument(p, required=True)
-  p.add_argument('--out', required=True, help='the CSV file to write')
-  p.add_argument('--study', default=None,
-                 help="also write the study's declaration (a config file with get_study(), or a "
-                      'study.json) beside the CSV as FILE.study.json')
-  return p.parse_args(argv)
+  """The command line (analysis/arguments.py: parsed there before this module's imports when run
+  as `python -m analysis.export`)."""
+  return arguments.export(argv)
 
 
 def write(frame, declared, folder, name):

@@ -11,14 +11,13 @@ Without --readme the section is printed; with it, the section between the README
 with the README, so the README's numbers cannot drift from the data.
 """
 
-import argparse
 import collections
 import os
 import sys
 
 import numpy as np
 
-from analysis import cli
+from analysis import arguments, cli
 from analysis.inputs import declaration
 from analysis.numbers import answer, contrasts, gap, stats
 from analysis.words import attribution_text, report, tables
@@ -147,13 +146,9 @@ def replace(readme, text):
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m analysis.findings', description=__doc__.split('\n')[0])
-  p.add_argument('--csv', required=True, help='the exported runs (analysis.export)')
-  p.add_argument('--study', required=True, help="the study's declaration (FILE.study.json)")
-  p.add_argument('--margins', nargs='+', type=float, default=None,
-                 help='margins (pp) to judge at (default: the declared one)')
-  p.add_argument('--readme', default=None, help='replace the marked section of this file')
-  return p.parse_args(argv)
+  """The command line (analysis/arguments.py: parsed there before this module's imports when run
+  as `python -m analysis.findings`)."""
+  return arguments.findings(argv)
 
 
 def main(argv=None):

@@ -35,11 +35,7 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-import pandas as pd
-
 from benchmarks import common
-from runrecord import record
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARMS = (('gpu', 'native', 0.0), ('tpu', 'native', 0.3), ('gpu', 'tpu_default', 0.3),
@@ -49,6 +45,44 @@ TOOLS = ('stats', 'attribution')
 # An exported study (python -m analysis.export): the format the tables are generated in.
 TEMPLATE = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
 FACTORS = ['platform', 'profile']
+
+
+def parse_args(argv):
+  p = argparse.ArgumentParser(prog='python -m benchmarks.bench_analysis',
+                              description=common.description(__doc__))
+  p.add_argument('--sizes', type=int, nargs='+', default=[1_000, 10_000, 100_000],
+                 help='rows per table (a multiple of 4: 4 arms x rows/4 seeds)')
+  p.add_argument('--tools', nargs='+', choices=TOOLS, default=list(TOOLS),
+                 help='what is measured (default both)')
+  p.add_argument('--seed-sd', type=float, default=SEED_SD,
+                 help='sd of the seed effect, pp (0: MixedLM fits a boundary and the attribution '
+                      'falls back to seed fixed effects)')
+  p.add_argument('--max-memory-gb', type=float, default=8.0,
+                 help='address-space limit of each measurement subprocess')
+  p.add_argument('--timeout', type=int, default=600, help='seconds per measurement subprocess')
+  p.add_argument('--mixed-max-rows', type=int, default=None,
+                 help='override analysis.numbers.effects.MIXED_MAX_ROWS (what MixedLM would cost beyond it)')
+  p.add_argument('--measure', choices=TOOLS, help=argparse.SUPPRESS)
+  p.add_argument('--csv', help=argparse.SUPPRESS)
+  args = p.parse_args(argv)
+  bad = [n for n in args.sizes if n < 8 or n % len(ARMS)]
+  if bad:
+    common.fail(f'--sizes: {bad[0]} is not a multiple of {len(ARMS)} (>= 8); give rows = '
+                f'{len(ARMS)} arms x seeds')
+  if not args.seed_sd >= 0:
+    common.fail(f'--seed-sd: {args.seed_sd} must be a non-negative sd in pp')
+  if not args.max_memory_gb > 0:
+    common.fail(f'--max-memory-gb: {args.max_memory_gb} must be positive')
+  return args
+
+
+if __name__ == '__main__':  # --help and a bad flag before the imports below load pandas
+  parse_args(sys.argv[1:])
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from runrecord import record  # noqa: E402
 
 
 def runs_table(seeds, rng=0, seed_sd=SEED_SD):
@@ -146,34 +180,6 @@ def versions():
   return (f'python {platform_lib.python_version()}, numpy {np.__version__}, pandas '
           f'{pd.__version__}, scipy {scipy.__version__}, statsmodels {statsmodels.__version__} | '
           + common.host())
-
-
-def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m benchmarks.bench_analysis',
-                              description=__doc__.split('\n')[0])
-  p.add_argument('--sizes', type=int, nargs='+', default=[1_000, 10_000, 100_000],
-                 help='rows per table (a multiple of 4: 4 arms x rows/4 seeds)')
-  p.add_argument('--tools', nargs='+', choices=TOOLS, default=list(TOOLS))
-  p.add_argument('--seed-sd', type=float, default=SEED_SD,
-                 help='sd of the seed effect, pp (0: MixedLM fits a boundary and the attribution '
-                      'falls back to seed fixed effects)')
-  p.add_argument('--max-memory-gb', type=float, default=8.0,
-                 help='address-space limit of each measurement subprocess')
-  p.add_argument('--timeout', type=int, default=600, help='seconds per measurement subprocess')
-  p.add_argument('--mixed-max-rows', type=int, default=None,
-                 help='override analysis.numbers.effects.MIXED_MAX_ROWS (what MixedLM would cost beyond it)')
-  p.add_argument('--measure', choices=TOOLS, help=argparse.SUPPRESS)
-  p.add_argument('--csv', help=argparse.SUPPRESS)
-  args = p.parse_args(argv)
-  bad = [n for n in args.sizes if n < 8 or n % len(ARMS)]
-  if bad:
-    common.fail(f'--sizes: {bad[0]} is not a multiple of {len(ARMS)} (>= 8); give rows = '
-                f'{len(ARMS)} arms x seeds')
-  if not args.seed_sd >= 0:
-    common.fail(f'--seed-sd: {args.seed_sd} must be a non-negative sd in pp')
-  if not args.max_memory_gb > 0:
-    common.fail(f'--max-memory-gb: {args.max_memory_gb} must be positive')
-  return args
 
 
 def main(argv=None):

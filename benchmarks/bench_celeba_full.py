@@ -32,9 +32,29 @@ import shutil
 import threading
 import time
 
+from benchmarks import common
+
+
+def make_parser():
+  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_celeba_full',
+                                   description=common.description(__doc__))
+  parser.add_argument('--workdir', required=True, help='fixture, TFDS and cache go here (local disk)')
+  parser.add_argument('--images', type=int, default=202599,
+                      help='images of the fixture (default: CelebA\'s)')
+  parser.add_argument('--identities', type=int, default=10177,
+                      help='identities (default: CelebA\'s)')
+  parser.add_argument('--image-size', type=int, default=128, help='data.image_size')
+  parser.add_argument('--batch', type=int, default=256, help='images per gathered batch')
+  parser.add_argument('--gather-steps', type=int, default=200, help='batches gathered after loading')
+  parser.add_argument('--keep', action='store_true', help='keep the generated files')
+  return parser
+
+
+if __name__ == '__main__':  # --help and a bad flag before the imports below load numpy and JAX
+  make_parser().parse_args()
+
 import numpy as np
 
-from benchmarks import common
 from configs import celeba as celeba_config
 from input_pipeline import batching, celeba, celeba_files, celeba_fixture, celeba_tfds
 
@@ -135,14 +155,7 @@ def print_table(phases, title):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--workdir', required=True, help='fixture, TFDS and cache go here (local disk)')
-  parser.add_argument('--images', type=int, default=202599)
-  parser.add_argument('--identities', type=int, default=10177)
-  parser.add_argument('--image-size', type=int, default=128)
-  parser.add_argument('--batch', type=int, default=256)
-  parser.add_argument('--gather-steps', type=int, default=200, help='batches gathered after loading')
-  parser.add_argument('--keep', action='store_true', help='keep the generated files')
+  parser = make_parser()
   args = parser.parse_args(argv)
   print(common.command_line('bench_celeba_full', argv))
   manual_dir = os.path.join(args.workdir, 'files')

@@ -38,6 +38,29 @@ import time
 if __package__ in (None, ''):  # run as a file: make the repository importable
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import common  # noqa: E402  (standard library only)
+
+
+def make_parser():
+  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_conv',
+                                   description=common.description(__doc__))
+  parser.add_argument('--image-size', type=int, default=64, help='image height and width')
+  parser.add_argument('--width', type=float, default=1.0, help='model.width')
+  parser.add_argument('--stem', default='imagenet', choices=('imagenet', 'small'),
+                      help='model.stem')
+  parser.add_argument('--batch', type=int, default=64, help='images per call')
+  parser.add_argument('--in-channels', type=int, default=3, help='image channels (digits: 1)')
+  parser.add_argument('--sizes', default='',
+                      help='several configurations, SIZE[:WIDTH[:STEM[:BATCH[:CHANNELS]]]],...')
+  parser.add_argument('--repeats', type=int, default=5, help='alternating timed rounds (median)')
+  parser.add_argument('--min-time', type=float, default=0.05,
+                      help='seconds per timed measurement at least (calls are repeated)')
+  return parser
+
+
+if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
+  make_parser().parse_args()
+
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
@@ -155,17 +178,7 @@ def run_config(size, width, stem, batch, in_channels, args):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--image-size', type=int, default=64)
-  parser.add_argument('--width', type=float, default=1.0)
-  parser.add_argument('--stem', default='imagenet', choices=('imagenet', 'small'))
-  parser.add_argument('--batch', type=int, default=64)
-  parser.add_argument('--in-channels', type=int, default=3, help='image channels (digits: 1)')
-  parser.add_argument('--sizes', default='',
-                      help='several configurations, SIZE[:WIDTH[:STEM[:BATCH[:CHANNELS]]]],...')
-  parser.add_argument('--repeats', type=int, default=5, help='alternating timed rounds (median)')
-  parser.add_argument('--min-time', type=float, default=0.05,
-                      help='seconds per timed measurement at least (calls are repeated)')
+  parser = make_parser()
   args = parser.parse_args(argv)
   print(environment())
   print(command_line('bench_conv', argv))

@@ -42,10 +42,7 @@ import time
 if __package__ in (None, ''):  # run as a file: make the repository importable
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import jax  # noqa: E402
-
-from benchmarks import bench_step, common  # noqa: E402
-from trainer import checkpointing  # noqa: E402
+from benchmarks import common, step_args  # noqa: E402
 
 OPTION = 'xla_gpu_deterministic_ops'
 VARIANTS = {'deterministic': {OPTION: True}, 'nondeterministic': {OPTION: False}}
@@ -54,6 +51,27 @@ DUMP_AUTOTUNE, LOAD_AUTOTUNE = 'xla_gpu_dump_autotune_results_to', 'xla_gpu_load
 EXTRA_VARIANTS = {'exclude_nondeterministic': {OPTION: False, EXCLUDE: True},
                   'deterministic_autotuned': {OPTION: True}}  # + LOAD_AUTOTUNE (compile_options)
 ALL_VARIANTS = (*VARIANTS, *EXTRA_VARIANTS)
+
+
+def make_parser():
+  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_determinism',
+                                   description=common.description(__doc__))
+  step_args.add_args(parser)
+  parser.add_argument('--repeat-steps', type=int, default=3,
+                      help='steps run twice from one state, per variant')
+  parser.add_argument('--variants', default=','.join(VARIANTS),
+                      help='compilations compared: ' + ','.join(ALL_VARIANTS))
+  return parser
+
+
+if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
+  step_args.parse_flags(make_parser(), None)
+
+import jax  # noqa: E402
+
+from benchmarks import bench_step, common  # noqa: E402
+from trainer import checkpointing  # noqa: E402
+
 SCATTER_OR_SORT = re.compile(r'\b(scatter|select-and-scatter|sort)\(')
 
 
@@ -154,13 +172,7 @@ def table(bench, results, args):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  bench_step.add_args(parser)
-  parser.add_argument('--repeat-steps', type=int, default=3,
-                      help='steps run twice from one state, per variant')
-  parser.add_argument('--variants', default=','.join(VARIANTS),
-                      help='compilations compared: ' + ','.join(ALL_VARIANTS))
-  args, config = bench_step.parse(parser, argv)
+  args, config = step_args.parse(make_parser(), argv)
   if args.repeat_steps < 1:
     common.fail(f'--repeat-steps={args.repeat_steps}: give a positive number of steps')
   names = parse_variants(args.variants)

@@ -29,6 +29,24 @@ import sys
 if __package__ in (None, ''):  # run as a file: make the repository importable
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import common, step_args  # noqa: E402
+from numerics import formats as format_names  # noqa: E402  (names only, no JAX)
+
+FORMATS = format_names.FORMATS[1:]  # the emulated ones
+# The default --formats: those without a PRNG key (the model's layers pass none yet).
+DEFAULT_FORMATS = tuple(m for m in FORMATS if m not in format_names.NOISY_FORMATS)
+
+
+def make_parser():
+  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_emulate',
+                                   description=common.description(__doc__))
+  step_args.add_args(parser)
+  parser.add_argument('--formats', default=','.join(DEFAULT_FORMATS), help='comma-separated, of ' +
+                      ','.join(FORMATS))
+  return parser
+
+if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
+  step_args.parse_flags(make_parser(), None)
 
 from benchmarks import bench_step, common  # noqa: E402
 from configs import common as config_common  # noqa: E402
@@ -36,9 +54,6 @@ from numerics import emulate as emulate_lib  # noqa: E402
 from numerics import setup as numerics_setup  # noqa: E402
 from trainer import validation  # noqa: E402
 
-FORMATS = emulate_lib.FORMATS[1:]  # the emulated ones
-# The default --formats: those without a PRNG key (the model's layers pass none yet).
-DEFAULT_FORMATS = tuple(m for m in FORMATS if m not in emulate_lib.NOISY_FORMATS)
 NATIVE = (('numerics.conv_format', 'native'), ('numerics.dense_format', 'native'))
 
 
@@ -112,11 +127,8 @@ def table(plan, times, compile_s, batch, platform):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  bench_step.add_args(parser)
-  parser.add_argument('--formats', default=','.join(DEFAULT_FORMATS), help='comma-separated, of ' +
-                      ','.join(FORMATS))
-  args, config = bench_step.parse(parser, argv, resolve=False)  # each variant resolves its own
+  # each variant resolves its own config
+  args, config = step_args.parse(make_parser(), argv, resolve=False)
   formats = [f for f in args.formats.split(',') if f]
   unknown = [f for f in formats if f not in FORMATS]
   if unknown or not formats:

@@ -39,6 +39,25 @@ import time
 if __package__ in (None, ''):  # run as a file: make the repository importable
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import common, step_args  # noqa: E402
+
+CELEBA_TRAIN, CELEBA_TEST = 162_038, 40_561  # the per-identity split (README, CelebA)
+
+
+def make_parser():
+  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_epoch',
+                                   description=common.description(__doc__))
+  step_args.add_args(parser)
+  parser.add_argument('--train-examples', type=int, default=CELEBA_TRAIN,
+                      help='training examples of the epoch (default: CelebA, per-identity split)')
+  parser.add_argument('--test-examples', type=int, default=CELEBA_TEST,
+                      help='examples of one evaluation (default: CelebA, per-identity split)')
+  parser.add_argument('--repeats', type=int, default=3, help='timed evaluations and saves')
+  return parser
+
+if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
+  step_args.parse_flags(make_parser(), None)
+
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -46,7 +65,7 @@ from benchmarks import bench_step, common  # noqa: E402
 from input_pipeline import base, batching  # noqa: E402
 from trainer import checkpointing, loop, run  # noqa: E402
 
-CELEBA_TRAIN, CELEBA_TEST = 162_038, 40_561  # the per-identity split (README, CelebA)
+
 
 
 def repeated_image_dataset(config, train_examples, test_examples, num_classes):
@@ -157,14 +176,7 @@ def table(bench, times, args):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  bench_step.add_args(parser)
-  parser.add_argument('--train-examples', type=int, default=CELEBA_TRAIN,
-                      help='training examples of the epoch (default: CelebA, per-identity split)')
-  parser.add_argument('--test-examples', type=int, default=CELEBA_TEST,
-                      help='examples of one evaluation (default: CelebA, per-identity split)')
-  parser.add_argument('--repeats', type=int, default=3, help='timed evaluations and saves')
-  args, config = bench_step.parse(parser, argv)
+  args, config = step_args.parse(make_parser(), argv)
   if args.test_examples < 1 or args.repeats < 1:
     common.fail('--test-examples and --repeats must be positive')
   if args.train_examples < config.batch_size:

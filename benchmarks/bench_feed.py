@@ -35,6 +35,22 @@ import time
 if __package__ in (None, ''):  # run as a file: make the repository importable
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import common, step_args  # noqa: E402
+
+
+def make_parser():
+  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_feed',
+                                   description=common.description(__doc__))
+  step_args.add_args(parser)
+  parser.add_argument('--images', default='', help='uint8 [N,H,W,3] .npy to feed from')
+  parser.add_argument('--examples', type=int, default=0,
+                      help='random images written when no --images (default: 8 batches)')
+  parser.add_argument('--prefetch', type=int, help='data.prefetch (batches prepared ahead)')
+  return parser
+
+if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
+  step_args.parse_flags(make_parser(), None)
+
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -112,15 +128,9 @@ def table(times, batch):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  bench_step.add_args(parser)
-  parser.add_argument('--images', default='', help='uint8 [N,H,W,3] .npy to feed from')
-  parser.add_argument('--examples', type=int, default=0,
-                      help='random images written when no --images (default: 8 batches)')
-  parser.add_argument('--prefetch', type=int, help='data.prefetch (batches prepared ahead)')
-  overrides = lambda a: bench_step.shorthand_overrides(
-      a, bench_step.SHORTHANDS + (('prefetch', 'data.prefetch'),))
-  args, config = bench_step.parse(parser, argv, overrides)
+  overrides = lambda a: step_args.shorthand_overrides(
+      a, step_args.SHORTHANDS + (('prefetch', 'data.prefetch'),))
+  args, config = step_args.parse(make_parser(), argv, overrides)
   print(common.environment())
   print(common.command_line('bench_feed', argv))
   devices = bench_step.selected_devices(args)

@@ -18,6 +18,27 @@ import tempfile
 import time
 import zipfile
 
+from benchmarks import common
+
+
+def make_parser():
+  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_input',
+                                   description=common.description(__doc__))
+  parser.add_argument('--identities', type=int, default=40, help='identities of the fixture')
+  parser.add_argument('--max-images', type=int, default=12,
+                      help='images per identity at most')
+  parser.add_argument('--image-size', type=int, default=224, help='data.image_size')
+  parser.add_argument('--batch', type=int, default=256, help='images per gathered batch')
+  parser.add_argument('--repeats', type=int, default=3, help='passes over the JPEGs when decoding')
+  parser.add_argument('--threads', type=int, default=len(os.sched_getaffinity(0)),
+                      help='decoding threads (default: the CPUs this process may use)')
+  parser.add_argument('--workdir', default='', help='where the fixture goes (default: a temp dir)')
+  return parser
+
+
+if __name__ == '__main__':  # --help and a bad flag before the imports below load numpy and JAX
+  make_parser().parse_args()
+
 import numpy as np
 
 from configs import celeba as celeba_config
@@ -40,14 +61,7 @@ def _decode_rate(jpegs, size, threads, repeats):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--identities', type=int, default=40)
-  parser.add_argument('--max-images', type=int, default=12)
-  parser.add_argument('--image-size', type=int, default=224)
-  parser.add_argument('--batch', type=int, default=256)
-  parser.add_argument('--repeats', type=int, default=3, help='passes over the JPEGs when decoding')
-  parser.add_argument('--threads', type=int, default=len(os.sched_getaffinity(0)))
-  parser.add_argument('--workdir', default='', help='where the fixture goes (default: a temp dir)')
+  parser = make_parser()
   args = parser.parse_args(argv)
 
   workdir = args.workdir or tempfile.mkdtemp(prefix='bench_input_')

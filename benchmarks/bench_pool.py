@@ -23,6 +23,26 @@ import time
 if __package__ in (None, ''):  # run as a file: make the repository importable
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import common  # noqa: E402  (standard library only)
+
+
+def make_parser():
+  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_pool',
+                                   description=common.description(__doc__))
+  parser.add_argument('--batch', type=int, default=256, help='images per call')
+  parser.add_argument('--size', type=int, default=112, help='input height and width')
+  parser.add_argument('--channels', type=int, default=64, help='channels of the input')
+  parser.add_argument('--dtype', default='bfloat16', choices=('bfloat16', 'float32'),
+                      help='the input\'s dtype')
+  parser.add_argument('--steps', type=int, default=20, help='calls per timed window')
+  parser.add_argument('--windows', type=int, default=5, help='timed windows (median)')
+  parser.add_argument('--warmup', type=int, default=3, help='untimed calls first')
+  return parser
+
+
+if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
+  make_parser().parse_args()
+
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
@@ -58,14 +78,7 @@ def runner(compiled, x, cotangent):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--batch', type=int, default=256)
-  parser.add_argument('--size', type=int, default=112, help='input height and width')
-  parser.add_argument('--channels', type=int, default=64)
-  parser.add_argument('--dtype', default='bfloat16', choices=('bfloat16', 'float32'))
-  parser.add_argument('--steps', type=int, default=20, help='calls per timed window')
-  parser.add_argument('--windows', type=int, default=5)
-  parser.add_argument('--warmup', type=int, default=3)
+  parser = make_parser()
   args = parser.parse_args(argv)
   if min(args.batch, args.size, args.channels, args.steps, args.windows) < 1:
     common.fail('--batch, --size, --channels, --steps and --windows must be positive')

@@ -18,6 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import common  # noqa: E402
 from runrecord import record  # noqa: E402
 from trainer import writers  # noqa: E402
 
@@ -40,9 +41,11 @@ def write_metrics(path, size_bytes):
 
 def main(argv=None):
   p = argparse.ArgumentParser(prog='python -m benchmarks.bench_resume_metrics',
-                              description=__doc__.split('\n')[0])
-  p.add_argument('--workdir', required=True)
-  p.add_argument('--size-mb', type=float, default=1024.0)
+                              description=common.description(__doc__))
+  p.add_argument('--workdir', required=True,
+                 help='folder for the metrics.jsonl (kept: a file of that size is reused)')
+  p.add_argument('--size-mb', type=float, default=1024.0,
+                 help='the file\'s size, MB (default 1024)')
   args = p.parse_args(argv)
   os.makedirs(args.workdir, exist_ok=True)
   path = os.path.join(args.workdir, record.METRICS)

@@ -5,8 +5,9 @@
   python -m benchmarks.bench_step --config configs/celeba.py:gpu --batch 256 --format bf16 \
       --emulate-impl fast                                                         # an emulated arm
 
-The config is loaded as train.py loads it (configs/loader.py): `--config FILE[:ARGS]` (default
-DEFAULT_CONFIG: the CelebA study's model and numerics at 64^2, batch 64), then the shorthand flags
+The config is loaded as train.py loads it (configs/loader.py, benchmarks/step_args.py):
+`--config FILE[:ARGS]` (default step_args.DEFAULT_CONFIG: the CelebA study's model and numerics at
+64^2, batch 64), then the shorthand flags
 below (each sets one field: --batch is batch_size, --image-size data.image_size, --profile
 numerics.profile, ...; --format F sets both numerics.conv_format and numerics.dense_format), then
 `--config.FIELD=VALUE` overrides. A bad value stops with one line
@@ -35,11 +36,23 @@ import time
 if __package__ in (None, ''):  # run as a file: make the repository importable
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import common, step_args  # noqa: E402
+
+
+def make_parser():
+  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_step',
+                                   description=common.description(__doc__))
+  step_args.add_args(parser)
+  return parser
+
+
+if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
+  step_args.parse_flags(make_parser(), None)
+
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks import common  # noqa: E402
-from configs import loader  # noqa: E402
 from input_pipeline import base  # noqa: E402
 from models import resnet  # noqa: E402
 from numerics import emulate as emulate_lib  # noqa: E402
@@ -47,17 +60,6 @@ from numerics import ops  # noqa: E402
 from numerics import profiles  # noqa: E402
 from numerics import setup as numerics_setup  # noqa: E402
 from trainer import run, validation  # noqa: E402
-
-# The CelebA study's model and numerics (ImageNet stem, f32, platform-default precision), at a
-# size a CPU times in seconds per step.
-DEFAULT_CONFIG = 'configs/celeba.py:data.image_size=64,batch_size=64'
-# Shorthand flags (argparse dest) and the config field each sets, when given.
-SHORTHANDS = (('image_size', 'data.image_size'), ('batch', 'batch_size'), ('width', 'model.width'),
-              ('stem', 'model.stem'), ('compute_dtype', 'numerics.compute_dtype'),
-              ('matmul_precision', 'numerics.matmul_precision'), ('profile', 'numerics.profile'),
-              ('format', 'numerics.conv_format'), ('format', 'numerics.dense_format'),
-              ('emulate_impl', 'numerics.emulate_impl'), ('conv_impl', 'numerics.conv_impl'),
-              ('flip', 'data.flip'))
 
 # Dense peak TFLOP/s per device by product format ('bf16', 'tf32', 'f32'); matched by substring
 # of jax's device_kind, first match wins: the vendors' data sheets (NVIDIA H100 and H200 Tensor
@@ -76,30 +78,6 @@ PEAK_TFLOPS = (
 )
 # Formats made of several bf16 passes run at the bf16 peak divided by the number of passes.
 PASSES = {'bf16_3x': 3, 'bf16_4x': 4, 'bf16_6x': 6, 'bf16_9x': 9, 'tf32_3x': 3}
-
-
-def shorthand_overrides(args, shorthands=SHORTHANDS):
-  """[(config field, value)] of the shorthand flags given on the command line."""
-  return [(field, getattr(args, dest)) for dest, field in shorthands
-          if getattr(args, dest, None) is not None]
-
-
-def parse(parser, argv, overrides_of=shorthand_overrides, resolve=True):
-  """(args, config): `--config` and `--config.*` split off (configs/loader.py), the rest parsed by
-  `parser`, the config loaded with overrides_of(args) then the `--config.*` overrides, resolved
-  (trainer/validation.resolve) and its numerics applied (numerics.setup.configure, before any
-  backend starts). `resolve=False` (a benchmark of several variants of one config, each resolved
-  on its own): the config as loaded, its process settings applied all the same. Bad input: one
-  line and exit code 2."""
-  spec, overrides, rest = loader.split_argv(list(sys.argv[1:] if argv is None else argv))
-  args = parser.parse_args(rest)
-  try:
-    loaded = loader.load(spec or DEFAULT_CONFIG, overrides_of(args) + overrides)
-    config = validation.resolve(loaded)
-    numerics_setup.configure(config)
-  except ValueError as e:  # ConfigError is a ValueError
-    common.fail(str(e).splitlines()[0])
-  return args, (config if resolve else loaded)
 
 
 def image_dataset(name, images, num_classes, batch_size, rng):
@@ -261,30 +239,6 @@ def build_step(config, devices=None, dataset=None, num_classes=1000, compile_ste
     common.fail(str(e).splitlines()[0])
 
 
-def add_args(parser):
-  """The shorthand config flags (default: the config's value) and the timing flags."""
-  parser.epilog = (f'--config FILE[:ARGS] (default {DEFAULT_CONFIG}) and --config.FIELD=VALUE '
-                   'overrides as train.py takes them; the shorthand flags set one field each.')
-  parser.add_argument('--image-size', type=int, help='data.image_size')
-  parser.add_argument('--batch', type=int, help='batch_size (global)')
-  parser.add_argument('--width', type=float, help='model.width')
-  parser.add_argument('--stem', help="model.stem: 'imagenet' or 'small'")
-  parser.add_argument('--compute-dtype', help='numerics.compute_dtype')
-  parser.add_argument('--matmul-precision', help='numerics.matmul_precision')
-  parser.add_argument('--profile', help='numerics.profile: ' + '|'.join(profiles.PROFILES))
-  parser.add_argument('--format', help='numerics.conv_format and numerics.dense_format: '
-                      + '|'.join(emulate_lib.FORMATS))
-  parser.add_argument('--emulate-impl', help='numerics.emulate_impl: ' +
-                      '|'.join(emulate_lib.EMULATE_IMPLS))
-  parser.add_argument('--conv-impl', help='numerics.conv_impl: ' + '|'.join(ops.CONV_IMPLS))
-  parser.add_argument('--flip', action='store_true', default=None, help='data.flip')
-  parser.add_argument('--num-classes', type=int, default=1000, help='classes of the synthetic data')
-  parser.add_argument('--steps', type=int, default=10, help='steps per timed window')
-  parser.add_argument('--windows', type=int, default=5, help='timed windows (median reported)')
-  parser.add_argument('--warmup', type=int, default=2, help='untimed steps after compiling')
-  parser.add_argument('--devices', type=int, default=0, help='use the first N devices (0: all)')
-
-
 def selected_devices(args):
   """The first `--devices` devices (0: all of them)."""
   return jax.devices()[:args.devices] if args.devices else jax.devices()
@@ -362,9 +316,7 @@ def table(bench, s, args):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  add_args(parser)
-  args, config = parse(parser, argv)
+  args, config = step_args.parse(make_parser(), argv)
   print(common.environment())
   print(common.command_line('bench_step', argv))
   bench, times = measure(args, config)

@@ -7,7 +7,7 @@ One process, alternating rounds: every round times `--steps` steps of each varia
 host blocks once per window), so a busy or throttling machine slows all variants alike. Variants:
   jax            this project's step (benchmarks.bench_step.JaxStep: the run context's step on
                  synthetic data, donated state); its config is loaded as bench_step loads it
-                 (`--config`, default bench_step.DEFAULT_CONFIG, and `--config.*` overrides), with
+                 (`--config`, default step_args.DEFAULT_CONFIG, and `--config.*` overrides), with
                  --image-size, --batch, --width, --conv-impl and --precision applied over it; the
                  torch model takes the loaded image size, batch and width
   torch eager    a torchvision-shaped ResNet-18 in plain torch.nn, channels-last, AdamW (fused on
@@ -38,15 +38,41 @@ import time
 if __package__ in (None, ''):  # run as a file: make the repository importable
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
-
-from benchmarks import bench_step, common  # noqa: E402
+from benchmarks import common, step_args  # noqa: E402
 
 PRECISIONS = {  # --precision -> (JAX compute_dtype, JAX matmul_precision)
     'f32': ('float32', 'highest'),
     'tf32': ('float32', 'default'),
     'bf16': ('bfloat16', 'default'),
 }
+
+
+def make_parser():
+  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_vs_torch',
+                                   description=common.description(__doc__))
+  parser.add_argument('--image-size', type=int, help='data.image_size (default: the config\'s)')
+  parser.add_argument('--batch', type=int, help='batch_size (default: the config\'s)')
+  parser.add_argument('--width', type=float, help='model.width (default: the config\'s)')
+  parser.add_argument('--num-classes', type=int, default=1000, help='classes of the synthetic data')
+  parser.add_argument('--precision', default='f32', choices=tuple(PRECISIONS),
+                      help='products and activations: f32, tf32 or bf16 (default f32)')
+  parser.add_argument('--conv-impl', help='numerics.conv_impl: auto|xla|im2col')
+  parser.add_argument('--steps', type=int, default=5, help='steps per timed window')
+  parser.add_argument('--rounds', type=int, default=5, help='alternating rounds (median)')
+  parser.add_argument('--warmup', type=int, default=2, help='untimed steps after compiling')
+  parser.add_argument('--no-compile', action='store_true', help='skip torch.compile')
+  parser.add_argument('--torch-device', default=None, help="default: 'cuda' if available")
+  return parser
+
+
+if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX and torch
+  step_args.parse_flags(make_parser(), None)
+
+import numpy as np  # noqa: E402
+
+from benchmarks import bench_step  # noqa: E402
+
+
 
 
 def torch_resnet18(num_classes=1000, width=1.0, blocks=(2, 2, 2, 2)):
@@ -178,27 +204,15 @@ def torch_environment():
 def jax_overrides(args):
   """The config fields the flags set: the shorthands given, and --precision's two fields."""
   compute_dtype, matmul_precision = PRECISIONS[args.precision]
-  flags = tuple(p for p in bench_step.SHORTHANDS
+  flags = tuple(p for p in step_args.SHORTHANDS
                 if p[0] in ('image_size', 'batch', 'width', 'conv_impl'))
-  return bench_step.shorthand_overrides(args, flags) + [
+  return step_args.shorthand_overrides(args, flags) + [
       ('numerics.compute_dtype', compute_dtype), ('numerics.matmul_precision', matmul_precision)]
 
 
 def main(argv=None):
   common.allocate_gpu_memory_on_demand()  # before anything starts JAX's backend
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--image-size', type=int, help='data.image_size (default: the config\'s)')
-  parser.add_argument('--batch', type=int, help='batch_size (default: the config\'s)')
-  parser.add_argument('--width', type=float, help='model.width (default: the config\'s)')
-  parser.add_argument('--num-classes', type=int, default=1000)
-  parser.add_argument('--precision', default='f32', choices=tuple(PRECISIONS))
-  parser.add_argument('--conv-impl', help='numerics.conv_impl: auto|xla|im2col')
-  parser.add_argument('--steps', type=int, default=5, help='steps per timed window')
-  parser.add_argument('--rounds', type=int, default=5, help='alternating rounds (median)')
-  parser.add_argument('--warmup', type=int, default=2)
-  parser.add_argument('--no-compile', action='store_true', help='skip torch.compile')
-  parser.add_argument('--torch-device', default=None, help="default: 'cuda' if available")
-  args, config = bench_step.parse(parser, argv, jax_overrides)
+  args, config = step_args.parse(make_parser(), argv, jax_overrides)
   formats = (config.numerics.conv_format, config.numerics.dense_format)  # resolved: explicit
   if config.model.stem != 'imagenet' or formats != ('native', 'native'):
     common.fail('bench_vs_torch compares the native ImageNet-stem model: model.stem must be '

@@ -15,6 +15,12 @@ import time
 from trainer import gpu_memory
 
 
+def description(doc):
+  """A command's --help description: its docstring's first paragraph, whole (not its first line,
+  which can end mid-sentence)."""
+  return ' '.join(doc.split('\n\n')[0].split())
+
+
 def fail(message):
   """One line on stderr, exit code 2: bad input, found before any compute."""
   print(f'error: {message}', file=sys.stderr)

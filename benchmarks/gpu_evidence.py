@@ -2,6 +2,7 @@
 than 9 minutes on an H100, written into one folder to bring back.
 
   python -m benchmarks.gpu_evidence --list                        # each part, minutes on an H100
+  python -m benchmarks.gpu_evidence --budget 15 --out runs/gpu_evidence   # a 15-minute slot's plan
   python -m benchmarks.gpu_evidence --part gpu_tier --out runs/gpu_evidence
   python -m benchmarks.gpu_evidence --part all --out runs/gpu_evidence   # the parts not done yet
   python -m benchmarks.gpu_evidence --pack $OUT/gpu_evidence.tar.gz --out runs/gpu_evidence
@@ -10,13 +11,20 @@ than 9 minutes on an H100, written into one folder to bring back.
 The parts and their commands: benchmarks/gpu_evidence_parts.py (each an existing tool's command
 line). A part runs its commands in order from the repository root, each command's stdout in
 OUT/<part>/<label>.txt and stderr in <label>.err, and ends by writing OUT/<part>/status.json
-(status, headline, each command with its exit code and seconds). Resumable: a part whose status
-says `completed` (in the same mode, smoke or not) is skipped unless --force; a part stopped
-midway (a failed command, --part-minutes reached, the machine taken back) is not done, and runs
-again from its first command (the study's sweeps skip their completed runs). After every part the
-summary is written again: OUT/summary.md and OUT/summary.csv, one row per part (status, minutes,
-headline). `--pack FILE` writes OUT as a .tar.gz without the runs' training states (their
-records and logs stay), small enough to bring back.
+(status, headline, each command with its exit code, seconds and criterion). It fails closed: a part
+is `completed` only when every command exited as expected and met its own success criterion (the
+benchmark's result line, pytest's summary with a test run, every run of a sweep completed, the
+export's table); otherwise it is `failed: <command>: <why>`, naming a missing module (`No module
+named pytest`) when the command's stderr says so. Resumable: a part whose status says `completed`
+(in the same mode, smoke or not) is skipped unless --force; any other part runs again from its
+first command (the study's sweeps skip their completed runs). `--part` runs parts in the order
+given (`all`: by what their figures are worth, gpu_evidence_parts.PRIORITY), and with
+`--call-minutes M` starts a part only if its expected minutes end within M of the command's start.
+`--budget MIN` prints the plan of a slot of MIN minutes of device time (benchmarks/gpu_plan.py):
+the calls to make, each's command, and what is left for the next slot; it runs nothing. After
+every part the summary is written again: OUT/summary.md and OUT/summary.csv, one row per part
+(status, minutes, headline). `--pack FILE` writes OUT as a .tar.gz without the runs' training
+states (their records and logs stay), small enough to bring back.
 """
 
 import argparse
@@ -25,6 +33,7 @@ import csv
 import importlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,7 +44,7 @@ import traceback
 if __package__ in (None, ''):  # run as a file: make the repository importable
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, gpu_plan  # noqa: E402
 from benchmarks import gpu_evidence_parts as agenda  # noqa: E402
 from runrecord import record  # noqa: E402
 
@@ -49,16 +58,21 @@ SMOKE_ENV = {'JAX_PLATFORMS': 'cpu', 'JAX_DISABLE_MOST_OPTIMIZATIONS': '1',
              'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0'}
 
 
+MISSING_MODULE = re.compile(r"No module named '?([\w.]+)'?")
+
+
 def parts_named(names):
-  """The parts to run, in agenda order: 'all' or comma-separated names; one line on a bad name."""
+  """The parts to run: 'all' (by PRIORITY) or comma-separated names, in the order given; one line
+  on a bad or repeated name."""
   known = {p.name: p for p in agenda.PARTS}
   wanted = [n.strip() for n in names.split(',') if n.strip()]
   if wanted == ['all']:
-    return list(agenda.PARTS)
+    return gpu_plan.by_priority(agenda.PARTS, agenda.PRIORITY)
   unknown = [n for n in wanted if n not in known]
-  if unknown or not wanted:
-    common.fail(f'--part={names}: give all or part names among {", ".join(known)} (--list)')
-  return [p for p in agenda.PARTS if p.name in wanted]
+  if unknown or not wanted or len(set(wanted)) != len(wanted):
+    common.fail(f'--part={names}: give all or part names among {", ".join(known)} (--list), each '
+                'once')
+  return [known[n] for n in wanted]
 
 
 def read_status(out, name):
@@ -141,8 +155,31 @@ def run_call(step, ctx):
   return 0
 
 
+def missing_module(ctx, step):
+  """The module a command's stderr says is missing ("No module named 'pytest'"), or None."""
+  found = MISSING_MODULE.findall(agenda.read(os.path.join(ctx.folder, step.label + '.err')))
+  return found[-1] if found else None
+
+
+def step_failure(step, ctx, code):
+  """None when the command ran as expected and met its criterion, else why not (one line): its
+  exit code, the module its stderr says is missing, the criterion it did not meet."""
+  why = None
+  if code is None:
+    why = 'timed out'
+  elif code not in step.ok:
+    why = f'exit {code}'
+  elif step.expect:
+    why = step.expect(ctx, step)
+  if why is None:
+    return None
+  module = missing_module(ctx, step)
+  return f'{why}; missing module {module} (No module named {module})' if module else why
+
+
 def run_part(part, out, smoke, part_minutes):
-  """Run the part's commands; returns its status dict (also written to OUT/<part>/status.json)."""
+  """Run the part's commands; returns its status dict (also written to OUT/<part>/status.json):
+  'completed' only when every command met its criterion (step_failure)."""
   ctx = agenda.Context(smoke, out, os.path.join(out, part.name))
   os.makedirs(ctx.folder, exist_ok=True)
   status = {'part': part.name, 'smoke': smoke, 'status': 'running', 'commands': [],
@@ -158,11 +195,13 @@ def run_part(part, out, smoke, part_minutes):
       code = run_module(step, ctx)
     else:
       code = run_command(step, ctx, seconds_left)
+    failure = step_failure(step, ctx, code)
     status['commands'].append({'label': step.label, 'exit_code': code,
                                'seconds': round(time.time() - began, 1),
-                               'command': ' '.join(step.argv) if step.argv else 'in process'})
-    if code is None or code not in step.ok:
-      status['status'] = 'timed out' if code is None else f'failed: {step.label} exit {code}'
+                               'command': ' '.join(step.argv) if step.argv else 'in process',
+                               'criterion': failure or 'met'})
+    if failure:
+      status['status'] = 'timed out' if code is None else f'failed: {step.label}: {failure}'
       break
   else:
     status['status'] = 'completed'
@@ -218,8 +257,24 @@ def pack(out, path):
 def list_parts():
   total = sum(p.minutes for p in agenda.PARTS)
   for p in agenda.PARTS:
-    print(f'{p.name:30s} {p.minutes:3d} min  {p.what}')
-  print(f'{len(agenda.PARTS)} parts, {total} minutes on an H100 in all')
+    print(f'{p.name:30s} {p.minutes:4.1f} min  {p.what}')
+  print(f'{len(agenda.PARTS)} parts, {total:g} minutes on an H100 in all')
+
+
+def completed(out, smoke):
+  """Names of the parts completed in `out` (in this mode); none without a folder."""
+  if not out or not os.path.isdir(out):
+    return set()
+  return {p.name for p in agenda.PARTS if is_done(read_status(out, p.name), smoke)}
+
+
+def print_plan(args):
+  """--budget: the slot's plan (benchmarks/gpu_plan.py) for the parts not completed in --out."""
+  out = args.out or 'runs/gpu_evidence'
+  plan = gpu_plan.make_plan(agenda.PARTS, agenda.PRIORITY, args.budget,
+                            completed(args.out, args.smoke), args.startup_minutes)
+  print('\n'.join(gpu_plan.describe(plan, out, args.smoke)))
+  return 0
 
 
 def keep_off_the_gpu():
@@ -231,19 +286,44 @@ def keep_off_the_gpu():
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m benchmarks.gpu_evidence',
-                              description=__doc__.split('\n')[0])
+  p = argparse.ArgumentParser(
+      prog='python -m benchmarks.gpu_evidence',
+      description='The GPU agenda as one program: every GPU measurement this project waits for, '
+      'in parts of less than 9 minutes on an H100, written into one folder to bring back.')
   p.add_argument('--list', action='store_true', help='print each part and its minutes on an H100')
-  p.add_argument('--part', default=None, help="'all' or comma-separated part names")
+  p.add_argument('--budget', type=float, default=None, metavar='MIN',
+                 help='print the plan of a slot of MIN minutes of device time (start-up counted; '
+                 'the parts not completed in --out): its calls, their commands, what is left for '
+                 'the next slot; runs nothing')
+  p.add_argument('--startup-minutes', type=float, default=gpu_plan.STARTUP_MINUTES,
+                 help='a fresh machine\'s start-up, counted once in --budget (default %(default)s)')
+  p.add_argument('--part', default=None,
+                 help="'all' (by what their figures are worth) or comma-separated part names, run "
+                 'in that order')
   p.add_argument('--out', default=None, help='the evidence folder (one per machine)')
   p.add_argument('--smoke', action='store_true',
                  help='toy sizes on CPU (every part, unless --part names some)')
   p.add_argument('--force', action='store_true', help='run parts already completed again')
   p.add_argument('--part-minutes', type=float, default=PART_MINUTES,
                  help='a part still running after this is stopped (status: timed out)')
+  p.add_argument('--call-minutes', type=float, default=None,
+                 help='start a part only if its expected minutes on an H100 end within this many '
+                 'minutes of the command\'s start (the rest: the next call); not in --smoke')
   p.add_argument('--pack', default=None, metavar='FILE.tar.gz',
                  help='write the evidence folder, without training states, to this archive')
-  return p.parse_args(argv)
+  args = p.parse_args(argv)
+  for name in ('budget', 'startup_minutes', 'part_minutes', 'call_minutes'):
+    value = getattr(args, name)
+    if value is not None and not 0 <= value < float('inf'):
+      common.fail(f'--{name.replace("_", "-")}={value}: give a number of minutes, 0 or more')
+  return args
+
+
+def fits(part, start, call_minutes, smoke):
+  """Whether `part` may start now under --call-minutes (always in smoke mode or without it)."""
+  if smoke or call_minutes is None:
+    return True
+  return (time.time() - start) / 60 + part.minutes <= call_minutes
 
 
 def main(argv=None):
@@ -251,6 +331,8 @@ def main(argv=None):
   if args.list:
     list_parts()
     return 0
+  if args.budget is not None:
+    return print_plan(args)
   if not args.out:
     common.fail('--out: give the evidence folder, e.g. --out runs/gpu_evidence')
   if args.pack:
@@ -268,20 +350,26 @@ def main(argv=None):
     keep_off_the_gpu()
   out = os.path.abspath(args.out)
   os.makedirs(out, exist_ok=True)
-  failed = 0
+  failed, start, left = 0, time.time(), []
   for part in parts:
     if is_done(read_status(out, part.name), args.smoke) and not args.force:
       print(f'{part.name}: completed already (skipped; --force runs it again)')
       continue
-    print(f'{part.name}: running (expected {part.minutes} min on an H100)', flush=True)
+    if left or not fits(part, start, args.call_minutes, args.smoke):
+      left.append(part.name)
+      continue
+    print(f'{part.name}: running (expected {part.minutes:g} min on an H100)', flush=True)
     status = run_part(part, out, args.smoke, args.part_minutes)
     failed += status['status'] != 'completed'
     print(f'{part.name}: {status["status"]} in {status["minutes"]} min: {status["headline"]}',
           flush=True)
     write_summary(out)
   write_summary(out)
+  if left:
+    print(f'not started (past --call-minutes {args.call_minutes:g}): {",".join(left)}: run the '
+          'same command again in the next call')
   print(f'summary: {os.path.join(out, "summary.md")}')
-  return 1 if failed else 0
+  return 1 if failed or left else 0
 
 
 if __name__ == '__main__':

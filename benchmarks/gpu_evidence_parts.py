@@ -1,5 +1,9 @@
 """The parts of the GPU agenda (benchmarks/gpu_evidence.py runs them): each part's commands at the
-GPU's size and at a toy size for CPU (`smoke`), its expected minutes on an H100 and its headline.
+GPU's size and at a toy size for CPU (`smoke`), its expected minutes on an H100, its headline, and
+each command's own success criterion (`expect`): the benchmark's result line, pytest's summary,
+every run of a sweep completed, the file an export writes. A part is done only when every command
+exited as expected and met its criterion; PRIORITY orders the parts by what their figures are worth
+(benchmarks/gpu_plan.py plans a slot of device time with it).
 
 Every command is an existing tool's own command line (the benchmarks, pytest, sweeps.sweep), run
 from the repository root; the study's records are exported to CSV in this process
@@ -19,8 +23,10 @@ from sweeps import scripts
 
 # One command of a part: `argv` run as a subprocess (stdout to OUT/<part>/<label>.txt, stderr to
 # <label>.err), or `call(ctx)` run in this process (its returned text written the same way);
-# `ok` the exit codes that mean it ran to its end (pytest's 1: tests failed, a result).
-Step = collections.namedtuple('Step', 'label argv env ok call', defaults=(None, {}, (0,), None))
+# `ok` the exit codes that mean it ran to its end (pytest's 1: tests failed, a result); `expect`
+# (ctx, step) -> None when its output meets the command's success criterion, else why not.
+Step = collections.namedtuple('Step', 'label argv env ok call expect',
+                              defaults=(None, {}, (0,), None, None))
 Part = collections.namedtuple('Part', 'name minutes what steps headline')
 # smoke: toy sizes on CPU; out: the evidence folder; folder: this part's folder in it.
 Context = collections.namedtuple('Context', 'smoke out folder')
@@ -32,17 +38,17 @@ TOY_STEP = ['--config', 'configs/celeba.py:gpu', '--image-size', '16', '--width'
             '--batch', '8', '--num-classes', '10', '--steps', '1', '--windows', '1', '--warmup',
             '0']
 ALL_VARIANTS = 'deterministic,nondeterministic,exclude_nondeterministic,deterministic_autotuned'
-STUDY_SEEDS, STUDY_SLICE, STUDY_PARALLEL = 16, 4, 8
+STUDY_SEEDS, STUDY_SLICE, STUDY_PARALLEL = 16, 2, 8
 REPLICATE_SEEDS = 2
 # The toy study: digits' smoke preset, one epoch of 6 steps, one arm.
 TOY_STUDY = 'smoke,num_epochs=1,optim.freeze_epochs=0,batch_size=256,arms=1'
 KEY_VALUE = re.compile(r'^([A-Za-z_]\w*)=(-?[0-9][0-9.e+-]*)$')
 PYTEST_SUMMARY = re.compile(r'\d+ (passed|failed|skipped|errors?)\b.* in ')
 MEM_FRACTION = re.compile(r'XLA_PYTHON_CLIENT_MEM_FRACTION=([0-9.]+)')
-
-
-def module(name, *args):
-  return Step(name, [PY, '-m', f'benchmarks.{name}', *args])
+# Each benchmark's result line (its last `name=<number>` line): the command's success criterion.
+RESULT_LINES = {'bench_determinism': r'\w+_vs_nondeterministic', 'bench_pool': 'pool_speedup',
+                'bench_vs_torch': 'speedup_vs_torch', 'profile_step': 'device_busy_fraction',
+                'bench_epoch': 'epoch_overhead_fraction'}
 
 
 def read(path):
@@ -50,6 +56,23 @@ def read(path):
     return ''
   with open(path, encoding='utf-8', errors='replace') as f:
     return f.read()
+
+
+def output(ctx, step):
+  return read(os.path.join(ctx.folder, step.label + '.txt'))
+
+
+def result_line(key):
+  """The criterion of a benchmark: its stdout holds a `<key>=<number>` line (key a regex)."""
+  pattern = re.compile(rf'^({key})=(-?[0-9][0-9.e+-]*)$', re.M)
+
+  def expect(ctx, step):
+    return None if pattern.search(output(ctx, step)) else f'no {key}=<number> result line'
+  return expect
+
+
+def module(name, *args):
+  return Step(name, [PY, '-m', f'benchmarks.{name}', *args], expect=result_line(RESULT_LINES[name]))
 
 
 def key_values(ctx):
@@ -66,9 +89,20 @@ def pytest_summary(ctx):
   return next((l for l in reversed(lines) if PYTEST_SUMMARY.search(l)), 'no pytest summary')
 
 
+def pytest_ran(ctx, step):
+  """pytest's criterion: its summary line, and on the GPU a test that ran (not all skipped: the
+  GPU tier skips everything where it finds no GPU)."""
+  summary = pytest_summary(ctx)
+  if summary == 'no pytest summary':
+    return 'no pytest summary line'
+  if not ctx.smoke and not re.search(r'\d+ (passed|failed)', summary):
+    return f'no GPU test ran ({summary})'
+  return None
+
+
 def gpu_tier(ctx):
   env = {} if ctx.smoke else {'GPU_TESTS': '1'}
-  return [Step('pytest', [PY, '-m', 'pytest', 'tests/gpu', '-q'], env, (0, 1))]
+  return [Step('pytest', [PY, '-m', 'pytest', 'tests/gpu', '-q'], env, (0, 1), expect=pytest_ran)]
 
 
 def determinism(batch, variants, extra=()):
@@ -99,7 +133,8 @@ def profile_steps(ctx):
   if ctx.smoke:
     return [module('profile_step', *TOY_STEP, '--top', '5')]
   return [Step(f'profile_step_{b}', [PY, '-m', 'benchmarks.profile_step', *GPU_STEP, '--batch',
-                                     str(b), '--top', '40']) for b in (256, 2048)]
+                                     str(b), '--top', '40'],
+               expect=result_line(RESULT_LINES['profile_step'])) for b in (256, 2048)]
 
 
 def epoch_steps(ctx):
@@ -116,18 +151,31 @@ def study_spec(ctx, seeds, only=None, extra=''):
   return 'benchmarks/study_seeds.py:' + ','.join(p for p in parts if p)
 
 
-def sweep(ctx, label, spec, root, parallel):
+def commands_file(root):
+  return os.path.join(root, scripts.COMMANDS_FILE)
+
+
+def sweep(ctx, label, spec, root, parallel, seeds=None):
   """sweeps.sweep of `spec` into `root`; at the toy size a dry run (every run's config, data and
-  folder checked, the command list and study.json written, nothing trained: a train.py run costs
-  a CPU more than the rest of the toy agenda)."""
-  dry = ['--dry-run'] if ctx.smoke else []
+  folder checked, the command list written where --emit-commands says, nothing trained: a
+  train.py run costs a CPU more than the rest of the toy agenda). Its criterion: every run of the
+  sweep (of `seeds`) completed; at the toy size, a command list of at least one run."""
+  dry = ['--dry-run', f'--emit-commands={commands_file(root)}',
+         f'--emit-slurm={os.path.join(root, scripts.SLURM_FILE)}'] if ctx.smoke else []
+
+  def expect(ctx, step):  # pylint: disable=unused-argument
+    if ctx.smoke:
+      return None if read(commands_file(root)).strip() else 'the dry run planned no run'
+    found = [r for r in records(root).values() if seeds is None or (r or {}).get('seed') in seeds]
+    done = sum(bool(r) and r.get('status') == 'completed' for r in found)
+    return None if found and done == len(found) else f'{done} of {len(found)} runs completed'
   return Step(label, [PY, '-m', 'sweeps.sweep', f'--config={spec}', f'--root={root}',
-                      f'--parallel={parallel}', '--heartbeat=60', *dry], ok=(0, 1))
+                      f'--parallel={parallel}', '--heartbeat=60', *dry], ok=(0, 1), expect=expect)
 
 
 def planned(ctx, root):
   """The toy size's headline: how many runs the dry run planned (its command list)."""
-  commands = read(os.path.join(root, scripts.COMMANDS_FILE)).splitlines()
+  commands = read(commands_file(root)).splitlines()
   return f'dry run: {len(commands)} run(s) planned'
 
 
@@ -173,7 +221,11 @@ def export_step(label, roots, csv_path, spec):
     from analysis import export  # pylint: disable=import-outside-toplevel
     export.main(['--runs', *roots, '--out', csv_path, '--study', spec])
     return f'wrote {csv_path}'
-  return Step(label, call=call)
+
+  def expect(ctx, step):  # pylint: disable=unused-argument
+    written = os.path.exists(csv_path) and len(read(csv_path).splitlines()) > 1
+    return None if written else f'{csv_path}: no table written'
+  return Step(label, call=call, expect=expect)
 
 
 def study_root(ctx):
@@ -193,7 +245,7 @@ def study_slice(first):
     export = export_step('export', [root], os.path.join(ctx.out, 'study', 'study.csv'),
                          study_spec(ctx, STUDY_SEEDS))
     return [sweep(ctx, 'sweep', study_spec(ctx, STUDY_SEEDS, (first_seed, last)), root,
-                  STUDY_PARALLEL)] + ([] if ctx.smoke else [export])
+                  STUDY_PARALLEL, range(first_seed, last + 1))] + ([] if ctx.smoke else [export])
 
   def headline(ctx):
     if ctx.smoke:
@@ -247,33 +299,49 @@ def part(name, minutes, what, steps, headline=key_values):
   return Part(name, minutes, what, steps, headline)
 
 
-STUDY_PARTS = [part(f'study_seeds_{f}_{f + STUDY_SLICE - 1}', 4,
-                    f'the digits study, {STUDY_PARALLEL} runs at a time: 8 arms x seeds {f}-'
-                    f'{f + STUDY_SLICE - 1} of {STUDY_SEEDS}', *study_slice(f))
+# Minutes on an H100, the process's start included. Measured there (BENCHMARKS.md, 2026-11-24):
+# bench_vs_torch at batch 2048, 3 rounds, 3.0 min (JAX's first call 107 s, torch.compile's 38 s);
+# the digits study, 48 runs 6 at a time, 4 min 57 s (37 s a wave of runs); bench_step at batch 256,
+# 16 s. The others are estimated from those (a batch-2048 compile ~110 s, a wave of runs ~37 s).
+STUDY_PARTS = [part(f'study_seeds_{f}_{f + STUDY_SLICE - 1}', 2.0,
+                    f'the digits study with its predictions, {STUDY_PARALLEL} runs at a time: 8 '
+                    f'arms x seeds {f}-{f + STUDY_SLICE - 1} of {STUDY_SEEDS}', *study_slice(f))
                for f in range(0, STUDY_SEEDS, STUDY_SLICE)]
 PARTS = [
-    part('gpu_tier', 3, 'GPU_TESTS=1 pytest tests/gpu', gpu_tier, pytest_summary),
-    part('determinism_256', 4, 'bench_determinism at batch 256 (all four variants) and bench_pool',
-         determinism_256),
-    part('determinism_2048', 5, 'bench_determinism at batch 2048: deterministic vs not',
-         determinism(2048, 'deterministic,nondeterministic', ['--steps', '5', '--windows', '3'])),
-    part('determinism_2048_xla', 7, 'bench_determinism at batch 2048: exclude_nondeterministic_ops '
-         'and the autotuned deterministic compilation', determinism(
+    part('gpu_tier', 3.0, 'GPU_TESTS=1 pytest tests/gpu', gpu_tier, pytest_summary),
+    part('determinism_256', 4.0, 'bench_determinism at batch 256 (all four variants) and '
+         'bench_pool', determinism_256),
+    part('determinism_2048', 5.0, 'bench_determinism at batch 2048 (the study\'s): deterministic '
+         'vs not', determinism(2048, 'deterministic,nondeterministic',
+                               ['--steps', '5', '--windows', '3'])),
+    part('determinism_2048_xla', 7.0, 'bench_determinism at batch 2048: '
+         'exclude_nondeterministic_ops and the autotuned deterministic compilation', determinism(
              2048, 'nondeterministic,exclude_nondeterministic,deterministic_autotuned',
              ['--steps', '5', '--windows', '3'])),
-    part('vs_torch_256', 3, 'bench_vs_torch, bf16, batch 256', vs_torch(256)),
-    part('vs_torch_2048', 6, 'bench_vs_torch, bf16, batch 2048', vs_torch(2048, (), ['--rounds', '3'])),
-    part('vs_torch_2048_deterministic', 6, 'bench_vs_torch, bf16, batch 2048, the gpu preset '
-         '(deterministic)', vs_torch(2048, ('--config', 'configs/celeba.py:gpu'), ['--rounds', '3'])),
-    part('profile_step', 5, 'profile_step at batch 256 and 2048 (deterministic preset)',
+    part('vs_torch_256', 2.5, 'bench_vs_torch, bf16, batch 256', vs_torch(256)),
+    part('vs_torch_2048', 3.5, 'bench_vs_torch, bf16, batch 2048 (the study\'s): JAX against '
+         'torch eager and torch.compile', vs_torch(2048, (), ['--rounds', '3'])),
+    part('vs_torch_2048_deterministic', 4.0, 'bench_vs_torch, bf16, batch 2048, the gpu preset '
+         '(deterministic)',
+         vs_torch(2048, ('--config', 'configs/celeba.py:gpu'), ['--rounds', '3'])),
+    part('profile_step', 5.0, 'profile_step at batch 256 and 2048 (deterministic preset)',
          profile_steps),
-    part('bench_epoch', 4, 'bench_epoch: a CelebA epoch at batch 2048, its evaluation and save',
+    part('bench_epoch', 4.0, 'bench_epoch: a CelebA epoch at batch 2048, its evaluation and save',
          epoch_steps),
-    part('shared_gpu', 3, 'four runs sharing the GPU (sweeps.sweep --parallel 4, 8 runs)',
+    part('shared_gpu', 3.0, 'four runs sharing the GPU (sweeps.sweep --parallel 4, 8 runs)',
          shared_gpu, shared_gpu_headline),
     *STUDY_PARTS,
-    part('replicates_deterministic_off', 4, 'the 8 arms x 2 seeds twice, gpu_deterministic=False',
-         *replicates(False)),
-    part('replicates_deterministic_on', 4, 'the 8 arms x 2 seeds twice, gpu_deterministic=True',
+    part('replicates_deterministic_off', 3.0, 'the 8 arms x 2 seeds twice, '
+         'gpu_deterministic=False', *replicates(False)),
+    part('replicates_deterministic_on', 3.0, 'the 8 arms x 2 seeds twice, gpu_deterministic=True',
          *replicates(True)),
 ]
+# What each part's figures are worth, most first (the order benchmarks/gpu_plan.py fills a slot
+# in): the cost of determinism and the step against torch.compile at the study's batch (2048);
+# the study on the GPU with its predictions (its first slice); do same-seed runs differ without
+# determinism; the GPU test tier; the declared seeds 0-5 of the study; the rest.
+PRIORITY = ('determinism_2048', 'vs_torch_2048', 'study_seeds_0_1', 'replicates_deterministic_off',
+            'gpu_tier', 'study_seeds_2_3', 'study_seeds_4_5', 'replicates_deterministic_on',
+            'bench_epoch', 'vs_torch_2048_deterministic', 'determinism_256', 'vs_torch_256',
+            'shared_gpu', 'profile_step', 'determinism_2048_xla', *(
+                p.name for p in STUDY_PARTS[3:]))

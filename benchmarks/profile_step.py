@@ -33,6 +33,20 @@ import tempfile
 if __package__ in (None, ''):  # run as a file: make the repository importable
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import common, step_args  # noqa: E402
+
+
+def make_parser():
+  parser = argparse.ArgumentParser(prog='python -m benchmarks.profile_step',
+                                   description=common.description(__doc__))
+  step_args.add_args(parser)
+  parser.add_argument('--trace-dir', default='', help='where the trace goes (default: a temp dir)')
+  parser.add_argument('--top', type=int, default=25, help='kernels listed')
+  return parser
+
+if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
+  step_args.parse_flags(make_parser(), None)
+
 import jax  # noqa: E402
 
 from benchmarks import bench_step, common  # noqa: E402
@@ -199,11 +213,7 @@ def step_lines(s, top=25, source='device'):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  bench_step.add_args(parser)
-  parser.add_argument('--trace-dir', default='', help='where the trace goes (default: a temp dir)')
-  parser.add_argument('--top', type=int, default=25, help='kernels listed')
-  args, config = bench_step.parse(parser, argv)
+  args, config = step_args.parse(make_parser(), argv)
   print(common.environment())
   print(common.command_line('profile_step', argv))
   bench = bench_step.build_step(config, bench_step.selected_devices(args),

@@ -26,9 +26,52 @@ import os
 import sys
 import time
 
-import jax
+DEFAULT_CONTROL = 'numerics.profile=bf16_noise'
 
-from configs import common, loader
+
+def fail(message):
+  """A one-line error on stderr, exit code 2 (bad arguments, found before any training)."""
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def parse_args(argv):
+  p = argparse.ArgumentParser(prog='python -m experiments.divergence',
+                              description=' '.join(__doc__.split('\n\n')[0].split()))
+  p.add_argument('--config', required=True, help='config file and presets: configs/digits.py:cpu')
+  p.add_argument('--a', required=True, help='arm a: numerics.<field>=<value>[,...]')
+  p.add_argument('--b', default=None, help='arm b (default: the same as --a, a determinism check)')
+  p.add_argument('--control', default=DEFAULT_CONTROL,
+                 help='the control arm: arm a plus these numerics overrides; none: no control')
+  seeds = p.add_mutually_exclusive_group()
+  seeds.add_argument('--seeds', type=int, nargs='+', help='seeds (default: config.seed)')
+  seeds.add_argument('--num-seeds', type=int, help='N seeds from config.seed on')
+  p.add_argument('--steps', type=int, default=None,
+                 help='training steps of every arm (default: all, to the end of training)')
+  p.add_argument('--every', type=int, default=10, help='steps between rows')
+  p.add_argument('--probe', type=int, default=256, help='test images in the fixed probe batch')
+  p.add_argument('--devices', type=int, default=0, help='data-parallel devices (0: all)')
+  p.add_argument('--out', default='runs/divergence', help='folder for the table, JSON and figure')
+  p.error = fail  # one line, not argparse's usage block
+  args, rest = p.parse_known_args(argv)
+  for flag in ('steps', 'every', 'probe', 'num_seeds'):
+    value = getattr(args, flag)
+    if value is not None and value < 1:
+      fail(f'--{flag.replace("_", "-")}={value}: give a positive integer')
+  if args.seeds and (min(args.seeds) < 0 or len(set(args.seeds)) != len(args.seeds)):
+    fail(f'--seeds={" ".join(map(str, args.seeds))}: give distinct non-negative integers')
+  for item in rest:
+    if not item.startswith('--config.') or '=' not in item:
+      fail(f'unrecognized argument {item}: set config fields as --config.<field>=<value>')
+  return args, [tuple(item[len('--config.'):].split('=', 1)) for item in rest]
+
+
+if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
+  parse_args(sys.argv[1:])
+
+import jax  # noqa: E402
+
+from configs import common, loader  # noqa: E402
 from experiments import divergence_lockstep as lockstep
 from experiments import divergence_measure as measure
 from experiments import divergence_output as output
@@ -36,7 +79,6 @@ from numerics import profiles
 from numerics import setup as numerics_setup
 from trainer import run
 
-DEFAULT_CONTROL = 'numerics.profile=bf16_noise'
 FORMAT_FIELDS = tuple(f'numerics.{kind}_format' for kind in profiles.KINDS)
 
 
@@ -80,41 +122,6 @@ def arm_config(config, overrides, flag, seed):
     raise ValueError(f'{flag}: {str(e).splitlines()[0]}') from None
 
 
-def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m experiments.divergence',
-                              description=__doc__.split('\n')[0])
-  p.add_argument('--config', required=True, help='config file and presets: configs/digits.py:cpu')
-  p.add_argument('--a', required=True, help='arm a: numerics.<field>=<value>[,...]')
-  p.add_argument('--b', default=None, help='arm b (default: the same as --a, a determinism check)')
-  p.add_argument('--control', default=DEFAULT_CONTROL,
-                 help='the control arm: arm a plus these numerics overrides; none: no control')
-  seeds = p.add_mutually_exclusive_group()
-  seeds.add_argument('--seeds', type=int, nargs='+', help='seeds (default: config.seed)')
-  seeds.add_argument('--num-seeds', type=int, help='N seeds from config.seed on')
-  p.add_argument('--steps', type=int, default=None,
-                 help='training steps of every arm (default: all, to the end of training)')
-  p.add_argument('--every', type=int, default=10, help='steps between rows')
-  p.add_argument('--probe', type=int, default=256, help='test images in the fixed probe batch')
-  p.add_argument('--devices', type=int, default=0, help='data-parallel devices (0: all)')
-  p.add_argument('--out', default='runs/divergence', help='folder for the table, JSON and figure')
-  p.error = fail  # one line, not argparse's usage block
-  args, rest = p.parse_known_args(argv)
-  for flag in ('steps', 'every', 'probe', 'num_seeds'):
-    value = getattr(args, flag)
-    if value is not None and value < 1:
-      fail(f'--{flag.replace("_", "-")}={value}: give a positive integer')
-  if args.seeds and (min(args.seeds) < 0 or len(set(args.seeds)) != len(args.seeds)):
-    fail(f'--seeds={" ".join(map(str, args.seeds))}: give distinct non-negative integers')
-  for item in rest:
-    if not item.startswith('--config.') or '=' not in item:
-      fail(f'unrecognized argument {item}: set config fields as --config.<field>=<value>')
-  return args, [tuple(item[len('--config.'):].split('=', 1)) for item in rest]
-
-
-def fail(message):
-  """A one-line error on stderr, exit code 2 (bad arguments, found before any training)."""
-  print(f'error: {message}', file=sys.stderr)
-  sys.exit(2)
 
 
 def settings(args):

@@ -22,13 +22,7 @@ import os
 import sys
 import time
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-from flax import nnx
-
-from models.resnet import ResNet18
-from numerics import emulate, ops
+from numerics import formats  # names only: no JAX
 
 # name: (jax_default_matmul_precision, product format, emulate_impl). Presets set dots only; convs then
 # run at default.
@@ -37,8 +31,50 @@ SETTINGS = {
     'highest': ('highest', 'native', 'auto'), 'BF16_BF16_F32': ('BF16_BF16_F32', 'native', 'auto'),
     'TF32_TF32_F32': ('TF32_TF32_F32', 'native', 'auto'),
     **{f'emu:{m}': ('highest', m, 'reference') for m in ('bf16', 'bf16_3x', 'tf32', 'f32')},
-    **{f'fast:{m}': ('highest', m, 'fast') for m in emulate.FAST_FORMATS},
+    **{f'fast:{m}': ('highest', m, 'fast') for m in formats.FAST_FORMATS},
 }
+
+
+def parse_args(argv):
+  p = argparse.ArgumentParser(prog='python -m experiments.numerics_probe',
+                              description=' '.join(__doc__.split('\n\n')[0].split()))
+  p.add_argument('--out', default='runs/numerics', help='folder for the table, JSON and figure')
+  p.add_argument('--settings', default=','.join(SETTINGS), help='comma-separated subset')
+  p.add_argument('--rows', type=int, default=128, help='matmul rows (output rows)')
+  p.add_argument('--cols', type=int, default=64, help='matmul columns')
+  p.add_argument('--classes', type=int, default=1000, help='fc outputs (CelebA identity: 10177)')
+  p.add_argument('--conv-spatial', type=int, default=4, help='conv output height and width')
+  p.add_argument('--conv-batch', type=int, default=2, help='conv batch')
+  p.add_argument('--model-width', type=float, default=0.125, help='model rows: model.width')
+  p.add_argument('--model-image', type=int, default=8, help='model rows: image size')
+  p.add_argument('--model-batch', type=int, default=8, help='model rows: batch')
+  p.add_argument('--model-classes', type=int, default=10, help='model rows: classes')
+  p.add_argument('--model-settings', default='default,emu:bf16,emu:tf32',
+                 help="settings for the model rows ('all': every one of --settings; each costs a "
+                      "ResNet-18 forward/backward compile, ~10-30 s on a small CPU; '': none)")
+  p.add_argument('--seed', type=int, default=0, help='seed of the random operands')
+  args = p.parse_args(argv)
+  if args.model_settings == 'all':
+    args.model_settings = args.settings
+  unknown = [s for s in (args.settings + ',' + args.model_settings).split(',')
+             if s and s not in SETTINGS]
+  if unknown:
+    p.error(f'--settings: unknown {unknown}; choose from {list(SETTINGS)}')
+  return args
+
+
+if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
+  parse_args(sys.argv[1:])
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from models.resnet import ResNet18  # noqa: E402
+from numerics import emulate, ops  # noqa: E402
+
+
 # (emulated, native) pairs whose agreement on a backend says the emulation reproduces it there,
 # for both implementations, and each fast implementation against its reference.
 PAIRS = tuple((f'{impl}:{m}', native) for impl in ('emu', 'fast') for m, native in (
@@ -294,32 +330,6 @@ def figure(result, out_dir):
   return style.save(fig, out_dir, 'numerics_error')
 
 
-def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m experiments.numerics_probe',
-                              description=__doc__.split('\n')[0])
-  p.add_argument('--out', default='runs/numerics', help='folder for the table, JSON and figure')
-  p.add_argument('--settings', default=','.join(SETTINGS), help='comma-separated subset')
-  p.add_argument('--rows', type=int, default=128, help='matmul rows (output rows)')
-  p.add_argument('--cols', type=int, default=64, help='matmul columns')
-  p.add_argument('--classes', type=int, default=1000, help='fc outputs (CelebA identity: 10177)')
-  p.add_argument('--conv-spatial', type=int, default=4, help='conv output height and width')
-  p.add_argument('--conv-batch', type=int, default=2)
-  p.add_argument('--model-width', type=float, default=0.125)
-  p.add_argument('--model-image', type=int, default=8)
-  p.add_argument('--model-batch', type=int, default=8)
-  p.add_argument('--model-classes', type=int, default=10)
-  p.add_argument('--model-settings', default='default,emu:bf16,emu:tf32',
-                 help="settings for the model rows ('all': every one of --settings; each costs a "
-                      "ResNet-18 forward/backward compile, ~10-30 s on a small CPU; '': none)")
-  p.add_argument('--seed', type=int, default=0)
-  args = p.parse_args(argv)
-  if args.model_settings == 'all':
-    args.model_settings = args.settings
-  unknown = [s for s in (args.settings + ',' + args.model_settings).split(',')
-             if s and s not in SETTINGS]
-  if unknown:
-    p.error(f'--settings: unknown {unknown}; choose from {list(SETTINGS)}')
-  return args
 
 
 def main(argv=None):

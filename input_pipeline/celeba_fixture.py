@@ -123,11 +123,12 @@ def generate(out, identities=20, max_images=12, seed=0, quality=90, images=None,
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = argparse.ArgumentParser(prog='python -m input_pipeline.celeba_fixture',
+                                   description=' '.join(__doc__.split('\n\n')[0].split()))
   parser.add_argument('--out', required=True, help='folder to write the five files into')
-  parser.add_argument('--identities', type=int, default=20)
+  parser.add_argument('--identities', type=int, default=20, help='identities in the fixture')
   parser.add_argument('--max_images', type=int, default=12, help='most images of one identity')
-  parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument('--seed', type=int, default=0, help='seed of the generated images')
   parser.add_argument('--quality', type=int, default=90, help='JPEG quality')
   parser.add_argument('--images', type=int, default=None,
                       help='exactly this many images in all (default: random counts per identity)')

@@ -21,12 +21,27 @@ import re
 import sys
 import warnings
 
-import jax.numpy as jnp
-import numpy as np
-from flax import nnx
 
-from models import resnet
-from models.layers import BatchNorm, Conv2d, Linear
+
+def make_parser():
+  parser = argparse.ArgumentParser(
+      prog='python -m models.pretrained',
+      description='Convert a torchvision ResNet-18 state dict (.pth/.safetensors/.npz) to a file '
+                  'that loads without torch (.npz or .safetensors).')
+  parser.add_argument('--in', dest='src', required=True, help='input state dict')
+  parser.add_argument('--out', dest='dst', required=True, help='output .npz or .safetensors')
+  return parser
+
+
+if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
+  make_parser().parse_args()
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from models import resnet  # noqa: E402
+from models.layers import BatchNorm, Conv2d, Linear  # noqa: E402
 
 FORMATS = ('.pth', '.pt', '.safetensors', '.npz')
 REINIT_PARTS = resnet.PARTS
@@ -287,12 +302,7 @@ def convert(src, dst):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(
-      prog='python -m models.pretrained',
-      description='Convert a torchvision ResNet-18 state dict (.pth/.safetensors/.npz) to a file '
-                  'that loads without torch (.npz or .safetensors).')
-  parser.add_argument('--in', dest='src', required=True, help='input state dict')
-  parser.add_argument('--out', dest='dst', required=True, help='output .npz or .safetensors')
+  parser = make_parser()
   args = parser.parse_args(argv)
   try:
     facts = convert(args.src, args.dst)

@@ -73,9 +73,8 @@ from jax import lax
 from jax.extend import core as jex_core
 
 from numerics import rounding, target
-from numerics.formats import FORMATS, NOISY_FORMATS  # pylint: disable=unused-import  (re-exported)
+from numerics.formats import FAST_FORMATS, FORMATS, NOISY_FORMATS  # pylint: disable=unused-import  (re-exported)
 EMULATE_IMPLS = ('auto', 'reference', 'fast')  # see the module doc
-FAST_FORMATS = ('bf16', 'bf16_3x', 'tf32')  # the formats with a faster exact form
 # 'auto' on CPU, per format (benchmarks/bench_emulate.py; BENCHMARKS.md, "Emulated formats"):
 # neither implementation measured faster there (XLA:CPU multiplies f32 either way: fast/reference
 # 0.95-1.02, inside the run-to-run spread), so the reference, as before the fast path existed.

@@ -2,11 +2,13 @@
 
   python -m sweeps.sweep --config=configs/digits.py:study --root=runs/study --estimate
 
-For each distinct arm (seeds share one compiled program) the sweep starts `python -m
-sweeps.estimate` with the arm's first run's config flags and the environment its runs get (same
-devices, same compilation cache), `--parallel` arms at a time as its runs would be. That process
-does what train.py does, in order, and times each part:
+The sweep starts `python -m sweeps.estimate` processes with the environment its runs get (same
+devices, same compilation cache), `--parallel` at a time as its runs would be, each measuring a
+share of the distinct arms (seeds share one compiled program; arms whose XLA flags differ never
+share a process). Each process does what train.py does, in order, for each of its arms, and
+times each part:
   start-up      process start to the first step: imports, config, data, model, initial state
+                (measured on the process's first arm: a run pays it once, whatever its arm)
   compilation   each phase's training step and the evaluation step: the first call (a cold
                 compile, or a load where the cache has it already), and the same again after
                 jax.clear_caches(), which a later seed of the arm pays (a compilation-cache load)
@@ -14,7 +16,11 @@ does what train.py does, in order, and times each part:
   evaluation    one full evaluation after the compiling one
   checkpoints   one checkpoint of the state (digest and write, waited for; runs write
                 asynchronously while training, so this part is an upper bound)
-and prints one line `estimate: {json}`. Then
+Its cost: one start-up and one data load per process, not per arm; one cold compile, one cache
+load and `--steps` timed steps per distinct training program (the lowered step's HLO: arms or
+phases that lower to the same program share one measurement); per arm one evaluation (compiled,
+then run) and one checkpoint. Each process prints a progress line per arm and stage
+(`estimate: ARM: ...`) and one `estimate-result: {json}` line per arm. Then
 
   run           = start-up + Σ phases (compile + steps × s/step) + evaluations × s/evaluation
                   + checkpoints × s/checkpoint
@@ -28,14 +34,17 @@ first decode) and the time between runs. Run it on the kind of machine the runs 
 
 import collections
 import concurrent.futures
+import hashlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
-PREFIX = 'estimate: '
+PREFIX = 'estimate-result: '  # a result line; progress lines start with PROGRESS
+PROGRESS = 'estimate: '
 PARTS = ('start-up', 'compilation', 'steps', 'evaluation', 'checkpoints')
 
 
@@ -47,14 +56,22 @@ def _timed(fn):
   return time.perf_counter() - start, out
 
 
-def _phase(ctx, state, phase, timed_steps):
-  """(state, {name, steps, step_s, compile_s, cached_compile_s}) of one training phase."""
+def _phase(ctx, state, phase, timed_steps, programs=None, say=print):
+  """(state, {name, steps, step_s, compile_s, cached_compile_s, program}) of one training phase;
+  `programs` ({HLO fingerprint: measurement}) shares the measurement of a step this process has
+  measured already that lowers to the same program (nothing is then compiled or run)."""
   import jax  # pylint: disable=import-outside-toplevel
   from trainer import run  # pylint: disable=import-outside-toplevel
   state, step_fn = run.enter_phase(ctx, state, phase, phase.start)
   count = min(timed_steps + 1, phase.stop - phase.start)
   batches = run.batches(ctx, phase.start, phase.start + count)
   first_batch = next(batches)
+  program = hashlib.sha256(step_fn.lower(state, first_batch).as_text().encode()).hexdigest()[:16]
+  if programs is not None and program in programs:
+    say(f'phase {phase.name}: the program of a step measured already: its measurement shared')
+    return state, {**programs[program], 'name': phase.name, 'steps': phase.stop - phase.start}
+  say(f'phase {phase.name}: compiling its training step (cold), timing {count - 1} steps, '
+      'loading it again from the cache')
   first, state = _timed(lambda: step_fn(state, first_batch))  # compiles
   start, timed = time.perf_counter(), 0
   for batch in batches:
@@ -63,9 +80,12 @@ def _phase(ctx, state, phase, timed_steps):
   step_s = (time.perf_counter() - start) / timed if timed else first
   jax.clear_caches()  # what a later run of the arm pays: tracing and a compilation-cache load
   again, state = _timed(lambda: step_fn(state, first_batch))
-  return state, {'name': phase.name, 'steps': phase.stop - phase.start, 'step_s': step_s,
-                 'compile_s': max(first - step_s, 0.0),
-                 'cached_compile_s': max(again - step_s, 0.0)}
+  measured = {'name': phase.name, 'steps': phase.stop - phase.start, 'step_s': step_s,
+              'compile_s': max(first - step_s, 0.0),
+              'cached_compile_s': max(again - step_s, 0.0), 'program': program}
+  if programs is not None:
+    programs[program] = measured
+  return state, measured
 
 
 def _evaluation(ctx, state):
@@ -103,21 +123,46 @@ def _checkpoint_s(state):
 def measure(config, timed_steps, launched):
   """What one run of `config` spends on this machine, by part (module doc); `launched`: the
   time.time() at which the parent started this process."""
+  return _measure(config, timed_steps, launched)[0]
+
+
+def _measure(config, timed_steps, launched, programs=None, say=print, ctx=None):
+  """(measure's dict, the run context): `programs` and `ctx` (a run context whose dataset to
+  reuse) shared with the arms this process measured before (measure_all)."""
   from trainer import run  # pylint: disable=import-outside-toplevel
-  ctx = run.build(config)
+  say('loading the data, initialising the model')
+  ctx = run.build(config, ctx.dataset if ctx is not None else None)
   model, _ = run.init_model(ctx)
   state = run.initial_state(ctx, model)
   startup_s = time.time() - launched
   phases = []
   for phase in ctx.phases:
-    state, measured = _phase(ctx, state, phase, timed_steps)
+    state, measured = _phase(ctx, state, phase, timed_steps, programs, say)
     phases.append(measured)
   due = [run.due(ctx, step) for step in range(1, ctx.total_steps + 1)]
   facts = run.facts()
+  say('compiling and running one evaluation, writing one checkpoint')
   return {'platform': facts['platform'], 'device_kind': facts['device_kind'],
           'devices': facts['num_devices'], 'startup_s': startup_s, 'phases': phases,
           'evaluations': sum(d.evaluate for d in due), 'checkpoints': sum(d.save for d in due),
-          **_evaluation(ctx, state), 'checkpoint_s': _checkpoint_s(state)}
+          **_evaluation(ctx, state), 'checkpoint_s': _checkpoint_s(state)}, ctx
+
+
+def measure_all(arms, timed_steps, launched):
+  """[(slug, measurement)] of several arms ([(slug, resolved config)], one set of XLA flags)
+  measured in this process: the start-up is the first arm's (a run pays it once, whatever the
+  arm), the data is loaded once per data config, each training program is measured once."""
+  out, programs, contexts = [], {}, {}
+  for slug, config in arms:
+    say = lambda what, slug=slug: print(f'{PROGRESS}{slug}: {what}', flush=True)
+    data = json.dumps(config.data.to_dict(), sort_keys=True, default=str)
+    begin = time.time()
+    measured, contexts[data] = _measure(config, timed_steps, launched if not out else begin,
+                                        programs, say, contexts.get(data))
+    if out:  # this arm's own set-up, plus the process start it did not pay here
+      measured['startup_s'] += out[0][1]['startup_s']
+    out.append((slug, measured))
+  return out
 
 
 def parts(m, cached):
@@ -187,48 +232,94 @@ def summary(arms, slots, cache_dir):
       'checkpoint writes measured waited for (runs write them while training)']
 
 
-def measure_arm(flags, env, repo, timed_steps):
-  """Run `python -m sweeps.estimate` for one arm; its measurement, or raise ValueError."""
-  argv = [sys.executable, '-m', 'sweeps.estimate', *flags, f'--steps={timed_steps}',
+def measure_group(arms, env, repo, timed_steps, say=print):
+  """Run one `python -m sweeps.estimate --arms=FILE` process for `arms` ([(slug, config flags)],
+  one set of XLA flags) in `env`; its progress lines go to say() as they come; returns {slug:
+  measurement}, or raises ValueError with the process's last line."""
+  with tempfile.NamedTemporaryFile('w', suffix='.json', delete=False) as f:
+    json.dump([{'slug': slug, 'flags': list(flags)} for slug, flags in arms], f)
+  argv = [sys.executable, '-m', 'sweeps.estimate', f'--arms={f.name}', f'--steps={timed_steps}',
           f'--launched={time.time()!r}']
-  proc = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, check=False)
-  found = [l[len(PREFIX):] for l in proc.stdout.splitlines() if l.startswith(PREFIX)]
-  if proc.returncode or not found:
-    lines = [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
-    raise ValueError(lines[-1] if lines else f'exit code {proc.returncode}')
-  return json.loads(found[-1])
+  found, lines = {}, []
+  try:
+    with tempfile.TemporaryFile('w+') as err:
+      proc = subprocess.Popen(argv, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=err,
+                              text=True)
+      for line in proc.stdout:
+        line = line.rstrip('\n')
+        lines.append(line)
+        if line.startswith(PREFIX):
+          result = json.loads(line[len(PREFIX):])
+          found[result.pop('slug')] = result
+        elif line.startswith(PROGRESS):
+          say(line)
+      code = proc.wait()
+      err.seek(0)
+      lines += err.read().splitlines()
+  finally:
+    os.unlink(f.name)
+  if code or len(found) != len(arms):
+    last = [l for l in lines if l.strip()]
+    raise ValueError(last[-1] if last else f'exit code {code}')
+  return found
+
+
+def xla_key(run):
+  """The XLA flags a run's process needs (arms needing others cannot share a process)."""
+  if run.config is None:
+    return ()
+  from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
+  return tuple(numerics_setup.xla_flags(run.config))
+
+
+def groups(firsts, slots):
+  """[[slug, ...], ...]: the arms split into processes, at most `slots` per set of XLA flags,
+  round-robin (arms of one set of flags only)."""
+  by_flags = collections.defaultdict(list)
+  for slug, run in firsts.items():
+    by_flags[xla_key(run)].append(slug)
+  out = []
+  for slugs in by_flags.values():
+    n = min(slots, len(slugs))
+    out += [slugs[i::n] for i in range(n)]
+  return out
 
 
 def measure_arms(runs, flags_of, envs, repo, timed_steps):
-  """Measure each distinct arm (its first run's config flags, loaded by the arm's own process as
-  train.py would), len(envs) at a time (one environment per slot, as the sweep's runs get them),
-  and print the table; returns an exit code (2 if an arm cannot be measured)."""
+  """Measure each distinct arm (its first run's config flags, loaded as train.py would) in
+  len(envs) processes at a time (one environment per slot, as the sweep's runs get them), and
+  print the table; returns an exit code (2 if an arm cannot be measured)."""
   firsts, counts = {}, collections.Counter(r.slug for r in runs)
   for r in runs:
     firsts.setdefault(r.slug, r)
   start, slots = time.time(), len(envs)
-  print(f'estimate: measuring {len(firsts)} arm(s), {slots} at a time: start-up, compiles (cold '
-        f'and from the cache), {timed_steps} steps per phase, evaluations, one checkpoint',
-        flush=True)
-  free = list(envs)
-  def one(slug):
+  chunks = groups(firsts, slots)
+  print(f'estimate: measuring {len(firsts)} arm(s), {slots} at a time, in {len(chunks)} '
+        f'process(es): a start-up and a data load per process; per distinct training program '
+        f'one cold compile, one cache load and {timed_steps} steps; per arm one evaluation and '
+        'one checkpoint', flush=True)
+  free, lock = list(envs), threading.Lock()
+
+  def say(line):
+    with lock:
+      print(f'{line} ({time.time() - start:.0f} s)', flush=True)
+
+  def one(chunk):
     env = free.pop()
     try:
-      return measure_arm(flags_of(firsts[slug]), env, repo, timed_steps)
+      return measure_group([(s, flags_of(firsts[s])) for s in chunk], env, repo, timed_steps, say)
     finally:
       free.append(env)
   measured = {}
   with concurrent.futures.ThreadPoolExecutor(slots) as pool:
-    futures = {pool.submit(one, slug): slug for slug in firsts}
+    futures = {pool.submit(one, chunk): chunk for chunk in chunks}
     for future in concurrent.futures.as_completed(futures):
-      slug = futures[future]
       try:
-        measured[slug] = future.result()
+        measured.update(future.result())
       except ValueError as e:
-        print(f'error: --estimate: arm {slug}: {e}', file=sys.stderr)
+        print(f'error: --estimate: arm(s) {", ".join(futures[future])}: {e}', file=sys.stderr)
         return 2
-      print(f'estimate: {slug} measured ({len(measured)}/{len(firsts)}, '
-            f'{time.time() - start:.0f} s)', flush=True)
+      say(f'estimate: {", ".join(futures[future])} measured ({len(measured)}/{len(firsts)})')
   arms = [(slug, counts[slug], measured[slug]) for slug in firsts]
   cache_dir = envs[0].get('JAX_COMPILATION_CACHE_DIR', '(none)')
   print('\n'.join(table(arms) + summary(arms, slots, cache_dir)), flush=True)
@@ -237,34 +328,47 @@ def measure_arms(runs, flags_of, envs, repo, timed_steps):
 
 
 def parse_rest(rest):
-  """(timed steps, launch time) from the flags after the config's."""
-  values = {'--steps': '5', '--launched': None}
+  """(timed steps, launch time, arms file or None) from the flags after the config's."""
+  values = {'--steps': '5', '--launched': None, '--arms': None}
   for item in rest:
     name, eq, value = item.partition('=')
     if name not in values or not eq:
-      raise ValueError(f'unexpected arguments {rest}: give --config=SPEC, '
-                       '--config.<field>=<value>, --steps=N and --launched=TIME')
+      raise ValueError(f'unexpected arguments {rest}: give --arms=FILE (or --config=SPEC and '
+                       '--config.<field>=<value>), --steps=N and --launched=TIME')
     values[name] = value
-  return int(values['--steps']), float(values['--launched'] or time.time())
+  return (int(values['--steps']), float(values['--launched'] or time.time()), values['--arms'])
 
 
 def main(argv=None):
-  """`python -m sweeps.estimate --config=SPEC [--config.<f>=<v> ...] [--steps=N]
-  [--launched=TIME]`."""
-  from configs import loader  # pylint: disable=import-outside-toplevel
-  from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
-  from trainer import validation  # pylint: disable=import-outside-toplevel
+  """`python -m sweeps.estimate --arms=FILE [--steps=N] [--launched=TIME]`, FILE a JSON list of
+  {"slug", "flags"} (each arm's config flags, `--config=SPEC --config.<f>=<v> ...`); or one arm's
+  config flags directly."""
   argv = sys.argv[1:] if argv is None else argv
+  if any(a in ('-h', '--help') for a in argv):
+    print(main.__doc__.strip() + '\n\nThe processes of `python -m sweeps.sweep --estimate` (this '
+          "module's doc says what they measure); one `estimate-result: {json}` line per arm.")
+    return 0
+  from configs import loader  # pylint: disable=import-outside-toplevel
   spec, overrides, rest = loader.split_argv(argv)
   try:
-    steps, launched = parse_rest(rest)
-    config = validation.resolve(loader.load(spec, overrides))
-    numerics_setup.configure(config)  # before any backend starts, as in train.py
-    result = measure(config, steps, launched)
-  except ValueError as e:
+    steps, launched, arms_file = parse_rest(rest)  # a bad flag: one line, before JAX loads
+    if arms_file:
+      with open(arms_file, encoding='utf-8') as f:
+        arms = [(a['slug'], loader.split_argv(a['flags'])[:2]) for a in json.load(f)]
+    else:
+      arms = [('arm', (spec, overrides))]
+    loaded = [(slug, loader.load(*flags)) for slug, flags in arms]
+    from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
+    from trainer import validation  # pylint: disable=import-outside-toplevel
+    configs = [(slug, validation.resolve(config)) for slug, config in loaded]
+    for _, config in configs:
+      numerics_setup.configure(config)  # before any backend starts, as in train.py
+    results = measure_all(configs, steps, launched)
+  except (OSError, ValueError) as e:
     print(f'error: {str(e).splitlines()[0]}', file=sys.stderr)
     return 2
-  print(PREFIX + json.dumps(result), flush=True)
+  for slug, result in results:
+    print(PREFIX + json.dumps({'slug': slug, **result}), flush=True)
   return 0
 
 

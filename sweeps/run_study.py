@@ -16,25 +16,29 @@ declared contrasts (every pair only with --all-pairs). Runs that failed are excl
 report and listed in it; the exit code is then 1.
 """
 
-import argparse
 import os
 import sys
 import time
 
-from analysis import analyse
-from analysis.inputs import results
-from analysis.numbers import answer, stats
+from analysis import cli
+from runrecord import record
 from sweeps import sweep
 from trainer import writers
+# The analysis (pandas, statsmodels, matplotlib) is imported where it runs: --help and a bad flag
+# are answered before it loads.
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m sweeps.run_study', description=__doc__.split('\n')[0])
+  p = cli.Parser(prog='python -m sweeps.run_study',
+                 description='A whole study in one command: the sweep, then its analysis (the '
+                 'report, the attribution, the figures).')
   sweep.add_run_args(p, 'configs/digits.py:study',
                      'local folder for the runs, the report and figures/')
-  p.add_argument('--group-by', nargs='+', default=[], help='columns defining an arm (analysis.study)')
-  p.add_argument('--metric', default=stats.DEFAULT_METRIC,
-                 help=f'the column compared between arms (default {stats.DEFAULT_METRIC})')
+  p.add_argument('--group-by', nargs='+', default=[],
+                 help='columns defining an arm (as analysis.analyse --group-by; default: platform, '
+                      'device kind and every numerics and config field that differs between runs)')
+  p.add_argument('--metric', default=record.DEFAULT_METRIC,
+                 help=f'the column compared between arms (default {record.DEFAULT_METRIC})')
   p.add_argument('--margin', type=float, default=None,
                  help="equivalence margin, pp (default: the config's get_study() declaration)")
   p.add_argument('--margin-reason', default=None, help='why --margin (printed in the report)')
@@ -61,6 +65,9 @@ def analyse_roots(root, group_by, metric, margin=None, config=None, margin_reaso
   """The analysis of the runs under `root` and the `more` roots: print the report, write it, the
   attribution and figures/ into root (analysis.analyse). The declaration is the roots' study.json,
   else the config's get_study()."""
+  from analysis import analyse  # pylint: disable=import-outside-toplevel
+  from analysis.inputs import results  # pylint: disable=import-outside-toplevel
+  from analysis.numbers import answer  # pylint: disable=import-outside-toplevel
   roots = [root, *more]
   frame, hist, declared = results.load_study(roots, config=config)
   out = answer.analyse(frame, declared, group_by, metric, margin, margin_reason,

@@ -12,7 +12,7 @@ import re
 import shlex
 import sys
 
-from sweeps import runner, tpu_chips
+from sweeps import tpu_chips
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS_FILE = 'sweep_commands.txt'
@@ -103,6 +103,8 @@ def slurm_script(commands_file, count, root, job_name, python=sys.executable):
   #SBATCH line (the output folder, which SLURM reads unquoted) is checked by `sbatch_folder`, and
   the job name is reduced to safe characters.
   """
+  from sweeps import runner  # pylint: disable=import-outside-toplevel  # (--help stays light)
+  cache_dir = runner.CACHE_DIR
   name = re.sub(r'[^A-Za-z0-9._-]+', '-', job_name).strip('-') or 'sweep'
   output = f'{sbatch_folder(commands_file)}/slurm-%A_%a.out'
   return '\n'.join([
@@ -115,7 +117,7 @@ def slurm_script(commands_file, count, root, job_name, python=sys.executable):
       '# completed runs return at once, unfinished ones resume from their latest checkpoint.',
       'set -euo pipefail',
       f'cd {shlex.quote(REPO)}',
-      f'CACHE_DEFAULT={shlex.quote(join(root, runner.CACHE_DIR))}',
+      f'CACHE_DEFAULT={shlex.quote(join(root, cache_dir))}',
       'export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$CACHE_DEFAULT}"',
       f'CMD=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {shlex.quote(commands_file)})',
       f'PYTHON={shlex.quote(python)}',

@@ -25,24 +25,27 @@ is appended to `<run dir>/train.log`; launching, watching and stopping the runs 
 is sweeps/runner.py. The command list (one run per line) and a SLURM job-array script that
 runs line $SLURM_ARRAY_TASK_ID of it are written next to the runs (or where --emit-commands /
 --emit-slurm say; a bucket root needs both), every user-supplied string shell-quoted
-(sweeps/scripts.py; it refuses what quoting cannot make safe). `--estimate` measures what each arm's
+(sweeps/scripts.py; it refuses what quoting cannot make safe). A dry run writes nothing but the
+files --emit-commands, --emit-slurm and --emit-study name, and prints its summary line first, then
+the commands (the first 10 and a count of a longer list). `--estimate` measures what each arm's
 runs spend on this machine (start-up, compiles, steps, evaluations, checkpoints) and prints the
 sweep's device-hours (sweeps/estimate.py). The exit code is 1 if any run failed.
 """
 
-import argparse
 import collections
 import os
 import re
 import signal
 import sys
 
-from sweeps import checks, claims, runner, scripts, tpu_chips, tpu_estimate
+from sweeps import scripts, tpu_chips
+from analysis import cli
 from analysis.inputs import declaration
 from configs import common, loader
-from input_pipeline import base
 from runrecord import record
-from trainer import validation
+# The modules that start JAX, pandas or the runner (sweeps.checks, claims, runner, estimate,
+# tpu_estimate, trainer.validation, input_pipeline.base) are imported where they are used: --help
+# and a bad flag are answered before any of them loads.
 
 
 # config: get_config(arg) with the run's overrides, resolved (trainer/validation.resolve); as
@@ -110,6 +113,7 @@ def expand(spec, root):
 
 def resolved(config):
   """(the resolved config, '') or (config as written, the one-line reason it does not resolve)."""
+  from trainer import validation  # pylint: disable=import-outside-toplevel
   try:
     return validation.resolve(config), ''
   except validation.ConfigError as e:
@@ -123,6 +127,7 @@ def saved_state(run):
   resume uses): then a completed one is skipped and an unfinished one relaunched, and train.py
   resumes it. Any other saved run is a conflict, named with its differing fields.
   """
+  from sweeps import claims  # pylint: disable=import-outside-toplevel
   saved, error = claims.saved_results(run.workdir)  # none in a bucket: see there
   if error:
     return 'todo', f'unreadable results ({error}); relaunching'
@@ -181,25 +186,30 @@ def add_run_args(p, example_config, root_help):
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m sweeps.sweep', description=__doc__.split('\n')[0])
+  p = cli.Parser(prog='python -m sweeps.sweep', description='Run a study (arms x seeds, declared '
+                 "by the config file's get_sweep(arg)) as train.py runs.")
   add_run_args(p, 'configs/digits.py:cpu', 'folder holding one workdir per run')
   p.add_argument('--emit-commands', default=None,
                  help=f'command list file (default ROOT/{scripts.COMMANDS_FILE})')
   p.add_argument('--emit-slurm', default=None,
                  help=f'SLURM array script (default ROOT/{scripts.SLURM_FILE})')
+  p.add_argument('--emit-study', default=None,
+                 help='with --dry-run or a bucket root: write the study declaration (get_study()) '
+                      'to this file, to copy into the root before the runs start')
   p.add_argument('--dry-run', action='store_true',
-                 help='check every run, write the command list and SLURM script, show the plan; '
-                      'run nothing')
+                 help='check every run and print the plan (a summary line, then the commands, or '
+                      'the first 10 and a count); write nothing but the files --emit-* name; run '
+                      'nothing')
   p.add_argument('--estimate', action='store_true',
                  help="a dry run that also measures what each arm's runs spend on this machine "
                       '(start-up, compiles, steps, evaluations, checkpoints), --parallel arms at a '
                       'time, and prints the sweep\'s device-hours (sweeps/estimate.py)')
+  p.add_argument('--estimate-steps', type=int, default=3,
+                 help='steps timed per training phase after the compile (--estimate)')
   p.add_argument('--estimate-tpu', default='', metavar='TOPOLOGY',
                  help='with --estimate: price the runs from their TPU programs compiled here for '
                       'TOPOLOGY (sweeps/preflight.py; e.g. v5e-1 for one run per chip) instead of '
                       'measuring them on this machine')
-  p.add_argument('--estimate-steps', type=int, default=3,
-                 help='steps timed per training phase after the compile (--estimate)')
   p.add_argument('--heartbeat', type=float, default=30.0,
                  help='seconds between progress lines while runs train')
   return p.parse_args(argv)
@@ -216,16 +226,55 @@ def output_files(args, root):
           os.path.abspath(args.emit_slurm or os.path.join(root, scripts.SLURM_FILE)))
 
 
-def write_plan(runs, path, arg, root, files, chips=()):
-  """Write the command list and the SLURM script (only after every check passed); with TPU
-  `chips`, each line starts its run on a free one of them (sweeps/tpu_chips.py)."""
+def write_plan(runs, path, arg, root, files, which=(True, True), chips=()):
+  """Write the command list and the SLURM script (only after every check passed); `which`: whether
+  to write each; with TPU `chips`, each line starts its run on a free one of them
+  (sweeps/tpu_chips.py)."""
   commands_file, slurm_file = files
-  lines = [scripts.command_line(scripts.placed(scripts.command(r, path, arg), chips)) for r in runs]
-  scripts.write_text(commands_file, '\n'.join(lines) + '\n')
-  name = 'sweep-' + os.path.splitext(os.path.basename(path))[0]
-  scripts.write_text(slurm_file, scripts.slurm_script(commands_file, len(runs), root, name))
-  print(f'{len(runs)} runs ({len({r.slug for r in runs})} arms) under {root}\n'
-        f'commands: {commands_file}\nslurm:    {slurm_file}  (sbatch {slurm_file})')
+  if which[0]:
+    lines = [scripts.command_line(scripts.placed(scripts.command(r, path, arg), chips))
+             for r in runs]
+    scripts.write_text(commands_file, '\n'.join(lines) + '\n')
+    print(f'commands: {commands_file}')
+  if which[1]:
+    name = 'sweep-' + os.path.splitext(os.path.basename(path))[0]
+    scripts.write_text(slurm_file, scripts.slurm_script(commands_file, len(runs), root, name))
+    print(f'slurm:    {slurm_file}  (sbatch {slurm_file})')
+
+
+def write_outputs(args, runs, path, arg, root, files, declared, chips=()):
+  """What the sweep writes before it launches: the study declaration into the root, the command
+  list and the SLURM script next to the runs (or where --emit-* say). A dry run (--estimate too)
+  writes only the files that --emit-commands, --emit-slurm and --emit-study name."""
+  dry = args.dry_run or args.estimate
+  study_file = args.emit_study or (
+      None if dry or '://' in root else os.path.join(root, declaration.STUDY_FILE))
+  copy_to = scripts.join(root, declaration.STUDY_FILE)
+  if declared and study_file:
+    scripts.write_text(study_file, declaration.dumps(declared))
+    where = os.path.abspath(study_file)
+    print(f'study declaration: {where}' + (
+        f' (copy it to {copy_to} before the runs start)' if where != copy_to else ''))
+  elif declared:
+    print(f'study declaration: not written (a dry run writes only what --emit-* name; '
+          f'--emit-study=FILE writes it, to copy to {copy_to} before the runs start)')
+  which = (bool(args.emit_commands), bool(args.emit_slurm)) if dry else (True, True)
+  write_plan(runs, path, arg, root, files, which, chips)
+
+
+LIST_ALL, LIST_FIRST = 20, 10  # a dry run lists up to LIST_ALL commands, else the first LIST_FIRST
+
+
+def list_pending(todo, path, arg, emitted):
+  """A dry run's listing, below its summary line: each command still to run (`would run: ...`),
+  or the first LIST_FIRST of a long list and how many more there are."""
+  shown = todo if len(todo) <= LIST_ALL else todo[:LIST_FIRST]
+  for run, detail in shown:
+    line = scripts.command_line(scripts.command(run, path, arg))
+    print(f'would run: {line}' + (f'  # {detail}' if detail else ''))
+  if len(shown) < len(todo):
+    where = f'all in {os.path.abspath(emitted)}' if emitted else '--emit-commands=FILE writes all'
+    print(f'... and {len(todo) - len(shown)} more ({where})')
 
 
 def runs_exist(root):
@@ -254,6 +303,7 @@ def plan(args):
   (see checks.check and study_declaration), files its (command list, SLURM script), declared the
   study declaration to write (None: none, or already there); raises ValueError on a bad sweep
   declaration or flags."""
+  from sweeps import checks  # pylint: disable=import-outside-toplevel
   remote = '://' in args.root
   root = args.root if remote else os.path.abspath(args.root)
   if remote and not (args.dry_run or args.estimate):
@@ -262,6 +312,7 @@ def plan(args):
   runs, path, arg = expand(args.config, root)
   files = output_files(args, root)
   scripts.check_commands(runs, path, arg, root, files)
+  from sweeps import runner  # pylint: disable=import-outside-toplevel
   gpus = parse_gpus(args.gpus)  # a run's environment: one GPU each under --gpus (runner.py)
   errors, warnings, states = checks.check(
       runs, root, list(zip(('--emit-commands', '--emit-slurm'), files)), saved_state,
@@ -301,6 +352,8 @@ def main(argv=None):
     if not 0 < args.heartbeat < float('inf'):  # NaN fails too: it would never print
       raise ValueError(f'--heartbeat={args.heartbeat}: give a positive number of seconds')
     runs, path, arg, root, files, states, errors, declared = plan(args)
+    from input_pipeline import base  # pylint: disable=import-outside-toplevel
+    from sweeps import checks, runner  # pylint: disable=import-outside-toplevel
     slots, capped = checks.parallel_slots(args.parallel, runs, gpus, base.host_memory(),
                                           os.cpu_count() or 1)
   except ValueError as e:
@@ -310,26 +363,20 @@ def main(argv=None):
     return print_problems(errors)
   if capped:
     print(f'warning: {capped}', file=sys.stderr)
-  if declared and '://' in root:
-    where = declaration.write(os.path.dirname(files[0]), declared)
-    copy_to = scripts.join(root, declaration.STUDY_FILE)
-    print(f'study declaration: {where} (copy it to {copy_to} before '
-          'the runs start)')
-  elif declared:
-    print(f'study declaration: {declaration.write(root, declared)}')
-  chips = [g for g in gpus if isinstance(g, tpu_chips.Chip)]
-  write_plan(runs, path, arg, root, files, chips)
   todo = pending(runs, states)
-  for run, detail in todo if args.dry_run or args.estimate else ():
-    line = scripts.command_line(scripts.command(run, path, arg))
-    print(f'would run: {line}' + (f'  # {detail}' if detail else ''))
-  if chips and (args.dry_run or args.estimate):
-    print_chip_environments(chips[:slots])
-  print(f'{len(runs) - len(todo)} completed (skipped), {len(todo)} to run')
+  print(f'{len(runs)} runs ({len({r.slug for r in runs})} arms) under {root}: '
+        f'{len(runs) - len(todo)} completed (skipped), {len(todo)} to run')
+  chips = [g for g in gpus if isinstance(g, tpu_chips.Chip)]
+  write_outputs(args, runs, path, arg, root, files, declared, chips)
+  if args.dry_run or args.estimate:
+    list_pending(todo, path, arg, args.emit_commands)
+    if chips:
+      print_chip_environments(chips[:slots])
   if args.estimate and not todo:
     print('estimate: nothing to run, nothing to price')
     return 0
   if args.estimate and args.estimate_tpu:  # priced from the TPU programs compiled here
+    from sweeps import tpu_estimate  # pylint: disable=import-outside-toplevel
     return tpu_estimate.price_arms([r for r, _ in todo],
                                    lambda r: scripts.config_flags(r, path, arg), args.estimate_tpu,
                                    scripts.REPO, slots)
@@ -345,6 +392,7 @@ def main(argv=None):
 
 def launch(todo, path, arg, root, slots, gpus, total, heartbeat):
   """Run the `todo` runs; print the outcome; returns main's exit code."""
+  from sweeps import runner  # pylint: disable=import-outside-toplevel
   progress = runner.Progress(total, total - len(todo), slots)
   print('each run logs to <its workdir>/train.log (tail -f one to watch it)')
   progress.show()

@@ -43,7 +43,7 @@ TIERS = {
              'test_tiers.py', 'test_docs.py', 'test_agreement.py', 'test_calibration.py',
              'test_variance.py', 'test_platform_pairs.py', 'test_study_designs.py',
              'test_first_page.py', 'test_figures_context.py', 'test_declaration.py',
-             'test_columns.py', 'test_hlo_census.py'),
+             'test_columns.py', 'test_hlo_census.py', 'test_readme_claims.py'),
     'integration': ('test_bench_determinism.py', 'test_bench_epoch.py', 'test_conv_impl.py',
                     'test_data_parallel.py', 'test_emulate_fast.py', 'test_gpu_memory.py',
                     'test_loss.py', 'test_lowering.py', 'test_memory_checks.py', 'test_model.py',
@@ -55,7 +55,8 @@ TIERS = {
             'test_gpu_evidence.py', 'test_multihost.py', 'test_newcomer.py', 'test_pretrained.py',
             'test_reliability.py', 'test_sweep.py', 'test_sweep_quoting.py', 'test_train.py',
             'test_predictions.py', 'test_inputs.py', 'test_first_hour.py', 'test_three_platforms.py',
-            'test_report_output.py', 'test_train_inputs.py', 'test_tpu_chips.py'),
+            'test_report_output.py', 'test_train_inputs.py', 'test_tpu_chips.py', 'test_stop_bound.py',
+            'test_commands.py'),
     'tpu': ('test_tpu_preflight.py',),
     'gpu': ('gpu/test_gpu_tier.py',),
 }

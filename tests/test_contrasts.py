@@ -94,16 +94,17 @@ def study_config(tmp_path, margin):
 
 def test_declaration_is_written_before_the_first_run_and_a_changed_one_is_refused(tmp_path, capsys):
   root = tmp_path / 'study'
-  assert sweep.main([study_config(tmp_path, 2.0), f'--root={root}', '--dry-run']) == 0
+  emit = f'--emit-study={root / declaration.STUDY_FILE}'  # a dry run writes only what it is asked
+  assert sweep.main([study_config(tmp_path, 2.0), f'--root={root}', '--dry-run', emit]) == 0
   saved = json.loads((root / declaration.STUDY_FILE).read_text())
   assert saved['margin'] == 2.0 and saved['reference']['profile'] == 'native'
   assert 'study declaration:' in capsys.readouterr().out
-  assert sweep.main([study_config(tmp_path, 1.0), f'--root={root}', '--dry-run']) == 0
+  assert sweep.main([study_config(tmp_path, 1.0), f'--root={root}', '--dry-run', emit]) == 0
   assert json.loads((root / declaration.STUDY_FILE).read_text())['margin'] == 1.0  # no runs yet
   (run,), _, _ = sweep.expand(study_config(tmp_path, 1.0).split('=', 1)[1], str(root))
   record.write_results(run.workdir, {'status': 'running', 'seed': 0, 'config': run.config.to_dict()})
   capsys.readouterr()
-  assert sweep.main([study_config(tmp_path, 0.5), f'--root={root}', '--dry-run']) == 2
+  assert sweep.main([study_config(tmp_path, 0.5), f'--root={root}', '--dry-run', emit]) == 2
   errors = [l for l in capsys.readouterr().err.splitlines() if l.startswith('error:')]
   assert len(errors) == 2 and 'margin: 1.0 -> 0.5' in errors[0] and 'use a new --root' in errors[0]
   assert errors[1] == 'error: 1 problem(s) found before launching: nothing was run or written'

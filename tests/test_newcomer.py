@@ -102,6 +102,30 @@ def test_estimate_prints_device_hours_with_its_parts(tmp_path, subprocess_env, m
   assert not list(root.glob('*/seed*'))  # nothing launched
 
 
+def test_estimate_measures_a_shared_program_once_and_says_what_it_does(tmp_path, subprocess_env,
+                                                                       monkeypatch, capsys):
+  """Two arms that differ only in log_every_steps compile the same training program: one process
+  measures both (one start-up), the second arm's step shares the first's measurement (one cold
+  compile, not one per arm), and progress lines name each arm's stage as it goes."""
+  monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', subprocess_env['JAX_COMPILATION_CACHE_DIR'])
+  monkeypatch.setenv('XLA_FLAGS', '')
+  cfg = tmp_path / 'cfg.py'
+  cfg.write_text('from configs import digits\nget_config = digits.get_config\n\n'
+                 "def get_sweep(arg=None):\n  return [{'seed': 0, 'log_every_steps': n} "
+                 'for n in (5, 7)]\n')
+  code = sweep.main([f'--config={cfg}:smoke,optim.freeze_epochs=0,num_epochs=1',
+                     f'--root={tmp_path / "study"}', '--estimate', '--estimate-steps=2'])
+  out = capsys.readouterr().out
+  assert code == 0, out
+  assert 'measuring 2 arm(s), 1 at a time, in 1 process(es)' in out
+  progress = [l for l in out.splitlines() if l.startswith('estimate: log_every_steps-')]
+  assert any(l.startswith('estimate: log_every_steps-5: phase full: compiling') for l in progress)
+  assert any(l.startswith('estimate: log_every_steps-7: phase full: the program of a step '
+                          'measured already') for l in progress), progress
+  assert not any(l.startswith('estimate: log_every_steps-7: phase full: compiling')
+                 for l in progress)
+
+
 def test_estimate_formula_and_parallel_measurement(monkeypatch, capsys):
   phases = [{'steps': 100, 'step_s': 0.5, 'compile_s': 20.0, 'cached_compile_s': 2.0},
             {'steps': 300, 'step_s': 1.0, 'compile_s': 30.0, 'cached_compile_s': 3.0}]
@@ -114,21 +138,24 @@ def test_estimate_formula_and_parallel_measurement(monkeypatch, capsys):
   assert sum(estimate.parts(m, cached=True).values()) == pytest.approx(later)
   assert estimate.device_hours([('a', 10, m), ('b', 1, m)]) == pytest.approx(
       4 * (first + 9 * later + first) / 3600)
-  # Arms are measured len(envs) at a time, each in its own slot's environment.
-  running, seen = [], []
-  def fake_measure(flags, env, repo, steps):
+  # Arms are measured in len(envs) processes at a time, each in its own slot's environment, each
+  # process measuring a share of the arms (its start-up and data load paid once).
+  running, seen, measured = [], [], []
+  def fake_group(arms, env, repo, steps, say):
     running.append(env['SLOT'])
     seen.append(len(running))
+    measured.append([slug for slug, _ in arms])
     time.sleep(0.2)
     running.remove(env['SLOT'])
-    return m
-  monkeypatch.setattr(estimate, 'measure_arm', fake_measure)
+    return {slug: m for slug, _ in arms}
+  monkeypatch.setattr(estimate, 'measure_group', fake_group)
   runs = [sweep.Run({}, arm, s, {}, '') for arm in 'abcd' for s in range(2)]
   envs = [{'SLOT': '0'}, {'SLOT': '1'}]
   assert estimate.measure_arms(runs, lambda r: [], envs, ROOT, 2) == 0
-  assert max(seen) == 2
+  assert max(seen) == 2 and sorted(measured) == [['a', 'c'], ['b', 'd']]
   out = capsys.readouterr().out
-  assert 'measuring 4 arm(s), 2 at a time' in out and 'wall-clock at 2 run(s) at a time' in out
+  assert 'measuring 4 arm(s), 2 at a time, in 2 process(es)' in out
+  assert 'wall-clock at 2 run(s) at a time' in out
 
 
 STATISTICS_PAGE = os.path.join(ROOT, 'docs', 'statistics.md')  # where the attribution is documented

@@ -151,7 +151,8 @@ def parse_train_command(line):
 def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, capsys):
   root = tmp_path / 'study'
   code = sweep.main(['--config=configs/digits.py:smoke,model.width=0.25', f'--root={root}',
-                     '--dry-run'])
+                     '--dry-run', f'--emit-commands={root / scripts.COMMANDS_FILE}',
+                     f'--emit-slurm={root / scripts.SLURM_FILE}'])
   runs, _, _ = sweep.expand('configs/digits.py:smoke,model.width=0.25', str(root))
   n = len(runs)
   assert code == 0 and f'0 completed (skipped), {n} to run' in capsys.readouterr().out

@@ -86,6 +86,30 @@ def test_bucket_root_writes_nothing_here_without_emit_paths(tmp_path, monkeypatc
                  '--emit-slurm=FILE (local paths)']
   assert os.listdir(tmp_path) == []
   assert sweep.main(argv + ['--emit-commands=c.txt', '--emit-slurm=s.sbatch']) == 0
-  # the study's declaration goes beside the command list (a bucket root is not written from here)
-  assert sorted(os.listdir(tmp_path)) == ['c.txt', 's.sbatch', 'study.json']
-  assert f'commands: {tmp_path}/c.txt' in capsys.readouterr().out
+  # a dry run writes what --emit-* name and nothing else: no study.json in the working directory
+  assert sorted(os.listdir(tmp_path)) == ['c.txt', 's.sbatch']
+  out = capsys.readouterr().out
+  assert f'commands: {tmp_path}/c.txt' in out
+  assert 'study declaration: not written (a dry run writes only what --emit-* name; ' \
+         '--emit-study=FILE writes it, to copy to gs://bucket/study/study.json' in out
+  assert sweep.main(argv + ['--emit-commands=c.txt', '--emit-slurm=s.sbatch',
+                            '--emit-study=decl.json']) == 0
+  assert sorted(os.listdir(tmp_path)) == ['c.txt', 'decl.json', 's.sbatch']
+  assert f'study declaration: {tmp_path}/decl.json (copy it to gs://bucket/study/study.json ' \
+         'before the runs start)' in capsys.readouterr().out
+
+
+def test_a_dry_run_writes_nothing_and_summarises_a_long_listing_first(tmp_path, monkeypatch,
+                                                                      capsys):
+  """The study's 48 runs, dry: no root, no command list, no study.json anywhere (it wrote the root's
+  files, and beside a bucket's command list a study.json); the summary line comes first, then 10
+  commands and a count of the rest (it printed 48 'would run' lines above the summary)."""
+  monkeypatch.chdir(tmp_path)
+  root = tmp_path / 'root'
+  assert sweep.main(['--config=configs/digits.py:study', f'--root={root}', '--dry-run']) == 0
+  assert os.listdir(tmp_path) == []
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert lines[0] == f'48 runs (8 arms) under {root}: 0 completed (skipped), 48 to run'
+  assert lines[1].startswith('study declaration: not written (a dry run writes only what --emit-*')
+  assert [l for l in lines if l.startswith('would run: ')] == lines[2:12]
+  assert lines[12:] == ['... and 38 more (--emit-commands=FILE writes all)']

@@ -10,10 +10,48 @@ without a compile, evaluations and saves included, so it also covers the per-epo
 compiles are still to come (a later phase's step, the first evaluation: each takes seconds to
 minutes) `ahead` says how many, since the ETA cannot hold them. CLU's `ReportProgress` measures
 steps/s over every interval, compiles and evaluations included, which this clock leaves out.
+
+`heartbeat(what)` covers the silences in between: a line when a long call (an XLA compile, the
+first evaluation, a restore) begins, one every HEARTBEAT_S seconds while it lasts, and one with its
+duration when it ends, so a run prints from its first seconds, compiles included. They go to
+stdout (stderr keeps the log and, for bad input, the one `error:` line), when absl logs INFO.
 """
 
 import contextlib
+import sys
+import threading
 import time
+
+from absl import logging
+
+HEARTBEAT_S = 10.0
+
+
+def say(line):
+  """A progress line on stdout, time-stamped, where absl shows INFO (train.py; not a benchmark
+  that silenced the trainer's logs)."""
+  if logging.level_info():
+    print(f'{time.strftime("%H:%M:%S")} {line}', file=sys.stdout, flush=True)
+
+
+@contextlib.contextmanager
+def heartbeat(what, every_s=HEARTBEAT_S):
+  """Print '<what>...' now, '<what>: still running, N s' every `every_s` seconds from a daemon
+  thread while the block runs, and '<what>: done in N s' when it ends (on stdout)."""
+  start, done = time.time(), threading.Event()
+  say(f'{what}...')
+
+  def beat():
+    while not done.wait(every_s):
+      say(f'{what}: still running, {time.time() - start:.0f} s')
+  thread = threading.Thread(target=beat, daemon=True, name='heartbeat')
+  thread.start()
+  try:
+    yield
+  finally:
+    done.set()
+    thread.join()
+  say(f'{what}: done in {time.time() - start:.1f} s')
 
 
 class ProgressClock:
@@ -36,6 +74,11 @@ class ProgressClock:
     """A compile just ended, `step` steps done: the time before now is not step time."""
     self._clock, self._clean, self._paused = (time.time(), step), True, 0.0
     self.ahead = max(self.ahead - 1, 0)
+
+  @property
+  def first_evaluation(self):
+    """Whether no evaluation has ended yet in this session (the next one compiles its step)."""
+    return not self._evaluated
 
   def evaluated(self, step):
     """An evaluation ended after `step`: the first one compiled, so its time is left out."""

@@ -13,9 +13,12 @@ while a run holds it (trainer/lock.py). Non-finite values are tracked on device
 (`steps.make_watch`: one small jitted reduction per step, no host sync) and checked at
 log/epoch/checkpoint points: the run stops with TrainingFailed naming the first bad step, its
 results say status 'failed', and no checkpoint ever holds a non-finite state. SIGTERM/SIGINT stop
-the loop after the current step with a synchronous checkpoint (trainer/stop.py: stop.Stopped).
+the loop at the next step boundary the host reaches, with a synchronous checkpoint of the last step
+dispatched; the host stays at most stop.STEPS_IN_FLIGHT steps ahead of the device, so the stop
+waits for that many steps at most (trainer/stop.py: stop.Stopped, stop.InFlight).
 """
 
+import contextlib
 import dataclasses
 import importlib.metadata
 import signal
@@ -69,7 +72,9 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
   validation.require_resolved(config, 'trainer.loop.train_and_evaluate')
   created = validation.check_workdir(workdir, lock.FILES)
   try:
-    ctx = run.build(config)
+    with clock.heartbeat(f'Loading {config.data.name} and checking it against the config and the '
+                         'devices'):
+      ctx = run.build(config)
   except validation.ConfigError:  # refused before anything was written: leave nothing behind
     validation.remove_created(created)
     raise
@@ -80,7 +85,9 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
       mngr = resume.check_workdir_run(mngr, workdir, config, restart,
                                       record.data_facts(ctx.dataset), run.facts(),
                                       allow_layout_change)
-      mngr, progress, completed = _start(ctx, workdir, mngr)
+      with clock.heartbeat('Initialising the model (compiled once) and looking for a checkpoint '
+                           'to resume from'):
+        mngr, progress, completed = _start(ctx, workdir, mngr)
       results = completed if progress is None else _train(ctx, workdir, mngr, progress, is_writer)
     except BaseException:
       checkpointing.close(mngr, quiet=True)  # the error on its way out says what went wrong
@@ -107,6 +114,7 @@ class Progress:
   last_logged: dict
   last_finite: int
   elapsed_before: float
+  saved: int = -1  # the step of the newest checkpoint written (or restored), -1 none
   start_time: float = dataclasses.field(default_factory=time.time)
   predictions: Any = None  # the last evaluation's, until the checkpoint of its step holds them
 
@@ -135,7 +143,7 @@ def _start(ctx, workdir, mngr):
     return mngr, None, saved
   logging.info('Resumed from %s at step %d', record.checkpoint_dir(workdir), step)
   progress = Progress(restored, results, step, _floats(saved.get('log_sums', steps.ZERO_SUMS)),
-                      step, results['wall_time_s'])
+                      step, results['wall_time_s'], saved=step)
   return mngr, progress, None
 
 
@@ -144,19 +152,21 @@ def _floats(sums):
 
 
 def _train(ctx, workdir, mngr, p, is_writer):
-  timer = clock.ProgressClock(ctx.total_steps, p.step)
-  out = Outputs(writers.create_writers(workdir, is_writer, p.step, p.results['history']), timer,
-                writers.ConsoleWriter(ctx.total_steps, ctx.config.num_epochs, timer))
-  eval_fn = run.eval_step(ctx, p.state)
-  watch, bad = run.watch(ctx, p.state)
-  device_feed = run.feed(ctx)
-  if device_feed is not None:
-    logging.info('Training split on every device: %.2f GiB each',
-                 batching.nbytes(ctx.dataset.train) / 2**30)
   logging.info('%s: %d train / %d test examples, %d steps/epoch, %d devices, %d processes',
                ctx.dataset.name, len(ctx.dataset.train), len(ctx.dataset.test), ctx.per_epoch,
                jax.device_count(), jax.process_count())
+  timer = clock.ProgressClock(ctx.total_steps, p.step)
+  with clock.heartbeat('Opening metrics.jsonl and TensorBoard, building the evaluation step'):
+    out = Outputs(writers.create_writers(workdir, is_writer, p.step, p.results['history']), timer,
+                  writers.ConsoleWriter(ctx.total_steps, ctx.config.num_epochs, timer))
+    eval_fn = run.eval_step(ctx, p.state)
+    watch, bad = run.watch(ctx, p.state)
+    device_feed = run.feed(ctx)
+  if device_feed is not None:
+    logging.info('Training split on every device: %.2f GiB each',
+                 batching.nbytes(ctx.dataset.train) / 2**30)
   out.clock.compiles_ahead(len([f for f in ctx.phases if p.step < f.stop]))
+  in_flight = stop.InFlight(stop.STEPS_IN_FLIGHT)
   with stop.StopRequests() as stops:
     for phase in ctx.phases:
       if p.step >= phase.stop:
@@ -166,12 +176,18 @@ def _train(ctx, workdir, mngr, p, is_writer):
                    ' (backbone frozen)' if phase.frozen else '')
       entered = p.step
       for batch in run.batches(ctx, p.step, phase.stop, device_feed):
-        p.state = train_step(p.state, batch)
+        _stop_if_asked(ctx, mngr, out, p, bad, stops)  # the boundary before step p.step + 1
+        if p.step == entered:
+          with clock.heartbeat(f'Compiling the training step of phase {phase.name} (once)'):
+            p.state = train_step(p.state, batch)  # the first call compiles (seconds to minutes)
+        else:
+          p.state = train_step(p.state, batch)
         bad = watch(bad, p.state)
         p.step += 1
+        in_flight.dispatched(bad)  # the host stays at most STEPS_IN_FLIGHT steps ahead
         if p.step == entered + 1:
           out.clock.compiled(entered)  # the phase's first call compiled its step function
-        _after_step(ctx, mngr, out, p, bad, eval_fn, stops)
+        _after_step(ctx, mngr, out, p, bad, eval_fn)
     checkpointing.wait(mngr, p.step)  # a signal now changes nothing: the run is complete
   out.writers.close()
   logging.info('Done: test_accuracy %s, %s', writers.percent(
@@ -187,25 +203,40 @@ def session_times(p):
   return f'this session {time.time() - p.start_time:.1f} s, all sessions {p.wall_time():.1f} s'
 
 
-def _after_step(ctx, mngr, out, p, bad, eval_fn, stops):
-  """Whatever is due after step `p.step` (run.due), and a stop if a signal asked for one."""
+def _after_step(ctx, mngr, out, p, bad, eval_fn):
+  """Whatever is due after step `p.step` (run.due): the non-finite check, log, epoch end and
+  evaluation, checkpoint."""
   due = run.due(ctx, p.step)
-  signum = stops.agreed(due.check) if p.step < ctx.total_steps else None
-  if due.check or signum:
+  if due.check:
     _ensure_finite(ctx, mngr, out, p, bad)
   if due.log:
     _log(ctx, out, p)
   if due.epoch:
     _end_epoch(ctx, out, p, eval_fn, due.evaluate)
-  if due.save or signum:
+  if due.save:
     with out.clock.paused():  # not training time (images/s)
       _checkpoint(ctx, mngr, p, 'completed' if p.step == ctx.total_steps else 'running')
-  if signum:
-    logging.warning('%s: stopping after step %d; its checkpoint is being written (a second '
-                    'signal stops at once)', signal.Signals(signum).name, p.step)
-    checkpointing.wait(mngr, p.step)
-    out.writers.close()
-    raise stop.Stopped(signum, p.step)
+
+
+def _stop_if_asked(ctx, mngr, out, p, bad, stops):
+  """At the step boundary before step `p.step + 1` is dispatched (what step `p.step` was due is
+  done): if a signal asked for a stop (every process agreeing, stop.StopRequests.agreed), save step
+  `p.step` (unless its checkpoint is already written) and raise stop.Stopped. Nothing is dispatched
+  after the signal is read: the stop waits for the steps in flight (stop.InFlight) only."""
+  signum = stops.agreed(run.due(ctx, p.step).check)
+  if not signum:
+    return
+  if p.step == 0:  # nothing trained yet: nothing to save
+    raise stop.Stopped(signum, None)
+  logging.warning('%s: stopping after step %d; its checkpoint is being written (a second '
+                  'signal stops at once)', signal.Signals(signum).name, p.step)
+  if p.saved != p.step:
+    _ensure_finite(ctx, mngr, out, p, bad)
+    with out.clock.paused():
+      _checkpoint(ctx, mngr, p)
+  checkpointing.wait(mngr, p.step)
+  out.writers.close()
+  raise stop.Stopped(signum, p.step)
 
 
 def save(mngr, step, results, state=None, predictions=None):
@@ -232,7 +263,7 @@ def _checkpoint(ctx, mngr, p, status='running'):
   record.end_segment(p.results, p.step)
   save_state(mngr, p.step, p.state, p.results, p.predictions)
   p.predictions = None
-  p.last_finite = p.step
+  p.last_finite = p.saved = p.step
 
 
 def _ensure_finite(ctx, mngr, out, p, bad):
@@ -276,7 +307,9 @@ def _end_epoch(ctx, out, p, eval_fn, evaluate_now):
            'train_loss': float(sums['loss'] / sums['count']),
            'train_accuracy': float(sums['correct'] / sums['count'])}
   if evaluate_now:
-    with out.clock.paused():  # not training time (images/s)
+    first = out.clock.first_evaluation  # it compiles the evaluation step first
+    with out.clock.paused(), (clock.heartbeat('Compiling the evaluation step and evaluating')
+                              if first else contextlib.nullcontext()):
       metrics, p.predictions = run.evaluate(ctx, eval_fn, p.state)
       entry.update(metrics)
     out.clock.evaluated(p.step)

@@ -270,10 +270,10 @@ def _all_finite(bad, state):
 
 def make_watch(mesh):
   """jit(bad, state) -> bad, run after every train step: `bad` is [first bad step, what] on device
-  ([-1, 0] while every value is finite), read by the host only at log/checkpoint points."""
+  ([-1, 0] while every value is finite), read by the host only at log/checkpoint points. Not
+  donated: the loop keeps the last few as markers of its steps in flight (trainer/stop.InFlight)."""
   replicated, _ = shardings(mesh)
-  return jax.jit(_all_finite, in_shardings=(replicated, replicated), out_shardings=replicated,
-                 donate_argnums=(0,))
+  return jax.jit(_all_finite, in_shardings=(replicated, replicated), out_shardings=replicated)
 
 
 def no_bad_step(mesh):

@@ -1,7 +1,9 @@
 """Graceful stop: SIGTERM (a TPU VM preemption, a SLURM time limit, `kill`) and SIGINT (Ctrl-C).
 
-While the training loop runs, the first SIGTERM or SIGINT only marks a stop: the loop finishes the
-step it is in, saves a checkpoint of it synchronously, and train.py exits with code 128 + the
+While the training loop runs, the first SIGTERM or SIGINT only marks a stop: the loop reads the mark
+at every step boundary, right before it dispatches the next step (after whatever log, evaluation or
+checkpoint the previous step was due, and after waiting for the device), and stops there: it saves
+a checkpoint of the last step it dispatched, synchronously, and train.py exits with code 128 + the
 signal's number (143 for SIGTERM, 130 for SIGINT: the shell's code for "ended by that signal", so a
 supervisor sees an interrupted, resumable run) and one line; the same command resumes. The first
 signal makes a second one end the process at once, with one line, without saving (the newest
@@ -15,25 +17,60 @@ Several processes: every process must stop after the same step (a checkpoint is 
 write). The flags are combined at the loop's sync points (every log and checkpoint step,
 `run.due(...).check`) by an all-gather of each process's signal number, so every process stops at
 the first sync point after any of them received a signal: at most `log_every_steps` steps later.
-With one process the stop comes right after the step in flight.
+With one process the stop comes at the next step boundary the host reaches.
+
+How late that is: JAX dispatches a step asynchronously, so an unchecked host runs ahead of the
+device (a whole epoch of steps, on CPU) and a stop would then wait for every queued step. `InFlight`
+bounds that: after dispatching step s the loop waits until step s - STEPS_IN_FLIGHT is done, so when
+the host reads the mark at most STEPS_IN_FLIGHT steps are unfinished (the one running included), and
+a stop waits for those, the log, evaluation or checkpoint due at the host's step, and the checkpoint
+write (docs/operations.md states the bound; benchmarks/bench_stop_latency.py measures it). A signal
+that arrives while the host waits in a long call (an XLA compile, an evaluation) is read when that
+call returns: Python runs signal handlers between bytecodes only.
 """
 
+import collections
 import os
 import signal
 
 # No JAX at import: train.py installs `exit_at_once` before anything heavy is imported.
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# Steps the host may dispatch ahead of the device: 2 keeps the next step queued while one runs (no
+# idle device between steps: bench_stop_latency.py measures the images/s at 1, 2 and unbounded).
+STEPS_IN_FLIGHT = 2
+
+
+class InFlight:
+  """The host's bound on steps dispatched but not done: `dispatched(marker)` after each step (a
+  small array the step's output determines and nothing donates: the non-finite watch's) waits
+  until the device has finished the step `limit` steps back. `limit` None: no bound (JAX's own
+  asynchronous dispatch, for the benchmark's comparison)."""
+
+  def __init__(self, limit):
+    self.limit = limit
+    self._markers = collections.deque()
+
+  def dispatched(self, marker):
+    if self.limit is None:
+      return
+    self._markers.append(marker)
+    while len(self._markers) > self.limit:
+      self._markers.popleft().block_until_ready()
 
 
 class Stopped(Exception):
-  """Training stopped on a signal after `step`, whose checkpoint is saved."""
+  """Training stopped on a signal after `step`, whose checkpoint is saved (None: before the first
+  step of a fresh run, nothing to save)."""
 
   def __init__(self, signum, step):
     self.signum, self.step = signum, step
     self.exit_code = 128 + signum
-    super().__init__(f'{signal.Signals(signum).name} received: stopped after step {step}, whose '
-                     'checkpoint is saved; run the same command again to resume')
+    name = signal.Signals(signum).name
+    super().__init__(
+        f'{name} received before the first step: nothing to save; run the same command again to '
+        'start' if step is None else f'{name} received: stopped after step {step}, whose '
+        'checkpoint is saved; run the same command again to resume')
 
 
 def exit_at_once(signum, frame):

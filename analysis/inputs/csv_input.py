@@ -32,7 +32,7 @@ line naming the column, the line of the file and the fix.
                   replicates); rows sharing a `run_id` with different values are one run holding
                   two records: refused, naming both lines.
   seed            whole numbers ('abc' would merge its runs into one seed); an empty seed is a
-                  run of its own (analysis.study) but refused where every run needs its seed
+                  run of its own (analysis.analyse) but refused where every run needs its seed
                   (analysis.numbers.attribution: the seed is the model's group), but for runs that are
                   not completed.
 

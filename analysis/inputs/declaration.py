@@ -38,9 +38,13 @@ import math
 
 from etils import epath
 
-from analysis.inputs import columns
 
 STUDY_FILE = 'study.json'
+# The defaults where a study declares none (light here, so that the commands' --help needs no
+# statistics library): the equivalence margin, pp (analysis.numbers.stats), and the share of the
+# gap the numerics part must reach (analysis.numbers.gap_verdict).
+DEFAULT_MARGIN = 0.5
+MIN_SHARE = 0.5
 # The largest margin taken: in pp an accuracy difference never exceeds 100, so a wider margin
 # calls every difference equivalent (inf, 1e308: "-12.92 pp equivalent").
 MAX_MARGIN = 100.0
@@ -278,6 +282,8 @@ def declared_seeds(declared):
 def level_problems(declared, frame):
   """['key: why', ...]: each declared factor that is no column of the runs table `frame`, and each
   level an arm (ARMS) or platform_profile names that no run has (with the nearest level)."""
+  # pandas comes with the runs: imported here so that the command lines stay light (arguments.py)
+  from analysis.inputs import columns  # pylint: disable=import-outside-toplevel
   factors = [f for f in declared.get('factors') or []]
   found, lines = {}, []
   for factor in factors:

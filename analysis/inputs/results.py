@@ -121,12 +121,6 @@ def quiet_absl():
     logger.setLevel(level)
 
 
-def add_runs_argument(parser, required=False):
-  """The --runs ROOT [ROOT ...] flag every reader takes (to a parser or a mutually exclusive group)."""
-  parser.add_argument('--runs', nargs='+', required=required, metavar='ROOT',
-                      help='one or more roots holding the runs (local or gs://, mixed)')
-
-
 def as_roots(roots):
   """A list of roots from one root (str or path) or several."""
   return [str(roots)] if isinstance(roots, (str, epath.Path)) else [str(r) for r in roots]
@@ -251,7 +245,7 @@ def load(roots):
 
 
 def load_study(roots, study=None, config=None):
-  """(runs_frame, histories_frame, declaration) of the runs under the root(s): what analysis.study,
+  """(runs_frame, histories_frame, declaration) of the runs under the root(s): what analysis.analyse,
   analysis.figures and sweeps.run_study analyse. The declaration: `study` (--study: a study.json or a
   config file) when given, else the roots' study.json, else `config`'s get_study() (sweeps.run_study),
   else none ({}); checked against the runs (declaration.check_levels, naming where it came from)."""

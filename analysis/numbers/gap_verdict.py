@@ -36,11 +36,12 @@ powered (there is no effect of interest), and the report says so.
 import numpy as np
 import pandas as pd
 
+from analysis.inputs import declaration
 from analysis.numbers import inference
 
 VERDICTS = ('no gap', 'gap within margin', 'explained by numerics', 'partly explained',
             'not explained', 'tests disagree', 'inconclusive')
-MIN_SHARE = 0.5
+MIN_SHARE = declaration.MIN_SHARE
 MIN_SHARE_REASON = ('default: the numerics part must be at least half of the gap by the lower 95% '
                     'bound of the share, so that it is the larger part at 95% confidence')
 KEYS = ('G', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N', 'N_interaction', 'P_eA', 'P_eB', 'P', 'R')

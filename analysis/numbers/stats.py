@@ -50,7 +50,7 @@ from analysis.numbers import result
 from runrecord import record
 
 DEFAULT_METRIC = record.DEFAULT_METRIC
-DEFAULT_MARGIN = 0.5
+DEFAULT_MARGIN = declaration.DEFAULT_MARGIN
 MAX_ARMS = 200  # 19,900 pairs: about 3 minutes of pairwise tests (10 ms a pair on a 2-core CPU)
 EFFECTIVE = 'numerics.effective.'
 IDENTICAL_FIELDS = ('platform', 'device_kind', 'batchnorm_group', 'compute_dtype', 'conv_format',

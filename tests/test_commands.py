@@ -1,0 +1,137 @@
+"""Every command's --help and a bad flag are answered before the heavy libraries load, and its help
+is whole: a description that ends its sentence, help for every option, no module that does not
+exist.
+
+Each command runs as a user runs it (`python -m X --help`, `python train.py --help`) under
+`python -X importtime`, whose report on stderr names every module the process imported: a top-level
+package among HEAVY fails the test. Not timed: `python -m benchmarks.bench_help` prints the
+seconds; what is checked here is what loads.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+COMMANDS = (
+    'train.py', 'sweeps.sweep', 'sweeps.run_study', 'sweeps.estimate',
+    'analysis.analyse', 'analysis.attribute', 'analysis.draw', 'analysis.export',
+    'analysis.findings', 'experiments.divergence', 'experiments.numerics_probe',
+    'models.pretrained', 'input_pipeline.celeba_fixture',
+    'benchmarks.gpu_evidence', 'benchmarks.bench_analysis', 'benchmarks.bench_celeba_full',
+    'benchmarks.bench_conv', 'benchmarks.bench_determinism', 'benchmarks.bench_emulate',
+    'benchmarks.bench_help',
+    'benchmarks.bench_epoch', 'benchmarks.bench_feed', 'benchmarks.bench_input',
+    'benchmarks.bench_pool', 'benchmarks.bench_resume_metrics', 'benchmarks.bench_step',
+    'benchmarks.bench_stop_latency', 'benchmarks.bench_vs_torch', 'benchmarks.profile_step')
+HEAVY = ('jax', 'jaxlib', 'flax', 'optax', 'orbax', 'matplotlib', 'pandas', 'scipy', 'statsmodels',
+         'torch', 'tensorflow', 'sklearn')
+PACKAGES = ('analysis', 'sweeps', 'benchmarks', 'experiments', 'trainer', 'numerics', 'configs',
+            'runrecord', 'models', 'input_pipeline')
+# The packages whose dotted names in a help text are modules (numerics.*, data.* and model.* are
+# also config fields there).
+MODULE_NAME = re.compile(r'\b((?:analysis|sweeps|benchmarks|experiments|trainer|runrecord)'
+                         r'(?:\.[a-z_][a-z0-9_]*)+)')
+
+
+def run(command, *args):
+  """(exit code, stdout, top-level packages imported) of `command args` under -X importtime."""
+  target = [command] if command.endswith('.py') else ['-m', command]
+  proc = subprocess.run([sys.executable, '-X', 'importtime', *target, *args], cwd=ROOT,
+                        capture_output=True, text=True, timeout=120,
+                        env={**os.environ, 'PYTHONPATH': ROOT})
+  imported = {line.rsplit('|', 1)[-1].strip().split('.')[0] for line in proc.stderr.splitlines()
+              if line.startswith('import time:')}
+  messages = [l for l in proc.stderr.splitlines() if not l.startswith('import time:')]
+  return proc.returncode, proc.stdout, imported, messages
+
+
+@pytest.fixture(scope='module')
+def helps():
+  return {command: run(command, '--help') for command in COMMANDS}
+
+
+def test_every_command_is_listed():
+  """Each module with a `__main__` block is a command this file checks."""
+  found = set()
+  for folder in PACKAGES:
+    for where, _, names in os.walk(os.path.join(ROOT, folder)):
+      for name in names:
+        path = os.path.join(where, name)
+        if name.endswith('.py') and "__name__ == '__main__'" in open(path, encoding='utf-8').read():
+          found.add(os.path.relpath(path, ROOT)[:-3].replace(os.sep, '.'))
+  assert found | {'train.py'} == set(COMMANDS)
+
+
+@pytest.mark.parametrize('command', COMMANDS)
+def test_help_loads_no_heavy_library(helps, command):
+  code, out, imported, _ = helps[command]
+  assert code == 0 and out.strip(), command
+  assert sorted(imported & set(HEAVY)) == [], command
+
+
+@pytest.mark.parametrize('command', COMMANDS)
+def test_a_bad_flag_is_refused_before_any_heavy_library(command):
+  code, _, imported, messages = run(command, '--no-such-flag')
+  assert code == 2 and 'Traceback' not in '\n'.join(messages), (command, messages[-5:])
+  assert any('error' in l for l in messages), (command, messages[-5:])
+  assert sorted(imported & set(HEAVY)) == [], command
+
+
+def description(out):
+  """The help's first paragraph after the usage block (argparse), or the docstring (train.py)."""
+  paragraphs = [p.strip() for p in out.split('\n\n') if p.strip()]
+  first = 1 if paragraphs[0].startswith('usage:') else 0
+  return ' '.join(paragraphs[first].split())
+
+
+def undocumented_options(out):
+  """argparse option lines (in its options section) followed by no help text."""
+  section = out.split('options:', 1)[-1] if 'options:' in out else ''
+  lines = section.splitlines()
+  missing = []
+  for i, line in enumerate(lines):
+    if not re.match(r'^  -', line):
+      continue
+    has_text = re.match(r'^  (-\S+(?: [A-Z_]+(?: \.\.\.\]?)?)?(?:, )?)+\s{2,}\S', line)
+    continued = i + 1 < len(lines) and re.match(r'^\s{8,}\S', lines[i + 1])
+    if not has_text and not continued:
+      missing.append(line.strip())
+  return missing
+
+
+def unknown_modules(text):
+  """Dotted project module names in `text` that name no module (nor an attribute of one)."""
+  missing = []
+  for name in set(MODULE_NAME.findall(text)):
+    parts = name.split('.')
+    found = any(os.path.exists(os.path.join(ROOT, *parts[:n]) + '.py') or
+                os.path.isdir(os.path.join(ROOT, *parts[:n])) for n in range(len(parts), 1, -1))
+    if not found:
+      missing.append(name)
+  return missing
+
+
+@pytest.mark.parametrize('command', COMMANDS)
+def test_help_is_whole_documents_every_option_and_names_real_modules(helps, command):
+  """No description cut mid-sentence (`__doc__.split('\\n')[0]` gave 'its tables, the'), every
+  option with its help (attribute's --metric and --seed-col had none), and no module name that no
+  longer exists (run_study's --group-by named analysis.study)."""
+  _, out, _, _ = helps[command]
+  assert description(out)[-1] in '.)', (command, description(out)[-80:])
+  assert undocumented_options(out) == [], command
+  assert unknown_modules(out) == [], command
+
+
+def test_the_checks_catch_a_cut_description_an_undocumented_option_and_a_removed_module():
+  out = ('usage: x [-h] [--metric METRIC]\n\nA whole study: the report, its tables, the\n\n'
+         'options:\n  -h, --help       show this help message and exit\n  --metric METRIC\n'
+         '  --group-by GROUP_BY [GROUP_BY ...]\n                   columns (analysis.study)\n')
+  assert description(out).endswith('the')
+  assert undocumented_options(out) == ['--metric METRIC']
+  assert unknown_modules(out) == ['analysis.study']
+  assert unknown_modules('analysis.analyse, runrecord.record.arm_columns') == []
