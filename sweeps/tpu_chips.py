@@ -18,11 +18,14 @@ no other run on this host holds (an exclusive `flock` on LOCK_DIR/chip<i>, kept 
 it exits; it waits while all are taken), sets the variables and executes the command.
 """
 
+import argparse
 import collections
 import fcntl
 import os
 import sys
 import time
+
+from analysis import cli
 
 PORT_BASE = 8476
 LOCK_DIR = os.path.join(os.environ.get('TMPDIR', '/tmp'), 'tpu_chips')
@@ -86,15 +89,27 @@ def claim(chips, lock_dir=LOCK_DIR, poll_s=POLL_S):
     time.sleep(poll_s)
 
 
+def parse_args(argv):
+  p = cli.Parser(prog='python -m sweeps.tpu_chips',
+                 description="Run a command on the first free TPU chip of --chips with libtpu's "
+                 'per-process variables (one run per chip of a TPU VM; the lines sweeps.sweep '
+                 '--tpu-chips emits).')
+  p.add_argument('--chips', required=True,
+                 help='comma-separated ids of the chips this host may hand out, e.g. 0,1,2,3')
+  p.add_argument('command', nargs=argparse.REMAINDER,
+                 help='the command, after --, e.g. -- python train.py --config=...')
+  args = p.parse_args(argv)
+  command = args.command[1:] if args.command[:1] == ['--'] else args.command
+  if not command:
+    cli.fail('give the command after --, e.g. -- python train.py --config=...; see --help')
+  return args.chips, command
+
+
 def main(argv=None):
   """`python -m sweeps.tpu_chips --chips=0,1,... -- COMMAND...`: COMMAND on a free chip."""
-  argv = sys.argv[1:] if argv is None else argv
-  if len(argv) < 3 or not argv[0].startswith('--chips=') or argv[1] != '--':
-    print('error: usage: python -m sweeps.tpu_chips --chips=0,1,... -- COMMAND...',
-          file=sys.stderr)
-    return 2
+  text, command = parse_args(sys.argv[1:] if argv is None else argv)
   try:
-    chips = parse(argv[0][len('--chips='):])
+    chips = parse(text)
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
@@ -102,7 +117,6 @@ def main(argv=None):
   os.set_inheritable(fd, True)  # the command holds the chip's lock until it exits
   os.environ.update(environment(index))
   print(f'tpu_chips: {settings(os.environ)}', flush=True)
-  command = argv[2:]
   if command[0] == 'python':  # the command list's `python`: this interpreter
     command = [sys.executable, *command[1:]]
   os.execvp(command[0], command)

@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import ROOT
 
 COMMANDS = (
-    'train.py', 'sweeps.sweep', 'sweeps.run_study', 'sweeps.estimate', 'sweeps.preflight',
+    'train.py', 'sweeps.sweep', 'sweeps.run_study', 'sweeps.estimate', 'sweeps.preflight', 'sweeps.tpu_chips',
     'analysis.analyse', 'analysis.attribute', 'analysis.draw', 'analysis.export',
     'analysis.findings', 'experiments.divergence', 'experiments.numerics_probe',
     'models.pretrained', 'input_pipeline.celeba_fixture',

@@ -112,7 +112,9 @@ def test_the_command_lists_launcher_claims_a_free_chip(tmp_path):
 def test_a_dry_run_prints_each_chips_environment_and_emits_the_launcher(tmp_path):
   proc = subprocess.run(
       [sys.executable, '-m', 'sweeps.sweep', '--config=configs/digits.py:smoke',
-       f'--root={tmp_path}', '--tpu-chips', '0,1,2,3', '--dry-run'], cwd=ROOT,
+       f'--root={tmp_path}', '--tpu-chips', '0,1,2,3', '--dry-run',
+       f'--emit-commands={tmp_path / scripts.COMMANDS_FILE}',
+       f'--emit-slurm={tmp_path / scripts.SLURM_FILE}'], cwd=ROOT,
       capture_output=True, text=True, env={**os.environ, 'PYTHONPATH': ROOT}, timeout=600)
   assert proc.returncode == 0, proc.stderr
   for i in range(4):
