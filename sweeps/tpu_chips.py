@@ -25,8 +25,6 @@ import os
 import sys
 import time
 
-from analysis import cli
-
 PORT_BASE = 8476
 LOCK_DIR = os.path.join(os.environ.get('TMPDIR', '/tmp'), 'tpu_chips')
 VARIABLES = ('TPU_VISIBLE_CHIPS', 'TPU_PROCESS_BOUNDS', 'TPU_CHIPS_PER_PROCESS_BOUNDS',
@@ -90,7 +88,8 @@ def claim(chips, lock_dir=LOCK_DIR, poll_s=POLL_S):
 
 
 def parse_args(argv):
-  p = cli.Parser(prog='python -m sweeps.tpu_chips',
+  # The standard library only: the launcher runs under whichever `python` the command list names.
+  p = argparse.ArgumentParser(prog='python -m sweeps.tpu_chips',
                  description="Run a command on the first free TPU chip of --chips with libtpu's "
                  'per-process variables (one run per chip of a TPU VM; the lines sweeps.sweep '
                  '--tpu-chips emits).')
@@ -98,11 +97,18 @@ def parse_args(argv):
                  help='comma-separated ids of the chips this host may hand out, e.g. 0,1,2,3')
   p.add_argument('command', nargs=argparse.REMAINDER,
                  help='the command, after --, e.g. -- python train.py --config=...')
+  p.error = lambda message: fail(f'{message}; see --help')
   args = p.parse_args(argv)
   command = args.command[1:] if args.command[:1] == ['--'] else args.command
   if not command:
-    cli.fail('give the command after --, e.g. -- python train.py --config=...; see --help')
+    fail('give the command after --, e.g. -- python train.py --config=...; see --help')
   return args.chips, command
+
+
+def fail(message):
+  """One line `error: ...` on stderr, exit code 2 (analysis/cli.py's form, without its imports)."""
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
 
 
 def main(argv=None):

@@ -55,7 +55,8 @@ def lowered_steps(spec, overrides=(), task='classification', lower_eval=True):
   """(train, eval) steps of `spec` (configs/loader.py) lowered for abstract state and batches:
   the train step of the phase where every parameter trains, through the run context (eval None
   unless `lower_eval`)."""
-  config = validation.resolve(loader.load(spec, SMALL + list(overrides)))
+  fields = dict(SMALL) | dict(overrides)  # `overrides` replace SMALL's (a field given once)
+  config = validation.resolve(loader.load(spec, list(fields.items())))
   ctx = run.build(config, synthetic(config, task), jax.devices()[:1])
   phase = next(p for p in ctx.phases if not p.frozen)
   state = jax.eval_shape(lambda: steps.init_state(
