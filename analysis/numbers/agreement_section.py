@@ -63,17 +63,22 @@ def load_entries(runs, load=None):
   return entries, missing
 
 
-def summary_line(table, missing, total):
-  """agreement.summary's first-page line, the runs left out counted by reason (run_predictions)."""
+def summary_line(table, missing, total, left_out=(), labels=None):
+  """agreement.summary's first-page line, the runs left out counted by reason (run_predictions)
+  and the pairs of runs on different test sets (agreement.left_out_text) counted too."""
   reasons = collections.Counter(run_predictions.kind(why) for _, why in missing)
+  apart = agreement.left_out_text(left_out, labels)
   if not missing or set(reasons) == {run_predictions.NONE_SAVED}:
-    return agreement.summary(table, len(missing), total)
-  counted = ', '.join(f'{n} {why}' for why, n in reasons.most_common())
-  if len(missing) == total:
+    line = agreement.summary(table, len(missing), total)
+  elif len(missing) == total:
+    counted = ', '.join(f'{n} {why}' for why, n in reasons.most_common())
     return (f'Agreement: none of the {total} runs has predictions of the step its results came '
             f'from ({counted}); churn, calibration and per-class need them.')
-  return (agreement.summary(table).rstrip('.') + f'; {len(missing)} of {total} runs left out of '
-          f'the agreement, calibration and per-class tables ({counted}).')
+  else:
+    counted = ', '.join(f'{n} {why}' for why, n in reasons.most_common())
+    line = (agreement.summary(table).rstrip('.') + f'; {len(missing)} of {total} runs left out '
+            f'of the agreement, calibration and per-class tables ({counted}).')
+  return line[:-1] + f'; {apart}.' if apart else line
 
 
 def agreement_section(runs, pairs, noise=(), identical=(), platform=(), load=None, labels=None,
@@ -91,15 +96,17 @@ def agreement_section(runs, pairs, noise=(), identical=(), platform=(), load=Non
   `scale`: the accuracy's factor to percent (calibration.loss_table; None: from its values)."""
   entries, missing = load_entries(runs, load)
   split, notes = variance.split_by_arm(runs)
-  table = agreement.agreement_table(entries, pairs, noise, identical, platform)
+  left_out = []  # pairs of runs on different test sets (another split seed): not compared
+  table = agreement.agreement_table(entries, pairs, noise, identical, platform, left_out)
   for side in ('a', 'b'):
     table[f'label_{side}'] = [(labels or {}).get(arm, arm) for arm in table[side]]
-  return result.Agreement(table=table, summary=summary_line(table, missing, len(runs)),
+  return result.Agreement(table=table,
+                          summary=summary_line(table, missing, len(runs), left_out, labels),
                           calibration=calibration.calibration_table(entries),
                           train_loss=calibration.loss_table(runs, scale=scale),
                           per_class=per_class.per_class_table(entries, pairs),
                           variance=split, missing=[run for run, _ in missing],
-                          variance_notes=notes)
+                          variance_notes=notes, left_out=left_out)
 
 
 def compared_pairs(out):

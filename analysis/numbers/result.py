@@ -80,7 +80,8 @@ class Agreement:
   """`table`: the churn ladder (analysis/numbers/agreement.py); `summary`: its first-page line;
   `calibration`, `train_loss`, `per_class`, `variance`: their tables; `missing`: the runs
   without saved predictions; `variance_notes`: the arms whose seeds vary but that have no
-  variance split, and why."""
+  variance split, and why; `left_out`: the pairs of runs on different test sets, not compared
+  image by image (analysis/numbers/agreement.py churns: arms, runs, why)."""
   table: pd.DataFrame
   summary: str
   calibration: pd.DataFrame
@@ -89,6 +90,7 @@ class Agreement:
   variance: pd.DataFrame
   missing: list
   variance_notes: list = dataclasses.field(default_factory=list)
+  left_out: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
