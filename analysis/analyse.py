@@ -32,8 +32,8 @@ import pandas as pd
 
 from analysis import arguments, attribute, cli, output
 from analysis.figures import churn_ladder, naming, study_figures
-from analysis.inputs import declaration, results
-from analysis.numbers import answer, stats
+from analysis.inputs import csv_input, declaration, results, run_predictions
+from analysis.numbers import answer
 from analysis.words import report
 
 COMMAND = 'analysis.analyse'  # how its progress lines name it
@@ -64,7 +64,7 @@ def load(args):
   if args.runs:
     return (*results.load_study(args.runs, args.study), ' '.join(args.runs))
   declared = declaration.load(args.study) if args.study else {}
-  frame = stats.read_csv(args.csv, args.metric, args.seed_col, named_columns(args, declared),
+  frame = csv_input.read_csv(args.csv, args.metric, args.seed_col, named_columns(args, declared),
                          scale=args.scale)
   declaration.check_levels(declared, frame, args.study)
   return frame, frame.iloc[:0][['run']], declared, args.csv
@@ -152,16 +152,16 @@ def publish(out, hist, fmt='md', out_dir=None, dest=None):
   return dest.write(lambda folder: write(out, hist, folder, {fmt: text}))
 
 
-def analyse(args):
-  """analysis/answer.analyse's Analysis for the command line, with the histories; each stage that
+def analysis_and_histories(args):
+  """analysis/answer.study_analysis's Analysis for the command line, with the histories; each stage that
   lasts over 2 s says so on stderr (cli.stage)."""
   with cli.stage(COMMAND, f'reading {" ".join(args.runs) if args.runs else args.csv}'):
     frame, hist, declared, source = load(args)
   with cli.stage(COMMAND, f'{len(frame)} runs: testing the contrasts, the gap decomposition, the '
                  'attribution and the agreement'):
-    out = answer.analyse(frame, declared, args.group_by, args.metric, args.margin,
+    out = answer.study_analysis(frame, declared, args.group_by, args.metric, args.margin,
                          args.margin_reason, args.seed_col, args.scale, args.all_pairs, source,
-                         run_folders=bool(args.runs),
+                         read_predictions=run_predictions.read_runs if args.runs else None,
                          compare=declaration.parse_compare(args.compare))
   return out, hist
 
@@ -174,7 +174,7 @@ def main(argv=None):
   except ValueError as e:
     cli.fail(e)
   with cli.destination(args.out) as dest:  # --out locked before any compute, written at once
-    out, hist = analyse(args)
+    out, hist = analysis_and_histories(args)
     with cli.stage(COMMAND, 'the report' + (f', its tables, the attribution and the figures into '
                                               f'{args.out}' if args.out else '')):
       written = publish(out, hist, args.format, args.out, dest)

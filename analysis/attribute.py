@@ -17,8 +17,8 @@ import os
 
 from analysis import arguments, cli
 from analysis.figures import forest
-from analysis.inputs import declaration, results
-from analysis.numbers import attribution, effects, gap_verdict, stats
+from analysis.inputs import csv_input, declaration, results
+from analysis.numbers import attribution, effects, gap_verdict
 from analysis.words import attribution_text
 
 
@@ -64,8 +64,8 @@ def main(argv=None):
     cli.fail(e)
   with cli.destination(args.out) as dest:  # locked, written at once (analysis/output.py)
     frame = (results.load_runs(args.runs) if args.runs else
-             stats.read_csv(args.csv, args.metric, args.seed_col, named_columns(args), True))
-    out = attribution.run(frame, args.factors, args.metric, args.seed_col, args.reference,
+             csv_input.read_csv(args.csv, args.metric, args.seed_col, named_columns(args), True))
+    out = attribution.factor_attribution(frame, args.factors, args.metric, args.seed_col, args.reference,
                           args.interactions, args.margin, args.noise_arm, args.native,
                           args.platform_profile, ' '.join(args.runs or [args.csv]),
                           noise_of=args.noise_of, min_share=args.min_share,

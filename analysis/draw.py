@@ -22,7 +22,7 @@ def main(argv=None):
   args = parse_args(argv)
   with cli.destination(args.out) as dest:  # locked, drawn at once (analysis/output.py)
     runs, hist, declared = results.load_study(args.runs, args.study)
-    out = answer.analyse(runs, declared, args.group_by, args.metric, args.margin,
+    out = answer.study_analysis(runs, declared, args.group_by, args.metric, args.margin,
                          args.margin_reason)
     written = dest.write(lambda folder: study_figures.make_all(out, hist, folder))
   for path in written:

@@ -11,8 +11,8 @@ from statsmodels.stats.proportion import proportion_confint
 
 from analysis import analyse
 from analysis.figures import churn_ladder
-from analysis.inputs import declaration
-from analysis.numbers import agreement, agreement_pairs, agreement_section, answer, inference, stats
+from analysis.inputs import csv_input, declaration
+from analysis.numbers import agreement, agreement_pairs, agreement_section, answer, inference
 
 N, CLASSES, FINGERPRINT = 400, 10, 'e17be61d6f4e908a'
 LABELS = np.random.default_rng(0).integers(0, CLASSES, N).astype(np.int32)
@@ -132,8 +132,8 @@ def test_different_test_data_is_refused_naming_both_runs():
 
 @pytest.fixture(scope='module')
 def published():
-  """answer.analyse of the published H100 + CPU digits study with its declaration (read only)."""
-  return answer.analyse(stats.read_csv(CSV), declaration.load(CSV.replace('.csv', '.study.json')))
+  """answer.study_analysis of the published H100 + CPU digits study with its declaration (read only)."""
+  return answer.study_analysis(csv_input.read_csv(CSV), declaration.load(CSV.replace('.csv', '.study.json')))
 
 
 def test_baseline_pairs_from_the_recorded_arithmetic(published):
@@ -195,7 +195,7 @@ def test_some_runs_without_predictions_are_counted():
 
 
 def test_without_a_declaration_every_pair_of_arms_on_one_platform_is_compared():
-  out = answer.analyse(stats.read_csv(CSV), all_pairs=False)
+  out = answer.study_analysis(csv_input.read_csv(CSV), all_pairs=False)
   pairs = agreement_section.compared_pairs(out)
   assert len(pairs) == 2 * (8 * 7 // 2)
   assert all(a.split(',')[0] == b.split(',')[0] for a, b in pairs)

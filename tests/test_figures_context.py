@@ -24,7 +24,7 @@ def digits_out():
   frame = digits_frame(('cpu', 'gpu'), seeds=range(4)).assign(
       **{'config.data.name': 'digits', 'data.test_size': 360})
   frame['device_kind'] = frame['platform'].map({'cpu': 'cpu', 'gpu': 'NVIDIA H100'})
-  return answer.analyse(frame, DIGITS)
+  return answer.study_analysis(frame, DIGITS)
 
 
 def drawn_figures(monkeypatch, call):

@@ -164,10 +164,10 @@ def noise_floors(runs, arm, base, scale_unit, factors=()):
   return floors
 
 
-def run(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed', reference=None,
-        interactions=(), margin=None, noise_arm=None, native=None, platform_profile=None,
-        source='', margin_reason=None, noise_of=None, min_share=None, compare=None,
-        compare_flag='compare'):
+def factor_attribution(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed',
+                       reference=None, interactions=(), margin=None, noise_arm=None, native=None,
+                       platform_profile=None, source='', margin_reason=None, noise_of=None,
+                       min_share=None, compare=None, compare_flag='compare'):
   """The whole attribution (see module doc) as an analysis.numbers.result.Attribution: terms (the CSV
   table), gap (component table or None), decomposition (one verdict dict per gap,
   analysis/numbers/gap_verdict.py), arms, noise ({platform: noise_floor}), model, method, excluded,

@@ -7,10 +7,10 @@ field that is not here does not exist. Tables are pandas DataFrames with the col
 producer's docstring lists; values are in `unit` (pp for an accuracy, x100).
 
   Prepared   the runs table read for analysis (analysis/stats.prepare)
-  Stats      + per-arm statistics and every pairwise test (analysis/stats.analyse)
+  Stats      + per-arm statistics and every pairwise test (analysis/stats.arms_and_pairs)
   Analysis   + the declaration, its contrasts, noise floors, attribution, software, agreement,
-               scope and the confirmatory re-analysis (analysis/answer.analyse)
-  Attribution  the factor effects and the platform gap decomposition (analysis/attribution.run)
+               scope and the confirmatory re-analysis (analysis/answer.study_analysis)
+  Attribution  the factor effects and the platform gap decomposition (analysis/attribution.factor_attribution)
   Agreement  agreement between models from saved predictions (analysis/numbers/agreement_section.py)
   Scope      what was analysed against what was declared (analysis/answer.scope)
   Software   each platform's device and package versions (analysis/answer.software)
