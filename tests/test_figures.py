@@ -165,8 +165,8 @@ def pdf_size_in(path):
 
 def test_every_figure_is_drawn_at_its_printed_size_with_short_labels_inside_the_figure(tmp_path):
   out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
-  paths = study_figures.make_all(out, pd.DataFrame(columns=['run', 'epoch']), str(tmp_path),
-                           steps=pd.DataFrame(columns=list(results.STEP_COLUMNS)))
+  paths = draw.figures(out, pd.DataFrame(columns=['run', 'epoch']), str(tmp_path),
+                       steps=pd.DataFrame(columns=list(results.STEP_COLUMNS)))
   widths = {'accuracy_by_arm': style.TWO_COLUMN_IN, 'contrasts': style.ONE_COLUMN_IN,
             'gap_decomposition': style.ONE_COLUMN_IN}
   # attribution_forest (the attribution command's) is not written: it repeats contrasts and the gap
@@ -354,7 +354,7 @@ def test_no_shared_seeds_and_colours_are_stable(tmp_path):
   make_study(tmp_path / 'a', arms=(('tpu', 'float32', 0.9),), seeds=range(3))
   make_study(tmp_path / 'a', arms=(('gpu', 'float32', 0.9),), seeds=range(10, 13))
   out, hist, _ = analysed(tmp_path / 'a')
-  paths = study_figures.make_all(out, hist, str(tmp_path / 'f'))  # steps read from the run folders
+  paths = draw.figures(out, hist, str(tmp_path / 'f'))  # steps read from the run folders
   assert len(paths) == 6 and any('training_curves' in p for p in paths)
   check_files(paths)
   labels = list(out.arms['arm'])

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from etils import epath
 
-from analysis import analyse, attribute, cli, export
+from analysis import analyse, attribute, catalogue, cli, export
 from analysis.inputs import csv_input, declaration, results
 from analysis.numbers import answer, stats
 from analysis.words import report
@@ -363,7 +363,8 @@ def small_out(source):
 def test_a_table_without_columns_is_not_written_and_said(tmp_path, capsys):
   out = small_out('x.csv')
   out.pairs = pd.DataFrame()  # declared contrasts only: no pair tested
-  files = analyse.write_csv_tables(out, str(tmp_path))
+  files = catalogue.write(catalogue.ANALYSE, catalogue.Given(result=out), str(tmp_path),
+                          only={'report_pairs.csv', 'report_excluded.csv'})
   assert not (tmp_path / 'report_pairs.csv').exists()
   assert 'note: report_pairs.csv not written: no pairs tested' in capsys.readouterr().err
   assert str(tmp_path / 'report_excluded.csv') in files

@@ -108,6 +108,11 @@ def draw(table, context=None):
   return fig
 
 
-def churn_ladder(table, out_dir, context=None):
-  """Write churn_ladder.pdf and .png (300 dpi, printed size) into out_dir; returns the paths."""
-  return style.save(draw(table, context), out_dir, 'churn_ladder', crop=False)
+def churn_ladder(given, out_dir, name):
+  """The ladder of `given.result`'s agreement table (subtitled with its context) as NAME.pdf and
+  .png (300 dpi, printed size) into out_dir; [] without churn rows."""
+  out = given.result
+  table = out.agreement.table if out is not None and out.agreement else None
+  if table is None or table.empty:
+    return []
+  return style.save(draw(table, naming.context(out, 150)), out_dir, name, crop=False)

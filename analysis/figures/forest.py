@@ -24,12 +24,9 @@ The study's figures carry its context (data, n, platforms: analysis/figures/nami
 from matplotlib.colors import to_rgba
 import numpy as np
 
-from analysis.figures import style
+from analysis.figures import naming, style
 
 plt = style.plt
-NAME = 'attribution_forest'
-GAP_NAME = 'gap_decomposition'
-CONTRASTS_NAME = 'contrasts'
 ROW_IN = 0.2  # height of one row, inches
 PLATFORM_FACTOR = 'platform'
 # The gap's components in the forest's order: key -> row label ({a}, {b}: the platforms; e_A, e_B,
@@ -221,9 +218,11 @@ def draw_forest(out):
   return fig
 
 
-def plot(out, out_dir, name=NAME):
-  """attribution_forest (draw_forest) as PDF and PNG; returns the two paths."""
-  return style.save(draw_forest(out), out_dir, name, crop=False)
+def attribution_forest(given, out_dir, name):
+  """draw_forest of `given.attribution` as NAME.pdf and .png (analysis/catalogue.py Figure); []
+  without an attribution."""
+  att = given.attribution
+  return [] if att is None else style.save(draw_forest(att), out_dir, name, crop=False)
 
 
 def sum_rows(out, d):
@@ -242,10 +241,13 @@ def sum_rows(out, d):
   return out_rows
 
 
-def plot_gap(out, out_dir, name=GAP_NAME, context=None):
-  """gap_decomposition (draw_gap) as PDF and PNG; None without a gap."""
-  fig = draw_gap(out, context)
-  return None if fig is None else style.save(fig, out_dir, name, crop=False)
+def gap_decomposition(given, out_dir, name):
+  """draw_gap of `given.attribution` as NAME.pdf and .png, subtitled with the study's context
+  when `given.result` is there; [] without a gap."""
+  att = given.attribution
+  context = naming.context(given.result, 68) if given.result is not None else None
+  fig = draw_gap(att, context) if att is not None else None
+  return [] if fig is None else style.save(fig, out_dir, name, crop=False)
 
 
 def draw_gap(out, context=None):
@@ -278,12 +280,6 @@ def verdict_line(d, unit):
   """'<verdict> at ±m unit': the second line of a pair's gap row (its open part is in the
   report)."""
   return f'{d["verdict"]} at ±{d["margin"]:g} {unit}' if d['margin'] else d['verdict']
-
-
-def plot_contrasts(table, noise, margin, unit, out_dir, name=CONTRASTS_NAME, context=None):
-  """contrasts (draw_contrasts) as PDF and PNG; None without contrasts."""
-  fig = draw_contrasts(table, noise, margin, unit, context)
-  return None if fig is None else style.save(fig, out_dir, name, crop=False)
 
 
 def draw_contrasts(table, noise, margin, unit, context=None):

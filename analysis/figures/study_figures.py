@@ -32,7 +32,6 @@ from matplotlib import ticker
 from matplotlib.patches import Patch
 
 from analysis.figures import forest, naming, style
-from analysis.inputs import results
 
 plt = style.plt
 BOX_MIN_N = 10  # below this many seeds per arm a box (quartiles) says less than the points
@@ -149,8 +148,10 @@ def draw_accuracy_by_arm(out):
   return fig
 
 
-def accuracy_by_arm(out, out_dir):
-  return style.save(draw_accuracy_by_arm(out), out_dir, 'accuracy_by_arm', crop=False)
+def accuracy_by_arm(given, out_dir, name):
+  """The figure of the study `given.result` (analysis/catalogue.py Figure) as NAME.pdf and .png."""
+  style.apply()
+  return style.save(draw_accuracy_by_arm(given.result), out_dir, name, crop=False)
 
 
 def contrast_table(out):
@@ -164,9 +165,12 @@ def contrast_table(out):
                       platform='')
 
 
-def contrasts(out, out_dir):
-  return forest.plot_contrasts(contrast_table(out), forest.floors_of(out.noise),
-                               out.margin, out.unit, out_dir, context=naming.context(out, 68))
+def contrasts(given, out_dir, name):
+  """forest.draw_contrasts of the study `given.result` as NAME.pdf and .png; [] without a pair."""
+  out = given.result
+  fig = forest.draw_contrasts(contrast_table(out), forest.floors_of(out.noise), out.margin,
+                              out.unit, context=naming.context(out, 68))
+  return [] if fig is None else style.save(fig, out_dir, name, crop=False)
 
 
 def curve(frame, x, col, scale=1.0):
@@ -316,25 +320,13 @@ def legend_entries(categories, place, same, colors, styles):
   return handles, labels + [p + (' (wider: drawn beneath)' if under[p] else '') for p in platforms]
 
 
-def training_curves(out, hist, steps, out_dir):
-  fig = draw_training_curves(out, hist, steps)
-  return None if fig is None else style.save(fig, out_dir, 'training_curves', crop=False)
-
-
-def make_all(out, hist, out_dir, steps=None):
-  """Write every figure that the data allow (an analysis.numbers.result.Analysis); returns the files.
-
-  `steps`: analysis.inputs.results.load_steps' table; None reads it from the analysed runs' folders.
-  """
-  from etils import epath  # pylint: disable=import-outside-toplevel
-  epath.Path(out_dir).mkdir(parents=True, exist_ok=True)
+def training_curves(given, out_dir, name):
+  """draw_training_curves of `given` (its result, histories and steps) as NAME.pdf and .png; []
+  without curves."""
+  empty = pd.DataFrame(columns=['run'])
+  hist = given.histories if given.histories is not None else empty
+  steps = given.steps if given.steps is not None else empty
   style.apply()
-  if steps is None:
-    steps = results.steps_frame(out.runs['run'])
-  written = accuracy_by_arm(out, out_dir)
-  att = out.attribution
-  for paths in (contrasts(out, out_dir), training_curves(out, hist, steps, out_dir),
-                att and forest.plot_gap(att, out_dir, context=naming.context(out, 68))):
-    written += paths or []
-  return written
+  fig = draw_training_curves(given.result, hist, steps)
+  return [] if fig is None else style.save(fig, out_dir, name, crop=False)
 
