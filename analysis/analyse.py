@@ -117,7 +117,7 @@ def publish(out, hist, fmt='md', out_dir=None, dest=None):
 
 
 def analysis_and_histories(args):
-  """analysis/answer.study_analysis's Analysis for the command line, with the histories; each stage that
+  """analysis.numbers.answer.study_analysis's Analysis for the command line, with the histories; each stage that
   lasts over 2 s says so on stderr (cli.stage)."""
   with cli.stage(COMMAND, f'reading {" ".join(args.runs) if args.runs else args.csv}'):
     frame, hist, declared, source = load(args)

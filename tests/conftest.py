@@ -44,7 +44,7 @@ TIERS = {
              'test_variance.py', 'test_platform_pairs.py', 'test_study_designs.py',
              'test_first_page.py', 'test_figures_context.py', 'test_declaration.py',
              'test_columns.py', 'test_hlo_census.py', 'test_readme_claims.py',
-             'test_analysis_rooms.py'),
+             'test_analysis_rooms.py', 'test_references.py'),
     'integration': ('test_bench_determinism.py', 'test_bench_epoch.py', 'test_conv_impl.py',
                     'test_data_parallel.py', 'test_emulate_fast.py', 'test_gpu_memory.py',
                     'test_loss.py', 'test_lowering.py', 'test_memory_checks.py', 'test_model.py',

@@ -1,5 +1,5 @@
-"""analysis/numbers/agreement.py, agreement_pairs.py, agreement_section.py and agreement_figure.py
-on planted predictions (no training, no saved runs)."""
+"""analysis/numbers/agreement.py, agreement_pairs.py, agreement_section.py and
+analysis/figures/churn_ladder.py on planted predictions (no training, no saved runs)."""
 
 import dataclasses
 import os

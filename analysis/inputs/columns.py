@@ -29,7 +29,7 @@ MAX_SHOWN = 3
 
 
 def resolve_column(frame, name, arg):
-  """The column of `frame` that `name` means: exact, or with a numerics/config/final prefix."""
+  """The column of `frame` that `name` means: exact, or with a `numerics.`, `config.` or `final.` prefix."""
   for candidate in (name, f'{record.ARM_PREFIX}{name}', f'numerics.effective.{name}',
                     f'{record.CONFIG_PREFIX}{name}', f'final.{name}'):
     if candidate in frame.columns:

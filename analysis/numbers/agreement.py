@@ -1,9 +1,9 @@
 """Agreement between models: churn, the share of test examples two models predict differently, per
 seed and then across seeds, read against its baselines (the churn ladder). Numbers only:
-analysis/numbers/agreement_section.py loads the predictions and writes the CSV, agreement_figure.py
-draws.
+analysis/numbers/agreement_section.py gathers the predictions into entries, analysis/figures/
+churn_ladder.py draws the table.
 
-Predictions: trainer/predictions.read_predictions's dict per run (test-set order): `predicted`
+Predictions: runrecord/predictions.read_predictions's dict per run (test-set order): `predicted`
 int32[n] (classification) or [n, 40] (the attributes task), `label`, `fingerprint`, `task`.
 
   churn(A, B)   = (1/n) Σ_i [ŷ_A(i) ≠ ŷ_B(i)]                   classification, over n images

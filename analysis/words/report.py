@@ -195,7 +195,7 @@ def excluded_lines(out):
 def render(out, fmt):
   """The whole report as one string. md: title, the answer (analysis/words/summary.py), setup, why
   each comparison got its verdict, then the tables. latex: the booktabs tables only. `out`: an
-  analysis.numbers.result.Analysis (analysis/answer.study_analysis)."""
+  analysis.numbers.result.Analysis (analysis.numbers.answer.study_analysis)."""
   if fmt == 'latex':
     arms_cap, _ = tables.captions(out, judged(out)[0])
     split = out.agreement.variance if out.agreement else None
