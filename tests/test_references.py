@@ -7,8 +7,8 @@ read for references of three shapes, each resolved against the tree:
            of its names ('trainer/stop.InFlight': stop.py defines InFlight)
   modules  a package's dotted module and at most one name in it ('analysis.numbers.stats',
            'analysis.inputs.csv_input.read_csv', 'sweeps.run_study')
-  tests    'tests/test_x.py' or 'test_x.py', found by file name anywhere under tests/ (the tiers'
-           folders included)
+  tests    'tests/test_x.py', 'test_x.py' or another file of tests/ ('tests/conftest.py'), found
+           by file name anywhere under tests/ (the tiers' folders and the helpers' included)
 
 Not references: placeholders (a part that is one letter or in capitals: 'analysis.x',
 'configs/x.py', 'benchmarks.NAME'), file names after a dot ('numerics.md'), and `numerics.NAME`
@@ -127,11 +127,13 @@ def path_problem(root, ref):
 
 
 def unresolved_test_file(root, ref):
+  """Why the file `ref` of tests/ is not there: looked for by its name anywhere under tests/ (the
+  tiers' folders, the helpers' package), so that a reference survives the file's move."""
   name = os.path.basename(ref)
-  if placeholder(name[len('test_'):-len('.py')]):
+  if placeholder(name[len('test_'):-len('.py')] if name.startswith('test_') else name[:-3]):
     return None
   found = glob.glob(os.path.join(root, 'tests', '**', name), recursive=True)
-  return None if found else 'no such test file under tests/'
+  return None if found else 'no such file under tests/'
 
 
 def sources(root):
@@ -152,7 +154,8 @@ def stale_references(root):
     name = os.path.relpath(path, root)
     for line, text in prose_lines(path):
       found = [(ref, unresolved_test_file(root, ref)) for ref in _TEST.findall(text)]
-      found += [(ref, path_problem(root, ref)) for ref in _PATH.findall(text)
+      found += [(ref, unresolved_test_file(root, ref) if re.fullmatch(r'tests/[\w/]+\.py', ref)
+                 else path_problem(root, ref)) for ref in _PATH.findall(text)
                 if not _TEST.fullmatch(ref.rstrip('/.'))]
       found += [(ref, dotted_problem(root, ref)) for ref in _DOTTED.findall(text)]
       stale += [f'{name}:{line}: {ref} ({why})' for ref, why in found
@@ -178,11 +181,12 @@ def test_the_check_finds_planted_stale_references(tmp_path):
       'Run `python -m analysis.study` (gone), `analysis.numbers.stats.read_csv` (moved),\n'
       'analysis/numbers/stats.arms and analysis/numbers/stats.gone; analysis/forest.py;\n'
       'fine: analysis.numbers.stats, analysis/numbers/, analysis/numbers/stats*.py, '
-      'numerics.profile, analysis.x, tests/test_stats.py\n')
+      'numerics.profile, analysis.x, tests/test_stats.py; gone: tests/helpers.py\n')
   assert stale_references(str(tmp_path)) == [
       'README.md:1: analysis.study (analysis defines no study)',
       'README.md:1: analysis.numbers.stats.read_csv (analysis.numbers.stats defines no read_csv)',
       'README.md:2: analysis/numbers/stats.gone (analysis/numbers/stats.py defines no gone)',
       'README.md:2: analysis/forest.py (no such file or folder)',
+      'README.md:3: tests/helpers.py (no such file under tests/)',
       'analysis/numbers/stats.py:1: analysis/numbers/answer.py (no such file or folder)',
-      'analysis/numbers/stats.py:4: test_gone.py (no such test file under tests/)']
+      'analysis/numbers/stats.py:4: test_gone.py (no such file under tests/)']
