@@ -4,7 +4,7 @@ read for references of three shapes, each resolved against the tree:
 
   paths    a top-level folder's file or folder ('analysis/numbers/stats.py', 'docs/tpu.md',
            'input_pipeline/celeba*.py' as a glob), a module without its .py, or a module and one
-           of its names ('trainer/stop.InFlight': stop.py defines InFlight)
+           of its names ('runrecord/predictions.read_predictions')
   modules  a package's dotted module and at most one name in it ('analysis.numbers.stats',
            'analysis.inputs.csv_input.read_csv', 'sweeps.run_study')
   tests    'tests/test_x.py', 'test_x.py' or another file of tests/ ('tests/conftest.py'), found
