@@ -6,6 +6,7 @@ analysis/inputs/declaration.py and runrecord/record.py (no pandas, statsmodels o
 sys.argv[0] == '-m' while the module is being found: there `early` parses the command's flags, so
 --help and a bad flag are answered in a fraction of a second, before the command imports the
 statistics and plotting libraries. Each command's `parse_args` is the same parser (one owner).
+Reference: docs/statistics.md "Commands".
 """
 
 import sys

@@ -11,6 +11,7 @@ attribution_gap.csv and attribution_decomposition.csv (one row per platform pair
 default every pair, tpu − gpu first); the forest plot and the gap figure
 (analysis/figures/forest.py), written at once under a lock on --out (analysis/output.py). Bad
 input: one `error: ...` line, exit code 2, nothing written.
+Reference: docs/statistics.md "Commands".
 """
 
 from analysis import arguments, catalogue, cli

@@ -5,6 +5,7 @@ each shows is said there), the same figures analysis.analyse draws into its figu
 
 Bad input: one `error: ...` line, exit code 2, nothing drawn. The figures are drawn into a staging
 folder and moved into place at once, under a lock on --out (analysis/output.py).
+Reference: docs/statistics.md "Commands".
 """
 
 from analysis import arguments, catalogue, cli

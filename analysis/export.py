@@ -12,6 +12,7 @@ Both are written beside the CSV first and moved into place together, under a loc
 (analysis/output.py): a failed export leaves the previous one whole. Each row carries its run's
 `run_id` (runrecord/record.py run_identity), so the same run met in two exports is one run.
 The CSV reads back (analysis.inputs.csv_input.read_csv) to the same tables as the runs it came from.
+Reference: docs/statistics.md "Commands".
 """
 
 import os

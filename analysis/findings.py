@@ -9,6 +9,7 @@ its 90% CI, share explained, verdict) at each margin, and the declared contrasts
 Without --readme the section is printed; with it, the section between the README's markers
 (FIRST ... LAST) is replaced. tests/test_findings.py regenerates it from the CSV and compares it
 with the README, so the README's numbers cannot drift from the data.
+Reference: docs/statistics.md "Commands".
 """
 
 import collections

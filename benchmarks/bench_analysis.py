@@ -23,6 +23,7 @@ declaration) + the Markdown report, what `python -m analysis.analyse --csv` comp
 read_csv + attribution.factor_attribution (effects, gap decomposition; no files). Peak memory = the subprocess's
 peak resident set (getrusage ru_maxrss: the 'Maximum resident set size' of /usr/bin/time -v), the
 interpreter and its imports included (their share is the 'after imports' column).
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse

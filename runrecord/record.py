@@ -215,7 +215,19 @@ def restore_args(abstract_state=None):
 
 
 def read_results(run):
-  """The latest saved step's record of the run folder `run`, or None if no step is saved."""
+  """The run's current record: its latest checkpoint step's `results` item.
+
+  Args:
+    run: a run folder (its --workdir), local or gs://.
+
+  Returns:
+    The record as saved (a dict, docs/record.md "Fields"; `upgrade` maps an old one), or None
+    when the run has no saved step yet.
+
+  Raises:
+    Orbax's and TensorStore's errors for an unreadable step (analysis/inputs/results.py turns them
+    into an excluded run with its reason).
+  """
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   options = ocp.CheckpointManagerOptions(read_only=True)
   with ocp.CheckpointManager(checkpoint_dir(run), item_names=ITEMS, options=options) as mngr:
@@ -302,9 +314,19 @@ def jax_platform(identity):
 
 
 def row(run, results):
-  """One table row (dict) for `run` from its record (None: nothing saved yet). Requested numerics
-  fields the record predates, and config fields (a record with a config) but the seed, are filled
-  with their defaults (see the module doc)."""
+  """One row of the runs table from a run's record.
+
+  Args:
+    run: the run's folder, its `run` column.
+    results: its record (read_results), or None when nothing is saved yet.
+
+  Returns:
+    A dict: BASE_COLUMNS (run_id by run_identity, platform by platform_identity, init and data
+    seeds `seed` where not set apart) and the flattened parts (`final.*`, `numerics.*`,
+    `config.*`, ...); requested numerics fields the record predates, and config fields but the
+    seed, filled with their defaults (docs/record.md "Fields"). Without a record: status
+    'no_results' and its reason.
+  """
   if results is None:
     return {'run': run, 'status': 'no_results', 'reason': 'no saved checkpoint step'}
   results = upgrade(results)

@@ -1,6 +1,6 @@
 """Every module, file and test the prose names exists: the docs (README.md, BENCHMARKS.md,
 results/README.md, docs/*.md) and every docstring and comment of the repository's Python files,
-read for references of three shapes, each resolved against the tree:
+read for references of four shapes, each resolved against the tree:
 
   paths    a top-level folder's file or folder ('analysis/numbers/stats.py', 'docs/tpu.md',
            'input_pipeline/celeba*.py' as a glob), a module without its .py, or a module and one
@@ -9,6 +9,7 @@ read for references of three shapes, each resolved against the tree:
            'analysis.inputs.csv_input.read_csv', 'sweeps.run_study')
   tests    'tests/test_x.py', 'test_x.py' or another file of tests/ ('tests/conftest.py'), found
            by file name anywhere under tests/ (the tiers' folders and the helpers' included)
+  sections a page and one of its headings, quoted (docs/record.md "Test predictions")
 
 Not references: placeholders (a part that is one letter or in capitals: 'analysis.x',
 'configs/x.py', 'benchmarks.NAME'), file names after a dot ('numerics.md'), and `numerics.NAME`
@@ -39,6 +40,7 @@ HISTORY = {('results/README.md', 'analysis.study'):
 _PATH = re.compile(r'(?<![\w/.\-])((?:%s)/[\w/.*\-]*[\w*/])' % '|'.join(map(re.escape, FOLDERS)))
 _DOTTED = re.compile(r'(?<![\w/.\-])((?:%s)(?:\.\w+)+)' % '|'.join(PACKAGES))
 _TEST = re.compile(r'(?<![\w.\-])((?:[\w]+/)*test_\w+\.py)\b')
+_SECTION = re.compile(r'\b(docs/[\w\-]+\.md|BENCHMARKS\.md|README\.md) "([^"]+)"')
 
 
 def placeholder(part):
@@ -136,6 +138,16 @@ def unresolved_test_file(root, ref):
   return None if found else 'no such file under tests/'
 
 
+def section_problem(root, page, heading):
+  """Why `page` "heading" names no heading of that page (a module docstring's pointer), or None."""
+  path = os.path.join(root, page)
+  if not os.path.isfile(path):
+    return None  # the page itself: path_problem
+  with open(path, encoding='utf-8') as f:
+    headings = re.findall(r'^#+\s+(.*?)\s*$', f.read(), re.M)
+  return None if heading in headings else f'{page} has no heading "{heading}"'
+
+
 def sources(root):
   """The files whose prose is read: the docs and every Python file of the tree."""
   found = [os.path.join(root, d) for d in DOCS if os.path.exists(os.path.join(root, d))]
@@ -158,6 +170,8 @@ def stale_references(root):
                  else path_problem(root, ref)) for ref in _PATH.findall(text)
                 if not _TEST.fullmatch(ref.rstrip('/.'))]
       found += [(ref, dotted_problem(root, ref)) for ref in _DOTTED.findall(text)]
+      found += [(f'{page} "{heading}"', section_problem(root, page, heading))
+                for page, heading in _SECTION.findall(text)]
       stale += [f'{name}:{line}: {ref} ({why})' for ref, why in found
                 if why and (name, ref) not in HISTORY]
   return stale
@@ -177,16 +191,20 @@ def test_the_check_finds_planted_stale_references(tmp_path):
       '"""Reads analysis/numbers/answer.py and analysis.numbers.stats.arms."""\n\n'
       'def arms():\n  # see tests/test_stats.py and test_gone.py\n  return 1\n')
   (tmp_path / 'tests' / 'unit' / 'test_stats.py').write_text('')
+  (tmp_path / 'docs').mkdir()
+  (tmp_path / 'docs' / 'page.md').write_text('# Page\n\n## A section\n')
   (tmp_path / 'README.md').write_text(
       'Run `python -m analysis.study` (gone), `analysis.numbers.stats.read_csv` (moved),\n'
       'analysis/numbers/stats.arms and analysis/numbers/stats.gone; analysis/forest.py;\n'
       'fine: analysis.numbers.stats, analysis/numbers/, analysis/numbers/stats*.py, '
-      'numerics.profile, analysis.x, tests/test_stats.py; gone: tests/helpers.py\n')
+      'numerics.profile, analysis.x, tests/test_stats.py; gone: tests/helpers.py\n'
+      'See docs/page.md "A section" and docs/page.md "Another section".\n')
   assert stale_references(str(tmp_path)) == [
       'README.md:1: analysis.study (analysis defines no study)',
       'README.md:1: analysis.numbers.stats.read_csv (analysis.numbers.stats defines no read_csv)',
       'README.md:2: analysis/numbers/stats.gone (analysis/numbers/stats.py defines no gone)',
       'README.md:2: analysis/forest.py (no such file or folder)',
       'README.md:3: tests/helpers.py (no such file under tests/)',
+      'README.md:4: docs/page.md "Another section" (docs/page.md has no heading "Another section")',
       'analysis/numbers/stats.py:1: analysis/numbers/answer.py (no such file or folder)',
       'analysis/numbers/stats.py:4: test_gone.py (no such file under tests/)']

@@ -6,7 +6,9 @@ initial weights only, seed); each row's label says its kind, its arms by their s
 (analysis/figures/naming.py) and its n (seeds, or seed pairs). Colour: the platform of the pair
 (style.platform_colors, as in every figure), black for pairs across platforms. The x axis runs
 from 0 to a little past the largest bound or seed drawn, never past 100 %. Drawn at its printed
-width (style.TWO_COLUMN_IN), the study's context (data, n, platforms) as its subtitle."""
+width (style.TWO_COLUMN_IN), the study's context (data, n, platforms) as its subtitle.
+Reference: docs/statistics.md "Report and figures".
+"""
 
 import textwrap
 

@@ -1,24 +1,18 @@
-"""Forest plots of the study, one column wide (style.ONE_COLUMN_IN) and drawn at their printed size,
-as PDF and 300-dpi PNG in analysis/figures/style.py's style: intervals against a zero line, the
-equivalence margin (dashed, black) and the noise floor of each platform (a band in the platform's
-colour, its own legend key: the 95% half-width of the paired mean difference noise arm − the arm it
-perturbs, analysis.numbers.attribution.noise_floor). Colour = platform (style.platform_colors;
-black: measured across platforms); arms by their marker (style.arm_styles).
+"""Forest plots of the study, one column wide (style.ONE_COLUMN_IN) and drawn at their printed
+size (analysis/catalogue.py lists them): intervals against a zero line, the equivalence margin
+(dashed, black) and each platform's noise floor (a band in its colour: the 95% half-width of the
+paired mean difference noise arm − the arm it perturbs, analysis.numbers.attribution.noise_floor).
+Colour = platform (black: measured across platforms).
 
-  plot            attribution_forest: per platform gap, every component of its decomposition
-                  (analysis/numbers/gap.py: G; fid_A, fid_B; N_A, N_B, N, N_A − N_B; P_eA, P_eB, P; R) ± 95%
-                  t-CI over seeds; below, in a panel of its own, the main effects of the other
-                  factors (the additive model's terms). The model's platform term is not drawn
-                  where the gap is decomposed (it averages different arithmetic: profile=native is
-                  one arithmetic on each platform); without a decomposition it is drawn, labelled as
-                  the mean over every arm.
-  plot_gap        gap_decomposition: per platform pair, G = fid_A − fid_B + N + P, each part as it enters the
-                  sum ± 95% CI (thin), and the residual R = G − N; G and R with the 90% CI of their
-                  TOST (thick); the G row names the pair and its verdict
-  plot_contrasts  contrasts: each declared contrast (arm − reference arm, per platform) ± 95% CI
-                  (thin) and 90% CI (thick), colour = platform, the estimate a 'D' (hollow:
-                  unpaired), each legend key as it is drawn
-The study's figures carry its context (data, n, platforms: analysis/figures/naming.py) as a caption.
+  attribution_forest  per platform gap every component of its decomposition (COMPONENT_ROWS,
+                      analysis/numbers/gap.py) ± 95% t-CI over seeds, then the main effects of the
+                      other factors (the platform term only where no gap is decomposed: it
+                      averages different arithmetic)
+  gap_decomposition   per platform pair G = fid_A − fid_B + N + P, each part as it enters the sum
+                      (SUM_ROWS) ± 95% CI, the residual R = G − N; G and R with their TOST's 90% CI
+  draw_contrasts      each contrast (arm − reference, per platform) ± 95% CI (thin) and 90% CI
+                      (thick), the estimate a 'D' (hollow: unpaired)
+Reference: docs/statistics.md "Report and figures".
 """
 
 from matplotlib.colors import to_rgba

@@ -1,29 +1,10 @@
-"""Publication figures of a study, drawn at their printed size (one column 3.3 in, two columns
-6.9 in: analysis/figures/style.py) as vector PDF and 300-dpi PNG.
-
-  make_all(analysis, hist, 'figures')   # the command: python -m analysis.draw
-
-Writes, for the runs that analysis.numbers.stats keeps (completed; replicates of a seed averaged), with
-the arms named by their short labels (what differs from the study's reference arm):
-  accuracy_by_arm    (two columns) the final metric per arm: every seed (points: colour = platform;
-                     the arm is the x position), mean ± 95% CI (the arm table's interval, black);
-                     quartile boxes only from BOX_MIN_N seeds per arm
-  contrasts          (one column) each declared contrast, arm − reference arm, ± 95% / 90% CI,
-                     against the margin and each platform's noise floor (analysis/figures/forest.py);
-                     every pair when the study declares no contrasts
-  gap_decomposition  (one column) per platform pair, native gap G = fid_A − fid_B + N + P and the
-                     residual R (two platforms or more)
-  training_curves    (two columns) training loss per logged step (each run's metrics.jsonl) and
-                     the test metric per epoch zoomed to the last half of the epochs: mean per arm
-                     (marker and line style) and platform (colour); band = ± 1 sd over runs up to
-                     SHADED_MAX curves per panel; an arm whose curves equal another arm's on its
-                     platform exactly (the same arithmetic) is named so in the legend
-Colour = platform in every figure; in the training curves each arm its own marker and line style
-(analysis/figures/style.py). Each figure's subtitle says its data set, n and platforms
-(analysis/figures/naming.py context); arms go by short labels (naming.short_labels). Legends list
-only what is drawn, each key as it is drawn. The y axes span the data, not 0–100%. The attribution
-forest (analysis/figures/forest.py plot: the gap's components and the main effects) is the
-attribution command's; here the contrasts and the gap figure show what it would repeat.
+"""The study's figures that show its arms: accuracy_by_arm, contrasts and training_curves
+(analysis/catalogue.py lists every figure, what it shows and which command draws it; docs/
+statistics.md "Report and figures"). Each is drawn at its printed size (style.ONE_COLUMN_IN,
+TWO_COLUMN_IN) as vector PDF and 300-dpi PNG, for the runs analysis.numbers.stats keeps (completed;
+replicates of a seed averaged): colour = platform, arms by their short labels (naming.short_labels)
+and, in the training curves, by marker and line style; the study's context (naming.context) as the
+subtitle; legends list only what is drawn, each key as it is drawn; y axes span the data.
 """
 
 import numpy as np

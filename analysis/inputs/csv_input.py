@@ -37,6 +37,7 @@ line naming the column, the line of the file and the fix.
                   not completed.
 
 Lines are the file's (the header is line 1). At most MAX_LINES problems are listed, then a count.
+Reference: docs/statistics.md "Input the analysis refuses".
 """
 
 import collections

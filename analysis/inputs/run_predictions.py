@@ -19,6 +19,7 @@ pair one model's accuracy with another model's predictions. A run left out says 
                  where the record gives them
 
 Only these sections leave the run out: its accuracy, the tests and the verdict keep it.
+Reference: docs/record.md "Test predictions".
 """
 
 import logging

@@ -43,6 +43,7 @@ Kinds of rows (the ladder, bottom rung first; `pairing` says which seeds are com
                       identical arithmetic give the same two models), so the pairs of all arms that
                       touch a common seed form one cluster, valued at their mean churn; the interval
                       is over the clusters, which share no seed (a = b = 'every arm on PLATFORM')
+Reference: docs/statistics.md "Agreement between models".
 """
 
 import collections

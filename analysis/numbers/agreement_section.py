@@ -12,6 +12,7 @@ run_predictions.py read); a run without them there (none saved, none at that ste
 is listed in `missing` and left out of these sections only, its reason counted on the first page;
 with none at all the summary says so and the tables that need them are empty, while the
 training-loss table (from the runs table) is still there.
+Reference: docs/statistics.md "Agreement between models".
 """
 
 import collections

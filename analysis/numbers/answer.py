@@ -7,6 +7,7 @@ analysis/analyse.py is the command.
 
 Without a declaration (or one without factors and a reference) every pair of arms is compared
 instead of the declared contrasts, and there is no attribution.
+Reference: docs/statistics.md.
 """
 
 import pandas as pd

@@ -29,6 +29,7 @@ Noise floor, per platform (noise_floors). The paired sd of (noise arm - the arm 
 declaration's noise_of, else the reference arm) over the seeds both ran, and the 95% half-width
 of a paired mean difference at that many seeds, t(0.975, n - 1) x sd / sqrt(n): how large a
 paired difference the matched perturbation alone gives at this study's seeds.
+Reference: docs/statistics.md "Attribution".
 """
 
 import dataclasses

@@ -11,6 +11,7 @@ Per run, from its test predictions (runrecord/predictions.read_predictions):
       count. Confidence: p_predicted (classification); per bit max(p, 1−p) (attributes).
 Per arm: one value per seed (replicates averaged), then the mean with its 95% Student t-interval
 over seeds (analysis.numbers.inference.t_ci).
+Reference: docs/statistics.md "Agreement between models".
 """
 
 import numpy as np

@@ -6,6 +6,7 @@ floor (analysis.numbers.attribution.noise_floor, per platform). Numbers and verd
 
   arms = arm_levels(out, declared)     # per arm: platform, factor levels, short label, role
   table = contrast_table(out, declared)
+Reference: docs/statistics.md "Contrasts and verdicts".
 """
 
 import pandas as pd

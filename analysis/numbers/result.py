@@ -16,6 +16,7 @@ producer's docstring lists; values are in `unit` (pp for an accuracy, x100).
   Scope        what was analysed against what was declared (answer.scope)
   Software     each platform's device and package versions (answer.software)
 (module names under analysis/numbers/)
+Reference: docs/statistics.md.
 """
 
 import dataclasses

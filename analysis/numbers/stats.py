@@ -34,6 +34,7 @@ a study's declared contrasts, analysis/numbers/contrasts.py):
                 of 100/N pp, `lattice`), the rank test's Holm p < α too, so a verdict cannot rest
                 on a t-test over differences of one or two images;
   inconclusive  neither.
+Reference: docs/statistics.md "Arms, seeds and replicates".
 """
 
 import itertools

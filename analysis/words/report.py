@@ -4,6 +4,7 @@ replicates, exclusions). Numbers and verdict categories come from analysis/numbe
 pair's verdict: equivalent / different / inconclusive, see there) and analysis/numbers/answer.py.
 
   text = render(out, 'md')        # or 'latex': the booktabs tables only, for \\input
+Reference: docs/statistics.md "Report and figures".
 """
 
 from analysis.numbers import answer, stats
