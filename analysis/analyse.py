@@ -88,7 +88,7 @@ def write(out, hist, out_dir, rendered=None):
 
 
 def print_csv_tables(out):
-  """`--format csv`: each CSV table of the report (catalogue.csv_tables) as '# NAME' and its rows."""
+  """`--format csv`: each CSV table of the report (catalogue.csv_tables), '# NAME' then its rows."""
   parts = attribute.given(out.attribution, out) if out.attribution else catalogue.Given(result=out)
   for name, table in catalogue.csv_tables(catalogue.ANALYSE, parts).items():
     sys.stdout.write(f'# {name}\n{table.to_csv(index=False)}\n')
@@ -117,8 +117,8 @@ def publish(out, hist, fmt='md', out_dir=None, dest=None):
 
 
 def analysis_and_histories(args):
-  """analysis.numbers.answer.study_analysis's Analysis for the command line, with the histories; each stage that
-  lasts over 2 s says so on stderr (cli.stage)."""
+  """(analysis.numbers.answer.study_analysis's Analysis, the histories) of the command line;
+  each stage that lasts over 2 s says so on stderr (cli.stage)."""
   with cli.stage(COMMAND, f'reading {" ".join(args.runs) if args.runs else args.csv}'):
     frame, hist, declared, source = load(args)
   with cli.stage(COMMAND, f'{len(frame)} runs: testing the contrasts, the gap decomposition, the '

@@ -2,12 +2,12 @@
 NAME.png: what each shows, the function that draws it, the commands that write it) and FILES (the
 reports and tables: what each holds, where its content comes from, the commands that write it).
 The commands write from these lists (write), their --out help and docs/statistics.md's table of
-figures and files are made from them (markdown), and tests/test_catalogue.py checks that what each
-command writes is exactly what they list, and that the docs' table is markdown()'s.
+figures and files are made from them (markdown, update_docs), and tests/test_catalogue.py checks
+that what each command writes is exactly what they list, and that the docs' table is theirs.
 
 A new figure: a function `draw(given, folder, name) -> [paths]` in its analysis/figures/ module
-([] when the data lack it) and one Figure below. A new table: one OutputFile below (its content a
-field of the result, analysis/numbers/result.py).
+([] when the data lack it) and one Figure below; a new table: one OutputFile below (its content a
+field of the result, analysis/numbers/result.py); then update_docs() rewrites the docs' table.
 
 Kept light (no pandas or matplotlib): the commands' --help reads it before their heavy imports.
 """
@@ -74,8 +74,8 @@ FIGURES = (
     Figure('accuracy_by_arm', 'the final metric per arm: every seed (colour = platform), mean ± '
            '95% CI, quartile boxes from 10 seeds per arm (two columns)',
            'analysis.figures.study_figures:accuracy_by_arm', STUDY),
-    Figure('contrasts', 'each declared contrast (arm − reference, per platform; every pair without '
-           'a declaration) ± 95% and 90% CI against the margin and each platform\'s noise floor '
+    Figure('contrasts', 'each declared contrast (arm − reference, per platform; every pair '
+           'without a declaration) ± 95% and 90% CI against the margin and each platform\'s noise floor '
            '(one column)', 'analysis.figures.study_figures:contrasts', STUDY),
     Figure('gap_decomposition', 'per platform pair, G = fid_A − fid_B + N + P, each part as it '
            'enters G, and the residual R, with the pair\'s verdict (one column)',
@@ -111,8 +111,8 @@ FILES = (
                'verdict, share and seeds', 'decomposition', (ANALYSE,)),
     OutputFile('report_agreement.csv', 'the churn ladder\'s rows (analysis/numbers/agreement.py)',
                'result.agreement.table', (ANALYSE,)),
-    OutputFile('report_calibration.csv', 'per run: ECE and its bins', 'result.agreement.calibration',
-               (ANALYSE,), empty='skip'),
+    OutputFile('report_calibration.csv', 'per run: ECE and its bins',
+               'result.agreement.calibration', (ANALYSE,), empty='skip'),
     OutputFile('report_train_loss.csv', 'per arm: the final training loss and its ratio to the '
                'lowest arm\'s', 'result.agreement.train_loss', (ANALYSE,), empty='skip'),
     OutputFile('report_per_class.csv', 'per compared pair and class: the accuracy difference, '
@@ -211,8 +211,15 @@ def names(command):
   return '; '.join(p for p in (shown, drawn and f'{drawn} (.pdf and .png)') if p)
 
 
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs',
+                    'statistics.md')
+FIRST = ('<!-- catalogue: generated from analysis/catalogue.py markdown(); tests/test_catalogue.py '
+         'checks it -->')
+LAST = '<!-- catalogue: end -->'
+
+
 def markdown():
-  """The docs' table of every figure and file (docs/statistics.md, between its markers)."""
+  """The docs' table of every figure and file (docs/statistics.md, between FIRST and LAST)."""
   short = lambda commands: ', '.join(c.removeprefix('analysis.') for c in commands)
   lines = ['| file | what it holds | written by |', '| --- | --- | --- |']
   lines += [f'| `{f.name}` | {f.holds} | {short(f.commands)} |' for f in FILES]
@@ -220,3 +227,20 @@ def markdown():
             for f in FIGURES]
   return '\n'.join(lines) + '\n'
 
+
+def docs_table(page):
+  """The table between FIRST and LAST of the Markdown text `page`, or None without the markers."""
+  start, end = page.find(FIRST), page.find(LAST)
+  return page[start + len(FIRST):end].strip('\n') + '\n' if 0 <= start < end else None
+
+
+def update_docs(path=DOCS):
+  """Write markdown() between the markers of the page at `path` (after adding a figure or file:
+  python -c 'from analysis import catalogue; catalogue.update_docs()')."""
+  with open(path, encoding='utf-8') as f:
+    page = f.read()
+  if docs_table(page) is None:
+    raise ValueError(f'{path}: no table marked {FIRST!r} ... {LAST!r}; add the two markers')
+  start, end = page.find(FIRST) + len(FIRST), page.find(LAST)
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write(page[:start] + '\n\n' + markdown() + '\n' + page[end:])

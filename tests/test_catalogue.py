@@ -6,7 +6,6 @@ init and data seeds, and run folders with training curves (no training)."""
 
 import json
 import os
-import re
 
 import numpy as np
 import pandas as pd
@@ -19,7 +18,7 @@ from runrecord import record
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CSV = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
-STATISTICS = os.path.join(ROOT, 'docs', 'statistics.md')
+STATISTICS = catalogue.DOCS
 N, CLASSES = 360, 10
 
 
@@ -66,7 +65,8 @@ def crossed_csv(path):
   """A CSV whose one arm crosses 3 init seeds x 3 data seeds x 2 replicates (the variance split)."""
   rng = np.random.default_rng(1)
   rows = [{'run': f'r{i}{j}{r}', 'status': 'completed', 'seed': 0, 'init_seed': i, 'data_seed': j,
-           'platform': 'cpu', 'final.test_accuracy': 0.9 + 0.01 * i + 0.005 * j + rng.normal(0, 1e-3)}
+           'platform': 'cpu',
+           'final.test_accuracy': 0.9 + 0.01 * i + 0.005 * j + rng.normal(0, 1e-3)}
           for i in range(3) for j in range(3) for r in range(2)]
   pd.DataFrame(rows).to_csv(path, index=False)
   return str(path)
@@ -135,17 +135,27 @@ def test_the_out_help_and_the_docs_are_made_from_the_catalogue(capsys):
     for entry in catalogue.figures(f'analysis.{command}') + catalogue.files(f'analysis.{command}'):
       assert entry.name in text, (command, entry.name)
   with open(STATISTICS, encoding='utf-8') as f:
-    page = f.read()
-  table = re.search(r'<!-- catalogue: .*? -->\n\n(.*?)\n<!-- catalogue: end -->', page, re.S)
-  assert table and table.group(1) == catalogue.markdown(), (
-      'docs/statistics.md: replace the table between the catalogue markers with '
-      'analysis.catalogue.markdown():\n' + catalogue.markdown())
+    table = catalogue.docs_table(f.read())
+  assert table == catalogue.markdown(), (
+      "docs/statistics.md's table of figures and files is not the catalogue's: run python -c "
+      "'from analysis import catalogue; catalogue.update_docs()'")
+
+
+def test_update_docs_rewrites_only_the_marked_table(tmp_path):
+  page = tmp_path / 'page.md'
+  page.write_text(f'# Page\n\nbefore\n\n{catalogue.FIRST}\n\nold table\n\n{catalogue.LAST}\n'
+                  'after\n', encoding='utf-8')
+  catalogue.update_docs(str(page))
+  text = page.read_text(encoding='utf-8')
+  assert catalogue.docs_table(text) == catalogue.markdown() and 'old table' not in text
+  assert text.startswith('# Page\n\nbefore\n\n') and text.endswith(f'{catalogue.LAST}\nafter\n')
 
 
 def test_a_table_without_rows_is_kept_or_skipped_as_listed(tmp_path, capsys):
   empty = pd.DataFrame(columns=['a'])
+  agreement = type('A', (), {'calibration': empty})
   given = catalogue.Given(result=type('R', (), {'arms': empty, 'pairs': pd.DataFrame(),
-                                                'agreement': type('A', (), {'calibration': empty})}))
+                                                'agreement': agreement}))
   paths = catalogue.write(catalogue.ANALYSE, given, str(tmp_path),
                           only={'report_arms.csv', 'report_pairs.csv', 'report_calibration.csv'})
   assert [os.path.basename(p) for p in paths] == ['report_arms.csv']  # its header kept

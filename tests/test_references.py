@@ -62,8 +62,8 @@ def prose_lines(path):
       if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
           and isinstance(first.value.value, str)):
         lines += [(first.lineno + i, text) for i, text in enumerate(first.value.value.splitlines())]
-  lines += [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
-            if tok.type == tokenize.COMMENT]
+  tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+  lines += [(tok.start[0], tok.string) for tok in tokens if tok.type == tokenize.COMMENT]
   return lines
 
 
