@@ -6,11 +6,12 @@ analysis/inputs/declaration.py and runrecord/record.py (no pandas, statsmodels o
 sys.argv[0] == '-m' while the module is being found: there `early` parses the command's flags, so
 --help and a bad flag are answered in a fraction of a second, before the command imports the
 statistics and plotting libraries. Each command's `parse_args` is the same parser (one owner).
+Reference: docs/statistics.md "Commands".
 """
 
 import sys
 
-from analysis import cli
+from analysis import catalogue, cli
 from analysis.inputs import declaration
 from runrecord import record
 
@@ -52,7 +53,8 @@ def analyse(argv):
                  help='multiply the metric by this (default: 100 for accuracies in [0, 1])')
   p.add_argument('--format', choices=('md', 'latex', 'csv'), default='md',
                  help='what is printed (with --out every format is written)')
-  p.add_argument('--out', help='folder for the report, its tables, the attribution and figures/')
+  p.add_argument('--out', help='folder for the report, its tables, the attribution and figures/: '
+                 + catalogue.names(catalogue.ANALYSE))
   return p.parse_args(argv)
 
 
@@ -85,17 +87,16 @@ def attribute(argv):
                  help='platform=level: the profile emulating each platform, e.g. '
                       'gpu=jax_gpu_default')
   declaration.add_compare_argument(p)
-  p.add_argument('--out', help='folder for attribution.csv/.md, attribution_gap.csv, '
-                 'attribution_decomposition.csv, attribution_forest and gap_decomposition .pdf/.png')
+  p.add_argument('--out', help='folder for ' + catalogue.names(catalogue.ATTRIBUTE))
   return p.parse_args(argv)
 
 
 def draw(argv):
   p = cli.Parser(prog='python -m analysis.draw',
-                 description="The study's figures as a command (analysis/figures/study_figures.py "
-                 'says what each shows).')
+                 description="The study's figures as a command (analysis/catalogue.py says what "
+                 'each shows).')
   add_runs_argument(p, required=True)
-  p.add_argument('--out', required=True, help='folder for the PDF and PNG files')
+  p.add_argument('--out', required=True, help='folder for ' + catalogue.names(catalogue.DRAW))
   declaration.add_study_argument(p)
   p.add_argument('--group-by', nargs='+', default=[],
                  help='columns defining an arm (default: platform, device kind, every requested '

@@ -11,36 +11,34 @@ attribution_gap.csv and attribution_decomposition.csv (one row per platform pair
 default every pair, tpu − gpu first); the forest plot and the gap figure
 (analysis/figures/forest.py), written at once under a lock on --out (analysis/output.py). Bad
 input: one `error: ...` line, exit code 2, nothing written.
+Reference: docs/statistics.md "Commands".
 """
 
-import os
-
-from analysis import arguments, cli
-from analysis.figures import forest
-from analysis.inputs import declaration, results
-from analysis.numbers import attribution, effects, gap_verdict, stats
+from analysis import arguments, catalogue, cli
+from analysis.inputs import csv_input, declaration, results
+from analysis.numbers import attribution, effects, gap_verdict
 from analysis.words import attribution_text
 
 
-def write_tables(out, out_dir):
-  """attribution.csv (exact columns), attribution.md, and with a gap attribution_gap.csv (every
-  component) and attribution_decomposition.csv (one row per gap: verdict, share, seeds)."""
-  os.makedirs(out_dir, exist_ok=True)
-  files = [os.path.join(out_dir, 'attribution.csv'), os.path.join(out_dir, 'attribution.md')]
-  out.terms[effects.CSV_COLUMNS].to_csv(files[0], index=False)
-  with open(files[1], 'w', encoding='utf-8') as f:
-    f.write(attribution_text.render(out))
-  if out.gap is not None:
-    files += [os.path.join(out_dir, f'attribution_{n}.csv') for n in ('gap', 'decomposition')]
-    out.gap.to_csv(files[-2], index=False)
-    gap_verdict.flat(out.decomposition).to_csv(files[-1], index=False)
-  return files
+def given(att, result=None):
+  """What the writers of analysis/catalogue.py read from the attribution `att` (and the study's
+  analysis `result`, analysis.analyse's): the attribution, its text and its CSV tables (the
+  terms' exact columns; one row per platform pair's decomposition, where there is one)."""
+  flat = gap_verdict.flat(att.decomposition) if att.decomposition else None
+  return catalogue.Given(result=result, attribution=att,
+                         attribution_md=attribution_text.render(att),
+                         attribution_terms=att.terms[effects.CSV_COLUMNS], decomposition=flat)
 
 
-def write(out, out_dir):
-  """write_tables, the forest plot and, with a gap, the gap figure (analysis/forest.py)."""
-  return (write_tables(out, out_dir) + forest.plot(out, out_dir)
-          + (forest.plot_gap(out, out_dir) or []))
+def write(att, out_dir, only=None):
+  """Every file and figure analysis/catalogue.py lists for analysis.attribute (`only`: those
+  names), into out_dir; returns their paths."""
+  return catalogue.write(catalogue.ATTRIBUTE, given(att), out_dir, only)
+
+
+def write_tables(att, out_dir):
+  """write's tables without its figures."""
+  return write(att, out_dir, only={f.name for f in catalogue.files(catalogue.ATTRIBUTE)})
 
 
 def parse_args(argv):
@@ -64,12 +62,12 @@ def main(argv=None):
     cli.fail(e)
   with cli.destination(args.out) as dest:  # locked, written at once (analysis/output.py)
     frame = (results.load_runs(args.runs) if args.runs else
-             stats.read_csv(args.csv, args.metric, args.seed_col, named_columns(args), True))
-    out = attribution.run(frame, args.factors, args.metric, args.seed_col, args.reference,
-                          args.interactions, args.margin, args.noise_arm, args.native,
-                          args.platform_profile, ' '.join(args.runs or [args.csv]),
-                          noise_of=args.noise_of, min_share=args.min_share,
-                          compare=declaration.parse_compare(args.compare), compare_flag='--compare')
+             csv_input.read_csv(args.csv, args.metric, args.seed_col, named_columns(args), True))
+    out = attribution.factor_attribution(
+        frame, args.factors, args.metric, args.seed_col, args.reference, args.interactions,
+        args.margin, args.noise_arm, args.native, args.platform_profile,
+        ' '.join(args.runs or [args.csv]), noise_of=args.noise_of, min_share=args.min_share,
+        compare=declaration.parse_compare(args.compare), compare_flag='--compare')
     print(attribution_text.render(out))
     written = dest.write(lambda folder: write(out, folder)) if dest else []
   for path in written:

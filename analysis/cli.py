@@ -5,6 +5,7 @@ analysis.export): bad input as `error: ...` lines on stderr with exit code 2 and
   args = cli.Parser(prog='python -m analysis.x').parse_args(argv)   # argparse, errors as above
   cli.locale_proof()                                              # '±' under LC_ALL=C
   except ValueError as e: cli.fail(e)
+Reference: docs/statistics.md "Commands".
 """
 
 import argparse

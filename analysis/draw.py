@@ -1,14 +1,15 @@
-"""The study's figures as a command (analysis/figures/study_figures.py says what each shows).
+"""The study's figures as a command: those analysis/catalogue.py lists for analysis.draw (what
+each shows is said there), the same figures analysis.analyse draws into its figures/.
 
   python -m analysis.draw --runs ROOT [ROOT ...] --out FIGURES [--study FILE] [--margin 0.5]
 
 Bad input: one `error: ...` line, exit code 2, nothing drawn. The figures are drawn into a staging
 folder and moved into place at once, under a lock on --out (analysis/output.py).
+Reference: docs/statistics.md "Commands".
 """
 
-from analysis import arguments, cli
-from analysis.figures import study_figures
-from analysis.inputs import results
+from analysis import arguments, catalogue, cli
+from analysis.inputs import results, run_predictions
 from analysis.numbers import answer
 
 
@@ -18,13 +19,23 @@ def parse_args(argv):
   return arguments.draw(argv)
 
 
+def figures(out, hist, folder, steps=None):
+  """Every figure of the study's analysis `out` (analysis.numbers.result.Analysis) that its data
+  allow, into `folder`; returns the paths. `hist`: its runs' histories; `steps`: their per-step
+  table (analysis.inputs.results.load_steps'; None: read from the analysed runs' folders)."""
+  if steps is None:
+    steps = results.steps_frame(out.runs['run'])
+  given = catalogue.Given(result=out, attribution=out.attribution, histories=hist, steps=steps)
+  return catalogue.write(catalogue.DRAW, given, folder)
+
+
 def main(argv=None):
   args = parse_args(argv)
   with cli.destination(args.out) as dest:  # locked, drawn at once (analysis/output.py)
     runs, hist, declared = results.load_study(args.runs, args.study)
-    out = answer.analyse(runs, declared, args.group_by, args.metric, args.margin,
-                         args.margin_reason)
-    written = dest.write(lambda folder: study_figures.make_all(out, hist, folder))
+    out = answer.study_analysis(runs, declared, args.group_by, args.metric, args.margin,
+                                args.margin_reason, read_predictions=run_predictions.read_runs)
+    written = dest.write(lambda folder: figures(out, hist, folder))
   for path in written:
     print(path)
 

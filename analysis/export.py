@@ -11,7 +11,8 @@ no run fills; `run` is the run's path relative to the roots' common parent folde
 Both are written beside the CSV first and moved into place together, under a lock on the CSV
 (analysis/output.py): a failed export leaves the previous one whole. Each row carries its run's
 `run_id` (runrecord/record.py run_identity), so the same run met in two exports is one run.
-The CSV reads back (analysis.numbers.stats.read_csv) to the same tables as the runs it came from.
+The CSV reads back (analysis.inputs.csv_input.read_csv) to the same tables as the runs it came from.
+Reference: docs/statistics.md "Commands".
 """
 
 import os

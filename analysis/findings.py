@@ -9,6 +9,7 @@ its 90% CI, share explained, verdict) at each margin, and the declared contrasts
 Without --readme the section is printed; with it, the section between the README's markers
 (FIRST ... LAST) is replaced. tests/test_findings.py regenerates it from the CSV and compares it
 with the README, so the README's numbers cannot drift from the data.
+Reference: docs/statistics.md "Commands".
 """
 
 import collections
@@ -18,7 +19,7 @@ import sys
 import numpy as np
 
 from analysis import arguments, cli
-from analysis.inputs import declaration
+from analysis.inputs import csv_input, declaration
 from analysis.numbers import answer, contrasts, gap, stats
 from analysis.words import attribution_text, report, tables
 from analysis.words.attribution_text import interval, signed
@@ -156,7 +157,7 @@ def main(argv=None):
   try:
     declared = declaration.load(args.study)
     margins = args.margins or [declared.get('margin', stats.DEFAULT_MARGIN)]
-    out = answer.analyse(stats.read_csv(args.csv), declared, margin=margins[0])
+    out = answer.study_analysis(csv_input.read_csv(args.csv), declared, margin=margins[0])
     if not out.attribution or not out.attribution.decomposition:
       raise ValueError(f'--csv: {args.csv} holds no gap decomposition (runs from two platforms '
                        'with a native arm are needed)')

@@ -18,6 +18,7 @@ of two analyses. A file destination (--out FILE.csv, --readme README.md) is lock
 with it. A lock file names its holder (pid, host, start); flock is released by the kernel when the
 holder dies (kill -9 included), and a staging folder left by a killed command is removed by the
 next one. Bucket destinations (gs://) are not supported by the commands that write.
+Reference: docs/statistics.md "Commands".
 """
 
 import contextlib

@@ -17,12 +17,13 @@ final.test_accuracy), so its memory is what an exported study costs.
 
 Each tool and size runs in its own subprocess (`--measure TOOL --csv FILE`), under an
 address-space limit of --max-memory-gb (a tool that needs more fails with MemoryError instead of
-taking the machine down). What is timed, after the imports: stats = read_csv (the columns the
-analysis uses, checked: analysis/inputs/csv_input.py) + answer.analyse (every pair compared: no
+taking the machine down). What is timed, after the imports: stats = csv_input.read_csv (the
+columns the analysis uses, checked) + answer.study_analysis (every pair compared: no
 declaration) + the Markdown report, what `python -m analysis.analyse --csv` computes; attribution =
-read_csv + attribution.run (effects, gap decomposition; no files). Peak memory = the subprocess's
+read_csv + attribution.factor_attribution (effects, gap decomposition; no files). Peak memory = the subprocess's
 peak resident set (getrusage ru_maxrss: the 'Maximum resident set size' of /usr/bin/time -v), the
 interpreter and its imports included (their share is the 'after imports' column).
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse
@@ -121,16 +122,17 @@ def export_table(seeds, rng=0, seed_sd=SEED_SD, template=TEMPLATE):
 def run_tool(tool, path):
   """Run `tool` on the CSV at `path` (export_table's format) as its command line would; returns
   the method it names."""
-  from analysis.numbers import answer, attribution, stats  # pylint: disable=import-outside-toplevel
+  from analysis.inputs import csv_input  # pylint: disable=import-outside-toplevel
+  from analysis.numbers import answer, attribution  # pylint: disable=import-outside-toplevel
   from analysis.words import report
-  frame = stats.read_csv(path, record.DEFAULT_METRIC, 'seed', FACTORS)
+  frame = csv_input.read_csv(path, record.DEFAULT_METRIC, 'seed', FACTORS)
   if tool == 'stats':  # what `python -m analysis.analyse --csv` does, every pair compared
-    out = answer.analyse(frame, {}, FACTORS, record.DEFAULT_METRIC, margin=0.3)
+    out = answer.study_analysis(frame, {}, FACTORS, record.DEFAULT_METRIC, margin=0.3)
     report.render(out, 'md')
     pairs = out.pairs
     used = pairs['signed_rank_method'].where(pairs['paired'], pairs['mw_method'])
     return 'rank test: ' + ', '.join(sorted(set(used)))
-  out = attribution.run(frame, FACTORS, record.DEFAULT_METRIC, margin=0.3)
+  out = attribution.factor_attribution(frame, FACTORS, record.DEFAULT_METRIC, margin=0.3)
   model, _, why = out.method.partition(' (')  # why: after the model's own parentheses
   why = why.split('df); ', 1)[1].split(' (')[0] if 'df); ' in why else ''
   return f'{model}; {why}' if why else model
@@ -139,7 +141,8 @@ def run_tool(tool, path):
 def measure(tool, path, mixed_max_rows=None):
   """The child: one JSON line with seconds, peak RSS and the method the tool reports; every module
   run_tool imports is imported here, before the clock starts."""
-  from analysis.numbers import answer, attribution, effects, stats  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  from analysis.inputs import csv_input  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  from analysis.numbers import answer, attribution, effects  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
   from analysis.words import report
   if mixed_max_rows:  # measure MixedLM beyond the size where the attribution stops fitting it
     effects.MIXED_MAX_ROWS = mixed_max_rows

@@ -21,6 +21,7 @@ pages, dropped under pressure). `ru_maxrss` is the whole process's peak. Disk: t
 zip, the prepared TFDS folder and the decoded cache. Everything generated is deleted at the end
 unless `--keep`. The environment line comes last: it starts the JAX backend, which the peaks
 above should not include.
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse

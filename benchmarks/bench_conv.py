@@ -25,6 +25,7 @@ configurations.
 
 `--sizes` runs several configurations in one process, each SIZE[:WIDTH[:STEM[:BATCH[:CHANNELS]]]]
 (omitted fields from `--width`, `--stem`, `--batch`, `--in-channels`). Imports no TensorFlow.
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse

@@ -28,6 +28,7 @@ Prints a Markdown table, then `<variant>_vs_nondeterministic=<float>` for each e
 last line is `deterministic_vs_nondeterministic=<float>`: images/s of the deterministic variant
 over the other's (goal on a GPU: >= 0.97). XLA:CPU is deterministic either way, so on CPU the
 variants compile the same program and the ratios only show the noise.
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse

@@ -19,6 +19,7 @@ process, so a busy machine slows all alike. Table: median images/s per variant, 
 and fast / reference ratios, and what emulate_impl=auto picks on this platform. The last line is
 `fast_vs_reference=<float>`: the smallest fast / reference ratio over the formats (>= 1: the fast
 path is nowhere slower here).
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse

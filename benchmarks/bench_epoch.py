@@ -27,6 +27,7 @@ study uses it (162,038 training and 40,561 test images: at batch 2048, 79 steps)
 Prints a Markdown table with each item's share of the epoch's training time (steps x median
 step); the last line is `epoch_overhead_fraction=<float>`: (evaluation + synchronous save) over
 that time, the wall time an epoch spends outside training when it evaluates and saves every epoch.
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse

@@ -22,6 +22,7 @@ as a memory map like the trainer opens it), or, by default, `--examples` random 
 such a file in a temporary folder (first reads come from disk, later ones from the page cache).
 Prints a table; the last line is `real_vs_synthetic=<float>`: images/s of the faster real feed
 over images/s of the synthetic one (1.0 = feeding costs nothing; the goal is >= 0.95).
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse

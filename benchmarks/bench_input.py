@@ -9,6 +9,7 @@ Measures, and prints as a table, images per wall-clock second and per CPU-second
   first load (cold)       celeba.load with nothing prepared: TF import, TFDS prepare, decode, write
   cached load             celeba.load again: parse the txt files, open the memmaps (no decoding)
   cached batch gather     batching.train_batch over the memmap: images/s, one thread
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse

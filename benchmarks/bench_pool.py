@@ -12,6 +12,7 @@ one process. Prints ms per call (median; min-max); the last line is `pool_speedu
 flax's nondeterministic time over models/pool.py's deterministic one (> 1: the deterministic,
 scatter-free pool is faster than the pool the study ran before). On CPU the option changes
 nothing (XLA:CPU is deterministic either way).
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse

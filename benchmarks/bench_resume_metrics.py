@@ -7,6 +7,7 @@
 Writes WORKDIR/metrics.jsonl of about SIZE_MB of training records (once; an existing file of that
 size is reused), opens it as a run resumed at its last step does (JsonLinesWriter), closes it, and
 prints the file's size, the seconds and the peak resident memory (getrusage) in one table row.
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse

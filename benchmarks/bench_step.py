@@ -24,6 +24,7 @@ count (training = 3 x forward = 6 x multiply-adds per image), MFU against the de
 the product format the step really runs in (None where no peak is known, e.g. CPUs), and the
 device's peak memory where it reports one. Prints a Markdown table; the last line is
 `images_per_sec=<float>`. Imports no TensorFlow (ml_collections: yes, for the config).
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse

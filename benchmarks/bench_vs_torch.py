@@ -27,6 +27,7 @@ line says which settings applied).
 Prints a Markdown table (median ms/step and images/s per variant) and, last,
 `speedup_vs_torch=<float>`: the fastest torch variant's median ms/step over this project's
 (> 1 means this project is faster).
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse

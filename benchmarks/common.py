@@ -5,6 +5,7 @@ memory (JAX's memory settings and their record: trainer/gpu_memory.py).
 Light on purpose: the standard library only at import time (jax, flax and optax are imported
 inside `environment`, which also starts the JAX backend), so a benchmark measuring its own memory
 (bench_celeba_full) pays for them only where it asks for the environment line.
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import os

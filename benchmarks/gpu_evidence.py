@@ -25,6 +25,7 @@ the calls to make, each's command, and what is left for the next slot; it runs n
 every part the summary is written again: OUT/summary.md and OUT/summary.csv, one row per part
 (status, minutes, headline). `--pack FILE` writes OUT as a .tar.gz without the runs' training
 states (their records and logs stay), small enough to bring back.
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse

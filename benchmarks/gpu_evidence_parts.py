@@ -10,6 +10,7 @@ from the repository root; the study's records are exported to CSV in this proces
 (analysis.export) so that the folder brought back holds them without the training states. At the
 toy size the sweeps are dry runs (checked and planned, not trained): the headlines of trained
 runs are tested on planted records (tests/test_gpu_evidence.py).
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import collections

@@ -11,6 +11,7 @@ figure is worth, most first); each joins the current call if it fits there and i
 else opens the next call if that fits, else waits for the next slot. A part that fits no call
 at all (longer than a call) is listed as such. Parts already completed in the evidence folder are
 left out. Minutes are each part's expected minutes on an H100.
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import collections

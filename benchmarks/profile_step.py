@@ -18,6 +18,7 @@ an XLA operation (CPU/TPU). It prints, per step:
 
 The last line is `device_busy_fraction=<float>`. The raw trace stays under `--trace-dir` for
 Perfetto (ui.perfetto.dev) or TensorBoard's profile plugin.
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse

@@ -5,6 +5,7 @@ flags for its common fields, the timing flags.
 Light on purpose (argparse and configs/loader.py, which imports no JAX): each benchmark builds its
 parser from here above its heavy imports and answers --help and a bad flag with `parse_flags`
 before JAX loads; `parse` then loads, resolves and applies the config.
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 import sys

@@ -9,6 +9,7 @@ sweep runs (A to B inclusive, within 0..N-1; default all N), `arms=K` only the f
 size for tests; default all). Slices of one study share a root: each sweep writes the same
 declaration and skips completed runs. The runs are configs/digits.py's own: the config a run
 records is digits.get_config's, so `analysis` reads them as runs of that study.
+Reference: docs/performance.md "The benchmark scripts".
 """
 
 from configs import digits

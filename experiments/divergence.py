@@ -18,6 +18,7 @@ mean over seeds with the min–max band; at the end, the churn (the share of pre
 differ: images, or image × attribute labels; the analysis's definition) on the whole test set per
 seed (Wilson intervals; multilabel: over images), then across seeds (t-Wilson interval over
 seeds, inside 0–100 %). Writes divergence.{json,md,png,pdf} to --out.
+Reference: docs/numerics.md "Experiments on the numerics".
 """
 
 import argparse

@@ -10,6 +10,7 @@ seeds differs in initial weights and data order: the ceiling pair.
 Pairs compared (always arm a first; distances relative to it):
   'b'        a vs b, same seed;  'control'  a vs control, same seed;
   'ceiling'  a with seed s vs a with the next seed of the list (cyclic from 3 seeds on).
+Reference: docs/numerics.md "Experiments on the numerics".
 """
 
 import json

@@ -14,6 +14,7 @@ images (analysis.numbers.inference.proportion_mean_ci, images as clusters). Acro
 of the per-pair rates r_s with the t-Wilson interval over the independent pairs (inside [0, 1];
 the t-interval r̄ ± t_{0.975, m−1} sd(r_s)/√m away from the bounds; seeds are the units: pooling the
 images of all seeds into one binomial sample ignores the variation between seeds and is too narrow).
+Reference: docs/numerics.md "Experiments on the numerics".
 """
 
 import math

@@ -1,5 +1,7 @@
 """What the divergence tool writes: Markdown tables (what every number means) and the figure (PNG +
-PDF)."""
+PDF).
+Reference: docs/numerics.md "Experiments on the numerics".
+"""
 
 import textwrap
 

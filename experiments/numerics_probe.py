@@ -14,6 +14,7 @@ should agree (an emulated format and the native one it reproduces; the fast and 
 implementation of a format) are compared directly: on a GPU or TPU, `fast:* vs <native>` is the
 fidelity of the fast path against the hardware's own arithmetic.
 Writes numerics.md, numerics.json and numerics_error.{png,pdf} to --out.
+Reference: docs/numerics.md "Experiments on the numerics".
 """
 
 import argparse

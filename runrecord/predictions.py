@@ -1,28 +1,6 @@
-"""A run's per-example test predictions: what they hold, how they are written, how they are read.
-
-Every evaluation of a run (trainer/run.py evaluate) gives, besides its accuracy and loss, the
-outputs of every test example in test-set order; the training loop writes them as the Orbax item
-`predictions` of the checkpoint step at which it evaluated, beside `results` (runrecord/record.py
-owns the layout: <workdir>/checkpoints/<step>/{state, results, predictions}). A checkpoint step
-without an evaluation (a mid-epoch one, a failed run's results-only step) has no such item, nor do
-steps written before this item existed: they read as None.
-
-The item (numpy arrays, test-set order, n = the test split's size exactly: the padding of the last
-evaluation batch dropped), by the dataset's task:
-  classification  label int32[n], predicted int32[n] (argmax of the logits), p_predicted and
-                  p_label float32[n] (softmax probability of the predicted class, of the label)
-  multilabel      label int8[n, K], predicted int8[n, K] (logit > 0), probability float32[n, K]
-                  (sigmoid: the probability of 1); K = 40 for the CelebA attributes
-and in both: `task` (the dataset's task, 'classification' | 'multilabel') and `fingerprint` (the
-test split's fingerprint, data.split_fingerprint in the run's record): predictions of two runs
-compare example by example only when their fingerprints are equal.
-
-The outputs of each evaluation batch are replicated over the devices inside the jitted step (one
-all-gather per batch), fetched to the host once at the end of the evaluation; every process then
-holds the same arrays, and Orbax writes numpy leaves from process 0 only, asynchronously like the
-rest of the step. A CelebA identity test split (~40k examples) takes ~0.6 MB, its attributes
-split ~10 MB; the steps kept are bounded by config.keep_checkpoints. The evaluation is a function
-of the state, so a resumed run writes the predictions an uninterrupted one writes, bit for bit.
+"""A run's per-example test predictions: the Orbax item `predictions` of each evaluation's
+checkpoint step (collect, save_items), and its reading (saved_steps, read_predictions). What the
+item holds, per task, and when two runs' predictions compare: docs/record.md "Test predictions".
 
   read_predictions(workdir)           # the newest step holding predictions, or None
   read_predictions(workdir, step=44)  # that step's, or None

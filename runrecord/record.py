@@ -1,62 +1,8 @@
-"""The results record: its fields, its place in the Orbax checkpoint, and the rules read from it.
-
-This module is the one owner of
-- the layout: <workdir>/checkpoints/<step>/{state, results}, Orbax CheckpointManager items (and
-  `predictions` at an evaluation's step: runrecord/predictions.py owns that item). Every
-  save carries the record as it stands, so the latest step's `results` is the run's current record,
-  readable without the state. A failed run's last step holds `results` only;
-- the record's fields (`new_record`, below) and the table columns they become (`row`);
-- which fields define an arm (every numerics field a config can set, automatically, and every other
-  config field that differs between the runs but those that cannot change a result: `arm_columns`),
-  which make two runs a pair (same initial weights and data order: `PAIRING_FIELDS`), which make
-  two runs of an arm the same model trained again (replicates: `MODEL_FIELDS`, `model_keys`, used
-  by every analysis reader: replicates, contrasts, agreement, variance), and the rule that a config
-  is "the same run" as a saved one (`config_differences`, used by resume and sweep).
-
-Records written by older versions of the code read the same: the layout has not changed, and a
-field the code added since (a numerics setting, say) is absent there; such a field counts as its
-default (configs/common.py), which is, by design, the behaviour before the field existed: `row`
-fills the arm-defining `numerics.requested.*` and `config.*` columns so, and `config_differences`
-does not hold it against a saved run. A field the code removed is mapped once, where a record is
-read (`upgrade`): the `emulate` shorthand becomes the per-kind formats it stood for
-(numerics/profiles.py upgrade).
-
-Record fields: `schema` (RECORD_SCHEMA; absent in records written before it existed, which read
-the same), `run_id` (`new_run_id`, made when the run starts, kept by every resume; absent before
-schema 4), `status` ('running' | 'completed' | 'failed'), `reason`, `seed`, `init_seed` and
-`data_seed` (what the initial weights and the data order came from: `seed` unless set apart;
-absent in older records, whose rows read `seed` for both), `platform`,
-`device_kind`, `cpu_model`, `cpu_isa` and `xla_cpu_isa` (CPU_FACTS: a CPU run's processor, its
-instruction set and the one XLA:CPU generated code for; None on GPU and TPU; absent before schema
-3: not recorded), `num_devices`, `num_processes`, `step`, `total_steps`, `wall_time_s`, `numerics`
-({'requested': config.numerics, 'effective': ...}, numerics/setup.py describe), `data` (the
-dataset's facts, fingerprint included), `model` (pretrained-weight facts), `config` (every field),
-`versions`, `final` (FINAL_METRICS), `history` (one entry per epoch), `log_sums` (training sums at
-the last log, for a bit-identical resume), `failed_step` (failed runs), `state_digest` (the digest
-of the state saved beside this record, trainer/checkpointing.py; checked on restore), `segments`
-(the stretches of steps the run trained on one device layout: `[{'start_step', 'stop_step',
-'platform', 'device_kind', 'num_devices', 'num_processes'}, ...]`; one segment unless a resume
-changed the layout, which needs --allow_layout_change; the top-level facts are the last segment's;
-each segment holds the CPU facts of its session too: `platform_identity` reads them).
-
-A run is one run however it is reached (analysis/inputs/results.py): `run_identity` is its
-`run_id`, or for a record written before ids existed a digest of the record's whole content.
-
-A saved run is continued only by "the same run": the same config (`config_differences`), the same
-data (`data_differences`: files, split, resolution, class count) and, unless explicitly allowed,
-the same device layout (`layout_differences`).
-
-The platform a run's row names (`platform_identity`, the `platform` column every analysis groups,
-pools and pairs by) is the JAX platform, and on CPU the instruction set too: 'cpu-AVX512' and
-'cpu-AVX2' are two platforms (XLA:CPU compiles for the host's instruction set: the same config
-gives other numbers), never pooled as one or paired as replicates; a run whose XLA code was held
-below its processor's level (--xla_cpu_max_isa) is a third, 'cpu-AVX512-max-AVX2': the flag moves
-XLA's own loops but not its dot, convolution and reduction kernels (numerics/setup.py
-XLA_CPU_ISAS), so such a run is not known to compute as an AVX2 host does.
-A CPU record without `cpu_isa` (written before it was recorded) stays 'cpu': not recorded, never
-guessed, and so never pooled with a CPU run whose instruction set is known. A run whose segments
-ran on different platform identities (a resume allowed onto another instruction set or platform,
-`identity_differences`) is 'cpu-AVX512+cpu-AVX2': a platform of its own, never pooled with either.
+"""The results record, one owner: its fields and the table columns they become (new_record, row),
+its place in the Orbax checkpoint, the workdir's file names, the upgrade of older records, and the
+rules read from it: the arm (arm_columns), the pair (PAIRING_FIELDS), the replicate (model_keys),
+one run (run_identity), the same run (config_differences, data_differences, layout_differences)
+and the platform (platform_identity). What each field and rule means: docs/record.md.
 """
 
 import copy
@@ -269,7 +215,19 @@ def restore_args(abstract_state=None):
 
 
 def read_results(run):
-  """The latest saved step's record of the run folder `run`, or None if no step is saved."""
+  """The run's current record: its latest checkpoint step's `results` item.
+
+  Args:
+    run: a run folder (its --workdir), local or gs://.
+
+  Returns:
+    The record as saved (a dict, docs/record.md "Fields"; `upgrade` maps an old one), or None
+    when the run has no saved step yet.
+
+  Raises:
+    Orbax's and TensorStore's errors for an unreadable step (analysis/inputs/results.py turns them
+    into an excluded run with its reason).
+  """
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   options = ocp.CheckpointManagerOptions(read_only=True)
   with ocp.CheckpointManager(checkpoint_dir(run), item_names=ITEMS, options=options) as mngr:
@@ -356,9 +314,19 @@ def jax_platform(identity):
 
 
 def row(run, results):
-  """One table row (dict) for `run` from its record (None: nothing saved yet). Requested numerics
-  fields the record predates, and config fields (a record with a config) but the seed, are filled
-  with their defaults (see the module doc)."""
+  """One row of the runs table from a run's record.
+
+  Args:
+    run: the run's folder, its `run` column.
+    results: its record (read_results), or None when nothing is saved yet.
+
+  Returns:
+    A dict: BASE_COLUMNS (run_id by run_identity, platform by platform_identity, init and data
+    seeds `seed` where not set apart) and the flattened parts (`final.*`, `numerics.*`,
+    `config.*`, ...); requested numerics fields the record predates, and config fields but the
+    seed, filled with their defaults (docs/record.md "Fields"). Without a record: status
+    'no_results' and its reason.
+  """
   if results is None:
     return {'run': run, 'status': 'no_results', 'reason': 'no saved checkpoint step'}
   results = upgrade(results)

@@ -66,12 +66,13 @@ def analyse_roots(root, group_by, metric, margin=None, config=None, margin_reaso
   attribution and figures/ into root (analysis.analyse). The declaration is the roots' study.json,
   else the config's get_study()."""
   from analysis import analyse  # pylint: disable=import-outside-toplevel
-  from analysis.inputs import results  # pylint: disable=import-outside-toplevel
+  from analysis.inputs import results, run_predictions  # pylint: disable=import-outside-toplevel
   from analysis.numbers import answer  # pylint: disable=import-outside-toplevel
   roots = [root, *more]
   frame, hist, declared = results.load_study(roots, config=config)
-  out = answer.analyse(frame, declared, group_by, metric, margin, margin_reason,
-                       all_pairs=all_pairs, source=' '.join(roots), run_folders=True)
+  out = answer.study_analysis(frame, declared, group_by, metric, margin, margin_reason,
+                              all_pairs=all_pairs, source=' '.join(roots),
+                              read_predictions=run_predictions.read_runs)
   return analyse.publish(out, hist, 'md', root)
 
 

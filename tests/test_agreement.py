@@ -1,6 +1,7 @@
-"""analysis/numbers/agreement.py, agreement_pairs.py, agreement_section.py and agreement_figure.py
-on planted predictions (no training, no saved runs)."""
+"""analysis/numbers/agreement.py, agreement_pairs.py, agreement_section.py and
+analysis/figures/churn_ladder.py on planted predictions (no training, no saved runs)."""
 
+import dataclasses
 import os
 
 import numpy as np
@@ -9,10 +10,10 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.proportion import proportion_confint
 
-from analysis import analyse
+from analysis import catalogue
 from analysis.figures import churn_ladder
-from analysis.inputs import declaration
-from analysis.numbers import agreement, agreement_pairs, agreement_section, answer, inference, stats
+from analysis.inputs import csv_input, declaration
+from analysis.numbers import agreement, agreement_pairs, agreement_section, answer, inference
 
 N, CLASSES, FINGERPRINT = 400, 10, 'e17be61d6f4e908a'
 LABELS = np.random.default_rng(0).integers(0, CLASSES, N).astype(np.int32)
@@ -127,13 +128,13 @@ def test_different_test_data_is_refused_naming_both_runs():
   entries = [entry('a', 0, prediction(0.1, rng)),
              entry('b', 0, prediction(0.1, rng, fingerprint='other'))]
   with pytest.raises(ValueError, match='/r/cpu/a/0 and /r/cpu/b/0 predict different test data'):
-    agreement.agreement_table(entries, pairs=[('a', 'b')])
+    agreement.pair_churn(*entries)  # the table leaves such pairs out (test_split_seed_arms.py)
 
 
 @pytest.fixture(scope='module')
 def published():
-  """answer.analyse of the published H100 + CPU digits study with its declaration (read only)."""
-  return answer.analyse(stats.read_csv(CSV), declaration.load(CSV.replace('.csv', '.study.json')))
+  """answer.study_analysis of the published H100 + CPU digits study with its declaration (read only)."""
+  return answer.study_analysis(csv_input.read_csv(CSV), declaration.load(CSV.replace('.csv', '.study.json')))
 
 
 def test_baseline_pairs_from_the_recorded_arithmetic(published):
@@ -159,6 +160,14 @@ def planted_loader(runs, rng):
           for r, s in zip(runs['run'], runs['seed'])}
 
 
+def write_agreement(out, section, folder):
+  """The agreement files and the ladder of `out` with `section` (analysis/catalogue.py)."""
+  given = catalogue.Given(result=dataclasses.replace(out, agreement=section))
+  return catalogue.write(catalogue.ANALYSE, given, folder, only={
+      'report_agreement.csv', 'report_calibration.csv', 'report_train_loss.csv',
+      'report_per_class.csv', 'report_variance.csv', 'churn_ladder'})
+
+
 def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):
   out = published
   loaded = planted_loader(out.runs, np.random.default_rng(7))
@@ -169,7 +178,7 @@ def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):
   assert len(table[table['kind'] == 'contrast']) == 13
   assert table.loc[table['kind'] == 'identical', 'label_a'].tolist() == ['cpu: f32']
   assert section.summary.startswith('Agreement (churn') and section.missing == []
-  paths = analyse.write_agreement(section, str(tmp_path))
+  paths = write_agreement(out, section, str(tmp_path))
   names = {os.path.basename(p) for p in paths}
   assert {'report_agreement.csv', 'report_calibration.csv', 'report_train_loss.csv',
           'report_per_class.csv', 'churn_ladder.png', 'churn_ladder.pdf'} <= names
@@ -184,7 +193,7 @@ def test_old_records_without_predictions_still_analyse(tmp_path, published):
   assert section.summary.startswith('Agreement: no predictions in any of the 256 runs')
   assert section.table.empty and section.calibration.empty
   assert len(section.train_loss) == 16  # from the runs table: still there
-  paths = analyse.write_agreement(section, str(tmp_path))
+  paths = write_agreement(out, section, str(tmp_path))
   assert [os.path.basename(p) for p in paths] == ['report_agreement.csv', 'report_train_loss.csv']
 
 
@@ -195,7 +204,7 @@ def test_some_runs_without_predictions_are_counted():
 
 
 def test_without_a_declaration_every_pair_of_arms_on_one_platform_is_compared():
-  out = answer.analyse(stats.read_csv(CSV), all_pairs=False)
+  out = answer.study_analysis(csv_input.read_csv(CSV), all_pairs=False)
   pairs = agreement_section.compared_pairs(out)
   assert len(pairs) == 2 * (8 * 7 // 2)
   assert all(a.split(',')[0] == b.split(',')[0] for a, b in pairs)

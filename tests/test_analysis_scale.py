@@ -14,6 +14,7 @@ from pandas.core.groupby import groupby as pd_groupby
 from scipy import stats as sps
 
 from analysis import analyse, attribute
+from analysis.inputs import csv_input
 from analysis.numbers import answer, attribution, effects, inference, stats
 from analysis.words import report
 from benchmarks import bench_analysis
@@ -68,7 +69,7 @@ def test_many_seeds_fit_seed_fixed_effects_in_bounded_memory_and_say_why():
   assert len(frame) > effects.MIXED_MAX_ROWS
   tracemalloc.start()
   try:
-    out = attribution.run(frame, ['platform', 'profile'], 'accuracy', margin=0.3)
+    out = attribution.factor_attribution(frame, ['platform', 'profile'], 'accuracy', margin=0.3)
     peak = tracemalloc.get_traced_memory()[1]
   finally:
     tracemalloc.stop()
@@ -79,7 +80,7 @@ def test_many_seeds_fit_seed_fixed_effects_in_bounded_memory_and_say_why():
   assert 'MixedLM not fitted' in out.decomposition[0]['cross_check']['method']
   t = out.terms.set_index('term').loc['profile=tpu_default']
   assert t['ci_low'] < 0.3 < t['ci_high']
-  small = attribution.run(bench_analysis.runs_table(30), ['platform', 'profile'], 'accuracy')
+  small = attribution.factor_attribution(bench_analysis.runs_table(30), ['platform', 'profile'], 'accuracy')
   assert small.method.startswith('MixedLM (REML)')
 
 
@@ -139,7 +140,7 @@ def test_stats_at_hundreds_of_seeds_names_the_mann_whitney_method_in_the_tables(
   not finish in 300 s); now the normal approximation, named in the pairs table and the CSV."""
   frame = bench_analysis.runs_table(400)
   frame = frame[frame['profile'] == 'native'].drop(columns='seed')  # unpaired: Mann–Whitney
-  out = answer.analyse(frame, {}, ['platform'], 'accuracy', margin=0.3)
+  out = answer.study_analysis(frame, {}, ['platform'], 'accuracy', margin=0.3)
   pair = out.pairs.iloc[0]
   assert pair['mw_method'] == inference.MW_NORMAL
   a, b = (100 * frame.loc[frame['platform'] == arm, 'accuracy']
@@ -221,7 +222,7 @@ def test_arms_split_on_every_config_field_that_differs():
         rec['config']['optim'].pop('schedule')  # written before optim.schedule existed
       rows.append(record.row(f'/r/{name}/{seed}', rec))
   rows.append(record.row('/r/pending', None))  # no seed: the seed column becomes float
-  out = stats.analyse(pd.DataFrame(rows), margin=0.5)
+  out = stats.arms_and_pairs(pd.DataFrame(rows), margin=0.5)
   arms = out.arms.set_index('arm')
   assert sorted(arms.index) == ['num_epochs=2, optim.learning_rate=0.002',
                                 'num_epochs=2, optim.learning_rate=0.003',
@@ -263,7 +264,7 @@ def test_attribution_with_one_seed_per_arm(tmp_path, capsys):
   assert code == 2 and err.startswith('error: --factors: 2 usable runs for 2 coefficients')
   path.write_text('platform,profile,seed,accuracy\ngpu,native,0,0.70\ngpu,f32,0,0.71\n'
                   'tpu,native,0,0.72\ntpu,f32,0,0.69\n')
-  out = attribution.run(stats.read_csv(str(path)), ['platform', 'profile'], 'accuracy')
+  out = attribution.factor_attribution(csv_input.read_csv(str(path)), ['platform', 'profile'], 'accuracy')
   assert 'HC3' in out.method and 'one seed' in out.method
   assert np.isfinite(out.terms[['ci_low', 'ci_high']].to_numpy()).all()
 

@@ -28,7 +28,7 @@ def answer_section(text):
 
 
 def test_the_answer_fits_one_screen_and_comes_first():
-  out = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(8)), DIGITS)
+  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(8)), DIGITS)
   text = report.render(out, 'md')
   first = answer_section(text)
   assert len(first.splitlines()) <= 60, len(first.splitlines())
@@ -50,7 +50,7 @@ def test_the_answer_fits_one_screen_and_comes_first():
 def test_without_a_declaration_the_answer_counts_the_pairs_instead_of_listing_them():
   """Runs whose root holds no declaration: every pair is tested (Holm over all of them) and the
   answer says how many came out how, the pairs themselves following in the report."""
-  out = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
+  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
   text = report.render(out, 'md')
   first = answer_section(text)
   pairs = len(out.pairs)
@@ -63,19 +63,19 @@ def test_without_a_declaration_the_answer_counts_the_pairs_instead_of_listing_th
 
 
 def test_version_differences_between_platforms_are_flagged_as_a_confound():
-  out = answer.analyse(digits_frame(('cpu', 'gpu')), DIGITS)
+  out = answer.study_analysis(digits_frame(('cpu', 'gpu')), DIGITS)
   first = answer_section(report.render(out, 'md'))
   assert '- cpu: cpu; jax 0.10.2, optax 0.2.8' in first
   assert '- gpu: gpu; jax 0.11.2, optax 0.2.8' in first
   assert '**Confound:** jax differ between the platforms' in first
   assert out.software.confounds == ['jax']
   same = digits_frame(('cpu', 'gpu')).assign(**{'versions.jax': '0.11.2'})
-  first = answer_section(report.render(answer.analyse(same, DIGITS), 'md'))
+  first = answer_section(report.render(answer.study_analysis(same, DIGITS), 'md'))
   assert 'Confound' not in first and 'the same recorded library versions' in first
 
 
 def test_report_tex_holds_booktabs_tables_only():
-  out = answer.analyse(digits_frame(('cpu', 'gpu')), DIGITS)
+  out = answer.study_analysis(digits_frame(('cpu', 'gpu')), DIGITS)
   tex = report.render(out, 'latex')
   assert tex.count('\\begin{table}') == tex.count('\\bottomrule') == 4  # gap, contrasts, software, arms
   for label in ('tab:gap-gpu-cpu', 'tab:contrasts', 'tab:software', 'tab:arms'):
@@ -98,9 +98,9 @@ def test_two_roots_give_the_same_tables_as_one_root_holding_both(tmp_path, capsy
     for k, profile in enumerate(('native', 'f32', 'jax_gpu_default', 'bf16_noise')):
       for seed in range(3):
         fake_run(tmp_path / 'all' / platform, platform, profile, seed, 0.9 + 0.002 * k + rng.normal(0, 0.004))
-  both = answer.analyse(results.load_runs(str(tmp_path / 'all')), SMALL)
+  both = answer.study_analysis(results.load_runs(str(tmp_path / 'all')), SMALL)
   roots = [str(tmp_path / 'all' / 'gpu'), str(tmp_path / 'all' / 'cpu')]  # gpu first: order-free
-  apart = answer.analyse(results.load_runs(roots), SMALL)
+  apart = answer.study_analysis(results.load_runs(roots), SMALL)
   for name in ('arms', 'contrasts'):
     pd.testing.assert_frame_equal(getattr(both, name).reset_index(drop=True), getattr(apart, name).reset_index(drop=True))
   assert both.attribution.decomposition[0]['R'] == pytest.approx(
@@ -159,7 +159,7 @@ def test_a_cpu_platform_identity_takes_the_declared_cpu_profile():
   frame['platform'] = frame['platform'].replace({'cpu': 'cpu-AVX2'})
   assert answer.platform_profile(frame, DIGITS['platform_profile']) == {
       'cpu-AVX2': 'f32', 'gpu': 'jax_gpu_default'}
-  out = answer.analyse(frame, DIGITS)
+  out = answer.study_analysis(frame, DIGITS)
   assert out.attribution.decomposition[0]['gap'] == 'gpu - cpu-AVX2'
   assert out.arms.set_index('arm')['deterministic'].loc[
       lambda s: s.index.str.contains('cpu-AVX2')].all()

@@ -57,7 +57,7 @@ def residual(out):
 
 def test_planted_effects_inside_their_cis_and_match_statsmodels_mixedlm():
   frame = runs_frame(native=False)
-  out = attribution.run(frame, ['platform', 'profile', 'batchnorm_group'],
+  out = attribution.factor_attribution(frame, ['platform', 'profile', 'batchnorm_group'],
                         reference={'profile': 'f32'}, margin=0.3, noise_arm=['profile=noise'])
   show(out)
   assert out.method.startswith('MixedLM (REML)')
@@ -90,7 +90,7 @@ def test_planted_effects_inside_their_cis_and_match_statsmodels_mixedlm():
 
 
 def test_zero_platform_residual_is_explained_by_numerics():
-  out = attribution.run(runs_frame(), ['platform', 'profile'],
+  out = attribution.factor_attribution(runs_frame(), ['platform', 'profile'],
                         reference={'profile': 'f32'}, margin=0.3)
   show(out)
   gap = out.gap.set_index('key')
@@ -108,7 +108,7 @@ def test_zero_platform_residual_is_explained_by_numerics():
 
 
 def test_planted_platform_residual_leaves_the_gap_partly_explained():
-  out = attribution.run(runs_frame(platform_shift=1.5), ['platform', 'profile'],
+  out = attribution.factor_attribution(runs_frame(platform_shift=1.5), ['platform', 'profile'],
                         reference={'profile': 'f32'}, margin=0.3,
                         platform_profile={'tpu': 'tpu_default', 'gpu': 'jax_gpu_default'})
   assert "native arithmetic: gpu=jax_gpu_default, tpu=tpu_default. Each component" in show(out)
@@ -123,7 +123,7 @@ def test_failed_mixed_fit_falls_back_to_clustered_ols_and_says_so(monkeypatch):
     raise np.linalg.LinAlgError('Singular matrix')
   monkeypatch.setattr(effects.sm, 'MixedLM', boom)
   frame = runs_frame(rng=3)
-  out = attribution.run(frame, ['platform', 'profile'], reference={'profile': 'f32'}, margin=0.3)
+  out = attribution.factor_attribution(frame, ['platform', 'profile'], reference={'profile': 'f32'}, margin=0.3)
   show(out)
   assert 'mixed fit failed (LinAlgError: Singular matrix)' in out.method
   assert 'clustered by seed' in out.method and 'method: OLS with seed fixed effects' in show(out)
@@ -159,7 +159,7 @@ def test_zero_seed_variance_is_a_boundary_fit_and_falls_back():
     frame = runs_frame(native=False, platforms=('gpu',), seeds=range(4))
   finally:
     SEED_SD = saved
-  out = attribution.run(frame, ['profile'], reference={'profile': 'f32'})
+  out = attribution.factor_attribution(frame, ['profile'], reference={'profile': 'f32'})
   assert 'mixed fit failed' in out.method and 'boundary' in out.method
 
 
@@ -180,7 +180,7 @@ def test_csv_without_seed_column_uses_hc3(tmp_path, capsys):
 
 
 def test_one_platform_compares_arms_with_the_reference_arm():
-  out = attribution.run(runs_frame(platforms=('tpu',)), ['platform', 'profile'],
+  out = attribution.factor_attribution(runs_frame(platforms=('tpu',)), ['platform', 'profile'],
                         reference={'profile': 'f32'}, margin=0.3)
   assert out.gap is None and out.gap_note.startswith('runs from one platform (tpu)')
   assert out.decomposition == []
@@ -194,7 +194,7 @@ def test_files_written_with_exact_csv_columns(tmp_path):
   frame = runs_frame()
   frame.loc[0, 'status'], frame.loc[0, 'reason'] = 'failed', 'loss is NaN'
   frame.loc[1, METRIC] = np.inf
-  out = attribution.run(frame, ['platform', 'profile'], reference={'profile': 'f32'},
+  out = attribution.factor_attribution(frame, ['platform', 'profile'], reference={'profile': 'f32'},
                         margin=0.3, noise_arm={'profile': 'noise'})
   attribute.write(out, str(tmp_path))
   table = pd.read_csv(tmp_path / 'attribution.csv')
@@ -243,7 +243,7 @@ def test_a_declared_study_runs_the_attribution_with_its_settings(tmp_path, capsy
                  "'cpu': 'f32'}, 'labels': {'profile': '{}'}}\n")  # cpu has no runs
   declared = declaration.load(f'{cfg}:x')
   frame = runs_frame(seeds=range(4)).drop(columns='numerics.requested.batchnorm_group')
-  out = answer.analyse(frame, declared)
+  out = answer.study_analysis(frame, declared)
   att = out.attribution
   assert att.margin == 0.25 and att.margin_reason == 'half the seed sd'
   assert att.emulation == {'gpu': 'jax_gpu_default', 'tpu': 'tpu_default'}

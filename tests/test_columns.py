@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from analysis import analyse
-from analysis.inputs import columns
+from analysis.inputs import columns, csv_input
 from analysis.numbers import answer, stats
 from runrecord import record
 from tests.test_hostile_analysis import cli_error
@@ -48,7 +48,7 @@ def test_platform_spellings_are_one_platform(tmp_path, capsys):
   frame = frame.astype({'platform': object})
   frame.loc[frame.index[0], 'platform'] = ' CPU-AVX2'  # the ISA keeps its case; JAX's part not
   frame.loc[frame.index[frame['platform'] == 'cpu'], 'platform'] = 'cpu-AVX2'
-  out = answer.analyse(stats.read_csv(write(frame, tmp_path)), group_by=['platform',
+  out = answer.study_analysis(csv_input.read_csv(write(frame, tmp_path)), group_by=['platform',
                                                                         'compute_dtype'])
   assert sorted(out.runs['platform'].unique()) == ['cpu-AVX2', 'gpu']
   assert list(out.arms['n']) == [6, 6, 6, 6]
@@ -102,7 +102,7 @@ def test_arms_of_another_split_seed_do_not_pair():
   frame.loc[other, 'config.data.split_seed'] = 7
   frame.loc[other, 'data.split_fingerprint'] = 'beef'
   assert columns.test_set_problems(frame) == []
-  out = stats.analyse(frame, margin=0.5)
+  out = stats.arms_and_pairs(frame, margin=0.5)
   assert out.pairs['design'].iloc[0].startswith('unpaired: pairing fields differ: '
                                                 'config.data.split_seed, data.split_fingerprint')
   assert set(record.TEST_SET) <= set(record.PAIRING_FIELDS)
@@ -112,7 +112,7 @@ def test_arms_of_another_split_seed_do_not_pair():
 def test_the_loss_table_shows_a_percent_csv_in_percent(tmp_path):
   """Case 8. Before: a percent-scale CSV's report_train_loss.csv read 9559 %."""
   for percent in (False, True):
-    out = answer.analyse(stats.read_csv(write(table(percent=percent), tmp_path)))
+    out = answer.study_analysis(csv_input.read_csv(write(table(percent=percent), tmp_path)))
     accuracy = out.agreement.train_loss['test_accuracy_pct']
     assert accuracy.between(94, 97).all(), accuracy
 
@@ -150,7 +150,7 @@ def test_a_run_met_twice_in_a_csv_counts_once_and_two_records_of_one_id_are_refu
   frame = table()
   again = frame.iloc[:3].assign(run=lambda f: 'mnt/' + f['run'])
   path = write(pd.concat([frame, again]), tmp_path)
-  out = answer.analyse(stats.read_csv(path))
+  out = answer.study_analysis(csv_input.read_csv(path))
   assert len(out.runs) == 24 and out.replicates.empty
   assert 'run id cpu-float32-0 on lines 2, 26: one run met twice (the same values): counted once' \
       in capsys.readouterr().err
@@ -165,5 +165,5 @@ def test_a_run_met_twice_in_a_csv_counts_once_and_two_records_of_one_id_are_refu
 def test_surrounding_spaces_of_a_level_are_dropped(tmp_path):
   frame = table(platforms=('cpu',))
   frame.loc[0, 'numerics.requested.compute_dtype'] = 'float32 '
-  out = stats.analyse(stats.read_csv(write(frame, tmp_path)), margin=0.5)
+  out = stats.arms_and_pairs(csv_input.read_csv(write(frame, tmp_path)), margin=0.5)
   assert len(out.arms) == 2

@@ -120,7 +120,7 @@ def unknown_modules(text):
 def test_help_is_whole_documents_every_option_and_names_real_modules(helps, command):
   """No description cut mid-sentence (`__doc__.split('\\n')[0]` gave 'its tables, the'), every
   option with its help (attribute's --metric and --seed-col had none), and no module name that no
-  longer exists (run_study's --group-by named analysis.study)."""
+  longer exists (run_study's --group-by named the study command's old module)."""
   _, out, _, _ = helps[command]
   assert description(out)[-1] in '.)', (command, description(out)[-80:])
   assert undocumented_options(out) == [], command

@@ -98,7 +98,7 @@ def test_runs_on_two_cpu_instruction_sets_are_two_platforms_never_pooled(tmp_pat
                            cpu_record(seed, 0.9 + 0.01 * seed + shift, **isa(level)))
   runs = results.load_runs(str(tmp_path))
   assert sorted(set(runs['platform'])) == ['cpu-AVX2', 'cpu-AVX512']
-  out = stats.analyse(runs, margin=0.5)
+  out = stats.arms_and_pairs(runs, margin=0.5)
   assert sorted(out.arms['arm']) == ['cpu-AVX2', 'cpu-AVX512']
   assert list(out.arms['n']) == [3, 3] and out.replicates.empty
   pair = out.pairs.iloc[0]
@@ -130,5 +130,5 @@ def test_a_record_without_cpu_facts_reads_not_recorded_and_joins_no_known_isa(tm
   old = runs.loc[str(tmp_path / 'old' / 'seed0')]
   assert old['platform'] == 'cpu'
   assert all(old[k] is None or math.isnan(old[k]) for k in record.CPU_FACTS)
-  out = stats.analyse(runs.reset_index(), margin=0.5)
+  out = stats.arms_and_pairs(runs.reset_index(), margin=0.5)
   assert sorted(out.arms['arm']) == ['cpu', 'cpu-AVX512'] and out.replicates.empty

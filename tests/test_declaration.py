@@ -7,8 +7,8 @@ import json
 import pytest
 
 from analysis import analyse, attribute
-from analysis.inputs import declaration
-from analysis.numbers import answer, stats
+from analysis.inputs import csv_input, declaration
+from analysis.numbers import answer
 from tests.test_contrasts import DIGITS, digits_frame
 from tests.test_hostile_analysis import cli_error
 
@@ -122,7 +122,7 @@ def test_a_list_of_seeds_is_the_confirmatory_set(tmp_path, capsys, study_csv):
   """Case 16: seeds [0, 1, 2, 3] was a TypeError; now those four seeds are the confirmatory
   analysis and the other two exploratory."""
   study = study_file(tmp_path, seeds=[0, 1, 2, 3])
-  out = answer.analyse(stats.read_csv(study_csv), declaration.load(study))
+  out = answer.study_analysis(csv_input.read_csv(study_csv), declaration.load(study))
   assert out.scope.declared_seeds == [0, 1, 2, 3] and out.scope.confirmatory is False
   assert out.scope.deviations == ['6 seeds analysed, 4 declared (seeds 0–3)']
   assert out.confirmatory.scope.analysed_seeds == [0, 1, 2, 3]

@@ -104,7 +104,7 @@ def legend_problems(fig):
 
 def analysed(root, **kw):
   runs, hist = results.load(str(root))
-  return answer.analyse(runs, **kw), hist, results.load_steps(str(root))
+  return answer.study_analysis(runs, **kw), hist, results.load_steps(str(root))
 
 
 def test_all_figures_written_and_readable(tmp_path, capsys):
@@ -164,9 +164,9 @@ def pdf_size_in(path):
 
 
 def test_every_figure_is_drawn_at_its_printed_size_with_short_labels_inside_the_figure(tmp_path):
-  out = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
-  paths = study_figures.make_all(out, pd.DataFrame(columns=['run', 'epoch']), str(tmp_path),
-                           steps=pd.DataFrame(columns=list(results.STEP_COLUMNS)))
+  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
+  paths = draw.figures(out, pd.DataFrame(columns=['run', 'epoch']), str(tmp_path),
+                       steps=pd.DataFrame(columns=list(results.STEP_COLUMNS)))
   widths = {'accuracy_by_arm': style.TWO_COLUMN_IN, 'contrasts': style.ONE_COLUMN_IN,
             'gap_decomposition': style.ONE_COLUMN_IN}
   # attribution_forest (the attribution command's) is not written: it repeats contrasts and the gap
@@ -191,7 +191,7 @@ def test_every_figure_is_drawn_at_its_printed_size_with_short_labels_inside_the_
 
 def digits_attribution():
   """The attribution of the digits fraction on cpu and gpu, 4 seeds (planted noise per run)."""
-  return answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS).attribution
+  return answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS).attribution
 
 
 def markers_at(ax):
@@ -255,7 +255,7 @@ def band_colors(ax):
 
 
 def test_a_platform_has_one_colour_in_every_figure():
-  out = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
+  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
   cpu, gpu = (to_hex(style.PLATFORM_COLORS[p]) for p in ('cpu', 'gpu'))
   assert style.platform_colors(['gpu']) == {'gpu': style.PLATFORM_COLORS['gpu']}  # whatever else a figure shows
   assert style.platform_colors(['tpu', 'gpu', 'cpu'])['gpu'] == style.PLATFORM_COLORS['gpu']
@@ -279,7 +279,7 @@ def test_a_platform_has_one_colour_in_every_figure():
 
 
 def test_contrasts_draw_one_noise_band_and_legend_key_per_platform():
-  out = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
+  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
   style.apply()
   fig = forest.draw_contrasts(study_figures.contrast_table(out), {'cpu': 0.4, 'gpu': 0.5}, 2.0, 'pp')
   legend = fig.legends[0]
@@ -354,7 +354,7 @@ def test_no_shared_seeds_and_colours_are_stable(tmp_path):
   make_study(tmp_path / 'a', arms=(('tpu', 'float32', 0.9),), seeds=range(3))
   make_study(tmp_path / 'a', arms=(('gpu', 'float32', 0.9),), seeds=range(10, 13))
   out, hist, _ = analysed(tmp_path / 'a')
-  paths = study_figures.make_all(out, hist, str(tmp_path / 'f'))  # steps read from the run folders
+  paths = draw.figures(out, hist, str(tmp_path / 'f'))  # steps read from the run folders
   assert len(paths) == 6 and any('training_curves' in p for p in paths)
   check_files(paths)
   labels = list(out.arms['arm'])

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis import draw
 from analysis.figures import churn_ladder, forest, naming, study_figures, style
 from analysis.numbers import agreement_section, answer
 from test_agreement import planted_loader
@@ -24,7 +25,7 @@ def digits_out():
   frame = digits_frame(('cpu', 'gpu'), seeds=range(4)).assign(
       **{'config.data.name': 'digits', 'data.test_size': 360})
   frame['device_kind'] = frame['platform'].map({'cpu': 'cpu', 'gpu': 'NVIDIA H100'})
-  return answer.analyse(frame, DIGITS)
+  return answer.study_analysis(frame, DIGITS)
 
 
 def drawn_figures(monkeypatch, call):
@@ -45,8 +46,7 @@ def test_every_study_figure_states_data_n_and_platforms(digits_out, tmp_path, mo
   loaded = planted_loader(out.runs, np.random.default_rng(7))
   out.agreement = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
   figures = drawn_figures(monkeypatch, lambda: (
-      study_figures.make_all(out, pd.DataFrame(columns=['run', 'epoch']), str(tmp_path), NO_STEPS),
-      churn_ladder.churn_ladder(out.agreement.table, str(tmp_path), naming.context(out, 150))))
+      draw.figures(out, pd.DataFrame(columns=['run', 'epoch']), str(tmp_path), NO_STEPS)))
   assert set(figures) == {'accuracy_by_arm', 'contrasts', 'gap_decomposition', 'churn_ladder'}
   for name, (fig, _, top, bottom) in figures.items():
     text = captions(fig, top, bottom).replace('\n', ' ')

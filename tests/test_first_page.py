@@ -53,7 +53,7 @@ def study():
   """(analysis with planted predictions, raw table, predictions by run): each seed its own model
   (20 % of images moved), each other arm 3 % more; f32 predicts as native."""
   frame = planted()
-  out = answer.analyse(frame, DIGITS)
+  out = answer.study_analysis(frame, DIGITS)
   rng = np.random.default_rng(1)
   seed_model = {s: prediction(0.2, rng) for s in range(8)}
   names = out.arm_info.set_index('arm')['label']
@@ -126,7 +126,7 @@ def test_a_difference_shown_inside_the_margin_is_called_within_margin(study):
 
 def test_the_noise_floor_is_one_clean_line():
   from test_contrasts import digits_frame  # pylint: disable=import-outside-toplevel
-  att = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(6)), DIGITS).attribution
+  att = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(6)), DIGITS).attribution
   text = attribution_text.noise_text(att)
   assert text.count('noise floor') == 1
   assert ('mean paired difference profile=bf16_noise − profile=f32 at batchnorm_group=0, '
@@ -138,7 +138,7 @@ def test_the_noise_floor_is_one_clean_line():
 
 def test_without_declared_contrasts_the_sentence_counts_the_pairs():
   from test_contrasts import digits_frame  # pylint: disable=import-outside-toplevel
-  out = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
+  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
   line = answer_sentence.sentence(out)
   assert f'{len(out.pairs)} pairs of arms compared on test accuracy (no declared contrasts' in line
   assert len(line) < 400 and 'profile=' not in line

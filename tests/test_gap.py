@@ -41,7 +41,7 @@ def planted(shift, sd=None, seeds=12, rng=0, seed_sd=0.8, base=90.0):
 
 
 def run(frame, margin=0.5, **kw):
-  out = attribution.run(frame, FACTORS, reference=REFERENCE, margin=margin,
+  out = attribution.factor_attribution(frame, FACTORS, reference=REFERENCE, margin=margin,
                         native={'profile': 'native'}, platform_profile=EMULATES, **kw)
   (d,) = out.decomposition
   return out, d
@@ -219,7 +219,7 @@ def test_the_shipped_export_gap_is_the_native_arms_paired_mean():
                  & (frame['config.numerics.compute_dtype'] == 'float32')]
   by_seed = native.pivot_table(index='seed', columns='platform', values=METRIC) * 100
   d_hand = (by_seed['gpu'] - by_seed['cpu']).to_numpy()
-  out = attribution.run(frame, FACTORS, reference=REFERENCE, margin=2.0,
+  out = attribution.factor_attribution(frame, FACTORS, reference=REFERENCE, margin=2.0,
                         native={'profile': 'native'}, platform_profile=EMULATES)
   (d,) = out.decomposition
   assert d['G'] == pytest.approx(d_hand.mean(), abs=1e-9) and round(d['G'], 2) == 0.26

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from etils import epath
 
-from analysis import analyse, attribute, cli, export
+from analysis import analyse, attribute, catalogue, cli, export
 from analysis.inputs import csv_input, declaration, results
 from analysis.numbers import answer, stats
 from analysis.words import report
@@ -66,7 +66,7 @@ def test_symlink_loops_inside_a_root_count_each_run_once_and_end(tmp_path, deadl
   runs = results.load_runs(root)
   assert len(runs) == 6 and runs['run'].is_unique
   assert f'{root}/float32/s1' in set(runs['run']) and f'{root}/alias' not in set(runs['run'])
-  out = stats.analyse(runs, margin=0.5)
+  out = stats.arms_and_pairs(runs, margin=0.5)
   assert list(out.arms['n_runs']) == [3, 3] and out.replicates.empty
 
 
@@ -133,7 +133,7 @@ def test_a_minority_of_fractions_among_percents_is_refused_the_other_way(tmp_pat
   values[3] = 0.81
   with pytest.raises(ValueError, match=r'line 5: 0.81 is at most 1 while 11 rows are in percent: a '
                      r'fraction\? multiply it by 100; a real percent below 1\? give --scale 1'):
-    stats.read_csv(accuracy_csv(tmp_path / 'r.csv', values), 'accuracy')
+    csv_input.read_csv(accuracy_csv(tmp_path / 'r.csv', values), 'accuracy')
 
 
 def test_a_negative_loss_is_refused_and_failed_runs_are_not_checked(tmp_path):
@@ -141,12 +141,12 @@ def test_a_negative_loss_is_refused_and_failed_runs_are_not_checked(tmp_path):
   pd.DataFrame({'platform': ['a', 'b', 'a', 'b'], 'seed': [0, 0, 1, 1],
                 'final.test_loss': [0.3, -0.1, 0.2, np.nan]}).to_csv(path, index=False)
   with pytest.raises(ValueError, match=r'final.test_loss, line 3: -0.1 is negative, and a loss is >= 0'):
-    stats.read_csv(str(path), 'test_loss')
+    csv_input.read_csv(str(path), 'test_loss')
   values = fractions()
   values[2] = 'nan-ish'  # a failed run's cell: not analysed, not checked
   status = ['completed'] * 12
   status[2] = 'failed'
-  frame = stats.read_csv(accuracy_csv(tmp_path / 'f.csv', values, status=status), 'accuracy')
+  frame = csv_input.read_csv(accuracy_csv(tmp_path / 'f.csv', values, status=status), 'accuracy')
   assert len(frame) == 12
 
 
@@ -154,14 +154,14 @@ def test_a_repeated_run_id_is_refused_not_averaged(tmp_path):
   runs = [f'r{i}' for i in range(12)]
   runs[7] = 'r3'
   with pytest.raises(ValueError, match=r"run, lines 5, 9: run id 'r3' appears 2 times"):
-    stats.read_csv(accuracy_csv(tmp_path / 'r.csv', fractions(), runs=runs), 'accuracy')
+    csv_input.read_csv(accuracy_csv(tmp_path / 'r.csv', fractions(), runs=runs), 'accuracy')
 
 
 def test_an_empty_run_id_is_refused(tmp_path):
   runs = [f'r{i}' for i in range(12)]
   runs[1] = runs[3] = None
   with pytest.raises(ValueError, match=r'run, line 3: the run id is empty') as e:
-    stats.read_csv(accuracy_csv(tmp_path / 'r.csv', fractions(), runs=runs), 'accuracy')
+    csv_input.read_csv(accuracy_csv(tmp_path / 'r.csv', fractions(), runs=runs), 'accuracy')
   assert 'run, line 5: the run id is empty' in str(e.value)
 
 
@@ -209,7 +209,7 @@ def test_an_empty_metric_cell_is_excluded_and_counted_on_the_first_page(tmp_path
 def test_the_digits_export_reads_back_unchanged_in_the_columns_it_keeps():
   path = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
   full = pd.read_csv(path)
-  frame = stats.read_csv(path, METRIC, 'seed', ['platform', 'profile'])
+  frame = csv_input.read_csv(path, METRIC, 'seed', ['platform', 'profile'])
   dropped = set(full.columns) - set(frame.columns)
   assert dropped == {'final.test_loss', 'final.train_accuracy',  # final.train_loss: the loss table
                      'config.log_every_steps', 'config.checkpoint_every_steps',
@@ -223,8 +223,8 @@ def test_the_digits_export_reads_back_unchanged_in_the_columns_it_keeps():
     assert frame[column].astype(str).tolist() == full[column].astype(str).tolist(), column
   # the same answer as from the table read whole
   declared = declaration.load(os.path.join(ROOT, 'results', 'digits_h100_cpu.study.json'))
-  a = answer.analyse(frame, declared)
-  b = answer.analyse(full, declared)
+  a = answer.study_analysis(frame, declared)
+  b = answer.study_analysis(full, declared)
   assert report.render(a, 'md') == report.render(b, 'md')
 
 
@@ -357,13 +357,14 @@ def test_locale_proof_escapes_what_the_stream_cannot_encode(monkeypatch):
 def small_out(source):
   frame = pd.DataFrame({'run': [f'{source}:{i}' for i in range(8)], 'platform': ['a', 'b'] * 4,
                         'seed': [i // 2 for i in range(8)], METRIC: 0.8 + 0.001 * np.arange(8)})
-  return answer.analyse(frame, {}, ['platform'], METRIC, source=source)
+  return answer.study_analysis(frame, {}, ['platform'], METRIC, source=source)
 
 
 def test_a_table_without_columns_is_not_written_and_said(tmp_path, capsys):
   out = small_out('x.csv')
   out.pairs = pd.DataFrame()  # declared contrasts only: no pair tested
-  files = analyse.write_csv_tables(out, str(tmp_path))
+  files = catalogue.write(catalogue.ANALYSE, catalogue.Given(result=out), str(tmp_path),
+                          only={'report_pairs.csv', 'report_excluded.csv'})
   assert not (tmp_path / 'report_pairs.csv').exists()
   assert 'note: report_pairs.csv not written: no pairs tested' in capsys.readouterr().err
   assert str(tmp_path / 'report_excluded.csv') in files

@@ -62,7 +62,7 @@ def test_a_count_written_as_a_float_is_a_count():
 def test_numeric_platform_names_read_as_text(tmp_path):
   """Fine as is: platforms written as numbers (1, 2) are two platforms named '1' and '2'."""
   frame = table(platforms=(1, 2))
-  out = analyse.answer.analyse(analyse.stats.read_csv(write(frame, tmp_path)),
+  out = analyse.answer.study_analysis(analyse.csv_input.read_csv(write(frame, tmp_path)),
                                group_by=['platform', 'compute_dtype'])
   assert sorted(out.runs['platform'].astype(str).unique()) == ['1', '2']
 
@@ -70,7 +70,7 @@ def test_numeric_platform_names_read_as_text(tmp_path):
 def test_an_empty_run_id_column_identifies_runs_by_their_run(tmp_path):
   """Fine as is: an export of records without ids, or a hand-made CSV with the column empty."""
   frame = table().assign(run_id=None)
-  assert len(analyse.stats.read_csv(write(frame, tmp_path))) == 24
+  assert len(analyse.csv_input.read_csv(write(frame, tmp_path))) == 24
 
 
 @pytest.mark.parametrize('scale', ['0', '-100', 'nan', 'inf', 'abc'])

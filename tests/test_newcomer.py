@@ -62,7 +62,7 @@ def test_report_title_says_what_is_compared_and_setup_names_what_differs():
            'numerics.requested.compute_dtype': 'float32', 'config.data.name': 'digits',
            'final.test_accuracy': 0.9 + 0.001 * s + (0.002 if e == 'tpu_default' else 0.0)}
           for e in ('tpu_default', 'f32') for s in range(4)]
-  out = answer.analyse(pd.DataFrame(rows), margin=0.5)
+  out = answer.study_analysis(pd.DataFrame(rows), margin=0.5)
   out.source = '/home/me/runs'
   text = report.render(out, 'md')
   assert text.splitlines()[0] == '# Final test accuracy by arm: 2 arms, 4 seeds each (digits)'

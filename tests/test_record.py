@@ -51,7 +51,7 @@ def test_runs_differing_only_in_conv_impl_form_two_arms(tmp_path):
     for impl, shift in (('xla', 0.0), ('im2col', 0.001)):
       record.write_results(str(tmp_path / impl / f'seed{seed}'),
                            make_record(smoke(seed, conv_impl=impl), 0.9 + 0.01 * seed + shift))
-  out = stats.analyse(results.load_runs(str(tmp_path)), margin=0.5)
+  out = stats.arms_and_pairs(results.load_runs(str(tmp_path)), margin=0.5)
   assert sorted(out.arms['arm']) == ['conv_impl=im2col', 'conv_impl=xla']
   assert list(out.arms['n']) == [3, 3] and list(out.arms['n_runs']) == [3, 3]
   assert out.replicates.empty and out.excluded.empty
@@ -72,7 +72,7 @@ def test_every_numerics_field_a_config_can_set_defines_an_arm(field):
       rows.append(record.row(f'/r/{value}/{seed}', make_record(config, 0.9 + 0.01 * seed)))
   frame = pd.DataFrame(rows)
   assert f'{record.ARM_PREFIX}{field}' in record.arm_columns(frame)
-  out = stats.analyse(frame, margin=0.5)
+  out = stats.arms_and_pairs(frame, margin=0.5)
   assert len(out.arms) == 2 and list(out.arms['n']) == [2, 2]
 
 
@@ -91,7 +91,7 @@ def test_a_record_written_before_newer_fields_loads_and_joins_its_arm(tmp_path):
   runs = results.load_runs(str(tmp_path))
   assert list(runs['status']) == ['completed', 'completed']
   assert list(runs[f'{record.ARM_PREFIX}conv_impl']) == ['auto', 'auto']
-  out = stats.analyse(runs, margin=0.5)
+  out = stats.arms_and_pairs(runs, margin=0.5)
   assert len(out.arms) == 1 and out.arms['n'].iloc[0] == 2
   assert record.config_differences(old['config'], today.to_dict()) == []
   changed = smoke(0, conv_impl='im2col')
@@ -113,7 +113,7 @@ def test_a_record_written_with_the_removed_emulate_field_maps_to_the_formats(tmp
   runs = results.load_runs(str(tmp_path))
   assert not [c for c in runs.columns if c.endswith('.emulate')]
   assert list(runs[f'{record.ARM_PREFIX}conv_format']) == ['bf16', 'bf16']
-  assert len(stats.analyse(runs, margin=0.5).arms) == 1
+  assert len(stats.arms_and_pairs(runs, margin=0.5).arms) == 1
   assert record.config_differences(old['config'], today.to_dict()) == []
   native = validation.resolve(smoke(0)).to_dict()
   as_written = json.loads(json.dumps(native))

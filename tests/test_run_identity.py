@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from analysis import analyse, export
-from analysis.inputs import results
+from analysis.inputs import csv_input, results
 from analysis.numbers import stats
 from runrecord import record
 from tests.conftest import ROOT
@@ -34,7 +34,7 @@ def plant(root, seeds=(0, 1, 2), with_ids=True):
 
 
 def analysed(roots):
-  return stats.analyse(results.load_runs(roots), margin=0.5)
+  return stats.arms_and_pairs(results.load_runs(roots), margin=0.5)
 
 
 @pytest.mark.parametrize('with_ids', [True, False], ids=['run_id', 'old records'])
@@ -82,7 +82,7 @@ def test_the_export_carries_the_run_id_and_an_export_beside_its_folders_counts_o
   a, b = pd.read_csv(tmp_path / 'a.csv'), pd.read_csv(tmp_path / 'b.csv')
   assert set(a['run_id']) == ids and set(b['run_id']) == ids and set(a['run']) != set(b['run'])
   pd.concat([a, b]).to_csv(tmp_path / 'both.csv', index=False)
-  frame = stats.read_csv(str(tmp_path / 'both.csv'))
+  frame = csv_input.read_csv(str(tmp_path / 'both.csv'))
   assert len(frame) == 6 and 'one run met twice (the same values): counted once' in \
       capsys.readouterr().err
 

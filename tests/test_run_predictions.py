@@ -74,7 +74,7 @@ def contrast_churn(out):
 
 def analysed(path):
   frame, _ = results.load(str(path))
-  return answer.analyse(frame, run_folders=True)
+  return answer.study_analysis(frame, read_predictions=run_predictions.read_runs)
 
 
 def test_every_run_uses_the_predictions_of_its_results_step(root):

@@ -12,7 +12,7 @@ from statsmodels.stats import multitest, power as smp, weightstats
 from statsmodels.stats.meta_analysis import effectsize_smd
 
 from analysis import analyse
-from analysis.inputs import results
+from analysis.inputs import csv_input, results
 from analysis.numbers import answer, inference, stats
 from analysis.words import report
 from runrecord import record
@@ -142,7 +142,7 @@ def why(pair, margin, m=1):
 def test_planted_shift_is_different():
   rng = np.random.default_rng(0)
   a, b = 0.70 + rng.normal(0, 0.003, 10), 0.71 + rng.normal(0, 0.003, 10)  # 1 pp shift, sd .3 pp
-  out = stats.analyse(frame({'bfloat16': a, 'float32': b}, {'bfloat16': 'gpu', 'float32': 'gpu'}),
+  out = stats.arms_and_pairs(frame({'bfloat16': a, 'float32': b}, {'bfloat16': 'gpu', 'float32': 'gpu'}),
                       margin=0.5)
   pair = out.pairs.iloc[0]
   assert out.scale == 100 and pair['diff'] == pytest.approx(100 * (a.mean() - b.mean()))
@@ -156,12 +156,12 @@ def test_planted_shift_is_different():
 def test_identical_distributions_are_equivalent_and_not_different():
   rng = np.random.default_rng(1)
   a, b = 0.70 + rng.normal(0, 0.001, 20), 0.70 + rng.normal(0, 0.001, 20)  # sd .1 pp, no shift
-  out = stats.analyse(frame({'x': a, 'y': b}, {'x': 'gpu', 'y': 'gpu'}), margin=0.2)
+  out = stats.arms_and_pairs(frame({'x': a, 'y': b}, {'x': 'gpu', 'y': 'gpu'}), margin=0.2)
   pair = out.pairs.iloc[0]
   assert pair['welch_p'] > 0.05 and pair['equivalent'] and pair['tost_p_holm'] < 0.05
   assert -0.2 < pair['ci90_low'] < pair['ci90_high'] < 0.2
   assert pair['verdict'] == 'equivalent' and 'within ±0.2 pp' in why(pair, 0.2)
-  same = stats.analyse(frame({'x': a, 'y': a[::-1]}, {'x': 'gpu', 'y': 'gpu'}), margin=0.2)
+  same = stats.arms_and_pairs(frame({'x': a, 'y': a[::-1]}, {'x': 'gpu', 'y': 'gpu'}), margin=0.2)
   assert same.pairs.iloc[0]['welch_p'] == pytest.approx(1.0)
   assert same.pairs.iloc[0]['verdict'] == 'equivalent'
 
@@ -169,7 +169,7 @@ def test_identical_distributions_are_equivalent_and_not_different():
 def test_wide_interval_is_inconclusive():
   rng = np.random.default_rng(6)
   a, b = 0.70 + rng.normal(0, 0.01, 5), 0.70 + rng.normal(0, 0.01, 5)  # sd 1 pp, margin 0.3 pp
-  out = stats.analyse(frame({'x': a, 'y': b}, {'x': 'gpu', 'y': 'gpu'}), margin=0.3)
+  out = stats.arms_and_pairs(frame({'x': a, 'y': b}, {'x': 'gpu', 'y': 'gpu'}), margin=0.3)
   pair = out.pairs.iloc[0]
   assert pair['ci90_low'] < -0.3 and pair['ci90_high'] > 0.3 and pair['test_p_holm'] > 0.05
   assert pair['verdict'] == 'inconclusive'
@@ -183,7 +183,7 @@ def test_holm_can_undo_a_raw_equivalence_and_the_report_shows_both():
   arms = {'x': x, 'y': x + rng.normal(0, 0.001, 8), 'z': x + 0.03}  # z: 3 pp away from both
   d = 100 * (arms['x'] - arms['y'])  # paired on seeds: pick the margin where raw TOST p = 0.03
   margin = optimize.brentq(lambda m: inference.tost_paired(d, m)[2] - 0.03, abs(d.mean()) + 1e-6, 5)
-  out = answer.analyse(frame(arms, {k: 'gpu' for k in arms}), margin=margin)
+  out = answer.study_analysis(frame(arms, {k: 'gpu' for k in arms}), margin=margin)
   pair = out.pairs.set_index(['arm_a', 'arm_b']).loc[('compute_dtype=x', 'compute_dtype=y')]
   assert pair['tost_p'] == pytest.approx(0.03) and pair['tost_p_holm'] == pytest.approx(0.09)
   assert pair['equivalent_raw'] and not pair['equivalent'] and pair['verdict'] == 'inconclusive'
@@ -248,7 +248,7 @@ def test_bca_under_covers_where_the_arm_table_does_not_use_it():
 def test_pairwise_table_matches_direct_calls_and_exact_mann_whitney():
   a, b = np.array([.70, .71, .69, .72, .70]), np.array([.68, .69, .70, .67, .66, .69])
   unpaired = frame({'a': a, 'b': b}, {'a': 'gpu', 'b': 'gpu'}).drop(columns='seed')
-  out = stats.analyse(unpaired, margin=1.0)
+  out = stats.arms_and_pairs(unpaired, margin=1.0)
   pair = out.pairs.iloc[0]
   assert not pair['paired'] and pair['rank_test'] == 'Mann–Whitney' and np.isnan(pair['d_z'])
   assert pair['welch_p'] == pytest.approx(sps.ttest_ind(100 * a, 100 * b, equal_var=False).pvalue)
@@ -266,7 +266,7 @@ def test_pairwise_table_matches_direct_calls_and_exact_mann_whitney():
 
 
 def test_three_runs_per_arm_cannot_reach_significance_with_exact_mann_whitney():
-  out = stats.analyse(frame({'a': [.1, .2, .3], 'b': [.7, .8, .9]}, {'a': 'gpu', 'b': 'gpu'})
+  out = stats.arms_and_pairs(frame({'a': [.1, .2, .3], 'b': [.7, .8, .9]}, {'a': 'gpu', 'b': 'gpu'})
                       .drop(columns='seed'))
   assert out.pairs.iloc[0]['mw_p'] == pytest.approx(0.1)  # 2 / C(6, 3): the smallest possible
 
@@ -295,8 +295,8 @@ def test_nondeterministic_arm_pairs_with_deterministic_one_on_shared_seeds():
   base = 0.7 + rng.normal(0, 0.01, 8)
   values = {'a': base, 'b': base + 0.001 + rng.normal(0, 0.0002, 8)}
   runs = frame(values, {'a': 'tpu', 'b': 'gpu'}, {'b': False})
-  out = stats.analyse(runs, margin=0.5)
-  shuffled = stats.analyse(runs.iloc[::-1], margin=0.5)  # pairs are by seed, not by row order
+  out = stats.arms_and_pairs(runs, margin=0.5)
+  shuffled = stats.arms_and_pairs(runs.iloc[::-1], margin=0.5)  # pairs are by seed, not by row order
   for o in (out, shuffled):
     pair = o.pairs.iloc[0]
     assert pair['paired'] and pair['n_pairs'] == 8 and pair['design'].startswith('paired: 8 shared seeds')
@@ -305,10 +305,10 @@ def test_nondeterministic_arm_pairs_with_deterministic_one_on_shared_seeds():
     assert pair['verdict'] == 'within margin'  # shown (p < 0.001), and inside ±0.5 pp
   assert list(out.arms['deterministic']) == [False, True]  # gpu (recorded False), tpu
   runs['config.batch_size'] = np.where(runs['platform'] == 'gpu', 256, 512)
-  pair = stats.analyse(runs, margin=0.5).pairs.iloc[0]
+  pair = stats.arms_and_pairs(runs, margin=0.5).pairs.iloc[0]
   assert not pair['paired'] and pair['design'] == 'unpaired: pairing fields differ: config.batch_size'
   runs['seed'] = np.where(runs['platform'] == 'gpu', runs['seed'] + 100, runs['seed'])
-  pair = stats.analyse(runs, margin=0.5).pairs.iloc[0]
+  pair = stats.arms_and_pairs(runs, margin=0.5).pairs.iloc[0]
   assert not pair['paired'] and pair['design'] == 'unpaired: no shared seeds'
 
 
@@ -349,7 +349,7 @@ def test_orbax_runs_replicates_and_failed_runs(tmp_path):
   assert {'numerics.requested.compute_dtype', 'config.model.width', 'final.test_loss',
           'config.model.reinit'} <= set(runs.columns)
   assert set(hist.columns) >= {'run', 'epoch', 'test_accuracy'} and len(hist) == 26
-  out = stats.analyse(runs, margin=0.5)
+  out = stats.arms_and_pairs(runs, margin=0.5)
   assert list(out.arms['n']) == [4, 5] and list(out.arms['n_runs']) == [5, 6]
   reps = out.replicates.set_index('seed')
   assert reps.loc[1, 'runs'] == f'{tmp_path}/f32/s1, {tmp_path}/f32/s1_again' and reps.loc[1, 'identical']
@@ -412,18 +412,18 @@ def test_one_line_errors(tmp_path, capsys):
   with pytest.raises(ValueError, match='--runs: .* does not exist'):
     results.load_runs(str(tmp_path / 'nope'))
   with pytest.raises(ValueError, match="--metric: no column 'final.top5'"):
-    stats.analyse(frame({'a': [.1, .2]}), metric='final.top5')
+    stats.arms_and_pairs(frame({'a': [.1, .2]}), metric='final.top5')
   with pytest.raises(ValueError, match="--seed-col: no column 'rep'"):
-    stats.analyse(frame({'a': [.1, .2]}), seed_col='rep')
+    stats.arms_and_pairs(frame({'a': [.1, .2]}), seed_col='rep')
   with pytest.raises(ValueError, match='--margin'):
-    stats.analyse(frame({'a': [.1, .2]}), margin=0)
+    stats.arms_and_pairs(frame({'a': [.1, .2]}), margin=0)
   with pytest.raises(SystemExit) as e:
     analyse.main([f'--runs={tmp_path}'])
   message = capsys.readouterr().err
   assert e.value.code == 2 and message.startswith('error: --runs: no run') and message.count('\n') == 1
   failed = frame({'a': [.1, .2]}).assign(status='failed')
   with pytest.raises(ValueError, match='none of the 2 runs is completed'):
-    stats.analyse(failed)
+    stats.arms_and_pairs(failed)
 
 
 def test_root_of_only_failed_runs_lists_them_with_reasons(tmp_path, capsys):
@@ -444,7 +444,7 @@ def test_non_finite_metric_in_csv_is_excluded_and_listed(tmp_path):
   table = pd.DataFrame({'platform': ['tpu'] * 4 + ['gpu'] * 4, 'accuracy': values})
   table.to_csv(tmp_path / 'r.csv', index=False)
   assert 'inf' in (tmp_path / 'r.csv').read_text()
-  out = stats.analyse(stats.read_csv(str(tmp_path / 'r.csv')), group_by=['platform'],
+  out = stats.arms_and_pairs(csv_input.read_csv(str(tmp_path / 'r.csv')), group_by=['platform'],
                       metric='accuracy')
   excluded = dict(zip(out.excluded['run'], out.excluded['reason']))
   assert excluded == {f'{tmp_path}/r.csv:4': 'accuracy = inf is not finite',
@@ -470,7 +470,7 @@ def test_paired_pairs_get_signed_rank_and_d_z_unpaired_ones_mann_whitney_and_g()
   rng = np.random.default_rng(6)
   a = 0.9 + rng.normal(0, 0.01, 8)
   b = a - 0.004 + rng.normal(0, 0.002, 8)
-  pair = stats.analyse(frame({'x': a, 'y': b}), margin=0.5).pairs.iloc[0]
+  pair = stats.arms_and_pairs(frame({'x': a, 'y': b}), margin=0.5).pairs.iloc[0]
   d = 100 * (a - b)
   assert pair['paired'] and pair['d_z'] == pytest.approx(d.mean() / d.std(ddof=1))
   assert pair['signed_rank_p'] == pytest.approx(sps.wilcoxon(d).pvalue)  # exact, no ties here
@@ -498,7 +498,7 @@ def test_on_a_lattice_a_different_verdict_needs_the_rank_test_too():
   """Six seeds whose differences are one or two test images: the paired t is small (p 0.0015), but
   the exact signed-rank p cannot go below 2 / 2^6 = 0.031; with several comparisons in the family
   Holm lifts it past 0.05, so 'different' rests on the t-test alone and is not given."""
-  out = stats.analyse(lattice_frame([1, 1, 2, 1, 1, 2], 6), margin=0.2)
+  out = stats.arms_and_pairs(lattice_frame([1, 1, 2, 1, 1, 2], 6), margin=0.2)
   pair = out.pairs.iloc[0]
   assert pair['lattice'] == pytest.approx(100 / 360) and pair['paired_p'] < 0.01
   assert pair['signed_rank_p'] == pytest.approx(2 / 64)
@@ -518,12 +518,12 @@ def test_identical_arithmetic_is_reported_not_tested_and_outside_holm():
   table = table.assign(**{'numerics.effective.platform': 'cpu', 'numerics.effective.device_kind': 'cpu',
                           'numerics.effective.conv_format': table[
                               'numerics.requested.compute_dtype'].map(effective)})
-  pairs = stats.analyse(table, margin=0.5).pairs.set_index(['arm_a', 'arm_b'])
+  pairs = stats.arms_and_pairs(table, margin=0.5).pairs.set_index(['arm_a', 'arm_b'])
   same = pairs.loc[('compute_dtype=f32', 'compute_dtype=native')]
   assert same['verdict'] == 'identical arithmetic' and np.isnan(same['tost_p_holm'])
   tested = pairs[pairs['verdict'] != 'identical arithmetic']
   assert len(tested) == 2
   np.testing.assert_allclose(tested['tost_p_holm'], inference.holm(tested['tost_p']))
   # equal values without equal recorded arithmetic are tested like any pair
-  plain = stats.analyse(frame({'native': a, 'f32': a}, {'native': 'cpu', 'f32': 'cpu'}), margin=0.5)
+  plain = stats.arms_and_pairs(frame({'native': a, 'f32': a}, {'native': 'cpu', 'f32': 'cpu'}), margin=0.5)
   assert plain.pairs.iloc[0]['verdict'] == 'equivalent'

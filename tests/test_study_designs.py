@@ -40,7 +40,7 @@ def merged_root():
 
 def test_runs_of_one_seed_with_other_init_seeds_are_other_models_not_replicates():
   frame = merged_root()
-  out = answer.analyse(frame, DECLARED)
+  out = answer.study_analysis(frame, DECLARED)
   assert out.replicates.empty  # no model was run twice
   f32 = out.units[out.units['arm'].str.contains('f32')].set_index('seed')['value']
   assert f32.loc['1 (init 0, data 1)'] == pytest.approx(81.4)  # its own unit, not averaged
@@ -55,7 +55,7 @@ def test_runs_of_one_seed_with_other_init_seeds_are_other_models_not_replicates(
 
 def test_agreement_pairs_models_by_the_same_rule():
   frame = merged_root()
-  out = answer.analyse(frame, DECLARED)
+  out = answer.study_analysis(frame, DECLARED)
   rng = np.random.default_rng(1)
   model = {(i, d): prediction(0.2, rng) for i, d in ((0, 0), (1, 1), (2, 2), (3, 3), (0, 1))}
   loaded = {r.run: model[(r.init_seed, r.data_seed)] for r in frame.itertuples()}
@@ -81,7 +81,7 @@ def crossed_root(rng):
 
 def test_a_variance_design_root_splits_churn_by_init_data_order_and_both():
   frame, _, loaded = crossed_root(np.random.default_rng(2))
-  out = answer.analyse(frame, DECLARED)
+  out = answer.study_analysis(frame, DECLARED)
   section = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
   table = section.table.set_index('kind')
   pred = {(r.init_seed, r.data_seed): loaded[r.run]['predicted'] for r in frame.itertuples()}
@@ -115,7 +115,7 @@ def hand_split(y):
 
 def test_the_variance_split_reaches_report_md_and_tex_with_intervals_or_the_df_that_forbids_them():
   frame, y, loaded = crossed_root(np.random.default_rng(3))
-  out = answer.analyse(frame, DECLARED)
+  out = answer.study_analysis(frame, DECLARED)
   out.agreement = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
   split = out.agreement.variance.set_index('component')
   ms_i, ms_j, ms_r = hand_split(y.tolist())

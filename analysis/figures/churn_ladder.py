@@ -6,7 +6,9 @@ initial weights only, seed); each row's label says its kind, its arms by their s
 (analysis/figures/naming.py) and its n (seeds, or seed pairs). Colour: the platform of the pair
 (style.platform_colors, as in every figure), black for pairs across platforms. The x axis runs
 from 0 to a little past the largest bound or seed drawn, never past 100 %. Drawn at its printed
-width (style.TWO_COLUMN_IN), the study's context (data, n, platforms) as its subtitle."""
+width (style.TWO_COLUMN_IN), the study's context (data, n, platforms) as its subtitle.
+Reference: docs/statistics.md "Report and figures".
+"""
 
 import textwrap
 
@@ -108,6 +110,11 @@ def draw(table, context=None):
   return fig
 
 
-def churn_ladder(table, out_dir, context=None):
-  """Write churn_ladder.pdf and .png (300 dpi, printed size) into out_dir; returns the paths."""
-  return style.save(draw(table, context), out_dir, 'churn_ladder', crop=False)
+def churn_ladder(given, out_dir, name):
+  """The ladder of `given.result`'s agreement table (subtitled with its context) as NAME.pdf and
+  .png (300 dpi, printed size) into out_dir; [] without churn rows."""
+  out = given.result
+  table = out.agreement.table if out is not None and out.agreement else None
+  if table is None or table.empty:
+    return []
+  return style.save(draw(table, naming.context(out, 150)), out_dir, name, crop=False)

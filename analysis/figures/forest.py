@@ -1,35 +1,26 @@
-"""Forest plots of the study, one column wide (style.ONE_COLUMN_IN) and drawn at their printed size,
-as PDF and 300-dpi PNG in analysis/figures/style.py's style: intervals against a zero line, the
-equivalence margin (dashed, black) and the noise floor of each platform (a band in the platform's
-colour, its own legend key: the 95% half-width of the paired mean difference noise arm − the arm it
-perturbs, analysis.numbers.attribution.noise_floor). Colour = platform (style.platform_colors;
-black: measured across platforms); arms by their marker (style.arm_styles).
+"""Forest plots of the study, one column wide (style.ONE_COLUMN_IN) and drawn at their printed
+size (analysis/catalogue.py lists them): intervals against a zero line, the equivalence margin
+(dashed, black) and each platform's noise floor (a band in its colour: the 95% half-width of the
+paired mean difference noise arm − the arm it perturbs, analysis.numbers.attribution.noise_floor).
+Colour = platform (black: measured across platforms).
 
-  plot            attribution_forest: per platform gap, every component of its decomposition
-                  (analysis/numbers/gap.py: G; fid_A, fid_B; N_A, N_B, N, N_A − N_B; P_eA, P_eB, P; R) ± 95%
-                  t-CI over seeds; below, in a panel of its own, the main effects of the other
-                  factors (the additive model's terms). The model's platform term is not drawn
-                  where the gap is decomposed (it averages different arithmetic: profile=native is
-                  one arithmetic on each platform); without a decomposition it is drawn, labelled as
-                  the mean over every arm.
-  plot_gap        gap_decomposition: per platform pair, G = fid_A − fid_B + N + P, each part as it enters the
-                  sum ± 95% CI (thin), and the residual R = G − N; G and R with the 90% CI of their
-                  TOST (thick); the G row names the pair and its verdict
-  plot_contrasts  contrasts: each declared contrast (arm − reference arm, per platform) ± 95% CI
-                  (thin) and 90% CI (thick), colour = platform, the estimate a 'D' (hollow:
-                  unpaired), each legend key as it is drawn
-The study's figures carry its context (data, n, platforms: analysis/figures/naming.py) as a caption.
+  attribution_forest  per platform gap every component of its decomposition (COMPONENT_ROWS,
+                      analysis/numbers/gap.py) ± 95% t-CI over seeds, then the main effects of the
+                      other factors (the platform term only where no gap is decomposed: it
+                      averages different arithmetic)
+  gap_decomposition   per platform pair G = fid_A − fid_B + N + P, each part as it enters the sum
+                      (SUM_ROWS) ± 95% CI, the residual R = G − N; G and R with their TOST's 90% CI
+  draw_contrasts      each contrast (arm − reference, per platform) ± 95% CI (thin) and 90% CI
+                      (thick), the estimate a 'D' (hollow: unpaired)
+Reference: docs/statistics.md "Report and figures".
 """
 
 from matplotlib.colors import to_rgba
 import numpy as np
 
-from analysis.figures import style
+from analysis.figures import naming, style
 
 plt = style.plt
-NAME = 'attribution_forest'
-GAP_NAME = 'gap_decomposition'
-CONTRASTS_NAME = 'contrasts'
 ROW_IN = 0.2  # height of one row, inches
 PLATFORM_FACTOR = 'platform'
 # The gap's components in the forest's order: key -> row label ({a}, {b}: the platforms; e_A, e_B,
@@ -221,9 +212,11 @@ def draw_forest(out):
   return fig
 
 
-def plot(out, out_dir, name=NAME):
-  """attribution_forest (draw_forest) as PDF and PNG; returns the two paths."""
-  return style.save(draw_forest(out), out_dir, name, crop=False)
+def attribution_forest(given, out_dir, name):
+  """draw_forest of `given.attribution` as NAME.pdf and .png (analysis/catalogue.py Figure); []
+  without an attribution."""
+  att = given.attribution
+  return [] if att is None else style.save(draw_forest(att), out_dir, name, crop=False)
 
 
 def sum_rows(out, d):
@@ -242,10 +235,13 @@ def sum_rows(out, d):
   return out_rows
 
 
-def plot_gap(out, out_dir, name=GAP_NAME, context=None):
-  """gap_decomposition (draw_gap) as PDF and PNG; None without a gap."""
-  fig = draw_gap(out, context)
-  return None if fig is None else style.save(fig, out_dir, name, crop=False)
+def gap_decomposition(given, out_dir, name):
+  """draw_gap of `given.attribution` as NAME.pdf and .png, subtitled with the study's context
+  when `given.result` is there; [] without a gap."""
+  att = given.attribution
+  context = naming.context(given.result, 68) if given.result is not None else None
+  fig = draw_gap(att, context) if att is not None else None
+  return [] if fig is None else style.save(fig, out_dir, name, crop=False)
 
 
 def draw_gap(out, context=None):
@@ -278,12 +274,6 @@ def verdict_line(d, unit):
   """'<verdict> at ±m unit': the second line of a pair's gap row (its open part is in the
   report)."""
   return f'{d["verdict"]} at ±{d["margin"]:g} {unit}' if d['margin'] else d['verdict']
-
-
-def plot_contrasts(table, noise, margin, unit, out_dir, name=CONTRASTS_NAME, context=None):
-  """contrasts (draw_contrasts) as PDF and PNG; None without contrasts."""
-  fig = draw_contrasts(table, noise, margin, unit, context)
-  return None if fig is None else style.save(fig, out_dir, name, crop=False)
 
 
 def draw_contrasts(table, noise, margin, unit, context=None):

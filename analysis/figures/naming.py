@@ -1,6 +1,8 @@
 """What a figure calls things: short arm labels (what differs between the arms, never a whole
 config), and the context line every study figure carries as its subtitle (data set, n, platform
-and device), so that a figure read alone says what it was measured on."""
+and device), so that a figure read alone says what it was measured on.
+Reference: docs/statistics.md "Report and figures".
+"""
 
 import textwrap
 

@@ -1,29 +1,10 @@
-"""Publication figures of a study, drawn at their printed size (one column 3.3 in, two columns
-6.9 in: analysis/figures/style.py) as vector PDF and 300-dpi PNG.
-
-  make_all(analysis, hist, 'figures')   # the command: python -m analysis.draw
-
-Writes, for the runs that analysis.numbers.stats keeps (completed; replicates of a seed averaged), with
-the arms named by their short labels (what differs from the study's reference arm):
-  accuracy_by_arm    (two columns) the final metric per arm: every seed (points: colour = platform;
-                     the arm is the x position), mean ± 95% CI (the arm table's interval, black);
-                     quartile boxes only from BOX_MIN_N seeds per arm
-  contrasts          (one column) each declared contrast, arm − reference arm, ± 95% / 90% CI,
-                     against the margin and each platform's noise floor (analysis/figures/forest.py);
-                     every pair when the study declares no contrasts
-  gap_decomposition  (one column) per platform pair, native gap G = fid_A − fid_B + N + P and the
-                     residual R (two platforms or more)
-  training_curves    (two columns) training loss per logged step (each run's metrics.jsonl) and
-                     the test metric per epoch zoomed to the last half of the epochs: mean per arm
-                     (marker and line style) and platform (colour); band = ± 1 sd over runs up to
-                     SHADED_MAX curves per panel; an arm whose curves equal another arm's on its
-                     platform exactly (the same arithmetic) is named so in the legend
-Colour = platform in every figure; in the training curves each arm its own marker and line style
-(analysis/figures/style.py). Each figure's subtitle says its data set, n and platforms
-(analysis/figures/naming.py context); arms go by short labels (naming.short_labels). Legends list
-only what is drawn, each key as it is drawn. The y axes span the data, not 0–100%. The attribution
-forest (analysis/figures/forest.py plot: the gap's components and the main effects) is the
-attribution command's; here the contrasts and the gap figure show what it would repeat.
+"""The study's figures that show its arms: accuracy_by_arm, contrasts and training_curves
+(analysis/catalogue.py lists every figure, what it shows and which command draws it; docs/
+statistics.md "Report and figures"). Each is drawn at its printed size (style.ONE_COLUMN_IN,
+TWO_COLUMN_IN) as vector PDF and 300-dpi PNG, for the runs analysis.numbers.stats keeps (completed;
+replicates of a seed averaged): colour = platform, arms by their short labels (naming.short_labels)
+and, in the training curves, by marker and line style; the study's context (naming.context) as the
+subtitle; legends list only what is drawn, each key as it is drawn; y axes span the data.
 """
 
 import numpy as np
@@ -32,7 +13,6 @@ from matplotlib import ticker
 from matplotlib.patches import Patch
 
 from analysis.figures import forest, naming, style
-from analysis.inputs import results
 
 plt = style.plt
 BOX_MIN_N = 10  # below this many seeds per arm a box (quartiles) says less than the points
@@ -149,8 +129,10 @@ def draw_accuracy_by_arm(out):
   return fig
 
 
-def accuracy_by_arm(out, out_dir):
-  return style.save(draw_accuracy_by_arm(out), out_dir, 'accuracy_by_arm', crop=False)
+def accuracy_by_arm(given, out_dir, name):
+  """The figure of the study `given.result` (analysis/catalogue.py Figure) as NAME.pdf and .png."""
+  style.apply()
+  return style.save(draw_accuracy_by_arm(given.result), out_dir, name, crop=False)
 
 
 def contrast_table(out):
@@ -164,9 +146,12 @@ def contrast_table(out):
                       platform='')
 
 
-def contrasts(out, out_dir):
-  return forest.plot_contrasts(contrast_table(out), forest.floors_of(out.noise),
-                               out.margin, out.unit, out_dir, context=naming.context(out, 68))
+def contrasts(given, out_dir, name):
+  """forest.draw_contrasts of the study `given.result` as NAME.pdf and .png; [] without a pair."""
+  out = given.result
+  fig = forest.draw_contrasts(contrast_table(out), forest.floors_of(out.noise), out.margin,
+                              out.unit, context=naming.context(out, 68))
+  return [] if fig is None else style.save(fig, out_dir, name, crop=False)
 
 
 def curve(frame, x, col, scale=1.0):
@@ -316,25 +301,13 @@ def legend_entries(categories, place, same, colors, styles):
   return handles, labels + [p + (' (wider: drawn beneath)' if under[p] else '') for p in platforms]
 
 
-def training_curves(out, hist, steps, out_dir):
-  fig = draw_training_curves(out, hist, steps)
-  return None if fig is None else style.save(fig, out_dir, 'training_curves', crop=False)
-
-
-def make_all(out, hist, out_dir, steps=None):
-  """Write every figure that the data allow (an analysis.numbers.result.Analysis); returns the files.
-
-  `steps`: analysis.inputs.results.load_steps' table; None reads it from the analysed runs' folders.
-  """
-  from etils import epath  # pylint: disable=import-outside-toplevel
-  epath.Path(out_dir).mkdir(parents=True, exist_ok=True)
+def training_curves(given, out_dir, name):
+  """draw_training_curves of `given` (its result, histories and steps) as NAME.pdf and .png; []
+  without curves."""
+  empty = pd.DataFrame(columns=['run'])
+  hist = given.histories if given.histories is not None else empty
+  steps = given.steps if given.steps is not None else empty
   style.apply()
-  if steps is None:
-    steps = results.steps_frame(out.runs['run'])
-  written = accuracy_by_arm(out, out_dir)
-  att = out.attribution
-  for paths in (contrasts(out, out_dir), training_curves(out, hist, steps, out_dir),
-                att and forest.plot_gap(att, out_dir, context=naming.context(out, 68))):
-    written += paths or []
-  return written
+  fig = draw_training_curves(given.result, hist, steps)
+  return [] if fig is None else style.save(fig, out_dir, name, crop=False)
 

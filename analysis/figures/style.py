@@ -5,6 +5,7 @@ an arm is told apart by its position, its marker and its line style (arm_styles)
 same marker and style in every figure that draws arms as lines (the training curves; up to
 len(ARM_LINESTYLES) arms with distinct line styles). arm_colors (one colour per arm) is for the
 experiments' figures, which compare arms on one platform.
+Reference: docs/statistics.md "Report and figures".
 """
 
 import matplotlib

@@ -18,6 +18,7 @@ the test split's size) must be one among the completed runs of one data config (
 replicates nor pairs, and a study whose platforms saw different test splits would compare them as
 if they had not. Other data configs (another split seed, declared as a factor) may hold other
 test sets: their runs never pair (record.PAIRING_FIELDS holds the same fields).
+Reference: docs/statistics.md "Input the analysis refuses".
 """
 
 import pandas as pd
@@ -29,7 +30,7 @@ MAX_SHOWN = 3
 
 
 def resolve_column(frame, name, arg):
-  """The column of `frame` that `name` means: exact, or with a numerics/config/final prefix."""
+  """The column of `frame` that `name` means: exact, or with a `numerics.`, `config.` or `final.` prefix."""
   for candidate in (name, f'{record.ARM_PREFIX}{name}', f'numerics.effective.{name}',
                     f'{record.CONFIG_PREFIX}{name}', f'final.{name}'):
     if candidate in frame.columns:

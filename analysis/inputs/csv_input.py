@@ -1,5 +1,5 @@
-"""A CSV of results entering the analysis (analysis.numbers.stats.read_csv): which of its columns
-are read, and what it must satisfy before anything is computed from it.
+"""A CSV of results entering the analysis (read_csv): which of its columns are read, and what it
+must satisfy before anything is computed from it.
 
 Columns read (read_columns): all but those no analysis reads, so that 100,000 runs in
 analysis.export's 105-column format stay small: the final.* metrics other than the analysed one
@@ -37,14 +37,17 @@ line naming the column, the line of the file and the fix.
                   not completed.
 
 Lines are the file's (the header is line 1). At most MAX_LINES problems are listed, then a count.
+Reference: docs/statistics.md "Input the analysis refuses".
 """
 
+import collections
 import sys
 
 import numpy as np
 import pandas as pd
 
 from analysis.inputs import columns
+from analysis.inputs.columns import resolve_column
 from runrecord import record
 
 MAX_LINES = 10
@@ -251,3 +254,38 @@ def check(frame, path, metric=None, seed=None, seed_required=False, scale=None):
   shown = lines[:MAX_LINES] + ([f'... and {more} more problems of the same kinds'] if more > 0 else [])
   raise ValueError('\n'.join(f'--csv {path}: {line}' for line in shown)
                    + f'\n--csv {path}: {len(lines)} problem(s) above; nothing was analysed')
+
+
+def read_csv(path, metric=None, seed_col=None, names=(), seed_required=False, scale=None):
+  """A CSV of published results as a runs table (`run` = 'FILE:ROW' when it has no run column),
+  its used columns only (read_columns: `metric` and `names` are the metric and the columns the
+  command names), checked before anything is computed (check: the metric's scale (or `scale`,
+  --scale, when given) and range, unique run ids, whole-number seeds in `seed_col`, default
+  'seed', and with `seed_required` one for every completed run).
+  Refused, naming --csv: an unreadable or empty file, a header without rows, repeated column
+  names (pandas would rename the second 'x' to 'x.1' and read the first), the checks' problems."""
+  try:
+    header = list(pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0])
+    repeated = [name for name, count in collections.Counter(header).items() if count > 1]
+    if metric and not repeated:
+      metric = resolve_column(pd.DataFrame(columns=header), metric, '--metric')
+    frame = None if repeated else read_columns(path, header, metric, names, seed_col or 'seed')
+  except pd.errors.EmptyDataError:
+    raise ValueError(f'--csv: {path} is empty: no runs to analyse; give a CSV with a header row '
+                     'and one row per run')
+  except (OSError, UnicodeDecodeError, pd.errors.ParserError) as e:
+    raise ValueError(f'--csv: cannot read {path} ({e}); give a CSV file with a header row')
+  if repeated:
+    at = lambda name: ', '.join(str(i + 1) for i, h in enumerate(header) if h == name)
+    raise ValueError(f'--csv: {path} has duplicate column names: '
+                     + '; '.join(f'{name} (columns {at(name)})' for name in repeated)
+                     + '; rename them so each column has its own name')
+  if frame.empty:
+    raise ValueError(f'--csv: {path} has a header but no rows: no runs to analyse; add one row '
+                     'per run')
+  seed = resolve_column(frame, seed_col, '--seed-col') if seed_col not in (None, 'seed') else 'seed'
+  check(frame, path, metric, seed if seed in frame else None, seed_required, scale)
+  if 'run' not in frame:
+    frame.insert(0, 'run', [f'{path}:{i + 2}' for i in range(len(frame))])
+  return frame
+

@@ -30,6 +30,7 @@ the ones declared before the data existed (analysis/numbers/contrasts.py).
 
   declared = load('configs/digits.py:study')          # a config file, or a study.json file
   declared = from_roots(['runs/cpu', 'gs://b/gpu'])   # the roots' study.json (they must agree)
+Reference: docs/statistics.md "A study and its declaration".
 """
 
 import difflib

@@ -1,5 +1,6 @@
 """What the tables call things: arm labels from the group-by values (runrecord.record names the
 fields), seeds as integers, seeds in order, runs of consecutive seeds as ranges.
+Reference: docs/statistics.md "Arms, seeds and replicates".
 """
 
 import numpy as np

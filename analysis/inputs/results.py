@@ -18,6 +18,7 @@ both places when they differ.
   runs, hist = load('/tmp/study')                      # and one row per run and evaluated epoch
   steps = load_steps('/tmp/study')                     # one row per run and logged training step
   runs, hist, declared = load_study(['runs/cpu', 'gs://b/gpu'])  # and the study's declaration
+Reference: docs/record.md.
 """
 
 import contextlib
@@ -245,10 +246,22 @@ def load(roots):
 
 
 def load_study(roots, study=None, config=None):
-  """(runs_frame, histories_frame, declaration) of the runs under the root(s): what analysis.analyse,
-  analysis.figures and sweeps.run_study analyse. The declaration: `study` (--study: a study.json or a
-  config file) when given, else the roots' study.json, else `config`'s get_study() (sweeps.run_study),
-  else none ({}); checked against the runs (declaration.check_levels, naming where it came from)."""
+  """Everything a study's analysis reads from its run folders (analysis.analyse, analysis.draw,
+  sweeps.run_study).
+
+  Args:
+    roots: one root or a list of roots holding run folders (local or gs://, mixed).
+    study: --study, a study.json or a config file with get_study(); None: the roots' study.json.
+    config: a config file whose get_study() declares the study when neither gives one.
+
+  Returns:
+    (runs, histories, declaration): the runs table (runs_frame, one row per run, checked by
+    check_runs), the per-epoch histories (histories_frame) and the declaration ({} when none),
+    checked against the runs (declaration.check_levels, naming where it came from).
+
+  Raises:
+    ValueError: one line naming --runs or the declaration's source (no run, a bad level).
+  """
   frame, hist = load(roots)
   if study:
     declared, where = declaration.load(study), str(study)

@@ -2,6 +2,7 @@
 came from, or a reason why the run has none to give (runrecord/predictions.py owns the item).
 
   pred, why = read(run, step=44, test_size=360)   # (the item, None) or (None, 'why not')
+  got = read_runs(runs)                           # the same for each row of a runs table
 
 The agreement, calibration and per-class sections (analysis/numbers/agreement_section.py) compare
 the models whose accuracy the report states; a run's accuracy is its results' final evaluation,
@@ -18,6 +19,7 @@ pair one model's accuracy with another model's predictions. A run left out says 
                  where the record gives them
 
 Only these sections leave the run out: its accuracy, the tests and the verdict keep it.
+Reference: docs/record.md "Test predictions".
 """
 
 import logging
@@ -127,3 +129,12 @@ def read(run, step, test_size=None, fingerprint=None):
     return None, f'{DAMAGED} (step {step}: {type(e).__name__}: {first})'
   problem = item_problem(pred, test_size, fingerprint)
   return (None, f'{DAMAGED} (step {step}: {problem})') if problem else (pred, None)
+
+
+def read_runs(runs):
+  """[(predictions, None) or (None, why)] of each row of the runs table `runs` (read): its run
+  folder `run` at its results' `step`, checked against its data.test_size and
+  data.split_fingerprint where the table has them."""
+  column = lambda name: runs[name] if name in runs else [None] * len(runs)
+  return [read(*row) for row in zip(runs['run'], column('step'), column('data.test_size'),
+                                    column('data.split_fingerprint'))]

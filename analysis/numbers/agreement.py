@@ -1,9 +1,9 @@
 """Agreement between models: churn, the share of test examples two models predict differently, per
 seed and then across seeds, read against its baselines (the churn ladder). Numbers only:
-analysis/numbers/agreement_section.py loads the predictions and writes the CSV, agreement_figure.py
-draws.
+analysis/numbers/agreement_section.py gathers the predictions into entries, analysis/figures/
+churn_ladder.py draws the table.
 
-Predictions: trainer/predictions.read_predictions's dict per run (test-set order): `predicted`
+Predictions: runrecord/predictions.read_predictions's dict per run (test-set order): `predicted`
 int32[n] (classification) or [n, 40] (the attributes task), `label`, `fingerprint`, `task`.
 
   churn(A, B)   = (1/n) Σ_i [ŷ_A(i) ≠ ŷ_B(i)]                   classification, over n images
@@ -43,8 +43,10 @@ Kinds of rows (the ladder, bottom rung first; `pairing` says which seeds are com
                       identical arithmetic give the same two models), so the pairs of all arms that
                       touch a common seed form one cluster, valued at their mean churn; the interval
                       is over the clusters, which share no seed (a = b = 'every arm on PLATFORM')
+Reference: docs/statistics.md "Agreement between models".
 """
 
+import collections
 import itertools
 
 import numpy as np
@@ -86,15 +88,40 @@ def unit_name(entry):
   return ('image × attribute labels' if np.ndim(entry['pred']['predicted']) > 1 else 'images')
 
 
+def different_data(entry_a, entry_b):
+  """Why two runs' predictions cannot be compared image by image: 'split fingerprint X vs Y' when
+  their test splits differ (another data.split_seed: a legitimate arm of its own), 'task X vs Y'
+  when their tasks do; None when they can."""
+  pa, pb = entry_a['pred'], entry_b['pred']
+  for field, name in (('fingerprint', 'split fingerprint'), ('task', 'task')):
+    if pa[field] != pb[field]:
+      return f'{name} {pa[field]} vs {pb[field]}'
+  return None
+
+
 def pair_churn(entry_a, entry_b):
   """churn between two runs' predictions; ValueError naming both runs when their test data
-  (fingerprint) or task differ."""
+  (fingerprint) or task differ (the table leaves such pairs out first: churns)."""
+  why = different_data(entry_a, entry_b)
+  if why:
+    raise ValueError(f'agreement: {entry_a["run"]} and {entry_b["run"]} predict different test '
+                     f'data ({why}); compare runs of one data set')
   pa, pb = entry_a['pred'], entry_b['pred']
-  for field in ('fingerprint', 'task'):
-    if pa[field] != pb[field]:
-      raise ValueError(f'agreement: {entry_a["run"]} and {entry_b["run"]} predict different test '
-                       f'data ({field} {pa[field]} vs {pb[field]}); compare runs of one data set')
   return churn(pa['predicted'], pb['predicted'])
+
+
+def churns(pairs, left_out):
+  """The churn of each (entry, entry) pair whose test data agree; each other pair is left out:
+  appended to `left_out` as {'a', 'b' (arms), 'run_a', 'run_b', 'why'} (different_data)."""
+  values = []
+  for x, y in pairs:
+    why = different_data(x, y)
+    if why:
+      left_out.append({'a': x['arm'], 'b': y['arm'], 'run_a': x['run'], 'run_b': y['run'],
+                       'why': why})
+    else:
+      values.append(pair_churn(x, y))
+  return values
 
 
 def by_unit(entries):
@@ -115,9 +142,11 @@ def seeds_of(units, arm):
   return sorted((s for a, s in units if a == arm), key=unit_order)
 
 
-def cross_mean(left, right):
-  """Mean churn over every (left, right) pair of replicate entries."""
-  return float(np.mean([pair_churn(x, y) for x in left for y in right]))
+def cross_mean(left, right, left_out):
+  """Mean churn over every (left, right) pair of replicate entries that share their test data
+  (churns; the others appended to `left_out`); None when none does."""
+  values = churns(itertools.product(left, right), left_out)
+  return float(np.mean(values)) if values else None
 
 
 def seed_row(kind, a, b, pairing, values, labels, unit, units):
@@ -133,14 +162,17 @@ def seed_row(kind, a, b, pairing, values, labels, unit, units):
           'values': list(values)}  # kept for pooling, not a column
 
 
-def same_seed(units, kind, a, b):
+def same_seed(units, kind, a, b, left_out):
   """Per shared seed s: c_s = churn(a's model, b's model) (replicates: their cross pairs
-  averaged); the row of its mean over seeds, or None when the arms share no seed."""
+  averaged); the row of its mean over seeds, or None when the arms share no seed whose runs
+  predict one test set (the others' pairs appended to `left_out`)."""
   shared = [s for s in seeds_of(units, a) if (b, s) in units]
+  values = {s: cross_mean(units[(a, s)], units[(b, s)], left_out) for s in shared}
+  shared = [s for s in shared if values[s] is not None]
   if not shared:
     return None
-  values = [cross_mean(units[(a, s)], units[(b, s)]) for s in shared]
-  return seed_row(kind, a, b, SAME, values, shared, unit_name(units[(a, shared[0])][0]), units)
+  return seed_row(kind, a, b, SAME, [values[s] for s in shared], shared,
+                  unit_name(units[(a, shared[0])][0]), units)
 
 
 def sources(units, arm, seed):
@@ -173,14 +205,17 @@ def disjoint_pairs(units, arm):
   return pairs
 
 
-def seed_churn(units, arm):
+def seed_churn(units, arm, left_out):
   """Churn between different seeds of one arm: disjoint_pairs (independent pairs, each differing
-  in init and data order); None without such a pair."""
+  in init and data order; a pair on two test sets appended to `left_out`); None without such a
+  pair."""
   seeds = seeds_of(units, arm)
-  pairs = disjoint_pairs(units, arm)
+  values = {p: cross_mean(units[(arm, p[0])], units[(arm, p[1])], left_out)
+            for p in disjoint_pairs(units, arm)}
+  pairs = [p for p, v in values.items() if v is not None]
   if not pairs:
     return None
-  values = [cross_mean(units[(arm, s)], units[(arm, t)]) for s, t in pairs]
+  values = [values[p] for p in pairs]
   labels = [f'{s}-{t}' for s, t in pairs]
   row = seed_row('seed', arm, arm, DIFFERENT, values, labels,
                  unit_name(units[(arm, seeds[0])][0]), units)
@@ -224,11 +259,11 @@ def platform_seed_churn(seed_rows):
   return rows
 
 
-def source_churn(entries, arm, varied, fixed):
+def source_churn(entries, arm, varied, fixed, left_out):
   """Churn from one source of one arm: runs equal in `fixed` ('init' or 'data'), different in
   `varied`; per level of `fixed`, the mean churn over disjoint pairs of its sorted `varied`
   levels (replicates: their cross pairs); the row over the levels of `fixed`. None without
-  such pairs (or without recorded init and data seeds)."""
+  such pairs (or without recorded init and data seeds; pairs on two test sets: `left_out`)."""
   cells = {}
   for e in entries:
     if e['arm'] == arm and e.get('init') is not None and e.get('data') is not None:
@@ -237,8 +272,10 @@ def source_churn(entries, arm, varied, fixed):
   for level in sorted(cells, key=seed_key):
     varied_levels = sorted(cells[level], key=seed_key)
     pairs = list(zip(varied_levels[0::2], varied_levels[1::2]))
-    if pairs:
-      values.append(np.mean([cross_mean(cells[level][x], cells[level][y]) for x, y in pairs]))
+    means = [cross_mean(cells[level][x], cells[level][y], left_out) for x, y in pairs]
+    means = [m for m in means if m is not None]
+    if means:
+      values.append(np.mean(means))
       labels.append(level)
   if not values:
     return None
@@ -248,14 +285,16 @@ def source_churn(entries, arm, varied, fixed):
   return {**row, 'seed_list': f'{fixed} seeds ' + row['seed_list']}
 
 
-def replicate_churn(units, arm):
+def replicate_churn(units, arm, left_out):
   """Churn between same-seed replicates of one arm: per seed with >= 2 runs, the mean churn over
-  its replicate pairs; None when no seed of the arm was repeated."""
+  its replicate pairs (on one test set; others: `left_out`); None when no seed of the arm was
+  repeated."""
   repeated = [s for s in seeds_of(units, arm) if len(units[(arm, s)]) > 1]
+  values = {s: churns(itertools.combinations(units[(arm, s)], 2), left_out) for s in repeated}
+  repeated = [s for s in repeated if values[s]]
   if not repeated:
     return None
-  values = [np.mean([pair_churn(x, y) for x, y in itertools.combinations(units[(arm, s)], 2)])
-            for s in repeated]
+  values = [np.mean(values[s]) for s in repeated]
   return seed_row('nondeterminism', arm, arm, SAME, values, repeated,
                   unit_name(units[(arm, repeated[0])][0]), units)
 
@@ -267,24 +306,30 @@ def check_identical(row):
           'NOT 0: the arithmetic is not identical (a bug, or a platform difference)'}
 
 
-def agreement_table(entries, pairs=(), noise=(), identical=(), platform=()):
+def agreement_table(entries, pairs=(), noise=(), identical=(), platform=(), left_out=None):
   """The churn table (report_agreement.csv, COLUMNS): one row per pair of arms given for each
   kind (lists of (a, b) arm pairs; a compared pair that is also an identical-arithmetic pair is
   its identical row only), per arm one seed-churn row and (where seeds were repeated) one
-  nondeterminism row; rows ordered by KINDS. Arms or pairs without shared seeds are left out."""
+  nondeterminism row; rows ordered by KINDS. Arms or pairs without shared seeds are left out.
+
+  Two runs whose test data differ (another split seed, a legitimate arm of its own: different
+  test images) are not compared image by image: each such pair of runs is appended to
+  `left_out` (a list, when given; churns says what), and a row keeps the seeds whose runs
+  predict one test set (none: no row)."""
+  left_out = [] if left_out is None else left_out
   units = by_unit(entries)
   arms = sorted({a for a, _ in units})
-  rows = [replicate_churn(units, arm) for arm in arms]
+  rows = [replicate_churn(units, arm, left_out) for arm in arms]
   same = {frozenset(p) for p in identical}
   pairs = [p for p in pairs if frozenset(p) not in same]  # said once, as identical arithmetic
   for kind, given in (('identical', identical), ('noise', noise), ('contrast', pairs),
                       ('platform', platform)):
     for a, b in given:
-      row = same_seed(units, kind, a, b) if a in arms and b in arms else None
+      row = same_seed(units, kind, a, b, left_out) if a in arms and b in arms else None
       rows.append(check_identical(row) if row and kind == 'identical' else row)
-  rows += [source_churn(entries, arm, *roles) for roles in (('data', 'init'), ('init', 'data'))
-           for arm in arms]
-  seeds = [r for r in (seed_churn(units, arm) for arm in arms) if r is not None]
+  rows += [source_churn(entries, arm, *roles, left_out)
+           for roles in (('data', 'init'), ('init', 'data')) for arm in arms]
+  seeds = [r for r in (seed_churn(units, arm, left_out) for arm in arms) if r is not None]
   rows += seeds + platform_seed_churn(seeds)
   table = pd.DataFrame([r for r in rows if r is not None], columns=list(COLUMNS))
   order = table['kind'].map({k: i for i, k in enumerate(KINDS)})
@@ -364,6 +409,21 @@ def reading(table):
           f'{read["rows"]} numerics settings change the model (churn above 0), '
           f'{read["ratio_low"]:.2g}–{read["ratio_high"]:.2g} × a new seed\'s churn; '
           f'{seed_verdict(read)}')
+
+
+def left_out_text(left_out, labels=None):
+  """'6 pairs of runs on different test sets left out of the churn (f32 vs split7: fingerprint
+  f00d vs beef, 6 pairs)': the pairs agreement_table left out, counted by pair of arms (named by
+  `labels`, {arm: short label}) and reason, the three commonest named; '' when none."""
+  if not left_out:
+    return ''
+  name = lambda arm: (labels or {}).get(arm, arm)
+  counts = collections.Counter((name(p['a']), name(p['b']), p['why']) for p in left_out)
+  said = '; '.join(f'{a} vs {b}: {why}, {n} pair{"" if n == 1 else "s"}'
+                   for (a, b, why), n in counts.most_common(3))
+  more = f'; {len(counts) - 3} more pairs of arms' if len(counts) > 3 else ''
+  return (f'{len(left_out)} pair{"" if len(left_out) == 1 else "s"} of runs on different test '
+          f'sets left out of the churn ({said}{more})')
 
 
 def summary(table, missing=0, total=0):

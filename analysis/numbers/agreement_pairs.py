@@ -10,6 +10,7 @@ an arm):
   noise       the noise arm (an effective format among formats.NOISY_FORMATS) vs the arm it
               perturbs: the same arm with its noisy formats read as f32 (the emulated one when
               there is one, as the noise arm is emulated).
+Reference: docs/statistics.md "Agreement between models".
 """
 
 import itertools

@@ -3,10 +3,11 @@ and the platforms' software, from one runs table and the study's declaration.
 analysis/words/report.py puts it into words, analysis/figures/study_figures.py draws it,
 analysis/analyse.py is the command.
 
-  result = analyse(frame, declaration.load('configs/digits.py:study'))
+  result = study_analysis(frame, declaration.load('configs/digits.py:study'))
 
 Without a declaration (or one without factors and a reference) every pair of arms is compared
 instead of the declared contrasts, and there is no attribution.
+Reference: docs/statistics.md.
 """
 
 import pandas as pd
@@ -66,11 +67,11 @@ def term_labels(terms, declared):
   return out
 
 
-def attribute(frame, declared, metric, seed_col, margin, margin_reason, source, compare=None):
+def declared_attribution(frame, declared, metric, seed_col, margin, margin_reason, source, compare=None):
   """analysis.numbers.attribution with the declared factors, reference, noise arm, native arm and
   platform pairs (`compare`, from --compare, overrides the declared ones)."""
   completed = frame[stats.run_status(frame) == 'completed']
-  out = attribution.run(
+  out = attribution.factor_attribution(
       frame, declared.get('factors') or attribution.default_factors(frame), metric=metric,
       seed_col=seed_col or 'seed', reference=declared.get('reference'), margin=margin,
       noise_arm=declared.get('noise_arm'), noise_of=declared.get('noise_of'),
@@ -82,38 +83,58 @@ def attribute(frame, declared, metric, seed_col, margin, margin_reason, source, 
   return out
 
 
-def analyse(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, margin=None,
-            margin_reason=None, seed_col=None, scale=None, all_pairs=False, source='',
-            run_folders=False, compare=None):
-  """The study's analysis.numbers.result.Analysis: stats.analyse's Stats plus the declaration's contrasts,
-  noise floors and attribution, the software, the agreement (predictions read from the runs when
-  `run_folders`), the scope and, for an exploratory analysis, the confirmatory one; `pairs` holds
-  every pair only with `all_pairs` or without declared contrasts. `compare` ([[a, b], ...], from
-  --compare): the platform pairs decomposed instead of the declared ones, an exploratory analysis."""
+def study_analysis(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, margin=None,
+                   margin_reason=None, seed_col=None, scale=None, all_pairs=False, source='',
+                   read_predictions=None, compare=None):
+  """The whole analysis of a study's runs table: every number its report, tables and figures show.
+
+  Args:
+    frame: the runs table, one row per run (analysis.inputs.results.load_study's, or
+      analysis.inputs.csv_input.read_csv's).
+    declared: the study's declaration (analysis/inputs/declaration.py; {} or None: none, and every
+      pair of arms is compared, without attribution).
+    group_by, metric, seed_col, scale: which columns make an arm, the compared metric, the seed
+      column and the metric's factor to percent (stats.prepare; empty/None: the defaults).
+    margin, margin_reason: the equivalence margin and why (None: the declared one).
+    all_pairs: also test every pair of arms (`pairs`), apart from the declared contrasts.
+    source: what the runs were read from, for the report.
+    read_predictions: runs table -> [(predictions or None, why)] per row, for the agreement
+      section (analysis.inputs.run_predictions.read_runs); None: no predictions (a CSV).
+    compare: [[a, b], ...] (--compare): the platform pairs decomposed instead of the declared
+      ones, an exploratory analysis.
+
+  Returns:
+    analysis.numbers.result.Analysis: stats.arms_and_pairs's Stats plus the declared contrasts,
+    noise floors and attribution (declared_attribution), the software, the agreement, the scope
+    and, for an exploratory analysis whose declared seeds are present, the confirmatory one.
+
+  Raises:
+    ValueError: bad input, one line naming the flag or field (before any statistic for
+      --compare).
+  """
   declared = declared or {}
   margin, why = stats.margin_choice(margin, margin_reason, declared.get('margin'),
                                     declared.get('margin_reason'))
   declares = bool(declared.get('factors') and declared.get('reference'))
   if compare:
     check_compare(frame, compare, declares)
-  numbers = stats.analyse(frame, group_by, metric, margin, why, seed_col, scale,
-                          all_pairs=all_pairs or not declares)
+  numbers = stats.arms_and_pairs(frame, group_by, metric, margin, why, seed_col, scale,
+                                 all_pairs=all_pairs or not declares)
   out = result.Analysis(**result.fields_of(numbers), declared=declared, source=source,
                         software=software(numbers.runs))
   if declares:
     out.arm_info = contrasts.arm_levels(out, declared)
     out.contrasts = contrasts.contrast_table(out, declared)
     out.noise = contrasts.noise_floors(out, declared, out.unit)
-    out.attribution = attribute(frame, declared, out.metric, seed_col, margin, why, source,
-                                compare)
-  # Agreement between models (analysis/numbers/agreement_section.py): read from the run folders' saved
-  # predictions; a CSV's rows are not run folders, so a CSV has none.
-  out.agreement = agreement_section.from_analysis(out, labels(out),
-                                                  None if run_folders else lambda run: None)
+    out.attribution = declared_attribution(frame, declared, out.metric, seed_col, margin, why,
+                                           source, compare)
+  # Agreement between models (analysis/numbers/agreement_section.py): the run folders' saved
+  # predictions, read by `read_predictions`; a CSV's rows are not run folders, so a CSV has none.
+  out.agreement = agreement_section.from_analysis(out, labels(out), read=read_predictions)
   out.scope = scope(out, declared, compare)
   if out.scope.confirmatory is False and out.scope.declared_seeds_present:
     seeds = pd.to_numeric(frame[seed_col or 'seed'], errors='coerce')
-    out.confirmatory = analyse(
+    out.confirmatory = study_analysis(
         frame[seeds.isin(out.scope.declared_seeds)], declared, group_by, metric,
         declared.get('margin'), None, seed_col, scale, all_pairs, source)
   return out

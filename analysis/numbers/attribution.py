@@ -29,6 +29,7 @@ Noise floor, per platform (noise_floors). The paired sd of (noise arm - the arm 
 declaration's noise_of, else the reference arm) over the seeds both ran, and the 95% half-width
 of a paired mean difference at that many seeds, t(0.975, n - 1) x sd / sqrt(n): how large a
 paired difference the matched perturbation alone gives at this study's seeds.
+Reference: docs/statistics.md "Attribution".
 """
 
 import dataclasses
@@ -164,10 +165,10 @@ def noise_floors(runs, arm, base, scale_unit, factors=()):
   return floors
 
 
-def run(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed', reference=None,
-        interactions=(), margin=None, noise_arm=None, native=None, platform_profile=None,
-        source='', margin_reason=None, noise_of=None, min_share=None, compare=None,
-        compare_flag='compare'):
+def factor_attribution(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed',
+                       reference=None, interactions=(), margin=None, noise_arm=None, native=None,
+                       platform_profile=None, source='', margin_reason=None, noise_of=None,
+                       min_share=None, compare=None, compare_flag='compare'):
   """The whole attribution (see module doc) as an analysis.numbers.result.Attribution: terms (the CSV
   table), gap (component table or None), decomposition (one verdict dict per gap,
   analysis/numbers/gap_verdict.py), arms, noise ({platform: noise_floor}), model, method, excluded,

@@ -1,7 +1,7 @@
 """Beyond the mean accuracy: calibration (NLL, ECE) per run and per arm, and the final training
 loss per arm beside the accuracy. Numbers only (DataFrames for CSVs).
 
-Per run, from its test predictions (trainer/predictions.read_predictions):
+Per run, from its test predictions (runrecord/predictions.read_predictions):
   NLL = −(1/n) Σ_i log max(p_label(i), ε)          classification; ε = float32 tiny (a 0 stays finite)
       = −(1/(40n)) Σ_{i,k} [y log p + (1−y) log(1−p)]   attributes (p = `probability`, clipped
                                                     to [ε, 1−ε]; binary cross-entropy per bit)
@@ -11,6 +11,7 @@ Per run, from its test predictions (trainer/predictions.read_predictions):
       count. Confidence: p_predicted (classification); per bit max(p, 1−p) (attributes).
 Per arm: one value per seed (replicates averaged), then the mean with its 95% Student t-interval
 over seeds (analysis.numbers.inference.t_ci).
+Reference: docs/statistics.md "Agreement between models".
 """
 
 import numpy as np

@@ -6,6 +6,7 @@ floor (analysis.numbers.attribution.noise_floor, per platform). Numbers and verd
 
   arms = arm_levels(out, declared)     # per arm: platform, factor levels, short label, role
   table = contrast_table(out, declared)
+Reference: docs/statistics.md "Contrasts and verdicts".
 """
 
 import pandas as pd
@@ -29,7 +30,7 @@ def matches(levels, wanted):
 
 
 def arm_levels(out, declared):
-  """One row per arm of stats.analyse's `out`: arm, platform, each factor's level, label (short,
+  """One row per arm of stats.arms_and_pairs's `out`: arm, platform, each factor's level, label (short,
   declaration.arm_label), role ('reference' | 'noise' | 'arm'), n, and `order` (the declared
   factor that differs from the reference first, then the label; the noise arm last)."""
   runs = out.runs

@@ -33,6 +33,7 @@ Cross-check (named, not the estimator): a MixedLM (random intercept per seed) ov
 with one coefficient per cell, the same G, N and R as contrasts of the same cell weights the
 estimate used (N_X where N is from one platform; analysis/numbers/effects.py); it assumes one
 residual variance for every cell.
+Reference: docs/statistics.md "The gap decomposition".
 """
 
 import itertools

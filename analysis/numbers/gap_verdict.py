@@ -31,6 +31,7 @@ Seeds needed (seeds_needed): paired t, alpha 0.05, 80% power, at each component'
 sd, for effects worth powering: a true G (or N) of the margin's size, the smallest effect the
 study declares of interest; G (or R) within +-m when it is truly 0. Without a margin nothing is
 powered (there is no effect of interest), and the report says so.
+Reference: docs/statistics.md "The gap decomposition".
 """
 
 import numpy as np

@@ -19,6 +19,7 @@ MW_EXACT_MAX_N values per arm (its cost grows as n^3: 0.015 s at 100 x 100, 0.9 
 7.6 s at 400 x 400 on a 2-core CPU; 2 x 1,000 did not finish in 300 s); with ties, the exact
 permutation test over the midranks where it enumerates at most MW_PERMUTATION_MAX_SPLITS splits;
 else the normal approximation with tie and continuity correction (scipy's 'asymptotic').
+Reference: docs/statistics.md "Contrasts and verdicts".
 """
 
 import math

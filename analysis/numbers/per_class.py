@@ -11,6 +11,7 @@ Holm-adjusted over the classes (α = 0.05). A class whose differences are all eq
 are the same nonzero value in every seed it gets the exact signed-rank test (every sign alike:
 p = 2 / 2^m, analysis.numbers.inference.signed_rank), so a difference that never varies reads as
 different once m >= 6 seeds, not as "t = inf, p NaN". `test` names the test of each class.
+Reference: docs/statistics.md "Agreement between models".
 """
 
 import warnings

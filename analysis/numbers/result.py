@@ -6,14 +6,17 @@ One owner for the result's shape: every reader takes these fields by name (`resu
 field that is not here does not exist. Tables are pandas DataFrames with the columns their
 producer's docstring lists; values are in `unit` (pp for an accuracy, x100).
 
-  Prepared   the runs table read for analysis (analysis/stats.prepare)
-  Stats      + per-arm statistics and every pairwise test (analysis/stats.analyse)
-  Analysis   + the declaration, its contrasts, noise floors, attribution, software, agreement,
-               scope and the confirmatory re-analysis (analysis/answer.analyse)
-  Attribution  the factor effects and the platform gap decomposition (analysis/attribution.run)
-  Agreement  agreement between models from saved predictions (analysis/numbers/agreement_section.py)
-  Scope      what was analysed against what was declared (analysis/answer.scope)
-  Software   each platform's device and package versions (analysis/answer.software)
+  Prepared     the runs table read for analysis (stats.prepare)
+  Stats        + per-arm statistics and every pairwise test (stats.arms_and_pairs)
+  Analysis     + the declaration, its contrasts, noise floors, attribution, software, agreement,
+                 scope and the confirmatory re-analysis (answer.study_analysis)
+  Attribution  the factor effects and the platform gap decomposition
+               (attribution.factor_attribution)
+  Agreement    agreement between models from saved predictions (agreement_section)
+  Scope        what was analysed against what was declared (answer.scope)
+  Software     each platform's device and package versions (answer.software)
+(module names under analysis/numbers/)
+Reference: docs/statistics.md.
 """
 
 import dataclasses
@@ -80,7 +83,8 @@ class Agreement:
   """`table`: the churn ladder (analysis/numbers/agreement.py); `summary`: its first-page line;
   `calibration`, `train_loss`, `per_class`, `variance`: their tables; `missing`: the runs
   without saved predictions; `variance_notes`: the arms whose seeds vary but that have no
-  variance split, and why."""
+  variance split, and why; `left_out`: the pairs of runs on different test sets, not compared
+  image by image (analysis/numbers/agreement.py churns: arms, runs, why)."""
   table: pd.DataFrame
   summary: str
   calibration: pd.DataFrame
@@ -89,6 +93,7 @@ class Agreement:
   variance: pd.DataFrame
   missing: list
   variance_notes: list = dataclasses.field(default_factory=list)
+  left_out: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -130,7 +135,7 @@ class Attribution:
 @dataclasses.dataclass
 class Analysis(Stats):
   """Stats plus the study's `declared` declaration and `source`; `contrasts` (the declared
-  family, or None), `arm_info` (analysis/contrasts.arm_levels, or None), `noise` ({platform:
+  family, or None), `arm_info` (contrasts.arm_levels, or None), `noise` ({platform:
   noise floor}), `attribution`, `software`, `agreement` (None for a CSV: no run folders),
   `scope`, and for an exploratory analysis `confirmatory` (the same analysis of the declared
   seeds at the declared margin)."""

@@ -34,15 +34,15 @@ a study's declared contrasts, analysis/numbers/contrasts.py):
                 of 100/N pp, `lattice`), the rank test's Holm p < α too, so a verdict cannot rest
                 on a t-test over differences of one or two images;
   inconclusive  neither.
+Reference: docs/statistics.md "Arms, seeds and replicates".
 """
 
-import collections
 import itertools
 
 import numpy as np
 import pandas as pd
 
-from analysis.inputs import csv_input, declaration
+from analysis.inputs import declaration
 from analysis.inputs.columns import resolve_column  # which column a name means (its owner)
 from analysis.inputs.labels import arm_labels, seed_key, seed_text, whole_numbers
 from analysis.numbers import inference as inf
@@ -372,10 +372,10 @@ def margin_choice(margin=None, reason=None, declared=None, declared_reason=None)
   return margin, text
 
 
-def analyse(frame, group_by=(), metric=DEFAULT_METRIC, margin=DEFAULT_MARGIN, margin_reason=None,
-            seed_col=None, scale=None, all_pairs=True):
-  """analysis.numbers.result.Stats: prepare()'s Prepared plus `arms`, `pairs` (every pair; empty unless
-  `all_pairs`), `small` (arms n < 2), `margin`, `margin_reason` (None: 'no reason given') and
+def arms_and_pairs(frame, group_by=(), metric=DEFAULT_METRIC, margin=DEFAULT_MARGIN,
+                   margin_reason=None, seed_col=None, scale=None, all_pairs=True):
+  """analysis.numbers.result.Stats: prepare()'s Prepared plus `arms`, `pairs` (every pair; empty
+  unless `all_pairs`), `small` (arms n < 2), `margin`, `margin_reason` (None: 'no reason given') and
   `unit` of the values, differences and margin ('pp' for percent, else 'units')."""
   if not margin > 0:
     raise ValueError(f'--margin: must be a positive number of percentage points, got {margin}')
@@ -386,39 +386,3 @@ def analyse(frame, group_by=(), metric=DEFAULT_METRIC, margin=DEFAULT_MARGIN, ma
                       small=arms[arms['n'] < 2], margin=margin,
                       margin_reason=margin_reason or 'no reason given',
                       unit='pp' if prep.scale == 100 else 'units')
-
-
-def read_csv(path, metric=None, seed_col=None, names=(), seed_required=False, scale=None):
-  """A CSV of published results as a runs table (`run` = 'FILE:ROW' when it has no run column),
-  its used columns only (analysis/inputs/csv_input.py: `metric` and `names` are the metric and the
-  columns the command names), checked before anything is computed (csv_input.check: the metric's
-  scale (or `scale`, --scale, when given) and range, unique run ids, whole-number seeds in
-  `seed_col`, default 'seed', and with `seed_required` one for every completed run).
-  Refused, naming --csv: an unreadable or empty file, a header without rows, repeated column
-  names (pandas would rename the second 'x' to 'x.1' and read the first), the checks' problems."""
-  try:
-    header = list(pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0])
-    repeated = [name for name, count in collections.Counter(header).items() if count > 1]
-    if metric and not repeated:
-      metric = resolve_column(pd.DataFrame(columns=header), metric, '--metric')
-    frame = None if repeated else csv_input.read_columns(path, header, metric, names,
-                                                         seed_col or 'seed')
-  except pd.errors.EmptyDataError:
-    raise ValueError(f'--csv: {path} is empty: no runs to analyse; give a CSV with a header row '
-                     'and one row per run')
-  except (OSError, UnicodeDecodeError, pd.errors.ParserError) as e:
-    raise ValueError(f'--csv: cannot read {path} ({e}); give a CSV file with a header row')
-  if repeated:
-    at = lambda name: ', '.join(str(i + 1) for i, h in enumerate(header) if h == name)
-    raise ValueError(f'--csv: {path} has duplicate column names: '
-                     + '; '.join(f'{name} (columns {at(name)})' for name in repeated)
-                     + '; rename them so each column has its own name')
-  if frame.empty:
-    raise ValueError(f'--csv: {path} has a header but no rows: no runs to analyse; add one row '
-                     'per run')
-  seed = resolve_column(frame, seed_col, '--seed-col') if seed_col not in (None, 'seed') else 'seed'
-  csv_input.check(frame, path, metric, seed if seed in frame else None, seed_required, scale)
-  if 'run' not in frame:
-    frame.insert(0, 'run', [f'{path}:{i + 2}' for i in range(len(frame))])
-  return frame
-

@@ -29,6 +29,7 @@ MIN_CI_DF the interval is not given (at ν = 2 its upper bound is already 39× t
 (non-positive) estimate has none either.
 The nearest wrong version, one_way(), treats init seeds as the only factor and puts data order
 into the residual.
+Reference: docs/statistics.md "Agreement between models".
 """
 
 import numpy as np

@@ -3,6 +3,7 @@ the question's platform pair and its verdict, which numerics settings changed th
 contrasts' verdicts against the margin), and by how much they changed the model (the churn of
 each setting against the churn between two seeds of one arm). Numbers and verdicts come from
 analysis/numbers (stats.judge, gap_verdict, agreement.against_seeds); nothing is judged here.
+Reference: docs/statistics.md "Report and figures".
 """
 
 from analysis.numbers import agreement, stats

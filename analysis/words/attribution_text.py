@@ -1,6 +1,7 @@
 """The words of analysis.numbers.attribution: its Markdown report, and the platform gap's decomposition
 (table, verdict and why, share explained, seeds needed) that analysis/words/report.py's answer reuses.
 Numbers and verdict categories come from analysis/numbers/attribution.py and analysis/numbers/gap.py.
+Reference: docs/statistics.md "Report and figures".
 """
 
 import numpy as np

@@ -4,11 +4,10 @@ replicates, exclusions). Numbers and verdict categories come from analysis/numbe
 pair's verdict: equivalent / different / inconclusive, see there) and analysis/numbers/answer.py.
 
   text = render(out, 'md')        # or 'latex': the booktabs tables only, for \\input
+Reference: docs/statistics.md "Report and figures".
 """
 
-import sys
-
-from analysis.numbers import answer, gap_verdict, stats
+from analysis.numbers import answer, stats
 from analysis.numbers import inference as inf
 from analysis.words import summary, tables, variance_text
 from analysis.words.attribution_text import signed
@@ -197,7 +196,7 @@ def excluded_lines(out):
 def render(out, fmt):
   """The whole report as one string. md: title, the answer (analysis/words/summary.py), setup, why
   each comparison got its verdict, then the tables. latex: the booktabs tables only. `out`: an
-  analysis.numbers.result.Analysis (analysis/answer.analyse)."""
+  analysis.numbers.result.Analysis (analysis.numbers.answer.study_analysis)."""
   if fmt == 'latex':
     arms_cap, _ = tables.captions(out, judged(out)[0])
     split = out.agreement.variance if out.agreement else None
@@ -215,38 +214,3 @@ def render(out, fmt):
   if not out.small.empty:
     parts += ['\n## Arms with n < 2 (tests skipped)\n\n', ', '.join(out.small['arm']) + '\n']
   return ''.join(parts)
-
-
-def csv_tables(out):
-  """{name: DataFrame} of the full-precision tables written in CSV mode."""
-  frames = {'arms': out.arms, 'pairs': out.pairs, 'replicates': out.replicates,
-            'excluded': out.excluded}
-  if out.contrasts is not None:
-    frames['contrasts'] = out.contrasts
-  if out.attribution and out.attribution.decomposition:
-    frames['decomposition'] = gap_verdict.flat(out.attribution.decomposition)
-  return frames
-
-
-def write_report(out, fmt, path=None):
-  """Print the report, or write it to `path` (CSV: one file per table, PATH_<table>.csv); returns
-  the rendered text (None for CSV)."""
-  if fmt == 'csv':
-    for name, table in csv_tables(out).items():
-      if path:
-        stem = path[:-4] if path.endswith('.csv') else path
-        table.to_csv(f'{stem}_{name}.csv', index=False)
-      else:
-        sys.stdout.write(f'# {name}\n{table.to_csv(index=False)}\n')
-    return None
-  return write_text(render(out, fmt), path)
-
-
-def write_text(text, path=None):
-  """Print the rendered report `text`, or write it to `path`; returns the text."""
-  if path:
-    with open(path, 'w', encoding='utf-8') as f:
-      f.write(text)
-  else:
-    sys.stdout.write(text)
-  return text

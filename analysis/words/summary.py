@@ -2,6 +2,7 @@
 \\input (LaTeX): the question, the platforms and their software (version differences flagged as
 a confound), the gap decomposition when there are two platforms, the declared contrasts against
 the noise floor and the margin with one verdict each. Numbers from analysis/numbers/answer.py.
+Reference: docs/statistics.md "Report and figures".
 """
 
 import pandas as pd

@@ -1,5 +1,7 @@
 """The report's tables as text: numbers and p-values as printed, the per-arm and per-pair tables,
-and Markdown, LaTeX (booktabs) and CSV renderings of them."""
+and Markdown, LaTeX (booktabs) and CSV renderings of them.
+Reference: docs/statistics.md "Report and figures".
+"""
 
 import math
 

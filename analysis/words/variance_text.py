@@ -1,6 +1,8 @@
 """The variance split (analysis/numbers/variance.py) in words: its rows for report.md and report.tex
 (each component's variance, sd, share and 95% interval, or the df that forbids one; a negative
-estimate's truncation said in words) and the first page's line."""
+estimate's truncation said in words) and the first page's line.
+Reference: docs/statistics.md "Report and figures".
+"""
 
 import numpy as np
 
