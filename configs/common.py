@@ -14,6 +14,8 @@ import difflib
 import ml_collections
 
 PRESETS = ('tpu', 'gpu', 'cpu', 'smoke')
+SCHEDULES = ('per_phase', 'continuous')  # optim.schedule (trainer/optim.py `phases`)
+DISTRIBUTED_MODES = ('auto', 'yes', 'no')  # distributed.initialize (trainer/distributed.py)
 TRUE, FALSE = ('true', '1', 'yes'), ('false', '0', 'no')
 # Fields that no longer exist, with how to say the same thing today (one line each).
 REMOVED = {
@@ -85,7 +87,7 @@ def base_config():
   # Product formats (numerics/profiles.py): a named profile ('native', 'tpu_default',
   # 'jax_gpu_default', 'torch_gpu_default', 'f32', 'bf16_noise'; '' = none) names both kinds at
   # once; each kind's own format ('native', 'bf16', 'bf16_3x', 'tf32', 'f32', 'bf16_noise'; '' =
-  # as the profile says, else native). Resolution (trainer/validation.resolve) writes the formats
+  # as the profile says, else native). Resolution (configs/validation.py) writes the formats
   # out: the saved config holds the profile and both formats.
   c.numerics.profile = ''
   c.numerics.conv_format = ''

@@ -7,7 +7,7 @@ from presets and `key=value` pairs), ARG the text after the colon. `overrides` a
 value) pairs applied afterwards, as the command line's `--config.<field>=<value>` flags are, each
 typed like its field (configs/common.py `apply_overrides`). A bad file, preset, field or value
 raises a one-line ValueError naming it and the fix. The result is the config as written, not yet
-resolved: the entry point resolves it once (trainer/validation.resolve: numerics expanded, every
+resolved: the entry point resolves it once (configs/validation.py resolve: numerics expanded, every
 field checked, frozen).
 
 Why not `ml_collections.config_flags`: train.py's command line has the same shape

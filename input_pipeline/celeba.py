@@ -43,6 +43,7 @@ import fcntl
 import functools
 import io
 import json
+import math
 import os
 import shutil
 
@@ -50,7 +51,7 @@ import numpy as np
 from absl import logging
 from PIL import Image
 
-from input_pipeline import base, batching, celeba_files, celeba_tfds
+from input_pipeline import base, celeba_files, celeba_tfds, registry
 
 NATIVE_SHAPE = (218, 178)  # H, W
 TASKS = ('identity', 'attributes')
@@ -58,15 +59,27 @@ SPLITS = ('per_identity', 'official')
 DECODED = {'images': 0}  # images decoded by this process (tests check that a cached load adds none)
 
 
-def _check_config(data):
-  if data.task not in TASKS:
-    raise ValueError(f'config.data.task must be one of {TASKS} for celeba, got {data.task!r}')
-  if data.split not in SPLITS:
-    raise ValueError(f'config.data.split must be one of {SPLITS}, got {data.split!r}')
-  if not 0.0 < float(data.test_fraction) < 1.0:
-    raise ValueError(f'config.data.test_fraction must be in (0, 1), got {data.test_fraction!r}')
-  if int(data.image_size) < 1:
-    raise ValueError(f'config.data.image_size must be a positive int, got {data.image_size!r}')
+IMAGES = 202599  # every aligned image of the five official files
+IDENTITIES = 10177
+ATTRIBUTES = 40
+OFFICIAL = {'train': 162770, 'test': 19962}  # partitions 0 and 2 of list_eval_partition.txt
+
+
+def split_sizes(data):
+  """(train, test) images of `data.split`: 'official' CelebA's published partition; 'per_identity'
+  declared as round-half-up of IMAGES x test_fraction (each identity splits by round-half-up of
+  n x test_fraction, celeba_files.split_identity: at most one image per identity away)."""
+  if data.split == 'official':
+    return OFFICIAL['train'], OFFICIAL['test']
+  test = math.floor(IMAGES * float(data.test_fraction) + 0.5)
+  return IMAGES - test, test
+
+
+def labels_of(data):
+  """(num_classes, task, label shape): every identity of full CelebA, or its 40 attributes."""
+  if data.task == 'attributes':
+    return ATTRIBUTES, 'multilabel', (ATTRIBUTES,)
+  return IDENTITIES, 'classification', ()
 
 
 def data_dirs(data):
@@ -285,12 +298,11 @@ def _labels(task, meta, train, test):
 def load(config):
   """The CelebA `Dataset` for `config.data` (see the module docstring)."""
   data = config.data
-  _check_config(data)
   manual_dir, tfds_dir, cache_dir = data_dirs(data)
   meta, source = _source(manual_dir, tfds_dir)
   train, test = _split(data, meta)
   size = int(data.image_size)
-  split_fp = batching.fingerprint(meta['names'][test].tolist())
+  split_fp = base.fingerprint(meta['names'][test].tolist())
   key = f'{source["source_fingerprint"]}-{data.split}-{size}px-{split_fp}'
   path = os.path.join(cache_dir, key)
   if not os.path.exists(os.path.join(path, 'done.json')):
@@ -319,3 +331,7 @@ def load(config):
       name='celeba', train=base.Split(images['train'], train_labels),
       test=base.Split(images['test'], test_labels), num_classes=num_classes, task=task, info=info)
 
+
+DATASET = registry.Declaration(
+    name='celeba', images=IMAGES, channels=3, split_sizes=split_sizes, labels=labels_of, load=load,
+    tasks=TASKS, splits=SPLITS)

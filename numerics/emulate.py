@@ -73,8 +73,7 @@ from jax import lax
 from jax.extend import core as jex_core
 
 from numerics import rounding, target
-from numerics.formats import FAST_FORMATS, FORMATS, NOISY_FORMATS  # pylint: disable=unused-import  (re-exported)
-EMULATE_IMPLS = ('auto', 'reference', 'fast')  # see the module doc
+from numerics.formats import EMULATE_IMPLS, FAST_FORMATS, FORMATS, NOISY_FORMATS  # pylint: disable=unused-import  (re-exported)
 # 'auto' on CPU, per format (benchmarks/bench_emulate.py; BENCHMARKS.md, "Emulated formats"):
 # neither implementation measured faster there (XLA:CPU multiplies f32 either way: fast/reference
 # 0.95-1.02, inside the run-to-run spread), so the reference, as before the fast path existed.

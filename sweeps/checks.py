@@ -2,7 +2,7 @@
 
   errors, warnings, states = checks.check(runs, root, files, saved_state)
 
-- config: every run's config as sweeps.sweep resolved it (trainer/validation.resolve, the checks
+- config: every run's config as sweeps.sweep resolved it (configs/validation.py, the checks
   train.py runs before any compute); a problem shared by several runs is one line naming them;
 - data: once per distinct data setting; CelebA needs the five official files in
   data.manual_dir, or a tfds_dir this project prepared, and preparing needs tensorflow-datasets
@@ -11,7 +11,7 @@
 - devices: each run's batch sizes must split over the devices a run of this sweep sees (its
   environment: XLA_FLAGS and the config's own XLA flags, CUDA_VISIBLE_DEVICES under --gpus),
   counted by starting JAX in a child process with that environment (`devices_seen`; nothing is
-  allocated), and its activations must fit them: trainer/validation.check_devices, the check
+  allocated), and its activations must fit them: configs/validation.py check_devices, the check
   train.py runs once its devices exist (before: each run exited 2 after its folder and log
   existed);
 - workdir: the root, every run folder and the command-list/SLURM files must be creatable and
@@ -30,9 +30,10 @@ import os
 import subprocess
 import sys
 
+from configs import validation
 from sweeps import tpu_chips
 from runrecord import record
-from trainer import lock, platforms, validation
+from trainer import lock, platforms, workdirs
 
 
 TFDS_PACKAGE = 'tensorflow_datasets'
@@ -118,12 +119,12 @@ def folder_problem(folder, what):
 
 def run_folder_problem(workdir):
   """None if the existing run folder and what it holds are the kinds of entry a run and its log
-  (LOG_FILE) use (trainer/validation.check_layout); else one line."""
+  (LOG_FILE) use (trainer/workdirs.py check_layout); else one line."""
   problem = folder_problem(workdir, '--workdir')
   if problem:
     return problem
   try:
-    validation.check_layout(workdir, extra_files=lock.FILES + (LOG_FILE,))
+    workdirs.check_layout(workdir, extra_files=lock.FILES + (LOG_FILE,))
   except validation.ConfigError as e:
     return str(e)
   return None
@@ -204,7 +205,7 @@ def environment_problems():
 def workdir_problems(runs, root, files, saved_state):
   """The root, the run folders and the emitted files must be writable; saved runs must match."""
   try:
-    validation.check_path_encoding(root, '--root')
+    workdirs.check_path_encoding(root, '--root')
   except validation.ConfigError as e:
     return [str(e)], {}
   folders = {os.path.abspath(root): '--root'}
@@ -246,7 +247,7 @@ def check(runs, root, files, saved_state, env=None):
 def parallel_slots(requested, runs, gpus, host_bytes, cores):
   """(runs at a time, warning or None): `requested` (--parallel; None: one per GPU, else 1),
   capped by what the host holds: `host_bytes` over each run's memory (RUN_OVERHEAD_BYTES plus its
-  activations, trainer/validation.activation_bytes, for the largest run), and for runs on CPU
+  activations, configs/validation.py activation_bytes, for the largest run), and for runs on CPU
   (no --gpus, no GPU JAX can use) the `cores`. ValueError (one line) for fewer than 1, or more than
   --gpus has ids."""
   if requested is not None and requested < 1:

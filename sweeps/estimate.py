@@ -359,7 +359,7 @@ def main(argv=None):
       arms = [('arm', (spec, overrides))]
     loaded = [(slug, loader.load(*flags)) for slug, flags in arms]
     from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
-    from trainer import validation  # pylint: disable=import-outside-toplevel
+    from configs import validation  # pylint: disable=import-outside-toplevel
     configs = [(slug, validation.resolve(config)) for slug, config in loaded]
     for _, config in configs:
       numerics_setup.configure(config)  # before any backend starts, as in train.py

@@ -26,7 +26,7 @@ import dataclasses
 import math
 import re
 
-from numerics import emulate, profiles
+from numerics import emulate, formats, profiles
 from numerics import setup as numerics_setup
 
 INSTRUCTION = re.compile(r'^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*')
@@ -203,7 +203,7 @@ def configured(config, kind, platform='tpu'):
   fmt = profiles.formats(n)[kind]
   if fmt == 'native':
     flag = n.matmul_precision
-    if flag in numerics_setup.PRESET_PRECISIONS:
+    if flag in formats.PRESET_PRECISIONS:
       return 'default' if kind == 'conv' else f'dot_{flag.lower()}'
     return numerics_setup.LEGACY_LEVEL[flag]
   if emulate.resolve_impl(n.emulate_impl, platform, fmt) == 'fast':

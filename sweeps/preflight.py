@@ -5,13 +5,14 @@
   python -m sweeps.preflight --config=configs/digits.py:study --topology v5e:2x4 --max-batch
 
 `--config` is train.py's (presets, `--config.<field>=<value>` overrides, the same checks and
-one-line errors: configs/loader.py, trainer/validation.resolve). For each `--topology`
+one-line errors: configs/loader.py, configs/validation.py). For each `--topology`
 (sweeps/tpu_topology.py: libtpu names such as v5e:2x4 or v4:2x2x1, or accelerator types such as
 v5e-8) it builds the trainer's own run context for that topology's compile-only devices, one data
 axis over all of them as a run of that size would use (trainer/run.py `build`), from the dataset
-the config declares (trainer/declared.py: no data on this host), lowers the training step of
-every phase (frozen and unfrozen) and the evaluation step on the abstract state and batches
-(`run.abstract_state`, `run.abstract_batch`) and compiles them with libtpu. Per topology and
+the config's dataset module declares (input_pipeline/registry.py `declared`: no data on this
+host), lowers the training step of every phase (frozen and unfrozen) and the evaluation step on the
+abstract state and batches (`run.abstract_state`, `run.abstract_batch`) and compiles them with
+libtpu. Per topology and
 program it reports:
 
   compiled          or the compiler's one-line reason (e.g. a program over the chip's memory)
@@ -119,7 +120,7 @@ def prepare(argv):
   args = parse_args(rest)
   if not spec:
     raise ValueError('--config is required, e.g. --config=configs/digits.py:smoke')
-  from trainer import validation  # pylint: disable=import-outside-toplevel  # (JAX: after --help)
+  from configs import validation  # pylint: disable=import-outside-toplevel  # (numpy: after --help)
   config = validation.resolve(loader.load(spec, overrides))
   topologies = [tpu_topology.parse(name) for name in args.topology]
   if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):

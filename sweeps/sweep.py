@@ -44,11 +44,11 @@ from analysis.inputs import declaration
 from configs import common, loader
 from runrecord import record
 # The modules that start JAX, pandas or the runner (sweeps.checks, claims, runner, estimate,
-# tpu_estimate, trainer.validation, input_pipeline.base) are imported where they are used: --help
-# and a bad flag are answered before any of them loads.
+# tpu_estimate), and configs.validation and input_pipeline.base (numpy), are imported where they
+# are used: --help and a bad flag are answered before any of them loads.
 
 
-# config: get_config(arg) with the run's overrides, resolved (trainer/validation.resolve); as
+# config: get_config(arg) with the run's overrides, resolved (configs/validation.py); as
 # written when it does not resolve, `problem` then saying why in one line (None: runs built by hand).
 Run = collections.namedtuple('Run', 'arm slug seed overrides workdir config problem',
                              defaults=(None, ''))
@@ -113,7 +113,7 @@ def expand(spec, root):
 
 def resolved(config):
   """(the resolved config, '') or (config as written, the one-line reason it does not resolve)."""
-  from trainer import validation  # pylint: disable=import-outside-toplevel
+  from configs import validation  # pylint: disable=import-outside-toplevel
   try:
     return validation.resolve(config), ''
   except validation.ConfigError as e:

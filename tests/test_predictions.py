@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 from flax import nnx
 
-from configs import common, digits, loader
+from configs import common, digits, loader, validation
 from input_pipeline import base, batching
 from sweeps import sweep
-from trainer import checkpointing, loop, run, steps, validation
+from trainer import checkpointing, loop, run, steps
 from runrecord import predictions, record
 
 ONE_EPOCH = {'num_epochs': 1, 'optim.freeze_epochs': 0}

@@ -37,7 +37,7 @@ from runrecord import predictions, record
 
 CORRUPT_DIR = 'corrupt_checkpoints'
 # What a run keeps in its workdir, and what each entry must be where it already exists: the
-# layout trainer/validation.py checks before any compute, and what --restart deletes.
+# layout trainer/workdirs.py checks before any compute, and what --restart deletes.
 RUN_FOLDERS = (record.CHECKPOINTS, writers.TENSORBOARD, CORRUPT_DIR)
 RUN_FILES = (writers.METRICS,)
 

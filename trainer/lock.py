@@ -20,8 +20,8 @@ import time
 
 from absl import logging
 
+from configs import validation
 from runrecord import record
-from trainer import validation
 
 LOCK_FILE = record.LOCK_FILE
 CLAIM_FILE = 'sweep.claim'

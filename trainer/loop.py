@@ -29,12 +29,12 @@ import jax
 import numpy as np
 from absl import logging
 
+from configs import validation
 from input_pipeline import batching
 from numerics import setup as numerics_setup
-from trainer import checkpointing, clock, lock, optim, resume, run, steps, stop, writers
+from trainer import checkpointing, clock, lock, optim, resume, run, steps, stop, workdirs, writers
 from runrecord import record
 from runrecord import predictions as prediction_items
-from trainer import validation
 
 VERSIONED_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')
 
@@ -61,7 +61,7 @@ def nonfinite_reason(bad_step, what, per_epoch, last_finite):
 
 
 def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False):
-  """Train and evaluate the resolved `config` (trainer/validation.resolve) in `workdir`; returns
+  """Train and evaluate the resolved `config` (configs/validation.py resolve) in `workdir`; returns
   the final results dict.
 
   Raises validation.ConfigError on bad input or an unusable workdir (before compute),
@@ -70,13 +70,13 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
   SIGTERM/SIGINT. `allow_layout_change`: a saved run may continue on another device layout.
   """
   validation.require_resolved(config, 'trainer.loop.train_and_evaluate')
-  created = validation.check_workdir(workdir, lock.FILES)
+  created = workdirs.check_workdir(workdir, lock.FILES)
   try:
     with clock.heartbeat(f'Loading {config.data.name} and checking it against the config and the '
                          'devices'):
       ctx = run.build(config)
   except validation.ConfigError:  # refused before anything was written: leave nothing behind
-    validation.remove_created(created)
+    workdirs.remove_created(created)
     raise
   is_writer = jax.process_index() == 0
   with lock.WorkdirLock(workdir, enabled=is_writer):

@@ -17,11 +17,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from models import resnet
-
-# Which top-level model attributes belong to each named part (torchvision names).
-PARTS = resnet.PARTS
-SCHEDULES = ('per_phase', 'continuous')
+from models import architecture
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +74,7 @@ def make_optimizer(config, steps_per_epoch, phase):
 
 def trainable_mask(params, frozen, reinit):
   """Pytree of Python bools like `params`: True where the parameter trains in this phase."""
-  names = {name for part in reinit for name in PARTS[part]}
+  names = {name for part in reinit for name in architecture.PARTS[part]}
   return {key: jax.tree.map(lambda _, k=key: (not frozen) or k in names, value)
           for key, value in params.items()}
 

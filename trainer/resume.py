@@ -19,8 +19,9 @@ Checked before any compute (after the config and the dataset, with the workdir l
 
 import jax
 from absl import logging
-from trainer import checkpointing, distributed, validation
+from configs import validation
 from runrecord import record
+from trainer import checkpointing, distributed
 
 
 def sync(name):
