@@ -117,11 +117,11 @@ def check_fields(config):
   _check_seeds(config)
   _check_counts(config)
   _check_optim(config)
-  _check_data(config)
+  dataset = _check_data(config)
   _check_model(config)
   check_numerics(config)
   _check_distributed(config)
-  check_steps(config, estimated_steps_per_epoch(config), estimated=True)
+  check_steps(config, estimated_steps_per_epoch(config, dataset), estimated=True)
 
 
 def _check_seeds(config):
@@ -157,6 +157,7 @@ def _check_optim(config):
 
 
 def _check_data(config):
+  """config.data's fields; returns the dataset's Declaration (input_pipeline/registry.py)."""
   data = config.data
   try:
     dataset = registry.get(data.name)
@@ -169,6 +170,7 @@ def _check_data(config):
   _int_in(config, 'data.image_size', 1)
   _int_in(config, 'data.prefetch', 0, 64, ' (batches prepared ahead, each held on the devices)')
   _number(config, 'data.test_fraction', 'in (0, 1)', lambda v: 0 < v < 1)
+  return dataset
 
 
 def _check_model(config):
@@ -268,11 +270,11 @@ def check_steps(config, per_epoch, estimated=False):
         'config.batch_size')
 
 
-def estimated_steps_per_epoch(config):
-  """A lower bound of the steps per epoch from the dataset's declared training split alone (its
-  Declaration's split_sizes), less 10 % for how a split rounds: a run that fits is never refused
-  here (`check_dataset` checks the exact count)."""
-  train, _ = registry.get(config.data.name).split_sizes(config.data)
+def estimated_steps_per_epoch(config, dataset):
+  """A lower bound of the steps per epoch from the training split `dataset` (its Declaration)
+  declares, less 10 % for how a split rounds: a run that fits is never refused here
+  (`check_dataset` checks the exact count)."""
+  train, _ = dataset.split_sizes(config.data)
   return max(1, int(train * 0.9) // config.batch_size)
 
 

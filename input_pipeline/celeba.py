@@ -41,6 +41,7 @@ import contextlib
 import errno
 import fcntl
 import functools
+import importlib.util
 import io
 import json
 import math
@@ -95,6 +96,28 @@ def data_dirs(data):
     raise ValueError(f'config.data.cache_dir={cache_dir!r} is a bucket path: set it to a local '
                      'folder (the decoded cache is memory-mapped)')
   return manual_dir, tfds_dir, os.path.expanduser(cache_dir)
+
+
+def problems(data):
+  """What stops CelebA from loading with `data` (config.data), found without reading the images
+  (the sweep's check before it launches a run): one line each."""
+  try:
+    manual_dir, tfds_dir, cache_dir = data_dirs(data)
+  except (OSError, ValueError) as e:
+    return [str(e).splitlines()[0]]
+  prepared = '://' in tfds_dir or celeba_tfds.prepared_source(tfds_dir) is not None
+  if not manual_dir:
+    return [] if prepared else [
+        f'config.data.tfds_dir={tfds_dir!r} holds no CelebA prepared by this project: set '
+        'config.data.manual_dir to the folder holding the five official files']
+  try:
+    celeba_files.check_present(manual_dir)
+  except (OSError, ValueError) as e:
+    return [str(e).splitlines()[0]]
+  if not (prepared or has_decoded_cache(cache_dir)
+          or importlib.util.find_spec('tensorflow_datasets') is not None):
+    return [celeba_tfds.missing_tfds(f'config.data.manual_dir={manual_dir!r}')]
+  return []
 
 
 def has_decoded_cache(cache_dir):
@@ -334,4 +357,4 @@ def load(config):
 
 DATASET = registry.Declaration(
     name='celeba', images=IMAGES, channels=3, split_sizes=split_sizes, labels=labels_of, load=load,
-    tasks=TASKS, splits=SPLITS)
+    tasks=TASKS, splits=SPLITS, problems=problems)

@@ -12,7 +12,7 @@ See docs/configs.md ("Adding a dataset").
 import dataclasses
 import importlib
 import pkgutil
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -34,6 +34,8 @@ class Declaration:
   load: config -> base.Dataset, the data themselves (imports its libraries when called).
   tasks, splits: the values config.data.task and config.data.split may take; () when the dataset
     ignores the field.
+  problems: config.data -> [one line per problem] that would stop `load`, found without reading
+    the data (the sweep asks before it launches a run: sweeps/checks.py); None: none to look for.
   """
   name: str
   images: int
@@ -43,6 +45,7 @@ class Declaration:
   load: Callable
   tasks: tuple = ()
   splits: tuple = ()
+  problems: Optional[Callable] = None
 
 
 def _module(name):

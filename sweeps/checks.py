@@ -4,9 +4,10 @@
 
 - config: every run's config as sweeps.sweep resolved it (configs/validation.py, the checks
   train.py runs before any compute); a problem shared by several runs is one line naming them;
-- data: once per distinct data setting; CelebA needs the five official files in
-  data.manual_dir, or a tfds_dir this project prepared, and preparing needs tensorflow-datasets
-  unless a decoded cache exists; the decoded cache must be local (it is memory-mapped);
+- data: once per distinct data setting, what its dataset module declares would stop it loading
+  (input_pipeline/registry.py `problems`; CelebA: the five official files in data.manual_dir, or a
+  tfds_dir this project prepared, tensorflow-datasets to prepare unless a decoded cache exists, a
+  local decoded cache);
 - environment: the platforms JAX_PLATFORMS names must start here (trainer/platforms.py);
 - devices: each run's batch sizes must split over the devices a run of this sweep sees (its
   environment: XLA_FLAGS and the config's own XLA flags, CUDA_VISIBLE_DEVICES under --gpus),
@@ -24,19 +25,18 @@ warnings (the data lives on the hosts). Each problem is one line `<field>: <fix>
 """
 
 import functools
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 
 from configs import validation
+from input_pipeline import registry
 from sweeps import tpu_chips
 from runrecord import record
 from trainer import lock, platforms, workdirs
 
 
-TFDS_PACKAGE = 'tensorflow_datasets'
 LOG_FILE = record.LOG_FILE  # each run's console output, appended by sweeps/runner.py
 # What a train.py process holds besides its activations (Python, JAX, the data, the compiled
 # steps): about 0.8 GB measured for a digits run on CPU; rounded up.
@@ -59,38 +59,21 @@ def config_problems(runs):
   return [f'{message} (runs: {run_names(failing)})' for message, failing in by_message.items()]
 
 
-def celeba_problems(data):
-  """What stops CelebA from loading with `data` (config.data), without reading the images."""
-  from input_pipeline import celeba, celeba_files, celeba_tfds  # pylint: disable=import-outside-toplevel
-  try:
-    manual_dir, tfds_dir, cache_dir = celeba.data_dirs(data)
-  except (OSError, ValueError) as e:
-    return [str(e).splitlines()[0]]
-  prepared = '://' in tfds_dir or celeba_tfds.prepared_source(tfds_dir) is not None
-  if not manual_dir:
-    return [] if prepared else [
-        f'config.data.tfds_dir={tfds_dir!r} holds no CelebA prepared by this project: set '
-        'config.data.manual_dir to the folder holding the five official files']
-  try:
-    celeba_files.check_present(manual_dir)
-  except (OSError, ValueError) as e:
-    return [str(e).splitlines()[0]]
-  if not (prepared or celeba.has_decoded_cache(cache_dir)
-          or importlib.util.find_spec(TFDS_PACKAGE) is not None):
-    return [celeba_tfds.missing_tfds(f'config.data.manual_dir={manual_dir!r}')]
-  return []
-
-
 def data_problems(runs):
-  """One line per problem of each distinct data setting (only CelebA reads files)."""
+  """One line per problem of each distinct data setting, as its dataset module declares them
+  (input_pipeline/registry.py `problems`)."""
   seen, problems = {}, []
   for run in runs:
     data = run.config.data
     key = repr(sorted(data.to_dict().items()))
-    if key in seen or data.name != 'celeba':
+    if key in seen:
       continue
     seen[key] = True
-    problems += celeba_problems(data)
+    try:
+      check = registry.get(data.name).problems
+    except ValueError:  # no such dataset: config_problems says so
+      continue
+    problems += check(data) if check else []
   return problems
 
 

@@ -59,7 +59,9 @@ def warmup_cosine(config, steps_per_epoch, length):
 
 
 def learning_rate(config, steps_per_epoch, all_phases, step):
-  """The learning rate used by global step `step` (the same number the optimizer computes)."""
+  """The learning rate used by global step `step` (the same number the optimizer computes): the
+  optimizer's own schedule evaluated on the host for the log; not optax.inject_hyperparams, which
+  puts the rate into the optimizer state (every checkpoint) only for the log to read it back."""
   phase = phase_at(all_phases, step)
   schedule = warmup_cosine(config, steps_per_epoch, phase.schedule_length)
   return float(schedule(step - phase.schedule_start))
@@ -83,7 +85,9 @@ def masked_update(params, grads, opt_state, tx, mask):
   """One optimizer step touching only the parameters where `mask` is True.
 
   Frozen parameters get zero gradients (so XLA drops their weight-gradient computation) and are
-  returned as the very same arrays, bit-identical.
+  returned as the very same arrays, bit-identical. Not optax.multi_transform with set_to_zero: its
+  state's tree changes at the unfreeze, and the loop restores every checkpoint into the first
+  phase's state (trainer/loop.py `_start`; tests/test_mesh_and_optimizer.py).
   """
   grads = jax.tree.map(lambda g, m: g if m else jnp.zeros_like(g), grads, mask)
   updates, opt_state = tx.update(grads, opt_state, params)
