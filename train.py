@@ -1,4 +1,4 @@
-"""Train ResNet-18 from a config file; see README.md.
+"""Train ResNet-18 from a config file: docs/configs.md for the config, docs/operations.md for a run.
 
   python train.py --config=configs/celeba.py:tpu --workdir=/tmp/run
   python train.py --config=configs/digits.py:smoke --workdir=/tmp/smoke --config.seed=3

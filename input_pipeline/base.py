@@ -2,8 +2,8 @@
 
 A dataset is two in-memory (or memory-mapped) splits of uint8 NHWC images with integer labels,
 plus the facts the run's results must record. Normalisation and augmentation happen on the device
-inside the jitted step (see `trainer/steps.py`), so the host only gathers uint8 rows: cheap, exact,
-and identical on every backend.
+inside the jitted step (trainer/steps.py), so the host only gathers uint8 rows: cheap, exact, and
+identical on every backend. See docs/configs.md ("Adding a dataset").
 """
 
 import dataclasses

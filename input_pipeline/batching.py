@@ -3,7 +3,7 @@
 The global batch at (seed, epoch, index) is a pure function of those numbers and the split size,
 never of the device or process count: each process gathers only its contiguous slice of the global
 batch, so every example is read by exactly one process per epoch, and a run resumed at any step sees
-exactly the batches an uninterrupted run would have seen.
+exactly the batches an uninterrupted run would have seen. See docs/performance.md ("Feeding").
 """
 
 import collections

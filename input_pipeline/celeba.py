@@ -1,38 +1,12 @@
-"""CelebA (Liu et al., "Deep Learning Face Attributes in the Wild", ICCV 2015; 202,599 aligned
-218x178 images of 10,177 identities) through TFDS `celeb_a` 2.1.0 (its catalog page lists the
-five files it reads), offline, decoded once into a cache.
+"""CelebA through TFDS `celeb_a` 2.1.0, prepared offline from the five official files and decoded
+once into a memory-mapped uint8 cache; its Declaration for the dataset registry.
 
-  config.data.manual_dir  the five official files (see `celeba_files.FILES`); never fetched
+  config.data.manual_dir  the five official files (`celeba_files.FILES`); never fetched
   config.data.tfds_dir    where TFDS celeb_a is prepared once and reused ('' = <manual_dir>/tfds)
   config.data.cache_dir   decoded uint8 images ('' = <tfds_dir>/decoded_cache; must be local)
 
-Tasks (`config.data.task`):
-  identity    softmax over the identities present in the training split. Label = rank of the
-              CelebA identity id among those ids (a dense remap); on full CelebA every id 1..10177
-              is present, so the label is identity - 1, as in the reference. `info` records the rule
-              (and the id list whenever it is not plain identity - 1).
-  attributes  40 labels in {0, 1} (official -1 -> 0, 1 -> 1), task 'multilabel'.
-Splits (`config.data.split`): 'per_identity' pools all official partitions and splits every identity
-exactly by `test_fraction` with `split_seed` (rule in `celeba_files`); 'official' trains on partition
-0 and tests on partition 2. The sorted test file names are fingerprinted into `info`.
-
-Preprocessing: each JPEG is decoded once (PIL) and resized to image_size x image_size with PIL
-bilinear (antialiased) resampling. The aspect ratio is not kept: 218x178 is squashed, exactly as the
-reference's torchvision `Resize((224, 224))` does on PIL images. The uint8 result goes into a .npy
-per split under cache_dir, keyed by source files, split and resolution, then memory-mapped: later
-runs and epochs never decode, and need neither TensorFlow nor the JPEGs. Normalisation and flips
-happen on device. A JPEG that does not decode (or is not 218x178) is an error naming the file.
-
-Faults: TFDS preparation and the cache are each built under a temporary name
-(`*.partial-<host>-<pid>`) and renamed into place when complete, so a killed run leaves nothing a
-later run mistakes for a finished one; the next build deletes the partial folders of dead processes
-(`celeba_tfds.remove_leftovers`). One process per machine builds at a time (`preparation_lock`).
-
-Memory: the cache is written image by image with positioned writes (`write_cache`), never held or
-mapped whole, so the peak RSS of a first load does not grow with the number of images beyond the
-per-image index (file names, labels, TFDS's parsed attribute rows); the measured bound is in
-BENCHMARKS.md ("CelebA at full size"). Training reads the cache through a memory map: the pages it
-touches count in RSS as file pages, which the kernel drops under memory pressure.
+Tasks ('identity', 'attributes'), splits ('per_identity', 'official'), preprocessing, the cache's
+atomic build and its memory: docs/celeba.md.
 """
 
 import collections

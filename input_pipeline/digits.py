@@ -3,7 +3,8 @@
 No download: the data ship inside scikit-learn. The 0..16 grey levels are scaled to uint8 and
 resized (bilinear) to `config.data.image_size`; the train/test split is stratified by class with
 `config.data.split_seed`, independent of the training seed. The shortest dataset module: its
-declaration (`DATASET`, input_pipeline/registry.py) and its loader.
+declaration (`DATASET`, input_pipeline/registry.py) and its loader; docs/configs.md ("Adding a
+dataset").
 """
 
 import math

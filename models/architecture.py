@@ -1,7 +1,8 @@
 """ResNet-18's structure in numbers: the model names a config may give, the stage channels and
 blocks, the two stems, the named parts (torchvision names) and the activation values one example
 produces. No JAX here: the config checks (configs/validation.py) read these to bound a step's
-memory before any model is built; models/resnet.py builds the network from the same numbers.
+memory before any model is built (docs/configs.md, "Resolution and checks"); models/resnet.py
+builds the network from the same numbers.
 """
 
 NAMES = ('resnet18',)  # config.model.name

@@ -2,7 +2,9 @@
 
 Attribute paths mirror torchvision's state-dict keys (`conv1`, `bn1`, `layer1.0.conv1`,
 `layer2.0.downsample.0`, `fc`), so pretrained weights map one to one. With the ImageNet stem, 3
-input channels, width 1 and 1000 classes it has exactly torchvision's 11,689,512 parameters.
+input channels, width 1 and 1000 classes it has exactly torchvision's 11,689,512 parameters. Its
+structure in numbers (stages, stems, parts) is models/architecture.py; the config fields that
+shape it: docs/configs.md ("Field groups").
 """
 
 import zlib

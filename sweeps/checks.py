@@ -2,26 +2,13 @@
 
   errors, warnings, states = checks.check(runs, root, files, saved_state)
 
-- config: every run's config as sweeps.sweep resolved it (configs/validation.py, the checks
-  train.py runs before any compute); a problem shared by several runs is one line naming them;
-- data: once per distinct data setting, what its dataset module declares would stop it loading
-  (input_pipeline/registry.py `problems`; CelebA: the five official files in data.manual_dir, or a
-  tfds_dir this project prepared, tensorflow-datasets to prepare unless a decoded cache exists, a
-  local decoded cache);
-- environment: the platforms JAX_PLATFORMS names must start here (trainer/platforms.py);
-- devices: each run's batch sizes must split over the devices a run of this sweep sees (its
-  environment: XLA_FLAGS and the config's own XLA flags, CUDA_VISIBLE_DEVICES under --gpus),
-  counted by starting JAX in a child process with that environment (`devices_seen`; nothing is
-  allocated), and its activations must fit them: configs/validation.py check_devices, the check
-  train.py runs once its devices exist (before: each run exited 2 after its folder and log
-  existed);
-- workdir: the root, every run folder and the command-list/SLURM files must be creatable and
-  writable (probed with os.access, nothing created), what a run folder holds the kind of entry
-  a run uses (run.lock, train.log: files; checkpoints: a folder), and a saved run in a run folder must be this
-  sweep's run by runrecord/record.py's same-run rule (sweeps.sweep.saved_state).
-
-Bucket roots (gs://...) run elsewhere: their folders are not probed, and their data problems are
-warnings (the data lives on the hosts). Each problem is one line `<field>: <fix>`.
+Every run's config as resolved (configs/validation.py, the checks train.py runs); its data, once
+per distinct setting, as its dataset module declares (input_pipeline/registry.py `problems`); the
+platforms JAX_PLATFORMS names; its batches and activations against the devices a run of this sweep
+sees (counted by a child process with the run's environment: `devices_seen`); the root, the run
+folders and the emitted files (writable, each entry the kind a run uses, a saved run this sweep's
+by runrecord/record.py's rule). A problem shared by several runs is one line naming them; a
+bucket root's data problems are warnings. See docs/operations.md ("Sweeps and studies").
 """
 
 import functools

@@ -1,6 +1,6 @@
 """The TPU programs of a run, compiled for a topology's compile-only devices, and what each
 shows: memory per chip, XLA's cost, the roofline estimate and the numerics census (the rows of
-sweeps/preflight.py, which documents the command and its columns)."""
+sweeps/preflight.py; the columns: docs/tpu.md)."""
 
 import re
 import threading

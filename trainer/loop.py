@@ -1,21 +1,11 @@
-"""train_and_evaluate(config, workdir): the whole run, from config to Orbax results.
+"""train_and_evaluate(config, workdir): the whole run, from a resolved config to Orbax results.
 
-Order of work: validate everything (config, devices, workdir, dataset) and build the run context
-(trainer/run.py) before compiling; build or restore the state; train phase by phase with
-on-device metric sums; evaluate every `eval_every_epochs`; checkpoint every epoch (and every
-`checkpoint_every_steps`); write the results record (runrecord/record.py), and each evaluation's
-per-example predictions into its step's checkpoint (runrecord/predictions.py).
-Restarting the same command on the same workdir resumes from the newest checkpoint that restores
-(trainer/resume.py) and reproduces the uninterrupted run bit for bit: data order, augmentation and
-schedule are functions of the global step, and the state carries the epoch's metric sums (the
-results carry the sums at the last log, so even the logged metrics match). The workdir is locked
-while a run holds it (trainer/lock.py). Non-finite values are tracked on device
-(`steps.make_watch`: one small jitted reduction per step, no host sync) and checked at
-log/epoch/checkpoint points: the run stops with TrainingFailed naming the first bad step, its
-results say status 'failed', and no checkpoint ever holds a non-finite state. SIGTERM/SIGINT stop
-the loop at the next step boundary the host reaches, with a synchronous checkpoint of the last step
-dispatched; the host stays at most stop.STEPS_IN_FLIGHT steps ahead of the device, so the stop
-waits for that many steps at most (trainer/stop.py: stop.Stopped, stop.InFlight).
+Checks the workdir, builds the run context (trainer/run.py: the config against the devices and
+the data), builds or restores the state, trains phase by phase with on-device metric sums,
+evaluates, checkpoints and writes the results record with each evaluation's predictions
+(runrecord/). The same command on the same workdir resumes bit for bit (trainer/resume.py);
+non-finite values stop the run as TrainingFailed; SIGTERM/SIGINT as stop.Stopped after a
+checkpoint. See docs/operations.md ("A training run"; resuming and stopping).
 """
 
 import contextlib

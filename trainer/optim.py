@@ -9,6 +9,7 @@ BatchNorm running statistics keep updating while frozen, as in the reference (tr
                (warmup `warmup_epochs`, cosine to 0 at the end of the phase).
   'continuous': one AdamW state and one warmup-cosine over all epochs; the backbone's Adam moments
                start at zero when it unfreezes.
+See docs/celeba.md ("Task and split") and docs/configs.md ("Field groups").
 """
 
 import dataclasses

@@ -8,7 +8,7 @@ when one cannot start. What each needs, as JAX finds it: 'cpu' nothing; 'tpu' th
 'cuda' (and 'gpu', which means CUDA or ROCm) a PJRT plugin (jax[cuda12]: the 'jax_plugins' entry
 point or namespace package) and, for CUDA, an NVIDIA driver on the host; 'rocm' its plugin. What
 this cannot see (a driver that fails to start) still ends as one line: train.py turns JAX's
-"Unable to initialize backend" into one.
+"Unable to initialize backend" into one. See docs/operations.md ("Installing").
 """
 
 import importlib.metadata

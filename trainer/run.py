@@ -2,21 +2,17 @@
 
   config = validation.resolve(loader.load(spec, overrides))   # configs/: the entry point, once
   numerics_setup.configure(config)   # then, before any JAX backend starts (train.py does both)
-  ctx = run.build(config)            # dataset, mesh, phases, model structure
+  ctx = run.build(config)            # checked against devices and data; dataset, mesh, phases
   model, facts = run.init_model(ctx) # initial weights from init_seed (and model.init_from)
   state = run.initial_state(ctx, model)
   for phase in ctx.phases:
     state, step_fn = run.enter_phase(ctx, state, phase, step)
     for batch in run.batches(ctx, step, phase.stop, feed): state = step_fn(state, batch)
 
-`train_and_evaluate` (trainer/loop.py), the divergence tool (experiments/divergence.py) and the step
-benchmarks drive training through these functions only: the phases, the per-phase optimizer reset,
-the sharding and the numerics of every jitted step are decided here. Numerics reach a run by two
-channels, both from config.numerics: process-wide XLA flags and the default precision, applied by
-`numerics.setup.configure` before a backend starts, and the model's own settings (dtypes, formats,
-convolution implementation, BatchNorm grouping) given to `resnet.create_model`; each jitted step is
-traced under the config's matmul precision (`numerics.setup.with_precision`), whatever context it
-is called from, so two arms with different precisions can run in one process.
+The training loop, the divergence tool and the step benchmarks drive training through these
+functions only: the phases, the per-phase optimizer reset, the sharding and the numerics of every
+jitted step (traced under the config's matmul precision, for the mesh's platform) are decided
+here. See docs/numerics.md and docs/operations.md ("A training run").
 """
 
 import dataclasses
@@ -140,6 +136,12 @@ def init_model(ctx):
   without backend optimisations (seconds on a small CPU, and no fused arithmetic), so a seed gives
   the same initial weights on TPU, GPU and CPU: runs pair across platforms by seed. The key is an
   argument, so runs that differ only in seed share one compiled init.
+
+  Returns:
+    (model, facts): the nnx model, not yet on the mesh; facts {} or, with model.init_from, what
+    models/pretrained.py load_into says (file, sha256, keys loaded, parts re-initialised).
+  Raises:
+    ConfigError: model.init_from cannot be read or does not fit the model (one line).
   """
   config = ctx.config
   try:
@@ -208,6 +210,15 @@ def enter_phase(ctx, state, phase, step):
 
   At the start of a later phase with `optim.schedule='per_phase'` the optimizer state is made
   afresh (the reference's new AdamW at the unfreeze); a run resumed inside a phase keeps its own.
+
+  Args:
+    state: the training state (arrays, or ShapeDtypeStructs from `abstract_state` to lower and
+      compile only).
+    phase, step: the optim.Phase and the global step it is entered at (its start, or a resume's).
+  Returns:
+    (state, step_fn): the state, its optimizer state fresh where the schedule says so, and
+    step_fn(state, batch) -> state, the jitted step with the phase's optimizer, trainable mask,
+    the run's data seed and numerics (precompiled with several processes).
   """
   config = ctx.config
   tx = optimizer(ctx, phase)

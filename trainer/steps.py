@@ -12,6 +12,7 @@ nothing else, so a run repeats and resumes bit for bit (formats without noise ne
 and their compiled steps do not depend on the seed). An evaluation uses one key for all its
 batches: the model it evaluates is perturbed one way. The seed is an argument of the compiled step
 (a replicated uint32 scalar, bound by `Seeded`), so every seed of an arm shares one compilation.
+See docs/numerics.md ("The noise control").
 """
 
 import dataclasses
