@@ -1,4 +1,4 @@
-"""Train ResNet-18 from a config file; see README.md.
+"""Train ResNet-18 from a config file: docs/configs.md for the config, docs/operations.md for a run.
 
   python train.py --config=configs/celeba.py:tpu --workdir=/tmp/run
   python train.py --config=configs/digits.py:smoke --workdir=/tmp/smoke --config.seed=3
@@ -46,8 +46,8 @@ def main(parsed):
   quiet.install()
   try:
     loaded = loader.load(*parsed)  # a bad file, preset or field: answered before JAX loads
-    from trainer import validation
-    config = validation.resolve(loaded)
+    from configs import validation  # numpy and the vocabularies, not JAX: after --help
+    config = validation.resolve(loaded)  # every field checked, frozen
     platforms.check()  # before any backend starts
   except ValueError as e:  # a bad file, preset, field or value; ConfigError is a ValueError
     fail(str(e).splitlines()[0])
@@ -57,11 +57,11 @@ def main(parsed):
 def train(config):
   """train_and_evaluate of the resolved `config`; failures as one line and an exit code."""
   from numerics import setup as numerics_setup
-  from trainer import checkpointing, distributed, loop, validation, writers
+  from trainer import checkpointing, distributed, loop, workdirs, writers
   try:
     numerics_setup.configure(config)  # XLA flags before any backend starts (distributed does)
     distributed.initialize(config)
-    loop.train_and_evaluate(config, validation.absolute_workdir(FLAGS.workdir),
+    loop.train_and_evaluate(config, workdirs.absolute_workdir(FLAGS.workdir),
                             restart=FLAGS.restart, allow_layout_change=FLAGS.allow_layout_change)
   except ValueError as e:  # ConfigError, and numerics.setup.configure's: one line
     fail(str(e).splitlines()[0])

@@ -53,7 +53,7 @@ from benchmarks import bench_step, common  # noqa: E402
 from configs import common as config_common  # noqa: E402
 from numerics import emulate as emulate_lib  # noqa: E402
 from numerics import setup as numerics_setup  # noqa: E402
-from trainer import validation  # noqa: E402
+from configs import validation  # noqa: E402
 
 NATIVE = (('numerics.conv_format', 'native'), ('numerics.dense_format', 'native'))
 

@@ -60,7 +60,8 @@ from numerics import emulate as emulate_lib  # noqa: E402
 from numerics import ops  # noqa: E402
 from numerics import profiles  # noqa: E402
 from numerics import setup as numerics_setup  # noqa: E402
-from trainer import run, validation  # noqa: E402
+from configs import validation  # noqa: E402
+from trainer import platforms, run  # noqa: E402
 
 # Dense peak TFLOP/s per device by product format ('bf16', 'tf32', 'f32'); matched by substring
 # of jax's device_kind, first match wins: the vendors' data sheets (NVIDIA H100 and H200 Tensor
@@ -189,7 +190,7 @@ def cost_flops(compiled):
 
 def peak_memory_bytes(devices):
   """Largest peak_bytes_in_use over `devices`, or None where memory_stats is not available."""
-  peaks = validation.memory_stat(devices, 'peak_bytes_in_use')
+  peaks = platforms.memory_stat(devices, 'peak_bytes_in_use')
   return max(peaks) if peaks else None
 
 

@@ -214,7 +214,7 @@ def resolved(spec, epochs=100):
   """The resolved config of `spec` with num_epochs=`epochs` (100: no run ends before its
   signal); one line on a bad spec."""
   from configs import loader  # pylint: disable=import-outside-toplevel
-  from trainer import validation  # pylint: disable=import-outside-toplevel
+  from configs import validation  # pylint: disable=import-outside-toplevel
   path, _, rest = spec.partition(':')
   try:
     return validation.resolve(loader.load(

@@ -65,12 +65,12 @@ def parse_flags(parser, argv):
 
 def parse(parser, argv, overrides_of=shorthand_overrides, resolve=True):
   """(args, config): parse_flags, then the config loaded with overrides_of(args) then the
-  `--config.*` overrides, resolved (trainer/validation.resolve) and its numerics applied
+  `--config.*` overrides, resolved (configs/validation.py) and its numerics applied
   (numerics.setup.configure, before any backend starts). `resolve=False` (a benchmark of several
   variants of one config, each resolved on its own): the config as loaded, its process settings
   applied all the same. Bad input: one line and exit code 2."""
   from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
-  from trainer import validation  # pylint: disable=import-outside-toplevel
+  from configs import validation  # pylint: disable=import-outside-toplevel
   args, spec, overrides = parse_flags(parser, argv)
   try:
     loaded = loader.load(spec or DEFAULT_CONFIG, overrides_of(args) + overrides)

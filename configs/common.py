@@ -1,11 +1,10 @@
-"""Shared config fields, preset parsing, and the `get_config(arg)` plumbing of every config file.
+"""The config's schema (`base_config`: every field the code reads, with its default), preset
+parsing, and the one override path of every config file's `get_config(arg)` and every entry point.
 
-A config file's `get_config(arg)` takes the string after the colon: a comma-separated list of
-presets and `key=value` pairs, big_vision style, e.g. `configs/celeba.py:gpu,seed=3` or
-`configs/digits.py:smoke,model.width=0.5`. Presets apply in order, then the pairs. The command
-line's `--config.<field>=<value>` overrides are applied after `get_config` returns, by
-configs/loader.py, through the same `apply_overrides` below (the one override path). The config is locked (`ConfigDict.lock()`):
-a misspelt field is an error, never a new field.
+`arg` is the text after the colon: presets and `key=value` pairs, big_vision style
+(`configs/celeba.py:gpu,seed=3`), applied in order; `--config.<field>=<value>` overrides come after
+`get_config` returns (configs/loader.py), through the same `apply_overrides`. The config is locked:
+a misspelt field is an error, never a new field. See docs/configs.md.
 """
 
 import ast
@@ -14,6 +13,8 @@ import difflib
 import ml_collections
 
 PRESETS = ('tpu', 'gpu', 'cpu', 'smoke')
+SCHEDULES = ('per_phase', 'continuous')  # optim.schedule (trainer/optim.py `phases`)
+DISTRIBUTED_MODES = ('auto', 'yes', 'no')  # distributed.initialize (trainer/distributed.py)
 TRUE, FALSE = ('true', '1', 'yes'), ('false', '0', 'no')
 # Fields that no longer exist, with how to say the same thing today (one line each).
 REMOVED = {
@@ -85,7 +86,7 @@ def base_config():
   # Product formats (numerics/profiles.py): a named profile ('native', 'tpu_default',
   # 'jax_gpu_default', 'torch_gpu_default', 'f32', 'bf16_noise'; '' = none) names both kinds at
   # once; each kind's own format ('native', 'bf16', 'bf16_3x', 'tf32', 'f32', 'bf16_noise'; '' =
-  # as the profile says, else native). Resolution (trainer/validation.resolve) writes the formats
+  # as the profile says, else native). Resolution (configs/validation.py) writes the formats
   # out: the saved config holds the profile and both formats.
   c.numerics.profile = ''
   c.numerics.conv_format = ''

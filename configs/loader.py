@@ -2,21 +2,12 @@
 
   config = loader.load('configs/celeba.py:gpu,seed=3', [('optim.learning_rate', '0.003')])
 
-`spec` is `FILE[:ARG]`: FILE a config file defining `get_config(arg)` (configs/common.py builds it
-from presets and `key=value` pairs), ARG the text after the colon. `overrides` are (dotted field,
-value) pairs applied afterwards, as the command line's `--config.<field>=<value>` flags are, each
-typed like its field (configs/common.py `apply_overrides`). A bad file, preset, field or value
-raises a one-line ValueError naming it and the fix. The result is the config as written, not yet
-resolved: the entry point resolves it once (trainer/validation.resolve: numerics expanded, every
-field checked, frozen).
-
-Why not `ml_collections.config_flags`: train.py's command line has the same shape
-(`--config=FILE:ARG --config.field=value`), but the sweep, the study, the divergence tool and the
-benchmarks load configs from a spec and override pairs inside one process, which config_flags
-(it reads sys.argv at absl's flag parsing) does not offer; and on the command line it answers a
-misspelt field with an AttributeError traceback and reads `--config.model.reinit=(stem,)` as the
-one-element tuple `('(stem,)',)`. So train.py splits the `--config*` flags off (`split_argv`)
-and loads them here, like every other entry point; absl parses the rest.
+`spec` is `FILE[:ARG]`: a config file defining `get_config(arg)` (configs/common.py builds it from
+presets and `key=value` pairs) and the text after the colon; `overrides` are (dotted field, value)
+pairs applied afterwards, as train.py's `--config.<field>=<value>` flags are. A bad file, preset,
+field or value is a one-line ValueError naming it and the fix. The result is the config as written;
+the entry point resolves it once (configs/validation.py). Why not `ml_collections.config_flags`:
+docs/configs.md ("On the command line").
 """
 
 import importlib.util

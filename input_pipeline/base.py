@@ -2,11 +2,12 @@
 
 A dataset is two in-memory (or memory-mapped) splits of uint8 NHWC images with integer labels,
 plus the facts the run's results must record. Normalisation and augmentation happen on the device
-inside the jitted step (see `trainer/steps.py`), so the host only gathers uint8 rows: cheap, exact,
-and identical on every backend.
+inside the jitted step (trainer/steps.py), so the host only gathers uint8 rows: cheap, exact, and
+identical on every backend. See docs/configs.md ("Adding a dataset").
 """
 
 import dataclasses
+import hashlib
 import os
 from typing import Any
 
@@ -39,7 +40,7 @@ class Split:
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
-  """What `input_pipeline.get_dataset(config)` returns.
+  """What a dataset's loader returns (input_pipeline/registry.py `load`).
 
   task: 'classification' (int labels [N], softmax cross-entropy, top-1 accuracy) or 'multilabel'
     (0/1 labels [N, K], sigmoid cross-entropy, mean per-label accuracy).
@@ -70,6 +71,15 @@ def normalization_constants(name, channels):
   if channels == 1:  # grayscale: the mean of the per-channel constants
     mean, std = (float(np.mean(mean)),), (float(np.mean(std)),)
   return np.asarray(mean, np.float32), np.asarray(std, np.float32)
+
+
+def fingerprint(values):
+  """A short, order-independent hash of a collection of strings or ints (e.g. test file names)."""
+  digest = hashlib.sha256()
+  for value in sorted(str(v) for v in values):
+    digest.update(value.encode())
+    digest.update(b'\0')
+  return digest.hexdigest()[:16]
 
 
 def host_memory():

@@ -3,12 +3,11 @@
 The global batch at (seed, epoch, index) is a pure function of those numbers and the split size,
 never of the device or process count: each process gathers only its contiguous slice of the global
 batch, so every example is read by exactly one process per epoch, and a run resumed at any step sees
-exactly the batches an uninterrupted run would have seen.
+exactly the batches an uninterrupted run would have seen. See docs/performance.md ("Feeding").
 """
 
 import collections
 import concurrent.futures
-import hashlib
 
 import jax
 import numpy as np
@@ -80,15 +79,6 @@ def eval_batches(split, batch_size, process_index=0, process_count=1):
 
 def num_eval_batches(num_examples, batch_size):
   return -(-num_examples // batch_size)
-
-
-def fingerprint(values):
-  """A short, order-independent hash of a collection of strings or ints (e.g. test file names)."""
-  digest = hashlib.sha256()
-  for value in sorted(str(v) for v in values):
-    digest.update(value.encode())
-    digest.update(b'\0')
-  return digest.hexdigest()[:16]
 
 
 def to_global(batch, sharding):

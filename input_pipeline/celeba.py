@@ -1,38 +1,12 @@
-"""CelebA (Liu et al., "Deep Learning Face Attributes in the Wild", ICCV 2015; 202,599 aligned
-218x178 images of 10,177 identities) through TFDS `celeb_a` 2.1.0 (its catalog page lists the
-five files it reads), offline, decoded once into a cache.
+"""CelebA through TFDS `celeb_a` 2.1.0, prepared offline from the five official files and decoded
+once into a memory-mapped uint8 cache; its Declaration for the dataset registry.
 
-  config.data.manual_dir  the five official files (see `celeba_files.FILES`); never fetched
+  config.data.manual_dir  the five official files (`celeba_files.FILES`); never fetched
   config.data.tfds_dir    where TFDS celeb_a is prepared once and reused ('' = <manual_dir>/tfds)
   config.data.cache_dir   decoded uint8 images ('' = <tfds_dir>/decoded_cache; must be local)
 
-Tasks (`config.data.task`):
-  identity    softmax over the identities present in the training split. Label = rank of the
-              CelebA identity id among those ids (a dense remap); on full CelebA every id 1..10177
-              is present, so the label is identity - 1, as in the reference. `info` records the rule
-              (and the id list whenever it is not plain identity - 1).
-  attributes  40 labels in {0, 1} (official -1 -> 0, 1 -> 1), task 'multilabel'.
-Splits (`config.data.split`): 'per_identity' pools all official partitions and splits every identity
-exactly by `test_fraction` with `split_seed` (rule in `celeba_files`); 'official' trains on partition
-0 and tests on partition 2. The sorted test file names are fingerprinted into `info`.
-
-Preprocessing: each JPEG is decoded once (PIL) and resized to image_size x image_size with PIL
-bilinear (antialiased) resampling. The aspect ratio is not kept: 218x178 is squashed, exactly as the
-reference's torchvision `Resize((224, 224))` does on PIL images. The uint8 result goes into a .npy
-per split under cache_dir, keyed by source files, split and resolution, then memory-mapped: later
-runs and epochs never decode, and need neither TensorFlow nor the JPEGs. Normalisation and flips
-happen on device. A JPEG that does not decode (or is not 218x178) is an error naming the file.
-
-Faults: TFDS preparation and the cache are each built under a temporary name
-(`*.partial-<host>-<pid>`) and renamed into place when complete, so a killed run leaves nothing a
-later run mistakes for a finished one; the next build deletes the partial folders of dead processes
-(`celeba_tfds.remove_leftovers`). One process per machine builds at a time (`preparation_lock`).
-
-Memory: the cache is written image by image with positioned writes (`write_cache`), never held or
-mapped whole, so the peak RSS of a first load does not grow with the number of images beyond the
-per-image index (file names, labels, TFDS's parsed attribute rows); the measured bound is in
-BENCHMARKS.md ("CelebA at full size"). Training reads the cache through a memory map: the pages it
-touches count in RSS as file pages, which the kernel drops under memory pressure.
+Tasks ('identity', 'attributes'), splits ('per_identity', 'official'), preprocessing, the cache's
+atomic build and its memory: docs/celeba.md.
 """
 
 import collections
@@ -41,8 +15,10 @@ import contextlib
 import errno
 import fcntl
 import functools
+import importlib.util
 import io
 import json
+import math
 import os
 import shutil
 
@@ -50,7 +26,7 @@ import numpy as np
 from absl import logging
 from PIL import Image
 
-from input_pipeline import base, batching, celeba_files, celeba_tfds
+from input_pipeline import base, celeba_files, celeba_tfds, registry
 
 NATIVE_SHAPE = (218, 178)  # H, W
 TASKS = ('identity', 'attributes')
@@ -58,15 +34,27 @@ SPLITS = ('per_identity', 'official')
 DECODED = {'images': 0}  # images decoded by this process (tests check that a cached load adds none)
 
 
-def _check_config(data):
-  if data.task not in TASKS:
-    raise ValueError(f'config.data.task must be one of {TASKS} for celeba, got {data.task!r}')
-  if data.split not in SPLITS:
-    raise ValueError(f'config.data.split must be one of {SPLITS}, got {data.split!r}')
-  if not 0.0 < float(data.test_fraction) < 1.0:
-    raise ValueError(f'config.data.test_fraction must be in (0, 1), got {data.test_fraction!r}')
-  if int(data.image_size) < 1:
-    raise ValueError(f'config.data.image_size must be a positive int, got {data.image_size!r}')
+IMAGES = 202599  # every aligned image of the five official files
+IDENTITIES = 10177
+ATTRIBUTES = 40
+OFFICIAL = {'train': 162770, 'test': 19962}  # partitions 0 and 2 of list_eval_partition.txt
+
+
+def split_sizes(data):
+  """(train, test) images of `data.split`: 'official' CelebA's published partition; 'per_identity'
+  declared as round-half-up of IMAGES x test_fraction (each identity splits by round-half-up of
+  n x test_fraction, celeba_files.split_identity: at most one image per identity away)."""
+  if data.split == 'official':
+    return OFFICIAL['train'], OFFICIAL['test']
+  test = math.floor(IMAGES * float(data.test_fraction) + 0.5)
+  return IMAGES - test, test
+
+
+def labels_of(data):
+  """(num_classes, task, label shape): every identity of full CelebA, or its 40 attributes."""
+  if data.task == 'attributes':
+    return ATTRIBUTES, 'multilabel', (ATTRIBUTES,)
+  return IDENTITIES, 'classification', ()
 
 
 def data_dirs(data):
@@ -82,6 +70,28 @@ def data_dirs(data):
     raise ValueError(f'config.data.cache_dir={cache_dir!r} is a bucket path: set it to a local '
                      'folder (the decoded cache is memory-mapped)')
   return manual_dir, tfds_dir, os.path.expanduser(cache_dir)
+
+
+def problems(data):
+  """What stops CelebA from loading with `data` (config.data), found without reading the images
+  (the sweep's check before it launches a run): one line each."""
+  try:
+    manual_dir, tfds_dir, cache_dir = data_dirs(data)
+  except (OSError, ValueError) as e:
+    return [str(e).splitlines()[0]]
+  prepared = '://' in tfds_dir or celeba_tfds.prepared_source(tfds_dir) is not None
+  if not manual_dir:
+    return [] if prepared else [
+        f'config.data.tfds_dir={tfds_dir!r} holds no CelebA prepared by this project: set '
+        'config.data.manual_dir to the folder holding the five official files']
+  try:
+    celeba_files.check_present(manual_dir)
+  except (OSError, ValueError) as e:
+    return [str(e).splitlines()[0]]
+  if not (prepared or has_decoded_cache(cache_dir)
+          or importlib.util.find_spec('tensorflow_datasets') is not None):
+    return [celeba_tfds.missing_tfds(f'config.data.manual_dir={manual_dir!r}')]
+  return []
 
 
 def has_decoded_cache(cache_dir):
@@ -285,12 +295,11 @@ def _labels(task, meta, train, test):
 def load(config):
   """The CelebA `Dataset` for `config.data` (see the module docstring)."""
   data = config.data
-  _check_config(data)
   manual_dir, tfds_dir, cache_dir = data_dirs(data)
   meta, source = _source(manual_dir, tfds_dir)
   train, test = _split(data, meta)
   size = int(data.image_size)
-  split_fp = batching.fingerprint(meta['names'][test].tolist())
+  split_fp = base.fingerprint(meta['names'][test].tolist())
   key = f'{source["source_fingerprint"]}-{data.split}-{size}px-{split_fp}'
   path = os.path.join(cache_dir, key)
   if not os.path.exists(os.path.join(path, 'done.json')):
@@ -319,3 +328,7 @@ def load(config):
       name='celeba', train=base.Split(images['train'], train_labels),
       test=base.Split(images['test'], test_labels), num_classes=num_classes, task=task, info=info)
 
+
+DATASET = registry.Declaration(
+    name='celeba', images=IMAGES, channels=3, split_sizes=split_sizes, labels=labels_of, load=load,
+    tasks=TASKS, splits=SPLITS, problems=problems)

@@ -1,14 +1,7 @@
-"""The five official CelebA files: presence, format checks, parsing, fingerprint, and the splits.
+"""The five official CelebA files: presence, format checks, parsing, fingerprint, and the splits
+(`split_identity`: per identity, by file-name hash; docs/celeba.md "Task and split").
 
-No TensorFlow here: a run whose decoded cache already exists (e.g. on a GPU machine without
-TensorFlow) needs only this module and numpy.
-
-Per-identity split (`split_identity`): every official partition is pooled; each identity's files
-are ordered by sha256(f'{split_seed}:{file name}') (its first 64 bits; ties by name) and the first
-n_test go to test, where n_test = floor(n * test_fraction + 0.5) (round half up), capped at n - 1 so
-every identity keeps at least one training image (identities with one image are train-only). It
-depends only on the file names, identities, `test_fraction` and `split_seed`: never on the training
-seed, the platform, the process count or the numpy version.
+No TensorFlow here: a run whose decoded cache already exists needs only this module and numpy.
 """
 
 import hashlib
@@ -196,7 +189,7 @@ def test_count(n, test_fraction):
 
 
 def split_identity(names, identity, test_fraction, split_seed):
-  """Boolean test mask over `names`: each identity split exactly (see the module docstring)."""
+  """Boolean test mask over `names`: each identity split exactly (docs/celeba.md, "Task and split")."""
   keys = np.asarray([int(hashlib.sha256(f'{int(split_seed)}:{n}'.encode()).hexdigest()[:16], 16)
                      for n in names], dtype=np.uint64)
   order = np.lexsort((np.argsort(np.argsort(names, kind='stable')), keys, identity))

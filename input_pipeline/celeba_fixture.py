@@ -14,6 +14,7 @@ files are interleaved across identities as in CelebA. Each identity is a distinc
 stripe pattern, plus per-image noise and brightness jitter, so identity is learnable even at 16 px.
 Attributes: most are fixed per identity (learnable through the identity's look); `Eyeglasses` (a dark
 band at eye height) and `Smiling` (a bright bar at mouth height) vary per image and are drawn in.
+See docs/celeba.md.
 """
 
 import argparse

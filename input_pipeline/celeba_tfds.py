@@ -1,28 +1,9 @@
 """TFDS `celeb_a` 2.1.0 prepared offline from the five local files, and read back as JPEG bytes.
 
-The installed builder's download URLs (Google Drive) are unreachable here, so `_LocalCelebA` is a
-thin, unregistered subclass of it with the same name, version and features: its changes are that
-`dl_manager.download(...)` answers with the local files in `config.data.manual_dir` instead of
-fetching, that the records keep the builder's generation order (`disable_shuffling`), which is
-the file names sorted within each official partition, and that its console line says it prepares
-offline (upstream prints "Downloading and preparing dataset"). The upstream
-`_generate_examples` does the rest unchanged. Nothing is ever fetched (GCS lookups are off too).
-
-The archive's images are handed to the builder lazily (each member is read when its record is
-written), and only the members `img_align_celeba/<name>.jpg` (`celeba_files.zip_members`): the
-upstream builder would otherwise keep an open zip stream per image for the whole preparation
-(~5.5 KiB each, ~1.1 GiB at full size) and take any `*/000004.jpg` for image 000004. Records get
-keys that keep TFDS's temporary buckets small (`record_key`), so its memory does not grow with
-the split.
-
-Preparation is atomic: TFDS writes into `<tfds_dir>/celeb_a.partial-<host>-<pid>/`, the source
-record and the metadata index go into the finished version folder, and that folder is renamed to
-`<tfds_dir>/celeb_a/2.1.0` last, so a `celeb_a/2.1.0` holding `celeb_a_source.json` is complete.
-A kill at any point leaves only the partial folder, which the next preparation on this host deletes
-once its process is gone (`remove_leftovers`).
-
-TensorFlow is imported here only, CPU-only and quiet; the GPU machines have no TensorFlow and never
-get here once the decoded cache exists.
+`_LocalCelebA` is the installed builder with its downloads answered by the local files; the
+preparation is atomic (a `*.partial-<host>-<pid>` folder renamed into place, leftovers of dead
+processes removed: `remove_leftovers`). TensorFlow is imported here only. See docs/celeba.md
+("Preparation and the decoded cache").
 """
 
 import json

@@ -2,15 +2,27 @@
 
 No download: the data ship inside scikit-learn. The 0..16 grey levels are scaled to uint8 and
 resized (bilinear) to `config.data.image_size`; the train/test split is stratified by class with
-`config.data.split_seed`, independent of the training seed.
+`config.data.split_seed`, independent of the training seed. The shortest dataset module: its
+declaration (`DATASET`, input_pipeline/registry.py) and its loader; docs/configs.md ("Adding a
+dataset").
 """
+
+import math
 
 import numpy as np
 from PIL import Image
-from sklearn import datasets as sk_datasets
-from sklearn import model_selection
 
-from input_pipeline import base, batching
+from input_pipeline import base, registry
+
+IMAGES = 1797
+CLASSES = 10
+
+
+def split_sizes(data):
+  """(train, test) images: the test split is ceil(IMAGES x data.test_fraction) images
+  (scikit-learn's train_test_split rule, as `load` splits), the rest trains."""
+  test = math.ceil(IMAGES * float(data.test_fraction))
+  return IMAGES - test, test
 
 
 def _resize(images, size):
@@ -22,6 +34,9 @@ def _resize(images, size):
 
 def load(config):
   """The digits `Dataset` for `config.data` (image_size, test_fraction, split_seed)."""
+  # pylint: disable=import-outside-toplevel  (scikit-learn loads with the data, not with a check)
+  from sklearn import datasets as sk_datasets
+  from sklearn import model_selection
   digits = sk_datasets.load_digits()
   size = int(config.data.image_size)
   need, host = len(digits.images) * size * size, base.host_memory()
@@ -39,10 +54,15 @@ def load(config):
       random_state=int(config.data.split_seed))
   train_idx, test_idx = np.sort(train_idx), np.sort(test_idx)
   info = {'train_size': len(train_idx), 'test_size': len(test_idx),
-          'split_fingerprint': batching.fingerprint(test_idx.tolist()),
+          'split_fingerprint': base.fingerprint(test_idx.tolist()),
           'split_seed': int(config.data.split_seed)}
   return base.Dataset(
       name='digits',
       train=base.Split(images[train_idx], labels[train_idx]),
       test=base.Split(images[test_idx], labels[test_idx]),
-      num_classes=10, task='classification', info=info)
+      num_classes=CLASSES, task='classification', info=info)
+
+
+DATASET = registry.Declaration(
+    name='digits', images=IMAGES, channels=1, split_sizes=split_sizes,
+    labels=lambda data: (CLASSES, 'classification', ()), load=load)

@@ -1,1 +1,2 @@
-"""Models: ResNet-18 (torchvision-compatible) in flax.nnx."""
+"""Models: ResNet-18 (torchvision-compatible) in flax.nnx, and its structure in numbers for the
+config checks (models/architecture.py). See docs/configs.md."""

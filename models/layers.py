@@ -1,11 +1,8 @@
 """Conv2d, Linear and BatchNorm with torchvision's initialisation and parameter shapes.
 
 Parameters are stored in f32 (`param_dtype`) and cast to the compute `dtype` at use; every product
-goes through `numerics.ops`, so a numerics setting reaches every layer. `fmt` is the layer's
-product format ('native' or a numerics/emulate.py format; models/resnet.py gives convolutions
-and dense layers their own). `product_id` is a static id of the layer: a noisy format folds it into
-the step's noise key (numerics/ops.py noise_key). BatchNorm statistics and normalisation are
-always computed in float32.
+goes through numerics/ops.py in the layer's format `fmt`, a noisy one keyed by the layer's static
+`product_id`; BatchNorm statistics and normalisation are computed in float32. See docs/numerics.md.
 """
 
 import math

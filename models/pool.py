@@ -1,32 +1,10 @@
 """Max pooling with a scatter-free gradient (the ResNet stem's 3x3/2 pool, padding 1).
 
 `max_pool(x, window, strides, padding)` is flax's `nnx.max_pool` on NHWC inputs, bit for bit
-(forward and gradient), computed from dense ops only: no scatter, select_and_scatter or sort, so
-XLA's deterministic GPU mode (`--xla_gpu_deterministic_ops`) has nothing to serialise.
-
-The gradient of `nnx.max_pool` (`lax.reduce_window` with `lax.max`) is JAX's
-`select_and_scatter_add`: on CPU and GPU, JAX pads the input with -inf and runs XLA's
-SelectAndScatter with the select function `>=` (jax/_src/lax/windowed_reductions.py). XLA visits a
-window's elements in row-major order and keeps its current choice `c` against each later element
-`e` while `c >= e`; otherwise `e` becomes the choice (XLA operation semantics, SelectAndScatter).
-Hence the rule this module reproduces:
-
-  - each window's cotangent goes to the FIRST maximum in row-major window order (ties: the
-    top-most, then left-most element of the window);
-  - the -inf padding takes part in that order, so it is chosen only when every real element of
-    the window is -inf (its cotangent then falls on the padding and is dropped, as today); with
-    finite inputs (the stem pools a ReLU output, >= 0) the padding is never chosen;
-  - a NaN replaces the current choice when met (NaN >= e and e >= NaN are false), as in XLA;
-  - where several windows choose one element, their cotangents are summed in row-major window
-    order (XLA:CPU's order; on a GPU without deterministic ops the order of those additions is
-    not defined).
-
-Forward: the maximum of the `window` strided slices of the padded input (`lax.max`, which
-propagates NaN like reduce_window's). The forward pass also records, per output element, the
-window offset it chose (uint8); the backward pass puts each offset's share of the cotangent back
-with `lax.pad` (interior padding = stride - 1) and sums the shares in the order above.
-tests/test_pool.py checks all of this against `jax.grad` of `nnx.max_pool` bit for bit (float32
-and bfloat16, odd and even sizes, random and constructed ties, signed zeros, -inf and NaN).
+(forward and gradient: tests/test_pool.py), computed from dense ops only: no scatter,
+select_and_scatter or sort, so XLA's deterministic GPU mode has nothing to serialise. The
+gradient's rule (which element of a window takes its cotangent, ties, padding, NaN, the order of
+the sums): docs/performance.md ("Deterministic GPU steps").
 """
 
 import functools

@@ -1,16 +1,14 @@
 """ImageNet-pretrained ResNet-18 weights from a local torchvision-keyed file.
 
 Reads a torchvision (or timm: same keys) ResNet-18 state dict from `.pth` (needs torch),
-`.safetensors` or `.npz` (no torch needed) and copies it into `models.resnet.ResNet18`:
-conv weights OIHW -> HWIO, fc weight [out, in] -> [in, out], BatchNorm weight/bias/running_mean/
-running_var -> scale/bias/mean/var; `num_batches_tracked` is ignored. Nothing is downloaded.
+`.safetensors` or `.npz` (no torch needed) into `models.resnet.ResNet18` (OIHW -> HWIO, fc
+transposed, BatchNorm running statistics kept). Nothing is downloaded.
 
   model = load_torchvision('resnet18.pth')                 # 1000 classes, eval mode
   facts = load_into(model, 'resnet18.npz', ('stem', 'head'))  # into an existing model
+  python -m models.pretrained --in resnet18.pth --out resnet18.npz  # once, where torch is
 
-Convert once where torch is installed, for a TPU VM without torch:
-
-  python -m models.pretrained --in resnet18.pth --out resnet18.npz
+See docs/celeba.md ("Starting from ImageNet-pretrained weights").
 """
 
 import argparse

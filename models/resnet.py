@@ -2,7 +2,9 @@
 
 Attribute paths mirror torchvision's state-dict keys (`conv1`, `bn1`, `layer1.0.conv1`,
 `layer2.0.downsample.0`, `fc`), so pretrained weights map one to one. With the ImageNet stem, 3
-input channels, width 1 and 1000 classes it has exactly torchvision's 11,689,512 parameters.
+input channels, width 1 and 1000 classes it has exactly torchvision's 11,689,512 parameters. Its
+structure in numbers (stages, stems, parts) is models/architecture.py; the config fields that
+shape it: docs/configs.md ("Field groups").
 """
 
 import zlib
@@ -12,14 +14,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from models import pool
+# The structure in numbers (models/architecture.py); read here as resnet.X too (pretrained,
+# benchmarks, experiments).
+from models.architecture import (HEAD_NAMES, PARTS, STAGE_BLOCKS, STAGE_CHANNELS,  # pylint: disable=unused-import
+                                 STEM_NAMES, STEMS, stage_channels)
 from models.layers import BatchNorm, Conv2d, Linear
 from numerics import profiles
-
-STAGE_CHANNELS = (64, 128, 256, 512)
-STAGE_BLOCKS = (2, 2, 2, 2)
-STEM_NAMES = ('conv1', 'bn1')
-HEAD_NAMES = ('fc',)
-PARTS = {'stem': STEM_NAMES, 'head': HEAD_NAMES}  # named parts for `model.reinit` and freezing
 
 
 class BasicBlock(nnx.Module):
@@ -60,7 +60,8 @@ class ResNet18(nnx.Module):
                dtype=jnp.float32, param_dtype=jnp.float32, conv_format='native',
                dense_format='native', batchnorm_group=0, conv_impl='auto', emulate_impl='auto',
                rngs: nnx.Rngs):
-    check_stem(stem)
+    if stem not in STEMS:  # a config's stem is checked at resolution (configs/validation.py)
+      raise ValueError(f'stem must be one of {STEMS}, got {stem!r}')
     layer_kwargs = dict(dtype=dtype, param_dtype=param_dtype, fmt=conv_format,
                         conv_impl=conv_impl, emulate_impl=emulate_impl)
     bn_kwargs = dict(dtype=dtype, param_dtype=param_dtype, group_size=batchnorm_group)
@@ -103,44 +104,6 @@ class ResNet18(nnx.Module):
     return self.fc(self.features(x)).astype(jnp.float32)
 
 
-STEMS = ('imagenet', 'small')
-
-
-def check_stem(stem):
-  """One-line ValueError naming config.model.stem unless it is one of STEMS."""
-  if stem not in STEMS:
-    raise ValueError(f'config.model.stem must be one of {STEMS}, got {stem!r}')
-
-
-def stage_channels(width):
-  """The four stages' channel counts at `width` (at least 1 each)."""
-  return [max(1, int(round(c * width))) for c in STAGE_CHANNELS]
-
-
-def _conv_out(size, kernel, stride, padding):
-  return (size + 2 * padding - kernel) // stride + 1
-
-
-def conv_output_values(image_size, width=1.0, stem='imagenet'):
-  """Values per example in the outputs of all convolutions of ResNet18(width, stem) on an
-  image_size x image_size input (the structure of `ResNet18`; tests/test_model.py checks it
-  against the model). A lower bound on the activations a training step keeps for the backward
-  pass: each BatchNorm and ReLU output adds about as much again."""
-  channels = stage_channels(width)
-  size = _conv_out(image_size, 7, 2, 3) if stem == 'imagenet' else image_size
-  total = size * size * channels[0]
-  if stem == 'imagenet':
-    size = _conv_out(size, 3, 2, 1)  # the max-pool
-  previous = channels[0]
-  for index, (c, blocks) in enumerate(zip(channels, STAGE_BLOCKS)):
-    for b in range(blocks):
-      stride = 2 if index and not b else 1
-      size = _conv_out(size, 3, stride, 1)
-      total += (2 + (stride != 1 or previous != c)) * size * size * c  # conv1, conv2, downsample
-      previous = c
-  return total
-
-
 def product_id(path):
   """A layer's static noise id: the CRC-32 of its torchvision name ('layer2.0.downsample.0'),
   31 bits."""
@@ -152,10 +115,9 @@ def count_params(model):
 
 
 def create_model(config, num_classes, in_channels, rngs):
-  """The model `config.model` and `config.numerics` describe."""
+  """The model `config.model` and `config.numerics` describe (a resolved config: its model.name
+  is one of architecture.NAMES, its stem one of architecture.STEMS)."""
   model_cfg, num_cfg = config.model, config.numerics
-  if model_cfg.name != 'resnet18':
-    raise ValueError(f"config.model.name must be 'resnet18', got {model_cfg.name!r}")
   formats = profiles.formats(num_cfg)
   return ResNet18(
       num_classes, in_channels=in_channels, width=float(model_cfg.width), stem=model_cfg.stem,

@@ -1,1 +1,2 @@
-"""Numerics as configuration: JAX flags, emulated product formats, and their records."""
+"""Numerics as configuration: JAX flags, emulated product formats, and their records. See
+docs/numerics.md."""

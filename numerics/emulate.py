@@ -1,67 +1,11 @@
 """Emulated hardware product formats: the same arithmetic on TPU, GPU and CPU.
 
-`emulated(product, x, kernel, fmt)` computes the bilinear `product(x, kernel, precision)` (a
-convolution or a matmul; `precision` is a lax.Precision) the way a given hardware format would:
-
-  'bf16'    one bf16 pass: both operands rounded to bf16, products accumulated in f32 (a TPU MXU at
-            DEFAULT precision, `BF16_BF16_F32`).
-  'bf16_3x' three bf16 passes: x = xh + xl, k = kh + kl (bf16 parts), xh*kh + xh*kl + xl*kh with
-            f32 accumulation (a TPU at HIGH precision, `BF16_BF16_F32_X3`).
-  'tf32'    both operands rounded to TF32 (10-bit mantissa), f32 accumulation (a GPU tensor core at
-            DEFAULT/HIGH, `TF32_TF32_F32`).
-  'f32'     the plain product at HIGHEST (true f32 on GPU, 6 bf16 passes on TPU, f32 on CPU).
-  'bf16_noise' the matched-magnitude noise control: each operand moved by independent uniform noise
-            of +-1/2 bf16 ulp (rounding.dither_bf16), then the product at HIGHEST. Its
-            perturbation has the size of bf16 rounding but no systematic part; it needs a PRNG
-            `key`, and every operand of every pass (forward and backward) draws its own noise
-            from it, so a given key repeats bit for bit.
-  'native'  not emulated: the platform's own product under `jax_default_matmul_precision`
-            (numerics/ops.py does not call this module then).
-
-Rounding is round-to-nearest-even (numerics/rounding.py), done by one function, `operand_parts`,
-whatever the implementation. Products of two bf16 (or TF32) values are exact in f32, so only the
-rounding of the operands and the f32 accumulation remain, which is what the hardware does (up to
-summation order).
-
-The backward pass is emulated too: the gradients are themselves bilinear products (the transposes of
-`product`), of the incoming cotangent with the other operand, and each is computed in the same
-format: for bf16, dx = T_x(bf16(dy), bf16(k)) and dk = T_k(bf16(x), bf16(dy)), as on a TPU, where
-the backward convolutions and matmuls run on the MXU at the same default precision.
-
-Two implementations multiply the same rounded operands (`impl`, config.numerics.emulate_impl):
-
-  'reference' every pass at lax.Precision.HIGHEST on the rounded f32 values: exact products on any
-            backend, at f32 cost (on an H100 CUDA cores, not tensor cores; on a TPU six passes).
-  'fast'    every pass on the unit that computes the format natively. The product's own jaxpr is
-            re-run with its convolutions and matmuls given operands of the pass's dtype, an f32
-            result (`preferred_element_type`) and the pass's precision; data movement before them
-            (im2col's pads and slices, a kernel's reversal) runs in that dtype, everything after in
-            f32. Forward and backward alike: the transposed products are re-typed the same way, so
-            no transpose rule casts a gradient to the operands' dtype. On CPU, whose XLA has no
-            bf16 x bf16 -> f32 kernel for every dot, bf16 operands are converted to f32 (exactly)
-            for the contraction itself (lax.platform_dependent: GPU/TPU lowerings keep bf16).
-            bf16     the rounded operands cast to bf16 (exact), one pass, f32 accumulation: a bf16
-                     tensor-core pass, on a TPU exactly its native default pass.
-            bf16_3x  the reference's hi/lo parts cast to bf16, the same three passes summed in the
-                     same order.
-            tf32     GPU: the TF32-rounded f32 operands at Precision.DEFAULT: TF32 tensor cores,
-                     whose rounding of f32 inputs to TF32 leaves TF32 values unchanged, and whose
-                     products of 11-bit significands (22 bits) are exact in f32. CPU (no TF32
-                     unit, and no promise that DEFAULT is f32 on every CPU): the reference's
-                     product. TPU, which has no TF32 unit: each TF32 operand t split into bf16 parts hi = t with its low 16
-                     bits cleared (t's top 8 significant bits) and lo = t - hi (the other 3), both
-                     exact (rounding.split_exact_bf16), and t*u = hi*u_hi + hi*u_lo + lo*u_hi +
-                     lo*u_lo, every partial product exact: 4 bf16 passes against HIGHEST's 6 (which
-                     on TF32 operands compute the same four products and two zero ones). Exact for
-                     |t| >= 2^-116, where lo, when not zero, is a normal number.
-            f32, bf16_noise: no faster exact form (the f32 product needs every bit of HIGHEST;
-                     noise-dithered operands are arbitrary f32 values): 'fast' is the reference.
-  'auto'    'fast' on GPU and TPU; on CPU, per format, whichever `benchmarks/bench_emulate.py`
-            measured faster there (AUTO_ON_CPU: the reference, neither being faster).
-
-Both implementations give the same products of the same operands; only the order of the f32
-accumulation may differ (tests/test_emulate_fast.py: every ResNet-18 convolution shape and the
-dense head, forward and both gradients, and a short training run).
+`emulated(product, x, kernel, fmt)` computes a bilinear `product` (a convolution or a matmul) the
+way a hardware format would ('bf16', 'bf16_3x', 'tf32', 'f32', 'bf16_noise'; 'native' is not
+emulated), forward and backward, by one of two implementations (`impl`: 'reference' at HIGHEST on
+the rounded operands, 'fast' on the format's own units, 'auto'). What each format's passes are,
+how the fast form keeps the very same operands, and what is tested: docs/numerics.md ("How
+emulated products are computed").
 """
 
 import collections
@@ -73,8 +17,7 @@ from jax import lax
 from jax.extend import core as jex_core
 
 from numerics import rounding, target
-from numerics.formats import FAST_FORMATS, FORMATS, NOISY_FORMATS  # pylint: disable=unused-import  (re-exported)
-EMULATE_IMPLS = ('auto', 'reference', 'fast')  # see the module doc
+from numerics.formats import EMULATE_IMPLS, FAST_FORMATS, FORMATS, NOISY_FORMATS  # pylint: disable=unused-import  (re-exported)
 # 'auto' on CPU, per format (benchmarks/bench_emulate.py; BENCHMARKS.md, "Emulated formats"):
 # neither implementation measured faster there (XLA:CPU multiplies f32 either way: fast/reference
 # 0.95-1.02, inside the run-to-run spread), so the reference, as before the fast path existed.
@@ -117,8 +60,8 @@ def resolve_impl(impl, platform=None, fmt=None):
 
 
 def fast_plan(fmt, platform=None):
-  """The FastPlan of `fmt` on `platform` (default: the one traced for, numerics/target.py); see
-  the module doc."""
+  """The FastPlan of `fmt` on `platform` (default: the one traced for, numerics/target.py): the
+  passes docs/numerics.md describes."""
   if fmt not in FAST_FORMATS:
     raise ValueError(f'numerics: {fmt!r} has no fast form (one of {FAST_FORMATS})')
   platform = platform or target.current()
@@ -198,7 +141,7 @@ _CONTRACTIONS = {'dot_general', 'conv_general_dilated'}
 
 def retyped(f, a_shape, b_shape, precision):
   """(p, q) -> f(p, q) with every convolution and matmul of f taking p's and q's dtype at
-  `precision` and giving an f32 result (the module doc, 'fast'); p, q of a_shape and b_shape."""
+  `precision` and giving an f32 result (the 'fast' form); p, q of a_shape and b_shape."""
   spec = lambda shape: jax.ShapeDtypeStruct(shape, jnp.float32)
   closed = jax.make_jaxpr(lambda p, q: f(p, q, HIGHEST))(spec(a_shape), spec(b_shape))
 
@@ -295,7 +238,7 @@ _emulated.defvjp(_emulated_fwd, _emulated_bwd)
 
 
 def emulated(product, x, kernel, fmt, *, key=None, impl='auto', platform=None):
-  """product(x, kernel) computed, forward and backward, in format `fmt` (see module doc).
+  """product(x, kernel) computed, forward and backward, in format `fmt` (module doc).
 
   `product(a, b, precision)` must be bilinear in (a, b). The result has the dtype the native
   product would have (bf16 operands give a bf16 result, accumulated in f32 first). `key`: a PRNG

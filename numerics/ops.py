@@ -1,42 +1,11 @@
 """The two products every layer goes through: a convolution and a dense matmul.
 
-Every Conv and Linear in `models/` calls these, so a numerics setting applied here applies to the
-whole model, forward and backward. Format `fmt='native'` is the platform's own arithmetic under
-`jax_default_matmul_precision`; the other formats reproduce a given hardware product format on any
-backend (see `numerics/emulate.py`).
-
-Convolution implementations (`config.numerics.conv_impl`, resolved by `resolve_conv_impl`):
-
-  'xla'     `lax.conv_general_dilated`: cuDNN on GPU, the MXU on TPU, Eigen/oneDNN on CPU.
-  'im2col'  the same product as patches-then-matmul: the padded input is cut into k*k strided
-            slices, concatenated along channels ([N, Ho, Wo, k*k*C]) and multiplied by the kernel
-            reshaped to [k*k*C, O] with one `lax.dot_general`. The backward pass is then a matmul
-            (weight gradient) and a matmul plus the slices' transpose (pads and adds, input
-            gradient). XLA:CPU runs several ResNet-18 convolution shapes (3x3 convs on 2x2 maps,
-            weight gradients at 32x32x64) at a few GFLOP/s; as matmuls they run at the CPU's
-            matmul speed, several times faster end to end.
-  'auto'    'xla' on every platform but CPU. On CPU, 'im2col' for 1x1 kernels, for convolutions
-            of >= IM2COL_MIN_MACS multiply-adds per example, and for output maps of <= 2x2
-            (IM2COL_SMALL_OUT_PIXELS) from IM2COL_SMALL_OUT_MIN_MACS up; 'xla' for the rest. The
-            rule follows `benchmarks/bench_conv.py`'s per-shape measurements (forward + backward
-            of each distinct ResNet-18 convolution), whose tables and the end-to-end times are in
-            BENCHMARKS.md ("Conv implementation", "Per convolution").
-
-Numerics: both compute the same bilinear product of the same operands. Under an emulated format the
-operands are rounded exactly the same way (im2col is the `product` handed to `emulated`, and a
-patch of rounded values is those rounded values), and the accumulation is f32 either way. What
-differs is the order of the f32 summation over the k*k*C terms, so 'xla' and 'im2col' agree to
-rounding level (relative ~1e-6 in f32), not bit for bit. With bf16 operands both accumulate in
-f32 and round the result to bf16 once. On GPU/TPU the dot honours `jax_default_matmul_precision`
-presets that native convolutions ignore (numerics/setup.py records the format that results).
-
-Noise keys. A noisy format ('bf16_noise') needs a PRNG key per product and per step. The step
-functions (trainer/steps.py) trace the model inside `noise_scope(step_noise_key(seed, step,
-stream))`; each layer asks `noise_key(format, product_id)` for its key, the scope's key with the
-layer's static id folded in (models/resnet.py: a hash of the layer's torchvision name). So the
-noise is a function of (run seed, global step, train or eval, layer) only: a run repeats and
-resumes bit for bit, two seeds differ, and no two products (nor a product's forward and backward
-passes, numerics/emulate.py) share noise. Outside a scope a noisy product is an error.
+Every Conv and Linear of the model calls these, so a numerics setting applied here applies to the
+whole model, forward and backward: `fmt` 'native' is the platform's own product under
+`jax_default_matmul_precision`, any other format is emulated (numerics/emulate.py). Convolutions
+run as 'xla' or 'im2col' (`resolve_conv_impl`; 'auto' by the measured shapes), and a noisy format
+takes its key from the step's `noise_scope`. See docs/numerics.md ("Convolutions: xla and im2col")
+and docs/performance.md ("Convolutions on CPU").
 """
 
 import contextlib
@@ -47,12 +16,12 @@ from jax import lax
 
 from numerics import emulate as emulate_lib
 from numerics import target
+from numerics.formats import CONV_IMPLS
 
 CONV_DIMENSIONS = ('NHWC', 'HWIO', 'NHWC')
 NOISE_STREAMS = {'train': 0, 'eval': 1}
 NOISE_TAG = 0x6E6F6973  # folded into the seed's key first: the noise never reuses another stream
 _NOISE_SCOPE = []  # the keys of the open noise_scope()s, innermost last (trace time)
-CONV_IMPLS = ('auto', 'xla', 'im2col')
 IM2COL_MIN_MACS = 1_000_000  # per example: every 3x3 conv of ResNet-18 (width 1) at 32^2 and up
 IM2COL_SMALL_OUT_PIXELS = 4  # output maps of at most 2x2: ResNet-18's last stages on small images
 IM2COL_SMALL_OUT_MIN_MACS = 50_000  # ... from this size: not the smoke preset's (<= 36,864)
@@ -66,7 +35,8 @@ def step_noise_key(seed, step, stream):
 
 @contextlib.contextmanager
 def noise_scope(key):
-  """Products traced inside draw their noise from `key` (see the module doc)."""
+  """Products traced inside draw their noise from `key`: the step's (trainer/steps.py), keyed by
+  (run seed, global step, train or eval); each layer folds in its static id (`noise_key`)."""
   _NOISE_SCOPE.append(key)
   try:
     yield
@@ -90,8 +60,8 @@ def resolve_conv_impl(impl, platform=None, macs=None, *, kernel_hw=None, out_hw=
 
   On CPU: 'im2col' with no shape given (`macs` None), for 1x1 kernels (`kernel_hw`), for
   `macs` >= IM2COL_MIN_MACS per example, and for output maps (`out_hw`) of at most
-  IM2COL_SMALL_OUT_PIXELS pixels from IM2COL_SMALL_OUT_MIN_MACS on; 'xla' for the rest (the
-  module doc gives the measurements).
+  IM2COL_SMALL_OUT_PIXELS pixels from IM2COL_SMALL_OUT_MIN_MACS on; 'xla' for the rest (as
+  benchmarks/bench_conv.py measured: BENCHMARKS.md, "Conv implementation", "Per convolution").
   """
   if impl not in CONV_IMPLS:
     raise ValueError(f'config.numerics.conv_impl must be one of {CONV_IMPLS}, got {impl!r}')
@@ -169,7 +139,7 @@ def conv2d(x, kernel, stride=1, padding='SAME', *, fmt='native', impl='xla',
 
   `fmt`: the product format ('native': the platform's own; else numerics/emulate.py FORMATS).
 
-  `impl`: 'xla', 'im2col' or 'auto' (see the module doc); the numerics are the same up to the f32
+  `impl`: 'xla', 'im2col' or 'auto' (`resolve_conv_impl`); the numerics are the same up to the f32
   summation order. `emulate_impl`, `key`: see numerics/emulate.py `emulated`.
   """
   impl = resolve_conv_impl(impl, macs=conv_macs(x.shape, kernel.shape, stride),

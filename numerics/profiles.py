@@ -1,26 +1,15 @@
 """Product formats per kind (convolutions, dense layers) and the named profiles that set them.
 
-Three config.numerics fields say which format the model's products run in, one per choice:
-
-  profile       a name from PROFILES below ('' = none): both formats at once.
-  conv_format   the format of every convolution ('' = as the profile says, else 'native').
-  dense_format  the format of every dense layer (the same).
-
-A format is 'native' (whatever the platform does under `matmul_precision`; numerics/setup.py
-records which) or one of numerics/emulate.py's FORMATS ('bf16', 'bf16_3x', 'tf32', 'f32',
-'bf16_noise'), reproduced on any backend. `formats(numerics)` is the one answer to "which format
-does each kind run in"; the model and `describe()` ask it. `expand(config)` writes that answer
-into conv_format and dense_format; trainer/validation.resolve calls it once, before the config is
-frozen, so the saved config holds both the profile name and the formats it stands for. A profile
-and a different explicit format are a one-line ValueError naming both fields.
-
-Records written before `emulate` (one format for both kinds, 'none' = native) was removed are read
-through `upgrade(requested)`, the one place that knows the old field.
+A new profile is one function here. `formats(numerics)` is the one answer to "which format does
+each kind run in" (the model and `describe()` ask it); `expand(config)` writes it into
+conv_format and dense_format when the config is resolved (configs/validation.py, which also
+checks the values and refuses a profile contradicted by an explicit format). `upgrade(requested)`
+reads records written before the `emulate` field was removed. No JAX here. See docs/numerics.md
+("Product formats and profiles").
 """
 
-from numerics import emulate as emulate_lib
+from numerics.formats import FORMATS  # pylint: disable=unused-import  (re-exported)
 
-FORMATS = emulate_lib.FORMATS
 KINDS = ('conv', 'dense')
 UNSET = ''
 
@@ -78,36 +67,22 @@ def _field(numerics, name, default):
   return numerics.get(name, default) if hasattr(numerics, 'get') else default
 
 
-def _check_values(numerics):
-  """One-line ValueError for a value no format field can hold."""
+def named_formats(numerics):
+  """{'conv': format, 'dense': format} of config.numerics.profile ({} for none)."""
   profile = _field(numerics, 'profile', UNSET)
-  if profile != UNSET and profile not in PROFILES:
-    raise ValueError(f'config.numerics.profile must be one of {tuple(PROFILES)} (or empty), got '
-                     f'{profile!r}')
-  for kind in KINDS:
-    value = _field(numerics, f'{kind}_format', UNSET)
-    if value != UNSET and value not in FORMATS:
-      raise ValueError(f'config.numerics.{kind}_format must be one of {FORMATS} (or empty), got '
-                       f'{value!r}')
+  return dict(zip(KINDS, PROFILES[profile]())) if profile != UNSET else {}
 
 
 def formats(numerics):
-  """{'conv': format, 'dense': format} that config.numerics asks for (module doc).
+  """{'conv': format, 'dense': format} that config.numerics asks for: each kind's explicit format,
+  else the profile's, else 'native'.
 
-  Works on any mapping with the numerics fields (absent ones count as not given), expanded or not.
+  Works on any mapping with the numerics fields (absent ones count as not given), expanded or not,
+  whose values configs/validation.py accepts (an unknown profile is a KeyError here).
   """
-  _check_values(numerics)
-  profile = _field(numerics, 'profile', UNSET)
-  named = dict(zip(KINDS, PROFILES[profile]())) if profile != UNSET else {}
-  out = {}
-  for kind in KINDS:
-    explicit = _field(numerics, f'{kind}_format', UNSET)
-    if explicit != UNSET and kind in named and explicit != named[kind]:
-      raise ValueError(f'config.numerics.{kind}_format={explicit!r} contradicts '
-                       f'config.numerics.profile={profile!r} ({kind} format {named[kind]!r}): '
-                       'give one of them, or the same format')
-    out[kind] = explicit if explicit != UNSET else named.get(kind, 'native')
-  return out
+  named = named_formats(numerics)
+  return {kind: _field(numerics, f'{kind}_format', UNSET) or named.get(kind, 'native')
+          for kind in KINDS}
 
 
 def expand(config):

@@ -1,18 +1,9 @@
-"""Bit-exact round-to-nearest-even of float32 values to narrower formats, returned as float32.
+"""Bit-exact round-to-nearest-even of float32 values to bf16 and TF32 (returned as float32), and the
+noise control's dither (`dither_bf16`: ±1/2 bf16 ulp of uniform noise, mean zero for every value).
 
-Written with integer operations on the f32 bit pattern (`lax.bitcast_convert_type`), so the result
-is the same on CPU, GPU and TPU, whatever the backend does with bf16 casts or denormals:
-
-  bf16: 8-bit exponent, 7-bit mantissa (keeps the top 16 bits of an f32).
-  tf32: 8-bit exponent, 10-bit mantissa (keeps the top 19 bits of an f32).
-
-Both formats share f32's exponent range, so f32 subnormals round on the same uniform grid (gradual
-underflow, as `ml_dtypes.bfloat16` does), ties go to the even mantissa, values at or past the
-midpoint above the largest finite value overflow to +-inf, +-inf stay +-inf and nan stays nan.
-
-`dither_bf16` is the matched-magnitude noise control: each value moved by independent uniform noise
-of +-1/2 bf16 ulp, the size of round-to-nearest bf16's error, but with mean zero for every value
-(round-to-nearest's error is a fixed function of the value: systematic).
+Integer operations on the f32 bit pattern, so the result is the same on every backend; the rules
+(subnormals, ties, overflow, inf and NaN) are in docs/numerics.md ("How emulated products are
+computed").
 """
 
 import jax

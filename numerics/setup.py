@@ -1,22 +1,16 @@
 """The one place JAX's numerics flags are set, and the record of what a run's numerics were.
 
 `configure(config)` applies a resolved config's process-wide settings (XLA flags, the default
-matmul precision) once per process, before JAX starts a backend: every entry point (train.py, the
-sweep's estimate, the divergence tool, the benchmarks) calls it right after resolving the config.
+matmul precision) once per process, before JAX starts a backend: every entry point calls it right
+after resolving the config (the fields themselves are checked there, configs/validation.py).
+`describe(config)` returns the requested and the effective settings for the results, the
+platform's default made explicit: the product format each kind of product really ran in.
 `cpu_facts()` names the processor a CPU run ran on and the instruction set XLA:CPU compiled for.
-`check(config)` checks every numerics field without changing it (trainer/validation.resolve, the
-one validation path, calls it). `describe(config)` returns the requested and the effective settings
-for the results, with the platform's default made explicit: which product format the convolutions
-and the dense layers really ran in ('bf16', 'bf16_3x', 'bf16_6x', 'tf32', 'f32', 'bf16_noise'; see
-numerics/emulate.py), each kind on its own.
+See docs/numerics.md.
 """
 
-import functools
 import os
 import platform as host
-import re
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -26,12 +20,6 @@ from numerics import ops
 from numerics import profiles
 from numerics import target
 
-LEGACY_PRECISIONS = ('default', 'high', 'highest', 'bfloat16', 'tensorfloat32', 'float32')
-# DotAlgorithmPreset names that take f32 operands; they set dots only (convolutions ignore them).
-PRESET_PRECISIONS = ('BF16_BF16_F32', 'BF16_BF16_F32_X3', 'BF16_BF16_F32_X6', 'BF16_BF16_F32_X9',
-                     'TF32_TF32_F32', 'TF32_TF32_F32_X3', 'F32_F32_F32')
-PRECISIONS = LEGACY_PRECISIONS + PRESET_PRECISIONS
-DTYPES = ('float32', 'bfloat16')
 LEGACY_LEVEL = {'default': 'default', 'bfloat16': 'default', 'high': 'high',
                 'tensorfloat32': 'high', 'highest': 'highest', 'float32': 'highest'}
 # Product format of f32 operands at each legacy level, per platform: JAX's documentation of
@@ -48,39 +36,12 @@ PRESET_FORMAT = {'BF16_BF16_F32': 'bf16', 'BF16_BF16_F32_X3': 'bf16_3x',
                  'TF32_TF32_F32': 'tf32', 'TF32_TF32_F32_X3': 'tf32_3x', 'F32_F32_F32': 'f32'}
 
 
-def check(config):
-  """One-line ValueError naming the field, for any numerics value the code cannot honour. Reads
-  only (the product formats are checked by profiles.formats; resolution expands them)."""
-  n = config.numerics
-  if n.matmul_precision not in PRECISIONS:
-    raise ValueError(f'config.numerics.matmul_precision must be one of {PRECISIONS}, '
-                     f'got {n.matmul_precision!r}')
-  for field in ('compute_dtype', 'param_dtype'):
-    if n[field] not in DTYPES:
-      raise ValueError(f'config.numerics.{field} must be one of {DTYPES}, got {n[field]!r}')
-  profiles.formats(n)
-  if (not isinstance(n.batchnorm_group, int) or isinstance(n.batchnorm_group, bool)
-      or n.batchnorm_group < 0):
-    raise ValueError(f'config.numerics.batchnorm_group must be an int >= 0, got '
-                     f'{n.batchnorm_group!r}')
-  if not isinstance(n.gpu_deterministic, bool):
-    raise ValueError(f'config.numerics.gpu_deterministic must be True or False, got '
-                     f'{n.gpu_deterministic!r}')
-  xla_flags(config)  # their syntax
-  known_flags(tuple(n.xla_flags.split()))  # XLA knows them
-  ops.resolve_conv_impl(n.conv_impl, 'cpu')  # one-line error on a bad value
-  emulate_lib.resolve_impl(n.emulate_impl)
-
-
 def xla_flags(config):
-  """The XLA flags this config needs: GPU determinism and `numerics.xla_flags`, in that order."""
+  """The XLA flags this config needs: GPU determinism and `numerics.xla_flags`, in that order
+  (their syntax, and that XLA knows them, checked by configs/validation.py)."""
   n = config.numerics
-  extra = n.xla_flags
-  if not isinstance(extra, str) or any(not f.startswith('--xla_') for f in extra.split()):
-    raise ValueError(f'config.numerics.xla_flags must be space-separated --xla_* flags, got '
-                     f'{extra!r}')
   wanted = ['--xla_gpu_deterministic_ops=true'] if n.gpu_deterministic else []
-  return wanted + [f for f in extra.split() if f not in wanted]
+  return wanted + [f for f in n.xla_flags.split() if f not in wanted]
 
 
 # XLA:CPU's instruction-set levels, lowest first: the values --xla_cpu_max_isa takes (jaxlib
@@ -95,31 +56,6 @@ XLA_CPU_ISAS = {'SSE4_2': ('sse4_2',), 'AVX': ('avx',), 'AVX2': ('avx2',), 'AVX5
 MAX_ISA_FLAG = '--xla_cpu_max_isa='
 CPUINFO = '/proc/cpuinfo'
 X86 = ('x86_64', 'amd64', 'i386', 'i686')
-
-# XLA reads XLA_FLAGS when its first backend starts and ends the process (a fatal 'F' log line,
-# exit 1) on a flag it does not know or a value it cannot parse; a CPU backend in a child process
-# reads them the same way (every backend's flags are in one table) in under a second.
-FLAG_PROBE = 'import jax; jax.devices("cpu")'
-
-
-@functools.lru_cache(maxsize=None)
-def known_flags(flags):
-  """One-line ValueError naming config.numerics.xla_flags when XLA refuses any of `flags` (a
-  tuple), found by starting a CPU backend with them in a child process (FLAG_PROBE)."""
-  if not flags:
-    return
-  env = {**os.environ, 'XLA_FLAGS': ' '.join(flags), 'JAX_PLATFORMS': 'cpu',
-         'TF_CPP_MIN_LOG_LEVEL': '0'}
-  probe = subprocess.run([sys.executable, '-c', FLAG_PROBE], env=env, capture_output=True,
-                         text=True, check=False)
-  if probe.returncode == 0:
-    return
-  logged = [line.split('] ', 1)[-1] for line in probe.stderr.splitlines()
-            if re.match(r'[EF]\d{4} ', line)]  # XLA's error and fatal log lines, first is why
-  said = logged[0] if logged else f'exit code {probe.returncode}'
-  raise ValueError(f'config.numerics.xla_flags: XLA refuses {" ".join(flags)!r} ({said}): '
-                   'remove or correct the flag')
-
 
 _applied = None  # the XLA flags configure() set in this process (None: it has not run)
 

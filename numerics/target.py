@@ -1,11 +1,9 @@
-"""The platform a computation is traced for, where it differs from JAX's default backend.
+"""The platform a step is traced for, where it differs from JAX's default backend.
 
-Choices that depend on the platform (numerics/ops.py `resolve_conv_impl`, numerics/emulate.py
-`resolve_impl` and `fast_plan`) are made while the model is traced. A step traced for devices of
-another platform than this process's default backend (a TPU program compiled ahead of time on a
-CPU host, sweeps/preflight.py) must make them for that platform: trainer/run.py traces every step
-inside `scope(<the platform of its mesh's devices>)` (numerics/setup.py `with_precision`), so a
-real run and a compile-only one make the same choices for the same devices.
+The platform-dependent choices (numerics/ops.py `resolve_conv_impl`, numerics/emulate.py
+`resolve_impl` and `fast_plan`) are made at trace time; trainer/run.py traces every step inside
+`scope(<its mesh's platform>)`, so a TPU program compiled on a CPU host makes the TPU's choices
+(docs/numerics.md, "Convolutions: xla and im2col").
 """
 
 import contextlib

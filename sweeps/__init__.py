@@ -1,2 +1,3 @@
 """Launchers: a study's runs (arms x seeds) as train.py processes, their checks, its cost
-estimate, and the whole-study command (sweep, then the analysis)."""
+estimate, the whole-study command (sweep, then the analysis) and the TPU preflight. See
+docs/operations.md ("Sweeps and studies") and docs/tpu.md."""

@@ -2,40 +2,28 @@
 
   errors, warnings, states = checks.check(runs, root, files, saved_state)
 
-- config: every run's config as sweeps.sweep resolved it (trainer/validation.resolve, the checks
-  train.py runs before any compute); a problem shared by several runs is one line naming them;
-- data: once per distinct data setting; CelebA needs the five official files in
-  data.manual_dir, or a tfds_dir this project prepared, and preparing needs tensorflow-datasets
-  unless a decoded cache exists; the decoded cache must be local (it is memory-mapped);
-- environment: the platforms JAX_PLATFORMS names must start here (trainer/platforms.py);
-- devices: each run's batch sizes must split over the devices a run of this sweep sees (its
-  environment: XLA_FLAGS and the config's own XLA flags, CUDA_VISIBLE_DEVICES under --gpus),
-  counted by starting JAX in a child process with that environment (`devices_seen`; nothing is
-  allocated), and its activations must fit them: trainer/validation.check_devices, the check
-  train.py runs once its devices exist (before: each run exited 2 after its folder and log
-  existed);
-- workdir: the root, every run folder and the command-list/SLURM files must be creatable and
-  writable (probed with os.access, nothing created), what a run folder holds the kind of entry
-  a run uses (run.lock, train.log: files; checkpoints: a folder), and a saved run in a run folder must be this
-  sweep's run by runrecord/record.py's same-run rule (sweeps.sweep.saved_state).
-
-Bucket roots (gs://...) run elsewhere: their folders are not probed, and their data problems are
-warnings (the data lives on the hosts). Each problem is one line `<field>: <fix>`.
+Every run's config as resolved (configs/validation.py, the checks train.py runs); its data, once
+per distinct setting, as its dataset module declares (input_pipeline/registry.py `problems`); the
+platforms JAX_PLATFORMS names; its batches and activations against the devices a run of this sweep
+sees (counted by a child process with the run's environment: `devices_seen`); the root, the run
+folders and the emitted files (writable, each entry the kind a run uses, a saved run this sweep's
+by runrecord/record.py's rule). A problem shared by several runs is one line naming them; a
+bucket root's data problems are warnings. See docs/operations.md ("Sweeps and studies").
 """
 
 import functools
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 
+from configs import validation
+from input_pipeline import registry
 from sweeps import tpu_chips
 from runrecord import record
-from trainer import lock, platforms, validation
+from trainer import lock, platforms, workdirs
 
 
-TFDS_PACKAGE = 'tensorflow_datasets'
 LOG_FILE = record.LOG_FILE  # each run's console output, appended by sweeps/runner.py
 # What a train.py process holds besides its activations (Python, JAX, the data, the compiled
 # steps): about 0.8 GB measured for a digits run on CPU; rounded up.
@@ -58,38 +46,21 @@ def config_problems(runs):
   return [f'{message} (runs: {run_names(failing)})' for message, failing in by_message.items()]
 
 
-def celeba_problems(data):
-  """What stops CelebA from loading with `data` (config.data), without reading the images."""
-  from input_pipeline import celeba, celeba_files, celeba_tfds  # pylint: disable=import-outside-toplevel
-  try:
-    manual_dir, tfds_dir, cache_dir = celeba.data_dirs(data)
-  except (OSError, ValueError) as e:
-    return [str(e).splitlines()[0]]
-  prepared = '://' in tfds_dir or celeba_tfds.prepared_source(tfds_dir) is not None
-  if not manual_dir:
-    return [] if prepared else [
-        f'config.data.tfds_dir={tfds_dir!r} holds no CelebA prepared by this project: set '
-        'config.data.manual_dir to the folder holding the five official files']
-  try:
-    celeba_files.check_present(manual_dir)
-  except (OSError, ValueError) as e:
-    return [str(e).splitlines()[0]]
-  if not (prepared or celeba.has_decoded_cache(cache_dir)
-          or importlib.util.find_spec(TFDS_PACKAGE) is not None):
-    return [celeba_tfds.missing_tfds(f'config.data.manual_dir={manual_dir!r}')]
-  return []
-
-
 def data_problems(runs):
-  """One line per problem of each distinct data setting (only CelebA reads files)."""
+  """One line per problem of each distinct data setting, as its dataset module declares them
+  (input_pipeline/registry.py `problems`)."""
   seen, problems = {}, []
   for run in runs:
     data = run.config.data
     key = repr(sorted(data.to_dict().items()))
-    if key in seen or data.name != 'celeba':
+    if key in seen:
       continue
     seen[key] = True
-    problems += celeba_problems(data)
+    try:
+      check = registry.get(data.name).problems
+    except ValueError:  # no such dataset: config_problems says so
+      continue
+    problems += check(data) if check else []
   return problems
 
 
@@ -118,12 +89,12 @@ def folder_problem(folder, what):
 
 def run_folder_problem(workdir):
   """None if the existing run folder and what it holds are the kinds of entry a run and its log
-  (LOG_FILE) use (trainer/validation.check_layout); else one line."""
+  (LOG_FILE) use (trainer/workdirs.py check_layout); else one line."""
   problem = folder_problem(workdir, '--workdir')
   if problem:
     return problem
   try:
-    validation.check_layout(workdir, extra_files=lock.FILES + (LOG_FILE,))
+    workdirs.check_layout(workdir, extra_files=lock.FILES + (LOG_FILE,))
   except validation.ConfigError as e:
     return str(e)
   return None
@@ -204,7 +175,7 @@ def environment_problems():
 def workdir_problems(runs, root, files, saved_state):
   """The root, the run folders and the emitted files must be writable; saved runs must match."""
   try:
-    validation.check_path_encoding(root, '--root')
+    workdirs.check_path_encoding(root, '--root')
   except validation.ConfigError as e:
     return [str(e)], {}
   folders = {os.path.abspath(root): '--root'}
@@ -246,7 +217,7 @@ def check(runs, root, files, saved_state, env=None):
 def parallel_slots(requested, runs, gpus, host_bytes, cores):
   """(runs at a time, warning or None): `requested` (--parallel; None: one per GPU, else 1),
   capped by what the host holds: `host_bytes` over each run's memory (RUN_OVERHEAD_BYTES plus its
-  activations, trainer/validation.activation_bytes, for the largest run), and for runs on CPU
+  activations, configs/validation.py activation_bytes, for the largest run), and for runs on CPU
   (no --gpus, no GPU JAX can use) the `cores`. ValueError (one line) for fewer than 1, or more than
   --gpus has ids."""
   if requested is not None and requested < 1:

@@ -1,6 +1,7 @@
 """Which run a sweep starts next when several sweeps share a root: each run is claimed before it
 starts (trainer/lock.py `claim`: a non-blocking flock on <run>/sweep.claim, held while its child
-runs), so of two sweeps on one root one starts each run, and only it writes the run's log.
+runs), so of two sweeps on one root one starts each run, and only it writes the run's log. See
+docs/operations.md ("Sweeps and studies").
 """
 
 import os

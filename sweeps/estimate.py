@@ -2,34 +2,15 @@
 
   python -m sweeps.sweep --config=configs/digits.py:study --root=runs/study --estimate
 
-The sweep starts `python -m sweeps.estimate` processes with the environment its runs get (same
-devices, same compilation cache), `--parallel` at a time as its runs would be, each measuring a
-share of the distinct arms (seeds share one compiled program; arms whose XLA flags differ never
-share a process). Each process does what train.py does, in order, for each of its arms, and
-times each part:
-  start-up      process start to the first step: imports, config, data, model, initial state
-                (measured on the process's first arm: a run pays it once, whatever its arm)
-  compilation   each phase's training step and the evaluation step: the first call (a cold
-                compile, or a load where the cache has it already), and the same again after
-                jax.clear_caches(), which a later seed of the arm pays (a compilation-cache load)
-  steps         `--steps` steps per phase after the compile (host input feeding included)
-  evaluation    one full evaluation after the compiling one
-  checkpoints   one checkpoint of the state (digest and write, waited for; runs write
-                asynchronously while training, so this part is an upper bound)
-Its cost: one start-up and one data load per process, not per arm; one cold compile, one cache
-load and `--steps` timed steps per distinct training program (the lowered step's HLO: arms or
-phases that lower to the same program share one measurement); per arm one evaluation (compiled,
-then run) and one checkpoint. Each process prints a progress line per arm and stage
-(`estimate: ARM: ...`) and one `estimate-result: {json}` line per arm. Then
+The sweep starts `python -m sweeps.estimate` processes with the environment its runs get, each
+timing what train.py does for a share of the arms: start-up, compiles (cold, and as a cache load),
+`--steps` steps per phase, an evaluation and a checkpoint. Then
 
   run           = start-up + Σ phases (compile + steps × s/step) + evaluations × s/evaluation
                   + checkpoints × s/checkpoint
   device-hours  = Σ arms devices × (first run + (runs - 1) × later run) / 3600
 
-where the arm's first run compiles (cold) and its later runs load the compiles from the cache.
-The cold compiles measured here go into that cache, so the sweep's first runs load them instead:
-the total then overstates by the cold part, printed. Not included: data preparation (CelebA's
-first decode) and the time between runs. Run it on the kind of machine the runs will use.
+What each part includes and what is left out: docs/operations.md ("Sweeps and studies").
 """
 
 import collections
@@ -359,7 +340,7 @@ def main(argv=None):
       arms = [('arm', (spec, overrides))]
     loaded = [(slug, loader.load(*flags)) for slug, flags in arms]
     from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
-    from trainer import validation  # pylint: disable=import-outside-toplevel
+    from configs import validation  # pylint: disable=import-outside-toplevel
     configs = [(slug, validation.resolve(config)) for slug, config in loaded]
     for _, config in configs:
       numerics_setup.configure(config)  # before any backend starts, as in train.py

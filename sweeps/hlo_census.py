@@ -1,24 +1,7 @@
 """What a compiled program's optimized HLO text says about its numerics: every product (dot or
-convolution) with the precision it carries, and the rounding operations of the emulated formats.
-
-Read from `compiled.as_text()` (XLA's optimized HLO, fusions included: each fused computation's
-instructions are listed once, so each product the program computes is counted once):
-
-  product   an instruction `convolution(...)` or `dot(...)`. On a TPU the compiler turns the
-            model's dense products into convolutions too; the kind ('conv' or 'dense') is read from
-            the JAX primitive its metadata names (`op_name=".../conv_general_dilated"` or
-            `".../dot_general"`), the direction ('forward' or 'backward') from whether that name
-            passed through `transpose(` (JAX's transpose of the forward pass: the gradients).
-  precision `operand_precision={p,p}` ('default' when absent: XLA prints only a precision that is
-            not the default), and `algorithm=...` where a DotAlgorithmPreset set one.
-  operands  the element types of the two operands (each operand's defining instruction names it).
-  flops     2 x output elements x the multiply-adds per output element (the product of the
-            kernel operand's dimensions other than its output feature dimension, for a
-            convolution; of the contracting dimensions, for a dot).
-  rounding  each rounding of numerics/rounding.py (`round_to_bits`: bf16, TF32; `split_exact_bf16`;
-            `bf16_ulp` in the noise control) reads the f32 bit pattern as an integer with one
-            `bitcast-convert` from f32 to u32: the count of those instructions, plus any
-            `reduce-precision`, is the number of rounding operations that survived compilation.
+convolution) with its kind, direction, operand types, precision and FLOPs, and the rounding
+operations of the emulated formats that survived compilation. How each is read, and what the
+census found profile by profile: docs/tpu.md ("What the TPU programs carry, profile by profile").
 """
 
 import collections
@@ -26,7 +9,7 @@ import dataclasses
 import math
 import re
 
-from numerics import emulate, profiles
+from numerics import emulate, formats, profiles
 from numerics import setup as numerics_setup
 
 INSTRUCTION = re.compile(r'^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*')
@@ -42,7 +25,7 @@ PRODUCT_OPS = ('convolution', 'dot')
 
 @dataclasses.dataclass(frozen=True)
 class Product:
-  """One dot or convolution of a compiled program (module doc)."""
+  """One dot or convolution of a compiled program (docs/tpu.md)."""
   kind: str  # 'conv' or 'dense' (or 'other': a product the model did not write)
   direction: str  # 'forward' or 'backward'
   operands: tuple  # element types, e.g. ('f32', 'f32')
@@ -103,7 +86,7 @@ def _operand_names(line, opcode):
 
 
 def _flops(opcode, line, out_dims, operand_dims):
-  """2 x output elements x multiply-adds per output element (module doc); 0 if unreadable."""
+  """2 x output elements x multiply-adds per output element (docs/tpu.md); 0 if unreadable."""
   if opcode == 'convolution':
     labels = DIM_LABELS.search(line)
     rhs = operand_dims[1]
@@ -146,7 +129,7 @@ def products(text):
 
 
 def rounding_ops(text):
-  """The rounding operations in the HLO module `text` (module doc): bitcast-converts of an f32
+  """The rounding operations in the HLO module `text` (docs/tpu.md): bitcast-converts of an f32
   operand to u32, and reduce-precision instructions."""
   listed = instructions(text)
   types = {name: type_text for name, type_text, _, _ in listed}
@@ -203,7 +186,7 @@ def configured(config, kind, platform='tpu'):
   fmt = profiles.formats(n)[kind]
   if fmt == 'native':
     flag = n.matmul_precision
-    if flag in numerics_setup.PRESET_PRECISIONS:
+    if flag in formats.PRESET_PRECISIONS:
       return 'default' if kind == 'conv' else f'dot_{flag.lower()}'
     return numerics_setup.LEGACY_LEVEL[flag]
   if emulate.resolve_impl(n.emulate_impl, platform, fmt) == 'fast':

@@ -4,35 +4,16 @@
       --out runs/preflight
   python -m sweeps.preflight --config=configs/digits.py:study --topology v5e:2x4 --max-batch
 
-`--config` is train.py's (presets, `--config.<field>=<value>` overrides, the same checks and
-one-line errors: configs/loader.py, trainer/validation.resolve). For each `--topology`
-(sweeps/tpu_topology.py: libtpu names such as v5e:2x4 or v4:2x2x1, or accelerator types such as
-v5e-8) it builds the trainer's own run context for that topology's compile-only devices, one data
-axis over all of them as a run of that size would use (trainer/run.py `build`), from the dataset
-the config declares (trainer/declared.py: no data on this host), lowers the training step of
-every phase (frozen and unfrozen) and the evaluation step on the abstract state and batches
-(`run.abstract_state`, `run.abstract_batch`) and compiles them with libtpu. Per topology and
-program it reports:
-
-  compiled          or the compiler's one-line reason (e.g. a program over the chip's memory)
-  memory_per_chip   arguments + outputs - aliased (the donated state) + temporaries + generated
-                    code (`memory_analysis()`), against the chip's HBM: `fits`
-  gflop_per_step    XLA's FLOPs of the whole step (one chip's program x chips); bytes per chip
-  roofline          step time, images/s, hours of a run and of the config's sweep
-                    (sweeps/tpu_estimate.py: optimistic, from the chip's bf16 peak and HBM
-                    bandwidth, sources in sweeps/tpu_topology.py)
-  numerics          every dot and convolution of the optimized TPU program, forward and backward,
-                    with the operand types and precision it carries (sweeps/hlo_census.py), how
-                    many carry what the config asks (`products_as_configured`), and the emulated
-                    formats' rounding operations that survived compilation (`rounding_ops`)
-  max_batch         with --max-batch: the largest global batch whose unfrozen training step fits
-                    a chip (compiled: doubling, then bisection on multiples of the devices)
-
-It writes OUT/preflight.csv (one row per topology x program) and prints a Markdown table. A
-compiled program is not an execution: this proves the program compiles for the topology with its
-sharding, how much memory it needs and which precision the compiler kept; it says nothing of the
-numbers a TPU would compute, nor of the speed it would reach. Exit code 2 on bad input (and
-without libtpu), 1 if a program did not compile, else 0.
+`--config` is train.py's (the same checks and one-line errors: configs/validation.py). For each
+`--topology` it builds the trainer's own run context for the topology's compile-only devices from
+the dataset's declared sizes (input_pipeline/registry.py `declared`: no data here), compiles every
+training phase's step and the evaluation step with libtpu (sweeps/tpu_programs.py), and reports
+per program whether it compiled, its memory per chip against the HBM, XLA's FLOPs and bytes, a
+roofline time (sweeps/tpu_estimate.py), the precision every product carries (sweeps/hlo_census.py)
+and, with --max-batch, the largest batch that fits. It writes OUT/preflight.csv and prints a
+Markdown table. A compiled program is not an execution: docs/tpu.md ("Before renting: the
+preflight") says what this proves and what it cannot. Exit code 2 on bad input (and without
+libtpu), 1 if a program did not compile, else 0.
 """
 
 import os
@@ -119,7 +100,7 @@ def prepare(argv):
   args = parse_args(rest)
   if not spec:
     raise ValueError('--config is required, e.g. --config=configs/digits.py:smoke')
-  from trainer import validation  # pylint: disable=import-outside-toplevel  # (JAX: after --help)
+  from configs import validation  # pylint: disable=import-outside-toplevel  # (numpy: after --help)
   config = validation.resolve(loader.load(spec, overrides))
   topologies = [tpu_topology.parse(name) for name in args.topology]
   if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):

@@ -4,16 +4,11 @@ figures).
   python -m sweeps.run_study --config=configs/digits.py:study --root=/tmp/study --parallel 2
   python -m sweeps.run_study --config=configs/digits.py:study --root=runs/cpu --runs gs://b/gpu
 
-Runs `python -m sweeps.sweep` (arms x seeds of the config's get_sweep(); finished runs are
-skipped, so the command resumes; a get_study() declaration is written into the root as
-study.json before the first run), then `python -m analysis.analyse` on the root's runs, and on
-those of the roots given with --runs (the same study on other platforms or machines, local or
-gs://): the report (Markdown on stdout and in ROOT/report.md; ROOT/report.tex,
-ROOT/report_<table>.csv), the attribution with the declared factors, reference levels and
-controls (ROOT/attribution.md, attribution.csv, attribution_gap.csv and
-attribution_decomposition.csv with runs from two platforms) and ROOT/figures. The tests are the
-declared contrasts (every pair only with --all-pairs). Runs that failed are excluded from the
-report and listed in it; the exit code is then 1.
+Runs `python -m sweeps.sweep` (finished runs are skipped, so the command resumes), then
+`python -m analysis.analyse` on the root's runs and those of the roots given with --runs, writing
+ROOT/report.md, report.tex, report_<table>.csv, attribution*.{md,csv} and ROOT/figures. Failed
+runs are excluded and listed; the exit code is then 1. See docs/operations.md ("Sweeps and
+studies") and docs/statistics.md.
 """
 
 import os

@@ -1,37 +1,11 @@
 """Running a sweep's train.py processes: launch, watch, stop (the runner of sweeps.sweep).
 
-Each run is one `train.py` child process; its output is appended to `<workdir>/train.log`. Children
-- run in their own process group, so a terminal's Ctrl-C reaches the sweep alone, which forwards it;
-- die with the sweep on Linux (prctl PR_SET_PDEATHSIG = SIGKILL, set by a short exec wrapper):
-  a sweep killed with SIGKILL leaves no run behind (each loses the steps since its last
-  checkpoint; a rerun resumes it).
-SIGTERM or SIGINT to the sweep is forwarded once to every running child; the sweep waits for them,
-kills what still runs after STOP_GRACE_S or at a second signal, and reports 128 + the signal
-number. A run whose workdir lock (trainer/lock.py) is held by a live process, e.g. a child of a
-killed sweep still exiting, is launched once the holder has gone (waiting at most LOCK_WAIT_S;
-then it is reported as in use, not as failed). Sweeps sharing a root claim each run before they
-start it (lock.claim, held while its child runs): a run another sweep started is waited for and
-counted done when it completes there, never started twice (`take`).
-
-Console: a line per run start (workdir, log) and end, and every `heartbeat` seconds the aggregate:
-runs done/running/failed, images/s summed over the running runs (those without a measured speed
-yet are 'starting': loading, compiling), and the ETA. A running run's speed
-is the median images/s of its last SPEED_WINDOW logged intervals (metrics.jsonl), the first
-interval after launch (compile) left out; its steps left come from its log's `step s/T` counter.
-ETA = (seconds left of the running runs + queued runs x seconds per run) / parallel slots, where
-seconds per run is the mean duration of the runs finished so far (else the running runs' elapsed
-plus left); '?' until a number exists.
-
-GPU memory: JAX preallocates 75 % of a GPU's memory in every process, so two runs on one GPU
-cannot both start. Runs that share a GPU (`--parallel N` without `--gpus`: every run sees every
-GPU; or an id repeated in `--gpus`) each get XLA_PYTHON_CLIENT_MEM_FRACTION = GPU_SHARE / (runs on
-that GPU), unless the environment already sets one of MEMORY_VARIABLES (trainer/gpu_memory.py;
-yours then applies to every run); a run alone on its GPU keeps JAX's default. The memory settings a run starts with are written
-in its train.log header line, before the command.
-
-TPU chips (`--tpu-chips`): each slot holds one chip of the TPU VM, never shared, and each run on
-it gets libtpu's per-process variables with the chip's own port (sweeps/tpu_chips.py), written in
-its train.log header line too.
+Each run is one `train.py` child process in its own process group, dying with the sweep on Linux,
+its output appended to `<workdir>/train.log`; a stop signal is forwarded once and waited for
+(STOP_GRACE_S); sweeps sharing a root claim each run before starting it (`take`); runs sharing a
+GPU get a share of its memory, and a `--tpu-chips` slot its chip's libtpu variables
+(sweeps/tpu_chips.py). The console's progress line, its images/s and ETA: docs/operations.md
+("Sweeps and studies").
 """
 
 import collections
@@ -162,7 +136,8 @@ def last_step(workdir):
 
 
 def speed(workdir, since_step):
-  """(images/s or None, last logged step) from the records after `since_step` (module doc)."""
+  """(images/s or None, last logged step) from the records after `since_step`: the median of the
+  last SPEED_WINDOW logged intervals, the first after launch (the compile) left out."""
   records = [r for r in logged_speeds(workdir) if r[0] > since_step]
   measured = [ips for _, ips in records[1:]][-SPEED_WINDOW:]
   return (statistics.median(measured) if measured else None), (records[-1][0] if records
@@ -227,7 +202,9 @@ class Progress:
             - len(self.elsewhere))
 
   def eta(self, measures):
-    """Seconds until the sweep ends from [(images/s, running s, left s)] (module doc), or None."""
+    """Seconds until the sweep ends from [(images/s, running s, left s)]: (seconds left of the
+    running runs + queued runs x seconds per run) / slots, seconds per run the mean duration of
+    the finished runs (else the running runs' elapsed plus left); None until a number exists."""
     finished = [running + left for _, running, left in measures if left is not None]
     per_run = statistics.mean(self.durations or finished) if self.durations or finished else None
     work = 0.0

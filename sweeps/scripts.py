@@ -4,7 +4,8 @@ repository root) and a SLURM job-array script whose task i runs line i of it.
 Every user-supplied string (the root, the config file, override values, the emitted paths) is
 shell-quoted (`shlex.quote`) where a shell reads it, and checked before anything is written: no line
 breaks (the list is one run per line), and the one string SLURM reads unquoted (the `#SBATCH
---output` folder) limited to characters it cannot misread.
+--output` folder) limited to characters it cannot misread. See docs/operations.md ("Sweeps and
+studies").
 """
 
 import os

@@ -9,27 +9,15 @@
   python -m sweeps.sweep --config=configs/digits.py:study,model.width=1.0 --root=runs/tpu \
       --tpu-chips 0,1,2,3,4,5,6,7
 
-`get_sweep(arg)` returns a list of override dicts, one per run: any config fields by dotted name,
-`seed` included. The runs with equal overrides apart from `seed` form an arm; each run goes to
-`<root>/<arm slug>/seed<k>` and is launched as
+Each override dict of `get_sweep(arg)` is one run, launched in `<root>/<arm slug>/seed<k>` as
 
   python train.py --config=<file>:<arg> --workdir=<run dir> --config.seed=<k> --config.<f>=<v> ...
 
-so each run can be repeated from its command alone. Before anything is launched or written, every
-run's config, data and workdir are checked (sweeps/checks.py): all problems are printed,
-one line each, and the exit code is 2. A config file with `get_study(arg)` declares what the
-analysis will test (analysis/inputs/declaration.py): it is written into the root as study.json before the
-first run, and a declaration that differs from the root's once runs exist is one of those problems. Runs whose saved results say 'completed' are skipped; the
-others are (re)launched and the trainer resumes them from their latest checkpoint. Each run's output
-is appended to `<run dir>/train.log`; launching, watching and stopping the runs (signals included)
-is sweeps/runner.py. The command list (one run per line) and a SLURM job-array script that
-runs line $SLURM_ARRAY_TASK_ID of it are written next to the runs (or where --emit-commands /
---emit-slurm say; a bucket root needs both), every user-supplied string shell-quoted
-(sweeps/scripts.py; it refuses what quoting cannot make safe). A dry run writes nothing but the
-files --emit-commands, --emit-slurm and --emit-study name, and prints its summary line first, then
-the commands (the first 10 and a count of a longer list). `--estimate` measures what each arm's
-runs spend on this machine (start-up, compiles, steps, evaluations, checkpoints) and prints the
-sweep's device-hours (sweeps/estimate.py). The exit code is 1 if any run failed.
+after every run's config, data and workdir are checked (sweeps/checks.py: every problem one line,
+exit code 2). Completed runs are skipped and unfinished ones resumed; `get_study(arg)` is written
+into the root as study.json; a command list and a SLURM script are written beside the runs;
+`--estimate` prices the sweep first (sweeps/estimate.py). The exit code is 1 if any run failed.
+See docs/operations.md ("Sweeps and studies") and docs/statistics.md.
 """
 
 import collections
@@ -44,11 +32,11 @@ from analysis.inputs import declaration
 from configs import common, loader
 from runrecord import record
 # The modules that start JAX, pandas or the runner (sweeps.checks, claims, runner, estimate,
-# tpu_estimate, trainer.validation, input_pipeline.base) are imported where they are used: --help
-# and a bad flag are answered before any of them loads.
+# tpu_estimate), and configs.validation and input_pipeline.base (numpy), are imported where they
+# are used: --help and a bad flag are answered before any of them loads.
 
 
-# config: get_config(arg) with the run's overrides, resolved (trainer/validation.resolve); as
+# config: get_config(arg) with the run's overrides, resolved (configs/validation.py); as
 # written when it does not resolve, `problem` then saying why in one line (None: runs built by hand).
 Run = collections.namedtuple('Run', 'arm slug seed overrides workdir config problem',
                              defaults=(None, ''))
@@ -113,7 +101,7 @@ def expand(spec, root):
 
 def resolved(config):
   """(the resolved config, '') or (config as written, the one-line reason it does not resolve)."""
-  from trainer import validation  # pylint: disable=import-outside-toplevel
+  from configs import validation  # pylint: disable=import-outside-toplevel
   try:
     return validation.resolve(config), ''
   except validation.ConfigError as e:

@@ -1,21 +1,11 @@
 """One run per TPU chip on one TPU VM (`sweeps.sweep --tpu-chips 0,1,...`).
 
-A process bound to one chip of a TPU VM needs libtpu's per-process variables, not only the chip:
-
-  TPU_VISIBLE_CHIPS=<i>                 the chip it may use
-  TPU_PROCESS_BOUNDS=1,1,1              it is a one-process job ...
-  TPU_CHIPS_PER_PROCESS_BOUNDS=1,1,1    ... of one chip
-  TPU_PROCESS_PORT=<PORT_BASE + i>      its own port, and the address list of its one-process
-  TPU_PROCESS_ADDRESSES=localhost:<port>  job (with TPU_VISIBLE_CHIPS alone a second process on
-  CLOUD_TPU_TASK_ID=0                   the VM stops on libtpu's lock: the TPU is already in use)
-
-(the variables Google's TPU VM runtime reads, as the public one-process-per-chip launch scripts
-set them). The port is a function of the chip, so two runs on different chips never share one,
-and a chip is never handed to two runs at once: the sweep's runner gives each of its slots one
-chip (sweeps/runner.py), and the command list and SLURM script it emits start each run through
-`python -m sweeps.tpu_chips --chips=0,1,... -- <train.py command>`, which takes the first chip
-no other run on this host holds (an exclusive `flock` on LOCK_DIR/chip<i>, kept by the run until
-it exits; it waits while all are taken), sets the variables and executes the command.
+A process bound to one chip needs libtpu's per-process variables (TPU_VISIBLE_CHIPS,
+TPU_PROCESS_BOUNDS, TPU_CHIPS_PER_PROCESS_BOUNDS, TPU_PROCESS_PORT, TPU_PROCESS_ADDRESSES,
+CLOUD_TPU_TASK_ID: the ones Google's TPU VM runtime reads), with a port that is a function of the
+chip. `python -m sweeps.tpu_chips --chips=0,1,... -- <train.py command>` takes the first chip no
+other run on this host holds (an exclusive `flock` on LOCK_DIR/chip<i>, kept until the run exits),
+sets them and executes the command. See docs/tpu.md ("One run per chip").
 """
 
 import argparse

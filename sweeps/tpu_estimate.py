@@ -2,19 +2,11 @@
 hours, and the largest global batch that fits a chip (sweeps/preflight.py), and the pricing of a
 sweep's arms from their compiled programs (`sweeps.sweep --estimate-tpu`).
 
-Roofline (per chip; the program is the per-chip partition of the step, as XLA compiled it):
-
-  step_s = max(flops x passes / bf16 peak, bytes accessed / HBM bandwidth)
-
-with XLA's `cost_analysis()` flops and bytes accessed of one chip's program, `passes` the
-FLOP-weighted mean MXU passes of its products (sweeps/hlo_census.py `mean_passes`: 1 for bf16
-products, 6 at HIGHEST) and the chip's figures (sweeps/tpu_topology.py CHIPS). It is optimistic:
-it assumes the MXU or the HBM busy every cycle, takes XLA's counts as the work, and leaves out the
-host's input feeding and the collectives between chips. Estimates from a compiled program, not
-measurements.
-
+  step_s  = max(flops x passes / bf16 peak, bytes accessed / HBM bandwidth)   (per chip)
   run_s   = Σ phases steps x step_s(phase) + evaluations x eval batches x step_s(eval)
   sweep_h = runs x run_s / 3600, the runs one after another on the topology
+
+Optimistic estimates from a compiled program, not measurements: docs/tpu.md.
 """
 
 import csv

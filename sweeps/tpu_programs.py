@@ -1,6 +1,6 @@
 """The TPU programs of a run, compiled for a topology's compile-only devices, and what each
 shows: memory per chip, XLA's cost, the roofline estimate and the numerics census (the rows of
-sweeps/preflight.py, which documents the command and its columns)."""
+sweeps/preflight.py; the columns: docs/tpu.md)."""
 
 import re
 import threading
@@ -8,9 +8,10 @@ import time
 
 import jax
 
-from configs import loader
+from configs import loader, validation
+from input_pipeline import registry
 from sweeps import hlo_census, tpu_estimate, tpu_topology
-from trainer import declared, run, steps, validation
+from trainer import run, steps
 
 GIB = 2**30
 HEARTBEAT_S = 30
@@ -100,16 +101,15 @@ def program_row(compiled, config, chip, facts, images):
 
 
 def build_context(config, topology, devs):
-  """The run context of `config` on the topology's devices, from the declared dataset."""
+  """The run context of `config` on the topology's devices, from the declared dataset (checked
+  against the chip's memory there, as a run's is against its devices')."""
   chip = tpu_topology.CHIPS[topology.version]
-  dataset = declared.dataset(config)
-  validation.check_dataset(config, dataset, chip.hbm_gib * GIB)
-  return run.build(config, dataset, devs, device_bytes=chip.hbm_gib * GIB)
+  return run.build(config, registry.declared(config), devs, device_bytes=chip.hbm_gib * GIB)
 
 
 def refused_memory(reason, config, devices):
   """GiB per chip a refused program needs, where the refusal is about memory, else None: the
-  compiler's out-of-memory message (EXHAUSTED), or trainer/validation.py's lower bound of a
+  compiler's out-of-memory message (EXHAUSTED), or configs/validation.py's lower bound of a
   training step's activations when that is what refused the batch."""
   found = EXHAUSTED.search(reason)
   if found:
@@ -185,11 +185,11 @@ def summary(row):
 def max_batch(spec, overrides, topology, devs, config, max_compiles):
   """(largest global batch whose unfrozen training step fits a chip, compiles spent): the search
   of tpu_estimate.largest_batch on multiples of devices x BatchNorm group, up to the training
-  split. A batch the run cannot be built with (trainer/validation.py: e.g. its activations'
+  split. A batch the run cannot be built with (configs/validation.py: e.g. its activations'
   lower bound over the chip's memory) does not fit, without compiling."""
   chip = tpu_topology.CHIPS[topology.version]
   unit = len(devs) * max(1, config.numerics.batchnorm_group)
-  limit = len(declared.dataset(config).train) // unit * unit
+  limit = len(registry.declared(config).train) // unit * unit
 
   def fits(batch):
     try:

@@ -1,17 +1,10 @@
 """TPU topologies a program can be compiled for on a host without a TPU, and each chip's figures.
 
-A topology is named either as libtpu names it, `VERSION:SHAPE` (`v5e:2x4`, `v4:2x2x1`: chips per
-dimension, split into hosts as libtpu does by default: 2x2x1 chips per host), or as Google Cloud
-names an accelerator type, `VERSION-N` (`v5e-8`, `v4-8`; ACCELERATOR_TYPES: the hosts of the VMs
-Google Cloud sells, e.g. one 8-chip host for v5e-8 and v6e-8). v4 and v5p chips hold two
-TensorCores that a TPU VM runs as one device (megacore), so their topologies are built with
-libtpu's 'megacore' chip configuration (as axlearn's `run_aot_compilation.py` does): one device
-per chip, `chips` = devices. The devices come from `jax.experimental.topologies.get_topology_desc`
-(JAX's ahead-of-time compilation, docs.jax.dev "Ahead-of-time lowering and compilation"): they
-compile programs, they hold no data.
-
-CHIPS: each chip's HBM, HBM bandwidth and dense bf16 peak, from Google Cloud's TPU system
-architecture pages (SOURCES names each page).
+A topology is libtpu's name (`v5e:2x4`, `v4:2x2x1`) or Google Cloud's accelerator type (`v5e-8`:
+ACCELERATOR_TYPES); v4 and v5p use libtpu's 'megacore' chip configuration (one device per chip, as
+axlearn's `run_aot_compilation.py` builds them). The devices come from
+`jax.experimental.topologies.get_topology_desc`: they compile programs and hold no data. CHIPS:
+each chip's HBM, HBM bandwidth and bf16 peak, with SOURCES. See docs/tpu.md.
 """
 
 import collections

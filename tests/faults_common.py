@@ -7,9 +7,8 @@ import os
 import subprocess
 import sys
 
-from configs import common, digits
+from configs import common, digits, validation
 from tests.conftest import ROOT
-from trainer import validation
 
 TRAIN = [sys.executable, os.path.join(ROOT, 'train.py')]
 # train.py with TRAIN_FAULT's faults installed from the test side (tests/fault_injection.py)

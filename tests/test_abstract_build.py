@@ -1,5 +1,5 @@
 """The abstract build of a run (what sweeps/preflight.py compiles for a TPU) is the trainer's own
-program: on the CPU, the steps lowered from the declared dataset (trainer/declared.py) and the
+program: on the CPU, the steps lowered from the declared dataset (input_pipeline/registry.py) and the
 abstract state (run.abstract_state, run.abstract_batch) are the same HLO text as the steps lowered
 from the loaded data and the initialised, placed state, phase by phase, evaluation included."""
 
@@ -8,10 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import loader
+from configs import loader, validation
+from input_pipeline import registry
 from numerics import emulate, ops, target
 from numerics import setup as numerics_setup
-from trainer import declared, run, steps, validation
+from trainer import run, steps
 
 
 def resolved(spec, *overrides):
@@ -23,7 +24,7 @@ def resolved(spec, *overrides):
 @pytest.mark.parametrize('overrides', [(), (('numerics.profile', 'bf16_noise'),)])
 def test_abstract_and_concrete_builds_lower_to_the_same_hlo(overrides):
   config = resolved('configs/digits.py:smoke', *overrides)
-  concrete, abstract = run.build(config), run.build(config, declared.dataset(config))
+  concrete, abstract = run.build(config), run.build(config, registry.declared(config))
   state = run.initial_state(concrete, run.init_model(concrete)[0])
   shapes = run.abstract_state(abstract)
   assert run.is_abstract(shapes) and not run.is_abstract(state)
@@ -46,7 +47,7 @@ def test_abstract_and_concrete_builds_lower_to_the_same_hlo(overrides):
 
 def test_the_declared_digits_are_the_loaded_ones():
   config = resolved('configs/digits.py:smoke')
-  loaded, made = run.load_dataset(config), declared.dataset(config)
+  loaded, made = run.load_dataset(config), registry.declared(config)
   for split in ('train', 'test'):
     a, b = getattr(loaded, split), getattr(made, split)
     assert (a.images.shape, a.images.dtype, a.labels.shape, a.labels.dtype) == (
@@ -57,11 +58,11 @@ def test_the_declared_digits_are_the_loaded_ones():
 
 def test_declared_celeba_sizes():
   config = resolved('configs/celeba.py:tpu')
-  made = declared.dataset(config)
+  made = registry.declared(config)
   assert made.image_shape == (224, 224, 3) and made.num_classes == 10177
   # per identity: round half up of 202,599 x 0.2 to test (the rule of each identity's split)
   assert (len(made.train), len(made.test)) == (202599 - 40520, 40520)
-  official = declared.dataset(resolved('configs/celeba.py:tpu', ('data.split', 'official'),
+  official = registry.declared(resolved('configs/celeba.py:tpu', ('data.split', 'official'),
                                        ('data.task', 'attributes')))
   assert (len(official.train), len(official.test)) == (162770, 19962)
   assert official.task == 'multilabel' and official.train.labels.shape[1:] == (40,)

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from configs import digits
+from configs import digits, validation
 from input_pipeline import base, batching
-from trainer import steps, validation
+from trainer import platforms, steps
 
 
 def _split(n):
@@ -54,8 +54,8 @@ def test_prefetch_preserves_order_and_ends():
 
 
 def test_fingerprint_is_order_independent():
-  assert batching.fingerprint(['b', 'a']) == batching.fingerprint(['a', 'b'])
-  assert batching.fingerprint(['a']) != batching.fingerprint(['b'])
+  assert base.fingerprint(['b', 'a']) == base.fingerprint(['a', 'b'])
+  assert base.fingerprint(['a']) != base.fingerprint(['b'])
 
 
 def test_device_gather_equals_host_batch_on_8_devices():
@@ -81,15 +81,15 @@ def test_device_resident_split_must_fit_half_a_device():
   config = digits.get_config('smoke')
   config.batch_size = 8
   split = _split(64)  # 64 one-pixel images + 64 int32 labels = 320 bytes
-  dataset = base.Dataset('tiny', split, split, 64)
+  sizes = len(split), batching.nbytes(split)
   config.data.on_device = True
-  validation.check_dataset(config, dataset, device_bytes=1024)  # fits: 320 <= 512
+  validation.check_dataset(config, *sizes, device_bytes=1024)  # fits: 320 <= 512
   with pytest.raises(validation.ConfigError, match=r'config.data.on_device=True needs .* GiB .* '
                      r'set config.data.on_device=False'):
-    validation.check_dataset(config, dataset, device_bytes=600)
-  validation.check_dataset(config, dataset, device_bytes=None)  # CPU: no limit reported
+    validation.check_dataset(config, *sizes, device_bytes=600)
+  validation.check_dataset(config, *sizes, device_bytes=None)  # CPU: no limit reported
   config.data.on_device = False
-  validation.check_dataset(config, dataset, device_bytes=600)  # host feeding: no limit
+  validation.check_dataset(config, *sizes, device_bytes=600)  # host feeding: no limit
 
 
 class _Device:
@@ -103,5 +103,5 @@ class _Device:
 
 
 def test_device_memory_is_the_smallest_reported_limit():
-  assert validation.device_memory([_Device({'bytes_limit': 8}), _Device({'bytes_limit': 5})]) == 5
-  assert validation.device_memory([_Device(None), _Device(RuntimeError('n/a'))]) is None
+  assert platforms.device_memory([_Device({'bytes_limit': 8}), _Device({'bytes_limit': 5})]) == 5
+  assert platforms.device_memory([_Device(None), _Device(RuntimeError('n/a'))]) is None

@@ -15,9 +15,9 @@ import zipfile
 import numpy as np
 import pytest
 
-from configs import celeba as celeba_config
+from configs import celeba as celeba_config, validation
 from input_pipeline import batching, celeba, celeba_files, celeba_fixture, celeba_tfds
-from trainer import run, validation
+from trainer import run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -282,12 +282,12 @@ def test_tfds_dir_from_other_files_refused(fixture_dir, dataset, tmp_path):
 
 
 def test_bad_config_fields():
-  with pytest.raises(ValueError, match='config.data.task'):
-    celeba.load(_config('/nonexistent', task='gender'))
+  with pytest.raises(ValueError, match='config.data.task'):  # its Declaration's tasks
+    validation.resolve(_config('/nonexistent', task='gender'))
   with pytest.raises(ValueError, match='config.data.manual_dir is empty.*mmlab'):
     celeba.load(_config(''))
   with pytest.raises(ValueError, match='config.data.test_fraction'):
-    celeba.load(_config('/nonexistent', test_fraction=1.0))
+    validation.resolve(_config('/nonexistent', test_fraction=1.0))
 
 
 FIRST_LOAD = """

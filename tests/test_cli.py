@@ -8,9 +8,8 @@ import time
 import ml_collections
 import pytest
 
-from configs import digits
+from configs import digits, validation
 from tests.conftest import ROOT
-from trainer import validation
 
 TRAIN = [sys.executable, os.path.join(ROOT, 'train.py')]
 

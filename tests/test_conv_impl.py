@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 
 from benchmarks import bench_conv, bench_step
-from configs import digits
+from configs import digits, validation
 from models import resnet
 from numerics import ops
 from numerics import setup as numerics_setup
@@ -217,7 +217,7 @@ def test_config_validation_and_record():
   assert numerics_setup.describe(config)['effective']['conv_impl'] == 'xla'
   config.numerics.conv_impl = 'winograd'
   with pytest.raises(ValueError, match='config.numerics.conv_impl'):
-    numerics_setup.check(config)
+    validation.check_numerics(config)
 
 
 def test_model_logits_and_gradients_agree_across_impls():

@@ -20,11 +20,11 @@ import pytest
 
 from experiments import numerics_probe
 from benchmarks import bench_step
-from configs import loader
+from configs import loader, validation
 from numerics import emulate, ops, rounding
 from numerics import setup as numerics_setup
 from tests.test_numerics import F32_EDGES, random_f32, same_bits
-from trainer import run, validation
+from trainer import run
 
 # The fast forms: (format, platform whose form is used). bf16 and bf16_3x have one form everywhere;
 # tf32 has the GPU's (TF32 tensor cores; also CPU's) and the TPU's (4 exact bf16 passes).

@@ -6,10 +6,10 @@ import signal
 import numpy as np
 import pytest
 
-from configs import celeba as celeba_config
+from configs import celeba as celeba_config, validation
 from input_pipeline import celeba_fixture
 from tests.faults_common import (SMOKE_ARGS, last_line, run_train, saved_steps, tree_hash)
-from trainer import loop, validation
+from trainer import loop
 from runrecord import predictions, record
 
 

@@ -8,10 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from configs import loader
+from configs import loader, validation
 from tests.conftest import ROOT
 from tests.faults_common import EVERY, SMOKE_ARGS, last_line, run_train, tree_hash
-from trainer import checkpointing, loop, validation
+from trainer import checkpointing, loop
 
 # Orbax's own coroutine for one array read, dropped while its read is in flight: what a failed
 # restore leaves behind for every other array (trainer/checkpointing.py restore_newest_valid).

@@ -4,9 +4,8 @@ each profile asks for; the roofline and the largest-batch search of sweeps/tpu_e
 
 import pytest
 
-from configs import loader
+from configs import loader, validation
 from sweeps import hlo_census, tpu_estimate, tpu_topology
-from trainer import validation
 
 # A forward convolution at highest on bf16-converted input, a backward weight gradient at
 # default, a dense product (printed by the TPU compiler as a convolution) and a dot with an

@@ -9,7 +9,7 @@ import pytest
 
 from analysis import analyse, draw, export, output
 from analysis.inputs import declaration, run_predictions
-from configs import common, digits
+from configs import common, digits, validation
 from input_pipeline import batching
 from runrecord import record
 from sweeps import checks, sweep
@@ -19,7 +19,6 @@ from tests.test_hostile_analysis import cli_error, plant
 from tests.test_report_output import runs_csv
 from tests.test_run_predictions import LABELS, N, item
 from tests.test_sweep import write_config
-from trainer import validation
 
 
 # The declaration.

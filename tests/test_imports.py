@@ -152,9 +152,9 @@ def grep(pattern):
 
 def test_one_config_resolution_path():
   """The numerics formats are expanded and the fields checked in one place only
-  (trainer/validation.resolve); the removed `emulate` field lives only in the one-line hint and
+  (configs/validation.py resolve); the removed `emulate` field lives only in the one-line hint and
   the mapping of old records; no private JAX module and no fault hook in production code."""
-  assert list(grep(r'profiles\.expand\(|numerics_setup\.check\(')) == ['trainer/validation.py']
+  assert list(grep(r'profiles\.expand\(|check_numerics\(')) == ['configs/validation.py']
   assert sorted(grep(r"numerics\.emulate\b|'emulate'")) == ['configs/common.py',
                                                             'numerics/profiles.py']
   assert grep(r'jax\._src') == {}

@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from configs import common, digits, loader
+from configs import common, digits, loader, validation
 from sweeps import checks, scripts, sweep
 from tests.conftest import ROOT
 from tests.test_cli import run_train
 from tests.test_sweep import write_config
 from trainer import clock as progress_clock
-from trainer import lock, loop, platforms, validation, writers
+from trainer import lock, loop, platforms, workdirs, writers
 from runrecord import record
 
 
@@ -121,13 +121,13 @@ def test_workdir_entries_of_the_wrong_kind(tmp_path):
   target = tmp_path / 'a_file'
   target.write_text('x')
   with pytest.raises(validation.ConfigError, match=r'a_file is a file, not a folder'):
-    validation.check_workdir(str(target))
+    workdirs.check_workdir(str(target))
   with pytest.raises(validation.ConfigError, match=r'below cannot be created: .*a_file is a file'):
-    validation.check_workdir(str(target / 'below'))
+    workdirs.check_workdir(str(target / 'below'))
   workdir = tmp_path / 'w'
   (workdir / lock.LOCK_FILE).mkdir(parents=True)
   with pytest.raises(validation.ConfigError, match=r'run.lock is a folder, not the file a run'):
-    validation.check_workdir(str(workdir), lock.FILES)
+    workdirs.check_workdir(str(workdir), lock.FILES)
   assert sorted(os.listdir(workdir)) == [lock.LOCK_FILE]
 
 
@@ -293,5 +293,5 @@ def test_a_workdir_made_by_another_process_meanwhile_is_used_not_refused(tmp_pat
     raise FileExistsError(17, 'File exists', path)  # ... and ours finds it there
 
   monkeypatch.setattr(os, 'mkdir', other_process_first)
-  assert validation.check_workdir(str(workdir)) == []  # none of it is ours to remove
+  assert workdirs.check_workdir(str(workdir)) == []  # none of it is ours to remove
   assert workdir.is_dir()

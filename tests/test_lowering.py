@@ -24,12 +24,12 @@ import pytest
 from flax import nnx
 
 from benchmarks import bench_step
-from configs import celeba, digits, loader
+from configs import celeba, digits, loader, validation
 from input_pipeline import base
 from models import resnet
 from numerics import profiles
 from tests.test_benchmarks import keep_matmul_precision  # noqa: F401 (a fixture)
-from trainer import run, steps, validation
+from trainer import run, steps
 
 # Small enough to trace in about a second; the stems keep their structure (the ImageNet stem's
 # max pool runs on a 4x4 map at 16^2).

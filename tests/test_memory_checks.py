@@ -5,11 +5,10 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from configs import celeba, digits
+from configs import celeba, digits, validation
 from input_pipeline import base
 from input_pipeline import digits as digits_data
-from models import layers, resnet
-from trainer import validation
+from models import architecture, layers, resnet
 
 GIB = 2**30
 
@@ -24,12 +23,12 @@ def test_conv_output_values_count_what_the_model_computes(stem, size, width, mon
   nnx.eval_shape(lambda: resnet.ResNet18(10, width=width, stem=stem, rngs=nnx.Rngs(0))(
       jnp.zeros((1, size, size, 3))))  # shapes only: nothing computed
   assert len(seen) == 20  # the stem, 16 block convolutions, 3 downsamples
-  assert resnet.conv_output_values(size, width, stem) == sum(y.size for y in seen)
+  assert architecture.conv_output_values(size, width, stem) == sum(y.size for y in seen)
 
 
 def test_activation_check_refuses_what_cannot_fit_with_its_numbers():
   config = celeba.get_config('gpu')  # 224 px, batch 2048, width 1.0, float32
-  per_image = resnet.conv_output_values(224, 1.0, 'imagenet') * 4
+  per_image = architecture.conv_output_values(224, 1.0, 'imagenet') * 4
   validation.check_activations(config, 8, 80 * GIB, None)  # 256 per H100: fits
   with pytest.raises(validation.ConfigError) as e:
     validation.check_activations(config, 1, 16 * GIB, None)

@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 
 from analysis.inputs import results as results_lib
-from configs import digits
+from configs import digits, validation
 from tests.conftest import ROOT
-from trainer import loop, validation
+from trainer import loop
 from runrecord import predictions, record
 
 TRAIN = [sys.executable, os.path.join(ROOT, 'train.py')]

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from configs import common
+from configs import common, validation
 from models.layers import BatchNorm
-from numerics import ops, profiles, rounding, setup
+from numerics import formats, ops, profiles, rounding, setup
 
 F32_EDGES = np.array([
     0.0, -0.0, 1.0, -1.0, 1.00390625, 1.0 + 2**-8 + 2**-9, 1.0 + 3 * 2**-8, 1.0 + 2**-11,
@@ -253,22 +253,22 @@ def test_check_rejects_bad_values(field, value):
   config = ml_collections.ConfigDict(common.base_config().to_dict(), type_safe=False)
   config.numerics[field] = value
   with pytest.raises(ValueError) as info:
-    setup.check(config)
+    validation.check_numerics(config)
   message = str(info.value)
   assert f'config.numerics.{field}' in message and '\n' not in message
 
 
 def test_check_accepts_every_documented_value():
   config = common.base_config()
-  for p in setup.PRECISIONS:
+  for p in formats.PRECISIONS:
     config.numerics.matmul_precision = p
-    setup.check(config)
+    validation.check_numerics(config)
   for field, values in (('profile', profiles.PROFILES), ('conv_format', profiles.FORMATS),
                         ('dense_format', profiles.FORMATS)):
     for value in values:
       fresh = common.base_config()  # a profile and a format could contradict: one per config
       fresh.numerics[field] = value
-      setup.check(fresh)
+      validation.check_numerics(fresh)
 
 
 def test_kind_formats_make_platform_defaults_explicit():
@@ -309,7 +309,7 @@ def test_one_set_of_xla_flags_per_process(monkeypatch):
     setup.require_configured(other)
   other.numerics.xla_flags = 'not_a_flag'
   with pytest.raises(ValueError, match='config.numerics.xla_flags must be space-separated'):
-    setup.configure(other)
+    validation.check_numerics(other)  # at resolution, before configure() is reached
   other.numerics.xla_flags = ''
   setup.configure(other)  # nothing missing: fine
   assert setup.xla_flags(other) == []

@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 from flax import nnx
 
-from configs import common, digits, loader
+from configs import common, digits, loader, validation
 from input_pipeline import base, batching
 from sweeps import sweep
-from trainer import checkpointing, loop, run, steps, validation
+from trainer import checkpointing, loop, run, steps
 from runrecord import predictions, record
 
 ONE_EPOCH = {'num_epochs': 1, 'optim.freeze_epochs': 0}
@@ -164,7 +164,7 @@ def test_multilabel_predictions_are_bits_and_probabilities():
   """The attributes task: int8 labels and predicted bits (logit > 0), float32 sigmoid
   probabilities, [n, 40] in test order, the padding of the last batch dropped (11 = 8 + 3)."""
   config = loader.load('configs/celeba.py:smoke', [('data.task', 'attributes'),
-                                                    ('eval_batch_size', 8)])
+                                                    ('eval_batch_size', 8), ('batch_size', 8)])
   config = validation.resolve(config)
   rng = np.random.default_rng(0)
   images = rng.integers(0, 256, (11, 16, 16, 3), dtype=np.uint8)

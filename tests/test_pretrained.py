@@ -279,8 +279,8 @@ def test_reference_schedule_smoke_run_from_converted_file(files, tmp_path):
   """Frozen then unfrozen from a converted file: backbone exact after phase 1, trained after.
   Batch 256: 5 steps an epoch (a step's cost is the full-width model's 11M parameters, not its
   images); both phases, each saved at its end."""
-  from configs import digits
-  from trainer import checkpointing, loop, validation
+  from configs import digits, validation
+  from trainer import checkpointing, loop
   import orbax.checkpoint as ocp
   config = digits.get_config('smoke')
   config.model.width = 1.0

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from configs import common, loader
+from configs import common, loader, validation
 from models import layers, resnet
 from numerics import ops, profiles, setup
-from trainer import optim, run, steps, validation
+from trainer import optim, run, steps
 
 SMOKE = 'configs/digits.py:smoke'
 A, B = 1 + 2**-9, 1 + 2**-12  # A: TF32-exact, not bf16; B: neither TF32 nor bf16

@@ -8,8 +8,7 @@ import pytest
 
 from analysis.inputs import results
 from analysis.numbers import stats
-from configs import common, digits
-from trainer import validation
+from configs import common, digits, validation
 from runrecord import record
 
 REPO = __file__.rsplit('/tests/', 1)[0]

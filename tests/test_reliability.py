@@ -30,7 +30,8 @@ from tests import fault_injection, faults_common
 from tests.conftest import ROOT
 from tests.faults_common import (SMOKE_ARGS, TRAIN, metric_records, run_train, smoke_config,
                                  tree_hash, without_wall_time)
-from trainer import checkpointing, lock, loop, validation
+from configs import validation
+from trainer import checkpointing, lock, loop
 from runrecord import record
 
 

@@ -21,8 +21,8 @@ from statsmodels.stats import power as smp
 from analysis.inputs import results
 from analysis.numbers import inference
 from sweeps import run_study, runner, scripts, sweep
-from configs import celeba, common, digits
-from trainer import checkpointing, lock, resume, validation, writers
+from configs import celeba, common, digits, validation
+from trainer import checkpointing, lock, resume, writers
 from runrecord import record
 
 DIGITS = os.path.join(scripts.REPO, 'configs', 'digits.py')

@@ -7,7 +7,7 @@ import pytest
 
 from sweeps import checks, scripts, sweep
 from configs import celeba
-from input_pipeline import celeba_files
+from input_pipeline import celeba as celeba_pipeline, celeba_files
 from runrecord import record
 
 
@@ -67,27 +67,27 @@ def test_unwritable_run_folder_and_a_saved_run_with_other_settings(tmp_path, cap
 
 def test_celeba_data_checks_without_reading_images(tmp_path, monkeypatch):
   data = celeba.get_config('smoke').data
-  assert 'config.data.manual_dir is empty' in checks.celeba_problems(data)[0]
+  assert 'config.data.manual_dir is empty' in celeba_pipeline.problems(data)[0]
   data.tfds_dir = str(tmp_path / 'tfds')
-  assert 'holds no CelebA prepared by this project' in checks.celeba_problems(data)[0]
+  assert 'holds no CelebA prepared by this project' in celeba_pipeline.problems(data)[0]
   data.manual_dir = str(tmp_path / 'files')
   os.makedirs(data.manual_dir)
   for name in celeba_files.FILES[1:]:
     (tmp_path / 'files' / name).write_text('')
-  assert f'lacks {celeba_files.ZIP}' in checks.celeba_problems(data)[0]
+  assert f'lacks {celeba_files.ZIP}' in celeba_pipeline.problems(data)[0]
   (tmp_path / 'files' / celeba_files.ZIP).write_text('')
-  assert checks.celeba_problems(data) == []
-  monkeypatch.setattr(checks.importlib.util, 'find_spec', lambda name: None)
-  assert checks.celeba_problems(data) == [
+  assert celeba_pipeline.problems(data) == []
+  monkeypatch.setattr(celeba_pipeline.importlib.util, 'find_spec', lambda name: None)
+  assert celeba_pipeline.problems(data) == [
       f"config.data.manual_dir='{data.manual_dir}': preparing CelebA needs tensorflow-datasets, "
       'which is not installed: pip install -r requirements-celeba.txt']
   done = tmp_path / 'cache' / 'key'
   done.mkdir(parents=True)
   (done / 'done.json').write_text('{}')
   data.cache_dir = str(tmp_path / 'cache')
-  assert checks.celeba_problems(data) == []  # a decoded cache needs no TensorFlow
+  assert celeba_pipeline.problems(data) == []  # a decoded cache needs no TensorFlow
   data.cache_dir = 'gs://bucket/cache'
-  assert 'is a bucket path' in checks.celeba_problems(data)[0]
+  assert 'is a bucket path' in celeba_pipeline.problems(data)[0]
 
 
 def test_bucket_roots_turn_data_problems_into_warnings(tmp_path, capsys):

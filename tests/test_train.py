@@ -7,8 +7,8 @@ import jax
 import numpy as np
 import pytest
 
-from configs import common, digits
-from trainer import checkpointing, loop, validation
+from configs import common, digits, validation
+from trainer import checkpointing, loop
 from runrecord import predictions
 
 RESULT_KEYS = {'status', 'seed', 'platform', 'device_kind', 'num_devices', 'num_processes',

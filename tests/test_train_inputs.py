@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 from analysis.inputs import results
-from configs import common, digits, loader
+from configs import common, digits, loader, validation
 from input_pipeline import base, batching
 from runrecord import record
 from sweeps import checks, sweep
 from tests.faults_common import run_train, smoke_config, tree_hash
 from tests.test_inputs import assert_one_line_refusal
 from tests.test_sweep import write_config
-from trainer import loop, validation
+from trainer import loop
 
 
 def resolve(**overrides):

@@ -1,20 +1,10 @@
 """Orbax checkpoints of a run: the manager, write failures, waiting, restoring the newest valid
-step, setting aside.
+step, setting damaged steps aside.
 
-The layout (which items, where) and the write itself belong to runrecord/record.py (`record.save`,
-called by the training loop inside `write_errors`). Every save carries the results as they stand
-(status 'running' until the last save, then 'completed' or 'failed').
-
-Orbax writes each step into `<step>.orbax-checkpoint-tmp-*` and renames it when complete, so a
-write interrupted by a kill never becomes a step. A finalized step with damaged files is found by
-a failing restore, a restored state whose step counter disagrees, or a restored state whose digest
-differs from the one saved beside it (`state_digest`: a CRC-32 of every leaf's bytes, so one
-changed bit in any array is caught): `restore_newest_valid` walks the steps from newest to oldest
-and moves the bad ones to <workdir>/corrupt_checkpoints/.
-
-A write that fails (a full disk, permissions) becomes one CheckpointWriteError naming the step whose
-write failed: asynchronous writes fail late (Orbax reports them at the next save, wait or close),
-so the loop first waits for the pending one (`wait`), and `close` never reports a failure twice.
+What a checkpoint holds and where belongs to runrecord/record.py. A step whose restore fails, whose
+step counter disagrees or whose state digest (`state_digest`, a CRC-32 of every leaf's bytes)
+differs is moved to <workdir>/corrupt_checkpoints/ (`restore_newest_valid`); a failed write is one
+CheckpointWriteError naming its step. See docs/operations.md (resuming and stopping).
 """
 
 import contextlib
@@ -37,7 +27,7 @@ from runrecord import predictions, record
 
 CORRUPT_DIR = 'corrupt_checkpoints'
 # What a run keeps in its workdir, and what each entry must be where it already exists: the
-# layout trainer/validation.py checks before any compute, and what --restart deletes.
+# layout trainer/workdirs.py checks before any compute, and what --restart deletes.
 RUN_FOLDERS = (record.CHECKPOINTS, writers.TENSORBOARD, CORRUPT_DIR)
 RUN_FILES = (writers.METRICS,)
 

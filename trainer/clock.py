@@ -1,20 +1,10 @@
 """The training clock: images/s and the ETA of a run, apart from what writes them (CLU's
-`ReportProgress` in spirit; trainer/writers.py writes).
+`ReportProgress` in spirit; trainer/writers.py writes), and `heartbeat(what)` for the silences.
 
-Images/s is training throughput: the images of the steps since the previous log over the wall
-time of that interval minus the time spent in evaluations and checkpoint saves (the loop runs
-those inside `paused()`), and no interval with a compile in it counts (the loop calls `compiled`
-when a step function's first call returns, and `evaluated` after each evaluation: the first one
-compiles). The ETA is the remaining steps times the mean wall time per step over the intervals
-without a compile, evaluations and saves included, so it also covers the per-epoch work; while
-compiles are still to come (a later phase's step, the first evaluation: each takes seconds to
-minutes) `ahead` says how many, since the ETA cannot hold them. CLU's `ReportProgress` measures
-steps/s over every interval, compiles and evaluations included, which this clock leaves out.
-
-`heartbeat(what)` covers the silences in between: a line when a long call (an XLA compile, the
-first evaluation, a restore) begins, one every HEARTBEAT_S seconds while it lasts, and one with its
-duration when it ends, so a run prints from its first seconds, compiles included. They go to
-stdout (stderr keeps the log and, for bad input, the one `error:` line), when absl logs INFO.
+Images/s leaves out evaluations, checkpoint saves (`paused()`) and every interval with a compile;
+the ETA is the remaining steps times the mean wall time per step over intervals without a compile,
+and `ahead` counts the compiles still to come, which it cannot hold. See docs/operations.md ("A
+training run").
 """
 
 import contextlib

@@ -4,18 +4,15 @@
 environment names a multi-process job (JAX_COORDINATOR_ADDRESS, a SLURM job of several tasks, an
 Open MPI job, or a multi-host TPU slice); 'yes' always does; 'no' never does. With
 `distributed.coordinator_address` set, `num_processes` and `process_id` must be set too (a
-localhost CPU job: coordinator 'localhost:PORT', N processes, ids 0..N-1); otherwise JAX reads the
-cluster from the environment. On CPU the cross-process collectives use gloo (JAX's default).
+localhost CPU job: coordinator 'localhost:PORT', N processes, ids 0..N-1; configs/validation.py
+checks them); otherwise JAX reads the cluster from the environment. On CPU the cross-process
+collectives use gloo (JAX's default). See docs/operations.md.
 """
 
 import os
 
 import jax
 from absl import logging
-
-from trainer import validation
-
-CHOICES = ('auto', 'yes', 'no')
 
 
 def cluster_detected(environ=None):
@@ -30,31 +27,18 @@ def cluster_detected(environ=None):
 
 
 def explicit_cluster(config):
-  """{coordinator_address, num_processes, process_id} from the config, {} if none is named."""
+  """{coordinator_address, num_processes, process_id} from the (resolved) config, {} if it names
+  no coordinator."""
   d = config.distributed
   if not d.coordinator_address:
-    if d.num_processes or d.process_id >= 0:
-      raise validation.ConfigError('config.distributed.num_processes/process_id need '
-                                   'config.distributed.coordinator_address (host:port)')
     return {}
-  if ':' not in d.coordinator_address:
-    raise validation.ConfigError('config.distributed.coordinator_address must be host:port, got '
-                                 f'{d.coordinator_address!r}')
-  if not isinstance(d.num_processes, int) or d.num_processes < 1:
-    raise validation.ConfigError('config.distributed.num_processes must be a positive integer '
-                                 f'with a coordinator_address, got {d.num_processes!r}')
-  if not isinstance(d.process_id, int) or not 0 <= d.process_id < d.num_processes:
-    raise validation.ConfigError(f'config.distributed.process_id must be in [0, '
-                                 f'{d.num_processes}), got {d.process_id!r}')
   return {'coordinator_address': d.coordinator_address, 'num_processes': d.num_processes,
           'process_id': d.process_id}
 
 
 def initialize(config):
+  """jax.distributed.initialize where config.distributed.initialize says so (module doc)."""
   mode = config.distributed.initialize
-  if mode not in CHOICES:
-    raise validation.ConfigError(f'config.distributed.initialize must be one of {CHOICES}, got '
-                                 f'{mode!r}')
   cluster = explicit_cluster(config)
   if mode == 'yes' or (mode == 'auto' and (cluster or cluster_detected())):
     jax.distributed.initialize(**cluster)

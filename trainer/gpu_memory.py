@@ -1,7 +1,7 @@
 """JAX's GPU memory settings: the environment variables its GPU backend reads when it starts (JAX's
 "GPU memory allocation" docs), and the one-line record of those an environment sets (a sweep's
 train.log header, a benchmark's environment line). Standard library only: importing it starts
-nothing."""
+nothing. See docs/performance.md ("GPU memory")."""
 
 import os
 

@@ -1,15 +1,7 @@
-"""One live run per workdir: an `fcntl.flock` on the workdir folder itself, and `<workdir>/run.lock`
-saying who holds it (pid, host, start time); and one starter per run among sweeps sharing a root:
-`claim` (`<workdir>/sweep.claim`, flocked by the sweep before it launches the run).
-
-Locking the folder (not the file) means deleting run.lock cannot defeat the lock: a second run
-still finds the folder locked (and, when run.lock is gone, says so instead of naming the holder).
-The kernel releases the lock when the holder dies in any way (kill -9 included): a run.lock left by
-a dead process is stale and the next run takes it over (with a warning naming the dead holder).
-Filesystems that cannot flock a folder (NFS emulates flock with write locks, which a folder cannot
-take) fall back to flocking run.lock itself. Only process 0 of a multi-process job locks. Bucket
-workdirs (gs://...) are not locked; on a filesystem shared between hosts the lock is only as good
-as that filesystem's flock.
+"""One live run per workdir: an `fcntl.flock` on the workdir folder itself (run.lock when a
+filesystem cannot lock folders), `<workdir>/run.lock` naming the holder, a dead holder's lock taken
+over; and one starter per run among sweeps sharing a root (`claim`: `<workdir>/sweep.claim`). See
+docs/operations.md (the workdir lock; "Sweeps and studies").
 """
 
 import fcntl
@@ -20,8 +12,8 @@ import time
 
 from absl import logging
 
+from configs import validation
 from runrecord import record
-from trainer import validation
 
 LOCK_FILE = record.LOCK_FILE
 CLAIM_FILE = 'sweep.claim'

@@ -1,21 +1,11 @@
-"""train_and_evaluate(config, workdir): the whole run, from config to Orbax results.
+"""train_and_evaluate(config, workdir): the whole run, from a resolved config to Orbax results.
 
-Order of work: validate everything (config, devices, workdir, dataset) and build the run context
-(trainer/run.py) before compiling; build or restore the state; train phase by phase with
-on-device metric sums; evaluate every `eval_every_epochs`; checkpoint every epoch (and every
-`checkpoint_every_steps`); write the results record (runrecord/record.py), and each evaluation's
-per-example predictions into its step's checkpoint (runrecord/predictions.py).
-Restarting the same command on the same workdir resumes from the newest checkpoint that restores
-(trainer/resume.py) and reproduces the uninterrupted run bit for bit: data order, augmentation and
-schedule are functions of the global step, and the state carries the epoch's metric sums (the
-results carry the sums at the last log, so even the logged metrics match). The workdir is locked
-while a run holds it (trainer/lock.py). Non-finite values are tracked on device
-(`steps.make_watch`: one small jitted reduction per step, no host sync) and checked at
-log/epoch/checkpoint points: the run stops with TrainingFailed naming the first bad step, its
-results say status 'failed', and no checkpoint ever holds a non-finite state. SIGTERM/SIGINT stop
-the loop at the next step boundary the host reaches, with a synchronous checkpoint of the last step
-dispatched; the host stays at most stop.STEPS_IN_FLIGHT steps ahead of the device, so the stop
-waits for that many steps at most (trainer/stop.py: stop.Stopped, stop.InFlight).
+Checks the workdir, builds the run context (trainer/run.py: the config against the devices and
+the data), builds or restores the state, trains phase by phase with on-device metric sums,
+evaluates, checkpoints and writes the results record with each evaluation's predictions
+(runrecord/). The same command on the same workdir resumes bit for bit (trainer/resume.py);
+non-finite values stop the run as TrainingFailed; SIGTERM/SIGINT as stop.Stopped after a
+checkpoint. See docs/operations.md ("A training run"; resuming and stopping).
 """
 
 import contextlib
@@ -29,12 +19,12 @@ import jax
 import numpy as np
 from absl import logging
 
+from configs import validation
 from input_pipeline import batching
 from numerics import setup as numerics_setup
-from trainer import checkpointing, clock, lock, optim, resume, run, steps, stop, writers
+from trainer import checkpointing, clock, lock, optim, resume, run, steps, stop, workdirs, writers
 from runrecord import record
 from runrecord import predictions as prediction_items
-from trainer import validation
 
 VERSIONED_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')
 
@@ -61,7 +51,7 @@ def nonfinite_reason(bad_step, what, per_epoch, last_finite):
 
 
 def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False):
-  """Train and evaluate the resolved `config` (trainer/validation.resolve) in `workdir`; returns
+  """Train and evaluate the resolved `config` (configs/validation.py resolve) in `workdir`; returns
   the final results dict.
 
   Raises validation.ConfigError on bad input or an unusable workdir (before compute),
@@ -70,13 +60,13 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
   SIGTERM/SIGINT. `allow_layout_change`: a saved run may continue on another device layout.
   """
   validation.require_resolved(config, 'trainer.loop.train_and_evaluate')
-  created = validation.check_workdir(workdir, lock.FILES)
+  created = workdirs.check_workdir(workdir, lock.FILES)
   try:
     with clock.heartbeat(f'Loading {config.data.name} and checking it against the config and the '
                          'devices'):
       ctx = run.build(config)
   except validation.ConfigError:  # refused before anything was written: leave nothing behind
-    validation.remove_created(created)
+    workdirs.remove_created(created)
     raise
   is_writer = jax.process_index() == 0
   with lock.WorkdirLock(workdir, enabled=is_writer):

@@ -9,6 +9,7 @@ BatchNorm running statistics keep updating while frozen, as in the reference (tr
                (warmup `warmup_epochs`, cosine to 0 at the end of the phase).
   'continuous': one AdamW state and one warmup-cosine over all epochs; the backbone's Adam moments
                start at zero when it unfreezes.
+See docs/celeba.md ("Task and split") and docs/configs.md ("Field groups").
 """
 
 import dataclasses
@@ -17,11 +18,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from models import resnet
-
-# Which top-level model attributes belong to each named part (torchvision names).
-PARTS = resnet.PARTS
-SCHEDULES = ('per_phase', 'continuous')
+from models import architecture
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +60,9 @@ def warmup_cosine(config, steps_per_epoch, length):
 
 
 def learning_rate(config, steps_per_epoch, all_phases, step):
-  """The learning rate used by global step `step` (the same number the optimizer computes)."""
+  """The learning rate used by global step `step` (the same number the optimizer computes): the
+  optimizer's own schedule evaluated on the host for the log; not optax.inject_hyperparams, which
+  puts the rate into the optimizer state (every checkpoint) only for the log to read it back."""
   phase = phase_at(all_phases, step)
   schedule = warmup_cosine(config, steps_per_epoch, phase.schedule_length)
   return float(schedule(step - phase.schedule_start))
@@ -78,7 +77,7 @@ def make_optimizer(config, steps_per_epoch, phase):
 
 def trainable_mask(params, frozen, reinit):
   """Pytree of Python bools like `params`: True where the parameter trains in this phase."""
-  names = {name for part in reinit for name in PARTS[part]}
+  names = {name for part in reinit for name in architecture.PARTS[part]}
   return {key: jax.tree.map(lambda _, k=key: (not frozen) or k in names, value)
           for key, value in params.items()}
 
@@ -87,7 +86,9 @@ def masked_update(params, grads, opt_state, tx, mask):
   """One optimizer step touching only the parameters where `mask` is True.
 
   Frozen parameters get zero gradients (so XLA drops their weight-gradient computation) and are
-  returned as the very same arrays, bit-identical.
+  returned as the very same arrays, bit-identical. Not optax.multi_transform with set_to_zero: its
+  state's tree changes at the unfreeze, and the loop restores every checkpoint into the first
+  phase's state (trainer/loop.py `_start`; tests/test_mesh_and_optimizer.py).
   """
   grads = jax.tree.map(lambda g, m: g if m else jnp.zeros_like(g), grads, mask)
   updates, opt_state = tx.update(grads, opt_state, params)

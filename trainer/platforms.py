@@ -1,5 +1,6 @@
 """Whether the platforms JAX_PLATFORMS names can start on this host, checked before any backend
-starts (train.py, the sweep's checks and its --dry-run); standard library only: importing it
+starts (train.py, the sweep's checks and its --dry-run), and the memory devices report
+(`device_memory`: trainer/run.py checks a config against it). Standard library only: importing it
 starts nothing.
 
 JAX starts every platform JAX_PLATFORMS names (comma-separated) and fails with a 30-line traceback
@@ -7,7 +8,7 @@ when one cannot start. What each needs, as JAX finds it: 'cpu' nothing; 'tpu' th
 'cuda' (and 'gpu', which means CUDA or ROCm) a PJRT plugin (jax[cuda12]: the 'jax_plugins' entry
 point or namespace package) and, for CUDA, an NVIDIA driver on the host; 'rocm' its plugin. What
 this cannot see (a driver that fails to start) still ends as one line: train.py turns JAX's
-"Unable to initialize backend" into one.
+"Unable to initialize backend" into one. See docs/operations.md ("Installing").
 """
 
 import importlib.metadata
@@ -70,3 +71,22 @@ def check(environ=os.environ):
     if why:
       raise ValueError(f'JAX_PLATFORMS={environ["JAX_PLATFORMS"]}: {why}: unset JAX_PLATFORMS '
                        '(JAX then picks what the host has) or name a platform it has, e.g. cpu')
+
+
+def memory_stat(devices, key):
+  """`key` of each device's memory_stats() (e.g. 'bytes_limit'), for the devices reporting it."""
+  values = []
+  for device in devices:
+    try:
+      stats = device.memory_stats()
+    except Exception:  # noqa: BLE001 - backends without memory statistics
+      stats = None
+    if stats and stats.get(key) is not None:
+      values.append(int(stats[key]))
+  return values
+
+
+def device_memory(devices):
+  """The smallest `bytes_limit` the devices report, or None when none reports one (CPU)."""
+  limits = [v for v in memory_stat(devices, 'bytes_limit') if v]
+  return min(limits) if limits else None

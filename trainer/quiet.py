@@ -2,6 +2,8 @@
 being reported once, as one line, in the main thread (train.py's `fail`).
 
   quiet.install()   # absl's handler filtered (QuietLibraries), the exception hooks wrapped
+
+See docs/operations.md ("A training run": exit codes and one-line errors).
 """
 
 import os

@@ -1,26 +1,16 @@
 """What an existing workdir means for this run: start, resume, refuse, or (--restart) start over.
 
-Checked before any compute (after the config and the dataset, with the workdir locked):
-- a workdir whose latest results say `failed` (e.g. NaN loss) refuses: the same command would fail
-  the same way; `--restart` discards that run;
-- a workdir holding a run with a different config refuses, naming the fields; `--restart` discards
-  it. "The same run" is runrecord/record.py's rule (`config_differences`): fields that cannot change
-  the run's arithmetic (where the data files live, logging and checkpoint cadence, ...) may differ;
-- a workdir holding a run trained on other data (record.data_differences: other files, split,
-  resolution or class count, e.g. config.data.manual_dir pointing at other files) refuses, saying
-  to point the config at the run's data;
-- an unfinished run saved on another device layout (record.layout_differences: device count,
-  process count, platform, device kind) or another platform identity (record.identity_differences:
-  the CPU instruction set XLA compiles for, e.g. --xla_cpu_max_isa=AVX2 after an AVX-512 start)
-  refuses unless `allow_layout_change` (train.py --allow_layout_change); then the results record
-  each segment's layout and CPU facts, and a run whose segments ran on two platform identities is
-  a platform of its own ('cpu-AVX512+cpu-AVX2', record.platform_identity), never pooled with either.
+Refuses, before any compute: a failed run; a run with another config, data or platform identity
+(runrecord/record.py says what "the same run" is); an unfinished run on another device layout
+unless `allow_layout_change`, whose segments the results then list. See docs/operations.md
+(resuming: what is checked).
 """
 
 import jax
 from absl import logging
-from trainer import checkpointing, distributed, validation
+from configs import validation
 from runrecord import record
+from trainer import checkpointing, distributed
 
 
 def sync(name):

@@ -1,22 +1,18 @@
 """The run context: everything a training run is built from, built one way for every driver.
 
-  config = validation.resolve(loader.load(spec, overrides))   # the entry point resolves once
+  config = validation.resolve(loader.load(spec, overrides))   # configs/: the entry point, once
   numerics_setup.configure(config)   # then, before any JAX backend starts (train.py does both)
-  ctx = run.build(config)            # dataset, mesh, phases, model structure
+  ctx = run.build(config)            # checked against devices and data; dataset, mesh, phases
   model, facts = run.init_model(ctx) # initial weights from init_seed (and model.init_from)
   state = run.initial_state(ctx, model)
   for phase in ctx.phases:
     state, step_fn = run.enter_phase(ctx, state, phase, step)
     for batch in run.batches(ctx, step, phase.stop, feed): state = step_fn(state, batch)
 
-`train_and_evaluate` (trainer/loop.py), the divergence tool (experiments/divergence.py) and the step
-benchmarks drive training through these functions only: the phases, the per-phase optimizer reset,
-the sharding and the numerics of every jitted step are decided here. Numerics reach a run by two
-channels, both from config.numerics: process-wide XLA flags and the default precision, applied by
-`numerics.setup.configure` before a backend starts, and the model's own settings (dtypes, formats,
-convolution implementation, BatchNorm grouping) given to `resnet.create_model`; each jitted step is
-traced under the config's matmul precision (`numerics.setup.with_precision`), whatever context it
-is called from, so two arms with different precisions can run in one process.
+The training loop, the divergence tool and the step benchmarks drive training through these
+functions only: the phases, the per-phase optimizer reset, the sharding and the numerics of every
+jitted step (traced under the config's matmul precision, for the mesh's platform) are decided
+here. See docs/numerics.md and docs/operations.md ("A training run").
 """
 
 import dataclasses
@@ -27,12 +23,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-import input_pipeline
-from configs import common
-from input_pipeline import base, batching
+from configs import common, validation
+from input_pipeline import base, batching, registry
 from models import resnet
 from numerics import setup as numerics_setup
-from trainer import checkpointing, distributed, optim, steps, validation
+from trainer import checkpointing, distributed, optim, platforms, steps
 from runrecord import predictions, record
 
 
@@ -63,38 +58,47 @@ class Due:
   save: bool
 
 
-def load_dataset(config, device_bytes=None):
-  """The dataset, with every check that can fail on bad input, as one-line ConfigErrors."""
+def load_dataset(config):
+  """The dataset config.data names, loaded by its module (input_pipeline/registry.py); what its
+  loader refuses (missing files, a bad folder) as a one-line ConfigError."""
   try:
-    dataset = input_pipeline.get_dataset(config)
+    return registry.load(config)
   except (FileNotFoundError, ValueError) as e:
     raise validation.ConfigError(str(e).splitlines()[0]) from None
-  validation.check_dataset(config, dataset, device_bytes)
-  return dataset
 
 
 def build(config, dataset=None, devices=None, device_bytes=None):
-  """The run's context from a resolved config (raises ConfigError on bad input, before any
-  compute; TypeError for a config that was not resolved, ValueError if its XLA flags were not
-  applied to this process).
+  """The run's context from a resolved config; the one place that checks the config against the
+  devices and the data (configs/validation.py check_devices, then check_dataset), before any
+  compute.
 
-  `dataset`: reuse one already loaded (arms of one comparison), or one declared without its data
-  (trainer/declared.py); `devices`: the mesh's devices (default: all of them), also compile-only
-  ones (a TPU topology, sweeps/preflight.py): the batch must split over their processes;
-  `device_bytes`: one device's memory where the devices do not report it (a TPU chip's HBM).
+  Args:
+    config: the resolved config (configs/validation.py resolve), its XLA flags applied to this
+      process (numerics/setup.py configure).
+    dataset: reuse one already loaded (arms of one comparison), or one declared without its data
+      (input_pipeline/registry.py declared); None: load config.data's.
+    devices: the mesh's devices (default: all of them), also compile-only ones (a TPU topology,
+      sweeps/preflight.py): the batch must split over them and their processes.
+    device_bytes: one device's memory where the devices do not report it (a TPU chip's HBM).
+  Returns:
+    The Context.
+  Raises:
+    ConfigError: the batch does not split over the devices, the activations or a device-resident
+      split do not fit, the split gives no full batch; or the data cannot be loaded.
+    TypeError: the config was not resolved. ValueError: its XLA flags are not applied.
   """
   validation.require_resolved(config, 'trainer.run.build')
   numerics_setup.require_configured(config)
   devices = list(devices if devices is not None else jax.devices())
   processes = len({d.process_index for d in devices})
-  device_bytes = device_bytes or validation.device_memory(jax.local_devices())
-  validation.check_devices(config, len(devices), processes, device_bytes)
-  if dataset is None:
-    dataset = load_dataset(config, device_bytes)
+  device_bytes = device_bytes or platforms.device_memory(jax.local_devices())
+  validation.check_devices(config, len(devices), processes, device_bytes)  # before a long load
+  dataset = load_dataset(config) if dataset is None else dataset
+  validation.check_dataset(config, len(dataset.train), batching.nbytes(dataset.train),
+                           device_bytes)
   mesh = steps.make_mesh(devices)
   replicated, sharded = steps.shardings(mesh)
   per_epoch = batching.steps_per_epoch(len(dataset.train), config.batch_size)
-  validation.check_steps(config, per_epoch)
   mean, std = base.normalization_constants(config.data.normalization, dataset.image_shape[-1])
   graphdef = nnx.graphdef(nnx.eval_shape(lambda: _create(config, dataset, jax.random.key(0))))
   return Context(config, dataset, mesh, replicated, sharded, per_epoch,
@@ -132,6 +136,12 @@ def init_model(ctx):
   without backend optimisations (seconds on a small CPU, and no fused arithmetic), so a seed gives
   the same initial weights on TPU, GPU and CPU: runs pair across platforms by seed. The key is an
   argument, so runs that differ only in seed share one compiled init.
+
+  Returns:
+    (model, facts): the nnx model, not yet on the mesh; facts {} or, with model.init_from, what
+    models/pretrained.py load_into says (file, sha256, keys loaded, parts re-initialised).
+  Raises:
+    ConfigError: model.init_from cannot be read or does not fit the model (one line).
   """
   config = ctx.config
   try:
@@ -200,6 +210,15 @@ def enter_phase(ctx, state, phase, step):
 
   At the start of a later phase with `optim.schedule='per_phase'` the optimizer state is made
   afresh (the reference's new AdamW at the unfreeze); a run resumed inside a phase keeps its own.
+
+  Args:
+    state: the training state (arrays, or ShapeDtypeStructs from `abstract_state` to lower and
+      compile only).
+    phase, step: the optim.Phase and the global step it is entered at (its start, or a resume's).
+  Returns:
+    (state, step_fn): the state, its optimizer state fresh where the schedule says so, and
+    step_fn(state, batch) -> state, the jitted step with the phase's optimizer, trainable mask,
+    the run's data seed and numerics (precompiled with several processes).
   """
   config = ctx.config
   tx = optimizer(ctx, phase)

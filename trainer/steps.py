@@ -12,6 +12,7 @@ nothing else, so a run repeats and resumes bit for bit (formats without noise ne
 and their compiled steps do not depend on the seed). An evaluation uses one key for all its
 batches: the model it evaluates is perturbed one way. The seed is an argument of the compiled step
 (a replicated uint32 scalar, bound by `Seeded`), so every seed of an arm shares one compilation.
+See docs/numerics.md ("The noise control").
 """
 
 import dataclasses
@@ -33,6 +34,13 @@ ZERO_SUMS = {'loss': 0.0, 'correct': 0.0, 'count': 0.0}
 
 
 def make_mesh(devices=None):
+  """The 1-D 'data' mesh over `devices` (default: all), in the order given.
+
+  Not jax.make_mesh: on TPUs it orders the devices into a ring (v4:2x2x1: 0, 2, 1, 3) and on a
+  multi-host slice interleaves the hosts' devices (v4:2x2x2: hosts 0, 1, 0, 1, ...), so a process's
+  devices would no longer hold the contiguous slice of each batch it loads (input_pipeline/
+  batching.py process_slice); on CPU both give the same order (tests/test_mesh_and_optimizer.py).
+  """
   devices = np.asarray(devices if devices is not None else jax.devices())
   return Mesh(devices, ('data',))
 
@@ -128,9 +136,12 @@ def loss_and_correct(logits, labels, task):
 class Seeded:
   """A jitted step whose last argument, the run seed, is bound: `step(*args)` calls
   `fn(*args, seed)`. `lower` and `compile` keep the binding (trainer/distributed.py precompiles
-  through them); `as_text` shows the lowered module. The seed is lowered as its shape, dtype and
-  sharding, and placed on the devices at the first call: a step can be lowered and compiled for
-  devices that hold no data (a compile-only TPU topology, sweeps/preflight.py)."""
+  through them); `as_text` shows the lowered module.
+
+  Why not functools.partial over a device array: the seed must stay an argument of the compiled
+  step (every seed of an arm shares one compilation), and a placed array cannot exist for
+  compile-only devices (a TPU topology, sweeps/preflight.py); so the seed is lowered as its shape,
+  dtype and sharding, and placed on the devices at the first call."""
   fn: Any
   seed: Any  # uint32 scalar (numpy)
   sharding: Any  # replicated over the mesh

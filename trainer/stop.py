@@ -1,32 +1,12 @@
 """Graceful stop: SIGTERM (a TPU VM preemption, a SLURM time limit, `kill`) and SIGINT (Ctrl-C).
 
-While the training loop runs, the first SIGTERM or SIGINT only marks a stop: the loop reads the mark
-at every step boundary, right before it dispatches the next step (after whatever log, evaluation or
-checkpoint the previous step was due, and after waiting for the device), and stops there: it saves
-a checkpoint of the last step it dispatched, synchronously, and train.py exits with code 128 + the
-signal's number (143 for SIGTERM, 130 for SIGINT: the shell's code for "ended by that signal", so a
-supervisor sees an interrupted, resumable run) and one line; the same command resumes. The first
-signal makes a second one end the process at once, with one line, without saving (the newest
-finished checkpoint stays valid). Outside the loop (loading data,
-compiling the first step) train.py's `exit_at_once` handler ends the process with the same code and
-one line as soon as Python runs again (nothing new exists to save; no KeyboardInterrupt is raised
-into JAX or Orbax, where it can crash the process). A signal the parent ignores (SIGINT of a
-background job in a shell script) stays ignored.
-
-Several processes: every process must stop after the same step (a checkpoint is a collective
-write). The flags are combined at the loop's sync points (every log and checkpoint step,
-`run.due(...).check`) by an all-gather of each process's signal number, so every process stops at
-the first sync point after any of them received a signal: at most `log_every_steps` steps later.
-With one process the stop comes at the next step boundary the host reaches.
-
-How late that is: JAX dispatches a step asynchronously, so an unchecked host runs ahead of the
-device (a whole epoch of steps, on CPU) and a stop would then wait for every queued step. `InFlight`
-bounds that: after dispatching step s the loop waits until step s - STEPS_IN_FLIGHT is done, so when
-the host reads the mark at most STEPS_IN_FLIGHT steps are unfinished (the one running included), and
-a stop waits for those, the log, evaluation or checkpoint due at the host's step, and the checkpoint
-write (docs/operations.md states the bound; benchmarks/bench_stop_latency.py measures it). A signal
-that arrives while the host waits in a long call (an XLA compile, an evaluation) is read when that
-call returns: Python runs signal handlers between bytecodes only.
+While the training loop runs, the first signal only marks a stop, which the loop reads at every
+step boundary: it saves the last step it dispatched and train.py exits with 128 + the signal's
+number; a second signal ends the process at once. Outside the loop `exit_at_once` ends it as soon
+as Python runs again. Several processes agree on the stop at the loop's sync points (an all-gather
+of their marks). `InFlight` keeps the host at most STEPS_IN_FLIGHT steps ahead of the device, which
+bounds how late a stop comes. The bound and its measurement: docs/operations.md ("The stop's
+bound").
 """
 
 import collections

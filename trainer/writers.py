@@ -1,20 +1,11 @@
-"""The metric writers of a run: a JSON-lines metrics file, TensorBoard, and the console line.
+"""The metric writers of a run, in CLU's shape (`write_scalars(step, scalars)`, `close()`,
+`MultiWriter`): `JsonLinesWriter` (metrics.jsonl, one JSON object per logged step and per epoch),
+`TensorBoardWriter` and `ConsoleWriter` (the training line).
 
-`metrics.jsonl` holds one JSON object per logged step ('kind': 'train') and per epoch
-('kind': 'epoch'); analysis code reads it directly. On resume, records after the restored step
-are dropped, so the file always describes one uninterrupted run (it is read one line at a time:
-a 1 GB file costs no memory); a torn line (a host crash or a full disk mid-write) is dropped with
-a warning; a file missing at resume gets its epoch records back from the results record (the
-per-step records before the resume step are then lost, and the warning says so). If the file is
-deleted or changed while the run writes it, it is rewritten whole (with a warning) at the next
-record (JsonLinesWriter says from what).
-
-The writers have CLU's shape (`clu.metric_writers`: `write_scalars(step, scalars)`, `close()`,
-several combined by `MultiWriter`): `JsonLinesWriter` (metrics.jsonl), `TensorBoardWriter`
-(tensorboardX) and `ConsoleWriter` (the training line); the throughput and ETA clock is
-trainer/clock.py. CLU itself is not used: in clu 0.0.12 (the latest release) `import
-clu.metric_writers` imports TensorFlow at once (its package imports `SummaryWriter`, a tf.summary
-writer), which the core install does not have (requirements.txt), and CLU has no JSON-lines writer.
+At resume, metrics.jsonl loses the records after the restored step, a torn last line is dropped
+with a warning, and a file missing then gets its epoch records back from the results record; a
+file changed under a running run is rewritten whole. Why not CLU itself, and the console's
+columns: docs/operations.md ("A training run").
 """
 
 import json

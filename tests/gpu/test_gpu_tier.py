@@ -21,11 +21,10 @@ import pytest
 from flax import nnx
 
 from benchmarks import bench_determinism, bench_step
-from configs import loader
+from configs import loader, validation
 from experiments import numerics_probe
 from tests import test_loss, test_lowering, test_pool
 from tests.conftest import GPU_TIER
-from trainer import validation
 
 if GPU_TIER:  # before the backend starts: collection imports this module before any test runs
   os.environ['XLA_FLAGS'] = os.environ.get('XLA_FLAGS', '') + ' --xla_gpu_deterministic_ops=true'

@@ -1,0 +1,369 @@
+"""The one resolution of a config, and every check of its fields.
+
+  config = validation.resolve(loader.load('configs/digits.py:smoke'))  # frozen, every field checked
+
+Every entry point (train.py, the sweep, the preflight, the divergence tool, the benchmarks) loads a
+config (configs/loader.py), resolves it once here and hands the frozen result on; trainer/,
+numerics/ and the launchers only read it (`require_resolved` says so where a driver forgot).
+`resolve` checks what the config alone decides. `check_devices` and `check_dataset` check it
+against the numbers a run finds (devices and their memory; the training split): trainer/run.py
+`build`, the one place that has both, calls them, and the sweep calls `check_devices` with the
+devices its runs will see. A failure is a `ConfigError`, one line naming the field and the fix.
+No JAX here: the vocabularies come from numerics/formats.py, numerics/profiles.py,
+models/architecture.py and the dataset registry (input_pipeline/registry.py). See docs/configs.md.
+"""
+
+import functools
+import math
+import os
+import re
+import subprocess
+import sys
+
+import ml_collections
+
+from configs import common
+from input_pipeline import base, registry
+from models import architecture
+from numerics import formats, profiles
+
+
+class ConfigError(ValueError):
+  """A config, flag or environment problem found before compute starts (one line)."""
+
+
+SEED_MAX = 2**32 - 1  # the seed reaches the steps as a uint32 (trainer/steps.py)
+STEP_MAX = 2**31 - 1  # the training state's step counter is an int32 (trainer/steps.py)
+WIDTH_MIN = 1 / 64  # the stem's 64 channels times the width: at least one channel
+# Every seed a config holds and what takes it, each checked in [0, SEED_MAX] (before: a wrapped
+# init_seed 2^32 trained as 0; data_seed 2^32 an OverflowError after the workdir existed;
+# split_seed -1 an error naming sklearn's random_state). init_seed, data_seed None: config.seed.
+SEEDS = {'seed': 'the PRNG takes it as a uint32',
+         'init_seed': 'the PRNG takes it as a uint32; None: config.seed',
+         'data_seed': 'the data order and the PRNG take it as a uint32; None: config.seed',
+         'data.split_seed': "the test split's random generator takes it as a uint32"}
+# XLA reads XLA_FLAGS when its first backend starts and ends the process (a fatal 'F' log line)
+# on a flag it does not know; a CPU backend in a child process reads them the same way in a second.
+FLAG_PROBE = 'import jax; jax.devices("cpu")'
+
+
+def resolve(config):
+  """The resolved config: a frozen copy of `config` with every field checked and the numerics
+  formats written out (numerics/profiles.py `expand`).
+
+  Args:
+    config: a ConfigDict as configs/loader.py loads it (overrides applied), not resolved yet; it
+      is not changed.
+  Returns:
+    An ml_collections.FrozenConfigDict, final: what the trainer, the sweep and the record read.
+  Raises:
+    ConfigError: one line naming the first bad field and the fix.
+    TypeError: `config` is resolved already (resolve once, at the entry point).
+  """
+  if is_resolved(config):
+    raise TypeError('the config is already resolved: resolve it once, at the entry point, and '
+                    'hand the resolved config on')
+  config = config.copy_and_resolve_references()  # a copy: the caller's config stays as written
+  check_fields(config)
+  profiles.expand(config)
+  return ml_collections.FrozenConfigDict(config)
+
+
+def is_resolved(config):
+  return isinstance(config, ml_collections.FrozenConfigDict)
+
+
+def require_resolved(config, who):
+  """TypeError unless `config` came from `resolve` (`who`: the function that needs it)."""
+  if not is_resolved(config):
+    raise TypeError(f'{who} needs a resolved config: call configs.validation.resolve(config) '
+                    'once, at the entry point, and pass its result')
+
+
+def _integer(value):
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_in(config, name, low, high=None, why=''):
+  """The field's value if it is an integer (not a bool) in [low, high] (high None: unbounded;
+  low 0 or 1), else a ConfigError naming the field, the range and `why`."""
+  value = config[name]  # ConfigDict takes dotted names
+  if not (_integer(value) and low <= value and (high is None or value <= high)):
+    kind = (f'an integer in [{low}, {high}]' if high is not None
+            else 'an integer >= 0' if low == 0 else 'a positive integer')
+    raise ConfigError(f'config.{name} must be {kind}{why}, got {value!r}')
+  return value
+
+
+def _number(config, name, rule, ok):
+  """The field's value if it is a finite real number (not a bool, a string, NaN or inf) for which
+  `ok(value)` holds; else a ConfigError naming the field and `rule` (its range, in words)."""
+  value = config[name]  # ConfigDict takes dotted names
+  real = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+  if not (real and ok(value)):
+    raise ConfigError(f'config.{name} must be a finite number {rule}, got {value!r}')
+  return value
+
+
+def _one_of(config, name, choices, extra=''):
+  if config[name] not in choices:
+    raise ConfigError(f'config.{name} must be one of {tuple(choices)}{extra}, got '
+                      f'{config[name]!r}')
+
+
+def check_fields(config):
+  """Every check of `config` that needs neither devices nor data; ConfigError on the first bad
+  field. Reads only (resolution then writes the numerics formats out)."""
+  _check_seeds(config)
+  _check_counts(config)
+  _check_optim(config)
+  dataset = _check_data(config)
+  _check_model(config)
+  check_numerics(config)
+  _check_distributed(config)
+  check_steps(config, estimated_steps_per_epoch(config, dataset), estimated=True)
+
+
+def _check_seeds(config):
+  for name, why in SEEDS.items():
+    if not (config[name] is None and name in ('init_seed', 'data_seed')):
+      _int_in(config, name, 0, SEED_MAX, f' ({why})')
+
+
+def _check_counts(config):
+  for name in ('num_epochs', 'batch_size', 'eval_batch_size', 'eval_every_epochs',
+               'log_every_steps', 'keep_checkpoints'):
+    _int_in(config, name, 1)
+  _int_in(config, 'replicate', 0, why=' (0, 1, 2, ...: same-seed replicates of one run)')
+  _int_in(config, 'checkpoint_every_steps', 0, why=' (0: every epoch)')
+
+
+def _check_optim(config):
+  o = config.optim
+  for name in ('optim.learning_rate', 'optim.eps'):
+    _number(config, name, '> 0', lambda v: v > 0)
+  for name in ('optim.weight_decay', 'optim.warmup_epochs'):
+    _number(config, name, '>= 0', lambda v: v >= 0)
+  for name in ('optim.b1', 'optim.b2'):  # 1 zeroes AdamW's bias correction: NaN at step 1
+    _number(config, name, 'in [0, 1)', lambda v: 0 <= v < 1)
+  _int_in(config, 'optim.freeze_epochs', 0)
+  if o.freeze_epochs >= config.num_epochs:
+    raise ConfigError(f'config.optim.freeze_epochs ({o.freeze_epochs}) must be smaller than '
+                      f'config.num_epochs ({config.num_epochs}): nothing would train unfrozen')
+  _one_of(config, 'optim.schedule', common.SCHEDULES)
+  if o.freeze_epochs and not config.model.reinit:
+    raise ConfigError('config.optim.freeze_epochs > 0 needs config.model.reinit to name the parts '
+                      "that train while the backbone is frozen, e.g. ('stem', 'head')")
+
+
+def _check_data(config):
+  """config.data's fields; returns the dataset's Declaration (input_pipeline/registry.py)."""
+  data = config.data
+  try:
+    dataset = registry.get(data.name)
+  except ValueError as e:
+    raise ConfigError(str(e).splitlines()[0]) from None
+  for field, choices in (('task', dataset.tasks), ('split', dataset.splits)):
+    if choices:
+      _one_of(config, f'data.{field}', choices, f' for {data.name}')
+  _one_of(config, 'data.normalization', sorted(base.NORMALIZATIONS))
+  _int_in(config, 'data.image_size', 1)
+  _int_in(config, 'data.prefetch', 0, 64, ' (batches prepared ahead, each held on the devices)')
+  _number(config, 'data.test_fraction', 'in (0, 1)', lambda v: 0 < v < 1)
+  return dataset
+
+
+def _check_model(config):
+  _one_of(config, 'model.name', architecture.NAMES)
+  _one_of(config, 'model.stem', architecture.STEMS)
+  _number(config, 'model.width', f'>= 1/64 = {WIDTH_MIN} (the stem\'s 64 channels times the '
+          'width must give at least one channel)', lambda v: v >= WIDTH_MIN)
+  unknown = [part for part in config.model.reinit if part not in architecture.PARTS]
+  if unknown:
+    raise ConfigError(f'config.model.reinit may name {sorted(architecture.PARTS)}, got {unknown}')
+
+
+def check_numerics(config):
+  """Every config.numerics value the code can honour (docs/numerics.md): the precision, dtypes,
+  product formats and profile (a profile and a different explicit format contradict), BatchNorm
+  grouping, GPU determinism, the XLA flags (their syntax, and that XLA knows them: `known_flags`)
+  and both implementation choices. ConfigError (one line) otherwise."""
+  n = config.numerics
+  _one_of(config, 'numerics.matmul_precision', formats.PRECISIONS)
+  for field in ('compute_dtype', 'param_dtype'):
+    _one_of(config, f'numerics.{field}', formats.DTYPES)
+  if n.profile not in ('', *profiles.PROFILES):
+    raise ConfigError(f'config.numerics.profile must be one of {tuple(profiles.PROFILES)} (or '
+                      f'empty), got {n.profile!r}')
+  named = profiles.named_formats(n)
+  for kind in profiles.KINDS:
+    explicit = n[f'{kind}_format']
+    if explicit not in ('', *formats.FORMATS):
+      raise ConfigError(f'config.numerics.{kind}_format must be one of {formats.FORMATS} (or '
+                        f'empty), got {explicit!r}')
+    if explicit and kind in named and explicit != named[kind]:
+      raise ConfigError(f'config.numerics.{kind}_format={explicit!r} contradicts '
+                        f'config.numerics.profile={n.profile!r} ({kind} format {named[kind]!r}): '
+                        'give one of them, or the same format')
+  _int_in(config, 'numerics.batchnorm_group', 0)
+  if not isinstance(n.gpu_deterministic, bool):
+    raise ConfigError(f'config.numerics.gpu_deterministic must be True or False, got '
+                      f'{n.gpu_deterministic!r}')
+  flags = n.xla_flags
+  if not isinstance(flags, str) or any(not f.startswith('--xla_') for f in flags.split()):
+    raise ConfigError(f'config.numerics.xla_flags must be space-separated --xla_* flags, got '
+                      f'{n.xla_flags!r}')
+  known_flags(tuple(flags.split()))
+  _one_of(config, 'numerics.conv_impl', formats.CONV_IMPLS)
+  _one_of(config, 'numerics.emulate_impl', formats.EMULATE_IMPLS)
+
+
+@functools.lru_cache(maxsize=None)
+def known_flags(flags):
+  """ConfigError naming config.numerics.xla_flags when XLA refuses any of `flags` (a tuple),
+  found by starting a CPU backend with them in a child process (FLAG_PROBE)."""
+  if not flags:
+    return
+  env = {**os.environ, 'XLA_FLAGS': ' '.join(flags), 'JAX_PLATFORMS': 'cpu',
+         'TF_CPP_MIN_LOG_LEVEL': '0'}
+  probe = subprocess.run([sys.executable, '-c', FLAG_PROBE], env=env, capture_output=True,
+                         text=True, check=False)
+  if probe.returncode == 0:
+    return
+  logged = [line.split('] ', 1)[-1] for line in probe.stderr.splitlines()
+            if re.match(r'[EF]\d{4} ', line)]  # XLA's error and fatal log lines, first is why
+  said = logged[0] if logged else f'exit code {probe.returncode}'
+  raise ConfigError(f'config.numerics.xla_flags: XLA refuses {" ".join(flags)!r} ({said}): '
+                    'remove or correct the flag')
+
+
+def _check_distributed(config):
+  """config.distributed (trainer/distributed.py reads it): a named coordinator needs its
+  process count and this process's id."""
+  d = config.distributed
+  _one_of(config, 'distributed.initialize', common.DISTRIBUTED_MODES)
+  if not d.coordinator_address:
+    if d.num_processes or d.process_id >= 0:
+      raise ConfigError('config.distributed.num_processes/process_id need '
+                        'config.distributed.coordinator_address (host:port)')
+    return
+  if ':' not in d.coordinator_address:
+    raise ConfigError('config.distributed.coordinator_address must be host:port, got '
+                      f'{d.coordinator_address!r}')
+  if not _integer(d.num_processes) or d.num_processes < 1:
+    raise ConfigError('config.distributed.num_processes must be a positive integer with a '
+                      f'coordinator_address, got {d.num_processes!r}')
+  if not _integer(d.process_id) or not 0 <= d.process_id < d.num_processes:
+    raise ConfigError(f'config.distributed.process_id must be in [0, {d.num_processes}), got '
+                      f'{d.process_id!r}')
+
+
+def check_steps(config, per_epoch, estimated=False):
+  """The run's steps (num_epochs x `per_epoch`) must fit the int32 step counter (`estimated`:
+  `per_epoch` is a lower bound, said so in the message)."""
+  total = config.num_epochs * per_epoch
+  if total > STEP_MAX:
+    about = 'about ' if estimated else ''
+    raise ConfigError(
+        f'config.num_epochs={config.num_epochs}: {about}{total:,} steps ({about}{per_epoch:,} per '
+        f'epoch) overflow the int32 step counter ({STEP_MAX:,}): use fewer epochs or a larger '
+        'config.batch_size')
+
+
+def estimated_steps_per_epoch(config, dataset):
+  """A lower bound of the steps per epoch from the training split `dataset` (its Declaration)
+  declares, less 10 % for how a split rounds: a run that fits is never refused here
+  (`check_dataset` checks the exact count)."""
+  train, _ = dataset.split_sizes(config.data)
+  return max(1, int(train * 0.9) // config.batch_size)
+
+
+def check_devices(config, num_devices, num_processes, device_bytes):
+  """Batch sizes must split evenly over `num_devices` and `num_processes` (and BatchNorm groups
+  within a device), and a step's activations must fit (`check_activations`).
+
+  Args:
+    num_devices, num_processes: the devices and processes the run's mesh spans.
+    device_bytes: the smallest device's memory, or None where devices do not report it (CPU: the
+      host's memory bounds the whole batch instead).
+  """
+  for name in ('batch_size', 'eval_batch_size'):
+    if config[name] % num_devices:
+      raise ConfigError(f'config.{name}={config[name]} is not divisible by the {num_devices} '
+                        f'devices: use a multiple of {num_devices}')
+    if config[name] % num_processes:
+      raise ConfigError(f'config.{name}={config[name]} is not divisible by the {num_processes} '
+                        'processes')
+  group = config.numerics.batchnorm_group
+  if group and (config.batch_size // num_devices) % group:
+    raise ConfigError(f'config.numerics.batchnorm_group={group} must divide the per-device batch '
+                      f'{config.batch_size // num_devices} (batch_size / devices)')
+  check_activations(config, num_devices, device_bytes, base.host_memory())
+
+
+def activation_bytes(config, batch):
+  """A lower bound of a training step's activations for `batch` images: the outputs of every
+  convolution (models/architecture.py conv_output_values) in the compute dtype."""
+  values = architecture.conv_output_values(config.data.image_size, float(config.model.width),
+                                           config.model.stem)
+  return batch * values * formats.DTYPE_BYTES[config.numerics.compute_dtype]
+
+
+def eval_activation_bytes(config, batch):
+  """A lower bound of an evaluation step's activations for `batch` images: a forward pass keeps
+  no activation for a backward one, but holds the first convolution's input and output
+  (models/architecture.py first_conv_values) for the whole batch at once."""
+  values = architecture.first_conv_values(config.data.image_size, float(config.model.width),
+                                          config.model.stem)
+  return batch * values * formats.DTYPE_BYTES[config.numerics.compute_dtype]
+
+
+def check_activations(config, num_devices, device_bytes, host_bytes):
+  """Refuse a step whose activations cannot fit: the lower bounds `activation_bytes` (training,
+  config.batch_size) and `eval_activation_bytes` (evaluation, config.eval_batch_size) of the
+  per-device batch against `device_bytes` (the smallest device's memory), or, where devices do
+  not report memory (CPU, whose devices share the host's), of the whole batch against
+  `host_bytes`."""
+  size, width = config.data.image_size, float(config.model.width)
+  limit = device_bytes or host_bytes
+  where = 'a device has' if device_bytes else 'this machine has'
+  bounds = (('batch_size', activation_bytes), ('eval_batch_size', eval_activation_bytes))
+  for field, bound in bounds:
+    batch = config[field] // num_devices if device_bytes else config[field]
+    need, per_example = bound(config, batch), bound(config, 1)
+    if not limit or need <= limit:
+      continue
+    held = ('convolution outputs' if field == 'batch_size'
+            else "the first convolution's input and output")
+    what = (f'({batch} images x {per_example / 2**20:,.1f} MiB of {held} at '
+            f'{size}x{size}, model.width {width:g}, {config.numerics.compute_dtype}), over the '
+            f'{limit / 2**30:,.1f} GiB {where}')
+    if field == 'batch_size':
+      raise ConfigError(f'config.data.image_size={size}: a training step keeps at least '
+                        f'{need / 2**30:,.1f} GiB of activations {what}: use a smaller '
+                        'config.data.image_size or config.batch_size')
+    raise ConfigError(f'config.eval_batch_size={config[field]}: an evaluation step holds at least '
+                      f'{need / 2**30:,.1f} GiB of activations {what}: use a smaller '
+                      'config.eval_batch_size')
+
+
+def check_dataset(config, train_examples, train_bytes, device_bytes=None):
+  """The training split must give a full batch, its epochs must fit the step counter, and with
+  data.on_device it must fit on a device.
+
+  Args:
+    train_examples: images in the training split (loaded, or declared: registry.declared).
+    train_bytes: what the split's images and labels take (input_pipeline/batching.py nbytes).
+    device_bytes: the smallest device's memory (None where devices do not report it, e.g. CPU).
+      A device-resident split may take at most half of it: the rest is the model's.
+  """
+  if config.batch_size > train_examples:
+    raise ConfigError(f'config.batch_size={config.batch_size} is larger than the '
+                      f'{train_examples} training examples: no full batch per epoch')
+  check_steps(config, train_examples // config.batch_size)  # full batches (batching.py)
+  need = train_bytes if config.data.on_device else 0
+  if device_bytes and need > device_bytes / 2:
+    raise ConfigError(f'config.data.on_device=True needs {need / 2**30:.2f} GiB for the training '
+                      f'split on every device, over half of the {device_bytes / 2**30:.2f} GiB a '
+                      'device has: set config.data.on_device=False (host feeding) or a smaller '
+                      'config.data.image_size')
