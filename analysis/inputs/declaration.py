@@ -221,7 +221,7 @@ def add_compare_argument(parser):
                            'cpu); overriding the declared pairs makes the analysis exploratory')
 
 
-SEED_MAX = 2**32 - 1  # the PRNG's range (trainer/validation.py SEED_MAX)
+SEED_MAX = 2**32 - 1  # the PRNG's range (configs/validation.py SEED_MAX)
 # Every key a declaration may hold, and why a value is not one (None: it is).
 SCHEMA = {
     'margin': margin_problem, 'margin_reason': text_problem, 'factors': factors_problem,
