@@ -7,8 +7,8 @@ its 90% CI, share explained, verdict) at each margin, and the declared contrasts
       --study results/digits_h100_cpu.study.json --margins 2 0.5 --readme README.md
 
 Without --readme the section is printed; with it, the section between the README's markers
-(FIRST ... LAST) is replaced. tests/test_findings.py regenerates it from the CSV and compares it
-with the README, so the README's numbers cannot drift from the data.
+(FIRST ... LAST) is replaced. tests/unit/test_findings.py regenerates it from the CSV and compares
+it with the README, so the README's numbers cannot drift from the data.
 """
 
 import collections

@@ -25,8 +25,8 @@ Forward: the maximum of the `window` strided slices of the padded input (`lax.ma
 propagates NaN like reduce_window's). The forward pass also records, per output element, the
 window offset it chose (uint8); the backward pass puts each offset's share of the cotangent back
 with `lax.pad` (interior padding = stride - 1) and sums the shares in the order above.
-tests/test_pool.py checks all of this against `jax.grad` of `nnx.max_pool` bit for bit (float32
-and bfloat16, odd and even sizes, random and constructed ties, signed zeros, -inf and NaN).
+tests/integration/test_pool.py checks all of this against `jax.grad` of `nnx.max_pool` bit for bit
+(float32 and bfloat16, odd and even sizes, random and constructed ties, signed zeros, -inf and NaN).
 """
 
 import functools

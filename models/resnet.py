@@ -123,8 +123,8 @@ def _conv_out(size, kernel, stride, padding):
 
 def conv_output_values(image_size, width=1.0, stem='imagenet'):
   """Values per example in the outputs of all convolutions of ResNet18(width, stem) on an
-  image_size x image_size input (the structure of `ResNet18`; tests/test_model.py checks it
-  against the model). A lower bound on the activations a training step keeps for the backward
+  image_size x image_size input (the structure of `ResNet18`; tests/integration/test_model.py checks
+  it against the model). A lower bound on the activations a training step keeps for the backward
   pass: each BatchNorm and ReLU output adds about as much again."""
   channels = stage_channels(width)
   size = _conv_out(image_size, 7, 2, 3) if stem == 'imagenet' else image_size

@@ -60,8 +60,8 @@ Two implementations multiply the same rounded operands (`impl`, config.numerics.
             measured faster there (AUTO_ON_CPU: the reference, neither being faster).
 
 Both implementations give the same products of the same operands; only the order of the f32
-accumulation may differ (tests/test_emulate_fast.py: every ResNet-18 convolution shape and the
-dense head, forward and both gradients, and a short training run).
+accumulation may differ (tests/integration/test_emulate_fast.py: every ResNet-18 convolution shape
+and the dense head, forward and both gradients, and a short training run).
 """
 
 import collections

@@ -23,7 +23,7 @@ from flax import nnx
 from benchmarks import bench_determinism, bench_step
 from configs import loader
 from experiments import numerics_probe
-from tests import test_loss, test_lowering, test_pool
+from tests.integration import test_loss, test_lowering, test_pool
 from tests.conftest import GPU_TIER
 from trainer import validation
 
