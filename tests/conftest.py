@@ -78,6 +78,14 @@ def subprocess_env():
 
 
 @pytest.fixture
+def keep_matmul_precision():
+  """The benchmarks set jax_default_matmul_precision (as train.py does); restore it after."""
+  before = jax.config.jax_default_matmul_precision
+  yield
+  jax.config.update('jax_default_matmul_precision', before)
+
+
+@pytest.fixture
 def fast_compile():
   """Compiled without most optimisations: the same program and semantics, a fraction of the CPU
   time (for tests of what a step computes or contains, not of its speed)."""

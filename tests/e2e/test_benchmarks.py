@@ -6,7 +6,6 @@ import re
 import subprocess
 import sys
 
-import jax
 import pytest
 
 from benchmarks import bench_emulate, bench_feed, bench_step, bench_vs_torch, profile_step
@@ -14,14 +13,6 @@ from numerics import emulate
 from tests.conftest import ROOT
 
 TINY = ['--image-size', '16', '--batch', '8', '--steps', '2', '--width', '0.125']
-
-
-@pytest.fixture
-def keep_matmul_precision():
-  """The benchmarks set jax_default_matmul_precision (as train.py does); restore it after."""
-  before = jax.config.jax_default_matmul_precision
-  yield
-  jax.config.update('jax_default_matmul_precision', before)
 
 
 def test_every_benchmark_flag_is_spelt_with_hyphens():

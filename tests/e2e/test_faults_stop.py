@@ -13,7 +13,7 @@ import pytest
 from tests.support.faults_common import (EVERY, SMOKE_ARGS, TRAIN, last_line, metric_records,
                                          run_train, saved_steps, smoke_config, without_wall_time)
 from tests.conftest import ROOT
-from tests.e2e.test_multihost import free_port
+from tests.support.commands import free_port
 from trainer import loop
 from runrecord import record
 

@@ -12,8 +12,9 @@ import pytest
 from configs import common, digits, loader
 from sweeps import checks, scripts, sweep
 from tests.conftest import ROOT
-from tests.e2e.test_cli import run_train
-from tests.e2e.test_sweep import write_config
+from tests.support.faults_common import run_train
+from tests.support.commands import write_config
+from tests.support.commands import assert_one_line_refusal
 from trainer import clock as progress_clock
 from trainer import lock, loop, platforms, validation, writers
 from runrecord import record
@@ -64,13 +65,6 @@ def test_jax_platforms_without_that_backend_is_one_line(monkeypatch):
     platforms.check({'JAX_PLATFORMS': 'cuda'})
   platforms.check({'JAX_PLATFORMS': 'cpu'})
   platforms.check({})
-
-
-def assert_one_line_refusal(proc, message, workdir):
-  lines = proc.stderr.strip().splitlines()
-  assert proc.returncode == 2, proc.stderr[-2000:]
-  assert lines[-1].startswith('error: ') and message in lines[-1], proc.stderr[-2000:]
-  assert 'Traceback' not in proc.stderr and not os.path.exists(workdir)
 
 
 CLI_CASES = [

@@ -15,7 +15,6 @@ which does not change the batches), and only process 0 writes.
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 
@@ -25,6 +24,7 @@ import pytest
 from analysis.inputs import results as results_lib
 from configs import digits
 from tests.conftest import ROOT
+from tests.support.commands import free_port
 from trainer import loop, validation
 from runrecord import predictions, record
 
@@ -32,12 +32,6 @@ TRAIN = [sys.executable, os.path.join(ROOT, 'train.py')]
 FAULT_TRAIN = [sys.executable, os.path.join(ROOT, 'tests', 'support', 'fault_train.py')]
 EVERY = 3  # checkpoint_every_steps: steps 3, 6, 9 and each epoch's end (5, 10)
 BATCH = 256  # 1437 training images: 5 steps an epoch
-
-
-def free_port():
-  with socket.socket() as s:
-    s.bind(('localhost', 0))
-    return s.getsockname()[1]
 
 
 def run_two_processes(workdir, env, fault=None, timeout=400, extra=()):

@@ -10,26 +10,17 @@ import shutil
 import subprocess
 import sys
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from analysis import analyse, attribute, draw, export, findings, output
 from runrecord import record
 from tests.conftest import ROOT
-from tests.integration.test_hostile_analysis import cli_error, plant
+from tests.support.commands import cli_error
+from tests.support.planted_runs import plant
+from tests.support.planted_tables import runs_csv
 
 METRIC = record.DEFAULT_METRIC
-
-
-def runs_csv(path, shift=0.0):
-  rng = np.random.default_rng(1)
-  rows = [{'run': f'{p}/{d}/{s}', 'platform': p, 'seed': s, 'numerics.requested.compute_dtype': d,
-           METRIC: 0.9 + shift + 0.01 * (d == 'bfloat16') + rng.normal(0, 0.004),
-           'final.train_loss': 0.1}
-          for p in ('cpu', 'gpu') for d in ('float32', 'bfloat16') for s in range(4)]
-  pd.DataFrame(rows).to_csv(path, index=False)
-  return str(path)
 
 
 def tree(folder):

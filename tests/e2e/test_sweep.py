@@ -24,16 +24,10 @@ from sweeps import run_study, runner, scripts, sweep
 from configs import celeba, common, digits
 from trainer import checkpointing, lock, resume, validation, writers
 from runrecord import record
+from tests.support.commands import write_config
+from tests.support.planted_runs import fake_runs
 
 DIGITS = os.path.join(scripts.REPO, 'configs', 'digits.py')
-
-
-def write_config(tmp_path, sweep_body, name='cfg.py'):
-  """A config file wrapping digits with its own get_sweep (body: the returned expression)."""
-  path = tmp_path / name
-  path.write_text('from configs import digits\nget_config = digits.get_config\n\n'
-                  f'def get_sweep(arg=None):\n  return {sweep_body}\n')
-  return str(path)
 
 
 def test_digits_sweep_is_the_eight_arm_fraction_times_its_seeds_with_stable_unique_slugs(tmp_path):
@@ -224,11 +218,6 @@ def test_rerun_after_moving_the_data_skips_completed_and_resumes_unfinished(tmp_
     assert resume.check_workdir_run(mngr, runs[1].workdir, moved, restart=False) is mngr
   finally:
     mngr.close()
-
-
-def fake_runs(tmp_path, n):
-  return [sweep.Run({'a': i % 2}, f'a-{i % 2}', i // 2, {}, str(tmp_path / f'a-{i % 2}' / f'seed{i // 2}'))
-          for i in range(n)]
 
 
 def test_scheduler_one_run_per_gpu_reports_failures_and_continues(tmp_path, monkeypatch, capsys):

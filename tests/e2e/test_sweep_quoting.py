@@ -6,7 +6,7 @@ import shlex
 import subprocess
 
 from sweeps import scripts, sweep
-from tests.e2e.test_sweep import write_config
+from tests.support.commands import write_config
 
 # Shell code in every form a shell would run it in: each one touches $MARK when executed.
 EVIL = ('$(touch "$MARK")', '`touch "$MARK"`', '"; touch "$MARK"; "', "'; touch \"$MARK\"; '")

@@ -15,7 +15,7 @@ import pytest
 from scipy import stats as sps
 
 from tests.conftest import ROOT
-from tests.unit.test_platform_pairs import DECLARED, METRIC, PROFILE, THREE, planted
+from tests.support.planted_platforms import DECLARED, METRIC, PROFILE, THREE, planted
 
 COLUMNS = ['platform_a', 'platform_b', 'G', 'G_ci_low', 'G_ci_high', 'N', 'R', 'share', 'verdict']
 

@@ -17,8 +17,8 @@ from input_pipeline import base, batching
 from runrecord import record
 from sweeps import checks, sweep
 from tests.support.faults_common import run_train, smoke_config, tree_hash
-from tests.e2e.test_inputs import assert_one_line_refusal
-from tests.e2e.test_sweep import write_config
+from tests.support.commands import assert_one_line_refusal
+from tests.support.commands import write_config
 from trainer import loop, validation
 
 

@@ -4,7 +4,6 @@ the same program: XLA:CPU is deterministic either way)."""
 import pytest
 
 from benchmarks import bench_determinism
-from tests.e2e.test_benchmarks import keep_matmul_precision  # noqa: F401 (a fixture)
 from trainer import steps
 
 

@@ -4,7 +4,6 @@ timed against a target)."""
 import pytest
 
 from benchmarks import bench_epoch
-from tests.e2e.test_benchmarks import keep_matmul_precision  # noqa: F401 (a fixture)
 
 
 def test_bench_epoch_prints_each_item_as_a_share_of_the_epoch(capsys, keep_matmul_precision):

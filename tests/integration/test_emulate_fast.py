@@ -23,7 +23,7 @@ from benchmarks import bench_step
 from configs import loader
 from numerics import emulate, ops, rounding
 from numerics import setup as numerics_setup
-from tests.integration.test_numerics import F32_EDGES, random_f32, same_bits
+from tests.support.floats import F32_EDGES, random_f32, same_bits
 from trainer import run, validation
 
 # The fast forms: (format, platform whose form is used). bf16 and bf16_3x have one form everywhere;

@@ -10,7 +10,6 @@ from benchmarks import bench_step, bench_vs_torch, common
 from sweeps import runner, scripts, sweep
 from tests.conftest import ROOT
 from trainer import gpu_memory, platforms
-from tests.e2e.test_benchmarks import keep_matmul_precision  # noqa: F401 (a fixture)
 
 FRACTION = 'XLA_PYTHON_CLIENT_MEM_FRACTION'
 

@@ -19,29 +19,11 @@ from analysis.inputs import csv_input, declaration, results
 from analysis.numbers import answer, stats
 from analysis.words import report
 from tests.conftest import ROOT
-from tests.unit.test_stats import fake_results
+from tests.support.commands import cli_error, run_module
+from tests.support.planted_runs import plant
 from runrecord import record
 
 METRIC = record.DEFAULT_METRIC
-
-
-def plant(root, seeds=(0, 1, 2), dtypes=('float32', 'bfloat16')):
-  """Run folders root/<dtype>/s<seed> with Orbax results (no training)."""
-  for dtype in dtypes:
-    for seed in seeds:
-      record.write_results(f'{root}/{dtype}/s{seed}',
-                           fake_results(seed, 0.80 + 0.001 * seed + (dtype == 'bfloat16') * 0.01,
-                                        dtype=dtype))
-  return str(root)
-
-
-def cli_error(capsys, main, argv):
-  """(exit code, stderr lines) of a CLI main that must stop with `error:` lines, no traceback."""
-  with pytest.raises(SystemExit) as e:
-    main(argv)
-  lines = capsys.readouterr().err.strip().splitlines()
-  assert e.value.code == 2 and lines and all(line.startswith('error: ') for line in lines), lines
-  return lines
 
 
 @pytest.fixture
@@ -320,12 +302,6 @@ def test_an_out_that_is_a_file_is_one_line_before_any_compute(tmp_path, capsys, 
                                    '--metric', 'accuracy', '--out', str(tmp_path / 'afile'), *extra])
   assert lines == [f'error: --out: {tmp_path}/afile is a file; give a folder (it is created when '
                    'missing)']
-
-
-def run_module(args, env=None, timeout=300):
-  env = {**(env or os.environ), 'PYTHONPATH': ROOT}
-  return subprocess.run([sys.executable, '-m', *args], cwd=ROOT, env=env, capture_output=True,
-                        text=True, timeout=timeout)
 
 
 # 5. Output under a non-UTF-8 locale.

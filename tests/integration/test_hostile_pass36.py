@@ -13,16 +13,15 @@ from configs import common, digits
 from input_pipeline import batching
 from runrecord import record
 from sweeps import checks, sweep
-from tests.unit.test_columns import table, write
-from tests.unit.test_contrasts import DIGITS
-from tests.integration.test_hostile_analysis import cli_error, plant
-from tests.e2e.test_report_output import runs_csv
-from tests.integration.test_run_predictions import LABELS, N, item
-from tests.e2e.test_sweep import write_config
+from tests.support.planted_tables import table, write
+from tests.support.planted_tables import DIGITS
+from tests.support.commands import cli_error
+from tests.support.planted_runs import plant
+from tests.support.planted_tables import runs_csv
+from tests.support.planted_saved_predictions import LABELS, N, item
+from tests.support.commands import write_config
 from trainer import validation
 
-
-# The declaration.
 
 def test_a_study_json_with_a_byte_order_mark_reads(tmp_path):
   """Before: 'cannot read ... as a study declaration (Unexpected UTF-8 BOM)'; Windows editors

@@ -17,8 +17,8 @@ from analysis.inputs import results
 from analysis.numbers import stats
 from runrecord import record
 from tests.conftest import ROOT
-from tests.integration.test_hostile_analysis import cli_error
-from tests.unit.test_stats import fake_results
+from tests.support.commands import cli_error
+from tests.support.planted_runs import fake_results
 
 
 def plant(root, seeds=(0, 1, 2), with_ids=True):

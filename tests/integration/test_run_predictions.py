@@ -13,18 +13,9 @@ import pytest
 from analysis.inputs import results, run_predictions
 from analysis.numbers import agreement, answer
 from runrecord import predictions, record
-from tests.integration.test_hostile_analysis import run_module
-from tests.unit.test_stats import fake_results
-
-N, FINGERPRINT, CLASSES = 360, 'ab12cd34ef56ab78', 10
-LABELS = np.random.default_rng(0).integers(0, CLASSES, N).astype(np.int32)
-
-
-def item(predicted):
-  p = np.full(N, 0.9, np.float32)
-  return {'label': LABELS, 'predicted': predicted.astype(np.int32), 'p_predicted': p,
-          'p_label': np.where(predicted == LABELS, p, 0.01).astype(np.float32),
-          'task': 'classification', 'fingerprint': FINGERPRINT}
+from tests.support.commands import run_module
+from tests.support.planted_runs import fake_results
+from tests.support.planted_saved_predictions import CLASSES, FINGERPRINT, item, LABELS, N
 
 
 def moved(base, share, rng):

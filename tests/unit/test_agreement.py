@@ -14,22 +14,9 @@ from analysis.figures import churn_ladder
 from analysis.inputs import declaration
 from analysis.numbers import agreement, agreement_pairs, agreement_section, answer, inference, stats
 from tests.conftest import ROOT
+from tests.support.planted_predictions import N, planted_loader, prediction
 
-N, CLASSES, FINGERPRINT = 400, 10, 'e17be61d6f4e908a'
-LABELS = np.random.default_rng(0).integers(0, CLASSES, N).astype(np.int32)
 CSV = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
-
-
-def prediction(flip, rng, base=None, fingerprint=FINGERPRINT):
-  """A classification predictions dict: `base` (default the labels) with a share `flip` of the
-  images moved to another class."""
-  predicted = (LABELS if base is None else base).copy()
-  moved = rng.random(N) < flip
-  predicted[moved] = (predicted[moved] + 1 + rng.integers(0, CLASSES - 1, moved.sum())) % CLASSES
-  p_pred = rng.uniform(0.3, 1.0, N).astype(np.float32)
-  return {'label': LABELS, 'predicted': predicted.astype(np.int32), 'p_predicted': p_pred,
-          'p_label': np.where(predicted == LABELS, p_pred, p_pred / 4).astype(np.float32),
-          'fingerprint': fingerprint, 'task': 'identity', 'step': 10}
 
 
 def entry(arm, seed, pred, platform='cpu', run=None):
@@ -150,13 +137,6 @@ def test_baseline_pairs_from_the_recorded_arithmetic(published):
   assert agreement_pairs.identical_pairs(runs, by) == [(arm('cpu', 'f32'), arm('cpu', 'native'))]
   assert sorted(agreement_pairs.noise_pairs(runs, by)) == [
       (arm('cpu', 'bf16_noise'), arm('cpu', 'f32')), (arm('gpu', 'bf16_noise'), arm('gpu', 'f32'))]
-
-
-def planted_loader(runs, rng):
-  """{run: predictions}: seed s of every arm near a shared seed model, so pairs are comparable."""
-  base = {s: prediction(0.05, rng) for s in runs['seed'].unique()}
-  return {r: prediction(0.03, rng, base=base[s]['predicted'])
-          for r, s in zip(runs['run'], runs['seed'])}
 
 
 def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):

@@ -17,7 +17,7 @@ from analysis import analyse, attribute
 from analysis.numbers import answer, attribution, effects, inference, stats
 from analysis.words import report
 from benchmarks import bench_analysis
-from tests.unit.test_record import make_record, smoke
+from tests.support.planted_runs import make_record, smoke
 from runrecord import record
 
 

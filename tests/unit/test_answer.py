@@ -13,14 +13,9 @@ from analysis import analyse
 from analysis.inputs import declaration, results
 from analysis.numbers import answer, gap_verdict, result
 from analysis.words import report
-from test_contrasts import DIGITS, digits_frame
-from runrecord import record
+from tests.support.planted_tables import DIGITS, digits_frame
 from tests.conftest import ROOT
-
-SMALL = {'factors': ['platform', 'profile'], 'reference': {'profile': 'native'},
-         'noise_arm': {'profile': 'bf16_noise'}, 'native': {'profile': 'native'},
-         'platform_profile': {'gpu': 'jax_gpu_default', 'cpu': 'f32'}, 'margin': 1.0,
-         'margin_reason': 'planted', 'labels': {'profile': '{}'}}
+from tests.support.planted_runs import fake_run, SMALL
 
 
 def answer_section(text):
@@ -82,14 +77,6 @@ def test_report_tex_holds_booktabs_tables_only():
     assert f'\\label{{{label}}}' in tex
   assert '\\item' not in tex and '**' not in tex and '|' not in tex
   assert 'BN/16' in tex and 'bf16 activations' in tex
-
-
-def fake_run(root, platform, profile, seed, acc):
-  record.write_results(str(root / f'{profile}' / f'seed{seed}'), {
-      'status': 'completed', 'seed': seed, 'platform': platform, 'device_kind': platform,
-      'numerics': {'requested': {'profile': profile}}, 'final': {'test_accuracy': acc},
-      'versions': {'jax': {'cpu': '0.10.2', 'gpu': '0.11.2'}[platform]},
-      'config': {'seed': seed}})
 
 
 def test_two_roots_give_the_same_tables_as_one_root_holding_both(tmp_path, capsys):

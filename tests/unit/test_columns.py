@@ -2,7 +2,6 @@
 losses finite and >= 0, one test set per data config (and no pair across two), the loss table on
 the metric's own scale, a run id met twice counted once. Planted CSVs, no training."""
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -10,32 +9,10 @@ from analysis import analyse
 from analysis.inputs import columns
 from analysis.numbers import answer, stats
 from runrecord import record
-from tests.integration.test_hostile_analysis import cli_error
+from tests.support.commands import cli_error
+from tests.support.planted_tables import table, write
 
 METRIC = record.DEFAULT_METRIC
-
-
-def table(platforms=('cpu', 'gpu'), seeds=range(6), percent=False, rng=0):
-  """Two arms (float32, bfloat16) per platform, one run per seed; accuracy, train loss and the
-  data facts a digits run records."""
-  rng = np.random.default_rng(rng)
-  rows = []
-  for platform in platforms:
-    for dtype in ('float32', 'bfloat16'):
-      for seed in seeds:
-        acc = 0.95 + 0.004 * (dtype == 'bfloat16') + rng.normal(0, 0.005)
-        rows.append({'run': f'{platform}/{dtype}/s{seed}', 'run_id': f'{platform}-{dtype}-{seed}',
-                     'status': 'completed', 'seed': seed, 'platform': platform,
-                     'numerics.requested.compute_dtype': dtype, 'config.data.split_seed': 42,
-                     'data.split_fingerprint': 'f00d', 'data.test_size': 360,
-                     METRIC: 100 * acc if percent else acc, 'final.train_loss': 0.1 + 0.01 * seed})
-  return pd.DataFrame(rows)
-
-
-def write(frame, tmp_path, name='runs.csv'):
-  path = tmp_path / name
-  frame.to_csv(path, index=False)
-  return str(path)
 
 
 def test_platform_spellings_are_one_platform(tmp_path, capsys):

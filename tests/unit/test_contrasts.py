@@ -11,28 +11,11 @@ from statsmodels.stats import multitest
 
 from analysis.inputs import declaration
 from analysis.numbers import answer, contrasts
-from configs import digits
 from sweeps import sweep
 from runrecord import record
+from tests.support.planted_tables import DIGITS, digits_frame
 
 METRIC = 'final.test_accuracy'
-DIGITS = declaration.load('configs/digits.py:study')
-
-
-def digits_frame(platforms=('cpu',), seeds=range(6), rng=0):
-  """Runs of the digits fraction's 8 arms (configs/digits.py study_arms) on each platform."""
-  rng = np.random.default_rng(rng)
-  rows = []
-  for platform in platforms:
-    for k, arm in enumerate(digits.study_arms(128)):
-      for seed in seeds:
-        rows.append({'run': f'/r/{platform}/{k}/{seed}', 'status': 'completed', 'seed': seed,
-                     'platform': platform, 'device_kind': platform,
-                     **{f'numerics.requested.{f.split(".")[1]}': v for f, v in arm.items()},
-                     METRIC: (95 + 0.2 * k + rng.normal(0, 0.8)) / 100,
-                     'versions.jax': {'cpu': '0.10.2', 'gpu': '0.11.2'}[platform],
-                     'versions.optax': '0.2.8'})
-  return pd.DataFrame(rows)
 
 
 def test_the_digits_declaration_gives_seven_contrasts_with_holm_over_exactly_them():

@@ -9,8 +9,8 @@ import pytest
 from analysis import analyse, attribute
 from analysis.inputs import declaration
 from analysis.numbers import answer, stats
-from tests.unit.test_contrasts import DIGITS, digits_frame
-from tests.integration.test_hostile_analysis import cli_error
+from tests.support.planted_tables import DIGITS, digits_frame
+from tests.support.commands import cli_error
 
 
 @pytest.fixture(scope='module')

@@ -4,7 +4,6 @@ in), shows the seeds, names arms by their short labels, has legends only for wha
 the figure), and plots training from per-step records."""
 
 import dataclasses
-import json
 import types
 
 import numpy as np
@@ -20,46 +19,8 @@ from analysis import draw
 from analysis.figures import forest, study_figures, style
 from analysis.inputs import results
 from analysis.numbers import answer
-from test_contrasts import DIGITS, digits_frame
-from runrecord import record
-
-STEPS = (2, 4, 6, 8, 10)  # logged training steps of every fake run, 2 per epoch
-
-
-def fake_results(seed, acc, platform, dtype):
-  req = {'matmul_precision': 'highest', 'compute_dtype': dtype, 'param_dtype': 'float32',
-         'emulate': 'none', 'batchnorm_group': 0, 'gpu_deterministic': True}
-  hist = [{'epoch': e, 'step': 10 * e, 'test_accuracy': acc * (1 - 0.5 ** e), 'test_loss': 2.0 / e,
-           'train_loss': 1.0 / e, 'lr': 0.01, 'wall_time': float(e)} for e in range(1, 6)]
-  return {'status': 'completed', 'reason': '', 'seed': seed, 'platform': platform,
-          'device_kind': platform.upper(), 'num_devices': 1, 'num_processes': 1,
-          'numerics': {'requested': req, 'effective': req},
-          'final': {'test_accuracy': acc, 'test_loss': 0.4, 'train_loss': 0.2}, 'history': hist,
-          'config': {'seed': seed}, 'versions': {}, 'wall_time_s': 1.0, 'step': 50,
-          'total_steps': 50, 'data': {}}
-
-
-def write_metrics(run, seed, scale):
-  """A metrics.jsonl as trainer/writers.py writes it: train records, epoch records, one bad line."""
-  lines = []
-  for step in STEPS:
-    lines.append({'kind': 'train', 'step': step, 'epoch': (step + 1) // 2,
-                  'train_loss': scale * 2.0 / step + 0.01 * seed, 'train_accuracy': 1 - 1.0 / step,
-                  'learning_rate': 0.01, 'images_per_sec': 100.0})
-    if step % 4 == 0:
-      lines.append({'kind': 'epoch', 'epoch': step // 4, 'step': step, 'train_loss': 1.0})
-  text = ''.join(json.dumps(line) + '\n' for line in lines) + '{"kind": "tra'  # killed mid-write
-  (run / results.METRICS_FILE).write_text(text)
-
-
-def make_study(root, arms=(('tpu', 'float32', 0.90), ('gpu', 'float32', 0.899),
-                           ('gpu', 'bfloat16', 0.88)), seeds=range(5)):
-  rng = np.random.default_rng(0)
-  for k, (platform, dtype, acc) in enumerate(arms):
-    for seed in seeds:
-      run = root / f'{platform}_{dtype}' / f's{seed}'
-      record.write_results(str(run), fake_results(seed, acc + rng.normal(0, 0.003), platform, dtype))
-      write_metrics(run, seed, 1.0 + k)
+from tests.support.planted_tables import DIGITS, digits_frame
+from tests.support.planted_study import analysed, make_study, STEPS
 
 
 def check_files(paths):
@@ -100,11 +61,6 @@ def legend_problems(fig):
   colour_key = lambda h: (isinstance(h, Patch) and to_hex(h.get_facecolor()) in colours) or (
       isinstance(h, Line2D) and to_hex(h.get_color()) in colours)
   return [label for label, h in keys if label not in artists and not colour_key(h)]
-
-
-def analysed(root, **kw):
-  runs, hist = results.load(str(root))
-  return answer.analyse(runs, **kw), hist, results.load_steps(str(root))
 
 
 def test_all_figures_written_and_readable(tmp_path, capsys):

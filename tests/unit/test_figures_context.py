@@ -12,9 +12,9 @@ import pytest
 
 from analysis.figures import churn_ladder, forest, naming, study_figures, style
 from analysis.numbers import agreement_section, answer
-from test_agreement import planted_loader
-from test_contrasts import DIGITS, digits_frame
-from test_figures import analysed, make_study
+from tests.support.planted_predictions import planted_loader
+from tests.support.planted_tables import DIGITS, digits_frame
+from tests.support.planted_study import analysed, make_study
 
 NO_STEPS = pd.DataFrame(columns=['run', 'step', 'epoch', 'train_loss', 'train_accuracy'])
 

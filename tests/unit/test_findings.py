@@ -12,7 +12,7 @@ from analysis import export, findings
 from analysis.inputs import declaration, results
 from analysis.numbers import answer, stats
 from conftest import ROOT
-from test_answer import SMALL, fake_run
+from tests.support.planted_runs import SMALL, fake_run
 
 CSV = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
 STUDY = os.path.join(ROOT, 'results', 'digits_h100_cpu.study.json')

@@ -11,8 +11,8 @@ from scipy import stats as sps
 from analysis.numbers import agreement, agreement_section, answer
 from analysis.words import answer_sentence, attribution_text, report, tables
 from configs import digits
-from test_agreement import prediction
-from test_contrasts import DIGITS
+from tests.support.planted_predictions import prediction
+from tests.support.planted_tables import DIGITS
 
 METRIC = 'final.test_accuracy'
 SHIFT = {'bf16 activations': 5.0, 'BN/16': 1.0}  # pp: different; shown and within ±2 pp
@@ -125,7 +125,7 @@ def test_a_difference_shown_inside_the_margin_is_called_within_margin(study):
 
 
 def test_the_noise_floor_is_one_clean_line():
-  from test_contrasts import digits_frame  # pylint: disable=import-outside-toplevel
+  from tests.support.planted_tables import digits_frame  # pylint: disable=import-outside-toplevel
   att = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(6)), DIGITS).attribution
   text = attribution_text.noise_text(att)
   assert text.count('noise floor') == 1
@@ -137,7 +137,7 @@ def test_the_noise_floor_is_one_clean_line():
 
 
 def test_without_declared_contrasts_the_sentence_counts_the_pairs():
-  from test_contrasts import digits_frame  # pylint: disable=import-outside-toplevel
+  from tests.support.planted_tables import digits_frame  # pylint: disable=import-outside-toplevel
   out = answer.analyse(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
   line = answer_sentence.sentence(out)
   assert f'{len(out.pairs)} pairs of arms compared on test accuracy (no declared contrasts' in line

@@ -8,31 +8,12 @@ import pytest
 
 from analysis.inputs import results
 from analysis.numbers import stats
-from configs import common, digits
+from configs import common
 from trainer import validation
 from runrecord import record
+from tests.support.planted_runs import make_record, smoke
 
 REPO = __file__.rsplit('/tests/', 1)[0]
-
-
-def make_record(config, accuracy, **numerics_effective):
-  """A completed run's record as the trainer writes it (record.new_record), with a final metric."""
-  facts = {'platform': 'cpu', 'device_kind': 'cpu', 'num_devices': 8, 'num_processes': 1}
-  numerics = {'requested': config.numerics.to_dict(),
-              'effective': {**config.numerics.to_dict(), **numerics_effective}}
-  out = record.new_record(config, facts, numerics, {'name': 'digits', 'fingerprint': 'abc'}, {},
-                          {'jax': 'x'})
-  out.update(status='completed', step=10, total_steps=10, final={
-      'test_accuracy': accuracy, 'test_loss': 1.0, 'train_loss': 1.0, 'train_accuracy': 0.5})
-  return out
-
-
-def smoke(seed, **numerics):
-  config = digits.get_config('smoke')
-  config.seed = seed
-  for key, value in numerics.items():
-    config.numerics[key] = value
-  return config
 
 
 def other_value(value):

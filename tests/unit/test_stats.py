@@ -16,6 +16,7 @@ from analysis.inputs import results
 from analysis.numbers import answer, inference, stats
 from analysis.words import report
 from runrecord import record
+from tests.support.planted_runs import fake_results
 
 METRIC = 'final.test_accuracy'
 
@@ -33,22 +34,6 @@ def frame(arms, platforms=None, deterministic=None):
         row[record.DETERMINISM_COLUMN] = deterministic.get(dtype, False)
       rows.append(row)
   return pd.DataFrame(rows)
-
-
-def fake_results(seed, acc, platform='gpu', dtype='float32', status='completed', det=True, step=10):
-  req = {'matmul_precision': 'highest', 'compute_dtype': dtype, 'param_dtype': 'float32',
-         'emulate': 'none', 'batchnorm_group': 0, 'gpu_deterministic': det}
-  hist = [{'epoch': e, 'step': 5 * e, 'test_accuracy': acc * e / 2, 'test_loss': 1.0 / e,
-           'train_loss': 0.5 / e, 'lr': 0.01, 'wall_time': float(e)} for e in (1, 2)]
-  return {'status': status, 'reason': 'loss is NaN' if status == 'failed' else '', 'seed': seed,
-          'platform': platform, 'device_kind': 'NVIDIA H100', 'num_devices': 1, 'num_processes': 1,
-          'numerics': {'requested': req, 'effective': req},
-          'final': {'test_accuracy': acc, 'test_loss': 1.0, 'train_loss': 0.1}, 'history': hist,
-          'config': {'seed': seed, 'num_epochs': 2, 'numerics': req,
-                     'model': {'name': 'resnet18', 'width': 0.25, 'reinit': ['stem']},
-                     'data': {'name': 'digits', 'image_size': 8}},
-          'versions': {'jax': 'x'}, 'wall_time_s': 1.0, 'step': step, 'total_steps': 10,
-          'data': {'name': 'digits', 'train_size': 1437, 'test_size': 360}}
 
 
 PUB_SEEDS = [42, 42, 0, 1, 2, 3, 3, 4, 5, 6, 7, 8, 9, 10]  # per platform; 42 and 3 run twice

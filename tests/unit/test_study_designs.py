@@ -12,7 +12,7 @@ from scipy import stats as sps
 from analysis.numbers import agreement, agreement_section, answer, inference, per_class, variance
 from analysis.words import report
 from runrecord import record
-from test_agreement import LABELS, prediction
+from tests.support.planted_predictions import LABELS, prediction
 
 METRIC = 'final.test_accuracy'
 EFFECTIVE = {f'numerics.effective.{f}': v for f, v in (

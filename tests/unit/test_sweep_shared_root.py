@@ -7,7 +7,7 @@ import sys
 import threading
 
 from sweeps import runner, scripts
-from tests.e2e.test_sweep import fake_runs
+from tests.support.planted_runs import fake_runs
 from trainer import lock
 
 # A stand-in for train.py: a second, then the run is complete (a file the test reads as such).

@@ -1,6 +1,10 @@
 """Every test file sits directly in one tier folder (tests/unit, tests/integration, tests/e2e,
 tests/tpu, tests/gpu: tests/conftest.py TIERS), its tests carry the tier as a marker, and the
-markers are the ones pytest.ini registers."""
+markers are the ones pytest.ini registers; what tests share lives in tests/support (no test file
+imports another)."""
+
+import ast
+import pathlib
 
 from tests import conftest
 
@@ -40,3 +44,29 @@ def test_a_file_gets_its_folders_tier(request):
   assert request.node.get_closest_marker('unit') is not None
   assert [m.name for m in request.node.iter_markers() if m.name in conftest.TIERS] == ['unit']
 
+
+
+def imported_test_modules(path):
+  """The test modules (test_*.py) a file imports: what it shares belongs in tests/support."""
+  tree = ast.parse(pathlib.Path(path).read_text(encoding='utf-8'))
+  names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+  names += [f'{n.module}.{a.name}' if n.module else a.name for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) for a in n.names]
+  names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+  return sorted({m for m in names if any(part.startswith('test_') for part in m.split('.'))})
+
+
+def test_no_test_file_imports_another():
+  shared = {p.relative_to(conftest.TESTS).as_posix(): imported_test_modules(p)
+            for p in conftest.TESTS.rglob('*.py')}
+  assert {f: m for f, m in shared.items() if m} == {}, 'move what they share into tests/support'
+
+
+def test_the_import_check_sees_each_spelling(tmp_path):
+  path = tmp_path / 'test_x.py'
+  path.write_text('import test_a\nfrom test_b import f\nfrom tests.unit.test_c import g\n'
+                  'from tests.unit import test_d\nfrom tests.support.planted_runs import smoke\n'
+                  'def h():\n  from test_e import k\n')
+  assert imported_test_modules(path) == [
+      'test_a', 'test_b', 'test_b.f', 'test_e', 'test_e.k', 'tests.unit.test_c',
+      'tests.unit.test_c.g', 'tests.unit.test_d']
