@@ -4,8 +4,8 @@ block, and train.py, run as a user runs it (`python -m X --help`), a fresh proce
   python -m benchmarks.bench_help                # every command, best and median of 3
   python -m benchmarks.bench_help --repeats 5 --commands sweeps.sweep analysis.analyse
 
-Both must come before the heavy libraries load (tests/test_commands.py checks what loads, not how
-long it takes). Prints the environment line and a Markdown table: per command the best and the
+Both must come before the heavy libraries load (tests/e2e/test_commands.py checks what loads, not
+how long it takes). Prints the environment line and a Markdown table: per command the best and the
 median of `--repeats` --help calls, and one call with an unknown flag (its seconds and exit code).
 Reference: docs/performance.md "The benchmark scripts".
 """

@@ -75,7 +75,7 @@ PAIRED_SD_SOURCE = ('sqrt(2) x SEED_SD_PP: arms sharing a seed assumed uncorrela
                     'arms had sd 1.1-1.4 pp at arm sds of 0.4-1.3 pp')
 # statsmodels power (analysis/numbers/inference.py seeds_needed, paired, alpha 0.05, 80% power) at
 # PAIRED_SD_PP and MARGIN_PP: 15 seeds to detect a difference of the margin, 16 to show
-# equivalence within it; tests/test_sweep.py checks the number. It is the n of a two-arm paired
+# equivalence within it; tests/e2e/test_sweep.py checks the number. It is the n of a two-arm paired
 # comparison; the factorial's main effects and the gap residual pool 4 or more arms per level.
 SEEDS = 16
 

@@ -28,52 +28,35 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
-# Tiers by cost, one per test file (`pytest -m unit`, `-m "not e2e"`, ...; pytest.ini registers
-# them): unit = no model is built (statistics and analysis on planted tables, config and plan
-# checks, pure functions); integration = JAX in this process (model parts, one compiled step, a
-# benchmark's main at a toy size); e2e = whole runs: training, or subprocesses (train.py, the
-# CLIs, the benchmarks); tpu = TPU programs compiled on this CPU with libtpu (sweeps/preflight.py;
-# skipped where libtpu is not installed); gpu = tests/gpu (skipped without GPU_TESTS=1).
-# tests/test_tiers.py checks that every test file is in exactly one tier.
-TIERS = {
-    'unit': ('test_analysis_scale.py', 'test_answer.py', 'test_attribution.py', 'test_batching.py',
-             'test_contrasts.py', 'test_faults_metrics.py', 'test_figures.py', 'test_findings.py',
-             'test_gap.py', 'test_imports.py', 'test_record.py', 'test_stats.py',
-             'test_sweep_checks.py', 'test_sweep_shared_root.py', 'test_throughput.py',
-             'test_tiers.py', 'test_docs.py', 'test_agreement.py', 'test_calibration.py',
-             'test_variance.py', 'test_platform_pairs.py', 'test_study_designs.py',
-             'test_first_page.py', 'test_figures_context.py', 'test_declaration.py',
-             'test_columns.py', 'test_hlo_census.py', 'test_readme_claims.py',
-             'test_analysis_rooms.py', 'test_references.py'),
-    'integration': ('test_bench_determinism.py', 'test_bench_epoch.py', 'test_conv_impl.py',
-                    'test_data_parallel.py', 'test_emulate_fast.py', 'test_gpu_memory.py',
-                    'test_loss.py', 'test_lowering.py', 'test_memory_checks.py', 'test_model.py',
-                    'test_numerics.py', 'test_optim.py', 'test_pool.py', 'test_profiles.py',
-                    'test_cpu_platform.py', 'test_hostile_analysis.py', 'test_run_predictions.py',
-                    'test_run_identity.py', 'test_hostile_pass36.py', 'test_abstract_build.py',
-                    'test_split_seed_arms.py', 'test_catalogue.py', 'test_config_owner.py',
-                    'test_mesh_and_optimizer.py'),
-    'e2e': ('test_benchmarks.py', 'test_celeba.py', 'test_cli.py', 'test_divergence.py',
-            'test_faults_resume.py', 'test_faults_stop.py', 'test_faults_workdir.py',
-            'test_gpu_evidence.py', 'test_multihost.py', 'test_newcomer.py', 'test_pretrained.py',
-            'test_reliability.py', 'test_sweep.py', 'test_sweep_quoting.py', 'test_train.py',
-            'test_predictions.py', 'test_inputs.py', 'test_first_hour.py', 'test_three_platforms.py',
-            'test_report_output.py', 'test_train_inputs.py', 'test_tpu_chips.py', 'test_stop_bound.py',
-            'test_commands.py'),
-    'tpu': ('test_tpu_preflight.py',),
-    'gpu': ('gpu/test_gpu_tier.py',),
-}
+# Tiers by cost, one folder each: a test file sits directly in the folder of its tier, and its tests
+# get the tier as a marker (`pytest tests/unit` or `pytest -m unit`, `-m "not e2e"`, ...; pytest.ini
+# registers the markers). unit = no model is built (statistics and analysis on planted tables,
+# config and plan checks, pure functions); integration = JAX in this process (model parts, one
+# compiled step, a benchmark's main at a toy size); e2e = whole runs: training, or subprocesses
+# (train.py, the CLIs, the benchmarks); tpu = TPU programs compiled on this CPU with libtpu
+# (sweeps/preflight.py; skipped where libtpu is not installed); gpu = run on a GPU machine with
+# GPU_TESTS=1 (skipped elsewhere). tests/support holds the helpers the tests share (no tests);
+# tests/unit/test_tiers.py checks that every test file is in a tier folder.
+TIERS = ('unit', 'integration', 'e2e', 'tpu', 'gpu')
 TESTS = pathlib.Path(__file__).resolve().parent
+TEST_FILES = ('test_*.py', '*_test.py')  # pytest's default python_files (pytest.ini keeps it)
 
 
-def tier_of(path):
-  """The tier of a test file (a path), or None for a file no tier lists."""
-  name = pathlib.Path(path).resolve().relative_to(TESTS).as_posix()
-  return next((tier for tier, files in TIERS.items() if name in files), None)
+def tier_of(path, tests=TESTS):
+  """The tier of a test file (a path): the tier folder directly under `tests` that holds it, or
+  None for a file anywhere else (tests/ itself, a subfolder of a tier, tests/support)."""
+  parts = pathlib.Path(path).resolve().relative_to(pathlib.Path(tests).resolve()).parts
+  return parts[0] if len(parts) == 2 and parts[0] in TIERS else None
+
+
+def outside_the_tiers(tests=TESTS):
+  """The test files under `tests` that no tier holds (relative paths, sorted)."""
+  found = {p for pattern in TEST_FILES for p in pathlib.Path(tests).rglob(pattern)}
+  return sorted(p.relative_to(tests).as_posix() for p in found if tier_of(p, tests) is None)
 
 
 def pytest_collection_modifyitems(items):
-  """Each test gets its file's tier as a marker."""
+  """Each test gets its folder's tier as a marker."""
   for item in items:
     tier = tier_of(item.path)
     if tier:
@@ -92,6 +75,14 @@ def subprocess_env():
   env['PYTHONPATH'] = ROOT
   env['JAX_COMPILATION_CACHE_DIR'] = CACHE_DIR
   return env
+
+
+@pytest.fixture
+def keep_matmul_precision():
+  """The benchmarks set jax_default_matmul_precision (as train.py does); restore it after."""
+  before = jax.config.jax_default_matmul_precision
+  yield
+  jax.config.update('jax_default_matmul_precision', before)
 
 
 @pytest.fixture

@@ -85,9 +85,9 @@ def softmax_cross_entropy(logits, labels):
   label's logit (`label_logits`), as optax computes it, with no gather in the forward pass and
   no scatter in the backward pass (XLA's deterministic GPU mode sorts a scatter's indices).
 
-  Values and gradients are optax's bit for bit (tests/test_loss.py). The gradient is the same two
-  terms as optax's, logsumexp's (softmax * g, by JAX's own rule) and -g at the label, summed
-  after the first is rounded to f32, as optax's separate scatter kernel makes it: see
+  Values and gradients are optax's bit for bit (tests/integration/test_loss.py). The gradient is the
+  same two terms as optax's, logsumexp's (softmax * g, by JAX's own rule) and -g at the label,
+  summed after the first is rounded to f32, as optax's separate scatter kernel makes it: see
   `_cross_entropy_bwd`."""
   return _cross_entropy(logits, labels)
 

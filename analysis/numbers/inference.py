@@ -5,9 +5,9 @@ Intervals of an arm's mean: the Student t-interval below BCA_MIN_N values, the B
 there on, and the t-interval again from BCA_MAX_N. The BCa interval under-covers at small n
 (simulated, normal data, nominal 95%, 1000 to 3000 data sets per n: 90% at n = 12, 92% at n = 20,
 93–94% at n = 30, 94–95% at n = 50); the t-interval is exact for normal data at every n
-(tests/test_stats.py checks both). At large n the two agree (at n = 5,000 their endpoints differed
-by about 1% of the interval's width, normal and lognormal data) while the bootstrap's cost grows
-as n^2 (its jackknife): 1.1 s at 5,000 values, 2.5 s at 10,000, 6 s at 25,000 on a 2-core CPU.
+(tests/unit/test_stats.py checks both). At large n the two agree (at n = 5,000 their endpoints
+differed by about 1% of the interval's width, normal and lognormal data) while the bootstrap's cost
+grows as n^2 (its jackknife): 1.1 s at 5,000 values, 2.5 s at 10,000, 6 s at 25,000 on a 2-core CPU.
 Differences: Welch (unpaired) or paired t; equivalence by TOST (two one-sided t-tests).
 Paired designs: Wilcoxon's signed-rank test (signed_rank: scipy.stats.wilcoxon, zeros dropped
 (Wilcox), exact over every sign flip of the ranks (ties kept as midranks) up to
@@ -192,7 +192,7 @@ def signed_rank(d):
   positive differences' midranks over all 2^n equally likely sign flips (the exact null with
   ties; scipy's method='exact' ignores ties), counted by dynamic programming over half-ranks, and
   p = min(1, 2 min(P(W+ <= w), P(W+ >= w))) as scipy.stats.wilcoxon with a PermutationMethod
-  gives (tests/test_gap.py checks); else scipy's normal approximation with tie correction."""
+  gives (tests/unit/test_gap.py checks); else scipy's normal approximation with tie correction."""
   d = np.asarray(d, float)
   nonzero = d[d != 0]
   if len(nonzero) == 0:

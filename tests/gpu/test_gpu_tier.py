@@ -23,7 +23,7 @@ from flax import nnx
 from benchmarks import bench_determinism, bench_step
 from configs import loader, validation
 from experiments import numerics_probe
-from tests import test_loss, test_lowering, test_pool
+from tests.support import losses, lowering, pools
 from tests.conftest import GPU_TIER
 
 if GPU_TIER:  # before the backend starts: collection imports this module before any test runs
@@ -46,7 +46,7 @@ def test_the_deterministic_option_reaches_the_gpu_compiler():
   deterministic ops, and XLA_FLAGS turned them on: so the steps below compile deterministically
   and the speed comparison compares two different programs."""
   x = jnp.zeros((8, 56, 56, 64), jnp.bfloat16)
-  grad = jax.grad(lambda v: jnp.sum(test_pool.flax_pool(v).astype(jnp.float32)))
+  grad = jax.grad(lambda v: jnp.sum(pools.flax_pool(v).astype(jnp.float32)))
   lowered = jax.jit(grad).lower(x)
   ops = lambda *options: bench_determinism.scatter_and_sort_ops(lowered.compile(*options))
   deterministic, other = ops({OPTION: True}), ops({OPTION: False})
@@ -58,9 +58,9 @@ def test_the_deterministic_option_reaches_the_gpu_compiler():
     ('configs/celeba.py:gpu', [('numerics.compute_dtype', 'bfloat16'),
                                ('numerics.profile', 'jax_gpu_default')])])
 def test_compiled_gpu_steps_have_no_scatter_or_sort(spec, overrides):
-  train, evaluate = test_lowering.lowered_steps(spec, overrides)
-  assert test_lowering.FORBIDDEN_HLO.findall(train.compile().as_text()) == []
-  assert test_lowering.FORBIDDEN_HLO.findall(evaluate.compile().as_text()) == []
+  train, evaluate = lowering.lowered_steps(spec, overrides)
+  assert lowering.FORBIDDEN_HLO.findall(train.compile().as_text()) == []
+  assert lowering.FORBIDDEN_HLO.findall(evaluate.compile().as_text()) == []
 
 
 def test_gpu_deterministic_steps_repeat_bit_for_bit():
@@ -123,16 +123,16 @@ def test_pool_matches_flax_on_the_gpu(dtype):
   order the GPU adds them in."""
   rng = np.random.default_rng(0)
   for hw in [(112, 112), (9, 6)]:
-    for kind in test_pool.KINDS:
-      x = jnp.asarray(test_pool.inputs(kind, (4,) + hw + (8,), dtype, rng), dtype)
-      cotangent = jnp.asarray(rng.integers(-3, 4, test_pool.output_shape(x)), dtype)
-      test_pool.assert_same_as_flax(x, cotangent)
+    for kind in pools.KINDS:
+      x = jnp.asarray(pools.inputs(kind, (4,) + hw + (8,), dtype, rng), dtype)
+      cotangent = jnp.asarray(rng.integers(-3, 4, pools.output_shape(x)), dtype)
+      pools.assert_same_as_flax(x, cotangent)
 
 
 def test_loss_matches_optax_on_the_gpu():
   for num_classes, scale in [(10, 1.0), (1000, 30.0), (7, 1e4)]:
-    test_loss.test_cross_entropy_equals_optax(num_classes, scale)
-  test_loss.test_signed_zero_and_extreme_label_logits()
+    losses.assert_cross_entropy_equals_optax(num_classes, scale)
+  losses.assert_signed_zero_and_extreme_label_logits_as_optax()
 
 
 def test_the_tier_runs_flax_modules_on_the_gpu():

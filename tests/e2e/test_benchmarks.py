@@ -1,0 +1,203 @@
+"""The benchmarks run end to end at minimal sizes and print their last line (nothing is timed)."""
+
+import glob
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import bench_emulate, bench_feed, bench_step, bench_vs_torch, profile_step
+from numerics import emulate
+from tests.conftest import ROOT
+
+TINY = ['--image-size', '16', '--batch', '8', '--steps', '2', '--width', '0.125']
+
+
+def test_every_benchmark_flag_is_spelt_with_hyphens():
+  """One spelling in every benchmark (argparse's and the sweeps' and analysis tools'): --image-size,
+  never --image_size; a flag that names a config field keeps its hyphenated shorthand."""
+  flags = {}
+  for path in glob.glob(os.path.join(ROOT, 'benchmarks', '*.py')):
+    with open(path, encoding='utf-8') as f:
+      for flag in re.findall(r"add_argument\(\s*'(--[^']+)'", f.read()):
+        flags.setdefault(flag, os.path.basename(path))
+  assert '--image-size' in flags and '--batch' in flags
+  assert not {flag: where for flag, where in flags.items() if '_' in flag}
+
+
+def test_bench_step_runs(capsys, keep_matmul_precision):
+  bench_step.main(TINY + ['--windows', '2', '--warmup', '1', '--devices', '1'])
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert lines[-1].startswith('images_per_sec=') and float(lines[-1].split('=')[1]) > 0
+  text = '\n'.join(lines)
+  assert '| ms/step (median; min-max) |' in text and 'conv_impl auto -> im2col' in text
+  assert '1000 classes' in text and '16x16x3 uint8, global batch 8' in text
+
+
+def test_bench_step_loads_the_config_and_emulates(capsys, keep_matmul_precision):
+  """--config and --config.* reach the step through configs/loader.py, the emulated format too."""
+  bench_step.main(['--config', 'configs/digits.py:smoke', '--config.model.width=0.25',
+                   '--format', 'bf16', '--emulate-impl', 'fast', '--steps', '1', '--windows', '1',
+                   '--warmup', '0', '--devices', '1', '--num-classes', '10'])
+  text = capsys.readouterr().out
+  assert 'ResNet-18 width 0.25, small stem, 10 classes' in text  # smoke: 8^2, width 0.125
+  assert '8x8x3 uint8, global batch 64' in text
+  assert 'conv bf16 (emulate_impl fast -> fast), dense bf16 (emulate_impl fast -> fast)' in text
+
+
+def test_bench_step_refuses_bad_input_in_one_line(capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    bench_step.main(['--format', 'fp8'])
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith('error: config.numerics.conv_format must be one of')
+  with pytest.raises(SystemExit):
+    bench_step.main(['--config.optim.learning_rat=1'])
+  assert 'did you mean optim.learning_rate' in capsys.readouterr().err
+
+
+def test_bench_emulate_compares_native_reference_and_fast(capsys, keep_matmul_precision):
+  bench_emulate.main(TINY + ['--windows', '1', '--warmup', '0', '--devices', '1', '--steps', '1',
+                             '--formats', 'bf16', '--stem', 'small', '--image-size', '8'])
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert lines[-1].startswith('fast_vs_reference=') and float(lines[-1].split('=')[1]) > 0
+  (row,) = [l for l in lines if l.startswith('| bf16 |')]
+  cells = [c.strip() for c in row.split('|')[1:-1]]
+  assert cells[1] == 'compute_dtype=bfloat16'  # CPU: no precision level computes bf16 products
+  assert all(float(c) > 0 for c in cells[2:8]) and cells[8] == emulate.AUTO_ON_CPU['bf16']
+
+
+def test_bench_emulate_native_variant_of_each_format():
+  native = lambda fmt, platform: bench_emulate.variants([fmt], platform)[fmt]['native']
+  assert native('bf16', 'tpu') == (('numerics.conv_format', 'native'),
+                                   ('numerics.dense_format', 'native'),
+                                   ('numerics.matmul_precision', 'default'))
+  assert native('bf16_3x', 'tpu')[2] == ('numerics.matmul_precision', 'high')
+  assert native('f32', 'tpu')[2] == ('numerics.matmul_precision', 'highest')  # 6 passes, both
+  assert native('tf32', 'gpu')[2] == ('numerics.matmul_precision', 'default')
+  assert native('f32', 'gpu')[2] == ('numerics.matmul_precision', 'highest')
+  assert native('bf16', 'gpu')[2] == ('numerics.compute_dtype', 'bfloat16')
+  assert native('tf32', 'cpu') is None and native('bf16_3x', 'gpu') is None
+  plan = bench_emulate.variants(['f32', 'tf32'], 'gpu')
+  assert plan['f32']['fast'] is None and plan['tf32']['fast'] == (
+      ('numerics.conv_format', 'tf32'), ('numerics.dense_format', 'tf32'),
+      ('numerics.emulate_impl', 'fast'))
+
+
+def test_bench_vs_torch_runs(capsys, keep_matmul_precision):
+  bench_vs_torch.main(TINY + ['--rounds', '2', '--warmup', '0', '--no-compile'])
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert lines[-1].startswith('speedup_vs_torch=') and float(lines[-1].split('=')[1]) > 0
+  assert any(line.startswith('| torch eager |') for line in lines)
+
+
+def test_analytic_flops_match_reference():
+  # torchvision's model card of ResNet18_Weights.IMAGENET1K_V1 lists 1.81 "GFLOPS" at 224^2,
+  # which are multiply-adds (fvcore's count); the convolutions scale with the pixel count: 0.59 G
+  # at 128^2.
+  assert abs(bench_step.analytic_macs(224) / 1e9 - 1.814) < 0.001
+  assert abs(bench_step.analytic_macs(128) / 1e9 - 0.593) < 0.001
+  assert bench_step.peak_tflops('NVIDIA H100 80GB HBM3', 'bf16') == 989.0
+  assert bench_step.peak_tflops('cpu', 'f32') is None
+
+
+def test_bench_feed_runs_every_feed(capsys, keep_matmul_precision):
+  bench_feed.main(TINY + ['--windows', '2', '--warmup', '1', '--examples', '24'])
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert lines[-1].startswith('real_vs_synthetic=') and float(lines[-1].split('=')[1]) > 0
+  assert [l.split(' |')[0] for l in lines if l.startswith(('| synthetic', '| host', '| device'))] \
+      == ['| synthetic', '| host', '| device']
+
+
+def test_profile_step_summarises_the_trace(capsys, keep_matmul_precision, tmp_path):
+  profile_step.main(TINY + ['--warmup', '1', '--devices', '1', '--trace-dir', str(tmp_path)])
+  lines = capsys.readouterr().out.strip().splitlines()
+  fraction = float(lines[-1].split('=')[1])
+  assert lines[-1].startswith('device_busy_fraction=') and 0 < fraction <= 1
+  text = '\n'.join(lines)
+  assert '| convolution |' in text or '| matmul |' in text  # the step's products were seen
+  assert profile_step.find_trace(str(tmp_path)).endswith('perfetto_trace.json.gz')
+
+
+def test_profile_summary_arithmetic():
+  events = [{'ph': 'X', 'pid': 1, 'ts': 0, 'dur': 10, 'name': 'cudnn_conv_fprop'},
+            {'ph': 'X', 'pid': 1, 'ts': 5, 'dur': 10, 'name': 'loop_add_fusion'},
+            {'ph': 'X', 'pid': 1, 'ts': 30, 'dur': 10, 'name': 'input_reduce_fusion'},
+            {'ph': 'X', 'pid': 2, 'ts': 0, 'dur': 99, 'name': 'python'},
+            {'ph': 'M', 'pid': 1, 'name': 'process_name', 'args': {'name': '/device:GPU:0'}},
+            {'ph': 'M', 'pid': 2, 'name': 'process_name', 'args': {'name': '/host:CPU'}}]
+  device, source = profile_step.device_events(events)
+  assert source == 'device' and len(device) == 3
+  s = profile_step.summarize(device, steps=2)
+  assert s['busy'] == 12.5 and s['span'] == 20 and s['kernel_sum'] == 15  # union of [0,15], [30,40]
+  assert s['by_category'] == {'convolution': 5, 'elementwise fusion': 5, 'reduction fusion': 5}
+
+
+HLO = """HloModule m
+%fused_computation.1 (p: f32[4]) -> f32[] {
+  %p = f32[4]{0} parameter(0)
+  %c = f32[] constant(0)
+  ROOT %r = f32[] reduce(%p, %c), dimensions={0}, to_apply=%add
+}
+%fused_computation.2 (p.1: f32[4,4]) -> f32[4,4] {
+  %p.1 = f32[4,4]{1,0} parameter(0)
+  ROOT %t = f32[4,4]{0,1} transpose(%p.1), dimensions={1,0}
+}
+ENTRY %main (a: f32[4,4]) -> f32[4,4] {
+  %a = f32[4,4]{1,0} parameter(0)
+  %ynn_fusion.1 = f32[] fusion(%a), kind=kCustom, calls=%fused_computation.1
+  %loop_fusion = f32[4,4]{1,0} fusion(%a), kind=kLoop, calls=%fused_computation.2
+  %conv.3 = (f32[4,4]{1,0}, u8[0]{0}) custom-call(%a, %a), custom_call_target="__cudnn$convForward"
+  %dot.1 = f32[4,4]{1,0} dot(%a, %a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %e = f32[4,4]{1,0} exponential(%a)
+}"""
+
+
+def test_kernels_are_classified_by_the_hlo_they_run():
+  cats = profile_step.hlo_categories(HLO)
+  assert cats['ynn_fusion.1'] == 'reduction fusion'  # the name says nothing; the body reduces
+  assert cats['loop_fusion'] == 'copy/transpose'
+  assert cats['conv.3'] == 'convolution' and cats['dot.1'] == 'matmul'
+  assert cats['e'] == 'elementwise fusion'
+  kernel = {'ph': 'X', 'pid': 1, 'ts': 0, 'dur': 4, 'name': 'sm90_kernel_x',
+            'args': {'hlo_op': 'conv.3'}}
+  assert profile_step.event_category(kernel, cats) == 'convolution'
+  assert profile_step.event_category({'name': 'sm90_xmma_gemm_bf16', 'args': {}}, {}) == 'matmul'
+
+
+def test_step_benchmarks_import_no_tensorflow(subprocess_env):
+  """The GPU image has no TensorFlow or tensorboardX: the step benchmarks must run without them
+  (ml_collections, which the config loader needs, is carried there as a wheel: BENCHMARKS.md)."""
+  code = ('import sys; import benchmarks.bench_step, benchmarks.bench_feed, benchmarks.bench_conv, '
+          'benchmarks.profile_step, benchmarks.bench_vs_torch, benchmarks.bench_emulate; '
+          "print(sorted(m for m in ('tensorflow', 'tensorboardX') if m in sys.modules))")
+  out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=subprocess_env,
+                       capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert out.stdout.strip().splitlines()[-1] == '[]'
+
+
+def test_bench_analysis_times_after_every_import_of_the_tools(subprocess_env):
+  """What bench_analysis times starts after the imports (its module doc): the analysis modules the
+  tools use are loaded before run_tool is called (answer and report were imported inside it)."""
+  code = ('import sys; from benchmarks import bench_analysis; '
+          "bench_analysis.run_tool = lambda tool, path: ' '.join(m for m in ('analysis.numbers.answer', "
+          "'analysis.words.report', 'analysis.numbers.stats', 'analysis.numbers.attribution', 'analysis.numbers.contrasts', "
+          "'analysis.inputs.declaration', 'analysis.words.summary') if m not in sys.modules) or 'none'; "
+          "bench_analysis.measure('stats', 'unread.csv')")
+  out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=subprocess_env,
+                       capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert '"method": "none"' in out.stdout.strip().splitlines()[-1], out.stdout
+
+
+def test_bench_resume_metrics_reads_the_file_it_resumes_and_keeps_it(tmp_path, capsys):
+  from benchmarks import bench_resume_metrics  # pylint: disable=import-outside-toplevel
+  bench_resume_metrics.main(['--workdir', str(tmp_path), '--size-mb', '0.2'])
+  row = capsys.readouterr().out.strip().splitlines()[-1].split('|')
+  size_before = os.path.getsize(tmp_path / 'metrics.jsonl')
+  assert int(row[2].replace(',', '')) > 1000 and float(row[4]) > 0
+  bench_resume_metrics.main(['--workdir', str(tmp_path), '--size-mb', '0.2'])  # reuses the file
+  assert os.path.getsize(tmp_path / 'metrics.jsonl') == size_before  # every record kept

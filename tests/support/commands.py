@@ -1,0 +1,47 @@
+"""Running the project's commands from a test: a CLI's one-line refusal, a module or train.py in
+a subprocess, a sweep config file, a free port for jax.distributed."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def cli_error(capsys, main, argv):
+  """(exit code, stderr lines) of a CLI main that must stop with `error:` lines, no traceback."""
+  with pytest.raises(SystemExit) as e:
+    main(argv)
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert e.value.code == 2 and lines and all(line.startswith('error: ') for line in lines), lines
+  return lines
+
+
+def run_module(args, env=None, timeout=300):
+  env = {**(env or os.environ), 'PYTHONPATH': ROOT}
+  return subprocess.run([sys.executable, '-m', *args], cwd=ROOT, env=env, capture_output=True,
+                        text=True, timeout=timeout)
+
+
+def assert_one_line_refusal(proc, message, workdir):
+  lines = proc.stderr.strip().splitlines()
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert lines[-1].startswith('error: ') and message in lines[-1], proc.stderr[-2000:]
+  assert 'Traceback' not in proc.stderr and not os.path.exists(workdir)
+
+
+def write_config(tmp_path, sweep_body, name='cfg.py'):
+  """A config file wrapping digits with its own get_sweep (body: the returned expression)."""
+  path = tmp_path / name
+  path.write_text('from configs import digits\nget_config = digits.get_config\n\n'
+                  f'def get_sweep(arg=None):\n  return {sweep_body}\n')
+  return str(path)
+
+
+def free_port():
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    return s.getsockname()[1]

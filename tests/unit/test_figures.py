@@ -1,0 +1,332 @@
+"""analysis.figures.study_figures and analysis.figures.forest on fake Orbax runs: every figure is
+written as a readable PDF and 300-dpi PNG at its printed size (one column 3.3 in, two columns 6.9
+in), shows the seeds, names arms by their short labels, has legends only for what it draws (inside
+the figure), and plots training from per-step records."""
+
+import dataclasses
+import types
+
+import numpy as np
+import pandas as pd
+from matplotlib.collections import PathCollection
+from matplotlib.colors import to_hex
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, PathPatch
+from PIL import Image
+import pytest
+
+from analysis import draw
+from analysis.figures import forest, study_figures, style
+from analysis.inputs import results
+from analysis.numbers import answer
+from tests.support.planted_tables import DIGITS, digits_frame
+from tests.support.planted_study import analysed, make_study, STEPS
+
+
+def check_files(paths):
+  for path in paths:
+    if path.endswith('.png'):
+      with Image.open(path) as img:
+        img.load()
+        assert img.size[0] > 600 and img.size[1] > 300
+        assert round(img.info['dpi'][0]) == 300
+    else:
+      with open(path, 'rb') as f:
+        assert f.read(5) == b'%PDF-'
+
+
+def drawn(artist):
+  """Whether an artist with a legend label has something on the canvas."""
+  if hasattr(artist, 'get_offsets'):
+    return len(artist.get_offsets()) > 0
+  if hasattr(artist, 'get_xdata'):
+    return len(artist.get_xdata()) > 0
+  if hasattr(artist, 'lines'):  # an errorbar container
+    return len(artist.lines[0].get_xdata()) > 0
+  return artist.get_visible()
+
+
+def legend_problems(fig):
+  """Legend labels with no drawn artist of that label in the figure's axes; a colour key (a
+  patch, e.g. 'on gpu') needs a drawn line of its colour."""
+  artists, colours = {}, set()
+  for ax in fig.axes:
+    for a in [*ax.lines, *ax.collections, *ax.patches, *ax.containers]:
+      if drawn(a):
+        artists.setdefault(a.get_label(), a)
+    colours |= {to_hex(line.get_color()) for line in ax.lines if drawn(line)}
+  legends = [ax.get_legend() for ax in fig.axes if ax.get_legend()] + fig.legends
+  keys = [(t.get_text(), h) for leg in legends for t, h in zip(leg.get_texts(), leg.legend_handles)]
+  assert keys, 'no legend at all'
+  colour_key = lambda h: (isinstance(h, Patch) and to_hex(h.get_facecolor()) in colours) or (
+      isinstance(h, Line2D) and to_hex(h.get_color()) in colours)
+  return [label for label, h in keys if label not in artists and not colour_key(h)]
+
+
+def test_all_figures_written_and_readable(tmp_path, capsys):
+  make_study(tmp_path / 'runs')
+  draw.main([f'--runs={tmp_path}/runs', f'--out={tmp_path}/figs', '--margin=0.5'])
+  written = capsys.readouterr().out.split()
+  names = {'accuracy_by_arm', 'contrasts', 'training_curves'}  # no declaration: no attribution
+  assert sorted(written) == sorted(f'{tmp_path}/figs/{n}.{e}' for n in names for e in ('pdf', 'png'))
+  check_files(written)
+
+
+def test_load_steps_reads_train_records_only(tmp_path):
+  make_study(tmp_path / 'runs', arms=(('tpu', 'float32', 0.9),), seeds=range(2))
+  steps = results.load_steps(str(tmp_path / 'runs'))
+  assert list(steps.columns) == ['run', 'step', 'epoch', 'train_loss', 'train_accuracy']
+  assert len(steps) == 2 * len(STEPS) and list(steps['step'][:5]) == list(STEPS)
+  assert steps['train_loss'].iloc[1] == pytest.approx(2.0 / 4)
+
+
+def test_points_for_every_seed_and_no_boxes_below_ten(tmp_path):
+  make_study(tmp_path / 'runs', arms=(('tpu', 'float32', 0.9), ('gpu', 'float32', 0.899)))
+  out, _, _ = analysed(tmp_path / 'runs')
+  style.apply()
+  fig = study_figures.draw_accuracy_by_arm(out)
+  ax = fig.axes[0]
+  assert not [p for p in ax.patches if isinstance(p, PathPatch)]  # n = 5: no box
+  points = [c for c in ax.collections if isinstance(c, PathCollection)]
+  assert sorted(len(c.get_offsets()) for c in points) == [5, 5]
+  low, high = ax.get_ylim()
+  assert high - low < 5 and low > 80  # the y scale shows the arms' spread, not 0–100%
+  assert not legend_problems(fig)
+  labels = [t.get_text() for t in ax.get_legend().get_texts()]
+  assert labels == ['gpu: one seed', 'tpu: one seed', 'mean ± 95% CI (t-interval)']  # colour = platform
+  many = pd.concat([out.units.assign(seed=out.units['seed'] + 100 * k) for k in range(2)])
+  fig = study_figures.draw_accuracy_by_arm(dataclasses.replace(out, units=many))  # 10 seeds per arm: boxes appear
+  assert len([p for p in fig.axes[0].patches if isinstance(p, PathPatch)]) == 2
+  assert not legend_problems(fig)
+
+
+def test_contrast_legend_lists_only_drawn_kinds(tmp_path):
+  make_study(tmp_path / 'a', arms=(('tpu', 'float32', 0.9),), seeds=range(3))
+  make_study(tmp_path / 'a', arms=(('gpu', 'float32', 0.9),), seeds=range(10, 13))
+  out, hist, steps = analysed(tmp_path / 'a')
+  style.apply()
+  fig = forest.draw_contrasts(study_figures.contrast_table(out), {}, 0.5, 'pp')  # one Welch Δ, no noise arm
+  labels = [t.get_text() for t in fig.legends[0].get_texts()]
+  assert labels == ['margin ±0.5 pp', '95% CI', '90% CI', 'Δ'] and not legend_problems(fig)
+  assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ['gpu − tpu']
+
+
+def pdf_size_in(path):
+  """(width, height) in inches of a one-page PDF's MediaBox."""
+  with open(path, 'rb') as f:
+    text = f.read().decode('latin-1')
+  x0, y0, x1, y1 = map(float, text.split('/MediaBox')[1].split('[')[1].split(']')[0].split())
+  return (x1 - x0) / 72, (y1 - y0) / 72
+
+
+def test_every_figure_is_drawn_at_its_printed_size_with_short_labels_inside_the_figure(tmp_path):
+  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
+  paths = draw.figures(out, pd.DataFrame(columns=['run', 'epoch']), str(tmp_path),
+                       steps=pd.DataFrame(columns=list(results.STEP_COLUMNS)))
+  widths = {'accuracy_by_arm': style.TWO_COLUMN_IN, 'contrasts': style.ONE_COLUMN_IN,
+            'gap_decomposition': style.ONE_COLUMN_IN}
+  # attribution_forest (the attribution command's) is not written: it repeats contrasts and the gap
+  assert sorted({p.rsplit('/', 1)[1].split('.')[0] for p in paths}) == sorted(widths)
+  for name, width in widths.items():
+    assert pdf_size_in(f'{tmp_path}/{name}.pdf')[0] == pytest.approx(width, abs=0.01), name
+    with Image.open(f'{tmp_path}/{name}.png') as img:
+      assert img.size[0] == round(300 * width), name
+  style.apply()
+  fig = study_figures.draw_accuracy_by_arm(out)
+  ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+  assert ticks[:2] == ['native', 'f32'] and 'BN/16' in ticks and 'bf16\nactivations' in ticks
+  assert not any('=' in t for t in ticks) and not legend_problems(fig)
+  assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [
+      'cpu: one seed', 'gpu: one seed', 'mean ± 95% CI (t-interval)']
+  fig.canvas.draw()
+  inside = fig.bbox.padded(1)
+  for artist in [fig.axes[0].get_legend(), *fig.axes[0].get_xticklabels()]:
+    box = artist.get_window_extent()
+    assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and box.y1 <= inside.y1, artist
+
+
+def digits_attribution():
+  """The attribution of the digits fraction on cpu and gpu, 4 seeds (planted noise per run)."""
+  return answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS).attribution
+
+
+def markers_at(ax):
+  """{row y: x of the estimate marker} of a forest axis (the 'D' markers)."""
+  return {line.get_ydata()[0]: line.get_xdata()[0] for line in ax.lines
+          if line.get_marker() == 'D' and len(line.get_xdata()) == 1}
+
+
+def test_gap_figure_draws_the_gap_as_the_sum_of_its_parts_with_margin_and_noise_floors():
+  att = digits_attribution()
+  fig = forest.draw_gap(att)
+  ax = fig.axes[0]
+  d = att.decomposition[0]
+  labels = [t.get_text() for t in ax.get_yticklabels()]
+  assert labels == [
+      f'native gap G (gpu − cpu):\n{d["verdict"]} at ±2 pp', 'fidelity on gpu: fid_A',
+      'fidelity on cpu, negated: −fid_B', 'numerics part N', 'platform part P',
+      'residual R = G − N']
+  assert not any(label.startswith(('=', '−', '+')) for label in labels)
+  assert 'G = fid_A − fid_B + N + P' in ax.get_xlabel()
+  at = markers_at(ax)  # y 5 (top) .. 0: G, fid_A, −fid_B, N, P, R
+  assert at[4] == pytest.approx(d['fid_A']) and at[3] == pytest.approx(-d['fid_B'])
+  assert d['fid_B'] != pytest.approx(0)  # the sign is seen
+  assert at[5] == pytest.approx(at[4] + at[3] + at[2] + at[1])  # G = fid_A − fid_B + N + P
+  assert at[0] == pytest.approx(d['R'])
+  dashed = sorted(line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == '--')
+  assert dashed == [-2, 2]
+  labels = [t.get_text() for t in fig.legends[0].get_texts()]
+  for p in ('cpu', 'gpu'):
+    assert f'noise floor {p} ±{att.noise[p]["half"]:.2f} pp' in labels
+  assert not legend_problems(fig)
+  partly = {**d, 'verdict': 'partly explained', 'open': 'the residual is not within ±2'}
+  assert forest.verdict_line(partly, 'pp') == 'partly explained at ±2 pp'
+
+
+def test_forest_draws_the_decomposition_and_no_unqualified_platform_term():
+  att = digits_attribution()
+  assert 'platform=gpu' in set(att.terms['term'])  # the model has the pooled term
+  fig = forest.draw_forest(att)
+  gap_ax, effects_ax = fig.axes
+  rows = [t.get_text() for t in gap_ax.get_yticklabels()]
+  assert rows == [label.format(a='gpu', b='cpu') for _, label in forest.COMPONENT_ROWS]
+  table = att.gap.set_index('key')
+  at = markers_at(gap_ax)
+  for y, (key, _) in zip(range(len(rows) - 1, -1, -1), forest.COMPONENT_ROWS):
+    assert at[y] == pytest.approx(table.loc[key, 'estimate']), key
+  effects = [t.get_text() for t in effects_ax.get_yticklabels()]
+  assert effects and not any('platform' in label or 'gpu' == label for label in effects)
+  assert 'main effects' in effects_ax.get_title(loc='left')
+  labels = [t.get_text() for t in fig.legends[0].get_texts()]
+  assert [x for x in labels if x.startswith('noise floor')] == [
+      f'noise floor {p} ±{att.noise[p]["half"]:.2f} pp' for p in ('gpu', 'cpu')]
+  undecomposed = forest.draw_forest(dataclasses.replace(att, decomposition=[], gap=None))
+  effects = [t.get_text() for t in undecomposed.axes[0].get_yticklabels()]
+  assert 'platform gpu, mean over all arms' in effects and 'platform gpu' not in effects
+
+
+def band_colors(ax):
+  """{edge colour of each noise band (axvspan)}."""
+  return {to_hex(p.get_edgecolor()) for p in ax.patches if p.get_label().startswith('noise floor')}
+
+
+def test_a_platform_has_one_colour_in_every_figure():
+  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
+  cpu, gpu = (to_hex(style.PLATFORM_COLORS[p]) for p in ('cpu', 'gpu'))
+  assert style.platform_colors(['gpu']) == {'gpu': style.PLATFORM_COLORS['gpu']}  # whatever else a figure shows
+  assert style.platform_colors(['tpu', 'gpu', 'cpu'])['gpu'] == style.PLATFORM_COLORS['gpu']
+  style.apply()
+  ax = study_figures.draw_accuracy_by_arm(out).axes[0]
+  info = out.arm_info
+  points = [c for c in ax.collections if isinstance(c, PathCollection)]
+  assert len(points) == len(info)
+  assert {to_hex(c.get_edgecolor()[0]) for c in points} == {cpu, gpu}
+  ax = forest.draw_contrasts(study_figures.contrast_table(out), forest.floors_of(out.noise),
+                             out.margin, out.unit).axes[0]
+  assert {to_hex(line.get_color()) for line in ax.lines if line.get_marker() != 'None'} >= {cpu, gpu}
+  assert band_colors(ax) == {cpu, gpu}
+  att = out.attribution
+  gap_ax = forest.draw_gap(att).axes[0]
+  colours = {t.get_text(): None for t in gap_ax.get_yticklabels()}
+  at = {line.get_ydata()[0]: to_hex(line.get_color()) for line in gap_ax.lines
+        if line.get_marker() == 'D'}
+  assert (at[4], at[3], at[5]) == (gpu, cpu, to_hex(style.ACROSS_PLATFORMS)), colours
+  assert band_colors(gap_ax) == band_colors(forest.draw_forest(att).axes[0]) == {cpu, gpu}
+
+
+def test_contrasts_draw_one_noise_band_and_legend_key_per_platform():
+  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
+  style.apply()
+  fig = forest.draw_contrasts(study_figures.contrast_table(out), {'cpu': 0.4, 'gpu': 0.5}, 2.0, 'pp')
+  legend = fig.legends[0]
+  keys = {t.get_text(): h for t, h in zip(legend.get_texts(), legend.legend_handles)}
+  assert [k for k in keys if k.startswith('noise')] == ['noise floor gpu ±0.50 pp',
+                                                          'noise floor cpu ±0.40 pp']
+  for p in ('cpu', 'gpu'):
+    assert to_hex(keys[f'noise floor {p} ±{0.4 if p == "cpu" else 0.5:.2f} pp'].get_edgecolor()) == (
+        to_hex(style.PLATFORM_COLORS[p]))
+  assert sorted(round(p.get_x() + p.get_width(), 6) for p in fig.axes[0].patches
+                if p.get_label().startswith('noise')) == [0.4, 0.5]
+  assert not legend_problems(fig)
+
+
+def curves_study():
+  """An in-memory study of two platforms with arms native and f32; on cpu f32 is the same
+  arithmetic as native (identical curves), on gpu it differs."""
+  arms = [('cpu', 'native', 0.0), ('cpu', 'f32', 0.0), ('gpu', 'native', 0.1), ('gpu', 'f32', 0.2)]
+  info = pd.DataFrame([{'arm': f'{p}, {a}', 'platform': p, 'label': a} for p, a, _ in arms])
+  runs = pd.DataFrame([{'run': f'{p}/{a}/{s}', 'arm': f'{p}, {a}'} for p, a, _ in arms
+                       for s in range(2)])
+  steps = pd.DataFrame([{'run': f'{p}/{a}/{s}', 'step': t, 'epoch': t // 10 + 1,
+                         'train_loss': 1.0 / t + d + 0.01 * s, 'train_accuracy': 0.5}
+                        for p, a, d in arms for s in range(2) for t in range(1, 40)])
+  hist = pd.DataFrame([{'run': f'{p}/{a}/{s}', 'epoch': e, 'test_accuracy': 0.9 - d / e}
+                       for p, a, d in arms for s in range(2) for e in range(1, 5)])
+  software = types.SimpleNamespace(platforms={'cpu': {'device_kind': 'cpu'},
+                                              'gpu': {'device_kind': 'H100'}})
+  return types.SimpleNamespace(arm_info=info, runs=runs, arms=pd.DataFrame({'n': [2] * 4}),
+                               seeded=True, software=software), hist, steps  # what it draws from
+
+
+def test_identical_curves_stay_distinguishable_and_colour_is_the_platform():
+  out, hist, steps = curves_study()
+  style.apply()
+  fig = study_figures.draw_training_curves(out, hist, steps)
+  lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+  native, f32 = lines['native (cpu)'], lines['f32 (cpu) (identical to native)']
+  assert list(native.get_ydata()) == list(f32.get_ydata())  # drawn on top of each other ...
+  assert native.get_marker() != f32.get_marker()  # ... yet told apart
+  assert native.get_linestyle() != f32.get_linestyle()
+  assert native.get_markevery() != f32.get_markevery()  # markers at different steps
+  for label, line in lines.items():
+    assert to_hex(line.get_color()) == to_hex(style.PLATFORM_COLORS[label.split('(')[1][:3]]), label
+  gpu = {label: line.get_marker() for label, line in lines.items() if '(gpu)' in label}
+  assert gpu == {'native (gpu)': native.get_marker(), 'f32 (gpu)': f32.get_marker()}
+  labels = [t.get_text() for t in fig.legends[0].get_texts()]
+  assert labels == ['native', 'f32 (= native on cpu)', 'cpu (wider: drawn beneath)', 'gpu']
+  assert lines['native (cpu)'].get_linewidth() > lines['native (gpu)'].get_linewidth()
+
+
+def test_training_curves_are_built_from_per_step_records(tmp_path):
+  make_study(tmp_path / 'runs', arms=(('tpu', 'float32', 0.9), ('gpu', 'float32', 0.899)))
+  out, hist, steps = analysed(tmp_path / 'runs')
+  style.apply()
+  fig = study_figures.draw_training_curves(out, hist, steps)
+  loss_ax, test_ax = fig.axes[:2]
+  lines = {line.get_label(): line for line in loss_ax.get_lines()}
+  gpu = lines['gpu']  # one platform per arm here: arms are labelled by the group-by label
+  assert list(gpu.get_xdata()) == list(STEPS)
+  expect = [np.mean([2 * 2.0 / s + 0.01 * seed for seed in range(5)]) for s in STEPS]
+  assert list(gpu.get_ydata()) == pytest.approx(expect)
+  assert loss_ax.get_yscale() == 'log' and 'step' in loss_ax.get_xlabel()
+  low, high = test_ax.get_ylim()
+  assert low > 60 and high - low < 40  # zoomed to the last epochs, not 0–100%
+  assert min(test_ax.get_lines()[0].get_xdata()) == 3  # the last half of 5 epochs
+  assert len(loss_ax.collections) == 2  # ± 1 sd bands: 2 curves
+  assert not legend_problems(fig)
+
+
+def test_no_shared_seeds_and_colours_are_stable(tmp_path):
+  make_study(tmp_path / 'a', arms=(('tpu', 'float32', 0.9),), seeds=range(3))
+  make_study(tmp_path / 'a', arms=(('gpu', 'float32', 0.9),), seeds=range(10, 13))
+  out, hist, _ = analysed(tmp_path / 'a')
+  paths = draw.figures(out, hist, str(tmp_path / 'f'))  # steps read from the run folders
+  assert len(paths) == 6 and any('training_curves' in p for p in paths)
+  check_files(paths)
+  labels = list(out.arms['arm'])
+  assert style.arm_colors(labels) == style.arm_colors(labels[::-1])
+  assert len(set(style.arm_colors(labels).values())) == len(labels)
+
+
+def test_figures_cli_one_line_error(tmp_path, capsys):
+  with pytest.raises(SystemExit) as e:
+    draw.main([f'--runs={tmp_path}', f'--out={tmp_path}/f'])
+  message = capsys.readouterr().err
+  assert e.value.code == 2 and message.startswith('error: --runs: no run') and message.count('\n') == 1
+
+
+def test_study_refuses_a_bucket_root_in_one_line(capsys):
+  from sweeps import run_study  # pylint: disable=import-outside-toplevel
+  assert run_study.main(['--config=configs/digits.py:study', '--root=gs://bucket/study']) == 2
+  message = capsys.readouterr().err
+  assert message.startswith('error: --root=gs://bucket/study: a study runs locally') and message.count('\n') == 1

@@ -1,0 +1,60 @@
+"""The shipped result: the README's "What it finds on an H100 and a CPU" is what analysis.findings
+makes of results/digits_h100_cpu.csv today (so its numbers cannot drift), and analysis.export's
+CSV reads back to the tables of the runs it came from."""
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import export, findings
+from analysis.inputs import csv_input, declaration, results
+from analysis.numbers import answer
+from conftest import ROOT
+from tests.support.planted_runs import SMALL, fake_run
+
+CSV = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
+STUDY = os.path.join(ROOT, 'results', 'digits_h100_cpu.study.json')
+
+
+def test_readme_section_is_the_analysis_of_the_shipped_csv(tmp_path, monkeypatch, capsys):
+  """The command of results/README.md, run on a copy of the README, leaves it unchanged."""
+  with open(os.path.join(ROOT, 'README.md'), encoding='utf-8') as f:
+    readme = f.read()
+  (tmp_path / 'README.md').write_text(readme, encoding='utf-8')
+  monkeypatch.chdir(ROOT)  # the section names the files as the command gives them
+  findings.main(['--csv', 'results/digits_h100_cpu.csv', '--study',
+                 'results/digits_h100_cpu.study.json', '--margins', '2', '0.5',
+                 '--readme', str(tmp_path / 'README.md')])
+  assert (tmp_path / 'README.md').read_text(encoding='utf-8') == readme, (
+      'the README section differs from the analysis of the shipped CSV: rerun the command in '
+      'results/README.md')
+  section = readme[readme.index(findings.FIRST):readme.index(findings.LAST)]
+  assert '| ±2 pp |' in section and '| ±0.5 pp |' in section and 'residual, 90% CI' in section
+  assert '16 seeds per arm, 256 runs' in section and 'flax, jax, jaxlib' in section
+
+
+def test_export_reads_back_to_the_tables_of_its_runs(tmp_path, capsys):
+  rng = np.random.default_rng(5)
+  for platform in ('gpu', 'cpu'):
+    for k, profile in enumerate(('native', 'f32', 'jax_gpu_default', 'bf16_noise')):
+      for seed in range(3):
+        fake_run(tmp_path / 'data' / platform, platform, profile, seed, 0.9 + rng.normal(0, 0.004))
+  roots = [str(tmp_path / 'data' / 'gpu'), str(tmp_path / 'data' / 'cpu')]
+  out_csv = str(tmp_path / 'out' / 'both.csv')
+  export.main(['--runs', *roots, '--out', out_csv, '--study', STUDY])
+  assert 'wrote' in capsys.readouterr().out
+  assert declaration.load(export.study_path(out_csv)) == declaration.load(STUDY)
+  table = pd.read_csv(out_csv)
+  assert table['run'].str.match(r'^(gpu|cpu)/[a-z0-9_]+/seed\d$').all() and len(table) == 24
+  direct = answer.study_analysis(results.load_runs(roots), SMALL)
+  again = answer.study_analysis(csv_input.read_csv(out_csv), SMALL)
+  for name in ('arms', 'contrasts'):  # an empty text field reads back from a CSV as missing
+    pd.testing.assert_frame_equal(getattr(direct, name).replace('', np.nan), getattr(again, name), check_dtype=False)
+  assert direct.attribution.decomposition[0]['R'] == pytest.approx(
+      again.attribution.decomposition[0]['R'], abs=1e-12)
+  assert direct.software == again.software
+  with pytest.raises(SystemExit) as e:
+    export.main(['--runs', *roots, '--out', str(tmp_path / 'both.txt')])
+  assert e.value.code == 2 and capsys.readouterr().err.startswith('error: --out=')
