@@ -19,13 +19,25 @@ from absl import app, flags, logging  # noqa: E402
 
 from configs import loader  # noqa: E402
 
-flags.DEFINE_string('config', None, 'Config file, with presets and key=value pairs after a colon '
-                    '(e.g. configs/celeba.py:gpu,seed=3); then any --config.<field>=<value>.')
+flags.DEFINE_string(
+  'config',
+  None,
+  'Config file, with presets and key=value pairs after a colon '
+  '(e.g. configs/celeba.py:gpu,seed=3); then any --config.<field>=<value>.',
+)
 flags.DEFINE_string('workdir', None, 'Folder for checkpoints, results and metrics.')
-flags.DEFINE_bool('restart', False, 'Discard the run the workdir holds (another config, or a '
-                  'failed run) and start over; without it such a workdir is refused.')
-flags.DEFINE_bool('allow_layout_change', False, 'Continue a saved run on another device layout '
-                  '(devices, processes, platform or device kind); without it that is refused.')
+flags.DEFINE_bool(
+  'restart',
+  False,
+  'Discard the run the workdir holds (another config, or a '
+  'failed run) and start over; without it such a workdir is refused.',
+)
+flags.DEFINE_bool(
+  'allow_layout_change',
+  False,
+  'Continue a saved run on another device layout '
+  '(devices, processes, platform or device kind); without it that is refused.',
+)
 FLAGS = flags.FLAGS
 
 
@@ -43,10 +55,12 @@ def fail(message, code=2, at_once=False):
 def main(parsed):
   """The config resolved once, JAX_PLATFORMS checked, then train; bad input: one line, exit 2."""
   from trainer import platforms, quiet
+
   quiet.install()
   try:
     loaded = loader.load(*parsed)  # a bad file, preset or field: answered before JAX loads
     from configs import validation  # numpy and the vocabularies, not JAX: after --help
+
     config = validation.resolve(loaded)  # every field checked, frozen
     platforms.check()  # before any backend starts
   except ValueError as e:  # a bad file, preset, field or value; ConfigError is a ValueError
@@ -58,11 +72,16 @@ def train(config):
   """train_and_evaluate of the resolved `config`; failures as one line and an exit code."""
   from numerics import setup as numerics_setup
   from trainer import checkpointing, distributed, loop, workdirs, writers
+
   try:
     numerics_setup.configure(config)  # XLA flags before any backend starts (distributed does)
     distributed.initialize(config)
-    loop.train_and_evaluate(config, workdirs.absolute_workdir(FLAGS.workdir),
-                            restart=FLAGS.restart, allow_layout_change=FLAGS.allow_layout_change)
+    loop.train_and_evaluate(
+      config,
+      workdirs.absolute_workdir(FLAGS.workdir),
+      restart=FLAGS.restart,
+      allow_layout_change=FLAGS.allow_layout_change,
+    )
   except ValueError as e:  # ConfigError, and numerics.setup.configure's: one line
     fail(str(e).splitlines()[0])
   except loop.TrainingFailed as e:
@@ -91,8 +110,10 @@ def parse_flags(argv):
     lines = [l.strip() for l in str(e).splitlines() if l.strip() and 'Pass --help' not in l]
     fail((lines or [str(e)])[-1].split('Error: ', 1)[-1])
   if len(unparsed) > 1 or not (spec and FLAGS.workdir):
-    fail(f'give --config and --workdir (and no other arguments: {unparsed[1:]}), e.g. '
-         '--config=configs/digits.py:smoke --workdir=runs/smoke')
+    fail(
+      f'give --config and --workdir (and no other arguments: {unparsed[1:]}), e.g. '
+      '--config=configs/digits.py:smoke --workdir=runs/smoke'
+    )
   return spec, overrides
 
 

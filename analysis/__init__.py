@@ -6,4 +6,5 @@ import sys
 # bad flag come before the command's heavy imports (analysis/arguments.py).
 if sys.argv[:1] == ['-m']:
   from analysis import arguments
+
   arguments.early()

@@ -48,8 +48,9 @@ def load(args):
   if args.runs:
     return (*results.load_study(args.runs, args.study), ' '.join(args.runs))
   declared = declaration.load(args.study) if args.study else {}
-  frame = csv_input.read_csv(args.csv, args.metric, args.seed_col, named_columns(args, declared),
-                         scale=args.scale)
+  frame = csv_input.read_csv(
+    args.csv, args.metric, args.seed_col, named_columns(args, declared), scale=args.scale
+  )
   declaration.check_levels(declared, frame, args.study)
   return frame, frame.iloc[:0][['run']], declared, args.csv
 
@@ -77,8 +78,13 @@ def given(out, hist, rendered=None):
   rendered = rendered or {}
   text = lambda fmt: rendered[fmt] if fmt in rendered else render(out, fmt)
   parts = attribute.given(out.attribution, out) if out.attribution else catalogue.Given(result=out)
-  return dataclasses.replace(parts, histories=hist, steps=results.steps_frame(out.runs['run']),
-                             report_md=text('md'), report_tex=text('latex'))
+  return dataclasses.replace(
+    parts,
+    histories=hist,
+    steps=results.steps_frame(out.runs['run']),
+    report_md=text('md'),
+    report_tex=text('latex'),
+  )
 
 
 def write(out, hist, out_dir, rendered=None):
@@ -100,8 +106,9 @@ def publish(out, hist, fmt='md', out_dir=None, dest=None):
   held); returns the paths written. output.Busy / output.WriteFailed (ValueErrors, one line) when
   another command holds out_dir or a write fails: the previous report is then whole."""
   for arm in out.small['arm']:
-    print(f'warning: arm {arm!r} has n < 2 completed runs: reported, its tests skipped',
-          file=sys.stderr)
+    print(
+      f'warning: arm {arm!r} has n < 2 completed runs: reported, its tests skipped', file=sys.stderr
+    )
   rendered = {}
   if fmt == 'csv':
     print_csv_tables(out)
@@ -121,12 +128,25 @@ def analysis_and_histories(args):
   each stage that lasts over 2 s says so on stderr (cli.stage)."""
   with cli.stage(COMMAND, f'reading {" ".join(args.runs) if args.runs else args.csv}'):
     frame, hist, declared, source = load(args)
-  with cli.stage(COMMAND, f'{len(frame)} runs: testing the contrasts, the gap decomposition, the '
-                 'attribution and the agreement'):
-    out = answer.study_analysis(frame, declared, args.group_by, args.metric, args.margin,
-                         args.margin_reason, args.seed_col, args.scale, args.all_pairs, source,
-                         read_predictions=run_predictions.read_runs if args.runs else None,
-                         compare=declaration.parse_compare(args.compare))
+  with cli.stage(
+    COMMAND,
+    f'{len(frame)} runs: testing the contrasts, the gap decomposition, the '
+    'attribution and the agreement',
+  ):
+    out = answer.study_analysis(
+      frame,
+      declared,
+      args.group_by,
+      args.metric,
+      args.margin,
+      args.margin_reason,
+      args.seed_col,
+      args.scale,
+      args.all_pairs,
+      source,
+      read_predictions=run_predictions.read_runs if args.runs else None,
+      compare=declaration.parse_compare(args.compare),
+    )
   return out, hist
 
 
@@ -139,8 +159,11 @@ def main(argv=None):
     cli.fail(e)
   with cli.destination(args.out) as dest:  # --out locked before any compute, written at once
     out, hist = analysis_and_histories(args)
-    with cli.stage(COMMAND, 'the report' + (f', its tables, the attribution and the figures into '
-                                              f'{args.out}' if args.out else '')):
+    with cli.stage(
+      COMMAND,
+      'the report'
+      + (f', its tables, the attribution and the figures into {args.out}' if args.out else ''),
+    ):
       written = publish(out, hist, args.format, args.out, dest)
   for path in written:
     print(f'wrote {path}', file=sys.stderr)

@@ -25,9 +25,13 @@ def given(att, result=None):
   analysis `result`, analysis.analyse's): the attribution, its text and its CSV tables (the
   terms' exact columns; one row per platform pair's decomposition, where there is one)."""
   flat = gap_verdict.flat(att.decomposition) if att.decomposition else None
-  return catalogue.Given(result=result, attribution=att,
-                         attribution_md=attribution_text.render(att),
-                         attribution_terms=att.terms[effects.CSV_COLUMNS], decomposition=flat)
+  return catalogue.Given(
+    result=result,
+    attribution=att,
+    attribution_md=attribution_text.render(att),
+    attribution_terms=att.terms[effects.CSV_COLUMNS],
+    decomposition=flat,
+  )
 
 
 def write(att, out_dir, only=None):
@@ -61,13 +65,28 @@ def main(argv=None):
   except ValueError as e:
     cli.fail(e)
   with cli.destination(args.out) as dest:  # locked, written at once (analysis/output.py)
-    frame = (results.load_runs(args.runs) if args.runs else
-             csv_input.read_csv(args.csv, args.metric, args.seed_col, named_columns(args), True))
+    frame = (
+      results.load_runs(args.runs)
+      if args.runs
+      else csv_input.read_csv(args.csv, args.metric, args.seed_col, named_columns(args), True)
+    )
     out = attribution.factor_attribution(
-        frame, args.factors, args.metric, args.seed_col, args.reference, args.interactions,
-        args.margin, args.noise_arm, args.native, args.platform_profile,
-        ' '.join(args.runs or [args.csv]), noise_of=args.noise_of, min_share=args.min_share,
-        compare=declaration.parse_compare(args.compare), compare_flag='--compare')
+      frame,
+      args.factors,
+      args.metric,
+      args.seed_col,
+      args.reference,
+      args.interactions,
+      args.margin,
+      args.noise_arm,
+      args.native,
+      args.platform_profile,
+      ' '.join(args.runs or [args.csv]),
+      noise_of=args.noise_of,
+      min_share=args.min_share,
+      compare=declaration.parse_compare(args.compare),
+      compare_flag='--compare',
+    )
     print(attribution_text.render(out))
     written = dest.write(lambda folder: write(out, folder)) if dest else []
   for path in written:

@@ -34,6 +34,7 @@ class Given:
   curves); `report_md`, `report_tex`, `attribution_md`: the texts the command rendered;
   `attribution_terms`, `decomposition`: the attribution's CSV tables (analysis/attribute.py
   tables)."""
+
   result: Any = None
   attribution: Any = None
   histories: Any = None
@@ -50,6 +51,7 @@ class Figure:
   """`name`: the files NAME.pdf and NAME.png; `shows`: what it shows; `draw`: 'module:function',
   function(given, folder, name) -> the paths written ([] when the data lack it); `commands`: the
   commands that write it (into FIGURE_FOLDERS[command] under --out)."""
+
   name: str
   shows: str
   draw: str
@@ -62,6 +64,7 @@ class OutputFile:
   in Given (a DataFrame: written as CSV; a text: as is; None anywhere on the path: not written);
   `commands`: the commands that write it; `empty`: a table without rows is 'kept' (its header
   written) or 'skipped'; a table without columns is not written (`note`: why, said on stderr)."""
+
   name: str
   holds: str
   source: str
@@ -71,62 +74,151 @@ class OutputFile:
 
 
 FIGURES = (
-    Figure('accuracy_by_arm', 'the final metric per arm: every seed (colour = platform), mean ± '
-           '95% CI, quartile boxes from 10 seeds per arm (two columns)',
-           'analysis.figures.study_figures:accuracy_by_arm', STUDY),
-    Figure('contrasts', 'each declared contrast (arm − reference, per platform; every pair '
-           'without a declaration) ± 95% and 90% CI against the margin and each platform\'s noise floor '
-           '(one column)', 'analysis.figures.study_figures:contrasts', STUDY),
-    Figure('gap_decomposition', 'per platform pair, G = fid_A − fid_B + N + P, each part as it '
-           'enters G, and the residual R, with the pair\'s verdict (one column)',
-           'analysis.figures.forest:gap_decomposition', STUDY + (ATTRIBUTE,)),
-    Figure('training_curves', 'training loss per logged step and test accuracy over the last half '
-           'of the epochs, mean per arm and platform, ± 1 sd up to 4 curves (two columns)',
-           'analysis.figures.study_figures:training_curves', STUDY),
-    Figure('churn_ladder', 'the churn ladder: each agreement row\'s mean churn over seeds with its '
-           '95% t-Wilson interval and the per-seed values (two columns)',
-           'analysis.figures.churn_ladder:churn_ladder', STUDY),
-    Figure('attribution_forest', 'every component of each platform gap and the main effects of '
-           'the other factors, ± 95% CI (one column; analysis.analyse leaves it out: its '
-           'contrasts and gap figures show the same)',
-           'analysis.figures.forest:attribution_forest', (ATTRIBUTE,)),
+  Figure(
+    'accuracy_by_arm',
+    'the final metric per arm: every seed (colour = platform), mean ± '
+    '95% CI, quartile boxes from 10 seeds per arm (two columns)',
+    'analysis.figures.study_figures:accuracy_by_arm',
+    STUDY,
+  ),
+  Figure(
+    'contrasts',
+    'each declared contrast (arm − reference, per platform; every pair '
+    "without a declaration) ± 95% and 90% CI against the margin and each platform's noise floor "
+    '(one column)',
+    'analysis.figures.study_figures:contrasts',
+    STUDY,
+  ),
+  Figure(
+    'gap_decomposition',
+    'per platform pair, G = fid_A − fid_B + N + P, each part as it '
+    "enters G, and the residual R, with the pair's verdict (one column)",
+    'analysis.figures.forest:gap_decomposition',
+    STUDY + (ATTRIBUTE,),
+  ),
+  Figure(
+    'training_curves',
+    'training loss per logged step and test accuracy over the last half '
+    'of the epochs, mean per arm and platform, ± 1 sd up to 4 curves (two columns)',
+    'analysis.figures.study_figures:training_curves',
+    STUDY,
+  ),
+  Figure(
+    'churn_ladder',
+    "the churn ladder: each agreement row's mean churn over seeds with its "
+    '95% t-Wilson interval and the per-seed values (two columns)',
+    'analysis.figures.churn_ladder:churn_ladder',
+    STUDY,
+  ),
+  Figure(
+    'attribution_forest',
+    'every component of each platform gap and the main effects of '
+    'the other factors, ± 95% CI (one column; analysis.analyse leaves it out: its '
+    'contrasts and gap figures show the same)',
+    'analysis.figures.forest:attribution_forest',
+    (ATTRIBUTE,),
+  ),
 )
 
 FILES = (
-    OutputFile('report.md', 'the report: the answer on one page, the setup, why each verdict, '
-               'every table', 'report_md', (ANALYSE,)),
-    OutputFile('report.tex', 'the booktabs tables a paper can \\input', 'report_tex', (ANALYSE,)),
-    OutputFile('report_arms.csv', 'one row per arm: n, mean, sd, 95% CI, determinism, seeds',
-               'result.arms', (ANALYSE,)),
-    OutputFile('report_pairs.csv', 'one row per pair of arms: every test, its CIs, power and '
-               'verdict (written when every pair is tested)', 'result.pairs', (ANALYSE,),
-               note='no pairs tested (declared contrasts only; --all-pairs tests every pair)'),
-    OutputFile('report_contrasts.csv', 'one row per declared contrast: the same columns',
-               'result.contrasts', (ANALYSE,)),
-    OutputFile('report_replicates.csv', 'one row per arm and seed run more than once',
-               'result.replicates', (ANALYSE,)),
-    OutputFile('report_excluded.csv', 'the runs left out, with their status and reason',
-               'result.excluded', (ANALYSE,)),
-    OutputFile('report_decomposition.csv', 'one row per platform pair: the gap decomposition\'s '
-               'verdict, share and seeds', 'decomposition', (ANALYSE,)),
-    OutputFile('report_agreement.csv', 'the churn ladder\'s rows (analysis/numbers/agreement.py)',
-               'result.agreement.table', (ANALYSE,)),
-    OutputFile('report_calibration.csv', 'per run: ECE and its bins',
-               'result.agreement.calibration', (ANALYSE,), empty='skip'),
-    OutputFile('report_train_loss.csv', 'per arm: the final training loss and its ratio to the '
-               'lowest arm\'s', 'result.agreement.train_loss', (ANALYSE,), empty='skip'),
-    OutputFile('report_per_class.csv', 'per compared pair and class: the accuracy difference, '
-               'Holm over the classes', 'result.agreement.per_class', (ANALYSE,), empty='skip'),
-    OutputFile('report_variance.csv', 'per arm: the variance between runs split by its source',
-               'result.agreement.variance', (ANALYSE,), empty='skip'),
-    OutputFile('attribution.csv', 'the factor effects, one row per term (exact columns)',
-               'attribution_terms', (ANALYSE, ATTRIBUTE)),
-    OutputFile('attribution.md', 'the attribution in words', 'attribution_md',
-               (ANALYSE, ATTRIBUTE)),
-    OutputFile('attribution_gap.csv', 'every component of each platform gap\'s decomposition',
-               'attribution.gap', (ANALYSE, ATTRIBUTE)),
-    OutputFile('attribution_decomposition.csv', 'one row per platform pair: verdict, share, seeds',
-               'decomposition', (ANALYSE, ATTRIBUTE)),
+  OutputFile(
+    'report.md',
+    'the report: the answer on one page, the setup, why each verdict, every table',
+    'report_md',
+    (ANALYSE,),
+  ),
+  OutputFile('report.tex', 'the booktabs tables a paper can \\input', 'report_tex', (ANALYSE,)),
+  OutputFile(
+    'report_arms.csv',
+    'one row per arm: n, mean, sd, 95% CI, determinism, seeds',
+    'result.arms',
+    (ANALYSE,),
+  ),
+  OutputFile(
+    'report_pairs.csv',
+    'one row per pair of arms: every test, its CIs, power and '
+    'verdict (written when every pair is tested)',
+    'result.pairs',
+    (ANALYSE,),
+    note='no pairs tested (declared contrasts only; --all-pairs tests every pair)',
+  ),
+  OutputFile(
+    'report_contrasts.csv',
+    'one row per declared contrast: the same columns',
+    'result.contrasts',
+    (ANALYSE,),
+  ),
+  OutputFile(
+    'report_replicates.csv',
+    'one row per arm and seed run more than once',
+    'result.replicates',
+    (ANALYSE,),
+  ),
+  OutputFile(
+    'report_excluded.csv',
+    'the runs left out, with their status and reason',
+    'result.excluded',
+    (ANALYSE,),
+  ),
+  OutputFile(
+    'report_decomposition.csv',
+    "one row per platform pair: the gap decomposition's verdict, share and seeds",
+    'decomposition',
+    (ANALYSE,),
+  ),
+  OutputFile(
+    'report_agreement.csv',
+    "the churn ladder's rows (analysis/numbers/agreement.py)",
+    'result.agreement.table',
+    (ANALYSE,),
+  ),
+  OutputFile(
+    'report_calibration.csv',
+    'per run: ECE and its bins',
+    'result.agreement.calibration',
+    (ANALYSE,),
+    empty='skip',
+  ),
+  OutputFile(
+    'report_train_loss.csv',
+    "per arm: the final training loss and its ratio to the lowest arm's",
+    'result.agreement.train_loss',
+    (ANALYSE,),
+    empty='skip',
+  ),
+  OutputFile(
+    'report_per_class.csv',
+    'per compared pair and class: the accuracy difference, Holm over the classes',
+    'result.agreement.per_class',
+    (ANALYSE,),
+    empty='skip',
+  ),
+  OutputFile(
+    'report_variance.csv',
+    'per arm: the variance between runs split by its source',
+    'result.agreement.variance',
+    (ANALYSE,),
+    empty='skip',
+  ),
+  OutputFile(
+    'attribution.csv',
+    'the factor effects, one row per term (exact columns)',
+    'attribution_terms',
+    (ANALYSE, ATTRIBUTE),
+  ),
+  OutputFile('attribution.md', 'the attribution in words', 'attribution_md', (ANALYSE, ATTRIBUTE)),
+  OutputFile(
+    'attribution_gap.csv',
+    "every component of each platform gap's decomposition",
+    'attribution.gap',
+    (ANALYSE, ATTRIBUTE),
+  ),
+  OutputFile(
+    'attribution_decomposition.csv',
+    'one row per platform pair: verdict, share, seeds',
+    'decomposition',
+    (ANALYSE, ATTRIBUTE),
+  ),
 )
 
 
@@ -211,10 +303,13 @@ def names(command):
   return '; '.join(p for p in (shown, drawn and f'{drawn} (.pdf and .png)') if p)
 
 
-DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs',
-                    'statistics.md')
-FIRST = ('<!-- catalogue: generated from analysis/catalogue.py markdown(); tests/test_catalogue.py '
-         'checks it -->')
+DOCS = os.path.join(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs', 'statistics.md'
+)
+FIRST = (
+  '<!-- catalogue: generated from analysis/catalogue.py markdown(); tests/test_catalogue.py '
+  'checks it -->'
+)
 LAST = '<!-- catalogue: end -->'
 
 
@@ -223,15 +318,17 @@ def markdown():
   short = lambda commands: ', '.join(c.removeprefix('analysis.') for c in commands)
   lines = ['| file | what it holds | written by |', '| --- | --- | --- |']
   lines += [f'| `{f.name}` | {f.holds} | {short(f.commands)} |' for f in FILES]
-  lines += [f'| `{f.name}.pdf`, `.png` | {f.shows}; drawn by `{f.draw}` | {short(f.commands)} |'
-            for f in FIGURES]
+  lines += [
+    f'| `{f.name}.pdf`, `.png` | {f.shows}; drawn by `{f.draw}` | {short(f.commands)} |'
+    for f in FIGURES
+  ]
   return '\n'.join(lines) + '\n'
 
 
 def docs_table(page):
   """The table between FIRST and LAST of the Markdown text `page`, or None without the markers."""
   start, end = page.find(FIRST), page.find(LAST)
-  return page[start + len(FIRST):end].strip('\n') + '\n' if 0 <= start < end else None
+  return page[start + len(FIRST) : end].strip('\n') + '\n' if 0 <= start < end else None
 
 
 def update_docs(path=DOCS):

@@ -57,6 +57,7 @@ class Parser(argparse.ArgumentParser):
 def number_flag(problem_of):
   """An argparse type: the number in the text (kept as text when it is none), refused with the
   one line `problem_of(value)` gives (None: a usable value)."""
+
   def parse(text):
     try:
       value = float(text)
@@ -66,6 +67,7 @@ def number_flag(problem_of):
     if problem:
       raise argparse.ArgumentTypeError(problem)
     return value
+
   return parse
 
 
@@ -73,8 +75,14 @@ def factor_problem(value):
   """Why `value` is not a --scale factor: a finite number above 0 (0 or -100 turn every accuracy
   into 0 or its negative; inf and nan into no number)."""
   real = isinstance(value, float) and value == value and 0 < value < float('inf')
-  return None if real else (f'{value!r} is not a factor; give a positive number, e.g. 100 '
-                            '(fractions to percent) or 1 (already in percent)')
+  return (
+    None
+    if real
+    else (
+      f'{value!r} is not a factor; give a positive number, e.g. 100 '
+      '(fractions to percent) or 1 (already in percent)'
+    )
+  )
 
 
 # --margin (declaration.margin_problem), --min-share (declaration.share_problem: in (0, 1]),
@@ -119,6 +127,7 @@ def stage(command, what, quiet_s=2.0, every_s=10.0):
     print(f'{command}: {what}...', file=sys.stderr, flush=True)
     while not done.wait(every_s):
       print(f'{command}: {what}: {time.time() - start:.0f} s', file=sys.stderr, flush=True)
+
   thread = threading.Thread(target=beat, daemon=True)
   thread.start()
   try:

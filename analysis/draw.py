@@ -33,8 +33,15 @@ def main(argv=None):
   args = parse_args(argv)
   with cli.destination(args.out) as dest:  # locked, drawn at once (analysis/output.py)
     runs, hist, declared = results.load_study(args.runs, args.study)
-    out = answer.study_analysis(runs, declared, args.group_by, args.metric, args.margin,
-                                args.margin_reason, read_predictions=run_predictions.read_runs)
+    out = answer.study_analysis(
+      runs,
+      declared,
+      args.group_by,
+      args.metric,
+      args.margin,
+      args.margin_reason,
+      read_predictions=run_predictions.read_runs,
+    )
     written = dest.write(lambda folder: figures(out, hist, folder))
   for path in written:
     print(path)

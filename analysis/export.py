@@ -30,7 +30,7 @@ def relative_runs(runs, roots):
       break
     common.append(parts[0])
   prefix = '/'.join(common) + '/'
-  return [r[len(prefix):] if r.startswith(prefix) else r for r in runs]
+  return [r[len(prefix) :] if r.startswith(prefix) else r for r in runs]
 
 
 def export(roots):

@@ -34,8 +34,7 @@ def judged_at(out, margin):
   att = out.attribution
   if margin == out.margin:
     return att.decomposition, out.contrasts
-  split = (gap.summarise(att.gap_summaries, margin, att.min_share)[1]
-           if att.gap_summaries else [])
+  split = gap.summarise(att.gap_summaries, margin, att.min_share)[1] if att.gap_summaries else []
   return split, contrasts.contrast_table(out, out.declared, margin)
 
 
@@ -52,22 +51,33 @@ def component_table(analyses, unit, gap_label):
     row = {'component': label}
     for name, table, gap_label in gaps:
       r = table[table['gap'] == gap_label].set_index('key').loc[key]
-      row[name] = (f'{signed(r["estimate"])} {interval(r["ci_low"], r["ci_high"])}'
-                   if r['note'] == '' else r['note'])
+      row[name] = (
+        f'{signed(r["estimate"])} {interval(r["ci_low"], r["ci_high"])}'
+        if r['note'] == ''
+        else r['note']
+      )
     rows.append(row)
   return rows
 
 
 def verdict_row(scope, d, table, unit):
-  share = (f'{d["share"]:.2f} [{d["share_ci_low"]:.2f}, {d["share_ci_high"]:.2f}]'
-           if np.isfinite(d['share_ci_low']) else
-           f'{d["share"]:.2f}, unbounded' if d['share'] == d['share'] else '–')
-  return {'analysis': scope, 'pair': d['gap'].replace(' - ', ' − '),
-          'margin': f'±{d["margin"]:g} {unit}',
-          'native gap, 90% CI': interval(d['G_ci90_low'], d['G_ci90_high']),
-          'residual, 90% CI': interval(d['R_ci90_low'], d['R_ci90_high']),
-          'share (Fieller)': share, 'verdict': f'**{d["verdict"]}**',
-          'contrasts (Holm)': counts(table)}
+  share = (
+    f'{d["share"]:.2f} [{d["share_ci_low"]:.2f}, {d["share_ci_high"]:.2f}]'
+    if np.isfinite(d['share_ci_low'])
+    else f'{d["share"]:.2f}, unbounded'
+    if d['share'] == d['share']
+    else '–'
+  )
+  return {
+    'analysis': scope,
+    'pair': d['gap'].replace(' - ', ' − '),
+    'margin': f'±{d["margin"]:g} {unit}',
+    'native gap, 90% CI': interval(d['G_ci90_low'], d['G_ci90_high']),
+    'residual, 90% CI': interval(d['R_ci90_low'], d['R_ci90_high']),
+    'share (Fieller)': share,
+    'verdict': f'**{d["verdict"]}**',
+    'contrasts (Holm)': counts(table),
+  }
 
 
 def counts(table):
@@ -77,9 +87,13 @@ def counts(table):
 
 
 def platform_words(out):
-  return '; '.join(f'{p}: {f["device_kind"]}, ' + ', '.join(
-      f'{k} {v}' for k, v in f['versions'].items() if k in ('jax', 'jaxlib', 'flax', 'optax'))
-                   for p, f in out.software.platforms.items())
+  return '; '.join(
+    f'{p}: {f["device_kind"]}, '
+    + ', '.join(
+      f'{k} {v}' for k, v in f['versions'].items() if k in ('jax', 'jaxlib', 'flax', 'optax')
+    )
+    for p, f in out.software.platforms.items()
+  )
 
 
 def seeds_text(out):
@@ -106,34 +120,60 @@ def section(out, margins, source, command):
     for m in ms:
       split, table = judged_at(analysis, m)
       verdicts += [(name, d, table) for d in split]
-  declared = (f'Declared before the runs (`{source.replace(".csv", ".study.json")}`): '
-              f'{len(sc.declared_seeds or [])} seeds, margin ±{sc.declared_margin:g} {unit}'
-              if sc.declared_margin is not None else 'Nothing was declared before the runs')
-  lines = ['## What it finds on an H100 and a CPU', '', FIRST, '',
-           '```bash', command, '```', '',
-           f'The digits study (`configs/digits.py:study`, {out.arm_info["label"].nunique()} arms) '
-           f'on two platforms, {min(out.arms["n"])} seeds per arm, {len(out.runs)} runs, '
-           f'read from `{source}` (provenance: `results/README.md`). {platform_words(out)}. '
-           f'Metric: final test accuracy in % ({report.sizes(out)}). The '
-           f'platforms ran different {", ".join(out.software.confounds)} versions, so the gap '
-           'and its residual include whatever those change.', '',
-           f'{declared}; the analysis of exactly those is confirmatory, everything else '
-           f'exploratory. {attribution_text.pairs_line(out.attribution)} Each component per seed '
-           'from the paired cell means (every other factor at its reference level), mean over seeds '
-           'with its 95% t-interval; G = fid_A − fid_B + N + P exactly; R = G − N.', '']
+  declared = (
+    f'Declared before the runs (`{source.replace(".csv", ".study.json")}`): '
+    f'{len(sc.declared_seeds or [])} seeds, margin ±{sc.declared_margin:g} {unit}'
+    if sc.declared_margin is not None
+    else 'Nothing was declared before the runs'
+  )
+  lines = [
+    '## What it finds on an H100 and a CPU',
+    '',
+    FIRST,
+    '',
+    '```bash',
+    command,
+    '```',
+    '',
+    f'The digits study (`configs/digits.py:study`, {out.arm_info["label"].nunique()} arms) '
+    f'on two platforms, {min(out.arms["n"])} seeds per arm, {len(out.runs)} runs, '
+    f'read from `{source}` (provenance: `results/README.md`). {platform_words(out)}. '
+    f'Metric: final test accuracy in % ({report.sizes(out)}). The '
+    f'platforms ran different {", ".join(out.software.confounds)} versions, so the gap '
+    'and its residual include whatever those change.',
+    '',
+    f'{declared}; the analysis of exactly those is confirmatory, everything else '
+    f'exploratory. {attribution_text.pairs_line(out.attribution)} Each component per seed '
+    'from the paired cell means (every other factor at its reference level), mean over seeds '
+    'with its 95% t-interval; G = fid_A − fid_B + N + P exactly; R = G − N.',
+    '',
+  ]
   for d in out.attribution.decomposition:
-    (a, b), where = d['profiles'], (f'on {d["N_only"]} only' if d['N_only'] else
-                                    'measured on both platforms')
-    lines += [f'{d["gap"].replace(" - ", " − ")}: N = {a} − {b}, {where}:', '',
-              tables.markdown(component_table(columns, unit, d['gap'])).rstrip('\n'), '']
-  lines += [tables.markdown([verdict_row(scope, d, t, unit)
-                             for scope, d, t in verdicts]).rstrip('\n'), '']
+    (a, b), where = (
+      d['profiles'],
+      (f'on {d["N_only"]} only' if d['N_only'] else 'measured on both platforms'),
+    )
+    lines += [
+      f'{d["gap"].replace(" - ", " − ")}: N = {a} − {b}, {where}:',
+      '',
+      tables.markdown(component_table(columns, unit, d['gap'])).rstrip('\n'),
+      '',
+    ]
+  lines += [
+    tables.markdown([verdict_row(scope, d, t, unit) for scope, d, t in verdicts]).rstrip('\n'),
+    '',
+  ]
   for scope, d, _ in verdicts:
-    lines.append(f'- {scope}, {d["gap"].replace(" - ", " − ")}, ±{d["margin"]:g} {unit}: '
-                 f'**{d["verdict"]}**: {attribution_text.why(d, unit)}.')
+    lines.append(
+      f'- {scope}, {d["gap"].replace(" - ", " − ")}, ±{d["margin"]:g} {unit}: '
+      f'**{d["verdict"]}**: {attribution_text.why(d, unit)}.'
+    )
   last = verdicts[-1][1]
-  lines += [f'- {verdicts[-1][0]}, ±{last["margin"]:g} {unit}, '
-            f'{attribution_text.seeds_line(last, unit)}.', '', LAST]
+  lines += [
+    f'- {verdicts[-1][0]}, ±{last["margin"]:g} {unit}, {attribution_text.seeds_line(last, unit)}.',
+    '',
+    LAST,
+  ]
   return '\n'.join(lines) + '\n'
 
 
@@ -143,7 +183,7 @@ def replace(readme, text):
   if start < 0 or end < 0:
     raise ValueError(f'--readme: no section marked {FIRST!r} ... {LAST!r}; add the two markers')
   head = readme.rfind('\n## ', 0, start) + 1
-  return readme[:head] + text + readme[end + len(LAST) + 1:]
+  return readme[:head] + text + readme[end + len(LAST) + 1 :]
 
 
 def parse_args(argv):
@@ -159,10 +199,14 @@ def main(argv=None):
     margins = args.margins or [declared.get('margin', stats.DEFAULT_MARGIN)]
     out = answer.study_analysis(csv_input.read_csv(args.csv), declared, margin=margins[0])
     if not out.attribution or not out.attribution.decomposition:
-      raise ValueError(f'--csv: {args.csv} holds no gap decomposition (runs from two platforms '
-                       'with a native arm are needed)')
-    command = (f'python -m analysis.analyse --csv {args.csv} --study {args.study}   # the full '
-               'report (at the declared margin; add --margin 0.5)')
+      raise ValueError(
+        f'--csv: {args.csv} holds no gap decomposition (runs from two platforms '
+        'with a native arm are needed)'
+      )
+    command = (
+      f'python -m analysis.analyse --csv {args.csv} --study {args.study}   # the full '
+      'report (at the declared margin; add --margin 0.5)'
+    )
     text = section(out, margins, args.csv, command)
     if args.readme:
       with open(args.readme, encoding='utf-8') as f:
@@ -173,7 +217,9 @@ def main(argv=None):
     sys.stdout.write(text)
     return
   with cli.destination(args.readme, folder=False, flag='--readme') as dest:  # analysis/output.py
-    dest.write(lambda folder: [write_text(os.path.join(folder, os.path.basename(args.readme)), new)])
+    dest.write(
+      lambda folder: [write_text(os.path.join(folder, os.path.basename(args.readme)), new)]
+    )
   print(f'wrote the section into {args.readme}')
 
 

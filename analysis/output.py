@@ -66,20 +66,33 @@ def _lock(path, flag, target):
     except BlockingIOError:
       os.close(fd)
       who = _holder(path)
-      raise Busy(f'{flag} {target}: another analysis is writing it (pid {who.get("pid", "?")} on '
-                 f'{who.get("host", "?")}, started {who.get("started", "?")}): wait for it to '
-                 f'finish, or give another {flag}') from None
+      raise Busy(
+        f'{flag} {target}: another analysis is writing it (pid {who.get("pid", "?")} on '
+        f'{who.get("host", "?")}, started {who.get("started", "?")}): wait for it to '
+        f'finish, or give another {flag}'
+      ) from None
     except OSError as e:  # a file system without locks (ENOLCK on some NFS mounts)
-      print(f'note: {flag} {target}: this file system cannot lock ({e.strerror}): written without '
-            'a lock (still staged and moved into place at once)', file=sys.stderr)
+      print(
+        f'note: {flag} {target}: this file system cannot lock ({e.strerror}): written without '
+        'a lock (still staged and moved into place at once)',
+        file=sys.stderr,
+      )
     try:
       same = os.fstat(fd).st_ino == os.stat(path).st_ino
     except FileNotFoundError:
       same = False
     if same:
       os.ftruncate(fd, 0)
-      os.write(fd, json.dumps({'pid': os.getpid(), 'host': socket.gethostname(),
-                               'started': time.strftime('%Y-%m-%dT%H:%M:%S%z')}).encode())
+      os.write(
+        fd,
+        json.dumps(
+          {
+            'pid': os.getpid(),
+            'host': socket.gethostname(),
+            'started': time.strftime('%Y-%m-%dT%H:%M:%S%z'),
+          }
+        ).encode(),
+      )
       return fd
     os.close(fd)  # released and unlinked meanwhile: lock the new file
 
@@ -100,8 +113,10 @@ class Destination:
 
   def __init__(self, target, folder=True, flag='--out'):
     if '://' in str(target):
-      raise ValueError(f'{flag} {target}: write the report to a local folder (a bucket is read, '
-                       'not written, by the analysis)')
+      raise ValueError(
+        f'{flag} {target}: write the report to a local folder (a bucket is read, '
+        'not written, by the analysis)'
+      )
     self.target, self.folder, self.flag = os.path.abspath(str(target)), folder, flag
     self.home = self.target if folder else os.path.dirname(self.target)
     name = os.path.basename(self.target)
@@ -120,8 +135,10 @@ class Destination:
       raise
     except OSError as e:
       self._undo()
-      raise ValueError(f'{self.flag} {self.target}: cannot write there ({e.strerror}); give a '
-                       'folder you can write to') from None
+      raise ValueError(
+        f'{self.flag} {self.target}: cannot write there ({e.strerror}); give a '
+        'folder you can write to'
+      ) from None
     return self
 
   def staging(self):
@@ -168,8 +185,12 @@ class Destination:
       with open(os.path.join(self.home, MANIFEST), encoding='utf-8') as f:
         return list(json.loads(f.read())['files'])
     except (OSError, ValueError, KeyError, TypeError):
-      return [n for n in os.listdir(self.home) if os.path.isfile(os.path.join(self.home, n))
-              and (n in REPORT_NAMES or n.startswith(REPORT_PREFIXES) and n.endswith('.csv'))]
+      return [
+        n
+        for n in os.listdir(self.home)
+        if os.path.isfile(os.path.join(self.home, n))
+        and (n in REPORT_NAMES or n.startswith(REPORT_PREFIXES) and n.endswith('.csv'))
+      ]
 
   def write(self, write_files):
     """`write_files(staging folder)` -> the staged paths, then commit them; the final paths. An
@@ -185,10 +206,15 @@ class Destination:
     output is whole."""
     what = os.strerror(error.errno) if getattr(error, 'errno', None) else str(error)
     where = f' ({error.filename})' if getattr(error, 'filename', None) else ''
-    kept = ('the previous report there is unchanged' if self.folder else
-            f'{os.path.basename(self.target)} is unchanged')
-    return (f'{self.flag} {self.target}: could not write the output ({what}{where}): nothing was '
-            f'moved into place, {kept}; free space or fix the folder, then run the command again')
+    kept = (
+      'the previous report there is unchanged'
+      if self.folder
+      else f'{os.path.basename(self.target)} is unchanged'
+    )
+    return (
+      f'{self.flag} {self.target}: could not write the output ({what}{where}): nothing was '
+      f'moved into place, {kept}; free space or fix the folder, then run the command again'
+    )
 
   def _undo(self):
     """Remove the staging folder and, innermost first, the folders made for the output (while
@@ -210,4 +236,3 @@ class Destination:
       os.close(self._fd)
       self._fd = None
     self._undo()
-

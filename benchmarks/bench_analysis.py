@@ -39,8 +39,12 @@ import time
 from benchmarks import common
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ARMS = (('gpu', 'native', 0.0), ('tpu', 'native', 0.3), ('gpu', 'tpu_default', 0.3),
-        ('gpu', 'jax_gpu_default', 0.0))  # platform, profile, effect in pp
+ARMS = (
+  ('gpu', 'native', 0.0),
+  ('tpu', 'native', 0.3),
+  ('gpu', 'tpu_default', 0.3),
+  ('gpu', 'jax_gpu_default', 0.0),
+)  # platform, profile, effect in pp
 SEED_SD, RUN_SD, BASE, TEST_IMAGES = 0.7, 0.3, 70.0, 10_000
 TOOLS = ('stats', 'attribution')
 # An exported study (python -m analysis.export): the format the tables are generated in.
@@ -49,27 +53,48 @@ FACTORS = ['platform', 'profile']
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m benchmarks.bench_analysis',
-                              description=common.description(__doc__))
-  p.add_argument('--sizes', type=int, nargs='+', default=[1_000, 10_000, 100_000],
-                 help='rows per table (a multiple of 4: 4 arms x rows/4 seeds)')
-  p.add_argument('--tools', nargs='+', choices=TOOLS, default=list(TOOLS),
-                 help='what is measured (default both)')
-  p.add_argument('--seed-sd', type=float, default=SEED_SD,
-                 help='sd of the seed effect, pp (0: MixedLM fits a boundary and the attribution '
-                      'falls back to seed fixed effects)')
-  p.add_argument('--max-memory-gb', type=float, default=8.0,
-                 help='address-space limit of each measurement subprocess')
+  p = argparse.ArgumentParser(
+    prog='python -m benchmarks.bench_analysis', description=common.description(__doc__)
+  )
+  p.add_argument(
+    '--sizes',
+    type=int,
+    nargs='+',
+    default=[1_000, 10_000, 100_000],
+    help='rows per table (a multiple of 4: 4 arms x rows/4 seeds)',
+  )
+  p.add_argument(
+    '--tools', nargs='+', choices=TOOLS, default=list(TOOLS), help='what is measured (default both)'
+  )
+  p.add_argument(
+    '--seed-sd',
+    type=float,
+    default=SEED_SD,
+    help='sd of the seed effect, pp (0: MixedLM fits a boundary and the attribution '
+    'falls back to seed fixed effects)',
+  )
+  p.add_argument(
+    '--max-memory-gb',
+    type=float,
+    default=8.0,
+    help='address-space limit of each measurement subprocess',
+  )
   p.add_argument('--timeout', type=int, default=600, help='seconds per measurement subprocess')
-  p.add_argument('--mixed-max-rows', type=int, default=None,
-                 help='override analysis.numbers.effects.MIXED_MAX_ROWS (what MixedLM would cost beyond it)')
+  p.add_argument(
+    '--mixed-max-rows',
+    type=int,
+    default=None,
+    help='override analysis.numbers.effects.MIXED_MAX_ROWS (what MixedLM would cost beyond it)',
+  )
   p.add_argument('--measure', choices=TOOLS, help=argparse.SUPPRESS)
   p.add_argument('--csv', help=argparse.SUPPRESS)
   args = p.parse_args(argv)
   bad = [n for n in args.sizes if n < 8 or n % len(ARMS)]
   if bad:
-    common.fail(f'--sizes: {bad[0]} is not a multiple of {len(ARMS)} (>= 8); give rows = '
-                f'{len(ARMS)} arms x seeds')
+    common.fail(
+      f'--sizes: {bad[0]} is not a multiple of {len(ARMS)} (>= 8); give rows = '
+      f'{len(ARMS)} arms x seeds'
+    )
   if not args.seed_sd >= 0:
     common.fail(f'--seed-sd: {args.seed_sd} must be a non-negative sd in pp')
   if not args.max_memory_gb > 0:
@@ -91,10 +116,18 @@ def runs_table(seeds, rng=0, seed_sd=SEED_SD):
   doc)."""
   rng = np.random.default_rng(rng)
   seed_effect = rng.normal(0, seed_sd, seeds)
-  parts = [pd.DataFrame({'run': [f'{platform}/{profile}/{s}' for s in range(seeds)],
-                         'platform': platform, 'profile': profile, 'seed': np.arange(seeds),
-                         'accuracy': BASE + effect + seed_effect + rng.normal(0, RUN_SD, seeds)})
-           for platform, profile, effect in ARMS]
+  parts = [
+    pd.DataFrame(
+      {
+        'run': [f'{platform}/{profile}/{s}' for s in range(seeds)],
+        'platform': platform,
+        'profile': profile,
+        'seed': np.arange(seeds),
+        'accuracy': BASE + effect + seed_effect + rng.normal(0, RUN_SD, seeds),
+      }
+    )
+    for platform, profile, effect in ARMS
+  ]
   table = pd.concat(parts, ignore_index=True)
   table['accuracy'] = np.round(table['accuracy'] / 100 * TEST_IMAGES) / TEST_IMAGES
   return table
@@ -112,7 +145,11 @@ def export_table(seeds, rng=0, seed_sd=SEED_SD, template=TEMPLATE):
   table['run'] = runs['run'].to_numpy()
   for column in ('seed', 'config.seed'):
     table[column] = runs['seed'].to_numpy()
-  for column in ('numerics.requested.profile', 'config.numerics.profile', 'numerics.effective.profile'):
+  for column in (
+    'numerics.requested.profile',
+    'config.numerics.profile',
+    'numerics.effective.profile',
+  ):
     table[column] = runs['profile'].to_numpy()
   table['numerics.effective.platform'] = table['platform']
   table[record.DEFAULT_METRIC] = runs['accuracy'].to_numpy()
@@ -125,6 +162,7 @@ def run_tool(tool, path):
   from analysis.inputs import csv_input  # pylint: disable=import-outside-toplevel
   from analysis.numbers import answer, attribution  # pylint: disable=import-outside-toplevel
   from analysis.words import report
+
   frame = csv_input.read_csv(path, record.DEFAULT_METRIC, 'seed', FACTORS)
   if tool == 'stats':  # what `python -m analysis.analyse --csv` does, every pair compared
     out = answer.study_analysis(frame, {}, FACTORS, record.DEFAULT_METRIC, margin=0.3)
@@ -144,20 +182,28 @@ def measure(tool, path, mixed_max_rows=None):
   from analysis.inputs import csv_input  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
   from analysis.numbers import answer, attribution, effects  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
   from analysis.words import report
+
   if mixed_max_rows:  # measure MixedLM beyond the size where the attribution stops fitting it
     effects.MIXED_MAX_ROWS = mixed_max_rows
   after_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
   start = time.perf_counter()
   method = run_tool(tool, path)
-  print(json.dumps({'seconds': time.perf_counter() - start, 'method': method,
-                    'peak_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                    'imports_mb': after_imports}))
+  print(
+    json.dumps(
+      {
+        'seconds': time.perf_counter() - start,
+        'method': method,
+        'peak_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        'imports_mb': after_imports,
+      }
+    )
+  )
 
 
 def child(tool, path, max_gb, timeout, mixed_max_rows=None):
   """Run measure() in a subprocess under an address-space limit; its result or why it failed."""
   hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-  limit = int(max_gb * 1024 ** 3)
+  limit = int(max_gb * 1024**3)
   limit = limit if hard == resource.RLIM_INFINITY else min(hard, limit)
   cap = lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
   cmd = [sys.executable, '-m', 'benchmarks.bench_analysis', '--measure', tool, '--csv', path]
@@ -165,8 +211,16 @@ def child(tool, path, max_gb, timeout, mixed_max_rows=None):
   env = {**os.environ, 'PYTHONPATH': ROOT}
   start = time.perf_counter()
   try:
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=cap, check=False)
+    done = subprocess.run(
+      cmd,
+      cwd=ROOT,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=timeout,
+      preexec_fn=cap,
+      check=False,
+    )
   except subprocess.TimeoutExpired:
     return {'failed': f'not done after {timeout} s'}
   if done.returncode:
@@ -180,9 +234,12 @@ def versions():
   """The analysis stack's versions, the host, the date and the load (one line for the record)."""
   import scipy  # pylint: disable=import-outside-toplevel
   import statsmodels  # pylint: disable=import-outside-toplevel
-  return (f'python {platform_lib.python_version()}, numpy {np.__version__}, pandas '
-          f'{pd.__version__}, scipy {scipy.__version__}, statsmodels {statsmodels.__version__} | '
-          + common.host())
+
+  return (
+    f'python {platform_lib.python_version()}, numpy {np.__version__}, pandas '
+    f'{pd.__version__}, scipy {scipy.__version__}, statsmodels {statsmodels.__version__} | '
+    + common.host()
+  )
 
 
 def main(argv=None):
@@ -192,8 +249,10 @@ def main(argv=None):
     return
   print(versions())
   print(common.command_line('bench_analysis', argv))
-  rows = ['| rows | arms x seeds | tool | seconds | peak RSS (MB) | after imports (MB) | method |',
-          '|---|---|---|---|---|---|---|']
+  rows = [
+    '| rows | arms x seeds | tool | seconds | peak RSS (MB) | after imports (MB) | method |',
+    '|---|---|---|---|---|---|---|',
+  ]
   worst = {'seconds': 0.0, 'peak_mb': 0.0}
   with tempfile.TemporaryDirectory(prefix='bench_analysis_') as tmp:
     for n in args.sizes:
@@ -206,8 +265,10 @@ def main(argv=None):
           rows.append(f'| {n:,} | {shape} | {tool} | – | – | – | failed: {r["failed"]} |')
           worst['seconds'] = np.inf
           continue
-        rows.append(f'| {n:,} | {shape} | {tool} | {r["seconds"]:.1f} | {r["peak_mb"]:.0f} | '
-                    f'{r["imports_mb"]:.0f} | {r["method"]} |')
+        rows.append(
+          f'| {n:,} | {shape} | {tool} | {r["seconds"]:.1f} | {r["peak_mb"]:.0f} | '
+          f'{r["imports_mb"]:.0f} | {r["method"]} |'
+        )
         worst = {k: max(worst[k], r[k]) for k in worst}
   print('\n'.join(rows))
   print(f'max_seconds={worst["seconds"]:.1f} max_peak_mb={worst["peak_mb"]:.0f}')

@@ -37,16 +37,23 @@ from benchmarks import common
 
 
 def make_parser():
-  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_celeba_full',
-                                   description=common.description(__doc__))
-  parser.add_argument('--workdir', required=True, help='fixture, TFDS and cache go here (local disk)')
-  parser.add_argument('--images', type=int, default=202599,
-                      help='images of the fixture (default: CelebA\'s)')
-  parser.add_argument('--identities', type=int, default=10177,
-                      help='identities (default: CelebA\'s)')
+  parser = argparse.ArgumentParser(
+    prog='python -m benchmarks.bench_celeba_full', description=common.description(__doc__)
+  )
+  parser.add_argument(
+    '--workdir', required=True, help='fixture, TFDS and cache go here (local disk)'
+  )
+  parser.add_argument(
+    '--images', type=int, default=202599, help="images of the fixture (default: CelebA's)"
+  )
+  parser.add_argument(
+    '--identities', type=int, default=10177, help="identities (default: CelebA's)"
+  )
   parser.add_argument('--image-size', type=int, default=128, help='data.image_size')
   parser.add_argument('--batch', type=int, default=256, help='images per gathered batch')
-  parser.add_argument('--gather-steps', type=int, default=200, help='batches gathered after loading')
+  parser.add_argument(
+    '--gather-steps', type=int, default=200, help='batches gathered after loading'
+  )
   parser.add_argument('--keep', action='store_true', help='keep the generated files')
   return parser
 
@@ -59,7 +66,7 @@ import numpy as np
 from configs import celeba as celeba_config
 from input_pipeline import batching, celeba, celeba_files, celeba_fixture, celeba_tfds
 
-MIB = 2 ** 20
+MIB = 2**20
 
 
 def status_mib():
@@ -106,7 +113,9 @@ class Phases:
       self._update()
       self.open.pop()  # phases nest: the last one opened closes first
       label = '· ' * len(self.open) + name
-      self.rows.append((label, time.perf_counter() - start, time.process_time() - cpu, peak, images))
+      self.rows.append(
+        (label, time.perf_counter() - start, time.process_time() - cpu, peak, images)
+      )
 
   def wrap(self, module, attribute, name, images=None):
     """Make `module.attribute` (a function) run as phase `name`."""
@@ -116,6 +125,7 @@ class Phases:
     def timed(*args, **kwargs):
       with self.phase(name, images):
         return original(*args, **kwargs)
+
     setattr(module, attribute, timed)
 
   def close(self):
@@ -135,24 +145,33 @@ def ensure_fixture(manual_dir, args, phases):
   """Generate the fixture unless `manual_dir` already holds one (its partition file is written
   last, so a fixture killed mid-way is generated again); a reused one loses its TFDS and cache."""
   if os.path.exists(os.path.join(manual_dir, celeba_files.PARTITION)):
-    print(f'reusing the fixture in {manual_dir} (its tfds/ deleted: the first load is cold)',
-          flush=True)
+    print(
+      f'reusing the fixture in {manual_dir} (its tfds/ deleted: the first load is cold)', flush=True
+    )
     shutil.rmtree(os.path.join(manual_dir, 'tfds'), ignore_errors=True)
     return
   with phases.phase('generate fixture (not part of a load)', args.images):
-    celeba_fixture.generate(manual_dir, args.identities, seed=0, images=args.images,
-                            progress=lambda done, total: print(f'  generated {done}/{total}',
-                                                               flush=True))
+    celeba_fixture.generate(
+      manual_dir,
+      args.identities,
+      seed=0,
+      images=args.images,
+      progress=lambda done, total: print(f'  generated {done}/{total}', flush=True),
+    )
 
 
 def print_table(phases, title):
   print(f'\n{title}')
-  print('| phase | wall s | CPU s | images/s (wall) | peak RSS MiB | peak anon MiB | peak file MiB |')
+  print(
+    '| phase | wall s | CPU s | images/s (wall) | peak RSS MiB | peak anon MiB | peak file MiB |'
+  )
   print('|---|---:|---:|---:|---:|---:|---:|')
   for name, wall, cpu, peak, images in phases.rows:
     rate = f'{images / wall:,.0f}' if images else '-'
-    print(f'| {name} | {wall:,.1f} | {cpu:,.1f} | {rate} | {peak["rss"]:,.0f} | {peak["anon"]:,.0f} '
-          f'| {peak["file"]:,.0f} |')
+    print(
+      f'| {name} | {wall:,.1f} | {cpu:,.1f} | {rate} | {peak["rss"]:,.0f} | {peak["anon"]:,.0f} '
+      f'| {peak["file"]:,.0f} |'
+    )
 
 
 def main(argv=None):
@@ -164,31 +183,42 @@ def main(argv=None):
   try:
     ensure_fixture(manual_dir, args, phases)
     for module, attribute, name in (
-        (celeba_files, 'read_metadata', 'metadata'), (celeba_files, 'source_fingerprint', 'fingerprint'),
-        (celeba, '_split', 'split'), (celeba_tfds, 'prepare', 'prepare (TFDS)'),
-        (celeba, 'write_cache', 'decode + write cache')):
-      phases.wrap(module, attribute, name, args.images if name.startswith(('prepare', 'decode')) else None)
+      (celeba_files, 'read_metadata', 'metadata'),
+      (celeba_files, 'source_fingerprint', 'fingerprint'),
+      (celeba, '_split', 'split'),
+      (celeba_tfds, 'prepare', 'prepare (TFDS)'),
+      (celeba, 'write_cache', 'decode + write cache'),
+    ):
+      phases.wrap(
+        module, attribute, name, args.images if name.startswith(('prepare', 'decode')) else None
+      )
     config = celeba_config.get_config('smoke')
     config.data.manual_dir, config.data.image_size = manual_dir, args.image_size
     with phases.phase('first load (all of the above)', args.images):
       data = celeba.load(config)
     with phases.phase('cached load (no decoding)'):
       data = celeba.load(config)
-    with phases.phase(f'gather {args.gather_steps} batches of {args.batch}',
-                      args.gather_steps * args.batch):
+    with phases.phase(
+      f'gather {args.gather_steps} batches of {args.batch}', args.gather_steps * args.batch
+    ):
       for step in range(args.gather_steps):
         batching.train_batch(data.train, args.batch, seed=0, step=step)
     tfds_dir = os.path.join(manual_dir, 'tfds')
-    print_table(phases, f'{len(data.train) + len(data.test):,} images ({len(data.train):,} train, '
-                f'{len(data.test):,} test), {data.info["num_identities"]:,} identities, '
-                f'{args.image_size} px, {len(os.sched_getaffinity(0))} cores')
+    print_table(
+      phases,
+      f'{len(data.train) + len(data.test):,} images ({len(data.train):,} train, '
+      f'{len(data.test):,} test), {data.info["num_identities"]:,} identities, '
+      f'{args.image_size} px, {len(os.sched_getaffinity(0))} cores',
+    )
     cache = data.info['decoded_cache']
-    expected = (len(data.train) + len(data.test)) * args.image_size ** 2 * 3
-    print(f'\nzip {os.path.getsize(os.path.join(manual_dir, celeba_files.ZIP)) / MIB:,.0f} MiB | '
-          f'TFDS {folder_bytes(celeba_tfds.dataset_dir(tfds_dir)) / MIB:,.0f} MiB | decoded cache '
-          f'{folder_bytes(cache) / MIB:,.0f} MiB (N x {args.image_size}^2 x 3 = {expected / MIB:,.0f}'
-          f' MiB) | process peak RSS (ru_maxrss) '
-          f'{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB')
+    expected = (len(data.train) + len(data.test)) * args.image_size**2 * 3
+    print(
+      f'\nzip {os.path.getsize(os.path.join(manual_dir, celeba_files.ZIP)) / MIB:,.0f} MiB | '
+      f'TFDS {folder_bytes(celeba_tfds.dataset_dir(tfds_dir)) / MIB:,.0f} MiB | decoded cache '
+      f'{folder_bytes(cache) / MIB:,.0f} MiB (N x {args.image_size}^2 x 3 = {expected / MIB:,.0f}'
+      f' MiB) | process peak RSS (ru_maxrss) '
+      f'{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB'
+    )
     print(f'train images mean {np.asarray(data.train.images[:64]).mean():.1f} (sanity)')
     print(common.environment())  # after the measurements: it starts the JAX backend
   finally:

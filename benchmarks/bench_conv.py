@@ -43,19 +43,26 @@ from benchmarks import common  # noqa: E402  (standard library only)
 
 
 def make_parser():
-  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_conv',
-                                   description=common.description(__doc__))
+  parser = argparse.ArgumentParser(
+    prog='python -m benchmarks.bench_conv', description=common.description(__doc__)
+  )
   parser.add_argument('--image-size', type=int, default=64, help='image height and width')
   parser.add_argument('--width', type=float, default=1.0, help='model.width')
-  parser.add_argument('--stem', default='imagenet', choices=('imagenet', 'small'),
-                      help='model.stem')
+  parser.add_argument(
+    '--stem', default='imagenet', choices=('imagenet', 'small'), help='model.stem'
+  )
   parser.add_argument('--batch', type=int, default=64, help='images per call')
   parser.add_argument('--in-channels', type=int, default=3, help='image channels (digits: 1)')
-  parser.add_argument('--sizes', default='',
-                      help='several configurations, SIZE[:WIDTH[:STEM[:BATCH[:CHANNELS]]]],...')
+  parser.add_argument(
+    '--sizes', default='', help='several configurations, SIZE[:WIDTH[:STEM[:BATCH[:CHANNELS]]]],...'
+  )
   parser.add_argument('--repeats', type=int, default=5, help='alternating timed rounds (median)')
-  parser.add_argument('--min-time', type=float, default=0.05,
-                      help='seconds per timed measurement at least (calls are repeated)')
+  parser.add_argument(
+    '--min-time',
+    type=float,
+    default=0.05,
+    help='seconds per timed measurement at least (calls are repeated)',
+  )
   return parser
 
 
@@ -72,16 +79,23 @@ from numerics import ops  # noqa: E402
 
 IMPLS = ('xla', 'im2col')
 
+
 def macs(conv):
   """Multiply-adds per example, as numerics.ops counts them for 'auto'."""
-  return ops.conv_macs((1, conv.size, conv.size, conv.cin), (conv.k, conv.k, conv.cin, conv.cout),
-                       conv.stride)
+  return ops.conv_macs(
+    (1, conv.size, conv.size, conv.cin), (conv.k, conv.k, conv.cin, conv.cout), conv.stride
+  )
 
 
 def auto_pick(conv, platform):
   """What `ops.conv2d(..., impl='auto')` runs for this convolution on `platform`."""
-  return ops.resolve_conv_impl('auto', platform, macs=macs(conv), kernel_hw=(conv.k, conv.k),
-                               out_hw=ops.conv_out_hw((1, conv.size, conv.size), conv.stride))
+  return ops.resolve_conv_impl(
+    'auto',
+    platform,
+    macs=macs(conv),
+    kernel_hw=(conv.k, conv.k),
+    out_hw=ops.conv_out_hw((1, conv.size, conv.size), conv.stride),
+  )
 
 
 def compile_fwd_bwd(impl, conv, batch, seed=0):
@@ -95,6 +109,7 @@ def compile_fwd_bwd(impl, conv, batch, seed=0):
 
   def loss(x, w, g):
     return jnp.sum(ops.conv2d(x, w, conv.stride, padding, impl=impl) * g)
+
   start = time.perf_counter()
   argnums = (0, 1) if conv.input_grad else (1,)
   compiled = jax.jit(jax.value_and_grad(loss, argnums=argnums)).lower(x, w, g).compile()
@@ -119,7 +134,7 @@ def measure(conv, batch, repeats, min_time):
     calls[impl] = max(1, math.ceil(min_time / max(first, 1e-6)))
   times = {impl: [] for impl in IMPLS}
   for r in range(repeats):
-    for impl in (IMPLS if r % 2 == 0 else IMPLS[::-1]):
+    for impl in IMPLS if r % 2 == 0 else IMPLS[::-1]:
       fn, operands, _ = compiled[impl]
       times[impl].append(time_calls(fn, operands, calls[impl]))
   return {impl: (compiled[impl][2], statistics.median(times[impl])) for impl in IMPLS}
@@ -133,7 +148,7 @@ def parse_sizes(text, args):
     defaults = [args.image_size, args.width, args.stem, args.batch, args.in_channels]
     if not 1 <= len(fields) <= len(defaults):
       raise SystemExit(f'--sizes entry {entry!r}: SIZE[:WIDTH[:STEM[:BATCH[:CHANNELS]]]]')
-    values = fields + [str(d) for d in defaults[len(fields):]]
+    values = fields + [str(d) for d in defaults[len(fields) :]]
     if values[2] not in ('imagenet', 'small'):
       raise SystemExit(f"--sizes entry {entry!r}: the stem must be 'imagenet' or 'small'")
     configs.append((int(values[0]), float(values[1]), values[2], int(values[3]), int(values[4])))
@@ -141,16 +156,22 @@ def parse_sizes(text, args):
 
 
 def describe(conv):
-  return (f'{conv.size}x{conv.size}x{conv.cin}', f'{conv.k}x{conv.k}', str(conv.stride),
-          str(conv.cout))
+  return (
+    f'{conv.size}x{conv.size}x{conv.cin}',
+    f'{conv.k}x{conv.k}',
+    str(conv.stride),
+    str(conv.cout),
+  )
 
 
 def run_config(size, width, stem, batch, in_channels, args):
   """Measures one configuration; returns (Markdown table lines, summary dict)."""
   platform = jax.default_backend()
-  lines = ['| convolution | input HxWxC | kernel | stride | out C | count | MACs/example '
-           '| compile s xla | compile s im2col | ms xla | ms im2col | xla/im2col | auto | best |',
-           '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
+  lines = [
+    '| convolution | input HxWxC | kernel | stride | out C | count | MACs/example '
+    '| compile s xla | compile s im2col | ms xla | ms im2col | xla/im2col | auto | best |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+  ]
   total = collections.Counter()
   for conv in resnet18_convs(size, width, stem, in_channels):
     m = macs(conv)
@@ -167,14 +188,18 @@ def run_config(size, width, stem, batch, in_channels, args):
     name = conv.names[0] + (f' (+{count - 1})' if count > 1 else '')
     name += '' if conv.input_grad else ' (dw only)'
     (c_xla, t_xla), (c_im2col, t_im2col) = result['xla'], result['im2col']
-    lines.append(f'| {name} | ' + ' | '.join(describe(conv)) + f' | {count} | {m:,} '
-                 f'| {c_xla:.2f} | {c_im2col:.2f} | {t_xla * 1e3:.2f} | {t_im2col * 1e3:.2f} '
-                 f'| {t_xla / t_im2col:.2f} | {auto} | {best} |')
-  lines.append(f'| total (x count) | | | | | | | {total["compile xla"]:.2f} '
-               f'| {total["compile im2col"]:.2f} | {total["xla"] * 1e3:.2f} '
-               f'| {total["im2col"] * 1e3:.2f} | {total["xla"] / total["im2col"]:.2f} '
-               f'| {total["auto"] * 1e3:.2f} ms, compile {total["compile auto"]:.2f} s '
-               f'| {total["best"] * 1e3:.2f} ms |')
+    lines.append(
+      f'| {name} | ' + ' | '.join(describe(conv)) + f' | {count} | {m:,} '
+      f'| {c_xla:.2f} | {c_im2col:.2f} | {t_xla * 1e3:.2f} | {t_im2col * 1e3:.2f} '
+      f'| {t_xla / t_im2col:.2f} | {auto} | {best} |'
+    )
+  lines.append(
+    f'| total (x count) | | | | | | | {total["compile xla"]:.2f} '
+    f'| {total["compile im2col"]:.2f} | {total["xla"] * 1e3:.2f} '
+    f'| {total["im2col"] * 1e3:.2f} | {total["xla"] / total["im2col"]:.2f} '
+    f'| {total["auto"] * 1e3:.2f} ms, compile {total["compile auto"]:.2f} s '
+    f'| {total["best"] * 1e3:.2f} ms |'
+  )
   return lines, dict(total, auto_vs_best=total['best'] / total['auto'])
 
 
@@ -183,14 +208,19 @@ def main(argv=None):
   args = parser.parse_args(argv)
   print(environment())
   print(command_line('bench_conv', argv))
-  configs = parse_sizes(args.sizes, args) if args.sizes else [
-      (args.image_size, args.width, args.stem, args.batch, args.in_channels)]
+  configs = (
+    parse_sizes(args.sizes, args)
+    if args.sizes
+    else [(args.image_size, args.width, args.stem, args.batch, args.in_channels)]
+  )
   jax.jit(lambda x: x + 1).lower(1.0).compile()  # the backend's one-off start-up, untimed
   scores = []
   for size, width, stem, batch, in_channels in configs:
     key = f'{size}:{width:g}:{stem}:{batch}:{in_channels}'
-    print(f'\nResNet-18 convolutions at {size}x{size}x{in_channels}, width {width:g}, {stem} stem, '
-          f'batch {batch}, f32 forward + backward (ms per call, median of {args.repeats})\n')
+    print(
+      f'\nResNet-18 convolutions at {size}x{size}x{in_channels}, width {width:g}, {stem} stem, '
+      f'batch {batch}, f32 forward + backward (ms per call, median of {args.repeats})\n'
+    )
     lines, summary = run_config(size, width, stem, batch, in_channels, args)
     print('\n'.join(lines))
     print(f'\nauto_vs_best[{key}]={summary["auto_vs_best"]:.3f}')

@@ -48,20 +48,30 @@ from benchmarks import common, step_args  # noqa: E402
 OPTION = 'xla_gpu_deterministic_ops'
 VARIANTS = {'deterministic': {OPTION: True}, 'nondeterministic': {OPTION: False}}
 EXCLUDE = 'xla_gpu_exclude_nondeterministic_ops'
-DUMP_AUTOTUNE, LOAD_AUTOTUNE = 'xla_gpu_dump_autotune_results_to', 'xla_gpu_load_autotune_results_from'
-EXTRA_VARIANTS = {'exclude_nondeterministic': {OPTION: False, EXCLUDE: True},
-                  'deterministic_autotuned': {OPTION: True}}  # + LOAD_AUTOTUNE (compile_options)
+DUMP_AUTOTUNE, LOAD_AUTOTUNE = (
+  'xla_gpu_dump_autotune_results_to',
+  'xla_gpu_load_autotune_results_from',
+)
+EXTRA_VARIANTS = {
+  'exclude_nondeterministic': {OPTION: False, EXCLUDE: True},
+  'deterministic_autotuned': {OPTION: True},
+}  # + LOAD_AUTOTUNE (compile_options)
 ALL_VARIANTS = (*VARIANTS, *EXTRA_VARIANTS)
 
 
 def make_parser():
-  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_determinism',
-                                   description=common.description(__doc__))
+  parser = argparse.ArgumentParser(
+    prog='python -m benchmarks.bench_determinism', description=common.description(__doc__)
+  )
   step_args.add_args(parser)
-  parser.add_argument('--repeat-steps', type=int, default=3,
-                      help='steps run twice from one state, per variant')
-  parser.add_argument('--variants', default=','.join(VARIANTS),
-                      help='compilations compared: ' + ','.join(ALL_VARIANTS))
+  parser.add_argument(
+    '--repeat-steps', type=int, default=3, help='steps run twice from one state, per variant'
+  )
+  parser.add_argument(
+    '--variants',
+    default=','.join(VARIANTS),
+    help='compilations compared: ' + ','.join(ALL_VARIANTS),
+  )
   return parser
 
 
@@ -70,7 +80,7 @@ if __name__ == '__main__':  # --help and a bad flag before the imports below loa
 
 import jax  # noqa: E402
 
-from benchmarks import bench_step, common  # noqa: E402
+from benchmarks import bench_step  # noqa: E402
 from trainer import checkpointing  # noqa: E402
 
 SCATTER_OR_SORT = re.compile(r'\b(scatter|select-and-scatter|sort)\(')
@@ -101,8 +111,10 @@ def parse_variants(text):
   if unknown or not names or len(set(names)) < len(names):
     common.fail(f'--variants={text}: give distinct names among {",".join(ALL_VARIANTS)}')
   if 'deterministic_autotuned' in names and 'nondeterministic' not in names:
-    common.fail('--variants: deterministic_autotuned loads the autotuning results of the '
-                'nondeterministic compilation; list nondeterministic too')
+    common.fail(
+      '--variants: deterministic_autotuned loads the autotuning results of the '
+      'nondeterministic compilation; list nondeterministic too'
+    )
   return sorted(names, key=lambda n: n != 'nondeterministic')
 
 
@@ -114,8 +126,10 @@ def compile_options(name, autotune_file):
   if name != 'deterministic_autotuned':
     return options, ''
   if not os.path.getsize(autotune_file):
-    return None, ('deterministic_autotuned left out: the nondeterministic compilation wrote no '
-                  'autotuning results (XLA:CPU has no autotuner)')
+    return None, (
+      'deterministic_autotuned left out: the nondeterministic compilation wrote no '
+      'autotuning results (XLA:CPU has no autotuner)'
+    )
   return {**options, LOAD_AUTOTUNE: autotune_file}, ''
 
 
@@ -132,19 +146,27 @@ def compile_variants(bench, names):
         continue
       start = time.perf_counter()
       compiled = bench.lowered.compile(options)
-      out[name] = {'compiled': compiled, 'compile_s': time.perf_counter() - start,
-                   'ops': scatter_and_sort_ops(compiled)}
+      out[name] = {
+        'compiled': compiled,
+        'compile_s': time.perf_counter() - start,
+        'ops': scatter_and_sort_ops(compiled),
+      }
   return out, notes
 
 
 def measure(args, config, names=tuple(VARIANTS)):
   """(bench, {variant: {'times': [s/step], 'ops': {...}, 'repeats': bool, 'compile_s': s}},
   [notes])."""
-  bench = bench_step.build_step(config, bench_step.selected_devices(args),
-                                num_classes=args.num_classes, compile_step=False)  # lowered only
+  bench = bench_step.build_step(
+    config, bench_step.selected_devices(args), num_classes=args.num_classes, compile_step=False
+  )  # lowered only
   out, notes = compile_variants(bench, names)
-  times = common.alternate({name: lambda n, c=v['compiled']: bench.run(n, c)
-                            for name, v in out.items()}, args.warmup, args.windows, args.steps)
+  times = common.alternate(
+    {name: lambda n, c=v['compiled']: bench.run(n, c) for name, v in out.items()},
+    args.warmup,
+    args.windows,
+    args.steps,
+  )
   for name, v in out.items():
     v['times'] = times[name]
     v['repeats'] = repeats_identically(bench, v['compiled'], args.repeat_steps)
@@ -155,21 +177,27 @@ def table(bench, results, args):
   """(Markdown table, {variant: its images/s over the nondeterministic variant's})."""
   c = bench.config
   ips = {name: c.batch_size / statistics.median(v['times']) for name, v in results.items()}
-  lines = [f'ResNet-18 width {c.model.width:g}, {c.model.stem} stem, {c.data.image_size}^2, '
-           f'global batch {c.batch_size} on {len(bench.devices)} device(s), '
-           f'{bench_step.numerics_line(c, bench.conv_impl, bench.devices[0].platform)}; median '
-           f'of {args.windows} alternating windows x {args.steps} steps',
-           f'| {OPTION} | ms/step (median; min-max) | images/s | scatter/sort ops in the '
-           f'compiled step | {args.repeat_steps} steps repeat bit for bit | compile s |',
-           '|---|---|---|---|---|---|']
+  lines = [
+    f'ResNet-18 width {c.model.width:g}, {c.model.stem} stem, {c.data.image_size}^2, '
+    f'global batch {c.batch_size} on {len(bench.devices)} device(s), '
+    f'{bench_step.numerics_line(c, bench.conv_impl, bench.devices[0].platform)}; median '
+    f'of {args.windows} alternating windows x {args.steps} steps',
+    f'| {OPTION} | ms/step (median; min-max) | images/s | scatter/sort ops in the '
+    f'compiled step | {args.repeat_steps} steps repeat bit for bit | compile s |',
+    '|---|---|---|---|---|---|',
+  ]
   for name, v in results.items():
     t = [x * 1e3 for x in v['times']]
     ops = ', '.join(f'{k} {n}' for k, n in sorted(v['ops'].items())) or 'none'
-    lines.append(f'| {name} | {statistics.median(t):.2f} ({min(t):.2f}-{max(t):.2f}) | '
-                 f'{ips[name]:.1f} | {ops} | {"yes" if v["repeats"] else "no"} | '
-                 f'{v["compile_s"]:.1f} |')
+    lines.append(
+      f'| {name} | {statistics.median(t):.2f} ({min(t):.2f}-{max(t):.2f}) | '
+      f'{ips[name]:.1f} | {ops} | {"yes" if v["repeats"] else "no"} | '
+      f'{v["compile_s"]:.1f} |'
+    )
   base = ips.get('nondeterministic')
-  return '\n'.join(lines), {name: ips[name] / base for name in ips if base and name != 'nondeterministic'}
+  return '\n'.join(lines), {
+    name: ips[name] / base for name in ips if base and name != 'nondeterministic'
+  }
 
 
 def main(argv=None):

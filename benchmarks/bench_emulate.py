@@ -39,21 +39,24 @@ DEFAULT_FORMATS = tuple(m for m in FORMATS if m not in format_names.NOISY_FORMAT
 
 
 def make_parser():
-  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_emulate',
-                                   description=common.description(__doc__))
+  parser = argparse.ArgumentParser(
+    prog='python -m benchmarks.bench_emulate', description=common.description(__doc__)
+  )
   step_args.add_args(parser)
-  parser.add_argument('--formats', default=','.join(DEFAULT_FORMATS), help='comma-separated, of ' +
-                      ','.join(FORMATS))
+  parser.add_argument(
+    '--formats', default=','.join(DEFAULT_FORMATS), help='comma-separated, of ' + ','.join(FORMATS)
+  )
   return parser
+
 
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   step_args.parse_flags(make_parser(), None)
 
-from benchmarks import bench_step, common  # noqa: E402
+from benchmarks import bench_step  # noqa: E402
 from configs import common as config_common  # noqa: E402
+from configs import validation  # noqa: E402
 from numerics import emulate as emulate_lib  # noqa: E402
 from numerics import setup as numerics_setup  # noqa: E402
-from configs import validation  # noqa: E402
 
 NATIVE = (('numerics.conv_format', 'native'), ('numerics.dense_format', 'native'))
 
@@ -73,17 +76,24 @@ def variants(formats, platform):
   """{format: {'native' | 'reference' | 'fast': overrides}}, None where there is no such variant."""
   out = {}
   for fmt in formats:
-    emulated = lambda impl, f=fmt: (('numerics.conv_format', f), ('numerics.dense_format', f),
-                                    ('numerics.emulate_impl', impl))
-    out[fmt] = {'native': native_overrides(fmt, platform), 'reference': emulated('reference'),
-                'fast': emulated('fast') if fmt in emulate_lib.FAST_FORMATS else None}
+    emulated = lambda impl, f=fmt: (
+      ('numerics.conv_format', f),
+      ('numerics.dense_format', f),
+      ('numerics.emulate_impl', impl),
+    )
+    out[fmt] = {
+      'native': native_overrides(fmt, platform),
+      'reference': emulated('reference'),
+      'fast': emulated('fast') if fmt in emulate_lib.FAST_FORMATS else None,
+    }
   return out
 
 
 def variant_config(config, overrides):
   """The resolved config of one variant: `config` (as loaded, not resolved) plus `overrides`."""
   return validation.resolve(
-      config_common.apply_overrides(config.copy_and_resolve_references(), overrides))
+    config_common.apply_overrides(config.copy_and_resolve_references(), overrides)
+  )
 
 
 def measure(config, plan, args, devices):
@@ -92,10 +102,12 @@ def measure(config, plan, args, devices):
   steps = {}
   for overrides in sorted(distinct):
     print(f'compiling {dict(overrides)} ...', flush=True)
-    steps[overrides] = bench_step.build_step(variant_config(config, overrides), devices,
-                                             num_classes=args.num_classes)
-  times = common.alternate({o: s.run for o, s in steps.items()}, args.warmup, args.windows,
-                           args.steps)
+    steps[overrides] = bench_step.build_step(
+      variant_config(config, overrides), devices, num_classes=args.num_classes
+    )
+  times = common.alternate(
+    {o: s.run for o, s in steps.items()}, args.warmup, args.windows, args.steps
+  )
   return times, {o: s.compile_s for o, s in steps.items()}
 
 
@@ -107,23 +119,29 @@ def table(plan, times, compile_s, batch, platform):
   """(Markdown table, [fast / reference per format])."""
   ips = {o: batch / statistics.median(t) for o, t in times.items()}
   get = lambda o: None if o is None else ips[o]
-  lines = ['| format | native setting | native img/s | reference img/s | fast img/s | reference / '
-           'native | fast / native | fast / reference | auto here | compile s (ref / fast) |',
-           '|---|---|---|---|---|---|---|---|---|---|']
+  lines = [
+    '| format | native setting | native img/s | reference img/s | fast img/s | reference / '
+    'native | fast / native | fast / reference | auto here | compile s (ref / fast) |',
+    '|---|---|---|---|---|---|---|---|---|---|',
+  ]
   fast_vs_ref = []
   for fmt, v in plan.items():
     native, ref, fast = get(v['native']), get(v['reference']), get(v['fast'])
-    setting = (', '.join(f'{k.split(".")[-1]}={val}' for k, val in v['native'][len(NATIVE):])
-               if v['native'] else 'none on this platform')
+    setting = (
+      ', '.join(f'{k.split(".")[-1]}={val}' for k, val in v['native'][len(NATIVE) :])
+      if v['native']
+      else 'none on this platform'
+    )
     if fast is not None:
       fast_vs_ref.append(fast / ref)
     auto = emulate_lib.resolve_impl('auto', platform, fmt)
     lines.append(
-        f'| {fmt} | {setting} | {common.fmt(native, ".1f")} | {ref:.1f} | '
-        f'{common.fmt(fast, ".1f")} | {common.fmt(ratio(ref, native), ".3f")} | '
-        f'{common.fmt(ratio(fast, native), ".3f")} | {common.fmt(ratio(fast, ref), ".3f")} | '
-        f'{auto} | {compile_s[v["reference"]]:.1f} / '
-        f'{common.fmt(compile_s.get(v["fast"]), ".1f")} |')
+      f'| {fmt} | {setting} | {common.fmt(native, ".1f")} | {ref:.1f} | '
+      f'{common.fmt(fast, ".1f")} | {common.fmt(ratio(ref, native), ".3f")} | '
+      f'{common.fmt(ratio(fast, native), ".3f")} | {common.fmt(ratio(fast, ref), ".3f")} | '
+      f'{auto} | {compile_s[v["reference"]]:.1f} / '
+      f'{common.fmt(compile_s.get(v["fast"]), ".1f")} |'
+    )
   return '\n'.join(lines), fast_vs_ref
 
 
@@ -142,10 +160,12 @@ def main(argv=None):
   times, compile_s = measure(config, plan, args, devices)
   text, fast_vs_ref = table(plan, times, compile_s, config.batch_size, platform)
   c = config
-  print(f'ResNet-18 width {c.model.width:g}, {c.model.stem} stem, {c.data.image_size}^2, global '
-        f'batch {c.batch_size} on {len(devices)} {platform} device(s), conv_impl '
-        f'{c.numerics.conv_impl}; median of {args.windows} alternating windows x {args.steps} '
-        'steps; ratios of images/s')
+  print(
+    f'ResNet-18 width {c.model.width:g}, {c.model.stem} stem, {c.data.image_size}^2, global '
+    f'batch {c.batch_size} on {len(devices)} {platform} device(s), conv_impl '
+    f'{c.numerics.conv_impl}; median of {args.windows} alternating windows x {args.steps} '
+    'steps; ratios of images/s'
+  )
   print(text)
   print(f'fast_vs_reference={min(fast_vs_ref) if fast_vs_ref else float("nan"):.4f}')
 

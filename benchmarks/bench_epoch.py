@@ -46,15 +46,25 @@ CELEBA_TRAIN, CELEBA_TEST = 162_038, 40_561  # the per-identity split (README, C
 
 
 def make_parser():
-  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_epoch',
-                                   description=common.description(__doc__))
+  parser = argparse.ArgumentParser(
+    prog='python -m benchmarks.bench_epoch', description=common.description(__doc__)
+  )
   step_args.add_args(parser)
-  parser.add_argument('--train-examples', type=int, default=CELEBA_TRAIN,
-                      help='training examples of the epoch (default: CelebA, per-identity split)')
-  parser.add_argument('--test-examples', type=int, default=CELEBA_TEST,
-                      help='examples of one evaluation (default: CelebA, per-identity split)')
+  parser.add_argument(
+    '--train-examples',
+    type=int,
+    default=CELEBA_TRAIN,
+    help='training examples of the epoch (default: CelebA, per-identity split)',
+  )
+  parser.add_argument(
+    '--test-examples',
+    type=int,
+    default=CELEBA_TEST,
+    help='examples of one evaluation (default: CelebA, per-identity split)',
+  )
   parser.add_argument('--repeats', type=int, default=3, help='timed evaluations and saves')
   return parser
+
 
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   step_args.parse_flags(make_parser(), None)
@@ -62,11 +72,9 @@ if __name__ == '__main__':  # --help and a bad flag before the imports below loa
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks import bench_step, common  # noqa: E402
+from benchmarks import bench_step  # noqa: E402
 from input_pipeline import base, batching  # noqa: E402
 from trainer import checkpointing, loop, run  # noqa: E402
-
-
 
 
 def repeated_image_dataset(config, train_examples, test_examples, num_classes):
@@ -76,9 +84,11 @@ def repeated_image_dataset(config, train_examples, test_examples, num_classes):
   image = rng.integers(0, 256, (1, size, size, 3), dtype=np.uint8)
 
   def split(n):
-    images = np.lib.stride_tricks.as_strided(image, (n, size, size, 3), (0,) + image.strides[1:],
-                                             writeable=False)
+    images = np.lib.stride_tricks.as_strided(
+      image, (n, size, size, 3), (0,) + image.strides[1:], writeable=False
+    )
     return base.Split(images, rng.integers(0, num_classes, n, dtype=np.int32))
+
   return base.Dataset('repeated', split(train_examples), split(test_examples), num_classes)
 
 
@@ -123,8 +133,9 @@ def time_saves(bench, mngr, repeats, steps_during):
 
 
 def measure(args, config):
-  dataset = repeated_image_dataset(config, args.train_examples, args.test_examples,
-                                   args.num_classes)
+  dataset = repeated_image_dataset(
+    config, args.train_examples, args.test_examples, args.num_classes
+  )
   bench = bench_step.build_step(config, bench_step.selected_devices(args), dataset)
   step_times = common.alternate({'step': bench.run}, args.warmup, args.windows, args.steps)['step']
   eval_fn = run.eval_step(bench.ctx, bench.state)
@@ -149,29 +160,55 @@ def table(bench, times, args):
   epoch_s = ctx.per_epoch * med['step']
   eval_batches = batching.num_eval_batches(len(ctx.dataset.test), c.eval_batch_size)
   share = lambda s: f'{s / epoch_s:.1%}'
-  rng = lambda name, scale, unit: (f'{med[name] * scale:.{2 if scale > 1 else 3}f} {unit} '
-                                   f'({min(times[name]) * scale:.{2 if scale > 1 else 3}f}-'
-                                   f'{max(times[name]) * scale:.{2 if scale > 1 else 3}f})')
+  rng = lambda name, scale, unit: (
+    f'{med[name] * scale:.{2 if scale > 1 else 3}f} {unit} '
+    f'({min(times[name]) * scale:.{2 if scale > 1 else 3}f}-'
+    f'{max(times[name]) * scale:.{2 if scale > 1 else 3}f})'
+  )
   overhead = (med['eval'] + med['sync']) / epoch_s
   rows = [
-      ('training step', rng('step', 1e3, 'ms'), f'x {ctx.per_epoch} = {epoch_s:.2f} s', '100%'),
-      (f'evaluation ({len(ctx.dataset.test):,} examples, {eval_batches} batch(es) of '
-       f'{c.eval_batch_size})', rng('eval', 1, 's'), 'x 1', share(med['eval'])),
-      (f'checkpoint save, synchronous part ({state_mib(bench.state):.0f} MiB state)',
-       rng('sync', 1, 's'), 'x 1', share(med['sync'])),
-      ('checkpoint save, total (until written; the rest runs in the background)',
-       rng('total', 1, 's'), '', share(med['total'])),
-      ('training step while the write runs', rng('step_while_writing', 1e3, 'ms'), '',
-       f'{med["step_while_writing"] / med["step"]:.2f}x the step'),
-      ('overhead per epoch (evaluation + synchronous save)',
-       f'{med["eval"] + med["sync"]:.3f} s', '', f'{overhead:.1%}'),
+    ('training step', rng('step', 1e3, 'ms'), f'x {ctx.per_epoch} = {epoch_s:.2f} s', '100%'),
+    (
+      f'evaluation ({len(ctx.dataset.test):,} examples, {eval_batches} batch(es) of '
+      f'{c.eval_batch_size})',
+      rng('eval', 1, 's'),
+      'x 1',
+      share(med['eval']),
+    ),
+    (
+      f'checkpoint save, synchronous part ({state_mib(bench.state):.0f} MiB state)',
+      rng('sync', 1, 's'),
+      'x 1',
+      share(med['sync']),
+    ),
+    (
+      'checkpoint save, total (until written; the rest runs in the background)',
+      rng('total', 1, 's'),
+      '',
+      share(med['total']),
+    ),
+    (
+      'training step while the write runs',
+      rng('step_while_writing', 1e3, 'ms'),
+      '',
+      f'{med["step_while_writing"] / med["step"]:.2f}x the step',
+    ),
+    (
+      'overhead per epoch (evaluation + synchronous save)',
+      f'{med["eval"] + med["sync"]:.3f} s',
+      '',
+      f'{overhead:.1%}',
+    ),
   ]
-  lines = [f'ResNet-18 width {c.model.width:g}, {c.model.stem} stem, {c.data.image_size}^2, '
-           f'global batch {c.batch_size} on {len(bench.devices)} device(s), compute '
-           f'{c.numerics.compute_dtype}; epoch = {ctx.per_epoch} steps ({len(ctx.dataset.train):,} '
-           f'examples); medians (min-max) of {args.windows} step windows x {args.steps} steps and '
-           f'{args.repeats} evaluations and saves',
-           '| item | time | per epoch | share of the epoch\'s training time |', '|---|---|---|---|']
+  lines = [
+    f'ResNet-18 width {c.model.width:g}, {c.model.stem} stem, {c.data.image_size}^2, '
+    f'global batch {c.batch_size} on {len(bench.devices)} device(s), compute '
+    f'{c.numerics.compute_dtype}; epoch = {ctx.per_epoch} steps ({len(ctx.dataset.train):,} '
+    f'examples); medians (min-max) of {args.windows} step windows x {args.steps} steps and '
+    f'{args.repeats} evaluations and saves',
+    "| item | time | per epoch | share of the epoch's training time |",
+    '|---|---|---|---|',
+  ]
   lines += [f'| {a} | {b} | {d} | {e} |' for a, b, d, e in rows]
   return '\n'.join(lines), overhead
 
@@ -181,8 +218,9 @@ def main(argv=None):
   if args.test_examples < 1 or args.repeats < 1:
     common.fail('--test-examples and --repeats must be positive')
   if args.train_examples < config.batch_size:
-    common.fail(f'--train-examples={args.train_examples}: need at least one batch of '
-                f'{config.batch_size}')
+    common.fail(
+      f'--train-examples={args.train_examples}: need at least one batch of {config.batch_size}'
+    )
   print(common.environment())
   print(common.command_line('bench_epoch', argv))
   bench, times = measure(args, config)

@@ -40,14 +40,20 @@ from benchmarks import common, step_args  # noqa: E402
 
 
 def make_parser():
-  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_feed',
-                                   description=common.description(__doc__))
+  parser = argparse.ArgumentParser(
+    prog='python -m benchmarks.bench_feed', description=common.description(__doc__)
+  )
   step_args.add_args(parser)
   parser.add_argument('--images', default='', help='uint8 [N,H,W,3] .npy to feed from')
-  parser.add_argument('--examples', type=int, default=0,
-                      help='random images written when no --images (default: 8 batches)')
+  parser.add_argument(
+    '--examples',
+    type=int,
+    default=0,
+    help='random images written when no --images (default: 8 batches)',
+  )
   parser.add_argument('--prefetch', type=int, help='data.prefetch (batches prepared ahead)')
   return parser
+
 
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   step_args.parse_flags(make_parser(), None)
@@ -55,7 +61,7 @@ if __name__ == '__main__':  # --help and a bad flag before the imports below loa
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks import bench_step, common  # noqa: E402
+from benchmarks import bench_step  # noqa: E402
 from input_pipeline import batching  # noqa: E402
 from trainer import run  # noqa: E402
 
@@ -68,8 +74,10 @@ def open_images(args, config, directory):
   if args.images:
     images = np.load(args.images, mmap_mode='r')
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:3] != (size,) * 2:
-      common.fail(f'--images {args.images}: need uint8 [N, {size}, {size}, 3] '
-                  f'(data.image_size {size}), got {images.dtype} {images.shape}')
+      common.fail(
+        f'--images {args.images}: need uint8 [N, {size}, {size}, 3] '
+        f'(data.image_size {size}), got {images.dtype} {images.shape}'
+      )
     return images
   path = os.path.join(directory, 'train.npy')
   examples = args.examples or 8 * config.batch_size
@@ -91,8 +99,10 @@ class Feeds:
     self.bench = bench
     self.watch, self.bad = run.watch(ctx, bench.state)
     endless = 1 << 40  # the generators run as long as the benchmark does
-    self.batches = {'host': run.batches(ctx, 0, endless),
-                    'device': run.batches(ctx, 0, endless, run.feed(ctx, on_device=True))}
+    self.batches = {
+      'host': run.batches(ctx, 0, endless),
+      'device': run.batches(ctx, 0, endless, run.feed(ctx, on_device=True)),
+    }
     self.split_bytes = batching.nbytes(ctx.dataset.train)
 
   def run(self, feed, n):
@@ -123,30 +133,36 @@ def table(times, batch):
     ms = statistics.median(times[feed]) * 1e3
     ips = batch / (ms / 1e3)
     ratios[feed] = ips / synthetic
-    lines.append(f'| {feed} | {ms:.2f} ({min(times[feed]) * 1e3:.2f}-{max(times[feed]) * 1e3:.2f})'
-                 f' | {ips:.1f} | {ratios[feed]:.3f} |')
+    lines.append(
+      f'| {feed} | {ms:.2f} ({min(times[feed]) * 1e3:.2f}-{max(times[feed]) * 1e3:.2f})'
+      f' | {ips:.1f} | {ratios[feed]:.3f} |'
+    )
   return '\n'.join(lines), ratios
 
 
 def main(argv=None):
   overrides = lambda a: step_args.shorthand_overrides(
-      a, step_args.SHORTHANDS + (('prefetch', 'data.prefetch'),))
+    a, step_args.SHORTHANDS + (('prefetch', 'data.prefetch'),)
+  )
   args, config = step_args.parse(make_parser(), argv, overrides)
   print(common.environment())
   print(common.command_line('bench_feed', argv))
   devices = bench_step.selected_devices(args)
   with tempfile.TemporaryDirectory(prefix='bench_feed_') as directory:
     images = open_images(args, config, directory)
-    dataset = bench_step.image_dataset('feed', images, args.num_classes, config.batch_size,
-                                       np.random.default_rng(1))
+    dataset = bench_step.image_dataset(
+      'feed', images, args.num_classes, config.batch_size, np.random.default_rng(1)
+    )
     bench = bench_step.build_step(config, devices, dataset)
     feeds = Feeds(bench)
     times = measure(feeds, args)
   text, ratios = table(times, config.batch_size)
-  print(f'{len(images)} images {images.shape[1:]} uint8 ({feeds.split_bytes / 2**30:.2f} GiB, '
-        f'{"--images" if args.images else "random, memory-mapped"}), global batch '
-        f'{config.batch_size} on {len(devices)} device(s), prefetch {config.data.prefetch}, '
-        f'{args.windows} windows x {args.steps} steps per feed, alternating')
+  print(
+    f'{len(images)} images {images.shape[1:]} uint8 ({feeds.split_bytes / 2**30:.2f} GiB, '
+    f'{"--images" if args.images else "random, memory-mapped"}), global batch '
+    f'{config.batch_size} on {len(devices)} device(s), prefetch {config.data.prefetch}, '
+    f'{args.windows} windows x {args.steps} steps per feed, alternating'
+  )
   print(text)
   best = max(('host', 'device'), key=ratios.get)
   print(f'faster real feed: {best}')

@@ -42,17 +42,23 @@ def seconds(command, *args):
   """(seconds, exit code) of one fresh `python command args` from the repository root."""
   target = [command] if command.endswith('.py') else ['-m', command]
   start = time.perf_counter()
-  proc = subprocess.run([sys.executable, *target, *args], cwd=REPO, capture_output=True,
-                        check=False)
+  proc = subprocess.run(
+    [sys.executable, *target, *args], cwd=REPO, capture_output=True, check=False
+  )
   return time.perf_counter() - start, proc.returncode
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(prog='python -m benchmarks.bench_help',
-                              description=common.description(__doc__))
+  p = argparse.ArgumentParser(
+    prog='python -m benchmarks.bench_help', description=common.description(__doc__)
+  )
   p.add_argument('--repeats', type=int, default=3, help='--help calls per command (default 3)')
-  p.add_argument('--commands', nargs='+', default=None,
-                 help='which commands (module names, or train.py; default: every one)')
+  p.add_argument(
+    '--commands',
+    nargs='+',
+    default=None,
+    help='which commands (module names, or train.py; default: every one)',
+  )
   args = p.parse_args(argv)
   if args.repeats < 1:
     common.fail(f'--repeats={args.repeats}: give a positive number')
@@ -64,8 +70,10 @@ def main(argv=None):
     times = [seconds(command, '--help')[0] for _ in range(args.repeats)]
     bad, code = seconds(command, '--no-such-flag')
     shown = f'python {command}' if command.endswith('.py') else f'python -m {command}'
-    print(f'| `{shown}` | {min(times):.2f} | {statistics.median(times):.2f} | {bad:.2f} ({code}) |',
-          flush=True)
+    print(
+      f'| `{shown}` | {min(times):.2f} | {statistics.median(times):.2f} | {bad:.2f} ({code}) |',
+      flush=True,
+    )
   return 0
 
 

@@ -23,16 +23,20 @@ from benchmarks import common
 
 
 def make_parser():
-  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_input',
-                                   description=common.description(__doc__))
+  parser = argparse.ArgumentParser(
+    prog='python -m benchmarks.bench_input', description=common.description(__doc__)
+  )
   parser.add_argument('--identities', type=int, default=40, help='identities of the fixture')
-  parser.add_argument('--max-images', type=int, default=12,
-                      help='images per identity at most')
+  parser.add_argument('--max-images', type=int, default=12, help='images per identity at most')
   parser.add_argument('--image-size', type=int, default=224, help='data.image_size')
   parser.add_argument('--batch', type=int, default=256, help='images per gathered batch')
   parser.add_argument('--repeats', type=int, default=3, help='passes over the JPEGs when decoding')
-  parser.add_argument('--threads', type=int, default=len(os.sched_getaffinity(0)),
-                      help='decoding threads (default: the CPUs this process may use)')
+  parser.add_argument(
+    '--threads',
+    type=int,
+    default=len(os.sched_getaffinity(0)),
+    help='decoding threads (default: the CPUs this process may use)',
+  )
   parser.add_argument('--workdir', default='', help='where the fixture goes (default: a temp dir)')
   return parser
 
@@ -71,15 +75,24 @@ def main(argv=None):
   jpegs = _jpegs(manual_dir)
   rows = []
   rows.append(('decode, 1 thread', *_decode_rate(jpegs, args.image_size, 1, args.repeats)))
-  rows.append((f'decode, {args.threads} threads',
-               *_decode_rate(jpegs, args.image_size, args.threads, args.repeats)))
+  rows.append(
+    (
+      f'decode, {args.threads} threads',
+      *_decode_rate(jpegs, args.image_size, args.threads, args.repeats),
+    )
+  )
 
   config = celeba_config.get_config('smoke')
   config.data.manual_dir, config.data.image_size = manual_dir, args.image_size
   start, cpu = time.perf_counter(), time.process_time()
   data = celeba.load(config)
-  rows.append(('first load (cold: TF import, prepare, decode)',
-               len(jpegs) / (time.perf_counter() - start), len(jpegs) / (time.process_time() - cpu)))
+  rows.append(
+    (
+      'first load (cold: TF import, prepare, decode)',
+      len(jpegs) / (time.perf_counter() - start),
+      len(jpegs) / (time.process_time() - cpu),
+    )
+  )
   start = time.perf_counter()
   data = celeba.load(config)
   rows.append(('cached load (no decoding)', len(jpegs) / (time.perf_counter() - start), None))
@@ -89,18 +102,27 @@ def main(argv=None):
   start, cpu = time.perf_counter(), time.process_time()
   for step in range(steps):
     batching.train_batch(data.train, batch, seed=0, step=step)
-  rows.append((f'cached batch gather (batch {batch})', steps * batch / (time.perf_counter() - start),
-               steps * batch / (time.process_time() - cpu)))
+  rows.append(
+    (
+      f'cached batch gather (batch {batch})',
+      steps * batch / (time.perf_counter() - start),
+      steps * batch / (time.process_time() - cpu),
+    )
+  )
 
-  print(f'\n{len(jpegs)} JPEGs of 218x178 -> {args.image_size}x{args.image_size}, '
-        f'{args.threads} cores available ({os.cpu_count()} on the machine)')
+  print(
+    f'\n{len(jpegs)} JPEGs of 218x178 -> {args.image_size}x{args.image_size}, '
+    f'{args.threads} cores available ({os.cpu_count()} on the machine)'
+  )
   print(f'| {"stage":<46} | {"images/s":>10} | {"per CPU-s":>10} |')
   print(f'|{"-" * 48}|{"-" * 11}:|{"-" * 11}:|')
   for name, rate, per_core in rows:
     per = f'{per_core:10.0f}' if per_core is not None else f'{"-":>10}'
     print(f'| {name:<46} | {rate:10.0f} | {per} |')
-  print(f'decoded cache: {data.info["decoded_cache"]} '
-        f'({np.prod(data.train.images.shape) / 2**20:.1f} MiB train)')
+  print(
+    f'decoded cache: {data.info["decoded_cache"]} '
+    f'({np.prod(data.train.images.shape) / 2**20:.1f} MiB train)'
+  )
 
 
 if __name__ == '__main__':

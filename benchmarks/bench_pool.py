@@ -28,13 +28,15 @@ from benchmarks import common  # noqa: E402  (standard library only)
 
 
 def make_parser():
-  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_pool',
-                                   description=common.description(__doc__))
+  parser = argparse.ArgumentParser(
+    prog='python -m benchmarks.bench_pool', description=common.description(__doc__)
+  )
   parser.add_argument('--batch', type=int, default=256, help='images per call')
   parser.add_argument('--size', type=int, default=112, help='input height and width')
   parser.add_argument('--channels', type=int, default=64, help='channels of the input')
-  parser.add_argument('--dtype', default='bfloat16', choices=('bfloat16', 'float32'),
-                      help='the input\'s dtype')
+  parser.add_argument(
+    '--dtype', default='bfloat16', choices=('bfloat16', 'float32'), help="the input's dtype"
+  )
   parser.add_argument('--steps', type=int, default=20, help='calls per timed window')
   parser.add_argument('--windows', type=int, default=5, help='timed windows (median)')
   parser.add_argument('--warmup', type=int, default=3, help='untimed calls first')
@@ -49,12 +51,14 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from benchmarks import bench_determinism, common  # noqa: E402
+from benchmarks import bench_determinism  # noqa: E402
 from models import pool  # noqa: E402
 
 WINDOW, STRIDES, PADDING = (3, 3), (2, 2), ((1, 1), (1, 1))
-POOLS = {'flax nnx.max_pool': lambda x: nnx.max_pool(x, WINDOW, STRIDES, PADDING),
-         'models/pool.py': lambda x: pool.max_pool(x, WINDOW, STRIDES, PADDING)}
+POOLS = {
+  'flax nnx.max_pool': lambda x: nnx.max_pool(x, WINDOW, STRIDES, PADDING),
+  'models/pool.py': lambda x: pool.max_pool(x, WINDOW, STRIDES, PADDING),
+}
 
 
 def compiled_variants(x, cotangent):
@@ -75,6 +79,7 @@ def runner(compiled, x, cotangent):
       result = compiled(x, cotangent)
     jax.block_until_ready(result)
     return time.perf_counter() - start
+
   return run
 
 
@@ -86,24 +91,36 @@ def main(argv=None):
   print(common.environment())
   print(common.command_line('bench_pool', argv))
   rng = np.random.default_rng(0)
-  x = jnp.asarray(np.maximum(rng.standard_normal((args.batch, args.size, args.size,
-                                                  args.channels)), 0), args.dtype)  # post-ReLU
-  cotangent = jnp.asarray(rng.standard_normal(pool.max_pool(x, WINDOW, STRIDES, PADDING).shape),
-                          args.dtype)
+  x = jnp.asarray(
+    np.maximum(rng.standard_normal((args.batch, args.size, args.size, args.channels)), 0),
+    args.dtype,
+  )  # post-ReLU
+  cotangent = jnp.asarray(
+    rng.standard_normal(pool.max_pool(x, WINDOW, STRIDES, PADDING).shape), args.dtype
+  )
   variants = compiled_variants(x, cotangent)
-  times = common.alternate({key: runner(c, x, cotangent) for key, c in variants.items()},
-                           args.warmup, args.windows, args.steps)
+  times = common.alternate(
+    {key: runner(c, x, cotangent) for key, c in variants.items()},
+    args.warmup,
+    args.windows,
+    args.steps,
+  )
   med = {key: statistics.median(t) * 1e3 for key, t in times.items()}
-  print(f'{args.batch}x{args.size}x{args.size}x{args.channels} {args.dtype}, forward + backward; '
-        f'median of {args.windows} alternating windows x {args.steps} calls')
-  print('| pool | xla_gpu_deterministic_ops | ms/call (median; min-max) | vs flax, '
-        'nondeterministic |')
+  print(
+    f'{args.batch}x{args.size}x{args.size}x{args.channels} {args.dtype}, forward + backward; '
+    f'median of {args.windows} alternating windows x {args.steps} calls'
+  )
+  print(
+    '| pool | xla_gpu_deterministic_ops | ms/call (median; min-max) | vs flax, nondeterministic |'
+  )
   print('|---|---|---|---|')
   reference = med[('flax nnx.max_pool', 'nondeterministic')]
   for (name, mode), t in times.items():
     ms = [v * 1e3 for v in t]
-    print(f'| {name} | {mode} | {med[(name, mode)]:.3f} ({min(ms):.3f}-{max(ms):.3f}) | '
-          f'{reference / med[(name, mode)]:.2f}x |')
+    print(
+      f'| {name} | {mode} | {med[(name, mode)]:.3f} ({min(ms):.3f}-{max(ms):.3f}) | '
+      f'{reference / med[(name, mode)]:.2f}x |'
+    )
   print(f'pool_speedup={reference / med[("models/pool.py", "deterministic")]:.3f}')
 
 

@@ -23,9 +23,15 @@ from benchmarks import common  # noqa: E402
 from runrecord import record  # noqa: E402
 from trainer import writers  # noqa: E402
 
-LINE = {'kind': 'train', 'step': 0, 'epoch': 1, 'train_loss': 2.302585092994046,
-        'train_accuracy': 0.1015625, 'learning_rate': 0.0009999999999999998,
-        'images_per_sec': 12345.678}
+LINE = {
+  'kind': 'train',
+  'step': 0,
+  'epoch': 1,
+  'train_loss': 2.302585092994046,
+  'train_accuracy': 0.1015625,
+  'learning_rate': 0.0009999999999999998,
+  'images_per_sec': 12345.678,
+}
 
 
 def write_metrics(path, size_bytes):
@@ -41,16 +47,19 @@ def write_metrics(path, size_bytes):
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(prog='python -m benchmarks.bench_resume_metrics',
-                              description=common.description(__doc__))
-  p.add_argument('--workdir', required=True,
-                 help='folder for the metrics.jsonl (kept: a file of that size is reused)')
-  p.add_argument('--size-mb', type=float, default=1024.0,
-                 help='the file\'s size, MB (default 1024)')
+  p = argparse.ArgumentParser(
+    prog='python -m benchmarks.bench_resume_metrics', description=common.description(__doc__)
+  )
+  p.add_argument(
+    '--workdir',
+    required=True,
+    help='folder for the metrics.jsonl (kept: a file of that size is reused)',
+  )
+  p.add_argument('--size-mb', type=float, default=1024.0, help="the file's size, MB (default 1024)")
   args = p.parse_args(argv)
   os.makedirs(args.workdir, exist_ok=True)
   path = os.path.join(args.workdir, record.METRICS)
-  size = int(args.size_mb * 2 ** 20)
+  size = int(args.size_mb * 2**20)
   if os.path.exists(path) and os.path.getsize(path) >= size:
     with open(path, 'rb') as f:
       f.seek(-400, os.SEEK_END)
@@ -63,7 +72,7 @@ def main(argv=None):
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
   print('| metrics.jsonl (MB) | resumed at step | seconds | peak RSS (MB) |')
   print('|---|---|---|---|')
-  print(f'| {os.path.getsize(path) / 2 ** 20:.0f} | {last:,} | {seconds:.1f} | {peak:.0f} |')
+  print(f'| {os.path.getsize(path) / 2**20:.0f} | {last:,} | {seconds:.1f} | {peak:.0f} |')
 
 
 if __name__ == '__main__':

@@ -41,8 +41,9 @@ from benchmarks import common, step_args  # noqa: E402
 
 
 def make_parser():
-  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_step',
-                                   description=common.description(__doc__))
+  parser = argparse.ArgumentParser(
+    prog='python -m benchmarks.bench_step', description=common.description(__doc__)
+  )
   step_args.add_args(parser)
   return parser
 
@@ -53,14 +54,15 @@ if __name__ == '__main__':  # --help and a bad flag before the imports below loa
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks import common  # noqa: E402
+from configs import validation  # noqa: E402
 from input_pipeline import base  # noqa: E402
 from models import resnet  # noqa: E402
 from numerics import emulate as emulate_lib  # noqa: E402
-from numerics import ops  # noqa: E402
-from numerics import profiles  # noqa: E402
+from numerics import (
+  ops,  # noqa: E402
+  profiles,  # noqa: E402
+)
 from numerics import setup as numerics_setup  # noqa: E402
-from configs import validation  # noqa: E402
 from trainer import platforms, run  # noqa: E402
 
 # Dense peak TFLOP/s per device by product format ('bf16', 'tf32', 'f32'); matched by substring
@@ -68,15 +70,15 @@ from trainer import platforms, run  # noqa: E402
 # Core GPU datasheets, SXM parts unless named; NVIDIA A100 datasheet; Google Cloud TPU system
 # architecture pages for v4, v5e and v5p), dense (no sparsity) figures.
 PEAK_TFLOPS = (
-    ('H200', {'bf16': 989.0, 'tf32': 495.0, 'f32': 67.0}),
-    ('H100 PCIe', {'bf16': 756.0, 'tf32': 378.0, 'f32': 51.0}),
-    ('H100', {'bf16': 989.0, 'tf32': 495.0, 'f32': 67.0}),
-    ('A100', {'bf16': 312.0, 'tf32': 156.0, 'f32': 19.5}),
-    ('TPU v4', {'bf16': 275.0}),
-    ('TPU v5 lite', {'bf16': 197.0}),
-    ('TPU v5e', {'bf16': 197.0}),
-    ('TPU v5p', {'bf16': 459.0}),
-    ('TPU v5', {'bf16': 459.0}),
+  ('H200', {'bf16': 989.0, 'tf32': 495.0, 'f32': 67.0}),
+  ('H100 PCIe', {'bf16': 756.0, 'tf32': 378.0, 'f32': 51.0}),
+  ('H100', {'bf16': 989.0, 'tf32': 495.0, 'f32': 67.0}),
+  ('A100', {'bf16': 312.0, 'tf32': 156.0, 'f32': 19.5}),
+  ('TPU v4', {'bf16': 275.0}),
+  ('TPU v5 lite', {'bf16': 197.0}),
+  ('TPU v5e', {'bf16': 197.0}),
+  ('TPU v5p', {'bf16': 459.0}),
+  ('TPU v5', {'bf16': 459.0}),
 )
 # Formats made of several bf16 passes run at the bf16 peak divided by the number of passes.
 PASSES = {'bf16_3x': 3, 'bf16_4x': 4, 'bf16_6x': 6, 'bf16_9x': 9, 'tf32_3x': 3}
@@ -89,8 +91,9 @@ def image_dataset(name, images, num_classes, batch_size, rng):
   if len(images) < batch_size:
     common.fail(f'{len(images)} images: need at least one batch of {batch_size}')
   labels = rng.integers(0, num_classes, len(images), dtype=np.int32)
-  return base.Dataset(name, base.Split(images, labels), base.Split(images[:1], labels[:1]),
-                      num_classes)
+  return base.Dataset(
+    name, base.Split(images, labels), base.Split(images[:1], labels[:1]), num_classes
+  )
 
 
 def synthetic_dataset(config, num_classes=1000):
@@ -142,8 +145,10 @@ def resnet18_convs(image_size, width=1.0, stem='imagenet', in_channels=3):
 
 def analytic_macs(image_size, width=1.0, stem='imagenet', in_channels=3, num_classes=1000):
   """Multiply-adds of one forward pass of ResNet18(width, stem) on image_size^2 (convs + fc)."""
-  macs = sum(len(c.names) * conv_out(c.size, c.k, c.stride, c.pad) ** 2 * c.k * c.k * c.cin
-             * c.cout for c in resnet18_convs(image_size, width, stem, in_channels))
+  macs = sum(
+    len(c.names) * conv_out(c.size, c.k, c.stride, c.pad) ** 2 * c.k * c.k * c.cin * c.cout
+    for c in resnet18_convs(image_size, width, stem, in_channels)
+  )
   features = max(1, int(round(resnet.STAGE_CHANNELS[-1] * width)))  # what the fc layer sees
   return macs + features * num_classes
 
@@ -157,8 +162,13 @@ def executed_format(platform, numerics, conv_impl):
     if impl == 'reference':  # every pass at HIGHEST on exact operands
       return numerics_setup.native_formats(platform, 'highest')[0]
     return 'bf16_4x' if emulate_lib.fast_plan(fmt, platform).split else fmt
-  return numerics_setup.kind_formats(platform, numerics.matmul_precision, requested,
-                                     numerics.compute_dtype, conv_as_dot=conv_impl == 'im2col')['conv']
+  return numerics_setup.kind_formats(
+    platform,
+    numerics.matmul_precision,
+    requested,
+    numerics.compute_dtype,
+    conv_as_dot=conv_impl == 'im2col',
+  )['conv']
 
 
 def peak_tflops(device_kind, fmt):
@@ -211,8 +221,9 @@ class JaxStep:
     self.num_params = resnet.count_params(model)
     self.conv_impl = ops.resolve_conv_impl(config.numerics.conv_impl)
     phase = next(p for p in self.ctx.phases if not p.frozen)  # every parameter trains
-    self.state, step = run.enter_phase(self.ctx, run.initial_state(self.ctx, model), phase,
-                                       phase.start)
+    self.state, step = run.enter_phase(
+      self.ctx, run.initial_state(self.ctx, model), phase, phase.start
+    )
     (self.batch,) = list(run.batches(self.ctx, phase.start, phase.start + 1))
     start = time.perf_counter()
     self.lowered = step.lower(self.state, self.batch)  # compile(options) gives variants
@@ -243,7 +254,7 @@ def build_step(config, devices=None, dataset=None, num_classes=1000, compile_ste
 
 def selected_devices(args):
   """The first `--devices` devices (0: all of them)."""
-  return jax.devices()[:args.devices] if args.devices else jax.devices()
+  return jax.devices()[: args.devices] if args.devices else jax.devices()
 
 
 def measure(args, config):
@@ -269,13 +280,21 @@ def summarize(bench, times):
   total_peak = peak * len(bench.devices) if peak else None
   mem = peak_memory_bytes(bench.devices)
   return dict(
-      ms=ms, ms_min=min(times) * 1e3, ms_max=max(times) * 1e3, images_per_sec=ips,
-      compile_s=bench.compile_s, xla_gflop=bench.flops / 1e9 if bench.flops else None,
-      analytic_gflop=analytic / 1e9, xla_tflops=xla_tflops, analytic_tflops=analytic_tflops,
-      format=fmt, peak=total_peak,
-      mfu_xla=xla_tflops / total_peak if (total_peak and xla_tflops) else None,
-      mfu_analytic=analytic_tflops / total_peak if total_peak else None,
-      peak_mem_gib=mem / 2**30 if mem is not None else None)
+    ms=ms,
+    ms_min=min(times) * 1e3,
+    ms_max=max(times) * 1e3,
+    images_per_sec=ips,
+    compile_s=bench.compile_s,
+    xla_gflop=bench.flops / 1e9 if bench.flops else None,
+    analytic_gflop=analytic / 1e9,
+    xla_tflops=xla_tflops,
+    analytic_tflops=analytic_tflops,
+    format=fmt,
+    peak=total_peak,
+    mfu_xla=xla_tflops / total_peak if (total_peak and xla_tflops) else None,
+    mfu_analytic=analytic_tflops / total_peak if total_peak else None,
+    peak_mem_gib=mem / 2**30 if mem is not None else None,
+  )
 
 
 def numerics_line(config, conv_impl, platform):
@@ -284,33 +303,54 @@ def numerics_line(config, conv_impl, platform):
   kinds = []
   for kind, fmt in profiles.formats(n).items():
     impl = emulate_lib.resolve_impl(n.emulate_impl, platform, fmt)
-    kinds.append(f'{kind} {fmt}' + (f' (emulate_impl {n.emulate_impl} -> {impl})'
-                                    if fmt != 'native' else ''))
-  return (f'compute {n.compute_dtype}, matmul_precision {n.matmul_precision}, '
-          f'{", ".join(kinds)}, conv_impl {n.conv_impl} -> {conv_impl}')
+    kinds.append(
+      f'{kind} {fmt}' + (f' (emulate_impl {n.emulate_impl} -> {impl})' if fmt != 'native' else '')
+    )
+  return (
+    f'compute {n.compute_dtype}, matmul_precision {n.matmul_precision}, '
+    f'{", ".join(kinds)}, conv_impl {n.conv_impl} -> {conv_impl}'
+  )
 
 
 def table(bench, s, args):
   c = bench.config
   rows = [
-      ('config', f'ResNet-18 width {c.model.width:g}, {c.model.stem} stem, '
-                 f'{bench.ctx.dataset.num_classes} classes, {bench.num_params:,} params'),
-      ('input', f'{c.data.image_size}x{c.data.image_size}x3 uint8, global batch {c.batch_size} '
-                f'on {len(bench.devices)} device(s)'),
-      ('numerics', numerics_line(c, bench.conv_impl, bench.devices[0].platform) +
-       f', executed format {s["format"]}'),
-      ('compile (lower+compile)', f'{s["compile_s"]:.1f} s'),
-      ('ms/step (median; min-max)', f'{s["ms"]:.2f} ({s["ms_min"]:.2f}-{s["ms_max"]:.2f}), '
-                                    f'{args.windows} windows x {args.steps} steps'),
-      ('images/s', f'{s["images_per_sec"]:.1f}'),
-      ('GFLOP/step: XLA cost analysis / analytic 6xMACs',
-       f'{common.fmt(s["xla_gflop"], ".1f")} / {s["analytic_gflop"]:.1f}'),
-      ('achieved TFLOP/s: XLA / analytic',
-       f'{common.fmt(s["xla_tflops"], ".3f")} / {s["analytic_tflops"]:.3f}'),
-      ('peak TFLOP/s (all devices, format)', f'{common.fmt(s["peak"], ".1f")} ({s["format"]})'),
-      ('MFU: XLA / analytic',
-       f'{common.fmt(s["mfu_xla"], ".1%")} / {common.fmt(s["mfu_analytic"], ".1%")}'),
-      ('peak device memory', f'{common.fmt(s["peak_mem_gib"], ".2f")} GiB'),
+    (
+      'config',
+      f'ResNet-18 width {c.model.width:g}, {c.model.stem} stem, '
+      f'{bench.ctx.dataset.num_classes} classes, {bench.num_params:,} params',
+    ),
+    (
+      'input',
+      f'{c.data.image_size}x{c.data.image_size}x3 uint8, global batch {c.batch_size} '
+      f'on {len(bench.devices)} device(s)',
+    ),
+    (
+      'numerics',
+      numerics_line(c, bench.conv_impl, bench.devices[0].platform)
+      + f', executed format {s["format"]}',
+    ),
+    ('compile (lower+compile)', f'{s["compile_s"]:.1f} s'),
+    (
+      'ms/step (median; min-max)',
+      f'{s["ms"]:.2f} ({s["ms_min"]:.2f}-{s["ms_max"]:.2f}), '
+      f'{args.windows} windows x {args.steps} steps',
+    ),
+    ('images/s', f'{s["images_per_sec"]:.1f}'),
+    (
+      'GFLOP/step: XLA cost analysis / analytic 6xMACs',
+      f'{common.fmt(s["xla_gflop"], ".1f")} / {s["analytic_gflop"]:.1f}',
+    ),
+    (
+      'achieved TFLOP/s: XLA / analytic',
+      f'{common.fmt(s["xla_tflops"], ".3f")} / {s["analytic_tflops"]:.3f}',
+    ),
+    ('peak TFLOP/s (all devices, format)', f'{common.fmt(s["peak"], ".1f")} ({s["format"]})'),
+    (
+      'MFU: XLA / analytic',
+      f'{common.fmt(s["mfu_xla"], ".1%")} / {common.fmt(s["mfu_analytic"], ".1%")}',
+    ),
+    ('peak device memory', f'{common.fmt(s["peak_mem_gib"], ".2f")} GiB'),
   ]
   lines = ['| quantity | value |', '|---|---|']
   lines += [f'| {k} | {v} |' for k, v in rows]

@@ -55,25 +55,42 @@ HOG = 'while True: pass'
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m benchmarks.bench_stop_latency',
-                              description='Stop latency: from a SIGTERM (a preemption notice) to '
-                              'the saved checkpoint, idle and under CPU load, steps in flight '
-                              'bounded and unbounded.')
-  p.add_argument('--configs', nargs='+', default=list(CONFIGS),
-                 help='config specs (file:presets,key=value); default: the digits study and a '
-                 'slower digits config')
+  p = argparse.ArgumentParser(
+    prog='python -m benchmarks.bench_stop_latency',
+    description='Stop latency: from a SIGTERM (a preemption notice) to '
+    'the saved checkpoint, idle and under CPU load, steps in flight '
+    'bounded and unbounded.',
+  )
+  p.add_argument(
+    '--configs',
+    nargs='+',
+    default=list(CONFIGS),
+    help='config specs (file:presets,key=value); default: the digits study and a '
+    'slower digits config',
+  )
   p.add_argument('--trials', type=int, default=5, help='signals per row (default 5)')
-  p.add_argument('--load', default='0,2',
-                 help='comma-separated numbers of busy-looping processes beside the run '
-                 '(default 0,2: idle, and a hog per core of a 2-core host)')
-  p.add_argument('--in-flight', default='shipped,none',
-                 help="comma-separated: 'shipped' (trainer/stop.py STEPS_IN_FLIGHT), a number, or "
-                 "'none' (unbounded); default shipped,none")
+  p.add_argument(
+    '--load',
+    default='0,2',
+    help='comma-separated numbers of busy-looping processes beside the run '
+    '(default 0,2: idle, and a hog per core of a 2-core host)',
+  )
+  p.add_argument(
+    '--in-flight',
+    default='shipped,none',
+    help="comma-separated: 'shipped' (trainer/stop.py STEPS_IN_FLIGHT), a number, or "
+    "'none' (unbounded); default shipped,none",
+  )
   p.add_argument('--seed', type=int, default=0, help='seed of the signal times')
-  p.add_argument('--throughput-rounds', type=int, default=3,
-                 help='rounds of the throughput comparison (0: none; default 3)')
-  p.add_argument('--throughput-epochs', type=int, default=12,
-                 help='epochs of each throughput run (default 12)')
+  p.add_argument(
+    '--throughput-rounds',
+    type=int,
+    default=3,
+    help='rounds of the throughput comparison (0: none; default 3)',
+  )
+  p.add_argument(
+    '--throughput-epochs', type=int, default=12, help='epochs of each throughput run (default 12)'
+  )
   args = p.parse_args(argv)
   try:
     args.load = [int(n) for n in args.load.split(',')]
@@ -82,12 +99,20 @@ def parse_args(argv):
       if v not in ('shipped', 'none') and not (v.isdigit() and int(v) > 0):
         raise ValueError(v)
   except ValueError:
-    common.fail("--load: give whole numbers; --in-flight: 'shipped', 'none' or positive whole "
-                'numbers, comma-separated')
-  if args.trials < 1 or min(args.load) < 0 or args.throughput_rounds < 0 or \
-      args.throughput_epochs < 1:
-    common.fail('--trials and --throughput-epochs must be positive, --load and '
-                '--throughput-rounds not negative')
+    common.fail(
+      "--load: give whole numbers; --in-flight: 'shipped', 'none' or positive whole "
+      'numbers, comma-separated'
+    )
+  if (
+    args.trials < 1
+    or min(args.load) < 0
+    or args.throughput_rounds < 0
+    or args.throughput_epochs < 1
+  ):
+    common.fail(
+      '--trials and --throughput-epochs must be positive, --load and '
+      '--throughput-rounds not negative'
+    )
   return args
 
 
@@ -135,6 +160,7 @@ class Markers:
 def watched(markers):
   """run.watch with its outputs recorded in `markers` (patched into the loop for a trial)."""
   from trainer import run  # pylint: disable=import-outside-toplevel
+
   original = run.watch
 
   def watch(ctx, state):
@@ -144,7 +170,9 @@ def watched(markers):
       out = fn(bad, state)
       markers.add(out)
       return out
+
     return recording, bad
+
   return original, watch
 
 
@@ -152,6 +180,7 @@ def signal_later(markers, per_epoch, rng, sent):
   """A thread: once step START_STEP is done, estimate the step time over the next two steps,
   wait a uniform fraction of an epoch, send SIGTERM; `sent` gets (time, steps done, images/s
   window as (steps, seconds))."""
+
   def send():
     first = markers.wait_for(START_STEP)
     step_s = (markers.wait_for(START_STEP + 2) - first) / 2
@@ -159,6 +188,7 @@ def signal_later(markers, per_epoch, rng, sent):
     now, done = time.time(), markers.done()
     sent.append((now, done, done - START_STEP, now - first))
     os.kill(os.getpid(), signal.SIGTERM)
+
   thread = threading.Thread(target=send, daemon=True)
   thread.start()
   return thread
@@ -168,6 +198,7 @@ def trial(config, per_epoch, limit, rng):
   """One signalled run: {'seconds', 'steps_after', 'evaluated_after', 'images_per_s'}."""
   from runrecord import record  # pylint: disable=import-outside-toplevel
   from trainer import loop, run, stop  # pylint: disable=import-outside-toplevel
+
   markers = Markers()
   original, patched = watched(markers)
   shipped, run.watch, stop.STEPS_IN_FLIGHT = stop.STEPS_IN_FLIGHT, patched, limit
@@ -184,16 +215,21 @@ def trial(config, per_epoch, limit, rng):
   finally:
     run.watch, stop.STEPS_IN_FLIGHT = original, shipped
   signalled, done, steps, seconds = sent[0]
-  return {'seconds': saved_at - signalled, 'steps_after': step - done,
-          'evaluated_after': any(h['step'] > done and 'test_accuracy' in h for h in history),
-          'images_per_s': steps * config.batch_size / seconds if seconds > 0 else None}
+  return {
+    'seconds': saved_at - signalled,
+    'steps_after': step - done,
+    'evaluated_after': any(h['step'] > done and 'test_accuracy' in h for h in history),
+    'images_per_s': steps * config.batch_size / seconds if seconds > 0 else None,
+  }
 
 
 def throughput(config, rounds):
   """{in flight: median over rounds of each whole run's median logged images/s}."""
   import json  # pylint: disable=import-outside-toplevel
+
   from runrecord import record  # pylint: disable=import-outside-toplevel
   from trainer import loop, stop  # pylint: disable=import-outside-toplevel
+
   shipped, rates = stop.STEPS_IN_FLIGHT, {}
   try:
     for _ in range(rounds):
@@ -213,12 +249,16 @@ def throughput(config, rounds):
 def resolved(spec, epochs=100):
   """The resolved config of `spec` with num_epochs=`epochs` (100: no run ends before its
   signal); one line on a bad spec."""
-  from configs import loader  # pylint: disable=import-outside-toplevel
-  from configs import validation  # pylint: disable=import-outside-toplevel
+  from configs import (
+    loader,  # pylint: disable=import-outside-toplevel
+    validation,  # pylint: disable=import-outside-toplevel
+  )
+
   path, _, rest = spec.partition(':')
   try:
-    return validation.resolve(loader.load(
-        f'{path}:{rest + "," if rest else ""}num_epochs={epochs}', []))
+    return validation.resolve(
+      loader.load(f'{path}:{rest + "," if rest else ""}num_epochs={epochs}', [])
+    )
   except ValueError as e:
     common.fail(f'--configs {spec}: {str(e).splitlines()[0]}')
 
@@ -228,9 +268,11 @@ def cell(results):
   seconds = [r['seconds'] for r in results]
   steps = [r['steps_after'] for r in results]
   rates = [r['images_per_s'] for r in results if r['images_per_s']]
-  return (f'{statistics.median(steps):g} / {max(steps)} | {statistics.median(seconds):.2f} / '
-          f'{max(seconds):.2f} | {sum(r["evaluated_after"] for r in results)} | '
-          f'{common.fmt(statistics.median(rates) if rates else None, ".0f")}')
+  return (
+    f'{statistics.median(steps):g} / {max(steps)} | {statistics.median(seconds):.2f} / '
+    f'{max(seconds):.2f} | {sum(r["evaluated_after"] for r in results)} | '
+    f'{common.fmt(statistics.median(rates) if rates else None, ".0f")}'
+  )
 
 
 def header(flights):
@@ -238,8 +280,12 @@ def header(flights):
   columns = ['config', 'step (s)', 'CPU hogs', 'trials']
   for flight in flights:
     name = f'{flight} in flight'
-    columns += [f'{name}: steps after the signal, median / max', 'seconds to the saved '
-                'checkpoint, median / max', 'evaluations after the signal', 'images/s before it']
+    columns += [
+      f'{name}: steps after the signal, median / max',
+      'seconds to the saved checkpoint, median / max',
+      'evaluations after the signal',
+      'images/s before it',
+    ]
   return '| ' + ' | '.join(columns) + ' |\n' + '|---' * len(columns) + '|'
 
 
@@ -248,15 +294,19 @@ def main(argv=None):
   os.environ.setdefault('JAX_PLATFORMS', 'cpu')
   from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
   from trainer import quiet, stop  # pylint: disable=import-outside-toplevel
+
   quiet.install()
   from absl import logging  # pylint: disable=import-outside-toplevel
+
   logging.set_verbosity(logging.ERROR)  # the loop's own lines (stop, save) per trial
   configs = [resolved(spec) for spec in args.configs]
   for config in configs:
     numerics_setup.configure(config)  # one process: every config must need the same XLA flags
   import jax  # pylint: disable=import-outside-toplevel
+
   from input_pipeline import batching  # pylint: disable=import-outside-toplevel
   from trainer import run  # pylint: disable=import-outside-toplevel
+
   jax.config.update('jax_compilation_cache_dir', os.path.join(REPO, '.jax_cache'))
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
   print(common.environment())
@@ -270,22 +320,29 @@ def main(argv=None):
     for load in args.load:
       hogs = start_hogs(load)
       try:
-        results = [[trial(config, per_epoch, limit, rng) for _ in range(args.trials)]
-                   for limit in flights]
+        results = [
+          [trial(config, per_epoch, limit, rng) for _ in range(args.trials)] for limit in flights
+        ]
       finally:
         stop_hogs(hogs)
       rates = [r['images_per_s'] for r in results[0] if r['images_per_s']]
       step_s = config.batch_size / statistics.median(rates) if rates else float('nan')
-      print(f'| {spec} | {step_s:.3f} | {load} | {args.trials} | '
-            + ' | '.join(cell(r) for r in results) + ' |', flush=True)
+      print(
+        f'| {spec} | {step_s:.3f} | {load} | {args.trials} | '
+        + ' | '.join(cell(r) for r in results)
+        + ' |',
+        flush=True,
+      )
   print(f'bound: steps after the signal <= STEPS_IN_FLIGHT + 1 = {stop.STEPS_IN_FLIGHT + 1}')
   if args.throughput_rounds:
     config = resolved(args.configs[0], args.throughput_epochs)
     numerics_setup.configure(config)
     rates = throughput(config, args.throughput_rounds)
-    print(f'throughput ({args.configs[0]}, {args.throughput_epochs} epochs, median images/s of '
-          f'{args.throughput_rounds} alternating rounds): ' + ', '.join(
-              f'{"none" if k is None else k} in flight {v:.0f}' for k, v in rates.items()))
+    print(
+      f'throughput ({args.configs[0]}, {args.throughput_epochs} epochs, median images/s of '
+      f'{args.throughput_rounds} alternating rounds): '
+      + ', '.join(f'{"none" if k is None else k} in flight {v:.0f}' for k, v in rates.items())
+    )
   return 0
 
 

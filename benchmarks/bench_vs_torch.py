@@ -42,21 +42,26 @@ if __package__ in (None, ''):  # run as a file: make the repository importable
 from benchmarks import common, step_args  # noqa: E402
 
 PRECISIONS = {  # --precision -> (JAX compute_dtype, JAX matmul_precision)
-    'f32': ('float32', 'highest'),
-    'tf32': ('float32', 'default'),
-    'bf16': ('bfloat16', 'default'),
+  'f32': ('float32', 'highest'),
+  'tf32': ('float32', 'default'),
+  'bf16': ('bfloat16', 'default'),
 }
 
 
 def make_parser():
-  parser = argparse.ArgumentParser(prog='python -m benchmarks.bench_vs_torch',
-                                   description=common.description(__doc__))
-  parser.add_argument('--image-size', type=int, help='data.image_size (default: the config\'s)')
-  parser.add_argument('--batch', type=int, help='batch_size (default: the config\'s)')
-  parser.add_argument('--width', type=float, help='model.width (default: the config\'s)')
+  parser = argparse.ArgumentParser(
+    prog='python -m benchmarks.bench_vs_torch', description=common.description(__doc__)
+  )
+  parser.add_argument('--image-size', type=int, help="data.image_size (default: the config's)")
+  parser.add_argument('--batch', type=int, help="batch_size (default: the config's)")
+  parser.add_argument('--width', type=float, help="model.width (default: the config's)")
   parser.add_argument('--num-classes', type=int, default=1000, help='classes of the synthetic data')
-  parser.add_argument('--precision', default='f32', choices=tuple(PRECISIONS),
-                      help='products and activations: f32, tf32 or bf16 (default f32)')
+  parser.add_argument(
+    '--precision',
+    default='f32',
+    choices=tuple(PRECISIONS),
+    help='products and activations: f32, tf32 or bf16 (default f32)',
+  )
   parser.add_argument('--conv-impl', help='numerics.conv_impl: auto|xla|im2col')
   parser.add_argument('--steps', type=int, default=5, help='steps per timed window')
   parser.add_argument('--rounds', type=int, default=5, help='alternating rounds (median)')
@@ -74,8 +79,6 @@ import numpy as np  # noqa: E402
 from benchmarks import bench_step  # noqa: E402
 
 
-
-
 def torch_resnet18(num_classes=1000, width=1.0, blocks=(2, 2, 2, 2)):
   """torchvision.models.resnet18's architecture, module names and init, in plain torch.nn (no
   torchvision), so state_dict keys match torchvision's; `blocks` (3, 4, 6, 3) gives ResNet-34."""
@@ -83,7 +86,6 @@ def torch_resnet18(num_classes=1000, width=1.0, blocks=(2, 2, 2, 2)):
   from torch import nn
 
   class BasicBlock(nn.Module):
-
     def __init__(self, cin, c, stride):
       super().__init__()
       self.conv1 = nn.Conv2d(cin, c, 3, stride, 1, bias=False)
@@ -93,8 +95,7 @@ def torch_resnet18(num_classes=1000, width=1.0, blocks=(2, 2, 2, 2)):
       self.relu = nn.ReLU(inplace=True)
       self.downsample = None
       if stride != 1 or cin != c:
-        self.downsample = nn.Sequential(nn.Conv2d(cin, c, 1, stride, bias=False),
-                                        nn.BatchNorm2d(c))
+        self.downsample = nn.Sequential(nn.Conv2d(cin, c, 1, stride, bias=False), nn.BatchNorm2d(c))
 
     def forward(self, x):
       y = self.relu(self.bn1(self.conv1(x)))
@@ -102,7 +103,6 @@ def torch_resnet18(num_classes=1000, width=1.0, blocks=(2, 2, 2, 2)):
       return self.relu(y + (x if self.downsample is None else self.downsample(x)))
 
   class ResNet18(nn.Module):
-
     def __init__(self):
       super().__init__()
       ch = [max(1, int(round(c * width))) for c in (64, 128, 256, 512)]
@@ -136,6 +136,7 @@ class TorchStep:
 
   def __init__(self, args, compiled):
     import torch
+
     self.torch = torch
     self.device = torch.device(args.torch_device)
     cuda = self.device.type == 'cuda'
@@ -147,15 +148,20 @@ class TorchStep:
     torch.manual_seed(0)
     model = torch_resnet18(args.num_classes, args.width).to(self.device)
     self.model = model.to(memory_format=torch.channels_last)
-    self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
-                                 weight_decay=0.001, **({'fused': True} if cuda else
-                                                        {'foreach': True}))
+    self.opt = torch.optim.AdamW(
+      self.model.parameters(),
+      lr=1e-3,
+      betas=(0.9, 0.999),
+      eps=1e-8,
+      weight_decay=0.001,
+      **({'fused': True} if cuda else {'foreach': True}),
+    )
     rng = np.random.default_rng(0)
-    images = rng.integers(0, 256, (args.batch, args.image_size, args.image_size, 3),
-                          dtype=np.uint8)
+    images = rng.integers(0, 256, (args.batch, args.image_size, args.image_size, 3), dtype=np.uint8)
     self.images = torch.from_numpy(images).to(self.device)  # NHWC uint8, like the JAX batch
     self.labels = torch.from_numpy(
-        rng.integers(0, args.num_classes, (args.batch,)).astype(np.int64)).to(self.device)
+      rng.integers(0, args.num_classes, (args.batch,)).astype(np.int64)
+    ).to(self.device)
     self.autocast = args.precision == 'bf16'
     self.loss_fn = torch.nn.CrossEntropyLoss()
     step = self._step
@@ -196,6 +202,7 @@ class TorchStep:
 
 def torch_environment():
   import torch
+
   line = f'torch {torch.__version__}, threads {torch.get_num_threads()}'
   if torch.cuda.is_available():
     line += f', {torch.cuda.get_device_name(0)}, cuDNN {torch.backends.cudnn.version()}'
@@ -205,10 +212,13 @@ def torch_environment():
 def jax_overrides(args):
   """The config fields the flags set: the shorthands given, and --precision's two fields."""
   compute_dtype, matmul_precision = PRECISIONS[args.precision]
-  flags = tuple(p for p in step_args.SHORTHANDS
-                if p[0] in ('image_size', 'batch', 'width', 'conv_impl'))
+  flags = tuple(
+    p for p in step_args.SHORTHANDS if p[0] in ('image_size', 'batch', 'width', 'conv_impl')
+  )
   return step_args.shorthand_overrides(args, flags) + [
-      ('numerics.compute_dtype', compute_dtype), ('numerics.matmul_precision', matmul_precision)]
+    ('numerics.compute_dtype', compute_dtype),
+    ('numerics.matmul_precision', matmul_precision),
+  ]
 
 
 def main(argv=None):
@@ -216,19 +226,23 @@ def main(argv=None):
   args, config = step_args.parse(make_parser(), argv, jax_overrides)
   formats = (config.numerics.conv_format, config.numerics.dense_format)  # resolved: explicit
   if config.model.stem != 'imagenet' or formats != ('native', 'native'):
-    common.fail('bench_vs_torch compares the native ImageNet-stem model: model.stem must be '
-                "'imagenet' and native product formats (no numerics.profile or *_format)")
+    common.fail(
+      'bench_vs_torch compares the native ImageNet-stem model: model.stem must be '
+      "'imagenet' and native product formats (no numerics.profile or *_format)"
+    )
   # The torch side takes the JAX side's sizes.
   args.image_size, args.batch = config.data.image_size, config.batch_size
   args.width = config.model.width
 
   import torch
+
   if args.torch_device is None:
     args.torch_device = 'cuda' if torch.cuda.is_available() else 'cpu'
 
   print(common.environment() + ' | ' + torch_environment())
   print(common.command_line('bench_vs_torch', argv))
   import jax
+
   variants, notes = {}, []
   jax_step = bench_step.build_step(config, jax.devices()[:1], num_classes=args.num_classes)
   variants['jax (this project, conv_impl %s)' % jax_step.conv_impl] = jax_step
@@ -238,23 +252,28 @@ def main(argv=None):
       variants['torch.compile'] = TorchStep(args, compiled=True)
     except Exception as e:  # noqa: BLE001 - report why and go on with eager
       notes.append(f'torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}')
-  times = common.alternate({name: v.run for name, v in variants.items()}, args.warmup,
-                           args.rounds, args.steps)
+  times = common.alternate(
+    {name: v.run for name, v in variants.items()}, args.warmup, args.rounds, args.steps
+  )
 
   med = {name: statistics.median(t) * 1e3 for name, t in times.items()}
   jax_name = next(iter(variants))
   torch_names = [n for n in variants if n != jax_name]
   best = min(torch_names, key=med.get)
-  print(f'ResNet-18 width {args.width:g}, {args.image_size}x{args.image_size}, batch '
-        f'{args.batch}, {args.num_classes} classes, precision {args.precision}, full training '
-        f'step (fwd+bwd+AdamW); {args.rounds} alternating rounds x {args.steps} steps')
+  print(
+    f'ResNet-18 width {args.width:g}, {args.image_size}x{args.image_size}, batch '
+    f'{args.batch}, {args.num_classes} classes, precision {args.precision}, full training '
+    f'step (fwd+bwd+AdamW); {args.rounds} alternating rounds x {args.steps} steps'
+  )
   print('| variant | ms/step (median) | min-max | images/s | first call (s) |')
   print('|---|---|---|---|---|')
   for name, v in variants.items():
     t = times[name]
     first = jax_step.compile_s if v is jax_step else v.compile_s
-    print(f'| {name} | {med[name]:.1f} | {min(t) * 1e3:.1f}-{max(t) * 1e3:.1f} | '
-          f'{args.batch / med[name] * 1e3:.1f} | {first:.1f} |')
+    print(
+      f'| {name} | {med[name]:.1f} | {min(t) * 1e3:.1f}-{max(t) * 1e3:.1f} | '
+      f'{args.batch / med[name] * 1e3:.1f} | {first:.1f} |'
+    )
   for note in notes:
     print(note)
   print(f'best torch variant: {best}')

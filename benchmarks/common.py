@@ -49,21 +49,26 @@ def host():
 def environment():
   """Device, versions, date, load average and GPU memory settings: one line for the record."""
   import jax  # pylint: disable=import-outside-toplevel
+
   d = jax.devices()[0]
   import flax  # pylint: disable=import-outside-toplevel
   import optax  # pylint: disable=import-outside-toplevel
-  return (f'device: {d.platform} {getattr(d, "device_kind", "")} x{jax.device_count()} | '
-          f'jax {jax.__version__}, jaxlib {jax.lib.__version__ if hasattr(jax.lib, "__version__") else ""}, '
-          f'flax {flax.__version__}, optax {optax.__version__}, python '
-          f'{platform_lib.python_version()} | {host()} | '
-          f'GPU memory: {gpu_memory.memory_settings()}')
+
+  return (
+    f'device: {d.platform} {getattr(d, "device_kind", "")} x{jax.device_count()} | '
+    f'jax {jax.__version__}, jaxlib {jax.lib.__version__ if hasattr(jax.lib, "__version__") else ""}, '
+    f'flax {flax.__version__}, optax {optax.__version__}, python '
+    f'{platform_lib.python_version()} | {host()} | '
+    f'GPU memory: {gpu_memory.memory_settings()}'
+  )
 
 
 def command_line(module, argv):
   """'command: python -m benchmarks.<module> <arguments>': the second line of every record (the
   first of bench_celeba_full's, which prints the environment line last)."""
-  return f'command: python -m benchmarks.{module} ' + ' '.join(sys.argv[1:] if argv is None
-                                                                else argv)
+  return f'command: python -m benchmarks.{module} ' + ' '.join(
+    sys.argv[1:] if argv is None else argv
+  )
 
 
 def alternate(runners, warmup, windows, steps):

@@ -55,8 +55,11 @@ SUMMARY_COLUMNS = ('part', 'h100_minutes', 'status', 'minutes', 'headline')
 PART_MINUTES = 9.0  # the lent machine's commands end at 10 minutes
 GRACE_S = 20  # after SIGTERM, before SIGKILL (the sweep stops its runs in between)
 # Smoke mode: CPU, every compile in one cache, compiled without most optimisations.
-SMOKE_ENV = {'JAX_PLATFORMS': 'cpu', 'JAX_DISABLE_MOST_OPTIMIZATIONS': '1',
-             'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0'}
+SMOKE_ENV = {
+  'JAX_PLATFORMS': 'cpu',
+  'JAX_DISABLE_MOST_OPTIMIZATIONS': '1',
+  'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0',
+}
 
 
 MISSING_MODULE = re.compile(r"No module named '?([\w.]+)'?")
@@ -71,8 +74,9 @@ def parts_named(names):
     return gpu_plan.by_priority(agenda.PARTS, agenda.PRIORITY)
   unknown = [n for n in wanted if n not in known]
   if unknown or not wanted or len(set(wanted)) != len(wanted):
-    common.fail(f'--part={names}: give all or part names among {", ".join(known)} (--list), each '
-                'once')
+    common.fail(
+      f'--part={names}: give all or part names among {", ".join(known)} (--list), each once'
+    )
   return [known[n] for n in wanted]
 
 
@@ -104,10 +108,13 @@ def environment(step):
 
 def run_command(step, ctx, seconds_left):
   """Exit code of the step's subprocess (None: stopped at the part's time limit)."""
-  with open(os.path.join(ctx.folder, step.label + '.txt'), 'w') as out, \
-       open(os.path.join(ctx.folder, step.label + '.err'), 'w') as err:
-    proc = subprocess.Popen(step.argv, cwd=REPO, env=environment(step), stdout=out,
-                            stderr=err, start_new_session=True)
+  with (
+    open(os.path.join(ctx.folder, step.label + '.txt'), 'w') as out,
+    open(os.path.join(ctx.folder, step.label + '.err'), 'w') as err,
+  ):
+    proc = subprocess.Popen(
+      step.argv, cwd=REPO, env=environment(step), stdout=out, stderr=err, start_new_session=True
+    )
     try:
       return proc.wait(timeout=max(1.0, seconds_left))
     except subprocess.TimeoutExpired:
@@ -124,15 +131,22 @@ def in_process(step, ctx):
   """Smoke mode runs `python -m benchmarks.X ...` and `python -m sweeps.sweep ...` as X.main(args)
   in this process (the same argv, parsed the same way): one set of imports and in-memory
   compilations for every toy part instead of a process each."""
-  return ctx.smoke and not step.env and step.argv[1] == '-m' and step.argv[2].startswith(
-      ('benchmarks.', 'sweeps.'))
+  return (
+    ctx.smoke
+    and not step.env
+    and step.argv[1] == '-m'
+    and step.argv[2].startswith(('benchmarks.', 'sweeps.'))
+  )
 
 
 def run_module(step, ctx):
   """Exit code of module.main(argv) run here, its stdout and stderr in the step's files."""
-  with open(os.path.join(ctx.folder, step.label + '.txt'), 'w') as out, \
-       open(os.path.join(ctx.folder, step.label + '.err'), 'w') as err, \
-       contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+  with (
+    open(os.path.join(ctx.folder, step.label + '.txt'), 'w') as out,
+    open(os.path.join(ctx.folder, step.label + '.err'), 'w') as err,
+    contextlib.redirect_stdout(out),
+    contextlib.redirect_stderr(err),
+  ):
     try:
       code = importlib.import_module(step.argv[2]).main(step.argv[3:])
     except SystemExit as e:
@@ -183,8 +197,15 @@ def run_part(part, out, smoke, part_minutes):
   'completed' only when every command met its criterion (step_failure)."""
   ctx = agenda.Context(smoke, out, os.path.join(out, part.name))
   os.makedirs(ctx.folder, exist_ok=True)
-  status = {'part': part.name, 'smoke': smoke, 'status': 'running', 'commands': [],
-            'started': common.host(), 'minutes': 0.0, 'headline': ''}
+  status = {
+    'part': part.name,
+    'smoke': smoke,
+    'status': 'running',
+    'commands': [],
+    'started': common.host(),
+    'minutes': 0.0,
+    'headline': '',
+  }
   write_json(os.path.join(ctx.folder, STATUS_FILE), status)
   start = time.time()
   for step in part.steps(ctx):
@@ -197,10 +218,15 @@ def run_part(part, out, smoke, part_minutes):
     else:
       code = run_command(step, ctx, seconds_left)
     failure = step_failure(step, ctx, code)
-    status['commands'].append({'label': step.label, 'exit_code': code,
-                               'seconds': round(time.time() - began, 1),
-                               'command': ' '.join(step.argv) if step.argv else 'in process',
-                               'criterion': failure or 'met'})
+    status['commands'].append(
+      {
+        'label': step.label,
+        'exit_code': code,
+        'seconds': round(time.time() - began, 1),
+        'command': ' '.join(step.argv) if step.argv else 'in process',
+        'criterion': failure or 'met',
+      }
+    )
     if failure:
       status['status'] = 'timed out' if code is None else f'failed: {step.label}: {failure}'
       break
@@ -220,8 +246,15 @@ def summary_rows(out):
   for part in agenda.PARTS:
     s = read_status(out, part.name) or {'status': 'not run', 'minutes': '', 'headline': ''}
     mode = ' (smoke)' if s.get('smoke') else ''
-    rows.append({'part': part.name, 'h100_minutes': part.minutes, 'status': s['status'] + mode,
-                 'minutes': s['minutes'], 'headline': s['headline']})
+    rows.append(
+      {
+        'part': part.name,
+        'h100_minutes': part.minutes,
+        'status': s['status'] + mode,
+        'minutes': s['minutes'],
+        'headline': s['headline'],
+      }
+    )
   return rows
 
 
@@ -232,11 +265,17 @@ def write_summary(out):
     writer = csv.DictWriter(f, SUMMARY_COLUMNS)
     writer.writeheader()
     writer.writerows(rows)
-  lines = [f'# GPU evidence ({common.host()})', '',
-           '| part | expected minutes (H100) | status | minutes | headline |',
-           '|---|---|---|---|---|']
-  lines += [f'| {r["part"]} | {r["h100_minutes"]} | {r["status"]} | {r["minutes"]} | '
-            f'{str(r["headline"]).replace("|", "/")} |' for r in rows]
+  lines = [
+    f'# GPU evidence ({common.host()})',
+    '',
+    '| part | expected minutes (H100) | status | minutes | headline |',
+    '|---|---|---|---|---|',
+  ]
+  lines += [
+    f'| {r["part"]} | {r["h100_minutes"]} | {r["status"]} | {r["minutes"]} | '
+    f'{str(r["headline"]).replace("|", "/")} |'
+    for r in rows
+  ]
   with open(os.path.join(out, 'summary.md'), 'w', encoding='utf-8') as f:
     f.write('\n'.join(lines) + '\n')
   return rows
@@ -245,11 +284,12 @@ def write_summary(out):
 def pack(out, path):
   """OUT as a .tar.gz without the runs' training states (checkpoints/<step>/state) or the
   compilation cache."""
+
   def keep(info):
     parts = info.name.split('/')
-    state = (len(parts) >= 3 and parts[-3] == record.CHECKPOINTS
-             and parts[-1] == record.STATE_ITEM)
+    state = len(parts) >= 3 and parts[-3] == record.CHECKPOINTS and parts[-1] == record.STATE_ITEM
     return None if state or '.jax_cache' in parts else info
+
   with tarfile.open(path, 'w:gz') as tar:
     tar.add(out, arcname=os.path.basename(os.path.abspath(out)), filter=keep)
   return os.path.getsize(path)
@@ -272,8 +312,13 @@ def completed(out, smoke):
 def print_plan(args):
   """--budget: the slot's plan (benchmarks/gpu_plan.py) for the parts not completed in --out."""
   out = args.out or 'runs/gpu_evidence'
-  plan = gpu_plan.make_plan(agenda.PARTS, agenda.PRIORITY, args.budget,
-                            completed(args.out, args.smoke), args.startup_minutes)
+  plan = gpu_plan.make_plan(
+    agenda.PARTS,
+    agenda.PRIORITY,
+    args.budget,
+    completed(args.out, args.smoke),
+    args.startup_minutes,
+  )
   print('\n'.join(gpu_plan.describe(plan, out, args.smoke)))
   return 0
 
@@ -283,35 +328,61 @@ def keep_off_the_gpu():
   that it never takes GPU memory from the commands (JAX would preallocate 75 % of it). Only this
   process: the commands' environment is left as it is."""
   import jax  # pylint: disable=import-outside-toplevel
+
   jax.config.update('jax_platforms', 'cpu')
 
 
 def parse_args(argv):
   p = argparse.ArgumentParser(
-      prog='python -m benchmarks.gpu_evidence',
-      description='The GPU agenda as one program: every GPU measurement this project waits for, '
-      'in parts of less than 9 minutes on an H100, written into one folder to bring back.')
+    prog='python -m benchmarks.gpu_evidence',
+    description='The GPU agenda as one program: every GPU measurement this project waits for, '
+    'in parts of less than 9 minutes on an H100, written into one folder to bring back.',
+  )
   p.add_argument('--list', action='store_true', help='print each part and its minutes on an H100')
-  p.add_argument('--budget', type=float, default=None, metavar='MIN',
-                 help='print the plan of a slot of MIN minutes of device time (start-up counted; '
-                 'the parts not completed in --out): its calls, their commands, what is left for '
-                 'the next slot; runs nothing')
-  p.add_argument('--startup-minutes', type=float, default=gpu_plan.STARTUP_MINUTES,
-                 help='a fresh machine\'s start-up, counted once in --budget (default %(default)s)')
-  p.add_argument('--part', default=None,
-                 help="'all' (by what their figures are worth) or comma-separated part names, run "
-                 'in that order')
+  p.add_argument(
+    '--budget',
+    type=float,
+    default=None,
+    metavar='MIN',
+    help='print the plan of a slot of MIN minutes of device time (start-up counted; '
+    'the parts not completed in --out): its calls, their commands, what is left for '
+    'the next slot; runs nothing',
+  )
+  p.add_argument(
+    '--startup-minutes',
+    type=float,
+    default=gpu_plan.STARTUP_MINUTES,
+    help="a fresh machine's start-up, counted once in --budget (default %(default)s)",
+  )
+  p.add_argument(
+    '--part',
+    default=None,
+    help="'all' (by what their figures are worth) or comma-separated part names, run in that order",
+  )
   p.add_argument('--out', default=None, help='the evidence folder (one per machine)')
-  p.add_argument('--smoke', action='store_true',
-                 help='toy sizes on CPU (every part, unless --part names some)')
+  p.add_argument(
+    '--smoke', action='store_true', help='toy sizes on CPU (every part, unless --part names some)'
+  )
   p.add_argument('--force', action='store_true', help='run parts already completed again')
-  p.add_argument('--part-minutes', type=float, default=PART_MINUTES,
-                 help='a part still running after this is stopped (status: timed out)')
-  p.add_argument('--call-minutes', type=float, default=None,
-                 help='start a part only if its expected minutes on an H100 end within this many '
-                 'minutes of the command\'s start (the rest: the next call); not in --smoke')
-  p.add_argument('--pack', default=None, metavar='FILE.tar.gz',
-                 help='write the evidence folder, without training states, to this archive')
+  p.add_argument(
+    '--part-minutes',
+    type=float,
+    default=PART_MINUTES,
+    help='a part still running after this is stopped (status: timed out)',
+  )
+  p.add_argument(
+    '--call-minutes',
+    type=float,
+    default=None,
+    help='start a part only if its expected minutes on an H100 end within this many '
+    "minutes of the command's start (the rest: the next call); not in --smoke",
+  )
+  p.add_argument(
+    '--pack',
+    default=None,
+    metavar='FILE.tar.gz',
+    help='write the evidence folder, without training states, to this archive',
+  )
   args = p.parse_args(argv)
   for name in ('budget', 'startup_minutes', 'part_minutes', 'call_minutes'):
     value = getattr(args, name)
@@ -362,13 +433,17 @@ def main(argv=None):
     print(f'{part.name}: running (expected {part.minutes:g} min on an H100)', flush=True)
     status = run_part(part, out, args.smoke, args.part_minutes)
     failed += status['status'] != 'completed'
-    print(f'{part.name}: {status["status"]} in {status["minutes"]} min: {status["headline"]}',
-          flush=True)
+    print(
+      f'{part.name}: {status["status"]} in {status["minutes"]} min: {status["headline"]}',
+      flush=True,
+    )
     write_summary(out)
   write_summary(out)
   if left:
-    print(f'not started (past --call-minutes {args.call_minutes:g}): {",".join(left)}: run the '
-          'same command again in the next call')
+    print(
+      f'not started (past --call-minutes {args.call_minutes:g}): {",".join(left)}: run the '
+      'same command again in the next call'
+    )
   print(f'summary: {os.path.join(out, "summary.md")}')
   return 1 if failed or left else 0
 

@@ -26,18 +26,40 @@ from sweeps import scripts
 # <label>.err), or `call(ctx)` run in this process (its returned text written the same way);
 # `ok` the exit codes that mean it ran to its end (pytest's 1: tests failed, a result); `expect`
 # (ctx, step) -> None when its output meets the command's success criterion, else why not.
-Step = collections.namedtuple('Step', 'label argv env ok call expect',
-                              defaults=(None, {}, (0,), None, None))
+Step = collections.namedtuple(
+  'Step', 'label argv env ok call expect', defaults=(None, {}, (0,), None, None)
+)
 Part = collections.namedtuple('Part', 'name minutes what steps headline')
 # smoke: toy sizes on CPU; out: the evidence folder; folder: this part's folder in it.
 Context = collections.namedtuple('Context', 'smoke out folder')
 
 PY = sys.executable
-GPU_STEP = ['--config', 'configs/celeba.py:gpu', '--image-size', '224', '--compute-dtype',
-            'bfloat16']
-TOY_STEP = ['--config', 'configs/celeba.py:gpu', '--image-size', '16', '--width', '0.0625',
-            '--batch', '8', '--num-classes', '10', '--steps', '1', '--windows', '1', '--warmup',
-            '0']
+GPU_STEP = [
+  '--config',
+  'configs/celeba.py:gpu',
+  '--image-size',
+  '224',
+  '--compute-dtype',
+  'bfloat16',
+]
+TOY_STEP = [
+  '--config',
+  'configs/celeba.py:gpu',
+  '--image-size',
+  '16',
+  '--width',
+  '0.0625',
+  '--batch',
+  '8',
+  '--num-classes',
+  '10',
+  '--steps',
+  '1',
+  '--windows',
+  '1',
+  '--warmup',
+  '0',
+]
 ALL_VARIANTS = 'deterministic,nondeterministic,exclude_nondeterministic,deterministic_autotuned'
 STUDY_SEEDS, STUDY_SLICE, STUDY_PARALLEL = 16, 2, 8
 REPLICATE_SEEDS = 2
@@ -47,9 +69,13 @@ KEY_VALUE = re.compile(r'^([A-Za-z_]\w*)=(-?[0-9][0-9.e+-]*)$')
 PYTEST_SUMMARY = re.compile(r'\d+ (passed|failed|skipped|errors?)\b.* in ')
 MEM_FRACTION = re.compile(r'XLA_PYTHON_CLIENT_MEM_FRACTION=([0-9.]+)')
 # Each benchmark's result line (its last `name=<number>` line): the command's success criterion.
-RESULT_LINES = {'bench_determinism': r'\w+_vs_nondeterministic', 'bench_pool': 'pool_speedup',
-                'bench_vs_torch': 'speedup_vs_torch', 'profile_step': 'device_busy_fraction',
-                'bench_epoch': 'epoch_overhead_fraction'}
+RESULT_LINES = {
+  'bench_determinism': r'\w+_vs_nondeterministic',
+  'bench_pool': 'pool_speedup',
+  'bench_vs_torch': 'speedup_vs_torch',
+  'profile_step': 'device_busy_fraction',
+  'bench_epoch': 'epoch_overhead_fraction',
+}
 
 
 def read(path):
@@ -69,6 +95,7 @@ def result_line(key):
 
   def expect(ctx, step):
     return None if pattern.search(output(ctx, step)) else f'no {key}=<number> result line'
+
   return expect
 
 
@@ -110,45 +137,98 @@ def determinism(batch, variants, extra=()):
   def steps(ctx):
     size = TOY_STEP if ctx.smoke else GPU_STEP + ['--batch', str(batch), *extra]
     return [module('bench_determinism', *size, '--variants', variants)]
+
   return steps
 
 
 def determinism_256(ctx):
-  pool = ['--batch', '2', '--size', '8', '--channels', '4', '--steps', '1', '--windows', '1',
-          '--warmup', '0'] if ctx.smoke else []
+  pool = (
+    [
+      '--batch',
+      '2',
+      '--size',
+      '8',
+      '--channels',
+      '4',
+      '--steps',
+      '1',
+      '--windows',
+      '1',
+      '--warmup',
+      '0',
+    ]
+    if ctx.smoke
+    else []
+  )
   return determinism(256, ALL_VARIANTS)(ctx) + [module('bench_pool', *pool)]
 
 
 def vs_torch(batch, config=(), rounds=()):
   def steps(ctx):
     if ctx.smoke:
-      size = ['--image-size', '16', '--width', '0.0625', '--batch', '8', '--num-classes', '10',
-              '--steps', '1', '--rounds', '1', '--warmup', '0', '--no-compile']
+      size = [
+        '--image-size',
+        '16',
+        '--width',
+        '0.0625',
+        '--batch',
+        '8',
+        '--num-classes',
+        '10',
+        '--steps',
+        '1',
+        '--rounds',
+        '1',
+        '--warmup',
+        '0',
+        '--no-compile',
+      ]
     else:
       size = ['--image-size', '224', '--batch', str(batch), '--precision', 'bf16', *rounds]
     return [module('bench_vs_torch', *config, *size)]
+
   return steps
 
 
 def profile_steps(ctx):
   if ctx.smoke:
     return [module('profile_step', *TOY_STEP, '--top', '5')]
-  return [Step(f'profile_step_{b}', [PY, '-m', 'benchmarks.profile_step', *GPU_STEP, '--batch',
-                                     str(b), '--top', '40'],
-               expect=result_line(RESULT_LINES['profile_step'])) for b in (256, 2048)]
+  return [
+    Step(
+      f'profile_step_{b}',
+      [PY, '-m', 'benchmarks.profile_step', *GPU_STEP, '--batch', str(b), '--top', '40'],
+      expect=result_line(RESULT_LINES['profile_step']),
+    )
+    for b in (256, 2048)
+  ]
 
 
 def epoch_steps(ctx):
   if ctx.smoke:
-    return [module('bench_epoch', *TOY_STEP, '--train-examples', '16', '--test-examples', '8',
-                   '--repeats', '1', '--config.eval_batch_size=8')]
+    return [
+      module(
+        'bench_epoch',
+        *TOY_STEP,
+        '--train-examples',
+        '16',
+        '--test-examples',
+        '8',
+        '--repeats',
+        '1',
+        '--config.eval_batch_size=8',
+      )
+    ]
   return [module('bench_epoch', *GPU_STEP)]
 
 
 def study_spec(ctx, seeds, only=None, extra=''):
   """benchmarks/study_seeds.py's spec: the study (the toy one in smoke mode) over `seeds`."""
-  parts = [TOY_STUDY if ctx.smoke else 'study', extra, f'seeds={seeds}',
-           f'only={only[0]}-{only[1]}' if only else '']
+  parts = [
+    TOY_STUDY if ctx.smoke else 'study',
+    extra,
+    f'seeds={seeds}',
+    f'only={only[0]}-{only[1]}' if only else '',
+  ]
   return 'benchmarks/study_seeds.py:' + ','.join(p for p in parts if p)
 
 
@@ -161,8 +241,15 @@ def sweep(ctx, label, spec, root, parallel, seeds=None):
   folder checked, the command list written where --emit-commands says, nothing trained: a
   train.py run costs a CPU more than the rest of the toy agenda). Its criterion: every run of the
   sweep (of `seeds`) completed; at the toy size, a command list of at least one run."""
-  dry = ['--dry-run', f'--emit-commands={commands_file(root)}',
-         f'--emit-slurm={os.path.join(root, scripts.SLURM_FILE)}'] if ctx.smoke else []
+  dry = (
+    [
+      '--dry-run',
+      f'--emit-commands={commands_file(root)}',
+      f'--emit-slurm={os.path.join(root, scripts.SLURM_FILE)}',
+    ]
+    if ctx.smoke
+    else []
+  )
 
   def expect(ctx, step):  # pylint: disable=unused-argument
     if ctx.smoke:
@@ -170,8 +257,22 @@ def sweep(ctx, label, spec, root, parallel, seeds=None):
     found = [r for r in records(root).values() if seeds is None or (r or {}).get('seed') in seeds]
     done = sum(bool(r) and r.get('status') == 'completed' for r in found)
     return None if found and done == len(found) else f'{done} of {len(found)} runs completed'
-  return Step(label, [PY, '-m', 'sweeps.sweep', f'--config={spec}', f'--root={root}',
-                      f'--parallel={parallel}', '--heartbeat=60', *dry], ok=(0, 1), expect=expect)
+
+  return Step(
+    label,
+    [
+      PY,
+      '-m',
+      'sweeps.sweep',
+      f'--config={spec}',
+      f'--root={root}',
+      f'--parallel={parallel}',
+      '--heartbeat=60',
+      *dry,
+    ],
+    ok=(0, 1),
+    expect=expect,
+  )
 
 
 def planned(ctx, root):
@@ -199,8 +300,12 @@ def shared_gpu_headline(ctx):
 def records(root):
   """{run path relative to root: its record (None: nothing saved)} (analysis.inputs.results)."""
   from analysis.inputs import results  # pylint: disable=import-outside-toplevel
-  return {os.path.relpath(run, root): r for run, r in results.read_all(root)
-          if not isinstance(r, Exception)}
+
+  return {
+    os.path.relpath(run, root): r
+    for run, r in results.read_all(root)
+    if not isinstance(r, Exception)
+  }
 
 
 def runs_line(root, seeds=None):
@@ -210,22 +315,27 @@ def runs_line(root, seeds=None):
   accuracy = [100 * r['final']['test_accuracy'] for r in done if 'test_accuracy' in r['final']]
   line = f'{len(done)} of {len(found)} runs completed'
   if accuracy:
-    line += (f'; test accuracy mean {sum(accuracy) / len(accuracy):.2f} % '
-             f'({min(accuracy):.2f}-{max(accuracy):.2f})')
+    line += (
+      f'; test accuracy mean {sum(accuracy) / len(accuracy):.2f} % '
+      f'({min(accuracy):.2f}-{max(accuracy):.2f})'
+    )
   return line
 
 
 def export_step(label, roots, csv_path, spec):
   """The runs' records as one CSV and the study's declaration beside it (analysis.export), so the
   folder brought back holds them without the training states."""
+
   def call(ctx):  # pylint: disable=unused-argument
     from analysis import export  # pylint: disable=import-outside-toplevel
+
     export.main(['--runs', *roots, '--out', csv_path, '--study', spec])
     return f'wrote {csv_path}'
 
   def expect(ctx, step):  # pylint: disable=unused-argument
     written = os.path.exists(csv_path) and len(read(csv_path).splitlines()) > 1
     return None if written else f'{csv_path}: no table written'
+
   return Step(label, call=call, expect=expect)
 
 
@@ -240,21 +350,34 @@ def seed_range(ctx, first):
 
 def study_slice(first):
   """The study's seeds first..first+STUDY_SLICE-1 (see seed_range)."""
+
   def steps(ctx):
     first_seed, last = seed_range(ctx, first)
     root = study_root(ctx)
-    export = export_step('export', [root], os.path.join(ctx.out, 'study', 'study.csv'),
-                         study_spec(ctx, STUDY_SEEDS))
-    return [sweep(ctx, 'sweep', study_spec(ctx, STUDY_SEEDS, (first_seed, last)), root,
-                  STUDY_PARALLEL, range(first_seed, last + 1))] + ([] if ctx.smoke else [export])
+    export = export_step(
+      'export', [root], os.path.join(ctx.out, 'study', 'study.csv'), study_spec(ctx, STUDY_SEEDS)
+    )
+    return [
+      sweep(
+        ctx,
+        'sweep',
+        study_spec(ctx, STUDY_SEEDS, (first_seed, last)),
+        root,
+        STUDY_PARALLEL,
+        range(first_seed, last + 1),
+      )
+    ] + ([] if ctx.smoke else [export])
 
   def headline(ctx):
     if ctx.smoke:
       return planned(ctx, study_root(ctx))
     first_seed, last = seed_range(ctx, first)
-    return (f'seeds {first_seed}-{last}: '
-            f'{runs_line(study_root(ctx), range(first_seed, last + 1))}; '
-            f'whole root: {runs_line(study_root(ctx))}')
+    return (
+      f'seeds {first_seed}-{last}: '
+      f'{runs_line(study_root(ctx), range(first_seed, last + 1))}; '
+      f'whole root: {runs_line(study_root(ctx))}'
+    )
+
   return steps, headline
 
 
@@ -266,17 +389,23 @@ def replicate_roots(ctx, deterministic):
 def replicates(deterministic):
   """The study's arms x REPLICATE_SEEDS seeds twice (roots a and b) with
   numerics.gpu_deterministic set: do same-seed runs end in the same model?"""
+
   def steps(ctx):
-    spec = study_spec(ctx, REPLICATE_SEEDS if not ctx.smoke else 1,
-                      extra=f'numerics.gpu_deterministic={deterministic}')
+    spec = study_spec(
+      ctx,
+      REPLICATE_SEEDS if not ctx.smoke else 1,
+      extra=f'numerics.gpu_deterministic={deterministic}',
+    )
     roots = replicate_roots(ctx, deterministic)
     export = export_step('export', roots, os.path.dirname(roots[0]) + '.csv', spec)
-    return [sweep(ctx, f'sweep_{os.path.basename(r)}', spec, r, STUDY_PARALLEL)
-            for r in roots] + ([] if ctx.smoke else [export])
+    return [sweep(ctx, f'sweep_{os.path.basename(r)}', spec, r, STUDY_PARALLEL) for r in roots] + (
+      [] if ctx.smoke else [export]
+    )
 
   def headline(ctx):
     roots = replicate_roots(ctx, deterministic)
     return ' / '.join(planned(ctx, r) for r in roots) if ctx.smoke else replicate_line(*roots)
+
   return steps, headline
 
 
@@ -285,15 +414,22 @@ def replicate_line(root_a, root_b):
   end in bit-identical states (the record's state_digest, a CRC-32 of every leaf) and with equal
   test accuracy, and the largest accuracy difference |a - b| in pp."""
   a, b = records(root_a), records(root_b)
-  pairs = [(a[k], b[k]) for k in sorted(a.keys() & b.keys())
-           if a[k] and b[k] and a[k].get('status') == b[k].get('status') == 'completed']
+  pairs = [
+    (a[k], b[k])
+    for k in sorted(a.keys() & b.keys())
+    if a[k] and b[k] and a[k].get('status') == b[k].get('status') == 'completed'
+  ]
   if not pairs:
     return 'no completed same-seed pair'
-  same_state = sum(x.get('state_digest') is not None and x.get('state_digest') ==
-                   y.get('state_digest') for x, y in pairs)
+  same_state = sum(
+    x.get('state_digest') is not None and x.get('state_digest') == y.get('state_digest')
+    for x, y in pairs
+  )
   gaps = [abs(x['final']['test_accuracy'] - y['final']['test_accuracy']) * 100 for x, y in pairs]
-  return (f'{len(pairs)} same-seed pairs: bit-identical final states {same_state}, equal test '
-          f'accuracy {sum(g == 0 for g in gaps)}, largest accuracy difference {max(gaps):.2f} pp')
+  return (
+    f'{len(pairs)} same-seed pairs: bit-identical final states {same_state}, equal test '
+    f'accuracy {sum(g == 0 for g in gaps)}, largest accuracy difference {max(gaps):.2f} pp'
+  )
 
 
 def part(name, minutes, what, steps, headline=key_values):
@@ -304,45 +440,103 @@ def part(name, minutes, what, steps, headline=key_values):
 # bench_vs_torch at batch 2048, 3 rounds, 3.0 min (JAX's first call 107 s, torch.compile's 38 s);
 # the digits study, 48 runs 6 at a time, 4 min 57 s (37 s a wave of runs); bench_step at batch 256,
 # 16 s. The others are estimated from those (a batch-2048 compile ~110 s, a wave of runs ~37 s).
-STUDY_PARTS = [part(f'study_seeds_{f}_{f + STUDY_SLICE - 1}', 2.0,
-                    f'the digits study with its predictions, {STUDY_PARALLEL} runs at a time: 8 '
-                    f'arms x seeds {f}-{f + STUDY_SLICE - 1} of {STUDY_SEEDS}', *study_slice(f))
-               for f in range(0, STUDY_SEEDS, STUDY_SLICE)]
+STUDY_PARTS = [
+  part(
+    f'study_seeds_{f}_{f + STUDY_SLICE - 1}',
+    2.0,
+    f'the digits study with its predictions, {STUDY_PARALLEL} runs at a time: 8 '
+    f'arms x seeds {f}-{f + STUDY_SLICE - 1} of {STUDY_SEEDS}',
+    *study_slice(f),
+  )
+  for f in range(0, STUDY_SEEDS, STUDY_SLICE)
+]
 PARTS = [
-    part('gpu_tier', 3.0, 'GPU_TESTS=1 pytest tests/gpu', gpu_tier, pytest_summary),
-    part('determinism_256', 4.0, 'bench_determinism at batch 256 (all four variants) and '
-         'bench_pool', determinism_256),
-    part('determinism_2048', 5.0, 'bench_determinism at batch 2048 (the study\'s): deterministic '
-         'vs not', determinism(2048, 'deterministic,nondeterministic',
-                               ['--steps', '5', '--windows', '3'])),
-    part('determinism_2048_xla', 7.0, 'bench_determinism at batch 2048: '
-         'exclude_nondeterministic_ops and the autotuned deterministic compilation', determinism(
-             2048, 'nondeterministic,exclude_nondeterministic,deterministic_autotuned',
-             ['--steps', '5', '--windows', '3'])),
-    part('vs_torch_256', 2.5, 'bench_vs_torch, bf16, batch 256', vs_torch(256)),
-    part('vs_torch_2048', 3.5, 'bench_vs_torch, bf16, batch 2048 (the study\'s): JAX against '
-         'torch eager and torch.compile', vs_torch(2048, (), ['--rounds', '3'])),
-    part('vs_torch_2048_deterministic', 4.0, 'bench_vs_torch, bf16, batch 2048, the gpu preset '
-         '(deterministic)',
-         vs_torch(2048, ('--config', 'configs/celeba.py:gpu'), ['--rounds', '3'])),
-    part('profile_step', 5.0, 'profile_step at batch 256 and 2048 (deterministic preset)',
-         profile_steps),
-    part('bench_epoch', 4.0, 'bench_epoch: a CelebA epoch at batch 2048, its evaluation and save',
-         epoch_steps),
-    part('shared_gpu', 3.0, 'four runs sharing the GPU (sweeps.sweep --parallel 4, 8 runs)',
-         shared_gpu, shared_gpu_headline),
-    *STUDY_PARTS,
-    part('replicates_deterministic_off', 3.0, 'the 8 arms x 2 seeds twice, '
-         'gpu_deterministic=False', *replicates(False)),
-    part('replicates_deterministic_on', 3.0, 'the 8 arms x 2 seeds twice, gpu_deterministic=True',
-         *replicates(True)),
+  part('gpu_tier', 3.0, 'GPU_TESTS=1 pytest tests/gpu', gpu_tier, pytest_summary),
+  part(
+    'determinism_256',
+    4.0,
+    'bench_determinism at batch 256 (all four variants) and bench_pool',
+    determinism_256,
+  ),
+  part(
+    'determinism_2048',
+    5.0,
+    "bench_determinism at batch 2048 (the study's): deterministic vs not",
+    determinism(2048, 'deterministic,nondeterministic', ['--steps', '5', '--windows', '3']),
+  ),
+  part(
+    'determinism_2048_xla',
+    7.0,
+    'bench_determinism at batch 2048: '
+    'exclude_nondeterministic_ops and the autotuned deterministic compilation',
+    determinism(
+      2048,
+      'nondeterministic,exclude_nondeterministic,deterministic_autotuned',
+      ['--steps', '5', '--windows', '3'],
+    ),
+  ),
+  part('vs_torch_256', 2.5, 'bench_vs_torch, bf16, batch 256', vs_torch(256)),
+  part(
+    'vs_torch_2048',
+    3.5,
+    "bench_vs_torch, bf16, batch 2048 (the study's): JAX against torch eager and torch.compile",
+    vs_torch(2048, (), ['--rounds', '3']),
+  ),
+  part(
+    'vs_torch_2048_deterministic',
+    4.0,
+    'bench_vs_torch, bf16, batch 2048, the gpu preset (deterministic)',
+    vs_torch(2048, ('--config', 'configs/celeba.py:gpu'), ['--rounds', '3']),
+  ),
+  part(
+    'profile_step', 5.0, 'profile_step at batch 256 and 2048 (deterministic preset)', profile_steps
+  ),
+  part(
+    'bench_epoch',
+    4.0,
+    'bench_epoch: a CelebA epoch at batch 2048, its evaluation and save',
+    epoch_steps,
+  ),
+  part(
+    'shared_gpu',
+    3.0,
+    'four runs sharing the GPU (sweeps.sweep --parallel 4, 8 runs)',
+    shared_gpu,
+    shared_gpu_headline,
+  ),
+  *STUDY_PARTS,
+  part(
+    'replicates_deterministic_off',
+    3.0,
+    'the 8 arms x 2 seeds twice, gpu_deterministic=False',
+    *replicates(False),
+  ),
+  part(
+    'replicates_deterministic_on',
+    3.0,
+    'the 8 arms x 2 seeds twice, gpu_deterministic=True',
+    *replicates(True),
+  ),
 ]
 # What each part's figures are worth, most first (the order benchmarks/gpu_plan.py fills a slot
 # in): the cost of determinism and the step against torch.compile at the study's batch (2048);
 # the study on the GPU with its predictions (its first slice); do same-seed runs differ without
 # determinism; the GPU test tier; the declared seeds 0-5 of the study; the rest.
-PRIORITY = ('determinism_2048', 'vs_torch_2048', 'study_seeds_0_1', 'replicates_deterministic_off',
-            'gpu_tier', 'study_seeds_2_3', 'study_seeds_4_5', 'replicates_deterministic_on',
-            'bench_epoch', 'vs_torch_2048_deterministic', 'determinism_256', 'vs_torch_256',
-            'shared_gpu', 'profile_step', 'determinism_2048_xla', *(
-                p.name for p in STUDY_PARTS[3:]))
+PRIORITY = (
+  'determinism_2048',
+  'vs_torch_2048',
+  'study_seeds_0_1',
+  'replicates_deterministic_off',
+  'gpu_tier',
+  'study_seeds_2_3',
+  'study_seeds_4_5',
+  'replicates_deterministic_on',
+  'bench_epoch',
+  'vs_torch_2048_deterministic',
+  'determinism_256',
+  'vs_torch_256',
+  'shared_gpu',
+  'profile_step',
+  'determinism_2048_xla',
+  *(p.name for p in STUDY_PARTS[3:]),
+)

@@ -30,8 +30,15 @@ def by_priority(parts, priority):
   return sorted(parts, key=lambda p: rank.get(p.name, len(rank)))
 
 
-def make_plan(parts, priority, budget, done=(), startup=STARTUP_MINUTES, limit=CALL_MINUTES,
-              overhead=CALL_OVERHEAD_MINUTES):
+def make_plan(
+  parts,
+  priority,
+  budget,
+  done=(),
+  startup=STARTUP_MINUTES,
+  limit=CALL_MINUTES,
+  overhead=CALL_OVERHEAD_MINUTES,
+):
   """The Plan of a `budget`-minute slot for the `parts` not in `done` (module doc)."""
   calls, later, too_long, total = [], [], [], startup
   for part in by_priority([p for p in parts if p.name not in done], priority):
@@ -59,23 +66,34 @@ def minutes(value):
 def describe(plan, out, smoke=False):
   """The plan as the lines `--budget` prints: each call with its command, the total, the rest."""
   flags = f'--out {out}' + (' --smoke' if smoke else '')
-  lines = [f'GPU plan for a {minutes(plan.budget)}-minute slot (expected minutes on an H100): '
-           f'start-up {minutes(plan.startup)} min, then calls of at most {minutes(plan.limit)} min '
-           f'each, {minutes(plan.overhead)} min of each for its transfer and start']
+  lines = [
+    f'GPU plan for a {minutes(plan.budget)}-minute slot (expected minutes on an H100): '
+    f'start-up {minutes(plan.startup)} min, then calls of at most {minutes(plan.limit)} min '
+    f'each, {minutes(plan.overhead)} min of each for its transfer and start'
+  ]
   for i, call in enumerate(plan.calls, 1):
     parts = ', '.join(f'{p.name} ({minutes(p.minutes)})' for p in call.parts)
     lines.append(f'call {i} ({minutes(call.minutes)} min): {parts}')
-    lines.append(f'  python -m benchmarks.gpu_evidence --part {names(call.parts)} {flags} '
-                 f'--call-minutes {minutes(plan.limit - plan.overhead)}')
+    lines.append(
+      f'  python -m benchmarks.gpu_evidence --part {names(call.parts)} {flags} '
+      f'--call-minutes {minutes(plan.limit - plan.overhead)}'
+    )
   if not plan.calls:
-    lines.append('no part fits this slot' if plan.later or plan.too_long else
-                 'nothing to run: every part is completed')
-  lines.append(f'planned: {minutes(plan.total)} of {minutes(plan.budget)} min '
-               f'({len(plan.calls)} call(s), {sum(len(c.parts) for c in plan.calls)} part(s))')
+    lines.append(
+      'no part fits this slot'
+      if plan.later or plan.too_long
+      else 'nothing to run: every part is completed'
+    )
+  lines.append(
+    f'planned: {minutes(plan.total)} of {minutes(plan.budget)} min '
+    f'({len(plan.calls)} call(s), {sum(len(c.parts) for c in plan.calls)} part(s))'
+  )
   if plan.later:
     rest = sum(p.minutes for p in plan.later)
-    lines.append(f'next slot ({len(plan.later)} part(s), {minutes(rest)} min): '
-                 + ', '.join(f'{p.name} ({minutes(p.minutes)})' for p in plan.later))
+    lines.append(
+      f'next slot ({len(plan.later)} part(s), {minutes(rest)} min): '
+      + ', '.join(f'{p.name} ({minutes(p.minutes)})' for p in plan.later)
+    )
   if plan.too_long:
     lines.append('longer than a call (split them): ' + names(plan.too_long))
   return lines

@@ -38,28 +38,30 @@ from benchmarks import common, step_args  # noqa: E402
 
 
 def make_parser():
-  parser = argparse.ArgumentParser(prog='python -m benchmarks.profile_step',
-                                   description=common.description(__doc__))
+  parser = argparse.ArgumentParser(
+    prog='python -m benchmarks.profile_step', description=common.description(__doc__)
+  )
   step_args.add_args(parser)
   parser.add_argument('--trace-dir', default='', help='where the trace goes (default: a temp dir)')
   parser.add_argument('--top', type=int, default=25, help='kernels listed')
   return parser
+
 
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   step_args.parse_flags(make_parser(), None)
 
 import jax  # noqa: E402
 
-from benchmarks import bench_step, common  # noqa: E402
+from benchmarks import bench_step  # noqa: E402
 
 # Category of a kernel by (lower-cased) substrings of its name, first match wins: the fallback for
 # kernels the compiled HLO does not name (cuDNN: fprop/dgrad/wgrad/implicit_gemm; cuBLAS: gemm).
 CATEGORIES = (
-    ('convolution', ('conv', 'implicit', 'dgrad', 'wgrad', 'fprop', 'cudnn')),
-    ('matmul', ('gemm', 'cutlass', 'dot', 'matmul')),
-    ('reduction fusion', ('reduce', 'reduction')),
-    ('copy/transpose', ('copy', 'transpose', 'memcpy', 'memset', 'pad', 'concatenate', 'slice')),
-    ('elementwise fusion', ('fusion', 'loop_', 'add', 'multiply', 'convert', 'select')),
+  ('convolution', ('conv', 'implicit', 'dgrad', 'wgrad', 'fprop', 'cudnn')),
+  ('matmul', ('gemm', 'cutlass', 'dot', 'matmul')),
+  ('reduction fusion', ('reduce', 'reduction')),
+  ('copy/transpose', ('copy', 'transpose', 'memcpy', 'memset', 'pad', 'concatenate', 'slice')),
+  ('elementwise fusion', ('fusion', 'loop_', 'add', 'multiply', 'convert', 'select')),
 )
 
 
@@ -75,9 +77,26 @@ def category(name):
 # `%name = <type> opcode(...)` lines of HLO text; a computation opens with `%name (...) -> ... {`.
 _INSTRUCTION = re.compile(r'^\s*(?:ROOT\s+)?%?([\w.\-]+) = .*?\b([a-z][a-z0-9\-]*)\(')
 _COMPUTATION = re.compile(r'^(?:ENTRY\s+)?%?([\w.\-]+) .*\{\s*$')
-_MOVES = {'copy', 'transpose', 'concatenate', 'pad', 'slice', 'dynamic-slice', 'bitcast',
-          'dynamic-update-slice', 'reshape', 'broadcast', 'parameter', 'constant', 'tuple',
-          'get-tuple-element', 'reverse', 'iota', 'copy-start', 'copy-done'}
+_MOVES = {
+  'copy',
+  'transpose',
+  'concatenate',
+  'pad',
+  'slice',
+  'dynamic-slice',
+  'bitcast',
+  'dynamic-update-slice',
+  'reshape',
+  'broadcast',
+  'parameter',
+  'constant',
+  'tuple',
+  'get-tuple-element',
+  'reverse',
+  'iota',
+  'copy-start',
+  'copy-done',
+}
 _REDUCTIONS = {'reduce', 'reduce-window', 'select-and-scatter', 'scatter', 'sort'}
 
 
@@ -128,8 +147,10 @@ def hlo_categories(text):
 
 def find_trace(trace_dir):
   """The newest perfetto_trace.json.gz under `trace_dir`."""
-  paths = sorted(glob.glob(os.path.join(trace_dir, '**', 'perfetto_trace.json.gz'),
-                           recursive=True), key=os.path.getmtime)
+  paths = sorted(
+    glob.glob(os.path.join(trace_dir, '**', 'perfetto_trace.json.gz'), recursive=True),
+    key=os.path.getmtime,
+  )
   if not paths:
     raise FileNotFoundError(f'no perfetto_trace.json.gz under {trace_dir}')
   return paths[-1]
@@ -143,10 +164,12 @@ def load_events(path):
 
 def device_events(events):
   """Complete ('X') events on device tracks: GPU/TPU processes, else the XLA op threads on CPU."""
-  names = {e['pid']: e.get('args', {}).get('name', '') for e in events
-           if e.get('ph') == 'M' and e.get('name') == 'process_name'}
-  devices = {pid for pid, name in names.items()
-             if '/device:' in name and 'cpu' not in name.lower()}
+  names = {
+    e['pid']: e.get('args', {}).get('name', '')
+    for e in events
+    if e.get('ph') == 'M' and e.get('name') == 'process_name'
+  }
+  devices = {pid for pid, name in names.items() if '/device:' in name and 'cpu' not in name.lower()}
   complete = [e for e in events if e.get('ph') == 'X' and 'dur' in e]
   if devices:
     return [e for e in complete if e['pid'] in devices], 'device'
@@ -183,33 +206,52 @@ def summarize(events, steps, categories=None):
     raise ValueError('the trace holds no device events (is a profiler plugin available?)')
   categories = categories or {}
   span = max(e['ts'] + e['dur'] for e in events) - min(e['ts'] for e in events)
-  by_category, by_kernel, counts, kinds = (collections.Counter(), collections.Counter(),
-                                           collections.Counter(), {})
+  by_category, by_kernel, counts, kinds = (
+    collections.Counter(),
+    collections.Counter(),
+    collections.Counter(),
+    {},
+  )
   for e in events:
     kinds[e['name']] = event_category(e, categories)
     by_category[kinds[e['name']]] += e['dur'] / steps
     by_kernel[e['name']] += e['dur'] / steps
     counts[e['name']] += 1
-  return {'busy': busy_time(events) / steps, 'span': span / steps,
-          'kernel_sum': sum(e['dur'] for e in events) / steps,
-          'launches': len(events) / steps, 'by_category': by_category, 'by_kernel': by_kernel,
-          'kinds': kinds, 'counts': {k: v / steps for k, v in counts.items()}}
+  return {
+    'busy': busy_time(events) / steps,
+    'span': span / steps,
+    'kernel_sum': sum(e['dur'] for e in events) / steps,
+    'launches': len(events) / steps,
+    'by_category': by_category,
+    'by_kernel': by_kernel,
+    'kinds': kinds,
+    'counts': {k: v / steps for k, v in counts.items()},
+  }
 
 
 def step_lines(s, top=25, source='device'):
-  lines = [f'events from: {source}',
-           f'per step: device busy {s["busy"] / 1e3:.3f} ms of {s["span"] / 1e3:.3f} ms span '
-           f'({s["busy"] / s["span"]:.1%} busy), {s["launches"]:.0f} kernels, sum of kernel '
-           f'times {s["kernel_sum"] / 1e3:.3f} ms', '',
-           '| category | ms/step | share of kernel time |', '|---|---|---|']
+  lines = [
+    f'events from: {source}',
+    f'per step: device busy {s["busy"] / 1e3:.3f} ms of {s["span"] / 1e3:.3f} ms span '
+    f'({s["busy"] / s["span"]:.1%} busy), {s["launches"]:.0f} kernels, sum of kernel '
+    f'times {s["kernel_sum"] / 1e3:.3f} ms',
+    '',
+    '| category | ms/step | share of kernel time |',
+    '|---|---|---|',
+  ]
   for name, us in s['by_category'].most_common():
     lines.append(f'| {name} | {us / 1e3:.3f} | {us / s["kernel_sum"]:.1%} |')
-  lines += ['', f'| top {top} kernels | category | calls/step | ms/step | share |',
-            '|---|---|---|---|---|']
+  lines += [
+    '',
+    f'| top {top} kernels | category | calls/step | ms/step | share |',
+    '|---|---|---|---|---|',
+  ]
   for name, us in s['by_kernel'].most_common(top):
     short = name if len(name) <= 90 else name[:87] + '...'
-    lines.append(f'| `{short}` | {s["kinds"][name]} | {s["counts"][name]:.0f} | {us / 1e3:.3f} | '
-                 f'{us / s["kernel_sum"]:.1%} |')
+    lines.append(
+      f'| `{short}` | {s["kinds"][name]} | {s["counts"][name]:.0f} | {us / 1e3:.3f} | '
+      f'{us / s["kernel_sum"]:.1%} |'
+    )
   return '\n'.join(lines)
 
 
@@ -217,14 +259,17 @@ def main(argv=None):
   args, config = step_args.parse(make_parser(), argv)
   print(common.environment())
   print(common.command_line('profile_step', argv))
-  bench = bench_step.build_step(config, bench_step.selected_devices(args),
-                                num_classes=args.num_classes)
+  bench = bench_step.build_step(
+    config, bench_step.selected_devices(args), num_classes=args.num_classes
+  )
   bench.run(args.warmup)
   trace_dir = args.trace_dir or tempfile.mkdtemp(prefix='profile_step_')
   with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
     seconds = bench.run(args.steps)
-  print(f'traced {args.steps} steps: {seconds / args.steps * 1e3:.2f} ms/step wall under the '
-        f'profiler; trace in {trace_dir}')
+  print(
+    f'traced {args.steps} steps: {seconds / args.steps * 1e3:.2f} ms/step wall under the '
+    f'profiler; trace in {trace_dir}'
+  )
   events, source = device_events(load_events(find_trace(trace_dir)))
   s = summarize(events, args.steps, hlo_categories(bench.step.as_text()))
   print(step_lines(s, args.top, source))

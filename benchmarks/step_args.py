@@ -17,19 +17,29 @@ from configs import loader
 # size a CPU times in seconds per step.
 DEFAULT_CONFIG = 'configs/celeba.py:data.image_size=64,batch_size=64'
 # Shorthand flags (argparse dest) and the config field each sets, when given.
-SHORTHANDS = (('image_size', 'data.image_size'), ('batch', 'batch_size'), ('width', 'model.width'),
-              ('stem', 'model.stem'), ('compute_dtype', 'numerics.compute_dtype'),
-              ('matmul_precision', 'numerics.matmul_precision'), ('profile', 'numerics.profile'),
-              ('format', 'numerics.conv_format'), ('format', 'numerics.dense_format'),
-              ('emulate_impl', 'numerics.emulate_impl'), ('conv_impl', 'numerics.conv_impl'),
-              ('flip', 'data.flip'))
+SHORTHANDS = (
+  ('image_size', 'data.image_size'),
+  ('batch', 'batch_size'),
+  ('width', 'model.width'),
+  ('stem', 'model.stem'),
+  ('compute_dtype', 'numerics.compute_dtype'),
+  ('matmul_precision', 'numerics.matmul_precision'),
+  ('profile', 'numerics.profile'),
+  ('format', 'numerics.conv_format'),
+  ('format', 'numerics.dense_format'),
+  ('emulate_impl', 'numerics.emulate_impl'),
+  ('conv_impl', 'numerics.conv_impl'),
+  ('flip', 'data.flip'),
+)
 
 
 def add_args(parser):
   """The shorthand config flags (default: the config's value) and the timing flags."""
-  parser.epilog = (f'--config FILE[:ARGS] (default {DEFAULT_CONFIG}) and --config.FIELD=VALUE '
-                   'overrides as train.py takes them; the shorthand flags set one field each, '
-                   'checked as train.py checks it (a bad value: one line naming the choices).')
+  parser.epilog = (
+    f'--config FILE[:ARGS] (default {DEFAULT_CONFIG}) and --config.FIELD=VALUE '
+    'overrides as train.py takes them; the shorthand flags set one field each, '
+    'checked as train.py checks it (a bad value: one line naming the choices).'
+  )
   parser.add_argument('--image-size', type=int, help='data.image_size')
   parser.add_argument('--batch', type=int, help='batch_size (global)')
   parser.add_argument('--width', type=float, help='model.width')
@@ -37,8 +47,9 @@ def add_args(parser):
   parser.add_argument('--compute-dtype', help='numerics.compute_dtype')
   parser.add_argument('--matmul-precision', help='numerics.matmul_precision')
   parser.add_argument('--profile', help='numerics.profile (numerics/profiles.py)')
-  parser.add_argument('--format', help='numerics.conv_format and numerics.dense_format '
-                      '(numerics/formats.py)')
+  parser.add_argument(
+    '--format', help='numerics.conv_format and numerics.dense_format (numerics/formats.py)'
+  )
   parser.add_argument('--emulate-impl', help='numerics.emulate_impl: auto, reference or fast')
   parser.add_argument('--conv-impl', help='numerics.conv_impl: auto, xla or im2col')
   parser.add_argument('--flip', action='store_true', default=None, help='data.flip')
@@ -51,8 +62,11 @@ def add_args(parser):
 
 def shorthand_overrides(args, shorthands=SHORTHANDS):
   """[(config field, value)] of the shorthand flags given on the command line."""
-  return [(field, getattr(args, dest)) for dest, field in shorthands
-          if getattr(args, dest, None) is not None]
+  return [
+    (field, getattr(args, dest))
+    for dest, field in shorthands
+    if getattr(args, dest, None) is not None
+  ]
 
 
 def parse_flags(parser, argv):
@@ -69,8 +83,9 @@ def parse(parser, argv, overrides_of=shorthand_overrides, resolve=True):
   (numerics.setup.configure, before any backend starts). `resolve=False` (a benchmark of several
   variants of one config, each resolved on its own): the config as loaded, its process settings
   applied all the same. Bad input: one line and exit code 2."""
-  from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
   from configs import validation  # pylint: disable=import-outside-toplevel
+  from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
+
   args, spec, overrides = parse_flags(parser, argv)
   try:
     loaded = loader.load(spec or DEFAULT_CONFIG, overrides_of(args) + overrides)
@@ -79,4 +94,3 @@ def parse(parser, argv, overrides_of=shorthand_overrides, resolve=True):
   except ValueError as e:  # ConfigError is a ValueError
     common.fail(str(e).splitlines()[0])
   return args, (config if resolve else loaded)
-

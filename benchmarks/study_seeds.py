@@ -41,8 +41,9 @@ def seeds_of(mine):
   count = positive(mine, 'seeds', digits.SEEDS)
   first, _, last = mine.get('only', f'0-{count - 1}').partition('-')
   if not (first.isdigit() and last.isdigit() and int(first) <= int(last) < count):
-    raise ValueError(f'benchmarks/study_seeds.py: only={mine["only"]}: give A-B with '
-                     f'0 <= A <= B < seeds={count}')
+    raise ValueError(
+      f'benchmarks/study_seeds.py: only={mine["only"]}: give A-B with 0 <= A <= B < seeds={count}'
+    )
   return range(int(first), int(last) + 1)
 
 
@@ -53,7 +54,7 @@ def get_config(arg=None):
 def get_sweep(arg=None):
   rest, mine = split_arg(arg)
   arms = digits.study_arms(digits.get_config(rest).batch_size)
-  arms = arms[:positive(mine, 'arms', len(arms))]
+  arms = arms[: positive(mine, 'arms', len(arms))]
   return [{**arm, 'seed': seed} for arm in arms for seed in seeds_of(mine)]
 
 

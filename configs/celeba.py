@@ -62,17 +62,23 @@ DTYPES = ('float32', 'bfloat16')  # activations
 TPU_CORES = 8  # per-core BatchNorm: each of 8 cores normalises over 1/8 of the global batch
 # Pre-registered before any CelebA run of this design (the power calculation behind SEEDS).
 MARGIN_PP = 1.0
-MARGIN_REASON = ('about the seed sd of the published runs (0.65 pp GPU, 0.90 pp TPU): a platform '
-                 'or format effect smaller than the spread of retraining on one platform cannot '
-                 'change which model one would deploy')
+MARGIN_REASON = (
+  'about the seed sd of the published runs (0.65 pp GPU, 0.90 pp TPU): a platform '
+  'or format effect smaller than the spread of retraining on one platform cannot '
+  'change which model one would deploy'
+)
 SEED_SD_PP = 0.90
-SEED_SD_SOURCE = ('sd of top-1 test accuracy over the 14 published TPU runs of this setup '
-                  '(AI-Hypercomputer/torchprime ResNet-18 on CelebA: TPU 0.90 pp, GPU 0.65 pp); '
-                  'the larger of the two')
+SEED_SD_SOURCE = (
+  'sd of top-1 test accuracy over the 14 published TPU runs of this setup '
+  '(AI-Hypercomputer/torchprime ResNet-18 on CelebA: TPU 0.90 pp, GPU 0.65 pp); '
+  'the larger of the two'
+)
 PAIRED_SD_PP = 1.27
-PAIRED_SD_SOURCE = ('sqrt(2) x SEED_SD_PP: arms sharing a seed assumed uncorrelated (no credit '
-                    'for pairing), as in the digits pilot, where the per-seed differences between '
-                    'arms had sd 1.1-1.4 pp at arm sds of 0.4-1.3 pp')
+PAIRED_SD_SOURCE = (
+  'sqrt(2) x SEED_SD_PP: arms sharing a seed assumed uncorrelated (no credit '
+  'for pairing), as in the digits pilot, where the per-seed differences between '
+  'arms had sd 1.1-1.4 pp at arm sds of 0.4-1.3 pp'
+)
 # statsmodels power (analysis/numbers/inference.py seeds_needed, paired, alpha 0.05, 80% power) at
 # PAIRED_SD_PP and MARGIN_PP: 15 seeds to detect a difference of the margin, 16 to show
 # equivalence within it; tests/e2e/test_sweep.py checks the number. It is the n of a two-arm paired
@@ -88,10 +94,19 @@ def study_arms(batch_size):
   """The arms (override dicts without seed): PROFILES x BatchNorm grouping (global, per core of
   batch_size / TPU_CORES) x DTYPES, and the noise control at the reference levels."""
   groups = (0, max(1, batch_size // TPU_CORES))
-  arms = [{'numerics.profile': p, 'numerics.batchnorm_group': g, 'numerics.compute_dtype': d}
-          for p in PROFILES for g in groups for d in DTYPES]
-  return arms + [{'numerics.profile': NOISE_PROFILE, 'numerics.batchnorm_group': 0,
-                  'numerics.compute_dtype': DTYPES[0]}]
+  arms = [
+    {'numerics.profile': p, 'numerics.batchnorm_group': g, 'numerics.compute_dtype': d}
+    for p in PROFILES
+    for g in groups
+    for d in DTYPES
+  ]
+  return arms + [
+    {
+      'numerics.profile': NOISE_PROFILE,
+      'numerics.batchnorm_group': 0,
+      'numerics.compute_dtype': DTYPES[0],
+    }
+  ]
 
 
 def get_sweep(arg=None):
@@ -103,15 +118,20 @@ def get_sweep(arg=None):
 
 
 # Short arm labels (analysis/inputs/declaration.py): an arm is named by what differs from the reference.
-LABELS = {'profile': '{}', 'batchnorm_group': 'BN/{}',
-          'compute_dtype': {'bfloat16': 'bf16 activations', 'float32': 'f32 activations'}}
+LABELS = {
+  'profile': '{}',
+  'batchnorm_group': 'BN/{}',
+  'compute_dtype': {'bfloat16': 'bf16 activations', 'float32': 'f32 activations'},
+}
 
 
 # "Explained by numerics" needs the numerics part to be at least this share of the platform gap
 # by the share's lower 95% bound (analysis/numbers/gap_verdict.py).
 MIN_SHARE = 0.5
-MIN_SHARE_REASON = ('the numerics must be the larger part of the gap at 95% confidence for the '
-                    'gap to count as explained by them')
+MIN_SHARE_REASON = (
+  'the numerics must be the larger part of the gap at 95% confidence for the '
+  'gap to count as explained by them'
+)
 
 
 def get_study(arg=None):
@@ -119,13 +139,21 @@ def get_study(arg=None):
   first run and the analysis reads: margin, factors, reference levels, controls, short labels,
   and the power calculation behind SEEDS."""
   del arg
-  return {'margin': MARGIN_PP, 'margin_reason': MARGIN_REASON,
-          'factors': ['platform', 'profile', 'batchnorm_group', 'compute_dtype'],
-          'reference': {'profile': 'native', 'batchnorm_group': '0', 'compute_dtype': 'float32'},
-          'noise_arm': {'profile': NOISE_PROFILE},
-          'noise_of': {'profile': 'f32', 'batchnorm_group': '0', 'compute_dtype': 'float32'},
-          'min_share': MIN_SHARE, 'min_share_reason': MIN_SHARE_REASON,
-          'native': {'profile': 'native'},
-          'platform_profile': {'tpu': 'tpu_default', 'gpu': 'jax_gpu_default', 'cpu': 'f32'},
-          'labels': LABELS, 'seed_sd': SEED_SD_PP, 'seed_sd_source': SEED_SD_SOURCE,
-          'paired_sd': PAIRED_SD_PP, 'paired_sd_source': PAIRED_SD_SOURCE, 'seeds': SEEDS}
+  return {
+    'margin': MARGIN_PP,
+    'margin_reason': MARGIN_REASON,
+    'factors': ['platform', 'profile', 'batchnorm_group', 'compute_dtype'],
+    'reference': {'profile': 'native', 'batchnorm_group': '0', 'compute_dtype': 'float32'},
+    'noise_arm': {'profile': NOISE_PROFILE},
+    'noise_of': {'profile': 'f32', 'batchnorm_group': '0', 'compute_dtype': 'float32'},
+    'min_share': MIN_SHARE,
+    'min_share_reason': MIN_SHARE_REASON,
+    'native': {'profile': 'native'},
+    'platform_profile': {'tpu': 'tpu_default', 'gpu': 'jax_gpu_default', 'cpu': 'f32'},
+    'labels': LABELS,
+    'seed_sd': SEED_SD_PP,
+    'seed_sd_source': SEED_SD_SOURCE,
+    'paired_sd': PAIRED_SD_PP,
+    'paired_sd_source': PAIRED_SD_SOURCE,
+    'seeds': SEEDS,
+  }

@@ -18,9 +18,11 @@ DISTRIBUTED_MODES = ('auto', 'yes', 'no')  # distributed.initialize (trainer/dis
 TRUE, FALSE = ('true', '1', 'yes'), ('false', '0', 'no')
 # Fields that no longer exist, with how to say the same thing today (one line each).
 REMOVED = {
-    'numerics.emulate': ("numerics.emulate was replaced by the per-kind formats: write "
-                         "numerics.conv_format=F and numerics.dense_format=F for emulate=F "
-                         "(emulate='none': leave both unset), or name a numerics.profile"),
+  'numerics.emulate': (
+    'numerics.emulate was replaced by the per-kind formats: write '
+    'numerics.conv_format=F and numerics.dense_format=F for emulate=F '
+    "(emulate='none': leave both unset), or name a numerics.profile"
+  )
 }
 
 
@@ -136,15 +138,18 @@ def parse_arg(arg, presets):
     if '=' in item:
       key, value = item.split('=', 1)
       if overrides.get(key.strip(), value) != value:  # the later would silently win
-        raise ValueError(f'{key.strip()} is given twice after the colon ({overrides[key.strip()]} '
-                         f'and {value}): give it once')
+        raise ValueError(
+          f'{key.strip()} is given twice after the colon ({overrides[key.strip()]} '
+          f'and {value}): give it once'
+        )
       overrides[key.strip()] = value
     elif item in presets and not item.startswith('_'):
       names.append(item)
     else:
       names_ok = sorted(p for p in presets if not p.startswith('_'))
-      raise ValueError(f'unknown preset {item!r} after the colon: choose from {names_ok} '
-                       'or give key=value')
+      raise ValueError(
+        f'unknown preset {item!r} after the colon: choose from {names_ok} or give key=value'
+      )
   return names, overrides
 
 
@@ -212,8 +217,10 @@ def _override(config, dotted, value):
   try:
     config.update_from_flattened_dict({dotted: value})
   except TypeError:
-    raise ValueError(f'config.{dotted}={value!r}: give a {node.get_type(leaf).__name__}, like the '
-                     f'default {node[leaf]!r}') from None
+    raise ValueError(
+      f'config.{dotted}={value!r}: give a {node.get_type(leaf).__name__}, like the '
+      f'default {node[leaf]!r}'
+    ) from None
 
 
 def apply_overrides(config, overrides):

@@ -71,8 +71,15 @@ def variance(c):
   c.numerics.profile = 'native'  # the study's reference arm (global BatchNorm, f32 activations)
 
 
-PRESETS = {'__base__': base, 'tpu': tpu, 'gpu': gpu, 'cpu': cpu, 'smoke': smoke, 'study': study,
-           'variance': variance}
+PRESETS = {
+  '__base__': base,
+  'tpu': tpu,
+  'gpu': gpu,
+  'cpu': cpu,
+  'smoke': smoke,
+  'study': study,
+  'variance': variance,
+}
 
 # The CPU-sized factorial of `make study`: configs/celeba.py's factors and levels (profile,
 # BatchNorm grouping, activation dtype) as a one-factor-at-a-time fraction around the reference
@@ -83,12 +90,16 @@ PRESETS = {'__base__': base, 'tpu': tpu, 'gpu': gpu, 'cpu': cpu, 'smoke': smoke,
 # CPU the native arm computes f32, so native and f32 are the same arithmetic there.
 # Declared before the study ran (the power calculation behind SEEDS):
 MARGIN_PP = 2.0
-MARGIN_REASON = ('a pipeline demonstration, not a claim: 7 of the 360 test images; a tighter '
-                 'margin needs more seeds than a 2-core CPU runs in minutes')
+MARGIN_REASON = (
+  'a pipeline demonstration, not a claim: 7 of the 360 test images; a tighter '
+  'margin needs more seeds than a 2-core CPU runs in minutes'
+)
 SEED_SD_PP = 1.0
 PAIRED_SD_PP = 1.3
-SD_SOURCE = ('pilot of this preset on CPU (3 emulated arms f32/bf16/tf32 x 5 seeds): arm sds '
-             '0.4-1.3 pp, sd of the per-seed differences between arms 1.1-1.4 pp')
+SD_SOURCE = (
+  'pilot of this preset on CPU (3 emulated arms f32/bf16/tf32 x 5 seeds): arm sds '
+  '0.4-1.3 pp, sd of the per-seed differences between arms 1.1-1.4 pp'
+)
 # statsmodels power (analysis/numbers/inference.py seeds_needed, paired, alpha 0.05, 80% power) at
 # PAIRED_SD_PP and MARGIN_PP: 6 seeds both to detect the margin and to show equivalence within it;
 # tests/e2e/test_sweep.py checks the number.
@@ -104,8 +115,11 @@ def get_config(arg=None):
 
 def study_arms(batch_size):
   """The fraction's 8 arms (override dicts without seed), reference arm first."""
-  reference = {'numerics.profile': 'native', 'numerics.batchnorm_group': 0,
-               'numerics.compute_dtype': celeba.DTYPES[0]}
+  reference = {
+    'numerics.profile': 'native',
+    'numerics.batchnorm_group': 0,
+    'numerics.compute_dtype': celeba.DTYPES[0],
+  }
   arms = [{**reference, 'numerics.profile': p} for p in celeba.PROFILES]
   arms.append({**reference, 'numerics.batchnorm_group': max(1, batch_size // celeba.TPU_CORES)})
   arms.append({**reference, 'numerics.compute_dtype': celeba.DTYPES[1]})
@@ -114,8 +128,12 @@ def study_arms(batch_size):
 
 def variance_runs():
   """The variance preset's runs: init seeds x data seeds x replicates on one arm."""
-  return [{'init_seed': i, 'data_seed': d, 'replicate': r, 'seed': i * DATA_SEEDS + d}
-          for i in range(INIT_SEEDS) for d in range(DATA_SEEDS) for r in range(REPLICATES)]
+  return [
+    {'init_seed': i, 'data_seed': d, 'replicate': r, 'seed': i * DATA_SEEDS + d}
+    for i in range(INIT_SEEDS)
+    for d in range(DATA_SEEDS)
+    for r in range(REPLICATES)
+  ]
 
 
 def get_sweep(arg=None):
@@ -130,6 +148,13 @@ def get_sweep(arg=None):
 
 def get_study(arg=None):
   """configs/celeba.py's declaration with this study's margin and power inputs."""
-  return {**celeba.get_study(arg), 'margin': MARGIN_PP, 'margin_reason': MARGIN_REASON,
-          'seed_sd': SEED_SD_PP, 'seed_sd_source': SD_SOURCE, 'paired_sd': PAIRED_SD_PP,
-          'paired_sd_source': SD_SOURCE, 'seeds': SEEDS}
+  return {
+    **celeba.get_study(arg),
+    'margin': MARGIN_PP,
+    'margin_reason': MARGIN_REASON,
+    'seed_sd': SEED_SD_PP,
+    'seed_sd_source': SD_SOURCE,
+    'paired_sd': PAIRED_SD_PP,
+    'paired_sd_source': SD_SOURCE,
+    'seeds': SEEDS,
+  }

@@ -26,7 +26,7 @@ def split_spec(spec):
   up to the first '.py:' (or all of it when it ends in '.py'), so a folder name may hold ':'."""
   spec = spec or ''
   cut = spec.find('.py:')
-  path, arg = (spec[:cut + 3], spec[cut + 4:]) if cut >= 0 else (spec, '')
+  path, arg = (spec[: cut + 3], spec[cut + 4 :]) if cut >= 0 else (spec, '')
   if not path.endswith('.py'):
     raise ValueError(f'--config={spec}: give a config file, e.g. --config=configs/digits.py:cpu')
   full = path if os.path.isabs(path) else os.path.abspath(path)
@@ -42,15 +42,18 @@ def load_module(path):
   if REPO not in sys.path:
     sys.path.insert(0, REPO)
   spec = importlib.util.spec_from_file_location(
-      f'config_{os.path.splitext(os.path.basename(path))[0]}_{abs(hash(path))}', path)
+    f'config_{os.path.splitext(os.path.basename(path))[0]}_{abs(hash(path))}', path
+  )
   module = importlib.util.module_from_spec(spec)
   try:
     spec.loader.exec_module(module)
   except SyntaxError as e:
     raise ValueError(f'--config: {path} line {e.lineno}: {e.msg}; fix the config file') from None
   except Exception as e:  # pylint: disable=broad-except  # e.g. an import the file makes fails
-    raise ValueError(f'--config: {path}: {type(e).__name__}: {(str(e).splitlines() or [""])[0]}; '
-                     'fix the config file') from None
+    raise ValueError(
+      f'--config: {path}: {type(e).__name__}: {(str(e).splitlines() or [""])[0]}; '
+      'fix the config file'
+    ) from None
   if not hasattr(module, 'get_config'):
     raise ValueError(f'--config: {path} defines no get_config(arg); see configs/digits.py')
   return module
@@ -81,11 +84,14 @@ def load(spec, overrides=()):
     raise ValueError(f'--config={spec}: {_locked_message(e)}') from None
   except Exception as e:  # pylint: disable=broad-except  # the config file's own code failed
     first = (str(e).splitlines() or [''])[0]
-    raise ValueError(f'--config={spec}: {type(e).__name__}: {first}; fix the config file or the '
-                     'value given') from None
+    raise ValueError(
+      f'--config={spec}: {type(e).__name__}: {first}; fix the config file or the value given'
+    ) from None
   if not isinstance(config, ml_collections.ConfigDict):
-    raise ValueError(f'--config={spec}: get_config() returned a {type(config).__name__}, not an '
-                     'ml_collections.ConfigDict: build it as configs/digits.py does')
+    raise ValueError(
+      f'--config={spec}: get_config() returned a {type(config).__name__}, not an '
+      'ml_collections.ConfigDict: build it as configs/digits.py does'
+    )
   return common.apply_overrides(config, overrides)
 
 
@@ -93,8 +99,10 @@ def _locked_message(error):
   """The field name of ml_collections' 'Key "x" does not exist ... the config is locked' error."""
   text = str(error)
   name = text.split('Key "', 1)[-1].split('"', 1)[0] if 'Key "' in text else text.splitlines()[0]
-  return (f'the config file sets a field that does not exist ({name}); see configs/common.py for '
-          'the fields')
+  return (
+    f'the config file sets a field that does not exist ({name}); see configs/common.py for '
+    'the fields'
+  )
 
 
 def split_argv(argv):
@@ -104,14 +112,14 @@ def split_argv(argv):
   while i < len(argv):
     arg = argv[i]
     if arg.startswith('--config.'):
-      key, eq, value = arg[len('--config.'):].partition('=')
+      key, eq, value = arg[len('--config.') :].partition('=')
       if not eq and i + 1 < len(argv):
         i, value = i + 1, argv[i + 1]
       overrides.append((key, value))
     elif arg == '--config' and i + 1 < len(argv):
       i, spec = i + 1, argv[i + 1]
     elif arg.startswith('--config='):
-      spec = arg[len('--config='):]
+      spec = arg[len('--config=') :]
     else:
       rest.append(arg)
     i += 1

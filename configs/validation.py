@@ -38,10 +38,12 @@ WIDTH_MIN = 1 / 64  # the stem's 64 channels times the width: at least one chann
 # Every seed a config holds and what takes it, each checked in [0, SEED_MAX] (before: a wrapped
 # init_seed 2^32 trained as 0; data_seed 2^32 an OverflowError after the workdir existed;
 # split_seed -1 an error naming sklearn's random_state). init_seed, data_seed None: config.seed.
-SEEDS = {'seed': 'the PRNG takes it as a uint32',
-         'init_seed': 'the PRNG takes it as a uint32; None: config.seed',
-         'data_seed': 'the data order and the PRNG take it as a uint32; None: config.seed',
-         'data.split_seed': "the test split's random generator takes it as a uint32"}
+SEEDS = {
+  'seed': 'the PRNG takes it as a uint32',
+  'init_seed': 'the PRNG takes it as a uint32; None: config.seed',
+  'data_seed': 'the data order and the PRNG take it as a uint32; None: config.seed',
+  'data.split_seed': "the test split's random generator takes it as a uint32",
+}
 # XLA reads XLA_FLAGS when its first backend starts and ends the process (a fatal 'F' log line)
 # on a flag it does not know; a CPU backend in a child process reads them the same way in a second.
 FLAG_PROBE = 'import jax; jax.devices("cpu")'
@@ -61,8 +63,10 @@ def resolve(config):
     TypeError: `config` is resolved already (resolve once, at the entry point).
   """
   if is_resolved(config):
-    raise TypeError('the config is already resolved: resolve it once, at the entry point, and '
-                    'hand the resolved config on')
+    raise TypeError(
+      'the config is already resolved: resolve it once, at the entry point, and '
+      'hand the resolved config on'
+    )
   config = config.copy_and_resolve_references()  # a copy: the caller's config stays as written
   check_fields(config)
   profiles.expand(config)
@@ -76,8 +80,10 @@ def is_resolved(config):
 def require_resolved(config, who):
   """TypeError unless `config` came from `resolve` (`who`: the function that needs it)."""
   if not is_resolved(config):
-    raise TypeError(f'{who} needs a resolved config: call configs.validation.resolve(config) '
-                    'once, at the entry point, and pass its result')
+    raise TypeError(
+      f'{who} needs a resolved config: call configs.validation.resolve(config) '
+      'once, at the entry point, and pass its result'
+    )
 
 
 def _integer(value):
@@ -89,8 +95,13 @@ def _int_in(config, name, low, high=None, why=''):
   low 0 or 1), else a ConfigError naming the field, the range and `why`."""
   value = config[name]  # ConfigDict takes dotted names
   if not (_integer(value) and low <= value and (high is None or value <= high)):
-    kind = (f'an integer in [{low}, {high}]' if high is not None
-            else 'an integer >= 0' if low == 0 else 'a positive integer')
+    kind = (
+      f'an integer in [{low}, {high}]'
+      if high is not None
+      else 'an integer >= 0'
+      if low == 0
+      else 'a positive integer'
+    )
     raise ConfigError(f'config.{name} must be {kind}{why}, got {value!r}')
   return value
 
@@ -107,8 +118,7 @@ def _number(config, name, rule, ok):
 
 def _one_of(config, name, choices, extra=''):
   if config[name] not in choices:
-    raise ConfigError(f'config.{name} must be one of {tuple(choices)}{extra}, got '
-                      f'{config[name]!r}')
+    raise ConfigError(f'config.{name} must be one of {tuple(choices)}{extra}, got {config[name]!r}')
 
 
 def check_fields(config):
@@ -131,8 +141,14 @@ def _check_seeds(config):
 
 
 def _check_counts(config):
-  for name in ('num_epochs', 'batch_size', 'eval_batch_size', 'eval_every_epochs',
-               'log_every_steps', 'keep_checkpoints'):
+  for name in (
+    'num_epochs',
+    'batch_size',
+    'eval_batch_size',
+    'eval_every_epochs',
+    'log_every_steps',
+    'keep_checkpoints',
+  ):
     _int_in(config, name, 1)
   _int_in(config, 'replicate', 0, why=' (0, 1, 2, ...: same-seed replicates of one run)')
   _int_in(config, 'checkpoint_every_steps', 0, why=' (0: every epoch)')
@@ -148,12 +164,16 @@ def _check_optim(config):
     _number(config, name, 'in [0, 1)', lambda v: 0 <= v < 1)
   _int_in(config, 'optim.freeze_epochs', 0)
   if o.freeze_epochs >= config.num_epochs:
-    raise ConfigError(f'config.optim.freeze_epochs ({o.freeze_epochs}) must be smaller than '
-                      f'config.num_epochs ({config.num_epochs}): nothing would train unfrozen')
+    raise ConfigError(
+      f'config.optim.freeze_epochs ({o.freeze_epochs}) must be smaller than '
+      f'config.num_epochs ({config.num_epochs}): nothing would train unfrozen'
+    )
   _one_of(config, 'optim.schedule', common.SCHEDULES)
   if o.freeze_epochs and not config.model.reinit:
-    raise ConfigError('config.optim.freeze_epochs > 0 needs config.model.reinit to name the parts '
-                      "that train while the backbone is frozen, e.g. ('stem', 'head')")
+    raise ConfigError(
+      'config.optim.freeze_epochs > 0 needs config.model.reinit to name the parts '
+      "that train while the backbone is frozen, e.g. ('stem', 'head')"
+    )
 
 
 def _check_data(config):
@@ -176,8 +196,13 @@ def _check_data(config):
 def _check_model(config):
   _one_of(config, 'model.name', architecture.NAMES)
   _one_of(config, 'model.stem', architecture.STEMS)
-  _number(config, 'model.width', f'>= 1/64 = {WIDTH_MIN} (the stem\'s 64 channels times the '
-          'width must give at least one channel)', lambda v: v >= WIDTH_MIN)
+  _number(
+    config,
+    'model.width',
+    f">= 1/64 = {WIDTH_MIN} (the stem's 64 channels times the "
+    'width must give at least one channel)',
+    lambda v: v >= WIDTH_MIN,
+  )
   unknown = [part for part in config.model.reinit if part not in architecture.PARTS]
   if unknown:
     raise ConfigError(f'config.model.reinit may name {sorted(architecture.PARTS)}, got {unknown}')
@@ -193,26 +218,34 @@ def check_numerics(config):
   for field in ('compute_dtype', 'param_dtype'):
     _one_of(config, f'numerics.{field}', formats.DTYPES)
   if n.profile not in ('', *profiles.PROFILES):
-    raise ConfigError(f'config.numerics.profile must be one of {tuple(profiles.PROFILES)} (or '
-                      f'empty), got {n.profile!r}')
+    raise ConfigError(
+      f'config.numerics.profile must be one of {tuple(profiles.PROFILES)} (or '
+      f'empty), got {n.profile!r}'
+    )
   named = profiles.named_formats(n)
   for kind in profiles.KINDS:
     explicit = n[f'{kind}_format']
     if explicit not in ('', *formats.FORMATS):
-      raise ConfigError(f'config.numerics.{kind}_format must be one of {formats.FORMATS} (or '
-                        f'empty), got {explicit!r}')
+      raise ConfigError(
+        f'config.numerics.{kind}_format must be one of {formats.FORMATS} (or '
+        f'empty), got {explicit!r}'
+      )
     if explicit and kind in named and explicit != named[kind]:
-      raise ConfigError(f'config.numerics.{kind}_format={explicit!r} contradicts '
-                        f'config.numerics.profile={n.profile!r} ({kind} format {named[kind]!r}): '
-                        'give one of them, or the same format')
+      raise ConfigError(
+        f'config.numerics.{kind}_format={explicit!r} contradicts '
+        f'config.numerics.profile={n.profile!r} ({kind} format {named[kind]!r}): '
+        'give one of them, or the same format'
+      )
   _int_in(config, 'numerics.batchnorm_group', 0)
   if not isinstance(n.gpu_deterministic, bool):
-    raise ConfigError(f'config.numerics.gpu_deterministic must be True or False, got '
-                      f'{n.gpu_deterministic!r}')
+    raise ConfigError(
+      f'config.numerics.gpu_deterministic must be True or False, got {n.gpu_deterministic!r}'
+    )
   flags = n.xla_flags
   if not isinstance(flags, str) or any(not f.startswith('--xla_') for f in flags.split()):
-    raise ConfigError(f'config.numerics.xla_flags must be space-separated --xla_* flags, got '
-                      f'{n.xla_flags!r}')
+    raise ConfigError(
+      f'config.numerics.xla_flags must be space-separated --xla_* flags, got {n.xla_flags!r}'
+    )
   known_flags(tuple(flags.split()))
   _one_of(config, 'numerics.conv_impl', formats.CONV_IMPLS)
   _one_of(config, 'numerics.emulate_impl', formats.EMULATE_IMPLS)
@@ -224,17 +257,25 @@ def known_flags(flags):
   found by starting a CPU backend with them in a child process (FLAG_PROBE)."""
   if not flags:
     return
-  env = {**os.environ, 'XLA_FLAGS': ' '.join(flags), 'JAX_PLATFORMS': 'cpu',
-         'TF_CPP_MIN_LOG_LEVEL': '0'}
-  probe = subprocess.run([sys.executable, '-c', FLAG_PROBE], env=env, capture_output=True,
-                         text=True, check=False)
+  env = {
+    **os.environ,
+    'XLA_FLAGS': ' '.join(flags),
+    'JAX_PLATFORMS': 'cpu',
+    'TF_CPP_MIN_LOG_LEVEL': '0',
+  }
+  probe = subprocess.run(
+    [sys.executable, '-c', FLAG_PROBE], env=env, capture_output=True, text=True, check=False
+  )
   if probe.returncode == 0:
     return
-  logged = [line.split('] ', 1)[-1] for line in probe.stderr.splitlines()
-            if re.match(r'[EF]\d{4} ', line)]  # XLA's error and fatal log lines, first is why
+  logged = [
+    line.split('] ', 1)[-1] for line in probe.stderr.splitlines() if re.match(r'[EF]\d{4} ', line)
+  ]  # XLA's error and fatal log lines, first is why
   said = logged[0] if logged else f'exit code {probe.returncode}'
-  raise ConfigError(f'config.numerics.xla_flags: XLA refuses {" ".join(flags)!r} ({said}): '
-                    'remove or correct the flag')
+  raise ConfigError(
+    f'config.numerics.xla_flags: XLA refuses {" ".join(flags)!r} ({said}): '
+    'remove or correct the flag'
+  )
 
 
 def _check_distributed(config):
@@ -244,18 +285,24 @@ def _check_distributed(config):
   _one_of(config, 'distributed.initialize', common.DISTRIBUTED_MODES)
   if not d.coordinator_address:
     if d.num_processes or d.process_id >= 0:
-      raise ConfigError('config.distributed.num_processes/process_id need '
-                        'config.distributed.coordinator_address (host:port)')
+      raise ConfigError(
+        'config.distributed.num_processes/process_id need '
+        'config.distributed.coordinator_address (host:port)'
+      )
     return
   if ':' not in d.coordinator_address:
-    raise ConfigError('config.distributed.coordinator_address must be host:port, got '
-                      f'{d.coordinator_address!r}')
+    raise ConfigError(
+      f'config.distributed.coordinator_address must be host:port, got {d.coordinator_address!r}'
+    )
   if not _integer(d.num_processes) or d.num_processes < 1:
-    raise ConfigError('config.distributed.num_processes must be a positive integer with a '
-                      f'coordinator_address, got {d.num_processes!r}')
+    raise ConfigError(
+      'config.distributed.num_processes must be a positive integer with a '
+      f'coordinator_address, got {d.num_processes!r}'
+    )
   if not _integer(d.process_id) or not 0 <= d.process_id < d.num_processes:
-    raise ConfigError(f'config.distributed.process_id must be in [0, {d.num_processes}), got '
-                      f'{d.process_id!r}')
+    raise ConfigError(
+      f'config.distributed.process_id must be in [0, {d.num_processes}), got {d.process_id!r}'
+    )
 
 
 def check_steps(config, per_epoch, estimated=False):
@@ -265,9 +312,10 @@ def check_steps(config, per_epoch, estimated=False):
   if total > STEP_MAX:
     about = 'about ' if estimated else ''
     raise ConfigError(
-        f'config.num_epochs={config.num_epochs}: {about}{total:,} steps ({about}{per_epoch:,} per '
-        f'epoch) overflow the int32 step counter ({STEP_MAX:,}): use fewer epochs or a larger '
-        'config.batch_size')
+      f'config.num_epochs={config.num_epochs}: {about}{total:,} steps ({about}{per_epoch:,} per '
+      f'epoch) overflow the int32 step counter ({STEP_MAX:,}): use fewer epochs or a larger '
+      'config.batch_size'
+    )
 
 
 def estimated_steps_per_epoch(config, dataset):
@@ -289,23 +337,29 @@ def check_devices(config, num_devices, num_processes, device_bytes):
   """
   for name in ('batch_size', 'eval_batch_size'):
     if config[name] % num_devices:
-      raise ConfigError(f'config.{name}={config[name]} is not divisible by the {num_devices} '
-                        f'devices: use a multiple of {num_devices}')
+      raise ConfigError(
+        f'config.{name}={config[name]} is not divisible by the {num_devices} '
+        f'devices: use a multiple of {num_devices}'
+      )
     if config[name] % num_processes:
-      raise ConfigError(f'config.{name}={config[name]} is not divisible by the {num_processes} '
-                        'processes')
+      raise ConfigError(
+        f'config.{name}={config[name]} is not divisible by the {num_processes} processes'
+      )
   group = config.numerics.batchnorm_group
   if group and (config.batch_size // num_devices) % group:
-    raise ConfigError(f'config.numerics.batchnorm_group={group} must divide the per-device batch '
-                      f'{config.batch_size // num_devices} (batch_size / devices)')
+    raise ConfigError(
+      f'config.numerics.batchnorm_group={group} must divide the per-device batch '
+      f'{config.batch_size // num_devices} (batch_size / devices)'
+    )
   check_activations(config, num_devices, device_bytes, base.host_memory())
 
 
 def activation_bytes(config, batch):
   """A lower bound of a training step's activations for `batch` images: the outputs of every
   convolution (models/architecture.py conv_output_values) in the compute dtype."""
-  values = architecture.conv_output_values(config.data.image_size, float(config.model.width),
-                                           config.model.stem)
+  values = architecture.conv_output_values(
+    config.data.image_size, float(config.model.width), config.model.stem
+  )
   return batch * values * formats.DTYPE_BYTES[config.numerics.compute_dtype]
 
 
@@ -313,8 +367,9 @@ def eval_activation_bytes(config, batch):
   """A lower bound of an evaluation step's activations for `batch` images: a forward pass keeps
   no activation for a backward one, but holds the first convolution's input and output
   (models/architecture.py first_conv_values) for the whole batch at once."""
-  values = architecture.first_conv_values(config.data.image_size, float(config.model.width),
-                                          config.model.stem)
+  values = architecture.first_conv_values(
+    config.data.image_size, float(config.model.width), config.model.stem
+  )
   return batch * values * formats.DTYPE_BYTES[config.numerics.compute_dtype]
 
 
@@ -333,18 +388,25 @@ def check_activations(config, num_devices, device_bytes, host_bytes):
     need, per_example = bound(config, batch), bound(config, 1)
     if not limit or need <= limit:
       continue
-    held = ('convolution outputs' if field == 'batch_size'
-            else "the first convolution's input and output")
-    what = (f'({batch} images x {per_example / 2**20:,.1f} MiB of {held} at '
-            f'{size}x{size}, model.width {width:g}, {config.numerics.compute_dtype}), over the '
-            f'{limit / 2**30:,.1f} GiB {where}')
+    held = (
+      'convolution outputs' if field == 'batch_size' else "the first convolution's input and output"
+    )
+    what = (
+      f'({batch} images x {per_example / 2**20:,.1f} MiB of {held} at '
+      f'{size}x{size}, model.width {width:g}, {config.numerics.compute_dtype}), over the '
+      f'{limit / 2**30:,.1f} GiB {where}'
+    )
     if field == 'batch_size':
-      raise ConfigError(f'config.data.image_size={size}: a training step keeps at least '
-                        f'{need / 2**30:,.1f} GiB of activations {what}: use a smaller '
-                        'config.data.image_size or config.batch_size')
-    raise ConfigError(f'config.eval_batch_size={config[field]}: an evaluation step holds at least '
-                      f'{need / 2**30:,.1f} GiB of activations {what}: use a smaller '
-                      'config.eval_batch_size')
+      raise ConfigError(
+        f'config.data.image_size={size}: a training step keeps at least '
+        f'{need / 2**30:,.1f} GiB of activations {what}: use a smaller '
+        'config.data.image_size or config.batch_size'
+      )
+    raise ConfigError(
+      f'config.eval_batch_size={config[field]}: an evaluation step holds at least '
+      f'{need / 2**30:,.1f} GiB of activations {what}: use a smaller '
+      'config.eval_batch_size'
+    )
 
 
 def check_dataset(config, train_examples, train_bytes, device_bytes=None):
@@ -358,12 +420,16 @@ def check_dataset(config, train_examples, train_bytes, device_bytes=None):
       A device-resident split may take at most half of it: the rest is the model's.
   """
   if config.batch_size > train_examples:
-    raise ConfigError(f'config.batch_size={config.batch_size} is larger than the '
-                      f'{train_examples} training examples: no full batch per epoch')
+    raise ConfigError(
+      f'config.batch_size={config.batch_size} is larger than the '
+      f'{train_examples} training examples: no full batch per epoch'
+    )
   check_steps(config, train_examples // config.batch_size)  # full batches (batching.py)
   need = train_bytes if config.data.on_device else 0
   if device_bytes and need > device_bytes / 2:
-    raise ConfigError(f'config.data.on_device=True needs {need / 2**30:.2f} GiB for the training '
-                      f'split on every device, over half of the {device_bytes / 2**30:.2f} GiB a '
-                      'device has: set config.data.on_device=False (host feeding) or a smaller '
-                      'config.data.image_size')
+    raise ConfigError(
+      f'config.data.on_device=True needs {need / 2**30:.2f} GiB for the training '
+      f'split on every device, over half of the {device_bytes / 2**30:.2f} GiB a '
+      'device has: set config.data.on_device=False (host feeding) or a smaller '
+      'config.data.image_size'
+    )

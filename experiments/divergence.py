@@ -37,18 +37,26 @@ def fail(message):
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m experiments.divergence',
-                              description=' '.join(__doc__.split('\n\n')[0].split()))
+  p = argparse.ArgumentParser(
+    prog='python -m experiments.divergence', description=' '.join(__doc__.split('\n\n')[0].split())
+  )
   p.add_argument('--config', required=True, help='config file and presets: configs/digits.py:cpu')
   p.add_argument('--a', required=True, help='arm a: numerics.<field>=<value>[,...]')
   p.add_argument('--b', default=None, help='arm b (default: the same as --a, a determinism check)')
-  p.add_argument('--control', default=DEFAULT_CONTROL,
-                 help='the control arm: arm a plus these numerics overrides; none: no control')
+  p.add_argument(
+    '--control',
+    default=DEFAULT_CONTROL,
+    help='the control arm: arm a plus these numerics overrides; none: no control',
+  )
   seeds = p.add_mutually_exclusive_group()
   seeds.add_argument('--seeds', type=int, nargs='+', help='seeds (default: config.seed)')
   seeds.add_argument('--num-seeds', type=int, help='N seeds from config.seed on')
-  p.add_argument('--steps', type=int, default=None,
-                 help='training steps of every arm (default: all, to the end of training)')
+  p.add_argument(
+    '--steps',
+    type=int,
+    default=None,
+    help='training steps of every arm (default: all, to the end of training)',
+  )
   p.add_argument('--every', type=int, default=10, help='steps between rows')
   p.add_argument('--probe', type=int, default=256, help='test images in the fixed probe batch')
   p.add_argument('--devices', type=int, default=0, help='data-parallel devices (0: all)')
@@ -64,7 +72,7 @@ def parse_args(argv):
   for item in rest:
     if not item.startswith('--config.') or '=' not in item:
       fail(f'unrecognized argument {item}: set config fields as --config.<field>=<value>')
-  return args, [tuple(item[len('--config.'):].split('=', 1)) for item in rest]
+  return args, [tuple(item[len('--config.') :].split('=', 1)) for item in rest]
 
 
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
@@ -89,12 +97,16 @@ def parse_setting(flag, text):
   for item in filter(None, (s.strip() for s in (text or '').split(','))):
     key, eq, value = (s.strip() for s in item.partition('='))
     if not eq or not key or not value:
-      raise ValueError(f'{flag}={text}: give numerics.<field>=<value> pairs, e.g. '
-                       f'{flag} numerics.profile=tpu_default')
+      raise ValueError(
+        f'{flag}={text}: give numerics.<field>=<value> pairs, e.g. '
+        f'{flag} numerics.profile=tpu_default'
+      )
     key = key if '.' in key else f'numerics.{key}'
     if not key.startswith('numerics.') or key.count('.') != 1:
-      raise ValueError(f'{flag}: {key} is not a numerics field; arms differ only in numerics.*, '
-                       f'set other fields for both with --config.{key}=...')
+      raise ValueError(
+        f'{flag}: {key} is not a numerics field; arms differ only in numerics.*, '
+        f'set other fields for both with --config.{key}=...'
+      )
     if key in ('numerics.gpu_deterministic', 'numerics.xla_flags'):  # XLA flags of the process
       raise ValueError(f'{flag}: {key} is process-wide; set it for both with --config.{key}=...')
     out[key] = value  # text: typed like the field by configs/loader.py
@@ -116,13 +128,12 @@ def load_config(spec, overrides=()):
 def arm_config(config, overrides, flag, seed):
   """The resolved config of one arm and seed: `config` with the arm's numerics overrides."""
   try:
-    arm = common.apply_overrides(config.copy_and_resolve_references(),
-                                 [*overrides.items(), ('seed', seed)])
+    arm = common.apply_overrides(
+      config.copy_and_resolve_references(), [*overrides.items(), ('seed', seed)]
+    )
     return run.validation.resolve(arm)
   except ValueError as e:  # ConfigError is a ValueError: one line naming the field
     raise ValueError(f'{flag}: {str(e).splitlines()[0]}') from None
-
-
 
 
 def settings(args):
@@ -143,9 +154,13 @@ def label(setting):
 
 def determinism_failures(result):
   """With identical settings for a and b: every nonzero a-vs-b difference (empty: deterministic)."""
-  bad = [f'seed {p["seeds"][0]}: {what} differ by {p[what]["max_abs"]:.3e} at step {r["step"]}'
-         for r in result['records'] for p in r['pairs']['b']
-         for what in ('params', 'batch_stats', 'logits') if p[what]['max_abs'] != 0]
+  bad = [
+    f'seed {p["seeds"][0]}: {what} differ by {p[what]["max_abs"]:.3e} at step {r["step"]}'
+    for r in result['records']
+    for p in r['pairs']['b']
+    for what in ('params', 'batch_stats', 'logits')
+    if p[what]['max_abs'] != 0
+  ]
   count = result['final']['disagreement']['b']['total']['count']
   return bad + ([f'{count} predicted test labels differ at the end'] if count else [])
 
@@ -172,8 +187,9 @@ def main(argv=None):
     config = load_config(args.config, overrides)
     arms = settings(args)
     seeds = args.seeds or list(range(config.seed, config.seed + (args.num_seeds or 1)))
-    configs = {seed: {n: arm_config(config, s, f'--{n}', seed) for n, s in arms.items()}
-               for seed in seeds}
+    configs = {
+      seed: {n: arm_config(config, s, f'--{n}', seed) for n, s in arms.items()} for seed in seeds
+    }
     # process-wide flags (GPU determinism; the same for every arm) before any backend use
     numerics_setup.configure(configs[seeds[0]]['a'])
     lock = lockstep.prepare(configs, args.devices, progress)
@@ -187,23 +203,44 @@ def main(argv=None):
   device = jax.devices()[0]
   first = configs[seeds[0]]
   same = first['a'].numerics.to_dict() == first['b'].numerics.to_dict()
-  info = {'config_spec': args.config, 'seeds': seeds, 'steps': num_steps,
-          'total_steps': lock['ctx'].total_steps, 'every': args.every, 'devices': lock['devices'],
-          'probe': min(args.probe, len(lock['ctx'].dataset.test)), 'platform': device.platform,
-          'device_kind': device.device_kind, 'jax': jax.__version__, 'identical_settings': same,
-          'band': measure.BAND_NAME, 'interval': measure.CI_NAME,
-          'across_interval': measure.ACROSS_NAME, 'config': config.to_dict()}
-  result = {'info': info, 'steps': [r['step'] for r in rows], 'curves': curves, 'losses': losses,
-            'final': final, 'records': rows,
-            'arms': {n: {'label': label(s), 'overrides': s, 'numerics': lock['numerics'][n]}
-                     for n, s in arms.items()}}
+  info = {
+    'config_spec': args.config,
+    'seeds': seeds,
+    'steps': num_steps,
+    'total_steps': lock['ctx'].total_steps,
+    'every': args.every,
+    'devices': lock['devices'],
+    'probe': min(args.probe, len(lock['ctx'].dataset.test)),
+    'platform': device.platform,
+    'device_kind': device.device_kind,
+    'jax': jax.__version__,
+    'identical_settings': same,
+    'band': measure.BAND_NAME,
+    'interval': measure.CI_NAME,
+    'across_interval': measure.ACROSS_NAME,
+    'config': config.to_dict(),
+  }
+  result = {
+    'info': info,
+    'steps': [r['step'] for r in rows],
+    'curves': curves,
+    'losses': losses,
+    'final': final,
+    'records': rows,
+    'arms': {
+      n: {'label': label(s), 'overrides': s, 'numerics': lock['numerics'][n]}
+      for n, s in arms.items()
+    },
+  }
   bad = determinism_failures(result) if same else []
   info['deterministic'] = (not bad) if same else None
   info['seconds'] = round(time.time() - start, 1)
   write(result, args.out)
   if same:
-    print('determinism check: ' + (f'FAILED: {"; ".join(bad[:3])}' if bad else
-                                   'passed (exactly zero distance at every step)'))
+    print(
+      'determinism check: '
+      + (f'FAILED: {"; ".join(bad[:3])}' if bad else 'passed (exactly zero distance at every step)')
+    )
   return 1 if bad else 0
 
 

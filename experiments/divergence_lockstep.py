@@ -27,11 +27,22 @@ from trainer import optim, run, steps, writers
 
 def pair_list(seeds, names):
   """[{'kind', 'seeds': [s, s'], 'x': (s, 'a'), 'y': (s', arm)}]: what each row compares."""
-  out = [{'kind': kind, 'seeds': [s, s], 'x': (s, 'a'), 'y': (s, kind)}
-         for kind in names if kind != 'a' for s in seeds]
+  out = [
+    {'kind': kind, 'seeds': [s, s], 'x': (s, 'a'), 'y': (s, kind)}
+    for kind in names
+    if kind != 'a'
+    for s in seeds
+  ]
   links = len(seeds) if len(seeds) > 2 else len(seeds) - 1  # 2 seeds: one pair, not it twice
-  out += [{'kind': 'ceiling', 'seeds': [seeds[i], seeds[(i + 1) % len(seeds)]],
-           'x': (seeds[i], 'a'), 'y': (seeds[(i + 1) % len(seeds)], 'a')} for i in range(links)]
+  out += [
+    {
+      'kind': 'ceiling',
+      'seeds': [seeds[i], seeds[(i + 1) % len(seeds)]],
+      'x': (seeds[i], 'a'),
+      'y': (seeds[(i + 1) % len(seeds)], 'a'),
+    }
+    for i in range(links)
+  ]
   return out
 
 
@@ -42,9 +53,11 @@ def check_same_params(host_params, abstract_params, name):
   flag = '--control' if name == 'control' else '--a/--b'
   for key in sorted(fa.keys() | fb.keys()):
     if desc(fa.get(key)) != desc(fb.get(key)):
-      raise ValueError(f'{flag}: parameter {key} is {desc(fa.get(key))} in arm a, '
-                       f'{desc(fb.get(key))} in arm {name}; identical initial weights need equal '
-                       'parameters (e.g. the same numerics.param_dtype)')
+      raise ValueError(
+        f'{flag}: parameter {key} is {desc(fa.get(key))} in arm a, '
+        f'{desc(fb.get(key))} in arm {name}; identical initial weights need equal '
+        'parameters (e.g. the same numerics.param_dtype)'
+      )
 
 
 def make_predict(ctx):
@@ -52,8 +65,10 @@ def make_predict(ctx):
   arm's numerics: the trainer's evaluation forward pass (steps.eval_logits), so a noisy format
   draws the noise the trainer's evaluation of that run and step draws. The seed is an argument:
   one compilation serves every seed."""
+
   def logits(state, seed, images):
     return steps.eval_logits(ctx.graphdef, state, seed, images, ctx.mean, ctx.std)
+
   return jax.jit(numerics_setup.with_precision(logits, ctx.config))
 
 
@@ -112,15 +127,19 @@ def prepare(configs, devices=0, progress=None):
   names = list(configs[seeds[0]])
   available, config_a = jax.local_devices(), configs[seeds[0]]['a']
   if not 0 <= devices <= len(available) or config_a.batch_size % (devices or len(available)):
-    raise ValueError(f'--devices={devices}: give 0 (all {len(available)}) or 1..{len(available)}, '
-                     f'dividing config.batch_size={config_a.batch_size}')
-  mesh_devices, dataset = available[:devices or len(available)], None
+    raise ValueError(
+      f'--devices={devices}: give 0 (all {len(available)}) or 1..{len(available)}, '
+      f'dividing config.batch_size={config_a.batch_size}'
+    )
+  mesh_devices, dataset = available[: devices or len(available)], None
   arms, states, predicts, numerics = {}, {}, {}, {}
   for seed in seeds:
     host = None
     for name, config in configs[seed].items():  # the test split (data.split_seed) is shared
-      progress.say(f'building seed {seed} arm {name}: run context' +
-                   (', data and initial weights' if host is None else ''))
+      progress.say(
+        f'building seed {seed} arm {name}: run context'
+        + (', data and initial weights' if host is None else '')
+      )
       ctx = run.build(config, dataset, mesh_devices)
       dataset = ctx.dataset
       if host is None:  # arm a: this seed's initial weights, for every arm of the seed
@@ -134,9 +153,17 @@ def prepare(configs, devices=0, progress=None):
       # Each arm its own buffers (the steps donate them), bit-identical.
       states[seed, name] = jax.device_put(jax.tree.map(np.copy, host), ctx.replicated)
       predicts.setdefault(key, make_predict(ctx))
-  return {'ctx': arms[seeds[0], 'a']['ctx'], 'seeds': seeds, 'names': names,
-          'arms': arms, 'states': states, 'predicts': predicts, 'numerics': numerics,
-          'pairs': pair_list(seeds, names), 'devices': len(mesh_devices)}
+  return {
+    'ctx': arms[seeds[0], 'a']['ctx'],
+    'seeds': seeds,
+    'names': names,
+    'arms': arms,
+    'states': states,
+    'predicts': predicts,
+    'numerics': numerics,
+    'pairs': pair_list(seeds, names),
+    'devices': len(mesh_devices),
+  }
 
 
 def enter_phase(lock, phase, step):
@@ -167,20 +194,27 @@ def arm_logits(lock, split, arm_id):
 def record(lock, step, probe, last_sums):
   """One row: every pair's distances now, and each arm's mean training loss since the last row."""
   task = lock['ctx'].dataset.task
-  host = {i: jax.device_get({k: s[k] for k in ('params', 'batch_stats', 'sums')})
-          for i, s in lock['states'].items()}
+  host = {
+    i: jax.device_get({k: s[k] for k in ('params', 'batch_stats', 'sums')})
+    for i, s in lock['states'].items()
+  }
   logits = {i: arm_logits(lock, probe, i) for i in lock['arms']}
   pairs = {kind: [] for kind in dict.fromkeys(p['kind'] for p in lock['pairs'])}
   for p in lock['pairs']:
     x, y = p['x'], p['y']
-    pairs[p['kind']].append({'seeds': p['seeds'], **{
-        k: measure.param_distance(host[x][k], host[y][k]) for k in ('params', 'batch_stats')},
-        'logits': measure.logit_distance(logits[x], logits[y], task)})
+    pairs[p['kind']].append(
+      {
+        'seeds': p['seeds'],
+        **{k: measure.param_distance(host[x][k], host[y][k]) for k in ('params', 'batch_stats')},
+        'logits': measure.logit_distance(logits[x], logits[y], task),
+      }
+    )
   loss = {name: [] for name in lock['names']}
   for (seed, name), h in host.items():
     count = float(h['sums']['count']) - last_sums[seed, name]['count']
-    loss[name].append((float(h['sums']['loss']) - last_sums[seed, name]['loss']) / count
-                      if count else None)
+    loss[name].append(
+      (float(h['sums']['loss']) - last_sums[seed, name]['loss']) / count if count else None
+    )
     last_sums[seed, name] = {k: float(v) for k, v in h['sums'].items()}
   return {'step': step, 'pairs': pairs, 'loss': loss}
 
@@ -190,21 +224,27 @@ def train(lock, num_steps, every, probe=256, progress=None):
   `progress` (a Progress) says what compiles, and the rate and ETA as steps run."""
   ctx, progress = lock['ctx'], progress or Progress()
   if num_steps < 1 or num_steps > ctx.total_steps:
-    raise ValueError(f'--steps={num_steps}: give 1..{ctx.total_steps} (the config trains '
-                     f'{ctx.total_steps} steps; more need a larger --config.num_epochs)')
+    raise ValueError(
+      f'--steps={num_steps}: give 1..{ctx.total_steps} (the config trains '
+      f'{ctx.total_steps} steps; more need a larger --config.num_epochs)'
+    )
   test = ctx.dataset.test
   probe_split = base.Split(np.asarray(test.images[:probe]), np.asarray(test.labels[:probe]))
   feeds = {seed: batches(lock, seed, 0, num_steps) for seed in lock['seeds']}
   last_sums = {i: {'loss': 0.0, 'correct': 0.0, 'count': 0.0} for i in lock['arms']}
-  progress.say(f'compiling the evaluation pass of {len(lock["predicts"])} distinct arm(s), then '
-               'the first row (step 0)')
+  progress.say(
+    f'compiling the evaluation pass of {len(lock["predicts"])} distinct arm(s), then '
+    'the first row (step 0)'
+  )
   rows, phase = [record(lock, 0, probe_split, last_sums)], None
   for step in range(num_steps):
     if phase is None or not phase.start <= step < phase.stop:
       phase = optim.phase_at(ctx.phases, step)
       fns = enter_phase(lock, phase, step)
-      progress.say(f'compiling the training step of phase {phase.name} for '
-                   f'{len(set(map(id, fns.values())))} arm(s) (their first step)')
+      progress.say(
+        f'compiling the training step of phase {phase.name} for '
+        f'{len(set(map(id, fns.values())))} arm(s) (their first step)'
+      )
     for seed in lock['seeds']:
       batch = next(feeds[seed])
       for name in lock['names']:
@@ -214,9 +254,11 @@ def train(lock, num_steps, every, probe=256, progress=None):
     if (step + 1) % every == 0 or step + 1 == num_steps:
       rows.append(r := record(lock, step + 1, probe_split, last_sums))
       b = r['pairs']['b']
-      progress.say(f'{progress.rate(step + 1, num_steps)} ({phase.name}): a vs b params '
-                   f'{np.mean([p["params"]["rel_l2"] for p in b]):.3e}, logits '
-                   f'{np.mean([p["logits"]["rel_l2"] for p in b]):.3e} (mean of {len(b)} seeds)')
+      progress.say(
+        f'{progress.rate(step + 1, num_steps)} ({phase.name}): a vs b params '
+        f'{np.mean([p["params"]["rel_l2"] for p in b]):.3e}, logits '
+        f'{np.mean([p["logits"]["rel_l2"] for p in b]):.3e} (mean of {len(b)} seeds)'
+      )
     else:
       progress.step(step + 1, num_steps)
   return rows
@@ -228,14 +270,17 @@ def final_test(lock):
   test, task = lock['ctx'].dataset.test, lock['ctx'].dataset.task
   preds = {i: measure.predictions(arm_logits(lock, test, i), task) for i in lock['arms']}
   labels = np.asarray(test.labels)
-  correct = lambda p: np.mean(p == (labels > 0.5)) if task == 'multilabel' else np.mean(
-      p == labels)
-  accuracy = {name: [float(correct(preds[s, name])) for s in lock['seeds']]
-              for name in lock['names']}
+  correct = lambda p: np.mean(p == (labels > 0.5)) if task == 'multilabel' else np.mean(p == labels)
+  accuracy = {
+    name: [float(correct(preds[s, name])) for s in lock['seeds']] for name in lock['names']
+  }
   kinds = {}
   for p in lock['pairs']:
     kinds.setdefault(p['kind'], []).append(
-        measure.pair_churn(preds[p['x']], preds[p['y']], p['seeds']))
-  return {'test_count': len(test), 'accuracy': {n: measure.band(a) | {'per_seed': a}
-                                                for n, a in accuracy.items()},
-          'disagreement': {kind: measure.disagreement(ps) for kind, ps in kinds.items()}}
+      measure.pair_churn(preds[p['x']], preds[p['y']], p['seeds'])
+    )
+  return {
+    'test_count': len(test),
+    'accuracy': {n: measure.band(a) | {'per_seed': a} for n, a in accuracy.items()},
+    'disagreement': {kind: measure.disagreement(ps) for kind, ps in kinds.items()},
+  }

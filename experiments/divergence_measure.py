@@ -35,27 +35,33 @@ ACROSS_NAME = '95% t-Wilson interval over seeds (independent pairs)'
 BAND_NAME = 'min–max over seeds'
 # The per-step curves: name -> the value of one pair's row.
 CURVES = {
-    'params': lambda r: r['params']['rel_l2'],
-    **{f'params.{g}': (lambda r, g=g: r['params']['groups'].get(g, {}).get('rel_l2'))
-       for g in GROUPS},
-    'params.max_abs': lambda r: r['params']['max_abs'],
-    'batch_stats': lambda r: r['batch_stats']['rel_l2'],
-    'logits': lambda r: r['logits']['rel_l2'],
-    'probe_disagreement': lambda r: r['logits']['pred_differs'],
+  'params': lambda r: r['params']['rel_l2'],
+  **{
+    f'params.{g}': (lambda r, g=g: r['params']['groups'].get(g, {}).get('rel_l2')) for g in GROUPS
+  },
+  'params.max_abs': lambda r: r['params']['max_abs'],
+  'batch_stats': lambda r: r['batch_stats']['rel_l2'],
+  'logits': lambda r: r['logits']['rel_l2'],
+  'probe_disagreement': lambda r: r['logits']['pred_differs'],
 }
 
 
 def flat(tree):
   """{'layer1.0.conv1.kernel': leaf, ...} in a fixed order."""
-  return {'.'.join(str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path): leaf
-          for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+  return {
+    '.'.join(str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path): leaf
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+  }
 
 
 def norms(d, a):
   """{'rel_l2': ||d||/||a||, 'diff_norm': ||d||, 'norm_a': ||a||} of float64 vectors."""
   dd, aa = float(d @ d), float(a @ a)
-  return {'rel_l2': math.sqrt(dd / aa) if aa else (math.inf if dd else 0.0),
-          'diff_norm': math.sqrt(dd), 'norm_a': math.sqrt(aa)}
+  return {
+    'rel_l2': math.sqrt(dd / aa) if aa else (math.inf if dd else 0.0),
+    'diff_norm': math.sqrt(dd),
+    'norm_a': math.sqrt(aa),
+  }
 
 
 def param_distance(pa, pb):
@@ -67,9 +73,11 @@ def param_distance(pa, pb):
   names = sorted({top(k) for k in a}, key=lambda g: (GROUPS.index(g) if g in GROUPS else 9, g))
   part = lambda vs, g: np.concatenate([v for k, v in vs.items() if top(k) == g])
   everything = lambda vs: np.concatenate(list(vs.values()))
-  return {**norms(everything(d), everything(a)),
-          'max_abs': float(np.max(np.abs(everything(d)), initial=0.0)),
-          'groups': {g: norms(part(d, g), part(a, g)) for g in names}}
+  return {
+    **norms(everything(d), everything(a)),
+    'max_abs': float(np.max(np.abs(everything(d)), initial=0.0)),
+    'groups': {g: norms(part(d, g), part(a, g)) for g in names},
+  }
 
 
 def predictions(logits, task):
@@ -89,8 +97,11 @@ def logit_distance(la, lb, task):
   """||La-Lb||/||La||, max |La-Lb| and the churn (the share of predicted labels that differ)."""
   la, lb = np.asarray(la, np.float64), np.asarray(lb, np.float64)
   d = la - lb
-  return {'rel_l2': norms(d.ravel(), la.ravel())['rel_l2'], 'max_abs': float(np.max(np.abs(d))),
-          'pred_differs': agreement.churn(predictions(la, task), predictions(lb, task))}
+  return {
+    'rel_l2': norms(d.ravel(), la.ravel())['rel_l2'],
+    'max_abs': float(np.max(np.abs(d))),
+    'pred_differs': agreement.churn(predictions(la, task), predictions(lb, task)),
+  }
 
 
 def pair_churn(pred_a, pred_b, seeds):
@@ -99,8 +110,12 @@ def pair_churn(pred_a, pred_b, seeds):
   interval over the images (proportion)."""
   shares = differs(pred_a, pred_b)
   labels = int(np.asarray(pred_a).size // max(len(shares), 1))
-  pair = {'seeds': seeds, 'count': int(round(float(shares.sum()) * labels)),
-          'n': int(len(shares) * labels), 'labels': labels}
+  pair = {
+    'seeds': seeds,
+    'count': int(round(float(shares.sum()) * labels)),
+    'n': int(len(shares) * labels),
+    'labels': labels,
+  }
   if labels > 1:
     pair['ci_low'], pair['ci_high'] = inference.proportion_mean_ci(shares)
   return pair
@@ -112,20 +127,37 @@ def band(values):
   None where a value is undefined (no values; sd and t-interval of a single value)."""
   x = np.asarray([v for v in values if v is not None], np.float64)
   if not x.size:
-    return {'n': 0, 'mean': None, 'min': None, 'max': None, 'sd': None, 't_low': None,
-            't_high': None}
+    return {
+      'n': 0,
+      'mean': None,
+      'min': None,
+      'max': None,
+      'sd': None,
+      't_low': None,
+      't_high': None,
+    }
   low, high = inference.t_ci(x, CI_LEVEL)
   finite = lambda v: float(v) if np.isfinite(v) else None
-  return {'n': int(x.size), 'mean': float(x.mean()), 'min': float(x.min()), 'max': float(x.max()),
-          'sd': finite(x.std(ddof=1)) if x.size > 1 else None, 't_low': finite(low),
-          't_high': finite(high)}
+  return {
+    'n': int(x.size),
+    'mean': float(x.mean()),
+    'min': float(x.min()),
+    'max': float(x.max()),
+    'sd': finite(x.std(ddof=1)) if x.size > 1 else None,
+    't_low': finite(low),
+    't_high': finite(high),
+  }
 
 
 def curves(rows):
   """{pair kind: {curve: [band per row]}}, {arm: [band of its loss per row]} over seeds."""
   kinds = list(rows[0]['pairs'])
-  out = {kind: {name: [band(get(p) for p in r['pairs'][kind]) for r in rows]
-                for name, get in CURVES.items()} for kind in kinds}
+  out = {
+    kind: {
+      name: [band(get(p) for p in r['pairs'][kind]) for r in rows] for name, get in CURVES.items()
+    }
+    for kind in kinds
+  }
   losses = {arm: [band(r['loss'][arm]) for r in rows] for arm in rows[0]['loss']}
   return out, losses
 
@@ -134,8 +166,13 @@ def proportion(count, nobs, interval=None):
   """count/nobs with its 95% Wilson score interval (statsmodels), or `interval` (low, high) when
   given (several labels per image: computed over the images, pair_churn)."""
   low, high = interval or proportion_confint(count, nobs, alpha=CI_ALPHA, method=CI_METHOD)
-  return {'count': int(count), 'n': int(nobs), 'rate': count / nobs if nobs else None,
-          'ci_low': float(low), 'ci_high': float(high)}
+  return {
+    'count': int(count),
+    'n': int(nobs),
+    'rate': count / nobs if nobs else None,
+    'ci_low': float(low),
+    'ci_high': float(high),
+  }
 
 
 def independent(pairs):
@@ -158,13 +195,20 @@ def disagreement(pairs):
   every pair; `total`: labels differing in all pairs together and their number (a count, not an
   estimate with an interval).
   """
-  per_pair = [{'seeds': p['seeds'], **proportion(
-      p['count'], p['n'], (p['ci_low'], p['ci_high']) if 'ci_low' in p else None)} for p in pairs]
+  per_pair = [
+    {
+      'seeds': p['seeds'],
+      **proportion(p['count'], p['n'], (p['ci_low'], p['ci_high']) if 'ci_low' in p else None),
+    }
+    for p in pairs
+  ]
   kept = independent(per_pair)
   rates = [p['rate'] for p in kept]
   low, high = inference.proportion_mean_ci(rates)
   bounded = {'t_low': float(low), 't_high': float(high)} if len(rates) > 1 else {}
-  return {'pairs': per_pair,
-          'total': {'count': sum(p['count'] for p in pairs), 'n': sum(p['n'] for p in pairs)},
-          'across': {**band(rates), **bounded, 'pairs': len(kept)},
-          'band': band(p['rate'] for p in per_pair)}
+  return {
+    'pairs': per_pair,
+    'total': {'count': sum(p['count'] for p in pairs), 'n': sum(p['n'] for p in pairs)},
+    'across': {**band(rates), **bounded, 'pairs': len(kept)},
+    'band': band(p['rate'] for p in per_pair),
+  }

@@ -25,7 +25,7 @@ def cell(b, spec='.2e'):
     return '–'
   if b['n'] == 1:
     return format(b['mean'], spec)
-  return f"{b['mean']:{spec}} [{b['min']:{spec}}, {b['max']:{spec}}]"
+  return f'{b["mean"]:{spec}} [{b["min"]:{spec}}, {b["max"]:{spec}}]'
 
 
 def pct(x):
@@ -45,8 +45,9 @@ def curve_table(result, metrics, with_loss):
     row = {'step': str(step)}
     for name, title in metrics:
       for kind in curves:
-        row[f'{title} {KIND_TITLES[kind]}'] = cell(curves[kind][name][i],
-                                                   '.3f' if 'disagree' in name else '.2e')
+        row[f'{title} {KIND_TITLES[kind]}'] = cell(
+          curves[kind][name][i], '.3f' if 'disagree' in name else '.2e'
+        )
     for arm, series in losses.items() if with_loss else ():
       row[f'loss {arm}'] = cell(series[i], '.4f')
     rows.append(row)
@@ -58,10 +59,16 @@ def group_table(result):
   rows = []
   for kind, c in result['curves'].items():
     row = {'pair': KIND_TITLES[kind]}
-    row.update({g: cell(c[f'params.{g}'][-1]) for g in measure.GROUPS
-                if c[f'params.{g}'][-1]['mean'] is not None})
-    row.update({'max\\|Δθ\\|': cell(c['params.max_abs'][-1]),
-                'BN stats ‖Δ‖/‖a‖': cell(c['batch_stats'][-1])})
+    row.update(
+      {
+        g: cell(c[f'params.{g}'][-1])
+        for g in measure.GROUPS
+        if c[f'params.{g}'][-1]['mean'] is not None
+      }
+    )
+    row.update(
+      {'max\\|Δθ\\|': cell(c['params.max_abs'][-1]), 'BN stats ‖Δ‖/‖a‖': cell(c['batch_stats'][-1])}
+    )
     rows.append(row)
   return rows
 
@@ -76,44 +83,53 @@ def final_table(result):
   rows = []
   for kind, d in result['final']['disagreement'].items():
     across, total = d['across'], d['total']
-    rows.append({
-        'pair': KIND_TITLES[kind], 'pairs': str(len(d['pairs'])),
-        'per seed % [95% Wilson]': '; '.join(f"{pct(p['rate'])} [{interval(p['ci_low'], p['ci_high'])}]"
-                                            for p in d['pairs']),
+    rows.append(
+      {
+        'pair': KIND_TITLES[kind],
+        'pairs': str(len(d['pairs'])),
+        'per seed % [95% Wilson]': '; '.join(
+          f'{pct(p["rate"])} [{interval(p["ci_low"], p["ci_high"])}]' for p in d['pairs']
+        ),
         'mean over seeds %': '–' if across['mean'] is None else pct(across['mean']),
         '95% t-Wilson CI over seeds %': interval(across['t_low'], across['t_high']),
         'seeds in the CI': str(across['pairs']),
-        'labels differing (all seeds)': f"{total['count']} of {total['n']}"})
+        'labels differing (all seeds)': f'{total["count"]} of {total["n"]}',
+      }
+    )
   return rows
 
 
 def header(result):
   arms, info, final = result['arms'], result['info'], result['final']
   seeds = ', '.join(str(s) for s in info['seeds'])
-  lines = [f"# Divergence: a = {arms['a']['label']} vs b = {arms['b']['label']}\n",
-           f"{info['config_spec']}, seeds {seeds}, {info['steps']} of {info['total_steps']} "
-           f"training steps, {info['platform']} ({info['device_kind']}), {info['devices']} "
-           f"device(s); probe: the first {info['probe']} test images; test set: "
-           f"{final['test_count']} images.\n"]
+  lines = [
+    f'# Divergence: a = {arms["a"]["label"]} vs b = {arms["b"]["label"]}\n',
+    f'{info["config_spec"]}, seeds {seeds}, {info["steps"]} of {info["total_steps"]} '
+    f'training steps, {info["platform"]} ({info["device_kind"]}), {info["devices"]} '
+    f'device(s); probe: the first {info["probe"]} test images; test set: '
+    f'{final["test_count"]} images.\n',
+  ]
   for name, arm in arms.items():
     e = arm['numerics']['effective']
     acc = final['accuracy'][name]
-    lines.append(f"- arm {name} ({arm['label']}): conv {e['conv_format']}, dense "
-                 f"{e['dense_format']}, precision {e['matmul_precision_flag']}, compute "
-                 f"{e['compute_dtype']}, BN {e['batchnorm']}; final test accuracy "
-                 f"{cell(percent(acc), '.2f')} %")
+    lines.append(
+      f'- arm {name} ({arm["label"]}): conv {e["conv_format"]}, dense '
+      f'{e["dense_format"]}, precision {e["matmul_precision_flag"]}, compute '
+      f'{e["compute_dtype"]}, BN {e["batchnorm"]}; final test accuracy '
+      f'{cell(percent(acc), ".2f")} %'
+    )
   return lines
 
 
 PAIRS = {
-    'b': """- **a vs b**: the same seed (bit-identical initial weights, the same batches); only the
+  'b': """- **a vs b**: the same seed (bit-identical initial weights, the same batches); only the
   numerics differ.""",
-    'control': """- **a vs control**: arm a plus {control}, the same seed. The default control,
+  'control': """- **a vs control**: arm a plus {control}, the same seed. The default control,
   profile=bf16_noise, moves every product operand by unbiased noise of the size of bf16 rounding:
   a perturbation of matched magnitude with no systematic direction. Where a vs b is no larger, b's
   format acts like any perturbation of that size amplified by training; where it is clearly larger
   (beyond the bands), the format does more than a random perturbation of its size would.""",
-    'ceiling': """- **a vs a, other seed** (the ceiling): arm a with seed s against arm a with the
+  'ceiling': """- **a vs a, other seed** (the ceiling): arm a with seed s against arm a with the
   next seed of the list (other initial weights and data order): how far apart two unrelated models
   of one arm are. On a deterministic platform a repeated seed gives exactly the same model, so an
   arm's replicates are its runs with different seeds.""",
@@ -143,13 +159,23 @@ def markdown(result):
   """The report: setup, arms, what the numbers mean, the curves table and the final tables."""
   control = result['arms'].get('control', {}).get('label')
   pairs = [PAIRS[kind].format(control=control) for kind in result['curves']]
-  return '\n'.join([
-      *header(result), '\nPairs:\n', *pairs, EXPLAIN.format(band=measure.BAND_NAME),
-      '## Parameter distance during training\n', tables.markdown(curve_table(result, PARAMS, True)),
-      '## Probe logits during training\n', tables.markdown(curve_table(result, PROBE, False)),
-      f"## Per group at step {result['steps'][-1]}\n", tables.markdown(group_table(result)),
+  return '\n'.join(
+    [
+      *header(result),
+      '\nPairs:\n',
+      *pairs,
+      EXPLAIN.format(band=measure.BAND_NAME),
+      '## Parameter distance during training\n',
+      tables.markdown(curve_table(result, PARAMS, True)),
+      '## Probe logits during training\n',
+      tables.markdown(curve_table(result, PROBE, False)),
+      f'## Per group at step {result["steps"][-1]}\n',
+      tables.markdown(group_table(result)),
       '## Churn on the whole test set (share of predicted labels that differ)\n',
-      FINAL.format(ci=measure.CI_NAME, across=measure.ACROSS_NAME), tables.markdown(final_table(result))])
+      FINAL.format(ci=measure.CI_NAME, across=measure.ACROSS_NAME),
+      tables.markdown(final_table(result)),
+    ]
+  )
 
 
 def plot_band(ax, x, series, color, label, lw=1.4):
@@ -185,8 +211,9 @@ def final_panel(ax, final):
     ax.plot([i], [100 * a['mean']], 'o', color=KIND_COLORS[kind])
     for j, q in enumerate(d['pairs']):
       x = i + 0.12 + 0.05 * j
-      ax.plot([x, x], [100 * q['ci_low'], 100 * q['ci_high']], color=KIND_COLORS[kind], lw=0.5,
-              alpha=0.6)
+      ax.plot(
+        [x, x], [100 * q['ci_low'], 100 * q['ci_high']], color=KIND_COLORS[kind], lw=0.5, alpha=0.6
+      )
       ax.plot([x], [100 * q['rate']], '.', color=KIND_COLORS[kind], ms=3, alpha=0.7)
   ax.set_xticks(range(len(kinds)), [KIND_TICKS[k] for k in kinds], fontsize=6)
   ax.set(title='end: churn, % of test labels', xlim=(-0.5, len(kinds) - 0.5), ylim=(0, None))
@@ -197,17 +224,27 @@ def figure(result, out_dir):
   and the final whole-test-set disagreement; PNG + PDF."""
   style.apply()
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
   x, curves = result['steps'], result['curves']
   fig, axes = plt.subplots(3, 3, figsize=(style.WIDTH_IN, 6.0), constrained_layout=True)
   axes = axes.ravel()
-  for ax, (name, title, log) in zip(axes, [
-      ('params', 'params ‖θa−θx‖/‖θa‖', True), ('params.max_abs', 'params max |θa−θx|', True),
-      ('batch_stats', 'BN statistics ‖Δ‖/‖a‖', True), ('logits', 'probe logits ‖ΔL‖/‖La‖', True),
-      ('probe_disagreement', 'probe: churn (share of labels)', False)]):
+  for ax, (name, title, log) in zip(
+    axes,
+    [
+      ('params', 'params ‖θa−θx‖/‖θa‖', True),
+      ('params.max_abs', 'params max |θa−θx|', True),
+      ('batch_stats', 'BN statistics ‖Δ‖/‖a‖', True),
+      ('logits', 'probe logits ‖ΔL‖/‖La‖', True),
+      ('probe_disagreement', 'probe: churn (share of labels)', False),
+    ],
+  ):
     distance_panel(ax, x, curves, name, title, log)
   axes[0].legend(loc='lower right', fontsize=6)
-  groups = {g: curves['b'][f'params.{g}'] for g in measure.GROUPS
-            if curves['b'][f'params.{g}'][-1]['mean'] is not None}
+  groups = {
+    g: curves['b'][f'params.{g}']
+    for g in measure.GROUPS
+    if curves['b'][f'params.{g}'][-1]['mean'] is not None
+  }
   if any(b['max'] for s in groups.values() for b in s):
     axes[5].set_yscale('log')
   for color, (g, series) in zip(style.PALETTE, groups.items()):
@@ -216,13 +253,15 @@ def figure(result, out_dir):
   axes[5].legend(ncol=2, fontsize=6, handlelength=1)
   arm_colors = style.arm_colors(result['losses'])
   for arm, series in result['losses'].items():
-    plot_band(axes[6], x, series, arm_colors[arm], f"{arm}: {result['arms'][arm]['label']}")
+    plot_band(axes[6], x, series, arm_colors[arm], f'{arm}: {result["arms"][arm]["label"]}')
   axes[6].set(title='train loss since last row', xlabel='step', xlim=(0, max(x[-1], 1)))
   axes[6].legend(fontsize=6)
   final_panel(axes[7], result['final'])
   axes[8].axis('off')
-  legend = (f'lines: mean over seeds; bands: {measure.BAND_NAME}; final: churn (share of predicted '
-            f'labels that differ), mean over seeds, {measure.ACROSS_NAME}; dots: each seed, '
-            f'{measure.CI_NAME}')
+  legend = (
+    f'lines: mean over seeds; bands: {measure.BAND_NAME}; final: churn (share of predicted '
+    f'labels that differ), mean over seeds, {measure.ACROSS_NAME}; dots: each seed, '
+    f'{measure.CI_NAME}'
+  )
   axes[8].text(0, 0.5, textwrap.fill(legend, 34), fontsize=6.5, va='center')
   return style.save(fig, out_dir, 'divergence')

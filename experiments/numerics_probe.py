@@ -28,17 +28,21 @@ from numerics import formats  # names only: no JAX
 # name: (jax_default_matmul_precision, product format, emulate_impl). Presets set dots only; convs then
 # run at default.
 SETTINGS = {
-    'default': ('default', 'native', 'auto'), 'high': ('high', 'native', 'auto'),
-    'highest': ('highest', 'native', 'auto'), 'BF16_BF16_F32': ('BF16_BF16_F32', 'native', 'auto'),
-    'TF32_TF32_F32': ('TF32_TF32_F32', 'native', 'auto'),
-    **{f'emu:{m}': ('highest', m, 'reference') for m in ('bf16', 'bf16_3x', 'tf32', 'f32')},
-    **{f'fast:{m}': ('highest', m, 'fast') for m in formats.FAST_FORMATS},
+  'default': ('default', 'native', 'auto'),
+  'high': ('high', 'native', 'auto'),
+  'highest': ('highest', 'native', 'auto'),
+  'BF16_BF16_F32': ('BF16_BF16_F32', 'native', 'auto'),
+  'TF32_TF32_F32': ('TF32_TF32_F32', 'native', 'auto'),
+  **{f'emu:{m}': ('highest', m, 'reference') for m in ('bf16', 'bf16_3x', 'tf32', 'f32')},
+  **{f'fast:{m}': ('highest', m, 'fast') for m in formats.FAST_FORMATS},
 }
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(prog='python -m experiments.numerics_probe',
-                              description=' '.join(__doc__.split('\n\n')[0].split()))
+  p = argparse.ArgumentParser(
+    prog='python -m experiments.numerics_probe',
+    description=' '.join(__doc__.split('\n\n')[0].split()),
+  )
   p.add_argument('--out', default='runs/numerics', help='folder for the table, JSON and figure')
   p.add_argument('--settings', default=','.join(SETTINGS), help='comma-separated subset')
   p.add_argument('--rows', type=int, default=128, help='matmul rows (output rows)')
@@ -50,15 +54,19 @@ def parse_args(argv):
   p.add_argument('--model-image', type=int, default=8, help='model rows: image size')
   p.add_argument('--model-batch', type=int, default=8, help='model rows: batch')
   p.add_argument('--model-classes', type=int, default=10, help='model rows: classes')
-  p.add_argument('--model-settings', default='default,emu:bf16,emu:tf32',
-                 help="settings for the model rows ('all': every one of --settings; each costs a "
-                      "ResNet-18 forward/backward compile, ~10-30 s on a small CPU; '': none)")
+  p.add_argument(
+    '--model-settings',
+    default='default,emu:bf16,emu:tf32',
+    help="settings for the model rows ('all': every one of --settings; each costs a "
+    "ResNet-18 forward/backward compile, ~10-30 s on a small CPU; '': none)",
+  )
   p.add_argument('--seed', type=int, default=0, help='seed of the random operands')
   args = p.parse_args(argv)
   if args.model_settings == 'all':
     args.model_settings = args.settings
-  unknown = [s for s in (args.settings + ',' + args.model_settings).split(',')
-             if s and s not in SETTINGS]
+  unknown = [
+    s for s in (args.settings + ',' + args.model_settings).split(',') if s and s not in SETTINGS
+  ]
   if unknown:
     p.error(f'--settings: unknown {unknown}; choose from {list(SETTINGS)}')
   return args
@@ -75,20 +83,36 @@ from flax import nnx  # noqa: E402
 from models.resnet import ResNet18  # noqa: E402
 from numerics import emulate, ops  # noqa: E402
 
-
 # (emulated, native) pairs whose agreement on a backend says the emulation reproduces it there,
 # for both implementations, and each fast implementation against its reference.
-PAIRS = tuple((f'{impl}:{m}', native) for impl in ('emu', 'fast') for m, native in (
-    ('bf16', 'default'), ('bf16', 'BF16_BF16_F32'), ('bf16_3x', 'high'), ('tf32', 'default'),
-    ('tf32', 'TF32_TF32_F32'), ('f32', 'highest')) if f'{impl}:{m}' in SETTINGS) + tuple(
-        (f'fast:{m}', f'emu:{m}') for m in emulate.FAST_FORMATS)
+PAIRS = tuple(
+  (f'{impl}:{m}', native)
+  for impl in ('emu', 'fast')
+  for m, native in (
+    ('bf16', 'default'),
+    ('bf16', 'BF16_BF16_F32'),
+    ('bf16_3x', 'high'),
+    ('tf32', 'default'),
+    ('tf32', 'TF32_TF32_F32'),
+    ('f32', 'highest'),
+  )
+  if f'{impl}:{m}' in SETTINGS
+) + tuple((f'fast:{m}', f'emu:{m}') for m in emulate.FAST_FORMATS)
 MATMUL_K = (64, 128, 147, 256, 512, 576, 1152, 2304, 4608)
 # ResNet-18's distinct convolutions: (name, kernel, in, out, stride).
-CONVS = (('conv1', 7, 3, 64, 2), ('layer1', 3, 64, 64, 1), ('layer2.0.conv1', 3, 64, 128, 2),
-         ('layer2', 3, 128, 128, 1), ('layer2.ds', 1, 64, 128, 2),
-         ('layer3.0.conv1', 3, 128, 256, 2), ('layer3', 3, 256, 256, 1),
-         ('layer3.ds', 1, 128, 256, 2), ('layer4.0.conv1', 3, 256, 512, 2),
-         ('layer4', 3, 512, 512, 1), ('layer4.ds', 1, 256, 512, 2))
+CONVS = (
+  ('conv1', 7, 3, 64, 2),
+  ('layer1', 3, 64, 64, 1),
+  ('layer2.0.conv1', 3, 64, 128, 2),
+  ('layer2', 3, 128, 128, 1),
+  ('layer2.ds', 1, 64, 128, 2),
+  ('layer3.0.conv1', 3, 128, 256, 2),
+  ('layer3', 3, 256, 256, 1),
+  ('layer3.ds', 1, 128, 256, 2),
+  ('layer4.0.conv1', 3, 256, 512, 2),
+  ('layer4', 3, 512, 512, 1),
+  ('layer4.ds', 1, 256, 512, 2),
+)
 
 
 def rel_err(y, ref):
@@ -148,10 +172,13 @@ def product_cases(args, rng):
   for name, kk, cin, cout, stride in CONVS:
     size = args.conv_spatial * stride  # input size; the output is conv_spatial, K does not care
     shape = (args.conv_batch, size, size, cin)
-    x = rng.standard_normal(shape).astype(np.float32) if name == 'conv1' else activations(rng, shape)
+    x = (
+      rng.standard_normal(shape).astype(np.float32) if name == 'conv1' else activations(rng, shape)
+    )
     w, pad = kaiming(rng, (kk, kk, cin, cout), kk * kk * cout), kk // 2
-    fn = lambda a, b, fmt, impl, st=stride, p=pad: ops.conv2d(a, b, st, [(p, p)] * 2,
-                                                              fmt=fmt, emulate_impl=impl)
+    fn = lambda a, b, fmt, impl, st=stride, p=pad: ops.conv2d(
+      a, b, st, [(p, p)] * 2, fmt=fmt, emulate_impl=impl
+    )
     cases.append(('layer', name, kk * kk * cin, fn, x, w, conv_ref(x, w, stride, pad)))
   x, w = activations(rng, (args.rows, 512)), kaiming(rng, (512, args.classes), 512)
   cases.append(('layer', 'fc', 512, dense, x, w, x.astype(np.float64) @ w.astype(np.float64)))
@@ -198,6 +225,7 @@ def numpy_init(tree, rng):
     else:
       v = np.ones(shape) if name in ('scale', 'var') else np.zeros(shape)
     return jnp.asarray(v, leaf.dtype)
+
   return jax.tree_util.tree_map_with_path(fill, tree)
 
 
@@ -206,10 +234,17 @@ def model_parts(args, fmt, dtype=jnp.float32, rng=None, impl='reference'):
 
   Abstract state (nnx.eval_shape: no compute) unless `rng` is given: then numpy_init's values.
   """
-  make = lambda: ResNet18(args.model_classes, width=args.model_width, stem='small', dtype=dtype,
-                          param_dtype=dtype, conv_format=fmt, dense_format=fmt,
-                          emulate_impl=impl,
-                          rngs=nnx.Rngs(args.seed))
+  make = lambda: ResNet18(
+    args.model_classes,
+    width=args.model_width,
+    stem='small',
+    dtype=dtype,
+    param_dtype=dtype,
+    conv_format=fmt,
+    dense_format=fmt,
+    emulate_impl=impl,
+    rngs=nnx.Rngs(args.seed),
+  )
   graphdef, params, rest = nnx.split(nnx.eval_shape(make), nnx.Param, ...)
   if rng is not None:
     params, rest = numpy_init(params, rng), numpy_init(rest, rng)
@@ -224,6 +259,7 @@ def loss_and_grads(graphdef, params, rest, x, y):
     logits = m(x)
     logp = jax.nn.log_softmax(logits.astype(jnp.float32))
     return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1)), logits
+
   (_, logits), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
   return logits, grads
 
@@ -244,8 +280,11 @@ def measure_model(settings, args, rng):
     graphdef64, _, _ = model_parts(args, 'native', jnp.float64)
     cast = lambda t: jax.device_put(jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), t), cpu)
     ref = jax.jit(lambda *a: loss_and_grads(graphdef64, *a))(
-        cast(params32), cast(rest32), jax.device_put(x.astype(np.float64), cpu),
-        jax.device_put(y, cpu))
+      cast(params32),
+      cast(rest32),
+      jax.device_put(x.astype(np.float64), cpu),
+      jax.device_put(y, cpu),
+    )
     ref_logits, ref_grads = np.asarray(ref[0]), flat(ref[1])
   errs, outs = {}, {}
   for s in settings:
@@ -253,8 +292,11 @@ def measure_model(settings, args, rng):
     fn = lambda p, r, a, b, fmt, impl, g=graphdef: loss_and_grads(g, p, r, a, b)
     out = run_setting(s, fn, params32, rest32, x, y, what='model')
     outs[s] = out
-    errs[s] = None if out is None else {'logits': rel_err(out[0], ref_logits),
-                                        'grads': rel_err(flat(out[1]), ref_grads)}
+    errs[s] = (
+      None
+      if out is None
+      else {'logits': rel_err(out[0], ref_logits), 'grads': rel_err(flat(out[1]), ref_grads)}
+    )
   return errs, outs
 
 
@@ -268,8 +310,12 @@ def pair_diffs(outs, model_outs, settings, names):
     diffs = [(rel_err(p, q), n) for p, q, n in zip(outs[a], outs[b], names)]
     mm = [d for d, n in diffs if n.startswith('K=')]
     layer = max((d, n) for d, n in diffs if not n.startswith('K='))
-    row = {'pair': f'{a} vs {b}', 'matmuls': max(mm), 'layers': layer[0],
-           'worst layer': layer[1] if layer[0] > 0 else NO_DIFFERENCE}
+    row = {
+      'pair': f'{a} vs {b}',
+      'matmuls': max(mm),
+      'layers': layer[0],
+      'worst layer': layer[1] if layer[0] > 0 else NO_DIFFERENCE,
+    }
     ma, mb = model_outs.get(a), model_outs.get(b)
     ok = ma is not None and mb is not None
     row['logits'] = rel_err(ma[0], mb[0]) if ok else None
@@ -286,68 +332,127 @@ def markdown(result):
   """The Markdown report: products by reduction length, layers, model, pairs."""
   from analysis.figures import style  # pylint: disable=import-outside-toplevel
   from analysis.words import tables
+
   settings, info = result['settings'], result['info']
-  lines = [f"## Numerics on {info['platform']} ({info['device_kind']}), jax {info['jax']}\n",
-           'Relative L2 error against float64.\n', '### Matmuls [rows, K] @ [K, cols]\n']
-  lines.append(tables.markdown([{'setting': s, **{f'K={k}': fmt(result['matmul'][s][k])
-                                                 for k in MATMUL_K}} for s in settings]))
+  lines = [
+    f'## Numerics on {info["platform"]} ({info["device_kind"]}), jax {info["jax"]}\n',
+    'Relative L2 error against float64.\n',
+    '### Matmuls [rows, K] @ [K, cols]\n',
+  ]
+  lines.append(
+    tables.markdown(
+      [
+        {'setting': s, **{f'K={k}': fmt(result['matmul'][s][k]) for k in MATMUL_K}}
+        for s in settings
+      ]
+    )
+  )
   lines.append('\n### ResNet-18 layers (K = reduction length)\n')
-  lines.append(tables.markdown([{'layer': r['name'], 'K': str(r['K']),
-                                **{s: fmt(r[s]) for s in settings}} for r in result['layers']]))
+  lines.append(
+    tables.markdown(
+      [
+        {'layer': r['name'], 'K': str(r['K']), **{s: fmt(r[s]) for s in settings}}
+        for r in result['layers']
+      ]
+    )
+  )
   if result['model']:
     lines.append('\n### Small ResNet-18, one training-mode step\n')
-    lines.append(tables.markdown([{'setting': s, 'logits': fmt((e or {}).get('logits')),
-                                  'grads': fmt((e or {}).get('grads'))}
-                                 for s, e in result['model'].items()]))
+    lines.append(
+      tables.markdown(
+        [
+          {
+            'setting': s,
+            'logits': fmt((e or {}).get('logits')),
+            'grads': fmt((e or {}).get('grads')),
+          }
+          for s, e in result['model'].items()
+        ]
+      )
+    )
   lines.append('\n### Emulated vs native (relative L2 difference; products: worst case)\n')
-  lines.append(tables.markdown([{k: (v if isinstance(v, str) else fmt(v)) for k, v in r.items()}
-                               for r in result['pairs']]))
+  lines.append(
+    tables.markdown(
+      [{k: (v if isinstance(v, str) else fmt(v)) for k, v in r.items()} for r in result['pairs']]
+    )
+  )
   return '\n'.join(lines)
 
 
 def figure(result, out_dir):
   """Error vs reduction length per setting: matmuls and layers, log-log."""
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
   from analysis.figures import style  # pylint: disable=import-outside-toplevel
   from analysis.words import tables
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
   style.apply()
   colors = style.arm_colors(result['settings'])
   fig, axes = plt.subplots(1, 2, figsize=(style.WIDTH_IN, 2.6), sharey=True)
   for s in result['settings']:
     ks = [k for k in MATMUL_K if result['matmul'][s][k] is not None]
     dashed = {'emu': '--', 'fast': ':'}.get(s.split(':')[0], '-')
-    axes[0].plot(ks, [max(result['matmul'][s][k], 1e-12) for k in ks], dashed, marker='o',
-                 ms=2.5, color=colors[s], label=s)
+    axes[0].plot(
+      ks,
+      [max(result['matmul'][s][k], 1e-12) for k in ks],
+      dashed,
+      marker='o',
+      ms=2.5,
+      color=colors[s],
+      label=s,
+    )
     rows = sorted((r['K'], r[s]) for r in result['layers'] if r[s] is not None)
-    axes[1].plot([k for k, _ in rows], [max(e, 1e-12) for _, e in rows], dashed, marker='o',
-                 ms=2.5, color=colors[s])
+    axes[1].plot(
+      [k for k, _ in rows],
+      [max(e, 1e-12) for _, e in rows],
+      dashed,
+      marker='o',
+      ms=2.5,
+      color=colors[s],
+    )
   for ax, title in zip(axes, ('matmul (random normal)', 'ResNet-18 conv/fc shapes')):
     ax.set(xscale='log', yscale='log', xlabel='reduction length K', title=title)
   axes[0].set_ylabel('relative L2 error vs float64')
   handles, labels = axes[0].get_legend_handles_labels()  # below the axes: it covers no line
-  fig.legend(handles, labels, loc='upper center', bbox_to_anchor=(0.5, 0.0),
-             ncol=min(len(labels), 4), frameon=False)
-  fig.suptitle(f"{result['info']['platform']} ({result['info']['device_kind']})", fontsize=8)
+  fig.legend(
+    handles,
+    labels,
+    loc='upper center',
+    bbox_to_anchor=(0.5, 0.0),
+    ncol=min(len(labels), 4),
+    frameon=False,
+  )
+  fig.suptitle(f'{result["info"]["platform"]} ({result["info"]["device_kind"]})', fontsize=8)
   return style.save(fig, out_dir, 'numerics_error')
-
-
 
 
 def main(argv=None):
   args = parse_args(argv)
   settings = args.settings.split(',')
   device = jax.devices()[0]
-  info = {'platform': device.platform, 'device_kind': device.device_kind, 'jax': jax.__version__,
-          'args': vars(args)}
+  info = {
+    'platform': device.platform,
+    'device_kind': device.device_kind,
+    'jax': jax.__version__,
+    'args': vars(args),
+  }
   rng = np.random.default_rng(args.seed)
   start = _START[0] = time.time()
-  progress(f'{len(settings)} settings on {device.platform}: one compile each (products), then '
-           f'{len([s for s in args.model_settings.split(",") if s])} model setting(s)')
+  progress(
+    f'{len(settings)} settings on {device.platform}: one compile each (products), then '
+    f'{len([s for s in args.model_settings.split(",") if s])} model setting(s)'
+  )
   matmul, layers, outs, names = measure_products(settings, args, rng)
   model_settings = [s for s in args.model_settings.split(',') if s]
   model, model_outs = measure_model(model_settings, args, rng) if model_settings else ({}, {})
-  result = {'info': info, 'settings': settings, 'matmul': matmul, 'layers': layers,
-            'model': model, 'pairs': pair_diffs(outs, model_outs, settings, names)}
+  result = {
+    'info': info,
+    'settings': settings,
+    'matmul': matmul,
+    'layers': layers,
+    'model': model,
+    'pairs': pair_diffs(outs, model_outs, settings, names),
+  }
   info['seconds'] = round(time.time() - start, 1)
   os.makedirs(args.out, exist_ok=True)
   report = markdown(result)
@@ -358,7 +463,7 @@ def main(argv=None):
     json.dump(result, f, indent=1, default=str)
   for path in figure(result, args.out):
     print(f'wrote {path}')
-  print(f"({info['seconds']} s)")
+  print(f'({info["seconds"]} s)')
 
 
 if __name__ == '__main__':

@@ -17,20 +17,23 @@ TASKS = ('classification', 'multilabel')
 
 # Per-channel normalisation applied on device: x = (uint8 / 255 - mean) / std.
 NORMALIZATIONS = {
-    'half': ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),  # the reference study (transforms.Normalize(.5, .5))
-    'imagenet': ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),  # torchvision pretrained weights
+  'half': ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),  # the reference study (transforms.Normalize(.5, .5))
+  'imagenet': ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),  # torchvision pretrained weights
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class Split:
   """One split: `images` uint8 [N, H, W, C] (np.ndarray or np.memmap), `labels` int32 [N] or [N, K]."""
+
   images: np.ndarray
   labels: np.ndarray
 
   def __post_init__(self):
     if self.images.dtype != np.uint8 or self.images.ndim != 4:
-      raise ValueError(f'images must be uint8 [N,H,W,C], got {self.images.dtype} {self.images.shape}')
+      raise ValueError(
+        f'images must be uint8 [N,H,W,C], got {self.images.dtype} {self.images.shape}'
+      )
     if len(self.images) != len(self.labels):
       raise ValueError(f'{len(self.images)} images but {len(self.labels)} labels')
 
@@ -47,6 +50,7 @@ class Dataset:
   num_classes: softmax classes, or K labels for 'multilabel'.
   info: JSON-serialisable facts recorded in the run's results (sizes, split fingerprint, ...).
   """
+
   name: str
   train: Split
   test: Split
@@ -66,7 +70,9 @@ class Dataset:
 def normalization_constants(name, channels):
   """(mean, std) float32 arrays of length `channels` for a normalisation preset name."""
   if name not in NORMALIZATIONS:
-    raise ValueError(f'config.data.normalization must be one of {sorted(NORMALIZATIONS)}, got {name!r}')
+    raise ValueError(
+      f'config.data.normalization must be one of {sorted(NORMALIZATIONS)}, got {name!r}'
+    )
   mean, std = NORMALIZATIONS[name]
   if channels == 1:  # grayscale: the mean of the per-channel constants
     mean, std = (float(np.mean(mean)),), (float(np.mean(std)),)

@@ -37,7 +37,7 @@ def train_batch_indices(num_examples, batch_size, seed, step, process_index=0, p
   per_epoch = steps_per_epoch(num_examples, batch_size)
   epoch, index = divmod(step, per_epoch)
   order = epoch_permutation(num_examples, seed, epoch)
-  rows = order[index * batch_size:(index + 1) * batch_size]
+  rows = order[index * batch_size : (index + 1) * batch_size]
   start, stop = process_slice(batch_size, process_index, process_count)
   return np.sort(rows[start:stop])  # sorted: sequential reads from a memory map
 
@@ -73,8 +73,11 @@ def eval_batches(split, batch_size, process_index=0, process_count=1):
     rows = np.arange(begin + start, begin + stop)
     mask = (rows < n).astype(np.float32)
     rows = np.where(rows < n, rows, 0)
-    yield {'image': np.asarray(split.images[rows]), 'label': np.asarray(split.labels[rows]),
-           'mask': mask}
+    yield {
+      'image': np.asarray(split.images[rows]),
+      'label': np.asarray(split.labels[rows]),
+      'mask': mask,
+    }
 
 
 def num_eval_batches(num_examples, batch_size):
@@ -92,9 +95,12 @@ def on_devices(split, sharding):
   With a replicated sharding every device holds every example (`config.data.on_device`); each
   process reads its devices' parts from `split` (a memmap is read once per device, not loaded).
   """
+
   def put(array):
-    return jax.make_array_from_callback(array.shape, sharding,
-                                        lambda index: np.ascontiguousarray(array[index]))
+    return jax.make_array_from_callback(
+      array.shape, sharding, lambda index: np.ascontiguousarray(array[index])
+    )
+
   return {'image': put(split.images), 'label': put(split.labels)}
 
 
@@ -103,23 +109,29 @@ def nbytes(split):
   return int(split.images.nbytes) + int(split.labels.nbytes)
 
 
-def train_batches(split, batch_size, seed, start_step, stop_step, sharding, prefetch_size=2,
-                  on_device=None):
+def train_batches(
+  split, batch_size, seed, start_step, stop_step, sharding, prefetch_size=2, on_device=None
+):
   """Global device batches for steps [start_step, stop_step), prepared ahead on a thread.
 
   `on_device`: (device-resident split from `on_devices`, gather step from trainer.steps.make_gather)
   to gather on the devices: only the batch's row indices travel (the same rows, the same order).
   """
+
   def produce():
     for step in range(start_step, stop_step):
       if on_device:
         data, gather = on_device
-        rows = train_batch_indices(len(split), batch_size, seed, step, jax.process_index(),
-                                   jax.process_count())
+        rows = train_batch_indices(
+          len(split), batch_size, seed, step, jax.process_index(), jax.process_count()
+        )
         yield gather(data, to_global(rows.astype(np.int32), sharding))
       else:
-        yield to_global(train_batch(split, batch_size, seed, step, jax.process_index(),
-                                    jax.process_count()), sharding)
+        yield to_global(
+          train_batch(split, batch_size, seed, step, jax.process_index(), jax.process_count()),
+          sharding,
+        )
+
   return prefetch(produce(), prefetch_size)
 
 

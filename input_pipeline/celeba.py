@@ -67,8 +67,10 @@ def data_dirs(data):
   tfds_dir = tfds_dir if '://' in tfds_dir else os.path.expanduser(tfds_dir)
   cache_dir = data.cache_dir or os.path.join(tfds_dir, 'decoded_cache')
   if '://' in cache_dir:
-    raise ValueError(f'config.data.cache_dir={cache_dir!r} is a bucket path: set it to a local '
-                     'folder (the decoded cache is memory-mapped)')
+    raise ValueError(
+      f'config.data.cache_dir={cache_dir!r} is a bucket path: set it to a local '
+      'folder (the decoded cache is memory-mapped)'
+    )
   return manual_dir, tfds_dir, os.path.expanduser(cache_dir)
 
 
@@ -81,15 +83,23 @@ def problems(data):
     return [str(e).splitlines()[0]]
   prepared = '://' in tfds_dir or celeba_tfds.prepared_source(tfds_dir) is not None
   if not manual_dir:
-    return [] if prepared else [
+    return (
+      []
+      if prepared
+      else [
         f'config.data.tfds_dir={tfds_dir!r} holds no CelebA prepared by this project: set '
-        'config.data.manual_dir to the folder holding the five official files']
+        'config.data.manual_dir to the folder holding the five official files'
+      ]
+    )
   try:
     celeba_files.check_present(manual_dir)
   except (OSError, ValueError) as e:
     return [str(e).splitlines()[0]]
-  if not (prepared or has_decoded_cache(cache_dir)
-          or importlib.util.find_spec('tensorflow_datasets') is not None):
+  if not (
+    prepared
+    or has_decoded_cache(cache_dir)
+    or importlib.util.find_spec('tensorflow_datasets') is not None
+  ):
     return [celeba_tfds.missing_tfds(f'config.data.manual_dir={manual_dir!r}')]
   return []
 
@@ -105,9 +115,12 @@ def _source(manual_dir, tfds_dir):
   """(metadata, source record): from the five files if given, else from the prepared tfds_dir."""
   if manual_dir:
     meta = celeba_files.read_metadata(manual_dir)
-    source = {'source_fingerprint': celeba_files.source_fingerprint(manual_dir),
-              'official_files': celeba_files.official_sizes(manual_dir),
-              'manual_dir': os.path.abspath(manual_dir), 'num_images': len(meta['names'])}
+    source = {
+      'source_fingerprint': celeba_files.source_fingerprint(manual_dir),
+      'official_files': celeba_files.official_sizes(manual_dir),
+      'manual_dir': os.path.abspath(manual_dir),
+      'num_images': len(meta['names']),
+    }
     return meta, source
   source = celeba_tfds.prepared_source(tfds_dir)
   if source is None:
@@ -120,8 +133,9 @@ def _split(data, meta):
   if data.split == 'official':
     train, test = celeba_files.split_official(meta['partition'])
   else:
-    test = celeba_files.split_identity(meta['names'], meta['identity'], float(data.test_fraction),
-                                       int(data.split_seed))
+    test = celeba_files.split_identity(
+      meta['names'], meta['identity'], float(data.test_fraction), int(data.split_seed)
+    )
     train = ~test
   return np.flatnonzero(train), np.flatnonzero(test)
 
@@ -138,9 +152,11 @@ def decode(jpeg, size, name):
         image = image.resize((size, size), Image.BILINEAR)
       return np.asarray(image, dtype=np.uint8)
   except Exception as e:  # pylint: disable=broad-except
-    raise ValueError(f'CelebA image {name} in {celeba_files.ZIP} cannot be used ({e}): replace '
-                     f'config.data.manual_dir/{celeba_files.ZIP} with the official file from '
-                     f'{celeba_files.CELEBA_PAGE}') from None
+    raise ValueError(
+      f'CelebA image {name} in {celeba_files.ZIP} cannot be used ({e}): replace '
+      f'config.data.manual_dir/{celeba_files.ZIP} with the official file from '
+      f'{celeba_files.CELEBA_PAGE}'
+    ) from None
 
 
 def _decode_into(records, meta, targets, outputs, size, where, num_threads=None):
@@ -156,20 +172,25 @@ def _decode_into(records, meta, targets, outputs, size, where, num_threads=None)
       for count, (jpeg, identity) in enumerate(records(partition), 1):
         row = part_rows[count - 1] if count <= len(part_rows) else None
         if row is None or identity != meta['identity'][row]:
-          raise ValueError(f'{where}: record {count - 1} of partition {partition} does not match '
-                           'the CelebA files: delete its celeb_a folder')
+          raise ValueError(
+            f'{where}: record {count - 1} of partition {partition} does not match '
+            'the CelebA files: delete its celeb_a folder'
+          )
         if targets[row] is not None:
           split_name, index = targets[row]
           fd, offset = outputs[split_name]
-          pending.append(pool.submit(_decode_to, fd, offset + index * row_bytes, jpeg, size,
-                                     meta['names'][row]))
+          pending.append(
+            pool.submit(_decode_to, fd, offset + index * row_bytes, jpeg, size, meta['names'][row])
+          )
         while len(pending) >= 4 * threads:  # bounded: at most 4 * threads images in flight
           pending.popleft().result()
       for future in pending:
         future.result()
       if count != len(part_rows):
-        raise ValueError(f'{where} has {count} records in partition {partition}, not '
-                         f'{len(part_rows)}: delete its celeb_a folder')
+        raise ValueError(
+          f'{where} has {count} records in partition {partition}, not '
+          f'{len(part_rows)}: delete its celeb_a folder'
+        )
 
 
 def _decode_to(fd, offset, jpeg, size, name):
@@ -181,8 +202,11 @@ def _decode_to(fd, offset, jpeg, size, name):
 
 def _create_npy(path, count, size):
   """An empty uint8 [count, size, size, 3] .npy (sparse until written): (open fd, data offset)."""
-  header = {'descr': np.lib.format.dtype_to_descr(np.dtype(np.uint8)), 'fortran_order': False,
-            'shape': (count, size, size, 3)}
+  header = {
+    'descr': np.lib.format.dtype_to_descr(np.dtype(np.uint8)),
+    'fortran_order': False,
+    'shape': (count, size, size, 3),
+  }
   with open(path, 'wb') as f:
     np.lib.format.write_array_header_1_0(f, header)
     offset = f.tell()
@@ -203,8 +227,9 @@ def write_cache(folder, rows, meta, size, records, where):
   outputs = {}
   try:
     for split_name, split_rows in rows.items():
-      outputs[split_name] = _create_npy(os.path.join(folder, f'{split_name}.npy'),
-                                        len(split_rows), size)
+      outputs[split_name] = _create_npy(
+        os.path.join(folder, f'{split_name}.npy'), len(split_rows), size
+      )
       for index, row in enumerate(split_rows):
         targets[row] = (split_name, index)
     _decode_into(records, meta, targets, outputs, size, where)
@@ -242,9 +267,11 @@ def _check_space(cache_dir, needed):
   """Refuse before any work when `cache_dir`'s disk cannot hold the decoded cache."""
   free = shutil.disk_usage(cache_dir).free
   if free < needed:
-    raise ValueError(f'config.data.cache_dir={cache_dir!r}: the decoded cache needs '
-                     f'{needed / 2**20:,.1f} MiB and that disk has {free / 2**20:,.1f} MiB free: '
-                     'free space there or set config.data.cache_dir to a larger local disk')
+    raise ValueError(
+      f'config.data.cache_dir={cache_dir!r}: the decoded cache needs '
+      f'{needed / 2**20:,.1f} MiB and that disk has {free / 2**20:,.1f} MiB free: '
+      'free space there or set config.data.cache_dir to a larger local disk'
+    )
 
 
 def _build_cache(path, manual_dir, tfds_dir, source, meta, rows, size):
@@ -258,8 +285,14 @@ def _build_cache(path, manual_dir, tfds_dir, source, meta, rows, size):
   shutil.rmtree(tmp, ignore_errors=True)
   os.makedirs(tmp)
   try:
-    write_cache(tmp, rows, meta, size, functools.partial(celeba_tfds.iter_records, tfds_dir),
-                f'config.data.tfds_dir={tfds_dir!r}')
+    write_cache(
+      tmp,
+      rows,
+      meta,
+      size,
+      functools.partial(celeba_tfds.iter_records, tfds_dir),
+      f'config.data.tfds_dir={tfds_dir!r}',
+    )
     with open(os.path.join(tmp, 'done.json'), 'w') as f:
       json.dump({k: len(v) for k, v in rows.items()}, f)
       f.flush()
@@ -276,13 +309,20 @@ def _labels(task, meta, train, test):
   """(train labels, test labels, num_classes, base task, info) for `task`."""
   if task == 'attributes':
     labels = (meta['attributes'] > 0).astype(np.int32)
-    return labels[train], labels[test], labels.shape[1], 'multilabel', {
-        'label_rule': 'attributes: -1 -> 0, 1 -> 1', 'attribute_names': celeba_files.ATTR_NAMES}
+    return (
+      labels[train],
+      labels[test],
+      labels.shape[1],
+      'multilabel',
+      {'label_rule': 'attributes: -1 -> 0, 1 -> 1', 'attribute_names': celeba_files.ATTR_NAMES},
+    )
   ids = np.unique(meta['identity'][train])
   unseen = np.setdiff1d(meta['identity'][test], ids)
   if len(unseen):
-    raise ValueError(f'{len(unseen)} test identities never appear in training (official partitions '
-                     "are identity-disjoint): use config.data.split='per_identity' for task identity")
+    raise ValueError(
+      f'{len(unseen)} test identities never appear in training (official partitions '
+      "are identity-disjoint): use config.data.split='per_identity' for task identity"
+    )
   labels = np.searchsorted(ids, meta['identity']).astype(np.int32)
   info = {'label_rule': 'rank of the identity id among the training ids'}
   if np.array_equal(ids, np.arange(1, len(ids) + 1)):
@@ -305,30 +345,54 @@ def load(config):
   if not os.path.exists(os.path.join(path, 'done.json')):
     # Preparing and decoding read TFDS: on an install without it, one line before any lock or
     # folder is made.
-    celeba_tfds.require_tfds(f'config.data.manual_dir={manual_dir!r}' if manual_dir else
-                             f'config.data.tfds_dir={tfds_dir!r}')
+    celeba_tfds.require_tfds(
+      f'config.data.manual_dir={manual_dir!r}'
+      if manual_dir
+      else f'config.data.tfds_dir={tfds_dir!r}'
+    )
     with preparation_lock(cache_dir):
       if not os.path.exists(os.path.join(path, 'done.json')):  # not built while we waited
-        _build_cache(path, manual_dir, tfds_dir, source, meta, {'train': train, 'test': test},
-                     size)
+        _build_cache(path, manual_dir, tfds_dir, source, meta, {'train': train, 'test': test}, size)
   images = {s: np.load(os.path.join(path, f'{s}.npy'), mmap_mode='r') for s in ('train', 'test')}
   train_labels, test_labels, num_classes, task, label_info = _labels(data.task, meta, train, test)
   counts = np.unique(meta['identity'], return_counts=True)[1]
   info = {
-      'task': data.task, 'split': data.split, 'split_seed': int(data.split_seed),
-      'test_fraction': float(data.test_fraction), 'split_fingerprint': split_fp,
-      'train_size': len(train), 'test_size': len(test), 'num_images': len(meta['names']),
-      'num_identities': len(counts), 'single_image_identities': int((counts == 1).sum()),
-      'source_fingerprint': source['source_fingerprint'],
-      'official_files': bool(source.get('official_files', False)),
-      'tfds': f'celeb_a:{celeba_tfds.VERSION}', 'image_size': size,
-      'resize': 'PIL bilinear to image_size x image_size, aspect not kept',
-      'decoded_cache': path, **label_info}
+    'task': data.task,
+    'split': data.split,
+    'split_seed': int(data.split_seed),
+    'test_fraction': float(data.test_fraction),
+    'split_fingerprint': split_fp,
+    'train_size': len(train),
+    'test_size': len(test),
+    'num_images': len(meta['names']),
+    'num_identities': len(counts),
+    'single_image_identities': int((counts == 1).sum()),
+    'source_fingerprint': source['source_fingerprint'],
+    'official_files': bool(source.get('official_files', False)),
+    'tfds': f'celeb_a:{celeba_tfds.VERSION}',
+    'image_size': size,
+    'resize': 'PIL bilinear to image_size x image_size, aspect not kept',
+    'decoded_cache': path,
+    **label_info,
+  }
   return base.Dataset(
-      name='celeba', train=base.Split(images['train'], train_labels),
-      test=base.Split(images['test'], test_labels), num_classes=num_classes, task=task, info=info)
+    name='celeba',
+    train=base.Split(images['train'], train_labels),
+    test=base.Split(images['test'], test_labels),
+    num_classes=num_classes,
+    task=task,
+    info=info,
+  )
 
 
 DATASET = registry.Declaration(
-    name='celeba', images=IMAGES, channels=3, split_sizes=split_sizes, labels=labels_of, load=load,
-    tasks=TASKS, splits=SPLITS, problems=problems)
+  name='celeba',
+  images=IMAGES,
+  channels=3,
+  split_sizes=split_sizes,
+  labels=labels_of,
+  load=load,
+  tasks=TASKS,
+  splits=SPLITS,
+  problems=problems,
+)

@@ -22,34 +22,47 @@ LANDMARKS = 'list_landmarks_align_celeba.txt'
 IDENTITY = 'identity_CelebA.txt'
 FILES = (ZIP, PARTITION, ATTR, LANDMARKS, IDENTITY)
 # Sizes of the official files (tensorflow_datasets/datasets/celeb_a/checksums.tsv).
-OFFICIAL_SIZES = {ZIP: 1443490838, PARTITION: 2836386, ATTR: 26721026, LANDMARKS: 12156055,
-                  IDENTITY: 3424458}
+OFFICIAL_SIZES = {
+  ZIP: 1443490838,
+  PARTITION: 2836386,
+  ATTR: 26721026,
+  LANDMARKS: 12156055,
+  IDENTITY: 3424458,
+}
 ATTR_NAMES = (
-    '5_o_Clock_Shadow Arched_Eyebrows Attractive Bags_Under_Eyes Bald Bangs Big_Lips Big_Nose '
-    'Black_Hair Blond_Hair Blurry Brown_Hair Bushy_Eyebrows Chubby Double_Chin Eyeglasses Goatee '
-    'Gray_Hair Heavy_Makeup High_Cheekbones Male Mouth_Slightly_Open Mustache Narrow_Eyes No_Beard '
-    'Oval_Face Pale_Skin Pointy_Nose Receding_Hairline Rosy_Cheeks Sideburns Smiling Straight_Hair '
-    'Wavy_Hair Wearing_Earrings Wearing_Hat Wearing_Lipstick Wearing_Necklace Wearing_Necktie Young'
+  '5_o_Clock_Shadow Arched_Eyebrows Attractive Bags_Under_Eyes Bald Bangs Big_Lips Big_Nose '
+  'Black_Hair Blond_Hair Blurry Brown_Hair Bushy_Eyebrows Chubby Double_Chin Eyeglasses Goatee '
+  'Gray_Hair Heavy_Makeup High_Cheekbones Male Mouth_Slightly_Open Mustache Narrow_Eyes No_Beard '
+  'Oval_Face Pale_Skin Pointy_Nose Receding_Hairline Rosy_Cheeks Sideburns Smiling Straight_Hair '
+  'Wavy_Hair Wearing_Earrings Wearing_Hat Wearing_Lipstick Wearing_Necklace Wearing_Necktie Young'
 ).split()
-LANDMARK_NAMES = ('lefteye_x lefteye_y righteye_x righteye_y nose_x nose_y leftmouth_x leftmouth_y '
-                  'rightmouth_x rightmouth_y').split()
+LANDMARK_NAMES = (
+  'lefteye_x lefteye_y righteye_x righteye_y nose_x nose_y leftmouth_x leftmouth_y '
+  'rightmouth_x rightmouth_y'
+).split()
 
 
 def _bad(file_name, problem):
-  return ValueError(f'config.data.manual_dir: {file_name} {problem}; replace it with the official '
-                    f'file from {CELEBA_PAGE}')
+  return ValueError(
+    f'config.data.manual_dir: {file_name} {problem}; replace it with the official '
+    f'file from {CELEBA_PAGE}'
+  )
 
 
 def check_present(manual_dir):
   """One error listing every missing file (and where CelebA is obtained), before any work."""
   if not manual_dir:
-    raise ValueError(f'config.data.manual_dir is empty: set it to a folder holding {", ".join(FILES)} '
-                     f'(CelebA is obtained from {CELEBA_PAGE}; "Align&Cropped Images" and "Anno")')
+    raise ValueError(
+      f'config.data.manual_dir is empty: set it to a folder holding {", ".join(FILES)} '
+      f'(CelebA is obtained from {CELEBA_PAGE}; "Align&Cropped Images" and "Anno")'
+    )
   missing = [f for f in FILES if not os.path.isfile(os.path.join(manual_dir, f))]
   if missing:
-    raise FileNotFoundError(f'config.data.manual_dir={manual_dir!r} lacks {", ".join(missing)}: '
-                            f'download them from the official CelebA page {CELEBA_PAGE} and put all '
-                            f'five files ({", ".join(FILES)}) in that folder')
+    raise FileNotFoundError(
+      f'config.data.manual_dir={manual_dir!r} lacks {", ".join(missing)}: '
+      f'download them from the official CelebA page {CELEBA_PAGE} and put all '
+      f'five files ({", ".join(FILES)}) in that folder'
+    )
 
 
 def _rows(path, header_lines, columns, file_name):
@@ -64,8 +77,10 @@ def _rows(path, header_lines, columns, file_name):
   parts = [line.split(None, 1) for line in body]
   for number, part in enumerate(parts, header_lines + 1):
     if len(part) != 2 or not part[0].endswith('.jpg') or len(part[1].split()) != columns:
-      raise _bad(file_name, f'line {number} is not a name and {columns} numbers '
-                 '(truncated or not the official file?)')
+      raise _bad(
+        file_name,
+        f'line {number} is not a name and {columns} numbers (truncated or not the official file?)',
+      )
   try:  # fast: one C parse of every value (numpy >= 2.4 raises on a non-integer, older warned)
     with warnings.catch_warnings():
       warnings.simplefilter('error', DeprecationWarning)
@@ -107,9 +122,12 @@ def _by_name(reference, names, values, file_name):
   if len(names) != len(reference) or not np.array_equal(names, reference):
     missing = np.setdiff1d(reference, names)
     extra = np.setdiff1d(names, reference)
-    raise _bad(file_name, f'lists other images than {PARTITION}: {len(missing)} missing '
-               f'(e.g. {missing[:3].tolist()}), {len(extra)} extra or repeated '
-               f'(e.g. {extra[:3].tolist()}) (truncated?)')
+    raise _bad(
+      file_name,
+      f'lists other images than {PARTITION}: {len(missing)} missing '
+      f'(e.g. {missing[:3].tolist()}), {len(extra)} extra or repeated '
+      f'(e.g. {extra[:3].tolist()}) (truncated?)',
+    )
   return values
 
 
@@ -133,8 +151,11 @@ def members_of(zf):
     if folder != MEMBER_DIR or '/' in name or not name.endswith('.jpg'):
       continue
     if name in members:
-      raise _bad(ZIP, f'holds {info.filename} twice (entries {position[name]} and {index}, '
-                 f'{members[name].file_size} and {info.file_size} bytes)')
+      raise _bad(
+        ZIP,
+        f'holds {info.filename} twice (entries {position[name]} and {index}, '
+        f'{members[name].file_size} and {info.file_size} bytes)',
+      )
     members[name], position[name] = info, index
   return members
 
@@ -163,8 +184,12 @@ def read_metadata(manual_dir):
   absent = [n for n in names if n not in members]
   if absent:
     raise _bad(ZIP, f'lacks {len(absent)} images listed in {PARTITION} (e.g. {absent[:3]})')
-  return {'names': names, 'partition': partition.astype(np.int8),
-          'identity': identity.astype(np.int64), 'attributes': attributes.astype(np.int8)}
+  return {
+    'names': names,
+    'partition': partition.astype(np.int8),
+    'identity': identity.astype(np.int64),
+    'attributes': attributes.astype(np.int8),
+  }
 
 
 def source_fingerprint(manual_dir):
@@ -190,13 +215,15 @@ def test_count(n, test_fraction):
 
 def split_identity(names, identity, test_fraction, split_seed):
   """Boolean test mask over `names`: each identity split exactly (docs/celeba.md, "Task and split")."""
-  keys = np.asarray([int(hashlib.sha256(f'{int(split_seed)}:{n}'.encode()).hexdigest()[:16], 16)
-                     for n in names], dtype=np.uint64)
+  keys = np.asarray(
+    [int(hashlib.sha256(f'{int(split_seed)}:{n}'.encode()).hexdigest()[:16], 16) for n in names],
+    dtype=np.uint64,
+  )
   order = np.lexsort((np.argsort(np.argsort(names, kind='stable')), keys, identity))
   ids, starts, counts = np.unique(identity[order], return_index=True, return_counts=True)
   test = np.zeros(len(names), bool)
   for start, count in zip(starts, counts):
-    test[order[start:start + test_count(int(count), test_fraction)]] = True
+    test[order[start : start + test_count(int(count), test_fraction)]] = True
   return test
 
 

@@ -47,7 +47,9 @@ def exact_counts(num_identities, num_images, rng):
   called with 10,177 and 202,599: about 20 each, as in CelebA)."""
   if num_images < num_identities:
     raise ValueError(f'--images: {num_images} is fewer than --identities {num_identities}')
-  return 1 + rng.multinomial(num_images - num_identities, np.full(num_identities, 1 / num_identities))
+  return 1 + rng.multinomial(
+    num_images - num_identities, np.full(num_identities, 1 / num_identities)
+  )
 
 
 def _draw(identity_index, num_identities, eyeglasses, smiling, rng):
@@ -86,11 +88,14 @@ def generate(out, identities=20, max_images=12, seed=0, quality=90, images=None,
   rng = np.random.default_rng(seed)
   os.makedirs(out, exist_ok=True)
   ids = np.sort(rng.choice(np.arange(1, 10178), size=identities, replace=False))
-  counts = (image_counts(identities, max_images, rng) if images is None else
-            exact_counts(identities, images, rng))
+  counts = (
+    image_counts(identities, max_images, rng)
+    if images is None
+    else exact_counts(identities, images, rng)
+  )
   owners = rng.permutation(np.repeat(np.arange(identities), counts))  # interleaved, as in CelebA
   partition_of = rng.choice(3, size=identities, p=(0.8, 0.1, 0.1))  # identity-disjoint partitions
-  partition_of[:min(3, identities)] = np.arange(min(3, identities))  # every partition non-empty
+  partition_of[: min(3, identities)] = np.arange(min(3, identities))  # every partition non-empty
   identity_attrs = rng.choice((-1, 1), size=(identities, len(ATTR_NAMES)))
   names = [f'{i + 1:06d}.jpg' for i in range(len(owners))]
   attr_rows, landmark_rows, id_rows, part_rows = [], [], [], []
@@ -112,10 +117,10 @@ def generate(out, identities=20, max_images=12, seed=0, quality=90, images=None,
       part_rows.append(f'{name} {partition_of[owner]}')
   n = len(names)
   files = {
-      'list_attr_celeba.txt': [str(n), ' '.join(ATTR_NAMES) + ' '] + attr_rows,
-      'list_landmarks_align_celeba.txt': [str(n), ' '.join(LANDMARK_NAMES)] + landmark_rows,
-      'identity_CelebA.txt': id_rows,
-      'list_eval_partition.txt': part_rows,
+    'list_attr_celeba.txt': [str(n), ' '.join(ATTR_NAMES) + ' '] + attr_rows,
+    'list_landmarks_align_celeba.txt': [str(n), ' '.join(LANDMARK_NAMES)] + landmark_rows,
+    'identity_CelebA.txt': id_rows,
+    'list_eval_partition.txt': part_rows,
   }
   for file_name, lines in files.items():
     with open(os.path.join(out, file_name), 'w', newline='\n') as f:
@@ -124,18 +129,31 @@ def generate(out, identities=20, max_images=12, seed=0, quality=90, images=None,
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(prog='python -m input_pipeline.celeba_fixture',
-                                   description=' '.join(__doc__.split('\n\n')[0].split()))
+  parser = argparse.ArgumentParser(
+    prog='python -m input_pipeline.celeba_fixture',
+    description=' '.join(__doc__.split('\n\n')[0].split()),
+  )
   parser.add_argument('--out', required=True, help='folder to write the five files into')
   parser.add_argument('--identities', type=int, default=20, help='identities in the fixture')
   parser.add_argument('--max_images', type=int, default=12, help='most images of one identity')
   parser.add_argument('--seed', type=int, default=0, help='seed of the generated images')
   parser.add_argument('--quality', type=int, default=90, help='JPEG quality')
-  parser.add_argument('--images', type=int, default=None,
-                      help='exactly this many images in all (default: random counts per identity)')
+  parser.add_argument(
+    '--images',
+    type=int,
+    default=None,
+    help='exactly this many images in all (default: random counts per identity)',
+  )
   args = parser.parse_args(argv)
-  owners = generate(args.out, args.identities, args.max_images, args.seed, args.quality, args.images,
-                    progress=lambda done, total: print(f'{done}/{total} images', flush=True))
+  owners = generate(
+    args.out,
+    args.identities,
+    args.max_images,
+    args.seed,
+    args.quality,
+    args.images,
+    progress=lambda done, total: print(f'{done}/{total} images', flush=True),
+  )
   print(f'wrote {len(owners)} images of {len(set(owners.values()))} identities to {args.out}')
 
 

@@ -26,9 +26,11 @@ def import_tfds():
   """tensorflow_datasets with TensorFlow forced onto the CPU and quiet."""
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   tf.config.set_visible_devices([], 'GPU')
   tf.get_logger().setLevel('ERROR')
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
   tfds.disable_progress_bar()
   return tfds
 
@@ -36,8 +38,10 @@ def import_tfds():
 def missing_tfds(field):
   """The one line for a CelebA preparation (asked for by `field`, e.g. "config.data.manual_dir=
   '/data/celeba'") on an install without tensorflow-datasets."""
-  return (f'{field}: preparing CelebA needs tensorflow-datasets, which is not installed: '
-          'pip install -r requirements-celeba.txt')
+  return (
+    f'{field}: preparing CelebA needs tensorflow-datasets, which is not installed: '
+    'pip install -r requirements-celeba.txt'
+  )
 
 
 def require_tfds(field):
@@ -52,9 +56,14 @@ def _builder_class():
   """The unregistered local subclass of the installed `celeb_a` builder."""
   from etils import epath  # pylint: disable=g-import-not-at-top
   from tensorflow_datasets.datasets.celeb_a import celeb_a_dataset_builder as upstream  # pylint: disable=g-import-not-at-top
-  urls = {upstream.IMG_ALIGNED_DATA: celeba_files.ZIP, upstream.EVAL_LIST: celeba_files.PARTITION,
-          upstream.ATTR_DATA: celeba_files.ATTR, upstream.LANDMARKS_DATA: celeba_files.LANDMARKS,
-          upstream.IDENTITY_DATA: celeba_files.IDENTITY}
+
+  urls = {
+    upstream.IMG_ALIGNED_DATA: celeba_files.ZIP,
+    upstream.EVAL_LIST: celeba_files.PARTITION,
+    upstream.ATTR_DATA: celeba_files.ATTR,
+    upstream.LANDMARKS_DATA: celeba_files.LANDMARKS,
+    upstream.IDENTITY_DATA: celeba_files.IDENTITY,
+  }
 
   class LocalFiles:
     """Stands in for the download manager: URLs map to files in manual_dir, archives are read."""
@@ -85,8 +94,12 @@ def _builder_class():
 
     def _log_download_bytes(self):
       # Upstream prints "Downloading and preparing dataset ..." to stdout: nothing is downloaded.
-      logging.info('Preparing TFDS celeb_a %s offline from the files in %s into %s (nothing is '
-                   'downloaded)', VERSION, self._manual_files_dir, self.data_dir)
+      logging.info(
+        'Preparing TFDS celeb_a %s offline from the files in %s into %s (nothing is downloaded)',
+        VERSION,
+        self._manual_files_dir,
+        self.data_dir,
+      )
 
     def _split_generators(self, dl_manager):
       return super()._split_generators(LocalFiles(dl_manager, self._manual_files_dir))
@@ -147,8 +160,10 @@ def _path(path):
   """A local path as is (no etils/TF needed); a bucket path (gs://...) through etils.epath."""
   if '://' not in str(path):
     import pathlib  # pylint: disable=g-import-not-at-top
+
     return pathlib.Path(path)
   from etils import epath  # pylint: disable=g-import-not-at-top
+
   return epath.Path(path)
 
 
@@ -187,8 +202,15 @@ def remove_leftovers(folder):
   root = _path(folder)
   if not root.is_dir():
     return
-  stale = [root / 'celeb_a' / p.name for p in (root / 'celeb_a').iterdir()
-           if p.name.startswith('incomplete.')] if (root / 'celeb_a').is_dir() else []
+  stale = (
+    [
+      root / 'celeb_a' / p.name
+      for p in (root / 'celeb_a').iterdir()
+      if p.name.startswith('incomplete.')
+    ]
+    if (root / 'celeb_a').is_dir()
+    else []
+  )
   for entry in root.iterdir():
     match = re.fullmatch(r'.+\.partial-(?:(.+)-)?([0-9]+)', entry.name)
     if not match:
@@ -200,8 +222,11 @@ def remove_leftovers(folder):
       logging.info('Deleting %s, left by a killed CelebA preparation (process %d)', entry, pid)
       _rmtree(str(entry))
   for entry in stale:
-    logging.warning('%s was left by a killed CelebA preparation (another host, or an older '
-                    'version): delete it once no process writes it', entry)
+    logging.warning(
+      '%s was left by a killed CelebA preparation (another host, or an older '
+      'version): delete it once no process writes it',
+      entry,
+    )
 
 
 def read_metadata(tfds_root):
@@ -226,14 +251,17 @@ def _check_existing(tfds_root, source):
   if existing is not None:
     if existing['source_fingerprint'] != source['source_fingerprint']:
       raise ValueError(
-          f'config.data.tfds_dir={tfds_root!r} holds celeb_a prepared from other files '
-          f'({existing["manual_dir"]}): point config.data.tfds_dir at another folder or delete '
-          f'{dataset_dir(tfds_root)}')
+        f'config.data.tfds_dir={tfds_root!r} holds celeb_a prepared from other files '
+        f'({existing["manual_dir"]}): point config.data.tfds_dir at another folder or delete '
+        f'{dataset_dir(tfds_root)}'
+      )
     return True
   if (_path(dataset_dir(tfds_root)) / 'dataset_info.json').exists():
-    raise ValueError(f'config.data.tfds_dir={tfds_root!r}: {dataset_dir(tfds_root)} holds a celeb_a '
-                     f'without this project\'s {SOURCE} (prepared by another tool, or by an older '
-                     'version killed before finishing): delete that folder to prepare it again')
+    raise ValueError(
+      f'config.data.tfds_dir={tfds_root!r}: {dataset_dir(tfds_root)} holds a celeb_a '
+      f"without this project's {SOURCE} (prepared by another tool, or by an older "
+      'version killed before finishing): delete that folder to prepare it again'
+    )
   return False
 
 
@@ -248,8 +276,9 @@ def prepare(manual_dir, tfds_root, source, meta):
   try:
     builder = _builder_class()(manual_files_dir=manual_dir, data_dir=partial)
     builder.download_and_prepare(
-        download_dir=os.path.join(partial, 'downloads'),
-        download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+      download_dir=os.path.join(partial, 'downloads'),
+      download_config=tfds.download.DownloadConfig(try_download_gcs=False),
+    )
     done = _path(dataset_dir(partial))
     with (done / INDEX).open('wb') as f:
       np.savez(f, **meta)
@@ -270,8 +299,10 @@ def iter_records(tfds_root, partition):
   tfds = import_tfds()
   builder = tfds.builder_from_directory(dataset_dir(tfds_root))
   ds = builder.as_dataset(
-      split=PARTITION_SPLITS[partition], shuffle_files=False,
-      decoders={'image': tfds.decode.SkipDecoding()},
-      read_config=tfds.ReadConfig(interleave_cycle_length=1))
+    split=PARTITION_SPLITS[partition],
+    shuffle_files=False,
+    decoders={'image': tfds.decode.SkipDecoding()},
+    read_config=tfds.ReadConfig(interleave_cycle_length=1),
+  )
   for example in tfds.as_numpy(ds):
     yield example['image'], int(example['identity']['Identity_No'])

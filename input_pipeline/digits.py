@@ -28,8 +28,9 @@ def split_sizes(data):
 def _resize(images, size):
   if images.shape[1] == size:
     return images
-  return np.stack([np.asarray(Image.fromarray(im).resize((size, size), Image.BILINEAR))
-                   for im in images])
+  return np.stack(
+    [np.asarray(Image.fromarray(im).resize((size, size), Image.BILINEAR)) for im in images]
+  )
 
 
 def load(config):
@@ -37,32 +38,49 @@ def load(config):
   # pylint: disable=import-outside-toplevel  (scikit-learn loads with the data, not with a check)
   from sklearn import datasets as sk_datasets
   from sklearn import model_selection
+
   digits = sk_datasets.load_digits()
   size = int(config.data.image_size)
   need, host = len(digits.images) * size * size, base.host_memory()
   if host and need > host / 2:  # the resized images are held in memory, on the host
-    raise ValueError(f'config.data.image_size={size}: the {len(digits.images)} digits resized to '
-                     f'{size}x{size} take {need / 2**30:.1f} GiB of memory, over half of the '
-                     f'{host / 2**30:.1f} GiB this machine has: use a smaller '
-                     'config.data.image_size (the digits are 8x8 images)')
+    raise ValueError(
+      f'config.data.image_size={size}: the {len(digits.images)} digits resized to '
+      f'{size}x{size} take {need / 2**30:.1f} GiB of memory, over half of the '
+      f'{host / 2**30:.1f} GiB this machine has: use a smaller '
+      'config.data.image_size (the digits are 8x8 images)'
+    )
   images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)  # [1797, 8, 8]
   images = _resize(images, size)[..., None]
   labels = digits.target.astype(np.int32)
   index = np.arange(len(labels))
   train_idx, test_idx = model_selection.train_test_split(
-      index, test_size=float(config.data.test_fraction), stratify=labels,
-      random_state=int(config.data.split_seed))
+    index,
+    test_size=float(config.data.test_fraction),
+    stratify=labels,
+    random_state=int(config.data.split_seed),
+  )
   train_idx, test_idx = np.sort(train_idx), np.sort(test_idx)
-  info = {'train_size': len(train_idx), 'test_size': len(test_idx),
-          'split_fingerprint': base.fingerprint(test_idx.tolist()),
-          'split_seed': int(config.data.split_seed)}
+  info = {
+    'train_size': len(train_idx),
+    'test_size': len(test_idx),
+    'split_fingerprint': base.fingerprint(test_idx.tolist()),
+    'split_seed': int(config.data.split_seed),
+  }
   return base.Dataset(
-      name='digits',
-      train=base.Split(images[train_idx], labels[train_idx]),
-      test=base.Split(images[test_idx], labels[test_idx]),
-      num_classes=CLASSES, task='classification', info=info)
+    name='digits',
+    train=base.Split(images[train_idx], labels[train_idx]),
+    test=base.Split(images[test_idx], labels[test_idx]),
+    num_classes=CLASSES,
+    task='classification',
+    info=info,
+  )
 
 
 DATASET = registry.Declaration(
-    name='digits', images=IMAGES, channels=1, split_sizes=split_sizes,
-    labels=lambda data: (CLASSES, 'classification', ()), load=load)
+  name='digits',
+  images=IMAGES,
+  channels=1,
+  split_sizes=split_sizes,
+  labels=lambda data: (CLASSES, 'classification', ()),
+  load=load,
+)

@@ -37,6 +37,7 @@ class Declaration:
   problems: config.data -> [one line per problem] that would stop `load`, found without reading
     the data (the sweep asks before it launches a run: sweeps/checks.py); None: none to look for.
   """
+
   name: str
   images: int
   channels: int
@@ -75,11 +76,15 @@ def get(name):
   """
   module = _module(name)
   if module is None:
-    raise ValueError(f'config.data.name must be one of {tuple(names())} (a module '
-                     f'input_pipeline/<name>.py that declares DATASET), got {name!r}')
+    raise ValueError(
+      f'config.data.name must be one of {tuple(names())} (a module '
+      f'input_pipeline/<name>.py that declares DATASET), got {name!r}'
+    )
   if module.DATASET.name != name:
-    raise ValueError(f'input_pipeline/{name}.py declares the dataset {module.DATASET.name!r}: '
-                     'a dataset module declares its own name')
+    raise ValueError(
+      f'input_pipeline/{name}.py declares the dataset {module.DATASET.name!r}: '
+      'a dataset module declares its own name'
+    )
   return module.DATASET
 
 
@@ -107,6 +112,11 @@ def declared(config):
   num_classes, task, label_shape = dataset.labels(config.data)
   size = int(config.data.image_size)
   image_shape = (size, size, dataset.channels)
-  return base.Dataset(name=dataset.name, train=_split(train, image_shape, label_shape),
-                      test=_split(test, image_shape, label_shape), num_classes=num_classes,
-                      task=task, info={'declared': True, 'train_size': train, 'test_size': test})
+  return base.Dataset(
+    name=dataset.name,
+    train=_split(train, image_shape, label_shape),
+    test=_split(test, image_shape, label_shape),
+    num_classes=num_classes,
+    task=task,
+    info={'declared': True, 'train_size': train, 'test_size': test},
+  )

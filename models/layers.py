@@ -17,9 +17,21 @@ from numerics import ops
 class Conv2d(nnx.Module):
   """Bias-free NHWC convolution, kernel HWIO [k, k, in, out] (torch's OIHW, transposed)."""
 
-  def __init__(self, in_channels, out_channels, kernel_size, *, stride=1, padding=0,
-               dtype=jnp.float32, param_dtype=jnp.float32, fmt='native', conv_impl='auto',
-               emulate_impl='auto', rngs):
+  def __init__(
+    self,
+    in_channels,
+    out_channels,
+    kernel_size,
+    *,
+    stride=1,
+    padding=0,
+    dtype=jnp.float32,
+    param_dtype=jnp.float32,
+    fmt='native',
+    conv_impl='auto',
+    emulate_impl='auto',
+    rngs,
+  ):
     shape = (kernel_size, kernel_size, in_channels, out_channels)
     # torchvision ResNet: kaiming_normal_(mode='fan_out', nonlinearity='relu').
     std = math.sqrt(2.0 / (out_channels * kernel_size * kernel_size))
@@ -31,28 +43,50 @@ class Conv2d(nnx.Module):
     self.conv_impl = conv_impl  # 'auto' is resolved per shape at trace time (numerics/ops.py)
 
   def __call__(self, x):
-    return ops.conv2d(x.astype(self.dtype), self.kernel[...].astype(self.dtype), self.stride,
-                      self.padding, fmt=self.fmt, impl=self.conv_impl,
-                      emulate_impl=self.emulate_impl,
-                      key=ops.noise_key(self.fmt, self.product_id))
+    return ops.conv2d(
+      x.astype(self.dtype),
+      self.kernel[...].astype(self.dtype),
+      self.stride,
+      self.padding,
+      fmt=self.fmt,
+      impl=self.conv_impl,
+      emulate_impl=self.emulate_impl,
+      key=ops.noise_key(self.fmt, self.product_id),
+    )
 
 
 class Linear(nnx.Module):
   """Dense layer, kernel [in, out] (torch's [out, in], transposed); torch's default init."""
 
-  def __init__(self, in_features, out_features, *, dtype=jnp.float32, param_dtype=jnp.float32,
-               fmt='native', emulate_impl='auto', rngs):
+  def __init__(
+    self,
+    in_features,
+    out_features,
+    *,
+    dtype=jnp.float32,
+    param_dtype=jnp.float32,
+    fmt='native',
+    emulate_impl='auto',
+    rngs,
+  ):
     bound = 1.0 / math.sqrt(in_features)
-    self.kernel = nnx.Param(jax.random.uniform(
-        rngs.params(), (in_features, out_features), param_dtype, -bound, bound))
-    self.bias = nnx.Param(jax.random.uniform(
-        rngs.params(), (out_features,), param_dtype, -bound, bound))
+    self.kernel = nnx.Param(
+      jax.random.uniform(rngs.params(), (in_features, out_features), param_dtype, -bound, bound)
+    )
+    self.bias = nnx.Param(
+      jax.random.uniform(rngs.params(), (out_features,), param_dtype, -bound, bound)
+    )
     self.dtype, self.fmt, self.emulate_impl = dtype, fmt, emulate_impl
     self.product_id = 0  # set by the model from the layer's name (models/resnet.py)
 
   def __call__(self, x):
-    y = ops.dense(x.astype(self.dtype), self.kernel[...].astype(self.dtype), fmt=self.fmt,
-                  emulate_impl=self.emulate_impl, key=ops.noise_key(self.fmt, self.product_id))
+    y = ops.dense(
+      x.astype(self.dtype),
+      self.kernel[...].astype(self.dtype),
+      fmt=self.fmt,
+      emulate_impl=self.emulate_impl,
+      key=ops.noise_key(self.fmt, self.product_id),
+    )
     return y + self.bias[...].astype(self.dtype)
 
 
@@ -65,8 +99,16 @@ class BatchNorm(nnx.Module):
   then average the groups'.
   """
 
-  def __init__(self, num_features, *, momentum=0.1, epsilon=1e-5, group_size=0,
-               dtype=jnp.float32, param_dtype=jnp.float32):
+  def __init__(
+    self,
+    num_features,
+    *,
+    momentum=0.1,
+    epsilon=1e-5,
+    group_size=0,
+    dtype=jnp.float32,
+    param_dtype=jnp.float32,
+  ):
     self.scale = nnx.Param(jnp.ones((num_features,), param_dtype))
     self.bias = nnx.Param(jnp.zeros((num_features,), param_dtype))
     self.mean = nnx.BatchStat(jnp.zeros((num_features,), jnp.float32))

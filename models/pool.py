@@ -17,15 +17,22 @@ from jax import lax
 def _padded_slices(x, window, strides, padding):
   """The window's strided slices of the -inf-padded NHWC `x`, in row-major window order."""
   (top, bottom), (left, right) = padding
-  padded = lax.pad(x, jnp.array(-jnp.inf, x.dtype),
-                   ((0, 0, 0), (top, bottom, 0), (left, right, 0), (0, 0, 0)))
+  padded = lax.pad(
+    x, jnp.array(-jnp.inf, x.dtype), ((0, 0, 0), (top, bottom, 0), (left, right, 0), (0, 0, 0))
+  )
   n, height, width, channels = padded.shape
   out_h = (height - window[0]) // strides[0] + 1
   out_w = (width - window[1]) // strides[1] + 1
-  return [lax.slice(padded, (0, i, j, 0),
-                    (n, i + (out_h - 1) * strides[0] + 1, j + (out_w - 1) * strides[1] + 1,
-                     channels), (1, strides[0], strides[1], 1))
-          for i in range(window[0]) for j in range(window[1])]
+  return [
+    lax.slice(
+      padded,
+      (0, i, j, 0),
+      (n, i + (out_h - 1) * strides[0] + 1, j + (out_w - 1) * strides[1] + 1, channels),
+      (1, strides[0], strides[1], 1),
+    )
+    for i in range(window[0])
+    for j in range(window[1])
+  ]
 
 
 def _pool_and_choice(x, window, strides, padding):

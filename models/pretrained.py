@@ -20,12 +20,12 @@ import sys
 import warnings
 
 
-
 def make_parser():
   parser = argparse.ArgumentParser(
-      prog='python -m models.pretrained',
-      description='Convert a torchvision ResNet-18 state dict (.pth/.safetensors/.npz) to a file '
-                  'that loads without torch (.npz or .safetensors).')
+    prog='python -m models.pretrained',
+    description='Convert a torchvision ResNet-18 state dict (.pth/.safetensors/.npz) to a file '
+    'that loads without torch (.npz or .safetensors).',
+  )
   parser.add_argument('--in', dest='src', required=True, help='input state dict')
   parser.add_argument('--out', dest='dst', required=True, help='output .npz or .safetensors')
   return parser
@@ -59,8 +59,10 @@ def sha256(path):
 
 def _check_path(path, field):
   if not path or not os.path.isfile(path):
-    raise FileNotFoundError(f'{field}: no file at {path!r}; give a torchvision ResNet-18 state '
-                            f'dict ({", ".join(FORMATS)})')
+    raise FileNotFoundError(
+      f'{field}: no file at {path!r}; give a torchvision ResNet-18 state '
+      f'dict ({", ".join(FORMATS)})'
+    )
   ext = os.path.splitext(path)[1].lower()
   if ext not in FORMATS:
     raise ValueError(f'{field}: unsupported file type {ext!r} of {path!r}; use one of {FORMATS}')
@@ -68,10 +70,12 @@ def _check_path(path, field):
 
 
 # How to write each format so that it loads here (the fix named when a file does not read).
-HOW_TO_SAVE = {'.pth': 'torch.save(model.state_dict(), path)',
-               '.pt': 'torch.save(model.state_dict(), path)',
-               '.safetensors': 'safetensors.torch.save_file(model.state_dict(), path)',
-               '.npz': 'python -m models.pretrained --in resnet18.pth --out resnet18.npz'}
+HOW_TO_SAVE = {
+  '.pth': 'torch.save(model.state_dict(), path)',
+  '.pt': 'torch.save(model.state_dict(), path)',
+  '.safetensors': 'safetensors.torch.save_file(model.state_dict(), path)',
+  '.npz': 'python -m models.pretrained --in resnet18.pth --out resnet18.npz',
+}
 
 
 class _Unreadable(ValueError):
@@ -82,9 +86,11 @@ def _read_torch(path):
   try:
     import torch
   except ImportError:
-    raise _Unreadable(f'{path!r} needs torch to read, which is not installed; convert it once '
-                      f'where torch is installed: python -m models.pretrained --in {path} --out '
-                      'resnet18.npz') from None
+    raise _Unreadable(
+      f'{path!r} needs torch to read, which is not installed; convert it once '
+      f'where torch is installed: python -m models.pretrained --in {path} --out '
+      'resnet18.npz'
+    ) from None
   # weights_only: tensors and plain containers only, no code (a hostile pickle is refused).
   with warnings.catch_warnings():  # its unpickler warns about pickle protocols before refusing
     warnings.simplefilter('ignore', UserWarning)
@@ -92,10 +98,14 @@ def _read_torch(path):
   if isinstance(obj, dict) and isinstance(obj.get('state_dict'), dict):
     obj = obj['state_dict']  # a training checkpoint wrapping the state dict
   if not isinstance(obj, dict):
-    raise _Unreadable(f'{path!r} holds a {type(obj).__name__}, not a state dict; save '
-                      'model.state_dict()')
-  return {k: v.detach().cpu().float().numpy() if v.is_floating_point() else v.cpu().numpy()
-          for k, v in obj.items() if isinstance(v, torch.Tensor)}
+    raise _Unreadable(
+      f'{path!r} holds a {type(obj).__name__}, not a state dict; save model.state_dict()'
+    )
+  return {
+    k: v.detach().cpu().float().numpy() if v.is_floating_point() else v.cpu().numpy()
+    for k, v in obj.items()
+    if isinstance(v, torch.Tensor)
+  }
 
 
 def _read(path, ext):
@@ -104,6 +114,7 @@ def _read(path, ext):
     return _read_torch(path)
   if ext == '.safetensors':
     from safetensors.numpy import load_file
+
     return load_file(path)
   with np.load(path, allow_pickle=False) as data:  # no pickled objects: no code runs
     return {k: data[k] for k in data.files}
@@ -124,14 +135,18 @@ def read_state_dict(path, field='config.model.init_from'):
   except Exception as e:  # pylint: disable=broad-except  # each reader raises its own kinds
     detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else ''
     if isinstance(e, pickle.UnpicklingError):  # torch's own text suggests weights_only=False
-      detail = ('torch.load(weights_only=True) refused it: it holds more than tensors and plain '
-                'containers (damaged, or code that would run)')
-    raise ValueError(f'{field}: {path!r} is not a readable {ext} state dict '
-                     f'({type(e).__name__}: {detail}); give a torchvision ResNet-18 state dict '
-                     f'written with {HOW_TO_SAVE[ext]}') from None
+      detail = (
+        'torch.load(weights_only=True) refused it: it holds more than tensors and plain '
+        'containers (damaged, or code that would run)'
+      )
+    raise ValueError(
+      f'{field}: {path!r} is not a readable {ext} state dict '
+      f'({type(e).__name__}: {detail}); give a torchvision ResNet-18 state dict '
+      f'written with {HOW_TO_SAVE[ext]}'
+    ) from None
   # nn.DataParallel / DistributedDataParallel save every key under 'module.'.
   if state and all(k.startswith('module.') for k in state):
-    state = {k[len('module.'):]: v for k, v in state.items()}
+    state = {k[len('module.') :]: v for k, v in state.items()}
   return state
 
 
@@ -147,14 +162,20 @@ def check_architecture(state, path='the file'):
   found = tuple(blocks.get(s, 0) for s in (1, 2, 3, 4))
   if found == resnet.STAGE_BLOCKS and not bottleneck:
     return
-  known = {((2, 2, 2, 2), False): 'ResNet-18', ((3, 4, 6, 3), False): 'ResNet-34',
-           ((3, 4, 6, 3), True): 'ResNet-50', ((3, 4, 23, 3), True): 'ResNet-101',
-           ((3, 8, 36, 3), True): 'ResNet-152'}
+  known = {
+    ((2, 2, 2, 2), False): 'ResNet-18',
+    ((3, 4, 6, 3), False): 'ResNet-34',
+    ((3, 4, 6, 3), True): 'ResNet-50',
+    ((3, 4, 23, 3), True): 'ResNet-101',
+    ((3, 8, 36, 3), True): 'ResNet-152',
+  }
   name = known.get((found, bottleneck), 'not a torchvision ResNet')
   kind = 'bottleneck' if bottleneck else 'basic'
-  raise ValueError(f'config.model.init_from: {path} holds {name} ({kind} blocks per stage '
-                   f'{found}); only a torchvision ResNet-18 (basic blocks {resnet.STAGE_BLOCKS}) '
-                   'can be loaded')
+  raise ValueError(
+    f'config.model.init_from: {path} holds {name} ({kind} blocks per stage '
+    f'{found}); only a torchvision ResNet-18 (basic blocks {resnet.STAGE_BLOCKS}) '
+    'can be loaded'
+  )
 
 
 def _module_targets(prefix, module):
@@ -162,13 +183,18 @@ def _module_targets(prefix, module):
   if isinstance(module, Conv2d):
     return {f'{prefix}.weight': (module.kernel, lambda w: w.transpose(2, 3, 1, 0))}
   if isinstance(module, Linear):
-    return {f'{prefix}.weight': (module.kernel, lambda w: w.T),
-            f'{prefix}.bias': (module.bias, lambda b: b)}
+    return {
+      f'{prefix}.weight': (module.kernel, lambda w: w.T),
+      f'{prefix}.bias': (module.bias, lambda b: b),
+    }
   if isinstance(module, BatchNorm):
     same = lambda v: v
-    return {f'{prefix}.weight': (module.scale, same), f'{prefix}.bias': (module.bias, same),
-            f'{prefix}.running_mean': (module.mean, same),
-            f'{prefix}.running_var': (module.var, same)}
+    return {
+      f'{prefix}.weight': (module.scale, same),
+      f'{prefix}.bias': (module.bias, same),
+      f'{prefix}.running_mean': (module.mean, same),
+      f'{prefix}.running_var': (module.var, same),
+    }
   raise TypeError(f'{prefix}: unexpected module {type(module).__name__}')
 
 
@@ -208,16 +234,20 @@ def _reinit_keys(reinit):
     reinit = (reinit,) if reinit else ()
   bad = [p for p in reinit if p not in REINIT_PARTS]
   if bad:
-    raise ValueError(f'config.model.reinit: unknown part(s) {bad}; choose from '
-                     f'{sorted(REINIT_PARTS)} (or () to load everything)')
+    raise ValueError(
+      f'config.model.reinit: unknown part(s) {bad}; choose from '
+      f'{sorted(REINIT_PARTS)} (or () to load everything)'
+    )
   return tuple(reinit), tuple(n for p in reinit for n in REINIT_PARTS[p])
 
 
 def _check_width(model):
   channels = tuple(getattr(model, f'layer{s}')[0].bn2.scale.shape[0] for s in range(1, 5))
   if channels != resnet.STAGE_CHANNELS:
-    raise ValueError(f'config.model.width must be 1.0 with config.model.init_from (stage channels '
-                     f'{channels}, the file has {resnet.STAGE_CHANNELS}); set model.width=1.0')
+    raise ValueError(
+      f'config.model.width must be 1.0 with config.model.init_from (stage channels '
+      f'{channels}, the file has {resnet.STAGE_CHANNELS}); set model.width=1.0'
+    )
 
 
 def load_into(model, path, reinit=('stem', 'head')):
@@ -236,28 +266,42 @@ def _copy_state(model, state, path, reinit):
   """load_into's work on an already-read state dict."""
   reinit, skipped_prefixes = _reinit_keys(reinit)
   _check_width(model)
-  wanted = {k: v for k, v in targets(model).items()
-            if k.split('.')[0] not in skipped_prefixes}
+  wanted = {k: v for k, v in targets(model).items() if k.split('.')[0] not in skipped_prefixes}
   present = {k for k in state if not k.endswith(IGNORED_SUFFIX)}
   skipped = {k for k in present if k.split('.')[0] in skipped_prefixes}
   missing = sorted(set(wanted) - present)
   unexpected = sorted(present - set(wanted) - skipped)
-  mismatched = [f'{k} file {tuple(state[k].shape)} != model {_torch_shape(v, k)}'
-                for k, (v, _) in sorted(wanted.items())
-                if k in present and tuple(state[k].shape) != _torch_shape(v, k)]
+  mismatched = [
+    f'{k} file {tuple(state[k].shape)} != model {_torch_shape(v, k)}'
+    for k, (v, _) in sorted(wanted.items())
+    if k in present and tuple(state[k].shape) != _torch_shape(v, k)
+  ]
   if missing or unexpected or mismatched:
-    parts = [f'{label}: {_listed(keys)}' for label, keys in
-             (('missing', missing), ('unexpected', unexpected), ('shape mismatch', mismatched))
-             if keys]
-    hint = (' (add "stem"/"head" to config.model.reinit if the model\'s differ)'
-            if mismatched else '')
-    raise ValueError(f'config.model.init_from {path!r} does not fit the model: '
-                     + '; '.join(parts) + hint)
+    parts = [
+      f'{label}: {_listed(keys)}'
+      for label, keys in (
+        ('missing', missing),
+        ('unexpected', unexpected),
+        ('shape mismatch', mismatched),
+      )
+      if keys
+    ]
+    hint = (
+      ' (add "stem"/"head" to config.model.reinit if the model\'s differ)' if mismatched else ''
+    )
+    raise ValueError(
+      f'config.model.init_from {path!r} does not fit the model: ' + '; '.join(parts) + hint
+    )
   for key, (variable, to_nnx) in wanted.items():
     value = to_nnx(np.asarray(state[key], np.float32))
     variable[...] = jnp.asarray(value, dtype=variable.dtype)
-  return {'init_from': os.path.abspath(path), 'sha256': sha256(path)[:16],
-          'keys_loaded': len(wanted), 'keys_in_file': len(present), 'reinit': list(reinit)}
+  return {
+    'init_from': os.path.abspath(path),
+    'sha256': sha256(path)[:16],
+    'keys_loaded': len(wanted),
+    'keys_in_file': len(present),
+    'reinit': list(reinit),
+  }
 
 
 def load_torchvision(path, num_classes=1000, *, rngs=None, **model_kwargs):
@@ -267,8 +311,10 @@ def load_torchvision(path, num_classes=1000, *, rngs=None, **model_kwargs):
   `model_kwargs` go to `ResNet18` (e.g. dtype, conv_format); in_channels must be 3, width 1.0.
   """
   if model_kwargs.get('in_channels', 3) != 3:
-    raise ValueError(f'in_channels must be 3 for a pretrained ResNet-18, got '
-                     f'{model_kwargs["in_channels"]}; load_into(..., reinit=("stem",)) instead')
+    raise ValueError(
+      f'in_channels must be 3 for a pretrained ResNet-18, got '
+      f'{model_kwargs["in_channels"]}; load_into(..., reinit=("stem",)) instead'
+    )
   if float(model_kwargs.get('width', 1.0)) != 1.0:
     raise ValueError(f'width must be 1.0 with a pretrained ResNet-18, got {model_kwargs["width"]}')
   state = read_state_dict(path)
@@ -292,11 +338,17 @@ def convert(src, dst):
     np.savez(dst, **state)
   elif ext == '.safetensors':
     from safetensors.numpy import save_file
+
     save_file(state, dst)
   else:
     raise ValueError(f'--out must end in .npz or .safetensors, got {dst!r}')
-  return {'in': src, 'in_sha256': sha256(src)[:16], 'out': dst, 'out_sha256': sha256(dst)[:16],
-          'keys': len(state)}
+  return {
+    'in': src,
+    'in_sha256': sha256(src)[:16],
+    'out': dst,
+    'out_sha256': sha256(dst)[:16],
+    'keys': len(state),
+  }
 
 
 def main(argv=None):

@@ -14,26 +14,37 @@ import jax.numpy as jnp
 from flax import nnx
 
 from models import pool
+
 # The structure in numbers (models/architecture.py); read here as resnet.X too (pretrained,
 # benchmarks, experiments).
-from models.architecture import (HEAD_NAMES, PARTS, STAGE_BLOCKS, STAGE_CHANNELS,  # pylint: disable=unused-import
-                                 STEM_NAMES, STEMS, stage_channels)
+from models.architecture import (
+  HEAD_NAMES,
+  PARTS,
+  STAGE_BLOCKS,
+  STAGE_CHANNELS,  # pylint: disable=unused-import
+  STEM_NAMES,
+  STEMS,
+  stage_channels,
+)
 from models.layers import BatchNorm, Conv2d, Linear
 from numerics import profiles
 
 
 class BasicBlock(nnx.Module):
-
   def __init__(self, in_channels, channels, stride, *, layer_kwargs, bn_kwargs, rngs):
-    self.conv1 = Conv2d(in_channels, channels, 3, stride=stride, padding=1, **layer_kwargs,
-                        rngs=rngs)
+    self.conv1 = Conv2d(
+      in_channels, channels, 3, stride=stride, padding=1, **layer_kwargs, rngs=rngs
+    )
     self.bn1 = BatchNorm(channels, **bn_kwargs)
     self.conv2 = Conv2d(channels, channels, 3, padding=1, **layer_kwargs, rngs=rngs)
     self.bn2 = BatchNorm(channels, **bn_kwargs)
     if stride != 1 or in_channels != channels:
-      self.downsample = nnx.List([
+      self.downsample = nnx.List(
+        [
           Conv2d(in_channels, channels, 1, stride=stride, **layer_kwargs, rngs=rngs),
-          BatchNorm(channels, **bn_kwargs)])
+          BatchNorm(channels, **bn_kwargs),
+        ]
+      )
     else:
       self.downsample = None
 
@@ -56,36 +67,70 @@ class ResNet18(nnx.Module):
   `batchnorm_group` > 0 gives every BatchNorm per-group statistics (see `layers.BatchNorm`).
   """
 
-  def __init__(self, num_classes=1000, *, in_channels=3, width=1.0, stem='imagenet',
-               dtype=jnp.float32, param_dtype=jnp.float32, conv_format='native',
-               dense_format='native', batchnorm_group=0, conv_impl='auto', emulate_impl='auto',
-               rngs: nnx.Rngs):
+  def __init__(
+    self,
+    num_classes=1000,
+    *,
+    in_channels=3,
+    width=1.0,
+    stem='imagenet',
+    dtype=jnp.float32,
+    param_dtype=jnp.float32,
+    conv_format='native',
+    dense_format='native',
+    batchnorm_group=0,
+    conv_impl='auto',
+    emulate_impl='auto',
+    rngs: nnx.Rngs,
+  ):
     if stem not in STEMS:  # a config's stem is checked at resolution (configs/validation.py)
       raise ValueError(f'stem must be one of {STEMS}, got {stem!r}')
-    layer_kwargs = dict(dtype=dtype, param_dtype=param_dtype, fmt=conv_format,
-                        conv_impl=conv_impl, emulate_impl=emulate_impl)
+    layer_kwargs = dict(
+      dtype=dtype,
+      param_dtype=param_dtype,
+      fmt=conv_format,
+      conv_impl=conv_impl,
+      emulate_impl=emulate_impl,
+    )
     bn_kwargs = dict(dtype=dtype, param_dtype=param_dtype, group_size=batchnorm_group)
     channels = stage_channels(width)
     self.stem = stem
     if stem == 'imagenet':
-      self.conv1 = Conv2d(in_channels, channels[0], 7, stride=2, padding=3, **layer_kwargs,
-                          rngs=rngs)
+      self.conv1 = Conv2d(
+        in_channels, channels[0], 7, stride=2, padding=3, **layer_kwargs, rngs=rngs
+      )
     else:
-      self.conv1 = Conv2d(in_channels, channels[0], 3, stride=1, padding=1, **layer_kwargs,
-                          rngs=rngs)
+      self.conv1 = Conv2d(
+        in_channels, channels[0], 3, stride=1, padding=1, **layer_kwargs, rngs=rngs
+      )
     self.bn1 = BatchNorm(channels[0], **bn_kwargs)
     stages, previous = [], channels[0]
     for index, (c, blocks) in enumerate(zip(channels, STAGE_BLOCKS)):
       stride = 1 if index == 0 else 2
       stage = []
       for b in range(blocks):
-        stage.append(BasicBlock(previous, c, stride if b == 0 else 1, layer_kwargs=layer_kwargs,
-                                bn_kwargs=bn_kwargs, rngs=rngs))
+        stage.append(
+          BasicBlock(
+            previous,
+            c,
+            stride if b == 0 else 1,
+            layer_kwargs=layer_kwargs,
+            bn_kwargs=bn_kwargs,
+            rngs=rngs,
+          )
+        )
         previous = c
       stages.append(nnx.List(stage))
     self.layer1, self.layer2, self.layer3, self.layer4 = stages
-    self.fc = Linear(previous, num_classes, dtype=dtype, param_dtype=param_dtype,
-                     fmt=dense_format, emulate_impl=emulate_impl, rngs=rngs)
+    self.fc = Linear(
+      previous,
+      num_classes,
+      dtype=dtype,
+      param_dtype=param_dtype,
+      fmt=dense_format,
+      emulate_impl=emulate_impl,
+      rngs=rngs,
+    )
     self.dtype = dtype
     for path, module in nnx.iter_modules(self):
       if isinstance(module, (Conv2d, Linear)):
@@ -120,9 +165,16 @@ def create_model(config, num_classes, in_channels, rngs):
   model_cfg, num_cfg = config.model, config.numerics
   formats = profiles.formats(num_cfg)
   return ResNet18(
-      num_classes, in_channels=in_channels, width=float(model_cfg.width), stem=model_cfg.stem,
-      dtype=jnp.dtype(num_cfg.compute_dtype), param_dtype=jnp.dtype(num_cfg.param_dtype),
-      conv_format=formats['conv'], dense_format=formats['dense'],
-      batchnorm_group=int(num_cfg.batchnorm_group),
-      conv_impl=num_cfg.get('conv_impl', 'auto'),
-      emulate_impl=num_cfg.get('emulate_impl', 'auto'), rngs=rngs)
+    num_classes,
+    in_channels=in_channels,
+    width=float(model_cfg.width),
+    stem=model_cfg.stem,
+    dtype=jnp.dtype(num_cfg.compute_dtype),
+    param_dtype=jnp.dtype(num_cfg.param_dtype),
+    conv_format=formats['conv'],
+    dense_format=formats['dense'],
+    batchnorm_group=int(num_cfg.batchnorm_group),
+    conv_impl=num_cfg.get('conv_impl', 'auto'),
+    emulate_impl=num_cfg.get('emulate_impl', 'auto'),
+    rngs=rngs,
+  )

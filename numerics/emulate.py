@@ -18,6 +18,7 @@ from jax.extend import core as jex_core
 
 from numerics import rounding, target
 from numerics.formats import EMULATE_IMPLS, FAST_FORMATS, FORMATS, NOISY_FORMATS  # pylint: disable=unused-import  (re-exported)
+
 # 'auto' on CPU, per format (benchmarks/bench_emulate.py; BENCHMARKS.md, "Emulated formats"):
 # neither implementation measured faster there (XLA:CPU multiplies f32 either way: fast/reference
 # 0.95-1.02, inside the run-to-run spread), so the reference, as before the fast path existed.
@@ -134,8 +135,20 @@ def emulated_bilinear(f, a, b, fmt, key=None, plan=None):
 
 # Primitives that only move or copy values: exact in any dtype, so the fast path runs them in the
 # operands' (narrow) dtype.
-_MOVES = {'pad', 'slice', 'concatenate', 'reshape', 'transpose', 'rev', 'broadcast_in_dim',
-          'squeeze', 'expand_dims', 'split', 'copy', 'copy_p'}
+_MOVES = {
+  'pad',
+  'slice',
+  'concatenate',
+  'reshape',
+  'transpose',
+  'rev',
+  'broadcast_in_dim',
+  'squeeze',
+  'expand_dims',
+  'split',
+  'copy',
+  'copy_p',
+}
 _CONTRACTIONS = {'dot_general', 'conv_general_dilated'}
 
 
@@ -148,6 +161,7 @@ def retyped(f, a_shape, b_shape, precision):
   def multiply(p, q):
     (out,) = _eval_retyped(closed.jaxpr, closed.consts, [p, q], precision)
     return out
+
   return multiply
 
 
@@ -200,6 +214,7 @@ def _transpose_x(product, x_shape):
 
   def t(dy, k, precision):
     return jax.linear_transpose(lambda x: product(x, k, precision), x_spec)(dy)[0]
+
   return t
 
 
@@ -209,6 +224,7 @@ def _transpose_k(product, k_shape):
 
   def t(x, dy, precision):
     return jax.linear_transpose(lambda k: product(x, k, precision), k_spec)(dy)[0]
+
   return t
 
 
@@ -246,11 +262,15 @@ def emulated(product, x, kernel, fmt, *, key=None, impl='auto', platform=None):
   'auto' choice and fast form to use (default: the one traced for, numerics/target.py).
   """
   if fmt not in FORMATS[1:]:
-    raise ValueError(f"numerics: no emulated format {fmt!r}; one of {FORMATS[1:]} ('native' "
-                     'uses the platform product, without this module)')
+    raise ValueError(
+      f"numerics: no emulated format {fmt!r}; one of {FORMATS[1:]} ('native' "
+      'uses the platform product, without this module)'
+    )
   if (fmt in NOISY_FORMATS) != (key is not None):
-    raise ValueError(f'numerics: the {fmt!r} product ' + ('needs a PRNG key' if key is None else
-                                                            'takes no PRNG key'))
+    raise ValueError(
+      f'numerics: the {fmt!r} product '
+      + ('needs a PRNG key' if key is None else 'takes no PRNG key')
+    )
   fast = resolve_impl(impl, platform, fmt) == 'fast'
   plan = fast_plan(fmt, platform) if fast else None
   out_dtype = jnp.result_type(x, kernel)

@@ -9,8 +9,15 @@ FAST_FORMATS = ('bf16', 'bf16_3x', 'tf32')  # the formats with a faster exact fo
 # jax_default_matmul_precision: the legacy levels, and the DotAlgorithmPreset names that take f32
 # operands (they set dots only: convolutions ignore them).
 LEGACY_PRECISIONS = ('default', 'high', 'highest', 'bfloat16', 'tensorfloat32', 'float32')
-PRESET_PRECISIONS = ('BF16_BF16_F32', 'BF16_BF16_F32_X3', 'BF16_BF16_F32_X6', 'BF16_BF16_F32_X9',
-                     'TF32_TF32_F32', 'TF32_TF32_F32_X3', 'F32_F32_F32')
+PRESET_PRECISIONS = (
+  'BF16_BF16_F32',
+  'BF16_BF16_F32_X3',
+  'BF16_BF16_F32_X6',
+  'BF16_BF16_F32_X9',
+  'TF32_TF32_F32',
+  'TF32_TF32_F32_X3',
+  'F32_F32_F32',
+)
 PRECISIONS = LEGACY_PRECISIONS + PRESET_PRECISIONS
 DTYPE_BYTES = {'float32': 4, 'bfloat16': 2}  # numerics.compute_dtype, param_dtype: bytes a value
 DTYPES = tuple(DTYPE_BYTES)

@@ -50,8 +50,10 @@ def noise_key(fmt, product_id):
   if fmt not in emulate_lib.NOISY_FORMATS:
     return None
   if not _NOISE_SCOPE:
-    raise ValueError(f'numerics: the {fmt!r} product needs a noise key: trace the model inside '
-                     'numerics.ops.noise_scope(key) (trainer/steps.py does, per step)')
+    raise ValueError(
+      f'numerics: the {fmt!r} product needs a noise key: trace the model inside '
+      'numerics.ops.noise_scope(key) (trainer/steps.py does, per step)'
+    )
   return jax.random.fold_in(_NOISE_SCOPE[-1], product_id)
 
 
@@ -73,8 +75,11 @@ def resolve_conv_impl(impl, platform=None, macs=None, *, kernel_hw=None, out_hw=
   if macs is None or macs >= IM2COL_MIN_MACS:
     return 'im2col'
   pointwise = kernel_hw is not None and tuple(kernel_hw) == (1, 1)
-  small_out = (out_hw is not None and out_hw[0] * out_hw[1] <= IM2COL_SMALL_OUT_PIXELS
-               and macs >= IM2COL_SMALL_OUT_MIN_MACS)
+  small_out = (
+    out_hw is not None
+    and out_hw[0] * out_hw[1] <= IM2COL_SMALL_OUT_PIXELS
+    and macs >= IM2COL_SMALL_OUT_MIN_MACS
+  )
   return 'im2col' if pointwise or small_out else 'xla'
 
 
@@ -92,8 +97,13 @@ def conv_macs(x_shape, kernel_shape, stride):
 
 def _native_conv(x, kernel, stride, padding, precision=None):
   return lax.conv_general_dilated(
-      x, kernel, window_strides=(stride, stride), padding=padding,
-      dimension_numbers=CONV_DIMENSIONS, precision=precision)
+    x,
+    kernel,
+    window_strides=(stride, stride),
+    padding=padding,
+    dimension_numbers=CONV_DIMENSIONS,
+    precision=precision,
+  )
 
 
 def _explicit_padding(padding, in_hw, kernel_hw, stride):
@@ -115,14 +125,25 @@ def _im2col_conv(x, kernel, stride, padding, precision=None):
   hp, wp = h + pt + pb, w + pl + pr
   ho, wo = (hp - kh) // stride + 1, (wp - kw) // stride + 1
   slices = [
-      lax.slice(x, (0, i, j, 0), (n, i + (ho - 1) * stride + 1, j + (wo - 1) * stride + 1, c),
-                (1, stride, stride, 1))
-      for i in range(kh) for j in range(kw)]
+    lax.slice(
+      x,
+      (0, i, j, 0),
+      (n, i + (ho - 1) * stride + 1, j + (wo - 1) * stride + 1, c),
+      (1, stride, stride, 1),
+    )
+    for i in range(kh)
+    for j in range(kw)
+  ]
   patches = slices[0] if len(slices) == 1 else lax.concatenate(slices, 3)  # [N,Ho,Wo,kh*kw*C]
   # Row-major HWIO -> [(i, j, c), O]: the same (i, j, c) order as the concatenated patches.
   out_dtype = jnp.result_type(x, kernel)
-  y = lax.dot_general(patches, kernel.reshape(kh * kw * cin, cout), (((3,), (0,)), ((), ())),
-                      precision=precision, preferred_element_type=jnp.float32)
+  y = lax.dot_general(
+    patches,
+    kernel.reshape(kh * kw * cin, cout),
+    (((3,), (0,)), ((), ())),
+    precision=precision,
+    preferred_element_type=jnp.float32,
+  )
   return y.astype(out_dtype)
 
 
@@ -133,8 +154,9 @@ def _native_dense(x, kernel, precision=None):
   return lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=precision)
 
 
-def conv2d(x, kernel, stride=1, padding='SAME', *, fmt='native', impl='xla',
-           emulate_impl='auto', key=None):
+def conv2d(
+  x, kernel, stride=1, padding='SAME', *, fmt='native', impl='xla', emulate_impl='auto', key=None
+):
   """NHWC x HWIO convolution; padding is 'SAME', 'VALID' or [(lo, hi), (lo, hi)].
 
   `fmt`: the product format ('native': the platform's own; else numerics/emulate.py FORMATS).
@@ -142,14 +164,23 @@ def conv2d(x, kernel, stride=1, padding='SAME', *, fmt='native', impl='xla',
   `impl`: 'xla', 'im2col' or 'auto' (`resolve_conv_impl`); the numerics are the same up to the f32
   summation order. `emulate_impl`, `key`: see numerics/emulate.py `emulated`.
   """
-  impl = resolve_conv_impl(impl, macs=conv_macs(x.shape, kernel.shape, stride),
-                           kernel_hw=kernel.shape[:2], out_hw=conv_out_hw(x.shape, stride))
+  impl = resolve_conv_impl(
+    impl,
+    macs=conv_macs(x.shape, kernel.shape, stride),
+    kernel_hw=kernel.shape[:2],
+    out_hw=conv_out_hw(x.shape, stride),
+  )
   product = CONV_PRODUCTS[impl]
   if fmt == 'native':
     return product(x, kernel, stride, padding)
   return emulate_lib.emulated(
-      lambda a, b, precision: product(a, b, stride, padding, precision), x, kernel, fmt,
-      key=key, impl=emulate_impl)
+    lambda a, b, precision: product(a, b, stride, padding, precision),
+    x,
+    kernel,
+    fmt,
+    key=key,
+    impl=emulate_impl,
+  )
 
 
 def dense(x, kernel, *, fmt='native', emulate_impl='auto', key=None):

@@ -59,8 +59,10 @@ def bf16_noise():
   return 'bf16_noise', 'bf16_noise'
 
 
-PROFILES = {fn.__name__: fn for fn in (native, tpu_default, jax_gpu_default, torch_gpu_default,
-                                       f32, bf16_noise)}
+PROFILES = {
+  fn.__name__: fn
+  for fn in (native, tpu_default, jax_gpu_default, torch_gpu_default, f32, bf16_noise)
+}
 
 
 def _field(numerics, name, default):
@@ -81,8 +83,9 @@ def formats(numerics):
   whose values configs/validation.py accepts (an unknown profile is a KeyError here).
   """
   named = named_formats(numerics)
-  return {kind: _field(numerics, f'{kind}_format', UNSET) or named.get(kind, 'native')
-          for kind in KINDS}
+  return {
+    kind: _field(numerics, f'{kind}_format', UNSET) or named.get(kind, 'native') for kind in KINDS
+  }
 
 
 def expand(config):

@@ -57,7 +57,7 @@ def split_exact_bf16(x):
 
 
 # Smallest normal f32 exponent's ulp as bf16 sees it: f32 subnormals sit on this grid too.
-_BF16_SUBNORMAL_ULP = 2.0 ** -133
+_BF16_SUBNORMAL_ULP = 2.0**-133
 
 
 def bf16_ulp(x):
@@ -65,7 +65,7 @@ def bf16_ulp(x):
   x = jnp.asarray(x, jnp.float32)
   exponent = lax.bitcast_convert_type(x, jnp.uint32) & jnp.uint32(0x7F800000)  # 2^e, sign dropped
   power = lax.bitcast_convert_type(exponent, jnp.float32)
-  return jnp.maximum(power * 2.0 ** -7, _BF16_SUBNORMAL_ULP)
+  return jnp.maximum(power * 2.0**-7, _BF16_SUBNORMAL_ULP)
 
 
 def dither_bf16(x, key):

@@ -16,24 +16,34 @@ import jax
 import jax.numpy as jnp
 
 from numerics import emulate as emulate_lib
-from numerics import ops
-from numerics import profiles
-from numerics import target
+from numerics import ops, profiles, target
 
-LEGACY_LEVEL = {'default': 'default', 'bfloat16': 'default', 'high': 'high',
-                'tensorfloat32': 'high', 'highest': 'highest', 'float32': 'highest'}
+LEGACY_LEVEL = {
+  'default': 'default',
+  'bfloat16': 'default',
+  'high': 'high',
+  'tensorfloat32': 'high',
+  'highest': 'highest',
+  'float32': 'highest',
+}
 # Product format of f32 operands at each legacy level, per platform: JAX's documentation of
 # `jax.default_matmul_precision` and `jax.lax.Precision` (docs.jax.dev: DEFAULT is one bf16 pass on
 # TPU, HIGH three, HIGHEST six; on NVIDIA GPUs DEFAULT and HIGH use TF32, HIGHEST true f32; CPUs
 # compute f32 at every level).
 NATIVE_FORMAT = {
-    'tpu': {'default': 'bf16', 'high': 'bf16_3x', 'highest': 'bf16_6x'},
-    'gpu': {'default': 'tf32', 'high': 'tf32', 'highest': 'f32'},
-    'cpu': {'default': 'f32', 'high': 'f32', 'highest': 'f32'},
+  'tpu': {'default': 'bf16', 'high': 'bf16_3x', 'highest': 'bf16_6x'},
+  'gpu': {'default': 'tf32', 'high': 'tf32', 'highest': 'f32'},
+  'cpu': {'default': 'f32', 'high': 'f32', 'highest': 'f32'},
 }
-PRESET_FORMAT = {'BF16_BF16_F32': 'bf16', 'BF16_BF16_F32_X3': 'bf16_3x',
-                 'BF16_BF16_F32_X6': 'bf16_6x', 'BF16_BF16_F32_X9': 'bf16_9x',
-                 'TF32_TF32_F32': 'tf32', 'TF32_TF32_F32_X3': 'tf32_3x', 'F32_F32_F32': 'f32'}
+PRESET_FORMAT = {
+  'BF16_BF16_F32': 'bf16',
+  'BF16_BF16_F32_X3': 'bf16_3x',
+  'BF16_BF16_F32_X6': 'bf16_6x',
+  'BF16_BF16_F32_X9': 'bf16_9x',
+  'TF32_TF32_F32': 'tf32',
+  'TF32_TF32_F32_X3': 'tf32_3x',
+  'F32_F32_F32': 'f32',
+}
 
 
 def xla_flags(config):
@@ -50,9 +60,16 @@ def xla_flags(config):
 # Measured with jaxlib 0.10.2 on an AVX2 host: the flag moves the code XLA generates itself (loop
 # fusions: a*b+c is one FMA from AVX2 on), not the dots, convolutions and reductions, which run in
 # YNNPACK fusions whose kernels do not follow it (nor did they with those fusions switched off).
-XLA_CPU_ISAS = {'SSE4_2': ('sse4_2',), 'AVX': ('avx',), 'AVX2': ('avx2',), 'AVX512': ('avx512f',),
-                'AVX512_VNNI': ('avx512_vnni',), 'AVX512_BF16': ('avx512_bf16',),
-                'AMX': ('amx_bf16', 'amx_int8'), 'AMX_FP16': ('amx_fp16',)}
+XLA_CPU_ISAS = {
+  'SSE4_2': ('sse4_2',),
+  'AVX': ('avx',),
+  'AVX2': ('avx2',),
+  'AVX512': ('avx512f',),
+  'AVX512_VNNI': ('avx512_vnni',),
+  'AVX512_BF16': ('avx512_bf16',),
+  'AMX': ('amx_bf16', 'amx_int8'),
+  'AMX_FP16': ('amx_fp16',),
+}
 MAX_ISA_FLAG = '--xla_cpu_max_isa='
 CPUINFO = '/proc/cpuinfo'
 X86 = ('x86_64', 'amd64', 'i386', 'i686')
@@ -81,9 +98,11 @@ def configure(config):
   wanted = xla_flags(config)
   current, missing = _missing(wanted)
   if missing and _applied is not None:
-    raise ValueError(f'config.numerics: XLA flag(s) {" ".join(missing)} differ from the flags this '
-                     f'process already applied ({" ".join(_applied) or "none"}): run '
-                     'configs with other XLA flags in a process of their own')
+    raise ValueError(
+      f'config.numerics: XLA flag(s) {" ".join(missing)} differ from the flags this '
+      f'process already applied ({" ".join(_applied) or "none"}): run '
+      'configs with other XLA flags in a process of their own'
+    )
   os.environ['XLA_FLAGS'] = ' '.join(current + missing)
   if _applied is None:
     _applied = wanted
@@ -95,9 +114,11 @@ def require_configured(config):
   ran first); changes nothing (trainer/run.py checks so before building a run)."""
   _, missing = _missing(xla_flags(config))
   if missing:
-    raise ValueError(f'config.numerics: XLA flag(s) {" ".join(missing)} are not set in this '
-                     'process: call numerics.setup.configure(config) before JAX starts (train.py '
-                     'does), or put them in XLA_FLAGS before starting Python')
+    raise ValueError(
+      f'config.numerics: XLA flag(s) {" ".join(missing)} are not set in this '
+      'process: call numerics.setup.configure(config) before JAX starts (train.py '
+      'does), or put them in XLA_FLAGS before starting Python'
+    )
 
 
 def precision_scope(config):
@@ -114,6 +135,7 @@ def with_precision(fn, config, platform=None):
   def traced(*args, **kwargs):
     with precision_scope(config), target.scope(platform):
       return fn(*args, **kwargs)
+
   # The jitted computation keeps fn's name (HLO module names, profiles, dumps).
   traced.__name__ = getattr(fn, '__name__', None) or getattr(fn, 'func', fn).__name__
   return traced
@@ -180,23 +202,26 @@ def describe(config):
   conv_impl = ops.resolve_conv_impl(n.conv_impl, platform)
   formats = kind_formats(platform, flag, wanted, n.compute_dtype, conv_as_dot=conv_impl == 'im2col')
   if conv_impl == 'im2col' and n.conv_impl == 'auto':
-    conv_impl = (f'im2col for 1x1 kernels, >= {ops.IM2COL_MIN_MACS} MACs/example and <= 2x2 '
-                 f'outputs from {ops.IM2COL_SMALL_OUT_MIN_MACS} MACs; xla otherwise')
+    conv_impl = (
+      f'im2col for 1x1 kernels, >= {ops.IM2COL_MIN_MACS} MACs/example and <= 2x2 '
+      f'outputs from {ops.IM2COL_SMALL_OUT_MIN_MACS} MACs; xla otherwise'
+    )
   impl = n.emulate_impl
   xla_flags = os.environ.get('XLA_FLAGS', '')
   effective.update(
-      platform=platform,
-      device_kind=str(getattr(device, 'device_kind', '')),
-      matmul_precision_flag=str(flag),
-      conv_impl=conv_impl,
-      conv_format=formats['conv'],
-      dense_format=formats['dense'],
-      emulated={k: wanted[k] != 'native' for k in profiles.KINDS},
-      emulate_impl={k: emulate_lib.resolve_impl(impl, platform, wanted[k]) for k in profiles.KINDS},
-      compute_dtype=str(jnp.dtype(n.compute_dtype)),
-      batchnorm='global batch' if not n.batchnorm_group else f'groups of {n.batchnorm_group}',
-      gpu_deterministic=(platform == 'gpu' and '--xla_gpu_deterministic_ops=true' in xla_flags),
-      xla_flags=xla_flags)
+    platform=platform,
+    device_kind=str(getattr(device, 'device_kind', '')),
+    matmul_precision_flag=str(flag),
+    conv_impl=conv_impl,
+    conv_format=formats['conv'],
+    dense_format=formats['dense'],
+    emulated={k: wanted[k] != 'native' for k in profiles.KINDS},
+    emulate_impl={k: emulate_lib.resolve_impl(impl, platform, wanted[k]) for k in profiles.KINDS},
+    compute_dtype=str(jnp.dtype(n.compute_dtype)),
+    batchnorm='global batch' if not n.batchnorm_group else f'groups of {n.batchnorm_group}',
+    gpu_deterministic=(platform == 'gpu' and '--xla_gpu_deterministic_ops=true' in xla_flags),
+    xla_flags=xla_flags,
+  )
   return {'requested': requested, 'effective': effective}
 
 
@@ -227,7 +252,7 @@ def xla_cpu_isa(cpu_flags, xla_flags):
     if not have.issuperset(needs):
       break
     levels.append(name)
-  pinned = [f[len(MAX_ISA_FLAG):].upper() for f in xla_flags.split() if f.startswith(MAX_ISA_FLAG)]
+  pinned = [f[len(MAX_ISA_FLAG) :].upper() for f in xla_flags.split() if f.startswith(MAX_ISA_FLAG)]
   if pinned and pinned[-1] in levels:
     return pinned[-1]
   return levels[-1] if levels else None
@@ -243,6 +268,9 @@ def cpu_facts(xla_flags=None):
   xla_flags = os.environ.get('XLA_FLAGS', '') if xla_flags is None else xla_flags
   info, machine = cpuinfo(), host.machine().lower()
   flags = info.get('flags', '').split()
-  own, xla = ((xla_cpu_isa(flags, ''), xla_cpu_isa(flags, xla_flags)) if machine in X86
-              else (machine or None,) * 2)
+  own, xla = (
+    (xla_cpu_isa(flags, ''), xla_cpu_isa(flags, xla_flags))
+    if machine in X86
+    else (machine or None,) * 2
+  )
   return info.get('model name') or host.processor() or None, own, xla

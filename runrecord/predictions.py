@@ -14,8 +14,10 @@ import numpy as np
 from runrecord import record
 
 ITEM = 'predictions'
-KEYS = {'classification': ('label', 'predicted', 'p_predicted', 'p_label'),
-        'multilabel': ('label', 'predicted', 'probability')}
+KEYS = {
+  'classification': ('label', 'predicted', 'p_predicted', 'p_label'),
+  'multilabel': ('label', 'predicted', 'probability'),
+}
 
 
 def dtype(key, task):
@@ -39,6 +41,7 @@ def collect(dataset, outputs):
 def save_items(predictions):
   """{item name: Orbax save argument} for runrecord/record.py save: nothing when None."""
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel  (loads JAX: not at import)
+
   return {} if predictions is None else {ITEM: ocp.args.PyTreeSave(predictions)}
 
 
@@ -62,13 +65,15 @@ def read_predictions(workdir, step=None):
   if step not in steps:
     return None
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+
   absl_log = logging.getLogger('absl')  # Orbax warns three lines per read-only manager
   level = absl_log.level
   absl_log.setLevel(logging.ERROR)
   try:
     options = ocp.CheckpointManagerOptions(read_only=True)
-    with ocp.CheckpointManager(record.checkpoint_dir(workdir), item_names=(ITEM,),
-                               options=options) as mngr:
+    with ocp.CheckpointManager(
+      record.checkpoint_dir(workdir), item_names=(ITEM,), options=options
+    ) as mngr:
       restored = mngr.restore(step, args=ocp.args.Composite(**{ITEM: ocp.args.PyTreeRestore()}))
   finally:
     absl_log.setLevel(level)

@@ -32,9 +32,23 @@ STATUSES = ('running', 'completed', 'failed')
 # numerics/setup.py.
 CPU_FACTS = ('cpu_model', 'cpu_isa', 'xla_cpu_isa')
 # Columns every run row has, in this order, before the flattened ones.
-BASE_COLUMNS = ('run', 'run_id', 'status', 'reason', 'seed', 'init_seed', 'data_seed', 'platform',
-                'device_kind', *CPU_FACTS, 'num_devices', 'num_processes', 'step', 'total_steps',
-                'wall_time_s')
+BASE_COLUMNS = (
+  'run',
+  'run_id',
+  'status',
+  'reason',
+  'seed',
+  'init_seed',
+  'data_seed',
+  'platform',
+  'device_kind',
+  *CPU_FACTS,
+  'num_devices',
+  'num_processes',
+  'step',
+  'total_steps',
+  'wall_time_s',
+)
 # The seeds a run's initial weights and data order came from (configs/common.py init_seed_of,
 # data_seed_of): `seed` in records written before they existed.
 SEED_PARTS = ('init_seed', 'data_seed')
@@ -68,26 +82,57 @@ TEST_SET = ('data.source_fingerprint', 'data.split_fingerprint', 'data.test_size
 # Two runs share initial weights and data order (and so pair by seed) when these are equal:
 # the init and data seeds (both `seed` unless set apart), everything that builds the initial
 # model or orders and transforms the data, and the test set they were evaluated on.
-PAIRING_FIELDS = ('init_seed', 'data_seed', 'config.batch_size', 'config.model.name',
-                  'config.model.width', 'config.model.stem', 'config.model.init_from', 'config.model.reinit',
-                  'config.numerics.param_dtype', 'config.data.name', 'config.data.task',
-                  'config.data.split', 'config.data.split_seed', 'config.data.test_fraction',
-                  'config.data.image_size', 'config.data.normalization', 'config.data.flip',
-                  *TEST_SET)
+PAIRING_FIELDS = (
+  'init_seed',
+  'data_seed',
+  'config.batch_size',
+  'config.model.name',
+  'config.model.width',
+  'config.model.stem',
+  'config.model.init_from',
+  'config.model.reinit',
+  'config.numerics.param_dtype',
+  'config.data.name',
+  'config.data.task',
+  'config.data.split',
+  'config.data.split_seed',
+  'config.data.test_fraction',
+  'config.data.image_size',
+  'config.data.normalization',
+  'config.data.flip',
+  *TEST_SET,
+)
 
 # Config fields that cannot change a run's arithmetic: a saved run with other values of these is
 # still the same run (resume continues it, the sweep counts it as done). Everything else (seed,
 # epochs, batch sizes, eval_every_epochs, numerics, optimizer, model, data) must match.
-IGNORED_FIELDS = ('log_every_steps', 'checkpoint_every_steps', 'keep_checkpoints', 'preset',
-                  'data.prefetch', 'data.on_device', 'data.manual_dir', 'data.tfds_dir',
-                  'data.cache_dir', 'distributed')
+IGNORED_FIELDS = (
+  'log_every_steps',
+  'checkpoint_every_steps',
+  'keep_checkpoints',
+  'preset',
+  'data.prefetch',
+  'data.on_device',
+  'data.manual_dir',
+  'data.tfds_dir',
+  'data.cache_dir',
+  'distributed',
+)
 
 
 # The dataset facts that identify the data a run trains on (present in `data` when the dataset
 # reports them): the files, the split, the resolution and the number of classes. Where the files
 # live (paths, the decoded cache's folder) is not part of the data's identity.
-DATA_IDENTITY = ('fingerprint', 'source_fingerprint', 'split_fingerprint', 'image_size',
-                 'num_classes', 'train_size', 'test_size', 'task')
+DATA_IDENTITY = (
+  'fingerprint',
+  'source_fingerprint',
+  'split_fingerprint',
+  'image_size',
+  'num_classes',
+  'train_size',
+  'test_size',
+  'task',
+)
 # Where a run executes: a resume on another layout changes the run's arithmetic (summation order).
 LAYOUT = ('platform', 'device_kind', 'num_devices', 'num_processes')
 # What each segment records: its layout and, on CPU, the processor (its platform identity).
@@ -104,12 +149,25 @@ def new_record(config, facts, numerics, data_info, model_facts, versions):
   `facts`: {'platform', 'device_kind', 'num_devices', 'num_processes'} of this run's devices.
   """
   from configs import common  # pylint: disable=import-outside-toplevel
-  return {'schema': RECORD_SCHEMA, 'run_id': new_run_id(), 'status': 'running', 'reason': '',
-          'seed': int(config.seed),
-          'init_seed': common.init_seed_of(config), 'data_seed': common.data_seed_of(config),
-          **facts, 'numerics': numerics, 'data': dict(data_info), 'model': model_facts,
-          'config': config.to_dict(), 'versions': versions, 'final': {}, 'history': [],
-          'wall_time_s': 0.0}
+
+  return {
+    'schema': RECORD_SCHEMA,
+    'run_id': new_run_id(),
+    'status': 'running',
+    'reason': '',
+    'seed': int(config.seed),
+    'init_seed': common.init_seed_of(config),
+    'data_seed': common.data_seed_of(config),
+    **facts,
+    'numerics': numerics,
+    'data': dict(data_info),
+    'model': model_facts,
+    'config': config.to_dict(),
+    'versions': versions,
+    'final': {},
+    'history': [],
+    'wall_time_s': 0.0,
+  }
 
 
 def new_run_id():
@@ -135,15 +193,21 @@ def data_facts(dataset):
 def data_differences(saved, current):
   """['data.field: saved -> current', ...] over DATA_IDENTITY fields both `data` dicts hold."""
   saved, current = saved or {}, current or {}
-  return [f'data.{k}: {saved[k]!r} -> {current[k]!r}' for k in DATA_IDENTITY
-          if k in saved and k in current and saved[k] != current[k]]
+  return [
+    f'data.{k}: {saved[k]!r} -> {current[k]!r}'
+    for k in DATA_IDENTITY
+    if k in saved and k in current and saved[k] != current[k]
+  ]
 
 
 def layout_differences(saved, facts):
   """['num_devices: 8 -> 4', ...]: how the layout `facts` differs from the saved record's (the
   platform identity apart: identity_differences)."""
-  return [f'{k}: {saved.get(k)!r} -> {facts[k]!r}' for k in LAYOUT
-          if saved.get(k) is not None and saved.get(k) != facts[k]]
+  return [
+    f'{k}: {saved.get(k)!r} -> {facts[k]!r}'
+    for k in LAYOUT
+    if saved.get(k) is not None and saved.get(k) != facts[k]
+  ]
 
 
 def identity_differences(saved, facts):
@@ -163,8 +227,9 @@ def start_segment(results, saved, facts, step):
   saved = saved or {}
   if saved.get('run_id'):
     results['run_id'] = saved['run_id']  # a resume continues the run: its identity too
-  old = saved.get('segments') or ([{'start_step': 0, 'stop_step': step,
-                                    **{k: saved.get(k) for k in LAYOUT}}] if step else [])
+  old = saved.get('segments') or (
+    [{'start_step': 0, 'stop_step': step, **{k: saved.get(k) for k in LAYOUT}}] if step else []
+  )
   segments = [dict(s) for s in old if s['start_step'] < step]
   if segments:
     segments[-1]['stop_step'] = min(segments[-1]['stop_step'], step)
@@ -183,8 +248,12 @@ def final_metrics(history):
   """The run's headline numbers: the last evaluation and the last epoch's training metrics."""
   evaluated = [h for h in history if 'test_accuracy' in h]
   last = history[-1]
-  return {'test_accuracy': evaluated[-1]['test_accuracy'], 'test_loss': evaluated[-1]['test_loss'],
-          'train_loss': last['train_loss'], 'train_accuracy': last['train_accuracy']}
+  return {
+    'test_accuracy': evaluated[-1]['test_accuracy'],
+    'test_loss': evaluated[-1]['test_loss'],
+    'train_loss': last['train_loss'],
+    'train_accuracy': last['train_accuracy'],
+  }
 
 
 def save(mngr, step, results, state=None, extra=None):
@@ -199,6 +268,7 @@ def save_args(results, state=None, extra=None):
   """The Orbax Composite that writes `results` (JSON), unless None `state`, and `extra`'s items
   at one step."""
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+
   items = {RESULTS_ITEM: ocp.args.JsonSave(results), **(extra or {})}
   if state is not None:
     items[STATE_ITEM] = ocp.args.StandardSave(state)
@@ -208,6 +278,7 @@ def save_args(results, state=None, extra=None):
 def restore_args(abstract_state=None):
   """The Composite that reads `results` and, given its abstract structure, the state."""
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+
   items = {RESULTS_ITEM: ocp.args.JsonRestore()}
   if abstract_state is not None:
     items[STATE_ITEM] = ocp.args.StandardRestore(abstract_state)
@@ -229,6 +300,7 @@ def read_results(run):
     into an excluded run with its reason).
   """
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+
   options = ocp.CheckpointManagerOptions(read_only=True)
   with ocp.CheckpointManager(checkpoint_dir(run), item_names=ITEMS, options=options) as mngr:
     step = mngr.latest_step()
@@ -240,6 +312,7 @@ def read_results(run):
 def write_results(run, results, step=0):
   """Write `results` as a results-only step of run folder `run` (tests; importing outside runs)."""
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+
   with ocp.CheckpointManager(checkpoint_dir(run), item_names=ITEMS) as mngr:
     save(mngr, step, results)
     mngr.wait_until_finished()
@@ -262,6 +335,7 @@ def flatten(tree, prefix):
 def defaults():
   """{dotted config field: default value} of every field the code has (configs/common.py)."""
   from configs import common  # pylint: disable=import-outside-toplevel
+
   return flatten(json.loads(json.dumps(common.base_config().to_dict())), '')
 
 
@@ -269,6 +343,7 @@ def _upgrade_config(config):
   """A saved config (dict) with its numerics through numerics.profiles.upgrade, as a new dict;
   anything without numerics comes back as it is."""
   from numerics import profiles  # pylint: disable=import-outside-toplevel
+
   if isinstance(config, dict) and 'numerics' in config:
     return {**config, 'numerics': profiles.upgrade(config['numerics'])}
   return config
@@ -279,10 +354,13 @@ def upgrade(results):
   config's numerics through numerics.profiles.upgrade (the removed `emulate` shorthand); a new
   dict."""
   from numerics import profiles  # pylint: disable=import-outside-toplevel
+
   results = dict(results)
   if isinstance(results.get('numerics'), dict):
-    results['numerics'] = {part: profiles.upgrade(value) if isinstance(value, dict) else value
-                           for part, value in results['numerics'].items()}
+    results['numerics'] = {
+      part: profiles.upgrade(value) if isinstance(value, dict) else value
+      for part, value in results['numerics'].items()
+    }
   if 'config' in results:
     results['config'] = _upgrade_config(results['config'])
   return results
@@ -296,8 +374,12 @@ def platform_identity(results):
   segments = [s for s in results.get('segments') or [] if isinstance(s, dict)]
   if segments:  # each segment's facts, over the record's where a segment predates them
     top = {k: results.get(k) for k in SEGMENT_FACTS}
-    names = list(dict.fromkeys(platform_identity({**top, **{k: v for k, v in s.items()
-                                                           if v is not None}}) for s in segments))
+    names = list(
+      dict.fromkeys(
+        platform_identity({**top, **{k: v for k, v in s.items() if v is not None}})
+        for s in segments
+      )
+    )
     if len(names) > 1:
       return '+'.join(str(n) for n in names)
   platform = results.get('platform')
@@ -332,8 +414,13 @@ def row(run, results):
   results = upgrade(results)
   out = {name: results.get(name) for name in BASE_COLUMNS[1:]}
   out.update(run=run, run_id=run_identity(results), platform=platform_identity(results))
-  kinds = list(dict.fromkeys(s.get('device_kind') for s in results.get('segments') or []
-                             if isinstance(s, dict) and s.get('device_kind')))
+  kinds = list(
+    dict.fromkeys(
+      s.get('device_kind')
+      for s in results.get('segments') or []
+      if isinstance(s, dict) and s.get('device_kind')
+    )
+  )
   if len(kinds) > 1:  # trained on several device kinds (--allow_layout_change): none of them alone
     out['device_kind'] = '+'.join(map(str, kinds))
   if out['seed'] is None:
@@ -345,7 +432,7 @@ def row(run, results):
   if out.get('status') in STATUSES:
     for name, value in defaults().items():
       if name.startswith('numerics.'):
-        out.setdefault(f'{ARM_PREFIX}{name[len("numerics."):]}', value)
+        out.setdefault(f'{ARM_PREFIX}{name[len("numerics.") :]}', value)
       if results.get('config') and name != 'seed':
         out.setdefault(f'{CONFIG_PREFIX}{name}', value)
   return out
@@ -353,7 +440,7 @@ def row(run, results):
 
 def _arm_config(column):
   """Whether config column `column` can define an arm (not in NOT_ARM_CONFIG or IGNORED_FIELDS)."""
-  return not _under(column[len(CONFIG_PREFIX):], NOT_ARM_CONFIG + IGNORED_FIELDS)
+  return not _under(column[len(CONFIG_PREFIX) :], NOT_ARM_CONFIG + IGNORED_FIELDS)
 
 
 def arm_columns(frame):
@@ -363,17 +450,24 @@ def arm_columns(frame):
   between the runs (missing values aside), the seed, config.numerics and IGNORED_FIELDS aside."""
   columns = list(frame.columns)
   named = [f'{ARM_PREFIX}{n}' for n in ARM_NAMED if f'{ARM_PREFIX}{n}' in columns]
-  config = [c for c in sorted(columns) if c.startswith(CONFIG_PREFIX) and _arm_config(c)
-            and frame[c].nunique() > 1]
-  return ([c for c in ARM_CONTEXT if c in columns] + named
-          + sorted(c for c in columns if c.startswith(ARM_PREFIX) and c not in named) + config)
+  config = [
+    c
+    for c in sorted(columns)
+    if c.startswith(CONFIG_PREFIX) and _arm_config(c) and frame[c].nunique() > 1
+  ]
+  return (
+    [c for c in ARM_CONTEXT if c in columns]
+    + named
+    + sorted(c for c in columns if c.startswith(ARM_PREFIX) and c not in named)
+    + config
+  )
 
 
 def field_name(column):
   """How an arm label names a column: 'optim.learning_rate' for config.optim.learning_rate (the
   spelling of a config override), the last part otherwise ('profile', 'compute_dtype')."""
   if column.startswith(CONFIG_PREFIX):
-    return column[len(CONFIG_PREFIX):]
+    return column[len(CONFIG_PREFIX) :]
   return column.rsplit('.', 1)[-1]
 
 
@@ -412,6 +506,8 @@ def config_differences(saved, requested):
   for name in set(new) - set(old):
     if name in default:
       old[name] = default[name]
-  return [f'{k}: {old.get(k, "<absent>")!r} -> {new.get(k, "<absent>")!r}'
-          for k in sorted(set(old) | set(new))
-          if not _under(k, IGNORED_FIELDS) and old.get(k) != new.get(k)]
+  return [
+    f'{k}: {old.get(k, "<absent>")!r} -> {new.get(k, "<absent>")!r}'
+    for k in sorted(set(old) | set(new))
+    if not _under(k, IGNORED_FIELDS) and old.get(k) != new.get(k)
+  ]

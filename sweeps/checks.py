@@ -19,10 +19,9 @@ import sys
 
 from configs import validation
 from input_pipeline import registry
-from sweeps import tpu_chips
 from runrecord import record
+from sweeps import tpu_chips
 from trainer import lock, platforms, workdirs
-
 
 LOG_FILE = record.LOG_FILE  # each run's console output, appended by sweeps/runner.py
 # What a train.py process holds besides its activations (Python, JAX, the data, the compiled
@@ -102,7 +101,7 @@ def run_folder_problem(workdir):
 
 # Started in a child process with a run's environment: how many devices (and of which platform) it
 # sees, and their smallest memory where they report one.
-DEVICE_PROBE = '''
+DEVICE_PROBE = """
 import json, jax
 def limit(device):
   try:
@@ -111,7 +110,7 @@ def limit(device):
     return None
 limits = [v for v in map(limit, jax.local_devices()) if v]
 print(json.dumps([jax.device_count(), jax.devices()[0].platform, min(limits) if limits else None]))
-'''
+"""
 # What the probe leaves out of a run's environment: it compiles nothing and allocates nothing.
 PROBE_ENV = {'XLA_PYTHON_CLIENT_PREALLOCATE': 'false', 'JAX_COMPILATION_CACHE_DIR': None}
 
@@ -123,9 +122,17 @@ def devices_seen(environment):
   env = {k: v for k, v in dict(environment).items() if PROBE_ENV.get(k, '') is not None}
   env.update({k: v for k, v in PROBE_ENV.items() if v is not None})
   try:
-    probe = subprocess.run([sys.executable, '-c', DEVICE_PROBE], env=env, capture_output=True,
-                           text=True, timeout=600, check=False)
-    return tuple(json.loads(probe.stdout.strip().splitlines()[-1])) if probe.returncode == 0 else None
+    probe = subprocess.run(
+      [sys.executable, '-c', DEVICE_PROBE],
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=600,
+      check=False,
+    )
+    return (
+      tuple(json.loads(probe.stdout.strip().splitlines()[-1])) if probe.returncode == 0 else None
+    )
   except (subprocess.SubprocessError, OSError, ValueError, IndexError):
     return None
 
@@ -134,6 +141,7 @@ def run_environment(run, env):
   """The environment of `run`'s train.py: the sweep's for its runs (`env`) with the config's own
   XLA flags added, as numerics.setup.configure adds them."""
   from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
+
   flags = env.get('XLA_FLAGS', '').split()
   flags += [f for f in numerics_setup.xla_flags(run.config) if f not in flags]
   return tuple(sorted({**env, 'XLA_FLAGS': ' '.join(flags)}.items()))
@@ -150,8 +158,10 @@ def device_problems(runs, env):
       continue
     seen = devices_seen(run_environment(run, env))
     if seen is None:
-      warnings.append('the devices a run sees could not be counted here (JAX did not start in a '
-                      'child process): each run checks its batch sizes against them')
+      warnings.append(
+        'the devices a run sees could not be counted here (JAX did not start in a '
+        'child process): each run checks its batch sizes against them'
+      )
       continue
     count, platform, memory = seen
     try:
@@ -209,7 +219,9 @@ def check(runs, root, files, saved_state, env=None):
     elsewhere = data + environment_problems()
     return errors, [f'{p} (checked on this machine; the hosts need it)' for p in elsewhere], {}
   environment = environment_problems()
-  devices, warnings = device_problems(runs, env) if env is not None and not environment else ([], [])
+  devices, warnings = (
+    device_problems(runs, env) if env is not None and not environment else ([], [])
+  )
   folders, states = workdir_problems(runs, root, files, saved_state)
   return errors + environment + devices + data + folders, warnings, states
 
@@ -224,14 +236,27 @@ def parallel_slots(requested, runs, gpus, host_bytes, cores):
     raise ValueError(f'--parallel={requested}: give a positive number of runs at a time')
   slots = requested or len(gpus) or 1
   if gpus and slots > len(gpus):
-    what = ('TPU chips of --tpu-chips', 'chip') if isinstance(gpus[0], tpu_chips.Chip) else (
-        'GPUs of --gpus', 'GPU')
+    what = (
+      ('TPU chips of --tpu-chips', 'chip')
+      if isinstance(gpus[0], tpu_chips.Chip)
+      else ('GPUs of --gpus', 'GPU')
+    )
     raise ValueError(f'--parallel={slots} exceeds the {len(gpus)} {what[0]}; one run per {what[1]}')
   configs = [r.config for r in runs if r.config is not None and not r.problem]
   per_run = RUN_OVERHEAD_BYTES + max(
-      (validation.activation_bytes(c, c.batch_size) for c in configs), default=0)
-  caps = [(max(1, int(host_bytes // per_run)), f'{host_bytes / 2**30:.1f} GiB of memory hold '
-           f'about that many runs of {per_run / 2**30:.1f} GiB')] if host_bytes else []
+    (validation.activation_bytes(c, c.batch_size) for c in configs), default=0
+  )
+  caps = (
+    [
+      (
+        max(1, int(host_bytes // per_run)),
+        f'{host_bytes / 2**30:.1f} GiB of memory hold '
+        f'about that many runs of {per_run / 2**30:.1f} GiB',
+      )
+    ]
+    if host_bytes
+    else []
+  )
   if not gpus and not platforms.gpu_runs():
     caps.append((max(1, cores), f'this host has {cores} CPU cores'))
   cap, why = min(caps, default=(slots, ''), key=lambda c: c[0])

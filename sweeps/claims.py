@@ -7,8 +7,8 @@ docs/operations.md ("Sweeps and studies").
 import os
 
 from analysis.inputs import results
-from trainer import lock
 from runrecord import record
+from trainer import lock
 
 
 def saved_results(workdir):
@@ -41,8 +41,9 @@ def _try_claim(run, progress, is_completed):
     return claim, False
   lock.release_claim(claim)
   progress.done += 1
-  progress.show(f'done    {run.slug}/seed{run.seed}: completed elsewhere (another sweep on this '
-                'root)')
+  progress.show(
+    f'done    {run.slug}/seed{run.seed}: completed elsewhere (another sweep on this root)'
+  )
   return None, True
 
 
@@ -68,6 +69,8 @@ def take(queue, progress, is_completed):
     if not done:
       progress.elsewhere.append(run)
       holder = lock.claimant(run.workdir)
-      progress.show(f'other   {run.slug}/seed{run.seed}: started by another sweep (pid '
-                    f'{holder.get("pid", "?")} on {holder.get("host", "?")}); waiting for it')
+      progress.show(
+        f'other   {run.slug}/seed{run.seed}: started by another sweep (pid '
+        f'{holder.get("pid", "?")} on {holder.get("host", "?")}); waiting for it'
+      )
   return None, None

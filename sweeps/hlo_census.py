@@ -26,6 +26,7 @@ PRODUCT_OPS = ('convolution', 'dot')
 @dataclasses.dataclass(frozen=True)
 class Product:
   """One dot or convolution of a compiled program (docs/tpu.md)."""
+
   kind: str  # 'conv' or 'dense' (or 'other': a product the model did not write)
   direction: str  # 'forward' or 'backward'
   operands: tuple  # element types, e.g. ('f32', 'f32')
@@ -53,7 +54,7 @@ def _split_type(rest):
   for i, c in enumerate(rest):
     depth += {'(': 1, ')': -1}.get(c, 0)
     if depth == 0:
-      return rest[:i + 1], rest[i + 1:]
+      return rest[: i + 1], rest[i + 1 :]
   return rest, ''
 
 
@@ -64,7 +65,7 @@ def instructions(text):
     head = INSTRUCTION.match(line)
     if not head:
       continue
-    type_text, after = _split_type(line[head.end():])
+    type_text, after = _split_type(line[head.end() :])
     opcode = OPCODE.match(after)
     if opcode:
       out.append((head.group(1), type_text, opcode.group(1), line))
@@ -122,9 +123,16 @@ def products(text):
     levels = sorted(set(precision.group(1).split(','))) if precision else ['default']
     algorithm = ALGORITHM.search(line)
     kind, direction = _kind_and_direction(line)
-    out.append(Product(kind, direction, tuple(t or '?' for t, _ in operands), ','.join(levels),
-                       algorithm.group(1) if algorithm else '',
-                       _flops(opcode, line, array_type(type_text)[1], [d for _, d in operands])))
+    out.append(
+      Product(
+        kind,
+        direction,
+        tuple(t or '?' for t, _ in operands),
+        ','.join(levels),
+        algorithm.group(1) if algorithm else '',
+        _flops(opcode, line, array_type(type_text)[1], [d for _, d in operands]),
+      )
+    )
   return out
 
 
@@ -146,8 +154,9 @@ def rounding_ops(text):
 def breakdown(found):
   """'conv forward f32 x f32 @ highest: 20; ...': the products grouped, in a stable order."""
   groups = collections.Counter((p.kind, p.direction, p.arithmetic) for p in found)
-  return '; '.join(f'{kind} {direction} {how}: {n}'
-                   for (kind, direction, how), n in sorted(groups.items()))
+  return '; '.join(
+    f'{kind} {direction} {how}: {n}' for (kind, direction, how), n in sorted(groups.items())
+  )
 
 
 # MXU passes of one product of f32 operands on a TPU (JAX's documentation of lax.Precision and of
@@ -197,8 +206,11 @@ def configured(config, kind, platform='tpu'):
 # The bf16 DotAlgorithmPresets and the precision level that computes the same passes on a TPU
 # (JAX's DotAlgorithmPreset documentation): the TPU compiler may print a dot's algorithm as that
 # level once it has rewritten the dot as a convolution.
-SAME_PASSES = {'dot_bf16_bf16_f32': 'default', 'dot_bf16_bf16_f32_x3': 'high',
-               'dot_bf16_bf16_f32_x6': 'highest'}
+SAME_PASSES = {
+  'dot_bf16_bf16_f32': 'default',
+  'dot_bf16_bf16_f32_x3': 'high',
+  'dot_bf16_bf16_f32_x6': 'highest',
+}
 
 
 def as_configured(found, config, platform='tpu'):

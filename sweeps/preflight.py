@@ -23,33 +23,81 @@ import time
 from analysis import cli
 from configs import loader
 from sweeps import tpu_topology
+
 # The compiling side (sweeps/tpu_programs.py: JAX, the trainer, the census) is imported once the
 # command line is read: --help and a bad flag are answered before any of it loads.
 
-COLUMNS = ('topology', 'accelerator', 'chips', 'hosts', 'devices', 'phase', 'batch', 'compiled',
-           'reason', 'compile_s', 'memory_per_chip_gib', 'argument_gib', 'output_gib',
-           'alias_gib', 'temp_gib', 'code_gib', 'hbm_per_chip_gib', 'fits', 'gflop_per_step',
-           'gbyte_per_chip', 'mxu_passes', 'roofline_ms', 'images_per_s', 'products',
-           'products_as_configured', 'configured', 'rounding_ops', 'product_breakdown',
-           'run_hours', 'sweep_runs', 'sweep_hours', 'max_batch')
+COLUMNS = (
+  'topology',
+  'accelerator',
+  'chips',
+  'hosts',
+  'devices',
+  'phase',
+  'batch',
+  'compiled',
+  'reason',
+  'compile_s',
+  'memory_per_chip_gib',
+  'argument_gib',
+  'output_gib',
+  'alias_gib',
+  'temp_gib',
+  'code_gib',
+  'hbm_per_chip_gib',
+  'fits',
+  'gflop_per_step',
+  'gbyte_per_chip',
+  'mxu_passes',
+  'roofline_ms',
+  'images_per_s',
+  'products',
+  'products_as_configured',
+  'configured',
+  'rounding_ops',
+  'product_breakdown',
+  'run_hours',
+  'sweep_runs',
+  'sweep_hours',
+  'max_batch',
+)
 PROGRAMS = ('frozen', 'full', 'eval')  # trainer/optim.py phase names, and the evaluation
 
 
 def parse_args(rest):
-  p = cli.Parser(prog='python -m sweeps.preflight', description=__doc__.split('\n')[0],
-                              epilog='and --config=FILE[:PRESETS,key=value] [--config.<field>=<value> '
-                                     '...] as train.py takes them (configs/loader.py)')
-  p.add_argument('--topology', nargs='+', required=True,
-                 help='TPU topologies: libtpu names (v5e:2x4, v4:2x2x1, v5p:2x2x1, v6e:2x2) or '
-                      'accelerator types (v4-8, v5e-8, v5p-8, v6e-8)')
+  p = cli.Parser(
+    prog='python -m sweeps.preflight',
+    description=__doc__.split('\n')[0],
+    epilog='and --config=FILE[:PRESETS,key=value] [--config.<field>=<value> '
+    '...] as train.py takes them (configs/loader.py)',
+  )
+  p.add_argument(
+    '--topology',
+    nargs='+',
+    required=True,
+    help='TPU topologies: libtpu names (v5e:2x4, v4:2x2x1, v5p:2x2x1, v6e:2x2) or '
+    'accelerator types (v4-8, v5e-8, v5p-8, v6e-8)',
+  )
   p.add_argument('--out', default=None, help='folder for preflight.csv (default: none written)')
-  p.add_argument('--programs', nargs='+', choices=PROGRAMS, default=list(PROGRAMS),
-                 help='which programs to compile (default all: the frozen and the full training '
-                      'phase, where the config has them, and the evaluation)')
-  p.add_argument('--max-batch', action='store_true',
-                 help='also search the largest global batch that fits a chip (more compiles)')
-  p.add_argument('--max-compiles', type=int, default=6,
-                 help='compiles the --max-batch search may spend per topology')
+  p.add_argument(
+    '--programs',
+    nargs='+',
+    choices=PROGRAMS,
+    default=list(PROGRAMS),
+    help='which programs to compile (default all: the frozen and the full training '
+    'phase, where the config has them, and the evaluation)',
+  )
+  p.add_argument(
+    '--max-batch',
+    action='store_true',
+    help='also search the largest global batch that fits a chip (more compiles)',
+  )
+  p.add_argument(
+    '--max-compiles',
+    type=int,
+    default=6,
+    help='compiles the --max-batch search may spend per topology',
+  )
   return p.parse_args(rest)
 
 
@@ -67,27 +115,35 @@ def sweep_runs(spec):
 
 def markdown(rows):
   """The rows as a Markdown table, then one line per topology: run and sweep hours, max batch."""
-  lines = ['| topology | chips (hosts) | program | compiled | GiB per chip (HBM) | fits | '
-           'GFLOP/step | roofline ms | images/s | products (as configured) | rounding ops |',
-           '|---|---|---|---|---|---|---|---|---|---|---|']
+  lines = [
+    '| topology | chips (hosts) | program | compiled | GiB per chip (HBM) | fits | '
+    'GFLOP/step | roofline ms | images/s | products (as configured) | rounding ops |',
+    '|---|---|---|---|---|---|---|---|---|---|---|',
+  ]
   for r in rows:
     if not r['compiled']:
       needs = r.get('memory_per_chip_gib')
       memory = f'{needs:.3g} ({r["hbm_per_chip_gib"]}) | NO' if needs is not None else ' |'
-      lines.append(f'| {r["topology"]} | {r["chips"]} ({r["hosts"]}) | {r["phase"]} | no: '
-                   f'{r["reason"]} | {memory} | | | | | |')
+      lines.append(
+        f'| {r["topology"]} | {r["chips"]} ({r["hosts"]}) | {r["phase"]} | no: '
+        f'{r["reason"]} | {memory} | | | | | |'
+      )
       continue
     lines.append(
-        f'| {r["topology"]} | {r["chips"]} ({r["hosts"]}) | {r["phase"]} | yes | '
-        f'{r["memory_per_chip_gib"]:.3g} ({r["hbm_per_chip_gib"]}) | {"yes" if r["fits"] else "NO"} '
-        f'| {r["gflop_per_step"]:.4g} | {r["roofline_ms"]:.3g} | {r["images_per_s"]:,.0f} | '
-        f'{r["products"]} ({r["products_as_configured"]}) | {r["rounding_ops"]} |')
+      f'| {r["topology"]} | {r["chips"]} ({r["hosts"]}) | {r["phase"]} | yes | '
+      f'{r["memory_per_chip_gib"]:.3g} ({r["hbm_per_chip_gib"]}) | {"yes" if r["fits"] else "NO"} '
+      f'| {r["gflop_per_step"]:.4g} | {r["roofline_ms"]:.3g} | {r["images_per_s"]:,.0f} | '
+      f'{r["products"]} ({r["products_as_configured"]}) | {r["rounding_ops"]} |'
+    )
   lines.append('')
   for name in dict.fromkeys(r['topology'] for r in rows):
     first = next(r for r in rows if r['topology'] == name)
-    hours = (f'a run {first["run_hours"]:.3g} h, the sweep ({first["sweep_runs"]} runs) '
-             f'{first["sweep_hours"]:.3g} h at the roofline' if first.get('run_hours') is not None
-             else 'no run estimate (it needs every program compiled)')
+    hours = (
+      f'a run {first["run_hours"]:.3g} h, the sweep ({first["sweep_runs"]} runs) '
+      f'{first["sweep_hours"]:.3g} h at the roofline'
+      if first.get('run_hours') is not None
+      else 'no run estimate (it needs every program compiled)'
+    )
     largest = f'; largest batch that fits: {first["max_batch"]}' if first.get('max_batch') else ''
     lines.append(f'- {name}: {hours}{largest}')
   return '\n'.join(lines)
@@ -101,6 +157,7 @@ def prepare(argv):
   if not spec:
     raise ValueError('--config is required, e.g. --config=configs/digits.py:smoke')
   from configs import validation  # pylint: disable=import-outside-toplevel  # (numpy: after --help)
+
   config = validation.resolve(loader.load(spec, overrides))
   topologies = [tpu_topology.parse(name) for name in args.topology]
   if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
@@ -119,11 +176,14 @@ def main(argv=None):
   argv = sys.argv[1:] if argv is None else argv
   try:
     config, spec, overrides, args, topologies, runs = prepare(argv)
-    from sweeps import tpu_estimate, tpu_programs  # pylint: disable=import-outside-toplevel
     import jax  # pylint: disable=import-outside-toplevel
+
+    from sweeps import tpu_estimate, tpu_programs  # pylint: disable=import-outside-toplevel
+
     jax.config.update('jax_platforms', 'cpu')  # compile-only TPU devices; nothing runs on a TPU
     jax.config.update('jax_enable_compilation_cache', False)  # every program compiled here, timed
     from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
+
     numerics_setup.configure(config)
     devices = [tpu_topology.devices(t) for t in topologies]
   except ValueError as e:
@@ -133,8 +193,9 @@ def main(argv=None):
   for topology, devs in zip(topologies, devices):
     found, ctx = tpu_programs.topology_rows(config, topology, devs, runs, args.programs)
     if args.max_batch and ctx is not None:
-      largest, spent = tpu_programs.max_batch(spec, overrides, topology, devs, config,
-                                              args.max_compiles)
+      largest, spent = tpu_programs.max_batch(
+        spec, overrides, topology, devs, config, args.max_compiles
+      )
       print(f'[preflight]   largest batch that fits: {largest} ({spent} compiles)', flush=True)
       for row in found:
         row['max_batch'] = largest
@@ -146,8 +207,10 @@ def main(argv=None):
       f.write(tpu_estimate.csv_text(rows, COLUMNS))
     print(f'[preflight] wrote {path}')
   print(markdown(rows))
-  print(f'[preflight] took {time.time() - start:.0f} s on this host ({os.cpu_count()} CPUs): '
-        'compiled programs, not executions; the roofline is an optimistic step time')
+  print(
+    f'[preflight] took {time.time() - start:.0f} s on this host ({os.cpu_count()} CPUs): '
+    'compiled programs, not executions; the roofline is an optimistic step time'
+  )
   return 0 if all(r['compiled'] for r in rows) else 1
 
 

@@ -22,8 +22,8 @@ import time
 from typing import Any
 
 from analysis.inputs import results
-from sweeps import claims, tpu_chips
 from runrecord import record
+from sweeps import claims, tpu_chips
 from trainer import gpu_memory, lock, platforms, writers
 
 LOG_FILE = record.LOG_FILE
@@ -36,10 +36,12 @@ GPU_SHARE = 0.9  # of a GPU's memory, split between the runs sharing it (the res
 LINUX = sys.platform.startswith('linux')
 # Run first in a child: SIGKILL me when my parent (argv[1]) dies (prctl PR_SET_PDEATHSIG = 1; it
 # survives the exec), at once if it already has; then exec the run's command (argv[2:]).
-DIE_WITH_PARENT = ('import ctypes, os, signal, sys; '
-                   'ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0); '
-                   'os.getppid() == int(sys.argv[1]) or os.kill(os.getpid(), signal.SIGKILL); '
-                   'os.execvp(sys.argv[2], sys.argv[2:])')
+DIE_WITH_PARENT = (
+  'import ctypes, os, signal, sys; '
+  'ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0); '
+  'os.getppid() == int(sys.argv[1]) or os.kill(os.getpid(), signal.SIGKILL); '
+  'os.execvp(sys.argv[2], sys.argv[2:])'
+)
 
 
 def tail(path, size=8192):
@@ -77,8 +79,11 @@ def memory_fraction(sharing, environ):
   """{'XLA_PYTHON_CLIENT_MEM_FRACTION': GPU_SHARE / sharing} for a run that shares its GPU with
   `sharing` - 1 others, or {} (alone on its GPU, `environ` sets a MEMORY_VARIABLES entry, or the
   run has no GPU: trainer/platforms.gpu_runs)."""
-  if (sharing <= 1 or any(name in environ for name in gpu_memory.MEMORY_VARIABLES)
-      or not platforms.gpu_runs(environ)):  # no GPU JAX can use: nothing to share
+  if (
+    sharing <= 1
+    or any(name in environ for name in gpu_memory.MEMORY_VARIABLES)
+    or not platforms.gpu_runs(environ)
+  ):  # no GPU JAX can use: nothing to share
     return {}
   return {'XLA_PYTHON_CLIENT_MEM_FRACTION': f'{GPU_SHARE / sharing:.3f}'}
 
@@ -115,16 +120,20 @@ def popen(argv, cwd, env, log):
   fork that runs Python code in the child is unsafe once JAX's threads run in this process)."""
   if LINUX:
     argv = [sys.executable, '-c', DIE_WITH_PARENT, str(os.getpid()), *argv]
-  return subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                          process_group=0)
+  return subprocess.Popen(
+    argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, process_group=0
+  )
 
 
 def logged_speeds(workdir):
   """[(step, images/s)] of the training records in the run's metrics.jsonl (results.train_records;
   [] if the file cannot be read)."""
   try:
-    return [(int(e['step']), float(e['images_per_sec'])) for e in results.train_records(workdir)
-            if e.get('images_per_sec')]
+    return [
+      (int(e['step']), float(e['images_per_sec']))
+      for e in results.train_records(workdir)
+      if e.get('images_per_sec')
+    ]
   except OSError:
     return []
 
@@ -140,8 +149,9 @@ def speed(workdir, since_step):
   last SPEED_WINDOW logged intervals, the first after launch (the compile) left out."""
   records = [r for r in logged_speeds(workdir) if r[0] > since_step]
   measured = [ips for _, ips in records[1:]][-SPEED_WINDOW:]
-  return (statistics.median(measured) if measured else None), (records[-1][0] if records
-                                                               else since_step)
+  return (statistics.median(measured) if measured else None), (
+    records[-1][0] if records else since_step
+  )
 
 
 def total_steps(logfile):
@@ -154,6 +164,7 @@ def total_steps(logfile):
 class Active:
   """A running run: its process, log file, GPU, start time, batch size, last step before launch,
   and the claim this sweep holds on its workdir (lock.claim; None in tests that build one)."""
+
   run: Any
   proc: Any
   log: Any
@@ -198,8 +209,9 @@ class Progress:
 
   @property
   def queued(self):
-    return (self.total - self.done - self.failed - self.in_use - len(self.active)
-            - len(self.elsewhere))
+    return (
+      self.total - self.done - self.failed - self.in_use - len(self.active) - len(self.elsewhere)
+    )
 
   def eta(self, measures):
     """Seconds until the sweep ends from [(images/s, running s, left s)]: (seconds left of the
@@ -223,12 +235,16 @@ class Progress:
     measures = [a.measure(now) for a in self.active.values()]
     rates = [ips for ips, _, _ in measures if ips]
     speeds = ([f'{sum(rates):,.0f} images/s'] if rates else []) + (
-        [f'{len(measures) - len(rates)} starting'] if len(rates) < len(measures) else [])
+      [f'{len(measures) - len(rates)} starting'] if len(rates) < len(measures) else []
+    )
     running = f'{len(measures)} running' + (f' ({", ".join(speeds)})' if speeds else '')
     busy = (f', {len(self.elsewhere)} in another sweep' if self.elsewhere else '') + (
-        f', {self.in_use} in use elsewhere' if self.in_use else '')
-    return (f'[sweep] {self.done}/{self.total} done, {running}, {self.failed} failed{busy} | '
-            f'elapsed {writers.duration(now - self.start)} | ETA {writers.duration(self.eta(measures))}')
+      f', {self.in_use} in use elsewhere' if self.in_use else ''
+    )
+    return (
+      f'[sweep] {self.done}/{self.total} done, {running}, {self.failed} failed{busy} | '
+      f'elapsed {writers.duration(now - self.start)} | ETA {writers.duration(self.eta(measures))}'
+    )
 
   def show(self, message=None):
     self.last_shown = time.time()
@@ -271,10 +287,12 @@ def launch(run, argv, root, repo, gpu, batch_size, sharing=1, claim=None):
   env = child_env(root, repo, gpu, sharing)
   log = open(os.path.join(run.workdir, LOG_FILE), 'a')
   # The train.log record of the memory settings and the TPU chip ('' if none).
-  memory = ' '.join(filter(None, (gpu_memory.memory_settings(env, ' ', ''),
-                                  tpu_chips.settings(env))))
-  log.write(f'\n# {time.strftime("%Y-%m-%d %H:%M:%S")} {memory + " " if memory else ""}'
-            f'{" ".join(argv)}\n')
+  memory = ' '.join(
+    filter(None, (gpu_memory.memory_settings(env, ' ', ''), tpu_chips.settings(env)))
+  )
+  log.write(
+    f'\n# {time.strftime("%Y-%m-%d %H:%M:%S")} {memory + " " if memory else ""}{" ".join(argv)}\n'
+  )
   log.flush()
   since = last_step(run.workdir)
   return Active(run, popen(argv, repo, env, log), log, gpu, time.time(), batch_size, since, claim)
@@ -284,8 +302,10 @@ def wait_for_lock(run, progress, stop, poll):
   """True once no live process holds the run's workdir (at most LOCK_WAIT_S), else False."""
   holder, deadline = lock.holder(run.workdir), time.time() + LOCK_WAIT_S
   if holder is not None:
-    progress.show(f'waiting: {run.workdir} is held by pid {holder.get("pid", "?")} on '
-                  f'{holder.get("host", "?")} (e.g. a run of a stopped sweep still exiting)')
+    progress.show(
+      f'waiting: {run.workdir} is held by pid {holder.get("pid", "?")} on '
+      f'{holder.get("host", "?")} (e.g. a run of a stopped sweep still exiting)'
+    )
   while holder is not None and time.time() < deadline and stop.signum is None:
     time.sleep(poll)
     holder = lock.holder(run.workdir)
@@ -325,8 +345,10 @@ def stop_all(progress, stop, poll=0.2):
   sig = signal.Signals(stop.signum or signal.SIGTERM)
   for a in progress.active.values():
     a.proc.send_signal(sig)
-  progress.show(f'stopping: {sig.name} sent to {len(progress.active)} running run(s); waiting for '
-                f'them to exit (at most {writers.duration(STOP_GRACE_S)}; signal again to kill them now)')
+  progress.show(
+    f'stopping: {sig.name} sent to {len(progress.active)} running run(s); waiting for '
+    f'them to exit (at most {writers.duration(STOP_GRACE_S)}; signal again to kill them now)'
+  )
   deadline = time.time() + STOP_GRACE_S
   while progress.active:
     if stop.force or time.time() > deadline:
@@ -338,8 +360,19 @@ def stop_all(progress, stop, poll=0.2):
     time.sleep(poll if progress.active else 0)
 
 
-def run_all(queue, argv_of, root, repo, progress, slots, gpus, batch_size=None, poll=0.5,
-            heartbeat=30, is_completed=claims.completed):
+def run_all(
+  queue,
+  argv_of,
+  root,
+  repo,
+  progress,
+  slots,
+  gpus,
+  batch_size=None,
+  poll=0.5,
+  heartbeat=30,
+  is_completed=claims.completed,
+):
   """Run `queue` (in order), `slots` at a time (one GPU each from `gpus`); each run is claimed
   before it starts (`take`: runs another sweep started are waited for, not started twice).
 
@@ -363,16 +396,21 @@ def run_all(queue, argv_of, root, repo, progress, slots, gpus, batch_size=None, 
             if stop.signum is not None:
               break
             progress.held.append(run)
-            progress.show(f'in use  {run.slug}/seed{run.seed}: {run.workdir} is still held after '
-                          f'{writers.duration(LOCK_WAIT_S)}; not run (rerun when its holder is done)')
+            progress.show(
+              f'in use  {run.slug}/seed{run.seed}: {run.workdir} is still held after '
+              f'{writers.duration(LOCK_WAIT_S)}; not run (rerun when its holder is done)'
+            )
             continue
           gpu = free.pop(0)
-          a = launch(run, argv_of(run), root, repo, gpu, batch_size and batch_size(run),
-                     sharing[gpu], claim)
+          a = launch(
+            run, argv_of(run), root, repo, gpu, batch_size and batch_size(run), sharing[gpu], claim
+          )
           progress.active[a.proc.pid] = a
-          progress.show(f'start   {run.slug}/seed{run.seed}' +
-                        (f' on {on_device(a.gpu)}' if a.gpu is not None else '') +
-                        f': workdir {run.workdir}, log {a.logfile}')
+          progress.show(
+            f'start   {run.slug}/seed{run.seed}'
+            + (f' on {on_device(a.gpu)}' if a.gpu is not None else '')
+            + f': workdir {run.workdir}, log {a.logfile}'
+          )
         time.sleep(poll)
         free += reap(progress, stopping=False)
         if time.time() - progress.last_shown > heartbeat:

@@ -36,7 +36,8 @@ def config_flags(run, path, arg):
   rel = os.path.relpath(path, REPO)
   config = rel if not rel.startswith('..') else path
   return [f'--config={config}' + (f':{arg}' if arg else '')] + [
-      f'--config.{k}={flag_value(v)}' for k, v in run.overrides.items()]
+    f'--config.{k}={flag_value(v)}' for k, v in run.overrides.items()
+  ]
 
 
 def command(run, path, arg, python='python'):
@@ -67,10 +68,12 @@ def sbatch_folder(commands_file):
   folder = os.path.dirname(commands_file)
   bad = sorted({c for c in folder if not SBATCH_SAFE.fullmatch(c)})
   if bad:
-    raise ValueError(f'--emit-commands={commands_file}: its folder goes into the SLURM script\'s '
-                     f'"#SBATCH --output=" line, which SLURM reads without shell quoting, and it '
-                     f'holds {"".join(bad)!r}: pass --emit-commands (and --emit-slurm) in a folder '
-                     'named with letters, digits and ._/+,:@=- only')
+    raise ValueError(
+      f"--emit-commands={commands_file}: its folder goes into the SLURM script's "
+      f'"#SBATCH --output=" line, which SLURM reads without shell quoting, and it '
+      f'holds {"".join(bad)!r}: pass --emit-commands (and --emit-slurm) in a folder '
+      'named with letters, digits and ._/+,:@=- only'
+    )
   return folder
 
 
@@ -78,8 +81,10 @@ def check_one_line(text, what):
   """A one-line ValueError naming `what` when `text` holds a line break (or NUL): the command list
   is one run per line, and the SLURM script runs line i of it."""
   if any(c in text for c in LINE_BREAKS):
-    raise ValueError(f'{what}: {text!r} holds a line break, which a command list of one run per '
-                     'line cannot hold: remove it')
+    raise ValueError(
+      f'{what}: {text!r} holds a line break, which a command list of one run per '
+      'line cannot hold: remove it'
+    )
 
 
 def check_commands(runs, path, arg, root, files):
@@ -105,10 +110,12 @@ def slurm_script(commands_file, count, root, job_name, python=sys.executable):
   the job name is reduced to safe characters.
   """
   from sweeps import runner  # pylint: disable=import-outside-toplevel  # (--help stays light)
+
   cache_dir = runner.CACHE_DIR
   name = re.sub(r'[^A-Za-z0-9._-]+', '-', job_name).strip('-') or 'sweep'
   output = f'{sbatch_folder(commands_file)}/slurm-%A_%a.out'
-  return '\n'.join([
+  return '\n'.join(
+    [
       '#!/bin/bash',
       f'#SBATCH --job-name={name}',
       f'#SBATCH --array=0-{count - 1}',
@@ -126,7 +133,9 @@ def slurm_script(commands_file, count, root, job_name, python=sys.executable):
       'python() { "$PYTHON" "$@"; }  # the lines\' `python`: the interpreter that wrote them',
       'echo "task $SLURM_ARRAY_TASK_ID: $PYTHON ${CMD#python }"',
       'eval "$CMD"',
-      ''])
+      '',
+    ]
+  )
 
 
 def write_text(path, text):

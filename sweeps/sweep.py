@@ -26,11 +26,12 @@ import re
 import signal
 import sys
 
-from sweeps import scripts, tpu_chips
 from analysis import cli
 from analysis.inputs import declaration
 from configs import common, loader
 from runrecord import record
+from sweeps import scripts, tpu_chips
+
 # The modules that start JAX, pandas or the runner (sweeps.checks, claims, runner, estimate,
 # tpu_estimate), and configs.validation and input_pipeline.base (numpy), are imported where they
 # are used: --help and a bad flag are answered before any of them loads.
@@ -38,8 +39,9 @@ from runrecord import record
 
 # config: get_config(arg) with the run's overrides, resolved (configs/validation.py); as
 # written when it does not resolve, `problem` then saying why in one line (None: runs built by hand).
-Run = collections.namedtuple('Run', 'arm slug seed overrides workdir config problem',
-                             defaults=(None, ''))
+Run = collections.namedtuple(
+  'Run', 'arm slug seed overrides workdir config problem', defaults=(None, '')
+)
 
 
 def short_name(field, leaves):
@@ -76,8 +78,10 @@ def expand(spec, root):
   path, arg = loader.split_spec(spec)
   module = loader.load_module(path)
   if not hasattr(module, 'get_sweep'):
-    raise ValueError(f'--config: {path} has no get_sweep(arg); add one returning a list of '
-                     'override dicts (arms x seeds)')
+    raise ValueError(
+      f'--config: {path} has no get_sweep(arg); add one returning a list of '
+      'override dicts (arms x seeds)'
+    )
   sweep = module.get_sweep(arg or None)
   if not sweep or not all(isinstance(o, dict) for o in sweep):
     raise ValueError(f'{path}: get_sweep() must return a non-empty list of override dicts')
@@ -88,8 +92,10 @@ def expand(spec, root):
     arm = {k: v for k, v in overrides.items() if k != 'seed'}
     slug, seed = arm_slug(arm, leaves), int(config.seed)
     if slugs.setdefault(slug, arm) != arm:
-      raise ValueError(f'get_sweep(): arms {slugs[slug]} and {arm} share the folder name {slug!r}; '
-                       'make their values differ in more than punctuation')
+      raise ValueError(
+        f'get_sweep(): arms {slugs[slug]} and {arm} share the folder name {slug!r}; '
+        'make their values differ in more than punctuation'
+      )
     if (slug, seed) in seen:
       raise ValueError(f'get_sweep(): arm {slug!r} lists seed {seed} twice; each seed once per arm')
     seen.add((slug, seed))
@@ -102,6 +108,7 @@ def expand(spec, root):
 def resolved(config):
   """(the resolved config, '') or (config as written, the one-line reason it does not resolve)."""
   from configs import validation  # pylint: disable=import-outside-toplevel
+
   try:
     return validation.resolve(config), ''
   except validation.ConfigError as e:
@@ -116,6 +123,7 @@ def saved_state(run):
   resumes it. Any other saved run is a conflict, named with its differing fields.
   """
   from sweeps import claims  # pylint: disable=import-outside-toplevel
+
   saved, error = claims.saved_results(run.workdir)  # none in a bucket: see there
   if error:
     return 'todo', f'unreadable results ({error}); relaunching'
@@ -123,8 +131,10 @@ def saved_state(run):
     return 'todo', ''
   diffs = record.config_differences(saved.get('config'), run.config.to_dict())
   if diffs:
-    return 'mismatch', (f'{run.workdir} holds a run with other settings ({"; ".join(diffs[:3])}): '
-                        'delete it or use another --root')
+    return 'mismatch', (
+      f'{run.workdir} holds a run with other settings ({"; ".join(diffs[:3])}): '
+      'delete it or use another --root'
+    )
   return ('completed', '') if claims.says_completed(saved) else ('todo', '')
 
 
@@ -163,43 +173,74 @@ def print_chip_environments(chips):
 
 def add_run_args(p, example_config, root_help):
   """--config, --root, --parallel, --gpus: what running a sweep takes (sweeps.run_study too)."""
-  p.add_argument('--config', required=True,
-                 help=f'config file with get_sweep(), e.g. {example_config}')
+  p.add_argument(
+    '--config', required=True, help=f'config file with get_sweep(), e.g. {example_config}'
+  )
   p.add_argument('--root', required=True, help=root_help)
-  p.add_argument('--parallel', type=int, default=None, help='runs at a time (default 1, or one per GPU)')
+  p.add_argument(
+    '--parallel', type=int, default=None, help='runs at a time (default 1, or one per GPU)'
+  )
   p.add_argument('--gpus', default='', help='comma-separated GPU ids: one run per GPU')
-  p.add_argument('--tpu-chips', default='',
-                 help='comma-separated TPU chip ids of this TPU VM: one run per chip, each with '
-                      "libtpu's per-process variables and its own port (sweeps/tpu_chips.py)")
+  p.add_argument(
+    '--tpu-chips',
+    default='',
+    help='comma-separated TPU chip ids of this TPU VM: one run per chip, each with '
+    "libtpu's per-process variables and its own port (sweeps/tpu_chips.py)",
+  )
 
 
 def parse_args(argv):
-  p = cli.Parser(prog='python -m sweeps.sweep', description='Run a study (arms x seeds, declared '
-                 "by the config file's get_sweep(arg)) as train.py runs.")
+  p = cli.Parser(
+    prog='python -m sweeps.sweep',
+    description='Run a study (arms x seeds, declared '
+    "by the config file's get_sweep(arg)) as train.py runs.",
+  )
   add_run_args(p, 'configs/digits.py:cpu', 'folder holding one workdir per run')
-  p.add_argument('--emit-commands', default=None,
-                 help=f'command list file (default ROOT/{scripts.COMMANDS_FILE})')
-  p.add_argument('--emit-slurm', default=None,
-                 help=f'SLURM array script (default ROOT/{scripts.SLURM_FILE})')
-  p.add_argument('--emit-study', default=None,
-                 help='with --dry-run or a bucket root: write the study declaration (get_study()) '
-                      'to this file, to copy into the root before the runs start')
-  p.add_argument('--dry-run', action='store_true',
-                 help='check every run and print the plan (a summary line, then the commands, or '
-                      'the first 10 and a count); write nothing but the files --emit-* name; run '
-                      'nothing')
-  p.add_argument('--estimate', action='store_true',
-                 help="a dry run that also measures what each arm's runs spend on this machine "
-                      '(start-up, compiles, steps, evaluations, checkpoints), --parallel arms at a '
-                      'time, and prints the sweep\'s device-hours (sweeps/estimate.py)')
-  p.add_argument('--estimate-steps', type=int, default=3,
-                 help='steps timed per training phase after the compile (--estimate)')
-  p.add_argument('--estimate-tpu', default='', metavar='TOPOLOGY',
-                 help='with --estimate: price the runs from their TPU programs compiled here for '
-                      'TOPOLOGY (sweeps/preflight.py; e.g. v5e-1 for one run per chip) instead of '
-                      'measuring them on this machine')
-  p.add_argument('--heartbeat', type=float, default=30.0,
-                 help='seconds between progress lines while runs train')
+  p.add_argument(
+    '--emit-commands',
+    default=None,
+    help=f'command list file (default ROOT/{scripts.COMMANDS_FILE})',
+  )
+  p.add_argument(
+    '--emit-slurm', default=None, help=f'SLURM array script (default ROOT/{scripts.SLURM_FILE})'
+  )
+  p.add_argument(
+    '--emit-study',
+    default=None,
+    help='with --dry-run or a bucket root: write the study declaration (get_study()) '
+    'to this file, to copy into the root before the runs start',
+  )
+  p.add_argument(
+    '--dry-run',
+    action='store_true',
+    help='check every run and print the plan (a summary line, then the commands, or '
+    'the first 10 and a count); write nothing but the files --emit-* name; run '
+    'nothing',
+  )
+  p.add_argument(
+    '--estimate',
+    action='store_true',
+    help="a dry run that also measures what each arm's runs spend on this machine "
+    '(start-up, compiles, steps, evaluations, checkpoints), --parallel arms at a '
+    "time, and prints the sweep's device-hours (sweeps/estimate.py)",
+  )
+  p.add_argument(
+    '--estimate-steps',
+    type=int,
+    default=3,
+    help='steps timed per training phase after the compile (--estimate)',
+  )
+  p.add_argument(
+    '--estimate-tpu',
+    default='',
+    metavar='TOPOLOGY',
+    help='with --estimate: price the runs from their TPU programs compiled here for '
+    'TOPOLOGY (sweeps/preflight.py; e.g. v5e-1 for one run per chip) instead of '
+    'measuring them on this machine',
+  )
+  p.add_argument(
+    '--heartbeat', type=float, default=30.0, help='seconds between progress lines while runs train'
+  )
   return p.parse_args(argv)
 
 
@@ -207,11 +248,15 @@ def output_files(args, root):
   """(command list, SLURM script) paths; next to the runs unless --emit-* say otherwise. A bucket
   root cannot hold them (they are written here): it needs both --emit-* flags."""
   if '://' in root and not (args.emit_commands and args.emit_slurm):
-    raise ValueError(f'--root={root}: the command list and the SLURM script are written on this '
-                     'machine, not into a bucket: give --emit-commands=FILE and --emit-slurm=FILE '
-                     '(local paths)')
-  return (os.path.abspath(args.emit_commands or os.path.join(root, scripts.COMMANDS_FILE)),
-          os.path.abspath(args.emit_slurm or os.path.join(root, scripts.SLURM_FILE)))
+    raise ValueError(
+      f'--root={root}: the command list and the SLURM script are written on this '
+      'machine, not into a bucket: give --emit-commands=FILE and --emit-slurm=FILE '
+      '(local paths)'
+    )
+  return (
+    os.path.abspath(args.emit_commands or os.path.join(root, scripts.COMMANDS_FILE)),
+    os.path.abspath(args.emit_slurm or os.path.join(root, scripts.SLURM_FILE)),
+  )
 
 
 def write_plan(runs, path, arg, root, files, which=(True, True), chips=()):
@@ -220,8 +265,9 @@ def write_plan(runs, path, arg, root, files, which=(True, True), chips=()):
   (sweeps/tpu_chips.py)."""
   commands_file, slurm_file = files
   if which[0]:
-    lines = [scripts.command_line(scripts.placed(scripts.command(r, path, arg), chips))
-             for r in runs]
+    lines = [
+      scripts.command_line(scripts.placed(scripts.command(r, path, arg), chips)) for r in runs
+    ]
     scripts.write_text(commands_file, '\n'.join(lines) + '\n')
     print(f'commands: {commands_file}')
   if which[1]:
@@ -236,16 +282,21 @@ def write_outputs(args, runs, path, arg, root, files, declared, chips=()):
   writes only the files that --emit-commands, --emit-slurm and --emit-study name."""
   dry = args.dry_run or args.estimate
   study_file = args.emit_study or (
-      None if dry or '://' in root else os.path.join(root, declaration.STUDY_FILE))
+    None if dry or '://' in root else os.path.join(root, declaration.STUDY_FILE)
+  )
   copy_to = scripts.join(root, declaration.STUDY_FILE)
   if declared and study_file:
     scripts.write_text(study_file, declaration.dumps(declared))
     where = os.path.abspath(study_file)
-    print(f'study declaration: {where}' + (
-        f' (copy it to {copy_to} before the runs start)' if where != copy_to else ''))
+    print(
+      f'study declaration: {where}'
+      + (f' (copy it to {copy_to} before the runs start)' if where != copy_to else '')
+    )
   elif declared:
-    print(f'study declaration: not written (a dry run writes only what --emit-* name; '
-          f'--emit-study=FILE writes it, to copy to {copy_to} before the runs start)')
+    print(
+      f'study declaration: not written (a dry run writes only what --emit-* name; '
+      f'--emit-study=FILE writes it, to copy to {copy_to} before the runs start)'
+    )
   which = (bool(args.emit_commands), bool(args.emit_slurm)) if dry else (True, True)
   write_plan(runs, path, arg, root, files, which, chips)
 
@@ -268,6 +319,7 @@ def list_pending(todo, path, arg, emitted):
 def runs_exist(root):
   """Does the (local) root hold any run (a folder with checkpoints/)?"""
   from analysis.inputs import results  # pylint: disable=import-outside-toplevel
+
   return os.path.isdir(root) and bool(results.find_runs(root))
 
 
@@ -281,8 +333,10 @@ def study_declaration(spec, root):
     return declared or None, None
   diff = declaration.differences(declaration.read_file(path), declared)
   if diff and runs_exist(root):
-    return None, (f'{path}: get_study() differs from the declaration its runs were made under '
-                  f'({"; ".join(diff[:3])}); restore it, or use a new --root for a new study')
+    return None, (
+      f'{path}: get_study() differs from the declaration its runs were made under '
+      f'({"; ".join(diff[:3])}); restore it, or use a new --root for a new study'
+    )
   return (declared if diff else None), None
 
 
@@ -292,19 +346,27 @@ def plan(args):
   study declaration to write (None: none, or already there); raises ValueError on a bad sweep
   declaration or flags."""
   from sweeps import checks  # pylint: disable=import-outside-toplevel
+
   remote = '://' in args.root
   root = args.root if remote else os.path.abspath(args.root)
   if remote and not (args.dry_run or args.estimate):
-    raise ValueError(f'--root={args.root}: bucket roots can only be emitted (add --dry-run and run '
-                     'the command list on the hosts); run locally with a local folder')
+    raise ValueError(
+      f'--root={args.root}: bucket roots can only be emitted (add --dry-run and run '
+      'the command list on the hosts); run locally with a local folder'
+    )
   runs, path, arg = expand(args.config, root)
   files = output_files(args, root)
   scripts.check_commands(runs, path, arg, root, files)
   from sweeps import runner  # pylint: disable=import-outside-toplevel
+
   gpus = parse_gpus(args.gpus)  # a run's environment: one GPU each under --gpus (runner.py)
   errors, warnings, states = checks.check(
-      runs, root, list(zip(('--emit-commands', '--emit-slurm'), files)), saved_state,
-      runner.child_env(root, scripts.REPO, gpus[0] if gpus else None))
+    runs,
+    root,
+    list(zip(('--emit-commands', '--emit-slurm'), files)),
+    saved_state,
+    runner.child_env(root, scripts.REPO, gpus[0] if gpus else None),
+  )
   for line in warnings:
     print(f'warning: {line}', file=sys.stderr)
   declared, problem = study_declaration(args.config, root)
@@ -314,8 +376,10 @@ def plan(args):
 def print_problems(errors):
   for line in errors:
     print(f'error: {line}', file=sys.stderr)
-  print(f'error: {len(errors)} problem(s) found before launching: nothing was run or written',
-        file=sys.stderr)
+  print(
+    f'error: {len(errors)} problem(s) found before launching: nothing was run or written',
+    file=sys.stderr,
+  )
   return 2
 
 
@@ -342,8 +406,10 @@ def main(argv=None):
     runs, path, arg, root, files, states, errors, declared = plan(args)
     from input_pipeline import base  # pylint: disable=import-outside-toplevel
     from sweeps import checks, runner  # pylint: disable=import-outside-toplevel
-    slots, capped = checks.parallel_slots(args.parallel, runs, gpus, base.host_memory(),
-                                          os.cpu_count() or 1)
+
+    slots, capped = checks.parallel_slots(
+      args.parallel, runs, gpus, base.host_memory(), os.cpu_count() or 1
+    )
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
@@ -352,8 +418,10 @@ def main(argv=None):
   if capped:
     print(f'warning: {capped}', file=sys.stderr)
   todo = pending(runs, states)
-  print(f'{len(runs)} runs ({len({r.slug for r in runs})} arms) under {root}: '
-        f'{len(runs) - len(todo)} completed (skipped), {len(todo)} to run')
+  print(
+    f'{len(runs)} runs ({len({r.slug for r in runs})} arms) under {root}: '
+    f'{len(runs) - len(todo)} completed (skipped), {len(todo)} to run'
+  )
   chips = [g for g in gpus if isinstance(g, tpu_chips.Chip)]
   write_outputs(args, runs, path, arg, root, files, declared, chips)
   if args.dry_run or args.estimate:
@@ -365,14 +433,25 @@ def main(argv=None):
     return 0
   if args.estimate and args.estimate_tpu:  # priced from the TPU programs compiled here
     from sweeps import tpu_estimate  # pylint: disable=import-outside-toplevel
-    return tpu_estimate.price_arms([r for r, _ in todo],
-                                   lambda r: scripts.config_flags(r, path, arg), args.estimate_tpu,
-                                   scripts.REPO, slots)
+
+    return tpu_estimate.price_arms(
+      [r for r, _ in todo],
+      lambda r: scripts.config_flags(r, path, arg),
+      args.estimate_tpu,
+      scripts.REPO,
+      slots,
+    )
   if args.estimate:  # priced: the runs still to run
     from sweeps import estimate  # pylint: disable=import-outside-toplevel
+
     envs = runner.slot_envs(scripts.REPO if '://' in root else root, scripts.REPO, gpus, slots)
-    return estimate.measure_arms([r for r, _ in todo], lambda r: scripts.config_flags(r, path, arg),
-                           envs, scripts.REPO, args.estimate_steps)
+    return estimate.measure_arms(
+      [r for r, _ in todo],
+      lambda r: scripts.config_flags(r, path, arg),
+      envs,
+      scripts.REPO,
+      args.estimate_steps,
+    )
   if args.dry_run:
     return 0
   return launch([r for r, _ in todo], path, arg, root, slots, gpus, len(runs), args.heartbeat)
@@ -381,15 +460,27 @@ def main(argv=None):
 def launch(todo, path, arg, root, slots, gpus, total, heartbeat):
   """Run the `todo` runs; print the outcome; returns main's exit code."""
   from sweeps import runner  # pylint: disable=import-outside-toplevel
+
   progress = runner.Progress(total, total - len(todo), slots)
   print('each run logs to <its workdir>/train.log (tail -f one to watch it)')
   progress.show()
   failures, in_use, signum = runner.run_all(
-      launch_order(todo), lambda r: scripts.command(r, path, arg, sys.executable), root,
-      scripts.REPO, progress, slots, gpus, lambda r: r.config.batch_size, heartbeat=heartbeat)
+    launch_order(todo),
+    lambda r: scripts.command(r, path, arg, sys.executable),
+    root,
+    scripts.REPO,
+    progress,
+    slots,
+    gpus,
+    lambda r: r.config.batch_size,
+    heartbeat=heartbeat,
+  )
   if signum is not None:
-    print(f'stopped by {signal.Signals(signum).name}: running runs were stopped and keep their '
-          'last checkpoint; run the same command again to resume', file=sys.stderr)
+    print(
+      f'stopped by {signal.Signals(signum).name}: running runs were stopped and keep their '
+      'last checkpoint; run the same command again to resume',
+      file=sys.stderr,
+    )
     return 128 + signum
   progress.show('sweep finished')
   for run, code, line in failures:

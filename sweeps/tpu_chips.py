@@ -17,8 +17,14 @@ import time
 
 PORT_BASE = 8476
 LOCK_DIR = os.path.join(os.environ.get('TMPDIR', '/tmp'), 'tpu_chips')
-VARIABLES = ('TPU_VISIBLE_CHIPS', 'TPU_PROCESS_BOUNDS', 'TPU_CHIPS_PER_PROCESS_BOUNDS',
-             'TPU_PROCESS_PORT', 'TPU_PROCESS_ADDRESSES', 'CLOUD_TPU_TASK_ID')
+VARIABLES = (
+  'TPU_VISIBLE_CHIPS',
+  'TPU_PROCESS_BOUNDS',
+  'TPU_CHIPS_PER_PROCESS_BOUNDS',
+  'TPU_PROCESS_PORT',
+  'TPU_PROCESS_ADDRESSES',
+  'CLOUD_TPU_TASK_ID',
+)
 POLL_S = 1
 
 
@@ -35,20 +41,27 @@ def parse(text):
   try:
     ids = [int(c) for c in (text or '').split(',') if c.strip()]
   except ValueError:
-    raise ValueError(f'--tpu-chips={text}: give comma-separated chip ids, e.g. --tpu-chips '
-                     '0,1,2,3') from None
+    raise ValueError(
+      f'--tpu-chips={text}: give comma-separated chip ids, e.g. --tpu-chips 0,1,2,3'
+    ) from None
   if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
-    raise ValueError(f'--tpu-chips={text}: give each chip id (>= 0) once; two runs cannot share a '
-                     'TPU chip')
+    raise ValueError(
+      f'--tpu-chips={text}: give each chip id (>= 0) once; two runs cannot share a TPU chip'
+    )
   return [Chip(i) for i in ids]
 
 
 def environment(index):
   """libtpu's per-process variables of a run on chip `index` (module doc)."""
   port = PORT_BASE + index
-  return {'TPU_VISIBLE_CHIPS': str(index), 'TPU_PROCESS_BOUNDS': '1,1,1',
-          'TPU_CHIPS_PER_PROCESS_BOUNDS': '1,1,1', 'TPU_PROCESS_PORT': str(port),
-          'TPU_PROCESS_ADDRESSES': f'localhost:{port}', 'CLOUD_TPU_TASK_ID': '0'}
+  return {
+    'TPU_VISIBLE_CHIPS': str(index),
+    'TPU_PROCESS_BOUNDS': '1,1,1',
+    'TPU_CHIPS_PER_PROCESS_BOUNDS': '1,1,1',
+    'TPU_PROCESS_PORT': str(port),
+    'TPU_PROCESS_ADDRESSES': f'localhost:{port}',
+    'CLOUD_TPU_TASK_ID': '0',
+  }
 
 
 def settings(env):
@@ -58,8 +71,13 @@ def settings(env):
 
 def launcher(chips):
   """The argv prefix that starts a command on the first free one of `chips` (module doc)."""
-  return ['python', '-m', 'sweeps.tpu_chips', f'--chips={",".join(str(c.index) for c in chips)}',
-          '--']
+  return [
+    'python',
+    '-m',
+    'sweeps.tpu_chips',
+    f'--chips={",".join(str(c.index) for c in chips)}',
+    '--',
+  ]
 
 
 def claim(chips, lock_dir=LOCK_DIR, poll_s=POLL_S):
@@ -79,14 +97,22 @@ def claim(chips, lock_dir=LOCK_DIR, poll_s=POLL_S):
 
 def parse_args(argv):
   # The standard library only: the launcher runs under whichever `python` the command list names.
-  p = argparse.ArgumentParser(prog='python -m sweeps.tpu_chips',
-                 description="Run a command on the first free TPU chip of --chips with libtpu's "
-                 'per-process variables (one run per chip of a TPU VM; the lines sweeps.sweep '
-                 '--tpu-chips emits).')
-  p.add_argument('--chips', required=True,
-                 help='comma-separated ids of the chips this host may hand out, e.g. 0,1,2,3')
-  p.add_argument('command', nargs=argparse.REMAINDER,
-                 help='the command, after --, e.g. -- python train.py --config=...')
+  p = argparse.ArgumentParser(
+    prog='python -m sweeps.tpu_chips',
+    description="Run a command on the first free TPU chip of --chips with libtpu's "
+    'per-process variables (one run per chip of a TPU VM; the lines sweeps.sweep '
+    '--tpu-chips emits).',
+  )
+  p.add_argument(
+    '--chips',
+    required=True,
+    help='comma-separated ids of the chips this host may hand out, e.g. 0,1,2,3',
+  )
+  p.add_argument(
+    'command',
+    nargs=argparse.REMAINDER,
+    help='the command, after --, e.g. -- python train.py --config=...',
+  )
   p.error = lambda message: fail(f'{message}; see --help')
   args = p.parse_args(argv)
   command = args.command[1:] if args.command[:1] == ['--'] else args.command

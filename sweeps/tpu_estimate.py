@@ -27,6 +27,7 @@ def roofline_s(flops, bytes_accessed, passes, chip):
 def evaluations(ctx):
   """How many evaluations a run of `ctx` makes (trainer/run.py `due`, the loop's one rule)."""
   from trainer import run  # pylint: disable=import-outside-toplevel
+
   return sum(run.due(ctx, step).evaluate for step in range(1, ctx.total_steps + 1))
 
 
@@ -50,6 +51,7 @@ def largest_batch(fits, start, unit, limit, max_compiles=8):
   def check(batch):
     calls[0] += 1
     return fits(batch)
+
   limit = max(unit, limit // unit * unit)
   start = max(unit, min(limit, start) // unit * unit)
   if check(start):
@@ -70,12 +72,12 @@ def largest_batch(fits, start, unit, limit, max_compiles=8):
 
 # --- sweeps.sweep --estimate-tpu: each arm's runs priced from its compiled program ------------
 
+
 def arm_run_hours(flags, topology, repo, env=None):
   """(run hours, chips) of one arm: `python -m sweeps.preflight` with the arm's config flags for
   `topology`, read from its preflight.csv; ValueError with its last line if it fails."""
   with tempfile.TemporaryDirectory() as out:
-    argv = [sys.executable, '-m', 'sweeps.preflight', *flags, '--topology', topology,
-            '--out', out]
+    argv = [sys.executable, '-m', 'sweeps.preflight', *flags, '--topology', topology, '--out', out]
     proc = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, check=False)
     path = os.path.join(out, 'preflight.csv')
     if proc.returncode or not os.path.exists(path):
@@ -98,8 +100,12 @@ def price_arms(runs, flags_of, topology, repo, slots, out=None):
   for r in runs:
     arms.setdefault(r.slug, r)
     counts[r.slug] = counts.get(r.slug, 0) + 1
-  print(f'estimate: compiling each of {len(arms)} arm(s) for {topology} (sweeps.preflight); '
-        'TPU compiles take minutes on a small CPU', file=out, flush=True)
+  print(
+    f'estimate: compiling each of {len(arms)} arm(s) for {topology} (sweeps.preflight); '
+    'TPU compiles take minutes on a small CPU',
+    file=out,
+    flush=True,
+  )
   lines, total, chips = [], 0.0, 1
   for slug, first in arms.items():
     try:
@@ -110,10 +116,13 @@ def price_arms(runs, flags_of, topology, repo, slots, out=None):
     total += counts[slug] * hours
     lines.append(f'{slug}: {counts[slug]} runs x {hours:.3g} h')
     print(f'estimate: {lines[-1]}', file=out, flush=True)
-  print(f'total: {total:.4g} run-hours on {topology} ({total * chips:.4g} chip-hours); about '
-        f'{total / max(slots, 1):.3g} h of wall-clock at {slots} run(s) at a time. Roofline '
-        'estimates from compiled programs, not executions (optimistic: sweeps/tpu_estimate.py)',
-        file=out, flush=True)
+  print(
+    f'total: {total:.4g} run-hours on {topology} ({total * chips:.4g} chip-hours); about '
+    f'{total / max(slots, 1):.3g} h of wall-clock at {slots} run(s) at a time. Roofline '
+    'estimates from compiled programs, not executions (optimistic: sweeps/tpu_estimate.py)',
+    file=out,
+    flush=True,
+  )
   return 0
 
 

@@ -34,8 +34,10 @@ class Heartbeat:
 
   def _beat(self):
     while not self.done.wait(HEARTBEAT_S):
-      print(f'[preflight]   ... {self.label}: still compiling, {time.time() - self.start:.0f} s',
-            flush=True)
+      print(
+        f'[preflight]   ... {self.label}: still compiling, {time.time() - self.start:.0f} s',
+        flush=True,
+      )
 
   def __exit__(self, *exc):
     self.done.set()
@@ -61,22 +63,36 @@ def programs(ctx):
   for phase in ctx.phases:
     state, step_fn = run.enter_phase(ctx, state, phase, phase.start)
     out.append((phase.name, step_fn, (state, train_batch), config.batch_size))
-  totals = run.replicate(ctx, jax.eval_shape(
-      lambda: jax.tree.map(lambda v: jax.numpy.asarray(v, 'float32'), steps.ZERO_SUMS)))
+  totals = run.replicate(
+    ctx,
+    jax.eval_shape(
+      lambda: jax.tree.map(lambda v: jax.numpy.asarray(v, 'float32'), steps.ZERO_SUMS)
+    ),
+  )
   eval_batch = run.abstract_batch(ctx, ctx.dataset.test, config.eval_batch_size, mask=True)
-  out.append(('eval', run.eval_step(ctx, state), (state, eval_batch, totals),
-              config.eval_batch_size))
+  out.append(
+    ('eval', run.eval_step(ctx, state), (state, eval_batch, totals), config.eval_batch_size)
+  )
   return out
 
 
 def memory(compiled):
   """{memory_per_chip_gib and its parts} of a compiled program (module doc)."""
   m = compiled.memory_analysis()
-  parts = {'argument_gib': m.argument_size_in_bytes, 'output_gib': m.output_size_in_bytes,
-           'alias_gib': m.alias_size_in_bytes, 'temp_gib': m.temp_size_in_bytes,
-           'code_gib': m.generated_code_size_in_bytes}
-  total = (parts['argument_gib'] + parts['output_gib'] - parts['alias_gib'] + parts['temp_gib']
-           + parts['code_gib'])
+  parts = {
+    'argument_gib': m.argument_size_in_bytes,
+    'output_gib': m.output_size_in_bytes,
+    'alias_gib': m.alias_size_in_bytes,
+    'temp_gib': m.temp_size_in_bytes,
+    'code_gib': m.generated_code_size_in_bytes,
+  }
+  total = (
+    parts['argument_gib']
+    + parts['output_gib']
+    - parts['alias_gib']
+    + parts['temp_gib']
+    + parts['code_gib']
+  )
   return {'memory_per_chip_gib': total / GIB, **{k: v / GIB for k, v in parts.items()}}
 
 
@@ -89,14 +105,19 @@ def program_row(compiled, config, chip, facts, images):
   passes = hlo_census.mean_passes(found)
   step_s = tpu_estimate.roofline_s(flops, accessed, passes, chip)
   row = memory(compiled)
-  row.update(fits=row['memory_per_chip_gib'] <= chip.hbm_gib,
-             gflop_per_step=flops * facts['devices'] / 1e9, gbyte_per_chip=accessed / 1e9,
-             mxu_passes=passes, roofline_ms=step_s * 1e3, images_per_s=images / step_s,
-             products=len(found), products_as_configured=hlo_census.as_configured(found, config),
-             configured='; '.join(f'{k} @ {hlo_census.configured(config, k)}'
-                                  for k in ('conv', 'dense')),
-             rounding_ops=hlo_census.rounding_ops(text),
-             product_breakdown=hlo_census.breakdown(found))
+  row.update(
+    fits=row['memory_per_chip_gib'] <= chip.hbm_gib,
+    gflop_per_step=flops * facts['devices'] / 1e9,
+    gbyte_per_chip=accessed / 1e9,
+    mxu_passes=passes,
+    roofline_ms=step_s * 1e3,
+    images_per_s=images / step_s,
+    products=len(found),
+    products_as_configured=hlo_census.as_configured(found, config),
+    configured='; '.join(f'{k} @ {hlo_census.configured(config, k)}' for k in ('conv', 'dense')),
+    rounding_ops=hlo_census.rounding_ops(text),
+    product_breakdown=hlo_census.breakdown(found),
+  )
   return row, step_s
 
 
@@ -128,8 +149,14 @@ def program_rows(config, ctx, head, chip, facts, wanted):
     label = f'{head["topology"]} {name} (batch {images})'
     print(f'[preflight]   compiling {label}', flush=True)
     compiled, seconds, reason = compile_program(fn, args, label)
-    row = {**head, 'phase': name, 'batch': images, 'compiled': compiled is not None,
-           'reason': reason, 'compile_s': round(seconds, 1)}
+    row = {
+      **head,
+      'phase': name,
+      'batch': images,
+      'compiled': compiled is not None,
+      'reason': reason,
+      'compile_s': round(seconds, 1),
+    }
     if compiled is not None:
       measured, step_s[name] = program_row(compiled, config, chip, facts, images)
       row.update(measured)
@@ -145,11 +172,20 @@ def topology_rows(config, topology, devs, runs, wanted):
   the reason (and no context) when the run cannot be built there, e.g. a batch that does not
   split over its devices."""
   chip, facts = tpu_topology.CHIPS[topology.version], tpu_topology.facts(topology, devs)
-  head = {'topology': topology.name, 'accelerator': facts['device_kind'], 'chips': facts['chips'],
-          'hosts': facts['hosts'], 'devices': facts['devices'], 'hbm_per_chip_gib': chip.hbm_gib,
-          'sweep_runs': runs}
-  print(f'[preflight] {topology.name}: {facts["devices"]} x {facts["device_kind"]} '
-        f'({facts["chips"]} chips, {facts["hosts"]} host(s))', flush=True)
+  head = {
+    'topology': topology.name,
+    'accelerator': facts['device_kind'],
+    'chips': facts['chips'],
+    'hosts': facts['hosts'],
+    'devices': facts['devices'],
+    'hbm_per_chip_gib': chip.hbm_gib,
+    'sweep_runs': runs,
+  }
+  print(
+    f'[preflight] {topology.name}: {facts["devices"]} x {facts["device_kind"]} '
+    f'({facts["chips"]} chips, {facts["hosts"]} host(s))',
+    flush=True,
+  )
   try:
     ctx = build_context(config, topology, devs)
   except validation.ConfigError as e:
@@ -171,15 +207,21 @@ def topology_rows(config, topology, devs, runs, wanted):
 def summary(row):
   """One progress line for a program's row."""
   if not row['compiled']:
-    needs = (f' (needs {row["memory_per_chip_gib"]:.3g} GiB per chip, {row["hbm_per_chip_gib"]} '
-             'GiB of HBM: does not fit)' if row.get('memory_per_chip_gib') is not None else '')
+    needs = (
+      f' (needs {row["memory_per_chip_gib"]:.3g} GiB per chip, {row["hbm_per_chip_gib"]} '
+      'GiB of HBM: does not fit)'
+      if row.get('memory_per_chip_gib') is not None
+      else ''
+    )
     return f'NOT compiled after {row["compile_s"]} s: {row["reason"]}{needs}'
-  return (f'compiled in {row["compile_s"]} s: {row["memory_per_chip_gib"]:.3g} of '
-          f'{row["hbm_per_chip_gib"]} GiB per chip ({"fits" if row["fits"] else "DOES NOT FIT"}), '
-          f'{row["gflop_per_step"]:.4g} GFLOP per step, roofline {row["roofline_ms"]:.3g} ms '
-          f'({row["images_per_s"]:,.0f} images/s), {row["products"]} products '
-          f'({row["products_as_configured"]} as configured: {row["configured"]}), '
-          f'{row["rounding_ops"]} rounding ops')
+  return (
+    f'compiled in {row["compile_s"]} s: {row["memory_per_chip_gib"]:.3g} of '
+    f'{row["hbm_per_chip_gib"]} GiB per chip ({"fits" if row["fits"] else "DOES NOT FIT"}), '
+    f'{row["gflop_per_step"]:.4g} GFLOP per step, roofline {row["roofline_ms"]:.3g} ms '
+    f'({row["images_per_s"]:,.0f} images/s), {row["products"]} products '
+    f'({row["products_as_configured"]} as configured: {row["configured"]}), '
+    f'{row["rounding_ops"]} rounding ops'
+  )
 
 
 def max_batch(spec, overrides, topology, devs, config, max_compiles):
@@ -193,20 +235,30 @@ def max_batch(spec, overrides, topology, devs, config, max_compiles):
 
   def fits(batch):
     try:
-      candidate = validation.resolve(loader.load(spec, list(overrides) + [('batch_size',
-                                                                            str(batch))]))
+      candidate = validation.resolve(
+        loader.load(spec, list(overrides) + [('batch_size', str(batch))])
+      )
       ctx = build_context(candidate, topology, devs)
     except ValueError:
       return False
-    name, fn, args, _ = next(p for p in programs(ctx)
-                             if p[0] == next(ph.name for ph in ctx.phases if not ph.frozen))
+    name, fn, args, _ = next(
+      p for p in programs(ctx) if p[0] == next(ph.name for ph in ctx.phases if not ph.frozen)
+    )
     label = f'{topology.name} {name} at batch {batch} (--max-batch)'
     print(f'[preflight]   compiling {label}', flush=True)
     compiled, seconds, reason = compile_program(fn, args, label)
     gib = memory(compiled)['memory_per_chip_gib'] if compiled is not None else None
     ok = gib is not None and gib <= chip.hbm_gib
-    print(f'[preflight]   batch {batch}: ' + (f'{gib:.3g} GiB per chip, {"fits" if ok else "does not fit"}'
-                                             if gib is not None else f'not compiled: {reason}')
-          + f' ({seconds:.0f} s)', flush=True)
+    print(
+      f'[preflight]   batch {batch}: '
+      + (
+        f'{gib:.3g} GiB per chip, {"fits" if ok else "does not fit"}'
+        if gib is not None
+        else f'not compiled: {reason}'
+      )
+      + f' ({seconds:.0f} s)',
+      flush=True,
+    )
     return ok
+
   return tpu_estimate.largest_batch(fits, config.batch_size, unit, limit, max_compiles)

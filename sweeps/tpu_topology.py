@@ -17,28 +17,34 @@ import sys
 Chip = collections.namedtuple('Chip', 'device_kind hbm_gib hbm_gb_s bf16_tflop_s megacore')
 
 CHIPS = {
-    'v4': Chip('TPU v4', 32, 1200, 275, True),
-    'v5e': Chip('TPU v5 lite', 16, 819, 197, False),
-    'v5p': Chip('TPU v5', 95, 2765, 459, True),
-    'v6e': Chip('TPU v6 lite', 32, 1640, 918, False),
+  'v4': Chip('TPU v4', 32, 1200, 275, True),
+  'v5e': Chip('TPU v5 lite', 16, 819, 197, False),
+  'v5p': Chip('TPU v5', 95, 2765, 459, True),
+  'v6e': Chip('TPU v6 lite', 32, 1640, 918, False),
 }
 SOURCES = {
-    'v4': 'https://cloud.google.com/tpu/docs/v4',
-    'v5e': 'https://cloud.google.com/tpu/docs/v5e',
-    'v5p': 'https://cloud.google.com/tpu/docs/v5p',
-    'v6e': 'https://cloud.google.com/tpu/docs/v6e',
+  'v4': 'https://cloud.google.com/tpu/docs/v4',
+  'v5e': 'https://cloud.google.com/tpu/docs/v5e',
+  'v5p': 'https://cloud.google.com/tpu/docs/v5p',
+  'v6e': 'https://cloud.google.com/tpu/docs/v6e',
 }
 # Google Cloud accelerator types: (libtpu topology, chips per host). v4-N and v5p-N count
 # TensorCores (2 per chip), v5e-N (v5litepod-N) and v6e-N count chips.
 ACCELERATOR_TYPES = {
-    'v4-8': ('v4:2x2x1', (2, 2, 1)), 'v4-16': ('v4:2x2x2', (2, 2, 1)),
-    'v4-32': ('v4:2x2x4', (2, 2, 1)),
-    'v5p-8': ('v5p:2x2x1', (2, 2, 1)), 'v5p-16': ('v5p:2x2x2', (2, 2, 1)),
-    'v5p-32': ('v5p:2x2x4', (2, 2, 1)),
-    'v5e-1': ('v5e:1x1', (1, 1, 1)), 'v5e-4': ('v5e:2x2', (2, 2, 1)),
-    'v5e-8': ('v5e:2x4', (2, 4, 1)), 'v5e-16': ('v5e:4x4', (2, 2, 1)),
-    'v6e-1': ('v6e:1x1', (1, 1, 1)), 'v6e-4': ('v6e:2x2', (2, 2, 1)),
-    'v6e-8': ('v6e:2x4', (2, 4, 1)), 'v6e-16': ('v6e:4x4', (2, 2, 1)),
+  'v4-8': ('v4:2x2x1', (2, 2, 1)),
+  'v4-16': ('v4:2x2x2', (2, 2, 1)),
+  'v4-32': ('v4:2x2x4', (2, 2, 1)),
+  'v5p-8': ('v5p:2x2x1', (2, 2, 1)),
+  'v5p-16': ('v5p:2x2x2', (2, 2, 1)),
+  'v5p-32': ('v5p:2x2x4', (2, 2, 1)),
+  'v5e-1': ('v5e:1x1', (1, 1, 1)),
+  'v5e-4': ('v5e:2x2', (2, 2, 1)),
+  'v5e-8': ('v5e:2x4', (2, 4, 1)),
+  'v5e-16': ('v5e:4x4', (2, 2, 1)),
+  'v6e-1': ('v6e:1x1', (1, 1, 1)),
+  'v6e-4': ('v6e:2x2', (2, 2, 1)),
+  'v6e-8': ('v6e:2x4', (2, 4, 1)),
+  'v6e-16': ('v6e:4x4', (2, 2, 1)),
 }
 ALIASES = {f'v5litepod-{n}': f'v5e-{n}' for n in (1, 4, 8, 16)}
 SHAPE = re.compile(r'^(v4|v5e|v5p|v6e):(\d+)x(\d+)(?:x(\d+))?$')
@@ -57,9 +63,11 @@ def parse(name):
     return Topology(name, version, libtpu_name, _options(version, per_host))
   found = SHAPE.match(name)
   if not found:
-    raise ValueError(f'--topology {name}: not a TPU topology; give VERSION:SHAPE with VERSION one '
-                     f'of {", ".join(CHIPS)} (e.g. v5e:2x4, v4:2x2x1) or an accelerator type '
-                     f'({", ".join(sorted(ACCELERATOR_TYPES))})')
+    raise ValueError(
+      f'--topology {name}: not a TPU topology; give VERSION:SHAPE with VERSION one '
+      f'of {", ".join(CHIPS)} (e.g. v5e:2x4, v4:2x2x1) or an accelerator type '
+      f'({", ".join(sorted(ACCELERATOR_TYPES))})'
+    )
   version = found.group(1)
   dims = tuple(int(d) for d in found.groups()[1:] if d)
   chips = dims[0] * dims[1] * (dims[2] if len(dims) > 2 else 1)
@@ -106,6 +114,7 @@ def devices(topology):
   # a topology drives none, so preflights (and tests) may run side by side.
   os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
   from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
+
   try:
     with silenced_stderr():
       return topologies.get_topology_desc(topology.libtpu_name, 'tpu', **topology.options).devices
@@ -117,6 +126,10 @@ def devices(topology):
 def facts(topology, devs):
   """{'chips', 'hosts', 'devices', 'device_kind'} of the compile-only devices `devs`."""
   chips = {tuple(d.coords) for d in devs}  # a chip per coordinate; without megacore, 2 devices
-  return {'chips': len(chips), 'hosts': len({d.process_index for d in devs}),
-          'devices': len(devs), 'device_kind': devs[0].device_kind,
-          'cores_per_device': getattr(devs[0], 'num_cores', 1)}
+  return {
+    'chips': len(chips),
+    'hosts': len({d.process_index for d in devs}),
+    'devices': len(devs),
+    'device_kind': devs[0].device_kind,
+    'cores_per_device': getattr(devs[0], 'num_cores', 1),
+  }

@@ -15,8 +15,9 @@ sys.path.insert(0, ROOT)
 GPU_TIER = os.environ.get('GPU_TESTS') == '1'
 if not GPU_TIER:
   os.environ['JAX_PLATFORMS'] = 'cpu'
-os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
-                           ' --xla_force_host_platform_device_count=8').strip()
+os.environ['XLA_FLAGS'] = (
+  os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8'
+).strip()
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 # A test runner started in the background by a shell without job control inherits SIGINT ignored,
@@ -29,8 +30,8 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 
 # Tiers by cost, one folder each: a test file sits directly in the folder of its tier, and its tests
-# get the tier as a marker (`pytest tests/unit` or `pytest -m unit`, `-m "not e2e"`, ...; pytest.ini
-# registers the markers). unit = no model is built (statistics and analysis on planted tables,
+# get the tier as a marker (`pytest tests/unit` or `pytest -m unit`, `-m "not e2e"`, ...;
+# pyproject.toml registers the markers). unit = no model is built (statistics and analysis on planted tables,
 # config and plan checks, pure functions); integration = JAX in this process (model parts, one
 # compiled step, a benchmark's main at a toy size); e2e = whole runs: training, or subprocesses
 # (train.py, the CLIs, the benchmarks); tpu = TPU programs compiled on this CPU with libtpu
@@ -39,7 +40,7 @@ import pytest  # noqa: E402
 # tests/unit/test_tiers.py checks that every test file is in a tier folder.
 TIERS = ('unit', 'integration', 'e2e', 'tpu', 'gpu')
 TESTS = pathlib.Path(__file__).resolve().parent
-TEST_FILES = ('test_*.py', '*_test.py')  # pytest's default python_files (pytest.ini keeps it)
+TEST_FILES = ('test_*.py', '*_test.py')  # pytest's default python_files (pyproject.toml keeps it)
 
 
 def tier_of(path, tests=TESTS):

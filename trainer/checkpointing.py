@@ -21,9 +21,8 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from trainer import writers
-
 from runrecord import predictions, record
+from trainer import writers
 
 CORRUPT_DIR = 'corrupt_checkpoints'
 # What a run keeps in its workdir, and what each entry must be where it already exists: the
@@ -38,10 +37,14 @@ class CheckpointWriteError(RuntimeError):
 
 def manager(workdir, keep, async_save=True):
   options = ocp.CheckpointManagerOptions(
-      max_to_keep=keep, create=True, enable_async_checkpointing=async_save,
-      cleanup_tmp_directories=True)
-  return ocp.CheckpointManager(record.checkpoint_dir(workdir), options=options,
-                              item_names=record.ITEMS + (predictions.ITEM,))
+    max_to_keep=keep,
+    create=True,
+    enable_async_checkpointing=async_save,
+    cleanup_tmp_directories=True,
+  )
+  return ocp.CheckpointManager(
+    record.checkpoint_dir(workdir), options=options, item_names=record.ITEMS + (predictions.ITEM,)
+  )
 
 
 def _os_error(error):
@@ -60,9 +63,11 @@ def _os_error(error):
 
 def _write_error(step, error):
   detail = _os_error(error) or _short(error)
-  return CheckpointWriteError(f'checkpoint of step {step} could not be written ({detail}); the '
-                              'checkpoints already saved are unchanged: free space or fix the '
-                              'workdir, then run the same command again to resume')
+  return CheckpointWriteError(
+    f'checkpoint of step {step} could not be written ({detail}); the '
+    'checkpoints already saved are unchanged: free space or fix the '
+    'workdir, then run the same command again to resume'
+  )
 
 
 @contextlib.contextmanager
@@ -152,12 +157,15 @@ def restore_newest_valid(mngr, abstract_state):
       saved_digest = results.get('state_digest')
       digest = state_digest(state) if saved_digest else None
       if digest != saved_digest:
-        raise ValueError(f'state digest {digest} != saved {saved_digest}: its data files changed '
-                         'after they were written')
+        raise ValueError(
+          f'state digest {digest} != saved {saved_digest}: its data files changed '
+          'after they were written'
+        )
       return step, state, dict(results), bad
     except Exception as e:  # pylint: disable=broad-except
-      logging.warning('Checkpoint step %d cannot be restored (%s); trying an older one', step,
-                      _short(e))
+      logging.warning(
+        'Checkpoint step %d cannot be restored (%s); trying an older one', step, _short(e)
+      )
       bad.append(step)
   return None, None, None, bad
 

@@ -34,6 +34,7 @@ def heartbeat(what, every_s=HEARTBEAT_S):
   def beat():
     while not done.wait(every_s):
       say(f'{what}: still running, {time.time() - start:.0f} s')
+
   thread = threading.Thread(target=beat, daemon=True, name='heartbeat')
   thread.start()
   try:

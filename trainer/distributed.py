@@ -32,8 +32,11 @@ def explicit_cluster(config):
   d = config.distributed
   if not d.coordinator_address:
     return {}
-  return {'coordinator_address': d.coordinator_address, 'num_processes': d.num_processes,
-          'process_id': d.process_id}
+  return {
+    'coordinator_address': d.coordinator_address,
+    'num_processes': d.num_processes,
+    'process_id': d.process_id,
+  }
 
 
 def initialize(config):
@@ -51,10 +54,12 @@ def barrier(name, timeout_s=900):
   if jax.process_count() == 1:
     return
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+
   # Naming the processes makes Orbax wait at the coordination service's barrier; without them it
   # would run a device collective (jax.experimental.multihost_utils.sync_global_devices).
-  ocp.multihost.sync_global_processes(name, timeout=timeout_s,
-                                      processes=set(range(jax.process_count())))
+  ocp.multihost.sync_global_processes(
+    name, timeout=timeout_s, processes=set(range(jax.process_count()))
+  )
 
 
 _PRECOMPILED = [0]

@@ -86,8 +86,11 @@ def _unlock(fd):
 
 
 def _who():
-  return {'pid': os.getpid(), 'host': socket.gethostname(),
-          'started': time.strftime('%Y-%m-%dT%H:%M:%S%z')}
+  return {
+    'pid': os.getpid(),
+    'host': socket.gethostname(),
+    'started': time.strftime('%Y-%m-%dT%H:%M:%S%z'),
+  }
 
 
 def claim(workdir):
@@ -144,16 +147,23 @@ class WorkdirLock:
       fd = self._lock()
     except OSError:
       holder = _read(self.path)
-      who = (f'pid {holder.get("pid", "?")} on {holder.get("host", "?")}, started '
-             f'{holder.get("started", "?")}' if holder.get('pid') else
-             f'its pid is unknown: {LOCK_FILE} was deleted')
+      who = (
+        f'pid {holder.get("pid", "?")} on {holder.get("host", "?")}, started '
+        f'{holder.get("started", "?")}'
+        if holder.get('pid')
+        else f'its pid is unknown: {LOCK_FILE} was deleted'
+      )
       raise WorkdirLocked(
-          f'workdir {os.path.dirname(self.path)} is in use by a live run ({who}): wait for it, '
-          'stop it, or use another --workdir') from None
+        f'workdir {os.path.dirname(self.path)} is in use by a live run ({who}): wait for it, '
+        'stop it, or use another --workdir'
+      ) from None
     self.previous = _read(self.path)
     if self.previous.get('pid'):
-      logging.warning('Taking over the stale lock of pid %s on %s (that process is gone)',
-                      self.previous.get('pid'), self.previous.get('host'))
+      logging.warning(
+        'Taking over the stale lock of pid %s on %s (that process is gone)',
+        self.previous.get('pid'),
+        self.previous.get('host'),
+      )
     with open(self.path, 'w') as f:
       f.write(json.dumps(_who()))
     self._fd = fd

@@ -22,9 +22,9 @@ from absl import logging
 from configs import validation
 from input_pipeline import batching
 from numerics import setup as numerics_setup
-from trainer import checkpointing, clock, lock, optim, resume, run, steps, stop, workdirs, writers
-from runrecord import record
 from runrecord import predictions as prediction_items
+from runrecord import record
+from trainer import checkpointing, clock, lock, optim, resume, run, steps, stop, workdirs, writers
 
 VERSIONED_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')
 
@@ -45,9 +45,11 @@ class TrainingFailed(RuntimeError):
 
 def nonfinite_reason(bad_step, what, per_epoch, last_finite):
   parts = [name for bit, name in ((1, 'training loss'), (2, 'parameters/gradients')) if what & bit]
-  return (f'non-finite {" and ".join(parts)} at step {bad_step} (epoch '
-          f'{(bad_step - 1) // per_epoch + 1}); the last finite state is checkpoint step '
-          f'{last_finite}')
+  return (
+    f'non-finite {" and ".join(parts)} at step {bad_step} (epoch '
+    f'{(bad_step - 1) // per_epoch + 1}); the last finite state is checkpoint step '
+    f'{last_finite}'
+  )
 
 
 def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False):
@@ -62,8 +64,9 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
   validation.require_resolved(config, 'trainer.loop.train_and_evaluate')
   created = workdirs.check_workdir(workdir, lock.FILES)
   try:
-    with clock.heartbeat(f'Loading {config.data.name} and checking it against the config and the '
-                         'devices'):
+    with clock.heartbeat(
+      f'Loading {config.data.name} and checking it against the config and the devices'
+    ):
       ctx = run.build(config)
   except validation.ConfigError:  # refused before anything was written: leave nothing behind
     workdirs.remove_created(created)
@@ -72,11 +75,18 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
   with lock.WorkdirLock(workdir, enabled=is_writer):
     mngr = checkpointing.manager(workdir, config.keep_checkpoints)
     try:
-      mngr = resume.check_workdir_run(mngr, workdir, config, restart,
-                                      record.data_facts(ctx.dataset), run.facts(),
-                                      allow_layout_change)
-      with clock.heartbeat('Initialising the model (compiled once) and looking for a checkpoint '
-                           'to resume from'):
+      mngr = resume.check_workdir_run(
+        mngr,
+        workdir,
+        config,
+        restart,
+        record.data_facts(ctx.dataset),
+        run.facts(),
+        allow_layout_change,
+      )
+      with clock.heartbeat(
+        'Initialising the model (compiled once) and looking for a checkpoint to resume from'
+      ):
         mngr, progress, completed = _start(ctx, workdir, mngr)
       results = completed if progress is None else _train(ctx, workdir, mngr, progress, is_writer)
     except BaseException:
@@ -90,6 +100,7 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
 class Outputs:
   """Where a run reports: the files (writers.create_writers), the throughput and ETA clock
   (trainer/clock.py), the console line (writers.ConsoleWriter)."""
+
   writers: Any
   clock: Any
   console: Any
@@ -98,6 +109,7 @@ class Outputs:
 @dataclasses.dataclass
 class Progress:
   """The loop's mutable state: the training state, the record, and what was last logged/saved."""
+
   state: Any
   results: dict
   step: int
@@ -120,10 +132,12 @@ def _start(ctx, workdir, mngr):
   with numerics_setup.precision_scope(config):
     numerics = numerics_setup.describe(config)
   facts = run.facts()
-  results = record.new_record(config, facts, numerics, record.data_facts(ctx.dataset),
-                              model_facts, versions())
-  mngr, step, restored, saved = resume.restore(mngr, workdir, checkpointing.abstract(state),
-                                               config.keep_checkpoints)
+  results = record.new_record(
+    config, facts, numerics, record.data_facts(ctx.dataset), model_facts, versions()
+  )
+  mngr, step, restored, saved = resume.restore(
+    mngr, workdir, checkpointing.abstract(state), config.keep_checkpoints
+  )
   record.start_segment(results, saved, facts, step or 0)
   if step is None:
     return mngr, Progress(state, results, 0, _floats(steps.ZERO_SUMS), 0, 0.0), None
@@ -132,8 +146,15 @@ def _start(ctx, workdir, mngr):
     logging.info('%s already holds a completed run; nothing to do', workdir)
     return mngr, None, saved
   logging.info('Resumed from %s at step %d', record.checkpoint_dir(workdir), step)
-  progress = Progress(restored, results, step, _floats(saved.get('log_sums', steps.ZERO_SUMS)),
-                      step, results['wall_time_s'], saved=step)
+  progress = Progress(
+    restored,
+    results,
+    step,
+    _floats(saved.get('log_sums', steps.ZERO_SUMS)),
+    step,
+    results['wall_time_s'],
+    saved=step,
+  )
   return mngr, progress, None
 
 
@@ -142,19 +163,29 @@ def _floats(sums):
 
 
 def _train(ctx, workdir, mngr, p, is_writer):
-  logging.info('%s: %d train / %d test examples, %d steps/epoch, %d devices, %d processes',
-               ctx.dataset.name, len(ctx.dataset.train), len(ctx.dataset.test), ctx.per_epoch,
-               jax.device_count(), jax.process_count())
+  logging.info(
+    '%s: %d train / %d test examples, %d steps/epoch, %d devices, %d processes',
+    ctx.dataset.name,
+    len(ctx.dataset.train),
+    len(ctx.dataset.test),
+    ctx.per_epoch,
+    jax.device_count(),
+    jax.process_count(),
+  )
   timer = clock.ProgressClock(ctx.total_steps, p.step)
   with clock.heartbeat('Opening metrics.jsonl and TensorBoard, building the evaluation step'):
-    out = Outputs(writers.create_writers(workdir, is_writer, p.step, p.results['history']), timer,
-                  writers.ConsoleWriter(ctx.total_steps, ctx.config.num_epochs, timer))
+    out = Outputs(
+      writers.create_writers(workdir, is_writer, p.step, p.results['history']),
+      timer,
+      writers.ConsoleWriter(ctx.total_steps, ctx.config.num_epochs, timer),
+    )
     eval_fn = run.eval_step(ctx, p.state)
     watch, bad = run.watch(ctx, p.state)
     device_feed = run.feed(ctx)
   if device_feed is not None:
-    logging.info('Training split on every device: %.2f GiB each',
-                 batching.nbytes(ctx.dataset.train) / 2**30)
+    logging.info(
+      'Training split on every device: %.2f GiB each', batching.nbytes(ctx.dataset.train) / 2**30
+    )
   out.clock.compiles_ahead(len([f for f in ctx.phases if p.step < f.stop]))
   in_flight = stop.InFlight(stop.STEPS_IN_FLIGHT)
   with stop.StopRequests() as stops:
@@ -162,8 +193,13 @@ def _train(ctx, workdir, mngr, p, is_writer):
       if p.step >= phase.stop:
         continue
       p.state, train_step = run.enter_phase(ctx, p.state, phase, p.step)
-      logging.info('Phase %s: steps %d-%d%s', phase.name, phase.start, phase.stop,
-                   ' (backbone frozen)' if phase.frozen else '')
+      logging.info(
+        'Phase %s: steps %d-%d%s',
+        phase.name,
+        phase.start,
+        phase.stop,
+        ' (backbone frozen)' if phase.frozen else '',
+      )
       entered = p.step
       for batch in run.batches(ctx, p.step, phase.stop, device_feed):
         _stop_if_asked(ctx, mngr, out, p, bad, stops)  # the boundary before step p.step + 1
@@ -180,8 +216,11 @@ def _train(ctx, workdir, mngr, p, is_writer):
         _after_step(ctx, mngr, out, p, bad, eval_fn)
     checkpointing.wait(mngr, p.step)  # a signal now changes nothing: the run is complete
   out.writers.close()
-  logging.info('Done: test_accuracy %s, %s', writers.percent(
-      p.results['final']['test_accuracy']), session_times(p))
+  logging.info(
+    'Done: test_accuracy %s, %s',
+    writers.percent(p.results['final']['test_accuracy']),
+    session_times(p),
+  )
   return p.results
 
 
@@ -218,8 +257,11 @@ def _stop_if_asked(ctx, mngr, out, p, bad, stops):
     return
   if p.step == 0:  # nothing trained yet: nothing to save
     raise stop.Stopped(signum, None)
-  logging.warning('%s: stopping after step %d; its checkpoint is being written (a second '
-                  'signal stops at once)', signal.Signals(signum).name, p.step)
+  logging.warning(
+    '%s: stopping after step %d; its checkpoint is being written (a second signal stops at once)',
+    signal.Signals(signum).name,
+    p.step,
+  )
   if p.saved != p.step:
     _ensure_finite(ctx, mngr, out, p, bad)
     with out.clock.paused():
@@ -247,9 +289,13 @@ def save_state(mngr, step, state, results, predictions=None):
 
 
 def _checkpoint(ctx, mngr, p, status='running'):
-  p.results.update(status=status, step=p.step, total_steps=ctx.total_steps,
-                   wall_time_s=p.wall_time(),
-                   log_sums={k: float(v) for k, v in p.last_logged.items()})
+  p.results.update(
+    status=status,
+    step=p.step,
+    total_steps=ctx.total_steps,
+    wall_time_s=p.wall_time(),
+    log_sums={k: float(v) for k, v in p.last_logged.items()},
+  )
   record.end_segment(p.results, p.step)
   save_state(mngr, p.step, p.state, p.results, p.predictions)
   p.predictions = None
@@ -262,8 +308,14 @@ def _ensure_finite(ctx, mngr, out, p, bad):
   if bad_step < 0:
     return
   reason = nonfinite_reason(bad_step, what, ctx.per_epoch, p.last_finite)
-  p.results.update(status='failed', reason=reason, failed_step=bad_step, step=p.step,
-                   total_steps=ctx.total_steps, wall_time_s=p.wall_time())
+  p.results.update(
+    status='failed',
+    reason=reason,
+    failed_step=bad_step,
+    step=p.step,
+    total_steps=ctx.total_steps,
+    wall_time_s=p.wall_time(),
+  )
   p.results.pop('state_digest', None)  # this step saves no state
   save(mngr, p.step, p.results)  # results only: the state is not finite
   checkpointing.wait(mngr, p.step)
@@ -282,9 +334,15 @@ def _log(ctx, out, p):
   p.last_logged = sums
   epoch = (step - 1) // ctx.per_epoch  # 0-based epoch this step belongs to
   lr = optim.learning_rate(config, ctx.per_epoch, ctx.phases, step - 1)
-  entry = {'kind': 'train', 'step': step, 'epoch': epoch + 1, 'train_loss': float(loss),
-           'train_accuracy': float(accuracy), 'learning_rate': lr,
-           'images_per_sec': images_per_sec}
+  entry = {
+    'kind': 'train',
+    'step': step,
+    'epoch': epoch + 1,
+    'train_loss': float(loss),
+    'train_accuracy': float(accuracy),
+    'learning_rate': lr,
+    'images_per_sec': images_per_sec,
+  }
   out.console.write_scalars(step, {**entry, 'eta_s': eta})
   out.writers.write_scalars(step, entry)
 
@@ -293,19 +351,33 @@ def _end_epoch(ctx, out, p, eval_fn, evaluate_now):
   """The epoch's record (training sums, and the evaluation when due); sums reset on device."""
   epoch = p.step // ctx.per_epoch
   sums = jax.device_get(p.state['sums'])
-  entry = {'kind': 'epoch', 'epoch': epoch, 'step': p.step,
-           'train_loss': float(sums['loss'] / sums['count']),
-           'train_accuracy': float(sums['correct'] / sums['count'])}
+  entry = {
+    'kind': 'epoch',
+    'epoch': epoch,
+    'step': p.step,
+    'train_loss': float(sums['loss'] / sums['count']),
+    'train_accuracy': float(sums['correct'] / sums['count']),
+  }
   if evaluate_now:
     first = out.clock.first_evaluation  # it compiles the evaluation step first
-    with out.clock.paused(), (clock.heartbeat('Compiling the evaluation step and evaluating')
-                              if first else contextlib.nullcontext()):
+    with (
+      out.clock.paused(),
+      (
+        clock.heartbeat('Compiling the evaluation step and evaluating')
+        if first
+        else contextlib.nullcontext()
+      ),
+    ):
       metrics, p.predictions = run.evaluate(ctx, eval_fn, p.state)
       entry.update(metrics)
     out.clock.evaluated(p.step)
-    logging.info('epoch %d: test_accuracy %s test_loss %.4f train_loss %.4f', epoch,
-                 writers.percent(entry['test_accuracy']), entry['test_loss'],
-                 entry['train_loss'])
+    logging.info(
+      'epoch %d: test_accuracy %s test_loss %.4f train_loss %.4f',
+      epoch,
+      writers.percent(entry['test_accuracy']),
+      entry['test_loss'],
+      entry['train_loss'],
+    )
   entry['wall_time_s'] = p.wall_time()
   out.writers.write_scalars(entry['step'], entry)
   p.results['history'].append({k: v for k, v in entry.items() if k != 'kind'})

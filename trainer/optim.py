@@ -24,6 +24,7 @@ from models import architecture
 @dataclasses.dataclass(frozen=True)
 class Phase:
   """Steps [start, stop) trained with `frozen` (backbone fixed) and a schedule over `length`."""
+
   name: str
   start: int
   stop: int
@@ -55,8 +56,12 @@ def warmup_cosine(config, steps_per_epoch, length):
   warmup = int(round(config.optim.warmup_epochs * steps_per_epoch))
   warmup = max(0, min(warmup, length - 1))
   return optax.warmup_cosine_decay_schedule(
-      init_value=0.0, peak_value=config.optim.learning_rate, warmup_steps=warmup,
-      decay_steps=max(length, 1), end_value=0.0)
+    init_value=0.0,
+    peak_value=config.optim.learning_rate,
+    warmup_steps=warmup,
+    decay_steps=max(length, 1),
+    end_value=0.0,
+  )
 
 
 def learning_rate(config, steps_per_epoch, all_phases, step):
@@ -71,15 +76,22 @@ def learning_rate(config, steps_per_epoch, all_phases, step):
 def make_optimizer(config, steps_per_epoch, phase):
   """AdamW (decoupled weight decay scaled by the lr, as torch.optim.AdamW) for `phase`."""
   o = config.optim
-  return optax.adamw(warmup_cosine(config, steps_per_epoch, phase.schedule_length), b1=o.b1,
-                     b2=o.b2, eps=o.eps, weight_decay=o.weight_decay)
+  return optax.adamw(
+    warmup_cosine(config, steps_per_epoch, phase.schedule_length),
+    b1=o.b1,
+    b2=o.b2,
+    eps=o.eps,
+    weight_decay=o.weight_decay,
+  )
 
 
 def trainable_mask(params, frozen, reinit):
   """Pytree of Python bools like `params`: True where the parameter trains in this phase."""
   names = {name for part in reinit for name in architecture.PARTS[part]}
-  return {key: jax.tree.map(lambda _, k=key: (not frozen) or k in names, value)
-          for key, value in params.items()}
+  return {
+    key: jax.tree.map(lambda _, k=key: (not frozen) or k in names, value)
+    for key, value in params.items()
+  }
 
 
 def masked_update(params, grads, opt_state, tx, mask):

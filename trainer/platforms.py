@@ -30,6 +30,7 @@ def plugins():
   names = [e.name for e in importlib.metadata.entry_points(group='jax_plugins')]
   if importlib.util.find_spec('jax_plugins') is not None:
     import jax_plugins  # pylint: disable=import-outside-toplevel
+
     names += [m.name for m in pkgutil.iter_modules(jax_plugins.__path__)]
   return names
 
@@ -57,8 +58,9 @@ def _missing(platform):
     kinds = ('cuda', 'rocm') if platform == 'gpu' else (platform,)
     found = [k for k in kinds if any(k in p for p in installed)]
     if not found:
-      return (f'{platform!r} needs a JAX GPU plugin (pip install "jax[cuda12]"), which is not '
-              'installed')
+      return (
+        f'{platform!r} needs a JAX GPU plugin (pip install "jax[cuda12]"), which is not installed'
+      )
     if found == ['cuda'] and not nvidia_driver():
       return f'{platform!r} needs an NVIDIA GPU and driver, and this host shows none'
   return None
@@ -69,8 +71,10 @@ def check(environ=os.environ):
   for platform in requested(environ):
     why = _missing(platform)
     if why:
-      raise ValueError(f'JAX_PLATFORMS={environ["JAX_PLATFORMS"]}: {why}: unset JAX_PLATFORMS '
-                       '(JAX then picks what the host has) or name a platform it has, e.g. cpu')
+      raise ValueError(
+        f'JAX_PLATFORMS={environ["JAX_PLATFORMS"]}: {why}: unset JAX_PLATFORMS '
+        '(JAX then picks what the host has) or name a platform it has, e.g. cpu'
+      )
 
 
 def memory_stat(devices, key):

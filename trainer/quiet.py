@@ -35,8 +35,9 @@ class QuietLibraries(logging.logging.Filter):
   def filter(self, record):
     if record.name.startswith('jax.') and record.levelno < logging.logging.WARNING:
       return False
-    return not _from_orbax(record) or (record.levelno >= logging.logging.WARNING
-                                       and not record.exc_info)
+    return not _from_orbax(record) or (
+      record.levelno >= logging.logging.WARNING and not record.exc_info
+    )
 
 
 def _closed_loop(exc):
@@ -58,14 +59,17 @@ def quiet_abandoned_work():
     Exception with the whole TensorStore spec (~65 lines each, one per array in flight).
   The hooks hold what they call (no module globals: they also run while the interpreter shuts
   down)."""
+
   def on_exception(kind, exc, trace, previous=sys.excepthook, closed_loop=_closed_loop):
     if not closed_loop(exc):
       previous(kind, exc, trace)
 
-  def on_unraisable(info, previous=sys.unraisablehook, closed_loop=_closed_loop,
-                    orbax=_orbax_coroutine):
+  def on_unraisable(
+    info, previous=sys.unraisablehook, closed_loop=_closed_loop, orbax=_orbax_coroutine
+  ):
     if not (closed_loop(info.exc_value) or orbax(info.object)):
       previous(info)
+
   sys.excepthook, sys.unraisablehook = on_exception, on_unraisable
 
 

@@ -27,13 +27,14 @@ from configs import common, validation
 from input_pipeline import base, batching, registry
 from models import resnet
 from numerics import setup as numerics_setup
-from trainer import checkpointing, distributed, optim, platforms, steps
 from runrecord import predictions, record
+from trainer import checkpointing, distributed, optim, platforms, steps
 
 
 @dataclasses.dataclass(frozen=True)
 class Context:
   """What a run is built from; every field derives from `config` (and the devices)."""
+
   config: Any
   dataset: Any
   mesh: Any
@@ -51,6 +52,7 @@ class Context:
 class Due:
   """What happens after a step: `check` non-finite values, `log`, end the epoch (`epoch`),
   `evaluate` at that epoch's end, `save` a checkpoint."""
+
   check: bool
   log: bool
   epoch: bool
@@ -94,16 +96,25 @@ def build(config, dataset=None, devices=None, device_bytes=None):
   device_bytes = device_bytes or platforms.device_memory(jax.local_devices())
   validation.check_devices(config, len(devices), processes, device_bytes)  # before a long load
   dataset = load_dataset(config) if dataset is None else dataset
-  validation.check_dataset(config, len(dataset.train), batching.nbytes(dataset.train),
-                           device_bytes)
+  validation.check_dataset(config, len(dataset.train), batching.nbytes(dataset.train), device_bytes)
   mesh = steps.make_mesh(devices)
   replicated, sharded = steps.shardings(mesh)
   per_epoch = batching.steps_per_epoch(len(dataset.train), config.batch_size)
   mean, std = base.normalization_constants(config.data.normalization, dataset.image_shape[-1])
   graphdef = nnx.graphdef(nnx.eval_shape(lambda: _create(config, dataset, jax.random.key(0))))
-  return Context(config, dataset, mesh, replicated, sharded, per_epoch,
-                 config.num_epochs * per_epoch, optim.phases(config, per_epoch), mean, std,
-                 graphdef)
+  return Context(
+    config,
+    dataset,
+    mesh,
+    replicated,
+    sharded,
+    per_epoch,
+    config.num_epochs * per_epoch,
+    optim.phases(config, per_epoch),
+    mean,
+    std,
+    graphdef,
+  )
 
 
 def platform(ctx):
@@ -118,8 +129,9 @@ def _traced(ctx):
 
 
 def _create(config, dataset, key):
-  return resnet.create_model(config, dataset.num_classes, dataset.image_shape[-1],
-                             nnx.Rngs(params=key))
+  return resnet.create_model(
+    config, dataset.num_classes, dataset.image_shape[-1], nnx.Rngs(params=key)
+  )
 
 
 def param_shapes(ctx):
@@ -150,14 +162,18 @@ def init_model(ctx):
     host = jax.local_devices()[0]
   key = jax.device_put(jax.random.key(common.init_seed_of(config)), host)
   with jax.default_device(host):
-    init = jax.jit(lambda k: nnx.state(_create(config, ctx.dataset, k))).lower(key).compile(
-        {'xla_backend_optimization_level': 0})
+    init = (
+      jax.jit(lambda k: nnx.state(_create(config, ctx.dataset, k)))
+      .lower(key)
+      .compile({'xla_backend_optimization_level': 0})
+    )
     # Fetched to the host and re-made uncommitted, so every process can place them on the global
     # mesh (a committed CPU array cannot move to another host's devices).
     model = nnx.merge(ctx.graphdef, jax.tree.map(jnp.asarray, jax.device_get(init(key))))
   facts = {}
   if config.model.init_from:
     from models import pretrained  # pylint: disable=import-outside-toplevel
+
     try:
       facts = pretrained.load_into(model, config.model.init_from, tuple(config.model.reinit))
     except (OSError, ValueError) as e:  # one line naming config.model.init_from, the file, the fix
@@ -177,8 +193,14 @@ def initial_state(ctx, model):
 def abstract_state(ctx):
   """`initial_state`'s shapes, dtypes and sharding (ShapeDtypeStructs), without initialising any
   weight: what a step is lowered and compiled for on devices that hold no data."""
-  return replicate(ctx, jax.eval_shape(lambda: steps.init_state(
-      _create(ctx.config, ctx.dataset, jax.random.key(0)), optimizer(ctx, ctx.phases[0]))))
+  return replicate(
+    ctx,
+    jax.eval_shape(
+      lambda: steps.init_state(
+        _create(ctx.config, ctx.dataset, jax.random.key(0)), optimizer(ctx, ctx.phases[0])
+      )
+    ),
+  )
 
 
 def is_abstract(tree):
@@ -190,16 +212,22 @@ def replicate(ctx, tree):
   """`tree` replicated on the mesh: its arrays placed there, or, for an abstract tree, its
   ShapeDtypeStructs given the replicated sharding (the one path for both builds)."""
   if is_abstract(tree):
-    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=ctx.replicated,
-                                                       weak_type=s.weak_type), tree)
+    return jax.tree.map(
+      lambda s: jax.ShapeDtypeStruct(
+        s.shape, s.dtype, sharding=ctx.replicated, weak_type=s.weak_type
+      ),
+      tree,
+    )
   return jax.device_put(tree, ctx.replicated)
 
 
 def abstract_batch(ctx, split, batch_size, mask=False):
   """ShapeDtypeStructs of a global batch of `split`, for compiling ahead (several processes)."""
   spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=ctx.sharded)
-  out = {'image': spec((batch_size,) + split.images.shape[1:], split.images.dtype),
-         'label': spec((batch_size,) + split.labels.shape[1:], split.labels.dtype)}
+  out = {
+    'image': spec((batch_size,) + split.images.shape[1:], split.images.dtype),
+    'label': spec((batch_size,) + split.labels.shape[1:], split.labels.dtype),
+  }
   if mask:
     out['mask'] = spec((batch_size,), np.float32)
   return out
@@ -227,29 +255,50 @@ def enter_phase(ctx, state, phase, step):
     state = {**state, 'opt_state': replicate(ctx, init(tx.init, state['params']))}
   mask = optim.trainable_mask(state['params'], phase.frozen, config.model.reinit)
   step_fn = steps.make_train_step(
-      ctx.mesh, ctx.graphdef, tx, mask, ctx.dataset.task, ctx.mean, ctx.std, config.data.flip,
-      common.data_seed_of(config), wrap=_traced(ctx))
+    ctx.mesh,
+    ctx.graphdef,
+    tx,
+    mask,
+    ctx.dataset.task,
+    ctx.mean,
+    ctx.std,
+    config.data.flip,
+    common.data_seed_of(config),
+    wrap=_traced(ctx),
+  )
   if jax.process_count() > 1:
-    step_fn = distributed.precompile(step_fn, checkpointing.abstract(state), abstract_batch(
-        ctx, ctx.dataset.train, config.batch_size))
+    step_fn = distributed.precompile(
+      step_fn,
+      checkpointing.abstract(state),
+      abstract_batch(ctx, ctx.dataset.train, config.batch_size),
+    )
   return state, step_fn
 
 
 def eval_batch(ctx):
   """The global evaluation batch: config.eval_batch_size at most, no larger than the test split
   needs (batching.eval_batch_size, a multiple of the mesh's devices)."""
-  return batching.eval_batch_size(len(ctx.dataset.test), ctx.config.eval_batch_size,
-                                  ctx.mesh.devices.size)
+  return batching.eval_batch_size(
+    len(ctx.dataset.test), ctx.config.eval_batch_size, ctx.mesh.devices.size
+  )
 
 
 def eval_step(ctx, state):
   """The jitted evaluation step (masked sums over a padded batch) for states like `state`."""
-  fn = steps.make_eval_step(ctx.mesh, ctx.graphdef, ctx.dataset.task, ctx.mean, ctx.std,
-                            common.data_seed_of(ctx.config), wrap=_traced(ctx))
+  fn = steps.make_eval_step(
+    ctx.mesh,
+    ctx.graphdef,
+    ctx.dataset.task,
+    ctx.mean,
+    ctx.std,
+    common.data_seed_of(ctx.config),
+    wrap=_traced(ctx),
+  )
   if jax.process_count() > 1:
     batch = abstract_batch(ctx, ctx.dataset.test, eval_batch(ctx), mask=True)
-    fn = distributed.precompile(fn, checkpointing.abstract(state), batch,
-                                checkpointing.abstract(state['sums']))
+    fn = distributed.precompile(
+      fn, checkpointing.abstract(state), batch, checkpointing.abstract(state['sums'])
+    )
   return fn
 
 
@@ -261,18 +310,25 @@ def evaluate(ctx, step_fn, state):
   Batches are gathered and put on the devices `data.prefetch` ahead on a thread, as in training.
   """
   config = ctx.config
-  totals = jax.device_put(jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), steps.ZERO_SUMS),
-                          ctx.replicated)
-  batches = (batching.to_global(batch, ctx.sharded) for batch in batching.eval_batches(
-      ctx.dataset.test, eval_batch(ctx), jax.process_index(), jax.process_count()))
+  totals = jax.device_put(
+    jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), steps.ZERO_SUMS), ctx.replicated
+  )
+  batches = (
+    batching.to_global(batch, ctx.sharded)
+    for batch in batching.eval_batches(
+      ctx.dataset.test, eval_batch(ctx), jax.process_index(), jax.process_count()
+    )
+  )
   outputs = []
   for batch in batching.prefetch(batches, config.data.prefetch):
     totals, batch_outputs = step_fn(state, batch, totals)
     outputs.append(batch_outputs)
   totals, outputs = jax.device_get((totals, outputs))
-  metrics = {'test_accuracy': float(totals['correct'] / totals['count']),
-             'test_loss': float(totals['loss'] / totals['count']),
-             'test_count': int(totals['count'])}
+  metrics = {
+    'test_accuracy': float(totals['correct'] / totals['count']),
+    'test_loss': float(totals['loss'] / totals['count']),
+    'test_count': int(totals['count']),
+  }
   return metrics, predictions.collect(ctx.dataset, outputs)
 
 
@@ -291,8 +347,11 @@ def feed(ctx, on_device=None):
     return None
   data, gather = batching.on_devices(ctx.dataset.train, ctx.replicated), steps.make_gather(ctx.mesh)
   if jax.process_count() > 1:
-    gather = distributed.precompile(gather, checkpointing.abstract(data), jax.ShapeDtypeStruct(
-        (ctx.config.batch_size,), np.int32, sharding=ctx.sharded))
+    gather = distributed.precompile(
+      gather,
+      checkpointing.abstract(data),
+      jax.ShapeDtypeStruct((ctx.config.batch_size,), np.int32, sharding=ctx.sharded),
+    )
   return data, gather
 
 
@@ -300,8 +359,16 @@ def batches(ctx, start, stop, device_feed=None):
   """Training batches of global steps [start, stop), sharded, prefetched (the data order is a
   function of the data seed, `configs.common.data_seed_of`, and the step alone)."""
   c = ctx.config
-  return batching.train_batches(ctx.dataset.train, c.batch_size, common.data_seed_of(c), start,
-                                stop, ctx.sharded, c.data.prefetch, device_feed)
+  return batching.train_batches(
+    ctx.dataset.train,
+    c.batch_size,
+    common.data_seed_of(c),
+    start,
+    stop,
+    ctx.sharded,
+    c.data.prefetch,
+    device_feed,
+  )
 
 
 def due(ctx, step):
@@ -313,8 +380,9 @@ def due(ctx, step):
   log = step % c.log_every_steps == 0 or epoch_end
   save = bool(c.checkpoint_every_steps and step % c.checkpoint_every_steps == 0)
   evaluate_now = epoch_end and (epoch % c.eval_every_epochs == 0 or epoch == c.num_epochs)
-  return Due(check=log or save, log=log, epoch=epoch_end, evaluate=evaluate_now,
-             save=save or epoch_end)
+  return Due(
+    check=log or save, log=log, epoch=epoch_end, evaluate=evaluate_now, save=save or epoch_end
+  )
 
 
 def facts():
@@ -322,7 +390,16 @@ def facts():
   processor's model, instruction set and XLA:CPU's (record.CPU_FACTS, numerics.setup.cpu_facts;
   None on GPU and TPU, whose device kind names the chip)."""
   device = jax.devices()[0]
-  cpu = dict(zip(record.CPU_FACTS, numerics_setup.cpu_facts() if device.platform == 'cpu'
-                 else (None,) * len(record.CPU_FACTS)))
-  return {'platform': device.platform, 'device_kind': device.device_kind, **cpu,
-          'num_devices': jax.device_count(), 'num_processes': jax.process_count()}
+  cpu = dict(
+    zip(
+      record.CPU_FACTS,
+      numerics_setup.cpu_facts() if device.platform == 'cpu' else (None,) * len(record.CPU_FACTS),
+    )
+  )
+  return {
+    'platform': device.platform,
+    'device_kind': device.device_kind,
+    **cpu,
+    'num_devices': jax.device_count(),
+    'num_processes': jax.process_count(),
+  }

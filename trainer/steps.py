@@ -21,11 +21,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 import numpy as np
 import optax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax import lax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from numerics import ops
 from trainer import optim
@@ -53,11 +54,13 @@ def shardings(mesh):
 def init_state(model, tx):
   """The state pytree of a freshly built nnx model and an optax optimizer."""
   params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-  return {'params': params,
-          'batch_stats': nnx.to_pure_dict(nnx.state(model, nnx.BatchStat)),
-          'opt_state': tx.init(params),
-          'step': jnp.zeros((), jnp.int32),
-          'sums': jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), ZERO_SUMS)}
+  return {
+    'params': params,
+    'batch_stats': nnx.to_pure_dict(nnx.state(model, nnx.BatchStat)),
+    'opt_state': tx.init(params),
+    'step': jnp.zeros((), jnp.int32),
+    'sums': jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), ZERO_SUMS),
+  }
 
 
 def preprocess(images, mean, std, flip_key=None):
@@ -142,6 +145,7 @@ class Seeded:
   step (every seed of an arm shares one compilation), and a placed array cannot exist for
   compile-only devices (a TPU topology, sweeps/preflight.py); so the seed is lowered as its shape,
   dtype and sharding, and placed on the devices at the first call."""
+
   fn: Any
   seed: Any  # uint32 scalar (numpy)
   sharding: Any  # replicated over the mesh
@@ -181,14 +185,22 @@ def _train_step(state, batch, seed, *, graphdef, tx, mask, task, mean, std, flip
 
   with ops.noise_scope(ops.step_noise_key(seed, state['step'], 'train')):
     (loss, (correct, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state['params'])
+      state['params']
+    )
   params, opt_state = optim.masked_update(state['params'], grads, state['opt_state'], tx, mask)
   n = jnp.asarray(correct.shape[0], jnp.float32)
-  sums = {'loss': state['sums']['loss'] + loss * n,
-          'correct': state['sums']['correct'] + correct.sum(),
-          'count': state['sums']['count'] + n}
-  return {'params': params, 'batch_stats': batch_stats, 'opt_state': opt_state,
-          'step': state['step'] + 1, 'sums': sums}
+  sums = {
+    'loss': state['sums']['loss'] + loss * n,
+    'correct': state['sums']['correct'] + correct.sum(),
+    'count': state['sums']['count'] + n,
+  }
+  return {
+    'params': params,
+    'batch_stats': batch_stats,
+    'opt_state': opt_state,
+    'step': state['step'] + 1,
+    'sums': sums,
+  }
 
 
 def make_train_step(mesh, graphdef, tx, mask, task, mean, std, flip, seed, wrap=None):
@@ -197,10 +209,22 @@ def make_train_step(mesh, graphdef, tx, mask, task, mean, std, flip, seed, wrap=
   `wrap(fn)`, when given, wraps the step before jit (trainer/run.py fixes the numerics with it).
   """
   replicated, sharded = shardings(mesh)
-  fn = functools.partial(_train_step, graphdef=graphdef, tx=tx, mask=mask, task=task,
-                         mean=jnp.asarray(mean), std=jnp.asarray(std), flip=flip)
-  jitted = jax.jit(wrap(fn) if wrap else fn, in_shardings=(replicated, sharded, replicated),
-                   out_shardings=replicated, donate_argnums=(0,))
+  fn = functools.partial(
+    _train_step,
+    graphdef=graphdef,
+    tx=tx,
+    mask=mask,
+    task=task,
+    mean=jnp.asarray(mean),
+    std=jnp.asarray(std),
+    flip=flip,
+  )
+  jitted = jax.jit(
+    wrap(fn) if wrap else fn,
+    in_shardings=(replicated, sharded, replicated),
+    out_shardings=replicated,
+    donate_argnums=(0,),
+  )
   return _bind_seed(jitted, seed, replicated)
 
 
@@ -223,17 +247,22 @@ def example_outputs(logits, labels, task):
     return {'predicted': (logits > 0).astype(jnp.int8), 'probability': jax.nn.sigmoid(logits)}
   predicted = jnp.argmax(logits, axis=-1).astype(jnp.int32)
   probs = jax.nn.softmax(logits, axis=-1)
-  return {'predicted': predicted, 'p_predicted': label_logits(probs, predicted),
-          'p_label': label_logits(probs, labels)}
+  return {
+    'predicted': predicted,
+    'p_predicted': label_logits(probs, predicted),
+    'p_label': label_logits(probs, labels),
+  }
 
 
 def _eval_step(state, batch, totals, seed, *, graphdef, task, mean, std):
   logits = eval_logits(graphdef, state, seed, batch['image'], mean, std)
   loss, correct = loss_and_correct(logits, batch['label'], task)
   mask = batch['mask']
-  totals = {'loss': totals['loss'] + (loss * mask).sum(),
-            'correct': totals['correct'] + (correct * mask).sum(),
-            'count': totals['count'] + mask.sum()}
+  totals = {
+    'loss': totals['loss'] + (loss * mask).sum(),
+    'correct': totals['correct'] + (correct * mask).sum(),
+    'count': totals['count'] + mask.sum(),
+  }
   return totals, example_outputs(logits, batch['label'], task)
 
 
@@ -242,11 +271,15 @@ def make_eval_step(mesh, graphdef, task, mean, std, seed, wrap=None):
   once, and the batch's per-example outputs (`example_outputs`, padding included), replicated: an
   all-gather on the devices, so every process can read the whole batch's outputs."""
   replicated, sharded = shardings(mesh)
-  fn = functools.partial(_eval_step, graphdef=graphdef, task=task, mean=jnp.asarray(mean),
-                         std=jnp.asarray(std))
-  jitted = jax.jit(wrap(fn) if wrap else fn,
-                   in_shardings=(replicated, sharded, replicated, replicated),
-                   out_shardings=(replicated, replicated), donate_argnums=(2,))
+  fn = functools.partial(
+    _eval_step, graphdef=graphdef, task=task, mean=jnp.asarray(mean), std=jnp.asarray(std)
+  )
+  jitted = jax.jit(
+    wrap(fn) if wrap else fn,
+    in_shardings=(replicated, sharded, replicated, replicated),
+    out_shardings=(replicated, replicated),
+    donate_argnums=(2,),
+  )
   return _bind_seed(jitted, seed, replicated)
 
 
@@ -294,5 +327,4 @@ def no_bad_step(mesh):
 
 def zero_sums(mesh):
   replicated, _ = shardings(mesh)
-  return jax.device_put(jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), ZERO_SUMS),
-                        replicated)
+  return jax.device_put(jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), ZERO_SUMS), replicated)

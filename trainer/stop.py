@@ -48,32 +48,41 @@ class Stopped(Exception):
     self.exit_code = 128 + signum
     name = signal.Signals(signum).name
     super().__init__(
-        f'{name} received before the first step: nothing to save; run the same command again to '
-        'start' if step is None else f'{name} received: stopped after step {step}, whose '
-        'checkpoint is saved; run the same command again to resume')
+      f'{name} received before the first step: nothing to save; run the same command again to start'
+      if step is None
+      else f'{name} received: stopped after step {step}, whose '
+      'checkpoint is saved; run the same command again to resume'
+    )
 
 
 def exit_at_once(signum, frame):
   """Signal handler outside the training loop: one line on stderr, exit 128 + signum now."""
   del frame
-  os.write(2, f'stopped: {signal.Signals(signum).name} received outside the training loop; '
-              'nothing new to save: run the same command again to resume\n'.encode())
+  os.write(
+    2,
+    f'stopped: {signal.Signals(signum).name} received outside the training loop; '
+    'nothing new to save: run the same command again to resume\n'.encode(),
+  )
   os._exit(128 + signum)  # pylint: disable=protected-access
 
 
 def exit_on_second(signum, frame):
   """Handler after the first signal in the loop: one line on stderr, exit 128 + signum now."""
   del frame
-  os.write(2, f'stopped: a second signal ({signal.Signals(signum).name}) ended the run at once, '
-              'without saving this step; the newest finished checkpoint stays valid: run the '
-              'same command again to resume\n'.encode())
+  os.write(
+    2,
+    f'stopped: a second signal ({signal.Signals(signum).name}) ended the run at once, '
+    'without saving this step; the newest finished checkpoint stays valid: run the '
+    'same command again to resume\n'.encode(),
+  )
   os._exit(128 + signum)  # pylint: disable=protected-access
 
 
 def install(handler):
   """`handler` for SIGTERM and SIGINT (those not ignored); {signal: previous handler}."""
-  return {sig: signal.signal(sig, handler) for sig in SIGNALS
-          if signal.getsignal(sig) != signal.SIG_IGN}
+  return {
+    sig: signal.signal(sig, handler) for sig in SIGNALS if signal.getsignal(sig) != signal.SIG_IGN
+  }
 
 
 class StopRequests:
@@ -92,6 +101,7 @@ class StopRequests:
 
   def __enter__(self):
     import jax  # pylint: disable=import-outside-toplevel  # (this module imports no JAX)
+
     self._processes = jax.process_count()
     try:
       self._previous = install(self._mark)
@@ -115,5 +125,6 @@ class StopRequests:
       return None
     import numpy as np  # pylint: disable=import-outside-toplevel
     from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+
     gathered = multihost_utils.process_allgather(np.int32(self.signum or 0))
     return int(np.max(gathered)) or None

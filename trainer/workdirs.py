@@ -34,8 +34,10 @@ def check_workdir(workdir, extra_files=()):
   existing = _nearest_existing(workdir)
   if not os.path.isdir(existing):
     where = '' if existing == os.path.abspath(workdir) else f' cannot be created: {existing}'
-    raise ConfigError(f'--workdir={workdir}{where} is a file, not a folder: choose another '
-                      'path, or move the file away')
+    raise ConfigError(
+      f'--workdir={workdir}{where} is a file, not a folder: choose another '
+      'path, or move the file away'
+    )
   created = []
   try:
     for folder in _missing_folders(workdir):
@@ -52,8 +54,9 @@ def check_workdir(workdir, extra_files=()):
     os.remove(probe)
   except OSError as e:
     remove_created(created)
-    raise ConfigError(f'--workdir={workdir} is not writable ({e.strerror}): choose another '
-                      'directory') from None
+    raise ConfigError(
+      f'--workdir={workdir} is not writable ({e.strerror}): choose another directory'
+    ) from None
   try:
     check_layout(workdir, extra_files)
   except ConfigError:
@@ -72,9 +75,10 @@ def check_path_encoding(path, flag):
     str(path).encode('utf-8')
   except UnicodeEncodeError:
     raise ConfigError(
-        f'{flag}={path!a} holds characters this process cannot pass to the checkpoint writer '
-        f'under its locale (file names in {sys.getfilesystemencoding()}): use a UTF-8 locale '
-        '(export LC_ALL=C.UTF-8, or PYTHONUTF8=1), or an ASCII path') from None
+      f'{flag}={path!a} holds characters this process cannot pass to the checkpoint writer '
+      f'under its locale (file names in {sys.getfilesystemencoding()}): use a UTF-8 locale '
+      '(export LC_ALL=C.UTF-8, or PYTHONUTF8=1), or an ASCII path'
+    ) from None
 
 
 def _nearest_existing(path):
@@ -125,11 +129,16 @@ def check_layout(workdir, extra_files=()):
   entries += [(name, False) for name in checkpointing.RUN_FILES + tuple(extra_files)]
   steps = os.path.join(workdir, record.CHECKPOINTS)
   if os.path.isdir(steps):
-    entries += [(os.path.join(record.CHECKPOINTS, name), True)
-                for name in sorted(os.listdir(steps)) if name.isdigit()]
+    entries += [
+      (os.path.join(record.CHECKPOINTS, name), True)
+      for name in sorted(os.listdir(steps))
+      if name.isdigit()
+    ]
   for name, folder in entries:
     path = os.path.join(workdir, name)
     problem = layout_problem(path, folder) if os.path.lexists(path) else None
     if problem:
-      raise ConfigError(f'--workdir: {path} {problem}: move it out of the workdir (or fix its '
-                        'permissions), or use another --workdir; nothing was written')
+      raise ConfigError(
+        f'--workdir: {path} {problem}: move it out of the workdir (or fix its '
+        'permissions), or use another --workdir; nothing was written'
+      )

@@ -65,8 +65,12 @@ def kept_lines(source, step, warn_path=None):
   for number, line in enumerate(source, 1):
     keep, torn = _kept(line, step)
     if torn and warn_path is not None:
-      logging.warning('%s line %d is not a whole JSON record (a write cut short, e.g. by a crash '
-                      'or a full disk): dropped', warn_path, number)
+      logging.warning(
+        '%s line %d is not a whole JSON record (a write cut short, e.g. by a crash '
+        'or a full disk): dropped',
+        warn_path,
+        number,
+      )
     if keep:
       yield line if line.endswith(b'\n') else line + b'\n'
 
@@ -94,10 +98,13 @@ class JsonLinesWriter:
     """What the resumed run keeps of the previous file (see the class doc)."""
     if not self.path.exists():
       if self._step:
-        logging.warning('%s is missing: its epoch records are rewritten from the results record; '
-                        'the per-step records before step %d are lost', self.path, self._step)
-      self._before = [(json.dumps({'kind': 'epoch', **entry}) + '\n').encode()
-                      for entry in history]
+        logging.warning(
+          '%s is missing: its epoch records are rewritten from the results record; '
+          'the per-step records before step %d are lost',
+          self.path,
+          self._step,
+        )
+      self._before = [(json.dumps({'kind': 'epoch', **entry}) + '\n').encode() for entry in history]
       return
     source = self.path.open('rb')
     if self._local:
@@ -126,6 +133,7 @@ class JsonLinesWriter:
           size += len(line)
       os.replace(temporary, self.path)
       return size
+
     self._size = self._guard(write)
 
   def _guard(self, access):
@@ -133,8 +141,8 @@ class JsonLinesWriter:
       return access()
     except OSError as e:
       raise MetricsWriteError(
-          f'{self.path} could not be read or written ({e.strerror or e}); the checkpoints are '
-          'unchanged: free space or fix the workdir, then run the same command again to resume'
+        f'{self.path} could not be read or written ({e.strerror or e}); the checkpoints are '
+        'unchanged: free space or fix the workdir, then run the same command again to resume'
       ) from None
 
   def _changed(self):
@@ -153,12 +161,17 @@ class JsonLinesWriter:
     self._lines.append(line)
     if self._changed():
       self._rewrite()
-      logging.warning('%s was deleted or changed while this run was writing it: rewritten whole '
-                      '(%d records)', self.path, sum(1 for _ in self._all_lines()))
+      logging.warning(
+        '%s was deleted or changed while this run was writing it: rewritten whole (%d records)',
+        self.path,
+        sum(1 for _ in self._all_lines()),
+      )
     else:
+
       def append():
         with self.path.open('ab') as f:
           f.write(line)
+
       self._guard(append)
       self._size += len(line)
 
@@ -180,8 +193,9 @@ class TensorBoardWriter:
     except ImportError:
       logging.warning('tensorboardX is not installed: no TensorBoard events are written')
       return
-    self._tb = tensorboardX.SummaryWriter(str(epath.Path(workdir) / TENSORBOARD),
-                                          purge_step=resume_step or None)
+    self._tb = tensorboardX.SummaryWriter(
+      str(epath.Path(workdir) / TENSORBOARD), purge_step=resume_step or None
+    )
 
   def write_scalars(self, step, record):
     if self._tb is None:
@@ -208,10 +222,19 @@ class ConsoleWriter:
       return
     eta, ahead = record.get('eta_s'), self.clock.ahead
     more = f' + {ahead} compile(s) to come' if ahead and eta is not None else ''
-    logging.info('step %d/%d (epoch %d/%d) loss %.4f acc %s lr %.2e | %.0f img/s | ETA %s%s',
-                 step, self.total_steps, record['epoch'], self.num_epochs, record['train_loss'],
-                 percent(record['train_accuracy']), record['learning_rate'],
-                 record['images_per_sec'], duration(eta, clock=True), more)
+    logging.info(
+      'step %d/%d (epoch %d/%d) loss %.4f acc %s lr %.2e | %.0f img/s | ETA %s%s',
+      step,
+      self.total_steps,
+      record['epoch'],
+      self.num_epochs,
+      record['train_loss'],
+      percent(record['train_accuracy']),
+      record['learning_rate'],
+      record['images_per_sec'],
+      duration(eta, clock=True),
+      more,
+    )
 
   def close(self):
     pass
@@ -236,5 +259,6 @@ def create_writers(workdir, is_writer, resume_step=0, history=()):
   """The files a run writes: metrics.jsonl and TensorBoard on process 0, nothing elsewhere."""
   if not is_writer:
     return MultiWriter([])
-  return MultiWriter([JsonLinesWriter(workdir, resume_step, history),
-                      TensorBoardWriter(workdir, resume_step)])
+  return MultiWriter(
+    [JsonLinesWriter(workdir, resume_step, history), TensorBoardWriter(workdir, resume_step)]
+  )

@@ -22,8 +22,12 @@ ACROSS_COLOR = '#000000'
 ROW_IN = 0.17  # inches per row
 LABEL_CHARS = 66
 # What a row's n counts (agreement.py: the units its interval is over).
-UNITS = {'data order': 'init seeds', 'init': 'data seeds', 'seed': 'seed pairs',
-         'seed_all': 'clusters'}
+UNITS = {
+  'data order': 'init seeds',
+  'init': 'data seeds',
+  'seed': 'seed pairs',
+  'seed_all': 'clusters',
+}
 MAX_ROWS = 48  # beyond this many rows a page is unreadable: the numerics rows are cut to fit
 
 
@@ -48,7 +52,7 @@ def row_label(row, short=None):
   a, b = (short.get(x, x) for x in (row.get('label_a', row['a']), row.get('label_b', row['b'])))
   head = a.split(': ')[0] + ': '
   if ': ' in a and b.startswith(head):  # 'cpu: f32 vs cpu: native' -> 'cpu: f32 vs native'
-    b = b[len(head):]
+    b = b[len(head) :]
   pair = a if row['a'] == row['b'] else f'{a} vs {b}'
   what = UNITS.get(row['kind'], 'seeds')
   return textwrap.fill(f'{kind}: {pair} ({int(row["seeds"])} {what})', LABEL_CHARS)
@@ -57,13 +61,17 @@ def row_label(row, short=None):
 def x_limit(table):
   """The x axis' right end: 8 % past the largest interval bound or per-seed value drawn (at least
   1 %), at most 100 %."""
-  values = [v for _, r in table.iterrows() for v in (r['ci_high'], r['churn_pct'], *per_seed(r))
-            if np.isfinite(v)]
+  values = [
+    v
+    for _, r in table.iterrows()
+    for v in (r['ci_high'], r['churn_pct'], *per_seed(r))
+    if np.isfinite(v)
+  ]
   return min(100.0, max(1.0, 1.08 * max(values, default=1.0)))
 
 
 def row_color(row, colors):
-  return (colors[row['platform_a']] if row['platform_a'] == row['platform_b'] else ACROSS_COLOR)
+  return colors[row['platform_a']] if row['platform_a'] == row['platform_b'] else ACROSS_COLOR
 
 
 def per_seed(row):
@@ -75,15 +83,21 @@ def draw(table, context=None):
   table, left_out = drawn_rows(table)
   style.apply()
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
   platforms = sorted(set(table['platform_a']) | set(table['platform_b']))
   colors = style.platform_colors(platforms)
-  arms = [x for _, r in table.iterrows() for x in (r.get('label_a', r['a']), r.get('label_b', r['b']))
-          if not str(x).startswith('every arm on ')]
+  arms = [
+    x
+    for _, r in table.iterrows()
+    for x in (r.get('label_a', r['a']), r.get('label_b', r['b']))
+    if not str(x).startswith('every arm on ')
+  ]
   short = naming.short_labels(arms, one=None)  # one declared arm keeps its own label
   labels = [row_label(r, short) for _, r in table.iterrows()]
   lines = sum(label.count('\n') + 1 for label in labels)
-  fig, ax = plt.subplots(figsize=(style.TWO_COLUMN_IN, 1.1 + ROW_IN * max(lines, 2)),
-                         constrained_layout=True)
+  fig, ax = plt.subplots(
+    figsize=(style.TWO_COLUMN_IN, 1.1 + ROW_IN * max(lines, 2)), constrained_layout=True
+  )
   if context:
     naming.subtitle(fig, context)
   for y, (_, r) in enumerate(table.iterrows()):
@@ -98,15 +112,19 @@ def draw(table, context=None):
   ax.grid(axis='x', color='#DDDDDD', lw=0.5)
   ax.grid(axis='y', visible=False)
   unit = ' / '.join(sorted(set(table['unit'])))
-  ax.set_xlabel(f'churn: % of test {unit} predicted differently\n(mean over seeds, 95% '
-                't-Wilson interval; dots: seeds; n in brackets)')
+  ax.set_xlabel(
+    f'churn: % of test {unit} predicted differently\n(mean over seeds, 95% '
+    't-Wilson interval; dots: seeds; n in brackets)'
+  )
   handles = [ax.plot([], [], 'o', color=colors[p], label=p)[0] for p in platforms]
   if (table['platform_a'] != table['platform_b']).any():
     handles.append(ax.plot([], [], 'o', color=ACROSS_COLOR, label=ACROSS)[0])
   fig.legend(handles=handles, loc='outside upper right', ncol=len(handles), fontsize=6.5)
   if left_out:
-    ax.set_title(f'{left_out} numerics-setting pairs not drawn (MAX_ROWS): see '
-                 'report_agreement.csv', fontsize=7)
+    ax.set_title(
+      f'{left_out} numerics-setting pairs not drawn (MAX_ROWS): see report_agreement.csv',
+      fontsize=7,
+    )
   return fig
 
 

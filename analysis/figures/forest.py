@@ -15,8 +15,8 @@ Colour = platform (black: measured across platforms).
 Reference: docs/statistics.md "Report and figures".
 """
 
-from matplotlib.colors import to_rgba
 import numpy as np
+from matplotlib.colors import to_rgba
 
 from analysis.figures import naming, style
 
@@ -26,15 +26,28 @@ PLATFORM_FACTOR = 'platform'
 # The gap's components in the forest's order: key -> row label ({a}, {b}: the platforms; e_A, e_B,
 # the profiles emulating them, are named in the panel's title).
 COMPONENT_ROWS = (
-    ('G', 'G  native gap'), ('fid_A', 'fid_A  fidelity on {a}'), ('fid_B', 'fid_B  fidelity on {b}'),
-    ('N_A', 'N_A  numerics on {a}'), ('N_B', 'N_B  numerics on {b}'), ('N', 'N  numerics part'),
-    ('N_interaction', 'N_A − N_B'), ('P_eA', 'P_eA  platforms under e_A'),
-    ('P_eB', 'P_eB  platforms under e_B'), ('P', 'P  platform part'), ('R', 'R  residual G − N'))
+  ('G', 'G  native gap'),
+  ('fid_A', 'fid_A  fidelity on {a}'),
+  ('fid_B', 'fid_B  fidelity on {b}'),
+  ('N_A', 'N_A  numerics on {a}'),
+  ('N_B', 'N_B  numerics on {b}'),
+  ('N', 'N  numerics part'),
+  ('N_interaction', 'N_A − N_B'),
+  ('P_eA', 'P_eA  platforms under e_A'),
+  ('P_eB', 'P_eB  platforms under e_B'),
+  ('P', 'P  platform part'),
+  ('R', 'R  residual G − N'),
+)
 # The gap figure's rows: (key, sign with which it enters G = fid_A − fid_B + N + P, label); the
 # identity itself is the x label, so no row label starts with an operator.
-SUM_ROWS = (('G', 1, 'native gap G ({a} − {b})'), ('fid_A', 1, 'fidelity on {a}: fid_A'),
-            ('fid_B', -1, 'fidelity on {b}, negated: −fid_B'), ('N', 1, 'numerics part N'),
-            ('P', 1, 'platform part P'), ('R', 1, 'residual R = G − N'))
+SUM_ROWS = (
+  ('G', 1, 'native gap G ({a} − {b})'),
+  ('fid_A', 1, 'fidelity on {a}: fid_A'),
+  ('fid_B', -1, 'fidelity on {b}, negated: −fid_B'),
+  ('N', 1, 'numerics part N'),
+  ('P', 1, 'platform part P'),
+  ('R', 1, 'residual R = G − N'),
+)
 ON_A, ON_B = ('fid_A', 'N_A'), ('fid_B', 'N_B')  # components measured on one platform
 
 
@@ -55,26 +68,55 @@ def draw_limits(ax, margin, floors, unit, label=True):
   for p, half in sorted(floors.items(), key=lambda item: -item[1]):
     if half > 0:
       name = f'noise floor {p} ±{half:.2f} {unit}' if p else f'noise floor ±{half:.2f} {unit}'
-      ax.axvspan(-half, half, facecolor=to_rgba(colors[p], 0.1), linewidth=0.7,
-                 edgecolor=to_rgba(colors[p], 0.8), label=name if label else None)
+      ax.axvspan(
+        -half,
+        half,
+        facecolor=to_rgba(colors[p], 0.1),
+        linewidth=0.7,
+        edgecolor=to_rgba(colors[p], 0.8),
+        label=name if label else None,
+      )
   if margin:
     for sign in (-1, 1):
-      ax.axvline(sign * margin, color='black', linestyle='--', linewidth=0.7,
-                 label=f'margin ±{margin:g} {unit}' if sign > 0 and label else None)
+      ax.axvline(
+        sign * margin,
+        color='black',
+        linestyle='--',
+        linewidth=0.7,
+        label=f'margin ±{margin:g} {unit}' if sign > 0 and label else None,
+      )
   ax.axvline(0, color='#555555', linewidth=0.6)
 
 
-def draw_interval(ax, y, est, ci95, ci90=None, color=style.ACROSS_PLATFORMS, filled=True,
-                  labels=(None,) * 3, marker='D'):
+def draw_interval(
+  ax,
+  y,
+  est,
+  ci95,
+  ci90=None,
+  color=style.ACROSS_PLATFORMS,
+  filled=True,
+  labels=(None,) * 3,
+  marker='D',
+):
   """A marker at `est`, a thin 95% CI line and, when given, a thick 90% CI line; `labels`:
   legend labels of the marker, the 95% line and the 90% line (None: unlabelled)."""
   ax.plot(ci95, [y, y], color=color, linewidth=0.8, solid_capstyle='butt', label=labels[1])
   if ci90 is not None and np.isfinite(ci90[0]):
-    ax.plot(ci90, [y, y], color=color, linewidth=2.4, alpha=0.55, solid_capstyle='butt',
-            label=labels[2])
-  ax.plot([est], [y], marker, color=color, markersize=3.4,
-          markerfacecolor=color if filled else 'white', markeredgewidth=0.8, label=labels[0],
-          zorder=3)
+    ax.plot(
+      ci90, [y, y], color=color, linewidth=2.4, alpha=0.55, solid_capstyle='butt', label=labels[2]
+    )
+  ax.plot(
+    [est],
+    [y],
+    marker,
+    color=color,
+    markersize=3.4,
+    markerfacecolor=color if filled else 'white',
+    markeredgewidth=0.8,
+    label=labels[0],
+    zorder=3,
+  )
 
 
 def rows_axis(ax, labels, xlabel=None):
@@ -98,15 +140,27 @@ def caption(fig, text):
 def legend_above(fig, handles, labels, ncol=2):
   """The figure's legend above the axes, inside the figure (none without entries)."""
   if handles:
-    fig.legend(handles, labels, loc='outside upper center', ncol=ncol, handlelength=1.6,
-               columnspacing=1.0, fontsize=6.5)
+    fig.legend(
+      handles,
+      labels,
+      loc='outside upper center',
+      ncol=ncol,
+      handlelength=1.6,
+      columnspacing=1.0,
+      fontsize=6.5,
+    )
 
 
 def component_color(key, platforms):
   """The platform's colour for a component measured on one platform, else ACROSS_PLATFORMS."""
   colors = style.platform_colors(platforms)
-  return (colors[platforms[0]] if key in ON_A else colors[platforms[1]] if key in ON_B
-          else style.ACROSS_PLATFORMS)
+  return (
+    colors[platforms[0]]
+    if key in ON_A
+    else colors[platforms[1]]
+    if key in ON_B
+    else style.ACROSS_PLATFORMS
+  )
 
 
 def gap_rows(out):
@@ -117,17 +171,31 @@ def gap_rows(out):
     (a, b), (ea, eb) = d['platforms'], d['profiles']
     rows = table[table['gap'] == d['gap']].set_index('key')
     title = f'gap {a} − {b}, {d["seeds"]} seeds\ne_A = {ea}, e_B = {eb}'
-    groups.append((title, [
-        (label.format(a=a, b=b), rows.loc[k, 'estimate'],
-         [rows.loc[k, 'ci_low'], rows.loc[k, 'ci_high']], None, component_color(k, (a, b)),
-         rows.loc[k, 'note']) for k, label in COMPONENT_ROWS if k in rows.index]))
+    groups.append(
+      (
+        title,
+        [
+          (
+            label.format(a=a, b=b),
+            rows.loc[k, 'estimate'],
+            [rows.loc[k, 'ci_low'], rows.loc[k, 'ci_high']],
+            None,
+            component_color(k, (a, b)),
+            rows.loc[k, 'note'],
+          )
+          for k, label in COMPONENT_ROWS
+          if k in rows.index
+        ],
+      )
+    )
   return groups
 
 
 def platform_term(term):
   """Does a model term (factor=level, or an interaction a:b) involve the platform factor?"""
-  return any(part.partition('=')[0].rsplit('.', 1)[-1] == PLATFORM_FACTOR
-             for part in term.split(':'))
+  return any(
+    part.partition('=')[0].rsplit('.', 1)[-1] == PLATFORM_FACTOR for part in term.split(':')
+  )
 
 
 def effect_rows(out):
@@ -143,8 +211,11 @@ def effect_rows(out):
     else:
       label = labels.get(r.term, r.term)
     rows.append((label, r.estimate, [r.ci_low, r.ci_high], None, style.ACROSS_PLATFORMS, ''))
-  title = ('main effects of the other factors\n(additive model over every arm)' if decomposed
-           else 'main effects (additive model)')
+  title = (
+    'main effects of the other factors\n(additive model over every arm)'
+    if decomposed
+    else 'main effects (additive model)'
+  )
   return title, rows
 
 
@@ -156,8 +227,9 @@ def draw_rows(ax, rows, labels=(None,) * 3, xlabel=None):
     if note:
       ax.text(0, y, 'not estimable', ha='center', va='center', fontsize=6, color='#777777')
       continue
-    draw_interval(ax, y, est, ci, ci90, color=color,
-                  labels=labels if y == len(rows) - 1 else (None,) * 3)
+    draw_interval(
+      ax, y, est, ci, ci90, color=color, labels=labels if y == len(rows) - 1 else (None,) * 3
+    )
   rows_axis(ax, [r[0] for r in rows], xlabel)
 
 
@@ -197,9 +269,15 @@ def draw_forest(out):
   style.apply()
   groups = [g for g in [*gap_rows(out), effect_rows(out)] if g[1]]
   sizes = [len(rows) + 2.2 for _, rows in groups]  # rows plus the panel's title
-  fig, axes = plt.subplots(len(groups), 1, sharex=True, height_ratios=sizes, squeeze=False,
-                           figsize=(style.ONE_COLUMN_IN, frame_height(sum(sizes), extra=1.0)),
-                           layout='constrained')
+  fig, axes = plt.subplots(
+    len(groups),
+    1,
+    sharex=True,
+    height_ratios=sizes,
+    squeeze=False,
+    figsize=(style.ONE_COLUMN_IN, frame_height(sum(sizes), extra=1.0)),
+    layout='constrained',
+  )
   floors = floors_of(out.noise)
   for i, (ax, (title, rows)) in enumerate(zip(axes[:, 0], groups)):
     draw_limits(ax, out.margin, floors, out.unit, label=i == 0)
@@ -230,8 +308,7 @@ def sum_rows(out, d):
     ci = sorted([sign * r['ci_low'], sign * r['ci_high']])
     ci90 = [r['ci90_low'], r['ci90_high']] if key in ('G', 'R') else None
     text = label.format(a=a, b=b) + (f':\n{verdict_line(d, out.unit)}' if key == 'G' else '')
-    out_rows.append((text, sign * r['estimate'], ci, ci90, component_color(key, (a, b)),
-                     r['note']))
+    out_rows.append((text, sign * r['estimate'], ci, ci90, component_color(key, (a, b)), r['note']))
   return out_rows
 
 
@@ -253,14 +330,17 @@ def draw_gap(out, context=None):
   style.apply()
   rows = [row for d in parts for row in sum_rows(out, d)]
   extra = 1.25 + (0.12 * (context.count('\n') + 1) if context else 0)
-  fig, ax = plt.subplots(figsize=(style.ONE_COLUMN_IN, frame_height(len(rows), extra=extra, row=0.27)),
-                         layout='constrained')
+  fig, ax = plt.subplots(
+    figsize=(style.ONE_COLUMN_IN, frame_height(len(rows), extra=extra, row=0.27)),
+    layout='constrained',
+  )
   if context:
     caption(fig, context)
   draw_limits(ax, parts[0]['margin'], floors_of(out.noise), out.unit)
   draw_rows(ax, rows, (None, '95% CI', '90% CI (TOST)'))
-  ax.set_xlabel(f'each part as it enters the gap ({out.unit}):\nG = fid_A − fid_B + N + P',
-                loc='right')  # under the axes, not past the figure's edge
+  ax.set_xlabel(
+    f'each part as it enters the gap ({out.unit}):\nG = fid_A − fid_B + N + P', loc='right'
+  )  # under the axes, not past the figure's edge
   for k in range(1, len(rows)):  # a rule above each residual row and between gaps
     if rows[k][0].startswith('residual') or rows[k][0].startswith('native gap'):
       ax.axhline(len(rows) - k - 0.5, color='#BBBBBB', linewidth=0.5)
@@ -288,8 +368,9 @@ def draw_contrasts(table, noise, margin, unit, context=None):
   platforms = list(dict.fromkeys(table['platform']))
   colors = style.platform_colors(platforms)
   extra = 1.1 + (0.12 * (context.count('\n') + 1) if context else 0)
-  fig, ax = plt.subplots(figsize=(style.ONE_COLUMN_IN, frame_height(len(rows), extra=extra)),
-                         layout='constrained')
+  fig, ax = plt.subplots(
+    figsize=(style.ONE_COLUMN_IN, frame_height(len(rows), extra=extra)), layout='constrained'
+  )
   if context:
     caption(fig, context)
   draw_limits(ax, margin, {p: h for p, h in noise.items() if h}, unit)
@@ -299,10 +380,17 @@ def draw_contrasts(table, noise, margin, unit, context=None):
   for r in table.itertuples():
     y = len(rows) - 1 - rows.index(r.label) + offsets[r.platform]
     key = r.platform if len(platforms) > 1 else 'Δ'
-    draw_interval(ax, y, r.diff, [r.ci95_low, r.ci95_high], [r.ci90_low, r.ci90_high],
-                  color=colors[r.platform], filled=r.paired, marker='D',
-                  labels=(None if key in seen else key,
-                          *(('95% CI', '90% CI') if not seen else (None, None))))
+    draw_interval(
+      ax,
+      y,
+      r.diff,
+      [r.ci95_low, r.ci95_high],
+      [r.ci90_low, r.ci90_high],
+      color=colors[r.platform],
+      filled=r.paired,
+      marker='D',
+      labels=(None if key in seen else key, *(('95% CI', '90% CI') if not seen else (None, None))),
+    )
     seen.add(key)
   rows_axis(ax, rows, f'arm − reference arm ({unit})')
   legend_above(fig, *neutral_keys(*ax.get_legend_handles_labels(), platforms))

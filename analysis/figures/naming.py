@@ -17,7 +17,7 @@ ONE_ARM = 'all runs'  # the label of the only arm: nothing tells it from another
 
 def cut(text):
   """`text` in at most LABEL_CHARS characters ('…' where cut)."""
-  return text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1].rstrip(', ') + '…'
+  return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1].rstrip(', ') + '…'
 
 
 def short_labels(labels, drop=(), one=ONE_ARM):
@@ -29,8 +29,10 @@ def short_labels(labels, drop=(), one=ONE_ARM):
   labels = list(dict.fromkeys(map(str, labels)))
   if len(labels) == 1:
     return {labels[0]: one or cut(labels[0])}
-  parts = {l: [p for p in l.split(', ') if p not in set((drop or {}).get(l, ()))] or l.split(', ')
-           for l in labels}
+  parts = {
+    l: [p for p in l.split(', ') if p not in set((drop or {}).get(l, ()))] or l.split(', ')
+    for l in labels
+  }
   common = set.intersection(*(set(p) for p in parts.values()))
   out = {}
   for label in labels:
@@ -65,17 +67,26 @@ def context(out, width=None):
   test = recorded(runs, 'data.test_size')
   n = sorted(set(out.arms['n'])) if not out.arms.empty else [0]
   units = getattr(out, 'units', None)
-  models = bool(out.seeded and units is not None
-                and units['seed'].astype(str).str.contains(' (init ', regex=False).any())
+  models = bool(
+    out.seeded
+    and units is not None
+    and units['seed'].astype(str).str.contains(' (init ', regex=False).any()
+  )
   what = ('model' if models else 'seed' if out.seeded else 'run') + ('' if n == [1] else 's')
   what += ' (seed, init, data)' if models else ''
   each = f'{n[0]}' if len(n) == 1 else f'{n[0]}–{n[-1]}'
-  devices = '; '.join(f'{p}: {f["device_kind"]}' if f.get('device_kind')
-                      and f['device_kind'].lower() != p.lower() else p
-                      for p, f in out.software.platforms.items())
+  devices = '; '.join(
+    f'{p}: {f["device_kind"]}'
+    if f.get('device_kind') and f['device_kind'].lower() != p.lower()
+    else p
+    for p, f in out.software.platforms.items()
+  )
   runs_text = f'{len(runs)} run{"" if len(runs) == 1 else "s"}'
-  parts = [f'{data} (test {test} images)' if data and test else data or 'data set not recorded',
-           f'n = {each} {what} per arm, {runs_text}', devices or 'platform not recorded']
+  parts = [
+    f'{data} (test {test} images)' if data and test else data or 'data set not recorded',
+    f'n = {each} {what} per arm, {runs_text}',
+    devices or 'platform not recorded',
+  ]
   text = ' · '.join(parts)
   return '\n'.join(textwrap.wrap(text, width)) if width else text
 

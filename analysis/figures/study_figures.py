@@ -64,8 +64,11 @@ def layout(out):
     arms = list(out.arms['arm'])
     short = naming.short_labels(arms, {a: (platform.get(a, ''), device.get(a, '')) for a in arms})
     place = {a: (short[a], platform.get(a, '')) for a in arms}
-    return (list(dict.fromkeys(short[a] for a in arms)), place,
-            sorted({p for _, p in place.values()}))
+    return (
+      list(dict.fromkeys(short[a] for a in arms)),
+      place,
+      sorted({p for _, p in place.values()}),
+    )
   place = {r.arm: (r.label, str(r.platform)) for r in info.itertuples()}
   return list(dict.fromkeys(info['label'])), place, sorted(set(map(str, info['platform'])))
 
@@ -84,10 +87,18 @@ def positions(categories, place, width=0.8):
 
 
 def draw_box(ax, x, values, color, seen):
-  ax.boxplot([values], positions=[x], widths=0.22, showfliers=False, patch_artist=True,
-             boxprops={'facecolor': color, 'alpha': 0.18, 'edgecolor': color},
-             medianprops={'color': color, 'linewidth': 1.0}, whiskerprops={'color': color},
-             capprops={'color': color}, label=once(f'quartiles (n ≥ {BOX_MIN_N})', seen))
+  ax.boxplot(
+    [values],
+    positions=[x],
+    widths=0.22,
+    showfliers=False,
+    patch_artist=True,
+    boxprops={'facecolor': color, 'alpha': 0.18, 'edgecolor': color},
+    medianprops={'color': color, 'linewidth': 1.0},
+    whiskerprops={'color': color},
+    capprops={'color': color},
+    label=once(f'quartiles (n ≥ {BOX_MIN_N})', seen),
+  )
 
 
 def draw_accuracy_by_arm(out):
@@ -100,31 +111,62 @@ def draw_accuracy_by_arm(out):
   fig, ax = plt.subplots(figsize=(style.TWO_COLUMN_IN, 2.7), layout='constrained')
   naming.subtitle(fig, naming.context(out, 150))
   arms = sorted(out.arms.itertuples(), key=lambda r: categories.index(place[r.arm][0]))
-  for i, row in enumerate(arms):  # in arm order: a platform's legend key shows the first arm's marker
+  for i, row in enumerate(
+    arms
+  ):  # in arm order: a platform's legend key shows the first arm's marker
     (cat, platform), x = place[row.arm], x_of[row.arm]
     values = out.units.loc[out.units['arm'] == row.arm, 'value'].to_numpy()
     c = colors[platform]
     if len(values) >= BOX_MIN_N:
       draw_box(ax, x, values, c, seen)
-    name = f'{platform}: one seed' if len(platforms) > 1 else (
-        'one seed' if out.seeded else 'one run')
-    ax.scatter(x - width * 0.12 + jitter(len(values), width * 0.12, seed=i), values, s=8,
-               marker='o', facecolors='none', edgecolors=c, alpha=0.85,
-               linewidths=0.7, zorder=3, label=once(name, seen))
+    name = (
+      f'{platform}: one seed' if len(platforms) > 1 else ('one seed' if out.seeded else 'one run')
+    )
+    ax.scatter(
+      x - width * 0.12 + jitter(len(values), width * 0.12, seed=i),
+      values,
+      s=8,
+      marker='o',
+      facecolors='none',
+      edgecolors=c,
+      alpha=0.85,
+      linewidths=0.7,
+      zorder=3,
+      label=once(name, seen),
+    )
     if np.isfinite(row.ci_low):
-      ax.errorbar(x + width * 0.22, row.mean, yerr=[[row.mean - row.ci_low], [row.ci_high - row.mean]],
-                  fmt='D', color='black', markersize=2.8, capsize=1.8, linewidth=0.8, zorder=4,
-                  label=once(f'mean ± 95% CI ({row.ci_method})', seen))
+      ax.errorbar(
+        x + width * 0.22,
+        row.mean,
+        yerr=[[row.mean - row.ci_low], [row.ci_high - row.mean]],
+        fmt='D',
+        color='black',
+        markersize=2.8,
+        capsize=1.8,
+        linewidth=0.8,
+        zorder=4,
+        label=once(f'mean ± 95% CI ({row.ci_method})', seen),
+      )
     else:
-      ax.plot(x + width * 0.22, row.mean, 'D', color='black', markersize=2.8, zorder=4,
-              label=once('mean (n < 2: no CI)', seen))
-  ax.set_xticks(range(len(categories)), [wrap(c, style.TWO_COLUMN_IN / len(categories))
-                                         for c in categories])
+      ax.plot(
+        x + width * 0.22,
+        row.mean,
+        'D',
+        color='black',
+        markersize=2.8,
+        zorder=4,
+        label=once('mean (n < 2: no CI)', seen),
+      )
+  ax.set_xticks(
+    range(len(categories)), [wrap(c, style.TWO_COLUMN_IN / len(categories)) for c in categories]
+  )
   ax.set_xlim(-0.5, len(categories) - 0.5)
   ax.set_ylabel(unit_label(out))
   handles, labels = ax.get_legend_handles_labels()
-  handles = [Patch(facecolor='#DDDDDD', edgecolor='#777777') if label.startswith('quartiles')
-             else h for h, label in zip(handles, labels)]  # a box of any platform: grey key
+  handles = [
+    Patch(facecolor='#DDDDDD', edgecolor='#777777') if label.startswith('quartiles') else h
+    for h, label in zip(handles, labels)
+  ]  # a box of any platform: grey key
   ax.legend(handles, labels, loc='lower left', bbox_to_anchor=(0.0, 1.0), ncol=4, borderaxespad=0.2)
   return fig
 
@@ -142,15 +184,21 @@ def contrast_table(out):
   pairs = out.pairs
   if pairs.empty:
     return pairs
-  return pairs.assign(label=[f'{a} − {b}' for a, b in zip(pairs['arm_a'], pairs['arm_b'])],
-                      platform='')
+  return pairs.assign(
+    label=[f'{a} − {b}' for a, b in zip(pairs['arm_a'], pairs['arm_b'])], platform=''
+  )
 
 
 def contrasts(given, out_dir, name):
   """forest.draw_contrasts of the study `given.result` as NAME.pdf and .png; [] without a pair."""
   out = given.result
-  fig = forest.draw_contrasts(contrast_table(out), forest.floors_of(out.noise), out.margin,
-                              out.unit, context=naming.context(out, 68))
+  fig = forest.draw_contrasts(
+    contrast_table(out),
+    forest.floors_of(out.noise),
+    out.margin,
+    out.unit,
+    context=naming.context(out, 68),
+  )
   return [] if fig is None else style.save(fig, out_dir, name, crop=False)
 
 
@@ -175,9 +223,20 @@ def band(ax, mean, sd, look, shade):
   color, (marker, linestyle), label, k, arms, under = look
   if shade:
     ax.fill_between(mean.index, mean - sd, mean + sd, color=color, alpha=0.15, linewidth=0)
-  ax.plot(mean.index, mean, color=color, linestyle=linestyle, linewidth=1.0 + 1.0 * under,
-          marker=marker, markevery=markevery(len(mean), k, arms), markersize=3.2 + 1.6 * under,
-          markerfacecolor='none', markeredgewidth=0.7 + 0.3 * under, label=label, zorder=3 - under)
+  ax.plot(
+    mean.index,
+    mean,
+    color=color,
+    linestyle=linestyle,
+    linewidth=1.0 + 1.0 * under,
+    marker=marker,
+    markevery=markevery(len(mean), k, arms),
+    markersize=3.2 + 1.6 * under,
+    markerfacecolor='none',
+    markeredgewidth=0.7 + 0.3 * under,
+    label=label,
+    zorder=3 - under,
+  )
   return mean, sd if shade else 0 * sd
 
 
@@ -207,7 +266,9 @@ def zoom(ax, spans):
   low = min(float((m - s).min()) for m, s in spans)
   high = max(float((m + s).max()) for m, s in spans)
   pad = 0.08 * (high - low) or 0.5
-  ax.set_xlim(min(m.index.min() for m, _ in spans) - 0.05, max(m.index.max() for m, _ in spans) + 0.05)
+  ax.set_xlim(
+    min(m.index.min() for m, _ in spans) - 0.05, max(m.index.max() for m, _ in spans) + 0.05
+  )
   ax.set_ylim(low - pad, high + pad)
 
 
@@ -224,10 +285,14 @@ def curve_panels(out, hist, steps):
   keep = out.runs[['run', 'arm']]
   steps = steps.merge(keep, on='run') if not steps.empty else steps
   hist = hist.merge(keep, on='run') if not hist.empty and 'test_accuracy' in hist else hist.iloc[:0]
-  loss = {a: curve(s, 'step', 'train_loss') for a, s in
-          (steps.groupby('arm', sort=True) if not steps.empty else ())}
-  test = {a: curve(h, 'epoch', 'test_accuracy', 100.0) for a, h in
-          (last_epochs(hist).groupby('arm', sort=True) if not hist.empty else ())}
+  loss = {
+    a: curve(s, 'step', 'train_loss')
+    for a, s in (steps.groupby('arm', sort=True) if not steps.empty else ())
+  }
+  test = {
+    a: curve(h, 'epoch', 'test_accuracy', 100.0)
+    for a, h in (last_epochs(hist).groupby('arm', sort=True) if not hist.empty else ())
+  }
   return loss, test
 
 
@@ -242,10 +307,14 @@ def draw_training_curves(out, hist, steps):
   same = identical_to((loss, test), place, categories)
   crossed = crosses_platforms(place)
   name = lambda a: place[a][0] + (f' ({place[a][1]})' if crossed else '')
-  look = lambda a: (colors[place[a][1]], styles[place[a][0]],
-                    name(a) + (f' (identical to {place[same[a]][0]})' if a in same else ''),
-                    categories.index(place[a][0]), len(categories),
-                    len(platforms) - 1 - platforms.index(place[a][1]))
+  look = lambda a: (
+    colors[place[a][1]],
+    styles[place[a][0]],
+    name(a) + (f' (identical to {place[same[a]][0]})' if a in same else ''),
+    categories.index(place[a][0]),
+    len(categories),
+    len(platforms) - 1 - platforms.index(place[a][1]),
+  )
   shade = len(place) <= SHADED_MAX
   fig, axes = plt.subplots(1, 2, figsize=(style.TWO_COLUMN_IN, 2.6), layout='constrained')
   naming.subtitle(fig, naming.context(out, 150))
@@ -262,10 +331,18 @@ def draw_training_curves(out, hist, steps):
     ax.grid(axis='x', color='#EEEEEE', linewidth=0.5)
     ax.set_visible(bool(ax.get_lines()))
   rank = {look(a)[2]: categories.index(place[a][0]) for a in place}
-  fig.legend(*(legend_entries(categories, place, same, colors, styles) if crossed else
-               drawn_entries(axes, rank)),
-             loc='outside right upper', title='mean ± 1 sd over runs' if shade else 'mean over runs',
-             title_fontsize=6.5, fontsize=6.5, handlelength=2.6)
+  fig.legend(
+    *(
+      legend_entries(categories, place, same, colors, styles)
+      if crossed
+      else drawn_entries(axes, rank)
+    ),
+    loc='outside right upper',
+    title='mean ± 1 sd over runs' if shade else 'mean over runs',
+    title_fontsize=6.5,
+    fontsize=6.5,
+    handlelength=2.6,
+  )
   return fig
 
 
@@ -291,13 +368,26 @@ def legend_entries(categories, place, same, colors, styles):
   note = {}
   for arm, other in same.items():
     note.setdefault(place[arm][0], []).append(f'= {place[other][0]} on {place[arm][1]}')
-  handles = [plt.Line2D([], [], color='#333333', linestyle=styles[c][1], marker=styles[c][0],
-                        markersize=3.2, markerfacecolor='none', markeredgewidth=0.7, linewidth=1.0)
-             for c in categories]
+  handles = [
+    plt.Line2D(
+      [],
+      [],
+      color='#333333',
+      linestyle=styles[c][1],
+      marker=styles[c][0],
+      markersize=3.2,
+      markerfacecolor='none',
+      markeredgewidth=0.7,
+      linewidth=1.0,
+    )
+    for c in categories
+  ]
   labels = [c + (f' ({", ".join(note[c])})' if c in note else '') for c in categories]
   platforms = sorted(colors)
   under = {p: len(platforms) - 1 - i for i, p in enumerate(platforms)}  # as band() draws them
-  handles += [plt.Line2D([], [], color=colors[p], linewidth=1.0 + 1.0 * under[p]) for p in platforms]
+  handles += [
+    plt.Line2D([], [], color=colors[p], linewidth=1.0 + 1.0 * under[p]) for p in platforms
+  ]
   return handles, labels + [p + (' (wider: drawn beneath)' if under[p] else '') for p in platforms]
 
 
@@ -310,4 +400,3 @@ def training_curves(given, out_dir, name):
   style.apply()
   fig = draw_training_curves(given.result, hist, steps)
   return [] if fig is None else style.save(fig, out_dir, name, crop=False)
-

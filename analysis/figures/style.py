@@ -13,10 +13,8 @@ import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-
 # Okabe & Ito (2008), without black (used for means) and yellow (too light on white paper).
-PALETTE = ('#0072B2', '#D55E00', '#009E73', '#CC79A7', '#56B4E9', '#E69F00', '#999999',
-           '#882255')
+PALETTE = ('#0072B2', '#D55E00', '#009E73', '#CC79A7', '#56B4E9', '#E69F00', '#999999', '#882255')
 # Fixed colours of the platforms the project runs on; any other platform takes the next unused
 # palette colour in sorted name order (platform_colors).
 PLATFORM_COLORS = {'cpu': PALETTE[0], 'gpu': PALETTE[1], 'tpu': PALETTE[2]}
@@ -24,22 +22,46 @@ ACROSS_PLATFORMS = 'black'  # a quantity measured across platforms (a gap, a pla
 NO_PLATFORM = '#444444'  # runs that record no platform
 # An arm's marker and line style; 'D' is left for estimates (forest plots, means).
 ARM_MARKERS = ('o', 's', '^', 'v', 'P', 'X', '*', 'h', '<', '>')
-ARM_LINESTYLES = ('-', '--', ':', '-.', (0, (6, 1.5)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 2.5)),
-                  (0, (7, 2, 1.5, 2)))  # eight distinct: one per arm of the digits study
+ARM_LINESTYLES = (
+  '-',
+  '--',
+  ':',
+  '-.',
+  (0, (6, 1.5)),
+  (0, (3, 1, 1, 1, 1, 1)),
+  (0, (1, 2.5)),
+  (0, (7, 2, 1.5, 2)),
+)  # eight distinct: one per arm of the digits study
 WIDTH_IN = 6.5  # a full text width of a two-column-free paper, inches (the experiments' figures)
 # The study's figures are drawn at their printed size (saved uncropped: save(..., crop=False)):
 ONE_COLUMN_IN = 3.3  # one column of a two-column paper, inches
 TWO_COLUMN_IN = 6.9  # both columns of a two-column paper, inches
 RC = {
-    'font.family': 'sans-serif',
-    'font.sans-serif': ['DejaVu Sans', 'Arial', 'Helvetica'],
-    'font.size': 8, 'axes.titlesize': 9, 'axes.labelsize': 8, 'legend.fontsize': 7,
-    'xtick.labelsize': 7, 'ytick.labelsize': 7,
-    'axes.spines.top': False, 'axes.spines.right': False, 'axes.linewidth': 0.6,
-    'axes.grid': True, 'axes.grid.axis': 'y', 'grid.color': '#DDDDDD', 'grid.linewidth': 0.5,
-    'lines.linewidth': 1.2, 'xtick.major.width': 0.6, 'ytick.major.width': 0.6,
-    'legend.frameon': False, 'figure.dpi': 100, 'savefig.dpi': 300, 'savefig.bbox': 'tight',
-    'savefig.pad_inches': 0.03, 'pdf.fonttype': 42, 'ps.fonttype': 42,
+  'font.family': 'sans-serif',
+  'font.sans-serif': ['DejaVu Sans', 'Arial', 'Helvetica'],
+  'font.size': 8,
+  'axes.titlesize': 9,
+  'axes.labelsize': 8,
+  'legend.fontsize': 7,
+  'xtick.labelsize': 7,
+  'ytick.labelsize': 7,
+  'axes.spines.top': False,
+  'axes.spines.right': False,
+  'axes.linewidth': 0.6,
+  'axes.grid': True,
+  'axes.grid.axis': 'y',
+  'grid.color': '#DDDDDD',
+  'grid.linewidth': 0.5,
+  'lines.linewidth': 1.2,
+  'xtick.major.width': 0.6,
+  'ytick.major.width': 0.6,
+  'legend.frameon': False,
+  'figure.dpi': 100,
+  'savefig.dpi': 300,
+  'savefig.bbox': 'tight',
+  'savefig.pad_inches': 0.03,
+  'pdf.fonttype': 42,
+  'ps.fonttype': 42,
 }
 
 
@@ -69,8 +91,10 @@ def arm_styles(arms):
   that is handed the same arms agrees): every arm its own marker (up to len(ARM_MARKERS) arms),
   line styles cycling."""
   arms = list(dict.fromkeys(arms))
-  return {a: (ARM_MARKERS[i % len(ARM_MARKERS)], ARM_LINESTYLES[i % len(ARM_LINESTYLES)])
-          for i, a in enumerate(arms)}
+  return {
+    a: (ARM_MARKERS[i % len(ARM_MARKERS)], ARM_LINESTYLES[i % len(ARM_LINESTYLES)])
+    for i, a in enumerate(arms)
+  }
 
 
 def save(fig, out_dir, name, crop=True):

@@ -31,8 +31,13 @@ MAX_SHOWN = 3
 
 def resolve_column(frame, name, arg):
   """The column of `frame` that `name` means: exact, or with a `numerics.`, `config.` or `final.` prefix."""
-  for candidate in (name, f'{record.ARM_PREFIX}{name}', f'numerics.effective.{name}',
-                    f'{record.CONFIG_PREFIX}{name}', f'final.{name}'):
+  for candidate in (
+    name,
+    f'{record.ARM_PREFIX}{name}',
+    f'numerics.effective.{name}',
+    f'{record.CONFIG_PREFIX}{name}',
+    f'final.{name}',
+  ):
     if candidate in frame.columns:
       return candidate
   shown = ', '.join(c for c in frame.columns if not c.startswith(('config.', 'versions.', 'data.')))
@@ -71,10 +76,18 @@ def normalise_platforms(frame):
   if not renamed:
     return frame, []
   mapped = values.astype(object).map(lambda v: renamed.get(v, v) if isinstance(v, str) else v)
-  frame = frame.assign(**{PLATFORM: mapped.astype('category')
-                          if isinstance(values.dtype, pd.CategoricalDtype) else mapped})
-  notes = [f'platform {old!r} read as {new!r} (JAX spells the platform in lower case, without '
-           'spaces)' for old, new in renamed.items() if new]
+  frame = frame.assign(
+    **{
+      PLATFORM: mapped.astype('category')
+      if isinstance(values.dtype, pd.CategoricalDtype)
+      else mapped
+    }
+  )
+  notes = [
+    f'platform {old!r} read as {new!r} (JAX spells the platform in lower case, without spaces)'
+    for old, new in renamed.items()
+    if new
+  ]
   return frame, notes
 
 
@@ -86,15 +99,22 @@ def platform_problems(frame):
   done = frame.loc[completed_rows(frame), PLATFORM]
   names = done.astype(object).map(platform_name)
   empty = names[names == '']
-  lines = [f'{PLATFORM}, line {n}: the platform is empty; write the platform the run ran on '
-           '(e.g. gpu), or leave the run out' for n in line_numbers(empty.index)]
+  lines = [
+    f'{PLATFORM}, line {n}: the platform is empty; write the platform the run ran on '
+    '(e.g. gpu), or leave the run out'
+    for n in line_numbers(empty.index)
+  ]
   spelled = {}
   for name in pd.unique(names[names != '']):
     spelled.setdefault(name.lower(), []).append(name)
   for spellings in (s for s in spelled.values() if len(s) > 1):
-    where = '; '.join(f'{s!r} on line {line_numbers(names.index[names == s])[0]}' for s in spellings)
-    lines.append(f'{PLATFORM}: {where} differ only in case: one platform or two? write one '
-                 'spelling per platform')
+    where = '; '.join(
+      f'{s!r} on line {line_numbers(names.index[names == s])[0]}' for s in spellings
+    )
+    lines.append(
+      f'{PLATFORM}: {where} differ only in case: one platform or two? write one '
+      'spelling per platform'
+    )
   return lines
 
 
@@ -106,9 +126,15 @@ def run_name(frame, index):
 def data_config_columns(frame):
   """The config.data.* columns of `frame` that can change the data (where it lives aside)."""
   prefix = f'{record.CONFIG_PREFIX}data.'
-  return [c for c in frame.columns if c.startswith(prefix) and not any(
-      c[len(record.CONFIG_PREFIX):] == f or c[len(record.CONFIG_PREFIX):].startswith(f + '.')
-      for f in record.IGNORED_FIELDS)]
+  return [
+    c
+    for c in frame.columns
+    if c.startswith(prefix)
+    and not any(
+      c[len(record.CONFIG_PREFIX) :] == f or c[len(record.CONFIG_PREFIX) :].startswith(f + '.')
+      for f in record.IGNORED_FIELDS
+    )
+  ]
 
 
 def test_set_problems(frame):
@@ -119,8 +145,11 @@ def test_set_problems(frame):
   if not fields or done.empty:
     return []
   config = data_config_columns(done)
-  groups = (done.groupby(config, dropna=False, observed=True, sort=False)[fields] if config else
-            done[fields].groupby(pd.Series(0, index=done.index)))
+  groups = (
+    done.groupby(config, dropna=False, observed=True, sort=False)[fields]
+    if config
+    else done[fields].groupby(pd.Series(0, index=done.index))
+  )
   counts = groups.nunique()
   lines = []
   for key in counts.index[(counts > 1).any(axis=1)]:
@@ -128,9 +157,13 @@ def test_set_problems(frame):
     rows = rows.astype(str).where(rows.notna())
     for field in [f for f in fields if counts.loc[key, f] > 1]:
       values = rows[field].dropna()
-      shown = ', '.join(f'{v!r} ({(values == v).sum()} runs, e.g. {run_name(done, values.index[values == v][0])})'
-                        for v in pd.unique(values)[:MAX_SHOWN])
-      lines.append(f'{field}: runs of one data config were tested on different test sets '
-                   f'({shown}); their accuracies do not compare: analyse them apart, or rerun '
-                   'the odd ones on the same data')
+      shown = ', '.join(
+        f'{v!r} ({(values == v).sum()} runs, e.g. {run_name(done, values.index[values == v][0])})'
+        for v in pd.unique(values)[:MAX_SHOWN]
+      )
+      lines.append(
+        f'{field}: runs of one data config were tested on different test sets '
+        f'({shown}); their accuracies do not compare: analyse them apart, or rerun '
+        'the odd ones on the same data'
+      )
   return lines

@@ -67,9 +67,10 @@ def unused(column, metric, names):
     return False
   if column.startswith('final.'):
     return metric is not None
-  field = column[len(record.CONFIG_PREFIX):]
+  field = column[len(record.CONFIG_PREFIX) :]
   return column.startswith(record.CONFIG_PREFIX) and any(
-      field == f or field.startswith(f + '.') for f in record.IGNORED_FIELDS)
+    field == f or field.startswith(f + '.') for f in record.IGNORED_FIELDS
+  )
 
 
 def compact(chunk, plain):
@@ -89,10 +90,17 @@ def join(chunks):
   for name in chunks[0].columns:
     parts = [chunk[name] for chunk in chunks]
     if all(isinstance(part.dtype, pd.CategoricalDtype) for part in parts):
-      columns[name] = pd.Series(pd.api.types.union_categoricals(parts, ignore_order=True), name=name)
+      columns[name] = pd.Series(
+        pd.api.types.union_categoricals(parts, ignore_order=True), name=name
+      )
     else:
-      columns[name] = pd.concat([part.astype(object) if isinstance(part.dtype, pd.CategoricalDtype)
-                                 else part for part in parts], ignore_index=True)
+      columns[name] = pd.concat(
+        [
+          part.astype(object) if isinstance(part.dtype, pd.CategoricalDtype) else part
+          for part in parts
+        ],
+        ignore_index=True,
+      )
   return pd.DataFrame(columns)
 
 
@@ -102,8 +110,9 @@ def read_columns(path, header, metric=None, names=(), seed='seed'):
   columns made categorical (compact) but the run, its status and reason, the metric and `seed`."""
   keep = [c for c in header if not unused(c, metric, set(names))]
   plain = {'run', ID, 'status', 'reason', metric, seed}
-  frame = join([compact(chunk, plain) for chunk in
-                pd.read_csv(path, usecols=keep, chunksize=CHUNK_ROWS)])
+  frame = join(
+    [compact(chunk, plain) for chunk in pd.read_csv(path, usecols=keep, chunksize=CHUNK_ROWS)]
+  )
   frame, notes = columns.normalise_platforms(frame)  # first: its notes name the cells as written
   frame = strip_text(frame)
   frame, once = one_per_run(frame)
@@ -121,8 +130,11 @@ def strip_text(frame):
       cats = list(values.cat.categories)
       stripped = [c.strip() if isinstance(c, str) else c for c in cats]
       if stripped != cats:
-        frame[name] = values.astype(object).map(
-            lambda v: v.strip() if isinstance(v, str) else v).astype('category')
+        frame[name] = (
+          values.astype(object)
+          .map(lambda v: v.strip() if isinstance(v, str) else v)
+          .astype('category')
+        )
   return frame
 
 
@@ -141,8 +153,11 @@ def one_per_run(frame):
   if same[ID].duplicated().any():  # an id with two contents: check() refuses it
     return frame, []
   drop = content.index.difference(same.index)
-  notes = [f'run id {frame.at[i, ID]} on lines {", ".join(map(str, line_numbers(ids.index[ids == frame.at[i, ID]])))}: '
-           'one run met twice (the same values): counted once' for i in same.index]
+  notes = [
+    f'run id {frame.at[i, ID]} on lines {", ".join(map(str, line_numbers(ids.index[ids == frame.at[i, ID]])))}: '
+    'one run met twice (the same values): counted once'
+    for i in same.index
+  ]
   return frame.drop(index=drop), notes
 
 
@@ -159,11 +174,18 @@ def accuracy_scale_problems(column, numbers):
   if len(percents) <= len(fractions):
     odd, fix = percents, f'in percent while {len(fractions)} rows are fractions: divide it by 100'
   else:  # a percent at most 1 is possible (a run at 0.8 %): say how to keep it
-    odd, fix = fractions, (f'at most 1 while {len(percents)} rows are in percent: a fraction? '
-                           'multiply it by 100; a real percent below 1? give --scale 1 (the column '
-                           'is in percent)')
-  return [f'{column}, line {n}: {v:g} is {fix} (one scale for the whole column)'
-          for n, v in zip(line_numbers(odd.index), odd)]
+    odd, fix = (
+      fractions,
+      (
+        f'at most 1 while {len(percents)} rows are in percent: a fraction? '
+        'multiply it by 100; a real percent below 1? give --scale 1 (the column '
+        'is in percent)'
+      ),
+    )
+  return [
+    f'{column}, line {n}: {v:g} is {fix} (one scale for the whole column)'
+    for n, v in zip(line_numbers(odd.index), odd)
+  ]
 
 
 def metric_problems(frame, column, scale=None):
@@ -172,26 +194,41 @@ def metric_problems(frame, column, scale=None):
   values = frame.loc[completed_rows(frame), column]
   numbers = pd.to_numeric(values, errors='coerce')
   text = values[values.notna() & numbers.isna()]
-  lines = [f'{column}, line {n}: {v!r} is not a number; write the number, or leave the cell empty '
-           'to exclude the run' for n, v in zip(line_numbers(text.index), text)]
+  lines = [
+    f'{column}, line {n}: {v!r} is not a number; write the number, or leave the cell empty '
+    'to exclude the run'
+    for n, v in zip(line_numbers(text.index), text)
+  ]
   numbers = numbers.dropna().astype(float)
   infinite = numbers[~np.isfinite(numbers)]
-  lines += [f'{column}, line {n}: {v} is not finite; write the run\'s value, or leave the cell '
-            'empty to exclude the run' for n, v in zip(line_numbers(infinite.index), infinite)]
+  lines += [
+    f"{column}, line {n}: {v} is not finite; write the run's value, or leave the cell "
+    'empty to exclude the run'
+    for n, v in zip(line_numbers(infinite.index), infinite)
+  ]
   numbers = numbers[np.isfinite(numbers)]
-  kind = 'an accuracy' if 'acc' in column.lower() else 'a loss' if 'loss' in column.lower() else None
+  kind = (
+    'an accuracy' if 'acc' in column.lower() else 'a loss' if 'loss' in column.lower() else None
+  )
   if kind:
     low = numbers[numbers < 0]
-    lines += [f'{column}, line {n}: {v:g} is negative, and {kind} is >= 0; correct the value'
-              for n, v in zip(line_numbers(low.index), low)]
+    lines += [
+      f'{column}, line {n}: {v:g} is negative, and {kind} is >= 0; correct the value'
+      for n, v in zip(line_numbers(low.index), low)
+    ]
   if kind == 'an accuracy' and scale is not None:
     high = numbers[numbers * scale > 100]
-    return lines + [f'{column}, line {n}: {v:g} x --scale {scale:g} is above 100 %; correct the '
-                    'value or --scale' for n, v in zip(line_numbers(high.index), high)]
+    return lines + [
+      f'{column}, line {n}: {v:g} x --scale {scale:g} is above 100 %; correct the value or --scale'
+      for n, v in zip(line_numbers(high.index), high)
+    ]
   if kind == 'an accuracy':
     high = numbers[numbers > 100]
-    lines += [f'{column}, line {n}: {v:g} is above 100; an accuracy is a fraction in [0, 1] or a '
-              'percent in [0, 100]: correct the value' for n, v in zip(line_numbers(high.index), high)]
+    lines += [
+      f'{column}, line {n}: {v:g} is above 100; an accuracy is a fraction in [0, 1] or a '
+      'percent in [0, 100]: correct the value'
+      for n, v in zip(line_numbers(high.index), high)
+    ]
     lines += accuracy_scale_problems(column, numbers)
   return lines
 
@@ -204,10 +241,14 @@ def identity_problems(frame):
   repeated = ids[ids.notna() & ids.duplicated(keep=False)]
   lines = []
   for run_id, rows in repeated.groupby(repeated, sort=False):
-    places = ', '.join(f'line {n}' + (f' ({frame.at[i, "run"]})' if 'run' in frame else '')
-                       for n, i in zip(line_numbers(rows.index), rows.index))
-    lines.append(f'{ID}: run id {run_id!r} holds different values on {places}: one run with two '
-                 'records (a copy taken at another step?); keep the one you mean')
+    places = ', '.join(
+      f'line {n}' + (f' ({frame.at[i, "run"]})' if 'run' in frame else '')
+      for n, i in zip(line_numbers(rows.index), rows.index)
+    )
+    lines.append(
+      f'{ID}: run id {run_id!r} holds different values on {places}: one run with two '
+      'records (a copy taken at another step?); keep the one you mean'
+    )
   return lines
 
 
@@ -216,13 +257,18 @@ def run_id_problems(frame):
   if 'run' not in frame:
     return []
   empty = frame['run'].isna()
-  lines = [f'run, line {n}: the run id is empty; give each run its own id'
-           for n in line_numbers(frame.index[empty])]
+  lines = [
+    f'run, line {n}: the run id is empty; give each run its own id'
+    for n in line_numbers(frame.index[empty])
+  ]
   runs = frame.loc[~empty, 'run'].astype(str)
   repeated = runs[runs.duplicated(keep=False)]
-  return lines + [f'run, lines {", ".join(map(str, line_numbers(rows.index)))}: run id {run!r} appears '
-          f'{len(rows)} times; give each run its own id (runs of one seed are replicates only '
-          'under different ids)' for run, rows in repeated.groupby(repeated, sort=False)]
+  return lines + [
+    f'run, lines {", ".join(map(str, line_numbers(rows.index)))}: run id {run!r} appears '
+    f'{len(rows)} times; give each run its own id (runs of one seed are replicates only '
+    'under different ids)'
+    for run, rows in repeated.groupby(repeated, sort=False)
+  ]
 
 
 def seed_problems(frame, column, required):
@@ -232,10 +278,15 @@ def seed_problems(frame, column, required):
   whole = numbers.notna() & np.isfinite(numbers) & (numbers == np.floor(numbers))
   bad = values.notna() & ~whole
   empty = values.isna() & completed_rows(frame) & required
-  lines = [f'{column}, line {n}: {v!r} is not a whole-number seed; write the run\'s integer seed'
-           for n, v in zip(line_numbers(values[bad].index), values[bad])]
-  return lines + [f'{column}, line {n}: the seed is empty; write the run\'s integer seed (the '
-                  'attribution groups runs by seed)' for n in line_numbers(values[empty].index)]
+  lines = [
+    f"{column}, line {n}: {v!r} is not a whole-number seed; write the run's integer seed"
+    for n, v in zip(line_numbers(values[bad].index), values[bad])
+  ]
+  return lines + [
+    f"{column}, line {n}: the seed is empty; write the run's integer seed (the "
+    'attribution groups runs by seed)'
+    for n in line_numbers(values[empty].index)
+  ]
 
 
 def check(frame, path, metric=None, seed=None, seed_required=False, scale=None):
@@ -244,16 +295,22 @@ def check(frame, path, metric=None, seed=None, seed_required=False, scale=None):
   the test sets, the run ids and identities and the seed column `seed` (each None: not checked;
   `seed_required`: an empty seed of a completed run is a problem)."""
   lines = metric_problems(frame, metric, scale) if metric else []
-  lines += [line for c in CHECKED if c in frame and c != metric for line in metric_problems(frame, c)]
+  lines += [
+    line for c in CHECKED if c in frame and c != metric for line in metric_problems(frame, c)
+  ]
   lines += columns.platform_problems(frame) + columns.test_set_problems(frame)
   lines += run_id_problems(frame) + identity_problems(frame)
   lines += seed_problems(frame, seed, seed_required) if seed else []
   if not lines:
     return
   more = len(lines) - MAX_LINES
-  shown = lines[:MAX_LINES] + ([f'... and {more} more problems of the same kinds'] if more > 0 else [])
-  raise ValueError('\n'.join(f'--csv {path}: {line}' for line in shown)
-                   + f'\n--csv {path}: {len(lines)} problem(s) above; nothing was analysed')
+  shown = lines[:MAX_LINES] + (
+    [f'... and {more} more problems of the same kinds'] if more > 0 else []
+  )
+  raise ValueError(
+    '\n'.join(f'--csv {path}: {line}' for line in shown)
+    + f'\n--csv {path}: {len(lines)} problem(s) above; nothing was analysed'
+  )
 
 
 def read_csv(path, metric=None, seed_col=None, names=(), seed_required=False, scale=None):
@@ -271,21 +328,25 @@ def read_csv(path, metric=None, seed_col=None, names=(), seed_required=False, sc
       metric = resolve_column(pd.DataFrame(columns=header), metric, '--metric')
     frame = None if repeated else read_columns(path, header, metric, names, seed_col or 'seed')
   except pd.errors.EmptyDataError:
-    raise ValueError(f'--csv: {path} is empty: no runs to analyse; give a CSV with a header row '
-                     'and one row per run')
+    raise ValueError(
+      f'--csv: {path} is empty: no runs to analyse; give a CSV with a header row '
+      'and one row per run'
+    )
   except (OSError, UnicodeDecodeError, pd.errors.ParserError) as e:
     raise ValueError(f'--csv: cannot read {path} ({e}); give a CSV file with a header row')
   if repeated:
     at = lambda name: ', '.join(str(i + 1) for i, h in enumerate(header) if h == name)
-    raise ValueError(f'--csv: {path} has duplicate column names: '
-                     + '; '.join(f'{name} (columns {at(name)})' for name in repeated)
-                     + '; rename them so each column has its own name')
+    raise ValueError(
+      f'--csv: {path} has duplicate column names: '
+      + '; '.join(f'{name} (columns {at(name)})' for name in repeated)
+      + '; rename them so each column has its own name'
+    )
   if frame.empty:
-    raise ValueError(f'--csv: {path} has a header but no rows: no runs to analyse; add one row '
-                     'per run')
+    raise ValueError(
+      f'--csv: {path} has a header but no rows: no runs to analyse; add one row per run'
+    )
   seed = resolve_column(frame, seed_col, '--seed-col') if seed_col not in (None, 'seed') else 'seed'
   check(frame, path, metric, seed if seed in frame else None, seed_required, scale)
   if 'run' not in frame:
     frame.insert(0, 'run', [f'{path}:{i + 2}' for i in range(len(frame))])
   return frame
-

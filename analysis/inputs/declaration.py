@@ -39,7 +39,6 @@ import math
 
 from etils import epath
 
-
 STUDY_FILE = 'study.json'
 # The defaults where a study declares none (light here, so that the commands' --help needs no
 # statistics library): the equivalence margin, pp (analysis.numbers.stats), and the share of the
@@ -55,11 +54,15 @@ def margin_problem(value):
   """Why `value` is not an equivalence margin (None when it is one): a margin is a number (not
   text, not true/false), finite, above 0 and at most MAX_MARGIN."""
   if isinstance(value, bool) or not isinstance(value, (int, float)):
-    return (f'{value!r} is not a number; give the margin as a number, e.g. 0.5 (pp for an '
-            "accuracy, else the metric's units)")
+    return (
+      f'{value!r} is not a number; give the margin as a number, e.g. 0.5 (pp for an '
+      "accuracy, else the metric's units)"
+    )
   if not 0 < value <= MAX_MARGIN:
-    return (f'{value!r} is not a usable margin; give a number above 0 and at most {MAX_MARGIN:g} '
-            "(pp for an accuracy, else the metric's units), e.g. 0.5")
+    return (
+      f'{value!r} is not a usable margin; give a number above 0 and at most {MAX_MARGIN:g} '
+      "(pp for an accuracy, else the metric's units), e.g. 0.5"
+    )
   return None
 
 
@@ -85,14 +88,21 @@ def positive_problem(value):
 def share_problem(value):
   """Why `value` is not a share of the gap: a number in (0, 1] (0.5: half the gap)."""
   real = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-  return None if real and 0 < value <= 1 else (
-      f'{value!r} is not a share in (0, 1]; give e.g. 0.5 (half the gap), not a percent')
+  return (
+    None
+    if real and 0 < value <= 1
+    else (f'{value!r} is not a share in (0, 1]; give e.g. 0.5 (half the gap), not a percent')
+  )
 
 
 def whole(value):
   """Whether `value` is a whole number (6 or 6.0, not True, not 6.5)."""
-  return (isinstance(value, (int, float)) and not isinstance(value, bool)
-          and math.isfinite(value) and value == int(value))
+  return (
+    isinstance(value, (int, float))
+    and not isinstance(value, bool)
+    and math.isfinite(value)
+    and value == int(value)
+  )
 
 
 def seeds_problem(value):
@@ -101,20 +111,26 @@ def seeds_problem(value):
   if isinstance(value, list):
     bad = [s for s in value if not (whole(s) and 0 <= s <= SEED_MAX)]
     if not value or bad:
-      return (f'{bad[0] if bad else value!r} is not a seed; give whole numbers in [0, {SEED_MAX}], '
-              'e.g. [0, 1, 2, 3]')
+      return (
+        f'{bad[0] if bad else value!r} is not a seed; give whole numbers in [0, {SEED_MAX}], '
+        'e.g. [0, 1, 2, 3]'
+      )
     repeated = sorted({int(s) for s in value if value.count(s) > 1})
     return f'seed {repeated[0]} is listed twice; list each seed once' if repeated else None
   if whole(value) and value >= 1:
     return None
-  return (f'{value!r} is not a seed count; give a positive whole number k (seeds 0..k-1) or a '
-          'list of seeds, e.g. [0, 1, 2, 3]')
+  return (
+    f'{value!r} is not a seed count; give a positive whole number k (seeds 0..k-1) or a '
+    'list of seeds, e.g. [0, 1, 2, 3]'
+  )
 
 
 def factors_problem(value):
   if isinstance(value, str):
-    return (f'{value!r} is text, not a list (it would be read letter by letter); write '
-            f'[{json.dumps(value)}]')
+    return (
+      f'{value!r} is text, not a list (it would be read letter by letter); write '
+      f'[{json.dumps(value)}]'
+    )
   if not isinstance(value, list) or not all(isinstance(f, str) and f.strip() for f in value):
     return f'{value!r} is not a list of factor names; write e.g. ["platform", "profile"]'
   repeated = [f for f in dict.fromkeys(value) if value.count(f) > 1]
@@ -137,8 +153,11 @@ def arm_problem(value, single=False):
   example = '{"profile": "native"}'
   if not arm:
     return f'{value!r} is not an arm; give {{factor: level}}, e.g. {example}'
-  bad = [f'{k}: {v!r}' for k, v in arm.items()
-         if not (isinstance(k, str) and k) or isinstance(v, (dict, list, type(None)))]
+  bad = [
+    f'{k}: {v!r}'
+    for k, v in arm.items()
+    if not (isinstance(k, str) and k) or isinstance(v, (dict, list, type(None)))
+  ]
   if bad:
     return f'{bad[0]} is not factor: level (a level is text or a number); e.g. {example}'
   if single and len(arm) != 1:
@@ -149,10 +168,16 @@ def arm_problem(value, single=False):
 def platform_profile_problem(value):
   if not isinstance(value, dict) or not value:
     return f'{value!r} is not {{platform: level}}; give e.g. {{"gpu": "jax_gpu_default"}}'
-  bad = [f'{k}: {v!r}' for k, v in value.items()
-         if not (isinstance(k, str) and k.strip() == k and k) or not isinstance(v, str) or not v]
-  return (f'{bad[0]} is not platform: profile level (both text), e.g. "gpu": "jax_gpu_default"'
-          if bad else None)
+  bad = [
+    f'{k}: {v!r}'
+    for k, v in value.items()
+    if not (isinstance(k, str) and k.strip() == k and k) or not isinstance(v, str) or not v
+  ]
+  return (
+    f'{bad[0]} is not platform: profile level (both text), e.g. "gpu": "jax_gpu_default"'
+    if bad
+    else None
+  )
 
 
 def label_problem(spec):
@@ -166,8 +191,10 @@ def label_problem(spec):
   try:
     spec.format('x')
   except (IndexError, KeyError, ValueError) as e:
-    return (f'{spec!r} does not format one level ({type(e).__name__}: {e}); write {{}} where the '
-            'level goes, e.g. "BN/{}"')
+    return (
+      f'{spec!r} does not format one level ({type(e).__name__}: {e}); write {{}} where the '
+      'level goes, e.g. "BN/{}"'
+    )
   return None
 
 
@@ -189,8 +216,11 @@ def compare_problem(value):
     return f'{value!r} is not a list of platform pairs; give {example}'
   seen = set()
   for pair in value:
-    if (not isinstance(pair, (list, tuple)) or len(pair) != 2
-        or not all(isinstance(p, str) and p for p in pair)):
+    if (
+      not isinstance(pair, (list, tuple))
+      or len(pair) != 2
+      or not all(isinstance(p, str) and p for p in pair)
+    ):
       return f'{pair!r} is not a pair of platform names; give {example}'
     if pair[0] == pair[1]:
       return f'{list(pair)!r} compares {pair[0]} with itself; give two different platforms'
@@ -206,8 +236,11 @@ def parse_compare(items):
     return None
   pairs = [str(item).split(':') for item in items]
   bad = next((item for item, pair in zip(items, pairs) if len(pair) != 2), None)
-  problem = (f'{bad!r} is not A:B; write e.g. --compare tpu:gpu tpu:cpu' if bad is not None
-             else compare_problem(pairs))
+  problem = (
+    f'{bad!r} is not A:B; write e.g. --compare tpu:gpu tpu:cpu'
+    if bad is not None
+    else compare_problem(pairs)
+  )
   if problem:
     raise ValueError(f'--compare: {problem}')
   return pairs
@@ -215,21 +248,37 @@ def parse_compare(items):
 
 def add_compare_argument(parser):
   """The --compare flag of the commands that decompose a platform gap."""
-  parser.add_argument('--compare', nargs='+', default=None, metavar='A:B',
-                      help='platform pairs whose gap A − B is decomposed, the first the question '
-                           '(default: the declared compare, else every pair, tpu before gpu before '
-                           'cpu); overriding the declared pairs makes the analysis exploratory')
+  parser.add_argument(
+    '--compare',
+    nargs='+',
+    default=None,
+    metavar='A:B',
+    help='platform pairs whose gap A − B is decomposed, the first the question '
+    '(default: the declared compare, else every pair, tpu before gpu before '
+    'cpu); overriding the declared pairs makes the analysis exploratory',
+  )
 
 
 SEED_MAX = 2**32 - 1  # the PRNG's range (configs/validation.py SEED_MAX)
 # Every key a declaration may hold, and why a value is not one (None: it is).
 SCHEMA = {
-    'margin': margin_problem, 'margin_reason': text_problem, 'factors': factors_problem,
-    'reference': arm_problem, 'noise_arm': arm_problem, 'noise_of': arm_problem,
-    'native': lambda v: arm_problem(v, single=True), 'platform_profile': platform_profile_problem,
-    'compare': compare_problem, 'min_share': share_problem, 'min_share_reason': text_problem,
-    'labels': labels_problem, 'seed_sd': positive_problem, 'paired_sd': positive_problem,
-    'seeds': seeds_problem, 'seed_sd_source': text_problem, 'paired_sd_source': text_problem,
+  'margin': margin_problem,
+  'margin_reason': text_problem,
+  'factors': factors_problem,
+  'reference': arm_problem,
+  'noise_arm': arm_problem,
+  'noise_of': arm_problem,
+  'native': lambda v: arm_problem(v, single=True),
+  'platform_profile': platform_profile_problem,
+  'compare': compare_problem,
+  'min_share': share_problem,
+  'min_share_reason': text_problem,
+  'labels': labels_problem,
+  'seed_sd': positive_problem,
+  'paired_sd': positive_problem,
+  'seeds': seeds_problem,
+  'seed_sd_source': text_problem,
+  'paired_sd_source': text_problem,
 }
 ARMS = ('reference', 'noise_arm', 'noise_of', 'native')  # the keys naming an arm {factor: level}
 
@@ -242,8 +291,9 @@ def nearest_key(key):
 def problems(declared):
   """['key: why', ...]: every unknown key (with the nearest known one), every value of the wrong
   type or range (SCHEMA), and every factor an arm or label names outside `factors`."""
-  lines = [f'{key!r} is not a declaration key; {nearest_key(key)}' for key in declared
-           if key not in SCHEMA]
+  lines = [
+    f'{key!r} is not a declaration key; {nearest_key(key)}' for key in declared if key not in SCHEMA
+  ]
   for key, problem_of in SCHEMA.items():
     value = declared.get(key)
     problem = None if value is None else problem_of(value)
@@ -251,14 +301,25 @@ def problems(declared):
       lines.append(f'{key}: {problem}')
   factors = declared.get('factors')
   if isinstance(factors, list) and not factors_problem(factors):
-    named = [(k, f) for k in ARMS if pairs_of(declared.get(k)) and not arm_problem(declared[k])
-             for f in pairs_of(declared[k])]
-    named += [('labels', f) for f in declared.get('labels') or {}
-              if isinstance(declared.get('labels'), dict)]
-    lines += [f'{key}: {factor!r} is not one of the declared factors ({", ".join(factors)}); '
-              + (f'did you mean {close[0]!r}? ' if close else '') + 'add it to factors, or correct it'
-              for key, factor in named if factor not in factors
-              for close in [difflib.get_close_matches(factor, factors, n=1)]]
+    named = [
+      (k, f)
+      for k in ARMS
+      if pairs_of(declared.get(k)) and not arm_problem(declared[k])
+      for f in pairs_of(declared[k])
+    ]
+    named += [
+      ('labels', f)
+      for f in declared.get('labels') or {}
+      if isinstance(declared.get('labels'), dict)
+    ]
+    lines += [
+      f'{key}: {factor!r} is not one of the declared factors ({", ".join(factors)}); '
+      + (f'did you mean {close[0]!r}? ' if close else '')
+      + 'add it to factors, or correct it'
+      for key, factor in named
+      if factor not in factors
+      for close in [difflib.get_close_matches(factor, factors, n=1)]
+    ]
   return lines
 
 
@@ -285,6 +346,7 @@ def level_problems(declared, frame):
   level an arm (ARMS) or platform_profile names that no run has (with the nearest level)."""
   # pandas comes with the runs: imported here so that the command lines stay light (arguments.py)
   from analysis.inputs import columns  # pylint: disable=import-outside-toplevel
+
   factors = [f for f in declared.get('factors') or []]
   found, lines = {}, []
   for factor in factors:
@@ -292,17 +354,25 @@ def level_problems(declared, frame):
       found[factor] = columns.resolve_column(frame, factor, 'factors')
     except ValueError:
       close = difflib.get_close_matches(factor, [c.rsplit('.', 1)[-1] for c in frame.columns], n=1)
-      lines.append(f'factors: no column {factor!r} among the runs' +
-                   (f'; did you mean {close[0]!r}?' if close else ''))
-  levels = {f: sorted({level_text(v) for v in frame[c].dropna().unique()}) for f, c in found.items()}
+      lines.append(
+        f'factors: no column {factor!r} among the runs'
+        + (f'; did you mean {close[0]!r}?' if close else '')
+      )
+  levels = {
+    f: sorted({level_text(v) for v in frame[c].dropna().unique()}) for f, c in found.items()
+  }
 
   def missing(key, factor, level):
     if factor not in levels or level_text(level) in levels[factor]:
       return None
     close = difflib.get_close_matches(level_text(level), levels[factor], n=1)
-    return (f'{key}: no run has {factor}={level_text(level)} (levels among the {len(frame)} runs: '
-            f'{", ".join(levels[factor])})' + (f'; did you mean {close[0]!r}?' if close else '')
-            + '; correct it, or analyse once its runs exist')
+    return (
+      f'{key}: no run has {factor}={level_text(level)} (levels among the {len(frame)} runs: '
+      f'{", ".join(levels[factor])})'
+      + (f'; did you mean {close[0]!r}?' if close else '')
+      + '; correct it, or analyse once its runs exist'
+    )
+
   for key in ARMS:
     for factor, level in (pairs_of(declared.get(key)) or {}).items():
       lines.append(missing(key, factor, level))
@@ -330,6 +400,7 @@ def normalise(declared):
 def from_config(spec):
   """The get_study(arg) dict of the config file in `spec` ('FILE[:ARG]'); {} without get_study."""
   from configs import loader  # pylint: disable=import-outside-toplevel
+
   path, arg = loader.split_spec(spec)
   module = loader.load_module(path)
   declared = module.get_study(arg or None) if hasattr(module, 'get_study') else {}
@@ -351,13 +422,18 @@ def read_file(path):
   """A declaration written as JSON (a root's STUDY_FILE; a UTF-8 byte-order mark is read past, a
   key given twice refused)."""
   try:
-    declared = json.loads(epath.Path(path).read_bytes().decode('utf-8-sig'),
-                          object_pairs_hook=unique_keys)
+    declared = json.loads(
+      epath.Path(path).read_bytes().decode('utf-8-sig'), object_pairs_hook=unique_keys
+    )
   except (OSError, ValueError) as e:
-    raise ValueError(f'--study: cannot read {path} as a study declaration ({e}); give a '
-                     f'{STUDY_FILE} or a config file with get_study()') from None
+    raise ValueError(
+      f'--study: cannot read {path} as a study declaration ({e}); give a '
+      f'{STUDY_FILE} or a config file with get_study()'
+    ) from None
   if not isinstance(declared, dict):
-    raise ValueError(f'--study: {path} holds no declaration (a JSON object); see analysis/inputs/declaration.py')
+    raise ValueError(
+      f'--study: {path} holds no declaration (a JSON object); see analysis/inputs/declaration.py'
+    )
   return check(declared, str(path))
 
 
@@ -368,16 +444,22 @@ def load(source):
 
 def add_study_argument(parser):
   """The --study flag of the commands that read a declaration."""
-  parser.add_argument('--study', default=None,
-                      help="the study's declaration: a study.json, or a config file with "
-                           'get_study() (default: the study.json in the roots)')
+  parser.add_argument(
+    '--study',
+    default=None,
+    help="the study's declaration: a study.json, or a config file with "
+    'get_study() (default: the study.json in the roots)',
+  )
 
 
 def differences(saved, declared):
   """['margin: 2.0 -> 1.0', ...]: the keys in which `declared` differs from `saved`."""
   saved, declared = normalise(saved), normalise(declared)
-  return [f'{k}: {json.dumps(saved.get(k))} -> {json.dumps(declared.get(k))}'
-          for k in sorted(set(saved) | set(declared)) if saved.get(k) != declared.get(k)]
+  return [
+    f'{k}: {json.dumps(saved.get(k))} -> {json.dumps(declared.get(k))}'
+    for k in sorted(set(saved) | set(declared))
+    if saved.get(k) != declared.get(k)
+  ]
 
 
 def from_roots(roots):
@@ -391,8 +473,10 @@ def from_roots(roots):
   for path, declared in found[1:]:
     diff = differences(found[0][1], declared)
     if diff:
-      raise ValueError(f'--runs: {found[0][0]} and {path} declare different studies '
-                       f'({"; ".join(diff[:2])}); analyse them apart, or give --study')
+      raise ValueError(
+        f'--runs: {found[0][0]} and {path} declare different studies '
+        f'({"; ".join(diff[:2])}); analyse them apart, or give --study'
+      )
   return (found[0][1], found[0][0]) if found else ({}, None)
 
 

@@ -26,8 +26,7 @@ def seed_text(seeds):
       parts[-1][1] = seed
     else:
       parts.append([seed, seed])
-  return ' '.join(str(a) if a == b else f'{a} {b}' if b == a + 1 else f'{a}–{b}'
-                  for a, b in parts)
+  return ' '.join(str(a) if a == b else f'{a} {b}' if b == a + 1 else f'{a}–{b}' for a, b in parts)
 
 
 def whole_numbers(values):
@@ -52,8 +51,12 @@ def label_columns(keys, names):
 def arm_label(values, names, chosen):
   """'tpu, compute_dtype=bfloat16, optim.learning_rate=0.002': the chosen group values, platform
   and device kind unnamed, the others by record.field_name."""
-  return ', '.join(str(values[i]) if names[i] in record.ARM_CONTEXT else
-                   f'{record.field_name(names[i])}={values[i]}' for i in chosen)
+  return ', '.join(
+    str(values[i])
+    if names[i] in record.ARM_CONTEXT
+    else f'{record.field_name(names[i])}={values[i]}'
+    for i in chosen
+  )
 
 
 def arm_labels(runs, group_by):

@@ -28,8 +28,8 @@ import os
 import posixpath
 import sys
 
-from etils import epath
 import pandas as pd
+from etils import epath
 
 from analysis.inputs import columns, declaration
 from runrecord import record
@@ -61,14 +61,20 @@ def open_root(root):
   try:
     exists, is_dir = path.exists(), path.is_dir()
   except ImportError as e:
-    raise ValueError(f'--runs: {root}: reading a bucket needs a filesystem package ({e}); '
-                     'pip install gcsfs, or copy the runs to a local folder') from None
+    raise ValueError(
+      f'--runs: {root}: reading a bucket needs a filesystem package ({e}); '
+      'pip install gcsfs, or copy the runs to a local folder'
+    ) from None
   except Exception as e:  # pylint: disable=broad-except  # a bucket backend's own error types
     first = (str(e).strip().splitlines() or [''])[0][:200]
-    raise ValueError(f'--runs: cannot read {root} ({type(e).__name__}: {first}); check the path '
-                     'and your access to it') from None
+    raise ValueError(
+      f'--runs: cannot read {root} ({type(e).__name__}: {first}); check the path '
+      'and your access to it'
+    ) from None
   if not exists:
-    raise ValueError(f'--runs: {root} does not exist; give the folder (or gs:// path) holding the runs')
+    raise ValueError(
+      f'--runs: {root} does not exist; give the folder (or gs:// path) holding the runs'
+    )
   if not is_dir:
     raise ValueError(f'--runs: {root} is not a folder; give the folder holding the runs')
   return path
@@ -139,14 +145,18 @@ def find_all(roots, unreadable=None):
     roots_seen.add(identity(root))
     runs, locked = walk(root)
     if not runs and not locked:
-      raise ValueError(f'--runs: no run (a folder holding {record.CHECKPOINTS}/) under {root}; '
-                       'point it at the sweep root or a run workdir')
+      raise ValueError(
+        f'--runs: no run (a folder holding {record.CHECKPOINTS}/) under {root}; '
+        'point it at the sweep root or a run workdir'
+      )
     for run in runs:
       key = identity(run)
       if key in first:
-        raise ValueError(f'--runs: one run is under both {first[key][1]} (as {first[key][0]}) and '
-                         f'{root} (as {run}); give each root once, no root inside another and no '
-                         'symlink from one root into another')
+        raise ValueError(
+          f'--runs: one run is under both {first[key][1]} (as {first[key][0]}) and '
+          f'{root} (as {run}); give each root once, no root inside another and no '
+          'symlink from one root into another'
+        )
       first[key] = (run, root)
     found += runs
     if unreadable is not None:
@@ -184,12 +194,15 @@ def one_per_run(records):
       kept.append((run, results))
       continue
     other, saved = first[key]
-    if json.dumps(saved, sort_keys=True, default=str) != json.dumps(results, sort_keys=True,
-                                                                    default=str):
-      raise ValueError(f'--runs: run {key} is at {other} and at {run} with different records '
-                       f'(step {saved.get("step")}, {saved.get("status")} vs step '
-                       f'{results.get("step")}, {results.get("status")}): one is a copy of the '
-                       'other taken at another point; keep the one you mean')
+    if json.dumps(saved, sort_keys=True, default=str) != json.dumps(
+      results, sort_keys=True, default=str
+    ):
+      raise ValueError(
+        f'--runs: run {key} is at {other} and at {run} with different records '
+        f'(step {saved.get("step")}, {saved.get("status")} vs step '
+        f'{results.get("step")}, {results.get("status")}): one is a copy of the '
+        'other taken at another point; keep the one you mean'
+      )
     notes.append(f'note: {run} is the run at {other} (run id {key}, the same record): counted once')
   for note in notes:
     print(note, file=sys.stderr)
@@ -208,7 +221,9 @@ def runs_frame(records):
   rows = []
   for run, results in records:
     if isinstance(results, Exception):
-      rows.append({'run': run, 'status': 'unreadable', 'reason': f'{type(results).__name__}: {results}'})
+      rows.append(
+        {'run': run, 'status': 'unreadable', 'reason': f'{type(results).__name__}: {results}'}
+      )
     else:
       rows.append(record.row(run, results))
   frame = pd.DataFrame(rows)
@@ -299,8 +314,11 @@ def steps_frame(runs):
   """One row per logged training record (train_records) in each run folder's metrics.jsonl:
   run, step, epoch, train_loss, train_accuracy (loss and accuracy over the steps since the
   previous record). Runs without the file add nothing."""
-  rows = [{'run': str(run), **{k: entry.get(k) for k in STEP_COLUMNS[1:]}}
-          for run in runs for entry in train_records(run)]
+  rows = [
+    {'run': str(run), **{k: entry.get(k) for k in STEP_COLUMNS[1:]}}
+    for run in runs
+    for entry in train_records(run)
+  ]
   return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
 
 

@@ -98,9 +98,12 @@ def quiet_failed_reads(run):
     return
 
   def hook(unraisable):
-    if not (isinstance(unraisable.exc_value, RuntimeError)
-            and str(unraisable.exc_value) == 'Event loop is closed'):
+    if not (
+      isinstance(unraisable.exc_value, RuntimeError)
+      and str(unraisable.exc_value) == 'Event loop is closed'
+    ):
       previous(unraisable)
+
   hook.drops_closed_loops = True
   sys.unraisablehook = hook
 
@@ -136,5 +139,9 @@ def read_runs(runs):
   folder `run` at its results' `step`, checked against its data.test_size and
   data.split_fingerprint where the table has them."""
   column = lambda name: runs[name] if name in runs else [None] * len(runs)
-  return [read(*row) for row in zip(runs['run'], column('step'), column('data.test_size'),
-                                    column('data.split_fingerprint'))]
+  return [
+    read(*row)
+    for row in zip(
+      runs['run'], column('step'), column('data.test_size'), column('data.split_fingerprint')
+    )
+  ]

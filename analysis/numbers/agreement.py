@@ -55,23 +55,52 @@ import pandas as pd
 from analysis.inputs.labels import seed_key
 from analysis.numbers import inference
 
-KINDS = ('nondeterminism', 'identical', 'noise', 'contrast', 'platform', 'data order', 'init',
-         'seed', 'seed_all')
-KIND_TITLES = {'nondeterminism': 'nondeterminism (same-seed replicates)',
-               'identical': 'identical arithmetic (0 by construction)',
-               'noise': 'perturbation (noise arm vs its arm)', 'contrast': 'numerics setting',
-               'platform': 'platform', 'data order': 'data order only (same init seed)',
-               'init': 'initial weights only (same data seed)',
-               'seed': 'seed: init and data order (two seeds of one arm)',
-               'seed_all': 'seed: init and data order (every arm of a platform, clustered)'}
+KINDS = (
+  'nondeterminism',
+  'identical',
+  'noise',
+  'contrast',
+  'platform',
+  'data order',
+  'init',
+  'seed',
+  'seed_all',
+)
+KIND_TITLES = {
+  'nondeterminism': 'nondeterminism (same-seed replicates)',
+  'identical': 'identical arithmetic (0 by construction)',
+  'noise': 'perturbation (noise arm vs its arm)',
+  'contrast': 'numerics setting',
+  'platform': 'platform',
+  'data order': 'data order only (same init seed)',
+  'init': 'initial weights only (same data seed)',
+  'seed': 'seed: init and data order (two seeds of one arm)',
+  'seed_all': 'seed: init and data order (every arm of a platform, clustered)',
+}
 # What the first page calls each rung (the title's part before ' ('): which source of difference.
 SHORT_TITLES = {k: v.split(' (')[0] for k, v in KIND_TITLES.items()}
 SAME, DIFFERENT = 'same seed', 'different seeds'
 DEFINITION = 'churn, the share of predicted test labels that differ'  # named so everywhere
-CI_NAME = ('95% t-Wilson interval over seeds (the t-interval reshaped to stay inside [0, 100] %: '
-           'analysis.numbers.inference.proportion_mean_ci)')
-COLUMNS = ('kind', 'a', 'b', 'platform_a', 'platform_b', 'pairing', 'churn_pct', 'ci_low',
-           'ci_high', 'seeds', 'seed_list', 'per_seed_pct', 'unit', 'check')
+CI_NAME = (
+  '95% t-Wilson interval over seeds (the t-interval reshaped to stay inside [0, 100] %: '
+  'analysis.numbers.inference.proportion_mean_ci)'
+)
+COLUMNS = (
+  'kind',
+  'a',
+  'b',
+  'platform_a',
+  'platform_b',
+  'pairing',
+  'churn_pct',
+  'ci_low',
+  'ci_high',
+  'seeds',
+  'seed_list',
+  'per_seed_pct',
+  'unit',
+  'check',
+)
 
 
 def churn(pred_a, pred_b):
@@ -85,7 +114,7 @@ def churn(pred_a, pred_b):
 
 def unit_name(entry):
   """What churn counts for this run's task."""
-  return ('image × attribute labels' if np.ndim(entry['pred']['predicted']) > 1 else 'images')
+  return 'image × attribute labels' if np.ndim(entry['pred']['predicted']) > 1 else 'images'
 
 
 def different_data(entry_a, entry_b):
@@ -104,8 +133,10 @@ def pair_churn(entry_a, entry_b):
   (fingerprint) or task differ (the table leaves such pairs out first: churns)."""
   why = different_data(entry_a, entry_b)
   if why:
-    raise ValueError(f'agreement: {entry_a["run"]} and {entry_b["run"]} predict different test '
-                     f'data ({why}); compare runs of one data set')
+    raise ValueError(
+      f'agreement: {entry_a["run"]} and {entry_b["run"]} predict different test '
+      f'data ({why}); compare runs of one data set'
+    )
   pa, pb = entry_a['pred'], entry_b['pred']
   return churn(pa['predicted'], pb['predicted'])
 
@@ -117,8 +148,9 @@ def churns(pairs, left_out):
   for x, y in pairs:
     why = different_data(x, y)
     if why:
-      left_out.append({'a': x['arm'], 'b': y['arm'], 'run_a': x['run'], 'run_b': y['run'],
-                       'why': why})
+      left_out.append(
+        {'a': x['arm'], 'b': y['arm'], 'run_a': x['run'], 'run_b': y['run'], 'why': why}
+      )
     else:
       values.append(pair_churn(x, y))
   return values
@@ -153,13 +185,26 @@ def seed_row(kind, a, b, pairing, values, labels, unit, units):
   """One row of the table: the mean over seeds of `values` (fractions) with its t-interval, %."""
   x = 100 * np.asarray(values, float)
   low, high = (100 * v for v in inference.proportion_mean_ci(values)) if len(x) else (np.nan,) * 2
-  first = lambda arm: next((e['platform'] for (u, _), es in units.items() if u == arm
-                            for e in es), '')
-  return {'kind': kind, 'a': a, 'b': b, 'platform_a': first(a), 'platform_b': first(b),
-          'pairing': pairing, 'churn_pct': x.mean() if len(x) else np.nan, 'ci_low': low,
-          'ci_high': high, 'seeds': len(x), 'seed_list': ', '.join(map(str, labels)),
-          'per_seed_pct': ', '.join(f'{v:.3g}' for v in x), 'unit': unit, 'check': '',
-          'values': list(values)}  # kept for pooling, not a column
+  first = lambda arm: next(
+    (e['platform'] for (u, _), es in units.items() if u == arm for e in es), ''
+  )
+  return {
+    'kind': kind,
+    'a': a,
+    'b': b,
+    'platform_a': first(a),
+    'platform_b': first(b),
+    'pairing': pairing,
+    'churn_pct': x.mean() if len(x) else np.nan,
+    'ci_low': low,
+    'ci_high': high,
+    'seeds': len(x),
+    'seed_list': ', '.join(map(str, labels)),
+    'per_seed_pct': ', '.join(f'{v:.3g}' for v in x),
+    'unit': unit,
+    'check': '',
+    'values': list(values),
+  }  # kept for pooling, not a column
 
 
 def same_seed(units, kind, a, b, left_out):
@@ -171,8 +216,16 @@ def same_seed(units, kind, a, b, left_out):
   shared = [s for s in shared if values[s] is not None]
   if not shared:
     return None
-  return seed_row(kind, a, b, SAME, [values[s] for s in shared], shared,
-                  unit_name(units[(a, shared[0])][0]), units)
+  return seed_row(
+    kind,
+    a,
+    b,
+    SAME,
+    [values[s] for s in shared],
+    shared,
+    unit_name(units[(a, shared[0])][0]),
+    units,
+  )
 
 
 def sources(units, arm, seed):
@@ -198,7 +251,7 @@ def disjoint_pairs(units, arm):
   for i, s in enumerate(seeds):
     if s in used:
       continue
-    t = next((t for t in seeds[i + 1:] if t not in used and both_differ(units, arm, s, t)), None)
+    t = next((t for t in seeds[i + 1 :] if t not in used and both_differ(units, arm, s, t)), None)
     if t is not None:
       pairs.append((s, t))
       used |= {s, t}
@@ -210,15 +263,18 @@ def seed_churn(units, arm, left_out):
   in init and data order; a pair on two test sets appended to `left_out`); None without such a
   pair."""
   seeds = seeds_of(units, arm)
-  values = {p: cross_mean(units[(arm, p[0])], units[(arm, p[1])], left_out)
-            for p in disjoint_pairs(units, arm)}
+  values = {
+    p: cross_mean(units[(arm, p[0])], units[(arm, p[1])], left_out)
+    for p in disjoint_pairs(units, arm)
+  }
   pairs = [p for p, v in values.items() if v is not None]
   if not pairs:
     return None
   values = [values[p] for p in pairs]
   labels = [f'{s}-{t}' for s, t in pairs]
-  row = seed_row('seed', arm, arm, DIFFERENT, values, labels,
-                 unit_name(units[(arm, seeds[0])][0]), units)
+  row = seed_row(
+    'seed', arm, arm, DIFFERENT, values, labels, unit_name(units[(arm, seeds[0])][0]), units
+  )
   return {**row, 'pairs': pairs}  # kept for clustering, not a column
 
 
@@ -253,9 +309,15 @@ def platform_seed_churn(seed_rows):
     values = [float(np.mean([churns[i] for i in c])) for c in found]
     name = f'every arm on {platform}'
     row = seed_row('seed_all', name, name, DIFFERENT, values, [], group[0]['unit'], {})
-    rows.append({**row, 'platform_a': platform, 'platform_b': platform,
-                 'seed_list': f'{len(churns)} pairs of {len(group)} arms in {len(values)} '
-                              'clusters of shared seeds'})
+    rows.append(
+      {
+        **row,
+        'platform_a': platform,
+        'platform_b': platform,
+        'seed_list': f'{len(churns)} pairs of {len(group)} arms in {len(values)} '
+        'clusters of shared seeds',
+      }
+    )
   return rows
 
 
@@ -295,15 +357,27 @@ def replicate_churn(units, arm, left_out):
   if not repeated:
     return None
   values = [np.mean(values[s]) for s in repeated]
-  return seed_row('nondeterminism', arm, arm, SAME, values, repeated,
-                  unit_name(units[(arm, repeated[0])][0]), units)
+  return seed_row(
+    'nondeterminism',
+    arm,
+    arm,
+    SAME,
+    values,
+    repeated,
+    unit_name(units[(arm, repeated[0])][0]),
+    units,
+  )
 
 
 def check_identical(row):
   """The identical-arithmetic row's check: every seed's churn exactly 0, as constructed."""
   zero = row['churn_pct'] == 0  # a mean of non-negative churns is 0 only when every one is
-  return {**row, 'check': 'exactly 0, as constructed' if zero else
-          'NOT 0: the arithmetic is not identical (a bug, or a platform difference)'}
+  return {
+    **row,
+    'check': 'exactly 0, as constructed'
+    if zero
+    else 'NOT 0: the arithmetic is not identical (a bug, or a platform difference)',
+  }
 
 
 def agreement_table(entries, pairs=(), noise=(), identical=(), platform=(), left_out=None):
@@ -322,13 +396,20 @@ def agreement_table(entries, pairs=(), noise=(), identical=(), platform=(), left
   rows = [replicate_churn(units, arm, left_out) for arm in arms]
   same = {frozenset(p) for p in identical}
   pairs = [p for p in pairs if frozenset(p) not in same]  # said once, as identical arithmetic
-  for kind, given in (('identical', identical), ('noise', noise), ('contrast', pairs),
-                      ('platform', platform)):
+  for kind, given in (
+    ('identical', identical),
+    ('noise', noise),
+    ('contrast', pairs),
+    ('platform', platform),
+  ):
     for a, b in given:
       row = same_seed(units, kind, a, b, left_out) if a in arms and b in arms else None
       rows.append(check_identical(row) if row and kind == 'identical' else row)
-  rows += [source_churn(entries, arm, *roles, left_out)
-           for roles in (('data', 'init'), ('init', 'data')) for arm in arms]
+  rows += [
+    source_churn(entries, arm, *roles, left_out)
+    for roles in (('data', 'init'), ('init', 'data'))
+    for arm in arms
+  ]
   seeds = [r for r in (seed_churn(units, arm, left_out) for arm in arms) if r is not None]
   rows += seeds + platform_seed_churn(seeds)
   table = pd.DataFrame([r for r in rows if r is not None], columns=list(COLUMNS))
@@ -355,8 +436,11 @@ def rung_text(table, kind):
   if kind != 'identical':
     return f'{title} {span(rows)}'
   failed = ~rows['check'].str.startswith('exactly 0')
-  return (f'{title} exactly 0 (checked)' if not failed.any() else
-          f'{title} {span(rows)}, NOT 0 in {int(failed.sum())} of {len(rows)} pairs')
+  return (
+    f'{title} exactly 0 (checked)'
+    if not failed.any()
+    else f'{title} {span(rows)}, NOT 0 in {int(failed.sum())} of {len(rows)} pairs'
+  )
 
 
 def baseline(table, platform):
@@ -374,18 +458,25 @@ def against_seeds(table):
   without both: {'rows', 'changed' (churn above 0), 'low', 'high' (their churn range, %),
   'ratio_low', 'ratio_high' (churn / the seed churn), 'below' / 'above' (how many intervals lie
   wholly below / above the seed churn's), 'base' (the seed churns, text)}."""
-  rows = [(r, baseline(table, r['platform_a'])) for _, r in table.iterrows()
-          if r['kind'] == 'contrast']
+  rows = [
+    (r, baseline(table, r['platform_a'])) for _, r in table.iterrows() if r['kind'] == 'contrast'
+  ]
   rows = [(r, b) for r, b in rows if b is not None and b[0] > 0]
   if not rows:
     return None
   ratio = [r['churn_pct'] / b[0] for r, b in rows]
   churn = [r['churn_pct'] for r, _ in rows]
-  return {'rows': len(rows), 'changed': sum(c > 0 for c in churn), 'low': min(churn),
-          'high': max(churn), 'ratio_low': min(ratio), 'ratio_high': max(ratio),
-          'below': sum(r['ci_high'] < b[1] for r, b in rows),
-          'above': sum(r['ci_low'] > b[2] for r, b in rows),
-          'base': ', '.join(f'{b:.2g} %' for b in sorted({round(b[0], 6) for _, b in rows}))}
+  return {
+    'rows': len(rows),
+    'changed': sum(c > 0 for c in churn),
+    'low': min(churn),
+    'high': max(churn),
+    'ratio_low': min(ratio),
+    'ratio_high': max(ratio),
+    'below': sum(r['ci_high'] < b[1] for r, b in rows),
+    'above': sum(r['ci_low'] > b[2] for r, b in rows),
+    'base': ', '.join(f'{b:.2g} %' for b in sorted({round(b[0], 6) for _, b in rows})),
+  }
 
 
 def seed_verdict(read):
@@ -394,8 +485,10 @@ def seed_verdict(read):
     return 'every one changes fewer predictions than a new seed does'
   if read['above']:
     return f'{read["above"]} change more predictions than a new seed does'
-  return (f'{read["below"]} of them change fewer predictions than a new seed does, the others '
-          'about as many (intervals overlapping)')
+  return (
+    f'{read["below"]} of them change fewer predictions than a new seed does, the others '
+    'about as many (intervals overlapping)'
+  )
 
 
 def reading(table):
@@ -405,10 +498,12 @@ def reading(table):
   read = against_seeds(table)
   if read is None:
     return ''
-  return (f'read against the churn between two seeds ({read["base"]}): {read["changed"]} of '
-          f'{read["rows"]} numerics settings change the model (churn above 0), '
-          f'{read["ratio_low"]:.2g}–{read["ratio_high"]:.2g} × a new seed\'s churn; '
-          f'{seed_verdict(read)}')
+  return (
+    f'read against the churn between two seeds ({read["base"]}): {read["changed"]} of '
+    f'{read["rows"]} numerics settings change the model (churn above 0), '
+    f"{read['ratio_low']:.2g}–{read['ratio_high']:.2g} × a new seed's churn; "
+    f'{seed_verdict(read)}'
+  )
 
 
 def left_out_text(left_out, labels=None):
@@ -419,11 +514,15 @@ def left_out_text(left_out, labels=None):
     return ''
   name = lambda arm: (labels or {}).get(arm, arm)
   counts = collections.Counter((name(p['a']), name(p['b']), p['why']) for p in left_out)
-  said = '; '.join(f'{a} vs {b}: {why}, {n} pair{"" if n == 1 else "s"}'
-                   for (a, b, why), n in counts.most_common(3))
+  said = '; '.join(
+    f'{a} vs {b}: {why}, {n} pair{"" if n == 1 else "s"}'
+    for (a, b, why), n in counts.most_common(3)
+  )
   more = f'; {len(counts) - 3} more pairs of arms' if len(counts) > 3 else ''
-  return (f'{len(left_out)} pair{"" if len(left_out) == 1 else "s"} of runs on different test '
-          f'sets left out of the churn ({said}{more})')
+  return (
+    f'{len(left_out)} pair{"" if len(left_out) == 1 else "s"} of runs on different test '
+    f'sets left out of the churn ({said}{more})'
+  )
 
 
 def summary(table, missing=0, total=0):
@@ -431,8 +530,10 @@ def summary(table, missing=0, total=0):
   each kind present (the seed rung: every arm of a platform pooled, when there is such a row);
   says 'no predictions' when no run has any."""
   if total and missing == total:
-    return (f'Agreement: no predictions in any of the {total} runs (a CSV, or records written '
-            'before runs saved their test predictions); churn needs runs that save them.')
+    return (
+      f'Agreement: no predictions in any of the {total} runs (a CSV, or records written '
+      'before runs saved their test predictions); churn needs runs that save them.'
+    )
   kinds = [k for k in KINDS if rung(table, k) is not None]
   if 'seed_all' in kinds:
     kinds.remove('seed')
@@ -440,6 +541,10 @@ def summary(table, missing=0, total=0):
     return 'Agreement: no pair of runs shares a seed, so no churn could be computed.'
   left = f'; {missing} of {total} runs without predictions left out' if missing else ''
   read = reading(table)
-  return (f'Agreement ({DEFINITION}; mean over seeds): '
-          + ', '.join(rung_text(table, k) for k in kinds) + left
-          + (f'. Same model? {read[0].upper()}{read[1:]}' if read else '') + '.')
+  return (
+    f'Agreement ({DEFINITION}; mean over seeds): '
+    + ', '.join(rung_text(table, k) for k in kinds)
+    + left
+    + (f'. Same model? {read[0].upper()}{read[1:]}' if read else '')
+    + '.'
+  )

@@ -19,8 +19,17 @@ from numerics import formats
 from runrecord import record
 
 EFFECTIVE = 'numerics.effective.'
-ARITHMETIC = tuple(EFFECTIVE + f for f in ('conv_format', 'dense_format', 'compute_dtype',
-                                            'batchnorm_group', 'param_dtype', 'matmul_precision'))
+ARITHMETIC = tuple(
+  EFFECTIVE + f
+  for f in (
+    'conv_format',
+    'dense_format',
+    'compute_dtype',
+    'batchnorm_group',
+    'param_dtype',
+    'matmul_precision',
+  )
+)
 EMULATED = (EFFECTIVE + 'emulated.conv', EFFECTIVE + 'emulated.dense')
 NOISE_FREE = 'f32'  # the format a noisy format perturbs
 
@@ -43,27 +52,34 @@ def equal_in(fa, fb, columns):
 
 def not_numerics(group_by):
   """The group-by columns that are neither requested numerics nor where the run executed."""
-  return [c for c in group_by if not c.startswith(record.ARM_PREFIX)
-          and c not in record.ARM_CONTEXT]
+  return [
+    c for c in group_by if not c.startswith(record.ARM_PREFIX) and c not in record.ARM_CONTEXT
+  ]
 
 
 def platform_pairs(runs, group_by):
   """[(a, b)]: the same arm levels on two platforms (a's platform sorts first)."""
   facts = arm_facts(runs, group_by)
   same = [c for c in group_by if c not in record.ARM_CONTEXT]
-  return [(a, b) if facts[a].get('platform', '') <= facts[b].get('platform', '') else (b, a)
-          for a, b in itertools.combinations(facts, 2)
-          if facts[a].get('platform') != facts[b].get('platform')
-          and equal_in(facts[a], facts[b], same)]
+  return [
+    (a, b) if facts[a].get('platform', '') <= facts[b].get('platform', '') else (b, a)
+    for a, b in itertools.combinations(facts, 2)
+    if facts[a].get('platform') != facts[b].get('platform') and equal_in(facts[a], facts[b], same)
+  ]
 
 
 def identical_pairs(runs, group_by):
   """[(a, b)]: arms of one deterministic platform with the same recorded arithmetic."""
   facts = arm_facts(runs, group_by)
   same = ['platform', 'device_kind', *ARITHMETIC, *not_numerics(group_by)]
-  return [(a, b) for a, b in itertools.combinations(facts, 2)
-          if facts[a]['deterministic'] and facts[b]['deterministic']
-          and all(c in facts[a] for c in ARITHMETIC) and equal_in(facts[a], facts[b], same)]
+  return [
+    (a, b)
+    for a, b in itertools.combinations(facts, 2)
+    if facts[a]['deterministic']
+    and facts[b]['deterministic']
+    and all(c in facts[a] for c in ARITHMETIC)
+    and equal_in(facts[a], facts[b], same)
+  ]
 
 
 def noise_pairs(runs, group_by):
@@ -75,8 +91,11 @@ def noise_pairs(runs, group_by):
     if not any(fn.get(c) in formats.NOISY_FORMATS for c in ARITHMETIC):
       continue
     quiet = {c: NOISE_FREE if fn.get(c) in formats.NOISY_FORMATS else fn.get(c) for c in ARITHMETIC}
-    found = [arm for arm, f in facts.items() if arm != noisy and equal_in(f, fn, same)
-             and equal_in(f, quiet, ARITHMETIC)]
+    found = [
+      arm
+      for arm, f in facts.items()
+      if arm != noisy and equal_in(f, fn, same) and equal_in(f, quiet, ARITHMETIC)
+    ]
     emulated = [arm for arm in found if equal_in(facts[arm], fn, EMULATED)]
     pairs += [(noisy, arm) for arm in (emulated or found)]
   return pairs

@@ -28,8 +28,10 @@ from runrecord import record
 def loaded(runs, load):
   """[(predictions, None) or (None, why)] of each run of `runs` from `load` (run folder ->
   predictions dict or None; None: no run has any, a CSV)."""
-  return [(pred, None) if pred is not None else (None, run_predictions.NONE_SAVED)
-          for pred in map(load or (lambda run: None), runs['run'])]
+  return [
+    (pred, None) if pred is not None else (None, run_predictions.NONE_SAVED)
+    for pred in map(load or (lambda run: None), runs['run'])
+  ]
 
 
 def unit_seeds(runs, columns):
@@ -53,10 +55,17 @@ def load_entries(runs, load=None, read=None):
   entries = []
   for i in (i for i, pred in enumerate(preds) if pred is not None):
     row, pred = runs.iloc[i], preds[i]
-    entries.append({'run': row['run'], 'arm': row['arm'], 'seed': seeds[i],
-                    'platform': str(row.get('platform', '')), 'pred': pred,
-                    'init': row[columns[0]] if columns else None,
-                    'data': row[columns[1]] if columns else None})
+    entries.append(
+      {
+        'run': row['run'],
+        'arm': row['arm'],
+        'seed': seeds[i],
+        'platform': str(row.get('platform', '')),
+        'pred': pred,
+        'init': row[columns[0]] if columns else None,
+        'data': row[columns[1]] if columns else None,
+      }
+    )
   return entries, missing
 
 
@@ -69,17 +78,22 @@ def summary_line(table, missing, total, left_out=(), labels=None):
     line = agreement.summary(table, len(missing), total)
   elif len(missing) == total:
     counted = ', '.join(f'{n} {why}' for why, n in reasons.most_common())
-    return (f'Agreement: none of the {total} runs has predictions of the step its results came '
-            f'from ({counted}); churn, calibration and per-class need them.')
+    return (
+      f'Agreement: none of the {total} runs has predictions of the step its results came '
+      f'from ({counted}); churn, calibration and per-class need them.'
+    )
   else:
     counted = ', '.join(f'{n} {why}' for why, n in reasons.most_common())
-    line = (agreement.summary(table).rstrip('.') + f'; {len(missing)} of {total} runs left out '
-            f'of the agreement, calibration and per-class tables ({counted}).')
+    line = (
+      agreement.summary(table).rstrip('.') + f'; {len(missing)} of {total} runs left out '
+      f'of the agreement, calibration and per-class tables ({counted}).'
+    )
   return line[:-1] + f'; {apart}.' if apart else line
 
 
-def agreement_section(runs, pairs, noise=(), identical=(), platform=(), load=None, labels=None,
-                      scale=None, read=None):
+def agreement_section(
+  runs, pairs, noise=(), identical=(), platform=(), load=None, labels=None, scale=None, read=None
+):
   """The analysis.numbers.result.Agreement of the runs: table (report_agreement.csv), calibration,
   train_loss, per_class, variance (DataFrames); summary (the first-page line); missing (the runs
   without predictions).
@@ -96,13 +110,17 @@ def agreement_section(runs, pairs, noise=(), identical=(), platform=(), load=Non
   table = agreement.agreement_table(entries, pairs, noise, identical, platform, left_out)
   for side in ('a', 'b'):
     table[f'label_{side}'] = [(labels or {}).get(arm, arm) for arm in table[side]]
-  return result.Agreement(table=table,
-                          summary=summary_line(table, missing, len(runs), left_out, labels),
-                          calibration=calibration.calibration_table(entries),
-                          train_loss=calibration.loss_table(runs, scale=scale),
-                          per_class=per_class.per_class_table(entries, pairs),
-                          variance=split, missing=[run for run, _ in missing],
-                          variance_notes=notes, left_out=left_out)
+  return result.Agreement(
+    table=table,
+    summary=summary_line(table, missing, len(runs), left_out, labels),
+    calibration=calibration.calibration_table(entries),
+    train_loss=calibration.loss_table(runs, scale=scale),
+    per_class=per_class.per_class_table(entries, pairs),
+    variance=split,
+    missing=[run for run, _ in missing],
+    variance_notes=notes,
+    left_out=left_out,
+  )
 
 
 def compared_pairs(out):
@@ -112,10 +130,16 @@ def compared_pairs(out):
   if table is not None and not table.empty:
     return list(zip(table['arm_a'], table['arm_b']))
   runs = out.runs
-  platform = (runs.groupby('arm')['platform'].first().astype(str) if 'platform' in runs else
-              pd.Series('', index=sorted(runs['arm'].unique())))
-  return [(a, b) for a, b in itertools.combinations(sorted(platform.index), 2)
-          if platform[a] == platform[b]]
+  platform = (
+    runs.groupby('arm')['platform'].first().astype(str)
+    if 'platform' in runs
+    else pd.Series('', index=sorted(runs['arm'].unique()))
+  )
+  return [
+    (a, b)
+    for a, b in itertools.combinations(sorted(platform.index), 2)
+    if platform[a] == platform[b]
+  ]
 
 
 def from_analysis(out, labels, load=None, read=None):
@@ -123,9 +147,14 @@ def from_analysis(out, labels, load=None, read=None):
   agreement_pairs derives from its runs and group-by columns, and `labels` ({arm: short label},
   answer.labels); `read`, `load`: its predictions (load_entries)."""
   runs, group_by = out.runs, out.group_by
-  return agreement_section(runs, compared_pairs(out),
-                           noise=agreement_pairs.noise_pairs(runs, group_by),
-                           identical=agreement_pairs.identical_pairs(runs, group_by),
-                           platform=agreement_pairs.platform_pairs(runs, group_by), load=load,
-                           read=read, labels=labels,
-                           scale=out.scale if out.metric == calibration.ACCURACY else None)
+  return agreement_section(
+    runs,
+    compared_pairs(out),
+    noise=agreement_pairs.noise_pairs(runs, group_by),
+    identical=agreement_pairs.identical_pairs(runs, group_by),
+    platform=agreement_pairs.platform_pairs(runs, group_by),
+    load=load,
+    read=read,
+    labels=labels,
+    scale=out.scale if out.metric == calibration.ACCURACY else None,
+  )

@@ -27,8 +27,11 @@ def platform_profile(runs, declared):
   platform's profile."""
   present = set(runs['platform'].astype(str)) if 'platform' in runs else set()
   given = effects.parse_pairs(declared or {}, '--platform-profile')
-  return {p: given.get(p, given.get(record.jax_platform(p))) for p in sorted(present)
-          if p in given or record.jax_platform(p) in given}
+  return {
+    p: given.get(p, given.get(record.jax_platform(p)))
+    for p in sorted(present)
+    if p in given or record.jax_platform(p) in given
+  }
 
 
 def distinct(values):
@@ -44,15 +47,18 @@ def software(runs):
   device count and package versions, and the packages whose versions differ between platforms."""
   if 'platform' not in runs:
     return result.Software()
-  packages = sorted(c[len(VERSION_PREFIX):] for c in runs if c.startswith(VERSION_PREFIX))
+  packages = sorted(c[len(VERSION_PREFIX) :] for c in runs if c.startswith(VERSION_PREFIX))
   out = {}
   for platform, group in runs.groupby(runs['platform'].astype(str), sort=True):
-    out[platform] = {'device_kind': distinct(group.get('device_kind', pd.Series(dtype=str))),
-                     **{f: distinct(group[f]) if f in group else None for f in record.CPU_FACTS},
-                     'devices': distinct(group.get('num_devices', pd.Series(dtype=str))),
-                     'versions': {p: distinct(group[VERSION_PREFIX + p]) for p in packages}}
-  confounds = [p for p in packages
-               if len({v['versions'][p] for v in out.values() if v['versions'][p]}) > 1]
+    out[platform] = {
+      'device_kind': distinct(group.get('device_kind', pd.Series(dtype=str))),
+      **{f: distinct(group[f]) if f in group else None for f in record.CPU_FACTS},
+      'devices': distinct(group.get('num_devices', pd.Series(dtype=str))),
+      'versions': {p: distinct(group[VERSION_PREFIX + p]) for p in packages},
+    }
+  confounds = [
+    p for p in packages if len({v['versions'][p] for v in out.values() if v['versions'][p]}) > 1
+  ]
   return result.Software(platforms=out, confounds=confounds)
 
 
@@ -61,31 +67,57 @@ def term_labels(terms, declared):
   out = {}
   for term in terms:
     factor, _, level = term.partition('=')
-    out[term] = (f'platform {level}' if factor == 'platform' else
-                 declaration.factor_label(declared, factor, level) if level and ':' not in term
-                 else term)
+    out[term] = (
+      f'platform {level}'
+      if factor == 'platform'
+      else declaration.factor_label(declared, factor, level)
+      if level and ':' not in term
+      else term
+    )
   return out
 
 
-def declared_attribution(frame, declared, metric, seed_col, margin, margin_reason, source, compare=None):
+def declared_attribution(
+  frame, declared, metric, seed_col, margin, margin_reason, source, compare=None
+):
   """analysis.numbers.attribution with the declared factors, reference, noise arm, native arm and
   platform pairs (`compare`, from --compare, overrides the declared ones)."""
   completed = frame[stats.run_status(frame) == 'completed']
   out = attribution.factor_attribution(
-      frame, declared.get('factors') or attribution.default_factors(frame), metric=metric,
-      seed_col=seed_col or 'seed', reference=declared.get('reference'), margin=margin,
-      noise_arm=declared.get('noise_arm'), noise_of=declared.get('noise_of'),
-      min_share=declared.get('min_share'), native=declared.get('native'),
-      platform_profile=platform_profile(completed, declared.get('platform_profile')),
-      source=source, margin_reason=margin_reason, compare=compare or declared.get('compare'),
-      compare_flag='--compare' if compare else 'compare')
+    frame,
+    declared.get('factors') or attribution.default_factors(frame),
+    metric=metric,
+    seed_col=seed_col or 'seed',
+    reference=declared.get('reference'),
+    margin=margin,
+    noise_arm=declared.get('noise_arm'),
+    noise_of=declared.get('noise_of'),
+    min_share=declared.get('min_share'),
+    native=declared.get('native'),
+    platform_profile=platform_profile(completed, declared.get('platform_profile')),
+    source=source,
+    margin_reason=margin_reason,
+    compare=compare or declared.get('compare'),
+    compare_flag='--compare' if compare else 'compare',
+  )
   out.labels = term_labels(out.terms['term'], declared)
   return out
 
 
-def study_analysis(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRIC, margin=None,
-                   margin_reason=None, seed_col=None, scale=None, all_pairs=False, source='',
-                   read_predictions=None, compare=None):
+def study_analysis(
+  frame,
+  declared=None,
+  group_by=(),
+  metric=stats.DEFAULT_METRIC,
+  margin=None,
+  margin_reason=None,
+  seed_col=None,
+  scale=None,
+  all_pairs=False,
+  source='',
+  read_predictions=None,
+  compare=None,
+):
   """The whole analysis of a study's runs table: every number its report, tables and figures show.
 
   Args:
@@ -113,21 +145,25 @@ def study_analysis(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRI
       --compare).
   """
   declared = declared or {}
-  margin, why = stats.margin_choice(margin, margin_reason, declared.get('margin'),
-                                    declared.get('margin_reason'))
+  margin, why = stats.margin_choice(
+    margin, margin_reason, declared.get('margin'), declared.get('margin_reason')
+  )
   declares = bool(declared.get('factors') and declared.get('reference'))
   if compare:
     check_compare(frame, compare, declares)
-  numbers = stats.arms_and_pairs(frame, group_by, metric, margin, why, seed_col, scale,
-                                 all_pairs=all_pairs or not declares)
-  out = result.Analysis(**result.fields_of(numbers), declared=declared, source=source,
-                        software=software(numbers.runs))
+  numbers = stats.arms_and_pairs(
+    frame, group_by, metric, margin, why, seed_col, scale, all_pairs=all_pairs or not declares
+  )
+  out = result.Analysis(
+    **result.fields_of(numbers), declared=declared, source=source, software=software(numbers.runs)
+  )
   if declares:
     out.arm_info = contrasts.arm_levels(out, declared)
     out.contrasts = contrasts.contrast_table(out, declared)
     out.noise = contrasts.noise_floors(out, declared, out.unit)
-    out.attribution = declared_attribution(frame, declared, out.metric, seed_col, margin, why,
-                                           source, compare)
+    out.attribution = declared_attribution(
+      frame, declared, out.metric, seed_col, margin, why, source, compare
+    )
   # Agreement between models (analysis/numbers/agreement_section.py): the run folders' saved
   # predictions, read by `read_predictions`; a CSV's rows are not run folders, so a CSV has none.
   out.agreement = agreement_section.from_analysis(out, labels(out), read=read_predictions)
@@ -135,8 +171,17 @@ def study_analysis(frame, declared=None, group_by=(), metric=stats.DEFAULT_METRI
   if out.scope.confirmatory is False and out.scope.declared_seeds_present:
     seeds = pd.to_numeric(frame[seed_col or 'seed'], errors='coerce')
     out.confirmatory = study_analysis(
-        frame[seeds.isin(out.scope.declared_seeds)], declared, group_by, metric,
-        declared.get('margin'), None, seed_col, scale, all_pairs, source)
+      frame[seeds.isin(out.scope.declared_seeds)],
+      declared,
+      group_by,
+      metric,
+      declared.get('margin'),
+      None,
+      seed_col,
+      scale,
+      all_pairs,
+      source,
+    )
   return out
 
 
@@ -149,8 +194,10 @@ def check_compare(frame, compare, declares):
   """Refuse --compare pairs that name a platform without completed runs, or a study without the
   declaration the gap decomposition needs, before any statistic is computed."""
   if not declares:
-    raise ValueError('--compare: the platform gap is decomposed only for a declared study (factors, '
-                     'reference and native arm: the root\'s study.json, or --study)')
+    raise ValueError(
+      '--compare: the platform gap is decomposed only for a declared study (factors, '
+      "reference and native arm: the root's study.json, or --study)"
+    )
   done = frame[stats.run_status(frame) == 'completed']
   present = sorted(set(done['platform'].astype(str))) if 'platform' in done else []
   gap.platform_pairs(present, compare, '--compare')
@@ -168,19 +215,26 @@ def scope(out, declared, compare=None):
   wanted = declaration.declared_seeds(declared)  # 0..k-1 for a count k, or the seeds listed
   deviations = []
   if wanted is not None and seeds != sorted(wanted):
-    deviations.append(f'{len(seeds)} seeds analysed, {len(wanted)} declared (seeds '
-                      f'{seed_text(pd.Series(wanted))})')
+    deviations.append(
+      f'{len(seeds)} seeds analysed, {len(wanted)} declared (seeds {seed_text(pd.Series(wanted))})'
+    )
   if m0 is not None and out.margin != m0:
     deviations.append(f'margin ±{out.margin:g}, declared ±{m0:g}')
   if compare:
     said = pairs_text(declared['compare']) if declared.get('compare') else 'every pair'
     deviations.append(f'platform pairs {pairs_text(compare)} from --compare (declared: {said})')
   known = wanted is not None or m0 is not None or bool(compare)
-  return result.Scope(declared_seeds=wanted, declared_margin=m0, analysed_seeds=seeds,
-                      margin=out.margin, deviations=deviations,
-                      declared_seeds_present=bool(wanted) and set(wanted) <= set(seeds) and (
-                          set(wanted) != set(seeds) or m0 is not None or bool(compare)),
-                      confirmatory=(not deviations) if known else None)
+  return result.Scope(
+    declared_seeds=wanted,
+    declared_margin=m0,
+    analysed_seeds=seeds,
+    margin=out.margin,
+    deviations=deviations,
+    declared_seeds_present=bool(wanted)
+    and set(wanted) <= set(seeds)
+    and (set(wanted) != set(seeds) or m0 is not None or bool(compare)),
+    confirmatory=(not deviations) if known else None,
+  )
 
 
 def labels(out):

@@ -61,9 +61,19 @@ def select(frame, metric, factors, seed_col):
       raise
     seed_col, has_seed = None, False
   # one copy, of the columns the attribution reads (an export has ~100 more)
-  needed = {'run', 'status', 'reason', 'platform', 'device_kind', record.DETERMINISM_COLUMN,
-            metric_col, seed_col, *cols.values(), *record.arm_columns(frame),
-            *record.pairing_columns(frame.columns)}
+  needed = {
+    'run',
+    'status',
+    'reason',
+    'platform',
+    'device_kind',
+    record.DETERMINISM_COLUMN,
+    metric_col,
+    seed_col,
+    *cols.values(),
+    *record.arm_columns(frame),
+    *record.pairing_columns(frame.columns),
+  }
   frame = frame[[c for c in frame.columns if c in needed]].copy()
   values = pd.to_numeric(frame[metric_col], errors='coerce')
   frame[metric_col] = values.where(np.isfinite(values))
@@ -76,13 +86,22 @@ def select(frame, metric, factors, seed_col):
   missing = absent.any(axis=1)
   if missing.any():
     why = [f'no value for {", ".join(absent.columns[row])}' for row in absent[missing].to_numpy()]
-    excluded = pd.concat([excluded, pd.DataFrame({'run': runs.loc[missing, 'run'],
-                                                  'status': 'completed', 'reason': why})])
+    excluded = pd.concat(
+      [
+        excluded,
+        pd.DataFrame({'run': runs.loc[missing, 'run'], 'status': 'completed', 'reason': why}),
+      ]
+    )
     runs = runs[~missing]
   for name, col in cols.items():
     runs[name] = runs[col].astype(str)
-  return (dataclasses.replace(prep, runs=runs.reset_index(drop=True),
-                              excluded=excluded.reset_index(drop=True)), cols, has_seed)
+  return (
+    dataclasses.replace(
+      prep, runs=runs.reset_index(drop=True), excluded=excluded.reset_index(drop=True)
+    ),
+    cols,
+    has_seed,
+  )
 
 
 def default_factors(frame):
@@ -104,7 +123,9 @@ def references(runs, columns, given):
     lv = effects.levels(runs, factor)
     out[factor] = chosen.get(factor, lv[0])
     if out[factor] not in lv:
-      raise ValueError(f'--reference: {factor} has no level {out[factor]!r}; levels: {", ".join(lv)}')
+      raise ValueError(
+        f'--reference: {factor} has no level {out[factor]!r}; levels: {", ".join(lv)}'
+      )
   return out
 
 
@@ -124,37 +145,57 @@ def noise_floor(runs, arm, base, scale_unit, factors=()):
   noisy_runs = runs[arm_mask(runs, arm, '--noise-arm')]
   noisy = noisy_runs.groupby('seed')['value'].mean()
   named = {k if k in runs else stats.resolve_column(runs, k, '--noise-of') for k in {**base, **arm}}
-  same = {f: noisy_runs[f].astype(str).iloc[0] for f in factors
-          if f not in named and f in runs and f != 'platform'
-          and not noisy_runs.empty and noisy_runs[f].astype(str).nunique() == 1}
+  same = {
+    f: noisy_runs[f].astype(str).iloc[0]
+    for f in factors
+    if f not in named
+    and f in runs
+    and f != 'platform'
+    and not noisy_runs.empty
+    and noisy_runs[f].astype(str).nunique() == 1
+  }
   clean_runs = runs[arm_mask(runs, {**base, **same}, '--noise-of')]
   if 'arm' in clean_runs and (clean_runs.groupby('seed')['arm'].nunique() > 1).any():
-    raise ValueError(f'--noise-of: {label(base)} matches {clean_runs["arm"].nunique()} arms on one '
-                     'seed; name every factor of the arm the noise arm perturbs')
+    raise ValueError(
+      f'--noise-of: {label(base)} matches {clean_runs["arm"].nunique()} arms on one '
+      'seed; name every factor of the arm the noise arm perturbs'
+    )
   clean = clean_runs.groupby('seed')['value'].mean()
   d = (noisy - clean).dropna().to_numpy()
   if len(d) < 2:
-    raise ValueError(f'--noise-arm: {label(arm)} shares {len(d)} seed(s) with {label(base)}; it '
-                     'needs 2 or more')
+    raise ValueError(
+      f'--noise-arm: {label(arm)} shares {len(d)} seed(s) with {label(base)}; it needs 2 or more'
+    )
   sd = float(np.std(d, ddof=1))
   half = float(sps.t.ppf(0.975, len(d) - 1) * sd / np.sqrt(len(d)))
   levels = {**base, **same}  # the base arm's levels; the noise arm's other levels are the same
   changed = [k for k in arm if k not in levels or str(levels[k]) != str(arm[k])]
   common = {k: v for k, v in levels.items() if k not in changed}
-  what = (f'{label({k: arm[k] for k in changed})} − '
-          f'{label({k: levels[k] for k in changed if k in levels})}'
-          + (f' at {label(common)}' if common else ''))
-  return {'sd': sd, 'half': half, 'n': len(d), 'what': what, 'text': (
+  what = (
+    f'{label({k: arm[k] for k in changed})} − '
+    f'{label({k: levels[k] for k in changed if k in levels})}'
+    + (f' at {label(common)}' if common else '')
+  )
+  return {
+    'sd': sd,
+    'half': half,
+    'n': len(d),
+    'what': what,
+    'text': (
       f'noise floor: the paired difference {what} over {len(d)} seeds; sd of the per-seed '
       f'differences {sd:.3f} {scale_unit}; 95% half-width of their mean, '
-      f't(0.975, {len(d) - 1}) × sd / √{len(d)} = {half:.3f} {scale_unit}')}
+      f't(0.975, {len(d) - 1}) × sd / √{len(d)} = {half:.3f} {scale_unit}'
+    ),
+  }
 
 
 def noise_floors(runs, arm, base, scale_unit, factors=()):
   """{platform: noise_floor} of each platform where the noise arm and its base share 2+ seeds."""
   if not arm:
     return {}
-  platforms = runs['platform'].astype(str) if 'platform' in runs else pd.Series('', index=runs.index)
+  platforms = (
+    runs['platform'].astype(str) if 'platform' in runs else pd.Series('', index=runs.index)
+  )
   floors = {}
   for platform, group in runs.groupby(platforms, sort=True):
     try:
@@ -165,10 +206,24 @@ def noise_floors(runs, arm, base, scale_unit, factors=()):
   return floors
 
 
-def factor_attribution(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='seed',
-                       reference=None, interactions=(), margin=None, noise_arm=None, native=None,
-                       platform_profile=None, source='', margin_reason=None, noise_of=None,
-                       min_share=None, compare=None, compare_flag='compare'):
+def factor_attribution(
+  frame,
+  factors,
+  metric=stats.DEFAULT_METRIC,
+  seed_col='seed',
+  reference=None,
+  interactions=(),
+  margin=None,
+  noise_arm=None,
+  native=None,
+  platform_profile=None,
+  source='',
+  margin_reason=None,
+  noise_of=None,
+  min_share=None,
+  compare=None,
+  compare_flag='compare',
+):
   """The whole attribution (see module doc) as an analysis.numbers.result.Attribution: terms (the CSV
   table), gap (component table or None), decomposition (one verdict dict per gap,
   analysis/numbers/gap_verdict.py), arms, noise ({platform: noise_floor}), model, method, excluded,
@@ -177,7 +232,7 @@ def factor_attribution(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='se
   declaration's or --compare's, named by `compare_flag`; default every pair, analysis/numbers/
   gap.py default_pairs)."""
   if margin is not None and not margin > 0:
-    raise ValueError(f'--margin: must be a positive number in the metric\'s units, got {margin}')
+    raise ValueError(f"--margin: must be a positive number in the metric's units, got {margin}")
   prep, columns, has_seed = select(frame, metric, list(factors), seed_col)
   runs = prep.runs
   ref = references(runs, columns, effects.parse_pairs(reference, '--reference'))
@@ -185,28 +240,60 @@ def factor_attribution(frame, factors, metric=stats.DEFAULT_METRIC, seed_col='se
   for item in interactions or ():
     a, colon, b = str(item).partition(':')
     if not colon:
-      raise ValueError(f'--interactions: {item!r} is not A:B; write e.g. --interactions platform:profile')
-    pairs.append((effects.find_factor(a, columns, '--interactions'), effects.find_factor(b, columns, '--interactions')))
+      raise ValueError(
+        f'--interactions: {item!r} is not A:B; write e.g. --interactions platform:profile'
+      )
+    pairs.append(
+      (
+        effects.find_factor(a, columns, '--interactions'),
+        effects.find_factor(b, columns, '--interactions'),
+      )
+    )
   X = effects.design(runs, list(columns), ref, pairs)
   y, seeds = runs['value'], runs['seed'] if has_seed else None
   model = effects.fit(y, X, seeds)
   unit = 'pp' if prep.scale == 100 else 'metric units'
-  split = gap.section(runs if has_seed else runs.drop(columns='seed'), columns, ref,
-                      native, platform_profile, margin, min_share, compare, compare_flag)
+  split = gap.section(
+    runs if has_seed else runs.drop(columns='seed'),
+    columns,
+    ref,
+    native,
+    platform_profile,
+    margin,
+    min_share,
+    compare,
+    compare_flag,
+  )
   out = result.Attribution(
-      metric=prep.metric, source=source, reference=ref, margin=margin,
-      margin_reason=margin_reason, unit=unit,
-      model=effects.formula(prep.metric, list(columns), ref, pairs, has_seed),
-      method=model['method'], terms=effects.term_table(model, X), n_runs=len(runs),
-      excluded=prep.excluded, replicates=prep.replicates,
-      noise=noise_floors(runs, effects.parse_pairs(noise_arm, '--noise-arm'),
-                         effects.parse_pairs(noise_of or reference or {}, '--noise-of'),
-                         unit, list(columns)),
-      min_share=min_share, gap=split['table'], gap_note=split['note'],
-      emulation=split['emulation'], native=split['native'],
-      decomposition=split['decomposition'], gap_summaries=split['summaries'],
-      pairs_note=split.get('pairs_note', ''), compare_flag=compare_flag if compare else None)
+    metric=prep.metric,
+    source=source,
+    reference=ref,
+    margin=margin,
+    margin_reason=margin_reason,
+    unit=unit,
+    model=effects.formula(prep.metric, list(columns), ref, pairs, has_seed),
+    method=model['method'],
+    terms=effects.term_table(model, X),
+    n_runs=len(runs),
+    excluded=prep.excluded,
+    replicates=prep.replicates,
+    noise=noise_floors(
+      runs,
+      effects.parse_pairs(noise_arm, '--noise-arm'),
+      effects.parse_pairs(noise_of or reference or {}, '--noise-of'),
+      unit,
+      list(columns),
+    ),
+    min_share=min_share,
+    gap=split['table'],
+    gap_note=split['note'],
+    emulation=split['emulation'],
+    native=split['native'],
+    decomposition=split['decomposition'],
+    gap_summaries=split['summaries'],
+    pairs_note=split.get('pairs_note', ''),
+    compare_flag=compare_flag if compare else None,
+  )
   if out.gap is None:
     out.arms = effects.arm_rows(model, X, runs, list(columns), ref)
   return out
-

@@ -59,10 +59,20 @@ def run_table(entries):
   rows = []
   for e in entries:
     c = run_calibration(e['pred'])
-    rows.append({'run': e['run'], 'arm': e['arm'], 'seed': e['seed'], 'platform': e['platform'],
-                 'accuracy_pct': 100 * c['accuracy'], 'nll': c['nll'], 'ece_pct': 100 * c['ece']})
-  return pd.DataFrame(rows, columns=['run', 'arm', 'seed', 'platform', 'accuracy_pct', 'nll',
-                                     'ece_pct'])
+    rows.append(
+      {
+        'run': e['run'],
+        'arm': e['arm'],
+        'seed': e['seed'],
+        'platform': e['platform'],
+        'accuracy_pct': 100 * c['accuracy'],
+        'nll': c['nll'],
+        'ece_pct': 100 * c['ece'],
+      }
+    )
+  return pd.DataFrame(
+    rows, columns=['run', 'arm', 'seed', 'platform', 'accuracy_pct', 'nll', 'ece_pct']
+  )
 
 
 def per_arm(frame, columns):
@@ -75,8 +85,9 @@ def per_arm(frame, columns):
     for col in columns:
       x = group[col].dropna().to_numpy(float)
       low, high = inference.t_ci(x)
-      row.update({col: x.mean() if len(x) else np.nan, f'{col}_ci_low': low,
-                  f'{col}_ci_high': high})
+      row.update(
+        {col: x.mean() if len(x) else np.nan, f'{col}_ci_low': low, f'{col}_ci_high': high}
+      )
     rows.append(row)
   return pd.DataFrame(rows)
 
@@ -102,9 +113,14 @@ def loss_table(runs, loss='final.train_loss', accuracy=ACCURACY, scale=None):
   values = pd.to_numeric(runs[accuracy], errors='coerce')
   if scale is None:
     scale = 100.0 if values.abs().max() <= 1 else 1.0
-  frame = pd.DataFrame({'arm': runs['arm'], 'seed': runs['seed'],
-                        'train_loss': pd.to_numeric(runs[loss], errors='coerce'),
-                        'test_accuracy_pct': scale * values})
+  frame = pd.DataFrame(
+    {
+      'arm': runs['arm'],
+      'seed': runs['seed'],
+      'train_loss': pd.to_numeric(runs[loss], errors='coerce'),
+      'test_accuracy_pct': scale * values,
+    }
+  )
   table = per_arm(frame, ['test_accuracy_pct', 'train_loss'])
   table['train_loss_ratio'] = table['train_loss'] / table['train_loss'].min()
   return table

@@ -40,20 +40,38 @@ def arm_levels(out, declared):
   rows = []
   for arm, r in first.iterrows():
     levels = {f: declaration.level_text(r[c]) for f, c in columns.items()}
-    role = ('reference' if matches(levels, declared.get('reference'))
-            else 'noise' if matches(levels, declared.get('noise_arm')) else 'arm')
-    differ = [i for i, f in enumerate(columns) if levels[f] != declaration.level_text(
-        (declared.get('reference') or {}).get(f))]
-    rows.append({'arm': arm, 'platform': str(r['platform']) if 'platform' in r else '', **levels,
-                 'label': declaration.arm_label(declared, levels), 'role': role, 'n': n[arm],
-                 'order': ({'reference': -1, 'noise': len(columns)}.get(role, min(differ or [0])))})
+    role = (
+      'reference'
+      if matches(levels, declared.get('reference'))
+      else 'noise'
+      if matches(levels, declared.get('noise_arm'))
+      else 'arm'
+    )
+    differ = [
+      i
+      for i, f in enumerate(columns)
+      if levels[f] != declaration.level_text((declared.get('reference') or {}).get(f))
+    ]
+    rows.append(
+      {
+        'arm': arm,
+        'platform': str(r['platform']) if 'platform' in r else '',
+        **levels,
+        'label': declaration.arm_label(declared, levels),
+        'role': role,
+        'n': n[arm],
+        'order': ({'reference': -1, 'noise': len(columns)}.get(role, min(differ or [0]))),
+      }
+    )
   table = pd.DataFrame(rows).sort_values(['platform', 'order', 'label'], kind='stable')
   clash = table[table.duplicated(['platform', 'label'], keep=False)]
   if not clash.empty:
     a, b = clash['arm'].iloc[:2]
-    raise ValueError(f'--study: arms {a!r} and {b!r} ({len(clash)} arms in all) have the same declared '
-                     'factor levels on one platform; declare the factor that separates them '
-                     '(get_study factors) or --group-by only the declared ones')
+    raise ValueError(
+      f'--study: arms {a!r} and {b!r} ({len(clash)} arms in all) have the same declared '
+      'factor levels on one platform; declare the factor that separates them '
+      '(get_study factors) or --group-by only the declared ones'
+    )
   return table.reset_index(drop=True)
 
 
@@ -64,8 +82,10 @@ def family(arms):
   for _, group in arms.groupby('platform', sort=False):
     ref = group[group['role'] == 'reference']
     if len(ref) == 1 and ref['n'].iloc[0] >= 2:
-      pairs += [(a, ref['arm'].iloc[0]) for a in group.loc[(group['role'] != 'reference')
-                                                           & (group['n'] >= 2), 'arm']]
+      pairs += [
+        (a, ref['arm'].iloc[0])
+        for a in group.loc[(group['role'] != 'reference') & (group['n'] >= 2), 'arm']
+      ]
   return pairs
 
 
@@ -88,6 +108,10 @@ def contrast_table(out, declared, margin=None):
 def noise_floors(out, declared, unit):
   """{platform: analysis.numbers.attribution.noise_floor} (paired: the noise arm − the arm it perturbs,
   declared noise_of, else the reference arm) of each platform where both share 2+ seeds."""
-  return attribution.noise_floors(out.runs, declared.get('noise_arm') or {},
-                                  declared.get('noise_of') or declared.get('reference') or {}, unit,
-                                  list(factor_columns(out.runs, declared).values()))
+  return attribution.noise_floors(
+    out.runs,
+    declared.get('noise_arm') or {},
+    declared.get('noise_of') or declared.get('reference') or {},
+    unit,
+    list(factor_columns(out.runs, declared).values()),
+  )

@@ -62,8 +62,12 @@ def levels(runs, factor):
 def find_factor(name, columns, flag):
   """The --factors name that `name` means (as written, or resolving to the same column)."""
   for factor, col in columns.items():
-    if name in (factor, col) or col in (f'{record.ARM_PREFIX}{name}', f'numerics.effective.{name}',
-                                        f'config.{name}', f'final.{name}'):
+    if name in (factor, col) or col in (
+      f'{record.ARM_PREFIX}{name}',
+      f'numerics.effective.{name}',
+      f'config.{name}',
+      f'final.{name}',
+    ):
       return factor
   raise ValueError(f'{flag}: {name!r} is not one of --factors ({", ".join(columns)}); add it there')
 
@@ -75,14 +79,15 @@ def check_size(runs, factors, ref, interactions=()):
   for a, b in interactions:
     cells = runs.loc[(runs[a] != ref[a]) & (runs[b] != ref[b]), [a, b]]
     k += len(cells.drop_duplicates())
-  gb = len(runs) * k * 8 * DESIGN_COPIES / 1024 ** 3
+  gb = len(runs) * k * 8 * DESIGN_COPIES / 1024**3
   if gb > MEMORY_LIMIT_GB:
     widest = max(counts, key=counts.get)
     raise ValueError(
-        f'--factors: the model would need {k:,} columns for {len(runs):,} runs (about {gb:.1f} GB '
-        f'of arrays; this analysis allows {MEMORY_LIMIT_GB:g} GB): {widest} has '
-        f'{counts[widest]:,} levels; a factor is a setting with a few levels: drop it from '
-        '--factors (or the interactions that multiply it)')
+      f'--factors: the model would need {k:,} columns for {len(runs):,} runs (about {gb:.1f} GB '
+      f'of arrays; this analysis allows {MEMORY_LIMIT_GB:g} GB): {widest} has '
+      f'{counts[widest]:,} levels; a factor is a setting with a few levels: drop it from '
+      '--factors (or the interactions that multiply it)'
+    )
 
 
 def design(runs, factors, ref, interactions=()):
@@ -105,8 +110,10 @@ def design(runs, factors, ref, interactions=()):
   small = np.flatnonzero(r <= r.max() * max(X.shape) * np.finfo(float).eps)
   if small.size or len(r) < X.shape[1]:
     name = X.columns[small[0] if small.size else len(r)]
-    raise ValueError(f'--factors: term {name} is confounded with the terms before it '
-                     '(no run separates them); drop one of those factors or interactions')
+    raise ValueError(
+      f'--factors: term {name} is confounded with the terms before it '
+      '(no run separates them); drop one of those factors or interactions'
+    )
   return X
 
 
@@ -114,11 +121,16 @@ def ols(y, X, cov, groups=None, note=''):
   """OLS with HC3 or seed-clustered standard errors, t intervals; raises if they are not finite."""
   kwds = {'groups': pd.factorize(groups)[0]} if cov == 'cluster' else {}
   res = sm.OLS(y, X).fit(cov_type=cov, cov_kwds=kwds or None, use_t=True)
-  what = ('OLS, standard errors clustered by seed (t, seeds - 1 df)' if cov == 'cluster'
-          else 'OLS with HC3 standard errors (t, residual df)')
+  what = (
+    'OLS, standard errors clustered by seed (t, seeds - 1 df)'
+    if cov == 'cluster'
+    else 'OLS with HC3 standard errors (t, residual df)'
+  )
   if not np.all(np.isfinite(res.bse)):
-    raise ValueError(f'--factors: {what.split(",")[0]} gives no finite standard error here (a '
-                     'coefficient rests on single runs); add runs (seeds) or drop factors')
+    raise ValueError(
+      f'--factors: {what.split(",")[0]} gives no finite standard error here (a '
+      'coefficient rests on single runs); add runs (seeds) or drop factors'
+    )
   return {'result': res, 'kind': cov, 'method': f'{what}; {note}'}
 
 
@@ -129,13 +141,18 @@ def seed_fixed_effects(y, X, seeds, note):
   demean = lambda v: v - v.groupby(groups).transform('mean')
   within = demean(X.drop(columns='Intercept'))
   if not within.shape[1] or np.linalg.matrix_rank(within.to_numpy()) < within.shape[1]:
-    return ols(y, X, 'cluster', seeds,
-               note + '; seed fixed effects left out: confounded with factors')
+    return ols(
+      y, X, 'cluster', seeds, note + '; seed fixed effects left out: confounded with factors'
+    )
   res = sm.OLS(demean(y), within).fit(cov_type='cluster', cov_kwds={'groups': groups}, use_t=True)
-  return {'result': res, 'kind': 'within', 'method': (
-      'OLS with seed fixed effects (within transformation: each seed\'s mean removed), standard '
-      'errors clustered by seed (CR1, the seed effects not counted in K; t, seeds - 1 df); '
-      + note)}
+  return {
+    'result': res,
+    'kind': 'within',
+    'method': (
+      "OLS with seed fixed effects (within transformation: each seed's mean removed), standard "
+      'errors clustered by seed (CR1, the seed effects not counted in K; t, seeds - 1 df); ' + note
+    ),
+  }
 
 
 def mixed(y, X, seeds):
@@ -154,18 +171,24 @@ def mixed(y, X, seeds):
     why = f'{type(e).__name__}: {e}'
   if why:
     return None, why
-  return {'result': res, 'kind': 'mixed', 'method': f'MixedLM (REML), random intercept per seed '
-          f'({seeds.nunique()} seeds, seed sd {np.sqrt(res.cov_re.iloc[0, 0]):.3g}); 95% Wald '
-          '(normal) intervals'}, ''
+  return {
+    'result': res,
+    'kind': 'mixed',
+    'method': f'MixedLM (REML), random intercept per seed '
+    f'({seeds.nunique()} seeds, seed sd {np.sqrt(res.cov_re.iloc[0, 0]):.3g}); 95% Wald '
+    '(normal) intervals',
+  }, ''
 
 
 def fit(y, X, seeds):
   """The model the size and the data allow (see the module doc), as a dict: result, kind, method."""
   n, k = X.shape
   if n <= k:
-    raise ValueError(f'--factors: {n} usable runs for {k} coefficients (intercept and factor '
-                     'levels) leave no residual to estimate the error from; add runs (seeds) or '
-                     'drop factors')
+    raise ValueError(
+      f'--factors: {n} usable runs for {k} coefficients (intercept and factor '
+      'levels) leave no residual to estimate the error from; add runs (seeds) or '
+      'drop factors'
+    )
   if seeds is None:
     return ols(y, X, 'HC3', note='no seed column, so runs are taken as independent')
   if seeds.nunique() < 2:
@@ -173,9 +196,15 @@ def fit(y, X, seeds):
   if seeds.value_counts().max() < 2:
     return ols(y, X, 'HC3', note='one run per seed, so seed effects cannot be separated')
   if n > MIXED_MAX_ROWS:
-    return seed_fixed_effects(y, X, seeds, (
+    return seed_fixed_effects(
+      y,
+      X,
+      seeds,
+      (
         f'MixedLM not fitted: {n:,} runs > {MIXED_MAX_ROWS:,} (its fit loops over the seeds; '
-        'BENCHMARKS.md)'))
+        'BENCHMARKS.md)'
+      ),
+    )
   model, why = mixed(y, X, seeds)
   return model or seed_fixed_effects(y, X, seeds, f'mixed fit failed ({why})')
 
@@ -195,9 +224,14 @@ def contrast(model, weights):
     return {'estimate': 0.0, 'se': 0.0, 'ci_low': 0.0, 'ci_high': 0.0, 'p': np.nan, 'df': np.inf}
   tt = res.t_test(L[None, :])
   low, high = np.ravel(tt.conf_int(alpha=0.05))
-  return {'estimate': float(np.ravel(tt.effect)[0]), 'se': float(np.ravel(tt.sd)[0]),
-          'ci_low': float(low), 'ci_high': float(high), 'p': float(np.ravel(tt.pvalue)[0]),
-          'df': float(getattr(tt, 'df_denom', None) or np.inf)}
+  return {
+    'estimate': float(np.ravel(tt.effect)[0]),
+    'se': float(np.ravel(tt.sd)[0]),
+    'ci_low': float(low),
+    'ci_high': float(high),
+    'p': float(np.ravel(tt.pvalue)[0]),
+    'df': float(getattr(tt, 'df_denom', None) or np.inf),
+  }
 
 
 def term_table(model, X):
@@ -222,5 +256,7 @@ def arm_rows(model, X, runs, factors, ref):
 
 
 def formula(metric, factors, ref, interactions, has_seed):
-  terms = [f"C({f}, Treatment('{ref[f]}'))" for f in factors] + [f'{a}:{b}' for a, b in interactions]
+  terms = [f"C({f}, Treatment('{ref[f]}'))" for f in factors] + [
+    f'{a}:{b}' for a, b in interactions
+  ]
   return f'{metric} ~ ' + ' + '.join(terms) + (' + (1 | seed)' if has_seed else '')

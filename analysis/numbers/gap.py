@@ -45,8 +45,16 @@ from scipy import stats as sps
 from analysis.numbers import effects, gap_verdict, inference
 from runrecord import record
 
-KINDS = ('gap', 'fidelity', 'numerics', 'numerics total', 'numerics interaction', 'platform',
-         'platform total', 'residual')
+KINDS = (
+  'gap',
+  'fidelity',
+  'numerics',
+  'numerics total',
+  'numerics interaction',
+  'platform',
+  'platform total',
+  'residual',
+)
 
 
 def cell_means(runs, factor, others, ref):
@@ -64,22 +72,44 @@ def definitions(a, b, native, emu):
   ea, eb = emu[a], emu[b]
   cell = lambda p, e: (p, e)
   return [
-      ('G', f'native gap ({a} − {b})', 'gap', {cell(a, native): 1, cell(b, native): -1}),
-      ('fid_A', f'fidelity on {a}: native − {ea}', 'fidelity', {cell(a, native): 1, cell(a, ea): -1}),
-      ('fid_B', f'fidelity on {b}: native − {eb}', 'fidelity', {cell(b, native): 1, cell(b, eb): -1}),
-      ('N_A', f'numerics on {a}: {ea} − {eb}', 'numerics', {cell(a, ea): 1, cell(a, eb): -1}),
-      ('N_B', f'numerics on {b}: {ea} − {eb}', 'numerics', {cell(b, ea): 1, cell(b, eb): -1}),
-      ('N', f'numerics part: {ea} − {eb}, mean of both platforms', 'numerics total',
-       {cell(a, ea): .5, cell(a, eb): -.5, cell(b, ea): .5, cell(b, eb): -.5}),
-      ('N_interaction', f'numerics on {a} − on {b}', 'numerics interaction',
-       {cell(a, ea): 1, cell(a, eb): -1, cell(b, ea): -1, cell(b, eb): 1}),
-      ('P_eA', f'platforms under {ea}: {a} − {b}', 'platform', {cell(a, ea): 1, cell(b, ea): -1}),
-      ('P_eB', f'platforms under {eb}: {a} − {b}', 'platform', {cell(a, eb): 1, cell(b, eb): -1}),
-      ('P', f'platforms under the same emulated arithmetic, mean of {ea} and {eb}',
-       'platform total', {cell(a, ea): .5, cell(b, ea): -.5, cell(a, eb): .5, cell(b, eb): -.5}),
-      ('R', 'platform residual: gap − numerics part', 'residual',
-       {cell(a, native): 1, cell(b, native): -1, cell(a, ea): -.5, cell(a, eb): .5,
-        cell(b, ea): -.5, cell(b, eb): .5}),
+    ('G', f'native gap ({a} − {b})', 'gap', {cell(a, native): 1, cell(b, native): -1}),
+    ('fid_A', f'fidelity on {a}: native − {ea}', 'fidelity', {cell(a, native): 1, cell(a, ea): -1}),
+    ('fid_B', f'fidelity on {b}: native − {eb}', 'fidelity', {cell(b, native): 1, cell(b, eb): -1}),
+    ('N_A', f'numerics on {a}: {ea} − {eb}', 'numerics', {cell(a, ea): 1, cell(a, eb): -1}),
+    ('N_B', f'numerics on {b}: {ea} − {eb}', 'numerics', {cell(b, ea): 1, cell(b, eb): -1}),
+    (
+      'N',
+      f'numerics part: {ea} − {eb}, mean of both platforms',
+      'numerics total',
+      {cell(a, ea): 0.5, cell(a, eb): -0.5, cell(b, ea): 0.5, cell(b, eb): -0.5},
+    ),
+    (
+      'N_interaction',
+      f'numerics on {a} − on {b}',
+      'numerics interaction',
+      {cell(a, ea): 1, cell(a, eb): -1, cell(b, ea): -1, cell(b, eb): 1},
+    ),
+    ('P_eA', f'platforms under {ea}: {a} − {b}', 'platform', {cell(a, ea): 1, cell(b, ea): -1}),
+    ('P_eB', f'platforms under {eb}: {a} − {b}', 'platform', {cell(a, eb): 1, cell(b, eb): -1}),
+    (
+      'P',
+      f'platforms under the same emulated arithmetic, mean of {ea} and {eb}',
+      'platform total',
+      {cell(a, ea): 0.5, cell(b, ea): -0.5, cell(a, eb): 0.5, cell(b, eb): -0.5},
+    ),
+    (
+      'R',
+      'platform residual: gap − numerics part',
+      'residual',
+      {
+        cell(a, native): 1,
+        cell(b, native): -1,
+        cell(a, ea): -0.5,
+        cell(a, eb): 0.5,
+        cell(b, ea): -0.5,
+        cell(b, eb): 0.5,
+      },
+    ),
   ]
 
 
@@ -103,9 +133,22 @@ def component_stats(d, margin):
   else:
     p = 1.0 if mean == 0 else 0.0
   _, sr_p, sr_method = inference.signed_rank(d)
-  out = {'estimate': mean, 'sd': sd, 'se': se, 'df': k - 1, 'seeds': k, 'ci_low': low,
-         'ci_high': high, 'p': p, 'signed_rank_p': sr_p, 'signed_rank_method': sr_method,
-         'd_z': inference.d_z(d), 'ci90_low': np.nan, 'ci90_high': np.nan, 'tost_p': np.nan}
+  out = {
+    'estimate': mean,
+    'sd': sd,
+    'se': se,
+    'df': k - 1,
+    'seeds': k,
+    'ci_low': low,
+    'ci_high': high,
+    'p': p,
+    'signed_rank_p': sr_p,
+    'signed_rank_method': sr_method,
+    'd_z': inference.d_z(d),
+    'ci90_low': np.nan,
+    'ci90_high': np.nan,
+    'tost_p': np.nan,
+  }
   if margin and k > 1:
     out['ci90_low'], out['ci90_high'], out['tost_p'] = inference.tost(mean, se, k - 1, margin)
   return out
@@ -138,11 +181,18 @@ def components(cells, a, b, native, emu):
     labels['R'] = labels['R'] + f' (N from {only} only)'
     missing.pop('R', None)
     used['N'] = dict(next(w for k, _, _, w in defs if k == key))
-    used['R'] = {c: used['G'].get(c, 0) - used['N'].get(c, 0)
-                 for c in {*used['G'], *used['N']}}
-  return {'gap': f'{a} - {b}', 'platforms': (a, b), 'profiles': (emu[a], emu[b]), 'seeds': seeds,
-          'values': values, 'labels': labels, 'kinds': kinds, 'weights': used,
-          'n_only': only}, missing
+    used['R'] = {c: used['G'].get(c, 0) - used['N'].get(c, 0) for c in {*used['G'], *used['N']}}
+  return {
+    'gap': f'{a} - {b}',
+    'platforms': (a, b),
+    'profiles': (emu[a], emu[b]),
+    'seeds': seeds,
+    'values': values,
+    'labels': labels,
+    'kinds': kinds,
+    'weights': used,
+    'n_only': only,
+  }, missing
 
 
 def component_table(summary, missing, margin):
@@ -185,8 +235,9 @@ def cross_check(runs, factor, others, ref, summary, native):
     if absent:  # the estimate's definition needs a cell the fit has no coefficient for
       out[key] = {'note': 'cannot use the same definition: no runs of ' + ', '.join(absent)}
       continue
-    w = pd.Series({f'cell={p}|{e}': v for (p, e), v in weights.items()
-                   if f'cell={p}|{e}' in X}, dtype=float)
+    w = pd.Series(
+      {f'cell={p}|{e}': v for (p, e), v in weights.items() if f'cell={p}|{e}' in X}, dtype=float
+    )
     out[key] = effects.contrast(model, w)
   out['method'] = model['method']
   return out
@@ -201,23 +252,29 @@ def default_emulation(runs, native_factor, platforms, given):
     guess = [c for c in (f'{p}_default', f'jax_{p}_default') if c in lv]
     out[p] = given.get(p, guess[0] if guess else None)
     if out[p] is None:
-      raise LookupError(f'no level of {native_factor} emulates {p}; give --platform-profile {p}=LEVEL')
+      raise LookupError(
+        f'no level of {native_factor} emulates {p}; give --platform-profile {p}=LEVEL'
+      )
     if out[p] not in lv:
-      raise ValueError(f'--platform-profile: {native_factor} has no level {out[p]!r}; '
-                       f'levels: {", ".join(sorted(lv))}')
+      raise ValueError(
+        f'--platform-profile: {native_factor} has no level {out[p]!r}; '
+        f'levels: {", ".join(sorted(lv))}'
+      )
   return out
 
 
 def native_arm(runs, columns, given):
   """(factor, level) of the native arm: --native, else a 'profile' factor with a 'native' level."""
   if given:
-    (name, level), = given.items() if len(given) == 1 else [(None, None)]
+    ((name, level),) = given.items() if len(given) == 1 else [(None, None)]
     if name is None:
       raise ValueError('--native: give one factor=level, e.g. --native profile=native')
     factor = effects.find_factor(name, columns, '--native')
     if level not in set(runs[factor]):
-      raise ValueError(f'--native: {factor} has no level {level!r}; levels: '
-                       f'{", ".join(effects.levels(runs, factor))}')
+      raise ValueError(
+        f'--native: {factor} has no level {level!r}; levels: '
+        f'{", ".join(effects.levels(runs, factor))}'
+      )
     return factor, level
   for factor, col in columns.items():
     if col.rsplit('.', 1)[-1] == 'profile' and 'native' in set(runs[factor]):
@@ -263,8 +320,9 @@ def platform_pairs(platforms, given, flag):
     found = [resolve_platform(str(p), platforms, flag) for p in (a, b)]
     absent = [str(p) for p, f in zip((a, b), found) if f is None]
     if absent and flag == '--compare':
-      raise ValueError(f'--compare: no runs on {", ".join(absent)}; platforms run: '
-                       f'{", ".join(sorted(platforms))}')
+      raise ValueError(
+        f'--compare: no runs on {", ".join(absent)}; platforms run: {", ".join(sorted(platforms))}'
+      )
     if absent:
       notes.append(f'{a} − {b}: no runs on {", ".join(absent)}')
     elif tuple(found) not in pairs and found[0] != found[1]:
@@ -286,8 +344,9 @@ def decompose(runs, columns, ref, native, given_map, pairs):
   for a, b in pairs:
     absent = [p for p in (a, b) if (p, nl) not in cells]
     if absent:
-      notes.append(f'{a} − {b}: no {nf}={nl} run on {", ".join(absent)} at the other factors\' '
-                   'reference levels')
+      notes.append(
+        f"{a} − {b}: no {nf}={nl} run on {', '.join(absent)} at the other factors' reference levels"
+      )
       continue
     summary, missing = components(cells, a, b, nl, emu)
     if len(summary['seeds']) < 2:
@@ -309,38 +368,68 @@ def summarise(summaries, margin, min_share=None):
   return pd.concat(tables, ignore_index=True), judged
 
 
-def section(runs, columns, ref, native, platform_profile, margin, min_share=None, compare=None,
-            compare_flag='compare'):
+def section(
+  runs,
+  columns,
+  ref,
+  native,
+  platform_profile,
+  margin,
+  min_share=None,
+  compare=None,
+  compare_flag='compare',
+):
   """{'table', 'decomposition', 'native', 'emulation', 'summaries', 'note', 'pairs_note'} of the
   gap of each platform pair (`compare`: the declaration's or --compare's [[a, b], ...] named by
   `compare_flag`; default_pairs without); table None, decomposition [] and `note` saying why when
   none can be split; `pairs_note`: the pairs left out and why."""
   platforms = sorted(set(runs['platform'].astype(str))) if 'platform' in runs else []
-  none = lambda note: {'table': None, 'decomposition': [], 'note': note, 'emulation': None,
-                       'native': None, 'summaries': [], 'pairs_note': ''}
+  none = lambda note: {
+    'table': None,
+    'decomposition': [],
+    'note': note,
+    'emulation': None,
+    'native': None,
+    'summaries': [],
+    'pairs_note': '',
+  }
   if len(platforms) < 2:
-    return none(f'runs from one platform ({", ".join(map(str, platforms)) or "unknown"}): no '
-                'platform gap; each arm minus the reference arm instead')
+    return none(
+      f'runs from one platform ({", ".join(map(str, platforms)) or "unknown"}): no '
+      'platform gap; each arm minus the reference arm instead'
+    )
   pairs, left_out = platform_pairs(platforms, compare, compare_flag)
   if 'seed' not in runs or runs['seed'].isna().all():
     return none('gap decomposition unavailable: no seed column, so no arm pairs with another')
   arm = native_arm(runs, columns, effects.parse_pairs(native, '--native'))
   if arm is None:
-    return none('gap decomposition unavailable: no native arm (give --native factor=level); '
-                'each arm minus the reference arm instead')
+    return none(
+      'gap decomposition unavailable: no native arm (give --native factor=level); '
+      'each arm minus the reference arm instead'
+    )
   given = effects.parse_pairs(platform_profile, '--platform-profile')
   bad = set(given) - set(platforms)
   if bad:
-    raise ValueError(f'--platform-profile: no runs on {", ".join(sorted(bad))}; platforms: '
-                     f'{", ".join(platforms)}')
+    raise ValueError(
+      f'--platform-profile: no runs on {", ".join(sorted(bad))}; platforms: {", ".join(platforms)}'
+    )
   try:
     if not pairs:
       raise LookupError('none of the declared platform pairs ran (' + '; '.join(left_out) + ')')
-    summaries, emu, notes = decompose(runs.assign(platform=runs['platform'].astype(str)),
-                                      columns, ref, arm, given, pairs)
+    summaries, emu, notes = decompose(
+      runs.assign(platform=runs['platform'].astype(str)), columns, ref, arm, given, pairs
+    )
   except LookupError as e:
-    return none(f'gap decomposition unavailable: {e.args[0]}; each arm minus the reference arm '
-                'instead')
+    return none(
+      f'gap decomposition unavailable: {e.args[0]}; each arm minus the reference arm instead'
+    )
   table, judged = summarise(summaries, margin, min_share)
-  return {'table': table, 'note': None, 'native': arm, 'emulation': emu, 'summaries': summaries,
-          'decomposition': judged, 'pairs_note': '; '.join(left_out + notes)}
+  return {
+    'table': table,
+    'note': None,
+    'native': arm,
+    'emulation': emu,
+    'summaries': summaries,
+    'decomposition': judged,
+    'pairs_note': '; '.join(left_out + notes),
+  }

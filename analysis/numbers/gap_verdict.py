@@ -40,11 +40,20 @@ import pandas as pd
 from analysis.inputs import declaration
 from analysis.numbers import inference
 
-VERDICTS = ('no gap', 'gap within margin', 'explained by numerics', 'partly explained',
-            'not explained', 'tests disagree', 'inconclusive')
+VERDICTS = (
+  'no gap',
+  'gap within margin',
+  'explained by numerics',
+  'partly explained',
+  'not explained',
+  'tests disagree',
+  'inconclusive',
+)
 MIN_SHARE = declaration.MIN_SHARE
-MIN_SHARE_REASON = ('default: the numerics part must be at least half of the gap by the lower 95% '
-                    'bound of the share, so that it is the larger part at 95% confidence')
+MIN_SHARE_REASON = (
+  'default: the numerics part must be at least half of the gap by the lower 95% '
+  'bound of the share, so that it is the larger part at 95% confidence'
+)
 KEYS = ('G', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N', 'N_interaction', 'P_eA', 'P_eB', 'P', 'R')
 HOLM = ('G_p', 'G_tost_p', 'G_signed_rank_p')  # the gap's tests, adjusted over the pairs
 
@@ -57,8 +66,11 @@ def shown(low, high):
 def rank_flags(d):
   """(t shows G, the signed-rank test shows G, the rank test could show it at these seeds)."""
   k = d['pairs_compared']
-  return (bool(d['G_p_holm'] < inference.ALPHA), bool(d['G_signed_rank_p_holm'] < inference.ALPHA),
-          bool(d['G_signed_rank_attainable'] * k < inference.ALPHA))
+  return (
+    bool(d['G_p_holm'] < inference.ALPHA),
+    bool(d['G_signed_rank_p_holm'] < inference.ALPHA),
+    bool(d['G_signed_rank_attainable'] * k < inference.ALPHA),
+  )
 
 
 def flags(d):
@@ -66,24 +78,29 @@ def flags(d):
   t_shows, rank_shows, rank_can = rank_flags(d)
   sign = int(np.sign(d['G'])) if t_shows else 0
   n_sign = shown(d['N_ci_low'], d['N_ci_high']) if d['N_estimable'] else 0
-  return {'gap_shown': t_shows, 'gap_equivalent': bool(d['G_tost_p_holm'] < inference.ALPHA),
-          'rank_shown': rank_shows,
-          'tests_disagree': rank_shows != t_shows and (rank_shows or rank_can),
-          'numerics_shown': bool(sign) and n_sign == sign,
-          'numerics_opposite': bool(sign) and n_sign == -sign,
-          'numerics_one_platform': bool(d['N_only']),
-          'interaction_shown': bool(shown(d['N_interaction_ci_low'], d['N_interaction_ci_high'])),
-          'share_reaches': bool(d['share_ci_low'] >= d['min_share']),
-          'residual_equivalent': bool(d['R_tost_p'] < inference.ALPHA),
-          'residual_shown': bool(d['N_estimable'] and shown(d['R_ci_low'], d['R_ci_high']))}
+  return {
+    'gap_shown': t_shows,
+    'gap_equivalent': bool(d['G_tost_p_holm'] < inference.ALPHA),
+    'rank_shown': rank_shows,
+    'tests_disagree': rank_shows != t_shows and (rank_shows or rank_can),
+    'numerics_shown': bool(sign) and n_sign == sign,
+    'numerics_opposite': bool(sign) and n_sign == -sign,
+    'numerics_one_platform': bool(d['N_only']),
+    'interaction_shown': bool(shown(d['N_interaction_ci_low'], d['N_interaction_ci_high'])),
+    'share_reaches': bool(d['share_ci_low'] >= d['min_share']),
+    'residual_equivalent': bool(d['R_tost_p'] < inference.ALPHA),
+    'residual_shown': bool(d['N_estimable'] and shown(d['R_ci_low'], d['R_ci_high'])),
+  }
 
 
 def disagreement(f, m):
   """The open part of 'tests disagree': which test shows the gap, and the margin."""
-  which = ('the signed-rank test rejects 0, the t-interval does not (a seed far from the others '
-           'widens it)' if f['rank_shown'] else
-           'the t-interval excludes 0, the signed-rank test does not (the mean rests on a few seeds)')
-  within = (f'; within {m} by TOST' if f['gap_equivalent'] else f'; not shown within {m}')
+  which = (
+    'the signed-rank test rejects 0, the t-interval does not (a seed far from the others widens it)'
+    if f['rank_shown']
+    else 'the t-interval excludes 0, the signed-rank test does not (the mean rests on a few seeds)'
+  )
+  within = f'; within {m} by TOST' if f['gap_equivalent'] else f'; not shown within {m}'
   return which + within
 
 
@@ -93,21 +110,32 @@ def verdict(f, margin, n_estimable=True):
   if f.get('tests_disagree'):
     return 'tests disagree', disagreement(f, m)
   if not f['gap_shown']:
-    return ('no gap', '') if f['gap_equivalent'] else (
-        'inconclusive', f'the gap: neither shown nor within {m}')
+    return (
+      ('no gap', '')
+      if f['gap_equivalent']
+      else ('inconclusive', f'the gap: neither shown nor within {m}')
+    )
   if f['gap_equivalent']:
     return 'gap within margin', ''
   if not n_estimable:
     return 'inconclusive', 'the numerics part: not estimable from the arms run'
   if f['numerics_shown']:
-    why = [w for ok, w in ((f['share_reaches'], "the share's lower bound is below the minimum"),
-                           (f['residual_equivalent'], f'the residual is not within {m}'),
-                           (not f.get('numerics_one_platform'),
-                            'the numerics part is measured on one platform only')) if not ok]
+    why = [
+      w
+      for ok, w in (
+        (f['share_reaches'], "the share's lower bound is below the minimum"),
+        (f['residual_equivalent'], f'the residual is not within {m}'),
+        (not f.get('numerics_one_platform'), 'the numerics part is measured on one platform only'),
+      )
+      if not ok
+    ]
     return ('explained by numerics', '') if not why else ('partly explained', '; '.join(why))
   if f['residual_shown']:
     return 'not explained', ''
-  return 'inconclusive', f'the numerics part (not shown) and the residual (not shown, not within {m})'
+  return (
+    'inconclusive',
+    f'the numerics part (not shown) and the residual (not shown, not within {m})',
+  )
 
 
 def seeds_needed(table, margin):
@@ -132,16 +160,30 @@ def judge(summary, table, margin, min_share=None):
   flags and verdict come from judge_family."""
   rows = table[table['gap'] == summary['gap']].set_index('key')
   s0 = MIN_SHARE if min_share is None else min_share
-  d = {'gap': summary['gap'], 'platforms': summary['platforms'], 'profiles': summary['profiles'],
-       'margin': margin, 'min_share': s0, 'seeds': len(summary['seeds']),
-       'seed_list': list(summary['seeds']), 'missing': dict(summary['missing']),
-       'N_estimable': 'N' in summary['values'], 'cross_check': summary['cross_check'],
-       'N_label': summary['labels']['N'], 'N_only': summary.get('n_only')}
+  d = {
+    'gap': summary['gap'],
+    'platforms': summary['platforms'],
+    'profiles': summary['profiles'],
+    'margin': margin,
+    'min_share': s0,
+    'seeds': len(summary['seeds']),
+    'seed_list': list(summary['seeds']),
+    'missing': dict(summary['missing']),
+    'N_estimable': 'N' in summary['values'],
+    'cross_check': summary['cross_check'],
+    'N_label': summary['labels']['N'],
+    'N_only': summary.get('n_only'),
+  }
   for key in KEYS:
     r = rows.loc[key] if key in rows.index else None
     ok = r is not None and r['note'] == ''
-    for field, col in (('', 'estimate'), ('_se', 'se'), ('_ci_low', 'ci_low'),
-                       ('_ci_high', 'ci_high'), ('_p', 'p')):
+    for field, col in (
+      ('', 'estimate'),
+      ('_se', 'se'),
+      ('_ci_low', 'ci_low'),
+      ('_ci_high', 'ci_high'),
+      ('_p', 'p'),
+    ):
       d[key + field] = float(r[col]) if ok else np.nan
   for key in ('G', 'R'):
     ok = key in rows.index and rows.loc[key, 'note'] == ''
@@ -154,8 +196,10 @@ def judge(summary, table, margin, min_share=None):
   d['G_seeds_positive'], d['G_seeds_negative'] = int((g > 0).sum()), int((g < 0).sum())
   d['G_d_z'] = float(rows.loc['G', 'd_z'])
   d['share'], d['share_ci_low'], d['share_ci_high'] = (
-      inference.fieller(summary['values']['N'], summary['values']['G'])
-      if d['N_estimable'] else (np.nan,) * 3)
+    inference.fieller(summary['values']['N'], summary['values']['G'])
+    if d['N_estimable']
+    else (np.nan,) * 3
+  )
   d['share_method'] = "Fieller's interval over seeds"
   d['seeds_needed'] = seeds_needed(table[table['gap'] == summary['gap']], margin)
   return d
@@ -189,11 +233,15 @@ def flat(decomposition):
   skip = ('seeds_needed', 'profiles', 'platforms', 'seed_list', 'missing', 'cross_check')
   rows = []
   for d in decomposition:
-    row = {'platform_a': d['platforms'][0], 'platform_b': d['platforms'][1],
-           **{k: v for k, v in d.items() if k not in skip},
-           'profile_a': d['profiles'][0], 'profile_b': d['profiles'][1],
-           'seeds_used': ' '.join(map(str, d['seed_list'])),
-           'not_estimable': '; '.join(f'{k}: {v}' for k, v in d['missing'].items())}
+    row = {
+      'platform_a': d['platforms'][0],
+      'platform_b': d['platforms'][1],
+      **{k: v for k, v in d.items() if k not in skip},
+      'profile_a': d['profiles'][0],
+      'profile_b': d['profiles'][1],
+      'seeds_used': ' '.join(map(str, d['seed_list'])),
+      'not_estimable': '; '.join(f'{k}: {v}' for k, v in d['missing'].items()),
+    }
     for key in ('G', 'N', 'R'):
       c = d['cross_check'].get(key) or {}
       row[f'{key}_mixed_model'] = c.get('estimate', np.nan)

@@ -75,9 +75,16 @@ def bca_ci(x, level=0.95):
     return x[0], x[0]
   with warnings.catch_warnings():
     warnings.simplefilter('ignore')
-    res = sps.bootstrap((x,), np.mean, axis=-1, confidence_level=level, method='BCa',
-                        n_resamples=BOOTSTRAP_RESAMPLES, batch=100,
-                        rng=np.random.default_rng(BOOTSTRAP_SEED))
+    res = sps.bootstrap(
+      (x,),
+      np.mean,
+      axis=-1,
+      confidence_level=level,
+      method='BCa',
+      n_resamples=BOOTSTRAP_RESAMPLES,
+      batch=100,
+      rng=np.random.default_rng(BOOTSTRAP_SEED),
+    )
   return res.confidence_interval.low, res.confidence_interval.high
 
 
@@ -106,7 +113,7 @@ def proportion_mean_ci(p, level=0.95):
   mean, s = float(p.mean()), float(p.std(ddof=1))
   if s == 0 or mean <= 0 or mean >= 1:
     return mean, mean
-  k = sps.t.ppf(0.5 + level / 2, m - 1) ** 2 * s ** 2 / (m * mean * (1 - mean))
+  k = sps.t.ppf(0.5 + level / 2, m - 1) ** 2 * s**2 / (m * mean * (1 - mean))
   root = math.sqrt(k * mean * (1 - mean) + k * k / 4)
   return (mean + k / 2 - root) / (1 + k), (mean + k / 2 + root) / (1 + k)
 
@@ -129,7 +136,7 @@ def welch_se_df(a, b):
   """(standard error, Welch–Satterthwaite df) of mean(a) - mean(b)."""
   va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
   se = np.sqrt(va + vb)
-  df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if se > 0 else np.inf
+  df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else np.inf
   return se, df
 
 
@@ -173,15 +180,23 @@ def mann_whitney(a, b):
   """(U of a, two-sided p, method): scipy.stats.mannwhitneyu by the method mw_method chooses; the
   permutation test's statistic is |U - n_a n_b / 2| over every split of the pooled values."""
   method = mw_method(a, b)
-  res = sps.mannwhitneyu(a, b, alternative='two-sided',
-                         method='exact' if method == MW_EXACT else 'asymptotic')
+  res = sps.mannwhitneyu(
+    a, b, alternative='two-sided', method='exact' if method == MW_EXACT else 'asymptotic'
+  )
   if method != MW_PERMUTATION:
     return res.statistic, res.pvalue, method
   center = len(a) * len(b) / 2
   distance = lambda x, y, axis: np.abs(
-      sps.mannwhitneyu(x, y, axis=axis, method='asymptotic').statistic - center)
-  perm = sps.permutation_test((a, b), distance, permutation_type='independent', vectorized=True,
-                              alternative='greater', n_resamples=np.inf)
+    sps.mannwhitneyu(x, y, axis=axis, method='asymptotic').statistic - center
+  )
+  perm = sps.permutation_test(
+    (a, b),
+    distance,
+    permutation_type='independent',
+    vectorized=True,
+    alternative='greater',
+    n_resamples=np.inf,
+  )
   return res.statistic, perm.pvalue, method
 
 
@@ -209,7 +224,7 @@ def signed_rank(d):
     counts[h:] = counts[h:] + counts[:-h].copy() if h else counts[h:]
   probs = counts / counts.sum()
   w = int(halves[nonzero > 0].sum())
-  p = min(1.0, 2 * min(probs[:w + 1].sum(), probs[w:].sum()))
+  p = min(1.0, 2 * min(probs[: w + 1].sum(), probs[w:].sum()))
   return min(w, halves.sum() - w) / 2, float(p), SR_EXACT
 
 
@@ -235,7 +250,7 @@ def fieller(num, den, level=0.95):
   cov = np.cov(num, den, ddof=1) / k
   v_nn, v_ng, v_gg = cov[0, 0], cov[0, 1], cov[1, 1]
   t2 = sps.t.ppf(0.5 + level / 2, k - 1) ** 2
-  a, b, c = gbar ** 2 - t2 * v_gg, nbar * gbar - t2 * v_ng, nbar ** 2 - t2 * v_nn
+  a, b, c = gbar**2 - t2 * v_gg, nbar * gbar - t2 * v_ng, nbar**2 - t2 * v_nn
   s = nbar / gbar
   if a <= 0 or b * b - a * c < 0:
     return s, -np.inf, np.inf
@@ -290,7 +305,7 @@ def within_sd(values, labels):
   if not df:
     return np.nan, 0
   deviations = values - values.groupby(labels).transform('mean')
-  return float(np.sqrt((deviations ** 2).sum() / df)), df
+  return float(np.sqrt((deviations**2).sum() / df)), df
 
 
 def smallest_n(power_at, target):
@@ -300,7 +315,7 @@ def smallest_n(power_at, target):
   low, high = 2, 4
   while power_at(high) < target:
     low, high = high, high * 2
-    if high > 10 ** 7:
+    if high > 10**7:
       return np.inf
   while high - low > 1:
     mid = (low + high) // 2
@@ -322,8 +337,10 @@ def nct_power(es, n, is_paired, alternative='two-sided'):
     crit = sps.t.ppf(1 - ALPHA, df)
     return float(tail(sps.nct.sf(crit, df, nc), sps.norm.sf(crit - nc)))
   crit = sps.t.ppf(1 - ALPHA / 2, df)
-  return float(tail(sps.nct.sf(crit, df, nc), sps.norm.sf(crit - nc))
-               + tail(sps.nct.cdf(-crit, df, nc), sps.norm.cdf(-crit - nc)))
+  return float(
+    tail(sps.nct.sf(crit, df, nc), sps.norm.sf(crit - nc))
+    + tail(sps.nct.cdf(-crit, df, nc), sps.norm.cdf(-crit - nc))
+  )
 
 
 def power_at(sd, margin, n, is_paired=False):
@@ -356,6 +373,7 @@ def seeds_needed(sd, margin, is_paired=False):
   with warnings.catch_warnings():
     warnings.simplefilter('ignore')
     diff = smallest_n(lambda n: solver.power(es, n, ALPHA), POWER)
-    equiv = smallest_n(lambda n: solver.power(es, n, ALPHA, alternative='larger'),
-                       1 - (1 - POWER) / 2)
+    equiv = smallest_n(
+      lambda n: solver.power(es, n, ALPHA, alternative='larger'), 1 - (1 - POWER) / 2
+    )
   return diff, equiv

@@ -23,9 +23,25 @@ from scipy import stats as sps
 from analysis.inputs.labels import seed_key
 from analysis.numbers import inference
 
-COLUMNS = ('a', 'b', 'class', 'seeds', 'diff_pp', 'ci_low', 'ci_high', 't', 'p', 'p_holm',
-           'different', 'test')
-T_TEST, EXACT, NONE = 'paired t', 'exact signed-rank (constant difference)', 'none (every difference 0)'
+COLUMNS = (
+  'a',
+  'b',
+  'class',
+  'seeds',
+  'diff_pp',
+  'ci_low',
+  'ci_high',
+  't',
+  'p',
+  'p_holm',
+  'different',
+  'test',
+)
+T_TEST, EXACT, NONE = (
+  'paired t',
+  'exact signed-rank (constant difference)',
+  'none (every difference 0)',
+)
 
 
 def class_tests(d):
@@ -81,10 +97,22 @@ def class_differences(entries, a, b):
     t = sps.ttest_1samp(d, 0.0, axis=0).statistic
   p, test = class_tests(d)
   p_holm = inference.holm(p)
-  return pd.DataFrame({'a': a, 'b': b, 'class': np.arange(width), 'seeds': len(shared),
-                       'diff_pp': d.mean(axis=0), 'ci_low': low, 'ci_high': high,
-                       't': t, 'p': p, 'p_holm': p_holm,
-                       'different': p_holm < inference.ALPHA, 'test': test})
+  return pd.DataFrame(
+    {
+      'a': a,
+      'b': b,
+      'class': np.arange(width),
+      'seeds': len(shared),
+      'diff_pp': d.mean(axis=0),
+      'ci_low': low,
+      'ci_high': high,
+      't': t,
+      'p': p,
+      'p_holm': p_holm,
+      'different': p_holm < inference.ALPHA,
+      'test': test,
+    }
+  )
 
 
 def per_class_table(entries, pairs):

@@ -32,6 +32,7 @@ class Prepared:
   seed (replicates averaged); `replicates`: arm, seed, n_runs, runs, values, mean, range,
   identical; `excluded`: run, status, reason; `pairing`: the pairing fields the table records;
   `lattice`: the step of an accuracy on one test-set size, else None."""
+
   runs: pd.DataFrame
   units: pd.DataFrame
   replicates: pd.DataFrame
@@ -49,6 +50,7 @@ class Stats(Prepared):
   """Prepared plus `arms` (one row per arm), `pairs` (every pair's test; empty unless asked),
   `small` (arms with n < 2), the equivalence `margin` and why, and the `unit` of values,
   differences and margin ('pp' for percent, else 'units')."""
+
   arms: pd.DataFrame
   pairs: pd.DataFrame
   small: pd.DataFrame
@@ -61,6 +63,7 @@ class Stats(Prepared):
 class Scope:
   """Confirmatory (True: the declared seeds at the declared margin), exploratory (False) or
   nothing declared (None), with the `deviations` from the declaration in words."""
+
   declared_seeds: Optional[list]
   declared_margin: Optional[float]
   analysed_seeds: list
@@ -74,6 +77,7 @@ class Scope:
 class Software:
   """`platforms`: {platform: {'device_kind', the CPU facts, 'devices', 'versions': {package:
   version}}}; `confounds`: the packages whose versions differ between platforms."""
+
   platforms: dict = dataclasses.field(default_factory=dict)
   confounds: list = dataclasses.field(default_factory=list)
 
@@ -85,6 +89,7 @@ class Agreement:
   without saved predictions; `variance_notes`: the arms whose seeds vary but that have no
   variance split, and why; `left_out`: the pairs of runs on different test sets, not compared
   image by image (analysis/numbers/agreement.py churns: arms, runs, why)."""
+
   table: pd.DataFrame
   summary: str
   calibration: pd.DataFrame
@@ -106,6 +111,7 @@ class Attribution:
   from: 'compare' (declared), '--compare', None: every pair by default); `arms` (each arm minus the
   reference, without a gap); `noise` ({platform: noise floor dict}); `labels` ({term: short
   label})."""
+
   metric: str
   source: str
   reference: dict
@@ -139,6 +145,7 @@ class Analysis(Stats):
   noise floor}), `attribution`, `software`, `agreement` (None for a CSV: no run folders),
   `scope`, and for an exploratory analysis `confirmatory` (the same analysis of the declared
   seeds at the declared margin)."""
+
   declared: dict = dataclasses.field(default_factory=dict)
   source: str = ''
   contrasts: Optional[pd.DataFrame] = None

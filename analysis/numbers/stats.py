@@ -53,12 +53,23 @@ DEFAULT_METRIC = record.DEFAULT_METRIC
 DEFAULT_MARGIN = declaration.DEFAULT_MARGIN
 MAX_ARMS = 200  # 19,900 pairs: about 3 minutes of pairwise tests (10 ms a pair on a 2-core CPU)
 EFFECTIVE = 'numerics.effective.'
-IDENTICAL_FIELDS = ('platform', 'device_kind', 'batchnorm_group', 'compute_dtype', 'conv_format',
-                    'dense_format', 'matmul_precision', 'param_dtype', 'xla_flags')
+IDENTICAL_FIELDS = (
+  'platform',
+  'device_kind',
+  'batchnorm_group',
+  'compute_dtype',
+  'conv_format',
+  'dense_format',
+  'matmul_precision',
+  'param_dtype',
+  'xla_flags',
+)
 # A pair's verdicts, in the order the reports count them (judge).
 VERDICTS = ('identical arithmetic', 'within margin', 'equivalent', 'different', 'inconclusive')
-UNDECLARED = ('none declared: 0.5 pp is the analysis.numbers.stats default, not a study decision; '
-              'declare one (--margin, --margin-reason)')
+UNDECLARED = (
+  'none declared: 0.5 pp is the analysis.numbers.stats default, not a study decision; '
+  'declare one (--margin, --margin-reason)'
+)
 
 
 def run_deterministic(platform, value):
@@ -80,10 +91,16 @@ def run_status(frame):
 def status_reasons(frame):
   """Why each run is not completed: 'failed: loss is NaN', 'running: step 3/10' ('' if it is)."""
   reason = frame['reason'] if 'reason' in frame else pd.Series('', index=frame.index)
-  progress = (f'step {a}/{b}' for a, b in zip(frame.get('step', [None] * len(frame)),
-                                               frame.get('total_steps', [None] * len(frame))))
-  return [f'{s}: {r}' if isinstance(r, str) and r else f'{s}: {p}' if s != 'completed' else ''
-          for s, r, p in zip(run_status(frame), reason, progress)]
+  progress = (
+    f'step {a}/{b}'
+    for a, b in zip(
+      frame.get('step', [None] * len(frame)), frame.get('total_steps', [None] * len(frame))
+    )
+  )
+  return [
+    f'{s}: {r}' if isinstance(r, str) and r else f'{s}: {p}' if s != 'completed' else ''
+    for s, r, p in zip(run_status(frame), reason, progress)
+  ]
 
 
 def split_runs(frame, metric):
@@ -94,9 +111,14 @@ def split_runs(frame, metric):
   status = run_status(frame)
   values = pd.to_numeric(frame[metric], errors='coerce')
   bad = status.ne('completed') | ~np.isfinite(values)
-  why = [w if s != 'completed' else f'no value for {metric}' if pd.isna(v) else
-         f'{metric} = {v} is not finite'
-         for s, w, v in zip(status[bad], status_reasons(frame[bad]), values[bad])]
+  why = [
+    w
+    if s != 'completed'
+    else f'no value for {metric}'
+    if pd.isna(v)
+    else f'{metric} = {v} is not finite'
+    for s, w, v in zip(status[bad], status_reasons(frame[bad]), values[bad])
+  ]
   excluded = pd.DataFrame({'run': frame.loc[bad, 'run'], 'status': status[bad], 'reason': why})
   return frame[~bad].copy(), excluded.reset_index(drop=True), values
 
@@ -106,8 +128,10 @@ def check_some_completed(frame):
   if run_status(frame).eq('completed').any():
     return
   listed = '; '.join(f'{run} ({why})' for run, why in zip(frame['run'], status_reasons(frame)))
-  raise ValueError(f'--runs/--csv: none of the {len(frame)} runs is completed, so there is nothing to '
-                   f'analyse; finish or rerun them: {listed}')
+  raise ValueError(
+    f'--runs/--csv: none of the {len(frame)} runs is completed, so there is nothing to '
+    f'analyse; finish or rerun them: {listed}'
+  )
 
 
 def replicate_table(runs):
@@ -117,9 +141,18 @@ def replicate_table(runs):
   if repeated.empty:
     return pd.DataFrame(columns=columns)
   repeated = repeated.assign(text=[f'{x:.4g}' for x in repeated['value']])
-  table = repeated.groupby(['arm', 'seed'], sort=False).agg(
-      n_runs=('run', 'size'), runs=('run', ', '.join), values=('text', ', '.join),
-      mean=('value', 'mean'), low=('value', 'min'), high=('value', 'max')).reset_index()
+  table = (
+    repeated.groupby(['arm', 'seed'], sort=False)
+    .agg(
+      n_runs=('run', 'size'),
+      runs=('run', ', '.join),
+      values=('text', ', '.join),
+      mean=('value', 'mean'),
+      low=('value', 'min'),
+      high=('value', 'max'),
+    )
+    .reset_index()
+  )
   table['range'] = table['high'] - table['low']
   table['identical'] = table['range'] == 0
   return table[columns]
@@ -128,9 +161,12 @@ def replicate_table(runs):
 def unit_table(runs):
   """One row per arm and seed (per run when unseeded): arm, seed, value = mean over its runs."""
   key = runs['seed'].where(runs['seeded'], runs['run'])
-  units = (runs.assign(unit=key).groupby(['arm', 'unit'], sort=False)
-           .agg(seed=('seed', 'first'), value=('value', 'mean'), n_runs=('run', 'size'))
-           .reset_index())
+  units = (
+    runs.assign(unit=key)
+    .groupby(['arm', 'unit'], sort=False)
+    .agg(seed=('seed', 'first'), value=('value', 'mean'), n_runs=('run', 'size'))
+    .reset_index()
+  )
   return units[['arm', 'seed', 'unit', 'value', 'n_runs']]
 
 
@@ -148,14 +184,15 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
     raise ValueError('--runs/--csv: no runs to analyse; check the path')
   check_some_completed(frame)
   metric = resolve_column(frame, metric, '--metric')
-  group_by = ([resolve_column(frame, g, '--group-by') for g in group_by]
-              or record.arm_columns(frame))
+  group_by = [resolve_column(frame, g, '--group-by') for g in group_by] or record.arm_columns(frame)
   seeded = seed_col is not None or 'seed' in frame.columns
   seed_col = resolve_column(frame, seed_col, '--seed-col') if seed_col else 'seed'
   runs, excluded, values = split_runs(frame, metric)
   if runs.empty:
-    raise ValueError(f'--runs/--csv: none of the {len(frame)} runs is completed with a {metric}; '
-                     'see the excluded list')
+    raise ValueError(
+      f'--runs/--csv: none of the {len(frame)} runs is completed with a {metric}; '
+      'see the excluded list'
+    )
   if scale is None:
     scale = 100.0 if 'acc' in metric.lower() and values[runs.index].abs().max() <= 1 else 1.0
   runs['value'] = values[runs.index] * scale
@@ -164,15 +201,24 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   runs['seeded'] = seeded & runs['seed'].notna()
   runs['arm'] = arm_labels(runs, group_by)
   unknown = [None] * len(runs)
-  det = [run_deterministic(p, v) for p, v in zip(runs.get('platform', unknown),
-                                                 runs.get(record.DETERMINISM_COLUMN, unknown))]
+  det = [
+    run_deterministic(p, v)
+    for p, v in zip(runs.get('platform', unknown), runs.get(record.DETERMINISM_COLUMN, unknown))
+  ]
   runs['det'], runs['det_why'] = [d for d, _ in det], [w for _, w in det]
   seeded_runs = runs[runs['seeded']]
-  return result.Prepared(runs=runs, units=unit_table(runs),
-                         replicates=replicate_table(seeded_runs), excluded=excluded,
-                         seeded=seeded, group_by=group_by, metric=metric, scale=scale,
-                         pairing=record.pairing_columns(frame.columns),
-                         lattice=lattice(runs, metric, scale))
+  return result.Prepared(
+    runs=runs,
+    units=unit_table(runs),
+    replicates=replicate_table(seeded_runs),
+    excluded=excluded,
+    seeded=seeded,
+    group_by=group_by,
+    metric=metric,
+    scale=scale,
+    pairing=record.pairing_columns(frame.columns),
+    lattice=lattice(runs, metric, scale),
+  )
 
 
 def model_units(runs, seed_col):
@@ -201,7 +247,9 @@ def identical_arithmetic(prep, arm_a, arm_b):
   if not all(c in runs for c in cols[:2]):
     return False
   cols = [c for c in cols if c in runs]
-  values = [runs.loc[runs['arm'] == arm, cols].astype(str).drop_duplicates() for arm in (arm_a, arm_b)]
+  values = [
+    runs.loc[runs['arm'] == arm, cols].astype(str).drop_duplicates() for arm in (arm_a, arm_b)
+  ]
   return all(len(v) == 1 for v in values) and values[0].iloc[0].equals(values[1].iloc[0])
 
 
@@ -224,9 +272,11 @@ def arm_table(prep):
   arms = prep.units['arm'].nunique()
   if arms > MAX_ARMS:
     by = ', '.join(record.field_name(g) for g in prep.group_by)
-    raise ValueError(f'--group-by: {arms:,} arms (by {by}), more than this report holds '
-                     f'({MAX_ARMS} arms at most: up to {MAX_ARMS * (MAX_ARMS - 1) // 2:,} pairs of '
-                     'tests, minutes); group by fewer or coarser columns')
+    raise ValueError(
+      f'--group-by: {arms:,} arms (by {by}), more than this report holds '
+      f'({MAX_ARMS} arms at most: up to {MAX_ARMS * (MAX_ARMS - 1) // 2:,} pairs of '
+      'tests, minutes); group by fewer or coarser columns'
+    )
   rows = []
   for arm, units in prep.units.groupby('arm', sort=True):
     runs = prep.runs[prep.runs['arm'] == arm]
@@ -236,11 +286,24 @@ def arm_table(prep):
     seeded = runs[runs['seeded']]
     wsd, wdf = inf.within_sd(seeded['value'], seeded['seed'])
     det, why = determinism(runs, reps)
-    rows.append({'arm': arm, **{g: runs[g].iloc[0] for g in prep.group_by}, 'n': len(x),
-                 'n_runs': len(runs), 'mean': x.mean(), 'sd': x.std(ddof=1) if len(x) > 1 else np.nan,
-                 'ci_low': low, 'ci_high': high, 'ci_method': method, 'within_sd': wsd,
-                 'within_df': wdf, 'deterministic': det, 'determinism': why,
-                 'seeds': seed_text(units['seed'])})
+    rows.append(
+      {
+        'arm': arm,
+        **{g: runs[g].iloc[0] for g in prep.group_by},
+        'n': len(x),
+        'n_runs': len(runs),
+        'mean': x.mean(),
+        'sd': x.std(ddof=1) if len(x) > 1 else np.nan,
+        'ci_low': low,
+        'ci_high': high,
+        'ci_method': method,
+        'within_sd': wsd,
+        'within_df': wdf,
+        'deterministic': det,
+        'determinism': why,
+        'seeds': seed_text(units['seed']),
+      }
+    )
   return pd.DataFrame(rows)
 
 
@@ -254,16 +317,22 @@ def design(prep, arm_a, arm_b):
   seeds_b = set(units.loc[units['arm'] == arm_b, 'seed'].dropna())
   shared = sorted(seeds_a & seeds_b, key=seed_key)
   if len(shared) < 2:
-    return False, shared, ('unpaired: no shared seeds' if not shared else
-                           'unpaired: 1 shared seed, 2 needed')
+    return (
+      False,
+      shared,
+      ('unpaired: no shared seeds' if not shared else 'unpaired: 1 shared seed, 2 needed'),
+    )
   runs = prep.runs
   both = runs[runs['arm'].isin([arm_a, arm_b]) & runs['seed'].isin(shared)]
   values = both[prep.pairing].astype(str).groupby(both['seed']).nunique()
   differ = [c for c in prep.pairing if (values[c] > 1).any()]
   if differ:
     return False, shared, f'unpaired: pairing fields differ: {", ".join(differ)}'
-  how = ('same init and data order' if prep.pairing else
-         'same seed taken as same init and data order (no pairing fields recorded)')
+  how = (
+    'same init and data order'
+    if prep.pairing
+    else 'same seed taken as same init and data order (no pairing fields recorded)'
+  )
   left = len(seeds_a | seeds_b) - len(shared)
   rest = f'; {left} unshared seed(s) left out of the paired tests' if left else ''
   return True, shared, f'paired: {len(shared)} shared seeds, {how}{rest}'
@@ -281,18 +350,40 @@ def compare(prep, arm_a, arm_b, margin):
   b = units.loc[units['arm'] == arm_b, 'value'].to_numpy()
   is_paired, shared, why = design(prep, arm_a, arm_b)
   t, df, p = inf.welch(a, b)
-  row = {'arm_a': arm_a, 'arm_b': arm_b, 'n_a': len(a), 'n_b': len(b), 'paired': is_paired,
-         'design': why, 'n_pairs': len(shared) if is_paired else 0, 'welch_t': t, 'welch_df': df,
-         'welch_p': p, 'paired_t': np.nan, 'paired_p': np.nan, 'mw_u': np.nan, 'mw_p': np.nan,
-         'mw_method': 'not used (paired)', 'signed_rank_w': np.nan, 'signed_rank_p': np.nan,
-         'signed_rank_method': 'not used (unpaired)', 'hedges_g': np.nan, 'd_z': np.nan, 'identical': False}
+  row = {
+    'arm_a': arm_a,
+    'arm_b': arm_b,
+    'n_a': len(a),
+    'n_b': len(b),
+    'paired': is_paired,
+    'design': why,
+    'n_pairs': len(shared) if is_paired else 0,
+    'welch_t': t,
+    'welch_df': df,
+    'welch_p': p,
+    'paired_t': np.nan,
+    'paired_p': np.nan,
+    'mw_u': np.nan,
+    'mw_p': np.nan,
+    'mw_method': 'not used (paired)',
+    'signed_rank_w': np.nan,
+    'signed_rank_p': np.nan,
+    'signed_rank_method': 'not used (unpaired)',
+    'hedges_g': np.nan,
+    'd_z': np.nan,
+    'identical': False,
+  }
   if is_paired:
     xa, xb = values_by_seed(prep, arm_a, shared), values_by_seed(prep, arm_b, shared)
     d, n = xa - xb, len(shared)
     row['paired_t'], df, row['paired_p'] = inf.paired(xa, xb)
     row['signed_rank_w'], row['signed_rank_p'], row['signed_rank_method'] = inf.signed_rank(d)
-    row.update(rank_test='signed-rank', rank_p=row['signed_rank_p'], d_z=inf.d_z(d),
-               identical=bool(np.all(d == 0)) and identical_arithmetic(prep, arm_a, arm_b))
+    row.update(
+      rank_test='signed-rank',
+      rank_p=row['signed_rank_p'],
+      d_z=inf.d_z(d),
+      identical=bool(np.all(d == 0)) and identical_arithmetic(prep, arm_a, arm_b),
+    )
     sd = np.std(d, ddof=1)
     se = sd / np.sqrt(n)
     row.update(diff=d.mean(), test='paired t', test_p=row['paired_p'], power_from=f'{n} pairs')
@@ -300,12 +391,14 @@ def compare(prep, arm_a, arm_b, margin):
     row['mw_u'], row['mw_p'], row['mw_method'] = inf.mann_whitney(a, b)
     row.update(rank_test='Mann–Whitney', rank_p=row['mw_p'], hedges_g=inf.hedges_g(a, b))
     se, df = inf.welch_se_df(a, b)
-    sd = np.sqrt(((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1))
-                 / (len(a) + len(b) - 2))
+    sd = np.sqrt(
+      ((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1)) / (len(a) + len(b) - 2)
+    )
     n = min(len(a), len(b))
     what = 'seeds' if prep.seeded else 'runs'
-    row.update(diff=a.mean() - b.mean(), test='Welch t', test_p=p,
-               power_from=f'{len(a)} + {len(b)} {what}')
+    row.update(
+      diff=a.mean() - b.mean(), test='Welch t', test_p=p, power_from=f'{len(a)} + {len(b)} {what}'
+    )
   row['power_sd'], row['power_n'] = sd, n
   row['ci95_low'], row['ci95_high'] = inf.diff_ci(row['diff'], se, df, 1 - inf.ALPHA)
   row['ci90_low'], row['ci90_high'], row['tost_p'] = inf.tost(row['diff'], se, df, margin)
@@ -330,12 +423,16 @@ def judge(rows):
   pairs['equivalent_raw'] = (pairs['tost_p'] < inf.ALPHA) & tested
   pairs['equivalent'] = pairs['tost_p_holm'] < inf.ALPHA
   on_lattice = pairs['lattice'].notna()
-  pairs['different'] = ((pairs['test_p_holm'] < inf.ALPHA)
-                        & ((pairs['ci95_low'] > 0) | (pairs['ci95_high'] < 0))
-                        & (~on_lattice | (pairs['rank_p_holm'] < inf.ALPHA)))
+  pairs['different'] = (
+    (pairs['test_p_holm'] < inf.ALPHA)
+    & ((pairs['ci95_low'] > 0) | (pairs['ci95_high'] < 0))
+    & (~on_lattice | (pairs['rank_p_holm'] < inf.ALPHA))
+  )
   pairs['verdict'] = np.select(
-      [~tested, pairs['equivalent'] & pairs['different'], pairs['equivalent'], pairs['different']],
-      ['identical arithmetic', 'within margin', 'equivalent', 'different'], 'inconclusive')
+    [~tested, pairs['equivalent'] & pairs['different'], pairs['equivalent'], pairs['different']],
+    ['identical arithmetic', 'within margin', 'equivalent', 'different'],
+    'inconclusive',
+  )
   return pairs
 
 
@@ -360,8 +457,9 @@ def margin_choice(margin=None, reason=None, declared=None, declared_reason=None)
   if margin is not None:
     margin = declaration.check_margin(margin, '--margin')
   if declared is not None:
-    declared = declaration.check_margin(declared, "the study's declared margin (study.json or "
-                                        'get_study(): margin)')
+    declared = declaration.check_margin(
+      declared, "the study's declared margin (study.json or get_study(): margin)"
+    )
   if margin is None and declared is None:
     return DEFAULT_MARGIN, UNDECLARED
   if margin is None or margin == declared:
@@ -372,8 +470,16 @@ def margin_choice(margin=None, reason=None, declared=None, declared_reason=None)
   return margin, text
 
 
-def arms_and_pairs(frame, group_by=(), metric=DEFAULT_METRIC, margin=DEFAULT_MARGIN,
-                   margin_reason=None, seed_col=None, scale=None, all_pairs=True):
+def arms_and_pairs(
+  frame,
+  group_by=(),
+  metric=DEFAULT_METRIC,
+  margin=DEFAULT_MARGIN,
+  margin_reason=None,
+  seed_col=None,
+  scale=None,
+  all_pairs=True,
+):
   """analysis.numbers.result.Stats: prepare()'s Prepared plus `arms`, `pairs` (every pair; empty
   unless `all_pairs`), `small` (arms n < 2), `margin`, `margin_reason` (None: 'no reason given') and
   `unit` of the values, differences and margin ('pp' for percent, else 'units')."""
@@ -381,8 +487,12 @@ def arms_and_pairs(frame, group_by=(), metric=DEFAULT_METRIC, margin=DEFAULT_MAR
     raise ValueError(f'--margin: must be a positive number of percentage points, got {margin}')
   prep = prepare(frame, list(group_by), metric, seed_col, scale)
   arms = arm_table(prep)
-  return result.Stats(**result.fields_of(prep), arms=arms,
-                      pairs=pair_table(prep, arms, margin) if all_pairs else pd.DataFrame(),
-                      small=arms[arms['n'] < 2], margin=margin,
-                      margin_reason=margin_reason or 'no reason given',
-                      unit='pp' if prep.scale == 100 else 'units')
+  return result.Stats(
+    **result.fields_of(prep),
+    arms=arms,
+    pairs=pair_table(prep, arms, margin) if all_pairs else pd.DataFrame(),
+    small=arms[arms['n'] < 2],
+    margin=margin,
+    margin_reason=margin_reason or 'no reason given',
+    unit='pp' if prep.scale == 100 else 'units',
+  )

@@ -36,9 +36,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-METHOD = ('two-way crossed random-effects ANOVA, method of moments (expected mean squares); '
-          'negative estimates truncated at 0; 95% intervals by Satterthwaite\'s df (exact χ² for '
-          'a single mean square)')
+METHOD = (
+  'two-way crossed random-effects ANOVA, method of moments (expected mean squares); '
+  "negative estimates truncated at 0; 95% intervals by Satterthwaite's df (exact χ² for "
+  'a single mean square)'
+)
 COMPONENTS = ('init', 'data order', 'init × data order', 'nondeterminism (replicates)')
 RESIDUAL = 'init × data order + nondeterminism (no replicates)'  # R = 1: one residual
 MIN_CI_DF = 2.0
@@ -53,8 +55,10 @@ def cell_array(frame, value, init, data):
   full = counts.reindex(pd.MultiIndex.from_product([inits, datas]), fill_value=0)
   if full.nunique() != 1 or full.iloc[0] < 1:
     short = ', '.join(f'({i}, {j}): {n}' for (i, j), n in full.items() if n != full.max())
-    raise ValueError(f'variance split: needs every (init_seed, data_seed) cell run the same number '
-                     f'of times; runs per cell: {short or full.iloc[0]}')
+    raise ValueError(
+      f'variance split: needs every (init_seed, data_seed) cell run the same number '
+      f'of times; runs per cell: {short or full.iloc[0]}'
+    )
   ordered = frame.sort_values([init, data], kind='stable')
   return ordered[value].to_numpy(float).reshape(len(inits), len(datas), int(full.iloc[0]))
 
@@ -66,13 +70,16 @@ def mean_squares(y):
   grand, cell = y.mean(), y.mean(axis=2)
   row, col = cell.mean(axis=1), cell.mean(axis=0)
   inter = cell - row[:, None] - col[None, :] + grand
-  out = {'init': (n_j * n_r * np.sum((row - grand) ** 2) / (n_i - 1), n_i - 1),
-         'data order': (n_i * n_r * np.sum((col - grand) ** 2) / (n_j - 1), n_j - 1),
-         'init × data order': (n_r * np.sum(inter ** 2) / ((n_i - 1) * (n_j - 1)),
-                               (n_i - 1) * (n_j - 1))}
+  out = {
+    'init': (n_j * n_r * np.sum((row - grand) ** 2) / (n_i - 1), n_i - 1),
+    'data order': (n_i * n_r * np.sum((col - grand) ** 2) / (n_j - 1), n_j - 1),
+    'init × data order': (n_r * np.sum(inter**2) / ((n_i - 1) * (n_j - 1)), (n_i - 1) * (n_j - 1)),
+  }
   if n_r > 1:
-    out['nondeterminism (replicates)'] = (np.sum((y - cell[..., None]) ** 2)
-                                          / (n_i * n_j * (n_r - 1)), n_i * n_j * (n_r - 1))
+    out['nondeterminism (replicates)'] = (
+      np.sum((y - cell[..., None]) ** 2) / (n_i * n_j * (n_r - 1)),
+      n_i * n_j * (n_r - 1),
+    )
   return out
 
 
@@ -80,8 +87,10 @@ def coefficients(shape):
   """{component: {mean square: c_k}}: each estimate as Σ c_k MS_k (module doc)."""
   n_i, n_j, n_r = shape
   ab = 'init × data order'
-  out = {'init': {'init': 1 / (n_j * n_r), ab: -1 / (n_j * n_r)},
-         'data order': {'data order': 1 / (n_i * n_r), ab: -1 / (n_i * n_r)}}
+  out = {
+    'init': {'init': 1 / (n_j * n_r), ab: -1 / (n_j * n_r)},
+    'data order': {'data order': 1 / (n_i * n_r), ab: -1 / (n_i * n_r)},
+  }
   if n_r == 1:
     return {**out, RESIDUAL: {ab: 1.0}}
   e = 'nondeterminism (replicates)'
@@ -91,8 +100,9 @@ def coefficients(shape):
 def estimates(ms, shape):
   """{component: method-of-moments estimate} from mean_squares' {name: (MS, df)} of an I × J × R
   array (module doc), untruncated."""
-  return {c: sum(w * ms[k][0] for k, w in weights.items())
-          for c, weights in coefficients(shape).items()}
+  return {
+    c: sum(w * ms[k][0] for k, w in weights.items()) for c, weights in coefficients(shape).items()
+  }
 
 
 def interval(ms, weights):
@@ -100,7 +110,7 @@ def interval(ms, weights):
   estimate is not positive or ν < MIN_CI_DF."""
   value = sum(w * ms[k][0] for k, w in weights.items())
   spread = sum((w * ms[k][0]) ** 2 / ms[k][1] for k, w in weights.items())
-  nu = value ** 2 / spread if spread > 0 else np.nan
+  nu = value**2 / spread if spread > 0 else np.nan
   if not value > 0 or not nu >= MIN_CI_DF:
     return np.nan, np.nan, nu
   return (nu * value / sps.chi2.ppf(0.975, nu), nu * value / sps.chi2.ppf(0.025, nu), nu)
@@ -117,11 +127,19 @@ def variance_components(frame, value='value', init='init_seed', data='data_seed'
   ms = mean_squares(y)
   estimate = estimates(ms, y.shape)
   own = lambda c: ms['init × data order' if c == RESIDUAL else c]
-  rows = [{'component': c, 'mean_square': own(c)[0], 'df': own(c)[1], 'estimate': estimate[c],
-           'variance': max(estimate[c], 0.0), 'truncated': estimate[c] < 0,
-           **dict(zip(('ci_low', 'ci_high', 'ci_df'), interval(ms, weights))),
-           'replicates': y.shape[2]}
-          for c, weights in coefficients(y.shape).items()]
+  rows = [
+    {
+      'component': c,
+      'mean_square': own(c)[0],
+      'df': own(c)[1],
+      'estimate': estimate[c],
+      'variance': max(estimate[c], 0.0),
+      'truncated': estimate[c] < 0,
+      **dict(zip(('ci_low', 'ci_high', 'ci_df'), interval(ms, weights))),
+      'replicates': y.shape[2],
+    }
+    for c, weights in coefficients(y.shape).items()
+  ]
   table = pd.DataFrame(rows)
   table['sd'] = np.sqrt(table['variance'])
   total = table['variance'].sum()

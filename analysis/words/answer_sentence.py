@@ -12,7 +12,9 @@ from analysis.words.attribution_text import interval, signed
 
 def row_name(r, several):
   """'bf16 activations' (or 'gpu: bf16 activations' with several platforms; 'A − B' unlabelled)."""
-  name = r['label'] if 'label' in r and isinstance(r['label'], str) else f'{r["arm_a"]} − {r["arm_b"]}'
+  name = (
+    r['label'] if 'label' in r and isinstance(r['label'], str) else f'{r["arm_a"]} − {r["arm_b"]}'
+  )
   return f'{r["platform"]}: {name}' if several and r.get('platform') else name
 
 
@@ -30,8 +32,10 @@ def pairs_clause(out):
   seen = out.pairs['verdict'].value_counts()
   counts = ', '.join(f'{seen[v]} {v}' for v in stats.VERDICTS if v in seen)
   metric = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
-  return (f'{len(out.pairs)} pairs of arms compared on {metric} (no declared contrasts, Holm over '
-          f'{stats.family_size(out.pairs)}): {counts}')
+  return (
+    f'{len(out.pairs)} pairs of arms compared on {metric} (no declared contrasts, Holm over '
+    f'{stats.family_size(out.pairs)}): {counts}'
+  )
 
 
 def settings_clause(out):
@@ -46,8 +50,10 @@ def settings_clause(out):
   by = {v: [r for _, r in table.iterrows() if r['verdict'] == v] for v in set(table['verdict'])}
   metric = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
   m, unit = f'±{out.margin:g} {out.unit}', out.unit
-  show = lambda rows: listed(f'{row_name(r, several)} ({signed(r["diff"])} '
-                             f'{interval(r["ci95_low"], r["ci95_high"])} {unit})' for r in rows)
+  show = lambda rows: listed(
+    f'{row_name(r, several)} ({signed(r["diff"])} {interval(r["ci95_low"], r["ci95_high"])} {unit})'
+    for r in rows
+  )
   parts = []
   if by.get('different'):
     parts.append(f'{show(by["different"])} changed {metric} (a difference shown, not within {m})')
@@ -57,12 +63,14 @@ def settings_clause(out):
     parts.append(f'{listed(row_name(r, several) for r in by["inconclusive"])} are undecided')
   tested = len(table) - len(by.get('identical arithmetic', []))
   if by.get('equivalent'):
-    lead = ('no numerics setting changed ' + metric if len(parts) == 0 else 'the others did not')
+    lead = 'no numerics setting changed ' + metric if len(parts) == 0 else 'the others did not'
     parts.append(f'{lead} beyond {m} ({len(by["equivalent"])} of {tested} tested equivalent)')
   if by.get('identical arithmetic'):
     same = listed(row_name(r, several) for r in by['identical arithmetic'])
-    parts.append(f'{same} {"is" if len(by["identical arithmetic"]) == 1 else "are"} the reference\'s '
-                 'own arithmetic (exactly 0, not tested)')
+    parts.append(
+      f"{same} {'is' if len(by['identical arithmetic']) == 1 else 'are'} the reference's "
+      'own arithmetic (exactly 0, not tested)'
+    )
   return '; '.join(parts)
 
 
@@ -73,10 +81,12 @@ def churn_clause(out):
   read = agreement.against_seeds(table) if table is not None and not table.empty else None
   if read is None:
     return ''
-  return (f'by churn, {read["changed"]} of {read["rows"]} settings changed the model: '
-          f'{read["low"]:.2g}–{read["high"]:.2g} % of the test predictions differ from the '
-          f'reference arm\'s, {read["ratio_low"]:.2g}–{read["ratio_high"]:.2g} × the '
-          f'{read["base"]} between two seeds of one arm ({agreement.seed_verdict(read)})')
+  return (
+    f'by churn, {read["changed"]} of {read["rows"]} settings changed the model: '
+    f'{read["low"]:.2g}–{read["high"]:.2g} % of the test predictions differ from the '
+    f"reference arm's, {read['ratio_low']:.2g}–{read['ratio_high']:.2g} × the "
+    f'{read["base"]} between two seeds of one arm ({agreement.seed_verdict(read)})'
+  )
 
 
 def gap_clause(out):
@@ -85,8 +95,10 @@ def gap_clause(out):
   if not att or not att.decomposition:
     return ''
   d = att.decomposition[0]
-  return (f'{d["gap"].replace(" - ", " − ")}: {d["verdict"]} (G {signed(d["G"])} '
-          f'{interval(d["G_ci_low"], d["G_ci_high"])} {out.unit} at ±{d["margin"]:g} {out.unit})')
+  return (
+    f'{d["gap"].replace(" - ", " − ")}: {d["verdict"]} (G {signed(d["G"])} '
+    f'{interval(d["G_ci_low"], d["G_ci_high"])} {out.unit} at ±{d["margin"]:g} {out.unit})'
+  )
 
 
 def sentence(out):
@@ -95,8 +107,9 @@ def sentence(out):
   platforms = sorted(out.software.platforms)
   where = f'on {listed(platforms)}, ' if platforms else ''
   settings = settings_clause(out)
-  parts = [p for p in (gap_clause(out), (where + settings) if settings else '', churn_clause(out))
-           if p]
+  parts = [
+    p for p in (gap_clause(out), (where + settings) if settings else '', churn_clause(out)) if p
+  ]
   if not parts:
     return '**Answer.** Nothing to answer: no two arms with n ≥ 2 each were compared.'
   return f'**Answer.** {"; ".join(parts)}.'

@@ -33,13 +33,16 @@ def component_rows(table, gap_label, unit, margin):
   rows = []
   for _, r in table[table['gap'] == gap_label].iterrows():
     tost = r['key'] in ('G', 'R') and margin and r['note'] == ''
-    rows.append({'component': r['component'],
-                 f'estimate ({unit})': signed(r['estimate']) if r['note'] == '' else r['note'],
-                 '95% CI': interval(r['ci_low'], r['ci_high']) if r['note'] == '' else '',
-                 'p': pval(r['p']) if r['note'] == '' else '',
-                 '90% CI': interval(r['ci90_low'], r['ci90_high']) if tost else '',
-                 f'TOST p (±{margin:g})' if margin else 'TOST p':
-                     pval(r['tost_p']) if tost else ''})
+    rows.append(
+      {
+        'component': r['component'],
+        f'estimate ({unit})': signed(r['estimate']) if r['note'] == '' else r['note'],
+        '95% CI': interval(r['ci_low'], r['ci_high']) if r['note'] == '' else '',
+        'p': pval(r['p']) if r['note'] == '' else '',
+        '90% CI': interval(r['ci90_low'], r['ci90_high']) if tost else '',
+        f'TOST p (±{margin:g})' if margin else 'TOST p': pval(r['tost_p']) if tost else '',
+      }
+    )
   return rows
 
 
@@ -47,13 +50,17 @@ def numerics_state(d):
   n = interval(d['N_ci_low'], d['N_ci_high'])
   if not d['N_estimable']:
     return 'the numerics part is not estimable from the arms run'
-  where = (f' (measured on {d["N_only"]} only: the other platform did not run both emulating '
-           'profiles, so its interaction with the platform is untested)' if d['N_only'] else '')
+  where = (
+    f' (measured on {d["N_only"]} only: the other platform did not run both emulating '
+    'profiles, so its interaction with the platform is untested)'
+    if d['N_only']
+    else ''
+  )
   if d['numerics_shown']:
-    return f'the numerics part has the gap\'s sign and excludes 0 ({n}){where}'
+    return f"the numerics part has the gap's sign and excludes 0 ({n}){where}"
   if d['numerics_opposite']:
     return f'the numerics part has the opposite sign ({n}){where}'
-  return f'the numerics part\'s 95% CI {n} includes 0{where}'
+  return f"the numerics part's 95% CI {n} includes 0{where}"
 
 
 def interaction_state(d):
@@ -61,9 +68,11 @@ def interaction_state(d):
   if not d.get('interaction_shown'):
     return ''
   a, b = d['platforms']
-  return (f'the numerics part differs between the platforms (N_A − N_B '
-          f'{signed(d["N_interaction"])} {interval(d["N_interaction_ci_low"], d["N_interaction_ci_high"])}: '
-          f'{signed(d["N_A"])} on {a}, {signed(d["N_B"])} on {b}; N is their mean)')
+  return (
+    f'the numerics part differs between the platforms (N_A − N_B '
+    f'{signed(d["N_interaction"])} {interval(d["N_interaction_ci_low"], d["N_interaction_ci_high"])}: '
+    f'{signed(d["N_A"])} on {a}, {signed(d["N_B"])} on {b}; N is their mean)'
+  )
 
 
 def carriers(d):
@@ -71,13 +80,20 @@ def carriers(d):
   (the emulation's fidelity on A or B, the platforms under the same emulated arithmetic, with the
   interaction where P differs between the two arithmetics), else the largest part, not shown."""
   (a, b), (ea, eb) = d['platforms'], d['profiles']
-  parts = (('fid_A', 1, f'{ea} not reproducing {a}\'s native arithmetic on {a} (fid_A'),
-           ('fid_B', -1, f'{eb} not reproducing {b}\'s native arithmetic on {b} (−fid_B'),
-           ('P', 1, f'the platforms under the same emulated arithmetic (P'))
-  text = lambda key, sign, name: (f'{name} {signed(sign * d[key])} '
-                                  f'{interval(*sorted([sign * d[key + "_ci_low"], sign * d[key + "_ci_high"]]))})')
-  found = [text(*p) for p in parts if d[p[0]] == d[p[0]]
-           and gap_verdict.shown(d[p[0] + '_ci_low'], d[p[0] + '_ci_high'])]
+  parts = (
+    ('fid_A', 1, f"{ea} not reproducing {a}'s native arithmetic on {a} (fid_A"),
+    ('fid_B', -1, f"{eb} not reproducing {b}'s native arithmetic on {b} (−fid_B"),
+    ('P', 1, 'the platforms under the same emulated arithmetic (P'),
+  )
+  text = lambda key, sign, name: (
+    f'{name} {signed(sign * d[key])} '
+    f'{interval(*sorted([sign * d[key + "_ci_low"], sign * d[key + "_ci_high"]]))})'
+  )
+  found = [
+    text(*p)
+    for p in parts
+    if d[p[0]] == d[p[0]] and gap_verdict.shown(d[p[0] + '_ci_low'], d[p[0] + '_ci_high'])
+  ]
   if found:
     return 'carried by ' + ' and '.join(found)
   known = [p for p in parts if d[p[0]] == d[p[0]]]
@@ -91,21 +107,26 @@ def residual_state(d, unit):
   m = d['margin']
   carried = carriers(d)
   if d['residual_equivalent']:
-    return (f'the residual lies within ±{m:g} {unit} (90% CI {interval(d["R_ci90_low"], d["R_ci90_high"])}, '
-            f'TOST p {pval(d["R_tost_p"])})')
+    return (
+      f'the residual lies within ±{m:g} {unit} (90% CI {interval(d["R_ci90_low"], d["R_ci90_high"])}, '
+      f'TOST p {pval(d["R_tost_p"])})'
+    )
   if d['residual_shown']:
-    return (f'a residual remains (95% CI {interval(d["R_ci_low"], d["R_ci_high"])} excludes 0)'
-            + (f', {carried}' if carried else ''))
+    return f'a residual remains (95% CI {interval(d["R_ci_low"], d["R_ci_high"])} excludes 0)' + (
+      f', {carried}' if carried else ''
+    )
   if not m:
     return 'the residual cannot be shown within a margin (none given)'
-  return (f'the residual is neither shown nor within ±{m:g} {unit} (90% CI '
-          f'{interval(d["R_ci90_low"], d["R_ci90_high"])})' + (f'; {carried}' if carried else ''))
+  return (
+    f'the residual is neither shown nor within ±{m:g} {unit} (90% CI '
+    f'{interval(d["R_ci90_low"], d["R_ci90_high"])})' + (f'; {carried}' if carried else '')
+  )
 
 
 def share_state(d):
   if d['share_reaches']:
-    return f'the share\'s lower 95% bound reaches the minimum {d["min_share"]:g}'
-  return f'the share\'s lower 95% bound is below the minimum {d["min_share"]:g}'
+    return f"the share's lower 95% bound reaches the minimum {d['min_share']:g}"
+  return f"the share's lower 95% bound is below the minimum {d['min_share']:g}"
 
 
 def holm_text(d):
@@ -118,10 +139,15 @@ def rank_text(d):
   """The signed-rank test beside the t-interval: its p and the seeds' signs."""
   k = d.get('pairs_compared', 1)
   p = pval(d['G_signed_rank_p_holm'] if k > 1 else d['G_signed_rank_p'])
-  can = ('' if d['G_signed_rank_attainable'] * k < inference.ALPHA else
-         f'; at {d["seeds"]} seeds it cannot reach {inference.ALPHA:g}')
-  return (f'exact signed-rank p {p}{holm_text(d)}, {d["G_seeds_positive"]} of {d["seeds"]} '
-          f'seeds above 0 and {d["G_seeds_negative"]} below{can}')
+  can = (
+    ''
+    if d['G_signed_rank_attainable'] * k < inference.ALPHA
+    else f'; at {d["seeds"]} seeds it cannot reach {inference.ALPHA:g}'
+  )
+  return (
+    f'exact signed-rank p {p}{holm_text(d)}, {d["G_seeds_positive"]} of {d["seeds"]} '
+    f'seeds above 0 and {d["G_seeds_negative"]} below{can}'
+  )
 
 
 def gap_state(d, unit):
@@ -129,12 +155,18 @@ def gap_state(d, unit):
   m, k = d['margin'], d.get('pairs_compared', 1)
   g90 = interval(d['G_ci90_low'], d['G_ci90_high'])
   g95 = interval(d['G_ci_low'], d['G_ci_high'])
-  holm = (f'; paired-t p {pval(d["G_p_holm"])}{holm_text(d)}' if k > 1 else
-          ' includes 0' if not d['gap_shown'] else ' excludes 0')
+  holm = (
+    f'; paired-t p {pval(d["G_p_holm"])}{holm_text(d)}'
+    if k > 1
+    else ' includes 0'
+    if not d['gap_shown']
+    else ' excludes 0'
+  )
   shown = f'shown (95% CI {g95}{holm})'
   if d['gap_equivalent']:
-    within = (f'lies within ±{m:g} {unit} (90% CI {g90}, TOST p {pval(d["G_tost_p_holm"])}'
-              f'{holm_text(d)})')
+    within = (
+      f'lies within ±{m:g} {unit} (90% CI {g90}, TOST p {pval(d["G_tost_p_holm"])}{holm_text(d)})'
+    )
     return f'the native gap is {"" if d["gap_shown"] else "not "}{shown} and {within}'
   nor = f' ±{m:g} {unit} (90% CI {g90})' if m else ' a margin (none was given)'
   if d['gap_shown']:
@@ -169,27 +201,37 @@ def share_line(d):
   if d['share'] != d['share']:
     return 'share of the gap explained by numerics: not estimable (no numerics part)'
   if not np.isfinite(d['share_ci_low']):
-    return (f'share of the gap explained by numerics: N / G = {d["share"]:.2f}, 95% CI unbounded '
-            f'({d["share_method"]}: the gap is not shown to be nonzero)')
-  return (f'share of the gap explained by numerics: N / G = {d["share"]:.2f} (95% CI '
-          f'[{d["share_ci_low"]:.2f}, {d["share_ci_high"]:.2f}], {d["share_method"]}; '
-          f'"explained" needs the lower bound ≥ {d["min_share"]:g})')
+    return (
+      f'share of the gap explained by numerics: N / G = {d["share"]:.2f}, 95% CI unbounded '
+      f'({d["share_method"]}: the gap is not shown to be nonzero)'
+    )
+  return (
+    f'share of the gap explained by numerics: N / G = {d["share"]:.2f} (95% CI '
+    f'[{d["share_ci_low"]:.2f}, {d["share_ci_high"]:.2f}], {d["share_method"]}; '
+    f'"explained" needs the lower bound ≥ {d["min_share"]:g})'
+  )
 
 
 def seeds_line(d, unit):
   """The seeds (per arm) each part of a decisive answer needs at the observed per-seed sds, each at
   the margin (the smallest effect of interest); without a margin, why none is given."""
   if not d['margin']:
-    return ('seeds for 80% power: none computed (no margin, so no smallest effect of interest to '
-            'power)')
+    return (
+      'seeds for 80% power: none computed (no margin, so no smallest effect of interest to power)'
+    )
   m = f'±{d["margin"]:g} {unit}'
-  names = {'gap nonzero': f'a gap of {m} shown ≠ 0', 'numerics part nonzero':
-           f'a numerics part of {m} shown ≠ 0', 'gap within margin': f'a gap of 0 shown within {m}',
-           'residual within margin': f'a residual of 0 shown within {m}'}
+  names = {
+    'gap nonzero': f'a gap of {m} shown ≠ 0',
+    'numerics part nonzero': f'a numerics part of {m} shown ≠ 0',
+    'gap within margin': f'a gap of 0 shown within {m}',
+    'residual within margin': f'a residual of 0 shown within {m}',
+  }
   parts = [f'{names[q]}: {n}' for q, n in d['seeds_needed'].items()]
-  return (f'seeds for 80% power (α = {inference.ALPHA:g}, paired t at the observed sd of each '
-          f'per-seed component, at the margin, the smallest effect of interest; now '
-          f'{d["seeds"]}): ' + ', '.join(parts))
+  return (
+    f'seeds for 80% power (α = {inference.ALPHA:g}, paired t at the observed sd of each '
+    f'per-seed component, at the margin, the smallest effect of interest; now '
+    f'{d["seeds"]}): ' + ', '.join(parts)
+  )
 
 
 def cross_check_line(d, unit):
@@ -198,21 +240,32 @@ def cross_check_line(d, unit):
   c = d['cross_check']
   if not c.get('G'):
     return 'cross-check (mixed model over the same cells): fit failed'
-  parts = [f'{k} {signed(c[k]["estimate"])} {interval(c[k]["ci_low"], c[k]["ci_high"])}'
-           if 'estimate' in c[k] else f'{k}: {c[k]["note"]}' for k in ('G', 'N', 'R') if c.get(k)]
+  parts = [
+    f'{k} {signed(c[k]["estimate"])} {interval(c[k]["ci_low"], c[k]["ci_high"])}'
+    if 'estimate' in c[k]
+    else f'{k}: {c[k]["note"]}'
+    for k in ('G', 'N', 'R')
+    if c.get(k)
+  ]
   same = f' (N from {d["N_only"]} only, as the estimate)' if d.get('N_only') else ''
-  return (f'cross-check, {c["method"].split(" (")[0]} over the same cells{same} (one residual '
-          f'variance for every cell): ' + ', '.join(parts) + f' {unit}')
+  return (
+    f'cross-check, {c["method"].split(" (")[0]} over the same cells{same} (one residual '
+    f'variance for every cell): ' + ', '.join(parts) + f' {unit}'
+  )
 
 
 def decomposition_lines(d, table, unit):
   """Markdown lines of one gap's decomposition: table, verdict with why, share, seeds, check."""
   seeds = seed_text(pd.Series(d['seed_list'], dtype=object))
-  return [tables.markdown(component_rows(table, d['gap'], unit, d['margin'])).rstrip('\n'), '',
-          f'**{d["gap"].replace(" - ", " − ")}: {d["verdict"]}** — {why(d, unit)}.',
-          f'Signed-rank p of the gap {pval(d["G_signed_rank_p"])} ({d["G_signed_rank_method"]}); '
-          f'd_z {num(d["G_d_z"])}; seeds used {d["seeds"]} ({seeds}).',
-          f'{share_line(d)}; {seeds_line(d, unit)}.', f'{cross_check_line(d, unit)}.']
+  return [
+    tables.markdown(component_rows(table, d['gap'], unit, d['margin'])).rstrip('\n'),
+    '',
+    f'**{d["gap"].replace(" - ", " − ")}: {d["verdict"]}** — {why(d, unit)}.',
+    f'Signed-rank p of the gap {pval(d["G_signed_rank_p"])} ({d["G_signed_rank_method"]}); '
+    f'd_z {num(d["G_d_z"])}; seeds used {d["seeds"]} ({seeds}).',
+    f'{share_line(d)}; {seeds_line(d, unit)}.',
+    f'{cross_check_line(d, unit)}.',
+  ]
 
 
 def noise_text(out):
@@ -223,40 +276,75 @@ def noise_text(out):
   floors = list(out.noise.items())
   whats = {f['what'] for _, f in floors}
   what = next(iter(whats)) if len(whats) == 1 else 'the noise arm − the arm it perturbs'
-  per = ', '.join(f'{p + " " if p else ""}±{f["half"]:.3f} {out.unit} (sd {f["sd"]:.3f}, '
-                  f'{f["n"]} seeds)' for p, f in floors)
-  return (f'noise floor (95% half-width of the mean paired difference {what}, '
-          f't(0.975, n − 1) × sd / √n over the n seeds both ran): {per}')
+  per = ', '.join(
+    f'{p + " " if p else ""}±{f["half"]:.3f} {out.unit} (sd {f["sd"]:.3f}, {f["n"]} seeds)'
+    for p, f in floors
+  )
+  return (
+    f'noise floor (95% half-width of the mean paired difference {what}, '
+    f't(0.975, n − 1) × sd / √n over the n seeds both ran): {per}'
+  )
 
 
 def render(out):
   """The attribution report as Markdown: model, method, units, the tables, the excluded runs."""
   u, labels = out.unit, out.labels or {}
   half = min((f['half'] for f in out.noise.values()), default=np.nan)
-  lines = [f'# Attribution of {out.metric}' + (f' ({out.source})' if out.source else ''),
-           '', f'model: {out.model}', f'method: {out.method}',
-           f'runs: {out.n_runs} used, {len(out.excluded)} excluded, '
-           f'{len(out.replicates)} arm/seed(s) run more than once (each run kept)',
-           f'units: {UNITS.get(u, u)}; each term = difference from its factor\'s reference level '
-           '(other factors fixed), 95% CI and two-sided p, no multiplicity correction',
-           f'reference levels: {", ".join(f"{k}={v}" for k, v in out.reference.items())}',
-           noise_text(out), '']
+  lines = [
+    f'# Attribution of {out.metric}' + (f' ({out.source})' if out.source else ''),
+    '',
+    f'model: {out.model}',
+    f'method: {out.method}',
+    f'runs: {out.n_runs} used, {len(out.excluded)} excluded, '
+    f'{len(out.replicates)} arm/seed(s) run more than once (each run kept)',
+    f"units: {UNITS.get(u, u)}; each term = difference from its factor's reference level "
+    '(other factors fixed), 95% CI and two-sided p, no multiplicity correction',
+    f'reference levels: {", ".join(f"{k}={v}" for k, v in out.reference.items())}',
+    noise_text(out),
+    '',
+  ]
   ratio = lambda e: num(abs(e) / half) if half > 0 else '–'
-  lines.append(tables.markdown([{'term': labels.get(r['term'], r['term']), f'estimate ({u})': num(r['estimate']),
-                                '95% CI': ci(r), 'p': pval(r['p']),
-                                'abs. estimate / smallest noise half-width': ratio(r['estimate'])}
-                               for _, r in out.terms.iterrows()]))
-  margin = (f'±{out.margin:g} {u}' + (f' ({out.margin_reason})' if out.margin_reason else '')
-            if out.margin else 'none given')
+  lines.append(
+    tables.markdown(
+      [
+        {
+          'term': labels.get(r['term'], r['term']),
+          f'estimate ({u})': num(r['estimate']),
+          '95% CI': ci(r),
+          'p': pval(r['p']),
+          'abs. estimate / smallest noise half-width': ratio(r['estimate']),
+        }
+        for _, r in out.terms.iterrows()
+      ]
+    )
+  )
+  margin = (
+    f'±{out.margin:g} {u}' + (f' ({out.margin_reason})' if out.margin_reason else '')
+    if out.margin
+    else 'none given'
+  )
   lines += ['## Platform gap', '', gap_note(out), f'equivalence margin: {margin}', '']
   for d in out.decomposition:
     lines += decomposition_lines(d, out.gap, u) + ['']
   if out.arms is not None:
-    lines.append(tables.markdown([{'arm': r['arm'], f'minus reference arm ({u})':
-                                  num(r['estimate']), '95% CI': ci(r), 'p': pval(r['p'])}
-                                 for _, r in out.arms.iterrows()]))
-  lines += ['## Excluded runs', '', tables.markdown([{'run': r['run'], 'reason': r['reason']}
-                                                   for _, r in out.excluded.iterrows()])]
+    lines.append(
+      tables.markdown(
+        [
+          {
+            'arm': r['arm'],
+            f'minus reference arm ({u})': num(r['estimate']),
+            '95% CI': ci(r),
+            'p': pval(r['p']),
+          }
+          for _, r in out.arms.iterrows()
+        ]
+      )
+    )
+  lines += [
+    '## Excluded runs',
+    '',
+    tables.markdown([{'run': r['run'], 'reason': r['reason']} for _, r in out.excluded.iterrows()]),
+  ]
   return '\n'.join(lines)
 
 
@@ -264,9 +352,14 @@ def pairs_line(out):
   """Which platform pairs are decomposed, where they came from and how they enter the tests."""
   pairs = ', '.join(d['gap'].replace(' - ', ' − ') for d in out.decomposition)
   source = {'compare': 'declared (compare)', '--compare': 'from --compare (exploratory)'}.get(
-      out.compare_flag, 'every pair of the platforms run (none declared), tpu before gpu before cpu')
-  holm = (f'; each pair\'s gap tests (paired t, TOST, signed rank) Holm-adjusted over the '
-          f'{len(out.decomposition)} pairs' if len(out.decomposition) > 1 else '')
+    out.compare_flag, 'every pair of the platforms run (none declared), tpu before gpu before cpu'
+  )
+  holm = (
+    f"; each pair's gap tests (paired t, TOST, signed rank) Holm-adjusted over the "
+    f'{len(out.decomposition)} pairs'
+    if len(out.decomposition) > 1
+    else ''
+  )
   left = f'; left out: {out.pairs_note}' if out.pairs_note else ''
   return f'Platform pairs (G = A − B): {pairs}, {source}{holm}{left}.'
 
@@ -277,11 +370,13 @@ def gap_note(out):
   if out.native is None:
     return out.gap_note
   factor, level = out.native
-  return (pairs_line(out) + ' '
-          f'native arm {factor}={level}; emulation of each platform\'s native arithmetic: '
-          + ', '.join(f'{p}={q}' for p, q in out.emulation.items())
-          + '. Each component is a per-seed combination of the cells (platform, '
-          f'{factor}) at the other factors\' reference levels, its mean with a t-interval over '
-          'seeds; G = fid_A − fid_B + N + P exactly. (The effects table above is the main-effects '
-          f'model: its platform term averages different arithmetics, as {factor}={level} differs '
-          'between platforms; it is not the gap.)')
+  return (
+    pairs_line(out) + ' '
+    f"native arm {factor}={level}; emulation of each platform's native arithmetic: "
+    + ', '.join(f'{p}={q}' for p, q in out.emulation.items())
+    + '. Each component is a per-seed combination of the cells (platform, '
+    f"{factor}) at the other factors' reference levels, its mean with a t-interval over "
+    'seeds; G = fid_A − fid_B + N + P exactly. (The effects table above is the main-effects '
+    f'model: its platform term averages different arithmetics, as {factor}={level} differs '
+    'between platforms; it is not the gap.)'
+  )

@@ -18,9 +18,11 @@ from analysis.words.tables import num, pval
 def verdict_why(r, margin, unit, m):
   """Why pair_table/contrast row `r` got its verdict; m = the number of pairs Holm adjusts over."""
   if r['verdict'] == 'identical arithmetic':
-    return ('the two arms ran the same effective arithmetic on one platform (their records\' '
-            'numerics.effective fields are equal) and every paired difference is exactly 0: '
-            'not tested, outside the Holm family')
+    return (
+      "the two arms ran the same effective arithmetic on one platform (their records' "
+      'numerics.effective fields are equal) and every paired difference is exactly 0: '
+      'not tested, outside the Holm family'
+    )
   holm = f'Holm over {m} pair{"s" if m > 1 else ""}'
   tost = f'TOST p = {pval(r["tost_p_holm"])} ({holm}; raw {pval(r["tost_p"])})'
   test = f'{r["test"]} p = {pval(r["test_p_holm"])} ({holm}; raw {pval(r["test_p"])})'
@@ -31,20 +33,27 @@ def verdict_why(r, margin, unit, m):
     if r['different']:
       why += f'; a nonzero difference is also detected ({test}, {ci95}), inside the margin'
     return why
-  rank = (f'{r["rank_test"]} p = {pval(r["rank_p_holm"])} ({holm}; raw {pval(r["rank_p"])})')
+  rank = f'{r["rank_test"]} p = {pval(r["rank_p_holm"])} ({holm}; raw {pval(r["rank_p"])})'
   if r['different']:
-    also = (f'; on the {r["lattice"]:.3g}-{unit} lattice of the metric the {rank} agrees'
-            if r['lattice'] == r['lattice'] and r['lattice'] is not None else '')
-    return (f'{test} < {inf.ALPHA:g} and its {ci95} excludes 0{also}; equivalence within '
-            f'±{margin:g} {unit} not shown ({tost})')
+    also = (
+      f'; on the {r["lattice"]:.3g}-{unit} lattice of the metric the {rank} agrees'
+      if r['lattice'] == r['lattice'] and r['lattice'] is not None
+      else ''
+    )
+    return (
+      f'{test} < {inf.ALPHA:g} and its {ci95} excludes 0{also}; equivalence within '
+      f'±{margin:g} {unit} not shown ({tost})'
+    )
   low, high = r['ci90_low'] <= -margin, r['ci90_high'] >= margin
   if low and high:
     where = f'the {ci90} is wider than the margin ±{margin:g} {unit} on both sides'
   elif low or high:
     where = f'the {ci90} extends past {"−" if low else "+"}{margin:g} {unit}'
   else:
-    where = (f'the {ci90} lies inside ±{margin:g} {unit}, but the Holm-adjusted TOST p is not '
-             f'below {inf.ALPHA:g}')
+    where = (
+      f'the {ci90} lies inside ±{margin:g} {unit}, but the Holm-adjusted TOST p is not '
+      f'below {inf.ALPHA:g}'
+    )
   return f'neither shown: {tost}; {test}; {rank}; {where}'
 
 
@@ -52,10 +61,12 @@ def power_line(r, margin, unit):
   """What the design used could detect, and the seeds 80% power needs, from this pair's data."""
   what = 'pairs' if r['paired'] else 'seeds per arm'
   sd = 'sd of the per-seed differences' if r['paired'] else 'pooled sd'
-  return (f'Power (estimated from n = {r["power_from"]}; {sd} {num(r["power_sd"])} {unit}; '
-          f'α = {inf.ALPHA:g}): {num(r["power_diff"])} to detect a true Δ of ±{margin:g} {unit}, '
-          f'{num(r["power_equiv"])} to show equivalence when the true Δ is 0; 80% power needs '
-          f'{r["n80_diff"]} / {r["n80_equiv"]} {what}')
+  return (
+    f'Power (estimated from n = {r["power_from"]}; {sd} {num(r["power_sd"])} {unit}; '
+    f'α = {inf.ALPHA:g}): {num(r["power_diff"])} to detect a true Δ of ±{margin:g} {unit}, '
+    f'{num(r["power_equiv"])} to show equivalence when the true Δ is 0; 80% power needs '
+    f'{r["n80_diff"]} / {r["n80_equiv"]} {what}'
+  )
 
 
 def judged(out):
@@ -63,8 +74,10 @@ def judged(out):
   if out.contrasts is not None:
     table = out.contrasts
     several = table['platform'].nunique() > 1 if not table.empty else False
-    names = [f'{r["platform"]}: {r["label"]} − reference' if several else f'{r["label"]} − reference'
-             for _, r in table.iterrows()]
+    names = [
+      f'{r["platform"]}: {r["label"]} − reference' if several else f'{r["label"]} − reference'
+      for _, r in table.iterrows()
+    ]
     return table, names
   return out.pairs, [f'{r["arm_a"]} vs {r["arm_b"]}' for _, r in out.pairs.iterrows()]
 
@@ -77,8 +90,10 @@ def verdict_lines(out):
   lines = []
   for name, (_, r) in zip(names, table.iterrows()):
     power = '' if r['verdict'] == 'identical arithmetic' else f' {power_line(r, out.margin, unit)}.'
-    lines.append(f'- **{name}: {r["verdict"]}.** Δ = {signed(r["diff"])} {unit}. Why: '
-                 f'{verdict_why(r, out.margin, unit, tested)}. Design: {r["design"]}.{power}')
+    lines.append(
+      f'- **{name}: {r["verdict"]}.** Δ = {signed(r["diff"])} {unit}. Why: '
+      f'{verdict_why(r, out.margin, unit, tested)}. Design: {r["design"]}.{power}'
+    )
   return lines or ['- no pair of arms with n ≥ 2 each: nothing to compare']
 
 
@@ -114,10 +129,14 @@ def title(out):
   each = f'{count[0]} {what} each' if len(count) == 1 else f'{count[0]}–{count[-1]} {what} per arm'
   dataset = facts(out.runs, 'config.data.name', 'data.name')
   platforms = sorted(set(info['platform'])) if info is not None else []
-  where = (f'{info["label"].nunique()} arms on {len(platforms)} platforms ({", ".join(platforms)})'
-           if len(platforms) > 1 else f'{len(arms)} arms')
-  return (f'{name[0].upper()}{name[1:]} by arm: {where}, {each}'
-          + (f' ({dataset})' if dataset != NOT_RECORDED else ''))
+  where = (
+    f'{info["label"].nunique()} arms on {len(platforms)} platforms ({", ".join(platforms)})'
+    if len(platforms) > 1
+    else f'{len(arms)} arms'
+  )
+  return f'{name[0].upper()}{name[1:]} by arm: {where}, {each}' + (
+    f' ({dataset})' if dataset != NOT_RECORDED else ''
+  )
 
 
 def arm_fields(out):
@@ -125,8 +144,7 @@ def arm_fields(out):
   values differ between the arms first."""
   short = lambda g: g.rsplit('.', 1)[-1]
   table = out.arms
-  differ = [short(g) for g in out.group_by
-            if g in table and table[g].astype(str).nunique() > 1]
+  differ = [short(g) for g in out.group_by if g in table and table[g].astype(str).nunique() > 1]
   grouped = f'grouped by {", ".join(short(g) for g in out.group_by)}'
   return f'differ in {", ".join(differ)}; {grouped}' if differ else grouped
 
@@ -134,24 +152,37 @@ def arm_fields(out):
 def setup_lines(out):
   """The setup, one Markdown bullet each: data, sizes, training, arms, seeds, margin."""
   runs, unit, name = out.runs, out.unit, answer.labels(out)
-  arms = '; '.join(f'{name[r["arm"]]} ({r["n"]} seeds, {r["n_runs"]} runs)' if out.seeded else
-                   f'{name[r["arm"]]} ({r["n_runs"]} runs)' for _, r in out.arms.iterrows())
+  arms = '; '.join(
+    f'{name[r["arm"]]} ({r["n"]} seeds, {r["n_runs"]} runs)'
+    if out.seeded
+    else f'{name[r["arm"]]} ({r["n_runs"]} runs)'
+    for _, r in out.arms.iterrows()
+  )
   dataset = facts(runs, 'config.data.name', 'data.name')
-  lines = ([f'dataset: {dataset}, task {facts(runs, "config.data.task", "data.task")}; {sizes(out)}',
-            f'training: {facts(runs, "config.num_epochs")} epochs, model '
-            f'{facts(runs, "config.model.name")} width {facts(runs, "config.model.width")}, '
-            f'resolution {facts(runs, "config.data.image_size", "data.image_size")} px']
-           if dataset != NOT_RECORDED else
-           ['dataset, train/test sizes, epochs, model width, resolution: not recorded (the table '
-            'has no config.* / data.* columns)'])
-  lines += [f'metric: {out.metric}' + (' (in %)' if out.scale == 100 else '')
-            + (f'; runs read from {out.source}' if out.source else ''),
-            f'arms ({arm_fields(out)}): {arms}',
-            *seed_lines(out),
-            f'equivalence margin: ±{out.margin:g} {unit} ({out.margin_reason})',
-            f'decisions at α = {inf.ALPHA:g}, p-values Holm-adjusted over the '
-            f'{stats.family_size(judged(out)[0])} comparisons tested (identical arithmetic is reported, '
-            'not tested)']
+  lines = (
+    [
+      f'dataset: {dataset}, task {facts(runs, "config.data.task", "data.task")}; {sizes(out)}',
+      f'training: {facts(runs, "config.num_epochs")} epochs, model '
+      f'{facts(runs, "config.model.name")} width {facts(runs, "config.model.width")}, '
+      f'resolution {facts(runs, "config.data.image_size", "data.image_size")} px',
+    ]
+    if dataset != NOT_RECORDED
+    else [
+      'dataset, train/test sizes, epochs, model width, resolution: not recorded (the table '
+      'has no config.* / data.* columns)'
+    ]
+  )
+  lines += [
+    f'metric: {out.metric}'
+    + (' (in %)' if out.scale == 100 else '')
+    + (f'; runs read from {out.source}' if out.source else ''),
+    f'arms ({arm_fields(out)}): {arms}',
+    *seed_lines(out),
+    f'equivalence margin: ±{out.margin:g} {unit} ({out.margin_reason})',
+    f'decisions at α = {inf.ALPHA:g}, p-values Holm-adjusted over the '
+    f'{stats.family_size(judged(out)[0])} comparisons tested (identical arithmetic is reported, '
+    'not tested)',
+  ]
   return [f'- {line}' for line in lines]
 
 
@@ -167,16 +198,27 @@ def details(out):
   """[(heading, caption, rows)] of the tables after the answer and the verdict lines."""
   arms_cap, pairs_cap = tables.captions(out, judged(out)[0])
   table = labelled(out, judged(out)[0])
-  parts = [('Arms', arms_cap, tables.display_arms(out)),
-           ('Comparisons: every test', pairs_cap, tables.display_pairs(table, out.unit))]
+  parts = [
+    ('Arms', arms_cap, tables.display_arms(out)),
+    ('Comparisons: every test', pairs_cap, tables.display_pairs(table, out.unit)),
+  ]
   if out.contrasts is not None and not out.pairs.empty:
-    parts.append(('All pairs (--all-pairs; Holm over all pairs, not the declared family)', '',
-                  tables.display_pairs(out.pairs, out.unit)))
+    parts.append(
+      (
+        'All pairs (--all-pairs; Holm over all pairs, not the declared family)',
+        '',
+        tables.display_pairs(out.pairs, out.unit),
+      )
+    )
   split = out.agreement.variance if out.agreement else None
   if split is not None and not split.empty:
-    parts.append(('Where the variance between runs comes from',
-                  variance_text.CAPTION.format(unit=out.unit),
-                  variance_text.rows(split, out.unit, answer.labels(out))))
+    parts.append(
+      (
+        'Where the variance between runs comes from',
+        variance_text.CAPTION.format(unit=out.unit),
+        variance_text.rows(split, out.unit, answer.labels(out)),
+      )
+    )
   return parts + [(heading, '', rows) for heading, rows in tables.detail_tables(out, table)]
 
 
@@ -189,8 +231,11 @@ def excluded_lines(out):
   said = '; '.join(f'{n} {why}' for why, n in counts.head(5).items())
   more = f'; {len(counts) - 5} other reasons' if len(counts) > 5 else ''
   total = len(excluded) + len(out.runs)
-  return ['', f'**Excluded:** {len(excluded)} of {total} runs ({said}{more}); each is listed under '
-          '"Runs excluded" below.']
+  return [
+    '',
+    f'**Excluded:** {len(excluded)} of {total} runs ({said}{more}); each is listed under '
+    '"Runs excluded" below.',
+  ]
 
 
 def render(out, fmt):
@@ -200,15 +245,30 @@ def render(out, fmt):
   if fmt == 'latex':
     arms_cap, _ = tables.captions(out, judged(out)[0])
     split = out.agreement.variance if out.agreement else None
-    extra = (tables.latex(variance_text.rows(split, out.unit, answer.labels(out)),
-                          variance_text.CAPTION.format(unit=out.unit), 'tab:variance')
-             if split is not None and not split.empty else '')
-    return (summary.latex_tables(out) + tables.latex(tables.display_arms(out), arms_cap, 'tab:arms')
-            + extra)
+    extra = (
+      tables.latex(
+        variance_text.rows(split, out.unit, answer.labels(out)),
+        variance_text.CAPTION.format(unit=out.unit),
+        'tab:variance',
+      )
+      if split is not None and not split.empty
+      else ''
+    )
+    return (
+      summary.latex_tables(out)
+      + tables.latex(tables.display_arms(out), arms_cap, 'tab:arms')
+      + extra
+    )
   answer_page = summary.answer_lines(out) + excluded_lines(out)
-  parts = [f'# {title(out)}\n', '\n## Answer\n\n', '\n'.join(answer_page) + '\n',
-           '\n## Setup\n\n', '\n'.join(setup_lines(out)) + '\n',
-           '\n## Why each verdict, and its power\n\n', '\n'.join(verdict_lines(out)) + '\n']
+  parts = [
+    f'# {title(out)}\n',
+    '\n## Answer\n\n',
+    '\n'.join(answer_page) + '\n',
+    '\n## Setup\n\n',
+    '\n'.join(setup_lines(out)) + '\n',
+    '\n## Why each verdict, and its power\n\n',
+    '\n'.join(verdict_lines(out)) + '\n',
+  ]
   for heading, caption, rows in details(out):
     parts += [f'\n## {heading}\n\n', f'{caption}\n\n' if caption else '', tables.markdown(rows)]
   if not out.small.empty:

@@ -9,11 +9,13 @@ import numpy as np
 from analysis.numbers import variance
 from analysis.words.tables import num
 
-CAPTION = ('Where the variance between runs of one arm comes from: the two-way crossed '
-           'random-effects ANOVA (method of moments) of init seed × data-order seed (× replicates); '
-           'variance in {unit}², sd in {unit}, share of the total; 95% interval of each variance '
-           "by Satterthwaite's df (exact χ² for a single mean square), none below "
-           f'{variance.MIN_CI_DF:g} df (the upper bound would exceed 39× the estimate).')
+CAPTION = (
+  'Where the variance between runs of one arm comes from: the two-way crossed '
+  'random-effects ANOVA (method of moments) of init seed × data-order seed (× replicates); '
+  'variance in {unit}², sd in {unit}, share of the total; 95% interval of each variance '
+  "by Satterthwaite's df (exact χ² for a single mean square), none below "
+  f'{variance.MIN_CI_DF:g} df (the upper bound would exceed 39× the estimate).'
+)
 
 
 def ci_text(r):
@@ -29,8 +31,10 @@ def truncation(r, unit):
   """The truncation of a negative estimate in words ('' when none)."""
   if not r['truncated']:
     return ''
-  return (f'estimated {r["estimate"]:+.3g} {unit}², below 0, so set to 0: the data show no '
-          f'{r["component"]} variance beyond what the other sources give at these seeds')
+  return (
+    f'estimated {r["estimate"]:+.3g} {unit}², below 0, so set to 0: the data show no '
+    f'{r["component"]} variance beyond what the other sources give at these seeds'
+  )
 
 
 def design(group):
@@ -49,10 +53,18 @@ def rows(table, unit, labels=None):
   out = []
   for arm, group in table.groupby('arm', sort=False):
     for _, r in group.iterrows():
-      out.append({'arm': labels.get(arm, arm), 'design': design(group), 'component': r['component'],
-                  f'variance ({unit}²)': num(r['variance'], 3), f'sd ({unit})': num(r['sd'], 3),
-                  'share (%)': num(r['share_pct'], 1), '95% CI of the variance': ci_text(r),
-                  'note': truncation(r, unit)})
+      out.append(
+        {
+          'arm': labels.get(arm, arm),
+          'design': design(group),
+          'component': r['component'],
+          f'variance ({unit}²)': num(r['variance'], 3),
+          f'sd ({unit})': num(r['sd'], 3),
+          'share (%)': num(r['share_pct'], 1),
+          '95% CI of the variance': ci_text(r),
+          'note': truncation(r, unit),
+        }
+      )
   return out
 
 
@@ -64,10 +76,17 @@ def first_page_line(section, unit, labels=None):
   table = section.variance if section is not None else None
   if table is not None and not table.empty:
     for arm, group in table.groupby('arm', sort=False):
-      parts = [f'{r["component"]} {num(r["share_pct"], 0)} % (sd {num(r["sd"], 2)} {unit}'
-               + (', truncated at 0' if r['truncated'] else '') + ')' for _, r in group.iterrows()]
-      lines.append(f'**Variance between runs** of {labels.get(arm, arm)} ({design(group)}): '
-                   + ', '.join(parts) + '; intervals in "Where the variance comes from" below.')
-  for note in (section.variance_notes if section is not None else []):
+      parts = [
+        f'{r["component"]} {num(r["share_pct"], 0)} % (sd {num(r["sd"], 2)} {unit}'
+        + (', truncated at 0' if r['truncated'] else '')
+        + ')'
+        for _, r in group.iterrows()
+      ]
+      lines.append(
+        f'**Variance between runs** of {labels.get(arm, arm)} ({design(group)}): '
+        + ', '.join(parts)
+        + '; intervals in "Where the variance comes from" below.'
+      )
+  for note in section.variance_notes if section is not None else []:
     lines.append(f'**Variance between runs**: no split for {note}.')
   return lines

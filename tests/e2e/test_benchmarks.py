@@ -38,9 +38,27 @@ def test_bench_step_runs(capsys, keep_matmul_precision):
 
 def test_bench_step_loads_the_config_and_emulates(capsys, keep_matmul_precision):
   """--config and --config.* reach the step through configs/loader.py, the emulated format too."""
-  bench_step.main(['--config', 'configs/digits.py:smoke', '--config.model.width=0.25',
-                   '--format', 'bf16', '--emulate-impl', 'fast', '--steps', '1', '--windows', '1',
-                   '--warmup', '0', '--devices', '1', '--num-classes', '10'])
+  bench_step.main(
+    [
+      '--config',
+      'configs/digits.py:smoke',
+      '--config.model.width=0.25',
+      '--format',
+      'bf16',
+      '--emulate-impl',
+      'fast',
+      '--steps',
+      '1',
+      '--windows',
+      '1',
+      '--warmup',
+      '0',
+      '--devices',
+      '1',
+      '--num-classes',
+      '10',
+    ]
+  )
   text = capsys.readouterr().out
   assert 'ResNet-18 width 0.25, small stem, 10 classes' in text  # smoke: 8^2, width 0.125
   assert '8x8x3 uint8, global batch 64' in text
@@ -59,8 +77,25 @@ def test_bench_step_refuses_bad_input_in_one_line(capsys):
 
 
 def test_bench_emulate_compares_native_reference_and_fast(capsys, keep_matmul_precision):
-  bench_emulate.main(TINY + ['--windows', '1', '--warmup', '0', '--devices', '1', '--steps', '1',
-                             '--formats', 'bf16', '--stem', 'small', '--image-size', '8'])
+  bench_emulate.main(
+    TINY
+    + [
+      '--windows',
+      '1',
+      '--warmup',
+      '0',
+      '--devices',
+      '1',
+      '--steps',
+      '1',
+      '--formats',
+      'bf16',
+      '--stem',
+      'small',
+      '--image-size',
+      '8',
+    ]
+  )
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[-1].startswith('fast_vs_reference=') and float(lines[-1].split('=')[1]) > 0
   (row,) = [l for l in lines if l.startswith('| bf16 |')]
@@ -71,9 +106,11 @@ def test_bench_emulate_compares_native_reference_and_fast(capsys, keep_matmul_pr
 
 def test_bench_emulate_native_variant_of_each_format():
   native = lambda fmt, platform: bench_emulate.variants([fmt], platform)[fmt]['native']
-  assert native('bf16', 'tpu') == (('numerics.conv_format', 'native'),
-                                   ('numerics.dense_format', 'native'),
-                                   ('numerics.matmul_precision', 'default'))
+  assert native('bf16', 'tpu') == (
+    ('numerics.conv_format', 'native'),
+    ('numerics.dense_format', 'native'),
+    ('numerics.matmul_precision', 'default'),
+  )
   assert native('bf16_3x', 'tpu')[2] == ('numerics.matmul_precision', 'high')
   assert native('f32', 'tpu')[2] == ('numerics.matmul_precision', 'highest')  # 6 passes, both
   assert native('tf32', 'gpu')[2] == ('numerics.matmul_precision', 'default')
@@ -82,8 +119,10 @@ def test_bench_emulate_native_variant_of_each_format():
   assert native('tf32', 'cpu') is None and native('bf16_3x', 'gpu') is None
   plan = bench_emulate.variants(['f32', 'tf32'], 'gpu')
   assert plan['f32']['fast'] is None and plan['tf32']['fast'] == (
-      ('numerics.conv_format', 'tf32'), ('numerics.dense_format', 'tf32'),
-      ('numerics.emulate_impl', 'fast'))
+    ('numerics.conv_format', 'tf32'),
+    ('numerics.dense_format', 'tf32'),
+    ('numerics.emulate_impl', 'fast'),
+  )
 
 
 def test_bench_vs_torch_runs(capsys, keep_matmul_precision):
@@ -107,8 +146,9 @@ def test_bench_feed_runs_every_feed(capsys, keep_matmul_precision):
   bench_feed.main(TINY + ['--windows', '2', '--warmup', '1', '--examples', '24'])
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[-1].startswith('real_vs_synthetic=') and float(lines[-1].split('=')[1]) > 0
-  assert [l.split(' |')[0] for l in lines if l.startswith(('| synthetic', '| host', '| device'))] \
-      == ['| synthetic', '| host', '| device']
+  assert [
+    l.split(' |')[0] for l in lines if l.startswith(('| synthetic', '| host', '| device'))
+  ] == ['| synthetic', '| host', '| device']
 
 
 def test_profile_step_summarises_the_trace(capsys, keep_matmul_precision, tmp_path):
@@ -122,12 +162,14 @@ def test_profile_step_summarises_the_trace(capsys, keep_matmul_precision, tmp_pa
 
 
 def test_profile_summary_arithmetic():
-  events = [{'ph': 'X', 'pid': 1, 'ts': 0, 'dur': 10, 'name': 'cudnn_conv_fprop'},
-            {'ph': 'X', 'pid': 1, 'ts': 5, 'dur': 10, 'name': 'loop_add_fusion'},
-            {'ph': 'X', 'pid': 1, 'ts': 30, 'dur': 10, 'name': 'input_reduce_fusion'},
-            {'ph': 'X', 'pid': 2, 'ts': 0, 'dur': 99, 'name': 'python'},
-            {'ph': 'M', 'pid': 1, 'name': 'process_name', 'args': {'name': '/device:GPU:0'}},
-            {'ph': 'M', 'pid': 2, 'name': 'process_name', 'args': {'name': '/host:CPU'}}]
+  events = [
+    {'ph': 'X', 'pid': 1, 'ts': 0, 'dur': 10, 'name': 'cudnn_conv_fprop'},
+    {'ph': 'X', 'pid': 1, 'ts': 5, 'dur': 10, 'name': 'loop_add_fusion'},
+    {'ph': 'X', 'pid': 1, 'ts': 30, 'dur': 10, 'name': 'input_reduce_fusion'},
+    {'ph': 'X', 'pid': 2, 'ts': 0, 'dur': 99, 'name': 'python'},
+    {'ph': 'M', 'pid': 1, 'name': 'process_name', 'args': {'name': '/device:GPU:0'}},
+    {'ph': 'M', 'pid': 2, 'name': 'process_name', 'args': {'name': '/host:CPU'}},
+  ]
   device, source = profile_step.device_events(events)
   assert source == 'device' and len(device) == 3
   s = profile_step.summarize(device, steps=2)
@@ -161,8 +203,14 @@ def test_kernels_are_classified_by_the_hlo_they_run():
   assert cats['loop_fusion'] == 'copy/transpose'
   assert cats['conv.3'] == 'convolution' and cats['dot.1'] == 'matmul'
   assert cats['e'] == 'elementwise fusion'
-  kernel = {'ph': 'X', 'pid': 1, 'ts': 0, 'dur': 4, 'name': 'sm90_kernel_x',
-            'args': {'hlo_op': 'conv.3'}}
+  kernel = {
+    'ph': 'X',
+    'pid': 1,
+    'ts': 0,
+    'dur': 4,
+    'name': 'sm90_kernel_x',
+    'args': {'hlo_op': 'conv.3'},
+  }
   assert profile_step.event_category(kernel, cats) == 'convolution'
   assert profile_step.event_category({'name': 'sm90_xmma_gemm_bf16', 'args': {}}, {}) == 'matmul'
 
@@ -170,11 +218,19 @@ def test_kernels_are_classified_by_the_hlo_they_run():
 def test_step_benchmarks_import_no_tensorflow(subprocess_env):
   """The GPU image has no TensorFlow or tensorboardX: the step benchmarks must run without them
   (ml_collections, which the config loader needs, is carried there as a wheel: BENCHMARKS.md)."""
-  code = ('import sys; import benchmarks.bench_step, benchmarks.bench_feed, benchmarks.bench_conv, '
-          'benchmarks.profile_step, benchmarks.bench_vs_torch, benchmarks.bench_emulate; '
-          "print(sorted(m for m in ('tensorflow', 'tensorboardX') if m in sys.modules))")
-  out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=subprocess_env,
-                       capture_output=True, text=True, timeout=300)
+  code = (
+    'import sys; import benchmarks.bench_step, benchmarks.bench_feed, benchmarks.bench_conv, '
+    'benchmarks.profile_step, benchmarks.bench_vs_torch, benchmarks.bench_emulate; '
+    "print(sorted(m for m in ('tensorflow', 'tensorboardX') if m in sys.modules))"
+  )
+  out = subprocess.run(
+    [sys.executable, '-c', code],
+    cwd=ROOT,
+    env=subprocess_env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert out.returncode == 0, out.stderr[-2000:]
   assert out.stdout.strip().splitlines()[-1] == '[]'
 
@@ -182,19 +238,28 @@ def test_step_benchmarks_import_no_tensorflow(subprocess_env):
 def test_bench_analysis_times_after_every_import_of_the_tools(subprocess_env):
   """What bench_analysis times starts after the imports (its module doc): the analysis modules the
   tools use are loaded before run_tool is called (answer and report were imported inside it)."""
-  code = ('import sys; from benchmarks import bench_analysis; '
-          "bench_analysis.run_tool = lambda tool, path: ' '.join(m for m in ('analysis.numbers.answer', "
-          "'analysis.words.report', 'analysis.numbers.stats', 'analysis.numbers.attribution', 'analysis.numbers.contrasts', "
-          "'analysis.inputs.declaration', 'analysis.words.summary') if m not in sys.modules) or 'none'; "
-          "bench_analysis.measure('stats', 'unread.csv')")
-  out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=subprocess_env,
-                       capture_output=True, text=True, timeout=300)
+  code = (
+    'import sys; from benchmarks import bench_analysis; '
+    "bench_analysis.run_tool = lambda tool, path: ' '.join(m for m in ('analysis.numbers.answer', "
+    "'analysis.words.report', 'analysis.numbers.stats', 'analysis.numbers.attribution', 'analysis.numbers.contrasts', "
+    "'analysis.inputs.declaration', 'analysis.words.summary') if m not in sys.modules) or 'none'; "
+    "bench_analysis.measure('stats', 'unread.csv')"
+  )
+  out = subprocess.run(
+    [sys.executable, '-c', code],
+    cwd=ROOT,
+    env=subprocess_env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert out.returncode == 0, out.stderr[-2000:]
   assert '"method": "none"' in out.stdout.strip().splitlines()[-1], out.stdout
 
 
 def test_bench_resume_metrics_reads_the_file_it_resumes_and_keeps_it(tmp_path, capsys):
   from benchmarks import bench_resume_metrics  # pylint: disable=import-outside-toplevel
+
   bench_resume_metrics.main(['--workdir', str(tmp_path), '--size-mb', '0.2'])
   row = capsys.readouterr().out.strip().splitlines()[-1].split('|')
   size_before = os.path.getsize(tmp_path / 'metrics.jsonl')

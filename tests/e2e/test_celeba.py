@@ -15,7 +15,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from configs import celeba as celeba_config, validation
+from configs import celeba as celeba_config
+from configs import validation
 from input_pipeline import batching, celeba, celeba_files, celeba_fixture, celeba_tfds
 from tests.conftest import ROOT
 from trainer import run
@@ -61,9 +62,22 @@ def test_fixture_has_singletons_and_official_formats(fixture_dir):
     assert 'img_align_celeba/000001.jpg' in zf.namelist()
 
 
-@pytest.mark.parametrize('n,fraction,expected', [
-    (1, 0.2, 0), (2, 0.2, 0), (3, 0.2, 1), (5, 0.2, 1), (8, 0.2, 2), (12, 0.2, 2), (13, 0.2, 3),
-    (2, 0.5, 1), (1, 0.9, 0), (3, 0.9, 2), (30, 0.1, 3)])
+@pytest.mark.parametrize(
+  'n,fraction,expected',
+  [
+    (1, 0.2, 0),
+    (2, 0.2, 0),
+    (3, 0.2, 1),
+    (5, 0.2, 1),
+    (8, 0.2, 2),
+    (12, 0.2, 2),
+    (13, 0.2, 3),
+    (2, 0.5, 1),
+    (1, 0.9, 0),
+    (3, 0.9, 2),
+    (30, 0.1, 3),
+  ],
+)
 def test_rounding_rule(n, fraction, expected):
   assert celeba_files.test_count(n, fraction) == expected
 
@@ -106,13 +120,14 @@ def test_process_shards_disjoint_and_complete(dataset, processes):
   for epoch in range(2):
     seen = []
     for step in range(epoch * steps, (epoch + 1) * steps):
-      parts = [batching.train_batch_indices(n, batch, seed, step, p, processes)
-               for p in range(processes)]
+      parts = [
+        batching.train_batch_indices(n, batch, seed, step, p, processes) for p in range(processes)
+      ]
       whole = batching.train_batch_indices(n, batch, seed, step, 0, 1)
       assert np.array_equal(np.sort(np.concatenate(parts)), whole)
       seen.extend(np.concatenate(parts).tolist())
     assert len(seen) == len(set(seen)) == steps * batch  # each example at most once per epoch
-    order = batching.epoch_permutation(n, seed, epoch)[:steps * batch]
+    order = batching.epoch_permutation(n, seed, epoch)[: steps * batch]
     assert set(seen) == set(order.tolist())
 
 
@@ -168,14 +183,17 @@ def test_cache_reused_without_decoding_or_tensorflow(fixture_dir, dataset):
   assert celeba.DECODED['images'] == before and os.path.getmtime(source_json) == mtime
   assert np.array_equal(again.train.images, dataset.train.images)
   assert isinstance(again.train.images, np.memmap)
-  code = ('import sys; from configs import celeba as c; from input_pipeline import celeba as p; '
-          f'cfg = c.get_config("smoke"); cfg.data.manual_dir = {out!r}; d = p.load(cfg); '
-          f'cfg.data.manual_dir = ""; cfg.data.tfds_dir = {os.path.join(out, "tfds")!r}; '
-          'e = p.load(cfg); assert e.info["decoded_cache"] == d.info["decoded_cache"]; '
-          'assert p.DECODED["images"] == 0 and "tensorflow" not in sys.modules; print(len(d.train))')
+  code = (
+    'import sys; from configs import celeba as c; from input_pipeline import celeba as p; '
+    f'cfg = c.get_config("smoke"); cfg.data.manual_dir = {out!r}; d = p.load(cfg); '
+    f'cfg.data.manual_dir = ""; cfg.data.tfds_dir = {os.path.join(out, "tfds")!r}; '
+    'e = p.load(cfg); assert e.info["decoded_cache"] == d.info["decoded_cache"]; '
+    'assert p.DECODED["images"] == 0 and "tensorflow" not in sys.modules; print(len(d.train))'
+  )
   env = dict(os.environ, JAX_PLATFORMS='cpu')
-  result = subprocess.run([sys.executable, '-c', code], cwd=REPO, env=env, capture_output=True,
-                          text=True, check=False)
+  result = subprocess.run(
+    [sys.executable, '-c', code], cwd=REPO, env=env, capture_output=True, text=True, check=False
+  )
   assert result.returncode == 0, result.stderr[-2000:]
   assert result.stdout.strip() == str(len(dataset.train))
 
@@ -207,8 +225,9 @@ def _copy(fixture_dir, tmp_path):
   return target
 
 
-def test_core_install_without_tfds_is_one_line_and_leaves_no_lock(fixture_dir, dataset, tmp_path,
-                                                                  monkeypatch):
+def test_core_install_without_tfds_is_one_line_and_leaves_no_lock(
+  fixture_dir, dataset, tmp_path, monkeypatch
+):
   """Before: a 35-line ModuleNotFoundError traceback from train.py, and <cache_dir>/.prepare.lock
   left behind. Now the sweep check's line, as a ConfigError (train.py: exit 2), nothing made."""
   del dataset  # the fixture's files prepared into its tfds_dir (for the second case)
@@ -216,13 +235,16 @@ def test_core_install_without_tfds_is_one_line_and_leaves_no_lock(fixture_dir, d
   monkeypatch.setitem(sys.modules, 'tensorflow_datasets', None)  # import fails: the core install
   with pytest.raises(validation.ConfigError) as error:
     run.load_dataset(_config(str(target)))
-  assert str(error.value) == (f'config.data.manual_dir={str(target)!r}: preparing CelebA needs '
-                              'tensorflow-datasets, which is not installed: pip install -r '
-                              'requirements-celeba.txt')
+  assert str(error.value) == (
+    f'config.data.manual_dir={str(target)!r}: preparing CelebA needs '
+    'tensorflow-datasets, which is not installed: pip install -r '
+    'requirements-celeba.txt'
+  )
   assert sorted(os.listdir(target)) == sorted(celeba_files.FILES)  # no tfds/, no lock, no cache
   # A prepared tfds_dir whose decoded cache is not built yet needs TFDS to decode, too.
-  config = _config('', tfds_dir=os.path.join(fixture_dir[0], 'tfds'),
-                   cache_dir=str(tmp_path / 'cache'))
+  config = _config(
+    '', tfds_dir=os.path.join(fixture_dir[0], 'tfds'), cache_dir=str(tmp_path / 'cache')
+  )
   with pytest.raises(validation.ConfigError, match=r"^config.data.tfds_dir='.*': preparing"):
     run.load_dataset(config)
   assert not (tmp_path / 'cache').exists()
@@ -231,15 +253,19 @@ def test_core_install_without_tfds_is_one_line_and_leaves_no_lock(fixture_dir, d
 def test_truncated_zip_is_an_error(fixture_dir, tmp_path):
   target = _copy(fixture_dir, tmp_path)
   path = target / celeba_files.ZIP
-  path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+  path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
   with pytest.raises(ValueError, match='img_align_celeba.zip is not a readable zip.*truncated'):
     celeba.load(_config(str(target)))
 
 
-@pytest.mark.parametrize('file_name,pattern', [
+@pytest.mark.parametrize(
+  'file_name,pattern',
+  [
     (celeba_files.ATTR, 'list_attr_celeba.txt declares'),
     (celeba_files.LANDMARKS, 'list_landmarks_align_celeba.txt declares'),
-    (celeba_files.IDENTITY, 'identity_CelebA.txt lists other images')])
+    (celeba_files.IDENTITY, 'identity_CelebA.txt lists other images'),
+  ],
+)
 def test_truncated_text_file_is_an_error(fixture_dir, tmp_path, file_name, pattern):
   target = _copy(fixture_dir, tmp_path)
   path = target / file_name
@@ -276,8 +302,9 @@ def test_tfds_dir_from_other_files_refused(fixture_dir, dataset, tmp_path):
   del dataset  # the fixture's files are prepared into its tfds_dir (not yet, in a fresh worker)
   other = tmp_path / 'other'
   celeba_fixture.generate(str(other), identities=4, max_images=3, seed=9)
-  config = _config(str(other), tfds_dir=os.path.join(fixture_dir[0], 'tfds'),
-                   cache_dir=str(tmp_path / 'cache'))
+  config = _config(
+    str(other), tfds_dir=os.path.join(fixture_dir[0], 'tfds'), cache_dir=str(tmp_path / 'cache')
+  )
   with pytest.raises(ValueError, match='prepared from other files'):
     celeba.load(config)
 
@@ -314,15 +341,24 @@ def test_concurrent_first_loads_prepare_and_decode_once(fixture_dir, tmp_path, s
   procs, errs, readers = [], [], []
   with celeba.preparation_lock(cache_dir):  # held until both processes queue behind it
     for _ in range(2):
-      procs.append(subprocess.Popen([sys.executable, '-c', script], env=subprocess_env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+      procs.append(
+        subprocess.Popen(
+          [sys.executable, '-c', script],
+          env=subprocess_env,
+          stdout=subprocess.PIPE,
+          stderr=subprocess.PIPE,
+          text=True,
+        )
+      )
       errs.append([])
-      readers.append(threading.Thread(target=lambda p=procs[-1], e=errs[-1]: e.extend(p.stderr),
-                                      daemon=True))
+      readers.append(
+        threading.Thread(target=lambda p=procs[-1], e=errs[-1]: e.extend(p.stderr), daemon=True)
+      )
       readers[-1].start()
     deadline = time.time() + 300
     while time.time() < deadline and not all(
-        any('is preparing CelebA' in line for line in e) for e in errs):
+      any('is preparing CelebA' in line for line in e) for e in errs
+    ):
       assert all(p.poll() is None for p in procs), ''.join(sum(errs, []))[-3000:]
       time.sleep(0.2)
   # stdout read to its end (the process's exit), stderr left to the readers: communicate() would
@@ -340,9 +376,14 @@ def test_concurrent_first_loads_prepare_and_decode_once(fixture_dir, tmp_path, s
   assert sum('Preparing TFDS celeb_a 2.1.0 offline' in ''.join(e) for e in errs) == 1
 
 
-@pytest.mark.parametrize('file_name,line,value', [
-    (celeba_files.ATTR, 5, 'x1'), (celeba_files.IDENTITY, 3, '12.5'),
-    (celeba_files.PARTITION, 7, '0,')])
+@pytest.mark.parametrize(
+  'file_name,line,value',
+  [
+    (celeba_files.ATTR, 5, 'x1'),
+    (celeba_files.IDENTITY, 3, '12.5'),
+    (celeba_files.PARTITION, 7, '0,'),
+  ],
+)
 def test_non_integer_value_named_with_file_and_line(fixture_dir, tmp_path, file_name, line, value):
   target = _copy(fixture_dir, tmp_path)
   path = target / file_name
@@ -372,8 +413,10 @@ def test_stray_zip_member_does_not_replace_an_image(fixture_dir, dataset, tmp_pa
   target = _copy(fixture_dir, tmp_path)
   with zipfile.ZipFile(target / celeba_files.ZIP) as zf:
     stray = zf.read('img_align_celeba/000001.jpg')  # a valid JPEG, but not image 000004
-  members = _rewrite_zip(target / celeba_files.ZIP, [
-      ('__MACOSX/img_align_celeba/._000004.jpg', b'resource fork'), ('other/000004.jpg', stray)])
+  members = _rewrite_zip(
+    target / celeba_files.ZIP,
+    [('__MACOSX/img_align_celeba/._000004.jpg', b'resource fork'), ('other/000004.jpg', stray)],
+  )
   data = celeba.load(_config(str(target), cache_dir=str(tmp_path / 'cache')))
   meta, (train, test) = _meta_and_split(str(target))
   rows = {meta['names'][r]: ('train', i) for i, r in enumerate(train)}
@@ -392,8 +435,10 @@ def test_duplicate_zip_member_names_both(fixture_dir, tmp_path):
   with pytest.raises(ValueError) as error:
     celeba_files.read_metadata(str(target))
   index = list(members).index('img_align_celeba/000004.jpg')
-  assert (f'img_align_celeba.zip holds img_align_celeba/000004.jpg twice (entries {index} and '
-          f'{len(members)}') in str(error.value)
+  assert (
+    f'img_align_celeba.zip holds img_align_celeba/000004.jpg twice (entries {index} and '
+    f'{len(members)}'
+  ) in str(error.value)
 
 
 def test_celeb_a_without_source_record_says_what_to_delete(fixture_dir, tmp_path):
@@ -409,12 +454,20 @@ def test_celeb_a_without_source_record_says_what_to_delete(fixture_dir, tmp_path
 
 
 def test_leftovers_of_dead_processes_removed_others_named(tmp_path, caplog):
-  dead = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'], check=True,
-                        capture_output=True, text=True)
+  dead = subprocess.run(
+    [sys.executable, '-c', 'import os; print(os.getpid())'],
+    check=True,
+    capture_output=True,
+    text=True,
+  )
   dead_pid, host = int(dead.stdout), socket.gethostname()
-  names = {f'celeb_a.partial-{host}-{dead_pid}': False, f'abc-64px.partial-{dead_pid}': False,
-           f'abc-32px.partial-{host}-{os.getppid()}': True,  # a live process: kept
-           'celeb_a.partial-some-other-host-1': True, 'celeb_a/incomplete.ABC123_2.1.0': True}
+  names = {
+    f'celeb_a.partial-{host}-{dead_pid}': False,
+    f'abc-64px.partial-{dead_pid}': False,
+    f'abc-32px.partial-{host}-{os.getppid()}': True,  # a live process: kept
+    'celeb_a.partial-some-other-host-1': True,
+    'celeb_a/incomplete.ABC123_2.1.0': True,
+  }
   for name in names:
     os.makedirs(tmp_path / name / 'x')
   with caplog.at_level('INFO'):
@@ -445,9 +498,9 @@ config.data.manual_dir = {manual_dir!r}
 celeba.load(config)
 """
 KILL_POINTS = {  # where a preparation is killed: (the patch, what it leaves behind)
-    'mid_tfds': ('zipfile.ZipExtFile.read = dying(zipfile.ZipExtFile.read, 10)', 'incomplete.'),
-    'after_tfds_before_record': ('np.savez = dying(np.savez, 0)', 'celeb_a'),  # TFDS's output
-    'mid_decode': ('celeba.decode = dying(celeba.decode, 5)', 'px-'),
+  'mid_tfds': ('zipfile.ZipExtFile.read = dying(zipfile.ZipExtFile.read, 10)', 'incomplete.'),
+  'after_tfds_before_record': ('np.savez = dying(np.savez, 0)', 'celeb_a'),  # TFDS's output
+  'mid_decode': ('celeba.decode = dying(celeba.decode, 5)', 'px-'),
 }
 
 
@@ -457,14 +510,16 @@ def _entries(folder):
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize('point', sorted(KILL_POINTS))
-def test_killed_preparation_leaves_nothing_that_blocks(fixture_dir, dataset, tmp_path,
-                                                       subprocess_env, point):
+def test_killed_preparation_leaves_nothing_that_blocks(
+  fixture_dir, dataset, tmp_path, subprocess_env, point
+):
   """SIGKILL at a point of the first load; the next load prepares, and deletes the leftovers."""
   target = str(_copy(fixture_dir, tmp_path))
   patch, left = KILL_POINTS[point]
   script = KILLED_LOAD.format(repo=REPO, patch=patch, manual_dir=target)
-  result = subprocess.run([sys.executable, '-c', script], env=subprocess_env, capture_output=True,
-                          text=True, check=False)
+  result = subprocess.run(
+    [sys.executable, '-c', script], env=subprocess_env, capture_output=True, text=True, check=False
+  )
   assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
   assert any(left in e for e in _entries(target)), _entries(target)  # the kill left its files
   data = celeba.load(_config(target))
@@ -498,10 +553,21 @@ def test_decoding_peak_rss_does_not_grow_with_the_images(tmp_path, subprocess_en
   for count in (213, 852):
     out = tmp_path / f'cache{count}'
     out.mkdir()
-    script = WRITE_CACHE.format(repo=REPO, manual_dir=manual_dir, out=str(out), count=count,
-                                size=218, zip_path=os.path.join(manual_dir, celeba_files.ZIP))
-    result = subprocess.run([sys.executable, '-c', script], env=subprocess_env, capture_output=True,
-                            text=True, check=False)
+    script = WRITE_CACHE.format(
+      repo=REPO,
+      manual_dir=manual_dir,
+      out=str(out),
+      count=count,
+      size=218,
+      zip_path=os.path.join(manual_dir, celeba_files.ZIP),
+    )
+    result = subprocess.run(
+      [sys.executable, '-c', script],
+      env=subprocess_env,
+      capture_output=True,
+      text=True,
+      check=False,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     peaks.append(int(result.stdout.split()[-1]) / 1024)
   written = np.load(tmp_path / 'cache852' / 'train.npy', mmap_mode='r')
@@ -509,25 +575,47 @@ def test_decoding_peak_rss_does_not_grow_with_the_images(tmp_path, subprocess_en
   with zipfile.ZipFile(os.path.join(manual_dir, celeba_files.ZIP)) as zf:
     for row in (0, 500, 851):
       name = meta['names'][row]
-      assert np.array_equal(written[row], celeba.decode(zf.read(f'img_align_celeba/{name}'), 218, name))
+      assert np.array_equal(
+        written[row], celeba.decode(zf.read(f'img_align_celeba/{name}'), 218, name)
+      )
   assert written.nbytes / 2**20 > 100 and peaks[1] - peaks[0] < RSS_GROWTH_LIMIT_MIB, peaks
 
 
 def test_bench_celeba_full_runs_at_a_tiny_size(tmp_path, capsys):
   from benchmarks import bench_celeba_full  # pylint: disable=import-outside-toplevel
+
   workdir = tmp_path / 'bench'
-  bench_celeba_full.main(['--workdir', str(workdir), '--images', '40', '--identities', '8',
-                          '--image-size', '8', '--gather-steps', '2', '--batch', '4'])
+  bench_celeba_full.main(
+    [
+      '--workdir',
+      str(workdir),
+      '--images',
+      '40',
+      '--identities',
+      '8',
+      '--image-size',
+      '8',
+      '--gather-steps',
+      '2',
+      '--batch',
+      '4',
+    ]
+  )
   text = capsys.readouterr().out
-  assert '40 images (' in text and '| · prepare (TFDS) |' in text and '| · decode + write cache |' in text
+  assert (
+    '40 images (' in text
+    and '| · prepare (TFDS) |' in text
+    and '| · decode + write cache |' in text
+  )
   assert 'decoded cache 0 MiB (N x 8^2 x 3 = 0 MiB)' in text and not workdir.exists()
 
 
 def test_tfds_dir_of_an_earlier_layout_still_reads(fixture_dir, dataset, tmp_path):
   """Before atomic preparation the source record and index sat beside celeb_a/, not inside."""
   tfds_dir = tmp_path / 'tfds'
-  shutil.copytree(os.path.join(fixture_dir[0], 'tfds'), tfds_dir,
-                  ignore=shutil.ignore_patterns('decoded_cache'))
+  shutil.copytree(
+    os.path.join(fixture_dir[0], 'tfds'), tfds_dir, ignore=shutil.ignore_patterns('decoded_cache')
+  )
   for name in (celeba_tfds.SOURCE, celeba_tfds.INDEX):
     os.rename(os.path.join(celeba_tfds.dataset_dir(str(tfds_dir)), name), tfds_dir / name)
   data = celeba.load(_config('', tfds_dir=str(tfds_dir), cache_dir=str(tmp_path / 'cache')))
@@ -536,17 +624,19 @@ def test_tfds_dir_of_an_earlier_layout_still_reads(fixture_dir, dataset, tmp_pat
 
 def test_record_keys_keep_order_and_spread_over_tfds_buckets():
   from tensorflow_datasets.core import shuffle  # pylint: disable=import-outside-toplevel
+
   keys = [celeba_tfds.record_key(i) for i in range(202599)]  # the full CelebA in one split
   buckets = np.asarray([shuffle.get_bucket_number(k, shuffle.BUCKETS_NUMBER) for k in keys])
   assert keys == sorted(keys) and len(set(keys)) == len(keys) and np.all(np.diff(buckets) >= 0)
   assert np.bincount(buckets).max() <= 1049  # TFDS reads one bucket back into memory at a time
   with pytest.raises(ValueError, match='more than 1048576 records'):
-    celeba_tfds.record_key(2 ** 20)
+    celeba_tfds.record_key(2**20)
 
 
 def test_prepared_through_tfds_buckets_in_record_order(fixture_dir, dataset, tmp_path, monkeypatch):
   """With TFDS's in-memory buffer at 0 bytes every record goes through its buckets: same data."""
   from tensorflow_datasets.core import shuffle  # pylint: disable=import-outside-toplevel
+
   monkeypatch.setattr(shuffle, 'MAX_MEM_BUFFER_SIZE', 0)
   target = str(_copy(fixture_dir, tmp_path))
   data = celeba.load(_config(target))
@@ -557,7 +647,10 @@ def test_prepared_through_tfds_buckets_in_record_order(fixture_dir, dataset, tmp
 def test_too_little_disk_for_the_cache_refused_before_any_work(fixture_dir, tmp_path, monkeypatch):
   target = str(_copy(fixture_dir, tmp_path))
   monkeypatch.setattr(celeba.shutil, 'disk_usage', lambda _: types.SimpleNamespace(free=1000))
-  with pytest.raises(ValueError, match=r'config.data.cache_dir=.*needs [0-9.]+ MiB and that disk has '
-                     r'0.0 MiB free: free space there or set config.data.cache_dir'):
+  with pytest.raises(
+    ValueError,
+    match=r'config.data.cache_dir=.*needs [0-9.]+ MiB and that disk has '
+    r'0.0 MiB free: free space there or set config.data.cache_dir',
+  ):
     celeba.load(_config(target))
   assert not os.path.exists(os.path.join(target, 'tfds', 'celeb_a'))  # refused before TFDS

@@ -18,34 +18,88 @@ import pytest
 from tests.conftest import ROOT
 
 COMMANDS = (
-    'train.py', 'sweeps.sweep', 'sweeps.run_study', 'sweeps.estimate', 'sweeps.preflight', 'sweeps.tpu_chips',
-    'analysis.analyse', 'analysis.attribute', 'analysis.draw', 'analysis.export',
-    'analysis.findings', 'experiments.divergence', 'experiments.numerics_probe',
-    'models.pretrained', 'input_pipeline.celeba_fixture',
-    'benchmarks.gpu_evidence', 'benchmarks.bench_analysis', 'benchmarks.bench_celeba_full',
-    'benchmarks.bench_conv', 'benchmarks.bench_determinism', 'benchmarks.bench_emulate',
-    'benchmarks.bench_help',
-    'benchmarks.bench_epoch', 'benchmarks.bench_feed', 'benchmarks.bench_input',
-    'benchmarks.bench_pool', 'benchmarks.bench_resume_metrics', 'benchmarks.bench_step',
-    'benchmarks.bench_stop_latency', 'benchmarks.bench_vs_torch', 'benchmarks.profile_step')
-HEAVY = ('jax', 'jaxlib', 'flax', 'optax', 'orbax', 'matplotlib', 'pandas', 'scipy', 'statsmodels',
-         'torch', 'tensorflow', 'sklearn')
-PACKAGES = ('analysis', 'sweeps', 'benchmarks', 'experiments', 'trainer', 'numerics', 'configs',
-            'runrecord', 'models', 'input_pipeline')
+  'train.py',
+  'sweeps.sweep',
+  'sweeps.run_study',
+  'sweeps.estimate',
+  'sweeps.preflight',
+  'sweeps.tpu_chips',
+  'analysis.analyse',
+  'analysis.attribute',
+  'analysis.draw',
+  'analysis.export',
+  'analysis.findings',
+  'experiments.divergence',
+  'experiments.numerics_probe',
+  'models.pretrained',
+  'input_pipeline.celeba_fixture',
+  'benchmarks.gpu_evidence',
+  'benchmarks.bench_analysis',
+  'benchmarks.bench_celeba_full',
+  'benchmarks.bench_conv',
+  'benchmarks.bench_determinism',
+  'benchmarks.bench_emulate',
+  'benchmarks.bench_help',
+  'benchmarks.bench_epoch',
+  'benchmarks.bench_feed',
+  'benchmarks.bench_input',
+  'benchmarks.bench_pool',
+  'benchmarks.bench_resume_metrics',
+  'benchmarks.bench_step',
+  'benchmarks.bench_stop_latency',
+  'benchmarks.bench_vs_torch',
+  'benchmarks.profile_step',
+)
+HEAVY = (
+  'jax',
+  'jaxlib',
+  'flax',
+  'optax',
+  'orbax',
+  'matplotlib',
+  'pandas',
+  'scipy',
+  'statsmodels',
+  'torch',
+  'tensorflow',
+  'sklearn',
+)
+PACKAGES = (
+  'analysis',
+  'sweeps',
+  'benchmarks',
+  'experiments',
+  'trainer',
+  'numerics',
+  'configs',
+  'runrecord',
+  'models',
+  'input_pipeline',
+)
 # The packages whose dotted names in a help text are modules (numerics.*, data.* and model.* are
 # also config fields there).
-MODULE_NAME = re.compile(r'\b((?:analysis|sweeps|benchmarks|experiments|trainer|runrecord)'
-                         r'(?:\.[a-z_][a-z0-9_]*)+)')
+MODULE_NAME = re.compile(
+  r'\b((?:analysis|sweeps|benchmarks|experiments|trainer|runrecord)'
+  r'(?:\.[a-z_][a-z0-9_]*)+)'
+)
 
 
 def run(command, *args):
   """(exit code, stdout, top-level packages imported) of `command args` under -X importtime."""
   target = [command] if command.endswith('.py') else ['-m', command]
-  proc = subprocess.run([sys.executable, '-X', 'importtime', *target, *args], cwd=ROOT,
-                        capture_output=True, text=True, timeout=120,
-                        env={**os.environ, 'PYTHONPATH': ROOT})
-  imported = {line.rsplit('|', 1)[-1].strip().split('.')[0] for line in proc.stderr.splitlines()
-              if line.startswith('import time:')}
+  proc = subprocess.run(
+    [sys.executable, '-X', 'importtime', *target, *args],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=120,
+    env={**os.environ, 'PYTHONPATH': ROOT},
+  )
+  imported = {
+    line.rsplit('|', 1)[-1].strip().split('.')[0]
+    for line in proc.stderr.splitlines()
+    if line.startswith('import time:')
+  }
   messages = [l for l in proc.stderr.splitlines() if not l.startswith('import time:')]
   return proc.returncode, proc.stdout, imported, messages
 
@@ -109,8 +163,11 @@ def unknown_modules(text):
   missing = []
   for name in set(MODULE_NAME.findall(text)):
     parts = name.split('.')
-    found = any(os.path.exists(os.path.join(ROOT, *parts[:n]) + '.py') or
-                os.path.isdir(os.path.join(ROOT, *parts[:n])) for n in range(len(parts), 1, -1))
+    found = any(
+      os.path.exists(os.path.join(ROOT, *parts[:n]) + '.py')
+      or os.path.isdir(os.path.join(ROOT, *parts[:n]))
+      for n in range(len(parts), 1, -1)
+    )
     if not found:
       missing.append(name)
   return missing
@@ -128,9 +185,11 @@ def test_help_is_whole_documents_every_option_and_names_real_modules(helps, comm
 
 
 def test_the_checks_catch_a_cut_description_an_undocumented_option_and_a_removed_module():
-  out = ('usage: x [-h] [--metric METRIC]\n\nA whole study: the report, its tables, the\n\n'
-         'options:\n  -h, --help       show this help message and exit\n  --metric METRIC\n'
-         '  --group-by GROUP_BY [GROUP_BY ...]\n                   columns (analysis.study)\n')
+  out = (
+    'usage: x [-h] [--metric METRIC]\n\nA whole study: the report, its tables, the\n\n'
+    'options:\n  -h, --help       show this help message and exit\n  --metric METRIC\n'
+    '  --group-by GROUP_BY [GROUP_BY ...]\n                   columns (analysis.study)\n'
+  )
   assert description(out).endswith('the')
   assert undocumented_options(out) == ['--metric METRIC']
   assert unknown_modules(out) == ['analysis.study']

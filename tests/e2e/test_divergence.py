@@ -11,9 +11,8 @@ import re
 import jax
 import numpy as np
 import pytest
-from PIL import Image
-
 from flax import nnx
+from PIL import Image
 from scipy import stats as scipy_stats
 from statsmodels.stats.proportion import proportion_confint
 
@@ -22,9 +21,9 @@ from experiments import divergence
 from experiments import divergence_lockstep as lockstep
 from experiments import divergence_measure as measure
 from numerics import setup as numerics_setup
+from runrecord import record
 from tests.conftest import ROOT
 from trainer import checkpointing, loop, run, steps
-from runrecord import record
 
 SMOKE = os.path.join(ROOT, 'configs', 'digits.py') + ':smoke'
 TINY = ['--steps', '4', '--every', '2', '--probe', '64', '--devices', '1']
@@ -34,8 +33,10 @@ CONTROL, CONTROL_FORMAT = 'numerics.profile=bf16_noise', 'bf16_noise'  # the def
 
 def arm_configs(config, settings, seeds):
   """{seed: {arm: resolved config}} as experiments.divergence builds them."""
-  return {seed: {n: divergence.arm_config(config, s, f'--{n}', seed) for n, s in settings.items()}
-          for seed in seeds}
+  return {
+    seed: {n: divergence.arm_config(config, s, f'--{n}', seed) for n, s in settings.items()}
+    for seed in seeds
+  }
 
 
 def run_main(argv):
@@ -51,9 +52,23 @@ def run_main(argv):
 def f32_vs_bf16(tmp_path_factory):
   """Two seeds, arms a (f32), b (bf16) and the control (bf16_noise)."""
   out = tmp_path_factory.mktemp('f32_vs_bf16')
-  code = run_main([f'--config={SMOKE}', '--a', 'numerics.profile=f32', '--b',
-                   'numerics.profile=tpu_default', '--control', CONTROL, '--seeds', '3', '5',
-                   '--out', str(out), *TINY])
+  code = run_main(
+    [
+      f'--config={SMOKE}',
+      '--a',
+      'numerics.profile=f32',
+      '--b',
+      'numerics.profile=tpu_default',
+      '--control',
+      CONTROL,
+      '--seeds',
+      '3',
+      '5',
+      '--out',
+      str(out),
+      *TINY,
+    ]
+  )
   with open(out / 'divergence.json', encoding='utf-8') as f:
     return code, out, json.load(f)
 
@@ -110,13 +125,16 @@ def test_ceiling_pair_is_arm_a_of_another_seed(f32_vs_bf16):
 
 
 def test_pair_list():
-  kinds = lambda seeds, names: [(p['kind'], p['x'], p['y'])
-                                for p in lockstep.pair_list(seeds, names)]
+  kinds = lambda seeds, names: [
+    (p['kind'], p['x'], p['y']) for p in lockstep.pair_list(seeds, names)
+  ]
   assert kinds([7], ['a', 'b']) == [('b', (7, 'a'), (7, 'b'))]
   assert kinds([1, 2], ['a', 'b', 'control'])[-1:] == [('ceiling', (1, 'a'), (2, 'a'))]
-  assert kinds([0, 1, 2], ['a', 'b'])[3:] == [('ceiling', (0, 'a'), (1, 'a')),
-                                              ('ceiling', (1, 'a'), (2, 'a')),
-                                              ('ceiling', (2, 'a'), (0, 'a'))]
+  assert kinds([0, 1, 2], ['a', 'b'])[3:] == [
+    ('ceiling', (0, 'a'), (1, 'a')),
+    ('ceiling', (1, 'a'), (2, 'a')),
+    ('ceiling', (2, 'a'), (0, 'a')),
+  ]
 
 
 def test_ceiling_arm_has_other_initial_weights_and_data_order():
@@ -139,8 +157,14 @@ def test_final_test_counts_every_test_image():
   in one batch; the intervals are statsmodels' Wilson intervals; the noisy control's accuracy is
   the trainer's evaluation's (the same eval noise)."""
   config = divergence.load_config(SMOKE, [('eval_batch_size', '128')])  # 360 = 2 x 128 + 104
-  configs = arm_configs(config, {n: {'numerics.profile': p} for n, p in (
-      ('a', 'f32'), ('b', 'tpu_default'), ('control', 'bf16_noise'))}, [0, 1])
+  configs = arm_configs(
+    config,
+    {
+      n: {'numerics.profile': p}
+      for n, p in (('a', 'f32'), ('b', 'tpu_default'), ('control', 'bf16_noise'))
+    },
+    [0, 1],
+  )
   lock = lockstep.prepare(configs, devices=1)
   final = lockstep.final_test(lock)
   test = lock['ctx'].dataset.test
@@ -149,14 +173,17 @@ def test_final_test_counts_every_test_image():
     evaluated, _ = run.evaluate(ctx, run.eval_step(ctx, state), state)
     # Equal counts of correct images (the evaluation sums them in float32).
     assert final['accuracy']['control']['per_seed'][seed] == pytest.approx(
-        evaluated['test_accuracy'], abs=1e-7)
+      evaluated['test_accuracy'], abs=1e-7
+    )
   preds = {}
   for (seed, name), arm in ((i, a) for i, a in lock['arms'].items() if i[1] != 'control'):
     ctx, state = arm['ctx'], lock['states'][seed, name]
+
     def logits_of(params, batch_stats, images, ctx=ctx):
       model = nnx.merge(ctx.graphdef, params, batch_stats)
       model.eval()
       return model(steps.preprocess(images, ctx.mean, ctx.std))
+
     with numerics_setup.precision_scope(ctx.config):
       logits = jax.jit(logits_of)(state['params'], state['batch_stats'], np.asarray(test.images))
     preds[seed, name] = np.argmax(np.asarray(logits), axis=-1)
@@ -172,8 +199,11 @@ def test_final_test_counts_every_test_image():
 
 
 def test_disagreement_matches_statsmodels():
-  pairs = [{'seeds': [0, 0], 'count': 3, 'n': 360}, {'seeds': [1, 1], 'count': 0, 'n': 360},
-           {'seeds': [2, 2], 'count': 12, 'n': 360}]
+  pairs = [
+    {'seeds': [0, 0], 'count': 3, 'n': 360},
+    {'seeds': [1, 1], 'count': 0, 'n': 360},
+    {'seeds': [2, 2], 'count': 12, 'n': 360},
+  ]
   out = measure.disagreement(pairs)
   for p, q in zip(pairs, out['pairs']):
     assert q['rate'] == p['count'] / 360
@@ -188,20 +218,25 @@ def test_disagreement_matches_statsmodels():
   across = out['across']
   half = scipy_stats.t.ppf(0.975, 2) * rates.std(ddof=1) / math.sqrt(3)
   assert across['pairs'] == 3 and across['mean'] == pytest.approx(rates.mean())
-  k = half ** 2 / (rates.mean() * (1 - rates.mean()))
+  k = half**2 / (rates.mean() * (1 - rates.mean()))
   roots = sorted(np.roots([1 + k, -(2 * rates.mean() + k), rates.mean() ** 2]))
   assert (across['t_low'], across['t_high']) == pytest.approx(roots)
   assert rates.mean() - half < 0 < across['t_low']
   low, high = proportion_confint(15, 1080, alpha=0.05, method='wilson')
   assert across['t_high'] - across['t_low'] > 3 * (high - low)
-  differs = measure.differs(np.array([[1, 0], [1, 1], [0, 0]]) > 0, np.array([[1, 1], [1, 1],
-                                                                               [0, 0]]) > 0)
+  differs = measure.differs(
+    np.array([[1, 0], [1, 1], [0, 0]]) > 0, np.array([[1, 1], [1, 1], [0, 0]]) > 0
+  )
   assert differs.tolist() == [0.5, 0.0, 0.0]  # multilabel: the share of its labels
 
 
 def test_ceiling_pairs_sharing_a_seed_are_left_out_of_the_interval_over_seeds():
-  pairs = [{'seeds': [0, 1], 'count': 30, 'n': 360}, {'seeds': [1, 2], 'count': 50, 'n': 360},
-           {'seeds': [2, 3], 'count': 40, 'n': 360}, {'seeds': [3, 0], 'count': 60, 'n': 360}]
+  pairs = [
+    {'seeds': [0, 1], 'count': 30, 'n': 360},
+    {'seeds': [1, 2], 'count': 50, 'n': 360},
+    {'seeds': [2, 3], 'count': 40, 'n': 360},
+    {'seeds': [3, 0], 'count': 60, 'n': 360},
+  ]
   out = measure.disagreement(pairs)
   assert out['across']['pairs'] == 2  # (0, 1) and (2, 3): independent
   assert out['across']['mean'] == pytest.approx((30 + 40) / 720)
@@ -218,8 +253,13 @@ def test_band_by_hand():
   assert b['sd'] == pytest.approx(sd, rel=1e-12)
   assert (b['t_low'], b['t_high']) == pytest.approx((0.625 - half, 0.625 + half), rel=1e-12)
   one = measure.band([2.0])
-  assert (one['mean'], one['min'], one['max'], one['sd'], one['t_low']) == (2.0, 2.0, 2.0, None,
-                                                                            None)
+  assert (one['mean'], one['min'], one['max'], one['sd'], one['t_low']) == (
+    2.0,
+    2.0,
+    2.0,
+    None,
+    None,
+  )
   assert measure.band([None])['mean'] is None
 
 
@@ -235,7 +275,8 @@ def test_curves_are_bands_over_seeds(f32_vs_bf16):
         assert (band['min'], band['max']) == (values.min(), values.max())
   losses = [r['loss']['b'] for r in result['records']]
   assert [b['mean'] for b in result['losses']['b'][1:]] == pytest.approx(
-      [np.mean(l) for l in losses[1:]])
+    [np.mean(l) for l in losses[1:]]
+  )
 
 
 def test_per_group_breakdown_sums_to_overall(f32_vs_bf16):
@@ -243,19 +284,26 @@ def test_per_group_breakdown_sums_to_overall(f32_vs_bf16):
     for p in (p for pairs in r['pairs'].values() for p in pairs):
       p, groups = p['params'], p['params']['groups']
       assert list(groups) == list(measure.GROUPS)
-      assert math.isclose(sum(g['diff_norm'] ** 2 for g in groups.values()), p['diff_norm'] ** 2,
-                          rel_tol=1e-9, abs_tol=0)
-      assert math.isclose(sum(g['norm_a'] ** 2 for g in groups.values()), p['norm_a'] ** 2,
-                          rel_tol=1e-9)
+      assert math.isclose(
+        sum(g['diff_norm'] ** 2 for g in groups.values()),
+        p['diff_norm'] ** 2,
+        rel_tol=1e-9,
+        abs_tol=0,
+      )
+      assert math.isclose(
+        sum(g['norm_a'] ** 2 for g in groups.values()), p['norm_a'] ** 2, rel_tol=1e-9
+      )
       assert p['rel_l2'] == pytest.approx(p['diff_norm'] / p['norm_a'], rel=1e-12)
 
 
 def test_param_distance_by_hand():
   rng = np.random.default_rng(0)
-  a = {'conv1': {'kernel': rng.standard_normal((3, 3, 1, 2)).astype(np.float32)},
-       'bn1': {'scale': np.ones(2, np.float32)},
-       'layer1': {0: {'conv1': {'kernel': rng.standard_normal((3, 3, 2, 2)).astype(np.float32)}}},
-       'fc': {'kernel': rng.standard_normal((2, 3)).astype(np.float32)}}
+  a = {
+    'conv1': {'kernel': rng.standard_normal((3, 3, 1, 2)).astype(np.float32)},
+    'bn1': {'scale': np.ones(2, np.float32)},
+    'layer1': {0: {'conv1': {'kernel': rng.standard_normal((3, 3, 2, 2)).astype(np.float32)}}},
+    'fc': {'kernel': rng.standard_normal((2, 3)).astype(np.float32)},
+  }
   b = jax.tree.map(lambda x: x.copy(), a)
   b['layer1'][0]['conv1']['kernel'][0, 0, 0, 0] += 0.5
   b['bn1']['scale'][1] = -1.0
@@ -287,25 +335,36 @@ def test_outputs_written_and_png_opens(f32_vs_bf16):
   # header and a row per pair kind).
   assert text.count('\n| ') == 2 * (1 + len(result['records'])) + 2 * (1 + 3)
   total = result['final']['disagreement']['b']['total']
-  assert f"{total['count']} of {total['n']}" in text and total['n'] == 2 * 360
+  assert f'{total["count"]} of {total["n"]}' in text and total['n'] == 2 * 360
 
 
 def test_default_control_is_the_noise_arm():
-  args, _ = divergence.parse_args(['--config=x.py', '--a', 'profile=f32', '--b',
-                                   'profile=tpu_default'])
+  args, _ = divergence.parse_args(
+    ['--config=x.py', '--a', 'profile=f32', '--b', 'profile=tpu_default']
+  )
   assert divergence.settings(args)['control'] == {'numerics.profile': 'bf16_noise'}
   args, _ = divergence.parse_args(['--config=x.py', '--a', 'profile=f32', '--control', 'none'])
   assert list(divergence.settings(args)) == ['a', 'b']
-  args, _ = divergence.parse_args(['--config=x.py', '--a',
-                                   'conv_format=tf32,dense_format=tf32,compute_dtype=bfloat16',
-                                   '--control', 'conv_format=bf16_3x,dense_format=bf16_3x'])
-  assert divergence.settings(args)['control'] == {'numerics.conv_format': 'bf16_3x',
-                                                  'numerics.dense_format': 'bf16_3x',
-                                                  'numerics.compute_dtype': 'bfloat16'}
+  args, _ = divergence.parse_args(
+    [
+      '--config=x.py',
+      '--a',
+      'conv_format=tf32,dense_format=tf32,compute_dtype=bfloat16',
+      '--control',
+      'conv_format=bf16_3x,dense_format=bf16_3x',
+    ]
+  )
+  assert divergence.settings(args)['control'] == {
+    'numerics.conv_format': 'bf16_3x',
+    'numerics.dense_format': 'bf16_3x',
+    'numerics.compute_dtype': 'bfloat16',
+  }
   # The default control's profile replaces arm a's own formats.
   args, _ = divergence.parse_args(['--config=x.py', '--a', 'conv_format=tf32,batchnorm_group=4'])
-  assert divergence.settings(args)['control'] == {'numerics.batchnorm_group': '4',
-                                                  'numerics.profile': 'bf16_noise'}
+  assert divergence.settings(args)['control'] == {
+    'numerics.batchnorm_group': '4',
+    'numerics.profile': 'bf16_noise',
+  }
 
 
 def test_determinism_check_of_a_profile_arm_with_the_default_control():
@@ -321,8 +380,21 @@ def test_determinism_check_of_a_profile_arm_with_the_default_control():
 
 
 def test_identical_settings_give_exactly_zero(tmp_path, capsys):
-  code = run_main([f'--config={SMOKE}', '--a', 'numerics.profile=tpu_default', '--control', 'none',
-                   '--out', str(tmp_path), *TINY[:2], '--every', '1', *TINY[4:]])
+  code = run_main(
+    [
+      f'--config={SMOKE}',
+      '--a',
+      'numerics.profile=tpu_default',
+      '--control',
+      'none',
+      '--out',
+      str(tmp_path),
+      *TINY[:2],
+      '--every',
+      '1',
+      *TINY[4:],
+    ]
+  )
   assert code == 0
   result = json.loads((tmp_path / 'divergence.json').read_text(encoding='utf-8'))
   assert result['info']['identical_settings'] and result['info']['deterministic']
@@ -342,8 +414,10 @@ def test_identical_settings_give_exactly_zero(tmp_path, capsys):
   lines = [l for l in out.err.splitlines() if l.startswith('[')]
   assert lines[0] == f'[0m00s] loading {SMOKE}'
   assert [l.split('] ', 1)[1].split(':')[0].split(' (')[0] for l in lines[1:4]] == [
-      'building seed 0 arm a', 'building seed 0 arm b',
-      'compiling the evaluation pass of 1 distinct arm(s), then the first row']
+    'building seed 0 arm a',
+    'building seed 0 arm b',
+    'compiling the evaluation pass of 1 distinct arm(s), then the first row',
+  ]
   assert 'compiling the training step of phase frozen for 1 arm(s)' in lines[4]
   assert re.search(r'step 4/4, [0-9.e+]+ steps/s, ETA 0m00s \(frozen\)', out.err)
 
@@ -359,8 +433,10 @@ def test_progress_rate_leaves_out_the_compile_and_says_the_eta():
   progress.step(9, 50)  # 4 s since the last line: nothing
   now[0] = 170.0  # 10 steps after the compile in 10 s
   progress.step(11, 50)
-  assert lines == ['[1m00s] step 1/50, steps/s: measuring (compiling)',
-                   '[1m10s] step 11/50, 1 steps/s, ETA 0m39s']
+  assert lines == [
+    '[1m00s] step 1/50, steps/s: measuring (compiling)',
+    '[1m10s] step 11/50, 1 steps/s, ETA 0m39s',
+  ]
   now[0] = 100.0 + 3660.4  # past an hour: hours, as the sweep's lines count them
   progress.say('still here')
   assert lines[-1] == '[1h1m00s] still here'
@@ -368,8 +444,11 @@ def test_progress_rate_leaves_out_the_compile_and_says_the_eta():
 
 def test_matmul_precision_arms_lower_to_different_hlo():
   config = divergence.load_config(SMOKE)
-  configs = arm_configs(config, {n: {'numerics.matmul_precision': p} for n, p in (
-      ('a', 'default'), ('b', 'highest'))}, [0])
+  configs = arm_configs(
+    config,
+    {n: {'numerics.matmul_precision': p} for n, p in (('a', 'default'), ('b', 'highest'))},
+    [0],
+  )
   lock = lockstep.prepare(configs, devices=1)
   fns = lockstep.enter_phase(lock, lock['ctx'].phases[0], 0)
   batch = next(lockstep.batches(lock, 0, 0, 1))
@@ -382,7 +461,9 @@ def test_matmul_precision_arms_lower_to_different_hlo():
   assert lock['numerics']['b']['effective']['matmul_precision_flag'] == 'highest'
 
 
-@pytest.mark.parametrize('argv,expect', [
+@pytest.mark.parametrize(
+  'argv,expect',
+  [
     (['--config=configs/nope.py', '--a', 'profile=f32'], '--config: no file configs/nope.py'),
     (['--a', 'model.width=0.5'], '--a: model.width is not a numerics field'),
     (['--a', 'profile'], '--a=profile: give numerics.<field>=<value>'),
@@ -393,20 +474,27 @@ def test_matmul_precision_arms_lower_to_different_hlo():
     (['--a', 'profile=f32', '--steps', '0'], '--steps=0: give a positive integer'),
     (['--a', 'profile=f32', '--num-seeds', '0'], '--num-seeds=0: give a positive integer'),
     (['--a', 'profile=f32', '--seeds', '1', '1'], '--seeds=1 1: give distinct non-negative'),
-    (['--a', 'profile=f32', '--seeds', '1', '--num-seeds', '2'],
-     'argument --num-seeds: not allowed with argument --seeds'),
+    (
+      ['--a', 'profile=f32', '--seeds', '1', '--num-seeds', '2'],
+      'argument --num-seeds: not allowed with argument --seeds',
+    ),
     (['--a', 'profile=f32', '--control', 'model.width=1'], '--control: model.width is not a'),
-    (['--a', 'profile=f32', '--control', 'conv_format=fp8'],
-     '--control: config.numerics.conv_format must be one of'),
+    (
+      ['--a', 'profile=f32', '--control', 'conv_format=fp8'],
+      '--control: config.numerics.conv_format must be one of',
+    ),
     (['--a', 'profile=f32', '--every', 'x'], "argument --every: invalid int value: 'x'"),
     (['--a', 'profile=f32', '--config.model.nope=1'], '--config.model.nope: unknown config field'),
     (['--a', 'profile=f32', '--config.batch_size=0'], 'config.batch_size must be a positive'),
     (['--a', 'profile=f32', '--bogus'], 'unrecognized argument --bogus'),
     (['--a', 'profile=f32', '--devices', '3'], '--devices=3: give 0'),
     (['--a', 'profile=f32', '--steps', '100000'], '--steps=100000: give 1..44'),
-    (['--a', 'param_dtype=float32', '--b', 'param_dtype=bfloat16'],
-     'parameter bn1.bias is float32[8] in arm a, bfloat16[8] in arm b'),
-])
+    (
+      ['--a', 'param_dtype=float32', '--b', 'param_dtype=bfloat16'],
+      'parameter bn1.bias is float32[8] in arm a, bfloat16[8] in arm b',
+    ),
+  ],
+)
 def test_bad_arguments_rejected(argv, expect, tmp_path, capsys):
   if not any(a.startswith('--config=') for a in argv):
     argv = [f'--config={SMOKE}', *argv]
@@ -423,11 +511,20 @@ def test_arm_a_is_bit_identical_to_train_py(tmp_path):
   """The divergence tool's arm a, N steps, and train.py's run of the same config for N steps
   (through the frozen phase into the unfrozen one, with its optimizer reset): the same parameters,
   bit for bit. Both build their training from trainer/run.py."""
-  overrides = [('num_epochs', '2'), ('optim.freeze_epochs', '1'), ('batch_size', '256'),
-               ('eval_batch_size', '512'), ('model.width', '0.0625')]
+  overrides = [
+    ('num_epochs', '2'),
+    ('optim.freeze_epochs', '1'),
+    ('batch_size', '256'),
+    ('eval_batch_size', '512'),
+    ('model.width', '0.0625'),
+  ]
   config = loader.load(SMOKE, overrides)
-  configs = {config.seed: {n: divergence.arm_config(config, {'numerics.profile': 'tpu_default'},
-                                                    f'--{n}', config.seed) for n in 'ab'}}
+  configs = {
+    config.seed: {
+      n: divergence.arm_config(config, {'numerics.profile': 'tpu_default'}, f'--{n}', config.seed)
+      for n in 'ab'
+    }
+  }
   lock = lockstep.prepare(configs, devices=0)
   steps_total = lock['ctx'].total_steps
   lockstep.train(lock, steps_total, every=steps_total, probe=8)

@@ -6,11 +6,12 @@ import signal
 import numpy as np
 import pytest
 
-from configs import celeba as celeba_config, validation
+from configs import celeba as celeba_config
+from configs import validation
 from input_pipeline import celeba_fixture
+from runrecord import predictions, record
 from tests.support.faults_common import SMOKE_ARGS, last_line, run_train, saved_steps, tree_hash
 from trainer import loop
-from runrecord import predictions, record
 
 
 def _celeba(manual_dir):
@@ -43,8 +44,9 @@ def test_resume_on_other_celeba_files_is_refused_naming_the_data(tmp_path):
   for error in (same_classes, other_classes):
     message = str(error.value)
     assert 'holds a run trained on other data (data.source_fingerprint: ' in message
-    assert 'point config.data (manual_dir, tfds_dir, cache_dir) at the data it was trained on' in \
-        message
+    assert (
+      'point config.data (manual_dir, tfds_dir, cache_dir) at the data it was trained on' in message
+    )
     assert 'damaged' not in message and '--restart' not in message and '\n' not in message
   assert 'data.num_classes' not in str(same_classes.value)
   assert 'data.num_classes: 16 -> 12' in str(other_classes.value)
@@ -69,18 +71,26 @@ def test_resume_on_other_device_count_needs_opt_in_and_records_segments(tmp_path
   proc = run_train(args, four)
   last, only_logs = last_line(proc.stderr)
   assert proc.returncode == 2 and only_logs, proc.stderr[-3000:]
-  assert last == (f'error: workdir {workdir} holds a run saved at step 7 on another device layout '
-                  '(num_devices: 8 -> 4): resume it on the same devices and processes, or pass '
-                  '--allow_layout_change to continue on these (the results then record each '
-                  'segment)')
+  assert last == (
+    f'error: workdir {workdir} holds a run saved at step 7 on another device layout '
+    '(num_devices: 8 -> 4): resume it on the same devices and processes, or pass '
+    '--allow_layout_change to continue on these (the results then record each '
+    'segment)'
+  )
   assert tree_hash(workdir / 'checkpoints') == before
   proc = run_train(args + ['--allow_layout_change'], four)
   assert proc.returncode == 0, proc.stderr[-3000:]
   final = record.read_results(str(workdir))
-  layout = {'platform': 'cpu', 'device_kind': final['device_kind'], 'num_processes': 1,
-            **{k: final[k] for k in record.CPU_FACTS}}  # each segment's processor too
-  assert final['segments'] == [{'start_step': 0, 'stop_step': 7, **layout, 'num_devices': 8},
-                               {'start_step': 7, 'stop_step': 10, **layout, 'num_devices': 4}]
+  layout = {
+    'platform': 'cpu',
+    'device_kind': final['device_kind'],
+    'num_processes': 1,
+    **{k: final[k] for k in record.CPU_FACTS},
+  }  # each segment's processor too
+  assert final['segments'] == [
+    {'start_step': 0, 'stop_step': 7, **layout, 'num_devices': 8},
+    {'start_step': 7, 'stop_step': 10, **layout, 'num_devices': 4},
+  ]
   assert final['status'] == 'completed' and final['num_devices'] == 4
 
 
@@ -95,10 +105,14 @@ def test_segments_merge_on_one_layout_and_start_from_an_old_record():
   record.start_segment(results, saved, eight, 12)  # resumed on the same layout: one segment
   assert results['segments'] == [{'start_step': 0, 'stop_step': 12, **eight}]
   record.start_segment(results, saved, four, 8)  # an older checkpoint, another layout
-  assert results['segments'] == [{'start_step': 0, 'stop_step': 8, **eight},
-                                 {'start_step': 8, 'stop_step': 8, **four}]
+  assert results['segments'] == [
+    {'start_step': 0, 'stop_step': 8, **eight},
+    {'start_step': 8, 'stop_step': 8, **four},
+  ]
   old = dict(eight, step=20)  # a record written before segments existed
   record.start_segment(results, old, four, 20)
-  assert results['segments'] == [{'start_step': 0, 'stop_step': 20, **eight},
-                                 {'start_step': 20, 'stop_step': 20, **four}]
+  assert results['segments'] == [
+    {'start_step': 0, 'stop_step': 20, **eight},
+    {'start_step': 20, 'stop_step': 20, **four},
+  ]
   assert record.layout_differences(old, four) == ['num_devices: 8 -> 4']

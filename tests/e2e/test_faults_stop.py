@@ -10,12 +10,21 @@ import time
 
 import pytest
 
-from tests.support.faults_common import (EVERY, SMOKE_ARGS, TRAIN, last_line, metric_records,
-                                         run_train, saved_steps, smoke_config, without_wall_time)
+from runrecord import record
 from tests.conftest import ROOT
 from tests.support.commands import free_port
+from tests.support.faults_common import (
+  EVERY,
+  SMOKE_ARGS,
+  TRAIN,
+  last_line,
+  metric_records,
+  run_train,
+  saved_steps,
+  smoke_config,
+  without_wall_time,
+)
 from trainer import loop
-from runrecord import record
 
 
 @pytest.fixture(scope='module')
@@ -25,13 +34,16 @@ def reference(tmp_path_factory):
 
 
 def _stopped_line(name, step):
-  return (f'stopped: {name} received: stopped after step {step}, whose checkpoint is saved; run '
-          'the same command again to resume')
+  return (
+    f'stopped: {name} received: stopped after step {step}, whose checkpoint is saved; run '
+    'the same command again to resume'
+  )
 
 
 @pytest.mark.timeout(600)
-def test_sigterm_saves_the_step_and_the_resumed_run_is_bit_identical(reference, tmp_path,
-                                                                     subprocess_env):
+def test_sigterm_saves_the_step_and_the_resumed_run_is_bit_identical(
+  reference, tmp_path, subprocess_env
+):
   """SIGTERM during step 13 (not a checkpoint step: 4, 8, 12, ...): step 13 is finished and saved,
   exit 143 with one line. Resumed, then SIGINT at step 17 and again while step 17's checkpoint is
   being written: the process ends at once (exit 130, its one line, no traceback). The same command
@@ -66,30 +78,50 @@ def test_sigint_at_any_moment_is_one_line_and_exit_130(tmp_path, subprocess_env)
   one line, whichever it was: the graceful stop's, or, outside the loop, the immediate one's (no
   KeyboardInterrupt raised into JAX, which could crash the process)."""
   workdir = tmp_path / 'w'
-  proc = subprocess.Popen(TRAIN + SMOKE_ARGS + [f'--workdir={workdir}'], cwd=ROOT,
-                          env=subprocess_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True)
+  proc = subprocess.Popen(
+    TRAIN + SMOKE_ARGS + [f'--workdir={workdir}'],
+    cwd=ROOT,
+    env=subprocess_env,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
   time.sleep(3)
   proc.send_signal(signal.SIGINT)
   _, err = proc.communicate(timeout=200)
   last, only_logs = last_line(err)
   assert proc.returncode == 128 + signal.SIGINT and only_logs, err[-3000:]
-  assert last.startswith(('stopped: SIGINT received: stopped after step ',
-                          'stopped: SIGINT received outside the training loop; nothing new to '
-                          'save')), err[-3000:]
+  assert last.startswith(
+    (
+      'stopped: SIGINT received: stopped after step ',
+      'stopped: SIGINT received outside the training loop; nothing new to save',
+    )
+  ), err[-3000:]
 
 
 def _two_processes(workdir, env, port):
   env = dict(env)
   env['XLA_FLAGS'] = env.get('XLA_FLAGS', '').replace(
-      '--xla_force_host_platform_device_count=8', '--xla_force_host_platform_device_count=4')
-  return [subprocess.Popen(
-      TRAIN + SMOKE_ARGS + [f'--workdir={workdir}',
-                            f'--config.distributed.coordinator_address=localhost:{port}',
-                            '--config.distributed.num_processes=2',
-                            f'--config.distributed.process_id={i}'],
-      cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-          for i in range(2)]
+    '--xla_force_host_platform_device_count=8', '--xla_force_host_platform_device_count=4'
+  )
+  return [
+    subprocess.Popen(
+      TRAIN
+      + SMOKE_ARGS
+      + [
+        f'--workdir={workdir}',
+        f'--config.distributed.coordinator_address=localhost:{port}',
+        '--config.distributed.num_processes=2',
+        f'--config.distributed.process_id={i}',
+      ],
+      cwd=ROOT,
+      env=env,
+      stdout=subprocess.DEVNULL,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for i in range(2)
+  ]
 
 
 @pytest.mark.timeout(600)

@@ -23,13 +23,18 @@ def test_probe_says_no_difference_instead_of_naming_a_worst_layer(monkeypatch):
 def test_probe_legend_covers_no_line(monkeypatch, tmp_path):
   """Before: the legend sat inside the matmul axes, over a line."""
   from analysis.figures import style  # pylint: disable=import-outside-toplevel
+
   saved = []
   monkeypatch.setattr(style, 'save', lambda fig, out, name: saved.append(fig) or [])
   settings = ['default', 'emu:bf16', 'fast:bf16', 'emu:tf32', 'high']
-  result = {'settings': settings, 'info': {'platform': 'cpu', 'device_kind': 'cpu'},
-            'matmul': {s: {k: 1e-3 * (i + 1) for k in numerics_probe.MATMUL_K}
-                       for i, s in enumerate(settings)},
-            'layers': [{'name': 'fc', 'K': 512, **{s: 1e-3 for s in settings}}]}
+  result = {
+    'settings': settings,
+    'info': {'platform': 'cpu', 'device_kind': 'cpu'},
+    'matmul': {
+      s: {k: 1e-3 * (i + 1) for k in numerics_probe.MATMUL_K} for i, s in enumerate(settings)
+    },
+    'layers': [{'name': 'fc', 'K': 512, **{s: 1e-3 for s in settings}}],
+  }
   numerics_probe.figure(result, str(tmp_path))
   fig = saved[0]
   fig.canvas.draw()
@@ -42,8 +47,9 @@ def test_probe_legend_covers_no_line(monkeypatch, tmp_path):
 
 def test_probe_reports_progress_while_it_compiles(capsys):
   """Before: nothing on the console for ~150 s."""
-  out = numerics_probe.run_setting('default', lambda x, fmt, impl: x * 2, np.ones(2),
-                                   what='products')
+  out = numerics_probe.run_setting(
+    'default', lambda x, fmt, impl: x * 2, np.ones(2), what='products'
+  )
   assert list(out) == [2, 2]
   assert capsys.readouterr().err.strip().endswith('products: default')
 

@@ -18,24 +18,37 @@ NAMES = [p.name for p in agenda.PARTS]
 
 
 def evidence(args, env, timeout=1200):
-  return subprocess.run([sys.executable, '-m', 'benchmarks.gpu_evidence', *args], cwd=ROOT,
-                        env=env, capture_output=True, text=True, timeout=timeout)
+  return subprocess.run(
+    [sys.executable, '-m', 'benchmarks.gpu_evidence', *args],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+  )
 
 
 def plan_commands(stdout):
   """The commands a --budget plan prints (the lines under each call), as argv lists."""
-  return [shlex.split(l.strip())[3:] for l in stdout.splitlines()
-          if l.startswith('  python -m benchmarks.gpu_evidence ')]
+  return [
+    shlex.split(l.strip())[3:]
+    for l in stdout.splitlines()
+    if l.startswith('  python -m benchmarks.gpu_evidence ')
+  ]
 
 
 def done_parts(out):
-  return [p.name for p in agenda.PARTS if gpu_evidence.is_done(
-      gpu_evidence.read_status(str(out), p.name), smoke=True)]
+  return [
+    p.name
+    for p in agenda.PARTS
+    if gpu_evidence.is_done(gpu_evidence.read_status(str(out), p.name), smoke=True)
+  ]
 
 
 @pytest.mark.timeout(1800)  # every benchmark at toy size: 9 min on 2 cores at load 11
 def test_smoke_runs_the_budget_plan_then_every_part_writes_the_summary_and_skips_done_parts(
-    tmp_path, subprocess_env):
+  tmp_path, subprocess_env
+):
   """The 15-minute plan's commands, run at toy size on CPU, complete exactly the planned parts in
   the planned order; planned again, the slot holds what the first plan left for the next one, in
   its order; then every other part, the summary, and a second call that skips them all."""
@@ -53,7 +66,7 @@ def test_smoke_runs_the_budget_plan_then_every_part_writes_the_summary_and_skips
   assert done_parts(out) == sorted(sum(planned, []), key=NAMES.index)
   again = evidence(['--budget', '15', '--smoke', '--out', str(out)], subprocess_env, timeout=120)
   replanned = [p for c in plan_commands(again.stdout) for p in c[c.index('--part') + 1].split(',')]
-  assert replanned and replanned == [p.split(' (')[0] for p in later][:len(replanned)]
+  assert replanned and replanned == [p.split(' (')[0] for p in later][: len(replanned)]
   first = evidence(['--smoke', '--out', str(out)], subprocess_env)
   assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
   with open(out / 'summary.csv', newline='') as f:
@@ -74,14 +87,18 @@ def test_list_names_every_part_with_its_minutes_on_an_h100(capsys):
   lines = capsys.readouterr().out.strip().splitlines()
   assert [l.split()[0] for l in lines[:-1]] == NAMES and len(set(NAMES)) == len(NAMES)
   assert all(0 < float(l.split()[1]) < 9 and l.split()[2] == 'min' for l in lines[:-1])
-  assert lines[-1] == f'{len(NAMES)} parts, {sum(p.minutes for p in agenda.PARTS):g} minutes on ' \
-                      'an H100 in all'
+  assert (
+    lines[-1] == f'{len(NAMES)} parts, {sum(p.minutes for p in agenda.PARTS):g} minutes on '
+    'an H100 in all'
+  )
 
 
 def fake_part(name, seconds, fail=False):
   code = f'import time, sys; print("value=1"); time.sleep({seconds}); sys.exit({int(fail)})'
-  steps = lambda ctx: [agenda.Step('one', [sys.executable, '-c', 'print("x=2")']),
-                       agenda.Step('two', [sys.executable, '-c', code])]
+  steps = lambda ctx: [
+    agenda.Step('one', [sys.executable, '-c', 'print("x=2")']),
+    agenda.Step('two', [sys.executable, '-c', code]),
+  ]
   return agenda.Part(name, 1, 'a test part', steps, agenda.key_values)
 
 
@@ -106,9 +123,11 @@ def test_a_part_stopped_midway_is_not_done_and_runs_again(tmp_path, monkeypatch,
 
 
 def test_bad_flags_are_one_line(capsys):
-  for argv, message in ((['--part', 'gpu_tier,nope', '--out', 'x'], '--part=gpu_tier,nope: give'),
-                        (['--part', 'all'], '--out: give the evidence folder'),
-                        (['--out', 'x'], '--part: give all or part names')):
+  for argv, message in (
+    (['--part', 'gpu_tier,nope', '--out', 'x'], '--part=gpu_tier,nope: give'),
+    (['--part', 'all'], '--out: give the evidence folder'),
+    (['--out', 'x'], '--part: give all or part names'),
+  ):
     with pytest.raises(SystemExit) as exit_info:
       gpu_evidence.main(argv)
     err = capsys.readouterr().err.strip().splitlines()
@@ -134,12 +153,18 @@ def test_study_slices_run_the_studys_arms_over_the_chosen_seeds():
   assert sweep == [{**arm, 'seed': s} for arm in arms for s in range(4, 8)]
   assert len(study_seeds.get_sweep('study,seeds=16')) == 16 * len(arms)
   assert study_seeds.get_sweep('smoke,arms=1,seeds=1') == [{**arms[0], 'seed': 0}]
-  assert study_seeds.get_study('study,seeds=16,only=0-3') == {**digits.get_study('study'),
-                                                             'seeds': 16}
-  assert study_seeds.get_config('study,seeds=16,only=4-7,seed=3').to_dict() == \
-      digits.get_config('study,seed=3').to_dict()
-  for arg, message in (('study,seeds=4,only=2-4', 'only=2-4: give A-B with 0 <= A <= B < seeds=4'),
-                       ('study,seeds=0', 'seeds=0: give a positive whole number')):
+  assert study_seeds.get_study('study,seeds=16,only=0-3') == {
+    **digits.get_study('study'),
+    'seeds': 16,
+  }
+  assert (
+    study_seeds.get_config('study,seeds=16,only=4-7,seed=3').to_dict()
+    == digits.get_config('study,seed=3').to_dict()
+  )
+  for arg, message in (
+    ('study,seeds=4,only=2-4', 'only=2-4: give A-B with 0 <= A <= B < seeds=4'),
+    ('study,seeds=0', 'seeds=0: give a positive whole number'),
+  ):
     with pytest.raises(ValueError, match=message):
       study_seeds.get_sweep(arg)
 
@@ -147,29 +172,46 @@ def test_study_slices_run_the_studys_arms_over_the_chosen_seeds():
 def test_replicate_headline_counts_identical_states_and_accuracy_gaps(monkeypatch):
   def record(digest, accuracy, status='completed'):
     return {'status': status, 'state_digest': digest, 'final': {'test_accuracy': accuracy}}
-  roots = {'a': {'x/seed0': record(1, 0.95), 'x/seed1': record(2, 0.93), 'y/seed0': record(3, 0.9),
-                 'z/seed0': record(4, 0.9, 'failed')},
-           'b': {'x/seed0': record(1, 0.95), 'x/seed1': record(5, 0.925), 'y/seed0': record(6, 0.9),
-                 'z/seed0': record(4, 0.9)}}
+
+  roots = {
+    'a': {
+      'x/seed0': record(1, 0.95),
+      'x/seed1': record(2, 0.93),
+      'y/seed0': record(3, 0.9),
+      'z/seed0': record(4, 0.9, 'failed'),
+    },
+    'b': {
+      'x/seed0': record(1, 0.95),
+      'x/seed1': record(5, 0.925),
+      'y/seed0': record(6, 0.9),
+      'z/seed0': record(4, 0.9),
+    },
+  }
   monkeypatch.setattr(agenda, 'records', roots.get)
   assert agenda.replicate_line('a', 'b') == (
-      '3 same-seed pairs: bit-identical final states 1, equal test accuracy 2, largest '
-      'accuracy difference 0.50 pp')
+    '3 same-seed pairs: bit-identical final states 1, equal test accuracy 2, largest '
+    'accuracy difference 0.50 pp'
+  )
 
 
 def test_runs_headline_counts_completed_runs_and_their_accuracy(monkeypatch):
-  runs = {'a/seed0': {'status': 'completed', 'seed': 0, 'final': {'test_accuracy': 0.9}},
-          'a/seed4': {'status': 'completed', 'seed': 4, 'final': {'test_accuracy': 0.95}},
-          'b/seed4': {'status': 'completed', 'seed': 4, 'final': {'test_accuracy': 0.97}},
-          'c/seed5': {'status': 'failed', 'seed': 5, 'final': {}}, 'd/seed6': None}
+  runs = {
+    'a/seed0': {'status': 'completed', 'seed': 0, 'final': {'test_accuracy': 0.9}},
+    'a/seed4': {'status': 'completed', 'seed': 4, 'final': {'test_accuracy': 0.95}},
+    'b/seed4': {'status': 'completed', 'seed': 4, 'final': {'test_accuracy': 0.97}},
+    'c/seed5': {'status': 'failed', 'seed': 5, 'final': {}},
+    'd/seed6': None,
+  }
   monkeypatch.setattr(agenda, 'records', lambda root: runs)
   assert agenda.runs_line('r', range(4, 8)) == (
-      '2 of 3 runs completed; test accuracy mean 96.00 % (95.00-97.00)')
+    '2 of 3 runs completed; test accuracy mean 96.00 % (95.00-97.00)'
+  )
   assert agenda.runs_line('r').startswith('3 of 4 runs completed; test accuracy mean 94.00 %')
 
 
-def test_a_missing_tool_fails_the_part_naming_it_and_a_resume_runs_it_again(tmp_path,
-                                                                           monkeypatch, capsys):
+def test_a_missing_tool_fails_the_part_naming_it_and_a_resume_runs_it_again(
+  tmp_path, monkeypatch, capsys
+):
   """gpu_tier where `python -m pytest` finds no pytest (exit 1, which pytest also uses for failed
   tests): the part fails naming the module instead of `completed ... no pytest summary`; the next
   call, pytest present, runs it again and completes it. A GPU run whose tests were all skipped
@@ -180,8 +222,9 @@ def test_a_missing_tool_fails_the_part_naming_it_and_a_resume_runs_it_again(tmp_
   monkeypatch.setattr(agenda, 'PY', str(fake))
   assert gpu_evidence.main(['--part', 'gpu_tier', '--out', str(tmp_path / 'ev')]) == 1
   status = gpu_evidence.read_status(str(tmp_path / 'ev'), 'gpu_tier')
-  assert status['status'] == ('failed: pytest: no pytest summary line; missing module pytest (No '
-                              'module named pytest)'), status
+  assert status['status'] == (
+    'failed: pytest: no pytest summary line; missing module pytest (No module named pytest)'
+  ), status
   assert not gpu_evidence.is_done(status, smoke=False)
   fake.write_text('#!/bin/bash\necho "3 skipped in 0.1s"\n')
   assert gpu_evidence.main(['--part', 'gpu_tier', '--out', str(tmp_path / 'ev')]) == 1
@@ -196,12 +239,18 @@ def test_a_missing_tool_fails_the_part_naming_it_and_a_resume_runs_it_again(tmp_
 
 def test_a_benchmark_without_its_result_line_is_not_done(tmp_path, monkeypatch):
   """Exit 0 is not enough: a benchmark that printed no `<key>=<number>` line failed."""
-  steps = lambda ctx: [agenda.Step('bench_pool', [sys.executable, '-c', 'print("table only")'],
-                                   expect=agenda.result_line('pool_speedup'))]
+  steps = lambda ctx: [
+    agenda.Step(
+      'bench_pool',
+      [sys.executable, '-c', 'print("table only")'],
+      expect=agenda.result_line('pool_speedup'),
+    )
+  ]
   monkeypatch.setattr(agenda, 'PARTS', [agenda.Part('pool', 1, 'x', steps, agenda.key_values)])
   assert gpu_evidence.main(['--part', 'pool', '--out', str(tmp_path)]) == 1
   assert gpu_evidence.read_status(str(tmp_path), 'pool')['status'] == (
-      'failed: bench_pool: no pool_speedup=<number> result line')
+    'failed: bench_pool: no pool_speedup=<number> result line'
+  )
 
 
 def planted(*minutes):
@@ -214,13 +263,15 @@ def test_the_plan_fills_calls_in_priority_order_within_the_budget_and_the_call_l
   p2 (2) joins call 1 (7.5; total 10.5); p3 (9) is longer than any call; p4 (1) joins call 1
   (8.5; total 11.5). Priority p4 first instead: it opens call 1 and p0 joins it."""
   parts = planted(5, 5, 2, 9, 1)
-  plan = gpu_plan.make_plan(parts, ['p0', 'p1', 'p2', 'p3', 'p4'], 12, startup=3, limit=9,
-                            overhead=0.5)
+  plan = gpu_plan.make_plan(
+    parts, ['p0', 'p1', 'p2', 'p3', 'p4'], 12, startup=3, limit=9, overhead=0.5
+  )
   assert [[p.name for p in c.parts] for c in plan.calls] == [['p0', 'p2', 'p4']]
   assert [c.minutes for c in plan.calls] == [8.5] and plan.total == 11.5
   assert [p.name for p in plan.later] == ['p1'] and [p.name for p in plan.too_long] == ['p3']
-  plan = gpu_plan.make_plan(parts, ['p4', 'p0', 'p1', 'p2', 'p3'], 12, done={'p2'}, startup=3,
-                            limit=9, overhead=0.5)
+  plan = gpu_plan.make_plan(
+    parts, ['p4', 'p0', 'p1', 'p2', 'p3'], 12, done={'p2'}, startup=3, limit=9, overhead=0.5
+  )
   assert [[p.name for p in c.parts] for c in plan.calls] == [['p4', 'p0']]
   assert [p.name for p in plan.later] == ['p1'] and plan.total == 9.5
 
@@ -239,24 +290,27 @@ def test_the_15_minute_plan_puts_the_headline_figures_first_and_lists_the_rest(c
   assert sorted(sum(calls, []) + later) == sorted(NAMES) and not plan.too_long
   assert later == [n for n in agenda.PRIORITY if n not in sum(calls, [])]
   following = gpu_plan.make_plan(agenda.PARTS, agenda.PRIORITY, 15, done=set(sum(calls, [])))
-  assert [p.name for c in following.calls for p in c.parts] == later[:len(
-      [p for c in following.calls for p in c.parts])]
+  assert [p.name for c in following.calls for p in c.parts] == later[
+    : len([p for c in following.calls for p in c.parts])
+  ]
   assert gpu_evidence.main(['--budget', '15']) == 0
   printed = capsys.readouterr().out
   assert 'call 1 (9 min): determinism_2048 (5), vs_torch_2048 (3.5)' in printed
-  assert '--part determinism_2048,vs_torch_2048 --out runs/gpu_evidence --call-minutes 8.5' in \
-      printed
+  assert (
+    '--part determinism_2048,vs_torch_2048 --out runs/gpu_evidence --call-minutes 8.5' in printed
+  )
   assert 'planned: 14.5 of 15 min (2 call(s), 3 part(s))' in printed
   assert f'next slot ({len(later)} part(s)' in printed
 
 
-def test_call_minutes_starts_only_the_parts_that_end_within_the_call(tmp_path, monkeypatch,
-                                                                    capsys):
+def test_call_minutes_starts_only_the_parts_that_end_within_the_call(tmp_path, monkeypatch, capsys):
   parts = [fake_part('first', 0), fake_part('second', 0)]
   parts[1] = parts[1]._replace(minutes=8.6)  # 0 min elapsed + 8.6 > 8.5
   monkeypatch.setattr(agenda, 'PARTS', parts)
-  assert gpu_evidence.main(['--part', 'first,second', '--out', str(tmp_path),
-                            '--call-minutes', '8.5']) == 1
+  assert (
+    gpu_evidence.main(['--part', 'first,second', '--out', str(tmp_path), '--call-minutes', '8.5'])
+    == 1
+  )
   printed = capsys.readouterr().out
   assert 'first: completed' in printed and 'second: running' not in printed
   assert 'not started (past --call-minutes 8.5): second' in printed

@@ -10,31 +10,36 @@ import sys
 import pytest
 
 from configs import common, digits, loader, validation
+from runrecord import record
 from sweeps import checks, scripts, sweep
 from tests.conftest import ROOT
+from tests.support.commands import assert_one_line_refusal, write_config
 from tests.support.faults_common import run_train
-from tests.support.commands import write_config
-from tests.support.commands import assert_one_line_refusal
 from trainer import clock as progress_clock
 from trainer import lock, loop, platforms, workdirs, writers
-from runrecord import record
 
 
 def resolve(**overrides):
   return validation.resolve(common.apply_overrides(digits.get_config('smoke'), overrides.items()))
 
 
-@pytest.mark.parametrize('field,value,message', [
+@pytest.mark.parametrize(
+  'field,value,message',
+  [
     ('seed', -1, 'config.seed must be an integer in [0, 4294967295]'),
     ('seed', 2**64, 'config.seed must be an integer in [0, 4294967295]'),
     ('model.width', 1e-9, 'config.model.width must be a finite number >= 1/64'),
     ('num_epochs', 10**9, 'overflow the int32 step counter'),
-    ('numerics.xla_flags', '--xla_no_such_flag=1',
-     "config.numerics.xla_flags: XLA refuses '--xla_no_such_flag=1' (Unknown flag in XLA_FLAGS"),
+    (
+      'numerics.xla_flags',
+      '--xla_no_such_flag=1',
+      "config.numerics.xla_flags: XLA refuses '--xla_no_such_flag=1' (Unknown flag in XLA_FLAGS",
+    ),
     ('numerics.xla_flags', '--xla_dump_to=/tmp/a b', 'must be space-separated --xla_* flags'),
     ('data.prefetch', -1, 'config.data.prefetch must be an integer in [0, 64]'),
     ('data.prefetch', 10**9, 'config.data.prefetch must be an integer in [0, 64]'),
-])
+  ],
+)
 def test_numbers_are_checked_at_resolution(field, value, message):
   """Before: seed -1 or 2**64 an OverflowError after 19 s of loading, width 1e-9 a 1-channel net,
   1e9 epochs 2.2e10 steps on an int32 counter, an unknown XLA flag a fatal log line (exit 1)."""
@@ -68,34 +73,49 @@ def test_jax_platforms_without_that_backend_is_one_line(monkeypatch):
 
 
 CLI_CASES = [
-    (['--config.seed=-1'], {}, 'config.seed must be an integer in [0, 4294967295]'),
-    ([], {'JAX_PLATFORMS': 'cuda'}, 'JAX_PLATFORMS=cuda: '),
-    (['--config.batch_size=4096'], {}, 'is larger than the 1437 training examples'),
+  (['--config.seed=-1'], {}, 'config.seed must be an integer in [0, 4294967295]'),
+  ([], {'JAX_PLATFORMS': 'cuda'}, 'JAX_PLATFORMS=cuda: '),
+  (['--config.batch_size=4096'], {}, 'is larger than the 1437 training examples'),
 ]
 
 
 @pytest.mark.parametrize('args,env,message', CLI_CASES, ids=[c[2][:24] for c in CLI_CASES])
-def test_train_py_refuses_in_one_line_and_leaves_no_workdir(args, env, message, tmp_path,
-                                                            subprocess_env):
+def test_train_py_refuses_in_one_line_and_leaves_no_workdir(
+  args, env, message, tmp_path, subprocess_env
+):
   """The last case is refused after the data loaded (as a CelebA run without
   tensorflow-datasets is): the workdir it had created is removed again (before: left empty)."""
   if env.get('JAX_PLATFORMS') == 'cuda' and platforms.gpu_runs({'JAX_PLATFORMS': 'cuda'}):
     pytest.skip('this host has a CUDA backend')
   workdir = tmp_path / 'new' / 'w'
-  proc = run_train(['--config=configs/digits.py:smoke', f'--workdir={workdir}'] + args,
-                   {**subprocess_env, **env}, timeout=120)
+  proc = run_train(
+    ['--config=configs/digits.py:smoke', f'--workdir={workdir}'] + args,
+    {**subprocess_env, **env},
+    timeout=120,
+  )
   assert_one_line_refusal(proc, message, tmp_path / 'new')
 
 
-def test_non_ascii_workdir_under_a_non_utf8_locale_is_refused_before_training(tmp_path,
-                                                                              subprocess_env):
+def test_non_ascii_workdir_under_a_non_utf8_locale_is_refused_before_training(
+  tmp_path, subprocess_env
+):
   """LC_ALL=C with Python's UTF-8 mode off: file names are ASCII, so a non-ASCII workdir failed at
   its first checkpoint, an epoch in, blamed on free space. Now one line before anything runs."""
   workdir = tmp_path / 'w\u00f6rk'
   env = {**subprocess_env, 'LC_ALL': 'C', 'PYTHONUTF8': '0'}
-  proc = subprocess.run([sys.executable, 'train.py', '--config=configs/digits.py:smoke',
-                         f'--workdir={workdir}'.encode()], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=120)
+  proc = subprocess.run(
+    [
+      sys.executable,
+      'train.py',
+      '--config=configs/digits.py:smoke',
+      f'--workdir={workdir}'.encode(),
+    ],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert_one_line_refusal(proc, 'use a UTF-8 locale (export LC_ALL=C.UTF-8', workdir)
 
 
@@ -104,8 +124,11 @@ def test_config_file_returning_no_config_is_one_line(tmp_path):
   for name, value in (('none', 'None'), ('plain', "{'seed': 1}")):
     path = tmp_path / f'{name}.py'
     path.write_text(f'def get_config(arg=None):\n  return {value}\n')
-    with pytest.raises(ValueError, match=r'get_config\(\) returned a (NoneType|dict), not an '
-                       r'ml_collections.ConfigDict'):
+    with pytest.raises(
+      ValueError,
+      match=r'get_config\(\) returned a (NoneType|dict), not an '
+      r'ml_collections.ConfigDict',
+    ):
       loader.load(str(path))
 
 
@@ -201,16 +224,19 @@ def test_slurm_script_runs_the_interpreter_that_wrote_it(tmp_path):
 
 def test_estimate_of_a_completed_root_prices_nothing(tmp_path, capsys, monkeypatch):
   from sweeps import estimate  # pylint: disable=import-outside-toplevel
+
   cfg = write_config(tmp_path, "[{'seed': 0}, {'seed': 1}]")
   runs, _, _ = sweep.expand(f'{cfg}:smoke', str(tmp_path / 'root'))
   priced = []
   monkeypatch.setattr(estimate, 'measure_arms', lambda runs, *_: priced.extend(runs) or 0)
-  record.write_results(runs[0].workdir, {'status': 'completed', 'config': runs[0].config.to_dict()},
-                       step=5)
+  record.write_results(
+    runs[0].workdir, {'status': 'completed', 'config': runs[0].config.to_dict()}, step=5
+  )
   assert sweep.main([f'--config={cfg}:smoke', f'--root={tmp_path / "root"}', '--estimate']) == 0
   assert [r.workdir for r in priced] == [runs[1].workdir]  # before: both
-  record.write_results(runs[1].workdir, {'status': 'completed', 'config': runs[1].config.to_dict()},
-                       step=5)
+  record.write_results(
+    runs[1].workdir, {'status': 'completed', 'config': runs[1].config.to_dict()}, step=5
+  )
   priced.clear()
   assert sweep.main([f'--config={cfg}:smoke', f'--root={tmp_path / "root"}', '--estimate']) == 0
   out = capsys.readouterr().out
@@ -224,8 +250,14 @@ def test_eta_says_compiles_are_still_to_come(caplog):
   console = writers.ConsoleWriter(100, 4, timer)
   timer.compiles_ahead(2)  # two phases ahead, and the first evaluation: 3 compiles
   timer.compiled(0)
-  line = {'kind': 'train', 'step': 5, 'epoch': 1, 'train_loss': 1.0, 'train_accuracy': 0.5,
-          'learning_rate': 1e-3}
+  line = {
+    'kind': 'train',
+    'step': 5,
+    'epoch': 1,
+    'train_loss': 1.0,
+    'train_accuracy': 0.5,
+    'learning_rate': 1e-3,
+  }
   images_per_sec, eta = timer.throughput(5, 64)
   console.write_scalars(5, {**line, 'images_per_sec': images_per_sec, 'eta_s': eta})
   assert 'step 5/100 (epoch 1/4) loss 1.0000 acc 50.00 %' in caplog.text
@@ -246,7 +278,7 @@ def test_done_line_names_this_session_and_all_sessions(monkeypatch):
   assert loop.session_times(resumed) == 'this session 10.0 s, all sessions 157.7 s'
 
 
-SECOND_SIGNAL = '''
+SECOND_SIGNAL = """
 import os, signal, sys, time
 sys.path.insert(0, {root!r})
 from trainer import stop
@@ -254,16 +286,25 @@ with stop.StopRequests():
   os.kill(os.getpid(), signal.SIGTERM)
   os.kill(os.getpid(), signal.SIGTERM)
   time.sleep(30)
-'''
+"""
 
 
 def test_a_second_signal_exits_with_its_line():
-  proc = subprocess.run([sys.executable, '-c', SECOND_SIGNAL.format(root=ROOT)],
-                        capture_output=True, text=True, timeout=60,
-                        env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  proc = subprocess.run(
+    [sys.executable, '-c', SECOND_SIGNAL.format(root=ROOT)],
+    capture_output=True,
+    text=True,
+    timeout=60,
+    env={**os.environ, 'JAX_PLATFORMS': 'cpu'},
+  )
   assert proc.returncode == 128 + signal.SIGTERM
-  assert proc.stderr.strip().splitlines()[-1].startswith(
-      'stopped: a second signal (SIGTERM) ended the run at once, without saving this step')
+  assert (
+    proc.stderr.strip()
+    .splitlines()[-1]
+    .startswith(
+      'stopped: a second signal (SIGTERM) ended the run at once, without saving this step'
+    )
+  )
 
 
 def test_train_py_is_at_most_100_lines_with_no_global_between_functions():

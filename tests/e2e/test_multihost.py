@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 
 from configs import digits, validation
+from runrecord import predictions, record
 from tests.conftest import ROOT
 from tests.support.commands import free_port
 from trainer import loop
-from runrecord import predictions, record
 
 TRAIN = [sys.executable, os.path.join(ROOT, 'train.py')]
 FAULT_TRAIN = [sys.executable, os.path.join(ROOT, 'tests', 'support', 'fault_train.py')]
@@ -38,19 +38,32 @@ def run_two_processes(workdir, env, fault=None, timeout=400, extra=()):
   port = free_port()
   env = dict(env)
   env['XLA_FLAGS'] = env.get('XLA_FLAGS', '').replace(
-      '--xla_force_host_platform_device_count=8', '--xla_force_host_platform_device_count=4')
+    '--xla_force_host_platform_device_count=8', '--xla_force_host_platform_device_count=4'
+  )
   if fault:
     env['TRAIN_FAULT'] = fault
   procs = []
   for i in range(2):
-    args = ['--config=configs/digits.py:smoke', f'--config.checkpoint_every_steps={EVERY}',
-            f'--config.batch_size={BATCH}', f'--workdir={workdir}',
-            f'--config.distributed.coordinator_address=localhost:{port}',
-            '--config.distributed.num_processes=2', f'--config.distributed.process_id={i}',
-            *extra]
-    procs.append(subprocess.Popen((FAULT_TRAIN if fault else TRAIN) + args, cwd=ROOT, env=env,
-                                  stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True))
+    args = [
+      '--config=configs/digits.py:smoke',
+      f'--config.checkpoint_every_steps={EVERY}',
+      f'--config.batch_size={BATCH}',
+      f'--workdir={workdir}',
+      f'--config.distributed.coordinator_address=localhost:{port}',
+      '--config.distributed.num_processes=2',
+      f'--config.distributed.process_id={i}',
+      *extra,
+    ]
+    procs.append(
+      subprocess.Popen(
+        (FAULT_TRAIN if fault else TRAIN) + args,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+      )
+    )
   out = []
   try:
     for p in procs:
@@ -66,7 +79,9 @@ def run_two_processes(workdir, env, fault=None, timeout=400, extra=()):
 
 def without_wall_time(results):
   results = json.loads(json.dumps(results))  # as saved: tuples become lists
-  out = {k: v for k, v in results.items() if k not in ('wall_time_s', 'run_id')}  # run_id: each run's own
+  out = {
+    k: v for k, v in results.items() if k not in ('wall_time_s', 'run_id')
+  }  # run_id: each run's own
   out['config'] = {k: v for k, v in results['config'].items() if k != 'distributed'}
   out['config']['data'] = {k: v for k, v in out['config']['data'].items() if k != 'on_device'}
   out['history'] = [{k: v for k, v in h.items() if k != 'wall_time_s'} for h in results['history']]
@@ -78,11 +93,17 @@ def one_process_on_four_devices(workdir, env):
   doubles, so every cross-device reduction sums in another order, and nothing else changes."""
   env = dict(env)
   env['XLA_FLAGS'] = env.get('XLA_FLAGS', '').replace(
-      '--xla_force_host_platform_device_count=8', '--xla_force_host_platform_device_count=4')
-  args = ['--config=configs/digits.py:smoke', f'--config.checkpoint_every_steps={EVERY}',
-          f'--config.batch_size={BATCH}', f'--workdir={workdir}']
-  proc = subprocess.run(TRAIN + args, cwd=ROOT, env=env, capture_output=True, text=True,
-                        timeout=400)
+    '--xla_force_host_platform_device_count=8', '--xla_force_host_platform_device_count=4'
+  )
+  args = [
+    '--config=configs/digits.py:smoke',
+    f'--config.checkpoint_every_steps={EVERY}',
+    f'--config.batch_size={BATCH}',
+    f'--workdir={workdir}',
+  ]
+  proc = subprocess.run(
+    TRAIN + args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   return [json.loads(l) for l in (workdir / 'metrics.jsonl').read_text().splitlines()]
 
@@ -98,11 +119,18 @@ def order_tolerance(a, b):
 def assert_same_metrics(a, b, records_a, records_b, tolerance):
   """Same run facts exactly; metrics equal up to the cross-device summation order (the step-5
   loss within `tolerance`, measured on this host by `order_tolerance`)."""
-  varying = ('num_processes', 'history', 'final', 'numerics',  # numerics: XLA_FLAGS (4 vs 8)
-             'segments', 'state_digest')  # the layout; the final state's bits
+  varying = (
+    'num_processes',
+    'history',
+    'final',
+    'numerics',  # numerics: XLA_FLAGS (4 vs 8)
+    'segments',
+    'state_digest',
+  )  # the layout; the final state's bits
   assert a['numerics']['requested'] == b['numerics']['requested']
   assert {k: v for k, v in a.items() if k not in varying} == {
-      k: v for k, v in b.items() if k not in varying}
+    k: v for k, v in b.items() if k not in varying
+  }
   assert [sorted(h) for h in a['history']] == [sorted(h) for h in b['history']]
   log_a, log_b = records_a[0], records_b[0]  # steps 1-5: the same batches, the same gradients
   assert log_a['step'] == log_b['step'] == 5
@@ -138,13 +166,15 @@ def test_two_processes_match_one_and_resume(tmp_path, subprocess_env):
   assert two['num_processes'] == 2 and one['num_processes'] == 1
   assert two['num_devices'] == one['num_devices'] == 8
   records = [json.loads(l) for l in (workdir / 'metrics.jsonl').read_text().splitlines()]
-  records_one = [json.loads(l)
-                 for l in (tmp_path / 'one' / 'metrics.jsonl').read_text().splitlines()]
+  records_one = [
+    json.loads(l) for l in (tmp_path / 'one' / 'metrics.jsonl').read_text().splitlines()
+  ]
   records_four = one_process_on_four_devices(tmp_path / 'four', subprocess_env)
   assert records_four[0]['step'] == records_one[0]['step'] == 5
   tolerance = order_tolerance(records_one[0]['train_loss'], records_four[0]['train_loss'])
-  assert_same_metrics(without_wall_time(one), without_wall_time(two), records_one, records,
-                      tolerance)
+  assert_same_metrics(
+    without_wall_time(one), without_wall_time(two), records_one, records, tolerance
+  )
   # Only process 0 writes: one record per logged step, none duplicated by process 1.
   keys = [(r['kind'], r['step']) for r in records]
   assert len(keys) == len(set(keys))
@@ -153,7 +183,8 @@ def test_two_processes_match_one_and_resume(tmp_path, subprocess_env):
   preds, preds_one = (predictions.read_predictions(str(w)) for w in (workdir, tmp_path / 'one'))
   assert preds['step'] == two['step'] and np.array_equal(preds['label'], preds_one['label'])
   assert np.mean(preds['predicted'] == preds['label']) == pytest.approx(
-      two['final']['test_accuracy'], abs=1e-6)
+    two['final']['test_accuracy'], abs=1e-6
+  )
 
 
 @pytest.mark.timeout(600)
@@ -166,15 +197,28 @@ def test_config_xla_flags_in_effect_in_every_process(tmp_path, subprocess_env):
   env['XLA_FLAGS'] = '--xla_force_host_platform_device_count=4'
   procs = []
   for i in range(2):
-    args = ['--config=configs/digits.py:smoke', '--config.num_epochs=1',
-            '--config.optim.freeze_epochs=0', f'--config.batch_size={BATCH}',
-            f'--workdir={tmp_path / "run"}',
-            '--config.numerics.gpu_deterministic=True',
-            f'--config.numerics.xla_flags=--xla_dump_to={tmp_path / f"dump{i}"}',
-            f'--config.distributed.coordinator_address=localhost:{port}',
-            '--config.distributed.num_processes=2', f'--config.distributed.process_id={i}']
-    procs.append(subprocess.Popen(TRAIN + args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True))
+    args = [
+      '--config=configs/digits.py:smoke',
+      '--config.num_epochs=1',
+      '--config.optim.freeze_epochs=0',
+      f'--config.batch_size={BATCH}',
+      f'--workdir={tmp_path / "run"}',
+      '--config.numerics.gpu_deterministic=True',
+      f'--config.numerics.xla_flags=--xla_dump_to={tmp_path / f"dump{i}"}',
+      f'--config.distributed.coordinator_address=localhost:{port}',
+      '--config.distributed.num_processes=2',
+      f'--config.distributed.process_id={i}',
+    ]
+    procs.append(
+      subprocess.Popen(
+        TRAIN + args,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+      )
+    )
   try:
     errors = [p.communicate(timeout=500)[1] for p in procs]
   finally:

@@ -15,16 +15,18 @@ from flax import nnx
 
 from configs import common, digits, loader, validation
 from input_pipeline import base, batching
+from runrecord import predictions, record
 from sweeps import sweep
 from trainer import checkpointing, loop, run, steps
-from runrecord import predictions, record
 
 ONE_EPOCH = {'num_epochs': 1, 'optim.freeze_epochs': 0}
-RUNS = {'native': {'numerics.profile': 'native'},
-        'f32': {'numerics.profile': 'f32'},
-        'bf16': {'numerics.profile': 'tpu_default'},
-        'seed1': {'numerics.profile': 'native', 'seed': 1},
-        'split': {'numerics.profile': 'native', 'seed': 1, 'init_seed': 0, 'data_seed': 0}}
+RUNS = {
+  'native': {'numerics.profile': 'native'},
+  'f32': {'numerics.profile': 'f32'},
+  'bf16': {'numerics.profile': 'tpu_default'},
+  'seed1': {'numerics.profile': 'native', 'seed': 1},
+  'split': {'numerics.profile': 'native', 'seed': 1, 'init_seed': 0, 'data_seed': 0},
+}
 ARRAYS = predictions.KEYS['classification']
 
 
@@ -60,19 +62,25 @@ def test_saved_predictions_hold_every_example_in_test_order(runs):
   assert preds['step'] == results['step'] == 22 and predictions.saved_steps(workdir) == [22]
   assert preds['task'] == 'classification'
   assert preds['fingerprint'] == results['data']['split_fingerprint']
-  assert {k: preds[k].dtype for k in ARRAYS} == {'label': np.int32, 'predicted': np.int32,
-                                                 'p_predicted': np.float32, 'p_label': np.float32}
+  assert {k: preds[k].dtype for k in ARRAYS} == {
+    'label': np.int32,
+    'predicted': np.int32,
+    'p_predicted': np.float32,
+    'p_label': np.float32,
+  }
   assert all(preds[k].shape == (n,) for k in ARRAYS)  # the padded last batch dropped (360 < 512)
   dataset = run.load_dataset(smoke_config())
   assert np.array_equal(preds['label'], dataset.test.labels)
   assert np.mean(preds['predicted'] == preds['label']) == pytest.approx(
-      results['final']['test_accuracy'], abs=1e-6)
+    results['final']['test_accuracy'], abs=1e-6
+  )
   hit = preds['predicted'] == preds['label']
   assert np.array_equal(preds['p_predicted'][hit], preds['p_label'][hit])
   assert np.all(preds['p_predicted'][~hit] >= preds['p_label'][~hit])
   # The softmax cross-entropy of the label is -log p_label: its mean is the recorded test loss.
-  assert np.mean(-np.log(preds['p_label'])) == pytest.approx(results['final']['test_loss'],
-                                                             rel=1e-4)
+  assert np.mean(-np.log(preds['p_label'])) == pytest.approx(
+    results['final']['test_loss'], rel=1e-4
+  )
 
 
 def test_saved_predictions_equal_those_of_the_restored_state(runs):
@@ -131,13 +139,16 @@ def test_init_seed_drives_only_the_weights_data_seed_only_the_data():
   """init_seed: the initial weights (those of seed=init_seed), not the data order nor the step
   seed; data_seed: the data order and the steps' seed (flips, product noise), not the weights."""
   base_ctx = run.build(smoke_config())
+
   def parts(**overrides):
     ctx = run.build(smoke_config(**overrides), base_ctx.dataset)
     model = run.init_model(ctx)[0]
-    rows = batching.train_batch_indices(len(ctx.dataset.train), ctx.config.batch_size,
-                                        common.data_seed_of(ctx.config), 3)
+    rows = batching.train_batch_indices(
+      len(ctx.dataset.train), ctx.config.batch_size, common.data_seed_of(ctx.config), 3
+    )
     step_seed = int(run.eval_step(ctx, run.initial_state(ctx, model)).seed)
     return jax.tree.leaves(nnx.state(model)), rows, step_seed
+
   same = lambda a, b: all(np.array_equal(x, y) for x, y in zip(a, b))
   w0, rows0, s0 = parts()
   w_init, rows_init, s_init = parts(init_seed=5)
@@ -163,29 +174,36 @@ def test_seed_fields_typed_and_named():
 def test_multilabel_predictions_are_bits_and_probabilities():
   """The attributes task: int8 labels and predicted bits (logit > 0), float32 sigmoid
   probabilities, [n, 40] in test order, the padding of the last batch dropped (11 = 8 + 3)."""
-  config = loader.load('configs/celeba.py:smoke', [('data.task', 'attributes'),
-                                                    ('eval_batch_size', 8), ('batch_size', 8)])
+  config = loader.load(
+    'configs/celeba.py:smoke',
+    [('data.task', 'attributes'), ('eval_batch_size', 8), ('batch_size', 8)],
+  )
   config = validation.resolve(config)
   rng = np.random.default_rng(0)
   images = rng.integers(0, 256, (11, 16, 16, 3), dtype=np.uint8)
   labels = rng.integers(0, 2, (11, 40), dtype=np.int32)
   split = base.Split(images, labels)
-  dataset = base.Dataset('synthetic', split, split, 40, task='multilabel',
-                         info={'split_fingerprint': 'abc'})
+  dataset = base.Dataset(
+    'synthetic', split, split, 40, task='multilabel', info={'split_fingerprint': 'abc'}
+  )
   ctx = run.build(config, dataset)
   state = run.initial_state(ctx, run.init_model(ctx)[0])
   metrics, preds = run.evaluate(ctx, run.eval_step(ctx, state), state)
   assert preds['task'] == 'multilabel' and preds['fingerprint'] == 'abc'
   assert set(preds) == set(predictions.KEYS['multilabel']) | {'task', 'fingerprint'}
   assert {k: (preds[k].dtype, preds[k].shape) for k in predictions.KEYS['multilabel']} == {
-      'label': (np.int8, (11, 40)), 'predicted': (np.int8, (11, 40)),
-      'probability': (np.float32, (11, 40))}
+    'label': (np.int8, (11, 40)),
+    'predicted': (np.int8, (11, 40)),
+    'probability': (np.float32, (11, 40)),
+  }
   assert np.array_equal(preds['label'], labels)
   assert np.array_equal(preds['predicted'], (preds['probability'] > 0.5).astype(np.int8))
   assert np.mean(preds['predicted'] == preds['label']) == pytest.approx(
-      metrics['test_accuracy'], abs=1e-6)
+    metrics['test_accuracy'], abs=1e-6
+  )
   logits = jax.jit(lambda s, x: steps.eval_logits(ctx.graphdef, s, 0, x, ctx.mean, ctx.std))(
-      state, images)
+    state, images
+  )
   np.testing.assert_allclose(preds['probability'], jax.nn.sigmoid(logits), rtol=1e-5, atol=1e-6)
 
 
@@ -197,18 +215,29 @@ def test_variance_preset_crosses_init_and_data_seeds_with_replicates_on_one_arm(
   configs = [r.config for r in runs]
   assert not [r.problem for r in runs if r.problem] and len({r.workdir for r in runs}) == 18
   cells = collections.Counter((c.init_seed, c.data_seed) for c in configs)
-  assert cells == {(i, d): digits.REPLICATES for i in range(digits.INIT_SEEDS)
-                   for d in range(digits.DATA_SEEDS)}
+  assert cells == {
+    (i, d): digits.REPLICATES for i in range(digits.INIT_SEEDS) for d in range(digits.DATA_SEEDS)
+  }
   cell_of_seed = collections.defaultdict(list)
   for c in configs:
     cell_of_seed[c.seed].append((c.init_seed, c.data_seed))
   assert len(cell_of_seed) == 9
-  assert all(len(cell) == digits.REPLICATES and len(set(cell)) == 1
-             for cell in cell_of_seed.values())
-  rows = pd.DataFrame([record.row(r.workdir, record.new_record(
-      r.config, run.facts(), {'requested': r.config.numerics.to_dict()}, {}, {}, {}))
-                       for r in runs])
+  assert all(
+    len(cell) == digits.REPLICATES and len(set(cell)) == 1 for cell in cell_of_seed.values()
+  )
+  rows = pd.DataFrame(
+    [
+      record.row(
+        r.workdir,
+        record.new_record(
+          r.config, run.facts(), {'requested': r.config.numerics.to_dict()}, {}, {}, {}
+        ),
+      )
+      for r in runs
+    ]
+  )
   assert len(rows[record.arm_columns(rows)].drop_duplicates()) == 1
-  reference = validation.resolve(loader.load('configs/digits.py:study', list(
-      digits.study_arms(128)[0].items())))
+  reference = validation.resolve(
+    loader.load('configs/digits.py:study', list(digits.study_arms(128)[0].items()))
+  )
   assert all(c.numerics == reference.numerics for c in configs)

@@ -19,7 +19,8 @@ from models import pretrained, resnet
 from tests.conftest import ROOT
 
 torch = pytest.importorskip(
-    'torch', reason='torch (test-only extra) is not installed: the PyTorch parity tests need it')
+  'torch', reason='torch (test-only extra) is not installed: the PyTorch parity tests need it'
+)
 nn = torch.nn
 
 RTOL = 1e-4  # max |jax - torch| / max |torch|
@@ -50,6 +51,7 @@ def save(state, path):
   arrays = {k: v.detach().numpy().copy() for k, v in state.items()}
   if path.endswith('.safetensors'):
     from safetensors.numpy import save_file
+
     save_file(arrays, path)
   else:
     np.savez(path, **arrays)
@@ -162,8 +164,11 @@ def test_missing_and_unexpected_keys_are_named(net, tmp_path):
   del state['layer2.1.bn1.running_var']
   state['extra.weight'] = torch.zeros(3)
   path = save(state, tmp_path / 'bad.npz')
-  with pytest.raises(ValueError, match=r'missing: layer2\.1\.bn1\.running_var; '
-                                       r'unexpected: extra\.weight'):
+  with pytest.raises(
+    ValueError,
+    match=r'missing: layer2\.1\.bn1\.running_var; '
+    r'unexpected: extra\.weight',
+  ):
     pretrained.load_into(abstract_resnet(), path)
 
 
@@ -171,8 +176,11 @@ def test_shape_mismatch_is_named(net, tmp_path):
   state = dict(net.state_dict())
   state['layer3.0.conv2.weight'] = torch.zeros(256, 256, 1, 1)
   path = save(state, tmp_path / 'bad.safetensors')
-  with pytest.raises(ValueError, match=r'layer3\.0\.conv2\.weight file \(256, 256, 1, 1\) != '
-                                       r'model \(256, 256, 3, 3\)'):
+  with pytest.raises(
+    ValueError,
+    match=r'layer3\.0\.conv2\.weight file \(256, 256, 1, 1\) != '
+    r'model \(256, 256, 3, 3\)',
+  ):
     pretrained.load_torchvision(path)
 
 
@@ -180,9 +188,12 @@ def test_wrong_architecture(tmp_path):
   path = save(random_torch_resnet(layers=(3, 4, 6, 3)).state_dict(), tmp_path / 'r34.npz')
   with pytest.raises(ValueError, match='holds ResNet-34'):
     pretrained.load_torchvision(path)
-  r50 = {f'layer{s}.{b}.{n}.weight': np.zeros(1, np.float32)
-         for s, blocks in zip((1, 2, 3, 4), (3, 4, 6, 3)) for b in range(blocks)
-         for n in ('conv1', 'conv2', 'conv3')}
+  r50 = {
+    f'layer{s}.{b}.{n}.weight': np.zeros(1, np.float32)
+    for s, blocks in zip((1, 2, 3, 4), (3, 4, 6, 3))
+    for b in range(blocks)
+    for n in ('conv1', 'conv2', 'conv3')
+  }
   np.savez(tmp_path / 'r50.npz', **r50)
   with pytest.raises(ValueError, match='holds ResNet-50'):
     pretrained.load_into(abstract_resnet(), str(tmp_path / 'r50.npz'))
@@ -224,10 +235,13 @@ def hostile_files(folder):
   with zipfile.ZipFile(folder / 'pickled.npz', 'w') as archive:
     archive.write(folder / 'obj.npy', 'conv1.weight.npy')
   refused = 'refused it: it holds more than tensors and plain containers'
-  return {'runs_code.pth': refused, 'garbage.pth': refused,
-          'garbage.safetensors': 'SafetensorError: Error while deserializing header',
-          'garbage.npz': 'BadZipFile: File is not a zip file',
-          'pickled.npz': 'Object arrays cannot be loaded when allow_pickle=False'}, marker
+  return {
+    'runs_code.pth': refused,
+    'garbage.pth': refused,
+    'garbage.safetensors': 'SafetensorError: Error while deserializing header',
+    'garbage.npz': 'BadZipFile: File is not a zip file',
+    'pickled.npz': 'Object arrays cannot be loaded when allow_pickle=False',
+  }, marker
 
 
 def test_damaged_or_hostile_files_are_one_line_naming_field_file_and_fix(tmp_path, subprocess_env):
@@ -239,17 +253,29 @@ def test_damaged_or_hostile_files_are_one_line_naming_field_file_and_fix(tmp_pat
     with pytest.raises(ValueError) as e:
       pretrained.read_state_dict(path)
     ext = os.path.splitext(name)[1]
-    assert str(e.value).startswith(f'config.model.init_from: {path!r} is not a readable {ext} '
-                                   'state dict (') and detail in str(e.value)
+    assert str(e.value).startswith(
+      f'config.model.init_from: {path!r} is not a readable {ext} state dict ('
+    ) and detail in str(e.value)
     assert str(e.value).endswith(f'written with {pretrained.HOW_TO_SAVE[ext]}')
     assert '\n' not in str(e.value)
   proc = subprocess.run(
-      [sys.executable, 'train.py', '--config=configs/digits.py:smoke',
-       f'--config.model.init_from={tmp_path}/runs_code.pth', f'--workdir={tmp_path}/w'],
-      cwd=ROOT, env=subprocess_env, capture_output=True, text=True, timeout=300)
+    [
+      sys.executable,
+      'train.py',
+      '--config=configs/digits.py:smoke',
+      f'--config.model.init_from={tmp_path}/runs_code.pth',
+      f'--workdir={tmp_path}/w',
+    ],
+    cwd=ROOT,
+    env=subprocess_env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert proc.returncode == 2 and proc.stderr.count('\n') == 1, proc.stderr[-3000:]
-  assert proc.stderr.startswith(f"error: config.model.init_from: '{tmp_path}/runs_code.pth' is "
-                                'not a readable .pth state dict')
+  assert proc.stderr.startswith(
+    f"error: config.model.init_from: '{tmp_path}/runs_code.pth' is not a readable .pth state dict"
+  )
   assert not marker.exists()
 
 
@@ -257,9 +283,11 @@ def test_pth_without_torch_says_how_to_convert(files, monkeypatch):
   monkeypatch.setitem(sys.modules, 'torch', None)  # import torch fails, as on a TPU VM
   with pytest.raises(ValueError) as e:
     pretrained.read_state_dict(files['.pth'])
-  assert str(e.value) == (f"config.model.init_from: {files['.pth']!r} needs torch to read, which "
-                          'is not installed; convert it once where torch is installed: python -m '
-                          f"models.pretrained --in {files['.pth']} --out resnet18.npz")
+  assert str(e.value) == (
+    f'config.model.init_from: {files[".pth"]!r} needs torch to read, which '
+    'is not installed; convert it once where torch is installed: python -m '
+    f'models.pretrained --in {files[".pth"]} --out resnet18.npz'
+  )
 
 
 def test_converter_cli(files, tmp_path, capsys):
@@ -279,9 +307,11 @@ def test_reference_schedule_smoke_run_from_converted_file(files, tmp_path):
   """Frozen then unfrozen from a converted file: backbone exact after phase 1, trained after.
   Batch 256: 5 steps an epoch (a step's cost is the full-width model's 11M parameters, not its
   images); both phases, each saved at its end."""
+  import orbax.checkpoint as ocp
+
   from configs import digits, validation
   from trainer import checkpointing, loop
-  import orbax.checkpoint as ocp
+
   config = digits.get_config('smoke')
   config.model.width = 1.0
   config.model.init_from = str(files['.npz'])
@@ -292,8 +322,10 @@ def test_reference_schedule_smoke_run_from_converted_file(files, tmp_path):
   loaded = pretrained.read_state_dict(files['.npz'])
   mngr = checkpointing.manager(str(workdir), 3)
   steps = mngr.all_steps()
+
   def state_at(step):
     return mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))['state']
+
   frozen, unfrozen = state_at(steps[0]), state_at(steps[-1])
   kernel = lambda s: np.asarray(s['params']['layer3']['0']['conv1']['kernel'])
   want = np.transpose(loaded['layer3.0.conv1.weight'], (2, 3, 1, 0))

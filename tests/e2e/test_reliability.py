@@ -27,12 +27,19 @@ import pytest
 from analysis.inputs import results as results_lib
 from analysis.numbers import stats
 from configs import validation
-from tests.support import fault_injection, faults_common
-from tests.conftest import ROOT
-from tests.support.faults_common import (SMOKE_ARGS, TRAIN, metric_records, run_train,
-                                         smoke_config, tree_hash, without_wall_time)
-from trainer import checkpointing, lock, loop
 from runrecord import record
+from tests.conftest import ROOT
+from tests.support import fault_injection, faults_common
+from tests.support.faults_common import (
+  SMOKE_ARGS,
+  TRAIN,
+  metric_records,
+  run_train,
+  smoke_config,
+  tree_hash,
+  without_wall_time,
+)
+from trainer import checkpointing, lock, loop
 
 
 @pytest.fixture(scope='module')
@@ -48,6 +55,7 @@ def test_killed_at_any_moment_resumes_bit_identical(reference, tmp_path, subproc
   workdir = tmp_path / 'w'
   args = SMOKE_ARGS + [f'--workdir={workdir}']
   ckpt = workdir / 'checkpoints'
+
   def steps_saved():
     return sorted(int(p.name) for p in ckpt.iterdir() if p.name.isdigit())
 
@@ -66,8 +74,9 @@ def test_killed_at_any_moment_resumes_bit_identical(reference, tmp_path, subproc
   assert 'Resumed' in proc.stderr and 'at step 8' in proc.stderr
   assert max(steps_saved()) in (16, 20)
   # From outside, at whatever moment the run has reached once epoch 2 has started logging.
-  process = subprocess.Popen(TRAIN + args, cwd=ROOT, env=subprocess_env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  process = subprocess.Popen(
+    TRAIN + args, cwd=ROOT, env=subprocess_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+  )
   deadline = time.time() + 240
   metrics = workdir / 'metrics.jsonl'
   while time.time() < deadline and process.poll() is None:
@@ -110,8 +119,11 @@ def test_flipped_byte_in_state_data_is_caught_by_the_digest(reference, tmp_path,
   ref_dir, ref = reference
   workdir = tmp_path / 'flipped'
   shutil.copytree(ref_dir, workdir)
-  data_files = [p for p in (workdir / 'checkpoints' / '44' / 'state').rglob('*')
-                if p.is_file() and p.parent.name == 'd']
+  data_files = [
+    p
+    for p in (workdir / 'checkpoints' / '44' / 'state').rglob('*')
+    if p.is_file() and p.parent.name == 'd'
+  ]
   target = max(data_files, key=lambda p: p.stat().st_size)
   data = bytearray(target.read_bytes())
   data[len(data) // 2] ^= 0x01
@@ -143,15 +155,18 @@ def _tmpfs_runner(mount_point):
   """A command prefix that runs a shell script with a private tmpfs at `mount_point` (`$M`), or
   None where this machine allows no mount namespace (then the test injects ENOSPC instead)."""
   for prefix in (['unshare', '-rm'], ['unshare', '-m']):
-    probe = subprocess.run(prefix + ['sh', '-c', f'mount -t tmpfs -o size=1m tmpfs {mount_point}'],
-                           capture_output=True)
+    probe = subprocess.run(
+      prefix + ['sh', '-c', f'mount -t tmpfs -o size=1m tmpfs {mount_point}'], capture_output=True
+    )
     if probe.returncode == 0:
       return prefix
   return None
 
 
-DISK_FULL = re.compile(r'error: checkpoint of step (\d+) could not be written \(No space left on '
-                       r'device\); the checkpoints already saved are unchanged: free space')
+DISK_FULL = re.compile(
+  r'error: checkpoint of step (\d+) could not be written \(No space left on '
+  r'device\); the checkpoints already saved are unchanged: free space'
+)
 
 
 @pytest.mark.timeout(600)
@@ -167,10 +182,12 @@ def test_disk_full_mid_run_is_one_line_and_the_run_resumes(reference, tmp_path, 
   out.mkdir()
   command = ' '.join(TRAIN + SMOKE_ARGS + [f'--workdir={workdir}'])
   if runner:
-    script = (f'mount -t tmpfs -o size=3m tmpfs {mount} && cd {ROOT} && '
-              f'{command} 2> {out}/full.err; echo $? > {out}/full.rc; cp -a {workdir} {out}/full; '
-              f'mount -o remount,size=64m {mount} && {command} 2> {out}/again.err; '
-              f'echo $? > {out}/again.rc; cp -a {workdir} {out}/again')
+    script = (
+      f'mount -t tmpfs -o size=3m tmpfs {mount} && cd {ROOT} && '
+      f'{command} 2> {out}/full.err; echo $? > {out}/full.rc; cp -a {workdir} {out}/full; '
+      f'mount -o remount,size=64m {mount} && {command} 2> {out}/again.err; '
+      f'echo $? > {out}/again.rc; cp -a {workdir} {out}/again'
+    )
     subprocess.run(runner + ['sh', '-c', script], env=subprocess_env, timeout=500)
   else:  # no mount namespace here: the same failure, injected where the write would fail
     full = run_train(SMOKE_ARGS + [f'--workdir={workdir}'], subprocess_env, fault='enospc@save:12')
@@ -198,15 +215,18 @@ def test_failed_save_is_reported_once_when_close_fails_too(tmp_path, monkeypatch
   """The write of step 4 fails; closing the manager then fails with Orbax's own error for it (as
   a pending asynchronous write does): the caller gets the one CheckpointWriteError of step 4."""
   real_close = ocp.CheckpointManager.close
+
   def failing_close(self):
     real_close(self)
     raise ValueError("RESOURCE_EXHAUSTED: Error writing ...: [os_error_code='28']")
+
   monkeypatch.setattr(ocp.CheckpointManager, 'close', failing_close)
   fault_injection.install('enospc@save:4', monkeypatch.setattr)
   with pytest.raises(checkpointing.CheckpointWriteError) as e:
     loop.train_and_evaluate(smoke_config(), str(tmp_path / 'w'))
-  assert str(e.value).startswith('checkpoint of step 4 could not be written (No space left on '
-                                 'device)')
+  assert str(e.value).startswith(
+    'checkpoint of step 4 could not be written (No space left on device)'
+  )
   # Without an error on its way out, the failed close is the error (read from Orbax's message).
   mngr = checkpointing.manager(str(tmp_path / 'other'), 3)
   with pytest.raises(checkpointing.CheckpointWriteError, match=r'No space left on device'):
@@ -217,8 +237,9 @@ def test_failed_save_is_reported_once_when_close_fails_too(tmp_path, monkeypatch
 def test_nan_stops_naming_the_step_and_analysis_excludes_it(reference, tmp_path):
   ref_dir, _ = reference
   workdir = tmp_path / 'runs' / 'diverged'
-  config = smoke_config(**{'optim.learning_rate': 1e30, 'log_every_steps': 2,
-                           'checkpoint_every_steps': 2})
+  config = smoke_config(
+    **{'optim.learning_rate': 1e30, 'log_every_steps': 2, 'checkpoint_every_steps': 2}
+  )
   with pytest.raises(loop.TrainingFailed, match=r'non-finite .* at step (\d+) \(epoch 1\)') as e:
     loop.train_and_evaluate(config, str(workdir))
   saved = record.read_results(str(workdir))
@@ -227,18 +248,21 @@ def test_nan_stops_naming_the_step_and_analysis_excludes_it(reference, tmp_path)
   assert f'at step {bad_step} ' in str(e.value)
   # The state steps kept are the last finite ones, all before the failing step.
   mngr = checkpointing.manager(str(workdir), 3)
-  state_steps = [s for s in mngr.all_steps() if (workdir / 'checkpoints' / str(s) / 'state').exists()]
+  state_steps = [
+    s for s in mngr.all_steps() if (workdir / 'checkpoints' / str(s) / 'state').exists()
+  ]
   assert state_steps and max(state_steps) < bad_step
   kept = mngr.restore(max(state_steps), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
   assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(kept['state']['params']))
   mngr.close()
   # analysis.numbers.stats excludes the failed run and says why.
   shutil.copytree(ref_dir, tmp_path / 'runs' / 'reference')
-  prepared = stats.prepare(results_lib.runs_frame(results_lib.read_all(str(tmp_path / 'runs'))),
-                           [], 'final.test_accuracy')
+  prepared = stats.prepare(
+    results_lib.runs_frame(results_lib.read_all(str(tmp_path / 'runs'))), [], 'final.test_accuracy'
+  )
   excluded = prepared.excluded
   assert list(excluded['run']) == [str(workdir)]
-  assert f'failed: non-finite' in excluded['reason'].iloc[0]
+  assert 'failed: non-finite' in excluded['reason'].iloc[0]
   assert len(prepared.runs) == 1
   # The same command refuses the failed workdir; --restart discards it and fails the same way.
   with pytest.raises(validation.ConfigError, match=f'failed at step {bad_step}'):
@@ -277,10 +301,12 @@ def test_lock_falls_back_to_the_file_where_folders_cannot_be_locked(tmp_path, mo
   """NFS emulates flock with write locks, which a folder (opened read-only) cannot take: ENOLCK.
   The lock then holds on run.lock itself."""
   real_flock = lock.fcntl.flock
+
   def no_folder_locks(fd, operation):
     if stat.S_ISDIR(os.fstat(fd).st_mode) and operation != lock.fcntl.LOCK_UN:
       raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
     return real_flock(fd, operation)
+
   monkeypatch.setattr(lock.fcntl, 'flock', no_folder_locks)
   with lock.WorkdirLock(tmp_path):
     with pytest.raises(lock.WorkdirLocked, match=f'pid {os.getpid()} on '):
@@ -292,37 +318,63 @@ def test_lock_falls_back_to_the_file_where_folders_cannot_be_locked(tmp_path, mo
 
 def test_config_comparison_ignores_only_non_arithmetic_fields():
   saved = smoke_config().to_dict()
-  same = smoke_config(log_every_steps=1, checkpoint_every_steps=0, keep_checkpoints=9,
-                      **{'data.prefetch': 0, 'data.on_device': True,
-                         'distributed.num_processes': 2})
+  same = smoke_config(
+    log_every_steps=1,
+    checkpoint_every_steps=0,
+    keep_checkpoints=9,
+    **{'data.prefetch': 0, 'data.on_device': True, 'distributed.num_processes': 2},
+  )
   assert record.config_differences(saved, same.to_dict()) == []
   assert record.config_differences(saved, smoke_config(eval_batch_size=128).to_dict()) == [
-      'eval_batch_size: 256 -> 128']
+    'eval_batch_size: 256 -> 128'
+  ]
   assert record.config_differences(
-      saved, smoke_config(**{'numerics.conv_format': 'bf16'}).to_dict()) == [
-      "numerics.conv_format: 'native' -> 'bf16'"]
+    saved, smoke_config(**{'numerics.conv_format': 'bf16'}).to_dict()
+  ) == ["numerics.conv_format: 'native' -> 'bf16'"]
 
 
 # Bad input against a workdir that already holds a run (interrupted after step 40): each fails
 # with one line and a non-zero exit, and leaves the saved checkpoints byte-for-byte unchanged.
 EXISTING_RUN_CASES = [
-    ('different_config', ['--config.seed=1'], None, 2,
-     'holds a run with a different config (seed: 0 -> 1)'),
-    ('different_numerics', ['--config.numerics.conv_format=bf16'], None, 2,
-     "numerics.conv_format: 'native' -> 'bf16'"),
-    ('live_lock', [], None, 2, 'is in use by a live run (pid'),
-    ('disk_full', [], 'enospc@save:44', 1,
-     'checkpoint of step 44 could not be written (No space left on device)'),
-    ('unknown_numerics', ['--config.numerics.matmul_precision=fastest'], None, 2,
-     'config.numerics.matmul_precision'),
+  (
+    'different_config',
+    ['--config.seed=1'],
+    None,
+    2,
+    'holds a run with a different config (seed: 0 -> 1)',
+  ),
+  (
+    'different_numerics',
+    ['--config.numerics.conv_format=bf16'],
+    None,
+    2,
+    "numerics.conv_format: 'native' -> 'bf16'",
+  ),
+  ('live_lock', [], None, 2, 'is in use by a live run (pid'),
+  (
+    'disk_full',
+    [],
+    'enospc@save:44',
+    1,
+    'checkpoint of step 44 could not be written (No space left on device)',
+  ),
+  (
+    'unknown_numerics',
+    ['--config.numerics.matmul_precision=fastest'],
+    None,
+    2,
+    'config.numerics.matmul_precision',
+  ),
 ]
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize('name,extra,fault,code,message', EXISTING_RUN_CASES,
-                         ids=[c[0] for c in EXISTING_RUN_CASES])
-def test_bad_input_leaves_existing_run_untouched(name, extra, fault, code, message, reference,
-                                                 tmp_path, subprocess_env):
+@pytest.mark.parametrize(
+  'name,extra,fault,code,message', EXISTING_RUN_CASES, ids=[c[0] for c in EXISTING_RUN_CASES]
+)
+def test_bad_input_leaves_existing_run_untouched(
+  name, extra, fault, code, message, reference, tmp_path, subprocess_env
+):
   ref_dir, _ = reference
   workdir = tmp_path / 'existing'
   shutil.copytree(ref_dir, workdir)

@@ -49,16 +49,19 @@ def test_a_second_analysis_on_the_same_out_is_refused_in_one_line(report, tmp_pa
   out, _ = report
   before = tree(out)
   with output.Destination(out):  # the first analysis, still writing
-    lines = cli_error(capsys, analyse.main, ['--csv', runs_csv(tmp_path / 'b.csv', 0.05),
-                                             '--out', str(out)])
+    lines = cli_error(
+      capsys, analyse.main, ['--csv', runs_csv(tmp_path / 'b.csv', 0.05), '--out', str(out)]
+    )
     assert len(lines) == 1 and lines[0].startswith(
-        f'error: --out {out}: another analysis is writing it (pid {os.getpid()} on ')
+      f'error: --out {out}: another analysis is writing it (pid {os.getpid()} on '
+    )
     assert lines[0].endswith('wait for it to finish, or give another --out')
   assert tree(out) == before  # untouched: the first analysis's lock file is gone again too
 
 
-def test_a_failed_write_leaves_the_previous_report_whole_and_says_so(report, tmp_path, capsys,
-                                                                     monkeypatch):
+def test_a_failed_write_leaves_the_previous_report_whole_and_says_so(
+  report, tmp_path, capsys, monkeypatch
+):
   """Case 14. Before: an OSError traceback, a 0-byte report_arms.csv and the rest missing: files
   were written in place, so a failed rerun destroyed the previous report file by file."""
   out, _ = report
@@ -72,15 +75,18 @@ def test_a_failed_write_leaves_the_previous_report_whole_and_says_so(report, tmp
         f.write('')  # the file is opened, then the disk is full
       raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
     return to_csv(self, path, *args, **kwargs)
+
   monkeypatch.setattr(pd.DataFrame, 'to_csv', disk_full)
   with pytest.raises(SystemExit) as e:
     analyse.main(['--csv', runs_csv(tmp_path / 'b.csv', 0.05), '--out', str(out)])
   err = capsys.readouterr().err.strip().splitlines()
   assert e.value.code == 1 and 'Traceback' not in '\n'.join(err)
-  assert err[-1].startswith(f'error: --out {out}: could not write the output (No space left on '
-                            'device (') and err[-1].endswith(
-      'nothing was moved into place, the previous report there is unchanged; free space or fix '
-      'the folder, then run the command again')
+  assert err[-1].startswith(
+    f'error: --out {out}: could not write the output (No space left on device ('
+  ) and err[-1].endswith(
+    'nothing was moved into place, the previous report there is unchanged; free space or fix '
+    'the folder, then run the command again'
+  )
   assert tree(out) == before  # every file whole, no staging folder or lock left
 
 
@@ -98,8 +104,10 @@ def test_a_later_report_leaves_no_file_of_the_earlier_one(report, capsys):
 
 def write_study(folder):
   path = folder / 'study.json'
-  path.write_text('{"factors": ["platform", "compute_dtype"], "reference": {"compute_dtype": '
-                  '"float32"}, "margin": 1.0}')
+  path.write_text(
+    '{"factors": ["platform", "compute_dtype"], "reference": {"compute_dtype": '
+    '"float32"}, "margin": 1.0}'
+  )
   return str(path)
 
 
@@ -115,21 +123,37 @@ def test_bad_input_writes_nothing_not_even_the_lock(tmp_path, capsys, report):
 
 @pytest.mark.parametrize('command', ['attribute', 'export', 'findings', 'draw'])
 def test_every_writer_is_refused_while_its_destination_is_held_and_fails_whole(
-    command, tmp_path, capsys, monkeypatch):
+  command, tmp_path, capsys, monkeypatch
+):
   csv = runs_csv(tmp_path / 'a.csv')
-  target = {'attribute': tmp_path / 'out', 'export': tmp_path / 'runs.csv',
-            'findings': tmp_path / 'README.md', 'draw': tmp_path / 'figures'}[command]
+  target = {
+    'attribute': tmp_path / 'out',
+    'export': tmp_path / 'runs.csv',
+    'findings': tmp_path / 'README.md',
+    'draw': tmp_path / 'figures',
+  }[command]
   runs = plant(tmp_path / 'root') if command in ('export', 'draw') else None
   if command == 'findings':
     shutil.copy(os.path.join(ROOT, 'README.md'), target)
-  argv = {'attribute': ['--csv', csv, '--factors', 'platform', 'compute_dtype', '--out', str(target)],
-          'export': ['--runs', str(runs), '--out', str(target)],
-          'findings': ['--csv', os.path.join(ROOT, 'results', 'digits_h100_cpu.csv'), '--study',
-                       os.path.join(ROOT, 'results', 'digits_h100_cpu.study.json'), '--readme',
-                       str(target)],
-          'draw': ['--runs', str(runs), '--out', str(target)]}[command]
-  main = {'attribute': attribute.main, 'export': export.main, 'findings': findings.main,
-          'draw': draw.main}[command]
+  argv = {
+    'attribute': ['--csv', csv, '--factors', 'platform', 'compute_dtype', '--out', str(target)],
+    'export': ['--runs', str(runs), '--out', str(target)],
+    'findings': [
+      '--csv',
+      os.path.join(ROOT, 'results', 'digits_h100_cpu.csv'),
+      '--study',
+      os.path.join(ROOT, 'results', 'digits_h100_cpu.study.json'),
+      '--readme',
+      str(target),
+    ],
+    'draw': ['--runs', str(runs), '--out', str(target)],
+  }[command]
+  main = {
+    'attribute': attribute.main,
+    'export': export.main,
+    'findings': findings.main,
+    'draw': draw.main,
+  }[command]
   main(argv)
   capsys.readouterr()
   folder = command in ('attribute', 'draw')
@@ -141,6 +165,7 @@ def test_every_writer_is_refused_while_its_destination_is_held_and_fails_whole(
 
   def disk_full(src, dst):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), dst)
+
   monkeypatch.setattr(os, 'replace', disk_full)
   with pytest.raises(SystemExit) as e:
     main(argv)
@@ -152,22 +177,33 @@ def test_every_writer_is_refused_while_its_destination_is_held_and_fails_whole(
 def test_disk_full_on_a_small_tmpfs_leaves_the_previous_report(tmp_path):
   """A real full disk: a tmpfs with room for one report and a half. The second analysis of other
   numbers runs out of space while staging; the first report stays byte for byte."""
-  if shutil.which('unshare') is None or subprocess.run(
-      ['unshare', '-rm', 'true'], capture_output=True, check=False).returncode != 0:
+  if (
+    shutil.which('unshare') is None
+    or subprocess.run(['unshare', '-rm', 'true'], capture_output=True, check=False).returncode != 0
+  ):
     pytest.skip('no unshare -rm here (user namespaces): a tmpfs cannot be mounted')
   a, b = runs_csv(tmp_path / 'a.csv'), runs_csv(tmp_path / 'b.csv', 0.05)
   analyse.main(['--csv', a, '--out', str(tmp_path / 'probe')])
-  size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(tmp_path / 'probe')
-             for f in fs)
+  size = sum(
+    os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(tmp_path / 'probe') for f in fs
+  )
   disk = tmp_path / 'disk'
   disk.mkdir()
   py = f'{sys.executable} -m analysis.analyse'
-  script = (f'mount -t tmpfs -o size={int(size * 1.5) // 1024 + 1}k tmpfs {disk} && '
-            f'{py} --csv {a} --out {disk}/out > /dev/null 2>&1 && cp -r {disk}/out {tmp_path}/first'
-            f' && {py} --csv {b} --out {disk}/out > /dev/null 2> {tmp_path}/err; '
-            f'echo $? > {tmp_path}/rc; cp -r {disk}/out {tmp_path}/after')
-  done = subprocess.run(['unshare', '-rm', 'sh', '-c', script], cwd=ROOT, capture_output=True,
-                        text=True, timeout=300, env={**os.environ, 'PYTHONPATH': ROOT})
+  script = (
+    f'mount -t tmpfs -o size={int(size * 1.5) // 1024 + 1}k tmpfs {disk} && '
+    f'{py} --csv {a} --out {disk}/out > /dev/null 2>&1 && cp -r {disk}/out {tmp_path}/first'
+    f' && {py} --csv {b} --out {disk}/out > /dev/null 2> {tmp_path}/err; '
+    f'echo $? > {tmp_path}/rc; cp -r {disk}/out {tmp_path}/after'
+  )
+  done = subprocess.run(
+    ['unshare', '-rm', 'sh', '-c', script],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env={**os.environ, 'PYTHONPATH': ROOT},
+  )
   assert done.returncode == 0, done.stderr[-3000:]
   err = (tmp_path / 'err').read_text()
   assert (tmp_path / 'rc').read_text().strip() == '1' and 'Traceback' not in err, err[-3000:]

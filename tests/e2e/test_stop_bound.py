@@ -15,12 +15,12 @@ import time
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import PartitionSpec as P
 import pytest
+from jax.sharding import PartitionSpec as P
 
+from runrecord import record
 from tests.support.faults_common import metric_records, saved_steps, smoke_config
 from trainer import loop, run, stop
-from runrecord import record
 
 SLOW_PRODUCTS = 300  # 256 x 256 products on one device after each step: ~0.2 s a step
 SIGNAL_AFTER = 3  # SIGINT once the device has finished this step
@@ -30,35 +30,41 @@ def slow_device(step_fn, mesh, markers):
   """`step_fn`, then SLOW_PRODUCTS products on the first device only (one core: the host keeps
   the other) that the new state waits for; each step's counter (a copy nothing donates: ready when
   the device has finished the step) is appended to `markers`."""
+
   def products(step):
     def heavy(step):
       x = jnp.full((256, 256), 1e-3, jnp.float32)
       x = jax.lax.fori_loop(0, SLOW_PRODUCTS, lambda _, m: jnp.tanh(m @ m), x)
       return step + (x[0, 0] > 2).astype(step.dtype)
+
     return jax.lax.cond(jax.lax.axis_index('data') == 0, heavy, lambda s: s, step)
 
   @jax.jit
   def slow(state):
-    step = jax.shard_map(products, mesh=mesh, in_specs=P(), out_specs=P(),
-                         check_vma=False)(state['step'])
+    step = jax.shard_map(products, mesh=mesh, in_specs=P(), out_specs=P(), check_vma=False)(
+      state['step']
+    )
     return {**state, 'step': step}, step + 0
 
   def step(state, batch):
     state, marker = slow(step_fn(state, batch))
     markers.append(marker)
     return state
+
   return step
 
 
 def signal_when_finished(markers, step, sent):
   """A thread: SIGINT to this process once the device has finished `step`; `sent` gets the
   number of steps the device had finished when it was sent."""
+
   def watch():
     while len(markers) < step:
       time.sleep(0.005)
     markers[step - 1].block_until_ready()
     sent.append(sum(m.is_ready() for m in list(markers)))
     os.kill(os.getpid(), signal.SIGINT)
+
   thread = threading.Thread(target=watch, daemon=True)
   thread.start()
   return thread
@@ -71,13 +77,15 @@ def slow_steps(monkeypatch):
   def slow_enter_phase(ctx, state, phase, step):
     state, step_fn = enter_phase(ctx, state, phase, step)
     return state, slow_device(step_fn, ctx.mesh, markers)
+
   monkeypatch.setattr(run, 'enter_phase', slow_enter_phase)
   return markers
 
 
 @pytest.mark.timeout(300)
-def test_a_signal_stops_within_the_steps_in_flight_and_skips_the_epochs_evaluation(tmp_path,
-                                                                                   slow_steps):
+def test_a_signal_stops_within_the_steps_in_flight_and_skips_the_epochs_evaluation(
+  tmp_path, slow_steps
+):
   """log_every_steps=100 (no log before the epoch's end at step 22): SIGINT once the device has
   finished step 3 stops at most STEPS_IN_FLIGHT + 1 steps after the last step the device had
   finished when the signal was sent (the + 1: a step the host may be dispatching as it arrives),
@@ -91,8 +99,10 @@ def test_a_signal_stops_within_the_steps_in_flight_and_skips_the_epochs_evaluati
   with pytest.raises(stop.Stopped) as stopped:
     loop.train_and_evaluate(config, str(workdir))
   step = stopped.value.step
-  assert sent and SIGNAL_AFTER <= sent[0] <= step <= sent[0] + stop.STEPS_IN_FLIGHT + 1, \
-      (sent, step)
+  assert sent and SIGNAL_AFTER <= sent[0] <= step <= sent[0] + stop.STEPS_IN_FLIGHT + 1, (
+    sent,
+    step,
+  )
   assert saved_steps(workdir) == [step]
   saved = record.read_results(str(workdir))
   assert saved['status'] == 'running' and saved['step'] == step and saved['history'] == []

@@ -11,21 +11,21 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+import pytest
 from absl import flags
 from ml_collections import config_flags
-import numpy as np
 from PIL import Image
-import pytest
 from statsmodels.stats import power as smp
 
 from analysis.inputs import results
 from analysis.numbers import inference
-from sweeps import run_study, runner, scripts, sweep
 from configs import celeba, common, digits, validation
-from trainer import checkpointing, lock, resume, writers
 from runrecord import record
+from sweeps import run_study, runner, scripts, sweep
 from tests.support.commands import write_config
 from tests.support.planted_runs import fake_runs
+from trainer import checkpointing, lock, resume, writers
 
 DIGITS = os.path.join(scripts.REPO, 'configs', 'digits.py')
 
@@ -35,20 +35,27 @@ def test_digits_sweep_is_the_eight_arm_fraction_times_its_seeds_with_stable_uniq
   seeds = digits.SEEDS
   assert (path, arg) == (DIGITS, 'study') and len(runs) == 8 * seeds
   assert [r.slug for r in runs[::seeds]] == [
-      'profile-native_batchnorm_group-0_compute_dtype-float32',
-      'profile-tpu-default_batchnorm_group-0_compute_dtype-float32',
-      'profile-jax-gpu-default_batchnorm_group-0_compute_dtype-float32',
-      'profile-torch-gpu-default_batchnorm_group-0_compute_dtype-float32',
-      'profile-f32_batchnorm_group-0_compute_dtype-float32',
-      'profile-native_batchnorm_group-16_compute_dtype-float32',  # per core: 128 / 8
-      'profile-native_batchnorm_group-0_compute_dtype-bfloat16',
-      'profile-bf16-noise_batchnorm_group-0_compute_dtype-float32']
+    'profile-native_batchnorm_group-0_compute_dtype-float32',
+    'profile-tpu-default_batchnorm_group-0_compute_dtype-float32',
+    'profile-jax-gpu-default_batchnorm_group-0_compute_dtype-float32',
+    'profile-torch-gpu-default_batchnorm_group-0_compute_dtype-float32',
+    'profile-f32_batchnorm_group-0_compute_dtype-float32',
+    'profile-native_batchnorm_group-16_compute_dtype-float32',  # per core: 128 / 8
+    'profile-native_batchnorm_group-0_compute_dtype-bfloat16',
+    'profile-bf16-noise_batchnorm_group-0_compute_dtype-float32',
+  ]
   assert sorted({r.seed for r in runs}) == list(range(seeds))
   assert len({r.workdir for r in runs}) == len(runs)
   arm = runs[seeds + 2]
-  assert arm.workdir == f'{tmp_path}/profile-tpu-default_batchnorm_group-0_compute_dtype-float32/seed2'
-  assert arm.overrides == {'seed': 2, 'numerics.profile': 'tpu_default',
-                           'numerics.batchnorm_group': 0, 'numerics.compute_dtype': 'float32'}
+  assert (
+    arm.workdir == f'{tmp_path}/profile-tpu-default_batchnorm_group-0_compute_dtype-float32/seed2'
+  )
+  assert arm.overrides == {
+    'seed': 2,
+    'numerics.profile': 'tpu_default',
+    'numerics.batchnorm_group': 0,
+    'numerics.compute_dtype': 'float32',
+  }
   again, _, _ = sweep.expand('configs/digits.py:cpu', str(tmp_path))
   assert [r.workdir for r in again] == [r.workdir for r in runs]
 
@@ -70,11 +77,13 @@ def test_declared_seed_count_is_the_power_calculation(module):
   sd, margin, seeds = declared['paired_sd'], declared['margin'], declared['seeds']
   assert seeds == max(inference.seeds_needed(sd, margin, is_paired=True))
   solver = smp.TTestPower()
-  assert seeds == max(math.ceil(solver.solve_power(margin / sd, alpha=0.05, power=0.8)),
-                      math.ceil(solver.solve_power(margin / sd, alpha=0.05, power=0.9,
-                                                   alternative='larger')))
+  assert seeds == max(
+    math.ceil(solver.solve_power(margin / sd, alpha=0.05, power=0.8)),
+    math.ceil(solver.solve_power(margin / sd, alpha=0.05, power=0.9, alternative='larger')),
+  )
   per_arm = collections.Counter(
-      tuple(sorted((k, v) for k, v in run.items() if k != 'seed')) for run in module.get_sweep())
+    tuple(sorted((k, v) for k, v in run.items() if k != 'seed')) for run in module.get_sweep()
+  )
   assert set(per_arm.values()) == {seeds}
   assert declared['seed_sd_source'] and declared['paired_sd_source'] and declared['margin_reason']
   assert declared['noise_arm'] == {'profile': 'bf16_noise'}
@@ -86,7 +95,10 @@ def test_slug_depends_on_the_arm_alone_and_disambiguates_shared_leaf_names():
   assert sweep.arm_slug({'numerics.profile': 'tpu_default'}, leaves) == 'profile-tpu-default'
   assert sweep.arm_slug({}, leaves) == 'default'
   # `name` is both data.name and model.name: the dotted name keeps the slug unambiguous.
-  assert sweep.arm_slug({'data.name': 'digits', 'model.width': 0.5}, leaves) == 'data.name-digits_width-0.5'
+  assert (
+    sweep.arm_slug({'data.name': 'digits', 'model.width': 0.5}, leaves)
+    == 'data.name-digits_width-0.5'
+  )
   assert sweep.arm_slug({'model.reinit': ('stem', 'head')}, leaves) == 'reinit-stem-head'
 
 
@@ -103,12 +115,18 @@ def test_celeba_sweep_is_the_full_factorial_plus_the_noise_control(tmp_path):
   assert {r['numerics.profile'] for r in full} == set(celeba.PROFILES) | {'bf16_noise'}
 
 
-@pytest.mark.parametrize('body, message', [
-    ("[{'numerics.emulat': 'bf16', 'seed': 0}]", "unknown config field numerics.emulat"),
+@pytest.mark.parametrize(
+  'body, message',
+  [
+    ("[{'numerics.emulat': 'bf16', 'seed': 0}]", 'unknown config field numerics.emulat'),
     ("[{'seed': 1}, {'seed': 1}]", 'lists seed 1 twice'),
-    ("[{'data.manual_dir': 'a/b', 'seed': 0}, {'data.manual_dir': 'a_b', 'seed': 0}]", 'share the folder'),
+    (
+      "[{'data.manual_dir': 'a/b', 'seed': 0}, {'data.manual_dir': 'a_b', 'seed': 0}]",
+      'share the folder',
+    ),
     ('[]', 'non-empty list'),
-])
+  ],
+)
 def test_bad_sweeps_are_one_line_errors(tmp_path, body, message):
   with pytest.raises(ValueError, match=message) as e:
     sweep.expand(write_config(tmp_path, body), str(tmp_path / 'r'))
@@ -120,7 +138,10 @@ def test_missing_get_sweep_and_bad_flags_exit_2(tmp_path, capsys):
   assert sweep.main([f'--config={tmp_path}/plain.py', f'--root={tmp_path}/r']) == 2
   assert 'has no get_sweep' in capsys.readouterr().err
   assert sweep.main(['--config=configs/digits.py', f'--root={tmp_path}', '--gpus=0,x']) == 2
-  assert sweep.main(['--config=configs/digits.py', f'--root={tmp_path}', '--gpus=0', '--parallel=2']) == 2
+  assert (
+    sweep.main(['--config=configs/digits.py', f'--root={tmp_path}', '--gpus=0', '--parallel=2'])
+    == 2
+  )
   assert sweep.main(['--config=configs/digits.py', '--root=gs://bucket/s']) == 2
   assert '--root=gs://bucket/s' in capsys.readouterr().err
 
@@ -130,8 +151,9 @@ def parse_train_command(line):
   argv = shlex.split(line)
   assert argv[:2] == ['python', 'train.py']
   values = flags.FlagValues()
-  config_flags.DEFINE_config_file('config', None, '', flag_values=values, lock_config=True,
-                                  sys_argv=argv[1:])
+  config_flags.DEFINE_config_file(
+    'config', None, '', flag_values=values, lock_config=True, sys_argv=argv[1:]
+  )
   flags.DEFINE_string('workdir', None, '', flag_values=values)
   cwd = os.getcwd()
   os.chdir(scripts.REPO)  # the lines are relative to the repository root
@@ -144,9 +166,15 @@ def parse_train_command(line):
 
 def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, capsys):
   root = tmp_path / 'study'
-  code = sweep.main(['--config=configs/digits.py:smoke,model.width=0.25', f'--root={root}',
-                     '--dry-run', f'--emit-commands={root / scripts.COMMANDS_FILE}',
-                     f'--emit-slurm={root / scripts.SLURM_FILE}'])
+  code = sweep.main(
+    [
+      '--config=configs/digits.py:smoke,model.width=0.25',
+      f'--root={root}',
+      '--dry-run',
+      f'--emit-commands={root / scripts.COMMANDS_FILE}',
+      f'--emit-slurm={root / scripts.SLURM_FILE}',
+    ]
+  )
   runs, _, _ = sweep.expand('configs/digits.py:smoke,model.width=0.25', str(root))
   n = len(runs)
   assert code == 0 and f'0 completed (skipped), {n} to run' in capsys.readouterr().out
@@ -155,27 +183,39 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
   for line, run in zip(lines, runs):
     config, workdir = parse_train_command(line)
     expected = validation.resolve(
-        sweep.check_overrides(digits, 'smoke,model.width=0.25', run.overrides, 0))
+      sweep.check_overrides(digits, 'smoke,model.width=0.25', run.overrides, 0)
+    )
     assert workdir == run.workdir and config.to_dict() == expected.to_dict()
     assert run.config.to_dict() == expected.to_dict()  # expand keeps each run's resolved config
   # Tuples, bools and floats survive the command line too.
-  odd = {'seed': 4, 'model.reinit': ('stem',), 'numerics.gpu_deterministic': True, 'model.width': 0.5}
+  odd = {
+    'seed': 4,
+    'model.reinit': ('stem',),
+    'numerics.gpu_deterministic': True,
+    'model.width': 0.5,
+  }
   run = sweep.Run(odd, 'odd', 4, odd, str(root / 'odd'))
   config, _ = parse_train_command(scripts.command_line(scripts.command(run, DIGITS, 'smoke')))
-  assert config.to_dict() == validation.resolve(sweep.check_overrides(digits, 'smoke', odd,
-                                                                       0)).to_dict()
+  assert (
+    config.to_dict() == validation.resolve(sweep.check_overrides(digits, 'smoke', odd, 0)).to_dict()
+  )
   script = (root / scripts.SLURM_FILE).read_text()
   assert script.startswith('#!/bin/bash\n') and f'#SBATCH --array=0-{n - 1}\n' in script
   assert str(root / scripts.COMMANDS_FILE) in script and f'{root}/.jax_cache' in script
   # Task 7 runs line 8 (0-based 7): a fake `python` records what it was given.
   bin_dir = tmp_path / 'bin'
   bin_dir.mkdir()
-  (bin_dir / 'python').write_text(f'#!/bin/bash\necho "$PWD $JAX_COMPILATION_CACHE_DIR $*" > {tmp_path}/ran\n')
+  (bin_dir / 'python').write_text(
+    f'#!/bin/bash\necho "$PWD $JAX_COMPILATION_CACHE_DIR $*" > {tmp_path}/ran\n'
+  )
   (bin_dir / 'python').chmod(0o755)
-  env = {**os.environ, "SWEEP_PYTHON": str(bin_dir / "python"), "SLURM_ARRAY_TASK_ID": "7"}
+  env = {**os.environ, 'SWEEP_PYTHON': str(bin_dir / 'python'), 'SLURM_ARRAY_TASK_ID': '7'}
   env.pop('JAX_COMPILATION_CACHE_DIR', None)
   subprocess.run(['bash', str(root / scripts.SLURM_FILE)], env=env, check=True, capture_output=True)
-  assert (tmp_path / 'ran').read_text().split() == [scripts.REPO, f'{root}/.jax_cache'] + shlex.split(lines[7])[1:]
+  assert (tmp_path / 'ran').read_text().split() == [
+    scripts.REPO,
+    f'{root}/.jax_cache',
+  ] + shlex.split(lines[7])[1:]
 
 
 def test_emit_paths_and_a_completed_run_is_skipped_an_unfinished_one_relaunched(tmp_path, capsys):
@@ -185,8 +225,15 @@ def test_emit_paths_and_a_completed_run_is_skipped_an_unfinished_one_relaunched(
   record.write_results(runs[0].workdir, {'status': 'completed', 'config': done}, step=5)
   unfinished = runs[1].config.to_dict()
   record.write_results(runs[1].workdir, {'status': 'running', 'config': unfinished}, step=2)
-  code = sweep.main(['--config=configs/digits.py:smoke', f'--root={root}', '--dry-run',
-                     f'--emit-commands={tmp_path}/c.txt', f'--emit-slurm={tmp_path}/s.sbatch'])
+  code = sweep.main(
+    [
+      '--config=configs/digits.py:smoke',
+      f'--root={root}',
+      '--dry-run',
+      f'--emit-commands={tmp_path}/c.txt',
+      f'--emit-slurm={tmp_path}/s.sbatch',
+    ]
+  )
   out = capsys.readouterr().out
   assert code == 0 and f'1 completed (skipped), {len(runs) - 1} to run' in out
   assert f'--workdir={runs[1].workdir} ' in out and f'--workdir={runs[0].workdir} ' not in out
@@ -200,11 +247,24 @@ def test_rerun_after_moving_the_data_skips_completed_and_resumes_unfinished(tmp_
   root = str(tmp_path / 'r')
   runs, _, _ = sweep.expand('configs/digits.py:smoke', root)
   for i, run in enumerate(runs[:2]):
-    saved = validation.resolve(sweep.check_overrides(digits, 'smoke', {
-        **run.overrides, 'data.manual_dir': '/old/a', 'data.tfds_dir': '/old/b',
-        'data.cache_dir': '/old/c'}, 0))
-    record.write_results(run.workdir, {'status': 'completed' if i == 0 else 'running',
-                                       'config': saved.to_dict()}, step=5)
+    saved = validation.resolve(
+      sweep.check_overrides(
+        digits,
+        'smoke',
+        {
+          **run.overrides,
+          'data.manual_dir': '/old/a',
+          'data.tfds_dir': '/old/b',
+          'data.cache_dir': '/old/c',
+        },
+        0,
+      )
+    )
+    record.write_results(
+      run.workdir,
+      {'status': 'completed' if i == 0 else 'running', 'config': saved.to_dict()},
+      step=5,
+    )
   code = sweep.main(['--config=configs/digits.py:smoke', f'--root={root}', '--dry-run'])
   out = capsys.readouterr().out
   assert code == 0 and f'1 completed (skipped), {len(runs) - 1} to run' in out
@@ -221,35 +281,52 @@ def test_rerun_after_moving_the_data_skips_completed_and_resumes_unfinished(tmp_
 
 
 def test_scheduler_one_run_per_gpu_reports_failures_and_continues(tmp_path, monkeypatch, capsys):
-  script = ('import os, sys, time; time.sleep(0.3); print("gpu", os.environ["CUDA_VISIBLE_DEVICES"], '
-            'os.environ["JAX_COMPILATION_CACHE_DIR"]); print("boom" if "seed1" in sys.argv[-1] else "ok"); '
-            'sys.exit(3 if "a-1/seed1" in sys.argv[-1] else 0)')
+  script = (
+    'import os, sys, time; time.sleep(0.3); print("gpu", os.environ["CUDA_VISIBLE_DEVICES"], '
+    'os.environ["JAX_COMPILATION_CACHE_DIR"]); print("boom" if "seed1" in sys.argv[-1] else "ok"); '
+    'sys.exit(3 if "a-1/seed1" in sys.argv[-1] else 0)'
+  )
   monkeypatch.delenv('JAX_COMPILATION_CACHE_DIR', raising=False)
   runs = fake_runs(tmp_path, 6)
   progress = runner.Progress(7, 1, 2)
   failures, in_use, signum = runner.run_all(
-      runs, lambda run: [sys.executable, '-c', script, run.workdir], str(tmp_path), scripts.REPO,
-      progress, 2, [5, 7, 9], poll=0.05)
+    runs,
+    lambda run: [sys.executable, '-c', script, run.workdir],
+    str(tmp_path),
+    scripts.REPO,
+    progress,
+    2,
+    [5, 7, 9],
+    poll=0.05,
+  )
   assert [(f[0].workdir, f[1], f[2]) for f in failures] == [(runs[3].workdir, 3, 'boom')]
   assert (in_use, signum) == ([], None)
   assert (progress.done, progress.failed, progress.active) == (6, 1, {})
   out = capsys.readouterr().out
   log3 = f'{runs[3].workdir}/train.log'
   assert f"FAILED  a-1/seed1: exit code 3, last log line: 'boom' (log: {log3})" in out
-  assert f'start   a-1/seed1 on GPU ' in out and f'workdir {runs[3].workdir}, log {log3}' in out
+  assert 'start   a-1/seed1 on GPU ' in out and f'workdir {runs[3].workdir}, log {log3}' in out
   assert '[sweep] 6/7 done, 0 running, 1 failed | elapsed 0m0' in out
   assert 'ETA 0m00s' in out
   logs = [open(os.path.join(r.workdir, 'train.log')).read() for r in runs]
   assert all(f'{tmp_path}/.jax_cache' in log for log in logs)
   assert {log.split('gpu ')[1].split()[0] for log in logs} == {'5', '7'}
-  running = [int(l.split(' running')[0].split()[-1]) for l in out.splitlines() if l.startswith('[sweep]')]
+  running = [
+    int(l.split(' running')[0].split()[-1]) for l in out.splitlines() if l.startswith('[sweep]')
+  ]
   assert max(running) == 2
 
 
 def test_launch_order_round_robins_arms():
   runs = [sweep.Run({}, arm, seed, {}, '') for arm in 'abc' for seed in range(2)]
   assert [(r.slug, r.seed) for r in sweep.launch_order(runs)] == [
-      ('a', 0), ('b', 0), ('c', 0), ('a', 1), ('b', 1), ('c', 1)]
+    ('a', 0),
+    ('b', 0),
+    ('c', 0),
+    ('a', 1),
+    ('b', 1),
+    ('c', 1),
+  ]
   assert writers.duration(3725) == '1h2m05s'
 
 
@@ -262,11 +339,14 @@ def test_one_duration_format_for_the_consoles():
   assert writers.duration(None) == '?' and writers.duration(-3) == '0m00s'
 
 
-def test_tiny_study_end_to_end_then_resume_skips_everything(tmp_path, subprocess_env, monkeypatch, capsys):
+def test_tiny_study_end_to_end_then_resume_skips_everything(
+  tmp_path, subprocess_env, monkeypatch, capsys
+):
   monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', subprocess_env['JAX_COMPILATION_CACHE_DIR'])
   monkeypatch.setenv('XLA_FLAGS', '')  # one CPU device: the cheapest compile
-  cfg = write_config(tmp_path, "[{'numerics.profile': p, 'seed': s} for p in ('f32', 'tpu_default') "
-                     "for s in (0, 1)]")
+  cfg = write_config(
+    tmp_path, "[{'numerics.profile': p, 'seed': s} for p in ('f32', 'tpu_default') for s in (0, 1)]"
+  )
   root = tmp_path / 'study'
   spec = f'--config={cfg}:smoke,num_epochs=2,optim.freeze_epochs=0'
   assert run_study.main([spec, f'--root={root}', '--parallel=1']) == 0
@@ -306,16 +386,19 @@ def write_train_records(workdir, records, log_counter=None):
 def test_progress_speed_leaves_out_compile_and_eta_counts_running_and_queued(tmp_path):
   a, b = str(tmp_path / 'a'), str(tmp_path / 'b')
   # a: resumed at step 10; after launch the first interval (compile, 5 img/s) is left out.
-  write_train_records(a, [(5, 900.0), (10, 1000.0), (15, 5.0), (20, 100.0), (25, 300.0), (30, 200.0)],
-                      '30/110')
+  write_train_records(
+    a, [(5, 900.0), (10, 1000.0), (15, 5.0), (20, 100.0), (25, 300.0), (30, 200.0)], '30/110'
+  )
   write_train_records(b, [(5, 3.0)], '5/110')  # still compiling: only the first interval
   assert runner.speed(a, 10) == (200.0, 30) and runner.speed(b, 0) == (None, 5)
   assert runner.last_step(a) == 30 and runner.last_step(str(tmp_path / 'none')) == -1
   now = 1000.0
   runs = [sweep.Run({}, 'x', s, {}, w) for s, w in ((0, a), (1, b))]
   progress = runner.Progress(total=5, done=1, slots=2)
-  progress.active = {i: runner.Active(r, None, None, None, now - 60, 20, since)
-                     for i, (r, since) in enumerate(zip(runs, (10, 0)))}
+  progress.active = {
+    i: runner.Active(r, None, None, None, now - 60, 20, since)
+    for i, (r, since) in enumerate(zip(runs, (10, 0)))
+  }
   measures = [x.measure(now) for x in progress.active.values()]
   assert measures == [(200.0, 60.0, 80 * 20 / 200.0), (None, 60.0, None)]
   # Per run: a's elapsed + left = 68 s (no run finished yet); b: 68 - 60 s left; 2 queued runs.
@@ -331,11 +414,22 @@ def test_progress_speed_leaves_out_compile_and_eta_counts_running_and_queued(tmp
 
 def hold_lock(workdir, seconds):
   """A process holding the workdir's run lock for `seconds`, returned once it holds it."""
-  holder = subprocess.Popen([sys.executable, '-c', (
-      'import sys, time; sys.path.insert(0, sys.argv[1]); from trainer import lock; '
-      'l = lock.WorkdirLock(sys.argv[2]).acquire(); print("held", flush=True); '
-      'time.sleep(float(sys.argv[3]))'), scripts.REPO, workdir, str(seconds)],
-      stdout=subprocess.PIPE, text=True)
+  holder = subprocess.Popen(
+    [
+      sys.executable,
+      '-c',
+      (
+        'import sys, time; sys.path.insert(0, sys.argv[1]); from trainer import lock; '
+        'l = lock.WorkdirLock(sys.argv[2]).acquire(); print("held", flush=True); '
+        'time.sleep(float(sys.argv[3]))'
+      ),
+      scripts.REPO,
+      workdir,
+      str(seconds),
+    ],
+    stdout=subprocess.PIPE,
+    text=True,
+  )
   assert holder.stdout.readline() == 'held\n'
   return holder
 
@@ -357,7 +451,8 @@ def test_lock_holder_sees_a_live_run_and_not_a_released_or_dead_one(tmp_path):
 
 
 def test_a_held_workdir_is_waited_for_then_run_or_reported_in_use_not_failed(
-    tmp_path, monkeypatch, capsys):
+  tmp_path, monkeypatch, capsys
+):
   monkeypatch.setattr(runner, 'LOCK_WAIT_S', 4.0)
   runs = fake_runs(tmp_path, 2)
   for run in runs:
@@ -367,8 +462,15 @@ def test_a_held_workdir_is_waited_for_then_run_or_reported_in_use_not_failed(
   try:
     progress = runner.Progress(2, 0, 1)
     failures, in_use, signum = runner.run_all(
-        runs, lambda run: [sys.executable, '-c', 'print("ran")'], str(tmp_path), scripts.REPO,
-        progress, 1, [], poll=0.05)
+      runs,
+      lambda run: [sys.executable, '-c', 'print("ran")'],
+      str(tmp_path),
+      scripts.REPO,
+      progress,
+      1,
+      [],
+      poll=0.05,
+    )
   finally:
     lasting.kill()
     lasting.wait()
@@ -399,8 +501,13 @@ def train_processes(root):
 
 
 def start_sweep(argv, env, out):
-  return subprocess.Popen([sys.executable, '-m', 'sweeps.sweep', *argv], cwd=scripts.REPO, env=env,
-                          stdout=out, stderr=subprocess.STDOUT)
+  return subprocess.Popen(
+    [sys.executable, '-m', 'sweeps.sweep', *argv],
+    cwd=scripts.REPO,
+    env=env,
+    stdout=out,
+    stderr=subprocess.STDOUT,
+  )
 
 
 def wait_until(condition, timeout, what):
@@ -416,8 +523,12 @@ def test_signals_stop_every_run_and_the_rerun_completes_them(tmp_path, subproces
   env = {**subprocess_env, 'XLA_FLAGS': ''}  # one CPU device: the cheapest compile
   cfg = write_config(tmp_path, "[{'seed': s} for s in (0, 1)]")
   root = tmp_path / 'study'
-  argv = [f'--config={cfg}:smoke,optim.freeze_epochs=0,num_epochs=1', f'--root={root}',
-          '--parallel=2', '--heartbeat=1']
+  argv = [
+    f'--config={cfg}:smoke,optim.freeze_epochs=0,num_epochs=1',
+    f'--root={root}',
+    '--parallel=2',
+    '--heartbeat=1',
+  ]
   for sig in (signal.SIGTERM, signal.SIGKILL):
     with open(tmp_path / f'{sig.name}.txt', 'w') as out:
       proc = start_sweep(argv, env, out)
@@ -429,8 +540,14 @@ def test_signals_stop_every_run_and_the_rerun_completes_them(tmp_path, subproces
       wait_until(lambda: not train_processes(root), 10, 'the runs to die with the sweep')
   text = (tmp_path / 'SIGTERM.txt').read_text()
   assert 'stopping: SIGTERM sent to 2 running run(s)' in text and 'stopped by SIGTERM' in text
-  rerun = subprocess.run([sys.executable, '-m', 'sweeps.sweep', *argv], cwd=scripts.REPO, env=env,
-                         capture_output=True, text=True, timeout=600)
+  rerun = subprocess.run(
+    [sys.executable, '-m', 'sweeps.sweep', *argv],
+    cwd=scripts.REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert rerun.returncode == 0, rerun.stdout + rerun.stderr
   assert 'FAILED' not in rerun.stdout and '[sweep] 2/2 done, 0 running' in rerun.stdout
   assert sorted(results.load_runs(str(root))['status']) == ['completed'] * 2

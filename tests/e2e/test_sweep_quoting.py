@@ -9,7 +9,7 @@ from sweeps import scripts, sweep
 from tests.support.commands import write_config
 
 # Shell code in every form a shell would run it in: each one touches $MARK when executed.
-EVIL = ('$(touch "$MARK")', '`touch "$MARK"`', '"; touch "$MARK"; "', "'; touch \"$MARK\"; '")
+EVIL = ('$(touch "$MARK")', '`touch "$MARK"`', '"; touch "$MARK"; "', '\'; touch "$MARK"; \'')
 VALUES = [f'{code} v{i}' for i, code in enumerate(EVIL)]  # distinct arms: distinct folders
 
 
@@ -18,16 +18,22 @@ def stub_python(tmp_path):
   bin_dir = tmp_path / 'bin'
   bin_dir.mkdir()
   stub = bin_dir / 'python'
-  stub.write_text('#!/bin/bash\n'
-                  'printf \'%s\\0\' "$PWD" "$JAX_COMPILATION_CACHE_DIR" "$@" > "$ARGV"\n')
+  stub.write_text(
+    '#!/bin/bash\nprintf \'%s\\0\' "$PWD" "$JAX_COMPILATION_CACHE_DIR" "$@" > "$ARGV"\n'
+  )
   stub.chmod(0o755)
   return bin_dir
 
 
 def run_task(script, task, tmp_path, bin_dir):
   """Run the SLURM script's task `task` as SLURM would (bash, SLURM_ARRAY_TASK_ID); (argv, rc)."""
-  env = {**os.environ, 'SWEEP_PYTHON': str(bin_dir / 'python'), 'SLURM_ARRAY_TASK_ID': str(task),
-         'MARK': str(tmp_path / 'EXECUTED'), 'ARGV': str(tmp_path / 'argv')}
+  env = {
+    **os.environ,
+    'SWEEP_PYTHON': str(bin_dir / 'python'),
+    'SLURM_ARRAY_TASK_ID': str(task),
+    'MARK': str(tmp_path / 'EXECUTED'),
+    'ARGV': str(tmp_path / 'argv'),
+  }
   env.pop('JAX_COMPILATION_CACHE_DIR', None)
   proc = subprocess.run(['bash', str(script)], env=env, capture_output=True, text=True)
   argv = (tmp_path / 'argv').read_text().split('\0')[:-1] if (tmp_path / 'argv').exists() else []
@@ -37,13 +43,24 @@ def run_task(script, task, tmp_path, bin_dir):
 def test_hostile_root_config_name_and_values_run_nothing(tmp_path, capsys):
   folder = tmp_path / f'cfg {EVIL[0]} {EVIL[1]}'
   folder.mkdir()
-  cfg = write_config(folder, '[' + ', '.join(
-      f"{{'seed': {i}, 'data.manual_dir': {value!r}}}" for i, value in enumerate(VALUES)) + ']',
-      name=f'c{EVIL[0]};x.py')
+  cfg = write_config(
+    folder,
+    '['
+    + ', '.join(f"{{'seed': {i}, 'data.manual_dir': {value!r}}}" for i, value in enumerate(VALUES))
+    + ']',
+    name=f'c{EVIL[0]};x.py',
+  )
   root = str(tmp_path / f'root {EVIL[0]} {EVIL[1]} {EVIL[3]}')
   out = tmp_path / 'out'
-  code = sweep.main([f'--config={cfg}:smoke', f'--root={root}', '--dry-run',
-                     f'--emit-commands={out}/c.txt', f'--emit-slurm={out}/s.sbatch'])
+  code = sweep.main(
+    [
+      f'--config={cfg}:smoke',
+      f'--root={root}',
+      '--dry-run',
+      f'--emit-commands={out}/c.txt',
+      f'--emit-slurm={out}/s.sbatch',
+    ]
+  )
   assert code == 0, capsys.readouterr().err
   script = out / 's.sbatch'
   assert subprocess.run(['bash', '-n', str(script)]).returncode == 0
@@ -81,26 +98,35 @@ def test_bucket_root_writes_nothing_here_without_emit_paths(tmp_path, monkeypatc
   argv = ['--config=configs/digits.py:smoke', '--root=gs://bucket/study', '--dry-run']
   assert sweep.main(argv) == 2
   err = capsys.readouterr().err.strip().splitlines()
-  assert err == ['error: --root=gs://bucket/study: the command list and the SLURM script are '
-                 'written on this machine, not into a bucket: give --emit-commands=FILE and '
-                 '--emit-slurm=FILE (local paths)']
+  assert err == [
+    'error: --root=gs://bucket/study: the command list and the SLURM script are '
+    'written on this machine, not into a bucket: give --emit-commands=FILE and '
+    '--emit-slurm=FILE (local paths)'
+  ]
   assert os.listdir(tmp_path) == []
   assert sweep.main(argv + ['--emit-commands=c.txt', '--emit-slurm=s.sbatch']) == 0
   # a dry run writes what --emit-* name and nothing else: no study.json in the working directory
   assert sorted(os.listdir(tmp_path)) == ['c.txt', 's.sbatch']
   out = capsys.readouterr().out
   assert f'commands: {tmp_path}/c.txt' in out
-  assert 'study declaration: not written (a dry run writes only what --emit-* name; ' \
-         '--emit-study=FILE writes it, to copy to gs://bucket/study/study.json' in out
-  assert sweep.main(argv + ['--emit-commands=c.txt', '--emit-slurm=s.sbatch',
-                            '--emit-study=decl.json']) == 0
+  assert (
+    'study declaration: not written (a dry run writes only what --emit-* name; '
+    '--emit-study=FILE writes it, to copy to gs://bucket/study/study.json' in out
+  )
+  assert (
+    sweep.main(argv + ['--emit-commands=c.txt', '--emit-slurm=s.sbatch', '--emit-study=decl.json'])
+    == 0
+  )
   assert sorted(os.listdir(tmp_path)) == ['c.txt', 'decl.json', 's.sbatch']
-  assert f'study declaration: {tmp_path}/decl.json (copy it to gs://bucket/study/study.json ' \
-         'before the runs start)' in capsys.readouterr().out
+  assert (
+    f'study declaration: {tmp_path}/decl.json (copy it to gs://bucket/study/study.json '
+    'before the runs start)' in capsys.readouterr().out
+  )
 
 
-def test_a_dry_run_writes_nothing_and_summarises_a_long_listing_first(tmp_path, monkeypatch,
-                                                                      capsys):
+def test_a_dry_run_writes_nothing_and_summarises_a_long_listing_first(
+  tmp_path, monkeypatch, capsys
+):
   """The study's 48 runs, dry: no root, no command list, no study.json anywhere (it wrote the root's
   files, and beside a bucket's command list a study.json); the summary line comes first, then 10
   commands and a count of the rest (it printed 48 'would run' lines above the summary)."""

@@ -27,12 +27,33 @@ def analyse(tmp, name, declared, extra=()):
   if not csv.exists():
     planted(THREE, seeds=8).to_csv(csv, index=False)
   study.write_text(json.dumps(declared))
-  done = subprocess.run([sys.executable, '-m', 'analysis.analyse', '--csv', str(csv), '--study',
-                         str(study), '--out', str(out), *extra], cwd=ROOT, capture_output=True,
-                        text=True, timeout=300, env={**os.environ, 'MPLBACKEND': 'Agg'})
+  done = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'analysis.analyse',
+      '--csv',
+      str(csv),
+      '--study',
+      str(study),
+      '--out',
+      str(out),
+      *extra,
+    ],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env={**os.environ, 'MPLBACKEND': 'Agg'},
+  )
   assert done.returncode == 0, done.stderr[-2000:]
-  return ((out / 'report.md').read_text(encoding='utf-8'),
-          pd.read_csv(out / 'attribution_decomposition.csv'), done.stderr, csv, out)
+  return (
+    (out / 'report.md').read_text(encoding='utf-8'),
+    pd.read_csv(out / 'attribution_decomposition.csv'),
+    done.stderr,
+    csv,
+    out,
+  )
 
 
 @pytest.fixture(scope='module')
@@ -44,10 +65,14 @@ def test_one_row_per_pair_tpu_minus_gpu_first_each_gap_by_hand(every_pair):
   _, table, _, csv, _ = every_pair
   assert list(table.columns[:2]) == ['platform_a', 'platform_b'] and set(COLUMNS) <= set(table)
   assert list(zip(table['platform_a'], table['platform_b'])) == [
-      ('tpu', 'gpu'), ('tpu', 'cpu'), ('gpu', 'cpu')]
+    ('tpu', 'gpu'),
+    ('tpu', 'cpu'),
+    ('gpu', 'cpu'),
+  ]
   raw = pd.read_csv(csv)
-  native = raw[raw[PROFILE] == 'native'].pivot_table(index='seed', columns='platform',
-                                                     values=METRIC) * 100
+  native = (
+    raw[raw[PROFILE] == 'native'].pivot_table(index='seed', columns='platform', values=METRIC) * 100
+  )
   for row in table.itertuples():
     g = native[row.platform_a] - native[row.platform_b]
     half = sps.t.ppf(0.975, len(g) - 1) * g.std(ddof=1) / np.sqrt(len(g))
@@ -61,23 +86,29 @@ def test_one_row_per_pair_tpu_minus_gpu_first_each_gap_by_hand(every_pair):
 def test_the_first_page_asks_the_question_and_says_how_the_pairs_enter(every_pair):
   report, _, _, _, out = every_pair
   first = report.split('## Setup')[0]
-  assert ('**Question.** Does training on tpu give the same test accuracy as on gpu, and which '
-          'numerical setting explains a difference? Also compared: tpu − cpu, gpu − cpu.') in first
+  assert (
+    '**Question.** Does training on tpu give the same test accuracy as on gpu, and which '
+    'numerical setting explains a difference? Also compared: tpu − cpu, gpu − cpu.'
+  ) in first
   assert first.index('**Answer.** tpu − gpu: ') < first.index('**Platform gap**')
-  assert "each pair's gap tests (paired t, TOST, signed rank) Holm-adjusted over the 3 pairs" in first
+  assert (
+    "each pair's gap tests (paired t, TOST, signed rank) Holm-adjusted over the 3 pairs" in first
+  )
   for gap in ('tpu − gpu', 'tpu − cpu', 'gpu − cpu'):
     assert f'**{gap}: ' in first
   tex = (out / 'report.tex').read_text(encoding='utf-8')
-  assert all(f'tab:three-gap-{a}-{b}' in tex for a, b in (('tpu', 'gpu'), ('tpu', 'cpu'),
-                                                           ('gpu', 'cpu')))
+  assert all(
+    f'tab:three-gap-{a}-{b}' in tex for a, b in (('tpu', 'gpu'), ('tpu', 'cpu'), ('gpu', 'cpu'))
+  )
 
 
 def test_declared_pairs_and_a_command_line_override(tmp_path):
   report, table, _, _, _ = analyse(tmp_path, 'declared', {**DECLARED, 'compare': [['tpu', 'gpu']]})
   assert list(zip(table['platform_a'], table['platform_b'])) == [('tpu', 'gpu')]
   assert 'Also compared' not in report and 'declared (compare)' in report
-  report, table, _, _, _ = analyse(tmp_path, 'override', {**DECLARED, 'compare': [['tpu', 'gpu']]},
-                                   ('--compare', 'gpu:cpu'))
+  report, table, _, _, _ = analyse(
+    tmp_path, 'override', {**DECLARED, 'compare': [['tpu', 'gpu']]}, ('--compare', 'gpu:cpu')
+  )
   assert list(zip(table['platform_a'], table['platform_b'])) == [('gpu', 'cpu')]
   first = report.split('## Setup')[0]
   assert 'Does training on gpu give the same test accuracy as on cpu' in first
@@ -86,14 +117,26 @@ def test_declared_pairs_and_a_command_line_override(tmp_path):
 
 def test_a_bad_compare_is_one_line_and_writes_nothing(tmp_path, capsys):
   from analysis import analyse as command  # pylint: disable=import-outside-toplevel
+
   planted(THREE, seeds=3).to_csv(tmp_path / 'three.csv', index=False)
   (tmp_path / 's.json').write_text(json.dumps(DECLARED))
-  for argv, message in ((['--compare', 'tpu-gpu'], "--compare: 'tpu-gpu' is not A:B"),
-                        (['--compare', 'tpu:tpu'], 'compares tpu with itself'),
-                        (['--compare', 'tpu:v5e'], '--compare: no runs on v5e')):
+  for argv, message in (
+    (['--compare', 'tpu-gpu'], "--compare: 'tpu-gpu' is not A:B"),
+    (['--compare', 'tpu:tpu'], 'compares tpu with itself'),
+    (['--compare', 'tpu:v5e'], '--compare: no runs on v5e'),
+  ):
     with pytest.raises(SystemExit) as e:
-      command.main(['--csv', str(tmp_path / 'three.csv'), '--study', str(tmp_path / 's.json'),
-                    '--out', str(tmp_path / 'o'), *argv])
+      command.main(
+        [
+          '--csv',
+          str(tmp_path / 'three.csv'),
+          '--study',
+          str(tmp_path / 's.json'),
+          '--out',
+          str(tmp_path / 'o'),
+          *argv,
+        ]
+      )
     err = capsys.readouterr().err
     assert e.value.code == 2 and message in err and err.count('\n') == 1, err
   assert not (tmp_path / 'o').exists()

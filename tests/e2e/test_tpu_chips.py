@@ -14,17 +14,24 @@ from sweeps import runner, scripts, sweep, tpu_chips
 from tests.conftest import ROOT
 
 # A child that records its chip variables and when it held the chip, then exits.
-RECORDER = ('import json, os, sys, time; start = time.time(); time.sleep(float(sys.argv[2])); '
-            'names = ' + repr(tpu_chips.VARIABLES) + '; '
-            'print(json.dumps({"workdir": sys.argv[1], "start": start, "end": time.time(), '
-            '**{n: os.environ.get(n) for n in names}}))')
+RECORDER = (
+  'import json, os, sys, time; start = time.time(); time.sleep(float(sys.argv[2])); '
+  'names = ' + repr(tpu_chips.VARIABLES) + '; '
+  'print(json.dumps({"workdir": sys.argv[1], "start": start, "end": time.time(), '
+  '**{n: os.environ.get(n) for n in names}}))'
+)
 
 
 def test_each_chip_gets_libtpus_variables_and_its_own_port():
   envs = [tpu_chips.environment(i) for i in range(8)]
-  assert envs[3] == {'TPU_VISIBLE_CHIPS': '3', 'TPU_PROCESS_BOUNDS': '1,1,1',
-                     'TPU_CHIPS_PER_PROCESS_BOUNDS': '1,1,1', 'TPU_PROCESS_PORT': '8479',
-                     'TPU_PROCESS_ADDRESSES': 'localhost:8479', 'CLOUD_TPU_TASK_ID': '0'}
+  assert envs[3] == {
+    'TPU_VISIBLE_CHIPS': '3',
+    'TPU_PROCESS_BOUNDS': '1,1,1',
+    'TPU_CHIPS_PER_PROCESS_BOUNDS': '1,1,1',
+    'TPU_PROCESS_PORT': '8479',
+    'TPU_PROCESS_ADDRESSES': 'localhost:8479',
+    'CLOUD_TPU_TASK_ID': '0',
+  }
   ports = [e['TPU_PROCESS_PORT'] for e in envs]
   assert len(set(ports)) == 8
   assert all(e['TPU_PROCESS_ADDRESSES'] == f'localhost:{e["TPU_PROCESS_PORT"]}' for e in envs)
@@ -37,8 +44,9 @@ def test_child_env_of_a_chip_and_of_a_gpu():
   assert gpu['CUDA_VISIBLE_DEVICES'] == '2'
 
 
-@pytest.mark.parametrize('text, error', [('0,0', 'once'), ('a,1', 'comma-separated'),
-                                         ('-1', 'once')])
+@pytest.mark.parametrize(
+  'text, error', [('0,0', 'once'), ('a,1', 'comma-separated'), ('-1', 'once')]
+)
 def test_a_chip_list_that_would_share_a_chip_is_refused(text, error):
   with pytest.raises(ValueError, match=error):
     tpu_chips.parse(text)
@@ -47,6 +55,7 @@ def test_a_chip_list_that_would_share_a_chip_is_refused(text, error):
 def records(runs):
   """{workdir: the child's record} from each run's train.log."""
   import json  # pylint: disable=import-outside-toplevel
+
   out = {}
   for run in runs:
     with open(os.path.join(run.workdir, 'train.log')) as f:
@@ -58,19 +67,29 @@ def records(runs):
 def never_shared(held):
   """No two of [(chip, start, end)] on one chip overlap in time."""
   for i, (chip, start, end) in enumerate(held):
-    for other, start2, end2 in held[i + 1:]:
+    for other, start2, end2 in held[i + 1 :]:
       assert chip != other or end <= start2 or end2 <= start, (chip, start, end, start2, end2)
 
 
 def test_the_runner_gives_each_run_one_chip_never_two_runs_at_once(tmp_path, capsys):
-  runs = [sweep.Run({'a': i % 3}, f'a-{i % 3}', i // 3, {}, str(tmp_path / f'a-{i % 3}' /
-                                                                  f'seed{i // 3}'))
-          for i in range(6)]
+  runs = [
+    sweep.Run(
+      {'a': i % 3}, f'a-{i % 3}', i // 3, {}, str(tmp_path / f'a-{i % 3}' / f'seed{i // 3}')
+    )
+    for i in range(6)
+  ]
   chips = tpu_chips.parse('2,5')
   progress = runner.Progress(6, 0, 2)
   failures, in_use, _ = runner.run_all(
-      runs, lambda r: [sys.executable, '-c', RECORDER, r.workdir, '0.4'], str(tmp_path),
-      scripts.REPO, progress, 2, chips, poll=0.05)
+    runs,
+    lambda r: [sys.executable, '-c', RECORDER, r.workdir, '0.4'],
+    str(tmp_path),
+    scripts.REPO,
+    progress,
+    2,
+    chips,
+    poll=0.05,
+  )
   assert (failures, in_use, progress.done) == ([], [], 6)
   found = records(runs)
   held = []
@@ -91,11 +110,11 @@ def test_the_command_lists_launcher_claims_a_free_chip(tmp_path):
   env = {**os.environ, 'PYTHONPATH': ROOT, 'TMPDIR': str(tmp_path)}
   procs = []
   for i in range(3):
-    argv = tpu_chips.launcher(tpu_chips.parse('0,1')) + [
-        'python', '-c', RECORDER, f'run{i}', '1.0']
+    argv = tpu_chips.launcher(tpu_chips.parse('0,1')) + ['python', '-c', RECORDER, f'run{i}', '1.0']
     procs.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True))
     time.sleep(0.2)
   import json  # pylint: disable=import-outside-toplevel
+
   outs = [p.communicate(timeout=120)[0] for p in procs]
   assert [p.returncode for p in procs] == [0, 0, 0]
   held = []
@@ -111,30 +130,60 @@ def test_the_command_lists_launcher_claims_a_free_chip(tmp_path):
 
 def test_a_dry_run_prints_each_chips_environment_and_emits_the_launcher(tmp_path):
   proc = subprocess.run(
-      [sys.executable, '-m', 'sweeps.sweep', '--config=configs/digits.py:smoke',
-       f'--root={tmp_path}', '--tpu-chips', '0,1,2,3', '--dry-run',
-       f'--emit-commands={tmp_path / scripts.COMMANDS_FILE}',
-       f'--emit-slurm={tmp_path / scripts.SLURM_FILE}'], cwd=ROOT,
-      capture_output=True, text=True, env={**os.environ, 'PYTHONPATH': ROOT}, timeout=600)
+    [
+      sys.executable,
+      '-m',
+      'sweeps.sweep',
+      '--config=configs/digits.py:smoke',
+      f'--root={tmp_path}',
+      '--tpu-chips',
+      '0,1,2,3',
+      '--dry-run',
+      f'--emit-commands={tmp_path / scripts.COMMANDS_FILE}',
+      f'--emit-slurm={tmp_path / scripts.SLURM_FILE}',
+    ],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    env={**os.environ, 'PYTHONPATH': ROOT},
+    timeout=600,
+  )
   assert proc.returncode == 0, proc.stderr
   for i in range(4):
     assert f'  TPU chip {i}: {tpu_chips.settings(tpu_chips.environment(i))}' in proc.stdout
   lines = (tmp_path / scripts.COMMANDS_FILE).read_text().splitlines()
   assert len(lines) == 48
-  assert all(l.startswith('python -m sweeps.tpu_chips --chips=0,1,2,3 -- python train.py ')
-             for l in lines)
+  assert all(
+    l.startswith('python -m sweeps.tpu_chips --chips=0,1,2,3 -- python train.py ') for l in lines
+  )
   assert 'eval "$CMD"' in (tmp_path / scripts.SLURM_FILE).read_text()
 
 
-@pytest.mark.parametrize('flags, error', [
+@pytest.mark.parametrize(
+  'flags, error',
+  [
     (['--tpu-chips', '0,0'], 'two runs cannot share a TPU chip'),
     (['--tpu-chips', '0,1', '--gpus', '0'], 'give one of them'),
-    (['--tpu-chips', '0,1', '--parallel', '3'], 'exceeds the 2 TPU chips of --tpu-chips')])
+    (['--tpu-chips', '0,1', '--parallel', '3'], 'exceeds the 2 TPU chips of --tpu-chips'),
+  ],
+)
 def test_bad_chip_flags_are_one_line_before_anything_is_written(tmp_path, flags, error):
   proc = subprocess.run(
-      [sys.executable, '-m', 'sweeps.sweep', '--config=configs/digits.py:smoke',
-       f'--root={tmp_path / "root"}', '--dry-run', *flags], cwd=ROOT, capture_output=True,
-      text=True, env={**os.environ, 'PYTHONPATH': ROOT}, timeout=600)
+    [
+      sys.executable,
+      '-m',
+      'sweeps.sweep',
+      '--config=configs/digits.py:smoke',
+      f'--root={tmp_path / "root"}',
+      '--dry-run',
+      *flags,
+    ],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    env={**os.environ, 'PYTHONPATH': ROOT},
+    timeout=600,
+  )
   lines = proc.stderr.strip().splitlines()
   assert proc.returncode == 2 and len(lines) == 1 and error in lines[0], proc.stderr
   assert not (tmp_path / 'root').exists()

@@ -8,11 +8,23 @@ import numpy as np
 import pytest
 
 from configs import common, digits, validation
-from trainer import checkpointing, loop
 from runrecord import predictions
+from trainer import checkpointing, loop
 
-RESULT_KEYS = {'status', 'seed', 'platform', 'device_kind', 'num_devices', 'num_processes',
-               'numerics', 'final', 'history', 'config', 'versions', 'wall_time_s'}
+RESULT_KEYS = {
+  'status',
+  'seed',
+  'platform',
+  'device_kind',
+  'num_devices',
+  'num_processes',
+  'numerics',
+  'final',
+  'history',
+  'config',
+  'versions',
+  'wall_time_s',
+}
 
 
 def smoke_config(**overrides):
@@ -98,6 +110,7 @@ def test_device_resident_dataset_trains_bit_identically(finished_run, tmp_path):
   assert again['final'] == results['final']
   records = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
   losses = [r['train_loss'] for r in records if r['kind'] == 'train']
-  expected = [json.loads(line) for line in
-              (finished_run[0] / 'metrics.jsonl').read_text().splitlines()]
+  expected = [
+    json.loads(line) for line in (finished_run[0] / 'metrics.jsonl').read_text().splitlines()
+  ]
   assert losses == [r['train_loss'] for r in expected if r['kind'] == 'train']

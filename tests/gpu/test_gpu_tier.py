@@ -23,22 +23,26 @@ from flax import nnx
 from benchmarks import bench_determinism, bench_step
 from configs import loader, validation
 from experiments import numerics_probe
-from tests.support import losses, lowering, pools
 from tests.conftest import GPU_TIER
+from tests.support import losses, lowering, pools
 
 if GPU_TIER:  # before the backend starts: collection imports this module before any test runs
   os.environ['XLA_FLAGS'] = os.environ.get('XLA_FLAGS', '') + ' --xla_gpu_deterministic_ops=true'
 
-pytestmark = pytest.mark.skipif(not GPU_TIER, reason='GPU tier: run `GPU_TESTS=1 python -m '
-                                'pytest tests/gpu` on a machine with a GPU')
+pytestmark = pytest.mark.skipif(
+  not GPU_TIER,
+  reason='GPU tier: run `GPU_TESTS=1 python -m pytest tests/gpu` on a machine with a GPU',
+)
 OPTION = bench_determinism.OPTION
 
 
 @pytest.fixture(scope='module', autouse=True)
 def on_a_gpu():
   if jax.default_backend() != 'gpu':
-    pytest.fail(f'GPU_TESTS=1, but JAX runs on {jax.default_backend()}: run the tier where '
-                'jax[cuda] sees a GPU (and JAX_PLATFORMS is unset)')
+    pytest.fail(
+      f'GPU_TESTS=1, but JAX runs on {jax.default_backend()}: run the tier where '
+      'jax[cuda] sees a GPU (and JAX_PLATFORMS is unset)'
+    )
 
 
 def test_the_deterministic_option_reaches_the_gpu_compiler():
@@ -53,10 +57,17 @@ def test_the_deterministic_option_reaches_the_gpu_compiler():
   assert deterministic != other and ops() == deterministic, (deterministic, other)
 
 
-@pytest.mark.parametrize('spec,overrides', [
-    ('configs/celeba.py:gpu', []), ('configs/digits.py:gpu', []),
-    ('configs/celeba.py:gpu', [('numerics.compute_dtype', 'bfloat16'),
-                               ('numerics.profile', 'jax_gpu_default')])])
+@pytest.mark.parametrize(
+  'spec,overrides',
+  [
+    ('configs/celeba.py:gpu', []),
+    ('configs/digits.py:gpu', []),
+    (
+      'configs/celeba.py:gpu',
+      [('numerics.compute_dtype', 'bfloat16'), ('numerics.profile', 'jax_gpu_default')],
+    ),
+  ],
+)
 def test_compiled_gpu_steps_have_no_scatter_or_sort(spec, overrides):
   train, evaluate = lowering.lowered_steps(spec, overrides)
   assert lowering.FORBIDDEN_HLO.findall(train.compile().as_text()) == []
@@ -66,9 +77,17 @@ def test_compiled_gpu_steps_have_no_scatter_or_sort(spec, overrides):
 def test_gpu_deterministic_steps_repeat_bit_for_bit():
   """configs/celeba.py:gpu (gpu_deterministic=True) at 64^2: five steps (flips on, bf16
   activations) from one state, twice, give bit-identical states."""
-  config = validation.resolve(loader.load('configs/celeba.py:gpu', [
-      ('data.image_size', 64), ('batch_size', 64), ('data.flip', True),
-      ('numerics.compute_dtype', 'bfloat16')]))
+  config = validation.resolve(
+    loader.load(
+      'configs/celeba.py:gpu',
+      [
+        ('data.image_size', 64),
+        ('batch_size', 64),
+        ('data.flip', True),
+        ('numerics.compute_dtype', 'bfloat16'),
+      ],
+    )
+  )
   bench = bench_step.JaxStep(config, jax.devices()[:1])
   assert bench_determinism.repeats_identically(bench, bench.step, 5)
 
@@ -76,10 +95,15 @@ def test_gpu_deterministic_steps_repeat_bit_for_bit():
 def test_deterministic_step_within_5_percent_of_the_nondeterministic_one():
   """The study's GPU step (224^2, batch 256, bf16): the one speed assertion of the issue; the
   benchmark (benchmarks/bench_determinism.py) reports the same ratio at batch 256 and 2048."""
-  config = validation.resolve(loader.load('configs/celeba.py:gpu', [
-      ('data.image_size', 224), ('batch_size', 256), ('numerics.compute_dtype', 'bfloat16')]))
-  args = argparse.Namespace(steps=10, windows=5, warmup=3, repeat_steps=2, num_classes=1000,
-                            devices=1)
+  config = validation.resolve(
+    loader.load(
+      'configs/celeba.py:gpu',
+      [('data.image_size', 224), ('batch_size', 256), ('numerics.compute_dtype', 'bfloat16')],
+    )
+  )
+  args = argparse.Namespace(
+    steps=10, windows=5, warmup=3, repeat_steps=2, num_classes=1000, devices=1
+  )
   bench, results, _ = bench_determinism.measure(args, config)
   text, ratios = bench_determinism.table(bench, results, args)
   assert results['deterministic']['repeats'] and ratios['deterministic'] >= 0.95, text
@@ -91,15 +115,15 @@ def test_deterministic_step_within_5_percent_of_the_nondeterministic_one():
 # Layers against a native setting are not compared: presets set dots only (convolutions then run
 # at 'default'), and under 'default' cuDNN runs some shapes in f32 (conv1).
 PAIR_BOUNDS = {
-    'fast:bf16 vs BF16_BF16_F32': (1e-6, None),  # 0
-    'emu:bf16 vs BF16_BF16_F32': (1e-6, None),  # 1.8e-7
-    'fast:tf32 vs TF32_TF32_F32': (3e-5, None),  # 1.05e-5
-    'emu:tf32 vs TF32_TF32_F32': (3e-5, None),  # 1.05e-5
-    'fast:tf32 vs default': (3e-5, None),  # 1.05e-5 (an H100's default is TF32)
-    'emu:f32 vs highest': (1e-6, 1e-6),  # 0, 0
-    'fast:bf16 vs emu:bf16': (1e-6, 2e-5),  # 1.8e-7, 3.8e-6
-    'fast:bf16_3x vs emu:bf16_3x': (1e-6, 2e-5),  # 1.8e-7, 3.8e-6
-    'fast:tf32 vs emu:tf32': (2e-6, 3e-5),  # 4.3e-7, 8.4e-6
+  'fast:bf16 vs BF16_BF16_F32': (1e-6, None),  # 0
+  'emu:bf16 vs BF16_BF16_F32': (1e-6, None),  # 1.8e-7
+  'fast:tf32 vs TF32_TF32_F32': (3e-5, None),  # 1.05e-5
+  'emu:tf32 vs TF32_TF32_F32': (3e-5, None),  # 1.05e-5
+  'fast:tf32 vs default': (3e-5, None),  # 1.05e-5 (an H100's default is TF32)
+  'emu:f32 vs highest': (1e-6, 1e-6),  # 0, 0
+  'fast:bf16 vs emu:bf16': (1e-6, 2e-5),  # 1.8e-7, 3.8e-6
+  'fast:bf16_3x vs emu:bf16_3x': (1e-6, 2e-5),  # 1.8e-7, 3.8e-6
+  'fast:tf32 vs emu:tf32': (2e-6, 3e-5),  # 4.3e-7, 8.4e-6
 }
 
 

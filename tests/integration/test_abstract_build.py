@@ -33,16 +33,27 @@ def test_abstract_and_concrete_builds_lower_to_the_same_hlo(overrides):
     shapes, abstract_step = run.enter_phase(abstract, shapes, phase, phase.start)
     batch = next(run.batches(concrete, phase.start, phase.start + 1))
     text = step.lower(state, batch).as_text()
-    assert text == abstract_step.lower(shapes, run.abstract_batch(
-        abstract, abstract.dataset.train, config.batch_size)).as_text()
+    assert (
+      text
+      == abstract_step.lower(
+        shapes, run.abstract_batch(abstract, abstract.dataset.train, config.batch_size)
+      ).as_text()
+    )
     # and the step as a run calls it, its seed placed on the devices
     assert text == step.fn.lower(state, batch, step.placed_seed).as_text()
   totals = steps.zero_sums(concrete.mesh)
   eval_batch = {**batch, 'mask': jax.device_put(jnp.ones(config.batch_size), concrete.sharded)}
   eval_text = run.eval_step(concrete, state).lower(state, eval_batch, totals).as_text()
-  assert eval_text == run.eval_step(abstract, shapes).lower(
-      shapes, run.abstract_batch(abstract, abstract.dataset.train, config.batch_size, mask=True),
-      run.replicate(abstract, jax.eval_shape(lambda: totals))).as_text()
+  assert (
+    eval_text
+    == run.eval_step(abstract, shapes)
+    .lower(
+      shapes,
+      run.abstract_batch(abstract, abstract.dataset.train, config.batch_size, mask=True),
+      run.replicate(abstract, jax.eval_shape(lambda: totals)),
+    )
+    .as_text()
+  )
 
 
 def test_the_declared_digits_are_the_loaded_ones():
@@ -51,7 +62,11 @@ def test_the_declared_digits_are_the_loaded_ones():
   for split in ('train', 'test'):
     a, b = getattr(loaded, split), getattr(made, split)
     assert (a.images.shape, a.images.dtype, a.labels.shape, a.labels.dtype) == (
-        b.images.shape, b.images.dtype, b.labels.shape, b.labels.dtype)
+      b.images.shape,
+      b.images.dtype,
+      b.labels.shape,
+      b.labels.dtype,
+    )
   assert (loaded.num_classes, loaded.task) == (made.num_classes, made.task)
   assert made.train.images.strides == (0, 0, 0, 0)  # no data behind the shape
 
@@ -62,8 +77,9 @@ def test_declared_celeba_sizes():
   assert made.image_shape == (224, 224, 3) and made.num_classes == 10177
   # per identity: round half up of 202,599 x 0.2 to test (the rule of each identity's split)
   assert (len(made.train), len(made.test)) == (202599 - 40520, 40520)
-  official = registry.declared(resolved('configs/celeba.py:tpu', ('data.split', 'official'),
-                                       ('data.task', 'attributes')))
+  official = registry.declared(
+    resolved('configs/celeba.py:tpu', ('data.split', 'official'), ('data.task', 'attributes'))
+  )
   assert (len(official.train), len(official.test)) == (162770, 19962)
   assert official.task == 'multilabel' and official.train.labels.shape[1:] == (40,)
 

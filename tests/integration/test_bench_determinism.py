@@ -7,20 +7,47 @@ from benchmarks import bench_determinism
 from trainer import steps
 
 
-def test_bench_determinism_prints_both_variants_and_the_ratio(capsys, keep_matmul_precision,  # pylint: disable=redefined-outer-name,unused-argument
-                                                              fast_compile, monkeypatch):
+def test_bench_determinism_prints_both_variants_and_the_ratio(
+  capsys,
+  keep_matmul_precision,  # pylint: disable=redefined-outer-name,unused-argument
+  fast_compile,
+  monkeypatch,
+):
   compiles, compile_step = [], steps.Seeded.compile  # the training step's compiles
-  monkeypatch.setattr(steps.Seeded, 'compile',
-                      lambda self, *a, **k: compiles.append(a) or compile_step(self, *a, **k))
-  bench_determinism.main(['--image-size', '8', '--stem', 'small', '--width', '0.125', '--batch',
-                          '8', '--steps', '1', '--windows', '1', '--warmup', '0', '--devices', '1',
-                          '--repeat-steps', '2', '--num-classes', '10'])
+  monkeypatch.setattr(
+    steps.Seeded, 'compile', lambda self, *a, **k: compiles.append(a) or compile_step(self, *a, **k)
+  )
+  bench_determinism.main(
+    [
+      '--image-size',
+      '8',
+      '--stem',
+      'small',
+      '--width',
+      '0.125',
+      '--batch',
+      '8',
+      '--steps',
+      '1',
+      '--windows',
+      '1',
+      '--warmup',
+      '0',
+      '--devices',
+      '1',
+      '--repeat-steps',
+      '2',
+      '--num-classes',
+      '10',
+    ]
+  )
   assert len(compiles) == 2  # the two variants from one lowering, no unused third
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[-1].startswith('deterministic_vs_nondeterministic=')
   assert float(lines[-1].split('=')[1]) > 0
-  rows = [l for l in lines if l.startswith('| deterministic |') or
-          l.startswith('| nondeterministic |')]
+  rows = [
+    l for l in lines if l.startswith('| deterministic |') or l.startswith('| nondeterministic |')
+  ]
   assert len(rows) == 2
   for row in rows:  # the step lowers without scatter or sort, and the CPU repeats it exactly
     cells = [c.strip() for c in row.split('|')[1:-1]]
@@ -28,25 +55,54 @@ def test_bench_determinism_prints_both_variants_and_the_ratio(capsys, keep_matmu
 
 
 def test_the_xla_variants_compile_and_the_autotuned_one_says_why_it_is_absent_on_cpu(
-    capsys, keep_matmul_precision, fast_compile):  # pylint: disable=redefined-outer-name,unused-argument
+  capsys, keep_matmul_precision, fast_compile
+):  # pylint: disable=redefined-outer-name,unused-argument
   """exclude_nondeterministic compiles and runs (the step has no select-and-scatter, which that
   flag refuses); XLA:CPU has no autotuner, so the autotuned variant is left out with its reason."""
-  bench_determinism.main(['--image-size', '8', '--stem', 'small', '--width', '0.125', '--batch',
-                          '8', '--steps', '1', '--windows', '1', '--warmup', '0', '--devices', '1',
-                          '--repeat-steps', '1', '--num-classes', '10', '--variants',
-                          'deterministic_autotuned,exclude_nondeterministic,nondeterministic'])
+  bench_determinism.main(
+    [
+      '--image-size',
+      '8',
+      '--stem',
+      'small',
+      '--width',
+      '0.125',
+      '--batch',
+      '8',
+      '--steps',
+      '1',
+      '--windows',
+      '1',
+      '--warmup',
+      '0',
+      '--devices',
+      '1',
+      '--repeat-steps',
+      '1',
+      '--num-classes',
+      '10',
+      '--variants',
+      'deterministic_autotuned,exclude_nondeterministic,nondeterministic',
+    ]
+  )
   lines = capsys.readouterr().out.strip().splitlines()
   rows = [l.split(' |')[0][2:] for l in lines if l.startswith('| ')]
   assert [r for r in rows if r in bench_determinism.ALL_VARIANTS] == [
-      'nondeterministic', 'exclude_nondeterministic']
+    'nondeterministic',
+    'exclude_nondeterministic',
+  ]
   assert any(l.startswith('deterministic_autotuned left out: ') for l in lines)
   assert lines[-1].startswith('exclude_nondeterministic_vs_nondeterministic=')
 
 
-@pytest.mark.parametrize('variants,message', [
+@pytest.mark.parametrize(
+  'variants,message',
+  [
     ('deterministic,fast', '--variants=deterministic,fast: give distinct names among '),
     ('deterministic,deterministic', '--variants=deterministic,deterministic: give distinct'),
-    ('deterministic_autotuned', '--variants: deterministic_autotuned loads the autotuning')])
+    ('deterministic_autotuned', '--variants: deterministic_autotuned loads the autotuning'),
+  ],
+)
 def test_a_bad_variant_list_is_one_line(variants, message, capsys):
   with pytest.raises(SystemExit) as exit_info:
     bench_determinism.main(['--variants', variants])

@@ -15,8 +15,8 @@ from analysis import analyse, arguments, attribute, catalogue, draw
 from analysis.inputs import csv_input, declaration
 from analysis.numbers import answer
 from runrecord import record
-
 from tests.conftest import ROOT
+
 CSV = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
 STATISTICS = catalogue.DOCS
 N, CLASSES = 360, 10
@@ -25,15 +25,21 @@ N, CLASSES = 360, 10
 def listed(command):
   """{path under --out} of every file and figure the catalogue lists for `command`."""
   folder = catalogue.FIGURE_FOLDERS[command]
-  return ({f.name for f in catalogue.files(command)}
-          | {os.path.join(folder, f'{f.name}.{ext}') for f in catalogue.figures(command)
-             for ext in catalogue.FIGURE_FORMATS})
+  return {f.name for f in catalogue.files(command)} | {
+    os.path.join(folder, f'{f.name}.{ext}')
+    for f in catalogue.figures(command)
+    for ext in catalogue.FIGURE_FORMATS
+  }
 
 
 def written(folder):
   """{path under `folder`} of every file there (the lock and manifest, dot files, aside)."""
-  return {os.path.relpath(os.path.join(where, n), folder) for where, _, names in os.walk(folder)
-          for n in names if not n.startswith('.')}
+  return {
+    os.path.relpath(os.path.join(where, n), folder)
+    for where, _, names in os.walk(folder)
+    for n in names
+    if not n.startswith('.')
+  }
 
 
 def planted_reader(runs):
@@ -46,9 +52,19 @@ def planted_reader(runs):
   for seed in runs['seed']:
     predicted = np.where(rng.random(N) < 0.03, (base[seed] + 2) % CLASSES, base[seed])
     p = rng.uniform(0.3, 1.0, N).astype(np.float32)
-    got.append(({'label': label, 'predicted': predicted.astype(np.int32), 'p_predicted': p,
-                 'p_label': np.where(predicted == label, p, p / 4).astype(np.float32),
-                 'fingerprint': 'e17be61d6f4e908a', 'task': 'classification'}, None))
+    got.append(
+      (
+        {
+          'label': label,
+          'predicted': predicted.astype(np.int32),
+          'p_predicted': p,
+          'p_label': np.where(predicted == label, p, p / 4).astype(np.float32),
+          'fingerprint': 'e17be61d6f4e908a',
+          'task': 'classification',
+        },
+        None,
+      )
+    )
   return got
 
 
@@ -56,18 +72,31 @@ def planted_reader(runs):
 def shipped():
   """The shipped digits study (two platforms, declared, a native arm: every table) with planted
   predictions (the churn ladder), every pair tested too (report_pairs.csv)."""
-  return answer.study_analysis(csv_input.read_csv(CSV),
-                               declaration.load(CSV.replace('.csv', '.study.json')),
-                               all_pairs=True, read_predictions=planted_reader)
+  return answer.study_analysis(
+    csv_input.read_csv(CSV),
+    declaration.load(CSV.replace('.csv', '.study.json')),
+    all_pairs=True,
+    read_predictions=planted_reader,
+  )
 
 
 def crossed_csv(path):
   """A CSV whose one arm crosses 3 init seeds x 3 data seeds x 2 replicates (the variance split)."""
   rng = np.random.default_rng(1)
-  rows = [{'run': f'r{i}{j}{r}', 'status': 'completed', 'seed': 0, 'init_seed': i, 'data_seed': j,
-           'platform': 'cpu',
-           'final.test_accuracy': 0.9 + 0.01 * i + 0.005 * j + rng.normal(0, 1e-3)}
-          for i in range(3) for j in range(3) for r in range(2)]
+  rows = [
+    {
+      'run': f'r{i}{j}{r}',
+      'status': 'completed',
+      'seed': 0,
+      'init_seed': i,
+      'data_seed': j,
+      'platform': 'cpu',
+      'final.test_accuracy': 0.9 + 0.01 * i + 0.005 * j + rng.normal(0, 1e-3),
+    }
+    for i in range(3)
+    for j in range(3)
+    for r in range(2)
+  ]
   pd.DataFrame(rows).to_csv(path, index=False)
   return str(path)
 
@@ -78,34 +107,73 @@ def curve_runs(root):
     for seed in range(3):
       run = root / dtype / f's{seed}'
       req = {'compute_dtype': dtype, 'param_dtype': 'float32'}
-      hist = [{'epoch': e, 'step': 2 * e, 'test_accuracy': 0.8 + 0.01 * e + 0.001 * seed,
-               'test_loss': 1.0 / e, 'train_loss': 0.5 / e} for e in (1, 2, 3)]
-      record.write_results(str(run), {
-          'status': 'completed', 'reason': '', 'seed': seed, 'platform': 'cpu',
-          'device_kind': 'cpu', 'numerics': {'requested': req, 'effective': req},
-          'final': {'test_accuracy': hist[-1]['test_accuracy'], 'test_loss': 0.3,
-                    'train_loss': 0.2},
-          'history': hist, 'config': {'seed': seed}, 'step': 6, 'total_steps': 6, 'data': {}})
-      (run / 'metrics.jsonl').write_text(''.join(
-          json.dumps({'kind': 'train', 'step': s, 'epoch': (s + 1) // 2,
-                      'train_loss': 2.0 / s + 0.01 * seed, 'train_accuracy': 1 - 1.0 / s}) + '\n'
-          for s in range(1, 7)))
+      hist = [
+        {
+          'epoch': e,
+          'step': 2 * e,
+          'test_accuracy': 0.8 + 0.01 * e + 0.001 * seed,
+          'test_loss': 1.0 / e,
+          'train_loss': 0.5 / e,
+        }
+        for e in (1, 2, 3)
+      ]
+      record.write_results(
+        str(run),
+        {
+          'status': 'completed',
+          'reason': '',
+          'seed': seed,
+          'platform': 'cpu',
+          'device_kind': 'cpu',
+          'numerics': {'requested': req, 'effective': req},
+          'final': {
+            'test_accuracy': hist[-1]['test_accuracy'],
+            'test_loss': 0.3,
+            'train_loss': 0.2,
+          },
+          'history': hist,
+          'config': {'seed': seed},
+          'step': 6,
+          'total_steps': 6,
+          'data': {},
+        },
+      )
+      (run / 'metrics.jsonl').write_text(
+        ''.join(
+          json.dumps(
+            {
+              'kind': 'train',
+              'step': s,
+              'epoch': (s + 1) // 2,
+              'train_loss': 2.0 / s + 0.01 * seed,
+              'train_accuracy': 1 - 1.0 / s,
+            }
+          )
+          + '\n'
+          for s in range(1, 7)
+        )
+      )
   return str(root)
 
 
 def test_each_command_writes_exactly_what_the_catalogue_lists(shipped, tmp_path):
   out = shipped
   runs = curve_runs(tmp_path / 'runs')
-  returned = {'a1': analyse.write(out, pd.DataFrame(columns=['run']), str(tmp_path / 'a1')),
-              't1': attribute.write(out.attribution, str(tmp_path / 't1')),
-              'd1': draw.figures(out, pd.DataFrame(columns=['run']), str(tmp_path / 'd1'))}
+  returned = {
+    'a1': analyse.write(out, pd.DataFrame(columns=['run']), str(tmp_path / 'a1')),
+    't1': attribute.write(out.attribution, str(tmp_path / 't1')),
+    'd1': draw.figures(out, pd.DataFrame(columns=['run']), str(tmp_path / 'd1')),
+  }
   for name, paths in returned.items():  # the writers return what they wrote
     assert {os.path.relpath(p, tmp_path / name) for p in paths} == written(str(tmp_path / name))
   analyse.main(['--csv', crossed_csv(tmp_path / 'crossed.csv'), '--out', str(tmp_path / 'a2')])
   analyse.main(['--runs', runs, '--out', str(tmp_path / 'a3')])
   draw.main(['--runs', runs, '--out', str(tmp_path / 'd2')])
-  folders = {catalogue.ANALYSE: ('a1', 'a2', 'a3'), catalogue.ATTRIBUTE: ('t1',),
-             catalogue.DRAW: ('d1', 'd2')}
+  folders = {
+    catalogue.ANALYSE: ('a1', 'a2', 'a3'),
+    catalogue.ATTRIBUTE: ('t1',),
+    catalogue.DRAW: ('d1', 'd2'),
+  }
   for command, names in folders.items():
     each = [written(str(tmp_path / name)) for name in names]
     for name, files in zip(names, each):
@@ -127,8 +195,11 @@ def test_every_listed_drawing_function_exists_and_names_are_unique():
 
 
 def test_the_out_help_and_the_docs_are_made_from_the_catalogue(capsys):
-  for command, parse in (('analyse', arguments.analyse), ('attribute', arguments.attribute),
-                         ('draw', arguments.draw)):
+  for command, parse in (
+    ('analyse', arguments.analyse),
+    ('attribute', arguments.attribute),
+    ('draw', arguments.draw),
+  ):
     with pytest.raises(SystemExit):
       parse(['--help'])
     text = ' '.join(capsys.readouterr().out.split())
@@ -137,14 +208,17 @@ def test_the_out_help_and_the_docs_are_made_from_the_catalogue(capsys):
   with open(STATISTICS, encoding='utf-8') as f:
     table = catalogue.docs_table(f.read())
   assert table == catalogue.markdown(), (
-      "docs/statistics.md's table of figures and files is not the catalogue's: run python -c "
-      "'from analysis import catalogue; catalogue.update_docs()'")
+    "docs/statistics.md's table of figures and files is not the catalogue's: run python -c "
+    "'from analysis import catalogue; catalogue.update_docs()'"
+  )
 
 
 def test_update_docs_rewrites_only_the_marked_table(tmp_path):
   page = tmp_path / 'page.md'
-  page.write_text(f'# Page\n\nbefore\n\n{catalogue.FIRST}\n\nold table\n\n{catalogue.LAST}\n'
-                  'after\n', encoding='utf-8')
+  page.write_text(
+    f'# Page\n\nbefore\n\n{catalogue.FIRST}\n\nold table\n\n{catalogue.LAST}\nafter\n',
+    encoding='utf-8',
+  )
   catalogue.update_docs(str(page))
   text = page.read_text(encoding='utf-8')
   assert catalogue.docs_table(text) == catalogue.markdown() and 'old table' not in text
@@ -154,10 +228,15 @@ def test_update_docs_rewrites_only_the_marked_table(tmp_path):
 def test_a_table_without_rows_is_kept_or_skipped_as_listed(tmp_path, capsys):
   empty = pd.DataFrame(columns=['a'])
   agreement = type('A', (), {'calibration': empty})
-  given = catalogue.Given(result=type('R', (), {'arms': empty, 'pairs': pd.DataFrame(),
-                                                'agreement': agreement}))
-  paths = catalogue.write(catalogue.ANALYSE, given, str(tmp_path),
-                          only={'report_arms.csv', 'report_pairs.csv', 'report_calibration.csv'})
+  given = catalogue.Given(
+    result=type('R', (), {'arms': empty, 'pairs': pd.DataFrame(), 'agreement': agreement})
+  )
+  paths = catalogue.write(
+    catalogue.ANALYSE,
+    given,
+    str(tmp_path),
+    only={'report_arms.csv', 'report_pairs.csv', 'report_calibration.csv'},
+  )
   assert [os.path.basename(p) for p in paths] == ['report_arms.csv']  # its header kept
   assert (tmp_path / 'report_arms.csv').read_text() == 'a\n'
   assert 'note: report_pairs.csv not written: no pairs tested' in capsys.readouterr().err

@@ -16,11 +16,29 @@ from tests.conftest import ROOT
 from tests.support.import_graph import graphs
 from trainer import loop, run
 
-HEAVY = ('jax', 'jaxlib', 'flax', 'optax', 'orbax', 'sklearn', 'scipy', 'tensorflow',
-         'tensorflow_datasets', 'torch', 'pandas', 'matplotlib')
+HEAVY = (
+  'jax',
+  'jaxlib',
+  'flax',
+  'optax',
+  'orbax',
+  'sklearn',
+  'scipy',
+  'tensorflow',
+  'tensorflow_datasets',
+  'torch',
+  'pandas',
+  'matplotlib',
+)
 # What configs/ may import of the project: the light modules holding the vocabularies it checks.
-LIGHT = {'input_pipeline', 'input_pipeline.base', 'input_pipeline.registry', 'models.architecture',
-         'numerics.formats', 'numerics.profiles'}
+LIGHT = {
+  'input_pipeline',
+  'input_pipeline.base',
+  'input_pipeline.registry',
+  'models.architecture',
+  'numerics.formats',
+  'numerics.profiles',
+}
 
 
 @pytest.mark.parametrize('spec', ['configs/digits.py:smoke', 'configs/celeba.py:tpu'])
@@ -28,20 +46,29 @@ def test_resolving_a_config_loads_no_jax_and_no_trainer(spec):
   """Before: resolving (then in the trainer's validation module) imported the trainer, flax,
   optax and orbax to check a config (the sweep did so for every arm)."""
   code = f'from configs import loader, validation; validation.resolve(loader.load({spec!r}))'
-  proc = subprocess.run([sys.executable, '-X', 'importtime', '-c', code], cwd=ROOT,
-                        capture_output=True, text=True, timeout=120,
-                        env={**os.environ, 'PYTHONPATH': ROOT})
+  proc = subprocess.run(
+    [sys.executable, '-X', 'importtime', '-c', code],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=120,
+    env={**os.environ, 'PYTHONPATH': ROOT},
+  )
   assert proc.returncode == 0, proc.stderr[-2000:]
-  modules = {line.rsplit('|', 1)[-1].strip() for line in proc.stderr.splitlines()
-             if line.startswith('import time:')}
+  modules = {
+    line.rsplit('|', 1)[-1].strip()
+    for line in proc.stderr.splitlines()
+    if line.startswith('import time:')
+  }
   assert sorted({m.split('.')[0] for m in modules} & set(HEAVY)) == []
   assert sorted(m for m in modules if m.startswith(('trainer', 'models.resnet', 'sweeps'))) == []
 
 
 def test_configs_imports_only_the_vocabularies_it_checks():
   files, _ = graphs()
-  imported = set().union(*(targets for module, targets in files.items()
-                           if module.startswith('configs.')))
+  imported = set().union(
+    *(targets for module, targets in files.items() if module.startswith('configs.'))
+  )
   assert {m for m in imported if not m.startswith('configs')} <= LIGHT
 
 
@@ -49,12 +76,15 @@ def smoke(**overrides):
   return loader.load('configs/digits.py:smoke', list(overrides.items()))
 
 
-@pytest.mark.parametrize('field, value, message', [
+@pytest.mark.parametrize(
+  'field, value, message',
+  [
     ('model.name', 'resnet50', "config.model.name must be one of ('resnet18',)"),
     ('distributed.initialize', 'maybe', "config.distributed.initialize must be one of ('auto'"),
     ('data.name', 'mnist', "config.data.name must be one of ('celeba', 'digits')"),
     ('model.stem', 'tiny', "config.model.stem must be one of ('imagenet', 'small')"),
-])
+  ],
+)
 def test_checks_that_waited_for_the_trainer_answer_at_resolution(field, value, message):
   """Before: model.name was refused while the model was built, distributed.initialize after the
   XLA flags were set, data.name by the dataset loader; now all at resolution, one line."""
@@ -68,8 +98,9 @@ def test_device_checks_are_free_functions_of_numbers():
   no device; a training split given its size."""
   config = validation.resolve(smoke())
   validation.check_devices(config, 8, 1, None)
-  with pytest.raises(validation.ConfigError,
-                     match=f'config.batch_size={config.batch_size} is not divisible by the 3'):
+  with pytest.raises(
+    validation.ConfigError, match=f'config.batch_size={config.batch_size} is not divisible by the 3'
+  ):
     validation.check_devices(config, 3, 1, None)
   with pytest.raises(validation.ConfigError, match='a training step keeps at least'):
     validation.check_devices(config, 8, 1, 1000)  # 1000 bytes a device
@@ -101,7 +132,7 @@ DATASET = registry.Declaration(name='tiny', images=IMAGES, channels=3, split_siz
                                labels=lambda data: (CLASSES, 'classification', ()), load=load,
                                tasks=('bands',))
 '''
-TINY_CONFIG = '''from configs import common
+TINY_CONFIG = """from configs import common
 
 def base():
   c = common.base_config()
@@ -115,7 +146,7 @@ PRESETS = {'__base__': base}
 
 def get_config(arg=None):
   return common.build(arg, PRESETS)
-'''
+"""
 
 
 @pytest.fixture
@@ -134,8 +165,11 @@ def test_a_new_dataset_is_one_module_and_its_config(tiny, tmp_path):
   """Found by the registry, its own task checked at resolution, declared without data for a
   compile-only build, and trained and evaluated: no other file edited."""
   assert 'tiny' in registry.names()
-  with pytest.raises(validation.ConfigError, match=r"config.data.task must be one of \('bands',\) "
-                     'for tiny'):
+  with pytest.raises(
+    validation.ConfigError,
+    match=r"config.data.task must be one of \('bands',\) "
+    'for tiny',
+  ):
     validation.resolve(loader.load(f'{tiny}:data.task=identity'))
   config = validation.resolve(loader.load(tiny))
   declared = registry.declared(config)

@@ -19,17 +19,17 @@ from numerics import setup as numerics_setup
 
 # (name, input size, in channels, out channels, kernel, stride, padding)
 RESNET18_CONVS = [
-    ('stem 7x7/2', 64, 3, 8, 7, 2, 3),
-    ('small stem 3x3/1', 16, 1, 8, 3, 1, 1),
-    ('layer1 3x3/1', 16, 8, 8, 3, 1, 1),
-    ('layer2.0.conv1 3x3/2', 16, 8, 16, 3, 2, 1),
-    ('layer2.0.downsample 1x1/2', 16, 8, 16, 1, 2, 0),
-    ('layer2 3x3/1', 8, 16, 16, 3, 1, 1),
-    ('layer3.0.conv1 3x3/2', 8, 16, 32, 3, 2, 1),
-    ('layer3.0.downsample 1x1/2', 8, 16, 32, 1, 2, 0),
-    ('layer4.0.conv1 3x3/2', 4, 32, 64, 3, 2, 1),
-    ('layer4.0.downsample 1x1/2', 4, 32, 64, 1, 2, 0),
-    ('layer4 3x3/1 on 2x2', 2, 64, 64, 3, 1, 1),
+  ('stem 7x7/2', 64, 3, 8, 7, 2, 3),
+  ('small stem 3x3/1', 16, 1, 8, 3, 1, 1),
+  ('layer1 3x3/1', 16, 8, 8, 3, 1, 1),
+  ('layer2.0.conv1 3x3/2', 16, 8, 16, 3, 2, 1),
+  ('layer2.0.downsample 1x1/2', 16, 8, 16, 1, 2, 0),
+  ('layer2 3x3/1', 8, 16, 16, 3, 1, 1),
+  ('layer3.0.conv1 3x3/2', 8, 16, 32, 3, 2, 1),
+  ('layer3.0.downsample 1x1/2', 8, 16, 32, 1, 2, 0),
+  ('layer4.0.conv1 3x3/2', 4, 32, 64, 3, 2, 1),
+  ('layer4.0.downsample 1x1/2', 4, 32, 64, 1, 2, 0),
+  ('layer4 3x3/1 on 2x2', 2, 64, 64, 3, 1, 1),
 ]
 IDS = [c[0] for c in RESNET18_CONVS]
 
@@ -43,9 +43,11 @@ def _operands(size, cin, cout, k, seed=0, batch=2):
 
 def _value_and_grads(impl, x, w, stride, padding, fmt='native'):
   """conv output and d<cos(y), 1>/dx, /dw: a non-trivial cotangent for both gradients."""
+
   def f(x, w):
     y = ops.conv2d(x, w, stride, padding, fmt=fmt, impl=impl)
     return jnp.sum(jnp.cos(y.astype(jnp.float32))), y
+
   (_, y), grads = jax.jit(jax.value_and_grad(f, argnums=(0, 1), has_aux=True))(x, w)
   return y, grads
 
@@ -71,8 +73,9 @@ def test_im2col_equals_lax_conv_values_and_gradients(shape):
 
 
 @pytest.mark.parametrize('fmt', ['bf16', 'bf16_3x', 'tf32', 'f32'])
-@pytest.mark.parametrize('shape', [RESNET18_CONVS[3], RESNET18_CONVS[4], RESNET18_CONVS[10]],
-                         ids=[IDS[3], IDS[4], IDS[10]])
+@pytest.mark.parametrize(
+  'shape', [RESNET18_CONVS[3], RESNET18_CONVS[4], RESNET18_CONVS[10]], ids=[IDS[3], IDS[4], IDS[10]]
+)
 def test_im2col_with_emulated_formats(shape, fmt):
   """Same operand rounding as lax's conv in every emulated format, forward and backward."""
   _, size, cin, cout, k, stride, pad = shape
@@ -98,9 +101,9 @@ def test_im2col_bfloat16_operands():
   y, (dx, dw) = _value_and_grads('im2col', x, w, stride, padding)
   assert y.dtype == y_ref.dtype == jnp.bfloat16
   assert dx.dtype == jnp.bfloat16 and dw.dtype == jnp.bfloat16
-  _close(y, y_ref, 2 ** -7)
-  _close(dx, dx_ref, 2 ** -6)
-  _close(dw, dw_ref, 2 ** -6)
+  _close(y, y_ref, 2**-7)
+  _close(dx, dx_ref, 2**-6)
+  _close(dw, dw_ref, 2**-6)
 
 
 @pytest.mark.parametrize('padding', ['SAME', 'VALID'])
@@ -128,10 +131,16 @@ def test_resolve_conv_impl():
 
 def test_auto_rule_on_cpu_small_shapes():
   """1x1 kernels and <= 2x2 outputs (from IM2COL_SMALL_OUT_MIN_MACS) use im2col under 1M MACs."""
+
   def auto(x_shape, kernel_shape, stride, platform='cpu'):
     return ops.resolve_conv_impl(
-        'auto', platform, macs=ops.conv_macs(x_shape, kernel_shape, stride),
-        kernel_hw=kernel_shape[:2], out_hw=ops.conv_out_hw(x_shape, stride))
+      'auto',
+      platform,
+      macs=ops.conv_macs(x_shape, kernel_shape, stride),
+      kernel_hw=kernel_shape[:2],
+      out_hw=ops.conv_out_hw(x_shape, stride),
+    )
+
   assert auto((1, 8, 8, 8), (1, 1, 8, 16), 2) == 'im2col'  # 1x1 at 2,048 MACs
   assert auto((1, 8, 8, 8), (1, 1, 8, 16), 2, 'gpu') == 'xla'
   assert auto((1, 2, 2, 64), (3, 3, 64, 64), 1) == 'im2col'  # 2x2 output, 147,456 MACs
@@ -141,10 +150,12 @@ def test_auto_rule_on_cpu_small_shapes():
   assert auto((1, 16, 16, 16), (3, 3, 16, 16), 1) == 'xla'
   assert auto((1, 8, 8, 64), (3, 3, 64, 64), 1) == 'im2col'  # 2,359,296 MACs
   out_2x2 = ops.IM2COL_SMALL_OUT_MIN_MACS
-  assert ops.resolve_conv_impl('auto', 'cpu', macs=out_2x2, kernel_hw=(3, 3),
-                               out_hw=(2, 2)) == 'im2col'
-  assert ops.resolve_conv_impl('auto', 'cpu', macs=out_2x2 - 1, kernel_hw=(3, 3),
-                               out_hw=(2, 2)) == 'xla'
+  assert (
+    ops.resolve_conv_impl('auto', 'cpu', macs=out_2x2, kernel_hw=(3, 3), out_hw=(2, 2)) == 'im2col'
+  )
+  assert (
+    ops.resolve_conv_impl('auto', 'cpu', macs=out_2x2 - 1, kernel_hw=(3, 3), out_hw=(2, 2)) == 'xla'
+  )
   assert ops.resolve_conv_impl('xla', 'cpu', macs=10, kernel_hw=(1, 1), out_hw=(1, 1)) == 'xla'
 
 
@@ -160,14 +171,20 @@ def test_conv2d_auto_applies_the_rule():
 
 def test_auto_picks_for_the_digits_presets():
   """smoke: im2col only for its 1x1 downsamples; cpu preset: also its 2x2-output stage 4."""
+
   def im2col_names(size, width):
     convs = bench_conv.resnet18_convs(size, width, 'small', 1)
     return {c.names[0] for c in convs if bench_conv.auto_pick(c, 'cpu') == 'im2col'}
+
   downsamples = {f'layer{i}.0.downsample.0' for i in (2, 3, 4)}
   assert im2col_names(8, 0.125) == downsamples
   assert im2col_names(16, 0.25) == downsamples | {'layer4.0.conv1', 'layer4.0.conv2'}
-  assert im2col_names(8, 0.25) == downsamples | {'layer3.0.conv1', 'layer3.0.conv2',
-                                                  'layer4.0.conv1', 'layer4.0.conv2'}
+  assert im2col_names(8, 0.25) == downsamples | {
+    'layer3.0.conv1',
+    'layer3.0.conv2',
+    'layer4.0.conv1',
+    'layer4.0.conv2',
+  }
 
 
 def test_bench_conv_lists_every_resnet18_convolution():
@@ -181,24 +198,46 @@ def test_bench_conv_lists_every_resnet18_convolution():
 
 
 def test_bench_conv_parse_sizes():
-  args = bench_conv.argparse.Namespace(image_size=64, width=1.0, stem='imagenet', batch=64,
-                                       in_channels=3)
+  args = bench_conv.argparse.Namespace(
+    image_size=64, width=1.0, stem='imagenet', batch=64, in_channels=3
+  )
   assert bench_conv.parse_sizes('32,16:0.25:small:128:1', args) == [
-      (32, 1.0, 'imagenet', 64, 3), (16, 0.25, 'small', 128, 1)]
+    (32, 1.0, 'imagenet', 64, 3),
+    (16, 0.25, 'small', 128, 1),
+  ]
   with pytest.raises(SystemExit):
     bench_conv.parse_sizes('8:1:tiny', args)
 
 
 def test_bench_conv_runs(capsys):
   """End to end at a tiny size (nothing timed): the table, one line per config, the last line."""
-  bench_conv.main(['--image-size', '8', '--width', '0.0625', '--stem', 'small', '--batch', '2',
-                   '--in-channels', '1', '--repeats', '1', '--min-time', '0'])
+  bench_conv.main(
+    [
+      '--image-size',
+      '8',
+      '--width',
+      '0.0625',
+      '--stem',
+      'small',
+      '--batch',
+      '2',
+      '--in-channels',
+      '1',
+      '--repeats',
+      '1',
+      '--min-time',
+      '0',
+    ]
+  )
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[-1].startswith('auto_vs_best=')
   assert 0 < float(lines[-1].split('=')[1]) <= 1
   assert lines[-2].startswith('auto_vs_best[8:0.0625:small:2:1]=')
-  rows = [line.strip('| ').split(' | ') for line in lines
-          if line.startswith('| ') and not line.startswith('| convolution |')]
+  rows = [
+    line.strip('| ').split(' | ')
+    for line in lines
+    if line.startswith('| ') and not line.startswith('| convolution |')
+  ]
   assert len(rows) == 12 and rows[-1][0] == 'total (x count)'  # 11 distinct convs and the total
   assert rows[0][:7] == ['conv1 (dw only)', '8x8x1', '3x3', '1', '4', '1', '2,304']
   assert all(row[-2] in bench_conv.IMPLS and row[-1] in bench_conv.IMPLS for row in rows[:-1])
@@ -239,6 +278,7 @@ def test_model_logits_and_gradients_agree_across_impls():
       m = nnx.merge(graphdef, params, rest)
       logits = m(x)
       return jnp.mean(-jax.nn.log_softmax(logits)[jnp.arange(4), labels]), logits
+
     (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params, rest)
     results[impl] = (logits, grads)
   _close(results['im2col'][0], results['xla'][0], 1e-4)

@@ -17,8 +17,9 @@ def _run(devices, batches, config):
   replicated, sharded = steps.shardings(mesh)
   state = jax.device_put(steps.init_state(model, tx), replicated)
   mask = optim.trainable_mask(state['params'], False, config.model.reinit)
-  step = steps.make_train_step(mesh, nnx.graphdef(model), tx, mask, 'classification',
-                               np.full(1, 0.5), np.full(1, 0.5), True, 0)
+  step = steps.make_train_step(
+    mesh, nnx.graphdef(model), tx, mask, 'classification', np.full(1, 0.5), np.full(1, 0.5), True, 0
+  )
   for batch in batches:
     state = step(state, jax.device_put(batch, sharded))
   return jax.device_get(state)
@@ -29,8 +30,13 @@ def test_eight_devices_match_one_device():
   config = digits.get_config('smoke')
   config.optim.freeze_epochs = 0
   rng = np.random.default_rng(0)
-  batches = [{'image': rng.integers(0, 255, (16, 8, 8, 1), dtype=np.uint8),
-              'label': rng.integers(0, 10, (16,)).astype(np.int32)} for _ in range(3)]
+  batches = [
+    {
+      'image': rng.integers(0, 255, (16, 8, 8, 1), dtype=np.uint8),
+      'label': rng.integers(0, 10, (16,)).astype(np.int32),
+    }
+    for _ in range(3)
+  ]
   one = _run(jax.devices()[:1], batches, config)
   eight = _run(jax.devices(), batches, config)
   np.testing.assert_allclose(one['sums']['loss'], eight['sums']['loss'], rtol=1e-5)

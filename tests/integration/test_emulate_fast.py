@@ -18,9 +18,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from experiments import numerics_probe
 from benchmarks import bench_step
 from configs import loader, validation
+from experiments import numerics_probe
 from numerics import emulate, ops, rounding
 from numerics import setup as numerics_setup
 from tests.support.floats import F32_EDGES, random_f32, same_bits
@@ -74,8 +74,14 @@ def run_all(mode, platform, conv_impl, impls):
   args = [(x, w, dy) for _, _, x, w, dy in all_cases]
 
   def run(args):
-    return {impl: [forward_and_grads(product_of(g, conv_impl), mode, impl, platform, *a)
-                   for (_, g, *_), a in zip(all_cases, args)] for impl in impls}
+    return {
+      impl: [
+        forward_and_grads(product_of(g, conv_impl), mode, impl, platform, *a)
+        for (_, g, *_), a in zip(all_cases, args)
+      ]
+      for impl in impls
+    }
+
   # Compiled without backend optimisations (seconds instead of a minute on a small CPU; both
   # implementations alike).
   compiled = jax.jit(run).lower(args).compile({'xla_backend_optimization_level': 0})
@@ -84,7 +90,7 @@ def run_all(mode, platform, conv_impl, impls):
 
 def worst_relative(a_outs, b_outs):
   """max over cases and outputs of max |a - b| / max |b|, and where."""
-  worst = (0.0, (0, "y"))
+  worst = (0.0, (0, 'y'))
   for i, (a3, b3) in enumerate(zip(a_outs, b_outs)):
     for name, a, b in zip(('y', 'dx', 'dw'), a3, b3):
       err = float(np.max(np.abs(np.float64(a) - b)) / np.max(np.abs(b)))
@@ -94,8 +100,10 @@ def worst_relative(a_outs, b_outs):
 
 # Every form with XLA's convolution (what GPUs and TPUs run); im2col's (CPU) pads, slices and
 # concatenations run in bf16 in the fast path: checked with one and with split operands.
-@pytest.mark.parametrize('mode,platform,conv_impl', [form + ('xla',) for form in FORMS] + [
-    ('bf16', 'gpu', 'im2col'), ('tf32', 'tpu', 'im2col')])
+@pytest.mark.parametrize(
+  'mode,platform,conv_impl',
+  [form + ('xla',) for form in FORMS] + [('bf16', 'gpu', 'im2col'), ('tf32', 'tpu', 'im2col')],
+)
 def test_fast_equals_reference_on_every_resnet18_product(mode, platform, conv_impl):
   names, out = run_all(mode, platform, conv_impl, ('reference', 'fast'))
   err, where = worst_relative(out['fast'], out['reference'])
@@ -161,9 +169,11 @@ def test_tpu_tf32_form_gives_exact_products():
 
 # A convolution or dot in StableHLO text: its precision (printed unless DEFAULT, in one of two
 # spellings) and its operand and result element types.
-CONTRACTION = re.compile(r'stablehlo\.(convolution|dot_general)(?:.*precision(?:_config)? = \['
-                         r'(?:#stablehlo<precision )?(\w+))?.*: \(tensor<[^>]*x(\w+)>, '
-                         r'tensor<[^>]*x(\w+)>\) -> tensor<[^>]*x(\w+)>')
+CONTRACTION = re.compile(
+  r'stablehlo\.(convolution|dot_general)(?:.*precision(?:_config)? = \['
+  r'(?:#stablehlo<precision )?(\w+))?.*: \(tensor<[^>]*x(\w+)>, '
+  r'tensor<[^>]*x(\w+)>\) -> tensor<[^>]*x(\w+)>'
+)
 
 
 def contractions(mode, impl, product, x, w, lowering_platform):
@@ -172,8 +182,10 @@ def contractions(mode, impl, product, x, w, lowering_platform):
   grads = jax.jit(jax.grad(lambda a, b: jnp.sum(f(a, b) ** 2), argnums=(0, 1)))
   platform = {'gpu': 'cuda'}.get(lowering_platform, lowering_platform)
   text = jax.export.export(grads, platforms=[platform])(x, w).mlir_module()
-  return [(op, precision or 'DEFAULT', *types)
-          for op, precision, *types in (m.groups() for m in CONTRACTION.finditer(text))]
+  return [
+    (op, precision or 'DEFAULT', *types)
+    for op, precision, *types in (m.groups() for m in CONTRACTION.finditer(text))
+  ]
 
 
 @pytest.mark.parametrize('lowering_platform', ['gpu', 'tpu'])
@@ -186,10 +198,13 @@ def test_lowered_fast_products_take_bf16_and_give_f32(kind, lowering_platform):
     x, w, product = np.ones((4, 16), np.float32), np.ones((16, 8), np.float32), product_of(None, 0)
   op = 'convolution' if kind == 'conv' else 'dot_general'
   expected = {  # (mode, impl) -> (passes, precision, operand dtype)
-      ('bf16', 'fast'): (1, 'DEFAULT', 'bf16'), ('bf16_3x', 'fast'): (3, 'DEFAULT', 'bf16'),
-      ('tf32', 'fast'): ((4, 'DEFAULT', 'bf16') if lowering_platform == 'tpu' else
-                         (1, 'DEFAULT', 'f32')),
-      ('bf16', 'reference'): (1, 'HIGHEST', 'f32')}
+    ('bf16', 'fast'): (1, 'DEFAULT', 'bf16'),
+    ('bf16_3x', 'fast'): (3, 'DEFAULT', 'bf16'),
+    ('tf32', 'fast'): (
+      (4, 'DEFAULT', 'bf16') if lowering_platform == 'tpu' else (1, 'DEFAULT', 'f32')
+    ),
+    ('bf16', 'reference'): (1, 'HIGHEST', 'f32'),
+  }
   for (mode, impl), (passes, precision, dtype) in expected.items():
     found = contractions(mode, impl, product, x, w, lowering_platform)
     assert found == [(op, precision, dtype, dtype, 'f32')] * (3 * passes), (mode, impl, found)
@@ -216,15 +231,21 @@ def test_fast_without_a_fast_form_is_the_reference():
   x, w = np.float32(np.random.default_rng(6).standard_normal((2, 8, 8)))
   key = jax.random.key(0)
   for mode, k in (('f32', None), ('bf16_noise', key)):
-    ys = [emulate.emulated(ops._native_dense, x, w, mode, key=k, impl=i)  # pylint: disable=protected-access
-          for i in ('fast', 'reference')]
+    ys = [
+      emulate.emulated(ops._native_dense, x, w, mode, key=k, impl=i)  # pylint: disable=protected-access
+      for i in ('fast', 'reference')
+    ]
     assert same_bits(*ys)
 
 
 def loss_curve(impl, steps=6):
   """Per-step training losses of the digits smoke run in the bf16 format and `impl`."""
-  config = validation.resolve(loader.load('configs/digits.py:smoke', [
-      ('numerics.profile', 'tpu_default'), ('numerics.emulate_impl', impl)]))
+  config = validation.resolve(
+    loader.load(
+      'configs/digits.py:smoke',
+      [('numerics.profile', 'tpu_default'), ('numerics.emulate_impl', impl)],
+    )
+  )
   numerics_setup.configure(config)
   ctx = run.build(config)  # data parallel over the 8 (virtual) devices, as the trainer runs
   model, _ = run.init_model(ctx)
@@ -255,9 +276,26 @@ def test_training_loss_curve_fast_equals_reference():
 def test_numerics_probe_compares_fast_with_reference_and_native(tmp_path, capsys):
   """`python -m experiments.numerics_probe`: the fast path's rows and pairs (on a GPU: against the native
   hardware; here on CPU, where every format's native product is f32, against the reference)."""
-  numerics_probe.main(['--out', str(tmp_path), '--settings', 'default,emu:tf32,fast:tf32',
-                          '--model-settings', '', '--rows', '8', '--cols', '8', '--classes', '10',
-                          '--conv-spatial', '2', '--conv-batch', '1'])
+  numerics_probe.main(
+    [
+      '--out',
+      str(tmp_path),
+      '--settings',
+      'default,emu:tf32,fast:tf32',
+      '--model-settings',
+      '',
+      '--rows',
+      '8',
+      '--cols',
+      '8',
+      '--classes',
+      '10',
+      '--conv-spatial',
+      '2',
+      '--conv-batch',
+      '1',
+    ]
+  )
   capsys.readouterr()
   result = json.loads((tmp_path / 'numerics.json').read_text())
   pairs = {r['pair']: r for r in result['pairs']}

@@ -43,8 +43,9 @@ def test_memory_fraction_splits_the_gpu_unless_alone_or_set_by_the_user(gpu_host
     assert runner.memory_fraction(4, {name: 'x'}) == {}
 
 
-def test_child_env_carries_the_fraction_and_keeps_the_users(no_memory_settings, monkeypatch,
-                                                            gpu_host):
+def test_child_env_carries_the_fraction_and_keeps_the_users(
+  no_memory_settings, monkeypatch, gpu_host
+):
   assert runner.child_env('/r', ROOT, None, sharing=4)[FRACTION] == '0.225'
   assert FRACTION not in runner.child_env('/r', ROOT, 0, sharing=1)
   monkeypatch.setenv('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
@@ -52,33 +53,51 @@ def test_child_env_carries_the_fraction_and_keeps_the_users(no_memory_settings, 
   assert FRACTION not in env and env['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'false'
 
 
-def test_estimate_processes_sharing_a_gpu_get_the_runs_fraction(tmp_path, no_memory_settings,
-                                                                  monkeypatch, capsys, gpu_host):
+def test_estimate_processes_sharing_a_gpu_get_the_runs_fraction(
+  tmp_path, no_memory_settings, monkeypatch, capsys, gpu_host
+):
   """`--estimate --parallel 2` without --gpus: both measuring processes share the GPU as the runs
   would, each with 0.9 / 2 (before, each took JAX's default 75 %)."""
   from sweeps import estimate  # pylint: disable=import-outside-toplevel
+
   seen = []
-  monkeypatch.setattr(estimate, 'measure_arms', lambda runs, flags_of, envs, *_: seen.extend(envs) or 0)
+  monkeypatch.setattr(
+    estimate, 'measure_arms', lambda runs, flags_of, envs, *_: seen.extend(envs) or 0
+  )
   cfg = tmp_path / 'cfg.py'
-  cfg.write_text('from configs import digits\nget_config = digits.get_config\n\n'
-                 "def get_sweep(arg=None):\n  return [{'seed': s} for s in (0, 1)]\n")
-  code = sweep.main([f'--config={cfg}:smoke', f'--root={tmp_path / "study"}', '--estimate',
-                     '--parallel', '2'])
+  cfg.write_text(
+    'from configs import digits\nget_config = digits.get_config\n\n'
+    "def get_sweep(arg=None):\n  return [{'seed': s} for s in (0, 1)]\n"
+  )
+  code = sweep.main(
+    [f'--config={cfg}:smoke', f'--root={tmp_path / "study"}', '--estimate', '--parallel', '2']
+  )
   capsys.readouterr()
   assert code == 0 and [env.get(FRACTION) for env in seen] == ['0.450', '0.450']
   assert [env.get(FRACTION) for env in runner.slot_envs('/r', ROOT, [0, 1], 2)] == [None, None]
   assert [env['CUDA_VISIBLE_DEVICES'] for env in runner.slot_envs('/r', ROOT, [3, 3], 2)] == [
-      '3', '3']
+    '3',
+    '3',
+  ]
 
 
 def test_parallel_runs_on_one_gpu_start_with_the_fraction_recorded_in_train_log(
-    tmp_path, no_memory_settings, capsys, gpu_host):
+  tmp_path, no_memory_settings, capsys, gpu_host
+):
   """`--parallel 4` without --gpus: each run's process gets 0.9 / 4, its train.log header says so."""
   runs = [sweep.Run({}, 'a', seed, {}, str(tmp_path / 'a' / f'seed{seed}')) for seed in range(4)]
   progress = runner.Progress(4, 0, 4)
   script = f'import os; print("fraction", os.environ.get("{FRACTION}"))'
-  failures, _, _ = runner.run_all(runs, lambda run: [sys.executable, '-c', script],
-                                  str(tmp_path), scripts.REPO, progress, 4, [], poll=0.05)
+  failures, _, _ = runner.run_all(
+    runs,
+    lambda run: [sys.executable, '-c', script],
+    str(tmp_path),
+    scripts.REPO,
+    progress,
+    4,
+    [],
+    poll=0.05,
+  )
   assert failures == []
   for run in runs:
     header, printed = open(os.path.join(run.workdir, 'train.log')).read().strip().splitlines()
@@ -93,8 +112,16 @@ def test_cpu_runs_get_no_gpu_memory_fraction(tmp_path, no_memory_settings, monke
   monkeypatch.setenv('JAX_PLATFORMS', 'cpu')
   assert runner.memory_fraction(4, os.environ) == {}
   runs = [sweep.Run({}, 'a', seed, {}, str(tmp_path / 'a' / f'seed{seed}')) for seed in range(2)]
-  failures, _, _ = runner.run_all(runs, lambda run: [sys.executable, '-c', 'pass'], str(tmp_path),
-                                  scripts.REPO, runner.Progress(2, 0, 2), 2, [], poll=0.05)
+  failures, _, _ = runner.run_all(
+    runs,
+    lambda run: [sys.executable, '-c', 'pass'],
+    str(tmp_path),
+    scripts.REPO,
+    runner.Progress(2, 0, 2),
+    2,
+    [],
+    poll=0.05,
+  )
   assert failures == []
   for run in runs:
     assert FRACTION not in open(os.path.join(run.workdir, 'train.log')).read()
@@ -112,8 +139,9 @@ def test_bench_vs_torch_allocates_on_demand_unless_told_otherwise(no_memory_sett
   assert gpu_memory.memory_settings() == f'{FRACTION}=0.3'
 
 
-def test_bench_vs_torch_sets_it_first_and_records_it(no_memory_settings, monkeypatch, capsys,
-                                                     keep_matmul_precision):
+def test_bench_vs_torch_sets_it_first_and_records_it(
+  no_memory_settings, monkeypatch, capsys, keep_matmul_precision
+):
   """main() sets it as its first statement (before its config, torch or JAX start anything) and
   prints it in its environment line; stopped here before any step is built."""
 
@@ -122,6 +150,7 @@ def test_bench_vs_torch_sets_it_first_and_records_it(no_memory_settings, monkeyp
 
   def stop(*args, **kwargs):
     raise Stop
+
   monkeypatch.setattr(bench_step, 'build_step', stop)
   with pytest.raises(Stop):
     bench_vs_torch.main(['--no-compile', '--image-size', '16', '--batch', '8'])

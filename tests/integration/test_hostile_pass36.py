@@ -13,13 +13,10 @@ from configs import common, digits, validation
 from input_pipeline import batching
 from runrecord import record
 from sweeps import checks, sweep
-from tests.support.planted_tables import table, write
-from tests.support.planted_tables import DIGITS
-from tests.support.commands import cli_error
+from tests.support.commands import cli_error, write_config
 from tests.support.planted_runs import plant
-from tests.support.planted_tables import runs_csv
 from tests.support.planted_saved_predictions import LABELS, N, item
-from tests.support.commands import write_config
+from tests.support.planted_tables import DIGITS, runs_csv, table, write
 
 
 def test_a_study_json_with_a_byte_order_mark_reads(tmp_path):
@@ -38,13 +35,16 @@ def test_a_key_given_twice_is_refused_not_the_last_kept(tmp_path):
     declaration.load(str(path))
 
 
-@pytest.mark.parametrize('key, value, says', [
-    ('compare', [['tpu', 'gpu'], ['gpu', 'tpu']], "is given twice (in either order)"),
+@pytest.mark.parametrize(
+  'key, value, says',
+  [
+    ('compare', [['tpu', 'gpu'], ['gpu', 'tpu']], 'is given twice (in either order)'),
     ('labels', {'profle': '{}'}, "labels: 'profle' is not one of the declared factors"),
     ('seeds', [0, -1], '-1 is not a seed'),
     ('seeds', [0, 2**32], '4294967296 is not a seed'),
     ('margin', float('nan'), 'margin: nan is not a usable margin'),
-])
+  ],
+)
 def test_more_declaration_values_are_refused(key, value, says):
   assert any(says in line for line in declaration.problems({**DIGITS, key: value}))
 
@@ -57,11 +57,13 @@ def test_a_count_written_as_a_float_is_a_count():
 
 # The CSV's columns.
 
+
 def test_numeric_platform_names_read_as_text(tmp_path):
   """Fine as is: platforms written as numbers (1, 2) are two platforms named '1' and '2'."""
   frame = table(platforms=(1, 2))
-  out = analyse.answer.study_analysis(analyse.csv_input.read_csv(write(frame, tmp_path)),
-                               group_by=['platform', 'compute_dtype'])
+  out = analyse.answer.study_analysis(
+    analyse.csv_input.read_csv(write(frame, tmp_path)), group_by=['platform', 'compute_dtype']
+  )
   assert sorted(out.runs['platform'].astype(str).unique()) == ['1', '2']
 
 
@@ -81,12 +83,14 @@ def test_a_scale_that_is_no_factor_is_refused(tmp_path, capsys, scale):
 
 # Predictions and run folders.
 
+
 def test_predictions_of_another_test_split_than_the_records_are_left_out():
   """Before: compared example by example with runs of the record's split (or, when another run
   had the record's fingerprint, the whole analysis stopped at the agreement section)."""
   assert run_predictions.item_problem(item(LABELS), N, 'ab12cd34ef56ab78') is None
   assert run_predictions.item_problem(item(LABELS), N, 'ffff') == (
-      'the predictions of test split ab12cd34ef56ab78, the results of ffff')
+    'the predictions of test split ab12cd34ef56ab78, the results of ffff'
+  )
 
 
 def test_an_old_records_platform_identity_is_not_held_against_a_resume():
@@ -96,20 +100,25 @@ def test_an_old_records_platform_identity_is_not_held_against_a_resume():
   now = {**old, 'cpu_model': 'x', 'cpu_isa': 'AVX2', 'xla_cpu_isa': 'SSE4_2'}
   assert record.identity_differences(old, now) == []
   assert record.identity_differences({**now, 'xla_cpu_isa': 'AVX2'}, now) == [
-      'platform identity: cpu-AVX2 -> cpu-AVX2-max-SSE4_2']
+    'platform identity: cpu-AVX2 -> cpu-AVX2-max-SSE4_2'
+  ]
 
 
 def test_a_run_on_two_device_kinds_is_a_kind_of_its_own():
   """Before: a run continued (--allow_layout_change) from one device kind onto another was
   labelled, all of it, with the last kind: an arm of one kind held steps of another."""
-  segments = [{'start_step': 0, 'stop_step': 4, 'platform': 'tpu', 'device_kind': 'TPU v4'},
-              {'start_step': 4, 'stop_step': 8, 'platform': 'tpu', 'device_kind': 'TPU v5e'}]
-  row = record.row('r', {'status': 'completed', 'platform': 'tpu', 'device_kind': 'TPU v5e',
-                         'segments': segments})
+  segments = [
+    {'start_step': 0, 'stop_step': 4, 'platform': 'tpu', 'device_kind': 'TPU v4'},
+    {'start_step': 4, 'stop_step': 8, 'platform': 'tpu', 'device_kind': 'TPU v5e'},
+  ]
+  row = record.row(
+    'r', {'status': 'completed', 'platform': 'tpu', 'device_kind': 'TPU v5e', 'segments': segments}
+  )
   assert row['device_kind'] == 'TPU v4+TPU v5e' and row['platform'] == 'tpu'
 
 
 # Writing.
+
 
 def test_an_out_reached_through_a_symlink_is_the_same_out(tmp_path, capsys):
   """Fine: the lock file is reached through the link, so a second name for a held --out is
@@ -118,8 +127,9 @@ def test_an_out_reached_through_a_symlink_is_the_same_out(tmp_path, capsys):
   real.mkdir()
   os.symlink(real, tmp_path / 'link')
   with output.Destination(real):
-    lines = cli_error(capsys, analyse.main, ['--csv', runs_csv(tmp_path / 'a.csv'), '--out',
-                                             str(tmp_path / 'link')])
+    lines = cli_error(
+      capsys, analyse.main, ['--csv', runs_csv(tmp_path / 'a.csv'), '--out', str(tmp_path / 'link')]
+    )
   assert 'another analysis is writing it' in lines[0]
 
 
@@ -146,8 +156,9 @@ def test_export_refuses_a_folder_and_a_bad_declaration_in_one_line(tmp_path, cap
   assert lines == [f'error: --out={tmp_path / "x.csv"}: give a .csv file name']
   study = tmp_path / 'study.json'
   study.write_text('{"margn": 1.0}')
-  lines = cli_error(capsys, export.main, ['--runs', root, '--out', str(tmp_path / 'r.csv'),
-                                          '--study', str(study)])
+  lines = cli_error(
+    capsys, export.main, ['--runs', root, '--out', str(tmp_path / 'r.csv'), '--study', str(study)]
+  )
   assert lines == [f"error: {study}: 'margn' is not a declaration key; did you mean 'margin'?"]
   assert sorted(os.listdir(tmp_path)) == ['root', 'study.json', 'x.csv']
 
@@ -162,6 +173,7 @@ def test_draw_refuses_an_out_that_is_a_file_in_one_line(tmp_path, capsys):
 
 # Training and the sweep.
 
+
 @pytest.mark.parametrize('value', [-1, True])
 def test_replicate_is_a_whole_number_from_zero(value):
   """Before: replicate -1 or True trained and was recorded as given."""
@@ -174,18 +186,21 @@ def test_replicate_is_a_whole_number_from_zero(value):
 def test_the_configs_own_xla_flags_count_the_devices_a_sweep_run_sees(tmp_path):
   """A config whose numerics.xla_flags sets the device count: its runs see that many, and the
   sweep checks the batch against them."""
-  cfg = write_config(tmp_path, "[{'seed': 0, 'numerics.xla_flags': "
-                               "'--xla_force_host_platform_device_count=3'}]")
+  cfg = write_config(
+    tmp_path, "[{'seed': 0, 'numerics.xla_flags': '--xla_force_host_platform_device_count=3'}]"
+  )
   (run,), _, _ = sweep.expand(f'{cfg}:smoke', str(tmp_path / 'root'))
-  errors, _ = checks.device_problems([run], {k: v for k, v in os.environ.items()
-                                             if k != 'XLA_FLAGS'})
+  errors, _ = checks.device_problems(
+    [run], {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
+  )
   assert errors and 'is not divisible by the 3 devices' in errors[0]
 
 
 def test_an_explicit_none_seed_part_is_the_seed():
   """Fine: --config.init_seed=None is config.seed, as unset is."""
-  config = validation.resolve(common.apply_overrides(digits.get_config('smoke'),
-                                                      [('seed', 5), ('init_seed', None)]))
+  config = validation.resolve(
+    common.apply_overrides(digits.get_config('smoke'), [('seed', 5), ('init_seed', None)])
+  )
   assert common.init_seed_of(config) == 5
 
 
@@ -198,11 +213,24 @@ def test_a_completed_run_is_not_refused_on_another_identity(tmp_path):
   """Fine: the identity check reads only unfinished runs; a completed one trains nothing more
   (the sweep skips it; train.py says it is done)."""
   from trainer import resume  # pylint: disable=import-outside-toplevel
+
   config = validation.resolve(digits.get_config('smoke'))
-  saved = {'status': 'completed', 'platform': 'cpu', 'cpu_isa': 'AVX2', 'xla_cpu_isa': 'AVX2',
-           'config': config.to_dict()}
-  facts = {'platform': 'cpu', 'device_kind': 'cpu', 'num_devices': 8, 'num_processes': 1,
-           'cpu_model': 'x', 'cpu_isa': 'AVX2', 'xla_cpu_isa': 'AVX'}
+  saved = {
+    'status': 'completed',
+    'platform': 'cpu',
+    'cpu_isa': 'AVX2',
+    'xla_cpu_isa': 'AVX2',
+    'config': config.to_dict(),
+  }
+  facts = {
+    'platform': 'cpu',
+    'device_kind': 'cpu',
+    'num_devices': 8,
+    'num_processes': 1,
+    'cpu_model': 'x',
+    'cpu_isa': 'AVX2',
+    'xla_cpu_isa': 'AVX',
+  }
 
   class Manager:  # what check_workdir_run reads of an Orbax manager
     def all_steps(self):
@@ -210,6 +238,7 @@ def test_a_completed_run_is_not_refused_on_another_identity(tmp_path):
 
     def restore(self, step, args=None):
       return {record.RESULTS_ITEM: saved}
+
   assert resume.check_workdir_run(Manager(), str(tmp_path), config, False, None, facts) is not None
 
 
@@ -221,7 +250,10 @@ def test_a_file_system_without_locks_still_gets_its_report(tmp_path, capsys, mon
 
   def no_locks(fd, how):
     raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
   monkeypatch.setattr(fcntl, 'flock', no_locks)
   analyse.main(['--csv', runs_csv(tmp_path / 'a.csv'), '--out', str(tmp_path / 'out')])
   assert 'this file system cannot lock (No locks available)' in capsys.readouterr().err
-  assert (tmp_path / 'out' / 'report.md').exists() and output.LOCK not in os.listdir(tmp_path / 'out')
+  assert (tmp_path / 'out' / 'report.md').exists() and output.LOCK not in os.listdir(
+    tmp_path / 'out'
+  )

@@ -38,6 +38,7 @@ def test_loss_gradient_lowers_without_gather_or_scatter():
   logits = jnp.zeros((8, 10), jnp.float32)
   labels = jnp.zeros((8,), jnp.int32)
   lowered = lambda fn: jax.jit(jax.grad(mean_loss(fn))).lower(logits, labels).as_text()
-  assert re.search(r'stablehlo\.scatter\b',
-                   lowered(optax.softmax_cross_entropy_with_integer_labels))
+  assert re.search(
+    r'stablehlo\.scatter\b', lowered(optax.softmax_cross_entropy_with_integer_labels)
+  )
   assert not re.search(r'stablehlo\.(gather|scatter|sort)\b', lowered(steps.softmax_cross_entropy))

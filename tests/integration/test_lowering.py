@@ -14,7 +14,6 @@ activations with the reference one), per-core BatchNorm, the CelebA attributes t
 flips; one train step is also compiled for the CPU and its HLO checked.
 """
 
-
 import jax
 import jax.numpy as jnp
 import optax
@@ -26,7 +25,8 @@ from numerics import profiles
 from tests.support.lowering import FORBIDDEN_HLO, forbidden_ops, lowered_steps
 
 PRESETS = [f'configs/digits.py:{p}' for p in digits.PRESETS if not p.startswith('_')] + [
-    f'configs/celeba.py:{p}' for p in celeba.PRESETS if not p.startswith('_')]
+  f'configs/celeba.py:{p}' for p in celeba.PRESETS if not p.startswith('_')
+]
 
 
 @pytest.mark.parametrize('spec', PRESETS)
@@ -41,14 +41,18 @@ def test_every_profile_lowers_without_scatter_or_sort(profile, keep_matmul_preci
   activations with the reference one (what CPUs run); the train step, whose forward pass holds
   the eval step's products."""
   for dtype, impl in (('float32', 'fast'), ('bfloat16', 'reference')):
-    overrides = [('numerics.profile', profile), ('numerics.compute_dtype', dtype),
-                 ('numerics.emulate_impl', impl)]
+    overrides = [
+      ('numerics.profile', profile),
+      ('numerics.compute_dtype', dtype),
+      ('numerics.emulate_impl', impl),
+    ]
     train, _ = lowered_steps('configs/celeba.py', overrides, lower_eval=False)
     assert forbidden_ops(train) == [], overrides
 
 
 def test_attributes_grouped_batchnorm_and_flips_lower_without_scatter_or_sort(
-    keep_matmul_precision):
+  keep_matmul_precision,
+):
   overrides = [('data.task', 'attributes'), ('numerics.batchnorm_group', 2), ('data.flip', True)]
   train, evaluate = lowered_steps('configs/celeba.py', overrides, task='multilabel')
   assert forbidden_ops(train) == [] and forbidden_ops(evaluate) == []
@@ -59,8 +63,11 @@ def test_the_check_sees_what_it_looks_for():
   x = jnp.zeros((2, 8, 8, 3))
   pool_grad = jax.jit(jax.grad(lambda v: jnp.sum(nnx.max_pool(v, (3, 3), (2, 2), 'SAME'))))
   assert forbidden_ops(pool_grad.lower(x)) == ['select_and_scatter']
-  loss_grad = jax.jit(jax.grad(lambda v: optax.softmax_cross_entropy_with_integer_labels(
-      v, jnp.zeros((2,), jnp.int32)).sum()))
+  loss_grad = jax.jit(
+    jax.grad(
+      lambda v: optax.softmax_cross_entropy_with_integer_labels(v, jnp.zeros((2,), jnp.int32)).sum()
+    )
+  )
   assert 'scatter' in forbidden_ops(loss_grad.lower(jnp.zeros((2, 10))))
 
 

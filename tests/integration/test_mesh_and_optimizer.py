@@ -27,7 +27,7 @@ def test_on_cpu_jax_make_mesh_gives_the_data_mesh_order():
   assert list(mesh.devices.flat) == list(made.devices.flat) == jax.devices()
 
 
-TPU_ORDER = '''
+TPU_ORDER = """
 import json, sys
 import jax
 jax.config.update('jax_platforms', 'cpu')
@@ -43,16 +43,21 @@ for name in sys.argv[1:]:
                'make_mesh': [d.id for d in made.devices.flat],
                'make_mesh_hosts': [d.process_index for d in made.devices.flat]}
 print(json.dumps(out))
-'''
+"""
 
 
 @pytest.mark.skipif(importlib.util.find_spec('libtpu') is None, reason='libtpu is not installed')
 def test_on_tpu_jax_make_mesh_reorders_and_interleaves_hosts():
   """The compile-only devices of sweeps/preflight.py: the data mesh keeps their order; make_mesh
   puts them in a ring, and on a two-host v4 slice alternates the hosts."""
-  proc = subprocess.run([sys.executable, '-c', TPU_ORDER, 'v5e:2x2', 'v4:2x2x1', 'v4:2x2x2'],
-                        cwd=ROOT, capture_output=True, text=True, timeout=300,
-                        env={**os.environ, 'PYTHONPATH': ROOT})
+  proc = subprocess.run(
+    [sys.executable, '-c', TPU_ORDER, 'v5e:2x2', 'v4:2x2x1', 'v4:2x2x2'],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env={**os.environ, 'PYTHONPATH': ROOT},
+  )
   assert proc.returncode == 0, proc.stderr[-2000:]
   found = json.loads(proc.stdout.strip().splitlines()[-1])
   assert all(v['data_mesh'] == v['given'] for v in found.values())
@@ -62,8 +67,11 @@ def test_on_tpu_jax_make_mesh_reorders_and_interleaves_hosts():
 
 
 def _params():
-  return {'conv1': {'kernel': jnp.ones((3, 3, 1, 4))}, 'layer1': {'kernel': jnp.ones((3, 3, 4, 4))},
-          'fc': {'kernel': jnp.ones((4, 10))}}
+  return {
+    'conv1': {'kernel': jnp.ones((3, 3, 1, 4))},
+    'layer1': {'kernel': jnp.ones((3, 3, 4, 4))},
+    'fc': {'kernel': jnp.ones((4, 10))},
+  }
 
 
 def test_one_optimizer_state_tree_for_both_phases_unlike_multi_transform():
@@ -74,12 +82,17 @@ def test_one_optimizer_state_tree_for_both_phases_unlike_multi_transform():
   frozen, full = optim.phases(config, 3)
   params = _params()
   tree = lambda tx: jax.tree.structure(tx.init(params))
-  assert tree(optim.make_optimizer(config, 3, frozen)) == tree(optim.make_optimizer(config, 3, full))
+  assert tree(optim.make_optimizer(config, 3, frozen)) == tree(
+    optim.make_optimizer(config, 3, full)
+  )
 
   def labelled(is_frozen):
-    labels = {k: jax.tree.map(lambda _, k=k: 'train' if not is_frozen or k != 'layer1' else 'fix', v)
-              for k, v in params.items()}
+    labels = {
+      k: jax.tree.map(lambda _, k=k: 'train' if not is_frozen or k != 'layer1' else 'fix', v)
+      for k, v in params.items()
+    }
     return optax.multi_transform({'train': optax.adamw(1e-3), 'fix': optax.set_to_zero()}, labels)
+
   assert tree(labelled(True)) != tree(labelled(False))
 
 

@@ -33,8 +33,9 @@ def test_output_shapes_for_both_stems():
 
 
 def test_bfloat16_compute_keeps_float32_params_and_logits():
-  model = resnet.ResNet18(4, in_channels=1, width=0.125, stem='small', dtype=jnp.bfloat16,
-                          rngs=nnx.Rngs(0))
+  model = resnet.ResNet18(
+    4, in_channels=1, width=0.125, stem='small', dtype=jnp.bfloat16, rngs=nnx.Rngs(0)
+  )
   assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(nnx.state(model, nnx.Param)))
   assert model(jnp.ones((2, 8, 8, 1))).dtype == jnp.float32
 

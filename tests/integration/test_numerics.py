@@ -67,9 +67,14 @@ def conv(a, b, fmt):
 
 def operands(seed=0):
   k = jax.random.split(jax.random.key(seed), 6)
-  return dict(x=jax.random.normal(k[0], (2, 6, 6, 5)), w=jax.random.normal(k[1], (3, 3, 5, 4)),
-              dyc=jax.random.normal(k[2], (2, 3, 3, 4)), a=jax.random.normal(k[3], (7, 48)),
-              b=jax.random.normal(k[4], (48, 6)), dyd=jax.random.normal(k[5], (7, 6)))
+  return dict(
+    x=jax.random.normal(k[0], (2, 6, 6, 5)),
+    w=jax.random.normal(k[1], (3, 3, 5, 4)),
+    dyc=jax.random.normal(k[2], (2, 3, 3, 4)),
+    a=jax.random.normal(k[3], (7, 48)),
+    b=jax.random.normal(k[4], (48, 6)),
+    dyd=jax.random.normal(k[5], (7, 6)),
+  )
 
 
 @pytest.mark.parametrize('product', ['conv', 'dense'])
@@ -77,6 +82,7 @@ def test_emulate_f32_matches_native_on_cpu(product):
   o = operands()
   f = conv if product == 'conv' else (lambda a, b, m: ops.dense(a, b, fmt=m))
   x, w, dy = (o['x'], o['w'], o['dyc']) if product == 'conv' else (o['a'], o['b'], o['dyd'])
+
   @jax.jit
   def run(x, w, dy):
     out = {}
@@ -84,6 +90,7 @@ def test_emulate_f32_matches_native_on_cpu(product):
       y, vjp = jax.vjp(lambda a, b, m=mode: f(a, b, m), x, w)
       out[mode] = (y,) + vjp(dy)
     return out
+
   out = run(x, w, dy)
   for g1, g0 in zip(out['f32'], out['native']):
     np.testing.assert_allclose(g1, g0, rtol=1e-6, atol=1e-6)
@@ -143,6 +150,7 @@ def test_emulate_bf16_operands_keep_dtype():
 def small_resnet_run(mode):
   """(logits, grads, [loss, loss after one SGD step]) of a tiny ResNet-18, one compile."""
   from experiments import numerics_probe as an  # pylint: disable=import-outside-toplevel
+
   args = an.parse_args(['--model-width', '0.125', '--model-image', '8', '--model-batch', '8'])
   rng = np.random.default_rng(0)
   graphdef, params, rest = an.model_parts(args, mode, rng=rng)
@@ -155,6 +163,7 @@ def small_resnet_run(mode):
     params = jax.tree.map(lambda p, d: p - 0.01 * d, params, grads)
     after = nnx.merge(graphdef, params, rest)(x)
     return logits, grads, jnp.stack([loss(logits), loss(after)])
+
   return jax.tree.map(np.asarray, jax.jit(run)(params, rest))
 
 
@@ -189,9 +198,15 @@ def restore_precision():
   jax.config.update('jax_default_matmul_precision', before)
 
 
-@pytest.mark.parametrize('precision,expect', [
-    ('highest', 'HIGHEST'), ('high', 'HIGH'), ('BF16_BF16_F32', 'lhs_precision_type = bf16'),
-    ('F32_F32_F32', 'lhs_precision_type = f32')])
+@pytest.mark.parametrize(
+  'precision,expect',
+  [
+    ('highest', 'HIGHEST'),
+    ('high', 'HIGH'),
+    ('BF16_BF16_F32', 'lhs_precision_type = bf16'),
+    ('F32_F32_F32', 'lhs_precision_type = f32'),
+  ],
+)
 def test_configured_precision_in_lowered_hlo(restore_precision, precision, expect):  # pylint: disable=unused-argument,redefined-outer-name
   config = common.base_config()
   config.numerics.matmul_precision = precision
@@ -201,8 +216,11 @@ def test_configured_precision_in_lowered_hlo(restore_precision, precision, expec
   line = [s for s in text.splitlines() if 'dot_general' in s][0]
   assert expect in line, line
   if precision in ('high', 'highest'):
-    ctext = jax.jit(lambda u, v: ops.conv2d(u, v)).lower(
-        jnp.ones((1, 4, 4, 2)), jnp.ones((3, 3, 2, 3))).as_text()
+    ctext = (
+      jax.jit(lambda u, v: ops.conv2d(u, v))
+      .lower(jnp.ones((1, 4, 4, 2)), jnp.ones((3, 3, 2, 3)))
+      .as_text()
+    )
     assert f'precision {expect}>' in ctext or f'precision = [{expect}' in ctext
 
 
@@ -219,17 +237,31 @@ def test_grouped_batchnorm_equals_numpy():
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
     n = groups[0].size // 4
     np.testing.assert_allclose(bn.mean[...], 0.1 * mean.mean(axis=0).ravel(), rtol=1e-5)
-    np.testing.assert_allclose(bn.var[...], 0.9 + 0.1 * (var * n / (n - 1)).mean(axis=0).ravel(),
-                               rtol=1e-5)
-  assert not np.allclose(np.asarray(BatchNorm(4, group_size=2)(jnp.asarray(x))),
-                         np.asarray(BatchNorm(4)(jnp.asarray(x))), atol=1e-3)
+    np.testing.assert_allclose(
+      bn.var[...], 0.9 + 0.1 * (var * n / (n - 1)).mean(axis=0).ravel(), rtol=1e-5
+    )
+  assert not np.allclose(
+    np.asarray(BatchNorm(4, group_size=2)(jnp.asarray(x))),
+    np.asarray(BatchNorm(4)(jnp.asarray(x))),
+    atol=1e-3,
+  )
 
 
-@pytest.mark.parametrize('field,value', [
-    ('matmul_precision', 'fast'), ('matmul_precision', 'bf16_bf16_f32'),
-    ('compute_dtype', 'float16'), ('param_dtype', 'bf16'), ('conv_format', 'fp8'),
-    ('conv_format', 'none'), ('profile', 'tpu'),
-    ('batchnorm_group', -1), ('batchnorm_group', 2.5), ('gpu_deterministic', 'yes')])
+@pytest.mark.parametrize(
+  'field,value',
+  [
+    ('matmul_precision', 'fast'),
+    ('matmul_precision', 'bf16_bf16_f32'),
+    ('compute_dtype', 'float16'),
+    ('param_dtype', 'bf16'),
+    ('conv_format', 'fp8'),
+    ('conv_format', 'none'),
+    ('profile', 'tpu'),
+    ('batchnorm_group', -1),
+    ('batchnorm_group', 2.5),
+    ('gpu_deterministic', 'yes'),
+  ],
+)
 def test_check_rejects_bad_values(field, value):
   # Not type-safe: values a YAML file or a careless override could still bring in.
   config = ml_collections.ConfigDict(common.base_config().to_dict(), type_safe=False)
@@ -245,8 +277,11 @@ def test_check_accepts_every_documented_value():
   for p in formats.PRECISIONS:
     config.numerics.matmul_precision = p
     validation.check_numerics(config)
-  for field, values in (('profile', profiles.PROFILES), ('conv_format', profiles.FORMATS),
-                        ('dense_format', profiles.FORMATS)):
+  for field, values in (
+    ('profile', profiles.PROFILES),
+    ('conv_format', profiles.FORMATS),
+    ('dense_format', profiles.FORMATS),
+  ):
     for value in values:
       fresh = common.base_config()  # a profile and a format could contradict: one per config
       fresh.numerics[field] = value
@@ -255,7 +290,8 @@ def test_check_accepts_every_documented_value():
 
 def test_kind_formats_make_platform_defaults_explicit():
   f = lambda platform, precision, fmt, dtype='float32': setup.kind_formats(
-      platform, precision, {'conv': fmt, 'dense': fmt}, dtype)
+    platform, precision, {'conv': fmt, 'dense': fmt}, dtype
+  )
   assert f('tpu', 'default', 'native') == {'conv': 'bf16', 'dense': 'bf16'}
   assert f('tpu', 'high', 'native')['dense'] == 'bf16_3x'
   assert f('gpu', None, 'native') == {'conv': 'tf32', 'dense': 'tf32'}
@@ -279,8 +315,10 @@ def test_one_set_of_xla_flags_per_process(monkeypatch):
   config = common.base_config()
   config.numerics.gpu_deterministic = True
   setup.configure(config)
-  assert os.environ['XLA_FLAGS'].split() == ['--xla_force_host_platform_device_count=8',
-                                             '--xla_gpu_deterministic_ops=true']
+  assert os.environ['XLA_FLAGS'].split() == [
+    '--xla_force_host_platform_device_count=8',
+    '--xla_gpu_deterministic_ops=true',
+  ]
   setup.configure(config)  # the same flags again: nothing to do
   setup.require_configured(config)
   other = common.base_config()

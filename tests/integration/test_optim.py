@@ -34,11 +34,14 @@ def test_per_phase_schedule_restarts_at_unfreeze():
 
 
 def test_continuous_schedule_spans_all_epochs():
-  c = _config(num_epochs=5, freeze_epochs=2, warmup_epochs=1.0, learning_rate=0.01,
-              schedule='continuous')
+  c = _config(
+    num_epochs=5, freeze_epochs=2, warmup_epochs=1.0, learning_rate=0.01, schedule='continuous'
+  )
   p = optim.phases(c, 10)
   assert [(x.start, x.stop, x.schedule_start, x.schedule_length) for x in p] == [
-      (0, 20, 0, 50), (20, 50, 0, 50)]
+    (0, 20, 0, 50),
+    (20, 50, 0, 50),
+  ]
   lr = lambda s: optim.learning_rate(c, 10, p, s)
   assert lr(10) == pytest.approx(0.01)
   assert lr(20) == pytest.approx(0.01 * 0.5 * (1 + np.cos(np.pi * 10 / 40)), rel=1e-5)
@@ -59,12 +62,15 @@ def _train_tiny(config, frozen, num_steps, seed):
   stats_before = jax.tree.map(np.asarray, state['batch_stats'])
   mask = optim.trainable_mask(state['params'], frozen, config.model.reinit)
   mesh = steps.make_mesh(jax.devices()[:1])
-  step = steps.make_train_step(mesh, nnx.graphdef(model), tx, mask, 'classification',
-                               np.zeros(1), np.ones(1), False, 0)
+  step = steps.make_train_step(
+    mesh, nnx.graphdef(model), tx, mask, 'classification', np.zeros(1), np.ones(1), False, 0
+  )
   rng = np.random.default_rng(seed)
   for _ in range(num_steps):
-    batch = {'image': rng.integers(0, 255, (8, 8, 8, 1), dtype=np.uint8),
-             'label': rng.integers(0, 10, (8,)).astype(np.int32)}
+    batch = {
+      'image': rng.integers(0, 255, (8, 8, 8, 1), dtype=np.uint8),
+      'label': rng.integers(0, 10, (8,)).astype(np.int32),
+    }
     state = step(state, batch)
   return before, stats_before, state, mask
 
@@ -76,11 +82,15 @@ def test_frozen_phase_keeps_backbone_bit_identical_and_trains_stem_and_head():
   for name in ('layer1', 'layer2', 'layer3', 'layer4'):
     jax.tree.map(np.testing.assert_array_equal, after[name], before[name])
   for name in ('conv1', 'bn1', 'fc'):
-    assert any(not np.array_equal(a, b) for a, b in
-               zip(jax.tree.leaves(after[name]), jax.tree.leaves(before[name]))), name
+    assert any(
+      not np.array_equal(a, b)
+      for a, b in zip(jax.tree.leaves(after[name]), jax.tree.leaves(before[name]))
+    ), name
   # BatchNorm stays in train mode while frozen: the backbone's running statistics move.
-  assert not np.array_equal(np.asarray(state['batch_stats']['layer3'][0]['bn1']['mean']),
-                            stats_before['layer3'][0]['bn1']['mean'])
+  assert not np.array_equal(
+    np.asarray(state['batch_stats']['layer3'][0]['bn1']['mean']),
+    stats_before['layer3'][0]['bn1']['mean'],
+  )
   assert int(state['step']) == 3
 
 
@@ -89,5 +99,7 @@ def test_unfrozen_phase_trains_everything():
   # Two steps: the first step's lr is 0 (warmup starts at 0).
   before, _, state, mask = _train_tiny(config, frozen=False, num_steps=2, seed=1)
   assert all(jax.tree.leaves(mask))
-  assert not np.array_equal(np.asarray(state['params']['layer4'][1]['conv2']['kernel']),
-                            before['layer4'][1]['conv2']['kernel'])
+  assert not np.array_equal(
+    np.asarray(state['params']['layer4'][1]['conv2']['kernel']),
+    before['layer4'][1]['conv2']['kernel'],
+  )

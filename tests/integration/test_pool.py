@@ -7,8 +7,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.support.pools import (KINDS, assert_same_as_flax, flax_pool, inputs, new_pool,
-                                  output_shape)
+from tests.support.pools import (
+  KINDS,
+  assert_same_as_flax,
+  flax_pool,
+  inputs,
+  new_pool,
+  output_shape,
+)
 
 
 @pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
@@ -26,7 +32,10 @@ def test_stem_pool_equals_flax_bit_for_bit(dtype, hw):
 def test_other_windows_strides_and_asymmetric_padding():
   rng = np.random.default_rng(1)
   x = jnp.asarray(rng.integers(0, 4, (2, 9, 10, 3)), jnp.float32)
-  for window, strides, padding in [((2, 2), (2, 2), ((0, 1), (1, 0))), ((3, 2), (1, 2), ((2, 0), (0, 1)))]:
+  for window, strides, padding in [
+    ((2, 2), (2, 2), ((0, 1), (1, 0))),
+    ((3, 2), (1, 2), ((2, 0), (0, 1))),
+  ]:
     kw = dict(window=window, strides=strides, padding=padding)
     cotangent = jnp.asarray(rng.standard_normal(output_shape(x, **kw)), jnp.float32)
     assert_same_as_flax(x, cotangent, **kw)
@@ -73,8 +82,25 @@ def test_refuses_a_non_nhwc_input_and_a_window_too_large_for_its_offsets():
 
 def test_bench_pool_times_both_pools_both_ways(capsys):
   from benchmarks import bench_pool  # pylint: disable=import-outside-toplevel
-  bench_pool.main(['--batch', '2', '--size', '9', '--channels', '3', '--dtype', 'float32',
-                   '--steps', '1', '--windows', '1', '--warmup', '0'])
+
+  bench_pool.main(
+    [
+      '--batch',
+      '2',
+      '--size',
+      '9',
+      '--channels',
+      '3',
+      '--dtype',
+      'float32',
+      '--steps',
+      '1',
+      '--windows',
+      '1',
+      '--warmup',
+      '0',
+    ]
+  )
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[-1].startswith('pool_speedup=') and float(lines[-1].split('=')[1]) > 0
   assert sum(l.startswith(('| flax nnx.max_pool |', '| models/pool.py |')) for l in lines) == 4

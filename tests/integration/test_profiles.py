@@ -17,9 +17,14 @@ SMOKE = 'configs/digits.py:smoke'
 A, B = 1 + 2**-9, 1 + 2**-12  # A: TF32-exact, not bf16; B: neither TF32 nor bf16
 BF16_SUM, TF32_SUM, F32_SUM = 2.0, 2 + 2**-9, 2 + 2**-9 + 2**-12  # A*1 + B*1 in each format
 # (conv, dense) of each profile on CPU: what describe() records and what the layers compute.
-CPU_FORMATS = {'native': ('f32', 'f32'), 'tpu_default': ('bf16', 'bf16'),
-               'jax_gpu_default': ('tf32', 'tf32'), 'torch_gpu_default': ('tf32', 'f32'),
-               'f32': ('f32', 'f32'), 'bf16_noise': ('bf16_noise', 'bf16_noise')}
+CPU_FORMATS = {
+  'native': ('f32', 'f32'),
+  'tpu_default': ('bf16', 'bf16'),
+  'jax_gpu_default': ('tf32', 'tf32'),
+  'torch_gpu_default': ('tf32', 'f32'),
+  'f32': ('f32', 'f32'),
+  'bf16_noise': ('bf16_noise', 'bf16_noise'),
+}
 SUMS = {'bf16': BF16_SUM, 'tf32': TF32_SUM, 'f32': F32_SUM}
 
 
@@ -59,15 +64,24 @@ def test_explicit_formats_and_the_profile():
   assert (same.numerics.conv_format, same.numerics.dense_format) == ('bf16', 'bf16')
 
 
-@pytest.mark.parametrize('arg, overrides, fields', [
-    ('numerics.profile=tpu_default', [('numerics.conv_format', 'f32')],
-     ('config.numerics.conv_format', 'config.numerics.profile')),
-    ('numerics.profile=torch_gpu_default', [('numerics.dense_format', 'tf32')],
-     ('config.numerics.dense_format', 'config.numerics.profile')),
+@pytest.mark.parametrize(
+  'arg, overrides, fields',
+  [
+    (
+      'numerics.profile=tpu_default',
+      [('numerics.conv_format', 'f32')],
+      ('config.numerics.conv_format', 'config.numerics.profile'),
+    ),
+    (
+      'numerics.profile=torch_gpu_default',
+      [('numerics.dense_format', 'tf32')],
+      ('config.numerics.dense_format', 'config.numerics.profile'),
+    ),
     ('', [('numerics.profile', 'tpu')], ('config.numerics.profile',)),
     ('', [('numerics.conv_format', 'fp8')], ('config.numerics.conv_format',)),
     ('', [('numerics.conv_format', 'none')], ('config.numerics.conv_format',)),
-])
+  ],
+)
 def test_contradictory_or_unknown_settings_are_one_line_errors(arg, overrides, fields):
   with pytest.raises(ValueError) as info:
     resolved(arg, overrides)
@@ -75,8 +89,9 @@ def test_contradictory_or_unknown_settings_are_one_line_errors(arg, overrides, f
   assert '\n' not in message and all(f in message for f in fields), message
 
 
-@pytest.mark.parametrize('arg, overrides', [('numerics.emulate=bf16', []),
-                                            ('', [('numerics.emulate', 'none')])])
+@pytest.mark.parametrize(
+  'arg, overrides', [('numerics.emulate=bf16', []), ('', [('numerics.emulate', 'none')])]
+)
 def test_the_removed_emulate_field_says_how_to_convert(arg, overrides):
   """Configs written with `emulate` get one line naming the fields that replace it."""
   with pytest.raises(ValueError) as info:
@@ -119,14 +134,16 @@ def test_describe_records_each_kinds_format(profile):
   wanted = dict(zip(profiles.KINDS, profiles.PROFILES[profile]()))
   emulated = {kind: fmt != 'native' for kind, fmt in wanted.items()}
   assert effective['emulated'] == emulated
-  assert effective['emulate_impl'] == {k: 'reference' if v else 'native'
-                                       for k, v in emulated.items()}
+  assert effective['emulate_impl'] == {
+    k: 'reference' if v else 'native' for k, v in emulated.items()
+  }
 
 
 def test_kind_formats_per_platform_precision_impl_and_dtype():
   def f(platform, precision, profile, dtype='float32', dot=False):
     wanted = dict(zip(profiles.KINDS, profiles.PROFILES[profile]()))
     return tuple(setup.kind_formats(platform, precision, wanted, dtype, dot).values())
+
   assert f('tpu', 'default', 'native') == ('bf16', 'bf16')
   assert f('gpu', 'default', 'native') == ('tf32', 'tf32')
   assert f('gpu', 'highest', 'native') == ('f32', 'f32')
@@ -174,7 +191,8 @@ def test_noise_control_is_unbiased_with_the_size_of_bf16_rounding():
   exact = a.astype(np.float64) @ b.astype(np.float64)
   draws = 200
   noisy = jax.jit(jax.vmap(lambda k: ops.dense(a, b, fmt='bf16_noise', key=k)))(
-      jax.random.split(jax.random.key(1), draws))
+    jax.random.split(jax.random.key(1), draws)
+  )
   err = np.asarray(noisy, np.float64) - exact  # [draws, 32, 16]
   rounded = np.asarray(ops.dense(a, b, fmt='bf16'), np.float64) - exact
   rms = lambda e: float(np.sqrt(np.mean(np.square(e))))
@@ -194,6 +212,7 @@ def test_noise_control_forward_and_backward_noisy_and_keyed():
   def run(key):
     y, vjp = jax.vjp(lambda u, v: ops.dense(u, v, fmt='bf16_noise', key=key), x, k)
     return (y,) + vjp(dy)
+
   first, again, other = run(jax.random.key(3)), run(jax.random.key(3)), run(jax.random.key(4))
   for got, same, moved, ref in zip(first, again, other, exact):
     np.testing.assert_array_equal(got, same)  # one key: bit for bit
@@ -206,12 +225,20 @@ def test_step_noise_keys_depend_on_seed_step_and_stream_only():
   data = lambda key: np.asarray(jax.random.key_data(key))
   key = ops.step_noise_key
   assert np.array_equal(data(key(3, 5, 'train')), data(key(3, jnp.int32(5), 'train')))
-  distinct = [key(3, 5, 'train'), key(3, 6, 'train'), key(4, 5, 'train'), key(3, 5, 'eval'),
-              jax.random.fold_in(jax.random.key(3), 5)]  # the flip key of step 5
+  distinct = [
+    key(3, 5, 'train'),
+    key(3, 6, 'train'),
+    key(4, 5, 'train'),
+    key(3, 5, 'eval'),
+    jax.random.fold_in(jax.random.key(3), 5),
+  ]  # the flip key of step 5
   assert len({data(k).tobytes() for k in distinct}) == len(distinct)
   model = nnx.eval_shape(lambda: resnet.ResNet18(10, width=0.125, rngs=nnx.Rngs(0)))
-  ids = {path: m.product_id for path, m in nnx.iter_modules(model)
-         if isinstance(m, (layers.Conv2d, layers.Linear))}
+  ids = {
+    path: m.product_id
+    for path, m in nnx.iter_modules(model)
+    if isinstance(m, (layers.Conv2d, layers.Linear))
+  }
   assert len(ids) == 21 and len(set(ids.values())) == 21  # 20 convolutions and the head
   assert ids[('fc',)] == resnet.product_id(('fc',))
   with pytest.raises(ValueError, match='needs a noise key'):
@@ -227,13 +254,17 @@ def tiny_steps(seed, dense_format='bf16_noise'):
   state = steps.init_state(model, tx)
   mask = optim.trainable_mask(state['params'], False, config.model.reinit)
   mesh = steps.make_mesh(jax.devices()[:1])
-  train = steps.make_train_step(mesh, nnx.graphdef(model), tx, mask, 'classification',
-                                np.zeros(1), np.ones(1), False, seed)
-  evaluate = steps.make_eval_step(mesh, nnx.graphdef(model), 'classification', np.zeros(1),
-                                  np.ones(1), seed)
+  train = steps.make_train_step(
+    mesh, nnx.graphdef(model), tx, mask, 'classification', np.zeros(1), np.ones(1), False, seed
+  )
+  evaluate = steps.make_eval_step(
+    mesh, nnx.graphdef(model), 'classification', np.zeros(1), np.ones(1), seed
+  )
   rng = np.random.default_rng(0)
-  batch = {'image': rng.integers(0, 255, (8, 8, 8, 1), dtype=np.uint8),
-           'label': rng.integers(0, 10, (8,)).astype(np.int32)}
+  batch = {
+    'image': rng.integers(0, 255, (8, 8, 8, 1), dtype=np.uint8),
+    'label': rng.integers(0, 10, (8,)).astype(np.int32),
+  }
   return state, train, evaluate, batch
 
 
@@ -251,8 +282,9 @@ def test_noise_control_training_repeats_resumes_and_differs_per_seed(fast_compil
     runs = []
     for _ in range(2):  # each from the host copy, as a resumed run
       end = train(jax.tree.map(jnp.asarray, saved), batch)
-      totals, _ = evaluate(end, {**batch, 'mask': np.ones(8, np.float32)},
-                        jax.tree.map(jnp.asarray, steps.ZERO_SUMS))
+      totals, _ = evaluate(
+        end, {**batch, 'mask': np.ones(8, np.float32)}, jax.tree.map(jnp.asarray, steps.ZERO_SUMS)
+      )
       runs.append(jax.device_get((end, totals)))
     assert same(runs[0], runs[1])
     ends[seed] = runs[0]
@@ -264,11 +296,15 @@ def test_noise_control_training_repeats_resumes_and_differs_per_seed(fast_compil
 def test_every_seed_of_an_arm_shares_one_compiled_step():
   """The seed is an argument of the compiled step, not a constant: the lowered train and eval
   steps are the same text for two seeds, noisy or not (one compilation per arm)."""
+
   def lowered(seed, fmt):
     state, train, evaluate, batch = tiny_steps(seed, fmt)
     totals = {k: jnp.zeros((), jnp.float32) for k in steps.ZERO_SUMS}
-    return (train.lower(state, batch).as_text(),
-            evaluate.lower(state, {**batch, 'mask': jnp.ones(batch['label'].shape)}, totals).as_text())
+    return (
+      train.lower(state, batch).as_text(),
+      evaluate.lower(state, {**batch, 'mask': jnp.ones(batch['label'].shape)}, totals).as_text(),
+    )
+
   assert lowered(0, 'native') == lowered(1, 'native')
   assert lowered(0, 'bf16_noise') == lowered(1, 'bf16_noise')
   assert lowered(0, 'bf16_noise') != lowered(0, 'native')

@@ -72,8 +72,9 @@ def test_one_id_with_two_records_is_one_line_naming_both_places(tmp_path, capsys
   assert 'with different records (step 20, completed vs step 10, completed)' in lines[0]
 
 
-def test_the_export_carries_the_run_id_and_an_export_beside_its_folders_counts_once(tmp_path,
-                                                                                   capsys):
+def test_the_export_carries_the_run_id_and_an_export_beside_its_folders_counts_once(
+  tmp_path, capsys
+):
   root = plant(tmp_path / 'runs')
   ids = set(results.load_runs(root)['run_id'])
   export.main(['--runs', root, '--out', str(tmp_path / 'a.csv')])
@@ -83,23 +84,35 @@ def test_the_export_carries_the_run_id_and_an_export_beside_its_folders_counts_o
   assert set(a['run_id']) == ids and set(b['run_id']) == ids and set(a['run']) != set(b['run'])
   pd.concat([a, b]).to_csv(tmp_path / 'both.csv', index=False)
   frame = csv_input.read_csv(str(tmp_path / 'both.csv'))
-  assert len(frame) == 6 and 'one run met twice (the same values): counted once' in \
-      capsys.readouterr().err
+  assert (
+    len(frame) == 6
+    and 'one run met twice (the same values): counted once' in capsys.readouterr().err
+  )
 
 
 def test_a_bind_mount_of_the_root_counts_each_run_once(tmp_path):
   """`mount --bind R R2; analyse --runs R R2` (case 2). Before: every run twice, invented
   replicates, 'nondeterminism 0 %', 'deterministic: yes'. Runs in a private mount namespace
   (unshare -rm), so nothing outside the test sees the mount."""
-  if shutil.which('unshare') is None or subprocess.run(
-      ['unshare', '-rm', 'true'], capture_output=True, check=False).returncode != 0:
+  if (
+    shutil.which('unshare') is None
+    or subprocess.run(['unshare', '-rm', 'true'], capture_output=True, check=False).returncode != 0
+  ):
     pytest.skip('no unshare -rm here (user namespaces): a bind mount cannot be made')
   root = plant(tmp_path / 'runs')
   os.makedirs(tmp_path / 'mnt')
-  script = (f'mount --bind {root} {tmp_path}/mnt && exec {sys.executable} -m analysis.analyse '
-            f'--runs {root} {tmp_path}/mnt --out {tmp_path}/out')
-  done = subprocess.run(['unshare', '-rm', 'sh', '-c', script], cwd=ROOT, capture_output=True,
-                        text=True, timeout=300, env={**os.environ, 'PYTHONPATH': ROOT})
+  script = (
+    f'mount --bind {root} {tmp_path}/mnt && exec {sys.executable} -m analysis.analyse '
+    f'--runs {root} {tmp_path}/mnt --out {tmp_path}/out'
+  )
+  done = subprocess.run(
+    ['unshare', '-rm', 'sh', '-c', script],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env={**os.environ, 'PYTHONPATH': ROOT},
+  )
   assert done.returncode == 0, done.stderr[-3000:]
   arms = pd.read_csv(tmp_path / 'out' / 'report_arms.csv')
   assert list(arms['n_runs']) == [3, 3] and 'nondeterminism' not in done.stdout.split('## Setup')[0]

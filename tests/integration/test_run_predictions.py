@@ -15,7 +15,7 @@ from analysis.numbers import agreement, answer
 from runrecord import predictions, record
 from tests.support.commands import run_module
 from tests.support.planted_runs import fake_results
-from tests.support.planted_saved_predictions import CLASSES, FINGERPRINT, item, LABELS, N
+from tests.support.planted_saved_predictions import CLASSES, FINGERPRINT, LABELS, N, item
 
 
 def moved(base, share, rng):
@@ -33,8 +33,12 @@ def plant(run, seed, dtype, items):
   names = record.ITEMS + (predictions.ITEM,)
   with ocp.CheckpointManager(os.path.abspath(record.checkpoint_dir(run)), item_names=names) as mngr:
     for step in (5, 10):
-      record.save(mngr, step, {**base, 'step': step, 'wall_time_s': float(step)},
-                  extra=predictions.save_items(items.get(step)))
+      record.save(
+        mngr,
+        step,
+        {**base, 'step': step, 'wall_time_s': float(step)},
+        extra=predictions.save_items(items.get(step)),
+      )
     mngr.wait_until_finished()
 
 
@@ -49,7 +53,9 @@ def root(tmp_path_factory):
     early = {d: rng.integers(0, CLASSES, N) for d in ('float32', 'bfloat16')}
     finals = {'float32': final_a, 'bfloat16': moved(final_a, 0.2, rng)}
     for dtype in ('float32', 'bfloat16'):
-      plant(path / dtype / f's{seed}', seed, dtype, {5: item(early[dtype]), 10: item(finals[dtype])})
+      plant(
+        path / dtype / f's{seed}', seed, dtype, {5: item(early[dtype]), 10: item(finals[dtype])}
+      )
   return path
 
 
@@ -83,12 +89,14 @@ def test_a_final_step_without_predictions_leaves_the_run_out_of_these_sections_o
   assert contrast_churn(out) == pytest.approx(20.0)  # seeds 0-2, the final models only
   assert out.agreement.missing == [str(bf16)]
   assert out.agreement.summary.endswith(
-      "; 1 of 8 runs left out of the agreement, calibration and per-class tables (1 no "
-      "predictions at its results' step).")
+    '; 1 of 8 runs left out of the agreement, calibration and per-class tables (1 no '
+    "predictions at its results' step)."
+  )
   assert list(out.arms['n']) == [4, 4]  # the accuracy, the tests and the verdict keep the run
   pred, why = run_predictions.read(str(bf16), 10, N)
-  assert pred is None and why == ("no predictions at its results' step (10; the newest at step 5: "
-                                  'an older evaluation)')
+  assert pred is None and why == (
+    "no predictions at its results' step (10; the newest at step 5: an older evaluation)"
+  )
 
 
 def truncate(path):
@@ -102,13 +110,16 @@ def test_a_damaged_predictions_item_excludes_that_run_from_these_sections_only(r
   TensorStore's late callbacks printed afterwards are gone too (run_predictions.quiet_closed_loops)."""
   runs = copy_root(root, tmp_path)
   damaged = runs / 'float32' / 's1'
-  truncate(os.path.join(str(record.checkpoint_dir(damaged)), '10', predictions.ITEM,
-                        'manifest.ocdbt'))
+  truncate(
+    os.path.join(str(record.checkpoint_dir(damaged)), '10', predictions.ITEM, 'manifest.ocdbt')
+  )
   done = run_module(['analysis.analyse', '--runs', str(runs)])
   assert done.returncode == 0 and 'Traceback' not in done.stderr, done.stderr[-3000:]
   page = done.stdout.split('## Setup')[0]
-  assert ('1 of 8 runs left out of the agreement, calibration and per-class tables (1 '
-          'predictions item damaged)') in page
+  assert (
+    '1 of 8 runs left out of the agreement, calibration and per-class tables (1 '
+    'predictions item damaged)'
+  ) in page
   out = analysed(runs)
   assert out.agreement.missing == [str(damaged)] and list(out.arms['n']) == [4, 4]
   assert contrast_churn(out) == pytest.approx(20.0)
@@ -127,10 +138,14 @@ def test_an_item_of_the_wrong_size_or_shape_is_damaged():
 
 def test_the_summary_counts_each_reason_and_keeps_the_old_line_for_records_without_any():
   table = agreement.agreement_table([], pairs=[])
-  assert answer.agreement_section.summary_line(table, [('r', 'no predictions saved')] * 3, 3) \
-      .startswith('Agreement: no predictions in any of the 3 runs')
+  assert answer.agreement_section.summary_line(
+    table, [('r', 'no predictions saved')] * 3, 3
+  ).startswith('Agreement: no predictions in any of the 3 runs')
   line = answer.agreement_section.summary_line(
-      table, [('a', 'predictions item damaged (x)'), ('b', 'its results name no step')], 2)
-  assert line == ("Agreement: none of the 2 runs has predictions of the step its results came from "
-                  '(1 predictions item damaged, 1 its results name no step); churn, calibration '
-                  'and per-class need them.')
+    table, [('a', 'predictions item damaged (x)'), ('b', 'its results name no step')], 2
+  )
+  assert line == (
+    'Agreement: none of the 2 runs has predictions of the step its results came from '
+    '(1 predictions item damaged, 1 its results name no step); churn, calibration '
+    'and per-class need them.'
+  )

@@ -35,25 +35,64 @@ def moved(base, count, rng):
 
 def item(predicted, split_seed):
   label, p = labels(split_seed), np.full(N, 0.9, np.float32)
-  return {'label': label, 'predicted': predicted.astype(np.int32), 'p_predicted': p,
-          'p_label': np.where(predicted == label, p, 0.01).astype(np.float32),
-          'task': 'classification', 'fingerprint': FINGERPRINTS[split_seed]}
+  return {
+    'label': label,
+    'predicted': predicted.astype(np.int32),
+    'p_predicted': p,
+    'p_label': np.where(predicted == label, p, 0.01).astype(np.float32),
+    'task': 'classification',
+    'fingerprint': FINGERPRINTS[split_seed],
+  }
 
 
 def results(seed, dtype, split_seed, acc):
-  numerics = {'matmul_precision': 'highest', 'compute_dtype': dtype, 'param_dtype': 'float32',
-              'batchnorm_group': 0, 'gpu_deterministic': True}
-  hist = [{'epoch': e, 'step': 5 * e, 'test_accuracy': acc, 'test_loss': 1.0, 'train_loss': 0.5,
-           'lr': 0.01, 'wall_time': float(e)} for e in (1, 2)]
-  return {'status': 'completed', 'reason': '', 'seed': seed, 'platform': 'cpu',
-          'device_kind': 'cpu', 'num_devices': 1, 'num_processes': 1,
-          'numerics': {'requested': numerics, 'effective': numerics},
-          'final': {'test_accuracy': acc, 'test_loss': 1.0, 'train_loss': 0.1}, 'history': hist,
-          'config': {'seed': seed, 'num_epochs': 2, 'numerics': numerics,
-                     'data': {'name': 'digits', 'image_size': 8, 'split_seed': split_seed}},
-          'versions': {'jax': 'x'}, 'wall_time_s': 1.0, 'step': 10, 'total_steps': 10,
-          'data': {'name': 'digits', 'train_size': 800, 'test_size': N,
-                   'split_fingerprint': FINGERPRINTS[split_seed]}}
+  numerics = {
+    'matmul_precision': 'highest',
+    'compute_dtype': dtype,
+    'param_dtype': 'float32',
+    'batchnorm_group': 0,
+    'gpu_deterministic': True,
+  }
+  hist = [
+    {
+      'epoch': e,
+      'step': 5 * e,
+      'test_accuracy': acc,
+      'test_loss': 1.0,
+      'train_loss': 0.5,
+      'lr': 0.01,
+      'wall_time': float(e),
+    }
+    for e in (1, 2)
+  ]
+  return {
+    'status': 'completed',
+    'reason': '',
+    'seed': seed,
+    'platform': 'cpu',
+    'device_kind': 'cpu',
+    'num_devices': 1,
+    'num_processes': 1,
+    'numerics': {'requested': numerics, 'effective': numerics},
+    'final': {'test_accuracy': acc, 'test_loss': 1.0, 'train_loss': 0.1},
+    'history': hist,
+    'config': {
+      'seed': seed,
+      'num_epochs': 2,
+      'numerics': numerics,
+      'data': {'name': 'digits', 'image_size': 8, 'split_seed': split_seed},
+    },
+    'versions': {'jax': 'x'},
+    'wall_time_s': 1.0,
+    'step': 10,
+    'total_steps': 10,
+    'data': {
+      'name': 'digits',
+      'train_size': 800,
+      'test_size': N,
+      'split_fingerprint': FINGERPRINTS[split_seed],
+    },
+  }
 
 
 def plant(run, res, pred):
@@ -76,12 +115,18 @@ def root(tmp_path_factory):
   rng = np.random.default_rng(5)
   for seed in SEEDS:
     base = {s: moved(labels(s), 30, rng) for s in FINGERPRINTS}
-    preds = {('float32', 0): base[0], ('bfloat16', 0): moved(base[0], BF16_MOVED, rng),
-             ('float32', 7): base[7]}
+    preds = {
+      ('float32', 0): base[0],
+      ('bfloat16', 0): moved(base[0], BF16_MOVED, rng),
+      ('float32', 7): base[7],
+    }
     for dtype, split in ARMS:
       acc = 0.8 + 0.01 * seed + 0.002 * (dtype == 'bfloat16') + 0.003 * split
-      plant(path / f'{dtype}_split{split}' / f's{seed}', results(seed, dtype, split, acc),
-            item(preds[(dtype, split)], split))
+      plant(
+        path / f'{dtype}_split{split}' / f's{seed}',
+        results(seed, dtype, split, acc),
+        item(preds[(dtype, split)], split),
+      )
   return path
 
 
@@ -103,10 +148,15 @@ def test_the_analysis_runs_and_counts_the_pairs_on_different_test_sets(root, tmp
   assert len(table[table['kind'] == 'seed']) == 3
   # the accuracy tests compare the arms of another split unpaired (pairing fields differ)
   pairs = pd.read_csv(out / 'report_pairs.csv')
-  crossing = pairs[pairs['arm_a'].str.contains('split_seed=7')
-                   | pairs['arm_b'].str.contains('split_seed=7')]
-  assert len(crossing) == 2 and crossing['design'].str.startswith(
-      'unpaired: pairing fields differ: config.data.split_seed').all()
+  crossing = pairs[
+    pairs['arm_a'].str.contains('split_seed=7') | pairs['arm_b'].str.contains('split_seed=7')
+  ]
+  assert (
+    len(crossing) == 2
+    and crossing['design']
+    .str.startswith('unpaired: pairing fields differ: config.data.split_seed')
+    .all()
+  )
   assert 'error' not in capsys.readouterr().err
 
 
@@ -119,21 +169,29 @@ def test_a_pair_on_two_test_sets_is_left_out_and_named_not_raised():
   entries = []
   for seed in SEEDS:
     base = moved(labels(0), 30, rng)
-    entries += [entry('a', seed, item(base, 0)), entry('b', seed, item(moved(base, 10, rng), 0)),
-                entry('c', seed, item(moved(labels(7), 30, rng), 7))]
+    entries += [
+      entry('a', seed, item(base, 0)),
+      entry('b', seed, item(moved(base, 10, rng), 0)),
+      entry('c', seed, item(moved(labels(7), 30, rng), 7)),
+    ]
   left_out = []
   table = agreement.agreement_table(entries, pairs=[('a', 'b'), ('a', 'c')], left_out=left_out)
   contrast = table[table['kind'] == 'contrast']
   assert list(zip(contrast['a'], contrast['b'])) == [('a', 'b')]
   assert contrast['churn_pct'].iloc[0] == pytest.approx(100 * 10 / N)
-  assert [(p['a'], p['b'], p['run_a']) for p in left_out] == [('a', 'c', f'/r/a/{s}')
-                                                              for s in SEEDS]
+  assert [(p['a'], p['b'], p['run_a']) for p in left_out] == [
+    ('a', 'c', f'/r/a/{s}') for s in SEEDS
+  ]
   assert agreement.left_out_text(left_out, {'c': 'split 7'}) == (
-      '3 pairs of runs on different test sets left out of the churn (a vs split 7: split '
-      'fingerprint f00d0000f00d0000 vs beef0000beef0000, 3 pairs)')
+    '3 pairs of runs on different test sets left out of the churn (a vs split 7: split '
+    'fingerprint f00d0000f00d0000 vs beef0000beef0000, 3 pairs)'
+  )
   # one seed of an arm on another test set: that seed leaves the row, the others stay
-  mixed = [e if not (e['arm'] == 'b' and e['seed'] == 2) else {**e, 'pred': item(labels(7), 7)}
-           for e in entries if e['arm'] != 'c']
+  mixed = [
+    e if not (e['arm'] == 'b' and e['seed'] == 2) else {**e, 'pred': item(labels(7), 7)}
+    for e in entries
+    if e['arm'] != 'c'
+  ]
   left_out = []
   row = agreement.agreement_table(mixed, pairs=[('a', 'b')], left_out=left_out)
   row = row[row['kind'] == 'contrast'].iloc[0]

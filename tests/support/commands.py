@@ -22,8 +22,14 @@ def cli_error(capsys, main, argv):
 
 def run_module(args, env=None, timeout=300):
   env = {**(env or os.environ), 'PYTHONPATH': ROOT}
-  return subprocess.run([sys.executable, '-m', *args], cwd=ROOT, env=env, capture_output=True,
-                        text=True, timeout=timeout)
+  return subprocess.run(
+    [sys.executable, '-m', *args],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+  )
 
 
 def assert_one_line_refusal(proc, message, workdir):
@@ -36,8 +42,10 @@ def assert_one_line_refusal(proc, message, workdir):
 def write_config(tmp_path, sweep_body, name='cfg.py'):
   """A config file wrapping digits with its own get_sweep (body: the returned expression)."""
   path = tmp_path / name
-  path.write_text('from configs import digits\nget_config = digits.get_config\n\n'
-                  f'def get_sweep(arg=None):\n  return {sweep_body}\n')
+  path.write_text(
+    'from configs import digits\nget_config = digits.get_config\n\n'
+    f'def get_sweep(arg=None):\n  return {sweep_body}\n'
+  )
   return str(path)
 
 

@@ -29,8 +29,9 @@ def parse(spec):
     action, _, rest = item.partition('@')
     where, _, n = rest.partition(':')
     if action not in ACTIONS or where not in POINTS or not n.isdigit():
-      raise ValueError(f'TRAIN_FAULT: {item!r} is not <{"|".join(ACTIONS)}>@<'
-                       f'{"|".join(POINTS)}>:<n>')
+      raise ValueError(
+        f'TRAIN_FAULT: {item!r} is not <{"|".join(ACTIONS)}>@<{"|".join(POINTS)}>:<n>'
+      )
     faults.add((action, where, int(n)))
   return faults
 
@@ -47,8 +48,9 @@ def fire(faults, where, n, actions=ACTIONS):
 
 def install(spec, setattr=setattr):  # pylint: disable=redefined-builtin
   """Wrap the trainer's functions so that the faults of `spec` fire (module doc)."""
-  from trainer import loop  # pylint: disable=import-outside-toplevel
   from runrecord import record
+  from trainer import loop  # pylint: disable=import-outside-toplevel
+
   faults = parse(spec)
   if not faults:
     return
@@ -70,6 +72,7 @@ def install(spec, setattr=setattr):  # pylint: disable=redefined-builtin
       out = eval_fn(*args)
       fire(faults, 'eval', epoch)
       return out
+
     return end_epoch(ctx, reporter, p, faulty_eval, evaluate_now)
 
   setattr(loop, '_after_step', faulty_after_step)

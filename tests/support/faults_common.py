@@ -28,21 +28,31 @@ def run_train(args, env, fault=None, timeout=240):
   env = dict(env)
   if fault:
     env['TRAIN_FAULT'] = fault
-  return subprocess.run((FAULT_TRAIN if fault else TRAIN) + args, cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=timeout)
+  return subprocess.run(
+    (FAULT_TRAIN if fault else TRAIN) + args,
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+  )
 
 
 def without_wall_time(results):
   results = json.loads(json.dumps(results))  # as saved: tuples become lists
-  out = {k: v for k, v in results.items() if k not in ('wall_time_s', 'run_id')}  # run_id: each run's own
+  out = {
+    k: v for k, v in results.items() if k not in ('wall_time_s', 'run_id')
+  }  # run_id: each run's own
   out['history'] = [{k: v for k, v in h.items() if k != 'wall_time_s'} for h in results['history']]
   return out
 
 
 def metric_records(workdir):
   lines = (workdir / 'metrics.jsonl').read_text().splitlines()
-  return [{k: v for k, v in json.loads(l).items() if k not in ('wall_time_s', 'images_per_sec')}
-          for l in lines]
+  return [
+    {k: v for k, v in json.loads(l).items() if k not in ('wall_time_s', 'images_per_sec')}
+    for l in lines
+  ]
 
 
 def tree_hash(folder):

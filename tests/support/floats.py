@@ -3,11 +3,36 @@ of bits (NaNs equal as NaNs)."""
 
 import numpy as np
 
-F32_EDGES = np.array([
-    0.0, -0.0, 1.0, -1.0, 1.00390625, 1.0 + 2**-8 + 2**-9, 1.0 + 3 * 2**-8, 1.0 + 2**-11,
-    1.0 + 3 * 2**-11, 1.0 + 2**-11 + 2**-20, 2**-149, -2**-149, 2**-140, 3 * 2**-133, 2**-126,
-    2**-126 - 2**-149, np.finfo(np.float32).max, -np.finfo(np.float32).max, 3.3895314e38,
-    np.inf, -np.inf, np.nan, 65504.0, 1e-40, 7.0e-39], np.float32)
+F32_EDGES = np.array(
+  [
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    1.00390625,
+    1.0 + 2**-8 + 2**-9,
+    1.0 + 3 * 2**-8,
+    1.0 + 2**-11,
+    1.0 + 3 * 2**-11,
+    1.0 + 2**-11 + 2**-20,
+    2**-149,
+    -(2**-149),
+    2**-140,
+    3 * 2**-133,
+    2**-126,
+    2**-126 - 2**-149,
+    np.finfo(np.float32).max,
+    -np.finfo(np.float32).max,
+    3.3895314e38,
+    np.inf,
+    -np.inf,
+    np.nan,
+    65504.0,
+    1e-40,
+    7.0e-39,
+  ],
+  np.float32,
+)
 
 
 def random_f32(n, seed=0):
@@ -19,5 +44,6 @@ def random_f32(n, seed=0):
 def same_bits(a, b):
   a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
   nan = np.isnan(b)
-  return bool(np.all(np.isnan(a) == nan) and np.all(a.view(np.uint32)[~nan] ==
-                                                   b.view(np.uint32)[~nan]))
+  return bool(
+    np.all(np.isnan(a) == nan) and np.all(a.view(np.uint32)[~nan] == b.view(np.uint32)[~nan])
+  )

@@ -6,8 +6,18 @@ import collections
 import os
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FOLDERS = ('configs', 'numerics', 'input_pipeline', 'models', 'runrecord', 'trainer', 'analysis',
-           'benchmarks', 'experiments', 'sweeps')
+FOLDERS = (
+  'configs',
+  'numerics',
+  'input_pipeline',
+  'models',
+  'runrecord',
+  'trainer',
+  'analysis',
+  'benchmarks',
+  'experiments',
+  'sweeps',
+)
 TOP_FILES = ('train.py',)
 
 
@@ -77,4 +87,4 @@ def cycle(graph):
   while node not in path:
     path.append(node)
     node = sorted(graph[node] & set(graph))[0]
-  return path[path.index(node):] + [node]
+  return path[path.index(node) :] + [node]

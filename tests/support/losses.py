@@ -30,8 +30,9 @@ def assert_cross_entropy_equals_optax(num_classes, scale):
   logits = jnp.asarray(scale * rng.standard_normal((64, num_classes)), jnp.float32)
   labels = jnp.asarray(rng.integers(0, num_classes, 64), jnp.int32)
   ours, theirs = steps.softmax_cross_entropy, optax.softmax_cross_entropy_with_integer_labels
-  np.testing.assert_array_equal(bits(jax.jit(ours)(logits, labels)),
-                                bits(jax.jit(theirs)(logits, labels)))
+  np.testing.assert_array_equal(
+    bits(jax.jit(ours)(logits, labels)), bits(jax.jit(theirs)(logits, labels))
+  )
   grad = lambda fn: jax.jit(jax.grad(mean_loss(fn)))(logits, labels)
   assert_gradients_agree(grad(ours), grad(theirs), labels)
 
@@ -41,6 +42,7 @@ def assert_signed_zero_and_extreme_label_logits_as_optax():
   labels = jnp.asarray([0, 1, 1], jnp.int32)
   ours = jax.value_and_grad(mean_loss(steps.softmax_cross_entropy))(logits, labels)
   theirs = jax.value_and_grad(mean_loss(optax.softmax_cross_entropy_with_integer_labels))(
-      logits, labels)
+    logits, labels
+  )
   np.testing.assert_array_equal(bits(ours[0]), bits(theirs[0]))
   assert_gradients_agree(ours[1], theirs[1], labels)

@@ -18,8 +18,13 @@ from trainer import run, steps
 # max pool runs on a 4x4 map at 16^2).
 # numerics.gpu_deterministic is an XLA flag of the GPU compiler, read when the backend starts,
 # after lowering: off here, as this process's backend has started without it.
-SMALL = [('model.width', 0.125), ('data.image_size', 16), ('batch_size', 8),
-         ('eval_batch_size', 8), ('numerics.gpu_deterministic', False)]
+SMALL = [
+  ('model.width', 0.125),
+  ('data.image_size', 16),
+  ('batch_size', 8),
+  ('eval_batch_size', 8),
+  ('numerics.gpu_deterministic', False),
+]
 FORBIDDEN = re.compile(r'stablehlo\.(scatter|select_and_scatter|sort)\b')
 FORBIDDEN_HLO = re.compile(r'\b(scatter|select-and-scatter|sort)\(')
 
@@ -42,19 +47,25 @@ def lowered_steps(spec, overrides=(), task='classification', lower_eval=True):
   config = validation.resolve(loader.load(spec, list(fields.items())))
   ctx = run.build(config, synthetic(config, task), jax.devices()[:1])
   phase = next(p for p in ctx.phases if not p.frozen)
-  state = jax.eval_shape(lambda: steps.init_state(
+  state = jax.eval_shape(
+    lambda: steps.init_state(
       resnet.create_model(config, ctx.dataset.num_classes, 3, nnx.Rngs(params=0)),
-      run.optimizer(ctx, phase)))
+      run.optimizer(ctx, phase),
+    )
+  )
   # Entered inside the phase (start + 1): the optimizer state is kept, nothing is computed.
   _, train = run.enter_phase(ctx, state, phase, phase.start + 1)
   train_batch = run.abstract_batch(ctx, ctx.dataset.train, config.batch_size)
   if not lower_eval:
     return train.lower(state, train_batch), None
   eval_batch = run.abstract_batch(ctx, ctx.dataset.test, config.eval_batch_size, mask=True)
-  totals = jax.eval_shape(lambda: jax.tree.map(lambda v: jnp.asarray(v, jnp.float32),
-                                               steps.ZERO_SUMS))
-  return (train.lower(state, train_batch),
-          run.eval_step(ctx, state).lower(state, eval_batch, totals))
+  totals = jax.eval_shape(
+    lambda: jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), steps.ZERO_SUMS)
+  )
+  return (
+    train.lower(state, train_batch),
+    run.eval_step(ctx, state).lower(state, eval_batch, totals),
+  )
 
 
 def forbidden_ops(lowered):

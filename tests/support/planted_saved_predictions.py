@@ -8,6 +8,11 @@ LABELS = np.random.default_rng(0).integers(0, CLASSES, N).astype(np.int32)
 
 def item(predicted):
   p = np.full(N, 0.9, np.float32)
-  return {'label': LABELS, 'predicted': predicted.astype(np.int32), 'p_predicted': p,
-          'p_label': np.where(predicted == LABELS, p, 0.01).astype(np.float32),
-          'task': 'classification', 'fingerprint': FINGERPRINT}
+  return {
+    'label': LABELS,
+    'predicted': predicted.astype(np.int32),
+    'p_predicted': p,
+    'p_label': np.where(predicted == LABELS, p, 0.01).astype(np.float32),
+    'task': 'classification',
+    'fingerprint': FINGERPRINT,
+  }

@@ -44,11 +44,14 @@ def assert_same_as_flax(x, cotangent, **kw):
   gives another window, strides and padding)."""
   if kw:
     (out_a, grad_a), (out_b, grad_b) = (
-        jax.jit(lambda x, g, fn=fn: forward_and_grad(lambda v: fn(v, **kw), x, g))(x, cotangent)
-        for fn in (flax_pool, new_pool))
+      jax.jit(lambda x, g, fn=fn: forward_and_grad(lambda v: fn(v, **kw), x, g))(x, cotangent)
+      for fn in (flax_pool, new_pool)
+    )
   else:  # compiled once per shape and dtype
-    (out_a, grad_a), (out_b, grad_b) = (flax_forward_and_grad(x, cotangent),
-                                        new_forward_and_grad(x, cotangent))
+    (out_a, grad_a), (out_b, grad_b) = (
+      flax_forward_and_grad(x, cotangent),
+      new_forward_and_grad(x, cotangent),
+    )
   np.testing.assert_array_equal(bits(out_a), bits(out_b))
   np.testing.assert_array_equal(bits(grad_a), bits(grad_b))
   return grad_b
@@ -57,8 +60,12 @@ def assert_same_as_flax(x, cotangent, **kw):
 def output_shape(x, window=STEM[0], strides=STEM[1], padding=STEM[2]):
   n, h, w, c = x.shape
   size = lambda d, k, s, p: (d + sum(p) - k) // s + 1
-  return (n, size(h, window[0], strides[0], padding[0]), size(w, window[1], strides[1], padding[1]),
-          c)
+  return (
+    n,
+    size(h, window[0], strides[0], padding[0]),
+    size(w, window[1], strides[1], padding[1]),
+    c,
+  )
 
 
 def inputs(kind, shape, dtype, rng):

@@ -20,22 +20,39 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec('libtpu') is None,
-                                reason='libtpu is not installed (pip install -r '
-                                       'requirements-tpu.txt; CI installs it)')
+pytestmark = pytest.mark.skipif(
+  importlib.util.find_spec('libtpu') is None,
+  reason='libtpu is not installed (pip install -r requirements-tpu.txt; CI installs it)',
+)
 TOPOLOGIES = ('v5e:2x2', 'v5e:2x4', 'v4:2x2x1')
-REQUIRED = ('topology', 'chips', 'hosts', 'phase', 'compiled', 'memory_per_chip_gib',
-            'hbm_per_chip_gib', 'fits', 'gflop_per_step', 'products', 'products_as_configured',
-            'rounding_ops')
+REQUIRED = (
+  'topology',
+  'chips',
+  'hosts',
+  'phase',
+  'compiled',
+  'memory_per_chip_gib',
+  'hbm_per_chip_gib',
+  'fits',
+  'gflop_per_step',
+  'products',
+  'products_as_configured',
+  'rounding_ops',
+)
 
 
 def preflight(tmp, *args, env=None):
   """(exit code, stdout, stderr, CSV rows or None) of `python -m sweeps.preflight ARGS --out
   tmp`."""
   out = os.path.join(tmp, 'out')
-  proc = subprocess.run([sys.executable, '-m', 'sweeps.preflight', *args, '--out', out],
-                        cwd=ROOT, capture_output=True, text=True, timeout=900,
-                        env=env or {**os.environ, 'PYTHONPATH': ROOT})
+  proc = subprocess.run(
+    [sys.executable, '-m', 'sweeps.preflight', *args, '--out', out],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=900,
+    env=env or {**os.environ, 'PYTHONPATH': ROOT},
+  )
   path = os.path.join(out, 'preflight.csv')
   rows = list(csv.DictReader(open(path))) if os.path.exists(path) else None
   return proc.returncode, proc.stdout, proc.stderr, rows
@@ -58,30 +75,47 @@ def once_per_session(tmp_path_factory, name, *args):
 @pytest.fixture(scope='module')
 def smoke(tmp_path_factory):
   """The smoke config, emulated bf16 products (tpu_default), on the three topologies."""
-  return once_per_session(tmp_path_factory, 'smoke', '--config=configs/digits.py:smoke',
-                          '--config.numerics.profile=tpu_default', '--topology', *TOPOLOGIES)
+  return once_per_session(
+    tmp_path_factory,
+    'smoke',
+    '--config=configs/digits.py:smoke',
+    '--config.numerics.profile=tpu_default',
+    '--topology',
+    *TOPOLOGIES,
+  )
 
 
 @pytest.fixture(scope='module')
 def study(tmp_path_factory):
   """The study config, f32 products (profile f32), on the three topologies."""
-  return once_per_session(tmp_path_factory, 'study', '--config=configs/digits.py:study',
-                          '--config.numerics.profile=f32', '--topology', *TOPOLOGIES)
+  return once_per_session(
+    tmp_path_factory,
+    'study',
+    '--config=configs/digits.py:study',
+    '--config.numerics.profile=f32',
+    '--topology',
+    *TOPOLOGIES,
+  )
 
 
-@pytest.mark.parametrize('which, programs', [('smoke', ('frozen', 'full', 'eval')),
-                                              ('study', ('full', 'eval'))])  # study: no freeze
+@pytest.mark.parametrize(
+  'which, programs', [('smoke', ('frozen', 'full', 'eval')), ('study', ('full', 'eval'))]
+)  # study: no freeze
 def test_every_phase_compiles_on_single_and_multi_host_v5e_and_v4(which, programs, request):
   code, stdout, stderr, rows = request.getfixturevalue(which)
   assert code == 0, stderr[-2000:]
   assert set(REQUIRED) <= set(rows[0])
   assert [(r['topology'], r['phase']) for r in rows] == [
-      (t, p) for t in TOPOLOGIES for p in programs]
+    (t, p) for t in TOPOLOGIES for p in programs
+  ]
   assert all(r['compiled'] == 'True' and r['fits'] == 'True' for r in rows)
   shape = {r['topology']: (r['chips'], r['hosts'], r['devices']) for r in rows}
   # v4 runs its two TensorCores per chip as one device (megacore): 4 chips, 4 devices.
-  assert shape == {'v5e:2x2': ('4', '1', '4'), 'v5e:2x4': ('8', '2', '8'),
-                   'v4:2x2x1': ('4', '1', '4')}
+  assert shape == {
+    'v5e:2x2': ('4', '1', '4'),
+    'v5e:2x4': ('8', '2', '8'),
+    'v4:2x2x1': ('4', '1', '4'),
+  }
   for r in rows:
     assert 0 < float(r['memory_per_chip_gib']) < float(r['hbm_per_chip_gib'])
     assert float(r['gflop_per_step']) > 0 and float(r['images_per_s']) > 0
@@ -127,35 +161,47 @@ def run_quick(tmp_path, *args):
 
 
 def test_a_bad_topology_is_one_line_and_exit_2(tmp_path):
-  code, _, lines, rows = run_quick(tmp_path, '--config=configs/digits.py:smoke', '--topology',
-                                   'v5e:2x2', 'v9:2x2')
+  code, _, lines, rows = run_quick(
+    tmp_path, '--config=configs/digits.py:smoke', '--topology', 'v5e:2x2', 'v9:2x2'
+  )
   assert code == 2 and rows is None
   assert lines == [lines[0]] and lines[0].startswith('error: --topology v9:2x2: not a TPU topology')
 
 
 def test_a_topology_libtpu_refuses_is_one_line_and_exit_2(tmp_path):
-  code, _, lines, rows = run_quick(tmp_path, '--config=configs/digits.py:smoke', '--topology',
-                                   'v5e:3x3')
+  code, _, lines, rows = run_quick(
+    tmp_path, '--config=configs/digits.py:smoke', '--topology', 'v5e:3x3'
+  )
   assert code == 2 and rows is None and len(lines) == 1
   assert lines[0].startswith('error: --topology v5e:3x3: libtpu refuses it')
 
 
 def test_a_bad_config_is_the_same_one_line_as_train_py(tmp_path):
-  code, _, lines, _ = run_quick(tmp_path, '--config=configs/digits.py:smoke',
-                                '--config.batch_size=0', '--topology', 'v5e:2x2')
+  code, _, lines, _ = run_quick(
+    tmp_path, '--config=configs/digits.py:smoke', '--config.batch_size=0', '--topology', 'v5e:2x2'
+  )
   assert code == 2 and lines == ['error: config.batch_size must be a positive integer, got 0']
 
 
 def test_without_libtpu_one_line_says_what_to_install(tmp_path):
   """libtpu made unimportable in the child (a None entry in sys.modules)."""
-  hide = ("import sys; sys.modules['libtpu'] = None; from sweeps import preflight; "
-          "sys.exit(preflight.main(sys.argv[1:]))")
-  proc = subprocess.run([sys.executable, '-c', hide, '--config=configs/digits.py:smoke',
-                         '--topology', 'v5e:2x2'], cwd=ROOT, capture_output=True, text=True,
-                        env={**os.environ, 'PYTHONPATH': ROOT}, timeout=300)
+  hide = (
+    "import sys; sys.modules['libtpu'] = None; from sweeps import preflight; "
+    'sys.exit(preflight.main(sys.argv[1:]))'
+  )
+  proc = subprocess.run(
+    [sys.executable, '-c', hide, '--config=configs/digits.py:smoke', '--topology', 'v5e:2x2'],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    env={**os.environ, 'PYTHONPATH': ROOT},
+    timeout=300,
+  )
   lines = proc.stderr.strip().splitlines()
   assert proc.returncode == 2 and len(lines) == 1
-  assert lines[0].startswith('error: libtpu is not installed') and 'requirements-tpu.txt' in lines[0]
+  assert (
+    lines[0].startswith('error: libtpu is not installed') and 'requirements-tpu.txt' in lines[0]
+  )
 
 
 def test_an_evaluation_batch_over_16_gib_does_not_fit_and_says_how_much(tmp_path):
@@ -163,9 +209,16 @@ def test_an_evaluation_batch_over_16_gib_does_not_fit_and_says_how_much(tmp_path
   whose program does not fit: the compiler refuses it, its message gives the memory it needs (at
   16384 train.py's own check refuses it first, as in the next test)."""
   code, stdout, _, rows = run_quick(
-      tmp_path, '--config=configs/celeba.py:smoke', '--config.data.image_size=224',
-      '--config.batch_size=8', '--config.eval_batch_size=8192', '--topology', 'v5e-1',
-      '--programs', 'eval')
+    tmp_path,
+    '--config=configs/celeba.py:smoke',
+    '--config.data.image_size=224',
+    '--config.batch_size=8',
+    '--config.eval_batch_size=8192',
+    '--topology',
+    'v5e-1',
+    '--programs',
+    'eval',
+  )
   assert code == 1
   (row,) = rows
   assert row['compiled'] == 'False' and row['fits'] == 'False'
@@ -176,8 +229,14 @@ def test_an_evaluation_batch_over_16_gib_does_not_fit_and_says_how_much(tmp_path
 def test_a_training_batch_over_16_gib_does_not_fit_and_says_how_much(tmp_path):
   """Refused before compiling, by train.py's own check: its activations' lower bound."""
   code, _, _, rows = run_quick(
-      tmp_path, '--config=configs/digits.py:smoke', '--config.data.image_size=224',
-      '--config.model.width=1.0', '--config.batch_size=1024', '--topology', 'v5e:2x2')
+    tmp_path,
+    '--config=configs/digits.py:smoke',
+    '--config.data.image_size=224',
+    '--config.model.width=1.0',
+    '--config.batch_size=1024',
+    '--topology',
+    'v5e:2x2',
+  )
   assert code == 1
   (row,) = rows
   assert row['fits'] == 'False' and row['hbm_per_chip_gib'] == '16'
@@ -188,8 +247,16 @@ def test_a_training_batch_over_16_gib_does_not_fit_and_says_how_much(tmp_path):
 def test_max_batch_search_compiles_larger_batches(tmp_path):
   """Two search compiles after the configured batch's: 64 fits, 128 fits, 256 fits."""
   code, stdout, _, rows = run_quick(
-      tmp_path, '--config=configs/digits.py:smoke', '--topology', 'v5e:2x2', '--programs',
-      'full', '--max-batch', '--max-compiles', '3')
+    tmp_path,
+    '--config=configs/digits.py:smoke',
+    '--topology',
+    'v5e:2x2',
+    '--programs',
+    'full',
+    '--max-batch',
+    '--max-compiles',
+    '3',
+  )
   assert code == 0, stdout[-2000:]
   assert rows[0]['max_batch'] == '256'
   assert 'batch 256:' in stdout and 'largest batch that fits: 256 (3 compiles)' in stdout
@@ -208,12 +275,25 @@ def test_sweep_estimate_prices_each_arm_from_its_compiled_tpu_program(tmp_path):
   config = tmp_path / 'one_arm.py'
   config.write_text(ONE_ARM)
   proc = subprocess.run(
-      [sys.executable, '-m', 'sweeps.sweep', f'--config={config}:smoke',
-       f'--root={tmp_path / "root"}', '--estimate', '--estimate-tpu', 'v5e-1'], cwd=ROOT,
-      capture_output=True, text=True, env={**os.environ, 'PYTHONPATH': ROOT}, timeout=900)
+    [
+      sys.executable,
+      '-m',
+      'sweeps.sweep',
+      f'--config={config}:smoke',
+      f'--root={tmp_path / "root"}',
+      '--estimate',
+      '--estimate-tpu',
+      'v5e-1',
+    ],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    env={**os.environ, 'PYTHONPATH': ROOT},
+    timeout=900,
+  )
   assert proc.returncode == 0, proc.stderr[-2000:]
   (arm,) = [l for l in proc.stdout.splitlines() if l.startswith('estimate: profile-f32: ')]
-  runs, hours = arm[len('estimate: profile-f32: '):].split(' runs x ')
+  runs, hours = arm[len('estimate: profile-f32: ') :].split(' runs x ')
   assert runs == '3' and float(hours.split()[0]) > 0
   total = next(l for l in proc.stdout.splitlines() if l.startswith('total: '))
   assert float(total.split()[1]) == pytest.approx(3 * float(hours.split()[0]), rel=0.01)
@@ -226,8 +306,14 @@ def test_a_product_the_compiler_computes_otherwise_than_asked_is_counted_out(tmp
   but the forward one takes a bf16 operand at the default precision, one pass. The census says
   so: one product not as configured."""
   code, stdout, _, rows = run_quick(
-      tmp_path, '--config=configs/digits.py:smoke', '--config.numerics.matmul_precision='
-      'BF16_BF16_F32_X3', '--topology', 'v5e:2x2', '--programs', 'full')
+    tmp_path,
+    '--config=configs/digits.py:smoke',
+    '--config.numerics.matmul_precision=BF16_BF16_F32_X3',
+    '--topology',
+    'v5e:2x2',
+    '--programs',
+    'full',
+  )
   assert code == 0, stdout[-2000:]
   (row,) = rows
   assert row['configured'] == 'conv @ default; dense @ dot_bf16_bf16_f32_x3'

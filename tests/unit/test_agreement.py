@@ -21,8 +21,13 @@ CSV = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
 
 
 def entry(arm, seed, pred, platform='cpu', run=None):
-  return {'run': run or f'/r/{platform}/{arm}/{seed}', 'arm': arm, 'seed': seed,
-          'platform': platform, 'pred': pred}
+  return {
+    'run': run or f'/r/{platform}/{arm}/{seed}',
+    'arm': arm,
+    'seed': seed,
+    'platform': platform,
+    'pred': pred,
+  }
 
 
 def two_arms(churn_by_seed, seed=1):
@@ -42,8 +47,9 @@ def test_churn_is_exactly_zero_for_identical_predictions_and_counts_bits_for_att
   b = a.copy()
   b[0, :3] = True  # one image differs in 3 of its 40 bits
   assert agreement.churn(a, b) == 3 / 160  # over all n×40 bits, not 1/4 of the images
-  table = agreement.agreement_table([entry('a', 0, pred), entry('b', 0, dict(pred))],
-                                    identical=[('a', 'b')])
+  table = agreement.agreement_table(
+    [entry('a', 0, pred), entry('b', 0, dict(pred))], identical=[('a', 'b')]
+  )
   row = table[table['kind'] == 'identical'].iloc[0]
   assert row['churn_pct'] == 0 and row['check'] == 'exactly 0, as constructed'
 
@@ -55,13 +61,15 @@ def test_identical_arithmetic_that_differs_is_flagged():
 
 def test_same_seed_churn_per_seed_then_t_interval_over_seeds():
   entries = two_arms([0.02, 0.04, 0.06, 0.03])
-  by_seed = [agreement.churn(entries[i]['pred']['predicted'], entries[i + 1]['pred']['predicted'])
-             for i in range(0, 8, 2)]
+  by_seed = [
+    agreement.churn(entries[i]['pred']['predicted'], entries[i + 1]['pred']['predicted'])
+    for i in range(0, 8, 2)
+  ]
   row = agreement.agreement_table(entries, pairs=[('a', 'b')]).set_index('kind').loc['contrast']
   x = np.array(by_seed)
   # the t-Wilson interval by hand: the mu with (mean - mu)^2 <= k mu (1 - mu)
   mean, k = x.mean(), sps.t.ppf(0.975, 3) ** 2 * x.var(ddof=1) / (4 * x.mean() * (1 - x.mean()))
-  roots = np.roots([1 + k, -(2 * mean + k), mean ** 2])
+  roots = np.roots([1 + k, -(2 * mean + k), mean**2])
   assert row['pairing'] == 'same seed' and row['seeds'] == 4
   assert row['churn_pct'] == pytest.approx(100 * mean)
   assert (row['ci_low'], row['ci_high']) == pytest.approx(sorted(100 * roots))
@@ -73,8 +81,9 @@ def test_churn_interval_agrees_with_a_bootstrap_over_seeds():
   entries = two_arms(rates, seed=4)
   row = agreement.agreement_table(entries, pairs=[('a', 'b')]).set_index('kind').loc['contrast']
   x = np.array([float(v) for v in row['per_seed_pct'].split(', ')])
-  boot = sps.bootstrap((x,), np.mean, method='percentile', n_resamples=20000,
-                       rng=np.random.default_rng(0)).confidence_interval
+  boot = sps.bootstrap(
+    (x,), np.mean, method='percentile', n_resamples=20000, rng=np.random.default_rng(0)
+  ).confidence_interval
   width = row['ci_high'] - row['ci_low']
   assert abs(row['ci_low'] - boot.low) < 0.1 * width
   assert abs(row['ci_high'] - boot.high) < 0.1 * width
@@ -85,8 +94,10 @@ def test_seed_level_interval_is_wider_than_the_pooled_wilson_interval():
   version, the divergence tool's old interval) is far too narrow."""
   entries = two_arms([0.01, 0.10, 0.02, 0.12, 0.05])
   row = agreement.agreement_table(entries, pairs=[('a', 'b')]).set_index('kind').loc['contrast']
-  count = sum(int(np.sum(entries[i]['pred']['predicted'] != entries[i + 1]['pred']['predicted']))
-              for i in range(0, 10, 2))
+  count = sum(
+    int(np.sum(entries[i]['pred']['predicted'] != entries[i + 1]['pred']['predicted']))
+    for i in range(0, 10, 2)
+  )
   low, high = (100 * v for v in proportion_confint(count, 5 * N, method='wilson'))
   assert row['churn_pct'] == pytest.approx(100 * count / (5 * N))
   assert (row['ci_high'] - row['ci_low']) > 3 * (high - low)
@@ -101,19 +112,30 @@ def test_seed_churn_uses_disjoint_seed_pairs_and_replicates_give_nondeterminism_
   table = agreement.agreement_table(entries).set_index('kind')
   seed_row = table.loc['seed']
   assert seed_row['pairing'] == 'different seeds' and seed_row['seed_list'] == '0-1, 2-3'
-  want = [np.mean([agreement.churn(x['pred']['predicted'], preds[t]['predicted'])
-                   for x in entries if x['seed'] == s]) for s, t in ((0, 1), (2, 3))]
+  want = [
+    np.mean(
+      [
+        agreement.churn(x['pred']['predicted'], preds[t]['predicted'])
+        for x in entries
+        if x['seed'] == s
+      ]
+    )
+    for s, t in ((0, 1), (2, 3))
+  ]
   assert seed_row['churn_pct'] == pytest.approx(100 * np.mean(want))
   nondet = table.loc['nondeterminism']
   assert nondet['seeds'] == 1 and nondet['seed_list'] == '0'
   assert nondet['churn_pct'] == pytest.approx(
-      100 * agreement.churn(preds[0]['predicted'], entries[-1]['pred']['predicted']))
+    100 * agreement.churn(preds[0]['predicted'], entries[-1]['pred']['predicted'])
+  )
 
 
 def test_different_test_data_is_refused_naming_both_runs():
   rng = np.random.default_rng(6)
-  entries = [entry('a', 0, prediction(0.1, rng)),
-             entry('b', 0, prediction(0.1, rng, fingerprint='other'))]
+  entries = [
+    entry('a', 0, prediction(0.1, rng)),
+    entry('b', 0, prediction(0.1, rng, fingerprint='other')),
+  ]
   with pytest.raises(ValueError, match='/r/cpu/a/0 and /r/cpu/b/0 predict different test data'):
     agreement.pair_churn(*entries)  # the table leaves such pairs out (test_split_seed_arms.py)
 
@@ -121,31 +143,48 @@ def test_different_test_data_is_refused_naming_both_runs():
 @pytest.fixture(scope='module')
 def published():
   """answer.study_analysis of the published H100 + CPU digits study with its declaration (read only)."""
-  return answer.study_analysis(csv_input.read_csv(CSV), declaration.load(CSV.replace('.csv', '.study.json')))
+  return answer.study_analysis(
+    csv_input.read_csv(CSV), declaration.load(CSV.replace('.csv', '.study.json'))
+  )
 
 
 def test_baseline_pairs_from_the_recorded_arithmetic(published):
   out = published
   runs, by = out.runs, out.group_by
   arm = lambda platform, profile, bn='0', dtype='float32': runs.loc[
-      (runs['platform'] == platform) & (runs['numerics.requested.profile'] == profile)
-      & (runs['numerics.requested.batchnorm_group'].astype(str) == bn)
-      & (runs['numerics.requested.compute_dtype'] == dtype), 'arm'].iloc[0]
+    (runs['platform'] == platform)
+    & (runs['numerics.requested.profile'] == profile)
+    & (runs['numerics.requested.batchnorm_group'].astype(str) == bn)
+    & (runs['numerics.requested.compute_dtype'] == dtype),
+    'arm',
+  ].iloc[0]
   platform = agreement_pairs.platform_pairs(runs, by)
   assert (arm('cpu', 'native'), arm('gpu', 'native')) in platform
   assert (arm('cpu', 'tpu_default'), arm('gpu', 'tpu_default')) in platform and len(platform) == 8
   # CPU repeats bit for bit; the H100 runs were nondeterministic: no identical pair there.
   assert agreement_pairs.identical_pairs(runs, by) == [(arm('cpu', 'f32'), arm('cpu', 'native'))]
   assert sorted(agreement_pairs.noise_pairs(runs, by)) == [
-      (arm('cpu', 'bf16_noise'), arm('cpu', 'f32')), (arm('gpu', 'bf16_noise'), arm('gpu', 'f32'))]
+    (arm('cpu', 'bf16_noise'), arm('cpu', 'f32')),
+    (arm('gpu', 'bf16_noise'), arm('gpu', 'f32')),
+  ]
 
 
 def write_agreement(out, section, folder):
   """The agreement files and the ladder of `out` with `section` (analysis/catalogue.py)."""
   given = catalogue.Given(result=dataclasses.replace(out, agreement=section))
-  return catalogue.write(catalogue.ANALYSE, given, folder, only={
-      'report_agreement.csv', 'report_calibration.csv', 'report_train_loss.csv',
-      'report_per_class.csv', 'report_variance.csv', 'churn_ladder'})
+  return catalogue.write(
+    catalogue.ANALYSE,
+    given,
+    folder,
+    only={
+      'report_agreement.csv',
+      'report_calibration.csv',
+      'report_train_loss.csv',
+      'report_per_class.csv',
+      'report_variance.csv',
+      'churn_ladder',
+    },
+  )
 
 
 def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):
@@ -160,8 +199,14 @@ def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):
   assert section.summary.startswith('Agreement (churn') and section.missing == []
   paths = write_agreement(out, section, str(tmp_path))
   names = {os.path.basename(p) for p in paths}
-  assert {'report_agreement.csv', 'report_calibration.csv', 'report_train_loss.csv',
-          'report_per_class.csv', 'churn_ladder.png', 'churn_ladder.pdf'} <= names
+  assert {
+    'report_agreement.csv',
+    'report_calibration.csv',
+    'report_train_loss.csv',
+    'report_per_class.csv',
+    'churn_ladder.png',
+    'churn_ladder.pdf',
+  } <= names
   written = pd.read_csv(tmp_path / 'report_agreement.csv')
   assert {'a', 'b', 'pairing', 'churn_pct', 'ci_low', 'ci_high', 'seeds'} <= set(written)
   assert set(written['pairing']) == {'same seed', 'different seeds'}
@@ -191,8 +236,12 @@ def test_without_a_declaration_every_pair_of_arms_on_one_platform_is_compared():
 
 
 def test_a_long_ladder_is_cut_to_a_readable_page():
-  rows = ([{'kind': 'contrast', 'platform_a': 'cpu'}] * 60 + [{'kind': 'seed', 'platform_a': 'cpu'}] * 10
-          + [{'kind': 'seed', 'platform_a': 'gpu'}] * 3 + [{'kind': 'seed_all', 'platform_a': 'cpu'}])
+  rows = (
+    [{'kind': 'contrast', 'platform_a': 'cpu'}] * 60
+    + [{'kind': 'seed', 'platform_a': 'cpu'}] * 10
+    + [{'kind': 'seed', 'platform_a': 'gpu'}] * 3
+    + [{'kind': 'seed_all', 'platform_a': 'cpu'}]
+  )
   drawn, left_out = churn_ladder.drawn_rows(pd.DataFrame(rows))
   assert len(drawn) == churn_ladder.MAX_ROWS and left_out == 60 - (churn_ladder.MAX_ROWS - 4)
   assert list(drawn['kind'].iloc[-4:]) == ['seed'] * 3 + ['seed_all']  # cpu's arms: pooled only
@@ -204,12 +253,17 @@ def test_seed_rows_of_every_arm_of_a_platform_pooled_by_clusters_of_shared_seeds
   pair the sample is the 3 seed pairs, each the mean over the arms, with the interval over them."""
   rng = np.random.default_rng(8)
   base = [prediction(0.2, rng) for _ in range(6)]
-  entries = [entry(arm, s, base[s] if arm in 'ab' else prediction(0.05, rng, base[s]['predicted']))
-             for arm in 'abc' for s in range(6)]
+  entries = [
+    entry(arm, s, base[s] if arm in 'ab' else prediction(0.05, rng, base[s]['predicted']))
+    for arm in 'abc'
+    for s in range(6)
+  ]
   table = agreement.agreement_table(entries).set_index('kind')
   pred = {(e['arm'], e['seed']): e['pred']['predicted'] for e in entries}
-  per_pair = {(s, s + 1): [100 * agreement.churn(pred[(arm, s)], pred[(arm, s + 1)]) for arm in 'abc']
-              for s in (0, 2, 4)}
+  per_pair = {
+    (s, s + 1): [100 * agreement.churn(pred[(arm, s)], pred[(arm, s + 1)]) for arm in 'abc']
+    for s in (0, 2, 4)
+  }
   assert per_pair[(0, 1)][0] == per_pair[(0, 1)][1]  # a and b: the same two models
   clustered = np.array([np.mean(v) for v in per_pair.values()])
   pooled = table.loc['seed_all']
@@ -223,8 +277,9 @@ def test_seed_rows_of_every_arm_of_a_platform_pooled_by_clusters_of_shared_seeds
 
 
 def test_clusters_join_seed_pairs_that_share_a_seed():
-  assert sorted(map(sorted, agreement.clusters([(0, 1), (2, 3), (1, 2), (4, 5), (6, 7), (7, 8)]))) == [
-      [0, 1, 2], [3], [4, 5]]
+  assert sorted(
+    map(sorted, agreement.clusters([(0, 1), (2, 3), (1, 2), (4, 5), (6, 7), (7, 8)]))
+  ) == [[0, 1, 2], [3], [4, 5]]
 
 
 def crossed_runs(rng):
@@ -238,8 +293,18 @@ def crossed_runs(rng):
       for r in range(2):
         run = f'/r/a/init{i}/data{j}/rep{r}'
         loaded[run] = prediction(0.01, rng, base=by_data['predicted'])
-        rows.append({'run': run, 'arm': 'a', 'seed': 0, 'platform': 'cpu', 'init_seed': i,
-                     'data_seed': j, 'replicate': r, 'value': rng.normal(90, 1)})
+        rows.append(
+          {
+            'run': run,
+            'arm': 'a',
+            'seed': 0,
+            'platform': 'cpu',
+            'init_seed': i,
+            'data_seed': j,
+            'replicate': r,
+            'value': rng.normal(90, 1),
+          }
+        )
   return pd.DataFrame(rows), loaded
 
 
@@ -248,12 +313,16 @@ def test_churn_by_source_with_init_and_data_order_seeds():
   section = agreement_section.agreement_section(runs, [], load=loaded.get)
   table = section.table.set_index('kind')
   assert table.loc['nondeterminism', 'seeds'] == 16  # every (init, data) cell repeated
-  assert (table.loc['nondeterminism', 'churn_pct'] < table.loc['data order', 'churn_pct']
-          < table.loc['init', 'churn_pct'])
+  assert (
+    table.loc['nondeterminism', 'churn_pct']
+    < table.loc['data order', 'churn_pct']
+    < table.loc['init', 'churn_pct']
+  )
   first = lambda i, j: [loaded[f'/r/a/init{i}/data{j}/rep{r}']['predicted'] for r in (0, 1)]
   cross = lambda x, y: np.mean([agreement.churn(p, q) for p in x for q in y])
-  per_init = [np.mean([cross(first(i, 0), first(i, 1)), cross(first(i, 2), first(i, 3))])
-              for i in range(4)]  # disjoint data-seed pairs (0, 1), (2, 3) within each init seed
+  per_init = [
+    np.mean([cross(first(i, 0), first(i, 1)), cross(first(i, 2), first(i, 3))]) for i in range(4)
+  ]  # disjoint data-seed pairs (0, 1), (2, 3) within each init seed
   assert table.loc['data order', 'churn_pct'] == pytest.approx(100 * np.mean(per_init))
   assert table.loc['data order', 'seed_list'] == 'init seeds 0, 1, 2, 3'
   variance_rows = section.variance.set_index('component')
@@ -263,9 +332,13 @@ def test_churn_by_source_with_init_and_data_order_seeds():
 def test_the_study_command_writes_the_agreement_files_from_a_csv(tmp_path, capsys):
   """A CSV holds no predictions: the agreement CSV comes with no rows, the loss table is there."""
   from analysis import analyse  # pylint: disable=import-outside-toplevel
+
   frame = pd.read_csv(CSV)
-  keep = frame['platform'].eq('cpu') & frame['seed'].lt(4) & frame[
-      'numerics.requested.profile'].isin(['f32', 'bf16_noise'])
+  keep = (
+    frame['platform'].eq('cpu')
+    & frame['seed'].lt(4)
+    & frame['numerics.requested.profile'].isin(['f32', 'bf16_noise'])
+  )
   frame[keep].to_csv(tmp_path / 'small.csv', index=False)
   analyse.main(['--csv', str(tmp_path / 'small.csv'), '--out', str(tmp_path / 'out')])
   written = capsys.readouterr().err
@@ -281,5 +354,7 @@ def test_summary_line_names_each_rung_once_and_the_identical_check():
   line = agreement.summary(agreement.agreement_table(entries, identical=[('a', 'b')]))
   assert 'identical arithmetic exactly 0 (checked)' in line
   assert line.count('seed: init and data order') == 1  # the pooled seed rung only, not each arm's
-  line = agreement.summary(agreement.agreement_table(two_arms([0.02, 0.04]), identical=[('a', 'b')]))
+  line = agreement.summary(
+    agreement.agreement_table(two_arms([0.02, 0.04]), identical=[('a', 'b')])
+  )
   assert 'NOT 0 in 1 of 1 pairs' in line

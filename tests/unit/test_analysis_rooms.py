@@ -12,21 +12,84 @@ from tests.conftest import ROOT
 
 REPO = ROOT
 ROOMS = ('numbers', 'words')
-IO_MODULES = {'os', 'io', 'sys', 'pathlib', 'shutil', 'glob', 'tempfile', 'pickle', 'subprocess',
-              'socket', 'urllib', 'etils', 'orbax', 'tensorflow', 'h5py', 'fcntl', 'json',
-              'matplotlib'}
+IO_MODULES = {
+  'os',
+  'io',
+  'sys',
+  'pathlib',
+  'shutil',
+  'glob',
+  'tempfile',
+  'pickle',
+  'subprocess',
+  'socket',
+  'urllib',
+  'etils',
+  'orbax',
+  'tensorflow',
+  'h5py',
+  'fcntl',
+  'json',
+  'matplotlib',
+}
 IO_BUILTINS = {'open', 'print', 'input', 'exec', 'eval', '__import__'}
 # Readers and writers by the name they are called by: pandas and numpy files, paths, the run
 # record (runrecord/record.py, predictions.py) and analysis/inputs/'s readers.
-IO_CALLS = {'read_csv', 'to_csv', 'read_json', 'to_json', 'read_parquet', 'to_parquet',
-            'read_pickle', 'to_pickle', 'read_excel', 'to_excel', 'read_table', 'to_latex_file',
-            'savefig', 'save', 'savez', 'load', 'loadtxt', 'savetxt', 'genfromtxt', 'fromfile',
-            'tofile', 'read_text', 'write_text', 'read_bytes', 'write_bytes', 'mkdir', 'makedirs',
-            'unlink', 'listdir', 'walk', 'exists', 'stdout',
-            'stderr', 'read_results', 'write_results', 'read_predictions', 'saved_steps',
-            'checkpoint_dir', 'read', 'read_runs', 'read_columns', 'read_file', 'load_study',
-            'load_runs', 'load_steps', 'steps_frame', 'find_all', 'read_all', 'train_records',
-            'open_root', 'from_roots', 'from_config', 'write'}
+IO_CALLS = {
+  'read_csv',
+  'to_csv',
+  'read_json',
+  'to_json',
+  'read_parquet',
+  'to_parquet',
+  'read_pickle',
+  'to_pickle',
+  'read_excel',
+  'to_excel',
+  'read_table',
+  'to_latex_file',
+  'savefig',
+  'save',
+  'savez',
+  'load',
+  'loadtxt',
+  'savetxt',
+  'genfromtxt',
+  'fromfile',
+  'tofile',
+  'read_text',
+  'write_text',
+  'read_bytes',
+  'write_bytes',
+  'mkdir',
+  'makedirs',
+  'unlink',
+  'listdir',
+  'walk',
+  'exists',
+  'stdout',
+  'stderr',
+  'read_results',
+  'write_results',
+  'read_predictions',
+  'saved_steps',
+  'checkpoint_dir',
+  'read',
+  'read_runs',
+  'read_columns',
+  'read_file',
+  'load_study',
+  'load_runs',
+  'load_steps',
+  'steps_frame',
+  'find_all',
+  'read_all',
+  'train_records',
+  'open_root',
+  'from_roots',
+  'from_config',
+  'write',
+}
 
 
 def io_uses(source, name='<source>'):
@@ -35,8 +98,9 @@ def io_uses(source, name='<source>'):
   for node in ast.walk(ast.parse(source)):
     line = f'{name}:{getattr(node, "lineno", 0)}'
     if isinstance(node, ast.Import):
-      found += [f'{line} imports {a.name}' for a in node.names
-                if a.name.split('.')[0] in IO_MODULES]
+      found += [
+        f'{line} imports {a.name}' for a in node.names if a.name.split('.')[0] in IO_MODULES
+      ]
     elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
       if node.module.split('.')[0] in IO_MODULES:
         found.append(f'{line} imports from {node.module}')
@@ -66,13 +130,22 @@ def test_numbers_and_words_do_no_io():
 
 
 def test_the_check_finds_planted_io():
-  planted = ('import os\nfrom etils import epath\nimport pandas as pd\n'
-             "def f(path, table, runs):\n  open(path)\n  pd.read_csv(path)\n  table.to_csv(path)\n"
-             '  run_predictions.read(runs)\n  results.load_study(runs)\n  print(table)\n'
-             '  sys.stdout.write("x")\n')
+  planted = (
+    'import os\nfrom etils import epath\nimport pandas as pd\n'
+    'def f(path, table, runs):\n  open(path)\n  pd.read_csv(path)\n  table.to_csv(path)\n'
+    '  run_predictions.read(runs)\n  results.load_study(runs)\n  print(table)\n'
+    '  sys.stdout.write("x")\n'
+  )
   assert io_uses(planted, 'x.py') == [
-      'x.py:1 imports os', 'x.py:2 imports from etils', 'x.py:5 calls open()',
-      'x.py:6 calls .read_csv()', 'x.py:7 calls .to_csv()', 'x.py:8 calls .read()',
-      'x.py:9 calls .load_study()', 'x.py:10 calls print()', 'x.py:11 calls .write()',
-      'x.py:11 uses .stdout']
+    'x.py:1 imports os',
+    'x.py:2 imports from etils',
+    'x.py:5 calls open()',
+    'x.py:6 calls .read_csv()',
+    'x.py:7 calls .to_csv()',
+    'x.py:8 calls .read()',
+    'x.py:9 calls .load_study()',
+    'x.py:10 calls print()',
+    'x.py:11 calls .write()',
+    'x.py:11 uses .stdout',
+  ]
   assert io_uses('import numpy as np\ndef g(x):\n  return np.mean(x) + len(str(x))\n') == []

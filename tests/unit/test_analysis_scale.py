@@ -18,8 +18,8 @@ from analysis.inputs import csv_input
 from analysis.numbers import answer, attribution, effects, inference, stats
 from analysis.words import report
 from benchmarks import bench_analysis
-from tests.support.planted_runs import make_record, smoke
 from runrecord import record
+from tests.support.planted_runs import make_record, smoke
 
 
 def one_line_error(capsys, main, argv):
@@ -32,6 +32,7 @@ def one_line_error(capsys, main, argv):
 
 
 # Item 1: attribution that scales.
+
 
 def test_seed_fixed_effects_equal_statsmodels_ols_with_seed_dummies():
   """The within (demeaning) fit: the coefficients of OLS with one dummy per seed, and its
@@ -47,14 +48,16 @@ def test_seed_fixed_effects_equal_statsmodels_ols_with_seed_dummies():
   dummies = pd.get_dummies(runs['seed'], prefix='seed', drop_first=True).astype(float)
   groups = pd.factorize(runs['seed'])[0]
   dense = sm.OLS(runs['value'], pd.concat([X, dummies], axis=1)).fit(
-      cov_type='cluster', cov_kwds={'groups': groups, 'use_correction': False}, use_t=True)
+    cov_type='cluster', cov_kwds={'groups': groups, 'use_correction': False}, use_t=True
+  )
   factors = [c for c in X if c != 'Intercept']
   n, g, k = len(runs), runs['seed'].nunique(), len(factors)
   res = model['result']
   assert res.params[factors].to_numpy() == pytest.approx(dense.params[factors].to_numpy(), rel=1e-9)
   cr1 = g / (g - 1) * (n - 1) / (n - k)
   assert res.cov_params().loc[factors, factors].to_numpy() == pytest.approx(
-      cr1 * dense.cov_params().loc[factors, factors].to_numpy(), rel=1e-9)
+    cr1 * dense.cov_params().loc[factors, factors].to_numpy(), rel=1e-9
+  )
   term = effects.contrast(model, {'profile=tpu_default': 1.0})
   half = sps.t.ppf(0.975, g - 1) * term['se']
   assert term['df'] == g - 1 and term['ci_high'] - term['estimate'] == pytest.approx(half)
@@ -80,7 +83,9 @@ def test_many_seeds_fit_seed_fixed_effects_in_bounded_memory_and_say_why():
   assert 'MixedLM not fitted' in out.decomposition[0]['cross_check']['method']
   t = out.terms.set_index('term').loc['profile=tpu_default']
   assert t['ci_low'] < 0.3 < t['ci_high']
-  small = attribution.factor_attribution(bench_analysis.runs_table(30), ['platform', 'profile'], 'accuracy')
+  small = attribution.factor_attribution(
+    bench_analysis.runs_table(30), ['platform', 'profile'], 'accuracy'
+  )
   assert small.method.startswith('MixedLM (REML)')
 
 
@@ -90,8 +95,11 @@ def test_memory_guard_refuses_a_design_it_cannot_hold(tmp_path, capsys):
   table = bench_analysis.runs_table(2_500)
   table['tag'] = [f't{i}' for i in range(len(table))]
   table.to_csv(tmp_path / 'runs.csv', index=False)
-  code, err = one_line_error(capsys, attribute.main, [
-      '--csv', str(tmp_path / 'runs.csv'), '--metric', 'accuracy', '--factors', 'platform', 'tag'])
+  code, err = one_line_error(
+    capsys,
+    attribute.main,
+    ['--csv', str(tmp_path / 'runs.csv'), '--metric', 'accuracy', '--factors', 'platform', 'tag'],
+  )
   assert code == 2 and err.startswith('error: --factors: ')
   assert 'tag has 10,000 levels' in err and 'GB' in err and 'drop it' in err
 
@@ -106,11 +114,15 @@ def test_design_names_a_confounded_term_from_its_distinct_rows():
     with pytest.raises(ValueError, match='--factors: term twin=jax_gpu_default is confounded'):
       effects.design(runs, factors, ref)
   X = effects.design(runs, ['platform', 'profile'], {'platform': 'gpu', 'profile': 'native'})
-  assert list(X.columns) == ['Intercept', 'platform=tpu', 'profile=jax_gpu_default',
-                             'profile=tpu_default'] and len(X) == 200
+  assert (
+    list(X.columns)
+    == ['Intercept', 'platform=tpu', 'profile=jax_gpu_default', 'profile=tpu_default']
+    and len(X) == 200
+  )
 
 
 # Item 2: analysis.numbers.stats at any size.
+
 
 def test_mann_whitney_method_by_size():
   """Exact where cheap and defined, else the normal approximation scipy uses."""
@@ -120,15 +132,17 @@ def test_mann_whitney_method_by_size():
   ref = sps.mannwhitneyu(a, b, method='exact')
   assert method == inference.MW_EXACT and (u, p) == (ref.statistic, pytest.approx(ref.pvalue))
   # Ties (discrete accuracies): the exact permutation test over the midranks, by enumeration.
-  a, b = np.array([.70, .71, .69, .72, .70]), np.array([.68, .69, .70, .67, .66, .69])
+  a, b = np.array([0.70, 0.71, 0.69, 0.72, 0.70]), np.array([0.68, 0.69, 0.70, 0.67, 0.66, 0.69])
   u, p, method = inference.mann_whitney(a, b)
   ranks = sps.rankdata(np.concatenate([a, b]))
   us = [ranks[list(i)].sum() - 15 for i in itertools.combinations(range(11), 5)]
   assert method == inference.MW_PERMUTATION
   assert p == pytest.approx(np.mean([abs(x - 15) >= abs(u - 15) - 1e-9 for x in us]))
   # Large, or ties beyond the enumeration limit: normal, tie- and continuity-corrected.
-  for a, b in ((rng.normal(size=inference.MW_EXACT_MAX_N + 1), rng.normal(size=50)),
-               (rng.integers(0, 9, 40) / 10, rng.integers(0, 9, 40) / 10)):
+  for a, b in (
+    (rng.normal(size=inference.MW_EXACT_MAX_N + 1), rng.normal(size=50)),
+    (rng.integers(0, 9, 40) / 10, rng.integers(0, 9, 40) / 10),
+  ):
     u, p, method = inference.mann_whitney(a, b)
     ref = sps.mannwhitneyu(a, b, method='asymptotic', use_continuity=True)
     assert method == inference.MW_NORMAL and (u, p) == (ref.statistic, pytest.approx(ref.pvalue))
@@ -143,8 +157,9 @@ def test_stats_at_hundreds_of_seeds_names_the_mann_whitney_method_in_the_tables(
   out = answer.study_analysis(frame, {}, ['platform'], 'accuracy', margin=0.3)
   pair = out.pairs.iloc[0]
   assert pair['mw_method'] == inference.MW_NORMAL
-  a, b = (100 * frame.loc[frame['platform'] == arm, 'accuracy']
-          for arm in (pair['arm_a'], pair['arm_b']))
+  a, b = (
+    100 * frame.loc[frame['platform'] == arm, 'accuracy'] for arm in (pair['arm_a'], pair['arm_b'])
+  )
   assert pair['mw_p'] == pytest.approx(sps.mannwhitneyu(a, b, method='asymptotic').pvalue)
   text = report.render(out, 'md')
   assert f'{inference.MW_NORMAL}' in text.split('## Comparisons: every test')[1]
@@ -153,9 +168,15 @@ def test_stats_at_hundreds_of_seeds_names_the_mann_whitney_method_in_the_tables(
 def test_arm_interval_method_by_size():
   """t below BCA_MIN_N, BCa bootstrap up to BCA_MAX_N, t again from there (the jackknife of the
   BCa interval costs n^2; the intervals agree there): mean_ci returns exactly the t-interval."""
-  assert [inference.ci_method(n) for n in (inference.BCA_MIN_N - 1, inference.BCA_MIN_N,
-                                           inference.BCA_MAX_N - 1, inference.BCA_MAX_N)] == [
-      inference.T_METHOD, inference.BCA_METHOD, inference.BCA_METHOD, inference.T_METHOD]
+  assert [
+    inference.ci_method(n)
+    for n in (
+      inference.BCA_MIN_N - 1,
+      inference.BCA_MIN_N,
+      inference.BCA_MAX_N - 1,
+      inference.BCA_MAX_N,
+    )
+  ] == [inference.T_METHOD, inference.BCA_METHOD, inference.BCA_METHOD, inference.T_METHOD]
   x = np.random.default_rng(4).lognormal(0, 1, inference.BCA_MAX_N)
   low, high, method = inference.mean_ci(x)
   assert method == inference.T_METHOD and (low, high) == inference.t_ci(x)
@@ -167,8 +188,10 @@ def test_prepare_and_arm_table_loop_per_arm_not_per_run(monkeypatch):
   """No iterrows and no Python loop over seeds or runs in stats.prepare / arm_table (at 100,000
   rows each costs seconds to minutes): a group-by is iterated at most once per arm."""
   frame = bench_analysis.runs_table(300)
-  frame = pd.concat([frame, frame[frame['profile'] == 'native'].assign(
-      accuracy=lambda f: f['accuracy'] + 0.001)], ignore_index=True)  # every native seed twice
+  frame = pd.concat(
+    [frame, frame[frame['profile'] == 'native'].assign(accuracy=lambda f: f['accuracy'] + 0.001)],
+    ignore_index=True,
+  )  # every native seed twice
   iterated = []
   original = pd_groupby.BaseGroupBy.__iter__
 
@@ -176,6 +199,7 @@ def test_prepare_and_arm_table_loop_per_arm_not_per_run(monkeypatch):
     for item in original(self):
       iterated.append(1)
       yield item
+
   monkeypatch.setattr(pd_groupby.BaseGroupBy, '__iter__', counted)
   monkeypatch.setattr(pd.DataFrame, 'iterrows', lambda self: pytest.fail('iterrows'))
   prep = stats.prepare(frame, ['platform', 'profile'], 'accuracy')
@@ -185,7 +209,8 @@ def test_prepare_and_arm_table_loop_per_arm_not_per_run(monkeypatch):
   native = arms.set_index('arm').loc['gpu, profile=native']
   assert native['within_sd'] == pytest.approx(0.1 / np.sqrt(2)) and native['within_df'] == 300
   assert native['n_runs'] == 600 and native['determinism'] == (
-      'seed 0 repeated with a different value')
+    'seed 0 repeated with a different value'
+  )
 
 
 def test_more_arms_than_a_report_can_compare_is_one_line_naming_group_by(tmp_path, capsys):
@@ -194,13 +219,17 @@ def test_more_arms_than_a_report_can_compare_is_one_line_naming_group_by(tmp_pat
   table = bench_analysis.runs_table(402)
   table['tag'] = (table['seed'] % 201).astype(str)
   table.to_csv(tmp_path / 'runs.csv', index=False)
-  code, err = one_line_error(capsys, analyse.main, [
-      '--csv', str(tmp_path / 'runs.csv'), '--metric', 'accuracy', '--group-by', 'tag'])
+  code, err = one_line_error(
+    capsys,
+    analyse.main,
+    ['--csv', str(tmp_path / 'runs.csv'), '--metric', 'accuracy', '--group-by', 'tag'],
+  )
   assert code == 2 and err.startswith('error: --group-by: 201 arms (by tag), more than this report')
   assert f'{stats.MAX_ARMS} arms at most: up to 19,900 pairs' in err and 'fewer or coarser' in err
 
 
 # Item 3: arms defined by every config field that differs.
+
 
 def test_arms_split_on_every_config_field_that_differs():
   """A learning-rate sweep (0.003 vs 0.002) plus a 4-epoch run: three arms named by their fields
@@ -215,8 +244,11 @@ def test_arms_split_on_every_config_field_that_differs():
     longer.num_epochs = 4
     moved = smoke(seed)  # differs only in what cannot change the result
     moved.log_every_steps, moved.data.manual_dir, moved.checkpoint_every_steps = 7, '/x', 3
-    for name, config, acc in (('base', base if seed else moved, .90), ('slow', slow, .85),
-                              ('long', longer, .93)):
+    for name, config, acc in (
+      ('base', base if seed else moved, 0.90),
+      ('slow', slow, 0.85),
+      ('long', longer, 0.93),
+    ):
       rec = make_record(config, acc + seed / 100)
       if name == 'long' and seed:
         rec['config']['optim'].pop('schedule')  # written before optim.schedule existed
@@ -224,14 +256,21 @@ def test_arms_split_on_every_config_field_that_differs():
   rows.append(record.row('/r/pending', None))  # no seed: the seed column becomes float
   out = stats.arms_and_pairs(pd.DataFrame(rows), margin=0.5)
   arms = out.arms.set_index('arm')
-  assert sorted(arms.index) == ['num_epochs=2, optim.learning_rate=0.002',
-                                'num_epochs=2, optim.learning_rate=0.003',
-                                'num_epochs=4, optim.learning_rate=0.003']
+  assert sorted(arms.index) == [
+    'num_epochs=2, optim.learning_rate=0.002',
+    'num_epochs=2, optim.learning_rate=0.003',
+    'num_epochs=4, optim.learning_rate=0.003',
+  ]
   assert list(arms['n']) == [2, 2, 2] and out.replicates.empty
   assert set(arms['seeds']) == {'0 1'} and not arms['determinism'].str.contains('different').any()
   assert {'config.num_epochs', 'config.optim.learning_rate'} <= set(out.group_by)
-  for never in ('config.seed', 'config.log_every_steps', 'config.data.manual_dir',
-                'config.checkpoint_every_steps', 'config.optim.schedule'):
+  for never in (
+    'config.seed',
+    'config.log_every_steps',
+    'config.data.manual_dir',
+    'config.checkpoint_every_steps',
+    'config.optim.schedule',
+  ):
     assert never not in out.group_by, never
   assert not any(c.startswith('config.numerics.') for c in out.group_by)
 
@@ -239,19 +278,23 @@ def test_arms_split_on_every_config_field_that_differs():
 def test_seeds_print_as_integers_in_every_table(tmp_path, capsys):
   """A CSV whose seed column has a gap (so pandas reads floats): 0 1 2 everywhere, never 0.0."""
   (tmp_path / 'r.csv').write_text(
-      'platform,seed,accuracy\ntpu,0,0.70\ntpu,1,0.71\ntpu,1,0.72\ntpu,2,0.69\n'
-      'gpu,0,0.70\ngpu,1,0.70\ngpu,2,0.68\ngpu,,0.71\n')
+    'platform,seed,accuracy\ntpu,0,0.70\ntpu,1,0.71\ntpu,1,0.72\ntpu,2,0.69\n'
+    'gpu,0,0.70\ngpu,1,0.70\ngpu,2,0.68\ngpu,,0.71\n'
+  )
   argv = ['--csv', str(tmp_path / 'r.csv'), '--group-by', 'platform', '--metric', 'accuracy']
   analyse.main(argv)
   text = capsys.readouterr().out
   assert 'seed 1 repeated with a different value' in text and '| tpu | 1 | 2 |' in text
   assert '| 0–2 |' in text and '.0 ' not in text and '.0 |' not in text
   analyse.main(argv + [f'--out={tmp_path}/o'])
-  assert (tmp_path / 'o' / 'report_replicates.csv').read_text().splitlines()[1].startswith('tpu,1,2,')
+  assert (
+    (tmp_path / 'o' / 'report_replicates.csv').read_text().splitlines()[1].startswith('tpu,1,2,')
+  )
   assert pd.read_csv(tmp_path / 'o' / 'report_arms.csv')['seeds'].tolist() == ['0–2', '0–2']
 
 
 # The analysis parts of item 9: one line, exit 2.
+
 
 def test_attribution_with_one_seed_per_arm(tmp_path, capsys):
   """One seed in two arms: 2 runs for 2 coefficients leave no error to estimate (a one-line
@@ -259,12 +302,17 @@ def test_attribution_with_one_seed_per_arm(tmp_path, capsys):
   a correct analysis, OLS with HC3 errors on 1 residual df, saying why."""
   path = tmp_path / 'one.csv'
   path.write_text('platform,profile,seed,accuracy\ngpu,native,0,0.70\ngpu,f32,0,0.71\n')
-  code, err = one_line_error(capsys, attribute.main, [
-      '--csv', str(path), '--factors', 'profile', '--metric', 'accuracy'])
+  code, err = one_line_error(
+    capsys, attribute.main, ['--csv', str(path), '--factors', 'profile', '--metric', 'accuracy']
+  )
   assert code == 2 and err.startswith('error: --factors: 2 usable runs for 2 coefficients')
-  path.write_text('platform,profile,seed,accuracy\ngpu,native,0,0.70\ngpu,f32,0,0.71\n'
-                  'tpu,native,0,0.72\ntpu,f32,0,0.69\n')
-  out = attribution.factor_attribution(csv_input.read_csv(str(path)), ['platform', 'profile'], 'accuracy')
+  path.write_text(
+    'platform,profile,seed,accuracy\ngpu,native,0,0.70\ngpu,f32,0,0.71\n'
+    'tpu,native,0,0.72\ntpu,f32,0,0.69\n'
+  )
+  out = attribution.factor_attribution(
+    csv_input.read_csv(str(path)), ['platform', 'profile'], 'accuracy'
+  )
   assert 'HC3' in out.method and 'one seed' in out.method
   assert np.isfinite(out.terms[['ci_low', 'ci_high']].to_numpy()).all()
 
@@ -282,12 +330,12 @@ def test_duplicate_column_names_are_refused(tmp_path, capsys):
   """pandas would read the second 'accuracy' as 'accuracy.1' and analyse the first silently."""
   path = tmp_path / 'dup.csv'
   path.write_text('platform,accuracy,seed,accuracy\ntpu,0.7,0,0.8\ngpu,0.6,0,0.9\n')
-  code, err = one_line_error(capsys, analyse.main, ['--csv', str(path), '--metric',
-                                                           'accuracy'])
+  code, err = one_line_error(capsys, analyse.main, ['--csv', str(path), '--metric', 'accuracy'])
   assert code == 2 and err.startswith(f'error: --csv: {path} has duplicate column names: accuracy')
 
 
 # Item 5: the benchmark runs end to end at a minimal size (nothing is timed here).
+
 
 def test_bench_analysis_runs_end_to_end(capsys):
   bench_analysis.main(['--sizes', '40'])

@@ -13,9 +13,9 @@ from analysis import analyse
 from analysis.inputs import declaration, results
 from analysis.numbers import answer, gap_verdict, result
 from analysis.words import report
-from tests.support.planted_tables import DIGITS, digits_frame
 from tests.conftest import ROOT
-from tests.support.planted_runs import fake_run, SMALL
+from tests.support.planted_runs import SMALL, fake_run
+from tests.support.planted_tables import DIGITS, digits_frame
 
 
 def answer_section(text):
@@ -32,12 +32,14 @@ def test_the_answer_fits_one_screen_and_comes_first():
   assert '**gpu − cpu: ' in first and '| platform residual: gap − numerics part |' in first
   assert 'share of the gap explained by numerics' in first and 'seeds for 80% power' in first
   assert '**Exploratory** (8 seeds analysed, 6 declared (seeds 0–5))' in first
-  assert ('**Confirmatory answer** (the declared seeds at the declared ±2 pp and platform pairs '
-          'gpu − cpu)') in first and ', seeds 0–5)' in first
+  assert (
+    '**Confirmatory answer** (the declared seeds at the declared ±2 pp and platform pairs '
+    'gpu − cpu)'
+  ) in first and ', seeds 0–5)' in first
   for label in ('tpu_default', 'BN/16', 'bf16 activations', 'bf16_noise'):
     assert first.count(f'| {label} |') == 2, label  # one line per contrast and platform
   assert 'Holm over the 14 declared contrasts tested' in first
-  later = text[len(first):]
+  later = text[len(first) :]
   assert later.index('## Setup') < later.index('## Why each verdict') < later.index('## Arms')
   assert '## Runs excluded' in later and '## Repeated seeds' in later
 
@@ -52,9 +54,9 @@ def test_without_a_declaration_the_answer_counts_the_pairs_instead_of_listing_th
   assert pairs == 16 * 15 // 2 and len(first.splitlines()) <= 60, len(first.splitlines())
   assert f'no declared contrasts: every pair, Holm over {pairs}' in first
   counts = out.pairs['verdict'].value_counts()
-  assert f"{counts.get('inconclusive', 0)} inconclusive" in first
+  assert f'{counts.get("inconclusive", 0)} inconclusive' in first
   assert 'get_study()' in first and first.count('\n| ') == 0
-  assert '## Comparisons: every test' in text[len(first):]
+  assert '## Comparisons: every test' in text[len(first) :]
 
 
 def test_version_differences_between_platforms_are_flagged_as_a_confound():
@@ -72,7 +74,9 @@ def test_version_differences_between_platforms_are_flagged_as_a_confound():
 def test_report_tex_holds_booktabs_tables_only():
   out = answer.study_analysis(digits_frame(('cpu', 'gpu')), DIGITS)
   tex = report.render(out, 'latex')
-  assert tex.count('\\begin{table}') == tex.count('\\bottomrule') == 4  # gap, contrasts, software, arms
+  assert (
+    tex.count('\\begin{table}') == tex.count('\\bottomrule') == 4
+  )  # gap, contrasts, software, arms
   for label in ('tab:gap-gpu-cpu', 'tab:contrasts', 'tab:software', 'tab:arms'):
     assert f'\\label{{{label}}}' in tex
   assert '\\item' not in tex and '**' not in tex and '|' not in tex
@@ -84,14 +88,23 @@ def test_two_roots_give_the_same_tables_as_one_root_holding_both(tmp_path, capsy
   for platform in ('gpu', 'cpu'):
     for k, profile in enumerate(('native', 'f32', 'jax_gpu_default', 'bf16_noise')):
       for seed in range(3):
-        fake_run(tmp_path / 'all' / platform, platform, profile, seed, 0.9 + 0.002 * k + rng.normal(0, 0.004))
+        fake_run(
+          tmp_path / 'all' / platform,
+          platform,
+          profile,
+          seed,
+          0.9 + 0.002 * k + rng.normal(0, 0.004),
+        )
   both = answer.study_analysis(results.load_runs(str(tmp_path / 'all')), SMALL)
   roots = [str(tmp_path / 'all' / 'gpu'), str(tmp_path / 'all' / 'cpu')]  # gpu first: order-free
   apart = answer.study_analysis(results.load_runs(roots), SMALL)
   for name in ('arms', 'contrasts'):
-    pd.testing.assert_frame_equal(getattr(both, name).reset_index(drop=True), getattr(apart, name).reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+      getattr(both, name).reset_index(drop=True), getattr(apart, name).reset_index(drop=True)
+    )
   assert both.attribution.decomposition[0]['R'] == pytest.approx(
-      apart.attribution.decomposition[0]['R'], abs=1e-9)
+    apart.attribution.decomposition[0]['R'], abs=1e-9
+  )
   assert set(both.runs['run']) == set(apart.runs['run'])  # root + relative path
   with pytest.raises(ValueError, match='is under both') as e:
     results.load_runs([str(tmp_path / 'all'), roots[0]])  # a root inside another
@@ -100,19 +113,32 @@ def test_two_roots_give_the_same_tables_as_one_root_holding_both(tmp_path, capsy
   analyse.main(['--runs', *roots, '--out', str(tmp_path / 'out')])
   captured = capsys.readouterr()
   assert '| native gap (gpu − cpu) |' in captured.out
-  written = {line.split(str(tmp_path / 'out') + '/')[1] for line in captured.err.splitlines()
-             if line.startswith('wrote ')}
+  written = {
+    line.split(str(tmp_path / 'out') + '/')[1]
+    for line in captured.err.splitlines()
+    if line.startswith('wrote ')
+  }
   assert 'note: report_pairs.csv not written: no pairs tested' in captured.err  # declared only
-  assert {'report.md', 'report.tex', 'report_contrasts.csv', 'report_decomposition.csv',
-          'attribution.md', 'attribution_decomposition.csv', 'figures/contrasts.pdf',
-          'figures/gap_decomposition.png', 'figures/accuracy_by_arm.pdf'} <= written
+  assert {
+    'report.md',
+    'report.tex',
+    'report_contrasts.csv',
+    'report_decomposition.csv',
+    'attribution.md',
+    'attribution_decomposition.csv',
+    'figures/contrasts.pdf',
+    'figures/gap_decomposition.png',
+    'figures/accuracy_by_arm.pdf',
+  } <= written
   assert (tmp_path / 'out' / 'report.md').read_text() == captured.out
 
 
 def test_sweeps_study_checks_its_other_roots_before_the_sweep(tmp_path, capsys):
   from sweeps import run_study  # pylint: disable=import-outside-toplevel
-  code = run_study.main(['--config=configs/digits.py:study', f'--root={tmp_path}/r', '--runs',
-                     str(tmp_path / 'nope')])
+
+  code = run_study.main(
+    ['--config=configs/digits.py:study', f'--root={tmp_path}/r', '--runs', str(tmp_path / 'nope')]
+  )
   err = capsys.readouterr().err
   assert code == 2 and err.startswith('error: --runs:') and err.count('\n') == 1
   assert not (tmp_path / 'r').exists()  # nothing run or written
@@ -145,11 +171,14 @@ def test_a_cpu_platform_identity_takes_the_declared_cpu_profile():
   frame = digits_frame(('cpu', 'gpu'), seeds=range(4))
   frame['platform'] = frame['platform'].replace({'cpu': 'cpu-AVX2'})
   assert answer.platform_profile(frame, DIGITS['platform_profile']) == {
-      'cpu-AVX2': 'f32', 'gpu': 'jax_gpu_default'}
+    'cpu-AVX2': 'f32',
+    'gpu': 'jax_gpu_default',
+  }
   out = answer.study_analysis(frame, DIGITS)
   assert out.attribution.decomposition[0]['gap'] == 'gpu - cpu-AVX2'
-  assert out.arms.set_index('arm')['deterministic'].loc[
-      lambda s: s.index.str.contains('cpu-AVX2')].all()
+  assert (
+    out.arms.set_index('arm')['deterministic'].loc[lambda s: s.index.str.contains('cpu-AVX2')].all()
+  )
 
 
 def test_the_documented_python_use_runs_and_gives_the_typed_result(monkeypatch):

@@ -32,11 +32,25 @@ def runs_frame(platforms=('gpu', 'tpu'), seeds=range(8), native=True, platform_s
     for i, profile in enumerate(profiles):
       for seed in seeds:
         effect = EFFECT[EMULATES[platform] if profile == 'native' else profile]
-        pp = (BASE + effect + seed_effect[seed] + (platform == 'tpu') * platform_shift
-              + rng.normal(0, RUN_SD))
-        rows.append({'run': f'/r/{platform}/{profile}/{seed}', 'status': 'completed', 'reason': '',
-                     'seed': seed, 'platform': platform, PROFILE: profile,
-                     'numerics.requested.batchnorm_group': (i + seed) % 2, METRIC: pp / 100})
+        pp = (
+          BASE
+          + effect
+          + seed_effect[seed]
+          + (platform == 'tpu') * platform_shift
+          + rng.normal(0, RUN_SD)
+        )
+        rows.append(
+          {
+            'run': f'/r/{platform}/{profile}/{seed}',
+            'status': 'completed',
+            'reason': '',
+            'seed': seed,
+            'platform': platform,
+            PROFILE: profile,
+            'numerics.requested.batchnorm_group': (i + seed) % 2,
+            METRIC: pp / 100,
+          }
+        )
   return pd.DataFrame(rows)
 
 
@@ -57,27 +71,40 @@ def residual(out):
 
 def test_planted_effects_inside_their_cis_and_match_statsmodels_mixedlm():
   frame = runs_frame(native=False)
-  out = attribution.factor_attribution(frame, ['platform', 'profile', 'batchnorm_group'],
-                        reference={'profile': 'f32'}, margin=0.3, noise_arm=['profile=noise'])
+  out = attribution.factor_attribution(
+    frame,
+    ['platform', 'profile', 'batchnorm_group'],
+    reference={'profile': 'f32'},
+    margin=0.3,
+    noise_arm=['profile=noise'],
+  )
   show(out)
   assert out.method.startswith('MixedLM (REML)')
   terms = out.terms.set_index('term')
-  planted = {'profile=tpu_default': 0.8, 'profile=jax_gpu_default': 0, 'profile=noise': 0,
-             'platform=tpu': 0, 'batchnorm_group=1': 0}
+  planted = {
+    'profile=tpu_default': 0.8,
+    'profile=jax_gpu_default': 0,
+    'profile=noise': 0,
+    'platform=tpu': 0,
+    'batchnorm_group=1': 0,
+  }
   assert set(terms.index) == set(planted)
   for name, value in planted.items():
     assert terms.loc[name, 'ci_low'] < value < terms.loc[name, 'ci_high'], name
   assert terms.loc['profile=tpu_default', 'p'] < 1e-6
   # The same model written as a statsmodels formula, fitted independently.
-  data = frame.assign(v=100 * frame[METRIC], profile=frame[PROFILE],
-                      bn=frame['numerics.requested.batchnorm_group'])
-  ref = smf.mixedlm("v ~ C(platform) + C(profile, Treatment('f32')) + C(bn)", data,
-                    groups=data['seed']).fit(reml=True)
+  data = frame.assign(
+    v=100 * frame[METRIC], profile=frame[PROFILE], bn=frame['numerics.requested.batchnorm_group']
+  )
+  ref = smf.mixedlm(
+    "v ~ C(platform) + C(profile, Treatment('f32')) + C(bn)", data, groups=data['seed']
+  ).fit(reml=True)
   name = "C(profile, Treatment('f32'))[T.tpu_default]"
   low, high = ref.conf_int().loc[name]
   assert terms.loc['profile=tpu_default', 'estimate'] == pytest.approx(ref.params[name], abs=1e-4)
   assert terms.loc['profile=tpu_default', ['ci_low', 'ci_high']].tolist() == pytest.approx(
-      [low, high], abs=1e-4)
+    [low, high], abs=1e-4
+  )
   # The noise floor, per platform, paired by seed: noise − f32 (the reference arm), by hand.
   data = data.pivot_table(index='seed', columns=['platform', 'profile'], values='v')
   for platform in ('gpu', 'tpu'):
@@ -90,12 +117,15 @@ def test_planted_effects_inside_their_cis_and_match_statsmodels_mixedlm():
 
 
 def test_zero_platform_residual_is_explained_by_numerics():
-  out = attribution.factor_attribution(runs_frame(), ['platform', 'profile'],
-                        reference={'profile': 'f32'}, margin=0.3)
+  out = attribution.factor_attribution(
+    runs_frame(), ['platform', 'profile'], reference={'profile': 'f32'}, margin=0.3
+  )
   show(out)
   gap = out.gap.set_index('key')
   numerics = gap.loc['N']
-  assert numerics['component'] == 'numerics part: tpu_default − jax_gpu_default, mean of both platforms'
+  assert (
+    numerics['component'] == 'numerics part: tpu_default − jax_gpu_default, mean of both platforms'
+  )
   assert numerics['ci_low'] < 0.8 < numerics['ci_high']
   r = residual(out)
   assert r['ci_low'] < 0 < r['ci_high'] and r['tost_p'] < 0.05
@@ -108,10 +138,14 @@ def test_zero_platform_residual_is_explained_by_numerics():
 
 
 def test_planted_platform_residual_leaves_the_gap_partly_explained():
-  out = attribution.factor_attribution(runs_frame(platform_shift=1.5), ['platform', 'profile'],
-                        reference={'profile': 'f32'}, margin=0.3,
-                        platform_profile={'tpu': 'tpu_default', 'gpu': 'jax_gpu_default'})
-  assert "native arithmetic: gpu=jax_gpu_default, tpu=tpu_default. Each component" in show(out)
+  out = attribution.factor_attribution(
+    runs_frame(platform_shift=1.5),
+    ['platform', 'profile'],
+    reference={'profile': 'f32'},
+    margin=0.3,
+    platform_profile={'tpu': 'tpu_default', 'gpu': 'jax_gpu_default'},
+  )
+  assert 'native arithmetic: gpu=jax_gpu_default, tpu=tpu_default. Each component' in show(out)
   r = residual(out)
   assert r['ci_low'] < 1.5 < r['ci_high'] and r['ci_low'] > 0.3
   assert out.decomposition[0]['verdict'] == 'partly explained'  # 0.8 of 2.3 pp: numerics
@@ -121,9 +155,12 @@ def test_planted_platform_residual_leaves_the_gap_partly_explained():
 def test_failed_mixed_fit_falls_back_to_clustered_ols_and_says_so(monkeypatch):
   def boom(*args, **kwargs):
     raise np.linalg.LinAlgError('Singular matrix')
+
   monkeypatch.setattr(effects.sm, 'MixedLM', boom)
   frame = runs_frame(rng=3)
-  out = attribution.factor_attribution(frame, ['platform', 'profile'], reference={'profile': 'f32'}, margin=0.3)
+  out = attribution.factor_attribution(
+    frame, ['platform', 'profile'], reference={'profile': 'f32'}, margin=0.3
+  )
   show(out)
   assert 'mixed fit failed (LinAlgError: Singular matrix)' in out.method
   assert 'clustered by seed' in out.method and 'method: OLS with seed fixed effects' in show(out)
@@ -132,20 +169,25 @@ def test_failed_mixed_fit_falls_back_to_clustered_ols_and_says_so(monkeypatch):
   # their clusters, tests/unit/test_analysis_scale.py).
   data = frame.assign(v=100 * frame[METRIC], profile=frame[PROFILE])
   ref = smf.ols("v ~ C(platform) + C(profile, Treatment('f32')) + C(seed)", data).fit(
-      cov_type='cluster', cov_kwds={'groups': data['seed'], 'use_correction': False}, use_t=True)
+    cov_type='cluster', cov_kwds={'groups': data['seed'], 'use_correction': False}, use_t=True
+  )
   name = "C(profile, Treatment('f32'))[T.tpu_default]"
   t = term(out, 'profile=tpu_default')
   n, g = len(data), data['seed'].nunique()
   se = ref.bse[name] * np.sqrt(g / (g - 1) * (n - 1) / (n - 5))
   half = sps.t.ppf(0.975, g - 1) * se
   assert [t['estimate'], t['se'], t['ci_low'], t['ci_high']] == pytest.approx(
-      [ref.params[name], se, ref.params[name] - half, ref.params[name] + half], rel=1e-6)
+    [ref.params[name], se, ref.params[name] - half, ref.params[name] + half], rel=1e-6
+  )
   # The residual is the mean over seeds of a per-seed contrast d of raw values, with the t-interval
   # over seeds (no model): se = sd(d) / sqrt(seeds), seeds - 1 df.
   cell = data.pivot_table(index='seed', columns=['platform', 'profile'], values='v')
-  d = (cell['tpu', 'native'] - cell['gpu', 'native']
-       - 0.5 * (cell['tpu', 'tpu_default'] - cell['tpu', 'jax_gpu_default'])
-       - 0.5 * (cell['gpu', 'tpu_default'] - cell['gpu', 'jax_gpu_default']))
+  d = (
+    cell['tpu', 'native']
+    - cell['gpu', 'native']
+    - 0.5 * (cell['tpu', 'tpu_default'] - cell['tpu', 'jax_gpu_default'])
+    - 0.5 * (cell['gpu', 'tpu_default'] - cell['gpu', 'jax_gpu_default'])
+  )
   r = residual(out)
   assert r['estimate'] == pytest.approx(d.mean(), abs=1e-9)
   assert r['se'] == pytest.approx(d.std(ddof=1) / np.sqrt(len(d)), rel=1e-9)
@@ -168,8 +210,9 @@ def test_csv_without_seed_column_uses_hc3(tmp_path, capsys):
   frame = frame.rename(columns={METRIC: 'acc', PROFILE: 'fmt'})[['platform', 'fmt', 'acc']]
   path = tmp_path / 'published.csv'
   frame.to_csv(path, index=False)
-  attribute.main(['--csv', str(path), '--metric', 'acc', '--factors', 'fmt',
-                    '--reference', 'fmt=f32'])
+  attribute.main(
+    ['--csv', str(path), '--metric', 'acc', '--factors', 'fmt', '--reference', 'fmt=f32']
+  )
   text = capsys.readouterr().out
   assert 'no seed column' in text and 'HC3' in text and '(1 | seed)' not in text
   assert 'runs from one platform (gpu)' in text
@@ -180,13 +223,18 @@ def test_csv_without_seed_column_uses_hc3(tmp_path, capsys):
 
 
 def test_one_platform_compares_arms_with_the_reference_arm():
-  out = attribution.factor_attribution(runs_frame(platforms=('tpu',)), ['platform', 'profile'],
-                        reference={'profile': 'f32'}, margin=0.3)
+  out = attribution.factor_attribution(
+    runs_frame(platforms=('tpu',)),
+    ['platform', 'profile'],
+    reference={'profile': 'f32'},
+    margin=0.3,
+  )
   assert out.gap is None and out.gap_note.startswith('runs from one platform (tpu)')
   assert out.decomposition == []
   arms = out.arms.set_index('arm')
   assert arms.loc['platform=tpu, profile=tpu_default', 'estimate'] == pytest.approx(
-      term(out, 'profile=tpu_default')['estimate'])
+    term(out, 'profile=tpu_default')['estimate']
+  )
   assert 'platform=tpu' not in set(out.terms['term'])  # one level: no term
 
 
@@ -194,36 +242,63 @@ def test_files_written_with_exact_csv_columns(tmp_path):
   frame = runs_frame()
   frame.loc[0, 'status'], frame.loc[0, 'reason'] = 'failed', 'loss is NaN'
   frame.loc[1, METRIC] = np.inf
-  out = attribution.factor_attribution(frame, ['platform', 'profile'], reference={'profile': 'f32'},
-                        margin=0.3, noise_arm={'profile': 'noise'})
+  out = attribution.factor_attribution(
+    frame,
+    ['platform', 'profile'],
+    reference={'profile': 'f32'},
+    margin=0.3,
+    noise_arm={'profile': 'noise'},
+  )
   attribute.write(out, str(tmp_path))
   table = pd.read_csv(tmp_path / 'attribution.csv')
   assert list(table.columns) == ['term', 'estimate', 'ci_low', 'ci_high', 'p']
   assert table['term'].tolist() == out.terms['term'].tolist() and len(table) == 5
-  for name in ('attribution.md', 'attribution_gap.csv', 'attribution_decomposition.csv',
-               'attribution_forest.pdf', 'attribution_forest.png', 'gap_decomposition.pdf',
-               'gap_decomposition.png'):
+  for name in (
+    'attribution.md',
+    'attribution_gap.csv',
+    'attribution_decomposition.csv',
+    'attribution_forest.pdf',
+    'attribution_forest.png',
+    'gap_decomposition.pdf',
+    'gap_decomposition.png',
+  ):
     assert (tmp_path / name).stat().st_size > 500, name
   decomposition = pd.read_csv(tmp_path / 'attribution_decomposition.csv').iloc[0]
-  assert decomposition['verdict'] == out.decomposition[0]['verdict'] and decomposition['gap'] == 'tpu - gpu'
+  assert (
+    decomposition['verdict'] == out.decomposition[0]['verdict']
+    and decomposition['gap'] == 'tpu - gpu'
+  )
   assert {'share', 'share_ci_low', 'seeds_for_residual_within_margin'} <= set(decomposition.index)
   assert len(out.excluded) == 2 and 'failed: loss is NaN' in show(out)
   assert 'no value for final.test_accuracy' in show(out)
 
 
-@pytest.mark.parametrize('argv, message', [
+@pytest.mark.parametrize(
+  'argv, message',
+  [
     (['--factors', 'nosuch'], 'error: --factors: no column'),
-    (['--factors', 'profile', '--reference', 'profile=bf17'], 'error: --reference: profile has no level'),
-    (['--factors', 'profile', '--margin', '-1'], 'error: argument --margin: -1.0 is not a usable margin'),
+    (
+      ['--factors', 'profile', '--reference', 'profile=bf17'],
+      'error: --reference: profile has no level',
+    ),
+    (
+      ['--factors', 'profile', '--margin', '-1'],
+      'error: argument --margin: -1.0 is not a usable margin',
+    ),
     (['--factors', 'profile', '--noise-arm', 'noise'], 'error: --noise-arm: '),
     (['--factors', 'profile', '--native', 'profile=nope'], 'error: --native: profile has no level'),
     (['--factors', 'profile', '--interactions', 'profile'], 'error: --interactions: '),
-    (['--factors', 'profile', '--platform-profile', 'gpu=nope'],
-     "error: --platform-profile: profile has no level 'nope'"),
-    (['--factors', 'profile', '--platform-profile', 'gpuu=f32'],
-     'error: --platform-profile: no runs on gpuu; platforms: gpu, tpu'),
+    (
+      ['--factors', 'profile', '--platform-profile', 'gpu=nope'],
+      "error: --platform-profile: profile has no level 'nope'",
+    ),
+    (
+      ['--factors', 'profile', '--platform-profile', 'gpuu=f32'],
+      'error: --platform-profile: no runs on gpuu; platforms: gpu, tpu',
+    ),
     (['--factors'], 'error: argument --factors: expected at least one argument'),
-])
+  ],
+)
 def test_bad_flags_one_line_error_exit_2(tmp_path, capsys, argv, message):
   path = tmp_path / 'runs.csv'
   runs_frame(seeds=range(3)).to_csv(path, index=False)
@@ -235,12 +310,14 @@ def test_bad_flags_one_line_error_exit_2(tmp_path, capsys, argv, message):
 
 def test_a_declared_study_runs_the_attribution_with_its_settings(tmp_path, capsys):
   cfg = tmp_path / 'cfg.py'
-  cfg.write_text("def get_config(arg=None):\n  return None\n\n\ndef get_study(arg=None):\n"
-                 "  return {'margin': 0.25, 'margin_reason': 'half the seed sd', "
-                 "'factors': ['platform', 'profile'], 'reference': {'profile': 'f32'}, "
-                 "'noise_arm': {'profile': 'noise'}, 'native': {'profile': 'native'}, "
-                 "'platform_profile': {'tpu': 'tpu_default', 'gpu': 'jax_gpu_default', "
-                 "'cpu': 'f32'}, 'labels': {'profile': '{}'}}\n")  # cpu has no runs
+  cfg.write_text(
+    'def get_config(arg=None):\n  return None\n\n\ndef get_study(arg=None):\n'
+    "  return {'margin': 0.25, 'margin_reason': 'half the seed sd', "
+    "'factors': ['platform', 'profile'], 'reference': {'profile': 'f32'}, "
+    "'noise_arm': {'profile': 'noise'}, 'native': {'profile': 'native'}, "
+    "'platform_profile': {'tpu': 'tpu_default', 'gpu': 'jax_gpu_default', "
+    "'cpu': 'f32'}, 'labels': {'profile': '{}'}}\n"
+  )  # cpu has no runs
   declared = declaration.load(f'{cfg}:x')
   frame = runs_frame(seeds=range(4)).drop(columns='numerics.requested.batchnorm_group')
   out = answer.study_analysis(frame, declared)
@@ -250,20 +327,48 @@ def test_a_declared_study_runs_the_attribution_with_its_settings(tmp_path, capsy
   assert att.labels['profile=tpu_default'] == 'tpu_default'
   assert att.labels['platform=tpu'] == 'platform tpu'
   text = show(att)
-  assert '±0.25 pp (half the seed sd)' in text and '| platform residual: gap − numerics part |' in text
-  cfg.write_text('def get_config(arg=None):\n  return None\n\n\ndef get_sweep(arg=None):\n  return []\n')
+  assert (
+    '±0.25 pp (half the seed sd)' in text and '| platform residual: gap − numerics part |' in text
+  )
+  cfg.write_text(
+    'def get_config(arg=None):\n  return None\n\n\ndef get_sweep(arg=None):\n  return []\n'
+  )
   assert declaration.load(f'{cfg}:x') == {}
 
 
 def test_cli_on_saved_runs_writes_the_outputs(tmp_path, capsys):
-  for i, (profile, seed, acc) in enumerate([('f32', 0, .90), ('f32', 1, .91), ('tpu_default', 0, .908),
-                                            ('tpu_default', 1, .919), ('f32', 2, .905)]):
-    record.write_results(str(tmp_path / 'runs' / f'r{i}'), {
-        'status': 'failed' if i == 4 else 'completed', 'reason': 'loss is NaN' if i == 4 else '',
-        'seed': seed, 'platform': 'cpu', 'numerics': {'requested': {'profile': profile}},
-        'final': {'test_accuracy': acc}})
-  attribute.main(['--runs', str(tmp_path / 'runs'), '--factors', 'profile', '--margin', '0.5',
-                    '--out', str(tmp_path / 'out')])
+  for i, (profile, seed, acc) in enumerate(
+    [
+      ('f32', 0, 0.90),
+      ('f32', 1, 0.91),
+      ('tpu_default', 0, 0.908),
+      ('tpu_default', 1, 0.919),
+      ('f32', 2, 0.905),
+    ]
+  ):
+    record.write_results(
+      str(tmp_path / 'runs' / f'r{i}'),
+      {
+        'status': 'failed' if i == 4 else 'completed',
+        'reason': 'loss is NaN' if i == 4 else '',
+        'seed': seed,
+        'platform': 'cpu',
+        'numerics': {'requested': {'profile': profile}},
+        'final': {'test_accuracy': acc},
+      },
+    )
+  attribute.main(
+    [
+      '--runs',
+      str(tmp_path / 'runs'),
+      '--factors',
+      'profile',
+      '--margin',
+      '0.5',
+      '--out',
+      str(tmp_path / 'out'),
+    ]
+  )
   text = capsys.readouterr().out
   assert 'runs: 4 used, 1 excluded' in text and 'failed: loss is NaN' in text
   assert '| profile=tpu_default | 0.85 |' in text  # both seeds are +0.8 and +0.9 pp

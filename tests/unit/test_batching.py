@@ -17,10 +17,15 @@ def test_train_batches_cover_each_example_at_most_once_per_epoch_for_any_process
   n, batch = 103, 8
   per_epoch = batching.steps_per_epoch(n, batch)
   for processes in (1, 2, 4):
-    seen = np.concatenate([
-        batching.train_batch_indices(n, batch, seed=3, step=s, process_index=p,
-                                     process_count=processes)
-        for s in range(per_epoch, 2 * per_epoch) for p in range(processes)])
+    seen = np.concatenate(
+      [
+        batching.train_batch_indices(
+          n, batch, seed=3, step=s, process_index=p, process_count=processes
+        )
+        for s in range(per_epoch, 2 * per_epoch)
+        for p in range(processes)
+      ]
+    )
     assert len(seen) == per_epoch * batch and len(set(seen.tolist())) == len(seen)
     if processes == 1:
       reference = seen
@@ -61,8 +66,9 @@ def test_fingerprint_is_order_independent():
 def test_device_gather_equals_host_batch_on_8_devices():
   """data.on_device: the devices gather exactly the host batch's rows, sharded the same way."""
   rng = np.random.default_rng(0)
-  split = base.Split(rng.integers(0, 256, (50, 4, 4, 3), dtype=np.uint8),
-                     rng.integers(0, 10, (50,), dtype=np.int32))
+  split = base.Split(
+    rng.integers(0, 256, (50, 4, 4, 3), dtype=np.uint8), rng.integers(0, 10, (50,), dtype=np.int32)
+  )
   mesh = steps.make_mesh()
   replicated, sharded = steps.shardings(mesh)
   data = batching.on_devices(split, replicated)
@@ -84,8 +90,11 @@ def test_device_resident_split_must_fit_half_a_device():
   sizes = len(split), batching.nbytes(split)
   config.data.on_device = True
   validation.check_dataset(config, *sizes, device_bytes=1024)  # fits: 320 <= 512
-  with pytest.raises(validation.ConfigError, match=r'config.data.on_device=True needs .* GiB .* '
-                     r'set config.data.on_device=False'):
+  with pytest.raises(
+    validation.ConfigError,
+    match=r'config.data.on_device=True needs .* GiB .* '
+    r'set config.data.on_device=False',
+  ):
     validation.check_dataset(config, *sizes, device_bytes=600)
   validation.check_dataset(config, *sizes, device_bytes=None)  # CPU: no limit reported
   config.data.on_device = False

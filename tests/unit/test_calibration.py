@@ -27,24 +27,33 @@ def test_ece_by_hand_on_a_tiny_table():
   assert abs(by_hand - unweighted) > 0.05  # the nearest wrong version: bins weighted equally
   # One bin (bins=1) is |accuracy − mean confidence|:
   assert calibration.ece(confidence, correct, bins=1) == pytest.approx(
-      abs(np.mean(correct) - np.mean(confidence)))
+    abs(np.mean(correct) - np.mean(confidence))
+  )
 
 
 def test_nll_of_classification_and_of_the_attribute_bits():
-  pred = {'label': np.array([0, 1, 2, 3]), 'predicted': np.array([0, 1, 2, 0]),
-          'p_predicted': np.array([0.5, 0.8, 1.0, 0.6], np.float32),
-          'p_label': np.array([0.5, 0.25, 1.0, 0.0], np.float32)}
+  pred = {
+    'label': np.array([0, 1, 2, 3]),
+    'predicted': np.array([0, 1, 2, 0]),
+    'p_predicted': np.array([0.5, 0.8, 1.0, 0.6], np.float32),
+    'p_label': np.array([0.5, 0.25, 1.0, 0.0], np.float32),
+  }
   c = calibration.run_calibration(pred)
   tiny = np.finfo(np.float32).tiny
   assert c['nll'] == pytest.approx(-(np.log(0.5) + np.log(0.25) + 0 + np.log(tiny)) / 4)
   assert c['accuracy'] == 0.75
-  bits = {'label': np.array([[1, 0], [0, 0]]), 'predicted': np.array([[1, 1], [0, 0]]),
-          'probability': np.array([[0.9, 0.7], [0.15, 0.35]], np.float32)}
+  bits = {
+    'label': np.array([[1, 0], [0, 0]]),
+    'predicted': np.array([[1, 1], [0, 0]]),
+    'probability': np.array([[0.9, 0.7], [0.15, 0.35]], np.float32),
+  }
   b = calibration.run_calibration(bits)
   p = np.array([[0.9, 0.7], [0.15, 0.35]], np.float32).astype(np.float64)
   by_hand = -(np.log(p[0, 0]) + np.log(1 - p[0, 1]) + np.log(1 - p[1, 0]) + np.log(1 - p[1, 1])) / 4
   assert b['nll'] == pytest.approx(by_hand, rel=1e-6) and b['accuracy'] == 0.75
-  assert b['ece'] == pytest.approx(calibration.ece([0.9, 0.7, 0.85, 0.65], [1, 0, 1, 1]), rel=1e-6)  # off bin edges
+  assert b['ece'] == pytest.approx(
+    calibration.ece([0.9, 0.7, 0.85, 0.65], [1, 0, 1, 1]), rel=1e-6
+  )  # off bin edges
 
 
 def planted(arm, seed, accuracy_by_class, rng, n=600):
@@ -53,22 +62,34 @@ def planted(arm, seed, accuracy_by_class, rng, n=600):
   right = rng.random(n) < np.asarray(accuracy_by_class)[label]
   predicted = np.where(right, label, (label + 1) % len(accuracy_by_class))
   p = rng.uniform(0.5, 1.0, n).astype(np.float32)
-  pred = {'label': label.astype(np.int32), 'predicted': predicted.astype(np.int32),
-          'p_predicted': p, 'p_label': np.where(right, p, 1 - p).astype(np.float32)}
-  return {'run': f'/r/{arm}/{seed}/{rng.integers(1 << 30)}', 'arm': arm, 'seed': seed,
-          'platform': 'cpu', 'pred': pred}
+  pred = {
+    'label': label.astype(np.int32),
+    'predicted': predicted.astype(np.int32),
+    'p_predicted': p,
+    'p_label': np.where(right, p, 1 - p).astype(np.float32),
+  }
+  return {
+    'run': f'/r/{arm}/{seed}/{rng.integers(1 << 30)}',
+    'arm': arm,
+    'seed': seed,
+    'platform': 'cpu',
+    'pred': pred,
+  }
 
 
 def test_calibration_per_arm_averages_replicates_then_a_t_interval_over_seeds():
   rng = np.random.default_rng(0)
-  entries = [planted('a', s, [0.9, 0.8], rng) for s in range(4)] + [planted('a', 0, [0.9, 0.8], rng)]
+  entries = [planted('a', s, [0.9, 0.8], rng) for s in range(4)] + [
+    planted('a', 0, [0.9, 0.8], rng)
+  ]
   runs = calibration.run_table(entries)
   table = calibration.calibration_table(entries).set_index('arm')
   per_seed = runs.groupby('seed')['ece_pct'].mean().to_numpy()
   assert table.loc['a', 'seeds'] == 4
   assert table.loc['a', 'ece_pct'] == pytest.approx(per_seed.mean())
   assert (table.loc['a', 'ece_pct_ci_low'], table.loc['a', 'ece_pct_ci_high']) == pytest.approx(
-      sps.t.interval(0.95, 3, per_seed.mean(), sps.sem(per_seed)))
+    sps.t.interval(0.95, 3, per_seed.mean(), sps.sem(per_seed))
+  )
   assert table.loc['a', 'ece_binning'] == calibration.ECE_NAME
 
 
@@ -76,13 +97,17 @@ def test_final_training_loss_beside_accuracy_per_arm():
   out = stats.arms_and_pairs(csv_input.read_csv(CSV), all_pairs=False)
   table = calibration.loss_table(out.runs).set_index('arm')
   runs = out.runs
-  bn16 = runs.loc[(runs['platform'] == 'cpu')
-                  & (runs['numerics.requested.batchnorm_group'].astype(str) == '16'), 'arm'].iloc[0]
+  bn16 = runs.loc[
+    (runs['platform'] == 'cpu') & (runs['numerics.requested.batchnorm_group'].astype(str) == '16'),
+    'arm',
+  ].iloc[0]
   assert table.loc[bn16, 'seeds'] == 16
   assert table.loc[bn16, 'train_loss'] == pytest.approx(
-      runs.loc[runs['arm'] == bn16, 'final.train_loss'].mean())
+    runs.loc[runs['arm'] == bn16, 'final.train_loss'].mean()
+  )
   assert table.loc[bn16, 'test_accuracy_pct'] == pytest.approx(
-      runs.loc[runs['arm'] == bn16, 'value'].mean())
+    runs.loc[runs['arm'] == bn16, 'value'].mean()
+  )
   assert table['train_loss_ratio'].min() == 1.0
   assert calibration.loss_table(out.runs.drop(columns='final.train_loss')).empty
 
@@ -91,11 +116,14 @@ def test_per_class_differences_paired_over_seeds_with_holm_as_statsmodels():
   rng = np.random.default_rng(1)
   entries = []
   for s in range(6):
-    entries += [planted('a', s, [0.95, 0.8, 0.7, 0.9], rng),
-                planted('b', s, [0.55, 0.8, 0.72, 0.9], rng)]
+    entries += [
+      planted('a', s, [0.95, 0.8, 0.7, 0.9], rng),
+      planted('b', s, [0.55, 0.8, 0.72, 0.9], rng),
+    ]
   table = per_class.class_differences(entries, 'a', 'b')
   acc = lambda arm, s: per_class.class_accuracy(
-      next(e['pred'] for e in entries if e['arm'] == arm and e['seed'] == s))
+    next(e['pred'] for e in entries if e['arm'] == arm and e['seed'] == s)
+  )
   d = 100 * np.array([acc('a', s) - acc('b', s) for s in range(6)])
   p = sps.ttest_1samp(d, 0.0, axis=0).pvalue
   assert table['diff_pp'].to_numpy() == pytest.approx(d.mean(axis=0))

@@ -25,8 +25,9 @@ def test_platform_spellings_are_one_platform(tmp_path, capsys):
   frame = frame.astype({'platform': object})
   frame.loc[frame.index[0], 'platform'] = ' CPU-AVX2'  # the ISA keeps its case; JAX's part not
   frame.loc[frame.index[frame['platform'] == 'cpu'], 'platform'] = 'cpu-AVX2'
-  out = answer.study_analysis(csv_input.read_csv(write(frame, tmp_path)), group_by=['platform',
-                                                                        'compute_dtype'])
+  out = answer.study_analysis(
+    csv_input.read_csv(write(frame, tmp_path)), group_by=['platform', 'compute_dtype']
+  )
   assert sorted(out.runs['platform'].unique()) == ['cpu-AVX2', 'gpu']
   assert list(out.arms['n']) == [6, 6, 6, 6]
   err = capsys.readouterr().err
@@ -40,10 +41,12 @@ def test_an_empty_platform_cell_is_refused_naming_its_line(tmp_path, capsys):
   frame.loc[7, 'platform'] = '  '
   path = write(frame, tmp_path)
   lines = cli_error(capsys, analyse.main, ['--csv', path])
-  assert lines[:2] == [f'error: --csv {path}: platform, line 5: the platform is empty; write the '
-                       'platform the run ran on (e.g. gpu), or leave the run out',
-                       f'error: --csv {path}: platform, line 9: the platform is empty; write the '
-                       'platform the run ran on (e.g. gpu), or leave the run out']
+  assert lines[:2] == [
+    f'error: --csv {path}: platform, line 5: the platform is empty; write the '
+    'platform the run ran on (e.g. gpu), or leave the run out',
+    f'error: --csv {path}: platform, line 9: the platform is empty; write the '
+    'platform the run ran on (e.g. gpu), or leave the run out',
+  ]
 
 
 def test_names_that_differ_only_in_case_are_refused(tmp_path, capsys):
@@ -59,9 +62,11 @@ def test_another_test_split_on_one_platform_is_refused(tmp_path, capsys):
   frame.loc[frame['platform'] == 'gpu', 'data.split_fingerprint'] = 'beef'
   path = write(frame, tmp_path)
   lines = cli_error(capsys, analyse.main, ['--csv', path])
-  assert lines[0].startswith(f"error: --csv {path}: data.split_fingerprint: runs of one data "
-                             "config were tested on different test sets ('f00d' (12 runs, e.g. "
-                             "cpu/float32/s0), 'beef' (12 runs, e.g. gpu/float32/s0))")
+  assert lines[0].startswith(
+    f'error: --csv {path}: data.split_fingerprint: runs of one data '
+    "config were tested on different test sets ('f00d' (12 runs, e.g. "
+    "cpu/float32/s0), 'beef' (12 runs, e.g. gpu/float32/s0))"
+  )
 
 
 def test_a_test_size_varying_inside_an_arm_is_refused(tmp_path, capsys):
@@ -80,8 +85,11 @@ def test_arms_of_another_split_seed_do_not_pair():
   frame.loc[other, 'data.split_fingerprint'] = 'beef'
   assert columns.test_set_problems(frame) == []
   out = stats.arms_and_pairs(frame, margin=0.5)
-  assert out.pairs['design'].iloc[0].startswith('unpaired: pairing fields differ: '
-                                                'config.data.split_seed, data.split_fingerprint')
+  assert (
+    out.pairs['design']
+    .iloc[0]
+    .startswith('unpaired: pairing fields differ: config.data.split_seed, data.split_fingerprint')
+  )
   assert set(record.TEST_SET) <= set(record.PAIRING_FIELDS)
   assert 'data.fingerprint' not in record.PAIRING_FIELDS
 
@@ -94,9 +102,14 @@ def test_the_loss_table_shows_a_percent_csv_in_percent(tmp_path):
     assert accuracy.between(94, 97).all(), accuracy
 
 
-@pytest.mark.parametrize('bad, says', [(-5, '-5 is negative, and a loss is >= 0'),
-                                       (float('inf'), 'inf is not finite'),
-                                       ('x', "'x' is not a number")])
+@pytest.mark.parametrize(
+  'bad, says',
+  [
+    (-5, '-5 is negative, and a loss is >= 0'),
+    (float('inf'), 'inf is not finite'),
+    ('x', "'x' is not a number"),
+  ],
+)
 def test_a_bad_train_loss_is_refused(tmp_path, capsys, bad, says):
   """Case 11. Before: final.train_loss -5 or inf entered the loss table (only the metric column
   was checked)."""
@@ -104,7 +117,9 @@ def test_a_bad_train_loss_is_refused(tmp_path, capsys, bad, says):
   frame.loc[4, 'final.train_loss'] = bad
   path = write(frame, tmp_path)
   lines = cli_error(capsys, analyse.main, ['--csv', path])
-  assert lines[0].startswith(f'error: --csv {path}: final.train_loss, line 6: ') and says in lines[0]
+  assert (
+    lines[0].startswith(f'error: --csv {path}: final.train_loss, line 6: ') and says in lines[0]
+  )
 
 
 def test_a_real_percent_below_one_is_kept_with_scale_one(tmp_path, capsys):
@@ -113,30 +128,37 @@ def test_a_real_percent_below_one_is_kept_with_scale_one(tmp_path, capsys):
   frame.loc[5, METRIC] = 1.0
   path = write(frame, tmp_path)
   lines = cli_error(capsys, analyse.main, ['--csv', path])
-  assert 'line 7: 1 is at most 1 while 23 rows are in percent: a fraction? multiply it by 100; a ' \
-         'real percent below 1? give --scale 1' in lines[0]
+  assert (
+    'line 7: 1 is at most 1 while 23 rows are in percent: a fraction? multiply it by 100; a '
+    'real percent below 1? give --scale 1' in lines[0]
+  )
   analyse.main(['--csv', path, '--scale', '1'])
   assert '## Answer' in capsys.readouterr().out
   lines = cli_error(capsys, analyse.main, ['--csv', path, '--scale', '100'])
   assert 'x --scale 100 is above 100 %' in lines[0]
 
 
-def test_a_run_met_twice_in_a_csv_counts_once_and_two_records_of_one_id_are_refused(tmp_path,
-                                                                                    capsys):
+def test_a_run_met_twice_in_a_csv_counts_once_and_two_records_of_one_id_are_refused(
+  tmp_path, capsys
+):
   """Two exports of one root (one through a bind mount: other `run` paths), concatenated."""
   frame = table()
   again = frame.iloc[:3].assign(run=lambda f: 'mnt/' + f['run'])
   path = write(pd.concat([frame, again]), tmp_path)
   out = answer.study_analysis(csv_input.read_csv(path))
   assert len(out.runs) == 24 and out.replicates.empty
-  assert 'run id cpu-float32-0 on lines 2, 26: one run met twice (the same values): counted once' \
-      in capsys.readouterr().err
+  assert (
+    'run id cpu-float32-0 on lines 2, 26: one run met twice (the same values): counted once'
+    in capsys.readouterr().err
+  )
   changed = again.assign(**{METRIC: again[METRIC] + 0.01})
   path = write(pd.concat([frame, changed]), tmp_path, 'conflict.csv')
   lines = cli_error(capsys, analyse.main, ['--csv', path])
-  assert lines[0] == (f"error: --csv {path}: run_id: run id 'cpu-float32-0' holds different values "
-                      'on line 2 (cpu/float32/s0), line 26 (mnt/cpu/float32/s0): one run with two '
-                      'records (a copy taken at another step?); keep the one you mean')
+  assert lines[0] == (
+    f"error: --csv {path}: run_id: run id 'cpu-float32-0' holds different values "
+    'on line 2 (cpu/float32/s0), line 26 (mnt/cpu/float32/s0): one run with two '
+    'records (a copy taken at another step?); keep the one you mean'
+  )
 
 
 def test_surrounding_spaces_of_a_level_are_dropped(tmp_path):

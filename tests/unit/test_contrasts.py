@@ -11,8 +11,8 @@ from statsmodels.stats import multitest
 
 from analysis.inputs import declaration
 from analysis.numbers import answer, contrasts
-from sweeps import sweep
 from runrecord import record
+from sweeps import sweep
 from tests.support.planted_tables import DIGITS, digits_frame
 
 METRIC = 'final.test_accuracy'
@@ -22,8 +22,15 @@ def test_the_digits_declaration_gives_seven_contrasts_with_holm_over_exactly_the
   out = answer.study_analysis(digits_frame(), DIGITS)
   table = out.contrasts
   assert len(table) == 7 and out.pairs.empty  # every pair only with --all-pairs
-  assert list(table['label']) == ['f32', 'jax_gpu_default', 'torch_gpu_default', 'tpu_default',
-                                  'BN/16', 'bf16 activations', 'bf16_noise']
+  assert list(table['label']) == [
+    'f32',
+    'jax_gpu_default',
+    'torch_gpu_default',
+    'tpu_default',
+    'BN/16',
+    'bf16 activations',
+    'bf16_noise',
+  ]
   info = out.arm_info.set_index('arm')
   assert set(info.loc[table['arm_b'], 'label']) == {'native'}  # Δ = arm − the reference arm
   assert list(table['role']).count('noise') == 1
@@ -41,27 +48,34 @@ def test_two_platforms_give_each_platform_its_own_family():
   table = out.contrasts
   assert len(table) == 14 and list(table['platform']) == ['cpu'] * 7 + ['gpu'] * 7
   info = out.arm_info.set_index('arm')
-  assert (info.loc[table['arm_a'], 'platform'].to_numpy() == info.loc[table['arm_b'], 'platform'].to_numpy()).all()
+  assert (
+    info.loc[table['arm_a'], 'platform'].to_numpy()
+    == info.loc[table['arm_b'], 'platform'].to_numpy()
+  ).all()
   holm = multitest.multipletests(table['tost_p'], method='holm')[1]
   assert table['tost_p_holm'].to_numpy() == pytest.approx(holm)
   assert set(out.noise) == {'cpu', 'gpu'} and out.noise['gpu']['half'] > 0
 
 
 def test_short_labels_say_only_what_differs_from_the_reference():
-  label = lambda **levels: declaration.arm_label(DIGITS, {
-      'profile': 'native', 'batchnorm_group': '0', 'compute_dtype': 'float32', **levels})
+  label = lambda **levels: declaration.arm_label(
+    DIGITS, {'profile': 'native', 'batchnorm_group': '0', 'compute_dtype': 'float32', **levels}
+  )
   assert label() == 'native'
   assert label(profile='tpu_default') == 'tpu_default'
   assert label(batchnorm_group=16) == 'BN/16' and label(batchnorm_group=16.0) == 'BN/16'
   assert label(compute_dtype='bfloat16') == 'bf16 activations'
   assert label(profile='f32', compute_dtype='bfloat16') == 'f32, bf16 activations'
-  assert declaration.arm_label({'factors': ['platform', 'x'], 'reference': {'x': 'a'}},
-                               {'x': 'b'}) == 'x=b'  # no declared label: factor=level
+  assert (
+    declaration.arm_label({'factors': ['platform', 'x'], 'reference': {'x': 'a'}}, {'x': 'b'})
+    == 'x=b'
+  )  # no declared label: factor=level
 
 
 def test_arms_the_declaration_cannot_tell_apart_are_one_line_error():
-  frame = digits_frame().assign(**{'numerics.requested.param_dtype': lambda f: np.where(
-      f['seed'] % 2, 'float32', 'bfloat16')})  # an undeclared field splits every arm in two
+  frame = digits_frame().assign(
+    **{'numerics.requested.param_dtype': lambda f: np.where(f['seed'] % 2, 'float32', 'bfloat16')}
+  )  # an undeclared field splits every arm in two
   with pytest.raises(ValueError, match='have the same declared factor levels') as e:
     answer.study_analysis(frame, DIGITS)
   assert '\n' not in str(e.value)
@@ -69,9 +83,11 @@ def test_arms_the_declaration_cannot_tell_apart_are_one_line_error():
 
 def study_config(tmp_path, margin):
   path = tmp_path / 'cfg.py'
-  path.write_text('from configs import digits\nget_config = digits.get_config\n\n'
-                  "def get_sweep(arg=None):\n  return [{'seed': 0}]\n\n"
-                  f'def get_study(arg=None):\n  return {{**digits.get_study(arg), "margin": {margin}}}\n')
+  path.write_text(
+    'from configs import digits\nget_config = digits.get_config\n\n'
+    "def get_sweep(arg=None):\n  return [{'seed': 0}]\n\n"
+    f'def get_study(arg=None):\n  return {{**digits.get_study(arg), "margin": {margin}}}\n'
+  )
   return f'--config={path}:smoke'
 
 
@@ -85,7 +101,9 @@ def test_declaration_is_written_before_the_first_run_and_a_changed_one_is_refuse
   assert sweep.main([study_config(tmp_path, 1.0), f'--root={root}', '--dry-run', emit]) == 0
   assert json.loads((root / declaration.STUDY_FILE).read_text())['margin'] == 1.0  # no runs yet
   (run,), _, _ = sweep.expand(study_config(tmp_path, 1.0).split('=', 1)[1], str(root))
-  record.write_results(run.workdir, {'status': 'running', 'seed': 0, 'config': run.config.to_dict()})
+  record.write_results(
+    run.workdir, {'status': 'running', 'seed': 0, 'config': run.config.to_dict()}
+  )
   capsys.readouterr()
   assert sweep.main([study_config(tmp_path, 0.5), f'--root={root}', '--dry-run', emit]) == 2
   errors = [l for l in capsys.readouterr().err.splitlines() if l.startswith('error:')]
@@ -102,5 +120,7 @@ def test_roots_that_declare_different_studies_are_refused(tmp_path):
     declaration.from_roots([str(tmp_path / 'a'), str(tmp_path / 'b')])
   assert 'margin: 1.0 -> 2.0' in str(e.value)
   assert declaration.from_roots([str(tmp_path / 'a'), str(tmp_path)]) == (
-      {**DIGITS, 'margin': 1.0}, f'{tmp_path}/a/{declaration.STUDY_FILE}')
+    {**DIGITS, 'margin': 1.0},
+    f'{tmp_path}/a/{declaration.STUDY_FILE}',
+  )
   assert contrasts.family(pd.DataFrame(columns=['arm', 'platform', 'role', 'n'])) == []

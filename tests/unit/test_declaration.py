@@ -9,8 +9,8 @@ import pytest
 from analysis import analyse, attribute
 from analysis.inputs import csv_input, declaration
 from analysis.numbers import answer
-from tests.support.planted_tables import DIGITS, digits_frame
 from tests.support.commands import cli_error
+from tests.support.planted_tables import DIGITS, digits_frame
 
 
 @pytest.fixture(scope='module')
@@ -34,7 +34,9 @@ def refused(capsys, study_csv, study, main=analyse.main, extra=()):
   return cli_error(capsys, main, ['--csv', study_csv, '--study', study, *extra])
 
 
-@pytest.mark.parametrize('key, value, says', [
+@pytest.mark.parametrize(
+  'key, value, says',
+  [
     ('seeds', -4, 'seeds: -4 is not a seed count; give a positive whole number k'),
     ('seeds', 2.5, 'seeds: 2.5 is not a seed count'),
     ('seeds', [0, 1, 'x'], "seeds: 'x' is not a seed; give whole numbers in [0, 4294967295]"),
@@ -44,19 +46,32 @@ def refused(capsys, study_csv, study, main=analyse.main, extra=()):
     ('min_share', 150, 'min_share: 150 is not a share in (0, 1]; give e.g. 0.5'),
     ('min_share', 'abc', "min_share: 'abc' is not a share in (0, 1]"),
     ('min_share', 0, 'min_share: 0 is not a share in (0, 1]'),
-    ('labels', {'profile': '{0}{1}'}, "labels: profile: '{0}{1}' does not format one level "
-                                      '(IndexError'),
-    ('labels', {'profile': '{name}'}, "labels: profile: '{name}' does not format one level (KeyError"),
-    ('factors', 'platform', "factors: 'platform' is text, not a list (it would be read letter by "
-                            'letter); write ["platform"]'),
+    (
+      'labels',
+      {'profile': '{0}{1}'},
+      "labels: profile: '{0}{1}' does not format one level (IndexError",
+    ),
+    (
+      'labels',
+      {'profile': '{name}'},
+      "labels: profile: '{name}' does not format one level (KeyError",
+    ),
+    (
+      'factors',
+      'platform',
+      "factors: 'platform' is text, not a list (it would be read letter by "
+      'letter); write ["platform"]',
+    ),
     ('reference', 'native', "reference: 'native' is not an arm; give {factor: level}"),
     ('native', {'profile': 'native', 'compute_dtype': 'float32'}, 'native: '),
     ('compare', [['tpu', 'tpu']], "compare: ['tpu', 'tpu'] compares tpu with itself"),
     ('compare', 'tpu,gpu', "compare: 'tpu,gpu' is not a list of platform pairs"),
     ('margin_reason', 3, 'margin_reason: 3 is not text'),
-])
-def test_each_key_is_typed_and_in_range_naming_the_file_and_key(tmp_path, capsys, study_csv, key,
-                                                                 value, says):
+  ],
+)
+def test_each_key_is_typed_and_in_range_naming_the_file_and_key(
+  tmp_path, capsys, study_csv, key, value, says
+):
   """Before: seeds -4 read '-4 declared (seeds 0–-5)' and no confirmatory answer, seeds [0..3] a
   TypeError, min_share 150 or 'abc' accepted or a TypeError, '{0}{1}' an IndexError, factors
   'platform' read letter by letter."""
@@ -69,33 +84,47 @@ def test_an_unknown_key_is_one_line_with_the_nearest_key(tmp_path, capsys, study
   """Before: ignored, so the noise arm a typo hid was tested as an ordinary contrast."""
   study = study_file(tmp_path, noise_arm=None, nosie_arm={'profile': 'bf16_noise'})
   assert refused(capsys, study_csv, study) == [
-      f"error: {study}: 'nosie_arm' is not a declaration key; did you mean 'noise_arm'?"]
+    f"error: {study}: 'nosie_arm' is not a declaration key; did you mean 'noise_arm'?"
+  ]
   study = study_file(tmp_path, zzz=1)
   assert refused(capsys, study_csv, study)[0].startswith(
-      f"error: {study}: 'zzz' is not a declaration key; the keys: margin, margin_reason, factors")
+    f"error: {study}: 'zzz' is not a declaration key; the keys: margin, margin_reason, factors"
+  )
 
 
-def test_a_noise_arm_naming_no_level_is_refused_not_tested_as_a_contrast(tmp_path, capsys,
-                                                                          study_csv):
+def test_a_noise_arm_naming_no_level_is_refused_not_tested_as_a_contrast(
+  tmp_path, capsys, study_csv
+):
   """Case 9. Before: 'no noise floor' and the noise arm judged among the contrasts, exit 0."""
   study = study_file(tmp_path, noise_arm={'profile': 'bf16_nosie'})
   lines = refused(capsys, study_csv, study)
   assert len(lines) == 1 and lines[0].startswith(
-      f'error: {study}: noise_arm: no run has profile=bf16_nosie (levels among the 96 runs: ')
+    f'error: {study}: noise_arm: no run has profile=bf16_nosie (levels among the 96 runs: '
+  )
   assert "did you mean 'bf16_noise'?" in lines[0]
 
 
-@pytest.mark.parametrize('key, value, says', [
+@pytest.mark.parametrize(
+  'key, value, says',
+  [
     ('reference', {'profile': 'natve'}, 'reference: no run has profile=natve'),
-    ('platform_profile', {'gpu': 'jax_gpu_defualt', 'cpu': 'f32'},
-     'platform_profile: no run has profile=jax_gpu_defualt'),
+    (
+      'platform_profile',
+      {'gpu': 'jax_gpu_defualt', 'cpu': 'f32'},
+      'platform_profile: no run has profile=jax_gpu_defualt',
+    ),
     ('native', {'profile': 'nativ'}, 'native: no run has profile=nativ'),
     ('noise_of', {'compute_dtype': 'float23'}, 'noise_of: no run has compute_dtype=float23'),
-    ('factors', [*DIGITS['factors'], 'profle'], "factors: no column 'profle' among the runs; did "
-                                                "you mean 'profile'?"),
-])
-def test_a_bad_level_is_blamed_on_the_file_and_key_never_on_a_flag(tmp_path, capsys, study_csv,
-                                                                   key, value, says):
+    (
+      'factors',
+      [*DIGITS['factors'], 'profle'],
+      "factors: no column 'profle' among the runs; did you mean 'profile'?",
+    ),
+  ],
+)
+def test_a_bad_level_is_blamed_on_the_file_and_key_never_on_a_flag(
+  tmp_path, capsys, study_csv, key, value, says
+):
   """Before: a bad platform_profile read '--platform-profile: profile has no level ...' and a bad
   reference '--reference: ...': flags the user never gave."""
   study = study_file(tmp_path, **{key: value})
@@ -107,9 +136,10 @@ def test_a_bad_level_is_blamed_on_the_file_and_key_never_on_a_flag(tmp_path, cap
 def test_an_arm_naming_an_undeclared_factor_is_refused(tmp_path, capsys, study_csv):
   study = study_file(tmp_path, reference={**DIGITS['reference'], 'compute_dtpe': 'float32'})
   assert refused(capsys, study_csv, study) == [
-      f"error: {study}: reference: 'compute_dtpe' is not one of the declared factors (platform, "
-      "profile, batchnorm_group, compute_dtype); did you mean 'compute_dtype'? add it to factors, "
-      'or correct it']
+    f"error: {study}: reference: 'compute_dtpe' is not one of the declared factors (platform, "
+    "profile, batchnorm_group, compute_dtype); did you mean 'compute_dtype'? add it to factors, "
+    'or correct it'
+  ]
 
 
 def test_every_problem_is_its_own_line(tmp_path, capsys, study_csv):
@@ -132,20 +162,31 @@ def test_a_list_of_seeds_is_the_confirmatory_set(tmp_path, capsys, study_csv):
 
 def test_get_study_is_checked_as_study_json_is(tmp_path):
   path = tmp_path / 'cfg.py'
-  path.write_text('from configs import digits\nget_config = digits.get_config\n\n'
-                  'def get_study(arg=None):\n  return {**digits.get_study(arg), "min_share": 50}\n')
-  with pytest.raises(ValueError, match=rf'^{path}:study get_study\(\): min_share: 50 is not a share'):
+  path.write_text(
+    'from configs import digits\nget_config = digits.get_config\n\n'
+    'def get_study(arg=None):\n  return {**digits.get_study(arg), "min_share": 50}\n'
+  )
+  with pytest.raises(
+    ValueError, match=rf'^{path}:study get_study\(\): min_share: 50 is not a share'
+  ):
     declaration.load(f'{path}:study')
 
 
 def test_the_min_share_flag_is_a_share(tmp_path, capsys, study_csv):
   """--min-share 150 was accepted (a share of 150 can never be reached: never 'explained')."""
   for bad in ('150', '0', 'abc', 'nan'):
-    lines = cli_error(capsys, attribute.main, ['--csv', study_csv, '--factors', 'platform',
-                                               'profile', '--min-share', bad])
+    lines = cli_error(
+      capsys,
+      attribute.main,
+      ['--csv', study_csv, '--factors', 'platform', 'profile', '--min-share', bad],
+    )
     assert len(lines) == 1 and lines[0].startswith('error: argument --min-share: ')
 
 
 def test_the_shipped_declarations_pass():
-  for spec in ('configs/digits.py:study', 'configs/celeba.py:gpu', 'results/digits_h100_cpu.study.json'):
+  for spec in (
+    'configs/digits.py:study',
+    'configs/celeba.py:gpu',
+    'results/digits_h100_cpu.study.json',
+  ):
     assert declaration.problems(declaration.load(spec)) == []

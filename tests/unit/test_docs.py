@@ -46,7 +46,9 @@ def broken_links(path):
     if target.startswith(EXTERNAL):
       continue
     file_part, _, fragment = target.partition('#')
-    resolved = os.path.normpath(os.path.join(os.path.dirname(path), file_part)) if file_part else path
+    resolved = (
+      os.path.normpath(os.path.join(os.path.dirname(path), file_part)) if file_part else path
+    )
     if not os.path.exists(resolved):
       broken.append(f'{path}: {target} (no such file)')
     elif fragment and (not resolved.endswith('.md') or fragment not in anchors(resolved)):
@@ -55,9 +57,10 @@ def broken_links(path):
 
 
 def documents():
-  return ([os.path.join(ROOT, name) for name in ('README.md', 'BENCHMARKS.md',
-                                                  os.path.join('results', 'README.md'))]
-          + sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md'))))
+  return [
+    os.path.join(ROOT, name)
+    for name in ('README.md', 'BENCHMARKS.md', os.path.join('results', 'README.md'))
+  ] + sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md')))
 
 
 def line_count(name):
@@ -85,16 +88,19 @@ def test_lengths():
 
 def test_the_checker_finds_a_missing_file_and_a_missing_anchor(tmp_path):
   (tmp_path / 'docs').mkdir()
-  (tmp_path / 'docs' / 'page.md').write_text('# A page\n\n## Two words, one comma\n\n## Repeat\n\n'
-                                             '## Repeat\n', encoding='utf-8')
+  (tmp_path / 'docs' / 'page.md').write_text(
+    '# A page\n\n## Two words, one comma\n\n## Repeat\n\n## Repeat\n', encoding='utf-8'
+  )
   (tmp_path / 'README.md').write_text(
-      '[ok](docs/page.md) [ok](docs/page.md#two-words-one-comma) [ok](docs/page.md#repeat-1)\n'
-      '[ok](#top) [ok](https://example.org/x) `[code](nowhere.md)`\n\n# Top\n\n'
-      '```\n[in a block](nowhere.md)\n# not a heading\n```\n'
-      '[gone](docs/other.md) [bad anchor](docs/page.md#not-a-heading) [bad](#not-a-heading)\n',
-      encoding='utf-8')
+    '[ok](docs/page.md) [ok](docs/page.md#two-words-one-comma) [ok](docs/page.md#repeat-1)\n'
+    '[ok](#top) [ok](https://example.org/x) `[code](nowhere.md)`\n\n# Top\n\n'
+    '```\n[in a block](nowhere.md)\n# not a heading\n```\n'
+    '[gone](docs/other.md) [bad anchor](docs/page.md#not-a-heading) [bad](#not-a-heading)\n',
+    encoding='utf-8',
+  )
   readme = str(tmp_path / 'README.md')
   assert broken_links(readme) == [
-      f'{readme}: docs/other.md (no such file)',
-      f'{readme}: docs/page.md#not-a-heading (no heading with anchor #not-a-heading)',
-      f'{readme}: #not-a-heading (no heading with anchor #not-a-heading)']
+    f'{readme}: docs/other.md (no such file)',
+    f'{readme}: docs/page.md#not-a-heading (no heading with anchor #not-a-heading)',
+    f'{readme}: #not-a-heading (no heading with anchor #not-a-heading)',
+  ]

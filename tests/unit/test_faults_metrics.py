@@ -24,8 +24,10 @@ def test_metrics_deleted_mid_run_are_rewritten_whole(tmp_path, caplog):
   (tmp_path / writers.METRICS).unlink()
   reporter.write_scalars(20, _train(20))
   assert [r['step'] for r in _records(tmp_path / writers.METRICS)] == [5, 10, 15, 20]
-  assert 'was deleted or changed while this run was writing it: rewritten whole (4 records)' in \
-      caplog.text
+  assert (
+    'was deleted or changed while this run was writing it: rewritten whole (4 records)'
+    in caplog.text
+  )
   (tmp_path / writers.METRICS).write_text('{"kind": "train", "step": 99}\n')  # replaced
   reporter.write_scalars(25, _train(25))
   assert [r['step'] for r in _records(tmp_path / writers.METRICS)] == [5, 10, 15, 20, 25]
@@ -42,8 +44,11 @@ def test_metrics_missing_at_resume_get_the_epoch_records_back(tmp_path, caplog):
 
 def test_unwritable_metrics_is_one_line_error(tmp_path):
   (tmp_path / writers.METRICS).mkdir()  # a folder where the file should be
-  with pytest.raises(writers.MetricsWriteError, match=r'metrics.jsonl could not be read or '
-                     r'written \(Is a directory\); the checkpoints are unchanged'):
+  with pytest.raises(
+    writers.MetricsWriteError,
+    match=r'metrics.jsonl could not be read or '
+    r'written \(Is a directory\); the checkpoints are unchanged',
+  ):
     writers.JsonLinesWriter(tmp_path)
 
 

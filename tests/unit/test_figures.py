@@ -8,19 +8,19 @@ import types
 
 import numpy as np
 import pandas as pd
+import pytest
 from matplotlib.collections import PathCollection
 from matplotlib.colors import to_hex
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, PathPatch
 from PIL import Image
-import pytest
 
 from analysis import draw
 from analysis.figures import forest, study_figures, style
 from analysis.inputs import results
 from analysis.numbers import answer
+from tests.support.planted_study import STEPS, analysed, make_study
 from tests.support.planted_tables import DIGITS, digits_frame
-from tests.support.planted_study import analysed, make_study, STEPS
 
 
 def check_files(paths):
@@ -58,8 +58,10 @@ def legend_problems(fig):
   legends = [ax.get_legend() for ax in fig.axes if ax.get_legend()] + fig.legends
   keys = [(t.get_text(), h) for leg in legends for t, h in zip(leg.get_texts(), leg.legend_handles)]
   assert keys, 'no legend at all'
-  colour_key = lambda h: (isinstance(h, Patch) and to_hex(h.get_facecolor()) in colours) or (
-      isinstance(h, Line2D) and to_hex(h.get_color()) in colours)
+  colour_key = lambda h: (
+    (isinstance(h, Patch) and to_hex(h.get_facecolor()) in colours)
+    or (isinstance(h, Line2D) and to_hex(h.get_color()) in colours)
+  )
   return [label for label, h in keys if label not in artists and not colour_key(h)]
 
 
@@ -68,7 +70,9 @@ def test_all_figures_written_and_readable(tmp_path, capsys):
   draw.main([f'--runs={tmp_path}/runs', f'--out={tmp_path}/figs', '--margin=0.5'])
   written = capsys.readouterr().out.split()
   names = {'accuracy_by_arm', 'contrasts', 'training_curves'}  # no declaration: no attribution
-  assert sorted(written) == sorted(f'{tmp_path}/figs/{n}.{e}' for n in names for e in ('pdf', 'png'))
+  assert sorted(written) == sorted(
+    f'{tmp_path}/figs/{n}.{e}' for n in names for e in ('pdf', 'png')
+  )
   check_files(written)
 
 
@@ -93,9 +97,15 @@ def test_points_for_every_seed_and_no_boxes_below_ten(tmp_path):
   assert high - low < 5 and low > 80  # the y scale shows the arms' spread, not 0–100%
   assert not legend_problems(fig)
   labels = [t.get_text() for t in ax.get_legend().get_texts()]
-  assert labels == ['gpu: one seed', 'tpu: one seed', 'mean ± 95% CI (t-interval)']  # colour = platform
+  assert labels == [
+    'gpu: one seed',
+    'tpu: one seed',
+    'mean ± 95% CI (t-interval)',
+  ]  # colour = platform
   many = pd.concat([out.units.assign(seed=out.units['seed'] + 100 * k) for k in range(2)])
-  fig = study_figures.draw_accuracy_by_arm(dataclasses.replace(out, units=many))  # 10 seeds per arm: boxes appear
+  fig = study_figures.draw_accuracy_by_arm(
+    dataclasses.replace(out, units=many)
+  )  # 10 seeds per arm: boxes appear
   assert len([p for p in fig.axes[0].patches if isinstance(p, PathPatch)]) == 2
   assert not legend_problems(fig)
 
@@ -105,7 +115,9 @@ def test_contrast_legend_lists_only_drawn_kinds(tmp_path):
   make_study(tmp_path / 'a', arms=(('gpu', 'float32', 0.9),), seeds=range(10, 13))
   out, hist, steps = analysed(tmp_path / 'a')
   style.apply()
-  fig = forest.draw_contrasts(study_figures.contrast_table(out), {}, 0.5, 'pp')  # one Welch Δ, no noise arm
+  fig = forest.draw_contrasts(
+    study_figures.contrast_table(out), {}, 0.5, 'pp'
+  )  # one Welch Δ, no noise arm
   labels = [t.get_text() for t in fig.legends[0].get_texts()]
   assert labels == ['margin ±0.5 pp', '95% CI', '90% CI', 'Δ'] and not legend_problems(fig)
   assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ['gpu − tpu']
@@ -121,10 +133,17 @@ def pdf_size_in(path):
 
 def test_every_figure_is_drawn_at_its_printed_size_with_short_labels_inside_the_figure(tmp_path):
   out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
-  paths = draw.figures(out, pd.DataFrame(columns=['run', 'epoch']), str(tmp_path),
-                       steps=pd.DataFrame(columns=list(results.STEP_COLUMNS)))
-  widths = {'accuracy_by_arm': style.TWO_COLUMN_IN, 'contrasts': style.ONE_COLUMN_IN,
-            'gap_decomposition': style.ONE_COLUMN_IN}
+  paths = draw.figures(
+    out,
+    pd.DataFrame(columns=['run', 'epoch']),
+    str(tmp_path),
+    steps=pd.DataFrame(columns=list(results.STEP_COLUMNS)),
+  )
+  widths = {
+    'accuracy_by_arm': style.TWO_COLUMN_IN,
+    'contrasts': style.ONE_COLUMN_IN,
+    'gap_decomposition': style.ONE_COLUMN_IN,
+  }
   # attribution_forest (the attribution command's) is not written: it repeats contrasts and the gap
   assert sorted({p.rsplit('/', 1)[1].split('.')[0] for p in paths}) == sorted(widths)
   for name, width in widths.items():
@@ -137,7 +156,10 @@ def test_every_figure_is_drawn_at_its_printed_size_with_short_labels_inside_the_
   assert ticks[:2] == ['native', 'f32'] and 'BN/16' in ticks and 'bf16\nactivations' in ticks
   assert not any('=' in t for t in ticks) and not legend_problems(fig)
   assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [
-      'cpu: one seed', 'gpu: one seed', 'mean ± 95% CI (t-interval)']
+    'cpu: one seed',
+    'gpu: one seed',
+    'mean ± 95% CI (t-interval)',
+  ]
   fig.canvas.draw()
   inside = fig.bbox.padded(1)
   for artist in [fig.axes[0].get_legend(), *fig.axes[0].get_xticklabels()]:
@@ -152,8 +174,11 @@ def digits_attribution():
 
 def markers_at(ax):
   """{row y: x of the estimate marker} of a forest axis (the 'D' markers)."""
-  return {line.get_ydata()[0]: line.get_xdata()[0] for line in ax.lines
-          if line.get_marker() == 'D' and len(line.get_xdata()) == 1}
+  return {
+    line.get_ydata()[0]: line.get_xdata()[0]
+    for line in ax.lines
+    if line.get_marker() == 'D' and len(line.get_xdata()) == 1
+  }
 
 
 def test_gap_figure_draws_the_gap_as_the_sum_of_its_parts_with_margin_and_noise_floors():
@@ -163,9 +188,13 @@ def test_gap_figure_draws_the_gap_as_the_sum_of_its_parts_with_margin_and_noise_
   d = att.decomposition[0]
   labels = [t.get_text() for t in ax.get_yticklabels()]
   assert labels == [
-      f'native gap G (gpu − cpu):\n{d["verdict"]} at ±2 pp', 'fidelity on gpu: fid_A',
-      'fidelity on cpu, negated: −fid_B', 'numerics part N', 'platform part P',
-      'residual R = G − N']
+    f'native gap G (gpu − cpu):\n{d["verdict"]} at ±2 pp',
+    'fidelity on gpu: fid_A',
+    'fidelity on cpu, negated: −fid_B',
+    'numerics part N',
+    'platform part P',
+    'residual R = G − N',
+  ]
   assert not any(label.startswith(('=', '−', '+')) for label in labels)
   assert 'G = fid_A − fid_B + N + P' in ax.get_xlabel()
   at = markers_at(ax)  # y 5 (top) .. 0: G, fid_A, −fid_B, N, P, R
@@ -199,7 +228,8 @@ def test_forest_draws_the_decomposition_and_no_unqualified_platform_term():
   assert 'main effects' in effects_ax.get_title(loc='left')
   labels = [t.get_text() for t in fig.legends[0].get_texts()]
   assert [x for x in labels if x.startswith('noise floor')] == [
-      f'noise floor {p} ±{att.noise[p]["half"]:.2f} pp' for p in ('gpu', 'cpu')]
+    f'noise floor {p} ±{att.noise[p]["half"]:.2f} pp' for p in ('gpu', 'cpu')
+  ]
   undecomposed = forest.draw_forest(dataclasses.replace(att, decomposition=[], gap=None))
   effects = [t.get_text() for t in undecomposed.axes[0].get_yticklabels()]
   assert 'platform gpu, mean over all arms' in effects and 'platform gpu' not in effects
@@ -213,7 +243,9 @@ def band_colors(ax):
 def test_a_platform_has_one_colour_in_every_figure():
   out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
   cpu, gpu = (to_hex(style.PLATFORM_COLORS[p]) for p in ('cpu', 'gpu'))
-  assert style.platform_colors(['gpu']) == {'gpu': style.PLATFORM_COLORS['gpu']}  # whatever else a figure shows
+  assert style.platform_colors(['gpu']) == {
+    'gpu': style.PLATFORM_COLORS['gpu']
+  }  # whatever else a figure shows
   assert style.platform_colors(['tpu', 'gpu', 'cpu'])['gpu'] == style.PLATFORM_COLORS['gpu']
   style.apply()
   ax = study_figures.draw_accuracy_by_arm(out).axes[0]
@@ -221,15 +253,22 @@ def test_a_platform_has_one_colour_in_every_figure():
   points = [c for c in ax.collections if isinstance(c, PathCollection)]
   assert len(points) == len(info)
   assert {to_hex(c.get_edgecolor()[0]) for c in points} == {cpu, gpu}
-  ax = forest.draw_contrasts(study_figures.contrast_table(out), forest.floors_of(out.noise),
-                             out.margin, out.unit).axes[0]
-  assert {to_hex(line.get_color()) for line in ax.lines if line.get_marker() != 'None'} >= {cpu, gpu}
+  ax = forest.draw_contrasts(
+    study_figures.contrast_table(out), forest.floors_of(out.noise), out.margin, out.unit
+  ).axes[0]
+  assert {to_hex(line.get_color()) for line in ax.lines if line.get_marker() != 'None'} >= {
+    cpu,
+    gpu,
+  }
   assert band_colors(ax) == {cpu, gpu}
   att = out.attribution
   gap_ax = forest.draw_gap(att).axes[0]
   colours = {t.get_text(): None for t in gap_ax.get_yticklabels()}
-  at = {line.get_ydata()[0]: to_hex(line.get_color()) for line in gap_ax.lines
-        if line.get_marker() == 'D'}
+  at = {
+    line.get_ydata()[0]: to_hex(line.get_color())
+    for line in gap_ax.lines
+    if line.get_marker() == 'D'
+  }
   assert (at[4], at[3], at[5]) == (gpu, cpu, to_hex(style.ACROSS_PLATFORMS)), colours
   assert band_colors(gap_ax) == band_colors(forest.draw_forest(att).axes[0]) == {cpu, gpu}
 
@@ -237,16 +276,24 @@ def test_a_platform_has_one_colour_in_every_figure():
 def test_contrasts_draw_one_noise_band_and_legend_key_per_platform():
   out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
   style.apply()
-  fig = forest.draw_contrasts(study_figures.contrast_table(out), {'cpu': 0.4, 'gpu': 0.5}, 2.0, 'pp')
+  fig = forest.draw_contrasts(
+    study_figures.contrast_table(out), {'cpu': 0.4, 'gpu': 0.5}, 2.0, 'pp'
+  )
   legend = fig.legends[0]
   keys = {t.get_text(): h for t, h in zip(legend.get_texts(), legend.legend_handles)}
-  assert [k for k in keys if k.startswith('noise')] == ['noise floor gpu ±0.50 pp',
-                                                          'noise floor cpu ±0.40 pp']
+  assert [k for k in keys if k.startswith('noise')] == [
+    'noise floor gpu ±0.50 pp',
+    'noise floor cpu ±0.40 pp',
+  ]
   for p in ('cpu', 'gpu'):
-    assert to_hex(keys[f'noise floor {p} ±{0.4 if p == "cpu" else 0.5:.2f} pp'].get_edgecolor()) == (
-        to_hex(style.PLATFORM_COLORS[p]))
-  assert sorted(round(p.get_x() + p.get_width(), 6) for p in fig.axes[0].patches
-                if p.get_label().startswith('noise')) == [0.4, 0.5]
+    assert to_hex(
+      keys[f'noise floor {p} ±{0.4 if p == "cpu" else 0.5:.2f} pp'].get_edgecolor()
+    ) == (to_hex(style.PLATFORM_COLORS[p]))
+  assert sorted(
+    round(p.get_x() + p.get_width(), 6)
+    for p in fig.axes[0].patches
+    if p.get_label().startswith('noise')
+  ) == [0.4, 0.5]
   assert not legend_problems(fig)
 
 
@@ -255,17 +302,41 @@ def curves_study():
   arithmetic as native (identical curves), on gpu it differs."""
   arms = [('cpu', 'native', 0.0), ('cpu', 'f32', 0.0), ('gpu', 'native', 0.1), ('gpu', 'f32', 0.2)]
   info = pd.DataFrame([{'arm': f'{p}, {a}', 'platform': p, 'label': a} for p, a, _ in arms])
-  runs = pd.DataFrame([{'run': f'{p}/{a}/{s}', 'arm': f'{p}, {a}'} for p, a, _ in arms
-                       for s in range(2)])
-  steps = pd.DataFrame([{'run': f'{p}/{a}/{s}', 'step': t, 'epoch': t // 10 + 1,
-                         'train_loss': 1.0 / t + d + 0.01 * s, 'train_accuracy': 0.5}
-                        for p, a, d in arms for s in range(2) for t in range(1, 40)])
-  hist = pd.DataFrame([{'run': f'{p}/{a}/{s}', 'epoch': e, 'test_accuracy': 0.9 - d / e}
-                       for p, a, d in arms for s in range(2) for e in range(1, 5)])
-  software = types.SimpleNamespace(platforms={'cpu': {'device_kind': 'cpu'},
-                                              'gpu': {'device_kind': 'H100'}})
-  return types.SimpleNamespace(arm_info=info, runs=runs, arms=pd.DataFrame({'n': [2] * 4}),
-                               seeded=True, software=software), hist, steps  # what it draws from
+  runs = pd.DataFrame(
+    [{'run': f'{p}/{a}/{s}', 'arm': f'{p}, {a}'} for p, a, _ in arms for s in range(2)]
+  )
+  steps = pd.DataFrame(
+    [
+      {
+        'run': f'{p}/{a}/{s}',
+        'step': t,
+        'epoch': t // 10 + 1,
+        'train_loss': 1.0 / t + d + 0.01 * s,
+        'train_accuracy': 0.5,
+      }
+      for p, a, d in arms
+      for s in range(2)
+      for t in range(1, 40)
+    ]
+  )
+  hist = pd.DataFrame(
+    [
+      {'run': f'{p}/{a}/{s}', 'epoch': e, 'test_accuracy': 0.9 - d / e}
+      for p, a, d in arms
+      for s in range(2)
+      for e in range(1, 5)
+    ]
+  )
+  software = types.SimpleNamespace(
+    platforms={'cpu': {'device_kind': 'cpu'}, 'gpu': {'device_kind': 'H100'}}
+  )
+  return (
+    types.SimpleNamespace(
+      arm_info=info, runs=runs, arms=pd.DataFrame({'n': [2] * 4}), seeded=True, software=software
+    ),
+    hist,
+    steps,
+  )  # what it draws from
 
 
 def test_identical_curves_stay_distinguishable_and_colour_is_the_platform():
@@ -322,11 +393,17 @@ def test_figures_cli_one_line_error(tmp_path, capsys):
   with pytest.raises(SystemExit) as e:
     draw.main([f'--runs={tmp_path}', f'--out={tmp_path}/f'])
   message = capsys.readouterr().err
-  assert e.value.code == 2 and message.startswith('error: --runs: no run') and message.count('\n') == 1
+  assert (
+    e.value.code == 2 and message.startswith('error: --runs: no run') and message.count('\n') == 1
+  )
 
 
 def test_study_refuses_a_bucket_root_in_one_line(capsys):
   from sweeps import run_study  # pylint: disable=import-outside-toplevel
+
   assert run_study.main(['--config=configs/digits.py:study', '--root=gs://bucket/study']) == 2
   message = capsys.readouterr().err
-  assert message.startswith('error: --root=gs://bucket/study: a study runs locally') and message.count('\n') == 1
+  assert (
+    message.startswith('error: --root=gs://bucket/study: a study runs locally')
+    and message.count('\n') == 1
+  )

@@ -5,17 +5,17 @@ ladder says each row's n, draws every bound inside its axis and stops at 100 %."
 
 import warnings
 
-from matplotlib.colors import to_hex
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.colors import to_hex
 
 from analysis import draw
 from analysis.figures import churn_ladder, forest, naming, study_figures, style
 from analysis.numbers import agreement_section, answer
 from tests.support.planted_predictions import planted_loader
-from tests.support.planted_tables import DIGITS, digits_frame
 from tests.support.planted_study import analysed, make_study
+from tests.support.planted_tables import DIGITS, digits_frame
 
 NO_STEPS = pd.DataFrame(columns=['run', 'step', 'epoch', 'train_loss', 'train_accuracy'])
 
@@ -23,7 +23,8 @@ NO_STEPS = pd.DataFrame(columns=['run', 'step', 'epoch', 'train_loss', 'train_ac
 @pytest.fixture(scope='module')
 def digits_out():
   frame = digits_frame(('cpu', 'gpu'), seeds=range(4)).assign(
-      **{'config.data.name': 'digits', 'data.test_size': 360})
+    **{'config.data.name': 'digits', 'data.test_size': 360}
+  )
   frame['device_kind'] = frame['platform'].map({'cpu': 'cpu', 'gpu': 'NVIDIA H100'})
   return answer.study_analysis(frame, DIGITS)
 
@@ -31,8 +32,14 @@ def digits_out():
 def drawn_figures(monkeypatch, call):
   """{name: figure} of what `call()` saves (style.save intercepted before it closes them)."""
   figures, save = {}, style.save
-  monkeypatch.setattr(style, 'save', lambda fig, d, name, crop=True: (
-      figures.setdefault(name, (fig, fig.texts, fig._suptitle, fig._supxlabel)), save(fig, d, name, crop))[1])
+  monkeypatch.setattr(
+    style,
+    'save',
+    lambda fig, d, name, crop=True: (
+      figures.setdefault(name, (fig, fig.texts, fig._suptitle, fig._supxlabel)),
+      save(fig, d, name, crop),
+    )[1],
+  )
   call()
   return figures
 
@@ -45,8 +52,10 @@ def test_every_study_figure_states_data_n_and_platforms(digits_out, tmp_path, mo
   out = digits_out
   loaded = planted_loader(out.runs, np.random.default_rng(7))
   out.agreement = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
-  figures = drawn_figures(monkeypatch, lambda: (
-      draw.figures(out, pd.DataFrame(columns=['run', 'epoch']), str(tmp_path), NO_STEPS)))
+  figures = drawn_figures(
+    monkeypatch,
+    lambda: draw.figures(out, pd.DataFrame(columns=['run', 'epoch']), str(tmp_path), NO_STEPS),
+  )
   assert set(figures) == {'accuracy_by_arm', 'contrasts', 'gap_decomposition', 'churn_ladder'}
   for name, (fig, _, top, bottom) in figures.items():
     text = captions(fig, top, bottom).replace('\n', ' ')
@@ -57,8 +66,13 @@ def test_every_study_figure_states_data_n_and_platforms(digits_out, tmp_path, mo
 def test_training_curves_one_colour_per_platform_and_a_line_style_per_arm(digits_out):
   out = digits_out
   cpu = out.runs[out.runs['platform'] == 'cpu']
-  steps = pd.DataFrame([{'run': r, 'step': t, 'epoch': 1, 'train_loss': 1.0 / t, 'train_accuracy': .5}
-                        for r in cpu['run'] for t in range(1, 6)])
+  steps = pd.DataFrame(
+    [
+      {'run': r, 'step': t, 'epoch': 1, 'train_loss': 1.0 / t, 'train_accuracy': 0.5}
+      for r in cpu['run']
+      for t in range(1, 6)
+    ]
+  )
   style.apply()
   fig = study_figures.draw_training_curves(out, pd.DataFrame(columns=['run', 'epoch']), steps)
   lines = fig.axes[0].get_lines()
@@ -69,13 +83,19 @@ def test_training_curves_one_colour_per_platform_and_a_line_style_per_arm(digits
 
 
 def test_short_arm_labels_never_a_config():
-  arm = ('cpu, CPU, profile=, batchnorm_group=0, compute_dtype=float32, conv_format=, '
-         'conv_impl=auto, dense_format=, xla_flags=')
+  arm = (
+    'cpu, CPU, profile=, batchnorm_group=0, compute_dtype=float32, conv_format=, '
+    'conv_impl=auto, dense_format=, xla_flags='
+  )
   assert naming.short_labels([arm]) == {arm: naming.ONE_ARM}
-  two = ['cpu, profile=tpu_default, compute_dtype=float32', 'cpu, profile=f32, compute_dtype=float32']
+  two = [
+    'cpu, profile=tpu_default, compute_dtype=float32',
+    'cpu, profile=f32, compute_dtype=float32',
+  ]
   assert list(naming.short_labels(two).values()) == ['tpu_default', 'f32']
-  long = [f'cpu, optim.learning_rate=0.00{i}, model.width=0.2{i}, data.image_size=3{i}'
-          for i in range(3)]
+  long = [
+    f'cpu, optim.learning_rate=0.00{i}, model.width=0.2{i}, data.image_size=3{i}' for i in range(3)
+  ]
   short = naming.short_labels(long)
   assert all(len(v) <= naming.LABEL_CHARS for v in short.values()) and len(set(short.values())) == 3
 
@@ -83,11 +103,14 @@ def test_short_arm_labels_never_a_config():
 def test_contrast_legend_keys_are_drawn_as_the_estimates(digits_out):
   out = digits_out
   style.apply()
-  fig = forest.draw_contrasts(study_figures.contrast_table(out), forest.floors_of(out.noise),
-                              out.margin, out.unit)
+  fig = forest.draw_contrasts(
+    study_figures.contrast_table(out), forest.floors_of(out.noise), out.margin, out.unit
+  )
   legend = fig.legends[0]
   keys = dict(zip((t.get_text() for t in legend.get_texts()), legend.legend_handles))
-  drawn = {(to_hex(l.get_color()), l.get_marker()) for l in fig.axes[0].lines if l.get_marker() == 'D'}
+  drawn = {
+    (to_hex(l.get_color()), l.get_marker()) for l in fig.axes[0].lines if l.get_marker() == 'D'
+  }
   for p in ('cpu', 'gpu'):
     key = keys[p]
     assert (to_hex(key.get_color()), key.get_marker()) in drawn  # a swatch would be a Patch
@@ -99,13 +122,18 @@ def test_a_one_run_root_draws_without_layout_warnings_or_clipping(tmp_path):
   style.apply()
   with warnings.catch_warnings():
     warnings.simplefilter('error')  # constrained_layout's "axes sizes collapsed" is a UserWarning
-    figs = [study_figures.draw_accuracy_by_arm(out),
-            study_figures.draw_training_curves(out, hist, steps)]
+    figs = [
+      study_figures.draw_accuracy_by_arm(out),
+      study_figures.draw_training_curves(out, hist, steps),
+    ]
     for fig in figs:
       fig.canvas.draw()
       inside = fig.bbox.padded(1)
-      for artist in [*fig.legends, *[a.get_legend() for a in fig.axes if a.get_legend()],
-                     fig._suptitle]:
+      for artist in [
+        *fig.legends,
+        *[a.get_legend() for a in fig.axes if a.get_legend()],
+        fig._suptitle,
+      ]:
         box = artist.get_window_extent()
         assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and box.y1 <= inside.y1, artist
   labels = [t.get_text() for t in figs[1].legends[0].get_texts()]
@@ -116,8 +144,14 @@ def test_the_churn_ladder_says_n_and_draws_every_bound_inside_its_axis(digits_ou
   out = digits_out
   loaded = planted_loader(out.runs, np.random.default_rng(8))
   table = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get).table
-  table = pd.concat([table, table.iloc[[0]].assign(  # a row near 100 %: no axis past it
-      kind='platform', churn_pct=99.5, ci_low=98.9, ci_high=99.9, per_seed_pct='99.1, 99.9')])
+  table = pd.concat(
+    [
+      table,
+      table.iloc[[0]].assign(  # a row near 100 %: no axis past it
+        kind='platform', churn_pct=99.5, ci_low=98.9, ci_high=99.9, per_seed_pct='99.1, 99.9'
+      ),
+    ]
+  )
   fig = churn_ladder.draw(table, naming.context(out))
   ax = fig.axes[0]
   low, high = ax.get_xlim()

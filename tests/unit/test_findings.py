@@ -7,11 +7,11 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import ROOT
 
 from analysis import export, findings
 from analysis.inputs import csv_input, declaration, results
 from analysis.numbers import answer
-from conftest import ROOT
 from tests.support.planted_runs import SMALL, fake_run
 
 CSV = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
@@ -24,13 +24,24 @@ def test_readme_section_is_the_analysis_of_the_shipped_csv(tmp_path, monkeypatch
     readme = f.read()
   (tmp_path / 'README.md').write_text(readme, encoding='utf-8')
   monkeypatch.chdir(ROOT)  # the section names the files as the command gives them
-  findings.main(['--csv', 'results/digits_h100_cpu.csv', '--study',
-                 'results/digits_h100_cpu.study.json', '--margins', '2', '0.5',
-                 '--readme', str(tmp_path / 'README.md')])
+  findings.main(
+    [
+      '--csv',
+      'results/digits_h100_cpu.csv',
+      '--study',
+      'results/digits_h100_cpu.study.json',
+      '--margins',
+      '2',
+      '0.5',
+      '--readme',
+      str(tmp_path / 'README.md'),
+    ]
+  )
   assert (tmp_path / 'README.md').read_text(encoding='utf-8') == readme, (
-      'the README section differs from the analysis of the shipped CSV: rerun the command in '
-      'results/README.md')
-  section = readme[readme.index(findings.FIRST):readme.index(findings.LAST)]
+    'the README section differs from the analysis of the shipped CSV: rerun the command in '
+    'results/README.md'
+  )
+  section = readme[readme.index(findings.FIRST) : readme.index(findings.LAST)]
   assert '| ±2 pp |' in section and '| ±0.5 pp |' in section and 'residual, 90% CI' in section
   assert '16 seeds per arm, 256 runs' in section and 'flax, jax, jaxlib' in section
 
@@ -51,9 +62,12 @@ def test_export_reads_back_to_the_tables_of_its_runs(tmp_path, capsys):
   direct = answer.study_analysis(results.load_runs(roots), SMALL)
   again = answer.study_analysis(csv_input.read_csv(out_csv), SMALL)
   for name in ('arms', 'contrasts'):  # an empty text field reads back from a CSV as missing
-    pd.testing.assert_frame_equal(getattr(direct, name).replace('', np.nan), getattr(again, name), check_dtype=False)
+    pd.testing.assert_frame_equal(
+      getattr(direct, name).replace('', np.nan), getattr(again, name), check_dtype=False
+    )
   assert direct.attribution.decomposition[0]['R'] == pytest.approx(
-      again.attribution.decomposition[0]['R'], abs=1e-12)
+    again.attribution.decomposition[0]['R'], abs=1e-12
+  )
   assert direct.software == again.software
   with pytest.raises(SystemExit) as e:
     export.main(['--runs', *roots, '--out', str(tmp_path / 'both.txt')])

@@ -16,8 +16,17 @@ from tests.support.planted_tables import DIGITS
 
 METRIC = 'final.test_accuracy'
 SHIFT = {'bf16 activations': 5.0, 'BN/16': 1.0}  # pp: different; shown and within ±2 pp
-EFFECTIVE = ('platform', 'device_kind', 'batchnorm_group', 'compute_dtype', 'conv_format',
-             'dense_format', 'matmul_precision', 'param_dtype', 'xla_flags')
+EFFECTIVE = (
+  'platform',
+  'device_kind',
+  'batchnorm_group',
+  'compute_dtype',
+  'conv_format',
+  'dense_format',
+  'matmul_precision',
+  'param_dtype',
+  'xla_flags',
+)
 
 
 def label(arm):
@@ -40,11 +49,19 @@ def planted(seeds=8, rng=0):
     noise = np.zeros(seeds) if name in ('native', 'f32') else rng.normal(0, 0.1, seeds)
     arithmetic = 'native' if name == 'f32' else name
     for s in range(seeds):
-      rows.append({'run': f'/r/cpu/{k}/{s}', 'status': 'completed', 'seed': s, 'platform': 'cpu',
-                   'device_kind': 'cpu', 'data.test_size': 400,
-                   **{f'numerics.requested.{f.split(".")[1]}': v for f, v in arm.items()},
-                   **{f'numerics.effective.{f}': f'{arithmetic}:{f}' for f in EFFECTIVE},
-                   METRIC: (base[s] + SHIFT.get(name, 0.0) + noise[s]) / 100})
+      rows.append(
+        {
+          'run': f'/r/cpu/{k}/{s}',
+          'status': 'completed',
+          'seed': s,
+          'platform': 'cpu',
+          'device_kind': 'cpu',
+          'data.test_size': 400,
+          **{f'numerics.requested.{f.split(".")[1]}': v for f, v in arm.items()},
+          **{f'numerics.effective.{f}': f'{arithmetic}:{f}' for f in EFFECTIVE},
+          METRIC: (base[s] + SHIFT.get(name, 0.0) + noise[s]) / 100,
+        }
+      )
   return pd.DataFrame(rows)
 
 
@@ -58,8 +75,12 @@ def study():
   seed_model = {s: prediction(0.2, rng) for s in range(8)}
   names = out.arm_info.set_index('arm')['label']
   ref = {s: prediction(0.0, rng, seed_model[s]['predicted']) for s in range(8)}
-  loaded = {r.run: ref[r.seed] if names[r.arm] in ('native', 'f32') else
-            prediction(0.03, rng, ref[r.seed]['predicted']) for r in out.runs.itertuples()}
+  loaded = {
+    r.run: ref[r.seed]
+    if names[r.arm] in ('native', 'f32')
+    else prediction(0.03, rng, ref[r.seed]['predicted'])
+    for r in out.runs.itertuples()
+  }
   out.agreement = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
   return out, frame, loaded
 
@@ -77,28 +98,43 @@ def test_the_first_page_answers_in_one_sentence_which_settings_changed_the_model
   line = answer_sentence.sentence(out)
   d_bf16 = raw(frame, 'bf16 activations') - raw(frame, 'native')
   d_bn = raw(frame, 'BN/16') - raw(frame, 'native')
-  ci = lambda d: (d.mean() - sps.t.ppf(0.975, 7) * d.std(ddof=1) / np.sqrt(8),
-                  d.mean() + sps.t.ppf(0.975, 7) * d.std(ddof=1) / np.sqrt(8))
+  ci = lambda d: (
+    d.mean() - sps.t.ppf(0.975, 7) * d.std(ddof=1) / np.sqrt(8),
+    d.mean() + sps.t.ppf(0.975, 7) * d.std(ddof=1) / np.sqrt(8),
+  )
   lo, hi = ci(d_bf16)
-  assert line.startswith('**Answer.** on cpu, bf16 activations '
-                         f'({d_bf16.mean():+.2f} [{lo:+.2f}, {hi:+.2f}] pp) changed test accuracy '
-                         '(a difference shown, not within ±2 pp); BN/16')
+  assert line.startswith(
+    '**Answer.** on cpu, bf16 activations '
+    f'({d_bf16.mean():+.2f} [{lo:+.2f}, {hi:+.2f}] pp) changed test accuracy '
+    '(a difference shown, not within ±2 pp); BN/16'
+  )
   lo, hi = ci(d_bn)
-  assert f'BN/16 ({d_bn.mean():+.2f} [{lo:+.2f}, {hi:+.2f}] pp) changed it, by less than the margin' in line
+  assert (
+    f'BN/16 ({d_bn.mean():+.2f} [{lo:+.2f}, {hi:+.2f}] pp) changed it, by less than the margin'
+    in line
+  )
   assert 'the others did not beyond ±2 pp (4 of 6 tested equivalent)' in line
   assert "f32 is the reference's own arithmetic (exactly 0, not tested)" in line
   # churn of each setting against the reference, by hand from the predictions
   table = out.agreement.table
   runs = out.runs.set_index('run')
-  by = lambda arm: {runs.loc[r, 'seed']: loaded[r]['predicted'] for r in runs.index
-                    if runs.loc[r, 'arm'] == arm}
+  by = lambda arm: {
+    runs.loc[r, 'seed']: loaded[r]['predicted'] for r in runs.index if runs.loc[r, 'arm'] == arm
+  }
   ref_arm = out.arm_info.loc[out.arm_info['role'] == 'reference', 'arm'].iloc[0]
-  churns = [100 * np.mean([agreement.churn(by(a)[s], by(ref_arm)[s]) for s in range(8)])
-            for a in out.contrasts['arm_a'] if a not in set(table.loc[table['kind'] == 'identical', 'a'])]
+  churns = [
+    100 * np.mean([agreement.churn(by(a)[s], by(ref_arm)[s]) for s in range(8)])
+    for a in out.contrasts['arm_a']
+    if a not in set(table.loc[table['kind'] == 'identical', 'a'])
+  ]
   pooled = table.set_index('kind').loc['seed_all', 'churn_pct']
-  assert f'by churn, 6 of 6 settings changed the model: {min(churns):.2g}–{max(churns):.2g} %' in line
-  assert (f'{min(churns) / pooled:.2g}–{max(churns) / pooled:.2g} × the {pooled:.2g} % between two '
-          'seeds of one arm (every one changes fewer predictions than a new seed does)') in line
+  assert (
+    f'by churn, 6 of 6 settings changed the model: {min(churns):.2g}–{max(churns):.2g} %' in line
+  )
+  assert (
+    f'{min(churns) / pooled:.2g}–{max(churns) / pooled:.2g} × the {pooled:.2g} % between two '
+    'seeds of one arm (every one changes fewer predictions than a new seed does)'
+  ) in line
   first = report.render(out, 'md').split('## Setup')[0]
   assert first.index(line) < first.index('**Confirmatory') < first.index('Agreement (churn')
   assert 'Same model? Read against the churn between two seeds' in first
@@ -126,11 +162,14 @@ def test_a_difference_shown_inside_the_margin_is_called_within_margin(study):
 
 def test_the_noise_floor_is_one_clean_line():
   from tests.support.planted_tables import digits_frame  # pylint: disable=import-outside-toplevel
+
   att = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(6)), DIGITS).attribution
   text = attribution_text.noise_text(att)
   assert text.count('noise floor') == 1
-  assert ('mean paired difference profile=bf16_noise − profile=f32 at batchnorm_group=0, '
-          'compute_dtype=float32') in text
+  assert (
+    'mean paired difference profile=bf16_noise − profile=f32 at batchnorm_group=0, '
+    'compute_dtype=float32'
+  ) in text
   for p in ('cpu', 'gpu'):
     f = att.noise[p]
     assert f'{p} ±{f["half"]:.3f} pp (sd {f["sd"]:.3f}, 6 seeds)' in text
@@ -138,6 +177,7 @@ def test_the_noise_floor_is_one_clean_line():
 
 def test_without_declared_contrasts_the_sentence_counts_the_pairs():
   from tests.support.planted_tables import digits_frame  # pylint: disable=import-outside-toplevel
+
   out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
   line = answer_sentence.sentence(out)
   assert f'{len(out.pairs)} pairs of arms compared on test accuracy (no declared contrasts' in line

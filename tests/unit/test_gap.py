@@ -13,15 +13,23 @@ from analysis.numbers import attribution, gap, gap_verdict, inference
 from analysis.words import attribution_text
 
 METRIC = 'final.test_accuracy'
-COL = {'profile': 'numerics.requested.profile', 'batchnorm_group': 'numerics.requested.batchnorm_group',
-       'compute_dtype': 'numerics.requested.compute_dtype'}
+COL = {
+  'profile': 'numerics.requested.profile',
+  'batchnorm_group': 'numerics.requested.batchnorm_group',
+  'compute_dtype': 'numerics.requested.compute_dtype',
+}
 EMULATES = {'gpu': 'jax_gpu_default', 'cpu': 'f32'}
 FACTORS = ['platform', 'profile', 'batchnorm_group', 'compute_dtype']
 REFERENCE = {'profile': 'native', 'batchnorm_group': '0', 'compute_dtype': 'float32'}
 # the arms of configs/digits.py's fraction that matter here: three profiles at the reference
 # levels, and two more arms with profile=native (BN/16, bf16 activations)
-ARMS = [('native', '0', 'float32'), ('jax_gpu_default', '0', 'float32'), ('f32', '0', 'float32'),
-        ('native', '16', 'float32'), ('native', '0', 'bfloat16')]
+ARMS = [
+  ('native', '0', 'float32'),
+  ('jax_gpu_default', '0', 'float32'),
+  ('f32', '0', 'float32'),
+  ('native', '16', 'float32'),
+  ('native', '0', 'bfloat16'),
+]
 
 
 def planted(shift, sd=None, seeds=12, rng=0, seed_sd=0.8, base=90.0):
@@ -33,24 +41,44 @@ def planted(shift, sd=None, seeds=12, rng=0, seed_sd=0.8, base=90.0):
   for platform in ('gpu', 'cpu'):
     for arm in ARMS:
       for s in range(seeds):
-        pp = (base + seed_effect[s] + shift.get((platform, arm), 0.0)
-              + rng.normal(0, (sd or {}).get((platform, arm), 0.3)))
-        rows.append({'run': f'/r/{platform}/{"_".join(arm)}/{s}', 'status': 'completed', 'seed': s,
-                     'platform': platform, **dict(zip(COL.values(), arm)), METRIC: pp / 100})
+        pp = (
+          base
+          + seed_effect[s]
+          + shift.get((platform, arm), 0.0)
+          + rng.normal(0, (sd or {}).get((platform, arm), 0.3))
+        )
+        rows.append(
+          {
+            'run': f'/r/{platform}/{"_".join(arm)}/{s}',
+            'status': 'completed',
+            'seed': s,
+            'platform': platform,
+            **dict(zip(COL.values(), arm)),
+            METRIC: pp / 100,
+          }
+        )
   return pd.DataFrame(rows)
 
 
 def run(frame, margin=0.5, **kw):
-  out = attribution.factor_attribution(frame, FACTORS, reference=REFERENCE, margin=margin,
-                        native={'profile': 'native'}, platform_profile=EMULATES, **kw)
+  out = attribution.factor_attribution(
+    frame,
+    FACTORS,
+    reference=REFERENCE,
+    margin=margin,
+    native={'profile': 'native'},
+    platform_profile=EMULATES,
+    **kw,
+  )
   (d,) = out.decomposition
   return out, d
 
 
 def hand(frame, platform, arm):
   """The cell's values by seed (pp), straight from the raw table."""
-  rows = frame[(frame['platform'] == platform)
-               & (frame[list(COL.values())] == list(arm)).all(axis=1)]
+  rows = frame[
+    (frame['platform'] == platform) & (frame[list(COL.values())] == list(arm)).all(axis=1)
+  ]
   return (100 * rows.set_index('seed')[METRIC]).sort_index()
 
 
@@ -67,26 +95,35 @@ def test_the_gap_is_the_native_arms_paired_gap_not_a_pooled_platform_term():
   low, high = inference.t_ci(by_hand.to_numpy())
   assert d['G'] == pytest.approx(by_hand.mean(), abs=1e-9)
   assert (d['G_ci_low'], d['G_ci_high']) == pytest.approx((low, high), abs=1e-9)
-  pooled = np.mean([(hand(frame, 'gpu', a) - hand(frame, 'cpu', a)).mean()
-                    for a in (NATIVE, BN16, BF16)])
+  pooled = np.mean(
+    [(hand(frame, 'gpu', a) - hand(frame, 'cpu', a)).mean() for a in (NATIVE, BN16, BF16)]
+  )
   assert abs(pooled - 0.4) < 0.25 and abs(d['G'] - 1.2) < 0.3  # the two estimands differ
   assert d['G_ci_low'] > 0.5
 
 
 def test_per_seed_identity_holds_exactly():
-  frame = planted({('gpu', NATIVE): 0.9, ('gpu', EMU_GPU): 0.5, ('cpu', EMU_GPU): 0.3,
-                   ('cpu', F32): -0.2})
-  cells = gap.cell_means(frame.assign(value=100 * frame[METRIC], **{
-      f: frame[c].astype(str) for f, c in COL.items()}), 'profile',
-      ['batchnorm_group', 'compute_dtype'], REFERENCE)
+  frame = planted(
+    {('gpu', NATIVE): 0.9, ('gpu', EMU_GPU): 0.5, ('cpu', EMU_GPU): 0.3, ('cpu', F32): -0.2}
+  )
+  cells = gap.cell_means(
+    frame.assign(value=100 * frame[METRIC], **{f: frame[c].astype(str) for f, c in COL.items()}),
+    'profile',
+    ['batchnorm_group', 'compute_dtype'],
+    REFERENCE,
+  )
   summary, missing = gap.components(cells, 'gpu', 'cpu', 'native', EMULATES)
   v = summary['values']
   assert not missing and len(summary['seeds']) == 12
   np.testing.assert_allclose(v['G'], v['fid_A'] - v['fid_B'] + v['N'] + v['P'], atol=1e-9)
   np.testing.assert_allclose(v['R'], v['G'] - v['N'], atol=1e-9)
   np.testing.assert_allclose(v['N_interaction'], v['N_A'] - v['N_B'], atol=1e-9)
-  by_hand = (hand(frame, 'gpu', EMU_GPU) - hand(frame, 'gpu', F32)
-             + hand(frame, 'cpu', EMU_GPU) - hand(frame, 'cpu', F32)) / 2
+  by_hand = (
+    hand(frame, 'gpu', EMU_GPU)
+    - hand(frame, 'gpu', F32)
+    + hand(frame, 'cpu', EMU_GPU)
+    - hand(frame, 'cpu', F32)
+  ) / 2
   np.testing.assert_allclose(v['N'], by_hand.to_numpy(), atol=1e-9)
 
 
@@ -106,12 +143,15 @@ def test_a_shown_gap_inside_the_margin_is_labelled_so():
   assert 'a real gap, smaller than the margin' in attribution_text.why(d, 'pp')
 
 
-@pytest.mark.parametrize('shift, verdict', [
+@pytest.mark.parametrize(
+  'shift, verdict',
+  [
     ({('gpu', NATIVE): 1.5, ('gpu', EMU_GPU): 1.5, ('cpu', EMU_GPU): 1.5}, 'explained by numerics'),
     ({('gpu', NATIVE): 2.0, ('gpu', EMU_GPU): 1.0, ('cpu', EMU_GPU): 1.0}, 'partly explained'),
     ({('gpu', NATIVE): 1.5}, 'not explained'),
     ({}, 'no gap'),
-])
+  ],
+)
 def test_each_planted_gap_gets_its_verdict(shift, verdict):
   out, d = run(planted(shift, seeds=16), margin=0.5 if verdict != 'no gap' else 2.0)
   assert d['verdict'] == verdict, attribution_text.why(d, 'pp')
@@ -119,8 +159,18 @@ def test_each_planted_gap_gets_its_verdict(shift, verdict):
 
 
 def test_verdict_rules():
-  f = dict.fromkeys(('gap_shown', 'gap_equivalent', 'numerics_shown', 'numerics_opposite',
-                     'share_reaches', 'residual_equivalent', 'residual_shown'), False)
+  f = dict.fromkeys(
+    (
+      'gap_shown',
+      'gap_equivalent',
+      'numerics_shown',
+      'numerics_opposite',
+      'share_reaches',
+      'residual_equivalent',
+      'residual_shown',
+    ),
+    False,
+  )
   assert gap_verdict.verdict(f, 2)[0] == 'inconclusive'
   assert gap_verdict.verdict({**f, 'gap_equivalent': True}, 2) == ('no gap', '')
   shown = {**f, 'gap_shown': True}
@@ -128,7 +178,9 @@ def test_verdict_rules():
   explained = {**shown, 'numerics_shown': True, 'share_reaches': True, 'residual_equivalent': True}
   assert gap_verdict.verdict(explained, 2)[0] == 'explained by numerics'
   assert gap_verdict.verdict({**explained, 'share_reaches': False}, 2) == (
-      'partly explained', "the share's lower bound is below the minimum")
+    'partly explained',
+    "the share's lower bound is below the minimum",
+  )
   assert gap_verdict.verdict({**shown, 'residual_shown': True}, 2)[0] == 'not explained'
   assert gap_verdict.verdict(shown, 2, n_estimable=False)[0] == 'inconclusive'
 
@@ -156,7 +208,7 @@ def coverage(ratio_se, share=1.0, sims=3000, n=16, rng=0):
   per-seed sds and correlation (G 0.91 pp, N 0.53 pp, r 0.37) and E[G] / se(G) = ratio_se."""
   rng = np.random.default_rng(rng)
   sd_g, sd_n, r = 0.91, 0.53, 0.37
-  cov = [[sd_n ** 2, r * sd_n * sd_g], [r * sd_n * sd_g, sd_g ** 2]]
+  cov = [[sd_n**2, r * sd_n * sd_g], [r * sd_n * sd_g, sd_g**2]]
   g_true = ratio_se * sd_g / np.sqrt(n)
   fieller = delta = shown = 0
   for _ in range(sims):
@@ -181,9 +233,11 @@ def test_share_interval_covers_at_the_shipped_regime_and_beyond():
 
 
 def test_share_is_fieller_and_unbounded_when_the_gap_is_not_shown():
-  _, d = run(planted({('gpu', NATIVE): 2.0, ('gpu', EMU_GPU): 1.0, ('cpu', EMU_GPU): 1.0}, seeds=16))
+  _, d = run(
+    planted({('gpu', NATIVE): 2.0, ('gpu', EMU_GPU): 1.0, ('cpu', EMU_GPU): 1.0}, seeds=16)
+  )
   assert d['share'] == pytest.approx(d['N'] / d['G'])
-  assert d['share_ci_low'] < d['share'] < d['share_ci_high'] and "Fieller" in d['share_method']
+  assert d['share_ci_low'] < d['share'] < d['share_ci_high'] and 'Fieller' in d['share_method']
   _, none = run(planted({}, seeds=16))
   assert not none['gap_shown'] and none['share_ci_low'] == -np.inf
 
@@ -202,9 +256,32 @@ def test_decomposition_csv_columns(tmp_path):
   out, _ = run(planted({('gpu', NATIVE): 1.0}))
   attribute.write_tables(out, str(tmp_path))
   table = pd.read_csv(tmp_path / 'attribution_decomposition.csv')
-  for col in ('G', 'G_ci_low', 'G_ci_high', 'N', 'R', 'share', 'share_ci_low', 'share_ci_high',
-              'verdict', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N_interaction', 'P', 'P_eA', 'P_eB',
-              'open', 'G_signed_rank_p', 'G_d_z', 'G_mixed_model', 'platform_a', 'platform_b', 'seeds_used'):
+  for col in (
+    'G',
+    'G_ci_low',
+    'G_ci_high',
+    'N',
+    'R',
+    'share',
+    'share_ci_low',
+    'share_ci_high',
+    'verdict',
+    'fid_A',
+    'fid_B',
+    'N_A',
+    'N_B',
+    'N_interaction',
+    'P',
+    'P_eA',
+    'P_eB',
+    'open',
+    'G_signed_rank_p',
+    'G_d_z',
+    'G_mixed_model',
+    'platform_a',
+    'platform_b',
+    'seeds_used',
+  ):
     assert col in table, col
   components = pd.read_csv(tmp_path / 'attribution_gap.csv')
   assert list(components['key']) == list(gap_verdict.KEYS)
@@ -214,13 +291,21 @@ def test_the_shipped_export_gap_is_the_native_arms_paired_mean():
   """results/: G = gpu native − cpu native, f32 activations, global BatchNorm, paired by seed
   (+0.26 pp [−0.22, +0.75]), computed here by hand from the raw CSV."""
   frame = pd.read_csv('results/digits_h100_cpu.csv')
-  native = frame[(frame['config.numerics.profile'] == 'native')
-                 & (frame['config.numerics.batchnorm_group'] == 0)
-                 & (frame['config.numerics.compute_dtype'] == 'float32')]
+  native = frame[
+    (frame['config.numerics.profile'] == 'native')
+    & (frame['config.numerics.batchnorm_group'] == 0)
+    & (frame['config.numerics.compute_dtype'] == 'float32')
+  ]
   by_seed = native.pivot_table(index='seed', columns='platform', values=METRIC) * 100
   d_hand = (by_seed['gpu'] - by_seed['cpu']).to_numpy()
-  out = attribution.factor_attribution(frame, FACTORS, reference=REFERENCE, margin=2.0,
-                        native={'profile': 'native'}, platform_profile=EMULATES)
+  out = attribution.factor_attribution(
+    frame,
+    FACTORS,
+    reference=REFERENCE,
+    margin=2.0,
+    native={'profile': 'native'},
+    platform_profile=EMULATES,
+  )
   (d,) = out.decomposition
   assert d['G'] == pytest.approx(d_hand.mean(), abs=1e-9) and round(d['G'], 2) == 0.26
   assert (round(d['G_ci_low'], 2), round(d['G_ci_high'], 2)) == (-0.22, 0.75)

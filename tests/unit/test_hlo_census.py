@@ -12,7 +12,7 @@ from sweeps import hlo_census, tpu_estimate, tpu_topology
 # algorithm, and the rounding of numerics/rounding.py: a bitcast of f32 to u32 (counted), a
 # bitcast of u32 back to f32 and one of a u32 PRNG value to f32 (not counted), a
 # reduce-precision (counted).
-PLANTED = '''
+PLANTED = """
 HloModule jit__train_step
 
 %fused_computation.1 (param_0.1: f32[16,8,8,1]) -> bf16[16,8,8,1] {
@@ -37,21 +37,26 @@ ENTRY %main (p0: f32[16,8,8,1], p1: f32[3,3,1,8], p2: f32[16,64], p3: f32[64,10]
   %reduce-precision.8 = f32[16,64]{1,0} reduce-precision(%p2), exponent_bits=8, mantissa_bits=7
   ROOT %tuple.9 = (f32[16,8,8,8]{0,3,2,1:T(8,128)}, f32[3,3,1,8]{3,2,1,0}) tuple(%convolution.1, %convolution.2)
 }
-'''
+"""
 
 
 def test_every_product_with_kind_direction_operands_precision_and_flops():
   found = hlo_census.products(PLANTED)
   assert [(p.kind, p.direction, p.operands, p.how) for p in found] == [
-      ('conv', 'forward', ('bf16', 'f32'), 'highest'),
-      ('conv', 'backward', ('f32', 'f32'), 'default'),
-      ('dense', 'forward', ('f32', 'f32'), 'high'),
-      ('dense', 'backward', ('f32', 'f32'), 'dot_bf16_bf16_f32_x3')]
+    ('conv', 'forward', ('bf16', 'f32'), 'highest'),
+    ('conv', 'backward', ('f32', 'f32'), 'default'),
+    ('dense', 'forward', ('f32', 'f32'), 'high'),
+    ('dense', 'backward', ('f32', 'f32'), 'dot_bf16_bf16_f32_x3'),
+  ]
   # 2 x outputs x the kernel operand's dimensions but its output features: 3x3x1 per output
   # (forward), 8x8x16 (weight gradient: the cotangent f32[16,8,8,8] as kernel, i = batch), 64
   # (dense, both forms)
-  assert [p.flops for p in found] == [2 * 16 * 8 * 8 * 8 * 9, 2 * 3 * 3 * 1 * 8 * 8 * 8 * 16,
-                                      2 * 16 * 10 * 64, 2 * 16 * 10 * 64]
+  assert [p.flops for p in found] == [
+    2 * 16 * 8 * 8 * 8 * 9,
+    2 * 3 * 3 * 1 * 8 * 8 * 8 * 16,
+    2 * 16 * 10 * 64,
+    2 * 16 * 10 * 64,
+  ]
   assert hlo_census.breakdown(found).startswith('conv backward f32 x f32 @ default: 1; ')
 
 
@@ -73,7 +78,9 @@ def configured(*overrides):
   return {k: hlo_census.configured(config, k) for k in ('conv', 'dense')}
 
 
-@pytest.mark.parametrize('overrides, wanted', [
+@pytest.mark.parametrize(
+  'overrides, wanted',
+  [
     ((), ('default', 'default')),  # native at the default precision: no attribute
     ((('numerics.matmul_precision', 'highest'),), ('highest', 'highest')),
     ((('numerics.matmul_precision', 'BF16_BF16_F32_X3'),), ('default', 'dot_bf16_bf16_f32_x3')),
@@ -82,16 +89,20 @@ def configured(*overrides):
     ((('numerics.profile', 'torch_gpu_default'),), ('default', 'highest')),
     ((('numerics.profile', 'f32'),), ('highest', 'highest')),
     ((('numerics.profile', 'bf16_noise'),), ('highest', 'highest')),
-    ((('numerics.profile', 'tpu_default'), ('numerics.emulate_impl', 'reference')),
-     ('highest', 'highest')),  # rounded operands, multiplied exactly
-])
+    (
+      (('numerics.profile', 'tpu_default'), ('numerics.emulate_impl', 'reference')),
+      ('highest', 'highest'),
+    ),  # rounded operands, multiplied exactly
+  ],
+)
 def test_what_each_setting_asks_of_a_tpu(overrides, wanted):
   assert tuple(configured(*overrides).values()) == wanted
 
 
 def test_as_configured_counts_each_kind_against_its_own_wish():
-  config = validation.resolve(loader.load('configs/digits.py:smoke', [
-      ('numerics.matmul_precision', 'BF16_BF16_F32_X3')]))
+  config = validation.resolve(
+    loader.load('configs/digits.py:smoke', [('numerics.matmul_precision', 'BF16_BF16_F32_X3')])
+  )
   # conv asks default (1 of 2 conv products), dense the algorithm: the dot carrying it and the
   # convolution carrying `high`, its three passes, both count
   assert hlo_census.as_configured(hlo_census.products(PLANTED), config) == 3
@@ -106,8 +117,9 @@ def test_roofline_is_the_slower_of_compute_and_memory():
   assert tpu_estimate.roofline_s(1.0, 819e9 * 2, 1.0, chip) == pytest.approx(2.0)
 
 
-@pytest.mark.parametrize('boundary, start', [
-    (1000, 64), (64, 64), (8, 64), (0, 64), (5000, 64), (700, 1024), (12, 8)])
+@pytest.mark.parametrize(
+  'boundary, start', [(1000, 64), (64, 64), (8, 64), (0, 64), (5000, 64), (700, 1024), (12, 8)]
+)
 def test_largest_batch_search_brackets_then_bisects_on_multiples(boundary, start):
   """Planted: batches up to `boundary` fit; unit 8, limit 1436 (searched up to 1432)."""
   asked = []
@@ -116,6 +128,7 @@ def test_largest_batch_search_brackets_then_bisects_on_multiples(boundary, start
     asked.append(batch)
     assert batch % 8 == 0 and 8 <= batch <= 1432, batch
     return batch <= boundary
+
   largest, calls = tpu_estimate.largest_batch(fits, start, 8, 1436, max_compiles=20)
   assert largest == min(boundary, 1432) // 8 * 8
   assert calls == len(asked) <= 12 and len(set(asked)) == len(asked)

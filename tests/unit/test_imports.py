@@ -54,8 +54,11 @@ def test_analysis_rooms_by_role_import_downwards_only():
   # and the package's __init__ (it parses a command's flags before the command's imports)
   for module, targets in files.items():
     commands = {t for t in targets if t.startswith('analysis.') and analysis_room(t) == 'commands'}
-    if commands and module != 'analysis' and not module.startswith(
-        ('analysis.', 'benchmarks.', 'sweeps.')):
+    if (
+      commands
+      and module != 'analysis'
+      and not module.startswith(('analysis.', 'benchmarks.', 'sweeps.'))
+    ):
       raise AssertionError(f'{module} imports the analysis commands {sorted(commands)}')
 
 
@@ -67,8 +70,14 @@ def test_no_file_imports_itself_through_others():
 def grep(pattern):
   """{file: [line, ...]} of `git grep -nE pattern` in the project's Python files outside tests/."""
   import subprocess  # pylint: disable=import-outside-toplevel
-  out = subprocess.run(['git', 'grep', '-nE', pattern, '--', '*.py', ':!tests/'], cwd=REPO,
-                       capture_output=True, text=True, check=False).stdout
+
+  out = subprocess.run(
+    ['git', 'grep', '-nE', pattern, '--', '*.py', ':!tests/'],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    check=False,
+  ).stdout
   found = collections.defaultdict(list)
   for line in out.splitlines():
     path, _, rest = line.partition(':')
@@ -81,8 +90,10 @@ def test_one_config_resolution_path():
   (configs/validation.py resolve); the removed `emulate` field lives only in the one-line hint and
   the mapping of old records; no private JAX module and no fault hook in production code."""
   assert list(grep(r'profiles\.expand\(|check_numerics\(')) == ['configs/validation.py']
-  assert sorted(grep(r"numerics\.emulate\b|'emulate'")) == ['configs/common.py',
-                                                            'numerics/profiles.py']
+  assert sorted(grep(r"numerics\.emulate\b|'emulate'")) == [
+    'configs/common.py',
+    'numerics/profiles.py',
+  ]
   assert grep(r'jax\._src') == {}
   assert grep(r'\bfaults\b|TRAIN_FAULT') == {}
 

@@ -12,8 +12,15 @@ from statsmodels.stats import power as smp
 
 from analysis.numbers import answer, attribution, gap
 from analysis.words import attribution_text, summary
-from tests.support.planted_platforms import (DECLARED, EMULATES, METRIC, PROFILE, THREE, planted,
-                                             table)
+from tests.support.planted_platforms import (
+  DECLARED,
+  EMULATES,
+  METRIC,
+  PROFILE,
+  THREE,
+  planted,
+  table,
+)
 
 
 def cell(frame, platform, profile):
@@ -34,9 +41,15 @@ def paired_p(x):
 
 
 def decompose(frame, margin=2.0, **kw):
-  out = attribution.factor_attribution(frame, ['platform', 'profile'], reference={'profile': 'native'},
-                        margin=margin, native={'profile': 'native'},
-                        platform_profile={p: EMULATES[p] for p in set(frame['platform'])}, **kw)
+  out = attribution.factor_attribution(
+    frame,
+    ['platform', 'profile'],
+    reference={'profile': 'native'},
+    margin=margin,
+    native={'profile': 'native'},
+    platform_profile={p: EMULATES[p] for p in set(frame['platform'])},
+    **kw,
+  )
   return out, {d['gap']: d for d in out.decomposition}
 
 
@@ -53,8 +66,10 @@ def test_three_platforms_give_tpu_minus_gpu_first_and_it_differs_from_both_pairs
   assert abs(d_tg['G'] - d['tpu - cpu']['G']) > 0.3 and abs(d_tg['G'] - d['gpu - cpu']['G']) > 0.3
   assert d_tg['G'] == pytest.approx(d['tpu - cpu']['G'] - d['gpu - cpu']['G'], abs=1e-9)
   # N of tpu − gpu: tpu_default − jax_gpu_default, measured on tpu and on gpu, averaged
-  n_hand = ((cell(frame, 'tpu', 'tpu_default') - cell(frame, 'tpu', 'jax_gpu_default'))
-            + (cell(frame, 'gpu', 'tpu_default') - cell(frame, 'gpu', 'jax_gpu_default'))) / 2
+  n_hand = (
+    (cell(frame, 'tpu', 'tpu_default') - cell(frame, 'tpu', 'jax_gpu_default'))
+    + (cell(frame, 'gpu', 'tpu_default') - cell(frame, 'gpu', 'jax_gpu_default'))
+  ) / 2
   assert d_tg['N'] == pytest.approx(n_hand.mean(), abs=1e-9)
   assert d_tg['R'] == pytest.approx((tg - n_hand).mean(), abs=1e-9)
   assert d_tg['profiles'] == ('tpu_default', 'jax_gpu_default')
@@ -95,20 +110,29 @@ def test_a_command_line_pair_overrides_the_declared_ones_and_is_exploratory():
 
 def test_compare_names_jax_platforms_and_refuses_what_did_not_run():
   frame = planted(THREE, seeds=4).replace({'platform': {'cpu': 'cpu-AVX512'}})
-  pairs, notes = gap.platform_pairs(['tpu', 'gpu', 'cpu-AVX512'], [['gpu', 'cpu'], ['tpu', 'v5e']],
-                                    'compare')
+  pairs, notes = gap.platform_pairs(
+    ['tpu', 'gpu', 'cpu-AVX512'], [['gpu', 'cpu'], ['tpu', 'v5e']], 'compare'
+  )
   assert pairs == [('gpu', 'cpu-AVX512')] and notes == ['tpu − v5e: no runs on v5e']
   with pytest.raises(ValueError, match='--compare: no runs on v5e'):
     gap.platform_pairs(['tpu', 'gpu'], [['tpu', 'v5e']], '--compare')
   assert gap.default_pairs(['cpu-AVX512', 'gpu', 'tpu']) == [
-      ('tpu', 'gpu'), ('tpu', 'cpu-AVX512'), ('gpu', 'cpu-AVX512')]
+    ('tpu', 'gpu'),
+    ('tpu', 'cpu-AVX512'),
+    ('gpu', 'cpu-AVX512'),
+  ]
   assert set(frame['platform']) == {'tpu', 'gpu', 'cpu-AVX512'}
 
 
 def two_platform(cells_gpu, cells_cpu, seeds):
   """gpu and cpu cells from {profile: values per seed} each."""
-  return table({**{('gpu', e): v for e, v in cells_gpu.items()},
-                **{('cpu', e): v for e, v in cells_cpu.items()}}, range(seeds))
+  return table(
+    {
+      **{('gpu', e): v for e, v in cells_gpu.items()},
+      **{('cpu', e): v for e, v in cells_cpu.items()},
+    },
+    range(seeds),
+  )
 
 
 def test_a_missing_emulating_arm_is_named_and_cannot_make_explained_and_the_check_agrees():
@@ -117,8 +141,15 @@ def test_a_missing_emulating_arm_is_named_and_cannot_make_explained_and_the_chec
   rng = np.random.default_rng(1)
   base = 90 + rng.normal(0, 1, 12)
   noise = lambda: rng.normal(0, 0.2, 12)
-  frame = two_platform({'native': base + 1.6 + noise(), 'jax_gpu_default': base + 1.6 + noise(),
-                        'f32': base + noise()}, {'native': base + noise(), 'f32': base + noise()}, 12)
+  frame = two_platform(
+    {
+      'native': base + 1.6 + noise(),
+      'jax_gpu_default': base + 1.6 + noise(),
+      'f32': base + noise(),
+    },
+    {'native': base + noise(), 'f32': base + noise()},
+    12,
+  )
   _, d = decompose(frame, margin=0.5)
   (d,) = d.values()
   n_hand = cell(frame, 'gpu', 'jax_gpu_default') - cell(frame, 'gpu', 'f32')
@@ -138,9 +169,11 @@ def gap_only(g, seeds):
   """Cells in which the native gpu arm moves by g (per seed), the emulations by a little noise."""
   base, rng = np.full(seeds, 90.0), np.random.default_rng(seeds)
   noise = lambda: rng.normal(0, 0.1, seeds)
-  return two_platform({'native': base + g, 'jax_gpu_default': base + noise(), 'f32': base + noise()},
-                      {'native': base, 'jax_gpu_default': base + noise(), 'f32': base + noise()},
-                      seeds)
+  return two_platform(
+    {'native': base + g, 'jax_gpu_default': base + noise(), 'f32': base + noise()},
+    {'native': base, 'jax_gpu_default': base + noise(), 'f32': base + noise()},
+    seeds,
+  )
 
 
 def test_a_heavy_tailed_seed_is_a_disagreement_of_the_tests_never_no_gap():
@@ -153,7 +186,7 @@ def test_a_heavy_tailed_seed_is_a_disagreement_of_the_tests_never_no_gap():
   hand = cell(frame, 'gpu', 'native') - cell(frame, 'cpu', 'native')
   low, high = t_interval(hand)
   assert low < 0 < high and (d['G_ci_low'], d['G_ci_high']) == pytest.approx((low, high))
-  assert d['G_signed_rank_p'] == pytest.approx(2 / 2 ** 16) and d['gap_equivalent']
+  assert d['G_signed_rank_p'] == pytest.approx(2 / 2**16) and d['gap_equivalent']
   assert d['verdict'] == 'tests disagree' and d['verdict'] != 'no gap'
   why = attribution_text.why(d, 'pp')
   assert 'the signed-rank test rejects 0, the t-interval does not' in d['open']
@@ -179,10 +212,11 @@ def test_an_emulation_that_fails_on_one_platform_is_named_as_what_carries_the_re
   rng = np.random.default_rng(2)
   base = 90 + rng.normal(0, 1, 12)
   noise = lambda: rng.normal(0, 0.15, 12)
-  frame = two_platform({'native': base + 1.0 + noise(), 'jax_gpu_default': base + noise(),
-                        'f32': base + noise()},
-                       {'native': base + noise(), 'jax_gpu_default': base + noise(),
-                        'f32': base + noise()}, 12)
+  frame = two_platform(
+    {'native': base + 1.0 + noise(), 'jax_gpu_default': base + noise(), 'f32': base + noise()},
+    {'native': base + noise(), 'jax_gpu_default': base + noise(), 'f32': base + noise()},
+    12,
+  )
   _, d = decompose(frame, margin=0.5)
   (d,) = d.values()
   fid = cell(frame, 'gpu', 'native') - cell(frame, 'gpu', 'jax_gpu_default')
@@ -190,8 +224,10 @@ def test_an_emulation_that_fails_on_one_platform_is_named_as_what_carries_the_re
   assert d['fid_A'] == pytest.approx(fid.mean(), abs=1e-9) and low > 0.5
   assert d['verdict'] == 'not explained'
   carried = attribution_text.carriers(d)
-  assert carried == (f"carried by jax_gpu_default not reproducing gpu's native arithmetic on gpu "
-                     f"(fid_A {fid.mean():+.2f} [{low:+.2f}, {high:+.2f}])")
+  assert carried == (
+    f"carried by jax_gpu_default not reproducing gpu's native arithmetic on gpu "
+    f'(fid_A {fid.mean():+.2f} [{low:+.2f}, {high:+.2f}])'
+  )
   assert carried in attribution_text.why(d, 'pp')
 
 
@@ -200,21 +236,30 @@ def test_a_shown_interaction_is_mentioned():
   rng = np.random.default_rng(3)
   base = 90 + rng.normal(0, 1, 12)
   noise = lambda: rng.normal(0, 0.15, 12)
-  frame = two_platform({'native': base + 1.0 + noise(), 'jax_gpu_default': base + 1.0 + noise(),
-                        'f32': base + noise()},
-                       {'native': base + noise(), 'jax_gpu_default': base + noise(),
-                        'f32': base + noise()}, 12)
+  frame = two_platform(
+    {
+      'native': base + 1.0 + noise(),
+      'jax_gpu_default': base + 1.0 + noise(),
+      'f32': base + noise(),
+    },
+    {'native': base + noise(), 'jax_gpu_default': base + noise(), 'f32': base + noise()},
+    12,
+  )
   _, d = decompose(frame, margin=0.3)
   (d,) = d.values()
-  inter = ((cell(frame, 'gpu', 'jax_gpu_default') - cell(frame, 'gpu', 'f32'))
-           - (cell(frame, 'cpu', 'jax_gpu_default') - cell(frame, 'cpu', 'f32')))
+  inter = (cell(frame, 'gpu', 'jax_gpu_default') - cell(frame, 'gpu', 'f32')) - (
+    cell(frame, 'cpu', 'jax_gpu_default') - cell(frame, 'cpu', 'f32')
+  )
   low, high = t_interval(inter)
   assert d['N_interaction'] == pytest.approx(inter.mean(), abs=1e-9) and low > 0
-  assert (f'the numerics part differs between the platforms (N_A − N_B {inter.mean():+.2f} '
-          f'[{low:+.2f}, {high:+.2f}]') in attribution_text.why(d, 'pp')
+  assert (
+    f'the numerics part differs between the platforms (N_A − N_B {inter.mean():+.2f} '
+    f'[{low:+.2f}, {high:+.2f}]'
+  ) in attribution_text.why(d, 'pp')
   (quiet,) = decompose(planted({}, ('gpu', 'cpu'), seeds=12), margin=0.3)[1].values()
   assert not quiet['interaction_shown'] or 'differs between the platforms' in attribution_text.why(
-      quiet, 'pp')
+    quiet, 'pp'
+  )
 
 
 def test_seeds_needed_are_powered_at_the_margin_not_at_an_observed_zero():

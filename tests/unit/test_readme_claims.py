@@ -31,7 +31,7 @@ def test_the_first_screen_says_what_the_study_is_what_it_is_not_and_that_no_tpu_
   size = config.data.image_size
   assert 'No TPU run exists yet' in screen
   assert f'width-{config.model.width:g} ResNet-18' in screen
-  assert f'{config.num_epochs} epochs' in screen and f"{size}×{size} digits" in screen
+  assert f'{config.num_epochs} epochs' in screen and f'{size}×{size} digits' in screen
   with open(CSV, newline='', encoding='utf-8') as f:
     seeds = {r['seed'] for r in csv.DictReader(f)}
   assert f'× {len(seeds)} seeds' in screen  # the shipped export's seeds per arm
@@ -42,12 +42,19 @@ def test_the_first_screen_says_what_the_study_is_what_it_is_not_and_that_no_tpu_
 
 def test_the_identitys_terms_are_defined_above_the_findings_that_use_them():
   readme = read('README.md')
-  section = readme[readme.index('## Reading the findings'):readme.index(findings.FIRST)]
-  generated = readme[readme.index(findings.FIRST):readme.index(findings.LAST)]
+  section = readme[readme.index('## Reading the findings') : readme.index(findings.FIRST)]
+  generated = readme[readme.index(findings.FIRST) : readme.index(findings.LAST)]
   identity = re.search(r'G = (\S+) − (\S+) \+ N \+ P', generated)
   assert identity and identity.groups() == ('fid_A', 'fid_B'), 'the generated identity changed'
-  for term in ('**G**', '**fid_X**', '**N**', '**P**', '**R**', '**Share (Fieller)**',
-               '**contrasts (Holm)**'):
+  for term in (
+    '**G**',
+    '**fid_X**',
+    '**N**',
+    '**P**',
+    '**R**',
+    '**Share (Fieller)**',
+    '**contrasts (Holm)**',
+  ):
     assert term in section, term
   assert '(docs/statistics.md#the-gap-decomposition)' in section
   assert 'on the digits study only' in section  # the study, named just above the generated block
@@ -83,5 +90,8 @@ def test_the_cpu_reproduction_claim_names_the_host_and_what_was_measured():
     text = flat(read(*name))
     assert 'AMD EPYC' in text and 'AVX512_BF16' in text, name
     assert 'AVX512_VNNI' in text and '38 of 48' in text, name
-    assert not re.search(r'AVX-512 host (its final metrics equalled|reproduced their final '
-                         r'metrics)', text), name
+    assert not re.search(
+      r'AVX-512 host (its final metrics equalled|reproduced their final '
+      r'metrics)',
+      text,
+    ), name

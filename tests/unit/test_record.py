@@ -29,8 +29,10 @@ def test_runs_differing_only_in_conv_impl_form_two_arms(tmp_path):
   dropped as a duplicate (they once came out as one arm with 3 'duplicates')."""
   for seed in range(3):
     for impl, shift in (('xla', 0.0), ('im2col', 0.001)):
-      record.write_results(str(tmp_path / impl / f'seed{seed}'),
-                           make_record(smoke(seed, conv_impl=impl), 0.9 + 0.01 * seed + shift))
+      record.write_results(
+        str(tmp_path / impl / f'seed{seed}'),
+        make_record(smoke(seed, conv_impl=impl), 0.9 + 0.01 * seed + shift),
+      )
   out = stats.arms_and_pairs(results.load_runs(str(tmp_path)), margin=0.5)
   assert sorted(out.arms['arm']) == ['conv_impl=im2col', 'conv_impl=xla']
   assert list(out.arms['n']) == [3, 3] and list(out.arms['n_runs']) == [3, 3]
@@ -76,7 +78,8 @@ def test_a_record_written_before_newer_fields_loads_and_joins_its_arm(tmp_path):
   assert record.config_differences(old['config'], today.to_dict()) == []
   changed = smoke(0, conv_impl='im2col')
   assert record.config_differences(old['config'], changed.to_dict()) == [
-      "numerics.conv_impl: 'auto' -> 'im2col'"]
+    "numerics.conv_impl: 'auto' -> 'im2col'"
+  ]
 
 
 def test_a_record_written_with_the_removed_emulate_field_maps_to_the_formats(tmp_path):
@@ -88,8 +91,10 @@ def test_a_record_written_with_the_removed_emulate_field_maps_to_the_formats(tmp
   for part in (old['numerics']['requested'], old['config']['numerics']):
     part.update(emulate='bf16', conv_format='', dense_format='')
   record.write_results(str(tmp_path / 'old' / 'seed0'), old)
-  record.write_results(str(tmp_path / 'new' / 'seed1'), make_record(
-      validation.resolve(smoke(1, conv_format='bf16', dense_format='bf16')), 0.91))
+  record.write_results(
+    str(tmp_path / 'new' / 'seed1'),
+    make_record(validation.resolve(smoke(1, conv_format='bf16', dense_format='bf16')), 0.91),
+  )
   runs = results.load_runs(str(tmp_path))
   assert not [c for c in runs.columns if c.endswith('.emulate')]
   assert list(runs[f'{record.ARM_PREFIX}conv_format']) == ['bf16', 'bf16']
@@ -108,17 +113,25 @@ def test_same_run_rule_ignores_paths_and_cadence_but_not_arithmetic():
   assert record.config_differences(saved, moved.to_dict()) == []
   resolved = lambda config: validation.resolve(config).to_dict()
   assert record.config_differences(resolved(smoke(0)), resolved(smoke(0, conv_format='bf16'))) == [
-      "numerics.conv_format: 'native' -> 'bf16'"]
+    "numerics.conv_format: 'native' -> 'bf16'"
+  ]
   assert record.config_differences(saved, smoke(1).to_dict()) == ['seed: 0 -> 1']
 
 
 def test_layout_and_arm_fields_are_defined_once():
   """The checkpoint items, their Orbax argument types and the arm prefix are spelled only in
   runrecord/record.py (tests aside)."""
+
   def places(pattern):
-    out = subprocess.run(['git', 'grep', '-n', '-E', pattern, '--', '*.py', ':!tests/'],
-                         cwd=REPO, capture_output=True, text=True, check=False).stdout
+    out = subprocess.run(
+      ['git', 'grep', '-n', '-E', pattern, '--', '*.py', ':!tests/'],
+      cwd=REPO,
+      capture_output=True,
+      text=True,
+      check=False,
+    ).stdout
     return sorted({line.split(':', 1)[0] for line in out.splitlines()})
+
   assert places(r'ocp\.args\.(Json|Standard)(Save|Restore)') == ['runrecord/record.py']
   assert places(r"'numerics\.requested\.'") == ['runrecord/record.py']
   assert places(r"= 'checkpoints'|\('checkpoints'") == ['runrecord/record.py']

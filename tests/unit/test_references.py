@@ -27,17 +27,32 @@ import tokenize
 from tests.conftest import ROOT
 
 REPO = ROOT
-PACKAGES = ('analysis', 'benchmarks', 'configs', 'experiments', 'input_pipeline', 'models',
-            'numerics', 'runrecord', 'sweeps', 'tests', 'trainer')
+PACKAGES = (
+  'analysis',
+  'benchmarks',
+  'configs',
+  'experiments',
+  'input_pipeline',
+  'models',
+  'numerics',
+  'runrecord',
+  'sweeps',
+  'tests',
+  'trainer',
+)
 FOLDERS = PACKAGES + ('docs', 'results', '.ci')
 DOCS = ('README.md', 'BENCHMARKS.md', os.path.join('results', 'README.md'))
 SKIP_DIRS = {'.git', '.venv', 'venv', 'shared', '__pycache__', '.jax_cache', 'node_modules'}
 EXTENSIONS = ('md', 'json', 'csv', 'py', 'txt', 'yaml', 'toml', 'png', 'pdf', 'sh', 'jsonl')
 FIELD_GROUPS = ('numerics',)  # packages whose name is also a config / record field group
 # (file, reference): kept on purpose, with why.
-HISTORY = {('results/README.md', 'analysis.study'):
-           'the provenance of the shipped runs: the command as it was run (the README names its '
-           'successor, sweeps.run_study)'}
+HISTORY = {
+  (
+    'results/README.md',
+    'analysis.study',
+  ): 'the provenance of the shipped runs: the command as it was run (the README names its '
+  'successor, sweeps.run_study)'
+}
 
 _PATH = re.compile(r'(?<![\w/.\-])((?:%s)/[\w/.*\-]*[\w*/])' % '|'.join(map(re.escape, FOLDERS)))
 _DOTTED = re.compile(r'(?<![\w/.\-])((?:%s)(?:\.\w+)+)' % '|'.join(PACKAGES))
@@ -61,8 +76,11 @@ def prose_lines(path):
   for node in ast.walk(ast.parse(source)):
     if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
       first = node.body[0] if node.body else None
-      if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-          and isinstance(first.value.value, str)):
+      if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+      ):
         lines += [(first.lineno + i, text) for i, text in enumerate(first.value.value.splitlines())]
   tokens = tokenize.generate_tokens(io.StringIO(source).readline)
   lines += [(tok.start[0], tok.string) for tok in tokens if tok.type == tokenize.COMMENT]
@@ -125,8 +143,11 @@ def path_problem(root, ref):
     return None
   base, _, name = ref.rpartition('.')
   if base and os.path.isfile(os.path.join(root, base + '.py')) and '/' not in name:
-    return (None if name in top_names(os.path.join(root, base + '.py')) else
-            f'{base}.py defines no {name}')
+    return (
+      None
+      if name in top_names(os.path.join(root, base + '.py'))
+      else f'{base}.py defines no {name}'
+    )
   return 'no such file or folder'
 
 
@@ -134,7 +155,7 @@ def unresolved_test_file(root, ref):
   """Why the file `ref` of tests/ is not there: looked for by its name anywhere under tests/ (the
   tiers' folders, the helpers' package), so that a reference survives the file's move."""
   name = os.path.basename(ref)
-  if placeholder(name[len('test_'):-len('.py')] if name.startswith('test_') else name[:-3]):
+  if placeholder(name[len('test_') : -len('.py')] if name.startswith('test_') else name[:-3]):
     return None
   found = glob.glob(os.path.join(root, 'tests', '**', name), recursive=True)
   return None if found else 'no such file under tests/'
@@ -168,14 +189,24 @@ def stale_references(root):
     name = os.path.relpath(path, root)
     for line, text in prose_lines(path):
       found = [(ref, unresolved_test_file(root, ref)) for ref in _TEST.findall(text)]
-      found += [(ref, unresolved_test_file(root, ref) if re.fullmatch(r'tests/[\w/]+\.py', ref)
-                 else path_problem(root, ref)) for ref in _PATH.findall(text)
-                if not _TEST.fullmatch(ref.rstrip('/.'))]
+      found += [
+        (
+          ref,
+          unresolved_test_file(root, ref)
+          if re.fullmatch(r'tests/[\w/]+\.py', ref)
+          else path_problem(root, ref),
+        )
+        for ref in _PATH.findall(text)
+        if not _TEST.fullmatch(ref.rstrip('/.'))
+      ]
       found += [(ref, dotted_problem(root, ref)) for ref in _DOTTED.findall(text)]
-      found += [(f'{page} "{heading}"', section_problem(root, page, heading))
-                for page, heading in _SECTION.findall(text)]
-      stale += [f'{name}:{line}: {ref} ({why})' for ref, why in found
-                if why and (name, ref) not in HISTORY]
+      found += [
+        (f'{page} "{heading}"', section_problem(root, page, heading))
+        for page, heading in _SECTION.findall(text)
+      ]
+      stale += [
+        f'{name}:{line}: {ref} ({why})' for ref, why in found if why and (name, ref) not in HISTORY
+      ]
   return stale
 
 
@@ -190,23 +221,26 @@ def test_the_check_finds_planted_stale_references(tmp_path):
   for package in ('analysis', 'analysis/numbers'):
     (tmp_path / package / '__init__.py').write_text('')
   (tmp_path / 'analysis' / 'numbers' / 'stats.py').write_text(
-      '"""Reads analysis/numbers/answer.py and analysis.numbers.stats.arms."""\n\n'
-      'def arms():\n  # see tests/test_stats.py and test_gone.py\n  return 1\n')
+    '"""Reads analysis/numbers/answer.py and analysis.numbers.stats.arms."""\n\n'
+    'def arms():\n  # see tests/test_stats.py and test_gone.py\n  return 1\n'
+  )
   (tmp_path / 'tests' / 'unit' / 'test_stats.py').write_text('')
   (tmp_path / 'docs').mkdir()
   (tmp_path / 'docs' / 'page.md').write_text('# Page\n\n## A section\n')
   (tmp_path / 'README.md').write_text(
-      'Run `python -m analysis.study` (gone), `analysis.numbers.stats.read_csv` (moved),\n'
-      'analysis/numbers/stats.arms and analysis/numbers/stats.gone; analysis/forest.py;\n'
-      'fine: analysis.numbers.stats, analysis/numbers/, analysis/numbers/stats*.py, '
-      'numerics.profile, analysis.x, tests/test_stats.py; gone: tests/helpers.py\n'
-      'See docs/page.md "A section" and docs/page.md "Another section".\n')
+    'Run `python -m analysis.study` (gone), `analysis.numbers.stats.read_csv` (moved),\n'
+    'analysis/numbers/stats.arms and analysis/numbers/stats.gone; analysis/forest.py;\n'
+    'fine: analysis.numbers.stats, analysis/numbers/, analysis/numbers/stats*.py, '
+    'numerics.profile, analysis.x, tests/test_stats.py; gone: tests/helpers.py\n'
+    'See docs/page.md "A section" and docs/page.md "Another section".\n'
+  )
   assert stale_references(str(tmp_path)) == [
-      'README.md:1: analysis.study (analysis defines no study)',
-      'README.md:1: analysis.numbers.stats.read_csv (analysis.numbers.stats defines no read_csv)',
-      'README.md:2: analysis/numbers/stats.gone (analysis/numbers/stats.py defines no gone)',
-      'README.md:2: analysis/forest.py (no such file or folder)',
-      'README.md:3: tests/helpers.py (no such file under tests/)',
-      'README.md:4: docs/page.md "Another section" (docs/page.md has no heading "Another section")',
-      'analysis/numbers/stats.py:1: analysis/numbers/answer.py (no such file or folder)',
-      'analysis/numbers/stats.py:4: test_gone.py (no such file under tests/)']
+    'README.md:1: analysis.study (analysis defines no study)',
+    'README.md:1: analysis.numbers.stats.read_csv (analysis.numbers.stats defines no read_csv)',
+    'README.md:2: analysis/numbers/stats.gone (analysis/numbers/stats.py defines no gone)',
+    'README.md:2: analysis/forest.py (no such file or folder)',
+    'README.md:3: tests/helpers.py (no such file under tests/)',
+    'README.md:4: docs/page.md "Another section" (docs/page.md has no heading "Another section")',
+    'analysis/numbers/stats.py:1: analysis/numbers/answer.py (no such file or folder)',
+    'analysis/numbers/stats.py:4: test_gone.py (no such file under tests/)',
+  ]

@@ -7,8 +7,10 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import optimize, stats as sps
-from statsmodels.stats import multitest, power as smp, weightstats
+from scipy import optimize
+from scipy import stats as sps
+from statsmodels.stats import multitest, weightstats
+from statsmodels.stats import power as smp
 from statsmodels.stats.meta_analysis import effectsize_smd
 
 from analysis import analyse
@@ -28,8 +30,15 @@ def frame(arms, platforms=None, deterministic=None):
   for dtype, values in arms.items():
     platform = (platforms or {}).get(dtype, 'tpu')
     for seed, value in enumerate(values):
-      row = {'run': f'/r/{dtype}/{seed:03d}', 'status': 'completed', 'reason': '', 'seed': seed,
-             'platform': platform, 'numerics.requested.compute_dtype': dtype, METRIC: value}
+      row = {
+        'run': f'/r/{dtype}/{seed:03d}',
+        'status': 'completed',
+        'reason': '',
+        'seed': seed,
+        'platform': platform,
+        'numerics.requested.compute_dtype': dtype,
+        METRIC: value,
+      }
       if deterministic is not None:
         row[record.DETERMINISM_COLUMN] = deterministic.get(dtype, False)
       rows.append(row)
@@ -47,10 +56,15 @@ def published_values():
   the means move inside their rounding interval until Welch's p is 0.1734.
   """
   order = np.random.default_rng(14).permutation
-  z_tpu = sps.norm.ppf((np.arange(12) + 0.5) / 12)[order(12)][[0, 0, 1, 2, 3, 4, 4, 5, 6, 7, 8, 9, 10, 11]]
+  z_tpu = sps.norm.ppf((np.arange(12) + 0.5) / 12)[order(12)][
+    [0, 0, 1, 2, 3, 4, 4, 5, 6, 7, 8, 9, 10, 11]
+  ]
   z_gpu = sps.norm.ppf((np.arange(14) + 0.5) / 14)[order(14)]
   unit = lambda z: (z - z.mean()) / z.std(ddof=1)
-  build = lambda s: (0.6979 - s * 4.9e-5 + 0.0090 * unit(z_tpu), 0.6937 + s * 4.9e-5 + 0.0065 * unit(z_gpu))
+  build = lambda s: (
+    0.6979 - s * 4.9e-5 + 0.0090 * unit(z_tpu),
+    0.6937 + s * 4.9e-5 + 0.0065 * unit(z_gpu),
+  )
   s = optimize.brentq(lambda s: sps.ttest_ind(*build(s), equal_var=False).pvalue - 0.1734, 0, 1)
   return build(s)
 
@@ -80,15 +94,25 @@ def csv_tables(text):
 
 def test_two_column_published_csv_reproduces_welch_p(tmp_path, capsys):
   tpu, gpu = write_published(tmp_path / 'published.csv', with_seeds=False)
-  analyse.main(['--csv', str(tmp_path / 'published.csv'), '--group-by', 'platform',
-                       '--metric', 'accuracy'])
+  analyse.main(
+    ['--csv', str(tmp_path / 'published.csv'), '--group-by', 'platform', '--metric', 'accuracy']
+  )
   text = capsys.readouterr().out
   assert 'unpaired: no seed column, each row is its own run' in text
   assert 'no seed column: every row is its own run' in text  # the setup says so too
   assert 'not recorded' in text and '| 0.173 (0.173) |' in text  # Welch p, raw (Holm)
   assert 'every pair, Holm over 1' in text  # no declaration: every pair is a comparison
-  analyse.main(['--csv', str(tmp_path / 'published.csv'), '--group-by', 'platform',
-                       '--metric', 'accuracy', '--format=csv'])
+  analyse.main(
+    [
+      '--csv',
+      str(tmp_path / 'published.csv'),
+      '--group-by',
+      'platform',
+      '--metric',
+      'accuracy',
+      '--format=csv',
+    ]
+  )
   tables = csv_tables(capsys.readouterr().out)
   pair, arms = tables['pairs'].iloc[0], tables['arms'].set_index('arm')
   assert round(pair['welch_p'], 4) == 0.1734 and not pair['paired'] and pair['test'] == 'Welch t'
@@ -99,13 +123,29 @@ def test_two_column_published_csv_reproduces_welch_p(tmp_path, capsys):
 
 def test_published_csv_with_seeds_averages_duplicates_and_pairs(tmp_path, capsys):
   tpu, gpu = write_published(tmp_path / 'seeded.csv', with_seeds=True)
-  analyse.main(['--csv', str(tmp_path / 'seeded.csv'), '--group-by', 'platform',
-                       '--metric', 'accuracy', '--format=csv'])
+  analyse.main(
+    [
+      '--csv',
+      str(tmp_path / 'seeded.csv'),
+      '--group-by',
+      'platform',
+      '--metric',
+      'accuracy',
+      '--format=csv',
+    ]
+  )
   tables = csv_tables(capsys.readouterr().out)
   reps = tables['replicates']
   assert sorted(zip(reps['arm'], reps['seed'], reps['n_runs'])) == [
-      ('gpu', 3, 2), ('gpu', 42, 2), ('tpu', 3, 2), ('tpu', 42, 2)]
-  assert list(reps.set_index(['arm', 'seed']).loc[[('tpu', 42), ('gpu', 42)], 'identical']) == [True, False]
+    ('gpu', 3, 2),
+    ('gpu', 42, 2),
+    ('tpu', 3, 2),
+    ('tpu', 42, 2),
+  ]
+  assert list(reps.set_index(['arm', 'seed']).loc[[('tpu', 42), ('gpu', 42)], 'identical']) == [
+    True,
+    False,
+  ]
   per_seed = lambda x: pd.Series(100 * x).groupby(PUB_SEEDS).mean()  # replicates averaged
   a, b = per_seed(gpu), per_seed(tpu)
   arms, pair = tables['arms'].set_index('arm'), tables['pairs'].iloc[0]
@@ -127,11 +167,14 @@ def why(pair, margin, m=1):
 def test_planted_shift_is_different():
   rng = np.random.default_rng(0)
   a, b = 0.70 + rng.normal(0, 0.003, 10), 0.71 + rng.normal(0, 0.003, 10)  # 1 pp shift, sd .3 pp
-  out = stats.arms_and_pairs(frame({'bfloat16': a, 'float32': b}, {'bfloat16': 'gpu', 'float32': 'gpu'}),
-                      margin=0.5)
+  out = stats.arms_and_pairs(
+    frame({'bfloat16': a, 'float32': b}, {'bfloat16': 'gpu', 'float32': 'gpu'}), margin=0.5
+  )
   pair = out.pairs.iloc[0]
   assert out.scale == 100 and pair['diff'] == pytest.approx(100 * (a.mean() - b.mean()))
-  assert pair['welch_p_holm'] < 0.001 and pair['signed_rank_p'] < 0.01 and pair['test_p_holm'] < 0.001
+  assert (
+    pair['welch_p_holm'] < 0.001 and pair['signed_rank_p'] < 0.01 and pair['test_p_holm'] < 0.001
+  )
   assert pair['rank_test'] == 'signed-rank' and np.isnan(pair['mw_p'])  # paired: no Mann–Whitney
   assert not pair['equivalent'] and pair['tost_p'] > 0.5
   assert pair['ci90_high'] < -0.5 and pair['ci95_high'] < 0  # the whole interval is outside
@@ -187,8 +230,9 @@ def test_every_statistic_equals_scipy_and_statsmodels():
   assert tp == pytest.approx(weightstats.ttost_ind(a, b, -0.6, 0.6, usevar='unequal')[0])
   cm = weightstats.CompareMeans(weightstats.DescrStatsW(a), weightstats.DescrStatsW(b))
   assert (low, high) == pytest.approx(cm.tconfint_diff(alpha=0.1, usevar='unequal'))
-  assert inference.diff_ci(a.mean() - b.mean(), *inference.welch_se_df(a, b), 0.95) == pytest.approx(
-      cm.tconfint_diff(alpha=0.05, usevar='unequal'))
+  assert inference.diff_ci(
+    a.mean() - b.mean(), *inference.welch_se_df(a, b), 0.95
+  ) == pytest.approx(cm.tconfint_diff(alpha=0.05, usevar='unequal'))
   x, y = a[:6], b  # paired by position
   low, high, tp = inference.tost_paired(x - y, 0.6)
   assert tp == pytest.approx(weightstats.ttost_paired(x, y, -0.6, 0.6)[0])
@@ -196,19 +240,26 @@ def test_every_statistic_equals_scipy_and_statsmodels():
   assert inference.paired(x, y)[2] == pytest.approx(sps.ttest_rel(x, y).pvalue)
   assert inference.t_ci(a) == pytest.approx(weightstats.DescrStatsW(a).tconfint_mean(alpha=0.05))
   g = inference.hedges_g(a, b)
-  assert g == pytest.approx(effectsize_smd(a.mean(), a.std(ddof=1), 7, b.mean(), b.std(ddof=1), 6)[0])
+  assert g == pytest.approx(
+    effectsize_smd(a.mean(), a.std(ddof=1), 7, b.mean(), b.std(ddof=1), 6)[0]
+  )
   ps = [0.01, np.nan, 0.04, 0.03, 0.2]
   expect = multitest.multipletests([0.01, 0.04, 0.03, 0.2], method='holm')[1]
   assert np.isnan(inference.holm(ps)[1])
   assert inference.holm(ps)[[0, 2, 3, 4]] == pytest.approx(expect)
   low, high = inference.bca_ci(a)
-  ref = sps.bootstrap((a,), np.mean, method='BCa', n_resamples=inference.BOOTSTRAP_RESAMPLES,
-                      rng=np.random.default_rng(inference.BOOTSTRAP_SEED)).confidence_interval
+  ref = sps.bootstrap(
+    (a,),
+    np.mean,
+    method='BCa',
+    n_resamples=inference.BOOTSTRAP_RESAMPLES,
+    rng=np.random.default_rng(inference.BOOTSTRAP_SEED),
+  ).confidence_interval
   assert (low, high) == pytest.approx((ref.low, ref.high)) and low < a.mean() < high
   groups = [a[:3], a[3:], b]  # pooled within-group sd = sqrt(ANOVA residual mean square)
   values, labels = np.concatenate(groups), np.repeat([0, 1, 2], [3, 4, 6])
   resid = values - pd.Series(values).groupby(labels).transform('mean').to_numpy()
-  assert inference.within_sd(values, labels) == pytest.approx((np.sqrt((resid ** 2).sum() / 10), 10))
+  assert inference.within_sd(values, labels) == pytest.approx((np.sqrt((resid**2).sum() / 10), 10))
   power = smp.TTestPower().power(0.5 / 0.4, 9, 0.05)
   assert inference.power_at(0.4, 0.5, 9, is_paired=True)[0] == pytest.approx(power)
 
@@ -231,7 +282,7 @@ def test_bca_under_covers_where_the_arm_table_does_not_use_it():
 
 
 def test_pairwise_table_matches_direct_calls_and_exact_mann_whitney():
-  a, b = np.array([.70, .71, .69, .72, .70]), np.array([.68, .69, .70, .67, .66, .69])
+  a, b = np.array([0.70, 0.71, 0.69, 0.72, 0.70]), np.array([0.68, 0.69, 0.70, 0.67, 0.66, 0.69])
   unpaired = frame({'a': a, 'b': b}, {'a': 'gpu', 'b': 'gpu'}).drop(columns='seed')
   out = stats.arms_and_pairs(unpaired, margin=1.0)
   pair = out.pairs.iloc[0]
@@ -245,14 +296,20 @@ def test_pairwise_table_matches_direct_calls_and_exact_mann_whitney():
   p_exact = np.mean([abs(u - mean_u) >= abs(u_obs - mean_u) - 1e-9 for u in us])
   assert pair['mw_u'] == u_obs and pair['mw_p'] == pytest.approx(p_exact)
   arm = out.arms.set_index('arm').loc['compute_dtype=a']
-  assert (arm['n'], arm['mean'], arm['sd']) == pytest.approx((5, 100 * a.mean(), 100 * a.std(ddof=1)))
-  assert (arm['ci_low'], arm['ci_high']) == pytest.approx(sps.t.interval(0.95, 4, 100 * a.mean(),
-                                                                         100 * sps.sem(a)))
+  assert (arm['n'], arm['mean'], arm['sd']) == pytest.approx(
+    (5, 100 * a.mean(), 100 * a.std(ddof=1))
+  )
+  assert (arm['ci_low'], arm['ci_high']) == pytest.approx(
+    sps.t.interval(0.95, 4, 100 * a.mean(), 100 * sps.sem(a))
+  )
 
 
 def test_three_runs_per_arm_cannot_reach_significance_with_exact_mann_whitney():
-  out = stats.arms_and_pairs(frame({'a': [.1, .2, .3], 'b': [.7, .8, .9]}, {'a': 'gpu', 'b': 'gpu'})
-                      .drop(columns='seed'))
+  out = stats.arms_and_pairs(
+    frame({'a': [0.1, 0.2, 0.3], 'b': [0.7, 0.8, 0.9]}, {'a': 'gpu', 'b': 'gpu'}).drop(
+      columns='seed'
+    )
+  )
   assert out.pairs.iloc[0]['mw_p'] == pytest.approx(0.1)  # 2 / C(6, 3): the smallest possible
 
 
@@ -281,17 +338,27 @@ def test_nondeterministic_arm_pairs_with_deterministic_one_on_shared_seeds():
   values = {'a': base, 'b': base + 0.001 + rng.normal(0, 0.0002, 8)}
   runs = frame(values, {'a': 'tpu', 'b': 'gpu'}, {'b': False})
   out = stats.arms_and_pairs(runs, margin=0.5)
-  shuffled = stats.arms_and_pairs(runs.iloc[::-1], margin=0.5)  # pairs are by seed, not by row order
+  shuffled = stats.arms_and_pairs(
+    runs.iloc[::-1], margin=0.5
+  )  # pairs are by seed, not by row order
   for o in (out, shuffled):
     pair = o.pairs.iloc[0]
-    assert pair['paired'] and pair['n_pairs'] == 8 and pair['design'].startswith('paired: 8 shared seeds')
-    assert pair['paired_p'] == pytest.approx(sps.ttest_rel(100 * values['b'], 100 * values['a']).pvalue)
+    assert (
+      pair['paired']
+      and pair['n_pairs'] == 8
+      and pair['design'].startswith('paired: 8 shared seeds')
+    )
+    assert pair['paired_p'] == pytest.approx(
+      sps.ttest_rel(100 * values['b'], 100 * values['a']).pvalue
+    )
     assert pair['paired_p'] < 0.001 < pair['welch_p']  # seed variance removed by pairing
     assert pair['verdict'] == 'within margin'  # shown (p < 0.001), and inside ±0.5 pp
   assert list(out.arms['deterministic']) == [False, True]  # gpu (recorded False), tpu
   runs['config.batch_size'] = np.where(runs['platform'] == 'gpu', 256, 512)
   pair = stats.arms_and_pairs(runs, margin=0.5).pairs.iloc[0]
-  assert not pair['paired'] and pair['design'] == 'unpaired: pairing fields differ: config.batch_size'
+  assert (
+    not pair['paired'] and pair['design'] == 'unpaired: pairing fields differ: config.batch_size'
+  )
   runs['seed'] = np.where(runs['platform'] == 'gpu', runs['seed'] + 100, runs['seed'])
   pair = stats.arms_and_pairs(runs, margin=0.5).pairs.iloc[0]
   assert not pair['paired'] and pair['design'] == 'unpaired: no shared seeds'
@@ -299,16 +366,29 @@ def test_nondeterministic_arm_pairs_with_deterministic_one_on_shared_seeds():
 
 def test_margin_and_its_reason_are_printed_and_overrides_say_so(tmp_path, capsys):
   assert stats.margin_choice(None, None, 0.5, 'one test image is 0.28 pp') == (
-      0.5, 'one test image is 0.28 pp')
+    0.5,
+    'one test image is 0.28 pp',
+  )
   margin, why = stats.margin_choice(0.3, 'tighter', 0.5, 'one test image is 0.28 pp')
-  assert margin == 0.3 and why == ('from --margin: tighter; the study declares 0.5 pp: '
-                                   'one test image is 0.28 pp')
+  assert margin == 0.3 and why == (
+    'from --margin: tighter; the study declares 0.5 pp: one test image is 0.28 pp'
+  )
   assert stats.margin_choice() == (stats.DEFAULT_MARGIN, stats.UNDECLARED)
   write_published(tmp_path / 'p.csv', with_seeds=False)
   analyse.main(['--csv', str(tmp_path / 'p.csv'), '--metric', 'accuracy'])
   assert f'equivalence margin: ±0.5 pp ({stats.UNDECLARED})' in capsys.readouterr().out
-  analyse.main(['--csv', str(tmp_path / 'p.csv'), '--metric', 'accuracy', '--margin', '0.3',
-              '--margin-reason', 'half the GPU sd'])
+  analyse.main(
+    [
+      '--csv',
+      str(tmp_path / 'p.csv'),
+      '--metric',
+      'accuracy',
+      '--margin',
+      '0.3',
+      '--margin-reason',
+      'half the GPU sd',
+    ]
+  )
   assert 'equivalence margin: ±0.3 pp (from --margin: half the GPU sd)' in capsys.readouterr().out
 
 
@@ -316,7 +396,9 @@ def make_runs(root):
   """Two GPU arms (float32 deterministic, bfloat16 not) + a duplicate, a failed and a running run."""
   for seed in range(4):
     record.write_results(f'{root}/f32/s{seed}', fake_results(seed, 0.80 + 0.001 * seed))
-    record.write_results(f'{root}/bf16/s{seed}', fake_results(seed, 0.78 + 0.002 * seed, dtype='bfloat16', det=False))
+    record.write_results(
+      f'{root}/bf16/s{seed}', fake_results(seed, 0.78 + 0.002 * seed, dtype='bfloat16', det=False)
+    )
   # same value (deterministic), another run: its own wall time (a copy would be counted once)
   record.write_results(f'{root}/f32/s1_again', {**fake_results(1, 0.801), 'wall_time_s': 2.0})
   record.write_results(f'{root}/bf16/s2_again', fake_results(2, 0.70, dtype='bfloat16', det=False))
@@ -331,26 +413,38 @@ def test_orbax_runs_replicates_and_failed_runs(tmp_path):
   runs, hist = results.load(str(tmp_path))
   assert len(runs) == 13 and list(runs['run']) == sorted(runs['run'])
   assert runs.set_index('run').loc[f'{tmp_path}/f32/s7', 'status'] == 'completed'  # latest step
-  assert {'numerics.requested.compute_dtype', 'config.model.width', 'final.test_loss',
-          'config.model.reinit'} <= set(runs.columns)
+  assert {
+    'numerics.requested.compute_dtype',
+    'config.model.width',
+    'final.test_loss',
+    'config.model.reinit',
+  } <= set(runs.columns)
   assert set(hist.columns) >= {'run', 'epoch', 'test_accuracy'} and len(hist) == 26
   out = stats.arms_and_pairs(runs, margin=0.5)
   assert list(out.arms['n']) == [4, 5] and list(out.arms['n_runs']) == [5, 6]
   reps = out.replicates.set_index('seed')
-  assert reps.loc[1, 'runs'] == f'{tmp_path}/f32/s1, {tmp_path}/f32/s1_again' and reps.loc[1, 'identical']
+  assert (
+    reps.loc[1, 'runs'] == f'{tmp_path}/f32/s1, {tmp_path}/f32/s1_again'
+    and reps.loc[1, 'identical']
+  )
   assert not reps.loc[2, 'identical'] and reps.loc[2, 'mean'] == pytest.approx((78.4 + 70.0) / 2)
   units = out.units.set_index(['arm', 'seed'])['value']
   assert units[('compute_dtype=bfloat16', 2)] == pytest.approx(74.2)  # replicates averaged
   excluded = dict(zip(out.excluded['run'], out.excluded['reason']))
-  assert excluded == {f'{tmp_path}/f32/s8': 'running: step 3/10', f'{tmp_path}/f32/s9': 'failed: loss is NaN'}
+  assert excluded == {
+    f'{tmp_path}/f32/s8': 'running: step 3/10',
+    f'{tmp_path}/f32/s9': 'failed: loss is NaN',
+  }
   arms = out.arms.set_index('arm')
   assert arms['deterministic'].tolist() == [False, True]
   assert 'different value' in arms['determinism'].iloc[0]
   assert arms['within_sd'].tolist() == pytest.approx([8.4 / np.sqrt(2), 0.0])
   pair = out.pairs.iloc[0]
   assert pair['paired'] and pair['n_pairs'] == 4  # bf16 is nondeterministic: paired all the same
-  assert pair['design'] == ('paired: 4 shared seeds, same init and data order; '
-                            '1 unshared seed(s) left out of the paired tests')
+  assert pair['design'] == (
+    'paired: 4 shared seeds, same init and data order; '
+    '1 unshared seed(s) left out of the paired tests'
+  )
 
 
 def test_report_opens_with_the_answer_then_setup_and_why(tmp_path, capsys):
@@ -362,14 +456,21 @@ def test_report_opens_with_the_answer_then_setup_and_why(tmp_path, capsys):
   assert '| compute_dtype=bfloat16 − compute_dtype=float32 | -2.90 |' in answer  # A − B, pp
   setup = text.split('## Setup')[1].split('## Why each verdict')[0]
   # data.task: a field the record predates counts as its default (runrecord/record.py row)
-  assert '- dataset: digits, task identity; train 1437 / test 360 images; one test image = 0.278 pp' in setup
+  assert (
+    '- dataset: digits, task identity; train 1437 / test 360 images; one test image = 0.278 pp'
+    in setup
+  )
   assert '- training: 2 epochs, model resnet18 width 0.25, resolution 8 px' in setup
   assert 'compute_dtype=bfloat16 (4 seeds, 5 runs)' in setup
   assert 'equivalence margin: ±1 pp (from --margin: a planted reason)' in setup
   verdict = text.split('## Why each verdict')[1].split('## Arms')[0]
-  assert verdict.count('- **') == 1 and '**compute_dtype=bfloat16 vs compute_dtype=float32: ' in verdict
+  assert (
+    verdict.count('- **') == 1 and '**compute_dtype=bfloat16 vs compute_dtype=float32: ' in verdict
+  )
   assert 'Power (estimated from n = 4 pairs; sd of the per-seed differences' in verdict
-  assert text.index('## Answer') < text.index('## Setup') < text.index('## Why') < text.index('## Arms')
+  assert (
+    text.index('## Answer') < text.index('## Setup') < text.index('## Why') < text.index('## Arms')
+  )
 
 
 def test_cli_formats_and_small_arm(tmp_path, capsys):
@@ -397,16 +498,18 @@ def test_one_line_errors(tmp_path, capsys):
   with pytest.raises(ValueError, match='--runs: .* does not exist'):
     results.load_runs(str(tmp_path / 'nope'))
   with pytest.raises(ValueError, match="--metric: no column 'final.top5'"):
-    stats.arms_and_pairs(frame({'a': [.1, .2]}), metric='final.top5')
+    stats.arms_and_pairs(frame({'a': [0.1, 0.2]}), metric='final.top5')
   with pytest.raises(ValueError, match="--seed-col: no column 'rep'"):
-    stats.arms_and_pairs(frame({'a': [.1, .2]}), seed_col='rep')
+    stats.arms_and_pairs(frame({'a': [0.1, 0.2]}), seed_col='rep')
   with pytest.raises(ValueError, match='--margin'):
-    stats.arms_and_pairs(frame({'a': [.1, .2]}), margin=0)
+    stats.arms_and_pairs(frame({'a': [0.1, 0.2]}), margin=0)
   with pytest.raises(SystemExit) as e:
     analyse.main([f'--runs={tmp_path}'])
   message = capsys.readouterr().err
-  assert e.value.code == 2 and message.startswith('error: --runs: no run') and message.count('\n') == 1
-  failed = frame({'a': [.1, .2]}).assign(status='failed')
+  assert (
+    e.value.code == 2 and message.startswith('error: --runs: no run') and message.count('\n') == 1
+  )
+  failed = frame({'a': [0.1, 0.2]}).assign(status='failed')
   with pytest.raises(ValueError, match='none of the 2 runs is completed'):
     stats.arms_and_pairs(failed)
 
@@ -419,7 +522,11 @@ def test_root_of_only_failed_runs_lists_them_with_reasons(tmp_path, capsys):
   with pytest.raises(SystemExit) as e:
     analyse.main([f'--runs={tmp_path}'])
   message = capsys.readouterr().err.rstrip('\n')
-  assert e.value.code == 2 and message.startswith('error: --runs/--csv: none of the 2 runs is completed') and '\n' not in message
+  assert (
+    e.value.code == 2
+    and message.startswith('error: --runs/--csv: none of the 2 runs is completed')
+    and '\n' not in message
+  )
   assert f'{tmp_path}/a/s0 (failed: loss is NaN)' in message
   assert f'{tmp_path}/a/s1 (running: step 3/10)' in message and '--metric' not in message
 
@@ -429,11 +536,14 @@ def test_non_finite_metric_in_csv_is_excluded_and_listed(tmp_path):
   table = pd.DataFrame({'platform': ['tpu'] * 4 + ['gpu'] * 4, 'accuracy': values})
   table.to_csv(tmp_path / 'r.csv', index=False)
   assert 'inf' in (tmp_path / 'r.csv').read_text()
-  out = stats.arms_and_pairs(csv_input.read_csv(str(tmp_path / 'r.csv')), group_by=['platform'],
-                      metric='accuracy')
+  out = stats.arms_and_pairs(
+    csv_input.read_csv(str(tmp_path / 'r.csv')), group_by=['platform'], metric='accuracy'
+  )
   excluded = dict(zip(out.excluded['run'], out.excluded['reason']))
-  assert excluded == {f'{tmp_path}/r.csv:4': 'accuracy = inf is not finite',
-                      f'{tmp_path}/r.csv:8': 'accuracy = -inf is not finite'}
+  assert excluded == {
+    f'{tmp_path}/r.csv:4': 'accuracy = inf is not finite',
+    f'{tmp_path}/r.csv:8': 'accuracy = -inf is not finite',
+  }
   arms = out.arms.set_index('arm')
   assert list(arms['n']) == [3, 3] and np.isfinite(arms['mean']).all()
   assert arms.loc['tpu', 'mean'] == pytest.approx(100 * np.mean([0.70, 0.71, 0.72]))
@@ -465,6 +575,7 @@ def test_paired_pairs_get_signed_rank_and_d_z_unpaired_ones_mann_whitney_and_g()
 
 def test_power_is_a_number_where_statsmodels_returns_nan():
   from statsmodels.stats import power as smp
+
   assert np.isnan(smp.TTestPower().power(2 / 0.76, 16, 0.05))  # the case the report showed as "–"
   power, _ = inference.power_at(0.76, 2.0, 16, is_paired=True)
   assert power == pytest.approx(1.0, abs=1e-9)
@@ -497,12 +608,18 @@ def test_on_a_lattice_a_different_verdict_needs_the_rank_test_too():
 def test_identical_arithmetic_is_reported_not_tested_and_outside_holm():
   rng = np.random.default_rng(9)
   a = 0.9 + rng.normal(0, 0.01, 6)
-  table = frame({'native': a, 'f32': a, 'bf16': a + rng.normal(0, 0.005, 6)},
-                {'native': 'cpu', 'f32': 'cpu', 'bf16': 'cpu'})
+  table = frame(
+    {'native': a, 'f32': a, 'bf16': a + rng.normal(0, 0.005, 6)},
+    {'native': 'cpu', 'f32': 'cpu', 'bf16': 'cpu'},
+  )
   effective = {'native': 'f32', 'f32': 'f32', 'bf16': 'bf16'}
-  table = table.assign(**{'numerics.effective.platform': 'cpu', 'numerics.effective.device_kind': 'cpu',
-                          'numerics.effective.conv_format': table[
-                              'numerics.requested.compute_dtype'].map(effective)})
+  table = table.assign(
+    **{
+      'numerics.effective.platform': 'cpu',
+      'numerics.effective.device_kind': 'cpu',
+      'numerics.effective.conv_format': table['numerics.requested.compute_dtype'].map(effective),
+    }
+  )
   pairs = stats.arms_and_pairs(table, margin=0.5).pairs.set_index(['arm_a', 'arm_b'])
   same = pairs.loc[('compute_dtype=f32', 'compute_dtype=native')]
   assert same['verdict'] == 'identical arithmetic' and np.isnan(same['tost_p_holm'])
@@ -510,5 +627,7 @@ def test_identical_arithmetic_is_reported_not_tested_and_outside_holm():
   assert len(tested) == 2
   np.testing.assert_allclose(tested['tost_p_holm'], inference.holm(tested['tost_p']))
   # equal values without equal recorded arithmetic are tested like any pair
-  plain = stats.arms_and_pairs(frame({'native': a, 'f32': a}, {'native': 'cpu', 'f32': 'cpu'}), margin=0.5)
+  plain = stats.arms_and_pairs(
+    frame({'native': a, 'f32': a}, {'native': 'cpu', 'f32': 'cpu'}), margin=0.5
+  )
   assert plain.pairs.iloc[0]['verdict'] == 'equivalent'

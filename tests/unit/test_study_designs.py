@@ -15,18 +15,42 @@ from runrecord import record
 from tests.support.planted_predictions import LABELS, prediction
 
 METRIC = 'final.test_accuracy'
-EFFECTIVE = {f'numerics.effective.{f}': v for f, v in (
-    ('platform', 'cpu'), ('device_kind', 'cpu'), ('batchnorm_group', 0), ('compute_dtype', 'float32'),
-    ('conv_format', 'f32'), ('dense_format', 'f32'), ('matmul_precision', 'highest'),
-    ('param_dtype', 'float32'), ('xla_flags', ''))}
-DECLARED = {'factors': ['platform', 'profile'], 'reference': {'profile': 'native'},
-            'margin': 2.0, 'margin_reason': 'planted', 'labels': {'profile': '{}'}}
+EFFECTIVE = {
+  f'numerics.effective.{f}': v
+  for f, v in (
+    ('platform', 'cpu'),
+    ('device_kind', 'cpu'),
+    ('batchnorm_group', 0),
+    ('compute_dtype', 'float32'),
+    ('conv_format', 'f32'),
+    ('dense_format', 'f32'),
+    ('matmul_precision', 'highest'),
+    ('param_dtype', 'float32'),
+    ('xla_flags', ''),
+  )
+}
+DECLARED = {
+  'factors': ['platform', 'profile'],
+  'reference': {'profile': 'native'},
+  'margin': 2.0,
+  'margin_reason': 'planted',
+  'labels': {'profile': '{}'},
+}
 
 
 def run_row(profile, seed, init, data, acc):
-  return {'run': f'/r/{profile}/s{seed}_i{init}_d{data}', 'status': 'completed', 'seed': seed,
-          'init_seed': init, 'data_seed': data, 'platform': 'cpu', 'device_kind': 'cpu',
-          'numerics.requested.profile': profile, **EFFECTIVE, METRIC: acc}
+  return {
+    'run': f'/r/{profile}/s{seed}_i{init}_d{data}',
+    'status': 'completed',
+    'seed': seed,
+    'init_seed': init,
+    'data_seed': data,
+    'platform': 'cpu',
+    'device_kind': 'cpu',
+    'numerics.requested.profile': profile,
+    **EFFECTIVE,
+    METRIC: acc,
+  }
 
 
 def merged_root():
@@ -71,11 +95,13 @@ def crossed_root(rng):
   residual whose column means are 0 (so the data-order estimate is negative: truncated)."""
   residual = np.array([[0.3, -0.3, 0.0], [-0.3, 0.3, 0.0], [0.0, 0.2, -0.2], [0.0, -0.2, 0.2]])
   y = 80 + np.array([0, 2, 4, 6])[:, None] + residual
-  frame = pd.DataFrame([run_row('native', 3 * i + j, i, j, y[i, j] / 100)
-                        for i in range(4) for j in range(3)])
+  frame = pd.DataFrame(
+    [run_row('native', 3 * i + j, i, j, y[i, j] / 100) for i in range(4) for j in range(3)]
+  )
   by_init = [prediction(0.3, rng) for _ in range(4)]
-  loaded = {r.run: prediction(0.05, rng, by_init[r.init_seed]['predicted'])
-            for r in frame.itertuples()}
+  loaded = {
+    r.run: prediction(0.05, rng, by_init[r.init_seed]['predicted']) for r in frame.itertuples()
+  }
   return frame, y, loaded
 
 
@@ -109,7 +135,8 @@ def hand_split(y):
   ms_i = n_j * sum((r - grand) ** 2 for r in row) / (n_i - 1)
   ms_j = n_i * sum((c - grand) ** 2 for c in col) / (n_j - 1)
   ms_r = sum((y[i][j] - row[i] - col[j] + grand) ** 2 for i in range(n_i) for j in range(n_j)) / (
-      (n_i - 1) * (n_j - 1))
+    (n_i - 1) * (n_j - 1)
+  )
   return ms_i, ms_j, ms_r
 
 
@@ -120,22 +147,25 @@ def test_the_variance_split_reaches_report_md_and_tex_with_intervals_or_the_df_t
   split = out.agreement.variance.set_index('component')
   ms_i, ms_j, ms_r = hand_split(y.tolist())
   init = (ms_i - ms_r) / 3
-  nu = init ** 2 / ((ms_i / 3) ** 2 / 3 + (ms_r / 3) ** 2 / 6)  # Satterthwaite
+  nu = init**2 / ((ms_i / 3) ** 2 / 3 + (ms_r / 3) ** 2 / 6)  # Satterthwaite
   assert split.loc['init', 'estimate'] == pytest.approx(init)
   assert (split.loc['init', 'ci_low'], split.loc['init', 'ci_high']) == pytest.approx(
-      (nu * init / sps.chi2.ppf(0.975, nu), nu * init / sps.chi2.ppf(0.025, nu)))
+    (nu * init / sps.chi2.ppf(0.975, nu), nu * init / sps.chi2.ppf(0.025, nu))
+  )
   residual = split.loc[variance.RESIDUAL]
   assert residual['estimate'] == pytest.approx(ms_r)
   assert (residual['ci_low'], residual['ci_high']) == pytest.approx(
-      (6 * ms_r / sps.chi2.ppf(0.975, 6), 6 * ms_r / sps.chi2.ppf(0.025, 6)))  # exact χ²(6)
+    (6 * ms_r / sps.chi2.ppf(0.975, 6), 6 * ms_r / sps.chi2.ppf(0.025, 6))
+  )  # exact χ²(6)
   assert split.loc['data order', 'estimate'] == pytest.approx((ms_j - ms_r) / 4)
   assert split.loc['data order', 'estimate'] < 0 and split.loc['data order', 'truncated']
   md = report.render(out, 'md')
   section = md.split('## Where the variance between runs comes from')[1].split('\n## ')[0]
   assert f'[{split.loc["init", "ci_low"]:.3f}, {split.loc["init", "ci_high"]:.3f}]' in section
   assert 'none: estimate truncated at 0' in section
-  assert ('below 0, so set to 0: the data show no data order variance beyond what the other '
-          'sources give') in section
+  assert (
+    'below 0, so set to 0: the data show no data order variance beyond what the other sources give'
+  ) in section
   assert '4 init × 3 data-order seeds, no replicates (12 runs)' in section
   first = md.split('## Setup')[0]
   assert '**Variance between runs** of native (4 init × 3 data-order seeds' in first
@@ -150,8 +180,10 @@ def test_churn_intervals_stay_inside_0_and_100_percent():
   entries = []
   for s, c in enumerate(near0):
     other = prediction(c, rng, base[s]['predicted'])
-    entries += [{'run': f'a{s}', 'arm': 'a', 'seed': s, 'platform': 'cpu', 'pred': base[s]},
-                {'run': f'b{s}', 'arm': 'b', 'seed': s, 'platform': 'cpu', 'pred': other}]
+    entries += [
+      {'run': f'a{s}', 'arm': 'a', 'seed': s, 'platform': 'cpu', 'pred': base[s]},
+      {'run': f'b{s}', 'arm': 'b', 'seed': s, 'platform': 'cpu', 'pred': other},
+    ]
   row = agreement.agreement_table(entries, pairs=[('a', 'b')]).set_index('kind').loc['contrast']
   x = np.array([float(v) for v in row['per_seed_pct'].split(', ')])
   half = sps.t.ppf(0.975, 3) * x.std(ddof=1) / 2
@@ -174,12 +206,14 @@ def test_a_constant_per_class_difference_reads_as_different_by_the_exact_test():
     better = base['predicted'].copy()
     wrong = third[base['predicted'][third] != 3]
     better[wrong[:2]] = 3  # the same number of class-3 images (2) fixed in every seed
-    entries += [{'arm': 'a', 'seed': s, 'pred': {**base, 'predicted': better}},
-                {'arm': 'b', 'seed': s, 'pred': base}]
+    entries += [
+      {'arm': 'a', 'seed': s, 'pred': {**base, 'predicted': better}},
+      {'arm': 'b', 'seed': s, 'pred': base},
+    ]
   table = per_class.class_differences(entries, 'a', 'b').set_index('class')
   want = 100 * 2 / len(third)
   assert table.loc[3, 'diff_pp'] == pytest.approx(want)
-  assert table.loc[3, 'p'] == pytest.approx(2 / 2 ** 8) and table.loc[3, 'test'] == per_class.EXACT
+  assert table.loc[3, 'p'] == pytest.approx(2 / 2**8) and table.loc[3, 'test'] == per_class.EXACT
   assert table.loc[3, 'different']  # Holm over the one class tested: p stays 2 / 2^8
   assert np.isnan(table.loc[0, 'p']) and table.loc[0, 'test'] == per_class.NONE
 
@@ -189,6 +223,7 @@ def test_one_definition_of_disagreement_for_the_attributes_task():
   divergence tool now (it counted images with any attribute different: 5 × as much here); its
   per-pair interval is over the images (their labels are not independent)."""
   from experiments import divergence_measure as measure  # pylint: disable=import-outside-toplevel
+
   rng = np.random.default_rng(6)
   a = rng.random((200, 40)) < 0.5
   b = a.copy()

@@ -21,9 +21,16 @@ def test_two_sweeps_on_one_root_start_each_run_once(tmp_path):
   def sweep_once(i):
     progress = runner.Progress(len(runs), 0, 2, out=outs[i])
     returned[i] = runner.run_all(
-        runs, lambda run: [sys.executable, '-c', RUN, run.workdir], str(tmp_path), scripts.REPO,
-        progress, 2, [], poll=0.05,
-        is_completed=lambda run: os.path.exists(os.path.join(run.workdir, 'done')))
+      runs,
+      lambda run: [sys.executable, '-c', RUN, run.workdir],
+      str(tmp_path),
+      scripts.REPO,
+      progress,
+      2,
+      [],
+      poll=0.05,
+      is_completed=lambda run: os.path.exists(os.path.join(run.workdir, 'done')),
+    )
     returned[i] += (progress.done,)
 
   threads = [threading.Thread(target=sweep_once, args=(i,)) for i in range(2)]
@@ -59,8 +66,9 @@ def test_a_claim_is_exclusive_and_dies_with_its_holder(tmp_path):
 def test_completed_opens_no_checkpoint_manager_for_a_fresh_run(tmp_path, monkeypatch):
   """claims.completed (asked of every run before it starts) reads a run's results only once it
   has a checkpoints folder, as the sweep's plan does (claims.saved_results)."""
-  from sweeps import claims  # pylint: disable=import-outside-toplevel
   from runrecord import record  # pylint: disable=import-outside-toplevel
+  from sweeps import claims  # pylint: disable=import-outside-toplevel
+
   opened = []
   monkeypatch.setattr(record, 'read_results', lambda workdir: opened.append(workdir) or None)
   run = fake_runs(tmp_path, 1)[0]

@@ -19,9 +19,17 @@ def simulate(rng, n_init, n_data, n_rep, sd=None):
   a = rng.normal(0, sd['init'], n_init)
   b = rng.normal(0, sd['data order'], n_data)
   ab = rng.normal(0, sd['init × data order'], (n_init, n_data))
-  rows = [{'init_seed': i, 'data_seed': j, 'replicate': r,
-           'value': 80 + a[i] + b[j] + ab[i, j] + rng.normal(0, sd['nondeterminism (replicates)'])}
-          for i in range(n_init) for j in range(n_data) for r in range(n_rep)]
+  rows = [
+    {
+      'init_seed': i,
+      'data_seed': j,
+      'replicate': r,
+      'value': 80 + a[i] + b[j] + ab[i, j] + rng.normal(0, sd['nondeterminism (replicates)']),
+    }
+    for i in range(n_init)
+    for j in range(n_data)
+    for r in range(n_rep)
+  ]
   return pd.DataFrame(rows)
 
 
@@ -35,7 +43,7 @@ def test_the_split_recovers_planted_components_on_average():
     found.append(variance.estimates(variance.mean_squares(y), y.shape))
   mean = pd.DataFrame(found).mean()
   for component, sd in SD.items():
-    assert mean[component] == pytest.approx(sd ** 2, abs=0.06), component
+    assert mean[component] == pytest.approx(sd**2, abs=0.06), component
 
 
 def test_one_large_study_is_close_and_the_naive_one_way_split_is_not():
@@ -54,8 +62,7 @@ def test_one_large_study_is_close_and_the_naive_one_way_split_is_not():
 def test_the_split_equals_mixedlm_reml_variance_components():
   """On a balanced design with positive estimates REML (statsmodels MixedLM, crossed effects as
   variance components of one group) and the ANOVA estimates coincide."""
-  frame = simulate(np.random.default_rng(0), 6, 6, 3,
-                   {**SD, 'init × data order': 0.2})
+  frame = simulate(np.random.default_rng(0), 6, 6, 3, {**SD, 'init × data order': 0.2})
   table = variance.variance_components(frame).set_index('component')
   assert not table['truncated'].any()
   frame['cell'] = frame['init_seed'].astype(str) + '_' + frame['data_seed'].astype(str)
@@ -63,9 +70,12 @@ def test_the_split_equals_mixedlm_reml_variance_components():
   with warnings.catch_warnings():
     warnings.simplefilter('ignore')
     fit = sm.MixedLM.from_formula(
-        'value ~ 1', groups='group', re_formula='0', data=frame,
-        vc_formula={'init': '0 + C(init_seed)', 'data': '0 + C(data_seed)',
-                    'cell': '0 + C(cell)'}).fit(reml=True)
+      'value ~ 1',
+      groups='group',
+      re_formula='0',
+      data=frame,
+      vc_formula={'init': '0 + C(init_seed)', 'data': '0 + C(data_seed)', 'cell': '0 + C(cell)'},
+    ).fit(reml=True)
   reml = dict(zip(fit.model.exog_vc.names, fit.vcomp))
   assert table.loc['init', 'variance'] == pytest.approx(reml['init'], rel=1e-3)
   assert table.loc['data order', 'variance'] == pytest.approx(reml['data'], rel=1e-3)
@@ -90,7 +100,9 @@ def test_unbalanced_or_unreplicated_designs_are_refused_by_cell():
 
 
 def test_variance_table_per_arm_only_where_the_runs_record_both_seeds():
-  frame = simulate(np.random.default_rng(5), 3, 3, 2).rename(columns={'init_seed': 'config.init_seed'})
+  frame = simulate(np.random.default_rng(5), 3, 3, 2).rename(
+    columns={'init_seed': 'config.init_seed'}
+  )
   frame['arm'] = 'a'
   table = variance.variance_table(frame)
   assert set(table['arm']) == {'a'} and (table['runs'] == 18).all()
