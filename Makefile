@@ -1,6 +1,8 @@
 # The documented way to run the project: every target installs what it needs into $(VENV) first.
 #   study, train, smoke: the core only (requirements.txt, ~1 GiB installed)
-#   test: the core, CelebA preparation, libtpu and the test/benchmark packages (requirements-test.txt)
+#   test: the core, CelebA preparation, libtpu, the test/benchmark packages and the lint tools
+#     (requirements-test.txt)
+#   lint: formatting, lint, spelling and types (ruff, codespell, mypy; settings in pyproject.toml)
 #   setup-tpu: the core and JAX's TPU runtime (requirements-tpu.txt): a TPU VM, or TPU programs
 #     compiled on this host (python -m sweeps.preflight, docs/tpu.md)
 # VENV=/abs/path/venv uses an existing virtual environment; pip then installs nothing that is
@@ -11,7 +13,7 @@ PY := $(VENV)/bin/python
 PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: setup setup-test setup-tpu study train smoke test clean
+.PHONY: setup setup-test setup-tpu study train smoke test lint clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,5 +44,12 @@ smoke: setup
 test: setup-test
 	$(PY) -m pytest tests -q -n 2 --durations=15
 
+# The checks CI runs before the tests (.ci/run); pre-commit runs the same on each commit.
+lint: setup-test
+	$(PY) -m ruff format --check .
+	$(PY) -m ruff check .
+	$(PY) -m codespell_lib
+	$(PY) -m mypy
+
 clean:
-	rm -rf runs .jax_cache .pytest_cache
+	rm -rf runs .jax_cache .pytest_cache .mypy_cache .ruff_cache
