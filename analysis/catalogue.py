@@ -315,7 +315,10 @@ LAST = '<!-- catalogue: end -->'
 
 def markdown():
   """The docs' table of every figure and file (docs/statistics.md, between FIRST and LAST)."""
-  short = lambda commands: ', '.join(c.removeprefix('analysis.') for c in commands)
+
+  def short(commands):
+    return ', '.join(c.removeprefix('analysis.') for c in commands)
+
   lines = ['| file | what it holds | written by |', '| --- | --- | --- |']
   lines += [f'| `{f.name}` | {f.holds} | {short(f.commands)} |' for f in FILES]
   lines += [

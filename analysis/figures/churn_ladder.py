@@ -82,7 +82,7 @@ def draw(table, context=None):
   """The ladder's figure (matplotlib Figure); `context` (naming.context) as its subtitle."""
   table, left_out = drawn_rows(table)
   style.apply()
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  import matplotlib.pyplot as plt  # here, after style has chosen the Agg backend
 
   platforms = sorted(set(table['platform_a']) | set(table['platform_b']))
   colors = style.platform_colors(platforms)

@@ -59,7 +59,10 @@ def layout(out):
   info = out.arm_info
   if info is None:
     first = out.runs.groupby('arm').first()
-    col = lambda c: first[c].astype(str) if c in first else pd.Series('', index=first.index)
+
+    def col(c):
+      return first[c].astype(str) if c in first else pd.Series('', index=first.index)
+
     platform, device = col('platform'), col('device_kind')
     arms = list(out.arms['arm'])
     short = naming.short_labels(arms, {a: (platform.get(a, ''), device.get(a, '')) for a in arms})
@@ -111,10 +114,9 @@ def draw_accuracy_by_arm(out):
   fig, ax = plt.subplots(figsize=(style.TWO_COLUMN_IN, 2.7), layout='constrained')
   naming.subtitle(fig, naming.context(out, 150))
   arms = sorted(out.arms.itertuples(), key=lambda r: categories.index(place[r.arm][0]))
-  for i, row in enumerate(
-    arms
-  ):  # in arm order: a platform's legend key shows the first arm's marker
-    (cat, platform), x = place[row.arm], x_of[row.arm]
+  # in arm order: a platform's legend key shows the first arm's marker
+  for i, row in enumerate(arms):
+    (_, platform), x = place[row.arm], x_of[row.arm]
     values = out.units.loc[out.units['arm'] == row.arm, 'value'].to_numpy()
     c = colors[platform]
     if len(values) >= BOX_MIN_N:
@@ -165,7 +167,7 @@ def draw_accuracy_by_arm(out):
   handles, labels = ax.get_legend_handles_labels()
   handles = [
     Patch(facecolor='#DDDDDD', edgecolor='#777777') if label.startswith('quartiles') else h
-    for h, label in zip(handles, labels)
+    for h, label in zip(handles, labels, strict=True)
   ]  # a box of any platform: grey key
   ax.legend(handles, labels, loc='lower left', bbox_to_anchor=(0.0, 1.0), ncol=4, borderaxespad=0.2)
   return fig
@@ -185,7 +187,7 @@ def contrast_table(out):
   if pairs.empty:
     return pairs
   return pairs.assign(
-    label=[f'{a} − {b}' for a, b in zip(pairs['arm_a'], pairs['arm_b'])], platform=''
+    label=[f'{a} − {b}' for a, b in zip(pairs['arm_a'], pairs['arm_b'], strict=True)], platform=''
   )
 
 
@@ -306,15 +308,20 @@ def draw_training_curves(out, hist, steps):
   colors, styles = style.platform_colors(platforms), style.arm_styles(categories)
   same = identical_to((loss, test), place, categories)
   crossed = crosses_platforms(place)
-  name = lambda a: place[a][0] + (f' ({place[a][1]})' if crossed else '')
-  look = lambda a: (
-    colors[place[a][1]],
-    styles[place[a][0]],
-    name(a) + (f' (identical to {place[same[a]][0]})' if a in same else ''),
-    categories.index(place[a][0]),
-    len(categories),
-    len(platforms) - 1 - platforms.index(place[a][1]),
-  )
+
+  def name(a):
+    return place[a][0] + (f' ({place[a][1]})' if crossed else '')
+
+  def look(a):
+    return (
+      colors[place[a][1]],
+      styles[place[a][0]],
+      name(a) + (f' (identical to {place[same[a]][0]})' if a in same else ''),
+      categories.index(place[a][0]),
+      len(categories),
+      len(platforms) - 1 - platforms.index(place[a][1]),
+    )
+
   shade = len(place) <= SHADED_MAX
   fig, axes = plt.subplots(1, 2, figsize=(style.TWO_COLUMN_IN, 2.6), layout='constrained')
   naming.subtitle(fig, naming.context(out, 150))

@@ -24,9 +24,9 @@ declared), and no other key is taken (SCHEMA; `check` refuses an unknown key nam
                             calculation behind the seed count
 The arms and levels it names must exist among the runs analysed (`check_levels`: a typo in a
 level is one line naming the file, the key and the nearest level, never a flag not given).
-sweeps.sweep (and so sweeps.run_study) writes it into the root as STUDY_FILE before the first run and
-refuses a changed declaration once runs exist; the analysis reads it from there, so its tests are
-the ones declared before the data existed (analysis/numbers/contrasts.py).
+sweeps.sweep (and so sweeps.run_study) writes it into the root as STUDY_FILE before the first run
+and refuses a changed declaration once runs exist; the analysis reads it from there, so its tests
+are the ones declared before the data existed (analysis/numbers/contrasts.py).
 
   declared = load('configs/digits.py:study')          # a config file, or a study.json file
   declared = from_roots(['runs/cpu', 'gs://b/gpu'])   # the roots' study.json (they must agree)
@@ -235,7 +235,7 @@ def parse_compare(items):
   if not items:
     return None
   pairs = [str(item).split(':') for item in items]
-  bad = next((item for item, pair in zip(items, pairs) if len(pair) != 2), None)
+  bad = next((item for item, pair in zip(items, pairs, strict=True) if len(pair) != 2), None)
   problem = (
     f'{bad!r} is not A:B; write e.g. --compare tpu:gpu tpu:cpu'
     if bad is not None
@@ -345,7 +345,7 @@ def level_problems(declared, frame):
   """['key: why', ...]: each declared factor that is no column of the runs table `frame`, and each
   level an arm (ARMS) or platform_profile names that no run has (with the nearest level)."""
   # pandas comes with the runs: imported here so that the command lines stay light (arguments.py)
-  from analysis.inputs import columns  # pylint: disable=import-outside-toplevel
+  from analysis.inputs import columns
 
   factors = [f for f in declared.get('factors') or []]
   found, lines = {}, []
@@ -399,7 +399,8 @@ def normalise(declared):
 
 def from_config(spec):
   """The get_study(arg) dict of the config file in `spec` ('FILE[:ARG]'); {} without get_study."""
-  from configs import loader  # pylint: disable=import-outside-toplevel
+  # ml_collections comes with a config file: imported here so that the command lines stay light
+  from configs import loader
 
   path, arg = loader.split_spec(spec)
   module = loader.load_module(path)

@@ -65,7 +65,7 @@ def open_root(root):
       f'--runs: {root}: reading a bucket needs a filesystem package ({e}); '
       'pip install gcsfs, or copy the runs to a local folder'
     ) from None
-  except Exception as e:  # pylint: disable=broad-except  # a bucket backend's own error types
+  except Exception as e:  # a bucket backend's own error types
     first = (str(e).strip().splitlines() or [''])[0][:200]
     raise ValueError(
       f'--runs: cannot read {root} ({type(e).__name__}: {first}); check the path '

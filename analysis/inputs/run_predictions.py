@@ -126,7 +126,7 @@ def read(run, step, test_size=None, fingerprint=None):
     return None, f'{NOT_AT_STEP} ({step}; the newest at step {steps[-1]}: an older evaluation)'
   try:
     pred = predictions.read_predictions(run, step)
-  except Exception as e:  # pylint: disable=broad-except  # Orbax/TensorStore's own error types
+  except Exception as e:  # Orbax/TensorStore's own error types
     quiet_failed_reads(run)
     first = (str(e).strip().splitlines() or [''])[0][:200]
     return None, f'{DAMAGED} (step {step}: {type(e).__name__}: {first})'
@@ -138,10 +138,17 @@ def read_runs(runs):
   """[(predictions, None) or (None, why)] of each row of the runs table `runs` (read): its run
   folder `run` at its results' `step`, checked against its data.test_size and
   data.split_fingerprint where the table has them."""
-  column = lambda name: runs[name] if name in runs else [None] * len(runs)
+
+  def column(name):
+    return runs[name] if name in runs else [None] * len(runs)
+
   return [
     read(*row)
     for row in zip(
-      runs['run'], column('step'), column('data.test_size'), column('data.split_fingerprint')
+      runs['run'],
+      column('step'),
+      column('data.test_size'),
+      column('data.split_fingerprint'),
+      strict=True,
     )
   ]

@@ -185,9 +185,10 @@ def seed_row(kind, a, b, pairing, values, labels, unit, units):
   """One row of the table: the mean over seeds of `values` (fractions) with its t-interval, %."""
   x = 100 * np.asarray(values, float)
   low, high = (100 * v for v in inference.proportion_mean_ci(values)) if len(x) else (np.nan,) * 2
-  first = lambda arm: next(
-    (e['platform'] for (u, _), es in units.items() if u == arm for e in es), ''
-  )
+
+  def first(arm):
+    return next((e['platform'] for (u, _), es in units.items() if u == arm for e in es), '')
+
   return {
     'kind': kind,
     'a': a,
@@ -282,7 +283,10 @@ def clusters(pairs):
   """[[index of the pairs in one cluster]]: pairs (of seeds, any arms) joined when they share a
   seed, transitively (union–find), so that different clusters share no seed."""
   parent = list(range(len(pairs)))
-  find = lambda i: i if parent[i] == i else find(parent[i])
+
+  def find(i):
+    return i if parent[i] == i else find(parent[i])
+
   first = {}
   for i, pair in enumerate(pairs):
     for seed in pair:
@@ -333,7 +337,7 @@ def source_churn(entries, arm, varied, fixed, left_out):
   values, labels = [], []
   for level in sorted(cells, key=seed_key):
     varied_levels = sorted(cells[level], key=seed_key)
-    pairs = list(zip(varied_levels[0::2], varied_levels[1::2]))
+    pairs = list(zip(varied_levels[0::2], varied_levels[1::2], strict=False))
     means = [cross_mean(cells[level][x], cells[level][y], left_out) for x, y in pairs]
     means = [m for m in means if m is not None]
     if means:
@@ -512,7 +516,10 @@ def left_out_text(left_out, labels=None):
   `labels`, {arm: short label}) and reason, the three commonest named; '' when none."""
   if not left_out:
     return ''
-  name = lambda arm: (labels or {}).get(arm, arm)
+
+  def name(arm):
+    return (labels or {}).get(arm, arm)
+
   counts = collections.Counter((name(p['a']), name(p['b']), p['why']) for p in left_out)
   said = '; '.join(
     f'{a} vs {b}: {why}, {n} pair{"" if n == 1 else "s"}'

@@ -63,7 +63,8 @@ def software(runs):
 
 
 def term_labels(terms, declared):
-  """{term: short label}: 'profile=tpu_default' -> 'tpu_default', 'platform=gpu' -> 'platform gpu'."""
+  """{term: short label}: 'profile=tpu_default' -> 'tpu_default',
+  'platform=gpu' -> 'platform gpu'."""
   out = {}
   for term in terms:
     factor, _, level = term.partition('=')

@@ -46,8 +46,8 @@ def select(frame, metric, factors, seed_col):
   """The usable runs (stats.prepare: completed, finite metric; repeated runs of a seed in one arm
   are kept as observations sharing the seed's intercept, an arm being equal factors and
   runrecord.record.arm_columns: platform, device kind, every requested numerics field and every
-  config field that differs between the runs) as (analysis.numbers.result.Prepared with one str column per
-  factor name, {factor: column}, whether there is a seed column)."""
+  config field that differs between the runs) as (analysis.numbers.result.Prepared with one str
+  column per factor name, {factor: column}, whether there is a seed column)."""
   if frame.empty:
     raise ValueError('--runs/--csv: no runs to analyse; check the path')
   if not factors:
@@ -141,7 +141,10 @@ def arm_mask(runs, levels, flag):
 def noise_floor(runs, arm, base, scale_unit, factors=()):
   """The paired noise floor of one platform's runs (module doc): {'sd', 'half', 'n', 'text'}. The
   base arm: `base`'s levels, and every other factor column in `factors` at the noise arm's level."""
-  label = lambda levels: ', '.join(f'{k}={v}' for k, v in levels.items())
+
+  def label(levels):
+    return ', '.join(f'{k}={v}' for k, v in levels.items())
+
   noisy_runs = runs[arm_mask(runs, arm, '--noise-arm')]
   noisy = noisy_runs.groupby('seed')['value'].mean()
   named = {k if k in runs else stats.resolve_column(runs, k, '--noise-of') for k in {**base, **arm}}
@@ -224,8 +227,8 @@ def factor_attribution(
   compare=None,
   compare_flag='compare',
 ):
-  """The whole attribution (see module doc) as an analysis.numbers.result.Attribution: terms (the CSV
-  table), gap (component table or None), decomposition (one verdict dict per gap,
+  """The whole attribution (see module doc) as an analysis.numbers.result.Attribution: terms (the
+  CSV table), gap (component table or None), decomposition (one verdict dict per gap,
   analysis/numbers/gap_verdict.py), arms, noise ({platform: noise_floor}), model, method, excluded,
   replicates, labels ({term: short label} for the renderer and figures; empty here, a study's
   declaration fills it). `compare`: the platform pairs whose gap is decomposed ([[a, b], ...], the

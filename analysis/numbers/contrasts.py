@@ -30,8 +30,8 @@ def matches(levels, wanted):
 
 
 def arm_levels(out, declared):
-  """One row per arm of stats.arms_and_pairs's `out`: arm, platform, each factor's level, label (short,
-  declaration.arm_label), role ('reference' | 'noise' | 'arm'), n, and `order` (the declared
+  """One row per arm of stats.arms_and_pairs's `out`: arm, platform, each factor's level, label
+  (short, declaration.arm_label), role ('reference' | 'noise' | 'arm'), n, and `order` (the declared
   factor that differs from the reference first, then the label; the noise arm last)."""
   runs = out.runs
   columns = factor_columns(runs, declared)
@@ -106,8 +106,9 @@ def contrast_table(out, declared, margin=None):
 
 
 def noise_floors(out, declared, unit):
-  """{platform: analysis.numbers.attribution.noise_floor} (paired: the noise arm − the arm it perturbs,
-  declared noise_of, else the reference arm) of each platform where both share 2+ seeds."""
+  """{platform: analysis.numbers.attribution.noise_floor} (paired: the noise arm − the arm it
+  perturbs, declared noise_of, else the reference arm) of each platform where both share 2+
+  seeds."""
   return attribution.noise_floors(
     out.runs,
     declared.get('noise_arm') or {},

@@ -21,13 +21,14 @@ Per seed s:
 Each component's estimate is its mean over the seeds that ran every cell it needs (the seeds of
 all cells, so the identity holds on the means too), with a t-interval over those seeds (the
 paired design's own: robust to unequal arm variances, no model), two-sided paired-t p and, for G,
-Wilcoxon's signed-rank p and d_z. G and R also get their TOST against the margin. Share explained
-s = N / G with Fieller's interval over the same seeds (analysis.numbers.inference.fieller). A component
-whose cells were not run is reported as not estimable, naming the missing cells. Where only one
-platform X ran both emulating profiles, N = N_X (labelled "one platform only", and named in the
-verdict, which it cannot make "explained" by itself: its interaction with the platform is not
-tested) and R = G − N_X. Several pairs: each pair's gap tests (paired t, TOST, signed rank) are
-Holm-adjusted over the pairs compared (analysis/numbers/gap_verdict.py judge_family).
+Wilcoxon's signed-rank p and d_z. G and R also get their TOST against the margin. Share
+explained s = N / G with Fieller's interval over the same seeds
+(analysis.numbers.inference.fieller). A component whose cells were not run is reported as not
+estimable, naming the missing cells. Where only one platform X ran both emulating profiles,
+N = N_X (labelled "one platform only", and named in the verdict, which it cannot make
+"explained" by itself: its interaction with the platform is not tested) and R = G − N_X. Several
+pairs: each pair's gap tests (paired t, TOST, signed rank) are Holm-adjusted over the pairs compared
+(analysis/numbers/gap_verdict.py judge_family).
 
 Cross-check (named, not the estimator): a MixedLM (random intercept per seed) over the same cells
 with one coefficient per cell, the same G, N and R as contrasts of the same cell weights the
@@ -70,7 +71,10 @@ def cell_means(runs, factor, others, ref):
 def definitions(a, b, native, emu):
   """[(key, label, kind, {cell: weight})] of every component of platform a's gap against b."""
   ea, eb = emu[a], emu[b]
-  cell = lambda p, e: (p, e)
+
+  def cell(p, e):
+    return (p, e)
+
   return [
     ('G', f'native gap ({a} − {b})', 'gap', {cell(a, native): 1, cell(b, native): -1}),
     ('fid_A', f'fidelity on {a}: native − {ea}', 'fidelity', {cell(a, native): 1, cell(a, ea): -1}),
@@ -318,7 +322,7 @@ def platform_pairs(platforms, given, flag):
   pairs, notes = [], []
   for a, b in given:
     found = [resolve_platform(str(p), platforms, flag) for p in (a, b)]
-    absent = [str(p) for p, f in zip((a, b), found) if f is None]
+    absent = [str(p) for p, f in zip((a, b), found, strict=True) if f is None]
     if absent and flag == '--compare':
       raise ValueError(
         f'--compare: no runs on {", ".join(absent)}; platforms run: {", ".join(sorted(platforms))}'
@@ -384,15 +388,18 @@ def section(
   `compare_flag`; default_pairs without); table None, decomposition [] and `note` saying why when
   none can be split; `pairs_note`: the pairs left out and why."""
   platforms = sorted(set(runs['platform'].astype(str))) if 'platform' in runs else []
-  none = lambda note: {
-    'table': None,
-    'decomposition': [],
-    'note': note,
-    'emulation': None,
-    'native': None,
-    'summaries': [],
-    'pairs_note': '',
-  }
+
+  def none(note):
+    return {
+      'table': None,
+      'decomposition': [],
+      'note': note,
+      'emulation': None,
+      'native': None,
+      'summaries': [],
+      'pairs_note': '',
+    }
+
   if len(platforms) < 2:
     return none(
       f'runs from one platform ({", ".join(map(str, platforms)) or "unknown"}): no '

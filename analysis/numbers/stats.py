@@ -94,12 +94,14 @@ def status_reasons(frame):
   progress = (
     f'step {a}/{b}'
     for a, b in zip(
-      frame.get('step', [None] * len(frame)), frame.get('total_steps', [None] * len(frame))
+      frame.get('step', [None] * len(frame)),
+      frame.get('total_steps', [None] * len(frame)),
+      strict=True,
     )
   )
   return [
     f'{s}: {r}' if isinstance(r, str) and r else f'{s}: {p}' if s != 'completed' else ''
-    for s, r, p in zip(run_status(frame), reason, progress)
+    for s, r, p in zip(run_status(frame), reason, progress, strict=True)
   ]
 
 
@@ -117,7 +119,7 @@ def split_runs(frame, metric):
     else f'no value for {metric}'
     if pd.isna(v)
     else f'{metric} = {v} is not finite'
-    for s, w, v in zip(status[bad], status_reasons(frame[bad]), values[bad])
+    for s, w, v in zip(status[bad], status_reasons(frame[bad]), values[bad], strict=True)
   ]
   excluded = pd.DataFrame({'run': frame.loc[bad, 'run'], 'status': status[bad], 'reason': why})
   return frame[~bad].copy(), excluded.reset_index(drop=True), values
@@ -127,7 +129,9 @@ def check_some_completed(frame):
   """Raise, listing every run with its reason, when no run of `frame` completed."""
   if run_status(frame).eq('completed').any():
     return
-  listed = '; '.join(f'{run} ({why})' for run, why in zip(frame['run'], status_reasons(frame)))
+  listed = '; '.join(
+    f'{run} ({why})' for run, why in zip(frame['run'], status_reasons(frame), strict=True)
+  )
   raise ValueError(
     f'--runs/--csv: none of the {len(frame)} runs is completed, so there is nothing to '
     f'analyse; finish or rerun them: {listed}'
@@ -174,11 +178,11 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   """Split the runs into included / excluded, label each included run's arm, average replicates.
 
   `seed_col` None: 'seed' when the table has it, else every row is its own run (unpaired).
-  Returns an analysis.numbers.result.Prepared: `runs` (included rows with `arm`, `value` = metric
-  × scale, `seed` (the model unit: model_units), `base_seed` (the seed column as recorded),
-  `seeded`, `det`, `det_why`), `units` (one value per arm and seed), `replicates` (arm, seed, n_runs, runs,
-  values, mean, range, identical), `excluded` (run, status, reason), `seeded`, `group_by`,
-  `metric`, `scale`, `pairing` (the pairing fields the table records).
+  Returns an analysis.numbers.result.Prepared: `runs` (included rows with `arm`, `value` = metric ×
+  scale, `seed` (the model unit: model_units), `base_seed` (the seed column as recorded), `seeded`,
+  `det`, `det_why`), `units` (one value per arm and seed), `replicates` (arm, seed, n_runs, runs,
+  values, mean, range, identical), `excluded` (run, status, reason), `seeded`, `group_by`, `metric`,
+  `scale`, `pairing` (the pairing fields the table records).
   """
   if frame.empty:
     raise ValueError('--runs/--csv: no runs to analyse; check the path')
@@ -203,7 +207,9 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   unknown = [None] * len(runs)
   det = [
     run_deterministic(p, v)
-    for p, v in zip(runs.get('platform', unknown), runs.get(record.DETERMINISM_COLUMN, unknown))
+    for p, v in zip(
+      runs.get('platform', unknown), runs.get(record.DETERMINISM_COLUMN, unknown), strict=True
+    )
   ]
   runs['det'], runs['det_why'] = [d for d, _ in det], [w for _, w in det]
   seeded_runs = runs[runs['seeded']]
@@ -254,7 +260,8 @@ def identical_arithmetic(prep, arm_a, arm_b):
 
 
 def determinism(runs, reps):
-  """(True/False/None, why) for one arm: recorded determinism, contradicted by unequal replicates."""
+  """(True/False/None, why) for one arm: recorded determinism, contradicted by unequal
+  replicates."""
   clash = reps[~reps['identical'].astype(bool)]
   if not clash.empty:
     return False, f'seed {clash["seed"].iloc[0]} repeated with a different value'
@@ -266,9 +273,10 @@ def determinism(runs, reps):
 
 
 def arm_table(prep):
-  """Raises (naming --group-by) beyond MAX_ARMS arms, before any per-arm work. One row per arm: arm, group fields, n (seeds, or runs when unseeded), n_runs, mean, sd
-  (between seeds), ci_low, ci_high, ci_method (95%), within_sd and within_df (replicates of a
-  seed: the nondeterminism sd), deterministic (True/False/None), determinism (why), seeds."""
+  """Raises (naming --group-by) beyond MAX_ARMS arms, before any per-arm work. One row per arm: arm,
+  group fields, n (seeds, or runs when unseeded), n_runs, mean, sd (between seeds), ci_low, ci_high,
+  ci_method (95%), within_sd and within_df (replicates of a seed: the nondeterminism sd),
+  deterministic (True/False/None), determinism (why), seeds."""
   arms = prep.units['arm'].nunique()
   if arms > MAX_ARMS:
     by = ', '.join(record.field_name(g) for g in prep.group_by)

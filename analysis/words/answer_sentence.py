@@ -50,10 +50,14 @@ def settings_clause(out):
   by = {v: [r for _, r in table.iterrows() if r['verdict'] == v] for v in set(table['verdict'])}
   metric = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
   m, unit = f'±{out.margin:g} {out.unit}', out.unit
-  show = lambda rows: listed(
-    f'{row_name(r, several)} ({signed(r["diff"])} {interval(r["ci95_low"], r["ci95_high"])} {unit})'
-    for r in rows
-  )
+
+  def show(rows):
+    return listed(
+      f'{row_name(r, several)} '
+      f'({signed(r["diff"])} {interval(r["ci95_low"], r["ci95_high"])} {unit})'
+      for r in rows
+    )
+
   parts = []
   if by.get('different'):
     parts.append(f'{show(by["different"])} changed {metric} (a difference shown, not within {m})')
