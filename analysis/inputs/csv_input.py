@@ -41,7 +41,10 @@ Reference: docs/statistics.md "Input the analysis refuses".
 """
 
 import collections
+import os
 import sys
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import numpy as np
 import pandas as pd
@@ -317,7 +320,31 @@ def check(frame, path, metric=None, seed=None, seed_required=False, scale=None):
   )
 
 
-def read_csv(path, metric=None, seed_col=None, names=(), seed_required=False, scale=None):
+def duplicate_columns(path, header):
+  """The refusal of a `header` that names a column twice ('' when none): pandas would rename the
+  second 'x' to 'x.1' and read the first."""
+  repeated = [name for name, count in collections.Counter(header).items() if count > 1]
+  if not repeated:
+    return ''
+
+  def at(name):
+    return ', '.join(str(i + 1) for i, h in enumerate(header) if h == name)
+
+  return (
+    f'--csv: {path} has duplicate column names: '
+    + '; '.join(f'{name} (columns {at(name)})' for name in repeated)
+    + '; rename them so each column has its own name'
+  )
+
+
+def read_csv(
+  path: Union[str, os.PathLike[str]],
+  metric: Optional[str] = None,
+  seed_col: Optional[str] = None,
+  names: Sequence[str] = (),
+  seed_required: bool = False,
+  scale: Optional[float] = None,
+) -> pd.DataFrame:
   """A CSV of published results as a runs table (`run` = 'FILE:ROW' when it has no run column),
   its used columns only (read_columns: `metric` and `names` are the metric and the columns the
   command names), checked before anything is computed (check: the metric's scale (or `scale`,
@@ -327,10 +354,12 @@ def read_csv(path, metric=None, seed_col=None, names=(), seed_required=False, sc
   names (pandas would rename the second 'x' to 'x.1' and read the first), the checks' problems."""
   try:
     header = list(pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0])
-    repeated = [name for name, count in collections.Counter(header).items() if count > 1]
-    if metric and not repeated:
+    repeated = duplicate_columns(path, header)
+    if repeated:  # a ValueError of its own: not one of those below
+      raise ValueError(repeated)
+    if metric:
       metric = resolve_column(pd.DataFrame(columns=header), metric, '--metric')
-    frame = None if repeated else read_columns(path, header, metric, names, seed_col or 'seed')
+    frame = read_columns(path, header, metric, names, seed_col or 'seed')
   except pd.errors.EmptyDataError:
     raise ValueError(
       f'--csv: {path} is empty: no runs to analyse; give a CSV with a header row '
@@ -340,16 +369,6 @@ def read_csv(path, metric=None, seed_col=None, names=(), seed_required=False, sc
     raise ValueError(
       f'--csv: cannot read {path} ({e}); give a CSV file with a header row'
     ) from None
-  if repeated:
-
-    def at(name):
-      return ', '.join(str(i + 1) for i, h in enumerate(header) if h == name)
-
-    raise ValueError(
-      f'--csv: {path} has duplicate column names: '
-      + '; '.join(f'{name} (columns {at(name)})' for name in repeated)
-      + '; rename them so each column has its own name'
-    )
   if frame.empty:
     raise ValueError(
       f'--csv: {path} has a header but no rows: no runs to analyse; add one row per run'

@@ -36,6 +36,8 @@ Reference: docs/statistics.md "A study and its declaration".
 import difflib
 import json
 import math
+import os
+from typing import Any, Union
 
 from etils import epath
 
@@ -438,8 +440,16 @@ def read_file(path):
   return check(declared, str(path))
 
 
-def load(source):
-  """The declaration in `source`: a .json file, or a config spec 'FILE[:ARG]' (get_study)."""
+def load(source: Union[str, os.PathLike[str]]) -> dict[str, Any]:
+  """The declaration in `source`: a .json file, or a config spec 'FILE[:ARG]' (get_study).
+
+  Returns:
+    The declaration as written ({} for a config file without get_study), not yet checked against
+    the runs (check_levels).
+
+  Raises:
+    ValueError: one line naming --study (an unreadable or malformed file, a key given twice).
+  """
   return read_file(source) if str(source).endswith('.json') else from_config(source)
 
 

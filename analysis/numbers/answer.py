@@ -10,9 +10,12 @@ instead of the declared contrasts, and there is no attribution.
 Reference: docs/statistics.md.
 """
 
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
+
 import pandas as pd
 
-from analysis.inputs import declaration
+from analysis.inputs import declaration, run_predictions
 from analysis.inputs.labels import seed_text
 from analysis.numbers import agreement_section, attribution, contrasts, effects, gap, result, stats
 from runrecord import record
@@ -106,19 +109,19 @@ def declared_attribution(
 
 
 def study_analysis(
-  frame,
-  declared=None,
-  group_by=(),
-  metric=stats.DEFAULT_METRIC,
-  margin=None,
-  margin_reason=None,
-  seed_col=None,
-  scale=None,
-  all_pairs=False,
-  source='',
-  read_predictions=None,
-  compare=None,
-):
+  frame: pd.DataFrame,
+  declared: Optional[dict[str, Any]] = None,
+  group_by: Sequence[str] = (),
+  metric: str = stats.DEFAULT_METRIC,
+  margin: Optional[float] = None,
+  margin_reason: Optional[str] = None,
+  seed_col: Optional[str] = None,
+  scale: Optional[float] = None,
+  all_pairs: bool = False,
+  source: str = '',
+  read_predictions: Optional[Callable[[pd.DataFrame], list[run_predictions.Read]]] = None,
+  compare: Optional[Sequence[Sequence[str]]] = None,
+) -> result.Analysis:
   """The whole analysis of a study's runs table: every number its report, tables and figures show.
 
   Args:
