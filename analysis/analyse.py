@@ -21,7 +21,7 @@ import re
 import sys
 
 from analysis import arguments, attribute, catalogue, cli, output
-from analysis.inputs import csv_input, declaration, results, run_predictions
+from analysis.inputs import csv_input, declaration, declaration_values, results, run_predictions
 from analysis.numbers import answer
 from analysis.words import report
 
@@ -149,7 +149,7 @@ def analysis_and_histories(args):
       args.all_pairs,
       source,
       read_predictions=run_predictions.read_runs if args.runs else None,
-      compare=declaration.parse_compare(args.compare),
+      compare=declaration_values.parse_compare(args.compare),
     )
   return out, hist
 
