@@ -17,7 +17,16 @@ import pandas as pd
 
 from analysis.inputs import declaration, run_predictions
 from analysis.inputs.labels import seed_text
-from analysis.numbers import agreement_section, attribution, contrasts, effects, gap, result, stats
+from analysis.numbers import (
+  agreement_section,
+  attribution,
+  contrasts,
+  effects,
+  gap,
+  result,
+  runs_table,
+  stats,
+)
 from runrecord import record
 
 VERSION_PREFIX = 'versions.'
@@ -86,7 +95,7 @@ def declared_attribution(
 ):
   """analysis.numbers.attribution with the declared factors, reference, noise arm, native arm and
   platform pairs (`compare`, from --compare, overrides the declared ones)."""
-  completed = frame[stats.run_status(frame) == 'completed']
+  completed = frame[runs_table.run_status(frame) == 'completed']
   out = attribution.factor_attribution(
     frame,
     declared.get('factors') or attribution.default_factors(frame),
@@ -202,7 +211,7 @@ def check_compare(frame, compare, declares):
       '--compare: the platform gap is decomposed only for a declared study (factors, '
       "reference and native arm: the root's study.json, or --study)"
     )
-  done = frame[stats.run_status(frame) == 'completed']
+  done = frame[runs_table.run_status(frame) == 'completed']
   present = sorted(set(done['platform'].astype(str))) if 'platform' in done else []
   gap.platform_pairs(present, compare, '--compare')
 

@@ -12,6 +12,7 @@ Reference: docs/statistics.md "Contrasts and verdicts".
 import pandas as pd
 
 from analysis.inputs import declaration
+from analysis.inputs.columns import resolve_column
 from analysis.numbers import attribution, stats
 
 
@@ -20,7 +21,7 @@ def factor_columns(runs, declared):
   factors = [f for f in declared.get('factors') or [] if f != 'platform']
   if not factors:
     raise ValueError('--study: the declaration names no factors; add factors to get_study()')
-  return {f: stats.resolve_column(runs, f, '--study (factors)') for f in factors}
+  return {f: resolve_column(runs, f, '--study (factors)') for f in factors}
 
 
 def matches(levels, wanted):
