@@ -105,6 +105,33 @@ def draw_box(ax, x, values, color, seen):
   )
 
 
+def draw_mean(ax, x, row, seen):
+  """An arm's mean (black diamond at `x`) with its 95% CI, or alone where n < 2 gives none."""
+  if np.isfinite(row.ci_low):
+    ax.errorbar(
+      x,
+      row.mean,
+      yerr=[[row.mean - row.ci_low], [row.ci_high - row.mean]],
+      fmt='D',
+      color='black',
+      markersize=2.8,
+      capsize=1.8,
+      linewidth=0.8,
+      zorder=4,
+      label=once(f'mean ± 95% CI ({row.ci_method})', seen),
+    )
+  else:
+    ax.plot(
+      x,
+      row.mean,
+      'D',
+      color='black',
+      markersize=2.8,
+      zorder=4,
+      label=once('mean (n < 2: no CI)', seen),
+    )
+
+
 def draw_accuracy_by_arm(out):
   """The figure: points per seed (colour = platform, marker = arm), mean ± 95% CI (black), boxes
   only from BOX_MIN_N seeds."""
@@ -137,29 +164,7 @@ def draw_accuracy_by_arm(out):
       zorder=3,
       label=once(name, seen),
     )
-    if np.isfinite(row.ci_low):
-      ax.errorbar(
-        x + width * 0.22,
-        row.mean,
-        yerr=[[row.mean - row.ci_low], [row.ci_high - row.mean]],
-        fmt='D',
-        color='black',
-        markersize=2.8,
-        capsize=1.8,
-        linewidth=0.8,
-        zorder=4,
-        label=once(f'mean ± 95% CI ({row.ci_method})', seen),
-      )
-    else:
-      ax.plot(
-        x + width * 0.22,
-        row.mean,
-        'D',
-        color='black',
-        markersize=2.8,
-        zorder=4,
-        label=once('mean (n < 2: no CI)', seen),
-      )
+    draw_mean(ax, x + width * 0.22, row, seen)
   ax.set_xticks(
     range(len(categories)), [wrap(c, style.TWO_COLUMN_IN / len(categories)) for c in categories]
   )
