@@ -1,9 +1,10 @@
 """A study's whole analysis in one command: the report (the answer first), its tables, the
 attribution and the figures, from one or more roots of runs (local and gs://, mixed) or a CSV.
 
-  python -m analysis.analyse --runs runs/study --out runs/study          # what sweeps.run_study runs
+  python -m analysis.analyse --runs runs/study --out runs/study   # what sweeps.run_study runs
   python -m analysis.analyse --runs gs://bucket/gpu runs/cpu --out out   # two platforms' roots
-  python -m analysis.analyse --csv results/digits_h100_cpu.csv --study results/digits_h100_cpu.study.json
+  python -m analysis.analyse --csv results/digits_h100_cpu.csv \
+    --study results/digits_h100_cpu.study.json
   python -m analysis.analyse --csv published.csv --group-by platform --metric accuracy
 
 The tests are the study's declared contrasts (the root's study.json, or --study; every pair of arms
@@ -20,7 +21,7 @@ import re
 import sys
 
 from analysis import arguments, attribute, catalogue, cli, output
-from analysis.inputs import csv_input, declaration, results, run_predictions
+from analysis.inputs import csv_input, declaration, declaration_values, results, run_predictions
 from analysis.numbers import answer
 from analysis.words import report
 
@@ -76,7 +77,10 @@ def given(out, hist, rendered=None):
   attribution's tables, the histories, the runs' steps (read from their folders) and the report
   in Markdown and LaTeX (`rendered`: {format: text} already rendered, not rendered again)."""
   rendered = rendered or {}
-  text = lambda fmt: rendered[fmt] if fmt in rendered else render(out, fmt)
+
+  def text(fmt):
+    return rendered[fmt] if fmt in rendered else render(out, fmt)
+
   parts = attribute.given(out.attribution, out) if out.attribution else catalogue.Given(result=out)
   return dataclasses.replace(
     parts,
@@ -145,7 +149,7 @@ def analysis_and_histories(args):
       args.all_pairs,
       source,
       read_predictions=run_predictions.read_runs if args.runs else None,
-      compare=declaration.parse_compare(args.compare),
+      compare=declaration_values.parse_compare(args.compare),
     )
   return out, hist
 

@@ -12,7 +12,7 @@ Reference: docs/statistics.md "Commands".
 import sys
 
 from analysis import catalogue, cli
-from analysis.inputs import declaration
+from analysis.inputs import declaration, declaration_values
 from runrecord import record
 
 RUNS_HELP = 'one or more roots holding the runs (local or gs://, mixed)'
@@ -34,7 +34,7 @@ def analyse(argv):
   add_runs_argument(src)
   src.add_argument('--csv', help='a CSV of results, one row per run (analysis.export writes one)')
   declaration.add_study_argument(p)
-  declaration.add_compare_argument(p)
+  declaration_values.add_compare_argument(p)
   p.add_argument(
     '--all-pairs',
     action='store_true',
@@ -131,7 +131,7 @@ def attribute(argv):
     default=[],
     help='platform=level: the profile emulating each platform, e.g. gpu=jax_gpu_default',
   )
-  declaration.add_compare_argument(p)
+  declaration_values.add_compare_argument(p)
   p.add_argument('--out', help='folder for ' + catalogue.names(catalogue.ATTRIBUTE))
   return p.parse_args(argv)
 

@@ -15,7 +15,7 @@ Reference: docs/statistics.md "Commands".
 """
 
 from analysis import arguments, catalogue, cli
-from analysis.inputs import csv_input, declaration, results
+from analysis.inputs import csv_input, declaration_values, results
 from analysis.numbers import attribution, effects, gap_verdict
 from analysis.words import attribution_text
 
@@ -84,7 +84,7 @@ def main(argv=None):
       ' '.join(args.runs or [args.csv]),
       noise_of=args.noise_of,
       min_share=args.min_share,
-      compare=declaration.parse_compare(args.compare),
+      compare=declaration_values.parse_compare(args.compare),
       compare_flag='--compare',
     )
     print(attribution_text.render(out))

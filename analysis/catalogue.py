@@ -2,7 +2,8 @@
 NAME.png: what each shows, the function that draws it, the commands that write it) and FILES (the
 reports and tables: what each holds, where its content comes from, the commands that write it).
 The commands write from these lists (write), their --out help and docs/statistics.md's table of
-figures and files are made from them (markdown, update_docs), and tests/test_catalogue.py checks
+figures and files are made from them (markdown, update_docs), and
+tests/integration/test_catalogue.py checks
 that what each command writes is exactly what they list, and that the docs' table is theirs.
 
 A new figure: a function `draw(given, folder, name) -> [paths]` in its analysis/figures/ module
@@ -16,7 +17,13 @@ import dataclasses
 import importlib
 import os
 import sys
-from typing import Any, Optional
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:  # for the annotations only: the commands' --help must not import pandas
+  import pandas as pd
+
+  from analysis.numbers.result import Analysis, Attribution
 
 ANALYSE, ATTRIBUTE, DRAW = 'analysis.analyse', 'analysis.attribute', 'analysis.draw'
 COMMANDS = (ANALYSE, ATTRIBUTE, DRAW)
@@ -35,15 +42,15 @@ class Given:
   `attribution_terms`, `decomposition`: the attribution's CSV tables (analysis/attribute.py
   tables)."""
 
-  result: Any = None
-  attribution: Any = None
-  histories: Any = None
-  steps: Any = None
+  result: Optional['Analysis'] = None
+  attribution: Optional['Attribution'] = None
+  histories: Optional['pd.DataFrame'] = None
+  steps: Optional['pd.DataFrame'] = None
   report_md: Optional[str] = None
   report_tex: Optional[str] = None
   attribution_md: Optional[str] = None
-  attribution_terms: Any = None
-  decomposition: Any = None
+  attribution_terms: Optional['pd.DataFrame'] = None
+  decomposition: Optional['pd.DataFrame'] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +62,7 @@ class Figure:
   name: str
   shows: str
   draw: str
-  commands: tuple
+  commands: tuple[str, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,12 +75,12 @@ class OutputFile:
   name: str
   holds: str
   source: str
-  commands: tuple
+  commands: tuple[str, ...]
   empty: str = 'keep'
   note: str = ''
 
 
-FIGURES = (
+FIGURES: tuple[Figure, ...] = (
   Figure(
     'accuracy_by_arm',
     'the final metric per arm: every seed (colour = platform), mean ± '
@@ -120,7 +127,7 @@ FIGURES = (
   ),
 )
 
-FILES = (
+FILES: tuple[OutputFile, ...] = (
   OutputFile(
     'report.md',
     'the report: the answer on one page, the setup, why each verdict, every table',
@@ -222,12 +229,12 @@ FILES = (
 )
 
 
-def figures(command):
+def figures(command: str) -> list[Figure]:
   """The Figures `command` writes."""
   return [f for f in FIGURES if command in f.commands]
 
 
-def files(command):
+def files(command: str) -> list[OutputFile]:
   """The OutputFiles `command` writes."""
   return [f for f in FILES if command in f.commands]
 
@@ -266,9 +273,20 @@ def write_file(entry, value, folder):
   return path
 
 
-def write(command, given, folder, only=None):
-  """Every file and figure of `command` that `given` has content for, into `folder` (figures into
-  FIGURE_FOLDERS[command] under it); `only`: names to restrict to. Returns the paths written."""
+def write(
+  command: str, given: Given, folder: str, only: Optional[Collection[str]] = None
+) -> list[str]:
+  """Every file and figure of `command` that `given` has content for, into `folder`.
+
+  Args:
+    command: one of COMMANDS; its FILES and FIGURES are written.
+    given: what the command hands the writers; an entry whose content is None is not written.
+    folder: the command's --out (figures go into FIGURE_FOLDERS[command] under it).
+    only: the names (OutputFile.name, Figure.name) to restrict to; None: all.
+
+  Returns:
+    The paths written (a figure: its .pdf and .png).
+  """
   os.makedirs(folder, exist_ok=True)
   paths = []
   for entry in files(command):
@@ -313,9 +331,12 @@ FIRST = (
 LAST = '<!-- catalogue: end -->'
 
 
-def markdown():
+def markdown() -> str:
   """The docs' table of every figure and file (docs/statistics.md, between FIRST and LAST)."""
-  short = lambda commands: ', '.join(c.removeprefix('analysis.') for c in commands)
+
+  def short(commands):
+    return ', '.join(c.removeprefix('analysis.') for c in commands)
+
   lines = ['| file | what it holds | written by |', '| --- | --- | --- |']
   lines += [f'| `{f.name}` | {f.holds} | {short(f.commands)} |' for f in FILES]
   lines += [

@@ -16,7 +16,7 @@ import threading
 import time
 
 from analysis import output
-from analysis.inputs import declaration
+from analysis.inputs import declaration_values
 
 
 def fail(message, code=2):
@@ -85,10 +85,10 @@ def factor_problem(value):
   )
 
 
-# --margin (declaration.margin_problem), --min-share (declaration.share_problem: in (0, 1]),
-# --scale (factor_problem)
-margin_flag = number_flag(declaration.margin_problem)
-share_flag = number_flag(declaration.share_problem)
+# --margin (declaration_values.margin_problem), --min-share (declaration_values.share_problem:
+# in (0, 1]), --scale (factor_problem)
+margin_flag = number_flag(declaration_values.margin_problem)
+share_flag = number_flag(declaration_values.share_problem)
 scale_flag = number_flag(factor_problem)
 
 

@@ -25,7 +25,7 @@ def relative_runs(runs, roots):
   """The run paths relative to the roots' common parent folder (the roots' own names kept)."""
   parents = [r.rstrip('/').split('/')[:-1] for r in results.as_roots(roots)]
   common = []
-  for parts in zip(*parents):
+  for parts in zip(*parents, strict=False):
     if len(set(parts)) > 1:
       break
     common.append(parts[0])

@@ -29,8 +29,8 @@ LAST = '<!-- findings: end -->'
 
 
 def judged_at(out, margin):
-  """(decomposition dicts, contrast table) of analysis/numbers/answer.py's `out` judged at `margin`: its
-  own at the margin it was analysed at."""
+  """(decomposition dicts, contrast table) of analysis/numbers/answer.py's `out` judged at
+  `margin`: its own at the margin it was analysed at."""
   att = out.attribution
   if margin == out.margin:
     return att.decomposition, out.contrasts
@@ -110,8 +110,9 @@ def analyses(out):
 
 
 def section(out, margins, source, command):
-  """The README section (Markdown) for analysis/numbers/answer.py's `out`: the confirmatory analysis (the
-  declared seeds at the declared margin) and the exploratory ones (every seed, each margin)."""
+  """The README section (Markdown) for analysis/numbers/answer.py's `out`: the confirmatory
+  analysis (the declared seeds at the declared margin) and the exploratory ones (every seed, each
+  margin)."""
   unit, sc = out.unit, out.scope
   columns = analyses(out)
   verdicts = []

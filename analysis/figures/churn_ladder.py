@@ -15,7 +15,7 @@ import textwrap
 import numpy as np
 
 from analysis.figures import naming, style
-from analysis.numbers import agreement
+from analysis.numbers import agreement_reading
 
 ACROSS = 'across platforms'
 ACROSS_COLOR = '#000000'
@@ -48,7 +48,7 @@ def row_label(row, short=None):
   """'kind: a vs b (n 8)' (one arm: 'kind: a (n 8)'), arms by their short labels ({label: short},
   naming.short_labels), wrapped."""
   short = short or {}
-  kind = agreement.SHORT_TITLES[row['kind']]
+  kind = agreement_reading.SHORT_TITLES[row['kind']]
   a, b = (short.get(x, x) for x in (row.get('label_a', row['a']), row.get('label_b', row['b'])))
   head = a.split(': ')[0] + ': '
   if ': ' in a and b.startswith(head):  # 'cpu: f32 vs cpu: native' -> 'cpu: f32 vs native'
@@ -82,7 +82,7 @@ def draw(table, context=None):
   """The ladder's figure (matplotlib Figure); `context` (naming.context) as its subtitle."""
   table, left_out = drawn_rows(table)
   style.apply()
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  import matplotlib.pyplot as plt  # here, after style has chosen the Agg backend
 
   platforms = sorted(set(table['platform_a']) | set(table['platform_b']))
   colors = style.platform_colors(platforms)

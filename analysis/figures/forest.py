@@ -57,7 +57,8 @@ def frame_height(rows, extra=0.9, row=ROW_IN):
 
 
 def floors_of(noise):
-  """{platform: 95% half-width} of a noise dict ({platform: analysis.numbers.attribution.noise_floor})."""
+  """{platform: 95% half-width} of a noise dict
+  ({platform: analysis.numbers.attribution.noise_floor})."""
   return {p: f['half'] for p, f in (noise or {}).items() if f and np.isfinite(f['half'])}
 
 
@@ -223,7 +224,7 @@ def draw_rows(ax, rows, labels=(None,) * 3, xlabel=None):
   """One interval per row (label, estimate, ci95, ci90 or None, colour, note) top to bottom,
   'not estimable' where noted; `labels`: the legend labels of the first row's marker, 95% and
   90% lines."""
-  for y, (_, est, ci, ci90, color, note) in zip(np.arange(len(rows))[::-1], rows):
+  for y, (_, est, ci, ci90, color, note) in zip(np.arange(len(rows))[::-1], rows, strict=True):
     if note:
       ax.text(0, y, 'not estimable', ha='center', va='center', fontsize=6, color='#777777')
       continue
@@ -257,7 +258,7 @@ def neutral_keys(handles, labels, platforms):
   """The legend's (handles, labels) with the interval keys in dark grey (an interval of any
   platform); each platform's key is the marker as drawn (its colour, filled or hollow)."""
   out = []
-  for h, label in zip(handles, labels):
+  for h, label in zip(handles, labels, strict=True):
     if label.startswith(('95% CI', '90% CI')):
       h = plt.Line2D([], [], color='#333333', linewidth=h.get_linewidth(), alpha=h.get_alpha())
     out.append(h)
@@ -279,7 +280,7 @@ def draw_forest(out):
     layout='constrained',
   )
   floors = floors_of(out.noise)
-  for i, (ax, (title, rows)) in enumerate(zip(axes[:, 0], groups)):
+  for i, (ax, (title, rows)) in enumerate(zip(axes[:, 0], groups, strict=True)):
     draw_limits(ax, out.margin, floors, out.unit, label=i == 0)
     draw_rows(ax, rows)
     ax.set_title(title, loc='left', fontsize=6.5, pad=3)
@@ -298,8 +299,8 @@ def attribution_forest(given, out_dir, name):
 
 
 def sum_rows(out, d):
-  """[(label, value, ci95, ci90, colour, note)] (draw_rows) of one gap's SUM_ROWS, each part as it enters
-  G = fid_A − fid_B + N + P (fid_B negated, its CI flipped)."""
+  """[(label, value, ci95, ci90, colour, note)] (draw_rows) of one gap's SUM_ROWS, each part as
+  it enters G = fid_A − fid_B + N + P (fid_B negated, its CI flipped)."""
   a, b = d['platforms']
   rows = out.gap[out.gap['gap'] == d['gap']].set_index('key')
   out_rows = []

@@ -30,8 +30,9 @@ def short_labels(labels, drop=(), one=ONE_ARM):
   if len(labels) == 1:
     return {labels[0]: one or cut(labels[0])}
   parts = {
-    l: [p for p in l.split(', ') if p not in set((drop or {}).get(l, ()))] or l.split(', ')
-    for l in labels
+    label: [p for p in label.split(', ') if p not in set((drop or {}).get(label, ()))]
+    or label.split(', ')
+    for label in labels
   }
   common = set.intersection(*(set(p) for p in parts.values()))
   out = {}

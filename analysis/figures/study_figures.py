@@ -13,6 +13,7 @@ from matplotlib import ticker
 from matplotlib.patches import Patch
 
 from analysis.figures import forest, naming, style
+from analysis.figures.curve_legend import crosses_platforms, drawn_entries, legend_entries
 
 plt = style.plt
 BOX_MIN_N = 10  # below this many seeds per arm a box (quartiles) says less than the points
@@ -59,7 +60,10 @@ def layout(out):
   info = out.arm_info
   if info is None:
     first = out.runs.groupby('arm').first()
-    col = lambda c: first[c].astype(str) if c in first else pd.Series('', index=first.index)
+
+    def col(c):
+      return first[c].astype(str) if c in first else pd.Series('', index=first.index)
+
     platform, device = col('platform'), col('device_kind')
     arms = list(out.arms['arm'])
     short = naming.short_labels(arms, {a: (platform.get(a, ''), device.get(a, '')) for a in arms})
@@ -101,6 +105,33 @@ def draw_box(ax, x, values, color, seen):
   )
 
 
+def draw_mean(ax, x, row, seen):
+  """An arm's mean (black diamond at `x`) with its 95% CI, or alone where n < 2 gives none."""
+  if np.isfinite(row.ci_low):
+    ax.errorbar(
+      x,
+      row.mean,
+      yerr=[[row.mean - row.ci_low], [row.ci_high - row.mean]],
+      fmt='D',
+      color='black',
+      markersize=2.8,
+      capsize=1.8,
+      linewidth=0.8,
+      zorder=4,
+      label=once(f'mean ± 95% CI ({row.ci_method})', seen),
+    )
+  else:
+    ax.plot(
+      x,
+      row.mean,
+      'D',
+      color='black',
+      markersize=2.8,
+      zorder=4,
+      label=once('mean (n < 2: no CI)', seen),
+    )
+
+
 def draw_accuracy_by_arm(out):
   """The figure: points per seed (colour = platform, marker = arm), mean ± 95% CI (black), boxes
   only from BOX_MIN_N seeds."""
@@ -111,10 +142,9 @@ def draw_accuracy_by_arm(out):
   fig, ax = plt.subplots(figsize=(style.TWO_COLUMN_IN, 2.7), layout='constrained')
   naming.subtitle(fig, naming.context(out, 150))
   arms = sorted(out.arms.itertuples(), key=lambda r: categories.index(place[r.arm][0]))
-  for i, row in enumerate(
-    arms
-  ):  # in arm order: a platform's legend key shows the first arm's marker
-    (cat, platform), x = place[row.arm], x_of[row.arm]
+  # in arm order: a platform's legend key shows the first arm's marker
+  for i, row in enumerate(arms):
+    (_, platform), x = place[row.arm], x_of[row.arm]
     values = out.units.loc[out.units['arm'] == row.arm, 'value'].to_numpy()
     c = colors[platform]
     if len(values) >= BOX_MIN_N:
@@ -134,29 +164,7 @@ def draw_accuracy_by_arm(out):
       zorder=3,
       label=once(name, seen),
     )
-    if np.isfinite(row.ci_low):
-      ax.errorbar(
-        x + width * 0.22,
-        row.mean,
-        yerr=[[row.mean - row.ci_low], [row.ci_high - row.mean]],
-        fmt='D',
-        color='black',
-        markersize=2.8,
-        capsize=1.8,
-        linewidth=0.8,
-        zorder=4,
-        label=once(f'mean ± 95% CI ({row.ci_method})', seen),
-      )
-    else:
-      ax.plot(
-        x + width * 0.22,
-        row.mean,
-        'D',
-        color='black',
-        markersize=2.8,
-        zorder=4,
-        label=once('mean (n < 2: no CI)', seen),
-      )
+    draw_mean(ax, x + width * 0.22, row, seen)
   ax.set_xticks(
     range(len(categories)), [wrap(c, style.TWO_COLUMN_IN / len(categories)) for c in categories]
   )
@@ -165,7 +173,7 @@ def draw_accuracy_by_arm(out):
   handles, labels = ax.get_legend_handles_labels()
   handles = [
     Patch(facecolor='#DDDDDD', edgecolor='#777777') if label.startswith('quartiles') else h
-    for h, label in zip(handles, labels)
+    for h, label in zip(handles, labels, strict=True)
   ]  # a box of any platform: grey key
   ax.legend(handles, labels, loc='lower left', bbox_to_anchor=(0.0, 1.0), ncol=4, borderaxespad=0.2)
   return fig
@@ -185,7 +193,7 @@ def contrast_table(out):
   if pairs.empty:
     return pairs
   return pairs.assign(
-    label=[f'{a} − {b}' for a, b in zip(pairs['arm_a'], pairs['arm_b'])], platform=''
+    label=[f'{a} − {b}' for a, b in zip(pairs['arm_a'], pairs['arm_b'], strict=True)], platform=''
   )
 
 
@@ -306,15 +314,20 @@ def draw_training_curves(out, hist, steps):
   colors, styles = style.platform_colors(platforms), style.arm_styles(categories)
   same = identical_to((loss, test), place, categories)
   crossed = crosses_platforms(place)
-  name = lambda a: place[a][0] + (f' ({place[a][1]})' if crossed else '')
-  look = lambda a: (
-    colors[place[a][1]],
-    styles[place[a][0]],
-    name(a) + (f' (identical to {place[same[a]][0]})' if a in same else ''),
-    categories.index(place[a][0]),
-    len(categories),
-    len(platforms) - 1 - platforms.index(place[a][1]),
-  )
+
+  def name(a):
+    return place[a][0] + (f' ({place[a][1]})' if crossed else '')
+
+  def look(a):
+    return (
+      colors[place[a][1]],
+      styles[place[a][0]],
+      name(a) + (f' (identical to {place[same[a]][0]})' if a in same else ''),
+      categories.index(place[a][0]),
+      len(categories),
+      len(platforms) - 1 - platforms.index(place[a][1]),
+    )
+
   shade = len(place) <= SHADED_MAX
   fig, axes = plt.subplots(1, 2, figsize=(style.TWO_COLUMN_IN, 2.6), layout='constrained')
   naming.subtitle(fig, naming.context(out, 150))
@@ -344,51 +357,6 @@ def draw_training_curves(out, hist, steps):
     handlelength=2.6,
   )
   return fig
-
-
-def crosses_platforms(place):
-  """Does an arm label occur on more than one platform ({arm: (label, platform)})?"""
-  per_label = {}
-  for cat, platform in place.values():
-    per_label.setdefault(cat, set()).add(platform)
-  return any(len(p) > 1 for p in per_label.values())
-
-
-def drawn_entries(axes, rank):
-  """(handles, labels) of the drawn lines, in arm order (`rank` {label: position})."""
-  handles, labels = next(a for a in axes if a.get_lines()).get_legend_handles_labels()
-  order = sorted(range(len(labels)), key=lambda i: rank[labels[i]])
-  return [handles[i] for i in order], [labels[i] for i in order]
-
-
-def legend_entries(categories, place, same, colors, styles):
-  """(handles, labels) when an arm label occurs on several platforms: one key per arm (dark grey,
-  its marker and line style; '= X on P' where it is identical to arm X on platform P) and one per
-  platform (its colour)."""
-  note = {}
-  for arm, other in same.items():
-    note.setdefault(place[arm][0], []).append(f'= {place[other][0]} on {place[arm][1]}')
-  handles = [
-    plt.Line2D(
-      [],
-      [],
-      color='#333333',
-      linestyle=styles[c][1],
-      marker=styles[c][0],
-      markersize=3.2,
-      markerfacecolor='none',
-      markeredgewidth=0.7,
-      linewidth=1.0,
-    )
-    for c in categories
-  ]
-  labels = [c + (f' ({", ".join(note[c])})' if c in note else '') for c in categories]
-  platforms = sorted(colors)
-  under = {p: len(platforms) - 1 - i for i, p in enumerate(platforms)}  # as band() draws them
-  handles += [
-    plt.Line2D([], [], color=colors[p], linewidth=1.0 + 1.0 * under[p]) for p in platforms
-  ]
-  return handles, labels + [p + (' (wider: drawn beneath)' if under[p] else '') for p in platforms]
 
 
 def training_curves(given, out_dir, name):

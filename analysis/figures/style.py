@@ -1,8 +1,8 @@
-"""The figures' look: sans-serif type, 300 dpi PNG plus vector PDF (TrueType fonts embedded), the Okabe–Ito
-colour-blind-safe palette. In the study's figures colour = platform, the same colour for a platform
-in every figure (PLATFORM_COLORS; black for a quantity measured across platforms, e.g. a gap), and
-an arm is told apart by its position, its marker and its line style (arm_styles), the same arm the
-same marker and style in every figure that draws arms as lines (the training curves; up to
+"""The figures' look: sans-serif type, 300 dpi PNG plus vector PDF (TrueType fonts embedded), the
+Okabe–Ito colour-blind-safe palette. In the study's figures colour = platform, the same colour for a
+platform in every figure (PLATFORM_COLORS; black for a quantity measured across platforms, e.g. a
+gap), and an arm is told apart by its position, its marker and its line style (arm_styles), the same
+arm the same marker and style in every figure that draws arms as lines (the training curves; up to
 len(ARM_LINESTYLES) arms with distinct line styles). arm_colors (one colour per arm) is for the
 experiments' figures, which compare arms on one platform.
 Reference: docs/statistics.md "Report and figures".
@@ -11,7 +11,7 @@ Reference: docs/statistics.md "Report and figures".
 import matplotlib
 
 matplotlib.use('Agg')
-import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
+import matplotlib.pyplot as plt  # after matplotlib.use: no display needed
 
 # Okabe & Ito (2008), without black (used for means) and yellow (too light on white paper).
 PALETTE = ('#0072B2', '#D55E00', '#009E73', '#CC79A7', '#56B4E9', '#E69F00', '#999999', '#882255')

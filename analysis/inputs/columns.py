@@ -30,7 +30,8 @@ MAX_SHOWN = 3
 
 
 def resolve_column(frame, name, arg):
-  """The column of `frame` that `name` means: exact, or with a `numerics.`, `config.` or `final.` prefix."""
+  """The column of `frame` that `name` means: exact, or with a `numerics.`, `config.` or
+  `final.` prefix."""
   for candidate in (
     name,
     f'{record.ARM_PREFIX}{name}',

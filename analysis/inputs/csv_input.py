@@ -33,15 +33,18 @@ line naming the column, the line of the file and the fix.
                   two records: refused, naming both lines.
   seed            whole numbers ('abc' would merge its runs into one seed); an empty seed is a
                   run of its own (analysis.analyse) but refused where every run needs its seed
-                  (analysis.numbers.attribution: the seed is the model's group), but for runs that are
-                  not completed.
+                  (analysis.numbers.attribution: the seed is the model's group), but for runs
+                  that are not completed.
 
 Lines are the file's (the header is line 1). At most MAX_LINES problems are listed, then a count.
 Reference: docs/statistics.md "Input the analysis refuses".
 """
 
 import collections
+import os
 import sys
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import numpy as np
 import pandas as pd
@@ -153,8 +156,12 @@ def one_per_run(frame):
   if same[ID].duplicated().any():  # an id with two contents: check() refuses it
     return frame, []
   drop = content.index.difference(same.index)
+
+  def lines_of(i):
+    return ', '.join(map(str, line_numbers(ids.index[ids == frame.at[i, ID]])))
+
   notes = [
-    f'run id {frame.at[i, ID]} on lines {", ".join(map(str, line_numbers(ids.index[ids == frame.at[i, ID]])))}: '
+    f'run id {frame.at[i, ID]} on lines {lines_of(i)}: '
     'one run met twice (the same values): counted once'
     for i in same.index
   ]
@@ -184,7 +191,7 @@ def accuracy_scale_problems(column, numbers):
     )
   return [
     f'{column}, line {n}: {v:g} is {fix} (one scale for the whole column)'
-    for n, v in zip(line_numbers(odd.index), odd)
+    for n, v in zip(line_numbers(odd.index), odd, strict=True)
   ]
 
 
@@ -197,14 +204,14 @@ def metric_problems(frame, column, scale=None):
   lines = [
     f'{column}, line {n}: {v!r} is not a number; write the number, or leave the cell empty '
     'to exclude the run'
-    for n, v in zip(line_numbers(text.index), text)
+    for n, v in zip(line_numbers(text.index), text, strict=True)
   ]
   numbers = numbers.dropna().astype(float)
   infinite = numbers[~np.isfinite(numbers)]
   lines += [
     f"{column}, line {n}: {v} is not finite; write the run's value, or leave the cell "
     'empty to exclude the run'
-    for n, v in zip(line_numbers(infinite.index), infinite)
+    for n, v in zip(line_numbers(infinite.index), infinite, strict=True)
   ]
   numbers = numbers[np.isfinite(numbers)]
   kind = (
@@ -214,20 +221,20 @@ def metric_problems(frame, column, scale=None):
     low = numbers[numbers < 0]
     lines += [
       f'{column}, line {n}: {v:g} is negative, and {kind} is >= 0; correct the value'
-      for n, v in zip(line_numbers(low.index), low)
+      for n, v in zip(line_numbers(low.index), low, strict=True)
     ]
   if kind == 'an accuracy' and scale is not None:
     high = numbers[numbers * scale > 100]
     return lines + [
       f'{column}, line {n}: {v:g} x --scale {scale:g} is above 100 %; correct the value or --scale'
-      for n, v in zip(line_numbers(high.index), high)
+      for n, v in zip(line_numbers(high.index), high, strict=True)
     ]
   if kind == 'an accuracy':
     high = numbers[numbers > 100]
     lines += [
       f'{column}, line {n}: {v:g} is above 100; an accuracy is a fraction in [0, 1] or a '
       'percent in [0, 100]: correct the value'
-      for n, v in zip(line_numbers(high.index), high)
+      for n, v in zip(line_numbers(high.index), high, strict=True)
     ]
     lines += accuracy_scale_problems(column, numbers)
   return lines
@@ -243,7 +250,7 @@ def identity_problems(frame):
   for run_id, rows in repeated.groupby(repeated, sort=False):
     places = ', '.join(
       f'line {n}' + (f' ({frame.at[i, "run"]})' if 'run' in frame else '')
-      for n, i in zip(line_numbers(rows.index), rows.index)
+      for n, i in zip(line_numbers(rows.index), rows.index, strict=True)
     )
     lines.append(
       f'{ID}: run id {run_id!r} holds different values on {places}: one run with two '
@@ -280,7 +287,7 @@ def seed_problems(frame, column, required):
   empty = values.isna() & completed_rows(frame) & required
   lines = [
     f"{column}, line {n}: {v!r} is not a whole-number seed; write the run's integer seed"
-    for n, v in zip(line_numbers(values[bad].index), values[bad])
+    for n, v in zip(line_numbers(values[bad].index), values[bad], strict=True)
   ]
   return lines + [
     f"{column}, line {n}: the seed is empty; write the run's integer seed (the "
@@ -313,7 +320,31 @@ def check(frame, path, metric=None, seed=None, seed_required=False, scale=None):
   )
 
 
-def read_csv(path, metric=None, seed_col=None, names=(), seed_required=False, scale=None):
+def duplicate_columns(path, header):
+  """The refusal of a `header` that names a column twice ('' when none): pandas would rename the
+  second 'x' to 'x.1' and read the first."""
+  repeated = [name for name, count in collections.Counter(header).items() if count > 1]
+  if not repeated:
+    return ''
+
+  def at(name):
+    return ', '.join(str(i + 1) for i, h in enumerate(header) if h == name)
+
+  return (
+    f'--csv: {path} has duplicate column names: '
+    + '; '.join(f'{name} (columns {at(name)})' for name in repeated)
+    + '; rename them so each column has its own name'
+  )
+
+
+def read_csv(
+  path: Union[str, os.PathLike[str]],
+  metric: Optional[str] = None,
+  seed_col: Optional[str] = None,
+  names: Sequence[str] = (),
+  seed_required: bool = False,
+  scale: Optional[float] = None,
+) -> pd.DataFrame:
   """A CSV of published results as a runs table (`run` = 'FILE:ROW' when it has no run column),
   its used columns only (read_columns: `metric` and `names` are the metric and the columns the
   command names), checked before anything is computed (check: the metric's scale (or `scale`,
@@ -323,24 +354,21 @@ def read_csv(path, metric=None, seed_col=None, names=(), seed_required=False, sc
   names (pandas would rename the second 'x' to 'x.1' and read the first), the checks' problems."""
   try:
     header = list(pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0])
-    repeated = [name for name, count in collections.Counter(header).items() if count > 1]
-    if metric and not repeated:
+    repeated = duplicate_columns(path, header)
+    if repeated:  # a ValueError of its own: not one of those below
+      raise ValueError(repeated)
+    if metric:
       metric = resolve_column(pd.DataFrame(columns=header), metric, '--metric')
-    frame = None if repeated else read_columns(path, header, metric, names, seed_col or 'seed')
+    frame = read_columns(path, header, metric, names, seed_col or 'seed')
   except pd.errors.EmptyDataError:
     raise ValueError(
       f'--csv: {path} is empty: no runs to analyse; give a CSV with a header row '
       'and one row per run'
-    )
+    ) from None
   except (OSError, UnicodeDecodeError, pd.errors.ParserError) as e:
-    raise ValueError(f'--csv: cannot read {path} ({e}); give a CSV file with a header row')
-  if repeated:
-    at = lambda name: ', '.join(str(i + 1) for i, h in enumerate(header) if h == name)
     raise ValueError(
-      f'--csv: {path} has duplicate column names: '
-      + '; '.join(f'{name} (columns {at(name)})' for name in repeated)
-      + '; rename them so each column has its own name'
-    )
+      f'--csv: cannot read {path} ({e}); give a CSV file with a header row'
+    ) from None
   if frame.empty:
     raise ValueError(
       f'--csv: {path} has a header but no rows: no runs to analyse; add one row per run'

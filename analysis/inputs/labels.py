@@ -19,7 +19,10 @@ def seed_key(seed):
 
 def seed_text(seeds):
   """'0–4 7 9': the distinct seeds in order, 3 or more consecutive integers as one range."""
-  whole = lambda s: isinstance(s, (int, np.integer))
+
+  def whole(s):
+    return isinstance(s, (int, np.integer))
+
   parts = []  # [first, last] of each run of consecutive integers (or a lone seed)
   for seed in sorted(set(seeds.dropna()), key=seed_key):
     if parts and whole(seed) and whole(parts[-1][1]) and seed == parts[-1][1] + 1:
@@ -62,7 +65,7 @@ def arm_label(values, names, chosen):
 def arm_labels(runs, group_by):
   """Each run's arm label: the values of `group_by` (as text), each distinct key labelled once."""
   texts = [whole_numbers(runs[g]).astype(str) for g in group_by]
-  keys = list(zip(*texts)) if texts else [()] * len(runs)
+  keys = list(zip(*texts, strict=True)) if texts else [()] * len(runs)
   distinct = list(dict.fromkeys(keys))
   chosen = label_columns(distinct, group_by)
   label = {k: arm_label(k, group_by, chosen) for k in distinct}

@@ -27,6 +27,8 @@ import logging
 import os
 import posixpath
 import sys
+from collections.abc import Sequence
+from typing import Any, Optional, Union
 
 import pandas as pd
 from etils import epath
@@ -37,6 +39,8 @@ from runrecord import record
 # Written by trainer/writers.py in each run folder: one JSON object per logged step and epoch.
 METRICS_FILE = record.METRICS
 STEP_COLUMNS = ('run', 'step', 'epoch', 'train_loss', 'train_accuracy')
+# One root of run folders or several (local paths or gs://, mixed): what --runs gives.
+Roots = Union[str, epath.Path, Sequence[Union[str, epath.Path]]]
 
 
 def identity(path):
@@ -65,7 +69,7 @@ def open_root(root):
       f'--runs: {root}: reading a bucket needs a filesystem package ({e}); '
       'pip install gcsfs, or copy the runs to a local folder'
     ) from None
-  except Exception as e:  # pylint: disable=broad-except  # a bucket backend's own error types
+  except Exception as e:  # a bucket backend's own error types
     first = (str(e).strip().splitlines() or [''])[0][:200]
     raise ValueError(
       f'--runs: cannot read {root} ({type(e).__name__}: {first}); check the path '
@@ -253,14 +257,16 @@ def check_runs(frame):
   return frame
 
 
-def load(roots):
+def load(roots: Roots) -> tuple[pd.DataFrame, pd.DataFrame]:
   """(runs_frame, histories_frame) for every run under the root(s), each results read once, the
   table checked (check_runs)."""
   records = read_all(roots)
   return check_runs(runs_frame(records)), histories_frame(records)
 
 
-def load_study(roots, study=None, config=None):
+def load_study(
+  roots: Roots, study: Optional[str] = None, config: Optional[str] = None
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
   """Everything a study's analysis reads from its run folders (analysis.analyse, analysis.draw,
   sweeps.run_study).
 

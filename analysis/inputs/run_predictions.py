@@ -26,15 +26,21 @@ import logging
 import math
 import os
 import sys
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
 from runrecord import predictions
 
+if TYPE_CHECKING:  # the runs table's type, for the annotations only
+  import pandas as pd
+
 NONE_SAVED = 'no predictions saved'
 NOT_AT_STEP = "no predictions at its results' step"
 NO_STEP = 'its results name no step'
 DAMAGED = 'predictions item damaged'
+# What `read` gives: (the predictions item, None), or (None, why the run has none to compare).
+Read = tuple[Optional[dict[str, Any]], Optional[str]]
 
 
 def kind(reason):
@@ -71,7 +77,7 @@ def item_problem(pred, test_size=None, fingerprint=None):
   return None
 
 
-DAMAGED_FOLDERS = set()  # the run folders whose item failed to read (quiet_failed_reads)
+DAMAGED_FOLDERS: set[str] = set()  # the run folders whose item failed to read (quiet_failed_reads)
 
 
 class _FailedReads(logging.Filter):
@@ -108,7 +114,7 @@ def quiet_failed_reads(run):
   sys.unraisablehook = hook
 
 
-def read(run, step, test_size=None, fingerprint=None):
+def read(run: str, step: Any, test_size: Any = None, fingerprint: Any = None) -> Read:
   """(predictions dict, None) of run folder `run` at checkpoint `step` (its results' step), or
   (None, reason): see the module doc. `test_size`, `fingerprint`: data.test_size and
   data.split_fingerprint of its record (None: unknown)."""
@@ -126,7 +132,7 @@ def read(run, step, test_size=None, fingerprint=None):
     return None, f'{NOT_AT_STEP} ({step}; the newest at step {steps[-1]}: an older evaluation)'
   try:
     pred = predictions.read_predictions(run, step)
-  except Exception as e:  # pylint: disable=broad-except  # Orbax/TensorStore's own error types
+  except Exception as e:  # Orbax/TensorStore's own error types
     quiet_failed_reads(run)
     first = (str(e).strip().splitlines() or [''])[0][:200]
     return None, f'{DAMAGED} (step {step}: {type(e).__name__}: {first})'
@@ -134,14 +140,21 @@ def read(run, step, test_size=None, fingerprint=None):
   return (None, f'{DAMAGED} (step {step}: {problem})') if problem else (pred, None)
 
 
-def read_runs(runs):
+def read_runs(runs: 'pd.DataFrame') -> list[Read]:
   """[(predictions, None) or (None, why)] of each row of the runs table `runs` (read): its run
   folder `run` at its results' `step`, checked against its data.test_size and
   data.split_fingerprint where the table has them."""
-  column = lambda name: runs[name] if name in runs else [None] * len(runs)
+
+  def column(name):
+    return runs[name] if name in runs else [None] * len(runs)
+
   return [
     read(*row)
     for row in zip(
-      runs['run'], column('step'), column('data.test_size'), column('data.split_fingerprint')
+      runs['run'],
+      column('step'),
+      column('data.test_size'),
+      column('data.split_fingerprint'),
+      strict=True,
     )
   ]

@@ -53,7 +53,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.inputs.labels import seed_key
-from analysis.numbers import inference
+from analysis.numbers.agreement_reading import reading, rung, rung_text
+from analysis.numbers.agreement_units import by_unit, disjoint_pairs, seed_row, seeds_of, unit_name
 
 KINDS = (
   'nondeterminism',
@@ -66,19 +67,6 @@ KINDS = (
   'seed',
   'seed_all',
 )
-KIND_TITLES = {
-  'nondeterminism': 'nondeterminism (same-seed replicates)',
-  'identical': 'identical arithmetic (0 by construction)',
-  'noise': 'perturbation (noise arm vs its arm)',
-  'contrast': 'numerics setting',
-  'platform': 'platform',
-  'data order': 'data order only (same init seed)',
-  'init': 'initial weights only (same data seed)',
-  'seed': 'seed: init and data order (two seeds of one arm)',
-  'seed_all': 'seed: init and data order (every arm of a platform, clustered)',
-}
-# What the first page calls each rung (the title's part before ' ('): which source of difference.
-SHORT_TITLES = {k: v.split(' (')[0] for k, v in KIND_TITLES.items()}
 SAME, DIFFERENT = 'same seed', 'different seeds'
 DEFINITION = 'churn, the share of predicted test labels that differ'  # named so everywhere
 CI_NAME = (
@@ -110,11 +98,6 @@ def churn(pred_a, pred_b):
   if a.shape != b.shape:
     raise ValueError(f'predictions of shapes {a.shape} and {b.shape} cannot be compared')
   return float(np.mean(a != b))
-
-
-def unit_name(entry):
-  """What churn counts for this run's task."""
-  return 'image × attribute labels' if np.ndim(entry['pred']['predicted']) > 1 else 'images'
 
 
 def different_data(entry_a, entry_b):
@@ -156,55 +139,11 @@ def churns(pairs, left_out):
   return values
 
 
-def by_unit(entries):
-  """{(arm, seed): [entries]} in the entries' order."""
-  units = {}
-  for e in entries:
-    units.setdefault((e['arm'], e['seed']), []).append(e)
-  return units
-
-
-def unit_order(seed):
-  """Sort key of a model (runrecord.record.model_keys): by its seed, numerically, then as text
-  ('2 (init 0, data 2)' before '10 (init 3, data 1)')."""
-  return (seed_key(str(seed).split(' (')[0]), str(seed))
-
-
-def seeds_of(units, arm):
-  return sorted((s for a, s in units if a == arm), key=unit_order)
-
-
 def cross_mean(left, right, left_out):
   """Mean churn over every (left, right) pair of replicate entries that share their test data
   (churns; the others appended to `left_out`); None when none does."""
   values = churns(itertools.product(left, right), left_out)
   return float(np.mean(values)) if values else None
-
-
-def seed_row(kind, a, b, pairing, values, labels, unit, units):
-  """One row of the table: the mean over seeds of `values` (fractions) with its t-interval, %."""
-  x = 100 * np.asarray(values, float)
-  low, high = (100 * v for v in inference.proportion_mean_ci(values)) if len(x) else (np.nan,) * 2
-  first = lambda arm: next(
-    (e['platform'] for (u, _), es in units.items() if u == arm for e in es), ''
-  )
-  return {
-    'kind': kind,
-    'a': a,
-    'b': b,
-    'platform_a': first(a),
-    'platform_b': first(b),
-    'pairing': pairing,
-    'churn_pct': x.mean() if len(x) else np.nan,
-    'ci_low': low,
-    'ci_high': high,
-    'seeds': len(x),
-    'seed_list': ', '.join(map(str, labels)),
-    'per_seed_pct': ', '.join(f'{v:.3g}' for v in x),
-    'unit': unit,
-    'check': '',
-    'values': list(values),
-  }  # kept for pooling, not a column
 
 
 def same_seed(units, kind, a, b, left_out):
@@ -226,36 +165,6 @@ def same_seed(units, kind, a, b, left_out):
     unit_name(units[(a, shared[0])][0]),
     units,
   )
-
-
-def sources(units, arm, seed):
-  """(init, data) seeds of one model of `arm`, (None, None) where not recorded."""
-  first = units[(arm, seed)][0]
-  return first.get('init'), first.get('data')
-
-
-def both_differ(units, arm, s, t):
-  """Do models s and t of `arm` differ in initial weights and in data order (true where the
-  init and data seeds are not recorded: then they are the seed)?"""
-  (i1, d1), (i2, d2) = sources(units, arm, s), sources(units, arm, t)
-  if None in (i1, d1, i2, d2):
-    return True
-  return str(i1) != str(i2) and str(d1) != str(d2)
-
-
-def disjoint_pairs(units, arm):
-  """Pairs of different models of `arm` that differ in init and data order (both_differ), each
-  model in one pair at most: in sorted order, each unused model with the next unused one it
-  differs from in both (with seed = init = data: (s1, s2), (s3, s4), ...)."""
-  seeds, used, pairs = seeds_of(units, arm), set(), []
-  for i, s in enumerate(seeds):
-    if s in used:
-      continue
-    t = next((t for t in seeds[i + 1 :] if t not in used and both_differ(units, arm, s, t)), None)
-    if t is not None:
-      pairs.append((s, t))
-      used |= {s, t}
-  return pairs
 
 
 def seed_churn(units, arm, left_out):
@@ -282,7 +191,10 @@ def clusters(pairs):
   """[[index of the pairs in one cluster]]: pairs (of seeds, any arms) joined when they share a
   seed, transitively (union–find), so that different clusters share no seed."""
   parent = list(range(len(pairs)))
-  find = lambda i: i if parent[i] == i else find(parent[i])
+
+  def find(i):
+    return i if parent[i] == i else find(parent[i])
+
   first = {}
   for i, pair in enumerate(pairs):
     for seed in pair:
@@ -333,7 +245,7 @@ def source_churn(entries, arm, varied, fixed, left_out):
   values, labels = [], []
   for level in sorted(cells, key=seed_key):
     varied_levels = sorted(cells[level], key=seed_key)
-    pairs = list(zip(varied_levels[0::2], varied_levels[1::2]))
+    pairs = list(zip(varied_levels[0::2], varied_levels[1::2], strict=False))
     means = [cross_mean(cells[level][x], cells[level][y], left_out) for x, y in pairs]
     means = [m for m in means if m is not None]
     if means:
@@ -417,102 +329,16 @@ def agreement_table(entries, pairs=(), noise=(), identical=(), platform=(), left
   return table.iloc[np.argsort(order.to_numpy(), kind='stable')].reset_index(drop=True)
 
 
-def rung(table, kind):
-  """The rows of one kind, or None."""
-  rows = table[table['kind'] == kind]
-  return rows if not rows.empty else None
-
-
-def span(rows):
-  """'3.5 %' for one row (or rows that round alike), '1.2–3.5 %' (their range of means)."""
-  low, high = (f'{v:.2g}' for v in (rows['churn_pct'].min(), rows['churn_pct'].max()))
-  return f'{low} %' if low == high else f'{low}–{high} %'
-
-
-def rung_text(table, kind):
-  """'numerics setting 1.2–3.5 %'; identical arithmetic says whether it was exactly 0."""
-  rows = rung(table, kind)
-  title = SHORT_TITLES[kind]
-  if kind != 'identical':
-    return f'{title} {span(rows)}'
-  failed = ~rows['check'].str.startswith('exactly 0')
-  return (
-    f'{title} exactly 0 (checked)'
-    if not failed.any()
-    else f'{title} {span(rows)}, NOT 0 in {int(failed.sum())} of {len(rows)} pairs'
-  )
-
-
-def baseline(table, platform):
-  """(mean, low, high) % of the seed-to-seed churn on `platform`: its pooled 'seed_all' row, else
-  its arms' seed rows (mean of their means, the widest bounds); None without either."""
-  for kind in ('seed_all', 'seed'):
-    rows = table[(table['kind'] == kind) & (table['platform_a'] == platform)]
-    if not rows.empty:
-      return rows['churn_pct'].mean(), rows['ci_low'].min(), rows['ci_high'].max()
-  return None
-
-
-def against_seeds(table):
-  """The numerics rows against the seed-to-seed churn of their platform (baseline), or None
-  without both: {'rows', 'changed' (churn above 0), 'low', 'high' (their churn range, %),
-  'ratio_low', 'ratio_high' (churn / the seed churn), 'below' / 'above' (how many intervals lie
-  wholly below / above the seed churn's), 'base' (the seed churns, text)}."""
-  rows = [
-    (r, baseline(table, r['platform_a'])) for _, r in table.iterrows() if r['kind'] == 'contrast'
-  ]
-  rows = [(r, b) for r, b in rows if b is not None and b[0] > 0]
-  if not rows:
-    return None
-  ratio = [r['churn_pct'] / b[0] for r, b in rows]
-  churn = [r['churn_pct'] for r, _ in rows]
-  return {
-    'rows': len(rows),
-    'changed': sum(c > 0 for c in churn),
-    'low': min(churn),
-    'high': max(churn),
-    'ratio_low': min(ratio),
-    'ratio_high': max(ratio),
-    'below': sum(r['ci_high'] < b[1] for r, b in rows),
-    'above': sum(r['ci_low'] > b[2] for r, b in rows),
-    'base': ', '.join(f'{b:.2g} %' for b in sorted({round(b[0], 6) for _, b in rows})),
-  }
-
-
-def seed_verdict(read):
-  """How the settings' churn compares with a new seed's, in words (against_seeds)."""
-  if read['below'] == read['rows']:
-    return 'every one changes fewer predictions than a new seed does'
-  if read['above']:
-    return f'{read["above"]} change more predictions than a new seed does'
-  return (
-    f'{read["below"]} of them change fewer predictions than a new seed does, the others '
-    'about as many (intervals overlapping)'
-  )
-
-
-def reading(table):
-  """The numerics rows read against the seed-to-seed churn of their platform, in words: how many
-  change the model at all (churn > 0), as what multiple of a new seed's churn, and whether their
-  intervals lie below, overlap or lie above the seed churn's; '' without both kinds."""
-  read = against_seeds(table)
-  if read is None:
-    return ''
-  return (
-    f'read against the churn between two seeds ({read["base"]}): {read["changed"]} of '
-    f'{read["rows"]} numerics settings change the model (churn above 0), '
-    f"{read['ratio_low']:.2g}–{read['ratio_high']:.2g} × a new seed's churn; "
-    f'{seed_verdict(read)}'
-  )
-
-
 def left_out_text(left_out, labels=None):
   """'6 pairs of runs on different test sets left out of the churn (f32 vs split7: fingerprint
   f00d vs beef, 6 pairs)': the pairs agreement_table left out, counted by pair of arms (named by
   `labels`, {arm: short label}) and reason, the three commonest named; '' when none."""
   if not left_out:
     return ''
-  name = lambda arm: (labels or {}).get(arm, arm)
+
+  def name(arm):
+    return (labels or {}).get(arm, arm)
+
   counts = collections.Counter((name(p['a']), name(p['b']), p['why']) for p in left_out)
   said = '; '.join(
     f'{a} vs {b}: {why}, {n} pair{"" if n == 1 else "s"}'

@@ -4,9 +4,10 @@ an arm):
 
   platform    the same arm on two platforms: equal in every group-by column but platform and
               device kind (so native vs native, and each emulated profile across platforms);
-  identical   two arms of one platform whose runs all repeat bit for bit (stats.run_deterministic)
-              and whose recorded arithmetic is the same: equal effective formats (ARITHMETIC) and
-              equal non-numerics group-by columns (on CPU: profile f32 and native);
+  identical   two arms of one platform whose runs all repeat bit for bit
+              (runs_table.run_deterministic) and whose recorded arithmetic is the same: equal
+              effective formats (ARITHMETIC) and equal non-numerics group-by columns (on CPU:
+              profile f32 and native);
   noise       the noise arm (an effective format among formats.NOISY_FORMATS) vs the arm it
               perturbs: the same arm with its noisy formats read as f32 (the emulated one when
               there is one, as the noise arm is emulated).

@@ -5,7 +5,7 @@ variance split (analysis/numbers/variance.py), as DataFrames for CSVs and a one-
 report's first page (analysis/analyse.py writes the CSVs and the ladder figure).
 
   section = agreement_section(out.runs, pairs, noise=..., identical=..., platform=...)
-  section = from_analysis(out, answer.labels(out))   # an analysis.numbers.result.Analysis: its pairs
+  section = from_analysis(out, answer.labels(out))  # an analysis.numbers.result.Analysis: its pairs
 
 Each run's predictions are those of the step its results came from (analysis/inputs/
 run_predictions.py read); a run without them there (none saved, none at that step, a damaged item)
@@ -50,7 +50,7 @@ def load_entries(runs, load=None, read=None):
   columns = variance.seed_columns(runs)
   got = read(runs) if read else loaded(runs, load)
   preds = [pred for pred, _ in got]
-  missing = [(run, why) for run, (pred, why) in zip(runs['run'], got) if pred is None]
+  missing = [(run, why) for run, (pred, why) in zip(runs['run'], got, strict=True) if pred is None]
   seeds = unit_seeds(runs, columns)
   entries = []
   for i in (i for i, pred in enumerate(preds) if pred is not None):
@@ -128,7 +128,7 @@ def compared_pairs(out):
   platform (pairs across platforms are the ladder's platform rows)."""
   table = out.contrasts
   if table is not None and not table.empty:
-    return list(zip(table['arm_a'], table['arm_b']))
+    return list(zip(table['arm_a'], table['arm_b'], strict=True))
   runs = out.runs
   platform = (
     runs.groupby('arm')['platform'].first().astype(str)

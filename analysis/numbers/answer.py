@@ -10,11 +10,23 @@ instead of the declared contrasts, and there is no attribution.
 Reference: docs/statistics.md.
 """
 
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
+
 import pandas as pd
 
-from analysis.inputs import declaration
+from analysis.inputs import declaration, run_predictions
 from analysis.inputs.labels import seed_text
-from analysis.numbers import agreement_section, attribution, contrasts, effects, gap, result, stats
+from analysis.numbers import (
+  agreement_section,
+  attribution,
+  contrasts,
+  effects,
+  gap,
+  result,
+  runs_table,
+  stats,
+)
 from runrecord import record
 
 VERSION_PREFIX = 'versions.'
@@ -63,7 +75,8 @@ def software(runs):
 
 
 def term_labels(terms, declared):
-  """{term: short label}: 'profile=tpu_default' -> 'tpu_default', 'platform=gpu' -> 'platform gpu'."""
+  """{term: short label}: 'profile=tpu_default' -> 'tpu_default',
+  'platform=gpu' -> 'platform gpu'."""
   out = {}
   for term in terms:
     factor, _, level = term.partition('=')
@@ -82,7 +95,7 @@ def declared_attribution(
 ):
   """analysis.numbers.attribution with the declared factors, reference, noise arm, native arm and
   platform pairs (`compare`, from --compare, overrides the declared ones)."""
-  completed = frame[stats.run_status(frame) == 'completed']
+  completed = frame[runs_table.run_status(frame) == 'completed']
   out = attribution.factor_attribution(
     frame,
     declared.get('factors') or attribution.default_factors(frame),
@@ -105,19 +118,19 @@ def declared_attribution(
 
 
 def study_analysis(
-  frame,
-  declared=None,
-  group_by=(),
-  metric=stats.DEFAULT_METRIC,
-  margin=None,
-  margin_reason=None,
-  seed_col=None,
-  scale=None,
-  all_pairs=False,
-  source='',
-  read_predictions=None,
-  compare=None,
-):
+  frame: pd.DataFrame,
+  declared: Optional[dict[str, Any]] = None,
+  group_by: Sequence[str] = (),
+  metric: str = stats.DEFAULT_METRIC,
+  margin: Optional[float] = None,
+  margin_reason: Optional[str] = None,
+  seed_col: Optional[str] = None,
+  scale: Optional[float] = None,
+  all_pairs: bool = False,
+  source: str = '',
+  read_predictions: Optional[Callable[[pd.DataFrame], list[run_predictions.Read]]] = None,
+  compare: Optional[Sequence[Sequence[str]]] = None,
+) -> result.Analysis:
   """The whole analysis of a study's runs table: every number its report, tables and figures show.
 
   Args:
@@ -198,7 +211,7 @@ def check_compare(frame, compare, declares):
       '--compare: the platform gap is decomposed only for a declared study (factors, '
       "reference and native arm: the root's study.json, or --study)"
     )
-  done = frame[stats.run_status(frame) == 'completed']
+  done = frame[runs_table.run_status(frame) == 'completed']
   present = sorted(set(done['platform'].astype(str))) if 'platform' in done else []
   gap.platform_pairs(present, compare, '--compare')
 

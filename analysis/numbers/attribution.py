@@ -38,7 +38,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from analysis.numbers import effects, gap, result, stats
+from analysis.inputs.columns import resolve_column
+from analysis.numbers import effects, gap, result, runs_table, stats
 from runrecord import record
 
 
@@ -46,16 +47,16 @@ def select(frame, metric, factors, seed_col):
   """The usable runs (stats.prepare: completed, finite metric; repeated runs of a seed in one arm
   are kept as observations sharing the seed's intercept, an arm being equal factors and
   runrecord.record.arm_columns: platform, device kind, every requested numerics field and every
-  config field that differs between the runs) as (analysis.numbers.result.Prepared with one str column per
-  factor name, {factor: column}, whether there is a seed column)."""
+  config field that differs between the runs) as (analysis.numbers.result.Prepared with one str
+  column per factor name, {factor: column}, whether there is a seed column)."""
   if frame.empty:
     raise ValueError('--runs/--csv: no runs to analyse; check the path')
   if not factors:
     raise ValueError('--factors: give at least one factor column, e.g. --factors platform profile')
-  cols = {f: stats.resolve_column(frame, f, '--factors') for f in factors}
-  metric_col = stats.resolve_column(frame, metric, '--metric')
+  cols = {f: resolve_column(frame, f, '--factors') for f in factors}
+  metric_col = resolve_column(frame, metric, '--metric')
   try:
-    seed_col, has_seed = stats.resolve_column(frame, seed_col, '--seed-col'), True
+    seed_col, has_seed = resolve_column(frame, seed_col, '--seed-col'), True
   except ValueError:
     if seed_col != 'seed':
       raise
@@ -107,11 +108,11 @@ def select(frame, metric, factors, seed_col):
 def default_factors(frame):
   """platform, the numerics.requested.* fields and the arm-defining config fields that vary among
   the completed runs (by record.field_name where that names the same column)."""
-  done = frame[stats.run_status(frame) == 'completed']
+  done = frame[runs_table.run_status(frame) == 'completed']
   cols = [c for c in record.arm_columns(done) if c != 'device_kind']
   cols = [c for c in cols if done[c].astype(str).nunique() > 1]
   short = record.field_name
-  return [short(c) if stats.resolve_column(frame, short(c), '') == c else c for c in cols]
+  return [short(c) if resolve_column(frame, short(c), '') == c else c for c in cols]
 
 
 def references(runs, columns, given):
@@ -133,7 +134,7 @@ def arm_mask(runs, levels, flag):
   """Rows of `runs` whose factor columns hold `levels` ({factor name: level})."""
   mask = pd.Series(True, index=runs.index)
   for name, level in levels.items():
-    col = name if name in runs else stats.resolve_column(runs, name, flag)
+    col = name if name in runs else resolve_column(runs, name, flag)
     mask &= runs[col].astype(str) == str(level)
   return mask
 
@@ -141,10 +142,13 @@ def arm_mask(runs, levels, flag):
 def noise_floor(runs, arm, base, scale_unit, factors=()):
   """The paired noise floor of one platform's runs (module doc): {'sd', 'half', 'n', 'text'}. The
   base arm: `base`'s levels, and every other factor column in `factors` at the noise arm's level."""
-  label = lambda levels: ', '.join(f'{k}={v}' for k, v in levels.items())
+
+  def label(levels):
+    return ', '.join(f'{k}={v}' for k, v in levels.items())
+
   noisy_runs = runs[arm_mask(runs, arm, '--noise-arm')]
   noisy = noisy_runs.groupby('seed')['value'].mean()
-  named = {k if k in runs else stats.resolve_column(runs, k, '--noise-of') for k in {**base, **arm}}
+  named = {k if k in runs else resolve_column(runs, k, '--noise-of') for k in {**base, **arm}}
   same = {
     f: noisy_runs[f].astype(str).iloc[0]
     for f in factors
@@ -224,8 +228,8 @@ def factor_attribution(
   compare=None,
   compare_flag='compare',
 ):
-  """The whole attribution (see module doc) as an analysis.numbers.result.Attribution: terms (the CSV
-  table), gap (component table or None), decomposition (one verdict dict per gap,
+  """The whole attribution (see module doc) as an analysis.numbers.result.Attribution: terms (the
+  CSV table), gap (component table or None), decomposition (one verdict dict per gap,
   analysis/numbers/gap_verdict.py), arms, noise ({platform: noise_floor}), model, method, excluded,
   replicates, labels ({term: short label} for the renderer and figures; empty here, a study's
   declaration fills it). `compare`: the platform pairs whose gap is decomposed ([[a, b], ...], the

@@ -2,7 +2,8 @@
 loss per arm beside the accuracy. Numbers only (DataFrames for CSVs).
 
 Per run, from its test predictions (runrecord/predictions.read_predictions):
-  NLL = −(1/n) Σ_i log max(p_label(i), ε)          classification; ε = float32 tiny (a 0 stays finite)
+  NLL = −(1/n) Σ_i log max(p_label(i), ε)          classification; ε = float32 tiny (a 0 stays
+                                                    finite)
       = −(1/(40n)) Σ_{i,k} [y log p + (1−y) log(1−p)]   attributes (p = `probability`, clipped
                                                     to [ε, 1−ε]; binary cross-entropy per bit)
   ECE = Σ_b (n_b/n) |acc_b − conf_b|                 ECE_BINS equal-width bins of the confidence

@@ -12,6 +12,7 @@ Reference: docs/statistics.md "Contrasts and verdicts".
 import pandas as pd
 
 from analysis.inputs import declaration
+from analysis.inputs.columns import resolve_column
 from analysis.numbers import attribution, stats
 
 
@@ -20,7 +21,7 @@ def factor_columns(runs, declared):
   factors = [f for f in declared.get('factors') or [] if f != 'platform']
   if not factors:
     raise ValueError('--study: the declaration names no factors; add factors to get_study()')
-  return {f: stats.resolve_column(runs, f, '--study (factors)') for f in factors}
+  return {f: resolve_column(runs, f, '--study (factors)') for f in factors}
 
 
 def matches(levels, wanted):
@@ -30,8 +31,8 @@ def matches(levels, wanted):
 
 
 def arm_levels(out, declared):
-  """One row per arm of stats.arms_and_pairs's `out`: arm, platform, each factor's level, label (short,
-  declaration.arm_label), role ('reference' | 'noise' | 'arm'), n, and `order` (the declared
+  """One row per arm of stats.arms_and_pairs's `out`: arm, platform, each factor's level, label
+  (short, declaration.arm_label), role ('reference' | 'noise' | 'arm'), n, and `order` (the declared
   factor that differs from the reference first, then the label; the noise arm last)."""
   runs = out.runs
   columns = factor_columns(runs, declared)
@@ -106,8 +107,9 @@ def contrast_table(out, declared, margin=None):
 
 
 def noise_floors(out, declared, unit):
-  """{platform: analysis.numbers.attribution.noise_floor} (paired: the noise arm − the arm it perturbs,
-  declared noise_of, else the reference arm) of each platform where both share 2+ seeds."""
+  """{platform: analysis.numbers.attribution.noise_floor} (paired: the noise arm − the arm it
+  perturbs, declared noise_of, else the reference arm) of each platform where both share 2+
+  seeds."""
   return attribution.noise_floors(
     out.runs,
     declared.get('noise_arm') or {},

@@ -138,7 +138,10 @@ def seed_fixed_effects(y, X, seeds, note):
   """OLS with one fixed effect per seed by the within transformation, errors clustered by seed
   (see the module doc); plain clustered OLS when a factor does not vary within any seed."""
   groups = pd.factorize(seeds)[0]
-  demean = lambda v: v - v.groupby(groups).transform('mean')
+
+  def demean(v):
+    return v - v.groupby(groups).transform('mean')
+
   within = demean(X.drop(columns='Intercept'))
   if not within.shape[1] or np.linalg.matrix_rank(within.to_numpy()) < within.shape[1]:
     return ols(
@@ -242,7 +245,7 @@ def term_table(model, X):
 
 def arm_rows(model, X, runs, factors, ref):
   """Each observed arm (combination of factor levels) minus the reference arm, from the model."""
-  keys = list(zip(*(runs[f] for f in factors)))
+  keys = list(zip(*(runs[f] for f in factors), strict=True))
   index = {}
   codes = [index.setdefault(key, len(index)) for key in keys]
   means = X.groupby(codes).mean()  # each arm's row of the design (its runs' mean)
@@ -251,7 +254,12 @@ def arm_rows(model, X, runs, factors, ref):
   for key in sorted(set(index) - {base}):
     w = means.loc[index[key]].copy()
     w['Intercept'] -= 1.0
-    rows.append({'arm': ', '.join(f'{f}={v}' for f, v in zip(factors, key)), **contrast(model, w)})
+    rows.append(
+      {
+        'arm': ', '.join(f'{f}={v}' for f, v in zip(factors, key, strict=True)),
+        **contrast(model, w),
+      }
+    )
   return pd.DataFrame(rows, columns=['arm'] + CSV_COLUMNS[1:] + ['se', 'df'])
 
 

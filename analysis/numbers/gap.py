@@ -21,28 +21,28 @@ Per seed s:
 Each component's estimate is its mean over the seeds that ran every cell it needs (the seeds of
 all cells, so the identity holds on the means too), with a t-interval over those seeds (the
 paired design's own: robust to unequal arm variances, no model), two-sided paired-t p and, for G,
-Wilcoxon's signed-rank p and d_z. G and R also get their TOST against the margin. Share explained
-s = N / G with Fieller's interval over the same seeds (analysis.numbers.inference.fieller). A component
-whose cells were not run is reported as not estimable, naming the missing cells. Where only one
-platform X ran both emulating profiles, N = N_X (labelled "one platform only", and named in the
-verdict, which it cannot make "explained" by itself: its interaction with the platform is not
-tested) and R = G − N_X. Several pairs: each pair's gap tests (paired t, TOST, signed rank) are
-Holm-adjusted over the pairs compared (analysis/numbers/gap_verdict.py judge_family).
+Wilcoxon's signed-rank p and d_z. G and R also get their TOST against the margin. Share
+explained s = N / G with Fieller's interval over the same seeds
+(analysis.numbers.inference.fieller). A component whose cells were not run is reported as not
+estimable, naming the missing cells. Where only one platform X ran both emulating profiles,
+N = N_X (labelled "one platform only", and named in the verdict, which it cannot make
+"explained" by itself: its interaction with the platform is not tested) and R = G − N_X. Several
+pairs: each pair's gap tests (paired t, TOST, signed rank) are Holm-adjusted over the pairs compared
+(analysis/numbers/gap_verdict.py judge_family).
 
 Cross-check (named, not the estimator): a MixedLM (random intercept per seed) over the same cells
 with one coefficient per cell, the same G, N and R as contrasts of the same cell weights the
 estimate used (N_X where N is from one platform; analysis/numbers/effects.py); it assumes one
-residual variance for every cell.
+residual variance for every cell. Both estimates: analysis/numbers/gap_estimates.py.
 Reference: docs/statistics.md "The gap decomposition".
 """
 
 import itertools
 
-import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
-from analysis.numbers import effects, gap_verdict, inference
+from analysis.numbers import effects, gap_verdict
+from analysis.numbers.gap_estimates import component_stats, cross_check, per_seed
 from runrecord import record
 
 KINDS = (
@@ -70,7 +70,10 @@ def cell_means(runs, factor, others, ref):
 def definitions(a, b, native, emu):
   """[(key, label, kind, {cell: weight})] of every component of platform a's gap against b."""
   ea, eb = emu[a], emu[b]
-  cell = lambda p, e: (p, e)
+
+  def cell(p, e):
+    return (p, e)
+
   return [
     ('G', f'native gap ({a} − {b})', 'gap', {cell(a, native): 1, cell(b, native): -1}),
     ('fid_A', f'fidelity on {a}: native − {ea}', 'fidelity', {cell(a, native): 1, cell(a, ea): -1}),
@@ -111,47 +114,6 @@ def definitions(a, b, native, emu):
       },
     ),
   ]
-
-
-def per_seed(cells, weights, seeds):
-  """The component's value per seed: sum of weight x cell mean, over `seeds`."""
-  return sum(w * cells[c].loc[seeds].to_numpy() for c, w in weights.items())
-
-
-def component_stats(d, margin):
-  """Estimate, sd, se, df, 95% CI, paired-t p, signed-rank p and d_z of the per-seed values d;
-  with a margin also the 90% CI and TOST p."""
-  k = len(d)
-  mean = float(np.mean(d))
-  sd = float(np.std(d, ddof=1)) if k > 1 else np.nan
-  se = sd / np.sqrt(k) if k > 1 else np.nan
-  low, high = inference.diff_ci(mean, se, k - 1, 0.95) if k > 1 else (np.nan, np.nan)
-  if k < 2:
-    p = np.nan
-  elif se > 0:
-    p = float(2 * sps.t.sf(abs(mean) / se, k - 1))
-  else:
-    p = 1.0 if mean == 0 else 0.0
-  _, sr_p, sr_method = inference.signed_rank(d)
-  out = {
-    'estimate': mean,
-    'sd': sd,
-    'se': se,
-    'df': k - 1,
-    'seeds': k,
-    'ci_low': low,
-    'ci_high': high,
-    'p': p,
-    'signed_rank_p': sr_p,
-    'signed_rank_method': sr_method,
-    'd_z': inference.d_z(d),
-    'ci90_low': np.nan,
-    'ci90_high': np.nan,
-    'tost_p': np.nan,
-  }
-  if margin and k > 1:
-    out['ci90_low'], out['ci90_high'], out['tost_p'] = inference.tost(mean, se, k - 1, margin)
-  return out
 
 
 def components(cells, a, b, native, emu):
@@ -208,39 +170,6 @@ def component_table(summary, missing, margin):
       row['note'] = missing[key]
     rows.append(row)
   return pd.DataFrame(rows)
-
-
-def cross_check(runs, factor, others, ref, summary, native):
-  """{key: effects.contrast} of G, N and R from a MixedLM over the same cells and seeds (the
-  module doc), each with the cell weights the per-seed estimate used (summary['weights']: N from
-  one platform where only it ran both emulations, R = G − that N), or {} when the fit fails; a key
-  whose definition needs a cell without runs holds {'note': why} instead; named as a cross-check
-  wherever it is shown."""
-  a, b = summary['platforms']
-  keep = runs['seed'].isin(summary['seeds'])
-  for f in others:
-    keep &= runs[f].astype(str) == str(ref[f])
-  sub = runs[keep].assign(cell=lambda r: r['platform'].astype(str) + '|' + r[factor].astype(str))
-  cells_run = set(sub['cell'])
-  X = effects.design(sub, ['cell'], {'cell': f'{b}|{native}'})
-  try:
-    model = effects.fit(sub['value'], X, sub['seed'])
-  except (ValueError, np.linalg.LinAlgError):
-    return {}
-  out = {}
-  for key, weights in summary['weights'].items():
-    if key not in summary['values']:
-      continue
-    absent = [f'{e} on {p}' for (p, e), v in weights.items() if v and f'{p}|{e}' not in cells_run]
-    if absent:  # the estimate's definition needs a cell the fit has no coefficient for
-      out[key] = {'note': 'cannot use the same definition: no runs of ' + ', '.join(absent)}
-      continue
-    w = pd.Series(
-      {f'cell={p}|{e}': v for (p, e), v in weights.items() if f'cell={p}|{e}' in X}, dtype=float
-    )
-    out[key] = effects.contrast(model, w)
-  out['method'] = model['method']
-  return out
 
 
 def default_emulation(runs, native_factor, platforms, given):
@@ -318,7 +247,7 @@ def platform_pairs(platforms, given, flag):
   pairs, notes = [], []
   for a, b in given:
     found = [resolve_platform(str(p), platforms, flag) for p in (a, b)]
-    absent = [str(p) for p, f in zip((a, b), found) if f is None]
+    absent = [str(p) for p, f in zip((a, b), found, strict=True) if f is None]
     if absent and flag == '--compare':
       raise ValueError(
         f'--compare: no runs on {", ".join(absent)}; platforms run: {", ".join(sorted(platforms))}'
@@ -384,15 +313,18 @@ def section(
   `compare_flag`; default_pairs without); table None, decomposition [] and `note` saying why when
   none can be split; `pairs_note`: the pairs left out and why."""
   platforms = sorted(set(runs['platform'].astype(str))) if 'platform' in runs else []
-  none = lambda note: {
-    'table': None,
-    'decomposition': [],
-    'note': note,
-    'emulation': None,
-    'native': None,
-    'summaries': [],
-    'pairs_note': '',
-  }
+
+  def none(note):
+    return {
+      'table': None,
+      'decomposition': [],
+      'note': note,
+      'emulation': None,
+      'native': None,
+      'summaries': [],
+      'pairs_note': '',
+    }
+
   if len(platforms) < 2:
     return none(
       f'runs from one platform ({", ".join(map(str, platforms)) or "unknown"}): no '

@@ -144,7 +144,10 @@ def seeds_needed(table, margin):
   if not margin:
     return {}
   row = {r['key']: r for _, r in table.iterrows() if r['note'] == ''}
-  need = lambda key, which: inference.seeds_needed(row[key]['sd'], margin, True)[which]
+
+  def need(key, which):
+    return inference.seeds_needed(row[key]['sd'], margin, True)[which]
+
   out = {'gap nonzero': need('G', 0)}
   if 'N' in row:
     out['numerics part nonzero'] = need('N', 0)
@@ -216,10 +219,10 @@ def decide(d):
 def judge_family(summaries, tables, margin, min_share=None):
   """[judge dict per pair] with `pairs_compared` (k) and each HOLM p-value Holm-adjusted over the
   k pairs (`<test>_holm`; inference.holm), then flags and verdict (decide)."""
-  judged = [judge(s, t, margin, min_share) for s, t in zip(summaries, tables)]
+  judged = [judge(s, t, margin, min_share) for s, t in zip(summaries, tables, strict=True)]
   for key in HOLM:
     adjusted = inference.holm([d[key] for d in judged])
-    for d, p in zip(judged, adjusted):
+    for d, p in zip(judged, adjusted, strict=True):
       d[f'{key}_holm'] = float(p)
   for d in judged:
     d['pairs_compared'] = len(judged)

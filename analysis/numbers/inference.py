@@ -186,9 +186,10 @@ def mann_whitney(a, b):
   if method != MW_PERMUTATION:
     return res.statistic, res.pvalue, method
   center = len(a) * len(b) / 2
-  distance = lambda x, y, axis: np.abs(
-    sps.mannwhitneyu(x, y, axis=axis, method='asymptotic').statistic - center
-  )
+
+  def distance(x, y, axis):
+    return np.abs(sps.mannwhitneyu(x, y, axis=axis, method='asymptotic').statistic - center)
+
   perm = sps.permutation_test(
     (a, b),
     distance,
@@ -201,8 +202,8 @@ def mann_whitney(a, b):
 
 
 def signed_rank(d):
-  """(W = min(W+, W-), two-sided p, method) of Wilcoxon's signed-rank test of the paired differences d (zeros
-  dropped, Wilcox); (nan, 1.0, 'all differences 0') when every difference is 0. Exact up to
+  """(W = min(W+, W-), two-sided p, method) of Wilcoxon's signed-rank test of the paired differences
+  d (zeros dropped, Wilcox); (nan, 1.0, 'all differences 0') when every difference is 0. Exact up to
   SIGNED_RANK_EXACT_MAX_N nonzero differences: the null distribution of W+ = the sum of the
   positive differences' midranks over all 2^n equally likely sign flips (the exact null with
   ties; scipy's method='exact' ignores ties), counted by dynamic programming over half-ranks, and
@@ -332,7 +333,10 @@ def nct_power(es, n, is_paired, alternative='two-sided'):
   the noncentral t directly: statsmodels returns NaN at large effect sizes (its root solver),
   where the power is 1 to many digits."""
   df, nc = (n - 1, es * np.sqrt(n)) if is_paired else (2 * n - 2, es * np.sqrt(n / 2))
-  tail = lambda value, normal: normal if value != value else value  # scipy's far tails: NaN
+
+  def tail(value, normal):  # scipy's far tails: NaN
+    return normal if value != value else value
+
   if alternative == 'larger':
     crit = sps.t.ppf(1 - ALPHA, df)
     return float(tail(sps.nct.sf(crit, df, nc), sps.norm.sf(crit - nc)))

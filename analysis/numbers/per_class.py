@@ -52,7 +52,10 @@ def class_tests(d):
   finite = np.all(np.isfinite(d), axis=0)  # a class absent from the test set: NaN, no test
   varies = finite & (np.ptp(np.where(np.isfinite(d), d, 0), axis=0) > 0)
   constant = finite & ~varies & ~np.all(d == 0, axis=0)
-  exact = [inference.signed_rank(column)[1] if c else np.nan for column, c in zip(d.T, constant)]
+  exact = [
+    inference.signed_rank(column)[1] if c else np.nan
+    for column, c in zip(d.T, constant, strict=True)
+  ]
   p = np.where(varies, t_p, np.where(constant, exact, np.nan))
   test = np.where(varies, T_TEST, np.where(constant, EXACT, NONE))
   return p, test
@@ -78,7 +81,10 @@ def seed_accuracies(entries, arm):
     if e['arm'] == arm:
       by_seed.setdefault(e['seed'], []).append(class_accuracy(e['pred']))
   width = max((len(a) for v in by_seed.values() for a in v), default=0)
-  pad = lambda a: np.pad(a, (0, width - len(a)), constant_values=np.nan)
+
+  def pad(a):
+    return np.pad(a, (0, width - len(a)), constant_values=np.nan)
+
   return {s: np.mean([pad(a) for a in v], axis=0) for s, v in by_seed.items()}
 
 
@@ -89,7 +95,10 @@ def class_differences(entries, a, b):
   if len(shared) < 2:
     return pd.DataFrame(columns=list(COLUMNS))
   width = max(len(acc_a[shared[0]]), len(acc_b[shared[0]]))
-  pad = lambda x: np.pad(x, (0, width - len(x)), constant_values=np.nan)
+
+  def pad(x):
+    return np.pad(x, (0, width - len(x)), constant_values=np.nan)
+
   d = 100 * np.array([pad(acc_a[s]) - pad(acc_b[s]) for s in shared])  # seeds × classes
   low, high = inference.t_ci(d.T)
   with warnings.catch_warnings(), np.errstate(invalid='ignore', divide='ignore'):

@@ -20,6 +20,7 @@ Reference: docs/statistics.md.
 """
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import pandas as pd
@@ -38,10 +39,10 @@ class Prepared:
   replicates: pd.DataFrame
   excluded: pd.DataFrame
   seeded: bool
-  group_by: list
+  group_by: Sequence[str]
   metric: str
   scale: float
-  pairing: list
+  pairing: list[str]
   lattice: Optional[float]
 
 
@@ -64,11 +65,11 @@ class Scope:
   """Confirmatory (True: the declared seeds at the declared margin), exploratory (False) or
   nothing declared (None), with the `deviations` from the declaration in words."""
 
-  declared_seeds: Optional[list]
+  declared_seeds: Optional[list[int]]
   declared_margin: Optional[float]
-  analysed_seeds: list
+  analysed_seeds: list[int]
   margin: float
-  deviations: list
+  deviations: list[str]
   declared_seeds_present: bool
   confirmatory: Optional[bool]
 
@@ -78,8 +79,8 @@ class Software:
   """`platforms`: {platform: {'device_kind', the CPU facts, 'devices', 'versions': {package:
   version}}}; `confounds`: the packages whose versions differ between platforms."""
 
-  platforms: dict = dataclasses.field(default_factory=dict)
-  confounds: list = dataclasses.field(default_factory=list)
+  platforms: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+  confounds: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -96,9 +97,9 @@ class Agreement:
   train_loss: pd.DataFrame
   per_class: pd.DataFrame
   variance: pd.DataFrame
-  missing: list
-  variance_notes: list = dataclasses.field(default_factory=list)
-  left_out: list = dataclasses.field(default_factory=list)
+  missing: list[str]
+  variance_notes: list[str] = dataclasses.field(default_factory=list)
+  left_out: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -114,7 +115,7 @@ class Attribution:
 
   metric: str
   source: str
-  reference: dict
+  reference: dict[str, Any]
   margin: Optional[float]
   margin_reason: Optional[str]
   unit: str
@@ -124,16 +125,16 @@ class Attribution:
   n_runs: int
   excluded: pd.DataFrame
   replicates: pd.DataFrame
-  noise: dict
+  noise: dict[str, dict[str, Any]]
   min_share: Optional[float]
   gap: Optional[pd.DataFrame] = None
   gap_note: Optional[str] = None
-  emulation: Optional[dict] = None
-  native: Any = None
-  decomposition: list = dataclasses.field(default_factory=list)
-  gap_summaries: list = dataclasses.field(default_factory=list)
+  emulation: Optional[dict[str, Any]] = None
+  native: Optional[tuple[str, Any]] = None
+  decomposition: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+  gap_summaries: list[dict[str, Any]] = dataclasses.field(default_factory=list)
   arms: Optional[pd.DataFrame] = None
-  labels: dict = dataclasses.field(default_factory=dict)
+  labels: dict[str, str] = dataclasses.field(default_factory=dict)
   pairs_note: str = ''
   compare_flag: Optional[str] = None
 
@@ -146,11 +147,11 @@ class Analysis(Stats):
   `scope`, and for an exploratory analysis `confirmatory` (the same analysis of the declared
   seeds at the declared margin)."""
 
-  declared: dict = dataclasses.field(default_factory=dict)
+  declared: dict[str, Any] = dataclasses.field(default_factory=dict)
   source: str = ''
   contrasts: Optional[pd.DataFrame] = None
   arm_info: Optional[pd.DataFrame] = None
-  noise: dict = dataclasses.field(default_factory=dict)
+  noise: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
   attribution: Optional[Attribution] = None
   software: Software = dataclasses.field(default_factory=Software)
   agreement: Optional[Agreement] = None
@@ -158,6 +159,6 @@ class Analysis(Stats):
   confirmatory: Optional['Analysis'] = None
 
 
-def fields_of(instance):
+def fields_of(instance: Any) -> dict[str, Any]:
   """{field: value} of a result, shallow (the tables are not copied)."""
   return {f.name: getattr(instance, f.name) for f in dataclasses.fields(instance)}

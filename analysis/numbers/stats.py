@@ -42,11 +42,20 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from analysis.inputs import declaration
+from analysis.inputs import declaration, declaration_values
 from analysis.inputs.columns import resolve_column  # which column a name means (its owner)
 from analysis.inputs.labels import arm_labels, seed_key, seed_text, whole_numbers
 from analysis.numbers import inference as inf
 from analysis.numbers import result
+from analysis.numbers.runs_table import (
+  check_some_completed,
+  lattice,
+  model_units,
+  replicate_table,
+  run_deterministic,
+  split_runs,
+  unit_table,
+)
 from runrecord import record
 
 DEFAULT_METRIC = record.DEFAULT_METRIC
@@ -72,113 +81,15 @@ UNDECLARED = (
 )
 
 
-def run_deterministic(platform, value):
-  """(True/False/None, why): does a run on `platform` whose recorded GPU determinism is `value`
-  repeat bit for bit for its seed? None: not recorded."""
-  kind = record.jax_platform(platform)
-  if kind == 'gpu' and value is not None and not pd.isna(value):
-    return bool(value), f'{record.DETERMINISM_COLUMN}={bool(value)}'
-  if kind in ('tpu', 'cpu'):
-    return True, platform
-  return None, f'platform {platform}: determinism not recorded'
-
-
-def run_status(frame):
-  """Each run's status ('completed' where the table has no status column)."""
-  return frame['status'] if 'status' in frame else pd.Series('completed', index=frame.index)
-
-
-def status_reasons(frame):
-  """Why each run is not completed: 'failed: loss is NaN', 'running: step 3/10' ('' if it is)."""
-  reason = frame['reason'] if 'reason' in frame else pd.Series('', index=frame.index)
-  progress = (
-    f'step {a}/{b}'
-    for a, b in zip(
-      frame.get('step', [None] * len(frame)), frame.get('total_steps', [None] * len(frame))
-    )
-  )
-  return [
-    f'{s}: {r}' if isinstance(r, str) and r else f'{s}: {p}' if s != 'completed' else ''
-    for s, r, p in zip(run_status(frame), reason, progress)
-  ]
-
-
-def split_runs(frame, metric):
-  """(included runs, excluded table with run/status/reason, metric values of all rows).
-
-  Excluded: runs not completed, and completed runs whose metric is missing or not finite (inf).
-  """
-  status = run_status(frame)
-  values = pd.to_numeric(frame[metric], errors='coerce')
-  bad = status.ne('completed') | ~np.isfinite(values)
-  why = [
-    w
-    if s != 'completed'
-    else f'no value for {metric}'
-    if pd.isna(v)
-    else f'{metric} = {v} is not finite'
-    for s, w, v in zip(status[bad], status_reasons(frame[bad]), values[bad])
-  ]
-  excluded = pd.DataFrame({'run': frame.loc[bad, 'run'], 'status': status[bad], 'reason': why})
-  return frame[~bad].copy(), excluded.reset_index(drop=True), values
-
-
-def check_some_completed(frame):
-  """Raise, listing every run with its reason, when no run of `frame` completed."""
-  if run_status(frame).eq('completed').any():
-    return
-  listed = '; '.join(f'{run} ({why})' for run, why in zip(frame['run'], status_reasons(frame)))
-  raise ValueError(
-    f'--runs/--csv: none of the {len(frame)} runs is completed, so there is nothing to '
-    f'analyse; finish or rerun them: {listed}'
-  )
-
-
-def replicate_table(runs):
-  """One row per arm and seed run more than once: the runs, their values, mean and range."""
-  columns = ['arm', 'seed', 'n_runs', 'runs', 'values', 'mean', 'range', 'identical']
-  repeated = runs[runs.groupby(['arm', 'seed'], sort=False)['value'].transform('size') > 1]
-  if repeated.empty:
-    return pd.DataFrame(columns=columns)
-  repeated = repeated.assign(text=[f'{x:.4g}' for x in repeated['value']])
-  table = (
-    repeated.groupby(['arm', 'seed'], sort=False)
-    .agg(
-      n_runs=('run', 'size'),
-      runs=('run', ', '.join),
-      values=('text', ', '.join),
-      mean=('value', 'mean'),
-      low=('value', 'min'),
-      high=('value', 'max'),
-    )
-    .reset_index()
-  )
-  table['range'] = table['high'] - table['low']
-  table['identical'] = table['range'] == 0
-  return table[columns]
-
-
-def unit_table(runs):
-  """One row per arm and seed (per run when unseeded): arm, seed, value = mean over its runs."""
-  key = runs['seed'].where(runs['seeded'], runs['run'])
-  units = (
-    runs.assign(unit=key)
-    .groupby(['arm', 'unit'], sort=False)
-    .agg(seed=('seed', 'first'), value=('value', 'mean'), n_runs=('run', 'size'))
-    .reset_index()
-  )
-  return units[['arm', 'seed', 'unit', 'value', 'n_runs']]
-
-
 def prepare(frame, group_by, metric, seed_col=None, scale=None):
   """Split the runs into included / excluded, label each included run's arm, average replicates.
 
   `seed_col` None: 'seed' when the table has it, else every row is its own run (unpaired).
-  Returns an analysis.numbers.result.Prepared: `runs` (included rows with `arm`, `value` = metric
-  × scale, `seed` (the model unit: model_units), `base_seed` (the seed column as recorded),
-  `seeded`, `det`, `det_why`), `units` (one value per arm and seed), `replicates` (arm, seed, n_runs, runs,
-  values, mean, range, identical), `excluded` (run, status, reason), `seeded`, `group_by`,
-  `metric`, `scale`, `pairing` (the pairing fields the table records).
+  Returns an analysis.numbers.result.Prepared: `runs` (included rows with `arm`, `value` = metric ×
+  scale, `seed` (the model unit: model_units), `base_seed` (the seed column as recorded), `seeded`,
+  `det`, `det_why`), `units` (one value per arm and seed), `replicates` (arm, seed, n_runs, runs,
+  values, mean, range, identical), `excluded` (run, status, reason), `seeded`, `group_by`, `metric`,
+  `scale`, `pairing` (the pairing fields the table records).
   """
   if frame.empty:
     raise ValueError('--runs/--csv: no runs to analyse; check the path')
@@ -203,7 +114,9 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   unknown = [None] * len(runs)
   det = [
     run_deterministic(p, v)
-    for p, v in zip(runs.get('platform', unknown), runs.get(record.DETERMINISM_COLUMN, unknown))
+    for p, v in zip(
+      runs.get('platform', unknown), runs.get(record.DETERMINISM_COLUMN, unknown), strict=True
+    )
   ]
   runs['det'], runs['det_why'] = [d for d, _ in det], [w for _, w in det]
   seeded_runs = runs[runs['seeded']]
@@ -221,24 +134,6 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   )
 
 
-def model_units(runs, seed_col):
-  """The seed each run is averaged and paired by: runrecord.record.model_keys of its seed and, for
-  the `seed` column, its recorded init and data-order seeds (so runs of one seed that differ in
-  either are different models, never replicates); an object column."""
-  parts = [runs[c] if seed_col == 'seed' and c in runs else None for c in record.SEED_PARTS]
-  keys = record.model_keys(runs['base_seed'], *parts)
-  return pd.Series(keys, index=runs.index, dtype=object)
-
-
-def lattice(runs, metric, scale):
-  """The step of an accuracy measured on one recorded test-set size N (100 / N pp, or 1 / N as a
-  fraction), else None: such a metric takes only multiples of the step."""
-  if 'acc' not in metric.lower() or 'data.test_size' not in runs:
-    return None
-  sizes = pd.to_numeric(runs['data.test_size'], errors='coerce').dropna().unique()
-  return float(scale / sizes[0]) if len(sizes) == 1 and sizes[0] > 0 else None
-
-
 def identical_arithmetic(prep, arm_a, arm_b):
   """Do the two arms' records give the same effective arithmetic (IDENTICAL_FIELDS of
   numerics.effective.*, one value per arm, all recorded)?"""
@@ -254,7 +149,8 @@ def identical_arithmetic(prep, arm_a, arm_b):
 
 
 def determinism(runs, reps):
-  """(True/False/None, why) for one arm: recorded determinism, contradicted by unequal replicates."""
+  """(True/False/None, why) for one arm: recorded determinism, contradicted by unequal
+  replicates."""
   clash = reps[~reps['identical'].astype(bool)]
   if not clash.empty:
     return False, f'seed {clash["seed"].iloc[0]} repeated with a different value'
@@ -266,9 +162,10 @@ def determinism(runs, reps):
 
 
 def arm_table(prep):
-  """Raises (naming --group-by) beyond MAX_ARMS arms, before any per-arm work. One row per arm: arm, group fields, n (seeds, or runs when unseeded), n_runs, mean, sd
-  (between seeds), ci_low, ci_high, ci_method (95%), within_sd and within_df (replicates of a
-  seed: the nondeterminism sd), deterministic (True/False/None), determinism (why), seeds."""
+  """Raises (naming --group-by) beyond MAX_ARMS arms, before any per-arm work. One row per arm: arm,
+  group fields, n (seeds, or runs when unseeded), n_runs, mean, sd (between seeds), ci_low, ci_high,
+  ci_method (95%), within_sd and within_df (replicates of a seed: the nondeterminism sd),
+  deterministic (True/False/None), determinism (why), seeds."""
   arms = prep.units['arm'].nunique()
   if arms > MAX_ARMS:
     by = ', '.join(record.field_name(g) for g in prep.group_by)
@@ -453,11 +350,12 @@ def pair_table(prep, arms, margin):
 def margin_choice(margin=None, reason=None, declared=None, declared_reason=None):
   """(margin, reason text): the study's declared margin unless `margin` (--margin) overrides it;
   the default with a note saying it is undeclared when neither is given. Each is checked where it
-  came from (declaration.check_margin: a ValueError naming --margin or the study's margin)."""
+  came from (declaration_values.check_margin: a ValueError naming --margin or the study's
+  margin)."""
   if margin is not None:
-    margin = declaration.check_margin(margin, '--margin')
+    margin = declaration_values.check_margin(margin, '--margin')
   if declared is not None:
-    declared = declaration.check_margin(
+    declared = declaration_values.check_margin(
       declared, "the study's declared margin (study.json or get_study(): margin)"
     )
   if margin is None and declared is None:

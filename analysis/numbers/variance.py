@@ -126,7 +126,10 @@ def variance_components(frame, value='value', init='init_seed', data='data_seed'
   y = cell_array(frame, value, init, data)
   ms = mean_squares(y)
   estimate = estimates(ms, y.shape)
-  own = lambda c: ms['init × data order' if c == RESIDUAL else c]
+
+  def own(c):
+    return ms['init × data order' if c == RESIDUAL else c]
+
   rows = [
     {
       'component': c,
@@ -135,7 +138,7 @@ def variance_components(frame, value='value', init='init_seed', data='data_seed'
       'estimate': estimate[c],
       'variance': max(estimate[c], 0.0),
       'truncated': estimate[c] < 0,
-      **dict(zip(('ci_low', 'ci_high', 'ci_df'), interval(ms, weights))),
+      **dict(zip(('ci_low', 'ci_high', 'ci_df'), interval(ms, weights), strict=True)),
       'replicates': y.shape[2],
     }
     for c, weights in coefficients(y.shape).items()

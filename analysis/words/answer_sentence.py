@@ -1,12 +1,13 @@
 """The report's answer in one sentence, first on its first page, for any study (one platform too):
 the question's platform pair and its verdict, which numerics settings changed the metric (by the
-contrasts' verdicts against the margin), and by how much they changed the model (the churn of
-each setting against the churn between two seeds of one arm). Numbers and verdicts come from
-analysis/numbers (stats.judge, gap_verdict, agreement.against_seeds); nothing is judged here.
+contrasts' verdicts against the margin), and by how much they changed the model (the churn of each
+setting against the churn between two seeds of one arm). Numbers and verdicts come from
+analysis/numbers (stats.judge, gap_verdict, agreement_reading.against_seeds); nothing is judged
+here.
 Reference: docs/statistics.md "Report and figures".
 """
 
-from analysis.numbers import agreement, stats
+from analysis.numbers import agreement_reading, stats
 from analysis.words.attribution_text import interval, signed
 
 
@@ -50,10 +51,14 @@ def settings_clause(out):
   by = {v: [r for _, r in table.iterrows() if r['verdict'] == v] for v in set(table['verdict'])}
   metric = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
   m, unit = f'±{out.margin:g} {out.unit}', out.unit
-  show = lambda rows: listed(
-    f'{row_name(r, several)} ({signed(r["diff"])} {interval(r["ci95_low"], r["ci95_high"])} {unit})'
-    for r in rows
-  )
+
+  def show(rows):
+    return listed(
+      f'{row_name(r, several)} '
+      f'({signed(r["diff"])} {interval(r["ci95_low"], r["ci95_high"])} {unit})'
+      for r in rows
+    )
+
   parts = []
   if by.get('different'):
     parts.append(f'{show(by["different"])} changed {metric} (a difference shown, not within {m})')
@@ -78,14 +83,14 @@ def churn_clause(out):
   """By how much the settings changed the model: their churn against two seeds'; '' without
   predictions."""
   table = out.agreement.table if out.agreement else None
-  read = agreement.against_seeds(table) if table is not None and not table.empty else None
+  read = agreement_reading.against_seeds(table) if table is not None and not table.empty else None
   if read is None:
     return ''
   return (
     f'by churn, {read["changed"]} of {read["rows"]} settings changed the model: '
     f'{read["low"]:.2g}–{read["high"]:.2g} % of the test predictions differ from the '
     f"reference arm's, {read['ratio_low']:.2g}–{read['ratio_high']:.2g} × the "
-    f'{read["base"]} between two seeds of one arm ({agreement.seed_verdict(read)})'
+    f'{read["base"]} between two seeds of one arm ({agreement_reading.seed_verdict(read)})'
   )
 
 

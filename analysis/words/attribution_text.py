@@ -1,6 +1,7 @@
-"""The words of analysis.numbers.attribution: its Markdown report, and the platform gap's decomposition
-(table, verdict and why, share explained, seeds needed) that analysis/words/report.py's answer reuses.
-Numbers and verdict categories come from analysis/numbers/attribution.py and analysis/numbers/gap.py.
+"""The words of analysis.numbers.attribution: its Markdown report, and the platform gap's
+decomposition (table, verdict and why, share explained, seeds needed) that
+analysis/words/report.py's answer reuses. Numbers and verdict categories come from
+analysis/numbers/attribution.py and analysis/numbers/gap.py.
 Reference: docs/statistics.md "Report and figures".
 """
 
@@ -28,8 +29,9 @@ def ci(r, low='ci_low', high='ci_high'):
 
 
 def component_rows(table, gap_label, unit, margin):
-  """Every component of one gap (analysis/numbers/gap.py's table) as rows of strings: estimate, 95% CI
-  over seeds, paired-t p; G and R with their 90% CI and TOST; a component not estimable says why."""
+  """Every component of one gap (analysis/numbers/gap.py's table) as rows of strings: estimate,
+  95% CI over seeds, paired-t p; G and R with their 90% CI and TOST; a component not estimable says
+  why."""
   rows = []
   for _, r in table[table['gap'] == gap_label].iterrows():
     tost = r['key'] in ('G', 'R') and margin and r['note'] == ''
@@ -70,7 +72,8 @@ def interaction_state(d):
   a, b = d['platforms']
   return (
     f'the numerics part differs between the platforms (N_A − N_B '
-    f'{signed(d["N_interaction"])} {interval(d["N_interaction_ci_low"], d["N_interaction_ci_high"])}: '
+    f'{signed(d["N_interaction"])} '
+    f'{interval(d["N_interaction_ci_low"], d["N_interaction_ci_high"])}: '
     f'{signed(d["N_A"])} on {a}, {signed(d["N_B"])} on {b}; N is their mean)'
   )
 
@@ -85,10 +88,13 @@ def carriers(d):
     ('fid_B', -1, f"{eb} not reproducing {b}'s native arithmetic on {b} (−fid_B"),
     ('P', 1, 'the platforms under the same emulated arithmetic (P'),
   )
-  text = lambda key, sign, name: (
-    f'{name} {signed(sign * d[key])} '
-    f'{interval(*sorted([sign * d[key + "_ci_low"], sign * d[key + "_ci_high"]]))})'
-  )
+
+  def text(key, sign, name):
+    return (
+      f'{name} {signed(sign * d[key])} '
+      f'{interval(*sorted([sign * d[key + "_ci_low"], sign * d[key + "_ci_high"]]))})'
+    )
+
   found = [
     text(*p)
     for p in parts
@@ -108,7 +114,8 @@ def residual_state(d, unit):
   carried = carriers(d)
   if d['residual_equivalent']:
     return (
-      f'the residual lies within ±{m:g} {unit} (90% CI {interval(d["R_ci90_low"], d["R_ci90_high"])}, '
+      f'the residual lies within ±{m:g} {unit} '
+      f'(90% CI {interval(d["R_ci90_low"], d["R_ci90_high"])}, '
       f'TOST p {pval(d["R_tost_p"])})'
     )
   if d['residual_shown']:
@@ -303,7 +310,10 @@ def render(out):
     noise_text(out),
     '',
   ]
-  ratio = lambda e: num(abs(e) / half) if half > 0 else '–'
+
+  def ratio(e):
+    return num(abs(e) / half) if half > 0 else '–'
+
   lines.append(
     tables.markdown(
       [

@@ -88,7 +88,7 @@ def verdict_lines(out):
   table, names = judged(out)
   tested = stats.family_size(table)
   lines = []
-  for name, (_, r) in zip(names, table.iterrows()):
+  for name, (_, r) in zip(names, table.iterrows(), strict=True):
     power = '' if r['verdict'] == 'identical arithmetic' else f' {power_line(r, out.margin, unit)}.'
     lines.append(
       f'- **{name}: {r["verdict"]}.** Δ = {signed(r["diff"])} {unit}. Why: '
@@ -113,7 +113,7 @@ def seed_lines(out):
   """The seeds: once when every arm has the same ones, else per arm."""
   if not out.seeded:
     return ['seeds: no seed column: every row is its own run, so no pair is paired']
-  per_arm = dict(zip(out.arms['arm'], out.arms['seeds']))
+  per_arm = dict(zip(out.arms['arm'], out.arms['seeds'], strict=True))
   if len(set(per_arm.values())) == 1:
     return [f'seeds (every arm): {next(iter(per_arm.values()))}']
   return [f'seeds of {arm}: {seeds}' for arm, seeds in per_arm.items()]
@@ -142,7 +142,10 @@ def title(out):
 def arm_fields(out):
   """'differ in profile; grouped by platform, device_kind, ...': the grouping fields, those whose
   values differ between the arms first."""
-  short = lambda g: g.rsplit('.', 1)[-1]
+
+  def short(g):
+    return g.rsplit('.', 1)[-1]
+
   table = out.arms
   differ = [short(g) for g in out.group_by if g in table and table[g].astype(str).nunique() > 1]
   grouped = f'grouped by {", ".join(short(g) for g in out.group_by)}'

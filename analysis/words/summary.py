@@ -59,8 +59,8 @@ def question(out):
     f'Does training on {pairs[0][0]} give the same {metric} as on {pairs[0][1]}, and which '
     f'numerical setting explains a difference?{also}'
     if len(platforms) > 1
-    else f'Which numerical setting changes {metric} on {platforms[0] if platforms else "this platform"}, '
-    'beyond the noise floor?'
+    else f'Which numerical setting changes {metric} on '
+    f'{platforms[0] if platforms else "this platform"}, beyond the noise floor?'
   )
   what = ', '.join(
     p
@@ -184,7 +184,8 @@ def contrast_lines(out):
     f'**Factor effects**: each arm − the reference arm ({ref}) on its platform, paired by '
     f'seed where the runs pair; Holm over the {stats.family_size(table)} declared contrasts tested'
     if ref
-    else f'**Comparisons** (no declared contrasts: every pair, Holm over {stats.family_size(table)})'
+    else '**Comparisons** (no declared contrasts: every pair, '
+    f'Holm over {stats.family_size(table)})'
   )
   floor = (
     f'; noise floor (95% half-width of the mean paired difference noise arm − the arm it '
@@ -311,7 +312,8 @@ def latex_tables(out):
       tables.latex(
         contrast_rows(out, table),
         f'Each arm minus the reference arm ({unit}), 95% and 90% CIs; verdicts '
-        f'Holm-adjusted over the {stats.family_size(table)} contrasts tested, margin ±{out.margin:g} {unit}.',
+        f'Holm-adjusted over the {stats.family_size(table)} contrasts tested, '
+        f'margin ±{out.margin:g} {unit}.',
         label='tab:contrasts',
       )
     )

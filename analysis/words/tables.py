@@ -33,9 +33,9 @@ def display_arms(out):
   """The per-arm table as strings, for Markdown/LaTeX (with the short label when declared)."""
   unit = ' (%)' if out.scale == 100 else ''
   info = out.arm_info
-  short = dict(zip(info['arm'], info['label'])) if info is not None else {}
+  short = dict(zip(info['arm'], info['label'], strict=True)) if info is not None else {}
   several = info is not None and info['platform'].nunique() > 1
-  platform = dict(zip(info['arm'], info['platform'])) if several else {}
+  platform = dict(zip(info['arm'], info['platform'], strict=True)) if several else {}
   rows = [
     {
       **({'platform': platform[r['arm']]} if several else {}),
@@ -57,15 +57,17 @@ def display_arms(out):
 
 def display_pairs(pairs, unit):
   """A pair or contrast table as strings, for Markdown/LaTeX (p-values: raw (Holm)); Δ in `unit`."""
-  both = lambda r, t: f'{pval(r[t + "_p"])} ({pval(r[t + "_p_holm"])})'
-  eq = lambda r: (
-    ('yes' if r['equivalent'] else 'no')
-    + (
+
+  def both(r, t):
+    return f'{pval(r[t + "_p"])} ({pval(r[t + "_p_holm"])})'
+
+  def eq(r):
+    return ('yes' if r['equivalent'] else 'no') + (
       f' (raw: {"yes" if r["equivalent_raw"] else "no"})'
       if r['equivalent'] != r['equivalent_raw']
       else ''
     )
-  )
+
   rows = []
   for _, r in pairs.iterrows():
     if r['verdict'] == 'identical arithmetic':  # reported, not tested: no test column filled
@@ -120,7 +122,10 @@ def markdown(rows):
   if not rows:
     return '(none)\n'
   cols = list(rows[0])
-  esc = lambda s: str(s).replace('|', '\\|')
+
+  def esc(s):
+    return str(s).replace('|', '\\|')
+
   lines = ['| ' + ' | '.join(cols) + ' |', '|' + '|'.join('---' for _ in cols) + '|']
   lines += ['| ' + ' | '.join(esc(r[c]) for c in cols) + ' |' for r in rows]
   return '\n'.join(lines) + '\n'
@@ -204,7 +209,8 @@ def captions(out, pairs):
     f'difference test (paired t when paired, else Welch); 90% CI and TOST against the '
     f'margin ±{out.margin:g} {unit}; equivalent: Holm-adjusted TOST p < '
     f'{inference.ALPHA:g} (raw decision in brackets when it differs); p-values raw (Holm '
-    f'over the {stats.family_size(pairs)} comparison(s) tested; identical arithmetic is not tested); '
+    f'over the {stats.family_size(pairs)} comparison(s) tested; '
+    'identical arithmetic is not tested); '
     f'seeds (pairs when paired) for 80% power, α = {inference.ALPHA:g}, at Δ = margin / for '
     'equivalence.'
   )
