@@ -48,15 +48,16 @@ def host():
 
 def environment():
   """Device, versions, date, load average and GPU memory settings: one line for the record."""
-  import jax  # pylint: disable=import-outside-toplevel
+  import jax
 
   d = jax.devices()[0]
-  import flax  # pylint: disable=import-outside-toplevel
-  import optax  # pylint: disable=import-outside-toplevel
+  jaxlib_version = getattr(jax.lib, '__version__', '')
+  import flax
+  import optax
 
   return (
     f'device: {d.platform} {getattr(d, "device_kind", "")} x{jax.device_count()} | '
-    f'jax {jax.__version__}, jaxlib {jax.lib.__version__ if hasattr(jax.lib, "__version__") else ""}, '
+    f'jax {jax.__version__}, jaxlib {jaxlib_version}, '
     f'flax {flax.__version__}, optax {optax.__version__}, python '
     f'{platform_lib.python_version()} | {host()} | '
     f'GPU memory: {gpu_memory.memory_settings()}'

@@ -42,12 +42,9 @@ import tarfile
 import time
 import traceback
 
-if __package__ in (None, ''):  # run as a file: make the repository importable
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import common, gpu_plan  # noqa: E402
-from benchmarks import gpu_evidence_parts as agenda  # noqa: E402
-from runrecord import record  # noqa: E402
+from benchmarks import common, gpu_plan
+from benchmarks import gpu_evidence_parts as agenda
+from runrecord import record
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATUS_FILE = 'status.json'
@@ -151,7 +148,7 @@ def run_module(step, ctx):
       code = importlib.import_module(step.argv[2]).main(step.argv[3:])
     except SystemExit as e:
       code = e.code
-    except Exception:  # noqa: BLE001 - a failed command is a result of the part
+    except Exception:  # a failed command is a result of the part
       traceback.print_exc()
       code = 1
   return code if isinstance(code, int) else (0 if code is None else 2)
@@ -161,7 +158,7 @@ def run_call(step, ctx):
   """0 when the in-process step returns (its text in <label>.txt), else 1 (the error in .err)."""
   try:
     text = step.call(ctx)
-  except (Exception, SystemExit) as e:  # noqa: BLE001 - a failed step is a result of the part
+  except (Exception, SystemExit) as e:  # a failed step is a result of the part
     with open(os.path.join(ctx.folder, step.label + '.err'), 'w') as f:
       f.write(f'{type(e).__name__}: {e}\n')
     return 1
@@ -235,7 +232,7 @@ def run_part(part, out, smoke, part_minutes):
   status['minutes'] = round((time.time() - start) / 60, 2)
   try:
     status['headline'] = part.headline(ctx)
-  except Exception as e:  # noqa: BLE001 - a part's outputs may be partial
+  except Exception as e:  # a part's outputs may be partial
     status['headline'] = f'no headline ({type(e).__name__}: {str(e).splitlines()[0][:200]})'
   write_json(os.path.join(ctx.folder, STATUS_FILE), status)
   return status
@@ -327,7 +324,7 @@ def keep_off_the_gpu():
   """This process reads run records (Orbax, which starts JAX) between the parts: on the CPU, so
   that it never takes GPU memory from the commands (JAX would preallocate 75 % of it). Only this
   process: the commands' environment is left as it is."""
-  import jax  # pylint: disable=import-outside-toplevel
+  import jax
 
   jax.config.update('jax_platforms', 'cpu')
 

@@ -113,8 +113,10 @@ def key_values(ctx):
 
 
 def pytest_summary(ctx):
-  lines = [l.strip('= ') for l in read(os.path.join(ctx.folder, 'pytest.txt')).splitlines()]
-  return next((l for l in reversed(lines) if PYTEST_SUMMARY.search(l)), 'no pytest summary')
+  lines = [line.strip('= ') for line in read(os.path.join(ctx.folder, 'pytest.txt')).splitlines()]
+  return next(
+    (line for line in reversed(lines) if PYTEST_SUMMARY.search(line)), 'no pytest summary'
+  )
 
 
 def pytest_ran(ctx, step):
@@ -251,7 +253,7 @@ def sweep(ctx, label, spec, root, parallel, seeds=None):
     else []
   )
 
-  def expect(ctx, step):  # pylint: disable=unused-argument
+  def expect(ctx, step):
     if ctx.smoke:
       return None if read(commands_file(root)).strip() else 'the dry run planned no run'
     found = [r for r in records(root).values() if seeds is None or (r or {}).get('seed') in seeds]
@@ -299,7 +301,7 @@ def shared_gpu_headline(ctx):
 
 def records(root):
   """{run path relative to root: its record (None: nothing saved)} (analysis.inputs.results)."""
-  from analysis.inputs import results  # pylint: disable=import-outside-toplevel
+  from analysis.inputs import results  # pandas: only when the records are read, not for --help
 
   return {
     os.path.relpath(run, root): r
@@ -326,13 +328,13 @@ def export_step(label, roots, csv_path, spec):
   """The runs' records as one CSV and the study's declaration beside it (analysis.export), so the
   folder brought back holds them without the training states."""
 
-  def call(ctx):  # pylint: disable=unused-argument
-    from analysis import export  # pylint: disable=import-outside-toplevel
+  def call(ctx):
+    from analysis import export
 
     export.main(['--runs', *roots, '--out', csv_path, '--study', spec])
     return f'wrote {csv_path}'
 
-  def expect(ctx, step):  # pylint: disable=unused-argument
+  def expect(ctx, step):
     written = os.path.exists(csv_path) and len(read(csv_path).splitlines()) > 1
     return None if written else f'{csv_path}: no table written'
 

@@ -1,6 +1,6 @@
 """Each numerics setting's error against a float64 reference, on the current backend.
 
-  python -m experiments.numerics_probe --out /tmp/numerics            # about a minute on a 2-core CPU
+  python -m experiments.numerics_probe --out /tmp/numerics        # about a minute on a 2-core CPU
   python -m experiments.numerics_probe --out DIR --model-settings all --model-width 0.5   # more
 
 Measures, for every setting (native `jax_default_matmul_precision` values and the emulated formats
@@ -18,6 +18,7 @@ Reference: docs/numerics.md "Experiments on the numerics".
 """
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -25,8 +26,8 @@ import time
 
 from numerics import formats  # names only: no JAX
 
-# name: (jax_default_matmul_precision, product format, emulate_impl). Presets set dots only; convs then
-# run at default.
+# name: (jax_default_matmul_precision, product format, emulate_impl). Presets set dots only; convs
+# then run at default.
 SETTINGS = {
   'default': ('default', 'native', 'auto'),
   'high': ('high', 'native', 'auto'),
@@ -75,13 +76,13 @@ def parse_args(argv):
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   parse_args(sys.argv[1:])
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from flax import nnx  # noqa: E402
+import jax  # noqa: E402 (after the --help parse above)
+import jax.numpy as jnp  # noqa: E402 (after the --help parse above)
+import numpy as np  # noqa: E402 (after the --help parse above)
+from flax import nnx  # noqa: E402 (after the --help parse above)
 
-from models.resnet import ResNet18  # noqa: E402
-from numerics import emulate, ops  # noqa: E402
+from models.resnet import ResNet18  # noqa: E402 (after the --help parse above)
+from numerics import emulate, ops  # noqa: E402 (after the --help parse above)
 
 # (emulated, native) pairs whose agreement on a backend says the emulation reproduces it there,
 # for both implementations, and each fast implementation against its reference.
@@ -140,7 +141,7 @@ def run_setting(setting, fn, *args, what='products'):
     with jax.default_matmul_precision(precision):
       out = jax.jit(lambda *a: fn(*a, fmt, impl))(*args)
       return jax.tree.map(np.asarray, jax.block_until_ready(out))
-  except Exception as e:  # pylint: disable=broad-except  (e.g. a preset the backend lacks)
+  except Exception as e:  # e.g. a preset the backend lacks
     print(f'  {setting}: unsupported here ({str(e).splitlines()[0][:100]})', file=sys.stderr)
     return None
 
@@ -162,9 +163,16 @@ def kaiming(rng, shape, fan):
   return (rng.standard_normal(shape) * np.sqrt(2.0 / fan)).astype(np.float32)
 
 
+def dense(a, b, fmt, impl):
+  return ops.dense(a, b, fmt=fmt, emulate_impl=impl)
+
+
+def conv(a, b, fmt, impl, stride, pad):
+  return ops.conv2d(a, b, stride, [(pad, pad)] * 2, fmt=fmt, emulate_impl=impl)
+
+
 def product_cases(args, rng):
   """[(kind, name, K, fn(x, w, fmt, impl), x, w, float64 reference)] for every product."""
-  dense = lambda a, b, fmt, impl: ops.dense(a, b, fmt=fmt, emulate_impl=impl)
   cases = []
   for k in MATMUL_K:
     x, w = rng.standard_normal((args.rows, k)).astype(np.float32), kaiming(rng, (k, args.cols), k)
@@ -176,9 +184,7 @@ def product_cases(args, rng):
       rng.standard_normal(shape).astype(np.float32) if name == 'conv1' else activations(rng, shape)
     )
     w, pad = kaiming(rng, (kk, kk, cin, cout), kk * kk * cout), kk // 2
-    fn = lambda a, b, fmt, impl, st=stride, p=pad: ops.conv2d(
-      a, b, st, [(p, p)] * 2, fmt=fmt, emulate_impl=impl
-    )
+    fn = functools.partial(conv, stride=stride, pad=pad)
     cases.append(('layer', name, kk * kk * cin, fn, x, w, conv_ref(x, w, stride, pad)))
   x, w = activations(rng, (args.rows, 512)), kaiming(rng, (512, args.classes), 512)
   cases.append(('layer', 'fc', 512, dense, x, w, x.astype(np.float64) @ w.astype(np.float64)))
@@ -192,7 +198,10 @@ def measure_products(settings, args, rng):
   """
   cases = product_cases(args, rng)
   fns = [c[3] for c in cases]
-  both = lambda xs, ws, fmt, impl: [f(x, w, fmt, impl) for f, x, w in zip(fns, xs, ws)]
+
+  def both(xs, ws, fmt, impl):
+    return [f(x, w, fmt, impl) for f, x, w in zip(fns, xs, ws, strict=True)]
+
   xs, ws = [c[4] for c in cases], [c[5] for c in cases]
   outs = {s: run_setting(s, both, xs, ws) for s in settings}
   matmul, layers = {s: {} for s in settings}, []
@@ -234,21 +243,30 @@ def model_parts(args, fmt, dtype=jnp.float32, rng=None, impl='reference'):
 
   Abstract state (nnx.eval_shape: no compute) unless `rng` is given: then numpy_init's values.
   """
-  make = lambda: ResNet18(
-    args.model_classes,
-    width=args.model_width,
-    stem='small',
-    dtype=dtype,
-    param_dtype=dtype,
-    conv_format=fmt,
-    dense_format=fmt,
-    emulate_impl=impl,
-    rngs=nnx.Rngs(args.seed),
-  )
+
+  def make():
+    return ResNet18(
+      args.model_classes,
+      width=args.model_width,
+      stem='small',
+      dtype=dtype,
+      param_dtype=dtype,
+      conv_format=fmt,
+      dense_format=fmt,
+      emulate_impl=impl,
+      rngs=nnx.Rngs(args.seed),
+    )
+
   graphdef, params, rest = nnx.split(nnx.eval_shape(make), nnx.Param, ...)
   if rng is not None:
     params, rest = numpy_init(params, rng), numpy_init(rest, rng)
   return graphdef, params, rest
+
+
+def model_step(graphdef, params, rest, x, y, fmt, impl):
+  """loss_and_grads in run_setting's form (fmt and impl are the model's own: graphdef's)."""
+  del fmt, impl
+  return loss_and_grads(graphdef, params, rest, x, y)
 
 
 def loss_and_grads(graphdef, params, rest, x, y):
@@ -278,7 +296,10 @@ def measure_model(settings, args, rng):
   progress('model: float64 reference')
   with jax.enable_x64(True):
     graphdef64, _, _ = model_parts(args, 'native', jnp.float64)
-    cast = lambda t: jax.device_put(jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), t), cpu)
+
+    def cast(tree):
+      return jax.device_put(jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), tree), cpu)
+
     ref = jax.jit(lambda *a: loss_and_grads(graphdef64, *a))(
       cast(params32),
       cast(rest32),
@@ -289,7 +310,7 @@ def measure_model(settings, args, rng):
   errs, outs = {}, {}
   for s in settings:
     graphdef, _, _ = model_parts(args, SETTINGS[s][1], impl=SETTINGS[s][2])
-    fn = lambda p, r, a, b, fmt, impl, g=graphdef: loss_and_grads(g, p, r, a, b)
+    fn = functools.partial(model_step, graphdef)
     out = run_setting(s, fn, params32, rest32, x, y, what='model')
     outs[s] = out
     errs[s] = (
@@ -307,7 +328,7 @@ def pair_diffs(outs, model_outs, settings, names):
   for a, b in PAIRS:
     if a not in settings or b not in settings or not outs[a] or not outs[b]:
       continue
-    diffs = [(rel_err(p, q), n) for p, q, n in zip(outs[a], outs[b], names)]
+    diffs = [(rel_err(p, q), n) for p, q, n in zip(outs[a], outs[b], names, strict=True)]
     mm = [d for d, n in diffs if n.startswith('K=')]
     layer = max((d, n) for d, n in diffs if not n.startswith('K='))
     row = {
@@ -330,7 +351,6 @@ def fmt(v):
 
 def markdown(result):
   """The Markdown report: products by reduction length, layers, model, pairs."""
-  from analysis.figures import style  # pylint: disable=import-outside-toplevel
   from analysis.words import tables
 
   settings, info = result['settings'], result['info']
@@ -381,10 +401,9 @@ def markdown(result):
 
 def figure(result, out_dir):
   """Error vs reduction length per setting: matmuls and layers, log-log."""
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  import matplotlib.pyplot as plt
 
-  from analysis.figures import style  # pylint: disable=import-outside-toplevel
-  from analysis.words import tables
+  from analysis.figures import style
 
   style.apply()
   colors = style.arm_colors(result['settings'])
@@ -410,7 +429,7 @@ def figure(result, out_dir):
       ms=2.5,
       color=colors[s],
     )
-  for ax, title in zip(axes, ('matmul (random normal)', 'ResNet-18 conv/fc shapes')):
+  for ax, title in zip(axes, ('matmul (random normal)', 'ResNet-18 conv/fc shapes'), strict=True):
     ax.set(xscale='log', yscale='log', xlabel='reduction length K', title=title)
   axes[0].set_ylabel('relative L2 error vs float64')
   handles, labels = axes[0].get_legend_handles_labels()  # below the axes: it covers no line

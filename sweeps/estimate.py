@@ -15,6 +15,7 @@ What each part includes and what is left out: docs/operations.md ("Sweeps and st
 
 import collections
 import concurrent.futures
+import functools
 import hashlib
 import json
 import os
@@ -24,6 +25,10 @@ import tempfile
 import threading
 import time
 
+# JAX, the trainer and the configs are imported inside the functions that use them: the sweep
+# imports this module to start the measuring processes (measure_group), which needs none of them,
+# and `python -m sweeps.estimate --help` is answered before they load.
+
 PREFIX = 'estimate-result: '  # a result line; progress lines start with PROGRESS
 PROGRESS = 'estimate: '
 PARTS = ('start-up', 'compilation', 'steps', 'evaluation', 'checkpoints')
@@ -31,7 +36,7 @@ PARTS = ('start-up', 'compilation', 'steps', 'evaluation', 'checkpoints')
 
 def _timed(fn):
   """(seconds, result) of fn(), waiting for the devices."""
-  import jax  # pylint: disable=import-outside-toplevel
+  import jax
 
   start = time.perf_counter()
   out = jax.block_until_ready(fn())
@@ -42,9 +47,9 @@ def _phase(ctx, state, phase, timed_steps, programs=None, say=print):
   """(state, {name, steps, step_s, compile_s, cached_compile_s, program}) of one training phase;
   `programs` ({HLO fingerprint: measurement}) shares the measurement of a step this process has
   measured already that lowers to the same program (nothing is then compiled or run)."""
-  import jax  # pylint: disable=import-outside-toplevel
+  import jax
 
-  from trainer import run  # pylint: disable=import-outside-toplevel
+  from trainer import run
 
   state, step_fn = run.enter_phase(ctx, state, phase, phase.start)
   count = min(timed_steps + 1, phase.stop - phase.start)
@@ -81,10 +86,10 @@ def _phase(ctx, state, phase, timed_steps, programs=None, say=print):
 
 def _evaluation(ctx, state):
   """{evaluation_s, evaluation_compile_s, evaluation_cached_compile_s}."""
-  import jax  # pylint: disable=import-outside-toplevel
+  import jax
 
-  from input_pipeline import batching  # pylint: disable=import-outside-toplevel
-  from trainer import run, steps  # pylint: disable=import-outside-toplevel
+  from input_pipeline import batching
+  from trainer import run, steps
 
   eval_fn = run.eval_step(ctx, state)
   first, _ = _timed(lambda: run.evaluate(ctx, eval_fn, state))
@@ -107,7 +112,7 @@ def _evaluation(ctx, state):
 
 def _checkpoint_s(state):
   """Seconds to digest and write one checkpoint of `state`, waited for (in a temporary folder)."""
-  from trainer import checkpointing, loop  # pylint: disable=import-outside-toplevel
+  from trainer import checkpointing, loop
 
   with tempfile.TemporaryDirectory() as folder:
     mngr = checkpointing.manager(folder, 1)
@@ -128,7 +133,7 @@ def measure(config, timed_steps, launched):
 def _measure(config, timed_steps, launched, programs=None, say=print, ctx=None):
   """(measure's dict, the run context): `programs` and `ctx` (a run context whose dataset to
   reuse) shared with the arms this process measured before (measure_all)."""
-  from trainer import run  # pylint: disable=import-outside-toplevel
+  from trainer import run
 
   say('loading the data, initialising the model')
   ctx = run.build(config, ctx.dataset if ctx is not None else None)
@@ -155,13 +160,18 @@ def _measure(config, timed_steps, launched, programs=None, say=print, ctx=None):
   }, ctx
 
 
+def say_progress(slug, what):
+  """One progress line of arm `slug` on stdout (measure_group reads them as they come)."""
+  print(f'{PROGRESS}{slug}: {what}', flush=True)
+
+
 def measure_all(arms, timed_steps, launched):
   """[(slug, measurement)] of several arms ([(slug, resolved config)], one set of XLA flags)
   measured in this process: the start-up is the first arm's (a run pays it once, whatever the
   arm), the data is loaded once per data config, each training program is measured once."""
   out, programs, contexts = [], {}, {}
   for slug, config in arms:
-    say = lambda what, slug=slug: print(f'{PROGRESS}{slug}: {what}', flush=True)
+    say = functools.partial(say_progress, slug)
     data = json.dumps(config.data.to_dict(), sort_keys=True, default=str)
     begin = time.time()
     measured, contexts[data] = _measure(
@@ -285,7 +295,7 @@ def measure_group(arms, env, repo, timed_steps, say=print):
   finally:
     os.unlink(f.name)
   if code or len(found) != len(arms):
-    last = [l for l in lines if l.strip()]
+    last = [line for line in lines if line.strip()]
     raise ValueError(last[-1] if last else f'exit code {code}')
   return found
 
@@ -294,7 +304,7 @@ def xla_key(run):
   """The XLA flags a run's process needs (arms needing others cannot share a process)."""
   if run.config is None:
     return ()
-  from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
+  from numerics import setup as numerics_setup
 
   return tuple(numerics_setup.xla_flags(run.config))
 
@@ -383,7 +393,7 @@ def main(argv=None):
       "module's doc says what they measure); one `estimate-result: {json}` line per arm."
     )
     return 0
-  from configs import loader  # pylint: disable=import-outside-toplevel
+  from configs import loader
 
   spec, overrides, rest = loader.split_argv(argv)
   try:
@@ -394,8 +404,8 @@ def main(argv=None):
     else:
       arms = [('arm', (spec, overrides))]
     loaded = [(slug, loader.load(*flags)) for slug, flags in arms]
-    from configs import validation  # pylint: disable=import-outside-toplevel
-    from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
+    from configs import validation
+    from numerics import setup as numerics_setup
 
     configs = [(slug, validation.resolve(config)) for slug, config in loaded]
     for _, config in configs:

@@ -81,9 +81,9 @@ def analyse_roots(
   """The analysis of the runs under `root` and the `more` roots: print the report, write it, the
   attribution and figures/ into root (analysis.analyse). The declaration is the roots' study.json,
   else the config's get_study()."""
-  from analysis import analyse  # pylint: disable=import-outside-toplevel
-  from analysis.inputs import results, run_predictions  # pylint: disable=import-outside-toplevel
-  from analysis.numbers import answer  # pylint: disable=import-outside-toplevel
+  from analysis import analyse
+  from analysis.inputs import results, run_predictions
+  from analysis.numbers import answer
 
   roots = [root, *more]
   frame, hist, declared = results.load_study(roots, config=config)

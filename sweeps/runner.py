@@ -56,7 +56,7 @@ def tail(path, size=8192):
 
 def last_line(path):
   """The last non-empty line of a log file ('' if none)."""
-  lines = [l.strip() for l in tail(path).splitlines() if l.strip()]
+  lines = [line.strip() for line in tail(path).splitlines() if line.strip()]
   return lines[-1] if lines else ''
 
 

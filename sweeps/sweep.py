@@ -38,7 +38,8 @@ from sweeps import scripts, tpu_chips
 
 
 # config: get_config(arg) with the run's overrides, resolved (configs/validation.py); as
-# written when it does not resolve, `problem` then saying why in one line (None: runs built by hand).
+# written when it does not resolve, `problem` then saying why in one line (None: runs built by
+# hand).
 Run = collections.namedtuple(
   'Run', 'arm slug seed overrides workdir config problem', defaults=(None, '')
 )
@@ -57,8 +58,8 @@ def slug_value(value):
 
 
 def arm_slug(arm, leaves):
-  """'profile-tpu-default_compute_dtype-bfloat16': fields in the arm's order, from the arm alone (stable
-  when arms are added or removed); 'default' for an arm without overrides."""
+  """'profile-tpu-default_compute_dtype-bfloat16': fields in the arm's order, from the arm alone
+  (stable when arms are added or removed); 'default' for an arm without overrides."""
   parts = [f'{short_name(k, leaves)}-{slug_value(v)}' for k, v in arm.items()]
   return '_'.join(parts) or 'default'
 
@@ -107,7 +108,7 @@ def expand(spec, root):
 
 def resolved(config):
   """(the resolved config, '') or (config as written, the one-line reason it does not resolve)."""
-  from configs import validation  # pylint: disable=import-outside-toplevel
+  from configs import validation
 
   try:
     return validation.resolve(config), ''
@@ -122,7 +123,7 @@ def saved_state(run):
   resume uses): then a completed one is skipped and an unfinished one relaunched, and train.py
   resumes it. Any other saved run is a conflict, named with its differing fields.
   """
-  from sweeps import claims  # pylint: disable=import-outside-toplevel
+  from sweeps import claims
 
   saved, error = claims.saved_results(run.workdir)  # none in a bucket: see there
   if error:
@@ -318,7 +319,7 @@ def list_pending(todo, path, arg, emitted):
 
 def runs_exist(root):
   """Does the (local) root hold any run (a folder with checkpoints/)?"""
-  from analysis.inputs import results  # pylint: disable=import-outside-toplevel
+  from analysis.inputs import results
 
   return os.path.isdir(root) and bool(results.find_runs(root))
 
@@ -326,7 +327,8 @@ def runs_exist(root):
 def study_declaration(spec, root):
   """(declaration to write into the root or None, problem or None): a config's get_study() is
   written before the first run; once runs exist, a changed one is refused. A bucket root is not
-  read here (its runs are made on other hosts): its declaration is written beside the command list."""
+  read here (its runs are made on other hosts): its declaration is written beside the command
+  list."""
   declared = declaration.from_config(spec)
   path = os.path.join(root, declaration.STUDY_FILE)
   if not declared or '://' in root or not os.path.exists(path):
@@ -345,7 +347,7 @@ def plan(args):
   (see checks.check and study_declaration), files its (command list, SLURM script), declared the
   study declaration to write (None: none, or already there); raises ValueError on a bad sweep
   declaration or flags."""
-  from sweeps import checks  # pylint: disable=import-outside-toplevel
+  from sweeps import checks
 
   remote = '://' in args.root
   root = args.root if remote else os.path.abspath(args.root)
@@ -357,13 +359,13 @@ def plan(args):
   runs, path, arg = expand(args.config, root)
   files = output_files(args, root)
   scripts.check_commands(runs, path, arg, root, files)
-  from sweeps import runner  # pylint: disable=import-outside-toplevel
+  from sweeps import runner
 
   gpus = parse_gpus(args.gpus)  # a run's environment: one GPU each under --gpus (runner.py)
   errors, warnings, states = checks.check(
     runs,
     root,
-    list(zip(('--emit-commands', '--emit-slurm'), files)),
+    list(zip(('--emit-commands', '--emit-slurm'), files, strict=True)),
     saved_state,
     runner.child_env(root, scripts.REPO, gpus[0] if gpus else None),
   )
@@ -404,8 +406,8 @@ def main(argv=None):
     if not 0 < args.heartbeat < float('inf'):  # NaN fails too: it would never print
       raise ValueError(f'--heartbeat={args.heartbeat}: give a positive number of seconds')
     runs, path, arg, root, files, states, errors, declared = plan(args)
-    from input_pipeline import base  # pylint: disable=import-outside-toplevel
-    from sweeps import checks, runner  # pylint: disable=import-outside-toplevel
+    from input_pipeline import base
+    from sweeps import checks, runner
 
     slots, capped = checks.parallel_slots(
       args.parallel, runs, gpus, base.host_memory(), os.cpu_count() or 1
@@ -432,7 +434,7 @@ def main(argv=None):
     print('estimate: nothing to run, nothing to price')
     return 0
   if args.estimate and args.estimate_tpu:  # priced from the TPU programs compiled here
-    from sweeps import tpu_estimate  # pylint: disable=import-outside-toplevel
+    from sweeps import tpu_estimate
 
     return tpu_estimate.price_arms(
       [r for r, _ in todo],
@@ -442,7 +444,7 @@ def main(argv=None):
       slots,
     )
   if args.estimate:  # priced: the runs still to run
-    from sweeps import estimate  # pylint: disable=import-outside-toplevel
+    from sweeps import estimate
 
     envs = runner.slot_envs(scripts.REPO if '://' in root else root, scripts.REPO, gpus, slots)
     return estimate.measure_arms(
@@ -459,7 +461,7 @@ def main(argv=None):
 
 def launch(todo, path, arg, root, slots, gpus, total, heartbeat):
   """Run the `todo` runs; print the outcome; returns main's exit code."""
-  from sweeps import runner  # pylint: disable=import-outside-toplevel
+  from sweeps import runner
 
   progress = runner.Progress(total, total - len(todo), slots)
   print('each run logs to <its workdir>/train.log (tail -f one to watch it)')
