@@ -81,8 +81,10 @@ import jax.numpy as jnp  # noqa: E402 (after the --help parse above)
 import numpy as np  # noqa: E402 (after the --help parse above)
 from flax import nnx  # noqa: E402 (after the --help parse above)
 
+from experiments import numerics_probe_products as products  # noqa: E402 (after the --help parse above)
+from experiments import numerics_probe_report as probe_report  # noqa: E402 (after the --help parse above)
 from models.resnet import ResNet18  # noqa: E402 (after the --help parse above)
-from numerics import emulate, ops  # noqa: E402 (after the --help parse above)
+from numerics import emulate  # noqa: E402 (after the --help parse above)
 
 # (emulated, native) pairs whose agreement on a backend says the emulation reproduces it there,
 # for both implementations, and each fast implementation against its reference.
@@ -100,20 +102,6 @@ PAIRS = tuple(
   if f'{impl}:{m}' in SETTINGS
 ) + tuple((f'fast:{m}', f'emu:{m}') for m in emulate.FAST_FORMATS)
 MATMUL_K = (64, 128, 147, 256, 512, 576, 1152, 2304, 4608)
-# ResNet-18's distinct convolutions: (name, kernel, in, out, stride).
-CONVS = (
-  ('conv1', 7, 3, 64, 2),
-  ('layer1', 3, 64, 64, 1),
-  ('layer2.0.conv1', 3, 64, 128, 2),
-  ('layer2', 3, 128, 128, 1),
-  ('layer2.ds', 1, 64, 128, 2),
-  ('layer3.0.conv1', 3, 128, 256, 2),
-  ('layer3', 3, 256, 256, 1),
-  ('layer3.ds', 1, 128, 256, 2),
-  ('layer4.0.conv1', 3, 256, 512, 2),
-  ('layer4', 3, 512, 512, 1),
-  ('layer4.ds', 1, 256, 512, 2),
-)
 
 
 def rel_err(y, ref):
@@ -146,57 +134,12 @@ def run_setting(setting, fn, *args, what='products'):
     return None
 
 
-def conv_ref(x, k, stride, pad):
-  """NHWC x HWIO convolution in float64 numpy (im2col)."""
-  x = np.pad(np.asarray(x, np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
-  kh = k.shape[0]
-  win = np.lib.stride_tricks.sliding_window_view(x, (kh, kh), axis=(1, 2))[:, ::stride, ::stride]
-  return np.einsum('nhwcij,ijco->nhwo', win, np.asarray(k, np.float64), optimize=True)
-
-
-def activations(rng, shape):
-  """Post-ReLU-like inputs (non-negative, half zeros), float32."""
-  return np.maximum(rng.standard_normal(shape), 0).astype(np.float32)
-
-
-def kaiming(rng, shape, fan):
-  return (rng.standard_normal(shape) * np.sqrt(2.0 / fan)).astype(np.float32)
-
-
-def dense(a, b, fmt, impl):
-  return ops.dense(a, b, fmt=fmt, emulate_impl=impl)
-
-
-def conv(a, b, fmt, impl, stride, pad):
-  return ops.conv2d(a, b, stride, [(pad, pad)] * 2, fmt=fmt, emulate_impl=impl)
-
-
-def product_cases(args, rng):
-  """[(kind, name, K, fn(x, w, fmt, impl), x, w, float64 reference)] for every product."""
-  cases = []
-  for k in MATMUL_K:
-    x, w = rng.standard_normal((args.rows, k)).astype(np.float32), kaiming(rng, (k, args.cols), k)
-    cases.append(('matmul', f'K={k}', k, dense, x, w, x.astype(np.float64) @ w.astype(np.float64)))
-  for name, kk, cin, cout, stride in CONVS:
-    size = args.conv_spatial * stride  # input size; the output is conv_spatial, K does not care
-    shape = (args.conv_batch, size, size, cin)
-    x = (
-      rng.standard_normal(shape).astype(np.float32) if name == 'conv1' else activations(rng, shape)
-    )
-    w, pad = kaiming(rng, (kk, kk, cin, cout), kk * kk * cout), kk // 2
-    fn = functools.partial(conv, stride=stride, pad=pad)
-    cases.append(('layer', name, kk * kk * cin, fn, x, w, conv_ref(x, w, stride, pad)))
-  x, w = activations(rng, (args.rows, 512)), kaiming(rng, (512, args.classes), 512)
-  cases.append(('layer', 'fc', 512, dense, x, w, x.astype(np.float64) @ w.astype(np.float64)))
-  return cases
-
-
 def measure_products(settings, args, rng):
   """({setting: {K: err}} for matmuls, [{name, K, setting: err}] for layers, {setting: outputs}).
 
   All products of one setting are compiled as one program (one compile per setting).
   """
-  cases = product_cases(args, rng)
+  cases = products.product_cases(args, rng, MATMUL_K)
   fns = [c[3] for c in cases]
 
   def both(xs, ws, fmt, impl):
@@ -345,60 +288,6 @@ def pair_diffs(outs, model_outs, settings, names):
   return rows
 
 
-def fmt(v):
-  return 'n/a' if v is None else ('0' if v == 0 else f'{v:.2e}')
-
-
-def markdown(result):
-  """The Markdown report: products by reduction length, layers, model, pairs."""
-  from analysis.words import tables
-
-  settings, info = result['settings'], result['info']
-  lines = [
-    f'## Numerics on {info["platform"]} ({info["device_kind"]}), jax {info["jax"]}\n',
-    'Relative L2 error against float64.\n',
-    '### Matmuls [rows, K] @ [K, cols]\n',
-  ]
-  lines.append(
-    tables.markdown(
-      [
-        {'setting': s, **{f'K={k}': fmt(result['matmul'][s][k]) for k in MATMUL_K}}
-        for s in settings
-      ]
-    )
-  )
-  lines.append('\n### ResNet-18 layers (K = reduction length)\n')
-  lines.append(
-    tables.markdown(
-      [
-        {'layer': r['name'], 'K': str(r['K']), **{s: fmt(r[s]) for s in settings}}
-        for r in result['layers']
-      ]
-    )
-  )
-  if result['model']:
-    lines.append('\n### Small ResNet-18, one training-mode step\n')
-    lines.append(
-      tables.markdown(
-        [
-          {
-            'setting': s,
-            'logits': fmt((e or {}).get('logits')),
-            'grads': fmt((e or {}).get('grads')),
-          }
-          for s, e in result['model'].items()
-        ]
-      )
-    )
-  lines.append('\n### Emulated vs native (relative L2 difference; products: worst case)\n')
-  lines.append(
-    tables.markdown(
-      [{k: (v if isinstance(v, str) else fmt(v)) for k, v in r.items()} for r in result['pairs']]
-    )
-  )
-  return '\n'.join(lines)
-
-
 def figure(result, out_dir):
   """Error vs reduction length per setting: matmuls and layers, log-log."""
   import matplotlib.pyplot as plt
@@ -474,7 +363,7 @@ def main(argv=None):
   }
   info['seconds'] = round(time.time() - start, 1)
   os.makedirs(args.out, exist_ok=True)
-  report = markdown(result)
+  report = probe_report.markdown(result, MATMUL_K)
   print(report)
   with open(os.path.join(args.out, 'numerics.md'), 'w') as f:
     f.write(report)

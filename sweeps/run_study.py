@@ -17,7 +17,7 @@ import time
 
 from analysis import cli
 from runrecord import record
-from sweeps import sweep
+from sweeps import sweep, sweep_args
 from trainer import writers
 
 # The analysis (pandas, statsmodels, matplotlib) is imported where it runs: --help and a bad flag
@@ -30,7 +30,7 @@ def parse_args(argv):
     description='A whole study in one command: the sweep, then its analysis (the '
     'report, the attribution, the figures).',
   )
-  sweep.add_run_args(
+  sweep_args.add_run_args(
     p, 'configs/digits.py:study', 'local folder for the runs, the report and figures/'
   )
   p.add_argument(
