@@ -42,6 +42,9 @@ import time
 
 from benchmarks import common
 
+# JAX, the trainer and the configs are imported inside the functions that use them: --help and a
+# bad flag are answered before any of them loads.
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The study's step time, and a slower one standing for a CelebA step on an accelerator (about
