@@ -9,7 +9,7 @@ Every command is an existing tool's own command line (the benchmarks, pytest, sw
 from the repository root; the study's records are exported to CSV in this process
 (analysis.export) so that the folder brought back holds them without the training states. At the
 toy size the sweeps are dry runs (checked and planned, not trained): the headlines of trained
-runs are tested on planted records (tests/test_gpu_evidence.py).
+runs are tested on planted records (tests/e2e/test_gpu_evidence.py).
 Reference: docs/performance.md "The benchmark scripts".
 """
 
