@@ -20,13 +20,15 @@ address-space limit of --max-memory-gb (a tool that needs more fails with Memory
 taking the machine down). What is timed, after the imports: stats = csv_input.read_csv (the
 columns the analysis uses, checked) + answer.study_analysis (every pair compared: no
 declaration) + the Markdown report, what `python -m analysis.analyse --csv` computes; attribution =
-read_csv + attribution.factor_attribution (effects, gap decomposition; no files). Peak memory = the subprocess's
-peak resident set (getrusage ru_maxrss: the 'Maximum resident set size' of /usr/bin/time -v), the
-interpreter and its imports included (their share is the 'after imports' column).
+read_csv + attribution.factor_attribution (effects, gap decomposition; no files). Peak memory =
+the subprocess's peak resident set (getrusage ru_maxrss: the 'Maximum resident set size' of
+/usr/bin/time -v), the interpreter and its imports included (their share is the 'after imports'
+column).
 Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse
+import importlib
 import json
 import os
 import platform as platform_lib
@@ -105,10 +107,10 @@ def parse_args(argv):
 if __name__ == '__main__':  # --help and a bad flag before the imports below load pandas
   parse_args(sys.argv[1:])
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import numpy as np  # noqa: E402 (after the --help parse above)
+import pandas as pd  # noqa: E402 (after the --help parse above)
 
-from runrecord import record  # noqa: E402
+from runrecord import record  # noqa: E402 (after the --help parse above)
 
 
 def runs_table(seeds, rng=0, seed_sd=SEED_SD):
@@ -156,11 +158,20 @@ def export_table(seeds, rng=0, seed_sd=SEED_SD, template=TEMPLATE):
   return table[source.columns]
 
 
+# What run_tool imports (measure loads them before it starts the clock).
+RUN_TOOL_MODULES = (
+  'analysis.inputs.csv_input',
+  'analysis.numbers.answer',
+  'analysis.numbers.attribution',
+  'analysis.words.report',
+)
+
+
 def run_tool(tool, path):
   """Run `tool` on the CSV at `path` (export_table's format) as its command line would; returns
   the method it names."""
-  from analysis.inputs import csv_input  # pylint: disable=import-outside-toplevel
-  from analysis.numbers import answer, attribution  # pylint: disable=import-outside-toplevel
+  from analysis.inputs import csv_input
+  from analysis.numbers import answer, attribution
   from analysis.words import report
 
   frame = csv_input.read_csv(path, record.DEFAULT_METRIC, 'seed', FACTORS)
@@ -179,9 +190,9 @@ def run_tool(tool, path):
 def measure(tool, path, mixed_max_rows=None):
   """The child: one JSON line with seconds, peak RSS and the method the tool reports; every module
   run_tool imports is imported here, before the clock starts."""
-  from analysis.inputs import csv_input  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-  from analysis.numbers import answer, attribution, effects  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-  from analysis.words import report
+  for module in RUN_TOOL_MODULES:
+    importlib.import_module(module)
+  from analysis.numbers import effects
 
   if mixed_max_rows:  # measure MixedLM beyond the size where the attribution stops fitting it
     effects.MIXED_MAX_ROWS = mixed_max_rows
@@ -205,7 +216,10 @@ def child(tool, path, max_gb, timeout, mixed_max_rows=None):
   hard = resource.getrlimit(resource.RLIMIT_AS)[1]
   limit = int(max_gb * 1024**3)
   limit = limit if hard == resource.RLIM_INFINITY else min(hard, limit)
-  cap = lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+  def cap():
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
   cmd = [sys.executable, '-m', 'benchmarks.bench_analysis', '--measure', tool, '--csv', path]
   cmd += ['--mixed-max-rows', str(mixed_max_rows)] if mixed_max_rows else []
   env = {**os.environ, 'PYTHONPATH': ROOT}
@@ -232,8 +246,8 @@ def child(tool, path, max_gb, timeout, mixed_max_rows=None):
 
 def versions():
   """The analysis stack's versions, the host, the date and the load (one line for the record)."""
-  import scipy  # pylint: disable=import-outside-toplevel
-  import statsmodels  # pylint: disable=import-outside-toplevel
+  import scipy
+  import statsmodels
 
   return (
     f'python {platform_lib.python_version()}, numpy {np.__version__}, pandas '

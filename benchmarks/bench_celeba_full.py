@@ -61,10 +61,10 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load numpy and JAX
   make_parser().parse_args()
 
-import numpy as np
+import numpy as np  # noqa: E402 (after the --help parse above)
 
-from configs import celeba as celeba_config
-from input_pipeline import batching, celeba, celeba_files, celeba_fixture, celeba_tfds
+from configs import celeba as celeba_config  # noqa: E402 (after the --help parse above)
+from input_pipeline import batching, celeba, celeba_files, celeba_fixture, celeba_tfds  # noqa: E402 (after the --help parse above)
 
 MIB = 2**20
 
@@ -76,7 +76,10 @@ def status_mib():
     for line in f:
       key, _, value = line.partition(':')
       fields[key] = value
-  kib = lambda key: int(fields[key].split()[0]) / 1024 if key in fields else float('nan')
+
+  def kib(key):
+    return int(fields[key].split()[0]) / 1024 if key in fields else float('nan')
+
   return {'rss': kib('VmRSS'), 'anon': kib('RssAnon'), 'file': kib('RssFile')}
 
 

@@ -31,15 +31,10 @@ Reference: docs/performance.md "The benchmark scripts".
 import argparse
 import collections
 import math
-import os
 import statistics
-import sys
 import time
 
-if __package__ in (None, ''):  # run as a file: make the repository importable
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import common  # noqa: E402  (standard library only)
+from benchmarks import common
 
 
 def make_parser():
@@ -69,13 +64,13 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   make_parser().parse_args()
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax  # noqa: E402 (after the --help parse above)
+import jax.numpy as jnp  # noqa: E402 (after the --help parse above)
+import numpy as np  # noqa: E402 (after the --help parse above)
 
-from benchmarks.bench_step import resnet18_convs  # noqa: E402
-from benchmarks.common import command_line, environment  # noqa: E402
-from numerics import ops  # noqa: E402
+from benchmarks.bench_step import resnet18_convs  # noqa: E402 (after the --help parse above)
+from benchmarks.common import command_line, environment  # noqa: E402 (after the --help parse above)
+from numerics import ops  # noqa: E402 (after the --help parse above)
 
 IMPLS = ('xla', 'im2col')
 

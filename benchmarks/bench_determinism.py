@@ -36,14 +36,10 @@ import collections
 import os
 import re
 import statistics
-import sys
 import tempfile
 import time
 
-if __package__ in (None, ''):  # run as a file: make the repository importable
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import common, step_args  # noqa: E402
+from benchmarks import common, step_args
 
 OPTION = 'xla_gpu_deterministic_ops'
 VARIANTS = {'deterministic': {OPTION: True}, 'nondeterministic': {OPTION: False}}
@@ -78,10 +74,10 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   step_args.parse_flags(make_parser(), None)
 
-import jax  # noqa: E402
+import jax  # noqa: E402 (after the --help parse above)
 
-from benchmarks import bench_step  # noqa: E402
-from trainer import checkpointing  # noqa: E402
+from benchmarks import bench_step  # noqa: E402 (after the --help parse above)
+from trainer import checkpointing  # noqa: E402 (after the --help parse above)
 
 SCATTER_OR_SORT = re.compile(r'\b(scatter|select-and-scatter|sort)\(')
 

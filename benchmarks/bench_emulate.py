@@ -5,8 +5,8 @@ implementation, images/s and the ratio to the native format's speed.
   python -m benchmarks.bench_emulate --config configs/celeba.py:gpu --batch 256 --formats bf16,tf32
 
 The config is bench_step's (`--config`, its shorthand flags, `--config.*` overrides). For every
-format of `--formats` (default: every emulated format but bf16_noise) the step (bench_step.JaxStep: the run
-context's step, every parameter training) is compiled under
+format of `--formats` (default: every emulated format but bf16_noise) the step (bench_step.JaxStep:
+the run context's step, every parameter training) is compiled under
   native     the platform's own arithmetic for the format, where it has one: the matmul_precision
              level whose native product format it is (numerics.setup.native_formats), or, for bf16
              where no level gives it (GPU, CPU), compute_dtype=bfloat16 (bf16 activations as well)
@@ -23,15 +23,10 @@ Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse
-import os
 import statistics
-import sys
 
-if __package__ in (None, ''):  # run as a file: make the repository importable
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import common, step_args  # noqa: E402
-from numerics import formats as format_names  # noqa: E402  (names only, no JAX)
+from benchmarks import common, step_args
+from numerics import formats as format_names
 
 FORMATS = format_names.FORMATS[1:]  # the emulated ones
 # The default --formats: those without a PRNG key (the model's layers pass none yet).
@@ -52,11 +47,11 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   step_args.parse_flags(make_parser(), None)
 
-from benchmarks import bench_step  # noqa: E402
-from configs import common as config_common  # noqa: E402
-from configs import validation  # noqa: E402
-from numerics import emulate as emulate_lib  # noqa: E402
-from numerics import setup as numerics_setup  # noqa: E402
+from benchmarks import bench_step  # noqa: E402 (after the --help parse above)
+from configs import common as config_common  # noqa: E402 (after the --help parse above)
+from configs import validation  # noqa: E402 (after the --help parse above)
+from numerics import emulate as emulate_lib  # noqa: E402 (after the --help parse above)
+from numerics import setup as numerics_setup  # noqa: E402 (after the --help parse above)
 
 NATIVE = (('numerics.conv_format', 'native'), ('numerics.dense_format', 'native'))
 
@@ -76,17 +71,21 @@ def variants(formats, platform):
   """{format: {'native' | 'reference' | 'fast': overrides}}, None where there is no such variant."""
   out = {}
   for fmt in formats:
-    emulated = lambda impl, f=fmt: (
-      ('numerics.conv_format', f),
-      ('numerics.dense_format', f),
-      ('numerics.emulate_impl', impl),
-    )
     out[fmt] = {
       'native': native_overrides(fmt, platform),
-      'reference': emulated('reference'),
-      'fast': emulated('fast') if fmt in emulate_lib.FAST_FORMATS else None,
+      'reference': emulated_overrides(fmt, 'reference'),
+      'fast': emulated_overrides(fmt, 'fast') if fmt in emulate_lib.FAST_FORMATS else None,
     }
   return out
+
+
+def emulated_overrides(fmt, impl):
+  """The overrides that emulate product format `fmt` in convs and dense layers with `impl`."""
+  return (
+    ('numerics.conv_format', fmt),
+    ('numerics.dense_format', fmt),
+    ('numerics.emulate_impl', impl),
+  )
 
 
 def variant_config(config, overrides):
@@ -118,7 +117,10 @@ def ratio(a, b):
 def table(plan, times, compile_s, batch, platform):
   """(Markdown table, [fast / reference per format])."""
   ips = {o: batch / statistics.median(t) for o, t in times.items()}
-  get = lambda o: None if o is None else ips[o]
+
+  def get(overrides):
+    return None if overrides is None else ips[overrides]
+
   lines = [
     '| format | native setting | native img/s | reference img/s | fast img/s | reference / '
     'native | fast / native | fast / reference | auto here | compile s (ref / fast) |',

@@ -31,16 +31,11 @@ Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse
-import os
 import statistics
-import sys
 import tempfile
 import time
 
-if __package__ in (None, ''):  # run as a file: make the repository importable
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import common, step_args  # noqa: E402
+from benchmarks import common, step_args
 
 CELEBA_TRAIN, CELEBA_TEST = 162_038, 40_561  # the per-identity split (README, CelebA)
 
@@ -69,12 +64,12 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   step_args.parse_flags(make_parser(), None)
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+import jax  # noqa: E402 (after the --help parse above)
+import numpy as np  # noqa: E402 (after the --help parse above)
 
-from benchmarks import bench_step  # noqa: E402
-from input_pipeline import base, batching  # noqa: E402
-from trainer import checkpointing, loop, run  # noqa: E402
+from benchmarks import bench_step  # noqa: E402 (after the --help parse above)
+from input_pipeline import base, batching  # noqa: E402 (after the --help parse above)
+from trainer import checkpointing, loop, run  # noqa: E402 (after the --help parse above)
 
 
 def repeated_image_dataset(config, train_examples, test_examples, num_classes):
@@ -159,12 +154,17 @@ def table(bench, times, args):
   med = {name: statistics.median(t) for name, t in times.items()}
   epoch_s = ctx.per_epoch * med['step']
   eval_batches = batching.num_eval_batches(len(ctx.dataset.test), c.eval_batch_size)
-  share = lambda s: f'{s / epoch_s:.1%}'
-  rng = lambda name, scale, unit: (
-    f'{med[name] * scale:.{2 if scale > 1 else 3}f} {unit} '
-    f'({min(times[name]) * scale:.{2 if scale > 1 else 3}f}-'
-    f'{max(times[name]) * scale:.{2 if scale > 1 else 3}f})'
-  )
+
+  def share(seconds):
+    return f'{seconds / epoch_s:.1%}'
+
+  def rng(name, scale, unit):  # median (min-max) of `name`'s times, in `unit`
+    digits = 2 if scale > 1 else 3
+    return (
+      f'{med[name] * scale:.{digits}f} {unit} '
+      f'({min(times[name]) * scale:.{digits}f}-{max(times[name]) * scale:.{digits}f})'
+    )
+
   overhead = (med['eval'] + med['sync']) / epoch_s
   rows = [
     ('training step', rng('step', 1e3, 'ms'), f'x {ctx.per_epoch} = {epoch_s:.2f} s', '100%'),

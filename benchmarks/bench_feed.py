@@ -29,14 +29,10 @@ import argparse
 import functools
 import os
 import statistics
-import sys
 import tempfile
 import time
 
-if __package__ in (None, ''):  # run as a file: make the repository importable
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import common, step_args  # noqa: E402
+from benchmarks import common, step_args
 
 
 def make_parser():
@@ -58,12 +54,12 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   step_args.parse_flags(make_parser(), None)
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+import jax  # noqa: E402 (after the --help parse above)
+import numpy as np  # noqa: E402 (after the --help parse above)
 
-from benchmarks import bench_step  # noqa: E402
-from input_pipeline import batching  # noqa: E402
-from trainer import run  # noqa: E402
+from benchmarks import bench_step  # noqa: E402 (after the --help parse above)
+from input_pipeline import batching  # noqa: E402 (after the --help parse above)
+from trainer import run  # noqa: E402 (after the --help parse above)
 
 FEEDS = ('synthetic', 'host', 'device')
 
@@ -140,11 +136,15 @@ def table(times, batch):
   return '\n'.join(lines), ratios
 
 
-def main(argv=None):
-  overrides = lambda a: step_args.shorthand_overrides(
-    a, step_args.SHORTHANDS + (('prefetch', 'data.prefetch'),)
+def shorthand_overrides(args):
+  """bench_step's shorthand flags, plus --prefetch (data.prefetch)."""
+  return step_args.shorthand_overrides(
+    args, step_args.SHORTHANDS + (('prefetch', 'data.prefetch'),)
   )
-  args, config = step_args.parse(make_parser(), argv, overrides)
+
+
+def main(argv=None):
+  args, config = step_args.parse(make_parser(), argv, shorthand_overrides)
   print(common.environment())
   print(common.command_line('bench_feed', argv))
   devices = bench_step.selected_devices(args)

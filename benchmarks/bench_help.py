@@ -17,10 +17,7 @@ import subprocess
 import sys
 import time
 
-if __package__ in (None, ''):  # run as a file: make the repository importable
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import common  # noqa: E402
+from benchmarks import common
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ('analysis', 'benchmarks', 'experiments', 'input_pipeline', 'models', 'sweeps')

@@ -1,7 +1,7 @@
 """The stem's max pool, forward + backward: flax's (select_and_scatter) against models/pool.py.
 
-  python -m benchmarks.bench_pool                                  # GPU: the stem at 224^2, batch 256
-  python -m benchmarks.bench_pool --batch 16 --size 56 --dtype float32      # CPU
+  python -m benchmarks.bench_pool                                # GPU: the stem at 224^2, batch 256
+  python -m benchmarks.bench_pool --batch 16 --size 56 --dtype float32    # CPU
 
 The ResNet stem's 3x3/2 pool (padding 1) on an NHWC input of `--batch` x `--size`^2 x
 `--channels` (at 224^2 the pool sees 112^2 x 64): the gradient of sum(pool(x) * g) for a fixed
@@ -16,15 +16,10 @@ Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse
-import os
 import statistics
-import sys
 import time
 
-if __package__ in (None, ''):  # run as a file: make the repository importable
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import common  # noqa: E402  (standard library only)
+from benchmarks import common
 
 
 def make_parser():
@@ -46,13 +41,13 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   make_parser().parse_args()
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from flax import nnx  # noqa: E402
+import jax  # noqa: E402 (after the --help parse above)
+import jax.numpy as jnp  # noqa: E402 (after the --help parse above)
+import numpy as np  # noqa: E402 (after the --help parse above)
+from flax import nnx  # noqa: E402 (after the --help parse above)
 
-from benchmarks import bench_determinism  # noqa: E402
-from models import pool  # noqa: E402
+from benchmarks import bench_determinism  # noqa: E402 (after the --help parse above)
+from models import pool  # noqa: E402 (after the --help parse above)
 
 WINDOW, STRIDES, PADDING = (3, 3), (2, 2), ((1, 1), (1, 1))
 POOLS = {

@@ -14,14 +14,11 @@ import argparse
 import json
 import os
 import resource
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import common  # noqa: E402
-from runrecord import record  # noqa: E402
-from trainer import writers  # noqa: E402
+from benchmarks import common
+from runrecord import record
+from trainer import writers
 
 LINE = {
   'kind': 'train',

@@ -1,9 +1,10 @@
 """One ResNet-18 training step of this project (the run context, trainer/run.py), on synthetic data.
 
-  python -m benchmarks.bench_step                                                  # CPU: 64^2, batch 64
-  python -m benchmarks.bench_step --config configs/celeba.py:gpu --batch 256 --compute-dtype bfloat16
+  python -m benchmarks.bench_step                                            # CPU: 64^2, batch 64
+  python -m benchmarks.bench_step --config configs/celeba.py:gpu --batch 256 \
+      --compute-dtype bfloat16
   python -m benchmarks.bench_step --config configs/celeba.py:gpu --batch 256 --format bf16 \
-      --emulate-impl fast                                                         # an emulated arm
+      --emulate-impl fast                                                   # an emulated arm
 
 The config is loaded as train.py loads it (configs/loader.py, benchmarks/step_args.py):
 `--config FILE[:ARGS]` (default step_args.DEFAULT_CONFIG: the CelebA study's model and numerics at
@@ -29,15 +30,10 @@ Reference: docs/performance.md "The benchmark scripts".
 
 import argparse
 import collections
-import os
 import statistics
-import sys
 import time
 
-if __package__ in (None, ''):  # run as a file: make the repository importable
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import common, step_args  # noqa: E402
+from benchmarks import common, step_args
 
 
 def make_parser():
@@ -51,19 +47,16 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   step_args.parse_flags(make_parser(), None)
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+import jax  # noqa: E402 (after the --help parse above)
+import numpy as np  # noqa: E402 (after the --help parse above)
 
-from configs import validation  # noqa: E402
-from input_pipeline import base  # noqa: E402
-from models import resnet  # noqa: E402
-from numerics import emulate as emulate_lib  # noqa: E402
-from numerics import (
-  ops,  # noqa: E402
-  profiles,  # noqa: E402
-)
-from numerics import setup as numerics_setup  # noqa: E402
-from trainer import platforms, run  # noqa: E402
+from configs import validation  # noqa: E402 (after the --help parse above)
+from input_pipeline import base  # noqa: E402 (after the --help parse above)
+from models import resnet  # noqa: E402 (after the --help parse above)
+from numerics import emulate as emulate_lib  # noqa: E402 (after the --help parse above)
+from numerics import ops, profiles  # noqa: E402 (after the --help parse above)
+from numerics import setup as numerics_setup  # noqa: E402 (after the --help parse above)
+from trainer import platforms, run  # noqa: E402 (after the --help parse above)
 
 # Dense peak TFLOP/s per device by product format ('bf16', 'tf32', 'f32'); matched by substring
 # of jax's device_kind, first match wins: the vendors' data sheets (NVIDIA H100 and H200 Tensor
@@ -131,7 +124,7 @@ def resnet18_convs(image_size, width=1.0, stem='imagenet', in_channels=3):
   else:
     size = add('conv1', size, in_channels, channels[0], 3, 1, 1, input_grad=False)
   previous = channels[0]
-  for index, (c, blocks) in enumerate(zip(channels, resnet.STAGE_BLOCKS)):
+  for index, (c, blocks) in enumerate(zip(channels, resnet.STAGE_BLOCKS, strict=True)):
     for b in range(blocks):
       stride = 2 if (index > 0 and b == 0) else 1
       name = f'layer{index + 1}.{b}'
@@ -189,7 +182,7 @@ def cost_flops(compiled):
   """XLA's flop count of a compiled computation (per call), or None."""
   try:
     cost = compiled.cost_analysis()
-  except Exception:  # noqa: BLE001 - some backends do not implement it
+  except Exception:  # some backends do not implement it
     return None
   if isinstance(cost, (list, tuple)):
     cost = cost[0] if cost else None

@@ -40,10 +40,10 @@ import tempfile
 import threading
 import time
 
-if __package__ in (None, ''):  # run as a file: make the repository importable
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import common
 
-from benchmarks import common  # noqa: E402  (standard library only: --help stays light)
+# JAX, the trainer and the configs are imported inside the functions that use them: --help and a
+# bad flag are answered before any of them loads.
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -159,7 +159,7 @@ class Markers:
 
 def watched(markers):
   """run.watch with its outputs recorded in `markers` (patched into the loop for a trial)."""
-  from trainer import run  # pylint: disable=import-outside-toplevel
+  from trainer import run
 
   original = run.watch
 
@@ -196,8 +196,8 @@ def signal_later(markers, per_epoch, rng, sent):
 
 def trial(config, per_epoch, limit, rng):
   """One signalled run: {'seconds', 'steps_after', 'evaluated_after', 'images_per_s'}."""
-  from runrecord import record  # pylint: disable=import-outside-toplevel
-  from trainer import loop, run, stop  # pylint: disable=import-outside-toplevel
+  from runrecord import record
+  from trainer import loop, run, stop
 
   markers = Markers()
   original, patched = watched(markers)
@@ -225,10 +225,10 @@ def trial(config, per_epoch, limit, rng):
 
 def throughput(config, rounds):
   """{in flight: median over rounds of each whole run's median logged images/s}."""
-  import json  # pylint: disable=import-outside-toplevel
+  import json
 
-  from runrecord import record  # pylint: disable=import-outside-toplevel
-  from trainer import loop, stop  # pylint: disable=import-outside-toplevel
+  from runrecord import record
+  from trainer import loop, stop
 
   shipped, rates = stop.STEPS_IN_FLIGHT, {}
   try:
@@ -249,10 +249,7 @@ def throughput(config, rounds):
 def resolved(spec, epochs=100):
   """The resolved config of `spec` with num_epochs=`epochs` (100: no run ends before its
   signal); one line on a bad spec."""
-  from configs import (
-    loader,  # pylint: disable=import-outside-toplevel
-    validation,  # pylint: disable=import-outside-toplevel
-  )
+  from configs import loader, validation
 
   path, _, rest = spec.partition(':')
   try:
@@ -292,20 +289,20 @@ def header(flights):
 def main(argv=None):
   args = parse_args(argv)
   os.environ.setdefault('JAX_PLATFORMS', 'cpu')
-  from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
-  from trainer import quiet, stop  # pylint: disable=import-outside-toplevel
+  from numerics import setup as numerics_setup
+  from trainer import quiet, stop
 
   quiet.install()
-  from absl import logging  # pylint: disable=import-outside-toplevel
+  from absl import logging
 
   logging.set_verbosity(logging.ERROR)  # the loop's own lines (stop, save) per trial
   configs = [resolved(spec) for spec in args.configs]
   for config in configs:
     numerics_setup.configure(config)  # one process: every config must need the same XLA flags
-  import jax  # pylint: disable=import-outside-toplevel
+  import jax
 
-  from input_pipeline import batching  # pylint: disable=import-outside-toplevel
-  from trainer import run  # pylint: disable=import-outside-toplevel
+  from input_pipeline import batching
+  from trainer import run
 
   jax.config.update('jax_compilation_cache_dir', os.path.join(REPO, '.jax_cache'))
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
@@ -314,7 +311,7 @@ def main(argv=None):
   flights = [in_flight_limit(v, stop.STEPS_IN_FLIGHT) for v in args.in_flight]
   print(header(['none' if f is None else f for f in flights]))
   rng = random.Random(args.seed)
-  for spec, config in zip(args.configs, configs):
+  for spec, config in zip(args.configs, configs, strict=True):
     numerics_setup.configure(config)  # its matmul precision
     per_epoch = batching.steps_per_epoch(len(run.load_dataset(config).train), config.batch_size)
     for load in args.load:

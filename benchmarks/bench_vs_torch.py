@@ -1,4 +1,5 @@
-"""This project's ResNet-18 training step against PyTorch's, same model, batch, resolution, precision.
+"""This project's ResNet-18 training step against PyTorch's: same model, batch, resolution and
+precision.
 
   python -m benchmarks.bench_vs_torch                                   # CPU: 64^2, batch 64, f32
   python -m benchmarks.bench_vs_torch --image-size 224 --batch 256 --precision bf16   # GPU
@@ -31,15 +32,10 @@ Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse
-import os
 import statistics
-import sys
 import time
 
-if __package__ in (None, ''):  # run as a file: make the repository importable
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import common, step_args  # noqa: E402
+from benchmarks import common, step_args
 
 PRECISIONS = {  # --precision -> (JAX compute_dtype, JAX matmul_precision)
   'f32': ('float32', 'highest'),
@@ -74,15 +70,15 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX and torch
   step_args.parse_flags(make_parser(), None)
 
-import numpy as np  # noqa: E402
+import numpy as np  # noqa: E402 (after the --help parse above)
 
-from benchmarks import bench_step  # noqa: E402
+from benchmarks import bench_step  # noqa: E402 (after the --help parse above)
 
 
 def torch_resnet18(num_classes=1000, width=1.0, blocks=(2, 2, 2, 2)):
   """torchvision.models.resnet18's architecture, module names and init, in plain torch.nn (no
   torchvision), so state_dict keys match torchvision's; `blocks` (3, 4, 6, 3) gives ResNet-34."""
-  import torch
+  import torch  # torch, here and below, only once the benchmark runs: --help loads none of it
   from torch import nn
 
   class BasicBlock(nn.Module):
@@ -111,7 +107,7 @@ def torch_resnet18(num_classes=1000, width=1.0, blocks=(2, 2, 2, 2)):
       self.relu = nn.ReLU(inplace=True)
       self.maxpool = nn.MaxPool2d(3, 2, 1)
       layers, prev = [], ch[0]
-      for i, (c, n) in enumerate(zip(ch, blocks)):
+      for i, (c, n) in enumerate(zip(ch, blocks, strict=True)):
         stage = [BasicBlock(prev, c, 1 if i == 0 else 2)]
         stage += [BasicBlock(c, c, 1) for _ in range(n - 1)]
         layers.append(nn.Sequential(*stage))
@@ -250,7 +246,7 @@ def main(argv=None):
   if not args.no_compile:
     try:
       variants['torch.compile'] = TorchStep(args, compiled=True)
-    except Exception as e:  # noqa: BLE001 - report why and go on with eager
+    except Exception as e:  # report why and go on with eager
       notes.append(f'torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}')
   times = common.alternate(
     {name: v.run for name, v in variants.items()}, args.warmup, args.rounds, args.steps

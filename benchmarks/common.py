@@ -12,23 +12,25 @@ import os
 import platform as platform_lib
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import NoReturn
 
 from trainer import gpu_memory
 
 
-def description(doc):
+def description(doc: str) -> str:
   """A command's --help description: its docstring's first paragraph, whole (not its first line,
   which can end mid-sentence)."""
   return ' '.join(doc.split('\n\n')[0].split())
 
 
-def fail(message):
+def fail(message: str) -> NoReturn:
   """One line on stderr, exit code 2: bad input, found before any compute."""
   print(f'error: {message}', file=sys.stderr)
   sys.exit(2)
 
 
-def allocate_gpu_memory_on_demand():
+def allocate_gpu_memory_on_demand() -> None:
   """XLA_PYTHON_CLIENT_PREALLOCATE=false unless a MEMORY_VARIABLES entry is set already: JAX then
   takes GPU memory as it needs it instead of 75 % of the GPU at start, which leaves room for
   another framework in the same process (torch). Call before anything starts JAX's backend; a
@@ -37,7 +39,7 @@ def allocate_gpu_memory_on_demand():
     os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] = 'false'
 
 
-def host():
+def host() -> str:
   """'cpus 2 | 2026-11-25 10:00:00 UTC | load average 1.00 0.90 0.80': the end of a record line."""
   try:
     load = '%.2f %.2f %.2f' % os.getloadavg()
@@ -46,44 +48,57 @@ def host():
   return f'cpus {os.cpu_count()} | {time.strftime("%Y-%m-%d %H:%M:%S %Z")} | load average {load}'
 
 
-def environment():
+def environment() -> str:
   """Device, versions, date, load average and GPU memory settings: one line for the record."""
-  import jax  # pylint: disable=import-outside-toplevel
+  import jax
 
   d = jax.devices()[0]
-  import flax  # pylint: disable=import-outside-toplevel
-  import optax  # pylint: disable=import-outside-toplevel
+  jaxlib_version = getattr(jax.lib, '__version__', '')
+  import flax
+  import optax
 
   return (
     f'device: {d.platform} {getattr(d, "device_kind", "")} x{jax.device_count()} | '
-    f'jax {jax.__version__}, jaxlib {jax.lib.__version__ if hasattr(jax.lib, "__version__") else ""}, '
+    f'jax {jax.__version__}, jaxlib {jaxlib_version}, '
     f'flax {flax.__version__}, optax {optax.__version__}, python '
     f'{platform_lib.python_version()} | {host()} | '
     f'GPU memory: {gpu_memory.memory_settings()}'
   )
 
 
-def command_line(module, argv):
+def command_line(module: str, argv: Sequence[str] | None) -> str:
   """'command: python -m benchmarks.<module> <arguments>': the second line of every record (the
-  first of bench_celeba_full's, which prints the environment line last)."""
+  first of bench_celeba_full's, which prints the environment line last); `argv` None: this
+  process's own arguments (sys.argv[1:])."""
   return f'command: python -m benchmarks.{module} ' + ' '.join(
     sys.argv[1:] if argv is None else argv
   )
 
 
-def alternate(runners, warmup, windows, steps):
-  """{name: [seconds per step of each window]}: runners[name](n) times n steps; after `warmup`
-  untimed steps each, `windows` rounds time `steps` steps of every runner in turn, so a busy or
-  throttling machine slows them all alike."""
+def alternate(
+  runners: Mapping[str, Callable[[int], float]], warmup: int, windows: int, steps: int
+) -> dict[str, list[float]]:
+  """Every runner timed in alternating windows, so a busy or throttling machine slows them all
+  alike.
+
+  Args:
+    runners: {name: run(n)}, where run(n) runs n steps and returns the seconds they took.
+    warmup: untimed steps of each runner first.
+    windows: rounds; each times `steps` steps of every runner in turn.
+    steps: steps per window.
+
+  Returns:
+    {name: [seconds per step of each window]}.
+  """
   for run_steps in runners.values():
     run_steps(warmup)
-  times = {name: [] for name in runners}
+  times: dict[str, list[float]] = {name: [] for name in runners}
   for _ in range(windows):
     for name, run_steps in runners.items():
       times[name].append(run_steps(steps) / steps)
   return times
 
 
-def fmt(value, spec):
+def fmt(value: float | None, spec: str) -> str:
   """format(value, spec), or 'n/a' for None (a quantity not known here)."""
   return 'n/a' if value is None else format(value, spec)

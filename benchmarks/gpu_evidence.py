@@ -29,40 +29,27 @@ Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse
-import contextlib
 import csv
-import importlib
 import json
 import os
-import re
-import signal
-import subprocess
 import sys
 import tarfile
 import time
-import traceback
 
-if __package__ in (None, ''):  # run as a file: make the repository importable
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import common, gpu_plan
+from benchmarks import gpu_evidence_parts as agenda
+from benchmarks import gpu_evidence_steps as steps
+from runrecord import record
 
-from benchmarks import common, gpu_plan  # noqa: E402
-from benchmarks import gpu_evidence_parts as agenda  # noqa: E402
-from runrecord import record  # noqa: E402
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATUS_FILE = 'status.json'
 SUMMARY_COLUMNS = ('part', 'h100_minutes', 'status', 'minutes', 'headline')
 PART_MINUTES = 9.0  # the lent machine's commands end at 10 minutes
-GRACE_S = 20  # after SIGTERM, before SIGKILL (the sweep stops its runs in between)
 # Smoke mode: CPU, every compile in one cache, compiled without most optimisations.
 SMOKE_ENV = {
   'JAX_PLATFORMS': 'cpu',
   'JAX_DISABLE_MOST_OPTIMIZATIONS': '1',
   'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0',
 }
-
-
-MISSING_MODULE = re.compile(r"No module named '?([\w.]+)'?")
 
 
 def parts_named(names):
@@ -99,102 +86,9 @@ def is_done(status, smoke):
   return bool(status) and status['status'] == 'completed' and status['smoke'] == smoke
 
 
-def environment(step):
-  """This process's environment (smoke mode's settings included) with the step's."""
-  env = {**os.environ, 'PYTHONUNBUFFERED': '1', **step.env}
-  env['PYTHONPATH'] = REPO + (os.pathsep + env['PYTHONPATH'] if env.get('PYTHONPATH') else '')
-  return env
-
-
-def run_command(step, ctx, seconds_left):
-  """Exit code of the step's subprocess (None: stopped at the part's time limit)."""
-  with (
-    open(os.path.join(ctx.folder, step.label + '.txt'), 'w') as out,
-    open(os.path.join(ctx.folder, step.label + '.err'), 'w') as err,
-  ):
-    proc = subprocess.Popen(
-      step.argv, cwd=REPO, env=environment(step), stdout=out, stderr=err, start_new_session=True
-    )
-    try:
-      return proc.wait(timeout=max(1.0, seconds_left))
-    except subprocess.TimeoutExpired:
-      os.killpg(proc.pid, signal.SIGTERM)
-      try:
-        proc.wait(timeout=GRACE_S)
-      except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-      return None
-
-
-def in_process(step, ctx):
-  """Smoke mode runs `python -m benchmarks.X ...` and `python -m sweeps.sweep ...` as X.main(args)
-  in this process (the same argv, parsed the same way): one set of imports and in-memory
-  compilations for every toy part instead of a process each."""
-  return (
-    ctx.smoke
-    and not step.env
-    and step.argv[1] == '-m'
-    and step.argv[2].startswith(('benchmarks.', 'sweeps.'))
-  )
-
-
-def run_module(step, ctx):
-  """Exit code of module.main(argv) run here, its stdout and stderr in the step's files."""
-  with (
-    open(os.path.join(ctx.folder, step.label + '.txt'), 'w') as out,
-    open(os.path.join(ctx.folder, step.label + '.err'), 'w') as err,
-    contextlib.redirect_stdout(out),
-    contextlib.redirect_stderr(err),
-  ):
-    try:
-      code = importlib.import_module(step.argv[2]).main(step.argv[3:])
-    except SystemExit as e:
-      code = e.code
-    except Exception:  # noqa: BLE001 - a failed command is a result of the part
-      traceback.print_exc()
-      code = 1
-  return code if isinstance(code, int) else (0 if code is None else 2)
-
-
-def run_call(step, ctx):
-  """0 when the in-process step returns (its text in <label>.txt), else 1 (the error in .err)."""
-  try:
-    text = step.call(ctx)
-  except (Exception, SystemExit) as e:  # noqa: BLE001 - a failed step is a result of the part
-    with open(os.path.join(ctx.folder, step.label + '.err'), 'w') as f:
-      f.write(f'{type(e).__name__}: {e}\n')
-    return 1
-  with open(os.path.join(ctx.folder, step.label + '.txt'), 'w') as f:
-    f.write(text + '\n')
-  return 0
-
-
-def missing_module(ctx, step):
-  """The module a command's stderr says is missing ("No module named 'pytest'"), or None."""
-  found = MISSING_MODULE.findall(agenda.read(os.path.join(ctx.folder, step.label + '.err')))
-  return found[-1] if found else None
-
-
-def step_failure(step, ctx, code):
-  """None when the command ran as expected and met its criterion, else why not (one line): its
-  exit code, the module its stderr says is missing, the criterion it did not meet."""
-  why = None
-  if code is None:
-    why = 'timed out'
-  elif code not in step.ok:
-    why = f'exit {code}'
-  elif step.expect:
-    why = step.expect(ctx, step)
-  if why is None:
-    return None
-  module = missing_module(ctx, step)
-  return f'{why}; missing module {module} (No module named {module})' if module else why
-
-
 def run_part(part, out, smoke, part_minutes):
   """Run the part's commands; returns its status dict (also written to OUT/<part>/status.json):
-  'completed' only when every command met its criterion (step_failure)."""
+  'completed' only when every command met its criterion (gpu_evidence_steps.step_failure)."""
   ctx = agenda.Context(smoke, out, os.path.join(out, part.name))
   os.makedirs(ctx.folder, exist_ok=True)
   status = {
@@ -212,12 +106,12 @@ def run_part(part, out, smoke, part_minutes):
     seconds_left = part_minutes * 60 - (time.time() - start)
     began = time.time()
     if step.call:
-      code = run_call(step, ctx)
-    elif in_process(step, ctx):
-      code = run_module(step, ctx)
+      code = steps.run_call(step, ctx)
+    elif steps.in_process(step, ctx):
+      code = steps.run_module(step, ctx)
     else:
-      code = run_command(step, ctx, seconds_left)
-    failure = step_failure(step, ctx, code)
+      code = steps.run_command(step, ctx, seconds_left)
+    failure = steps.step_failure(step, ctx, code)
     status['commands'].append(
       {
         'label': step.label,
@@ -235,7 +129,7 @@ def run_part(part, out, smoke, part_minutes):
   status['minutes'] = round((time.time() - start) / 60, 2)
   try:
     status['headline'] = part.headline(ctx)
-  except Exception as e:  # noqa: BLE001 - a part's outputs may be partial
+  except Exception as e:  # a part's outputs may be partial
     status['headline'] = f'no headline ({type(e).__name__}: {str(e).splitlines()[0][:200]})'
   write_json(os.path.join(ctx.folder, STATUS_FILE), status)
   return status
@@ -327,7 +221,7 @@ def keep_off_the_gpu():
   """This process reads run records (Orbax, which starts JAX) between the parts: on the CPU, so
   that it never takes GPU memory from the commands (JAX would preallocate 75 % of it). Only this
   process: the commands' environment is left as it is."""
-  import jax  # pylint: disable=import-outside-toplevel
+  import jax
 
   jax.config.update('jax_platforms', 'cpu')
 
@@ -417,7 +311,7 @@ def main(argv=None):
   parts = parts_named(args.part or 'all')
   if args.smoke:  # before anything here starts JAX
     os.environ.update(SMOKE_ENV)
-    os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', os.path.join(REPO, '.jax_cache'))
+    os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', os.path.join(steps.REPO, '.jax_cache'))
   else:
     keep_off_the_gpu()
   out = os.path.abspath(args.out)

@@ -9,7 +9,7 @@ Every command is an existing tool's own command line (the benchmarks, pytest, sw
 from the repository root; the study's records are exported to CSV in this process
 (analysis.export) so that the folder brought back holds them without the training states. At the
 toy size the sweeps are dry runs (checked and planned, not trained): the headlines of trained
-runs are tested on planted records (tests/test_gpu_evidence.py).
+runs are tested on planted records (tests/e2e/test_gpu_evidence.py).
 Reference: docs/performance.md "The benchmark scripts".
 """
 
@@ -19,6 +19,7 @@ import os
 import re
 import sys
 
+from benchmarks import gpu_evidence_study as study
 from runrecord import record
 from sweeps import scripts
 
@@ -34,37 +35,12 @@ Part = collections.namedtuple('Part', 'name minutes what steps headline')
 Context = collections.namedtuple('Context', 'smoke out folder')
 
 PY = sys.executable
-GPU_STEP = [
-  '--config',
-  'configs/celeba.py:gpu',
-  '--image-size',
-  '224',
-  '--compute-dtype',
-  'bfloat16',
-]
-TOY_STEP = [
-  '--config',
-  'configs/celeba.py:gpu',
-  '--image-size',
-  '16',
-  '--width',
-  '0.0625',
-  '--batch',
-  '8',
-  '--num-classes',
-  '10',
-  '--steps',
-  '1',
-  '--windows',
-  '1',
-  '--warmup',
-  '0',
-]
+GPU_STEP = '--config configs/celeba.py:gpu --image-size 224 --compute-dtype bfloat16'.split()
+TOY_STEP = (
+  '--config configs/celeba.py:gpu --image-size 16 --width 0.0625 --batch 8 --num-classes 10 '
+  '--steps 1 --windows 1 --warmup 0'
+).split()
 ALL_VARIANTS = 'deterministic,nondeterministic,exclude_nondeterministic,deterministic_autotuned'
-STUDY_SEEDS, STUDY_SLICE, STUDY_PARALLEL = 16, 2, 8
-REPLICATE_SEEDS = 2
-# The toy study: digits' smoke preset, one epoch of 6 steps, one arm.
-TOY_STUDY = 'smoke,num_epochs=1,optim.freeze_epochs=0,batch_size=256,arms=1'
 KEY_VALUE = re.compile(r'^([A-Za-z_]\w*)=(-?[0-9][0-9.e+-]*)$')
 PYTEST_SUMMARY = re.compile(r'\d+ (passed|failed|skipped|errors?)\b.* in ')
 MEM_FRACTION = re.compile(r'XLA_PYTHON_CLIENT_MEM_FRACTION=([0-9.]+)')
@@ -113,8 +89,10 @@ def key_values(ctx):
 
 
 def pytest_summary(ctx):
-  lines = [l.strip('= ') for l in read(os.path.join(ctx.folder, 'pytest.txt')).splitlines()]
-  return next((l for l in reversed(lines) if PYTEST_SUMMARY.search(l)), 'no pytest summary')
+  lines = [line.strip('= ') for line in read(os.path.join(ctx.folder, 'pytest.txt')).splitlines()]
+  return next(
+    (line for line in reversed(lines) if PYTEST_SUMMARY.search(line)), 'no pytest summary'
+  )
 
 
 def pytest_ran(ctx, step):
@@ -142,47 +120,18 @@ def determinism(batch, variants, extra=()):
 
 
 def determinism_256(ctx):
-  pool = (
-    [
-      '--batch',
-      '2',
-      '--size',
-      '8',
-      '--channels',
-      '4',
-      '--steps',
-      '1',
-      '--windows',
-      '1',
-      '--warmup',
-      '0',
-    ]
-    if ctx.smoke
-    else []
-  )
+  toy_pool = '--batch 2 --size 8 --channels 4 --steps 1 --windows 1 --warmup 0'.split()
+  pool = toy_pool if ctx.smoke else []
   return determinism(256, ALL_VARIANTS)(ctx) + [module('bench_pool', *pool)]
 
 
 def vs_torch(batch, config=(), rounds=()):
   def steps(ctx):
     if ctx.smoke:
-      size = [
-        '--image-size',
-        '16',
-        '--width',
-        '0.0625',
-        '--batch',
-        '8',
-        '--num-classes',
-        '10',
-        '--steps',
-        '1',
-        '--rounds',
-        '1',
-        '--warmup',
-        '0',
-        '--no-compile',
-      ]
+      size = (
+        '--image-size 16 --width 0.0625 --batch 8 --num-classes 10 --steps 1 --rounds 1 '
+        '--warmup 0 --no-compile'
+      ).split()
     else:
       size = ['--image-size', '224', '--batch', str(batch), '--precision', 'bf16', *rounds]
     return [module('bench_vs_torch', *config, *size)]
@@ -205,35 +154,9 @@ def profile_steps(ctx):
 
 def epoch_steps(ctx):
   if ctx.smoke:
-    return [
-      module(
-        'bench_epoch',
-        *TOY_STEP,
-        '--train-examples',
-        '16',
-        '--test-examples',
-        '8',
-        '--repeats',
-        '1',
-        '--config.eval_batch_size=8',
-      )
-    ]
+    toy = '--train-examples 16 --test-examples 8 --repeats 1 --config.eval_batch_size=8'.split()
+    return [module('bench_epoch', *TOY_STEP, *toy)]
   return [module('bench_epoch', *GPU_STEP)]
-
-
-def study_spec(ctx, seeds, only=None, extra=''):
-  """benchmarks/study_seeds.py's spec: the study (the toy one in smoke mode) over `seeds`."""
-  parts = [
-    TOY_STUDY if ctx.smoke else 'study',
-    extra,
-    f'seeds={seeds}',
-    f'only={only[0]}-{only[1]}' if only else '',
-  ]
-  return 'benchmarks/study_seeds.py:' + ','.join(p for p in parts if p)
-
-
-def commands_file(root):
-  return os.path.join(root, scripts.COMMANDS_FILE)
 
 
 def sweep(ctx, label, spec, root, parallel, seeds=None):
@@ -244,16 +167,16 @@ def sweep(ctx, label, spec, root, parallel, seeds=None):
   dry = (
     [
       '--dry-run',
-      f'--emit-commands={commands_file(root)}',
+      f'--emit-commands={study.commands_file(root)}',
       f'--emit-slurm={os.path.join(root, scripts.SLURM_FILE)}',
     ]
     if ctx.smoke
     else []
   )
 
-  def expect(ctx, step):  # pylint: disable=unused-argument
+  def expect(ctx, step):
     if ctx.smoke:
-      return None if read(commands_file(root)).strip() else 'the dry run planned no run'
+      return None if read(study.commands_file(root)).strip() else 'the dry run planned no run'
     found = [r for r in records(root).values() if seeds is None or (r or {}).get('seed') in seeds]
     done = sum(bool(r) and r.get('status') == 'completed' for r in found)
     return None if found and done == len(found) else f'{done} of {len(found)} runs completed'
@@ -277,13 +200,13 @@ def sweep(ctx, label, spec, root, parallel, seeds=None):
 
 def planned(ctx, root):
   """The toy size's headline: how many runs the dry run planned (its command list)."""
-  commands = read(commands_file(root)).splitlines()
+  commands = read(study.commands_file(root)).splitlines()
   return f'dry run: {len(commands)} run(s) planned'
 
 
 def shared_gpu(ctx):
   """Four runs at a time on the one GPU (a toy two on CPU): each gets the memory fraction."""
-  spec = study_spec(ctx, 1)
+  spec = study.study_spec(ctx, 1)
   return [sweep(ctx, 'sweep', spec, os.path.join(ctx.folder, 'runs'), 4)]
 
 
@@ -299,7 +222,7 @@ def shared_gpu_headline(ctx):
 
 def records(root):
   """{run path relative to root: its record (None: nothing saved)} (analysis.inputs.results)."""
-  from analysis.inputs import results  # pylint: disable=import-outside-toplevel
+  from analysis.inputs import results  # pandas: only when the records are read, not for --help
 
   return {
     os.path.relpath(run, root): r
@@ -310,126 +233,88 @@ def records(root):
 
 def runs_line(root, seeds=None):
   """'N of M runs completed; test accuracy mean (min-max)' of the runs under root (of `seeds`)."""
-  found = [r for r in records(root).values() if r and (seeds is None or r.get('seed') in seeds)]
-  done = [r for r in found if r.get('status') == 'completed']
-  accuracy = [100 * r['final']['test_accuracy'] for r in done if 'test_accuracy' in r['final']]
-  line = f'{len(done)} of {len(found)} runs completed'
-  if accuracy:
-    line += (
-      f'; test accuracy mean {sum(accuracy) / len(accuracy):.2f} % '
-      f'({min(accuracy):.2f}-{max(accuracy):.2f})'
-    )
-  return line
+  return study.runs_summary(records(root).values(), seeds)
 
 
 def export_step(label, roots, csv_path, spec):
   """The runs' records as one CSV and the study's declaration beside it (analysis.export), so the
   folder brought back holds them without the training states."""
 
-  def call(ctx):  # pylint: disable=unused-argument
-    from analysis import export  # pylint: disable=import-outside-toplevel
+  def call(ctx):
+    from analysis import export
 
     export.main(['--runs', *roots, '--out', csv_path, '--study', spec])
     return f'wrote {csv_path}'
 
-  def expect(ctx, step):  # pylint: disable=unused-argument
+  def expect(ctx, step):
     written = os.path.exists(csv_path) and len(read(csv_path).splitlines()) > 1
     return None if written else f'{csv_path}: no table written'
 
   return Step(label, call=call, expect=expect)
 
 
-def study_root(ctx):
-  return os.path.join(ctx.out, 'study', 'runs')
-
-
-def seed_range(ctx, first):
-  """The slice's seeds: first..first+STUDY_SLICE-1; seed 0 at the toy size."""
-  return (0, 0) if ctx.smoke else (first, first + STUDY_SLICE - 1)
-
-
 def study_slice(first):
-  """The study's seeds first..first+STUDY_SLICE-1 (see seed_range)."""
+  """The study's seeds first..first+STUDY_SLICE-1 (gpu_evidence_study.seed_range)."""
 
   def steps(ctx):
-    first_seed, last = seed_range(ctx, first)
-    root = study_root(ctx)
+    first_seed, last = study.seed_range(ctx, first)
+    root = study.study_root(ctx)
     export = export_step(
-      'export', [root], os.path.join(ctx.out, 'study', 'study.csv'), study_spec(ctx, STUDY_SEEDS)
+      'export',
+      [root],
+      os.path.join(ctx.out, 'study', 'study.csv'),
+      study.study_spec(ctx, study.STUDY_SEEDS),
     )
     return [
       sweep(
         ctx,
         'sweep',
-        study_spec(ctx, STUDY_SEEDS, (first_seed, last)),
+        study.study_spec(ctx, study.STUDY_SEEDS, (first_seed, last)),
         root,
-        STUDY_PARALLEL,
+        study.STUDY_PARALLEL,
         range(first_seed, last + 1),
       )
     ] + ([] if ctx.smoke else [export])
 
   def headline(ctx):
     if ctx.smoke:
-      return planned(ctx, study_root(ctx))
-    first_seed, last = seed_range(ctx, first)
+      return planned(ctx, study.study_root(ctx))
+    first_seed, last = study.seed_range(ctx, first)
     return (
       f'seeds {first_seed}-{last}: '
-      f'{runs_line(study_root(ctx), range(first_seed, last + 1))}; '
-      f'whole root: {runs_line(study_root(ctx))}'
+      f'{runs_line(study.study_root(ctx), range(first_seed, last + 1))}; '
+      f'whole root: {runs_line(study.study_root(ctx))}'
     )
 
   return steps, headline
 
 
-def replicate_roots(ctx, deterministic):
-  folder = os.path.join(ctx.out, 'replicates', f'gpu_deterministic_{deterministic}')
-  return [os.path.join(folder, name) for name in ('a', 'b')]
-
-
 def replicates(deterministic):
-  """The study's arms x REPLICATE_SEEDS seeds twice (roots a and b) with
+  """The study's arms x REPLICATE_SEEDS (gpu_evidence_study) seeds twice (roots a and b) with
   numerics.gpu_deterministic set: do same-seed runs end in the same model?"""
 
   def steps(ctx):
-    spec = study_spec(
+    spec = study.study_spec(
       ctx,
-      REPLICATE_SEEDS if not ctx.smoke else 1,
+      study.REPLICATE_SEEDS if not ctx.smoke else 1,
       extra=f'numerics.gpu_deterministic={deterministic}',
     )
-    roots = replicate_roots(ctx, deterministic)
+    roots = study.replicate_roots(ctx, deterministic)
     export = export_step('export', roots, os.path.dirname(roots[0]) + '.csv', spec)
-    return [sweep(ctx, f'sweep_{os.path.basename(r)}', spec, r, STUDY_PARALLEL) for r in roots] + (
-      [] if ctx.smoke else [export]
-    )
+    return [
+      sweep(ctx, f'sweep_{os.path.basename(r)}', spec, r, study.STUDY_PARALLEL) for r in roots
+    ] + ([] if ctx.smoke else [export])
 
   def headline(ctx):
-    roots = replicate_roots(ctx, deterministic)
+    roots = study.replicate_roots(ctx, deterministic)
     return ' / '.join(planned(ctx, r) for r in roots) if ctx.smoke else replicate_line(*roots)
 
   return steps, headline
 
 
 def replicate_line(root_a, root_b):
-  """Same-seed pairs (a run of root a, the same arm and seed in root b), both completed: how many
-  end in bit-identical states (the record's state_digest, a CRC-32 of every leaf) and with equal
-  test accuracy, and the largest accuracy difference |a - b| in pp."""
-  a, b = records(root_a), records(root_b)
-  pairs = [
-    (a[k], b[k])
-    for k in sorted(a.keys() & b.keys())
-    if a[k] and b[k] and a[k].get('status') == b[k].get('status') == 'completed'
-  ]
-  if not pairs:
-    return 'no completed same-seed pair'
-  same_state = sum(
-    x.get('state_digest') is not None and x.get('state_digest') == y.get('state_digest')
-    for x, y in pairs
-  )
-  gaps = [abs(x['final']['test_accuracy'] - y['final']['test_accuracy']) * 100 for x, y in pairs]
-  return (
-    f'{len(pairs)} same-seed pairs: bit-identical final states {same_state}, equal test '
-    f'accuracy {sum(g == 0 for g in gaps)}, largest accuracy difference {max(gaps):.2f} pp'
-  )
+  """Same-seed pairs of root a and root b, both completed (study.replicate_summary)."""
+  return study.replicate_summary(records(root_a), records(root_b))
 
 
 def part(name, minutes, what, steps, headline=key_values):
@@ -442,13 +327,13 @@ def part(name, minutes, what, steps, headline=key_values):
 # 16 s. The others are estimated from those (a batch-2048 compile ~110 s, a wave of runs ~37 s).
 STUDY_PARTS = [
   part(
-    f'study_seeds_{f}_{f + STUDY_SLICE - 1}',
+    f'study_seeds_{f}_{f + study.STUDY_SLICE - 1}',
     2.0,
-    f'the digits study with its predictions, {STUDY_PARALLEL} runs at a time: 8 '
-    f'arms x seeds {f}-{f + STUDY_SLICE - 1} of {STUDY_SEEDS}',
+    f'the digits study with its predictions, {study.STUDY_PARALLEL} runs at a time: 8 '
+    f'arms x seeds {f}-{f + study.STUDY_SLICE - 1} of {study.STUDY_SEEDS}',
     *study_slice(f),
   )
-  for f in range(0, STUDY_SEEDS, STUDY_SLICE)
+  for f in range(0, study.STUDY_SEEDS, study.STUDY_SLICE)
 ]
 PARTS = [
   part('gpu_tier', 3.0, 'GPU_TESTS=1 pytest tests/gpu', gpu_tier, pytest_summary),

@@ -28,13 +28,9 @@ import gzip
 import json
 import os
 import re
-import sys
 import tempfile
 
-if __package__ in (None, ''):  # run as a file: make the repository importable
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import common, step_args  # noqa: E402
+from benchmarks import common, step_args
 
 
 def make_parser():
@@ -50,9 +46,9 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   step_args.parse_flags(make_parser(), None)
 
-import jax  # noqa: E402
+import jax  # noqa: E402 (after the --help parse above)
 
-from benchmarks import bench_step  # noqa: E402
+from benchmarks import bench_step  # noqa: E402 (after the --help parse above)
 
 # Category of a kernel by (lower-cased) substrings of its name, first match wins: the fallback for
 # kernels the compiled HLO does not name (cuDNN: fprop/dgrad/wgrad/implicit_gemm; cuBLAS: gemm).

@@ -83,8 +83,8 @@ def parse(parser, argv, overrides_of=shorthand_overrides, resolve=True):
   (numerics.setup.configure, before any backend starts). `resolve=False` (a benchmark of several
   variants of one config, each resolved on its own): the config as loaded, its process settings
   applied all the same. Bad input: one line and exit code 2."""
-  from configs import validation  # pylint: disable=import-outside-toplevel
-  from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
+  from configs import validation
+  from numerics import setup as numerics_setup
 
   args, spec, overrides = parse_flags(parser, argv)
   try:

@@ -1,4 +1,5 @@
-"""A config file: configs/digits.py's study (its arms, its declaration) over more seeds, run in slices.
+"""A config file: configs/digits.py's study (its arms, its declaration) over more seeds, run in
+slices.
 
   python -m sweeps.sweep --config=benchmarks/study_seeds.py:study,seeds=16,only=4-7 \
       --root=runs/gpu_study --parallel 8

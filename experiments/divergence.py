@@ -7,17 +7,17 @@ the distance between unrelated models of one arm (the ceiling: another seed)?
       --b numerics.profile=tpu_default --seeds 0 1 2 3 4 --out runs/divergence
 
 `--a`/`--b`/`--control`: `numerics.<field>=<value>[,...]` (prefix optional). No `--b`: b = a, a
-determinism check (exactly zero distance at every step and no test image predicted differently,
-else exit code 1). `--control` (default `numerics.profile=bf16_noise`, `none` for no control arm):
-arm a plus these overrides, a perturbation of matched magnitude; a control that names a profile
-replaces arm a's product formats (its conv_format / dense_format) unless it names them too. `--seeds S ...` or `--num-seeds N`
-(config.seed, config.seed+1, ...): the lockstep comparison per seed; from two seeds on, arm a of
-consecutive seeds is the ceiling pair. `--config.<field>=<v>`: every arm. `--steps` (default: the
-whole training), a row every `--every` steps: distances per pair (divergence_measure.py), the
-mean over seeds with the min–max band; at the end, the churn (the share of predicted labels that
-differ: images, or image × attribute labels; the analysis's definition) on the whole test set per
-seed (Wilson intervals; multilabel: over images), then across seeds (t-Wilson interval over
-seeds, inside 0–100 %). Writes divergence.{json,md,png,pdf} to --out.
+determinism check (exactly zero distance at every step and no test image predicted differently, else
+exit code 1). `--control` (default `numerics.profile=bf16_noise`, `none` for no control arm): arm a
+plus these overrides, a perturbation of matched magnitude; a control that names a profile replaces
+arm a's product formats (its conv_format / dense_format) unless it names them too. `--seeds S ...`
+or `--num-seeds N` (config.seed, config.seed+1, ...): the lockstep comparison per seed; from two
+seeds on, arm a of consecutive seeds is the ceiling pair. `--config.<field>=<v>`: every arm.
+`--steps` (default: the whole training), a row every `--every` steps: distances per pair
+(divergence_measure.py), the mean over seeds with the min–max band; at the end, the churn (the share
+of predicted labels that differ: images, or image × attribute labels; the analysis's definition) on
+the whole test set per seed (Wilson intervals; multilabel: over images), then across seeds (t-Wilson
+interval over seeds, inside 0–100 %). Writes divergence.{json,md,png,pdf} to --out.
 Reference: docs/numerics.md "Experiments on the numerics".
 """
 
@@ -78,15 +78,15 @@ def parse_args(argv):
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   parse_args(sys.argv[1:])
 
-import jax  # noqa: E402
+import jax  # noqa: E402 (after the --help parse above)
 
-from configs import common, loader  # noqa: E402
-from experiments import divergence_lockstep as lockstep
-from experiments import divergence_measure as measure
-from experiments import divergence_output as output
-from numerics import profiles
-from numerics import setup as numerics_setup
-from trainer import run
+from configs import common, loader  # noqa: E402 (after the --help parse above)
+from experiments import divergence_lockstep as lockstep  # noqa: E402 (after the --help parse above)
+from experiments import divergence_measure as measure  # noqa: E402 (after the --help parse above)
+from experiments import divergence_output as output  # noqa: E402 (after the --help parse above)
+from numerics import profiles  # noqa: E402 (after the --help parse above)
+from numerics import setup as numerics_setup  # noqa: E402 (after the --help parse above)
+from trainer import run  # noqa: E402 (after the --help parse above)
 
 FORMAT_FIELDS = tuple(f'numerics.{kind}_format' for kind in profiles.KINDS)
 

@@ -49,7 +49,10 @@ def pair_list(seeds, names):
 def check_same_params(host_params, abstract_params, name):
   """One-line ValueError unless arm `name`'s parameters have arm a's names, shapes and dtypes."""
   fa, fb = measure.flat(host_params), measure.flat(abstract_params)
-  desc = lambda v: 'absent' if v is None else f'{np.dtype(v.dtype)}{list(v.shape)}'
+
+  def desc(value):
+    return 'absent' if value is None else f'{np.dtype(value.dtype)}{list(value.shape)}'
+
   flag = '--control' if name == 'control' else '--a/--b'
   for key in sorted(fa.keys() | fb.keys()):
     if desc(fa.get(key)) != desc(fb.get(key)):
@@ -266,11 +269,16 @@ def train(lock, num_steps, every, probe=256, progress=None):
 
 def final_test(lock):
   """At the end: each arm's test accuracy per seed and each pair kind's churn, the share of
-  predicted labels that differ, over the whole test set (measure.pair_churn, measure.disagreement)."""
+  predicted labels that differ, over the whole test set (measure.pair_churn,
+  measure.disagreement)."""
   test, task = lock['ctx'].dataset.test, lock['ctx'].dataset.task
   preds = {i: measure.predictions(arm_logits(lock, test, i), task) for i in lock['arms']}
   labels = np.asarray(test.labels)
-  correct = lambda p: np.mean(p == (labels > 0.5)) if task == 'multilabel' else np.mean(p == labels)
+  truth = labels > 0.5 if task == 'multilabel' else labels
+
+  def correct(predicted):
+    return np.mean(predicted == truth)
+
   accuracy = {
     name: [float(correct(preds[s, name])) for s in lock['seeds']] for name in lock['names']
   }

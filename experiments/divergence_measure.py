@@ -18,6 +18,8 @@ Reference: docs/numerics.md "Experiments on the numerics".
 """
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -33,12 +35,21 @@ CI_METHOD = 'wilson'  # statsmodels proportion_confint: the Wilson score interva
 CI_NAME = '95% Wilson score interval (multilabel: over images)'
 ACROSS_NAME = '95% t-Wilson interval over seeds (independent pairs)'
 BAND_NAME = 'min–max over seeds'
+
+
+def group_curve(group: str) -> Callable[[dict], Any]:
+  """The curve of one parameter group: a pair's row -> the group's rel_l2 (None if absent)."""
+
+  def curve(row):
+    return row['params']['groups'].get(group, {}).get('rel_l2')
+
+  return curve
+
+
 # The per-step curves: name -> the value of one pair's row.
-CURVES = {
+CURVES: dict[str, Callable[[dict], Any]] = {
   'params': lambda r: r['params']['rel_l2'],
-  **{
-    f'params.{g}': (lambda r, g=g: r['params']['groups'].get(g, {}).get('rel_l2')) for g in GROUPS
-  },
+  **{f'params.{g}': group_curve(g) for g in GROUPS},
   'params.max_abs': lambda r: r['params']['max_abs'],
   'batch_stats': lambda r: r['batch_stats']['rel_l2'],
   'logits': lambda r: r['logits']['rel_l2'],
@@ -69,10 +80,17 @@ def param_distance(pa, pb):
   a = {k: np.ravel(v).astype(np.float64) for k, v in flat(pa).items()}
   fb = flat(pb)
   d = {k: v - np.ravel(fb[k]).astype(np.float64) for k, v in a.items()}
-  top = lambda k: PART_OF.get(k.split('.')[0], k.split('.')[0])
+
+  def top(key):  # the part a parameter belongs to: conv1.kernel -> stem
+    return PART_OF.get(key.split('.')[0], key.split('.')[0])
+
+  def part(values, group):
+    return np.concatenate([v for k, v in values.items() if top(k) == group])
+
+  def everything(values):
+    return np.concatenate(list(values.values()))
+
   names = sorted({top(k) for k in a}, key=lambda g: (GROUPS.index(g) if g in GROUPS else 9, g))
-  part = lambda vs, g: np.concatenate([v for k, v in vs.items() if top(k) == g])
-  everything = lambda vs: np.concatenate(list(vs.values()))
   return {
     **norms(everything(d), everything(a)),
     'max_abs': float(np.max(np.abs(everything(d)), initial=0.0)),
@@ -137,7 +155,10 @@ def band(values):
       't_high': None,
     }
   low, high = inference.t_ci(x, CI_LEVEL)
-  finite = lambda v: float(v) if np.isfinite(v) else None
+
+  def finite(value):
+    return float(value) if np.isfinite(value) else None
+
   return {
     'n': int(x.size),
     'mean': float(x.mean()),

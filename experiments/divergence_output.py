@@ -180,7 +180,10 @@ def markdown(result):
 
 def plot_band(ax, x, series, color, label, lw=1.4):
   """Mean line and min–max band; zeros left out on log axes."""
-  get = lambda k: np.array([np.nan if b[k] is None else b[k] for b in series], float)
+
+  def get(key):
+    return np.array([np.nan if b[key] is None else b[key] for b in series], float)
+
   mean, low, high = get('mean'), get('min'), get('max')
   if ax.get_yscale() == 'log':
     mean, low, high = (np.where(v > 0, v, np.nan) for v in (mean, low, high))
@@ -223,7 +226,7 @@ def figure(result, out_dir):
   """Distances vs step (mean over seeds, min–max band) per pair kind, a vs b per group, losses,
   and the final whole-test-set disagreement; PNG + PDF."""
   style.apply()
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  import matplotlib.pyplot as plt  # only where a figure is drawn
 
   x, curves = result['steps'], result['curves']
   fig, axes = plt.subplots(3, 3, figsize=(style.WIDTH_IN, 6.0), constrained_layout=True)
@@ -237,6 +240,7 @@ def figure(result, out_dir):
       ('logits', 'probe logits ‖ΔL‖/‖La‖', True),
       ('probe_disagreement', 'probe: churn (share of labels)', False),
     ],
+    strict=False,  # the first five of the nine panels
   ):
     distance_panel(ax, x, curves, name, title, log)
   axes[0].legend(loc='lower right', fontsize=6)
@@ -247,7 +251,8 @@ def figure(result, out_dir):
   }
   if any(b['max'] for s in groups.values() for b in s):
     axes[5].set_yscale('log')
-  for color, (g, series) in zip(style.PALETTE, groups.items()):
+  # strict=False: the palette has more colours than there are groups
+  for color, (g, series) in zip(style.PALETTE, groups.items(), strict=False):
     plot_band(axes[5], x, series, color, g, lw=0.9)
   axes[5].set(title='a vs b per group ‖Δθ‖/‖θa‖', xlabel='step', xlim=(0, max(x[-1], 1)))
   axes[5].legend(ncol=2, fontsize=6, handlelength=1)

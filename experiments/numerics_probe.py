@@ -1,6 +1,6 @@
 """Each numerics setting's error against a float64 reference, on the current backend.
 
-  python -m experiments.numerics_probe --out /tmp/numerics            # about a minute on a 2-core CPU
+  python -m experiments.numerics_probe --out /tmp/numerics        # about a minute on a 2-core CPU
   python -m experiments.numerics_probe --out DIR --model-settings all --model-width 0.5   # more
 
 Measures, for every setting (native `jax_default_matmul_precision` values and the emulated formats
@@ -18,6 +18,7 @@ Reference: docs/numerics.md "Experiments on the numerics".
 """
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -25,8 +26,8 @@ import time
 
 from numerics import formats  # names only: no JAX
 
-# name: (jax_default_matmul_precision, product format, emulate_impl). Presets set dots only; convs then
-# run at default.
+# name: (jax_default_matmul_precision, product format, emulate_impl). Presets set dots only; convs
+# then run at default.
 SETTINGS = {
   'default': ('default', 'native', 'auto'),
   'high': ('high', 'native', 'auto'),
@@ -75,13 +76,15 @@ def parse_args(argv):
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   parse_args(sys.argv[1:])
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from flax import nnx  # noqa: E402
+import jax  # noqa: E402 (after the --help parse above)
+import jax.numpy as jnp  # noqa: E402 (after the --help parse above)
+import numpy as np  # noqa: E402 (after the --help parse above)
+from flax import nnx  # noqa: E402 (after the --help parse above)
 
-from models.resnet import ResNet18  # noqa: E402
-from numerics import emulate, ops  # noqa: E402
+from experiments import numerics_probe_products as products  # noqa: E402 (after the --help parse above)
+from experiments import numerics_probe_report as probe_report  # noqa: E402 (after the --help parse above)
+from models.resnet import ResNet18  # noqa: E402 (after the --help parse above)
+from numerics import emulate  # noqa: E402 (after the --help parse above)
 
 # (emulated, native) pairs whose agreement on a backend says the emulation reproduces it there,
 # for both implementations, and each fast implementation against its reference.
@@ -99,20 +102,6 @@ PAIRS = tuple(
   if f'{impl}:{m}' in SETTINGS
 ) + tuple((f'fast:{m}', f'emu:{m}') for m in emulate.FAST_FORMATS)
 MATMUL_K = (64, 128, 147, 256, 512, 576, 1152, 2304, 4608)
-# ResNet-18's distinct convolutions: (name, kernel, in, out, stride).
-CONVS = (
-  ('conv1', 7, 3, 64, 2),
-  ('layer1', 3, 64, 64, 1),
-  ('layer2.0.conv1', 3, 64, 128, 2),
-  ('layer2', 3, 128, 128, 1),
-  ('layer2.ds', 1, 64, 128, 2),
-  ('layer3.0.conv1', 3, 128, 256, 2),
-  ('layer3', 3, 256, 256, 1),
-  ('layer3.ds', 1, 128, 256, 2),
-  ('layer4.0.conv1', 3, 256, 512, 2),
-  ('layer4', 3, 512, 512, 1),
-  ('layer4.ds', 1, 256, 512, 2),
-)
 
 
 def rel_err(y, ref):
@@ -140,49 +129,9 @@ def run_setting(setting, fn, *args, what='products'):
     with jax.default_matmul_precision(precision):
       out = jax.jit(lambda *a: fn(*a, fmt, impl))(*args)
       return jax.tree.map(np.asarray, jax.block_until_ready(out))
-  except Exception as e:  # pylint: disable=broad-except  (e.g. a preset the backend lacks)
+  except Exception as e:  # e.g. a preset the backend lacks
     print(f'  {setting}: unsupported here ({str(e).splitlines()[0][:100]})', file=sys.stderr)
     return None
-
-
-def conv_ref(x, k, stride, pad):
-  """NHWC x HWIO convolution in float64 numpy (im2col)."""
-  x = np.pad(np.asarray(x, np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
-  kh = k.shape[0]
-  win = np.lib.stride_tricks.sliding_window_view(x, (kh, kh), axis=(1, 2))[:, ::stride, ::stride]
-  return np.einsum('nhwcij,ijco->nhwo', win, np.asarray(k, np.float64), optimize=True)
-
-
-def activations(rng, shape):
-  """Post-ReLU-like inputs (non-negative, half zeros), float32."""
-  return np.maximum(rng.standard_normal(shape), 0).astype(np.float32)
-
-
-def kaiming(rng, shape, fan):
-  return (rng.standard_normal(shape) * np.sqrt(2.0 / fan)).astype(np.float32)
-
-
-def product_cases(args, rng):
-  """[(kind, name, K, fn(x, w, fmt, impl), x, w, float64 reference)] for every product."""
-  dense = lambda a, b, fmt, impl: ops.dense(a, b, fmt=fmt, emulate_impl=impl)
-  cases = []
-  for k in MATMUL_K:
-    x, w = rng.standard_normal((args.rows, k)).astype(np.float32), kaiming(rng, (k, args.cols), k)
-    cases.append(('matmul', f'K={k}', k, dense, x, w, x.astype(np.float64) @ w.astype(np.float64)))
-  for name, kk, cin, cout, stride in CONVS:
-    size = args.conv_spatial * stride  # input size; the output is conv_spatial, K does not care
-    shape = (args.conv_batch, size, size, cin)
-    x = (
-      rng.standard_normal(shape).astype(np.float32) if name == 'conv1' else activations(rng, shape)
-    )
-    w, pad = kaiming(rng, (kk, kk, cin, cout), kk * kk * cout), kk // 2
-    fn = lambda a, b, fmt, impl, st=stride, p=pad: ops.conv2d(
-      a, b, st, [(p, p)] * 2, fmt=fmt, emulate_impl=impl
-    )
-    cases.append(('layer', name, kk * kk * cin, fn, x, w, conv_ref(x, w, stride, pad)))
-  x, w = activations(rng, (args.rows, 512)), kaiming(rng, (512, args.classes), 512)
-  cases.append(('layer', 'fc', 512, dense, x, w, x.astype(np.float64) @ w.astype(np.float64)))
-  return cases
 
 
 def measure_products(settings, args, rng):
@@ -190,9 +139,12 @@ def measure_products(settings, args, rng):
 
   All products of one setting are compiled as one program (one compile per setting).
   """
-  cases = product_cases(args, rng)
+  cases = products.product_cases(args, rng, MATMUL_K)
   fns = [c[3] for c in cases]
-  both = lambda xs, ws, fmt, impl: [f(x, w, fmt, impl) for f, x, w in zip(fns, xs, ws)]
+
+  def both(xs, ws, fmt, impl):
+    return [f(x, w, fmt, impl) for f, x, w in zip(fns, xs, ws, strict=True)]
+
   xs, ws = [c[4] for c in cases], [c[5] for c in cases]
   outs = {s: run_setting(s, both, xs, ws) for s in settings}
   matmul, layers = {s: {} for s in settings}, []
@@ -234,21 +186,30 @@ def model_parts(args, fmt, dtype=jnp.float32, rng=None, impl='reference'):
 
   Abstract state (nnx.eval_shape: no compute) unless `rng` is given: then numpy_init's values.
   """
-  make = lambda: ResNet18(
-    args.model_classes,
-    width=args.model_width,
-    stem='small',
-    dtype=dtype,
-    param_dtype=dtype,
-    conv_format=fmt,
-    dense_format=fmt,
-    emulate_impl=impl,
-    rngs=nnx.Rngs(args.seed),
-  )
+
+  def make():
+    return ResNet18(
+      args.model_classes,
+      width=args.model_width,
+      stem='small',
+      dtype=dtype,
+      param_dtype=dtype,
+      conv_format=fmt,
+      dense_format=fmt,
+      emulate_impl=impl,
+      rngs=nnx.Rngs(args.seed),
+    )
+
   graphdef, params, rest = nnx.split(nnx.eval_shape(make), nnx.Param, ...)
   if rng is not None:
     params, rest = numpy_init(params, rng), numpy_init(rest, rng)
   return graphdef, params, rest
+
+
+def model_step(graphdef, params, rest, x, y, fmt, impl):
+  """loss_and_grads in run_setting's form (fmt and impl are the model's own: graphdef's)."""
+  del fmt, impl
+  return loss_and_grads(graphdef, params, rest, x, y)
 
 
 def loss_and_grads(graphdef, params, rest, x, y):
@@ -278,7 +239,10 @@ def measure_model(settings, args, rng):
   progress('model: float64 reference')
   with jax.enable_x64(True):
     graphdef64, _, _ = model_parts(args, 'native', jnp.float64)
-    cast = lambda t: jax.device_put(jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), t), cpu)
+
+    def cast(tree):
+      return jax.device_put(jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), tree), cpu)
+
     ref = jax.jit(lambda *a: loss_and_grads(graphdef64, *a))(
       cast(params32),
       cast(rest32),
@@ -289,7 +253,7 @@ def measure_model(settings, args, rng):
   errs, outs = {}, {}
   for s in settings:
     graphdef, _, _ = model_parts(args, SETTINGS[s][1], impl=SETTINGS[s][2])
-    fn = lambda p, r, a, b, fmt, impl, g=graphdef: loss_and_grads(g, p, r, a, b)
+    fn = functools.partial(model_step, graphdef)
     out = run_setting(s, fn, params32, rest32, x, y, what='model')
     outs[s] = out
     errs[s] = (
@@ -307,7 +271,7 @@ def pair_diffs(outs, model_outs, settings, names):
   for a, b in PAIRS:
     if a not in settings or b not in settings or not outs[a] or not outs[b]:
       continue
-    diffs = [(rel_err(p, q), n) for p, q, n in zip(outs[a], outs[b], names)]
+    diffs = [(rel_err(p, q), n) for p, q, n in zip(outs[a], outs[b], names, strict=True)]
     mm = [d for d, n in diffs if n.startswith('K=')]
     layer = max((d, n) for d, n in diffs if not n.startswith('K='))
     row = {
@@ -324,67 +288,11 @@ def pair_diffs(outs, model_outs, settings, names):
   return rows
 
 
-def fmt(v):
-  return 'n/a' if v is None else ('0' if v == 0 else f'{v:.2e}')
-
-
-def markdown(result):
-  """The Markdown report: products by reduction length, layers, model, pairs."""
-  from analysis.figures import style  # pylint: disable=import-outside-toplevel
-  from analysis.words import tables
-
-  settings, info = result['settings'], result['info']
-  lines = [
-    f'## Numerics on {info["platform"]} ({info["device_kind"]}), jax {info["jax"]}\n',
-    'Relative L2 error against float64.\n',
-    '### Matmuls [rows, K] @ [K, cols]\n',
-  ]
-  lines.append(
-    tables.markdown(
-      [
-        {'setting': s, **{f'K={k}': fmt(result['matmul'][s][k]) for k in MATMUL_K}}
-        for s in settings
-      ]
-    )
-  )
-  lines.append('\n### ResNet-18 layers (K = reduction length)\n')
-  lines.append(
-    tables.markdown(
-      [
-        {'layer': r['name'], 'K': str(r['K']), **{s: fmt(r[s]) for s in settings}}
-        for r in result['layers']
-      ]
-    )
-  )
-  if result['model']:
-    lines.append('\n### Small ResNet-18, one training-mode step\n')
-    lines.append(
-      tables.markdown(
-        [
-          {
-            'setting': s,
-            'logits': fmt((e or {}).get('logits')),
-            'grads': fmt((e or {}).get('grads')),
-          }
-          for s, e in result['model'].items()
-        ]
-      )
-    )
-  lines.append('\n### Emulated vs native (relative L2 difference; products: worst case)\n')
-  lines.append(
-    tables.markdown(
-      [{k: (v if isinstance(v, str) else fmt(v)) for k, v in r.items()} for r in result['pairs']]
-    )
-  )
-  return '\n'.join(lines)
-
-
 def figure(result, out_dir):
   """Error vs reduction length per setting: matmuls and layers, log-log."""
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  import matplotlib.pyplot as plt
 
-  from analysis.figures import style  # pylint: disable=import-outside-toplevel
-  from analysis.words import tables
+  from analysis.figures import style
 
   style.apply()
   colors = style.arm_colors(result['settings'])
@@ -410,7 +318,7 @@ def figure(result, out_dir):
       ms=2.5,
       color=colors[s],
     )
-  for ax, title in zip(axes, ('matmul (random normal)', 'ResNet-18 conv/fc shapes')):
+  for ax, title in zip(axes, ('matmul (random normal)', 'ResNet-18 conv/fc shapes'), strict=True):
     ax.set(xscale='log', yscale='log', xlabel='reduction length K', title=title)
   axes[0].set_ylabel('relative L2 error vs float64')
   handles, labels = axes[0].get_legend_handles_labels()  # below the axes: it covers no line
@@ -455,7 +363,7 @@ def main(argv=None):
   }
   info['seconds'] = round(time.time() - start, 1)
   os.makedirs(args.out, exist_ok=True)
-  report = markdown(result)
+  report = probe_report.markdown(result, MATMUL_K)
   print(report)
   with open(os.path.join(args.out, 'numerics.md'), 'w') as f:
     f.write(report)

@@ -140,7 +140,7 @@ def devices_seen(environment):
 def run_environment(run, env):
   """The environment of `run`'s train.py: the sweep's for its runs (`env`) with the config's own
   XLA flags added, as numerics.setup.configure adds them."""
-  from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
+  from numerics import setup as numerics_setup  # JAX: only once a run is checked, not for --help
 
   flags = env.get('XLA_FLAGS', '').split()
   flags += [f for f in numerics_setup.xla_flags(run.config) if f not in flags]

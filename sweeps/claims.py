@@ -20,7 +20,7 @@ def saved_results(workdir):
   try:
     with results.quiet_absl():
       return record.read_results(workdir), ''
-  except Exception as e:  # pylint: disable=broad-except  # e.g. a run being written
+  except Exception as e:  # e.g. a run being written
     return None, type(e).__name__
 
 

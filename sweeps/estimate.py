@@ -15,7 +15,6 @@ What each part includes and what is left out: docs/operations.md ("Sweeps and st
 
 import collections
 import concurrent.futures
-import hashlib
 import json
 import os
 import subprocess
@@ -24,153 +23,13 @@ import tempfile
 import threading
 import time
 
-PREFIX = 'estimate-result: '  # a result line; progress lines start with PROGRESS
-PROGRESS = 'estimate: '
+from sweeps import estimate_measure
+
+# The configs and numerics.setup (numpy, JAX) are imported inside the functions that use them: the
+# sweep imports this module to start the measuring processes, and --help is answered without them.
+
+PREFIX = 'estimate-result: '  # a result line (progress lines: estimate_measure.PROGRESS)
 PARTS = ('start-up', 'compilation', 'steps', 'evaluation', 'checkpoints')
-
-
-def _timed(fn):
-  """(seconds, result) of fn(), waiting for the devices."""
-  import jax  # pylint: disable=import-outside-toplevel
-
-  start = time.perf_counter()
-  out = jax.block_until_ready(fn())
-  return time.perf_counter() - start, out
-
-
-def _phase(ctx, state, phase, timed_steps, programs=None, say=print):
-  """(state, {name, steps, step_s, compile_s, cached_compile_s, program}) of one training phase;
-  `programs` ({HLO fingerprint: measurement}) shares the measurement of a step this process has
-  measured already that lowers to the same program (nothing is then compiled or run)."""
-  import jax  # pylint: disable=import-outside-toplevel
-
-  from trainer import run  # pylint: disable=import-outside-toplevel
-
-  state, step_fn = run.enter_phase(ctx, state, phase, phase.start)
-  count = min(timed_steps + 1, phase.stop - phase.start)
-  batches = run.batches(ctx, phase.start, phase.start + count)
-  first_batch = next(batches)
-  program = hashlib.sha256(step_fn.lower(state, first_batch).as_text().encode()).hexdigest()[:16]
-  if programs is not None and program in programs:
-    say(f'phase {phase.name}: the program of a step measured already: its measurement shared')
-    return state, {**programs[program], 'name': phase.name, 'steps': phase.stop - phase.start}
-  say(
-    f'phase {phase.name}: compiling its training step (cold), timing {count - 1} steps, '
-    'loading it again from the cache'
-  )
-  first, state = _timed(lambda: step_fn(state, first_batch))  # compiles
-  start, timed = time.perf_counter(), 0
-  for batch in batches:
-    state, timed = step_fn(state, batch), timed + 1
-  state = jax.block_until_ready(state)
-  step_s = (time.perf_counter() - start) / timed if timed else first
-  jax.clear_caches()  # what a later run of the arm pays: tracing and a compilation-cache load
-  again, state = _timed(lambda: step_fn(state, first_batch))
-  measured = {
-    'name': phase.name,
-    'steps': phase.stop - phase.start,
-    'step_s': step_s,
-    'compile_s': max(first - step_s, 0.0),
-    'cached_compile_s': max(again - step_s, 0.0),
-    'program': program,
-  }
-  if programs is not None:
-    programs[program] = measured
-  return state, measured
-
-
-def _evaluation(ctx, state):
-  """{evaluation_s, evaluation_compile_s, evaluation_cached_compile_s}."""
-  import jax  # pylint: disable=import-outside-toplevel
-
-  from input_pipeline import batching  # pylint: disable=import-outside-toplevel
-  from trainer import run, steps  # pylint: disable=import-outside-toplevel
-
-  eval_fn = run.eval_step(ctx, state)
-  first, _ = _timed(lambda: run.evaluate(ctx, eval_fn, state))
-  full, _ = _timed(lambda: run.evaluate(ctx, eval_fn, state))
-  size = ctx.config.eval_batch_size
-  batch = batching.to_global(
-    next(batching.eval_batches(ctx.dataset.test, size, jax.process_index(), jax.process_count())),
-    ctx.sharded,
-  )
-  totals = steps.zero_sums(ctx.mesh)
-  per_batch = full / batching.num_eval_batches(len(ctx.dataset.test), size)
-  jax.clear_caches()
-  again, _ = _timed(lambda: eval_fn(state, batch, totals))
-  return {
-    'evaluation_s': full,
-    'evaluation_compile_s': max(first - full, 0.0),
-    'evaluation_cached_compile_s': max(again - per_batch, 0.0),
-  }
-
-
-def _checkpoint_s(state):
-  """Seconds to digest and write one checkpoint of `state`, waited for (in a temporary folder)."""
-  from trainer import checkpointing, loop  # pylint: disable=import-outside-toplevel
-
-  with tempfile.TemporaryDirectory() as folder:
-    mngr = checkpointing.manager(folder, 1)
-    start = time.perf_counter()
-    loop.save_state(mngr, 1, state, {})
-    checkpointing.wait(mngr)
-    seconds = time.perf_counter() - start
-    checkpointing.close(mngr)
-  return seconds
-
-
-def measure(config, timed_steps, launched):
-  """What one run of `config` spends on this machine, by part (module doc); `launched`: the
-  time.time() at which the parent started this process."""
-  return _measure(config, timed_steps, launched)[0]
-
-
-def _measure(config, timed_steps, launched, programs=None, say=print, ctx=None):
-  """(measure's dict, the run context): `programs` and `ctx` (a run context whose dataset to
-  reuse) shared with the arms this process measured before (measure_all)."""
-  from trainer import run  # pylint: disable=import-outside-toplevel
-
-  say('loading the data, initialising the model')
-  ctx = run.build(config, ctx.dataset if ctx is not None else None)
-  model, _ = run.init_model(ctx)
-  state = run.initial_state(ctx, model)
-  startup_s = time.time() - launched
-  phases = []
-  for phase in ctx.phases:
-    state, measured = _phase(ctx, state, phase, timed_steps, programs, say)
-    phases.append(measured)
-  due = [run.due(ctx, step) for step in range(1, ctx.total_steps + 1)]
-  facts = run.facts()
-  say('compiling and running one evaluation, writing one checkpoint')
-  return {
-    'platform': facts['platform'],
-    'device_kind': facts['device_kind'],
-    'devices': facts['num_devices'],
-    'startup_s': startup_s,
-    'phases': phases,
-    'evaluations': sum(d.evaluate for d in due),
-    'checkpoints': sum(d.save for d in due),
-    **_evaluation(ctx, state),
-    'checkpoint_s': _checkpoint_s(state),
-  }, ctx
-
-
-def measure_all(arms, timed_steps, launched):
-  """[(slug, measurement)] of several arms ([(slug, resolved config)], one set of XLA flags)
-  measured in this process: the start-up is the first arm's (a run pays it once, whatever the
-  arm), the data is loaded once per data config, each training program is measured once."""
-  out, programs, contexts = [], {}, {}
-  for slug, config in arms:
-    say = lambda what, slug=slug: print(f'{PROGRESS}{slug}: {what}', flush=True)
-    data = json.dumps(config.data.to_dict(), sort_keys=True, default=str)
-    begin = time.time()
-    measured, contexts[data] = _measure(
-      config, timed_steps, launched if not out else begin, programs, say, contexts.get(data)
-    )
-    if out:  # this arm's own set-up, plus the process start it did not pay here
-      measured['startup_s'] += out[0][1]['startup_s']
-    out.append((slug, measured))
-  return out
 
 
 def parts(m, cached):
@@ -277,7 +136,7 @@ def measure_group(arms, env, repo, timed_steps, say=print):
         if line.startswith(PREFIX):
           result = json.loads(line[len(PREFIX) :])
           found[result.pop('slug')] = result
-        elif line.startswith(PROGRESS):
+        elif line.startswith(estimate_measure.PROGRESS):
           say(line)
       code = proc.wait()
       err.seek(0)
@@ -285,7 +144,7 @@ def measure_group(arms, env, repo, timed_steps, say=print):
   finally:
     os.unlink(f.name)
   if code or len(found) != len(arms):
-    last = [l for l in lines if l.strip()]
+    last = [line for line in lines if line.strip()]
     raise ValueError(last[-1] if last else f'exit code {code}')
   return found
 
@@ -294,7 +153,7 @@ def xla_key(run):
   """The XLA flags a run's process needs (arms needing others cannot share a process)."""
   if run.config is None:
     return ()
-  from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
+  from numerics import setup as numerics_setup
 
   return tuple(numerics_setup.xla_flags(run.config))
 
@@ -383,7 +242,7 @@ def main(argv=None):
       "module's doc says what they measure); one `estimate-result: {json}` line per arm."
     )
     return 0
-  from configs import loader  # pylint: disable=import-outside-toplevel
+  from configs import loader
 
   spec, overrides, rest = loader.split_argv(argv)
   try:
@@ -394,13 +253,13 @@ def main(argv=None):
     else:
       arms = [('arm', (spec, overrides))]
     loaded = [(slug, loader.load(*flags)) for slug, flags in arms]
-    from configs import validation  # pylint: disable=import-outside-toplevel
-    from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
+    from configs import validation
+    from numerics import setup as numerics_setup
 
     configs = [(slug, validation.resolve(config)) for slug, config in loaded]
     for _, config in configs:
       numerics_setup.configure(config)  # before any backend starts, as in train.py
-    results = measure_all(configs, steps, launched)
+    results = estimate_measure.measure_all(configs, steps, launched)
   except (OSError, ValueError) as e:
     print(f'error: {str(e).splitlines()[0]}', file=sys.stderr)
     return 2

@@ -93,7 +93,7 @@ def _flops(opcode, line, out_dims, operand_dims):
     rhs = operand_dims[1]
     if not labels or len(labels.group(2)) != len(rhs):
       return 0
-    per_output = math.prod(d for d, label in zip(rhs, labels.group(2)) if label != 'o')
+    per_output = math.prod(d for d, label in zip(rhs, labels.group(2), strict=True) if label != 'o')
   else:
     contracting = LHS_CONTRACTING.search(line)
     lhs = operand_dims[0]
@@ -217,5 +217,8 @@ def as_configured(found, config, platform='tpu'):
   """How many of `found` carry the precision or algorithm `configured` asks of their kind (an
   algorithm or its SAME_PASSES level)."""
   wanted = {kind: configured(config, kind, platform) for kind in profiles.KINDS}
-  same = lambda how: SAME_PASSES.get(how, how)
+
+  def same(how):
+    return SAME_PASSES.get(how, how)
+
   return sum(same(p.how) == same(wanted.get(p.kind)) for p in found)

@@ -109,7 +109,7 @@ def sweep_runs(spec):
     return 1
   try:
     return len(module.get_sweep(arg or None))
-  except Exception as e:  # pylint: disable=broad-except  # the config file's own code failed
+  except Exception as e:  # the config file's own code failed
     raise ValueError(f'--config={spec}: get_sweep() fails ({type(e).__name__}: {e})') from None
 
 
@@ -156,7 +156,7 @@ def prepare(argv):
   args = parse_args(rest)
   if not spec:
     raise ValueError('--config is required, e.g. --config=configs/digits.py:smoke')
-  from configs import validation  # pylint: disable=import-outside-toplevel  # (numpy: after --help)
+  from configs import validation  # numpy: after --help
 
   config = validation.resolve(loader.load(spec, overrides))
   topologies = [tpu_topology.parse(name) for name in args.topology]
@@ -176,13 +176,13 @@ def main(argv=None):
   argv = sys.argv[1:] if argv is None else argv
   try:
     config, spec, overrides, args, topologies, runs = prepare(argv)
-    import jax  # pylint: disable=import-outside-toplevel
+    import jax
 
-    from sweeps import tpu_estimate, tpu_programs  # pylint: disable=import-outside-toplevel
+    from sweeps import tpu_estimate, tpu_programs
 
     jax.config.update('jax_platforms', 'cpu')  # compile-only TPU devices; nothing runs on a TPU
     jax.config.update('jax_enable_compilation_cache', False)  # every program compiled here, timed
-    from numerics import setup as numerics_setup  # pylint: disable=import-outside-toplevel
+    from numerics import setup as numerics_setup
 
     numerics_setup.configure(config)
     devices = [tpu_topology.devices(t) for t in topologies]
@@ -190,7 +190,7 @@ def main(argv=None):
     print(f'error: {str(e).splitlines()[0]}', file=sys.stderr)
     return 2
   rows = []
-  for topology, devs in zip(topologies, devices):
+  for topology, devs in zip(topologies, devices, strict=True):
     found, ctx = tpu_programs.topology_rows(config, topology, devs, runs, args.programs)
     if args.max_batch and ctx is not None:
       largest, spent = tpu_programs.max_batch(

@@ -17,7 +17,7 @@ import time
 
 from analysis import cli
 from runrecord import record
-from sweeps import sweep
+from sweeps import sweep, sweep_args
 from trainer import writers
 
 # The analysis (pandas, statsmodels, matplotlib) is imported where it runs: --help and a bad flag
@@ -30,7 +30,7 @@ def parse_args(argv):
     description='A whole study in one command: the sweep, then its analysis (the '
     'report, the attribution, the figures).',
   )
-  sweep.add_run_args(
+  sweep_args.add_run_args(
     p, 'configs/digits.py:study', 'local folder for the runs, the report and figures/'
   )
   p.add_argument(
@@ -81,9 +81,9 @@ def analyse_roots(
   """The analysis of the runs under `root` and the `more` roots: print the report, write it, the
   attribution and figures/ into root (analysis.analyse). The declaration is the roots' study.json,
   else the config's get_study()."""
-  from analysis import analyse  # pylint: disable=import-outside-toplevel
-  from analysis.inputs import results, run_predictions  # pylint: disable=import-outside-toplevel
-  from analysis.numbers import answer  # pylint: disable=import-outside-toplevel
+  from analysis import analyse
+  from analysis.inputs import results, run_predictions
+  from analysis.numbers import answer
 
   roots = [root, *more]
   frame, hist, declared = results.load_study(roots, config=config)

@@ -12,7 +12,6 @@ import collections
 import contextlib
 import dataclasses
 import os
-import re
 import signal
 import statistics
 import subprocess
@@ -21,9 +20,8 @@ import threading
 import time
 from typing import Any
 
-from analysis.inputs import results
 from runrecord import record
-from sweeps import claims, tpu_chips
+from sweeps import claims, run_logs, tpu_chips
 from trainer import gpu_memory, lock, platforms, writers
 
 LOG_FILE = record.LOG_FILE
@@ -31,7 +29,6 @@ CACHE_DIR = '.jax_cache'
 STOP_GRACE_S = 300
 LOCK_WAIT_S = 60
 SPEED_WINDOW = 5
-STEP_COUNTER = re.compile(r'step (\d+)/(\d+)')
 GPU_SHARE = 0.9  # of a GPU's memory, split between the runs sharing it (the rest: CUDA contexts)
 LINUX = sys.platform.startswith('linux')
 # Run first in a child: SIGKILL me when my parent (argv[1]) dies (prctl PR_SET_PDEATHSIG = 1; it
@@ -42,22 +39,6 @@ DIE_WITH_PARENT = (
   'os.getppid() == int(sys.argv[1]) or os.kill(os.getpid(), signal.SIGKILL); '
   'os.execvp(sys.argv[2], sys.argv[2:])'
 )
-
-
-def tail(path, size=8192):
-  """The last `size` bytes of a text file as text ('' if unreadable)."""
-  try:
-    with open(path, 'rb') as f:
-      f.seek(max(0, os.path.getsize(path) - size))
-      return f.read().decode(errors='replace')
-  except OSError:
-    return ''
-
-
-def last_line(path):
-  """The last non-empty line of a log file ('' if none)."""
-  lines = [l.strip() for l in tail(path).splitlines() if l.strip()]
-  return lines[-1] if lines else ''
 
 
 def slot_gpus(gpus, slots):
@@ -125,39 +106,20 @@ def popen(argv, cwd, env, log):
   )
 
 
-def logged_speeds(workdir):
-  """[(step, images/s)] of the training records in the run's metrics.jsonl (results.train_records;
-  [] if the file cannot be read)."""
-  try:
-    return [
-      (int(e['step']), float(e['images_per_sec']))
-      for e in results.train_records(workdir)
-      if e.get('images_per_sec')
-    ]
-  except OSError:
-    return []
-
-
 def last_step(workdir):
   """The step of the run's last logged training record with a speed, or -1."""
-  records = logged_speeds(workdir)
+  records = run_logs.logged_speeds(workdir)
   return records[-1][0] if records else -1
 
 
 def speed(workdir, since_step):
   """(images/s or None, last logged step) from the records after `since_step`: the median of the
   last SPEED_WINDOW logged intervals, the first after launch (the compile) left out."""
-  records = [r for r in logged_speeds(workdir) if r[0] > since_step]
+  records = [r for r in run_logs.logged_speeds(workdir) if r[0] > since_step]
   measured = [ips for _, ips in records[1:]][-SPEED_WINDOW:]
   return (statistics.median(measured) if measured else None), (
     records[-1][0] if records else since_step
   )
-
-
-def total_steps(logfile):
-  """The run's total steps from the last `step s/T` counter of its log, or None."""
-  found = STEP_COUNTER.findall(tail(logfile))
-  return int(found[-1][1]) if found else None
 
 
 @dataclasses.dataclass
@@ -181,7 +143,7 @@ class Active:
   def measure(self, now):
     """(images/s or None, seconds running, seconds left or None)."""
     ips, step = speed(self.run.workdir, self.since_step)
-    total = total_steps(self.logfile)
+    total = run_logs.total_steps(self.logfile)
     left = None
     if ips and total and self.batch_size:
       left = max(total - step, 0) * self.batch_size / ips
@@ -332,7 +294,7 @@ def reap(progress, stopping):
       progress.durations.append(time.time() - a.started)
       progress.show(f'done    {name} in {took} (log: {a.logfile})')
     else:
-      line = last_line(a.logfile)
+      line = run_logs.last_line(a.logfile)
       progress.failures.append((a.run, code, line))
       progress.show(f'FAILED  {name}: exit code {code}, last log line: {line!r} (log: {a.logfile})')
   return freed

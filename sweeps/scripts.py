@@ -92,7 +92,7 @@ def check_commands(runs, path, arg, root, files):
   written: no line breaks anywhere, and an #SBATCH-safe output folder."""
   check_one_line(root, '--root')
   check_one_line(path + (arg or ''), '--config')
-  for flag, file in zip(('--emit-commands', '--emit-slurm'), files):
+  for flag, file in zip(('--emit-commands', '--emit-slurm'), files, strict=True):
     check_one_line(file, flag)
   sbatch_folder(files[0])
   for i, run in enumerate(runs):
@@ -109,7 +109,7 @@ def slurm_script(commands_file, count, root, job_name, python=sys.executable):
   #SBATCH line (the output folder, which SLURM reads unquoted) is checked by `sbatch_folder`, and
   the job name is reduced to safe characters.
   """
-  from sweeps import runner  # pylint: disable=import-outside-toplevel  # (--help stays light)
+  from sweeps import runner  # --help stays light
 
   cache_dir = runner.CACHE_DIR
   name = re.sub(r'[^A-Za-z0-9._-]+', '-', job_name).strip('-') or 'sweep'

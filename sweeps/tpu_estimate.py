@@ -26,7 +26,7 @@ def roofline_s(flops, bytes_accessed, passes, chip):
 
 def evaluations(ctx):
   """How many evaluations a run of `ctx` makes (trainer/run.py `due`, the loop's one rule)."""
-  from trainer import run  # pylint: disable=import-outside-toplevel
+  from trainer import run  # JAX: only once a run is priced, not for --help
 
   return sum(run.due(ctx, step).evaluate for step in range(1, ctx.total_steps + 1))
 
@@ -81,7 +81,7 @@ def arm_run_hours(flags, topology, repo, env=None):
     proc = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, check=False)
     path = os.path.join(out, 'preflight.csv')
     if proc.returncode or not os.path.exists(path):
-      lines = [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
+      lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
       raise ValueError(lines[-1] if lines else f'exit code {proc.returncode}')
     with open(path) as f:
       rows = list(csv.DictReader(f))

@@ -49,8 +49,8 @@ def compile_program(fn, args, label):
   with Heartbeat(label):
     try:
       compiled = fn.lower(*args).compile()
-    except Exception as e:  # pylint: disable=broad-except  # the compiler's refusal, as one line
-      lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+    except Exception as e:  # the compiler's refusal, as one line
+      lines = [line.strip() for line in str(e).splitlines() if line.strip()]
       return None, time.time() - start, (lines[0] if lines else type(e).__name__)[:300]
   return compiled.fn, time.time() - start, ''
 

@@ -113,12 +113,12 @@ def devices(topology):
   # libtpu takes a host-wide lock (/tmp/libtpu_lockfile) for the TPU it would drive; compiling for
   # a topology drives none, so preflights (and tests) may run side by side.
   os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
-  from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
+  from jax.experimental import topologies
 
   try:
     with silenced_stderr():
       return topologies.get_topology_desc(topology.libtpu_name, 'tpu', **topology.options).devices
-  except Exception as e:  # pylint: disable=broad-except  # libtpu's JaxRuntimeError
+  except Exception as e:  # libtpu's JaxRuntimeError
     first = (str(e).splitlines() or [type(e).__name__])[0]
     raise ValueError(f'--topology {topology.name}: libtpu refuses it ({first})') from None
 
