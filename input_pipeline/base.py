@@ -24,7 +24,8 @@ NORMALIZATIONS = {
 
 @dataclasses.dataclass(frozen=True)
 class Split:
-  """One split: `images` uint8 [N, H, W, C] (np.ndarray or np.memmap), `labels` int32 [N] or [N, K]."""
+  """One split: `images` uint8 [N, H, W, C] (np.ndarray or np.memmap), `labels` int32 [N] or
+  [N, K]."""
 
   images: np.ndarray
   labels: np.ndarray

@@ -148,7 +148,7 @@ def new_record(config, facts, numerics, data_info, model_facts, versions):
 
   `facts`: {'platform', 'device_kind', 'num_devices', 'num_processes'} of this run's devices.
   """
-  from configs import common  # pylint: disable=import-outside-toplevel
+  from configs import common
 
   return {
     'schema': RECORD_SCHEMA,
@@ -267,7 +267,7 @@ def save(mngr, step, results, state=None, extra=None):
 def save_args(results, state=None, extra=None):
   """The Orbax Composite that writes `results` (JSON), unless None `state`, and `extra`'s items
   at one step."""
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  import orbax.checkpoint as ocp
 
   items = {RESULTS_ITEM: ocp.args.JsonSave(results), **(extra or {})}
   if state is not None:
@@ -277,7 +277,7 @@ def save_args(results, state=None, extra=None):
 
 def restore_args(abstract_state=None):
   """The Composite that reads `results` and, given its abstract structure, the state."""
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  import orbax.checkpoint as ocp
 
   items = {RESULTS_ITEM: ocp.args.JsonRestore()}
   if abstract_state is not None:
@@ -299,7 +299,7 @@ def read_results(run):
     Orbax's and TensorStore's errors for an unreadable step (analysis/inputs/results.py turns them
     into an excluded run with its reason).
   """
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  import orbax.checkpoint as ocp
 
   options = ocp.CheckpointManagerOptions(read_only=True)
   with ocp.CheckpointManager(checkpoint_dir(run), item_names=ITEMS, options=options) as mngr:
@@ -311,7 +311,7 @@ def read_results(run):
 
 def write_results(run, results, step=0):
   """Write `results` as a results-only step of run folder `run` (tests; importing outside runs)."""
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  import orbax.checkpoint as ocp
 
   with ocp.CheckpointManager(checkpoint_dir(run), item_names=ITEMS) as mngr:
     save(mngr, step, results)
@@ -334,7 +334,7 @@ def flatten(tree, prefix):
 
 def defaults():
   """{dotted config field: default value} of every field the code has (configs/common.py)."""
-  from configs import common  # pylint: disable=import-outside-toplevel
+  from configs import common
 
   return flatten(json.loads(json.dumps(common.base_config().to_dict())), '')
 
@@ -342,7 +342,7 @@ def defaults():
 def _upgrade_config(config):
   """A saved config (dict) with its numerics through numerics.profiles.upgrade, as a new dict;
   anything without numerics comes back as it is."""
-  from numerics import profiles  # pylint: disable=import-outside-toplevel
+  from numerics import profiles
 
   if isinstance(config, dict) and 'numerics' in config:
     return {**config, 'numerics': profiles.upgrade(config['numerics'])}
@@ -353,7 +353,7 @@ def upgrade(results):
   """A saved record (dict) as today's fields: its requested and effective numerics and its
   config's numerics through numerics.profiles.upgrade (the removed `emulate` shorthand); a new
   dict."""
-  from numerics import profiles  # pylint: disable=import-outside-toplevel
+  from numerics import profiles
 
   results = dict(results)
   if isinstance(results.get('numerics'), dict):
@@ -477,10 +477,15 @@ def model_keys(seeds, init_seeds=None, data_seeds=None):
   equal its seed or are not recorded (older records, a CSV without them), else for every run
   'S (init I, data D)': runs of one seed with other initial weights or data order are never
   replicates. A list aligned with `seeds`; None where the seed is."""
-  text = lambda v: None if v is None or v != v else str(int(v)) if isinstance(v, float) else str(v)
+
+  def text(v):
+    if v is None or v != v:  # absent or NaN (a CSV's empty cell)
+      return None
+    return str(int(v)) if isinstance(v, float) else str(v)
+
   seeds = list(seeds)
   parts = [list(p) if p is not None else [None] * len(seeds) for p in (init_seeds, data_seeds)]
-  rows = list(zip(*([text(v) for v in column] for column in (seeds, *parts))))
+  rows = list(zip(*([text(v) for v in column] for column in (seeds, *parts)), strict=True))
   if not any(t is not None and t != s for s, *rest in rows for t in rest):
     return seeds
   return [None if s is None else f'{s} (init {i or s}, data {d or s})' for s, i, d in rows]

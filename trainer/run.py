@@ -172,7 +172,7 @@ def init_model(ctx):
     model = nnx.merge(ctx.graphdef, jax.tree.map(jnp.asarray, jax.device_get(init(key))))
   facts = {}
   if config.model.init_from:
-    from models import pretrained  # pylint: disable=import-outside-toplevel
+    from models import pretrained
 
     try:
       facts = pretrained.load_into(model, config.model.init_from, tuple(config.model.reinit))
@@ -223,7 +223,10 @@ def replicate(ctx, tree):
 
 def abstract_batch(ctx, split, batch_size, mask=False):
   """ShapeDtypeStructs of a global batch of `split`, for compiling ahead (several processes)."""
-  spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=ctx.sharded)
+
+  def spec(shape, dtype):
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=ctx.sharded)
+
   out = {
     'image': spec((batch_size,) + split.images.shape[1:], split.images.dtype),
     'label': spec((batch_size,) + split.labels.shape[1:], split.labels.dtype),
@@ -394,6 +397,7 @@ def facts():
     zip(
       record.CPU_FACTS,
       numerics_setup.cpu_facts() if device.platform == 'cpu' else (None,) * len(record.CPU_FACTS),
+      strict=True,
     )
   )
   return {

@@ -189,7 +189,7 @@ class TensorBoardWriter:
   def __init__(self, workdir, resume_step=0):
     self._tb = None
     try:
-      import tensorboardX  # pylint: disable=import-outside-toplevel
+      import tensorboardX
     except ImportError:
       logging.warning('tensorboardX is not installed: no TensorBoard events are written')
       return
