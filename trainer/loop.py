@@ -24,7 +24,20 @@ from input_pipeline import batching
 from numerics import setup as numerics_setup
 from runrecord import predictions as prediction_items
 from runrecord import record
-from trainer import checkpointing, clock, lock, optim, resume, run, steps, stop, workdirs, writers
+from trainer import (
+  cadence,
+  checkpointing,
+  clock,
+  execution,
+  lock,
+  optim,
+  resume,
+  run,
+  steps,
+  stop,
+  workdirs,
+  writers,
+)
 
 VERSIONED_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')
 
@@ -81,7 +94,7 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
         config,
         restart,
         record.data_facts(ctx.dataset),
-        run.facts(),
+        execution.facts(),
         allow_layout_change,
       )
       with clock.heartbeat(
@@ -131,7 +144,7 @@ def _start(ctx, workdir, mngr):
   state = run.initial_state(ctx, model)
   with numerics_setup.precision_scope(config):
     numerics = numerics_setup.describe(config)
-  facts = run.facts()
+  facts = execution.facts()
   results = record.new_record(
     config, facts, numerics, record.data_facts(ctx.dataset), model_facts, versions()
   )
@@ -233,9 +246,9 @@ def session_times(p):
 
 
 def _after_step(ctx, mngr, out, p, bad, eval_fn):
-  """Whatever is due after step `p.step` (run.due): the non-finite check, log, epoch end and
-  evaluation, checkpoint."""
-  due = run.due(ctx, p.step)
+  """Whatever is due after step `p.step` (trainer/cadence.py): the non-finite check, log, epoch
+  end and evaluation, checkpoint."""
+  due = cadence.due(ctx, p.step)
   if due.check:
     _ensure_finite(ctx, mngr, out, p, bad)
   if due.log:
@@ -252,7 +265,7 @@ def _stop_if_asked(ctx, mngr, out, p, bad, stops):
   done): if a signal asked for a stop (every process agreeing, stop.StopRequests.agreed), save step
   `p.step` (unless its checkpoint is already written) and raise stop.Stopped. Nothing is dispatched
   after the signal is read: the stop waits for the steps in flight (stop.InFlight) only."""
-  signum = stops.agreed(run.due(ctx, p.step).check)
+  signum = stops.agreed(cadence.due(ctx, p.step).check)
   if not signum:
     return
   if p.step == 0:  # nothing trained yet: nothing to save

@@ -27,7 +27,8 @@ def check_workdir_run(
 ):
   """Refuse, or wipe (restart), per the module docstring. Returns the manager to use.
 
-  `data`: this run's record.data_facts; `facts`: its run.facts() (None: not compared).
+  `data`: this run's record.data_facts; `facts`: trainer/execution.py facts() (None: not
+  compared).
   """
   step, saved = checkpointing.latest_results(mngr)
   if restart and mngr.all_steps():

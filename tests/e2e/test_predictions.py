@@ -17,7 +17,7 @@ from configs import common, digits, loader, validation
 from input_pipeline import base, batching
 from runrecord import predictions, record
 from sweeps import sweep
-from trainer import checkpointing, loop, run, steps
+from trainer import checkpointing, execution, loop, run, steps
 
 ONE_EPOCH = {'num_epochs': 1, 'optim.freeze_epochs': 0}
 RUNS = {
@@ -230,7 +230,7 @@ def test_variance_preset_crosses_init_and_data_seeds_with_replicates_on_one_arm(
       record.row(
         r.workdir,
         record.new_record(
-          r.config, run.facts(), {'requested': r.config.numerics.to_dict()}, {}, {}, {}
+          r.config, execution.facts(), {'requested': r.config.numerics.to_dict()}, {}, {}, {}
         ),
       )
       for r in runs

@@ -176,7 +176,7 @@ def test_a_resume_onto_another_platform_identity_is_refused_or_a_platform_of_its
     in last
   )
   assert tree_hash(workdir / 'checkpoints') == before
-  monkeypatch.setenv('XLA_FLAGS', pinned['XLA_FLAGS'])  # what run.facts() reads
+  monkeypatch.setenv('XLA_FLAGS', pinned['XLA_FLAGS'])  # what execution.facts() reads
   final = loop.train_and_evaluate(smoke_config(), str(workdir), allow_layout_change=True)
   assert final['status'] == 'completed' and final['run_id'] == done['run_id']
   assert [s['xla_cpu_isa'] for s in final['segments']] == [start['xla_cpu_isa'], 'SSE4_2']

@@ -12,7 +12,7 @@ from analysis.numbers import stats
 from configs import digits
 from numerics import setup as numerics_setup
 from runrecord import record
-from trainer import run
+from trainer import execution
 
 AVX512_HOST = 'fpu sse4_1 sse4_2 avx avx2 fma avx512f avx512bw avx512_vnni'.split()
 AVX2_HOST = 'fpu sse4_1 sse4_2 avx avx2 fma'.split()
@@ -74,7 +74,7 @@ def test_cpuinfo_reads_the_first_processor_and_nothing_where_absent(tmp_path):
 
 
 def test_a_cpu_record_names_model_isa_and_xla_flags(monkeypatch, tmp_path):
-  """run.facts() on a planted AVX-512 processor with XLA pinned to AVX2 (XLA_FLAGS): the record and
+  """execution.facts() on a planted AVX-512 processor with XLA pinned to AVX2 (XLA_FLAGS): the record and
   its row hold the model, both instruction sets and the flags; its platform is a third one."""
   monkeypatch.setattr(
     numerics_setup,
@@ -83,7 +83,7 @@ def test_a_cpu_record_names_model_isa_and_xla_flags(monkeypatch, tmp_path):
   )
   monkeypatch.setattr(host, 'machine', lambda: 'x86_64')
   monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_max_isa=AVX2')
-  facts = run.facts()
+  facts = execution.facts()
   assert {k: facts[k] for k in record.CPU_FACTS} == {
     'cpu_model': 'Planted Xeon',
     'cpu_isa': 'AVX512_VNNI',
