@@ -38,6 +38,8 @@ from trainer import (
   workdirs,
   writers,
 )
+from trainer.clock import ProgressClock
+from trainer.writers import MetricWriter
 
 VERSIONED_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')
 
@@ -114,9 +116,9 @@ class Outputs:
   """Where a run reports: the files (writers.create_writers), the throughput and ETA clock
   (trainer/clock.py), the console line (writers.ConsoleWriter)."""
 
-  writers: Any
-  clock: Any
-  console: Any
+  writers: MetricWriter
+  clock: ProgressClock
+  console: MetricWriter
 
 
 @dataclasses.dataclass
