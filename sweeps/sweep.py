@@ -29,7 +29,7 @@ import sys
 from analysis import cli
 from analysis.inputs import declaration
 from configs import common, loader
-from runrecord import record
+from runrecord import sessions
 from sweeps import scripts, tpu_chips
 
 # The modules that start JAX, pandas or the runner (sweeps.checks, claims, runner, estimate,
@@ -129,7 +129,7 @@ def saved_state(run):
     return 'todo', f'unreadable results ({error}); relaunching'
   if not saved:
     return 'todo', ''
-  diffs = record.config_differences(saved.get('config'), run.config.to_dict())
+  diffs = sessions.config_differences(saved.get('config'), run.config.to_dict())
   if diffs:
     return 'mismatch', (
       f'{run.workdir} holds a run with other settings ({"; ".join(diffs[:3])}): '

@@ -23,7 +23,7 @@ from configs import validation
 from input_pipeline import batching
 from numerics import setup as numerics_setup
 from runrecord import predictions as prediction_items
-from runrecord import record
+from runrecord import record, sessions
 from trainer import (
   cadence,
   checkpointing,
@@ -153,7 +153,7 @@ def _start(ctx, workdir, mngr):
   mngr, step, restored, saved = resume.restore(
     mngr, workdir, checkpointing.abstract(state), config.keep_checkpoints
   )
-  record.start_segment(results, saved, facts, step or 0)
+  sessions.start_segment(results, saved, facts, step or 0)
   if step is None:
     return mngr, Progress(state, results, 0, _floats(steps.ZERO_SUMS), 0, 0.0), None
   results.update(history=saved.get('history', []), wall_time_s=saved.get('wall_time_s', 0.0))
@@ -311,7 +311,7 @@ def _checkpoint(ctx, mngr, p, status='running'):
     wall_time_s=p.wall_time(),
     log_sums={k: float(v) for k, v in p.last_logged.items()},
   )
-  record.end_segment(p.results, p.step)
+  sessions.end_segment(p.results, p.step)
   save_state(mngr, p.step, p.state, p.results, p.predictions)
   p.predictions = None
   p.last_finite = p.saved = p.step

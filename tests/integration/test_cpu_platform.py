@@ -1,5 +1,5 @@
 """A CPU is not one platform: CPU records name the processor, its instruction set and XLA's, and
-two instruction sets are two platforms (runrecord/record.py platform_identity, numerics/setup.py
+two instruction sets are two platforms (runrecord/rules.py platform_identity, numerics/setup.py
 cpu_facts)."""
 
 import math
@@ -11,7 +11,7 @@ from analysis.inputs import results
 from analysis.numbers import stats
 from configs import digits
 from numerics import setup as numerics_setup
-from runrecord import record
+from runrecord import record, rules
 from trainer import execution
 
 AVX512_HOST = 'fpu sse4_1 sse4_2 avx avx2 fma avx512f avx512bw avx512_vnni'.split()
@@ -144,8 +144,8 @@ def test_runs_on_two_cpu_instruction_sets_are_two_platforms_never_pooled(tmp_pat
   ],
 )
 def test_platform_identity_and_back_to_the_jax_platform(facts, identity):
-  assert record.platform_identity(facts) == identity
-  assert record.jax_platform(identity) == facts['platform']
+  assert rules.platform_identity(facts) == identity
+  assert rules.jax_platform(identity) == facts['platform']
 
 
 def test_a_record_without_cpu_facts_reads_not_recorded_and_joins_no_known_isa(tmp_path):
