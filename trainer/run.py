@@ -27,7 +27,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
-from configs import common, validation
+from configs import capacity, common, validation
 from input_pipeline import base, batching, registry
 from models import resnet
 from numerics import setup as numerics_setup
@@ -73,7 +73,7 @@ def build(
   device_bytes: int | None = None,
 ) -> Context:
   """The run's context from a resolved config; the one place that checks the config against the
-  devices and the data (configs/validation.py check_devices, then check_dataset), before any
+  devices and the data (configs/capacity.py check_devices, then check_dataset), before any
   compute.
 
   Args:
@@ -96,9 +96,9 @@ def build(
   devices = list(devices if devices is not None else jax.devices())
   processes = len({d.process_index for d in devices})
   device_bytes = device_bytes or platforms.device_memory(jax.local_devices())
-  validation.check_devices(config, len(devices), processes, device_bytes)  # before a long load
+  capacity.check_devices(config, len(devices), processes, device_bytes)  # before a long load
   dataset = load_dataset(config) if dataset is None else dataset
-  validation.check_dataset(config, len(dataset.train), batching.nbytes(dataset.train), device_bytes)
+  capacity.check_dataset(config, len(dataset.train), batching.nbytes(dataset.train), device_bytes)
   mesh = steps.make_mesh(devices)
   replicated, sharded = steps.shardings(mesh)
   per_epoch = batching.steps_per_epoch(len(dataset.train), config.batch_size)
