@@ -34,12 +34,12 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   make_parser().parse_args()
 
-import jax.numpy as jnp  # noqa: E402 (loads JAX: after --help)
-import numpy as np  # noqa: E402 (loads JAX: after --help)
-from flax import nnx  # noqa: E402 (loads JAX: after --help)
+import jax.numpy as jnp  # noqa: E402 (after --help: it answers without JAX)
+import numpy as np  # noqa: E402 (after --help: it answers without JAX)
+from flax import nnx  # noqa: E402 (after --help: it answers without JAX)
 
-from models import architecture, resnet  # noqa: E402 (loads JAX: after --help)
-from models.layers import BatchNorm, Conv2d, Linear  # noqa: E402 (loads JAX: after --help)
+from models import architecture, resnet  # noqa: E402 (after --help: it answers without JAX)
+from models.layers import BatchNorm, Conv2d, Linear  # noqa: E402 (after --help: it answers without JAX)
 
 FORMATS = ('.pth', '.pt', '.safetensors', '.npz')
 REINIT_PARTS = architecture.PARTS
