@@ -74,8 +74,9 @@ def test_cpuinfo_reads_the_first_processor_and_nothing_where_absent(tmp_path):
 
 
 def test_a_cpu_record_names_model_isa_and_xla_flags(monkeypatch, tmp_path):
-  """execution.facts() on a planted AVX-512 processor with XLA pinned to AVX2 (XLA_FLAGS): the record and
-  its row hold the model, both instruction sets and the flags; its platform is a third one."""
+  """execution.facts() on a planted AVX-512 processor with XLA pinned to AVX2 (XLA_FLAGS): the
+  record and its row hold the model, both instruction sets and the flags; its platform is a third
+  one."""
   monkeypatch.setattr(
     numerics_setup,
     'cpuinfo',
