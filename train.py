@@ -14,10 +14,9 @@ from trainer import stop  # imports no JAX: installed first, Ctrl-C during start
 
 stop.install(stop.exit_at_once)  # the training loop stops gracefully instead (trainer/stop.py)
 
-# pylint: disable=wrong-import-position,import-outside-toplevel
-from absl import app, flags, logging  # noqa: E402
+from absl import app, flags, logging  # noqa: E402 (after stop.install: Ctrl-C while importing)
 
-from configs import loader  # noqa: E402
+from configs import loader  # noqa: E402 (after stop.install: Ctrl-C while importing)
 
 flags.DEFINE_string(
   'config',
@@ -48,7 +47,7 @@ def fail(message, code=2, at_once=False):
   sys.stdout.flush()
   print(f'error: {message}', file=sys.stderr, flush=True)
   if at_once:
-    os._exit(code)  # pylint: disable=protected-access
+    os._exit(code)
   sys.exit(code)
 
 
@@ -107,7 +106,9 @@ def parse_flags(argv):
   try:
     unparsed = FLAGS(argv[:1] + rest)
   except flags.Error as e:
-    lines = [l.strip() for l in str(e).splitlines() if l.strip() and 'Pass --help' not in l]
+    lines = [
+      line.strip() for line in str(e).splitlines() if line.strip() and 'Pass --help' not in line
+    ]
     fail((lines or [str(e)])[-1].split('Error: ', 1)[-1])
   if len(unparsed) > 1 or not (spec and FLAGS.workdir):
     fail(

@@ -46,7 +46,7 @@ def analyse(argv):
     default=[],
     help='columns defining an arm, e.g. platform compute_dtype or any config.* field '
     '(default: platform, device kind, every requested numerics field and every '
-    'config field that differs between the runs; runrecord.record.arm_columns)',
+    'config field that differs between the runs; runrecord.rules.arm_columns)',
   )
   p.add_argument(
     '--metric',

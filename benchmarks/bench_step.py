@@ -52,7 +52,7 @@ import numpy as np  # noqa: E402 (after the --help parse above)
 
 from configs import validation  # noqa: E402 (after the --help parse above)
 from input_pipeline import base  # noqa: E402 (after the --help parse above)
-from models import resnet  # noqa: E402 (after the --help parse above)
+from models import architecture, resnet  # noqa: E402 (after the --help parse above)
 from numerics import emulate as emulate_lib  # noqa: E402 (after the --help parse above)
 from numerics import ops, profiles  # noqa: E402 (after the --help parse above)
 from numerics import setup as numerics_setup  # noqa: E402 (after the --help parse above)
@@ -116,7 +116,7 @@ def resnet18_convs(image_size, width=1.0, stem='imagenet', in_channels=3):
     convs.setdefault((size, cin, cout, k, stride, pad, input_grad), []).append(name)
     return conv_out(size, k, stride, pad)
 
-  channels = [max(1, int(round(c * width))) for c in resnet.STAGE_CHANNELS]
+  channels = [max(1, int(round(c * width))) for c in architecture.STAGE_CHANNELS]
   size = image_size
   if stem == 'imagenet':
     size = add('conv1', size, in_channels, channels[0], 7, 2, 3, input_grad=False)
@@ -124,7 +124,7 @@ def resnet18_convs(image_size, width=1.0, stem='imagenet', in_channels=3):
   else:
     size = add('conv1', size, in_channels, channels[0], 3, 1, 1, input_grad=False)
   previous = channels[0]
-  for index, (c, blocks) in enumerate(zip(channels, resnet.STAGE_BLOCKS, strict=True)):
+  for index, (c, blocks) in enumerate(zip(channels, architecture.STAGE_BLOCKS, strict=True)):
     for b in range(blocks):
       stride = 2 if (index > 0 and b == 0) else 1
       name = f'layer{index + 1}.{b}'
@@ -142,7 +142,7 @@ def analytic_macs(image_size, width=1.0, stem='imagenet', in_channels=3, num_cla
     len(c.names) * conv_out(c.size, c.k, c.stride, c.pad) ** 2 * c.k * c.k * c.cin * c.cout
     for c in resnet18_convs(image_size, width, stem, in_channels)
   )
-  features = max(1, int(round(resnet.STAGE_CHANNELS[-1] * width)))  # what the fc layer sees
+  features = max(1, int(round(architecture.STAGE_CHANNELS[-1] * width)))  # what the fc layer sees
   return macs + features * num_classes
 
 

@@ -117,7 +117,8 @@ def get_sweep(arg=None):
   return [{**arm, 'seed': seed} for arm in arms for seed in range(SEEDS)]
 
 
-# Short arm labels (analysis/inputs/declaration.py): an arm is named by what differs from the reference.
+# Short arm labels (analysis/inputs/declaration.py): an arm is named by what differs from the
+# reference.
 LABELS = {
   'profile': '{}',
   'batchnorm_group': 'BN/{}',
@@ -135,8 +136,8 @@ MIN_SHARE_REASON = (
 
 
 def get_study(arg=None):
-  """The declaration (analysis/inputs/declaration.py) that sweeps.sweep writes into the root before the
-  first run and the analysis reads: margin, factors, reference levels, controls, short labels,
+  """The declaration (analysis/inputs/declaration.py) that sweeps.sweep writes into the root before
+  the first run and the analysis reads: margin, factors, reference levels, controls, short labels,
   and the power calculation behind SEEDS."""
   del arg
   return {

@@ -95,14 +95,16 @@ def base_config():
   c.numerics.dense_format = ''
   c.numerics.batchnorm_group = 0  # 0: BN over the global batch; K: per group of K examples
   c.numerics.gpu_deterministic = False  # --xla_gpu_deterministic_ops
-  # Further XLA flags of this run ('--xla_a=1 --xla_b=2'), set before JAX starts (numerics/setup.py).
+  # Further XLA flags of this run ('--xla_a=1 --xla_b=2'), set before JAX starts
+  # (numerics/setup.py).
   c.numerics.xla_flags = ''
   # How convolutions are computed: 'auto' (im2col for the shapes XLA:CPU runs slowly, xla for the
   # rest and on GPU/TPU), 'xla' or 'im2col' (same product and operand rounding; f32 summation
   # order differs; numerics/ops.py).
   c.numerics.conv_impl = 'auto'
   # How emulated products are computed: 'reference' (rounded operands at HIGHEST), 'fast' (the same
-  # operands on the format's native units) or 'auto' (fast on GPU/TPU, CPU: as measured); emulate.py.
+  # operands on the format's native units) or 'auto' (fast on GPU/TPU, CPU: as measured);
+  # emulate.py.
   c.numerics.emulate_impl = 'auto'
 
   c.distributed = ml_collections.ConfigDict()
@@ -163,7 +165,8 @@ def fields(config, prefix=''):
 
 
 def unknown_field(config, dotted):
-  """The one-line error for a field the config does not have (a removed one says what replaced it)."""
+  """The one-line error for a field the config does not have (a removed one says what replaced
+  it)."""
   if dotted in REMOVED:
     return ValueError(f'config.{dotted}: {REMOVED[dotted]}')
   close = difflib.get_close_matches(dotted, fields(config), n=1)

@@ -49,7 +49,7 @@ def load_module(path):
     spec.loader.exec_module(module)
   except SyntaxError as e:
     raise ValueError(f'--config: {path} line {e.lineno}: {e.msg}; fix the config file') from None
-  except Exception as e:  # pylint: disable=broad-except  # e.g. an import the file makes fails
+  except Exception as e:  # e.g. an import the file makes fails
     raise ValueError(
       f'--config: {path}: {type(e).__name__}: {(str(e).splitlines() or [""])[0]}; '
       'fix the config file'
@@ -82,7 +82,7 @@ def load(spec, overrides=()):
     raise ValueError(f'--config={spec}: {str(e).splitlines()[0]}') from None
   except AttributeError as e:  # a preset setting a field the locked config does not have
     raise ValueError(f'--config={spec}: {_locked_message(e)}') from None
-  except Exception as e:  # pylint: disable=broad-except  # the config file's own code failed
+  except Exception as e:  # the config file's own code failed
     first = (str(e).splitlines() or [''])[0]
     raise ValueError(
       f'--config={spec}: {type(e).__name__}: {first}; fix the config file or the value given'

@@ -5,10 +5,10 @@
 Every entry point (train.py, the sweep, the preflight, the divergence tool, the benchmarks) loads a
 config (configs/loader.py), resolves it once here and hands the frozen result on; trainer/,
 numerics/ and the launchers only read it (`require_resolved` says so where a driver forgot).
-`resolve` checks what the config alone decides. `check_devices` and `check_dataset` check it
-against the numbers a run finds (devices and their memory; the training split): trainer/run.py
-`build`, the one place that has both, calls them, and the sweep calls `check_devices` with the
-devices its runs will see. A failure is a `ConfigError`, one line naming the field and the fix.
+`resolve` checks what the config alone decides. configs/capacity.py checks it against the numbers
+a run finds (devices and their memory; the training split): trainer/run.py `build`, the one place
+that has both, calls it, and the sweep calls `capacity.check_devices` with the devices its runs
+will see. A failure is a `ConfigError`, one line naming the field and the fix.
 No JAX here: the vocabularies come from numerics/formats.py, numerics/profiles.py,
 models/architecture.py and the dataset registry (input_pipeline/registry.py). See docs/configs.md.
 """
@@ -324,112 +324,3 @@ def estimated_steps_per_epoch(config, dataset):
   (`check_dataset` checks the exact count)."""
   train, _ = dataset.split_sizes(config.data)
   return max(1, int(train * 0.9) // config.batch_size)
-
-
-def check_devices(config, num_devices, num_processes, device_bytes):
-  """Batch sizes must split evenly over `num_devices` and `num_processes` (and BatchNorm groups
-  within a device), and a step's activations must fit (`check_activations`).
-
-  Args:
-    num_devices, num_processes: the devices and processes the run's mesh spans.
-    device_bytes: the smallest device's memory, or None where devices do not report it (CPU: the
-      host's memory bounds the whole batch instead).
-  """
-  for name in ('batch_size', 'eval_batch_size'):
-    if config[name] % num_devices:
-      raise ConfigError(
-        f'config.{name}={config[name]} is not divisible by the {num_devices} '
-        f'devices: use a multiple of {num_devices}'
-      )
-    if config[name] % num_processes:
-      raise ConfigError(
-        f'config.{name}={config[name]} is not divisible by the {num_processes} processes'
-      )
-  group = config.numerics.batchnorm_group
-  if group and (config.batch_size // num_devices) % group:
-    raise ConfigError(
-      f'config.numerics.batchnorm_group={group} must divide the per-device batch '
-      f'{config.batch_size // num_devices} (batch_size / devices)'
-    )
-  check_activations(config, num_devices, device_bytes, base.host_memory())
-
-
-def activation_bytes(config, batch):
-  """A lower bound of a training step's activations for `batch` images: the outputs of every
-  convolution (models/architecture.py conv_output_values) in the compute dtype."""
-  values = architecture.conv_output_values(
-    config.data.image_size, float(config.model.width), config.model.stem
-  )
-  return batch * values * formats.DTYPE_BYTES[config.numerics.compute_dtype]
-
-
-def eval_activation_bytes(config, batch):
-  """A lower bound of an evaluation step's activations for `batch` images: a forward pass keeps
-  no activation for a backward one, but holds the first convolution's input and output
-  (models/architecture.py first_conv_values) for the whole batch at once."""
-  values = architecture.first_conv_values(
-    config.data.image_size, float(config.model.width), config.model.stem
-  )
-  return batch * values * formats.DTYPE_BYTES[config.numerics.compute_dtype]
-
-
-def check_activations(config, num_devices, device_bytes, host_bytes):
-  """Refuse a step whose activations cannot fit: the lower bounds `activation_bytes` (training,
-  config.batch_size) and `eval_activation_bytes` (evaluation, config.eval_batch_size) of the
-  per-device batch against `device_bytes` (the smallest device's memory), or, where devices do
-  not report memory (CPU, whose devices share the host's), of the whole batch against
-  `host_bytes`."""
-  size, width = config.data.image_size, float(config.model.width)
-  limit = device_bytes or host_bytes
-  where = 'a device has' if device_bytes else 'this machine has'
-  bounds = (('batch_size', activation_bytes), ('eval_batch_size', eval_activation_bytes))
-  for field, bound in bounds:
-    batch = config[field] // num_devices if device_bytes else config[field]
-    need, per_example = bound(config, batch), bound(config, 1)
-    if not limit or need <= limit:
-      continue
-    held = (
-      'convolution outputs' if field == 'batch_size' else "the first convolution's input and output"
-    )
-    what = (
-      f'({batch} images x {per_example / 2**20:,.1f} MiB of {held} at '
-      f'{size}x{size}, model.width {width:g}, {config.numerics.compute_dtype}), over the '
-      f'{limit / 2**30:,.1f} GiB {where}'
-    )
-    if field == 'batch_size':
-      raise ConfigError(
-        f'config.data.image_size={size}: a training step keeps at least '
-        f'{need / 2**30:,.1f} GiB of activations {what}: use a smaller '
-        'config.data.image_size or config.batch_size'
-      )
-    raise ConfigError(
-      f'config.eval_batch_size={config[field]}: an evaluation step holds at least '
-      f'{need / 2**30:,.1f} GiB of activations {what}: use a smaller '
-      'config.eval_batch_size'
-    )
-
-
-def check_dataset(config, train_examples, train_bytes, device_bytes=None):
-  """The training split must give a full batch, its epochs must fit the step counter, and with
-  data.on_device it must fit on a device.
-
-  Args:
-    train_examples: images in the training split (loaded, or declared: registry.declared).
-    train_bytes: what the split's images and labels take (input_pipeline/batching.py nbytes).
-    device_bytes: the smallest device's memory (None where devices do not report it, e.g. CPU).
-      A device-resident split may take at most half of it: the rest is the model's.
-  """
-  if config.batch_size > train_examples:
-    raise ConfigError(
-      f'config.batch_size={config.batch_size} is larger than the '
-      f'{train_examples} training examples: no full batch per epoch'
-    )
-  check_steps(config, train_examples // config.batch_size)  # full batches (batching.py)
-  need = train_bytes if config.data.on_device else 0
-  if device_bytes and need > device_bytes / 2:
-    raise ConfigError(
-      f'config.data.on_device=True needs {need / 2**30:.2f} GiB for the training '
-      f'split on every device, over half of the {device_bytes / 2**30:.2f} GiB a '
-      'device has: set config.data.on_device=False (host feeding) or a smaller '
-      'config.data.image_size'
-    )

@@ -26,10 +26,11 @@ import numpy as np
 from statsmodels.stats.proportion import proportion_confint
 
 from analysis.numbers import agreement, inference
-from models import resnet
+from models import architecture
 
 GROUPS = ('stem', 'layer1', 'layer2', 'layer3', 'layer4', 'head')
-PART_OF = {name: part for part, names in resnet.PARTS.items() for name in names}  # conv1 -> stem
+# conv1 -> stem
+PART_OF = {name: part for part, names in architecture.PARTS.items() for name in names}
 CI_LEVEL, CI_ALPHA = 0.95, 0.05
 CI_METHOD = 'wilson'  # statsmodels proportion_confint: the Wilson score interval
 CI_NAME = '95% Wilson score interval (multilabel: over images)'

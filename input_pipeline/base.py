@@ -16,7 +16,7 @@ import numpy as np
 TASKS = ('classification', 'multilabel')
 
 # Per-channel normalisation applied on device: x = (uint8 / 255 - mean) / std.
-NORMALIZATIONS = {
+NORMALIZATIONS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
   'half': ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),  # the reference study (transforms.Normalize(.5, .5))
   'imagenet': ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),  # torchvision pretrained weights
 }
@@ -24,12 +24,13 @@ NORMALIZATIONS = {
 
 @dataclasses.dataclass(frozen=True)
 class Split:
-  """One split: `images` uint8 [N, H, W, C] (np.ndarray or np.memmap), `labels` int32 [N] or [N, K]."""
+  """One split: `images` uint8 [N, H, W, C] (np.ndarray or np.memmap), `labels` int32 [N] or
+  [N, K]."""
 
   images: np.ndarray
   labels: np.ndarray
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     if self.images.dtype != np.uint8 or self.images.ndim != 4:
       raise ValueError(
         f'images must be uint8 [N,H,W,C], got {self.images.dtype} {self.images.shape}'
@@ -37,7 +38,7 @@ class Split:
     if len(self.images) != len(self.labels):
       raise ValueError(f'{len(self.images)} images but {len(self.labels)} labels')
 
-  def __len__(self):
+  def __len__(self) -> int:
     return len(self.images)
 
 
@@ -58,16 +59,17 @@ class Dataset:
   task: str = 'classification'
   info: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     if self.task not in TASKS:
       raise ValueError(f'task must be one of {TASKS}, got {self.task!r}')
 
   @property
-  def image_shape(self):
+  def image_shape(self) -> tuple[int, ...]:
+    """(H, W, C) of every image."""
     return tuple(self.train.images.shape[1:])
 
 
-def normalization_constants(name, channels):
+def normalization_constants(name: str, channels: int) -> tuple[np.ndarray, np.ndarray]:
   """(mean, std) float32 arrays of length `channels` for a normalisation preset name."""
   if name not in NORMALIZATIONS:
     raise ValueError(

@@ -151,7 +151,7 @@ def decode(jpeg, size, name):
       if (size, size) != NATIVE_SHAPE:
         image = image.resize((size, size), Image.BILINEAR)
       return np.asarray(image, dtype=np.uint8)
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     raise ValueError(
       f'CelebA image {name} in {celeba_files.ZIP} cannot be used ({e}): replace '
       f'config.data.manual_dir/{celeba_files.ZIP} with the official file from '
@@ -276,7 +276,8 @@ def _check_space(cache_dir, needed):
 
 def _build_cache(path, manual_dir, tfds_dir, source, meta, rows, size):
   """Prepare TFDS if needed, then decode the splits' images into `path` once (atomically: into
-  `<path>.partial-<host>-<pid>`, renamed when complete; leftovers of killed builds deleted first)."""
+  `<path>.partial-<host>-<pid>`, renamed when complete; leftovers of killed builds deleted
+  first)."""
   celeba_tfds.remove_leftovers(os.path.dirname(path))
   _check_space(os.path.dirname(path), sum(len(r) for r in rows.values()) * size * size * 3)
   if manual_dir:

@@ -193,7 +193,8 @@ def read_metadata(manual_dir):
 
 
 def source_fingerprint(manual_dir):
-  """A hash of the five files' contents: zip members' names, CRC-32s and sizes, and the txt bytes."""
+  """A hash of the five files' contents: zip members' names, CRC-32s and sizes, and the txt
+  bytes."""
   digest = hashlib.sha256()
   for name, info in sorted(zip_members(manual_dir).items()):
     digest.update(f'{name}:{info.CRC}:{info.file_size}\n'.encode())
@@ -214,7 +215,8 @@ def test_count(n, test_fraction):
 
 
 def split_identity(names, identity, test_fraction, split_seed):
-  """Boolean test mask over `names`: each identity split exactly (docs/celeba.md, "Task and split")."""
+  """Boolean test mask over `names`: each identity split exactly (docs/celeba.md, "Task and
+  split")."""
   keys = np.asarray(
     [int(hashlib.sha256(f'{int(split_seed)}:{n}'.encode()).hexdigest()[:16], 16) for n in names],
     dtype=np.uint64,
@@ -222,7 +224,7 @@ def split_identity(names, identity, test_fraction, split_seed):
   order = np.lexsort((np.argsort(np.argsort(names, kind='stable')), keys, identity))
   ids, starts, counts = np.unique(identity[order], return_index=True, return_counts=True)
   test = np.zeros(len(names), bool)
-  for start, count in zip(starts, counts):
+  for start, count in zip(starts, counts, strict=True):
     test[order[start : start + test_count(int(count), test_fraction)]] = True
   return test
 

@@ -5,15 +5,17 @@
 writes into OUT exactly what `input_pipeline.celeba` expects in `config.data.manual_dir`:
   img_align_celeba.zip             JPEGs `img_align_celeba/000001.jpg`, ... of 218x178 (HxW), RGB
   list_eval_partition.txt          `000001.jpg 0` (0 train, 1 validation, 2 test; identity-disjoint)
-  list_attr_celeba.txt             count line, 40 names (trailing space), rows of -1/1 (official spacing)
+  list_attr_celeba.txt             count line, 40 names (trailing space), rows of -1/1
+                                   (official spacing)
   list_landmarks_align_celeba.txt  count line, 10 names, rows of 5 (x, y) points (official spacing)
   identity_CelebA.txt              `000001.jpg 2880` (no header)
 
 Identities get sparse CelebA-like ids (1..10177), varied image counts including singletons, and
 files are interleaved across identities as in CelebA. Each identity is a distinct hue with its own
 stripe pattern, plus per-image noise and brightness jitter, so identity is learnable even at 16 px.
-Attributes: most are fixed per identity (learnable through the identity's look); `Eyeglasses` (a dark
-band at eye height) and `Smiling` (a bright bar at mouth height) vary per image and are drawn in.
+Attributes: most are fixed per identity (learnable through the identity's look); `Eyeglasses` (a
+dark band at eye height) and `Smiling` (a bright bar at mouth height) vary per image and are drawn
+in.
 See docs/celeba.md.
 """
 
@@ -70,7 +72,8 @@ def _draw(identity_index, num_identities, eyeglasses, smiling, rng):
 
 
 def _attr_row(name, values):
-  """`000001.jpg -1  1 ...`: the official spacing (first value bare, the rest right-aligned to 2)."""
+  """`000001.jpg -1  1 ...`: the official spacing (first value bare, the rest right-aligned to
+  2)."""
   return f'{name} {values[0]}' + ''.join(f'{v:3d}' for v in values[1:])
 
 
@@ -101,7 +104,7 @@ def generate(out, identities=20, max_images=12, seed=0, quality=90, images=None,
   attr_rows, landmark_rows, id_rows, part_rows = [], [], [], []
   with zipfile.ZipFile(os.path.join(out, 'img_align_celeba.zip'), 'w', zipfile.ZIP_DEFLATED) as zf:
     zf.writestr(zipfile.ZipInfo('img_align_celeba/'), b'')
-    for done, (name, owner) in enumerate(zip(names, owners), 1):
+    for done, (name, owner) in enumerate(zip(names, owners, strict=True), 1):
       if progress and done % 10000 == 0:
         progress(done, len(names))
       attrs = identity_attrs[owner].copy()
@@ -125,7 +128,7 @@ def generate(out, identities=20, max_images=12, seed=0, quality=90, images=None,
   for file_name, lines in files.items():
     with open(os.path.join(out, file_name), 'w', newline='\n') as f:
       f.write('\n'.join(lines) + '\n')
-  return {name: int(ids[owner]) for name, owner in zip(names, owners)}
+  return {name: int(ids[owner]) for name, owner in zip(names, owners, strict=True)}
 
 
 def main(argv=None):

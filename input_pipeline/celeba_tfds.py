@@ -25,11 +25,11 @@ PARTITION_SPLITS = ('train', 'validation', 'test')  # official partitions 0, 1, 
 def import_tfds():
   """tensorflow_datasets with TensorFlow forced onto the CPU and quiet."""
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   tf.config.set_visible_devices([], 'GPU')
   tf.get_logger().setLevel('ERROR')
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  import tensorflow_datasets as tfds
 
   tfds.disable_progress_bar()
   return tfds
@@ -54,8 +54,8 @@ def require_tfds(field):
 
 def _builder_class():
   """The unregistered local subclass of the installed `celeb_a` builder."""
-  from etils import epath  # pylint: disable=g-import-not-at-top
-  from tensorflow_datasets.datasets.celeb_a import celeb_a_dataset_builder as upstream  # pylint: disable=g-import-not-at-top
+  from etils import epath
+  from tensorflow_datasets.datasets.celeb_a import celeb_a_dataset_builder as upstream
 
   urls = {
     upstream.IMG_ALIGNED_DATA: celeba_files.ZIP,
@@ -159,10 +159,10 @@ def _source_path(tfds_root):
 def _path(path):
   """A local path as is (no etils/TF needed); a bucket path (gs://...) through etils.epath."""
   if '://' not in str(path):
-    import pathlib  # pylint: disable=g-import-not-at-top
+    import pathlib
 
     return pathlib.Path(path)
-  from etils import epath  # pylint: disable=g-import-not-at-top
+  from etils import epath
 
   return epath.Path(path)
 
@@ -266,7 +266,8 @@ def _check_existing(tfds_root, source):
 
 
 def prepare(manual_dir, tfds_root, source, meta):
-  """Prepare celeb_a into `tfds_root` once, atomically; reuse it when it came from the same files."""
+  """Prepare celeb_a into `tfds_root` once, atomically; reuse it when it came from the same
+  files."""
   if _check_existing(tfds_root, source):
     return False
   remove_leftovers(tfds_root)

@@ -35,7 +35,7 @@ def _resize(images, size):
 
 def load(config):
   """The digits `Dataset` for `config.data` (image_size, test_fraction, split_seed)."""
-  # pylint: disable=import-outside-toplevel  (scikit-learn loads with the data, not with a check)
+  # scikit-learn loads with the data, not with a check
   from sklearn import datasets as sk_datasets
   from sklearn import model_selection
 

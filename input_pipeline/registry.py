@@ -12,12 +12,44 @@ See docs/configs.md ("Adding a dataset").
 import dataclasses
 import importlib
 import pkgutil
-from typing import Callable, Optional
+from collections.abc import Mapping
+from typing import Any, Protocol, TypeAlias
 
+import ml_collections
 import numpy as np
 
 import input_pipeline
 from input_pipeline import base
+
+# config.data: its ConfigDict, or a plain mapping of its fields (what the tests pass).
+DataConfig: TypeAlias = ml_collections.ConfigDict | Mapping[str, Any]
+
+
+class SplitSizes(Protocol):
+  """config.data -> (train images, test images) a run of that config loads."""
+
+  def __call__(self, data: DataConfig, /) -> tuple[int, int]: ...
+
+
+class Labels(Protocol):
+  """config.data -> (num_classes, task, label shape per example); task one of base.TASKS, a
+  'multilabel' label's shape is (num_classes,), a 'classification' one's ()."""
+
+  def __call__(self, data: DataConfig, /) -> tuple[int, str, tuple[int, ...]]: ...
+
+
+class Loader(Protocol):
+  """The whole config -> its base.Dataset, the data themselves (imports its libraries when
+  called); raises FileNotFoundError or ValueError (one line first) when the data cannot be had."""
+
+  def __call__(self, config: ml_collections.ConfigDict, /) -> base.Dataset: ...
+
+
+class Problems(Protocol):
+  """config.data -> [one line per problem] that would stop the loader, found without reading the
+  data; [] when none."""
+
+  def __call__(self, data: DataConfig, /) -> list[str]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,12 +73,12 @@ class Declaration:
   name: str
   images: int
   channels: int
-  split_sizes: Callable
-  labels: Callable
-  load: Callable
-  tasks: tuple = ()
-  splits: tuple = ()
-  problems: Optional[Callable] = None
+  split_sizes: SplitSizes
+  labels: Labels
+  load: Loader
+  tasks: tuple[str, ...] = ()
+  splits: tuple[str, ...] = ()
+  problems: Problems | None = None
 
 
 def _module(name):
@@ -62,13 +94,13 @@ def _module(name):
   return module if isinstance(getattr(module, 'DATASET', None), Declaration) else None
 
 
-def names():
+def names() -> list[str]:
   """The names of every dataset module in input_pipeline/, sorted (each module is imported)."""
   found = [info.name for info in pkgutil.iter_modules(input_pipeline.__path__)]
   return sorted(name for name in found if _module(name) is not None)
 
 
-def get(name):
+def get(name: str) -> Declaration:
   """The Declaration of dataset `name`.
 
   Raises: ValueError (one line naming config.data.name and the datasets there are) when no
@@ -88,7 +120,7 @@ def get(name):
   return module.DATASET
 
 
-def load(config):
+def load(config: ml_collections.ConfigDict) -> base.Dataset:
   """The `base.Dataset` of config.data.name, its data loaded (the dataset module's loader)."""
   return get(config.data.name).load(config)
 
@@ -98,7 +130,7 @@ def _split(count, image_shape, label_shape):
   return base.Split(images, np.broadcast_to(np.zeros((), np.int32), (count,) + label_shape))
 
 
-def declared(config):
+def declared(config: ml_collections.ConfigDict) -> base.Dataset:
   """The `base.Dataset` a run of `config` would load, without reading any data: what a run is
   built from on a host that does not hold the data (a TPU program compiled ahead of time).
 

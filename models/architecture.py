@@ -35,7 +35,7 @@ def conv_output_values(image_size, width=1.0, stem='imagenet'):
   if stem == 'imagenet':
     size = _conv_out(size, 3, 2, 1)  # the max-pool
   previous = channels[0]
-  for index, (c, blocks) in enumerate(zip(channels, STAGE_BLOCKS)):
+  for index, (c, blocks) in enumerate(zip(channels, STAGE_BLOCKS, strict=True)):
     for b in range(blocks):
       stride = 2 if index and not b else 1
       size = _conv_out(size, 3, stride, 1)

@@ -88,5 +88,5 @@ def max_pool(x, window, strides, padding):
     raise ValueError(f'max_pool: NHWC input expected, got shape {x.shape}')
   if window[0] * window[1] > 256:  # the chosen offset is kept as uint8
     raise ValueError(f'max_pool: windows of at most 256 elements, got {tuple(window)}')
-  as_pairs = lambda p: tuple((int(lo), int(hi)) for lo, hi in p)
-  return _max_pool(x, tuple(map(int, window)), tuple(map(int, strides)), as_pairs(padding))
+  pairs = tuple((int(lo), int(hi)) for lo, hi in padding)
+  return _max_pool(x, tuple(map(int, window)), tuple(map(int, strides)), pairs)

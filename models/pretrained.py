@@ -34,15 +34,15 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   make_parser().parse_args()
 
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from flax import nnx  # noqa: E402
+import jax.numpy as jnp  # noqa: E402 (after --help: it answers without JAX)
+import numpy as np  # noqa: E402 (after --help: it answers without JAX)
+from flax import nnx  # noqa: E402 (after --help: it answers without JAX)
 
-from models import resnet  # noqa: E402
-from models.layers import BatchNorm, Conv2d, Linear  # noqa: E402
+from models import architecture, resnet  # noqa: E402 (after --help: it answers without JAX)
+from models.layers import BatchNorm, Conv2d, Linear  # noqa: E402 (after --help: it answers without JAX)
 
 FORMATS = ('.pth', '.pt', '.safetensors', '.npz')
-REINIT_PARTS = resnet.PARTS
+REINIT_PARTS = architecture.PARTS
 IGNORED_SUFFIX = '.num_batches_tracked'
 _BLOCK_KEY = re.compile(r'^layer([1-4])\.(\d+)\.(\w+)\.')
 _SHOWN = 6  # keys named per category in an error message
@@ -132,7 +132,7 @@ def read_state_dict(path, field='config.model.init_from'):
     state = _read(path, ext)
   except _Unreadable as e:  # ours: the file and the fix
     raise ValueError(f'{field}: {e}') from None
-  except Exception as e:  # pylint: disable=broad-except  # each reader raises its own kinds
+  except Exception as e:  # each reader raises its own kinds
     detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else ''
     if isinstance(e, pickle.UnpicklingError):  # torch's own text suggests weights_only=False
       detail = (
@@ -160,7 +160,7 @@ def check_architecture(state, path='the file'):
       blocks[stage] = max(blocks.get(stage, 0), block + 1)
       bottleneck |= m.group(3) in ('conv3', 'bn3')
   found = tuple(blocks.get(s, 0) for s in (1, 2, 3, 4))
-  if found == resnet.STAGE_BLOCKS and not bottleneck:
+  if found == architecture.STAGE_BLOCKS and not bottleneck:
     return
   known = {
     ((2, 2, 2, 2), False): 'ResNet-18',
@@ -173,7 +173,7 @@ def check_architecture(state, path='the file'):
   kind = 'bottleneck' if bottleneck else 'basic'
   raise ValueError(
     f'config.model.init_from: {path} holds {name} ({kind} blocks per stage '
-    f'{found}); only a torchvision ResNet-18 (basic blocks {resnet.STAGE_BLOCKS}) '
+    f'{found}); only a torchvision ResNet-18 (basic blocks {architecture.STAGE_BLOCKS}) '
     'can be loaded'
   )
 
@@ -188,7 +188,10 @@ def _module_targets(prefix, module):
       f'{prefix}.bias': (module.bias, lambda b: b),
     }
   if isinstance(module, BatchNorm):
-    same = lambda v: v
+
+    def same(v):
+      return v
+
     return {
       f'{prefix}.weight': (module.scale, same),
       f'{prefix}.bias': (module.bias, same),
@@ -201,7 +204,7 @@ def _module_targets(prefix, module):
 def targets(model):
   """{torchvision key: (Variable, to_nnx)} for every weight and BN statistic of a ResNet18."""
   out = {}
-  for name in resnet.STEM_NAMES + resnet.HEAD_NAMES:
+  for name in architecture.STEM_NAMES + architecture.HEAD_NAMES:
     out.update(_module_targets(name, getattr(model, name)))
   for s in range(1, 5):
     for b, block in enumerate(getattr(model, f'layer{s}')):
@@ -243,10 +246,10 @@ def _reinit_keys(reinit):
 
 def _check_width(model):
   channels = tuple(getattr(model, f'layer{s}')[0].bn2.scale.shape[0] for s in range(1, 5))
-  if channels != resnet.STAGE_CHANNELS:
+  if channels != architecture.STAGE_CHANNELS:
     raise ValueError(
       f'config.model.width must be 1.0 with config.model.init_from (stage channels '
-      f'{channels}, the file has {resnet.STAGE_CHANNELS}); set model.width=1.0'
+      f'{channels}, the file has {architecture.STAGE_CHANNELS}); set model.width=1.0'
     )
 
 

@@ -14,18 +14,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from models import pool
-
-# The structure in numbers (models/architecture.py); read here as resnet.X too (pretrained,
-# benchmarks, experiments).
-from models.architecture import (
-  HEAD_NAMES,
-  PARTS,
-  STAGE_BLOCKS,
-  STAGE_CHANNELS,  # pylint: disable=unused-import
-  STEM_NAMES,
-  STEMS,
-  stage_channels,
-)
+from models.architecture import STAGE_BLOCKS, STEMS, stage_channels
 from models.layers import BatchNorm, Conv2d, Linear
 from numerics import profiles
 
@@ -105,7 +94,7 @@ class ResNet18(nnx.Module):
       )
     self.bn1 = BatchNorm(channels[0], **bn_kwargs)
     stages, previous = [], channels[0]
-    for index, (c, blocks) in enumerate(zip(channels, STAGE_BLOCKS)):
+    for index, (c, blocks) in enumerate(zip(channels, STAGE_BLOCKS, strict=True)):
       stride = 1 if index == 0 else 2
       stage = []
       for b in range(blocks):

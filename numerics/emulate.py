@@ -17,7 +17,7 @@ from jax import lax
 from jax.extend import core as jex_core
 
 from numerics import rounding, target
-from numerics.formats import EMULATE_IMPLS, FAST_FORMATS, FORMATS, NOISY_FORMATS  # pylint: disable=unused-import  (re-exported)
+from numerics.formats import EMULATE_IMPLS, FAST_FORMATS, FORMATS, NOISY_FORMATS
 
 # 'auto' on CPU, per format (benchmarks/bench_emulate.py; BENCHMARKS.md, "Emulated formats"):
 # neither implementation measured faster there (XLA:CPU multiplies f32 either way: fast/reference
@@ -39,10 +39,10 @@ def resolve_impl(impl, platform=None, fmt=None):
   """What `impl` means for format `fmt` on `platform`: 'fast' or 'reference' ('native' for the
   platform's own format, fmt 'native').
 
-  Without a format, only checks `impl` and returns it: validation calls it so, before JAX may start a
-  backend (train.py resolves its config before jax.distributed.initialize). With a format, the platform
-  defaults to the one being traced for (numerics/target.py: JAX's default backend unless a step
-  is traced for other devices).
+  Without a format, only checks `impl` and returns it: validation calls it so, before JAX may start
+  a backend (train.py resolves its config before jax.distributed.initialize). With a format, the
+  platform defaults to the one being traced for (numerics/target.py: JAX's default backend unless a
+  step is traced for other devices).
   """
   if impl not in EMULATE_IMPLS:
     raise ValueError(f'config.numerics.emulate_impl must be one of {EMULATE_IMPLS}, got {impl!r}')
@@ -155,8 +155,13 @@ _CONTRACTIONS = {'dot_general', 'conv_general_dilated'}
 def retyped(f, a_shape, b_shape, precision):
   """(p, q) -> f(p, q) with every convolution and matmul of f taking p's and q's dtype at
   `precision` and giving an f32 result (the 'fast' form); p, q of a_shape and b_shape."""
-  spec = lambda shape: jax.ShapeDtypeStruct(shape, jnp.float32)
-  closed = jax.make_jaxpr(lambda p, q: f(p, q, HIGHEST))(spec(a_shape), spec(b_shape))
+
+  def at_highest(p, q):
+    return f(p, q, HIGHEST)
+
+  closed = jax.make_jaxpr(at_highest)(
+    jax.ShapeDtypeStruct(a_shape, jnp.float32), jax.ShapeDtypeStruct(b_shape, jnp.float32)
+  )
 
   def multiply(p, q):
     (out,) = _eval_retyped(closed.jaxpr, closed.consts, [p, q], precision)
@@ -171,11 +176,16 @@ def _contract(eqn, values, precision):
   outright): there the operands are converted to f32 first, exactly, for the same products."""
   dtype = jnp.result_type(*values)  # both operands' dtype (f32 if they ever differed)
   params = dict(eqn.params, precision=(precision, precision), preferred_element_type=jnp.float32)
-  bind = lambda *vs: eqn.primitive.bind(*vs, **params)
+
+  def bind(*vs):
+    return eqn.primitive.bind(*vs, **params)
+
+  def upcast(*vs):
+    return bind(*[v.astype(jnp.float32) for v in vs])
+
   values = [jnp.asarray(v, dtype) for v in values]
   if dtype == jnp.float32:
     return bind(*values)
-  upcast = lambda *vs: bind(*[v.astype(jnp.float32) for v in vs])
   return lax.platform_dependent(*values, cpu=upcast, default=bind)
 
 
@@ -183,8 +193,13 @@ def _eval_retyped(jaxpr, consts, args, precision):
   """Evaluate `jaxpr` on `args` (see `retyped`): contractions re-typed, moves in their input's
   dtype, any other operation on its inputs converted (exactly) to the dtypes the jaxpr declares."""
   env = {}
-  read = lambda v: v.val if isinstance(v, jex_core.Literal) else env[v]
-  for var, value in zip(list(jaxpr.constvars) + list(jaxpr.invars), list(consts) + list(args)):
+
+  def read(v):
+    return v.val if isinstance(v, jex_core.Literal) else env[v]
+
+  for var, value in zip(
+    list(jaxpr.constvars) + list(jaxpr.invars), list(consts) + list(args), strict=True
+  ):
     env[var] = value
   for eqn in jaxpr.eqns:
     values = [read(v) for v in eqn.invars]
@@ -200,10 +215,10 @@ def _eval_retyped(jaxpr, consts, args, precision):
     else:
       if any(jex_core.jaxprs_in_params(eqn.params)):
         raise ValueError(f'numerics: the fast path cannot re-type a {name!r} in a product')
-      values = [jnp.asarray(v, v_in.aval.dtype) for v, v_in in zip(values, eqn.invars)]
+      values = [jnp.asarray(v, v_in.aval.dtype) for v, v_in in zip(values, eqn.invars, strict=True)]
       outs = eqn.primitive.bind(*values, **eqn.params)
     outs = outs if eqn.primitive.multiple_results else [outs]
-    for var, value in zip(eqn.outvars, outs):
+    for var, value in zip(eqn.outvars, outs, strict=True):
       env[var] = value
   return [read(v) for v in jaxpr.outvars]
 

@@ -21,7 +21,9 @@ from numerics.formats import CONV_IMPLS
 CONV_DIMENSIONS = ('NHWC', 'HWIO', 'NHWC')
 NOISE_STREAMS = {'train': 0, 'eval': 1}
 NOISE_TAG = 0x6E6F6973  # folded into the seed's key first: the noise never reuses another stream
-_NOISE_SCOPE = []  # the keys of the open noise_scope()s, innermost last (trace time)
+_NOISE_SCOPE: list[
+  jax.Array
+] = []  # the keys of the open noise_scope()s, innermost last (trace time)
 IM2COL_MIN_MACS = 1_000_000  # per example: every 3x3 conv of ResNet-18 (width 1) at 32^2 and up
 IM2COL_SMALL_OUT_PIXELS = 4  # output maps of at most 2x2: ResNet-18's last stages on small images
 IM2COL_SMALL_OUT_MIN_MACS = 50_000  # ... from this size: not the smoke preset's (<= 36,864)

@@ -8,8 +8,6 @@ reads records written before the `emulate` field was removed. No JAX here. See d
 ("Product formats and profiles").
 """
 
-from numerics.formats import FORMATS  # pylint: disable=unused-import  (re-exported)
-
 KINDS = ('conv', 'dense')
 UNSET = ''
 
@@ -72,7 +70,7 @@ def _field(numerics, name, default):
 def named_formats(numerics):
   """{'conv': format, 'dense': format} of config.numerics.profile ({} for none)."""
   profile = _field(numerics, 'profile', UNSET)
-  return dict(zip(KINDS, PROFILES[profile]())) if profile != UNSET else {}
+  return dict(zip(KINDS, PROFILES[profile](), strict=True)) if profile != UNSET else {}
 
 
 def formats(numerics):

@@ -15,7 +15,8 @@ DROPPED_BITS = {'bf16': 16, 'tf32': 13}
 
 
 def round_to_bits(x, dropped):
-  """x (float32) rounded to nearest-even with the low `dropped` mantissa bits cleared, as float32."""
+  """x (float32) rounded to nearest-even with the low `dropped` mantissa bits cleared, as
+  float32."""
   x = jnp.asarray(x, jnp.float32)
   bits = lax.bitcast_convert_type(x, jnp.uint32)
   half = jnp.uint32((1 << (dropped - 1)) - 1)  # just under half an ulp of the target format

@@ -94,7 +94,7 @@ def configure(config):
   process default here, and `with_precision` also fixes it inside each jitted function, so that a
   function's arithmetic does not depend on the context it is called from.
   """
-  global _applied  # pylint: disable=global-statement
+  global _applied
   wanted = xla_flags(config)
   current, missing = _missing(wanted)
   if missing and _applied is not None:

@@ -10,7 +10,7 @@ import contextlib
 
 import jax
 
-_SCOPE = []  # the platforms of the open scope()s, innermost last (trace time)
+_SCOPE: list[str] = []  # the platforms of the open scope()s, innermost last (trace time)
 
 
 @contextlib.contextmanager

@@ -40,7 +40,7 @@ def collect(dataset, outputs):
 
 def save_items(predictions):
   """{item name: Orbax save argument} for runrecord/record.py save: nothing when None."""
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel  (loads JAX: not at import)
+  import orbax.checkpoint as ocp  # loads JAX: not at import
 
   return {} if predictions is None else {ITEM: ocp.args.PyTreeSave(predictions)}
 
@@ -64,7 +64,7 @@ def read_predictions(workdir, step=None):
     step = steps[-1] if steps else None
   if step not in steps:
     return None
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  import orbax.checkpoint as ocp
 
   absl_log = logging.getLogger('absl')  # Orbax warns three lines per read-only manager
   level = absl_log.level

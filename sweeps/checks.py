@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 
-from configs import validation
+from configs import capacity, validation
 from input_pipeline import registry
 from runrecord import record
 from sweeps import tpu_chips
@@ -149,7 +149,7 @@ def run_environment(run, env):
 
 def device_problems(runs, env):
   """(errors, warnings): one error per distinct reason a run's batches do not split over (or its
-  activations do not fit) the devices a run started with `env` sees (validation.check_devices),
+  activations do not fit) the devices a run started with `env` sees (capacity.check_devices),
   naming the runs; a warning when the devices cannot be counted here. Runs of a multi-process
   job (config.distributed) are left to train.py: their devices are the job's."""
   by_message, warnings = {}, []
@@ -165,7 +165,7 @@ def device_problems(runs, env):
       continue
     count, platform, memory = seen
     try:
-      validation.check_devices(run.config, count, 1, memory)
+      capacity.check_devices(run.config, count, 1, memory)
     except validation.ConfigError as e:
       message = f'{e} (the {count} {platform} device(s) a run of this sweep sees)'
       by_message.setdefault(message, []).append(run)
@@ -229,7 +229,7 @@ def check(runs, root, files, saved_state, env=None):
 def parallel_slots(requested, runs, gpus, host_bytes, cores):
   """(runs at a time, warning or None): `requested` (--parallel; None: one per GPU, else 1),
   capped by what the host holds: `host_bytes` over each run's memory (RUN_OVERHEAD_BYTES plus its
-  activations, configs/validation.py activation_bytes, for the largest run), and for runs on CPU
+  activations, configs/capacity.py activation_bytes, for the largest run), and for runs on CPU
   (no --gpus, no GPU JAX can use) the `cores`. ValueError (one line) for fewer than 1, or more than
   --gpus has ids."""
   if requested is not None and requested < 1:
@@ -244,7 +244,7 @@ def parallel_slots(requested, runs, gpus, host_bytes, cores):
     raise ValueError(f'--parallel={slots} exceeds the {len(gpus)} {what[0]}; one run per {what[1]}')
   configs = [r.config for r in runs if r.config is not None and not r.problem]
   per_run = RUN_OVERHEAD_BYTES + max(
-    (validation.activation_bytes(c, c.batch_size) for c in configs), default=0
+    (capacity.activation_bytes(c, c.batch_size) for c in configs), default=0
   )
   caps = (
     [

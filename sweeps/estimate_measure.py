@@ -115,7 +115,7 @@ def measure(config, timed_steps, launched):
 def _measure(config, timed_steps, launched, programs=None, say=print, ctx=None):
   """(measure's dict, the run context): `programs` and `ctx` (a run context whose dataset to
   reuse) shared with the arms this process measured before (measure_all)."""
-  from trainer import run
+  from trainer import cadence, execution, run
 
   say('loading the data, initialising the model')
   ctx = run.build(config, ctx.dataset if ctx is not None else None)
@@ -126,8 +126,8 @@ def _measure(config, timed_steps, launched, programs=None, say=print, ctx=None):
   for phase in ctx.phases:
     state, measured = _phase(ctx, state, phase, timed_steps, programs, say)
     phases.append(measured)
-  due = [run.due(ctx, step) for step in range(1, ctx.total_steps + 1)]
-  facts = run.facts()
+  due = [cadence.due(ctx, step) for step in range(1, ctx.total_steps + 1)]
+  facts = execution.facts()
   say('compiling and running one evaluation, writing one checkpoint')
   return {
     'platform': facts['platform'],

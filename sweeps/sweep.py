@@ -31,7 +31,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from configs import common, loader
-from runrecord import record
+from runrecord import sessions
 from sweeps import scripts, sweep_args, sweep_outputs, tpu_chips
 
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ def saved_state(run):
     return 'todo', f'unreadable results ({error}); relaunching'
   if not saved:
     return 'todo', ''
-  diffs = record.config_differences(saved.get('config'), run.config.to_dict())
+  diffs = sessions.config_differences(saved.get('config'), run.config.to_dict())
   if diffs:
     return 'mismatch', (
       f'{run.workdir} holds a run with other settings ({"; ".join(diffs[:3])}): '

@@ -25,10 +25,10 @@ def roofline_s(flops, bytes_accessed, passes, chip):
 
 
 def evaluations(ctx):
-  """How many evaluations a run of `ctx` makes (trainer/run.py `due`, the loop's one rule)."""
-  from trainer import run  # JAX: only once a run is priced, not for --help
+  """How many evaluations a run of `ctx` makes (trainer/cadence.py `due`, the loop's one rule)."""
+  from trainer import cadence  # JAX: only once a run is priced, not for --help
 
-  return sum(run.due(ctx, step).evaluate for step in range(1, ctx.total_steps + 1))
+  return sum(cadence.due(ctx, step).evaluate for step in range(1, ctx.total_steps + 1))
 
 
 def run_seconds(ctx, step_s):

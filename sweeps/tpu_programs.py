@@ -8,7 +8,7 @@ import time
 
 import jax
 
-from configs import loader, validation
+from configs import capacity, loader, validation
 from input_pipeline import registry
 from sweeps import hlo_census, tpu_estimate, tpu_topology
 from trainer import run, steps
@@ -130,13 +130,13 @@ def build_context(config, topology, devs):
 
 def refused_memory(reason, config, devices):
   """GiB per chip a refused program needs, where the refusal is about memory, else None: the
-  compiler's out-of-memory message (EXHAUSTED), or configs/validation.py's lower bound of a
+  compiler's out-of-memory message (EXHAUSTED), or configs/capacity.py's lower bound of a
   training step's activations when that is what refused the batch."""
   found = EXHAUSTED.search(reason)
   if found:
     return float(found.group(1)) * UNITS_GIB[found.group(2)]
   if 'of activations' in reason:
-    return validation.activation_bytes(config, config.batch_size // devices) / GIB
+    return capacity.activation_bytes(config, config.batch_size // devices) / GIB
   return None
 
 

@@ -86,7 +86,7 @@ def wait(mngr, step=None):
   pending = mngr.latest_step() if step is None else step
   try:
     mngr.wait_until_finished()
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     raise _write_error(pending, e) from e
 
 
@@ -96,7 +96,7 @@ def close(mngr, quiet=False):
   pending = mngr.latest_step()
   try:
     mngr.close()
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     if not quiet:
       raise _write_error(pending, e) from e
     logging.warning('Closing the checkpoint manager: %s', _short(e))
@@ -131,7 +131,7 @@ def latest_results(mngr):
   for step in sorted(mngr.all_steps(), reverse=True):
     try:
       return step, dict(restore_results(mngr, step))
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       logging.warning('Checkpoint step %d: results unreadable (%s)', step, _short(e))
   return None, None
 
@@ -162,7 +162,7 @@ def restore_newest_valid(mngr, abstract_state):
           'after they were written'
         )
       return step, state, dict(results), bad
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       logging.warning(
         'Checkpoint step %d cannot be restored (%s); trying an older one', step, _short(e)
       )

@@ -53,7 +53,7 @@ def barrier(name, timeout_s=900):
   context set-up gives up after 30 s). A no-op with one process."""
   if jax.process_count() == 1:
     return
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  import orbax.checkpoint as ocp
 
   # Naming the processes makes Orbax wait at the coordination service's barrier; without them it
   # would run a device collective (jax.experimental.multihost_utils.sync_global_devices).

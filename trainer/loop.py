@@ -23,8 +23,23 @@ from configs import validation
 from input_pipeline import batching
 from numerics import setup as numerics_setup
 from runrecord import predictions as prediction_items
-from runrecord import record
-from trainer import checkpointing, clock, lock, optim, resume, run, steps, stop, workdirs, writers
+from runrecord import record, sessions
+from trainer import (
+  cadence,
+  checkpointing,
+  clock,
+  execution,
+  lock,
+  optim,
+  resume,
+  run,
+  steps,
+  stop,
+  workdirs,
+  writers,
+)
+from trainer.clock import ProgressClock
+from trainer.writers import MetricWriter
 
 VERSIONED_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')
 
@@ -81,7 +96,7 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
         config,
         restart,
         record.data_facts(ctx.dataset),
-        run.facts(),
+        execution.facts(),
         allow_layout_change,
       )
       with clock.heartbeat(
@@ -101,9 +116,9 @@ class Outputs:
   """Where a run reports: the files (writers.create_writers), the throughput and ETA clock
   (trainer/clock.py), the console line (writers.ConsoleWriter)."""
 
-  writers: Any
-  clock: Any
-  console: Any
+  writers: MetricWriter
+  clock: ProgressClock
+  console: MetricWriter
 
 
 @dataclasses.dataclass
@@ -131,14 +146,14 @@ def _start(ctx, workdir, mngr):
   state = run.initial_state(ctx, model)
   with numerics_setup.precision_scope(config):
     numerics = numerics_setup.describe(config)
-  facts = run.facts()
+  facts = execution.facts()
   results = record.new_record(
     config, facts, numerics, record.data_facts(ctx.dataset), model_facts, versions()
   )
   mngr, step, restored, saved = resume.restore(
     mngr, workdir, checkpointing.abstract(state), config.keep_checkpoints
   )
-  record.start_segment(results, saved, facts, step or 0)
+  sessions.start_segment(results, saved, facts, step or 0)
   if step is None:
     return mngr, Progress(state, results, 0, _floats(steps.ZERO_SUMS), 0, 0.0), None
   results.update(history=saved.get('history', []), wall_time_s=saved.get('wall_time_s', 0.0))
@@ -233,9 +248,9 @@ def session_times(p):
 
 
 def _after_step(ctx, mngr, out, p, bad, eval_fn):
-  """Whatever is due after step `p.step` (run.due): the non-finite check, log, epoch end and
-  evaluation, checkpoint."""
-  due = run.due(ctx, p.step)
+  """Whatever is due after step `p.step` (trainer/cadence.py): the non-finite check, log, epoch
+  end and evaluation, checkpoint."""
+  due = cadence.due(ctx, p.step)
   if due.check:
     _ensure_finite(ctx, mngr, out, p, bad)
   if due.log:
@@ -252,7 +267,7 @@ def _stop_if_asked(ctx, mngr, out, p, bad, stops):
   done): if a signal asked for a stop (every process agreeing, stop.StopRequests.agreed), save step
   `p.step` (unless its checkpoint is already written) and raise stop.Stopped. Nothing is dispatched
   after the signal is read: the stop waits for the steps in flight (stop.InFlight) only."""
-  signum = stops.agreed(run.due(ctx, p.step).check)
+  signum = stops.agreed(cadence.due(ctx, p.step).check)
   if not signum:
     return
   if p.step == 0:  # nothing trained yet: nothing to save
@@ -296,7 +311,7 @@ def _checkpoint(ctx, mngr, p, status='running'):
     wall_time_s=p.wall_time(),
     log_sums={k: float(v) for k, v in p.last_logged.items()},
   )
-  record.end_segment(p.results, p.step)
+  sessions.end_segment(p.results, p.step)
   save_state(mngr, p.step, p.state, p.results, p.predictions)
   p.predictions = None
   p.last_finite = p.saved = p.step

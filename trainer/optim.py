@@ -13,9 +13,11 @@ See docs/celeba.md ("Task and split") and docs/configs.md ("Field groups").
 """
 
 import dataclasses
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
 
 from models import architecture
@@ -33,8 +35,9 @@ class Phase:
   schedule_length: int
 
 
-def phases(config, steps_per_epoch):
-  """The run's phases, in order (one or two)."""
+def phases(config: ml_collections.ConfigDict, steps_per_epoch: int) -> list[Phase]:
+  """The run's phases, in order (one or two): a 'frozen' one first when optim.freeze_epochs is
+  set, then 'full'; together they cover steps [0, num_epochs * steps_per_epoch)."""
   total = config.num_epochs * steps_per_epoch
   freeze = config.optim.freeze_epochs * steps_per_epoch
   if config.optim.schedule == 'continuous':
@@ -44,7 +47,8 @@ def phases(config, steps_per_epoch):
   return out + [Phase('full', freeze, total, False, freeze, total - freeze)]
 
 
-def phase_at(all_phases, step):
+def phase_at(all_phases: Sequence[Phase], step: int) -> Phase:
+  """The phase of `all_phases` holding global `step` (the last one past their end)."""
   for phase in all_phases:
     if phase.start <= step < phase.stop:
       return phase

@@ -29,7 +29,7 @@ def plugins():
   """Names of the installed JAX PJRT plugins (e.g. 'xla_cuda12'), as JAX discovers them."""
   names = [e.name for e in importlib.metadata.entry_points(group='jax_plugins')]
   if importlib.util.find_spec('jax_plugins') is not None:
-    import jax_plugins  # pylint: disable=import-outside-toplevel
+    import jax_plugins
 
     names += [m.name for m in pkgutil.iter_modules(jax_plugins.__path__)]
   return names
@@ -83,7 +83,7 @@ def memory_stat(devices, key):
   for device in devices:
     try:
       stats = device.memory_stats()
-    except Exception:  # noqa: BLE001 - backends without memory statistics
+    except Exception:  # backends without memory statistics (each raises its own kind)
       stats = None
     if stats and stats.get(key) is not None:
       values.append(int(stats[key]))

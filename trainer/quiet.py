@@ -6,6 +6,7 @@ being reported once, as one line, in the main thread (train.py's `fail`).
 See docs/operations.md ("A training run": exit codes and one-line errors).
 """
 
+import logging as std_logging
 import os
 import sys
 
@@ -26,17 +27,17 @@ def _from_orbax(record):
   return '/orbax/' in record.getMessage()
 
 
-class QuietLibraries(logging.logging.Filter):
+class QuietLibraries(std_logging.Filter):
   """Drops Orbax's per-save INFO chatter, and the tracebacks its background threads and asyncio
   tasks log when a write fails: Orbax re-raises those failures in the main thread, where they
   become one line. Drops JAX's own INFO lines too (on a CPU machine, 'Unable to initialize backend
   tpu' at every start); its warnings (e.g. a GPU present without a CUDA jaxlib) stay."""
 
-  def filter(self, record):
-    if record.name.startswith('jax.') and record.levelno < logging.logging.WARNING:
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    if record.name.startswith('jax.') and record.levelno < std_logging.WARNING:
       return False
     return not _from_orbax(record) or (
-      record.levelno >= logging.logging.WARNING and not record.exc_info
+      record.levelno >= std_logging.WARNING and not record.exc_info
     )
 
 

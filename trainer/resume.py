@@ -10,7 +10,7 @@ import jax
 from absl import logging
 
 from configs import validation
-from runrecord import record
+from runrecord import record, rules, sessions
 from trainer import checkpointing, distributed
 
 
@@ -27,7 +27,8 @@ def check_workdir_run(
 ):
   """Refuse, or wipe (restart), per the module docstring. Returns the manager to use.
 
-  `data`: this run's record.data_facts; `facts`: its run.facts() (None: not compared).
+  `data`: this run's record.data_facts; `facts`: trainer/execution.py facts() (None: not
+  compared).
   """
   step, saved = checkpointing.latest_results(mngr)
   if restart and mngr.all_steps():
@@ -46,13 +47,13 @@ def check_workdir_run(
       f'({saved.get("reason", "no reason recorded")}); pass --restart to discard it and start '
       'over, or use another --workdir'
     )
-  diffs = record.config_differences(saved.get('config'), config.to_dict())
+  diffs = sessions.config_differences(saved.get('config'), config.to_dict())
   if diffs:
     raise validation.ConfigError(
       f'workdir {workdir} holds a run with a different config ({_shown(diffs)}): pass --restart '
       'to discard it and start over, or use another --workdir'
     )
-  diffs = record.data_differences(saved.get('data'), data)
+  diffs = sessions.data_differences(saved.get('data'), data)
   if diffs:
     raise validation.ConfigError(
       f'workdir {workdir} holds a run trained on other data ({_shown(diffs)}): to resume it, '
@@ -60,15 +61,15 @@ def check_workdir_run(
       'train on this data, use another --workdir'
     )
   unfinished = facts and saved.get('status') != 'completed'
-  moved = record.identity_differences(saved, facts) if unfinished else []
+  moved = sessions.identity_differences(saved, facts) if unfinished else []
   if moved and not allow_layout_change:
     raise validation.ConfigError(
       f'workdir {workdir} holds a run saved at step {step} on another platform identity '
       f'({_shown(moved)}; the analysis groups runs by it): resume it where it ran (the same '
       'XLA_FLAGS and instruction set), or pass --allow_layout_change to continue here as a run '
-      f'of its own platform ({record.platform_identity(saved)}+{record.platform_identity(facts)})'
+      f'of its own platform ({rules.platform_identity(saved)}+{rules.platform_identity(facts)})'
     )
-  diffs = (record.layout_differences(saved, facts) if unfinished else []) + moved
+  diffs = (sessions.layout_differences(saved, facts) if unfinished else []) + moved
   if diffs and not allow_layout_change:
     raise validation.ConfigError(
       f'workdir {workdir} holds a run saved at step {step} on another device layout '

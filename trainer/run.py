@@ -16,18 +16,22 @@ here. See docs/numerics.md and docs/operations.md ("A training run").
 """
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
+import optax
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding
 
-from configs import common, validation
+from configs import capacity, common, validation
 from input_pipeline import base, batching, registry
 from models import resnet
 from numerics import setup as numerics_setup
-from runrecord import predictions, record
+from runrecord import predictions
 from trainer import checkpointing, distributed, optim, platforms, steps
 
 
@@ -35,32 +39,25 @@ from trainer import checkpointing, distributed, optim, platforms, steps
 class Context:
   """What a run is built from; every field derives from `config` (and the devices)."""
 
-  config: Any
-  dataset: Any
-  mesh: Any
-  replicated: Any  # NamedSharding of the state
-  sharded: Any  # NamedSharding of a batch (along 'data')
-  per_epoch: int
+  config: ml_collections.ConfigDict  # resolved (configs/validation.py resolve)
+  dataset: base.Dataset  # loaded, or declared without its data (registry.declared)
+  mesh: Mesh  # 1-D, axis 'data'
+  replicated: NamedSharding  # of the state
+  sharded: NamedSharding  # of a batch (along 'data')
+  per_epoch: int  # steps per epoch
   total_steps: int
-  phases: list
-  mean: Any
-  std: Any
-  graphdef: Any
+  phases: list[optim.Phase]  # in order, covering [0, total_steps)
+  mean: np.ndarray  # float32 [channels]: the normalisation (base.normalization_constants)
+  std: np.ndarray
+  graphdef: nnx.GraphDef  # the model's structure (its state comes from init_model)
 
 
-@dataclasses.dataclass(frozen=True)
-class Due:
-  """What happens after a step: `check` non-finite values, `log`, end the epoch (`epoch`),
-  `evaluate` at that epoch's end, `save` a checkpoint."""
-
-  check: bool
-  log: bool
-  epoch: bool
-  evaluate: bool
-  save: bool
+# A training state: {'params', 'batch_stats', 'opt_state', 'step', ...} (trainer/steps.py
+# init_state), of arrays or, built by `abstract_state`, of ShapeDtypeStructs.
+State = dict[str, Any]
 
 
-def load_dataset(config):
+def load_dataset(config: ml_collections.ConfigDict) -> base.Dataset:
   """The dataset config.data names, loaded by its module (input_pipeline/registry.py); what its
   loader refuses (missing files, a bad folder) as a one-line ConfigError."""
   try:
@@ -69,9 +66,14 @@ def load_dataset(config):
     raise validation.ConfigError(str(e).splitlines()[0]) from None
 
 
-def build(config, dataset=None, devices=None, device_bytes=None):
+def build(
+  config: ml_collections.ConfigDict,
+  dataset: base.Dataset | None = None,
+  devices: Sequence[jax.Device] | None = None,
+  device_bytes: int | None = None,
+) -> Context:
   """The run's context from a resolved config; the one place that checks the config against the
-  devices and the data (configs/validation.py check_devices, then check_dataset), before any
+  devices and the data (configs/capacity.py check_devices, then check_dataset), before any
   compute.
 
   Args:
@@ -94,9 +96,9 @@ def build(config, dataset=None, devices=None, device_bytes=None):
   devices = list(devices if devices is not None else jax.devices())
   processes = len({d.process_index for d in devices})
   device_bytes = device_bytes or platforms.device_memory(jax.local_devices())
-  validation.check_devices(config, len(devices), processes, device_bytes)  # before a long load
+  capacity.check_devices(config, len(devices), processes, device_bytes)  # before a long load
   dataset = load_dataset(config) if dataset is None else dataset
-  validation.check_dataset(config, len(dataset.train), batching.nbytes(dataset.train), device_bytes)
+  capacity.check_dataset(config, len(dataset.train), batching.nbytes(dataset.train), device_bytes)
   mesh = steps.make_mesh(devices)
   replicated, sharded = steps.shardings(mesh)
   per_epoch = batching.steps_per_epoch(len(dataset.train), config.batch_size)
@@ -117,7 +119,7 @@ def build(config, dataset=None, devices=None, device_bytes=None):
   )
 
 
-def platform(ctx):
+def platform(ctx: Context) -> str:
   """The platform of the mesh's devices ('cpu', 'gpu', 'tpu'): what every step is traced for."""
   return ctx.mesh.devices.flat[0].platform
 
@@ -140,7 +142,7 @@ def param_shapes(ctx):
   return nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
 
 
-def init_model(ctx):
+def init_model(ctx: Context) -> tuple[nnx.Module, dict[str, Any]]:
   """(model, facts): the initial model from the init seed (configs/common.py `init_seed_of`:
   config.init_seed, else config.seed) and `model.init_from`, when given.
 
@@ -165,14 +167,14 @@ def init_model(ctx):
     init = (
       jax.jit(lambda k: nnx.state(_create(config, ctx.dataset, k)))
       .lower(key)
-      .compile({'xla_backend_optimization_level': 0})
+      .compile({'xla_backend_optimization_level': 0})  # type: ignore[dict-item]  # XLA takes ints
     )
     # Fetched to the host and re-made uncommitted, so every process can place them on the global
     # mesh (a committed CPU array cannot move to another host's devices).
     model = nnx.merge(ctx.graphdef, jax.tree.map(jnp.asarray, jax.device_get(init(key))))
   facts = {}
   if config.model.init_from:
-    from models import pretrained  # pylint: disable=import-outside-toplevel
+    from models import pretrained
 
     try:
       facts = pretrained.load_into(model, config.model.init_from, tuple(config.model.reinit))
@@ -181,16 +183,16 @@ def init_model(ctx):
   return model, facts
 
 
-def optimizer(ctx, phase):
+def optimizer(ctx: Context, phase: optim.Phase) -> optax.GradientTransformation:
   return optim.make_optimizer(ctx.config, ctx.per_epoch, phase)
 
 
-def initial_state(ctx, model):
+def initial_state(ctx: Context, model: nnx.Module) -> State:
   """The training state of `model` with the first phase's optimizer, replicated on the mesh."""
   return replicate(ctx, steps.init_state(model, optimizer(ctx, ctx.phases[0])))
 
 
-def abstract_state(ctx):
+def abstract_state(ctx: Context) -> State:
   """`initial_state`'s shapes, dtypes and sharding (ShapeDtypeStructs), without initialising any
   weight: what a step is lowered and compiled for on devices that hold no data."""
   return replicate(
@@ -223,7 +225,10 @@ def replicate(ctx, tree):
 
 def abstract_batch(ctx, split, batch_size, mask=False):
   """ShapeDtypeStructs of a global batch of `split`, for compiling ahead (several processes)."""
-  spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=ctx.sharded)
+
+  def spec(shape, dtype):
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=ctx.sharded)
+
   out = {
     'image': spec((batch_size,) + split.images.shape[1:], split.images.dtype),
     'label': spec((batch_size,) + split.labels.shape[1:], split.labels.dtype),
@@ -233,7 +238,9 @@ def abstract_batch(ctx, split, batch_size, mask=False):
   return out
 
 
-def enter_phase(ctx, state, phase, step):
+def enter_phase(
+  ctx: Context, state: State, phase: optim.Phase, step: int
+) -> tuple[State, Callable[..., State]]:
   """(state, jitted train step) for `phase`, entered at global `step`.
 
   At the start of a later phase with `optim.schedule='per_phase'` the optimizer state is made
@@ -369,37 +376,3 @@ def batches(ctx, start, stop, device_feed=None):
     c.data.prefetch,
     device_feed,
   )
-
-
-def due(ctx, step):
-  """What the loop does after global step `step` (1-based count of steps done): one rule for the
-  log, epoch, evaluation and checkpoint cadence (in the spirit of big_vision's `itstime`)."""
-  c = ctx.config
-  epoch, in_epoch = divmod(step, ctx.per_epoch)
-  epoch_end = in_epoch == 0
-  log = step % c.log_every_steps == 0 or epoch_end
-  save = bool(c.checkpoint_every_steps and step % c.checkpoint_every_steps == 0)
-  evaluate_now = epoch_end and (epoch % c.eval_every_epochs == 0 or epoch == c.num_epochs)
-  return Due(
-    check=log or save, log=log, epoch=epoch_end, evaluate=evaluate_now, save=save or epoch_end
-  )
-
-
-def facts():
-  """Where this run executes: platform, device kind, device and process counts, and on CPU the
-  processor's model, instruction set and XLA:CPU's (record.CPU_FACTS, numerics.setup.cpu_facts;
-  None on GPU and TPU, whose device kind names the chip)."""
-  device = jax.devices()[0]
-  cpu = dict(
-    zip(
-      record.CPU_FACTS,
-      numerics_setup.cpu_facts() if device.platform == 'cpu' else (None,) * len(record.CPU_FACTS),
-    )
-  )
-  return {
-    'platform': device.platform,
-    'device_kind': device.device_kind,
-    **cpu,
-    'num_devices': jax.device_count(),
-    'num_processes': jax.process_count(),
-  }

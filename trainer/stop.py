@@ -63,7 +63,7 @@ def exit_at_once(signum, frame):
     f'stopped: {signal.Signals(signum).name} received outside the training loop; '
     'nothing new to save: run the same command again to resume\n'.encode(),
   )
-  os._exit(128 + signum)  # pylint: disable=protected-access
+  os._exit(128 + signum)
 
 
 def exit_on_second(signum, frame):
@@ -75,7 +75,7 @@ def exit_on_second(signum, frame):
     'without saving this step; the newest finished checkpoint stays valid: run the '
     'same command again to resume\n'.encode(),
   )
-  os._exit(128 + signum)  # pylint: disable=protected-access
+  os._exit(128 + signum)
 
 
 def install(handler):
@@ -100,7 +100,7 @@ class StopRequests:
       signal.signal(sig, exit_on_second)
 
   def __enter__(self):
-    import jax  # pylint: disable=import-outside-toplevel  # (this module imports no JAX)
+    import jax  # (this module imports no JAX)
 
     self._processes = jax.process_count()
     try:
@@ -123,8 +123,8 @@ class StopRequests:
       return self.signum
     if not sync_point:
       return None
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+    import numpy as np
+    from jax.experimental import multihost_utils
 
     gathered = multihost_utils.process_allgather(np.int32(self.signum or 0))
     return int(np.max(gathered)) or None

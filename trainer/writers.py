@@ -1,5 +1,6 @@
-"""The metric writers of a run, in CLU's shape (`write_scalars(step, scalars)`, `close()`,
-`MultiWriter`): `JsonLinesWriter` (metrics.jsonl, one JSON object per logged step and per epoch),
+"""The metric writers of a run, in CLU's shape (`MetricWriter`: clu.metric_writers.MetricWriter's
+`write_scalars(step, scalars)`, `write_hparams`, `flush()`, `close()`; `MultiWriter`):
+`JsonLinesWriter` (metrics.jsonl, one JSON object per logged step and per epoch),
 `TensorBoardWriter` and `ConsoleWriter` (the training line).
 
 At resume, metrics.jsonl loses the records after the restored step, a torn last line is dropped
@@ -10,6 +11,8 @@ columns: docs/operations.md ("A training run").
 
 import json
 import os
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 from absl import logging
 from etils import epath
@@ -18,6 +21,30 @@ from runrecord import record
 
 METRICS = record.METRICS
 TENSORBOARD = 'tensorboard'
+
+
+# One logged record: its 'kind' ('train', 'epoch', ...), its 'step', and its numbers by name
+# (docs/operations.md, "A training run"). CLU's writers take numbers only; these records also
+# carry their kind, so a writer can tell them apart.
+Record = Mapping[str, Any]
+
+
+class MetricWriter(Protocol):
+  """What the loop writes to (clu.metric_writers.MetricWriter's shape, its scalar part): every
+  writer here satisfies it, and a CLU writer could stand in for one."""
+
+  def write_scalars(self, step: int, scalars: Record) -> None:
+    """Write the record `scalars` of global step `step` (its own 'step' must equal `step`)."""
+
+  def write_hparams(self, hparams: Mapping[str, Any]) -> None:
+    """Write the run's hyperparameters (the writers here write none: the results record holds
+    the whole config, runrecord/record.py)."""
+
+  def flush(self) -> None:
+    """Make what was written so far durable (readable by another process)."""
+
+  def close(self) -> None:
+    """Flush and release the writer's files; it writes nothing after."""
 
 
 class MetricsWriteError(RuntimeError):
@@ -154,7 +181,7 @@ class JsonLinesWriter:
     except FileNotFoundError:
       return True
 
-  def write_scalars(self, step, record):
+  def write_scalars(self, step: int, record: Record) -> None:
     if record['step'] != step:
       raise ValueError(f'the record of step {step} says step {record["step"]}')
     line = (json.dumps(record) + '\n').encode()
@@ -175,7 +202,13 @@ class JsonLinesWriter:
       self._guard(append)
       self._size += len(line)
 
-  def close(self):
+  def write_hparams(self, hparams: Mapping[str, Any]) -> None:
+    """Nothing: metrics.jsonl holds metrics; the config is in the results record."""
+
+  def flush(self) -> None:
+    """Nothing to do: every record is on disk when `write_scalars` returns."""
+
+  def close(self) -> None:
     if self._source is not None:
       self._source.close()
       self._source = None
@@ -189,7 +222,7 @@ class TensorBoardWriter:
   def __init__(self, workdir, resume_step=0):
     self._tb = None
     try:
-      import tensorboardX  # pylint: disable=import-outside-toplevel
+      import tensorboardX
     except ImportError:
       logging.warning('tensorboardX is not installed: no TensorBoard events are written')
       return
@@ -197,7 +230,7 @@ class TensorBoardWriter:
       str(epath.Path(workdir) / TENSORBOARD), purge_step=resume_step or None
     )
 
-  def write_scalars(self, step, record):
+  def write_scalars(self, step: int, record: Record) -> None:
     if self._tb is None:
       return
     for key, value in record.items():
@@ -205,7 +238,14 @@ class TensorBoardWriter:
         self._tb.add_scalar(f'{record["kind"]}/{key}', value, step)
     self._tb.flush()
 
-  def close(self):
+  def write_hparams(self, hparams: Mapping[str, Any]) -> None:
+    """Nothing: the config is in the results record (no TensorBoard hparams plugin data)."""
+
+  def flush(self) -> None:
+    if self._tb is not None:
+      self._tb.flush()
+
+  def close(self) -> None:
     if self._tb is not None:
       self._tb.close()
 
@@ -217,7 +257,7 @@ class ConsoleWriter:
   def __init__(self, total_steps, num_epochs, clock):
     self.total_steps, self.num_epochs, self.clock = total_steps, num_epochs, clock
 
-  def write_scalars(self, step, record):
+  def write_scalars(self, step: int, record: Record) -> None:
     if record['kind'] != 'train':
       return
     eta, ahead = record.get('eta_s'), self.clock.ahead
@@ -236,27 +276,50 @@ class ConsoleWriter:
       more,
     )
 
-  def close(self):
-    pass
+  def write_hparams(self, hparams: Mapping[str, Any]) -> None:
+    """Nothing: the console shows training lines only."""
+
+  def flush(self) -> None:
+    """Nothing to do: each line goes to absl logging as it is written."""
+
+  def close(self) -> None:
+    """Nothing to release."""
 
 
 class MultiWriter:
   """Several writers as one (clu.metric_writers.MultiWriter's shape)."""
 
-  def __init__(self, writers):
+  def __init__(self, writers: Iterable[MetricWriter]):
     self.writers = list(writers)
 
-  def write_scalars(self, step, record):
+  def write_scalars(self, step: int, record: Record) -> None:
     for writer in self.writers:
       writer.write_scalars(step, record)
 
-  def close(self):
+  def write_hparams(self, hparams: Mapping[str, Any]) -> None:
+    for writer in self.writers:
+      writer.write_hparams(hparams)
+
+  def flush(self) -> None:
+    for writer in self.writers:
+      writer.flush()
+
+  def close(self) -> None:
     for writer in self.writers:
       writer.close()
 
 
-def create_writers(workdir, is_writer, resume_step=0, history=()):
-  """The files a run writes: metrics.jsonl and TensorBoard on process 0, nothing elsewhere."""
+def create_writers(
+  workdir: str, is_writer: bool, resume_step: int = 0, history: Iterable[Mapping[str, Any]] = ()
+) -> MetricWriter:
+  """The files a run writes: metrics.jsonl and TensorBoard on process 0, nothing elsewhere.
+
+  Args:
+    workdir: the run folder (local or gs://).
+    is_writer: whether this process writes (process 0).
+    resume_step: the step the run resumes at: later records of a previous session are dropped.
+    history: the results record's epoch entries, rewritten into metrics.jsonl when it is missing.
+  """
   if not is_writer:
     return MultiWriter([])
   return MultiWriter(

@@ -6,7 +6,7 @@ Reference: docs/statistics.md "Arms, seeds and replicates".
 import numpy as np
 import pandas as pd
 
-from runrecord import record
+from runrecord import record, rules
 
 
 def seed_key(seed):
@@ -53,11 +53,11 @@ def label_columns(keys, names):
 
 def arm_label(values, names, chosen):
   """'tpu, compute_dtype=bfloat16, optim.learning_rate=0.002': the chosen group values, platform
-  and device kind unnamed, the others by record.field_name."""
+  and device kind unnamed, the others by rules.field_name."""
   return ', '.join(
     str(values[i])
     if names[i] in record.ARM_CONTEXT
-    else f'{record.field_name(names[i])}={values[i]}'
+    else f'{rules.field_name(names[i])}={values[i]}'
     for i in chosen
   )
 

@@ -34,7 +34,7 @@ import pandas as pd
 from etils import epath
 
 from analysis.inputs import columns, declaration
-from runrecord import record
+from runrecord import record, rules
 
 # Written by trainer/writers.py in each run folder: one JSON object per logged step and epoch.
 METRICS_FILE = record.METRICS
@@ -229,7 +229,7 @@ def runs_frame(records):
         {'run': run, 'status': 'unreadable', 'reason': f'{type(results).__name__}: {results}'}
       )
     else:
-      rows.append(record.row(run, results))
+      rows.append(rules.row(run, results))
   frame = pd.DataFrame(rows)
   for name in record.BASE_COLUMNS:
     if name not in frame:

@@ -15,7 +15,7 @@ classification task and over image × attribute labels for the 40-attribute task
 images with any attribute different, which saturates as attributes are added).
 
 Units: `entries` is a list of dicts {run, arm, seed, platform, pred, init, data} (pred: the
-predictions dict; seed: the run's model, runrecord.record.model_keys; init, data: its recorded init
+predictions dict; seed: the run's model, runrecord.rules.model_keys; init, data: its recorded init
 and data-order seeds, None when not recorded); the entries of one arm and seed are its replicates.
 Per seed s a pair gets one value c_s (its replicates' cross pairs averaged); over the m seeds the
 row reports the mean c̄ = (1/m) Σ_s c_s with the t-Wilson interval over seeds

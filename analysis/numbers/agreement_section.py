@@ -22,7 +22,7 @@ import pandas as pd
 
 from analysis.inputs import run_predictions
 from analysis.numbers import agreement, agreement_pairs, calibration, per_class, result, variance
-from runrecord import record
+from runrecord import rules
 
 
 def loaded(runs, load):
@@ -35,10 +35,10 @@ def loaded(runs, load):
 
 
 def unit_seeds(runs, columns):
-  """The model each run is (runrecord.record.model_keys, the replicate rule every reader uses): its
+  """The model each run is (runrecord.rules.model_keys, the replicate rule every reader uses): its
   seed, with its init and data-order seeds where they are set apart from it."""
   seeds = runs['base_seed'] if 'base_seed' in runs else runs['seed']
-  return record.model_keys(seeds, *([runs[c] for c in columns] if columns else []))
+  return rules.model_keys(seeds, *([runs[c] for c in columns] if columns else []))
 
 
 def load_entries(runs, load=None, read=None):

@@ -25,7 +25,7 @@ def by_unit(entries):
 
 
 def unit_order(seed):
-  """Sort key of a model (runrecord.record.model_keys): by its seed, numerically, then as text
+  """Sort key of a model (runrecord.rules.model_keys): by its seed, numerically, then as text
   ('2 (init 0, data 2)' before '10 (init 3, data 1)')."""
   return (seed_key(str(seed).split(' (')[0]), str(seed))
 

@@ -27,7 +27,7 @@ from analysis.numbers import (
   runs_table,
   stats,
 )
-from runrecord import record
+from runrecord import record, rules
 
 VERSION_PREFIX = 'versions.'
 
@@ -35,14 +35,14 @@ VERSION_PREFIX = 'versions.'
 def platform_profile(runs, declared):
   """The declared {platform: profile} for the platforms among the runs: a study's declaration
   lists every JAX platform it may run on (analysis.numbers.attribution rejects one without runs); a
-  platform identity such as 'cpu-AVX2' (runrecord.record.platform_identity) takes its JAX
+  platform identity such as 'cpu-AVX2' (runrecord.rules.platform_identity) takes its JAX
   platform's profile."""
   present = set(runs['platform'].astype(str)) if 'platform' in runs else set()
   given = effects.parse_pairs(declared or {}, '--platform-profile')
   return {
-    p: given.get(p, given.get(record.jax_platform(p)))
+    p: given.get(p, given.get(rules.jax_platform(p)))
     for p in sorted(present)
-    if p in given or record.jax_platform(p) in given
+    if p in given or rules.jax_platform(p) in given
   }
 
 

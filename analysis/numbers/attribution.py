@@ -40,13 +40,13 @@ from scipy import stats as sps
 
 from analysis.inputs.columns import resolve_column
 from analysis.numbers import effects, gap, result, runs_table, stats
-from runrecord import record
+from runrecord import record, rules
 
 
 def select(frame, metric, factors, seed_col):
   """The usable runs (stats.prepare: completed, finite metric; repeated runs of a seed in one arm
   are kept as observations sharing the seed's intercept, an arm being equal factors and
-  runrecord.record.arm_columns: platform, device kind, every requested numerics field and every
+  runrecord.rules.arm_columns: platform, device kind, every requested numerics field and every
   config field that differs between the runs) as (analysis.numbers.result.Prepared with one str
   column per factor name, {factor: column}, whether there is a seed column)."""
   if frame.empty:
@@ -72,15 +72,15 @@ def select(frame, metric, factors, seed_col):
     metric_col,
     seed_col,
     *cols.values(),
-    *record.arm_columns(frame),
-    *record.pairing_columns(frame.columns),
+    *rules.arm_columns(frame),
+    *rules.pairing_columns(frame.columns),
   }
   frame = frame[[c for c in frame.columns if c in needed]].copy()
   values = pd.to_numeric(frame[metric_col], errors='coerce')
   frame[metric_col] = values.where(np.isfinite(values))
   if not has_seed:
     frame['_row'], seed_col = np.arange(len(frame)), '_row'
-  arm = list(dict.fromkeys(list(cols.values()) + record.arm_columns(frame)))
+  arm = list(dict.fromkeys(list(cols.values()) + rules.arm_columns(frame)))
   prep = stats.prepare(frame, arm, metric_col, seed_col)  # a seed counts once per arm
   runs, excluded = prep.runs, prep.excluded
   absent = runs[list(cols.values())].isna()
@@ -107,11 +107,11 @@ def select(frame, metric, factors, seed_col):
 
 def default_factors(frame):
   """platform, the numerics.requested.* fields and the arm-defining config fields that vary among
-  the completed runs (by record.field_name where that names the same column)."""
+  the completed runs (by rules.field_name where that names the same column)."""
   done = frame[runs_table.run_status(frame) == 'completed']
-  cols = [c for c in record.arm_columns(done) if c != 'device_kind']
+  cols = [c for c in rules.arm_columns(done) if c != 'device_kind']
   cols = [c for c in cols if done[c].astype(str).nunique() > 1]
-  short = record.field_name
+  short = rules.field_name
   return [short(c) if resolve_column(frame, short(c), '') == c else c for c in cols]
 
 

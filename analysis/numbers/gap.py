@@ -5,7 +5,7 @@ explains and what it does not. Verdict words: analysis/numbers/gap_verdict.py.
 Cells. y(P, e, s) = the metric of seed s on platform P under profile level e, every other declared
 factor at its reference level (batchnorm_group=0, f32 activations: arms with another level, e.g.
 BN/16 or bf16 activations, never enter), replicates of a seed averaged (a seed: the model unit of
-runrecord.record.model_keys). (A, B) = a platform pair compared: the declaration's `compare`, or
+runrecord.rules.model_keys). (A, B) = a platform pair compared: the declaration's `compare`, or
 --compare (exploratory), else every pair of the platforms run with A before B in PLATFORM_ORDER
 (tpu − gpu, tpu − cpu, gpu − cpu: default_pairs), the question's pair first; nat = the native arm,
 eA / eB = the profiles emulating A's / B's native arithmetic (the declaration's platform_profile).
@@ -43,7 +43,7 @@ import pandas as pd
 
 from analysis.numbers import effects, gap_verdict
 from analysis.numbers.gap_estimates import component_stats, cross_check, per_seed
-from runrecord import record
+from runrecord import rules
 
 KINDS = (
   'gap',
@@ -216,7 +216,7 @@ PLATFORM_ORDER = ('tpu', 'gpu', 'cpu')  # the project's question: tpu − gpu, t
 
 def platform_rank(platform):
   """Sort key of a platform identity: its JAX platform's place in PLATFORM_ORDER, then the name."""
-  kind = record.jax_platform(platform)
+  kind = rules.jax_platform(platform)
   return (PLATFORM_ORDER.index(kind) if kind in PLATFORM_ORDER else len(PLATFORM_ORDER), platform)
 
 
@@ -232,7 +232,7 @@ def resolve_platform(name, platforms, flag):
   when it means several."""
   if name in platforms:
     return name
-  same = sorted(p for p in platforms if record.jax_platform(p) == name)
+  same = sorted(p for p in platforms if rules.jax_platform(p) == name)
   if len(same) > 1:
     raise ValueError(f'{flag}: {name!r} means {", ".join(same)}; name one of them')
   return same[0] if same else None

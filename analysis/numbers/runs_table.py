@@ -7,13 +7,13 @@ Reference: docs/statistics.md "Arms, seeds and replicates".
 import numpy as np
 import pandas as pd
 
-from runrecord import record
+from runrecord import record, rules
 
 
 def run_deterministic(platform, value):
   """(True/False/None, why): does a run on `platform` whose recorded GPU determinism is `value`
   repeat bit for bit for its seed? None: not recorded."""
-  kind = record.jax_platform(platform)
+  kind = rules.jax_platform(platform)
   if kind == 'gpu' and value is not None and not pd.isna(value):
     return bool(value), f'{record.DETERMINISM_COLUMN}={bool(value)}'
   if kind in ('tpu', 'cpu'):
@@ -113,11 +113,11 @@ def unit_table(runs):
 
 
 def model_units(runs, seed_col):
-  """The seed each run is averaged and paired by: runrecord.record.model_keys of its seed and, for
+  """The seed each run is averaged and paired by: runrecord.rules.model_keys of its seed and, for
   the `seed` column, its recorded init and data-order seeds (so runs of one seed that differ in
   either are different models, never replicates); an object column."""
   parts = [runs[c] if seed_col == 'seed' and c in runs else None for c in record.SEED_PARTS]
-  keys = record.model_keys(runs['base_seed'], *parts)
+  keys = rules.model_keys(runs['base_seed'], *parts)
   return pd.Series(keys, index=runs.index, dtype=object)
 
 

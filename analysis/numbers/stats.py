@@ -8,7 +8,7 @@ between the runs but those that cannot change a result: cadence, paths, distribu
 Labels name config fields as overrides spell them ('optim.learning_rate=0.002'); seeds print as
 integers (analysis/inputs/labels.py). Runs of one arm are replicates when they are the same model
 trained again: the same seed, init seed and data-order seed (the replicate rule,
-runrecord.record.model_keys: a root whose runs set init or data seeds apart from `seed` gets
+runrecord.rules.model_keys: a root whose runs set init or data seeds apart from `seed` gets
 'S (init I, data D)' units); replicates are averaged into one value per unit, their spread reported
 as the arm's within-seed (nondeterminism) sd, and arms pair by equal units. Two
 arms pair by seed when they share seeds and those runs share initial weights and data order (equal
@@ -56,7 +56,7 @@ from analysis.numbers.runs_table import (
   split_runs,
   unit_table,
 )
-from runrecord import record
+from runrecord import record, rules
 
 DEFAULT_METRIC = record.DEFAULT_METRIC
 DEFAULT_MARGIN = declaration.DEFAULT_MARGIN
@@ -95,7 +95,7 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
     raise ValueError('--runs/--csv: no runs to analyse; check the path')
   check_some_completed(frame)
   metric = resolve_column(frame, metric, '--metric')
-  group_by = [resolve_column(frame, g, '--group-by') for g in group_by] or record.arm_columns(frame)
+  group_by = [resolve_column(frame, g, '--group-by') for g in group_by] or rules.arm_columns(frame)
   seeded = seed_col is not None or 'seed' in frame.columns
   seed_col = resolve_column(frame, seed_col, '--seed-col') if seed_col else 'seed'
   runs, excluded, values = split_runs(frame, metric)
@@ -129,7 +129,7 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
     group_by=group_by,
     metric=metric,
     scale=scale,
-    pairing=record.pairing_columns(frame.columns),
+    pairing=rules.pairing_columns(frame.columns),
     lattice=lattice(runs, metric, scale),
   )
 
@@ -168,7 +168,7 @@ def arm_table(prep):
   deterministic (True/False/None), determinism (why), seeds."""
   arms = prep.units['arm'].nunique()
   if arms > MAX_ARMS:
-    by = ', '.join(record.field_name(g) for g in prep.group_by)
+    by = ', '.join(rules.field_name(g) for g in prep.group_by)
     raise ValueError(
       f'--group-by: {arms:,} arms (by {by}), more than this report holds '
       f'({MAX_ARMS} arms at most: up to {MAX_ARMS * (MAX_ARMS - 1) // 2:,} pairs of '

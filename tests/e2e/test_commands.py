@@ -193,4 +193,4 @@ def test_the_checks_catch_a_cut_description_an_undocumented_option_and_a_removed
   assert description(out).endswith('the')
   assert undocumented_options(out) == ['--metric METRIC']
   assert unknown_modules(out) == ['analysis.study']
-  assert unknown_modules('analysis.analyse, runrecord.record.arm_columns') == []
+  assert unknown_modules('analysis.analyse, runrecord.rules.arm_columns') == []

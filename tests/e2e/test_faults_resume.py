@@ -9,7 +9,7 @@ import pytest
 from configs import celeba as celeba_config
 from configs import validation
 from input_pipeline import celeba_fixture
-from runrecord import predictions, record
+from runrecord import predictions, record, sessions
 from tests.support.faults_common import SMOKE_ARGS, last_line, run_train, saved_steps, tree_hash
 from trainer import loop
 
@@ -98,21 +98,21 @@ def test_segments_merge_on_one_layout_and_start_from_an_old_record():
   eight = {'platform': 'cpu', 'device_kind': 'cpu', 'num_devices': 8, 'num_processes': 1}
   four = dict(eight, num_devices=4)
   results = {}
-  record.start_segment(results, None, eight, 0)
-  record.end_segment(results, 12)
+  sessions.start_segment(results, None, eight, 0)
+  sessions.end_segment(results, 12)
   assert results['segments'] == [{'start_step': 0, 'stop_step': 12, **eight}]
   saved = dict(results)
-  record.start_segment(results, saved, eight, 12)  # resumed on the same layout: one segment
+  sessions.start_segment(results, saved, eight, 12)  # resumed on the same layout: one segment
   assert results['segments'] == [{'start_step': 0, 'stop_step': 12, **eight}]
-  record.start_segment(results, saved, four, 8)  # an older checkpoint, another layout
+  sessions.start_segment(results, saved, four, 8)  # an older checkpoint, another layout
   assert results['segments'] == [
     {'start_step': 0, 'stop_step': 8, **eight},
     {'start_step': 8, 'stop_step': 8, **four},
   ]
   old = dict(eight, step=20)  # a record written before segments existed
-  record.start_segment(results, old, four, 20)
+  sessions.start_segment(results, old, four, 20)
   assert results['segments'] == [
     {'start_step': 0, 'stop_step': 20, **eight},
     {'start_step': 20, 'stop_step': 20, **four},
   ]
-  assert record.layout_differences(old, four) == ['num_devices: 8 -> 4']
+  assert sessions.layout_differences(old, four) == ['num_devices: 8 -> 4']

@@ -15,9 +15,9 @@ from flax import nnx
 
 from configs import common, digits, loader, validation
 from input_pipeline import base, batching
-from runrecord import predictions, record
+from runrecord import predictions, record, rules
 from sweeps import sweep
-from trainer import checkpointing, loop, run, steps
+from trainer import checkpointing, execution, loop, run, steps
 
 ONE_EPOCH = {'num_epochs': 1, 'optim.freeze_epochs': 0}
 RUNS = {
@@ -119,7 +119,7 @@ def test_init_and_data_seed_given_replace_the_seed(runs):
   assert all(np.array_equal(saved(runs, 'split')[k], saved(runs, 'native')[k]) for k in ARRAYS)
   assert (split['seed'], split['init_seed'], split['data_seed']) == (1, 0, 0)
   assert (reference['init_seed'], reference['data_seed']) == (0, 0)
-  rows = [record.row(n, runs[n][1]) for n in ('native', 'split', 'seed1')]
+  rows = [rules.row(n, runs[n][1]) for n in ('native', 'split', 'seed1')]
   key = lambda r: tuple(r[c] for c in record.PAIRING_FIELDS if c in r)
   assert key(rows[0]) == key(rows[1]) != key(rows[2])
 
@@ -227,16 +227,16 @@ def test_variance_preset_crosses_init_and_data_seeds_with_replicates_on_one_arm(
   )
   rows = pd.DataFrame(
     [
-      record.row(
+      rules.row(
         r.workdir,
         record.new_record(
-          r.config, run.facts(), {'requested': r.config.numerics.to_dict()}, {}, {}, {}
+          r.config, execution.facts(), {'requested': r.config.numerics.to_dict()}, {}, {}, {}
         ),
       )
       for r in runs
     ]
   )
-  assert len(rows[record.arm_columns(rows)].drop_duplicates()) == 1
+  assert len(rows[rules.arm_columns(rows)].drop_duplicates()) == 1
   reference = validation.resolve(
     loader.load('configs/digits.py:study', list(digits.study_arms(128)[0].items()))
   )

@@ -27,7 +27,7 @@ import pytest
 from analysis.inputs import results as results_lib
 from analysis.numbers import stats
 from configs import validation
-from runrecord import record
+from runrecord import record, sessions
 from tests.conftest import ROOT
 from tests.support import fault_injection, faults_common
 from tests.support.faults_common import (
@@ -324,11 +324,11 @@ def test_config_comparison_ignores_only_non_arithmetic_fields():
     keep_checkpoints=9,
     **{'data.prefetch': 0, 'data.on_device': True, 'distributed.num_processes': 2},
   )
-  assert record.config_differences(saved, same.to_dict()) == []
-  assert record.config_differences(saved, smoke_config(eval_batch_size=128).to_dict()) == [
+  assert sessions.config_differences(saved, same.to_dict()) == []
+  assert sessions.config_differences(saved, smoke_config(eval_batch_size=128).to_dict()) == [
     'eval_batch_size: 256 -> 128'
   ]
-  assert record.config_differences(
+  assert sessions.config_differences(
     saved, smoke_config(**{'numerics.conv_format': 'bf16'}).to_dict()
   ) == ["numerics.conv_format: 'native' -> 'bf16'"]
 

@@ -21,7 +21,7 @@ from statsmodels.stats import power as smp
 from analysis.inputs import results
 from analysis.numbers import inference
 from configs import celeba, common, digits, validation
-from runrecord import record
+from runrecord import record, sessions
 from sweeps import run_study, runner, scripts, sweep
 from tests.support.commands import write_config
 from tests.support.planted_runs import fake_runs
@@ -272,7 +272,7 @@ def test_rerun_after_moving_the_data_skips_completed_and_resumes_unfinished(tmp_
   # train.py's resume applies the same rule to the moved run: it continues it.
   moved = runs[1].config
   saved = record.read_results(runs[1].workdir)
-  assert record.config_differences(saved['config'], moved.to_dict()) == []
+  assert sessions.config_differences(saved['config'], moved.to_dict()) == []
   mngr = checkpointing.manager(runs[1].workdir, 3)
   try:
     assert resume.check_workdir_run(mngr, runs[1].workdir, moved, restart=False) is mngr

@@ -14,7 +14,7 @@ import pytest
 from analysis.inputs import results
 from configs import common, digits, loader, validation
 from input_pipeline import base, batching
-from runrecord import record
+from runrecord import record, rules
 from sweeps import checks, sweep
 from tests.support.commands import assert_one_line_refusal, write_config
 from tests.support.faults_common import run_train, smoke_config, tree_hash
@@ -150,7 +150,7 @@ def test_a_resume_onto_another_platform_identity_is_refused_or_a_platform_of_its
   shutil.rmtree(workdir / 'checkpoints' / str(done['step']))  # as if stopped before the end
   before = tree_hash(workdir / 'checkpoints')
   start = record.read_results(str(workdir))
-  own = record.platform_identity(start)
+  own = rules.platform_identity(start)
   assert own.startswith('cpu-') and '-max-' not in own and start['run_id'] == done['run_id']
   pinned = {
     **subprocess_env,
@@ -176,7 +176,7 @@ def test_a_resume_onto_another_platform_identity_is_refused_or_a_platform_of_its
     in last
   )
   assert tree_hash(workdir / 'checkpoints') == before
-  monkeypatch.setenv('XLA_FLAGS', pinned['XLA_FLAGS'])  # what run.facts() reads
+  monkeypatch.setenv('XLA_FLAGS', pinned['XLA_FLAGS'])  # what execution.facts() reads
   final = loop.train_and_evaluate(smoke_config(), str(workdir), allow_layout_change=True)
   assert final['status'] == 'completed' and final['run_id'] == done['run_id']
   assert [s['xla_cpu_isa'] for s in final['segments']] == [start['xla_cpu_isa'], 'SSE4_2']

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import input_pipeline
-from configs import loader, validation
+from configs import capacity, loader, validation
 from input_pipeline import registry
 from tests.conftest import ROOT
 from tests.support.import_graph import graphs
@@ -97,15 +97,15 @@ def test_device_checks_are_free_functions_of_numbers():
   """Batch divisibility given a device count and the activation bound given device memory, with
   no device; a training split given its size."""
   config = validation.resolve(smoke())
-  validation.check_devices(config, 8, 1, None)
+  capacity.check_devices(config, 8, 1, None)
   with pytest.raises(
     validation.ConfigError, match=f'config.batch_size={config.batch_size} is not divisible by the 3'
   ):
-    validation.check_devices(config, 3, 1, None)
+    capacity.check_devices(config, 3, 1, None)
   with pytest.raises(validation.ConfigError, match='a training step keeps at least'):
-    validation.check_devices(config, 8, 1, 1000)  # 1000 bytes a device
+    capacity.check_devices(config, 8, 1, 1000)  # 1000 bytes a device
   with pytest.raises(validation.ConfigError, match='larger than the 31 training examples'):
-    validation.check_dataset(config, 31, 0)
+    capacity.check_dataset(config, 31, 0)
 
 
 TINY = '''"""A generated dataset: 96 8x8 RGB images of 4 classes, each class a brightness band."""

@@ -1,5 +1,5 @@
 """A CPU is not one platform: CPU records name the processor, its instruction set and XLA's, and
-two instruction sets are two platforms (runrecord/record.py platform_identity, numerics/setup.py
+two instruction sets are two platforms (runrecord/rules.py platform_identity, numerics/setup.py
 cpu_facts)."""
 
 import math
@@ -11,8 +11,8 @@ from analysis.inputs import results
 from analysis.numbers import stats
 from configs import digits
 from numerics import setup as numerics_setup
-from runrecord import record
-from trainer import run
+from runrecord import record, rules
+from trainer import execution
 
 AVX512_HOST = 'fpu sse4_1 sse4_2 avx avx2 fma avx512f avx512bw avx512_vnni'.split()
 AVX2_HOST = 'fpu sse4_1 sse4_2 avx avx2 fma'.split()
@@ -74,8 +74,9 @@ def test_cpuinfo_reads_the_first_processor_and_nothing_where_absent(tmp_path):
 
 
 def test_a_cpu_record_names_model_isa_and_xla_flags(monkeypatch, tmp_path):
-  """run.facts() on a planted AVX-512 processor with XLA pinned to AVX2 (XLA_FLAGS): the record and
-  its row hold the model, both instruction sets and the flags; its platform is a third one."""
+  """execution.facts() on a planted AVX-512 processor with XLA pinned to AVX2 (XLA_FLAGS): the
+  record and its row hold the model, both instruction sets and the flags; its platform is a third
+  one."""
   monkeypatch.setattr(
     numerics_setup,
     'cpuinfo',
@@ -83,7 +84,7 @@ def test_a_cpu_record_names_model_isa_and_xla_flags(monkeypatch, tmp_path):
   )
   monkeypatch.setattr(host, 'machine', lambda: 'x86_64')
   monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_max_isa=AVX2')
-  facts = run.facts()
+  facts = execution.facts()
   assert {k: facts[k] for k in record.CPU_FACTS} == {
     'cpu_model': 'Planted Xeon',
     'cpu_isa': 'AVX512_VNNI',
@@ -144,8 +145,8 @@ def test_runs_on_two_cpu_instruction_sets_are_two_platforms_never_pooled(tmp_pat
   ],
 )
 def test_platform_identity_and_back_to_the_jax_platform(facts, identity):
-  assert record.platform_identity(facts) == identity
-  assert record.jax_platform(identity) == facts['platform']
+  assert rules.platform_identity(facts) == identity
+  assert rules.jax_platform(identity) == facts['platform']
 
 
 def test_a_record_without_cpu_facts_reads_not_recorded_and_joins_no_known_isa(tmp_path):

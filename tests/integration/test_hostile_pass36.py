@@ -11,7 +11,7 @@ from analysis import analyse, draw, export, output
 from analysis.inputs import declaration, run_predictions
 from configs import common, digits, validation
 from input_pipeline import batching
-from runrecord import record
+from runrecord import record, rules, sessions
 from sweeps import checks, sweep
 from tests.support.commands import cli_error, write_config
 from tests.support.planted_runs import plant
@@ -98,8 +98,8 @@ def test_an_old_records_platform_identity_is_not_held_against_a_resume():
   any CPU without the identity refusal (its layout is still checked)."""
   old = {'platform': 'cpu', 'device_kind': 'cpu', 'num_devices': 8, 'num_processes': 1}
   now = {**old, 'cpu_model': 'x', 'cpu_isa': 'AVX2', 'xla_cpu_isa': 'SSE4_2'}
-  assert record.identity_differences(old, now) == []
-  assert record.identity_differences({**now, 'xla_cpu_isa': 'AVX2'}, now) == [
+  assert sessions.identity_differences(old, now) == []
+  assert sessions.identity_differences({**now, 'xla_cpu_isa': 'AVX2'}, now) == [
     'platform identity: cpu-AVX2 -> cpu-AVX2-max-SSE4_2'
   ]
 
@@ -111,7 +111,7 @@ def test_a_run_on_two_device_kinds_is_a_kind_of_its_own():
     {'start_step': 0, 'stop_step': 4, 'platform': 'tpu', 'device_kind': 'TPU v4'},
     {'start_step': 4, 'stop_step': 8, 'platform': 'tpu', 'device_kind': 'TPU v5e'},
   ]
-  row = record.row(
+  row = rules.row(
     'r', {'status': 'completed', 'platform': 'tpu', 'device_kind': 'TPU v5e', 'segments': segments}
   )
   assert row['device_kind'] == 'TPU v4+TPU v5e' and row['platform'] == 'tpu'

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from configs import celeba, digits, validation
+from configs import capacity, celeba, digits, validation
 from input_pipeline import base
 from input_pipeline import digits as digits_data
 from models import architecture, layers, resnet
@@ -35,9 +35,9 @@ def test_conv_output_values_count_what_the_model_computes(stem, size, width, mon
 def test_activation_check_refuses_what_cannot_fit_with_its_numbers():
   config = celeba.get_config('gpu')  # 224 px, batch 2048, width 1.0, float32
   per_image = architecture.conv_output_values(224, 1.0, 'imagenet') * 4
-  validation.check_activations(config, 8, 80 * GIB, None)  # 256 per H100: fits
+  capacity.check_activations(config, 8, 80 * GIB, None)  # 256 per H100: fits
   with pytest.raises(validation.ConfigError) as e:
-    validation.check_activations(config, 1, 16 * GIB, None)
+    capacity.check_activations(config, 1, 16 * GIB, None)
   assert str(e.value) == (
     f'config.data.image_size=224: a training step keeps at least {2048 * per_image / GIB:.1f} '
     f'GiB of activations (2048 images x {per_image / 2**20:.1f} MiB of convolution outputs at '
@@ -45,17 +45,17 @@ def test_activation_check_refuses_what_cannot_fit_with_its_numbers():
     'config.data.image_size or config.batch_size'
   )
   config.numerics.compute_dtype = 'bfloat16'  # half the bytes: fits in 16 GiB on 2 devices
-  validation.check_activations(config, 2, 16 * GIB, None)
+  capacity.check_activations(config, 2, 16 * GIB, None)
   # CPU devices report no memory: the whole batch against the host's memory.
   small = digits.get_config('smoke')
-  validation.check_activations(small, 8, None, 1 * GIB)
+  capacity.check_activations(small, 8, None, 1 * GIB)
   small.data.image_size = 1024
   with pytest.raises(
     validation.ConfigError,
     match=r'at least 18\.8 GiB .* over the 1\.0 GiB this '
     'machine has',
   ):
-    validation.check_activations(small, 8, None, 1 * GIB)
+    capacity.check_activations(small, 8, None, 1 * GIB)
 
 
 def test_digits_resized_beyond_memory_are_refused_before_resizing(monkeypatch):

@@ -279,8 +279,8 @@ def test_check_accepts_every_documented_value():
     validation.check_numerics(config)
   for field, values in (
     ('profile', profiles.PROFILES),
-    ('conv_format', profiles.FORMATS),
-    ('dense_format', profiles.FORMATS),
+    ('conv_format', formats.FORMATS),
+    ('dense_format', formats.FORMATS),
   ):
     for value in values:
       fresh = common.base_config()  # a profile and a format could contradict: one per config

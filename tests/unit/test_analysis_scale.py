@@ -18,7 +18,7 @@ from analysis.inputs import csv_input
 from analysis.numbers import answer, attribution, effects, inference, stats
 from analysis.words import report
 from benchmarks import bench_analysis
-from runrecord import record
+from runrecord import rules
 from tests.support.planted_runs import make_record, smoke
 
 
@@ -252,8 +252,8 @@ def test_arms_split_on_every_config_field_that_differs():
       rec = make_record(config, acc + seed / 100)
       if name == 'long' and seed:
         rec['config']['optim'].pop('schedule')  # written before optim.schedule existed
-      rows.append(record.row(f'/r/{name}/{seed}', rec))
-  rows.append(record.row('/r/pending', None))  # no seed: the seed column becomes float
+      rows.append(rules.row(f'/r/{name}/{seed}', rec))
+  rows.append(rules.row('/r/pending', None))  # no seed: the seed column becomes float
   out = stats.arms_and_pairs(pd.DataFrame(rows), margin=0.5)
   arms = out.arms.set_index('arm')
   assert sorted(arms.index) == [

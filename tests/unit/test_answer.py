@@ -165,7 +165,7 @@ def test_study_flag_is_the_declaration_when_the_roots_declare_different_studies(
 
 
 def test_a_cpu_platform_identity_takes_the_declared_cpu_profile():
-  """Records name the CPU's instruction set ('cpu-AVX2', runrecord.record.platform_identity): the
+  """Records name the CPU's instruction set ('cpu-AVX2', runrecord.rules.platform_identity): the
   declaration's cpu profile still emulates it, so the gap is decomposed, and its determinism is
   the CPU's."""
   frame = digits_frame(('cpu', 'gpu'), seeds=range(4))

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from configs import digits, validation
+from configs import capacity, digits, validation
 from input_pipeline import base, batching
 from trainer import platforms, steps
 
@@ -89,16 +89,16 @@ def test_device_resident_split_must_fit_half_a_device():
   split = _split(64)  # 64 one-pixel images + 64 int32 labels = 320 bytes
   sizes = len(split), batching.nbytes(split)
   config.data.on_device = True
-  validation.check_dataset(config, *sizes, device_bytes=1024)  # fits: 320 <= 512
+  capacity.check_dataset(config, *sizes, device_bytes=1024)  # fits: 320 <= 512
   with pytest.raises(
     validation.ConfigError,
     match=r'config.data.on_device=True needs .* GiB .* '
     r'set config.data.on_device=False',
   ):
-    validation.check_dataset(config, *sizes, device_bytes=600)
-  validation.check_dataset(config, *sizes, device_bytes=None)  # CPU: no limit reported
+    capacity.check_dataset(config, *sizes, device_bytes=600)
+  capacity.check_dataset(config, *sizes, device_bytes=None)  # CPU: no limit reported
   config.data.on_device = False
-  validation.check_dataset(config, *sizes, device_bytes=600)  # host feeding: no limit
+  capacity.check_dataset(config, *sizes, device_bytes=600)  # host feeding: no limit
 
 
 class _Device:

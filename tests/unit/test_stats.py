@@ -455,7 +455,7 @@ def test_report_opens_with_the_answer_then_setup_and_why(tmp_path, capsys):
   assert '**Question.** Which numerical setting changes test accuracy on gpu' in answer
   assert '| compute_dtype=bfloat16 − compute_dtype=float32 | -2.90 |' in answer  # A − B, pp
   setup = text.split('## Setup')[1].split('## Why each verdict')[0]
-  # data.task: a field the record predates counts as its default (runrecord/record.py row)
+  # data.task: a field the record predates counts as its default (runrecord/rules.py row)
   assert (
     '- dataset: digits, task identity; train 1437 / test 360 images; one test image = 0.278 pp'
     in setup

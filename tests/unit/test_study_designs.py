@@ -1,5 +1,5 @@
 """The same model without mixing models, on planted tables checked by hand: one replicate rule
-(runrecord.record.model_keys) where `seed` alone would merge different models; a variance-design
+(runrecord.rules.model_keys) where `seed` alone would merge different models; a variance-design
 root (init × data-order seeds) whose churn rows split init / data order / both and whose variance
 split reaches report.md and report.tex with its intervals; churn intervals near 0 and 100 %; a
 constant per-class difference."""
@@ -11,7 +11,7 @@ from scipy import stats as sps
 
 from analysis.numbers import agreement, agreement_section, answer, inference, per_class, variance
 from analysis.words import report
-from runrecord import record
+from runrecord import rules
 from tests.support.planted_predictions import LABELS, prediction
 
 METRIC = 'final.test_accuracy'
@@ -73,8 +73,8 @@ def test_runs_of_one_seed_with_other_init_seeds_are_other_models_not_replicates(
   assert contrast.verdict == 'identical arithmetic' and contrast.n_pairs == 4
   assert contrast.diff == 0  # by seed alone: seed 1 = (63.6 + 81.4) / 2, Δ = +2.2 pp there
   assert 'unshared seed(s) left out' in contrast.design
-  assert record.model_keys([1, 1], [1, 0], [1, 1]) == ['1 (init 1, data 1)', '1 (init 0, data 1)']
-  assert record.model_keys([1, 2], [1, 2], [1, 2]) == [1, 2]  # init = data = seed: the seed
+  assert rules.model_keys([1, 1], [1, 0], [1, 1]) == ['1 (init 1, data 1)', '1 (init 0, data 1)']
+  assert rules.model_keys([1, 2], [1, 2], [1, 2]) == [1, 2]  # init = data = seed: the seed
 
 
 def test_agreement_pairs_models_by_the_same_rule():

@@ -1,0 +1,154 @@
+"""The runs table read from results records, and the rules it is grouped, paired and averaged by:
+one row per run (`row`), the columns that define an arm (`arm_columns`, `field_name` for its
+labels), the columns two runs pair on (`pairing_columns`), the replicate rule (`model_keys`) and
+the platform a run counts as (`platform_identity`, `jax_platform`).
+The fields and the lists of columns are runrecord/record.py's; what the rules mean: docs/record.md
+("The rules read from it"). No JAX here: the analysis of a CSV reads it.
+"""
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from runrecord import record
+from runrecord.record import Results
+
+
+def row(run: str, results: Results | None) -> dict[str, Any]:
+  """One row of the runs table from a run's record.
+
+  Args:
+    run: the run's folder, its `run` column.
+    results: its record (read_results), or None when nothing is saved yet.
+
+  Returns:
+    A dict: record.BASE_COLUMNS (run_id by record.run_identity, platform by platform_identity,
+    init and data seeds `seed` where not set apart) and the flattened parts (`final.*`,
+    `numerics.*`, `config.*`, ...); requested numerics fields the record predates, and config
+    fields but the seed, filled with their defaults (docs/record.md "Fields"). Without a record:
+    status 'no_results' and its reason.
+  """
+  if results is None:
+    return {'run': run, 'status': 'no_results', 'reason': 'no saved checkpoint step'}
+  results = record.upgrade(results)
+  out = {name: results.get(name) for name in record.BASE_COLUMNS[1:]}
+  out.update(run=run, run_id=record.run_identity(results), platform=platform_identity(results))
+  kinds = list(
+    dict.fromkeys(
+      s.get('device_kind')
+      for s in results.get('segments') or []
+      if isinstance(s, dict) and s.get('device_kind')
+    )
+  )
+  if len(kinds) > 1:  # trained on several device kinds (--allow_layout_change): none of them alone
+    out['device_kind'] = '+'.join(map(str, kinds))
+  if out['seed'] is None:
+    out['seed'] = (results.get('config') or {}).get('seed')
+  for name in record.SEED_PARTS:
+    out[name] = out['seed'] if out[name] is None else out[name]
+  for part in record.FLATTENED:
+    out.update(record.flatten(results.get(part), part))
+  if out.get('status') in record.STATUSES:
+    for name, value in record.defaults().items():
+      if name.startswith('numerics.'):
+        out.setdefault(f'{record.ARM_PREFIX}{name[len("numerics.") :]}', value)
+      if results.get('config') and name != 'seed':
+        out.setdefault(f'{record.CONFIG_PREFIX}{name}', value)
+  return out
+
+
+def _arm_config(column: str) -> bool:
+  """Whether config column `column` can define an arm (not in record.NOT_ARM_CONFIG or
+  record.IGNORED_FIELDS)."""
+  return not record.within(
+    column[len(record.CONFIG_PREFIX) :], record.NOT_ARM_CONFIG + record.IGNORED_FIELDS
+  )
+
+
+def arm_columns(frame: Any) -> list[str]:
+  """The columns of runs table `frame` that define an arm: platform, device kind, every requested
+  numerics field (the named ones first, record.ARM_NAMED: a label then reads
+  'profile=tpu_default', not the formats the profile expands to), then every config field whose
+  recorded values differ between the runs (missing values aside), the seed, config.numerics and
+  record.IGNORED_FIELDS aside."""
+  columns = list(frame.columns)
+  named = [
+    f'{record.ARM_PREFIX}{n}' for n in record.ARM_NAMED if f'{record.ARM_PREFIX}{n}' in columns
+  ]
+  config = [
+    c
+    for c in sorted(columns)
+    if c.startswith(record.CONFIG_PREFIX) and _arm_config(c) and frame[c].nunique() > 1
+  ]
+  return (
+    [c for c in record.ARM_CONTEXT if c in columns]
+    + named
+    + sorted(c for c in columns if c.startswith(record.ARM_PREFIX) and c not in named)
+    + config
+  )
+
+
+def field_name(column: str) -> str:
+  """How an arm label names a column: 'optim.learning_rate' for config.optim.learning_rate (the
+  spelling of a config override), the last part otherwise ('profile', 'compute_dtype')."""
+  if column.startswith(record.CONFIG_PREFIX):
+    return column[len(record.CONFIG_PREFIX) :]
+  return column.rsplit('.', 1)[-1]
+
+
+def model_keys(
+  seeds: Iterable[Any],
+  init_seeds: Iterable[Any] | None = None,
+  data_seeds: Iterable[Any] | None = None,
+) -> list[Any]:
+  """Each run's model within its arm, the unit replicates are averaged in and arms are paired by
+  (the replicate rule, record.MODEL_FIELDS): the seed itself where every run's init and data-order
+  seeds equal its seed or are not recorded (older records, a CSV without them), else for every run
+  'S (init I, data D)': runs of one seed with other initial weights or data order are never
+  replicates. A list aligned with `seeds`; None where the seed is."""
+
+  def text(v):
+    if v is None or v != v:  # absent or NaN (a CSV's empty cell)
+      return None
+    return str(int(v)) if isinstance(v, float) else str(v)
+
+  seeds = list(seeds)
+  parts = [list(p) if p is not None else [None] * len(seeds) for p in (init_seeds, data_seeds)]
+  rows = list(zip(*([text(v) for v in column] for column in (seeds, *parts)), strict=True))
+  if not any(t is not None and t != s for s, *rest in rows for t in rest):
+    return seeds
+  return [None if s is None else f'{s} (init {i or s}, data {d or s})' for s, i, d in rows]
+
+
+def pairing_columns(columns: Iterable[str]) -> list[str]:
+  """record.PAIRING_FIELDS present among `columns` (a CSV has none: its rows never pair by
+  these)."""
+  return [c for c in record.PAIRING_FIELDS if c in set(columns)]
+
+
+def platform_identity(results: Mapping[str, Any]) -> str | None:
+  """The platform record `results` ran on, as the analysis tells platforms apart (docs/record.md):
+  the JAX platform, on CPU followed by the processor's instruction set ('cpu-AVX2') and by XLA's
+  where a pin lowered it ('cpu-AVX512-max-AVX2'); the bare platform where the instruction set is
+  not recorded (records before schema 3) and on GPU and TPU."""
+  segments = [s for s in results.get('segments') or [] if isinstance(s, dict)]
+  if segments:  # each segment's facts, over the record's where a segment predates them
+    top = {k: results.get(k) for k in record.SEGMENT_FACTS}
+    names = list(
+      dict.fromkeys(
+        platform_identity({**top, **{k: v for k, v in s.items() if v is not None}})
+        for s in segments
+      )
+    )
+    if len(names) > 1:
+      return '+'.join(str(n) for n in names)
+  platform = results.get('platform')
+  _, isa, xla_isa = (results.get(k) for k in record.CPU_FACTS)
+  if platform != 'cpu' or not isa:
+    return platform
+  return f'{platform}-{isa}' + (f'-max-{xla_isa}' if xla_isa and xla_isa != isa else '')
+
+
+def jax_platform(identity: str) -> str:
+  """The JAX platform ('cpu', 'gpu', 'tpu') of a platform identity ('cpu-AVX2', platform_identity):
+  what a rule declared per JAX platform (an emulating profile, determinism) reads."""
+  return str(identity).split('-', 1)[0]
