@@ -14,7 +14,9 @@ import zipfile
 
 import numpy as np
 import pytest
+from tensorflow_datasets.core import shuffle
 
+from benchmarks import bench_celeba_full
 from configs import celeba as celeba_config
 from configs import validation
 from input_pipeline import batching, celeba, celeba_files, celeba_fixture, celeba_tfds
@@ -88,7 +90,7 @@ def test_per_identity_counts_exact_and_disjoint(fixture_dir, fraction):
   meta, (train, test) = _meta_and_split(out, test_fraction=fraction)
   assert not set(train) & set(test) and len(train) + len(test) == len(meta['names'])
   assert not set(meta['names'][train]) & set(meta['names'][test])
-  for identity, n in zip(*np.unique(meta['identity'], return_counts=True)):
+  for identity, n in zip(*np.unique(meta['identity'], return_counts=True), strict=True):
     n_test = int((meta['identity'][test] == identity).sum())
     assert n_test == celeba_files.test_count(int(n), fraction)
     assert (meta['identity'][train] == identity).sum() >= 1  # singletons and all others train
@@ -369,7 +371,7 @@ def test_concurrent_first_loads_prepare_and_decode_once(fixture_dir, tmp_path, s
   for reader in readers:
     reader.join(timeout=60)
   assert [p.returncode for p in procs] == [0, 0], ''.join(sum(errs, []))[-3000:]
-  decoded, totals = zip(*(map(int, out.split()[-2:]) for out in outs))
+  decoded, totals = zip(*(map(int, out.split()[-2:]) for out in outs), strict=True)
   assert sorted(decoded) == [0, totals[0]] and totals[0] == totals[1]  # decoded exactly once
   # The preparation says it is offline (TFDS's own line said "Downloading and preparing").
   assert not any('Downloading' in out for out in outs)
@@ -582,8 +584,6 @@ def test_decoding_peak_rss_does_not_grow_with_the_images(tmp_path, subprocess_en
 
 
 def test_bench_celeba_full_runs_at_a_tiny_size(tmp_path, capsys):
-  from benchmarks import bench_celeba_full  # pylint: disable=import-outside-toplevel
-
   workdir = tmp_path / 'bench'
   bench_celeba_full.main(
     [
@@ -623,8 +623,6 @@ def test_tfds_dir_of_an_earlier_layout_still_reads(fixture_dir, dataset, tmp_pat
 
 
 def test_record_keys_keep_order_and_spread_over_tfds_buckets():
-  from tensorflow_datasets.core import shuffle  # pylint: disable=import-outside-toplevel
-
   keys = [celeba_tfds.record_key(i) for i in range(202599)]  # the full CelebA in one split
   buckets = np.asarray([shuffle.get_bucket_number(k, shuffle.BUCKETS_NUMBER) for k in keys])
   assert keys == sorted(keys) and len(set(keys)) == len(keys) and np.all(np.diff(buckets) >= 0)
@@ -635,7 +633,6 @@ def test_record_keys_keep_order_and_spread_over_tfds_buckets():
 
 def test_prepared_through_tfds_buckets_in_record_order(fixture_dir, dataset, tmp_path, monkeypatch):
   """With TFDS's in-memory buffer at 0 bytes every record goes through its buckets: same data."""
-  from tensorflow_datasets.core import shuffle  # pylint: disable=import-outside-toplevel
 
   monkeypatch.setattr(shuffle, 'MAX_MEM_BUFFER_SIZE', 0)
   target = str(_copy(fixture_dir, tmp_path))

@@ -96,7 +96,7 @@ def test_f32_vs_bf16_grows_from_zero(f32_vs_bf16):
       assert r['params']['groups']['stem']['rel_l2'] > 0
       assert r['params']['groups']['head']['rel_l2'] > 0
   for r in result['records'][1:]:
-    for loss_a, loss_b in zip(r['loss']['a'], r['loss']['b']):
+    for loss_a, loss_b in zip(r['loss']['a'], r['loss']['b'], strict=True):
       assert abs(loss_a - loss_b) < 0.01 * loss_a
   effective = {n: result['arms'][n]['numerics']['effective'] for n in 'ab'}
   assert (effective['a']['conv_format'], effective['b']['conv_format']) == ('f32', 'bf16')
@@ -119,15 +119,18 @@ def test_ceiling_pair_is_arm_a_of_another_seed(f32_vs_bf16):
   (rows,) = pair_rows(result, 'ceiling')  # two seeds: one pair
   assert rows[0]['seeds'] == [3, 5]
   assert rows[0]['params']['rel_l2'] > 0.5  # different initial weights from the start
-  distance = lambda kind: np.mean([r[-1]['params']['rel_l2'] for r in pair_rows(result, kind)])
+
+  def distance(kind):
+    return np.mean([r[-1]['params']['rel_l2'] for r in pair_rows(result, kind)])
+
   assert distance('ceiling') > 100 * distance('b')
   assert result['final']['disagreement']['ceiling']['pairs'][0]['seeds'] == [3, 5]
 
 
 def test_pair_list():
-  kinds = lambda seeds, names: [
-    (p['kind'], p['x'], p['y']) for p in lockstep.pair_list(seeds, names)
-  ]
+  def kinds(seeds, names):
+    return [(p['kind'], p['x'], p['y']) for p in lockstep.pair_list(seeds, names)]
+
   assert kinds([7], ['a', 'b']) == [('b', (7, 'a'), (7, 'b'))]
   assert kinds([1, 2], ['a', 'b', 'control'])[-1:] == [('ceiling', (1, 'a'), (2, 'a'))]
   assert kinds([0, 1, 2], ['a', 'b'])[3:] == [
@@ -205,7 +208,7 @@ def test_disagreement_matches_statsmodels():
     {'seeds': [2, 2], 'count': 12, 'n': 360},
   ]
   out = measure.disagreement(pairs)
-  for p, q in zip(pairs, out['pairs']):
+  for p, q in zip(pairs, out['pairs'], strict=True):
     assert q['rate'] == p['count'] / 360
     assert (q['ci_low'], q['ci_high']) == proportion_confint(p['count'], 360, method='wilson')
   assert out['total'] == {'count': 15, 'n': 1080}
@@ -275,7 +278,7 @@ def test_curves_are_bands_over_seeds(f32_vs_bf16):
         assert (band['min'], band['max']) == (values.min(), values.max())
   losses = [r['loss']['b'] for r in result['records']]
   assert [b['mean'] for b in result['losses']['b'][1:]] == pytest.approx(
-    [np.mean(l) for l in losses[1:]]
+    [np.mean(run_losses) for run_losses in losses[1:]]
   )
 
 
@@ -411,9 +414,9 @@ def test_identical_settings_give_exactly_zero(tmp_path, capsys):
   out = capsys.readouterr()
   assert 'determinism check: passed' in out.out
   # Progress from the start, compiles included (it printed nothing until the first row before).
-  lines = [l for l in out.err.splitlines() if l.startswith('[')]
+  lines = [line for line in out.err.splitlines() if line.startswith('[')]
   assert lines[0] == f'[0m00s] loading {SMOKE}'
-  assert [l.split('] ', 1)[1].split(':')[0].split(' (')[0] for l in lines[1:4]] == [
+  assert [line.split('] ', 1)[1].split(':')[0].split(' (')[0] for line in lines[1:4]] == [
     'building seed 0 arm a',
     'building seed 0 arm b',
     'compiling the evaluation pass of 1 distinct arm(s), then the first row',
@@ -455,9 +458,9 @@ def test_matmul_precision_arms_lower_to_different_hlo():
   # Lowered outside any precision context: each arm's step fixes its own precision inside.
   texts = {name: fns[0, name].lower(lock['states'][0, name], batch).as_text() for name in 'ab'}
   assert fns[0, 'a'] is not fns[0, 'b'] and texts['a'] != texts['b']
-  dots = {n: [l for l in t.splitlines() if 'dot_general' in l] for n, t in texts.items()}
-  assert dots['a'] and all('HIGHEST' not in l for l in dots['a'])
-  assert dots['b'] and all('HIGHEST' in l for l in dots['b'])
+  dots = {n: [line for line in t.splitlines() if 'dot_general' in line] for n, t in texts.items()}
+  assert dots['a'] and all('HIGHEST' not in line for line in dots['a'])
+  assert dots['b'] and all('HIGHEST' in line for line in dots['b'])
   assert lock['numerics']['b']['effective']['matmul_precision_flag'] == 'highest'
 
 
@@ -503,7 +506,7 @@ def test_bad_arguments_rejected(argv, expect, tmp_path, capsys):
   assert exit_info.value.code == 2
   lines = capsys.readouterr().err.strip().splitlines()
   assert expect in lines[-1] and lines[-1].startswith('error: '), lines
-  assert all(l.startswith('[') for l in lines[:-1]), lines  # only progress lines before it
+  assert all(line.startswith('[') for line in lines[:-1]), lines  # only progress lines before it
   assert not (tmp_path / 'out').exists()
 
 

@@ -1,4 +1,4 @@
-"""Two JAX processes on localhost (CPU, gloo collectives, 4 devices each) against one process with 8.
+"""Two JAX processes on localhost (CPU, gloo collectives, 4 devices each) against one with 8.
 
 The global batch and the device count are the same, so the metrics must match the 1-process run
 up to float summation order: the first logged training loss (mean of steps 1-5) to 1e-6, later
@@ -105,7 +105,7 @@ def one_process_on_four_devices(workdir, env):
     TRAIN + args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
-  return [json.loads(l) for l in (workdir / 'metrics.jsonl').read_text().splitlines()]
+  return [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
 
 
 def order_tolerance(a, b):
@@ -165,9 +165,9 @@ def test_two_processes_match_one_and_resume(tmp_path, subprocess_env):
   two = record.read_results(str(workdir))
   assert two['num_processes'] == 2 and one['num_processes'] == 1
   assert two['num_devices'] == one['num_devices'] == 8
-  records = [json.loads(l) for l in (workdir / 'metrics.jsonl').read_text().splitlines()]
+  records = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
   records_one = [
-    json.loads(l) for l in (tmp_path / 'one' / 'metrics.jsonl').read_text().splitlines()
+    json.loads(line) for line in (tmp_path / 'one' / 'metrics.jsonl').read_text().splitlines()
   ]
   records_four = one_process_on_four_devices(tmp_path / 'four', subprocess_env)
   assert records_four[0]['step'] == records_one[0]['step'] == 5
@@ -225,7 +225,7 @@ def test_config_xla_flags_in_effect_in_every_process(tmp_path, subprocess_env):
     for p in procs:
       if p.poll() is None:
         p.kill()
-  for i, (p, err) in enumerate(zip(procs, errors)):
+  for i, (p, err) in enumerate(zip(procs, errors, strict=True)):
     assert p.returncode == 0, err[-3000:]
     options = list((tmp_path / f'dump{i}').glob('*_train_step*.debug_options'))
     assert options, sorted(x.name for x in (tmp_path / f'dump{i}').iterdir())[:20]

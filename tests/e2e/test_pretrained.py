@@ -190,7 +190,7 @@ def test_wrong_architecture(tmp_path):
     pretrained.load_torchvision(path)
   r50 = {
     f'layer{s}.{b}.{n}.weight': np.zeros(1, np.float32)
-    for s, blocks in zip((1, 2, 3, 4), (3, 4, 6, 3))
+    for s, blocks in zip((1, 2, 3, 4), (3, 4, 6, 3), strict=True)
     for b in range(blocks)
     for n in ('conv1', 'conv2', 'conv3')
   }
@@ -327,7 +327,10 @@ def test_reference_schedule_smoke_run_from_converted_file(files, tmp_path):
     return mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))['state']
 
   frozen, unfrozen = state_at(steps[0]), state_at(steps[-1])
-  kernel = lambda s: np.asarray(s['params']['layer3']['0']['conv1']['kernel'])
+
+  def kernel(s):
+    return np.asarray(s['params']['layer3']['0']['conv1']['kernel'])
+
   want = np.transpose(loaded['layer3.0.conv1.weight'], (2, 3, 1, 0))
   np.testing.assert_array_equal(kernel(frozen), want)
   assert not np.array_equal(kernel(unfrozen), want)

@@ -180,7 +180,7 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
   assert code == 0 and f'0 completed (skipped), {n} to run' in capsys.readouterr().out
   lines = (root / scripts.COMMANDS_FILE).read_text().splitlines()
   assert len(lines) == n
-  for line, run in zip(lines, runs):
+  for line, run in zip(lines, runs, strict=True):
     config, workdir = parse_train_command(line)
     expected = validation.resolve(
       sweep.check_overrides(digits, 'smoke,model.width=0.25', run.overrides, 0)
@@ -312,7 +312,9 @@ def test_scheduler_one_run_per_gpu_reports_failures_and_continues(tmp_path, monk
   assert all(f'{tmp_path}/.jax_cache' in log for log in logs)
   assert {log.split('gpu ')[1].split()[0] for log in logs} == {'5', '7'}
   running = [
-    int(l.split(' running')[0].split()[-1]) for l in out.splitlines() if l.startswith('[sweep]')
+    int(line.split(' running')[0].split()[-1])
+    for line in out.splitlines()
+    if line.startswith('[sweep]')
   ]
   assert max(running) == 2
 
@@ -397,7 +399,7 @@ def test_progress_speed_leaves_out_compile_and_eta_counts_running_and_queued(tmp
   progress = runner.Progress(total=5, done=1, slots=2)
   progress.active = {
     i: runner.Active(r, None, None, None, now - 60, 20, since)
-    for i, (r, since) in enumerate(zip(runs, (10, 0)))
+    for i, (r, since) in enumerate(zip(runs, (10, 0), strict=True))
   }
   measures = [x.measure(now) for x in progress.active.values()]
   assert measures == [(200.0, 60.0, 80 * 20 / 200.0), (None, 60.0, None)]

@@ -282,5 +282,7 @@ def test_model_logits_and_gradients_agree_across_impls():
     (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params, rest)
     results[impl] = (logits, grads)
   _close(results['im2col'][0], results['xla'][0], 1e-4)
-  for a, b in zip(jax.tree.leaves(results['im2col'][1]), jax.tree.leaves(results['xla'][1])):
+  for a, b in zip(
+    jax.tree.leaves(results['im2col'][1]), jax.tree.leaves(results['xla'][1]), strict=True
+  ):
     _close(a, b, 1e-3)

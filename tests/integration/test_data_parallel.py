@@ -1,4 +1,5 @@
-"""Data parallel over 8 (virtual CPU) devices gives the 1-device result for the same global batch."""
+"""Data parallel over 8 (virtual CPU) devices gives the 1-device result for the same global
+batch."""
 
 import jax
 import numpy as np
@@ -42,7 +43,9 @@ def test_eight_devices_match_one_device():
   np.testing.assert_allclose(one['sums']['loss'], eight['sums']['loss'], rtol=1e-5)
   assert one['sums']['correct'] == eight['sums']['correct']
   flat_one, flat_eight = jax.tree.leaves(one['params']), jax.tree.leaves(eight['params'])
-  for a, b in zip(flat_one, flat_eight):
+  for a, b in zip(flat_one, flat_eight, strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
-  for a, b in zip(jax.tree.leaves(one['batch_stats']), jax.tree.leaves(eight['batch_stats'])):
+  for a, b in zip(
+    jax.tree.leaves(one['batch_stats']), jax.tree.leaves(eight['batch_stats']), strict=True
+  ):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)

@@ -55,7 +55,7 @@ def cases(rng):
 
 def product_of(geometry, conv_impl):
   if geometry is None:
-    return ops._native_dense  # pylint: disable=protected-access
+    return ops._native_dense
   stride, pad = geometry
   conv = ops.CONV_PRODUCTS[conv_impl]
   return lambda a, b, precision: conv(a, b, stride, [(pad, pad)] * 2, precision)
@@ -63,7 +63,10 @@ def product_of(geometry, conv_impl):
 
 def forward_and_grads(product, mode, impl, platform, x, w, dy):
   """(y, dx, dw) of the emulated product under `impl`."""
-  f = lambda a, b: emulate.emulated(product, a, b, mode, impl=impl, platform=platform)
+
+  def f(a, b):
+    return emulate.emulated(product, a, b, mode, impl=impl, platform=platform)
+
   y, vjp = jax.vjp(f, x, w)
   return (y,) + vjp(dy)
 
@@ -77,7 +80,7 @@ def run_all(mode, platform, conv_impl, impls):
     return {
       impl: [
         forward_and_grads(product_of(g, conv_impl), mode, impl, platform, *a)
-        for (_, g, *_), a in zip(all_cases, args)
+        for (_, g, *_), a in zip(all_cases, args, strict=True)
       ]
       for impl in impls
     }
@@ -91,8 +94,8 @@ def run_all(mode, platform, conv_impl, impls):
 def worst_relative(a_outs, b_outs):
   """max over cases and outputs of max |a - b| / max |b|, and where."""
   worst = (0.0, (0, 'y'))
-  for i, (a3, b3) in enumerate(zip(a_outs, b_outs)):
-    for name, a, b in zip(('y', 'dx', 'dw'), a3, b3):
+  for i, (a3, b3) in enumerate(zip(a_outs, b_outs, strict=True)):
+    for name, a, b in zip(('y', 'dx', 'dw'), a3, b3, strict=True):
       err = float(np.max(np.abs(np.float64(a) - b)) / np.max(np.abs(b)))
       worst = max(worst, (err, (i, name)))
   return worst
@@ -133,7 +136,7 @@ def test_fast_operands_are_the_reference_operands_bit_for_bit(mode, platform, va
   assert all(p.dtype == np.dtype(plan.dtype) for p in emulate.fast_operands(mode, values, plan))
   if not plan.split:
     assert len(fast) == len(reference)
-    assert all(same_bits(f, r) for f, r in zip(fast, reference))
+    assert all(same_bits(f, r) for f, r in zip(fast, reference, strict=True))
     return
   (t,) = reference  # TPU tf32: exact bf16 hi/lo parts of the TF32 operand
   with np.errstate(invalid='ignore'):
@@ -158,12 +161,15 @@ def test_split_parts_are_bf16_values_and_hi_never_overflows():
 def test_tpu_tf32_form_gives_exact_products():
   """K = 1: the 4 bf16 passes of TF32 operands sum to the exact product (22 significant bits)."""
   rng = np.random.default_rng(5)
-  scale = lambda n: np.exp2(rng.integers(-30, 30, n)).astype(np.float32)
+
+  def scale(n):
+    return np.exp2(rng.integers(-30, 30, n)).astype(np.float32)
+
   x = (rng.standard_normal((64, 1)) * scale((64, 1))).astype(np.float32)
   k = (rng.standard_normal((1, 48)) * scale((1, 48))).astype(np.float32)
   exact = np.float64(rounding.round_tf32(x)) @ np.float64(rounding.round_tf32(k))
   for plan in (emulate.fast_plan('tf32', 'tpu'), None):  # fast TPU form; the reference
-    y = emulate.emulated_bilinear(ops._native_dense, x, k, 'tf32', plan=plan)  # pylint: disable=protected-access
+    y = emulate.emulated_bilinear(ops._native_dense, x, k, 'tf32', plan=plan)
     assert same_bits(y, exact.astype(np.float32)) and np.all(np.float64(y) == exact)
 
 
@@ -178,7 +184,10 @@ CONTRACTION = re.compile(
 
 def contractions(mode, impl, product, x, w, lowering_platform):
   """[(op, precision, lhs dtype, rhs dtype, result dtype)] of the lowered forward + backward."""
-  f = lambda a, b: emulate.emulated(product, a, b, mode, impl=impl, platform=lowering_platform)
+
+  def f(a, b):
+    return emulate.emulated(product, a, b, mode, impl=impl, platform=lowering_platform)
+
   grads = jax.jit(jax.grad(lambda a, b: jnp.sum(f(a, b) ** 2), argnums=(0, 1)))
   platform = {'gpu': 'cuda'}.get(lowering_platform, lowering_platform)
   text = jax.export.export(grads, platforms=[platform])(x, w).mlir_module()
@@ -232,8 +241,7 @@ def test_fast_without_a_fast_form_is_the_reference():
   key = jax.random.key(0)
   for mode, k in (('f32', None), ('bf16_noise', key)):
     ys = [
-      emulate.emulated(ops._native_dense, x, w, mode, key=k, impl=i)  # pylint: disable=protected-access
-      for i in ('fast', 'reference')
+      emulate.emulated(ops._native_dense, x, w, mode, key=k, impl=i) for i in ('fast', 'reference')
     ]
     assert same_bits(*ys)
 
@@ -269,13 +277,14 @@ def test_training_loss_curve_fast_equals_reference():
   assert fast_impl == {'conv': 'fast', 'dense': 'fast'}  # per product kind
   assert ref_impl == {'conv': 'reference', 'dense': 'reference'}
   np.testing.assert_allclose(fast, ref, rtol=1e-5)
-  for a, b in zip(jax.tree.leaves(fast_params), jax.tree.leaves(ref_params)):
+  for a, b in zip(jax.tree.leaves(fast_params), jax.tree.leaves(ref_params), strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
 def test_numerics_probe_compares_fast_with_reference_and_native(tmp_path, capsys):
-  """`python -m experiments.numerics_probe`: the fast path's rows and pairs (on a GPU: against the native
-  hardware; here on CPU, where every format's native product is f32, against the reference)."""
+  """`python -m experiments.numerics_probe`: the fast path's rows and pairs (on a GPU: against the
+  native hardware; here on CPU, where every format's native product is f32, against the
+  reference)."""
   numerics_probe.main(
     [
       '--out',

@@ -3,6 +3,7 @@ CSV checked before anything is computed, margins checked where they enter, one-l
 nothing written, locale-proof output, the LaTeX labels and the empty pairs table. Planted run
 folders and CSVs, no training."""
 
+import io
 import json
 import os
 import signal
@@ -392,8 +393,6 @@ def test_the_report_prints_under_the_c_locale(tmp_path):
 
 
 def test_locale_proof_escapes_what_the_stream_cannot_encode(monkeypatch):
-  import io  # pylint: disable=import-outside-toplevel
-
   raw = io.BytesIO()
   stream = io.TextIOWrapper(raw, encoding='ascii')
   monkeypatch.setattr(sys, 'stdout', stream)

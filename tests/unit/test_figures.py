@@ -19,6 +19,7 @@ from analysis import draw
 from analysis.figures import forest, study_figures, style
 from analysis.inputs import results
 from analysis.numbers import answer
+from sweeps import run_study
 from tests.support.planted_study import STEPS, analysed, make_study
 from tests.support.planted_tables import DIGITS, digits_frame
 
@@ -56,12 +57,18 @@ def legend_problems(fig):
         artists.setdefault(a.get_label(), a)
     colours |= {to_hex(line.get_color()) for line in ax.lines if drawn(line)}
   legends = [ax.get_legend() for ax in fig.axes if ax.get_legend()] + fig.legends
-  keys = [(t.get_text(), h) for leg in legends for t, h in zip(leg.get_texts(), leg.legend_handles)]
+  keys = [
+    (t.get_text(), h)
+    for leg in legends
+    for t, h in zip(leg.get_texts(), leg.legend_handles, strict=True)
+  ]
   assert keys, 'no legend at all'
-  colour_key = lambda h: (
-    (isinstance(h, Patch) and to_hex(h.get_facecolor()) in colours)
-    or (isinstance(h, Line2D) and to_hex(h.get_color()) in colours)
-  )
+
+  def colour_key(h):
+    return (isinstance(h, Patch) and to_hex(h.get_facecolor()) in colours) or (
+      isinstance(h, Line2D) and to_hex(h.get_color()) in colours
+    )
+
   return [label for label, h in keys if label not in artists and not colour_key(h)]
 
 
@@ -221,7 +228,7 @@ def test_forest_draws_the_decomposition_and_no_unqualified_platform_term():
   assert rows == [label.format(a='gpu', b='cpu') for _, label in forest.COMPONENT_ROWS]
   table = att.gap.set_index('key')
   at = markers_at(gap_ax)
-  for y, (key, _) in zip(range(len(rows) - 1, -1, -1), forest.COMPONENT_ROWS):
+  for y, (key, _) in zip(range(len(rows) - 1, -1, -1), forest.COMPONENT_ROWS, strict=True):
     assert at[y] == pytest.approx(table.loc[key, 'estimate']), key
   effects = [t.get_text() for t in effects_ax.get_yticklabels()]
   assert effects and not any('platform' in label or 'gpu' == label for label in effects)
@@ -280,7 +287,7 @@ def test_contrasts_draw_one_noise_band_and_legend_key_per_platform():
     study_figures.contrast_table(out), {'cpu': 0.4, 'gpu': 0.5}, 2.0, 'pp'
   )
   legend = fig.legends[0]
-  keys = {t.get_text(): h for t, h in zip(legend.get_texts(), legend.legend_handles)}
+  keys = {t.get_text(): h for t, h in zip(legend.get_texts(), legend.legend_handles, strict=True)}
   assert [k for k in keys if k.startswith('noise')] == [
     'noise floor gpu ±0.50 pp',
     'noise floor cpu ±0.40 pp',
@@ -399,8 +406,6 @@ def test_figures_cli_one_line_error(tmp_path, capsys):
 
 
 def test_study_refuses_a_bucket_root_in_one_line(capsys):
-  from sweeps import run_study  # pylint: disable=import-outside-toplevel
-
   assert run_study.main(['--config=configs/digits.py:study', '--root=gs://bucket/study']) == 2
   message = capsys.readouterr().err
   assert (

@@ -60,11 +60,13 @@ def published_values():
     [0, 0, 1, 2, 3, 4, 4, 5, 6, 7, 8, 9, 10, 11]
   ]
   z_gpu = sps.norm.ppf((np.arange(14) + 0.5) / 14)[order(14)]
-  unit = lambda z: (z - z.mean()) / z.std(ddof=1)
-  build = lambda s: (
-    0.6979 - s * 4.9e-5 + 0.0090 * unit(z_tpu),
-    0.6937 + s * 4.9e-5 + 0.0065 * unit(z_gpu),
-  )
+
+  def unit(z):
+    return (z - z.mean()) / z.std(ddof=1)
+
+  def build(s):
+    return (0.6979 - s * 4.9e-5 + 0.0090 * unit(z_tpu), 0.6937 + s * 4.9e-5 + 0.0065 * unit(z_gpu))
+
   s = optimize.brentq(lambda s: sps.ttest_ind(*build(s), equal_var=False).pvalue - 0.1734, 0, 1)
   return build(s)
 
@@ -136,7 +138,7 @@ def test_published_csv_with_seeds_averages_duplicates_and_pairs(tmp_path, capsys
   )
   tables = csv_tables(capsys.readouterr().out)
   reps = tables['replicates']
-  assert sorted(zip(reps['arm'], reps['seed'], reps['n_runs'])) == [
+  assert sorted(zip(reps['arm'], reps['seed'], reps['n_runs'], strict=True)) == [
     ('gpu', 3, 2),
     ('gpu', 42, 2),
     ('tpu', 3, 2),
@@ -146,7 +148,10 @@ def test_published_csv_with_seeds_averages_duplicates_and_pairs(tmp_path, capsys
     True,
     False,
   ]
-  per_seed = lambda x: pd.Series(100 * x).groupby(PUB_SEEDS).mean()  # replicates averaged
+
+  def per_seed(x):
+    return pd.Series(100 * x).groupby(PUB_SEEDS).mean()  # replicates averaged
+
   a, b = per_seed(gpu), per_seed(tpu)
   arms, pair = tables['arms'].set_index('arm'), tables['pairs'].iloc[0]
   assert list(arms['n']) == [12, 12] and list(arms['n_runs']) == [14, 14]
@@ -393,7 +398,8 @@ def test_margin_and_its_reason_are_printed_and_overrides_say_so(tmp_path, capsys
 
 
 def make_runs(root):
-  """Two GPU arms (float32 deterministic, bfloat16 not) + a duplicate, a failed and a running run."""
+  """Two GPU arms (float32 deterministic, bfloat16 not) + a duplicate, a failed and a running
+  run."""
   for seed in range(4):
     record.write_results(f'{root}/f32/s{seed}', fake_results(seed, 0.80 + 0.001 * seed))
     record.write_results(
@@ -430,7 +436,7 @@ def test_orbax_runs_replicates_and_failed_runs(tmp_path):
   assert not reps.loc[2, 'identical'] and reps.loc[2, 'mean'] == pytest.approx((78.4 + 70.0) / 2)
   units = out.units.set_index(['arm', 'seed'])['value']
   assert units[('compute_dtype=bfloat16', 2)] == pytest.approx(74.2)  # replicates averaged
-  excluded = dict(zip(out.excluded['run'], out.excluded['reason']))
+  excluded = dict(zip(out.excluded['run'], out.excluded['reason'], strict=True))
   assert excluded == {
     f'{tmp_path}/f32/s8': 'running: step 3/10',
     f'{tmp_path}/f32/s9': 'failed: loss is NaN',
@@ -539,7 +545,7 @@ def test_non_finite_metric_in_csv_is_excluded_and_listed(tmp_path):
   out = stats.arms_and_pairs(
     csv_input.read_csv(str(tmp_path / 'r.csv')), group_by=['platform'], metric='accuracy'
   )
-  excluded = dict(zip(out.excluded['run'], out.excluded['reason']))
+  excluded = dict(zip(out.excluded['run'], out.excluded['reason'], strict=True))
   assert excluded == {
     f'{tmp_path}/r.csv:4': 'accuracy = inf is not finite',
     f'{tmp_path}/r.csv:8': 'accuracy = -inf is not finite',
