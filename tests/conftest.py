@@ -43,6 +43,10 @@ TESTS = pathlib.Path(__file__).resolve().parent
 TEST_FILES = ('test_*.py', '*_test.py')  # pytest's default python_files (pyproject.toml keeps it)
 
 
+# Fixtures that several test files share and that are too specific for this file.
+pytest_plugins = ('tests.support.celeba_data',)
+
+
 def tier_of(path, tests=TESTS):
   """The tier of a test file (a path): the tier folder directly under `tests` that holds it, or
   None for a file anywhere else (tests/ itself, a subfolder of a tier, tests/support)."""
