@@ -26,21 +26,25 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
   signal.signal(signal.SIGINT, signal.default_int_handler)
 
-import jax  # noqa: E402
-import pytest  # noqa: E402
+import jax  # noqa: E402 (imported once JAX_PLATFORMS and XLA_FLAGS above are set)
+import pytest  # noqa: E402 (after the environment, with jax)
 
 # Tiers by cost, one folder each: a test file sits directly in the folder of its tier, and its tests
 # get the tier as a marker (`pytest tests/unit` or `pytest -m unit`, `-m "not e2e"`, ...;
-# pyproject.toml registers the markers). unit = no model is built (statistics and analysis on planted tables,
-# config and plan checks, pure functions); integration = JAX in this process (model parts, one
-# compiled step, a benchmark's main at a toy size); e2e = whole runs: training, or subprocesses
-# (train.py, the CLIs, the benchmarks); tpu = TPU programs compiled on this CPU with libtpu
-# (sweeps/preflight.py; skipped where libtpu is not installed); gpu = run on a GPU machine with
-# GPU_TESTS=1 (skipped elsewhere). tests/support holds the helpers the tests share (no tests);
+# pyproject.toml registers the markers). unit = no model is built (statistics and analysis on
+# planted tables, config and plan checks, pure functions); integration = JAX in this process (model
+# parts, one compiled step, a benchmark's main at a toy size); e2e = whole runs: training, or
+# subprocesses (train.py, the CLIs, the benchmarks); tpu = TPU programs compiled on this CPU with
+# libtpu (sweeps/preflight.py; skipped where libtpu is not installed); gpu = run on a GPU machine
+# with GPU_TESTS=1 (skipped elsewhere). tests/support holds the helpers the tests share (no tests);
 # tests/unit/test_tiers.py checks that every test file is in a tier folder.
 TIERS = ('unit', 'integration', 'e2e', 'tpu', 'gpu')
 TESTS = pathlib.Path(__file__).resolve().parent
 TEST_FILES = ('test_*.py', '*_test.py')  # pytest's default python_files (pyproject.toml keeps it)
+
+
+# Fixtures that several test files share and that are too specific for this file.
+pytest_plugins = ('tests.support.celeba_data',)
 
 
 def tier_of(path, tests=TESTS):

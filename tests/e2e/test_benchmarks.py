@@ -8,7 +8,14 @@ import sys
 
 import pytest
 
-from benchmarks import bench_emulate, bench_feed, bench_step, bench_vs_torch, profile_step
+from benchmarks import (
+  bench_emulate,
+  bench_feed,
+  bench_resume_metrics,
+  bench_step,
+  bench_vs_torch,
+  profile_step,
+)
 from numerics import emulate
 from tests.conftest import ROOT
 
@@ -98,14 +105,16 @@ def test_bench_emulate_compares_native_reference_and_fast(capsys, keep_matmul_pr
   )
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[-1].startswith('fast_vs_reference=') and float(lines[-1].split('=')[1]) > 0
-  (row,) = [l for l in lines if l.startswith('| bf16 |')]
+  (row,) = [line for line in lines if line.startswith('| bf16 |')]
   cells = [c.strip() for c in row.split('|')[1:-1]]
   assert cells[1] == 'compute_dtype=bfloat16'  # CPU: no precision level computes bf16 products
   assert all(float(c) > 0 for c in cells[2:8]) and cells[8] == emulate.AUTO_ON_CPU['bf16']
 
 
 def test_bench_emulate_native_variant_of_each_format():
-  native = lambda fmt, platform: bench_emulate.variants([fmt], platform)[fmt]['native']
+  def native(fmt, platform):
+    return bench_emulate.variants([fmt], platform)[fmt]['native']
+
   assert native('bf16', 'tpu') == (
     ('numerics.conv_format', 'native'),
     ('numerics.dense_format', 'native'),
@@ -147,7 +156,7 @@ def test_bench_feed_runs_every_feed(capsys, keep_matmul_precision):
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[-1].startswith('real_vs_synthetic=') and float(lines[-1].split('=')[1]) > 0
   assert [
-    l.split(' |')[0] for l in lines if l.startswith(('| synthetic', '| host', '| device'))
+    line.split(' |')[0] for line in lines if line.startswith(('| synthetic', '| host', '| device'))
   ] == ['| synthetic', '| host', '| device']
 
 
@@ -241,7 +250,8 @@ def test_bench_analysis_times_after_every_import_of_the_tools(subprocess_env):
   code = (
     'import sys; from benchmarks import bench_analysis; '
     "bench_analysis.run_tool = lambda tool, path: ' '.join(m for m in ('analysis.numbers.answer', "
-    "'analysis.words.report', 'analysis.numbers.stats', 'analysis.numbers.attribution', 'analysis.numbers.contrasts', "
+    "'analysis.words.report', 'analysis.numbers.stats', 'analysis.numbers.attribution', "
+    "'analysis.numbers.contrasts', "
     "'analysis.inputs.declaration', 'analysis.words.summary') if m not in sys.modules) or 'none'; "
     "bench_analysis.measure('stats', 'unread.csv')"
   )
@@ -258,8 +268,6 @@ def test_bench_analysis_times_after_every_import_of_the_tools(subprocess_env):
 
 
 def test_bench_resume_metrics_reads_the_file_it_resumes_and_keeps_it(tmp_path, capsys):
-  from benchmarks import bench_resume_metrics  # pylint: disable=import-outside-toplevel
-
   bench_resume_metrics.main(['--workdir', str(tmp_path), '--size-mb', '0.2'])
   row = capsys.readouterr().out.strip().splitlines()[-1].split('|')
   size_before = os.path.getsize(tmp_path / 'metrics.jsonl')

@@ -100,7 +100,7 @@ def run(command, *args):
     for line in proc.stderr.splitlines()
     if line.startswith('import time:')
   }
-  messages = [l for l in proc.stderr.splitlines() if not l.startswith('import time:')]
+  messages = [line for line in proc.stderr.splitlines() if not line.startswith('import time:')]
   return proc.returncode, proc.stdout, imported, messages
 
 
@@ -132,7 +132,7 @@ def test_help_loads_no_heavy_library(helps, command):
 def test_a_bad_flag_is_refused_before_any_heavy_library(command):
   code, _, imported, messages = run(command, '--no-such-flag')
   assert code == 2 and 'Traceback' not in '\n'.join(messages), (command, messages[-5:])
-  assert any('error' in l for l in messages), (command, messages[-5:])
+  assert any('error' in line for line in messages), (command, messages[-5:])
   assert sorted(imported & set(HEAVY)) == [], command
 
 

@@ -6,6 +6,7 @@ import json
 import numpy as np
 from etils import epath
 
+from analysis.figures import style
 from experiments import numerics_probe
 from trainer import writers
 
@@ -22,7 +23,6 @@ def test_probe_says_no_difference_instead_of_naming_a_worst_layer(monkeypatch):
 
 def test_probe_legend_covers_no_line(monkeypatch, tmp_path):
   """Before: the legend sat inside the matmul axes, over a line."""
-  from analysis.figures import style  # pylint: disable=import-outside-toplevel
 
   saved = []
   monkeypatch.setattr(style, 'save', lambda fig, out, name: saved.append(fig) or [])

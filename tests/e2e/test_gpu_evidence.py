@@ -31,9 +31,9 @@ def evidence(args, env, timeout=1200):
 def plan_commands(stdout):
   """The commands a --budget plan prints (the lines under each call), as argv lists."""
   return [
-    shlex.split(l.strip())[3:]
-    for l in stdout.splitlines()
-    if l.startswith('  python -m benchmarks.gpu_evidence ')
+    shlex.split(line.strip())[3:]
+    for line in stdout.splitlines()
+    if line.startswith('  python -m benchmarks.gpu_evidence ')
   ]
 
 
@@ -59,10 +59,10 @@ def test_smoke_runs_the_budget_plan_then_every_part_writes_the_summary_and_skips
   planned = [c[c.index('--part') + 1].split(',') for c in commands]
   assert planned == [['determinism_2048', 'vs_torch_2048'], ['study_seeds_0_1']]
   later = plan.stdout.split('next slot (')[1].split('): ')[1].split(', ')
-  for command, parts in zip(commands, planned):
+  for command, parts in zip(commands, planned, strict=True):
     ran = evidence(command, subprocess_env)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    assert [l.split(':')[0] for l in ran.stdout.splitlines() if ': running' in l] == parts
+    assert [line.split(':')[0] for line in ran.stdout.splitlines() if ': running' in line] == parts
   assert done_parts(out) == sorted(sum(planned, []), key=NAMES.index)
   again = evidence(['--budget', '15', '--smoke', '--out', str(out)], subprocess_env, timeout=120)
   replanned = [p for c in plan_commands(again.stdout) for p in c[c.index('--part') + 1].split(',')]
@@ -78,15 +78,17 @@ def test_smoke_runs_the_budget_plan_then_every_part_writes_the_summary_and_skips
   assert all(f'| {name} |' in summary for name in NAMES)
   again = evidence(['--smoke', '--out', str(out)], subprocess_env, timeout=300)
   assert again.returncode == 0, again.stderr[-2000:]
-  skipped = [l.split(':')[0] for l in again.stdout.splitlines() if 'completed already' in l]
+  skipped = [
+    line.split(':')[0] for line in again.stdout.splitlines() if 'completed already' in line
+  ]
   assert sorted(skipped) == sorted(NAMES)
 
 
 def test_list_names_every_part_with_its_minutes_on_an_h100(capsys):
   assert gpu_evidence.main(['--list']) == 0
   lines = capsys.readouterr().out.strip().splitlines()
-  assert [l.split()[0] for l in lines[:-1]] == NAMES and len(set(NAMES)) == len(NAMES)
-  assert all(0 < float(l.split()[1]) < 9 and l.split()[2] == 'min' for l in lines[:-1])
+  assert [line.split()[0] for line in lines[:-1]] == NAMES and len(set(NAMES)) == len(NAMES)
+  assert all(0 < float(line.split()[1]) < 9 and line.split()[2] == 'min' for line in lines[:-1])
   assert (
     lines[-1] == f'{len(NAMES)} parts, {sum(p.minutes for p in agenda.PARTS):g} minutes on '
     'an H100 in all'
@@ -95,10 +97,13 @@ def test_list_names_every_part_with_its_minutes_on_an_h100(capsys):
 
 def fake_part(name, seconds, fail=False):
   code = f'import time, sys; print("value=1"); time.sleep({seconds}); sys.exit({int(fail)})'
-  steps = lambda ctx: [
-    agenda.Step('one', [sys.executable, '-c', 'print("x=2")']),
-    agenda.Step('two', [sys.executable, '-c', code]),
-  ]
+
+  def steps(ctx):
+    return [
+      agenda.Step('one', [sys.executable, '-c', 'print("x=2")']),
+      agenda.Step('two', [sys.executable, '-c', code]),
+    ]
+
   return agenda.Part(name, 1, 'a test part', steps, agenda.key_values)
 
 
@@ -239,13 +244,16 @@ def test_a_missing_tool_fails_the_part_naming_it_and_a_resume_runs_it_again(
 
 def test_a_benchmark_without_its_result_line_is_not_done(tmp_path, monkeypatch):
   """Exit 0 is not enough: a benchmark that printed no `<key>=<number>` line failed."""
-  steps = lambda ctx: [
-    agenda.Step(
-      'bench_pool',
-      [sys.executable, '-c', 'print("table only")'],
-      expect=agenda.result_line('pool_speedup'),
-    )
-  ]
+
+  def steps(ctx):
+    return [
+      agenda.Step(
+        'bench_pool',
+        [sys.executable, '-c', 'print("table only")'],
+        expect=agenda.result_line('pool_speedup'),
+      )
+    ]
+
   monkeypatch.setattr(agenda, 'PARTS', [agenda.Part('pool', 1, 'x', steps, agenda.key_values)])
   assert gpu_evidence.main(['--part', 'pool', '--out', str(tmp_path)]) == 1
   assert gpu_evidence.read_status(str(tmp_path), 'pool')['status'] == (

@@ -11,7 +11,7 @@ import pytest
 
 from configs import common, digits, loader, validation
 from runrecord import record
-from sweeps import checks, scripts, sweep
+from sweeps import checks, estimate, scripts, sweep
 from tests.conftest import ROOT
 from tests.support.commands import assert_one_line_refusal, write_config
 from tests.support.faults_common import run_train
@@ -223,8 +223,6 @@ def test_slurm_script_runs_the_interpreter_that_wrote_it(tmp_path):
 
 
 def test_estimate_of_a_completed_root_prices_nothing(tmp_path, capsys, monkeypatch):
-  from sweeps import estimate  # pylint: disable=import-outside-toplevel
-
   cfg = write_config(tmp_path, "[{'seed': 0}, {'seed': 1}]")
   runs, _, _ = sweep.expand(f'{cfg}:smoke', str(tmp_path / 'root'))
   priced = []

@@ -1,8 +1,9 @@
-"""Two JAX processes on localhost (CPU, gloo collectives, 4 devices each) against one process with 8.
+"""Two JAX processes on localhost (CPU, gloo collectives, 4 devices each) against one with 8.
 
 The global batch and the device count are the same, so the metrics must match the 1-process run
-up to float summation order: the first logged training loss (mean of steps 1-5) to 1e-6, later
-metrics to what training amplifies rounding differences into. Measured (smoke preset, batch 64):
+up to float summation order: the first logged training loss (mean of steps 1-5) to what a change
+of layout makes on this host (order_tolerance), later metrics to what training amplifies rounding
+differences into. Measured (smoke preset, batch 64):
 step 5 2.6157153 vs 2.6157150; epoch 1 test loss 2.26988 vs 2.26969 (8e-5), which is also what a
 single process with 4 instead of 8 devices gives (2.26988): the layout changes the last bits of
 the cross-device sums, and 22 steps of training grow them to 1e-4. The runs here use the smoke
@@ -105,7 +106,7 @@ def one_process_on_four_devices(workdir, env):
     TRAIN + args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
-  return [json.loads(l) for l in (workdir / 'metrics.jsonl').read_text().splitlines()]
+  return [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
 
 
 def order_tolerance(a, b):
@@ -137,7 +138,13 @@ def assert_same_metrics(a, b, records_a, records_b, tolerance):
   assert log_a['train_loss'] == pytest.approx(log_b['train_loss'], rel=tolerance)
   assert log_a['train_accuracy'] == log_b['train_accuracy']
   first_a, first_b = a['history'][0], b['history'][0]
-  assert first_a['train_loss'] == pytest.approx(first_b['train_loss'], rel=1e-5)
+  # Epoch 1's mean training loss: the same 5 steps as the step-5 log (5 steps an epoch), so never
+  # held tighter than `tolerance` (measured 7.5e-6 where rel 1e-6 had failed; 1e-5 was fixed).
+  assert first_a['train_loss'] == pytest.approx(first_b['train_loss'], rel=max(1e-5, tolerance))
+  # After training, no bound of the arithmetic: the difference is what the steps amplify the
+  # last bits into, measured (module doc): epoch 1 test loss 8e-5 relative -> rel 1e-3 (12x);
+  # test accuracy within 3 of the 360 test images; the final losses (both phases, 10 steps)
+  # within 3%, the final accuracy within 4 pp (14 images): margins for a few flipped predictions.
   assert first_a['test_loss'] == pytest.approx(first_b['test_loss'], rel=1e-3)
   assert abs(first_a['test_accuracy'] - first_b['test_accuracy']) <= 3 / 360
   for key in ('train_loss', 'test_loss'):
@@ -165,9 +172,9 @@ def test_two_processes_match_one_and_resume(tmp_path, subprocess_env):
   two = record.read_results(str(workdir))
   assert two['num_processes'] == 2 and one['num_processes'] == 1
   assert two['num_devices'] == one['num_devices'] == 8
-  records = [json.loads(l) for l in (workdir / 'metrics.jsonl').read_text().splitlines()]
+  records = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
   records_one = [
-    json.loads(l) for l in (tmp_path / 'one' / 'metrics.jsonl').read_text().splitlines()
+    json.loads(line) for line in (tmp_path / 'one' / 'metrics.jsonl').read_text().splitlines()
   ]
   records_four = one_process_on_four_devices(tmp_path / 'four', subprocess_env)
   assert records_four[0]['step'] == records_one[0]['step'] == 5
@@ -182,6 +189,8 @@ def test_two_processes_match_one_and_resume(tmp_path, subprocess_env):
   # The predictions, gathered from both processes' devices: every test example once, in order.
   preds, preds_one = (predictions.read_predictions(str(w)) for w in (workdir, tmp_path / 'one'))
   assert preds['step'] == two['step'] and np.array_equal(preds['label'], preds_one['label'])
+  # The same predictions counted twice (a fraction of 360 in float64 both times): abs 1e-6 only
+  # absorbs the recorded value's float formatting.
   assert np.mean(preds['predicted'] == preds['label']) == pytest.approx(
     two['final']['test_accuracy'], abs=1e-6
   )
@@ -225,7 +234,7 @@ def test_config_xla_flags_in_effect_in_every_process(tmp_path, subprocess_env):
     for p in procs:
       if p.poll() is None:
         p.kill()
-  for i, (p, err) in enumerate(zip(procs, errors)):
+  for i, (p, err) in enumerate(zip(procs, errors, strict=True)):
     assert p.returncode == 0, err[-3000:]
     options = list((tmp_path / f'dump{i}').glob('*_train_step*.debug_options'))
     assert options, sorted(x.name for x in (tmp_path / f'dump{i}').iterdir())[:20]

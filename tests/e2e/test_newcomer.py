@@ -140,7 +140,7 @@ def test_estimate_prints_device_hours_with_its_parts(tmp_path, subprocess_env, m
   )
   assert parts and all(float(v) > 0 for v in parts.groups())
   assert float(parts.group(1)) + float(parts.group(2)) > float(parts.group(3))  # start-up+compile
-  row = next(l for l in out.splitlines() if l.startswith('default '))
+  row = next(line for line in out.splitlines() if line.startswith('default '))
   assert row.split()[1] == '3' and row.split()[4:6] == ['22', 'x']  # runs, steps of one epoch
   assert not list(root.glob('*/seed*'))  # nothing launched
 
@@ -170,14 +170,18 @@ def test_estimate_measures_a_shared_program_once_and_says_what_it_does(
   out = capsys.readouterr().out
   assert code == 0, out
   assert 'measuring 2 arm(s), 1 at a time, in 1 process(es)' in out
-  progress = [l for l in out.splitlines() if l.startswith('estimate: log_every_steps-')]
-  assert any(l.startswith('estimate: log_every_steps-5: phase full: compiling') for l in progress)
+  progress = [line for line in out.splitlines() if line.startswith('estimate: log_every_steps-')]
   assert any(
-    l.startswith('estimate: log_every_steps-7: phase full: the program of a step measured already')
-    for l in progress
+    line.startswith('estimate: log_every_steps-5: phase full: compiling') for line in progress
+  )
+  assert any(
+    line.startswith(
+      'estimate: log_every_steps-7: phase full: the program of a step measured already'
+    )
+    for line in progress
   ), progress
   assert not any(
-    l.startswith('estimate: log_every_steps-7: phase full: compiling') for l in progress
+    line.startswith('estimate: log_every_steps-7: phase full: compiling') for line in progress
   )
 
 
@@ -232,10 +236,11 @@ STATISTICS_PAGE = os.path.join(ROOT, 'docs', 'statistics.md')  # where the attri
 
 
 def documented_command(module):
-  """The statistics page's first `python -m <module>` command, continuation lines joined, as argv."""
+  """The statistics page's first `python -m <module>` command, continuation lines joined, as
+  argv."""
   with open(STATISTICS_PAGE, encoding='utf-8') as f:
     text = f.read().replace('\\\n', ' ')
-  line = next(l for l in text.splitlines() if l.startswith(f'python -m {module} '))
+  line = next(line for line in text.splitlines() if line.startswith(f'python -m {module} '))
   return shlex.split(line)[3:]
 
 

@@ -76,7 +76,9 @@ def test_hostile_root_config_name_and_values_run_nothing(tmp_path, capsys):
     assert f'--config.data.manual_dir={VALUES[task]}' in argv
   assert not (tmp_path / 'EXECUTED').exists()
   lines = (out / 'c.txt').read_text().splitlines()
-  assert [shlex.split(l)[1:] for l in lines] == [scripts.command(r, path, arg)[1:] for r in runs]
+  assert [shlex.split(line)[1:] for line in lines] == [
+    scripts.command(r, path, arg)[1:] for r in runs
+  ]
 
 
 def test_unsafe_sbatch_folder_and_line_breaks_are_refused_before_writing(tmp_path, capsys):
@@ -137,5 +139,5 @@ def test_a_dry_run_writes_nothing_and_summarises_a_long_listing_first(
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[0] == f'48 runs (8 arms) under {root}: 0 completed (skipped), 48 to run'
   assert lines[1].startswith('study declaration: not written (a dry run writes only what --emit-*')
-  assert [l for l in lines if l.startswith('would run: ')] == lines[2:12]
+  assert [line for line in lines if line.startswith('would run: ')] == lines[2:12]
   assert lines[12:] == ['... and 38 more (--emit-commands=FILE writes all)']

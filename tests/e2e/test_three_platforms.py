@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
+from analysis import analyse as analyse_command
 from tests.conftest import ROOT
 from tests.support.planted_platforms import DECLARED, METRIC, PROFILE, THREE, planted
 
@@ -64,7 +65,7 @@ def every_pair(tmp_path_factory):
 def test_one_row_per_pair_tpu_minus_gpu_first_each_gap_by_hand(every_pair):
   _, table, _, csv, _ = every_pair
   assert list(table.columns[:2]) == ['platform_a', 'platform_b'] and set(COLUMNS) <= set(table)
-  assert list(zip(table['platform_a'], table['platform_b'])) == [
+  assert list(zip(table['platform_a'], table['platform_b'], strict=True)) == [
     ('tpu', 'gpu'),
     ('tpu', 'cpu'),
     ('gpu', 'cpu'),
@@ -104,20 +105,18 @@ def test_the_first_page_asks_the_question_and_says_how_the_pairs_enter(every_pai
 
 def test_declared_pairs_and_a_command_line_override(tmp_path):
   report, table, _, _, _ = analyse(tmp_path, 'declared', {**DECLARED, 'compare': [['tpu', 'gpu']]})
-  assert list(zip(table['platform_a'], table['platform_b'])) == [('tpu', 'gpu')]
+  assert list(zip(table['platform_a'], table['platform_b'], strict=True)) == [('tpu', 'gpu')]
   assert 'Also compared' not in report and 'declared (compare)' in report
   report, table, _, _, _ = analyse(
     tmp_path, 'override', {**DECLARED, 'compare': [['tpu', 'gpu']]}, ('--compare', 'gpu:cpu')
   )
-  assert list(zip(table['platform_a'], table['platform_b'])) == [('gpu', 'cpu')]
+  assert list(zip(table['platform_a'], table['platform_b'], strict=True)) == [('gpu', 'cpu')]
   first = report.split('## Setup')[0]
   assert 'Does training on gpu give the same test accuracy as on cpu' in first
   assert '**Exploratory** (platform pairs gpu − cpu from --compare (declared: tpu − gpu))' in first
 
 
 def test_a_bad_compare_is_one_line_and_writes_nothing(tmp_path, capsys):
-  from analysis import analyse as command  # pylint: disable=import-outside-toplevel
-
   planted(THREE, seeds=3).to_csv(tmp_path / 'three.csv', index=False)
   (tmp_path / 's.json').write_text(json.dumps(DECLARED))
   for argv, message in (
@@ -126,7 +125,7 @@ def test_a_bad_compare_is_one_line_and_writes_nothing(tmp_path, capsys):
     (['--compare', 'tpu:v5e'], '--compare: no runs on v5e'),
   ):
     with pytest.raises(SystemExit) as e:
-      command.main(
+      analyse_command.main(
         [
           '--csv',
           str(tmp_path / 'three.csv'),

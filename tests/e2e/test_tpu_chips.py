@@ -3,6 +3,7 @@ variables and port, recorded in its train.log; no chip ever held by two runs at 
 sweep's runner hands the chips out or the emitted command list's launcher claims them. No TPU
 needed: the children record their environment and the times they held it."""
 
+import json
 import os
 import subprocess
 import sys
@@ -54,13 +55,12 @@ def test_a_chip_list_that_would_share_a_chip_is_refused(text, error):
 
 def records(runs):
   """{workdir: the child's record} from each run's train.log."""
-  import json  # pylint: disable=import-outside-toplevel
 
   out = {}
   for run in runs:
     with open(os.path.join(run.workdir, 'train.log')) as f:
       lines = f.read().splitlines()
-    out[run.workdir] = (lines, json.loads(next(l for l in lines if l.startswith('{'))))
+    out[run.workdir] = (lines, json.loads(next(line for line in lines if line.startswith('{'))))
   return out
 
 
@@ -93,10 +93,10 @@ def test_the_runner_gives_each_run_one_chip_never_two_runs_at_once(tmp_path, cap
   assert (failures, in_use, progress.done) == ([], [], 6)
   found = records(runs)
   held = []
-  for workdir, (lines, record) in found.items():
+  for lines, record in found.values():
     chip = record['TPU_VISIBLE_CHIPS']
     assert chip in ('2', '5') and record == {**record, **tpu_chips.environment(int(chip))}
-    header = next(l for l in lines if l.startswith('# '))  # the launch, recorded in the run
+    header = next(line for line in lines if line.startswith('# '))  # the launch, in the run
     assert tpu_chips.settings(tpu_chips.environment(int(chip))) in header
     held.append((chip, record['start'], record['end']))
   assert {c for c, _, _ in held} == {'2', '5'}
@@ -113,7 +113,6 @@ def test_the_command_lists_launcher_claims_a_free_chip(tmp_path):
     argv = tpu_chips.launcher(tpu_chips.parse('0,1')) + ['python', '-c', RECORDER, f'run{i}', '1.0']
     procs.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True))
     time.sleep(0.2)
-  import json  # pylint: disable=import-outside-toplevel
 
   outs = [p.communicate(timeout=120)[0] for p in procs]
   assert [p.returncode for p in procs] == [0, 0, 0]
@@ -154,7 +153,8 @@ def test_a_dry_run_prints_each_chips_environment_and_emits_the_launcher(tmp_path
   lines = (tmp_path / scripts.COMMANDS_FILE).read_text().splitlines()
   assert len(lines) == 48
   assert all(
-    l.startswith('python -m sweeps.tpu_chips --chips=0,1,2,3 -- python train.py ') for l in lines
+    line.startswith('python -m sweeps.tpu_chips --chips=0,1,2,3 -- python train.py ')
+    for line in lines
   )
   assert 'eval "$CMD"' in (tmp_path / scripts.SLURM_FILE).read_text()
 

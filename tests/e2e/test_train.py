@@ -105,7 +105,10 @@ def test_device_resident_dataset_trains_bit_identically(finished_run, tmp_path):
   config = smoke_config(**{'data.on_device': True})
   workdir = tmp_path / 'on_device'
   again = loop.train_and_evaluate(config, str(workdir))
-  strip = lambda history: [{k: v for k, v in h.items() if k != 'wall_time_s'} for h in history]
+
+  def strip(history):
+    return [{k: v for k, v in h.items() if k != 'wall_time_s'} for h in history]
+
   assert strip(again['history']) == strip(results['history'])
   assert again['final'] == results['final']
   records = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]

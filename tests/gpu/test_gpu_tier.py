@@ -52,7 +52,10 @@ def test_the_deterministic_option_reaches_the_gpu_compiler():
   x = jnp.zeros((8, 56, 56, 64), jnp.bfloat16)
   grad = jax.grad(lambda v: jnp.sum(pools.flax_pool(v).astype(jnp.float32)))
   lowered = jax.jit(grad).lower(x)
-  ops = lambda *options: bench_determinism.scatter_and_sort_ops(lowered.compile(*options))
+
+  def ops(*options):
+    return bench_determinism.scatter_and_sort_ops(lowered.compile(*options))
+
   deterministic, other = ops({OPTION: True}), ops({OPTION: False})
   assert deterministic != other and ops() == deterministic, (deterministic, other)
 

@@ -1,7 +1,8 @@
 """The abstract build of a run (what sweeps/preflight.py compiles for a TPU) is the trainer's own
-program: on the CPU, the steps lowered from the declared dataset (input_pipeline/registry.py) and the
-abstract state (run.abstract_state, run.abstract_batch) are the same HLO text as the steps lowered
-from the loaded data and the initialised, placed state, phase by phase, evaluation included."""
+program: on the CPU, the steps lowered from the declared dataset (input_pipeline/registry.py) and
+the abstract state (run.abstract_state, run.abstract_batch) are the same HLO text as the steps
+lowered from the loaded data and the initialised, placed state, phase by phase, evaluation
+included."""
 
 import jax
 import jax.numpy as jnp

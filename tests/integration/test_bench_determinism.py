@@ -7,12 +7,8 @@ from benchmarks import bench_determinism
 from trainer import steps
 
 
-def test_bench_determinism_prints_both_variants_and_the_ratio(
-  capsys,
-  keep_matmul_precision,  # pylint: disable=redefined-outer-name,unused-argument
-  fast_compile,
-  monkeypatch,
-):
+@pytest.mark.usefixtures('keep_matmul_precision', 'fast_compile')
+def test_bench_determinism_prints_both_variants_and_the_ratio(capsys, monkeypatch):
   compiles, compile_step = [], steps.Seeded.compile  # the training step's compiles
   monkeypatch.setattr(
     steps.Seeded, 'compile', lambda self, *a, **k: compiles.append(a) or compile_step(self, *a, **k)
@@ -46,7 +42,9 @@ def test_bench_determinism_prints_both_variants_and_the_ratio(
   assert lines[-1].startswith('deterministic_vs_nondeterministic=')
   assert float(lines[-1].split('=')[1]) > 0
   rows = [
-    l for l in lines if l.startswith('| deterministic |') or l.startswith('| nondeterministic |')
+    line
+    for line in lines
+    if line.startswith('| deterministic |') or line.startswith('| nondeterministic |')
   ]
   assert len(rows) == 2
   for row in rows:  # the step lowers without scatter or sort, and the CPU repeats it exactly
@@ -54,9 +52,8 @@ def test_bench_determinism_prints_both_variants_and_the_ratio(
     assert cells[3] == 'none' and cells[4] == 'yes', row
 
 
-def test_the_xla_variants_compile_and_the_autotuned_one_says_why_it_is_absent_on_cpu(
-  capsys, keep_matmul_precision, fast_compile
-):  # pylint: disable=redefined-outer-name,unused-argument
+@pytest.mark.usefixtures('keep_matmul_precision', 'fast_compile')
+def test_the_xla_variants_compile_and_the_autotuned_one_says_why_it_is_absent_on_cpu(capsys):
   """exclude_nondeterministic compiles and runs (the step has no select-and-scatter, which that
   flag refuses); XLA:CPU has no autotuner, so the autotuned variant is left out with its reason."""
   bench_determinism.main(
@@ -86,12 +83,12 @@ def test_the_xla_variants_compile_and_the_autotuned_one_says_why_it_is_absent_on
     ]
   )
   lines = capsys.readouterr().out.strip().splitlines()
-  rows = [l.split(' |')[0][2:] for l in lines if l.startswith('| ')]
+  rows = [line.split(' |')[0][2:] for line in lines if line.startswith('| ')]
   assert [r for r in rows if r in bench_determinism.ALL_VARIANTS] == [
     'nondeterministic',
     'exclude_nondeterministic',
   ]
-  assert any(l.startswith('deterministic_autotuned left out: ') for l in lines)
+  assert any(line.startswith('deterministic_autotuned left out: ') for line in lines)
   assert lines[-1].startswith('exclude_nondeterministic_vs_nondeterministic=')
 
 

@@ -176,7 +176,7 @@ def test_each_command_writes_exactly_what_the_catalogue_lists(shipped, tmp_path)
   }
   for command, names in folders.items():
     each = [written(str(tmp_path / name)) for name in names]
-    for name, files in zip(names, each):
+    for name, files in zip(names, each, strict=True):
       assert files <= listed(command), (command, name, sorted(files - listed(command)))
     missing = listed(command) - set().union(*each)
     assert not missing, (command, sorted(missing))

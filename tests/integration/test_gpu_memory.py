@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from benchmarks import bench_step, bench_vs_torch, common
-from sweeps import runner, scripts, sweep
+from sweeps import estimate, runner, scripts, sweep
 from tests.conftest import ROOT
 from trainer import gpu_memory, platforms
 
@@ -58,7 +58,6 @@ def test_estimate_processes_sharing_a_gpu_get_the_runs_fraction(
 ):
   """`--estimate --parallel 2` without --gpus: both measuring processes share the GPU as the runs
   would, each with 0.9 / 2 (before, each took JAX's default 75 %)."""
-  from sweeps import estimate  # pylint: disable=import-outside-toplevel
 
   seen = []
   monkeypatch.setattr(
@@ -84,7 +83,8 @@ def test_estimate_processes_sharing_a_gpu_get_the_runs_fraction(
 def test_parallel_runs_on_one_gpu_start_with_the_fraction_recorded_in_train_log(
   tmp_path, no_memory_settings, capsys, gpu_host
 ):
-  """`--parallel 4` without --gpus: each run's process gets 0.9 / 4, its train.log header says so."""
+  """`--parallel 4` without --gpus: each run's process gets 0.9 / 4, its train.log header says
+  so."""
   runs = [sweep.Run({}, 'a', seed, {}, str(tmp_path / 'a' / f'seed{seed}')) for seed in range(4)]
   progress = runner.Progress(4, 0, 4)
   script = f'import os; print("fraction", os.environ.get("{FRACTION}"))'

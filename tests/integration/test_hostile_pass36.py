@@ -2,6 +2,8 @@
 what a user brings, its outcome tested -- refused in one line where it would mislead, and shown to
 be fine where it already is. Planted CSVs, declarations and run folders; no training."""
 
+import errno
+import fcntl
 import json
 import os
 
@@ -17,6 +19,7 @@ from tests.support.commands import cli_error, write_config
 from tests.support.planted_runs import plant
 from tests.support.planted_saved_predictions import LABELS, N, item
 from tests.support.planted_tables import DIGITS, runs_csv, table, write
+from trainer import resume
 
 
 def test_a_study_json_with_a_byte_order_mark_reads(tmp_path):
@@ -212,7 +215,6 @@ def test_a_test_set_smaller_than_the_devices_is_one_batch_of_one_per_device():
 def test_a_completed_run_is_not_refused_on_another_identity(tmp_path):
   """Fine: the identity check reads only unfinished runs; a completed one trains nothing more
   (the sweep skips it; train.py says it is done)."""
-  from trainer import resume  # pylint: disable=import-outside-toplevel
 
   config = validation.resolve(digits.get_config('smoke'))
   saved = {
@@ -245,8 +247,6 @@ def test_a_completed_run_is_not_refused_on_another_identity(tmp_path):
 def test_a_file_system_without_locks_still_gets_its_report(tmp_path, capsys, monkeypatch):
   """Some NFS mounts refuse flock (ENOLCK): the report is still staged and moved into place, with
   a note, rather than refused."""
-  import errno  # pylint: disable=import-outside-toplevel
-  import fcntl  # pylint: disable=import-outside-toplevel
 
   def no_locks(fd, how):
     raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))

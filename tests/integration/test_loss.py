@@ -37,7 +37,10 @@ def test_signed_zero_and_extreme_label_logits():
 def test_loss_gradient_lowers_without_gather_or_scatter():
   logits = jnp.zeros((8, 10), jnp.float32)
   labels = jnp.zeros((8,), jnp.int32)
-  lowered = lambda fn: jax.jit(jax.grad(mean_loss(fn))).lower(logits, labels).as_text()
+
+  def lowered(fn):
+    return jax.jit(jax.grad(mean_loss(fn))).lower(logits, labels).as_text()
+
   assert re.search(
     r'stablehlo\.scatter\b', lowered(optax.softmax_cross_entropy_with_integer_labels)
   )

@@ -81,7 +81,10 @@ def test_one_optimizer_state_tree_for_both_phases_unlike_multi_transform():
   config = digits.get_config('smoke')
   frozen, full = optim.phases(config, 3)
   params = _params()
-  tree = lambda tx: jax.tree.structure(tx.init(params))
+
+  def tree(tx):
+    return jax.tree.structure(tx.init(params))
+
   assert tree(optim.make_optimizer(config, 3, frozen)) == tree(
     optim.make_optimizer(config, 3, full)
   )

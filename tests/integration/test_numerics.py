@@ -1,5 +1,5 @@
-"""numerics/: bit-exact operand rounding, emulated product formats (forward and backward), the precision
-flag in the lowered HLO, grouped BatchNorm, validation and the effective-format record."""
+"""numerics/: bit-exact operand rounding, emulated product formats (forward and backward), the
+precision flag in the lowered HLO, grouped BatchNorm, validation and the effective-format record."""
 
 import os
 
@@ -12,9 +12,10 @@ import pytest
 from flax import nnx
 
 from configs import common, validation
+from experiments import numerics_probe
 from models.layers import BatchNorm
 from numerics import formats, ops, profiles, rounding, setup
-from tests.support.floats import F32_EDGES, random_f32, same_bits
+from tests.support.floats import F32_EDGES, assert_within_summation_bound, random_f32, same_bits
 
 
 def tf32_reference(x):
@@ -39,7 +40,9 @@ def test_round_tf32_bit_exact(values):
 
 
 def test_rounding_cases_by_hand():
-  r = lambda f, v: float(f(jnp.float32(v)))
+  def r(f, v):
+    return float(f(jnp.float32(v)))
+
   assert r(rounding.round_bf16, 1.00390625) == 1.0  # a tie: to the even mantissa
   assert r(rounding.round_bf16, 1.0 + 3 * 2**-8) == 1.0 + 2**-6  # a tie: up to the even one
   assert r(rounding.round_bf16, np.finfo(np.float32).max) == np.inf  # overflow
@@ -55,7 +58,10 @@ def test_reference_diagonal_example():
   numerical format"), so it rounds (to even) to 1.0 and one bf16 pass gives 1.0; TF32 (10 bits)
   and f32 keep it, and its square 1 + 2^-7 + 2^-16 = 1.0078277587890625 is exact in f32."""
   a = jnp.eye(4, dtype=jnp.float32) * 1.00390625
-  diag = lambda fmt: float(ops.dense(a, a, fmt=fmt)[0, 0])
+
+  def diag(fmt):
+    return float(ops.dense(a, a, fmt=fmt)[0, 0])
+
   assert diag('bf16') == 1.0
   assert diag('f32') == diag('tf32') == 1.0078277587890625
   assert diag('bf16_3x') == 1.0078125  # hi*hi + hi*lo + lo*hi; lo*lo = 2^-16 is not computed
@@ -92,9 +98,14 @@ def test_emulate_f32_matches_native_on_cpu(product):
     return out
 
   out = run(x, w, dy)
-  for g1, g0 in zip(out['f32'], out['native']):
-    np.testing.assert_allclose(g1, g0, rtol=1e-6, atol=1e-6)
-  for g2, g0 in zip(out['bf16'], out['native']):  # the comparison can tell formats apart
+  # Bit-exact by construction (was rtol=atol=1e-6): 'f32' keeps the f32 operands as they are and
+  # multiplies them with the same XLA product at HIGHEST, which XLA:CPU computes as its native f32
+  # one; the gradients are JAX's transposes of that same product (emulate.py: no custom gradient).
+  for g1, g0 in zip(out['f32'], out['native'], strict=True):
+    np.testing.assert_array_equal(g1, g0)
+  for g2, g0 in zip(
+    out['bf16'], out['native'], strict=True
+  ):  # the comparison can tell formats apart
     assert float(jnp.max(jnp.abs(g2 - g0))) > 1e-3
 
 
@@ -106,11 +117,18 @@ def test_emulated_dense_gradients_by_hand(mode):
   x, k, dy = o['a'], o['b'], o['dyd']
   y, vjp = jax.vjp(lambda a, b: ops.dense(a, b, fmt=mode), x, k)
   dx, dk = vjp(dy)
-  f64 = lambda v: np.asarray(v, np.float64)
+
+  def f64(v):
+    return np.asarray(v, np.float64)
+
   rx, rk, rdy = f64(r(x)), f64(r(k)), f64(r(dy))
-  np.testing.assert_allclose(y, rx @ rk, rtol=0, atol=1e-5)
-  np.testing.assert_allclose(dx, rdy @ rk.T, rtol=0, atol=1e-5)
-  np.testing.assert_allclose(dk, rx.T @ rdy, rtol=0, atol=1e-5)
+  # Against float64 (exact products of rounded operands): only the f32 sums err, each within
+  # (n - 1) u sum|terms| for its n terms: 48 for y, 6 for dx, 7 for dk (was atol=1e-5 everywhere,
+  # below y's worst case of 1.2e-4 at these operands; measured here: <= 1.3e-6).
+  ax, ak, ady = np.abs(rx), np.abs(rk), np.abs(rdy)
+  assert_within_summation_bound(y, rx @ rk, ax @ ak, n=48)
+  assert_within_summation_bound(dx, rdy @ rk.T, ady @ ak.T, n=6)
+  assert_within_summation_bound(dk, rx.T @ rdy, ax.T @ ady, n=7)
   # Without rounding the cotangent the result would be measurably different.
   assert np.max(np.abs(f64(dx) - f64(dy) @ rk.T)) > 1e-3
 
@@ -122,22 +140,34 @@ def test_emulated_conv_gradients_by_hand(mode):
   x, w, dy = o['x'], o['w'], o['dyc']
   _, vjp = jax.vjp(lambda a, b: conv(a, b, mode), x, w)
   dx, dw = vjp(dy)
-  hp = lambda a, b: ops._native_conv(a, b, 2, [(1, 1)] * 2, jax.lax.Precision.HIGHEST)  # pylint: disable=protected-access
+
+  def hp(a, b):
+    return ops._native_conv(a, b, 2, [(1, 1)] * 2, jax.lax.Precision.HIGHEST)
+
   if mode == 'bf16_3x':
     parts = rounding.split_bf16
-    pairs = lambda u, v: [(u[0], v[1]), (u[1], v[0]), (u[0], v[0])]
+
+    def pairs(u, v):
+      return [(u[0], v[1]), (u[1], v[0]), (u[0], v[0])]
   else:
     r = rounding.round_bf16 if mode == 'bf16' else rounding.round_tf32
-    parts = lambda v: (r(v),)
-    pairs = lambda u, v: [(u[0], v[0])]
+
+    def parts(v):
+      return (r(v),)
+
+    def pairs(u, v):
+      return [(u[0], v[0])]
+
   px, pw, pdy = parts(x), parts(w), parts(dy)
   hand_dx = sum(jax.vjp(lambda a, b=b: hp(a, b), x)[1](c)[0] for c, b in pairs(pdy, pw))
   hand_dw = sum(jax.vjp(lambda b, a=a: hp(a, b), w)[1](c)[0] for a, c in pairs(px, pdy))
-  np.testing.assert_allclose(dx, hand_dx, rtol=0, atol=2e-6)
-  np.testing.assert_allclose(dw, hand_dw, rtol=0, atol=2e-6)
+  # Bit-exact by construction (was atol 2e-6): the same native transposed convolutions of the same
+  # rounded parts, added in the same order of pairs as numerics/emulate.py adds them.
+  np.testing.assert_array_equal(dx, hand_dx)
+  np.testing.assert_array_equal(dw, hand_dw)
   _, vjp0 = jax.vjp(lambda a, b: conv(a, b, 'f32'), x, w)
   full = 1e-4 if mode == 'bf16_3x' else 1e-3
-  errs = [float(jnp.max(jnp.abs(g - g0))) for g, g0 in zip((dx, dw), vjp0(dy))]
+  errs = [float(jnp.max(jnp.abs(g - g0))) for g, g0 in zip((dx, dw), vjp0(dy), strict=True)]
   assert all(e > full / 100 for e in errs) and all(e < full * 100 for e in errs)
 
 
@@ -149,17 +179,20 @@ def test_emulate_bf16_operands_keep_dtype():
 
 def small_resnet_run(mode):
   """(logits, grads, [loss, loss after one SGD step]) of a tiny ResNet-18, one compile."""
-  from experiments import numerics_probe as an  # pylint: disable=import-outside-toplevel
 
-  args = an.parse_args(['--model-width', '0.125', '--model-image', '8', '--model-batch', '8'])
+  args = numerics_probe.parse_args(
+    ['--model-width', '0.125', '--model-image', '8', '--model-batch', '8']
+  )
   rng = np.random.default_rng(0)
-  graphdef, params, rest = an.model_parts(args, mode, rng=rng)
+  graphdef, params, rest = numerics_probe.model_parts(args, mode, rng=rng)
   x = rng.standard_normal((8, 8, 8, 3)).astype(np.float32)
   y = (np.arange(8) % 10).astype(np.int32)
-  loss = lambda lg: -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(lg), y[:, None], axis=1))
+
+  def loss(lg):
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(lg), y[:, None], axis=1))
 
   def run(params, rest):
-    logits, grads = an.loss_and_grads(graphdef, params, rest, x, y)
+    logits, grads = numerics_probe.loss_and_grads(graphdef, params, rest, x, y)
     params = jax.tree.map(lambda p, d: p - 0.01 * d, params, grads)
     after = nnx.merge(graphdef, params, rest)(x)
     return logits, grads, jnp.stack([loss(logits), loss(after)])
@@ -178,12 +211,15 @@ def resnet_runs():
     jax.config.update('jax_disable_most_optimizations', before)
 
 
-def test_resnet_emulate_bf16_changes_by_expected_magnitude(resnet_runs):  # pylint: disable=redefined-outer-name
+def test_resnet_emulate_bf16_changes_by_expected_magnitude(resnet_runs):
   """One-pass bf16 (eps 2^-8) moves logits by ~1e-3..1e-2, gradients more (ReLU/BN kinks on a
   tiny batch), and the training loss by ~1e-3."""
   ref, bf = resnet_runs['native'], resnet_runs['bf16']
   logits = np.linalg.norm(bf[0] - ref[0]) / np.linalg.norm(ref[0])
-  flat = lambda t: np.concatenate([g.ravel() for g in jax.tree.leaves(t)])
+
+  def flat(t):
+    return np.concatenate([g.ravel() for g in jax.tree.leaves(t)])
+
   grads = np.linalg.norm(flat(bf[1]) - flat(ref[1])) / np.linalg.norm(flat(ref[1]))
   losses = np.abs(bf[2] - ref[2]) / np.abs(ref[2])
   assert 3e-4 < logits < 1e-1, logits
@@ -207,7 +243,8 @@ def restore_precision():
     ('F32_F32_F32', 'lhs_precision_type = f32'),
   ],
 )
-def test_configured_precision_in_lowered_hlo(restore_precision, precision, expect):  # pylint: disable=unused-argument,redefined-outer-name
+@pytest.mark.usefixtures('restore_precision')
+def test_configured_precision_in_lowered_hlo(precision, expect):
   config = common.base_config()
   config.numerics.matmul_precision = precision
   setup.configure(config)
@@ -234,9 +271,18 @@ def test_grouped_batchnorm_equals_numpy():
     mean = groups.mean(axis=(1, 2, 3), keepdims=True)
     var = groups.var(axis=(1, 2, 3), keepdims=True)
     ref = ((groups - mean) / np.sqrt(var + 1e-5)).reshape(x.shape)
-    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
     n = groups[0].size // 4
-    np.testing.assert_allclose(bn.mean[...], 0.1 * mean.mean(axis=0).ravel(), rtol=1e-5)
+    # Against float64: the f32 mean of a group's n (<= 48) values errs by at most
+    # d_mean = n u mean|x| (u = 2^-24; ~7e-6 here), the variance by a relative (n + 5) u; so y
+    # within d_mean / sd + (n + 13) u |y| (as tests/integration/test_model.py derives it):
+    # <= ~2.5e-6 + 3.6e-6 |y|, inside atol = rtol = 1e-5 (kept). The running mean (0.1 x the
+    # groups' mean) within 0.1 d_mean absolute, which rtol 1e-5 alone does not give for a group
+    # mean near 0 (atol added); the running variance within (n + 8) u = 3.3e-6 relative (kept).
+    d_mean = n * 2.0**-24 * float(np.abs(groups).mean(axis=(1, 2, 3)).max())
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+      bn.mean[...], 0.1 * mean.mean(axis=0).ravel(), rtol=1e-5, atol=0.1 * d_mean
+    )
     np.testing.assert_allclose(
       bn.var[...], 0.9 + 0.1 * (var * n / (n - 1)).mean(axis=0).ravel(), rtol=1e-5
     )
@@ -289,9 +335,9 @@ def test_check_accepts_every_documented_value():
 
 
 def test_kind_formats_make_platform_defaults_explicit():
-  f = lambda platform, precision, fmt, dtype='float32': setup.kind_formats(
-    platform, precision, {'conv': fmt, 'dense': fmt}, dtype
-  )
+  def f(platform, precision, fmt, dtype='float32'):
+    return setup.kind_formats(platform, precision, {'conv': fmt, 'dense': fmt}, dtype)
+
   assert f('tpu', 'default', 'native') == {'conv': 'bf16', 'dense': 'bf16'}
   assert f('tpu', 'high', 'native')['dense'] == 'bf16_3x'
   assert f('gpu', None, 'native') == {'conv': 'tf32', 'dense': 'tf32'}

@@ -1,7 +1,6 @@
 """Schedule values, phases, and the frozen-backbone step (backbone bit-identical, head moving)."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -24,7 +23,10 @@ def test_per_phase_schedule_restarts_at_unfreeze():
   per_epoch = 10
   p = optim.phases(c, per_epoch)
   assert [(x.start, x.stop, x.frozen) for x in p] == [(0, 20, True), (20, 50, False)]
-  lr = lambda s: optim.learning_rate(c, per_epoch, p, s)
+
+  def lr(s):
+    return optim.learning_rate(c, per_epoch, p, s)
+
   assert lr(0) == 0.0
   assert lr(10) == pytest.approx(0.01)  # end of warmup: the peak
   assert lr(19) == pytest.approx(0.01 * 0.5 * (1 + np.cos(np.pi * 9 / 10)), rel=1e-5)
@@ -42,7 +44,10 @@ def test_continuous_schedule_spans_all_epochs():
     (0, 20, 0, 50),
     (20, 50, 0, 50),
   ]
-  lr = lambda s: optim.learning_rate(c, 10, p, s)
+
+  def lr(s):
+    return optim.learning_rate(c, 10, p, s)
+
   assert lr(10) == pytest.approx(0.01)
   assert lr(20) == pytest.approx(0.01 * 0.5 * (1 + np.cos(np.pi * 10 / 40)), rel=1e-5)
   assert lr(50) == pytest.approx(0.0, abs=1e-9)  # decay end
@@ -84,7 +89,7 @@ def test_frozen_phase_keeps_backbone_bit_identical_and_trains_stem_and_head():
   for name in ('conv1', 'bn1', 'fc'):
     assert any(
       not np.array_equal(a, b)
-      for a, b in zip(jax.tree.leaves(after[name]), jax.tree.leaves(before[name]))
+      for a, b in zip(jax.tree.leaves(after[name]), jax.tree.leaves(before[name]), strict=True)
     ), name
   # BatchNorm stays in train mode while frozen: the backbone's running statistics move.
   assert not np.array_equal(

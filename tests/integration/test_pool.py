@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from benchmarks import bench_pool
 from tests.support.pools import (
   KINDS,
   assert_same_as_flax,
@@ -66,7 +67,10 @@ def test_padding_is_never_chosen_for_finite_inputs(dtype):
 
 def test_lowered_gradient_has_no_scatter_or_sort():
   x = jnp.zeros((2, 8, 8, 4), jnp.bfloat16)
-  loss = lambda fn: lambda v: jnp.sum(fn(v).astype(jnp.float32) ** 2)
+
+  def loss(fn):
+    return lambda v: jnp.sum(fn(v).astype(jnp.float32) ** 2)
+
   old = jax.jit(jax.grad(loss(flax_pool))).lower(x).as_text()
   new = jax.jit(jax.grad(loss(new_pool))).lower(x).as_text()
   assert re.search(r'stablehlo\.select_and_scatter\b', old)  # what it replaces
@@ -81,8 +85,6 @@ def test_refuses_a_non_nhwc_input_and_a_window_too_large_for_its_offsets():
 
 
 def test_bench_pool_times_both_pools_both_ways(capsys):
-  from benchmarks import bench_pool  # pylint: disable=import-outside-toplevel
-
   bench_pool.main(
     [
       '--batch',
@@ -103,4 +105,6 @@ def test_bench_pool_times_both_pools_both_ways(capsys):
   )
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[-1].startswith('pool_speedup=') and float(lines[-1].split('=')[1]) > 0
-  assert sum(l.startswith(('| flax nnx.max_pool |', '| models/pool.py |')) for l in lines) == 4
+  assert (
+    sum(line.startswith(('| flax nnx.max_pool |', '| models/pool.py |')) for line in lines) == 4
+  )

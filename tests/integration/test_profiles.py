@@ -131,7 +131,7 @@ def test_describe_records_each_kinds_format(profile):
   effective = described['effective']
   assert (effective['conv_format'], effective['dense_format']) == CPU_FORMATS[profile]
   assert described['requested']['profile'] == profile
-  wanted = dict(zip(profiles.KINDS, profiles.PROFILES[profile]()))
+  wanted = dict(zip(profiles.KINDS, profiles.PROFILES[profile](), strict=True))
   emulated = {kind: fmt != 'native' for kind, fmt in wanted.items()}
   assert effective['emulated'] == emulated
   assert effective['emulate_impl'] == {
@@ -141,7 +141,7 @@ def test_describe_records_each_kinds_format(profile):
 
 def test_kind_formats_per_platform_precision_impl_and_dtype():
   def f(platform, precision, profile, dtype='float32', dot=False):
-    wanted = dict(zip(profiles.KINDS, profiles.PROFILES[profile]()))
+    wanted = dict(zip(profiles.KINDS, profiles.PROFILES[profile](), strict=True))
     return tuple(setup.kind_formats(platform, precision, wanted, dtype, dot).values())
 
   assert f('tpu', 'default', 'native') == ('bf16', 'bf16')
@@ -195,7 +195,10 @@ def test_noise_control_is_unbiased_with_the_size_of_bf16_rounding():
   )
   err = np.asarray(noisy, np.float64) - exact  # [draws, 32, 16]
   rounded = np.asarray(ops.dense(a, b, fmt='bf16'), np.float64) - exact
-  rms = lambda e: float(np.sqrt(np.mean(np.square(e))))
+
+  def rms(e):
+    return float(np.sqrt(np.mean(np.square(e))))
+
   assert 0.7 < rms(err) / rms(rounded) < 1.4, (rms(err), rms(rounded))  # the same magnitude
   bias = err.mean(axis=0)  # per output element, over draws: sd rms(err)/sqrt(draws) if unbiased
   assert rms(bias) < 1.3 * rms(err) / np.sqrt(draws), (rms(bias), rms(err))
@@ -206,7 +209,10 @@ def test_noise_control_is_unbiased_with_the_size_of_bf16_rounding():
 def test_noise_control_forward_and_backward_noisy_and_keyed():
   rng = np.random.default_rng(1)
   x, k, dy = (rng.standard_normal(s).astype(np.float32) for s in ((8, 64), (64, 8), (8, 8)))
-  f64 = lambda v: np.asarray(v, np.float64)
+
+  def f64(v):
+    return np.asarray(v, np.float64)
+
   exact = (f64(x) @ f64(k), f64(dy) @ f64(k).T, f64(x).T @ f64(dy))
 
   def run(key):
@@ -214,7 +220,7 @@ def test_noise_control_forward_and_backward_noisy_and_keyed():
     return (y,) + vjp(dy)
 
   first, again, other = run(jax.random.key(3)), run(jax.random.key(3)), run(jax.random.key(4))
-  for got, same, moved, ref in zip(first, again, other, exact):
+  for got, same, moved, ref in zip(first, again, other, exact, strict=True):
     np.testing.assert_array_equal(got, same)  # one key: bit for bit
     rel = np.abs(f64(got) - ref).max() / np.abs(ref).max()
     assert 1e-4 < rel < 3e-2, rel  # noisy, at bf16's scale (eps 2^-8)
@@ -222,7 +228,9 @@ def test_noise_control_forward_and_backward_noisy_and_keyed():
 
 
 def test_step_noise_keys_depend_on_seed_step_and_stream_only():
-  data = lambda key: np.asarray(jax.random.key_data(key))
+  def data(key):
+    return np.asarray(jax.random.key_data(key))
+
   key = ops.step_noise_key
   assert np.array_equal(data(key(3, 5, 'train')), data(key(3, jnp.int32(5), 'train')))
   distinct = [
@@ -247,7 +255,8 @@ def test_step_noise_keys_depend_on_seed_step_and_stream_only():
 
 def tiny_steps(seed, dense_format='bf16_noise'):
   """(state, train step, eval step, batch) of a tiny ResNet-18, by default with a noisy head (the
-  noise of 20 noisy convolutions costs minutes of compile time here; their keys are tested above)."""
+  noise of 20 noisy convolutions costs minutes of compile time here; their keys are tested
+  above)."""
   config = resolved(f'numerics.dense_format={dense_format},optim.freeze_epochs=0')
   model = resnet.create_model(config, 10, 1, nnx.Rngs(0))
   tx = optim.make_optimizer(config, 3, optim.phases(config, 3)[0])
@@ -269,10 +278,13 @@ def tiny_steps(seed, dense_format='bf16_noise'):
 
 
 def same(s, t):
-  return all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(s), jax.tree.leaves(t)))
+  return all(
+    np.array_equal(x, y) for x, y in zip(jax.tree.leaves(s), jax.tree.leaves(t), strict=True)
+  )
 
 
-def test_noise_control_training_repeats_resumes_and_differs_per_seed(fast_compile):  # pylint: disable=unused-argument,redefined-outer-name
+@pytest.mark.usefixtures('fast_compile')
+def test_noise_control_training_repeats_resumes_and_differs_per_seed():
   """Two train steps then an evaluation: repeated, and resumed (the second step from a host copy
   of the state), bit for bit; another seed gives other noise in training and in evaluation."""
   ends = {}

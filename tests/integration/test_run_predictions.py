@@ -107,7 +107,8 @@ def truncate(path):
 def test_a_damaged_predictions_item_excludes_that_run_from_these_sections_only(root, tmp_path):
   """Before: one truncated file inside a predictions item stopped the whole analysis with a raw
   OCDBT/TensorStore error. Now the run is left out of these sections, and the tracebacks
-  TensorStore's late callbacks printed afterwards are gone too (run_predictions.quiet_closed_loops)."""
+  TensorStore's late callbacks printed afterwards are gone too
+  (run_predictions.quiet_closed_loops)."""
   runs = copy_root(root, tmp_path)
   damaged = runs / 'float32' / 's1'
   truncate(

@@ -177,7 +177,7 @@ def test_a_pair_on_two_test_sets_is_left_out_and_named_not_raised():
   left_out = []
   table = agreement.agreement_table(entries, pairs=[('a', 'b'), ('a', 'c')], left_out=left_out)
   contrast = table[table['kind'] == 'contrast']
-  assert list(zip(contrast['a'], contrast['b'])) == [('a', 'b')]
+  assert list(zip(contrast['a'], contrast['b'], strict=True)) == [('a', 'b')]
   assert contrast['churn_pct'].iloc[0] == pytest.approx(100 * 10 / N)
   assert [(p['a'], p['b'], p['run_a']) for p in left_out] == [
     ('a', 'c', f'/r/a/{s}') for s in SEEDS

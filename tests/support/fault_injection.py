@@ -1,4 +1,5 @@
-"""Fault injection for the reliability tests, from the test side: `TRAIN_FAULT=<action>@<point>:<n>[,...]`.
+"""Fault injection for the reliability tests, from the test side:
+`TRAIN_FAULT=<action>@<point>:<n>[,...]`.
 
 Points: `step` (right after train step n is dispatched, before what is due after it), `save`
 (the checkpoint write of step n: `enospc` fails the write before it starts; `kill`, `term` and
@@ -7,7 +8,7 @@ batch of the evaluation that ends epoch n). Actions: `kill` (SIGKILL this proces
 without notice), `term` / `int` (SIGTERM / SIGINT to this process: a preemption notice, a time
 limit, Ctrl-C), `enospc` (raise OSError(ENOSPC): a full disk).
 
-`install(spec, setattr)` wraps the trainer's own functions (trainer.loop._after_step, record.save,
+`install(spec, patch)` wraps the trainer's own functions (trainer.loop._after_step, record.save,
 loop._end_epoch's evaluation step): nothing in the production code knows about faults. In a test
 process pass pytest's `monkeypatch.setattr`; `python tests/support/fault_train.py ...` installs them
 from TRAIN_FAULT in a train.py process.
@@ -16,6 +17,9 @@ from TRAIN_FAULT in a train.py process.
 import errno
 import os
 import signal
+
+from runrecord import record
+from trainer import loop
 
 SIGNALS = {'kill': signal.SIGKILL, 'term': signal.SIGTERM, 'int': signal.SIGINT}
 ACTIONS = tuple(SIGNALS) + ('enospc',)
@@ -46,15 +50,13 @@ def fire(faults, where, n, actions=ACTIONS):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f'injected at {where} {n}')
 
 
-def install(spec, setattr=setattr):  # pylint: disable=redefined-builtin
+def install(spec, patch=setattr):
   """Wrap the trainer's functions so that the faults of `spec` fire (module doc)."""
-  from runrecord import record
-  from trainer import loop  # pylint: disable=import-outside-toplevel
 
   faults = parse(spec)
   if not faults:
     return
-  after_step, save, end_epoch = loop._after_step, record.save, loop._end_epoch  # pylint: disable=protected-access
+  after_step, save, end_epoch = loop._after_step, record.save, loop._end_epoch
 
   def faulty_after_step(ctx, mngr, reporter, p, *args):
     fire(faults, 'step', p.step)
@@ -75,6 +77,6 @@ def install(spec, setattr=setattr):  # pylint: disable=redefined-builtin
 
     return end_epoch(ctx, reporter, p, faulty_eval, evaluate_now)
 
-  setattr(loop, '_after_step', faulty_after_step)
-  setattr(record, 'save', faulty_save)
-  setattr(loop, '_end_epoch', faulty_end_epoch)
+  patch(loop, '_after_step', faulty_after_step)
+  patch(record, 'save', faulty_save)
+  patch(loop, '_end_epoch', faulty_end_epoch)

@@ -9,7 +9,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from tests.support import fault_injection  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support import fault_injection  # noqa: E402 (importable once ROOT is on sys.path)
 
 if __name__ == '__main__':
   fault_injection.install(os.environ.get('TRAIN_FAULT', ''))

@@ -50,8 +50,8 @@ def without_wall_time(results):
 def metric_records(workdir):
   lines = (workdir / 'metrics.jsonl').read_text().splitlines()
   return [
-    {k: v for k, v in json.loads(l).items() if k not in ('wall_time_s', 'images_per_sec')}
-    for l in lines
+    {k: v for k, v in json.loads(line).items() if k not in ('wall_time_s', 'images_per_sec')}
+    for line in lines
   ]
 
 
@@ -71,5 +71,5 @@ def last_line(stderr):
   """The last line of a run's stderr, and whether everything before it is an absl INFO/WARNING
   log line (no traceback, no library error dump)."""
   lines = stderr.strip().splitlines()
-  only_logs = all(l[:1] in ('I', 'W') and ']' in l for l in lines[:-1])
+  only_logs = all(line[:1] in ('I', 'W') and ']' in line for line in lines[:-1])
   return lines[-1], only_logs

@@ -1,5 +1,6 @@
 """float32 values for bit-exact checks of rounding: edge cases, random bit patterns, and equality
-of bits (NaNs equal as NaNs)."""
+of bits (NaNs equal as NaNs); the worst-case error of an f32 sum, for comparisons that are not
+bit-exact because only the summation order differs."""
 
 import numpy as np
 
@@ -47,3 +48,21 @@ def same_bits(a, b):
   return bool(
     np.all(np.isnan(a) == nan) and np.all(a.view(np.uint32)[~nan] == b.view(np.uint32)[~nan])
   )
+
+
+U32 = 2.0**-24  # float32's unit roundoff (round to nearest even)
+
+
+def assert_within_summation_bound(got, ref, abs_sum, n, sides=1):
+  """|got - ref| <= sides * (n - 1) * u * abs_sum, elementwise: each side an f32 sum of n products
+  in any order, u = 2^-24. A recursive sum of n terms has |error| <= gamma_{n-1} sum |terms|
+  (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., eq. 4.4; gamma_k = k u /
+  (1 - k u), here < 1.0001 k u, covered by the 1.01 below); a blocked or pairwise sum, as a
+  vectorised dot makes, is within the same bound. `abs_sum`: sum |terms| per output (the product
+  of the absolute operands); `sides`: 1 against an exact (float64) reference, 2 between two f32
+  orders. The products themselves are exact here (rounded operands: bf16 x bf16 and tf32 x tf32
+  products fit in f32's 24 bits) or each adds one more u |term|, covered by using n, not n - 1."""
+  got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+  bound = 1.01 * sides * n * U32 * np.asarray(abs_sum, np.float64)
+  excess = np.abs(got - ref) - bound
+  assert np.all(excess <= 0), f'max |got - ref| - bound = {excess.max():.3g}'

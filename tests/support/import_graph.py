@@ -44,7 +44,8 @@ def imports(path, modules):
     if isinstance(node, ast.Import):
       names = [a.name for a in node.names]
     elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-      # `from pkg import mod` imports pkg.mod (a package's __init__ only when a name is not a module)
+      # `from pkg import mod` imports pkg.mod (a package's __init__ only when a name is not a
+      # module)
       subs = [f'{node.module}.{a.name}' for a in node.names]
       names = subs if all(n in modules for n in subs) else [node.module] + subs
     else:

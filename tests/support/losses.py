@@ -17,7 +17,7 @@ def mean_loss(loss_fn):
   return lambda logits, labels: jnp.mean(loss_fn(logits, labels))
 
 
-def assert_gradients_agree(ours, theirs, labels):  # pylint: disable=unused-argument
+def assert_gradients_agree(ours, theirs):
   """Bit-identical everywhere, the label's entry included (trainer/steps.py rounds softmax * g
   before subtracting g there, as optax's scatter kernel does)."""
   np.testing.assert_array_equal(bits(ours), bits(theirs))
@@ -33,8 +33,11 @@ def assert_cross_entropy_equals_optax(num_classes, scale):
   np.testing.assert_array_equal(
     bits(jax.jit(ours)(logits, labels)), bits(jax.jit(theirs)(logits, labels))
   )
-  grad = lambda fn: jax.jit(jax.grad(mean_loss(fn)))(logits, labels)
-  assert_gradients_agree(grad(ours), grad(theirs), labels)
+
+  def grad(fn):
+    return jax.jit(jax.grad(mean_loss(fn)))(logits, labels)
+
+  assert_gradients_agree(grad(ours), grad(theirs))
 
 
 def assert_signed_zero_and_extreme_label_logits_as_optax():
@@ -45,4 +48,4 @@ def assert_signed_zero_and_extreme_label_logits_as_optax():
     logits, labels
   )
   np.testing.assert_array_equal(bits(ours[0]), bits(theirs[0]))
-  assert_gradients_agree(ours[1], theirs[1], labels)
+  assert_gradients_agree(ours[1], theirs[1])

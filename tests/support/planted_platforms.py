@@ -33,7 +33,7 @@ def table(cells, seeds):
         METRIC: v / 100,
       }
       for (p, e), values in cells.items()
-      for s, v in zip(seeds, values)
+      for s, v in zip(seeds, values, strict=True)
     ]
   )
 

@@ -29,5 +29,6 @@ def planted_loader(runs, rng):
   """{run: predictions}: seed s of every arm near a shared seed model, so pairs are comparable."""
   base = {s: prediction(0.05, rng) for s in runs['seed'].unique()}
   return {
-    r: prediction(0.03, rng, base=base[s]['predicted']) for r, s in zip(runs['run'], runs['seed'])
+    r: prediction(0.03, rng, base=base[s]['predicted'])
+    for r, s in zip(runs['run'], runs['seed'], strict=True)
   }

@@ -59,7 +59,10 @@ def assert_same_as_flax(x, cotangent, **kw):
 
 def output_shape(x, window=STEM[0], strides=STEM[1], padding=STEM[2]):
   n, h, w, c = x.shape
-  size = lambda d, k, s, p: (d + sum(p) - k) // s + 1
+
+  def size(d, k, s, p):
+    return (d + sum(p) - k) // s + 1
+
   return (
     n,
     size(h, window[0], strides[0], padding[0]),

@@ -2,10 +2,11 @@
 this CPU with libtpu (requirements-tpu.txt), their memory, cost and numerics.
 
 Each preflight is one subprocess, shared by the assertions on it, once per session even under
-pytest-xdist (TPU compiles take seconds each at these sizes, minutes at CelebA's): the smoke config with the `tpu_default` profile and the
-study config with `f32`, each on a single-host v5e (v5e:2x2), a multi-host v5e (v5e:2x4: 2 hosts
-of 4 chips) and a v4 (v4:2x2x1: 4 megacore chips); the bad inputs; a program over a v5e chip's
-16 GiB; a short --max-batch search. Skipped only where libtpu is not installed.
+pytest-xdist (TPU compiles take seconds each at these sizes, minutes at CelebA's): the smoke config
+with the `tpu_default` profile and the study config with `f32`, each on a single-host v5e (v5e:2x2),
+a multi-host v5e (v5e:2x4: 2 hosts of 4 chips) and a v4 (v4:2x2x1: 4 megacore chips); the bad
+inputs; a program over a v5e chip's 16 GiB; a short --max-batch search. Skipped only where libtpu is
+not installed.
 """
 
 import csv
@@ -292,10 +293,10 @@ def test_sweep_estimate_prices_each_arm_from_its_compiled_tpu_program(tmp_path):
     timeout=900,
   )
   assert proc.returncode == 0, proc.stderr[-2000:]
-  (arm,) = [l for l in proc.stdout.splitlines() if l.startswith('estimate: profile-f32: ')]
+  (arm,) = [line for line in proc.stdout.splitlines() if line.startswith('estimate: profile-f32: ')]
   runs, hours = arm[len('estimate: profile-f32: ') :].split(' runs x ')
   assert runs == '3' and float(hours.split()[0]) > 0
-  total = next(l for l in proc.stdout.splitlines() if l.startswith('total: '))
+  total = next(line for line in proc.stdout.splitlines() if line.startswith('total: '))
   assert float(total.split()[1]) == pytest.approx(3 * float(hours.split()[0]), rel=0.01)
   assert 'run-hours on v5e-1' in total and 'not executions' in total
 

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.proportion import proportion_confint
 
-from analysis import catalogue
+from analysis import analyse, catalogue
 from analysis.figures import churn_ladder
 from analysis.inputs import csv_input, declaration
 from analysis.numbers import agreement, agreement_pairs, agreement_section, answer, inference
@@ -142,7 +142,8 @@ def test_different_test_data_is_refused_naming_both_runs():
 
 @pytest.fixture(scope='module')
 def published():
-  """answer.study_analysis of the published H100 + CPU digits study with its declaration (read only)."""
+  """answer.study_analysis of the published H100 + CPU digits study with its declaration (read
+  only)."""
   return answer.study_analysis(
     csv_input.read_csv(CSV), declaration.load(CSV.replace('.csv', '.study.json'))
   )
@@ -151,13 +152,16 @@ def published():
 def test_baseline_pairs_from_the_recorded_arithmetic(published):
   out = published
   runs, by = out.runs, out.group_by
-  arm = lambda platform, profile, bn='0', dtype='float32': runs.loc[
-    (runs['platform'] == platform)
-    & (runs['numerics.requested.profile'] == profile)
-    & (runs['numerics.requested.batchnorm_group'].astype(str) == bn)
-    & (runs['numerics.requested.compute_dtype'] == dtype),
-    'arm',
-  ].iloc[0]
+
+  def arm(platform, profile, bn='0', dtype='float32'):
+    return runs.loc[
+      (runs['platform'] == platform)
+      & (runs['numerics.requested.profile'] == profile)
+      & (runs['numerics.requested.batchnorm_group'].astype(str) == bn)
+      & (runs['numerics.requested.compute_dtype'] == dtype),
+      'arm',
+    ].iloc[0]
+
   platform = agreement_pairs.platform_pairs(runs, by)
   assert (arm('cpu', 'native'), arm('gpu', 'native')) in platform
   assert (arm('cpu', 'tpu_default'), arm('gpu', 'tpu_default')) in platform and len(platform) == 8
@@ -318,8 +322,13 @@ def test_churn_by_source_with_init_and_data_order_seeds():
     < table.loc['data order', 'churn_pct']
     < table.loc['init', 'churn_pct']
   )
-  first = lambda i, j: [loaded[f'/r/a/init{i}/data{j}/rep{r}']['predicted'] for r in (0, 1)]
-  cross = lambda x, y: np.mean([agreement.churn(p, q) for p in x for q in y])
+
+  def first(i, j):
+    return [loaded[f'/r/a/init{i}/data{j}/rep{r}']['predicted'] for r in (0, 1)]
+
+  def cross(x, y):
+    return np.mean([agreement.churn(p, q) for p in x for q in y])
+
   per_init = [
     np.mean([cross(first(i, 0), first(i, 1)), cross(first(i, 2), first(i, 3))]) for i in range(4)
   ]  # disjoint data-seed pairs (0, 1), (2, 3) within each init seed
@@ -331,7 +340,6 @@ def test_churn_by_source_with_init_and_data_order_seeds():
 
 def test_the_study_command_writes_the_agreement_files_from_a_csv(tmp_path, capsys):
   """A CSV holds no predictions: the agreement CSV comes with no rows, the loss table is there."""
-  from analysis import analyse  # pylint: disable=import-outside-toplevel
 
   frame = pd.read_csv(CSV)
   keep = (

@@ -13,6 +13,7 @@ from analysis import analyse
 from analysis.inputs import declaration, results
 from analysis.numbers import answer, gap_verdict, result
 from analysis.words import report
+from sweeps import run_study
 from tests.conftest import ROOT
 from tests.support.planted_runs import SMALL, fake_run
 from tests.support.planted_tables import DIGITS, digits_frame
@@ -134,8 +135,6 @@ def test_two_roots_give_the_same_tables_as_one_root_holding_both(tmp_path, capsy
 
 
 def test_sweeps_study_checks_its_other_roots_before_the_sweep(tmp_path, capsys):
-  from sweeps import run_study  # pylint: disable=import-outside-toplevel
-
   code = run_study.main(
     ['--config=configs/digits.py:study', f'--root={tmp_path}/r', '--runs', str(tmp_path / 'nope')]
   )
@@ -188,8 +187,9 @@ def test_the_documented_python_use_runs_and_gives_the_typed_result(monkeypatch):
   monkeypatch.setattr(results, 'load_runs', lambda root: digits_frame(('cpu', 'gpu')))
   lines = code.strip().splitlines()
   scope = {}
-  exec('\n'.join(lines[:-1]), scope)  # pylint: disable=exec-used
-  contrasts, verdict, confirmatory = eval(lines[-1], scope)  # pylint: disable=eval-used
+  # The example is run as the docs show it: its statements, then its last line's value.
+  exec('\n'.join(lines[:-1]), scope)
+  contrasts, verdict, confirmatory = eval(lines[-1], scope)
   assert isinstance(scope['study'], result.Analysis)
   assert isinstance(scope['study'].attribution, result.Attribution)
   assert len(contrasts) > 0 and verdict in gap_verdict.VERDICTS and confirmatory in (True, False)

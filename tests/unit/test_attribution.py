@@ -15,17 +15,20 @@ from runrecord import record
 
 METRIC = 'final.test_accuracy'
 PROFILE = 'numerics.requested.profile'
-# Planted effects in pp of accuracy: the emulated TPU format is +0.8 pp above f32; everything else 0.
+# Planted effects in pp of accuracy: the emulated TPU format is +0.8 pp above f32; everything
+# else 0.
 EFFECT = {'f32': 0.0, 'tpu_default': 0.8, 'jax_gpu_default': 0.0, 'noise': 0.0}
 EMULATES = {'tpu': 'tpu_default', 'gpu': 'jax_gpu_default'}
 SEED_SD, RUN_SD, BASE = 0.7, 0.1, 90.0
 
 
-def runs_frame(platforms=('gpu', 'tpu'), seeds=range(8), native=True, platform_shift=0.0, rng=0):
+def runs_frame(
+  platforms=('gpu', 'tpu'), seeds=range(8), native=True, platform_shift=0.0, rng=0, seed_sd=SEED_SD
+):
   """A runs table: every seed on every platform x profile; `bn` a zero-effect factor; TPU runs
   shifted by `platform_shift` pp (a platform residual); the native arm = that platform's format."""
   rng = np.random.default_rng(rng)
-  seed_effect = rng.normal(0, SEED_SD, max(seeds) + 1)
+  seed_effect = rng.normal(0, seed_sd, max(seeds) + 1)
   profiles = list(EFFECT) + (['native'] if native else [])
   rows = []
   for platform in platforms:
@@ -195,12 +198,7 @@ def test_failed_mixed_fit_falls_back_to_clustered_ols_and_says_so(monkeypatch):
 
 
 def test_zero_seed_variance_is_a_boundary_fit_and_falls_back():
-  global SEED_SD  # pylint: disable=global-statement
-  saved, SEED_SD = SEED_SD, 0.0
-  try:
-    frame = runs_frame(native=False, platforms=('gpu',), seeds=range(4))
-  finally:
-    SEED_SD = saved
+  frame = runs_frame(native=False, platforms=('gpu',), seeds=range(4), seed_sd=0.0)
   out = attribution.factor_attribution(frame, ['profile'], reference={'profile': 'f32'})
   assert 'mixed fit failed' in out.method and 'boundary' in out.method
 

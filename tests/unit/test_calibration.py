@@ -121,9 +121,12 @@ def test_per_class_differences_paired_over_seeds_with_holm_as_statsmodels():
       planted('b', s, [0.55, 0.8, 0.72, 0.9], rng),
     ]
   table = per_class.class_differences(entries, 'a', 'b')
-  acc = lambda arm, s: per_class.class_accuracy(
-    next(e['pred'] for e in entries if e['arm'] == arm and e['seed'] == s)
-  )
+
+  def acc(arm, s):
+    return per_class.class_accuracy(
+      next(e['pred'] for e in entries if e['arm'] == arm and e['seed'] == s)
+    )
+
   d = 100 * np.array([acc('a', s) - acc('b', s) for s in range(6)])
   p = sps.ttest_1samp(d, 0.0, axis=0).pvalue
   assert table['diff_pp'].to_numpy() == pytest.approx(d.mean(axis=0))

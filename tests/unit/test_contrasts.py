@@ -58,9 +58,11 @@ def test_two_platforms_give_each_platform_its_own_family():
 
 
 def test_short_labels_say_only_what_differs_from_the_reference():
-  label = lambda **levels: declaration.arm_label(
-    DIGITS, {'profile': 'native', 'batchnorm_group': '0', 'compute_dtype': 'float32', **levels}
-  )
+  def label(**levels):
+    return declaration.arm_label(
+      DIGITS, {'profile': 'native', 'batchnorm_group': '0', 'compute_dtype': 'float32', **levels}
+    )
+
   assert label() == 'native'
   assert label(profile='tpu_default') == 'tpu_default'
   assert label(batchnorm_group=16) == 'BN/16' and label(batchnorm_group=16.0) == 'BN/16'
@@ -106,7 +108,7 @@ def test_declaration_is_written_before_the_first_run_and_a_changed_one_is_refuse
   )
   capsys.readouterr()
   assert sweep.main([study_config(tmp_path, 0.5), f'--root={root}', '--dry-run', emit]) == 2
-  errors = [l for l in capsys.readouterr().err.splitlines() if l.startswith('error:')]
+  errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith('error:')]
   assert len(errors) == 2 and 'margin: 1.0 -> 0.5' in errors[0] and 'use a new --root' in errors[0]
   assert errors[1] == 'error: 1 problem(s) found before launching: nothing was run or written'
   assert json.loads((root / declaration.STUDY_FILE).read_text())['margin'] == 1.0  # untouched

@@ -145,7 +145,7 @@ def test_an_arm_naming_an_undeclared_factor_is_refused(tmp_path, capsys, study_c
 def test_every_problem_is_its_own_line(tmp_path, capsys, study_csv):
   study = study_file(tmp_path, seeds=-4, paired_sd='x', min_share=150)
   lines = refused(capsys, study_csv, study)
-  assert [l.split(': ')[2] for l in lines] == ['min_share', 'paired_sd', 'seeds']
+  assert [line.split(': ')[2] for line in lines] == ['min_share', 'paired_sd', 'seeds']
 
 
 def test_a_list_of_seeds_is_the_confirmatory_set(tmp_path, capsys, study_csv):

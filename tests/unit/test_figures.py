@@ -1,7 +1,8 @@
 """analysis.figures.study_figures and analysis.figures.forest on fake Orbax runs: every figure is
 written as a readable PDF and 300-dpi PNG at its printed size (one column 3.3 in, two columns 6.9
 in), shows the seeds, names arms by their short labels, has legends only for what it draws (inside
-the figure), and plots training from per-step records."""
+the figure), and plots training from per-step records (the gap and forest figures:
+tests/unit/test_figures_gap.py)."""
 
 import dataclasses
 import types
@@ -11,14 +12,15 @@ import pandas as pd
 import pytest
 from matplotlib.collections import PathCollection
 from matplotlib.colors import to_hex
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch, PathPatch
+from matplotlib.patches import PathPatch
 from PIL import Image
 
 from analysis import draw
 from analysis.figures import forest, study_figures, style
 from analysis.inputs import results
 from analysis.numbers import answer
+from sweeps import run_study
+from tests.support.figure_checks import legend_problems
 from tests.support.planted_study import STEPS, analysed, make_study
 from tests.support.planted_tables import DIGITS, digits_frame
 
@@ -33,36 +35,6 @@ def check_files(paths):
     else:
       with open(path, 'rb') as f:
         assert f.read(5) == b'%PDF-'
-
-
-def drawn(artist):
-  """Whether an artist with a legend label has something on the canvas."""
-  if hasattr(artist, 'get_offsets'):
-    return len(artist.get_offsets()) > 0
-  if hasattr(artist, 'get_xdata'):
-    return len(artist.get_xdata()) > 0
-  if hasattr(artist, 'lines'):  # an errorbar container
-    return len(artist.lines[0].get_xdata()) > 0
-  return artist.get_visible()
-
-
-def legend_problems(fig):
-  """Legend labels with no drawn artist of that label in the figure's axes; a colour key (a
-  patch, e.g. 'on gpu') needs a drawn line of its colour."""
-  artists, colours = {}, set()
-  for ax in fig.axes:
-    for a in [*ax.lines, *ax.collections, *ax.patches, *ax.containers]:
-      if drawn(a):
-        artists.setdefault(a.get_label(), a)
-    colours |= {to_hex(line.get_color()) for line in ax.lines if drawn(line)}
-  legends = [ax.get_legend() for ax in fig.axes if ax.get_legend()] + fig.legends
-  keys = [(t.get_text(), h) for leg in legends for t, h in zip(leg.get_texts(), leg.legend_handles)]
-  assert keys, 'no legend at all'
-  colour_key = lambda h: (
-    (isinstance(h, Patch) and to_hex(h.get_facecolor()) in colours)
-    or (isinstance(h, Line2D) and to_hex(h.get_color()) in colours)
-  )
-  return [label for label, h in keys if label not in artists and not colour_key(h)]
 
 
 def test_all_figures_written_and_readable(tmp_path, capsys):
@@ -167,74 +139,6 @@ def test_every_figure_is_drawn_at_its_printed_size_with_short_labels_inside_the_
     assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and box.y1 <= inside.y1, artist
 
 
-def digits_attribution():
-  """The attribution of the digits fraction on cpu and gpu, 4 seeds (planted noise per run)."""
-  return answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS).attribution
-
-
-def markers_at(ax):
-  """{row y: x of the estimate marker} of a forest axis (the 'D' markers)."""
-  return {
-    line.get_ydata()[0]: line.get_xdata()[0]
-    for line in ax.lines
-    if line.get_marker() == 'D' and len(line.get_xdata()) == 1
-  }
-
-
-def test_gap_figure_draws_the_gap_as_the_sum_of_its_parts_with_margin_and_noise_floors():
-  att = digits_attribution()
-  fig = forest.draw_gap(att)
-  ax = fig.axes[0]
-  d = att.decomposition[0]
-  labels = [t.get_text() for t in ax.get_yticklabels()]
-  assert labels == [
-    f'native gap G (gpu − cpu):\n{d["verdict"]} at ±2 pp',
-    'fidelity on gpu: fid_A',
-    'fidelity on cpu, negated: −fid_B',
-    'numerics part N',
-    'platform part P',
-    'residual R = G − N',
-  ]
-  assert not any(label.startswith(('=', '−', '+')) for label in labels)
-  assert 'G = fid_A − fid_B + N + P' in ax.get_xlabel()
-  at = markers_at(ax)  # y 5 (top) .. 0: G, fid_A, −fid_B, N, P, R
-  assert at[4] == pytest.approx(d['fid_A']) and at[3] == pytest.approx(-d['fid_B'])
-  assert d['fid_B'] != pytest.approx(0)  # the sign is seen
-  assert at[5] == pytest.approx(at[4] + at[3] + at[2] + at[1])  # G = fid_A − fid_B + N + P
-  assert at[0] == pytest.approx(d['R'])
-  dashed = sorted(line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == '--')
-  assert dashed == [-2, 2]
-  labels = [t.get_text() for t in fig.legends[0].get_texts()]
-  for p in ('cpu', 'gpu'):
-    assert f'noise floor {p} ±{att.noise[p]["half"]:.2f} pp' in labels
-  assert not legend_problems(fig)
-  partly = {**d, 'verdict': 'partly explained', 'open': 'the residual is not within ±2'}
-  assert forest.verdict_line(partly, 'pp') == 'partly explained at ±2 pp'
-
-
-def test_forest_draws_the_decomposition_and_no_unqualified_platform_term():
-  att = digits_attribution()
-  assert 'platform=gpu' in set(att.terms['term'])  # the model has the pooled term
-  fig = forest.draw_forest(att)
-  gap_ax, effects_ax = fig.axes
-  rows = [t.get_text() for t in gap_ax.get_yticklabels()]
-  assert rows == [label.format(a='gpu', b='cpu') for _, label in forest.COMPONENT_ROWS]
-  table = att.gap.set_index('key')
-  at = markers_at(gap_ax)
-  for y, (key, _) in zip(range(len(rows) - 1, -1, -1), forest.COMPONENT_ROWS):
-    assert at[y] == pytest.approx(table.loc[key, 'estimate']), key
-  effects = [t.get_text() for t in effects_ax.get_yticklabels()]
-  assert effects and not any('platform' in label or 'gpu' == label for label in effects)
-  assert 'main effects' in effects_ax.get_title(loc='left')
-  labels = [t.get_text() for t in fig.legends[0].get_texts()]
-  assert [x for x in labels if x.startswith('noise floor')] == [
-    f'noise floor {p} ±{att.noise[p]["half"]:.2f} pp' for p in ('gpu', 'cpu')
-  ]
-  undecomposed = forest.draw_forest(dataclasses.replace(att, decomposition=[], gap=None))
-  effects = [t.get_text() for t in undecomposed.axes[0].get_yticklabels()]
-  assert 'platform gpu, mean over all arms' in effects and 'platform gpu' not in effects
-
-
 def band_colors(ax):
   """{edge colour of each noise band (axvspan)}."""
   return {to_hex(p.get_edgecolor()) for p in ax.patches if p.get_label().startswith('noise floor')}
@@ -280,7 +184,7 @@ def test_contrasts_draw_one_noise_band_and_legend_key_per_platform():
     study_figures.contrast_table(out), {'cpu': 0.4, 'gpu': 0.5}, 2.0, 'pp'
   )
   legend = fig.legends[0]
-  keys = {t.get_text(): h for t, h in zip(legend.get_texts(), legend.legend_handles)}
+  keys = {t.get_text(): h for t, h in zip(legend.get_texts(), legend.legend_handles, strict=True)}
   assert [k for k in keys if k.startswith('noise')] == [
     'noise floor gpu ±0.50 pp',
     'noise floor cpu ±0.40 pp',
@@ -399,8 +303,6 @@ def test_figures_cli_one_line_error(tmp_path, capsys):
 
 
 def test_study_refuses_a_bucket_root_in_one_line(capsys):
-  from sweeps import run_study  # pylint: disable=import-outside-toplevel
-
   assert run_study.main(['--config=configs/digits.py:study', '--root=gs://bucket/study']) == 2
   message = capsys.readouterr().err
   assert (

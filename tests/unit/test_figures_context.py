@@ -77,9 +77,9 @@ def test_training_curves_one_colour_per_platform_and_a_line_style_per_arm(digits
   fig = study_figures.draw_training_curves(out, pd.DataFrame(columns=['run', 'epoch']), steps)
   lines = fig.axes[0].get_lines()
   assert len(lines) == 8
-  assert {to_hex(l.get_color()) for l in lines} == {to_hex(style.PLATFORM_COLORS['cpu'])}
-  dashes = {str(l._unscaled_dash_pattern) for l in lines}  # pylint: disable=protected-access
-  assert len(dashes) == 8 and len({l.get_marker() for l in lines}) == 8
+  assert {to_hex(line.get_color()) for line in lines} == {to_hex(style.PLATFORM_COLORS['cpu'])}
+  dashes = {str(line._unscaled_dash_pattern) for line in lines}
+  assert len(dashes) == 8 and len({line.get_marker() for line in lines}) == 8
 
 
 def test_short_arm_labels_never_a_config():
@@ -107,9 +107,11 @@ def test_contrast_legend_keys_are_drawn_as_the_estimates(digits_out):
     study_figures.contrast_table(out), forest.floors_of(out.noise), out.margin, out.unit
   )
   legend = fig.legends[0]
-  keys = dict(zip((t.get_text() for t in legend.get_texts()), legend.legend_handles))
+  keys = dict(zip((t.get_text() for t in legend.get_texts()), legend.legend_handles, strict=True))
   drawn = {
-    (to_hex(l.get_color()), l.get_marker()) for l in fig.axes[0].lines if l.get_marker() == 'D'
+    (to_hex(line.get_color()), line.get_marker())
+    for line in fig.axes[0].lines
+    if line.get_marker() == 'D'
   }
   for p in ('cpu', 'gpu'):
     key = keys[p]
@@ -159,7 +161,7 @@ def test_the_churn_ladder_says_n_and_draws_every_bound_inside_its_axis(digits_ou
   for line in ax.lines:
     assert all(low <= x <= high for x in line.get_xdata())
   labels = [t.get_text().replace('\n', ' ') for t in ax.get_yticklabels()]
-  assert all(l.endswith(('seeds)', 'clusters)')) for l in labels), labels
-  assert not any('profile=' in l for l in labels)
+  assert all(label.endswith(('seeds)', 'clusters)')) for label in labels), labels
+  assert not any('profile=' in label for label in labels)
   assert 'numerics setting: cpu: f32 vs native (4 seeds)' in labels  # 'vs cpu: native' once
   assert 'seed: init and data order: every arm on cpu (2 clusters)' in labels

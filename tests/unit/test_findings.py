@@ -49,7 +49,7 @@ def test_readme_section_is_the_analysis_of_the_shipped_csv(tmp_path, monkeypatch
 def test_export_reads_back_to_the_tables_of_its_runs(tmp_path, capsys):
   rng = np.random.default_rng(5)
   for platform in ('gpu', 'cpu'):
-    for k, profile in enumerate(('native', 'f32', 'jax_gpu_default', 'bf16_noise')):
+    for profile in ('native', 'f32', 'jax_gpu_default', 'bf16_noise'):
       for seed in range(3):
         fake_run(tmp_path / 'data' / platform, platform, profile, seed, 0.9 + rng.normal(0, 0.004))
   roots = [str(tmp_path / 'data' / 'gpu'), str(tmp_path / 'data' / 'cpu')]

@@ -12,7 +12,7 @@ from analysis.numbers import agreement, agreement_section, answer
 from analysis.words import answer_sentence, attribution_text, report, tables
 from configs import digits
 from tests.support.planted_predictions import prediction
-from tests.support.planted_tables import DIGITS
+from tests.support.planted_tables import DIGITS, digits_frame
 
 METRIC = 'final.test_accuracy'
 SHIFT = {'bf16 activations': 5.0, 'BN/16': 1.0}  # pp: different; shown and within ±2 pp
@@ -98,10 +98,13 @@ def test_the_first_page_answers_in_one_sentence_which_settings_changed_the_model
   line = answer_sentence.sentence(out)
   d_bf16 = raw(frame, 'bf16 activations') - raw(frame, 'native')
   d_bn = raw(frame, 'BN/16') - raw(frame, 'native')
-  ci = lambda d: (
-    d.mean() - sps.t.ppf(0.975, 7) * d.std(ddof=1) / np.sqrt(8),
-    d.mean() + sps.t.ppf(0.975, 7) * d.std(ddof=1) / np.sqrt(8),
-  )
+
+  def ci(d):
+    return (
+      d.mean() - sps.t.ppf(0.975, 7) * d.std(ddof=1) / np.sqrt(8),
+      d.mean() + sps.t.ppf(0.975, 7) * d.std(ddof=1) / np.sqrt(8),
+    )
+
   lo, hi = ci(d_bf16)
   assert line.startswith(
     '**Answer.** on cpu, bf16 activations '
@@ -118,9 +121,12 @@ def test_the_first_page_answers_in_one_sentence_which_settings_changed_the_model
   # churn of each setting against the reference, by hand from the predictions
   table = out.agreement.table
   runs = out.runs.set_index('run')
-  by = lambda arm: {
-    runs.loc[r, 'seed']: loaded[r]['predicted'] for r in runs.index if runs.loc[r, 'arm'] == arm
-  }
+
+  def by(arm):
+    return {
+      runs.loc[r, 'seed']: loaded[r]['predicted'] for r in runs.index if runs.loc[r, 'arm'] == arm
+    }
+
   ref_arm = out.arm_info.loc[out.arm_info['role'] == 'reference', 'arm'].iloc[0]
   churns = [
     100 * np.mean([agreement.churn(by(a)[s], by(ref_arm)[s]) for s in range(8)])
@@ -161,8 +167,6 @@ def test_a_difference_shown_inside_the_margin_is_called_within_margin(study):
 
 
 def test_the_noise_floor_is_one_clean_line():
-  from tests.support.planted_tables import digits_frame  # pylint: disable=import-outside-toplevel
-
   att = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(6)), DIGITS).attribution
   text = attribution_text.noise_text(att)
   assert text.count('noise floor') == 1
@@ -176,8 +180,6 @@ def test_the_noise_floor_is_one_clean_line():
 
 
 def test_without_declared_contrasts_the_sentence_counts_the_pairs():
-  from tests.support.planted_tables import digits_frame  # pylint: disable=import-outside-toplevel
-
   out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
   line = answer_sentence.sentence(out)
   assert f'{len(out.pairs)} pairs of arms compared on test accuracy (no declared contrasts' in line

@@ -53,7 +53,7 @@ def planted(shift, sd=None, seeds=12, rng=0, seed_sd=0.8, base=90.0):
             'status': 'completed',
             'seed': s,
             'platform': platform,
-            **dict(zip(COL.values(), arm)),
+            **dict(zip(COL.values(), arm, strict=True)),
             METRIC: pp / 100,
           }
         )
@@ -127,7 +127,7 @@ def test_per_seed_identity_holds_exactly():
   np.testing.assert_allclose(v['N'], by_hand.to_numpy(), atol=1e-9)
 
 
-def test_a_gap_beyond_the_margin_that_numerics_explain_a_quarter_of_is_neither_no_gap_nor_explained():
+def test_a_gap_beyond_the_margin_numerics_explain_a_quarter_of_is_neither_no_gap_nor_explained():
   """Native gap +2.5 pp at ±2 pp, numerics 0.6 pp of it: the old rule (the absolute margin on the
   residual) could call it explained; the pooled estimand called it 'no gap'."""
   shift = {('gpu', NATIVE): 2.5, ('gpu', EMU_GPU): 0.6, ('cpu', EMU_GPU): 0.6}

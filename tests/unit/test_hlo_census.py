@@ -12,6 +12,7 @@ from sweeps import hlo_census, tpu_estimate, tpu_topology
 # algorithm, and the rounding of numerics/rounding.py: a bitcast of f32 to u32 (counted), a
 # bitcast of u32 back to f32 and one of a u32 PRNG value to f32 (not counted), a
 # reduce-precision (counted).
+# (A backslash at a line's end continues the HLO line: the text is the same as one long line.)
 PLANTED = """
 HloModule jit__train_step
 
@@ -20,22 +21,33 @@ HloModule jit__train_step
   ROOT %convert.1 = bf16[16,8,8,1]{0,3,2,1:T(2,128)(2,1)} convert(%param_0.1)
 }
 
-ENTRY %main (p0: f32[16,8,8,1], p1: f32[3,3,1,8], p2: f32[16,64], p3: f32[64,10], p4: u32[4]) -> (f32[16,8,8,8], f32[3,3,1,8]) {
+ENTRY %main (p0: f32[16,8,8,1], p1: f32[3,3,1,8], p2: f32[16,64], p3: f32[64,10], \
+p4: u32[4]) -> (f32[16,8,8,8], f32[3,3,1,8]) {
   %p0 = f32[16,8,8,1]{0,3,2,1:T(8,128)} parameter(0)
   %p1 = f32[3,3,1,8]{3,2,1,0:T(1,128)} parameter(1)
   %p2 = f32[16,64]{1,0:T(8,128)} parameter(2)
   %p3 = f32[64,10]{1,0:T(8,128)} parameter(3)
   %p4 = u32[4]{0} parameter(4)
-  %fusion.1 = bf16[16,8,8,1]{0,3,2,1:T(2,128)(2,1)} fusion(%p0), kind=kLoop, calls=%fused_computation.1
-  %convolution.1 = f32[16,8,8,8]{0,3,2,1:T(8,128)} convolution(%fusion.1, %p1), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, operand_precision={highest,highest}, metadata={op_name="jit(_train_step)/jvp()/conv_general_dilated" stack_frame_id=1}
-  %convolution.2 = f32[3,3,1,8]{3,2,1,0:T(1,128)} convolution(%p0, %convolution.1), window={size=8x8 pad=1_1x1_1}, dim_labels=f01b_i01o->01bf, metadata={op_name="jit(_train_step)/transpose(jvp())/conv_general_dilated" stack_frame_id=2}
-  %convolution.3 = f32[16,10]{1,0:T(8,128)} convolution(%p2, %p3), dim_labels=bf_io->bf, operand_precision={high,high}, metadata={op_name="jit(_train_step)/jvp()/dot_general" stack_frame_id=3}
-  %dot.4 = f32[16,10]{1,0} dot(%p2, %p3), lhs_contracting_dims={1}, rhs_contracting_dims={0}, algorithm=dot_bf16_bf16_f32_x3, metadata={op_name="jit(_train_step)/transpose(jvp())/dot_general"}
-  %bitcast-convert.5 = u32[16,8,8,1]{0,3,2,1} bitcast-convert(%p0), metadata={op_name="jit(_train_step)/jvp()/bitcast_convert_type"}
+  %fusion.1 = bf16[16,8,8,1]{0,3,2,1:T(2,128)(2,1)} fusion(%p0), kind=kLoop, \
+calls=%fused_computation.1
+  %convolution.1 = f32[16,8,8,8]{0,3,2,1:T(8,128)} convolution(%fusion.1, %p1), \
+window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, operand_precision={highest,highest}, \
+metadata={op_name="jit(_train_step)/jvp()/conv_general_dilated" stack_frame_id=1}
+  %convolution.2 = f32[3,3,1,8]{3,2,1,0:T(1,128)} convolution(%p0, %convolution.1), \
+window={size=8x8 pad=1_1x1_1}, dim_labels=f01b_i01o->01bf, \
+metadata={op_name="jit(_train_step)/transpose(jvp())/conv_general_dilated" stack_frame_id=2}
+  %convolution.3 = f32[16,10]{1,0:T(8,128)} convolution(%p2, %p3), dim_labels=bf_io->bf, \
+operand_precision={high,high}, \
+metadata={op_name="jit(_train_step)/jvp()/dot_general" stack_frame_id=3}
+  %dot.4 = f32[16,10]{1,0} dot(%p2, %p3), lhs_contracting_dims={1}, rhs_contracting_dims={0}, \
+algorithm=dot_bf16_bf16_f32_x3, metadata={op_name="jit(_train_step)/transpose(jvp())/dot_general"}
+  %bitcast-convert.5 = u32[16,8,8,1]{0,3,2,1} bitcast-convert(%p0), \
+metadata={op_name="jit(_train_step)/jvp()/bitcast_convert_type"}
   %bitcast-convert.6 = f32[16,8,8,1]{0,3,2,1} bitcast-convert(%bitcast-convert.5)
   %bitcast-convert.7 = f32[4]{0} bitcast-convert(%p4)
   %reduce-precision.8 = f32[16,64]{1,0} reduce-precision(%p2), exponent_bits=8, mantissa_bits=7
-  ROOT %tuple.9 = (f32[16,8,8,8]{0,3,2,1:T(8,128)}, f32[3,3,1,8]{3,2,1,0}) tuple(%convolution.1, %convolution.2)
+  ROOT %tuple.9 = (f32[16,8,8,8]{0,3,2,1:T(8,128)}, f32[3,3,1,8]{3,2,1,0}) tuple(%convolution.1, \
+%convolution.2)
 }
 """
 

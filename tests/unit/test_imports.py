@@ -7,6 +7,7 @@ Read from the code itself (ast), so the picture cannot drift from it.
 """
 
 import collections
+import subprocess
 import sys
 
 from tests.support.import_graph import REPO, graphs, layers
@@ -69,7 +70,6 @@ def test_no_file_imports_itself_through_others():
 
 def grep(pattern):
   """{file: [line, ...]} of `git grep -nE pattern` in the project's Python files outside tests/."""
-  import subprocess  # pylint: disable=import-outside-toplevel
 
   out = subprocess.run(
     ['git', 'grep', '-nE', pattern, '--', '*.py', ':!tests/'],

@@ -140,7 +140,10 @@ def test_a_missing_emulating_arm_is_named_and_cannot_make_explained_and_the_chec
   old rule called the gap explained; the mixed model used half of N's weights (N 0.8 for 1.6)."""
   rng = np.random.default_rng(1)
   base = 90 + rng.normal(0, 1, 12)
-  noise = lambda: rng.normal(0, 0.2, 12)
+
+  def noise():
+    return rng.normal(0, 0.2, 12)
+
   frame = two_platform(
     {
       'native': base + 1.6 + noise(),
@@ -168,7 +171,10 @@ def test_a_missing_emulating_arm_is_named_and_cannot_make_explained_and_the_chec
 def gap_only(g, seeds):
   """Cells in which the native gpu arm moves by g (per seed), the emulations by a little noise."""
   base, rng = np.full(seeds, 90.0), np.random.default_rng(seeds)
-  noise = lambda: rng.normal(0, 0.1, seeds)
+
+  def noise():
+    return rng.normal(0, 0.1, seeds)
+
   return two_platform(
     {'native': base + g, 'jax_gpu_default': base + noise(), 'f32': base + noise()},
     {'native': base, 'jax_gpu_default': base + noise(), 'f32': base + noise()},
@@ -211,7 +217,10 @@ def test_an_emulation_that_fails_on_one_platform_is_named_as_what_carries_the_re
   agree across platforms (P = 0): the residual is the emulation's failure, not a platform effect."""
   rng = np.random.default_rng(2)
   base = 90 + rng.normal(0, 1, 12)
-  noise = lambda: rng.normal(0, 0.15, 12)
+
+  def noise():
+    return rng.normal(0, 0.15, 12)
+
   frame = two_platform(
     {'native': base + 1.0 + noise(), 'jax_gpu_default': base + noise(), 'f32': base + noise()},
     {'native': base + noise(), 'jax_gpu_default': base + noise(), 'f32': base + noise()},
@@ -235,7 +244,10 @@ def test_a_shown_interaction_is_mentioned():
   """jax_gpu_default − f32 is +1 pp on the GPU and 0 on the CPU: N is their mean, 0.5."""
   rng = np.random.default_rng(3)
   base = 90 + rng.normal(0, 1, 12)
-  noise = lambda: rng.normal(0, 0.15, 12)
+
+  def noise():
+    return rng.normal(0, 0.15, 12)
+
   frame = two_platform(
     {
       'native': base + 1.0 + noise(),

@@ -1,4 +1,5 @@
-"""runrecord/record.py: the one owner of the results record, its arm fields and the same-run rule."""
+"""runrecord/record.py: the one owner of the results record, its arm fields and the same-run
+rule."""
 
 import json
 import subprocess
@@ -8,7 +9,7 @@ import pytest
 
 from analysis.inputs import results
 from analysis.numbers import stats
-from configs import common, digits, validation
+from configs import common, validation
 from runrecord import record, rules, sessions
 from tests.support.planted_runs import make_record, smoke
 
@@ -111,7 +112,10 @@ def test_same_run_rule_ignores_paths_and_cadence_but_not_arithmetic():
   moved = smoke(0)
   moved.data.manual_dir, moved.data.cache_dir, moved.log_every_steps = '/elsewhere', '/c', 7
   assert sessions.config_differences(saved, moved.to_dict()) == []
-  resolved = lambda config: validation.resolve(config).to_dict()
+
+  def resolved(config):
+    return validation.resolve(config).to_dict()
+
   assert sessions.config_differences(
     resolved(smoke(0)), resolved(smoke(0, conv_format='bf16'))
   ) == ["numerics.conv_format: 'native' -> 'bf16'"]

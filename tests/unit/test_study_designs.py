@@ -11,6 +11,7 @@ from scipy import stats as sps
 
 from analysis.numbers import agreement, agreement_section, answer, inference, per_class, variance
 from analysis.words import report
+from experiments import divergence_measure
 from runrecord import rules
 from tests.support.planted_predictions import LABELS, prediction
 
@@ -111,10 +112,16 @@ def test_a_variance_design_root_splits_churn_by_init_data_order_and_both():
   section = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
   table = section.table.set_index('kind')
   pred = {(r.init_seed, r.data_seed): loaded[r.run]['predicted'] for r in frame.itertuples()}
-  churn = lambda a, b: 100 * agreement.churn(pred[a], pred[b])
+
+  def churn(a, b):
+    return 100 * agreement.churn(pred[a], pred[b])
+
   # different seeds: only models whose init and data seeds both differ, each model once
   both = [((0, 0), (1, 1)), ((0, 1), (1, 0)), ((0, 2), (2, 0)), ((1, 2), (2, 1)), ((2, 2), (3, 0))]
-  key = lambda i, j: f'{3 * i + j} (init {i}, data {j})'
+
+  def key(i, j):
+    return f'{3 * i + j} (init {i}, data {j})'
+
   assert table.loc['seed', 'seed_list'] == ', '.join(f'{key(*a)}-{key(*b)}' for a, b in both)
   assert table.loc['seed', 'churn_pct'] == pytest.approx(np.mean([churn(a, b) for a, b in both]))
   data_only = [churn((i, 0), (i, 1)) for i in range(4)]  # per init seed: data seeds (0, 1)
@@ -222,20 +229,19 @@ def test_one_definition_of_disagreement_for_the_attributes_task():
   """40 attributes: churn counts the differing image × attribute labels, and so does the
   divergence tool now (it counted images with any attribute different: 5 × as much here); its
   per-pair interval is over the images (their labels are not independent)."""
-  from experiments import divergence_measure as measure  # pylint: disable=import-outside-toplevel
 
   rng = np.random.default_rng(6)
   a = rng.random((200, 40)) < 0.5
   b = a.copy()
   flip = rng.random((200, 40)) < 0.02
   b[flip] = ~b[flip]
-  pair = measure.pair_churn(a, b, [0, 0])
+  pair = divergence_measure.pair_churn(a, b, [0, 0])
   bits = np.mean(a != b)
   assert pair['count'] / pair['n'] == pytest.approx(bits) == agreement.churn(a, b)
   assert np.mean((a != b).any(axis=1)) > 5 * bits  # the other definition
   shares = (a != b).mean(axis=1)
   assert (pair['ci_low'], pair['ci_high']) == pytest.approx(inference.proportion_mean_ci(shares))
-  out = measure.disagreement([pair, measure.pair_churn(a, a, [1, 1])])
+  out = divergence_measure.disagreement([pair, divergence_measure.pair_churn(a, a, [1, 1])])
   assert out['pairs'][0]['rate'] == pytest.approx(bits) and out['pairs'][1]['rate'] == 0
   assert 0 <= out['across']['t_low'] <= out['across']['mean'] <= out['across']['t_high'] <= 1
 

@@ -9,7 +9,7 @@ from configs import celeba
 from input_pipeline import celeba as celeba_pipeline
 from input_pipeline import celeba_files
 from runrecord import record
-from sweeps import checks, scripts, sweep
+from sweeps import scripts, sweep
 
 
 def write_config(tmp_path, base, sweep_body):

@@ -6,7 +6,8 @@ import os
 import sys
 import threading
 
-from sweeps import runner, scripts
+from runrecord import record
+from sweeps import claims, runner, scripts
 from tests.support.planted_runs import fake_runs
 from trainer import lock
 
@@ -45,7 +46,9 @@ def test_two_sweeps_on_one_root_start_each_run_once(tmp_path):
   started = [line for text in texts for line in text.splitlines() if line.startswith('start ')]
   assert len(started) == len(runs)  # each run started by exactly one of the sweeps
   lines = [line for text in texts for line in text.splitlines()]
-  assert sum(l.startswith('done ') and 'completed elsewhere' in l for l in lines) == len(runs)
+  assert sum(line.startswith('done ') and 'completed elsewhere' in line for line in lines) == len(
+    runs
+  )
   for run in runs:
     log = open(os.path.join(run.workdir, runner.LOG_FILE)).read()
     assert log.count('\n# ') == 1 and log.count('\nran\n') == 1, log  # one owner wrote the log
@@ -66,8 +69,6 @@ def test_a_claim_is_exclusive_and_dies_with_its_holder(tmp_path):
 def test_completed_opens_no_checkpoint_manager_for_a_fresh_run(tmp_path, monkeypatch):
   """claims.completed (asked of every run before it starts) reads a run's results only once it
   has a checkpoints folder, as the sweep's plan does (claims.saved_results)."""
-  from runrecord import record  # pylint: disable=import-outside-toplevel
-  from sweeps import claims  # pylint: disable=import-outside-toplevel
 
   opened = []
   monkeypatch.setattr(record, 'read_results', lambda workdir: opened.append(workdir) or None)

@@ -1,7 +1,7 @@
 """Every test file sits directly in one tier folder (tests/unit, tests/integration, tests/e2e,
 tests/tpu, tests/gpu: tests/conftest.py TIERS), its tests carry the tier as a marker, and the
-markers are the ones pyproject.toml registers for pytest; what tests share lives in tests/support (no test file
-imports another)."""
+markers are the ones pyproject.toml registers for pytest; what tests share lives in tests/support
+(no test file imports another)."""
 
 import ast
 import pathlib

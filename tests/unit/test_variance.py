@@ -76,7 +76,7 @@ def test_the_split_equals_mixedlm_reml_variance_components():
       data=frame,
       vc_formula={'init': '0 + C(init_seed)', 'data': '0 + C(data_seed)', 'cell': '0 + C(cell)'},
     ).fit(reml=True)
-  reml = dict(zip(fit.model.exog_vc.names, fit.vcomp))
+  reml = dict(zip(fit.model.exog_vc.names, fit.vcomp, strict=True))
   assert table.loc['init', 'variance'] == pytest.approx(reml['init'], rel=1e-3)
   assert table.loc['data order', 'variance'] == pytest.approx(reml['data'], rel=1e-3)
   assert table.loc['init × data order', 'variance'] == pytest.approx(reml['cell'], rel=1e-3)
