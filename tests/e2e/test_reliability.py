@@ -322,7 +322,13 @@ def test_config_comparison_ignores_only_non_arithmetic_fields():
     log_every_steps=1,
     checkpoint_every_steps=0,
     keep_checkpoints=9,
-    **{'data.prefetch': 0, 'data.on_device': True, 'distributed.num_processes': 2},
+    **{
+      'data.prefetch': 0,
+      'data.on_device': True,
+      'distributed.num_processes': 2,
+      'distributed.coordinator_address': 'localhost:1234',  # required beside num_processes
+      'distributed.process_id': 1,
+    },
   )
   assert sessions.config_differences(saved, same.to_dict()) == []
   assert sessions.config_differences(saved, smoke_config(eval_batch_size=128).to_dict()) == [
