@@ -51,8 +51,8 @@ DATA_COLUMNS = ('data_seed', 'config.data_seed')
 def cell_array(frame, value, init, data):
   """The values as an I × J × R array (balanced); ValueError naming the missing or short cells."""
   counts = frame.groupby([init, data]).size()
-  inits, datas = sorted(frame[init].unique()), sorted(frame[data].unique())
-  full = counts.reindex(pd.MultiIndex.from_product([inits, datas]), fill_value=0)
+  inits, data_seeds = sorted(frame[init].unique()), sorted(frame[data].unique())
+  full = counts.reindex(pd.MultiIndex.from_product([inits, data_seeds]), fill_value=0)
   if full.nunique() != 1 or full.iloc[0] < 1:
     short = ', '.join(f'({i}, {j}): {n}' for (i, j), n in full.items() if n != full.max())
     raise ValueError(
@@ -60,7 +60,7 @@ def cell_array(frame, value, init, data):
       f'of times; runs per cell: {short or full.iloc[0]}'
     )
   ordered = frame.sort_values([init, data], kind='stable')
-  return ordered[value].to_numpy(float).reshape(len(inits), len(datas), int(full.iloc[0]))
+  return ordered[value].to_numpy(float).reshape(len(inits), len(data_seeds), int(full.iloc[0]))
 
 
 def mean_squares(y):

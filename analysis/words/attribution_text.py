@@ -81,7 +81,8 @@ def interaction_state(d):
 def carriers(d):
   """What carries the residual R = fid_A − fid_B + P, in words: each part whose 95% CI excludes 0
   (the emulation's fidelity on A or B, the platforms under the same emulated arithmetic, with the
-  interaction where P differs between the two arithmetics), else the largest part, not shown."""
+  interaction where P differs between the two platforms' arithmetic), else the largest part, not
+  shown."""
   (a, b), (ea, eb) = d['platforms'], d['profiles']
   parts = (
     ('fid_A', 1, f"{ea} not reproducing {a}'s native arithmetic on {a} (fid_A"),
@@ -281,8 +282,10 @@ def noise_text(out):
   if not out.noise:
     return 'noise floor unavailable: no --noise-arm given, or it shares < 2 seeds with its base arm'
   floors = list(out.noise.items())
-  whats = {f['what'] for _, f in floors}
-  what = next(iter(whats)) if len(whats) == 1 else 'the noise arm − the arm it perturbs'
+  descriptions = {f['what'] for _, f in floors}
+  what = (
+    next(iter(descriptions)) if len(descriptions) == 1 else 'the noise arm − the arm it perturbs'
+  )
   per = ', '.join(
     f'{p + " " if p else ""}±{f["half"]:.3f} {out.unit} (sd {f["sd"]:.3f}, {f["n"]} seeds)'
     for p, f in floors
@@ -387,6 +390,6 @@ def gap_note(out):
     + '. Each component is a per-seed combination of the cells (platform, '
     f"{factor}) at the other factors' reference levels, its mean with a t-interval over "
     'seeds; G = fid_A − fid_B + N + P exactly. (The effects table above is the main-effects '
-    f'model: its platform term averages different arithmetics, as {factor}={level} differs '
+    f'model: its platform term averages different arithmetic, as {factor}={level} differs '
     'between platforms; it is not the gap.)'
   )

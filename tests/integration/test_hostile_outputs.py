@@ -124,7 +124,7 @@ def test_bad_csv_input_writes_nothing(tmp_path, capsys):
   'main, extra', [(analyse.main, []), (attribute.main, ['--factors', 'platform'])]
 )
 def test_an_out_that_is_a_file_is_one_line_before_any_compute(tmp_path, capsys, main, extra):
-  (tmp_path / 'afile').write_text('x')
+  (tmp_path / 'a_file').write_text('x')
   lines = cli_error(
     capsys,
     main,
@@ -134,12 +134,12 @@ def test_an_out_that_is_a_file_is_one_line_before_any_compute(tmp_path, capsys, 
       '--metric',
       'accuracy',
       '--out',
-      str(tmp_path / 'afile'),
+      str(tmp_path / 'a_file'),
       *extra,
     ],
   )
   assert lines == [
-    f'error: --out: {tmp_path}/afile is a file; give a folder (it is created when missing)'
+    f'error: --out: {tmp_path}/a_file is a file; give a folder (it is created when missing)'
   ]
 
 
