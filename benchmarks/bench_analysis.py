@@ -107,10 +107,10 @@ def parse_args(argv):
 if __name__ == '__main__':  # --help and a bad flag before the imports below load pandas
   parse_args(sys.argv[1:])
 
-import numpy as np  # noqa: E402 (after the --help parse above)
-import pandas as pd  # noqa: E402 (after the --help parse above)
+import numpy as np
+import pandas as pd
 
-from runrecord import record  # noqa: E402 (after the --help parse above)
+from runrecord import record
 
 
 def runs_table(seeds, rng=0, seed_sd=SEED_SD):

@@ -64,13 +64,13 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   make_parser().parse_args()
 
-import jax  # noqa: E402 (after the --help parse above)
-import jax.numpy as jnp  # noqa: E402 (after the --help parse above)
-import numpy as np  # noqa: E402 (after the --help parse above)
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-from benchmarks.bench_step import resnet18_convs  # noqa: E402 (after the --help parse above)
-from benchmarks.common import command_line, environment  # noqa: E402 (after the --help parse above)
-from numerics import ops  # noqa: E402 (after the --help parse above)
+from benchmarks.bench_step import resnet18_convs
+from benchmarks.common import command_line, environment
+from numerics import ops
 
 IMPLS = ('xla', 'im2col')
 

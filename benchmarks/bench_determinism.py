@@ -74,10 +74,10 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   step_args.parse_flags(make_parser(), None)
 
-import jax  # noqa: E402 (after the --help parse above)
+import jax
 
-from benchmarks import bench_step  # noqa: E402 (after the --help parse above)
-from trainer import checkpointing  # noqa: E402 (after the --help parse above)
+from benchmarks import bench_step
+from trainer import checkpointing
 
 SCATTER_OR_SORT = re.compile(r'\b(scatter|select-and-scatter|sort)\(')
 

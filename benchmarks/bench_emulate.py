@@ -47,11 +47,11 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   step_args.parse_flags(make_parser(), None)
 
-from benchmarks import bench_step  # noqa: E402 (after the --help parse above)
-from configs import common as config_common  # noqa: E402 (after the --help parse above)
-from configs import validation  # noqa: E402 (after the --help parse above)
-from numerics import emulate as emulate_lib  # noqa: E402 (after the --help parse above)
-from numerics import setup as numerics_setup  # noqa: E402 (after the --help parse above)
+from benchmarks import bench_step
+from configs import common as config_common
+from configs import validation
+from numerics import emulate as emulate_lib
+from numerics import setup as numerics_setup
 
 NATIVE = (('numerics.conv_format', 'native'), ('numerics.dense_format', 'native'))
 

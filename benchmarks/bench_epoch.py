@@ -64,12 +64,12 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   step_args.parse_flags(make_parser(), None)
 
-import jax  # noqa: E402 (after the --help parse above)
-import numpy as np  # noqa: E402 (after the --help parse above)
+import jax
+import numpy as np
 
-from benchmarks import bench_step  # noqa: E402 (after the --help parse above)
-from input_pipeline import base, batching  # noqa: E402 (after the --help parse above)
-from trainer import checkpointing, loop, run  # noqa: E402 (after the --help parse above)
+from benchmarks import bench_step
+from input_pipeline import base, batching
+from trainer import checkpointing, loop, run
 
 
 def repeated_image_dataset(config, train_examples, test_examples, num_classes):

@@ -54,12 +54,12 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   step_args.parse_flags(make_parser(), None)
 
-import jax  # noqa: E402 (after the --help parse above)
-import numpy as np  # noqa: E402 (after the --help parse above)
+import jax
+import numpy as np
 
-from benchmarks import bench_step  # noqa: E402 (after the --help parse above)
-from input_pipeline import batching  # noqa: E402 (after the --help parse above)
-from trainer import run  # noqa: E402 (after the --help parse above)
+from benchmarks import bench_step
+from input_pipeline import batching
+from trainer import run
 
 FEEDS = ('synthetic', 'host', 'device')
 

@@ -44,10 +44,10 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load numpy and JAX
   make_parser().parse_args()
 
-import numpy as np  # noqa: E402 (after the --help parse above)
+import numpy as np
 
-from configs import celeba as celeba_config  # noqa: E402 (after the --help parse above)
-from input_pipeline import batching, celeba, celeba_files, celeba_fixture  # noqa: E402 (after the --help parse above)
+from configs import celeba as celeba_config
+from input_pipeline import batching, celeba, celeba_files, celeba_fixture
 
 
 def _jpegs(manual_dir):

@@ -41,13 +41,13 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   make_parser().parse_args()
 
-import jax  # noqa: E402 (after the --help parse above)
-import jax.numpy as jnp  # noqa: E402 (after the --help parse above)
-import numpy as np  # noqa: E402 (after the --help parse above)
-from flax import nnx  # noqa: E402 (after the --help parse above)
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
 
-from benchmarks import bench_determinism  # noqa: E402 (after the --help parse above)
-from models import pool  # noqa: E402 (after the --help parse above)
+from benchmarks import bench_determinism
+from models import pool
 
 WINDOW, STRIDES, PADDING = (3, 3), (2, 2), ((1, 1), (1, 1))
 POOLS = {

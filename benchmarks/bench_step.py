@@ -47,16 +47,16 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   step_args.parse_flags(make_parser(), None)
 
-import jax  # noqa: E402 (after the --help parse above)
-import numpy as np  # noqa: E402 (after the --help parse above)
+import jax
+import numpy as np
 
-from configs import validation  # noqa: E402 (after the --help parse above)
-from input_pipeline import base  # noqa: E402 (after the --help parse above)
-from models import architecture, resnet  # noqa: E402 (after the --help parse above)
-from numerics import emulate as emulate_lib  # noqa: E402 (after the --help parse above)
-from numerics import ops, profiles  # noqa: E402 (after the --help parse above)
-from numerics import setup as numerics_setup  # noqa: E402 (after the --help parse above)
-from trainer import platforms, run  # noqa: E402 (after the --help parse above)
+from configs import validation
+from input_pipeline import base
+from models import architecture, resnet
+from numerics import emulate as emulate_lib
+from numerics import ops, profiles
+from numerics import setup as numerics_setup
+from trainer import platforms, run
 
 # Dense peak TFLOP/s per device by product format ('bf16', 'tf32', 'f32'); matched by substring
 # of jax's device_kind, first match wins: the vendors' data sheets (NVIDIA H100 and H200 Tensor

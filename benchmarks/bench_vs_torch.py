@@ -70,9 +70,9 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX and torch
   step_args.parse_flags(make_parser(), None)
 
-import numpy as np  # noqa: E402 (after the --help parse above)
+import numpy as np
 
-from benchmarks import bench_step  # noqa: E402 (after the --help parse above)
+from benchmarks import bench_step
 
 
 def torch_resnet18(num_classes=1000, width=1.0, blocks=(2, 2, 2, 2)):

@@ -46,9 +46,9 @@ def make_parser():
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   step_args.parse_flags(make_parser(), None)
 
-import jax  # noqa: E402 (after the --help parse above)
+import jax
 
-from benchmarks import bench_step  # noqa: E402 (after the --help parse above)
+from benchmarks import bench_step
 
 # Category of a kernel by (lower-cased) substrings of its name, first match wins: the fallback for
 # kernels the compiled HLO does not name (cuDNN: fprop/dgrad/wgrad/implicit_gemm; cuBLAS: gemm).

@@ -78,15 +78,15 @@ def parse_args(argv):
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   parse_args(sys.argv[1:])
 
-import jax  # noqa: E402 (after the --help parse above)
+import jax
 
-from configs import common, loader  # noqa: E402 (after the --help parse above)
-from experiments import divergence_lockstep as lockstep  # noqa: E402 (after the --help parse above)
-from experiments import divergence_measure as measure  # noqa: E402 (after the --help parse above)
-from experiments import divergence_output as output  # noqa: E402 (after the --help parse above)
-from numerics import profiles  # noqa: E402 (after the --help parse above)
-from numerics import setup as numerics_setup  # noqa: E402 (after the --help parse above)
-from trainer import run  # noqa: E402 (after the --help parse above)
+from configs import common, loader
+from experiments import divergence_lockstep as lockstep
+from experiments import divergence_measure as measure
+from experiments import divergence_output as output
+from numerics import profiles
+from numerics import setup as numerics_setup
+from trainer import run
 
 FORMAT_FIELDS = tuple(f'numerics.{kind}_format' for kind in profiles.KINDS)
 

@@ -76,15 +76,15 @@ def parse_args(argv):
 if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
   parse_args(sys.argv[1:])
 
-import jax  # noqa: E402 (after the --help parse above)
-import jax.numpy as jnp  # noqa: E402 (after the --help parse above)
-import numpy as np  # noqa: E402 (after the --help parse above)
-from flax import nnx  # noqa: E402 (after the --help parse above)
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
 
-from experiments import numerics_probe_products as products  # noqa: E402 (after the --help parse above)
-from experiments import numerics_probe_report as probe_report  # noqa: E402 (after the --help parse above)
-from models.resnet import ResNet18  # noqa: E402 (after the --help parse above)
-from numerics import emulate  # noqa: E402 (after the --help parse above)
+from experiments import numerics_probe_products as products
+from experiments import numerics_probe_report as probe_report
+from models.resnet import ResNet18
+from numerics import emulate
 
 # (emulated, native) pairs whose agreement on a backend says the emulation reproduces it there,
 # for both implementations, and each fast implementation against its reference.
