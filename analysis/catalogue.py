@@ -325,8 +325,8 @@ DOCS = os.path.join(
   os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs', 'statistics.md'
 )
 FIRST = (
-  '<!-- catalogue: generated from analysis/catalogue.py markdown(); tests/test_catalogue.py '
-  'checks it -->'
+  '<!-- catalogue: generated from analysis/catalogue.py markdown(); tests/integration/'
+  'test_catalogue.py checks it -->'
 )
 LAST = '<!-- catalogue: end -->'
 
