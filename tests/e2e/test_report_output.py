@@ -7,7 +7,6 @@ import errno
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
 
 import pandas as pd
@@ -16,7 +15,7 @@ import pytest
 from analysis import analyse, attribute, draw, export, findings, output
 from runrecord import record
 from tests.conftest import ROOT
-from tests.support.commands import cli_error
+from tests.support.commands import cli_error, in_mount_namespace
 from tests.support.planted_runs import plant
 from tests.support.planted_tables import runs_csv
 
@@ -177,11 +176,6 @@ def test_every_writer_is_refused_while_its_destination_is_held_and_fails_whole(
 def test_disk_full_on_a_small_tmpfs_leaves_the_previous_report(tmp_path):
   """A real full disk: a tmpfs with room for one report and a half. The second analysis of other
   numbers runs out of space while staging; the first report stays byte for byte."""
-  if (
-    shutil.which('unshare') is None
-    or subprocess.run(['unshare', '-rm', 'true'], capture_output=True, check=False).returncode != 0
-  ):
-    pytest.skip('no unshare -rm here (user namespaces): a tmpfs cannot be mounted')
   a, b = runs_csv(tmp_path / 'a.csv'), runs_csv(tmp_path / 'b.csv', 0.05)
   analyse.main(['--csv', a, '--out', str(tmp_path / 'probe')])
   size = sum(
@@ -196,14 +190,7 @@ def test_disk_full_on_a_small_tmpfs_leaves_the_previous_report(tmp_path):
     f' && {py} --csv {b} --out {disk}/out > /dev/null 2> {tmp_path}/err; '
     f'echo $? > {tmp_path}/rc; cp -r {disk}/out {tmp_path}/after'
   )
-  done = subprocess.run(
-    ['unshare', '-rm', 'sh', '-c', script],
-    cwd=ROOT,
-    capture_output=True,
-    text=True,
-    timeout=300,
-    env={**os.environ, 'PYTHONPATH': ROOT},
-  )
+  done = in_mount_namespace(script, 'a tmpfs cannot be mounted')
   assert done.returncode == 0, done.stderr[-3000:]
   err = (tmp_path / 'err').read_text()
   assert (tmp_path / 'rc').read_text().strip() == '1' and 'Traceback' not in err, err[-3000:]

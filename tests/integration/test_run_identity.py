@@ -5,7 +5,6 @@ content. Planted run folders (Orbax results, no training)."""
 
 import os
 import shutil
-import subprocess
 import sys
 import uuid
 
@@ -16,8 +15,7 @@ from analysis import analyse, export
 from analysis.inputs import csv_input, results
 from analysis.numbers import stats
 from runrecord import record, sessions
-from tests.conftest import ROOT
-from tests.support.commands import cli_error
+from tests.support.commands import cli_error, in_mount_namespace
 from tests.support.planted_runs import fake_results
 
 
@@ -94,25 +92,13 @@ def test_a_bind_mount_of_the_root_counts_each_run_once(tmp_path):
   """`mount --bind R R2; analyse --runs R R2` (case 2). Before: every run twice, invented
   replicates, 'nondeterminism 0 %', 'deterministic: yes'. Runs in a private mount namespace
   (unshare -rm), so nothing outside the test sees the mount."""
-  if (
-    shutil.which('unshare') is None
-    or subprocess.run(['unshare', '-rm', 'true'], capture_output=True, check=False).returncode != 0
-  ):
-    pytest.skip('no unshare -rm here (user namespaces): a bind mount cannot be made')
   root = plant(tmp_path / 'runs')
   os.makedirs(tmp_path / 'mnt')
   script = (
     f'mount --bind {root} {tmp_path}/mnt && exec {sys.executable} -m analysis.analyse '
     f'--runs {root} {tmp_path}/mnt --out {tmp_path}/out'
   )
-  done = subprocess.run(
-    ['unshare', '-rm', 'sh', '-c', script],
-    cwd=ROOT,
-    capture_output=True,
-    text=True,
-    timeout=300,
-    env={**os.environ, 'PYTHONPATH': ROOT},
-  )
+  done = in_mount_namespace(script, 'a bind mount cannot be made')
   assert done.returncode == 0, done.stderr[-3000:]
   arms = pd.read_csv(tmp_path / 'out' / 'report_arms.csv')
   assert list(arms['n_runs']) == [3, 3] and 'nondeterminism' not in done.stdout.split('## Setup')[0]

@@ -1,7 +1,9 @@
 """Running the project's commands from a test: a CLI's one-line refusal, a module or train.py in
-a subprocess, a sweep config file, a free port for jax.distributed."""
+a subprocess (or a shell script in a private mount namespace), a sweep config file, a free port
+for jax.distributed."""
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -18,6 +20,26 @@ def cli_error(capsys, main, argv):
   lines = capsys.readouterr().err.strip().splitlines()
   assert e.value.code == 2 and lines and all(line.startswith('error: ') for line in lines), lines
   return lines
+
+
+def in_mount_namespace(script, cannot):
+  """Run the shell `script` in a private user and mount namespace (`unshare -rm`: root there, so it
+  may mount; nothing outside sees the mount), from the repository root with it on PYTHONPATH.
+  Skips the test where user namespaces are not available; `cannot` says what then cannot be done.
+  Returns the finished process (its output captured)."""
+  if (
+    shutil.which('unshare') is None
+    or subprocess.run(['unshare', '-rm', 'true'], capture_output=True, check=False).returncode != 0
+  ):
+    pytest.skip(f'no unshare -rm here (user namespaces): {cannot}')
+  return subprocess.run(
+    ['unshare', '-rm', 'sh', '-c', script],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env={**os.environ, 'PYTHONPATH': ROOT},
+  )
 
 
 def run_module(args, env=None, timeout=300):

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis.numbers import agreement, agreement_section, answer
+from analysis.numbers import agreement, agreement_section, answer, stats
 from analysis.words import answer_sentence, attribution_text, report, tables
 from configs import digits
 from tests.support.planted_predictions import prediction
@@ -16,17 +16,6 @@ from tests.support.planted_tables import DIGITS, digits_frame
 
 METRIC = 'final.test_accuracy'
 SHIFT = {'bf16 activations': 5.0, 'BN/16': 1.0}  # pp: different; shown and within ±2 pp
-EFFECTIVE = (
-  'platform',
-  'device_kind',
-  'batchnorm_group',
-  'compute_dtype',
-  'conv_format',
-  'dense_format',
-  'matmul_precision',
-  'param_dtype',
-  'xla_flags',
-)
 
 
 def label(arm):
@@ -58,7 +47,7 @@ def planted(seeds=8, rng=0):
           'device_kind': 'cpu',
           'data.test_size': 400,
           **{f'numerics.requested.{f.split(".")[1]}': v for f, v in arm.items()},
-          **{f'numerics.effective.{f}': f'{arithmetic}:{f}' for f in EFFECTIVE},
+          **{f'{stats.EFFECTIVE}{f}': f'{arithmetic}:{f}' for f in stats.IDENTICAL_FIELDS},
           METRIC: (base[s] + SHIFT.get(name, 0.0) + noise[s]) / 100,
         }
       )
