@@ -6,6 +6,13 @@ import pytest
 from benchmarks import bench_determinism
 from trainer import steps
 
+# The smallest step bench_determinism measures: 8x8 images, the small stem, width 0.125, one
+# step in one window on one device.
+TOY_STEP = (
+  '--image-size 8 --stem small --width 0.125 --batch 8 --steps 1 --windows 1 --warmup 0 '
+  '--devices 1 --num-classes 10'
+).split()
+
 
 @pytest.mark.usefixtures('keep_matmul_precision', 'fast_compile')
 def test_bench_determinism_prints_both_variants_and_the_ratio(capsys, monkeypatch):
@@ -13,30 +20,7 @@ def test_bench_determinism_prints_both_variants_and_the_ratio(capsys, monkeypatc
   monkeypatch.setattr(
     steps.Seeded, 'compile', lambda self, *a, **k: compiles.append(a) or compile_step(self, *a, **k)
   )
-  bench_determinism.main(
-    [
-      '--image-size',
-      '8',
-      '--stem',
-      'small',
-      '--width',
-      '0.125',
-      '--batch',
-      '8',
-      '--steps',
-      '1',
-      '--windows',
-      '1',
-      '--warmup',
-      '0',
-      '--devices',
-      '1',
-      '--repeat-steps',
-      '2',
-      '--num-classes',
-      '10',
-    ]
-  )
+  bench_determinism.main([*TOY_STEP, '--repeat-steps', '2'])
   assert len(compiles) == 2  # the two variants from one lowering, no unused third
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[-1].startswith('deterministic_vs_nondeterministic=')
@@ -58,26 +42,9 @@ def test_the_xla_variants_compile_and_the_autotuned_one_says_why_it_is_absent_on
   flag refuses); XLA:CPU has no autotuner, so the autotuned variant is left out with its reason."""
   bench_determinism.main(
     [
-      '--image-size',
-      '8',
-      '--stem',
-      'small',
-      '--width',
-      '0.125',
-      '--batch',
-      '8',
-      '--steps',
-      '1',
-      '--windows',
-      '1',
-      '--warmup',
-      '0',
-      '--devices',
-      '1',
+      *TOY_STEP,
       '--repeat-steps',
       '1',
-      '--num-classes',
-      '10',
       '--variants',
       'deterministic_autotuned,exclude_nondeterministic,nondeterministic',
     ]
