@@ -12,6 +12,7 @@ from analysis.numbers import stats
 from configs import digits
 from numerics import setup as numerics_setup
 from runrecord import record, rules
+from tests.support.planted_runs import make_record
 from trainer import execution
 
 AVX512_HOST = 'fpu sse4_1 sse4_2 avx avx2 fma avx512f avx512bw avx512_vnni'.split()
@@ -25,15 +26,7 @@ def cpu_record(seed, accuracy, **cpu):
   config = digits.get_config('smoke')
   config.seed = seed
   facts = {'platform': 'cpu', 'device_kind': 'cpu', **cpu, 'num_devices': 1, 'num_processes': 1}
-  numerics = {'requested': config.numerics.to_dict(), 'effective': config.numerics.to_dict()}
-  out = record.new_record(config, facts, numerics, {'name': 'digits', 'fingerprint': 'abc'}, {}, {})
-  out.update(
-    status='completed',
-    step=10,
-    total_steps=10,
-    final={'test_accuracy': accuracy, 'test_loss': 1.0, 'train_loss': 1.0, 'train_accuracy': 0.5},
-  )
-  return out
+  return make_record(config, accuracy, facts=facts)
 
 
 def isa(level):

@@ -64,9 +64,10 @@ def plant(root, seeds=(0, 1, 2), dtypes=('float32', 'bfloat16')):
   return str(root)
 
 
-def make_record(config, accuracy, **numerics_effective):
-  """A completed run's record as the trainer writes it (record.new_record), with a final metric."""
-  facts = {'platform': 'cpu', 'device_kind': 'cpu', 'num_devices': 8, 'num_processes': 1}
+def make_record(config, accuracy, facts=None, **numerics_effective):
+  """A completed run's record as the trainer writes it (record.new_record), with a final metric;
+  `facts`: where it ran (default: one process on 8 CPU devices)."""
+  facts = facts or {'platform': 'cpu', 'device_kind': 'cpu', 'num_devices': 8, 'num_processes': 1}
   numerics = {
     'requested': config.numerics.to_dict(),
     'effective': {**config.numerics.to_dict(), **numerics_effective},
