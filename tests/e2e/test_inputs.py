@@ -208,18 +208,20 @@ def test_slurm_script_runs_the_interpreter_that_wrote_it(tmp_path):
   """Before: bare `python`, whatever the compute node's PATH finds first."""
   env_bin = tmp_path / 'my env' / 'bin'
   env_bin.mkdir(parents=True)
-  stub = env_bin / 'python3.11'
-  stub.write_text(f'#!/bin/bash\necho "$@" > {tmp_path}/ran\n')
-  stub.chmod(0o755)
+  recorder = env_bin / 'python3.11'
+  recorder.write_text(f'#!/bin/bash\necho "$@" > {tmp_path}/ran\n')
+  recorder.chmod(0o755)
   commands = tmp_path / 'c.txt'
   commands.write_text('python train.py --workdir=w\n')
   script = tmp_path / 's.sbatch'
-  script.write_text(scripts.slurm_script(str(commands), 1, str(tmp_path), 'x', python=str(stub)))
+  script.write_text(
+    scripts.slurm_script(str(commands), 1, str(tmp_path), 'x', python=str(recorder))
+  )
   env = {k: v for k, v in os.environ.items() if k != 'SWEEP_PYTHON'}
   env.update(SLURM_ARRAY_TASK_ID='0', PATH='/usr/bin:/bin')
   subprocess.run(['bash', str(script)], env=env, check=True, capture_output=True)
   assert (tmp_path / 'ran').read_text().split() == ['train.py', '--workdir=w']
-  assert f"PYTHON='{stub}'" in script.read_text()
+  assert f"PYTHON='{recorder}'" in script.read_text()
   assert scripts.slurm_script(str(commands), 1, 'r', 'x').count(sys.executable) == 1
 
 

@@ -13,15 +13,15 @@ EVIL = ('$(touch "$MARK")', '`touch "$MARK"`', '"; touch "$MARK"; "', '\'; touch
 VALUES = [f'{code} v{i}' for i, code in enumerate(EVIL)]  # distinct arms: distinct folders
 
 
-def stub_python(tmp_path):
+def recording_python(tmp_path):
   """A `python` that writes its working folder, the cache variable and its argv, NUL-separated."""
   bin_dir = tmp_path / 'bin'
   bin_dir.mkdir()
-  stub = bin_dir / 'python'
-  stub.write_text(
+  recorder = bin_dir / 'python'
+  recorder.write_text(
     '#!/bin/bash\nprintf \'%s\\0\' "$PWD" "$JAX_COMPILATION_CACHE_DIR" "$@" > "$ARGV"\n'
   )
-  stub.chmod(0o755)
+  recorder.chmod(0o755)
   return bin_dir
 
 
@@ -68,7 +68,7 @@ def test_hostile_root_config_name_and_values_run_nothing(tmp_path, capsys):
   assert '#SBATCH --job-name=sweep-c-touch-MARK-x\n' in text
   assert f'#SBATCH --output={out}/slurm-%A_%a.out\n' in text
   runs, path, arg = sweep.expand(f'{cfg}:smoke', root)
-  bin_dir = stub_python(tmp_path)
+  bin_dir = recording_python(tmp_path)
   for task, run in enumerate(runs):
     argv, proc = run_task(script, task, tmp_path, bin_dir)
     assert proc.returncode == 0, proc.stderr

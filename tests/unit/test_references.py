@@ -11,7 +11,7 @@ read for references of four shapes, each resolved against the tree:
            by file name anywhere under tests/ (the tiers' folders and the helpers' included)
   sections a page and one of its headings, quoted (docs/record.md "Test predictions")
 
-Not references: placeholders (a part that is one letter or in capitals: 'analysis.x',
+Not references: example names (a part that is one letter or in capitals: 'analysis.x',
 'configs/x.py', 'benchmarks.NAME'), file names after a dot ('numerics.md'), and `numerics.NAME`
 where NAME is no module of numerics/ (the config's and the record's numerics fields share the
 package's name: numerics.profile, numerics.requested). HISTORY lists references kept on purpose.
@@ -60,7 +60,7 @@ _TEST = re.compile(r'(?<![\w.\-])((?:[\w]+/)*test_\w+\.py)\b')
 _SECTION = re.compile(r'\b(docs/[\w\-]+\.md|BENCHMARKS\.md|README\.md) "([^"]+)"')
 
 
-def placeholder(part):
+def example_name(part):
   """A stand-in, not a name: one letter, or capitals ('x', 'X', 'NAME', 'FILE')."""
   return len(part) == 1 or (part.isupper() and part.isalpha())
 
@@ -117,7 +117,7 @@ def dotted_problem(root, ref):
   """Why the dotted reference `ref` does not resolve under `root` (None: it does, or it is no
   reference: module doc)."""
   parts = ref.split('.')
-  if parts[-1] in EXTENSIONS or any(placeholder(p) for p in parts):
+  if parts[-1] in EXTENSIONS or any(example_name(p) for p in parts):
     return None
   if parts[0] in FIELD_GROUPS and not module_file(root, parts[:2]):
     return None
@@ -134,7 +134,7 @@ def path_problem(root, ref):
   """Why the path reference `ref` does not resolve under `root` (module doc), or None."""
   ref = ref.rstrip('/.')
   parts = re.split(r'[/.]', ref)
-  if any(placeholder(p) for p in parts if p) or '<' in ref:
+  if any(example_name(p) for p in parts if p) or '<' in ref:
     return None
   target = os.path.join(root, ref)
   if '*' in ref:
@@ -155,7 +155,7 @@ def unresolved_test_file(root, ref):
   """Why the file `ref` of tests/ is not there: looked for by its name anywhere under tests/ (the
   tiers' folders, the helpers' package), so that a reference survives the file's move."""
   name = os.path.basename(ref)
-  if placeholder(name[len('test_') : -len('.py')] if name.startswith('test_') else name[:-3]):
+  if example_name(name[len('test_') : -len('.py')] if name.startswith('test_') else name[:-3]):
     return None
   found = glob.glob(os.path.join(root, 'tests', '**', name), recursive=True)
   return None if found else 'no such file under tests/'
