@@ -29,42 +29,18 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 import jax  # noqa: E402 (imported once JAX_PLATFORMS and XLA_FLAGS above are set)
 import pytest  # noqa: E402 (after the environment, with jax)
 
-# Tiers by cost, one folder each: a test file sits directly in the folder of its tier, and its tests
-# get the tier as a marker (`pytest tests/unit` or `pytest -m unit`, `-m "not e2e"`, ...;
-# pyproject.toml registers the markers). unit = no model is built (statistics and analysis on
-# planted tables, config and plan checks, pure functions); integration = JAX in this process (model
-# parts, one compiled step, a benchmark's main at a toy size); e2e = whole runs: training, or
-# subprocesses (train.py, the CLIs, the benchmarks); tpu = TPU programs compiled on this CPU with
-# libtpu (sweeps/preflight.py; skipped where libtpu is not installed); gpu = run on a GPU machine
-# with GPU_TESTS=1 (skipped elsewhere). tests/support holds the helpers the tests share (no tests);
-# tests/unit/test_tiers.py checks that every test file is in a tier folder.
+# Tiers by cost, one folder each (`pytest tests/unit` or `-m unit`; pyproject.toml registers the
+# markers): unit = no model is built; integration = JAX in this process; e2e = whole runs or
+# subprocesses; tpu = TPU programs compiled here with libtpu; gpu = GPU_TESTS=1 on a GPU machine.
 TIERS = ('unit', 'integration', 'e2e', 'tpu', 'gpu')
-TESTS = pathlib.Path(__file__).resolve().parent
-TEST_FILES = ('test_*.py', '*_test.py')  # pytest's default python_files (pyproject.toml keeps it)
-
-
-# Fixtures that several test files share and that are too specific for this file.
 pytest_plugins = ('tests.support.celeba_data',)
-
-
-def tier_of(path, tests=TESTS):
-  """The tier of a test file (a path): the tier folder directly under `tests` that holds it, or
-  None for a file anywhere else (tests/ itself, a subfolder of a tier, tests/support)."""
-  parts = pathlib.Path(path).resolve().relative_to(pathlib.Path(tests).resolve()).parts
-  return parts[0] if len(parts) == 2 and parts[0] in TIERS else None
-
-
-def outside_the_tiers(tests=TESTS):
-  """The test files under `tests` that no tier holds (relative paths, sorted)."""
-  found = {p for pattern in TEST_FILES for p in pathlib.Path(tests).rglob(pattern)}
-  return sorted(p.relative_to(tests).as_posix() for p in found if tier_of(p, tests) is None)
 
 
 def pytest_collection_modifyitems(items):
   """Each test gets its folder's tier as a marker."""
   for item in items:
-    tier = tier_of(item.path)
-    if tier:
+    tier = pathlib.Path(item.path).parent.name
+    if tier in TIERS:
       item.add_marker(getattr(pytest.mark, tier))
 
 
