@@ -1,44 +1,48 @@
 """Two numerics settings of one run trained in lockstep over seeds, with a control and a ceiling.
 
-How far apart do the models drift, against a perturbation of matched magnitude (the control) and
-the distance between unrelated models of one arm (the ceiling: another seed)?
-
   python -m experiments.divergence --config=configs/digits.py:study --a numerics.profile=f32 \
       --b numerics.profile=tpu_default --seeds 0 1 2 3 4 --out runs/divergence
 
-`--a`/`--b`/`--control`: `numerics.<field>=<value>[,...]` (prefix optional). No `--b`: b = a, a
-determinism check (exactly zero distance at every step and no test image predicted differently, else
-exit code 1). `--control` (default `numerics.profile=bf16_noise`, `none` for no control arm): arm a
-plus these overrides, a perturbation of matched magnitude; a control that names a profile replaces
-arm a's product formats (its conv_format / dense_format) unless it names them too. `--seeds S ...`
-or `--num-seeds N` (config.seed, config.seed+1, ...): the lockstep comparison per seed; from two
-seeds on, arm a of consecutive seeds is the ceiling pair. `--config.<field>=<v>`: every arm.
-`--steps` (default: the whole training), a row every `--every` steps: distances per pair
-(divergence_measure.py), the mean over seeds with the min–max band; at the end, the churn (the share
-of predicted labels that differ: images, or image × attribute labels; the analysis's definition) on
-the whole test set per seed (Wilson intervals; multilabel: over images), then across seeds (t-Wilson
-interval over seeds, inside 0–100 %). Writes divergence.{json,md,png,pdf} to --out.
-Reference: docs/numerics.md "Experiments on the numerics".
+Writes divergence.{md,json,png,pdf} to --out; what each number means: docs/numerics.md
+("Experiments on the numerics"). Without --b, a determinism check (exit code 1 if it fails).
 """
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import sys
+import textwrap
 import time
 
+import numpy as np
+
+from configs import common, loader, validation
+from numerics import profiles
+from runrecord import files
+
+# JAX, the trainer (experiments/lockstep.py), pandas and matplotlib load once main has read the
+# command line: --help and a bad flag are answered without them.
+
 DEFAULT_CONTROL = 'numerics.profile=bf16_noise'
+FORMAT_FIELDS = tuple(f'numerics.{kind}_format' for kind in profiles.KINDS)
+OUTPUTS = ['divergence.md', 'divergence.json', 'divergence.png', 'divergence.pdf']
+GROUPS = ('stem', 'layer1', 'layer2', 'layer3', 'layer4', 'head')  # parameter groups, in order
 
 
 def fail(message):
-  """A one-line error on stderr, exit code 2 (bad arguments, found before any training)."""
+  """Bad input: one line on stderr, exit code 2."""
   print(f'error: {message}', file=sys.stderr)
   sys.exit(2)
 
 
 def parse_args(argv):
+  """(args, [(config field, value)] of the --config.<field>=<value> flags)."""
   p = argparse.ArgumentParser(
-    prog='python -m experiments.divergence', description=' '.join(__doc__.split('\n\n')[0].split())
+    prog='python -m experiments.divergence',
+    description=__doc__,
+    formatter_class=argparse.RawDescriptionHelpFormatter,
   )
   p.add_argument('--config', required=True, help='config file and presets: configs/digits.py:cpu')
   p.add_argument('--a', required=True, help='arm a: numerics.<field>=<value>[,...]')
@@ -51,12 +55,7 @@ def parse_args(argv):
   seeds = p.add_mutually_exclusive_group()
   seeds.add_argument('--seeds', type=int, nargs='+', help='seeds (default: config.seed)')
   seeds.add_argument('--num-seeds', type=int, help='N seeds from config.seed on')
-  p.add_argument(
-    '--steps',
-    type=int,
-    default=None,
-    help='training steps of every arm (default: all, to the end of training)',
-  )
+  p.add_argument('--steps', type=int, default=None, help='training steps (default: all)')
   p.add_argument('--every', type=int, default=10, help='steps between rows')
   p.add_argument('--probe', type=int, default=256, help='test images in the fixed probe batch')
   p.add_argument('--devices', type=int, default=0, help='data-parallel devices (0: all)')
@@ -73,22 +72,6 @@ def parse_args(argv):
     if not item.startswith('--config.') or '=' not in item:
       fail(f'unrecognized argument {item}: set config fields as --config.<field>=<value>')
   return args, [tuple(item[len('--config.') :].split('=', 1)) for item in rest]
-
-
-if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
-  parse_args(sys.argv[1:])
-
-import jax
-
-from configs import common, loader
-from experiments import divergence_lockstep as lockstep
-from experiments import divergence_measure as measure
-from experiments import divergence_output as output
-from numerics import profiles
-from numerics import setup as numerics_setup
-from trainer import run
-
-FORMAT_FIELDS = tuple(f'numerics.{kind}_format' for kind in profiles.KINDS)
 
 
 def parse_setting(flag, text):
@@ -114,8 +97,7 @@ def parse_setting(flag, text):
 
 
 def load_config(spec, overrides=()):
-  """`configs/x.py:preset,...` plus `--config.<field>=<value>` overrides (configs/loader.py), not
-  resolved: the arms' overrides come first."""
+  """The config of `spec` with the --config.<field> overrides, not resolved (arms come first)."""
   config = loader.load(spec)
   for key, value in overrides:
     try:
@@ -131,18 +113,19 @@ def arm_config(config, overrides, flag, seed):
     arm = common.apply_overrides(
       config.copy_and_resolve_references(), [*overrides.items(), ('seed', seed)]
     )
-    return run.validation.resolve(arm)
-  except ValueError as e:  # ConfigError is a ValueError: one line naming the field
+    return validation.resolve(arm)
+  except ValueError as e:  # ConfigError: one line naming the field
     raise ValueError(f'{flag}: {str(e).splitlines()[0]}') from None
 
 
 def settings(args):
-  """{'a': overrides, 'b': ..., ['control': ...]} from the flags."""
+  """{'a': overrides, 'b': ..., ['control': ...]}; a control naming a profile replaces arm a's
+  product formats unless it names them too."""
   out = {'a': parse_setting('--a', args.a)}
   out['b'] = out['a'] if args.b is None else parse_setting('--b', args.b)
   if args.control.strip().lower() != 'none':
     control = parse_setting('--control', args.control)
-    named = 'numerics.profile' in control  # a profile replaces arm a's own formats
+    named = 'numerics.profile' in control
     base = {k: v for k, v in out['a'].items() if not (named and k in FORMAT_FIELDS)}
     out['control'] = {**base, **control}
   return out
@@ -165,82 +148,326 @@ def determinism_failures(result):
   return bad + ([f'{count} predicted test labels differ at the end'] if count else [])
 
 
-def write(result, out_dir):
-  """divergence.md/.json/.png/.pdf; prints the report and the figure's paths."""
-  os.makedirs(out_dir, exist_ok=True)
-  text = output.markdown(result)
-  print(text)
-  for name, content in (('md', text), ('json', json.dumps(result, indent=1, default=str))):
-    with open(os.path.join(out_dir, f'divergence.{name}'), 'w', encoding='utf-8') as f:
-      f.write(content)
-  for path in output.figure(result, out_dir):
-    print(f'wrote {path}')
+# --- the report: Markdown tables (what every number means) and the figure ---
+
+KIND_TITLES = {'b': 'a vs b', 'control': 'a vs control', 'ceiling': 'a vs a, other seed'}
+KIND_TICKS = {'b': 'a vs b', 'control': 'a vs\ncontrol', 'ceiling': 'a vs a,\nother seed'}
+# The colour of the pair's other model (style.PALETTE): arms a, b, control as style.arm_colors.
+KIND_COLORS = {'b': 1, 'control': 2, 'ceiling': 6}
+PARAMS = (('params', '‖Δθ‖/‖θa‖'),)
+PROBE = (('logits', 'logits ‖ΔL‖/‖La‖'), ('probe_disagreement', 'churn'))
+
+
+def cell(b, spec='.2e'):
+  """'mean [min, max]' of a band (one seed: the value; no value: –)."""
+  if b['mean'] is None:
+    return '–'
+  if b['n'] == 1:
+    return format(b['mean'], spec)
+  return f'{b["mean"]:{spec}} [{b["min"]:{spec}}, {b["max"]:{spec}}]'
+
+
+def pct(x):
+  return f'{100 * x:.2f}'
+
+
+def interval(low, high):
+  return '–' if low is None else f'{pct(low)}–{pct(high)}'
+
+
+def curve_table(result, metrics, with_loss):
+  """One row per recorded step: `metrics` of every pair kind (and each arm's loss)."""
+  curves, losses = result['curves'], result['losses']
+  rows = []
+  for i, step in enumerate(result['steps']):
+    row = {'step': str(step)}
+    for name, title in metrics:
+      for kind in curves:
+        spec = '.3f' if 'disagree' in name else '.2e'
+        row[f'{title} {KIND_TITLES[kind]}'] = cell(curves[kind][name][i], spec)
+    for arm, series in losses.items() if with_loss else ():
+      row[f'loss {arm}'] = cell(series[i], '.4f')
+    rows.append(row)
+  return rows
+
+
+def group_table(result):
+  """The last row's parameter distance per group, max |Δθ| and BN statistics, per pair kind."""
+  rows = []
+  for kind, c in result['curves'].items():
+    groups = {
+      g: cell(c[f'params.{g}'][-1]) for g in GROUPS if c[f'params.{g}'][-1]['mean'] is not None
+    }
+    rows.append(
+      {
+        'pair': KIND_TITLES[kind],
+        **groups,
+        'max\\|Δθ\\|': cell(c['params.max_abs'][-1]),
+        'BN stats ‖Δ‖/‖a‖': cell(c['batch_stats'][-1]),
+      }
+    )
+  return rows
+
+
+def final_table(result):
+  """Whole-test-set churn per pair kind: per seed, then across seeds."""
+  rows = []
+  for kind, d in result['final']['disagreement'].items():
+    across, total = d['across'], d['total']
+    rows.append(
+      {
+        'pair': KIND_TITLES[kind],
+        'pairs': str(len(d['pairs'])),
+        'per seed % [95% Wilson]': '; '.join(
+          f'{pct(p["rate"])} [{interval(p["ci_low"], p["ci_high"])}]' for p in d['pairs']
+        ),
+        'mean over seeds %': '–' if across['mean'] is None else pct(across['mean']),
+        '95% t-Wilson CI over seeds %': interval(across['t_low'], across['t_high']),
+        'seeds in the CI': str(across['pairs']),
+        'labels differing (all seeds)': f'{total["count"]} of {total["n"]}',
+      }
+    )
+  return rows
+
+
+def header(result):
+  arms, info, final = result['arms'], result['info'], result['final']
+  lines = [
+    f'# Divergence: a = {arms["a"]["label"]} vs b = {arms["b"]["label"]}\n',
+    f'{info["config_spec"]}, seeds {", ".join(map(str, info["seeds"]))}, {info["steps"]} of '
+    f'{info["total_steps"]} training steps, {info["platform"]} ({info["device_kind"]}), '
+    f'{info["devices"]} device(s); probe: the first {info["probe"]} test images; test set: '
+    f'{final["test_count"]} images.\n',
+  ]
+  for name, arm in arms.items():
+    e = arm['numerics']['effective']
+    acc = {k: (100 * v if isinstance(v, float) else v) for k, v in final['accuracy'][name].items()}
+    lines.append(
+      f'- arm {name} ({arm["label"]}): conv {e["conv_format"]}, dense {e["dense_format"]}, '
+      f'precision {e["matmul_precision_flag"]}, compute {e["compute_dtype"]}, BN '
+      f'{e["batchnorm"]}; final test accuracy {cell(acc, ".2f")} %'
+    )
+  return lines
+
+
+PAIRS = {
+  'b': '- **a vs b**: the same seed (the same initial weights and batches), other numerics.',
+  'control': """- **a vs control**: arm a plus {control}, the same seed: a perturbation of matched
+  magnitude; b's format does more than one if a vs b is clearly larger (docs/numerics.md).""",
+  'ceiling': """- **a vs a, other seed** (the ceiling): arm a of the next seed (other initial
+  weights and data order): how far apart two unrelated models of one arm are.""",
+}
+EXPLAIN = """
+Distances in float64, relative to arm a (x: the pair's other model); churn: the share of predicted
+labels that differ (multilabel: image × attribute labels, the analysis's churn); loss: each arm's
+mean training loss since the previous row. Each cell: the mean over seeds [{band}].
+"""
+FINAL = """The churn per seed (pair) with its {ci}, then the mean over seeds with its {across}:
+seeds are the units (pooling their images in one sample would be too narrow).
+"""
+
+
+def markdown(result):
+  """The report: setup, arms, what the numbers mean, the curves table and the final tables."""
+  from analysis.words import tables
+
+  info = result['info']
+  control = result['arms'].get('control', {}).get('label')
+  return '\n'.join(
+    [
+      *header(result),
+      '\nPairs:\n',
+      *(PAIRS[kind].format(control=control) for kind in result['curves']),
+      EXPLAIN.format(band=info['band']),
+      '## Parameter distance during training\n',
+      tables.markdown(curve_table(result, PARAMS, True)),
+      '## Probe logits during training\n',
+      tables.markdown(curve_table(result, PROBE, False)),
+      f'## Per group at step {result["steps"][-1]}\n',
+      tables.markdown(group_table(result)),
+      '## Churn on the whole test set (share of predicted labels that differ)\n',
+      FINAL.format(ci=info['interval'], across=info['across_interval']),
+      tables.markdown(final_table(result)),
+    ]
+  )
+
+
+def plot_band(ax, x, series, color, label, lw=1.4):
+  """Mean line and min–max band; zeros left out on log axes."""
+
+  def get(key):
+    return np.array([np.nan if b[key] is None else b[key] for b in series], float)
+
+  mean, low, high = get('mean'), get('min'), get('max')
+  if ax.get_yscale() == 'log':
+    mean, low, high = (np.where(v > 0, v, np.nan) for v in (mean, low, high))
+  ax.plot(x, mean, marker='.', ms=3, color=color, lw=lw, label=label)
+  ax.fill_between(x, low, high, color=color, alpha=0.18, lw=0)
+
+
+def distance_panel(ax, x, curves, name, title, colors, log=True):
+  has = [np.any(np.array([b['max'] or 0 for b in c[name]]) > 0) for c in curves.values()]
+  if log and any(has):
+    ax.set_yscale('log')
+  for kind, c in curves.items():
+    plot_band(ax, x, c[name], colors[kind], KIND_TITLES[kind])
+  if not any(has):
+    ax.text(0.5, 0.85, 'exactly 0 at every step', ha='center', transform=ax.transAxes)
+  ax.set(title=title, xlabel='step', xlim=(0, max(x[-1], 1)))
+
+
+def final_panel(ax, final, colors):
+  """Whole-test-set churn per pair kind: the mean over seeds with its t-Wilson interval, and each
+  pair's rate with its own interval beside it."""
+  kinds = list(final['disagreement'])
+  for i, kind in enumerate(kinds):
+    d, color = final['disagreement'][kind], colors[kind]
+    a = d['across']
+    if a['t_low'] is not None:
+      ax.plot([i, i], [100 * a['t_low'], 100 * a['t_high']], color=color, lw=1.4)
+    ax.plot([i], [100 * a['mean']], 'o', color=color)
+    for j, q in enumerate(d['pairs']):
+      x = i + 0.12 + 0.05 * j
+      ax.plot([x, x], [100 * q['ci_low'], 100 * q['ci_high']], color=color, lw=0.5, alpha=0.6)
+      ax.plot([x], [100 * q['rate']], '.', color=color, ms=3, alpha=0.7)
+  ax.set_xticks(range(len(kinds)), [KIND_TICKS[k] for k in kinds], fontsize=6)
+  ax.set(title='end: churn, % of test labels', xlim=(-0.5, len(kinds) - 0.5), ylim=(0, None))
+
+
+def figure(result, out_dir):
+  """Distances vs step per pair kind, a vs b per group, losses, the final churn; PNG + PDF."""
+  import matplotlib.pyplot as plt
+
+  from analysis.figures import style
+
+  style.apply()
+  colors = {kind: style.PALETTE[i] for kind, i in KIND_COLORS.items()}
+  info = result['info']
+
+  x, curves = result['steps'], result['curves']
+  fig, axes = plt.subplots(3, 3, figsize=(style.WIDTH_IN, 6.0), constrained_layout=True)
+  axes = axes.ravel()
+  panels = [
+    ('params', 'params ‖θa−θx‖/‖θa‖', True),
+    ('params.max_abs', 'params max |θa−θx|', True),
+    ('batch_stats', 'BN statistics ‖Δ‖/‖a‖', True),
+    ('logits', 'probe logits ‖ΔL‖/‖La‖', True),
+    ('probe_disagreement', 'probe: churn (share of labels)', False),
+  ]
+  for ax, (name, title, log) in zip(axes, panels, strict=False):  # the first five of nine
+    distance_panel(ax, x, curves, name, title, colors, log)
+  axes[0].legend(loc='lower right', fontsize=6)
+  groups = {g: curves['b'][f'params.{g}'] for g in GROUPS}
+  groups = {g: s for g, s in groups.items() if s[-1]['mean'] is not None}
+  if any(b['max'] for s in groups.values() for b in s):
+    axes[5].set_yscale('log')
+  for color, (g, series) in zip(style.PALETTE, groups.items(), strict=False):  # more colours
+    plot_band(axes[5], x, series, color, g, lw=0.9)
+  axes[5].set(title='a vs b per group ‖Δθ‖/‖θa‖', xlabel='step', xlim=(0, max(x[-1], 1)))
+  axes[5].legend(ncol=2, fontsize=6, handlelength=1)
+  arm_colors = style.arm_colors(result['losses'])
+  for arm, series in result['losses'].items():
+    plot_band(axes[6], x, series, arm_colors[arm], f'{arm}: {result["arms"][arm]["label"]}')
+  axes[6].set(title='train loss since last row', xlabel='step', xlim=(0, max(x[-1], 1)))
+  axes[6].legend(fontsize=6)
+  final_panel(axes[7], result['final'], colors)
+  axes[8].axis('off')
+  legend = (
+    f'lines: mean over seeds; bands: {info["band"]}; final: churn (share of predicted labels '
+    f'that differ), mean over seeds, {info["across_interval"]}; dots: each seed, '
+    f'{info["interval"]}'
+  )
+  axes[8].text(0, 0.5, textwrap.fill(legend, 34), fontsize=6.5, va='center')
+  return style.save(fig, out_dir, 'divergence')
+
+
+def write_files(result, folder):
+  """divergence.md, divergence.json and the figure in `folder`; their paths."""
+  paths = [os.path.join(folder, f'divergence.{ext}') for ext in ('md', 'json')]
+  with open(paths[0], 'w', encoding='utf-8') as f:
+    f.write(markdown(result))
+  with open(paths[1], 'w', encoding='utf-8') as f:
+    json.dump(result, f, indent=1, default=str)
+  return paths + figure(result, folder)
 
 
 def main(argv=None):
-  """Run the comparison; returns 0, 1 (determinism check failed) or 2 (bad arguments)."""
+  """Run the comparison; returns 0, or 1 (determinism check failed; an output not written); bad
+  input exits 2 with nothing written."""
   args, overrides = parse_args(argv)
+  import jax
+
+  from experiments import lockstep
+  from numerics import setup as numerics_setup
+
   start = time.time()
   progress = lockstep.Progress(lambda line: print(line, file=sys.stderr, flush=True))
   progress.say(f'loading {args.config}')
-  try:
-    config = load_config(args.config, overrides)
-    arms = settings(args)
-    seeds = args.seeds or list(range(config.seed, config.seed + (args.num_seeds or 1)))
-    configs = {
-      seed: {n: arm_config(config, s, f'--{n}', seed) for n, s in arms.items()} for seed in seeds
-    }
-    # process-wide flags (GPU determinism; the same for every arm) before any backend use
-    numerics_setup.configure(configs[seeds[0]]['a'])
-    lock = lockstep.prepare(configs, args.devices, progress)
-    num_steps = args.steps or lock['ctx'].total_steps
+  with contextlib.ExitStack() as stack:
+    try:  # bad input, found before any training
+      config = load_config(args.config, overrides)
+      arms = settings(args)
+      seeds = args.seeds or list(range(config.seed, config.seed + (args.num_seeds or 1)))
+      configs = {
+        seed: {n: arm_config(config, s, f'--{n}', seed) for n, s in arms.items()} for seed in seeds
+      }
+      dest = stack.enter_context(
+        files.Destination(args.out, command='divergence', may_write=OUTPUTS)
+      )
+      numerics_setup.configure(configs[seeds[0]]['a'])  # process-wide flags, before any backend
+      lock = lockstep.prepare(configs, args.devices, progress)
+      num_steps = lockstep.check_steps(lock, args.steps)
+    except ValueError as e:
+      fail(str(e).splitlines()[0])
     rows = lockstep.train(lock, num_steps, args.every, args.probe, progress)
-  except ValueError as e:
-    fail(str(e).splitlines()[0])
-  progress.say('predicting the whole test set with every arm')
-  final = lockstep.final_test(lock)
-  curves, losses = measure.curves(rows)
-  device = jax.devices()[0]
-  first = configs[seeds[0]]
-  same = first['a'].numerics.to_dict() == first['b'].numerics.to_dict()
-  info = {
-    'config_spec': args.config,
-    'seeds': seeds,
-    'steps': num_steps,
-    'total_steps': lock['ctx'].total_steps,
-    'every': args.every,
-    'devices': lock['devices'],
-    'probe': min(args.probe, len(lock['ctx'].dataset.test)),
-    'platform': device.platform,
-    'device_kind': device.device_kind,
-    'jax': jax.__version__,
-    'identical_settings': same,
-    'band': measure.BAND_NAME,
-    'interval': measure.CI_NAME,
-    'across_interval': measure.ACROSS_NAME,
-    'config': config.to_dict(),
-  }
-  result = {
-    'info': info,
-    'steps': [r['step'] for r in rows],
-    'curves': curves,
-    'losses': losses,
-    'final': final,
-    'records': rows,
-    'arms': {
-      n: {'label': label(s), 'overrides': s, 'numerics': lock['numerics'][n]}
-      for n, s in arms.items()
-    },
-  }
-  bad = determinism_failures(result) if same else []
-  info['deterministic'] = (not bad) if same else None
-  info['seconds'] = round(time.time() - start, 1)
-  write(result, args.out)
+    progress.say('predicting the whole test set with every arm')
+    final = lockstep.final_test(lock)
+    curves, losses = lockstep.curves(rows)
+    device = jax.devices()[0]
+    first = configs[seeds[0]]
+    same = first['a'].numerics.to_dict() == first['b'].numerics.to_dict()
+    info = {
+      'config_spec': args.config,
+      'seeds': seeds,
+      'steps': num_steps,
+      'total_steps': lock['ctx'].total_steps,
+      'every': args.every,
+      'devices': lock['devices'],
+      'probe': min(args.probe, len(lock['ctx'].dataset.test)),
+      'platform': device.platform,
+      'device_kind': device.device_kind,
+      'jax': jax.__version__,
+      'identical_settings': same,
+      'band': lockstep.BAND_NAME,
+      'interval': lockstep.CI_NAME,
+      'across_interval': lockstep.ACROSS_NAME,
+      'config': config.to_dict(),
+    }
+    result = {
+      'info': info,
+      'steps': [r['step'] for r in rows],
+      'curves': curves,
+      'losses': losses,
+      'final': final,
+      'records': rows,
+      'arms': {
+        n: {'label': label(s), 'overrides': s, 'numerics': lock['numerics'][n]}
+        for n, s in arms.items()
+      },
+    }
+    bad = determinism_failures(result) if same else []
+    info['deterministic'] = (not bad) if same else None
+    info['seconds'] = round(time.time() - start, 1)
+    print(markdown(result))
+    try:
+      for path in dest.write(functools.partial(write_files, result)):
+        print(f'wrote {path}')
+    except files.WriteFailed as e:
+      print(f'error: {e}', file=sys.stderr)
+      return 1
   if same:
-    print(
-      'determinism check: '
-      + (f'FAILED: {"; ".join(bad[:3])}' if bad else 'passed (exactly zero distance at every step)')
-    )
+    failed = 'FAILED: ' + '; '.join(bad[:3])
+    print(f'determinism check: {failed if bad else "passed (exactly zero distance at every step)"}')
   return 1 if bad else 0
 
 

@@ -3,28 +3,27 @@
   python -m experiments.numerics_probe --out /tmp/numerics        # about a minute on a 2-core CPU
   python -m experiments.numerics_probe --out DIR --model-settings all --model-width 0.5   # more
 
-Measures, for every setting (native `jax_default_matmul_precision` values and the emulated formats
-of numerics/emulate.py, each by its reference implementation, `emu:`, and by its fast one, `fast:`,
-where the format has one): matmuls of ResNet-18's reduction lengths (64 ... 512*9), every distinct
-ResNet-18 convolution shape and the fc layer, and a small ResNet-18's logits and parameter
-gradients (one training-mode step). Error = ||y - y64|| / ||y64|| (relative L2) against float64
-(numpy for the products; JAX float64 on the CPU for the model, whose BatchNorm and pooling stay
-f32 in every setting, so the model rows measure the products' formats). Pairs of settings that
-should agree (an emulated format and the native one it reproduces; the fast and the reference
-implementation of a format) are compared directly: on a GPU or TPU, `fast:* vs <native>` is the
-fidelity of the fast path against the hardware's own arithmetic.
-Writes numerics.md, numerics.json and numerics_error.{png,pdf} to --out.
-Reference: docs/numerics.md "Experiments on the numerics".
+Matmuls of ResNet-18's reduction lengths, its distinct convolutions and fc layer, and a small
+ResNet-18's logits and gradients, under every setting (native precision flags, the emulated formats'
+reference `emu:` and fast `fast:` forms); pairs that should agree are compared directly. Writes
+numerics.md, numerics.json and numerics_error.{png,pdf} to --out. Reference: docs/numerics.md
+("Experiments on the numerics").
 """
 
 import argparse
+import contextlib
 import functools
 import json
 import os
 import sys
 import time
 
-from numerics import formats  # names only: no JAX
+import numpy as np
+
+from numerics import formats
+from runrecord import files
+
+# JAX, flax and the model load where they are used: --help and a bad flag are answered without.
 
 # name: (jax_default_matmul_precision, product format, emulate_impl). Presets set dots only; convs
 # then run at default.
@@ -37,12 +36,46 @@ SETTINGS = {
   **{f'emu:{m}': ('highest', m, 'reference') for m in ('bf16', 'bf16_3x', 'tf32', 'f32')},
   **{f'fast:{m}': ('highest', m, 'fast') for m in formats.FAST_FORMATS},
 }
+# (emulated, native) pairs whose agreement on a backend says the emulation reproduces it there,
+# for both implementations, and each fast implementation against its reference.
+PAIRS = tuple(
+  (f'{impl}:{m}', native)
+  for impl in ('emu', 'fast')
+  for m, native in (
+    ('bf16', 'default'),
+    ('bf16', 'BF16_BF16_F32'),
+    ('bf16_3x', 'high'),
+    ('tf32', 'default'),
+    ('tf32', 'TF32_TF32_F32'),
+    ('f32', 'highest'),
+  )
+  if f'{impl}:{m}' in SETTINGS
+) + tuple((f'fast:{m}', f'emu:{m}') for m in formats.FAST_FORMATS)
+MATMUL_K = (64, 128, 147, 256, 512, 576, 1152, 2304, 4608)
+# ResNet-18's distinct convolutions: (name, kernel, in, out, stride).
+CONVS = (
+  ('conv1', 7, 3, 64, 2),
+  ('layer1', 3, 64, 64, 1),
+  ('layer2.0.conv1', 3, 64, 128, 2),
+  ('layer2', 3, 128, 128, 1),
+  ('layer2.ds', 1, 64, 128, 2),
+  ('layer3.0.conv1', 3, 128, 256, 2),
+  ('layer3', 3, 256, 256, 1),
+  ('layer3.ds', 1, 128, 256, 2),
+  ('layer4.0.conv1', 3, 256, 512, 2),
+  ('layer4', 3, 512, 512, 1),
+  ('layer4.ds', 1, 256, 512, 2),
+)
+NO_DIFFERENCE = 'no difference'  # the 'worst layer' of a pair whose layers all agree exactly
+OUTPUTS = ['numerics.md', 'numerics.json', 'numerics_error.png', 'numerics_error.pdf']
+_START = [time.time()]  # when main started: the progress lines' clock
 
 
 def parse_args(argv):
   p = argparse.ArgumentParser(
     prog='python -m experiments.numerics_probe',
-    description=' '.join(__doc__.split('\n\n')[0].split()),
+    description=__doc__,
+    formatter_class=argparse.RawDescriptionHelpFormatter,
   )
   p.add_argument('--out', default='runs/numerics', help='folder for the table, JSON and figure')
   p.add_argument('--settings', default=','.join(SETTINGS), help='comma-separated subset')
@@ -65,43 +98,11 @@ def parse_args(argv):
   args = p.parse_args(argv)
   if args.model_settings == 'all':
     args.model_settings = args.settings
-  unknown = [
-    s for s in (args.settings + ',' + args.model_settings).split(',') if s and s not in SETTINGS
-  ]
+  chosen = (args.settings + ',' + args.model_settings).split(',')
+  unknown = [s for s in chosen if s and s not in SETTINGS]
   if unknown:
     p.error(f'--settings: unknown {unknown}; choose from {list(SETTINGS)}')
   return args
-
-
-if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
-  parse_args(sys.argv[1:])
-
-import jax
-import jax.numpy as jnp
-import numpy as np
-from flax import nnx
-
-from experiments import numerics_probe_products as products
-from experiments import numerics_probe_report as probe_report
-from models.resnet import ResNet18
-from numerics import emulate
-
-# (emulated, native) pairs whose agreement on a backend says the emulation reproduces it there,
-# for both implementations, and each fast implementation against its reference.
-PAIRS = tuple(
-  (f'{impl}:{m}', native)
-  for impl in ('emu', 'fast')
-  for m, native in (
-    ('bf16', 'default'),
-    ('bf16', 'BF16_BF16_F32'),
-    ('bf16_3x', 'high'),
-    ('tf32', 'default'),
-    ('tf32', 'TF32_TF32_F32'),
-    ('f32', 'highest'),
-  )
-  if f'{impl}:{m}' in SETTINGS
-) + tuple((f'fast:{m}', f'emu:{m}') for m in emulate.FAST_FORMATS)
-MATMUL_K = (64, 128, 147, 256, 512, 576, 1152, 2304, 4608)
 
 
 def rel_err(y, ref):
@@ -110,43 +111,90 @@ def rel_err(y, ref):
   return float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
 
 
-NO_DIFFERENCE = 'no difference'  # the 'worst layer' of a pair whose layers all agree exactly
-_START = [time.time()]  # when main started: the progress lines' clock
-
-
 def progress(message):
-  """One line on stderr, with the seconds since the probe started (each setting compiles for
-  seconds to a minute on a small CPU: the console shows what it is doing)."""
+  """One line on stderr with the seconds since the probe started (each setting compiles)."""
   print(f'[{time.time() - _START[0]:5.0f} s] {message}', file=sys.stderr, flush=True)
 
 
 def run_setting(setting, fn, *args, what='products'):
-  """fn(*args, fmt, impl) jitted and run under the setting's precision flag; None if
-  unsupported."""
+  """fn(*args, fmt, impl) jitted and run under the setting's precision flag; None if the backend
+  does not support it."""
+  import jax
+
   progress(f'{what}: {setting}')
   precision, fmt, impl = SETTINGS[setting]
   try:
     with jax.default_matmul_precision(precision):
       out = jax.jit(lambda *a: fn(*a, fmt, impl))(*args)
       return jax.tree.map(np.asarray, jax.block_until_ready(out))
-  except Exception as e:  # e.g. a preset the backend lacks
+  except Exception as e:  # e.g. a preset the backend lacks: a row of n/a, said here
     print(f'  {setting}: unsupported here ({str(e).splitlines()[0][:100]})', file=sys.stderr)
     return None
 
 
-def measure_products(settings, args, rng):
-  """({setting: {K: err}} for matmuls, [{name, K, setting: err}] for layers, {setting: outputs}).
+# --- the products: matmuls, ResNet-18's convolutions and fc layer, their float64 references ---
 
-  All products of one setting are compiled as one program (one compile per setting).
-  """
-  cases = products.product_cases(args, rng, MATMUL_K)
+
+def conv_ref(x, k, stride, pad):
+  """NHWC x HWIO convolution in float64 numpy (im2col)."""
+  x = np.pad(np.asarray(x, np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+  kh = k.shape[0]
+  win = np.lib.stride_tricks.sliding_window_view(x, (kh, kh), axis=(1, 2))[:, ::stride, ::stride]
+  return np.einsum('nhwcij,ijco->nhwo', win, np.asarray(k, np.float64), optimize=True)
+
+
+def activations(rng, shape):
+  """Post-ReLU-like inputs (non-negative, half zeros), float32."""
+  return np.maximum(rng.standard_normal(shape), 0).astype(np.float32)
+
+
+def kaiming(rng, shape, fan):
+  return (rng.standard_normal(shape) * np.sqrt(2.0 / fan)).astype(np.float32)
+
+
+def dense(a, b, fmt, impl):
+  from numerics import ops
+
+  return ops.dense(a, b, fmt=fmt, emulate_impl=impl)
+
+
+def conv(a, b, fmt, impl, stride, pad):
+  from numerics import ops
+
+  return ops.conv2d(a, b, stride, [(pad, pad)] * 2, fmt=fmt, emulate_impl=impl)
+
+
+def product_cases(args, rng):
+  """[(kind, name, K, fn(x, w, fmt, impl), x, w, float64 reference)]: a matmul per MATMUL_K,
+  then each layer of CONVS and the fc layer."""
+  cases = []
+  for k in MATMUL_K:
+    x, w = rng.standard_normal((args.rows, k)).astype(np.float32), kaiming(rng, (k, args.cols), k)
+    cases.append(('matmul', f'K={k}', k, dense, x, w, x.astype(np.float64) @ w.astype(np.float64)))
+  for name, kk, cin, cout, stride in CONVS:
+    size = args.conv_spatial * stride  # input size; the output is conv_spatial, K does not care
+    shape = (args.conv_batch, size, size, cin)
+    x = (
+      rng.standard_normal(shape).astype(np.float32) if name == 'conv1' else activations(rng, shape)
+    )
+    w, pad = kaiming(rng, (kk, kk, cin, cout), kk * kk * cout), kk // 2
+    fn = functools.partial(conv, stride=stride, pad=pad)
+    cases.append(('layer', name, kk * kk * cin, fn, x, w, conv_ref(x, w, stride, pad)))
+  x, w = activations(rng, (args.rows, 512)), kaiming(rng, (512, args.classes), 512)
+  cases.append(('layer', 'fc', 512, dense, x, w, x.astype(np.float64) @ w.astype(np.float64)))
+  return cases
+
+
+def measure_products(settings, args, rng):
+  """({setting: {K: err}} of the matmuls, [{name, K, setting: err}] of the layers, {setting:
+  outputs}, case names); one program (one compile) per setting."""
+  cases = product_cases(args, rng)
   fns = [c[3] for c in cases]
 
-  def both(xs, ws, fmt, impl):
+  def every(xs, ws, fmt, impl):
     return [f(x, w, fmt, impl) for f, x, w in zip(fns, xs, ws, strict=True)]
 
-  xs, ws = [c[4] for c in cases], [c[5] for c in cases]
-  outs = {s: run_setting(s, both, xs, ws) for s in settings}
+  outs = {s: run_setting(s, every, [c[4] for c in cases], [c[5] for c in cases]) for s in settings}
   matmul, layers = {s: {} for s in settings}, []
   for i, (kind, name, k, _, _, _, ref) in enumerate(cases):
     errs = {s: None if outs[s] is None else rel_err(outs[s][i], ref) for s in settings}
@@ -158,13 +206,15 @@ def measure_products(settings, args, rng):
   return matmul, layers, {s: outs[s] or [] for s in settings}, [c[1] for c in cases]
 
 
-def numpy_init(tree, rng):
-  """Concrete values for an abstract ResNet-18 state, torchvision's init drawn with numpy.
+# --- the model: a small ResNet-18's logits and gradients against float64 ---
 
-  Conv kernels N(0, 2/fan_out), fc kernel and bias U(+-1/sqrt(in)), BatchNorm scale 1, bias 0,
-  running mean 0, var 1. (Initialising in JAX compiles the threefry RNG for every parameter:
-  about a minute on a small CPU, for values that do not matter here.)
-  """
+
+def numpy_init(tree, rng):
+  """Values for an abstract ResNet-18 state, torchvision's init drawn with numpy (initialising in
+  JAX compiles the threefry RNG for every parameter: a minute on a small CPU)."""
+  import jax
+  import jax.numpy as jnp
+
   fc_in = [a.shape[0] for a in jax.tree.leaves(tree) if a.ndim == 2] or [1]
 
   def fill(path, leaf):
@@ -181,19 +231,21 @@ def numpy_init(tree, rng):
   return jax.tree_util.tree_map_with_path(fill, tree)
 
 
-def model_parts(args, fmt, dtype=jnp.float32, rng=None, impl='reference'):
-  """(graphdef, params, rest) of the small ResNet-18 measured, in `dtype`.
+def model_parts(args, fmt, dtype=None, rng=None, impl='reference'):
+  """(graphdef, params, rest) of the small ResNet-18 in `dtype` (float32): abstract, or
+  numpy_init's values given `rng`."""
+  import jax.numpy as jnp
+  from flax import nnx
 
-  Abstract state (nnx.eval_shape: no compute) unless `rng` is given: then numpy_init's values.
-  """
+  from models.resnet import ResNet18
 
   def make():
     return ResNet18(
       args.model_classes,
       width=args.model_width,
       stem='small',
-      dtype=dtype,
-      param_dtype=dtype,
+      dtype=dtype or jnp.float32,
+      param_dtype=dtype or jnp.float32,
       conv_format=fmt,
       dense_format=fmt,
       emulate_impl=impl,
@@ -206,14 +258,12 @@ def model_parts(args, fmt, dtype=jnp.float32, rng=None, impl='reference'):
   return graphdef, params, rest
 
 
-def model_step(graphdef, params, rest, x, y, fmt, impl):
-  """loss_and_grads in run_setting's form (fmt and impl are the model's own: graphdef's)."""
-  del fmt, impl
-  return loss_and_grads(graphdef, params, rest, x, y)
-
-
 def loss_and_grads(graphdef, params, rest, x, y):
   """(logits, grads): one training-mode forward/backward of mean cross-entropy."""
+  import jax
+  import jax.numpy as jnp
+  from flax import nnx
+
   model = nnx.merge(graphdef, params, rest)
 
   def loss_fn(m):
@@ -226,11 +276,17 @@ def loss_and_grads(graphdef, params, rest, x, y):
 
 
 def flat(tree):
+  import jax
+
   return np.concatenate([np.ravel(np.asarray(a, np.float64)) for a in jax.tree.leaves(tree)])
 
 
 def measure_model(settings, args, rng):
-  """{setting: {'logits': err, 'grads': err}} against the float64 model, plus outputs for pairs."""
+  """{setting: {'logits': err, 'grads': err}} against the float64 model (BatchNorm and pooling
+  stay f32 in every setting), and the outputs for the pairs."""
+  import jax
+  import jax.numpy as jnp
+
   x = rng.standard_normal((args.model_batch, args.model_image, args.model_image, 3))
   x = x.astype(np.float32)
   y = (np.arange(args.model_batch) % args.model_classes).astype(np.int32)
@@ -243,24 +299,20 @@ def measure_model(settings, args, rng):
     def cast(tree):
       return jax.device_put(jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), tree), cpu)
 
-    ref = jax.jit(lambda *a: loss_and_grads(graphdef64, *a))(
-      cast(params32),
-      cast(rest32),
-      jax.device_put(x.astype(np.float64), cpu),
-      jax.device_put(y, cpu),
-    )
+    x64, y64 = jax.device_put(x.astype(np.float64), cpu), jax.device_put(y, cpu)
+    ref = jax.jit(lambda *a: loss_and_grads(graphdef64, *a))(cast(params32), cast(rest32), x64, y64)
     ref_logits, ref_grads = np.asarray(ref[0]), flat(ref[1])
   errs, outs = {}, {}
   for s in settings:
     graphdef, _, _ = model_parts(args, SETTINGS[s][1], impl=SETTINGS[s][2])
-    fn = functools.partial(model_step, graphdef)
-    out = run_setting(s, fn, params32, rest32, x, y, what='model')
-    outs[s] = out
-    errs[s] = (
-      None
-      if out is None
-      else {'logits': rel_err(out[0], ref_logits), 'grads': rel_err(flat(out[1]), ref_grads)}
-    )
+
+    def step(params, rest, x, y, fmt, impl, graphdef=graphdef):  # fmt, impl: graphdef's own
+      return loss_and_grads(graphdef, params, rest, x, y)
+
+    out = outs[s] = run_setting(s, step, params32, rest32, x, y, what='model')
+    errs[s] = None
+    if out is not None:
+      errs[s] = {'logits': rel_err(out[0], ref_logits), 'grads': rel_err(flat(out[1]), ref_grads)}
   return errs, outs
 
 
@@ -272,20 +324,63 @@ def pair_diffs(outs, model_outs, settings, names):
     if a not in settings or b not in settings or not outs[a] or not outs[b]:
       continue
     diffs = [(rel_err(p, q), n) for p, q, n in zip(outs[a], outs[b], names, strict=True)]
-    mm = [d for d, n in diffs if n.startswith('K=')]
     layer = max((d, n) for d, n in diffs if not n.startswith('K='))
-    row = {
-      'pair': f'{a} vs {b}',
-      'matmuls': max(mm),
-      'layers': layer[0],
-      'worst layer': layer[1] if layer[0] > 0 else NO_DIFFERENCE,
-    }
     ma, mb = model_outs.get(a), model_outs.get(b)
     ok = ma is not None and mb is not None
-    row['logits'] = rel_err(ma[0], mb[0]) if ok else None
-    row['grads'] = rel_err(flat(ma[1]), flat(mb[1])) if ok else None
-    rows.append(row)
+    rows.append(
+      {
+        'pair': f'{a} vs {b}',
+        'matmuls': max(d for d, n in diffs if n.startswith('K=')),
+        'layers': layer[0],
+        'worst layer': layer[1] if layer[0] > 0 else NO_DIFFERENCE,
+        'logits': rel_err(ma[0], mb[0]) if ok else None,
+        'grads': rel_err(flat(ma[1]), flat(mb[1])) if ok else None,
+      }
+    )
   return rows
+
+
+# --- the report and the figure ---
+
+
+def fmt(v):
+  return 'n/a' if v is None else ('0' if v == 0 else f'{v:.2e}')
+
+
+def markdown(result):
+  """Products by reduction length, layers, the model, pairs."""
+  from analysis.words import tables
+
+  settings, info = result['settings'], result['info']
+  matmuls = [
+    {'setting': s, **{f'K={k}': fmt(result['matmul'][s][k]) for k in MATMUL_K}} for s in settings
+  ]
+  layers = [
+    {'layer': r['name'], 'K': str(r['K']), **{s: fmt(r[s]) for s in settings}}
+    for r in result['layers']
+  ]
+  lines = [
+    f'## Numerics on {info["platform"]} ({info["device_kind"]}), jax {info["jax"]}\n',
+    'Relative L2 error against float64.\n',
+    '### Matmuls [rows, K] @ [K, cols]\n',
+    tables.markdown(matmuls),
+    '\n### ResNet-18 layers (K = reduction length)\n',
+    tables.markdown(layers),
+  ]
+  if result['model']:
+    model = [
+      {'setting': s, 'logits': fmt((e or {}).get('logits')), 'grads': fmt((e or {}).get('grads'))}
+      for s, e in result['model'].items()
+    ]
+    lines += ['\n### Small ResNet-18, one training-mode step\n', tables.markdown(model)]
+  pairs = [
+    {k: (v if isinstance(v, str) else fmt(v)) for k, v in r.items()} for r in result['pairs']
+  ]
+  lines += [
+    '\n### Emulated vs native (relative L2 difference; products: worst case)\n',
+    tables.markdown(pairs),
+  ]
+  return '\n'.join(lines)
 
 
 def figure(result, out_dir):
@@ -298,26 +393,13 @@ def figure(result, out_dir):
   colors = style.arm_colors(result['settings'])
   fig, axes = plt.subplots(1, 2, figsize=(style.WIDTH_IN, 2.6), sharey=True)
   for s in result['settings']:
-    ks = [k for k in MATMUL_K if result['matmul'][s][k] is not None]
     dashed = {'emu': '--', 'fast': ':'}.get(s.split(':')[0], '-')
-    axes[0].plot(
-      ks,
-      [max(result['matmul'][s][k], 1e-12) for k in ks],
-      dashed,
-      marker='o',
-      ms=2.5,
-      color=colors[s],
-      label=s,
-    )
+    ks = [k for k in MATMUL_K if result['matmul'][s][k] is not None]
+    errs = [max(result['matmul'][s][k], 1e-12) for k in ks]
+    axes[0].plot(ks, errs, dashed, marker='o', ms=2.5, color=colors[s], label=s)
     rows = sorted((r['K'], r[s]) for r in result['layers'] if r[s] is not None)
-    axes[1].plot(
-      [k for k, _ in rows],
-      [max(e, 1e-12) for _, e in rows],
-      dashed,
-      marker='o',
-      ms=2.5,
-      color=colors[s],
-    )
+    errs = [max(e, 1e-12) for _, e in rows]
+    axes[1].plot([k for k, _ in rows], errs, dashed, marker='o', ms=2.5, color=colors[s])
   for ax, title in zip(axes, ('matmul (random normal)', 'ResNet-18 conv/fc shapes'), strict=True):
     ax.set(xscale='log', yscale='log', xlabel='reduction length K', title=title)
   axes[0].set_ylabel('relative L2 error vs float64')
@@ -334,45 +416,60 @@ def figure(result, out_dir):
   return style.save(fig, out_dir, 'numerics_error')
 
 
+def write_files(result, folder):
+  """numerics.md, numerics.json and the figure in `folder`; their paths."""
+  paths = [os.path.join(folder, name) for name in ('numerics.md', 'numerics.json')]
+  with open(paths[0], 'w', encoding='utf-8') as f:
+    f.write(markdown(result))
+  with open(paths[1], 'w', encoding='utf-8') as f:
+    json.dump(result, f, indent=1, default=str)
+  return paths + figure(result, folder)
+
+
 def main(argv=None):
   args = parse_args(argv)
-  settings = args.settings.split(',')
-  device = jax.devices()[0]
-  info = {
-    'platform': device.platform,
-    'device_kind': device.device_kind,
-    'jax': jax.__version__,
-    'args': vars(args),
-  }
-  rng = np.random.default_rng(args.seed)
-  start = _START[0] = time.time()
-  progress(
-    f'{len(settings)} settings on {device.platform}: one compile each (products), then '
-    f'{len([s for s in args.model_settings.split(",") if s])} model setting(s)'
-  )
-  matmul, layers, outs, names = measure_products(settings, args, rng)
-  model_settings = [s for s in args.model_settings.split(',') if s]
-  model, model_outs = measure_model(model_settings, args, rng) if model_settings else ({}, {})
-  result = {
-    'info': info,
-    'settings': settings,
-    'matmul': matmul,
-    'layers': layers,
-    'model': model,
-    'pairs': pair_diffs(outs, model_outs, settings, names),
-  }
-  info['seconds'] = round(time.time() - start, 1)
-  os.makedirs(args.out, exist_ok=True)
-  report = probe_report.markdown(result, MATMUL_K)
-  print(report)
-  with open(os.path.join(args.out, 'numerics.md'), 'w') as f:
-    f.write(report)
-  with open(os.path.join(args.out, 'numerics.json'), 'w') as f:
-    json.dump(result, f, indent=1, default=str)
-  for path in figure(result, args.out):
-    print(f'wrote {path}')
+  import jax
+
+  with contextlib.ExitStack() as stack:
+    try:  # a user's file in the way: one line, before anything is measured
+      dest = stack.enter_context(
+        files.Destination(args.out, command='numerics_probe', may_write=OUTPUTS)
+      )
+    except ValueError as e:
+      print(f'error: {e}', file=sys.stderr)
+      return 2
+    settings = args.settings.split(',')
+    model_settings = [s for s in args.model_settings.split(',') if s]
+    device = jax.devices()[0]
+    info = {'platform': device.platform, 'device_kind': device.device_kind, 'jax': jax.__version__}
+    info['args'] = vars(args)
+    rng = np.random.default_rng(args.seed)
+    start = _START[0] = time.time()
+    progress(
+      f'{len(settings)} settings on {device.platform}: one compile each (products), then '
+      f'{len(model_settings)} model setting(s)'
+    )
+    matmul, layers, outs, names = measure_products(settings, args, rng)
+    model, model_outs = measure_model(model_settings, args, rng) if model_settings else ({}, {})
+    result = {
+      'info': info,
+      'settings': settings,
+      'matmul': matmul,
+      'layers': layers,
+      'model': model,
+      'pairs': pair_diffs(outs, model_outs, settings, names),
+    }
+    info['seconds'] = round(time.time() - start, 1)
+    print(markdown(result))
+    try:
+      for path in dest.write(functools.partial(write_files, result)):
+        print(f'wrote {path}')
+    except files.WriteFailed as e:
+      print(f'error: {e}', file=sys.stderr)
+      return 1
   print(f'({info["seconds"]} s)')
+  return 0
 
 
 if __name__ == '__main__':
-  main()
+  sys.exit(main())

@@ -6,6 +6,7 @@ Tiny: the digits `smoke` preset (width 0.125, 8x8 images), a few steps, one devi
 
 import json
 import math
+import os
 import re
 
 import jax
@@ -14,9 +15,7 @@ import pytest
 from PIL import Image
 
 from configs import loader
-from experiments import divergence
-from experiments import divergence_lockstep as lockstep
-from experiments import divergence_measure as measure
+from experiments import divergence, lockstep
 from runrecord import record
 from tests.support.divergence_runs import SMOKE, run_main
 from trainer import checkpointing, loop
@@ -115,7 +114,7 @@ def test_ceiling_pair_is_arm_a_of_another_seed(f32_vs_bf16):
 def test_curves_are_bands_over_seeds(f32_vs_bf16):
   result = f32_vs_bf16[2]
   for kind in ('b', 'control', 'ceiling'):
-    for name, get in measure.CURVES.items():
+    for name, get in lockstep.CURVES.items():
       for i, r in enumerate(result['records']):
         values = np.array([get(p) for p in r['pairs'][kind]], float)
         band = result['curves'][kind][name][i]
@@ -132,7 +131,7 @@ def test_per_group_breakdown_sums_to_overall(f32_vs_bf16):
   for r in f32_vs_bf16[2]['records']:
     for p in (p for pairs in r['pairs'].values() for p in pairs):
       p, groups = p['params'], p['params']['groups']
-      assert list(groups) == list(measure.GROUPS)
+      assert list(groups) == list(lockstep.GROUPS)
       assert math.isclose(
         sum(g['diff_norm'] ** 2 for g in groups.values()),
         p['diff_norm'] ** 2,
@@ -156,7 +155,7 @@ def test_outputs_written_and_png_opens(f32_vs_bf16):
   text = (out / 'divergence.md').read_text(encoding='utf-8')
   assert 'a = profile=f32 vs b = profile=tpu_default' in text
   assert 'min–max over seeds' in text and '95% Wilson score interval' in text
-  assert measure.ACROSS_NAME in text
+  assert lockstep.ACROSS_NAME in text
   # Tables: parameters and probe (a header and a row per recorded step), per group and final (a
   # header and a row per pair kind).
   assert text.count('\n| ') == 2 * (1 + len(result['records'])) + 2 * (1 + 3)
@@ -165,6 +164,13 @@ def test_outputs_written_and_png_opens(f32_vs_bf16):
 
 
 def test_identical_settings_give_exactly_zero(tmp_path, capsys):
+  """Written into --out, a symlink to a folder holding a user's 600 file: the link kept, the
+  outputs in its target, the user's file byte for byte."""
+  real, link = tmp_path / 'real', tmp_path / 'out'
+  real.mkdir()
+  (real / 'notes.txt').write_text('my own notes\n')
+  os.chmod(real / 'notes.txt', 0o600)
+  os.symlink(real, link)
   code = run_main(
     [
       f'--config={SMOKE}',
@@ -173,7 +179,7 @@ def test_identical_settings_give_exactly_zero(tmp_path, capsys):
       '--control',
       'none',
       '--out',
-      str(tmp_path),
+      str(link),
       *TINY[:2],
       '--every',
       '1',
@@ -181,7 +187,10 @@ def test_identical_settings_give_exactly_zero(tmp_path, capsys):
     ]
   )
   assert code == 0
-  result = json.loads((tmp_path / 'divergence.json').read_text(encoding='utf-8'))
+  assert os.readlink(link) == str(real) and (real / 'notes.txt').read_text() == 'my own notes\n'
+  assert os.stat(real / 'notes.txt').st_mode & 0o777 == 0o600
+  assert {'divergence.md', 'divergence.png', 'divergence.pdf'} < set(os.listdir(real))
+  result = json.loads((real / 'divergence.json').read_text(encoding='utf-8'))
   assert result['info']['identical_settings'] and result['info']['deterministic']
   assert result['info']['seeds'] == [0] and list(result['final']['disagreement']) == ['b']
   assert [r['step'] for r in result['records']] == [0, 1, 2, 3, 4]
@@ -235,7 +244,7 @@ def test_arm_a_is_bit_identical_to_train_py(tmp_path):
   abstract = checkpointing.abstract(ours)
   state, _ = checkpointing.restore(mngr, steps_total, abstract)
   mngr.close()
-  ours, theirs = (measure.flat(jax.device_get(s['params'])) for s in (ours, state))
+  ours, theirs = (lockstep.flat(jax.device_get(s['params'])) for s in (ours, state))
   assert ours.keys() == theirs.keys()
   for name in ours:
     np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)

@@ -14,9 +14,7 @@ from flax import nnx
 from scipy import stats as scipy_stats
 from statsmodels.stats.proportion import proportion_confint
 
-from experiments import divergence
-from experiments import divergence_lockstep as lockstep
-from experiments import divergence_measure as measure
+from experiments import divergence, lockstep
 from numerics import setup as numerics_setup
 from tests.support.divergence_runs import SMOKE, run_main
 from trainer import run, steps
@@ -50,12 +48,12 @@ def test_ceiling_arm_has_other_initial_weights_and_data_order():
   ceiling = [p for p in lock['pairs'] if p['kind'] == 'ceiling']
   assert [(p['x'], p['y']) for p in ceiling] == [((0, 'a'), (1, 'a'))]
   assert [lock['arms'][s, 'a']['ctx'].config.seed for s in (0, 1)] == [0, 1]
-  params = {s: measure.flat(jax.device_get(lock['states'][s, 'a']['params'])) for s in (0, 1)}
+  params = {s: lockstep.flat(jax.device_get(lock['states'][s, 'a']['params'])) for s in (0, 1)}
   assert all(not np.array_equal(params[0][k], params[1][k]) for k in params[0] if 'kernel' in k)
   batches = [jax.device_get(next(lockstep.batches(lock, s, 0, 1))['image']) for s in (0, 1)]
   assert not np.array_equal(*batches)
   seed1_b = jax.device_get(lock['states'][1, 'b']['params'])
-  assert all(np.array_equal(params[1][k], v) for k, v in measure.flat(seed1_b).items())
+  assert all(np.array_equal(params[1][k], v) for k, v in lockstep.flat(seed1_b).items())
 
 
 def test_final_test_counts_every_test_image():
@@ -110,7 +108,7 @@ def test_disagreement_matches_statsmodels():
     {'seeds': [1, 1], 'count': 0, 'n': 360},
     {'seeds': [2, 2], 'count': 12, 'n': 360},
   ]
-  out = measure.disagreement(pairs)
+  out = lockstep.disagreement(pairs)
   for p, q in zip(pairs, out['pairs'], strict=True):
     assert q['rate'] == p['count'] / 360
     assert (q['ci_low'], q['ci_high']) == proportion_confint(p['count'], 360, method='wilson')
@@ -130,7 +128,7 @@ def test_disagreement_matches_statsmodels():
   assert rates.mean() - half < 0 < across['t_low']
   low, high = proportion_confint(15, 1080, alpha=0.05, method='wilson')
   assert across['t_high'] - across['t_low'] > 3 * (high - low)
-  differs = measure.differs(
+  differs = lockstep.differs(
     np.array([[1, 0], [1, 1], [0, 0]]) > 0, np.array([[1, 1], [1, 1], [0, 0]]) > 0
   )
   assert differs.tolist() == [0.5, 0.0, 0.0]  # multilabel: the share of its labels
@@ -143,7 +141,7 @@ def test_ceiling_pairs_sharing_a_seed_are_left_out_of_the_interval_over_seeds():
     {'seeds': [2, 3], 'count': 40, 'n': 360},
     {'seeds': [3, 0], 'count': 60, 'n': 360},
   ]
-  out = measure.disagreement(pairs)
+  out = lockstep.disagreement(pairs)
   assert out['across']['pairs'] == 2  # (0, 1) and (2, 3): independent
   assert out['across']['mean'] == pytest.approx((30 + 40) / 720)
   assert out['band']['mean'] == pytest.approx(180 / 1440)  # every pair, for the min–max band
@@ -152,13 +150,13 @@ def test_ceiling_pairs_sharing_a_seed_are_left_out_of_the_interval_over_seeds():
 def test_band_by_hand():
   values = [0.5, 0.25, None, 1.0, 0.75]  # None: a value not defined (e.g. no loss yet)
   x = np.array([0.5, 0.25, 1.0, 0.75])
-  b = measure.band(values)
+  b = lockstep.band(values)
   sd = math.sqrt(np.sum((x - x.mean()) ** 2) / 3)
   half = scipy_stats.t.ppf(0.975, 3) * sd / 2  # sqrt(4) = 2
   assert b['n'] == 4 and b['mean'] == 0.625 and (b['min'], b['max']) == (0.25, 1.0)
   assert b['sd'] == pytest.approx(sd, rel=1e-12)
   assert (b['t_low'], b['t_high']) == pytest.approx((0.625 - half, 0.625 + half), rel=1e-12)
-  one = measure.band([2.0])
+  one = lockstep.band([2.0])
   assert (one['mean'], one['min'], one['max'], one['sd'], one['t_low']) == (
     2.0,
     2.0,
@@ -166,7 +164,7 @@ def test_band_by_hand():
     None,
     None,
   )
-  assert measure.band([None])['mean'] is None
+  assert lockstep.band([None])['mean'] is None
 
 
 def test_param_distance_by_hand():
@@ -180,7 +178,7 @@ def test_param_distance_by_hand():
   b = jax.tree.map(lambda x: x.copy(), a)
   b['layer1'][0]['conv1']['kernel'][0, 0, 0, 0] += 0.5
   b['bn1']['scale'][1] = -1.0
-  out = measure.param_distance(a, b)
+  out = lockstep.param_distance(a, b)
   flat_a = np.concatenate([np.ravel(x) for x in jax.tree.leaves(a)]).astype(np.float64)
   flat_b = np.concatenate([np.ravel(x) for x in jax.tree.leaves(b)]).astype(np.float64)
   assert out['rel_l2'] == pytest.approx(np.linalg.norm(flat_a - flat_b) / np.linalg.norm(flat_a))

@@ -11,7 +11,7 @@ from scipy import stats as sps
 
 from analysis.numbers import agreement, agreement_section, answer, inference, per_class, variance
 from analysis.words import report
-from experiments import divergence_measure
+from experiments import lockstep
 from runrecord import rules
 from tests.support.planted_predictions import LABELS, prediction
 
@@ -235,13 +235,13 @@ def test_one_definition_of_disagreement_for_the_attributes_task():
   b = a.copy()
   flip = rng.random((200, 40)) < 0.02
   b[flip] = ~b[flip]
-  pair = divergence_measure.pair_churn(a, b, [0, 0])
+  pair = lockstep.pair_churn(a, b, [0, 0])
   bits = np.mean(a != b)
   assert pair['count'] / pair['n'] == pytest.approx(bits) == agreement.churn(a, b)
   assert np.mean((a != b).any(axis=1)) > 5 * bits  # the other definition
   shares = (a != b).mean(axis=1)
   assert (pair['ci_low'], pair['ci_high']) == pytest.approx(inference.proportion_mean_ci(shares))
-  out = divergence_measure.disagreement([pair, divergence_measure.pair_churn(a, a, [1, 1])])
+  out = lockstep.disagreement([pair, lockstep.pair_churn(a, a, [1, 1])])
   assert out['pairs'][0]['rate'] == pytest.approx(bits) and out['pairs'][1]['rate'] == 0
   assert 0 <= out['across']['t_low'] <= out['across']['mean'] <= out['across']['t_high'] <= 1
 
