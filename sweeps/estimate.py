@@ -1,20 +1,14 @@
-"""A sweep's cost before it runs: what each run will spend, measured here, times the runs.
-
-  python -m sweeps.sweep --config=configs/digits.py:study --root=runs/study --estimate
-
-The sweep starts `python -m sweeps.estimate` processes with the environment its runs get, each
-timing what train.py does for a share of the arms: start-up, compiles (cold, and as a cache load),
-`--steps` steps per phase, an evaluation and a checkpoint. Then
-
-  run           = start-up + Σ phases (compile + steps × s/step) + evaluations × s/evaluation
-                  + checkpoints × s/checkpoint
-  device-hours  = Σ arms devices × (first run + (runs - 1) × later run) / 3600
-
-What each part includes and what is left out: docs/operations.md ("Sweeps and studies").
+"""A sweep's cost before it runs (`sweeps.sweep --estimate`): each arm's runs measured here, in
+`python -m sweeps.estimate` processes with the environment its runs get, or (`--estimate-tpu`)
+priced from its TPU programs compiled here. The formula and what it leaves out: docs/operations.md
+("Sweeps and studies").
 """
 
 import collections
 import concurrent.futures
+import csv
+import functools
+import hashlib
 import json
 import os
 import subprocess
@@ -23,18 +17,19 @@ import tempfile
 import threading
 import time
 
-from sweeps import estimate_measure
+from analysis import cli
 
-# The configs and numerics.setup (numpy, JAX) are imported inside the functions that use them: the
-# sweep imports this module to start the measuring processes, and --help is answered without them.
-
-PREFIX = 'estimate-result: '  # a result line (progress lines: estimate_measure.PROGRESS)
+PREFIX = 'estimate-result: '  # a measuring process's result line (progress lines: PROGRESS)
+PROGRESS = 'estimate: '
 PARTS = ('start-up', 'compilation', 'steps', 'evaluation', 'checkpoints')
 
 
+# --- the sweep's side: the arms measured in processes, the table and the total ---
+
+
 def parts(m, cached):
-  """{part: seconds} of one run of the measured arm `m`; `cached`: its compiles load from the
-  compilation cache (a later seed) instead of compiling."""
+  """{part: seconds} of one run of the measured arm `m`; `cached`: a later seed's, its compiles
+  loaded from the cache."""
   key = 'cached_compile_s' if cached else 'compile_s'
   return {
     'start-up': m['startup_s'],
@@ -57,8 +52,7 @@ def device_hours(arms):
 
 
 def table(arms):
-  """The per-arm lines: seconds of a run by part (compiles and the whole run: the first run /
-  a later one), and the arm's device-hours."""
+  """Per arm of [(slug, runs, m)]: a run's seconds by part (the first / a later), device-hours."""
   width = max(len('arm'), *(len(slug) for slug, _, _ in arms))
   lines = [
     f'{"arm":<{width}} {"runs":>4} {"start-up s":>10} {"compile s 1st/later":>19} '
@@ -81,23 +75,16 @@ def table(arms):
 
 def summary(arms, slots, cache_dir):
   """The total with its formula, its parts, what is left out, and the wall-clock at `slots`."""
-  first_m = arms[0][2]
-  runs = sum(n for _, n, _ in arms)
-  hours = device_hours(arms)
+  first_m, hours = arms[0][2], device_hours(arms)
   per_arm = [arm_parts(n, m) for _, n, m in arms]
   by_part = {k: sum(p[k] for p in per_arm) / 3600 for k in PARTS}
-  cold = (
-    sum(
-      m['devices'] * (parts(m, False)['compilation'] - parts(m, True)['compilation'])
-      for _, _, m in arms
-    )
-    / 3600
-  )
+  compiled = [(m, parts(m, False), parts(m, True)) for _, _, m in arms]
+  cold = sum(m['devices'] * (f['compilation'] - c['compilation']) for m, f, c in compiled) / 3600
   wall = hours * 3600 / first_m['devices'] / slots
   return [
-    f'total: {hours:.4g} device-hours for {runs} runs on {first_m["devices"]} x '
-    f'{first_m["device_kind"]} ({first_m["platform"]}) per run; about {wall / 60:.1f} min of '
-    f'wall-clock at {slots} run(s) at a time',
+    f'total: {hours:.4g} device-hours for {sum(n for _, n, _ in arms)} runs on '
+    f'{first_m["devices"]} x {first_m["device_kind"]} ({first_m["platform"]}) per run; about '
+    f'{wall / 60:.1f} min of wall-clock at {slots} run(s) at a time',
     '  = Σ arms devices × (first run + (runs - 1) × later run) / 3600, a run = start-up + '
     'Σ phases (compile + steps × s/step) + evaluations × s/evaluation + checkpoints × '
     's/checkpoint; the first run of an arm compiles, the later ones load its compiles from '
@@ -111,19 +98,12 @@ def summary(arms, slots, cache_dir):
 
 
 def measure_group(arms, env, repo, timed_steps, say=print):
-  """Run one `python -m sweeps.estimate --arms=FILE` process for `arms` ([(slug, config flags)],
-  one set of XLA flags) in `env`; its progress lines go to say() as they come; returns {slug:
-  measurement}, or raises ValueError with the process's last line."""
+  """{slug: measurement} of `arms` [(slug, config flags)] from one measuring process in `env`,
+  its progress lines to say(); a ValueError with its last line if it fails."""
   with tempfile.NamedTemporaryFile('w', suffix='.json', delete=False) as f:
     json.dump([{'slug': slug, 'flags': list(flags)} for slug, flags in arms], f)
-  argv = [
-    sys.executable,
-    '-m',
-    'sweeps.estimate',
-    f'--arms={f.name}',
-    f'--steps={timed_steps}',
-    f'--launched={time.time()!r}',
-  ]
+  argv = [sys.executable, '-m', 'sweeps.estimate', f'--arms={f.name}', f'--steps={timed_steps}']
+  argv.append(f'--launched={time.time()!r}')
   found, lines = {}, []
   try:
     with tempfile.TemporaryFile('w+') as err:
@@ -131,13 +111,12 @@ def measure_group(arms, env, repo, timed_steps, say=print):
         argv, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=err, text=True
       )
       for line in proc.stdout:
-        line = line.rstrip('\n')
-        lines.append(line)
+        lines.append(line.rstrip('\n'))
         if line.startswith(PREFIX):
           result = json.loads(line[len(PREFIX) :])
           found[result.pop('slug')] = result
-        elif line.startswith(estimate_measure.PROGRESS):
-          say(line)
+        elif line.startswith(PROGRESS):
+          say(lines[-1])
       code = proc.wait()
       err.seek(0)
       lines += err.read().splitlines()
@@ -149,21 +128,13 @@ def measure_group(arms, env, repo, timed_steps, say=print):
   return found
 
 
-def xla_key(run):
-  """The XLA flags a run's process needs (arms needing others cannot share a process)."""
-  if run.config is None:
-    return ()
+def groups(firsts, slots):
+  """The arms in processes, round-robin, at most `slots` per set of XLA flags (one per process)."""
   from numerics import setup as numerics_setup
 
-  return tuple(numerics_setup.xla_flags(run.config))
-
-
-def groups(firsts, slots):
-  """[[slug, ...], ...]: the arms split into processes, at most `slots` per set of XLA flags,
-  round-robin (arms of one set of flags only)."""
   by_flags = collections.defaultdict(list)
   for slug, run in firsts.items():
-    by_flags[xla_key(run)].append(slug)
+    by_flags[tuple(numerics_setup.xla_flags(run.config)) if run.config else ()].append(slug)
   out = []
   for slugs in by_flags.values():
     n = min(slots, len(slugs))
@@ -171,13 +142,18 @@ def groups(firsts, slots):
   return out
 
 
-def measure_arms(runs, flags_of, envs, repo, timed_steps):
-  """Measure each distinct arm (its first run's config flags, loaded as train.py would) in
-  len(envs) processes at a time (one environment per slot, as the sweep's runs get them), and
-  print the table; returns an exit code (2 if an arm cannot be measured)."""
-  firsts, counts = {}, collections.Counter(r.slug for r in runs)
+def arms_of(runs):
+  """({slug: the arm's first run}, {slug: its runs}), in the runs' order."""
+  firsts = {}
   for r in runs:
     firsts.setdefault(r.slug, r)
+  return firsts, collections.Counter(r.slug for r in runs)
+
+
+def measure_arms(runs, flags_of, envs, repo, timed_steps):
+  """Measure each arm (its first run's config flags) in len(envs) processes at a time, one slot's
+  environment each, and print the table; an exit code (2: an arm cannot be measured)."""
+  firsts, counts = arms_of(runs)
   start, slots = time.time(), len(envs)
   chunks = groups(firsts, slots)
   print(
@@ -217,53 +193,215 @@ def measure_arms(runs, flags_of, envs, repo, timed_steps):
   return 0
 
 
-def parse_rest(rest):
-  """(timed steps, launch time, arms file or None) from the flags after the config's."""
-  values = {'--steps': '5', '--launched': None, '--arms': None}
-  for item in rest:
-    name, eq, value = item.partition('=')
-    if name not in values or not eq:
-      raise ValueError(
-        f'unexpected arguments {rest}: give --arms=FILE (or --config=SPEC and '
-        '--config.<field>=<value>), --steps=N and --launched=TIME'
-      )
-    values[name] = value
-  return (int(values['--steps']), float(values['--launched'] or time.time()), values['--arms'])
+# --- `--estimate-tpu`: each arm's runs priced from its compiled TPU programs ---
+
+
+def arm_run_hours(flags, topology, repo, env=None):
+  """(run hours, chips) of an arm from `python -m sweeps.preflight`; a ValueError if it fails."""
+  with tempfile.TemporaryDirectory() as out:
+    argv = [sys.executable, '-m', 'sweeps.preflight', *flags, '--topology', topology, '--out', out]
+    proc = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, check=False)
+    path = os.path.join(out, 'preflight.csv')
+    if proc.returncode or not os.path.exists(path):
+      lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
+      raise ValueError(lines[-1] if lines else f'exit code {proc.returncode}')
+    with open(path, encoding='utf-8') as f:
+      rows = list(csv.DictReader(f))
+  if not rows[0].get('run_hours', ''):
+    reasons = sorted({r['reason'] for r in rows if r['reason']})
+    raise ValueError(f'{topology}: not every program compiled ({"; ".join(reasons)})')
+  return float(rows[0]['run_hours']), int(rows[0]['chips'])
+
+
+def price_arms(runs, flags_of, topology, repo, slots, out=None):
+  """Print each arm's run hours on `topology` (roofline estimates from compiled programs) and the
+  sweep's chip-hours and wall-clock at `slots` runs at a time; an exit code."""
+  out = out or sys.stdout
+  firsts, counts = arms_of(runs)
+  print(
+    f'estimate: compiling each of {len(firsts)} arm(s) for {topology} (sweeps.preflight); '
+    'TPU compiles take minutes on a small CPU',
+    file=out,
+    flush=True,
+  )
+  total, chips = 0.0, 1
+  for slug, first in firsts.items():
+    try:
+      hours, chips = arm_run_hours(flags_of(first), topology, repo)
+    except ValueError as e:
+      print(f'error: --estimate-tpu: arm {slug}: {e}', file=sys.stderr)
+      return 2
+    total += counts[slug] * hours
+    print(f'estimate: {slug}: {counts[slug]} runs x {hours:.3g} h', file=out, flush=True)
+  print(
+    f'total: {total:.4g} run-hours on {topology} ({total * chips:.4g} chip-hours); about '
+    f'{total / max(slots, 1):.3g} h of wall-clock at {slots} run(s) at a time. Roofline '
+    'estimates from compiled programs, not executions (optimistic: docs/tpu.md)',
+    file=out,
+    flush=True,
+  )
+  return 0
+
+
+# --- the measuring process: what train.py does for each arm, timed here ---
+
+
+def timed(fn):
+  """(seconds, result) of fn(), waiting for the devices."""
+  import jax
+
+  start = time.perf_counter()
+  out = jax.block_until_ready(fn())
+  return time.perf_counter() - start, out
+
+
+def measure_phase(ctx, state, phase, timed_steps, programs, say):
+  """(state, {name, steps, step_s, compile_s, cached_compile_s, program}) of one phase; a step
+  whose program ({HLO fingerprint: measurement}) was measured already is not run."""
+  import jax
+
+  from trainer import run
+
+  state, step_fn = run.enter_phase(ctx, state, phase, phase.start)
+  count = min(timed_steps + 1, phase.stop - phase.start)
+  batches = run.batches(ctx, phase.start, phase.start + count)
+  first_batch = next(batches)
+  program = hashlib.sha256(step_fn.lower(state, first_batch).as_text().encode()).hexdigest()[:16]
+  if program in programs:
+    say(f'phase {phase.name}: the program of a step measured already: its measurement shared')
+    return state, {**programs[program], 'name': phase.name, 'steps': phase.stop - phase.start}
+  say(
+    f'phase {phase.name}: compiling its training step (cold), timing {count - 1} steps, '
+    'loading it again from the cache'
+  )
+  first, state = timed(lambda: step_fn(state, first_batch))  # compiles
+  start, steps_run = time.perf_counter(), 0
+  for batch in batches:
+    state, steps_run = step_fn(state, batch), steps_run + 1
+  state = jax.block_until_ready(state)
+  step_s = (time.perf_counter() - start) / steps_run if steps_run else first
+  jax.clear_caches()  # what a later run of the arm pays: tracing and a compilation-cache load
+  again, state = timed(lambda: step_fn(state, first_batch))
+  programs[program] = {
+    'name': phase.name,
+    'steps': phase.stop - phase.start,
+    'step_s': step_s,
+    'compile_s': max(first - step_s, 0.0),
+    'cached_compile_s': max(again - step_s, 0.0),
+    'program': program,
+  }
+  return state, programs[program]
+
+
+def measure_evaluation(ctx, state):
+  """{evaluation_s, evaluation_compile_s, evaluation_cached_compile_s}."""
+  import jax
+
+  from input_pipeline import batching
+  from trainer import run, steps
+
+  eval_fn = run.eval_step(ctx, state)
+  first, _ = timed(lambda: run.evaluate(ctx, eval_fn, state))
+  full, _ = timed(lambda: run.evaluate(ctx, eval_fn, state))
+  size = ctx.config.eval_batch_size
+  test = batching.eval_batches(ctx.dataset.test, size, jax.process_index(), jax.process_count())
+  batch = batching.to_global(next(test), ctx.sharded)
+  totals = steps.zero_sums(ctx.mesh)
+  per_batch = full / batching.num_eval_batches(len(ctx.dataset.test), size)
+  jax.clear_caches()
+  again, _ = timed(lambda: eval_fn(state, batch, totals))
+  return {
+    'evaluation_s': full,
+    'evaluation_compile_s': max(first - full, 0.0),
+    'evaluation_cached_compile_s': max(again - per_batch, 0.0),
+  }
+
+
+def checkpoint_s(state):
+  """Seconds to write one checkpoint of `state`, waited for (in a temporary folder)."""
+  from trainer import checkpointing, loop
+
+  with tempfile.TemporaryDirectory() as folder:
+    mngr = checkpointing.manager(folder, 1)
+    start = time.perf_counter()
+    loop.save_state(mngr, 1, state, {})
+    checkpointing.wait(mngr)
+    seconds = time.perf_counter() - start
+    checkpointing.close(mngr)
+  return seconds
+
+
+def measure(config, timed_steps, launched, programs, say, ctx=None):
+  """(what one run of `config` spends here, the run context); `ctx`: one whose data to reuse."""
+  from trainer import cadence, execution, run
+
+  say('loading the data, initialising the model')
+  ctx = run.build(config, ctx.dataset if ctx is not None else None)
+  state = run.initial_state(ctx, run.init_model(ctx)[0])
+  startup_s = time.time() - launched
+  phases = []
+  for phase in ctx.phases:
+    state, measured = measure_phase(ctx, state, phase, timed_steps, programs, say)
+    phases.append(measured)
+  due = [cadence.due(ctx, step) for step in range(1, ctx.total_steps + 1)]
+  facts = execution.facts()
+  say('compiling and running one evaluation, writing one checkpoint')
+  return {
+    'platform': facts['platform'],
+    'device_kind': facts['device_kind'],
+    'devices': facts['num_devices'],
+    'startup_s': startup_s,
+    'phases': phases,
+    'evaluations': sum(d.evaluate for d in due),
+    'checkpoints': sum(d.save for d in due),
+    **measure_evaluation(ctx, state),
+    'checkpoint_s': checkpoint_s(state),
+  }, ctx
+
+
+def say_progress(slug, what):
+  print(f'{PROGRESS}{slug}: {what}', flush=True)  # measure_group reads them as they come
+
+
+def measure_all(arms, timed_steps, launched):
+  """[(slug, measurement)] of [(slug, resolved config)]: the start-up the first arm's, the data
+  loaded once per data config, each training program measured once."""
+  out, programs, contexts = [], {}, {}
+  for slug, config in arms:
+    say = functools.partial(say_progress, slug)
+    data = json.dumps(config.data.to_dict(), sort_keys=True, default=str)
+    begin = launched if not out else time.time()
+    measured, contexts[data] = measure(
+      config, timed_steps, begin, programs, say, contexts.get(data)
+    )
+    if out:  # this arm's own set-up, plus the process start it did not pay here
+      measured['startup_s'] += out[0][1]['startup_s']
+    out.append((slug, measured))
+  return out
 
 
 def main(argv=None):
-  """`python -m sweeps.estimate --arms=FILE [--steps=N] [--launched=TIME]`, FILE a JSON list of
-  {"slug", "flags"} (each arm's config flags, `--config=SPEC --config.<f>=<v> ...`); or one arm's
-  config flags directly."""
-  argv = sys.argv[1:] if argv is None else argv
-  if any(a in ('-h', '--help') for a in argv):
-    print(
-      main.__doc__.strip() + '\n\nThe processes of `python -m sweeps.sweep --estimate` (this '
-      "module's doc says what they measure); one `estimate-result: {json}` line per arm."
-    )
-    return 0
-  from configs import loader
+  p = cli.Parser(
+    prog='python -m sweeps.estimate',
+    description='One measuring process of `python -m sweeps.sweep --estimate`: prints one '
+    '`estimate-result: {json}` line per arm.',
+  )
+  p.add_argument('--arms', required=True, help='JSON list of {"slug", "flags"}: config flags')
+  p.add_argument('--steps', type=int, default=5, help='steps timed per phase after the compile')
+  p.add_argument('--launched', type=float, default=None, help='time.time() the sweep started it')
+  args = p.parse_args(argv)
+  from configs import loader, validation
+  from numerics import setup as numerics_setup
 
-  spec, overrides, rest = loader.split_argv(argv)
-  try:
-    steps, launched, arms_file = parse_rest(rest)  # a bad flag: one line, before JAX loads
-    if arms_file:
-      with open(arms_file, encoding='utf-8') as f:
-        arms = [(a['slug'], loader.split_argv(a['flags'])[:2]) for a in json.load(f)]
-    else:
-      arms = [('arm', (spec, overrides))]
-    loaded = [(slug, loader.load(*flags)) for slug, flags in arms]
-    from configs import validation
-    from numerics import setup as numerics_setup
-
-    configs = [(slug, validation.resolve(config)) for slug, config in loaded]
-    for _, config in configs:
-      numerics_setup.configure(config)  # before any backend starts, as in train.py
-    results = estimate_measure.measure_all(configs, steps, launched)
+  try:  # bad input, before JAX starts
+    with open(args.arms, encoding='utf-8') as f:
+      arms = [(a['slug'], loader.split_argv(a['flags'])[:2]) for a in json.load(f)]
+    configs = [(slug, validation.resolve(loader.load(*flags))) for slug, flags in arms]
   except (OSError, ValueError) as e:
-    print(f'error: {str(e).splitlines()[0]}', file=sys.stderr)
-    return 2
-  for slug, result in results:
+    cli.fail(str(e).splitlines()[0])
+  for _, config in configs:
+    numerics_setup.configure(config)  # before any backend starts, as in train.py
+  for slug, result in measure_all(configs, args.steps, args.launched or time.time()):
     print(PREFIX + json.dumps({'slug': slug, **result}), flush=True)
   return 0
 

@@ -4,113 +4,453 @@
       --out runs/preflight
   python -m sweeps.preflight --config=configs/digits.py:study --topology v5e:2x4 --max-batch
 
-`--config` is train.py's (the same checks and one-line errors: configs/validation.py). For each
-`--topology` it builds the trainer's own run context for the topology's compile-only devices from
-the dataset's declared sizes (input_pipeline/registry.py `declared`: no data here), compiles every
-training phase's step and the evaluation step with libtpu (sweeps/tpu_programs.py), and reports
-per program whether it compiled, its memory per chip against the HBM, XLA's FLOPs and bytes, a
-roofline time (sweeps/tpu_estimate.py), the precision every product carries (sweeps/hlo_census.py)
-and, with --max-batch, the largest batch that fits. It writes OUT/preflight.csv and prints a
-Markdown table. A compiled program is not an execution: docs/tpu.md ("Before renting: the
-preflight") says what this proves and what it cannot. Exit code 2 on bad input (and without
-libtpu), 1 if a program did not compile, else 0.
+The trainer's own steps (every training phase's and the evaluation's) compiled with libtpu for each
+topology's compile-only devices, from the dataset's declared sizes; per program its memory per chip,
+XLA's cost, a roofline time and the precision every product carries (the census of its HLO).
+Writes OUT/preflight.csv and prints a table. Compiled, not executed: docs/tpu.md says what this
+proves. Exit code 2 on bad input (and without libtpu), 1 if a program did not compile.
 """
 
+import collections
+import contextlib
+import csv
+import math
 import os
+import re
 import sys
+import threading
 import time
 
 from analysis import cli
-from configs import loader
-from sweeps import tpu_topology
+from configs import capacity, loader, validation
+from input_pipeline import registry
+from numerics import formats, profiles
+from runrecord import files
+from sweeps import tpu
 
-# The compiling side (sweeps/tpu_programs.py: JAX, the trainer, the census) is imported once the
-# command line is read: --help and a bad flag are answered before any of it loads.
+# JAX, libtpu and the trainer load once the command line is read.
 
-COLUMNS = (
-  'topology',
-  'accelerator',
-  'chips',
-  'hosts',
-  'devices',
-  'phase',
-  'batch',
-  'compiled',
-  'reason',
-  'compile_s',
-  'memory_per_chip_gib',
-  'argument_gib',
-  'output_gib',
-  'alias_gib',
-  'temp_gib',
-  'code_gib',
-  'hbm_per_chip_gib',
-  'fits',
-  'gflop_per_step',
-  'gbyte_per_chip',
-  'mxu_passes',
-  'roofline_ms',
-  'images_per_s',
-  'products',
-  'products_as_configured',
-  'configured',
-  'rounding_ops',
-  'product_breakdown',
-  'run_hours',
-  'sweep_runs',
-  'sweep_hours',
-  'max_batch',
+COLUMNS = tuple(
+  'topology accelerator chips hosts devices phase batch compiled reason compile_s '
+  'memory_per_chip_gib argument_gib output_gib alias_gib temp_gib code_gib hbm_per_chip_gib fits '
+  'gflop_per_step gbyte_per_chip mxu_passes roofline_ms images_per_s products '
+  'products_as_configured configured rounding_ops product_breakdown run_hours sweep_runs '
+  'sweep_hours max_batch'.split()
 )
-PROGRAMS = ('frozen', 'full', 'eval')  # trainer/optim.py phase names, and the evaluation
+PROGRAMS = ['frozen', 'full', 'eval']  # trainer/optim.py phase names, and the evaluation
+GIB = 2**30
+HEARTBEAT_S = 30
+# The compiler's out-of-memory refusal names the memory the program needs first (XLA prints
+# binary units: G = GiB), e.g. 'HLO temporaries (63.55G) exceeds available HBM (15.75G)'.
+EXHAUSTED = re.compile(r'RESOURCE_EXHAUSTED.*?([0-9.]+)([KMGT])\b')
+UNITS_GIB = {'K': 2**-20, 'M': 2**-10, 'G': 1, 'T': 2**10}
 
 
 def parse_args(rest):
   p = cli.Parser(
     prog='python -m sweeps.preflight',
     description=__doc__.split('\n')[0],
-    epilog='and --config=FILE[:PRESETS,key=value] [--config.<field>=<value> '
-    '...] as train.py takes them (configs/loader.py)',
+    epilog="and train.py's --config=FILE[:PRESETS] [--config.<field>=<value> ...]",
   )
   p.add_argument(
-    '--topology',
-    nargs='+',
-    required=True,
-    help='TPU topologies: libtpu names (v5e:2x4, v4:2x2x1, v5p:2x2x1, v6e:2x2) or '
-    'accelerator types (v4-8, v5e-8, v5p-8, v6e-8)',
+    '--topology', nargs='+', required=True, help='libtpu names (v5e:2x4) or accelerators (v5e-8)'
   )
-  p.add_argument('--out', default=None, help='folder for preflight.csv (default: none written)')
+  p.add_argument('--out', help='folder for preflight.csv (default: none written)')
   p.add_argument(
     '--programs',
     nargs='+',
     choices=PROGRAMS,
-    default=list(PROGRAMS),
-    help='which programs to compile (default all: the frozen and the full training '
-    'phase, where the config has them, and the evaluation)',
+    default=PROGRAMS,
+    help='programs to compile (default: all)',
   )
-  p.add_argument(
-    '--max-batch',
-    action='store_true',
-    help='also search the largest global batch that fits a chip (more compiles)',
-  )
-  p.add_argument(
-    '--max-compiles',
-    type=int,
-    default=6,
-    help='compiles the --max-batch search may spend per topology',
-  )
+  p.add_argument('--max-batch', action='store_true', help='also search the largest batch that fits')
+  p.add_argument('--max-compiles', type=int, default=6, help='compiles the search may spend')
   return p.parse_args(rest)
 
 
-def sweep_runs(spec):
-  """How many runs the config file's get_sweep(arg) declares (1 without one)."""
+# --- the census: what a compiled program's optimized HLO says about its numerics (docs/tpu.md) ---
+
+INSTRUCTION = re.compile(r'^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*')
+ARRAY_TYPE = re.compile(r'^([a-z]+[0-9]*)\[([0-9,]*)\]')
+OPCODE = re.compile(r'\s*([a-z][\w\-]*)\(')
+OP_NAME = re.compile(r'op_name="([^"]*)"')
+PRECISION = re.compile(r'operand_precision=\{([a-z,]+)\}')
+ALGORITHM = re.compile(r'algorithm=([\w]+)')
+DIM_LABELS = re.compile(r'dim_labels=([\w]+)_([\w]+)->([\w]+)')
+LHS_CONTRACTING = re.compile(r'lhs_contracting_dims=\{([0-9,]*)\}')
+# MXU passes of one product of f32 operands on a TPU (JAX's lax.Precision and DotAlgorithmPreset
+# documentation: DEFAULT one bf16 pass, HIGH three, HIGHEST six); bf16 operands take one.
+PASSES = {'default': 1, 'high': 3, 'highest': 6}
+ALGORITHM_PASSES = re.compile(r'_x(\d+)$')
+# The bf16 DotAlgorithmPresets and the precision level of the same passes: the TPU compiler may
+# print a dot's algorithm as that level once it has rewritten the dot as a convolution.
+SAME_PASSES = {
+  'dot_bf16_bf16_f32': 'default',
+  'dot_bf16_bf16_f32_x3': 'high',
+  'dot_bf16_bf16_f32_x6': 'highest',
+}
+
+
+class Product(
+  collections.namedtuple('Product', 'kind direction operands precision algorithm flops')
+):
+  """One dot or convolution: kind 'conv', 'dense' (or 'other'), direction 'forward' or 'backward',
+  operand types ('f32', 'bf16'), precision ('default', 'high', 'highest'; 'a,b' when the two
+  differ), a DotAlgorithmPreset's algorithm or '', FLOPs."""
+
+  @property
+  def how(self):
+    """The precision it carries, or its algorithm where one is set."""
+    return self.algorithm or self.precision
+
+  @property
+  def arithmetic(self):  # 'f32 x f32 @ highest'
+    return f'{" x ".join(self.operands)} @ {self.how}'
+
+
+def split_type(rest):
+  if not rest.startswith('('):
+    type_text, _, after = rest.partition(' ')
+    return type_text, after
+  depth = 0
+  for i, c in enumerate(rest):
+    depth += {'(': 1, ')': -1}.get(c, 0)
+    if depth == 0:
+      return rest[: i + 1], rest[i + 1 :]
+  return rest, ''
+
+
+def instructions(text):
+  """[(name, type text, opcode, line)] of every instruction of an HLO module's text."""
+  out = []
+  for line in text.splitlines():
+    head = INSTRUCTION.match(line)
+    if head:
+      type_text, after = split_type(line[head.end() :])
+      opcode = OPCODE.match(after)
+      if opcode:
+        out.append((head.group(1), type_text, opcode.group(1), line))
+  return out
+
+
+def array_type(type_text):
+  """(element type, dimensions) of an array type such as 'f32[16,8]{1,0:T(8,128)}'."""
+  found = ARRAY_TYPE.match(type_text)
+  if not found:
+    return None, ()
+  return found.group(1), tuple(int(d) for d in found.group(2).split(',') if d)
+
+
+def operand_names(line, opcode):
+  inside = line.split(f' {opcode}(', 1)[1].split(')', 1)[0]
+  return [name.strip().lstrip('%') for name in inside.split(',')][:2]
+
+
+def product_flops(opcode, line, out_dims, operand_dims):
+  """2 x output elements x multiply-adds per output element; 0 if unreadable."""
+  if opcode == 'convolution':
+    labels, rhs = DIM_LABELS.search(line), operand_dims[1]
+    if not labels or len(labels.group(2)) != len(rhs):
+      return 0
+    per_output = math.prod(d for d, label in zip(rhs, labels.group(2), strict=True) if label != 'o')
+  else:
+    contracting, lhs = LHS_CONTRACTING.search(line), operand_dims[0]
+    dims = [int(d) for d in contracting.group(1).split(',') if d] if contracting else []
+    per_output = math.prod(lhs[d] for d in dims if d < len(lhs))
+  return 2 * math.prod(out_dims) * per_output
+
+
+def products(text):
+  """[Product] of every dot and convolution in the HLO module `text`."""
+  listed = instructions(text)
+  types = {name: type_text for name, type_text, _, _ in listed}
+  out = []
+  for _, type_text, opcode, line in listed:
+    if opcode not in ('convolution', 'dot'):
+      continue
+    operands = [array_type(types.get(n, '')) for n in operand_names(line, opcode)]
+    precision, algorithm = PRECISION.search(line), ALGORITHM.search(line)
+    op_name = OP_NAME.search(line)
+    op_name = op_name.group(1) if op_name else ''
+    primitive = op_name.rsplit('/', 1)[-1]
+    out.append(
+      Product(
+        {'conv_general_dilated': 'conv', 'dot_general': 'dense'}.get(primitive, 'other'),
+        'backward' if 'transpose(' in op_name else 'forward',
+        tuple(t or '?' for t, _ in operands),
+        ','.join(sorted(set(precision.group(1).split(','))) if precision else ['default']),
+        algorithm.group(1) if algorithm else '',
+        product_flops(opcode, line, array_type(type_text)[1], [d for _, d in operands]),
+      )
+    )
+  return out
+
+
+def rounding_ops(text):
+  """The emulated formats' roundings: reduce-precisions and bitcast-converts of f32 to u32."""
+  listed = instructions(text)
+  types = {name: type_text for name, type_text, _, _ in listed}
+  count = 0
+  for _, type_text, opcode, line in listed:
+    if opcode == 'reduce-precision':
+      count += 1
+    elif opcode == 'bitcast-convert' and array_type(type_text)[0] == 'u32':
+      source = operand_names(line, opcode)[0]
+      count += array_type(types.get(source, ''))[0] == 'f32'
+  return count
+
+
+def breakdown(found):
+  """'conv forward f32 x f32 @ highest: 20; ...': the products grouped, in a stable order."""
+  groups = collections.Counter((p.kind, p.direction, p.arithmetic) for p in found)
+  return '; '.join(f'{k} {d} {how}: {n}' for (k, d, how), n in sorted(groups.items()))
+
+
+def passes(product):
+  """The MXU passes `product` takes on a TPU (PASSES; an algorithm's _xN; f32_f32_f32: 6)."""
+  if all(t == 'bf16' for t in product.operands):
+    return 1
+  if product.algorithm:
+    found = ALGORITHM_PASSES.search(product.algorithm)
+    return int(found.group(1)) if found else (6 if 'f32_f32_f32' in product.algorithm else 1)
+  return max(PASSES.get(level, 1) for level in product.precision.split(','))
+
+
+def mean_passes(found):
+  """The FLOP-weighted mean of `passes` (1.0 without products)."""
+  total = sum(p.flops for p in found)
+  return sum(p.flops * passes(p) for p in found) / total if total else 1.0
+
+
+def configured(config, kind, platform='tpu'):
+  """The Product.how `config` asks of its `kind` products: a native product's precision flag (a
+  DotAlgorithmPreset: dots carry it, convolutions the default), an emulated one's computation."""
+  from numerics import emulate
+  from numerics import setup as numerics_setup
+
+  n = config.numerics
+  fmt = profiles.formats(n)[kind]
+  if fmt == 'native':
+    flag = n.matmul_precision
+    if flag in formats.PRESET_PRECISIONS:
+      return 'default' if kind == 'conv' else f'dot_{flag.lower()}'
+    return numerics_setup.LEGACY_LEVEL[flag]
+  if emulate.resolve_impl(n.emulate_impl, platform, fmt) == 'fast':
+    return emulate.fast_plan(fmt, platform).precision.name.lower()
+  return 'highest'
+
+
+def as_configured(found, config, platform='tpu'):
+  """How many of `found` carry what `configured` asks of their kind (or its SAME_PASSES level)."""
+  wanted = {kind: configured(config, kind, platform) for kind in profiles.KINDS}
+
+  def same(how):
+    return SAME_PASSES.get(how, how)
+
+  return sum(same(p.how) == same(wanted.get(p.kind)) for p in found)
+
+
+# --- the programs of a run, compiled for a topology ---
+
+
+@contextlib.contextmanager
+def heartbeat(label):  # a line every HEARTBEAT_S while a compile runs
+  done, start = threading.Event(), time.time()
+
+  def beat():
+    while not done.wait(HEARTBEAT_S):
+      print(f'[preflight]   ... {label}: still compiling, {time.time() - start:.0f} s', flush=True)
+
+  threading.Thread(target=beat, daemon=True).start()
+  try:
+    yield
+  finally:
+    done.set()
+
+
+def compile_program(fn, args, label):
+  """(compiled executable or None, seconds, the compiler's refusal in one line or '')."""
+  start = time.time()
+  with heartbeat(label):
+    try:
+      compiled = fn.lower(*args).compile()
+    except Exception as e:  # a refusal (e.g. out of memory) is the program's row, not a crash
+      lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+      return None, time.time() - start, (lines[0] if lines else type(e).__name__)[:300]
+  return compiled.fn, time.time() - start, ''
+
+
+def programs(ctx):
+  """[(name, jitted step, abstract args, images per step)] of every training phase (entered at its
+  first step, as a run enters it) and of the evaluation."""
+  import jax
+
+  from trainer import run, steps
+
+  config, state, out = ctx.config, run.abstract_state(ctx), []
+  train_batch = run.abstract_batch(ctx, ctx.dataset.train, config.batch_size)
+  for phase in ctx.phases:
+    state, step_fn = run.enter_phase(ctx, state, phase, phase.start)
+    out.append((phase.name, step_fn, (state, train_batch), config.batch_size))
+  zeros = jax.eval_shape(
+    lambda: jax.tree.map(lambda v: jax.numpy.asarray(v, 'float32'), steps.ZERO_SUMS)
+  )
+  eval_batch = run.abstract_batch(ctx, ctx.dataset.test, config.eval_batch_size, mask=True)
+  eval_args = (state, eval_batch, run.replicate(ctx, zeros))
+  return out + [('eval', run.eval_step(ctx, state), eval_args, config.eval_batch_size)]
+
+
+def memory(compiled):
+  """{memory_per_chip_gib: arguments + outputs - aliased + temporaries + code, and each part}."""
+  m = compiled.memory_analysis()
+  parts = {
+    'argument_gib': m.argument_size_in_bytes,
+    'output_gib': m.output_size_in_bytes,
+    'alias_gib': m.alias_size_in_bytes,
+    'temp_gib': m.temp_size_in_bytes,
+    'code_gib': m.generated_code_size_in_bytes,
+  }
+  total = sum(parts.values()) - 2 * parts['alias_gib']  # aliased outputs are their arguments
+  return {'memory_per_chip_gib': total / GIB, **{k: v / GIB for k, v in parts.items()}}
+
+
+def program_row(compiled, config, chip, facts, images):
+  """(the measured columns of one compiled program, its roofline step seconds)."""
+  cost = compiled.cost_analysis()
+  flops, accessed = float(cost.get('flops', 0.0)), float(cost.get('bytes accessed', 0.0))
+  text = compiled.as_text()
+  found = products(text)
+  mxu_passes = mean_passes(found)
+  step_s = tpu.roofline_s(flops, accessed, mxu_passes, chip)
+  row = memory(compiled)
+  row.update(
+    fits=row['memory_per_chip_gib'] <= chip.hbm_gib,
+    gflop_per_step=flops * facts['devices'] / 1e9,
+    gbyte_per_chip=accessed / 1e9,
+    mxu_passes=mxu_passes,
+    roofline_ms=step_s * 1e3,
+    images_per_s=images / step_s,
+    products=len(found),
+    products_as_configured=as_configured(found, config),
+    configured='; '.join(f'{k} @ {configured(config, k)}' for k in ('conv', 'dense')),
+    rounding_ops=rounding_ops(text),
+    product_breakdown=breakdown(found),
+  )
+  return row, step_s
+
+
+def build_context(config, topology, devs):
+  """The run context of `config` on the topology's devices, from the declared dataset."""
+  from trainer import run
+
+  chip = tpu.CHIPS[topology.version]
+  return run.build(config, registry.declared(config), devs, device_bytes=chip.hbm_gib * GIB)
+
+
+def refused_memory(reason, config, devices):
+  """GiB per chip a program refused for memory needs (the compiler's figure or configs/capacity's
+  lower bound of the activations), else None."""
+  found = EXHAUSTED.search(reason)
+  if found:
+    return float(found.group(1)) * UNITS_GIB[found.group(2)]
+  if 'of activations' in reason:
+    return capacity.activation_bytes(config, config.batch_size // devices) / GIB
+  return None
+
+
+def summary(row):
+  """One progress line for a program's row (its numbers: the table at the end)."""
+  gib = row.get('memory_per_chip_gib')
+  fits = 'fits' if row.get('fits') else 'does not fit'
+  memory = '' if gib is None else f': {gib:.3g} of {row["hbm_per_chip_gib"]} GiB per chip, {fits}'
+  if not row['compiled']:
+    return f'NOT compiled after {row["compile_s"]} s: {row["reason"]}{memory}'
+  return f'compiled in {row["compile_s"]} s{memory}'
+
+
+def topology_rows(config, topology, devs, runs, wanted):
+  """(rows, run context) of the `wanted` programs on `topology`; one row with the reason (and no
+  context) when the run cannot be built there."""
+  chip, facts = tpu.CHIPS[topology.version], tpu.facts(devs)
+  head = {
+    'topology': topology.name,
+    'accelerator': facts['device_kind'],
+    **{k: facts[k] for k in ('chips', 'hosts', 'devices')},
+    'hbm_per_chip_gib': chip.hbm_gib,
+    'sweep_runs': runs,
+  }
+  print(
+    f'[preflight] {topology.name}: {facts["devices"]} x {facts["device_kind"]} '
+    f'({facts["chips"]} chips, {facts["hosts"]} host(s))',
+    flush=True,
+  )
+  try:
+    ctx = build_context(config, topology, devs)
+  except validation.ConfigError as e:
+    reason = str(e).splitlines()[0]
+    row = {**head, 'phase': '-', 'batch': config.batch_size, 'compiled': False, 'reason': reason}
+    if (needed := refused_memory(reason, config, facts['devices'])) is not None:
+      row.update(memory_per_chip_gib=needed, fits=False)
+    print(f'[preflight]   cannot build the run there: {reason}', flush=True)
+    return [row], None
+  rows, step_s = [], {}
+  for name, fn, args, images in programs(ctx):
+    if name not in wanted:
+      continue
+    label = f'{topology.name} {name} (batch {images})'
+    print(f'[preflight]   compiling {label}', flush=True)
+    compiled, seconds, reason = compile_program(fn, args, label)
+    row = {**head, 'phase': name, 'batch': images, 'compiled': compiled is not None}
+    row.update(reason=reason, compile_s=round(seconds, 1))
+    if compiled is not None:
+      measured, step_s[name] = program_row(compiled, config, chip, facts, images)
+      row.update(measured)
+    elif (needed := refused_memory(reason, config, facts['devices'])) is not None:
+      row.update(memory_per_chip_gib=needed, fits=False)
+    rows.append(row)
+    print(f'[preflight]   {name}: {summary(row)}', flush=True)
+  seconds = tpu.run_seconds(ctx, step_s)
+  for row in rows if seconds is not None else ():
+    row.update(run_hours=seconds / 3600, sweep_hours=runs * seconds / 3600)
+  return rows, ctx
+
+
+def max_batch(spec, overrides, topology, devs, config, max_compiles):
+  """(largest global batch whose unfrozen step fits a chip, compiles spent), on multiples of devices
+  x BatchNorm group; a batch the run's checks refuse does not fit, uncompiled."""
+  chip = tpu.CHIPS[topology.version]
+  unit = len(devs) * max(1, config.numerics.batchnorm_group)
+  limit = len(registry.declared(config).train) // unit * unit
+
+  def fits(batch):
+    try:
+      overridden = list(overrides) + [('batch_size', str(batch))]
+      ctx = build_context(validation.resolve(loader.load(spec, overridden)), topology, devs)
+    except ValueError:
+      return False
+    unfrozen = next(ph.name for ph in ctx.phases if not ph.frozen)
+    name, fn, args, _ = next(p for p in programs(ctx) if p[0] == unfrozen)
+    label = f'{topology.name} {name} at batch {batch} (--max-batch)'
+    print(f'[preflight]   compiling {label}', flush=True)
+    compiled, seconds, reason = compile_program(fn, args, label)
+    gib = memory(compiled)['memory_per_chip_gib'] if compiled is not None else None
+    ok = gib is not None and gib <= chip.hbm_gib
+    said = f'not compiled: {reason}'
+    if gib is not None:
+      said = f'{gib:.3g} GiB per chip, {"fits" if ok else "does not fit"}'
+    print(f'[preflight]   batch {batch}: {said} ({seconds:.0f} s)', flush=True)
+    return ok
+
+  return tpu.largest_batch(fits, config.batch_size, unit, limit, max_compiles)
+
+
+# --- the command ---
+
+
+def sweep_runs(spec):  # the runs of the config file's get_sweep(arg); 1 without one
   path, arg = loader.split_spec(spec)
   module = loader.load_module(path)
-  if not hasattr(module, 'get_sweep'):
-    return 1
-  try:
-    return len(module.get_sweep(arg or None))
-  except Exception as e:  # the config file's own code failed
-    raise ValueError(f'--config={spec}: get_sweep() fails ({type(e).__name__}: {e})') from None
+  return len(module.get_sweep(arg or None)) if hasattr(module, 'get_sweep') else 1
 
 
 def markdown(rows):
@@ -121,91 +461,83 @@ def markdown(rows):
     '|---|---|---|---|---|---|---|---|---|---|---|',
   ]
   for r in rows:
+    where = f'| {r["topology"]} | {r["chips"]} ({r["hosts"]}) | {r["phase"]} |'
     if not r['compiled']:
       needs = r.get('memory_per_chip_gib')
-      memory = f'{needs:.3g} ({r["hbm_per_chip_gib"]}) | NO' if needs is not None else ' |'
-      lines.append(
-        f'| {r["topology"]} | {r["chips"]} ({r["hosts"]}) | {r["phase"]} | no: '
-        f'{r["reason"]} | {memory} | | | | | |'
-      )
+      memory_cells = f'{needs:.3g} ({r["hbm_per_chip_gib"]}) | NO' if needs is not None else ' |'
+      lines.append(f'{where} no: {r["reason"]} | {memory_cells} | | | | | |')
       continue
     lines.append(
-      f'| {r["topology"]} | {r["chips"]} ({r["hosts"]}) | {r["phase"]} | yes | '
-      f'{r["memory_per_chip_gib"]:.3g} ({r["hbm_per_chip_gib"]}) | {"yes" if r["fits"] else "NO"} '
-      f'| {r["gflop_per_step"]:.4g} | {r["roofline_ms"]:.3g} | {r["images_per_s"]:,.0f} | '
-      f'{r["products"]} ({r["products_as_configured"]}) | {r["rounding_ops"]} |'
+      f'{where} yes | {r["memory_per_chip_gib"]:.3g} ({r["hbm_per_chip_gib"]}) | '
+      f'{"yes" if r["fits"] else "NO"} | {r["gflop_per_step"]:.4g} | {r["roofline_ms"]:.3g} | '
+      f'{r["images_per_s"]:,.0f} | {r["products"]} ({r["products_as_configured"]}) | '
+      f'{r["rounding_ops"]} |'
     )
   lines.append('')
   for name in dict.fromkeys(r['topology'] for r in rows):
     first = next(r for r in rows if r['topology'] == name)
-    hours = (
-      f'a run {first["run_hours"]:.3g} h, the sweep ({first["sweep_runs"]} runs) '
-      f'{first["sweep_hours"]:.3g} h at the roofline'
-      if first.get('run_hours') is not None
-      else 'no run estimate (it needs every program compiled)'
-    )
+    hours = 'no run estimate (it needs every program compiled)'
+    if first.get('run_hours') is not None:
+      hours = (
+        f'a run {first["run_hours"]:.3g} h, the sweep ({first["sweep_runs"]} runs) '
+        f'{first["sweep_hours"]:.3g} h at the roofline'
+      )
     largest = f'; largest batch that fits: {first["max_batch"]}' if first.get('max_batch') else ''
     lines.append(f'- {name}: {hours}{largest}')
   return '\n'.join(lines)
 
 
-def prepare(argv):
-  """(config, spec, overrides, args, topologies, runs) from the command line; ValueError (one
-  line) on bad input, before anything is compiled or written."""
-  spec, overrides, rest = loader.split_argv(argv)
-  args = parse_args(rest)
-  if not spec:
-    raise ValueError('--config is required, e.g. --config=configs/digits.py:smoke')
-  from configs import validation  # numpy: after --help
-
-  config = validation.resolve(loader.load(spec, overrides))
-  topologies = [tpu_topology.parse(name) for name in args.topology]
-  if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
-    raise ValueError(f'--out={args.out} is a file, not a folder: give a folder for preflight.csv')
-  if args.max_compiles < 1:
-    raise ValueError(f'--max-compiles={args.max_compiles}: give a positive number')
-  missing = tpu_topology.libtpu_missing()
-  if missing:
-    raise ValueError(missing)
-  return config, spec, overrides, args, topologies, sweep_runs(spec)
+def write_csv(rows, folder):
+  path = os.path.join(folder, 'preflight.csv')
+  with open(path, 'w', encoding='utf-8', newline='') as f:
+    writer = csv.DictWriter(f, COLUMNS, extrasaction='ignore', lineterminator='\n')
+    writer.writeheader()
+    writer.writerows(rows)
+  return [path]
 
 
 def main(argv=None):
   """Returns the exit code (module doc)."""
   start = time.time()
-  argv = sys.argv[1:] if argv is None else argv
-  try:
-    config, spec, overrides, args, topologies, runs = prepare(argv)
-    import jax
+  spec, overrides, rest = loader.split_argv(sys.argv[1:] if argv is None else argv)
+  args = parse_args(rest)
+  import jax
 
-    from sweeps import tpu_estimate, tpu_programs
+  from numerics import setup as numerics_setup
 
-    jax.config.update('jax_platforms', 'cpu')  # compile-only TPU devices; nothing runs on a TPU
-    jax.config.update('jax_enable_compilation_cache', False)  # every program compiled here, timed
-    from numerics import setup as numerics_setup
-
-    numerics_setup.configure(config)
-    devices = [tpu_topology.devices(t) for t in topologies]
-  except ValueError as e:
-    print(f'error: {str(e).splitlines()[0]}', file=sys.stderr)
-    return 2
-  rows = []
-  for topology, devs in zip(topologies, devices, strict=True):
-    found, ctx = tpu_programs.topology_rows(config, topology, devs, runs, args.programs)
-    if args.max_batch and ctx is not None:
-      largest, spent = tpu_programs.max_batch(
-        spec, overrides, topology, devs, config, args.max_compiles
-      )
-      print(f'[preflight]   largest batch that fits: {largest} ({spent} compiles)', flush=True)
-      for row in found:
-        row['max_batch'] = largest
-    rows += found
-  if args.out:
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, 'preflight.csv')
-    with open(path, 'w') as f:
-      f.write(tpu_estimate.csv_text(rows, COLUMNS))
-    print(f'[preflight] wrote {path}')
+  with contextlib.ExitStack() as stack:
+    try:  # bad input: one line, before anything is compiled or written
+      if not spec:
+        raise ValueError('--config is required, e.g. --config=configs/digits.py:smoke')
+      config = validation.resolve(loader.load(spec, overrides))
+      topologies = [tpu.parse_topology(name) for name in args.topology]
+      if args.max_compiles < 1:
+        raise ValueError(f'--max-compiles={args.max_compiles}: give a positive number')
+      runs = sweep_runs(spec)
+      if args.out:
+        dest = stack.enter_context(
+          files.Destination(args.out, command='preflight', may_write=['preflight.csv'])
+        )
+      jax.config.update('jax_platforms', 'cpu')  # compile-only TPU devices; nothing runs on one
+      jax.config.update('jax_enable_compilation_cache', False)  # every program compiled, timed
+      numerics_setup.configure(config)
+      devices = [tpu.devices(t) for t in topologies]
+    except ValueError as e:
+      cli.fail(str(e).splitlines()[0])
+    rows = []
+    for topology, devs in zip(topologies, devices, strict=True):
+      found, ctx = topology_rows(config, topology, devs, runs, args.programs)
+      if args.max_batch and ctx is not None:
+        largest, spent = max_batch(spec, overrides, topology, devs, config, args.max_compiles)
+        print(f'[preflight]   largest batch that fits: {largest} ({spent} compiles)', flush=True)
+        for row in found:
+          row['max_batch'] = largest
+      rows += found
+    if args.out:
+      try:
+        print(f'[preflight] wrote {dest.write(lambda folder: write_csv(rows, folder))[0]}')
+      except files.WriteFailed as e:
+        cli.fail(e, code=1)
   print(markdown(rows))
   print(
     f'[preflight] took {time.time() - start:.0f} s on this host ({os.cpu_count()} CPUs): '

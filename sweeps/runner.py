@@ -1,17 +1,14 @@
-"""Running a sweep's train.py processes: launch, watch, stop (the runner of sweeps.sweep).
-
-Each run is one `train.py` child process in its own process group, dying with the sweep on Linux,
-its output appended to `<workdir>/train.log`; a stop signal is forwarded once and waited for
-(STOP_GRACE_S); sweeps sharing a root claim each run before starting it (`take`); runs sharing a
-GPU get a share of its memory, and a `--tpu-chips` slot its chip's libtpu variables
-(sweeps/tpu_chips.py). The console's progress line, its images/s and ETA: docs/operations.md
-("Sweeps and studies").
+"""How a sweep's runs are launched: here (train.py children, watched, stopped, each claimed so
+that sweeps sharing a root start a run once) or elsewhere (the command list, the SLURM script).
+The progress line, its images/s and ETA: docs/operations.md ("Sweeps and studies").
 """
 
 import collections
 import contextlib
 import dataclasses
 import os
+import re
+import shlex
 import signal
 import statistics
 import subprocess
@@ -21,15 +18,22 @@ import time
 from typing import Any
 
 from runrecord import record
-from sweeps import claims, run_logs, tpu_chips
+from sweeps import tpu
 from trainer import gpu_memory, lock, platforms, writers
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOG_FILE = record.LOG_FILE
 CACHE_DIR = '.jax_cache'
+COMMANDS_FILE = 'sweep_commands.txt'
+SLURM_FILE = 'sweep.sbatch'
 STOP_GRACE_S = 300
 LOCK_WAIT_S = 60
 SPEED_WINDOW = 5
 GPU_SHARE = 0.9  # of a GPU's memory, split between the runs sharing it (the rest: CUDA contexts)
+STEP_COUNTER = re.compile(r'step (\d+)/(\d+)')
+# What an `#SBATCH` line may hold: SLURM reads it unquoted (a space ends the value, `%` starts a
+# file-name pattern), so user paths there are limited to these characters.
+SBATCH_SAFE = re.compile(r'[A-Za-z0-9._/+,:@=-]+')
 LINUX = sys.platform.startswith('linux')
 # Run first in a child: SIGKILL me when my parent (argv[1]) dies (prctl PR_SET_PDEATHSIG = 1; it
 # survives the exec), at once if it already has; then exec the run's command (argv[2:]).
@@ -41,59 +45,250 @@ DIE_WITH_PARENT = (
 )
 
 
+# --- the environment and device of each run ---
+
+
 def slot_gpus(gpus, slots):
-  """[(GPU id, runs on that GPU)] of each of `slots` runs at a time: one id each from `gpus`, in
-  order; without ids, None (every run sees every GPU) shared by all `slots`. The one rule by which
-  run_all and the estimate (slot_envs) hand GPUs to slots. `gpus` may hold TPU chips instead
-  (sweeps/tpu_chips.py Chip, never repeated): one chip per slot, handed out the same way."""
+  """[(device, runs on it)] of each of `slots` runs at a time: a GPU id or tpu.Chip each from
+  `gpus`, in order; without any, None (every GPU) shared by all."""
   handed = list(gpus)[:slots] if gpus else [None] * slots
   count = collections.Counter(handed)
   return [(gpu, count[gpu]) for gpu in handed]
 
 
-def runs_per_gpu(gpus, slots):
-  """{GPU id: concurrent runs on it} (slot_gpus); {None: slots} without ids."""
-  return dict(slot_gpus(gpus, slots))
-
-
 def memory_fraction(sharing, environ):
-  """{'XLA_PYTHON_CLIENT_MEM_FRACTION': GPU_SHARE / sharing} for a run that shares its GPU with
-  `sharing` - 1 others, or {} (alone on its GPU, `environ` sets a MEMORY_VARIABLES entry, or the
-  run has no GPU: trainer/platforms.gpu_runs)."""
+  """{'XLA_PYTHON_CLIENT_MEM_FRACTION': GPU_SHARE / sharing} for a run sharing its GPU, else {}."""
   if (
     sharing <= 1
     or any(name in environ for name in gpu_memory.MEMORY_VARIABLES)
     or not platforms.gpu_runs(environ)
-  ):  # no GPU JAX can use: nothing to share
+  ):
     return {}
   return {'XLA_PYTHON_CLIENT_MEM_FRACTION': f'{GPU_SHARE / sharing:.3f}'}
 
 
 def child_env(root, repo, gpu=None, sharing=1):
-  """The environment of a run: the shared compilation cache (unless set), one GPU when given (or
-  one TPU chip, a tpu_chips.Chip: libtpu's per-process variables, tpu_chips.environment), the
-  GPU memory fraction of `sharing` concurrent runs on it (memory_fraction)."""
+  """A run's environment: the shared compilation cache, its device, its share of a GPU."""
   env = dict(os.environ)
   env.setdefault('JAX_COMPILATION_CACHE_DIR', os.path.join(root, CACHE_DIR))
   env.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.2')  # JAX's default: 1 s
   env['PYTHONPATH'] = repo + (os.pathsep + env['PYTHONPATH'] if env.get('PYTHONPATH') else '')
-  if isinstance(gpu, tpu_chips.Chip):
-    env.update(tpu_chips.environment(gpu.index))
+  if isinstance(gpu, tpu.Chip):
+    env.update(tpu.environment(gpu.index))
   elif gpu is not None:
     env['CUDA_VISIBLE_DEVICES'] = str(gpu)
   env.update(memory_fraction(sharing, env))
   return env
 
 
-def on_device(gpu):
-  """'GPU 0' or 'TPU chip 3': a slot's device, for the console."""
-  return str(gpu) if isinstance(gpu, tpu_chips.Chip) else f'GPU {gpu}'
-
-
 def slot_envs(root, repo, gpus, slots):
-  """The environment of each of `slots` runs at a time (child_env), GPUs and memory fractions
-  handed out as run_all hands them (slot_gpus): what the sweep's --estimate processes get."""
+  """The environment of each of `slots` runs at a time, devices handed out as run_all does."""
   return [child_env(root, repo, gpu, sharing) for gpu, sharing in slot_gpus(gpus, slots)]
+
+
+# --- the command list and the SLURM script: the runs launched elsewhere ---
+
+
+def join(root, *parts):  # not os.path.join: roots may be bucket paths
+  return '/'.join([root.rstrip('/'), *parts])
+
+
+def flag_value(value):
+  """A config value as absl's --config.<field>= parses it back."""
+  if isinstance(value, str):
+    return value
+  return repr(tuple(value) if isinstance(value, list) else value)
+
+
+def config_flags(run, path, arg):
+  """The run's --config flags: the file (relative to the repository root) and its overrides."""
+  rel = os.path.relpath(path, REPO)
+  config = rel if not rel.startswith('..') else path
+  return [f'--config={config}' + (f':{arg}' if arg else '')] + [
+    f'--config.{k}={flag_value(v)}' for k, v in run.overrides.items()
+  ]
+
+
+def command(run, path, arg, python='python'):
+  """The run's train.py argv, relative to the repository root."""
+  flags = config_flags(run, path, arg)
+  return [python, 'train.py', flags[0], f'--workdir={run.workdir}', *flags[1:]]
+
+
+def command_line(argv):
+  return ' '.join(shlex.quote(a) for a in argv)
+
+
+def check_one_line(text, what):
+  """A one-line ValueError naming `what` when `text` holds a line break: one run per line."""
+  if any(c in text for c in ('\n', '\r', '\0')):
+    raise ValueError(
+      f'{what}: {text!r} holds a line break, which a command list of one run per '
+      'line cannot hold: remove it'
+    )
+
+
+def sbatch_folder(commands_file):
+  """The folder of `commands_file` for `#SBATCH --output=`, if SLURM can read it there."""
+  folder = os.path.dirname(commands_file)
+  bad = sorted({c for c in folder if not SBATCH_SAFE.fullmatch(c)})
+  if bad:
+    raise ValueError(
+      f"--emit-commands={commands_file}: its folder goes into the SLURM script's "
+      f'"#SBATCH --output=" line, which SLURM reads without shell quoting, and it '
+      f'holds {"".join(bad)!r}: pass --emit-commands (and --emit-slurm) in a folder '
+      'named with letters, digits and ._/+,:@=- only'
+    )
+  return folder
+
+
+def check_commands(runs, path, arg, root, emitted):
+  """Every string of the command list and the SLURM script, checked before anything is written
+  (a shell reads them quoted)."""
+  check_one_line(root, '--root')
+  check_one_line(path + (arg or ''), '--config')
+  for flag, file in zip(('--emit-commands', '--emit-slurm'), emitted, strict=True):
+    check_one_line(file, flag)
+  sbatch_folder(emitted[0])
+  for i, run in enumerate(runs):
+    for field, value in run.overrides.items():
+      check_one_line(flag_value(value), f'get_sweep() run {i}: {field}')
+
+
+def slurm_script(commands_file, count, root, job_name, python=sys.executable):
+  """A job array of `count` tasks, task i running line i (0-based) of `commands_file` with
+  `python` (the interpreter that wrote it, or $SWEEP_PYTHON where the job's environment sets it)."""
+  name = re.sub(r'[^A-Za-z0-9._-]+', '-', job_name).strip('-') or 'sweep'
+  output = f'{sbatch_folder(commands_file)}/slurm-%A_%a.out'
+  return '\n'.join(
+    [
+      '#!/bin/bash',
+      f'#SBATCH --job-name={name}',
+      f'#SBATCH --array=0-{count - 1}',
+      f'#SBATCH --output={output}',
+      '#SBATCH --ntasks=1',
+      '# Add resource lines, e.g. #SBATCH --gres=gpu:1. Task i runs line i (0-based) of the list;',
+      '# completed runs return at once, unfinished ones resume from their latest checkpoint.',
+      'set -euo pipefail',
+      f'cd {shlex.quote(REPO)}',
+      f'CACHE_DEFAULT={shlex.quote(join(root, CACHE_DIR))}',
+      'export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$CACHE_DEFAULT}"',
+      f'CMD=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {shlex.quote(commands_file)})',
+      f'PYTHON={shlex.quote(python)}',
+      'PYTHON="${SWEEP_PYTHON:-$PYTHON}"',
+      'python() { "$PYTHON" "$@"; }  # the lines\' `python`: the interpreter that wrote them',
+      'echo "task $SLURM_ARRAY_TASK_ID: $PYTHON ${CMD#python }"',
+      'eval "$CMD"',
+      '',
+    ]
+  )
+
+
+# --- what is read of a run while it trains ---
+
+
+def tail(path, size=8192):
+  try:
+    with open(path, 'rb') as f:
+      f.seek(max(0, os.path.getsize(path) - size))
+      return f.read().decode(errors='replace')
+  except OSError:
+    return ''
+
+
+def last_line(path):
+  lines = [line.strip() for line in tail(path).splitlines() if line.strip()]
+  return lines[-1] if lines else ''
+
+
+def logged_speeds(workdir):
+  """[(step, images/s)] of the training records in the run's metrics.jsonl ([] if unreadable)."""
+  from analysis.inputs import results
+
+  try:
+    records = results.train_records(workdir)
+  except OSError:
+    return []
+  return [(int(e['step']), float(e['images_per_sec'])) for e in records if e.get('images_per_sec')]
+
+
+def last_step(workdir):
+  records = logged_speeds(workdir)
+  return records[-1][0] if records else -1
+
+
+def speed(workdir, since_step):
+  """(images/s or None, last logged step) from the records after `since_step`: the median of the
+  last SPEED_WINDOW logged intervals, the first after launch (the compile) left out."""
+  records = [r for r in logged_speeds(workdir) if r[0] > since_step]
+  measured = [ips for _, ips in records[1:]][-SPEED_WINDOW:]
+  last = records[-1][0] if records else since_step
+  return (statistics.median(measured) if measured else None), last
+
+
+def saved_results(workdir):
+  """(the run's saved results or None, '' or why unreadable); nothing is opened without a
+  checkpoints folder (a fresh run) or in a bucket."""
+  from analysis.inputs import results
+
+  if '://' in workdir or not os.path.isdir(str(record.checkpoint_dir(workdir))):
+    return None, ''
+  try:
+    with results.quiet_absl():
+      return record.read_results(workdir), ''
+  except Exception as e:  # e.g. a run being written: relaunched, and it resumes or says why
+    return None, type(e).__name__
+
+
+def says_completed(saved):
+  return bool(saved) and saved.get('status') == 'completed'
+
+
+def completed(run):
+  return says_completed(saved_results(run.workdir)[0])
+
+
+# --- claims: which run a sweep starts next when several share a root ---
+
+
+def try_claim(run, progress, is_completed):
+  """(this sweep's claim on `run` or None while another holds it, whether it completed there)."""
+  claim = lock.claim(run.workdir)
+  if claim is None or not is_completed(run):
+    return claim, False
+  lock.release_claim(claim)
+  progress.done += 1
+  progress.show(
+    f'done    {run.slug}/seed{run.seed}: completed elsewhere (another sweep on this root)'
+  )
+  return None, True
+
+
+def take(queue, progress, is_completed):
+  """(run, claim) of the next run to start, or (None, None): a run another sweep claimed waits in
+  `progress.elsewhere` until released, then counts as done or is started here (to resume)."""
+  for run in list(progress.elsewhere):
+    claim, done = try_claim(run, progress, is_completed)
+    if claim is not None or done:
+      progress.elsewhere.remove(run)
+    if claim is not None:
+      return run, claim
+  while queue:
+    run = queue.pop(0)
+    claim, done = try_claim(run, progress, is_completed)
+    if claim is not None:
+      return run, claim
+    if not done:
+      progress.elsewhere.append(run)
+      holder = lock.claimant(run.workdir)
+      progress.show(
+        f'other   {run.slug}/seed{run.seed}: started by another sweep (pid '
+        f'{holder.get("pid", "?")} on {holder.get("host", "?")}); waiting for it'
+      )
+  return None, None
+
+
+# --- launch, watch, stop ---
 
 
 def popen(argv, cwd, env, log):
@@ -106,26 +301,9 @@ def popen(argv, cwd, env, log):
   )
 
 
-def last_step(workdir):
-  """The step of the run's last logged training record with a speed, or -1."""
-  records = run_logs.logged_speeds(workdir)
-  return records[-1][0] if records else -1
-
-
-def speed(workdir, since_step):
-  """(images/s or None, last logged step) from the records after `since_step`: the median of the
-  last SPEED_WINDOW logged intervals, the first after launch (the compile) left out."""
-  records = [r for r in run_logs.logged_speeds(workdir) if r[0] > since_step]
-  measured = [ips for _, ips in records[1:]][-SPEED_WINDOW:]
-  return (statistics.median(measured) if measured else None), (
-    records[-1][0] if records else since_step
-  )
-
-
 @dataclasses.dataclass
 class Active:
-  """A running run: its process, log file, GPU, start time, batch size, last step before launch,
-  and the claim this sweep holds on its workdir (lock.claim; None in tests that build one)."""
+  """A running run and this sweep's claim on its workdir."""
 
   run: Any
   proc: Any
@@ -143,7 +321,8 @@ class Active:
   def measure(self, now):
     """(images/s or None, seconds running, seconds left or None)."""
     ips, step = speed(self.run.workdir, self.since_step)
-    total = run_logs.total_steps(self.logfile)
+    found = STEP_COUNTER.findall(tail(self.logfile))  # the log's last `step s/T`
+    total = int(found[-1][1]) if found else None
     left = None
     if ips and total and self.batch_size:
       left = max(total - step, 0) * self.batch_size / ips
@@ -151,9 +330,8 @@ class Active:
 
 
 class Progress:
-  """Counts of the sweep's runs, the running ones, and the console lines. `failures`: [(run, exit
-  code, last log line)]; `held`: runs not run because another live process holds their workdir;
-  `elsewhere`: runs claimed by another sweep on the same root, waited for."""
+  """The sweep's counts and console lines; `failures`: [(run, exit code, last log line)]; `held`:
+  runs another live process holds; `elsewhere`: runs another sweep claimed."""
 
   def __init__(self, total, done, slots, out=None):
     self.total, self.done, self.slots, self.out = total, done, slots, out
@@ -176,9 +354,8 @@ class Progress:
     )
 
   def eta(self, measures):
-    """Seconds until the sweep ends from [(images/s, running s, left s)]: (seconds left of the
-    running runs + queued runs x seconds per run) / slots, seconds per run the mean duration of
-    the finished runs (else the running runs' elapsed plus left); None until a number exists."""
+    """Seconds to the end from [(images/s, running s, left s)]: (the running runs' left + queued x
+    the mean finished run (else running + left)) / slots; None until that is known."""
     finished = [running + left for _, running, left in measures if left is not None]
     per_run = statistics.mean(self.durations or finished) if self.durations or finished else None
     work = 0.0
@@ -217,8 +394,8 @@ class Progress:
 
 
 class Stop:
-  """SIGTERM/SIGINT while installed: the first sets `signum`, a later one `force` (no raising, so
-  no child can be started and then lost between two statements)."""
+  """SIGTERM/SIGINT while installed: the first sets `signum`, a later one `force` (no raising: no
+  child is started and then lost between two statements)."""
 
   def __init__(self):
     self.signum, self.force = None, False
@@ -243,15 +420,11 @@ class Stop:
 
 
 def launch(run, argv, root, repo, gpu, batch_size, sharing=1, claim=None):
-  """Start `argv` for `run` (claimed by this sweep: `claim`) with its output appended to the
-  run's log, `sharing` runs on its GPU (child_env); returns an Active."""
+  """An Active: `argv` started for `run`, its output appended to the run's log."""
   os.makedirs(run.workdir, exist_ok=True)
   env = child_env(root, repo, gpu, sharing)
   log = open(os.path.join(run.workdir, LOG_FILE), 'a')
-  # The train.log record of the memory settings and the TPU chip ('' if none).
-  memory = ' '.join(
-    filter(None, (gpu_memory.memory_settings(env, ' ', ''), tpu_chips.settings(env)))
-  )
+  memory = ' '.join(filter(None, (gpu_memory.memory_settings(env, ' ', ''), tpu.settings(env))))
   log.write(
     f'\n# {time.strftime("%Y-%m-%d %H:%M:%S")} {memory + " " if memory else ""}{" ".join(argv)}\n'
   )
@@ -275,7 +448,7 @@ def wait_for_lock(run, progress, stop, poll):
 
 
 def reap(progress, stopping):
-  """Collect finished children: print their end; returns the GPUs they free."""
+  """Collect finished children, print their end; the devices they free."""
   freed = []
   for pid, a in list(progress.active.items()):
     code = a.proc.poll()
@@ -294,7 +467,7 @@ def reap(progress, stopping):
       progress.durations.append(time.time() - a.started)
       progress.show(f'done    {name} in {took} (log: {a.logfile})')
     else:
-      line = run_logs.last_line(a.logfile)
+      line = last_line(a.logfile)
       progress.failures.append((a.run, code, line))
       progress.show(f'FAILED  {name}: exit code {code}, last log line: {line!r} (log: {a.logfile})')
   return freed
@@ -333,16 +506,12 @@ def run_all(
   batch_size=None,
   poll=0.5,
   heartbeat=30,
-  is_completed=claims.completed,
+  is_completed=completed,
 ):
-  """Run `queue` (in order), `slots` at a time (one GPU each from `gpus`); each run is claimed
-  before it starts (`take`: runs another sweep started are waited for, not started twice).
-
-  `argv_of(run)`: the run's command; `batch_size(run)`: its global batch (for the ETA);
-  `is_completed(run)`: whether a run finished by another sweep completed. Returns (failures [(run,
-  exit code, last log line)], in-use runs, the stop signal number or None): the lists are
-  progress.failures and progress.held.
-  """
+  """Run `queue` in order, `slots` at a time (a device each from `gpus`), each claimed before it
+  starts (`take`); `argv_of(run)`: its command; `batch_size(run)`: its global batch (the ETA).
+  Returns (progress.failures [(run, exit code, last log line)], progress.held, stop signal or
+  None)."""
   queue, stop = list(queue), Stop()
   handed = slot_gpus(gpus, slots)
   free, sharing = [gpu for gpu, _ in handed], dict(handed)
@@ -350,7 +519,7 @@ def run_all(
     try:
       while (queue or progress.active or progress.elsewhere) and stop.signum is None:
         while free and stop.signum is None:
-          run, claim = claims.take(queue, progress, is_completed)
+          run, claim = take(queue, progress, is_completed)
           if run is None:
             break
           if not wait_for_lock(run, progress, stop, poll):
@@ -368,10 +537,11 @@ def run_all(
             run, argv_of(run), root, repo, gpu, batch_size and batch_size(run), sharing[gpu], claim
           )
           progress.active[a.proc.pid] = a
+          on = (
+            '' if gpu is None else f' on {gpu}' if isinstance(gpu, tpu.Chip) else f' on GPU {gpu}'
+          )
           progress.show(
-            f'start   {run.slug}/seed{run.seed}'
-            + (f' on {on_device(a.gpu)}' if a.gpu is not None else '')
-            + f': workdir {run.workdir}, log {a.logfile}'
+            f'start   {run.slug}/seed{run.seed}{on}: workdir {run.workdir}, log {a.logfile}'
           )
         time.sleep(poll)
         free += reap(progress, stopping=False)

@@ -9,81 +9,131 @@
   python -m sweeps.sweep --config=configs/digits.py:study,model.width=1.0 --root=runs/tpu \
       --tpu-chips 0,1,2,3,4,5,6,7
 
-Each override dict of `get_sweep(arg)` is one run, launched in `<root>/<arm slug>/seed<k>` as
-
-  python train.py --config=<file>:<arg> --workdir=<run dir> --config.seed=<k> --config.<f>=<v> ...
-
-after every run's config, data and workdir are checked (sweeps/checks.py: every problem one line,
-exit code 2). Completed runs are skipped and unfinished ones resumed; `get_study(arg)` is written
-into the root as study.json; a command list and a SLURM script are written beside the runs;
-`--estimate` prices the sweep first (sweeps/estimate.py). The exit code is 1 if any run failed.
-See docs/operations.md ("Sweeps and studies") and docs/statistics.md.
+Each override dict of get_sweep(arg) is one `train.py` run in <root>/<arm slug>/seed<k>, launched
+once every run is checked; completed runs are skipped, unfinished ones resumed. Exit code 1 if a
+run failed. See docs/operations.md ("Sweeps and studies").
 """
 
-import argparse
 import collections
+import functools
+import json
 import os
 import re
 import signal
+import subprocess
 import sys
-from collections.abc import Iterable, Mapping, Sequence
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, NamedTuple
 
-from configs import common, loader
-from runrecord import sessions
-from sweeps import scripts, sweep_args, sweep_outputs, tpu_chips
+from analysis import cli
+from analysis.inputs import declaration
+from configs import capacity, common, loader, validation
+from input_pipeline import registry
+from runrecord import files, record, sessions
+from sweeps import runner, tpu
+from trainer import lock, platforms
 
-if TYPE_CHECKING:
-  import ml_collections
+LIST_ALL, LIST_FIRST = 20, 10  # a dry run lists up to LIST_ALL commands, else the first LIST_FIRST
 
-# The modules that start JAX, pandas or the runner (sweeps.checks, claims, runner, estimate,
-# tpu_estimate), and configs.validation and input_pipeline.base (numpy), are imported where they
-# are used: --help and a bad flag are answered before any of them loads.
-
-
-# config: get_config(arg) with the run's overrides, resolved (configs/validation.py); as
-# written when it does not resolve, `problem` then saying why in one line (None: runs built by
-# hand).
+# config: get_config(arg) with the run's overrides, resolved (configs/validation.py); as written
+# when it does not resolve, `problem` then saying why in one line.
 Run = collections.namedtuple(
   'Run', 'arm slug seed overrides workdir config problem', defaults=(None, '')
 )
 
 
-def short_name(field, leaves):
-  """The field's last part when no other config field ends the same way, else its dotted name."""
-  leaf = field.rsplit('.', 1)[-1]
-  same = [f for f in leaves if f.rsplit('.', 1)[-1] == leaf]
-  return leaf if len(same) <= 1 else field
+# --- the command line ---
 
 
-def slug_value(value):
-  text = ','.join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-  return re.sub(r'[^A-Za-z0-9.+-]+', '-', text).strip('-') or 'empty'
+def add_run_args(p, example_config, root_help):
+  """--config, --root, --parallel, --gpus, --tpu-chips: what running a sweep takes (run_study's
+  too)."""
+  p.add_argument(
+    '--config', required=True, help=f'config file with get_sweep(), e.g. {example_config}'
+  )
+  p.add_argument('--root', required=True, help=root_help)
+  p.add_argument('--parallel', type=int, help='runs at a time (default 1, or one per GPU)')
+  p.add_argument('--gpus', default='', help='comma-separated GPU ids: one run per GPU')
+  p.add_argument('--tpu-chips', default='', help='comma-separated TPU chip ids: one run per chip')
 
 
-def arm_slug(arm: Mapping[str, Any], leaves: Iterable[str]) -> str:
-  """'profile-tpu-default_compute_dtype-bfloat16': fields in the arm's order, from the arm alone
-  (stable when arms are added or removed); 'default' for an arm without overrides."""
-  parts = [f'{short_name(k, leaves)}-{slug_value(v)}' for k, v in arm.items()]
+def parse_args(argv):
+  p = cli.Parser(
+    prog='python -m sweeps.sweep',
+    description="Run a study (arms x seeds, declared by the config file's get_sweep(arg)) as "
+    'train.py runs.',
+  )
+  add_run_args(p, 'configs/digits.py:cpu', 'folder holding one workdir per run')
+  p.add_argument('--emit-commands', help=f'command list (default ROOT/{runner.COMMANDS_FILE})')
+  p.add_argument('--emit-slurm', help=f'SLURM array script (default ROOT/{runner.SLURM_FILE})')
+  p.add_argument('--emit-study', help='with --dry-run: write the study declaration here')
+  p.add_argument(
+    '--dry-run', action='store_true', help='check and list the runs; write only what --emit-* name'
+  )
+  p.add_argument(
+    '--estimate',
+    action='store_true',
+    help="a dry run that also measures each arm's runs here and prints the device-hours",
+  )
+  p.add_argument('--estimate-steps', type=int, default=3, help='steps timed per phase (--estimate)')
+  p.add_argument(
+    '--estimate-tpu',
+    default='',
+    metavar='TOPOLOGY',
+    help='with --estimate: price the runs from their TPU programs compiled for TOPOLOGY',
+  )
+  p.add_argument('--heartbeat', type=float, default=30.0, help='seconds between progress lines')
+  return p.parse_args(argv)
+
+
+def placement(args):
+  """The slots' devices: the GPU ids of --gpus or the tpu.Chip of --tpu-chips, never both."""
+  try:
+    gpus = [int(g) for g in args.gpus.split(',') if g.strip()]
+  except ValueError:
+    raise ValueError(
+      f'--gpus={args.gpus}: give comma-separated GPU ids, e.g. --gpus 0,1,2,3'
+    ) from None
+  chips = tpu.parse_chips(args.tpu_chips)
+  if gpus and chips:
+    raise ValueError('--gpus and --tpu-chips: give one of them (a run uses GPUs or a TPU chip)')
+  if args.estimate_tpu and not args.estimate:
+    raise ValueError('--estimate-tpu prices the runs: give it with --estimate')
+  return gpus or chips
+
+
+# --- the runs of a study ---
+
+
+def arm_slug(arm, leaves):
+  """'profile-tpu-default_compute_dtype-bfloat16': from the arm alone, in its order (stable when
+  arms are added or removed), each field by its last part unless another field ends the same."""
+  parts = []
+  for field, value in arm.items():
+    leaf = field.rsplit('.', 1)[-1]
+    name = leaf if [f.rsplit('.', 1)[-1] for f in leaves].count(leaf) <= 1 else field
+    text = ','.join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    parts.append(f'{name}-{re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-") or "empty"}')
   return '_'.join(parts) or 'default'
 
 
-def check_overrides(
-  module: ModuleType, arg: str, overrides: Mapping[str, Any], index: int
-) -> 'ml_collections.ConfigDict':
-  """Apply the run's overrides to the config (one-line error naming the field); returns it."""
-  config = module.get_config(arg)
+def check_overrides(module, arg, overrides, index):
+  """The config with the run's overrides applied (one-line ValueError naming the field)."""
   try:
-    return common.apply_overrides(config, overrides.items())
+    return common.apply_overrides(module.get_config(arg), overrides.items())
   except ValueError as e:
     raise ValueError(f'get_sweep() run {index}: {e}; use a dotted field of get_config()') from None
 
 
-def expand(spec: str, root: str) -> tuple[list[Run], str, str]:
-  """(runs, config file, arg): the sweep of `spec` ('FILE[:ARG]', the config file's get_sweep(arg))
-  with one workdir per run under `root`, each run with its config; one-line ValueError on a bad
-  sweep declaration."""
+def resolved(config):
+  """(the resolved config, '') or (config as written, the one line why it does not resolve)."""
+  try:
+    return validation.resolve(config), ''
+  except validation.ConfigError as e:
+    return config, str(e).splitlines()[0]
+
+
+def expand(spec, root):
+  """(runs, config file, arg): the runs of `spec`'s get_sweep(arg), a workdir each under `root`;
+  one-line ValueError on a bad sweep declaration."""
   path, arg = loader.split_spec(spec)
   module = loader.load_module(path)
   if not hasattr(module, 'get_sweep'):
@@ -95,8 +145,7 @@ def expand(spec: str, root: str) -> tuple[list[Run], str, str]:
   if not sweep or not all(isinstance(o, dict) for o in sweep):
     raise ValueError(f'{path}: get_sweep() must return a non-empty list of override dicts')
   leaves = common.fields(module.get_config(arg))
-  runs, seen = [], set()
-  slugs: dict[str, dict] = {}
+  runs, seen, slugs = [], set(), {}
   for i, overrides in enumerate(sweep):
     config = check_overrides(module, arg, overrides, i)
     arm = {k: v for k, v in overrides.items() if k != 'seed'}
@@ -109,32 +158,16 @@ def expand(spec: str, root: str) -> tuple[list[Run], str, str]:
     if (slug, seed) in seen:
       raise ValueError(f'get_sweep(): arm {slug!r} lists seed {seed} twice; each seed once per arm')
     seen.add((slug, seed))
-    workdir = scripts.join(root, slug, f'seed{seed}')
     config, problem = resolved(config)
+    workdir = runner.join(root, slug, f'seed{seed}')
     runs.append(Run(arm, slug, seed, {'seed': seed, **arm}, workdir, config, problem))
   return runs, path, arg
 
 
-def resolved(config):
-  """(the resolved config, '') or (config as written, the one-line reason it does not resolve)."""
-  from configs import validation
-
-  try:
-    return validation.resolve(config), ''
-  except validation.ConfigError as e:
-    return config, str(e).splitlines()[0]
-
-
 def saved_state(run):
-  """('completed'|'todo'|'mismatch', detail) from the run's saved record, if any.
-
-  A saved run is this sweep's run when runrecord/record.py's rule says so (the rule train.py's
-  resume uses): then a completed one is skipped and an unfinished one relaunched, and train.py
-  resumes it. Any other saved run is a conflict, named with its differing fields.
-  """
-  from sweeps import claims
-
-  saved, error = claims.saved_results(run.workdir)  # none in a bucket: see there
+  """('completed'|'todo'|'mismatch', detail) of the run's saved record, by the rule train.py's
+  resume uses (runrecord/sessions.py); another run's record is a conflict, named."""
+  saved, error = runner.saved_results(run.workdir)  # none in a bucket
   if error:
     return 'todo', f'unreadable results ({error}); relaunching'
   if not saved:
@@ -145,10 +178,10 @@ def saved_state(run):
       f'{run.workdir} holds a run with other settings ({"; ".join(diffs[:3])}): '
       'delete it or use another --root'
     )
-  return ('completed', '') if claims.says_completed(saved) else ('todo', '')
+  return ('completed', '') if runner.says_completed(saved) else ('todo', '')
 
 
-def launch_order(runs: Iterable[Run]) -> list[Run]:
+def launch_order(runs):
   """Round-robin over arms (each arm's first seed, then each arm's second, ...): runs started
   together compile different arms, and later seeds of an arm find its compiles in the cache."""
   arms = list(dict.fromkeys(r.slug for r in runs))
@@ -156,166 +189,385 @@ def launch_order(runs: Iterable[Run]) -> list[Run]:
   return sorted(runs, key=lambda r: (rank[id(r)], arms.index(r.slug)))
 
 
-def print_chip_environments(chips):
-  """What each run gets on each chip (a run takes the first free chip): libtpu's variables."""
-  print('each run takes a free TPU chip and runs with its variables (sweeps/tpu_chips.py):')
-  for chip in chips:
-    print(f'  {chip}: {tpu_chips.settings(tpu_chips.environment(chip.index))}')
+# --- what is checked before launch: every problem at once, a shared one in one line ---
+
+LOG_FILE = record.LOG_FILE  # each run's console output, appended by sweeps/runner.py
+# A train.py process besides its activations (Python, JAX, the data, the compiled steps): about
+# 0.8 GB measured for a digits run on CPU; rounded up.
+RUN_OVERHEAD_BYTES = 2**30
 
 
-class Plan(NamedTuple):
-  """What plan returns: the sweep's runs and what was found about them."""
-
-  runs: list[Run]
-  path: str  # the config file
-  arg: str  # its arg (presets and overrides)
-  root: str  # absolute, unless a bucket
-  files: tuple[str, str]  # (command list, SLURM script)
-  states: dict[str, tuple[str, str]]  # {run folder: (saved state, detail)}, checks.check's
-  errors: list[str]  # the problems found, one line each
-  declared: dict | None  # the study declaration to write (None: none, or there already)
-
-
-def plan(args: argparse.Namespace) -> Plan:
-  """The sweep expanded and checked (checks.check, sweep_outputs.study_declaration); raises
-  ValueError on a bad sweep declaration or flags."""
-  from sweeps import checks
-
-  remote = '://' in args.root
-  root = args.root if remote else os.path.abspath(args.root)
-  if remote and not (args.dry_run or args.estimate):
-    raise ValueError(
-      f'--root={args.root}: bucket roots can only be emitted (add --dry-run and run '
-      'the command list on the hosts); run locally with a local folder'
-    )
-  runs, path, arg = expand(args.config, root)
-  files = sweep_outputs.output_files(args, root)
-  scripts.check_commands(runs, path, arg, root, files)
-  from sweeps import runner
-
-  gpus = sweep_args.parse_gpus(
-    args.gpus
-  )  # a run's environment: one GPU each under --gpus (runner.py)
-  errors, warnings, states = checks.check(
-    runs,
-    root,
-    list(zip(('--emit-commands', '--emit-slurm'), files, strict=True)),
-    saved_state,
-    runner.child_env(root, scripts.REPO, gpus[0] if gpus else None),
-  )
-  for line in warnings:
-    print(f'warning: {line}', file=sys.stderr)
-  declared, problem = sweep_outputs.study_declaration(args.config, root)
-  return Plan(
-    runs, path, arg, root, files, states, errors + ([problem] if problem else []), declared
-  )
-
-
-def print_problems(errors):
-  for line in errors:
-    print(f'error: {line}', file=sys.stderr)
-  print(
-    f'error: {len(errors)} problem(s) found before launching: nothing was run or written',
-    file=sys.stderr,
-  )
-  return 2
-
-
-def pending(runs, states):
-  """[(run, detail)] of the runs not completed, in order (bucket runs have no state: all are)."""
+def grouped(problems):
+  """'message (runs: a/seed0, a/seed1, b/seed0 and 13 more)' per message of [(message, run)]."""
+  by_message = {}
+  for message, run in problems:
+    by_message.setdefault(message, []).append(f'{run.slug}/seed{run.seed}')
   out = []
-  for run in runs:
-    state, detail = states.get(run.workdir, ('todo', ''))
-    if state != 'completed':
-      out.append((run, detail))
+  for message, names in by_message.items():
+    more = f' and {len(names) - 3} more' if len(names) > 3 else ''
+    out.append(f'{message} (runs: {", ".join(names[:3])}{more})')
   return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-  """Run the sweep; returns the exit code (0 all completed, 1 a run failed or is in use, 2 bad
-  flags or a problem found by the checks, 128 + N stopped by signal N)."""
-  args = sweep_args.parse_args(argv)
+def data_problems(runs):
+  """The problems of each distinct data setting, as its dataset module declares them."""
+  seen, problems = set(), []
+  for run in runs:
+    data = run.config.data
+    key = repr(sorted(data.to_dict().items()))
+    if key in seen:
+      continue
+    seen.add(key)
+    try:
+      check = registry.get(data.name).problems
+    except ValueError:  # no such dataset: the config's own problem says so
+      continue
+    problems += check(data) if check else []
+  return problems
+
+
+def nearest_existing(path):
+  """`path` or its closest existing ancestor."""
+  path = os.path.abspath(path)
+  while not os.path.exists(path):
+    parent = os.path.dirname(path)
+    if parent == path:
+      break
+    path = parent
+  return path
+
+
+def folder_problem(folder, what):
+  """None if `folder` is, or could be made, a writable folder; else one line."""
+  existing = nearest_existing(folder)
+  itself = existing == os.path.abspath(folder)
+  where = f'{what}={folder}' + ('' if itself else f' cannot be created: {existing}')
+  if not os.path.isdir(existing):
+    return f'{where} is a file, not a folder: choose another path'
+  if not os.access(existing, os.W_OK | os.X_OK):
+    return f'{where} is not writable: choose a folder you can write to, or fix its permissions'
+  return None
+
+
+def run_folder_problem(workdir):
+  """None if an existing run folder holds only the kinds of entry a run and its log use."""
+  problem = folder_problem(workdir, '--workdir')
+  if problem:
+    return problem
   try:
-    gpus = sweep_args.placement(args)
+    from trainer import workdirs
+
+    workdirs.check_layout(workdir, extra_files=lock.FILES + (LOG_FILE,))
+  except validation.ConfigError as e:
+    return str(e)
+  return None
+
+
+# Run in a child with a run's environment: its devices, their platform and smallest memory.
+DEVICE_PROBE = """
+import json, jax
+def limit(device):
+  try:
+    return (device.memory_stats() or {}).get('bytes_limit')
+  except Exception:  # backends without memory statistics (CPU)
+    return None
+limits = [v for v in map(limit, jax.local_devices()) if v]
+print(json.dumps([jax.device_count(), jax.devices()[0].platform, min(limits) if limits else None]))
+"""
+# What the probe leaves out of a run's environment: it compiles nothing and allocates nothing.
+PROBE_ENV = {'XLA_PYTHON_CLIENT_PREALLOCATE': 'false', 'JAX_COMPILATION_CACHE_DIR': None}
+
+
+@functools.lru_cache(maxsize=None)
+def devices_seen(environment):
+  """(device count, platform, smallest device memory or None) a process started with
+  `environment` ((name, value) pairs) sees; None when JAX does not start there."""
+  env = {k: v for k, v in dict(environment).items() if PROBE_ENV.get(k, '') is not None}
+  env.update({k: v for k, v in PROBE_ENV.items() if v is not None})
+  argv = [sys.executable, '-c', DEVICE_PROBE]
+  try:
+    probe = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    return tuple(json.loads(probe.stdout.splitlines()[-1])) if probe.returncode == 0 else None
+  except (subprocess.SubprocessError, OSError, ValueError, IndexError):
+    return None
+
+
+def device_problems(runs, env):
+  """(errors, warnings): runs whose batches do not split over (or activations do not fit) the
+  devices a run started with `env` sees; multi-process jobs are left to train.py."""
+  from numerics import setup as numerics_setup
+
+  found, warnings = [], []
+  for run in runs:
+    if run.problem or run.config is None or run.config.distributed.initialize == 'yes':
+      continue
+    flags = env.get('XLA_FLAGS', '').split()  # the run's: the sweep's and its config's own
+    flags += [f for f in numerics_setup.xla_flags(run.config) if f not in flags]
+    seen = devices_seen(tuple(sorted({**env, 'XLA_FLAGS': ' '.join(flags)}.items())))
+    if seen is None:
+      warnings.append(
+        'the devices a run sees could not be counted here (JAX did not start in a '
+        'child process): each run checks its batch sizes against them'
+      )
+      continue
+    count, platform, memory = seen
+    try:
+      capacity.check_devices(run.config, count, 1, memory)
+    except validation.ConfigError as e:
+      found.append((f'{e} (the {count} {platform} device(s) a run of this sweep sees)', run))
+  return grouped(found), sorted(set(warnings))
+
+
+def environment_problems():
+  """The platforms JAX_PLATFORMS names must start on this host (trainer/platforms.py)."""
+  try:
+    platforms.check()
+  except ValueError as e:
+    return [str(e)]
+  return []
+
+
+def workdir_problems(runs, root, files):
+  """The root, the run folders and the emitted files must be writable; saved runs must match."""
+  from trainer import workdirs
+
+  try:
+    workdirs.check_path_encoding(root, '--root')
+  except validation.ConfigError as e:
+    return [str(e)], {}
+  folders = {os.path.abspath(root): '--root'}
+  for flag, path in files:
+    folders.setdefault(os.path.dirname(os.path.abspath(path)), f'{flag}={path}: folder')
+  problems = [p for p in (folder_problem(f, what) for f, what in folders.items()) if p]
+  if problems:
+    return problems, {}
+  states = {}
+  for run in runs:
+    problem = run_folder_problem(run.workdir) if os.path.exists(run.workdir) else None
+    state, detail = ('todo', '') if problem else saved_state(run)
+    if state == 'mismatch':
+      problem = detail
+    problems += [problem] if problem else []
+    states[run.workdir] = (state, detail)
+  return problems, states
+
+
+def check(runs, root, files, env=None):
+  """(errors, warnings, {run folder: saved state}) before anything is launched or written;
+  `files`: [(flag, path)] it writes; `env`: a run's (None: the devices are not checked)."""
+  errors = grouped((r.problem, r) for r in runs if r.problem)
+  data = data_problems(runs)
+  if '://' in root:
+    elsewhere = data + environment_problems()
+    return errors, [f'{p} (checked on this machine; the hosts need it)' for p in elsewhere], {}
+  environment = environment_problems()
+  devices, warnings = (
+    device_problems(runs, env) if env is not None and not environment else ([], [])
+  )
+  folders, states = workdir_problems(runs, root, files)
+  return errors + environment + devices + data + folders, warnings, states
+
+
+def parallel_slots(requested, runs, gpus, host_bytes, cores):
+  """(runs at a time, warning or None): --parallel (None: one per device, else 1) capped by the
+  host's memory over a run's (RUN_OVERHEAD_BYTES + its activations) and, on CPU, its cores."""
+  if requested is not None and requested < 1:
+    raise ValueError(f'--parallel={requested}: give a positive number of runs at a time')
+  slots = requested or len(gpus) or 1
+  if gpus and slots > len(gpus):
+    chips = isinstance(gpus[0], tpu.Chip)
+    what = 'TPU chips of --tpu-chips' if chips else 'GPUs of --gpus'
+    raise ValueError(
+      f'--parallel={slots} exceeds the {len(gpus)} {what}; one run per {"chip" if chips else "GPU"}'
+    )
+  configs = [r.config for r in runs if r.config is not None and not r.problem]
+  largest = max((capacity.activation_bytes(c, c.batch_size) for c in configs), default=0)
+  per_run, caps = RUN_OVERHEAD_BYTES + largest, []
+  if host_bytes:
+    held = f'{host_bytes / 2**30:.1f} GiB of memory hold about that many runs of'
+    caps.append((max(1, int(host_bytes // per_run)), f'{held} {per_run / 2**30:.1f} GiB'))
+  if not gpus and not platforms.gpu_runs():
+    caps.append((max(1, cores), f'this host has {cores} CPU cores'))
+  cap, why = min(caps, default=(slots, ''), key=lambda c: c[0])
+  if slots <= cap:
+    return slots, None
+  return cap, f'--parallel={slots} capped to {cap}: {why}'
+
+
+# --- what it writes before launching: the command list, the SLURM script, the declaration ---
+
+
+def output_files(args, root):
+  """(command list, SLURM script): in the root unless --emit-* say otherwise (a bucket's: both)."""
+  if '://' in root and not (args.emit_commands and args.emit_slurm):
+    raise ValueError(
+      f'--root={root}: the command list and the SLURM script are written on this '
+      'machine, not into a bucket: give --emit-commands=FILE and --emit-slurm=FILE '
+      '(local paths)'
+    )
+  return (
+    os.path.abspath(args.emit_commands or os.path.join(root, runner.COMMANDS_FILE)),
+    os.path.abspath(args.emit_slurm or os.path.join(root, runner.SLURM_FILE)),
+  )
+
+
+def study_declaration(spec, root):
+  """(get_study() to write into the root or None, problem or None): once runs exist, a changed
+  declaration is refused."""
+  declared = declaration.from_config(spec)
+  path = os.path.join(root, declaration.STUDY_FILE)
+  if not declared or '://' in root or not os.path.exists(path):
+    return declared or None, None
+  diff = declaration.differences(declaration.read_file(path), declared)
+  from analysis.inputs import results
+
+  if diff and os.path.isdir(root) and results.find_runs(root):
+    return None, (
+      f'{path}: get_study() differs from the declaration its runs were made under '
+      f'({"; ".join(diff[:3])}); restore it, or use a new --root for a new study'
+    )
+  return (declared if diff else None), None
+
+
+def write_outputs(args, runs, path, arg, root, emitted, declared, chips=()):
+  """The declaration, the command list and the SLURM script, through runrecord/files.py; a dry
+  run writes only what --emit-* name."""
+  dry = args.dry_run or args.estimate
+  study_file = args.emit_study or (
+    None if dry or '://' in root else os.path.join(root, declaration.STUDY_FILE)
+  )
+  copy_to = runner.join(root, declaration.STUDY_FILE)
+  if declared and study_file:
+    files.write_file(study_file, declaration.dumps(declared), command='sweep', flag='--emit-study')
+    where = os.path.abspath(study_file)
+    copy = f' (copy it to {copy_to} before the runs start)' if where != copy_to else ''
+    print(f'study declaration: {where}{copy}')
+  elif declared:
+    print(
+      f'study declaration: not written (a dry run writes only what --emit-* name; '
+      f'--emit-study=FILE writes it, to copy to {copy_to} before the runs start)'
+    )
+  commands_file, slurm_file = emitted
+  if args.emit_commands or not dry:  # with TPU chips, each line takes a free one of them
+    launcher = tpu.launcher(chips) if chips else []
+    text = ''.join(
+      runner.command_line(launcher + runner.command(r, path, arg)) + '\n' for r in runs
+    )
+    files.write_file(commands_file, text, command='sweep', flag='--emit-commands')
+    print(f'commands: {commands_file}')
+  if args.emit_slurm or not dry:
+    name = 'sweep-' + os.path.splitext(os.path.basename(path))[0]
+    text = runner.slurm_script(commands_file, len(runs), root, name)
+    files.write_file(slurm_file, text, command='sweep', flag='--emit-slurm')
+    print(f'slurm:    {slurm_file}  (sbatch {slurm_file})')
+
+
+def list_pending(todo, path, arg, emitted):
+  """A dry run's listing: each command still to run, or the first LIST_FIRST and a count."""
+  shown = todo if len(todo) <= LIST_ALL else todo[:LIST_FIRST]
+  for run, detail in shown:
+    line = runner.command_line(runner.command(run, path, arg))
+    print(f'would run: {line}' + (f'  # {detail}' if detail else ''))
+  if len(shown) < len(todo):
+    where = f'all in {os.path.abspath(emitted)}' if emitted else '--emit-commands=FILE writes all'
+    print(f'... and {len(todo) - len(shown)} more ({where})')
+
+
+# --- the command ---
+
+
+def main(argv=None):
+  """The exit code: 0 all completed, 1 a run failed or was in use, 2 bad input, 128 + N stopped by
+  signal N."""
+  args = parse_args(argv)
+  from input_pipeline import base
+
+  try:
+    gpus = placement(args)
     if args.estimate_steps < 1:
       raise ValueError(f'--estimate-steps={args.estimate_steps}: give a positive number of steps')
     if not 0 < args.heartbeat < float('inf'):  # NaN fails too: it would never print
       raise ValueError(f'--heartbeat={args.heartbeat}: give a positive number of seconds')
-    runs, path, arg, root, files, states, errors, declared = plan(args)
-    from input_pipeline import base
-    from sweeps import checks, runner
-
-    slots, capped = checks.parallel_slots(
+    remote = '://' in args.root
+    root = args.root if remote else os.path.abspath(args.root)
+    if remote and not (args.dry_run or args.estimate):
+      raise ValueError(
+        f'--root={args.root}: bucket roots can only be emitted (add --dry-run and run '
+        'the command list on the hosts); run locally with a local folder'
+      )
+    runs, path, arg = expand(args.config, root)
+    emitted = output_files(args, root)
+    runner.check_commands(runs, path, arg, root, emitted)
+    env = runner.child_env(root, runner.REPO, gpus[0] if gpus else None)  # a run's, on its device
+    flagged = list(zip(('--emit-commands', '--emit-slurm'), emitted, strict=True))
+    errors, warnings, states = check(runs, root, flagged, env)
+    declared, problem = study_declaration(args.config, root)
+    errors += [problem] if problem else []
+    slots, capped = parallel_slots(
       args.parallel, runs, gpus, base.host_memory(), os.cpu_count() or 1
     )
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
+  for line in warnings:
+    print(f'warning: {line}', file=sys.stderr)
   if errors:
-    return print_problems(errors)
+    for line in errors:
+      print(f'error: {line}', file=sys.stderr)
+    print(
+      f'error: {len(errors)} problem(s) found before launching: nothing was run or written',
+      file=sys.stderr,
+    )
+    return 2
   if capped:
     print(f'warning: {capped}', file=sys.stderr)
-  todo = pending(runs, states)
+  todo = [(r, states.get(r.workdir, ('todo', ''))) for r in runs]  # a bucket's: all to run
+  todo = [(r, detail) for r, (state, detail) in todo if state != 'completed']
   print(
     f'{len(runs)} runs ({len({r.slug for r in runs})} arms) under {root}: '
     f'{len(runs) - len(todo)} completed (skipped), {len(todo)} to run'
   )
-  chips = [g for g in gpus if isinstance(g, tpu_chips.Chip)]
-  sweep_outputs.write_outputs(args, runs, path, arg, root, files, declared, chips)
+  chips = [g for g in gpus if isinstance(g, tpu.Chip)]
+  try:
+    write_outputs(args, runs, path, arg, root, emitted, declared, chips)
+  except ValueError as e:  # a user's file in the way, or the disk full: one line
+    print(f'error: {e}', file=sys.stderr)
+    return 1 if isinstance(e, files.WriteFailed) else 2
   if args.dry_run or args.estimate:
-    sweep_outputs.list_pending(todo, path, arg, args.emit_commands)
+    list_pending(todo, path, arg, args.emit_commands)
     if chips:
-      print_chip_environments(chips[:slots])
+      print('each run takes a free TPU chip and runs with its variables (sweeps/tpu.py):')
+      for chip in chips[:slots]:
+        print(f'  {chip}: {tpu.settings(tpu.environment(chip.index))}')
   if args.estimate and not todo:
     print('estimate: nothing to run, nothing to price')
     return 0
-  if args.estimate and args.estimate_tpu:  # priced from the TPU programs compiled here
-    from sweeps import tpu_estimate
-
-    return tpu_estimate.price_arms(
-      [r for r, _ in todo],
-      lambda r: scripts.config_flags(r, path, arg),
-      args.estimate_tpu,
-      scripts.REPO,
-      slots,
-    )
-  if args.estimate:  # priced: the runs still to run
+  if args.estimate:
     from sweeps import estimate
 
-    envs = runner.slot_envs(scripts.REPO if '://' in root else root, scripts.REPO, gpus, slots)
-    return estimate.measure_arms(
-      [r for r, _ in todo],
-      lambda r: scripts.config_flags(r, path, arg),
-      envs,
-      scripts.REPO,
-      args.estimate_steps,
-    )
+    def flags_of(run):
+      return runner.config_flags(run, path, arg)
+
+    pending = [r for r, _ in todo]
+    if args.estimate_tpu:  # priced from the TPU programs compiled here
+      return estimate.price_arms(pending, flags_of, args.estimate_tpu, runner.REPO, slots)
+    envs = runner.slot_envs(runner.REPO if remote else root, runner.REPO, gpus, slots)
+    return estimate.measure_arms(pending, flags_of, envs, runner.REPO, args.estimate_steps)
   if args.dry_run:
     return 0
   return launch([r for r, _ in todo], path, arg, root, slots, gpus, len(runs), args.heartbeat)
 
 
-def launch(
-  todo: Sequence[Run],
-  path: str,
-  arg: str,
-  root: str,
-  slots: int,
-  gpus: Sequence[int | tpu_chips.Chip],
-  total: int,
-  heartbeat: float,
-) -> int:
+def launch(todo, path, arg, root, slots, gpus, total, heartbeat):
   """Run the `todo` runs; print the outcome; returns main's exit code."""
-  from sweeps import runner
-
   progress = runner.Progress(total, total - len(todo), slots)
   print('each run logs to <its workdir>/train.log (tail -f one to watch it)')
   progress.show()
   failures, in_use, signum = runner.run_all(
     launch_order(todo),
-    lambda r: scripts.command(r, path, arg, sys.executable),
+    lambda r: runner.command(r, path, arg, sys.executable),
     root,
-    scripts.REPO,
+    runner.REPO,
     progress,
     slots,
     gpus,

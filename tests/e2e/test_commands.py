@@ -23,7 +23,7 @@ COMMANDS = (
   'sweeps.run_study',
   'sweeps.estimate',
   'sweeps.preflight',
-  'sweeps.tpu_chips',
+  'sweeps.tpu',
   'analysis.analyse',
   'analysis.attribute',
   'analysis.draw',

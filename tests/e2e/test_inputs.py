@@ -12,7 +12,7 @@ import pytest
 
 from configs import common, digits, loader, validation
 from runrecord import record
-from sweeps import checks, estimate, scripts, sweep
+from sweeps import estimate, runner, sweep
 from tests.conftest import ROOT
 from tests.support.commands import assert_one_line_refusal, write_config
 from tests.support.faults_common import run_train
@@ -184,11 +184,11 @@ def test_sweep_parallel_zero_is_refused_and_a_huge_one_capped(tmp_path, capsys, 
     assert f'error: --heartbeat={float(heartbeat)}: give a positive' in capsys.readouterr().err
   monkeypatch.setattr(platforms, 'gpu_runs', lambda environ=None: False)
   runs, _, _ = sweep.expand(f'{cfg}:smoke', str(tmp_path / 'r'))
-  slots, why = checks.parallel_slots(1000, runs, [], 4 * 2**30, 64)
+  slots, why = sweep.parallel_slots(1000, runs, [], 4 * 2**30, 64)
   assert slots == 3 and why.startswith('--parallel=1000 capped to 3: 4.0 GiB of memory hold')
-  slots, why = checks.parallel_slots(1000, runs, [], 2**40, 2)
+  slots, why = sweep.parallel_slots(1000, runs, [], 2**40, 2)
   assert (slots, why) == (2, '--parallel=1000 capped to 2: this host has 2 CPU cores')
-  assert checks.parallel_slots(2, runs, [], 2**40, 2) == (2, None)
+  assert sweep.parallel_slots(2, runs, [], 2**40, 2) == (2, None)
   assert sweep.main(sweep_args(tmp_path, f'{cfg}:smoke', '--parallel', '1000')) == 0
   assert f'warning: --parallel=1000 capped to {os.cpu_count()}' in capsys.readouterr().err
 
@@ -196,7 +196,7 @@ def test_sweep_parallel_zero_is_refused_and_a_huge_one_capped(tmp_path, capsys, 
 def test_sweep_refuses_a_train_log_or_run_lock_folder_before_launching(tmp_path, capsys):
   cfg = write_config(tmp_path, "[{'seed': 0}, {'seed': 1}]")
   runs, _, _ = sweep.expand(f'{cfg}:smoke', str(tmp_path / 'root'))
-  os.makedirs(os.path.join(runs[0].workdir, checks.LOG_FILE))
+  os.makedirs(os.path.join(runs[0].workdir, sweep.LOG_FILE))
   os.makedirs(os.path.join(runs[1].workdir, lock.LOCK_FILE))
   assert sweep.main([f'--config={cfg}:smoke', f'--root={tmp_path / "root"}']) == 2
   err = capsys.readouterr().err
@@ -214,15 +214,13 @@ def test_slurm_script_runs_the_interpreter_that_wrote_it(tmp_path):
   commands = tmp_path / 'c.txt'
   commands.write_text('python train.py --workdir=w\n')
   script = tmp_path / 's.sbatch'
-  script.write_text(
-    scripts.slurm_script(str(commands), 1, str(tmp_path), 'x', python=str(recorder))
-  )
+  script.write_text(runner.slurm_script(str(commands), 1, str(tmp_path), 'x', python=str(recorder)))
   env = {k: v for k, v in os.environ.items() if k != 'SWEEP_PYTHON'}
   env.update(SLURM_ARRAY_TASK_ID='0', PATH='/usr/bin:/bin')
   subprocess.run(['bash', str(script)], env=env, check=True, capture_output=True)
   assert (tmp_path / 'ran').read_text().split() == ['train.py', '--workdir=w']
   assert f"PYTHON='{recorder}'" in script.read_text()
-  assert scripts.slurm_script(str(commands), 1, 'r', 'x').count(sys.executable) == 1
+  assert runner.slurm_script(str(commands), 1, 'r', 'x').count(sys.executable) == 1
 
 
 def test_estimate_of_a_completed_root_prices_nothing(tmp_path, capsys, monkeypatch):

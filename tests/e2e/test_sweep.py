@@ -16,11 +16,11 @@ from statsmodels.stats import power as smp
 from analysis.numbers import inference
 from configs import celeba, common, digits, validation
 from runrecord import record, sessions
-from sweeps import scripts, sweep
+from sweeps import runner, sweep
 from tests.support.commands import write_config
 from trainer import checkpointing, resume
 
-DIGITS = os.path.join(scripts.REPO, 'configs', 'digits.py')
+DIGITS = os.path.join(runner.REPO, 'configs', 'digits.py')
 
 
 def test_digits_sweep_is_the_eight_arm_fraction_times_its_seeds_with_stable_unique_slugs(tmp_path):
@@ -149,7 +149,7 @@ def parse_train_command(line):
   )
   flags.DEFINE_string('workdir', None, '', flag_values=values)
   cwd = os.getcwd()
-  os.chdir(scripts.REPO)  # the lines are relative to the repository root
+  os.chdir(runner.REPO)  # the lines are relative to the repository root
   try:
     values(argv[1:])
   finally:
@@ -164,14 +164,14 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
       '--config=configs/digits.py:smoke,model.width=0.25',
       f'--root={root}',
       '--dry-run',
-      f'--emit-commands={root / scripts.COMMANDS_FILE}',
-      f'--emit-slurm={root / scripts.SLURM_FILE}',
+      f'--emit-commands={root / runner.COMMANDS_FILE}',
+      f'--emit-slurm={root / runner.SLURM_FILE}',
     ]
   )
   runs, _, _ = sweep.expand('configs/digits.py:smoke,model.width=0.25', str(root))
   n = len(runs)
   assert code == 0 and f'0 completed (skipped), {n} to run' in capsys.readouterr().out
-  lines = (root / scripts.COMMANDS_FILE).read_text().splitlines()
+  lines = (root / runner.COMMANDS_FILE).read_text().splitlines()
   assert len(lines) == n
   for line, run in zip(lines, runs, strict=True):
     config, workdir = parse_train_command(line)
@@ -188,13 +188,13 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
     'model.width': 0.5,
   }
   run = sweep.Run(odd, 'odd', 4, odd, str(root / 'odd'))
-  config, _ = parse_train_command(scripts.command_line(scripts.command(run, DIGITS, 'smoke')))
+  config, _ = parse_train_command(runner.command_line(runner.command(run, DIGITS, 'smoke')))
   assert (
     config.to_dict() == validation.resolve(sweep.check_overrides(digits, 'smoke', odd, 0)).to_dict()
   )
-  script = (root / scripts.SLURM_FILE).read_text()
+  script = (root / runner.SLURM_FILE).read_text()
   assert script.startswith('#!/bin/bash\n') and f'#SBATCH --array=0-{n - 1}\n' in script
-  assert str(root / scripts.COMMANDS_FILE) in script and f'{root}/.jax_cache' in script
+  assert str(root / runner.COMMANDS_FILE) in script and f'{root}/.jax_cache' in script
   # Task 7 runs line 8 (0-based 7): a fake `python` records what it was given.
   bin_dir = tmp_path / 'bin'
   bin_dir.mkdir()
@@ -204,9 +204,9 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
   (bin_dir / 'python').chmod(0o755)
   env = {**os.environ, 'SWEEP_PYTHON': str(bin_dir / 'python'), 'SLURM_ARRAY_TASK_ID': '7'}
   env.pop('JAX_COMPILATION_CACHE_DIR', None)
-  subprocess.run(['bash', str(root / scripts.SLURM_FILE)], env=env, check=True, capture_output=True)
+  subprocess.run(['bash', str(root / runner.SLURM_FILE)], env=env, check=True, capture_output=True)
   assert (tmp_path / 'ran').read_text().split() == [
-    scripts.REPO,
+    runner.REPO,
     f'{root}/.jax_cache',
   ] + shlex.split(lines[7])[1:]
 

@@ -5,7 +5,7 @@ import os
 import shlex
 import subprocess
 
-from sweeps import scripts, sweep
+from sweeps import runner, sweep
 from tests.support.commands import write_config
 
 # Shell code in every form a shell would run it in: each one touches $MARK when executed.
@@ -72,12 +72,12 @@ def test_hostile_root_config_name_and_values_run_nothing(tmp_path, capsys):
   for task, run in enumerate(runs):
     argv, proc = run_task(script, task, tmp_path, bin_dir)
     assert proc.returncode == 0, proc.stderr
-    assert argv == [scripts.REPO, f'{root}/.jax_cache'] + scripts.command(run, path, arg)[1:]
+    assert argv == [runner.REPO, f'{root}/.jax_cache'] + runner.command(run, path, arg)[1:]
     assert f'--config.data.manual_dir={VALUES[task]}' in argv
   assert not (tmp_path / 'EXECUTED').exists()
   lines = (out / 'c.txt').read_text().splitlines()
   assert [shlex.split(line)[1:] for line in lines] == [
-    scripts.command(r, path, arg)[1:] for r in runs
+    runner.command(r, path, arg)[1:] for r in runs
   ]
 
 

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from analysis.inputs import results
-from sweeps import run_study, runner, scripts, sweep
+from sweeps import run_study, runner, sweep
 from tests.support.commands import write_config
 from tests.support.planted_runs import fake_runs
 from trainer import lock, writers
@@ -32,7 +32,7 @@ def test_scheduler_one_run_per_gpu_reports_failures_and_continues(tmp_path, monk
     runs,
     lambda run: [sys.executable, '-c', script, run.workdir],
     str(tmp_path),
-    scripts.REPO,
+    runner.REPO,
     progress,
     2,
     [5, 7, 9],
@@ -164,7 +164,7 @@ def hold_lock(workdir, seconds):
         'l = lock.WorkdirLock(sys.argv[2]).acquire(); print("held", flush=True); '
         'time.sleep(float(sys.argv[3]))'
       ),
-      scripts.REPO,
+      runner.REPO,
       workdir,
       str(seconds),
     ],
@@ -206,7 +206,7 @@ def test_a_held_workdir_is_waited_for_then_run_or_reported_in_use_not_failed(
       runs,
       lambda run: [sys.executable, '-c', 'print("ran")'],
       str(tmp_path),
-      scripts.REPO,
+      runner.REPO,
       progress,
       1,
       [],
@@ -244,7 +244,7 @@ def train_processes(root):
 def start_sweep(argv, env, out):
   return subprocess.Popen(
     [sys.executable, '-m', 'sweeps.sweep', *argv],
-    cwd=scripts.REPO,
+    cwd=runner.REPO,
     env=env,
     stdout=out,
     stderr=subprocess.STDOUT,
@@ -283,7 +283,7 @@ def test_signals_stop_every_run_and_the_rerun_completes_them(tmp_path, subproces
   assert 'stopping: SIGTERM sent to 2 running run(s)' in text and 'stopped by SIGTERM' in text
   rerun = subprocess.run(
     [sys.executable, '-m', 'sweeps.sweep', *argv],
-    cwd=scripts.REPO,
+    cwd=runner.REPO,
     env=env,
     capture_output=True,
     text=True,

@@ -1,4 +1,4 @@
-"""One run per TPU chip (`sweeps.sweep --tpu-chips`, sweeps/tpu_chips.py): each child's libtpu
+"""One run per TPU chip (`sweeps.sweep --tpu-chips`, sweeps/tpu.py): each child's libtpu
 variables and port, recorded in its train.log; no chip ever held by two runs at once, whether the
 sweep's runner hands the chips out or the emitted command list's launcher claims them. No TPU
 needed: the children record their environment and the times they held it."""
@@ -11,20 +11,20 @@ import time
 
 import pytest
 
-from sweeps import runner, scripts, sweep, tpu_chips
+from sweeps import runner, sweep, tpu
 from tests.conftest import ROOT
 
 # A child that records its chip variables and when it held the chip, then exits.
 RECORDER = (
   'import json, os, sys, time; start = time.time(); time.sleep(float(sys.argv[2])); '
-  'names = ' + repr(tpu_chips.VARIABLES) + '; '
+  'names = ' + repr(tpu.VARIABLES) + '; '
   'print(json.dumps({"workdir": sys.argv[1], "start": start, "end": time.time(), '
   '**{n: os.environ.get(n) for n in names}}))'
 )
 
 
 def test_each_chip_gets_libtpus_variables_and_its_own_port():
-  envs = [tpu_chips.environment(i) for i in range(8)]
+  envs = [tpu.environment(i) for i in range(8)]
   assert envs[3] == {
     'TPU_VISIBLE_CHIPS': '3',
     'TPU_PROCESS_BOUNDS': '1,1,1',
@@ -39,8 +39,8 @@ def test_each_chip_gets_libtpus_variables_and_its_own_port():
 
 
 def test_child_env_of_a_chip_and_of_a_gpu():
-  env = runner.child_env('/r', ROOT, tpu_chips.Chip(5))
-  assert {k: env[k] for k in tpu_chips.VARIABLES} == tpu_chips.environment(5)
+  env = runner.child_env('/r', ROOT, tpu.Chip(5))
+  assert {k: env[k] for k in tpu.VARIABLES} == tpu.environment(5)
   gpu = runner.child_env('/r', ROOT, 2)
   assert gpu['CUDA_VISIBLE_DEVICES'] == '2'
 
@@ -50,7 +50,7 @@ def test_child_env_of_a_chip_and_of_a_gpu():
 )
 def test_a_chip_list_that_would_share_a_chip_is_refused(text, error):
   with pytest.raises(ValueError, match=error):
-    tpu_chips.parse(text)
+    tpu.parse_chips(text)
 
 
 def records(runs):
@@ -78,13 +78,13 @@ def test_the_runner_gives_each_run_one_chip_never_two_runs_at_once(tmp_path, cap
     )
     for i in range(6)
   ]
-  chips = tpu_chips.parse('2,5')
+  chips = tpu.parse_chips('2,5')
   progress = runner.Progress(6, 0, 2)
   failures, in_use, _ = runner.run_all(
     runs,
     lambda r: [sys.executable, '-c', RECORDER, r.workdir, '0.4'],
     str(tmp_path),
-    scripts.REPO,
+    runner.REPO,
     progress,
     2,
     chips,
@@ -95,9 +95,9 @@ def test_the_runner_gives_each_run_one_chip_never_two_runs_at_once(tmp_path, cap
   held = []
   for lines, record in found.values():
     chip = record['TPU_VISIBLE_CHIPS']
-    assert chip in ('2', '5') and record == {**record, **tpu_chips.environment(int(chip))}
+    assert chip in ('2', '5') and record == {**record, **tpu.environment(int(chip))}
     header = next(line for line in lines if line.startswith('# '))  # the launch, in the run
-    assert tpu_chips.settings(tpu_chips.environment(int(chip))) in header
+    assert tpu.settings(tpu.environment(int(chip))) in header
     held.append((chip, record['start'], record['end']))
   assert {c for c, _, _ in held} == {'2', '5'}
   never_shared(held)
@@ -110,7 +110,7 @@ def test_the_command_lists_launcher_claims_a_free_chip(tmp_path):
   env = {**os.environ, 'PYTHONPATH': ROOT, 'TMPDIR': str(tmp_path)}
   procs = []
   for i in range(3):
-    argv = tpu_chips.launcher(tpu_chips.parse('0,1')) + ['python', '-c', RECORDER, f'run{i}', '1.0']
+    argv = tpu.launcher(tpu.parse_chips('0,1')) + ['python', '-c', RECORDER, f'run{i}', '1.0']
     procs.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True))
     time.sleep(0.2)
 
@@ -120,7 +120,7 @@ def test_the_command_lists_launcher_claims_a_free_chip(tmp_path):
   for out in outs:
     record = json.loads(out.strip().splitlines()[-1])
     chip = record['TPU_VISIBLE_CHIPS']
-    assert record == {**record, **tpu_chips.environment(int(chip))}
+    assert record == {**record, **tpu.environment(int(chip))}
     assert out.startswith(f'tpu_chips: TPU_VISIBLE_CHIPS={chip} ')
     held.append((chip, record['start'], record['end']))
   assert {c for c, _, _ in held[:2]} == {'0', '1'}
@@ -138,8 +138,8 @@ def test_a_dry_run_prints_each_chips_environment_and_emits_the_launcher(tmp_path
       '--tpu-chips',
       '0,1,2,3',
       '--dry-run',
-      f'--emit-commands={tmp_path / scripts.COMMANDS_FILE}',
-      f'--emit-slurm={tmp_path / scripts.SLURM_FILE}',
+      f'--emit-commands={tmp_path / runner.COMMANDS_FILE}',
+      f'--emit-slurm={tmp_path / runner.SLURM_FILE}',
     ],
     cwd=ROOT,
     capture_output=True,
@@ -149,14 +149,13 @@ def test_a_dry_run_prints_each_chips_environment_and_emits_the_launcher(tmp_path
   )
   assert proc.returncode == 0, proc.stderr
   for i in range(4):
-    assert f'  TPU chip {i}: {tpu_chips.settings(tpu_chips.environment(i))}' in proc.stdout
-  lines = (tmp_path / scripts.COMMANDS_FILE).read_text().splitlines()
+    assert f'  TPU chip {i}: {tpu.settings(tpu.environment(i))}' in proc.stdout
+  lines = (tmp_path / runner.COMMANDS_FILE).read_text().splitlines()
   assert len(lines) == 48
   assert all(
-    line.startswith('python -m sweeps.tpu_chips --chips=0,1,2,3 -- python train.py ')
-    for line in lines
+    line.startswith('python -m sweeps.tpu --chips=0,1,2,3 -- python train.py ') for line in lines
   )
-  assert 'eval "$CMD"' in (tmp_path / scripts.SLURM_FILE).read_text()
+  assert 'eval "$CMD"' in (tmp_path / runner.SLURM_FILE).read_text()
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from analysis.inputs import results
 from configs import common, digits, loader, validation
 from input_pipeline import base, batching
 from runrecord import record, rules
-from sweeps import checks, sweep
+from sweeps import sweep
 from tests.support.commands import assert_one_line_refusal, write_config
 from tests.support.faults_common import run_train, smoke_config, tree_hash
 from trainer import loop
@@ -110,11 +110,11 @@ def test_the_devices_are_counted_with_the_runs_own_environment(tmp_path):
   cfg = write_config(tmp_path, "[{'seed': 0}]")
   (run,), _, _ = sweep.expand(f'{cfg}:smoke', str(tmp_path / 'root'))
   env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=3'}
-  errors, warnings = checks.device_problems([run], env)
+  errors, warnings = sweep.device_problems([run], env)
   assert warnings == [] and errors[0].startswith(
     'config.batch_size=64 is not divisible by the 3 devices: use a multiple of 3 (the 3 cpu'
   )
-  assert checks.device_problems([run], {**env, 'XLA_FLAGS': ''}) == ([], [])  # 1 device
+  assert sweep.device_problems([run], {**env, 'XLA_FLAGS': ''}) == ([], [])  # 1 device
 
 
 @pytest.mark.parametrize(

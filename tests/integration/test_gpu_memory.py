@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from benchmarks import bench_step, bench_vs_torch, common
-from sweeps import estimate, runner, scripts, sweep
+from sweeps import estimate, runner, sweep
 from tests.conftest import ROOT
 from trainer import gpu_memory, platforms
 
@@ -27,11 +27,11 @@ def gpu_host(monkeypatch):
 
 
 def test_runs_per_gpu_for_parallel_runs_and_gpu_lists():
-  assert runner.runs_per_gpu([], 4) == {None: 4}  # --parallel 4: all four see every GPU
-  assert runner.runs_per_gpu([], 1) == {None: 1}
-  assert runner.runs_per_gpu([0, 1, 2, 3], 4) == {0: 1, 1: 1, 2: 1, 3: 1}  # --gpus 0,1,2,3
-  assert runner.runs_per_gpu([0, 1, 2, 3], 2) == {0: 1, 1: 1}  # --parallel 2 takes two ids
-  assert runner.runs_per_gpu([0, 0, 1, 1, 1], 5) == {0: 2, 1: 3}  # an id repeated: runs share it
+  assert dict(runner.slot_gpus([], 4)) == {None: 4}  # --parallel 4: all four see every GPU
+  assert dict(runner.slot_gpus([], 1)) == {None: 1}
+  assert dict(runner.slot_gpus([0, 1, 2, 3], 4)) == {0: 1, 1: 1, 2: 1, 3: 1}  # --gpus 0,1,2,3
+  assert dict(runner.slot_gpus([0, 1, 2, 3], 2)) == {0: 1, 1: 1}  # --parallel 2 takes two ids
+  assert dict(runner.slot_gpus([0, 0, 1, 1, 1], 5)) == {0: 2, 1: 3}  # an id repeated: runs share it
 
 
 def test_memory_fraction_splits_the_gpu_unless_alone_or_set_by_the_user(gpu_host):
@@ -92,7 +92,7 @@ def test_parallel_runs_on_one_gpu_start_with_the_fraction_recorded_in_train_log(
     runs,
     lambda run: [sys.executable, '-c', script],
     str(tmp_path),
-    scripts.REPO,
+    runner.REPO,
     progress,
     4,
     [],
@@ -116,7 +116,7 @@ def test_cpu_runs_get_no_gpu_memory_fraction(tmp_path, no_memory_settings, monke
     runs,
     lambda run: [sys.executable, '-c', 'pass'],
     str(tmp_path),
-    scripts.REPO,
+    runner.REPO,
     runner.Progress(2, 0, 2),
     2,
     [],

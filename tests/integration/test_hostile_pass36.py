@@ -14,7 +14,7 @@ from analysis.inputs import declaration, run_predictions
 from configs import common, digits, validation
 from input_pipeline import batching
 from runrecord import record, rules, sessions
-from sweeps import checks, sweep
+from sweeps import sweep
 from tests.support.commands import cli_error, write_config
 from tests.support.planted_runs import plant
 from tests.support.planted_saved_predictions import LABELS, N, item
@@ -193,7 +193,7 @@ def test_the_configs_own_xla_flags_count_the_devices_a_sweep_run_sees(tmp_path):
     tmp_path, "[{'seed': 0, 'numerics.xla_flags': '--xla_force_host_platform_device_count=3'}]"
   )
   (run,), _, _ = sweep.expand(f'{cfg}:smoke', str(tmp_path / 'root'))
-  errors, _ = checks.device_problems(
+  errors, _ = sweep.device_problems(
     [run], {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
   )
   assert errors and 'is not divisible by the 3 devices' in errors[0]

@@ -32,11 +32,11 @@ import json, sys
 import jax
 jax.config.update('jax_platforms', 'cpu')
 from jax.sharding import AxisType
-from sweeps import tpu_topology
+from sweeps import tpu
 from trainer import steps
 out = {}
 for name in sys.argv[1:]:
-  devs = tpu_topology.devices(tpu_topology.parse(name))
+  devs = tpu.devices(tpu.parse_topology(name))
   made = jax.make_mesh((len(devs),), ('data',), (AxisType.Auto,), devices=devs)
   out[name] = {'given': [d.id for d in devs],
                'data_mesh': [d.id for d in steps.make_mesh(devs).devices.flat],

@@ -321,3 +321,28 @@ def test_a_product_the_compiler_computes_otherwise_than_asked_is_counted_out(tmp
   assert int(row['products_as_configured']) == int(row['products']) - 1
   assert 'dense backward f32 x f32 @ high: 2' in row['product_breakdown']
   assert 'dense forward bf16 x f32 @ default: 1' in row['product_breakdown']
+
+
+def test_out_as_a_link_to_a_users_folder_is_written_through_and_the_rest_left(tmp_path):
+  """--out a symlink to a folder holding a user's 600 file: the link kept, preflight.csv in its
+  target, the user's file byte for byte; run again, its own CSV is rewritten."""
+  real, link = tmp_path / 'real', tmp_path / 'link'
+  real.mkdir()
+  (real / 'notes.txt').write_text('my own notes\n')
+  os.chmod(real / 'notes.txt', 0o600)
+  os.symlink(real, link)
+  argv = ['--config=configs/digits.py:smoke', '--topology', 'v5e:2x2', '--programs', 'eval']
+  for _ in range(2):
+    proc = subprocess.run(
+      [sys.executable, '-m', 'sweeps.preflight', *argv, '--out', str(link)],
+      cwd=ROOT,
+      capture_output=True,
+      text=True,
+      timeout=900,
+      env={**os.environ, 'PYTHONPATH': ROOT},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert os.readlink(link) == str(real) and (real / 'notes.txt').read_text() == 'my own notes\n'
+    assert os.stat(real / 'notes.txt').st_mode & 0o777 == 0o600
+    (row,) = csv.DictReader(open(real / 'preflight.csv'))
+    assert row['phase'] == 'eval' and row['compiled'] == 'True'

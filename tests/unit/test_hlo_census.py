@@ -1,11 +1,12 @@
-"""sweeps/hlo_census.py on planted HLO text (the lines as XLA's TPU compiler prints them): products
-with their kind, direction, operand types, precision and FLOPs; the rounding operations; what
-each profile asks for; the roofline and the largest-batch search of sweeps/tpu_estimate.py."""
+"""The census of sweeps/preflight.py on planted HLO text (the lines as XLA's TPU compiler prints
+them): products with their kind, direction, operand types, precision and FLOPs; the rounding
+operations; what each profile asks for; the roofline and the largest-batch search of
+sweeps/tpu.py."""
 
 import pytest
 
 from configs import loader, validation
-from sweeps import hlo_census, tpu_estimate, tpu_topology
+from sweeps import preflight, tpu
 
 # A forward convolution at highest on bf16-converted input, a backward weight gradient at
 # default, a dense product (printed by the TPU compiler as a convolution) and a dot with an
@@ -53,7 +54,7 @@ metadata={op_name="jit(_train_step)/jvp()/bitcast_convert_type"}
 
 
 def test_every_product_with_kind_direction_operands_precision_and_flops():
-  found = hlo_census.products(PLANTED)
+  found = preflight.products(PLANTED)
   assert [(p.kind, p.direction, p.operands, p.how) for p in found] == [
     ('conv', 'forward', ('bf16', 'f32'), 'highest'),
     ('conv', 'backward', ('f32', 'f32'), 'default'),
@@ -69,25 +70,25 @@ def test_every_product_with_kind_direction_operands_precision_and_flops():
     2 * 16 * 10 * 64,
     2 * 16 * 10 * 64,
   ]
-  assert hlo_census.breakdown(found).startswith('conv backward f32 x f32 @ default: 1; ')
+  assert preflight.breakdown(found).startswith('conv backward f32 x f32 @ default: 1; ')
 
 
 def test_rounding_ops_are_f32_to_u32_bitcasts_and_reduce_precisions():
-  assert hlo_census.rounding_ops(PLANTED) == 2
+  assert preflight.rounding_ops(PLANTED) == 2
 
 
 def test_passes_weight_the_products_flops():
-  found = hlo_census.products(PLANTED)
-  assert [hlo_census.passes(p) for p in found] == [6, 1, 3, 3]
+  found = preflight.products(PLANTED)
+  assert [preflight.passes(p) for p in found] == [6, 1, 3, 3]
   flops = [p.flops for p in found]
   expected = (6 * flops[0] + flops[1] + 3 * flops[2] + 3 * flops[3]) / sum(flops)
-  assert hlo_census.mean_passes(found) == pytest.approx(expected)
-  assert hlo_census.mean_passes([]) == 1.0
+  assert preflight.mean_passes(found) == pytest.approx(expected)
+  assert preflight.mean_passes([]) == 1.0
 
 
 def configured(*overrides):
   config = validation.resolve(loader.load('configs/digits.py:smoke', list(overrides)))
-  return {k: hlo_census.configured(config, k) for k in ('conv', 'dense')}
+  return {k: preflight.configured(config, k) for k in ('conv', 'dense')}
 
 
 @pytest.mark.parametrize(
@@ -117,16 +118,16 @@ def test_as_configured_counts_each_kind_against_its_own_wish():
   )
   # conv asks default (1 of 2 conv products), dense the algorithm: the dot carrying it and the
   # convolution carrying `high`, its three passes, both count
-  assert hlo_census.as_configured(hlo_census.products(PLANTED), config) == 3
+  assert preflight.as_configured(preflight.products(PLANTED), config) == 3
   f32 = validation.resolve(loader.load('configs/digits.py:smoke', [('numerics.profile', 'f32')]))
-  assert hlo_census.as_configured(hlo_census.products(PLANTED), f32) == 1
+  assert preflight.as_configured(preflight.products(PLANTED), f32) == 1
 
 
 def test_roofline_is_the_slower_of_compute_and_memory():
-  chip = tpu_topology.CHIPS['v5e']  # 197 TFLOP/s, 819 GB/s
-  assert tpu_estimate.roofline_s(197e12, 1.0, 1.0, chip) == pytest.approx(1.0)
-  assert tpu_estimate.roofline_s(197e12, 1.0, 6.0, chip) == pytest.approx(6.0)
-  assert tpu_estimate.roofline_s(1.0, 819e9 * 2, 1.0, chip) == pytest.approx(2.0)
+  chip = tpu.CHIPS['v5e']  # 197 TFLOP/s, 819 GB/s
+  assert tpu.roofline_s(197e12, 1.0, 1.0, chip) == pytest.approx(1.0)
+  assert tpu.roofline_s(197e12, 1.0, 6.0, chip) == pytest.approx(6.0)
+  assert tpu.roofline_s(1.0, 819e9 * 2, 1.0, chip) == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize(
@@ -141,23 +142,23 @@ def test_largest_batch_search_brackets_then_bisects_on_multiples(boundary, start
     assert batch % 8 == 0 and 8 <= batch <= 1432, batch
     return batch <= boundary
 
-  largest, calls = tpu_estimate.largest_batch(fits, start, 8, 1436, max_compiles=20)
+  largest, calls = tpu.largest_batch(fits, start, 8, 1436, max_compiles=20)
   assert largest == min(boundary, 1432) // 8 * 8
   assert calls == len(asked) <= 12 and len(set(asked)) == len(asked)
 
 
 def test_largest_batch_search_stops_at_its_compile_budget():
-  largest, calls = tpu_estimate.largest_batch(lambda b: True, 64, 8, 10**6, max_compiles=3)
+  largest, calls = tpu.largest_batch(lambda b: True, 64, 8, 10**6, max_compiles=3)
   assert (largest, calls) == (256, 3)
 
 
 def test_topology_names():
-  assert tpu_topology.parse('v5e-8').options == {'chips_per_host_bounds': (2, 4, 1)}
-  assert tpu_topology.parse('v5e-8').libtpu_name == 'v5e:2x4'
-  assert tpu_topology.parse('v5e:2x4').options == {}  # libtpu's own host split: 2 hosts
-  assert tpu_topology.parse('v4:2x2x1').options == {'chip_config_name': 'megacore'}
-  assert tpu_topology.parse('v5litepod-4').libtpu_name == 'v5e:2x2'
-  assert tpu_topology.parse('v6e:1x1').options == {'chips_per_host_bounds': (1, 1, 1)}
+  assert tpu.parse_topology('v5e-8').options == {'chips_per_host_bounds': (2, 4, 1)}
+  assert tpu.parse_topology('v5e-8').libtpu_name == 'v5e:2x4'
+  assert tpu.parse_topology('v5e:2x4').options == {}  # libtpu's own host split: 2 hosts
+  assert tpu.parse_topology('v4:2x2x1').options == {'chip_config_name': 'megacore'}
+  assert tpu.parse_topology('v5litepod-4').libtpu_name == 'v5e:2x2'
+  assert tpu.parse_topology('v6e:1x1').options == {'chips_per_host_bounds': (1, 1, 1)}
   for bad in ('v9:2x2', 'v5e', 'v5e:2x2x2x2', 'tpu'):
     with pytest.raises(ValueError, match='--topology'):
-      tpu_topology.parse(bad)
+      tpu.parse_topology(bad)

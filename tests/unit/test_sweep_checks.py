@@ -9,7 +9,7 @@ from configs import celeba
 from input_pipeline import celeba as celeba_pipeline
 from input_pipeline import celeba_files
 from runrecord import record
-from sweeps import scripts, sweep
+from sweeps import runner, sweep
 
 
 def write_config(tmp_path, base, sweep_body):
@@ -84,7 +84,7 @@ def test_unwritable_run_folder_and_a_saved_run_with_other_settings(tmp_path, cap
   ) in err
   assert f'error: --workdir={runs[4].workdir} is not writable: choose a folder' in err
   assert '2 problem(s) found' in err and listing(root) == before
-  assert not (root / scripts.COMMANDS_FILE).exists()
+  assert not (root / runner.COMMANDS_FILE).exists()
 
 
 def test_celeba_data_checks_without_reading_images(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import sys
 import threading
 
 from runrecord import record
-from sweeps import claims, runner, scripts
+from sweeps import runner
 from tests.support.planted_runs import fake_runs
 from trainer import lock
 
@@ -25,7 +25,7 @@ def test_two_sweeps_on_one_root_start_each_run_once(tmp_path):
       runs,
       lambda run: [sys.executable, '-c', RUN, run.workdir],
       str(tmp_path),
-      scripts.REPO,
+      runner.REPO,
       progress,
       2,
       [],
@@ -67,12 +67,12 @@ def test_a_claim_is_exclusive_and_dies_with_its_holder(tmp_path):
 
 
 def test_completed_opens_no_checkpoint_manager_for_a_fresh_run(tmp_path, monkeypatch):
-  """claims.completed (asked of every run before it starts) reads a run's results only once it
-  has a checkpoints folder, as the sweep's plan does (claims.saved_results)."""
+  """runner.completed (asked of every run before it starts) reads a run's results only once it
+  has a checkpoints folder, as the sweep's plan does (runner.saved_results)."""
 
   opened = []
   monkeypatch.setattr(record, 'read_results', lambda workdir: opened.append(workdir) or None)
   run = fake_runs(tmp_path, 1)[0]
-  assert not claims.completed(run) and opened == []
+  assert not runner.completed(run) and opened == []
   os.makedirs(record.checkpoint_dir(run.workdir))
-  assert not claims.completed(run) and opened == [run.workdir]
+  assert not runner.completed(run) and opened == [run.workdir]

@@ -1,0 +1,286 @@
+"""TPU topologies (compiled for on a host without a TPU), each chip's figures, the roofline
+estimate of a compiled program, and one run per chip of a TPU VM (docs/tpu.md):
+
+  python -m sweeps.tpu --chips=0,1,2,3 -- python train.py ...   # the command lists' launcher
+
+The standard library only at import: the launcher runs under whichever `python` a list names.
+"""
+
+import argparse
+import collections
+import contextlib
+import fcntl
+import importlib
+import os
+import re
+import sys
+import time
+
+# --- topologies and chip figures ---
+
+ChipSpec = collections.namedtuple('ChipSpec', 'device_kind hbm_gib hbm_gb_s bf16_tflop_s megacore')
+CHIPS = {  # Google Cloud's TPU system architecture pages (SOURCES)
+  'v4': ChipSpec('TPU v4', 32, 1200, 275, True),
+  'v5e': ChipSpec('TPU v5 lite', 16, 819, 197, False),
+  'v5p': ChipSpec('TPU v5', 95, 2765, 459, True),
+  'v6e': ChipSpec('TPU v6 lite', 32, 1640, 918, False),
+}
+SOURCES = {v: f'https://cloud.google.com/tpu/docs/{v}' for v in CHIPS}
+# Google Cloud accelerator types: (libtpu topology, chips per host). v4-N and v5p-N count
+# TensorCores (2 per chip), v5e-N (v5litepod-N) and v6e-N count chips.
+ACCELERATOR_TYPES = {
+  'v4-8': ('v4:2x2x1', (2, 2, 1)),
+  'v4-16': ('v4:2x2x2', (2, 2, 1)),
+  'v4-32': ('v4:2x2x4', (2, 2, 1)),
+  'v5p-8': ('v5p:2x2x1', (2, 2, 1)),
+  'v5p-16': ('v5p:2x2x2', (2, 2, 1)),
+  'v5p-32': ('v5p:2x2x4', (2, 2, 1)),
+  'v5e-1': ('v5e:1x1', (1, 1, 1)),
+  'v5e-4': ('v5e:2x2', (2, 2, 1)),
+  'v5e-8': ('v5e:2x4', (2, 4, 1)),
+  'v5e-16': ('v5e:4x4', (2, 2, 1)),
+  'v6e-1': ('v6e:1x1', (1, 1, 1)),
+  'v6e-4': ('v6e:2x2', (2, 2, 1)),
+  'v6e-8': ('v6e:2x4', (2, 4, 1)),
+  'v6e-16': ('v6e:4x4', (2, 2, 1)),
+}
+ALIASES = {f'v5litepod-{n}': f'v5e-{n}' for n in (1, 4, 8, 16)}
+SHAPE = re.compile(r'^(v4|v5e|v5p|v6e):(\d+)x(\d+)(?:x(\d+))?$')
+INSTALL = 'pip install -r requirements-tpu.txt (or make setup-tpu): it adds libtpu, jax[tpu]'
+
+Topology = collections.namedtuple('Topology', 'name version libtpu_name options')
+
+
+def parse_topology(name):
+  """The Topology of libtpu's name (v5e:2x4, v4:2x2x1) or an accelerator type (v5e-8); v4 and v5p
+  as libtpu's 'megacore' chips (one device per chip)."""
+  key = ALIASES.get(name, name)
+  if key in ACCELERATOR_TYPES:
+    libtpu_name, per_host = ACCELERATOR_TYPES[key]
+    version = libtpu_name.split(':')[0]
+    return Topology(name, version, libtpu_name, topology_options(version, per_host))
+  found = SHAPE.match(name)
+  if not found:
+    raise ValueError(
+      f'--topology {name}: not a TPU topology; give VERSION:SHAPE with VERSION one '
+      f'of {", ".join(CHIPS)} (e.g. v5e:2x4, v4:2x2x1) or an accelerator type '
+      f'({", ".join(sorted(ACCELERATOR_TYPES))})'
+    )
+  version = found.group(1)
+  dims = tuple(int(d) for d in found.groups()[1:] if d)
+  chips = dims[0] * dims[1] * (dims[2] if len(dims) > 2 else 1)
+  per_host = (dims + (1,))[:3] if chips < 4 else None  # libtpu's default hosts hold 2x2x1
+  return Topology(name, version, name, topology_options(version, per_host))
+
+
+def topology_options(version, per_host):
+  options = {'chip_config_name': 'megacore'} if CHIPS[version].megacore else {}
+  if per_host:
+    options['chips_per_host_bounds'] = tuple(per_host)
+  return options
+
+
+@contextlib.contextmanager
+def silenced_stderr():
+  """File descriptor 2 to /dev/null: libtpu off a TPU VM warns there, and compiles all the same."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with open(os.devnull, 'w') as null:
+    os.dup2(null.fileno(), 2)
+  try:
+    yield
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
+
+
+def devices(topology):
+  """The compile-only devices of `topology` (they hold no data); libtpu missing or refusing it: a
+  one-line ValueError."""
+  try:
+    importlib.import_module('libtpu')
+  except ImportError as e:
+    raise ValueError(
+      f'libtpu is not installed: no TPU program can be compiled here; {INSTALL}'
+    ) from e
+  os.environ.setdefault('TPU_SKIP_MDS_QUERY', '1')  # no cloud metadata server to ask
+  # libtpu's host-wide lock (/tmp/libtpu_lockfile) guards a TPU; compiling drives none.
+  os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
+  from jax.experimental import topologies
+
+  try:
+    with silenced_stderr():
+      return topologies.get_topology_desc(topology.libtpu_name, 'tpu', **topology.options).devices
+  except Exception as e:  # libtpu's JaxRuntimeError: a topology it refuses is bad input
+    first = (str(e).splitlines() or [type(e).__name__])[0]
+    raise ValueError(f'--topology {topology.name}: libtpu refuses it ({first})') from e
+
+
+def facts(devs):
+  """{'chips', 'hosts', 'devices', 'device_kind'} of the compile-only devices `devs`."""
+  return {
+    'chips': len({tuple(d.coords) for d in devs}),  # a chip per coordinate
+    'hosts': len({d.process_index for d in devs}),
+    'devices': len(devs),
+    'device_kind': devs[0].device_kind,
+  }
+
+
+# --- the roofline estimate of a compiled program: an optimistic bound, not a measurement ---
+
+
+def roofline_s(flops, bytes_accessed, passes, chip):
+  """max(FLOPs x MXU passes / bf16 peak, bytes accessed / HBM bandwidth), per chip."""
+  return max(flops * passes / (chip.bf16_tflop_s * 1e12), bytes_accessed / (chip.hbm_gb_s * 1e9))
+
+
+def run_seconds(ctx, step_s):
+  """Σ phases steps x step_s + evaluations x eval batches x step_s('eval'): a run's seconds from
+  {program: step_s}; None if a program is missing."""
+  from input_pipeline import batching
+  from trainer import cadence
+
+  if any(step_s.get(p.name) is None for p in ctx.phases) or step_s.get('eval') is None:
+    return None
+  evaluations = sum(cadence.due(ctx, s).evaluate for s in range(1, ctx.total_steps + 1))
+  batches = batching.num_eval_batches(len(ctx.dataset.test), ctx.config.eval_batch_size)
+  train = sum((p.stop - p.start) * step_s[p.name] for p in ctx.phases)
+  return train + evaluations * batches * step_s['eval']
+
+
+def largest_batch(fits, start, unit, limit, max_compiles=8):
+  """(largest multiple of `unit` <= `limit` that `fits`, calls): doubling from `start` (halving
+  where it does not fit), then bisection, at most `max_compiles` calls; 0 when none fits."""
+  calls = [0]
+
+  def check(batch):
+    calls[0] += 1
+    return fits(batch)
+
+  limit = max(unit, limit // unit * unit)
+  start = max(unit, min(limit, start) // unit * unit)
+  if check(start):
+    good, bad = start, None
+    while bad is None and good < limit and calls[0] < max_compiles:
+      candidate = min(limit, good * 2)
+      good, bad = (candidate, None) if check(candidate) else (good, candidate)
+  else:
+    good, bad = 0, start
+    while good == 0 and bad > unit and calls[0] < max_compiles:
+      candidate = max(unit, bad // 2 // unit * unit)
+      good, bad = (candidate, bad) if check(candidate) else (0, candidate)
+  while bad is not None and bad - good > unit and calls[0] < max_compiles:
+    middle = (good + bad) // 2 // unit * unit
+    good, bad = (middle, bad) if check(middle) else (good, middle)
+  return good, calls[0]
+
+
+# --- one run per chip of a TPU VM (sweeps.sweep --tpu-chips) ---
+
+PORT_BASE = 8476
+LOCK_DIR = os.path.join(os.environ.get('TMPDIR', '/tmp'), 'tpu_chips')
+# libtpu's per-process variables (the ones Google's TPU VM runtime reads).
+VARIABLES = (
+  'TPU_VISIBLE_CHIPS',
+  'TPU_PROCESS_BOUNDS',
+  'TPU_CHIPS_PER_PROCESS_BOUNDS',
+  'TPU_PROCESS_PORT',
+  'TPU_PROCESS_ADDRESSES',
+  'CLOUD_TPU_TASK_ID',
+)
+POLL_S = 1
+
+
+class Chip(collections.namedtuple('Chip', 'index')):
+  """A slot's TPU chip (sweeps/runner.py hands these out as it hands out GPU ids)."""
+
+  def __str__(self):
+    return f'TPU chip {self.index}'
+
+
+def parse_chips(text):
+  """[Chip] of '0,1,2,3' ('' = none); one-line ValueError on a bad or repeated id."""
+  try:
+    ids = [int(c) for c in (text or '').split(',') if c.strip()]
+  except ValueError:
+    raise ValueError(
+      f'--tpu-chips={text}: give comma-separated chip ids, e.g. --tpu-chips 0,1,2,3'
+    ) from None
+  if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+    raise ValueError(
+      f'--tpu-chips={text}: give each chip id (>= 0) once; two runs cannot share a TPU chip'
+    )
+  return [Chip(i) for i in ids]
+
+
+def environment(index):
+  """libtpu's per-process variables of a run on chip `index`, with a port of its own."""
+  port = PORT_BASE + index
+  return {
+    'TPU_VISIBLE_CHIPS': str(index),
+    'TPU_PROCESS_BOUNDS': '1,1,1',
+    'TPU_CHIPS_PER_PROCESS_BOUNDS': '1,1,1',
+    'TPU_PROCESS_PORT': str(port),
+    'TPU_PROCESS_ADDRESSES': f'localhost:{port}',
+    'CLOUD_TPU_TASK_ID': '0',
+  }
+
+
+def settings(env):  # 'NAME=value ...' of the VARIABLES set in `env`: a run's train.log header
+  return ' '.join(f'{name}={env[name]}' for name in VARIABLES if name in env)
+
+
+def launcher(chips):  # the argv prefix that starts a command on the first free one of `chips`
+  return ['python', '-m', 'sweeps.tpu', f'--chips={",".join(str(c.index) for c in chips)}', '--']
+
+
+def claim(chips, lock_dir=LOCK_DIR, poll_s=POLL_S):
+  """(chip index, open lock descriptor) of the first of `chips` no other process holds (an
+  exclusive flock on LOCK_DIR/chip<i>), waiting while all are held."""
+  os.makedirs(lock_dir, exist_ok=True)
+  while True:
+    for chip in chips:
+      fd = os.open(os.path.join(lock_dir, f'chip{chip.index}'), os.O_RDWR | os.O_CREAT, 0o666)
+      try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return chip.index, fd
+      except BlockingIOError:
+        os.close(fd)
+    time.sleep(poll_s)
+
+
+def fail(message):
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def main(argv=None):
+  """`python -m sweeps.tpu --chips=0,1,... -- COMMAND...`: COMMAND on the first free chip, with
+  its variables; the chip's lock is held until COMMAND exits."""
+  p = argparse.ArgumentParser(
+    prog='python -m sweeps.tpu',
+    description="Run a command on the first free TPU chip of --chips with libtpu's per-process "
+    'variables (the lines sweeps.sweep --tpu-chips emits).',
+  )
+  p.add_argument('--chips', required=True, help='comma-separated chip ids, e.g. 0,1,2,3')
+  p.add_argument('command', nargs=argparse.REMAINDER, help='the command, after --')
+  p.error = lambda message: fail(f'{message}; see --help')
+  args = p.parse_args(sys.argv[1:] if argv is None else argv)
+  command = args.command[1:] if args.command[:1] == ['--'] else args.command
+  if not command:
+    fail('give the command after --, e.g. -- python train.py --config=...; see --help')
+  try:
+    chips = parse_chips(args.chips)
+  except ValueError as e:
+    fail(e)
+  index, fd = claim(chips)
+  os.set_inheritable(fd, True)  # the command holds the chip's lock until it exits
+  os.environ.update(environment(index))
+  print(f'tpu_chips: {settings(os.environ)}', flush=True)
+  if command[0] == 'python':  # the command list's `python`: this interpreter
+    command = [sys.executable, *command[1:]]
+  os.execvp(command[0], command)
+
+
+if __name__ == '__main__':
+  main()
