@@ -359,16 +359,12 @@ def measure(config, timed_steps, launched, programs, say, ctx=None):
   }, ctx
 
 
-def say_progress(slug, what):
-  print(f'{PROGRESS}{slug}: {what}', flush=True)  # measure_group reads them as they come
-
-
 def measure_all(arms, timed_steps, launched):
   """[(slug, measurement)] of [(slug, resolved config)]: the start-up the first arm's, the data
   loaded once per data config, each training program measured once."""
   out, programs, contexts = [], {}, {}
   for slug, config in arms:
-    say = functools.partial(say_progress, slug)
+    say = functools.partial(print, f'{PROGRESS}{slug}:', flush=True)  # measure_group reads them
     data = json.dumps(config.data.to_dict(), sort_keys=True, default=str)
     begin = launched if not out else time.time()
     measured, contexts[data] = measure(

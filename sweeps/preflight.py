@@ -447,12 +447,6 @@ def max_batch(spec, overrides, topology, devs, config, max_compiles):
 # --- the command ---
 
 
-def sweep_runs(spec):  # the runs of the config file's get_sweep(arg); 1 without one
-  path, arg = loader.split_spec(spec)
-  module = loader.load_module(path)
-  return len(module.get_sweep(arg or None)) if hasattr(module, 'get_sweep') else 1
-
-
 def markdown(rows):
   """The rows as a Markdown table, then one line per topology: run and sweep hours, max batch."""
   lines = [
@@ -513,7 +507,9 @@ def main(argv=None):
       topologies = [tpu.parse_topology(name) for name in args.topology]
       if args.max_compiles < 1:
         raise ValueError(f'--max-compiles={args.max_compiles}: give a positive number')
-      runs = sweep_runs(spec)
+      path, arg = loader.split_spec(spec)
+      module = loader.load_module(path)  # the runs of its get_sweep(arg), 1 without one
+      runs = len(module.get_sweep(arg or None)) if hasattr(module, 'get_sweep') else 1
       if args.out:
         dest = stack.enter_context(
           files.Destination(args.out, command='preflight', may_write=['preflight.csv'])

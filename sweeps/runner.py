@@ -291,16 +291,6 @@ def take(queue, progress, is_completed):
 # --- launch, watch, stop ---
 
 
-def popen(argv, cwd, env, log):
-  """Start `argv` in its own process group; on Linux through DIE_WITH_PARENT (no preexec_fn: a
-  fork that runs Python code in the child is unsafe once JAX's threads run in this process)."""
-  if LINUX:
-    argv = [sys.executable, '-c', DIE_WITH_PARENT, str(os.getpid()), *argv]
-  return subprocess.Popen(
-    argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, process_group=0
-  )
-
-
 @dataclasses.dataclass
 class Active:
   """A running run and this sweep's claim on its workdir."""
@@ -429,8 +419,12 @@ def launch(run, argv, root, repo, gpu, batch_size, sharing=1, claim=None):
     f'\n# {time.strftime("%Y-%m-%d %H:%M:%S")} {memory + " " if memory else ""}{" ".join(argv)}\n'
   )
   log.flush()
-  since = last_step(run.workdir)
-  return Active(run, popen(argv, repo, env, log), log, gpu, time.time(), batch_size, since, claim)
+  if LINUX:  # through DIE_WITH_PARENT (a preexec_fn, Python run in the forked child, is unsafe
+    # once JAX's threads run in this process), in its own process group
+    argv = [sys.executable, '-c', DIE_WITH_PARENT, str(os.getpid()), *argv]
+  out = dict(stdout=log, stderr=subprocess.STDOUT, process_group=0)
+  proc = subprocess.Popen(argv, cwd=repo, env=env, **out)
+  return Active(run, proc, log, gpu, time.time(), batch_size, last_step(run.workdir), claim)
 
 
 def wait_for_lock(run, progress, stop, poll):

@@ -123,14 +123,6 @@ def check_overrides(module, arg, overrides, index):
     raise ValueError(f'get_sweep() run {index}: {e}; use a dotted field of get_config()') from None
 
 
-def resolved(config):
-  """(the resolved config, '') or (config as written, the one line why it does not resolve)."""
-  try:
-    return validation.resolve(config), ''
-  except validation.ConfigError as e:
-    return config, str(e).splitlines()[0]
-
-
 def expand(spec, root):
   """(runs, config file, arg): the runs of `spec`'s get_sweep(arg), a workdir each under `root`;
   one-line ValueError on a bad sweep declaration."""
@@ -158,7 +150,10 @@ def expand(spec, root):
     if (slug, seed) in seen:
       raise ValueError(f'get_sweep(): arm {slug!r} lists seed {seed} twice; each seed once per arm')
     seen.add((slug, seed))
-    config, problem = resolved(config)
+    try:  # as written when it does not resolve, `problem` saying why in one line
+      config, problem = validation.resolve(config), ''
+    except validation.ConfigError as e:
+      problem = str(e).splitlines()[0]
     workdir = runner.join(root, slug, f'seed{seed}')
     runs.append(Run(arm, slug, seed, {'seed': seed, **arm}, workdir, config, problem))
   return runs, path, arg
@@ -226,20 +221,11 @@ def data_problems(runs):
   return problems
 
 
-def nearest_existing(path):
-  """`path` or its closest existing ancestor."""
-  path = os.path.abspath(path)
-  while not os.path.exists(path):
-    parent = os.path.dirname(path)
-    if parent == path:
-      break
-    path = parent
-  return path
-
-
 def folder_problem(folder, what):
   """None if `folder` is, or could be made, a writable folder; else one line."""
-  existing = nearest_existing(folder)
+  existing = os.path.abspath(folder)
+  while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+    existing = os.path.dirname(existing)  # its nearest existing ancestor
   itself = existing == os.path.abspath(folder)
   where = f'{what}={folder}' + ('' if itself else f' cannot be created: {existing}')
   if not os.path.isdir(existing):
