@@ -830,7 +830,7 @@ def parse_args(argv):
     help='start a part only if its expected minutes on an H100 end within this many minutes '
     "of the command's start (the rest: the next call); not in --smoke",
   )
-  p.add_argument('--pack', metavar='FILE.tar.gz', help='write --out, without training states, here')
+  p.add_argument('--pack', metavar='FILE', help='write --out there as a .tar.gz, no states')
   args = p.parse_args(argv)
   for name in ('budget', 'startup_minutes', 'part_minutes', 'call_minutes'):
     value = getattr(args, name)

@@ -11,8 +11,8 @@ import pytest
 from benchmarks import (
   bench_emulate,
   bench_feed,
-  bench_resume_metrics,
   bench_step,
+  bench_stop_latency,
   bench_vs_torch,
   profile_step,
 )
@@ -268,9 +268,9 @@ def test_bench_analysis_times_after_every_import_of_the_tools(subprocess_env):
 
 
 def test_bench_resume_metrics_reads_the_file_it_resumes_and_keeps_it(tmp_path, capsys):
-  bench_resume_metrics.main(['--workdir', str(tmp_path), '--size-mb', '0.2'])
+  bench_stop_latency.main(['--resume-metrics', str(tmp_path), '--size-mb', '0.2'])
   row = capsys.readouterr().out.strip().splitlines()[-1].split('|')
   size_before = os.path.getsize(tmp_path / 'metrics.jsonl')
   assert int(row[2].replace(',', '')) > 1000 and float(row[4]) > 0
-  bench_resume_metrics.main(['--workdir', str(tmp_path), '--size-mb', '0.2'])  # reuses the file
+  bench_stop_latency.main(['--resume-metrics', str(tmp_path), '--size-mb', '0.2'])  # reused
   assert os.path.getsize(tmp_path / 'metrics.jsonl') == size_before  # every record kept
