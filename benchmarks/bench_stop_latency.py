@@ -243,10 +243,8 @@ def main(argv=None):
     prog='python -m benchmarks.bench_stop_latency', description=common.description(__doc__)
   )
   p.add_argument('--resume-metrics', metavar='WORKDIR', help='resume a run of this folder')
-  owners = {}
+  owners = common.mode_flags(p, MODE_FLAGS)
   common.mode_flag(p, owners, STOP, '--configs', nargs='+', default=CONFIGS, help='config specs')
-  for mode, flag, kind, default, text in MODE_FLAGS:
-    common.mode_flag(p, owners, mode, flag, type=kind, default=default, help=text)
   args = p.parse_args(argv)
   common.refuse_other_modes(p, args, owners, RESUME if args.resume_metrics else STOP)
   if args.resume_metrics:

@@ -122,6 +122,14 @@ def mode_flag(parser, owners: dict[str, str], owner: str, flag: str, **kwargs) -
   owners[parser.add_argument(flag, **kwargs).dest] = owner
 
 
+def mode_flags(parser, table) -> dict[str, str]:
+  """Each (mode, flag, type, default, help) of `table` added by mode_flag; {dest: mode}."""
+  owners: dict[str, str] = {}
+  for mode, flag, kind, default, text in table:
+    mode_flag(parser, owners, mode, flag, type=kind, default=default, help=text)
+  return owners
+
+
 def refuse_other_modes(parser, args, owners: dict[str, str], chosen: str) -> None:
   """A flag of another mode than `chosen` given (not at its default): one line, exit 2."""
   for dest, owner in owners.items():

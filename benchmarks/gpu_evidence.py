@@ -1,15 +1,10 @@
 """The GPU agenda as one program: every GPU measurement this project waits for, in parts of less
-than 9 minutes on an H100, written into one folder to bring back.
+than 9 minutes on an H100, written into one folder to bring back. Also the config file of its
+study parts: digits' study over more seeds, in slices (`benchmarks/gpu_evidence.py:study,seeds=16,
+only=4-7`). Reference: docs/performance.md "The GPU evidence".
 
-  python -m benchmarks.gpu_evidence --list                        # each part, minutes on an H100
   python -m benchmarks.gpu_evidence --budget 15 --out runs/gpu_evidence   # a 15-minute slot's plan
-  python -m benchmarks.gpu_evidence --part all --out runs/gpu_evidence   # the parts not done yet
-  python -m benchmarks.gpu_evidence --pack $OUT/gpu_evidence.tar.gz --out runs/gpu_evidence
   python -m benchmarks.gpu_evidence --smoke --out /tmp/evidence   # every part, toy size, CPU
-
-This file is also the config file its study parts sweep: configs/digits.py's study over more seeds,
-in slices (`--config=benchmarks/gpu_evidence.py:study,seeds=16,only=4-7`).
-Reference: docs/performance.md "The GPU evidence".
 """
 
 import argparse
@@ -18,7 +13,6 @@ import contextlib
 import csv
 import glob
 import importlib
-import io
 import json
 import os
 import re
@@ -36,9 +30,8 @@ from sweeps import scripts
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THIS = 'benchmarks/gpu_evidence.py'
-
-# The study's config: configs/digits.py's arg plus `seeds=N` (declared in study.json), `only=A-B`
-# (the seeds this sweep runs) and `arms=K` (the first K arms: a toy size).
+# The study's config: digits' arg plus `seeds=N` (declared in study.json), `only=A-B` (the seeds
+# this sweep runs) and `arms=K` (the first K arms: a toy size).
 STUDY_KEYS = ('seeds', 'only', 'arms')
 
 
@@ -61,15 +54,6 @@ def positive(mine, key, default):
   return int(text)
 
 
-def study_seeds(mine):
-  """The seeds this sweep runs: `only=A-B` within range(`seeds`)."""
-  count = positive(mine, 'seeds', digits.SEEDS)
-  first, _, last = mine.get('only', f'0-{count - 1}').partition('-')
-  if not (first.isdigit() and last.isdigit() and int(first) <= int(last) < count):
-    raise ValueError(f'{THIS}: only={mine["only"]}: give A-B with 0 <= A <= B < seeds={count}')
-  return range(int(first), int(last) + 1)
-
-
 def get_config(arg=None):
   """digits.get_config's own config: `analysis` reads the runs as runs of that study."""
   return digits.get_config(split_study_arg(arg)[0])
@@ -78,8 +62,12 @@ def get_config(arg=None):
 def get_sweep(arg=None):
   rest, mine = split_study_arg(arg)
   arms = digits.study_arms(digits.get_config(rest).batch_size)
-  arms = arms[: positive(mine, 'arms', len(arms))]
-  return [{**arm, 'seed': seed} for arm in arms for seed in study_seeds(mine)]
+  count = positive(mine, 'seeds', digits.SEEDS)
+  first, _, last = mine.get('only', f'0-{count - 1}').partition('-')
+  if not (first.isdigit() and last.isdigit() and int(first) <= int(last) < count):
+    raise ValueError(f'{THIS}: only={mine["only"]}: give A-B with 0 <= A <= B < seeds={count}')
+  seeds = range(int(first), int(last) + 1)
+  return [{**arm, 'seed': s} for arm in arms[: positive(mine, 'arms', len(arms))] for s in seeds]
 
 
 def get_study(arg=None):
@@ -87,29 +75,21 @@ def get_study(arg=None):
   return {**digits.get_study(rest), 'seeds': positive(mine, 'seeds', digits.SEEDS)}
 
 
-# One command of a part: `argv` run from the repository root, or `call(ctx)` run in this process
-# (what either prints goes to OUT/<part>/<label>.txt and .err); `ok`: the exit codes that mean it
-# ran to its end (pytest's 1: tests failed, a result); `expect(ctx, step)`: None when its output
-# meets the command's success criterion, else why not.
-Step = collections.namedtuple(
-  'Step', 'label argv env ok call expect', defaults=(None, {}, (0,), None, None)
-)
+# One command of a part: `argv` run from the repository root (stdout to <label>.txt, stderr to
+# .err) with `env` added; `ok`: the exit codes that mean it ran to its end (pytest's 1: tests
+# failed, a result); `expect(ctx, step)`: why its output does not meet its criterion, or None.
+Step = collections.namedtuple('Step', 'label argv env ok expect', defaults=({}, (0,), None))
 Part = collections.namedtuple('Part', 'name minutes what steps headline')
-# smoke: toy sizes on CPU; out: the evidence folder; folder: this part's folder in it.
+# smoke: toy sizes on CPU; out: the evidence folder; folder: where this part's outputs are written.
 Context = collections.namedtuple('Context', 'smoke out folder')
 
 PY = sys.executable
-GPU_STEP = '--config configs/celeba.py:gpu --image-size 224 --compute-dtype bfloat16'.split()
-TOY_STEP = (
-  '--config configs/celeba.py:gpu --image-size 16 --width 0.0625 --batch 8 --num-classes 10 '
-  '--steps 1 --windows 1 --warmup 0'
-).split()
-TOY_TORCH = (
-  '--image-size 16 --width 0.0625 --batch 8 --num-classes 10 --steps 1 --rounds 1 --warmup 0 '
-  '--no-compile'
-).split()
-TOY_POOL = '--batch 2 --size 8 --channels 4 --steps 1 --windows 1 --warmup 0'.split()
-ALL_VARIANTS = 'deterministic,nondeterministic,exclude_nondeterministic,deterministic_autotuned'
+# Benchmark commands at the GPU's size and at a toy size for CPU (smoke mode).
+STEP = 'benchmarks.bench_step --config configs/celeba.py:gpu'
+GPU_STEP = f'{STEP} --image-size 224 --compute-dtype bfloat16'
+TOY_STEP = f'{STEP} --image-size 16 --width 0.0625 --batch 8 --num-classes 10'
+TOY_STEP += ' --steps 1 --windows 1 --warmup 0'
+TORCH = 'benchmarks.bench_step --mode torch --image-size 224 --compute-dtype bfloat16 --steps 5'
 KEY_VALUE = re.compile(r'^([A-Za-z_]\w*)=(-?[0-9][0-9.e+-]*)$')
 PYTEST_SUMMARY = re.compile(r'\d+ (passed|failed|skipped|errors?)\b.* in ')
 MEM_FRACTION = re.compile(r'XLA_PYTHON_CLIENT_MEM_FRACTION=([0-9.]+)')
@@ -127,59 +107,45 @@ def read(path):
     return f.read()
 
 
-def output(ctx, step):
-  return read(os.path.join(ctx.folder, step.label + '.txt'))
-
-
 def result_line(key):
   """The criterion of a benchmark: its stdout holds a `<key>=<number>` line (key a regex)."""
   pattern = re.compile(rf'^({key})=(-?[0-9][0-9.e+-]*)$', re.M)
 
   def expect(ctx, step):
-    return None if pattern.search(output(ctx, step)) else f'no {key}=<number> result line'
+    found = pattern.search(read(os.path.join(ctx.folder, step.label + '.txt')))
+    return None if found else f'no {key}=<number> result line'
 
   return expect
 
 
 def bench(name, minutes, what, *commands):
-  """A part of benchmark commands (label, module, result key, GPU args, toy args; None: not run
-  at the toy size), each met by its result line; its headline: their result lines."""
+  """A part of benchmark commands (label, result key, GPU command, toy command or None)."""
 
   def steps(ctx):
     return [
-      Step(
-        label, [PY, '-m', f'benchmarks.{m}', *(toy if ctx.smoke else gpu)], expect=result_line(key)
-      )
-      for label, m, key, gpu, toy in commands
-      if not (ctx.smoke and toy is None)
+      Step(label, [PY, '-m', *(toy if ctx.smoke else gpu).split()], expect=result_line(key))
+      for label, key, gpu, toy in commands
+      if toy or not ctx.smoke
     ]
 
   return Part(name, minutes, what, steps, key_values)
 
 
-MODULES = {'determinism': 'bench_determinism', 'profile': 'profile_step', 'epoch': 'bench_epoch'}
+def determinism(batch, variants, extra=''):
+  mode = f'--mode determinism --variants {variants}'
+  gpu = f'{GPU_STEP} --batch {batch} {extra} {mode}'
+  return ('determinism', r'\w+_vs_nondeterministic', gpu, f'{TOY_STEP} {mode}')
 
 
-def step_mode(label, mode, key, gpu, toy=()):
-  """`bench_step --mode MODE` with `gpu` added to GPU_STEP, or `toy` (None: not run) to TOY_STEP."""
-  toy = None if toy is None else [*TOY_STEP, *toy]
-  return (label, MODULES[mode], key, [*GPU_STEP, *gpu], toy)
+def vs_torch(batch, preset='', windows=''):
+  gpu = f'{TORCH} {preset} --batch {batch} {windows}'
+  return ('vs_torch', 'speedup_vs_torch', gpu, f'{TOY_STEP} --mode torch --no-compile')
 
 
-def determinism(batch, variants, extra=()):
-  variants = ['--variants', variants]
-  return step_mode(
-    'determinism',
-    'determinism',
-    r'\w+_vs_nondeterministic',
-    ['--batch', str(batch), *extra, *variants],
-    variants,
-  )
-
-
-def vs_torch(batch, config=(), rounds=()):
-  gpu = [*config, '--image-size', '224', '--batch', str(batch), '--precision', 'bf16', *rounds]
-  return ('vs_torch', 'bench_vs_torch', 'speedup_vs_torch', gpu, [*config, *TOY_TORCH])
+def profile(batch, toy):
+  mode = '--mode profile --top'
+  toy = f'{TOY_STEP} {mode} 5' if toy else None
+  return (f'profile_{batch}', 'device_busy_fraction', f'{GPU_STEP} --batch {batch} {mode} 40', toy)
 
 
 def key_values(ctx):
@@ -196,8 +162,7 @@ def pytest_summary(ctx):
 
 
 def pytest_ran(ctx, step):
-  """pytest's criterion: its summary line, and on the GPU a test that ran (the GPU tier skips
-  everything where it finds no GPU)."""
+  """pytest's criterion: its summary, and on the GPU a test run (the tier skips all without one)."""
   summary = pytest_summary(ctx)
   if summary == 'no pytest summary':
     return 'no pytest summary line'
@@ -215,11 +180,8 @@ def records(root):
   """{run path relative to root: its record (None: nothing saved)} (analysis.inputs.results)."""
   from analysis.inputs import results  # pandas: only when records are read
 
-  return {
-    os.path.relpath(run, root): r
-    for run, r in results.read_all(root)
-    if not isinstance(r, Exception)
-  }
+  found = results.read_all(root)
+  return {os.path.relpath(run, root): r for run, r in found if not isinstance(r, Exception)}
 
 
 def runs_line(root, seeds=None):
@@ -235,21 +197,16 @@ def runs_line(root, seeds=None):
 
 
 def replicate_line(root_a, root_b):
-  """Same-seed pairs of two roots, both completed: how many end in bit-identical states (the
-  record's state_digest, a CRC-32 of every leaf) and with equal test accuracy, and the largest
-  accuracy difference |a - b| in pp."""
+  """Same-seed pairs of two roots: bit-identical final states, equal accuracies, largest gap."""
   a, b = records(root_a), records(root_b)
+  done = {k for k in a.keys() & b.keys() if a[k] and b[k]}
   pairs = [
-    (a[k], b[k])
-    for k in sorted(a.keys() & b.keys())
-    if a[k] and b[k] and a[k].get('status') == b[k].get('status') == 'completed'
+    (a[k], b[k]) for k in sorted(done) if a[k].get('status') == b[k].get('status') == 'completed'
   ]
   if not pairs:
     return 'no completed same-seed pair'
-  same = sum(
-    x.get('state_digest') is not None and x.get('state_digest') == y.get('state_digest')
-    for x, y in pairs
-  )
+  digests = [(x.get('state_digest'), y.get('state_digest')) for x, y in pairs]
+  same = sum(x is not None and x == y for x, y in digests)
   gaps = [abs(x['final']['test_accuracy'] - y['final']['test_accuracy']) * 100 for x, y in pairs]
   return (
     f'{len(pairs)} same-seed pairs: bit-identical final states {same}, equal test '
@@ -259,48 +216,43 @@ def replicate_line(root_a, root_b):
 
 def study_spec(ctx, seeds, only=None, extra=''):
   """This file's study spec (the toy study in smoke mode) over `seeds`, of them `only`."""
-  only = f'only={only[0]}-{only[1]}' if only else ''
+  only = f'only={only[0]}-{only[-1]}' if only else ''
   parts = [TOY_STUDY if ctx.smoke else 'study', extra, f'seeds={seeds}', only]
   return f'{THIS}:' + ','.join(p for p in parts if p)
 
 
-def commands_file(root):
-  return os.path.join(root, scripts.COMMANDS_FILE)
-
-
 def planned(root):
   """The toy size's headline: how many runs the dry run planned (its command list)."""
-  return f'dry run: {len(read(commands_file(root)).splitlines())} run(s) planned'
+  commands = read(os.path.join(root, scripts.COMMANDS_FILE)).splitlines()
+  return f'dry run: {len(commands)} run(s) planned'
 
 
 def sweep(ctx, label, spec, root, parallel, seeds=None):
-  """sweeps.sweep of `spec` into `root`; at the toy size a dry run (checked and planned, not
-  trained). Its criterion: every run (of `seeds`) completed; at the toy size, a run planned."""
-  dry = [
-    '--dry-run',
-    f'--emit-commands={commands_file(root)}',
-    f'--emit-slurm={os.path.join(root, scripts.SLURM_FILE)}',
-  ]
+  """sweeps.sweep of `spec` into `root` (a dry run at the toy size); met when every run is done."""
+  commands = os.path.join(root, scripts.COMMANDS_FILE)
+  slurm = os.path.join(root, scripts.SLURM_FILE)
 
   def expect(ctx, step):
     if ctx.smoke:
-      return None if read(commands_file(root)).strip() else 'the dry run planned no run'
+      return None if read(commands).strip() else 'the dry run planned no run'
     found = [r for r in records(root).values() if seeds is None or (r or {}).get('seed') in seeds]
     done = sum(bool(r) and r.get('status') == 'completed' for r in found)
     return None if found and done == len(found) else f'{done} of {len(found)} runs completed'
 
   argv = [PY, '-m', 'sweeps.sweep', f'--config={spec}', f'--root={root}']
-  argv += [f'--parallel={parallel}', '--heartbeat=60', *(dry if ctx.smoke else [])]
+  argv += [f'--parallel={parallel}', '--heartbeat=60']
+  if ctx.smoke:
+    argv += ['--dry-run', f'--emit-commands={commands}', f'--emit-slurm={slurm}']
   return Step(label, argv, ok=(0, 1), expect=expect)
 
 
 def shared_gpu(ctx):
   """Four runs at a time on the one GPU: each gets its memory fraction."""
-  return [sweep(ctx, 'sweep', study_spec(ctx, 1), os.path.join(ctx.folder, 'runs'), 4)]
+  return [sweep(ctx, 'sweep', study_spec(ctx, 1), os.path.join(ctx.out, 'shared_gpu', 'runs'), 4)]
 
 
 def shared_gpu_headline(ctx):
-  root = os.path.join(ctx.folder, 'runs')
+  root = os.path.join(ctx.out, 'shared_gpu', 'runs')
   if ctx.smoke:
     return planned(root)
   logs = glob.glob(os.path.join(root, '*', '*', record.LOG_FILE))
@@ -311,20 +263,13 @@ def shared_gpu_headline(ctx):
 
 
 def export_step(roots, csv_path, spec):
-  """The runs' records as one CSV with the study's declaration (analysis.export): the folder
-  brought back holds them without the training states."""
-
-  def call(ctx):
-    from analysis import export
-
-    export.main(['--runs', *roots, '--out', csv_path, '--study', spec])
-    print(f'wrote {csv_path}')
+  """The runs' records as one CSV with the study's declaration (analysis.export, on the CPU)."""
 
   def expect(ctx, step):
-    written = len(read(csv_path).splitlines()) > 1
-    return None if written else f'{csv_path}: no table written'
+    return None if len(read(csv_path).splitlines()) > 1 else f'{csv_path}: no table written'
 
-  return Step('export', call=call, expect=expect)
+  argv = [PY, '-m', 'analysis.export', '--runs', *roots, '--out', csv_path, '--study', spec]
+  return Step('export', argv, {'JAX_PLATFORMS': 'cpu'}, expect=expect)
 
 
 def study_slice(first):
@@ -337,12 +282,12 @@ def study_slice(first):
     return os.path.join(ctx.out, 'study', 'runs')
 
   def steps(ctx):
-    s = seeds(ctx)
-    spec = study_spec(ctx, STUDY_SEEDS, (s[0], s[-1]))
+    spec = study_spec(ctx, STUDY_SEEDS, seeds(ctx))
+    run = sweep(ctx, 'sweep', spec, root(ctx), STUDY_PARALLEL, seeds(ctx))
+    if ctx.smoke:
+      return [run]
     csv_path = os.path.join(ctx.out, 'study', 'study.csv')
-    export = export_step([root(ctx)], csv_path, study_spec(ctx, STUDY_SEEDS))
-    run = sweep(ctx, 'sweep', spec, root(ctx), STUDY_PARALLEL, s)
-    return [run] + ([] if ctx.smoke else [export])
+    return [run, export_step([root(ctx)], csv_path, study_spec(ctx, STUDY_SEEDS))]
 
   def headline(ctx):
     if ctx.smoke:
@@ -354,8 +299,7 @@ def study_slice(first):
 
 
 def replicates(deterministic):
-  """The study's arms x REPLICATE_SEEDS seeds twice (roots a and b) with
-  numerics.gpu_deterministic set: do same-seed runs end in the same model?"""
+  """The study's arms x REPLICATE_SEEDS seeds twice: do same-seed runs end in the same model?"""
 
   def roots(ctx):
     folder = os.path.join(ctx.out, 'replicates', f'gpu_deterministic_{deterministic}')
@@ -366,7 +310,7 @@ def replicates(deterministic):
     spec = study_spec(ctx, seeds, extra=f'numerics.gpu_deterministic={deterministic}')
     a, b = roots(ctx)
     runs = [sweep(ctx, f'sweep_{os.path.basename(r)}', spec, r, STUDY_PARALLEL) for r in (a, b)]
-    return runs + ([] if ctx.smoke else [export_step([a, b], os.path.dirname(a) + '.csv', spec)])
+    return runs if ctx.smoke else runs + [export_step([a, b], os.path.dirname(a) + '.csv', spec)]
 
   def headline(ctx):
     return ' / '.join(map(planned, roots(ctx))) if ctx.smoke else replicate_line(*roots(ctx))
@@ -375,100 +319,47 @@ def replicates(deterministic):
 
 
 # Minutes on an H100, the process's start included. Measured there (BENCHMARKS.md, 2026-11-24):
-# bench_vs_torch at batch 2048, 3 rounds, 3.0 min (JAX's first call 107 s, torch.compile's 38 s);
-# the digits study, 48 runs 6 at a time, 4 min 57 s (37 s a wave of runs); bench_step at batch 256,
+# against torch at batch 2048, 3 rounds, 3.0 min (JAX's first call 107 s, torch.compile's 38 s);
+# the digits study, 48 runs 6 at a time, 4 min 57 s (37 s a wave of runs); the step at batch 256,
 # 16 s. The others are estimated from those (a batch-2048 compile ~110 s, a wave of runs ~37 s).
 STUDY_PARTS = [
-  Part(
-    f'study_seeds_{f}_{f + STUDY_SLICE - 1}',
-    2.0,
-    f'the digits study with its predictions, {STUDY_PARALLEL} runs at a time: 8 arms x seeds '
-    f'{f}-{f + STUDY_SLICE - 1} of {STUDY_SEEDS}',
-    *study_slice(f),
-  )
+  Part(f'study_seeds_{f}_{f + STUDY_SLICE - 1}', 2.0, f'the study, seeds from {f}', *study_slice(f))
   for f in range(0, STUDY_SEEDS, STUDY_SLICE)
 ]
-FIVE_STEPS = ['--steps', '5', '--windows', '3']
-ROUNDS = ['--rounds', '3']
-POOL: tuple = ('pool', 'bench_pool', 'pool_speedup', [], TOY_POOL)
-EPOCH_TOY = '--train-examples 16 --test-examples 8 --repeats 1 --config.eval_batch_size=8'.split()
+FIVE = '--steps 5 --windows 3'
+POOL = 'benchmarks.bench_conv --pool'
+TOY_POOL = f'{POOL} --batch 2 --size 8 --channels 4 --steps 1 --windows 1 --warmup 0'
+TOY_EPOCH = f'{TOY_STEP} --mode epoch --train-examples 16 --test-examples 8 --repeats 1'
+TOY_EPOCH += ' --config.eval_batch_size=8'
+EPOCH = ('epoch', 'epoch_overhead_fraction', f'{GPU_STEP} --mode epoch', TOY_EPOCH)
+XLA = 'nondeterministic,exclude_nondeterministic,deterministic_autotuned'
+ALL_VARIANTS = f'deterministic,{XLA}'
+PRESET = '--config configs/celeba.py:gpu'
 PARTS = [
   Part('gpu_tier', 3.0, 'GPU_TESTS=1 pytest tests/gpu', gpu_tier, pytest_summary),
   bench(
     'determinism_256',
     4.0,
-    'deterministic ops at batch 256 (four variants); the pool',
+    'deterministic ops or not, batch 256, four variants; the max pool',
     determinism(256, ALL_VARIANTS),
-    POOL,
+    ('pool', 'pool_speedup', POOL, TOY_POOL),
   ),
   bench(
     'determinism_2048',
     5.0,
-    "deterministic ops at batch 2048 (the study's) or not",
-    determinism(2048, 'deterministic,nondeterministic', FIVE_STEPS),
+    "deterministic ops or not at the study's batch, 2048",
+    determinism(2048, 'deterministic,nondeterministic', FIVE),
   ),
-  bench(
-    'determinism_2048_xla',
-    7.0,
-    'exclude_nondeterministic_ops, autotuned deterministic ops at 2048',
-    determinism(
-      2048, 'nondeterministic,exclude_nondeterministic,deterministic_autotuned', FIVE_STEPS
-    ),
-  ),
-  bench('vs_torch_256', 2.5, 'bench_vs_torch, bf16, batch 256', vs_torch(256)),
-  bench(
-    'vs_torch_2048',
-    3.5,
-    'bench_vs_torch, bf16, batch 2048: torch eager and torch.compile',
-    vs_torch(2048, (), ROUNDS),
-  ),
-  bench(
-    'vs_torch_2048_deterministic',
-    4.0,
-    'bench_vs_torch, bf16, batch 2048, the gpu preset',
-    vs_torch(2048, ('--config', 'configs/celeba.py:gpu'), ROUNDS),
-  ),
-  bench(
-    'profile',
-    5.0,
-    'a profile of the step at batch 256 and 2048 (deterministic preset)',
-    step_mode(
-      'profile_256',
-      'profile',
-      'device_busy_fraction',
-      ['--batch', '256', '--top', '40'],
-      ['--top', '5'],
-    ),
-    step_mode(
-      'profile_2048', 'profile', 'device_busy_fraction', ['--batch', '2048', '--top', '40'], None
-    ),
-  ),
-  bench(
-    'epoch',
-    4.0,
-    'a CelebA epoch at batch 2048: its evaluation and save',
-    step_mode('epoch', 'epoch', 'epoch_overhead_fraction', [], EPOCH_TOY),
-  ),
-  Part(
-    'shared_gpu',
-    3.0,
-    'four runs sharing the GPU (sweeps.sweep --parallel 4)',
-    shared_gpu,
-    shared_gpu_headline,
-  ),
+  bench('determinism_2048_xla', 7.0, 'the XLA variants at 2048', determinism(2048, XLA, FIVE)),
+  bench('vs_torch_256', 2.5, 'against torch, bf16, batch 256', vs_torch(256)),
+  bench('vs_torch_2048', 3.5, 'against torch, bf16, batch 2048', vs_torch(2048, '', '--windows 3')),
+  bench('vs_torch_2048_deterministic', 4.0, 'gpu preset', vs_torch(2048, PRESET, '--windows 3')),
+  bench('profile', 5.0, 'profiles at batch 256 and 2048', profile(256, True), profile(2048, False)),
+  bench('epoch', 4.0, 'a CelebA epoch at batch 2048, its evaluation and save', EPOCH),
+  Part('shared_gpu', 3.0, 'four runs sharing the GPU', shared_gpu, shared_gpu_headline),
   *STUDY_PARTS,
-  Part(
-    'replicates_deterministic_off',
-    3.0,
-    'the 8 arms x 2 seeds twice, gpu_deterministic=False',
-    *replicates(False),
-  ),
-  Part(
-    'replicates_deterministic_on',
-    3.0,
-    'the 8 arms x 2 seeds twice, gpu_deterministic=True',
-    *replicates(True),
-  ),
+  Part('replicates_deterministic_off', 3.0, 'the 8 arms x 2 seeds twice', *replicates(False)),
+  Part('replicates_deterministic_on', 3.0, 'the same, gpu_deterministic=True', *replicates(True)),
 ]
 # What each part's figures are worth, most first (the order a slot is filled in): the cost of
 # determinism and the step against torch.compile at the study's batch (2048); the study on the
@@ -480,9 +371,10 @@ PRIORITY = (
   'determinism_256 vs_torch_256 shared_gpu profile determinism_2048_xla'
 ).split() + [p.name for p in STUDY_PARTS[3:]]
 
-# Running the parts. A part is `completed` only when each command exited as expected and met its
-# criterion; its status and every output go into the evidence folder through runrecord/files.py.
+# Running the parts: a part is `completed` only when each command exited as expected and met its
+# criterion; every file written into the evidence folder goes through runrecord/files.py.
 STATUS_FILE = 'status.json'
+SUMMARY_FILES = ['summary.csv', 'summary.md']
 SUMMARY_COLUMNS = ('part', 'h100_minutes', 'status', 'minutes', 'headline')
 PART_MINUTES = 9.0  # the lent machine's commands end at 10 minutes
 GRACE_S = 20  # after SIGTERM, before SIGKILL (the sweep stops its runs in between)
@@ -494,121 +386,93 @@ SMOKE_ENV = {
 }
 
 
-def write_into(out, names, write, by):
-  """`write(staging)` -> the staged paths, moved into the evidence folder as `names` (a file there
-  that this project did not write is refused, never replaced); `by` names the writer."""
-  with files.Destination(out, command=f'gpu_evidence {by}', may_write=names) as dest:
-    return dest.write(write)
-
-
-def staged(staging, name):
-  path = os.path.join(staging, name)
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  return path
-
-
-def write_texts(out, texts, by):
-  """{name: text} written into the evidence folder (write_into)."""
-
-  def write(staging):
-    paths = [staged(staging, name) for name in texts]
-    for path, text in zip(paths, texts.values(), strict=True):
-      with open(path, 'w', encoding='utf-8') as f:
-        f.write(text)
-    return paths
-
-  return write_into(out, list(texts), write, by)
-
-
-def step_names(ctx, step):
-  base = os.path.join(os.path.basename(ctx.folder), step.label)
-  return [base + '.txt', base + '.err']
-
-
-def in_process(step, ctx):
-  """Smoke mode runs `python -m benchmarks.X ...` and `python -m sweeps.sweep ...` as
-  X.main(args) in this process: one set of imports and compilations for every toy part."""
-  argv = step.argv or ['', '']
-  return (
-    ctx.smoke
-    and not step.env
-    and argv[1] == '-m'
-    and argv[2].startswith(('benchmarks.', 'sweeps.'))
-  )
-
-
-def run_here(step, ctx, out, err):
-  """Exit code of step.call(ctx), or of module.main(argv), run in this process."""
-  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    try:
-      if step.call:
-        code = step.call(ctx)
-      else:
-        code = importlib.import_module(step.argv[2]).main(step.argv[3:])
-    except SystemExit as e:
-      code = e.code
-    except Exception:  # a failed command is a result of the part: its traceback in <label>.err
-      traceback.print_exc()
-      code = 1
-  return code if isinstance(code, int) else (0 if code is None else 2)
-
-
-def run_subprocess(step, out, err, seconds_left):
-  """Exit code of the step's subprocess (None: stopped at the part's time limit)."""
-  env = {**os.environ, 'PYTHONUNBUFFERED': '1', **step.env}
-  env['PYTHONPATH'] = os.pathsep.join(filter(None, [REPO, env.get('PYTHONPATH')]))
-  proc = subprocess.Popen(
-    step.argv, cwd=REPO, env=env, stdout=out, stderr=err, start_new_session=True
-  )
-  try:
-    return proc.wait(timeout=max(1.0, seconds_left))
-  except subprocess.TimeoutExpired:
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-      proc.wait(timeout=GRACE_S)
-    except subprocess.TimeoutExpired:
-      os.killpg(proc.pid, signal.SIGKILL)
-      proc.wait()
-    return None
-
-
 def run_step(step, ctx, seconds_left):
-  """The step's exit code (None: timed out), its stdout and stderr in <part>/<label>.txt, .err."""
-  names, code = step_names(ctx, step), None
-
-  def write(staging):
-    nonlocal code
-    paths = [staged(staging, name) for name in names]
-    with open(paths[0], 'w') as out, open(paths[1], 'w') as err:
-      if step.call or in_process(step, ctx):
-        code = run_here(step, ctx, out, err)
-      else:
-        code = run_subprocess(step, out, err, seconds_left)
-    return paths
-
-  write_into(ctx.out, names, write, names[0][:-4])
-  return code
+  """The step's exit code (None: stopped at the part's time limit), its stdout and stderr in
+  <label>.txt and .err. Smoke mode runs `python -m benchmarks.X` and `-m sweeps.sweep` as
+  X.main(args) in this process: one set of imports and compilations for every toy part."""
+  path, argv = os.path.join(ctx.folder, step.label), step.argv
+  here = ctx.smoke and not step.env and argv[2].startswith(('benchmarks.', 'sweeps.'))
+  with open(path + '.txt', 'w') as out, open(path + '.err', 'w') as err:
+    if here:
+      with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+          code = importlib.import_module(argv[2]).main(argv[3:])
+        except SystemExit as e:
+          code = e.code
+        except Exception:  # a failed command is a result of the part: its traceback in .err
+          traceback.print_exc()
+          code = 1
+      return code if isinstance(code, int) else (0 if code is None else 2)
+    env = {**os.environ, 'PYTHONUNBUFFERED': '1', **step.env}
+    env['PYTHONPATH'] = os.pathsep.join(filter(None, [REPO, env.get('PYTHONPATH')]))
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=err, start_new_session=True)
+    try:
+      return proc.wait(timeout=max(1.0, seconds_left))
+    except subprocess.TimeoutExpired:
+      os.killpg(proc.pid, signal.SIGTERM)  # the sweep stops its runs, then SIGKILL
+      try:
+        proc.wait(timeout=GRACE_S)
+      except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+      return None
 
 
 def step_failure(step, ctx, code):
-  """None when the command ran as expected and met its criterion, else why not (one line): its
-  exit code, the module its stderr says is missing, the criterion it did not meet."""
-  why = None
+  """Why the command failed or missed its criterion (naming a missing module), or None."""
   if code is None:
     why = 'timed out'
-  elif code not in step.ok:
-    why = f'exit {code}'
-  elif step.expect:
-    why = step.expect(ctx, step)
-  if why is None:
-    return None
+  else:
+    why = f'exit {code}' if code not in step.ok else step.expect and step.expect(ctx, step)
   found = MISSING_MODULE.findall(read(os.path.join(ctx.folder, step.label + '.err')))
-  return f'{why}; missing module {found[-1]} (No module named {found[-1]})' if found else why
+  return (
+    f'{why}; missing module {found[-1]} (No module named {found[-1]})' if why and found else why
+  )
 
 
-def write_status(ctx, status):
-  name = os.path.join(os.path.basename(ctx.folder), STATUS_FILE)
-  write_texts(ctx.out, {name: json.dumps(status, indent=1)}, name)
+def run_part(part, out, smoke, part_minutes):
+  """Run the part's commands; returns its status. Its outputs and status.json go to OUT/<part>
+  together when it ends, replacing what an earlier run of it wrote there."""
+  status = {'part': part.name, 'smoke': smoke, 'status': 'completed', 'commands': []}
+  status['started'], start = common.host(), time.time()
+
+  def write(staging):
+    ctx = Context(smoke, out, os.path.join(staging, part.name))
+    os.makedirs(ctx.folder)
+    for step in part.steps(ctx):
+      began = time.time()
+      code = run_step(step, ctx, part_minutes * 60 - (began - start))
+      failure = step_failure(step, ctx, code)
+      command = ' '.join(step.argv)
+      seconds = round(time.time() - began, 1)
+      status['commands'].append(
+        dict(label=step.label, exit_code=code, seconds=seconds, command=command)
+      )
+      status['commands'][-1]['criterion'] = failure or 'met'
+      if failure:
+        status['status'] = 'timed out' if code is None else f'failed: {step.label}: {failure}'
+        break
+    status['minutes'] = round((time.time() - start) / 60, 2)
+    try:
+      status['headline'] = part.headline(ctx)
+    except Exception as e:  # a part's outputs may be partial: said so, the traceback on stderr
+      traceback.print_exc()
+      status['headline'] = f'no headline ({type(e).__name__}: {e})'
+    with open(os.path.join(ctx.folder, STATUS_FILE), 'w', encoding='utf-8') as f:
+      json.dump(status, f, indent=1)
+    return glob.glob(os.path.join(ctx.folder, '*'))
+
+  names = part_files(part, out, smoke)
+  with files.Destination(out, command=f'gpu_evidence {part.name}', may_write=names) as dest:
+    dest.write(write)
+  return status
+
+
+def part_files(part, out, smoke):
+  """The files a part writes into the evidence folder."""
+  steps = part.steps(Context(smoke, out, None))
+  labels = [step.label + ext for step in steps for ext in ('.txt', '.err')]
+  return [os.path.join(part.name, name) for name in [STATUS_FILE, *labels]]
 
 
 def read_status(out, name):
@@ -618,41 +482,6 @@ def read_status(out, name):
 
 def is_done(status, smoke):
   return bool(status) and status['status'] == 'completed' and status['smoke'] == smoke
-
-
-def run_part(part, out, smoke, part_minutes):
-  """Run the part's commands; returns its status (also OUT/<part>/status.json)."""
-  ctx = Context(smoke, out, os.path.join(out, part.name))
-  status = {'part': part.name, 'smoke': smoke, 'status': 'running', 'commands': []}
-  status.update(started=common.host(), minutes=0.0, headline='')
-  write_status(ctx, status)
-  start = time.time()
-  for step in part.steps(ctx):
-    began = time.time()
-    code = run_step(step, ctx, part_minutes * 60 - (began - start))
-    failure = step_failure(step, ctx, code)
-    status['commands'].append(
-      {
-        'label': step.label,
-        'exit_code': code,
-        'seconds': round(time.time() - began, 1),
-        'command': ' '.join(step.argv) if step.argv else 'in process',
-        'criterion': failure or 'met',
-      }
-    )
-    if failure:
-      status['status'] = 'timed out' if code is None else f'failed: {step.label}: {failure}'
-      break
-  else:
-    status['status'] = 'completed'
-  status['minutes'] = round((time.time() - start) / 60, 2)
-  try:
-    status['headline'] = part.headline(ctx)
-  except Exception as e:  # a part's outputs may be partial: say so, the traceback on stderr
-    traceback.print_exc()
-    status['headline'] = f'no headline ({type(e).__name__}: {e})'
-  write_status(ctx, status)
-  return status
 
 
 def summary_rows(out):
@@ -668,28 +497,25 @@ def summary_rows(out):
 def write_summary(out):
   """OUT/summary.csv and OUT/summary.md: every part of the agenda, run or not."""
   rows = summary_rows(out)
-  table = io.StringIO()
-  writer = csv.DictWriter(table, SUMMARY_COLUMNS, lineterminator='\n')
-  writer.writeheader()
-  writer.writerows(rows)
-  lines = [f'# GPU evidence ({common.host()})', '']
-  lines += [
-    '| part | expected minutes (H100) | status | minutes | headline |',
-    '|---|---|---|---|---|',
-  ]
-  lines += [
-    ' '.join(['|', ' | '.join(str(r[c]).replace('|', '/') for c in SUMMARY_COLUMNS), '|'])
-    for r in rows
-  ]
-  write_texts(
-    out, {'summary.csv': table.getvalue(), 'summary.md': '\n'.join(lines) + '\n'}, 'summary'
-  )
+
+  def write(staging):
+    with open(os.path.join(staging, 'summary.csv'), 'w', newline='', encoding='utf-8') as f:
+      writer = csv.DictWriter(f, SUMMARY_COLUMNS)
+      writer.writeheader()
+      writer.writerows(rows)
+    cells = [[str(r[c]).replace('|', '/') for c in SUMMARY_COLUMNS] for r in rows]
+    header = ['part', 'expected minutes (H100)', 'status', 'minutes', 'headline']
+    with open(os.path.join(staging, 'summary.md'), 'w', encoding='utf-8') as f:
+      f.write(f'# GPU evidence ({common.host()})\n\n{common.table(header, cells)}\n')
+    return [os.path.join(staging, name) for name in SUMMARY_FILES]
+
+  with files.Destination(out, command='gpu_evidence', may_write=SUMMARY_FILES) as dest:
+    dest.write(write)
   return rows
 
 
 def pack(out, path):
-  """OUT as a .tar.gz at `path` without the runs' training states (checkpoints/<step>/state), the
-  compilation cache or a write in progress; its size in bytes."""
+  """OUT as a .tar.gz at `path`, no training states or compilation cache; its size in bytes."""
 
   def keep(info):
     parts = info.name.split('/')
@@ -698,25 +524,13 @@ def pack(out, path):
     return None if state or busy or '.jax_cache' in parts else info
 
   def write(staging):
-    staged_path = os.path.join(staging, os.path.basename(os.path.realpath(path)))
-    with tarfile.open(staged_path, 'w:gz') as tar:
+    staged = os.path.join(staging, os.path.basename(os.path.realpath(path)))
+    with tarfile.open(staged, 'w:gz') as tar:
       tar.add(out, arcname=os.path.basename(os.path.abspath(out)), filter=keep)
-    return [staged_path]
+    return [staged]
 
   with files.Destination(path, command='gpu_evidence pack', folder=False, flag='--pack') as dest:
     return os.path.getsize(dest.write(write)[0])
-
-
-def check_out(out, parts, smoke):
-  """Refuse, before any part runs, an evidence folder where a file this program would write is
-  one this project did not write (one line naming them)."""
-  names = ['summary.csv', 'summary.md']
-  for part in parts:
-    ctx = Context(smoke, out, os.path.join(out, part.name))
-    names.append(os.path.join(part.name, STATUS_FILE))
-    names += [n for step in part.steps(ctx) for n in step_names(ctx, step)]
-  with files.Destination(out, command='gpu_evidence', may_write=names):
-    pass
 
 
 # A slot of device time: a fresh machine's start-up (counted once), then calls of at most
@@ -767,7 +581,8 @@ def describe(plan, out, smoke=False):
   def listed(parts):
     return ', '.join(f'{p.name} ({p.minutes:g})' for p in parts)
 
-  flags = f'--out {out}' + (' --smoke' if smoke else '')
+  smoke = ' --smoke' if smoke else ''
+  flags = f'--out {out}{smoke} --call-minutes {plan.limit - plan.overhead:g}'
   lines = [
     f'GPU plan for a {plan.budget:g}-minute slot (expected minutes on an H100): start-up '
     f'{plan.startup:g} min, then calls of at most {plan.limit:g} min each, {plan.overhead:g} min '
@@ -775,10 +590,8 @@ def describe(plan, out, smoke=False):
   ]
   for i, call in enumerate(plan.calls, 1):
     lines.append(f'call {i} ({call.minutes:g} min): {listed(call.parts)}')
-    lines.append(
-      f'  python -m benchmarks.gpu_evidence --part {",".join(p.name for p in call.parts)} '
-      f'{flags} --call-minutes {plan.limit - plan.overhead:g}'
-    )
+    names = ','.join(p.name for p in call.parts)
+    lines.append(f'  python -m benchmarks.gpu_evidence --part {names} {flags}')
   if not plan.calls:
     rest = plan.later or plan.too_long
     lines.append('no part fits this slot' if rest else 'nothing to run: every part is completed')
@@ -798,41 +611,20 @@ def parse_args(argv):
   p = argparse.ArgumentParser(
     prog='python -m benchmarks.gpu_evidence', description=common.description(__doc__)
   )
-  p.add_argument('--list', action='store_true', help='print each part and its minutes on an H100')
-  p.add_argument(
-    '--budget',
-    type=float,
-    metavar='MIN',
-    help='print the plan of a slot of MIN minutes of device time (start-up counted; the parts '
-    'not completed in --out): its calls, their commands, what is left; runs nothing',
-  )
-  p.add_argument(
-    '--startup-minutes',
-    type=float,
-    default=STARTUP_MINUTES,
-    help="a fresh machine's start-up, counted once in --budget (default %(default)s)",
-  )
-  p.add_argument(
-    '--part', help="'all' (by what their figures are worth) or part names, comma-separated"
-  )
+  p.add_argument('--list', action='store_true', help='each part and its minutes on an H100')
+  p.add_argument('--budget', type=float, metavar='MIN', help='plan a MIN-minute slot; runs nothing')
+  p.add_argument('--part', help="'all' or part names, comma-separated, run in that order")
   p.add_argument('--out', help='the evidence folder (one per machine)')
   p.add_argument('--smoke', action='store_true', help='toy sizes on CPU (every part by default)')
   p.add_argument('--force', action='store_true', help='run parts already completed again')
+  stop = 'a part still running after this is stopped (default %(default)s)'
+  p.add_argument('--part-minutes', type=float, default=PART_MINUTES, help=stop)
+  p.add_argument('--call-minutes', type=float, help='start only parts expected to end within it')
   p.add_argument(
-    '--part-minutes',
-    type=float,
-    default=PART_MINUTES,
-    help='a part still running after this is stopped (status: timed out)',
+    '--pack', metavar='FILE', help='write --out there as a .tar.gz, no training states'
   )
-  p.add_argument(
-    '--call-minutes',
-    type=float,
-    help='start a part only if its expected minutes on an H100 end within this many minutes '
-    "of the command's start (the rest: the next call); not in --smoke",
-  )
-  p.add_argument('--pack', metavar='FILE', help='write --out there as a .tar.gz, no states')
   args = p.parse_args(argv)
-  for name in ('budget', 'startup_minutes', 'part_minutes', 'call_minutes'):
+  for name in ('budget', 'part_minutes', 'call_minutes'):
     value = getattr(args, name)
     if value is not None and not 0 <= value < float('inf'):
       common.fail(f'--{name.replace("_", "-")}={value}: give a number of minutes, 0 or more')
@@ -852,12 +644,6 @@ def parts_named(names):
   return [known[n] for n in wanted]
 
 
-def completed(out, smoke):
-  if not out or not os.path.isdir(out):
-    return set()
-  return {p.name for p in PARTS if is_done(read_status(out, p.name), smoke)}
-
-
 def main(argv=None):
   args = parse_args(argv)
   if args.list:
@@ -866,8 +652,9 @@ def main(argv=None):
     print(f'{len(PARTS)} parts, {sum(p.minutes for p in PARTS):g} minutes on an H100 in all')
     return 0
   if args.budget is not None:
-    done = completed(args.out, args.smoke)
-    plan = make_plan(PARTS, PRIORITY, args.budget, done, args.startup_minutes)
+    out = args.out if args.out and os.path.isdir(args.out) else None
+    done = {p.name for p in PARTS if out and is_done(read_status(out, p.name), args.smoke)}
+    plan = make_plan(PARTS, PRIORITY, args.budget, done)
     print('\n'.join(describe(plan, args.out or 'runs/gpu_evidence', args.smoke)))
     return 0
   if not args.out:
@@ -876,20 +663,17 @@ def main(argv=None):
     if not os.path.isdir(args.out):
       common.fail(f'--out={args.out}: no evidence folder there to pack')
     try:
-      size = pack(args.out, args.pack)
-    except files.WriteFailed as e:  # a full disk, permissions: nothing was moved into place
-      print(f'error: {e}', file=sys.stderr)
-      return 1
-    except ValueError as e:  # the archive's path: a folder, a file this project did not write
+      print(f'wrote {args.pack}: {pack(args.out, args.pack) / 2**20:.1f} MiB')
+    except ValueError as e:  # a folder, a file this project did not write, a full disk
       common.fail(str(e))
-    print(f'wrote {args.pack}: {size / 2**20:.1f} MiB')
     return 0
   if not args.part and not args.smoke:
     common.fail('--part: give all or part names (--list), or --smoke')
-  parts = parts_named(args.part or 'all')
-  out = os.path.abspath(args.out)
-  try:
-    check_out(out, parts, args.smoke)
+  parts, out = parts_named(args.part or 'all'), os.path.abspath(args.out)
+  names = SUMMARY_FILES + [n for part in parts for n in part_files(part, out, args.smoke)]
+  try:  # a file of the user's where a part would write: refused before any part runs
+    with files.Destination(out, command='gpu_evidence', may_write=names):
+      pass
   except ValueError as e:
     common.fail(str(e))
   if args.smoke:  # before anything here starts JAX
@@ -904,18 +688,14 @@ def main(argv=None):
     if is_done(read_status(out, part.name), args.smoke) and not args.force:
       print(f'{part.name}: completed already (skipped; --force runs it again)')
       continue
-    elapsed = (time.time() - start) / 60
     late = not args.smoke and args.call_minutes is not None
-    if left or (late and elapsed + part.minutes > args.call_minutes):
+    if left or (late and (time.time() - start) / 60 + part.minutes > args.call_minutes):
       left.append(part.name)
       continue
     print(f'{part.name}: running (expected {part.minutes:g} min on an H100)', flush=True)
     status = run_part(part, out, args.smoke, args.part_minutes)
     failed += status['status'] != 'completed'
-    print(
-      f'{part.name}: {status["status"]} in {status["minutes"]} min: {status["headline"]}',
-      flush=True,
-    )
+    print(f'{part.name}: {status["status"]} in {status["minutes"]} min: {status["headline"]}')
     write_summary(out)
   write_summary(out)
   if left:

@@ -35,16 +35,9 @@ COMMANDS = (
   'benchmarks.gpu_evidence',
   'benchmarks.bench_analysis',
   'benchmarks.bench_conv',
-  'benchmarks.bench_determinism',
-  'benchmarks.bench_emulate',
-  'benchmarks.bench_epoch',
-  'benchmarks.bench_feed',
   'benchmarks.bench_input',
-  'benchmarks.bench_pool',
   'benchmarks.bench_step',
   'benchmarks.bench_stop_latency',
-  'benchmarks.bench_vs_torch',
-  'benchmarks.profile_step',
 )
 HEAVY = (
   'jax',
