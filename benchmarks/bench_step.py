@@ -835,12 +835,6 @@ class TorchStep:
 
 
 def torch_mode(args, config):
-  formats = {config.numerics.conv_format, config.numerics.dense_format}
-  if config.model.stem != 'imagenet' or formats != {'native'}:
-    common.fail(
-      "--mode torch compares the native ImageNet-stem model: model.stem must be 'imagenet' and "
-      'the product formats native (no numerics.profile or *_format)'
-    )
   device = args.torch_device or ('cuda' if torch.cuda.is_available() else 'cpu')
   jax_step = build_step(config, jax.devices()[:1], num_classes=args.num_classes)
   variants = {f'jax (this project, conv_impl {jax_step.conv_impl})': jax_step}
@@ -901,8 +895,15 @@ def main(argv=None):
   # --mode emulate resolves each variant's config itself
   args, config = common.parse_step_config(parser, argv, resolve=lambda a: a.mode != 'emulate')
   common.refuse_other_modes(parser, args, owners, f'--mode {args.mode}')
-  if args.mode == 'torch':  # JAX would take 75 % of the GPU and leave torch too little
-    common.allocate_gpu_memory_on_demand()
+  if args.mode == 'torch':  # the native ImageNet-stem model on one device, as torch runs it
+    native = {config.numerics.conv_format, config.numerics.dense_format} == {'native'}
+    if config.model.stem != 'imagenet' or not native or config.data.flip or args.devices > 1:
+      common.fail(
+        '--mode torch compares the native ImageNet-stem model on one device: model.stem '
+        "'imagenet', native product formats (no numerics.profile or *_format), no data.flip, "
+        '--devices 0 or 1'
+      )
+    common.allocate_gpu_memory_on_demand()  # JAX would take 75 % of the GPU, leaving torch little
   environment = common.environment()
   if args.mode == 'torch':
     cuda = f', {torch.cuda.get_device_name(0)}' if torch.cuda.is_available() else ''
