@@ -21,7 +21,7 @@ def test_every_benchmark_flag_is_spelt_with_hyphens():
   flags = {}
   for path in glob.glob(os.path.join(ROOT, 'benchmarks', '*.py')):
     with open(path, encoding='utf-8') as f:
-      for flag in re.findall(r"add_argument\(\s*'(--[^']+)'", f.read()):
+      for flag in re.findall(r"'(--[A-Za-z][\w-]*)'", f.read()):  # add_argument's, tables'
         flags.setdefault(flag, os.path.basename(path))
   assert '--image-size' in flags and '--batch' in flags
   assert not {flag: where for flag, where in flags.items() if '_' in flag}
