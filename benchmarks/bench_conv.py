@@ -1,31 +1,10 @@
-"""Every distinct ResNet-18 convolution, forward + backward, under conv_impl 'xla' and 'im2col'.
+"""The step's kernels alone, forward and backward, variants timed alternately: every distinct
+ResNet-18 convolution under conv_impl 'xla' and 'im2col', or (--pool) the stem's max pool, flax's
+against the scatter-free models/pool.py. Reference: docs/performance.md.
 
   python -m benchmarks.bench_conv                                   # 64^2, width 1, batch 64
   python -m benchmarks.bench_conv --sizes 16:0.25:small:128:1,8:0.125:small:64:1   # digits presets
-
-For each distinct convolution of `models.resnet.ResNet18(width, stem)` on `--image-size`^2 images
-(the stem, each stage's 3x3 convs, the stride-2 3x3 convs, the 1x1 downsamples; NHWC x HWIO, f32,
-the model's paddings) this compiles `jit(value_and_grad(sum(conv(x, w) * g), argnums=(x, w)))`
-once per impl (`g` is a fixed random cotangent, so that XLA cannot simplify an all-ones one), then
-times the two alternately: `--repeats` rounds, each timing `n` calls of either impl (n chosen so
-that a measurement lasts at least `--min-time` s), the median per call reported. The stem (`conv1`)
-is differentiated w.r.t. its kernel only, as in training: the model never needs the gradient of
-its input, the images.
-
-Prints, per configuration, a Markdown table: the convolution, how many times the model runs it
-(`count`), multiply-adds per example, compile seconds (lower + compile of that convolution's
-forward + backward alone: a model compiles them together, so only the difference carries over) and
-ms per call of both impls, their ratio (xla / im2col: > 1 means im2col is faster), what
-`ops.conv2d(..., impl='auto')` picks for it on this platform and which impl was faster. Totals
-weight every row by its count (the model's forward + backward of the convolutions alone). Then
-`auto_vs_best[<config>]=<float>`: total time of the per-shape best impls / total time of auto's
-picks (1.0: auto picks the faster impl everywhere; 0.5: the model's convolutions would run twice
-as fast with the best picks). The last line is `auto_vs_best=<float>`, the smallest over the
-configurations.
-
-`--sizes` runs several configurations in one process, each SIZE[:WIDTH[:STEM[:BATCH[:CHANNELS]]]]
-(omitted fields from `--width`, `--stem`, `--batch`, `--in-channels`). Imports no TensorFlow.
-Reference: docs/performance.md "The benchmark scripts".
+  python -m benchmarks.bench_conv --pool                            # the stem at 224^2, batch 256
 """
 
 import argparse
@@ -34,193 +13,253 @@ import math
 import statistics
 import time
 
-from benchmarks import common
-
-
-def make_parser():
-  parser = argparse.ArgumentParser(
-    prog='python -m benchmarks.bench_conv', description=common.description(__doc__)
-  )
-  parser.add_argument('--image-size', type=int, default=64, help='image height and width')
-  parser.add_argument('--width', type=float, default=1.0, help='model.width')
-  parser.add_argument(
-    '--stem', default='imagenet', choices=('imagenet', 'small'), help='model.stem'
-  )
-  parser.add_argument('--batch', type=int, default=64, help='images per call')
-  parser.add_argument('--in-channels', type=int, default=3, help='image channels (digits: 1)')
-  parser.add_argument(
-    '--sizes', default='', help='several configurations, SIZE[:WIDTH[:STEM[:BATCH[:CHANNELS]]]],...'
-  )
-  parser.add_argument('--repeats', type=int, default=5, help='alternating timed rounds (median)')
-  parser.add_argument(
-    '--min-time',
-    type=float,
-    default=0.05,
-    help='seconds per timed measurement at least (calls are repeated)',
-  )
-  return parser
-
-
-if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
-  make_parser().parse_args()
-
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.bench_step import resnet18_convs
-from benchmarks.common import command_line, environment
-from numerics import ops
+from benchmarks import common
+from models import architecture
+
+jax, ops, pool = common.lazy('jax'), common.lazy('numerics.ops'), common.lazy('models.pool')
 
 IMPLS = ('xla', 'im2col')
+STEMS = ('imagenet', 'small')
+# One distinct convolution: input size (square), channels, kernel, stride, padding, whether the
+# model needs its input's gradient (not the stem's: its input is the images), the layers running it.
+Conv = collections.namedtuple('Conv', 'size cin cout k stride pad input_grad names')
+
+
+def conv_out(size, k, stride, pad):
+  """Output height (= width) of a k x k convolution (or pooling) on a size x size map."""
+  return (size + 2 * pad - k) // stride + 1
+
+
+def stage_channels(width):
+  return [max(1, int(round(c * width))) for c in architecture.STAGE_CHANNELS]
+
+
+def resnet18_convs(image_size, width=1.0, stem='imagenet', in_channels=3):
+  """The distinct convolutions of ResNet18(width, stem) on image_size^2, in model order."""
+  convs = {}  # (size, cin, cout, k, stride, pad, input_grad) -> names, insertion-ordered
+
+  def add(name, size, cin, cout, k, stride, pad, input_grad=True):
+    convs.setdefault((size, cin, cout, k, stride, pad, input_grad), []).append(name)
+    return conv_out(size, k, stride, pad)
+
+  channels = stage_channels(width)
+  if stem == 'imagenet':
+    size = add('conv1', image_size, in_channels, channels[0], 7, 2, 3, input_grad=False)
+    size = conv_out(size, 3, 2, 1)  # the max pool
+  else:
+    size = add('conv1', image_size, in_channels, channels[0], 3, 1, 1, input_grad=False)
+  previous = channels[0]
+  for index, (c, blocks) in enumerate(zip(channels, architecture.STAGE_BLOCKS, strict=True)):
+    for b in range(blocks):
+      stride, name = (2 if index > 0 and b == 0 else 1), f'layer{index + 1}.{b}'
+      new = add(f'{name}.conv1', size, previous, c, 3, stride, 1)
+      add(f'{name}.conv2', new, c, c, 3, 1, 1)
+      if stride != 1 or previous != c:
+        add(f'{name}.downsample.0', size, previous, c, 1, stride, 0)
+      size, previous = new, c
+  return [Conv(*key, names=tuple(names)) for key, names in convs.items()]
 
 
 def macs(conv):
   """Multiply-adds per example, as numerics.ops counts them for 'auto'."""
-  return ops.conv_macs(
-    (1, conv.size, conv.size, conv.cin), (conv.k, conv.k, conv.cin, conv.cout), conv.stride
-  )
+  x, w = (1, conv.size, conv.size, conv.cin), (conv.k, conv.k, conv.cin, conv.cout)
+  return ops.conv_macs(x, w, conv.stride)
 
 
 def auto_pick(conv, platform):
   """What `ops.conv2d(..., impl='auto')` runs for this convolution on `platform`."""
-  return ops.resolve_conv_impl(
-    'auto',
-    platform,
-    macs=macs(conv),
-    kernel_hw=(conv.k, conv.k),
-    out_hw=ops.conv_out_hw((1, conv.size, conv.size), conv.stride),
-  )
+  out_hw = ops.conv_out_hw((1, conv.size, conv.size), conv.stride)
+  kernel = (conv.k, conv.k)
+  return ops.resolve_conv_impl('auto', platform, macs=macs(conv), kernel_hw=kernel, out_hw=out_hw)
 
 
-def compile_fwd_bwd(impl, conv, batch, seed=0):
-  """(compiled value_and_grad w.r.t. w, and x unless the stem's, its operands, compile seconds)."""
-  rng = np.random.default_rng(seed)
+def timed_calls(compiled, operands):
+  """run(n): seconds of n calls of compiled(*operands), the host blocking once at the end."""
+
+  def run(n):
+    start, result = time.perf_counter(), None
+    for _ in range(n):
+      result = compiled(*operands)
+    jax.block_until_ready(result)
+    return time.perf_counter() - start
+
+  return run
+
+
+def compile_conv(impl, conv, batch):
+  """(run(n), compile seconds) of value_and_grad(sum(conv(x, w) * g)) w.r.t. w, and x unless the
+  stem's; g is a fixed random cotangent (XLA could simplify an all-ones one)."""
+  jnp = jax.numpy
+  rng = np.random.default_rng(0)
   x = jnp.asarray(rng.normal(size=(batch, conv.size, conv.size, conv.cin)), jnp.float32)
   w = jnp.asarray(rng.normal(size=(conv.k, conv.k, conv.cin, conv.cout)), jnp.float32)
   padding = [(conv.pad, conv.pad)] * 2
-  y_shape = jax.eval_shape(lambda x, w: ops.conv2d(x, w, conv.stride, padding, impl=impl), x, w)
-  g = jnp.asarray(rng.normal(size=y_shape.shape), jnp.float32)
 
-  def loss(x, w, g):
-    return jnp.sum(ops.conv2d(x, w, conv.stride, padding, impl=impl) * g)
+  def conv2d(x, w):
+    return ops.conv2d(x, w, conv.stride, padding, impl=impl)
 
+  g = jnp.asarray(rng.normal(size=jax.eval_shape(conv2d, x, w).shape), jnp.float32)
   start = time.perf_counter()
-  argnums = (0, 1) if conv.input_grad else (1,)
-  compiled = jax.jit(jax.value_and_grad(loss, argnums=argnums)).lower(x, w, g).compile()
-  return compiled, (x, w, g), time.perf_counter() - start
+  grad = jax.value_and_grad(
+    lambda x, w, g: jnp.sum(conv2d(x, w) * g), argnums=(0, 1) if conv.input_grad else (1,)
+  )
+  compiled = jax.jit(grad).lower(x, w, g).compile()
+  return timed_calls(compiled, (x, w, g)), time.perf_counter() - start
 
 
-def time_calls(compiled, operands, n):
-  """Seconds per call over n calls, the host blocking once at the end."""
-  start = time.perf_counter()
-  for _ in range(n):
-    result = compiled(*operands)
-  jax.block_until_ready(result)
-  return (time.perf_counter() - start) / n
-
-
-def measure(conv, batch, repeats, min_time):
-  """{impl: (compile s, median s per call)}; the impls compiled first, then timed alternately."""
-  compiled = {impl: compile_fwd_bwd(impl, conv, batch) for impl in IMPLS}
-  calls = {}
-  for impl, (fn, operands, _) in compiled.items():
-    first = time_calls(fn, operands, 1)  # warm-up, and a guess at the cost of one call
-    calls[impl] = max(1, math.ceil(min_time / max(first, 1e-6)))
+def measure_conv(conv, batch, repeats, min_time):
+  """{impl: (compile s, median s per call)}: both compiled, then `repeats` alternating rounds, each
+  timing enough calls of either to last `min_time` s."""
+  compiled = {impl: compile_conv(impl, conv, batch) for impl in IMPLS}
+  calls = {
+    impl: max(1, math.ceil(min_time / max(run(1), 1e-6))) for impl, (run, _) in compiled.items()
+  }
   times = {impl: [] for impl in IMPLS}
   for r in range(repeats):
     for impl in IMPLS if r % 2 == 0 else IMPLS[::-1]:
-      fn, operands, _ = compiled[impl]
-      times[impl].append(time_calls(fn, operands, calls[impl]))
-  return {impl: (compiled[impl][2], statistics.median(times[impl])) for impl in IMPLS}
+      times[impl].append(compiled[impl][0](calls[impl]) / calls[impl])
+  return {impl: (compiled[impl][1], statistics.median(times[impl])) for impl in IMPLS}
 
 
 def parse_sizes(text, args):
-  """'64,16:0.25:small:128:1' -> [(size, width, stem, batch, in_channels)]."""
+  """'64,16:0.25:small:128:1' -> [(size, width, stem, batch, in_channels)]; a bad entry: one line,
+  exit 2."""
   configs = []
   for entry in text.split(','):
     fields = entry.strip().split(':')
     defaults = [args.image_size, args.width, args.stem, args.batch, args.in_channels]
-    if not 1 <= len(fields) <= len(defaults):
-      raise SystemExit(f'--sizes entry {entry!r}: SIZE[:WIDTH[:STEM[:BATCH[:CHANNELS]]]]')
     values = fields + [str(d) for d in defaults[len(fields) :]]
-    if values[2] not in ('imagenet', 'small'):
-      raise SystemExit(f"--sizes entry {entry!r}: the stem must be 'imagenet' or 'small'")
-    configs.append((int(values[0]), float(values[1]), values[2], int(values[3]), int(values[4])))
+    try:
+      config = (int(values[0]), float(values[1]), values[2], int(values[3]), int(values[4]))
+    except (ValueError, IndexError):
+      config = None
+    if len(fields) > len(defaults) or config is None or config[2] not in STEMS:
+      common.fail(
+        f'--sizes entry {entry!r}: SIZE[:WIDTH[:STEM[:BATCH[:CHANNELS]]]], STEM one of {STEMS}'
+      )
+    configs.append(config)
   return configs
 
 
-def describe(conv):
-  return (
-    f'{conv.size}x{conv.size}x{conv.cin}',
-    f'{conv.k}x{conv.k}',
-    str(conv.stride),
-    str(conv.cout),
-  )
-
-
-def run_config(size, width, stem, batch, in_channels, args):
-  """Measures one configuration; returns (Markdown table lines, summary dict)."""
-  platform = jax.default_backend()
-  lines = [
-    '| convolution | input HxWxC | kernel | stride | out C | count | MACs/example '
-    '| compile s xla | compile s im2col | ms xla | ms im2col | xla/im2col | auto | best |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
-  ]
-  total = collections.Counter()
+def conv_table(size, width, stem, batch, in_channels, args):
+  """(Markdown table of one configuration, total of the best impls / total of auto's picks)."""
+  rows, total = [], collections.Counter()
   for conv in resnet18_convs(size, width, stem, in_channels):
-    m = macs(conv)
-    result = measure(conv, batch, args.repeats, args.min_time)
-    auto = auto_pick(conv, platform)
+    result = measure_conv(conv, batch, args.repeats, args.min_time)
+    auto = auto_pick(conv, jax.default_backend())
     best = min(IMPLS, key=lambda impl: result[impl][1])
     count = len(conv.names)
-    for impl in IMPLS:
-      total[f'compile {impl}'] += result[impl][0]
-      total[impl] += count * result[impl][1]
-    total['compile auto'] += result[auto][0]
-    total['auto'] += count * result[auto][1]
+    for impl, (compile_s, seconds) in [*result.items(), ('auto', result[auto])]:
+      total[f'compile {impl}'] += compile_s
+      total[impl] += count * seconds
     total['best'] += count * result[best][1]
     name = conv.names[0] + (f' (+{count - 1})' if count > 1 else '')
-    name += '' if conv.input_grad else ' (dw only)'
+    shape = [f'{conv.size}x{conv.size}x{conv.cin}', f'{conv.k}x{conv.k}', conv.stride, conv.cout]
     (c_xla, t_xla), (c_im2col, t_im2col) = result['xla'], result['im2col']
-    lines.append(
-      f'| {name} | ' + ' | '.join(describe(conv)) + f' | {count} | {m:,} '
-      f'| {c_xla:.2f} | {c_im2col:.2f} | {t_xla * 1e3:.2f} | {t_im2col * 1e3:.2f} '
-      f'| {t_xla / t_im2col:.2f} | {auto} | {best} |'
-    )
-  lines.append(
-    f'| total (x count) | | | | | | | {total["compile xla"]:.2f} '
-    f'| {total["compile im2col"]:.2f} | {total["xla"] * 1e3:.2f} '
-    f'| {total["im2col"] * 1e3:.2f} | {total["xla"] / total["im2col"]:.2f} '
-    f'| {total["auto"] * 1e3:.2f} ms, compile {total["compile auto"]:.2f} s '
-    f'| {total["best"] * 1e3:.2f} ms |'
-  )
-  return lines, dict(total, auto_vs_best=total['best'] / total['auto'])
+    timing = [f'{x:.2f}' for x in (c_xla, c_im2col, t_xla * 1e3, t_im2col * 1e3, t_xla / t_im2col)]
+    dw = '' if conv.input_grad else ' (dw only)'
+    rows.append([name + dw, *shape, count, f'{macs(conv):,}', *timing, auto, best])
+  t = {k: v * 1e3 if 'compile' not in k else v for k, v in total.items()}
+  auto = f'{t["auto"]:.2f} ms, compile {t["compile auto"]:.2f} s'
+  totals = [t['compile xla'], t['compile im2col'], t['xla'], t['im2col'], t['xla'] / t['im2col']]
+  totals = [f'{x:.2f}' for x in totals]
+  rows.append(['total (x count)', *[''] * 6, *totals, auto, f'{t["best"]:.2f} ms'])
+  header = ['convolution', 'input HxWxC', 'kernel', 'stride', 'out C', 'count', 'MACs/example']
+  header += ['compile s xla', 'compile s im2col', 'ms xla', 'ms im2col', 'xla/im2col']
+  return common.table([*header, 'auto', 'best'], rows), total['best'] / total['auto']
 
 
-def main(argv=None):
-  parser = make_parser()
-  args = parser.parse_args(argv)
-  print(environment())
-  print(command_line('bench_conv', argv))
-  configs = (
-    parse_sizes(args.sizes, args)
-    if args.sizes
-    else [(args.image_size, args.width, args.stem, args.batch, args.in_channels)]
-  )
+def conv_mode(args):
+  configs = parse_sizes(args.sizes or str(args.image_size), args)
   jax.jit(lambda x: x + 1).lower(1.0).compile()  # the backend's one-off start-up, untimed
   scores = []
   for size, width, stem, batch, in_channels in configs:
-    key = f'{size}:{width:g}:{stem}:{batch}:{in_channels}'
     print(
       f'\nResNet-18 convolutions at {size}x{size}x{in_channels}, width {width:g}, {stem} stem, '
       f'batch {batch}, f32 forward + backward (ms per call, median of {args.repeats})\n'
     )
-    lines, summary = run_config(size, width, stem, batch, in_channels, args)
-    print('\n'.join(lines))
-    print(f'\nauto_vs_best[{key}]={summary["auto_vs_best"]:.3f}')
-    scores.append(summary['auto_vs_best'])
+    text, score = conv_table(size, width, stem, batch, in_channels, args)
+    print(text)
+    print(f'\nauto_vs_best[{size}:{width:g}:{stem}:{batch}:{in_channels}]={score:.3f}')
+    scores.append(score)
   print(f'auto_vs_best={min(scores):.3f}')
+
+
+def pool_mode(args):
+  """The stem's 3x3/2 pool (padding 1), flax's and models/pool.py's, each compiled with XLA's
+  deterministic GPU ops on and off: the gradient of sum(pool(x) * g), post-ReLU x."""
+  from flax import nnx
+
+  from benchmarks import bench_step
+
+  jnp = jax.numpy
+  if min(args.batch, args.size, args.channels, args.steps, args.windows) < 1:
+    common.fail('--batch, --size, --channels, --steps and --windows must be positive')
+  window, strides, padding = (3, 3), (2, 2), ((1, 1), (1, 1))
+  pools = {'flax nnx.max_pool': nnx.max_pool, 'models/pool.py': pool.max_pool}
+  rng = np.random.default_rng(0)
+  shape = (args.batch, args.size, args.size, args.channels)
+  x = jnp.asarray(np.maximum(rng.standard_normal(shape), 0), args.dtype)
+  g = jnp.asarray(rng.standard_normal(pool.max_pool(x, window, strides, padding).shape), args.dtype)
+  runners = {}
+  for name, fn in pools.items():
+    loss = lambda v, g, fn=fn: jnp.sum((fn(v, window, strides, padding) * g).astype(jnp.float32))  # noqa: E731
+    lowered = jax.jit(jax.grad(loss)).lower(x, g)
+    for mode, options in bench_step.VARIANTS.items():
+      runners[(name, mode)] = timed_calls(lowered.compile(options), (x, g))
+  times = common.alternate(runners, args.warmup, args.windows, args.steps)
+  med = {key: statistics.median(t) for key, t in times.items()}
+  print(
+    f'{args.batch}x{args.size}x{args.size}x{args.channels} {args.dtype}, forward + backward; '
+    f'median of {args.windows} alternating windows x {args.steps} calls'
+  )
+  reference = med[('flax nnx.max_pool', 'nondeterministic')]
+  rows = [
+    [*key, common.spread(t, 1e3, 3), f'{reference / med[key]:.2f}x'] for key, t in times.items()
+  ]
+  header = ['pool', 'xla_gpu_deterministic_ops', 'ms/call (median; min-max)']
+  print(common.table([*header, 'vs flax, nondeterministic'], rows))
+  print(f'pool_speedup={reference / med[("models/pool.py", "deterministic")]:.3f}')
+
+
+CONV, POOL = 'the convolutions (no --pool)', '--pool'
+MODE_FLAGS = (  # (mode, flag, type, default, help)
+  (CONV, '--image-size', int, 64, 'image height and width'),
+  (CONV, '--width', float, 1.0, 'model.width'),
+  (CONV, '--stem', str, 'imagenet', "model.stem: 'imagenet' or 'small'"),
+  (CONV, '--in-channels', int, 3, 'image channels (digits: 1)'),
+  (CONV, '--sizes', str, '', 'configurations, SIZE[:WIDTH[:STEM[:BATCH[:CHANNELS]]]],...'),
+  (CONV, '--repeats', int, 5, 'alternating timed rounds (median)'),
+  (CONV, '--min-time', float, 0.05, 'seconds per timed measurement at least'),
+  (POOL, '--size', int, 112, "the pool's input height and width"),
+  (POOL, '--channels', int, 64, "the pool's input channels"),
+  (POOL, '--dtype', str, 'bfloat16', "the input's dtype: bfloat16 or float32"),
+  (POOL, '--steps', int, 20, 'calls per timed window'),
+  (POOL, '--windows', int, 5, 'timed windows (median)'),
+  (POOL, '--warmup', int, 3, 'untimed calls first'),
+)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(
+    prog='python -m benchmarks.bench_conv', description=common.description(__doc__)
+  )
+  parser.add_argument('--pool', action='store_true', help="the stem's max pool, not convolutions")
+  parser.add_argument('--batch', type=int, help='images per call (default 64; --pool: 256)')
+  owners = common.mode_flags(parser, MODE_FLAGS)
+  args = parser.parse_args(argv)
+  common.refuse_other_modes(parser, args, owners, POOL if args.pool else CONV)
+  if args.stem not in STEMS or args.dtype not in ('bfloat16', 'float32'):
+    common.fail(f'--stem: one of {STEMS}; --dtype: bfloat16 or float32')
+  args.batch = args.batch or (256 if args.pool else 64)
+  print(common.environment())
+  print(common.command_line('bench_conv', argv))
+  if args.pool:
+    pool_mode(args)
+  else:
+    conv_mode(args)
 
 
 if __name__ == '__main__':

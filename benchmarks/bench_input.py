@@ -1,128 +1,215 @@
-"""The CelebA input pipeline alone, on a generated CelebA-format fixture (218x178 JPEGs).
+"""The CelebA input pipeline alone, on a generated CelebA-format fixture of 218x178 JPEGs: a cold
+load (parse, prepare, decode) and a cached one, then gathered batches; per phase the wall and CPU
+seconds, images per second of each (per CPU-second: one core's rate) and the peak memory.
 
-  JAX_PLATFORMS=cpu python -m benchmarks.bench_input --identities 40 --image-size 224
+  nice -n 10 python -m benchmarks.bench_input --full --workdir /tmp/celeba_full --image-size 128
 
-Measures, and prints as a table, images per wall-clock second and per CPU-second of this process
-(= images/s of one fully available core; robust to a busy, shared machine):
-  decode, 1 thread        JPEG -> uint8 image_size^2 (PIL decode + bilinear squash): images/s
-  decode, N threads       the same on a thread pool of N (the cold cache build uses all cores)
-  first load (cold)       celeba.load with nothing prepared: TF import, TFDS prepare, decode, write
-  cached load             celeba.load again: parse the txt files, open the memmaps (no decoding)
-  cached batch gather     batching.train_batch over the memmap: images/s, one thread
-Reference: docs/performance.md "The benchmark scripts".
+The fixture goes to WORKDIR/files (one there is read, not changed).
+Reference: docs/performance.md.
 """
 
 import argparse
-import concurrent.futures
+import contextlib
+import functools
 import os
+import resource
+import shutil
 import tempfile
+import threading
 import time
-import zipfile
-
-from benchmarks import common
-
-
-def make_parser():
-  parser = argparse.ArgumentParser(
-    prog='python -m benchmarks.bench_input', description=common.description(__doc__)
-  )
-  parser.add_argument('--identities', type=int, default=40, help='identities of the fixture')
-  parser.add_argument('--max-images', type=int, default=12, help='images per identity at most')
-  parser.add_argument('--image-size', type=int, default=224, help='data.image_size')
-  parser.add_argument('--batch', type=int, default=256, help='images per gathered batch')
-  parser.add_argument('--repeats', type=int, default=3, help='passes over the JPEGs when decoding')
-  parser.add_argument(
-    '--threads',
-    type=int,
-    default=len(os.sched_getaffinity(0)),
-    help='decoding threads (default: the CPUs this process may use)',
-  )
-  parser.add_argument('--workdir', default='', help='where the fixture goes (default: a temp dir)')
-  return parser
-
-
-if __name__ == '__main__':  # --help and a bad flag before the imports below load numpy and JAX
-  make_parser().parse_args()
 
 import numpy as np
 
-from configs import celeba as celeba_config
-from input_pipeline import batching, celeba, celeba_files, celeba_fixture
+from benchmarks import common
+
+celeba_config, batching = common.lazy('configs.celeba'), common.lazy('input_pipeline.batching')
+celeba, celeba_files = (
+  common.lazy('input_pipeline.celeba'),
+  common.lazy('input_pipeline.celeba_files'),
+)
+celeba_fixture = common.lazy('input_pipeline.celeba_fixture')
+celeba_tfds = common.lazy('input_pipeline.celeba_tfds')
+
+MIB = 2**20
+CELEBA = (202_599, 10_177)  # images, identities
 
 
-def _jpegs(manual_dir):
-  with zipfile.ZipFile(os.path.join(manual_dir, celeba_files.ZIP)) as zf:
-    return [(os.path.basename(i.filename), zf.read(i)) for i in zf.infolist() if not i.is_dir()]
+def status_mib():
+  """{'rss', 'anon', 'file'} of this process now, MiB (/proc/self/status)."""
+  with open('/proc/self/status') as f:
+    fields = dict(line.partition(':')[::2] for line in f)
+  keys = {'rss': 'VmRSS', 'anon': 'RssAnon', 'file': 'RssFile'}
+  return {
+    k: float(fields[v].split()[0]) / 1024 if v in fields else float('nan') for k, v in keys.items()
+  }
 
 
-def _decode_rate(jpegs, size, threads, repeats):
-  """(images per wall second, images per CPU second of this process) decoding on `threads`."""
-  start, cpu = time.perf_counter(), time.process_time()
-  with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-    for _ in range(repeats):
-      list(pool.map(lambda item: celeba.decode(item[1], size, item[0]), jpegs))
-  images = repeats * len(jpegs)
-  return images / (time.perf_counter() - start), images / (time.process_time() - cpu)
+class Phases:
+  """Wall and CPU seconds per phase and the peak RSS (total, anonymous, file pages) sampled every
+  0.2 s while it ran; phases nest, each keeping its own peak."""
+
+  def __init__(self):
+    self.rows, self.open, self._stop = [], [], threading.Event()
+    self._thread = threading.Thread(target=self._sample, daemon=True)
+    self._thread.start()
+
+  def _sample(self):
+    while not self._stop.wait(0.2):
+      self._update()
+
+  def _update(self):
+    now = status_mib()
+    for peak in list(self.open):
+      peak.update({k: max(peak[k], v) for k, v in now.items()})
+
+  @contextlib.contextmanager
+  def phase(self, name, images=None):
+    peak, start, cpu = status_mib(), time.perf_counter(), time.process_time()
+    self.open.append(peak)
+    try:
+      yield
+    finally:
+      self._update()
+      self.open.pop()  # the last one opened closes first
+      wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+      self.rows.append(('· ' * len(self.open) + name, wall, cpu, peak, images))
+
+  def wrap(self, module, attribute, name, images=None):
+    """`module.attribute` (a function) runs as phase `name` from now on."""
+    original = getattr(module, attribute)
+
+    @functools.wraps(original)
+    def timed(*args, **kwargs):
+      with self.phase(name, images):
+        return original(*args, **kwargs)
+
+    setattr(module, attribute, timed)
+
+  def close(self):
+    self._stop.set()
+    self._thread.join()
+
+  def table(self):
+    rows = []
+    for name, wall, cpu, peak, images in self.rows:
+      rates = [f'{images / s:,.0f}' if images and s > 0 else '-' for s in (wall, cpu)]
+      memory = [f'{peak[k]:,.0f}' for k in ('rss', 'anon', 'file')]
+      rows.append([name, f'{wall:,.1f}', f'{cpu:,.1f}', *rates, *memory])
+    header = ['phase', 'wall s', 'CPU s', 'images/s (wall)', 'images per CPU-s', 'peak RSS MiB']
+    return common.table([*header, 'peak anon MiB', 'peak file MiB'], rows)
+
+
+def folder_bytes(path):
+  """Bytes the files under `path` take on disk (allocated blocks, as `du`)."""
+  walk = os.walk(path)
+  return sum(os.stat(os.path.join(d, f)).st_blocks * 512 for d, _, names in walk for f in names)
+
+
+def fixture(manual_dir, args, phases):
+  """Whether this run generated the fixture in `manual_dir`: a fixture (or CelebA) there is read
+  as it is; a folder holding other files is refused (one line)."""
+  if os.path.exists(os.path.join(manual_dir, celeba_files.PARTITION)):
+    print(f'reading the fixture in {manual_dir} (not changed)', flush=True)
+    return False
+  if os.path.exists(manual_dir) and os.listdir(manual_dir):
+    common.fail(f'--workdir: {manual_dir} holds files but no fixture; give another --workdir')
+  with phases.phase('generate fixture (not part of a load)', args.images):
+    celeba_fixture.generate(
+      manual_dir,
+      args.identities,
+      args.max_images,
+      seed=0,
+      images=args.images,
+      progress=lambda done, total: print(f'  generated {done}/{total}', flush=True),
+    )
+  return True
+
+
+def measure(args, workdir, phases):
+  manual_dir = os.path.join(workdir, 'files')
+  generated = fixture(manual_dir, args, phases)
+  scratch = tempfile.mkdtemp(prefix='bench_input_', dir=workdir)  # this run's TFDS and cache
+  try:
+    config = celeba_config.get_config('smoke')
+    config.data.manual_dir, config.data.tfds_dir = manual_dir, os.path.join(scratch, 'tfds')
+    config.data.image_size = args.image_size
+    with open(os.path.join(manual_dir, celeba_files.PARTITION)) as f:
+      images = sum(1 for _ in f)
+    for module, attribute, name, rate in (
+      (celeba_files, 'read_metadata', 'metadata', None),
+      (celeba_files, 'source_fingerprint', 'fingerprint', None),
+      (celeba, '_split', 'split', None),
+      (celeba_tfds, 'prepare', 'prepare (TFDS)', images),
+      (celeba, 'write_cache', 'decode + write cache', images),
+    ):
+      phases.wrap(module, attribute, name, rate)
+    with phases.phase('first load (all of the above)', images):
+      data = celeba.load(config)
+    with phases.phase('cached load (no decoding)'):
+      data = celeba.load(config)
+    batch = min(args.batch, len(data.train))
+    with phases.phase(f'gather {args.gather_steps} batches of {batch}', args.gather_steps * batch):
+      for step in range(args.gather_steps):
+        batching.train_batch(data.train, batch, seed=0, step=step)
+    n, size = len(data.train) + len(data.test), args.image_size
+    print(
+      f'\n{n:,} images ({len(data.train):,} train, {len(data.test):,} test), '
+      f'{data.info["num_identities"]:,} identities, {size} px, '
+      f'{len(os.sched_getaffinity(0))} cores ({os.cpu_count()} on the machine)'
+    )
+    print(phases.table())
+    zip_mib = os.path.getsize(os.path.join(manual_dir, celeba_files.ZIP)) / MIB
+    tfds_mib = folder_bytes(celeba_tfds.dataset_dir(config.data.tfds_dir)) / MIB
+    cache_mib = folder_bytes(data.info['decoded_cache']) / MIB
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+      f'\nzip {zip_mib:,.0f} MiB | TFDS {tfds_mib:,.0f} MiB | decoded cache {cache_mib:,.0f} MiB '
+      f'(N x {size}^2 x 3 = {n * size**2 * 3 / MIB:,.0f} MiB) | process peak RSS (ru_maxrss) '
+      f'{peak:,.0f} MiB'
+    )
+    print(f'train images mean {np.asarray(data.train.images[:64]).mean():.1f} (sanity)')
+  finally:
+    if not args.keep:  # only what this run wrote
+      shutil.rmtree(scratch, ignore_errors=True)
+      if generated:
+        shutil.rmtree(manual_dir, ignore_errors=True)
 
 
 def main(argv=None):
-  parser = make_parser()
+  parser = argparse.ArgumentParser(
+    prog='python -m benchmarks.bench_input', description=common.description(__doc__)
+  )
+  parser.add_argument('--workdir', help='the fixture goes to WORKDIR/files (default: a temp dir)')
+  parser.add_argument('--full', action='store_true', help="CelebA's size: 202,599 images")
+  parser.add_argument('--images', type=int, help='images of the fixture (default: random counts)')
+  parser.add_argument('--identities', type=int, help='identities (default 40; --full: 10,177)')
+  parser.add_argument('--max-images', type=int, default=12, help='images per identity at most')
+  parser.add_argument('--image-size', type=int, default=224, help='data.image_size')
+  parser.add_argument('--batch', type=int, default=256, help='images per gathered batch')
+  parser.add_argument('--gather-steps', type=int, default=200, help='batches gathered')
+  parser.add_argument('--keep', action='store_true', help='keep the fixture, TFDS and cache')
   args = parser.parse_args(argv)
-
+  images, identities = CELEBA if args.full else (None, 40)
+  args.images, args.identities = args.images or images, args.identities or identities
+  positive = (args.identities, args.max_images, args.image_size, args.batch, args.gather_steps)
+  if min(positive) < 1 or (args.images or args.identities) < args.identities:
+    common.fail(
+      '--identities, --max-images, --image-size, --batch and --gather-steps must be positive, '
+      '--images at least --identities'
+    )
+  print(common.command_line('bench_input', argv))
   workdir = args.workdir or tempfile.mkdtemp(prefix='bench_input_')
-  manual_dir = os.path.join(workdir, 'files')
-  celeba_fixture.generate(manual_dir, args.identities, args.max_images, seed=0)
-  jpegs = _jpegs(manual_dir)
-  rows = []
-  rows.append(('decode, 1 thread', *_decode_rate(jpegs, args.image_size, 1, args.repeats)))
-  rows.append(
-    (
-      f'decode, {args.threads} threads',
-      *_decode_rate(jpegs, args.image_size, args.threads, args.repeats),
-    )
-  )
-
-  config = celeba_config.get_config('smoke')
-  config.data.manual_dir, config.data.image_size = manual_dir, args.image_size
-  start, cpu = time.perf_counter(), time.process_time()
-  data = celeba.load(config)
-  rows.append(
-    (
-      'first load (cold: TF import, prepare, decode)',
-      len(jpegs) / (time.perf_counter() - start),
-      len(jpegs) / (time.process_time() - cpu),
-    )
-  )
-  start = time.perf_counter()
-  data = celeba.load(config)
-  rows.append(('cached load (no decoding)', len(jpegs) / (time.perf_counter() - start), None))
-
-  batch = min(args.batch, len(data.train))
-  steps = max(1, 20 * len(data.train) // batch)
-  start, cpu = time.perf_counter(), time.process_time()
-  for step in range(steps):
-    batching.train_batch(data.train, batch, seed=0, step=step)
-  rows.append(
-    (
-      f'cached batch gather (batch {batch})',
-      steps * batch / (time.perf_counter() - start),
-      steps * batch / (time.process_time() - cpu),
-    )
-  )
-
-  print(
-    f'\n{len(jpegs)} JPEGs of 218x178 -> {args.image_size}x{args.image_size}, '
-    f'{args.threads} cores available ({os.cpu_count()} on the machine)'
-  )
-  print(f'| {"stage":<46} | {"images/s":>10} | {"per CPU-s":>10} |')
-  print(f'|{"-" * 48}|{"-" * 11}:|{"-" * 11}:|')
-  for name, rate, per_core in rows:
-    per = f'{per_core:10.0f}' if per_core is not None else f'{"-":>10}'
-    print(f'| {name:<46} | {rate:10.0f} | {per} |')
-  print(
-    f'decoded cache: {data.info["decoded_cache"]} '
-    f'({np.prod(data.train.images.shape) / 2**20:.1f} MiB train)'
-  )
+  created = args.workdir is None or not os.path.exists(workdir)
+  os.makedirs(workdir, exist_ok=True)
+  phases = Phases()
+  try:
+    measure(args, workdir, phases)
+  finally:
+    phases.close()
+    if created and not args.keep:
+      with contextlib.suppress(OSError):
+        os.rmdir(workdir)  # empty now: this run made it
+  print(common.environment())  # last: it starts the JAX backend, which the peaks leave out
 
 
 if __name__ == '__main__':

@@ -1,67 +1,45 @@
-"""One ResNet-18 training step of this project (the run context, trainer/run.py), on synthetic data.
+"""This project's ResNet-18 training step (the trainer's own, from the config as train.py loads
+it) on synthetic data: its speed, and as modes its product formats (emulate), XLA's deterministic
+GPU ops (determinism), the trainer's feed (feed), an epoch's evaluation and save (epoch), where
+its device time goes (profile) and PyTorch's step (torch; `torch_resnet18` is the tests' PyTorch
+reference). Reference: docs/performance.md "The benchmark scripts".
 
-  python -m benchmarks.bench_step                                            # CPU: 64^2, batch 64
-  python -m benchmarks.bench_step --config configs/celeba.py:gpu --batch 256 \
-      --compute-dtype bfloat16
-  python -m benchmarks.bench_step --config configs/celeba.py:gpu --batch 256 --format bf16 \
-      --emulate-impl fast                                                   # an emulated arm
-
-The config is loaded as train.py loads it (configs/loader.py, benchmarks/step_args.py):
-`--config FILE[:ARGS]` (default step_args.DEFAULT_CONFIG: the CelebA study's model and numerics at
-64^2, batch 64), then the shorthand flags
-below (each sets one field: --batch is batch_size, --image-size data.image_size, --profile
-numerics.profile, ...; --format F sets both numerics.conv_format and numerics.dense_format), then
-`--config.FIELD=VALUE` overrides. A bad value stops with one line
-`error: ...` (exit code 2) before any compute. The step is the trainer's own, built by the run
-context (`run.build` on a synthetic dataset of one global batch of random uint8 images,
-`run.init_model`, `run.initial_state`, `run.enter_phase` into the phase where every parameter
-trains): uint8 -> normalised f32 on device, forward, cross-entropy, backward, AdamW, state donated,
-metrics summed on device. The batch stays on the device: this measures the device step alone.
-
-Reports: compile time (lower + compile), ms/step (median over `--windows` timed windows of
-`--steps` steps each, after `--warmup` steps; the host blocks only at the end of a window),
-images/s, achieved TFLOP/s from XLA's cost analysis of the compiled step and from the analytic
-count (training = 3 x forward = 6 x multiply-adds per image), MFU against the device's peak for
-the product format the step really runs in (None where no peak is known, e.g. CPUs), and the
-device's peak memory where it reports one. Prints a Markdown table; the last line is
-`images_per_sec=<float>`. Imports no TensorFlow (ml_collections: yes, for the config).
-Reference: docs/performance.md "The benchmark scripts".
+  python -m benchmarks.bench_step --config configs/celeba.py:gpu --batch 256 --format bf16
+  python -m benchmarks.bench_step --mode determinism --steps 2 --windows 2   # CPU: 64^2
 """
 
 import argparse
 import collections
+import functools
+import glob
+import gzip
+import json
+import os
+import re
+import shutil
 import statistics
+import tempfile
 import time
+import traceback
 
-from benchmarks import common, step_args
-
-
-def make_parser():
-  parser = argparse.ArgumentParser(
-    prog='python -m benchmarks.bench_step', description=common.description(__doc__)
-  )
-  step_args.add_args(parser)
-  return parser
-
-
-if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
-  step_args.parse_flags(make_parser(), None)
-
-import jax
 import numpy as np
 
-from configs import validation
-from input_pipeline import base
-from models import architecture, resnet
-from numerics import emulate as emulate_lib
-from numerics import ops, profiles
-from numerics import setup as numerics_setup
-from trainer import platforms, run
+from benchmarks import bench_conv, common
+from numerics import formats as format_names
+from runrecord import files
 
-# Dense peak TFLOP/s per device by product format ('bf16', 'tf32', 'f32'); matched by substring
-# of jax's device_kind, first match wins: the vendors' data sheets (NVIDIA H100 and H200 Tensor
-# Core GPU datasheets, SXM parts unless named; NVIDIA A100 datasheet; Google Cloud TPU system
-# architecture pages for v4, v5e and v5p), dense (no sparsity) figures.
+jax, torch = common.lazy('jax'), common.lazy('torch')
+base, batching = common.lazy('input_pipeline.base'), common.lazy('input_pipeline.batching')
+resnet, validation = common.lazy('models.resnet'), common.lazy('configs.validation')
+emulate, ops = common.lazy('numerics.emulate'), common.lazy('numerics.ops')
+profiles, numerics_setup = common.lazy('numerics.profiles'), common.lazy('numerics.setup')
+checkpointing, loop = common.lazy('trainer.checkpointing'), common.lazy('trainer.loop')
+platforms, run = common.lazy('trainer.platforms'), common.lazy('trainer.run')
+config_common = common.lazy('configs.common')
+
+# Dense peak TFLOP/s per device by product format, matched by substring of jax's device_kind
+# (first match wins): the NVIDIA H100, H200 and A100 datasheets (SXM unless named), Google Cloud's
+# TPU v4, v5e and v5p system architecture pages.
 PEAK_TFLOPS = (
   ('H200', {'bf16': 989.0, 'tf32': 495.0, 'f32': 67.0}),
   ('H100 PCIe', {'bf16': 756.0, 'tf32': 378.0, 'f32': 51.0}),
@@ -73,95 +51,51 @@ PEAK_TFLOPS = (
   ('TPU v5p', {'bf16': 459.0}),
   ('TPU v5', {'bf16': 459.0}),
 )
-# Formats made of several bf16 passes run at the bf16 peak divided by the number of passes.
-PASSES = {'bf16_3x': 3, 'bf16_4x': 4, 'bf16_6x': 6, 'bf16_9x': 9, 'tf32_3x': 3}
+# Formats of several bf16 passes run at the bf16 peak over their passes (TPU f32: 6 passes).
+PASSES = {'bf16_3x': 3, 'bf16_4x': 4, 'bf16_6x': 6, 'bf16_9x': 9, 'tf32_3x': 3, 'f32': 6}
 
 
 def image_dataset(name, images, num_classes, batch_size, rng):
-  """uint8 [N, H, W, 3] `images` as a Dataset: every image a training example with a label drawn
-  from `rng`, the first one also the test split (the step never evaluates). Fewer images than
-  one batch of `batch_size`: one line, exit code 2."""
+  """uint8 [N, H, W, 3] `images`, random labels; the first image also the test split."""
   if len(images) < batch_size:
     common.fail(f'{len(images)} images: need at least one batch of {batch_size}')
-  labels = rng.integers(0, num_classes, len(images), dtype=np.int32)
-  return base.Dataset(
-    name, base.Split(images, labels), base.Split(images[:1], labels[:1]), num_classes
-  )
+  labels = rng.integers(0, num_classes, len(images), dtype='int32')
+  train, test = base.Split(images, labels), base.Split(images[:1], labels[:1])
+  return base.Dataset(name, train, test, num_classes)
 
 
 def synthetic_dataset(config, num_classes=1000):
-  """One global batch of random uint8 images at config.data.image_size (3 channels), random
-  labels (image_dataset)."""
-  rng = np.random.default_rng(0)
-  size, n = config.data.image_size, config.batch_size
+  """One global batch of random uint8 images at config.data.image_size, random labels."""
+  rng, size, n = np.random.default_rng(0), config.data.image_size, config.batch_size
   images = rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8)
   return image_dataset('synthetic', images, num_classes, n, rng)
 
 
-# One distinct convolution: input size (square), channels, kernel, stride, padding, whether the
-# model needs its input gradient (not the stem's), and the names of the layers that run it.
-Conv = collections.namedtuple('Conv', 'size cin cout k stride pad input_grad names')
-
-
-def conv_out(size, k, stride, pad):
-  """Output height (= width) of a k x k convolution (or pooling) on a size x size map."""
-  return (size + 2 * pad - k) // stride + 1
-
-
-def resnet18_convs(image_size, width=1.0, stem='imagenet', in_channels=3):
-  """The distinct convolutions of ResNet18(width, stem) on image_size^2, in model order."""
-  convs = {}  # (size, cin, cout, k, stride, pad, input_grad) -> names, insertion-ordered
-
-  def add(name, size, cin, cout, k, stride, pad, input_grad=True):
-    convs.setdefault((size, cin, cout, k, stride, pad, input_grad), []).append(name)
-    return conv_out(size, k, stride, pad)
-
-  channels = [max(1, int(round(c * width))) for c in architecture.STAGE_CHANNELS]
-  size = image_size
-  if stem == 'imagenet':
-    size = add('conv1', size, in_channels, channels[0], 7, 2, 3, input_grad=False)
-    size = conv_out(size, 3, 2, 1)  # max-pool
-  else:
-    size = add('conv1', size, in_channels, channels[0], 3, 1, 1, input_grad=False)
-  previous = channels[0]
-  for index, (c, blocks) in enumerate(zip(channels, architecture.STAGE_BLOCKS, strict=True)):
-    for b in range(blocks):
-      stride = 2 if (index > 0 and b == 0) else 1
-      name = f'layer{index + 1}.{b}'
-      new = add(f'{name}.conv1', size, previous, c, 3, stride, 1)
-      add(f'{name}.conv2', new, c, c, 3, 1, 1)
-      if stride != 1 or previous != c:
-        add(f'{name}.downsample.0', size, previous, c, 1, stride, 0)
-      size, previous = new, c
-  return [Conv(*key, names=tuple(names)) for key, names in convs.items()]
-
-
 def analytic_macs(image_size, width=1.0, stem='imagenet', in_channels=3, num_classes=1000):
   """Multiply-adds of one forward pass of ResNet18(width, stem) on image_size^2 (convs + fc)."""
-  macs = sum(
-    len(c.names) * conv_out(c.size, c.k, c.stride, c.pad) ** 2 * c.k * c.k * c.cin * c.cout
-    for c in resnet18_convs(image_size, width, stem, in_channels)
-  )
-  features = max(1, int(round(architecture.STAGE_CHANNELS[-1] * width)))  # what the fc layer sees
-  return macs + features * num_classes
+  macs = 0
+  for c in bench_conv.resnet18_convs(image_size, width, stem, in_channels):
+    macs += (
+      len(c.names)
+      * bench_conv.conv_out(c.size, c.k, c.stride, c.pad) ** 2
+      * c.k**2
+      * c.cin
+      * c.cout
+    )
+  return macs + bench_conv.stage_channels(width)[-1] * num_classes  # the fc layer
 
 
 def executed_format(platform, numerics, conv_impl):
   """The product format the hardware really runs the convolutions in (for the MFU peak)."""
   requested = profiles.formats(numerics)
   fmt = requested['conv']
-  if fmt != 'native':
-    impl = emulate_lib.resolve_impl(numerics.emulate_impl, platform, fmt)
-    if impl == 'reference':  # every pass at HIGHEST on exact operands
-      return numerics_setup.native_formats(platform, 'highest')[0]
-    return 'bf16_4x' if emulate_lib.fast_plan(fmt, platform).split else fmt
-  return numerics_setup.kind_formats(
-    platform,
-    numerics.matmul_precision,
-    requested,
-    numerics.compute_dtype,
-    conv_as_dot=conv_impl == 'im2col',
-  )['conv']
+  if fmt == 'native':
+    im2col = conv_impl == 'im2col'
+    args = (platform, numerics.matmul_precision, requested, numerics.compute_dtype)
+    return numerics_setup.kind_formats(*args, conv_as_dot=im2col)['conv']
+  if emulate.resolve_impl(numerics.emulate_impl, platform, fmt) == 'reference':
+    return numerics_setup.native_formats(platform, 'highest')[0]  # every pass at HIGHEST
+  return 'bf16_4x' if emulate.fast_plan(fmt, platform).split else fmt
 
 
 def peak_tflops(device_kind, fmt):
@@ -170,11 +104,7 @@ def peak_tflops(device_kind, fmt):
     if key.lower() in device_kind.lower():
       if fmt in peaks:
         return peaks[fmt]
-      if fmt in PASSES and 'bf16' in peaks:
-        return peaks['bf16'] / PASSES[fmt]
-      if fmt == 'f32' and 'bf16' in peaks:  # TPU: f32 at HIGHEST is 6 bf16 passes
-        return peaks['bf16'] / 6
-      return None
+      return peaks['bf16'] / PASSES[fmt] if fmt in PASSES and 'bf16' in peaks else None
   return None
 
 
@@ -182,29 +112,15 @@ def cost_flops(compiled):
   """XLA's flop count of a compiled computation (per call), or None."""
   try:
     cost = compiled.cost_analysis()
-  except Exception:  # some backends do not implement it
+  except Exception:  # backends without a cost analysis raise their own kinds
     return None
-  if isinstance(cost, (list, tuple)):
-    cost = cost[0] if cost else None
-  if not cost or 'flops' not in cost:
-    return None
-  return float(cost['flops'])
-
-
-def peak_memory_bytes(devices):
-  """Largest peak_bytes_in_use over `devices`, or None where memory_stats is not available."""
-  peaks = platforms.memory_stat(devices, 'peak_bytes_in_use')
-  return max(peaks) if peaks else None
+  cost = (cost or [None])[0] if isinstance(cost, (list, tuple)) else cost
+  return float(cost['flops']) if cost and 'flops' in cost else None
 
 
 class JaxStep:
-  """The trainer's step for `config`, compiled for one resident batch; `run(n)` times n steps.
-
-  `dataset`: the data (default: synthetic_dataset); the resident batch is its first training
-  batch. `compile_step=False`: the step is only lowered (`lowered`; `step` and `flops` None), for
-  a caller that compiles its own variants of it. Raises validation.ConfigError on a config the
-  devices cannot run (before compiling).
-  """
+  """The trainer's step for `config` (every parameter training) on one resident batch of
+  `dataset`; `run(n)` times n steps. `compile_step=False`: lowered only, for variants."""
 
   def __init__(self, config, devices=None, dataset=None, num_classes=1000, compile_step=True):
     self.config = config
@@ -213,23 +129,19 @@ class JaxStep:
     model, _ = run.init_model(self.ctx)
     self.num_params = resnet.count_params(model)
     self.conv_impl = ops.resolve_conv_impl(config.numerics.conv_impl)
-    phase = next(p for p in self.ctx.phases if not p.frozen)  # every parameter trains
-    self.state, step = run.enter_phase(
-      self.ctx, run.initial_state(self.ctx, model), phase, phase.start
-    )
+    phase = next(p for p in self.ctx.phases if not p.frozen)
+    state = run.initial_state(self.ctx, model)
+    self.state, step = run.enter_phase(self.ctx, state, phase, phase.start)
     (self.batch,) = list(run.batches(self.ctx, phase.start, phase.start + 1))
     start = time.perf_counter()
-    self.lowered = step.lower(self.state, self.batch)  # compile(options) gives variants
+    self.lowered = step.lower(self.state, self.batch)
     self.step = self.lowered.compile() if compile_step else None
     self.compile_s = time.perf_counter() - start
     self.flops = cost_flops(self.step) if compile_step else None
 
   def run(self, n, step=None):
-    """Seconds for n steps (of `step`, a compiled variant of the step, default self.step), the
-    host blocking once at the end."""
-    step = step or self.step
-    start = time.perf_counter()
-    state = self.state
+    """Seconds for n steps of `step` (default self.step), the host blocking once at the end."""
+    step, state, start = step or self.step, self.state, time.perf_counter()
     for _ in range(n):
       state = step(state, self.batch)
     jax.block_until_ready(state)
@@ -238,11 +150,11 @@ class JaxStep:
 
 
 def build_step(config, devices=None, dataset=None, num_classes=1000, compile_step=True):
-  """JaxStep(...), a config the devices cannot run ending the process with one line (exit 2)."""
+  """JaxStep(...); a config the devices cannot run: one line, exit 2."""
   try:
     return JaxStep(config, devices, dataset, num_classes, compile_step)
   except validation.ConfigError as e:
-    common.fail(str(e).splitlines()[0])
+    common.fail(str(e))
 
 
 def selected_devices(args):
@@ -250,114 +162,755 @@ def selected_devices(args):
   return jax.devices()[: args.devices] if args.devices else jax.devices()
 
 
-def measure(args, config):
-  """(the step, [seconds per step of each of `--windows` windows] after `--warmup` steps)."""
-  bench = build_step(config, selected_devices(args), num_classes=args.num_classes)
-  times = common.alternate({'step': bench.run}, args.warmup, args.windows, args.steps)
-  return bench, times['step']
-
-
-def summarize(bench, times):
-  """Dict of the reported quantities."""
-  c = bench.config
-  ms = statistics.median(times) * 1e3
-  ips = c.batch_size / (ms / 1e3)
-  d = bench.devices[0]
-  num_classes = bench.ctx.dataset.num_classes
-  analytic = 6.0 * analytic_macs(c.data.image_size, c.model.width, c.model.stem, 3, num_classes)
-  analytic *= c.batch_size
-  fmt = executed_format(d.platform, c.numerics, bench.conv_impl)
-  peak = peak_tflops(str(getattr(d, 'device_kind', '')), fmt)
-  xla_tflops = bench.flops / (ms / 1e3) / 1e12 if bench.flops else None
-  analytic_tflops = analytic / (ms / 1e3) / 1e12
-  total_peak = peak * len(bench.devices) if peak else None
-  mem = peak_memory_bytes(bench.devices)
-  return dict(
-    ms=ms,
-    ms_min=min(times) * 1e3,
-    ms_max=max(times) * 1e3,
-    images_per_sec=ips,
-    compile_s=bench.compile_s,
-    xla_gflop=bench.flops / 1e9 if bench.flops else None,
-    analytic_gflop=analytic / 1e9,
-    xla_tflops=xla_tflops,
-    analytic_tflops=analytic_tflops,
-    format=fmt,
-    peak=total_peak,
-    mfu_xla=xla_tflops / total_peak if (total_peak and xla_tflops) else None,
-    mfu_analytic=analytic_tflops / total_peak if total_peak else None,
-    peak_mem_gib=mem / 2**30 if mem is not None else None,
+def model_line(c, devices):
+  return (
+    f'ResNet-18 width {c.model.width:g}, {c.model.stem} stem, {c.data.image_size}^2, global '
+    f'batch {c.batch_size} on {len(devices)} {devices[0].platform} device(s)'
   )
 
 
 def numerics_line(config, conv_impl, platform):
-  """compute dtype, precision, emulation (impl resolved) and conv implementation, in one line."""
-  n = config.numerics
-  kinds = []
+  """Compute dtype, precision, each kind's format (emulation resolved), the conv implementation."""
+  n, kinds = config.numerics, []
   for kind, fmt in profiles.formats(n).items():
-    impl = emulate_lib.resolve_impl(n.emulate_impl, platform, fmt)
-    kinds.append(
-      f'{kind} {fmt}' + (f' (emulate_impl {n.emulate_impl} -> {impl})' if fmt != 'native' else '')
-    )
+    impl = emulate.resolve_impl(n.emulate_impl, platform, fmt)
+    emulated = f' (emulate_impl {n.emulate_impl} -> {impl})' if fmt != 'native' else ''
+    kinds.append(f'{kind} {fmt}{emulated}')
   return (
-    f'compute {n.compute_dtype}, matmul_precision {n.matmul_precision}, '
-    f'{", ".join(kinds)}, conv_impl {n.conv_impl} -> {conv_impl}'
+    f'compute {n.compute_dtype}, matmul_precision {n.matmul_precision}, {", ".join(kinds)}, '
+    f'conv_impl {n.conv_impl} -> {conv_impl}'
   )
 
 
-def table(bench, s, args):
-  c = bench.config
+def step_mode(args, config):
+  """ms/step, images/s, XLA's and the analytic FLOPs, MFU, peak device memory."""
+  bench = build_step(config, selected_devices(args), num_classes=args.num_classes)
+  times = common.alternate({0: bench.run}, args.warmup, args.windows, args.steps)[0]
+  c, d, n, s = config, bench.devices[0], len(bench.devices), statistics.median(times)
+  size, classes = c.data.image_size, bench.ctx.dataset.num_classes
+  macs = analytic_macs(size, c.model.width, c.model.stem, 3, classes)
+  analytic = 6 * macs * c.batch_size / 1e12  # TFLOP: training = 3 x forward = 6 x MACs
+  xla = bench.flops and bench.flops / 1e12
+  fmt = executed_format(d.platform, c.numerics, bench.conv_impl)
+  peak = peak_tflops(str(getattr(d, 'device_kind', '')), fmt)
+  peak = peak and peak * n
+  memory = platforms.memory_stat(bench.devices, 'peak_bytes_in_use')
+  f, per_step = common.fmt, f'{args.windows} windows x {args.steps} steps'
+  model = f'ResNet-18 width {c.model.width:g}, {c.model.stem} stem, {classes} classes'
+  mfu = f'{f(xla and peak and xla / s / peak, ".1%")} / {f(peak and analytic / s / peak, ".1%")}'
+  gflop = f'{f(xla and xla * 1e3, ".1f")} / {analytic * 1e3:.1f}'
   rows = [
-    (
-      'config',
-      f'ResNet-18 width {c.model.width:g}, {c.model.stem} stem, '
-      f'{bench.ctx.dataset.num_classes} classes, {bench.num_params:,} params',
-    ),
-    (
-      'input',
-      f'{c.data.image_size}x{c.data.image_size}x3 uint8, global batch {c.batch_size} '
-      f'on {len(bench.devices)} device(s)',
-    ),
-    (
-      'numerics',
-      numerics_line(c, bench.conv_impl, bench.devices[0].platform)
-      + f', executed format {s["format"]}',
-    ),
-    ('compile (lower+compile)', f'{s["compile_s"]:.1f} s'),
-    (
-      'ms/step (median; min-max)',
-      f'{s["ms"]:.2f} ({s["ms_min"]:.2f}-{s["ms_max"]:.2f}), '
-      f'{args.windows} windows x {args.steps} steps',
-    ),
-    ('images/s', f'{s["images_per_sec"]:.1f}'),
-    (
-      'GFLOP/step: XLA cost analysis / analytic 6xMACs',
-      f'{common.fmt(s["xla_gflop"], ".1f")} / {s["analytic_gflop"]:.1f}',
-    ),
-    (
-      'achieved TFLOP/s: XLA / analytic',
-      f'{common.fmt(s["xla_tflops"], ".3f")} / {s["analytic_tflops"]:.3f}',
-    ),
-    ('peak TFLOP/s (all devices, format)', f'{common.fmt(s["peak"], ".1f")} ({s["format"]})'),
-    (
-      'MFU: XLA / analytic',
-      f'{common.fmt(s["mfu_xla"], ".1%")} / {common.fmt(s["mfu_analytic"], ".1%")}',
-    ),
-    ('peak device memory', f'{common.fmt(s["peak_mem_gib"], ".2f")} GiB'),
+    ('config', f'{model}, {bench.num_params:,} params'),
+    ('input', f'{size}x{size}x3 uint8, global batch {c.batch_size} on {n} device(s)'),
+    ('numerics', f'{numerics_line(c, bench.conv_impl, d.platform)}, executed format {fmt}'),
+    ('compile (lower+compile)', f'{bench.compile_s:.1f} s'),
+    ('ms/step (median; min-max)', f'{common.spread(times)}, {per_step}'),
+    ('images/s', f'{c.batch_size / s:.1f}'),
+    ('GFLOP/step: XLA cost analysis / analytic 6xMACs', gflop),
+    ('achieved TFLOP/s: XLA / analytic', f'{f(xla and xla / s, ".3f")} / {analytic / s:.3f}'),
+    ('peak TFLOP/s (all devices, format)', f'{f(peak, ".1f")} ({fmt})'),
+    ('MFU: XLA / analytic', mfu),
+    ('peak device memory', f'{f(max(memory) / 2**30 if memory else None, ".2f")} GiB'),
   ]
-  lines = ['| quantity | value |', '|---|---|']
-  lines += [f'| {k} | {v} |' for k, v in rows]
-  return '\n'.join(lines)
+  print(common.table(['quantity', 'value'], rows))
+  print(f'images_per_sec={c.batch_size / s:.2f}')
+
+
+# --mode emulate: each format of --formats natively, with emulate_impl=reference and fast.
+EMULATED = format_names.FORMATS[1:]
+DEFAULT_FORMATS = ','.join(f for f in EMULATED if f not in format_names.NOISY_FORMATS)
+NATIVE = (('numerics.conv_format', 'native'), ('numerics.dense_format', 'native'))
+
+
+def emulate_variants(formats, platform):
+  """{format: {'native' | 'reference' | 'fast': config overrides, or None where there is none}}:
+  native is the precision level whose native format it is, else (bf16) bf16 activations."""
+  plan = {}
+  for fmt in formats:
+    emulated = (('numerics.conv_format', fmt), ('numerics.dense_format', fmt))
+    fast = fmt in format_names.FAST_FORMATS
+    plan[fmt] = {'native': None, 'reference': emulated + (('numerics.emulate_impl', 'reference'),)}
+    plan[fmt]['fast'] = emulated + (('numerics.emulate_impl', 'fast'),) if fast else None
+    target = numerics_setup.kind_formats(platform, 'default', {'conv': fmt, 'dense': fmt})['conv']
+    levels = ('default', 'high', 'highest')
+    native = [lv for lv in levels if numerics_setup.native_formats(platform, lv) == (target,) * 2]
+    if native:
+      plan[fmt]['native'] = NATIVE + (('numerics.matmul_precision', native[0]),)
+    elif fmt == 'bf16':
+      plan[fmt]['native'] = NATIVE + (('numerics.compute_dtype', 'bfloat16'),)
+  return plan
+
+
+def emulate_mode(args, config):
+  formats = [f for f in args.formats.split(',') if f]
+  if not formats or set(formats) - set(EMULATED):
+    common.fail(f'--formats={args.formats}: choose from {",".join(EMULATED)}')
+  devices = selected_devices(args)
+  platform, steps = devices[0].platform, {}
+  plan = emulate_variants(formats, platform)
+  for overrides in sorted({o for v in plan.values() for o in v.values() if o is not None}):
+    print(f'compiling {dict(overrides)} ...', flush=True)
+    variant = config_common.apply_overrides(config.copy_and_resolve_references(), overrides)
+    steps[overrides] = build_step(
+      validation.resolve(variant), devices, num_classes=args.num_classes
+    )
+  times = common.alternate(
+    {o: s.run for o, s in steps.items()}, args.warmup, args.windows, args.steps
+  )
+  ips = {o: config.batch_size / statistics.median(t) for o, t in times.items()}
+  rows, fast_vs_ref, f = [], [], common.fmt
+  for fmt, v in plan.items():
+    native, ref, fast = (ips.get(v[impl]) for impl in ('native', 'reference', 'fast'))
+    setting = ', '.join(f'{k.split(".")[-1]}={x}' for k, x in (v['native'] or ())[len(NATIVE) :])
+    fast_vs_ref += [fast / ref] if fast else []
+    ratios = [f(a and b and a / b, '.3f') for a, b in ((ref, native), (fast, native), (fast, ref))]
+    fast_s = v['fast'] and steps[v['fast']].compile_s
+    compile_s = f'{steps[v["reference"]].compile_s:.1f} / {f(fast_s, ".1f")}'
+    speeds = [f(x, '.1f') for x in (native, ref, fast)]
+    auto = emulate.resolve_impl('auto', platform, fmt)
+    rows.append([fmt, setting or 'none on this platform', *speeds, *ratios, auto, compile_s])
+  print(
+    f'{model_line(config, devices)}, conv_impl {config.numerics.conv_impl}; median of '
+    f'{args.windows} alternating windows x {args.steps} steps; ratios of images/s'
+  )
+  header = ['format', 'native setting', 'native img/s', 'reference img/s', 'fast img/s']
+  header += ['reference / native', 'fast / native', 'fast / reference', 'auto here']
+  print(common.table([*header, 'compile s (ref / fast)'], rows))
+  print(f'fast_vs_reference={min(fast_vs_ref) if fast_vs_ref else float("nan"):.4f}')
+
+
+# --mode determinism: one lowering compiled with XLA's deterministic GPU ops on, off and more.
+OPTION, EXCLUDE = 'xla_gpu_deterministic_ops', 'xla_gpu_exclude_nondeterministic_ops'
+DUMP_AUTOTUNE = 'xla_gpu_dump_autotune_results_to'
+LOAD_AUTOTUNE = 'xla_gpu_load_autotune_results_from'
+VARIANTS = {'deterministic': {OPTION: True}, 'nondeterministic': {OPTION: False}}
+EXTRA_VARIANTS = {
+  'exclude_nondeterministic': {OPTION: False, EXCLUDE: True},
+  'deterministic_autotuned': {OPTION: True},  # + LOAD_AUTOTUNE: nondeterministic's results
+}
+ALL_VARIANTS = (*VARIANTS, *EXTRA_VARIANTS)
+SCATTER_OR_SORT = re.compile(r'\b(scatter|select-and-scatter|sort)\(')
+
+
+def scatter_and_sort_ops(compiled):
+  """{operation: count} of scatter, select-and-scatter and sort in a compiled step's HLO."""
+  return dict(collections.Counter(SCATTER_OR_SORT.findall(compiled.as_text())))
+
+
+def repeats_identically(bench, compiled, steps):
+  """Whether `steps` steps of `compiled` from one state, run twice, end in bit-identical states."""
+  start, digests = jax.device_get(bench.state), []
+  for _ in range(2):
+    bench.state = jax.device_put(start, bench.ctx.replicated)
+    bench.run(steps, compiled)
+    digests.append(checkpointing.state_digest(bench.state))
+  return digests[0] == digests[1]
+
+
+def determinism_measure(args, config, names=tuple(VARIANTS)):
+  """(bench, {variant: {'compiled', 'compile_s', 'ops', 'times', 'repeats'}}, [notes])."""
+  devices = selected_devices(args)
+  bench = build_step(config, devices, num_classes=args.num_classes, compile_step=False)
+  out, notes = {}, []
+  with tempfile.TemporaryDirectory(prefix='bench_step_') as folder:
+    autotune = os.path.join(folder, 'autotune_results.textproto')
+    open(autotune, 'w').close()  # empty until the nondeterministic compilation writes it
+    for name in names:
+      options = {**VARIANTS, **EXTRA_VARIANTS}[name]
+      if name == 'nondeterministic':
+        options = {**options, DUMP_AUTOTUNE: autotune}
+      elif name == 'deterministic_autotuned' and not os.path.getsize(autotune):
+        notes.append(
+          'deterministic_autotuned left out: the nondeterministic compilation wrote no '
+          'autotuning results (XLA:CPU has no autotuner)'
+        )
+        continue
+      elif name == 'deterministic_autotuned':
+        options = {**options, LOAD_AUTOTUNE: autotune}
+      start = time.perf_counter()
+      compiled = bench.lowered.compile(options)
+      out[name] = {'compiled': compiled, 'compile_s': time.perf_counter() - start}
+      out[name]['ops'] = scatter_and_sort_ops(compiled)
+  runners = {name: functools.partial(bench.run, step=v['compiled']) for name, v in out.items()}
+  times = common.alternate(runners, args.warmup, args.windows, args.steps)
+  for name, v in out.items():
+    v['times'] = times[name]
+    v['repeats'] = repeats_identically(bench, v['compiled'], args.repeat_steps)
+  return bench, out, notes
+
+
+def determinism_table(bench, results, args):
+  """(Markdown table, {variant: its images/s over the nondeterministic variant's})."""
+  c = bench.config
+  ips = {name: c.batch_size / statistics.median(v['times']) for name, v in results.items()}
+  rows = []
+  for name, v in results.items():
+    ops = ', '.join(f'{k} {n}' for k, n in sorted(v['ops'].items())) or 'none'
+    repeats = 'yes' if v['repeats'] else 'no'
+    rows.append(
+      [name, common.spread(v['times']), f'{ips[name]:.1f}', ops, repeats, f'{v["compile_s"]:.1f}']
+    )
+  header = [
+    OPTION,
+    'ms/step (median; min-max)',
+    'images/s',
+    'scatter/sort ops in the compiled step',
+  ]
+  header += [f'{args.repeat_steps} steps repeat bit for bit', 'compile s']
+  numerics = numerics_line(c, bench.conv_impl, bench.devices[0].platform)
+  title = f'{model_line(c, bench.devices)}, {numerics}; median of {args.windows} alternating '
+  title += f'windows x {args.steps} steps\n'
+  base = ips.get('nondeterministic')
+  ratios = {n: ips[n] / base for n in ips if base and n != 'nondeterministic'}
+  return title + common.table(header, rows), ratios
+
+
+def determinism_mode(args, config):
+  names = [n.strip() for n in args.variants.split(',') if n.strip()]
+  if set(names) - set(ALL_VARIANTS) or not names or len(set(names)) < len(names):
+    common.fail(f'--variants={args.variants}: give distinct names among {",".join(ALL_VARIANTS)}')
+  if 'deterministic_autotuned' in names and 'nondeterministic' not in names:
+    common.fail(
+      '--variants: deterministic_autotuned loads the autotuning results of the nondeterministic '
+      'compilation; list nondeterministic too'
+    )
+  if args.repeat_steps < 1:
+    common.fail(f'--repeat-steps={args.repeat_steps}: give a positive number of steps')
+  names.sort(key=lambda n: n != 'nondeterministic')  # its autotuning results go to the last
+  bench, results, notes = determinism_measure(args, config, names)
+  text, ratios = determinism_table(bench, results, args)
+  print('\n'.join([text, *notes]))
+  for name, ratio in sorted(ratios.items(), key=lambda item: item[0] == 'deterministic'):
+    print(f'{name}_vs_nondeterministic={ratio:.4f}')  # deterministic's last: the line tools read
+
+
+# --mode feed: one resident batch, the host's feed (run.batches) and the devices' (on_device).
+FEEDS = ('synthetic', 'host', 'device')
+
+
+def open_images(args, config, folder):
+  """The uint8 [N, H, W, 3] memmap to feed from: --images, or random images written to disk."""
+  size = config.data.image_size
+  if args.images:
+    images = np.load(args.images, mmap_mode='r')
+    if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:3] != (size,) * 2:
+      common.fail(
+        f'--images {args.images}: need uint8 [N, {size}, {size}, 3] (data.image_size {size}), '
+        f'got {images.dtype} {images.shape}'
+      )
+    return images
+  path, rng, n = os.path.join(folder, 'train.npy'), np.random.default_rng(0), args.examples
+  out = np.lib.format.open_memmap(path, 'w+', np.uint8, (n or 8 * config.batch_size, size, size, 3))
+  for begin in range(0, len(out), 1024):  # chunks: bounded host memory at any size
+    out[begin : begin + 1024] = rng.integers(0, 256, out[begin : begin + 1024].shape, np.uint8)
+  out.flush()
+  return np.load(path, mmap_mode='r')
+
+
+def feed_runner(bench, feed):
+  """run(n): seconds of n steps fed by `feed`, each followed by the trainer's non-finite watch."""
+  if feed == 'synthetic':
+    return bench.run
+  watch, bad = run.watch(bench.ctx, bench.state)
+  source = [run.feed(bench.ctx, on_device=True)] if feed == 'device' else []
+  batches = run.batches(bench.ctx, 0, 1 << 40, *source)  # as long as the benchmark runs
+
+  def run_steps(n):
+    nonlocal bad
+    start, state = time.perf_counter(), bench.state
+    for _ in range(n):
+      state = bench.step(state, next(batches))
+      bad = watch(bad, state)
+    jax.block_until_ready((state, bad))
+    bench.state = state
+    return time.perf_counter() - start
+
+  return run_steps
+
+
+def feed_mode(args, config):
+  devices = selected_devices(args)
+  with tempfile.TemporaryDirectory(prefix='bench_step_') as folder:
+    images = open_images(args, config, folder)
+    rng = np.random.default_rng(1)
+    bench = build_step(
+      config, devices, image_dataset('feed', images, args.num_classes, config.batch_size, rng)
+    )
+    runners = {feed: feed_runner(bench, feed) for feed in FEEDS}
+    times = common.alternate(runners, args.warmup, args.windows, args.steps)
+  gib = batching.nbytes(bench.ctx.dataset.train) / 2**30
+  print(
+    f'{len(images)} images {images.shape[1:]} uint8 ({gib:.2f} GiB, '
+    f'{"--images" if args.images else "random, memory-mapped"}), global batch '
+    f'{config.batch_size} on {len(devices)} device(s), prefetch {config.data.prefetch}, '
+    f'{args.windows} windows x {args.steps} steps per feed, alternating'
+  )
+  med = {feed: statistics.median(t) for feed, t in times.items()}
+  ratios = {feed: med['synthetic'] / med[feed] for feed in FEEDS}
+  rows = [
+    [f, common.spread(times[f]), f'{config.batch_size / med[f]:.1f}', f'{ratios[f]:.3f}']
+    for f in FEEDS
+  ]
+  print(common.table(['feed', 'ms/step median (min-max)', 'images/s', 'vs synthetic'], rows))
+  best = max(('host', 'device'), key=ratios.get)
+  print(f'faster real feed: {best}')
+  print(f'real_vs_synthetic={ratios[best]:.4f}')
+
+
+# --mode epoch: an evaluation and an epoch-end save as shares of an epoch (CelebA's, by default).
+CELEBA_TRAIN, CELEBA_TEST = 162_038, 40_561
+
+
+def repeated_image_dataset(config, train_examples, test_examples, num_classes):
+  """Both splits as one random image repeated (a stride-0 view), random labels."""
+  rng, size = np.random.default_rng(0), config.data.image_size
+  image = rng.integers(0, 256, (1, size, size, 3), dtype=np.uint8)
+
+  def split(n):
+    strides = (0, *image.strides[1:])
+    images = np.lib.stride_tricks.as_strided(
+      image, (n,) + image.shape[1:], strides, writeable=False
+    )
+    return base.Split(images, rng.integers(0, num_classes, n, dtype=np.int32))
+
+  return base.Dataset('repeated', split(train_examples), split(test_examples), num_classes)
+
+
+def time_saves(bench, mngr, repeats, steps_during):
+  """{'sync', 'total', 'step_while_writing'} seconds of `repeats` epoch-end saves."""
+
+  def save():
+    step = int(jax.device_get(bench.state['step']))
+    loop.save_state(mngr, step, bench.state, {'status': 'running', 'step': step})
+
+  out = {'sync': [], 'total': [], 'step_while_writing': []}
+  save()
+  for _ in range(repeats):
+    bench.run(1)  # a new step to save
+    checkpointing.wait(mngr)
+    start = time.perf_counter()
+    save()
+    out['sync'].append(time.perf_counter() - start)
+    checkpointing.wait(mngr)
+    out['total'].append(time.perf_counter() - start)
+    bench.run(1)
+    save()
+    out['step_while_writing'].append(bench.run(steps_during) / steps_during)
+  checkpointing.wait(mngr)
+  return out
+
+
+def epoch_mode(args, config):
+  if args.test_examples < 1 or args.repeats < 1:
+    common.fail('--test-examples and --repeats must be positive')
+  if args.train_examples < config.batch_size:
+    common.fail(
+      f'--train-examples={args.train_examples}: need at least one batch of {config.batch_size}'
+    )
+  dataset = repeated_image_dataset(
+    config, args.train_examples, args.test_examples, args.num_classes
+  )
+  bench = build_step(config, selected_devices(args), dataset)
+  ctx = bench.ctx
+  times = {'step': common.alternate({0: bench.run}, args.warmup, args.windows, args.steps)[0]}
+  evaluate = functools.partial(run.evaluate, ctx, run.eval_step(ctx, bench.state), bench.state)
+  evaluate()  # compiles
+  times['eval'] = [timed(evaluate) for _ in range(args.repeats)]
+  with tempfile.TemporaryDirectory(prefix='bench_step_') as workdir:
+    mngr = checkpointing.manager(workdir, keep=2)
+    try:
+      times.update(time_saves(bench, mngr, args.repeats, min(args.steps, ctx.per_epoch)))
+    finally:
+      checkpointing.close(mngr)
+  med = {name: statistics.median(t) for name, t in times.items()}
+  epoch_s, test = ctx.per_epoch * med['step'], len(ctx.dataset.test)
+  mib = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(bench.state)) / 2**20
+  batches = batching.num_eval_batches(test, config.eval_batch_size)
+  overhead = (med['eval'] + med['sync']) / epoch_s
+
+  def row(item, name, per_epoch='', unit='s', share=None):
+    took = common.spread(times[name], *((1e3, 2) if unit == 'ms' else (1, 3)))
+    return [item, f'{took} {unit}', per_epoch, share or f'{med[name] / epoch_s:.1%}']
+
+  while_writing = f'{med["step_while_writing"] / med["step"]:.2f}x the step'
+  evaluation = f'{test:,} examples, {batches} batch(es) of {config.eval_batch_size}'
+  total = f'{med["eval"] + med["sync"]:.3f} s'
+  rows = [
+    row('training step', 'step', f'x {ctx.per_epoch} = {epoch_s:.2f} s', 'ms', '100%'),
+    row(f'evaluation ({evaluation})', 'eval', 'x 1'),
+    row(f'checkpoint save, synchronous part ({mib:.0f} MiB state)', 'sync', 'x 1'),
+    row('checkpoint save, total (until written; the rest runs in the background)', 'total'),
+    row('training step while the write runs', 'step_while_writing', '', 'ms', while_writing),
+    ['overhead per epoch (evaluation + synchronous save)', total, '', f'{overhead:.1%}'],
+  ]
+  print(
+    f'{model_line(config, bench.devices)}, compute {config.numerics.compute_dtype}; epoch = '
+    f'{ctx.per_epoch} steps ({len(ctx.dataset.train):,} examples); medians (min-max) of '
+    f'{args.windows} step windows x {args.steps} steps and {args.repeats} evaluations and saves'
+  )
+  print(common.table(['item', 'time', 'per epoch', "share of the epoch's training time"], rows))
+  print(f'epoch_overhead_fraction={overhead:.4f}')
+
+
+def timed(fn):
+  start = time.perf_counter()
+  fn()
+  return time.perf_counter() - start
+
+
+# --mode profile: a Perfetto trace of --steps steps, read back. A kernel's category by its name
+# (first match) where the compiled HLO does not name it (cuDNN, cuBLAS).
+CATEGORIES = (
+  ('convolution', ('conv', 'implicit', 'dgrad', 'wgrad', 'fprop', 'cudnn')),
+  ('matmul', ('gemm', 'cutlass', 'dot', 'matmul')),
+  ('reduction fusion', ('reduce', 'reduction')),
+  ('copy/transpose', ('copy', 'transpose', 'memcpy', 'memset', 'pad', 'concatenate', 'slice')),
+  ('elementwise fusion', ('fusion', 'loop_', 'add', 'multiply', 'convert', 'select')),
+)
+# `%name = <type> opcode(...)` lines of HLO text; a computation opens with `%name (...) -> ... {`.
+INSTRUCTION = re.compile(r'^\s*(?:ROOT\s+)?%?([\w.\-]+) = .*?\b([a-z][a-z0-9\-]*)\(')
+COMPUTATION = re.compile(r'^(?:ENTRY\s+)?%?([\w.\-]+) .*\{\s*$')
+MOVES = set(
+  'copy transpose concatenate pad slice dynamic-slice bitcast dynamic-update-slice reshape '
+  'broadcast parameter constant tuple get-tuple-element reverse iota copy-start copy-done'.split()
+)
+REDUCTIONS = {'reduce', 'reduce-window', 'select-and-scatter', 'scatter', 'sort'}
+
+
+def category(name):
+  """A kernel's category from its name alone."""
+  return next((c for c, keys in CATEGORIES if any(k in name.lower() for k in keys)), 'other')
+
+
+def category_of_ops(ops, text):
+  targets = ' '.join(re.findall(r'custom_call_target="([^"]+)"', text)).lower()
+  if 'convolution' in ops or 'conv' in targets:
+    return 'convolution'
+  if 'dot' in ops or 'gemm' in targets or 'matmul' in targets:
+    return 'matmul'
+  if ops & REDUCTIONS:
+    return 'reduction fusion'
+  return 'copy/transpose' if ops <= MOVES else 'elementwise fusion'
+
+
+def hlo_categories(text):
+  """{HLO instruction name: category} from a compiled module's text: a fusion by what its fused
+  computation holds, whatever the backend names it (XLA:CPU's 'ynn_fusion' may be a dot)."""
+  bodies, lines, current = {}, {}, None
+  for line in text.splitlines():
+    head = COMPUTATION.match(line)
+    if head and not line.startswith(' '):
+      current = head.group(1)
+      bodies[current] = []
+    elif (match := INSTRUCTION.match(line)) and current is not None:
+      bodies[current].append((match.group(1), match.group(2)))
+      lines[match.group(1)] = line
+  out = {}
+  for instructions in bodies.values():
+    for name, opcode in instructions:
+      ops, text_of = {opcode}, lines[name]
+      callee = re.search(r'calls=%?([\w.\-]+)', lines[name])
+      if callee and callee.group(1) in bodies:
+        ops = {op for _, op in bodies[callee.group(1)]}
+        text_of = ' '.join(lines[n] for n, _ in bodies[callee.group(1)])
+      out[name] = category_of_ops(ops, text_of)
+  return out
+
+
+def find_trace(trace_dir):
+  """The newest perfetto_trace.json.gz under `trace_dir`."""
+  pattern = os.path.join(trace_dir, '**', 'perfetto_trace.json.gz')
+  paths = sorted(glob.glob(pattern, recursive=True), key=os.path.getmtime)
+  if not paths:
+    raise FileNotFoundError(f'no perfetto_trace.json.gz under {trace_dir}')
+  return paths[-1]
+
+
+def device_events(events):
+  """(complete events on device tracks: GPU/TPU processes, else XLA:CPU's operations; whence)."""
+  names = {
+    e['pid']: e.get('args', {}).get('name', '') for e in events if e.get('name') == 'process_name'
+  }
+  devices = {pid for pid, name in names.items() if '/device:' in name and 'cpu' not in name.lower()}
+  complete = [e for e in events if e.get('ph') == 'X' and 'dur' in e]
+  if devices:
+    return [e for e in complete if e['pid'] in devices], 'device'
+  ops = [e for e in complete if 'hlo_op' in e.get('args', {})]
+  return ops, 'host XLA operations (CPU: thread-pool work overlaps, so busy time is a union)'
+
+
+def busy_time(events):
+  """Length of the union of the events' [ts, ts + dur) intervals (microseconds)."""
+  total, end = 0.0, None
+  for start, stop in sorted((e['ts'], e['ts'] + e['dur']) for e in events):
+    if end is None or start > end:
+      total, end = total + stop - start, stop
+    elif stop > end:
+      total, end = total + stop - end, stop
+  return total
+
+
+def event_category(event, categories):
+  """The event's category: from the HLO instruction it ran (args 'hlo_op'), else its name."""
+  op = event.get('args', {}).get('hlo_op', event['name'])
+  return categories.get(op) or categories.get(event['name']) or category(event['name'])
+
+
+def trace_summary(events, steps, categories=None):
+  """Per step, in microseconds: busy and wall time, kernel time by category and by kernel."""
+  if not events:
+    raise ValueError('the trace holds no device events (is a profiler plugin available?)')
+  by_category, by_kernel, counts, kinds = collections.Counter(), collections.Counter(), {}, {}
+  for e in events:
+    kinds[e['name']] = event_category(e, categories or {})
+    by_category[kinds[e['name']]] += e['dur'] / steps
+    by_kernel[e['name']] += e['dur'] / steps
+    counts[e['name']] = counts.get(e['name'], 0) + 1 / steps
+  span = max(e['ts'] + e['dur'] for e in events) - min(e['ts'] for e in events)
+  total = sum(e['dur'] for e in events)
+  return dict(
+    busy=busy_time(events) / steps,
+    span=span / steps,
+    kernel_sum=total / steps,
+    launches=len(events) / steps,
+    by_category=by_category,
+    by_kernel=by_kernel,
+    kinds=kinds,
+    counts=counts,
+  )
+
+
+def profile_mode(args, config):
+  bench = build_step(config, selected_devices(args), num_classes=args.num_classes)
+  bench.run(args.warmup)
+  with tempfile.TemporaryDirectory(prefix='bench_step_') as trace_dir:
+    with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+      seconds = bench.run(args.steps)
+    with gzip.open(find_trace(trace_dir), 'rt') as f:
+      data = json.load(f)
+    if args.trace_dir:
+      keep_trace(trace_dir, args.trace_dir)
+  where = f'; trace in {args.trace_dir}' if args.trace_dir else ''
+  print(
+    f'traced {args.steps} steps: {seconds / args.steps * 1e3:.2f} ms/step wall under the '
+    f'profiler{where}'
+  )
+  events, source = device_events(data['traceEvents'] if isinstance(data, dict) else data)
+  s = trace_summary(events, args.steps, hlo_categories(bench.step.as_text()))
+  total = s['kernel_sum']
+  print(
+    f'events from: {source}\nper step: device busy {s["busy"] / 1e3:.3f} ms of '
+    f'{s["span"] / 1e3:.3f} ms span ({s["busy"] / s["span"]:.1%} busy), {s["launches"]:.0f} '
+    f'kernels, sum of kernel times {total / 1e3:.3f} ms\n'
+  )
+  rows = [[n, f'{us / 1e3:.3f}', f'{us / total:.1%}'] for n, us in s['by_category'].most_common()]
+  print(common.table(['category', 'ms/step', 'share of kernel time'], rows) + '\n')
+  rows = [
+    [
+      f'`{n if len(n) <= 90 else n[:87] + "..."}`',
+      s['kinds'][n],
+      f'{s["counts"][n]:.0f}',
+      f'{us / 1e3:.3f}',
+      f'{us / total:.1%}',
+    ]
+    for n, us in s['by_kernel'].most_common(args.top)
+  ]
+  print(
+    common.table([f'top {args.top} kernels', 'category', 'calls/step', 'ms/step', 'share'], rows)
+  )
+  print(f'device_busy_fraction={s["busy"] / s["span"]:.4f}')
+
+
+def keep_trace(trace_dir, target):
+  """The trace copied into `target` through runrecord/files.py, beside earlier runs' traces."""
+  paths = glob.glob(os.path.join(trace_dir, '**'), recursive=True)
+  names = [os.path.relpath(p, trace_dir) for p in paths if os.path.isfile(p)]
+
+  def write(staging):
+    for name in names:
+      os.makedirs(os.path.dirname(os.path.join(staging, name)), exist_ok=True)
+      shutil.copyfile(os.path.join(trace_dir, name), os.path.join(staging, name))
+    return [os.path.join(staging, name) for name in names]
+
+  command = f'bench_step profile {os.path.dirname(names[0])}'  # its own writer: none replaced
+  with files.Destination(target, command=command, flag='--trace-dir', may_write=names) as dest:
+    dest.write(write)
+
+
+# --mode torch: the same step in PyTorch at the config's precision (bf16 activations as autocast,
+# TF32 unless matmul_precision highest), eager and torch.compile.
+def torch_resnet18(num_classes=1000, width=1.0, blocks=(2, 2, 2, 2)):
+  """torchvision.models.resnet18's architecture, module names and init in plain torch.nn, so that
+  state_dict keys match torchvision's; `blocks` (3, 4, 6, 3) gives ResNet-34."""
+  nn = torch.nn
+
+  class BasicBlock(nn.Module):
+    def __init__(self, cin, c, stride):
+      super().__init__()
+      self.conv1 = nn.Conv2d(cin, c, 3, stride, 1, bias=False)
+      self.bn1 = nn.BatchNorm2d(c)
+      self.conv2 = nn.Conv2d(c, c, 3, 1, 1, bias=False)
+      self.bn2 = nn.BatchNorm2d(c)
+      self.relu = nn.ReLU(inplace=True)
+      self.downsample = None
+      if stride != 1 or cin != c:
+        self.downsample = nn.Sequential(nn.Conv2d(cin, c, 1, stride, bias=False), nn.BatchNorm2d(c))
+
+    def forward(self, x):
+      y = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
+      return self.relu(y + (x if self.downsample is None else self.downsample(x)))
+
+  class ResNet18(nn.Module):
+    def __init__(self):
+      super().__init__()
+      ch = bench_conv.stage_channels(width)
+      self.conv1 = nn.Conv2d(3, ch[0], 7, 2, 3, bias=False)
+      self.bn1 = nn.BatchNorm2d(ch[0])
+      self.relu = nn.ReLU(inplace=True)
+      self.maxpool = nn.MaxPool2d(3, 2, 1)
+      layers, prev = [], ch[0]
+      for i, (c, n) in enumerate(zip(ch, blocks, strict=True)):
+        stage = [BasicBlock(c if b else prev, c, 2 if i and not b else 1) for b in range(n)]
+        layers.append(nn.Sequential(*stage))
+        prev = c
+      self.layer1, self.layer2, self.layer3, self.layer4 = layers
+      self.avgpool = nn.AdaptiveAvgPool2d(1)
+      self.fc = nn.Linear(prev, num_classes)
+      for m in self.modules():
+        if isinstance(m, nn.Conv2d):
+          nn.init.kaiming_normal_(m.weight, mode='fan_out', nonlinearity='relu')
+
+    def forward(self, x):
+      x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+      x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+      return self.fc(torch.flatten(self.avgpool(x), 1))
+
+  return ResNet18()
+
+
+class TorchStep:
+  """A torch training step on one synthetic uint8 batch of `config`'s size; `run(n)` times n."""
+
+  def __init__(self, config, device, num_classes, compiled):
+    self.device, size, n = torch.device(device), config.data.image_size, config.batch_size
+    cuda = self.device.type == 'cuda'
+    if cuda:
+      tf32 = config.numerics.matmul_precision != 'highest'
+      torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+      torch.backends.cudnn.benchmark = True
+    torch.manual_seed(0)
+    model = torch_resnet18(num_classes, config.model.width).to(self.device)
+    self.model = model.to(memory_format=torch.channels_last)
+    kind = {'fused': True} if cuda else {'foreach': True}
+    params = self.model.parameters()
+    self.opt = torch.optim.AdamW(params, 1e-3, (0.9, 0.999), 1e-8, weight_decay=0.001, **kind)
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8)
+    self.images = torch.from_numpy(images).to(self.device)  # NHWC uint8, as the JAX batch
+    labels = rng.integers(0, num_classes, (n,)).astype(np.int64)
+    self.labels = torch.from_numpy(labels).to(self.device)
+    self.autocast = config.numerics.compute_dtype == 'bfloat16'
+    self.step = torch.compile(self._step) if compiled else self._step
+    self.compile_s = self.run(1)  # the first call compiles (torch.compile) or warms the caches
+
+  def _step(self, images, labels):
+    x = images.permute(0, 3, 1, 2).float().div(255.0).sub(0.5).div(0.5)  # NHWC -> NCHW view
+    x = x.contiguous(memory_format=torch.channels_last)
+    with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+      loss = torch.nn.functional.cross_entropy(self.model(x), labels)
+    loss.backward()
+    self.opt.step()
+    self.opt.zero_grad(set_to_none=True)
+    return loss.detach()
+
+  def run(self, n):
+    start, loss = time.perf_counter(), None
+    for _ in range(n):
+      loss = self.step(self.images, self.labels)
+    if loss is not None:
+      loss.item()  # the host waits once, at the end of the window
+    if self.device.type == 'cuda':
+      torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def torch_mode(args, config):
+  device = args.torch_device or ('cuda' if torch.cuda.is_available() else 'cpu')
+  jax_step = build_step(config, jax.devices()[:1], num_classes=args.num_classes)
+  variants = {f'jax (this project, conv_impl {jax_step.conv_impl})': jax_step}
+  variants['torch eager'] = TorchStep(config, device, args.num_classes, compiled=False)
+  if not args.no_compile:
+    try:
+      variants['torch.compile'] = TorchStep(config, device, args.num_classes, compiled=True)
+    except Exception as e:  # reported, its traceback on stderr; eager goes on alone
+      traceback.print_exc()
+      print(f'torch.compile failed ({type(e).__name__}; traceback on stderr)')
+  runners = {name: v.run for name, v in variants.items()}
+  times = common.alternate(runners, args.warmup, args.windows, args.steps)
+  med = {name: statistics.median(t) for name, t in times.items()}
+  jax_name = next(iter(variants))
+  best = min((n for n in variants if n != jax_name), key=med.get)
+  print(
+    f'{model_line(config, jax_step.devices)}, {args.num_classes} classes, compute '
+    f'{config.numerics.compute_dtype}, matmul_precision {config.numerics.matmul_precision}, '
+    f'full training step; {args.windows} alternating windows x {args.steps} steps'
+  )
+  rows = [
+    [name, common.spread(times[name], 1e3, 1), f'{config.batch_size / med[name]:.1f}']
+    + [f'{v.compile_s:.1f}']
+    for name, v in variants.items()
+  ]
+  print(common.table(['variant', 'ms/step median (min-max)', 'images/s', 'first call (s)'], rows))
+  print(f'best torch variant: {best}')
+  print(f'speedup_vs_torch={med[best] / med[jax_name]:.3f}')
+
+
+MODES = dict(step=step_mode, emulate=emulate_mode, determinism=determinism_mode, feed=feed_mode)
+MODES.update(epoch=epoch_mode, profile=profile_mode, torch=torch_mode)
+MODE_FLAGS = (  # (mode, flag, type, default, help)
+  ('emulate', '--formats', str, DEFAULT_FORMATS, f'of {",".join(EMULATED)}'),
+  ('determinism', '--variants', str, ','.join(VARIANTS), f'of {",".join(ALL_VARIANTS)}'),
+  ('determinism', '--repeat-steps', int, 3, 'steps run twice from one state'),
+  ('feed', '--images', str, '', 'a uint8 [N,H,W,3] .npy to feed from'),
+  ('feed', '--examples', int, 0, 'random images without --images (0: 8 batches)'),
+  ('epoch', '--train-examples', int, CELEBA_TRAIN, "an epoch's examples"),
+  ('epoch', '--test-examples', int, CELEBA_TEST, "an evaluation's examples"),
+  ('epoch', '--repeats', int, 3, 'timed evaluations and saves'),
+  ('profile', '--trace-dir', str, '', 'keep the trace here (for Perfetto or TensorBoard)'),
+  ('profile', '--top', int, 25, 'kernels listed'),
+  ('torch', '--torch-device', str, '', "torch's device (default: cuda where there is one)"),
+)
 
 
 def main(argv=None):
-  args, config = step_args.parse(make_parser(), argv)
-  print(common.environment())
+  parser = argparse.ArgumentParser(
+    prog='python -m benchmarks.bench_step', description=common.description(__doc__)
+  )
+  parser.add_argument('--mode', default='step', choices=tuple(MODES), help='what is measured')
+  common.add_step_args(parser)
+  owners = common.mode_flags(parser, [(f'--mode {mode}', *rest) for mode, *rest in MODE_FLAGS])
+  common.mode_flag(
+    parser, owners, '--mode torch', '--no-compile', action='store_true', help='skip torch.compile'
+  )
+  # --mode emulate resolves each variant's config itself
+  args, config = common.parse_step_config(parser, argv, resolve=lambda a: a.mode != 'emulate')
+  common.refuse_other_modes(parser, args, owners, f'--mode {args.mode}')
+  if args.mode == 'torch':  # the native ImageNet-stem model on one device, as torch runs it
+    native = {config.numerics.conv_format, config.numerics.dense_format} == {'native'}
+    if config.model.stem != 'imagenet' or not native or config.data.flip or args.devices > 1:
+      common.fail(
+        '--mode torch compares the native ImageNet-stem model on one device: model.stem '
+        "'imagenet', native product formats (no numerics.profile or *_format), no data.flip, "
+        '--devices 0 or 1'
+      )
+    common.allocate_gpu_memory_on_demand()  # JAX would take 75 % of the GPU, leaving torch little
+  environment = common.environment()
+  if args.mode == 'torch':
+    cuda = f', {torch.cuda.get_device_name(0)}' if torch.cuda.is_available() else ''
+    environment += f' | torch {torch.__version__}, threads {torch.get_num_threads()}{cuda}'
+  print(environment)
   print(common.command_line('bench_step', argv))
-  bench, times = measure(args, config)
-  s = summarize(bench, times)
-  print(table(bench, s, args))
-  print(f'images_per_sec={s["images_per_sec"]:.2f}')
+  MODES[args.mode](args, config)
 
 
 if __name__ == '__main__':

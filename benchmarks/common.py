@@ -1,40 +1,57 @@
-"""What the benchmarks share: the record's first two lines (`host`: cpus, date and load, for any
-benchmark), the one-line error, alternating timed windows, the 'n/a' format and on-demand GPU
-memory (JAX's memory settings and their record: trainer/gpu_memory.py).
-
-Light on purpose: the standard library only at import time (jax, flax and optax are imported
-inside `environment`, which also starts the JAX backend), so a benchmark measuring its own memory
-(bench_celeba_full) pays for them only where it asks for the environment line.
+"""What the benchmarks share: lazy modules, the record's first lines, the one-line error,
+alternating timed windows, tables, flags of one mode, and the step benchmarks' command line.
 Reference: docs/performance.md "The benchmark scripts".
 """
 
+import importlib.util
 import os
 import platform as platform_lib
+import statistics
 import sys
 import time
+import types
 from collections.abc import Callable, Mapping, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
+from configs import loader
 from trainer import gpu_memory
 
 
+def lazy(name: str) -> types.ModuleType:
+  """Module `name`, executed on its first use (importlib.util.LazyLoader): JAX, torch, pandas and
+  the trainer load when a benchmark runs, not for --help. A missing module fails here, at once."""
+  if name in sys.modules:
+    return sys.modules[name]
+  spec = importlib.util.find_spec(name)
+  if spec is None or spec.loader is None:
+    raise ModuleNotFoundError(f'No module named {name!r}', name=name)
+  spec.loader = importlib.util.LazyLoader(spec.loader)
+  module = sys.modules[name] = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  parent, _, child = name.rpartition('.')
+  if parent:  # as `import parent.child` leaves it
+    setattr(sys.modules[parent], child, module)
+  return module
+
+
+flax, jax, optax = lazy('flax'), lazy('jax'), lazy('optax')
+validation, numerics_setup = lazy('configs.validation'), lazy('numerics.setup')
+
+
 def description(doc: str) -> str:
-  """A command's --help description: its docstring's first paragraph, whole (not its first line,
-  which can end mid-sentence)."""
+  """A command's --help description: its docstring's first paragraph, whole."""
   return ' '.join(doc.split('\n\n')[0].split())
 
 
 def fail(message: str) -> NoReturn:
-  """One line on stderr, exit code 2: bad input, found before any compute."""
+  """Bad input, found before any compute: one line on stderr, exit code 2."""
   print(f'error: {message}', file=sys.stderr)
   sys.exit(2)
 
 
 def allocate_gpu_memory_on_demand() -> None:
-  """XLA_PYTHON_CLIENT_PREALLOCATE=false unless a MEMORY_VARIABLES entry is set already: JAX then
-  takes GPU memory as it needs it instead of 75 % of the GPU at start, which leaves room for
-  another framework in the same process (torch). Call before anything starts JAX's backend; a
-  backend already running keeps its allocator (the environment line says what was set)."""
+  """XLA_PYTHON_CLIENT_PREALLOCATE=false unless one of JAX's memory variables is set: JAX then
+  leaves room for torch in the same process. Call before anything starts JAX's backend."""
   if not any(name in os.environ for name in gpu_memory.MEMORY_VARIABLES):
     os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] = 'false'
 
@@ -49,50 +66,31 @@ def host() -> str:
 
 
 def environment() -> str:
-  """Device, versions, date, load average and GPU memory settings: one line for the record."""
-  import jax
-
+  """Device, versions, host and GPU memory settings: the record's first line (starts JAX)."""
   d = jax.devices()[0]
-  jaxlib_version = getattr(jax.lib, '__version__', '')
-  import flax
-  import optax
-
   return (
     f'device: {d.platform} {getattr(d, "device_kind", "")} x{jax.device_count()} | '
-    f'jax {jax.__version__}, jaxlib {jaxlib_version}, '
+    f'jax {jax.__version__}, jaxlib {getattr(jax.lib, "__version__", "")}, '
     f'flax {flax.__version__}, optax {optax.__version__}, python '
-    f'{platform_lib.python_version()} | {host()} | '
-    f'GPU memory: {gpu_memory.memory_settings()}'
+    f'{platform_lib.python_version()} | {host()} | GPU memory: {gpu_memory.memory_settings()}'
   )
 
 
 def command_line(module: str, argv: Sequence[str] | None) -> str:
-  """'command: python -m benchmarks.<module> <arguments>': the second line of every record (the
-  first of bench_celeba_full's, which prints the environment line last); `argv` None: this
-  process's own arguments (sys.argv[1:])."""
-  return f'command: python -m benchmarks.{module} ' + ' '.join(
-    sys.argv[1:] if argv is None else argv
-  )
+  """'command: python -m benchmarks.<module> <arguments>' (argv None: this process's)."""
+  args = sys.argv[1:] if argv is None else argv
+  return f'command: python -m benchmarks.{module} ' + ' '.join(args)
 
 
 def alternate(
-  runners: Mapping[str, Callable[[int], float]], warmup: int, windows: int, steps: int
-) -> dict[str, list[float]]:
-  """Every runner timed in alternating windows, so a busy or throttling machine slows them all
-  alike.
-
-  Args:
-    runners: {name: run(n)}, where run(n) runs n steps and returns the seconds they took.
-    warmup: untimed steps of each runner first.
-    windows: rounds; each times `steps` steps of every runner in turn.
-    steps: steps per window.
-
-  Returns:
-    {name: [seconds per step of each window]}.
-  """
+  runners: Mapping[Any, Callable[[int], float]], warmup: int, windows: int, steps: int
+) -> dict[Any, list[float]]:
+  """{name: [seconds per step of each window]}: every runner (run(n) -> seconds of n steps) runs
+  `warmup` untimed steps, then `windows` rounds time `steps` steps of each in turn, so that a busy
+  or throttling machine slows them all alike."""
   for run_steps in runners.values():
     run_steps(warmup)
-  times: dict[str, list[float]] = {name: [] for name in runners}
+  times: dict[Any, list[float]] = {name: [] for name in runners}
   for _ in range(windows):
     for name, run_steps in runners.items():
       times[name].append(run_steps(steps) / steps)
@@ -102,3 +100,98 @@ def alternate(
 def fmt(value: float | None, spec: str) -> str:
   """format(value, spec), or 'n/a' for None (a quantity not known here)."""
   return 'n/a' if value is None else format(value, spec)
+
+
+def spread(seconds: Sequence[float], scale: float = 1e3, digits: int = 2) -> str:
+  """'median (min-max)' of `seconds` x `scale` (default: milliseconds)."""
+  v = [s * scale for s in seconds]
+  return f'{statistics.median(v):.{digits}f} ({min(v):.{digits}f}-{max(v):.{digits}f})'
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+  """A Markdown table of `rows` under `header`."""
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  return '\n'.join(lines + ['| ' + ' | '.join(map(str, row)) + ' |' for row in rows])
+
+
+def mode_flag(parser, owners: dict[str, str], owner: str, flag: str, **kwargs) -> None:
+  """A flag of one mode (`owner`: how the mode is chosen, e.g. '--mode epoch'), its help saying
+  so; `owners` collects {dest: owner} for refuse_other_modes."""
+  note = ' (default %(default)s)' if 'default' in kwargs else ''
+  kwargs['help'] = f'{owner}: {kwargs["help"]}{note}'
+  owners[parser.add_argument(flag, **kwargs).dest] = owner
+
+
+def mode_flags(parser, table) -> dict[str, str]:
+  """Each (mode, flag, type, default, help) of `table` added by mode_flag; {dest: mode}."""
+  owners: dict[str, str] = {}
+  for mode, flag, kind, default, text in table:
+    mode_flag(parser, owners, mode, flag, type=kind, default=default, help=text)
+  return owners
+
+
+def refuse_other_modes(parser, args, owners: dict[str, str], chosen: str) -> None:
+  """A flag of another mode than `chosen` given (not at its default): one line, exit 2."""
+  for dest, owner in owners.items():
+    if owner != chosen and getattr(args, dest) != parser.get_default(dest):
+      fail(f'--{dest.replace("_", "-")} belongs to {owner}: choose it, or leave the flag out')
+
+
+# The step benchmarks' config: `--config FILE[:ARGS]` as train.py takes it (default: the CelebA
+# study's model and numerics at 64^2, batch 64), then the shorthand flags, then --config.* flags.
+DEFAULT_CONFIG = 'configs/celeba.py:data.image_size=64,batch_size=64'
+SHORTHANDS = (  # (argparse dest, the config field it sets), with its help text
+  ('image_size', 'data.image_size', int, 'data.image_size'),
+  ('batch', 'batch_size', int, 'batch_size (global)'),
+  ('width', 'model.width', float, 'model.width'),
+  ('stem', 'model.stem', str, "model.stem: 'imagenet' or 'small'"),
+  ('compute_dtype', 'numerics.compute_dtype', str, 'numerics.compute_dtype'),
+  ('matmul_precision', 'numerics.matmul_precision', str, 'numerics.matmul_precision'),
+  ('profile', 'numerics.profile', str, 'numerics.profile (numerics/profiles.py)'),
+  ('format', 'numerics.conv_format', str, 'numerics.conv_format and numerics.dense_format'),
+  ('format', 'numerics.dense_format', str, None),
+  ('emulate_impl', 'numerics.emulate_impl', str, 'numerics.emulate_impl: auto, reference or fast'),
+  ('conv_impl', 'numerics.conv_impl', str, 'numerics.conv_impl: auto, xla or im2col'),
+  ('prefetch', 'data.prefetch', int, 'data.prefetch (batches prepared ahead)'),
+)
+
+
+def add_step_args(parser, shorthands=SHORTHANDS) -> None:
+  """The shorthand config flags (default: the config's value) and the timing flags."""
+  parser.epilog = (
+    f'--config FILE[:ARGS] (default {DEFAULT_CONFIG}) and --config.FIELD=VALUE overrides as '
+    'train.py takes them; each shorthand flag sets one field, checked as train.py checks it.'
+  )
+  for dest, _, kind, text in shorthands:
+    if text:
+      parser.add_argument('--' + dest.replace('_', '-'), type=kind, help=text)
+  parser.add_argument('--flip', action='store_true', default=None, help='data.flip')
+  parser.add_argument('--num-classes', type=int, default=1000, help='classes of the synthetic data')
+  parser.add_argument('--steps', type=int, default=10, help='steps per timed window')
+  parser.add_argument('--windows', type=int, default=5, help='timed windows (median reported)')
+  parser.add_argument('--warmup', type=int, default=2, help='untimed steps after compiling')
+  parser.add_argument('--devices', type=int, default=0, help='use the first N devices (0: all)')
+
+
+def shorthand_overrides(args, shorthands=SHORTHANDS) -> list[tuple[str, Any]]:
+  """[(config field, value)] of the shorthand flags given, --flip included."""
+  given = [(field, getattr(args, dest, None)) for dest, field, _, _ in shorthands]
+  given.append(('data.flip', getattr(args, 'flip', None)))
+  return [(field, value) for field, value in given if value is not None]
+
+
+def parse_step_config(parser, argv, overrides_of=shorthand_overrides, resolve=True):
+  """(args, config): `--config` and `--config.*` split off (configs/loader.py), the rest parsed
+  by `parser`; the config loaded with overrides_of(args), then --config.*, resolved and its
+  numerics applied before any backend starts (`resolve` False, or a function of the args giving
+  False: returned as loaded, for a caller resolving variants of it). Bad input: one line, exit 2."""
+  spec, overrides, rest = loader.split_argv(list(sys.argv[1:] if argv is None else argv))
+  args = parser.parse_args(rest)  # --help and a bad flag end here, before JAX loads
+  resolve = resolve(args) if callable(resolve) else resolve
+  try:
+    loaded = loader.load(spec or DEFAULT_CONFIG, overrides_of(args) + overrides)
+    config = validation.resolve(loaded)
+    numerics_setup.configure(config)
+  except ValueError as e:  # a bad file, field or value (ConfigError is a ValueError): one line
+    fail(str(e))
+  return args, (config if resolve else loaded)

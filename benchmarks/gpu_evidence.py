@@ -1,49 +1,383 @@
 """The GPU agenda as one program: every GPU measurement this project waits for, in parts of less
-than 9 minutes on an H100, written into one folder to bring back.
+than 9 minutes on an H100, written into one folder to bring back. Also the config file of its
+study parts: digits' study over more seeds, in slices (`benchmarks/gpu_evidence.py:study,seeds=16,
+only=4-7`). Reference: docs/performance.md "The GPU evidence".
 
-  python -m benchmarks.gpu_evidence --list                        # each part, minutes on an H100
   python -m benchmarks.gpu_evidence --budget 15 --out runs/gpu_evidence   # a 15-minute slot's plan
-  python -m benchmarks.gpu_evidence --part gpu_tier --out runs/gpu_evidence
-  python -m benchmarks.gpu_evidence --part all --out runs/gpu_evidence   # the parts not done yet
-  python -m benchmarks.gpu_evidence --pack $OUT/gpu_evidence.tar.gz --out runs/gpu_evidence
   python -m benchmarks.gpu_evidence --smoke --out /tmp/evidence   # every part, toy size, CPU
-
-The parts and their commands: benchmarks/gpu_evidence_parts.py (each an existing tool's command
-line). A part runs its commands in order from the repository root, each command's stdout in
-OUT/<part>/<label>.txt and stderr in <label>.err, and ends by writing OUT/<part>/status.json
-(status, headline, each command with its exit code, seconds and criterion). It fails closed: a part
-is `completed` only when every command exited as expected and met its own success criterion (the
-benchmark's result line, pytest's summary with a test run, every run of a sweep completed, the
-export's table); otherwise it is `failed: <command>: <why>`, naming a missing module (`No module
-named pytest`) when the command's stderr says so. Resumable: a part whose status says `completed`
-(in the same mode, smoke or not) is skipped unless --force; any other part runs again from its
-first command (the study's sweeps skip their completed runs). `--part` runs parts in the order
-given (`all`: by what their figures are worth, gpu_evidence_parts.PRIORITY), and with
-`--call-minutes M` starts a part only if its expected minutes end within M of the command's start.
-`--budget MIN` prints the plan of a slot of MIN minutes of device time (benchmarks/gpu_plan.py):
-the calls to make, each's command, and what is left for the next slot; it runs nothing. After
-every part the summary is written again: OUT/summary.md and OUT/summary.csv, one row per part
-(status, minutes, headline). `--pack FILE` writes OUT as a .tar.gz without the runs' training
-states (their records and logs stay), small enough to bring back.
-Reference: docs/performance.md "The benchmark scripts".
 """
 
 import argparse
+import collections
+import contextlib
 import csv
+import glob
+import importlib
 import json
 import os
+import re
+import signal
+import subprocess
 import sys
 import tarfile
 import time
+import traceback
 
-from benchmarks import common, gpu_plan
-from benchmarks import gpu_evidence_parts as agenda
-from benchmarks import gpu_evidence_steps as steps
-from runrecord import record
+from benchmarks import common
+from configs import digits
+from runrecord import files, record
+from sweeps import scripts
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+THIS = 'benchmarks/gpu_evidence.py'
+# The study's config: digits' arg plus `seeds=N` (declared in study.json), `only=A-B` (the seeds
+# this sweep runs) and `arms=K` (the first K arms: a toy size).
+STUDY_KEYS = ('seeds', 'only', 'arms')
+
+
+def split_study_arg(arg):
+  """(digits' arg, {key: text} of STUDY_KEYS) from the arg after the colon."""
+  rest, mine = [], {}
+  for item in filter(None, (s.strip() for s in (arg or '').split(','))):
+    key, eq, value = item.partition('=')
+    if eq and key.strip() in STUDY_KEYS:
+      mine[key.strip()] = value.strip()
+    else:
+      rest.append(item)
+  return ','.join(rest), mine
+
+
+def positive(mine, key, default):
+  text = mine.get(key, str(default))
+  if not text.isdigit() or int(text) < 1:
+    raise ValueError(f'{THIS}: {key}={text}: give a positive whole number')
+  return int(text)
+
+
+def get_config(arg=None):
+  """digits.get_config's own config: `analysis` reads the runs as runs of that study."""
+  return digits.get_config(split_study_arg(arg)[0])
+
+
+def get_sweep(arg=None):
+  rest, mine = split_study_arg(arg)
+  arms = digits.study_arms(digits.get_config(rest).batch_size)
+  count = positive(mine, 'seeds', digits.SEEDS)
+  first, _, last = mine.get('only', f'0-{count - 1}').partition('-')
+  if not (first.isdigit() and last.isdigit() and int(first) <= int(last) < count):
+    raise ValueError(f'{THIS}: only={mine["only"]}: give A-B with 0 <= A <= B < seeds={count}')
+  seeds = range(int(first), int(last) + 1)
+  return [{**arm, 'seed': s} for arm in arms[: positive(mine, 'arms', len(arms))] for s in seeds]
+
+
+def get_study(arg=None):
+  rest, mine = split_study_arg(arg)
+  return {**digits.get_study(rest), 'seeds': positive(mine, 'seeds', digits.SEEDS)}
+
+
+# One command of a part: `argv` run from the repository root (stdout to <label>.txt, stderr to
+# .err) with `env` added; `ok`: the exit codes that mean it ran to its end (pytest's 1: tests
+# failed, a result); `expect(ctx, step)`: why its output does not meet its criterion, or None.
+Step = collections.namedtuple('Step', 'label argv env ok expect', defaults=({}, (0,), None))
+Part = collections.namedtuple('Part', 'name minutes what steps headline')
+# smoke: toy sizes on CPU; out: the evidence folder; folder: where this part's outputs are written.
+Context = collections.namedtuple('Context', 'smoke out folder')
+
+PY = sys.executable
+# Benchmark commands at the GPU's size and at a toy size for CPU (smoke mode).
+STEP = 'benchmarks.bench_step --config configs/celeba.py:gpu'
+GPU_STEP = f'{STEP} --image-size 224 --compute-dtype bfloat16'
+TOY_STEP = f'{STEP} --image-size 16 --width 0.0625 --batch 8 --num-classes 10'
+TOY_STEP += ' --steps 1 --windows 1 --warmup 0'
+TORCH = 'benchmarks.bench_step --mode torch --image-size 224 --compute-dtype bfloat16 --steps 5'
+KEY_VALUE = re.compile(r'^([A-Za-z_]\w*)=(-?[0-9][0-9.e+-]*)$')
+PYTEST_SUMMARY = re.compile(r'\d+ (passed|failed|skipped|errors?)\b.* in ')
+MEM_FRACTION = re.compile(r'XLA_PYTHON_CLIENT_MEM_FRACTION=([0-9.]+)')
+MISSING_MODULE = re.compile(r"No module named '?([\w.]+)'?")
+# The study: STUDY_SLICE seeds a part, STUDY_PARALLEL runs at a time; the replicates' seeds; the
+# toy study (digits' smoke preset, one epoch of 6 steps, one arm).
+STUDY_SEEDS, STUDY_SLICE, STUDY_PARALLEL, REPLICATE_SEEDS = 16, 2, 8, 2
+TOY_STUDY = 'smoke,num_epochs=1,optim.freeze_epochs=0,batch_size=256,arms=1'
+
+
+def read(path):
+  if not os.path.exists(path):
+    return ''
+  with open(path, encoding='utf-8', errors='replace') as f:
+    return f.read()
+
+
+def result_line(key):
+  """The criterion of a benchmark: its stdout holds a `<key>=<number>` line (key a regex)."""
+  pattern = re.compile(rf'^({key})=(-?[0-9][0-9.e+-]*)$', re.M)
+
+  def expect(ctx, step):
+    found = pattern.search(read(os.path.join(ctx.folder, step.label + '.txt')))
+    return None if found else f'no {key}=<number> result line'
+
+  return expect
+
+
+def bench(name, minutes, what, *commands):
+  """A part of benchmark commands (label, result key, GPU command, toy command or None)."""
+
+  def steps(ctx):
+    return [
+      Step(label, [PY, '-m', *(toy if ctx.smoke else gpu).split()], expect=result_line(key))
+      for label, key, gpu, toy in commands
+      if toy or not ctx.smoke
+    ]
+
+  return Part(name, minutes, what, steps, key_values)
+
+
+def determinism(batch, variants, extra=''):
+  mode = f'--mode determinism --variants {variants}'
+  gpu = f'{GPU_STEP} --batch {batch} {extra} {mode}'
+  return ('determinism', r'\w+_vs_nondeterministic', gpu, f'{TOY_STEP} {mode}')
+
+
+def vs_torch(batch, preset='', windows=''):
+  gpu = f'{TORCH} {preset} --batch {batch} {windows}'
+  return ('vs_torch', 'speedup_vs_torch', gpu, f'{TOY_STEP} --mode torch --no-compile')
+
+
+def profile(batch, toy):
+  mode = '--mode profile --top'
+  toy = f'{TOY_STEP} {mode} 5' if toy else None
+  return (f'profile_{batch}', 'device_busy_fraction', f'{GPU_STEP} --batch {batch} {mode} 40', toy)
+
+
+def key_values(ctx):
+  """'key=value; ...': the `name=<number>` lines of every command's output, in order."""
+  found = []
+  for path in sorted(glob.glob(os.path.join(ctx.folder, '*.txt'))):
+    found += [line.strip() for line in read(path).splitlines() if KEY_VALUE.match(line.strip())]
+  return '; '.join(found) or 'no result line'
+
+
+def pytest_summary(ctx):
+  lines = [line.strip('= ') for line in read(os.path.join(ctx.folder, 'pytest.txt')).splitlines()]
+  return next((ln for ln in reversed(lines) if PYTEST_SUMMARY.search(ln)), 'no pytest summary')
+
+
+def pytest_ran(ctx, step):
+  """pytest's criterion: its summary, and on the GPU a test run (the tier skips all without one)."""
+  summary = pytest_summary(ctx)
+  if summary == 'no pytest summary':
+    return 'no pytest summary line'
+  if not ctx.smoke and not re.search(r'\d+ (passed|failed)', summary):
+    return f'no GPU test ran ({summary})'
+  return None
+
+
+def gpu_tier(ctx):
+  env = {} if ctx.smoke else {'GPU_TESTS': '1'}
+  return [Step('pytest', [PY, '-m', 'pytest', 'tests/gpu', '-q'], env, (0, 1), expect=pytest_ran)]
+
+
+def records(root):
+  """{run path relative to root: its record (None: nothing saved)} (analysis.inputs.results)."""
+  from analysis.inputs import results  # pandas: only when records are read
+
+  found = results.read_all(root)
+  return {os.path.relpath(run, root): r for run, r in found if not isinstance(r, Exception)}
+
+
+def runs_line(root, seeds=None):
+  """'N of M runs completed; test accuracy mean (min-max)' of the runs under root (of `seeds`)."""
+  found = [r for r in records(root).values() if r and (seeds is None or r.get('seed') in seeds)]
+  done = [r for r in found if r.get('status') == 'completed']
+  accuracy = [100 * r['final']['test_accuracy'] for r in done if 'test_accuracy' in r['final']]
+  line = f'{len(done)} of {len(found)} runs completed'
+  if accuracy:
+    mean = sum(accuracy) / len(accuracy)
+    line += f'; test accuracy mean {mean:.2f} % ({min(accuracy):.2f}-{max(accuracy):.2f})'
+  return line
+
+
+def replicate_line(root_a, root_b):
+  """Same-seed pairs of two roots: bit-identical final states, equal accuracies, largest gap."""
+  a, b = records(root_a), records(root_b)
+  done = {k for k in a.keys() & b.keys() if a[k] and b[k]}
+  pairs = [
+    (a[k], b[k]) for k in sorted(done) if a[k].get('status') == b[k].get('status') == 'completed'
+  ]
+  if not pairs:
+    return 'no completed same-seed pair'
+  digests = [(x.get('state_digest'), y.get('state_digest')) for x, y in pairs]
+  same = sum(x is not None and x == y for x, y in digests)
+  gaps = [abs(x['final']['test_accuracy'] - y['final']['test_accuracy']) * 100 for x, y in pairs]
+  return (
+    f'{len(pairs)} same-seed pairs: bit-identical final states {same}, equal test '
+    f'accuracy {sum(g == 0 for g in gaps)}, largest accuracy difference {max(gaps):.2f} pp'
+  )
+
+
+def study_spec(ctx, seeds, only=None, extra=''):
+  """This file's study spec (the toy study in smoke mode) over `seeds`, of them `only`."""
+  only = f'only={only[0]}-{only[-1]}' if only else ''
+  parts = [TOY_STUDY if ctx.smoke else 'study', extra, f'seeds={seeds}', only]
+  return f'{THIS}:' + ','.join(p for p in parts if p)
+
+
+def planned(root):
+  """The toy size's headline: how many runs the dry run planned (its command list)."""
+  commands = read(os.path.join(root, scripts.COMMANDS_FILE)).splitlines()
+  return f'dry run: {len(commands)} run(s) planned'
+
+
+def sweep(ctx, label, spec, root, parallel, seeds=None):
+  """sweeps.sweep of `spec` into `root` (a dry run at the toy size); met when every run is done."""
+  commands = os.path.join(root, scripts.COMMANDS_FILE)
+  slurm = os.path.join(root, scripts.SLURM_FILE)
+
+  def expect(ctx, step):
+    if ctx.smoke:
+      return None if read(commands).strip() else 'the dry run planned no run'
+    found = [r for r in records(root).values() if seeds is None or (r or {}).get('seed') in seeds]
+    done = sum(bool(r) and r.get('status') == 'completed' for r in found)
+    return None if found and done == len(found) else f'{done} of {len(found)} runs completed'
+
+  argv = [PY, '-m', 'sweeps.sweep', f'--config={spec}', f'--root={root}']
+  argv += [f'--parallel={parallel}', '--heartbeat=60']
+  if ctx.smoke:
+    argv += ['--dry-run', f'--emit-commands={commands}', f'--emit-slurm={slurm}']
+  return Step(label, argv, ok=(0, 1), expect=expect)
+
+
+def shared_gpu(ctx):
+  """Four runs at a time on the one GPU: each gets its memory fraction."""
+  return [sweep(ctx, 'sweep', study_spec(ctx, 1), os.path.join(ctx.out, 'shared_gpu', 'runs'), 4)]
+
+
+def shared_gpu_headline(ctx):
+  root = os.path.join(ctx.out, 'shared_gpu', 'runs')
+  if ctx.smoke:
+    return planned(root)
+  logs = glob.glob(os.path.join(root, '*', '*', record.LOG_FILE))
+  found = [MEM_FRACTION.search(read(log)) for log in logs]  # the first header's settings
+  fractions = collections.Counter(m.group(1) if m else 'none' for m in found)
+  named = ', '.join(f'{v} in {n}' for v, n in sorted(fractions.items())) or 'none'
+  return f'{runs_line(root)}; MEM_FRACTION in train.log: {named}'
+
+
+def export_step(roots, csv_path, spec):
+  """The runs' records as one CSV with the study's declaration (analysis.export, on the CPU)."""
+
+  def expect(ctx, step):
+    return None if len(read(csv_path).splitlines()) > 1 else f'{csv_path}: no table written'
+
+  argv = [PY, '-m', 'analysis.export', '--runs', *roots, '--out', csv_path, '--study', spec]
+  return Step('export', argv, {'JAX_PLATFORMS': 'cpu'}, expect=expect)
+
+
+def study_slice(first):
+  """The study's seeds first..first+STUDY_SLICE-1 (seed 0 at the toy size): steps, headline."""
+
+  def seeds(ctx):
+    return range(0, 1) if ctx.smoke else range(first, first + STUDY_SLICE)
+
+  def root(ctx):
+    return os.path.join(ctx.out, 'study', 'runs')
+
+  def steps(ctx):
+    spec = study_spec(ctx, STUDY_SEEDS, seeds(ctx))
+    run = sweep(ctx, 'sweep', spec, root(ctx), STUDY_PARALLEL, seeds(ctx))
+    if ctx.smoke:
+      return [run]
+    csv_path = os.path.join(ctx.out, 'study', 'study.csv')
+    return [run, export_step([root(ctx)], csv_path, study_spec(ctx, STUDY_SEEDS))]
+
+  def headline(ctx):
+    if ctx.smoke:
+      return planned(root(ctx))
+    s = seeds(ctx)
+    return f'seeds {s[0]}-{s[-1]}: {runs_line(root(ctx), s)}; whole root: {runs_line(root(ctx))}'
+
+  return steps, headline
+
+
+def replicates(deterministic):
+  """The study's arms x REPLICATE_SEEDS seeds twice: do same-seed runs end in the same model?"""
+
+  def roots(ctx):
+    folder = os.path.join(ctx.out, 'replicates', f'gpu_deterministic_{deterministic}')
+    return [os.path.join(folder, name) for name in ('a', 'b')]
+
+  def steps(ctx):
+    seeds = 1 if ctx.smoke else REPLICATE_SEEDS
+    spec = study_spec(ctx, seeds, extra=f'numerics.gpu_deterministic={deterministic}')
+    a, b = roots(ctx)
+    runs = [sweep(ctx, f'sweep_{os.path.basename(r)}', spec, r, STUDY_PARALLEL) for r in (a, b)]
+    return runs if ctx.smoke else runs + [export_step([a, b], os.path.dirname(a) + '.csv', spec)]
+
+  def headline(ctx):
+    return ' / '.join(map(planned, roots(ctx))) if ctx.smoke else replicate_line(*roots(ctx))
+
+  return steps, headline
+
+
+# Minutes on an H100, the process's start included. Measured there (BENCHMARKS.md, 2026-11-24):
+# against torch at batch 2048, 3 rounds, 3.0 min (JAX's first call 107 s, torch.compile's 38 s);
+# the digits study, 48 runs 6 at a time, 4 min 57 s (37 s a wave of runs); the step at batch 256,
+# 16 s. The others are estimated from those (a batch-2048 compile ~110 s, a wave of runs ~37 s).
+STUDY_PARTS = [
+  Part(f'study_seeds_{f}_{f + STUDY_SLICE - 1}', 2.0, f'the study, seeds from {f}', *study_slice(f))
+  for f in range(0, STUDY_SEEDS, STUDY_SLICE)
+]
+FIVE = '--steps 5 --windows 3'
+POOL = 'benchmarks.bench_conv --pool'
+TOY_POOL = f'{POOL} --batch 2 --size 8 --channels 4 --steps 1 --windows 1 --warmup 0'
+TOY_EPOCH = f'{TOY_STEP} --mode epoch --train-examples 16 --test-examples 8 --repeats 1'
+TOY_EPOCH += ' --config.eval_batch_size=8'
+EPOCH = ('epoch', 'epoch_overhead_fraction', f'{GPU_STEP} --mode epoch', TOY_EPOCH)
+XLA = 'nondeterministic,exclude_nondeterministic,deterministic_autotuned'
+ALL_VARIANTS = f'deterministic,{XLA}'
+PRESET = '--config configs/celeba.py:gpu'
+PARTS = [
+  Part('gpu_tier', 3.0, 'GPU_TESTS=1 pytest tests/gpu', gpu_tier, pytest_summary),
+  bench(
+    'determinism_256',
+    4.0,
+    'deterministic ops or not, batch 256, four variants; the max pool',
+    determinism(256, ALL_VARIANTS),
+    ('pool', 'pool_speedup', POOL, TOY_POOL),
+  ),
+  bench(
+    'determinism_2048',
+    5.0,
+    "deterministic ops or not at the study's batch, 2048",
+    determinism(2048, 'deterministic,nondeterministic', FIVE),
+  ),
+  bench('determinism_2048_xla', 7.0, 'the XLA variants at 2048', determinism(2048, XLA, FIVE)),
+  bench('vs_torch_256', 2.5, 'against torch, bf16, batch 256', vs_torch(256)),
+  bench('vs_torch_2048', 3.5, 'against torch, bf16, batch 2048', vs_torch(2048, '', '--windows 3')),
+  bench('vs_torch_2048_deterministic', 4.0, 'gpu preset', vs_torch(2048, PRESET, '--windows 3')),
+  bench('profile', 5.0, 'profiles at batch 256 and 2048', profile(256, True), profile(2048, False)),
+  bench('epoch', 4.0, 'a CelebA epoch at batch 2048, its evaluation and save', EPOCH),
+  Part('shared_gpu', 3.0, 'four runs sharing the GPU', shared_gpu, shared_gpu_headline),
+  *STUDY_PARTS,
+  Part('replicates_deterministic_off', 3.0, 'the 8 arms x 2 seeds twice', *replicates(False)),
+  Part('replicates_deterministic_on', 3.0, 'the same, gpu_deterministic=True', *replicates(True)),
+]
+# What each part's figures are worth, most first (the order a slot is filled in): the cost of
+# determinism and the step against torch.compile at the study's batch (2048); the study on the
+# GPU with its predictions (its first slice); do same-seed runs differ without determinism; the
+# GPU test tier; the declared seeds 0-5 of the study; the rest.
+PRIORITY = (
+  'determinism_2048 vs_torch_2048 study_seeds_0_1 replicates_deterministic_off gpu_tier '
+  'study_seeds_2_3 study_seeds_4_5 replicates_deterministic_on epoch vs_torch_2048_deterministic '
+  'determinism_256 vs_torch_256 shared_gpu profile determinism_2048_xla'
+).split() + [p.name for p in STUDY_PARTS[3:]]
+
+# Running the parts: a part is `completed` only when each command exited as expected and met its
+# criterion; every file written into the evidence folder goes through runrecord/files.py.
 STATUS_FILE = 'status.json'
+SUMMARY_FILES = ['summary.csv', 'summary.md']
 SUMMARY_COLUMNS = ('part', 'h100_minutes', 'status', 'minutes', 'headline')
 PART_MINUTES = 9.0  # the lent machine's commands end at 10 minutes
+GRACE_S = 20  # after SIGTERM, before SIGKILL (the sweep stops its runs in between)
 # Smoke mode: CPU, every compile in one cache, compiled without most optimisations.
 SMOKE_ENV = {
   'JAX_PLATFORMS': 'cpu',
@@ -52,285 +386,316 @@ SMOKE_ENV = {
 }
 
 
-def parts_named(names):
-  """The parts to run: 'all' (by PRIORITY) or comma-separated names, in the order given; one line
-  on a bad or repeated name."""
-  known = {p.name: p for p in agenda.PARTS}
-  wanted = [n.strip() for n in names.split(',') if n.strip()]
-  if wanted == ['all']:
-    return gpu_plan.by_priority(agenda.PARTS, agenda.PRIORITY)
-  unknown = [n for n in wanted if n not in known]
-  if unknown or not wanted or len(set(wanted)) != len(wanted):
-    common.fail(
-      f'--part={names}: give all or part names among {", ".join(known)} (--list), each once'
-    )
-  return [known[n] for n in wanted]
+def run_step(step, ctx, seconds_left):
+  """The step's exit code (None: stopped at the part's time limit), its stdout and stderr in
+  <label>.txt and .err. Smoke mode runs `python -m benchmarks.X` and `-m sweeps.sweep` as
+  X.main(args) in this process: one set of imports and compilations for every toy part."""
+  path, argv = os.path.join(ctx.folder, step.label), step.argv
+  here = ctx.smoke and not step.env and argv[2].startswith(('benchmarks.', 'sweeps.'))
+  with open(path + '.txt', 'w') as out, open(path + '.err', 'w') as err:
+    if here:
+      with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+          code = importlib.import_module(argv[2]).main(argv[3:])
+        except SystemExit as e:
+          code = e.code
+        except Exception:  # a failed command is a result of the part: its traceback in .err
+          traceback.print_exc()
+          code = 1
+      return code if isinstance(code, int) else (0 if code is None else 2)
+    env = {**os.environ, 'PYTHONUNBUFFERED': '1', **step.env}
+    env['PYTHONPATH'] = os.pathsep.join(filter(None, [REPO, env.get('PYTHONPATH')]))
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=err, start_new_session=True)
+    try:
+      return proc.wait(timeout=max(1.0, seconds_left))
+    except subprocess.TimeoutExpired:
+      os.killpg(proc.pid, signal.SIGTERM)  # the sweep stops its runs, then SIGKILL
+      try:
+        proc.wait(timeout=GRACE_S)
+      except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+      return None
+
+
+def step_failure(step, ctx, code):
+  """Why the command failed or missed its criterion (naming a missing module), or None."""
+  if code is None:
+    why = 'timed out'
+  else:
+    why = f'exit {code}' if code not in step.ok else step.expect and step.expect(ctx, step)
+  found = MISSING_MODULE.findall(read(os.path.join(ctx.folder, step.label + '.err')))
+  return (
+    f'{why}; missing module {found[-1]} (No module named {found[-1]})' if why and found else why
+  )
+
+
+def run_part(part, out, smoke, part_minutes):
+  """Run the part's commands; returns its status. Its outputs and status.json go to OUT/<part>
+  together when it ends, replacing what an earlier run of it wrote there."""
+  status = {'part': part.name, 'smoke': smoke, 'status': 'completed', 'commands': []}
+  status['started'], start = common.host(), time.time()
+
+  def write(staging):
+    ctx = Context(smoke, out, os.path.join(staging, part.name))
+    os.makedirs(ctx.folder)
+    for step in part.steps(ctx):
+      began = time.time()
+      code = run_step(step, ctx, part_minutes * 60 - (began - start))
+      failure = step_failure(step, ctx, code)
+      command = ' '.join(step.argv)
+      seconds = round(time.time() - began, 1)
+      status['commands'].append(
+        dict(label=step.label, exit_code=code, seconds=seconds, command=command)
+      )
+      status['commands'][-1]['criterion'] = failure or 'met'
+      if failure:
+        status['status'] = 'timed out' if code is None else f'failed: {step.label}: {failure}'
+        break
+    status['minutes'] = round((time.time() - start) / 60, 2)
+    try:
+      status['headline'] = part.headline(ctx)
+    except Exception as e:  # a part's outputs may be partial: said so, the traceback on stderr
+      traceback.print_exc()
+      status['headline'] = f'no headline ({type(e).__name__}: {e})'
+    with open(os.path.join(ctx.folder, STATUS_FILE), 'w', encoding='utf-8') as f:
+      json.dump(status, f, indent=1)
+    return glob.glob(os.path.join(ctx.folder, '*'))
+
+  names = part_files(part, out, smoke)
+  with files.Destination(out, command=f'gpu_evidence {part.name}', may_write=names) as dest:
+    dest.write(write)
+  return status
+
+
+def part_files(part, out, smoke):
+  """The files a part writes into the evidence folder."""
+  steps = part.steps(Context(smoke, out, None))
+  labels = [step.label + ext for step in steps for ext in ('.txt', '.err')]
+  return [os.path.join(part.name, name) for name in [STATUS_FILE, *labels]]
 
 
 def read_status(out, name):
   path = os.path.join(out, name, STATUS_FILE)
-  if not os.path.exists(path):
-    return None
-  with open(path, encoding='utf-8') as f:
-    return json.load(f)
-
-
-def write_json(path, value):
-  """Written whole or not at all (a temporary file renamed over it)."""
-  with open(path + '.tmp', 'w', encoding='utf-8') as f:
-    json.dump(value, f, indent=1)
-  os.replace(path + '.tmp', path)
+  return json.loads(read(path)) if os.path.exists(path) else None
 
 
 def is_done(status, smoke):
   return bool(status) and status['status'] == 'completed' and status['smoke'] == smoke
 
 
-def run_part(part, out, smoke, part_minutes):
-  """Run the part's commands; returns its status dict (also written to OUT/<part>/status.json):
-  'completed' only when every command met its criterion (gpu_evidence_steps.step_failure)."""
-  ctx = agenda.Context(smoke, out, os.path.join(out, part.name))
-  os.makedirs(ctx.folder, exist_ok=True)
-  status = {
-    'part': part.name,
-    'smoke': smoke,
-    'status': 'running',
-    'commands': [],
-    'started': common.host(),
-    'minutes': 0.0,
-    'headline': '',
-  }
-  write_json(os.path.join(ctx.folder, STATUS_FILE), status)
-  start = time.time()
-  for step in part.steps(ctx):
-    seconds_left = part_minutes * 60 - (time.time() - start)
-    began = time.time()
-    if step.call:
-      code = steps.run_call(step, ctx)
-    elif steps.in_process(step, ctx):
-      code = steps.run_module(step, ctx)
-    else:
-      code = steps.run_command(step, ctx, seconds_left)
-    failure = steps.step_failure(step, ctx, code)
-    status['commands'].append(
-      {
-        'label': step.label,
-        'exit_code': code,
-        'seconds': round(time.time() - began, 1),
-        'command': ' '.join(step.argv) if step.argv else 'in process',
-        'criterion': failure or 'met',
-      }
-    )
-    if failure:
-      status['status'] = 'timed out' if code is None else f'failed: {step.label}: {failure}'
-      break
-  else:
-    status['status'] = 'completed'
-  status['minutes'] = round((time.time() - start) / 60, 2)
-  try:
-    status['headline'] = part.headline(ctx)
-  except Exception as e:  # a part's outputs may be partial
-    status['headline'] = f'no headline ({type(e).__name__}: {str(e).splitlines()[0][:200]})'
-  write_json(os.path.join(ctx.folder, STATUS_FILE), status)
-  return status
-
-
 def summary_rows(out):
   rows = []
-  for part in agenda.PARTS:
-    s = read_status(out, part.name) or {'status': 'not run', 'minutes': '', 'headline': ''}
-    mode = ' (smoke)' if s.get('smoke') else ''
-    rows.append(
-      {
-        'part': part.name,
-        'h100_minutes': part.minutes,
-        'status': s['status'] + mode,
-        'minutes': s['minutes'],
-        'headline': s['headline'],
-      }
-    )
+  for p in PARTS:
+    s = read_status(out, p.name) or {'status': 'not run', 'minutes': '', 'headline': ''}
+    status = s['status'] + (' (smoke)' if s.get('smoke') else '')
+    values = (p.name, p.minutes, status, s['minutes'], s['headline'])
+    rows.append(dict(zip(SUMMARY_COLUMNS, values, strict=True)))
   return rows
 
 
 def write_summary(out):
   """OUT/summary.csv and OUT/summary.md: every part of the agenda, run or not."""
   rows = summary_rows(out)
-  with open(os.path.join(out, 'summary.csv'), 'w', newline='', encoding='utf-8') as f:
-    writer = csv.DictWriter(f, SUMMARY_COLUMNS)
-    writer.writeheader()
-    writer.writerows(rows)
-  lines = [
-    f'# GPU evidence ({common.host()})',
-    '',
-    '| part | expected minutes (H100) | status | minutes | headline |',
-    '|---|---|---|---|---|',
-  ]
-  lines += [
-    f'| {r["part"]} | {r["h100_minutes"]} | {r["status"]} | {r["minutes"]} | '
-    f'{str(r["headline"]).replace("|", "/")} |'
-    for r in rows
-  ]
-  with open(os.path.join(out, 'summary.md'), 'w', encoding='utf-8') as f:
-    f.write('\n'.join(lines) + '\n')
+
+  def write(staging):
+    with open(os.path.join(staging, 'summary.csv'), 'w', newline='', encoding='utf-8') as f:
+      writer = csv.DictWriter(f, SUMMARY_COLUMNS)
+      writer.writeheader()
+      writer.writerows(rows)
+    cells = [[str(r[c]).replace('|', '/') for c in SUMMARY_COLUMNS] for r in rows]
+    header = ['part', 'expected minutes (H100)', 'status', 'minutes', 'headline']
+    with open(os.path.join(staging, 'summary.md'), 'w', encoding='utf-8') as f:
+      f.write(f'# GPU evidence ({common.host()})\n\n{common.table(header, cells)}\n')
+    return [os.path.join(staging, name) for name in SUMMARY_FILES]
+
+  with files.Destination(out, command='gpu_evidence', may_write=SUMMARY_FILES) as dest:
+    dest.write(write)
   return rows
 
 
 def pack(out, path):
-  """OUT as a .tar.gz without the runs' training states (checkpoints/<step>/state) or the
-  compilation cache."""
+  """OUT as a .tar.gz at `path`, no training states or compilation cache; its size in bytes."""
 
   def keep(info):
     parts = info.name.split('/')
     state = len(parts) >= 3 and parts[-3] == record.CHECKPOINTS and parts[-1] == record.STATE_ITEM
-    return None if state or '.jax_cache' in parts else info
+    busy = parts[-1].startswith(files.STAGING) or parts[-1].endswith('.lock')
+    return None if state or busy or '.jax_cache' in parts else info
 
-  with tarfile.open(path, 'w:gz') as tar:
-    tar.add(out, arcname=os.path.basename(os.path.abspath(out)), filter=keep)
-  return os.path.getsize(path)
+  def write(staging):
+    staged = os.path.join(staging, os.path.basename(os.path.realpath(path)))
+    with tarfile.open(staged, 'w:gz') as tar:
+      tar.add(out, arcname=os.path.basename(os.path.abspath(out)), filter=keep)
+    return [staged]
 
-
-def list_parts():
-  total = sum(p.minutes for p in agenda.PARTS)
-  for p in agenda.PARTS:
-    print(f'{p.name:30s} {p.minutes:4.1f} min  {p.what}')
-  print(f'{len(agenda.PARTS)} parts, {total:g} minutes on an H100 in all')
-
-
-def completed(out, smoke):
-  """Names of the parts completed in `out` (in this mode); none without a folder."""
-  if not out or not os.path.isdir(out):
-    return set()
-  return {p.name for p in agenda.PARTS if is_done(read_status(out, p.name), smoke)}
+  with files.Destination(path, command='gpu_evidence pack', folder=False, flag='--pack') as dest:
+    return os.path.getsize(dest.write(write)[0])
 
 
-def print_plan(args):
-  """--budget: the slot's plan (benchmarks/gpu_plan.py) for the parts not completed in --out."""
-  out = args.out or 'runs/gpu_evidence'
-  plan = gpu_plan.make_plan(
-    agenda.PARTS,
-    agenda.PRIORITY,
-    args.budget,
-    completed(args.out, args.smoke),
-    args.startup_minutes,
+# A slot of device time: a fresh machine's start-up (counted once), then calls of at most
+# CALL_MINUTES each, each paying CALL_OVERHEAD_MINUTES (transfer, wheels, Python and JAX start).
+STARTUP_MINUTES = 3.0
+CALL_MINUTES = 9.0  # a device command ends at 10 minutes: a call's overhead and parts stay under 9
+CALL_OVERHEAD_MINUTES = 0.5
+Call = collections.namedtuple('Call', 'parts minutes')  # minutes: overhead + the parts'
+Plan = collections.namedtuple('Plan', 'calls later too_long total budget startup overhead limit')
+
+
+def by_priority(parts, priority):
+  """`parts` in the order of `priority` (names); parts it does not name come last, in order."""
+  rank = {name: i for i, name in enumerate(priority)}
+  return sorted(parts, key=lambda p: rank.get(p.name, len(rank)))
+
+
+def make_plan(
+  parts,
+  priority,
+  budget,
+  done=(),
+  startup=STARTUP_MINUTES,
+  limit=CALL_MINUTES,
+  overhead=CALL_OVERHEAD_MINUTES,
+):
+  """The Plan of a `budget`-minute slot for the `parts` not `done`: in priority order, each joins
+  the current call if it fits there and in the budget, else opens the next call if that fits,
+  else waits for the next slot; a part longer than a call is listed as such."""
+  calls, later, too_long, total = [], [], [], startup
+  for part in by_priority([p for p in parts if p.name not in done], priority):
+    if overhead + part.minutes > limit:
+      too_long.append(part)
+    elif calls and calls[-1].minutes + part.minutes <= limit and total + part.minutes <= budget:
+      calls[-1] = Call(calls[-1].parts + [part], calls[-1].minutes + part.minutes)
+      total += part.minutes
+    elif total + overhead + part.minutes <= budget:
+      calls.append(Call([part], overhead + part.minutes))
+      total += overhead + part.minutes
+    else:
+      later.append(part)
+  return Plan(calls, later, too_long, total, budget, startup, overhead, limit)
+
+
+def describe(plan, out, smoke=False):
+  """The plan as `--budget` prints it: each call with its command, the total, the rest."""
+
+  def listed(parts):
+    return ', '.join(f'{p.name} ({p.minutes:g})' for p in parts)
+
+  smoke = ' --smoke' if smoke else ''
+  flags = f'--out {out}{smoke} --call-minutes {plan.limit - plan.overhead:g}'
+  lines = [
+    f'GPU plan for a {plan.budget:g}-minute slot (expected minutes on an H100): start-up '
+    f'{plan.startup:g} min, then calls of at most {plan.limit:g} min each, {plan.overhead:g} min '
+    'of each for its transfer and start'
+  ]
+  for i, call in enumerate(plan.calls, 1):
+    lines.append(f'call {i} ({call.minutes:g} min): {listed(call.parts)}')
+    names = ','.join(p.name for p in call.parts)
+    lines.append(f'  python -m benchmarks.gpu_evidence --part {names} {flags}')
+  if not plan.calls:
+    rest = plan.later or plan.too_long
+    lines.append('no part fits this slot' if rest else 'nothing to run: every part is completed')
+  parts = sum(len(c.parts) for c in plan.calls)
+  lines.append(
+    f'planned: {plan.total:g} of {plan.budget:g} min ({len(plan.calls)} call(s), {parts} part(s))'
   )
-  print('\n'.join(gpu_plan.describe(plan, out, args.smoke)))
-  return 0
-
-
-def keep_off_the_gpu():
-  """This process reads run records (Orbax, which starts JAX) between the parts: on the CPU, so
-  that it never takes GPU memory from the commands (JAX would preallocate 75 % of it). Only this
-  process: the commands' environment is left as it is."""
-  import jax
-
-  jax.config.update('jax_platforms', 'cpu')
+  if plan.later:
+    minutes = sum(p.minutes for p in plan.later)
+    lines.append(f'next slot ({len(plan.later)} part(s), {minutes:g} min): {listed(plan.later)}')
+  if plan.too_long:
+    lines.append('longer than a call (split them): ' + ','.join(p.name for p in plan.too_long))
+  return lines
 
 
 def parse_args(argv):
   p = argparse.ArgumentParser(
-    prog='python -m benchmarks.gpu_evidence',
-    description='The GPU agenda as one program: every GPU measurement this project waits for, '
-    'in parts of less than 9 minutes on an H100, written into one folder to bring back.',
+    prog='python -m benchmarks.gpu_evidence', description=common.description(__doc__)
   )
-  p.add_argument('--list', action='store_true', help='print each part and its minutes on an H100')
-  p.add_argument(
-    '--budget',
-    type=float,
-    default=None,
-    metavar='MIN',
-    help='print the plan of a slot of MIN minutes of device time (start-up counted; '
-    'the parts not completed in --out): its calls, their commands, what is left for '
-    'the next slot; runs nothing',
-  )
-  p.add_argument(
-    '--startup-minutes',
-    type=float,
-    default=gpu_plan.STARTUP_MINUTES,
-    help="a fresh machine's start-up, counted once in --budget (default %(default)s)",
-  )
-  p.add_argument(
-    '--part',
-    default=None,
-    help="'all' (by what their figures are worth) or comma-separated part names, run in that order",
-  )
-  p.add_argument('--out', default=None, help='the evidence folder (one per machine)')
-  p.add_argument(
-    '--smoke', action='store_true', help='toy sizes on CPU (every part, unless --part names some)'
-  )
+  p.add_argument('--list', action='store_true', help='each part and its minutes on an H100')
+  p.add_argument('--budget', type=float, metavar='MIN', help='plan a MIN-minute slot; runs nothing')
+  p.add_argument('--part', help="'all' or part names, comma-separated, run in that order")
+  p.add_argument('--out', help='the evidence folder (one per machine)')
+  p.add_argument('--smoke', action='store_true', help='toy sizes on CPU (every part by default)')
   p.add_argument('--force', action='store_true', help='run parts already completed again')
+  stop = 'a part still running after this is stopped (default %(default)s)'
+  p.add_argument('--part-minutes', type=float, default=PART_MINUTES, help=stop)
+  p.add_argument('--call-minutes', type=float, help='start only parts expected to end within it')
   p.add_argument(
-    '--part-minutes',
-    type=float,
-    default=PART_MINUTES,
-    help='a part still running after this is stopped (status: timed out)',
-  )
-  p.add_argument(
-    '--call-minutes',
-    type=float,
-    default=None,
-    help='start a part only if its expected minutes on an H100 end within this many '
-    "minutes of the command's start (the rest: the next call); not in --smoke",
-  )
-  p.add_argument(
-    '--pack',
-    default=None,
-    metavar='FILE.tar.gz',
-    help='write the evidence folder, without training states, to this archive',
+    '--pack', metavar='FILE', help='write --out there as a .tar.gz, no training states'
   )
   args = p.parse_args(argv)
-  for name in ('budget', 'startup_minutes', 'part_minutes', 'call_minutes'):
+  for name in ('budget', 'part_minutes', 'call_minutes'):
     value = getattr(args, name)
     if value is not None and not 0 <= value < float('inf'):
       common.fail(f'--{name.replace("_", "-")}={value}: give a number of minutes, 0 or more')
   return args
 
 
-def fits(part, start, call_minutes, smoke):
-  """Whether `part` may start now under --call-minutes (always in smoke mode or without it)."""
-  if smoke or call_minutes is None:
-    return True
-  return (time.time() - start) / 60 + part.minutes <= call_minutes
+def parts_named(names):
+  """'all' (by PRIORITY) or comma-separated names, in the order given; one line on a bad one."""
+  known = {p.name: p for p in PARTS}
+  wanted = [n.strip() for n in names.split(',') if n.strip()]
+  if wanted == ['all']:
+    return by_priority(PARTS, PRIORITY)
+  if set(wanted) - set(known) or not wanted or len(set(wanted)) != len(wanted):
+    common.fail(
+      f'--part={names}: give all or part names among {", ".join(known)} (--list), each once'
+    )
+  return [known[n] for n in wanted]
 
 
 def main(argv=None):
   args = parse_args(argv)
   if args.list:
-    list_parts()
+    for p in PARTS:
+      print(f'{p.name:30s} {p.minutes:4.1f} min  {p.what}')
+    print(f'{len(PARTS)} parts, {sum(p.minutes for p in PARTS):g} minutes on an H100 in all')
     return 0
   if args.budget is not None:
-    return print_plan(args)
+    out = args.out if args.out and os.path.isdir(args.out) else None
+    done = {p.name for p in PARTS if out and is_done(read_status(out, p.name), args.smoke)}
+    plan = make_plan(PARTS, PRIORITY, args.budget, done)
+    print('\n'.join(describe(plan, args.out or 'runs/gpu_evidence', args.smoke)))
+    return 0
   if not args.out:
     common.fail('--out: give the evidence folder, e.g. --out runs/gpu_evidence')
   if args.pack:
     if not os.path.isdir(args.out):
       common.fail(f'--out={args.out}: no evidence folder there to pack')
-    print(f'wrote {args.pack}: {pack(args.out, args.pack) / 2**20:.1f} MiB')
+    try:
+      print(f'wrote {args.pack}: {pack(args.out, args.pack) / 2**20:.1f} MiB')
+    except ValueError as e:  # a folder, a file this project did not write, a full disk
+      common.fail(str(e))
     return 0
   if not args.part and not args.smoke:
     common.fail('--part: give all or part names (--list), or --smoke')
-  parts = parts_named(args.part or 'all')
+  parts, out = parts_named(args.part or 'all'), os.path.abspath(args.out)
+  names = SUMMARY_FILES + [n for part in parts for n in part_files(part, out, args.smoke)]
+  try:  # a file of the user's where a part would write: refused before any part runs
+    with files.Destination(out, command='gpu_evidence', may_write=names):
+      pass
+  except ValueError as e:
+    common.fail(str(e))
   if args.smoke:  # before anything here starts JAX
     os.environ.update(SMOKE_ENV)
-    os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', os.path.join(steps.REPO, '.jax_cache'))
-  else:
-    keep_off_the_gpu()
-  out = os.path.abspath(args.out)
-  os.makedirs(out, exist_ok=True)
+    os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', os.path.join(REPO, '.jax_cache'))
+  else:  # this process reads run records (Orbax starts JAX): on the CPU, never on the GPU
+    import jax
+
+    jax.config.update('jax_platforms', 'cpu')
   failed, start, left = 0, time.time(), []
   for part in parts:
     if is_done(read_status(out, part.name), args.smoke) and not args.force:
       print(f'{part.name}: completed already (skipped; --force runs it again)')
       continue
-    if left or not fits(part, start, args.call_minutes, args.smoke):
+    late = not args.smoke and args.call_minutes is not None
+    if left or (late and (time.time() - start) / 60 + part.minutes > args.call_minutes):
       left.append(part.name)
       continue
     print(f'{part.name}: running (expected {part.minutes:g} min on an H100)', flush=True)
     status = run_part(part, out, args.smoke, args.part_minutes)
     failed += status['status'] != 'completed'
-    print(
-      f'{part.name}: {status["status"]} in {status["minutes"]} min: {status["headline"]}',
-      flush=True,
-    )
+    print(f'{part.name}: {status["status"]} in {status["minutes"]} min: {status["headline"]}')
     write_summary(out)
   write_summary(out)
   if left:

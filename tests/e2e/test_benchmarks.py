@@ -8,14 +8,7 @@ import sys
 
 import pytest
 
-from benchmarks import (
-  bench_emulate,
-  bench_feed,
-  bench_resume_metrics,
-  bench_step,
-  bench_vs_torch,
-  profile_step,
-)
+from benchmarks import bench_conv, bench_input, bench_step, bench_stop_latency
 from numerics import emulate
 from tests.conftest import ROOT
 
@@ -28,7 +21,7 @@ def test_every_benchmark_flag_is_spelt_with_hyphens():
   flags = {}
   for path in glob.glob(os.path.join(ROOT, 'benchmarks', '*.py')):
     with open(path, encoding='utf-8') as f:
-      for flag in re.findall(r"add_argument\(\s*'(--[^']+)'", f.read()):
+      for flag in re.findall(r"'(--[A-Za-z][\w-]*)'", f.read()):  # add_argument's, tables'
         flags.setdefault(flag, os.path.basename(path))
   assert '--image-size' in flags and '--batch' in flags
   assert not {flag: where for flag, where in flags.items() if '_' in flag}
@@ -84,9 +77,11 @@ def test_bench_step_refuses_bad_input_in_one_line(capsys):
 
 
 def test_bench_emulate_compares_native_reference_and_fast(capsys, keep_matmul_precision):
-  bench_emulate.main(
+  bench_step.main(
     TINY
     + [
+      '--mode',
+      'emulate',
       '--windows',
       '1',
       '--warmup',
@@ -113,7 +108,7 @@ def test_bench_emulate_compares_native_reference_and_fast(capsys, keep_matmul_pr
 
 def test_bench_emulate_native_variant_of_each_format():
   def native(fmt, platform):
-    return bench_emulate.variants([fmt], platform)[fmt]['native']
+    return bench_step.emulate_variants([fmt], platform)[fmt]['native']
 
   assert native('bf16', 'tpu') == (
     ('numerics.conv_format', 'native'),
@@ -126,7 +121,7 @@ def test_bench_emulate_native_variant_of_each_format():
   assert native('f32', 'gpu')[2] == ('numerics.matmul_precision', 'highest')
   assert native('bf16', 'gpu')[2] == ('numerics.compute_dtype', 'bfloat16')
   assert native('tf32', 'cpu') is None and native('bf16_3x', 'gpu') is None
-  plan = bench_emulate.variants(['f32', 'tf32'], 'gpu')
+  plan = bench_step.emulate_variants(['f32', 'tf32'], 'gpu')
   assert plan['f32']['fast'] is None and plan['tf32']['fast'] == (
     ('numerics.conv_format', 'tf32'),
     ('numerics.dense_format', 'tf32'),
@@ -135,7 +130,7 @@ def test_bench_emulate_native_variant_of_each_format():
 
 
 def test_bench_vs_torch_runs(capsys, keep_matmul_precision):
-  bench_vs_torch.main(TINY + ['--rounds', '2', '--warmup', '0', '--no-compile'])
+  bench_step.main(['--mode', 'torch', *TINY, '--windows', '2', '--warmup', '0', '--no-compile'])
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[-1].startswith('speedup_vs_torch=') and float(lines[-1].split('=')[1]) > 0
   assert any(line.startswith('| torch eager |') for line in lines)
@@ -152,7 +147,7 @@ def test_analytic_flops_match_reference():
 
 
 def test_bench_feed_runs_every_feed(capsys, keep_matmul_precision):
-  bench_feed.main(TINY + ['--windows', '2', '--warmup', '1', '--examples', '24'])
+  bench_step.main(TINY + ['--mode', 'feed', '--windows', '2', '--warmup', '1', '--examples', '24'])
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[-1].startswith('real_vs_synthetic=') and float(lines[-1].split('=')[1]) > 0
   assert [
@@ -161,13 +156,15 @@ def test_bench_feed_runs_every_feed(capsys, keep_matmul_precision):
 
 
 def test_profile_step_summarises_the_trace(capsys, keep_matmul_precision, tmp_path):
-  profile_step.main(TINY + ['--warmup', '1', '--devices', '1', '--trace-dir', str(tmp_path)])
+  bench_step.main(
+    TINY + ['--mode', 'profile', '--warmup', '1', '--devices', '1', '--trace-dir', str(tmp_path)]
+  )
   lines = capsys.readouterr().out.strip().splitlines()
   fraction = float(lines[-1].split('=')[1])
   assert lines[-1].startswith('device_busy_fraction=') and 0 < fraction <= 1
   text = '\n'.join(lines)
   assert '| convolution |' in text or '| matmul |' in text  # the step's products were seen
-  assert profile_step.find_trace(str(tmp_path)).endswith('perfetto_trace.json.gz')
+  assert bench_step.find_trace(str(tmp_path)).endswith('perfetto_trace.json.gz')
 
 
 def test_profile_summary_arithmetic():
@@ -179,9 +176,9 @@ def test_profile_summary_arithmetic():
     {'ph': 'M', 'pid': 1, 'name': 'process_name', 'args': {'name': '/device:GPU:0'}},
     {'ph': 'M', 'pid': 2, 'name': 'process_name', 'args': {'name': '/host:CPU'}},
   ]
-  device, source = profile_step.device_events(events)
+  device, source = bench_step.device_events(events)
   assert source == 'device' and len(device) == 3
-  s = profile_step.summarize(device, steps=2)
+  s = bench_step.trace_summary(device, steps=2)
   assert s['busy'] == 12.5 and s['span'] == 20 and s['kernel_sum'] == 15  # union of [0,15], [30,40]
   assert s['by_category'] == {'convolution': 5, 'elementwise fusion': 5, 'reduction fusion': 5}
 
@@ -207,7 +204,7 @@ ENTRY %main (a: f32[4,4]) -> f32[4,4] {
 
 
 def test_kernels_are_classified_by_the_hlo_they_run():
-  cats = profile_step.hlo_categories(HLO)
+  cats = bench_step.hlo_categories(HLO)
   assert cats['ynn_fusion.1'] == 'reduction fusion'  # the name says nothing; the body reduces
   assert cats['loop_fusion'] == 'copy/transpose'
   assert cats['conv.3'] == 'convolution' and cats['dot.1'] == 'matmul'
@@ -220,16 +217,18 @@ def test_kernels_are_classified_by_the_hlo_they_run():
     'name': 'sm90_kernel_x',
     'args': {'hlo_op': 'conv.3'},
   }
-  assert profile_step.event_category(kernel, cats) == 'convolution'
-  assert profile_step.event_category({'name': 'sm90_xmma_gemm_bf16', 'args': {}}, {}) == 'matmul'
+  assert bench_step.event_category(kernel, cats) == 'convolution'
+  assert bench_step.event_category({'name': 'sm90_xmma_gemm_bf16', 'args': {}}, {}) == 'matmul'
 
 
 def test_step_benchmarks_import_no_tensorflow(subprocess_env):
   """The GPU image has no TensorFlow or tensorboardX: the step benchmarks must run without them
-  (ml_collections, which the config loader needs, is carried there as a wheel: BENCHMARKS.md)."""
+  (ml_collections, which the config loader needs, is carried there as a wheel: BENCHMARKS.md).
+  Their heavy imports are made where they run, so a toy step is run, not only imported."""
   code = (
-    'import sys; import benchmarks.bench_step, benchmarks.bench_feed, benchmarks.bench_conv, '
-    'benchmarks.profile_step, benchmarks.bench_vs_torch, benchmarks.bench_emulate; '
+    'import sys; from benchmarks import bench_conv, bench_step; '
+    "bench_step.main(['--image-size', '8', '--stem', 'small', '--width', '0.125', '--batch', '8', "
+    "'--steps', '1', '--windows', '1', '--warmup', '0', '--num-classes', '10']); "
     "print(sorted(m for m in ('tensorflow', 'tensorboardX') if m in sys.modules))"
   )
   out = subprocess.run(
@@ -268,9 +267,53 @@ def test_bench_analysis_times_after_every_import_of_the_tools(subprocess_env):
 
 
 def test_bench_resume_metrics_reads_the_file_it_resumes_and_keeps_it(tmp_path, capsys):
-  bench_resume_metrics.main(['--workdir', str(tmp_path), '--size-mb', '0.2'])
+  bench_stop_latency.main(['--resume-metrics', str(tmp_path), '--size-mb', '0.2'])
   row = capsys.readouterr().out.strip().splitlines()[-1].split('|')
   size_before = os.path.getsize(tmp_path / 'metrics.jsonl')
   assert int(row[2].replace(',', '')) > 1000 and float(row[4]) > 0
-  bench_resume_metrics.main(['--workdir', str(tmp_path), '--size-mb', '0.2'])  # reuses the file
+  bench_stop_latency.main(['--resume-metrics', str(tmp_path), '--size-mb', '0.2'])  # reused
   assert os.path.getsize(tmp_path / 'metrics.jsonl') == size_before  # every record kept
+
+
+def test_a_flag_of_another_mode_is_refused_in_one_line(capsys):
+  """One program, several modes: a mode's own flag given in another would go silently unused."""
+  for main, argv, message in (
+    (bench_step.main, ['--formats', 'bf16'], '--formats belongs to --mode emulate'),
+    (bench_conv.main, ['--size', '8'], '--size belongs to --pool'),
+    (bench_stop_latency.main, ['--size-mb', '1'], '--size-mb belongs to --resume-metrics'),
+  ):
+    with pytest.raises(SystemExit) as exit_info:
+      main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1 and err[0].startswith(f'error: {message}')
+
+
+def test_resume_metrics_refuses_a_metrics_file_it_did_not_write(tmp_path, capsys):
+  user = tmp_path / 'metrics.jsonl'
+  user.write_text('{"kind": "train", "step": 1}\n')
+  user.chmod(0o600)
+  with pytest.raises(SystemExit) as exit_info:
+    bench_stop_latency.main(['--resume-metrics', str(tmp_path), '--size-mb', '0.01'])
+  assert exit_info.value.code == 2 and 'metrics.jsonl' in capsys.readouterr().err
+  assert (
+    user.read_text() == '{"kind": "train", "step": 1}\n' and user.stat().st_mode & 0o777 == 0o600
+  )
+
+
+def test_bench_input_leaves_the_users_files_in_its_workdir(tmp_path, capsys):
+  """A folder holding the user's files where the fixture would go is refused; a file of the user's
+  beside the fixture stays, byte for byte, after a run (which removes only what it generated)."""
+  (tmp_path / 'files').mkdir()
+  (tmp_path / 'files' / 'mine.txt').write_text('keep')
+  tiny = ['--workdir', str(tmp_path), '--images', '40', '--identities', '8', '--image-size', '8']
+  tiny += ['--gather-steps', '1', '--batch', '4']
+  with pytest.raises(SystemExit) as exit_info:
+    bench_input.main(tiny)
+  assert exit_info.value.code == 2 and 'holds files but no fixture' in capsys.readouterr().err
+  assert (tmp_path / 'files' / 'mine.txt').read_text() == 'keep'
+  os.rename(tmp_path / 'files' / 'mine.txt', tmp_path / 'mine.txt')
+  (tmp_path / 'files').rmdir()
+  bench_input.main(tiny)
+  assert (
+    sorted(os.listdir(tmp_path)) == ['mine.txt'] and (tmp_path / 'mine.txt').read_text() == 'keep'
+  )

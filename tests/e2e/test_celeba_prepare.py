@@ -1,6 +1,6 @@
 """CelebA pipeline on a generated CelebA-format fixture (CPU), the preparation: concurrent first
 loads, killed preparations and their leftovers, peak memory while decoding, TFDS's buckets and
-an earlier TFDS layout, the disk check, and bench_celeba_full at a tiny size."""
+an earlier TFDS layout, the disk check, and bench_input --images at a tiny size."""
 
 import os
 import shutil
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from tensorflow_datasets.core import shuffle
 
-from benchmarks import bench_celeba_full
+from benchmarks import bench_input
 from input_pipeline import celeba, celeba_files, celeba_fixture, celeba_tfds
 from tests.conftest import ROOT
 from tests.support.celeba_data import copy_fixture, smoke_config
@@ -212,9 +212,9 @@ def test_decoding_peak_rss_does_not_grow_with_the_images(tmp_path, subprocess_en
   assert written.nbytes / 2**20 > 100 and peaks[1] - peaks[0] < RSS_GROWTH_LIMIT_MIB, peaks
 
 
-def test_bench_celeba_full_runs_at_a_tiny_size(tmp_path, capsys):
+def test_bench_input_runs_at_a_tiny_size(tmp_path, capsys):
   workdir = tmp_path / 'bench'
-  bench_celeba_full.main(
+  bench_input.main(
     [
       '--workdir',
       str(workdir),

@@ -1,5 +1,5 @@
 """benchmarks/gpu_evidence.py: the GPU agenda at toy size on CPU, its list, its resumability, its
-pack; the study's seed slices (benchmarks/study_seeds.py); the replicates' headline."""
+pack; the study's seed slices (its get_sweep); the replicates' headline."""
 
 import csv
 import shlex
@@ -9,12 +9,11 @@ import tarfile
 
 import pytest
 
-from benchmarks import gpu_evidence, gpu_plan, study_seeds
-from benchmarks import gpu_evidence_parts as agenda
+from benchmarks import gpu_evidence
 from configs import digits
 from tests.conftest import ROOT
 
-NAMES = [p.name for p in agenda.PARTS]
+NAMES = [p.name for p in gpu_evidence.PARTS]
 
 
 def evidence(args, env, timeout=1200):
@@ -40,7 +39,7 @@ def plan_commands(stdout):
 def done_parts(out):
   return [
     p.name
-    for p in agenda.PARTS
+    for p in gpu_evidence.PARTS
     if gpu_evidence.is_done(gpu_evidence.read_status(str(out), p.name), smoke=True)
   ]
 
@@ -90,7 +89,7 @@ def test_list_names_every_part_with_its_minutes_on_an_h100(capsys):
   assert [line.split()[0] for line in lines[:-1]] == NAMES and len(set(NAMES)) == len(NAMES)
   assert all(0 < float(line.split()[1]) < 9 and line.split()[2] == 'min' for line in lines[:-1])
   assert (
-    lines[-1] == f'{len(NAMES)} parts, {sum(p.minutes for p in agenda.PARTS):g} minutes on '
+    lines[-1] == f'{len(NAMES)} parts, {sum(p.minutes for p in gpu_evidence.PARTS):g} minutes on '
     'an H100 in all'
   )
 
@@ -100,18 +99,18 @@ def fake_part(name, seconds, fail=False):
 
   def steps(ctx):
     return [
-      agenda.Step('one', [sys.executable, '-c', 'print("x=2")']),
-      agenda.Step('two', [sys.executable, '-c', code]),
+      gpu_evidence.Step('one', [sys.executable, '-c', 'print("x=2")']),
+      gpu_evidence.Step('two', [sys.executable, '-c', code]),
     ]
 
-  return agenda.Part(name, 1, 'a test part', steps, agenda.key_values)
+  return gpu_evidence.Part(name, 1, 'a test part', steps, gpu_evidence.key_values)
 
 
 def test_a_part_stopped_midway_is_not_done_and_runs_again(tmp_path, monkeypatch, capsys):
   """A failed or timed-out command leaves the part undone (its first command's output does not
   count); the next call runs it from its first command; a completed part is then skipped."""
   parts = [fake_part('slow', 30), fake_part('failing', 0, fail=True)]
-  monkeypatch.setattr(agenda, 'PARTS', parts)
+  monkeypatch.setattr(gpu_evidence, 'PARTS', parts)
   assert gpu_evidence.main(['--part', 'all', '--out', str(tmp_path), '--part-minutes', '0.02']) == 1
   statuses = {r['part']: r['status'] for r in gpu_evidence.summary_rows(str(tmp_path))}
   assert statuses == {'slow': 'timed out', 'failing': 'failed: two: exit 1'}
@@ -154,16 +153,16 @@ def test_pack_keeps_records_and_logs_but_not_training_states(tmp_path):
 
 def test_study_slices_run_the_studys_arms_over_the_chosen_seeds():
   arms = digits.study_arms(digits.get_config('study').batch_size)
-  sweep = study_seeds.get_sweep('study,seeds=16,only=4-7')
+  sweep = gpu_evidence.get_sweep('study,seeds=16,only=4-7')
   assert sweep == [{**arm, 'seed': s} for arm in arms for s in range(4, 8)]
-  assert len(study_seeds.get_sweep('study,seeds=16')) == 16 * len(arms)
-  assert study_seeds.get_sweep('smoke,arms=1,seeds=1') == [{**arms[0], 'seed': 0}]
-  assert study_seeds.get_study('study,seeds=16,only=0-3') == {
+  assert len(gpu_evidence.get_sweep('study,seeds=16')) == 16 * len(arms)
+  assert gpu_evidence.get_sweep('smoke,arms=1,seeds=1') == [{**arms[0], 'seed': 0}]
+  assert gpu_evidence.get_study('study,seeds=16,only=0-3') == {
     **digits.get_study('study'),
     'seeds': 16,
   }
   assert (
-    study_seeds.get_config('study,seeds=16,only=4-7,seed=3').to_dict()
+    gpu_evidence.get_config('study,seeds=16,only=4-7,seed=3').to_dict()
     == digits.get_config('study,seed=3').to_dict()
   )
   for arg, message in (
@@ -171,7 +170,7 @@ def test_study_slices_run_the_studys_arms_over_the_chosen_seeds():
     ('study,seeds=0', 'seeds=0: give a positive whole number'),
   ):
     with pytest.raises(ValueError, match=message):
-      study_seeds.get_sweep(arg)
+      gpu_evidence.get_sweep(arg)
 
 
 def test_replicate_headline_counts_identical_states_and_accuracy_gaps(monkeypatch):
@@ -192,8 +191,8 @@ def test_replicate_headline_counts_identical_states_and_accuracy_gaps(monkeypatc
       'z/seed0': record(4, 0.9),
     },
   }
-  monkeypatch.setattr(agenda, 'records', roots.get)
-  assert agenda.replicate_line('a', 'b') == (
+  monkeypatch.setattr(gpu_evidence, 'records', roots.get)
+  assert gpu_evidence.replicate_line('a', 'b') == (
     '3 same-seed pairs: bit-identical final states 1, equal test accuracy 2, largest '
     'accuracy difference 0.50 pp'
   )
@@ -207,11 +206,11 @@ def test_runs_headline_counts_completed_runs_and_their_accuracy(monkeypatch):
     'c/seed5': {'status': 'failed', 'seed': 5, 'final': {}},
     'd/seed6': None,
   }
-  monkeypatch.setattr(agenda, 'records', lambda root: runs)
-  assert agenda.runs_line('r', range(4, 8)) == (
+  monkeypatch.setattr(gpu_evidence, 'records', lambda root: runs)
+  assert gpu_evidence.runs_line('r', range(4, 8)) == (
     '2 of 3 runs completed; test accuracy mean 96.00 % (95.00-97.00)'
   )
-  assert agenda.runs_line('r').startswith('3 of 4 runs completed; test accuracy mean 94.00 %')
+  assert gpu_evidence.runs_line('r').startswith('3 of 4 runs completed; test accuracy mean 94.00 %')
 
 
 def test_a_missing_tool_fails_the_part_naming_it_and_a_resume_runs_it_again(
@@ -224,7 +223,7 @@ def test_a_missing_tool_fails_the_part_naming_it_and_a_resume_runs_it_again(
   fake = tmp_path / 'python'
   fake.write_text('#!/bin/bash\necho "$0: No module named pytest" >&2\nexit 1\n')
   fake.chmod(0o755)
-  monkeypatch.setattr(agenda, 'PY', str(fake))
+  monkeypatch.setattr(gpu_evidence, 'PY', str(fake))
   assert gpu_evidence.main(['--part', 'gpu_tier', '--out', str(tmp_path / 'ev')]) == 1
   status = gpu_evidence.read_status(str(tmp_path / 'ev'), 'gpu_tier')
   assert status['status'] == (
@@ -247,14 +246,16 @@ def test_a_benchmark_without_its_result_line_is_not_done(tmp_path, monkeypatch):
 
   def steps(ctx):
     return [
-      agenda.Step(
+      gpu_evidence.Step(
         'bench_pool',
         [sys.executable, '-c', 'print("table only")'],
-        expect=agenda.result_line('pool_speedup'),
+        expect=gpu_evidence.result_line('pool_speedup'),
       )
     ]
 
-  monkeypatch.setattr(agenda, 'PARTS', [agenda.Part('pool', 1, 'x', steps, agenda.key_values)])
+  monkeypatch.setattr(
+    gpu_evidence, 'PARTS', [gpu_evidence.Part('pool', 1, 'x', steps, gpu_evidence.key_values)]
+  )
   assert gpu_evidence.main(['--part', 'pool', '--out', str(tmp_path)]) == 1
   assert gpu_evidence.read_status(str(tmp_path), 'pool')['status'] == (
     'failed: bench_pool: no pool_speedup=<number> result line'
@@ -262,7 +263,7 @@ def test_a_benchmark_without_its_result_line_is_not_done(tmp_path, monkeypatch):
 
 
 def planted(*minutes):
-  return [agenda.Part(f'p{i}', m, 'x', None, None) for i, m in enumerate(minutes)]
+  return [gpu_evidence.Part(f'p{i}', m, 'x', None, None) for i, m in enumerate(minutes)]
 
 
 def test_the_plan_fills_calls_in_priority_order_within_the_budget_and_the_call_limit():
@@ -271,13 +272,13 @@ def test_the_plan_fills_calls_in_priority_order_within_the_budget_and_the_call_l
   p2 (2) joins call 1 (7.5; total 10.5); p3 (9) is longer than any call; p4 (1) joins call 1
   (8.5; total 11.5). Priority p4 first instead: it opens call 1 and p0 joins it."""
   parts = planted(5, 5, 2, 9, 1)
-  plan = gpu_plan.make_plan(
+  plan = gpu_evidence.make_plan(
     parts, ['p0', 'p1', 'p2', 'p3', 'p4'], 12, startup=3, limit=9, overhead=0.5
   )
   assert [[p.name for p in c.parts] for c in plan.calls] == [['p0', 'p2', 'p4']]
   assert [c.minutes for c in plan.calls] == [8.5] and plan.total == 11.5
   assert [p.name for p in plan.later] == ['p1'] and [p.name for p in plan.too_long] == ['p3']
-  plan = gpu_plan.make_plan(
+  plan = gpu_evidence.make_plan(
     parts, ['p4', 'p0', 'p1', 'p2', 'p3'], 12, done={'p2'}, startup=3, limit=9, overhead=0.5
   )
   assert [[p.name for p in c.parts] for c in plan.calls] == [['p4', 'p0']]
@@ -288,16 +289,18 @@ def test_the_15_minute_plan_puts_the_headline_figures_first_and_lists_the_rest(c
   """The study's batch first (determinism, then torch.compile), then a study slice with its
   predictions; every call within 9 minutes, the slot within 15 with its start-up; each part
   planned once or left for the next slot; with those done, the next plan starts where it left."""
-  assert sorted(agenda.PRIORITY) == sorted(NAMES)
-  plan = gpu_plan.make_plan(agenda.PARTS, agenda.PRIORITY, 15)
+  assert sorted(gpu_evidence.PRIORITY) == sorted(NAMES)
+  plan = gpu_evidence.make_plan(gpu_evidence.PARTS, gpu_evidence.PRIORITY, 15)
   calls = [[p.name for p in c.parts] for c in plan.calls]
   assert calls == [['determinism_2048', 'vs_torch_2048'], ['study_seeds_0_1']]
-  assert all(c.minutes <= gpu_plan.CALL_MINUTES for c in plan.calls)
-  assert plan.total == gpu_plan.STARTUP_MINUTES + sum(c.minutes for c in plan.calls) <= 15
+  assert all(c.minutes <= gpu_evidence.CALL_MINUTES for c in plan.calls)
+  assert plan.total == gpu_evidence.STARTUP_MINUTES + sum(c.minutes for c in plan.calls) <= 15
   later = [p.name for p in plan.later]
   assert sorted(sum(calls, []) + later) == sorted(NAMES) and not plan.too_long
-  assert later == [n for n in agenda.PRIORITY if n not in sum(calls, [])]
-  following = gpu_plan.make_plan(agenda.PARTS, agenda.PRIORITY, 15, done=set(sum(calls, [])))
+  assert later == [n for n in gpu_evidence.PRIORITY if n not in sum(calls, [])]
+  following = gpu_evidence.make_plan(
+    gpu_evidence.PARTS, gpu_evidence.PRIORITY, 15, done=set(sum(calls, []))
+  )
   assert [p.name for c in following.calls for p in c.parts] == later[
     : len([p for c in following.calls for p in c.parts])
   ]
@@ -314,7 +317,7 @@ def test_the_15_minute_plan_puts_the_headline_figures_first_and_lists_the_rest(c
 def test_call_minutes_starts_only_the_parts_that_end_within_the_call(tmp_path, monkeypatch, capsys):
   parts = [fake_part('first', 0), fake_part('second', 0)]
   parts[1] = parts[1]._replace(minutes=8.6)  # 0 min elapsed + 8.6 > 8.5
-  monkeypatch.setattr(agenda, 'PARTS', parts)
+  monkeypatch.setattr(gpu_evidence, 'PARTS', parts)
   assert (
     gpu_evidence.main(['--part', 'first,second', '--out', str(tmp_path), '--call-minutes', '8.5'])
     == 1
@@ -323,3 +326,25 @@ def test_call_minutes_starts_only_the_parts_that_end_within_the_call(tmp_path, m
   assert 'first: completed' in printed and 'second: running' not in printed
   assert 'not started (past --call-minutes 8.5): second' in printed
   assert gpu_evidence.read_status(str(tmp_path), 'second') is None
+
+
+def test_the_users_files_in_the_evidence_folder_are_refused_or_left_alone(tmp_path, monkeypatch):
+  """A file of the user's where the program would write (a part's output, the summary) is refused
+  before any part runs, byte for byte unchanged; a file beside the outputs stays as it was."""
+  monkeypatch.setattr(gpu_evidence, 'PARTS', [fake_part('p', 0)])
+  out = tmp_path / 'ev'
+  (out / 'p').mkdir(parents=True)
+  for name, mode in (('p/two.txt', 0o600), ('summary.md', 0o644), ('notes.txt', 0o640)):
+    (out / name).write_text(f'mine: {name}\n')
+    (out / name).chmod(mode)
+  before = {p: (p.read_bytes(), p.stat().st_mode) for p in out.rglob('*') if p.is_file()}
+  with pytest.raises(SystemExit) as exit_info:
+    gpu_evidence.main(['--part', 'p', '--out', str(out)])
+  assert exit_info.value.code == 2
+  assert {p: (p.read_bytes(), p.stat().st_mode) for p in out.rglob('*') if p.is_file()} == before
+  (out / 'p' / 'two.txt').unlink()
+  (out / 'summary.md').unlink()
+  assert gpu_evidence.main(['--part', 'p', '--out', str(out)]) == 0
+  assert (out / 'notes.txt').read_bytes() == b'mine: notes.txt\n'
+  assert (out / 'p' / 'two.txt').read_text() == 'value=1\n' and (out / 'summary.md').exists()
+  assert gpu_evidence.main(['--part', 'p', '--out', str(out), '--force']) == 0  # its own: rewritten

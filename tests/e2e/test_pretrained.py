@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from benchmarks.bench_vs_torch import torch_resnet18
+from benchmarks.bench_step import torch_resnet18
 from models import pretrained, resnet
 from tests.conftest import ROOT
 

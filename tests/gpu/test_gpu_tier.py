@@ -6,7 +6,7 @@
 alone and this module puts --xla_gpu_deterministic_ops=true in XLA_FLAGS before JAX starts, as
 `numerics.gpu_deterministic=True` does for a run (configs/*.py:gpu): every step here compiles
 deterministically unless a test asks otherwise for one compilation (JAX's `compiler_options`, as
-benchmarks/bench_determinism.py does). Run this folder alone: the CPU suite assumes the CPU.
+bench_step --mode determinism does). Run this folder alone: the CPU suite assumes the CPU.
 About two minutes on an H100 (the speed comparison compiles the 224^2 step twice).
 """
 
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from benchmarks import bench_determinism, bench_step
+from benchmarks import bench_step
 from configs import loader, validation
 from experiments import numerics_probe
 from tests.conftest import GPU_TIER
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(
   not GPU_TIER,
   reason='GPU tier: run `GPU_TESTS=1 python -m pytest tests/gpu` on a machine with a GPU',
 )
-OPTION = bench_determinism.OPTION
+OPTION = bench_step.OPTION
 
 
 @pytest.fixture(scope='module', autouse=True)
@@ -54,7 +54,7 @@ def test_the_deterministic_option_reaches_the_gpu_compiler():
   lowered = jax.jit(grad).lower(x)
 
   def ops(*options):
-    return bench_determinism.scatter_and_sort_ops(lowered.compile(*options))
+    return bench_step.scatter_and_sort_ops(lowered.compile(*options))
 
   deterministic, other = ops({OPTION: True}), ops({OPTION: False})
   assert deterministic != other and ops() == deterministic, (deterministic, other)
@@ -92,12 +92,12 @@ def test_gpu_deterministic_steps_repeat_bit_for_bit():
     )
   )
   bench = bench_step.JaxStep(config, jax.devices()[:1])
-  assert bench_determinism.repeats_identically(bench, bench.step, 5)
+  assert bench_step.repeats_identically(bench, bench.step, 5)
 
 
 def test_deterministic_step_within_5_percent_of_the_nondeterministic_one():
   """The study's GPU step (224^2, batch 256, bf16): the one speed assertion of the issue; the
-  benchmark (benchmarks/bench_determinism.py) reports the same ratio at batch 256 and 2048."""
+  benchmark (bench_step --mode determinism) reports the same ratio at batch 256 and 2048."""
   config = validation.resolve(
     loader.load(
       'configs/celeba.py:gpu',
@@ -107,8 +107,8 @@ def test_deterministic_step_within_5_percent_of_the_nondeterministic_one():
   args = argparse.Namespace(
     steps=10, windows=5, warmup=3, repeat_steps=2, num_classes=1000, devices=1
   )
-  bench, results, _ = bench_determinism.measure(args, config)
-  text, ratios = bench_determinism.table(bench, results, args)
+  bench, results, _ = bench_step.determinism_measure(args, config)
+  text, ratios = bench_step.determinism_table(bench, results, args)
   assert results['deterministic']['repeats'] and ratios['deterministic'] >= 0.95, text
 
 

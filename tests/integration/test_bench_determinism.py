@@ -1,16 +1,16 @@
-"""benchmarks/bench_determinism.py runs end to end at a minimal size (on CPU both variants compile
+"""bench_step --mode determinism runs end to end at a minimal size (on CPU both variants compile
 the same program: XLA:CPU is deterministic either way)."""
 
 import pytest
 
-from benchmarks import bench_determinism
+from benchmarks import bench_step
 from trainer import steps
 
-# The smallest step bench_determinism measures: 8x8 images, the small stem, width 0.125, one
+# The smallest step --mode determinism measures: 8x8 images, the small stem, width 0.125, one
 # step in one window on one device.
 TOY_STEP = (
-  '--image-size 8 --stem small --width 0.125 --batch 8 --steps 1 --windows 1 --warmup 0 '
-  '--devices 1 --num-classes 10'
+  '--mode determinism --image-size 8 --stem small --width 0.125 --batch 8 --steps 1 --windows 1 '
+  '--warmup 0 --devices 1 --num-classes 10'
 ).split()
 
 
@@ -20,7 +20,7 @@ def test_bench_determinism_prints_both_variants_and_the_ratio(capsys, monkeypatc
   monkeypatch.setattr(
     steps.Seeded, 'compile', lambda self, *a, **k: compiles.append(a) or compile_step(self, *a, **k)
   )
-  bench_determinism.main([*TOY_STEP, '--repeat-steps', '2'])
+  bench_step.main([*TOY_STEP, '--repeat-steps', '2'])
   assert len(compiles) == 2  # the two variants from one lowering, no unused third
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[-1].startswith('deterministic_vs_nondeterministic=')
@@ -40,7 +40,7 @@ def test_bench_determinism_prints_both_variants_and_the_ratio(capsys, monkeypatc
 def test_the_xla_variants_compile_and_the_autotuned_one_says_why_it_is_absent_on_cpu(capsys):
   """exclude_nondeterministic compiles and runs (the step has no select-and-scatter, which that
   flag refuses); XLA:CPU has no autotuner, so the autotuned variant is left out with its reason."""
-  bench_determinism.main(
+  bench_step.main(
     [
       *TOY_STEP,
       '--repeat-steps',
@@ -51,7 +51,7 @@ def test_the_xla_variants_compile_and_the_autotuned_one_says_why_it_is_absent_on
   )
   lines = capsys.readouterr().out.strip().splitlines()
   rows = [line.split(' |')[0][2:] for line in lines if line.startswith('| ')]
-  assert [r for r in rows if r in bench_determinism.ALL_VARIANTS] == [
+  assert [r for r in rows if r in bench_step.ALL_VARIANTS] == [
     'nondeterministic',
     'exclude_nondeterministic',
   ]
@@ -69,7 +69,7 @@ def test_the_xla_variants_compile_and_the_autotuned_one_says_why_it_is_absent_on
 )
 def test_a_bad_variant_list_is_one_line(variants, message, capsys):
   with pytest.raises(SystemExit) as exit_info:
-    bench_determinism.main(['--variants', variants])
+    bench_step.main(['--mode', 'determinism', '--variants', variants])
   assert exit_info.value.code == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and err[0].startswith('error: ' + message), err

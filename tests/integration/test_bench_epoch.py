@@ -1,14 +1,16 @@
-"""benchmarks/bench_epoch.py runs end to end at a minimal size and prints its table (nothing is
+"""bench_step --mode epoch runs end to end at a minimal size and prints its table (nothing is
 timed against a target)."""
 
 import pytest
 
-from benchmarks import bench_epoch
+from benchmarks import bench_step
 
 
 def test_bench_epoch_prints_each_item_as_a_share_of_the_epoch(capsys, keep_matmul_precision):
-  bench_epoch.main(
+  bench_step.main(
     [
+      '--mode',
+      'epoch',
       '--image-size',
       '8',
       '--stem',
@@ -44,7 +46,7 @@ def test_bench_epoch_prints_each_item_as_a_share_of_the_epoch(capsys, keep_matmu
 
 def test_bench_epoch_refuses_an_epoch_without_a_batch(capsys):
   with pytest.raises(SystemExit) as exit_info:
-    bench_epoch.main(['--batch', '64', '--train-examples', '10'])
+    bench_step.main(['--mode', 'epoch', '--batch', '64', '--train-examples', '10'])
   assert exit_info.value.code == 2
   assert (
     capsys.readouterr().err.strip() == 'error: --train-examples=10: need at least one batch of 64'

@@ -18,7 +18,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from benchmarks import bench_step
+from benchmarks import bench_conv
 from configs import loader, validation
 from experiments import numerics_probe
 from numerics import emulate, ops, rounding
@@ -29,7 +29,7 @@ from trainer import run
 # The fast forms: (format, platform whose form is used). bf16 and bf16_3x have one form everywhere;
 # tf32 has the GPU's (TF32 tensor cores; also CPU's) and the TPU's (4 exact bf16 passes).
 FORMS = [('bf16', 'gpu'), ('bf16_3x', 'gpu'), ('tf32', 'gpu'), ('tf32', 'tpu')]
-CONVS = bench_step.resnet18_convs(224)  # the 11 distinct convolutions of ResNet-18
+CONVS = bench_conv.resnet18_convs(224)  # the 11 distinct convolutions of ResNet-18
 # f32 accumulation-order tolerance: max |fast - reference| <= TOL * max |reference|, per output.
 # (Rounding the operands to another format moves outputs by >= 1e-3 relative: see the control.)
 # Where it comes from: both sides multiply the same rounded operands exactly (bf16 and tf32
@@ -47,7 +47,7 @@ def conv_case(conv, rng, batch=2, out_size=4):
   size = out_size * conv.stride
   x = rng.standard_normal((batch, size, size, conv.cin)).astype(np.float32)
   w = rng.standard_normal((conv.k, conv.k, conv.cin, conv.cout)).astype(np.float32)
-  out = bench_step.conv_out(size, conv.k, conv.stride, conv.pad)
+  out = bench_conv.conv_out(size, conv.k, conv.stride, conv.pad)
   dy = rng.standard_normal((batch, out, out, conv.cout)).astype(np.float32)
   return (conv.stride, conv.pad), x, w, dy
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from benchmarks import bench_pool
+from benchmarks import bench_conv
 from tests.support.pools import (
   KINDS,
   assert_same_as_flax,
@@ -85,8 +85,9 @@ def test_refuses_a_non_nhwc_input_and_a_window_too_large_for_its_offsets():
 
 
 def test_bench_pool_times_both_pools_both_ways(capsys):
-  bench_pool.main(
+  bench_conv.main(
     [
+      '--pool',
       '--batch',
       '2',
       '--size',
