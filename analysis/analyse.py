@@ -20,8 +20,7 @@ import os
 import re
 import sys
 
-from analysis import arguments, attribute, catalogue, cli, output
-from analysis.inputs import csv_input, declaration, declaration_values, results, run_predictions
+from analysis import arguments, attribute, catalogue, cli, declaration, inputs, output
 from analysis.numbers import answer
 from analysis.words import report
 
@@ -47,9 +46,9 @@ def named_columns(args, declared):
 def load(args):
   """(runs table, histories, declaration, source) of the command line."""
   if args.runs:
-    return (*results.load_study(args.runs, args.study), ' '.join(args.runs))
+    return (*inputs.load_study(args.runs, args.study), ' '.join(args.runs))
   declared = declaration.load(args.study) if args.study else {}
-  frame = csv_input.read_csv(
+  frame = inputs.read_csv(
     args.csv, args.metric, args.seed_col, named_columns(args, declared), scale=args.scale
   )
   declaration.check_levels(declared, frame, args.study)
@@ -85,7 +84,7 @@ def given(out, hist, rendered=None):
   return dataclasses.replace(
     parts,
     histories=hist,
-    steps=results.steps_frame(out.runs['run']),
+    steps=inputs.steps_frame(out.runs['run']),
     report_md=text('md'),
     report_tex=text('latex'),
   )
@@ -148,8 +147,8 @@ def analysis_and_histories(args):
       args.scale,
       args.all_pairs,
       source,
-      read_predictions=run_predictions.read_runs if args.runs else None,
-      compare=declaration_values.parse_compare(args.compare),
+      read_predictions=inputs.read_predictions if args.runs else None,
+      compare=declaration.parse_compare(args.compare),
     )
   return out, hist
 

@@ -11,8 +11,7 @@ Reference: docs/statistics.md "Commands".
 
 import sys
 
-from analysis import catalogue, cli
-from analysis.inputs import declaration, declaration_values
+from analysis import catalogue, cli, declaration
 from runrecord import record
 
 RUNS_HELP = 'one or more roots holding the runs (local or gs://, mixed)'
@@ -21,6 +20,29 @@ RUNS_HELP = 'one or more roots holding the runs (local or gs://, mixed)'
 def add_runs_argument(parser, required=False):
   """The --runs ROOT [ROOT ...] flag every reader takes (a parser or a mutually exclusive group)."""
   parser.add_argument('--runs', nargs='+', required=required, metavar='ROOT', help=RUNS_HELP)
+
+
+def add_study_argument(parser):
+  """The --study flag of the commands that read a declaration."""
+  parser.add_argument(
+    '--study',
+    default=None,
+    help="the study's declaration: a study.json, or a config file with "
+    'get_study() (default: the study.json in the roots)',
+  )
+
+
+def add_compare_argument(parser):
+  """The --compare flag of the commands that decompose a platform gap."""
+  parser.add_argument(
+    '--compare',
+    nargs='+',
+    default=None,
+    metavar='A:B',
+    help='platform pairs whose gap A − B is decomposed, the first the question '
+    '(default: the declared compare, else every pair, tpu before gpu before '
+    'cpu); overriding the declared pairs makes the analysis exploratory',
+  )
 
 
 def analyse(argv):
@@ -33,8 +55,8 @@ def analyse(argv):
   src = p.add_mutually_exclusive_group(required=True)
   add_runs_argument(src)
   src.add_argument('--csv', help='a CSV of results, one row per run (analysis.export writes one)')
-  declaration.add_study_argument(p)
-  declaration_values.add_compare_argument(p)
+  add_study_argument(p)
+  add_compare_argument(p)
   p.add_argument(
     '--all-pairs',
     action='store_true',
@@ -131,7 +153,7 @@ def attribute(argv):
     default=[],
     help='platform=level: the profile emulating each platform, e.g. gpu=jax_gpu_default',
   )
-  declaration_values.add_compare_argument(p)
+  add_compare_argument(p)
   p.add_argument('--out', help='folder for ' + catalogue.names(catalogue.ATTRIBUTE))
   return p.parse_args(argv)
 
@@ -143,7 +165,7 @@ def draw(argv):
   )
   add_runs_argument(p, required=True)
   p.add_argument('--out', required=True, help='folder for ' + catalogue.names(catalogue.DRAW))
-  declaration.add_study_argument(p)
+  add_study_argument(p)
   p.add_argument(
     '--group-by',
     nargs='+',

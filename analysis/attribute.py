@@ -14,8 +14,7 @@ input: one `error: ...` line, exit code 2, nothing written.
 Reference: docs/statistics.md "Commands".
 """
 
-from analysis import arguments, catalogue, cli
-from analysis.inputs import csv_input, declaration_values, results
+from analysis import arguments, catalogue, cli, declaration, inputs
 from analysis.numbers import attribution, effects, gap_verdict
 from analysis.words import attribution_text
 
@@ -66,9 +65,9 @@ def main(argv=None):
     cli.fail(e)
   with cli.destination(args.out) as dest:  # locked, written at once (analysis/output.py)
     frame = (
-      results.load_runs(args.runs)
+      inputs.load_runs(args.runs)
       if args.runs
-      else csv_input.read_csv(args.csv, args.metric, args.seed_col, named_columns(args), True)
+      else inputs.read_csv(args.csv, args.metric, args.seed_col, named_columns(args), True)
     )
     out = attribution.factor_attribution(
       frame,
@@ -84,7 +83,7 @@ def main(argv=None):
       ' '.join(args.runs or [args.csv]),
       noise_of=args.noise_of,
       min_share=args.min_share,
-      compare=declaration_values.parse_compare(args.compare),
+      compare=declaration.parse_compare(args.compare),
       compare_flag='--compare',
     )
     print(attribution_text.render(out))

@@ -15,8 +15,7 @@ import sys
 import threading
 import time
 
-from analysis import output
-from analysis.inputs import declaration_values
+from analysis import declaration, output
 
 
 def fail(message, code=2):
@@ -85,10 +84,10 @@ def factor_problem(value):
   )
 
 
-# --margin (declaration_values.margin_problem), --min-share (declaration_values.share_problem:
+# --margin (declaration.margin_problem), --min-share (declaration.share_problem:
 # in (0, 1]), --scale (factor_problem)
-margin_flag = number_flag(declaration_values.margin_problem)
-share_flag = number_flag(declaration_values.share_problem)
+margin_flag = number_flag(declaration.margin_problem)
+share_flag = number_flag(declaration.share_problem)
 scale_flag = number_flag(factor_problem)
 
 

@@ -8,8 +8,7 @@ folder and moved into place at once, under a lock on --out (analysis/output.py).
 Reference: docs/statistics.md "Commands".
 """
 
-from analysis import arguments, catalogue, cli
-from analysis.inputs import results, run_predictions
+from analysis import arguments, catalogue, cli, inputs
 from analysis.numbers import answer
 
 
@@ -24,7 +23,7 @@ def figures(out, hist, folder, steps=None):
   allow, into `folder`; returns the paths. `hist`: its runs' histories; `steps`: their per-step
   table (analysis.inputs.results.load_steps'; None: read from the analysed runs' folders)."""
   if steps is None:
-    steps = results.steps_frame(out.runs['run'])
+    steps = inputs.steps_frame(out.runs['run'])
   given = catalogue.Given(result=out, attribution=out.attribution, histories=hist, steps=steps)
   return catalogue.write(catalogue.DRAW, given, folder)
 
@@ -32,7 +31,7 @@ def figures(out, hist, folder, steps=None):
 def main(argv=None):
   args = parse_args(argv)
   with cli.destination(args.out) as dest:  # locked, drawn at once (analysis/output.py)
-    runs, hist, declared = results.load_study(args.runs, args.study)
+    runs, hist, declared = inputs.load_study(args.runs, args.study)
     out = answer.study_analysis(
       runs,
       declared,
@@ -40,7 +39,7 @@ def main(argv=None):
       args.metric,
       args.margin,
       args.margin_reason,
-      read_predictions=run_predictions.read_runs,
+      read_predictions=inputs.read_predictions,
     )
     written = dest.write(lambda folder: figures(out, hist, folder))
   for path in written:

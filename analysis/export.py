@@ -17,13 +17,12 @@ Reference: docs/statistics.md "Commands".
 
 import os
 
-from analysis import arguments, cli
-from analysis.inputs import declaration, results
+from analysis import arguments, cli, declaration, inputs
 
 
 def relative_runs(runs, roots):
   """The run paths relative to the roots' common parent folder (the roots' own names kept)."""
-  parents = [r.rstrip('/').split('/')[:-1] for r in results.as_roots(roots)]
+  parents = [r.rstrip('/').split('/')[:-1] for r in inputs.as_roots(roots)]
   common = []
   for parts in zip(*parents, strict=False):
     if len(set(parts)) > 1:
@@ -35,7 +34,7 @@ def relative_runs(runs, roots):
 
 def export(roots):
   """The runs table of the roots as exported: empty columns dropped, runs relative."""
-  frame = results.load_runs(roots, checked=False)  # a copy of the table as it is
+  frame = inputs.load_runs(roots, checked=False)  # a copy of the table as it is
   frame = frame.dropna(axis=1, how='all')
   frame['run'] = relative_runs(frame['run'], roots)
   return frame

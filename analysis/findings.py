@@ -18,8 +18,7 @@ import sys
 
 import numpy as np
 
-from analysis import arguments, cli
-from analysis.inputs import csv_input, declaration
+from analysis import arguments, cli, declaration, inputs
 from analysis.numbers import answer, contrasts, gap, stats
 from analysis.words import attribution_text, report, tables
 from analysis.words.attribution_text import interval, signed
@@ -198,7 +197,7 @@ def main(argv=None):
   try:
     declared = declaration.load(args.study)
     margins = args.margins or [declared.get('margin', stats.DEFAULT_MARGIN)]
-    out = answer.study_analysis(csv_input.read_csv(args.csv), declared, margin=margins[0])
+    out = answer.study_analysis(inputs.read_csv(args.csv), declared, margin=margins[0])
     if not out.attribution or not out.attribution.decomposition:
       raise ValueError(
         f'--csv: {args.csv} holds no gap decomposition (runs from two platforms '

@@ -52,7 +52,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from analysis.inputs.labels import seed_key
+from analysis.inputs import seed_key
 from analysis.numbers.agreement_reading import reading, rung, rung_text
 from analysis.numbers.agreement_units import by_unit, disjoint_pairs, seed_row, seeds_of, unit_name
 

@@ -8,7 +8,7 @@ report's first page (analysis/analyse.py writes the CSVs and the ladder figure).
   section = from_analysis(out, answer.labels(out))  # an analysis.numbers.result.Analysis: its pairs
 
 Each run's predictions are those of the step its results came from (analysis/inputs/
-run_predictions.py read); a run without them there (none saved, none at that step, a damaged item)
+inputs.py read); a run without them there (none saved, none at that step, a damaged item)
 is listed in `missing` and left out of these sections only, its reason counted on the first page;
 with none at all the summary says so and the tables that need them are empty, while the
 training-loss table (from the runs table) is still there.
@@ -20,7 +20,7 @@ import itertools
 
 import pandas as pd
 
-from analysis.inputs import run_predictions
+from analysis import inputs
 from analysis.numbers import agreement, agreement_pairs, calibration, per_class, result, variance
 from runrecord import rules
 
@@ -29,7 +29,7 @@ def loaded(runs, load):
   """[(predictions, None) or (None, why)] of each run of `runs` from `load` (run folder ->
   predictions dict or None; None: no run has any, a CSV)."""
   return [
-    (pred, None) if pred is not None else (None, run_predictions.NONE_SAVED)
+    (pred, None) if pred is not None else (None, inputs.NONE_SAVED)
     for pred in map(load or (lambda run: None), runs['run'])
   ]
 
@@ -72,9 +72,9 @@ def load_entries(runs, load=None, read=None):
 def summary_line(table, missing, total, left_out=(), labels=None):
   """agreement.summary's first-page line, the runs left out counted by reason (run_predictions)
   and the pairs of runs on different test sets (agreement.left_out_text) counted too."""
-  reasons = collections.Counter(run_predictions.kind(why) for _, why in missing)
+  reasons = collections.Counter(inputs.reason_kind(why) for _, why in missing)
   apart = agreement.left_out_text(left_out, labels)
-  if not missing or set(reasons) == {run_predictions.NONE_SAVED}:
+  if not missing or set(reasons) == {inputs.NONE_SAVED}:
     line = agreement.summary(table, len(missing), total)
   elif len(missing) == total:
     counted = ', '.join(f'{n} {why}' for why, n in reasons.most_common())

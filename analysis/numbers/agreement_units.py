@@ -7,7 +7,7 @@ Reference: docs/statistics.md "Agreement between models".
 
 import numpy as np
 
-from analysis.inputs.labels import seed_key
+from analysis.inputs import seed_key
 from analysis.numbers import inference
 
 

@@ -15,8 +15,8 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from analysis.inputs import declaration, run_predictions
-from analysis.inputs.labels import seed_text
+from analysis import declaration, inputs
+from analysis.inputs import seed_text
 from analysis.numbers import (
   agreement_section,
   attribution,
@@ -128,7 +128,7 @@ def study_analysis(
   scale: Optional[float] = None,
   all_pairs: bool = False,
   source: str = '',
-  read_predictions: Optional[Callable[[pd.DataFrame], list[run_predictions.Read]]] = None,
+  read_predictions: Optional[Callable[[pd.DataFrame], list[inputs.Read]]] = None,
   compare: Optional[Sequence[Sequence[str]]] = None,
 ) -> result.Analysis:
   """The whole analysis of a study's runs table: every number its report, tables and figures show.

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from analysis.inputs.columns import resolve_column
+from analysis.declaration import resolve_column
 from analysis.numbers import effects, gap, result, runs_table, stats
 from runrecord import record, rules
 

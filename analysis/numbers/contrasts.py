@@ -11,8 +11,8 @@ Reference: docs/statistics.md "Contrasts and verdicts".
 
 import pandas as pd
 
-from analysis.inputs import declaration
-from analysis.inputs.columns import resolve_column
+from analysis import declaration
+from analysis.declaration import resolve_column
 from analysis.numbers import attribution, stats
 
 

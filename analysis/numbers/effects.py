@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import statsmodels.api as sm
 
-from analysis.inputs import labels
+from analysis import inputs
 from runrecord import record
 
 CSV_COLUMNS = ['term', 'estimate', 'ci_low', 'ci_high', 'p']
@@ -56,7 +56,7 @@ def parse_pairs(items, flag):
 
 def levels(runs, factor):
   """A factor's levels, sorted (numbers numerically)."""
-  return sorted(runs[factor].unique(), key=labels.seed_key)
+  return sorted(runs[factor].unique(), key=inputs.seed_key)
 
 
 def find_factor(name, columns, flag):

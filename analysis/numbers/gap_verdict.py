@@ -37,7 +37,7 @@ Reference: docs/statistics.md "The gap decomposition".
 import numpy as np
 import pandas as pd
 
-from analysis.inputs import declaration
+from analysis import declaration
 from analysis.numbers import inference
 
 VERDICTS = (

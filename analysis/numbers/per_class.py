@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from analysis.inputs.labels import seed_key
+from analysis.inputs import seed_key
 from analysis.numbers import inference
 
 COLUMNS = (

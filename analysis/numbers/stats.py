@@ -42,9 +42,9 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from analysis.inputs import declaration, declaration_values
-from analysis.inputs.columns import resolve_column  # which column a name means (its owner)
-from analysis.inputs.labels import arm_labels, seed_key, seed_text, whole_numbers
+from analysis import declaration
+from analysis.declaration import resolve_column
+from analysis.inputs import arm_labels, seed_key, seed_text, whole_numbers
 from analysis.numbers import inference as inf
 from analysis.numbers import result
 from analysis.numbers.runs_table import (
@@ -350,12 +350,12 @@ def pair_table(prep, arms, margin):
 def margin_choice(margin=None, reason=None, declared=None, declared_reason=None):
   """(margin, reason text): the study's declared margin unless `margin` (--margin) overrides it;
   the default with a note saying it is undeclared when neither is given. Each is checked where it
-  came from (declaration_values.check_margin: a ValueError naming --margin or the study's
+  came from (declaration.check_margin: a ValueError naming --margin or the study's
   margin)."""
   if margin is not None:
-    margin = declaration_values.check_margin(margin, '--margin')
+    margin = declaration.check_margin(margin, '--margin')
   if declared is not None:
-    declared = declaration_values.check_margin(
+    declared = declaration.check_margin(
       declared, "the study's declared margin (study.json or get_study(): margin)"
     )
   if margin is None and declared is None:

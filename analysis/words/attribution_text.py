@@ -8,7 +8,7 @@ Reference: docs/statistics.md "Report and figures".
 import numpy as np
 import pandas as pd
 
-from analysis.inputs.labels import seed_text
+from analysis.inputs import seed_text
 from analysis.numbers import gap_verdict, inference
 from analysis.words import tables
 from analysis.words.tables import num, pval

@@ -7,7 +7,7 @@ Reference: docs/statistics.md "Report and figures".
 
 import pandas as pd
 
-from analysis.inputs.labels import seed_text
+from analysis.inputs import seed_text
 from analysis.numbers import answer, gap, inference, stats
 from analysis.words import answer_sentence, attribution_text, tables, variance_text
 from analysis.words.attribution_text import interval, signed

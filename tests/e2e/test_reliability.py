@@ -24,7 +24,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from analysis.inputs import results as results_lib
+from analysis import inputs
 from analysis.numbers import stats
 from configs import validation
 from runrecord import record, sessions
@@ -258,7 +258,7 @@ def test_nan_stops_naming_the_step_and_analysis_excludes_it(reference, tmp_path)
   # analysis.numbers.stats excludes the failed run and says why.
   shutil.copytree(ref_dir, tmp_path / 'runs' / 'reference')
   prepared = stats.prepare(
-    results_lib.runs_frame(results_lib.read_all(str(tmp_path / 'runs'))), [], 'final.test_accuracy'
+    inputs.runs_frame(inputs.read_all(str(tmp_path / 'runs'))), [], 'final.test_accuracy'
   )
   excluded = prepared.excluded
   assert list(excluded['run']) == [str(workdir)]

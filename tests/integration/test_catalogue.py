@@ -11,8 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import analyse, arguments, attribute, catalogue, draw
-from analysis.inputs import csv_input, declaration
+from analysis import analyse, arguments, attribute, catalogue, declaration, draw, inputs
 from analysis.numbers import answer
 from runrecord import record
 from tests.conftest import ROOT
@@ -73,7 +72,7 @@ def shipped():
   """The shipped digits study (two platforms, declared, a native arm: every table) with planted
   predictions (the churn ladder), every pair tested too (report_pairs.csv)."""
   return answer.study_analysis(
-    csv_input.read_csv(CSV),
+    inputs.read_csv(CSV),
     declaration.load(CSV.replace('.csv', '.study.json')),
     all_pairs=True,
     read_predictions=planted_reader,

@@ -9,8 +9,7 @@ import os
 
 import pytest
 
-from analysis import analyse, draw, export, output
-from analysis.inputs import declaration, run_predictions
+from analysis import analyse, declaration, draw, export, inputs, output
 from configs import common, digits, validation
 from input_pipeline import batching
 from runrecord import record, rules, sessions
@@ -90,8 +89,8 @@ def test_a_scale_that_is_no_factor_is_refused(tmp_path, capsys, scale):
 def test_predictions_of_another_test_split_than_the_records_are_left_out():
   """Before: compared example by example with runs of the record's split (or, when another run
   had the record's fingerprint, the whole analysis stopped at the agreement section)."""
-  assert run_predictions.item_problem(item(LABELS), N, 'ab12cd34ef56ab78') is None
-  assert run_predictions.item_problem(item(LABELS), N, 'ffff') == (
+  assert inputs.item_problem(item(LABELS), N, 'ab12cd34ef56ab78') is None
+  assert inputs.item_problem(item(LABELS), N, 'ffff') == (
     'the predictions of test split ab12cd34ef56ab78, the results of ffff'
   )
 

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 
-from analysis.inputs import results
+from analysis import inputs
 from analysis.numbers import answer
 from runrecord import record
 
@@ -71,7 +71,7 @@ def write_metrics(run, seed, scale):
     if step % 4 == 0:
       lines.append({'kind': 'epoch', 'epoch': step // 4, 'step': step, 'train_loss': 1.0})
   text = ''.join(json.dumps(line) + '\n' for line in lines) + '{"kind": "tra'  # killed mid-write
-  (run / results.METRICS_FILE).write_text(text)
+  (run / inputs.METRICS_FILE).write_text(text)
 
 
 def make_study(
@@ -90,5 +90,5 @@ def make_study(
 
 
 def analysed(root, **kw):
-  runs, hist = results.load(str(root))
-  return answer.study_analysis(runs, **kw), hist, results.load_steps(str(root))
+  runs, hist = inputs.load(str(root))
+  return answer.study_analysis(runs, **kw), hist, inputs.load_steps(str(root))

@@ -10,9 +10,8 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.proportion import proportion_confint
 
-from analysis import analyse, catalogue
+from analysis import analyse, catalogue, declaration, inputs
 from analysis.figures import churn_ladder
-from analysis.inputs import csv_input, declaration
 from analysis.numbers import agreement, agreement_pairs, agreement_section, answer, inference
 from tests.conftest import ROOT
 from tests.support.planted_predictions import N, planted_loader, prediction
@@ -145,7 +144,7 @@ def published():
   """answer.study_analysis of the published H100 + CPU digits study with its declaration (read
   only)."""
   return answer.study_analysis(
-    csv_input.read_csv(CSV), declaration.load(CSV.replace('.csv', '.study.json'))
+    inputs.read_csv(CSV), declaration.load(CSV.replace('.csv', '.study.json'))
   )
 
 
@@ -233,7 +232,7 @@ def test_some_runs_without_predictions_are_counted():
 
 
 def test_without_a_declaration_every_pair_of_arms_on_one_platform_is_compared():
-  out = answer.study_analysis(csv_input.read_csv(CSV), all_pairs=False)
+  out = answer.study_analysis(inputs.read_csv(CSV), all_pairs=False)
   pairs = agreement_section.compared_pairs(out)
   assert len(pairs) == 2 * (8 * 7 // 2)
   assert all(a.split(',')[0] == b.split(',')[0] for a, b in pairs)

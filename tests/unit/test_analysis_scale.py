@@ -13,8 +13,7 @@ import statsmodels.api as sm
 from pandas.core.groupby import groupby as pd_groupby
 from scipy import stats as sps
 
-from analysis import analyse, attribute
-from analysis.inputs import csv_input
+from analysis import analyse, attribute, inputs
 from analysis.numbers import answer, attribution, effects, inference, stats
 from analysis.words import report
 from benchmarks import bench_analysis
@@ -311,7 +310,7 @@ def test_attribution_with_one_seed_per_arm(tmp_path, capsys):
     'tpu,native,0,0.72\ntpu,f32,0,0.69\n'
   )
   out = attribution.factor_attribution(
-    csv_input.read_csv(str(path)), ['platform', 'profile'], 'accuracy'
+    inputs.read_csv(str(path)), ['platform', 'profile'], 'accuracy'
   )
   assert 'HC3' in out.method and 'one seed' in out.method
   assert np.isfinite(out.terms[['ci_low', 'ci_high']].to_numpy()).all()

@@ -9,14 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import analyse
-from analysis.inputs import declaration, results
+from analysis import analyse, inputs
 from analysis.numbers import answer, gap_verdict, result
 from analysis.words import report
 from sweeps import run_study
 from tests.conftest import ROOT
 from tests.support.planted_runs import SMALL, fake_run
-from tests.support.planted_tables import DIGITS, digits_frame
+from tests.support.planted_tables import DIGITS, digits_frame, write_study
 
 
 def answer_section(text):
@@ -96,9 +95,9 @@ def test_two_roots_give_the_same_tables_as_one_root_holding_both(tmp_path, capsy
           seed,
           0.9 + 0.002 * k + rng.normal(0, 0.004),
         )
-  both = answer.study_analysis(results.load_runs(str(tmp_path / 'all')), SMALL)
+  both = answer.study_analysis(inputs.load_runs(str(tmp_path / 'all')), SMALL)
   roots = [str(tmp_path / 'all' / 'gpu'), str(tmp_path / 'all' / 'cpu')]  # gpu first: order-free
-  apart = answer.study_analysis(results.load_runs(roots), SMALL)
+  apart = answer.study_analysis(inputs.load_runs(roots), SMALL)
   for name in ('arms', 'contrasts'):
     pd.testing.assert_frame_equal(
       getattr(both, name).reset_index(drop=True), getattr(apart, name).reset_index(drop=True)
@@ -108,9 +107,9 @@ def test_two_roots_give_the_same_tables_as_one_root_holding_both(tmp_path, capsy
   )
   assert set(both.runs['run']) == set(apart.runs['run'])  # root + relative path
   with pytest.raises(ValueError, match='is under both') as e:
-    results.load_runs([str(tmp_path / 'all'), roots[0]])  # a root inside another
+    inputs.load_runs([str(tmp_path / 'all'), roots[0]])  # a root inside another
   assert '\n' not in str(e.value)
-  declaration.write(tmp_path / 'all' / 'gpu', SMALL)  # the command reads the roots' declaration
+  write_study(tmp_path / 'all' / 'gpu', SMALL)  # the command reads the roots' declaration
   analyse.main(['--runs', *roots, '--out', str(tmp_path / 'out')])
   captured = capsys.readouterr()
   assert '| native gap (gpu − cpu) |' in captured.out
@@ -152,12 +151,12 @@ def test_study_flag_is_the_declaration_when_the_roots_declare_different_studies(
       for seed in range(3):
         fake_run(tmp_path / platform, platform, profile, seed, 0.9 + rng.normal(0, 0.004))
   roots = [str(tmp_path / 'gpu'), str(tmp_path / 'cpu')]
-  declaration.write(roots[0], SMALL)
-  declaration.write(roots[1], {**SMALL, 'margin': 2.0})
+  write_study(roots[0], SMALL)
+  write_study(roots[1], {**SMALL, 'margin': 2.0})
   with pytest.raises(SystemExit) as e:
     analyse.main(['--runs', *roots])
   assert e.value.code == 2 and 'declare different studies' in capsys.readouterr().err
-  study = declaration.write(tmp_path / 'declared', {**SMALL, 'margin': 0.7})
+  study = write_study(tmp_path / 'declared', {**SMALL, 'margin': 0.7})
   analyse.main(['--runs', *roots, '--study', study])
   captured = capsys.readouterr()
   assert 'Equivalence margin ±0.7 pp' in captured.out and 'error' not in captured.err
@@ -184,7 +183,7 @@ def test_the_documented_python_use_runs_and_gives_the_typed_result(monkeypatch):
   """docs/statistics.md's Python example, run on a planted digits-study table."""
   with open(os.path.join(ROOT, 'docs', 'statistics.md'), encoding='utf-8') as f:
     code = f.read().split('```python\n', 1)[1].split('```', 1)[0]
-  monkeypatch.setattr(results, 'load_runs', lambda root: digits_frame(('cpu', 'gpu')))
+  monkeypatch.setattr(inputs, 'load_runs', lambda root: digits_frame(('cpu', 'gpu')))
   lines = code.strip().splitlines()
   scope = {}
   # The example is run as the docs show it: its statements, then its last line's value.

@@ -7,8 +7,7 @@ import pytest
 import statsmodels.formula.api as smf
 from scipy import stats as sps
 
-from analysis import analyse, attribute, draw
-from analysis.inputs import declaration
+from analysis import analyse, attribute, declaration, draw
 from analysis.numbers import answer, attribution, effects
 from analysis.words import attribution_text
 from runrecord import record

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
-from analysis.inputs import csv_input
+from analysis import inputs
 from analysis.numbers import calibration, per_class, stats
 from tests.conftest import ROOT
 
@@ -94,7 +94,7 @@ def test_calibration_per_arm_averages_replicates_then_a_t_interval_over_seeds():
 
 
 def test_final_training_loss_beside_accuracy_per_arm():
-  out = stats.arms_and_pairs(csv_input.read_csv(CSV), all_pairs=False)
+  out = stats.arms_and_pairs(inputs.read_csv(CSV), all_pairs=False)
   table = calibration.loss_table(out.runs).set_index('arm')
   runs = out.runs
   bn16 = runs.loc[

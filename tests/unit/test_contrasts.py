@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 from statsmodels.stats import multitest
 
-from analysis.inputs import declaration
+from analysis import declaration
 from analysis.numbers import answer, contrasts
 from runrecord import record
 from sweeps import sweep
-from tests.support.planted_tables import DIGITS, digits_frame
+from tests.support.planted_tables import DIGITS, digits_frame, write_study
 
 METRIC = 'final.test_accuracy'
 
@@ -117,7 +117,7 @@ def test_declaration_is_written_before_the_first_run_and_a_changed_one_is_refuse
 
 def test_roots_that_declare_different_studies_are_refused(tmp_path):
   for name, margin in (('a', 1.0), ('b', 2.0)):
-    declaration.write(tmp_path / name, {**DIGITS, 'margin': margin})
+    write_study(tmp_path / name, {**DIGITS, 'margin': margin})
   with pytest.raises(ValueError, match='declare different studies') as e:
     declaration.from_roots([str(tmp_path / 'a'), str(tmp_path / 'b')])
   assert 'margin: 1.0 -> 2.0' in str(e.value)

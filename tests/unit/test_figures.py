@@ -15,9 +15,8 @@ from matplotlib.colors import to_hex
 from matplotlib.patches import PathPatch
 from PIL import Image
 
-from analysis import draw
+from analysis import draw, inputs
 from analysis.figures import forest, study_figures, style
-from analysis.inputs import results
 from analysis.numbers import answer
 from sweeps import run_study
 from tests.support.figure_checks import legend_problems
@@ -50,7 +49,7 @@ def test_all_figures_written_and_readable(tmp_path, capsys):
 
 def test_load_steps_reads_train_records_only(tmp_path):
   make_study(tmp_path / 'runs', arms=(('tpu', 'float32', 0.9),), seeds=range(2))
-  steps = results.load_steps(str(tmp_path / 'runs'))
+  steps = inputs.load_steps(str(tmp_path / 'runs'))
   assert list(steps.columns) == ['run', 'step', 'epoch', 'train_loss', 'train_accuracy']
   assert len(steps) == 2 * len(STEPS) and list(steps['step'][:5]) == list(STEPS)
   assert steps['train_loss'].iloc[1] == pytest.approx(2.0 / 4)
@@ -109,7 +108,7 @@ def test_every_figure_is_drawn_at_its_printed_size_with_short_labels_inside_the_
     out,
     pd.DataFrame(columns=['run', 'epoch']),
     str(tmp_path),
-    steps=pd.DataFrame(columns=list(results.STEP_COLUMNS)),
+    steps=pd.DataFrame(columns=list(inputs.STEP_COLUMNS)),
   )
   widths = {
     'accuracy_by_arm': style.TWO_COLUMN_IN,
