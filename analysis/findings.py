@@ -18,8 +18,8 @@ import sys
 
 import numpy as np
 
-from analysis import arguments, cli, declaration, inputs
-from analysis.numbers import answer, contrasts, gap, stats
+from analysis import arguments, cli, declaration, inputs, stats
+from analysis.numbers import answer, gap
 from analysis.words import attribution_text, report, tables
 from analysis.words.attribution_text import interval, signed
 
@@ -34,7 +34,7 @@ def judged_at(out, margin):
   if margin == out.margin:
     return att.decomposition, out.contrasts
   split = gap.summarise(att.gap_summaries, margin, att.min_share)[1] if att.gap_summaries else []
-  return split, contrasts.contrast_table(out, out.declared, margin)
+  return split, stats.contrast_table(out, out.declared, margin)
 
 
 COMPONENTS = ('G', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N', 'P', 'R')

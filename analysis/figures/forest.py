@@ -59,7 +59,7 @@ def frame_height(rows, extra=0.9, row=ROW_IN):
 def floors_of(noise):
   """{platform: 95% half-width} of a noise dict
   ({platform: analysis.numbers.attribution.noise_floor})."""
-  return {p: f['half'] for p, f in (noise or {}).items() if f and np.isfinite(f['half'])}
+  return {p: f.half for p, f in (noise or {}).items() if f and np.isfinite(f.half)}
 
 
 def draw_limits(ax, margin, floors, unit, label=True):

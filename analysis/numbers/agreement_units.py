@@ -7,8 +7,8 @@ Reference: docs/statistics.md "Agreement between models".
 
 import numpy as np
 
+from analysis import stats
 from analysis.inputs import seed_key
-from analysis.numbers import inference
 
 
 def unit_name(entry):
@@ -37,7 +37,7 @@ def seeds_of(units, arm):
 def seed_row(kind, a, b, pairing, values, labels, unit, units):
   """One row of the table: the mean over seeds of `values` (fractions) with its t-interval, %."""
   x = 100 * np.asarray(values, float)
-  low, high = (100 * v for v in inference.proportion_mean_ci(values)) if len(x) else (np.nan,) * 2
+  low, high = (100 * v for v in stats.proportion_mean_ci(values)) if len(x) else (np.nan,) * 2
 
   def first(arm):
     return next((e['platform'] for (u, _), es in units.items() if u == arm for e in es), '')

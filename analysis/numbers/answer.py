@@ -10,23 +10,15 @@ instead of the declared contrasts, and there is no attribution.
 Reference: docs/statistics.md.
 """
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 import pandas as pd
 
-from analysis import declaration, inputs
+from analysis import declaration, inputs, stats
 from analysis.inputs import seed_text
-from analysis.numbers import (
-  agreement_section,
-  attribution,
-  contrasts,
-  effects,
-  gap,
-  result,
-  runs_table,
-  stats,
-)
+from analysis.numbers import agreement_section, attribution, effects, gap, result
 from runrecord import record, rules
 
 VERSION_PREFIX = 'versions.'
@@ -95,7 +87,7 @@ def declared_attribution(
 ):
   """analysis.numbers.attribution with the declared factors, reference, noise arm, native arm and
   platform pairs (`compare`, from --compare, overrides the declared ones)."""
-  completed = frame[runs_table.run_status(frame) == 'completed']
+  completed = frame[stats.run_status(frame) == 'completed']
   out = attribution.factor_attribution(
     frame,
     declared.get('factors') or attribution.default_factors(frame),
@@ -168,22 +160,33 @@ def study_analysis(
     frame, group_by, metric, margin, why, seed_col, scale, all_pairs=all_pairs or not declares
   )
   out = result.Analysis(
-    **result.fields_of(numbers), declared=declared, source=source, software=software(numbers.runs)
+    **stats.fields_of(numbers), declared=declared, source=source, software=software(numbers.runs)
   )
   if declares:
-    out.arm_info = contrasts.arm_levels(out, declared)
-    out.contrasts = contrasts.contrast_table(out, declared)
-    out.noise = contrasts.noise_floors(out, declared, out.unit)
-    out.attribution = declared_attribution(
-      frame, declared, out.metric, seed_col, margin, why, source, compare
+    out = dataclasses.replace(out, arm_info=stats.arm_levels(out, declared))
+    out = dataclasses.replace(
+      out,
+      contrasts=stats.contrast_table(out, declared),
+      noise=stats.noise_floors(
+        out.runs,
+        declared.get('noise_arm') or {},
+        declared.get('noise_of') or declared.get('reference') or {},
+        out.unit,
+        list(stats.factor_columns(out.runs, declared).values()),
+      ),
+      attribution=declared_attribution(
+        frame, declared, out.metric, seed_col, margin, why, source, compare
+      ),
     )
-  # Agreement between models (analysis/numbers/agreement_section.py): the run folders' saved
-  # predictions, read by `read_predictions`; a CSV's rows are not run folders, so a CSV has none.
-  out.agreement = agreement_section.from_analysis(out, labels(out), read=read_predictions)
-  out.scope = scope(out, declared, compare)
+  # Agreement between models: the run folders' saved predictions, read by `read_predictions`; a
+  # CSV's rows are not run folders, so a CSV has none.
+  out = dataclasses.replace(
+    out, agreement=agreement_section.from_analysis(out, labels(out), read=read_predictions)
+  )
+  out = dataclasses.replace(out, scope=scope(out, declared, compare))
   if out.scope.confirmatory is False and out.scope.declared_seeds_present:
     seeds = pd.to_numeric(frame[seed_col or 'seed'], errors='coerce')
-    out.confirmatory = study_analysis(
+    confirmatory = study_analysis(
       frame[seeds.isin(out.scope.declared_seeds)],
       declared,
       group_by,
@@ -195,6 +198,7 @@ def study_analysis(
       all_pairs,
       source,
     )
+    out = dataclasses.replace(out, confirmatory=confirmatory)
   return out
 
 
@@ -211,7 +215,7 @@ def check_compare(frame, compare, declares):
       '--compare: the platform gap is decomposed only for a declared study (factors, '
       "reference and native arm: the root's study.json, or --study)"
     )
-  done = frame[runs_table.run_status(frame) == 'completed']
+  done = frame[stats.run_status(frame) == 'completed']
   present = sorted(set(done['platform'].astype(str))) if 'platform' in done else []
   gap.platform_pairs(present, compare, '--compare')
 

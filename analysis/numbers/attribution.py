@@ -36,10 +36,10 @@ import dataclasses
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
+from analysis import stats
 from analysis.declaration import resolve_column
-from analysis.numbers import effects, gap, result, runs_table, stats
+from analysis.numbers import effects, gap, result
 from runrecord import record, rules
 
 
@@ -108,7 +108,7 @@ def select(frame, metric, factors, seed_col):
 def default_factors(frame):
   """platform, the numerics.requested.* fields and the arm-defining config fields that vary among
   the completed runs (by rules.field_name where that names the same column)."""
-  done = frame[runs_table.run_status(frame) == 'completed']
+  done = frame[stats.run_status(frame) == 'completed']
   cols = [c for c in rules.arm_columns(done) if c != 'device_kind']
   cols = [c for c in cols if done[c].astype(str).nunique() > 1]
   short = rules.field_name
@@ -128,86 +128,6 @@ def references(runs, columns, given):
         f'--reference: {factor} has no level {out[factor]!r}; levels: {", ".join(lv)}'
       )
   return out
-
-
-def arm_mask(runs, levels, flag):
-  """Rows of `runs` whose factor columns hold `levels` ({factor name: level})."""
-  mask = pd.Series(True, index=runs.index)
-  for name, level in levels.items():
-    col = name if name in runs else resolve_column(runs, name, flag)
-    mask &= runs[col].astype(str) == str(level)
-  return mask
-
-
-def noise_floor(runs, arm, base, scale_unit, factors=()):
-  """The paired noise floor of one platform's runs (module doc): {'sd', 'half', 'n', 'text'}. The
-  base arm: `base`'s levels, and every other factor column in `factors` at the noise arm's level."""
-
-  def label(levels):
-    return ', '.join(f'{k}={v}' for k, v in levels.items())
-
-  noisy_runs = runs[arm_mask(runs, arm, '--noise-arm')]
-  noisy = noisy_runs.groupby('seed')['value'].mean()
-  named = {k if k in runs else resolve_column(runs, k, '--noise-of') for k in {**base, **arm}}
-  same = {
-    f: noisy_runs[f].astype(str).iloc[0]
-    for f in factors
-    if f not in named
-    and f in runs
-    and f != 'platform'
-    and not noisy_runs.empty
-    and noisy_runs[f].astype(str).nunique() == 1
-  }
-  clean_runs = runs[arm_mask(runs, {**base, **same}, '--noise-of')]
-  if 'arm' in clean_runs and (clean_runs.groupby('seed')['arm'].nunique() > 1).any():
-    raise ValueError(
-      f'--noise-of: {label(base)} matches {clean_runs["arm"].nunique()} arms on one '
-      'seed; name every factor of the arm the noise arm perturbs'
-    )
-  clean = clean_runs.groupby('seed')['value'].mean()
-  d = (noisy - clean).dropna().to_numpy()
-  if len(d) < 2:
-    raise ValueError(
-      f'--noise-arm: {label(arm)} shares {len(d)} seed(s) with {label(base)}; it needs 2 or more'
-    )
-  sd = float(np.std(d, ddof=1))
-  half = float(sps.t.ppf(0.975, len(d) - 1) * sd / np.sqrt(len(d)))
-  levels = {**base, **same}  # the base arm's levels; the noise arm's other levels are the same
-  changed = [k for k in arm if k not in levels or str(levels[k]) != str(arm[k])]
-  common = {k: v for k, v in levels.items() if k not in changed}
-  what = (
-    f'{label({k: arm[k] for k in changed})} − '
-    f'{label({k: levels[k] for k in changed if k in levels})}'
-    + (f' at {label(common)}' if common else '')
-  )
-  return {
-    'sd': sd,
-    'half': half,
-    'n': len(d),
-    'what': what,
-    'text': (
-      f'noise floor: the paired difference {what} over {len(d)} seeds; sd of the per-seed '
-      f'differences {sd:.3f} {scale_unit}; 95% half-width of their mean, '
-      f't(0.975, {len(d) - 1}) × sd / √{len(d)} = {half:.3f} {scale_unit}'
-    ),
-  }
-
-
-def noise_floors(runs, arm, base, scale_unit, factors=()):
-  """{platform: noise_floor} of each platform where the noise arm and its base share 2+ seeds."""
-  if not arm:
-    return {}
-  platforms = (
-    runs['platform'].astype(str) if 'platform' in runs else pd.Series('', index=runs.index)
-  )
-  floors = {}
-  for platform, group in runs.groupby(platforms, sort=True):
-    try:
-      floors[platform] = noise_floor(group, arm, base, scale_unit, factors)
-    except ValueError as e:
-      if '--noise-of' in str(e) and 'matches' in str(e):
-        raise
-  return floors
 
 
 def factor_attribution(
@@ -281,7 +201,7 @@ def factor_attribution(
     n_runs=len(runs),
     excluded=prep.excluded,
     replicates=prep.replicates,
-    noise=noise_floors(
+    noise=stats.noise_floors(
       runs,
       effects.parse_pairs(noise_arm, '--noise-arm'),
       effects.parse_pairs(noise_of or reference or {}, '--noise-of'),

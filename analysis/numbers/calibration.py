@@ -18,7 +18,7 @@ Reference: docs/statistics.md "Agreement between models".
 import numpy as np
 import pandas as pd
 
-from analysis.numbers import inference
+from analysis import stats
 
 ECE_BINS = 15
 ECE_NAME = f'ECE, {ECE_BINS} equal-width confidence bins over [0, 1]'
@@ -85,7 +85,7 @@ def per_arm(frame, columns):
     row = {'arm': arm, 'seeds': len(group)}
     for col in columns:
       x = group[col].dropna().to_numpy(float)
-      low, high = inference.t_ci(x)
+      low, high = stats.t_ci(x)
       row.update(
         {col: x.mean() if len(x) else np.nan, f'{col}_ci_low': low, f'{col}_ci_high': high}
       )

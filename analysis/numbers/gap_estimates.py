@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from analysis.numbers import effects, inference
+from analysis import stats
+from analysis.numbers import effects
 
 
 def per_seed(cells, weights, seeds):
@@ -24,14 +25,14 @@ def component_stats(d, margin):
   mean = float(np.mean(d))
   sd = float(np.std(d, ddof=1)) if k > 1 else np.nan
   se = sd / np.sqrt(k) if k > 1 else np.nan
-  low, high = inference.diff_ci(mean, se, k - 1, 0.95) if k > 1 else (np.nan, np.nan)
+  low, high = stats.diff_ci(mean, se, k - 1, 0.95) if k > 1 else (np.nan, np.nan)
   if k < 2:
     p = np.nan
   elif se > 0:
     p = float(2 * sps.t.sf(abs(mean) / se, k - 1))
   else:
     p = 1.0 if mean == 0 else 0.0
-  _, sr_p, sr_method = inference.signed_rank(d)
+  _, sr_p, sr_method = stats.signed_rank(d)
   out = {
     'estimate': mean,
     'sd': sd,
@@ -43,13 +44,13 @@ def component_stats(d, margin):
     'p': p,
     'signed_rank_p': sr_p,
     'signed_rank_method': sr_method,
-    'd_z': inference.d_z(d),
+    'd_z': stats.d_z(d),
     'ci90_low': np.nan,
     'ci90_high': np.nan,
     'tost_p': np.nan,
   }
   if margin and k > 1:
-    out['ci90_low'], out['ci90_high'], out['tost_p'] = inference.tost(mean, se, k - 1, margin)
+    out['ci90_low'], out['ci90_high'], out['tost_p'] = stats.tost(mean, se, k - 1, margin)
   return out
 
 

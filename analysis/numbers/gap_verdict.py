@@ -37,8 +37,7 @@ Reference: docs/statistics.md "The gap decomposition".
 import numpy as np
 import pandas as pd
 
-from analysis import declaration
-from analysis.numbers import inference
+from analysis import declaration, stats
 
 VERDICTS = (
   'no gap',
@@ -67,9 +66,9 @@ def rank_flags(d):
   """(t shows G, the signed-rank test shows G, the rank test could show it at these seeds)."""
   k = d['pairs_compared']
   return (
-    bool(d['G_p_holm'] < inference.ALPHA),
-    bool(d['G_signed_rank_p_holm'] < inference.ALPHA),
-    bool(d['G_signed_rank_attainable'] * k < inference.ALPHA),
+    bool(d['G_p_holm'] < stats.ALPHA),
+    bool(d['G_signed_rank_p_holm'] < stats.ALPHA),
+    bool(d['G_signed_rank_attainable'] * k < stats.ALPHA),
   )
 
 
@@ -80,7 +79,7 @@ def flags(d):
   n_sign = shown(d['N_ci_low'], d['N_ci_high']) if d['N_estimable'] else 0
   return {
     'gap_shown': t_shows,
-    'gap_equivalent': bool(d['G_tost_p_holm'] < inference.ALPHA),
+    'gap_equivalent': bool(d['G_tost_p_holm'] < stats.ALPHA),
     'rank_shown': rank_shows,
     'tests_disagree': rank_shows != t_shows and (rank_shows or rank_can),
     'numerics_shown': bool(sign) and n_sign == sign,
@@ -88,7 +87,7 @@ def flags(d):
     'numerics_one_platform': bool(d['N_only']),
     'interaction_shown': bool(shown(d['N_interaction_ci_low'], d['N_interaction_ci_high'])),
     'share_reaches': bool(d['share_ci_low'] >= d['min_share']),
-    'residual_equivalent': bool(d['R_tost_p'] < inference.ALPHA),
+    'residual_equivalent': bool(d['R_tost_p'] < stats.ALPHA),
     'residual_shown': bool(d['N_estimable'] and shown(d['R_ci_low'], d['R_ci_high'])),
   }
 
@@ -146,7 +145,7 @@ def seeds_needed(table, margin):
   row = {r['key']: r for _, r in table.iterrows() if r['note'] == ''}
 
   def need(key, which):
-    return inference.seeds_needed(row[key]['sd'], margin, True)[which]
+    return stats.seeds_needed(row[key]['sd'], margin, True)[which]
 
   out = {'gap nonzero': need('G', 0)}
   if 'N' in row:
@@ -195,11 +194,11 @@ def judge(summary, table, margin, min_share=None):
   g = np.asarray(summary['values']['G'], float)
   d['G_signed_rank_p'] = float(rows.loc['G', 'signed_rank_p'])
   d['G_signed_rank_method'] = rows.loc['G', 'signed_rank_method']
-  d['G_signed_rank_attainable'] = inference.signed_rank(np.abs(g))[1]
+  d['G_signed_rank_attainable'] = stats.signed_rank(np.abs(g))[1]
   d['G_seeds_positive'], d['G_seeds_negative'] = int((g > 0).sum()), int((g < 0).sum())
   d['G_d_z'] = float(rows.loc['G', 'd_z'])
   d['share'], d['share_ci_low'], d['share_ci_high'] = (
-    inference.fieller(summary['values']['N'], summary['values']['G'])
+    stats.fieller(summary['values']['N'], summary['values']['G'])
     if d['N_estimable']
     else (np.nan,) * 3
   )
@@ -218,10 +217,10 @@ def decide(d):
 
 def judge_family(summaries, tables, margin, min_share=None):
   """[judge dict per pair] with `pairs_compared` (k) and each HOLM p-value Holm-adjusted over the
-  k pairs (`<test>_holm`; inference.holm), then flags and verdict (decide)."""
+  k pairs (`<test>_holm`; stats.holm), then flags and verdict (decide)."""
   judged = [judge(s, t, margin, min_share) for s, t in zip(summaries, tables, strict=True)]
   for key in HOLM:
-    adjusted = inference.holm([d[key] for d in judged])
+    adjusted = stats.holm([d[key] for d in judged])
     for d, p in zip(judged, adjusted, strict=True):
       d[f'{key}_holm'] = float(p)
   for d in judged:

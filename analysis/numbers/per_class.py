@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from analysis import stats
 from analysis.inputs import seed_key
-from analysis.numbers import inference
 
 COLUMNS = (
   'a',
@@ -53,8 +53,7 @@ def class_tests(d):
   varies = finite & (np.ptp(np.where(np.isfinite(d), d, 0), axis=0) > 0)
   constant = finite & ~varies & ~np.all(d == 0, axis=0)
   exact = [
-    inference.signed_rank(column)[1] if c else np.nan
-    for column, c in zip(d.T, constant, strict=True)
+    stats.signed_rank(column)[1] if c else np.nan for column, c in zip(d.T, constant, strict=True)
   ]
   p = np.where(varies, t_p, np.where(constant, exact, np.nan))
   test = np.where(varies, T_TEST, np.where(constant, EXACT, NONE))
@@ -100,12 +99,12 @@ def class_differences(entries, a, b):
     return np.pad(x, (0, width - len(x)), constant_values=np.nan)
 
   d = 100 * np.array([pad(acc_a[s]) - pad(acc_b[s]) for s in shared])  # seeds × classes
-  low, high = inference.t_ci(d.T)
+  low, high = stats.t_ci(d.T)
   with warnings.catch_warnings(), np.errstate(invalid='ignore', divide='ignore'):
     warnings.simplefilter('ignore')
     t = sps.ttest_1samp(d, 0.0, axis=0).statistic
   p, test = class_tests(d)
-  p_holm = inference.holm(p)
+  p_holm = stats.holm(p)
   return pd.DataFrame(
     {
       'a': a,
@@ -118,7 +117,7 @@ def class_differences(entries, a, b):
       't': t,
       'p': p,
       'p_holm': p_holm,
-      'different': p_holm < inference.ALPHA,
+      'different': p_holm < stats.ALPHA,
       'test': test,
     }
   )

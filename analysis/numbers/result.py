@@ -20,44 +20,11 @@ Reference: docs/statistics.md.
 """
 
 import dataclasses
-from collections.abc import Sequence
 from typing import Any, Optional
 
 import pandas as pd
 
-
-@dataclasses.dataclass
-class Prepared:
-  """The included runs and what was left out. `runs`: one row per completed run with `arm`,
-  `value` (metric x scale), `seed`, `seeded`, `det`, `det_why`; `units`: one value per arm and
-  seed (replicates averaged); `replicates`: arm, seed, n_runs, runs, values, mean, range,
-  identical; `excluded`: run, status, reason; `pairing`: the pairing fields the table records;
-  `lattice`: the step of an accuracy on one test-set size, else None."""
-
-  runs: pd.DataFrame
-  units: pd.DataFrame
-  replicates: pd.DataFrame
-  excluded: pd.DataFrame
-  seeded: bool
-  group_by: Sequence[str]
-  metric: str
-  scale: float
-  pairing: list[str]
-  lattice: Optional[float]
-
-
-@dataclasses.dataclass
-class Stats(Prepared):
-  """Prepared plus `arms` (one row per arm), `pairs` (every pair's test; empty unless asked),
-  `small` (arms with n < 2), the equivalence `margin` and why, and the `unit` of values,
-  differences and margin ('pp' for percent, else 'units')."""
-
-  arms: pd.DataFrame
-  pairs: pd.DataFrame
-  small: pd.DataFrame
-  margin: float
-  margin_reason: str
-  unit: str
+from analysis.stats import Stats
 
 
 @dataclasses.dataclass
@@ -139,7 +106,7 @@ class Attribution:
   compare_flag: Optional[str] = None
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Analysis(Stats):
   """Stats plus the study's `declared` declaration and `source`; `contrasts` (the declared
   family, or None), `arm_info` (contrasts.arm_levels, or None), `noise` ({platform:
@@ -157,8 +124,3 @@ class Analysis(Stats):
   agreement: Optional[Agreement] = None
   scope: Optional[Scope] = None
   confirmatory: Optional['Analysis'] = None
-
-
-def fields_of(instance: Any) -> dict[str, Any]:
-  """{field: value} of a result, shallow (the tables are not copied)."""
-  return {f.name: getattr(instance, f.name) for f in dataclasses.fields(instance)}

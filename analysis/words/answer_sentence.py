@@ -7,7 +7,8 @@ here.
 Reference: docs/statistics.md "Report and figures".
 """
 
-from analysis.numbers import agreement_reading, stats
+from analysis import stats
+from analysis.numbers import agreement_reading
 from analysis.words.attribution_text import interval, signed
 
 

@@ -8,8 +8,9 @@ Reference: docs/statistics.md "Report and figures".
 import numpy as np
 import pandas as pd
 
+from analysis import stats
 from analysis.inputs import seed_text
-from analysis.numbers import gap_verdict, inference
+from analysis.numbers import gap_verdict
 from analysis.words import tables
 from analysis.words.tables import num, pval
 
@@ -149,8 +150,8 @@ def rank_text(d):
   p = pval(d['G_signed_rank_p_holm'] if k > 1 else d['G_signed_rank_p'])
   can = (
     ''
-    if d['G_signed_rank_attainable'] * k < inference.ALPHA
-    else f'; at {d["seeds"]} seeds it cannot reach {inference.ALPHA:g}'
+    if d['G_signed_rank_attainable'] * k < stats.ALPHA
+    else f'; at {d["seeds"]} seeds it cannot reach {stats.ALPHA:g}'
   )
   return (
     f'exact signed-rank p {p}{holm_text(d)}, {d["G_seeds_positive"]} of {d["seeds"]} '
@@ -236,7 +237,7 @@ def seeds_line(d, unit):
   }
   parts = [f'{names[q]}: {n}' for q, n in d['seeds_needed'].items()]
   return (
-    f'seeds for 80% power (α = {inference.ALPHA:g}, paired t at the observed sd of each '
+    f'seeds for 80% power (α = {stats.ALPHA:g}, paired t at the observed sd of each '
     f'per-seed component, at the margin, the smallest effect of interest; now '
     f'{d["seeds"]}): ' + ', '.join(parts)
   )
@@ -282,12 +283,12 @@ def noise_text(out):
   if not out.noise:
     return 'noise floor unavailable: no --noise-arm given, or it shares < 2 seeds with its base arm'
   floors = list(out.noise.items())
-  descriptions = {f['what'] for _, f in floors}
+  descriptions = {f.what for _, f in floors}
   what = (
     next(iter(descriptions)) if len(descriptions) == 1 else 'the noise arm − the arm it perturbs'
   )
   per = ', '.join(
-    f'{p + " " if p else ""}±{f["half"]:.3f} {out.unit} (sd {f["sd"]:.3f}, {f["n"]} seeds)'
+    f'{p + " " if p else ""}±{f.half:.3f} {out.unit} (sd {f.sd:.3f}, {f.n} seeds)'
     for p, f in floors
   )
   return (
@@ -299,7 +300,7 @@ def noise_text(out):
 def render(out):
   """The attribution report as Markdown: model, method, units, the tables, the excluded runs."""
   u, labels = out.unit, out.labels or {}
-  half = min((f['half'] for f in out.noise.values()), default=np.nan)
+  half = min((f.half for f in out.noise.values()), default=np.nan)
   lines = [
     f'# Attribution of {out.metric}' + (f' ({out.source})' if out.source else ''),
     '',

@@ -7,8 +7,8 @@ pair's verdict: equivalent / different / inconclusive, see there) and analysis/n
 Reference: docs/statistics.md "Report and figures".
 """
 
-from analysis.numbers import answer, stats
-from analysis.numbers import inference as inf
+from analysis import stats
+from analysis.numbers import answer
 from analysis.words import summary, tables, variance_text
 from analysis.words.attribution_text import signed
 from analysis.words.summary import NOT_RECORDED, facts
@@ -29,7 +29,7 @@ def verdict_why(r, margin, unit, m):
   ci90 = f'90% CI [{signed(r["ci90_low"])}, {signed(r["ci90_high"])}] {unit}'
   ci95 = f'95% CI [{signed(r["ci95_low"])}, {signed(r["ci95_high"])}] {unit}'
   if r['equivalent']:
-    why = f'{tost} < {inf.ALPHA:g}: the difference lies within ±{margin:g} {unit} ({ci90})'
+    why = f'{tost} < {stats.ALPHA:g}: the difference lies within ±{margin:g} {unit} ({ci90})'
     if r['different']:
       why += f'; a nonzero difference is also detected ({test}, {ci95}), inside the margin'
     return why
@@ -41,7 +41,7 @@ def verdict_why(r, margin, unit, m):
       else ''
     )
     return (
-      f'{test} < {inf.ALPHA:g} and its {ci95} excludes 0{also}; equivalence within '
+      f'{test} < {stats.ALPHA:g} and its {ci95} excludes 0{also}; equivalence within '
       f'±{margin:g} {unit} not shown ({tost})'
     )
   low, high = r['ci90_low'] <= -margin, r['ci90_high'] >= margin
@@ -52,7 +52,7 @@ def verdict_why(r, margin, unit, m):
   else:
     where = (
       f'the {ci90} lies inside ±{margin:g} {unit}, but the Holm-adjusted TOST p is not '
-      f'below {inf.ALPHA:g}'
+      f'below {stats.ALPHA:g}'
     )
   return f'neither shown: {tost}; {test}; {rank}; {where}'
 
@@ -63,7 +63,7 @@ def power_line(r, margin, unit):
   sd = 'sd of the per-seed differences' if r['paired'] else 'pooled sd'
   return (
     f'Power (estimated from n = {r["power_from"]}; {sd} {num(r["power_sd"])} {unit}; '
-    f'α = {inf.ALPHA:g}): {num(r["power_diff"])} to detect a true Δ of ±{margin:g} {unit}, '
+    f'α = {stats.ALPHA:g}): {num(r["power_diff"])} to detect a true Δ of ±{margin:g} {unit}, '
     f'{num(r["power_equiv"])} to show equivalence when the true Δ is 0; 80% power needs '
     f'{r["n80_diff"]} / {r["n80_equiv"]} {what}'
   )
@@ -182,7 +182,7 @@ def setup_lines(out):
     f'arms ({arm_fields(out)}): {arms}',
     *seed_lines(out),
     f'equivalence margin: ±{out.margin:g} {unit} ({out.margin_reason})',
-    f'decisions at α = {inf.ALPHA:g}, p-values Holm-adjusted over the '
+    f'decisions at α = {stats.ALPHA:g}, p-values Holm-adjusted over the '
     f'{stats.family_size(judged(out)[0])} comparisons tested (identical arithmetic is reported, '
     'not tested)',
   ]

@@ -7,8 +7,9 @@ Reference: docs/statistics.md "Report and figures".
 
 import pandas as pd
 
+from analysis import stats
 from analysis.inputs import seed_text
-from analysis.numbers import answer, gap, inference, stats
+from analysis.numbers import answer, gap
 from analysis.words import answer_sentence, attribution_text, tables, variance_text
 from analysis.words.attribution_text import interval, signed
 
@@ -115,7 +116,7 @@ def gap_lines(out):
     return [f'**Platform gap:** {att.gap_note}.', '']
   lines = [
     '**Platform gap** (per seed: native gap G = fid_A − fid_B + N + P, numerics part N, '
-    f'residual R = G − N; mean over seeds with a t-interval; α = {inference.ALPHA:g}). '
+    f'residual R = G − N; mean over seeds with a t-interval; α = {stats.ALPHA:g}). '
     + attribution_text.pairs_line(att),
     '',
   ]
@@ -150,7 +151,8 @@ def contrast_rows(out, table):
   several = table['platform'].nunique() > 1 if 'platform' in table else False
   rows = []
   for _, r in table.iterrows():
-    half = (out.noise.get(r.get('platform')) or {}).get('half')
+    floor = out.noise.get(r.get('platform'))
+    half = floor.half if floor else None
     floor = '–' if half is None else 'within' if abs(r['diff']) < half else 'beyond'
     rows.append(
       {
@@ -174,7 +176,7 @@ def contrast_lines(out):
   unit, m = out.unit, out.margin
   if table is None or table.empty:
     return ['**Comparisons:** none (no two arms with n ≥ 2 each).']
-  floors = ', '.join(f'{p} ±{f["half"]:.2f}' for p, f in out.noise.items())
+  floors = ', '.join(f'{p} ±{f.half:.2f}' for p, f in out.noise.items())
   ref = (
     out.arm_info.loc[out.arm_info['role'] == 'reference', 'label'].iloc[0]
     if out.contrasts is not None
@@ -195,7 +197,7 @@ def contrast_lines(out):
   )
   rule = (
     f'{head}{floor}; margin ±{m:g} {unit}. Verdicts: equivalent = Holm TOST p < '
-    f'{inference.ALPHA:g} (90% CI inside ±{m:g}); different = Holm p < {inference.ALPHA:g} and '
+    f'{stats.ALPHA:g} (90% CI inside ±{m:g}); different = Holm p < {stats.ALPHA:g} and '
     '95% CI excluding 0 (on a lattice metric also the rank test); within margin = both: a '
     'difference shown, inside the margin (as "gap within margin"); identical arithmetic = '
     'equal effective numerics and every difference 0 (not tested, outside Holm); else '

@@ -5,7 +5,7 @@ Reference: docs/statistics.md "Report and figures".
 
 import math
 
-from analysis.numbers import inference, stats
+from analysis import stats
 
 
 def num(x, digits=2):
@@ -199,8 +199,8 @@ def captions(out, pairs):
   arms = (
     f'{out.metric} per arm: n = number of {"seeds" if out.seeded else "runs"}, one '
     f'value per {per}; sd between them; 95% CI of the mean by the method named '
-    f'(t-interval below n = {inference.BCA_MIN_N}, where the BCa bootstrap under-covers, and '
-    f'from n = {inference.BCA_MAX_N:,}, where the two agree); within-seed sd: '
+    f'(t-interval below n = {stats.BCA_MIN_N}, where the BCa bootstrap under-covers, and '
+    f'from n = {stats.BCA_MAX_N:,}, where the two agree); within-seed sd: '
     f'spread of replicates of one seed (nondeterminism), pooled, with its df. '
     f'Arms by {", ".join(out.group_by)}.'
   )
@@ -208,10 +208,10 @@ def captions(out, pairs):
     f'Δ = mean A − mean B in {unit} (over shared seeds when paired); 95% CI of the '
     f'difference test (paired t when paired, else Welch); 90% CI and TOST against the '
     f'margin ±{out.margin:g} {unit}; equivalent: Holm-adjusted TOST p < '
-    f'{inference.ALPHA:g} (raw decision in brackets when it differs); p-values raw (Holm '
+    f'{stats.ALPHA:g} (raw decision in brackets when it differs); p-values raw (Holm '
     f'over the {stats.family_size(pairs)} comparison(s) tested; '
     'identical arithmetic is not tested); '
-    f'seeds (pairs when paired) for 80% power, α = {inference.ALPHA:g}, at Δ = margin / for '
+    f'seeds (pairs when paired) for 80% power, α = {stats.ALPHA:g}, at Δ = margin / for '
     'equivalence.'
   )
   return arms, pairs

@@ -3,6 +3,7 @@ the committed HEAD (reusing this venv, with the package index switched off: noth
 downloaded), the sweep's cost before it runs (--estimate), and a report whose title says what it
 compares."""
 
+import dataclasses
 import itertools
 import os
 import re
@@ -90,7 +91,7 @@ def test_report_title_says_what_is_compared_and_setup_names_what_differs():
     for s in range(4)
   ]
   out = answer.study_analysis(pd.DataFrame(rows), margin=0.5)
-  out.source = '/home/me/runs'
+  out = dataclasses.replace(out, source='/home/me/runs')
   text = report.render(out, 'md')
   assert text.splitlines()[0] == '# Final test accuracy by arm: 2 arms, 4 seeds each (digits)'
   assert (

@@ -24,8 +24,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from analysis import inputs
-from analysis.numbers import stats
+from analysis import inputs, stats
 from configs import validation
 from runrecord import record, sessions
 from tests.conftest import ROOT

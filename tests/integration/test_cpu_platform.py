@@ -7,8 +7,7 @@ import platform as host
 
 import pytest
 
-from analysis import inputs
-from analysis.numbers import stats
+from analysis import inputs, stats
 from configs import digits
 from numerics import setup as numerics_setup
 from runrecord import record, rules

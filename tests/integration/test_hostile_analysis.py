@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import analyse, attribute, declaration, inputs
-from analysis.numbers import answer, stats
+from analysis import analyse, attribute, declaration, inputs, stats
+from analysis.numbers import answer
 from analysis.words import report
 from tests.conftest import ROOT
 from tests.support.commands import cli_error

@@ -3,6 +3,7 @@ enter, one-line errors with nothing written, locale-proof output, the LaTeX labe
 pairs table, and no JAX in the analysis commands. Planted run folders and CSVs, no training (the
 input side: tests/integration/test_hostile_analysis.py)."""
 
+import dataclasses
 import io
 import json
 import os
@@ -14,8 +15,8 @@ import pandas as pd
 import pytest
 from etils import epath
 
-from analysis import analyse, attribute, catalogue, cli, export
-from analysis.numbers import answer, stats
+from analysis import analyse, attribute, catalogue, cli, export, stats
+from analysis.numbers import answer
 from tests.conftest import ROOT
 from tests.support.commands import cli_error, run_module
 from tests.support.hostile_inputs import METRIC, accuracy_csv, fractions
@@ -185,7 +186,7 @@ def small_out(source):
 
 def test_a_table_without_columns_is_not_written_and_said(tmp_path, capsys):
   out = small_out('x.csv')
-  out.pairs = pd.DataFrame()  # declared contrasts only: no pair tested
+  out = dataclasses.replace(out, pairs=pd.DataFrame())  # declared contrasts only: no pair tested
   files = catalogue.write(
     catalogue.ANALYSE,
     catalogue.Given(result=out),

@@ -11,8 +11,7 @@ import uuid
 import pandas as pd
 import pytest
 
-from analysis import analyse, export, inputs
-from analysis.numbers import stats
+from analysis import analyse, export, inputs, stats
 from runrecord import record, sessions
 from tests.support.commands import cli_error, in_mount_namespace
 from tests.support.planted_runs import fake_results

@@ -9,8 +9,8 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
-from analysis import inputs
-from analysis.numbers import calibration, per_class, stats
+from analysis import inputs, stats
+from analysis.numbers import calibration, per_class
 from tests.conftest import ROOT
 
 CSV = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')

@@ -5,8 +5,8 @@ the metric's own scale, a run id met twice counted once. Planted CSVs, no traini
 import pandas as pd
 import pytest
 
-from analysis import analyse, inputs
-from analysis.numbers import answer, stats
+from analysis import analyse, inputs, stats
+from analysis.numbers import answer
 from runrecord import record
 from tests.support.commands import cli_error
 from tests.support.planted_tables import table, write

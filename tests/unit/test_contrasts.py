@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from statsmodels.stats import multitest
 
-from analysis import declaration
-from analysis.numbers import answer, contrasts
+from analysis import declaration, stats
+from analysis.numbers import answer
 from runrecord import record
 from sweeps import sweep
 from tests.support.planted_tables import DIGITS, digits_frame, write_study
@@ -54,7 +54,7 @@ def test_two_platforms_give_each_platform_its_own_family():
   ).all()
   holm = multitest.multipletests(table['tost_p'], method='holm')[1]
   assert table['tost_p_holm'].to_numpy() == pytest.approx(holm)
-  assert set(out.noise) == {'cpu', 'gpu'} and out.noise['gpu']['half'] > 0
+  assert set(out.noise) == {'cpu', 'gpu'} and out.noise['gpu'].half > 0
 
 
 def test_short_labels_say_only_what_differs_from_the_reference():
@@ -125,4 +125,4 @@ def test_roots_that_declare_different_studies_are_refused(tmp_path):
     {**DIGITS, 'margin': 1.0},
     f'{tmp_path}/a/{declaration.STUDY_FILE}',
   )
-  assert contrasts.family(pd.DataFrame(columns=['arm', 'platform', 'role', 'n'])) == []
+  assert stats.family(pd.DataFrame(columns=['arm', 'platform', 'role', 'n'])) == []

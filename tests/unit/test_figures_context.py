@@ -3,6 +3,7 @@ one colour per platform and a line style per arm; short arm labels; legend keys 
 are; a one-run root draws without layout warnings and nothing outside the figure; the churn
 ladder says each row's n, draws every bound inside its axis and stops at 100 %."""
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -51,7 +52,9 @@ def captions(fig, suptitle, supxlabel):
 def test_every_study_figure_states_data_n_and_platforms(digits_out, tmp_path, monkeypatch):
   out = digits_out
   loaded = planted_loader(out.runs, np.random.default_rng(7))
-  out.agreement = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
+  out = dataclasses.replace(
+    out, agreement=agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
+  )
   figures = drawn_figures(
     monkeypatch,
     lambda: draw.figures(out, pd.DataFrame(columns=['run', 'epoch']), str(tmp_path), NO_STEPS),

@@ -51,7 +51,7 @@ def test_gap_figure_draws_the_gap_as_the_sum_of_its_parts_with_margin_and_noise_
   assert dashed == [-2, 2]
   labels = [t.get_text() for t in fig.legends[0].get_texts()]
   for p in ('cpu', 'gpu'):
-    assert f'noise floor {p} ±{att.noise[p]["half"]:.2f} pp' in labels
+    assert f'noise floor {p} ±{att.noise[p].half:.2f} pp' in labels
   assert not legend_problems(fig)
   partly = {**d, 'verdict': 'partly explained', 'open': 'the residual is not within ±2'}
   assert forest.verdict_line(partly, 'pp') == 'partly explained at ±2 pp'
@@ -73,7 +73,7 @@ def test_forest_draws_the_decomposition_and_no_unqualified_platform_term():
   assert 'main effects' in effects_ax.get_title(loc='left')
   labels = [t.get_text() for t in fig.legends[0].get_texts()]
   assert [x for x in labels if x.startswith('noise floor')] == [
-    f'noise floor {p} ±{att.noise[p]["half"]:.2f} pp' for p in ('gpu', 'cpu')
+    f'noise floor {p} ±{att.noise[p].half:.2f} pp' for p in ('gpu', 'cpu')
   ]
   undecomposed = forest.draw_forest(dataclasses.replace(att, decomposition=[], gap=None))
   effects = [t.get_text() for t in undecomposed.axes[0].get_yticklabels()]

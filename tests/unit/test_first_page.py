@@ -3,12 +3,15 @@ checked by hand: the answer in one sentence (which settings changed the metric, 
 each against the churn between two seeds), the identical-arithmetic row not TOST-tested, a
 difference shown inside the margin called "within margin", the noise floor in one clean line."""
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis.numbers import agreement, agreement_section, answer, stats
+from analysis import stats
+from analysis.numbers import agreement, agreement_section, answer
 from analysis.words import answer_sentence, attribution_text, report, tables
 from configs import digits
 from tests.support.planted_predictions import prediction
@@ -70,7 +73,9 @@ def study():
     else prediction(0.03, rng, ref[r.seed]['predicted'])
     for r in out.runs.itertuples()
   }
-  out.agreement = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
+  out = dataclasses.replace(
+    out, agreement=agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
+  )
   return out, frame, loaded
 
 
@@ -165,7 +170,7 @@ def test_the_noise_floor_is_one_clean_line():
   ) in text
   for p in ('cpu', 'gpu'):
     f = att.noise[p]
-    assert f'{p} ±{f["half"]:.3f} pp (sd {f["sd"]:.3f}, 6 seeds)' in text
+    assert f'{p} ±{f.half:.3f} pp (sd {f.sd:.3f}, 6 seeds)' in text
 
 
 def test_without_declared_contrasts_the_sentence_counts_the_pairs():

@@ -7,8 +7,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from analysis import inputs
-from analysis.numbers import stats
+from analysis import inputs, stats
 from configs import common, validation
 from runrecord import record, rules, sessions
 from tests.support.planted_runs import make_record, smoke

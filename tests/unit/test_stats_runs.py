@@ -6,8 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import analyse, inputs
-from analysis.numbers import stats
+from analysis import analyse, inputs, stats
 from runrecord import record
 from tests.support.planted_runs import fake_results
 from tests.support.planted_stats import csv_tables, frame, write_published
