@@ -14,8 +14,7 @@ input: one `error: ...` line, exit code 2, nothing written.
 Reference: docs/statistics.md "Commands".
 """
 
-from analysis import arguments, catalogue, cli, declaration, inputs
-from analysis.numbers import attribution, effects, gap_verdict
+from analysis import arguments, attribution, catalogue, cli, declaration, inputs
 from analysis.words import attribution_text
 
 
@@ -23,12 +22,12 @@ def given(att, result=None):
   """What the writers of analysis/catalogue.py read from the attribution `att` (and the study's
   analysis `result`, analysis.analyse's): the attribution, its text and its CSV tables (the
   terms' exact columns; one row per platform pair's decomposition, where there is one)."""
-  flat = gap_verdict.flat(att.decomposition) if att.decomposition else None
+  flat = attribution.flat(att.decomposition) if att.decomposition else None
   return catalogue.Given(
     result=result,
     attribution=att,
     attribution_md=attribution_text.render(att),
-    attribution_terms=att.terms[effects.CSV_COLUMNS],
+    attribution_terms=att.terms[attribution.CSV_COLUMNS],
     decomposition=flat,
   )
 

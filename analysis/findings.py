@@ -18,8 +18,8 @@ import sys
 
 import numpy as np
 
-from analysis import arguments, cli, declaration, inputs, stats
-from analysis.numbers import answer, gap
+from analysis import arguments, attribution, cli, declaration, inputs, stats
+from analysis.numbers import answer
 from analysis.words import attribution_text, report, tables
 from analysis.words.attribution_text import interval, signed
 
@@ -33,7 +33,9 @@ def judged_at(out, margin):
   att = out.attribution
   if margin == out.margin:
     return att.decomposition, out.contrasts
-  split = gap.summarise(att.gap_summaries, margin, att.min_share)[1] if att.gap_summaries else []
+  split = (
+    attribution.summarise(att.gap_summaries, margin, att.min_share)[1] if att.gap_summaries else []
+  )
   return split, stats.contrast_table(out, out.declared, margin)
 
 
@@ -61,20 +63,20 @@ def component_table(analyses, unit, gap_label):
 
 def verdict_row(scope, d, table, unit):
   share = (
-    f'{d["share"]:.2f} [{d["share_ci_low"]:.2f}, {d["share_ci_high"]:.2f}]'
-    if np.isfinite(d['share_ci_low'])
-    else f'{d["share"]:.2f}, unbounded'
-    if d['share'] == d['share']
+    f'{d.share:.2f} [{d.share_ci_low:.2f}, {d.share_ci_high:.2f}]'
+    if np.isfinite(d.share_ci_low)
+    else f'{d.share:.2f}, unbounded'
+    if d.share == d.share
     else '–'
   )
   return {
     'analysis': scope,
-    'pair': d['gap'].replace(' - ', ' − '),
-    'margin': f'±{d["margin"]:g} {unit}',
-    'native gap, 90% CI': interval(d['G_ci90_low'], d['G_ci90_high']),
-    'residual, 90% CI': interval(d['R_ci90_low'], d['R_ci90_high']),
+    'pair': d.gap.replace(' - ', ' − '),
+    'margin': f'±{d.margin:g} {unit}',
+    'native gap, 90% CI': interval(d.G_tost.ci90_low, d.G_tost.ci90_high),
+    'residual, 90% CI': interval(d.R_tost.ci90_low, d.R_tost.ci90_high),
     'share (Fieller)': share,
-    'verdict': f'**{d["verdict"]}**',
+    'verdict': f'**{d.verdict}**',
     'contrasts (Holm)': counts(table),
   }
 
@@ -150,13 +152,13 @@ def section(out, margins, source, command):
   ]
   for d in out.attribution.decomposition:
     (a, b), where = (
-      d['profiles'],
-      (f'on {d["N_only"]} only' if d['N_only'] else 'measured on both platforms'),
+      d.profiles,
+      (f'on {d.N_only} only' if d.N_only else 'measured on both platforms'),
     )
     lines += [
-      f'{d["gap"].replace(" - ", " − ")}: N = {a} − {b}, {where}:',
+      f'{d.gap.replace(" - ", " − ")}: N = {a} − {b}, {where}:',
       '',
-      tables.markdown(component_table(columns, unit, d['gap'])).rstrip('\n'),
+      tables.markdown(component_table(columns, unit, d.gap)).rstrip('\n'),
       '',
     ]
   lines += [
@@ -165,12 +167,12 @@ def section(out, margins, source, command):
   ]
   for scope, d, _ in verdicts:
     lines.append(
-      f'- {scope}, {d["gap"].replace(" - ", " − ")}, ±{d["margin"]:g} {unit}: '
-      f'**{d["verdict"]}**: {attribution_text.why(d, unit)}.'
+      f'- {scope}, {d.gap.replace(" - ", " − ")}, ±{d.margin:g} {unit}: '
+      f'**{d.verdict}**: {attribution_text.why(d, unit)}.'
     )
   last = verdicts[-1][1]
   lines += [
-    f'- {verdicts[-1][0]}, ±{last["margin"]:g} {unit}, {attribution_text.seeds_line(last, unit)}.',
+    f'- {verdicts[-1][0]}, ±{last.margin:g} {unit}, {attribution_text.seeds_line(last, unit)}.',
     '',
     LAST,
   ]

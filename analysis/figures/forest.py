@@ -169,9 +169,9 @@ def gap_rows(out):
   (COMPONENT_ROWS order), [] without a decomposition."""
   table, groups = out.gap, []
   for d in out.decomposition or []:
-    (a, b), (ea, eb) = d['platforms'], d['profiles']
-    rows = table[table['gap'] == d['gap']].set_index('key')
-    title = f'gap {a} − {b}, {d["seeds"]} seeds\ne_A = {ea}, e_B = {eb}'
+    (a, b), (ea, eb) = d.platforms, d.profiles
+    rows = table[table['gap'] == d.gap].set_index('key')
+    title = f'gap {a} − {b}, {d.seeds} seeds\ne_A = {ea}, e_B = {eb}'
     groups.append(
       (
         title,
@@ -236,7 +236,7 @@ def draw_rows(ax, rows, labels=(None,) * 3, xlabel=None):
 
 def gap_platforms(out):
   """The platforms of every decomposed gap, sorted."""
-  return sorted({p for d in out.decomposition or [] for p in d['platforms']})
+  return sorted({p for d in out.decomposition or [] for p in d.platforms})
 
 
 def estimate_key(color):
@@ -301,8 +301,8 @@ def attribution_forest(given, out_dir, name):
 def sum_rows(out, d):
   """[(label, value, ci95, ci90, colour, note)] (draw_rows) of one gap's SUM_ROWS, each part as
   it enters G = fid_A − fid_B + N + P (fid_B negated, its CI flipped)."""
-  a, b = d['platforms']
-  rows = out.gap[out.gap['gap'] == d['gap']].set_index('key')
+  a, b = d.platforms
+  rows = out.gap[out.gap['gap'] == d.gap].set_index('key')
   out_rows = []
   for key, sign, label in SUM_ROWS:
     r = rows.loc[key]
@@ -337,7 +337,7 @@ def draw_gap(out, context=None):
   )
   if context:
     caption(fig, context)
-  draw_limits(ax, parts[0]['margin'], floors_of(out.noise), out.unit)
+  draw_limits(ax, parts[0].margin, floors_of(out.noise), out.unit)
   draw_rows(ax, rows, (None, '95% CI', '90% CI (TOST)'))
   ax.set_xlabel(
     f'each part as it enters the gap ({out.unit}):\nG = fid_A − fid_B + N + P', loc='right'
@@ -354,7 +354,7 @@ def draw_gap(out, context=None):
 def verdict_line(d, unit):
   """'<verdict> at ±m unit': the second line of a pair's gap row (its open part is in the
   report)."""
-  return f'{d["verdict"]} at ±{d["margin"]:g} {unit}' if d['margin'] else d['verdict']
+  return f'{d.verdict} at ±{d.margin:g} {unit}' if d.margin else d.verdict
 
 
 def draw_contrasts(table, noise, margin, unit, context=None):

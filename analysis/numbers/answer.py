@@ -16,9 +16,9 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from analysis import declaration, inputs, stats
+from analysis import attribution, declaration, inputs, stats
 from analysis.inputs import seed_text
-from analysis.numbers import agreement_section, attribution, effects, gap, result
+from analysis.numbers import agreement_section, result
 from runrecord import record, rules
 
 VERSION_PREFIX = 'versions.'
@@ -30,7 +30,7 @@ def platform_profile(runs, declared):
   platform identity such as 'cpu-AVX2' (runrecord.rules.platform_identity) takes its JAX
   platform's profile."""
   present = set(runs['platform'].astype(str)) if 'platform' in runs else set()
-  given = effects.parse_pairs(declared or {}, '--platform-profile')
+  given = attribution.parse_pairs(declared or {}, '--platform-profile')
   return {
     p: given.get(p, given.get(rules.jax_platform(p)))
     for p in sorted(present)
@@ -105,8 +105,7 @@ def declared_attribution(
     compare=compare or declared.get('compare'),
     compare_flag='--compare' if compare else 'compare',
   )
-  out.labels = term_labels(out.terms['term'], declared)
-  return out
+  return dataclasses.replace(out, labels=term_labels(out.terms['term'], declared))
 
 
 def study_analysis(
@@ -183,11 +182,12 @@ def study_analysis(
   out = dataclasses.replace(
     out, agreement=agreement_section.from_analysis(out, labels(out), read=read_predictions)
   )
-  out = dataclasses.replace(out, scope=scope(out, declared, compare))
-  if out.scope.confirmatory is False and out.scope.declared_seeds_present:
+  sc = scope(out, declared, compare)
+  out = dataclasses.replace(out, scope=sc)
+  if sc.confirmatory is False and sc.declared_seeds_present:
     seeds = pd.to_numeric(frame[seed_col or 'seed'], errors='coerce')
     confirmatory = study_analysis(
-      frame[seeds.isin(out.scope.declared_seeds)],
+      frame[seeds.isin(sc.declared_seeds)],
       declared,
       group_by,
       metric,
@@ -217,7 +217,7 @@ def check_compare(frame, compare, declares):
     )
   done = frame[stats.run_status(frame) == 'completed']
   present = sorted(set(done['platform'].astype(str))) if 'platform' in done else []
-  gap.platform_pairs(present, compare, '--compare')
+  attribution.platform_pairs(present, compare, '--compare')
 
 
 def scope(out, declared, compare=None):

@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
+from analysis.attribution import Attribution
 from analysis.stats import Stats
 
 
@@ -67,43 +68,6 @@ class Agreement:
   missing: list[str]
   variance_notes: list[str] = dataclasses.field(default_factory=list)
   left_out: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-
-
-@dataclasses.dataclass
-class Attribution:
-  """Which numerical setting explains a difference: `terms` (the fitted effects, one row per
-  term), `model` (its formula) and `method`; the platform gap: `gap` (component table or None),
-  `gap_note` (why there is none), `decomposition` (one verdict dict per platform pair, the
-  question's pair first, analysis/numbers/gap_verdict.py), `gap_summaries`, `native`,
-  `emulation`, `pairs_note` (the pairs left out and why), `compare_flag` (where the pairs came
-  from: 'compare' (declared), '--compare', None: every pair by default); `arms` (each arm minus the
-  reference, without a gap); `noise` ({platform: noise floor dict}); `labels` ({term: short
-  label})."""
-
-  metric: str
-  source: str
-  reference: dict[str, Any]
-  margin: Optional[float]
-  margin_reason: Optional[str]
-  unit: str
-  model: str
-  method: str
-  terms: pd.DataFrame
-  n_runs: int
-  excluded: pd.DataFrame
-  replicates: pd.DataFrame
-  noise: dict[str, dict[str, Any]]
-  min_share: Optional[float]
-  gap: Optional[pd.DataFrame] = None
-  gap_note: Optional[str] = None
-  emulation: Optional[dict[str, Any]] = None
-  native: Optional[tuple[str, Any]] = None
-  decomposition: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-  gap_summaries: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-  arms: Optional[pd.DataFrame] = None
-  labels: dict[str, str] = dataclasses.field(default_factory=dict)
-  pairs_note: str = ''
-  compare_flag: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)

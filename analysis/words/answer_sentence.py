@@ -102,8 +102,8 @@ def gap_clause(out):
     return ''
   d = att.decomposition[0]
   return (
-    f'{d["gap"].replace(" - ", " − ")}: {d["verdict"]} (G {signed(d["G"])} '
-    f'{interval(d["G_ci_low"], d["G_ci_high"])} {out.unit} at ±{d["margin"]:g} {out.unit})'
+    f'{d.gap.replace(" - ", " − ")}: {d.verdict} (G {signed(d.G.estimate)} '
+    f'{interval(d.G.ci_low, d.G.ci_high)} {out.unit} at ±{d.margin:g} {out.unit})'
   )
 
 

@@ -8,9 +8,8 @@ Reference: docs/statistics.md "Report and figures".
 import numpy as np
 import pandas as pd
 
-from analysis import stats
+from analysis import attribution, stats
 from analysis.inputs import seed_text
-from analysis.numbers import gap_verdict
 from analysis.words import tables
 from analysis.words.tables import num, pval
 
@@ -50,32 +49,32 @@ def component_rows(table, gap_label, unit, margin):
 
 
 def numerics_state(d):
-  n = interval(d['N_ci_low'], d['N_ci_high'])
-  if not d['N_estimable']:
+  n = interval(d.N.ci_low, d.N.ci_high)
+  if not d.N_estimable:
     return 'the numerics part is not estimable from the arms run'
   where = (
-    f' (measured on {d["N_only"]} only: the other platform did not run both emulating '
+    f' (measured on {d.N_only} only: the other platform did not run both emulating '
     'profiles, so its interaction with the platform is untested)'
-    if d['N_only']
+    if d.N_only
     else ''
   )
-  if d['numerics_shown']:
+  if d.flags.numerics_shown:
     return f"the numerics part has the gap's sign and excludes 0 ({n}){where}"
-  if d['numerics_opposite']:
+  if d.flags.numerics_opposite:
     return f'the numerics part has the opposite sign ({n}){where}'
   return f"the numerics part's 95% CI {n} includes 0{where}"
 
 
 def interaction_state(d):
   """The interaction N_A − N_B in words when its 95% CI excludes 0, else ''."""
-  if not d.get('interaction_shown'):
+  if not d.flags.interaction_shown:
     return ''
-  a, b = d['platforms']
+  a, b = d.platforms
   return (
     f'the numerics part differs between the platforms (N_A − N_B '
-    f'{signed(d["N_interaction"])} '
-    f'{interval(d["N_interaction_ci_low"], d["N_interaction_ci_high"])}: '
-    f'{signed(d["N_A"])} on {a}, {signed(d["N_B"])} on {b}; N is their mean)'
+    f'{signed(d.N_interaction.estimate)} '
+    f'{interval(d.N_interaction.ci_low, d.N_interaction.ci_high)}: '
+    f'{signed(d.N_A.estimate)} on {a}, {signed(d.N_B.estimate)} on {b}; N is their mean)'
   )
 
 
@@ -84,7 +83,7 @@ def carriers(d):
   (the emulation's fidelity on A or B, the platforms under the same emulated arithmetic, with the
   interaction where P differs between the two platforms' arithmetic), else the largest part, not
   shown."""
-  (a, b), (ea, eb) = d['platforms'], d['profiles']
+  (a, b), (ea, eb) = d.platforms, d.profiles
   parts = (
     ('fid_A', 1, f"{ea} not reproducing {a}'s native arithmetic on {a} (fid_A"),
     ('fid_B', -1, f"{eb} not reproducing {b}'s native arithmetic on {b} (−fid_B"),
@@ -92,186 +91,192 @@ def carriers(d):
   )
 
   def text(key, sign, name):
+    c = getattr(d, key)
     return (
-      f'{name} {signed(sign * d[key])} '
-      f'{interval(*sorted([sign * d[key + "_ci_low"], sign * d[key + "_ci_high"]]))})'
+      f'{name} {signed(sign * c.estimate)} '
+      f'{interval(*sorted([sign * c.ci_low, sign * c.ci_high]))})'
     )
+
+  def known(key):
+    return getattr(d, key).estimate == getattr(d, key).estimate
 
   found = [
     text(*p)
     for p in parts
-    if d[p[0]] == d[p[0]] and gap_verdict.shown(d[p[0] + '_ci_low'], d[p[0] + '_ci_high'])
+    if known(p[0]) and attribution.shown(getattr(d, p[0]).ci_low, getattr(d, p[0]).ci_high)
   ]
   if found:
     return 'carried by ' + ' and '.join(found)
-  known = [p for p in parts if d[p[0]] == d[p[0]]]
-  if not known:
+  if not any(known(p[0]) for p in parts):
     return ''
-  key, sign, name = max(known, key=lambda p: abs(d[p[0]]))
+  key, sign, name = max(
+    (p for p in parts if known(p[0])), key=lambda p: abs(getattr(d, p[0]).estimate)
+  )
   return f'no part of it is shown; the largest is {text(key, sign, name)}'
 
 
 def residual_state(d, unit):
-  m = d['margin']
+  m = d.margin
   carried = carriers(d)
-  if d['residual_equivalent']:
+  if d.flags.residual_equivalent:
     return (
       f'the residual lies within ±{m:g} {unit} '
-      f'(90% CI {interval(d["R_ci90_low"], d["R_ci90_high"])}, '
-      f'TOST p {pval(d["R_tost_p"])})'
+      f'(90% CI {interval(d.R_tost.ci90_low, d.R_tost.ci90_high)}, '
+      f'TOST p {pval(d.R_tost.p)})'
     )
-  if d['residual_shown']:
-    return f'a residual remains (95% CI {interval(d["R_ci_low"], d["R_ci_high"])} excludes 0)' + (
+  if d.flags.residual_shown:
+    return f'a residual remains (95% CI {interval(d.R.ci_low, d.R.ci_high)} excludes 0)' + (
       f', {carried}' if carried else ''
     )
   if not m:
     return 'the residual cannot be shown within a margin (none given)'
   return (
     f'the residual is neither shown nor within ±{m:g} {unit} (90% CI '
-    f'{interval(d["R_ci90_low"], d["R_ci90_high"])})' + (f'; {carried}' if carried else '')
+    f'{interval(d.R_tost.ci90_low, d.R_tost.ci90_high)})' + (f'; {carried}' if carried else '')
   )
 
 
 def share_state(d):
-  if d['share_reaches']:
-    return f"the share's lower 95% bound reaches the minimum {d['min_share']:g}"
-  return f"the share's lower 95% bound is below the minimum {d['min_share']:g}"
+  if d.flags.share_reaches:
+    return f"the share's lower 95% bound reaches the minimum {d.min_share:g}"
+  return f"the share's lower 95% bound is below the minimum {d.min_share:g}"
 
 
 def holm_text(d):
   """' (Holm over the 3 pairs compared)' for several pairs, '' for one."""
-  k = d.get('pairs_compared', 1)
+  k = d.pairs_compared
   return f', Holm over the {k} pairs compared' if k > 1 else ''
 
 
 def rank_text(d):
   """The signed-rank test beside the t-interval: its p and the seeds' signs."""
-  k = d.get('pairs_compared', 1)
-  p = pval(d['G_signed_rank_p_holm'] if k > 1 else d['G_signed_rank_p'])
+  k = d.pairs_compared
+  p = pval(d.G_signed_rank_p_holm if k > 1 else d.G_signed_rank_p)
   can = (
     ''
-    if d['G_signed_rank_attainable'] * k < stats.ALPHA
-    else f'; at {d["seeds"]} seeds it cannot reach {stats.ALPHA:g}'
+    if d.G_signed_rank_attainable * k < stats.ALPHA
+    else f'; at {d.seeds} seeds it cannot reach {stats.ALPHA:g}'
   )
   return (
-    f'exact signed-rank p {p}{holm_text(d)}, {d["G_seeds_positive"]} of {d["seeds"]} '
-    f'seeds above 0 and {d["G_seeds_negative"]} below{can}'
+    f'exact signed-rank p {p}{holm_text(d)}, {d.G_seeds_positive} of {d.seeds} '
+    f'seeds above 0 and {d.G_seeds_negative} below{can}'
   )
 
 
 def gap_state(d, unit):
   """Whether the gap is shown (paired t, with its Holm p over several pairs) and within ±m."""
-  m, k = d['margin'], d.get('pairs_compared', 1)
-  g90 = interval(d['G_ci90_low'], d['G_ci90_high'])
-  g95 = interval(d['G_ci_low'], d['G_ci_high'])
+  m, k = d.margin, d.pairs_compared
+  g90 = interval(d.G_tost.ci90_low, d.G_tost.ci90_high)
+  g95 = interval(d.G.ci_low, d.G.ci_high)
   holm = (
-    f'; paired-t p {pval(d["G_p_holm"])}{holm_text(d)}'
+    f'; paired-t p {pval(d.G_p_holm)}{holm_text(d)}'
     if k > 1
     else ' includes 0'
-    if not d['gap_shown']
+    if not d.flags.gap_shown
     else ' excludes 0'
   )
   shown = f'shown (95% CI {g95}{holm})'
-  if d['gap_equivalent']:
+  if d.flags.gap_equivalent:
     within = (
-      f'lies within ±{m:g} {unit} (90% CI {g90}, TOST p {pval(d["G_tost_p_holm"])}{holm_text(d)})'
+      f'lies within ±{m:g} {unit} (90% CI {g90}, TOST p {pval(d.G_tost_p_holm)}{holm_text(d)})'
     )
-    return f'the native gap is {"" if d["gap_shown"] else "not "}{shown} and {within}'
+    return f'the native gap is {"" if d.flags.gap_shown else "not "}{shown} and {within}'
   nor = f' ±{m:g} {unit} (90% CI {g90})' if m else ' a margin (none was given)'
-  if d['gap_shown']:
+  if d.flags.gap_shown:
     return f'the native gap is {shown} and not within{nor}'
   return f'the native gap is neither {shown} nor within{nor}'
 
 
 def why(d, unit):
-  """Why the decomposition `d` (analysis/numbers/gap_verdict.py judge_family) got its verdict, in
+  """Why the decomposition `d` (analysis/attribution.py judge_family) got its verdict, in
   one sentence: the gap's tests (t, signed rank, TOST), the split, what carries the residual, the
   interaction and the numerics part's platforms."""
   text = gap_state(d, unit)
-  if d['verdict'] == 'tests disagree' or d.get('rank_shown') != d['gap_shown']:
+  if d.verdict == 'tests disagree' or d.flags.rank_shown != d.flags.gap_shown:
     text += f'; {rank_text(d)}'
-  if d['verdict'] == 'tests disagree':
+  if d.verdict == 'tests disagree':
     return text + ': the t-interval and the signed-rank test disagree on whether there is a gap'
-  if d['verdict'] == 'gap within margin':
+  if d.verdict == 'gap within margin':
     return text + ': a real gap, smaller than the margin'
-  if d['verdict'] == 'no gap' or not d['gap_shown']:
+  if d.verdict == 'no gap' or not d.flags.gap_shown:
     return text
   text += f'; {numerics_state(d)}'
-  if d['numerics_shown']:
+  if d.flags.numerics_shown:
     text += f'; {share_state(d)}'
   text += f'; {residual_state(d, unit)}'
   inter = interaction_state(d)
   text += f'; {inter}' if inter else ''
-  return text + (f' (open: {d["open"]})' if d['open'] else '')
+  return text + (f' (open: {d.open})' if d.open else '')
 
 
 def share_line(d):
   """The share of the gap the numerics part accounts for, with its interval and method."""
-  if d['share'] != d['share']:
+  if d.share != d.share:
     return 'share of the gap explained by numerics: not estimable (no numerics part)'
-  if not np.isfinite(d['share_ci_low']):
+  if not np.isfinite(d.share_ci_low):
     return (
-      f'share of the gap explained by numerics: N / G = {d["share"]:.2f}, 95% CI unbounded '
-      f'({d["share_method"]}: the gap is not shown to be nonzero)'
+      f'share of the gap explained by numerics: N / G = {d.share:.2f}, 95% CI unbounded '
+      f'({d.share_method}: the gap is not shown to be nonzero)'
     )
   return (
-    f'share of the gap explained by numerics: N / G = {d["share"]:.2f} (95% CI '
-    f'[{d["share_ci_low"]:.2f}, {d["share_ci_high"]:.2f}], {d["share_method"]}; '
-    f'"explained" needs the lower bound ≥ {d["min_share"]:g})'
+    f'share of the gap explained by numerics: N / G = {d.share:.2f} (95% CI '
+    f'[{d.share_ci_low:.2f}, {d.share_ci_high:.2f}], {d.share_method}; '
+    f'"explained" needs the lower bound ≥ {d.min_share:g})'
   )
 
 
 def seeds_line(d, unit):
   """The seeds (per arm) each part of a decisive answer needs at the observed per-seed sds, each at
   the margin (the smallest effect of interest); without a margin, why none is given."""
-  if not d['margin']:
+  if not d.margin:
     return (
       'seeds for 80% power: none computed (no margin, so no smallest effect of interest to power)'
     )
-  m = f'±{d["margin"]:g} {unit}'
+  m = f'±{d.margin:g} {unit}'
   names = {
     'gap nonzero': f'a gap of {m} shown ≠ 0',
     'numerics part nonzero': f'a numerics part of {m} shown ≠ 0',
     'gap within margin': f'a gap of 0 shown within {m}',
     'residual within margin': f'a residual of 0 shown within {m}',
   }
-  parts = [f'{names[q]}: {n}' for q, n in d['seeds_needed'].items()]
+  parts = [f'{names[q]}: {n}' for q, n in d.seeds_needed.items()]
   return (
     f'seeds for 80% power (α = {stats.ALPHA:g}, paired t at the observed sd of each '
     f'per-seed component, at the margin, the smallest effect of interest; now '
-    f'{d["seeds"]}): ' + ', '.join(parts)
+    f'{d.seeds}): ' + ', '.join(parts)
   )
 
 
 def cross_check_line(d, unit):
   """The mixed model's G, N and R over the same cells with the estimate's own definitions (a named
   cross-check, not the estimator); a key it cannot define the same way says so."""
-  c = d['cross_check']
-  if not c.get('G'):
+  c = d.cross_check
+  if 'G' not in c.contrasts and 'G' not in c.notes:
     return 'cross-check (mixed model over the same cells): fit failed'
   parts = [
-    f'{k} {signed(c[k]["estimate"])} {interval(c[k]["ci_low"], c[k]["ci_high"])}'
-    if 'estimate' in c[k]
-    else f'{k}: {c[k]["note"]}'
+    f'{k} {signed(c.contrasts[k].estimate)} '
+    f'{interval(c.contrasts[k].ci_low, c.contrasts[k].ci_high)}'
+    if k in c.contrasts
+    else f'{k}: {c.notes[k]}'
     for k in ('G', 'N', 'R')
-    if c.get(k)
+    if k in c.contrasts or k in c.notes
   ]
-  same = f' (N from {d["N_only"]} only, as the estimate)' if d.get('N_only') else ''
+  same = f' (N from {d.N_only} only, as the estimate)' if d.N_only else ''
   return (
-    f'cross-check, {c["method"].split(" (")[0]} over the same cells{same} (one residual '
+    f'cross-check, {c.method.split(" (")[0]} over the same cells{same} (one residual '
     f'variance for every cell): ' + ', '.join(parts) + f' {unit}'
   )
 
 
 def decomposition_lines(d, table, unit):
   """Markdown lines of one gap's decomposition: table, verdict with why, share, seeds, check."""
-  seeds = seed_text(pd.Series(d['seed_list'], dtype=object))
+  seeds = seed_text(pd.Series(d.seed_list, dtype=object))
   return [
-    tables.markdown(component_rows(table, d['gap'], unit, d['margin'])).rstrip('\n'),
+    tables.markdown(component_rows(table, d.gap, unit, d.margin)).rstrip('\n'),
     '',
-    f'**{d["gap"].replace(" - ", " − ")}: {d["verdict"]}** — {why(d, unit)}.',
-    f'Signed-rank p of the gap {pval(d["G_signed_rank_p"])} ({d["G_signed_rank_method"]}); '
-    f'd_z {num(d["G_d_z"])}; seeds used {d["seeds"]} ({seeds}).',
+    f'**{d.gap.replace(" - ", " − ")}: {d.verdict}** — {why(d, unit)}.',
+    f'Signed-rank p of the gap {pval(d.G_signed_rank_p)} ({d.G_signed_rank_method}); '
+    f'd_z {num(d.G_d_z)}; seeds used {d.seeds} ({seeds}).',
     f'{share_line(d)}; {seeds_line(d, unit)}.',
     f'{cross_check_line(d, unit)}.',
   ]
@@ -364,7 +369,7 @@ def render(out):
 
 def pairs_line(out):
   """Which platform pairs are decomposed, where they came from and how they enter the tests."""
-  pairs = ', '.join(d['gap'].replace(' - ', ' − ') for d in out.decomposition)
+  pairs = ', '.join(d.gap.replace(' - ', ' − ') for d in out.decomposition)
   source = {'compare': 'declared (compare)', '--compare': 'from --compare (exploratory)'}.get(
     out.compare_flag, 'every pair of the platforms run (none declared), tpu before gpu before cpu'
   )

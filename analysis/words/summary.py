@@ -7,9 +7,9 @@ Reference: docs/statistics.md "Report and figures".
 
 import pandas as pd
 
-from analysis import stats
+from analysis import attribution, stats
 from analysis.inputs import seed_text
-from analysis.numbers import answer, gap
+from analysis.numbers import answer
 from analysis.words import answer_sentence, attribution_text, tables, variance_text
 from analysis.words.attribution_text import interval, signed
 
@@ -40,11 +40,11 @@ def setting(runs):
 
 def compared(out):
   """[(a, b)] of the platform pairs the study answers: its decomposition's (the declared compare,
-  --compare, or every pair), else every pair of its platforms (gap.default_pairs)."""
+  --compare, or every pair), else every pair of its platforms (attribution.default_pairs)."""
   att = out.attribution
   if att and att.decomposition:
-    return [tuple(d['platforms']) for d in att.decomposition]
-  return gap.default_pairs(out.software.platforms)
+    return [tuple(d.platforms) for d in att.decomposition]
+  return attribution.default_pairs(out.software.platforms)
 
 
 def question(out):
@@ -216,8 +216,8 @@ def contrast_lines(out):
 
 def seeds_used(d, declared):
   """'seeds 0–5' of a decomposition, or 'seeds 0 1 2 4 5 (5 of the 6 declared: 3 lacks a cell)'."""
-  used = [str(s) for s in d['seed_list']]
-  text = f'seeds {seed_text(pd.Series(d["seed_list"]))}'
+  used = [str(s) for s in d.seed_list]
+  text = f'seeds {seed_text(pd.Series(d.seed_list))}'
   if declared and set(map(str, declared)) - set(used):
     left = [str(s) for s in declared if str(s) not in used]
     text += (
@@ -234,8 +234,8 @@ def headline(out):
   declared = out.scope.declared_seeds if out.scope else None
   for d in out.attribution.decomposition if out.attribution else []:
     parts.append(
-      f'{d["gap"].replace(" - ", " − ")}: **{d["verdict"]}** (G {signed(d["G"])} '
-      f'{interval(d["G_ci_low"], d["G_ci_high"])} {out.unit}, {seeds_used(d, declared)})'
+      f'{d.gap.replace(" - ", " − ")}: **{d.verdict}** (G {signed(d.G.estimate)} '
+      f'{interval(d.G.ci_low, d.G.ci_high)} {out.unit}, {seeds_used(d, declared)})'
     )
   table = out.contrasts if out.contrasts is not None else out.pairs
   if table is not None and not table.empty:
@@ -263,7 +263,7 @@ def scope_lines(out):
     conf = out.confirmatory
     pairs = conf.attribution.decomposition if conf.attribution else []
     which = (
-      f' and platform pairs {answer.pairs_text([d["platforms"] for d in pairs])}' if pairs else ''
+      f' and platform pairs {answer.pairs_text([d.platforms for d in pairs])}' if pairs else ''
     )
     lines.append(
       f'**Confirmatory answer** (the declared seeds at the declared ±{conf.margin:g} '
@@ -302,10 +302,10 @@ def latex_tables(out):
   for d in att.decomposition if att else []:
     parts.append(
       tables.latex(
-        attribution_text.component_rows(att.gap, d['gap'], unit, d['margin']),
-        f'{d["gap"]} decomposition at ±{d["margin"]:g} {unit}: {d["verdict"]}. '
+        attribution_text.component_rows(att.gap, d.gap, unit, d.margin),
+        f'{d.gap} decomposition at ±{d.margin:g} {unit}: {d.verdict}. '
         f'{attribution_text.share_line(d)}.',
-        label='tab:gap-' + '-'.join(d['gap'].replace(' - ', ' ').split()),
+        label='tab:gap-' + '-'.join(d.gap.replace(' - ', ' ').split()),
       )
     )
   table = out.contrasts if out.contrasts is not None else out.pairs

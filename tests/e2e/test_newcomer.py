@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from conftest import ROOT
 
-from analysis import attribute
-from analysis.numbers import answer, attribution, effects
+from analysis import attribute, attribution
+from analysis.numbers import answer
 from analysis.words import report
 from runrecord import record
 from sweeps import estimate, sweep
@@ -275,7 +275,7 @@ def test_documented_attribution_example_uses_the_reference_levels_its_text_names
     pd.DataFrame(rows), args.metric, args.factors, args.seed_col
   )
   chosen = attribution.references(
-    prep.runs, columns, effects.parse_pairs(args.reference, '--reference')
+    prep.runs, columns, attribution.parse_pairs(args.reference, '--reference')
   )
   assert chosen == {
     'platform': 'gpu',

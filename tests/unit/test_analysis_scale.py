@@ -13,8 +13,8 @@ import statsmodels.api as sm
 from pandas.core.groupby import groupby as pd_groupby
 from scipy import stats as sps
 
-from analysis import analyse, attribute, inputs, stats
-from analysis.numbers import answer, attribution, effects
+from analysis import analyse, attribute, attribution, inputs, stats
+from analysis.numbers import answer
 from analysis.words import report
 from benchmarks import bench_analysis
 from runrecord import rules
@@ -42,8 +42,8 @@ def test_seed_fixed_effects_equal_statsmodels_ols_with_seed_dummies():
   runs = bench_analysis.runs_table(40, rng=5)
   runs = pd.concat([runs.sample(frac=0.8, random_state=1), runs.iloc[:12]], ignore_index=True)
   runs['value'] = 100 * runs['accuracy'] + rng.normal(0, 0.05, len(runs))
-  X = effects.design(runs, ['platform', 'profile'], {'platform': 'gpu', 'profile': 'native'})
-  model = effects.seed_fixed_effects(runs['value'], X, runs['seed'], note='test')
+  X = attribution.design(runs, ['platform', 'profile'], {'platform': 'gpu', 'profile': 'native'})
+  model = attribution.seed_fixed_effects(runs['value'], X, runs['seed'], note='test')
   dummies = pd.get_dummies(runs['seed'], prefix='seed', drop_first=True).astype(float)
   groups = pd.factorize(runs['seed'])[0]
   dense = sm.OLS(runs['value'], pd.concat([X, dummies], axis=1)).fit(
@@ -57,18 +57,18 @@ def test_seed_fixed_effects_equal_statsmodels_ols_with_seed_dummies():
   assert res.cov_params().loc[factors, factors].to_numpy() == pytest.approx(
     cr1 * dense.cov_params().loc[factors, factors].to_numpy(), rel=1e-9
   )
-  term = effects.contrast(model, {'profile=tpu_default': 1.0})
-  half = sps.t.ppf(0.975, g - 1) * term['se']
-  assert term['df'] == g - 1 and term['ci_high'] - term['estimate'] == pytest.approx(half)
+  term, df = attribution.contrast(model, {'profile=tpu_default': 1.0})
+  half = sps.t.ppf(0.975, g - 1) * term.se
+  assert df == g - 1 and term.ci_high - term.estimate == pytest.approx(half)
   assert 'seed fixed effects (within' in model['method'] and 'CR1' in model['method']
 
 
 def test_many_seeds_fit_seed_fixed_effects_in_bounded_memory_and_say_why():
-  """Beyond effects.MIXED_MAX_ROWS runs MixedLM is not fitted (its time grows with the seeds);
+  """Beyond attribution.MIXED_MAX_ROWS runs MixedLM is not fitted (its time grows with the seeds);
   seed fixed effects take its place, without any runs x seeds matrix (24,000 x 6,000 doubles
   would be 1.15 GB; the whole analysis stays under 60 MB here). Small tables still get MixedLM."""
   frame = bench_analysis.runs_table(6_000)
-  assert len(frame) > effects.MIXED_MAX_ROWS
+  assert len(frame) > attribution.MIXED_MAX_ROWS
   tracemalloc.start()
   try:
     out = attribution.factor_attribution(frame, ['platform', 'profile'], 'accuracy', margin=0.3)
@@ -77,9 +77,9 @@ def test_many_seeds_fit_seed_fixed_effects_in_bounded_memory_and_say_why():
     tracemalloc.stop()
   assert peak < 60e6, peak
   assert out.method.startswith('OLS with seed fixed effects (within')
-  assert f'MixedLM not fitted: {len(frame):,} runs > {effects.MIXED_MAX_ROWS:,}' in out.method
+  assert f'MixedLM not fitted: {len(frame):,} runs > {attribution.MIXED_MAX_ROWS:,}' in out.method
   # the gap is per seed (no model); its mixed-model cross-check falls back the same way
-  assert 'MixedLM not fitted' in out.decomposition[0]['cross_check']['method']
+  assert 'MixedLM not fitted' in out.decomposition[0].cross_check.method
   t = out.terms.set_index('term').loc['profile=tpu_default']
   assert t['ci_low'] < 0.3 < t['ci_high']
   small = attribution.factor_attribution(
@@ -111,8 +111,8 @@ def test_design_names_a_confounded_term_from_its_distinct_rows():
   ref = {'profile': 'native', 'twin': 'native', 'half': '0'}
   for factors in (['profile', 'twin'], ['profile', 'twin', 'half']):  # 3 and 6 distinct rows
     with pytest.raises(ValueError, match='--factors: term twin=jax_gpu_default is confounded'):
-      effects.design(runs, factors, ref)
-  X = effects.design(runs, ['platform', 'profile'], {'platform': 'gpu', 'profile': 'native'})
+      attribution.design(runs, factors, ref)
+  X = attribution.design(runs, ['platform', 'profile'], {'platform': 'gpu', 'profile': 'native'})
   assert (
     list(X.columns)
     == ['Intercept', 'platform=tpu', 'profile=jax_gpu_default', 'profile=tpu_default']

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import analyse, inputs
-from analysis.numbers import answer, gap_verdict, result
+from analysis import analyse, attribution, inputs
+from analysis.numbers import answer, result
 from analysis.words import report
 from sweeps import run_study
 from tests.conftest import ROOT
@@ -102,8 +102,8 @@ def test_two_roots_give_the_same_tables_as_one_root_holding_both(tmp_path, capsy
     pd.testing.assert_frame_equal(
       getattr(both, name).reset_index(drop=True), getattr(apart, name).reset_index(drop=True)
     )
-  assert both.attribution.decomposition[0]['R'] == pytest.approx(
-    apart.attribution.decomposition[0]['R'], abs=1e-9
+  assert both.attribution.decomposition[0].R.estimate == pytest.approx(
+    apart.attribution.decomposition[0].R.estimate, abs=1e-9
   )
   assert set(both.runs['run']) == set(apart.runs['run'])  # root + relative path
   with pytest.raises(ValueError, match='is under both') as e:
@@ -173,7 +173,7 @@ def test_a_cpu_platform_identity_takes_the_declared_cpu_profile():
     'gpu': 'jax_gpu_default',
   }
   out = answer.study_analysis(frame, DIGITS)
-  assert out.attribution.decomposition[0]['gap'] == 'gpu - cpu-AVX2'
+  assert out.attribution.decomposition[0].gap == 'gpu - cpu-AVX2'
   assert (
     out.arms.set_index('arm')['deterministic'].loc[lambda s: s.index.str.contains('cpu-AVX2')].all()
   )
@@ -190,5 +190,5 @@ def test_the_documented_python_use_runs_and_gives_the_typed_result(monkeypatch):
   exec('\n'.join(lines[:-1]), scope)
   contrasts, verdict, confirmatory = eval(lines[-1], scope)
   assert isinstance(scope['study'], result.Analysis)
-  assert isinstance(scope['study'].attribution, result.Attribution)
-  assert len(contrasts) > 0 and verdict in gap_verdict.VERDICTS and confirmatory in (True, False)
+  assert isinstance(scope['study'].attribution, attribution.Attribution)
+  assert len(contrasts) > 0 and verdict in attribution.VERDICTS and confirmatory in (True, False)

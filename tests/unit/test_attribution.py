@@ -7,8 +7,8 @@ import pytest
 import statsmodels.formula.api as smf
 from scipy import stats as sps
 
-from analysis import analyse, attribute, declaration, draw
-from analysis.numbers import answer, attribution, effects
+from analysis import analyse, attribute, attribution, declaration, draw
+from analysis.numbers import answer
 from analysis.words import attribution_text
 from runrecord import record
 
@@ -132,7 +132,7 @@ def test_zero_platform_residual_is_explained_by_numerics():
   r = residual(out)
   assert r['ci_low'] < 0 < r['ci_high'] and r['tost_p'] < 0.05
   assert -0.3 < r['ci90_low'] and r['ci90_high'] < 0.3
-  assert out.decomposition[0]['verdict'] == 'explained by numerics'
+  assert out.decomposition[0].verdict == 'explained by numerics'
   assert '**tpu − gpu: explained by numerics**' in show(out)
   assert out.emulation == {'gpu': 'jax_gpu_default', 'tpu': 'tpu_default'}  # the default mapping
   assert 'gpu=jax_gpu_default, tpu=tpu_default' in show(out)
@@ -150,7 +150,7 @@ def test_planted_platform_residual_leaves_the_gap_partly_explained():
   assert 'native arithmetic: gpu=jax_gpu_default, tpu=tpu_default. Each component' in show(out)
   r = residual(out)
   assert r['ci_low'] < 1.5 < r['ci_high'] and r['ci_low'] > 0.3
-  assert out.decomposition[0]['verdict'] == 'partly explained'  # 0.8 of 2.3 pp: numerics
+  assert out.decomposition[0].verdict == 'partly explained'  # 0.8 of 2.3 pp: numerics
   assert 'explained by numerics**' not in show(out)
 
 
@@ -158,7 +158,7 @@ def test_failed_mixed_fit_falls_back_to_clustered_ols_and_says_so(monkeypatch):
   def boom(*args, **kwargs):
     raise np.linalg.LinAlgError('Singular matrix')
 
-  monkeypatch.setattr(effects.sm, 'MixedLM', boom)
+  monkeypatch.setattr(attribution.sm, 'MixedLM', boom)
   frame = runs_frame(rng=3)
   out = attribution.factor_attribution(
     frame, ['platform', 'profile'], reference={'profile': 'f32'}, margin=0.3
@@ -262,8 +262,7 @@ def test_files_written_with_exact_csv_columns(tmp_path):
     assert (tmp_path / name).stat().st_size > 500, name
   decomposition = pd.read_csv(tmp_path / 'attribution_decomposition.csv').iloc[0]
   assert (
-    decomposition['verdict'] == out.decomposition[0]['verdict']
-    and decomposition['gap'] == 'tpu - gpu'
+    decomposition['verdict'] == out.decomposition[0].verdict and decomposition['gap'] == 'tpu - gpu'
   )
   assert {'share', 'share_ci_low', 'seeds_for_residual_within_margin'} <= set(decomposition.index)
   assert len(out.excluded) == 2 and 'failed: loss is NaN' in show(out)

@@ -33,7 +33,7 @@ def test_gap_figure_draws_the_gap_as_the_sum_of_its_parts_with_margin_and_noise_
   d = att.decomposition[0]
   labels = [t.get_text() for t in ax.get_yticklabels()]
   assert labels == [
-    f'native gap G (gpu − cpu):\n{d["verdict"]} at ±2 pp',
+    f'native gap G (gpu − cpu):\n{d.verdict} at ±2 pp',
     'fidelity on gpu: fid_A',
     'fidelity on cpu, negated: −fid_B',
     'numerics part N',
@@ -43,17 +43,17 @@ def test_gap_figure_draws_the_gap_as_the_sum_of_its_parts_with_margin_and_noise_
   assert not any(label.startswith(('=', '−', '+')) for label in labels)
   assert 'G = fid_A − fid_B + N + P' in ax.get_xlabel()
   at = markers_at(ax)  # y 5 (top) .. 0: G, fid_A, −fid_B, N, P, R
-  assert at[4] == pytest.approx(d['fid_A']) and at[3] == pytest.approx(-d['fid_B'])
-  assert d['fid_B'] != pytest.approx(0)  # the sign is seen
+  assert at[4] == pytest.approx(d.fid_A.estimate) and at[3] == pytest.approx(-d.fid_B.estimate)
+  assert d.fid_B.estimate != pytest.approx(0)  # the sign is seen
   assert at[5] == pytest.approx(at[4] + at[3] + at[2] + at[1])  # G = fid_A − fid_B + N + P
-  assert at[0] == pytest.approx(d['R'])
+  assert at[0] == pytest.approx(d.R.estimate)
   dashed = sorted(line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == '--')
   assert dashed == [-2, 2]
   labels = [t.get_text() for t in fig.legends[0].get_texts()]
   for p in ('cpu', 'gpu'):
     assert f'noise floor {p} ±{att.noise[p].half:.2f} pp' in labels
   assert not legend_problems(fig)
-  partly = {**d, 'verdict': 'partly explained', 'open': 'the residual is not within ±2'}
+  partly = dataclasses.replace(d, verdict='partly explained', open='the residual is not within ±2')
   assert forest.verdict_line(partly, 'pp') == 'partly explained at ±2 pp'
 
 

@@ -64,8 +64,8 @@ def test_export_reads_back_to_the_tables_of_its_runs(tmp_path, capsys):
     pd.testing.assert_frame_equal(
       getattr(direct, name).replace('', np.nan), getattr(again, name), check_dtype=False
     )
-  assert direct.attribution.decomposition[0]['R'] == pytest.approx(
-    again.attribution.decomposition[0]['R'], abs=1e-12
+  assert direct.attribution.decomposition[0].R.estimate == pytest.approx(
+    again.attribution.decomposition[0].R.estimate, abs=1e-12
   )
   assert direct.software == again.software
   with pytest.raises(SystemExit) as e:
