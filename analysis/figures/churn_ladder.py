@@ -14,8 +14,8 @@ import textwrap
 
 import numpy as np
 
+from analysis import agreement
 from analysis.figures import naming, style
-from analysis.numbers import agreement_reading
 
 ACROSS = 'across platforms'
 ACROSS_COLOR = '#000000'
@@ -48,7 +48,7 @@ def row_label(row, short=None):
   """'kind: a vs b (n 8)' (one arm: 'kind: a (n 8)'), arms by their short labels ({label: short},
   naming.short_labels), wrapped."""
   short = short or {}
-  kind = agreement_reading.SHORT_TITLES[row['kind']]
+  kind = agreement.SHORT_TITLES[row['kind']]
   a, b = (short.get(x, x) for x in (row.get('label_a', row['a']), row.get('label_b', row['b'])))
   head = a.split(': ')[0] + ': '
   if ': ' in a and b.startswith(head):  # 'cpu: f32 vs cpu: native' -> 'cpu: f32 vs native'

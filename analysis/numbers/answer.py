@@ -16,9 +16,9 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from analysis import attribution, declaration, inputs, stats
+from analysis import agreement, attribution, declaration, inputs, stats
 from analysis.inputs import seed_text
-from analysis.numbers import agreement_section, result
+from analysis.numbers import result
 from runrecord import record, rules
 
 VERSION_PREFIX = 'versions.'
@@ -180,7 +180,7 @@ def study_analysis(
   # Agreement between models: the run folders' saved predictions, read by `read_predictions`; a
   # CSV's rows are not run folders, so a CSV has none.
   out = dataclasses.replace(
-    out, agreement=agreement_section.from_analysis(out, labels(out), read=read_predictions)
+    out, agreement=agreement.from_analysis(out, labels(out), read=read_predictions)
   )
   sc = scope(out, declared, compare)
   out = dataclasses.replace(out, scope=sc)

@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
+from analysis.agreement import Agreement
 from analysis.attribution import Attribution
 from analysis.stats import Stats
 
@@ -49,25 +50,6 @@ class Software:
 
   platforms: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
   confounds: list[str] = dataclasses.field(default_factory=list)
-
-
-@dataclasses.dataclass
-class Agreement:
-  """`table`: the churn ladder (analysis/numbers/agreement.py); `summary`: its first-page line;
-  `calibration`, `train_loss`, `per_class`, `variance`: their tables; `missing`: the runs
-  without saved predictions; `variance_notes`: the arms whose seeds vary but that have no
-  variance split, and why; `left_out`: the pairs of runs on different test sets, not compared
-  image by image (analysis/numbers/agreement.py churns: arms, runs, why)."""
-
-  table: pd.DataFrame
-  summary: str
-  calibration: pd.DataFrame
-  train_loss: pd.DataFrame
-  per_class: pd.DataFrame
-  variance: pd.DataFrame
-  missing: list[str]
-  variance_notes: list[str] = dataclasses.field(default_factory=list)
-  left_out: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)

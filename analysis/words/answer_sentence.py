@@ -2,13 +2,12 @@
 the question's platform pair and its verdict, which numerics settings changed the metric (by the
 contrasts' verdicts against the margin), and by how much they changed the model (the churn of each
 setting against the churn between two seeds of one arm). Numbers and verdicts come from
-analysis/numbers (stats.judge, gap_verdict, agreement_reading.against_seeds); nothing is judged
+analysis/numbers (stats.judge, gap_verdict, agreement.against_seeds); nothing is judged
 here.
 Reference: docs/statistics.md "Report and figures".
 """
 
-from analysis import stats
-from analysis.numbers import agreement_reading
+from analysis import agreement, stats
 from analysis.words.attribution_text import interval, signed
 
 
@@ -84,14 +83,14 @@ def churn_clause(out):
   """By how much the settings changed the model: their churn against two seeds'; '' without
   predictions."""
   table = out.agreement.table if out.agreement else None
-  read = agreement_reading.against_seeds(table) if table is not None and not table.empty else None
+  read = agreement.against_seeds(table) if table is not None and not table.empty else None
   if read is None:
     return ''
   return (
-    f'by churn, {read["changed"]} of {read["rows"]} settings changed the model: '
-    f'{read["low"]:.2g}–{read["high"]:.2g} % of the test predictions differ from the '
-    f"reference arm's, {read['ratio_low']:.2g}–{read['ratio_high']:.2g} × the "
-    f'{read["base"]} between two seeds of one arm ({agreement_reading.seed_verdict(read)})'
+    f'by churn, {read.changed} of {read.rows} settings changed the model: '
+    f'{read.low:.2g}–{read.high:.2g} % of the test predictions differ from the '
+    f"reference arm's, {read.ratio_low:.2g}–{read.ratio_high:.2g} × the "
+    f'{read.base} between two seeds of one arm ({agreement.seed_verdict(read)})'
   )
 
 

@@ -1,4 +1,4 @@
-"""The variance split (analysis/numbers/variance.py) in words: its rows for report.md and report.tex
+"""The variance split (analysis/agreement.py) in words: its rows for report.md and report.tex
 (each component's variance, sd, share and 95% interval, or the df that forbids one; a negative
 estimate's truncation said in words) and the first page's line.
 Reference: docs/statistics.md "Report and figures".
@@ -6,7 +6,7 @@ Reference: docs/statistics.md "Report and figures".
 
 import numpy as np
 
-from analysis.numbers import variance
+from analysis import agreement
 from analysis.words.tables import num
 
 CAPTION = (
@@ -14,7 +14,7 @@ CAPTION = (
   'random-effects ANOVA (method of moments) of init seed × data-order seed (× replicates); '
   'variance in {unit}², sd in {unit}, share of the total; 95% interval of each variance '
   "by Satterthwaite's df (exact χ² for a single mean square), none below "
-  f'{variance.MIN_CI_DF:g} df (the upper bound would exceed 39× the estimate).'
+  f'{agreement.MIN_CI_DF:g} df (the upper bound would exceed 39× the estimate).'
 )
 
 
@@ -23,7 +23,7 @@ def ci_text(r):
   if r['truncated'] or not r['estimate'] > 0:
     return 'none: estimate truncated at 0'
   if not np.isfinite(r['ci_low']):
-    return f'none: df {r["ci_df"]:.2g} < {variance.MIN_CI_DF:g} (more seeds needed)'
+    return f'none: df {r["ci_df"]:.2g} < {agreement.MIN_CI_DF:g} (more seeds needed)'
   return f'[{num(r["ci_low"], 3)}, {num(r["ci_high"], 3)}] (df {r["ci_df"]:.2g})'
 
 

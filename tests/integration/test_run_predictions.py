@@ -10,8 +10,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from analysis import inputs
-from analysis.numbers import agreement, answer
+from analysis import agreement, inputs
+from analysis.numbers import answer
 from runrecord import predictions, record
 from tests.support.commands import run_module
 from tests.support.planted_runs import fake_results
@@ -139,10 +139,10 @@ def test_an_item_of_the_wrong_size_or_shape_is_damaged():
 
 def test_the_summary_counts_each_reason_and_keeps_the_old_line_for_records_without_any():
   table = agreement.agreement_table([], pairs=[])
-  assert answer.agreement_section.summary_line(
-    table, [('r', 'no predictions saved')] * 3, 3
-  ).startswith('Agreement: no predictions in any of the 3 runs')
-  line = answer.agreement_section.summary_line(
+  assert agreement.summary_line(table, [('r', 'no predictions saved')] * 3, 3).startswith(
+    'Agreement: no predictions in any of the 3 runs'
+  )
+  line = agreement.summary_line(
     table, [('a', 'predictions item damaged (x)'), ('b', 'its results name no step')], 2
   )
   assert line == (

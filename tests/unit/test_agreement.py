@@ -1,4 +1,4 @@
-"""analysis/numbers/agreement.py, agreement_pairs.py, agreement_section.py and
+"""analysis/agreement.py (the churn ladder, its pairs and its section) and
 analysis/figures/churn_ladder.py on planted predictions (no training, no saved runs)."""
 
 import dataclasses
@@ -10,9 +10,9 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.proportion import proportion_confint
 
-from analysis import analyse, catalogue, declaration, inputs, stats
+from analysis import agreement, analyse, catalogue, declaration, inputs, stats
 from analysis.figures import churn_ladder
-from analysis.numbers import agreement, agreement_pairs, agreement_section, answer
+from analysis.numbers import answer
 from tests.conftest import ROOT
 from tests.support.planted_predictions import N, planted_loader, prediction
 
@@ -161,12 +161,12 @@ def test_baseline_pairs_from_the_recorded_arithmetic(published):
       'arm',
     ].iloc[0]
 
-  platform = agreement_pairs.platform_pairs(runs, by)
+  platform = agreement.platform_pairs(runs, by)
   assert (arm('cpu', 'native'), arm('gpu', 'native')) in platform
   assert (arm('cpu', 'tpu_default'), arm('gpu', 'tpu_default')) in platform and len(platform) == 8
   # CPU repeats bit for bit; the H100 runs were nondeterministic: no identical pair there.
-  assert agreement_pairs.identical_pairs(runs, by) == [(arm('cpu', 'f32'), arm('cpu', 'native'))]
-  assert sorted(agreement_pairs.noise_pairs(runs, by)) == [
+  assert agreement.identical_pairs(runs, by) == [(arm('cpu', 'f32'), arm('cpu', 'native'))]
+  assert sorted(agreement.noise_pairs(runs, by)) == [
     (arm('cpu', 'bf16_noise'), arm('cpu', 'f32')),
     (arm('gpu', 'bf16_noise'), arm('gpu', 'f32')),
   ]
@@ -193,7 +193,7 @@ def write_agreement(out, section, folder):
 def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):
   out = published
   loaded = planted_loader(out.runs, np.random.default_rng(7))
-  section = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
+  section = agreement.from_analysis(out, answer.labels(out), load=loaded.get)
   table = section.table
   assert set(table['kind']) == {'identical', 'noise', 'contrast', 'platform', 'seed', 'seed_all'}
   # the declared contrasts but cpu's f32 − native, which is its identical-arithmetic row only
@@ -217,7 +217,7 @@ def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):
 
 def test_old_records_without_predictions_still_analyse(tmp_path, published):
   out = published
-  section = agreement_section.from_analysis(out, answer.labels(out), load=lambda run: None)
+  section = agreement.from_analysis(out, answer.labels(out), load=lambda run: None)
   assert section.summary.startswith('Agreement: no predictions in any of the 256 runs')
   assert section.table.empty and section.calibration.empty
   assert len(section.train_loss) == 16  # from the runs table: still there
@@ -233,7 +233,7 @@ def test_some_runs_without_predictions_are_counted():
 
 def test_without_a_declaration_every_pair_of_arms_on_one_platform_is_compared():
   out = answer.study_analysis(inputs.read_csv(CSV), all_pairs=False)
-  pairs = agreement_section.compared_pairs(out)
+  pairs = agreement.compared_pairs(out)
   assert len(pairs) == 2 * (8 * 7 // 2)
   assert all(a.split(',')[0] == b.split(',')[0] for a, b in pairs)
 
@@ -313,7 +313,7 @@ def crossed_runs(rng):
 
 def test_churn_by_source_with_init_and_data_order_seeds():
   runs, loaded = crossed_runs(np.random.default_rng(9))
-  section = agreement_section.agreement_section(runs, [], load=loaded.get)
+  section = agreement.agreement_section(runs, [], load=loaded.get)
   table = section.table.set_index('kind')
   assert table.loc['nondeterminism', 'seeds'] == 16  # every (init, data) cell repeated
   assert (

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_hex
 
-from analysis import draw
+from analysis import agreement, draw
 from analysis.figures import churn_ladder, forest, naming, study_figures, style
-from analysis.numbers import agreement_section, answer
+from analysis.numbers import answer
 from tests.support.planted_predictions import planted_loader
 from tests.support.planted_study import analysed, make_study
 from tests.support.planted_tables import DIGITS, digits_frame
@@ -53,7 +53,7 @@ def test_every_study_figure_states_data_n_and_platforms(digits_out, tmp_path, mo
   out = digits_out
   loaded = planted_loader(out.runs, np.random.default_rng(7))
   out = dataclasses.replace(
-    out, agreement=agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
+    out, agreement=agreement.from_analysis(out, answer.labels(out), load=loaded.get)
   )
   figures = drawn_figures(
     monkeypatch,
@@ -148,7 +148,7 @@ def test_a_one_run_root_draws_without_layout_warnings_or_clipping(tmp_path):
 def test_the_churn_ladder_says_n_and_draws_every_bound_inside_its_axis(digits_out):
   out = digits_out
   loaded = planted_loader(out.runs, np.random.default_rng(8))
-  table = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get).table
+  table = agreement.from_analysis(out, answer.labels(out), load=loaded.get).table
   table = pd.concat(
     [
       table,

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis import stats
-from analysis.numbers import agreement, agreement_section, answer
+from analysis import agreement, stats
+from analysis.numbers import answer
 from analysis.words import answer_sentence, attribution_text, report, tables
 from configs import digits
 from tests.support.planted_predictions import prediction
@@ -74,7 +74,7 @@ def study():
     for r in out.runs.itertuples()
   }
   out = dataclasses.replace(
-    out, agreement=agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
+    out, agreement=agreement.from_analysis(out, answer.labels(out), load=loaded.get)
   )
   return out, frame, loaded
 

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis import stats
-from analysis.numbers import agreement, agreement_section, answer, per_class, variance
+from analysis import agreement, stats
+from analysis.numbers import answer
 from analysis.words import report
 from experiments import divergence_measure
 from runrecord import rules
@@ -87,7 +87,7 @@ def test_agreement_pairs_models_by_the_same_rule():
   rng = np.random.default_rng(1)
   model = {(i, d): prediction(0.2, rng) for i, d in ((0, 0), (1, 1), (2, 2), (3, 3), (0, 1))}
   loaded = {r.run: model[(r.init_seed, r.data_seed)] for r in frame.itertuples()}
-  section = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
+  section = agreement.from_analysis(out, answer.labels(out), load=loaded.get)
   row = section.table.set_index('kind').loc['identical']
   assert row['churn_pct'] == 0 and row['check'] == 'exactly 0, as constructed' and row['seeds'] == 4
   assert 'f32' in ' '.join(section.variance_notes)  # seeds vary, no full crossing: said, not silent
@@ -112,7 +112,7 @@ def crossed_root(rng):
 def test_a_variance_design_root_splits_churn_by_init_data_order_and_both():
   frame, _, loaded = crossed_root(np.random.default_rng(2))
   out = answer.study_analysis(frame, DECLARED)
-  section = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
+  section = agreement.from_analysis(out, answer.labels(out), load=loaded.get)
   table = section.table.set_index('kind')
   pred = {(r.init_seed, r.data_seed): loaded[r.run]['predicted'] for r in frame.itertuples()}
 
@@ -154,7 +154,7 @@ def test_the_variance_split_reaches_report_md_and_tex_with_intervals_or_the_df_t
   frame, y, loaded = crossed_root(np.random.default_rng(3))
   out = answer.study_analysis(frame, DECLARED)
   out = dataclasses.replace(
-    out, agreement=agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
+    out, agreement=agreement.from_analysis(out, answer.labels(out), load=loaded.get)
   )
   split = out.agreement.variance.set_index('component')
   ms_i, ms_j, ms_r = hand_split(y.tolist())
@@ -164,7 +164,7 @@ def test_the_variance_split_reaches_report_md_and_tex_with_intervals_or_the_df_t
   assert (split.loc['init', 'ci_low'], split.loc['init', 'ci_high']) == pytest.approx(
     (nu * init / sps.chi2.ppf(0.975, nu), nu * init / sps.chi2.ppf(0.025, nu))
   )
-  residual = split.loc[variance.RESIDUAL]
+  residual = split.loc[agreement.RESIDUAL]
   assert residual['estimate'] == pytest.approx(ms_r)
   assert (residual['ci_low'], residual['ci_high']) == pytest.approx(
     (6 * ms_r / sps.chi2.ppf(0.975, 6), 6 * ms_r / sps.chi2.ppf(0.025, 6))
@@ -222,12 +222,12 @@ def test_a_constant_per_class_difference_reads_as_different_by_the_exact_test():
       {'arm': 'a', 'seed': s, 'pred': {**base, 'predicted': better}},
       {'arm': 'b', 'seed': s, 'pred': base},
     ]
-  table = per_class.class_differences(entries, 'a', 'b').set_index('class')
+  table = agreement.class_differences(entries, 'a', 'b').set_index('class')
   want = 100 * 2 / len(third)
   assert table.loc[3, 'diff_pp'] == pytest.approx(want)
-  assert table.loc[3, 'p'] == pytest.approx(2 / 2**8) and table.loc[3, 'test'] == per_class.EXACT
+  assert table.loc[3, 'p'] == pytest.approx(2 / 2**8) and table.loc[3, 'test'] == agreement.EXACT
   assert table.loc[3, 'different']  # Holm over the one class tested: p stays 2 / 2^8
-  assert np.isnan(table.loc[0, 'p']) and table.loc[0, 'test'] == per_class.NONE
+  assert np.isnan(table.loc[0, 'p']) and table.loc[0, 'test'] == agreement.NONE
 
 
 def test_one_definition_of_disagreement_for_the_attributes_task():
