@@ -19,10 +19,275 @@ import dataclasses
 import os
 import re
 import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Optional
 
-from analysis import arguments, attribute, catalogue, cli, declaration, inputs, output
-from analysis.numbers import answer
+import pandas as pd
+
+from analysis import (
+  agreement,
+  arguments,
+  attribute,
+  attribution,
+  catalogue,
+  cli,
+  declaration,
+  inputs,
+  output,
+  stats,
+)
+from analysis.agreement import Agreement
+from analysis.attribution import Attribution
 from analysis.words import report
+from runrecord import record, rules
+
+
+class Platform(NamedTuple):
+  """A platform's recorded device kind, device count, package versions and CPU facts (each the
+  distinct values as text: inputs.distinct)."""
+
+  device_kind: Optional[str]
+  devices: Optional[str]
+  versions: dict[str, Optional[str]]
+  cpu: dict[str, Optional[str]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Software:
+  """Each platform's `platforms` facts, and the packages whose versions differ between them."""
+
+  platforms: dict[str, Platform] = dataclasses.field(default_factory=dict)
+  confounds: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scope:
+  """Confirmatory (True: the declared seeds at the declared margin and pairs), exploratory (False)
+  or nothing declared (None), with the `deviations` from the declaration in words."""
+
+  declared_seeds: Optional[list[int]]
+  declared_margin: Optional[float]
+  analysed_seeds: list[int]
+  margin: float
+  deviations: list[str]
+  declared_seeds_present: bool
+  confirmatory: Optional[bool]
+
+
+@dataclasses.dataclass(frozen=True)
+class Analysis(stats.Stats):
+  """A study's whole analysis: stats.Stats plus its `declared` declaration and `source`, the
+  declared `contrasts` and `arm_info` (stats.arm_levels; None undeclared), `noise` floors,
+  `attribution`, `software`, `agreement`, `scope`, and for an exploratory analysis the
+  `confirmatory` one (the declared seeds at the declared margin)."""
+
+  declared: dict[str, Any] = dataclasses.field(default_factory=dict)
+  source: str = ''
+  contrasts: Optional[pd.DataFrame] = None
+  arm_info: Optional[pd.DataFrame] = None
+  noise: dict[str, stats.NoiseFloor] = dataclasses.field(default_factory=dict)
+  attribution: Optional[Attribution] = None
+  software: Software = dataclasses.field(default_factory=Software)
+  agreement: Optional[Agreement] = None
+  scope: Optional[Scope] = None
+  confirmatory: Optional['Analysis'] = None
+
+
+def platform_profile(runs, declared):
+  """The declared {platform: profile} of the platforms run ('cpu-AVX2' takes cpu's)."""
+  present = set(runs['platform'].astype(str)) if 'platform' in runs else set()
+  given = attribution.parse_pairs(declared or {}, '--platform-profile')
+  return {
+    p: given.get(p, given.get(rules.jax_platform(p)))
+    for p in sorted(present)
+    if p in given or rules.jax_platform(p) in given
+  }
+
+
+def software(runs):
+  """The Software of the analysed runs."""
+  if 'platform' not in runs:
+    return Software()
+  prefix = 'versions.'
+  packages = sorted(c[len(prefix) :] for c in runs if c.startswith(prefix))
+  out = {}
+  for platform, group in runs.groupby(runs['platform'].astype(str), sort=True):
+    out[platform] = Platform(
+      device_kind=inputs.distinct(group.get('device_kind', pd.Series(dtype=str))),
+      devices=inputs.distinct(group.get('num_devices', pd.Series(dtype=str))),
+      versions={p: inputs.distinct(group[prefix + p]) for p in packages},
+      cpu={f: inputs.distinct(group[f]) if f in group else None for f in record.CPU_FACTS},
+    )
+  confounds = [
+    p for p in packages if len({v.versions[p] for v in out.values() if v.versions[p]}) > 1
+  ]
+  return Software(platforms=out, confounds=confounds)
+
+
+def term_labels(terms, declared):
+  """{term: short label}: 'profile=tpu_default' -> 'tpu_default', 'platform=gpu' -> 'platform
+  gpu'."""
+  out = {}
+  for term in terms:
+    factor, _, level = term.partition('=')
+    out[term] = (
+      f'platform {level}'
+      if factor == 'platform'
+      else declaration.factor_label(declared, factor, level)
+      if level and ':' not in term
+      else term
+    )
+  return out
+
+
+def declared_attribution(
+  frame, declared, metric, seed_col, margin, margin_reason, source, compare=None
+):
+  """The attribution with the declared factors, arms and platform pairs (`compare`: --compare's)."""
+  completed = frame[stats.run_status(frame) == 'completed']
+  out = attribution.factor_attribution(
+    frame,
+    declared.get('factors') or attribution.default_factors(frame),
+    metric=metric,
+    seed_col=seed_col or 'seed',
+    reference=declared.get('reference'),
+    margin=margin,
+    noise_arm=declared.get('noise_arm'),
+    noise_of=declared.get('noise_of'),
+    min_share=declared.get('min_share'),
+    native=declared.get('native'),
+    platform_profile=platform_profile(completed, declared.get('platform_profile')),
+    source=source,
+    margin_reason=margin_reason,
+    compare=compare or declared.get('compare'),
+    compare_flag='--compare' if compare else 'compare',
+  )
+  return dataclasses.replace(out, labels=term_labels(out.terms['term'], declared))
+
+
+def study_analysis(
+  frame: pd.DataFrame,
+  declared: Optional[dict[str, Any]] = None,
+  group_by: Sequence[str] = (),
+  metric: str = stats.DEFAULT_METRIC,
+  margin: Optional[float] = None,
+  margin_reason: Optional[str] = None,
+  seed_col: Optional[str] = None,
+  scale: Optional[float] = None,
+  all_pairs: bool = False,
+  source: str = '',
+  read_predictions: Optional[Callable[[pd.DataFrame], list[inputs.Read]]] = None,
+  compare: Optional[Sequence[Sequence[str]]] = None,
+) -> Analysis:
+  """The whole analysis of a study's runs table (inputs.load_study's or inputs.read_csv's): every
+  number its report, tables and figures show.
+
+  `declared`: its declaration ({} or None: every pair of arms is compared, no attribution);
+  `group_by`, `metric`, `seed_col`, `scale`: stats.prepare's; `margin`, `margin_reason`: None, the
+  declared ones; `all_pairs`: also every pair; `source`: what the runs were read from;
+  `read_predictions`: runs -> [(predictions or None, why)] (inputs.read_predictions; None: a CSV);
+  `compare`: --compare's platform pairs (an exploratory analysis). Bad input: a ValueError of one
+  line naming the flag or field.
+  """
+  declared = declared or {}
+  margin, why = stats.margin_choice(
+    margin, margin_reason, declared.get('margin'), declared.get('margin_reason')
+  )
+  declares = bool(declared.get('factors') and declared.get('reference'))
+  if compare:
+    check_compare(frame, compare, declares)
+  numbers = stats.arms_and_pairs(
+    frame, group_by, metric, margin, why, seed_col, scale, all_pairs=all_pairs or not declares
+  )
+  out = Analysis(
+    **stats.fields_of(numbers), declared=declared, source=source, software=software(numbers.runs)
+  )
+  if declares:
+    out = dataclasses.replace(out, arm_info=stats.arm_levels(out, declared))
+    out = dataclasses.replace(
+      out,
+      contrasts=stats.contrast_table(out, declared),
+      noise=stats.noise_floors(
+        out.runs,
+        declared.get('noise_arm') or {},
+        declared.get('noise_of') or declared.get('reference') or {},
+        out.unit,
+        list(stats.factor_columns(out.runs, declared).values()),
+      ),
+      attribution=declared_attribution(
+        frame, declared, out.metric, seed_col, margin, why, source, compare
+      ),
+    )
+  # The run folders' saved predictions, read by `read_predictions`; a CSV's rows have none.
+  labels = stats.arm_short_labels(out)
+  out = dataclasses.replace(
+    out, agreement=agreement.from_analysis(out, labels, read=read_predictions)
+  )
+  sc = scope(out, declared, compare)
+  out = dataclasses.replace(out, scope=sc)
+  if sc.confirmatory is False and sc.declared_seeds_present:
+    seeds = pd.to_numeric(frame[seed_col or 'seed'], errors='coerce')
+    confirmatory = study_analysis(
+      frame[seeds.isin(sc.declared_seeds)],
+      declared,
+      group_by,
+      metric,
+      declared.get('margin'),
+      None,
+      seed_col,
+      scale,
+      all_pairs,
+      source,
+    )
+    out = dataclasses.replace(out, confirmatory=confirmatory)
+  return out
+
+
+def check_compare(frame, compare, declares):
+  """Refuse, before any statistic, --compare pairs naming a platform without completed runs, or a
+  study without the declaration the gap decomposition needs."""
+  if not declares:
+    raise ValueError(
+      '--compare: the platform gap is decomposed only for a declared study (factors, '
+      "reference and native arm: the root's study.json, or --study)"
+    )
+  done = frame[stats.run_status(frame) == 'completed']
+  present = sorted(set(done['platform'].astype(str))) if 'platform' in done else []
+  attribution.platform_pairs(present, compare, '--compare')
+
+
+def scope(out, declared, compare=None):
+  """The Scope of `out`: confirmatory when exactly the declared seeds (0..k-1 for a count k) were
+  analysed at the declared margin and platform pairs."""
+  m0 = declared.get('margin')
+  seeds = sorted({int(x) for x in out.runs['base_seed'].dropna()}) if out.seeded else []
+  wanted = declaration.declared_seeds(declared)
+  deviations = []
+  if wanted is not None and seeds != sorted(wanted):
+    deviations.append(
+      f'{len(seeds)} seeds analysed, {len(wanted)} declared '
+      f'(seeds {inputs.seed_text(pd.Series(wanted))})'
+    )
+  if m0 is not None and out.margin != m0:
+    deviations.append(f'margin ±{out.margin:g}, declared ±{m0:g}')
+  if compare:
+    said = declaration.pairs_text(declared['compare']) if declared.get('compare') else 'every pair'
+    deviations.append(
+      f'platform pairs {declaration.pairs_text(compare)} from --compare (declared: {said})'
+    )
+  known = wanted is not None or m0 is not None or bool(compare)
+  return Scope(
+    declared_seeds=wanted,
+    declared_margin=m0,
+    analysed_seeds=seeds,
+    margin=out.margin,
+    deviations=deviations,
+    declared_seeds_present=bool(wanted)
+    and set(wanted) <= set(seeds)
+    and (set(wanted) != set(seeds) or m0 is not None or bool(compare)),
+    confirmatory=(not deviations) if known else None,
+  )
+
 
 COMMAND = catalogue.ANALYSE  # how its progress lines name it
 
@@ -136,7 +401,7 @@ def analysis_and_histories(args):
     f'{len(frame)} runs: testing the contrasts, the gap decomposition, the '
     'attribution and the agreement',
   ):
-    out = answer.study_analysis(
+    out = study_analysis(
       frame,
       declared,
       args.group_by,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Optional
 if TYPE_CHECKING:  # for the annotations only: the commands' --help must not import pandas
   import pandas as pd
 
-  from analysis.numbers.result import Analysis, Attribution
+  from analysis.analyse import Analysis, Attribution
 
 ANALYSE, ATTRIBUTE, DRAW = 'analysis.analyse', 'analysis.attribute', 'analysis.draw'
 COMMANDS = (ANALYSE, ATTRIBUTE, DRAW)

@@ -228,6 +228,11 @@ def parse_compare(items):
   return pairs
 
 
+def pairs_text(pairs):
+  """'tpu − gpu, gpu − cpu'."""
+  return ', '.join(f'{a} − {b}' for a, b in pairs)
+
+
 # Every key a declaration may hold, and why a value is not one (None: it is).
 SCHEMA = {
   'margin': margin_problem,

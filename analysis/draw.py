@@ -8,8 +8,7 @@ folder and moved into place at once, under a lock on --out (analysis/output.py).
 Reference: docs/statistics.md "Commands".
 """
 
-from analysis import arguments, catalogue, cli, inputs
-from analysis.numbers import answer
+from analysis import analyse, arguments, catalogue, cli, inputs
 
 
 def parse_args(argv):
@@ -32,7 +31,7 @@ def main(argv=None):
   args = parse_args(argv)
   with cli.destination(args.out) as dest:  # locked, drawn at once (analysis/output.py)
     runs, hist, declared = inputs.load_study(args.runs, args.study)
-    out = answer.study_analysis(
+    out = analyse.study_analysis(
       runs,
       declared,
       args.group_by,

@@ -18,8 +18,7 @@ import sys
 
 import numpy as np
 
-from analysis import arguments, attribution, cli, declaration, inputs, stats
-from analysis.numbers import answer
+from analysis import analyse, arguments, attribution, cli, declaration, inputs, stats
 from analysis.words import attribution_text, report, tables
 from analysis.words.attribution_text import interval, signed
 
@@ -28,7 +27,7 @@ LAST = '<!-- findings: end -->'
 
 
 def judged_at(out, margin):
-  """(decomposition dicts, contrast table) of analysis/numbers/answer.py's `out` judged at
+  """(decomposition dicts, contrast table) of analysis/numbers/analyse.py's `out` judged at
   `margin`: its own at the margin it was analysed at."""
   att = out.attribution
   if margin == out.margin:
@@ -89,9 +88,9 @@ def counts(table):
 
 def platform_words(out):
   return '; '.join(
-    f'{p}: {f["device_kind"]}, '
+    f'{p}: {f.device_kind}, '
     + ', '.join(
-      f'{k} {v}' for k, v in f['versions'].items() if k in ('jax', 'jaxlib', 'flax', 'optax')
+      f'{k} {v}' for k, v in f.versions.items() if k in ('jax', 'jaxlib', 'flax', 'optax')
     )
     for p, f in out.software.platforms.items()
   )
@@ -111,7 +110,7 @@ def analyses(out):
 
 
 def section(out, margins, source, command):
-  """The README section (Markdown) for analysis/numbers/answer.py's `out`: the confirmatory
+  """The README section (Markdown) for analysis/numbers/analyse.py's `out`: the confirmatory
   analysis (the declared seeds at the declared margin) and the exploratory ones (every seed, each
   margin)."""
   unit, sc = out.unit, out.scope
@@ -199,7 +198,7 @@ def main(argv=None):
   try:
     declared = declaration.load(args.study)
     margins = args.margins or [declared.get('margin', stats.DEFAULT_MARGIN)]
-    out = answer.study_analysis(inputs.read_csv(args.csv), declared, margin=margins[0])
+    out = analyse.study_analysis(inputs.read_csv(args.csv), declared, margin=margins[0])
     if not out.attribution or not out.attribution.decomposition:
       raise ValueError(
         f'--csv: {args.csv} holds no gap decomposition (runs from two platforms '

@@ -225,6 +225,14 @@ def arm_labels(runs, group_by):
   return [label[k] for k in keys]
 
 
+def distinct(values):
+  """The distinct values of a column as text: one value, or 'a, b (differ between runs)'."""
+  seen = sorted({str(v) for v in values.dropna()})
+  if not seen:
+    return None
+  return seen[0] if len(seen) == 1 else ', '.join(seen) + ' (differ between runs)'
+
+
 def unused(column, metric, names):
   """Whether no analysis of `metric` (None: every metric) and of the columns `names` reads it."""
   if column in names or column == metric or column in ALWAYS_READ:

@@ -991,3 +991,13 @@ def noise_floors(runs, arm, base, scale_unit, factors=()):
       if '--noise-of' in str(e) and 'matches' in str(e):
         raise
   return floors
+
+
+def arm_short_labels(out):
+  """{arm: short label}: the declaration's ('gpu: bf16 activations' with several platforms), else
+  the arms' own labels."""
+  if out.arm_info is not None:
+    info = out.arm_info
+    several = info['platform'].nunique() > 1
+    return {r.arm: f'{r.platform}: {r.label}' if several else r.label for r in info.itertuples()}
+  return {a: a for a in out.arms['arm']}

@@ -6,7 +6,7 @@ Reference: docs/statistics.md "Report and figures".
 
 import textwrap
 
-from analysis.numbers import answer
+from analysis import inputs
 
 LABEL_CHARS = 30  # an arm label longer than this is cut (with '…'): a legend, not a config dump
 NAMED = ('profile=',)  # fields whose value names itself: 'tpu_default', not 'profile=tpu_default'
@@ -50,10 +50,10 @@ def short_labels(labels, drop=(), one=ONE_ARM):
 
 
 def recorded(runs, *columns):
-  """The first of `columns` with a recorded value (answer.distinct), else None."""
+  """The first of `columns` with a recorded value (inputs.distinct), else None."""
   for column in columns:
     if column in runs:
-      text = answer.distinct(runs[column])
+      text = inputs.distinct(runs[column])
       if text is not None:
         return text
   return None
@@ -77,9 +77,7 @@ def context(out, width=None):
   what += ' (seed, init, data)' if models else ''
   each = f'{n[0]}' if len(n) == 1 else f'{n[0]}–{n[-1]}'
   devices = '; '.join(
-    f'{p}: {f["device_kind"]}'
-    if f.get('device_kind') and f['device_kind'].lower() != p.lower()
-    else p
+    f'{p}: {f.device_kind}' if f.device_kind and f.device_kind.lower() != p.lower() else p
     for p, f in out.software.platforms.items()
   )
   runs_text = f'{len(runs)} run{"" if len(runs) == 1 else "s"}'

@@ -1,14 +1,13 @@
 """The words of the statistics report: the one-page answer first (analysis/words/summary.py), then
 the setup, why each comparison got its verdict with its power, the arms, and the rest (design,
 replicates, exclusions). Numbers and verdict categories come from analysis/numbers/stats.py (a
-pair's verdict: equivalent / different / inconclusive, see there) and analysis/numbers/answer.py.
+pair's verdict: equivalent / different / inconclusive, see there) and analysis/numbers/analyse.py.
 
   text = render(out, 'md')        # or 'latex': the booktabs tables only, for \\input
 Reference: docs/statistics.md "Report and figures".
 """
 
 from analysis import stats
-from analysis.numbers import answer
 from analysis.words import summary, tables, variance_text
 from analysis.words.attribution_text import signed
 from analysis.words.summary import NOT_RECORDED, facts
@@ -154,7 +153,7 @@ def arm_fields(out):
 
 def setup_lines(out):
   """The setup, one Markdown bullet each: data, sizes, training, arms, seeds, margin."""
-  runs, unit, name = out.runs, out.unit, answer.labels(out)
+  runs, unit, name = out.runs, out.unit, stats.arm_short_labels(out)
   arms = '; '.join(
     f'{name[r["arm"]]} ({r["n"]} seeds, {r["n_runs"]} runs)'
     if out.seeded
@@ -193,7 +192,7 @@ def labelled(out, table):
   """The table with arm_a/arm_b as short labels (the declaration's) where the study has them."""
   if table.empty:
     return table
-  short = answer.labels(out)
+  short = stats.arm_short_labels(out)
   return table.assign(arm_a=table['arm_a'].map(short), arm_b=table['arm_b'].map(short))
 
 
@@ -219,7 +218,7 @@ def details(out):
       (
         'Where the variance between runs comes from',
         variance_text.CAPTION.format(unit=out.unit),
-        variance_text.rows(split, out.unit, answer.labels(out)),
+        variance_text.rows(split, out.unit, stats.arm_short_labels(out)),
       )
     )
   return parts + [(heading, '', rows) for heading, rows in tables.detail_tables(out, table)]
@@ -250,7 +249,7 @@ def render(out, fmt):
     split = out.agreement.variance if out.agreement else None
     extra = (
       tables.latex(
-        variance_text.rows(split, out.unit, answer.labels(out)),
+        variance_text.rows(split, out.unit, stats.arm_short_labels(out)),
         variance_text.CAPTION.format(unit=out.unit),
         'tab:variance',
       )

@@ -1,15 +1,14 @@
 """The one-page answer that opens the report (Markdown), and the booktabs tables a paper can
 \\input (LaTeX): the question, the platforms and their software (version differences flagged as
 a confound), the gap decomposition when there are two platforms, the declared contrasts against
-the noise floor and the margin with one verdict each. Numbers from analysis/numbers/answer.py.
+the noise floor and the margin with one verdict each. Numbers from analysis/numbers/analyse.py.
 Reference: docs/statistics.md "Report and figures".
 """
 
 import pandas as pd
 
-from analysis import attribution, stats
+from analysis import attribution, declaration, inputs, stats
 from analysis.inputs import seed_text
-from analysis.numbers import answer
 from analysis.words import answer_sentence, attribution_text, tables, variance_text
 from analysis.words.attribution_text import interval, signed
 
@@ -17,10 +16,10 @@ NOT_RECORDED = 'not recorded'
 
 
 def facts(runs, *columns):
-  """The distinct recorded values (answer.distinct) of the first of `columns` the table has values
+  """The distinct recorded values (inputs.distinct) of the first of `columns` the table has values
   in."""
   for col in columns:
-    text = answer.distinct(runs[col]) if col in runs else None
+    text = inputs.distinct(runs[col]) if col in runs else None
     if text is not None:
       return text
   return NOT_RECORDED
@@ -55,7 +54,7 @@ def question(out):
   info = out.arm_info
   arms = info['label'].nunique() if info is not None else len(out.arms)
   pairs = compared(out)
-  also = f' Also compared: {answer.pairs_text(pairs[1:])}.' if len(pairs) > 1 else ''
+  also = f' Also compared: {declaration.pairs_text(pairs[1:])}.' if len(pairs) > 1 else ''
   ask = (
     f'Does training on {pairs[0][0]} give the same {metric} as on {pairs[0][1]}, and which '
     f'numerical setting explains a difference?{also}'
@@ -83,16 +82,18 @@ def software_lines(out):
   info = out.software
   lines = []
   for platform, recorded in info.platforms.items():
-    versions = ', '.join(f'{p} {v}' for p, v in recorded['versions'].items() if v)
-    devices = f' × {recorded["devices"]}' if recorded['devices'] else ''
+    versions = ', '.join(f'{p} {v}' for p, v in recorded.versions.items() if v)
+    devices = f' × {recorded.devices}' if recorded.devices else ''
     cpu = ', '.join(
-      f'{f} {recorded[f]}' for f in ('cpu_model', 'cpu_isa', 'xla_cpu_isa') if recorded.get(f)
+      f'{f} {recorded.cpu[f]}'
+      for f in ('cpu_model', 'cpu_isa', 'xla_cpu_isa')
+      if recorded.cpu.get(f)
     )
     lines.append(
-      f'- {platform}: {recorded["device_kind"] or NOT_RECORDED}{devices}'
+      f'- {platform}: {recorded.device_kind or NOT_RECORDED}{devices}'
       f'{f" ({cpu})" if cpu else ""}; {versions or "versions not recorded"}'
     )
-  recorded = any(v for f in info.platforms.values() for v in f['versions'].values())
+  recorded = any(v for f in info.platforms.values() for v in f.versions.values())
   if info.confounds:
     lines.append(
       f'- **Confound:** {", ".join(info.confounds)} differ between the platforms; the '
@@ -263,7 +264,7 @@ def scope_lines(out):
     conf = out.confirmatory
     pairs = conf.attribution.decomposition if conf.attribution else []
     which = (
-      f' and platform pairs {answer.pairs_text([d.platforms for d in pairs])}' if pairs else ''
+      f' and platform pairs {declaration.pairs_text([d.platforms for d in pairs])}' if pairs else ''
     )
     lines.append(
       f'**Confirmatory answer** (the declared seeds at the declared ±{conf.margin:g} '
@@ -279,7 +280,7 @@ def scope_lines(out):
 def answer_lines(out):
   """The one-page answer (Markdown lines) of an analysis.numbers.result.Analysis."""
   agreement = [] if not out.agreement else ['', out.agreement.summary]
-  split = variance_text.first_page_line(out.agreement, out.unit, answer.labels(out))
+  split = variance_text.first_page_line(out.agreement, out.unit, stats.arm_short_labels(out))
   return [
     question(out),
     '',
@@ -322,8 +323,8 @@ def latex_tables(out):
   rows = [
     {
       'platform': p,
-      'device': f['device_kind'] or NOT_RECORDED,
-      **{k: v or '–' for k, v in f['versions'].items()},
+      'device': f.device_kind or NOT_RECORDED,
+      **{k: v or '–' for k, v in f.versions.items()},
     }
     for p, f in out.software.platforms.items()
   ]

@@ -16,8 +16,7 @@ import pandas as pd
 import pytest
 from conftest import ROOT
 
-from analysis import attribute, attribution
-from analysis.numbers import answer
+from analysis import analyse, attribute, attribution
 from analysis.words import report
 from runrecord import record
 from sweeps import estimate, sweep
@@ -90,7 +89,7 @@ def test_report_title_says_what_is_compared_and_setup_names_what_differs():
     for e in ('tpu_default', 'f32')
     for s in range(4)
   ]
-  out = answer.study_analysis(pd.DataFrame(rows), margin=0.5)
+  out = analyse.study_analysis(pd.DataFrame(rows), margin=0.5)
   out = dataclasses.replace(out, source='/home/me/runs')
   text = report.render(out, 'md')
   assert text.splitlines()[0] == '# Final test accuracy by arm: 2 arms, 4 seeds each (digits)'

@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 
 from analysis import analyse, arguments, attribute, catalogue, declaration, draw, inputs
-from analysis.numbers import answer
 from runrecord import record
 from tests.conftest import ROOT
 
@@ -71,7 +70,7 @@ def planted_reader(runs):
 def shipped():
   """The shipped digits study (two platforms, declared, a native arm: every table) with planted
   predictions (the churn ladder), every pair tested too (report_pairs.csv)."""
-  return answer.study_analysis(
+  return analyse.study_analysis(
     inputs.read_csv(CSV),
     declaration.load(CSV.replace('.csv', '.study.json')),
     all_pairs=True,

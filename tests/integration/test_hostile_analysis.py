@@ -10,7 +10,6 @@ import pandas as pd
 import pytest
 
 from analysis import analyse, attribute, declaration, inputs, stats
-from analysis.numbers import answer
 from analysis.words import report
 from tests.conftest import ROOT
 from tests.support.commands import cli_error
@@ -219,6 +218,6 @@ def test_the_digits_export_reads_back_unchanged_in_the_columns_it_keeps():
     assert frame[column].astype(str).tolist() == full[column].astype(str).tolist(), column
   # the same answer as from the table read whole
   declared = declaration.load(os.path.join(ROOT, 'results', 'digits_h100_cpu.study.json'))
-  a = answer.study_analysis(frame, declared)
-  b = answer.study_analysis(full, declared)
+  a = analyse.study_analysis(frame, declared)
+  b = analyse.study_analysis(full, declared)
   assert report.render(a, 'md') == report.render(b, 'md')

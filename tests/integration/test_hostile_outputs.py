@@ -16,7 +16,6 @@ import pytest
 from etils import epath
 
 from analysis import analyse, attribute, catalogue, cli, export, stats
-from analysis.numbers import answer
 from tests.conftest import ROOT
 from tests.support.commands import cli_error, run_module
 from tests.support.hostile_inputs import METRIC, accuracy_csv, fractions
@@ -181,7 +180,7 @@ def small_out(source):
       METRIC: 0.8 + 0.001 * np.arange(8),
     }
   )
-  return answer.study_analysis(frame, {}, ['platform'], METRIC, source=source)
+  return analyse.study_analysis(frame, {}, ['platform'], METRIC, source=source)
 
 
 def test_a_table_without_columns_is_not_written_and_said(tmp_path, capsys):

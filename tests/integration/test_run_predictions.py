@@ -10,8 +10,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from analysis import agreement, inputs
-from analysis.numbers import answer
+from analysis import agreement, analyse, inputs
 from runrecord import predictions, record
 from tests.support.commands import run_module
 from tests.support.planted_runs import fake_results
@@ -71,7 +70,7 @@ def contrast_churn(out):
 
 def analysed(path):
   frame, _ = inputs.load(str(path))
-  return answer.study_analysis(frame, read_predictions=inputs.read_predictions)
+  return analyse.study_analysis(frame, read_predictions=inputs.read_predictions)
 
 
 def test_every_run_uses_the_predictions_of_its_results_step(root):

@@ -5,8 +5,7 @@ import json
 
 import numpy as np
 
-from analysis import inputs
-from analysis.numbers import answer
+from analysis import analyse, inputs
 from runrecord import record
 
 STEPS = (2, 4, 6, 8, 10)  # logged training steps of every fake run, 2 per epoch
@@ -91,4 +90,4 @@ def make_study(
 
 def analysed(root, **kw):
   runs, hist = inputs.load(str(root))
-  return answer.study_analysis(runs, **kw), hist, inputs.load_steps(str(root))
+  return analyse.study_analysis(runs, **kw), hist, inputs.load_steps(str(root))

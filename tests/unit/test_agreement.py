@@ -12,7 +12,6 @@ from statsmodels.stats.proportion import proportion_confint
 
 from analysis import agreement, analyse, catalogue, declaration, inputs, stats
 from analysis.figures import churn_ladder
-from analysis.numbers import answer
 from tests.conftest import ROOT
 from tests.support.planted_predictions import N, planted_loader, prediction
 
@@ -141,9 +140,9 @@ def test_different_test_data_is_refused_naming_both_runs():
 
 @pytest.fixture(scope='module')
 def published():
-  """answer.study_analysis of the published H100 + CPU digits study with its declaration (read
+  """analyse.study_analysis of the published H100 + CPU digits study with its declaration (read
   only)."""
-  return answer.study_analysis(
+  return analyse.study_analysis(
     inputs.read_csv(CSV), declaration.load(CSV.replace('.csv', '.study.json'))
   )
 
@@ -193,7 +192,7 @@ def write_agreement(out, section, folder):
 def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):
   out = published
   loaded = planted_loader(out.runs, np.random.default_rng(7))
-  section = agreement.from_analysis(out, answer.labels(out), load=loaded.get)
+  section = agreement.from_analysis(out, stats.arm_short_labels(out), load=loaded.get)
   table = section.table
   assert set(table['kind']) == {'identical', 'noise', 'contrast', 'platform', 'seed', 'seed_all'}
   # the declared contrasts but cpu's f32 − native, which is its identical-arithmetic row only
@@ -217,7 +216,7 @@ def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):
 
 def test_old_records_without_predictions_still_analyse(tmp_path, published):
   out = published
-  section = agreement.from_analysis(out, answer.labels(out), load=lambda run: None)
+  section = agreement.from_analysis(out, stats.arm_short_labels(out), load=lambda run: None)
   assert section.summary.startswith('Agreement: no predictions in any of the 256 runs')
   assert section.table.empty and section.calibration.empty
   assert len(section.train_loss) == 16  # from the runs table: still there
@@ -232,7 +231,7 @@ def test_some_runs_without_predictions_are_counted():
 
 
 def test_without_a_declaration_every_pair_of_arms_on_one_platform_is_compared():
-  out = answer.study_analysis(inputs.read_csv(CSV), all_pairs=False)
+  out = analyse.study_analysis(inputs.read_csv(CSV), all_pairs=False)
   pairs = agreement.compared_pairs(out)
   assert len(pairs) == 2 * (8 * 7 // 2)
   assert all(a.split(',')[0] == b.split(',')[0] for a, b in pairs)

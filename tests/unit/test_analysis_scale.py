@@ -14,7 +14,6 @@ from pandas.core.groupby import groupby as pd_groupby
 from scipy import stats as sps
 
 from analysis import analyse, attribute, attribution, inputs, stats
-from analysis.numbers import answer
 from analysis.words import report
 from benchmarks import bench_analysis
 from runrecord import rules
@@ -153,7 +152,7 @@ def test_stats_at_hundreds_of_seeds_names_the_mann_whitney_method_in_the_tables(
   not finish in 300 s); now the normal approximation, named in the pairs table and the CSV."""
   frame = bench_analysis.runs_table(400)
   frame = frame[frame['profile'] == 'native'].drop(columns='seed')  # unpaired: Mann–Whitney
-  out = answer.study_analysis(frame, {}, ['platform'], 'accuracy', margin=0.3)
+  out = analyse.study_analysis(frame, {}, ['platform'], 'accuracy', margin=0.3)
   pair = out.pairs.iloc[0]
   assert pair['mw_method'] == stats.MW_NORMAL
   a, b = (

@@ -10,7 +10,6 @@ import pandas as pd
 import pytest
 
 from analysis import analyse, attribution, inputs
-from analysis.numbers import answer, result
 from analysis.words import report
 from sweeps import run_study
 from tests.conftest import ROOT
@@ -23,7 +22,7 @@ def answer_section(text):
 
 
 def test_the_answer_fits_one_screen_and_comes_first():
-  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(8)), DIGITS)
+  out = analyse.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(8)), DIGITS)
   text = report.render(out, 'md')
   first = answer_section(text)
   assert len(first.splitlines()) <= 60, len(first.splitlines())
@@ -47,7 +46,7 @@ def test_the_answer_fits_one_screen_and_comes_first():
 def test_without_a_declaration_the_answer_counts_the_pairs_instead_of_listing_them():
   """Runs whose root holds no declaration: every pair is tested (Holm over all of them) and the
   answer says how many came out how, the pairs themselves following in the report."""
-  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
+  out = analyse.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
   text = report.render(out, 'md')
   first = answer_section(text)
   pairs = len(out.pairs)
@@ -60,19 +59,19 @@ def test_without_a_declaration_the_answer_counts_the_pairs_instead_of_listing_th
 
 
 def test_version_differences_between_platforms_are_flagged_as_a_confound():
-  out = answer.study_analysis(digits_frame(('cpu', 'gpu')), DIGITS)
+  out = analyse.study_analysis(digits_frame(('cpu', 'gpu')), DIGITS)
   first = answer_section(report.render(out, 'md'))
   assert '- cpu: cpu; jax 0.10.2, optax 0.2.8' in first
   assert '- gpu: gpu; jax 0.11.2, optax 0.2.8' in first
   assert '**Confound:** jax differ between the platforms' in first
   assert out.software.confounds == ['jax']
   same = digits_frame(('cpu', 'gpu')).assign(**{'versions.jax': '0.11.2'})
-  first = answer_section(report.render(answer.study_analysis(same, DIGITS), 'md'))
+  first = answer_section(report.render(analyse.study_analysis(same, DIGITS), 'md'))
   assert 'Confound' not in first and 'the same recorded library versions' in first
 
 
 def test_report_tex_holds_booktabs_tables_only():
-  out = answer.study_analysis(digits_frame(('cpu', 'gpu')), DIGITS)
+  out = analyse.study_analysis(digits_frame(('cpu', 'gpu')), DIGITS)
   tex = report.render(out, 'latex')
   assert (
     tex.count('\\begin{table}') == tex.count('\\bottomrule') == 4
@@ -95,9 +94,9 @@ def test_two_roots_give_the_same_tables_as_one_root_holding_both(tmp_path, capsy
           seed,
           0.9 + 0.002 * k + rng.normal(0, 0.004),
         )
-  both = answer.study_analysis(inputs.load_runs(str(tmp_path / 'all')), SMALL)
+  both = analyse.study_analysis(inputs.load_runs(str(tmp_path / 'all')), SMALL)
   roots = [str(tmp_path / 'all' / 'gpu'), str(tmp_path / 'all' / 'cpu')]  # gpu first: order-free
-  apart = answer.study_analysis(inputs.load_runs(roots), SMALL)
+  apart = analyse.study_analysis(inputs.load_runs(roots), SMALL)
   for name in ('arms', 'contrasts'):
     pd.testing.assert_frame_equal(
       getattr(both, name).reset_index(drop=True), getattr(apart, name).reset_index(drop=True)
@@ -168,11 +167,11 @@ def test_a_cpu_platform_identity_takes_the_declared_cpu_profile():
   the CPU's."""
   frame = digits_frame(('cpu', 'gpu'), seeds=range(4))
   frame['platform'] = frame['platform'].replace({'cpu': 'cpu-AVX2'})
-  assert answer.platform_profile(frame, DIGITS['platform_profile']) == {
+  assert analyse.platform_profile(frame, DIGITS['platform_profile']) == {
     'cpu-AVX2': 'f32',
     'gpu': 'jax_gpu_default',
   }
-  out = answer.study_analysis(frame, DIGITS)
+  out = analyse.study_analysis(frame, DIGITS)
   assert out.attribution.decomposition[0].gap == 'gpu - cpu-AVX2'
   assert (
     out.arms.set_index('arm')['deterministic'].loc[lambda s: s.index.str.contains('cpu-AVX2')].all()
@@ -189,6 +188,6 @@ def test_the_documented_python_use_runs_and_gives_the_typed_result(monkeypatch):
   # The example is run as the docs show it: its statements, then its last line's value.
   exec('\n'.join(lines[:-1]), scope)
   contrasts, verdict, confirmatory = eval(lines[-1], scope)
-  assert isinstance(scope['study'], result.Analysis)
+  assert isinstance(scope['study'], analyse.Analysis)
   assert isinstance(scope['study'].attribution, attribution.Attribution)
   assert len(contrasts) > 0 and verdict in attribution.VERDICTS and confirmatory in (True, False)

@@ -8,7 +8,6 @@ import statsmodels.formula.api as smf
 from scipy import stats as sps
 
 from analysis import analyse, attribute, attribution, declaration, draw
-from analysis.numbers import answer
 from analysis.words import attribution_text
 from runrecord import record
 
@@ -316,7 +315,7 @@ def test_a_declared_study_runs_the_attribution_with_its_settings(tmp_path, capsy
   )  # cpu has no runs
   declared = declaration.load(f'{cfg}:x')
   frame = runs_frame(seeds=range(4)).drop(columns='numerics.requested.batchnorm_group')
-  out = answer.study_analysis(frame, declared)
+  out = analyse.study_analysis(frame, declared)
   att = out.attribution
   assert att.margin == 0.25 and att.margin_reason == 'half the seed sd'
   assert att.emulation == {'gpu': 'jax_gpu_default', 'tpu': 'tpu_default'}

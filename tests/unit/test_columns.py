@@ -6,7 +6,6 @@ import pandas as pd
 import pytest
 
 from analysis import analyse, inputs, stats
-from analysis.numbers import answer
 from runrecord import record
 from tests.support.commands import cli_error
 from tests.support.planted_tables import table, write
@@ -24,7 +23,7 @@ def test_platform_spellings_are_one_platform(tmp_path, capsys):
   frame = frame.astype({'platform': object})
   frame.loc[frame.index[0], 'platform'] = ' CPU-AVX2'  # the ISA keeps its case; JAX's part not
   frame.loc[frame.index[frame['platform'] == 'cpu'], 'platform'] = 'cpu-AVX2'
-  out = answer.study_analysis(
+  out = analyse.study_analysis(
     inputs.read_csv(write(frame, tmp_path)), group_by=['platform', 'compute_dtype']
   )
   assert sorted(out.runs['platform'].unique()) == ['cpu-AVX2', 'gpu']
@@ -96,7 +95,7 @@ def test_arms_of_another_split_seed_do_not_pair():
 def test_the_loss_table_shows_a_percent_csv_in_percent(tmp_path):
   """Case 8. Before: a percent-scale CSV's report_train_loss.csv read 9559 %."""
   for percent in (False, True):
-    out = answer.study_analysis(inputs.read_csv(write(table(percent=percent), tmp_path)))
+    out = analyse.study_analysis(inputs.read_csv(write(table(percent=percent), tmp_path)))
     accuracy = out.agreement.train_loss['test_accuracy_pct']
     assert accuracy.between(94, 97).all(), accuracy
 
@@ -144,7 +143,7 @@ def test_a_run_met_twice_in_a_csv_counts_once_and_two_records_of_one_id_are_refu
   frame = table()
   again = frame.iloc[:3].assign(run=lambda f: 'mnt/' + f['run'])
   path = write(pd.concat([frame, again]), tmp_path)
-  out = answer.study_analysis(inputs.read_csv(path))
+  out = analyse.study_analysis(inputs.read_csv(path))
   assert len(out.runs) == 24 and out.replicates.empty
   assert (
     'run id cpu-float32-0 on lines 2, 26: one run met twice (the same values): counted once'

@@ -9,8 +9,7 @@ import pandas as pd
 import pytest
 from statsmodels.stats import multitest
 
-from analysis import declaration, stats
-from analysis.numbers import answer
+from analysis import analyse, declaration, stats
 from runrecord import record
 from sweeps import sweep
 from tests.support.planted_tables import DIGITS, digits_frame, write_study
@@ -19,7 +18,7 @@ METRIC = 'final.test_accuracy'
 
 
 def test_the_digits_declaration_gives_seven_contrasts_with_holm_over_exactly_them():
-  out = answer.study_analysis(digits_frame(), DIGITS)
+  out = analyse.study_analysis(digits_frame(), DIGITS)
   table = out.contrasts
   assert len(table) == 7 and out.pairs.empty  # every pair only with --all-pairs
   assert list(table['label']) == [
@@ -37,14 +36,14 @@ def test_the_digits_declaration_gives_seven_contrasts_with_holm_over_exactly_the
   for test in ('tost', 'test', 'welch', 'signed_rank'):
     holm = multitest.multipletests(table[f'{test}_p'], method='holm')[1]
     assert table[f'{test}_p_holm'].to_numpy() == pytest.approx(holm), test
-  both = answer.study_analysis(digits_frame(), DIGITS, all_pairs=True)
+  both = analyse.study_analysis(digits_frame(), DIGITS, all_pairs=True)
   assert len(both.pairs) == 28  # all pairs on request, Holm over all 28 apart from the family
   assert both.contrasts['tost_p_holm'].tolist() == pytest.approx(table['tost_p_holm'].tolist())
   assert both.pairs['tost_p_holm'].max() >= table['tost_p_holm'].max()
 
 
 def test_two_platforms_give_each_platform_its_own_family():
-  out = answer.study_analysis(digits_frame(('cpu', 'gpu')), DIGITS)
+  out = analyse.study_analysis(digits_frame(('cpu', 'gpu')), DIGITS)
   table = out.contrasts
   assert len(table) == 14 and list(table['platform']) == ['cpu'] * 7 + ['gpu'] * 7
   info = out.arm_info.set_index('arm')
@@ -79,7 +78,7 @@ def test_arms_the_declaration_cannot_tell_apart_are_one_line_error():
     **{'numerics.requested.param_dtype': lambda f: np.where(f['seed'] % 2, 'float32', 'bfloat16')}
   )  # an undeclared field splits every arm in two
   with pytest.raises(ValueError, match='have the same declared factor levels') as e:
-    answer.study_analysis(frame, DIGITS)
+    analyse.study_analysis(frame, DIGITS)
   assert '\n' not in str(e.value)
 
 

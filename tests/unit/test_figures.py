@@ -15,9 +15,8 @@ from matplotlib.colors import to_hex
 from matplotlib.patches import PathPatch
 from PIL import Image
 
-from analysis import draw, inputs
+from analysis import analyse, draw, inputs
 from analysis.figures import forest, study_figures, style
-from analysis.numbers import answer
 from sweeps import run_study
 from tests.support.figure_checks import legend_problems
 from tests.support.planted_study import STEPS, analysed, make_study
@@ -103,7 +102,7 @@ def pdf_size_in(path):
 
 
 def test_every_figure_is_drawn_at_its_printed_size_with_short_labels_inside_the_figure(tmp_path):
-  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
+  out = analyse.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
   paths = draw.figures(
     out,
     pd.DataFrame(columns=['run', 'epoch']),
@@ -144,7 +143,7 @@ def band_colors(ax):
 
 
 def test_a_platform_has_one_colour_in_every_figure():
-  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
+  out = analyse.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
   cpu, gpu = (to_hex(style.PLATFORM_COLORS[p]) for p in ('cpu', 'gpu'))
   assert style.platform_colors(['gpu']) == {
     'gpu': style.PLATFORM_COLORS['gpu']
@@ -177,7 +176,7 @@ def test_a_platform_has_one_colour_in_every_figure():
 
 
 def test_contrasts_draw_one_noise_band_and_legend_key_per_platform():
-  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
+  out = analyse.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
   style.apply()
   fig = forest.draw_contrasts(
     study_figures.contrast_table(out), {'cpu': 0.4, 'gpu': 0.5}, 2.0, 'pp'
@@ -230,8 +229,10 @@ def curves_study():
       for e in range(1, 5)
     ]
   )
-  software = types.SimpleNamespace(
-    platforms={'cpu': {'device_kind': 'cpu'}, 'gpu': {'device_kind': 'H100'}}
+  software = analyse.Software(
+    platforms={
+      p: analyse.Platform(kind, None, {}, {}) for p, kind in (('cpu', 'cpu'), ('gpu', 'H100'))
+    }
   )
   return (
     types.SimpleNamespace(

@@ -11,9 +11,8 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_hex
 
-from analysis import agreement, draw
+from analysis import agreement, analyse, draw, stats
 from analysis.figures import churn_ladder, forest, naming, study_figures, style
-from analysis.numbers import answer
 from tests.support.planted_predictions import planted_loader
 from tests.support.planted_study import analysed, make_study
 from tests.support.planted_tables import DIGITS, digits_frame
@@ -27,7 +26,7 @@ def digits_out():
     **{'config.data.name': 'digits', 'data.test_size': 360}
   )
   frame['device_kind'] = frame['platform'].map({'cpu': 'cpu', 'gpu': 'NVIDIA H100'})
-  return answer.study_analysis(frame, DIGITS)
+  return analyse.study_analysis(frame, DIGITS)
 
 
 def drawn_figures(monkeypatch, call):
@@ -53,7 +52,7 @@ def test_every_study_figure_states_data_n_and_platforms(digits_out, tmp_path, mo
   out = digits_out
   loaded = planted_loader(out.runs, np.random.default_rng(7))
   out = dataclasses.replace(
-    out, agreement=agreement.from_analysis(out, answer.labels(out), load=loaded.get)
+    out, agreement=agreement.from_analysis(out, stats.arm_short_labels(out), load=loaded.get)
   )
   figures = drawn_figures(
     monkeypatch,
@@ -148,7 +147,7 @@ def test_a_one_run_root_draws_without_layout_warnings_or_clipping(tmp_path):
 def test_the_churn_ladder_says_n_and_draws_every_bound_inside_its_axis(digits_out):
   out = digits_out
   loaded = planted_loader(out.runs, np.random.default_rng(8))
-  table = agreement.from_analysis(out, answer.labels(out), load=loaded.get).table
+  table = agreement.from_analysis(out, stats.arm_short_labels(out), load=loaded.get).table
   table = pd.concat(
     [
       table,

@@ -6,15 +6,15 @@ import dataclasses
 
 import pytest
 
+from analysis import analyse
 from analysis.figures import forest
-from analysis.numbers import answer
 from tests.support.figure_checks import legend_problems
 from tests.support.planted_tables import DIGITS, digits_frame
 
 
 def digits_attribution():
   """The attribution of the digits fraction on cpu and gpu, 4 seeds (planted noise per run)."""
-  return answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS).attribution
+  return analyse.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS).attribution
 
 
 def markers_at(ax):

@@ -9,8 +9,7 @@ import pandas as pd
 import pytest
 from conftest import ROOT
 
-from analysis import declaration, export, findings, inputs
-from analysis.numbers import answer
+from analysis import analyse, declaration, export, findings, inputs
 from tests.support.planted_runs import SMALL, fake_run
 
 CSV = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
@@ -58,8 +57,8 @@ def test_export_reads_back_to_the_tables_of_its_runs(tmp_path, capsys):
   assert declaration.load(export.study_path(out_csv)) == declaration.load(STUDY)
   table = pd.read_csv(out_csv)
   assert table['run'].str.match(r'^(gpu|cpu)/[a-z0-9_]+/seed\d$').all() and len(table) == 24
-  direct = answer.study_analysis(inputs.load_runs(roots), SMALL)
-  again = answer.study_analysis(inputs.read_csv(out_csv), SMALL)
+  direct = analyse.study_analysis(inputs.load_runs(roots), SMALL)
+  again = analyse.study_analysis(inputs.read_csv(out_csv), SMALL)
   for name in ('arms', 'contrasts'):  # an empty text field reads back from a CSV as missing
     pd.testing.assert_frame_equal(
       getattr(direct, name).replace('', np.nan), getattr(again, name), check_dtype=False

@@ -10,8 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis import agreement, stats
-from analysis.numbers import answer
+from analysis import agreement, analyse, stats
 from analysis.words import answer_sentence, attribution_text, report, tables
 from configs import digits
 from tests.support.planted_predictions import prediction
@@ -62,7 +61,7 @@ def study():
   """(analysis with planted predictions, raw table, predictions by run): each seed its own model
   (20 % of images moved), each other arm 3 % more; f32 predicts as native."""
   frame = planted()
-  out = answer.study_analysis(frame, DIGITS)
+  out = analyse.study_analysis(frame, DIGITS)
   rng = np.random.default_rng(1)
   seed_model = {s: prediction(0.2, rng) for s in range(8)}
   names = out.arm_info.set_index('arm')['label']
@@ -74,7 +73,7 @@ def study():
     for r in out.runs.itertuples()
   }
   out = dataclasses.replace(
-    out, agreement=agreement.from_analysis(out, answer.labels(out), load=loaded.get)
+    out, agreement=agreement.from_analysis(out, stats.arm_short_labels(out), load=loaded.get)
   )
   return out, frame, loaded
 
@@ -161,7 +160,7 @@ def test_a_difference_shown_inside_the_margin_is_called_within_margin(study):
 
 
 def test_the_noise_floor_is_one_clean_line():
-  att = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(6)), DIGITS).attribution
+  att = analyse.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(6)), DIGITS).attribution
   text = attribution_text.noise_text(att)
   assert text.count('noise floor') == 1
   assert (
@@ -174,7 +173,7 @@ def test_the_noise_floor_is_one_clean_line():
 
 
 def test_without_declared_contrasts_the_sentence_counts_the_pairs():
-  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
+  out = analyse.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
   line = answer_sentence.sentence(out)
   assert f'{len(out.pairs)} pairs of arms compared on test accuracy (no declared contrasts' in line
   assert len(line) < 400 and 'profile=' not in line

@@ -10,8 +10,7 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats import power as smp
 
-from analysis import attribution
-from analysis.numbers import answer
+from analysis import analyse, attribution
 from analysis.words import attribution_text, summary
 from tests.support.planted_platforms import (
   DECLARED,
@@ -92,21 +91,21 @@ def test_three_platforms_give_tpu_minus_gpu_first_and_it_differs_from_both_pairs
 
 def test_declared_pairs_are_the_ones_decomposed_and_the_question_asks_the_first():
   frame = planted(THREE, seeds=6)
-  out = answer.study_analysis(frame, {**DECLARED, 'compare': [['tpu', 'gpu']]})
+  out = analyse.study_analysis(frame, {**DECLARED, 'compare': [['tpu', 'gpu']]})
   assert [d.gap for d in out.attribution.decomposition] == ['tpu - gpu']
   assert out.attribution.decomposition[0].pairs_compared == 1
   question = summary.question(out)
   assert 'Does training on tpu give the same test accuracy as on gpu' in question
   assert 'Also compared' not in question and out.scope.confirmatory is True
   assert 'declared (compare)' in attribution_text.pairs_line(out.attribution)
-  every = answer.study_analysis(frame, DECLARED)
+  every = analyse.study_analysis(frame, DECLARED)
   assert 'Also compared: tpu − cpu, gpu − cpu.' in summary.question(every)
 
 
 def test_a_command_line_pair_overrides_the_declared_ones_and_is_exploratory():
   frame = planted(THREE, seeds=6)
   declared = {**DECLARED, 'compare': [['tpu', 'gpu']], 'seeds': 6}
-  out = answer.study_analysis(frame, declared, compare=[['gpu', 'cpu']])
+  out = analyse.study_analysis(frame, declared, compare=[['gpu', 'cpu']])
   assert [d.gap for d in out.attribution.decomposition] == ['gpu - cpu']
   assert out.scope.confirmatory is False
   assert 'platform pairs gpu − cpu from --compare (declared: tpu − gpu)' in out.scope.deviations
@@ -298,7 +297,7 @@ def test_seeds_needed_are_powered_at_the_margin_not_at_an_observed_zero():
 def test_the_confirmatory_line_lists_the_seeds_the_decomposition_used():
   frame = planted(THREE, ('gpu', 'cpu'), seeds=8)
   frame = frame[~((frame['platform'] == 'cpu') & (frame[PROFILE] == 'f32') & (frame['seed'] == 3))]
-  out = answer.study_analysis(frame, {**DECLARED, 'seeds': 6})
+  out = analyse.study_analysis(frame, {**DECLARED, 'seeds': 6})
   (conf,) = out.confirmatory.attribution.decomposition
   assert conf.seed_list == [0, 1, 2, 4, 5]
   line = ' '.join(summary.scope_lines(out))

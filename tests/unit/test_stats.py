@@ -13,8 +13,7 @@ from statsmodels.stats import multitest, weightstats
 from statsmodels.stats import power as smp
 from statsmodels.stats.meta_analysis import effectsize_smd
 
-from analysis import stats
-from analysis.numbers import answer
+from analysis import analyse, stats
 from analysis.words import report
 from tests.support.planted_stats import frame, why
 
@@ -76,7 +75,7 @@ def test_holm_can_undo_a_raw_equivalence_and_the_report_shows_both():
   arms = {'x': x, 'y': x + rng.normal(0, 0.001, 8), 'z': x + 0.03}  # z: 3 pp away from both
   d = 100 * (arms['x'] - arms['y'])  # paired on seeds: pick the margin where raw TOST p = 0.03
   margin = optimize.brentq(lambda m: tost_paired(d, m)[2] - 0.03, abs(d.mean()) + 1e-6, 5)
-  out = answer.study_analysis(frame(arms, {k: 'gpu' for k in arms}), margin=margin)
+  out = analyse.study_analysis(frame(arms, {k: 'gpu' for k in arms}), margin=margin)
   pair = out.pairs.set_index(['arm_a', 'arm_b']).loc[('compute_dtype=x', 'compute_dtype=y')]
   assert pair['tost_p'] == pytest.approx(0.03) and pair['tost_p_holm'] == pytest.approx(0.09)
   assert pair['equivalent_raw'] and not pair['equivalent'] and pair['verdict'] == 'inconclusive'

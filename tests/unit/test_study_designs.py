@@ -11,8 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis import agreement, stats
-from analysis.numbers import answer
+from analysis import agreement, analyse, stats
 from analysis.words import report
 from experiments import divergence_measure
 from runrecord import rules
@@ -68,7 +67,7 @@ def merged_root():
 
 def test_runs_of_one_seed_with_other_init_seeds_are_other_models_not_replicates():
   frame = merged_root()
-  out = answer.study_analysis(frame, DECLARED)
+  out = analyse.study_analysis(frame, DECLARED)
   assert out.replicates.empty  # no model was run twice
   f32 = out.units[out.units['arm'].str.contains('f32')].set_index('seed')['value']
   assert f32.loc['1 (init 0, data 1)'] == pytest.approx(81.4)  # its own unit, not averaged
@@ -83,11 +82,11 @@ def test_runs_of_one_seed_with_other_init_seeds_are_other_models_not_replicates(
 
 def test_agreement_pairs_models_by_the_same_rule():
   frame = merged_root()
-  out = answer.study_analysis(frame, DECLARED)
+  out = analyse.study_analysis(frame, DECLARED)
   rng = np.random.default_rng(1)
   model = {(i, d): prediction(0.2, rng) for i, d in ((0, 0), (1, 1), (2, 2), (3, 3), (0, 1))}
   loaded = {r.run: model[(r.init_seed, r.data_seed)] for r in frame.itertuples()}
-  section = agreement.from_analysis(out, answer.labels(out), load=loaded.get)
+  section = agreement.from_analysis(out, stats.arm_short_labels(out), load=loaded.get)
   row = section.table.set_index('kind').loc['identical']
   assert row['churn_pct'] == 0 and row['check'] == 'exactly 0, as constructed' and row['seeds'] == 4
   assert 'f32' in ' '.join(section.variance_notes)  # seeds vary, no full crossing: said, not silent
@@ -111,8 +110,8 @@ def crossed_root(rng):
 
 def test_a_variance_design_root_splits_churn_by_init_data_order_and_both():
   frame, _, loaded = crossed_root(np.random.default_rng(2))
-  out = answer.study_analysis(frame, DECLARED)
-  section = agreement.from_analysis(out, answer.labels(out), load=loaded.get)
+  out = analyse.study_analysis(frame, DECLARED)
+  section = agreement.from_analysis(out, stats.arm_short_labels(out), load=loaded.get)
   table = section.table.set_index('kind')
   pred = {(r.init_seed, r.data_seed): loaded[r.run]['predicted'] for r in frame.itertuples()}
 
@@ -152,9 +151,9 @@ def hand_split(y):
 
 def test_the_variance_split_reaches_report_md_and_tex_with_intervals_or_the_df_that_forbids_them():
   frame, y, loaded = crossed_root(np.random.default_rng(3))
-  out = answer.study_analysis(frame, DECLARED)
+  out = analyse.study_analysis(frame, DECLARED)
   out = dataclasses.replace(
-    out, agreement=agreement.from_analysis(out, answer.labels(out), load=loaded.get)
+    out, agreement=agreement.from_analysis(out, stats.arm_short_labels(out), load=loaded.get)
   )
   split = out.agreement.variance.set_index('component')
   ms_i, ms_j, ms_r = hand_split(y.tolist())
