@@ -34,11 +34,11 @@ from analysis import (
   declaration,
   inputs,
   output,
+  report,
   stats,
 )
 from analysis.agreement import Agreement
 from analysis.attribution import Attribution
-from analysis.words import report
 from runrecord import record, rules
 
 

@@ -14,8 +14,7 @@ input: one `error: ...` line, exit code 2, nothing written.
 Reference: docs/statistics.md "Commands".
 """
 
-from analysis import arguments, attribution, catalogue, cli, declaration, inputs
-from analysis.words import attribution_text
+from analysis import arguments, attribution, catalogue, cli, declaration, inputs, report
 
 
 def given(att, result=None):
@@ -26,7 +25,7 @@ def given(att, result=None):
   return catalogue.Given(
     result=result,
     attribution=att,
-    attribution_md=attribution_text.render(att),
+    attribution_md=report.attribution_report(att),
     attribution_terms=att.terms[attribution.CSV_COLUMNS],
     decomposition=flat,
   )
@@ -85,7 +84,7 @@ def main(argv=None):
       compare=declaration.parse_compare(args.compare),
       compare_flag='--compare',
     )
-    print(attribution_text.render(out))
+    print(report.attribution_report(out))
     written = dest.write(lambda folder: write(out, folder)) if dest else []
   for path in written:
     print(f'wrote {path}')

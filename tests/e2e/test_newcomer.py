@@ -16,8 +16,7 @@ import pandas as pd
 import pytest
 from conftest import ROOT
 
-from analysis import analyse, attribute, attribution
-from analysis.words import report
+from analysis import analyse, attribute, attribution, report
 from runrecord import record
 from sweeps import estimate, sweep
 

@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import analyse, attribute, declaration, inputs, stats
-from analysis.words import report
+from analysis import analyse, attribute, declaration, inputs, report, stats
 from tests.conftest import ROOT
 from tests.support.commands import cli_error
 from tests.support.hostile_inputs import METRIC, accuracy_csv, fractions

@@ -13,8 +13,7 @@ import statsmodels.api as sm
 from pandas.core.groupby import groupby as pd_groupby
 from scipy import stats as sps
 
-from analysis import analyse, attribute, attribution, inputs, stats
-from analysis.words import report
+from analysis import analyse, attribute, attribution, inputs, report, stats
 from benchmarks import bench_analysis
 from runrecord import rules
 from tests.support.planted_runs import make_record, smoke

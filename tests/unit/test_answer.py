@@ -1,4 +1,4 @@
-"""The study's answer (analysis.numbers.answer -> analysis.words.report): the one-page answer first
+"""The study's answer (analysis.analyse -> analysis.report): the one-page answer first
 (question, platforms and software with version differences flagged, decomposition, contrasts),
 report.tex as booktabs tables, and several roots (local folders here) giving the tables of one root
 holding them all."""
@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import analyse, attribution, inputs
-from analysis.words import report
+from analysis import analyse, attribution, inputs, report
 from sweeps import run_study
 from tests.conftest import ROOT
 from tests.support.planted_runs import SMALL, fake_run

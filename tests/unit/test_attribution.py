@@ -7,8 +7,7 @@ import pytest
 import statsmodels.formula.api as smf
 from scipy import stats as sps
 
-from analysis import analyse, attribute, attribution, declaration, draw
-from analysis.words import attribution_text
+from analysis import analyse, attribute, attribution, declaration, draw, report
 from runrecord import record
 
 METRIC = 'final.test_accuracy'
@@ -56,7 +55,7 @@ def runs_frame(
 
 
 def show(out):
-  text = attribution_text.render(out)
+  text = report.attribution_report(out)
   print(text)
   return text
 

@@ -13,8 +13,7 @@ from statsmodels.stats import multitest, weightstats
 from statsmodels.stats import power as smp
 from statsmodels.stats.meta_analysis import effectsize_smd
 
-from analysis import analyse, stats
-from analysis.words import report
+from analysis import analyse, report, stats
 from tests.support.planted_stats import frame, why
 
 

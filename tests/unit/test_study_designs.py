@@ -11,8 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis import agreement, analyse, stats
-from analysis.words import report
+from analysis import agreement, analyse, report, stats
 from experiments import divergence_measure
 from runrecord import rules
 from tests.support.planted_predictions import LABELS, prediction
