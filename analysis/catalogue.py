@@ -85,7 +85,7 @@ FIGURES: tuple[Figure, ...] = (
     'accuracy_by_arm',
     'the final metric per arm: every seed (colour = platform), mean ± '
     '95% CI, quartile boxes from 10 seeds per arm (two columns)',
-    'analysis.figures.study_figures:accuracy_by_arm',
+    'analysis.figures:accuracy_by_arm',
     STUDY,
   ),
   Figure(
@@ -93,28 +93,28 @@ FIGURES: tuple[Figure, ...] = (
     'each declared contrast (arm − reference, per platform; every pair '
     "without a declaration) ± 95% and 90% CI against the margin and each platform's noise floor "
     '(one column)',
-    'analysis.figures.study_figures:contrasts',
+    'analysis.figures:contrasts',
     STUDY,
   ),
   Figure(
     'gap_decomposition',
     'per platform pair, G = fid_A − fid_B + N + P, each part as it '
     "enters G, and the residual R, with the pair's verdict (one column)",
-    'analysis.figures.forest:gap_decomposition',
+    'analysis.figures:gap_decomposition',
     STUDY + (ATTRIBUTE,),
   ),
   Figure(
     'training_curves',
     'training loss per logged step and test accuracy over the last half '
     'of the epochs, mean per arm and platform, ± 1 sd up to 4 curves (two columns)',
-    'analysis.figures.study_figures:training_curves',
+    'analysis.figures:training_curves',
     STUDY,
   ),
   Figure(
     'churn_ladder',
     "the churn ladder: each agreement row's mean churn over seeds with its "
     '95% t-Wilson interval and the per-seed values (two columns)',
-    'analysis.figures.churn_ladder:churn_ladder',
+    'analysis.figures:churn_ladder',
     STUDY,
   ),
   Figure(
@@ -122,7 +122,7 @@ FIGURES: tuple[Figure, ...] = (
     'every component of each platform gap and the main effects of '
     'the other factors, ± 95% CI (one column; analysis.analyse leaves it out: its '
     'contrasts and gap figures show the same)',
-    'analysis.figures.forest:attribution_forest',
+    'analysis.figures:attribution_forest',
     (ATTRIBUTE,),
   ),
 )

@@ -183,7 +183,7 @@ def test_each_command_writes_exactly_what_the_catalogue_lists(shipped, tmp_path)
 def test_every_listed_drawing_function_exists_and_names_are_unique():
   for figure in catalogue.FIGURES:
     assert callable(catalogue.resolve(figure.draw)), figure.draw
-    assert figure.draw.startswith('analysis.figures.'), figure.draw
+    assert figure.draw.startswith('analysis.figures:'), figure.draw
   names = [f.name for f in catalogue.FILES] + [f.name for f in catalogue.FIGURES]
   assert len(names) == len(set(names))
   for entry in catalogue.FILES + catalogue.FIGURES:

@@ -10,8 +10,7 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.proportion import proportion_confint
 
-from analysis import agreement, analyse, catalogue, declaration, inputs, stats
-from analysis.figures import churn_ladder
+from analysis import agreement, analyse, catalogue, declaration, figures, inputs, stats
 from tests.conftest import ROOT
 from tests.support.planted_predictions import N, planted_loader, prediction
 
@@ -244,8 +243,8 @@ def test_a_long_ladder_is_cut_to_a_readable_page():
     + [{'kind': 'seed', 'platform_a': 'gpu'}] * 3
     + [{'kind': 'seed_all', 'platform_a': 'cpu'}]
   )
-  drawn, left_out = churn_ladder.drawn_rows(pd.DataFrame(rows))
-  assert len(drawn) == churn_ladder.MAX_ROWS and left_out == 60 - (churn_ladder.MAX_ROWS - 4)
+  drawn, left_out = figures.drawn_rows(pd.DataFrame(rows))
+  assert len(drawn) == figures.MAX_ROWS and left_out == 60 - (figures.MAX_ROWS - 4)
   assert list(drawn['kind'].iloc[-4:]) == ['seed'] * 3 + ['seed_all']  # cpu's arms: pooled only
 
 

@@ -11,8 +11,7 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_hex
 
-from analysis import agreement, analyse, draw, stats
-from analysis.figures import churn_ladder, forest, naming, study_figures, style
+from analysis import agreement, analyse, draw, figures, stats
 from tests.support.planted_predictions import planted_loader
 from tests.support.planted_study import analysed, make_study
 from tests.support.planted_tables import DIGITS, digits_frame
@@ -30,18 +29,18 @@ def digits_out():
 
 
 def drawn_figures(monkeypatch, call):
-  """{name: figure} of what `call()` saves (style.save intercepted before it closes them)."""
-  figures, save = {}, style.save
+  """{name: figure} of what `call()` saves (figures.save intercepted before it closes them)."""
+  drawn, save = {}, figures.save
   monkeypatch.setattr(
-    style,
+    figures,
     'save',
     lambda fig, d, name, crop=True: (
-      figures.setdefault(name, (fig, fig.texts, fig._suptitle, fig._supxlabel)),
+      drawn.setdefault(name, (fig, fig.texts, fig._suptitle, fig._supxlabel)),
       save(fig, d, name, crop),
     )[1],
   )
   call()
-  return figures
+  return drawn
 
 
 def captions(fig, suptitle, supxlabel):
@@ -75,11 +74,11 @@ def test_training_curves_one_colour_per_platform_and_a_line_style_per_arm(digits
       for t in range(1, 6)
     ]
   )
-  style.apply()
-  fig = study_figures.draw_training_curves(out, pd.DataFrame(columns=['run', 'epoch']), steps)
+  figures.apply()
+  fig = figures.draw_training_curves(out, pd.DataFrame(columns=['run', 'epoch']), steps)
   lines = fig.axes[0].get_lines()
   assert len(lines) == 8
-  assert {to_hex(line.get_color()) for line in lines} == {to_hex(style.PLATFORM_COLORS['cpu'])}
+  assert {to_hex(line.get_color()) for line in lines} == {to_hex(figures.PLATFORM_COLORS['cpu'])}
   dashes = {str(line._unscaled_dash_pattern) for line in lines}
   assert len(dashes) == 8 and len({line.get_marker() for line in lines}) == 8
 
@@ -89,24 +88,26 @@ def test_short_arm_labels_never_a_config():
     'cpu, CPU, profile=, batchnorm_group=0, compute_dtype=float32, conv_format=, '
     'conv_impl=auto, dense_format=, xla_flags='
   )
-  assert naming.short_labels([arm]) == {arm: naming.ONE_ARM}
+  assert figures.short_labels([arm]) == {arm: figures.ONE_ARM}
   two = [
     'cpu, profile=tpu_default, compute_dtype=float32',
     'cpu, profile=f32, compute_dtype=float32',
   ]
-  assert list(naming.short_labels(two).values()) == ['tpu_default', 'f32']
+  assert list(figures.short_labels(two).values()) == ['tpu_default', 'f32']
   long = [
     f'cpu, optim.learning_rate=0.00{i}, model.width=0.2{i}, data.image_size=3{i}' for i in range(3)
   ]
-  short = naming.short_labels(long)
-  assert all(len(v) <= naming.LABEL_CHARS for v in short.values()) and len(set(short.values())) == 3
+  short = figures.short_labels(long)
+  assert (
+    all(len(v) <= figures.LABEL_CHARS for v in short.values()) and len(set(short.values())) == 3
+  )
 
 
 def test_contrast_legend_keys_are_drawn_as_the_estimates(digits_out):
   out = digits_out
-  style.apply()
-  fig = forest.draw_contrasts(
-    study_figures.contrast_table(out), forest.floors_of(out.noise), out.margin, out.unit
+  figures.apply()
+  fig = figures.draw_contrasts(
+    figures.contrast_table(out), figures.floors_of(out.noise), out.margin, out.unit
   )
   legend = fig.legends[0]
   keys = dict(zip((t.get_text() for t in legend.get_texts()), legend.legend_handles, strict=True))
@@ -123,13 +124,10 @@ def test_contrast_legend_keys_are_drawn_as_the_estimates(digits_out):
 def test_a_one_run_root_draws_without_layout_warnings_or_clipping(tmp_path):
   make_study(tmp_path / 'runs', arms=(('cpu', 'float32', 0.9),), seeds=range(1))
   out, hist, steps = analysed(tmp_path / 'runs')
-  style.apply()
+  figures.apply()
   with warnings.catch_warnings():
     warnings.simplefilter('error')  # constrained_layout's "axes sizes collapsed" is a UserWarning
-    figs = [
-      study_figures.draw_accuracy_by_arm(out),
-      study_figures.draw_training_curves(out, hist, steps),
-    ]
+    figs = [figures.draw_accuracy_by_arm(out), figures.draw_training_curves(out, hist, steps)]
     for fig in figs:
       fig.canvas.draw()
       inside = fig.bbox.padded(1)
@@ -141,7 +139,7 @@ def test_a_one_run_root_draws_without_layout_warnings_or_clipping(tmp_path):
         box = artist.get_window_extent()
         assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and box.y1 <= inside.y1, artist
   labels = [t.get_text() for t in figs[1].legends[0].get_texts()]
-  assert labels == [naming.ONE_ARM]
+  assert labels == [figures.ONE_ARM]
 
 
 def test_the_churn_ladder_says_n_and_draws_every_bound_inside_its_axis(digits_out):
@@ -156,7 +154,7 @@ def test_the_churn_ladder_says_n_and_draws_every_bound_inside_its_axis(digits_ou
       ),
     ]
   )
-  fig = churn_ladder.draw(table, naming.context(out))
+  fig = figures.draw_churn_ladder(table, figures.context_line(out))
   ax = fig.axes[0]
   low, high = ax.get_xlim()
   assert low == 0 and high == 100

@@ -6,8 +6,7 @@ import dataclasses
 
 import pytest
 
-from analysis import analyse
-from analysis.figures import forest
+from analysis import analyse, figures
 from tests.support.figure_checks import legend_problems
 from tests.support.planted_tables import DIGITS, digits_frame
 
@@ -28,7 +27,7 @@ def markers_at(ax):
 
 def test_gap_figure_draws_the_gap_as_the_sum_of_its_parts_with_margin_and_noise_floors():
   att = digits_attribution()
-  fig = forest.draw_gap(att)
+  fig = figures.draw_gap(att)
   ax = fig.axes[0]
   d = att.decomposition[0]
   labels = [t.get_text() for t in ax.get_yticklabels()]
@@ -54,19 +53,19 @@ def test_gap_figure_draws_the_gap_as_the_sum_of_its_parts_with_margin_and_noise_
     assert f'noise floor {p} ±{att.noise[p].half:.2f} pp' in labels
   assert not legend_problems(fig)
   partly = dataclasses.replace(d, verdict='partly explained', open='the residual is not within ±2')
-  assert forest.verdict_line(partly, 'pp') == 'partly explained at ±2 pp'
+  assert figures.verdict_line(partly, 'pp') == 'partly explained at ±2 pp'
 
 
 def test_forest_draws_the_decomposition_and_no_unqualified_platform_term():
   att = digits_attribution()
   assert 'platform=gpu' in set(att.terms['term'])  # the model has the pooled term
-  fig = forest.draw_forest(att)
+  fig = figures.draw_forest(att)
   gap_ax, effects_ax = fig.axes
   rows = [t.get_text() for t in gap_ax.get_yticklabels()]
-  assert rows == [label.format(a='gpu', b='cpu') for _, label in forest.COMPONENT_ROWS]
+  assert rows == [label.format(a='gpu', b='cpu') for _, label in figures.COMPONENT_ROWS]
   table = att.gap.set_index('key')
   at = markers_at(gap_ax)
-  for y, (key, _) in zip(range(len(rows) - 1, -1, -1), forest.COMPONENT_ROWS, strict=True):
+  for y, (key, _) in zip(range(len(rows) - 1, -1, -1), figures.COMPONENT_ROWS, strict=True):
     assert at[y] == pytest.approx(table.loc[key, 'estimate']), key
   effects = [t.get_text() for t in effects_ax.get_yticklabels()]
   assert effects and not any('platform' in label or 'gpu' == label for label in effects)
@@ -75,6 +74,6 @@ def test_forest_draws_the_decomposition_and_no_unqualified_platform_term():
   assert [x for x in labels if x.startswith('noise floor')] == [
     f'noise floor {p} ±{att.noise[p].half:.2f} pp' for p in ('gpu', 'cpu')
   ]
-  undecomposed = forest.draw_forest(dataclasses.replace(att, decomposition=[], gap=None))
+  undecomposed = figures.draw_forest(dataclasses.replace(att, decomposition=[], gap=None))
   effects = [t.get_text() for t in undecomposed.axes[0].get_yticklabels()]
   assert 'platform gpu, mean over all arms' in effects and 'platform gpu' not in effects
