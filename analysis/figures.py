@@ -508,13 +508,6 @@ def draw_forest(out):
   return fig
 
 
-def attribution_forest(given, out_dir, name):
-  """draw_forest of `given.attribution` as NAME.pdf and .png (analysis/catalogue.py Figure); []
-  without an attribution."""
-  att = given.attribution
-  return [] if att is None else save(draw_forest(att), out_dir, name, crop=False)
-
-
 def sum_rows(out, d):
   """[(label, value, ci95, ci90, colour, note)] (draw_rows) of one gap's SUM_ROWS, each part as it
   enters G = fid_A − fid_B + N + P (fid_B negated, its CI flipped)."""
@@ -528,15 +521,6 @@ def sum_rows(out, d):
     text = label.format(a=a, b=b) + (f':\n{verdict_line(d, out.unit)}' if key == 'G' else '')
     out_rows.append((text, sign * r['estimate'], ci, ci90, component_color(key, (a, b)), r['note']))
   return out_rows
-
-
-def gap_decomposition(given, out_dir, name):
-  """draw_gap of `given.attribution` as NAME.pdf and .png, subtitled with the study's context when
-  `given.result` is there; [] without a gap."""
-  att = given.attribution
-  context = context_line(given.result, 68) if given.result is not None else None
-  fig = draw_gap(att, context) if att is not None else None
-  return [] if fig is None else save(fig, out_dir, name, crop=False)
 
 
 def draw_gap(out, context=None):
@@ -777,12 +761,6 @@ def draw_accuracy_by_arm(out):
   return fig
 
 
-def accuracy_by_arm(given, out_dir, name):
-  """The figure of the study `given.result` (analysis/catalogue.py Figure) as NAME.pdf and .png."""
-  apply()
-  return save(draw_accuracy_by_arm(given.result), out_dir, name, crop=False)
-
-
 def contrast_table(out):
   """The table the contrasts figure draws: the declared contrasts, or every pair labelled A − B."""
   if out.contrasts is not None:
@@ -793,15 +771,6 @@ def contrast_table(out):
   return pairs.assign(
     label=[f'{a} − {b}' for a, b in zip(pairs['arm_a'], pairs['arm_b'], strict=True)], platform=''
   )
-
-
-def contrasts(given, out_dir, name):
-  """draw_contrasts of the study `given.result` as NAME.pdf and .png; [] without a pair."""
-  out = given.result
-  fig = draw_contrasts(
-    contrast_table(out), floors_of(out.noise), out.margin, out.unit, context=context_line(out, 68)
-  )
-  return [] if fig is None else save(fig, out_dir, name, crop=False)
 
 
 def curve(frame, x, col, scale=1.0):
@@ -953,17 +922,6 @@ def draw_training_curves(out, hist, steps):
   return fig
 
 
-def training_curves(given, out_dir, name):
-  """draw_training_curves of `given` (its result, histories and steps) as NAME.pdf and .png; []
-  without curves."""
-  empty = pd.DataFrame(columns=['run'])
-  hist = given.histories if given.histories is not None else empty
-  steps = given.steps if given.steps is not None else empty
-  apply()
-  fig = draw_training_curves(given.result, hist, steps)
-  return [] if fig is None else save(fig, out_dir, name, crop=False)
-
-
 ACROSS = 'across platforms'
 ACROSS_COLOR = '#000000'
 LADDER_ROW_IN = 0.17  # inches per row
@@ -1072,11 +1030,30 @@ def draw_churn_ladder(table, context=None):
   return fig
 
 
-def churn_ladder(given, out_dir, name):
-  """The ladder of `given.result`'s agreement table (subtitled with its context) as NAME.pdf and
-  .png (300 dpi, printed size) into out_dir; [] without churn rows."""
-  out = given.result
-  table = out.agreement.table if out is not None and out.agreement else None
-  if table is None or table.empty:
-    return []
-  return save(draw_churn_ladder(table, context_line(out, 150)), out_dir, name, crop=False)
+def study_figures(out, hist, steps, folder):
+  """The study's figures of the analysis `out` (analyse.Analysis) that its data allow, as NAME.pdf
+  and .png into `folder`: accuracy_by_arm, contrasts, gap_decomposition, training_curves (from its
+  histories `hist` and per-step `steps`), churn_ladder; the paths."""
+  apply()
+  figs = {'accuracy_by_arm': draw_accuracy_by_arm(out)}
+  figs['contrasts'] = draw_contrasts(
+    contrast_table(out), floors_of(out.noise), out.margin, out.unit, context=context_line(out, 68)
+  )
+  att = out.attribution
+  figs['gap_decomposition'] = draw_gap(att, context_line(out, 68)) if att is not None else None
+  empty = pd.DataFrame(columns=['run'])
+  figs['training_curves'] = draw_training_curves(
+    out, empty if hist is None else hist, empty if steps is None else steps
+  )
+  table = out.agreement.table if out.agreement else None
+  ladder = table is not None and not table.empty
+  figs['churn_ladder'] = draw_churn_ladder(table, context_line(out, 150)) if ladder else None
+  return [p for name, fig in figs.items() if fig for p in save(fig, folder, name, crop=False)]
+
+
+def attribution_figures(att, folder):
+  """The attribution's figures as NAME.pdf and .png into `folder`: gap_decomposition (each platform
+  pair's, when there is one) and attribution_forest; the paths."""
+  apply()
+  figs = {'gap_decomposition': draw_gap(att), 'attribution_forest': draw_forest(att)}
+  return [p for name, fig in figs.items() if fig for p in save(fig, folder, name, crop=False)]

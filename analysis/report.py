@@ -6,6 +6,7 @@ Numbers and verdicts come from analyse.study_analysis; nothing is judged here.
 Reference: docs/statistics.md "Report and figures".
 """
 
+import collections
 import math
 
 import numpy as np
@@ -1403,3 +1404,148 @@ def render(out, fmt):
   if not out.small.empty:
     parts += ['\n## Arms with n < 2 (tests skipped)\n\n', ', '.join(out.small['arm']) + '\n']
   return ''.join(parts)
+
+
+FINDINGS_COMPONENTS = ('G', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N', 'P', 'R')
+
+
+def judged_at(out, margin):
+  """(decomposition dicts, contrast table) of analysis/numbers/analyse.py's `out` judged at
+  `margin`: its own at the margin it was analysed at."""
+  att = out.attribution
+  if margin == out.margin:
+    return att.decomposition, out.contrasts
+  split = (
+    attribution.summarise(att.gap_summaries, margin, att.min_share)[1] if att.gap_summaries else []
+  )
+  return split, stats.contrast_table(out, out.declared, margin)
+
+
+def findings_components(analyses, unit, gap_label):
+  """Rows: the components of the pair `gap_label` ('gpu - cpu'); one column per (name, analysis):
+  estimate [95% CI]."""
+  gaps = [(name, out.attribution.gap, gap_label) for name, out in analyses]
+  rows = []
+  for key in FINDINGS_COMPONENTS:
+    label = gaps[0][1].set_index('key').loc[key, 'component']
+    row = {'component': label}
+    for name, table, gap_label in gaps:
+      r = table[table['gap'] == gap_label].set_index('key').loc[key]
+      row[name] = (
+        f'{signed(r["estimate"])} {interval(r["ci_low"], r["ci_high"])}'
+        if r['note'] == ''
+        else r['note']
+      )
+    rows.append(row)
+  return rows
+
+
+def findings_verdict_row(scope, d, table, unit):
+  share = (
+    f'{d.share:.2f} [{d.share_ci_low:.2f}, {d.share_ci_high:.2f}]'
+    if np.isfinite(d.share_ci_low)
+    else f'{d.share:.2f}, unbounded'
+    if d.share == d.share
+    else '–'
+  )
+  return {
+    'analysis': scope,
+    'pair': d.gap.replace(' - ', ' − '),
+    'margin': f'±{d.margin:g} {unit}',
+    'native gap, 90% CI': interval(d.G_tost.ci90_low, d.G_tost.ci90_high),
+    'residual, 90% CI': interval(d.R_tost.ci90_low, d.R_tost.ci90_high),
+    'share (Fieller)': share,
+    'verdict': f'**{d.verdict}**',
+    'contrasts (Holm)': counts(table),
+  }
+
+
+def counts(table):
+  """'3 equivalent, 11 inconclusive': the contrast verdicts counted."""
+  seen = collections.Counter(table['verdict'])
+  return ', '.join(f'{seen[v]} {v}' for v in stats.VERDICTS if seen[v])
+
+
+def platform_words(out):
+  return '; '.join(
+    f'{p}: {f.device_kind}, '
+    + ', '.join(
+      f'{k} {v}' for k, v in f.versions.items() if k in ('jax', 'jaxlib', 'flax', 'optax')
+    )
+    for p, f in out.software.platforms.items()
+  )
+
+
+def seeds_text(out):
+  seeds = out.scope.analysed_seeds
+  return f'seeds {seeds[0]}–{seeds[-1]}' if seeds else 'unseeded'
+
+
+def findings_columns(out):
+  """[(column name, analysis)]: the confirmatory one (the declared seeds) first, when it differs."""
+  conf = out.confirmatory
+  first = [(f'confirmatory ({seeds_text(conf)})', conf)] if conf is not None else []
+  kind = 'exploratory' if out.scope.confirmatory is False else 'confirmatory'
+  return first + [(f'{kind} ({seeds_text(out)})', out)]
+
+
+def findings_section(out, margins, source, command):
+  """The README section's Markdown between its markers, for analyse.study_analysis's `out`: the
+  confirmatory analysis (the declared seeds at the declared margin) and the exploratory ones
+  (every seed, each margin)."""
+  unit, sc = out.unit, out.scope
+  columns = findings_columns(out)
+  verdicts = []
+  for name, analysis in columns:
+    ms = [analysis.margin] if analysis is not out or analysis.scope.confirmatory else margins
+    for m in ms:
+      split, table = judged_at(analysis, m)
+      verdicts += [(name, d, table) for d in split]
+  declared = (
+    f'Declared before the runs (`{source.replace(".csv", ".study.json")}`): '
+    f'{len(sc.declared_seeds or [])} seeds, margin ±{sc.declared_margin:g} {unit}'
+    if sc.declared_margin is not None
+    else 'Nothing was declared before the runs'
+  )
+  lines = [
+    '',
+    '```bash',
+    command,
+    '```',
+    '',
+    f'The digits study (`configs/digits.py:study`, {out.arm_info["label"].nunique()} arms) '
+    f'on two platforms, {min(out.arms["n"])} seeds per arm, {len(out.runs)} runs, '
+    f'read from `{source}` (provenance: `results/README.md`). {platform_words(out)}. '
+    f'Metric: final test accuracy in % ({sizes(out)}). The '
+    f'platforms ran different {", ".join(out.software.confounds)} versions, so the gap '
+    'and its residual include whatever those change.',
+    '',
+    f'{declared}; the analysis of exactly those is confirmatory, everything else '
+    f'exploratory. {pairs_line(out.attribution)} Each component per seed '
+    'from the paired cell means (every other factor at its reference level), mean over seeds '
+    'with its 95% t-interval; G = fid_A − fid_B + N + P exactly; R = G − N.',
+    '',
+  ]
+  for d in out.attribution.decomposition:
+    (a, b), where = (
+      d.profiles,
+      (f'on {d.N_only} only' if d.N_only else 'measured on both platforms'),
+    )
+    lines += [
+      f'{d.gap.replace(" - ", " − ")}: N = {a} − {b}, {where}:',
+      '',
+      markdown(findings_components(columns, unit, d.gap)).rstrip('\n'),
+      '',
+    ]
+  lines += [
+    markdown([findings_verdict_row(scope, d, t, unit) for scope, d, t in verdicts]).rstrip('\n'),
+    '',
+  ]
+  for scope, d, _ in verdicts:
+    lines.append(
+      f'- {scope}, {d.gap.replace(" - ", " − ")}, ±{d.margin:g} {unit}: '
+      f'**{d.verdict}**: {why(d, unit)}.'
+    )
+  last = verdicts[-1][1]
+  lines += [f'- {verdicts[-1][0]}, ±{last.margin:g} {unit}, {seeds_line(last, unit)}.', '']
+  return '\n'.join(lines) + '\n'

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.proportion import proportion_confint
 
-from analysis import agreement, analyse, catalogue, declaration, figures, inputs, stats
+from analysis import agreement, analyse, declaration, figures, inputs, stats
 from tests.conftest import ROOT
 from tests.support.planted_predictions import N, planted_loader, prediction
 
@@ -171,21 +171,16 @@ def test_baseline_pairs_from_the_recorded_arithmetic(published):
 
 
 def write_agreement(out, section, folder):
-  """The agreement files and the ladder of `out` with `section` (analysis/catalogue.py)."""
-  given = catalogue.Given(result=dataclasses.replace(out, agreement=section))
-  return catalogue.write(
-    catalogue.ANALYSE,
-    given,
-    folder,
-    only={
-      'report_agreement.csv',
-      'report_calibration.csv',
-      'report_train_loss.csv',
-      'report_per_class.csv',
-      'report_variance.csv',
-      'churn_ladder',
-    },
-  )
+  """The agreement files of `out` with `section` (analyse.tables) and its churn ladder."""
+  out = dataclasses.replace(out, agreement=section)
+  names = ('report_agreement.csv', 'report_calibration.csv', 'report_train_loss.csv')
+  names += ('report_per_class.csv', 'report_variance.csv')
+  tables = {name: analyse.tables(out)[name] for name in names}
+  paths = analyse.write_csv(tables, folder, analyse.SKIP_EMPTY)
+  if not section.table.empty:
+    ladder = figures.draw_churn_ladder(section.table, figures.context_line(out, 150))
+    paths += figures.save(ladder, folder, 'churn_ladder', crop=False)
+  return paths
 
 
 def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):

@@ -102,11 +102,11 @@ def pdf_size_in(path):
 
 def test_every_figure_is_drawn_at_its_printed_size_with_short_labels_inside_the_figure(tmp_path):
   out = analyse.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
-  paths = draw.figures(
+  paths = figures.study_figures(
     out,
     pd.DataFrame(columns=['run', 'epoch']),
+    pd.DataFrame(columns=list(inputs.STEP_COLUMNS)),
     str(tmp_path),
-    steps=pd.DataFrame(columns=list(inputs.STEP_COLUMNS)),
   )
   widths = {
     'accuracy_by_arm': figures.TWO_COLUMN_IN,
@@ -284,7 +284,9 @@ def test_no_shared_seeds_and_colours_are_stable(tmp_path):
   make_study(tmp_path / 'a', arms=(('tpu', 'float32', 0.9),), seeds=range(3))
   make_study(tmp_path / 'a', arms=(('gpu', 'float32', 0.9),), seeds=range(10, 13))
   out, hist, _ = analysed(tmp_path / 'a')
-  paths = draw.figures(out, hist, str(tmp_path / 'f'))  # steps read from the run folders
+  (tmp_path / 'f').mkdir()
+  steps = inputs.steps_frame(out.runs['run'])  # read from the run folders
+  paths = figures.study_figures(out, hist, steps, str(tmp_path / 'f'))
   assert len(paths) == 6 and any('training_curves' in p for p in paths)
   check_files(paths)
   labels = list(out.arms['arm'])

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_hex
 
-from analysis import agreement, analyse, draw, figures, stats
+from analysis import agreement, analyse, figures, stats
 from tests.support.planted_predictions import planted_loader
 from tests.support.planted_study import analysed, make_study
 from tests.support.planted_tables import DIGITS, digits_frame
@@ -53,12 +53,14 @@ def test_every_study_figure_states_data_n_and_platforms(digits_out, tmp_path, mo
   out = dataclasses.replace(
     out, agreement=agreement.from_analysis(out, stats.arm_short_labels(out), load=loaded.get)
   )
-  figures = drawn_figures(
+  drawn = drawn_figures(
     monkeypatch,
-    lambda: draw.figures(out, pd.DataFrame(columns=['run', 'epoch']), str(tmp_path), NO_STEPS),
+    lambda: figures.study_figures(
+      out, pd.DataFrame(columns=['run', 'epoch']), NO_STEPS, str(tmp_path)
+    ),
   )
-  assert set(figures) == {'accuracy_by_arm', 'contrasts', 'gap_decomposition', 'churn_ladder'}
-  for name, (fig, _, top, bottom) in figures.items():
+  assert set(drawn) == {'accuracy_by_arm', 'contrasts', 'gap_decomposition', 'churn_ladder'}
+  for name, (fig, _, top, bottom) in drawn.items():
     text = captions(fig, top, bottom).replace('\n', ' ')
     assert 'digits (test 360 images)' in text and 'n = 4 seeds per arm, 64 runs' in text, name
     assert 'cpu; gpu: NVIDIA H100' in text, name

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis import attribute, attribution, report, stats
+from analysis import analyse, attribute, attribution, report, stats
 
 METRIC = 'final.test_accuracy'
 COL = {
@@ -253,7 +253,7 @@ def test_a_missing_emulation_names_the_component_it_cannot_estimate():
 
 def test_decomposition_csv_columns(tmp_path):
   out, _ = run(planted({('gpu', NATIVE): 1.0}))
-  attribute.write_tables(out, str(tmp_path))
+  analyse.write_csv(attribute.tables(out), str(tmp_path))
   table = pd.read_csv(tmp_path / 'attribution_decomposition.csv')
   for col in (
     'G',
