@@ -57,8 +57,7 @@ def by_unit(entries):
 
 
 def unit_order(seed):
-  """Sort key of a model (runrecord.rules.model_keys): by its seed, numerically, then as text ('2
-  (init 0, data 2)' before '10 (init 3, data 1)')."""
+  """Sort key of a model (runrecord.rules.model_keys): by its seed, numerically, then as text."""
   return (seed_key(str(seed).split(' (')[0]), str(seed))
 
 
@@ -100,8 +99,7 @@ def sources(units, arm, seed):
 
 
 def both_differ(units, arm, s, t):
-  """Do models s and t of `arm` differ in initial weights and in data order (true where the init and
-  data seeds are not recorded: then they are the seed)?"""
+  """Do models s and t of `arm` differ in initial weights and in data order."""
   (i1, d1), (i2, d2) = sources(units, arm, s), sources(units, arm, t)
   if None in (i1, d1, i2, d2):
     return True
@@ -109,9 +107,7 @@ def both_differ(units, arm, s, t):
 
 
 def disjoint_pairs(units, arm):
-  """Pairs of different models of `arm` that differ in init and data order (both_differ), each model
-  in one pair at most: in sorted order, each unused model with the next unused one it differs from
-  in both (with seed = init = data: (s1, s2), (s3, s4), ...)."""
+  """Pairs of different models of `arm` that differ in init and data order (both_differ)."""
   seeds, used, pairs = seeds_of(units, arm), set(), []
   for i, s in enumerate(seeds):
     if s in used:
@@ -159,8 +155,7 @@ COLUMNS = (
 
 
 def churn(pred_a, pred_b):
-  """Share of predictions that differ: mean of [ŷ_A ≠ ŷ_B] over every element (images, or images ×
-  attributes for the attributes task)."""
+  """Share of predictions that differ: mean of [ŷ_A ≠ ŷ_B] over every element (images)."""
   a, b = np.asarray(pred_a), np.asarray(pred_b)
   if a.shape != b.shape:
     raise ValueError(f'predictions of shapes {a.shape} and {b.shape} cannot be compared')
@@ -168,9 +163,7 @@ def churn(pred_a, pred_b):
 
 
 def different_data(entry_a, entry_b):
-  """Why two runs' predictions cannot be compared image by image: 'split fingerprint X vs Y' when
-  their test splits differ (another data.split_seed: a legitimate arm of its own), 'task X vs Y'
-  when their tasks do; None when they can."""
+  """Why two runs' predictions cannot be compared image by image."""
   pa, pb = entry_a['pred'], entry_b['pred']
   for field, name in (('fingerprint', 'split fingerprint'), ('task', 'task')):
     if pa[field] != pb[field]:
@@ -179,8 +172,7 @@ def different_data(entry_a, entry_b):
 
 
 def pair_churn(entry_a, entry_b):
-  """churn between two runs' predictions; ValueError naming both runs when their test data
-  (fingerprint) or task differ (the table leaves such pairs out first: churns)."""
+  """churn between two runs' predictions; refused when their test data or task differ."""
   why = different_data(entry_a, entry_b)
   if why:
     raise ValueError(
@@ -192,8 +184,7 @@ def pair_churn(entry_a, entry_b):
 
 
 def churns(pairs, left_out):
-  """The churn of each (entry, entry) pair whose test data agree; each other pair is left out:
-  appended to `left_out` as {'a', 'b' (arms), 'run_a', 'run_b', 'why'} (different_data)."""
+  """The churn of each (entry, entry) pair whose test data agree; each other pair is left out."""
   values = []
   for x, y in pairs:
     why = different_data(x, y)
@@ -207,16 +198,13 @@ def churns(pairs, left_out):
 
 
 def cross_mean(left, right, left_out):
-  """Mean churn over every (left, right) pair of replicate entries that share their test data
-  (churns; the others appended to `left_out`); None when none does."""
+  """Mean churn over every (left, right) pair of replicate entries that share their test data."""
   values = churns(itertools.product(left, right), left_out)
   return float(np.mean(values)) if values else None
 
 
 def same_seed(units, kind, a, b, left_out):
-  """Per shared seed s: c_s = churn(a's model, b's model) (replicates: their cross pairs averaged);
-  the row of its mean over seeds, or None when the arms share no seed whose runs predict one test
-  set (the others' pairs appended to `left_out`)."""
+  """The row of the churn of a and b over their shared seeds (replicates' cross pairs averaged)."""
   shared = [s for s in seeds_of(units, a) if (b, s) in units]
   values = {s: cross_mean(units[(a, s)], units[(b, s)], left_out) for s in shared}
   shared = [s for s in shared if values[s] is not None]
@@ -235,8 +223,7 @@ def same_seed(units, kind, a, b, left_out):
 
 
 def seed_churn(units, arm, left_out):
-  """Churn between different seeds of one arm: disjoint_pairs (independent pairs, each differing in
-  init and data order; a pair on two test sets appended to `left_out`); None without such a pair."""
+  """Churn between different seeds of one arm: disjoint_pairs (independent pairs)."""
   seeds = seeds_of(units, arm)
   values = {
     p: cross_mean(units[(arm, p[0])], units[(arm, p[1])], left_out)
@@ -254,8 +241,7 @@ def seed_churn(units, arm, left_out):
 
 
 def clusters(pairs):
-  """[[index of the pairs in one cluster]]: pairs (of seeds, any arms) joined when they share a
-  seed, transitively (union–find), so that different clusters share no seed."""
+  """[[indices of the pairs in one cluster]]: pairs sharing a seed, transitively (union-find)."""
   parent = list(range(len(pairs)))
 
   def find(i):
@@ -273,9 +259,7 @@ def clusters(pairs):
 
 
 def platform_seed_churn(seed_rows):
-  """Per platform with >= 2 arms: one 'seed_all' row over the seed pairs of all its arms, clustered
-  by seed (module doc): each cluster's value is the mean churn of its pairs, the row's mean and
-  interval are over the clusters."""
+  """Per platform with >= 2 arms: one 'seed_all' row over the seed pairs of all its arms."""
   rows = []
   for platform in sorted({r['platform_a'] for r in seed_rows}):
     group = [r for r in seed_rows if r['platform_a'] == platform]
@@ -300,9 +284,7 @@ def platform_seed_churn(seed_rows):
 
 
 def source_churn(entries, arm, varied, fixed, left_out):
-  """Churn from one source of one arm: runs equal in `fixed` ('init' or 'data'), different in
-  `varied`; per level of `fixed`, the mean churn over disjoint pairs of its sorted `varied` levels
-  (replicates: their cross pairs); the row over the levels of `fixed`."""
+  """Churn from one source of one arm: runs equal in `fixed` ('init' or 'data')."""
   cells = {}
   for e in entries:
     if e['arm'] == arm and e.get('init') is not None and e.get('data') is not None:
@@ -325,9 +307,7 @@ def source_churn(entries, arm, varied, fixed, left_out):
 
 
 def replicate_churn(units, arm, left_out):
-  """Churn between same-seed replicates of one arm: per seed with >= 2 runs, the mean churn over its
-  replicate pairs (on one test set; others: `left_out`); None when no seed of the arm was
-  repeated."""
+  """Churn between same-seed replicates of one arm: per seed with >= 2 runs."""
   repeated = [s for s in seeds_of(units, arm) if len(units[(arm, s)]) > 1]
   values = {s: churns(itertools.combinations(units[(arm, s)], 2), left_out) for s in repeated}
   repeated = [s for s in repeated if values[s]]
@@ -358,10 +338,7 @@ def check_identical(row):
 
 
 def agreement_table(entries, pairs=(), noise=(), identical=(), platform=(), left_out=None):
-  """The churn table (report_agreement.csv, COLUMNS): one row per pair of arms given for each kind
-  (lists of (a, b) arm pairs; a compared pair that is also an identical-arithmetic pair is its
-  identical row only), per arm one seed-churn row and (where seeds were repeated) one nondeterminism
-  row; rows ordered by KINDS."""
+  """The churn table (report_agreement.csv, COLUMNS)."""
   left_out = [] if left_out is None else left_out
   units = by_unit(entries)
   arms = sorted({a for a, _ in units})
@@ -390,9 +367,7 @@ def agreement_table(entries, pairs=(), noise=(), identical=(), platform=(), left
 
 
 def left_out_text(left_out, labels=None):
-  """'6 pairs of runs on different test sets left out of the churn (f32 vs split7: fingerprint f00d
-  vs beef, 6 pairs)': the pairs agreement_table left out, counted by pair of arms (named by
-  `labels`, {arm: short label}) and reason, the three commonest named; '' when none."""
+  """'6 pairs of runs on different test sets left out of the churn (f32 vs split7)."""
   if not left_out:
     return ''
 
@@ -412,9 +387,7 @@ def left_out_text(left_out, labels=None):
 
 
 def summary(table, missing=0, total=0):
-  """One line for the report's first page: the churn ladder's rungs, mean churn (over seeds) of each
-  kind present (the seed rung: every arm of a platform pooled, when there is such a row); says 'no
-  predictions' when no run has any."""
+  """The first page's line: the churn ladder's rungs, each kind's mean churn over seeds."""
   if total and missing == total:
     return (
       f'Agreement: no predictions in any of the {total} runs (a CSV, or records written '
@@ -480,8 +453,7 @@ def rung_text(table, kind):
 
 
 def baseline(table, platform):
-  """(mean, low, high) % of the seed-to-seed churn on `platform`: its pooled 'seed_all' row, else
-  its arms' seed rows (mean of their means, the widest bounds); None without either."""
+  """(mean, low, high) % of the seed-to-seed churn on `platform`: its pooled 'seed_all' row."""
   for kind in ('seed_all', 'seed'):
     rows = table[(table['kind'] == kind) & (table['platform_a'] == platform)]
     if not rows.empty:
@@ -542,9 +514,7 @@ def seed_verdict(read):
 
 
 def reading(table):
-  """The numerics rows read against the seed-to-seed churn of their platform, in words: how many
-  change the model at all (churn > 0), as what multiple of a new seed's churn, and whether their
-  intervals lie below, overlap or lie above the seed churn's; '' without both kinds."""
+  """The numerics rows read against the seed-to-seed churn of their platform, in words."""
   read = against_seeds(table)
   if read is None:
     return ''
@@ -573,8 +543,7 @@ NOISE_FREE = 'f32'  # the format a noisy format perturbs
 
 
 def arm_facts(runs, group_by):
-  """{arm: {column: value as text}} of the group-by, arithmetic and emulation columns, plus
-  'deterministic' (every run of the arm repeats bit for bit)."""
+  """{arm: {column: value as text}} of the group-by, arithmetic and emulation columns."""
   columns = [c for c in dict.fromkeys([*group_by, 'platform', *ARITHMETIC, *EMULATED]) if c in runs]
   facts = {}
   for arm, group in runs.groupby('arm', sort=True):
@@ -646,8 +615,7 @@ ACCURACY = 'final.test_accuracy'  # the accuracy loss_table shows beside the los
 
 
 def ece(confidence, correct, bins=ECE_BINS):
-  """Expected calibration error Σ_b (n_b/n)|acc_b − conf_b| over `bins` equal-width bins of
-  `confidence` in [0, 1] (right-closed, the first also holds 0)."""
+  """Expected calibration error Σ_b (n_b/n)|acc_b − conf_b| over equal-width confidence bins."""
   confidence = np.ravel(np.asarray(confidence, np.float64))
   correct = np.ravel(np.asarray(correct, np.float64))
   which = np.clip(np.ceil(confidence * bins).astype(int) - 1, 0, bins - 1)
@@ -696,8 +664,7 @@ def run_table(entries):
 
 
 def per_arm(frame, columns):
-  """Per arm: each of `columns` averaged per seed (replicates), then mean, ci_low, ci_high over
-  seeds (95% t) as `<column>`, `<column>_ci_low`, `<column>_ci_high`; `seeds` = their number."""
+  """Per arm: each of `columns` averaged per seed (replicates), then mean, ci_low."""
   units = frame.groupby(['arm', 'seed'], sort=True, dropna=False)[columns].mean().reset_index()
   rows = []
   for arm, group in units.groupby('arm', sort=True):
@@ -722,9 +689,7 @@ def calibration_table(entries):
 
 
 def loss_table(runs, loss='final.train_loss', accuracy=ACCURACY, scale=None):
-  """Per arm: the final training loss beside the test accuracy (%), each mean with its t-interval
-  over seeds, and the loss relative to the lowest arm's (`train_loss_ratio`: how many times the best
-  arm's loss)."""
+  """Per arm: the final training loss beside the test accuracy (%)."""
   if loss not in runs or accuracy not in runs:
     return pd.DataFrame()
   values = pd.to_numeric(runs[accuracy], errors='coerce')
@@ -781,8 +746,7 @@ def class_tests(d):
 
 
 def class_accuracy(pred):
-  """Accuracy per class (classification: over the images of each true class, NaN for a class without
-  images) or per attribute (attributes task), as an array."""
+  """Accuracy per class (classification: over the images of each true class)."""
   label, predicted = np.asarray(pred['label']), np.asarray(pred['predicted'])
   if label.ndim > 1:
     return np.mean(label == predicted, axis=0)
@@ -882,8 +846,7 @@ def cell_array(frame, value, init, data):
 
 
 def mean_squares(y):
-  """{name: (mean square, df)} of an I × J × R array (module doc); with R = 1 no replicate mean
-  square, the interaction one being the residual."""
+  """{name: (mean square, df)} of an I × J × R array (module doc)."""
   n_i, n_j, n_r = y.shape
   grand, cell = y.mean(), y.mean(axis=2)
   row, col = cell.mean(axis=1), cell.mean(axis=0)
@@ -924,8 +887,7 @@ def estimates(ms, shape):
 
 
 def interval(ms, weights):
-  """(low, high, ν) of Σ c_k MS_k by Satterthwaite's df (module doc); NaN bounds when the estimate
-  is not positive or ν < MIN_CI_DF."""
+  """(low, high, ν) of Σ c_k MS_k by Satterthwaite's df (module doc)."""
   value = sum(w * ms[k][0] for k, w in weights.items())
   spread = sum((w * ms[k][0]) ** 2 / ms[k][1] for k, w in weights.items())
   nu = value**2 / spread if spread > 0 else np.nan
@@ -935,10 +897,7 @@ def interval(ms, weights):
 
 
 def variance_components(frame, value='value', init='init_seed', data='data_seed'):
-  """One row per component (COMPONENTS; with one run per cell the last two as RESIDUAL): mean_square
-  and df (of the component's own mean square), estimate (method of moments), variance (truncated at
-  0), sd, share_pct, truncated, ci_low, ci_high (of the variance, 95%), ci_df (Satterthwaite's ν),
-  replicates (R); `method` names the estimator."""
+  """One row per component (COMPONENTS; with one run per cell the last two as RESIDUAL)."""
   if frame[init].nunique() < 2 or frame[data].nunique() < 2:
     raise ValueError('variance split: needs at least 2 init seeds and 2 data seeds')
   y = cell_array(frame, value, init, data)
@@ -977,15 +936,12 @@ def seed_columns(runs):
 
 
 def variance_table(runs, value='value'):
-  """variance_components per arm of a runs table (stats.prepare's `runs`: `arm`, `value`) whose runs
-  set init and data-order seeds apart (more than one of each in the arm); an arm whose design is not
-  a full crossing is left out (split_by_arm says why)."""
+  """variance_components per arm whose runs set init and data-order seeds apart."""
   return split_by_arm(runs, value)[0]
 
 
 def split_by_arm(runs, value='value'):
-  """(variance_table, notes): the notes say, per arm whose init or data seeds vary without a full
-  crossing, why it has no split ('arm: variance split: needs ...')."""
+  """(variance_table, notes): why an arm whose seeds vary has no split."""
   columns = seed_columns(runs)
   if columns is None:
     return pd.DataFrame(), []
@@ -1005,8 +961,7 @@ def split_by_arm(runs, value='value'):
 
 
 def loaded(runs, load):
-  """[(predictions, None) or (None, why)] of each run of `runs` from `load` (run folder ->
-  predictions dict or None; None: no run has any, a CSV)."""
+  """[(predictions, None) or (None, why)] of each run of `runs` from `load`."""
   return [
     (pred, None) if pred is not None else (None, inputs.NONE_SAVED)
     for pred in map(load or (lambda run: None), runs['run'])
@@ -1014,8 +969,7 @@ def loaded(runs, load):
 
 
 def unit_seeds(runs, columns):
-  """The model each run is (runrecord.rules.model_keys, the replicate rule every reader uses): its
-  seed, with its init and data-order seeds where they are set apart from it."""
+  """The model each run is (runrecord.rules.model_keys: the replicate rule)."""
   seeds = runs['base_seed'] if 'base_seed' in runs else runs['seed']
   return rules.model_keys(seeds, *([runs[c] for c in columns] if columns else []))
 
@@ -1047,8 +1001,7 @@ def load_entries(runs, load=None, read=None):
 
 
 def summary_line(table, missing, total, left_out=(), labels=None):
-  """summary's first-page line, the runs left out counted by reason (run_predictions) and
-  the pairs of runs on different test sets (left_out_text) counted too."""
+  """The first page's agreement line, the runs and pairs left out counted by reason."""
   reasons = collections.Counter(inputs.reason_kind(why) for _, why in missing)
   apart = left_out_text(left_out, labels)
   if not missing or set(reasons) == {inputs.NONE_SAVED}:
@@ -1071,9 +1024,7 @@ def summary_line(table, missing, total, left_out=(), labels=None):
 def agreement_section(
   runs, pairs, noise=(), identical=(), platform=(), load=None, labels=None, scale=None, read=None
 ):
-  """The analysis.numbers.result.Agreement of the runs: table (report_agreement.csv), calibration,
-  train_loss, per_class, variance (DataFrames); summary (the first-page line); missing (the runs
-  without predictions)."""
+  """The Agreement of the runs: churn ladder, calibration, training loss, per class, variance."""
   entries, missing = load_entries(runs, load, read)
   split, notes = split_by_arm(runs)
   left_out = []  # pairs of runs on different test sets (another split seed): not compared
@@ -1094,8 +1045,7 @@ def agreement_section(
 
 
 def compared_pairs(out):
-  """The (a, b) arms the study compares: its declared contrasts, else every pair of arms on one
-  platform (pairs across platforms are the ladder's platform rows)."""
+  """The (a, b) arms the study compares: its declared contrasts."""
   table = out.contrasts
   if table is not None and not table.empty:
     return list(zip(table['arm_a'], table['arm_b'], strict=True))
@@ -1113,9 +1063,7 @@ def compared_pairs(out):
 
 
 def from_analysis(out, labels, load=None, read=None):
-  """agreement_section of analysis/numbers/answer.py's `out`: its compared pairs, the baseline pairs
-  agreement_pairs derives from its runs and group-by columns, and `labels` ({arm: short label},
-  answer.labels); `read`, `load`: its predictions (load_entries)."""
+  """agreement_section of the analysis `out`: its compared pairs and the ladder's baselines."""
   runs, group_by = out.runs, out.group_by
   return agreement_section(
     runs,

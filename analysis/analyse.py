@@ -20,17 +20,18 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from analysis import declaration
-from runrecord import files, record, rules
+from runrecord import files, record
 
 if TYPE_CHECKING:
   import pandas as pd
 
   from analysis.agreement import Agreement
   from analysis.attribution import Attribution
-  from analysis.stats import NoiseFloor
+  from analysis.inputs import Software
+  from analysis.stats import NoiseFloor, Scope
 
 COMMAND = 'analysis.analyse'
 RUNS_HELP = 'one or more roots holding the runs (local or gs://, mixed)'
@@ -58,8 +59,7 @@ FIGURES = ('accuracy_by_arm', 'contrasts', 'gap_decomposition', 'training_curves
 
 
 def fail(message, code=2):
-  """Each line of `message` as 'error: LINE' on stderr, then exit `code` (2: bad input; 1: the
-  output could not be written)."""
+  """Each line of `message` as 'error: LINE' on stderr, then exit `code` (2: bad input)."""
   for line in str(message).splitlines() or ['']:
     print(f'error: {line}', file=sys.stderr)
   sys.exit(code)
@@ -137,8 +137,7 @@ def locale_proof():
 
 @contextlib.contextmanager
 def stage(command, what, quiet_s=2.0, every_s=10.0):
-  """Progress on stderr for a stage that lasts over `quiet_s`: 'COMMAND: WHAT...', its seconds
-  every `every_s`, and 'done in N s'."""
+  """Progress on stderr for a stage that lasts over `quiet_s`: 'COMMAND: WHAT...'."""
   start, done, shown = time.time(), threading.Event(), []
 
   def beat():
@@ -162,8 +161,7 @@ def stage(command, what, quiet_s=2.0, every_s=10.0):
 
 @contextlib.contextmanager
 def destination(target, command, may_write, **kwargs):
-  """runrecord.files.Destination of `target`, held while inside (None without a target): a user's
-  file in the way, another writer or bad input is one line, exit 2; a failed write exit 1."""
+  """runrecord.files.Destination of `target`, held while inside (None without a target)."""
   dest = None
   try:
     if target:
@@ -179,9 +177,7 @@ def destination(target, command, may_write, **kwargs):
 
 
 def write_csv(tables, folder, skip_empty=(), notes=None):
-  """Each DataFrame of {file name: table} as FOLDER/NAME (None, or a table without columns, not
-  written, said on stderr where `notes` says why; those in `skip_empty` not when they have no
-  rows); the paths."""
+  """Each DataFrame of {file name: table} as FOLDER/NAME (None, or a table without columns)."""
   paths = []
   for name, table in tables.items():
     if table is not None and len(table.columns) == 0 and name in (notes or {}):
@@ -198,38 +194,6 @@ def write_text(folder, name, text):
   with open(path, 'w', encoding='utf-8') as f:
     f.write(text)
   return path
-
-
-class Platform(NamedTuple):
-  """A platform's recorded device kind, device count, package versions and CPU facts (each the
-  distinct values as text: inputs.distinct)."""
-
-  device_kind: Optional[str]
-  devices: Optional[str]
-  versions: dict[str, Optional[str]]
-  cpu: dict[str, Optional[str]]
-
-
-@dataclasses.dataclass(frozen=True)
-class Software:
-  """Each platform's `platforms` facts, and the packages whose versions differ between them."""
-
-  platforms: dict[str, Platform] = dataclasses.field(default_factory=dict)
-  confounds: list[str] = dataclasses.field(default_factory=list)
-
-
-@dataclasses.dataclass(frozen=True)
-class Scope:
-  """Confirmatory (True: the declared seeds at the declared margin and pairs), exploratory (False)
-  or nothing declared (None), with the `deviations` from the declaration in words."""
-
-  declared_seeds: Optional[list[int]]
-  declared_margin: Optional[float]
-  analysed_seeds: list[int]
-  margin: float
-  deviations: list[str]
-  declared_seeds_present: bool
-  confirmatory: Optional[bool]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,90 +225,10 @@ class Analysis:
   arm_info: Optional['pd.DataFrame'] = None
   noise: dict[str, 'NoiseFloor'] = dataclasses.field(default_factory=dict)
   attribution: Optional['Attribution'] = None
-  software: Software = dataclasses.field(default_factory=Software)
+  software: Optional['Software'] = None
   agreement: Optional['Agreement'] = None
-  scope: Optional[Scope] = None
+  scope: Optional['Scope'] = None
   confirmatory: Optional['Analysis'] = None
-
-
-def platform_profile(runs, declared):
-  """The declared {platform: profile} of the platforms run ('cpu-AVX2' takes cpu's)."""
-  from analysis import attribution
-
-  present = set(runs['platform'].astype(str)) if 'platform' in runs else set()
-  given = attribution.parse_pairs(declared or {}, '--platform-profile')
-  return {
-    p: given.get(p, given.get(rules.jax_platform(p)))
-    for p in sorted(present)
-    if p in given or rules.jax_platform(p) in given
-  }
-
-
-def software(runs):
-  """The Software of the analysed runs."""
-  import pandas as pd  # noqa: F811
-
-  from analysis import inputs
-
-  if 'platform' not in runs:
-    return Software()
-  prefix = 'versions.'
-  packages = sorted(c[len(prefix) :] for c in runs if c.startswith(prefix))
-  out = {}
-  for platform, group in runs.groupby(runs['platform'].astype(str), sort=True):
-    out[platform] = Platform(
-      device_kind=inputs.distinct(group.get('device_kind', pd.Series(dtype=str))),
-      devices=inputs.distinct(group.get('num_devices', pd.Series(dtype=str))),
-      versions={p: inputs.distinct(group[prefix + p]) for p in packages},
-      cpu={f: inputs.distinct(group[f]) if f in group else None for f in record.CPU_FACTS},
-    )
-  confounds = [
-    p for p in packages if len({v.versions[p] for v in out.values() if v.versions[p]}) > 1
-  ]
-  return Software(platforms=out, confounds=confounds)
-
-
-def term_labels(terms, declared):
-  """{term: short label}: 'profile=tpu_default' -> 'tpu_default', 'platform=gpu' -> 'platform
-  gpu'."""
-  out = {}
-  for term in terms:
-    factor, _, level = term.partition('=')
-    out[term] = (
-      f'platform {level}'
-      if factor == 'platform'
-      else declaration.factor_label(declared, factor, level)
-      if level and ':' not in term
-      else term
-    )
-  return out
-
-
-def declared_attribution(
-  frame, declared, metric, seed_col, margin, margin_reason, source, compare=None
-):
-  """The attribution with the declared factors, arms and platform pairs (`compare`: --compare's)."""
-  from analysis import attribution, stats
-
-  completed = frame[stats.run_status(frame) == 'completed']
-  out = attribution.factor_attribution(
-    frame,
-    declared.get('factors') or attribution.default_factors(frame),
-    metric=metric,
-    seed_col=seed_col or 'seed',
-    reference=declared.get('reference'),
-    margin=margin,
-    noise_arm=declared.get('noise_arm'),
-    noise_of=declared.get('noise_of'),
-    min_share=declared.get('min_share'),
-    native=declared.get('native'),
-    platform_profile=platform_profile(completed, declared.get('platform_profile')),
-    source=source,
-    margin_reason=margin_reason,
-    compare=compare or declared.get('compare'),
-    compare_flag='--compare' if compare else 'compare',
-  )
-  return dataclasses.replace(out, labels=term_labels(out.terms['term'], declared))
 
 
 def study_analysis(
@@ -361,19 +245,10 @@ def study_analysis(
   read_predictions: Optional[Callable[['pd.DataFrame'], list[Any]]] = None,
   compare: Optional[Sequence[Sequence[str]]] = None,
 ) -> Analysis:
-  """The whole analysis of a study's runs table (inputs.load_study's or inputs.read_csv's): every
-  number its report, tables and figures show.
-
-  `declared`: its declaration ({} or None: every pair of arms is compared, no attribution);
-  `group_by`, `metric`, `seed_col`, `scale`: stats.prepare's; `margin`, `margin_reason`: None, the
-  declared ones; `all_pairs`: also every pair; `source`: what the runs were read from;
-  `read_predictions`: runs -> [(predictions or None, why)] (inputs.read_predictions; None: a CSV);
-  `compare`: --compare's platform pairs (an exploratory analysis). Bad input: a ValueError of one
-  line naming the flag or field.
-  """
+  """The whole analysis of a study's runs table (inputs.load_study's or inputs.read_csv's)."""
   import pandas as pd  # noqa: F811 (the statistics load when an analysis runs, not for --help)
 
-  from analysis import agreement, stats
+  from analysis import agreement, attribution, inputs, stats
 
   declared = declared or {}
   margin, why = stats.margin_choice(
@@ -381,12 +256,15 @@ def study_analysis(
   )
   declares = bool(declared.get('factors') and declared.get('reference'))
   if compare:
-    check_compare(frame, compare, declares)
+    attribution.check_compare(frame, compare, declares)
   numbers = stats.arms_and_pairs(
     frame, group_by, metric, margin, why, seed_col, scale, all_pairs=all_pairs or not declares
   )
   out = Analysis(
-    **stats.fields_of(numbers), declared=declared, source=source, software=software(numbers.runs)
+    **stats.fields_of(numbers),
+    declared=declared,
+    source=source,
+    software=inputs.software(numbers.runs),
   )
   if declares:
     out = dataclasses.replace(out, arm_info=stats.arm_levels(out, declared))
@@ -400,7 +278,7 @@ def study_analysis(
         out.unit,
         list(stats.factor_columns(out.runs, declared).values()),
       ),
-      attribution=declared_attribution(
+      attribution=attribution.declared_attribution(
         frame, declared, out.metric, seed_col, margin, why, source, compare
       ),
     )
@@ -409,7 +287,7 @@ def study_analysis(
   out = dataclasses.replace(
     out, agreement=agreement.from_analysis(out, labels, read=read_predictions)
   )
-  sc = scope(out, declared, compare)
+  sc = stats.scope(out, declared, compare)
   out = dataclasses.replace(out, scope=sc)
   if sc.confirmatory is False and sc.declared_seeds_present:
     seeds = pd.to_numeric(frame[seed_col or 'seed'], errors='coerce')
@@ -427,58 +305,6 @@ def study_analysis(
     )
     out = dataclasses.replace(out, confirmatory=confirmatory)
   return out
-
-
-def check_compare(frame, compare, declares):
-  """Refuse, before any statistic, --compare pairs naming a platform without completed runs, or a
-  study without the declaration the gap decomposition needs."""
-  from analysis import attribution, stats
-
-  if not declares:
-    raise ValueError(
-      '--compare: the platform gap is decomposed only for a declared study (factors, '
-      "reference and native arm: the root's study.json, or --study)"
-    )
-  done = frame[stats.run_status(frame) == 'completed']
-  present = sorted(set(done['platform'].astype(str))) if 'platform' in done else []
-  attribution.platform_pairs(present, compare, '--compare')
-
-
-def scope(out, declared, compare=None):
-  """The Scope of `out`: confirmatory when exactly the declared seeds (0..k-1 for a count k) were
-  analysed at the declared margin and platform pairs."""
-  import pandas as pd  # noqa: F811
-
-  from analysis import inputs
-
-  m0 = declared.get('margin')
-  seeds = sorted({int(x) for x in out.runs['base_seed'].dropna()}) if out.seeded else []
-  wanted = declaration.declared_seeds(declared)
-  deviations = []
-  if wanted is not None and seeds != sorted(wanted):
-    deviations.append(
-      f'{len(seeds)} seeds analysed, {len(wanted)} declared '
-      f'(seeds {inputs.seed_text(pd.Series(wanted))})'
-    )
-  if m0 is not None and out.margin != m0:
-    deviations.append(f'margin ±{out.margin:g}, declared ±{m0:g}')
-  if compare:
-    said = declaration.pairs_text(declared['compare']) if declared.get('compare') else 'every pair'
-    deviations.append(
-      f'platform pairs {declaration.pairs_text(compare)} from --compare (declared: {said})'
-    )
-  known = wanted is not None or m0 is not None or bool(compare)
-  return Scope(
-    declared_seeds=wanted,
-    declared_margin=m0,
-    analysed_seeds=seeds,
-    margin=out.margin,
-    deviations=deviations,
-    declared_seeds_present=bool(wanted)
-    and set(wanted) <= set(seeds)
-    and (set(wanted) != set(seeds) or m0 is not None or bool(compare)),
-    confirmatory=(not deviations) if known else None,
-  )
 
 
 def parse_args(argv):
@@ -578,8 +404,7 @@ def label_prefix(source):
 
 
 def render(out, fmt):
-  """report.render, the LaTeX labels made the study's own (tab:NAME -> tab:PREFIX-NAME): two
-  studies' report.tex \\input into one paper repeat no \\label."""
+  """report.render, the LaTeX labels made the study's own (tab:NAME -> tab:PREFIX-NAME)."""
   from analysis import report
 
   text = report.render(out, fmt)
@@ -618,8 +443,7 @@ NOTES = {
 
 
 def write(out, hist, folder, rendered=None):
-  """Every file of the analysis `out` and its figures (FIGURES, into folder/figures); the paths.
-  `rendered`: {format: report text} already rendered."""
+  """Every file of the analysis `out` and its figures (FIGURES, into folder/figures); the paths."""
   from analysis import figures, inputs, report
 
   rendered = rendered or {}
@@ -648,8 +472,7 @@ def print_csv_tables(out):
 
 
 def publish(out, hist, fmt='md', out_dir=None, dest=None):
-  """Warn of arms with n < 2, print the report in `fmt` and, with `out_dir`, write every file into
-  it at once (runrecord.files; `dest`: its Destination, already held); the paths written."""
+  """Warn of arms with n < 2, print the report in `fmt` and, with `out_dir`."""
   for arm in out.small['arm']:
     print(
       f'warning: arm {arm!r} has n < 2 completed runs: reported, its tests skipped', file=sys.stderr

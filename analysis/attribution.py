@@ -167,8 +167,7 @@ class Decomposition:
     return len(self.seed_list)
 
   def row(self):
-    """attribution_decomposition.csv's row: every number, flag and the verdict, the cross-check
-    and one seeds_for_<question> column per question."""
+    """attribution_decomposition.csv's row: every number, flag and the verdict."""
     a, b = self.platforms
     row = {'platform_a': a, 'platform_b': b, 'gap': self.gap, 'margin': self.margin}
     row.update(min_share=self.min_share, seeds=self.seeds, N_estimable=self.N_estimable)
@@ -296,8 +295,7 @@ def check_size(runs, factors, ref, interactions=()):
 
 
 def design(runs, factors, ref, interactions=()):
-  """Treatment-coded design: Intercept, `factor=level` columns, `A=a:B=b` products of the observed
-  interaction cells; a column confounded with the others is refused."""
+  """Treatment-coded design (Intercept, `factor=level`, `A=a:B=b`); confounded terms refused."""
   check_size(runs, factors, ref, interactions)
   columns, by_factor = {'Intercept': np.ones(len(runs))}, {}
   for f in factors:
@@ -322,8 +320,7 @@ def design(runs, factors, ref, interactions=()):
 
 
 def ols(y, X, cov, groups=None, note=''):
-  """OLS with HC3 or seed-clustered standard errors, t intervals; refused when they are not
-  finite."""
+  """OLS with HC3 or seed-clustered standard errors, t intervals."""
   kwds = {'groups': pd.factorize(groups)[0]} if cov == 'cluster' else {}
   res = sm.OLS(y, X).fit(cov_type=cov, cov_kwds=kwds or None, use_t=True)
   what = (
@@ -340,8 +337,7 @@ def ols(y, X, cov, groups=None, note=''):
 
 
 def seed_fixed_effects(y, X, seeds, note):
-  """OLS with one fixed effect per seed by the within transformation (Frisch-Waugh-Lovell), errors
-  clustered by seed (CR1); clustered OLS when a factor does not vary within any seed."""
+  """OLS with one fixed effect per seed by the within transformation (Frisch-Waugh-Lovell)."""
   groups = pd.factorize(seeds)[0]
 
   def demean(v):
@@ -364,8 +360,7 @@ def seed_fixed_effects(y, X, seeds, note):
 
 
 def mixed(y, X, seeds):
-  """(MixedLM model, '') or (None, why it failed: an exception, no convergence, a boundary or
-  singular fit)."""
+  """(MixedLM model, '') or (None, why it failed: an exception, no convergence)."""
   try:
     with warnings.catch_warnings(record=True) as caught:
       warnings.simplefilter('always')
@@ -479,8 +474,7 @@ def formula(metric, factors, ref, interactions, has_seed):
 
 
 def select(frame, metric, factors, seed_col):
-  """(stats.Prepared of the usable runs with one str column per factor, {factor: column}, whether
-  there is a seed column): completed runs with a finite metric and every factor."""
+  """(stats.Prepared of the usable runs, {factor: column}, whether there is a seed column)."""
   if frame.empty:
     raise ValueError('--runs/--csv: no runs to analyse; check the path')
   if not factors:
@@ -548,8 +542,7 @@ def default_factors(frame):
 
 
 def references(runs, columns, given):
-  """{factor: reference level}: given, else the first sorted level (platform too: cpu < gpu < tpu,
-  whatever order the runs were read in)."""
+  """{factor: reference level}: given, else the first sorted level (platform too)."""
   chosen = {find_factor(k, columns, '--reference'): v for k, v in given.items()}
   out = {}
   for factor in columns:
@@ -580,8 +573,7 @@ def factor_attribution(
   compare=None,
   compare_flag='compare',
 ):
-  """The whole attribution (module doc) as an Attribution. `compare`: the platform pairs whose gap
-  is decomposed ([[a, b], ...], named by `compare_flag`; default every pair, default_pairs)."""
+  """The whole attribution (module doc) as an Attribution."""
   if margin is not None and not margin > 0:
     raise ValueError(f"--margin: must be a positive number in the metric's units, got {margin}")
   prep, columns, has_seed = select(frame, metric, list(factors), seed_col)
@@ -694,8 +686,7 @@ def per_seed(cells, weights, seeds):
 
 
 def components(cells, a, b, native, emu):
-  """The GapSummary of a's gap against b over the seeds common to every cell run; where only one
-  platform ran both emulations, N is that platform's N_X and R = G − N_X."""
+  """The GapSummary of a's gap against b over the seeds common to every cell run."""
   present = {c for c in cells}
   defs = definitions(a, b, native, emu)
   used = {c for _, _, _, w in defs for c in w if c in present}
@@ -727,8 +718,7 @@ def components(cells, a, b, native, emu):
 
 
 def component_stats(d, margin):
-  """Estimate, sd, se, df, 95% CI, paired-t p, signed-rank p and d_z of the per-seed values d;
-  with a margin also the 90% CI and TOST p."""
+  """Estimate, sd, se, df, 95% CI, paired-t p, signed-rank p and d_z of the per-seed values d."""
   k = len(d)
   mean = float(np.mean(d))
   sd = float(np.std(d, ddof=1)) if k > 1 else np.nan
@@ -763,8 +753,7 @@ def component_stats(d, margin):
 
 
 def component_table(summary, margin):
-  """One row per component (attribution_gap.csv): gap, key, component (label), kind, the
-  component_stats numbers, note (why it is not estimable)."""
+  """One row per component (attribution_gap.csv): gap, key, component (label), kind."""
   rows = []
   for key, label in summary.labels.items():
     row = {'gap': summary.gap, 'key': key, 'component': label, 'kind': summary.kinds[key]}
@@ -778,8 +767,7 @@ def component_table(summary, margin):
 
 
 def cross_check(runs, factor, others, ref, summary, native):
-  """The CrossCheck of a gap: a MixedLM over its cells and seeds, G, N and R as contrasts of the
-  cell weights the estimate used; empty when the fit fails."""
+  """The CrossCheck of a gap: a MixedLM over its cells and seeds, the estimate's weights."""
   a, b = summary.platforms
   keep = runs['seed'].isin(summary.seeds)
   for f in others:
@@ -807,8 +795,7 @@ def cross_check(runs, factor, others, ref, summary, native):
 
 
 def default_emulation(runs, native_factor, platforms, given):
-  """{platform: the level emulating its native arithmetic}: given, else <p>_default or
-  jax_<p>_default when that level exists."""
+  """{platform: the level emulating its native arithmetic}: given, else <p>_default."""
   lv = set(runs[native_factor])
   out = {}
   for p in platforms:
@@ -856,8 +843,7 @@ def default_pairs(platforms):
 
 
 def resolve_platform(name, platforms, flag):
-  """The platform identity `name` means ('cpu' -> 'cpu-AVX512'); None without runs; refused when it
-  means several."""
+  """The platform identity `name` means ('cpu' -> 'cpu-AVX512'); None without runs."""
   if name in platforms:
     return name
   same = sorted(p for p in platforms if rules.jax_platform(p) == name)
@@ -867,8 +853,7 @@ def resolve_platform(name, platforms, flag):
 
 
 def platform_pairs(platforms, given, flag):
-  """(pairs to decompose, notes): `given` resolved to the platforms run, else default_pairs; a given
-  pair without runs is left out with a note (from --compare: refused, a typo)."""
+  """(pairs to decompose, notes): `given` resolved to the platforms run, else default_pairs."""
   if not given:
     return default_pairs(platforms), []
   pairs, notes = [], []
@@ -887,8 +872,7 @@ def platform_pairs(platforms, given, flag):
 
 
 def decompose(runs, columns, ref, native, given_map, pairs):
-  """([GapSummary per pair, with its cross-check], emulation map, notes): a pair that cannot be
-  split is left out with a note saying why."""
+  """([GapSummary per pair, with its cross-check], emulation map, notes)."""
   nf, nl = native
   plat = next((f for f, c in columns.items() if c == 'platform'), None)
   needed = sorted({p for pair in pairs for p in pair})
@@ -915,8 +899,7 @@ def decompose(runs, columns, ref, native, given_map, pairs):
 
 
 def summarise(summaries, margin, min_share=None):
-  """(component table of every gap, [Decomposition per gap]) at `margin`, the gaps' tests
-  Holm-adjusted over the pairs compared (judge_family)."""
+  """(component table of every gap, [Decomposition per gap]) at `margin`."""
   tables = [component_table(s, margin) for s in summaries]
   judged = judge_family(summaries, tables, margin, min_share)
   return pd.concat(tables, ignore_index=True), judged
@@ -933,8 +916,7 @@ def gap_section(
   compare=None,
   compare_flag='compare',
 ):
-  """The Attribution's gap fields (gap, gap_note, native, emulation, decomposition, gap_summaries,
-  pairs_note) of each platform pair; without a pair to split, `gap_note` says why."""
+  """The Attribution's gap fields (gap, gap_note, native, emulation, decomposition)."""
   platforms = sorted(set(runs['platform'].astype(str))) if 'platform' in runs else []
 
   def none(note):
@@ -987,8 +969,7 @@ def shown(low, high):
 
 
 def flags(d):
-  """The verdict's inputs (Flags) from a Decomposition's numbers, after its Holm p-values: alpha
-  0.05; the signed-rank test counts where it could reject at these seeds."""
+  """The verdict's inputs (Flags) from a Decomposition's numbers, after its Holm p-values."""
   k = d.pairs_compared
   t_shows = bool(d.G_p_holm < stats.ALPHA)
   rank_shows = bool(d.G_signed_rank_p_holm < stats.ALPHA)
@@ -1056,8 +1037,7 @@ def verdict(f, margin, n_estimable=True):
 
 
 def seeds_needed(table, margin):
-  """{question: seeds} for 80% power (paired t, alpha 0.05) at the observed per-seed sds, at the
-  margin (the smallest effect of interest); {} without a margin."""
+  """{question: seeds} for 80% power (paired t, alpha 0.05) at the observed per-seed sds."""
   if not margin:
     return {}
   row = {r['key']: r for _, r in table.iterrows() if r['note'] == ''}
@@ -1075,8 +1055,7 @@ def seeds_needed(table, margin):
 
 
 def judge(summary, table, margin, min_share=None):
-  """One gap's Decomposition from its component table, before the Holm p-values and the verdict
-  (judge_family)."""
+  """One gap's Decomposition from its component table."""
   rows = table[table['gap'] == summary.gap].set_index('key')
 
   def estimate(key):
@@ -1123,8 +1102,7 @@ def judge(summary, table, margin, min_share=None):
 
 
 def judge_family(summaries, tables, margin, min_share=None):
-  """[Decomposition per pair]: each gap test (paired t, TOST, signed rank) Holm-adjusted over the k
-  pairs compared (stats.holm), then its flags and verdict."""
+  """[Decomposition per pair]: each gap test (paired t, TOST)."""
   judged = [judge(s, t, margin, min_share) for s, t in zip(summaries, tables, strict=True)]
   t = stats.holm([d.G.p for d in judged])
   tost = stats.holm([d.G_tost.p for d in judged])
@@ -1147,3 +1125,66 @@ def judge_family(summaries, tables, margin, min_share=None):
 def flat(decomposition):
   """attribution_decomposition.csv: one row per platform pair (Decomposition.row)."""
   return pd.DataFrame([d.row() for d in decomposition])
+
+
+def platform_profile(runs, declared):
+  """The declared {platform: profile} of the platforms run ('cpu-AVX2' takes cpu's)."""
+  present = set(runs['platform'].astype(str)) if 'platform' in runs else set()
+  given = parse_pairs(declared or {}, '--platform-profile')
+  return {
+    p: given.get(p, given.get(rules.jax_platform(p)))
+    for p in sorted(present)
+    if p in given or rules.jax_platform(p) in given
+  }
+
+
+def term_labels(terms, declared):
+  """{term: short label}: 'profile=tpu_default' -> 'tpu_default'."""
+  out = {}
+  for term in terms:
+    factor, _, level = term.partition('=')
+    out[term] = (
+      f'platform {level}'
+      if factor == 'platform'
+      else declaration.factor_label(declared, factor, level)
+      if level and ':' not in term
+      else term
+    )
+  return out
+
+
+def declared_attribution(
+  frame, declared, metric, seed_col, margin, margin_reason, source, compare=None
+):
+  """The attribution with the declared factors, arms and platform pairs (`compare`: --compare's)."""
+  completed = frame[stats.run_status(frame) == 'completed']
+  out = factor_attribution(
+    frame,
+    declared.get('factors') or default_factors(frame),
+    metric=metric,
+    seed_col=seed_col or 'seed',
+    reference=declared.get('reference'),
+    margin=margin,
+    noise_arm=declared.get('noise_arm'),
+    noise_of=declared.get('noise_of'),
+    min_share=declared.get('min_share'),
+    native=declared.get('native'),
+    platform_profile=platform_profile(completed, declared.get('platform_profile')),
+    source=source,
+    margin_reason=margin_reason,
+    compare=compare or declared.get('compare'),
+    compare_flag='--compare' if compare else 'compare',
+  )
+  return dataclasses.replace(out, labels=term_labels(out.terms['term'], declared))
+
+
+def check_compare(frame, compare, declares):
+  """Refuse, before any statistic, --compare pairs naming a platform without completed runs."""
+  if not declares:
+    raise ValueError(
+      '--compare: the platform gap is decomposed only for a declared study (factors, '
+      "reference and native arm: the root's study.json, or --study)"
+    )
+  done = frame[stats.run_status(frame) == 'completed']
+  present = sorted(set(done['platform'].astype(str))) if 'platform' in done else []
+  platform_pairs(present, compare, '--compare')

@@ -90,8 +90,7 @@ def whole(value):
 
 
 def seeds_problem(value):
-  """Why `value` is not a seed count k (seeds 0..k-1) or a list of distinct seeds in the PRNG's
-  range."""
+  """Why `value` is not a seed count k (seeds 0..k-1) or a list of distinct seeds."""
   if isinstance(value, list):
     bad = [s for s in value if not (whole(s) and 0 <= s <= SEED_MAX)]
     if not value or bad:
@@ -261,8 +260,7 @@ def nearest_key(key):
 
 
 def problems(declared):
-  """['key: why', ...]: every unknown key, every value of the wrong type or range, and every factor
-  an arm or label names outside `factors`."""
+  """['key: why', ...]: every unknown key, every value of the wrong type or range."""
   lines = [
     f'{key!r} is not a declaration key; {nearest_key(key)}' for key in declared if key not in SCHEMA
   ]
@@ -312,8 +310,7 @@ def declared_seeds(declared):
 
 
 def level_problems(declared, frame):
-  """['key: why', ...]: each declared factor that is no column of the runs, and each level an arm
-  or platform_profile names that no run has (with the nearest level)."""
+  """['key: why', ...]: each declared factor that is no column of the runs."""
   factors = [f for f in declared.get('factors') or []]
   found, lines = {}, []
   for factor in factors:
@@ -364,8 +361,7 @@ def normalise(declared):
 
 
 def from_config(spec):
-  """The get_study(arg) dict of the config file in `spec` ('FILE[:ARG]'); {} without get_study.
-  Loaded here by path (the analysis imports no config code of the project)."""
+  """The get_study(arg) dict of the config file in `spec` ('FILE[:ARG]'); {} without get_study."""
   cut = spec.find('.py:')
   path, arg = (spec[: cut + 3], spec[cut + 4 :]) if cut >= 0 else (spec, '')
   if not os.path.isfile(path):  # configs/x.py from any folder: the project's own
@@ -413,8 +409,7 @@ def read_file(path):
 
 
 def load(source: Union[str, os.PathLike[str]]) -> dict[str, Any]:
-  """The declaration in a .json file or a config spec 'FILE[:ARG]' (get_study), checked on its own
-  (check_levels checks it against the runs)."""
+  """The declaration in a .json file or a config spec 'FILE[:ARG]' (get_study)."""
   return read_file(source) if str(source).endswith('.json') else from_config(source)
 
 
@@ -429,8 +424,7 @@ def differences(saved, declared):
 
 
 def from_roots(roots):
-  """(declaration, where) from the roots' STUDY_FILE: ({}, None) when none has one; two that
-  differ are a ValueError."""
+  """(declaration, where) from the roots' STUDY_FILE: ({}, None) when none has one."""
   found = []
   for root in roots:
     path = epath.Path(root) / STUDY_FILE
@@ -467,8 +461,7 @@ def factor_label(declared, factor, level):
 
 
 def arm_label(declared, levels):
-  """An arm's short label: what differs from the reference ('BN/16'), else its first factor's
-  level ('native')."""
+  """An arm's short label: what differs from the reference ('BN/16')."""
   reference = declared.get('reference') or {}
   factors = [f for f in declared.get('factors') or levels if f != 'platform' and f in levels]
   differ = [f for f in factors if level_text(levels[f]) != level_text(reference.get(f))]

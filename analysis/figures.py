@@ -84,8 +84,7 @@ def arm_colors(arms):
 
 
 def platform_colors(platforms):
-  """{platform: colour}: PLATFORM_COLORS for cpu, gpu and tpu, the unused palette colours in sorted
-  name order for any other, NO_PLATFORM for '' (so a platform has one colour in every figure)."""
+  """{platform: colour}: PLATFORM_COLORS for cpu, gpu and tpu."""
   names = sorted(set(map(str, platforms)))
   spare = [c for c in PALETTE if c not in PLATFORM_COLORS.values()]
   others = [p for p in names if p and p not in PLATFORM_COLORS]
@@ -95,9 +94,7 @@ def platform_colors(platforms):
 
 
 def arm_styles(arms):
-  """{arm label: (marker, line style)} in the order given (the study's arm order, so every figure
-  that is handed the same arms agrees): every arm its own marker (up to len(ARM_MARKERS) arms), line
-  styles cycling."""
+  """{arm label: (marker, line style)} in the order given (the study's arm order)."""
   arms = list(dict.fromkeys(arms))
   return {
     a: (ARM_MARKERS[i % len(ARM_MARKERS)], ARM_LINESTYLES[i % len(ARM_LINESTYLES)])
@@ -128,11 +125,7 @@ def cut(text):
 
 
 def short_labels(labels, drop=(), one=ONE_ARM):
-  """{label: short label} of arm labels 'a, b=1, c=2' (analysis/inputs/labels.py): the parts that
-  differ between the arms (where every part is shared, the first), without the parts in `drop`
-  ({label: parts to leave out}, e.g. the platform the colour shows), named fields by their value (an
-  empty one left out), at most LABEL_CHARS characters; the only arm is `one` (None: its own label,
-  cut); distinct labels stay distinct."""
+  """{label: short label}: what differs between the arms 'a, b=1, c=2', at most LABEL_CHARS."""
   labels = list(dict.fromkeys(map(str, labels)))
   if len(labels) == 1:
     return {labels[0]: one or cut(labels[0])}
@@ -167,9 +160,7 @@ def recorded(runs, *columns):
 
 
 def context_line(out, width=None):
-  """'digits (test 360 images) · n = 16 seeds per arm, 256 runs · cpu: cpu; gpu: NVIDIA H100': the
-  data set, n and each platform's device of an analysis.numbers.result.Analysis (what was recorded),
-  wrapped to `width` characters when given."""
+  """'digits (test 360 images) · n = 16 seeds per arm, 256 runs · cpu: cpu; gpu: NVIDIA H100'."""
   runs = out.runs
   data = recorded(runs, 'config.data.name', 'data.name')
   test = recorded(runs, 'data.test_size')
@@ -198,8 +189,7 @@ def context_line(out, width=None):
 
 
 def subtitle(fig, text, fontsize=6.5):
-  """The context line as the figure's subtitle, left-aligned above the axes (inside the figure's
-  printed size: constrained layout makes room for it)."""
+  """The context line as the figure's subtitle, left-aligned above the axes."""
   fig.suptitle(text, x=0.01, ha='left', fontsize=fontsize, color='#444444')
 
 
@@ -219,9 +209,7 @@ def drawn_entries(axes, rank):
 
 
 def legend_entries(categories, place, same, colors, styles):
-  """(handles, labels) when an arm label occurs on several platforms: one key per arm (dark grey,
-  its marker and line style; '= X on P' where it is identical to arm X on platform P) and one per
-  platform (its colour)."""
+  """(handles, labels) when an arm label occurs on several platforms: one key per arm."""
   note = {}
   for arm, other in same.items():
     note.setdefault(place[arm][0], []).append(f'= {place[other][0]} on {place[arm][1]}')
@@ -283,7 +271,7 @@ def frame_height(rows, extra=0.9, row=ROW_IN):
 
 def floors_of(noise):
   """{platform: 95% half-width} of a noise dict ({platform:
-  analysis.numbers.attribution.noise_floor})."""
+  stats.NoiseFloor})."""
   return {p: f.half for p, f in (noise or {}).items() if f and np.isfinite(f.half)}
 
 
@@ -317,8 +305,7 @@ def draw_limits(ax, margin, floors, unit, label=True):
 def draw_interval(
   ax, y, est, ci95, ci90=None, color=ACROSS_PLATFORMS, filled=True, labels=(None,) * 3, marker='D'
 ):
-  """A marker at `est`, a thin 95% CI line and, when given, a thick 90% CI line; `labels`: legend
-  labels of the marker, the 95% line and the 90% line (None: unlabelled)."""
+  """A marker at `est`, a thin 95% CI line and, when given, a thick 90% CI line; `labels`."""
   ax.plot(ci95, [y, y], color=color, linewidth=0.8, solid_capstyle='butt', label=labels[1])
   if ci90 is not None and np.isfinite(ci90[0]):
     ax.plot(
@@ -350,8 +337,7 @@ def rows_axis(ax, labels, xlabel=None):
 
 
 def caption(fig, text):
-  """The study's context line (context) as a caption under the axes, left-aligned (the legend
-  takes the top of a one-column figure; constrained layout makes room for both)."""
+  """The study's context line (context) as a caption under the axes, left-aligned."""
   fig.supxlabel(text, x=0.01, ha='left', fontsize=6, color='#444444')
 
 
@@ -382,8 +368,7 @@ def component_color(key, platforms):
 
 
 def gap_rows(out):
-  """[(title, [(label, estimate, ci95, None, colour, note)])] of each gap in out.gap (COMPONENT_ROWS
-  order), [] without a decomposition."""
+  """[(title, [(label, estimate, ci95, None, colour, note)])] of each gap in out.gap."""
   table, groups = out.gap, []
   for d in out.decomposition or []:
     (a, b), (ea, eb) = d.platforms, d.profiles
@@ -417,8 +402,7 @@ def platform_term(term):
 
 
 def effect_rows(out):
-  """(title, rows) of the model's main-effect terms: without the platform terms where the gap is
-  decomposed, else with them labelled as the mean over every arm."""
+  """(title, rows) of the model's main-effect terms."""
   labels, decomposed = out.labels or {}, bool(out.decomposition)
   rows = []
   for r in out.terms.itertuples():
@@ -438,9 +422,7 @@ def effect_rows(out):
 
 
 def draw_rows(ax, rows, labels=(None,) * 3, xlabel=None):
-  """One interval per row (label, estimate, ci95, ci90 or None, colour, note) top to bottom, 'not
-  estimable' where noted; `labels`: the legend labels of the first row's marker, 95% and 90%
-  lines."""
+  """One interval per row (label, estimate, ci95, ci90 or None, colour, note) top to bottom."""
   for y, (_, est, ci, ci90, color, note) in zip(np.arange(len(rows))[::-1], rows, strict=True):
     if note:
       ax.text(0, y, 'not estimable', ha='center', va='center', fontsize=6, color='#777777')
@@ -462,8 +444,7 @@ def estimate_key(color):
 
 
 def platform_keys(platforms, across=True, prefix='on '):
-  """Legend keys: an estimate in each platform's colour ('on <platform>') and, with `across`, a
-  black one for what is measured across platforms."""
+  """Legend keys: an estimate in each platform's colour ('on <platform>') and, with `across`."""
   colors = platform_colors(platforms)
   keys = [(estimate_key(colors[p]), f'{prefix}{p}') for p in platforms]
   if across:
@@ -472,8 +453,7 @@ def platform_keys(platforms, across=True, prefix='on '):
 
 
 def neutral_keys(handles, labels, platforms):
-  """The legend's (handles, labels) with the interval keys in dark grey (an interval of any
-  platform); each platform's key is the marker as drawn (its colour, filled or hollow)."""
+  """The legend's (handles, labels) with the interval keys in dark grey."""
   out = []
   for h, label in zip(handles, labels, strict=True):
     if label.startswith(('95% CI', '90% CI')):
@@ -509,8 +489,7 @@ def draw_forest(out):
 
 
 def sum_rows(out, d):
-  """[(label, value, ci95, ci90, colour, note)] (draw_rows) of one gap's SUM_ROWS, each part as it
-  enters G = fid_A − fid_B + N + P (fid_B negated, its CI flipped)."""
+  """[(label, value, ci95, ci90, colour, note)] (draw_rows) of one gap's SUM_ROWS."""
   a, b = d.platforms
   rows = out.gap[out.gap['gap'] == d.gap].set_index('key')
   out_rows = []
@@ -524,8 +503,7 @@ def sum_rows(out, d):
 
 
 def draw_gap(out, context=None):
-  """The figure: per gap (out.decomposition) G and its parts (SUM_ROWS), the x label the identity G
-  = fid_A − fid_B + N + P; `context` (context) as its subtitle; None without a gap."""
+  """The figure: per gap (out.decomposition) G and its parts (SUM_ROWS)."""
   parts = out.decomposition or []
   if not parts:
     return None
@@ -552,16 +530,12 @@ def draw_gap(out, context=None):
 
 
 def verdict_line(d, unit):
-  """'<verdict> at ±m unit': the second line of a pair's gap row (its open part is in the
-  report)."""
+  """'<verdict> at ±m unit': the second line of a pair's gap row."""
   return f'{d.verdict} at ±{d.margin:g} {unit}' if d.margin else d.verdict
 
 
 def draw_contrasts(table, noise, margin, unit, context=None):
-  """The figure: one row per contrast label (analysis/numbers/contrasts.py table), one interval per
-  platform (offset within the row, the platform's colour, the estimate's 'D' marker, hollow:
-  unpaired; each legend key drawn the same way); `noise` {platform: half-width}, one band and legend
-  key per platform; `context` (context) as its subtitle."""
+  """The figure: one row per contrast label, an interval per platform (hollow: unpaired)."""
   if table is None or table.empty:
     return None
   apply()
@@ -609,8 +583,7 @@ def jitter(n, width=0.08, seed=0):
 
 
 def wrap(label, inches, char_in=0.052):
-  """The label on two lines, broken after a '_', ' ' or ',' near its middle, when it is wider than
-  `inches` at 7 pt (about char_in inches per character)."""
+  """The label on two lines, broken after a '_', ' ' or ',' near its middle."""
   if len(label) * char_in <= inches * 0.92:
     return label
   cuts = [i + 1 for i, ch in enumerate(label) if ch in '_ ,']
@@ -635,10 +608,7 @@ def once(label, seen):
 
 
 def layout(out):
-  """(categories in order, {arm: (category, platform)}, platforms in order): the short label of each
-  arm and its platform when the study declares its arms, else the arm's short label
-  (short_labels: what differs between the arms, without its platform and device, which the
-  colour shows) and the platform its runs record ('' when none)."""
+  """(categories in order, {arm: (category, platform)}, platforms in order)."""
   info = out.arm_info
   if info is None:
     first = out.runs.groupby('arm').first()
@@ -715,8 +685,7 @@ def draw_mean(ax, x, row, seen):
 
 
 def draw_accuracy_by_arm(out):
-  """The figure: points per seed (colour = platform, marker = arm), mean ± 95% CI (black), boxes
-  only from BOX_MIN_N seeds."""
+  """The figure: points per seed (colour = platform, marker = arm), mean ± 95% CI (black)."""
   categories, place, platforms = layout(out)
   colors, seen = platform_colors(platforms), set()
   x_of = positions(categories, place)
@@ -780,17 +749,13 @@ def curve(frame, x, col, scale=1.0):
 
 
 def markevery(n, k, arms):
-  """Every MARK_EVERY-th of n points marked, arm k of `arms` starting at its own offset (so two
-  coinciding curves show both markers)."""
+  """Every MARK_EVERY-th of n points marked, arm k of `arms` starting at its own offset."""
   step = max(n // MARKS, 1)
   return (k * step // max(arms, 1) % step, step)
 
 
 def band(ax, mean, sd, look, shade):
-  """The mean line (look = (colour, (marker, line style), label, k, arms, under): arm k of `arms`,
-  of the platform with `under` platforms drawn over it: its line and markers that much wider, so a
-  curve another platform's covers exactly shows as a rim), with a ± 1 sd band when `shade`; returns
-  (mean, sd drawn)."""
+  """The mean line (look = (colour, (marker, line style), label, k, arms, under))."""
   color, (marker, linestyle), label, k, arms, under = look
   if shade:
     ax.fill_between(mean.index, mean - sd, mean + sd, color=color, alpha=0.15, linewidth=0)
@@ -851,8 +816,7 @@ def plain_log_axis(axis):
 
 
 def curve_panels(out, hist, steps):
-  """({arm: (mean, sd)} of the training loss per step, the same of the test metric (%) per epoch
-  over the last half of the epochs), for the runs analysed."""
+  """({arm: (mean, sd)} of the training loss per step, the same of the test metric)."""
   keep = out.runs[['run', 'arm']]
   steps = steps.merge(keep, on='run') if not steps.empty else steps
   hist = hist.merge(keep, on='run') if not hist.empty and 'test_accuracy' in hist else hist.iloc[:0]
@@ -868,8 +832,7 @@ def curve_panels(out, hist, steps):
 
 
 def draw_training_curves(out, hist, steps):
-  """The figure: training loss per logged step, test metric per epoch (zoomed); colour = platform,
-  marker and line style = arm; None if no data."""
+  """The figure: training loss per logged step, test metric per epoch (zoomed)."""
   categories, place, platforms = layout(out)
   loss, test = curve_panels(out, hist, steps)
   if not loss and not test:
@@ -963,8 +926,7 @@ def row_label(row, short=None):
 
 
 def x_limit(table):
-  """The x axis' right end: 8 % past the largest interval bound or per-seed value drawn (at least 1
-  %), at most 100 %."""
+  """The x axis' right end: 8 % past the largest interval bound or per-seed value drawn."""
   values = [
     v
     for _, r in table.iterrows()
@@ -1031,9 +993,7 @@ def draw_churn_ladder(table, context=None):
 
 
 def study_figures(out, hist, steps, folder):
-  """The study's figures of the analysis `out` (analyse.Analysis) that its data allow, as NAME.pdf
-  and .png into `folder`: accuracy_by_arm, contrasts, gap_decomposition, training_curves (from its
-  histories `hist` and per-step `steps`), churn_ladder; the paths."""
+  """The study's figures of the analysis `out` (analyse.Analysis) that its data allow."""
   apply()
   figs = {'accuracy_by_arm': draw_accuracy_by_arm(out)}
   figs['contrasts'] = draw_contrasts(
@@ -1052,8 +1012,7 @@ def study_figures(out, hist, steps, folder):
 
 
 def attribution_figures(att, folder):
-  """The attribution's figures as NAME.pdf and .png into `folder`: gap_decomposition (each platform
-  pair's, when there is one) and attribution_forest; the paths."""
+  """The attribution's figures as NAME.pdf and .png into `folder`: gap_decomposition."""
   apply()
   figs = {'gap_decomposition': draw_gap(att), 'attribution_forest': draw_forest(att)}
   return [p for name, fig in figs.items() if fig for p in save(fig, folder, name, crop=False)]

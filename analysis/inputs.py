@@ -8,6 +8,7 @@ docs/record.md.
 
 import collections
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -15,7 +16,7 @@ import os
 import posixpath
 import sys
 from collections.abc import Sequence
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import numpy as np
 import pandas as pd
@@ -274,8 +275,7 @@ def join_chunks(chunks):
 
 
 def read_columns(path, header, metric=None, names=(), seed='seed'):
-  """The CSV's used columns (unused), CHUNK_ROWS rows at a time, text made categorical (compact),
-  platforms normalised, text cells stripped and a run met twice kept once."""
+  """The CSV's used columns (unused), CHUNK_ROWS rows at a time, text made categorical."""
   keep = [c for c in header if not unused(c, metric, set(names))]
   plain = {'run', ID, 'status', 'reason', metric, seed}
   frame = join_chunks(
@@ -306,8 +306,7 @@ def strip_text(frame):
 
 
 def one_row_per_run(frame):
-  """(frame, notes): rows sharing a `run_id` and every value but `run` kept once; rows sharing one
-  that differ are left for check_csv to refuse."""
+  """(frame, notes): rows sharing a `run_id` and every value but `run` kept once."""
   if ID not in frame or not frame[ID].notna().any():
     return frame, []
   ids = frame[ID].astype(object)
@@ -356,8 +355,7 @@ def accuracy_scale_problems(column, numbers):
 
 
 def metric_problems(frame, column, scale=None):
-  """The metric column's problems, one line each: text, infinite, negative, an accuracy above 100
-  or on two scales (`scale`, --scale, declares the factor to percent instead)."""
+  """The metric column's problems, one line each: text, infinite, negative."""
   values = frame.loc[completed_rows(frame), column]
   numbers = pd.to_numeric(values, errors='coerce')
   text = values[values.notna() & numbers.isna()]
@@ -457,8 +455,7 @@ def seed_problems(frame, column, required):
 
 
 def check_csv(frame, path, metric=None, seed=None, seed_required=False, scale=None):
-  """A ValueError of one line per problem of the CSV's metric, other numbers (CHECKED), platforms,
-  test sets, run ids and seeds (each None: not checked), at most MAX_LINES then a count."""
+  """A ValueError of one line per problem of the CSV's metric, other numbers (CHECKED)."""
   lines = metric_problems(frame, metric, scale) if metric else []
   lines += [
     line for c in CHECKED if c in frame and c != metric for line in metric_problems(frame, c)
@@ -502,8 +499,7 @@ def read_csv(
   seed_required: bool = False,
   scale: Optional[float] = None,
 ) -> pd.DataFrame:
-  """A CSV of runs as a runs table (`run` = 'FILE:ROW' without a run column), its used columns only
-  (`metric`, `names`: what the command reads), checked before anything is computed (check_csv)."""
+  """A CSV of runs as a runs table (`run` = 'FILE:ROW' without a run column)."""
   try:
     header = list(pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0])
     repeated = duplicate_columns(path, header)
@@ -535,8 +531,7 @@ def read_csv(
 
 
 def identity(path):
-  """What tells two folders apart: a local folder's device and inode (shared by its symlinks,
-  '..' spellings and bind mounts), a bucket path with its '..' and '//' collapsed."""
+  """What tells two folders apart: a local folder's device and inode (shared by its symlinks)."""
   text = str(path)
   scheme, sep, rest = text.partition('://')
   if sep:
@@ -574,8 +569,7 @@ def open_root(root):
 
 
 def walk(root):
-  """(run folders, [(unreadable folder, its OSError)]) under `root`, sorted: each real folder
-  entered once (a symlink loop adds nothing), plain paths before symlinked ones."""
+  """(run folders, [(unreadable folder, its OSError)]) under `root`, sorted."""
   found, unreadable, seen = [], [], set()
   todo, linked = [open_root(root)], []
   while todo or linked:
@@ -620,8 +614,7 @@ def as_roots(roots):
 
 
 def find_all(roots, unreadable=None):
-  """Every run folder under every root, in root order, each once; a run under two roots is refused.
-  Unlistable folders are appended to `unreadable` with their error."""
+  """Every run folder under every root, each once; a run under two roots is refused."""
   found, first, roots_seen = [], {}, set()
   for root in as_roots(roots):
     if identity(root) in roots_seen:
@@ -664,8 +657,7 @@ def read_all(roots):
 
 
 def one_record_per_run(records):
-  """`records` with each run once by its identity (record.run_identity), a note naming both places;
-  two records sharing an id but differing are a ValueError naming both."""
+  """`records` with each run once by its identity (record.run_identity)."""
   first, kept, notes = {}, [], []
   for run, results in records:
     key = record.run_identity(results) if isinstance(results, dict) else None
@@ -690,8 +682,7 @@ def one_record_per_run(records):
 
 
 def runs_frame(records):
-  """One row per (run, record): record.BASE_COLUMNS, then the flattened parts (runrecord.rules.row);
-  an unreadable run's status 'unreadable' with its error."""
+  """One row per (run, record): record.BASE_COLUMNS, then the flattened parts."""
   rows = []
   for run, results in records:
     if isinstance(results, Exception):
@@ -732,8 +723,7 @@ def load(roots: Roots) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def load_study(roots: Roots, study: Optional[str] = None, config: Optional[str] = None):
-  """(runs, histories, declaration) of a study's run folders: the declaration from `study`, else
-  the roots' study.json, else `config`'s get_study(); checked against the runs."""
+  """(runs, histories, declaration) of a study's run folders: the declaration from `study`."""
   frame, hist = load(roots)
   if study:
     declared, where = declaration.load(study), str(study)
@@ -793,8 +783,7 @@ def known(value):
 
 
 def item_problem(pred, test_size=None, fingerprint=None):
-  """Why a predictions item cannot be compared image by image (None: it can): its task's arrays,
-  of one length, the test split's size and fingerprint where recorded."""
+  """Why a predictions item cannot be compared image by image (None: it can)."""
   task = pred.get('task')
   if task not in predictions.KEYS:
     return f'task {task!r} is neither of {", ".join(predictions.KEYS)}'
@@ -825,8 +814,7 @@ class _FailedReads(logging.Filter):
 
 
 def quiet_failed_reads(run):
-  """After a failed read, Orbax's other restore tasks fail later with tracebacks ('Event loop is
-  closed', 'Task exception was never retrieved') for a run already left out: drop exactly those."""
+  """After a failed read, Orbax's other restore tasks fail later with tracebacks."""
   DAMAGED_FOLDERS.add(os.path.abspath(str(run)))
   asyncio_log = logging.getLogger('asyncio')
   if not any(isinstance(f, _FailedReads) for f in asyncio_log.filters):
@@ -847,8 +835,7 @@ def quiet_failed_reads(run):
 
 
 def predictions_at(run: str, step: Any, test_size: Any = None, fingerprint: Any = None) -> Read:
-  """(predictions, None) of run folder `run` at its results' checkpoint `step` (never another
-  step's: that would pair one model's accuracy with another's predictions), or (None, why)."""
+  """(predictions, None) of run folder `run` at its results' checkpoint `step`."""
   step, test_size = known(step), known(test_size)
   fingerprint = None if fingerprint is None or fingerprint != fingerprint else fingerprint
   if step is None:
@@ -887,3 +874,41 @@ def read_predictions(runs: pd.DataFrame) -> list[Read]:
       strict=True,
     )
   ]
+
+
+class Platform(NamedTuple):
+  """A platform's recorded device kind, device count, package versions and CPU facts (each the
+  distinct values as text: inputs.distinct)."""
+
+  device_kind: Optional[str]
+  devices: Optional[str]
+  versions: dict[str, Optional[str]]
+  cpu: dict[str, Optional[str]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Software:
+  """Each platform's `platforms` facts, and the packages whose versions differ between them."""
+
+  platforms: dict[str, Platform] = dataclasses.field(default_factory=dict)
+  confounds: list[str] = dataclasses.field(default_factory=list)
+
+
+def software(runs):
+  """The Software of the analysed runs."""
+  if 'platform' not in runs:
+    return Software()
+  prefix = 'versions.'
+  packages = sorted(c[len(prefix) :] for c in runs if c.startswith(prefix))
+  out = {}
+  for platform, group in runs.groupby(runs['platform'].astype(str), sort=True):
+    out[platform] = Platform(
+      device_kind=distinct(group.get('device_kind', pd.Series(dtype=str))),
+      devices=distinct(group.get('num_devices', pd.Series(dtype=str))),
+      versions={p: distinct(group[prefix + p]) for p in packages},
+      cpu={f: distinct(group[f]) if f in group else None for f in record.CPU_FACTS},
+    )
+  confounds = [
+    p for p in packages if len({v.versions[p] for v in out.values() if v.versions[p]}) > 1
+  ]
+  return Software(platforms=out, confounds=confounds)

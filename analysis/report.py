@@ -226,8 +226,7 @@ def captions(out, pairs):
 
 
 def detail_tables(out, pairs):
-  """[(title, rows)] of the report's last tables: the design of each judged pair, replicates,
-  exclusions."""
+  """[(title, rows)] of the report's last tables: the design of each judged pair, replicates."""
   design = [{'A': r['arm_a'], 'B': r['arm_b'], 'design': r['design']} for _, r in pairs.iterrows()]
   reps = [
     {
@@ -264,9 +263,7 @@ def ci(r, low='ci_low', high='ci_high'):
 
 
 def component_rows(table, gap_label, unit, margin):
-  """Every component of one gap (analysis/numbers/gap.py's table) as rows of strings: estimate, 95%
-  CI over seeds, paired-t p; G and R with their 90% CI and TOST; a component not estimable says
-  why."""
+  """Every component of one gap as rows of strings: estimate, 95% CI, p; G and R's TOST."""
   rows = []
   for _, r in table[table['gap'] == gap_label].iterrows():
     tost = r['key'] in ('G', 'R') and margin and r['note'] == ''
@@ -314,10 +311,7 @@ def interaction_state(d):
 
 
 def carriers(d):
-  """What carries the residual R = fid_A − fid_B + P, in words: each part whose 95% CI excludes 0
-  (the emulation's fidelity on A or B, the platforms under the same emulated arithmetic, with the
-  interaction where P differs between the two platforms' arithmetic), else the largest part, not
-  shown."""
+  """What carries the residual R = fid_A − fid_B + P, in words."""
   (a, b), (ea, eb) = d.platforms, d.profiles
   parts = (
     ('fid_A', 1, f"{ea} not reproducing {a}'s native arithmetic on {a} (fid_A"),
@@ -423,9 +417,7 @@ def gap_state(d, unit):
 
 
 def why(d, unit):
-  """Why the decomposition `d` (analysis/attribution.py judge_family) got its verdict, in one
-  sentence: the gap's tests (t, signed rank, TOST), the split, what carries the residual, the
-  interaction and the numerics part's platforms."""
+  """Why the decomposition `d` (analysis/attribution.py judge_family) got its verdict."""
   text = gap_state(d, unit)
   if d.verdict == 'tests disagree' or d.flags.rank_shown != d.flags.gap_shown:
     text += f'; {rank_text(d)}'
@@ -461,8 +453,7 @@ def share_line(d):
 
 
 def seeds_line(d, unit):
-  """The seeds (per arm) each part of a decisive answer needs at the observed per-seed sds, each at
-  the margin (the smallest effect of interest); without a margin, why none is given."""
+  """The seeds (per arm) each part of a decisive answer needs at the observed per-seed sds."""
   if not d.margin:
     return (
       'seeds for 80% power: none computed (no margin, so no smallest effect of interest to power)'
@@ -483,8 +474,7 @@ def seeds_line(d, unit):
 
 
 def cross_check_line(d, unit):
-  """The mixed model's G, N and R over the same cells with the estimate's own definitions (a named
-  cross-check, not the estimator); a key it cannot define the same way says so."""
+  """The mixed model's G, N and R over the same cells with the estimate's own definitions."""
   c = d.cross_check
   if 'G' not in c.contrasts and 'G' not in c.notes:
     return 'cross-check (mixed model over the same cells): fit failed'
@@ -518,8 +508,7 @@ def decomposition_lines(d, table, unit):
 
 
 def noise_text(out):
-  """The noise floor in one sentence, each platform's number after the definition, or why there is
-  none."""
+  """The noise floor in one sentence, each platform's number after the definition."""
   if not out.noise:
     return 'noise floor unavailable: no --noise-arm given, or it shares < 2 seeds with its base arm'
   floors = list(out.noise.items())
@@ -619,8 +608,7 @@ def pairs_line(out):
 
 
 def gap_note(out):
-  """How the gap was measured (pairs, native arm, emulation per platform, the per-seed estimator),
-  or why not."""
+  """How the gap was measured (pairs, native arm, emulation per platform)."""
   if out.native is None:
     return out.gap_note
   factor, level = out.native
@@ -674,8 +662,7 @@ def variance_design(group):
 
 
 def variance_rows(table, unit, labels=None):
-  """One row of strings per arm and component: arm, design, component, variance, sd, share, 95% CI,
-  note."""
+  """One row of strings per arm and component: arm, design, component, variance, sd, share."""
   labels = labels or {}
   out = []
   for arm, group in table.groupby('arm', sort=False):
@@ -696,8 +683,7 @@ def variance_rows(table, unit, labels=None):
 
 
 def variance_line(section, unit, labels=None):
-  """'**Variance between runs** of native (3 init × 3 ...): init 62 % (sd 1.1 pp), ...' per arm, and
-  the arms whose seeds vary without a split; [] when there is neither."""
+  """'**Variance between runs** of native (3 init × 3 ...): init 62 % (sd 1.1 pp)."""
   labels = labels or {}
   lines = []
   table = section.variance if section is not None else None
@@ -736,8 +722,7 @@ def listed(names, most=4):
 
 
 def pairs_clause(out):
-  """Without declared contrasts: how the pairs of arms came out, counted (their names are the
-  report's tables)."""
+  """Without declared contrasts: how the pairs of arms came out, counted."""
   seen = out.pairs['verdict'].value_counts()
   counts = ', '.join(f'{seen[v]} {v}' for v in stats.VERDICTS if v in seen)
   metric = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
@@ -748,8 +733,7 @@ def pairs_clause(out):
 
 
 def settings_clause(out):
-  """Which settings changed the metric, by the contrasts' verdicts (counted for undeclared pairs);
-  '' without contrasts."""
+  """Which settings changed the metric, by the contrasts' verdicts."""
   table = out.contrasts if out.contrasts is not None else out.pairs
   if table is None or table.empty:
     return ''
@@ -788,8 +772,7 @@ def settings_clause(out):
 
 
 def churn_clause(out):
-  """By how much the settings changed the model: their churn against two seeds'; '' without
-  predictions."""
+  """By how much the settings changed the model: their churn against two seeds'."""
   table = out.agreement.table if out.agreement else None
   read = agreement.against_seeds(table) if table is not None and not table.empty else None
   if read is None:
@@ -815,8 +798,7 @@ def gap_clause(out):
 
 
 def sentence(out):
-  """'**Answer.** …' in one sentence: the gap of the question's pair, then which settings changed
-  the metric on which platform, then the churn against the seed-to-seed churn."""
+  """'**Answer.** …' in one sentence: the gap of the question's pair."""
   platforms = sorted(out.software.platforms)
   where = f'on {listed(platforms)}, ' if platforms else ''
   settings = settings_clause(out)
@@ -832,8 +814,7 @@ NOT_RECORDED = 'not recorded'
 
 
 def facts(runs, *columns):
-  """The distinct recorded values (inputs.distinct) of the first of `columns` the table has values
-  in."""
+  """The distinct recorded values of the first of `columns` the runs have."""
   for col in columns:
     text = inputs.distinct(runs[col]) if col in runs else None
     if text is not None:
@@ -842,8 +823,7 @@ def facts(runs, *columns):
 
 
 def setting(runs):
-  """'digits, resnet18 width 0.25, 4 epochs, 8 px': the recorded facts of the runs, those
-  recorded."""
+  """'digits, resnet18 width 0.25, 4 epochs, 8 px': the recorded facts of the runs."""
   parts = [
     facts(runs, 'config.data.name', 'data.name'),
     f'{facts(runs, "config.model.name")} width {facts(runs, "config.model.width")}',
@@ -854,8 +834,7 @@ def setting(runs):
 
 
 def compared(out):
-  """[(a, b)] of the platform pairs the study answers: its decomposition's (the declared compare,
-  --compare, or every pair), else every pair of its platforms (attribution.default_pairs)."""
+  """[(a, b)] of the platform pairs the study answers: its decomposition's."""
   att = out.attribution
   if att and att.decomposition:
     return [tuple(d.platforms) for d in att.decomposition]
@@ -925,7 +904,7 @@ def software_lines(out):
 
 
 def gap_lines(out):
-  """The decomposition of each platform gap (analysis/words/py's words)."""
+  """The decomposition of each platform gap (the attribution's words)."""
   att = out.attribution
   if not att:
     return []
@@ -947,9 +926,7 @@ MAX_UNDECLARED_ROWS = 12
 
 
 def contrast_verdict(r, margin):
-  """The verdict in a few words, from a contrast row: 'within margin (a difference shown)',
-  'equivalent' (with the raw 95% CI's word where it excludes 0 and Holm does not), 'different',
-  'identical arithmetic (not tested)' or 'inconclusive: …'."""
+  """The verdict in a few words, from a contrast row: 'within margin (a difference shown)'."""
   if r['verdict'] == 'equivalent' and (r['ci95_low'] > 0 or r['ci95_high'] < 0):
     return 'equivalent (its 95% CI excludes 0 before Holm, not after)'
   if r['verdict'] != 'inconclusive':
@@ -1045,8 +1022,7 @@ def seeds_used(d, declared):
 
 
 def headline(out):
-  """'gpu − cpu: no gap (G +0.26 [-0.22, +0.75] pp, seeds 0–5); 13 contrasts: 13 equivalent' of one
-  analysis: each pair's verdict with the seeds its decomposition used."""
+  """'gpu − cpu: no gap (G +0.26 [-0.22, +0.75] pp, seeds 0–5); 13 contrasts."""
   parts = []
   declared = out.scope.declared_seeds if out.scope else None
   for d in out.attribution.decomposition if out.attribution else []:
@@ -1094,7 +1070,7 @@ def scope_lines(out):
 
 
 def answer_lines(out):
-  """The one-page answer (Markdown lines) of an analysis.numbers.result.Analysis."""
+  """The one-page answer (Markdown lines) of an analyse.Analysis."""
   agreement = [] if not out.agreement else ['', out.agreement.summary]
   split = variance_line(out.agreement, out.unit, stats.arm_short_labels(out))
   return [
@@ -1253,8 +1229,7 @@ def seed_lines(out):
 
 
 def title(out):
-  """'Final test accuracy by arm: 3 arms, 5 seeds each (digits)' ('8 arms on 2 platforms (cpu, gpu)'
-  when the declared arms ran on several): what the report compares."""
+  """'Final test accuracy by arm: 3 arms, 5 seeds each (digits)' ('8 arms on 2 platforms (cpu)."""
   name = out.metric.replace('.', ' ').replace('_', ' ')
   arms, info = out.arms, out.arm_info
   count = sorted(set(arms['n'])) if not arms.empty else [0]
@@ -1273,8 +1248,7 @@ def title(out):
 
 
 def arm_fields(out):
-  """'differ in profile; grouped by platform, device_kind, ...': the grouping fields, those whose
-  values differ between the arms first."""
+  """'differ in profile; grouped by platform, device_kind, ...': the grouping fields."""
 
   def short(g):
     return g.rsplit('.', 1)[-1]
@@ -1410,7 +1384,7 @@ FINDINGS_COMPONENTS = ('G', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N', 'P', 'R')
 
 
 def judged_at(out, margin):
-  """(decomposition dicts, contrast table) of analysis/numbers/analyse.py's `out` judged at
+  """(decompositions, contrast table) of the analysis `out` judged at
   `margin`: its own at the margin it was analysed at."""
   att = out.attribution
   if margin == out.margin:
@@ -1422,8 +1396,7 @@ def judged_at(out, margin):
 
 
 def findings_components(analyses, unit, gap_label):
-  """Rows: the components of the pair `gap_label` ('gpu - cpu'); one column per (name, analysis):
-  estimate [95% CI]."""
+  """Rows: the components of the pair `gap_label` ('gpu - cpu'); one column per (name)."""
   gaps = [(name, out.attribution.gap, gap_label) for name, out in analyses]
   rows = []
   for key in FINDINGS_COMPONENTS:
@@ -1490,9 +1463,7 @@ def findings_columns(out):
 
 
 def findings_section(out, margins, source, command):
-  """The README section's Markdown between its markers, for analyse.study_analysis's `out`: the
-  confirmatory analysis (the declared seeds at the declared margin) and the exploratory ones
-  (every seed, each margin)."""
+  """The README section's Markdown between its markers, for analyse.study_analysis's `out`."""
   unit, sc = out.unit, out.scope
   columns = findings_columns(out)
   verdicts = []

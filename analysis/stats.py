@@ -92,9 +92,7 @@ def mean_ci(x, level=0.95):
 
 
 def proportion_mean_ci(p, level=0.95):
-  """(low, high) of the mean of per-unit proportions p (one per independent unit, e.g. a churn per
-  seed): the t-Wilson interval, the μ in [0, 1] with (p̄ − μ)² ≤ k μ (1 − μ), k = t² s² / (m p̄
-  (1 − p̄)); inside [0, 1], the t-interval away from the bounds."""
+  """(low, high) of the mean of per-unit proportions p (one per independent unit)."""
   p = np.asarray(p, float)
   m = len(p)
   if m < 2:
@@ -145,9 +143,7 @@ def tost(diff, se, df, margin):
 
 
 def mw_method(a, b):
-  """The Mann–Whitney method for samples a and b: exact without ties up to MW_EXACT_MAX_N per arm
-  (its cost grows as n³), a permutation test with ties up to MW_PERMUTATION_MAX_SPLITS splits,
-  else the normal approximation."""
+  """The Mann–Whitney method: exact without ties, a permutation test with ties, else normal."""
   pooled = np.concatenate([a, b])
   ties = len(np.unique(pooled)) < len(pooled)
   if not ties and max(len(a), len(b)) <= MW_EXACT_MAX_N:
@@ -158,8 +154,7 @@ def mw_method(a, b):
 
 
 def mann_whitney(a, b):
-  """(U of a, two-sided p, method): scipy.stats.mannwhitneyu by the method mw_method chooses; the
-  permutation test's statistic is |U - n_a n_b / 2| over every split of the pooled values."""
+  """(U of a, two-sided p, method): scipy.stats.mannwhitneyu by the method mw_method chooses."""
   method = mw_method(a, b)
   res = sps.mannwhitneyu(
     a, b, alternative='two-sided', method='exact' if method == MW_EXACT else 'asymptotic'
@@ -183,9 +178,7 @@ def mann_whitney(a, b):
 
 
 def signed_rank(d):
-  """(W = min(W+, W-), two-sided p, method) of Wilcoxon's signed-rank test of the paired differences
-  d (zeros dropped); exact over every sign flip of the midranks (ties kept, unlike scipy's
-  'exact') up to SIGNED_RANK_EXACT_MAX_N, by dynamic programming; else scipy's normal approx."""
+  """(W, two-sided p, method): Wilcoxon's signed-rank test, exact with ties up to 50 values."""
   d = np.asarray(d, float)
   nonzero = d[d != 0]
   if len(nonzero) == 0:
@@ -214,8 +207,7 @@ def d_z(d):
 
 
 def fieller(num, den, level=0.95):
-  """(s = mean(num) / mean(den), low, high): Fieller's interval for a ratio of paired means, the s
-  with (n̄ - s ḡ)² <= t² (v_nn - 2 s v_ng + s² v_gg); (-inf, inf) unless ḡ's own t-test rejects 0."""
+  """(s = mean(num) / mean(den), low, high): Fieller's interval for a ratio of paired means."""
   num, den = np.asarray(num, float), np.asarray(den, float)
   k = len(num)
   gbar, nbar = den.mean(), num.mean()
@@ -242,8 +234,7 @@ def hedges_g(a, b):
 
 
 def holm(pvalues):
-  """Holm step-down adjusted p-values; NaN entries stay NaN and do not count as tests. By hand:
-  statsmodels' multipletests (which it is tested against) runs gc.collect() on every call."""
+  """Holm step-down adjusted p-values; NaN entries stay NaN and do not count as tests."""
   p = np.asarray(pvalues, float)
   out = np.full_like(p, np.nan)
   idx = np.flatnonzero(~np.isnan(p))
@@ -256,8 +247,7 @@ def holm(pvalues):
 
 
 def within_sd(values, labels):
-  """(pooled within-group sd, df) of `values` grouped by `labels` (the replicates of each label); df
-  = values - labels; (NaN, 0) with no replicate."""
+  """(pooled within-group sd, df) of `values` grouped by `labels`."""
   values = pd.Series(np.asarray(values, float))
   labels = np.asarray(labels)
   df = len(values) - len(pd.unique(labels))
@@ -287,9 +277,7 @@ def _solver(is_paired):
 
 
 def nct_power(es, n, is_paired, alternative='two-sided'):
-  """Power of a one-sample (paired) or two-sample t-test at effect size es, n per arm (pairs), by
-  the noncentral t directly: statsmodels returns NaN at large effect sizes (its root solver), where
-  the power is 1 to many digits."""
+  """Power of a one-sample (paired) or two-sample t-test at effect size es, n per arm (pairs)."""
   df, nc = (n - 1, es * np.sqrt(n)) if is_paired else (2 * n - 2, es * np.sqrt(n / 2))
 
   def tail(value, normal):  # scipy's far tails: NaN
@@ -306,8 +294,7 @@ def nct_power(es, n, is_paired, alternative='two-sided'):
 
 
 def power_at(sd, margin, n, is_paired=False):
-  """(power to detect a true difference of `margin`, power to show equivalence within ±margin when
-  the true difference is 0) with n per arm (pairs when paired), α = 0.05; NaN if sd is 0."""
+  """(power to detect a true ±margin, power to show equivalence within it at 0)."""
   if not sd > 0 or n < 2:
     return np.nan, np.nan
   es, solver = margin / sd, _solver(is_paired)
@@ -323,8 +310,7 @@ def power_at(sd, margin, n, is_paired=False):
 
 
 def seeds_needed(sd, margin, is_paired=False):
-  """(n for 80% power to detect a difference of `margin`, n for 80% power to show equivalence within
-  ±margin when the true difference is 0); per arm (pairs when paired); α = 0.05."""
+  """(n for 80% power to detect ±margin, n to show equivalence within ±margin at 0)."""
   if not sd > 0:
     return 2, 2
   es, solver = margin / sd, _solver(is_paired)
@@ -437,17 +423,14 @@ def unit_table(runs):
 
 
 def model_units(runs, seed_col):
-  """The seed each run is averaged and paired by: runrecord.rules.model_keys of its seed and, for
-  the `seed` column, its recorded init and data-order seeds (so runs of one seed that differ in
-  either are different models, never replicates); an object column."""
+  """The model each run is averaged and paired by (runrecord.rules.model_keys)."""
   parts = [runs[c] if seed_col == 'seed' and c in runs else None for c in record.SEED_PARTS]
   keys = rules.model_keys(runs['base_seed'], *parts)
   return pd.Series(keys, index=runs.index, dtype=object)
 
 
 def lattice(runs, metric, scale):
-  """The step of an accuracy measured on one recorded test-set size N (100 / N pp, or 1 / N as a
-  fraction), else None: such a metric takes only multiples of the step."""
+  """The step of an accuracy measured on one recorded test-set size N (100 / N pp)."""
   if 'acc' not in metric.lower() or 'data.test_size' not in runs:
     return None
   sizes = pd.to_numeric(runs['data.test_size'], errors='coerce').dropna().unique()
@@ -472,7 +455,7 @@ IDENTICAL_FIELDS = (
 # A pair's verdicts, in the order the reports count them (judge).
 VERDICTS = ('identical arithmetic', 'within margin', 'equivalent', 'different', 'inconclusive')
 UNDECLARED = (
-  'none declared: 0.5 pp is the analysis.numbers.stats default, not a study decision; '
+  'none declared: 0.5 pp is the analysis.stats default, not a study decision; '
   'declare one (--margin, --margin-reason)'
 )
 
@@ -561,8 +544,7 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
 
 
 def identical_arithmetic(prep, arm_a, arm_b):
-  """Do the two arms' records give the same effective arithmetic (IDENTICAL_FIELDS of
-  numerics.effective.*, one value per arm, all recorded)?"""
+  """Do the two arms' records give the same effective arithmetic (IDENTICAL_FIELDS)?"""
   runs = prep.runs
   cols = [EFFECTIVE + f for f in IDENTICAL_FIELDS]
   if not all(c in runs for c in cols[:2]):
@@ -575,8 +557,7 @@ def identical_arithmetic(prep, arm_a, arm_b):
 
 
 def determinism(runs, reps):
-  """(True/False/None, why) for one arm: recorded determinism, contradicted by unequal
-  replicates."""
+  """(True/False/None, why) for one arm: recorded determinism."""
   clash = reps[~reps['identical'].astype(bool)]
   if not clash.empty:
     return False, f'seed {clash["seed"].iloc[0]} repeated with a different value'
@@ -628,8 +609,7 @@ def arm_table(prep):
 
 
 def design(prep, arm_a, arm_b):
-  """(paired, shared seeds, why): pair by seed when the arms share seeds and those runs share
-  initial weights and data order (equal pairing fields); determinism does not matter."""
+  """(paired, shared seeds, why): paired when 2+ shared seeds share their pairing fields."""
   if not prep.seeded:
     return False, [], 'unpaired: no seed column, each row is its own run'
   units = prep.units
@@ -729,11 +709,7 @@ def compare(prep, arm_a, arm_b, margin):
 
 
 def judge(rows):
-  """The pair table of compare() rows judged as one family: Holm-adjusted p-values over its rows but
-  the identical-arithmetic ones (`*_p_holm`; NaN for those), `equivalent_raw` (raw TOST p < α),
-  `equivalent` (Holm TOST p < α), `different` (Holm primary-test p < α and 95% CI excluding 0, and
-  on a lattice the Holm rank-test p < α) and `verdict` (module doc: identical arithmetic, within
-  margin, equivalent, different, inconclusive)."""
+  """The pair table of compare() rows judged as one family."""
   pairs = pd.DataFrame(rows)
   if pairs.empty:
     return pairs
@@ -762,17 +738,13 @@ def family_size(table):
 
 
 def pair_table(prep, arms, margin):
-  """One row per pair of arms with n >= 2 (arm_a before arm_b; diff = mean A − mean B, over the
-  shared seeds when paired): Welch, paired t (when paired), TOST and 90% CI, the primary test
-  (`test`: paired t when paired, else Welch) with its 95% CI, Mann–Whitney (`mw_method`: by size,
-  analysis.numbers.inference), Hedges' g, power; judged as one family (judge)."""
+  """One row per pair of arms with n >= 2 (arm_a before arm_b; diff = mean A − mean B)."""
   ok = arms.loc[arms['n'] >= 2, 'arm']
   return judge([compare(prep, a, b, margin) for a, b in itertools.combinations(ok, 2)])
 
 
 def margin_choice(margin=None, reason=None, declared=None, declared_reason=None):
-  """(margin, reason text): the study's declared margin unless `margin` (--margin) overrides it; the
-  default with a note saying it is undeclared when neither is given."""
+  """(margin, reason text): the study's declared margin unless `margin`."""
   if margin is not None:
     margin = declaration.check_margin(margin, '--margin')
   if declared is not None:
@@ -799,9 +771,7 @@ def arms_and_pairs(
   scale=None,
   all_pairs=True,
 ):
-  """analysis.numbers.result.Stats: prepare()'s Prepared plus `arms`, `pairs` (every pair; empty
-  unless `all_pairs`), `small` (arms n < 2), `margin`, `margin_reason` (None: 'no reason given') and
-  `unit` of the values, differences and margin ('pp' for percent, else 'units')."""
+  """The Stats of the runs: prepare's, the arm table and (`all_pairs`) every pair judged."""
   if not margin > 0:
     raise ValueError(f'--margin: must be a positive number of percentage points, got {margin}')
   prep = prepare(frame, list(group_by), metric, seed_col, scale)
@@ -832,9 +802,7 @@ def matches(levels, wanted):
 
 
 def arm_levels(out, declared):
-  """One row per arm of stats.arms_and_pairs's `out`: arm, platform, each factor's level, label
-  (short, declaration.arm_label), role ('reference' | 'noise' | 'arm'), n, and `order` (the declared
-  factor that differs from the reference first, then the label; the noise arm last)."""
+  """One row per arm of stats.arms_and_pairs's `out`: arm, platform, each factor's level."""
   runs = out.runs
   columns = factor_columns(runs, declared)
   first = runs.groupby('arm', sort=False).first()
@@ -878,8 +846,7 @@ def arm_levels(out, declared):
 
 
 def family(arms):
-  """[(arm, reference arm)] of the declared contrasts, in platform and arm order; arms with n < 2
-  and platforms without a reference arm give none."""
+  """[(arm, reference arm)] of the declared contrasts, in platform and arm order."""
   pairs = []
   for _, group in arms.groupby('platform', sort=False):
     ref = group[group['role'] == 'reference']
@@ -892,8 +859,7 @@ def family(arms):
 
 
 def contrast_table(out, declared, margin=None):
-  """The declared contrasts judged as one family (compare rows + judge) with platform,
-  label and role of each arm; Δ = arm − reference arm."""
+  """The declared contrasts judged as one family (compare rows + judge) with platform."""
   arms = out.arm_info
   arms = arm_levels(out, declared) if arms is None else arms
   rows = [compare(out, a, b, margin or out.margin) for a, b in family(arms)]
@@ -928,8 +894,7 @@ def arm_mask(runs, levels, flag):
 
 
 def noise_floor(runs, arm, base, scale_unit, factors=()):
-  """The NoiseFloor of one platform's runs: noise arm `arm` against `base`, every other factor
-  column in `factors` at the noise arm's level."""
+  """The NoiseFloor of one platform's runs: noise arm `arm` against `base`."""
 
   def label(levels):
     return ', '.join(f'{k}={v}' for k, v in levels.items())
@@ -994,10 +959,54 @@ def noise_floors(runs, arm, base, scale_unit, factors=()):
 
 
 def arm_short_labels(out):
-  """{arm: short label}: the declaration's ('gpu: bf16 activations' with several platforms), else
-  the arms' own labels."""
+  """{arm: short label}: the declaration's ('gpu: bf16 activations' with several platforms)."""
   if out.arm_info is not None:
     info = out.arm_info
     several = info['platform'].nunique() > 1
     return {r.arm: f'{r.platform}: {r.label}' if several else r.label for r in info.itertuples()}
   return {a: a for a in out.arms['arm']}
+
+
+@dataclasses.dataclass(frozen=True)
+class Scope:
+  """Confirmatory (True: the declared seeds at the declared margin and pairs), exploratory (False)
+  or nothing declared (None), with the `deviations` from the declaration in words."""
+
+  declared_seeds: Optional[list[int]]
+  declared_margin: Optional[float]
+  analysed_seeds: list[int]
+  margin: float
+  deviations: list[str]
+  declared_seeds_present: bool
+  confirmatory: Optional[bool]
+
+
+def scope(out, declared, compare=None):
+  """The Scope of `out`: confirmatory for the declared seeds, margin and platform pairs."""
+  m0 = declared.get('margin')
+  seeds = sorted({int(x) for x in out.runs['base_seed'].dropna()}) if out.seeded else []
+  wanted = declaration.declared_seeds(declared)
+  deviations = []
+  if wanted is not None and seeds != sorted(wanted):
+    deviations.append(
+      f'{len(seeds)} seeds analysed, {len(wanted)} declared (seeds {seed_text(pd.Series(wanted))})'
+    )
+  if m0 is not None and out.margin != m0:
+    deviations.append(f'margin ±{out.margin:g}, declared ±{m0:g}')
+  if compare:
+    said = declaration.pairs_text(declared['compare']) if declared.get('compare') else 'every pair'
+    deviations.append(
+      f'platform pairs {declaration.pairs_text(compare)} from --compare (declared: {said})'
+    )
+  known = wanted is not None or m0 is not None or bool(compare)
+  return Scope(
+    declared_seeds=wanted,
+    declared_margin=m0,
+    analysed_seeds=seeds,
+    margin=out.margin,
+    deviations=deviations,
+    declared_seeds_present=bool(wanted)
+    and set(wanted) <= set(seeds)
+    and (set(wanted) != set(seeds) or m0 is not None or bool(compare)),
+    confirmatory=(not deviations) if known else None,
+  )

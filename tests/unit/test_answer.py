@@ -166,7 +166,7 @@ def test_a_cpu_platform_identity_takes_the_declared_cpu_profile():
   the CPU's."""
   frame = digits_frame(('cpu', 'gpu'), seeds=range(4))
   frame['platform'] = frame['platform'].replace({'cpu': 'cpu-AVX2'})
-  assert analyse.platform_profile(frame, DIGITS['platform_profile']) == {
+  assert attribution.platform_profile(frame, DIGITS['platform_profile']) == {
     'cpu-AVX2': 'f32',
     'gpu': 'jax_gpu_default',
   }

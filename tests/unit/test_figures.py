@@ -226,9 +226,9 @@ def curves_study():
       for e in range(1, 5)
     ]
   )
-  software = analyse.Software(
+  software = inputs.Software(
     platforms={
-      p: analyse.Platform(kind, None, {}, {}) for p, kind in (('cpu', 'cpu'), ('gpu', 'H100'))
+      p: inputs.Platform(kind, None, {}, {}) for p, kind in (('cpu', 'cpu'), ('gpu', 'H100'))
     }
   )
   return (
