@@ -42,10 +42,6 @@ VERDICTS = (
   'inconclusive',
 )
 MIN_SHARE = declaration.MIN_SHARE
-MIN_SHARE_REASON = (
-  'default: the numerics part must be at least half of the gap by the lower 95% '
-  'bound of the share, so that it is the larger part at 95% confidence'
-)
 
 
 class Estimate(NamedTuple):

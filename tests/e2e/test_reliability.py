@@ -254,7 +254,7 @@ def test_nan_stops_naming_the_step_and_analysis_excludes_it(reference, tmp_path)
   kept = mngr.restore(max(state_steps), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
   assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(kept['state']['params']))
   mngr.close()
-  # analysis.numbers.stats excludes the failed run and says why.
+  # analysis.stats excludes the failed run and says why.
   shutil.copytree(ref_dir, tmp_path / 'runs' / 'reference')
   prepared = stats.prepare(
     inputs.runs_frame(inputs.read_all(str(tmp_path / 'runs'))), [], 'final.test_accuracy'

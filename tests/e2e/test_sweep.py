@@ -64,7 +64,7 @@ def test_every_main_effect_of_the_digits_fraction_is_estimable():
 
 @pytest.mark.parametrize('module', [digits, celeba])
 def test_declared_seed_count_is_the_power_calculation(module):
-  """get_study's seeds = analysis.numbers.inference.seeds_needed on its declared inputs (paired, 80%
+  """get_study's seeds = analysis.stats.seeds_needed on its declared inputs (paired, 80%
   power, alpha 0.05), = statsmodels' own solve_power; get_sweep runs that many seeds per arm."""
   declared = module.get_study()
   sd, margin, seeds = declared['paired_sd'], declared['margin'], declared['seeds']

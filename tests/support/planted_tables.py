@@ -1,4 +1,4 @@
-"""Runs tables planted without runs (the frame analysis.inputs.results reads from run folders or a
+"""Runs tables planted without runs (the frame analysis.inputs reads from run folders or a
 CSV): two arms per platform, the digits study's 8 arms, a small CSV."""
 
 import os

@@ -1,5 +1,5 @@
 """analysis/agreement.py (the churn ladder, its pairs and its section) and
-analysis/figures/churn_ladder.py on planted predictions (no training, no saved runs)."""
+analysis/figures.py on planted predictions (no training, no saved runs)."""
 
 import dataclasses
 import os

@@ -1,4 +1,4 @@
-"""analysis.numbers.stats and analysis.numbers.attribution at scale and on hostile input (issue #23,
+"""analysis.stats and analysis.attribution at scale and on hostile input (issue #23,
 items 1-3 and the analysis parts of 9): methods chosen by size, seed fixed effects without dense
 seed matrices, the memory guard, arms split by every config field, integer seeds, one-line errors.
 Moderate sizes only (seconds); the 10^5-row numbers are benchmarks/bench_analysis.py's."""
@@ -118,7 +118,7 @@ def test_design_names_a_confounded_term_from_its_distinct_rows():
   )
 
 
-# Item 2: analysis.numbers.stats at any size.
+# Item 2: analysis.stats at any size.
 
 
 def test_mann_whitney_method_by_size():

@@ -1,4 +1,4 @@
-"""analysis.numbers.attribution, its renderer and forest plot on synthetic runs with planted effects
+"""analysis.attribution, its renderer and forest plot on synthetic runs with planted effects
 (fixed RNG). The gap decomposition's verdicts and share: tests/unit/test_gap.py."""
 
 import numpy as np

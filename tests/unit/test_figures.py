@@ -1,4 +1,4 @@
-"""analysis.figures.study_figures and analysis.figures.forest on fake Orbax runs: every figure is
+"""analysis.figures on fake Orbax runs: every figure is
 written as a readable PDF and 300-dpi PNG at its printed size (one column 3.3 in, two columns 6.9
 in), shows the seeds, names arms by their short labels, has legends only for what it draws (inside
 the figure), and plots training from per-step records (the gap and forest figures:

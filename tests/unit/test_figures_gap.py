@@ -1,6 +1,6 @@
-"""analysis.figures.forest on a planted digits attribution: the gap figure draws the gap as the
-sum of its parts with the margin and the noise floors; the forest draws the decomposition and no
-unqualified platform term."""
+"""The forest plots (analysis/figures.py) on a planted digits attribution: the gap figure draws the
+gap as the sum of its parts with the margin and the noise floors; the forest draws the
+decomposition and no unqualified platform term."""
 
 import dataclasses
 

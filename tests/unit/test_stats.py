@@ -1,4 +1,4 @@
-"""analysis.numbers.stats on planted numbers: verdicts (different, equivalent, inconclusive, Holm),
+"""analysis.stats on planted numbers: verdicts (different, equivalent, inconclusive, Holm),
 every statistic against scipy and statsmodels, interval coverage, pairing, the rank tests and
 power (no training)."""
 

@@ -1,4 +1,4 @@
-"""analysis.inputs.results and the report of analysis.analyse on fake Orbax run folders and CSVs:
+"""analysis.inputs and the report of analysis.analyse on fake Orbax run folders and CSVs:
 replicates, failed and running runs, non-finite metrics, the report's order, the CLI's formats and
 one-line errors (no training)."""
 
