@@ -1,42 +1,381 @@
 """A study's whole analysis in one command: the report (the answer first), its tables, the
 attribution and the figures, from one or more roots of runs (local and gs://, mixed) or a CSV.
 
-  python -m analysis.analyse --runs runs/study --out runs/study   # what sweeps.run_study runs
-  python -m analysis.analyse --runs gs://bucket/gpu runs/cpu --out out   # two platforms' roots
+  python -m analysis.analyse --runs runs/study --out runs/study
   python -m analysis.analyse --csv results/digits_h100_cpu.csv \
     --study results/digits_h100_cpu.study.json
-  python -m analysis.analyse --csv published.csv --group-by platform --metric accuracy
 
-The tests are the study's declared contrasts (the root's study.json, or --study; every pair of arms
-with --all-pairs or without a declaration). Without --out the report is printed (--format md,
-latex: its booktabs tables, csv: its tables); with --out DIR it is printed and every file and
-figure analysis/catalogue.py lists for this command is written into DIR (figures into DIR/figures),
-at once and under a lock (analysis/output.py). What each file holds: docs/statistics.md "Report
-and figures"; bad input and failed writes: docs/statistics.md and analysis/cli.py.
+The analysis is one typed result (study_analysis -> Analysis); this module also holds what the
+analysis commands share (their flags, one-line errors, progress). It imports the statistics only
+inside the functions that run them, so that --help and a bad flag answer at once. Every file goes
+through runrecord/files.py. Reference: docs/statistics.md "Commands", "Report and figures".
 """
 
+import argparse
+import contextlib
 import dataclasses
 import os
 import re
 import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Optional
 
-from analysis import arguments, attribute, catalogue, cli, output
-from analysis.inputs import csv_input, declaration, declaration_values, results, run_predictions
-from analysis.numbers import answer
-from analysis.words import report
+from analysis import declaration
+from runrecord import files, record
 
-COMMAND = catalogue.ANALYSE  # how its progress lines name it
+if TYPE_CHECKING:
+  import pandas as pd
+
+  from analysis.agreement import Agreement
+  from analysis.attribution import Attribution
+  from analysis.inputs import Software
+  from analysis.stats import NoiseFloor, Scope
+
+COMMAND = 'analysis.analyse'
+RUNS_HELP = 'one or more roots holding the runs (local or gs://, mixed)'
+# Every file analysis.analyse may write into --out (figures/NAME.pdf and .png besides).
+FILES = (
+  'report.md',
+  'report.tex',
+  'report_arms.csv',
+  'report_pairs.csv',
+  'report_contrasts.csv',
+  'report_replicates.csv',
+  'report_excluded.csv',
+  'report_decomposition.csv',
+  'report_agreement.csv',
+  'report_calibration.csv',
+  'report_train_loss.csv',
+  'report_per_class.csv',
+  'report_variance.csv',
+  'attribution.csv',
+  'attribution.md',
+  'attribution_gap.csv',
+  'attribution_decomposition.csv',
+)
+FIGURES = ('accuracy_by_arm', 'contrasts', 'gap_decomposition', 'training_curves', 'churn_ladder')
+
+
+def fail(message, code=2):
+  """Each line of `message` as 'error: LINE' on stderr, then exit `code` (2: bad input)."""
+  for line in str(message).splitlines() or ['']:
+    print(f'error: {line}', file=sys.stderr)
+  sys.exit(code)
+
+
+class Parser(argparse.ArgumentParser):
+  """argparse whose errors are one `error: ...` line (exit 2), not its usage block."""
+
+  def error(self, message):
+    fail(f'{message}; see --help')
+
+
+def number_flag(problem_of):
+  """An argparse type: the number in the text (else the text), refused with problem_of's line."""
+
+  def parse(text):
+    try:
+      value = float(text)
+    except ValueError:
+      value = text
+    problem = problem_of(value)
+    if problem:
+      raise argparse.ArgumentTypeError(problem)
+    return value
+
+  return parse
+
+
+def factor_problem(value):
+  """Why `value` is not a --scale factor: a finite number above 0."""
+  if isinstance(value, float) and value == value and 0 < value < float('inf'):
+    return None
+  return (
+    f'{value!r} is not a factor; give a positive number, e.g. 100 (fractions to percent) or 1 '
+    '(already in percent)'
+  )
+
+
+margin_flag = number_flag(declaration.margin_problem)
+share_flag = number_flag(declaration.share_problem)
+scale_flag = number_flag(factor_problem)
+
+
+def add_runs_argument(parser, required=False):
+  parser.add_argument('--runs', nargs='+', required=required, metavar='ROOT', help=RUNS_HELP)
+
+
+def add_study_argument(parser):
+  parser.add_argument(
+    '--study',
+    default=None,
+    help="the study's declaration: a study.json, or a config file with "
+    'get_study() (default: the study.json in the roots)',
+  )
+
+
+def add_compare_argument(parser):
+  parser.add_argument(
+    '--compare',
+    nargs='+',
+    default=None,
+    metavar='A:B',
+    help='platform pairs whose gap A − B is decomposed, the first the question '
+    '(default: the declared compare, else every pair, tpu before gpu before '
+    'cpu); overriding the declared pairs makes the analysis exploratory',
+  )
+
+
+def locale_proof():
+  """Let stdout and stderr print '±' under any locale (as an escape where it cannot)."""
+  for stream in (sys.stdout, sys.stderr):
+    if hasattr(stream, 'reconfigure'):
+      stream.reconfigure(errors='backslashreplace')
+
+
+@contextlib.contextmanager
+def stage(command, what, quiet_s=2.0, every_s=10.0):
+  """Progress on stderr for a stage that lasts over `quiet_s`: 'COMMAND: WHAT...'."""
+  start, done, shown = time.time(), threading.Event(), []
+
+  def beat():
+    if done.wait(quiet_s):
+      return
+    shown.append(True)
+    print(f'{command}: {what}...', file=sys.stderr, flush=True)
+    while not done.wait(every_s):
+      print(f'{command}: {what}: {time.time() - start:.0f} s', file=sys.stderr, flush=True)
+
+  thread = threading.Thread(target=beat, daemon=True)
+  thread.start()
+  try:
+    yield
+  finally:
+    done.set()
+    thread.join()
+  if shown:
+    print(f'{command}: {what}: done in {time.time() - start:.1f} s', file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def destination(target, command, may_write, **kwargs):
+  """runrecord.files.Destination of `target`, held while inside (None without a target)."""
+  dest = None
+  try:
+    if target:
+      dest = files.Destination(target, command=command, may_write=may_write, **kwargs).__enter__()
+    yield dest
+  except files.WriteFailed as e:
+    fail(e, code=1)
+  except ValueError as e:
+    fail(e)
+  finally:
+    if dest is not None:
+      dest.__exit__(None, None, None)
+
+
+def write_csv(tables, folder, skip_empty=(), notes=None):
+  """Each DataFrame of {file name: table} as FOLDER/NAME (None, or a table without columns)."""
+  paths = []
+  for name, table in tables.items():
+    if table is not None and len(table.columns) == 0 and name in (notes or {}):
+      print(f'note: {name} not written: {notes[name]}', file=sys.stderr)
+    if table is None or len(table.columns) == 0 or (table.empty and name in skip_empty):
+      continue
+    paths.append(os.path.join(folder, name))
+    table.to_csv(paths[-1], index=False, encoding='utf-8')
+  return paths
+
+
+def write_text(folder, name, text):
+  path = os.path.join(folder, name)
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write(text)
+  return path
+
+
+@dataclasses.dataclass(frozen=True)
+class Analysis:
+  """A study's whole analysis: stats.Stats's fields (its runs, arms, pairs, ...), its `declared`
+  declaration and `source`, the declared `contrasts` and `arm_info` (stats.arm_levels; None
+  undeclared), `noise` floors, `attribution`, `software`, `agreement`, `scope`, and for an
+  exploratory analysis the `confirmatory` one (the declared seeds at the declared margin)."""
+
+  runs: 'pd.DataFrame'
+  units: 'pd.DataFrame'
+  replicates: 'pd.DataFrame'
+  excluded: 'pd.DataFrame'
+  seeded: bool
+  group_by: Sequence[str]
+  metric: str
+  scale: float
+  pairing: list[str]
+  lattice: Optional[float]
+  arms: 'pd.DataFrame'
+  pairs: 'pd.DataFrame'
+  small: 'pd.DataFrame'
+  margin: float
+  margin_reason: str
+  unit: str
+  declared: dict[str, Any] = dataclasses.field(default_factory=dict)
+  source: str = ''
+  contrasts: Optional['pd.DataFrame'] = None
+  arm_info: Optional['pd.DataFrame'] = None
+  noise: dict[str, 'NoiseFloor'] = dataclasses.field(default_factory=dict)
+  attribution: Optional['Attribution'] = None
+  software: Optional['Software'] = None
+  agreement: Optional['Agreement'] = None
+  scope: Optional['Scope'] = None
+  confirmatory: Optional['Analysis'] = None
+
+
+def study_analysis(
+  frame: 'pd.DataFrame',
+  declared: Optional[dict[str, Any]] = None,
+  group_by: Sequence[str] = (),
+  metric: str = record.DEFAULT_METRIC,
+  margin: Optional[float] = None,
+  margin_reason: Optional[str] = None,
+  seed_col: Optional[str] = None,
+  scale: Optional[float] = None,
+  all_pairs: bool = False,
+  source: str = '',
+  read_predictions: Optional[Callable[['pd.DataFrame'], list[Any]]] = None,
+  compare: Optional[Sequence[Sequence[str]]] = None,
+) -> Analysis:
+  """The whole analysis of a study's runs table (inputs.load_study's or inputs.read_csv's)."""
+  import pandas as pd  # noqa: F811 (the statistics load when an analysis runs, not for --help)
+
+  from analysis import agreement, attribution, inputs, stats
+
+  declared = declared or {}
+  margin, why = stats.margin_choice(
+    margin, margin_reason, declared.get('margin'), declared.get('margin_reason')
+  )
+  declares = bool(declared.get('factors') and declared.get('reference'))
+  if compare:
+    attribution.check_compare(frame, compare, declares)
+  numbers = stats.arms_and_pairs(
+    frame, group_by, metric, margin, why, seed_col, scale, all_pairs=all_pairs or not declares
+  )
+  out = Analysis(
+    **stats.fields_of(numbers),
+    declared=declared,
+    source=source,
+    software=inputs.software(numbers.runs),
+  )
+  if declares:
+    out = dataclasses.replace(out, arm_info=stats.arm_levels(out, declared))
+    out = dataclasses.replace(
+      out,
+      contrasts=stats.contrast_table(out, declared),
+      noise=stats.noise_floors(
+        out.runs,
+        declared.get('noise_arm') or {},
+        declared.get('noise_of') or declared.get('reference') or {},
+        out.unit,
+        list(stats.factor_columns(out.runs, declared).values()),
+      ),
+      attribution=attribution.declared_attribution(
+        frame, declared, out.metric, seed_col, margin, why, source, compare
+      ),
+    )
+  # The run folders' saved predictions, read by `read_predictions`; a CSV's rows have none.
+  labels = stats.arm_short_labels(out)
+  out = dataclasses.replace(
+    out, agreement=agreement.from_analysis(out, labels, read=read_predictions)
+  )
+  sc = stats.scope(out, declared, compare)
+  out = dataclasses.replace(out, scope=sc)
+  if sc.confirmatory is False and sc.declared_seeds_present:
+    seeds = pd.to_numeric(frame[seed_col or 'seed'], errors='coerce')
+    confirmatory = study_analysis(
+      frame[seeds.isin(sc.declared_seeds)],
+      declared,
+      group_by,
+      metric,
+      declared.get('margin'),
+      None,
+      seed_col,
+      scale,
+      all_pairs,
+      source,
+    )
+    out = dataclasses.replace(out, confirmatory=confirmatory)
+  return out
 
 
 def parse_args(argv):
-  """The command line (analysis/arguments.py: parsed there before this module's imports when run
-  as `python -m analysis.analyse`)."""
-  return arguments.analyse(argv)
+  p = Parser(
+    prog='python -m analysis.analyse',
+    description="A study's whole analysis in one command: the report (the answer "
+    'first), its tables, the attribution and the figures, from one or more roots of '
+    'runs (local and gs://, mixed) or a CSV.',
+  )
+  src = p.add_mutually_exclusive_group(required=True)
+  add_runs_argument(src)
+  src.add_argument('--csv', help='a CSV of results, one row per run (analysis.export writes one)')
+  add_study_argument(p)
+  add_compare_argument(p)
+  p.add_argument(
+    '--all-pairs',
+    action='store_true',
+    help='also test every pair of arms (Holm over all pairs, apart from the declared family)',
+  )
+  p.add_argument(
+    '--group-by',
+    nargs='+',
+    default=[],
+    help='columns defining an arm, e.g. platform compute_dtype or any config.* field '
+    '(default: platform, device kind, every requested numerics field and every '
+    'config field that differs between the runs; runrecord.rules.arm_columns)',
+  )
+  p.add_argument(
+    '--metric',
+    default=record.DEFAULT_METRIC,
+    help=f'the column compared between arms (default {record.DEFAULT_METRIC}; a CSV: '
+    'any numeric column; accuracies in [0, 1] are reported in percent)',
+  )
+  p.add_argument(
+    '--margin',
+    type=margin_flag,
+    default=None,
+    help=f'equivalence margin, pp (default: the declared one, else {declaration.DEFAULT_MARGIN:g})',
+  )
+  p.add_argument('--margin-reason', default=None, help='why --margin (printed with it)')
+  p.add_argument(
+    '--seed-col',
+    default=None,
+    help="column holding each run's seed (default 'seed' when present; without one "
+    'every row is its own run, unpaired)',
+  )
+  p.add_argument(
+    '--scale',
+    type=scale_flag,
+    default=None,
+    help='multiply the metric by this (default: 100 for accuracies in [0, 1])',
+  )
+  p.add_argument(
+    '--format',
+    choices=('md', 'latex', 'csv'),
+    default='md',
+    help='what is printed (with --out every format is written)',
+  )
+  p.add_argument(
+    '--out',
+    help='folder for the report, its tables, the attribution and figures/: '
+    + ', '.join(FILES)
+    + '; figures/'
+    + ', figures/'.join(FIGURES)
+    + ' (.pdf and .png)',
+  )
+  return p.parse_args(argv)
 
 
 def named_columns(args, declared):
-  """The columns the command line and the declaration name (--group-by, the declared factors and
-  the factors of its reference, noise and native arms): read from a CSV whatever their kind."""
+  """The columns the command line and the declaration name: read from a CSV whatever their kind."""
   names = list(args.group_by) + list(declared.get('factors') or [])
   for key in ('reference', 'noise_arm', 'native'):
     arm = declared.get(key) or {}
@@ -46,10 +385,12 @@ def named_columns(args, declared):
 
 def load(args):
   """(runs table, histories, declaration, source) of the command line."""
+  from analysis import inputs
+
   if args.runs:
-    return (*results.load_study(args.runs, args.study), ' '.join(args.runs))
+    return (*inputs.load_study(args.runs, args.study), ' '.join(args.runs))
   declared = declaration.load(args.study) if args.study else {}
-  frame = csv_input.read_csv(
+  frame = inputs.read_csv(
     args.csv, args.metric, args.seed_col, named_columns(args, declared), scale=args.scale
   )
   declaration.check_levels(declared, frame, args.study)
@@ -57,58 +398,81 @@ def load(args):
 
 
 def label_prefix(source):
-  """The name the LaTeX labels of a study carry: its CSV's stem, or its roots' last folders
-  ('digits_h100_cpu', 'h100-cpu'), in letters, digits and '-' only."""
+  """The name a study's LaTeX labels carry: its CSV's stem or its roots' last folders."""
   names = [os.path.splitext(os.path.basename(s.rstrip('/')))[0] for s in source.split()]
   return re.sub(r'[^A-Za-z0-9]+', '-', '-'.join(names)).strip('-') or 'study'
 
 
 def render(out, fmt):
-  """report.render, the LaTeX labels made the study's own (tab:NAME -> tab:PREFIX-NAME, label_prefix
-  of the source): two studies' report.tex \\input into one paper repeat no \\label."""
+  """report.render, the LaTeX labels made the study's own (tab:NAME -> tab:PREFIX-NAME)."""
+  from analysis import report
+
   text = report.render(out, fmt)
   if fmt != 'latex':
     return text
   return text.replace(r'\label{tab:', rf'\label{{tab:{label_prefix(out.source)}-')
 
 
-def given(out, hist, rendered=None):
-  """What the writers of analysis/catalogue.py read from the analysis `out`: its result, the
-  attribution's tables, the histories, the runs' steps (read from their folders) and the report
-  in Markdown and LaTeX (`rendered`: {format: text} already rendered, not rendered again)."""
+def tables(out):
+  """{file name: table} of the analysis's CSV files (None: not written)."""
+  from analysis import attribute
+
+  ag, att = out.agreement, attribute.tables(out.attribution)
+  return {
+    'report_arms.csv': out.arms,
+    'report_pairs.csv': out.pairs,
+    'report_contrasts.csv': out.contrasts,
+    'report_replicates.csv': out.replicates,
+    'report_excluded.csv': out.excluded,
+    'report_decomposition.csv': att['attribution_decomposition.csv'],
+    'report_agreement.csv': ag.table if ag else None,
+    'report_calibration.csv': ag.calibration if ag else None,
+    'report_train_loss.csv': ag.train_loss if ag else None,
+    'report_per_class.csv': ag.per_class if ag else None,
+    'report_variance.csv': ag.variance if ag else None,
+    **att,
+  }
+
+
+# Not written when they have no rows.
+SKIP_EMPTY = {'report_calibration.csv', 'report_train_loss.csv', 'report_per_class.csv'}
+SKIP_EMPTY |= {'report_variance.csv'}
+NOTES = {
+  'report_pairs.csv': 'no pairs tested (declared contrasts only; --all-pairs tests every pair)'
+}
+
+
+def write(out, hist, folder, rendered=None):
+  """Every file of the analysis `out` and its figures (FIGURES, into folder/figures); the paths."""
+  from analysis import figures, inputs, report
+
   rendered = rendered or {}
-
-  def text(fmt):
-    return rendered[fmt] if fmt in rendered else render(out, fmt)
-
-  parts = attribute.given(out.attribution, out) if out.attribution else catalogue.Given(result=out)
-  return dataclasses.replace(
-    parts,
-    histories=hist,
-    steps=results.steps_frame(out.runs['run']),
-    report_md=text('md'),
-    report_tex=text('latex'),
-  )
+  paths = [
+    write_text(folder, f'report.{e}', rendered.get(f) or render(out, f))
+    for f, e in (('md', 'md'), ('latex', 'tex'))
+  ]
+  paths += write_csv(tables(out), folder, SKIP_EMPTY, NOTES)
+  if out.attribution:
+    paths.append(write_text(folder, 'attribution.md', report.attribution_report(out.attribution)))
+  os.makedirs(os.path.join(folder, 'figures'))
+  steps = inputs.steps_frame(out.runs['run'])
+  return paths + figures.study_figures(out, hist, steps, os.path.join(folder, 'figures'))
 
 
-def write(out, hist, out_dir, rendered=None):
-  """Every file and figure analysis/catalogue.py lists for analysis.analyse, into out_dir; returns
-  their paths."""
-  return catalogue.write(catalogue.ANALYSE, given(out, hist, rendered), out_dir)
+def may_write():
+  """The names analysis.analyse may write into --out (runrecord.files.Destination's `may_write`)."""
+  return list(FILES) + [f'figures/{n}.{e}' for n in FIGURES for e in ('pdf', 'png')]
 
 
 def print_csv_tables(out):
-  """`--format csv`: each CSV table of the report (catalogue.csv_tables), '# NAME' then its rows."""
-  parts = attribute.given(out.attribution, out) if out.attribution else catalogue.Given(result=out)
-  for name, table in catalogue.csv_tables(catalogue.ANALYSE, parts).items():
-    sys.stdout.write(f'# {name}\n{table.to_csv(index=False)}\n')
+  """`--format csv`: each CSV table of the report, '# NAME' then its rows."""
+  for name, table in tables(out).items():
+    if table is not None and len(table.columns):
+      sys.stdout.write(f'# {name[:-4].removeprefix("report_")}\n{table.to_csv(index=False)}\n')
 
 
 def publish(out, hist, fmt='md', out_dir=None, dest=None):
-  """Warn of arms with n < 2, print the report in `fmt` and, with out_dir, write every file into
-  it (write), all at once and under its lock (analysis/output.py; `dest`: its Destination, already
-  held); returns the paths written. output.Busy / output.WriteFailed (ValueErrors, one line) when
-  another command holds out_dir or a write fails: the previous report is then whole."""
+  """Warn of arms with n < 2, print the report in `fmt` and, with `out_dir`."""
   for arm in out.small['arm']:
     print(
       f'warning: arm {arm!r} has n < 2 completed runs: reported, its tests skipped', file=sys.stderr
@@ -122,52 +486,35 @@ def publish(out, hist, fmt='md', out_dir=None, dest=None):
   if not out_dir:
     return []
   if dest is None:
-    with output.Destination(out_dir) as held:
+    with files.Destination(out_dir, command=COMMAND, may_write=may_write()) as held:
       return held.write(lambda folder: write(out, hist, folder, rendered))
   return dest.write(lambda folder: write(out, hist, folder, rendered))
 
 
-def analysis_and_histories(args):
-  """(analysis.numbers.answer.study_analysis's Analysis, the histories) of the command line;
-  each stage that lasts over 2 s says so on stderr (cli.stage)."""
-  with cli.stage(COMMAND, f'reading {" ".join(args.runs) if args.runs else args.csv}'):
-    frame, hist, declared, source = load(args)
-  with cli.stage(
-    COMMAND,
-    f'{len(frame)} runs: testing the contrasts, the gap decomposition, the '
-    'attribution and the agreement',
-  ):
-    out = answer.study_analysis(
-      frame,
-      declared,
-      args.group_by,
-      args.metric,
-      args.margin,
-      args.margin_reason,
-      args.seed_col,
-      args.scale,
-      args.all_pairs,
-      source,
-      read_predictions=run_predictions.read_runs if args.runs else None,
-      compare=declaration_values.parse_compare(args.compare),
-    )
-  return out, hist
-
-
 def main(argv=None):
-  cli.locale_proof()
+  locale_proof()
   args = parse_args(argv)
-  try:
-    cli.check_out_folder(args.out)
-  except ValueError as e:
-    cli.fail(e)
-  with cli.destination(args.out) as dest:  # --out locked before any compute, written at once
-    out, hist = analysis_and_histories(args)
-    with cli.stage(
-      COMMAND,
-      'the report'
-      + (f', its tables, the attribution and the figures into {args.out}' if args.out else ''),
-    ):
+  with destination(args.out, COMMAND, may_write()) as dest:  # refused before any compute
+    from analysis import inputs
+
+    with stage(COMMAND, f'reading {" ".join(args.runs) if args.runs else args.csv}'):
+      frame, hist, declared, source = load(args)
+    with stage(COMMAND, f'{len(frame)} runs: the contrasts, the gap, the attribution, agreement'):
+      out = study_analysis(
+        frame,
+        declared,
+        args.group_by,
+        args.metric,
+        args.margin,
+        args.margin_reason,
+        args.seed_col,
+        args.scale,
+        args.all_pairs,
+        source,
+        read_predictions=inputs.read_predictions if args.runs else None,
+        compare=declaration.parse_compare(args.compare),
+      )
+    with stage(COMMAND, 'the report' + (f' and its files into {args.out}' if args.out else '')):
       written = publish(out, hist, args.format, args.out, dest)
   for path in written:
     print(f'wrote {path}', file=sys.stderr)

@@ -1,54 +1,105 @@
-"""Which numerical setting explains a difference in a metric, as a command: analysis.numbers.
-attribution's factor effects and platform gap decomposition, printed in words and written as
+"""Which numerical setting explains a difference in a metric, as a command: the factor effects and
+each platform pair's gap decomposition (analysis/attribution.py), printed in words and written as
 tables and figures.
 
   python -m analysis.attribute --runs=/tmp/study --factors platform profile --margin 0.3 \
       --noise-arm profile=noise --out /tmp/study
   python -m analysis.attribute --csv=published.csv --factors platform compute_dtype --metric acc
 
-With --out DIR: attribution.csv (exact columns), attribution.md, and with a platform gap
-attribution_gap.csv and attribution_decomposition.csv (one row per platform pair, --compare A:B ...;
-default every pair, tpu − gpu first); the forest plot and the gap figure
-(analysis/figures/forest.py), written at once under a lock on --out (analysis/output.py). Bad
-input: one `error: ...` line, exit code 2, nothing written.
-Reference: docs/statistics.md "Commands".
+Reference: docs/statistics.md "Commands", "Attribution".
 """
 
-from analysis import arguments, catalogue, cli
-from analysis.inputs import csv_input, declaration_values, results
-from analysis.numbers import attribution, effects, gap_verdict
-from analysis.words import attribution_text
+from analysis import analyse, declaration
+from runrecord import record
 
-
-def given(att, result=None):
-  """What the writers of analysis/catalogue.py read from the attribution `att` (and the study's
-  analysis `result`, analysis.analyse's): the attribution, its text and its CSV tables (the
-  terms' exact columns; one row per platform pair's decomposition, where there is one)."""
-  flat = gap_verdict.flat(att.decomposition) if att.decomposition else None
-  return catalogue.Given(
-    result=result,
-    attribution=att,
-    attribution_md=attribution_text.render(att),
-    attribution_terms=att.terms[effects.CSV_COLUMNS],
-    decomposition=flat,
-  )
-
-
-def write(att, out_dir, only=None):
-  """Every file and figure analysis/catalogue.py lists for analysis.attribute (`only`: those
-  names), into out_dir; returns their paths."""
-  return catalogue.write(catalogue.ATTRIBUTE, given(att), out_dir, only)
-
-
-def write_tables(att, out_dir):
-  """write's tables without its figures."""
-  return write(att, out_dir, only={f.name for f in catalogue.files(catalogue.ATTRIBUTE)})
+COMMAND = 'analysis.attribute'
+FILES = (
+  'attribution.csv',
+  'attribution.md',
+  'attribution_gap.csv',
+  'attribution_decomposition.csv',
+)
+FIGURES = ('gap_decomposition', 'attribution_forest')
 
 
 def parse_args(argv):
-  """The command line (analysis/arguments.py: parsed there before this module's imports when run
-  as `python -m analysis.attribute`)."""
-  return arguments.attribute(argv)
+  p = analyse.Parser(
+    prog='python -m analysis.attribute',
+    description='Which numerical setting explains a difference in a metric, as a '
+    "command: analysis.attribution's factor effects and platform gap "
+    'decomposition, printed in words and written as tables and figures.',
+  )
+  src = p.add_mutually_exclusive_group(required=True)
+  analyse.add_runs_argument(src)
+  src.add_argument('--csv', help='a CSV of results, one row per run')
+  p.add_argument(
+    '--metric',
+    default=record.DEFAULT_METRIC,
+    help=f'the column whose differences are attributed (default '
+    f'{record.DEFAULT_METRIC}; accuracies in [0, 1] are reported in percent)',
+  )
+  p.add_argument('--factors', nargs='+', required=True, help='factor columns (platform included)')
+  p.add_argument(
+    '--seed-col',
+    default='seed',
+    help="column holding each run's seed: runs of one seed are paired and the seed "
+    "is a random effect (default 'seed')",
+  )
+  p.add_argument('--reference', nargs='+', default=[], help='factor=level: reference levels')
+  p.add_argument('--interactions', nargs='+', default=[], help='A:B interactions to add')
+  p.add_argument(
+    '--margin',
+    type=analyse.margin_flag,
+    default=None,
+    help='equivalence margin (pp for accuracies)',
+  )
+  p.add_argument('--noise-arm', nargs='+', default=[], help='factor=level: the noise-control arm')
+  p.add_argument(
+    '--noise-of',
+    nargs='+',
+    default=[],
+    help='factor=level: the arm the noise arm perturbs (default: the reference arm)',
+  )
+  p.add_argument(
+    '--min-share',
+    type=analyse.share_flag,
+    default=None,
+    help='share of the gap the numerics part must reach (lower 95%% bound) for '
+    f'"explained by numerics" (default {declaration.MIN_SHARE:g})',
+  )
+  p.add_argument('--native', nargs='+', default=[], help='factor=level of the native arm')
+  p.add_argument(
+    '--platform-profile',
+    nargs='+',
+    default=[],
+    help='platform=level: the profile emulating each platform, e.g. gpu=jax_gpu_default',
+  )
+  analyse.add_compare_argument(p)
+  p.add_argument(
+    '--out', help=f'folder for {", ".join(FILES)}; {", ".join(FIGURES)} (.pdf and .png)'
+  )
+  return p.parse_args(argv)
+
+
+def tables(att):
+  """{file name: table} of the attribution `att`'s CSV files (None: not written)."""
+  from analysis import attribution
+
+  flat = attribution.flat(att.decomposition) if att and att.decomposition else None
+  return {
+    'attribution.csv': att.terms[attribution.CSV_COLUMNS] if att else None,
+    'attribution_gap.csv': att.gap if att else None,
+    'attribution_decomposition.csv': flat,
+  }
+
+
+def write(att, folder):
+  """The attribution's files and figures into `folder`; the paths."""
+  from analysis import figures, report
+
+  paths = analyse.write_csv(tables(att), folder)
+  paths.append(analyse.write_text(folder, 'attribution.md', report.attribution_report(att)))
+  return paths + figures.attribution_figures(att, folder)
 
 
 def named_columns(args):
@@ -57,18 +108,20 @@ def named_columns(args):
   return args.factors + [str(a).split('=')[0] for a in arms]
 
 
+def may_write():
+  return list(FILES) + [f'{n}.{e}' for n in FIGURES for e in ('pdf', 'png')]
+
+
 def main(argv=None):
-  cli.locale_proof()
+  analyse.locale_proof()
   args = parse_args(argv)
-  try:
-    cli.check_out_folder(args.out)
-  except ValueError as e:
-    cli.fail(e)
-  with cli.destination(args.out) as dest:  # locked, written at once (analysis/output.py)
+  with analyse.destination(args.out, COMMAND, may_write()) as dest:  # refused before any compute
+    from analysis import attribution, inputs, report
+
     frame = (
-      results.load_runs(args.runs)
+      inputs.load_runs(args.runs)
       if args.runs
-      else csv_input.read_csv(args.csv, args.metric, args.seed_col, named_columns(args), True)
+      else inputs.read_csv(args.csv, args.metric, args.seed_col, named_columns(args), True)
     )
     out = attribution.factor_attribution(
       frame,
@@ -84,10 +137,10 @@ def main(argv=None):
       ' '.join(args.runs or [args.csv]),
       noise_of=args.noise_of,
       min_share=args.min_share,
-      compare=declaration_values.parse_compare(args.compare),
+      compare=declaration.parse_compare(args.compare),
       compare_flag='--compare',
     )
-    print(attribution_text.render(out))
+    print(report.attribution_report(out))
     written = dest.write(lambda folder: write(out, folder)) if dest else []
   for path in written:
     print(f'wrote {path}')

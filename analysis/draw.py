@@ -1,48 +1,65 @@
-"""The study's figures as a command: those analysis/catalogue.py lists for analysis.draw (what
-each shows is said there), the same figures analysis.analyse draws into its figures/.
+"""The study's figures as a command, the same figures analysis.analyse draws into its figures/
+(what each shows: docs/statistics.md "Report and figures").
 
   python -m analysis.draw --runs ROOT [ROOT ...] --out FIGURES [--study FILE] [--margin 0.5]
-
-Bad input: one `error: ...` line, exit code 2, nothing drawn. The figures are drawn into a staging
-folder and moved into place at once, under a lock on --out (analysis/output.py).
-Reference: docs/statistics.md "Commands".
 """
 
-from analysis import arguments, catalogue, cli
-from analysis.inputs import results, run_predictions
-from analysis.numbers import answer
+from analysis import analyse
+from runrecord import record
+
+COMMAND = 'analysis.draw'
 
 
 def parse_args(argv):
-  """The command line (analysis/arguments.py: parsed there before this module's imports when run
-  as `python -m analysis.draw`)."""
-  return arguments.draw(argv)
-
-
-def figures(out, hist, folder, steps=None):
-  """Every figure of the study's analysis `out` (analysis.numbers.result.Analysis) that its data
-  allow, into `folder`; returns the paths. `hist`: its runs' histories; `steps`: their per-step
-  table (analysis.inputs.results.load_steps'; None: read from the analysed runs' folders)."""
-  if steps is None:
-    steps = results.steps_frame(out.runs['run'])
-  given = catalogue.Given(result=out, attribution=out.attribution, histories=hist, steps=steps)
-  return catalogue.write(catalogue.DRAW, given, folder)
+  p = analyse.Parser(
+    prog='python -m analysis.draw',
+    description="The study's figures as a command (docs/statistics.md says what each shows).",
+  )
+  analyse.add_runs_argument(p, required=True)
+  p.add_argument(
+    '--out', required=True, help=f'folder for {", ".join(analyse.FIGURES)} (.pdf and .png)'
+  )
+  analyse.add_study_argument(p)
+  p.add_argument(
+    '--group-by',
+    nargs='+',
+    default=[],
+    help='columns defining an arm (default: platform, device kind, every requested '
+    'numerics field and every config field that differs between the runs)',
+  )
+  p.add_argument(
+    '--metric',
+    default=record.DEFAULT_METRIC,
+    help=f'the final metric per arm (default {record.DEFAULT_METRIC})',
+  )
+  p.add_argument(
+    '--margin',
+    type=analyse.margin_flag,
+    default=None,
+    help='equivalence margin, pp (default: the declared one)',
+  )
+  p.add_argument('--margin-reason', default=None, help='why this margin')
+  return p.parse_args(argv)
 
 
 def main(argv=None):
   args = parse_args(argv)
-  with cli.destination(args.out) as dest:  # locked, drawn at once (analysis/output.py)
-    runs, hist, declared = results.load_study(args.runs, args.study)
-    out = answer.study_analysis(
+  may_write = [f'{n}.{e}' for n in analyse.FIGURES for e in ('pdf', 'png')]
+  with analyse.destination(args.out, COMMAND, may_write) as dest:  # refused before any compute
+    from analysis import figures, inputs
+
+    runs, hist, declared = inputs.load_study(args.runs, args.study)
+    out = analyse.study_analysis(
       runs,
       declared,
       args.group_by,
       args.metric,
       args.margin,
       args.margin_reason,
-      read_predictions=run_predictions.read_runs,
+      read_predictions=inputs.read_predictions,
     )
-    written = dest.write(lambda folder: figures(out, hist, folder))
+    steps = inputs.steps_frame(out.runs['run'])
+    written = dest.write(lambda folder: figures.study_figures(out, hist, steps, folder))
   for path in written:
     print(path)
 

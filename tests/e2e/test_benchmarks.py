@@ -248,10 +248,9 @@ def test_bench_analysis_times_after_every_import_of_the_tools(subprocess_env):
   tools use are loaded before run_tool is called (answer and report were imported inside it)."""
   code = (
     'import sys; from benchmarks import bench_analysis; '
-    "bench_analysis.run_tool = lambda tool, path: ' '.join(m for m in ('analysis.numbers.answer', "
-    "'analysis.words.report', 'analysis.numbers.stats', 'analysis.numbers.attribution', "
-    "'analysis.numbers.contrasts', "
-    "'analysis.inputs.declaration', 'analysis.words.summary') if m not in sys.modules) or 'none'; "
+    "bench_analysis.run_tool = lambda tool, path: ' '.join(m for m in ('analysis.analyse', "
+    "'analysis.report', 'analysis.stats', 'analysis.attribution', 'analysis.agreement', "
+    "'analysis.declaration', 'analysis.inputs') if m not in sys.modules) or 'none'; "
     "bench_analysis.measure('stats', 'unread.csv')"
   )
   out = subprocess.run(

@@ -6,7 +6,7 @@ import json
 import numpy as np
 from etils import epath
 
-from analysis.figures import style
+from analysis import figures
 from experiments import numerics_probe
 from trainer import writers
 
@@ -25,7 +25,7 @@ def test_probe_legend_covers_no_line(monkeypatch, tmp_path):
   """Before: the legend sat inside the matmul axes, over a line."""
 
   saved = []
-  monkeypatch.setattr(style, 'save', lambda fig, out, name: saved.append(fig) or [])
+  monkeypatch.setattr(figures, 'save', lambda fig, out, name: saved.append(fig) or [])
   settings = ['default', 'emu:bf16', 'fast:bf16', 'emu:tf32', 'high']
   result = {
     'settings': settings,

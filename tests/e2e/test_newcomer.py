@@ -3,6 +3,7 @@ the committed HEAD (reusing this venv, with the package index switched off: noth
 downloaded), the sweep's cost before it runs (--estimate), and a report whose title says what it
 compares."""
 
+import dataclasses
 import itertools
 import os
 import re
@@ -15,9 +16,7 @@ import pandas as pd
 import pytest
 from conftest import ROOT
 
-from analysis import attribute
-from analysis.numbers import answer, attribution, effects
-from analysis.words import report
+from analysis import analyse, attribute, attribution, report
 from runrecord import record
 from sweeps import estimate, sweep
 
@@ -89,8 +88,8 @@ def test_report_title_says_what_is_compared_and_setup_names_what_differs():
     for e in ('tpu_default', 'f32')
     for s in range(4)
   ]
-  out = answer.study_analysis(pd.DataFrame(rows), margin=0.5)
-  out.source = '/home/me/runs'
+  out = analyse.study_analysis(pd.DataFrame(rows), margin=0.5)
+  out = dataclasses.replace(out, source='/home/me/runs')
   text = report.render(out, 'md')
   assert text.splitlines()[0] == '# Final test accuracy by arm: 2 arms, 4 seeds each (digits)'
   assert (
@@ -274,7 +273,7 @@ def test_documented_attribution_example_uses_the_reference_levels_its_text_names
     pd.DataFrame(rows), args.metric, args.factors, args.seed_col
   )
   chosen = attribution.references(
-    prep.runs, columns, effects.parse_pairs(args.reference, '--reference')
+    prep.runs, columns, attribution.parse_pairs(args.reference, '--reference')
   )
   assert chosen == {
     'platform': 'gpu',

@@ -24,8 +24,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from analysis.inputs import results as results_lib
-from analysis.numbers import stats
+from analysis import inputs, stats
 from configs import validation
 from runrecord import record, sessions
 from tests.conftest import ROOT
@@ -255,10 +254,10 @@ def test_nan_stops_naming_the_step_and_analysis_excludes_it(reference, tmp_path)
   kept = mngr.restore(max(state_steps), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
   assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(kept['state']['params']))
   mngr.close()
-  # analysis.numbers.stats excludes the failed run and says why.
+  # analysis.stats excludes the failed run and says why.
   shutil.copytree(ref_dir, tmp_path / 'runs' / 'reference')
   prepared = stats.prepare(
-    results_lib.runs_frame(results_lib.read_all(str(tmp_path / 'runs'))), [], 'final.test_accuracy'
+    inputs.runs_frame(inputs.read_all(str(tmp_path / 'runs'))), [], 'final.test_accuracy'
   )
   excluded = prepared.excluded
   assert list(excluded['run']) == [str(workdir)]

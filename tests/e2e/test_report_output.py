@@ -12,8 +12,8 @@ import sys
 import pandas as pd
 import pytest
 
-from analysis import analyse, attribute, draw, export, findings, output
-from runrecord import record
+from analysis import analyse, attribute, draw, export, findings
+from runrecord import files, record
 from tests.conftest import ROOT
 from tests.support.commands import cli_error, in_mount_namespace
 from tests.support.planted_runs import plant
@@ -47,14 +47,14 @@ def test_a_second_analysis_on_the_same_out_is_refused_in_one_line(report, tmp_pa
   CSVs of the other."""
   out, _ = report
   before = tree(out)
-  with output.Destination(out):  # the first analysis, still writing
+  with files.Destination(out, command='analysis.analyse'):  # the first analysis, still writing
     lines = cli_error(
       capsys, analyse.main, ['--csv', runs_csv(tmp_path / 'b.csv', 0.05), '--out', str(out)]
     )
     assert len(lines) == 1 and lines[0].startswith(
-      f'error: --out {out}: another analysis is writing it (pid {os.getpid()} on '
+      f'error: --out {out}: another command is writing it (pid {os.getpid()} on '
     )
-    assert lines[0].endswith('wait for it to finish, or give another --out')
+    assert lines[0].endswith('wait for it, or give another --out')
   assert tree(out) == before  # untouched: the first analysis's lock file is gone again too
 
 
@@ -81,10 +81,10 @@ def test_a_failed_write_leaves_the_previous_report_whole_and_says_so(
   err = capsys.readouterr().err.strip().splitlines()
   assert e.value.code == 1 and 'Traceback' not in '\n'.join(err)
   assert err[-1].startswith(
-    f'error: --out {out}: could not write the output (No space left on device ('
+    f'error: --out {out}: could not write (No space left on device ('
   ) and err[-1].endswith(
-    'nothing was moved into place, the previous report there is unchanged; free space or fix '
-    'the folder, then run the command again'
+    'nothing was moved into place and what was there is unchanged; free space or fix the '
+    'folder, then run again'
   )
   assert tree(out) == before  # every file whole, no staging folder or lock left
 
@@ -98,7 +98,7 @@ def test_a_later_report_leaves_no_file_of_the_earlier_one(report, capsys):
   analyse.main(['--csv', csv, '--out', str(out), '--study', write_study(out.parent)])
   capsys.readouterr()
   assert not (out / 'report_pairs.csv').exists() and (out / 'notes.txt').read_text() == 'mine'
-  assert output.MANIFEST in os.listdir(out)
+  assert files.MANIFEST in os.listdir(out)
 
 
 def write_study(folder):
@@ -132,8 +132,9 @@ def test_every_writer_is_refused_while_its_destination_is_held_and_fails_whole(
     'draw': tmp_path / 'figures',
   }[command]
   runs = plant(tmp_path / 'root') if command in ('export', 'draw') else None
-  if command == 'findings':
+  if command == 'findings':  # this project's README, a copy of it
     shutil.copy(os.path.join(ROOT, 'README.md'), target)
+    monkeypatch.setattr(findings, 'README', str(target))
   argv = {
     'attribute': ['--csv', csv, '--factors', 'platform', 'compute_dtype', '--out', str(target)],
     'export': ['--runs', str(runs), '--out', str(target)],
@@ -142,8 +143,7 @@ def test_every_writer_is_refused_while_its_destination_is_held_and_fails_whole(
       os.path.join(ROOT, 'results', 'digits_h100_cpu.csv'),
       '--study',
       os.path.join(ROOT, 'results', 'digits_h100_cpu.study.json'),
-      '--readme',
-      str(target),
+      '--write-readme',
     ],
     'draw': ['--runs', str(runs), '--out', str(target)],
   }[command]
@@ -157,9 +157,9 @@ def test_every_writer_is_refused_while_its_destination_is_held_and_fails_whole(
   capsys.readouterr()
   folder = command in ('attribute', 'draw')
   before = tree(target if folder else tmp_path)
-  with output.Destination(target, folder=folder):
+  with files.Destination(target, command='analysis.other', folder=folder):
     lines = cli_error(capsys, main, argv)
-    assert len(lines) == 1 and 'another analysis is writing it' in lines[0]
+    assert len(lines) == 1 and 'another command is writing it' in lines[0]
   replace = os.replace
 
   def disk_full(src, dst):

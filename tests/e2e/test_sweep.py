@@ -13,7 +13,7 @@ from absl import flags
 from ml_collections import config_flags
 from statsmodels.stats import power as smp
 
-from analysis.numbers import inference
+from analysis import stats
 from configs import celeba, common, digits, validation
 from runrecord import record, sessions
 from sweeps import runner, sweep
@@ -64,11 +64,11 @@ def test_every_main_effect_of_the_digits_fraction_is_estimable():
 
 @pytest.mark.parametrize('module', [digits, celeba])
 def test_declared_seed_count_is_the_power_calculation(module):
-  """get_study's seeds = analysis.numbers.inference.seeds_needed on its declared inputs (paired, 80%
+  """get_study's seeds = analysis.stats.seeds_needed on its declared inputs (paired, 80%
   power, alpha 0.05), = statsmodels' own solve_power; get_sweep runs that many seeds per arm."""
   declared = module.get_study()
   sd, margin, seeds = declared['paired_sd'], declared['margin'], declared['seeds']
-  assert seeds == max(inference.seeds_needed(sd, margin, is_paired=True))
+  assert seeds == max(stats.seeds_needed(sd, margin, is_paired=True))
   solver = smp.TTestPower()
   assert seeds == max(
     math.ceil(solver.solve_power(margin / sd, alpha=0.05, power=0.8)),

@@ -12,7 +12,7 @@ import time
 import pytest
 from PIL import Image
 
-from analysis.inputs import results
+from analysis import inputs
 from sweeps import run_study, runner, sweep
 from tests.support.commands import write_config
 from tests.support.planted_runs import fake_runs
@@ -100,7 +100,7 @@ def test_tiny_study_end_to_end_then_resume_skips_everything(
   assert (root / 'report.tex').exists() and list(root.glob('report_*.csv'))
   log = (root / 'profile-tpu-default' / 'seed1' / 'train.log').read_text()
   assert 'train.py --config=' in log and 'Done: test_accuracy' in log
-  runs = results.load_runs(str(root))
+  runs = inputs.load_runs(str(root))
   assert sorted(runs['status']) == ['completed'] * 4
   pngs = sorted((root / 'figures').glob('*.png'))
   assert {p.stem for p in pngs} >= {'accuracy_by_arm', 'contrasts', 'training_curves'}
@@ -115,7 +115,7 @@ def test_tiny_study_end_to_end_then_resume_skips_everything(
 def write_train_records(workdir, records, log_counter=None):
   """metrics.jsonl training records [(step, images/s)] and, optionally, a log with `step s/T`."""
   os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, results.METRICS_FILE), 'w') as f:
+  with open(os.path.join(workdir, inputs.METRICS_FILE), 'w') as f:
     for step, ips in records:
       f.write(json.dumps({'kind': 'train', 'step': step, 'images_per_sec': ips}) + '\n')
     f.write('{"kind": "tr')  # a torn last line
@@ -291,4 +291,4 @@ def test_signals_stop_every_run_and_the_rerun_completes_them(tmp_path, subproces
   )
   assert rerun.returncode == 0, rerun.stdout + rerun.stderr
   assert 'FAILED' not in rerun.stdout and '[sweep] 2/2 done, 0 running' in rerun.stdout
-  assert sorted(results.load_runs(str(root))['status']) == ['completed'] * 2
+  assert sorted(inputs.load_runs(str(root))['status']) == ['completed'] * 2

@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from analysis.inputs import results
+from analysis import inputs
 from configs import common, digits, loader, validation
 from input_pipeline import base, batching
 from runrecord import record, rules
@@ -180,5 +180,5 @@ def test_a_resume_onto_another_platform_identity_is_refused_or_a_platform_of_its
   final = loop.train_and_evaluate(smoke_config(), str(workdir), allow_layout_change=True)
   assert final['status'] == 'completed' and final['run_id'] == done['run_id']
   assert [s['xla_cpu_isa'] for s in final['segments']] == [start['xla_cpu_isa'], 'SSE4_2']
-  row = results.load_runs(str(workdir)).iloc[0]
+  row = inputs.load_runs(str(workdir)).iloc[0]
   assert row['platform'] == f'{own}+{own}-max-SSE4_2' and row['run_id'] == done['run_id']

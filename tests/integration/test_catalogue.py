@@ -1,8 +1,8 @@
-"""analysis/catalogue.py is the one list of what the analysis commands write: each figure and file
-a command writes is listed there for that command, every one listed is written by each command
-that lists it (on one of three studies), and the commands' --out help and docs/statistics.md's
-table are made from it. Planted studies: the shipped CSV with planted predictions, a CSV crossing
-init and data seeds, and run folders with training curves (no training)."""
+"""What each analysis command may write into its --out (analyse.may_write, attribute.may_write,
+draw's figures: the names runrecord/files.py checks before any compute): each figure and file a
+command writes is listed for that command, and every one listed is written by it on one of three
+studies. Planted studies: the shipped CSV with planted predictions, a CSV crossing init and data
+seeds, and run folders with training curves (no training)."""
 
 import json
 import os
@@ -11,25 +11,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import analyse, arguments, attribute, catalogue, draw
-from analysis.inputs import csv_input, declaration
-from analysis.numbers import answer
+from analysis import analyse, attribute, declaration, draw, figures, inputs
 from runrecord import record
 from tests.conftest import ROOT
 
 CSV = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
-STATISTICS = catalogue.DOCS
 N, CLASSES = 360, 10
 
 
-def listed(command):
-  """{path under --out} of every file and figure the catalogue lists for `command`."""
-  folder = catalogue.FIGURE_FOLDERS[command]
-  return {f.name for f in catalogue.files(command)} | {
-    os.path.join(folder, f'{f.name}.{ext}')
-    for f in catalogue.figures(command)
-    for ext in catalogue.FIGURE_FORMATS
-  }
+LISTED = {
+  'analyse': set(analyse.may_write()),
+  'attribute': set(attribute.may_write()),
+  'draw': {f'{n}.{e}' for n in analyse.FIGURES for e in ('pdf', 'png')},
+}
 
 
 def written(folder):
@@ -43,7 +37,7 @@ def written(folder):
 
 
 def planted_reader(runs):
-  """Predictions for each run of `runs` (analysis.inputs.run_predictions.read_runs' form): seed s
+  """Predictions for each run of `runs` (inputs.read_predictions' form): seed s
   of every arm near one model of that seed, so that every pair of arms has a churn."""
   rng = np.random.default_rng(0)
   label = rng.integers(0, CLASSES, N).astype(np.int32)
@@ -72,8 +66,8 @@ def planted_reader(runs):
 def shipped():
   """The shipped digits study (two platforms, declared, a native arm: every table) with planted
   predictions (the churn ladder), every pair tested too (report_pairs.csv)."""
-  return answer.study_analysis(
-    csv_input.read_csv(CSV),
+  return analyse.study_analysis(
+    inputs.read_csv(CSV),
     declaration.load(CSV.replace('.csv', '.study.json')),
     all_pairs=True,
     read_predictions=planted_reader,
@@ -156,87 +150,36 @@ def curve_runs(root):
   return str(root)
 
 
-def test_each_command_writes_exactly_what_the_catalogue_lists(shipped, tmp_path):
+def test_each_command_writes_exactly_what_it_lists(shipped, tmp_path):
   out = shipped
   runs = curve_runs(tmp_path / 'runs')
+  for name in ('a1', 't1', 'd1'):
+    os.makedirs(tmp_path / name)
+  empty = pd.DataFrame(columns=['run'])
   returned = {
-    'a1': analyse.write(out, pd.DataFrame(columns=['run']), str(tmp_path / 'a1')),
+    'a1': analyse.write(out, empty, str(tmp_path / 'a1')),
     't1': attribute.write(out.attribution, str(tmp_path / 't1')),
-    'd1': draw.figures(out, pd.DataFrame(columns=['run']), str(tmp_path / 'd1')),
+    'd1': figures.study_figures(out, empty, None, str(tmp_path / 'd1')),
   }
   for name, paths in returned.items():  # the writers return what they wrote
     assert {os.path.relpath(p, tmp_path / name) for p in paths} == written(str(tmp_path / name))
   analyse.main(['--csv', crossed_csv(tmp_path / 'crossed.csv'), '--out', str(tmp_path / 'a2')])
   analyse.main(['--runs', runs, '--out', str(tmp_path / 'a3')])
   draw.main(['--runs', runs, '--out', str(tmp_path / 'd2')])
-  folders = {
-    catalogue.ANALYSE: ('a1', 'a2', 'a3'),
-    catalogue.ATTRIBUTE: ('t1',),
-    catalogue.DRAW: ('d1', 'd2'),
-  }
+  folders = {'analyse': ('a1', 'a2', 'a3'), 'attribute': ('t1',), 'draw': ('d1', 'd2')}
   for command, names in folders.items():
     each = [written(str(tmp_path / name)) for name in names]
     for name, files in zip(names, each, strict=True):
-      assert files <= listed(command), (command, name, sorted(files - listed(command)))
-    missing = listed(command) - set().union(*each)
+      assert files <= LISTED[command], (command, name, sorted(files - LISTED[command]))
+    missing = LISTED[command] - set().union(*each)
     assert not missing, (command, sorted(missing))
-
-
-def test_every_listed_drawing_function_exists_and_names_are_unique():
-  for figure in catalogue.FIGURES:
-    assert callable(catalogue.resolve(figure.draw)), figure.draw
-    assert figure.draw.startswith('analysis.figures.'), figure.draw
-  names = [f.name for f in catalogue.FILES] + [f.name for f in catalogue.FIGURES]
-  assert len(names) == len(set(names))
-  for entry in catalogue.FILES + catalogue.FIGURES:
-    assert set(entry.commands) <= set(catalogue.COMMANDS), entry
-  fields = set(catalogue.Given.__dataclass_fields__)
-  assert {f.source.split('.')[0] for f in catalogue.FILES} <= fields
-
-
-def test_the_out_help_and_the_docs_are_made_from_the_catalogue(capsys):
-  for command, parse in (
-    ('analyse', arguments.analyse),
-    ('attribute', arguments.attribute),
-    ('draw', arguments.draw),
-  ):
-    with pytest.raises(SystemExit):
-      parse(['--help'])
-    text = ' '.join(capsys.readouterr().out.split())
-    for entry in catalogue.figures(f'analysis.{command}') + catalogue.files(f'analysis.{command}'):
-      assert entry.name in text, (command, entry.name)
-  with open(STATISTICS, encoding='utf-8') as f:
-    table = catalogue.docs_table(f.read())
-  assert table == catalogue.markdown(), (
-    "docs/statistics.md's table of figures and files is not the catalogue's: run python -c "
-    "'from analysis import catalogue; catalogue.update_docs()'"
-  )
-
-
-def test_update_docs_rewrites_only_the_marked_table(tmp_path):
-  page = tmp_path / 'page.md'
-  page.write_text(
-    f'# Page\n\nbefore\n\n{catalogue.FIRST}\n\nold table\n\n{catalogue.LAST}\nafter\n',
-    encoding='utf-8',
-  )
-  catalogue.update_docs(str(page))
-  text = page.read_text(encoding='utf-8')
-  assert catalogue.docs_table(text) == catalogue.markdown() and 'old table' not in text
-  assert text.startswith('# Page\n\nbefore\n\n') and text.endswith(f'{catalogue.LAST}\nafter\n')
 
 
 def test_a_table_without_rows_is_kept_or_skipped_as_listed(tmp_path, capsys):
   empty = pd.DataFrame(columns=['a'])
-  agreement = type('A', (), {'calibration': empty})
-  given = catalogue.Given(
-    result=type('R', (), {'arms': empty, 'pairs': pd.DataFrame(), 'agreement': agreement})
-  )
-  paths = catalogue.write(
-    catalogue.ANALYSE,
-    given,
-    str(tmp_path),
-    only={'report_arms.csv', 'report_pairs.csv', 'report_calibration.csv'},
-  )
+  tables = {'report_arms.csv': empty, 'report_pairs.csv': pd.DataFrame()}
+  tables['report_calibration.csv'] = empty
+  paths = analyse.write_csv(tables, str(tmp_path), analyse.SKIP_EMPTY, analyse.NOTES)
   assert [os.path.basename(p) for p in paths] == ['report_arms.csv']  # its header kept
   assert (tmp_path / 'report_arms.csv').read_text() == 'a\n'
   assert 'note: report_pairs.csv not written: no pairs tested' in capsys.readouterr().err

@@ -7,8 +7,7 @@ import platform as host
 
 import pytest
 
-from analysis.inputs import results
-from analysis.numbers import stats
+from analysis import inputs, stats
 from configs import digits
 from numerics import setup as numerics_setup
 from runrecord import record, rules
@@ -86,7 +85,7 @@ def test_a_cpu_record_names_model_isa_and_xla_flags(monkeypatch, tmp_path):
   config = digits.get_config('smoke')
   out = record.new_record(config, facts, numerics_setup.describe(config), {}, {}, {})
   record.write_results(str(tmp_path / 'r'), out)
-  row = results.load_runs(str(tmp_path)).iloc[0]
+  row = inputs.load_runs(str(tmp_path)).iloc[0]
   assert (row['cpu_model'], row['cpu_isa'], row['xla_cpu_isa']) == (
     'Planted Xeon',
     'AVX512_VNNI',
@@ -113,7 +112,7 @@ def test_runs_on_two_cpu_instruction_sets_are_two_platforms_never_pooled(tmp_pat
         str(tmp_path / level / f'seed{seed}'),
         cpu_record(seed, 0.9 + 0.01 * seed + shift, **isa(level)),
       )
-  runs = results.load_runs(str(tmp_path))
+  runs = inputs.load_runs(str(tmp_path))
   assert sorted(set(runs['platform'])) == ['cpu-AVX2', 'cpu-AVX512']
   out = stats.arms_and_pairs(runs, margin=0.5)
   assert sorted(out.arms['arm']) == ['cpu-AVX2', 'cpu-AVX512']
@@ -150,7 +149,7 @@ def test_a_record_without_cpu_facts_reads_not_recorded_and_joins_no_known_isa(tm
     record.write_results(
       str(tmp_path / 'new' / f'seed{seed}'), cpu_record(seed, 0.91 + 0.02 * seed, **isa('AVX512'))
     )
-  runs = results.load_runs(str(tmp_path)).set_index('run')
+  runs = inputs.load_runs(str(tmp_path)).set_index('run')
   old = runs.loc[str(tmp_path / 'old' / 'seed0')]
   assert old['platform'] == 'cpu'
   assert all(old[k] is None or math.isnan(old[k]) for k in record.CPU_FACTS)

@@ -9,10 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import analyse, attribute
-from analysis.inputs import csv_input, declaration, results
-from analysis.numbers import answer, stats
-from analysis.words import report
+from analysis import analyse, attribute, declaration, inputs, report, stats
 from tests.conftest import ROOT
 from tests.support.commands import cli_error
 from tests.support.hostile_inputs import METRIC, accuracy_csv, fractions
@@ -41,7 +38,7 @@ def test_symlink_loops_inside_a_root_count_each_run_once_and_end(tmp_path, deadl
   os.symlink(root, f'{root}/float32/loop')  # back to the root
   os.symlink(f'{root}/bfloat16', f'{root}/bfloat16/s0/self')  # a second loop, inside a run's parent
   os.symlink(f'{root}/float32/s1', f'{root}/alias')  # a second name for one run
-  runs = results.load_runs(root)
+  runs = inputs.load_runs(root)
   assert len(runs) == 6 and runs['run'].is_unique
   assert f'{root}/float32/s1' in set(runs['run']) and f'{root}/alias' not in set(runs['run'])
   out = stats.arms_and_pairs(runs, margin=0.5)
@@ -56,8 +53,8 @@ def test_a_root_given_twice_is_read_once(tmp_path, second):
     second
   ]
   os.makedirs(tmp_path / 'x', exist_ok=True)
-  assert len(results.load_runs([root, again])) == 4
-  assert len(results.load_steps([root, again])) == 0  # no metrics.jsonl, and no error
+  assert len(inputs.load_runs([root, again])) == 4
+  assert len(inputs.load_steps([root, again])) == 0  # no metrics.jsonl, and no error
 
 
 def test_a_run_under_two_roots_is_one_line_naming_both_places(tmp_path, capsys):
@@ -107,7 +104,7 @@ def test_a_minority_of_fractions_among_percents_is_refused_the_other_way(tmp_pat
     match=r'line 5: 0.81 is at most 1 while 11 rows are in percent: a '
     r'fraction\? multiply it by 100; a real percent below 1\? give --scale 1',
   ):
-    csv_input.read_csv(accuracy_csv(tmp_path / 'r.csv', values), 'accuracy')
+    inputs.read_csv(accuracy_csv(tmp_path / 'r.csv', values), 'accuracy')
 
 
 def test_a_negative_loss_is_refused_and_failed_runs_are_not_checked(tmp_path):
@@ -122,12 +119,12 @@ def test_a_negative_loss_is_refused_and_failed_runs_are_not_checked(tmp_path):
   with pytest.raises(
     ValueError, match=r'final.test_loss, line 3: -0.1 is negative, and a loss is >= 0'
   ):
-    csv_input.read_csv(str(path), 'test_loss')
+    inputs.read_csv(str(path), 'test_loss')
   values = fractions()
   values[2] = 'nan-ish'  # a failed run's cell: not analysed, not checked
   status = ['completed'] * 12
   status[2] = 'failed'
-  frame = csv_input.read_csv(accuracy_csv(tmp_path / 'f.csv', values, status=status), 'accuracy')
+  frame = inputs.read_csv(accuracy_csv(tmp_path / 'f.csv', values, status=status), 'accuracy')
   assert len(frame) == 12
 
 
@@ -135,14 +132,14 @@ def test_a_repeated_run_id_is_refused_not_averaged(tmp_path):
   runs = [f'r{i}' for i in range(12)]
   runs[7] = 'r3'
   with pytest.raises(ValueError, match=r"run, lines 5, 9: run id 'r3' appears 2 times"):
-    csv_input.read_csv(accuracy_csv(tmp_path / 'r.csv', fractions(), runs=runs), 'accuracy')
+    inputs.read_csv(accuracy_csv(tmp_path / 'r.csv', fractions(), runs=runs), 'accuracy')
 
 
 def test_an_empty_run_id_is_refused(tmp_path):
   runs = [f'r{i}' for i in range(12)]
   runs[1] = runs[3] = None
   with pytest.raises(ValueError, match=r'run, line 3: the run id is empty') as e:
-    csv_input.read_csv(accuracy_csv(tmp_path / 'r.csv', fractions(), runs=runs), 'accuracy')
+    inputs.read_csv(accuracy_csv(tmp_path / 'r.csv', fractions(), runs=runs), 'accuracy')
   assert 'run, line 5: the run id is empty' in str(e.value)
 
 
@@ -181,7 +178,7 @@ def test_every_problem_is_its_own_line_up_to_a_limit(tmp_path, capsys):
     values[i] = 'x'
   path = accuracy_csv(tmp_path / 'r.csv', values)
   lines = cli_error(capsys, analyse.main, ['--csv', path, '--metric', 'accuracy'])
-  assert len(lines) == csv_input.MAX_LINES + 2 and '... and 5 more' in lines[-2]
+  assert len(lines) == inputs.MAX_LINES + 2 and '... and 5 more' in lines[-2]
   assert lines[-1].endswith('15 problem(s) above; nothing was analysed')
 
 
@@ -196,7 +193,7 @@ def test_an_empty_metric_cell_is_excluded_and_counted_on_the_first_page(tmp_path
 def test_the_digits_export_reads_back_unchanged_in_the_columns_it_keeps():
   path = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
   full = pd.read_csv(path)
-  frame = csv_input.read_csv(path, METRIC, 'seed', ['platform', 'profile'])
+  frame = inputs.read_csv(path, METRIC, 'seed', ['platform', 'profile'])
   dropped = set(full.columns) - set(frame.columns)
   assert dropped == {
     'final.test_loss',
@@ -220,6 +217,6 @@ def test_the_digits_export_reads_back_unchanged_in_the_columns_it_keeps():
     assert frame[column].astype(str).tolist() == full[column].astype(str).tolist(), column
   # the same answer as from the table read whole
   declared = declaration.load(os.path.join(ROOT, 'results', 'digits_h100_cpu.study.json'))
-  a = answer.study_analysis(frame, declared)
-  b = answer.study_analysis(full, declared)
+  a = analyse.study_analysis(frame, declared)
+  b = analyse.study_analysis(full, declared)
   assert report.render(a, 'md') == report.render(b, 'md')

@@ -3,6 +3,7 @@ enter, one-line errors with nothing written, locale-proof output, the LaTeX labe
 pairs table, and no JAX in the analysis commands. Planted run folders and CSVs, no training (the
 input side: tests/integration/test_hostile_analysis.py)."""
 
+import dataclasses
 import io
 import json
 import os
@@ -14,8 +15,7 @@ import pandas as pd
 import pytest
 from etils import epath
 
-from analysis import analyse, attribute, catalogue, cli, export
-from analysis.numbers import answer, stats
+from analysis import analyse, attribute, export, stats
 from tests.conftest import ROOT
 from tests.support.commands import cli_error, run_module
 from tests.support.hostile_inputs import METRIC, accuracy_csv, fractions
@@ -139,7 +139,7 @@ def test_an_out_that_is_a_file_is_one_line_before_any_compute(tmp_path, capsys, 
     ],
   )
   assert lines == [
-    f'error: --out: {tmp_path}/a_file is a file; give a folder (it is created when missing)'
+    f'error: --out {tmp_path}/a_file is a file; give a folder (it is made when missing)'
   ]
 
 
@@ -162,7 +162,7 @@ def test_locale_proof_escapes_what_the_stream_cannot_encode(monkeypatch):
   raw = io.BytesIO()
   stream = io.TextIOWrapper(raw, encoding='ascii')
   monkeypatch.setattr(sys, 'stdout', stream)
-  cli.locale_proof()
+  analyse.locale_proof()
   print('±0.5 pp')
   stream.flush()
   assert raw.getvalue() == b'\\xb10.5 pp\n'
@@ -180,18 +180,14 @@ def small_out(source):
       METRIC: 0.8 + 0.001 * np.arange(8),
     }
   )
-  return answer.study_analysis(frame, {}, ['platform'], METRIC, source=source)
+  return analyse.study_analysis(frame, {}, ['platform'], METRIC, source=source)
 
 
 def test_a_table_without_columns_is_not_written_and_said(tmp_path, capsys):
   out = small_out('x.csv')
-  out.pairs = pd.DataFrame()  # declared contrasts only: no pair tested
-  files = catalogue.write(
-    catalogue.ANALYSE,
-    catalogue.Given(result=out),
-    str(tmp_path),
-    only={'report_pairs.csv', 'report_excluded.csv'},
-  )
+  out = dataclasses.replace(out, pairs=pd.DataFrame())  # declared contrasts only: no pair tested
+  tables = {name: analyse.tables(out)[name] for name in ('report_pairs.csv', 'report_excluded.csv')}
+  files = analyse.write_csv(tables, str(tmp_path), analyse.SKIP_EMPTY, analyse.NOTES)
   assert not (tmp_path / 'report_pairs.csv').exists()
   assert 'note: report_pairs.csv not written: no pairs tested' in capsys.readouterr().err
   assert str(tmp_path / 'report_excluded.csv') in files

@@ -9,17 +9,18 @@ import os
 
 import pytest
 
-from analysis import analyse, draw, export, output
-from analysis.inputs import declaration, run_predictions
+from analysis import analyse, declaration, draw, export, inputs
 from configs import common, digits, validation
 from input_pipeline import batching
-from runrecord import record, rules, sessions
+from runrecord import files, record, rules, sessions
 from sweeps import sweep
 from tests.support.commands import cli_error, write_config
 from tests.support.planted_runs import plant
 from tests.support.planted_saved_predictions import LABELS, N, item
 from tests.support.planted_tables import DIGITS, runs_csv, table, write
 from trainer import resume
+
+LOCK = '.tpu-gpu-parity.lock'  # runrecord/files.py's lock file in a destination
 
 
 def test_a_study_json_with_a_byte_order_mark_reads(tmp_path):
@@ -64,8 +65,8 @@ def test_a_count_written_as_a_float_is_a_count():
 def test_numeric_platform_names_read_as_text(tmp_path):
   """Fine as is: platforms written as numbers (1, 2) are two platforms named '1' and '2'."""
   frame = table(platforms=(1, 2))
-  out = analyse.answer.study_analysis(
-    analyse.csv_input.read_csv(write(frame, tmp_path)), group_by=['platform', 'compute_dtype']
+  out = analyse.study_analysis(
+    inputs.read_csv(write(frame, tmp_path)), group_by=['platform', 'compute_dtype']
   )
   assert sorted(out.runs['platform'].astype(str).unique()) == ['1', '2']
 
@@ -73,7 +74,7 @@ def test_numeric_platform_names_read_as_text(tmp_path):
 def test_an_empty_run_id_column_identifies_runs_by_their_run(tmp_path):
   """Fine as is: an export of records without ids, or a hand-made CSV with the column empty."""
   frame = table().assign(run_id=None)
-  assert len(analyse.csv_input.read_csv(write(frame, tmp_path))) == 24
+  assert len(inputs.read_csv(write(frame, tmp_path))) == 24
 
 
 @pytest.mark.parametrize('scale', ['0', '-100', 'nan', 'inf', 'abc'])
@@ -90,8 +91,8 @@ def test_a_scale_that_is_no_factor_is_refused(tmp_path, capsys, scale):
 def test_predictions_of_another_test_split_than_the_records_are_left_out():
   """Before: compared example by example with runs of the record's split (or, when another run
   had the record's fingerprint, the whole analysis stopped at the agreement section)."""
-  assert run_predictions.item_problem(item(LABELS), N, 'ab12cd34ef56ab78') is None
-  assert run_predictions.item_problem(item(LABELS), N, 'ffff') == (
+  assert inputs.item_problem(item(LABELS), N, 'ab12cd34ef56ab78') is None
+  assert inputs.item_problem(item(LABELS), N, 'ffff') == (
     'the predictions of test split ab12cd34ef56ab78, the results of ffff'
   )
 
@@ -129,24 +130,24 @@ def test_an_out_reached_through_a_symlink_is_the_same_out(tmp_path, capsys):
   real = tmp_path / 'out'
   real.mkdir()
   os.symlink(real, tmp_path / 'link')
-  with output.Destination(real):
+  with files.Destination(real, command='analysis.analyse'):
     lines = cli_error(
       capsys, analyse.main, ['--csv', runs_csv(tmp_path / 'a.csv'), '--out', str(tmp_path / 'link')]
     )
-  assert 'another analysis is writing it' in lines[0]
+  assert 'another command is writing it' in lines[0]
 
 
 def test_what_a_killed_analysis_left_is_cleared_by_the_next(tmp_path, capsys):
   """A kill -9 mid-write leaves a staging folder and a lock file naming a dead pid: the kernel
   dropped the lock, so the next analysis takes it and removes the staging folder."""
   out = tmp_path / 'out'
-  (out / f'{output.STAGING}999999-deadbeef').mkdir(parents=True)
-  (out / f'{output.STAGING}999999-deadbeef' / 'report.md').write_text('half')
-  (out / output.LOCK).write_text('{"pid": 999999, "host": "gone"}')
+  (out / f'{files.STAGING}999999-deadbeef').mkdir(parents=True)
+  (out / f'{files.STAGING}999999-deadbeef' / 'report.md').write_text('half')
+  (out / LOCK).write_text('{"pid": 999999, "host": "gone"}')
   analyse.main(['--csv', runs_csv(tmp_path / 'a.csv'), '--out', str(out)])
   capsys.readouterr()
   left = os.listdir(out)
-  assert not any(n.startswith(output.STAGING) for n in left) and output.LOCK not in left
+  assert not any(n.startswith(files.STAGING) for n in left) and LOCK not in left
   assert 'report.md' in left
 
 
@@ -171,7 +172,7 @@ def test_draw_refuses_an_out_that_is_a_file_in_one_line(tmp_path, capsys):
   root = plant(tmp_path / 'root')
   (tmp_path / 'figs').write_text('x')
   lines = cli_error(capsys, draw.main, ['--runs', root, '--out', str(tmp_path / 'figs')])
-  assert len(lines) == 1 and 'cannot write there (Not a directory)' in lines[0]
+  assert len(lines) == 1 and 'is a file; give a folder (it is made when missing)' in lines[0]
 
 
 # Training and the sweep.
@@ -253,7 +254,5 @@ def test_a_file_system_without_locks_still_gets_its_report(tmp_path, capsys, mon
 
   monkeypatch.setattr(fcntl, 'flock', no_locks)
   analyse.main(['--csv', runs_csv(tmp_path / 'a.csv'), '--out', str(tmp_path / 'out')])
-  assert 'this file system cannot lock (No locks available)' in capsys.readouterr().err
-  assert (tmp_path / 'out' / 'report.md').exists() and output.LOCK not in os.listdir(
-    tmp_path / 'out'
-  )
+  assert 'cannot lock here (No locks available); written unlocked' in capsys.readouterr().err
+  assert (tmp_path / 'out' / 'report.md').exists() and LOCK not in os.listdir(tmp_path / 'out')

@@ -11,9 +11,7 @@ import uuid
 import pandas as pd
 import pytest
 
-from analysis import analyse, export
-from analysis.inputs import csv_input, results
-from analysis.numbers import stats
+from analysis import analyse, export, inputs, stats
 from runrecord import record, sessions
 from tests.support.commands import cli_error, in_mount_namespace
 from tests.support.planted_runs import fake_results
@@ -32,7 +30,7 @@ def plant(root, seeds=(0, 1, 2), with_ids=True):
 
 
 def analysed(roots):
-  return stats.arms_and_pairs(results.load_runs(roots), margin=0.5)
+  return stats.arms_and_pairs(inputs.load_runs(roots), margin=0.5)
 
 
 @pytest.mark.parametrize('with_ids', [True, False], ids=['run_id', 'old records'])
@@ -53,7 +51,7 @@ def test_two_distinct_old_runs_with_equal_results_stay_two(tmp_path):
   happen to reach the same accuracy (a deterministic platform) still differ in wall time."""
   for name, wall in (('a', 1.0), ('b', 2.0)):
     record.write_results(f'{tmp_path}/{name}', {**fake_results(0, 0.8), 'wall_time_s': wall})
-  frame = results.load_runs(str(tmp_path))
+  frame = inputs.load_runs(str(tmp_path))
   assert len(frame) == 2 and frame['run_id'].str.startswith('content-').all()
   assert frame['run_id'].nunique() == 2
 
@@ -74,14 +72,14 @@ def test_the_export_carries_the_run_id_and_an_export_beside_its_folders_counts_o
   tmp_path, capsys
 ):
   root = plant(tmp_path / 'runs')
-  ids = set(results.load_runs(root)['run_id'])
+  ids = set(inputs.load_runs(root)['run_id'])
   export.main(['--runs', root, '--out', str(tmp_path / 'a.csv')])
   shutil.copytree(root, tmp_path / 'copy')
   export.main(['--runs', str(tmp_path / 'copy'), '--out', str(tmp_path / 'b.csv')])
   a, b = pd.read_csv(tmp_path / 'a.csv'), pd.read_csv(tmp_path / 'b.csv')
   assert set(a['run_id']) == ids and set(b['run_id']) == ids and set(a['run']) != set(b['run'])
   pd.concat([a, b]).to_csv(tmp_path / 'both.csv', index=False)
-  frame = csv_input.read_csv(str(tmp_path / 'both.csv'))
+  frame = inputs.read_csv(str(tmp_path / 'both.csv'))
   assert (
     len(frame) == 6
     and 'one run met twice (the same values): counted once' in capsys.readouterr().err

@@ -10,8 +10,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from analysis.inputs import results, run_predictions
-from analysis.numbers import agreement, answer
+from analysis import agreement, analyse, inputs
 from runrecord import predictions, record
 from tests.support.commands import run_module
 from tests.support.planted_runs import fake_results
@@ -70,8 +69,8 @@ def contrast_churn(out):
 
 
 def analysed(path):
-  frame, _ = results.load(str(path))
-  return answer.study_analysis(frame, read_predictions=run_predictions.read_runs)
+  frame, _ = inputs.load(str(path))
+  return analyse.study_analysis(frame, read_predictions=inputs.read_predictions)
 
 
 def test_every_run_uses_the_predictions_of_its_results_step(root):
@@ -93,7 +92,7 @@ def test_a_final_step_without_predictions_leaves_the_run_out_of_these_sections_o
     "predictions at its results' step)."
   )
   assert list(out.arms['n']) == [4, 4]  # the accuracy, the tests and the verdict keep the run
-  pred, why = run_predictions.read(str(bf16), 10, N)
+  pred, why = inputs.predictions_at(str(bf16), 10, N)
   assert pred is None and why == (
     "no predictions at its results' step (10; the newest at step 5: an older evaluation)"
   )
@@ -108,7 +107,7 @@ def test_a_damaged_predictions_item_excludes_that_run_from_these_sections_only(r
   """Before: one truncated file inside a predictions item stopped the whole analysis with a raw
   OCDBT/TensorStore error. Now the run is left out of these sections, and the tracebacks
   TensorStore's late callbacks printed afterwards are gone too
-  (run_predictions.quiet_closed_loops)."""
+  (inputs.quiet_closed_loops)."""
   runs = copy_root(root, tmp_path)
   damaged = runs / 'float32' / 's1'
   truncate(
@@ -128,21 +127,21 @@ def test_a_damaged_predictions_item_excludes_that_run_from_these_sections_only(r
 
 def test_an_item_of_the_wrong_size_or_shape_is_damaged():
   good = item(LABELS)
-  assert run_predictions.item_problem(good, N) is None
-  assert run_predictions.item_problem(good, N + 1) == f'{N} examples, the test split has {N + 1}'
+  assert inputs.item_problem(good, N) is None
+  assert inputs.item_problem(good, N + 1) == f'{N} examples, the test split has {N + 1}'
   short = {**good, 'p_label': good['p_label'][:-1]}
-  assert run_predictions.item_problem(short).startswith('arrays of different lengths')
-  assert run_predictions.item_problem({**good, 'task': 'x'}).startswith("task 'x' is neither")
+  assert inputs.item_problem(short).startswith('arrays of different lengths')
+  assert inputs.item_problem({**good, 'task': 'x'}).startswith("task 'x' is neither")
   missing = {k: v for k, v in good.items() if k != 'predicted'}
-  assert run_predictions.item_problem(missing) == 'no predicted array'
+  assert inputs.item_problem(missing) == 'no predicted array'
 
 
 def test_the_summary_counts_each_reason_and_keeps_the_old_line_for_records_without_any():
   table = agreement.agreement_table([], pairs=[])
-  assert answer.agreement_section.summary_line(
-    table, [('r', 'no predictions saved')] * 3, 3
-  ).startswith('Agreement: no predictions in any of the 3 runs')
-  line = answer.agreement_section.summary_line(
+  assert agreement.summary_line(table, [('r', 'no predictions saved')] * 3, 3).startswith(
+    'Agreement: no predictions in any of the 3 runs'
+  )
+  line = agreement.summary_line(
     table, [('a', 'predictions item damaged (x)'), ('b', 'its results name no step')], 2
   )
   assert line == (

@@ -12,8 +12,7 @@ import orbax.checkpoint as ocp
 import pandas as pd
 import pytest
 
-from analysis import analyse
-from analysis.numbers import agreement
+from analysis import agreement, analyse
 from runrecord import predictions, record
 
 N, CLASSES, SEEDS = 200, 10, (0, 1, 2)

@@ -3,7 +3,6 @@ them (record.write_results), a record from record.new_record, a smoke config, a 
 
 from configs import digits
 from runrecord import record
-from sweeps import sweep
 
 
 def fake_results(seed, acc, platform='gpu', dtype='float32', status='completed', det=True, step=10):
@@ -93,6 +92,8 @@ def smoke(seed, **numerics):
 
 
 def fake_runs(tmp_path, n):
+  from sweeps import sweep  # only here: the analysis tests planting runs need no sweep
+
   return [
     sweep.Run(
       {'a': i % 2}, f'a-{i % 2}', i // 2, {}, str(tmp_path / f'a-{i % 2}' / f'seed{i // 2}')

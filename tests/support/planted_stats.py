@@ -8,7 +8,7 @@ import pandas as pd
 from scipy import optimize
 from scipy import stats as sps
 
-from analysis.words import report
+from analysis import report
 from runrecord import record
 
 METRIC = 'final.test_accuracy'
@@ -78,5 +78,5 @@ def csv_tables(text):
 
 
 def why(pair, margin, m=1):
-  """The report's words for a judged pair (analysis/words/report.py): stats keeps numbers only."""
+  """The report's words for a judged pair (analysis/report.py): stats keeps numbers only."""
   return report.verdict_why(pair, margin, 'pp', m)

@@ -5,8 +5,7 @@ import json
 
 import numpy as np
 
-from analysis.inputs import results
-from analysis.numbers import answer
+from analysis import analyse, inputs
 from runrecord import record
 
 STEPS = (2, 4, 6, 8, 10)  # logged training steps of every fake run, 2 per epoch
@@ -71,7 +70,7 @@ def write_metrics(run, seed, scale):
     if step % 4 == 0:
       lines.append({'kind': 'epoch', 'epoch': step // 4, 'step': step, 'train_loss': 1.0})
   text = ''.join(json.dumps(line) + '\n' for line in lines) + '{"kind": "tra'  # killed mid-write
-  (run / results.METRICS_FILE).write_text(text)
+  (run / inputs.METRICS_FILE).write_text(text)
 
 
 def make_study(
@@ -90,5 +89,5 @@ def make_study(
 
 
 def analysed(root, **kw):
-  runs, hist = results.load(str(root))
-  return answer.study_analysis(runs, **kw), hist, results.load_steps(str(root))
+  runs, hist = inputs.load(str(root))
+  return analyse.study_analysis(runs, **kw), hist, inputs.load_steps(str(root))

@@ -1,10 +1,12 @@
-"""Runs tables planted without runs (the frame analysis.inputs.results reads from run folders or a
+"""Runs tables planted without runs (the frame analysis.inputs reads from run folders or a
 CSV): two arms per platform, the digits study's 8 arms, a small CSV."""
+
+import os
 
 import numpy as np
 import pandas as pd
 
-from analysis.inputs import declaration
+from analysis import declaration
 from configs import digits
 from runrecord import record
 
@@ -36,6 +38,15 @@ def table(platforms=('cpu', 'gpu'), seeds=range(6), percent=False, rng=0):
           }
         )
   return pd.DataFrame(rows)
+
+
+def write_study(root, declared):
+  """The declaration as the study.json sweeps.sweep writes into a root; its path."""
+  os.makedirs(root, exist_ok=True)
+  path = os.path.join(root, declaration.STUDY_FILE)
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write(declaration.dumps(declared))
+  return path
 
 
 def write(frame, tmp_path, name='runs.csv'):

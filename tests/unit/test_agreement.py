@@ -1,5 +1,5 @@
-"""analysis/numbers/agreement.py, agreement_pairs.py, agreement_section.py and
-analysis/figures/churn_ladder.py on planted predictions (no training, no saved runs)."""
+"""analysis/agreement.py (the churn ladder, its pairs and its section) and
+analysis/figures.py on planted predictions (no training, no saved runs)."""
 
 import dataclasses
 import os
@@ -10,10 +10,7 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.proportion import proportion_confint
 
-from analysis import analyse, catalogue
-from analysis.figures import churn_ladder
-from analysis.inputs import csv_input, declaration
-from analysis.numbers import agreement, agreement_pairs, agreement_section, answer, inference
+from analysis import agreement, analyse, declaration, figures, inputs, stats
 from tests.conftest import ROOT
 from tests.support.planted_predictions import N, planted_loader, prediction
 
@@ -142,10 +139,10 @@ def test_different_test_data_is_refused_naming_both_runs():
 
 @pytest.fixture(scope='module')
 def published():
-  """answer.study_analysis of the published H100 + CPU digits study with its declaration (read
+  """analyse.study_analysis of the published H100 + CPU digits study with its declaration (read
   only)."""
-  return answer.study_analysis(
-    csv_input.read_csv(CSV), declaration.load(CSV.replace('.csv', '.study.json'))
+  return analyse.study_analysis(
+    inputs.read_csv(CSV), declaration.load(CSV.replace('.csv', '.study.json'))
   )
 
 
@@ -162,39 +159,34 @@ def test_baseline_pairs_from_the_recorded_arithmetic(published):
       'arm',
     ].iloc[0]
 
-  platform = agreement_pairs.platform_pairs(runs, by)
+  platform = agreement.platform_pairs(runs, by)
   assert (arm('cpu', 'native'), arm('gpu', 'native')) in platform
   assert (arm('cpu', 'tpu_default'), arm('gpu', 'tpu_default')) in platform and len(platform) == 8
   # CPU repeats bit for bit; the H100 runs were nondeterministic: no identical pair there.
-  assert agreement_pairs.identical_pairs(runs, by) == [(arm('cpu', 'f32'), arm('cpu', 'native'))]
-  assert sorted(agreement_pairs.noise_pairs(runs, by)) == [
+  assert agreement.identical_pairs(runs, by) == [(arm('cpu', 'f32'), arm('cpu', 'native'))]
+  assert sorted(agreement.noise_pairs(runs, by)) == [
     (arm('cpu', 'bf16_noise'), arm('cpu', 'f32')),
     (arm('gpu', 'bf16_noise'), arm('gpu', 'f32')),
   ]
 
 
 def write_agreement(out, section, folder):
-  """The agreement files and the ladder of `out` with `section` (analysis/catalogue.py)."""
-  given = catalogue.Given(result=dataclasses.replace(out, agreement=section))
-  return catalogue.write(
-    catalogue.ANALYSE,
-    given,
-    folder,
-    only={
-      'report_agreement.csv',
-      'report_calibration.csv',
-      'report_train_loss.csv',
-      'report_per_class.csv',
-      'report_variance.csv',
-      'churn_ladder',
-    },
-  )
+  """The agreement files of `out` with `section` (analyse.tables) and its churn ladder."""
+  out = dataclasses.replace(out, agreement=section)
+  names = ('report_agreement.csv', 'report_calibration.csv', 'report_train_loss.csv')
+  names += ('report_per_class.csv', 'report_variance.csv')
+  tables = {name: analyse.tables(out)[name] for name in names}
+  paths = analyse.write_csv(tables, folder, analyse.SKIP_EMPTY)
+  if not section.table.empty:
+    ladder = figures.draw_churn_ladder(section.table, figures.context_line(out, 150))
+    paths += figures.save(ladder, folder, 'churn_ladder', crop=False)
+  return paths
 
 
 def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):
   out = published
   loaded = planted_loader(out.runs, np.random.default_rng(7))
-  section = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
+  section = agreement.from_analysis(out, stats.arm_short_labels(out), load=loaded.get)
   table = section.table
   assert set(table['kind']) == {'identical', 'noise', 'contrast', 'platform', 'seed', 'seed_all'}
   # the declared contrasts but cpu's f32 − native, which is its identical-arithmetic row only
@@ -218,7 +210,7 @@ def test_section_writes_the_csvs_and_the_ladder(tmp_path, published):
 
 def test_old_records_without_predictions_still_analyse(tmp_path, published):
   out = published
-  section = agreement_section.from_analysis(out, answer.labels(out), load=lambda run: None)
+  section = agreement.from_analysis(out, stats.arm_short_labels(out), load=lambda run: None)
   assert section.summary.startswith('Agreement: no predictions in any of the 256 runs')
   assert section.table.empty and section.calibration.empty
   assert len(section.train_loss) == 16  # from the runs table: still there
@@ -233,8 +225,8 @@ def test_some_runs_without_predictions_are_counted():
 
 
 def test_without_a_declaration_every_pair_of_arms_on_one_platform_is_compared():
-  out = answer.study_analysis(csv_input.read_csv(CSV), all_pairs=False)
-  pairs = agreement_section.compared_pairs(out)
+  out = analyse.study_analysis(inputs.read_csv(CSV), all_pairs=False)
+  pairs = agreement.compared_pairs(out)
   assert len(pairs) == 2 * (8 * 7 // 2)
   assert all(a.split(',')[0] == b.split(',')[0] for a, b in pairs)
 
@@ -246,8 +238,8 @@ def test_a_long_ladder_is_cut_to_a_readable_page():
     + [{'kind': 'seed', 'platform_a': 'gpu'}] * 3
     + [{'kind': 'seed_all', 'platform_a': 'cpu'}]
   )
-  drawn, left_out = churn_ladder.drawn_rows(pd.DataFrame(rows))
-  assert len(drawn) == churn_ladder.MAX_ROWS and left_out == 60 - (churn_ladder.MAX_ROWS - 4)
+  drawn, left_out = figures.drawn_rows(pd.DataFrame(rows))
+  assert len(drawn) == figures.MAX_ROWS and left_out == 60 - (figures.MAX_ROWS - 4)
   assert list(drawn['kind'].iloc[-4:]) == ['seed'] * 3 + ['seed_all']  # cpu's arms: pooled only
 
 
@@ -272,11 +264,11 @@ def test_seed_rows_of_every_arm_of_a_platform_pooled_by_clusters_of_shared_seeds
   clustered = np.array([np.mean(v) for v in per_pair.values()])
   pooled = table.loc['seed_all']
   assert pooled['seeds'] == 3 and pooled['churn_pct'] == pytest.approx(clustered.mean())
-  low, high = (100 * v for v in inference.proportion_mean_ci(clustered / 100))
+  low, high = (100 * v for v in stats.proportion_mean_ci(clustered / 100))
   assert (pooled['ci_low'], pooled['ci_high']) == pytest.approx((low, high))
   assert '9 pairs of 3 arms in 3 clusters' in pooled['seed_list']
   naive = np.concatenate(list(per_pair.values()))  # 9 "independent" pairs: narrower, wrongly
-  naive_low, naive_high = (100 * v for v in inference.proportion_mean_ci(naive / 100))
+  naive_low, naive_high = (100 * v for v in stats.proportion_mean_ci(naive / 100))
   assert naive_high - naive_low < high - low
 
 
@@ -314,7 +306,7 @@ def crossed_runs(rng):
 
 def test_churn_by_source_with_init_and_data_order_seeds():
   runs, loaded = crossed_runs(np.random.default_rng(9))
-  section = agreement_section.agreement_section(runs, [], load=loaded.get)
+  section = agreement.agreement_section(runs, [], load=loaded.get)
   table = section.table.set_index('kind')
   assert table.loc['nondeterminism', 'seeds'] == 16  # every (init, data) cell repeated
   assert (

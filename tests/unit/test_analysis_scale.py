@@ -1,4 +1,4 @@
-"""analysis.numbers.stats and analysis.numbers.attribution at scale and on hostile input (issue #23,
+"""analysis.stats and analysis.attribution at scale and on hostile input (issue #23,
 items 1-3 and the analysis parts of 9): methods chosen by size, seed fixed effects without dense
 seed matrices, the memory guard, arms split by every config field, integer seeds, one-line errors.
 Moderate sizes only (seconds); the 10^5-row numbers are benchmarks/bench_analysis.py's."""
@@ -13,10 +13,7 @@ import statsmodels.api as sm
 from pandas.core.groupby import groupby as pd_groupby
 from scipy import stats as sps
 
-from analysis import analyse, attribute
-from analysis.inputs import csv_input
-from analysis.numbers import answer, attribution, effects, inference, stats
-from analysis.words import report
+from analysis import analyse, attribute, attribution, inputs, report, stats
 from benchmarks import bench_analysis
 from runrecord import rules
 from tests.support.planted_runs import make_record, smoke
@@ -43,8 +40,8 @@ def test_seed_fixed_effects_equal_statsmodels_ols_with_seed_dummies():
   runs = bench_analysis.runs_table(40, rng=5)
   runs = pd.concat([runs.sample(frac=0.8, random_state=1), runs.iloc[:12]], ignore_index=True)
   runs['value'] = 100 * runs['accuracy'] + rng.normal(0, 0.05, len(runs))
-  X = effects.design(runs, ['platform', 'profile'], {'platform': 'gpu', 'profile': 'native'})
-  model = effects.seed_fixed_effects(runs['value'], X, runs['seed'], note='test')
+  X = attribution.design(runs, ['platform', 'profile'], {'platform': 'gpu', 'profile': 'native'})
+  model = attribution.seed_fixed_effects(runs['value'], X, runs['seed'], note='test')
   dummies = pd.get_dummies(runs['seed'], prefix='seed', drop_first=True).astype(float)
   groups = pd.factorize(runs['seed'])[0]
   dense = sm.OLS(runs['value'], pd.concat([X, dummies], axis=1)).fit(
@@ -58,18 +55,18 @@ def test_seed_fixed_effects_equal_statsmodels_ols_with_seed_dummies():
   assert res.cov_params().loc[factors, factors].to_numpy() == pytest.approx(
     cr1 * dense.cov_params().loc[factors, factors].to_numpy(), rel=1e-9
   )
-  term = effects.contrast(model, {'profile=tpu_default': 1.0})
-  half = sps.t.ppf(0.975, g - 1) * term['se']
-  assert term['df'] == g - 1 and term['ci_high'] - term['estimate'] == pytest.approx(half)
+  term, df = attribution.contrast(model, {'profile=tpu_default': 1.0})
+  half = sps.t.ppf(0.975, g - 1) * term.se
+  assert df == g - 1 and term.ci_high - term.estimate == pytest.approx(half)
   assert 'seed fixed effects (within' in model['method'] and 'CR1' in model['method']
 
 
 def test_many_seeds_fit_seed_fixed_effects_in_bounded_memory_and_say_why():
-  """Beyond effects.MIXED_MAX_ROWS runs MixedLM is not fitted (its time grows with the seeds);
+  """Beyond attribution.MIXED_MAX_ROWS runs MixedLM is not fitted (its time grows with the seeds);
   seed fixed effects take its place, without any runs x seeds matrix (24,000 x 6,000 doubles
   would be 1.15 GB; the whole analysis stays under 60 MB here). Small tables still get MixedLM."""
   frame = bench_analysis.runs_table(6_000)
-  assert len(frame) > effects.MIXED_MAX_ROWS
+  assert len(frame) > attribution.MIXED_MAX_ROWS
   tracemalloc.start()
   try:
     out = attribution.factor_attribution(frame, ['platform', 'profile'], 'accuracy', margin=0.3)
@@ -78,9 +75,9 @@ def test_many_seeds_fit_seed_fixed_effects_in_bounded_memory_and_say_why():
     tracemalloc.stop()
   assert peak < 60e6, peak
   assert out.method.startswith('OLS with seed fixed effects (within')
-  assert f'MixedLM not fitted: {len(frame):,} runs > {effects.MIXED_MAX_ROWS:,}' in out.method
+  assert f'MixedLM not fitted: {len(frame):,} runs > {attribution.MIXED_MAX_ROWS:,}' in out.method
   # the gap is per seed (no model); its mixed-model cross-check falls back the same way
-  assert 'MixedLM not fitted' in out.decomposition[0]['cross_check']['method']
+  assert 'MixedLM not fitted' in out.decomposition[0].cross_check.method
   t = out.terms.set_index('term').loc['profile=tpu_default']
   assert t['ci_low'] < 0.3 < t['ci_high']
   small = attribution.factor_attribution(
@@ -112,8 +109,8 @@ def test_design_names_a_confounded_term_from_its_distinct_rows():
   ref = {'profile': 'native', 'twin': 'native', 'half': '0'}
   for factors in (['profile', 'twin'], ['profile', 'twin', 'half']):  # 3 and 6 distinct rows
     with pytest.raises(ValueError, match='--factors: term twin=jax_gpu_default is confounded'):
-      effects.design(runs, factors, ref)
-  X = effects.design(runs, ['platform', 'profile'], {'platform': 'gpu', 'profile': 'native'})
+      attribution.design(runs, factors, ref)
+  X = attribution.design(runs, ['platform', 'profile'], {'platform': 'gpu', 'profile': 'native'})
   assert (
     list(X.columns)
     == ['Intercept', 'platform=tpu', 'profile=jax_gpu_default', 'profile=tpu_default']
@@ -121,32 +118,32 @@ def test_design_names_a_confounded_term_from_its_distinct_rows():
   )
 
 
-# Item 2: analysis.numbers.stats at any size.
+# Item 2: analysis.stats at any size.
 
 
 def test_mann_whitney_method_by_size():
   """Exact where cheap and defined, else the normal approximation scipy uses."""
   rng = np.random.default_rng(3)
   a, b = rng.normal(size=6), rng.normal(size=7)
-  u, p, method = inference.mann_whitney(a, b)
+  u, p, method = stats.mann_whitney(a, b)
   ref = sps.mannwhitneyu(a, b, method='exact')
-  assert method == inference.MW_EXACT and (u, p) == (ref.statistic, pytest.approx(ref.pvalue))
+  assert method == stats.MW_EXACT and (u, p) == (ref.statistic, pytest.approx(ref.pvalue))
   # Ties (discrete accuracies): the exact permutation test over the midranks, by enumeration.
   a, b = np.array([0.70, 0.71, 0.69, 0.72, 0.70]), np.array([0.68, 0.69, 0.70, 0.67, 0.66, 0.69])
-  u, p, method = inference.mann_whitney(a, b)
+  u, p, method = stats.mann_whitney(a, b)
   ranks = sps.rankdata(np.concatenate([a, b]))
   us = [ranks[list(i)].sum() - 15 for i in itertools.combinations(range(11), 5)]
-  assert method == inference.MW_PERMUTATION
+  assert method == stats.MW_PERMUTATION
   assert p == pytest.approx(np.mean([abs(x - 15) >= abs(u - 15) - 1e-9 for x in us]))
   # Large, or ties beyond the enumeration limit: normal, tie- and continuity-corrected.
   for a, b in (
-    (rng.normal(size=inference.MW_EXACT_MAX_N + 1), rng.normal(size=50)),
+    (rng.normal(size=stats.MW_EXACT_MAX_N + 1), rng.normal(size=50)),
     (rng.integers(0, 9, 40) / 10, rng.integers(0, 9, 40) / 10),
   ):
-    u, p, method = inference.mann_whitney(a, b)
+    u, p, method = stats.mann_whitney(a, b)
     ref = sps.mannwhitneyu(a, b, method='asymptotic', use_continuity=True)
-    assert method == inference.MW_NORMAL and (u, p) == (ref.statistic, pytest.approx(ref.pvalue))
-  assert inference.mann_whitney(rng.normal(size=100), rng.normal(size=100))[2] == inference.MW_EXACT
+    assert method == stats.MW_NORMAL and (u, p) == (ref.statistic, pytest.approx(ref.pvalue))
+  assert stats.mann_whitney(rng.normal(size=100), rng.normal(size=100))[2] == stats.MW_EXACT
 
 
 def test_stats_at_hundreds_of_seeds_names_the_mann_whitney_method_in_the_tables():
@@ -154,33 +151,28 @@ def test_stats_at_hundreds_of_seeds_names_the_mann_whitney_method_in_the_tables(
   not finish in 300 s); now the normal approximation, named in the pairs table and the CSV."""
   frame = bench_analysis.runs_table(400)
   frame = frame[frame['profile'] == 'native'].drop(columns='seed')  # unpaired: Mann–Whitney
-  out = answer.study_analysis(frame, {}, ['platform'], 'accuracy', margin=0.3)
+  out = analyse.study_analysis(frame, {}, ['platform'], 'accuracy', margin=0.3)
   pair = out.pairs.iloc[0]
-  assert pair['mw_method'] == inference.MW_NORMAL
+  assert pair['mw_method'] == stats.MW_NORMAL
   a, b = (
     100 * frame.loc[frame['platform'] == arm, 'accuracy'] for arm in (pair['arm_a'], pair['arm_b'])
   )
   assert pair['mw_p'] == pytest.approx(sps.mannwhitneyu(a, b, method='asymptotic').pvalue)
   text = report.render(out, 'md')
-  assert f'{inference.MW_NORMAL}' in text.split('## Comparisons: every test')[1]
+  assert f'{stats.MW_NORMAL}' in text.split('## Comparisons: every test')[1]
 
 
 def test_arm_interval_method_by_size():
   """t below BCA_MIN_N, BCa bootstrap up to BCA_MAX_N, t again from there (the jackknife of the
   BCa interval costs n^2; the intervals agree there): mean_ci returns exactly the t-interval."""
   assert [
-    inference.ci_method(n)
-    for n in (
-      inference.BCA_MIN_N - 1,
-      inference.BCA_MIN_N,
-      inference.BCA_MAX_N - 1,
-      inference.BCA_MAX_N,
-    )
-  ] == [inference.T_METHOD, inference.BCA_METHOD, inference.BCA_METHOD, inference.T_METHOD]
-  x = np.random.default_rng(4).lognormal(0, 1, inference.BCA_MAX_N)
-  low, high, method = inference.mean_ci(x)
-  assert method == inference.T_METHOD and (low, high) == inference.t_ci(x)
-  bca = inference.bca_ci(x)
+    stats.ci_method(n)
+    for n in (stats.BCA_MIN_N - 1, stats.BCA_MIN_N, stats.BCA_MAX_N - 1, stats.BCA_MAX_N)
+  ] == [stats.T_METHOD, stats.BCA_METHOD, stats.BCA_METHOD, stats.T_METHOD]
+  x = np.random.default_rng(4).lognormal(0, 1, stats.BCA_MAX_N)
+  low, high, method = stats.mean_ci(x)
+  assert method == stats.T_METHOD and (low, high) == stats.t_ci(x)
+  bca = stats.bca_ci(x)
   assert abs(bca[0] - low) < 0.05 * (high - low) and abs(bca[1] - high) < 0.05 * (high - low)
 
 
@@ -311,7 +303,7 @@ def test_attribution_with_one_seed_per_arm(tmp_path, capsys):
     'tpu,native,0,0.72\ntpu,f32,0,0.69\n'
   )
   out = attribution.factor_attribution(
-    csv_input.read_csv(str(path)), ['platform', 'profile'], 'accuracy'
+    inputs.read_csv(str(path)), ['platform', 'profile'], 'accuracy'
   )
   assert 'HC3' in out.method and 'one seed' in out.method
   assert np.isfinite(out.terms[['ci_low', 'ci_high']].to_numpy()).all()

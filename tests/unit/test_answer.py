@@ -1,4 +1,4 @@
-"""The study's answer (analysis.numbers.answer -> analysis.words.report): the one-page answer first
+"""The study's answer (analysis.analyse -> analysis.report): the one-page answer first
 (question, platforms and software with version differences flagged, decomposition, contrasts),
 report.tex as booktabs tables, and several roots (local folders here) giving the tables of one root
 holding them all."""
@@ -9,14 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import analyse
-from analysis.inputs import declaration, results
-from analysis.numbers import answer, gap_verdict, result
-from analysis.words import report
+from analysis import analyse, attribution, inputs, report
 from sweeps import run_study
 from tests.conftest import ROOT
 from tests.support.planted_runs import SMALL, fake_run
-from tests.support.planted_tables import DIGITS, digits_frame
+from tests.support.planted_tables import DIGITS, digits_frame, write_study
 
 
 def answer_section(text):
@@ -24,7 +21,7 @@ def answer_section(text):
 
 
 def test_the_answer_fits_one_screen_and_comes_first():
-  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(8)), DIGITS)
+  out = analyse.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(8)), DIGITS)
   text = report.render(out, 'md')
   first = answer_section(text)
   assert len(first.splitlines()) <= 60, len(first.splitlines())
@@ -48,7 +45,7 @@ def test_the_answer_fits_one_screen_and_comes_first():
 def test_without_a_declaration_the_answer_counts_the_pairs_instead_of_listing_them():
   """Runs whose root holds no declaration: every pair is tested (Holm over all of them) and the
   answer says how many came out how, the pairs themselves following in the report."""
-  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
+  out = analyse.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
   text = report.render(out, 'md')
   first = answer_section(text)
   pairs = len(out.pairs)
@@ -61,19 +58,19 @@ def test_without_a_declaration_the_answer_counts_the_pairs_instead_of_listing_th
 
 
 def test_version_differences_between_platforms_are_flagged_as_a_confound():
-  out = answer.study_analysis(digits_frame(('cpu', 'gpu')), DIGITS)
+  out = analyse.study_analysis(digits_frame(('cpu', 'gpu')), DIGITS)
   first = answer_section(report.render(out, 'md'))
   assert '- cpu: cpu; jax 0.10.2, optax 0.2.8' in first
   assert '- gpu: gpu; jax 0.11.2, optax 0.2.8' in first
   assert '**Confound:** jax differ between the platforms' in first
   assert out.software.confounds == ['jax']
   same = digits_frame(('cpu', 'gpu')).assign(**{'versions.jax': '0.11.2'})
-  first = answer_section(report.render(answer.study_analysis(same, DIGITS), 'md'))
+  first = answer_section(report.render(analyse.study_analysis(same, DIGITS), 'md'))
   assert 'Confound' not in first and 'the same recorded library versions' in first
 
 
 def test_report_tex_holds_booktabs_tables_only():
-  out = answer.study_analysis(digits_frame(('cpu', 'gpu')), DIGITS)
+  out = analyse.study_analysis(digits_frame(('cpu', 'gpu')), DIGITS)
   tex = report.render(out, 'latex')
   assert (
     tex.count('\\begin{table}') == tex.count('\\bottomrule') == 4
@@ -96,21 +93,21 @@ def test_two_roots_give_the_same_tables_as_one_root_holding_both(tmp_path, capsy
           seed,
           0.9 + 0.002 * k + rng.normal(0, 0.004),
         )
-  both = answer.study_analysis(results.load_runs(str(tmp_path / 'all')), SMALL)
+  both = analyse.study_analysis(inputs.load_runs(str(tmp_path / 'all')), SMALL)
   roots = [str(tmp_path / 'all' / 'gpu'), str(tmp_path / 'all' / 'cpu')]  # gpu first: order-free
-  apart = answer.study_analysis(results.load_runs(roots), SMALL)
+  apart = analyse.study_analysis(inputs.load_runs(roots), SMALL)
   for name in ('arms', 'contrasts'):
     pd.testing.assert_frame_equal(
       getattr(both, name).reset_index(drop=True), getattr(apart, name).reset_index(drop=True)
     )
-  assert both.attribution.decomposition[0]['R'] == pytest.approx(
-    apart.attribution.decomposition[0]['R'], abs=1e-9
+  assert both.attribution.decomposition[0].R.estimate == pytest.approx(
+    apart.attribution.decomposition[0].R.estimate, abs=1e-9
   )
   assert set(both.runs['run']) == set(apart.runs['run'])  # root + relative path
   with pytest.raises(ValueError, match='is under both') as e:
-    results.load_runs([str(tmp_path / 'all'), roots[0]])  # a root inside another
+    inputs.load_runs([str(tmp_path / 'all'), roots[0]])  # a root inside another
   assert '\n' not in str(e.value)
-  declaration.write(tmp_path / 'all' / 'gpu', SMALL)  # the command reads the roots' declaration
+  write_study(tmp_path / 'all' / 'gpu', SMALL)  # the command reads the roots' declaration
   analyse.main(['--runs', *roots, '--out', str(tmp_path / 'out')])
   captured = capsys.readouterr()
   assert '| native gap (gpu − cpu) |' in captured.out
@@ -152,12 +149,12 @@ def test_study_flag_is_the_declaration_when_the_roots_declare_different_studies(
       for seed in range(3):
         fake_run(tmp_path / platform, platform, profile, seed, 0.9 + rng.normal(0, 0.004))
   roots = [str(tmp_path / 'gpu'), str(tmp_path / 'cpu')]
-  declaration.write(roots[0], SMALL)
-  declaration.write(roots[1], {**SMALL, 'margin': 2.0})
+  write_study(roots[0], SMALL)
+  write_study(roots[1], {**SMALL, 'margin': 2.0})
   with pytest.raises(SystemExit) as e:
     analyse.main(['--runs', *roots])
   assert e.value.code == 2 and 'declare different studies' in capsys.readouterr().err
-  study = declaration.write(tmp_path / 'declared', {**SMALL, 'margin': 0.7})
+  study = write_study(tmp_path / 'declared', {**SMALL, 'margin': 0.7})
   analyse.main(['--runs', *roots, '--study', study])
   captured = capsys.readouterr()
   assert 'Equivalence margin ±0.7 pp' in captured.out and 'error' not in captured.err
@@ -169,12 +166,12 @@ def test_a_cpu_platform_identity_takes_the_declared_cpu_profile():
   the CPU's."""
   frame = digits_frame(('cpu', 'gpu'), seeds=range(4))
   frame['platform'] = frame['platform'].replace({'cpu': 'cpu-AVX2'})
-  assert answer.platform_profile(frame, DIGITS['platform_profile']) == {
+  assert attribution.platform_profile(frame, DIGITS['platform_profile']) == {
     'cpu-AVX2': 'f32',
     'gpu': 'jax_gpu_default',
   }
-  out = answer.study_analysis(frame, DIGITS)
-  assert out.attribution.decomposition[0]['gap'] == 'gpu - cpu-AVX2'
+  out = analyse.study_analysis(frame, DIGITS)
+  assert out.attribution.decomposition[0].gap == 'gpu - cpu-AVX2'
   assert (
     out.arms.set_index('arm')['deterministic'].loc[lambda s: s.index.str.contains('cpu-AVX2')].all()
   )
@@ -184,12 +181,12 @@ def test_the_documented_python_use_runs_and_gives_the_typed_result(monkeypatch):
   """docs/statistics.md's Python example, run on a planted digits-study table."""
   with open(os.path.join(ROOT, 'docs', 'statistics.md'), encoding='utf-8') as f:
     code = f.read().split('```python\n', 1)[1].split('```', 1)[0]
-  monkeypatch.setattr(results, 'load_runs', lambda root: digits_frame(('cpu', 'gpu')))
+  monkeypatch.setattr(inputs, 'load_runs', lambda root: digits_frame(('cpu', 'gpu')))
   lines = code.strip().splitlines()
   scope = {}
   # The example is run as the docs show it: its statements, then its last line's value.
   exec('\n'.join(lines[:-1]), scope)
   contrasts, verdict, confirmatory = eval(lines[-1], scope)
-  assert isinstance(scope['study'], result.Analysis)
-  assert isinstance(scope['study'].attribution, result.Attribution)
-  assert len(contrasts) > 0 and verdict in gap_verdict.VERDICTS and confirmatory in (True, False)
+  assert isinstance(scope['study'], analyse.Analysis)
+  assert isinstance(scope['study'].attribution, attribution.Attribution)
+  assert len(contrasts) > 0 and verdict in attribution.VERDICTS and confirmatory in (True, False)

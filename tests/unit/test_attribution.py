@@ -1,4 +1,4 @@
-"""analysis.numbers.attribution, its renderer and forest plot on synthetic runs with planted effects
+"""analysis.attribution, its renderer and forest plot on synthetic runs with planted effects
 (fixed RNG). The gap decomposition's verdicts and share: tests/unit/test_gap.py."""
 
 import numpy as np
@@ -7,10 +7,7 @@ import pytest
 import statsmodels.formula.api as smf
 from scipy import stats as sps
 
-from analysis import analyse, attribute, draw
-from analysis.inputs import declaration
-from analysis.numbers import answer, attribution, effects
-from analysis.words import attribution_text
+from analysis import analyse, attribute, attribution, declaration, draw, report
 from runrecord import record
 
 METRIC = 'final.test_accuracy'
@@ -58,7 +55,7 @@ def runs_frame(
 
 
 def show(out):
-  text = attribution_text.render(out)
+  text = report.attribution_report(out)
   print(text)
   return text
 
@@ -113,10 +110,10 @@ def test_planted_effects_inside_their_cis_and_match_statsmodels_mixedlm():
   for platform in ('gpu', 'tpu'):
     d = data[platform, 'noise'] - data[platform, 'f32']
     floor = out.noise[platform]
-    assert 'profile=noise − profile=f32 over 8 seeds' in floor['text'] and floor['n'] == 8
-    assert floor['sd'] == pytest.approx(d.std(ddof=1), rel=1e-12)
-    assert floor['half'] == pytest.approx(2.364624 * d.std(ddof=1) / np.sqrt(8), rel=1e-6)
-    assert floor['sd'] != pytest.approx(data[platform, 'noise'].std(ddof=1), rel=0.05)
+    assert 'profile=noise − profile=f32 over 8 seeds' in floor.text and floor.n == 8
+    assert floor.sd == pytest.approx(d.std(ddof=1), rel=1e-12)
+    assert floor.half == pytest.approx(2.364624 * d.std(ddof=1) / np.sqrt(8), rel=1e-6)
+    assert floor.sd != pytest.approx(data[platform, 'noise'].std(ddof=1), rel=0.05)
 
 
 def test_zero_platform_residual_is_explained_by_numerics():
@@ -133,7 +130,7 @@ def test_zero_platform_residual_is_explained_by_numerics():
   r = residual(out)
   assert r['ci_low'] < 0 < r['ci_high'] and r['tost_p'] < 0.05
   assert -0.3 < r['ci90_low'] and r['ci90_high'] < 0.3
-  assert out.decomposition[0]['verdict'] == 'explained by numerics'
+  assert out.decomposition[0].verdict == 'explained by numerics'
   assert '**tpu − gpu: explained by numerics**' in show(out)
   assert out.emulation == {'gpu': 'jax_gpu_default', 'tpu': 'tpu_default'}  # the default mapping
   assert 'gpu=jax_gpu_default, tpu=tpu_default' in show(out)
@@ -151,7 +148,7 @@ def test_planted_platform_residual_leaves_the_gap_partly_explained():
   assert 'native arithmetic: gpu=jax_gpu_default, tpu=tpu_default. Each component' in show(out)
   r = residual(out)
   assert r['ci_low'] < 1.5 < r['ci_high'] and r['ci_low'] > 0.3
-  assert out.decomposition[0]['verdict'] == 'partly explained'  # 0.8 of 2.3 pp: numerics
+  assert out.decomposition[0].verdict == 'partly explained'  # 0.8 of 2.3 pp: numerics
   assert 'explained by numerics**' not in show(out)
 
 
@@ -159,7 +156,7 @@ def test_failed_mixed_fit_falls_back_to_clustered_ols_and_says_so(monkeypatch):
   def boom(*args, **kwargs):
     raise np.linalg.LinAlgError('Singular matrix')
 
-  monkeypatch.setattr(effects.sm, 'MixedLM', boom)
+  monkeypatch.setattr(attribution.sm, 'MixedLM', boom)
   frame = runs_frame(rng=3)
   out = attribution.factor_attribution(
     frame, ['platform', 'profile'], reference={'profile': 'f32'}, margin=0.3
@@ -263,8 +260,7 @@ def test_files_written_with_exact_csv_columns(tmp_path):
     assert (tmp_path / name).stat().st_size > 500, name
   decomposition = pd.read_csv(tmp_path / 'attribution_decomposition.csv').iloc[0]
   assert (
-    decomposition['verdict'] == out.decomposition[0]['verdict']
-    and decomposition['gap'] == 'tpu - gpu'
+    decomposition['verdict'] == out.decomposition[0].verdict and decomposition['gap'] == 'tpu - gpu'
   )
   assert {'share', 'share_ci_low', 'seeds_for_residual_within_margin'} <= set(decomposition.index)
   assert len(out.excluded) == 2 and 'failed: loss is NaN' in show(out)
@@ -318,7 +314,7 @@ def test_a_declared_study_runs_the_attribution_with_its_settings(tmp_path, capsy
   )  # cpu has no runs
   declared = declaration.load(f'{cfg}:x')
   frame = runs_frame(seeds=range(4)).drop(columns='numerics.requested.batchnorm_group')
-  out = answer.study_analysis(frame, declared)
+  out = analyse.study_analysis(frame, declared)
   att = out.attribution
   assert att.margin == 0.25 and att.margin_reason == 'half the seed sd'
   assert att.emulation == {'gpu': 'jax_gpu_default', 'tpu': 'tpu_default'}

@@ -1,4 +1,4 @@
-"""analysis/numbers/calibration.py and analysis/numbers/per_class.py on hand-computed tiny tables
+"""Calibration and per-class differences (analysis/agreement.py) on hand-computed tiny tables
 and planted runs."""
 
 import os
@@ -9,8 +9,7 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
-from analysis.inputs import csv_input
-from analysis.numbers import calibration, per_class, stats
+from analysis import agreement, inputs, stats
 from tests.conftest import ROOT
 
 CSV = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
@@ -22,11 +21,11 @@ def test_ece_by_hand_on_a_tiny_table():
   # 15 bins of width 1/15: (0.10, 0.12) in bin 1, (0.55, 0.58) in bin 8, (0.95, 0.99) in bin 14,
   # 0.30 in bin 4; Σ n_b/n |acc_b − conf_b|:
   by_hand = (2 * abs(0.5 - 0.11) + 2 * abs(0.5 - 0.565) + 2 * abs(1 - 0.97) + abs(1 - 0.30)) / 7
-  assert calibration.ece(confidence, correct) == pytest.approx(by_hand, abs=1e-12)
+  assert agreement.ece(confidence, correct) == pytest.approx(by_hand, abs=1e-12)
   unweighted = (abs(0.5 - 0.11) + abs(0.5 - 0.565) + abs(1 - 0.97) + abs(1 - 0.30)) / 4
   assert abs(by_hand - unweighted) > 0.05  # the nearest wrong version: bins weighted equally
   # One bin (bins=1) is |accuracy − mean confidence|:
-  assert calibration.ece(confidence, correct, bins=1) == pytest.approx(
+  assert agreement.ece(confidence, correct, bins=1) == pytest.approx(
     abs(np.mean(correct) - np.mean(confidence))
   )
 
@@ -38,7 +37,7 @@ def test_nll_of_classification_and_of_the_attribute_bits():
     'p_predicted': np.array([0.5, 0.8, 1.0, 0.6], np.float32),
     'p_label': np.array([0.5, 0.25, 1.0, 0.0], np.float32),
   }
-  c = calibration.run_calibration(pred)
+  c = agreement.run_calibration(pred)
   tiny = np.finfo(np.float32).tiny
   assert c['nll'] == pytest.approx(-(np.log(0.5) + np.log(0.25) + 0 + np.log(tiny)) / 4)
   assert c['accuracy'] == 0.75
@@ -47,12 +46,12 @@ def test_nll_of_classification_and_of_the_attribute_bits():
     'predicted': np.array([[1, 1], [0, 0]]),
     'probability': np.array([[0.9, 0.7], [0.15, 0.35]], np.float32),
   }
-  b = calibration.run_calibration(bits)
+  b = agreement.run_calibration(bits)
   p = np.array([[0.9, 0.7], [0.15, 0.35]], np.float32).astype(np.float64)
   by_hand = -(np.log(p[0, 0]) + np.log(1 - p[0, 1]) + np.log(1 - p[1, 0]) + np.log(1 - p[1, 1])) / 4
   assert b['nll'] == pytest.approx(by_hand, rel=1e-6) and b['accuracy'] == 0.75
   assert b['ece'] == pytest.approx(
-    calibration.ece([0.9, 0.7, 0.85, 0.65], [1, 0, 1, 1]), rel=1e-6
+    agreement.ece([0.9, 0.7, 0.85, 0.65], [1, 0, 1, 1]), rel=1e-6
   )  # off bin edges
 
 
@@ -82,20 +81,20 @@ def test_calibration_per_arm_averages_replicates_then_a_t_interval_over_seeds():
   entries = [planted('a', s, [0.9, 0.8], rng) for s in range(4)] + [
     planted('a', 0, [0.9, 0.8], rng)
   ]
-  runs = calibration.run_table(entries)
-  table = calibration.calibration_table(entries).set_index('arm')
+  runs = agreement.run_table(entries)
+  table = agreement.calibration_table(entries).set_index('arm')
   per_seed = runs.groupby('seed')['ece_pct'].mean().to_numpy()
   assert table.loc['a', 'seeds'] == 4
   assert table.loc['a', 'ece_pct'] == pytest.approx(per_seed.mean())
   assert (table.loc['a', 'ece_pct_ci_low'], table.loc['a', 'ece_pct_ci_high']) == pytest.approx(
     sps.t.interval(0.95, 3, per_seed.mean(), sps.sem(per_seed))
   )
-  assert table.loc['a', 'ece_binning'] == calibration.ECE_NAME
+  assert table.loc['a', 'ece_binning'] == agreement.ECE_NAME
 
 
 def test_final_training_loss_beside_accuracy_per_arm():
-  out = stats.arms_and_pairs(csv_input.read_csv(CSV), all_pairs=False)
-  table = calibration.loss_table(out.runs).set_index('arm')
+  out = stats.arms_and_pairs(inputs.read_csv(CSV), all_pairs=False)
+  table = agreement.loss_table(out.runs).set_index('arm')
   runs = out.runs
   bn16 = runs.loc[
     (runs['platform'] == 'cpu') & (runs['numerics.requested.batchnorm_group'].astype(str) == '16'),
@@ -109,7 +108,7 @@ def test_final_training_loss_beside_accuracy_per_arm():
     runs.loc[runs['arm'] == bn16, 'value'].mean()
   )
   assert table['train_loss_ratio'].min() == 1.0
-  assert calibration.loss_table(out.runs.drop(columns='final.train_loss')).empty
+  assert agreement.loss_table(out.runs.drop(columns='final.train_loss')).empty
 
 
 def test_per_class_differences_paired_over_seeds_with_holm_as_statsmodels():
@@ -120,10 +119,10 @@ def test_per_class_differences_paired_over_seeds_with_holm_as_statsmodels():
       planted('a', s, [0.95, 0.8, 0.7, 0.9], rng),
       planted('b', s, [0.55, 0.8, 0.72, 0.9], rng),
     ]
-  table = per_class.class_differences(entries, 'a', 'b')
+  table = agreement.class_differences(entries, 'a', 'b')
 
   def acc(arm, s):
-    return per_class.class_accuracy(
+    return agreement.class_accuracy(
       next(e['pred'] for e in entries if e['arm'] == arm and e['seed'] == s)
     )
 
@@ -138,9 +137,11 @@ def test_per_class_differences_paired_over_seeds_with_holm_as_statsmodels():
 
 def test_attribute_accuracy_per_attribute_and_too_few_seeds():
   pred = {'label': np.array([[1, 0, 1], [0, 0, 1]]), 'predicted': np.array([[1, 1, 1], [0, 1, 0]])}
-  assert per_class.class_accuracy(pred).tolist() == [1.0, 0.0, 0.5]
+  assert agreement.class_accuracy(pred).tolist() == [1.0, 0.0, 0.5]
   rng = np.random.default_rng(2)
   one_seed = [planted('a', 0, [0.9, 0.9], rng), planted('b', 0, [0.9, 0.9], rng)]
-  assert per_class.per_class_table(one_seed, [('a', 'b')]).empty
-  assert list(per_class.per_class_table(one_seed, [('a', 'b')])) == list(per_class.COLUMNS)
-  assert isinstance(per_class.per_class_table([], []), pd.DataFrame)
+  assert agreement.per_class_table(one_seed, [('a', 'b')]).empty
+  assert list(agreement.per_class_table(one_seed, [('a', 'b')])) == list(
+    agreement.PER_CLASS_COLUMNS
+  )
+  assert isinstance(agreement.per_class_table([], []), pd.DataFrame)

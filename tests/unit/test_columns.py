@@ -5,9 +5,7 @@ the metric's own scale, a run id met twice counted once. Planted CSVs, no traini
 import pandas as pd
 import pytest
 
-from analysis import analyse
-from analysis.inputs import columns, csv_input
-from analysis.numbers import answer, stats
+from analysis import analyse, inputs, stats
 from runrecord import record
 from tests.support.commands import cli_error
 from tests.support.planted_tables import table, write
@@ -25,8 +23,8 @@ def test_platform_spellings_are_one_platform(tmp_path, capsys):
   frame = frame.astype({'platform': object})
   frame.loc[frame.index[0], 'platform'] = ' CPU-AVX2'  # the ISA keeps its case; JAX's part not
   frame.loc[frame.index[frame['platform'] == 'cpu'], 'platform'] = 'cpu-AVX2'
-  out = answer.study_analysis(
-    csv_input.read_csv(write(frame, tmp_path)), group_by=['platform', 'compute_dtype']
+  out = analyse.study_analysis(
+    inputs.read_csv(write(frame, tmp_path)), group_by=['platform', 'compute_dtype']
   )
   assert sorted(out.runs['platform'].unique()) == ['cpu-AVX2', 'gpu']
   assert list(out.arms['n']) == [6, 6, 6, 6]
@@ -83,7 +81,7 @@ def test_arms_of_another_split_seed_do_not_pair():
   other = frame['numerics.requested.compute_dtype'] == 'bfloat16'
   frame.loc[other, 'config.data.split_seed'] = 7
   frame.loc[other, 'data.split_fingerprint'] = 'beef'
-  assert columns.test_set_problems(frame) == []
+  assert inputs.test_set_problems(frame) == []
   out = stats.arms_and_pairs(frame, margin=0.5)
   assert (
     out.pairs['design']
@@ -97,7 +95,7 @@ def test_arms_of_another_split_seed_do_not_pair():
 def test_the_loss_table_shows_a_percent_csv_in_percent(tmp_path):
   """Case 8. Before: a percent-scale CSV's report_train_loss.csv read 9559 %."""
   for percent in (False, True):
-    out = answer.study_analysis(csv_input.read_csv(write(table(percent=percent), tmp_path)))
+    out = analyse.study_analysis(inputs.read_csv(write(table(percent=percent), tmp_path)))
     accuracy = out.agreement.train_loss['test_accuracy_pct']
     assert accuracy.between(94, 97).all(), accuracy
 
@@ -145,7 +143,7 @@ def test_a_run_met_twice_in_a_csv_counts_once_and_two_records_of_one_id_are_refu
   frame = table()
   again = frame.iloc[:3].assign(run=lambda f: 'mnt/' + f['run'])
   path = write(pd.concat([frame, again]), tmp_path)
-  out = answer.study_analysis(csv_input.read_csv(path))
+  out = analyse.study_analysis(inputs.read_csv(path))
   assert len(out.runs) == 24 and out.replicates.empty
   assert (
     'run id cpu-float32-0 on lines 2, 26: one run met twice (the same values): counted once'
@@ -164,5 +162,5 @@ def test_a_run_met_twice_in_a_csv_counts_once_and_two_records_of_one_id_are_refu
 def test_surrounding_spaces_of_a_level_are_dropped(tmp_path):
   frame = table(platforms=('cpu',))
   frame.loc[0, 'numerics.requested.compute_dtype'] = 'float32 '
-  out = stats.arms_and_pairs(csv_input.read_csv(write(frame, tmp_path)), margin=0.5)
+  out = stats.arms_and_pairs(inputs.read_csv(write(frame, tmp_path)), margin=0.5)
   assert len(out.arms) == 2

@@ -9,17 +9,16 @@ import pandas as pd
 import pytest
 from statsmodels.stats import multitest
 
-from analysis.inputs import declaration
-from analysis.numbers import answer, contrasts
+from analysis import analyse, declaration, stats
 from runrecord import record
 from sweeps import sweep
-from tests.support.planted_tables import DIGITS, digits_frame
+from tests.support.planted_tables import DIGITS, digits_frame, write_study
 
 METRIC = 'final.test_accuracy'
 
 
 def test_the_digits_declaration_gives_seven_contrasts_with_holm_over_exactly_them():
-  out = answer.study_analysis(digits_frame(), DIGITS)
+  out = analyse.study_analysis(digits_frame(), DIGITS)
   table = out.contrasts
   assert len(table) == 7 and out.pairs.empty  # every pair only with --all-pairs
   assert list(table['label']) == [
@@ -37,14 +36,14 @@ def test_the_digits_declaration_gives_seven_contrasts_with_holm_over_exactly_the
   for test in ('tost', 'test', 'welch', 'signed_rank'):
     holm = multitest.multipletests(table[f'{test}_p'], method='holm')[1]
     assert table[f'{test}_p_holm'].to_numpy() == pytest.approx(holm), test
-  both = answer.study_analysis(digits_frame(), DIGITS, all_pairs=True)
+  both = analyse.study_analysis(digits_frame(), DIGITS, all_pairs=True)
   assert len(both.pairs) == 28  # all pairs on request, Holm over all 28 apart from the family
   assert both.contrasts['tost_p_holm'].tolist() == pytest.approx(table['tost_p_holm'].tolist())
   assert both.pairs['tost_p_holm'].max() >= table['tost_p_holm'].max()
 
 
 def test_two_platforms_give_each_platform_its_own_family():
-  out = answer.study_analysis(digits_frame(('cpu', 'gpu')), DIGITS)
+  out = analyse.study_analysis(digits_frame(('cpu', 'gpu')), DIGITS)
   table = out.contrasts
   assert len(table) == 14 and list(table['platform']) == ['cpu'] * 7 + ['gpu'] * 7
   info = out.arm_info.set_index('arm')
@@ -54,7 +53,7 @@ def test_two_platforms_give_each_platform_its_own_family():
   ).all()
   holm = multitest.multipletests(table['tost_p'], method='holm')[1]
   assert table['tost_p_holm'].to_numpy() == pytest.approx(holm)
-  assert set(out.noise) == {'cpu', 'gpu'} and out.noise['gpu']['half'] > 0
+  assert set(out.noise) == {'cpu', 'gpu'} and out.noise['gpu'].half > 0
 
 
 def test_short_labels_say_only_what_differs_from_the_reference():
@@ -79,7 +78,7 @@ def test_arms_the_declaration_cannot_tell_apart_are_one_line_error():
     **{'numerics.requested.param_dtype': lambda f: np.where(f['seed'] % 2, 'float32', 'bfloat16')}
   )  # an undeclared field splits every arm in two
   with pytest.raises(ValueError, match='have the same declared factor levels') as e:
-    answer.study_analysis(frame, DIGITS)
+    analyse.study_analysis(frame, DIGITS)
   assert '\n' not in str(e.value)
 
 
@@ -117,7 +116,7 @@ def test_declaration_is_written_before_the_first_run_and_a_changed_one_is_refuse
 
 def test_roots_that_declare_different_studies_are_refused(tmp_path):
   for name, margin in (('a', 1.0), ('b', 2.0)):
-    declaration.write(tmp_path / name, {**DIGITS, 'margin': margin})
+    write_study(tmp_path / name, {**DIGITS, 'margin': margin})
   with pytest.raises(ValueError, match='declare different studies') as e:
     declaration.from_roots([str(tmp_path / 'a'), str(tmp_path / 'b')])
   assert 'margin: 1.0 -> 2.0' in str(e.value)
@@ -125,4 +124,4 @@ def test_roots_that_declare_different_studies_are_refused(tmp_path):
     {**DIGITS, 'margin': 1.0},
     f'{tmp_path}/a/{declaration.STUDY_FILE}',
   )
-  assert contrasts.family(pd.DataFrame(columns=['arm', 'platform', 'role', 'n'])) == []
+  assert stats.family(pd.DataFrame(columns=['arm', 'platform', 'role', 'n'])) == []

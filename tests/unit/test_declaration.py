@@ -6,9 +6,7 @@ import json
 
 import pytest
 
-from analysis import analyse, attribute
-from analysis.inputs import csv_input, declaration
-from analysis.numbers import answer
+from analysis import analyse, attribute, declaration, inputs
 from tests.support.commands import cli_error
 from tests.support.planted_tables import DIGITS, digits_frame
 
@@ -152,7 +150,7 @@ def test_a_list_of_seeds_is_the_confirmatory_set(tmp_path, capsys, study_csv):
   """Case 16: seeds [0, 1, 2, 3] was a TypeError; now those four seeds are the confirmatory
   analysis and the other two exploratory."""
   study = study_file(tmp_path, seeds=[0, 1, 2, 3])
-  out = answer.study_analysis(csv_input.read_csv(study_csv), declaration.load(study))
+  out = analyse.study_analysis(inputs.read_csv(study_csv), declaration.load(study))
   assert out.scope.declared_seeds == [0, 1, 2, 3] and out.scope.confirmatory is False
   assert out.scope.deviations == ['6 seeds analysed, 4 declared (seeds 0–3)']
   assert out.confirmatory.scope.analysed_seeds == [0, 1, 2, 3]

@@ -1,4 +1,4 @@
-"""analysis.figures.study_figures and analysis.figures.forest on fake Orbax runs: every figure is
+"""analysis.figures on fake Orbax runs: every figure is
 written as a readable PDF and 300-dpi PNG at its printed size (one column 3.3 in, two columns 6.9
 in), shows the seeds, names arms by their short labels, has legends only for what it draws (inside
 the figure), and plots training from per-step records (the gap and forest figures:
@@ -15,10 +15,7 @@ from matplotlib.colors import to_hex
 from matplotlib.patches import PathPatch
 from PIL import Image
 
-from analysis import draw
-from analysis.figures import forest, study_figures, style
-from analysis.inputs import results
-from analysis.numbers import answer
+from analysis import analyse, draw, figures, inputs
 from sweeps import run_study
 from tests.support.figure_checks import legend_problems
 from tests.support.planted_study import STEPS, analysed, make_study
@@ -50,7 +47,7 @@ def test_all_figures_written_and_readable(tmp_path, capsys):
 
 def test_load_steps_reads_train_records_only(tmp_path):
   make_study(tmp_path / 'runs', arms=(('tpu', 'float32', 0.9),), seeds=range(2))
-  steps = results.load_steps(str(tmp_path / 'runs'))
+  steps = inputs.load_steps(str(tmp_path / 'runs'))
   assert list(steps.columns) == ['run', 'step', 'epoch', 'train_loss', 'train_accuracy']
   assert len(steps) == 2 * len(STEPS) and list(steps['step'][:5]) == list(STEPS)
   assert steps['train_loss'].iloc[1] == pytest.approx(2.0 / 4)
@@ -59,8 +56,8 @@ def test_load_steps_reads_train_records_only(tmp_path):
 def test_points_for_every_seed_and_no_boxes_below_ten(tmp_path):
   make_study(tmp_path / 'runs', arms=(('tpu', 'float32', 0.9), ('gpu', 'float32', 0.899)))
   out, _, _ = analysed(tmp_path / 'runs')
-  style.apply()
-  fig = study_figures.draw_accuracy_by_arm(out)
+  figures.apply()
+  fig = figures.draw_accuracy_by_arm(out)
   ax = fig.axes[0]
   assert not [p for p in ax.patches if isinstance(p, PathPatch)]  # n = 5: no box
   points = [c for c in ax.collections if isinstance(c, PathCollection)]
@@ -75,7 +72,7 @@ def test_points_for_every_seed_and_no_boxes_below_ten(tmp_path):
     'mean ± 95% CI (t-interval)',
   ]  # colour = platform
   many = pd.concat([out.units.assign(seed=out.units['seed'] + 100 * k) for k in range(2)])
-  fig = study_figures.draw_accuracy_by_arm(
+  fig = figures.draw_accuracy_by_arm(
     dataclasses.replace(out, units=many)
   )  # 10 seeds per arm: boxes appear
   assert len([p for p in fig.axes[0].patches if isinstance(p, PathPatch)]) == 2
@@ -86,9 +83,9 @@ def test_contrast_legend_lists_only_drawn_kinds(tmp_path):
   make_study(tmp_path / 'a', arms=(('tpu', 'float32', 0.9),), seeds=range(3))
   make_study(tmp_path / 'a', arms=(('gpu', 'float32', 0.9),), seeds=range(10, 13))
   out, hist, steps = analysed(tmp_path / 'a')
-  style.apply()
-  fig = forest.draw_contrasts(
-    study_figures.contrast_table(out), {}, 0.5, 'pp'
+  figures.apply()
+  fig = figures.draw_contrasts(
+    figures.contrast_table(out), {}, 0.5, 'pp'
   )  # one Welch Δ, no noise arm
   labels = [t.get_text() for t in fig.legends[0].get_texts()]
   assert labels == ['margin ±0.5 pp', '95% CI', '90% CI', 'Δ'] and not legend_problems(fig)
@@ -104,17 +101,17 @@ def pdf_size_in(path):
 
 
 def test_every_figure_is_drawn_at_its_printed_size_with_short_labels_inside_the_figure(tmp_path):
-  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
-  paths = draw.figures(
+  out = analyse.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
+  paths = figures.study_figures(
     out,
     pd.DataFrame(columns=['run', 'epoch']),
+    pd.DataFrame(columns=list(inputs.STEP_COLUMNS)),
     str(tmp_path),
-    steps=pd.DataFrame(columns=list(results.STEP_COLUMNS)),
   )
   widths = {
-    'accuracy_by_arm': style.TWO_COLUMN_IN,
-    'contrasts': style.ONE_COLUMN_IN,
-    'gap_decomposition': style.ONE_COLUMN_IN,
+    'accuracy_by_arm': figures.TWO_COLUMN_IN,
+    'contrasts': figures.ONE_COLUMN_IN,
+    'gap_decomposition': figures.ONE_COLUMN_IN,
   }
   # attribution_forest (the attribution command's) is not written: it repeats contrasts and the gap
   assert sorted({p.rsplit('/', 1)[1].split('.')[0] for p in paths}) == sorted(widths)
@@ -122,8 +119,8 @@ def test_every_figure_is_drawn_at_its_printed_size_with_short_labels_inside_the_
     assert pdf_size_in(f'{tmp_path}/{name}.pdf')[0] == pytest.approx(width, abs=0.01), name
     with Image.open(f'{tmp_path}/{name}.png') as img:
       assert img.size[0] == round(300 * width), name
-  style.apply()
-  fig = study_figures.draw_accuracy_by_arm(out)
+  figures.apply()
+  fig = figures.draw_accuracy_by_arm(out)
   ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
   assert ticks[:2] == ['native', 'f32'] and 'BN/16' in ticks and 'bf16\nactivations' in ticks
   assert not any('=' in t for t in ticks) and not legend_problems(fig)
@@ -145,20 +142,20 @@ def band_colors(ax):
 
 
 def test_a_platform_has_one_colour_in_every_figure():
-  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
-  cpu, gpu = (to_hex(style.PLATFORM_COLORS[p]) for p in ('cpu', 'gpu'))
-  assert style.platform_colors(['gpu']) == {
-    'gpu': style.PLATFORM_COLORS['gpu']
+  out = analyse.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
+  cpu, gpu = (to_hex(figures.PLATFORM_COLORS[p]) for p in ('cpu', 'gpu'))
+  assert figures.platform_colors(['gpu']) == {
+    'gpu': figures.PLATFORM_COLORS['gpu']
   }  # whatever else a figure shows
-  assert style.platform_colors(['tpu', 'gpu', 'cpu'])['gpu'] == style.PLATFORM_COLORS['gpu']
-  style.apply()
-  ax = study_figures.draw_accuracy_by_arm(out).axes[0]
+  assert figures.platform_colors(['tpu', 'gpu', 'cpu'])['gpu'] == figures.PLATFORM_COLORS['gpu']
+  figures.apply()
+  ax = figures.draw_accuracy_by_arm(out).axes[0]
   info = out.arm_info
   points = [c for c in ax.collections if isinstance(c, PathCollection)]
   assert len(points) == len(info)
   assert {to_hex(c.get_edgecolor()[0]) for c in points} == {cpu, gpu}
-  ax = forest.draw_contrasts(
-    study_figures.contrast_table(out), forest.floors_of(out.noise), out.margin, out.unit
+  ax = figures.draw_contrasts(
+    figures.contrast_table(out), figures.floors_of(out.noise), out.margin, out.unit
   ).axes[0]
   assert {to_hex(line.get_color()) for line in ax.lines if line.get_marker() != 'None'} >= {
     cpu,
@@ -166,23 +163,21 @@ def test_a_platform_has_one_colour_in_every_figure():
   }
   assert band_colors(ax) == {cpu, gpu}
   att = out.attribution
-  gap_ax = forest.draw_gap(att).axes[0]
+  gap_ax = figures.draw_gap(att).axes[0]
   colours = {t.get_text(): None for t in gap_ax.get_yticklabels()}
   at = {
     line.get_ydata()[0]: to_hex(line.get_color())
     for line in gap_ax.lines
     if line.get_marker() == 'D'
   }
-  assert (at[4], at[3], at[5]) == (gpu, cpu, to_hex(style.ACROSS_PLATFORMS)), colours
-  assert band_colors(gap_ax) == band_colors(forest.draw_forest(att).axes[0]) == {cpu, gpu}
+  assert (at[4], at[3], at[5]) == (gpu, cpu, to_hex(figures.ACROSS_PLATFORMS)), colours
+  assert band_colors(gap_ax) == band_colors(figures.draw_forest(att).axes[0]) == {cpu, gpu}
 
 
 def test_contrasts_draw_one_noise_band_and_legend_key_per_platform():
-  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
-  style.apply()
-  fig = forest.draw_contrasts(
-    study_figures.contrast_table(out), {'cpu': 0.4, 'gpu': 0.5}, 2.0, 'pp'
-  )
+  out = analyse.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), DIGITS)
+  figures.apply()
+  fig = figures.draw_contrasts(figures.contrast_table(out), {'cpu': 0.4, 'gpu': 0.5}, 2.0, 'pp')
   legend = fig.legends[0]
   keys = {t.get_text(): h for t, h in zip(legend.get_texts(), legend.legend_handles, strict=True)}
   assert [k for k in keys if k.startswith('noise')] == [
@@ -192,7 +187,7 @@ def test_contrasts_draw_one_noise_band_and_legend_key_per_platform():
   for p in ('cpu', 'gpu'):
     assert to_hex(
       keys[f'noise floor {p} ±{0.4 if p == "cpu" else 0.5:.2f} pp'].get_edgecolor()
-    ) == (to_hex(style.PLATFORM_COLORS[p]))
+    ) == (to_hex(figures.PLATFORM_COLORS[p]))
   assert sorted(
     round(p.get_x() + p.get_width(), 6)
     for p in fig.axes[0].patches
@@ -231,8 +226,10 @@ def curves_study():
       for e in range(1, 5)
     ]
   )
-  software = types.SimpleNamespace(
-    platforms={'cpu': {'device_kind': 'cpu'}, 'gpu': {'device_kind': 'H100'}}
+  software = inputs.Software(
+    platforms={
+      p: inputs.Platform(kind, None, {}, {}) for p, kind in (('cpu', 'cpu'), ('gpu', 'H100'))
+    }
   )
   return (
     types.SimpleNamespace(
@@ -245,8 +242,8 @@ def curves_study():
 
 def test_identical_curves_stay_distinguishable_and_colour_is_the_platform():
   out, hist, steps = curves_study()
-  style.apply()
-  fig = study_figures.draw_training_curves(out, hist, steps)
+  figures.apply()
+  fig = figures.draw_training_curves(out, hist, steps)
   lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
   native, f32 = lines['native (cpu)'], lines['f32 (cpu) (identical to native)']
   assert list(native.get_ydata()) == list(f32.get_ydata())  # drawn on top of each other ...
@@ -254,7 +251,9 @@ def test_identical_curves_stay_distinguishable_and_colour_is_the_platform():
   assert native.get_linestyle() != f32.get_linestyle()
   assert native.get_markevery() != f32.get_markevery()  # markers at different steps
   for label, line in lines.items():
-    assert to_hex(line.get_color()) == to_hex(style.PLATFORM_COLORS[label.split('(')[1][:3]]), label
+    assert to_hex(line.get_color()) == to_hex(figures.PLATFORM_COLORS[label.split('(')[1][:3]]), (
+      label
+    )
   gpu = {label: line.get_marker() for label, line in lines.items() if '(gpu)' in label}
   assert gpu == {'native (gpu)': native.get_marker(), 'f32 (gpu)': f32.get_marker()}
   labels = [t.get_text() for t in fig.legends[0].get_texts()]
@@ -265,8 +264,8 @@ def test_identical_curves_stay_distinguishable_and_colour_is_the_platform():
 def test_training_curves_are_built_from_per_step_records(tmp_path):
   make_study(tmp_path / 'runs', arms=(('tpu', 'float32', 0.9), ('gpu', 'float32', 0.899)))
   out, hist, steps = analysed(tmp_path / 'runs')
-  style.apply()
-  fig = study_figures.draw_training_curves(out, hist, steps)
+  figures.apply()
+  fig = figures.draw_training_curves(out, hist, steps)
   loss_ax, test_ax = fig.axes[:2]
   lines = {line.get_label(): line for line in loss_ax.get_lines()}
   gpu = lines['gpu']  # one platform per arm here: arms are labelled by the group-by label
@@ -285,12 +284,14 @@ def test_no_shared_seeds_and_colours_are_stable(tmp_path):
   make_study(tmp_path / 'a', arms=(('tpu', 'float32', 0.9),), seeds=range(3))
   make_study(tmp_path / 'a', arms=(('gpu', 'float32', 0.9),), seeds=range(10, 13))
   out, hist, _ = analysed(tmp_path / 'a')
-  paths = draw.figures(out, hist, str(tmp_path / 'f'))  # steps read from the run folders
+  (tmp_path / 'f').mkdir()
+  steps = inputs.steps_frame(out.runs['run'])  # read from the run folders
+  paths = figures.study_figures(out, hist, steps, str(tmp_path / 'f'))
   assert len(paths) == 6 and any('training_curves' in p for p in paths)
   check_files(paths)
   labels = list(out.arms['arm'])
-  assert style.arm_colors(labels) == style.arm_colors(labels[::-1])
-  assert len(set(style.arm_colors(labels).values())) == len(labels)
+  assert figures.arm_colors(labels) == figures.arm_colors(labels[::-1])
+  assert len(set(figures.arm_colors(labels).values())) == len(labels)
 
 
 def test_figures_cli_one_line_error(tmp_path, capsys):

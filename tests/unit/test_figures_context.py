@@ -3,6 +3,7 @@ one colour per platform and a line style per arm; short arm labels; legend keys 
 are; a one-run root draws without layout warnings and nothing outside the figure; the churn
 ladder says each row's n, draws every bound inside its axis and stops at 100 %."""
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -10,9 +11,7 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_hex
 
-from analysis import draw
-from analysis.figures import churn_ladder, forest, naming, study_figures, style
-from analysis.numbers import agreement_section, answer
+from analysis import agreement, analyse, figures, stats
 from tests.support.planted_predictions import planted_loader
 from tests.support.planted_study import analysed, make_study
 from tests.support.planted_tables import DIGITS, digits_frame
@@ -26,22 +25,22 @@ def digits_out():
     **{'config.data.name': 'digits', 'data.test_size': 360}
   )
   frame['device_kind'] = frame['platform'].map({'cpu': 'cpu', 'gpu': 'NVIDIA H100'})
-  return answer.study_analysis(frame, DIGITS)
+  return analyse.study_analysis(frame, DIGITS)
 
 
 def drawn_figures(monkeypatch, call):
-  """{name: figure} of what `call()` saves (style.save intercepted before it closes them)."""
-  figures, save = {}, style.save
+  """{name: figure} of what `call()` saves (figures.save intercepted before it closes them)."""
+  drawn, save = {}, figures.save
   monkeypatch.setattr(
-    style,
+    figures,
     'save',
     lambda fig, d, name, crop=True: (
-      figures.setdefault(name, (fig, fig.texts, fig._suptitle, fig._supxlabel)),
+      drawn.setdefault(name, (fig, fig.texts, fig._suptitle, fig._supxlabel)),
       save(fig, d, name, crop),
     )[1],
   )
   call()
-  return figures
+  return drawn
 
 
 def captions(fig, suptitle, supxlabel):
@@ -51,13 +50,17 @@ def captions(fig, suptitle, supxlabel):
 def test_every_study_figure_states_data_n_and_platforms(digits_out, tmp_path, monkeypatch):
   out = digits_out
   loaded = planted_loader(out.runs, np.random.default_rng(7))
-  out.agreement = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
-  figures = drawn_figures(
-    monkeypatch,
-    lambda: draw.figures(out, pd.DataFrame(columns=['run', 'epoch']), str(tmp_path), NO_STEPS),
+  out = dataclasses.replace(
+    out, agreement=agreement.from_analysis(out, stats.arm_short_labels(out), load=loaded.get)
   )
-  assert set(figures) == {'accuracy_by_arm', 'contrasts', 'gap_decomposition', 'churn_ladder'}
-  for name, (fig, _, top, bottom) in figures.items():
+  drawn = drawn_figures(
+    monkeypatch,
+    lambda: figures.study_figures(
+      out, pd.DataFrame(columns=['run', 'epoch']), NO_STEPS, str(tmp_path)
+    ),
+  )
+  assert set(drawn) == {'accuracy_by_arm', 'contrasts', 'gap_decomposition', 'churn_ladder'}
+  for name, (fig, _, top, bottom) in drawn.items():
     text = captions(fig, top, bottom).replace('\n', ' ')
     assert 'digits (test 360 images)' in text and 'n = 4 seeds per arm, 64 runs' in text, name
     assert 'cpu; gpu: NVIDIA H100' in text, name
@@ -73,11 +76,11 @@ def test_training_curves_one_colour_per_platform_and_a_line_style_per_arm(digits
       for t in range(1, 6)
     ]
   )
-  style.apply()
-  fig = study_figures.draw_training_curves(out, pd.DataFrame(columns=['run', 'epoch']), steps)
+  figures.apply()
+  fig = figures.draw_training_curves(out, pd.DataFrame(columns=['run', 'epoch']), steps)
   lines = fig.axes[0].get_lines()
   assert len(lines) == 8
-  assert {to_hex(line.get_color()) for line in lines} == {to_hex(style.PLATFORM_COLORS['cpu'])}
+  assert {to_hex(line.get_color()) for line in lines} == {to_hex(figures.PLATFORM_COLORS['cpu'])}
   dashes = {str(line._unscaled_dash_pattern) for line in lines}
   assert len(dashes) == 8 and len({line.get_marker() for line in lines}) == 8
 
@@ -87,24 +90,26 @@ def test_short_arm_labels_never_a_config():
     'cpu, CPU, profile=, batchnorm_group=0, compute_dtype=float32, conv_format=, '
     'conv_impl=auto, dense_format=, xla_flags='
   )
-  assert naming.short_labels([arm]) == {arm: naming.ONE_ARM}
+  assert figures.short_labels([arm]) == {arm: figures.ONE_ARM}
   two = [
     'cpu, profile=tpu_default, compute_dtype=float32',
     'cpu, profile=f32, compute_dtype=float32',
   ]
-  assert list(naming.short_labels(two).values()) == ['tpu_default', 'f32']
+  assert list(figures.short_labels(two).values()) == ['tpu_default', 'f32']
   long = [
     f'cpu, optim.learning_rate=0.00{i}, model.width=0.2{i}, data.image_size=3{i}' for i in range(3)
   ]
-  short = naming.short_labels(long)
-  assert all(len(v) <= naming.LABEL_CHARS for v in short.values()) and len(set(short.values())) == 3
+  short = figures.short_labels(long)
+  assert (
+    all(len(v) <= figures.LABEL_CHARS for v in short.values()) and len(set(short.values())) == 3
+  )
 
 
 def test_contrast_legend_keys_are_drawn_as_the_estimates(digits_out):
   out = digits_out
-  style.apply()
-  fig = forest.draw_contrasts(
-    study_figures.contrast_table(out), forest.floors_of(out.noise), out.margin, out.unit
+  figures.apply()
+  fig = figures.draw_contrasts(
+    figures.contrast_table(out), figures.floors_of(out.noise), out.margin, out.unit
   )
   legend = fig.legends[0]
   keys = dict(zip((t.get_text() for t in legend.get_texts()), legend.legend_handles, strict=True))
@@ -121,13 +126,10 @@ def test_contrast_legend_keys_are_drawn_as_the_estimates(digits_out):
 def test_a_one_run_root_draws_without_layout_warnings_or_clipping(tmp_path):
   make_study(tmp_path / 'runs', arms=(('cpu', 'float32', 0.9),), seeds=range(1))
   out, hist, steps = analysed(tmp_path / 'runs')
-  style.apply()
+  figures.apply()
   with warnings.catch_warnings():
     warnings.simplefilter('error')  # constrained_layout's "axes sizes collapsed" is a UserWarning
-    figs = [
-      study_figures.draw_accuracy_by_arm(out),
-      study_figures.draw_training_curves(out, hist, steps),
-    ]
+    figs = [figures.draw_accuracy_by_arm(out), figures.draw_training_curves(out, hist, steps)]
     for fig in figs:
       fig.canvas.draw()
       inside = fig.bbox.padded(1)
@@ -139,13 +141,13 @@ def test_a_one_run_root_draws_without_layout_warnings_or_clipping(tmp_path):
         box = artist.get_window_extent()
         assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and box.y1 <= inside.y1, artist
   labels = [t.get_text() for t in figs[1].legends[0].get_texts()]
-  assert labels == [naming.ONE_ARM]
+  assert labels == [figures.ONE_ARM]
 
 
 def test_the_churn_ladder_says_n_and_draws_every_bound_inside_its_axis(digits_out):
   out = digits_out
   loaded = planted_loader(out.runs, np.random.default_rng(8))
-  table = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get).table
+  table = agreement.from_analysis(out, stats.arm_short_labels(out), load=loaded.get).table
   table = pd.concat(
     [
       table,
@@ -154,7 +156,7 @@ def test_the_churn_ladder_says_n_and_draws_every_bound_inside_its_axis(digits_ou
       ),
     ]
   )
-  fig = churn_ladder.draw(table, naming.context(out))
+  fig = figures.draw_churn_ladder(table, figures.context_line(out))
   ax = fig.axes[0]
   low, high = ax.get_xlim()
   assert low == 0 and high == 100

@@ -3,13 +3,14 @@ checked by hand: the answer in one sentence (which settings changed the metric, 
 each against the churn between two seeds), the identical-arithmetic row not TOST-tested, a
 difference shown inside the margin called "within margin", the noise floor in one clean line."""
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis.numbers import agreement, agreement_section, answer, stats
-from analysis.words import answer_sentence, attribution_text, report, tables
+from analysis import agreement, analyse, report, stats
 from configs import digits
 from tests.support.planted_predictions import prediction
 from tests.support.planted_tables import DIGITS, digits_frame
@@ -59,7 +60,7 @@ def study():
   """(analysis with planted predictions, raw table, predictions by run): each seed its own model
   (20 % of images moved), each other arm 3 % more; f32 predicts as native."""
   frame = planted()
-  out = answer.study_analysis(frame, DIGITS)
+  out = analyse.study_analysis(frame, DIGITS)
   rng = np.random.default_rng(1)
   seed_model = {s: prediction(0.2, rng) for s in range(8)}
   names = out.arm_info.set_index('arm')['label']
@@ -70,7 +71,9 @@ def study():
     else prediction(0.03, rng, ref[r.seed]['predicted'])
     for r in out.runs.itertuples()
   }
-  out.agreement = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
+  out = dataclasses.replace(
+    out, agreement=agreement.from_analysis(out, stats.arm_short_labels(out), load=loaded.get)
+  )
   return out, frame, loaded
 
 
@@ -84,7 +87,7 @@ def raw(frame, name):
 
 def test_the_first_page_answers_in_one_sentence_which_settings_changed_the_model(study):
   out, frame, loaded = study
-  line = answer_sentence.sentence(out)
+  line = report.sentence(out)
   d_bf16 = raw(frame, 'bf16 activations') - raw(frame, 'native')
   d_bn = raw(frame, 'BN/16') - raw(frame, 'native')
 
@@ -138,7 +141,7 @@ def test_the_first_page_answers_in_one_sentence_which_settings_changed_the_model
 
 def test_the_identical_arithmetic_row_is_not_tost_tested(study):
   out, _, _ = study
-  rows = tables.display_pairs(report.labelled(out, out.contrasts), out.unit)
+  rows = report.display_pairs(report.labelled(out, out.contrasts), out.unit)
   (same,) = [r for r in rows if r['verdict'] == 'identical arithmetic']
   assert same['equiv. (Holm TOST)'] == 'not tested' and same['TOST p'] == 'not tested'
   assert same['Welch p'] == 'not tested' and same['Δ A−B (pp)'] == '0.00'
@@ -156,8 +159,8 @@ def test_a_difference_shown_inside_the_margin_is_called_within_margin(study):
 
 
 def test_the_noise_floor_is_one_clean_line():
-  att = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(6)), DIGITS).attribution
-  text = attribution_text.noise_text(att)
+  att = analyse.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(6)), DIGITS).attribution
+  text = report.noise_text(att)
   assert text.count('noise floor') == 1
   assert (
     'mean paired difference profile=bf16_noise − profile=f32 at batchnorm_group=0, '
@@ -165,11 +168,11 @@ def test_the_noise_floor_is_one_clean_line():
   ) in text
   for p in ('cpu', 'gpu'):
     f = att.noise[p]
-    assert f'{p} ±{f["half"]:.3f} pp (sd {f["sd"]:.3f}, 6 seeds)' in text
+    assert f'{p} ±{f.half:.3f} pp (sd {f.sd:.3f}, 6 seeds)' in text
 
 
 def test_without_declared_contrasts_the_sentence_counts_the_pairs():
-  out = answer.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
-  line = answer_sentence.sentence(out)
+  out = analyse.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
+  line = report.sentence(out)
   assert f'{len(out.pairs)} pairs of arms compared on test accuracy (no declared contrasts' in line
   assert len(line) < 400 and 'profile=' not in line

@@ -1,4 +1,4 @@
-"""The platform gap (analysis/numbers/gap.py, gap_verdict.py) on planted two-platform studies where
+"""The platform gap (analysis/attribution.py) on planted two-platform studies where
 the estimand matters: the native arms' own paired gap, not a platform term pooled over every arm
 with profile=native; the exact per-seed identity G = fid_A - fid_B + N + P; verdicts that cannot
 call a gap beyond the margin "no gap" or a gap the numerics explain a quarter of "explained";
@@ -7,10 +7,9 @@ unequal arm variances; Fieller's share interval at the shipped regime (G/se abou
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as sps
 
-from analysis import attribute
-from analysis.numbers import attribution, gap, gap_verdict, inference
-from analysis.words import attribution_text
+from analysis import analyse, attribute, attribution, report, stats
 
 METRIC = 'final.test_accuracy'
 COL = {
@@ -30,6 +29,17 @@ ARMS = [
   ('native', '16', 'float32'),
   ('native', '0', 'bfloat16'),
 ]
+
+
+def delta_ratio(num, den, level=0.95):
+  """(s, low, high): the delta-method interval of mean(num) / mean(den) (paired), the nearest wrong
+  version Fieller's is tested against: it under-covers when the denominator's t is small."""
+  num, den = np.asarray(num, float), np.asarray(den, float)
+  k = len(num)
+  s = num.mean() / den.mean()
+  se = np.std(num - s * den, ddof=1) / np.sqrt(k) / abs(den.mean())
+  half = sps.t.ppf(0.5 + level / 2, k - 1) * se
+  return s, s - half, s + half
 
 
 def planted(shift, sd=None, seeds=12, rng=0, seed_sd=0.8, base=90.0):
@@ -92,29 +102,29 @@ def test_the_gap_is_the_native_arms_paired_gap_not_a_pooled_platform_term():
   frame = planted({('gpu', NATIVE): 1.2})
   out, d = run(frame)
   by_hand = hand(frame, 'gpu', NATIVE) - hand(frame, 'cpu', NATIVE)
-  low, high = inference.t_ci(by_hand.to_numpy())
-  assert d['G'] == pytest.approx(by_hand.mean(), abs=1e-9)
-  assert (d['G_ci_low'], d['G_ci_high']) == pytest.approx((low, high), abs=1e-9)
+  low, high = stats.t_ci(by_hand.to_numpy())
+  assert d.G.estimate == pytest.approx(by_hand.mean(), abs=1e-9)
+  assert (d.G.ci_low, d.G.ci_high) == pytest.approx((low, high), abs=1e-9)
   pooled = np.mean(
     [(hand(frame, 'gpu', a) - hand(frame, 'cpu', a)).mean() for a in (NATIVE, BN16, BF16)]
   )
-  assert abs(pooled - 0.4) < 0.25 and abs(d['G'] - 1.2) < 0.3  # the two estimands differ
-  assert d['G_ci_low'] > 0.5
+  assert abs(pooled - 0.4) < 0.25 and abs(d.G.estimate - 1.2) < 0.3  # the two estimands differ
+  assert d.G.ci_low > 0.5
 
 
 def test_per_seed_identity_holds_exactly():
   frame = planted(
     {('gpu', NATIVE): 0.9, ('gpu', EMU_GPU): 0.5, ('cpu', EMU_GPU): 0.3, ('cpu', F32): -0.2}
   )
-  cells = gap.cell_means(
+  cells = attribution.cell_means(
     frame.assign(value=100 * frame[METRIC], **{f: frame[c].astype(str) for f, c in COL.items()}),
     'profile',
     ['batchnorm_group', 'compute_dtype'],
     REFERENCE,
   )
-  summary, missing = gap.components(cells, 'gpu', 'cpu', 'native', EMULATES)
-  v = summary['values']
-  assert not missing and len(summary['seeds']) == 12
+  summary = attribution.components(cells, 'gpu', 'cpu', 'native', EMULATES)
+  v = summary.values
+  assert not summary.missing and len(summary.seeds) == 12
   np.testing.assert_allclose(v['G'], v['fid_A'] - v['fid_B'] + v['N'] + v['P'], atol=1e-9)
   np.testing.assert_allclose(v['R'], v['G'] - v['N'], atol=1e-9)
   np.testing.assert_allclose(v['N_interaction'], v['N_A'] - v['N_B'], atol=1e-9)
@@ -132,15 +142,15 @@ def test_a_gap_beyond_the_margin_numerics_explain_a_quarter_of_is_neither_no_gap
   residual) could call it explained; the pooled estimand called it 'no gap'."""
   shift = {('gpu', NATIVE): 2.5, ('gpu', EMU_GPU): 0.6, ('cpu', EMU_GPU): 0.6}
   _, d = run(planted(shift, seeds=16), margin=2.0)
-  assert d['verdict'] not in ('no gap', 'explained by numerics', 'gap within margin')
-  assert d['gap_shown'] and d['share_ci_low'] < d['min_share']
-  assert d['verdict'] == 'partly explained' and 'share' in d['open']
+  assert d.verdict not in ('no gap', 'explained by numerics', 'gap within margin')
+  assert d.flags.gap_shown and d.share_ci_low < d.min_share
+  assert d.verdict == 'partly explained' and 'share' in d.open
 
 
 def test_a_shown_gap_inside_the_margin_is_labelled_so():
   _, d = run(planted({('gpu', NATIVE): 0.6}, seeds=30), margin=2.0)
-  assert d['gap_shown'] and d['gap_equivalent'] and d['verdict'] == 'gap within margin'
-  assert 'a real gap, smaller than the margin' in attribution_text.why(d, 'pp')
+  assert d.flags.gap_shown and d.flags.gap_equivalent and d.verdict == 'gap within margin'
+  assert 'a real gap, smaller than the margin' in report.why(d, 'pp')
 
 
 @pytest.mark.parametrize(
@@ -154,35 +164,24 @@ def test_a_shown_gap_inside_the_margin_is_labelled_so():
 )
 def test_each_planted_gap_gets_its_verdict(shift, verdict):
   out, d = run(planted(shift, seeds=16), margin=0.5 if verdict != 'no gap' else 2.0)
-  assert d['verdict'] == verdict, attribution_text.why(d, 'pp')
-  assert f'**gpu − cpu: {verdict}**' in attribution_text.render(out)
+  assert d.verdict == verdict, report.why(d, 'pp')
+  assert f'**gpu − cpu: {verdict}**' in report.attribution_report(out)
 
 
 def test_verdict_rules():
-  f = dict.fromkeys(
-    (
-      'gap_shown',
-      'gap_equivalent',
-      'numerics_shown',
-      'numerics_opposite',
-      'share_reaches',
-      'residual_equivalent',
-      'residual_shown',
-    ),
-    False,
-  )
-  assert gap_verdict.verdict(f, 2)[0] == 'inconclusive'
-  assert gap_verdict.verdict({**f, 'gap_equivalent': True}, 2) == ('no gap', '')
-  shown = {**f, 'gap_shown': True}
-  assert gap_verdict.verdict({**shown, 'gap_equivalent': True}, 2)[0] == 'gap within margin'
-  explained = {**shown, 'numerics_shown': True, 'share_reaches': True, 'residual_equivalent': True}
-  assert gap_verdict.verdict(explained, 2)[0] == 'explained by numerics'
-  assert gap_verdict.verdict({**explained, 'share_reaches': False}, 2) == (
+  f = attribution.Flags(*[False] * len(attribution.Flags._fields))
+  assert attribution.verdict(f, 2)[0] == 'inconclusive'
+  assert attribution.verdict(f._replace(gap_equivalent=True), 2) == ('no gap', '')
+  shown = f._replace(gap_shown=True)
+  assert attribution.verdict(shown._replace(gap_equivalent=True), 2)[0] == 'gap within margin'
+  explained = shown._replace(numerics_shown=True, share_reaches=True, residual_equivalent=True)
+  assert attribution.verdict(explained, 2)[0] == 'explained by numerics'
+  assert attribution.verdict(explained._replace(share_reaches=False), 2) == (
     'partly explained',
     "the share's lower bound is below the minimum",
   )
-  assert gap_verdict.verdict({**shown, 'residual_shown': True}, 2)[0] == 'not explained'
-  assert gap_verdict.verdict(shown, 2, n_estimable=False)[0] == 'inconclusive'
+  assert attribution.verdict(shown._replace(residual_shown=True), 2)[0] == 'not explained'
+  assert attribution.verdict(shown, 2, n_estimable=False)[0] == 'inconclusive'
 
 
 def test_heteroscedastic_arms_do_not_enter_the_gap_and_its_interval_covers():
@@ -191,13 +190,13 @@ def test_heteroscedastic_arms_do_not_enter_the_gap_and_its_interval_covers():
   noisy = {('gpu', BN16): 1.5, ('cpu', BN16): 1.5}
   _, quiet = run(planted({('gpu', NATIVE): 1.0}, noisy, rng=3))
   _, shifted = run(planted({('gpu', NATIVE): 1.0, ('gpu', BN16): 3.0}, noisy, rng=3))
-  assert quiet['G'] == pytest.approx(shifted['G'], abs=1e-9)
+  assert quiet.G.estimate == pytest.approx(shifted.G.estimate, abs=1e-9)
   rng = np.random.default_rng(7)
   n, covered = 12, 0
   for _ in range(2000):
     seed = rng.normal(0, 0.8, n)
     g = (seed + 1.0 + rng.normal(0, 1.5, n)) - (seed + rng.normal(0, 0.3, n))
-    low, high = inference.t_ci(g)
+    low, high = stats.t_ci(g)
     covered += low <= 1.0 <= high
   assert covered / 2000 >= 0.93
 
@@ -213,11 +212,11 @@ def coverage(ratio_se, share=1.0, sims=3000, n=16, rng=0):
   fieller = delta = shown = 0
   for _ in range(sims):
     num, g = rng.multivariate_normal([share * g_true, g_true], cov, n).T
-    _, low, high = inference.fieller(num, g)
+    _, low, high = stats.fieller(num, g)
     if np.isfinite(low):
       shown += 1
       fieller += low <= share <= high
-      _, low, high = inference.delta_ratio(num, g)
+      _, low, high = delta_ratio(num, g)
       delta += low <= share <= high
   return fieller / shown, delta / shown
 
@@ -236,25 +235,25 @@ def test_share_is_fieller_and_unbounded_when_the_gap_is_not_shown():
   _, d = run(
     planted({('gpu', NATIVE): 2.0, ('gpu', EMU_GPU): 1.0, ('cpu', EMU_GPU): 1.0}, seeds=16)
   )
-  assert d['share'] == pytest.approx(d['N'] / d['G'])
-  assert d['share_ci_low'] < d['share'] < d['share_ci_high'] and 'Fieller' in d['share_method']
+  assert d.share == pytest.approx(d.N.estimate / d.G.estimate)
+  assert d.share_ci_low < d.share < d.share_ci_high and 'Fieller' in d.share_method
   _, none = run(planted({}, seeds=16))
-  assert not none['gap_shown'] and none['share_ci_low'] == -np.inf
+  assert not none.flags.gap_shown and none.share_ci_low == -np.inf
 
 
 def test_a_missing_emulation_names_the_component_it_cannot_estimate():
   frame = planted({('gpu', NATIVE): 1.0})
   frame = frame[~((frame['platform'] == 'cpu') & (frame[COL['profile']] == 'jax_gpu_default'))]
   out, d = run(frame)
-  assert 'jax_gpu_default on cpu' in d['missing']['N_B'] and 'P_eA' in d['missing']
-  assert d['N_estimable']  # from the GPU alone, and labelled so
-  assert 'one platform only' in d['N_label']
-  assert 'not estimable: no runs of jax_gpu_default on cpu' in attribution_text.render(out)
+  assert 'jax_gpu_default on cpu' in d.missing['N_B'] and 'P_eA' in d.missing
+  assert d.N_estimable  # from the GPU alone, and labelled so
+  assert 'one platform only' in d.N_label
+  assert 'not estimable: no runs of jax_gpu_default on cpu' in report.attribution_report(out)
 
 
 def test_decomposition_csv_columns(tmp_path):
   out, _ = run(planted({('gpu', NATIVE): 1.0}))
-  attribute.write_tables(out, str(tmp_path))
+  analyse.write_csv(attribute.tables(out), str(tmp_path))
   table = pd.read_csv(tmp_path / 'attribution_decomposition.csv')
   for col in (
     'G',
@@ -284,7 +283,7 @@ def test_decomposition_csv_columns(tmp_path):
   ):
     assert col in table, col
   components = pd.read_csv(tmp_path / 'attribution_gap.csv')
-  assert list(components['key']) == list(gap_verdict.KEYS)
+  assert list(components['key']) == list(attribution.KEYS)
 
 
 def test_the_shipped_export_gap_is_the_native_arms_paired_mean():
@@ -307,6 +306,6 @@ def test_the_shipped_export_gap_is_the_native_arms_paired_mean():
     platform_profile=EMULATES,
   )
   (d,) = out.decomposition
-  assert d['G'] == pytest.approx(d_hand.mean(), abs=1e-9) and round(d['G'], 2) == 0.26
-  assert (round(d['G_ci_low'], 2), round(d['G_ci_high'], 2)) == (-0.22, 0.75)
-  assert d['verdict'] == 'no gap'
+  assert d.G.estimate == pytest.approx(d_hand.mean(), abs=1e-9) and round(d.G.estimate, 2) == 0.26
+  assert (round(d.G.ci_low, 2), round(d.G.ci_high, 2)) == (-0.22, 0.75)
+  assert d.verdict == 'no gap'

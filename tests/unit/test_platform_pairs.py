@@ -1,5 +1,5 @@
-"""The platform gap on the designs users run (analysis/numbers/gap.py, gap_verdict.py,
-analysis/words/attribution_text.py), each planted cell by cell and checked against a hand
+"""The platform gap on the designs users run (analysis/attribution.py,
+analysis/report.py), each planted cell by cell and checked against a hand
 computation from the raw table: three platforms (tpu − gpu differs from both pairs with cpu),
 declared and overridden pairs, a missing emulating arm, a heavy-tailed seed, an emulation that
 fails on one platform, an interaction, seeds needed at an effect of 0, and the confirmatory line's
@@ -10,8 +10,7 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats import power as smp
 
-from analysis.numbers import answer, attribution, gap
-from analysis.words import attribution_text, summary
+from analysis import analyse, attribution, report
 from tests.support.planted_platforms import (
   DECLARED,
   EMULATES,
@@ -50,73 +49,78 @@ def decompose(frame, margin=2.0, **kw):
     platform_profile={p: EMULATES[p] for p in set(frame['platform'])},
     **kw,
   )
-  return out, {d['gap']: d for d in out.decomposition}
+  return out, {d.gap: d for d in out.decomposition}
 
 
 def test_three_platforms_give_tpu_minus_gpu_first_and_it_differs_from_both_pairs_with_cpu():
   frame = planted(THREE)
   out, d = decompose(frame)
-  assert [x['gap'] for x in out.decomposition] == ['tpu - gpu', 'tpu - cpu', 'gpu - cpu']
+  assert [x.gap for x in out.decomposition] == ['tpu - gpu', 'tpu - cpu', 'gpu - cpu']
   tg = cell(frame, 'tpu', 'native') - cell(frame, 'gpu', 'native')
   tc = cell(frame, 'tpu', 'native') - cell(frame, 'cpu', 'native')
   gc = cell(frame, 'gpu', 'native') - cell(frame, 'cpu', 'native')
   d_tg = d['tpu - gpu']
-  assert d_tg['G'] == pytest.approx(tg.mean(), abs=1e-9)
-  assert (d_tg['G_ci_low'], d_tg['G_ci_high']) == pytest.approx(t_interval(tg), abs=1e-9)
-  assert abs(d_tg['G'] - d['tpu - cpu']['G']) > 0.3 and abs(d_tg['G'] - d['gpu - cpu']['G']) > 0.3
-  assert d_tg['G'] == pytest.approx(d['tpu - cpu']['G'] - d['gpu - cpu']['G'], abs=1e-9)
+  assert d_tg.G.estimate == pytest.approx(tg.mean(), abs=1e-9)
+  assert (d_tg.G.ci_low, d_tg.G.ci_high) == pytest.approx(t_interval(tg), abs=1e-9)
+  assert (
+    abs(d_tg.G.estimate - d['tpu - cpu'].G.estimate) > 0.3
+    and abs(d_tg.G.estimate - d['gpu - cpu'].G.estimate) > 0.3
+  )
+  assert d_tg.G.estimate == pytest.approx(
+    d['tpu - cpu'].G.estimate - d['gpu - cpu'].G.estimate, abs=1e-9
+  )
   # N of tpu − gpu: tpu_default − jax_gpu_default, measured on tpu and on gpu, averaged
   n_hand = (
     (cell(frame, 'tpu', 'tpu_default') - cell(frame, 'tpu', 'jax_gpu_default'))
     + (cell(frame, 'gpu', 'tpu_default') - cell(frame, 'gpu', 'jax_gpu_default'))
   ) / 2
-  assert d_tg['N'] == pytest.approx(n_hand.mean(), abs=1e-9)
-  assert d_tg['R'] == pytest.approx((tg - n_hand).mean(), abs=1e-9)
-  assert d_tg['profiles'] == ('tpu_default', 'jax_gpu_default')
+  assert d_tg.N.estimate == pytest.approx(n_hand.mean(), abs=1e-9)
+  assert d_tg.R.estimate == pytest.approx((tg - n_hand).mean(), abs=1e-9)
+  assert d_tg.profiles == ('tpu_default', 'jax_gpu_default')
   # Holm over the three pairs, by hand: sort, multiply by 3, 2, 1, running maximum
   raw = np.array([paired_p(x) for x in (tg, tc, gc)])
   order, holm, running = np.argsort(raw), np.empty(3), 0.0
   for rank, i in enumerate(order):
     running = max(running, min(1.0, (3 - rank) * raw[i]))
     holm[i] = running
-  got = [d[g]['G_p_holm'] for g in ('tpu - gpu', 'tpu - cpu', 'gpu - cpu')]
-  assert got == pytest.approx(holm, rel=1e-9) and d_tg['pairs_compared'] == 3
-  assert 'Holm-adjusted over the 3 pairs' in attribution_text.pairs_line(out)
+  got = [d[g].G_p_holm for g in ('tpu - gpu', 'tpu - cpu', 'gpu - cpu')]
+  assert got == pytest.approx(holm, rel=1e-9) and d_tg.pairs_compared == 3
+  assert 'Holm-adjusted over the 3 pairs' in report.pairs_line(out)
 
 
 def test_declared_pairs_are_the_ones_decomposed_and_the_question_asks_the_first():
   frame = planted(THREE, seeds=6)
-  out = answer.study_analysis(frame, {**DECLARED, 'compare': [['tpu', 'gpu']]})
-  assert [d['gap'] for d in out.attribution.decomposition] == ['tpu - gpu']
-  assert out.attribution.decomposition[0]['pairs_compared'] == 1
-  question = summary.question(out)
+  out = analyse.study_analysis(frame, {**DECLARED, 'compare': [['tpu', 'gpu']]})
+  assert [d.gap for d in out.attribution.decomposition] == ['tpu - gpu']
+  assert out.attribution.decomposition[0].pairs_compared == 1
+  question = report.question(out)
   assert 'Does training on tpu give the same test accuracy as on gpu' in question
   assert 'Also compared' not in question and out.scope.confirmatory is True
-  assert 'declared (compare)' in attribution_text.pairs_line(out.attribution)
-  every = answer.study_analysis(frame, DECLARED)
-  assert 'Also compared: tpu − cpu, gpu − cpu.' in summary.question(every)
+  assert 'declared (compare)' in report.pairs_line(out.attribution)
+  every = analyse.study_analysis(frame, DECLARED)
+  assert 'Also compared: tpu − cpu, gpu − cpu.' in report.question(every)
 
 
 def test_a_command_line_pair_overrides_the_declared_ones_and_is_exploratory():
   frame = planted(THREE, seeds=6)
   declared = {**DECLARED, 'compare': [['tpu', 'gpu']], 'seeds': 6}
-  out = answer.study_analysis(frame, declared, compare=[['gpu', 'cpu']])
-  assert [d['gap'] for d in out.attribution.decomposition] == ['gpu - cpu']
+  out = analyse.study_analysis(frame, declared, compare=[['gpu', 'cpu']])
+  assert [d.gap for d in out.attribution.decomposition] == ['gpu - cpu']
   assert out.scope.confirmatory is False
   assert 'platform pairs gpu − cpu from --compare (declared: tpu − gpu)' in out.scope.deviations
-  assert [d['gap'] for d in out.confirmatory.attribution.decomposition] == ['tpu - gpu']
-  assert 'from --compare (exploratory)' in attribution_text.pairs_line(out.attribution)
+  assert [d.gap for d in out.confirmatory.attribution.decomposition] == ['tpu - gpu']
+  assert 'from --compare (exploratory)' in report.pairs_line(out.attribution)
 
 
 def test_compare_names_jax_platforms_and_refuses_what_did_not_run():
   frame = planted(THREE, seeds=4).replace({'platform': {'cpu': 'cpu-AVX512'}})
-  pairs, notes = gap.platform_pairs(
+  pairs, notes = attribution.platform_pairs(
     ['tpu', 'gpu', 'cpu-AVX512'], [['gpu', 'cpu'], ['tpu', 'v5e']], 'compare'
   )
   assert pairs == [('gpu', 'cpu-AVX512')] and notes == ['tpu − v5e: no runs on v5e']
   with pytest.raises(ValueError, match='--compare: no runs on v5e'):
-    gap.platform_pairs(['tpu', 'gpu'], [['tpu', 'v5e']], '--compare')
-  assert gap.default_pairs(['cpu-AVX512', 'gpu', 'tpu']) == [
+    attribution.platform_pairs(['tpu', 'gpu'], [['tpu', 'v5e']], '--compare')
+  assert attribution.default_pairs(['cpu-AVX512', 'gpu', 'tpu']) == [
     ('tpu', 'gpu'),
     ('tpu', 'cpu-AVX512'),
     ('gpu', 'cpu-AVX512'),
@@ -156,16 +160,16 @@ def test_a_missing_emulating_arm_is_named_and_cannot_make_explained_and_the_chec
   _, d = decompose(frame, margin=0.5)
   (d,) = d.values()
   n_hand = cell(frame, 'gpu', 'jax_gpu_default') - cell(frame, 'gpu', 'f32')
-  assert d['N'] == pytest.approx(n_hand.mean(), abs=1e-9) and d['N_only'] == 'gpu'
-  assert d['numerics_shown'] and d['share_reaches'] and d['residual_equivalent']
-  assert d['verdict'] == 'partly explained'
-  assert 'the numerics part is measured on one platform only' in d['open']
-  why = attribution_text.why(d, 'pp')
+  assert d.N.estimate == pytest.approx(n_hand.mean(), abs=1e-9) and d.N_only == 'gpu'
+  assert d.flags.numerics_shown and d.flags.share_reaches and d.flags.residual_equivalent
+  assert d.verdict == 'partly explained'
+  assert 'the numerics part is measured on one platform only' in d.open
+  why = report.why(d, 'pp')
   assert 'measured on gpu only' in why and 'untested' in why
-  check = d['cross_check']
-  assert check['N']['estimate'] == pytest.approx(n_hand.mean(), abs=1e-6)  # not half of it
-  assert check['R']['estimate'] == pytest.approx(d['R'], abs=1e-6)
-  assert '(N from gpu only, as the estimate)' in attribution_text.cross_check_line(d, 'pp')
+  check = d.cross_check
+  assert check.contrasts['N'].estimate == pytest.approx(n_hand.mean(), abs=1e-6)  # not half of it
+  assert check.contrasts['R'].estimate == pytest.approx(d.R.estimate, abs=1e-6)
+  assert '(N from gpu only, as the estimate)' in report.cross_check_line(d, 'pp')
 
 
 def gap_only(g, seeds):
@@ -191,25 +195,25 @@ def test_a_heavy_tailed_seed_is_a_disagreement_of_the_tests_never_no_gap():
   (d,) = d.values()
   hand = cell(frame, 'gpu', 'native') - cell(frame, 'cpu', 'native')
   low, high = t_interval(hand)
-  assert low < 0 < high and (d['G_ci_low'], d['G_ci_high']) == pytest.approx((low, high))
-  assert d['G_signed_rank_p'] == pytest.approx(2 / 2**16) and d['gap_equivalent']
-  assert d['verdict'] == 'tests disagree' and d['verdict'] != 'no gap'
-  why = attribution_text.why(d, 'pp')
-  assert 'the signed-rank test rejects 0, the t-interval does not' in d['open']
+  assert low < 0 < high and (d.G.ci_low, d.G.ci_high) == pytest.approx((low, high))
+  assert d.G_signed_rank_p == pytest.approx(2 / 2**16) and d.flags.gap_equivalent
+  assert d.verdict == 'tests disagree' and d.verdict != 'no gap'
+  why = report.why(d, 'pp')
+  assert 'the signed-rank test rejects 0, the t-interval does not' in d.open
   assert 'exact signed-rank p <0.001' in why and '16 of 16 seeds above 0' in why
-  assert 'within ±2 by TOST' in d['open']
+  assert 'within ±2 by TOST' in d.open
 
 
 def test_a_gap_the_t_test_shows_and_a_rank_test_that_could_does_not_is_a_disagreement():
   g = np.array([5.0, 5.1, 5.2, 5.3, 5.4, -0.1])  # W- = 1: exact p = 2 * 2 / 2^6 = 0.0625
   _, d = decompose(gap_only(g, 6), margin=0.5)
   (d,) = d.values()
-  assert d['G_p'] < 0.05 and d['G_signed_rank_p'] == pytest.approx(4 / 64)
-  assert d['G_signed_rank_attainable'] == pytest.approx(2 / 64)
-  assert d['verdict'] == 'tests disagree' and 'the signed-rank test does not' in d['open']
+  assert d.G.p < 0.05 and d.G_signed_rank_p == pytest.approx(4 / 64)
+  assert d.G_signed_rank_attainable == pytest.approx(2 / 64)
+  assert d.verdict == 'tests disagree' and 'the signed-rank test does not' in d.open
   five = gap_only(np.array([5.0, 5.1, 5.2, 5.3, 5.4]), 5)  # 2 / 2^5 > 0.05: it cannot, no clash
   (d5,) = decompose(five, margin=0.5)[1].values()
-  assert d5['verdict'] != 'tests disagree' and 'cannot reach 0.05' in attribution_text.why(d5, 'pp')
+  assert d5.verdict != 'tests disagree' and 'cannot reach 0.05' in report.why(d5, 'pp')
 
 
 def test_an_emulation_that_fails_on_one_platform_is_named_as_what_carries_the_residual():
@@ -230,14 +234,14 @@ def test_an_emulation_that_fails_on_one_platform_is_named_as_what_carries_the_re
   (d,) = d.values()
   fid = cell(frame, 'gpu', 'native') - cell(frame, 'gpu', 'jax_gpu_default')
   low, high = t_interval(fid)
-  assert d['fid_A'] == pytest.approx(fid.mean(), abs=1e-9) and low > 0.5
-  assert d['verdict'] == 'not explained'
-  carried = attribution_text.carriers(d)
+  assert d.fid_A.estimate == pytest.approx(fid.mean(), abs=1e-9) and low > 0.5
+  assert d.verdict == 'not explained'
+  carried = report.carriers(d)
   assert carried == (
     f"carried by jax_gpu_default not reproducing gpu's native arithmetic on gpu "
     f'(fid_A {fid.mean():+.2f} [{low:+.2f}, {high:+.2f}])'
   )
-  assert carried in attribution_text.why(d, 'pp')
+  assert carried in report.why(d, 'pp')
 
 
 def test_a_shown_interaction_is_mentioned():
@@ -263,13 +267,13 @@ def test_a_shown_interaction_is_mentioned():
     cell(frame, 'cpu', 'jax_gpu_default') - cell(frame, 'cpu', 'f32')
   )
   low, high = t_interval(inter)
-  assert d['N_interaction'] == pytest.approx(inter.mean(), abs=1e-9) and low > 0
+  assert d.N_interaction.estimate == pytest.approx(inter.mean(), abs=1e-9) and low > 0
   assert (
     f'the numerics part differs between the platforms (N_A − N_B {inter.mean():+.2f} '
     f'[{low:+.2f}, {high:+.2f}]'
-  ) in attribution_text.why(d, 'pp')
+  ) in report.why(d, 'pp')
   (quiet,) = decompose(planted({}, ('gpu', 'cpu'), seeds=12), margin=0.3)[1].values()
-  assert not quiet['interaction_shown'] or 'differs between the platforms' in attribution_text.why(
+  assert not quiet.flags.interaction_shown or 'differs between the platforms' in report.why(
     quiet, 'pp'
   )
 
@@ -281,18 +285,18 @@ def test_seeds_needed_are_powered_at_the_margin_not_at_an_observed_zero():
   frame = planted({}, ('gpu', 'cpu'), seeds=12)
   g = cell(frame, 'gpu', 'native') - cell(frame, 'cpu', 'native')
   hand = int(np.ceil(smp.TTestPower().solve_power(2.0 / g.std(ddof=1), alpha=0.05, power=0.8)))
-  assert d['seeds_needed']['gap nonzero'] == max(hand, 2) < 20
-  assert 'a gap of ±2 pp shown ≠ 0' in attribution_text.seeds_line(d, 'pp')
+  assert d.seeds_needed['gap nonzero'] == max(hand, 2) < 20
+  assert 'a gap of ±2 pp shown ≠ 0' in report.seeds_line(d, 'pp')
   (none,) = decompose(frame, margin=None)[1].values()
-  assert none['seeds_needed'] == {}
-  assert 'no margin, so no smallest effect of interest' in attribution_text.seeds_line(none, 'pp')
+  assert none.seeds_needed == {}
+  assert 'no margin, so no smallest effect of interest' in report.seeds_line(none, 'pp')
 
 
 def test_the_confirmatory_line_lists_the_seeds_the_decomposition_used():
   frame = planted(THREE, ('gpu', 'cpu'), seeds=8)
   frame = frame[~((frame['platform'] == 'cpu') & (frame[PROFILE] == 'f32') & (frame['seed'] == 3))]
-  out = answer.study_analysis(frame, {**DECLARED, 'seeds': 6})
+  out = analyse.study_analysis(frame, {**DECLARED, 'seeds': 6})
   (conf,) = out.confirmatory.attribution.decomposition
-  assert conf['seed_list'] == [0, 1, 2, 4, 5]
-  line = ' '.join(summary.scope_lines(out))
+  assert conf.seed_list == [0, 1, 2, 4, 5]
+  line = ' '.join(report.scope_lines(out))
   assert 'seeds 0–2 4 5 (5 of the 6 declared: 3 lacks a cell of the gap)' in line

@@ -7,8 +7,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from analysis.inputs import results
-from analysis.numbers import stats
+from analysis import inputs, stats
 from configs import common, validation
 from runrecord import record, rules, sessions
 from tests.support.planted_runs import make_record, smoke
@@ -34,7 +33,7 @@ def test_runs_differing_only_in_conv_impl_form_two_arms(tmp_path):
         str(tmp_path / impl / f'seed{seed}'),
         make_record(smoke(seed, conv_impl=impl), 0.9 + 0.01 * seed + shift),
       )
-  out = stats.arms_and_pairs(results.load_runs(str(tmp_path)), margin=0.5)
+  out = stats.arms_and_pairs(inputs.load_runs(str(tmp_path)), margin=0.5)
   assert sorted(out.arms['arm']) == ['conv_impl=im2col', 'conv_impl=xla']
   assert list(out.arms['n']) == [3, 3] and list(out.arms['n_runs']) == [3, 3]
   assert out.replicates.empty and out.excluded.empty
@@ -71,7 +70,7 @@ def test_a_record_written_before_newer_fields_loads_and_joins_its_arm(tmp_path):
     old['config']['numerics'].pop(name)
   record.write_results(str(tmp_path / 'old' / 'seed0'), old)
   record.write_results(str(tmp_path / 'new' / 'seed1'), make_record(smoke(1), 0.91))
-  runs = results.load_runs(str(tmp_path))
+  runs = inputs.load_runs(str(tmp_path))
   assert list(runs['status']) == ['completed', 'completed']
   assert list(runs[f'{record.ARM_PREFIX}conv_impl']) == ['auto', 'auto']
   out = stats.arms_and_pairs(runs, margin=0.5)
@@ -96,7 +95,7 @@ def test_a_record_written_with_the_removed_emulate_field_maps_to_the_formats(tmp
     str(tmp_path / 'new' / 'seed1'),
     make_record(validation.resolve(smoke(1, conv_format='bf16', dense_format='bf16')), 0.91),
   )
-  runs = results.load_runs(str(tmp_path))
+  runs = inputs.load_runs(str(tmp_path))
   assert not [c for c in runs.columns if c.endswith('.emulate')]
   assert list(runs[f'{record.ARM_PREFIX}conv_format']) == ['bf16', 'bf16']
   assert len(stats.arms_and_pairs(runs, margin=0.5).arms) == 1

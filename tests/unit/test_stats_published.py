@@ -1,4 +1,4 @@
-"""analysis.numbers.stats on the published numbers: the published summary, and the published CSV
+"""analysis.stats on the published numbers: the published summary, and the published CSV
 (two columns, or with seeds: duplicates averaged, seeds paired) through analysis.analyse."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""analysis.inputs.results and the report of analysis.analyse on fake Orbax run folders and CSVs:
+"""analysis.inputs and the report of analysis.analyse on fake Orbax run folders and CSVs:
 replicates, failed and running runs, non-finite metrics, the report's order, the CLI's formats and
 one-line errors (no training)."""
 
@@ -6,9 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import analyse
-from analysis.inputs import csv_input, results
-from analysis.numbers import stats
+from analysis import analyse, inputs, stats
 from runrecord import record
 from tests.support.planted_runs import fake_results
 from tests.support.planted_stats import csv_tables, frame, write_published
@@ -61,7 +59,7 @@ def make_runs(root):
 
 def test_orbax_runs_replicates_and_failed_runs(tmp_path):
   make_runs(tmp_path)
-  runs, hist = results.load(str(tmp_path))
+  runs, hist = inputs.load(str(tmp_path))
   assert len(runs) == 13 and list(runs['run']) == sorted(runs['run'])
   assert runs.set_index('run').loc[f'{tmp_path}/f32/s7', 'status'] == 'completed'  # latest step
   assert {
@@ -145,9 +143,9 @@ def test_cli_formats_and_small_arm(tmp_path, capsys):
 
 def test_one_line_errors(tmp_path, capsys):
   with pytest.raises(ValueError, match='--runs: no run'):
-    results.load_runs(str(tmp_path))
+    inputs.load_runs(str(tmp_path))
   with pytest.raises(ValueError, match='--runs: .* does not exist'):
-    results.load_runs(str(tmp_path / 'nope'))
+    inputs.load_runs(str(tmp_path / 'nope'))
   with pytest.raises(ValueError, match="--metric: no column 'final.top5'"):
     stats.arms_and_pairs(frame({'a': [0.1, 0.2]}), metric='final.top5')
   with pytest.raises(ValueError, match="--seed-col: no column 'rep'"):
@@ -188,7 +186,7 @@ def test_non_finite_metric_in_csv_is_excluded_and_listed(tmp_path):
   table.to_csv(tmp_path / 'r.csv', index=False)
   assert 'inf' in (tmp_path / 'r.csv').read_text()
   out = stats.arms_and_pairs(
-    csv_input.read_csv(str(tmp_path / 'r.csv')), group_by=['platform'], metric='accuracy'
+    inputs.read_csv(str(tmp_path / 'r.csv')), group_by=['platform'], metric='accuracy'
   )
   excluded = dict(zip(out.excluded['run'], out.excluded['reason'], strict=True))
   assert excluded == {

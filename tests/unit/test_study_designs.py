@@ -4,13 +4,14 @@ root (init × data-order seeds) whose churn rows split init / data order / both 
 split reaches report.md and report.tex with its intervals; churn intervals near 0 and 100 %; a
 constant per-class difference."""
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis.numbers import agreement, agreement_section, answer, inference, per_class, variance
-from analysis.words import report
+from analysis import agreement, analyse, report, stats
 from experiments import lockstep
 from runrecord import rules
 from tests.support.planted_predictions import LABELS, prediction
@@ -65,7 +66,7 @@ def merged_root():
 
 def test_runs_of_one_seed_with_other_init_seeds_are_other_models_not_replicates():
   frame = merged_root()
-  out = answer.study_analysis(frame, DECLARED)
+  out = analyse.study_analysis(frame, DECLARED)
   assert out.replicates.empty  # no model was run twice
   f32 = out.units[out.units['arm'].str.contains('f32')].set_index('seed')['value']
   assert f32.loc['1 (init 0, data 1)'] == pytest.approx(81.4)  # its own unit, not averaged
@@ -80,11 +81,11 @@ def test_runs_of_one_seed_with_other_init_seeds_are_other_models_not_replicates(
 
 def test_agreement_pairs_models_by_the_same_rule():
   frame = merged_root()
-  out = answer.study_analysis(frame, DECLARED)
+  out = analyse.study_analysis(frame, DECLARED)
   rng = np.random.default_rng(1)
   model = {(i, d): prediction(0.2, rng) for i, d in ((0, 0), (1, 1), (2, 2), (3, 3), (0, 1))}
   loaded = {r.run: model[(r.init_seed, r.data_seed)] for r in frame.itertuples()}
-  section = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
+  section = agreement.from_analysis(out, stats.arm_short_labels(out), load=loaded.get)
   row = section.table.set_index('kind').loc['identical']
   assert row['churn_pct'] == 0 and row['check'] == 'exactly 0, as constructed' and row['seeds'] == 4
   assert 'f32' in ' '.join(section.variance_notes)  # seeds vary, no full crossing: said, not silent
@@ -108,8 +109,8 @@ def crossed_root(rng):
 
 def test_a_variance_design_root_splits_churn_by_init_data_order_and_both():
   frame, _, loaded = crossed_root(np.random.default_rng(2))
-  out = answer.study_analysis(frame, DECLARED)
-  section = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
+  out = analyse.study_analysis(frame, DECLARED)
+  section = agreement.from_analysis(out, stats.arm_short_labels(out), load=loaded.get)
   table = section.table.set_index('kind')
   pred = {(r.init_seed, r.data_seed): loaded[r.run]['predicted'] for r in frame.itertuples()}
 
@@ -149,8 +150,10 @@ def hand_split(y):
 
 def test_the_variance_split_reaches_report_md_and_tex_with_intervals_or_the_df_that_forbids_them():
   frame, y, loaded = crossed_root(np.random.default_rng(3))
-  out = answer.study_analysis(frame, DECLARED)
-  out.agreement = agreement_section.from_analysis(out, answer.labels(out), load=loaded.get)
+  out = analyse.study_analysis(frame, DECLARED)
+  out = dataclasses.replace(
+    out, agreement=agreement.from_analysis(out, stats.arm_short_labels(out), load=loaded.get)
+  )
   split = out.agreement.variance.set_index('component')
   ms_i, ms_j, ms_r = hand_split(y.tolist())
   init = (ms_i - ms_r) / 3
@@ -159,7 +162,7 @@ def test_the_variance_split_reaches_report_md_and_tex_with_intervals_or_the_df_t
   assert (split.loc['init', 'ci_low'], split.loc['init', 'ci_high']) == pytest.approx(
     (nu * init / sps.chi2.ppf(0.975, nu), nu * init / sps.chi2.ppf(0.025, nu))
   )
-  residual = split.loc[variance.RESIDUAL]
+  residual = split.loc[agreement.RESIDUAL]
   assert residual['estimate'] == pytest.approx(ms_r)
   assert (residual['ci_low'], residual['ci_high']) == pytest.approx(
     (6 * ms_r / sps.chi2.ppf(0.975, 6), 6 * ms_r / sps.chi2.ppf(0.025, 6))
@@ -197,7 +200,7 @@ def test_churn_intervals_stay_inside_0_and_100_percent():
   assert x.mean() - half < 0  # the t-interval: below 0 %
   assert 0 <= row['ci_low'] <= row['churn_pct'] <= row['ci_high'] <= 100
   flipped = np.array([0.995, 1.0, 1.0, 0.99])  # near 100 %: the t-interval passes 100
-  low, high = (100 * v for v in inference.proportion_mean_ci(flipped))
+  low, high = (100 * v for v in stats.proportion_mean_ci(flipped))
   t_high = 100 * (flipped.mean() + sps.t.ppf(0.975, 3) * flipped.std(ddof=1) / 2)
   assert t_high > 100 and low <= 100 * flipped.mean() <= high <= 100
 
@@ -217,12 +220,12 @@ def test_a_constant_per_class_difference_reads_as_different_by_the_exact_test():
       {'arm': 'a', 'seed': s, 'pred': {**base, 'predicted': better}},
       {'arm': 'b', 'seed': s, 'pred': base},
     ]
-  table = per_class.class_differences(entries, 'a', 'b').set_index('class')
+  table = agreement.class_differences(entries, 'a', 'b').set_index('class')
   want = 100 * 2 / len(third)
   assert table.loc[3, 'diff_pp'] == pytest.approx(want)
-  assert table.loc[3, 'p'] == pytest.approx(2 / 2**8) and table.loc[3, 'test'] == per_class.EXACT
+  assert table.loc[3, 'p'] == pytest.approx(2 / 2**8) and table.loc[3, 'test'] == agreement.EXACT
   assert table.loc[3, 'different']  # Holm over the one class tested: p stays 2 / 2^8
-  assert np.isnan(table.loc[0, 'p']) and table.loc[0, 'test'] == per_class.NONE
+  assert np.isnan(table.loc[0, 'p']) and table.loc[0, 'test'] == agreement.NONE
 
 
 def test_one_definition_of_disagreement_for_the_attributes_task():
@@ -240,7 +243,7 @@ def test_one_definition_of_disagreement_for_the_attributes_task():
   assert pair['count'] / pair['n'] == pytest.approx(bits) == agreement.churn(a, b)
   assert np.mean((a != b).any(axis=1)) > 5 * bits  # the other definition
   shares = (a != b).mean(axis=1)
-  assert (pair['ci_low'], pair['ci_high']) == pytest.approx(inference.proportion_mean_ci(shares))
+  assert (pair['ci_low'], pair['ci_high']) == pytest.approx(stats.proportion_mean_ci(shares))
   out = lockstep.disagreement([pair, lockstep.pair_churn(a, a, [1, 1])])
   assert out['pairs'][0]['rate'] == pytest.approx(bits) and out['pairs'][1]['rate'] == 0
   assert 0 <= out['across']['t_low'] <= out['across']['mean'] <= out['across']['t_high'] <= 1
@@ -253,8 +256,8 @@ def test_the_t_wilson_interval_covers_near_0_where_the_t_interval_does_not():
   mu, m, phi, n, sims = 0.01, 6, 3, 360, 3000
   q = rng.beta(mu * n / phi, (1 - mu) * n / phi, (sims, m))
   p = rng.binomial(n, q) / n
-  t_low, t_high = inference.t_ci(p)
+  t_low, t_high = stats.t_ci(p)
   t_cover = np.mean((t_low <= mu) & (mu <= t_high))
-  wilson = np.array([inference.proportion_mean_ci(row) for row in p])
+  wilson = np.array([stats.proportion_mean_ci(row) for row in p])
   w_cover = np.mean((wilson[:, 0] <= mu) & (mu <= wilson[:, 1]))
   assert w_cover >= 0.915 and w_cover > t_cover + 0.02, (w_cover, t_cover)

@@ -1,5 +1,6 @@
-"""analysis/numbers/variance.py: the crossed init × data-order split with replicates, on simulated
-runs with known components, against statsmodels MixedLM and against the naive one-way split."""
+"""The variance split (analysis/agreement.py): the crossed init × data-order split with
+replicates, on simulated runs with known components, against statsmodels MixedLM and against the
+naive one-way split."""
 
 import warnings
 
@@ -8,9 +9,19 @@ import pandas as pd
 import pytest
 import statsmodels.api as sm
 
-from analysis.numbers import variance
+from analysis import agreement
 
 SD = {'init': 1.0, 'data order': 0.6, 'init × data order': 0.0, 'nondeterminism (replicates)': 0.3}
+
+
+def one_way(frame, value='value', factor='init_seed'):
+  """The naive split (the nearest wrong version): one-way random-effects ANOVA by `factor` alone,
+  everything else residual. {'between': σ̂²_between, 'within': σ̂²_within}, balanced groups."""
+  groups = frame.groupby(factor)[value]
+  k, n = groups.ngroups, int(groups.size().iloc[0])
+  ms_between = n * np.sum((groups.mean() - frame[value].mean()) ** 2) / (k - 1)
+  ms_within = np.sum((frame[value] - groups.transform('mean')) ** 2) / (k * (n - 1))
+  return {'between': max((ms_between - ms_within) / n, 0.0), 'within': ms_within}
 
 
 def simulate(rng, n_init, n_data, n_rep, sd=None):
@@ -40,7 +51,7 @@ def test_the_split_recovers_planted_components_on_average():
   found = []
   for _ in range(300):
     y = simulate(rng, 8, 8, 2)['value'].to_numpy().reshape(8, 8, 2)
-    found.append(variance.estimates(variance.mean_squares(y), y.shape))
+    found.append(agreement.estimates(agreement.mean_squares(y), y.shape))
   mean = pd.DataFrame(found).mean()
   for component, sd in SD.items():
     assert mean[component] == pytest.approx(sd**2, abs=0.06), component
@@ -48,14 +59,14 @@ def test_the_split_recovers_planted_components_on_average():
 
 def test_one_large_study_is_close_and_the_naive_one_way_split_is_not():
   frame = simulate(np.random.default_rng(1), 30, 30, 3)
-  table = variance.variance_components(frame).set_index('component')
+  table = agreement.variance_components(frame).set_index('component')
   assert table.loc['nondeterminism (replicates)', 'variance'] == pytest.approx(0.09, rel=0.1)
   assert table.loc['data order', 'variance'] == pytest.approx(0.36, rel=0.5)
   assert table.loc['init', 'variance'] == pytest.approx(1.0, rel=0.5)
   assert table['share_pct'].sum() == pytest.approx(100)
-  assert table['method'].iloc[0] == variance.METHOD
+  assert table['method'].iloc[0] == agreement.VARIANCE_METHOD
   # One-way by init seed: data order lands in the residual, 5× the nondeterminism.
-  naive = variance.one_way(frame, factor='init_seed')
+  naive = one_way(frame, factor='init_seed')
   assert naive['within'] > 4 * table.loc['nondeterminism (replicates)', 'variance']
 
 
@@ -63,7 +74,7 @@ def test_the_split_equals_mixedlm_reml_variance_components():
   """On a balanced design with positive estimates REML (statsmodels MixedLM, crossed effects as
   variance components of one group) and the ANOVA estimates coincide."""
   frame = simulate(np.random.default_rng(0), 6, 6, 3, {**SD, 'init × data order': 0.2})
-  table = variance.variance_components(frame).set_index('component')
+  table = agreement.variance_components(frame).set_index('component')
   assert not table['truncated'].any()
   frame['cell'] = frame['init_seed'].astype(str) + '_' + frame['data_seed'].astype(str)
   frame['group'] = 1
@@ -85,7 +96,7 @@ def test_the_split_equals_mixedlm_reml_variance_components():
 
 def test_negative_estimates_are_truncated_and_say_so():
   frame = simulate(np.random.default_rng(3), 4, 4, 2, {**SD, 'init': 0.0, 'data order': 0.0})
-  table = variance.variance_components(frame).set_index('component')
+  table = agreement.variance_components(frame).set_index('component')
   negative = table['estimate'] < 0
   assert negative.any()
   assert (table.loc[negative, 'variance'] == 0).all() and table.loc[negative, 'truncated'].all()
@@ -94,9 +105,9 @@ def test_negative_estimates_are_truncated_and_say_so():
 def test_unbalanced_or_unreplicated_designs_are_refused_by_cell():
   frame = simulate(np.random.default_rng(4), 3, 3, 2)
   with pytest.raises(ValueError, match=r'runs per cell: \(0, 0\): 1'):
-    variance.variance_components(frame.iloc[1:])
-  one = variance.variance_components(frame[frame['replicate'] == 0])  # R = 1: one residual
-  assert list(one['component']) == ['init', 'data order', variance.RESIDUAL]
+    agreement.variance_components(frame.iloc[1:])
+  one = agreement.variance_components(frame[frame['replicate'] == 0])  # R = 1: one residual
+  assert list(one['component']) == ['init', 'data order', agreement.RESIDUAL]
 
 
 def test_variance_table_per_arm_only_where_the_runs_record_both_seeds():
@@ -104,6 +115,6 @@ def test_variance_table_per_arm_only_where_the_runs_record_both_seeds():
     columns={'init_seed': 'config.init_seed'}
   )
   frame['arm'] = 'a'
-  table = variance.variance_table(frame)
+  table = agreement.variance_table(frame)
   assert set(table['arm']) == {'a'} and (table['runs'] == 18).all()
-  assert variance.variance_table(frame.drop(columns='config.init_seed')).empty
+  assert agreement.variance_table(frame.drop(columns='config.init_seed')).empty

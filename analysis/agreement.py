@@ -1,0 +1,1078 @@
+"""Agreement between models, from each run's saved test predictions: churn (the share of predicted
+test labels that differ: images, or image × attribute labels) per seed and over seeds with its
+t-Wilson interval, read against its baselines on the churn ladder (KINDS: nondeterminism,
+identical arithmetic, noise, each setting, platform, data order, init, seed); calibration (NLL,
+ECE) and the final training loss per arm; per-class differences with Holm over the classes; and
+where the variance between runs comes from (init × data order × replicates, a two-way crossed
+random-effects ANOVA by the method of moments, Satterthwaite intervals).
+Reference: docs/statistics.md "Agreement between models".
+"""
+
+import collections
+import dataclasses
+import itertools
+import warnings
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from analysis import inputs, stats
+from analysis.inputs import seed_key
+from runrecord import record, rules
+
+NOISY_FORMATS = ('bf16_noise',)  # numerics/formats.py's (the analysis reads records, not numerics)
+
+
+@dataclasses.dataclass(frozen=True)
+class Agreement:
+  """`table`: the churn ladder; `summary`: its first-page line; `calibration`, `train_loss`,
+  `per_class`, `variance`: their tables; `missing`: the runs without predictions;
+  `variance_notes`: arms whose seeds vary without a variance split, and why; `left_out`: the pairs
+  of runs on different test sets, not compared image by image."""
+
+  table: pd.DataFrame
+  summary: str
+  calibration: pd.DataFrame
+  train_loss: pd.DataFrame
+  per_class: pd.DataFrame
+  variance: pd.DataFrame
+  missing: list[str]
+  variance_notes: list[str] = dataclasses.field(default_factory=list)
+  left_out: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+def unit_name(entry):
+  """What churn counts for this run's task."""
+  return 'image × attribute labels' if np.ndim(entry['pred']['predicted']) > 1 else 'images'
+
+
+def by_unit(entries):
+  """{(arm, seed): [entries]} in the entries' order."""
+  units = {}
+  for e in entries:
+    units.setdefault((e['arm'], e['seed']), []).append(e)
+  return units
+
+
+def unit_order(seed):
+  """Sort key of a model (runrecord.rules.model_keys): by its seed, numerically, then as text."""
+  return (seed_key(str(seed).split(' (')[0]), str(seed))
+
+
+def seeds_of(units, arm):
+  return sorted((s for a, s in units if a == arm), key=unit_order)
+
+
+def seed_row(kind, a, b, pairing, values, labels, unit, units):
+  """One row of the table: the mean over seeds of `values` (fractions) with its t-interval, %."""
+  x = 100 * np.asarray(values, float)
+  low, high = (100 * v for v in stats.proportion_mean_ci(values)) if len(x) else (np.nan,) * 2
+
+  def first(arm):
+    return next((e['platform'] for (u, _), es in units.items() if u == arm for e in es), '')
+
+  return {
+    'kind': kind,
+    'a': a,
+    'b': b,
+    'platform_a': first(a),
+    'platform_b': first(b),
+    'pairing': pairing,
+    'churn_pct': x.mean() if len(x) else np.nan,
+    'ci_low': low,
+    'ci_high': high,
+    'seeds': len(x),
+    'seed_list': ', '.join(map(str, labels)),
+    'per_seed_pct': ', '.join(f'{v:.3g}' for v in x),
+    'unit': unit,
+    'check': '',
+    'values': list(values),
+  }  # kept for pooling, not a column
+
+
+def sources(units, arm, seed):
+  """(init, data) seeds of one model of `arm`, (None, None) where not recorded."""
+  first = units[(arm, seed)][0]
+  return first.get('init'), first.get('data')
+
+
+def both_differ(units, arm, s, t):
+  """Do models s and t of `arm` differ in initial weights and in data order."""
+  (i1, d1), (i2, d2) = sources(units, arm, s), sources(units, arm, t)
+  if None in (i1, d1, i2, d2):
+    return True
+  return str(i1) != str(i2) and str(d1) != str(d2)
+
+
+def disjoint_pairs(units, arm):
+  """Pairs of different models of `arm` that differ in init and data order (both_differ)."""
+  seeds, used, pairs = seeds_of(units, arm), set(), []
+  for i, s in enumerate(seeds):
+    if s in used:
+      continue
+    t = next((t for t in seeds[i + 1 :] if t not in used and both_differ(units, arm, s, t)), None)
+    if t is not None:
+      pairs.append((s, t))
+      used |= {s, t}
+  return pairs
+
+
+KINDS = (
+  'nondeterminism',
+  'identical',
+  'noise',
+  'contrast',
+  'platform',
+  'data order',
+  'init',
+  'seed',
+  'seed_all',
+)
+SAME, DIFFERENT = 'same seed', 'different seeds'
+DEFINITION = 'churn, the share of predicted test labels that differ'  # named so everywhere
+CI_NAME = (
+  '95% t-Wilson interval over seeds (the t-interval reshaped to stay inside [0, 100] %: '
+  'analysis.stats.proportion_mean_ci)'
+)
+COLUMNS = (
+  'kind',
+  'a',
+  'b',
+  'platform_a',
+  'platform_b',
+  'pairing',
+  'churn_pct',
+  'ci_low',
+  'ci_high',
+  'seeds',
+  'seed_list',
+  'per_seed_pct',
+  'unit',
+  'check',
+)
+
+
+def churn(pred_a, pred_b):
+  """Share of predictions that differ: mean of [ŷ_A ≠ ŷ_B] over every element (images)."""
+  a, b = np.asarray(pred_a), np.asarray(pred_b)
+  if a.shape != b.shape:
+    raise ValueError(f'predictions of shapes {a.shape} and {b.shape} cannot be compared')
+  return float(np.mean(a != b))
+
+
+def different_data(entry_a, entry_b):
+  """Why two runs' predictions cannot be compared image by image."""
+  pa, pb = entry_a['pred'], entry_b['pred']
+  for field, name in (('fingerprint', 'split fingerprint'), ('task', 'task')):
+    if pa[field] != pb[field]:
+      return f'{name} {pa[field]} vs {pb[field]}'
+  return None
+
+
+def pair_churn(entry_a, entry_b):
+  """churn between two runs' predictions; refused when their test data or task differ."""
+  why = different_data(entry_a, entry_b)
+  if why:
+    raise ValueError(
+      f'agreement: {entry_a["run"]} and {entry_b["run"]} predict different test '
+      f'data ({why}); compare runs of one data set'
+    )
+  pa, pb = entry_a['pred'], entry_b['pred']
+  return churn(pa['predicted'], pb['predicted'])
+
+
+def churns(pairs, left_out):
+  """The churn of each (entry, entry) pair whose test data agree; each other pair is left out."""
+  values = []
+  for x, y in pairs:
+    why = different_data(x, y)
+    if why:
+      left_out.append(
+        {'a': x['arm'], 'b': y['arm'], 'run_a': x['run'], 'run_b': y['run'], 'why': why}
+      )
+    else:
+      values.append(pair_churn(x, y))
+  return values
+
+
+def cross_mean(left, right, left_out):
+  """Mean churn over every (left, right) pair of replicate entries that share their test data."""
+  values = churns(itertools.product(left, right), left_out)
+  return float(np.mean(values)) if values else None
+
+
+def same_seed(units, kind, a, b, left_out):
+  """The row of the churn of a and b over their shared seeds (replicates' cross pairs averaged)."""
+  shared = [s for s in seeds_of(units, a) if (b, s) in units]
+  values = {s: cross_mean(units[(a, s)], units[(b, s)], left_out) for s in shared}
+  shared = [s for s in shared if values[s] is not None]
+  if not shared:
+    return None
+  return seed_row(
+    kind,
+    a,
+    b,
+    SAME,
+    [values[s] for s in shared],
+    shared,
+    unit_name(units[(a, shared[0])][0]),
+    units,
+  )
+
+
+def seed_churn(units, arm, left_out):
+  """Churn between different seeds of one arm: disjoint_pairs (independent pairs)."""
+  seeds = seeds_of(units, arm)
+  values = {
+    p: cross_mean(units[(arm, p[0])], units[(arm, p[1])], left_out)
+    for p in disjoint_pairs(units, arm)
+  }
+  pairs = [p for p, v in values.items() if v is not None]
+  if not pairs:
+    return None
+  values = [values[p] for p in pairs]
+  labels = [f'{s}-{t}' for s, t in pairs]
+  row = seed_row(
+    'seed', arm, arm, DIFFERENT, values, labels, unit_name(units[(arm, seeds[0])][0]), units
+  )
+  return {**row, 'pairs': pairs}  # kept for clustering, not a column
+
+
+def clusters(pairs):
+  """[[indices of the pairs in one cluster]]: pairs sharing a seed, transitively (union-find)."""
+  parent = list(range(len(pairs)))
+
+  def find(i):
+    return i if parent[i] == i else find(parent[i])
+
+  first = {}
+  for i, pair in enumerate(pairs):
+    for seed in pair:
+      j = first.setdefault(seed, i)
+      parent[find(i)] = find(j)
+  groups = {}
+  for i in range(len(pairs)):
+    groups.setdefault(find(i), []).append(i)
+  return list(groups.values())
+
+
+def platform_seed_churn(seed_rows):
+  """Per platform with >= 2 arms: one 'seed_all' row over the seed pairs of all its arms."""
+  rows = []
+  for platform in sorted({r['platform_a'] for r in seed_rows}):
+    group = [r for r in seed_rows if r['platform_a'] == platform]
+    if len(group) < 2:
+      continue
+    pairs = [p for r in group for p in r['pairs']]
+    churns = [v for r in group for v in r['values']]
+    found = clusters(pairs)
+    values = [float(np.mean([churns[i] for i in c])) for c in found]
+    name = f'every arm on {platform}'
+    row = seed_row('seed_all', name, name, DIFFERENT, values, [], group[0]['unit'], {})
+    rows.append(
+      {
+        **row,
+        'platform_a': platform,
+        'platform_b': platform,
+        'seed_list': f'{len(churns)} pairs of {len(group)} arms in {len(values)} '
+        'clusters of shared seeds',
+      }
+    )
+  return rows
+
+
+def source_churn(entries, arm, varied, fixed, left_out):
+  """Churn from one source of one arm: runs equal in `fixed` ('init' or 'data')."""
+  cells = {}
+  for e in entries:
+    if e['arm'] == arm and e.get('init') is not None and e.get('data') is not None:
+      cells.setdefault(e[fixed], {}).setdefault(e[varied], []).append(e)
+  values, labels = [], []
+  for level in sorted(cells, key=seed_key):
+    varied_levels = sorted(cells[level], key=seed_key)
+    pairs = list(zip(varied_levels[0::2], varied_levels[1::2], strict=False))
+    means = [cross_mean(cells[level][x], cells[level][y], left_out) for x, y in pairs]
+    means = [m for m in means if m is not None]
+    if means:
+      values.append(np.mean(means))
+      labels.append(level)
+  if not values:
+    return None
+  kind = 'data order' if varied == 'data' else 'init'
+  one = next(iter(next(iter(cells.values())).values()))[0]
+  row = seed_row(kind, arm, arm, DIFFERENT, values, labels, unit_name(one), by_unit(entries))
+  return {**row, 'seed_list': f'{fixed} seeds ' + row['seed_list']}
+
+
+def replicate_churn(units, arm, left_out):
+  """Churn between same-seed replicates of one arm: per seed with >= 2 runs."""
+  repeated = [s for s in seeds_of(units, arm) if len(units[(arm, s)]) > 1]
+  values = {s: churns(itertools.combinations(units[(arm, s)], 2), left_out) for s in repeated}
+  repeated = [s for s in repeated if values[s]]
+  if not repeated:
+    return None
+  values = [np.mean(values[s]) for s in repeated]
+  return seed_row(
+    'nondeterminism',
+    arm,
+    arm,
+    SAME,
+    values,
+    repeated,
+    unit_name(units[(arm, repeated[0])][0]),
+    units,
+  )
+
+
+def check_identical(row):
+  """The identical-arithmetic row's check: every seed's churn exactly 0, as constructed."""
+  zero = row['churn_pct'] == 0  # a mean of non-negative churns is 0 only when every one is
+  return {
+    **row,
+    'check': 'exactly 0, as constructed'
+    if zero
+    else 'NOT 0: the arithmetic is not identical (a bug, or a platform difference)',
+  }
+
+
+def agreement_table(entries, pairs=(), noise=(), identical=(), platform=(), left_out=None):
+  """The churn table (report_agreement.csv, COLUMNS)."""
+  left_out = [] if left_out is None else left_out
+  units = by_unit(entries)
+  arms = sorted({a for a, _ in units})
+  rows = [replicate_churn(units, arm, left_out) for arm in arms]
+  same = {frozenset(p) for p in identical}
+  pairs = [p for p in pairs if frozenset(p) not in same]  # said once, as identical arithmetic
+  for kind, given in (
+    ('identical', identical),
+    ('noise', noise),
+    ('contrast', pairs),
+    ('platform', platform),
+  ):
+    for a, b in given:
+      row = same_seed(units, kind, a, b, left_out) if a in arms and b in arms else None
+      rows.append(check_identical(row) if row and kind == 'identical' else row)
+  rows += [
+    source_churn(entries, arm, *roles, left_out)
+    for roles in (('data', 'init'), ('init', 'data'))
+    for arm in arms
+  ]
+  seeds = [r for r in (seed_churn(units, arm, left_out) for arm in arms) if r is not None]
+  rows += seeds + platform_seed_churn(seeds)
+  table = pd.DataFrame([r for r in rows if r is not None], columns=list(COLUMNS))
+  order = table['kind'].map({k: i for i, k in enumerate(KINDS)})
+  return table.iloc[np.argsort(order.to_numpy(), kind='stable')].reset_index(drop=True)
+
+
+def left_out_text(left_out, labels=None):
+  """'6 pairs of runs on different test sets left out of the churn (f32 vs split7)."""
+  if not left_out:
+    return ''
+
+  def name(arm):
+    return (labels or {}).get(arm, arm)
+
+  counts = collections.Counter((name(p['a']), name(p['b']), p['why']) for p in left_out)
+  said = '; '.join(
+    f'{a} vs {b}: {why}, {n} pair{"" if n == 1 else "s"}'
+    for (a, b, why), n in counts.most_common(3)
+  )
+  more = f'; {len(counts) - 3} more pairs of arms' if len(counts) > 3 else ''
+  return (
+    f'{len(left_out)} pair{"" if len(left_out) == 1 else "s"} of runs on different test '
+    f'sets left out of the churn ({said}{more})'
+  )
+
+
+def summary(table, missing=0, total=0):
+  """The first page's line: the churn ladder's rungs, each kind's mean churn over seeds."""
+  if total and missing == total:
+    return (
+      f'Agreement: no predictions in any of the {total} runs (a CSV, or records written '
+      'before runs saved their test predictions); churn needs runs that save them.'
+    )
+  kinds = [k for k in KINDS if rung(table, k) is not None]
+  if 'seed_all' in kinds:
+    kinds.remove('seed')
+  if not kinds:
+    return 'Agreement: no pair of runs shares a seed, so no churn could be computed.'
+  left = f'; {missing} of {total} runs without predictions left out' if missing else ''
+  read = reading(table)
+  return (
+    f'Agreement ({DEFINITION}; mean over seeds): '
+    + ', '.join(rung_text(table, k) for k in kinds)
+    + left
+    + (f'. Same model? {read[0].upper()}{read[1:]}' if read else '')
+    + '.'
+  )
+
+
+KIND_TITLES = {
+  'nondeterminism': 'nondeterminism (same-seed replicates)',
+  'identical': 'identical arithmetic (0 by construction)',
+  'noise': 'perturbation (noise arm vs its arm)',
+  'contrast': 'numerics setting',
+  'platform': 'platform',
+  'data order': 'data order only (same init seed)',
+  'init': 'initial weights only (same data seed)',
+  'seed': 'seed: init and data order (two seeds of one arm)',
+  'seed_all': 'seed: init and data order (every arm of a platform, clustered)',
+}
+
+
+# What the first page calls each rung (the title's part before ' ('): which source of difference.
+SHORT_TITLES = {k: v.split(' (')[0] for k, v in KIND_TITLES.items()}
+
+
+def rung(table, kind):
+  """The rows of one kind, or None."""
+  rows = table[table['kind'] == kind]
+  return rows if not rows.empty else None
+
+
+def span(rows):
+  """'3.5 %' for one row (or rows that round alike), '1.2–3.5 %' (their range of means)."""
+  low, high = (f'{v:.2g}' for v in (rows['churn_pct'].min(), rows['churn_pct'].max()))
+  return f'{low} %' if low == high else f'{low}–{high} %'
+
+
+def rung_text(table, kind):
+  """'numerics setting 1.2–3.5 %'; identical arithmetic says whether it was exactly 0."""
+  rows = rung(table, kind)
+  title = SHORT_TITLES[kind]
+  if kind != 'identical':
+    return f'{title} {span(rows)}'
+  failed = ~rows['check'].str.startswith('exactly 0')
+  return (
+    f'{title} exactly 0 (checked)'
+    if not failed.any()
+    else f'{title} {span(rows)}, NOT 0 in {int(failed.sum())} of {len(rows)} pairs'
+  )
+
+
+def baseline(table, platform):
+  """(mean, low, high) % of the seed-to-seed churn on `platform`: its pooled 'seed_all' row."""
+  for kind in ('seed_all', 'seed'):
+    rows = table[(table['kind'] == kind) & (table['platform_a'] == platform)]
+    if not rows.empty:
+      return rows['churn_pct'].mean(), rows['ci_low'].min(), rows['ci_high'].max()
+  return None
+
+
+class SeedReading(NamedTuple):
+  """The numerics rows read against the seed-to-seed churn of their platform: how many `rows`,
+  how many `changed` the model (churn above 0), their churn range (`low`, `high`, %) and as a
+  multiple of the seed churn (`ratio_low`, `ratio_high`), how many intervals lie wholly `below` /
+  `above` the seed churn's, and the seed churns (`base`, text)."""
+
+  rows: int
+  changed: int
+  low: float
+  high: float
+  ratio_low: float
+  ratio_high: float
+  below: int
+  above: int
+  base: str
+
+
+def against_seeds(table):
+  """The SeedReading of the numerics rows (baseline), or None without both kinds."""
+  rows = [
+    (r, baseline(table, r['platform_a'])) for _, r in table.iterrows() if r['kind'] == 'contrast'
+  ]
+  rows = [(r, b) for r, b in rows if b is not None and b[0] > 0]
+  if not rows:
+    return None
+  ratio = [r['churn_pct'] / b[0] for r, b in rows]
+  churn = [r['churn_pct'] for r, _ in rows]
+  return SeedReading(
+    rows=len(rows),
+    changed=sum(c > 0 for c in churn),
+    low=min(churn),
+    high=max(churn),
+    ratio_low=min(ratio),
+    ratio_high=max(ratio),
+    below=sum(r['ci_high'] < b[1] for r, b in rows),
+    above=sum(r['ci_low'] > b[2] for r, b in rows),
+    base=', '.join(f'{b:.2g} %' for b in sorted({round(b[0], 6) for _, b in rows})),
+  )
+
+
+def seed_verdict(read):
+  """How the settings' churn compares with a new seed's, in words (against_seeds)."""
+  if read.below == read.rows:
+    return 'every one changes fewer predictions than a new seed does'
+  if read.above:
+    return f'{read.above} change more predictions than a new seed does'
+  return (
+    f'{read.below} of them change fewer predictions than a new seed does, the others '
+    'about as many (intervals overlapping)'
+  )
+
+
+def reading(table):
+  """The numerics rows read against the seed-to-seed churn of their platform, in words."""
+  read = against_seeds(table)
+  if read is None:
+    return ''
+  return (
+    f'read against the churn between two seeds ({read.base}): {read.changed} of '
+    f'{read.rows} numerics settings change the model (churn above 0), '
+    f"{read.ratio_low:.2g}–{read.ratio_high:.2g} × a new seed's churn; "
+    f'{seed_verdict(read)}'
+  )
+
+
+EFFECTIVE = 'numerics.effective.'
+ARITHMETIC = tuple(
+  EFFECTIVE + f
+  for f in (
+    'conv_format',
+    'dense_format',
+    'compute_dtype',
+    'batchnorm_group',
+    'param_dtype',
+    'matmul_precision',
+  )
+)
+EMULATED = (EFFECTIVE + 'emulated.conv', EFFECTIVE + 'emulated.dense')
+NOISE_FREE = 'f32'  # the format a noisy format perturbs
+
+
+def arm_facts(runs, group_by):
+  """{arm: {column: value as text}} of the group-by, arithmetic and emulation columns."""
+  columns = [c for c in dict.fromkeys([*group_by, 'platform', *ARITHMETIC, *EMULATED]) if c in runs]
+  facts = {}
+  for arm, group in runs.groupby('arm', sort=True):
+    first = group.iloc[0]
+    facts[arm] = {c: str(first[c]) for c in columns}
+    facts[arm]['deterministic'] = bool('det' in group and group['det'].eq(True).all())
+  return facts
+
+
+def equal_in(fa, fb, columns):
+  return all(fa.get(c) == fb.get(c) for c in columns)
+
+
+def not_numerics(group_by):
+  """The group-by columns that are neither requested numerics nor where the run executed."""
+  return [
+    c for c in group_by if not c.startswith(record.ARM_PREFIX) and c not in record.ARM_CONTEXT
+  ]
+
+
+def platform_pairs(runs, group_by):
+  """[(a, b)]: the same arm levels on two platforms (a's platform sorts first)."""
+  facts = arm_facts(runs, group_by)
+  same = [c for c in group_by if c not in record.ARM_CONTEXT]
+  return [
+    (a, b) if facts[a].get('platform', '') <= facts[b].get('platform', '') else (b, a)
+    for a, b in itertools.combinations(facts, 2)
+    if facts[a].get('platform') != facts[b].get('platform') and equal_in(facts[a], facts[b], same)
+  ]
+
+
+def identical_pairs(runs, group_by):
+  """[(a, b)]: arms of one deterministic platform with the same recorded arithmetic."""
+  facts = arm_facts(runs, group_by)
+  same = ['platform', 'device_kind', *ARITHMETIC, *not_numerics(group_by)]
+  return [
+    (a, b)
+    for a, b in itertools.combinations(facts, 2)
+    if facts[a]['deterministic']
+    and facts[b]['deterministic']
+    and all(c in facts[a] for c in ARITHMETIC)
+    and equal_in(facts[a], facts[b], same)
+  ]
+
+
+def noise_pairs(runs, group_by):
+  """[(noise arm, the arm it perturbs)] on each platform (module doc)."""
+  facts = arm_facts(runs, group_by)
+  same = ['platform', 'device_kind', *not_numerics(group_by)]
+  pairs = []
+  for noisy, fn in facts.items():
+    if not any(fn.get(c) in NOISY_FORMATS for c in ARITHMETIC):
+      continue
+    quiet = {c: NOISE_FREE if fn.get(c) in NOISY_FORMATS else fn.get(c) for c in ARITHMETIC}
+    found = [
+      arm
+      for arm, f in facts.items()
+      if arm != noisy and equal_in(f, fn, same) and equal_in(f, quiet, ARITHMETIC)
+    ]
+    emulated = [arm for arm in found if equal_in(facts[arm], fn, EMULATED)]
+    pairs += [(noisy, arm) for arm in (emulated or found)]
+  return pairs
+
+
+ECE_BINS = 15
+ECE_NAME = f'ECE, {ECE_BINS} equal-width confidence bins over [0, 1]'
+EPS = float(np.finfo(np.float32).tiny)
+ACCURACY = 'final.test_accuracy'  # the accuracy loss_table shows beside the loss
+
+
+def ece(confidence, correct, bins=ECE_BINS):
+  """Expected calibration error Σ_b (n_b/n)|acc_b − conf_b| over equal-width confidence bins."""
+  confidence = np.ravel(np.asarray(confidence, np.float64))
+  correct = np.ravel(np.asarray(correct, np.float64))
+  which = np.clip(np.ceil(confidence * bins).astype(int) - 1, 0, bins - 1)
+  n_b = np.bincount(which, minlength=bins)
+  acc_sum = np.bincount(which, weights=correct, minlength=bins)
+  conf_sum = np.bincount(which, weights=confidence, minlength=bins)
+  full = n_b > 0
+  gap = np.abs(acc_sum[full] - conf_sum[full]) / n_b[full]
+  return float(np.sum(n_b[full] / len(confidence) * gap))
+
+
+def run_calibration(pred):
+  """{'accuracy', 'nll', 'ece'} of one run's predictions (formulas: module doc)."""
+  label, predicted = np.asarray(pred['label']), np.asarray(pred['predicted'])
+  correct = predicted == label
+  if 'probability' in pred:  # the attributes task: 40 binary predictions per image
+    p = np.clip(np.asarray(pred['probability'], np.float64), EPS, 1 - EPS)
+    y = label.astype(np.float64)
+    nll = -np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))
+    confidence = np.maximum(p, 1 - p)
+  else:
+    nll = -np.mean(np.log(np.maximum(np.asarray(pred['p_label'], np.float64), EPS)))
+    confidence = pred['p_predicted']
+  return {'accuracy': float(np.mean(correct)), 'nll': float(nll), 'ece': ece(confidence, correct)}
+
+
+def run_table(entries):
+  """One row per run with predictions: run, arm, seed, platform, accuracy_pct, nll, ece_pct."""
+  rows = []
+  for e in entries:
+    c = run_calibration(e['pred'])
+    rows.append(
+      {
+        'run': e['run'],
+        'arm': e['arm'],
+        'seed': e['seed'],
+        'platform': e['platform'],
+        'accuracy_pct': 100 * c['accuracy'],
+        'nll': c['nll'],
+        'ece_pct': 100 * c['ece'],
+      }
+    )
+  return pd.DataFrame(
+    rows, columns=['run', 'arm', 'seed', 'platform', 'accuracy_pct', 'nll', 'ece_pct']
+  )
+
+
+def per_arm(frame, columns):
+  """Per arm: each of `columns` averaged per seed (replicates), then mean, ci_low."""
+  units = frame.groupby(['arm', 'seed'], sort=True, dropna=False)[columns].mean().reset_index()
+  rows = []
+  for arm, group in units.groupby('arm', sort=True):
+    row = {'arm': arm, 'seeds': len(group)}
+    for col in columns:
+      x = group[col].dropna().to_numpy(float)
+      low, high = stats.t_ci(x)
+      row.update(
+        {col: x.mean() if len(x) else np.nan, f'{col}_ci_low': low, f'{col}_ci_high': high}
+      )
+    rows.append(row)
+  return pd.DataFrame(rows)
+
+
+def calibration_table(entries):
+  """Per arm: accuracy_pct, nll and ece_pct (ECE_NAME) with their t-intervals over seeds."""
+  runs = run_table(entries)
+  table = per_arm(runs, ['accuracy_pct', 'nll', 'ece_pct'])
+  if not table.empty:
+    table['ece_binning'] = ECE_NAME
+  return table
+
+
+def loss_table(runs, loss='final.train_loss', accuracy=ACCURACY, scale=None):
+  """Per arm: the final training loss beside the test accuracy (%)."""
+  if loss not in runs or accuracy not in runs:
+    return pd.DataFrame()
+  values = pd.to_numeric(runs[accuracy], errors='coerce')
+  if scale is None:
+    scale = 100.0 if values.abs().max() <= 1 else 1.0
+  frame = pd.DataFrame(
+    {
+      'arm': runs['arm'],
+      'seed': runs['seed'],
+      'train_loss': pd.to_numeric(runs[loss], errors='coerce'),
+      'test_accuracy_pct': scale * values,
+    }
+  )
+  table = per_arm(frame, ['test_accuracy_pct', 'train_loss'])
+  table['train_loss_ratio'] = table['train_loss'] / table['train_loss'].min()
+  return table
+
+
+PER_CLASS_COLUMNS = (
+  'a',
+  'b',
+  'class',
+  'seeds',
+  'diff_pp',
+  'ci_low',
+  'ci_high',
+  't',
+  'p',
+  'p_holm',
+  'different',
+  'test',
+)
+T_TEST, EXACT, NONE = (
+  'paired t',
+  'exact signed-rank (constant difference)',
+  'none (every difference 0)',
+)
+
+
+def class_tests(d):
+  """(p, test name) per class (column) of the seeds × classes differences d (module doc)."""
+  with warnings.catch_warnings(), np.errstate(invalid='ignore', divide='ignore'):
+    warnings.simplefilter('ignore')
+    t_p = sps.ttest_1samp(d, 0.0, axis=0).pvalue
+  finite = np.all(np.isfinite(d), axis=0)  # a class absent from the test set: NaN, no test
+  varies = finite & (np.ptp(np.where(np.isfinite(d), d, 0), axis=0) > 0)
+  constant = finite & ~varies & ~np.all(d == 0, axis=0)
+  exact = [
+    stats.signed_rank(column)[1] if c else np.nan for column, c in zip(d.T, constant, strict=True)
+  ]
+  p = np.where(varies, t_p, np.where(constant, exact, np.nan))
+  test = np.where(varies, T_TEST, np.where(constant, EXACT, NONE))
+  return p, test
+
+
+def class_accuracy(pred):
+  """Accuracy per class (classification: over the images of each true class)."""
+  label, predicted = np.asarray(pred['label']), np.asarray(pred['predicted'])
+  if label.ndim > 1:
+    return np.mean(label == predicted, axis=0)
+  classes = max(int(label.max()), int(predicted.max())) + 1
+  right = np.bincount(label, weights=(label == predicted), minlength=classes)
+  count = np.bincount(label, minlength=classes)
+  with np.errstate(invalid='ignore', divide='ignore'):
+    return right / count
+
+
+def seed_accuracies(entries, arm):
+  """{seed: per-class accuracy averaged over the arm's replicates of that seed}."""
+  by_seed = {}
+  for e in entries:
+    if e['arm'] == arm:
+      by_seed.setdefault(e['seed'], []).append(class_accuracy(e['pred']))
+  width = max((len(a) for v in by_seed.values() for a in v), default=0)
+
+  def pad(a):
+    return np.pad(a, (0, width - len(a)), constant_values=np.nan)
+
+  return {s: np.mean([pad(a) for a in v], axis=0) for s, v in by_seed.items()}
+
+
+def class_differences(entries, a, b):
+  """One row per class (PER_CLASS_COLUMNS): A − B in pp over the shared seeds (< 2: none)."""
+  acc_a, acc_b = seed_accuracies(entries, a), seed_accuracies(entries, b)
+  shared = sorted(set(acc_a) & set(acc_b), key=seed_key)
+  if len(shared) < 2:
+    return pd.DataFrame(columns=list(PER_CLASS_COLUMNS))
+  width = max(len(acc_a[shared[0]]), len(acc_b[shared[0]]))
+
+  def pad(x):
+    return np.pad(x, (0, width - len(x)), constant_values=np.nan)
+
+  d = 100 * np.array([pad(acc_a[s]) - pad(acc_b[s]) for s in shared])  # seeds × classes
+  low, high = stats.t_ci(d.T)
+  with warnings.catch_warnings(), np.errstate(invalid='ignore', divide='ignore'):
+    warnings.simplefilter('ignore')
+    t = sps.ttest_1samp(d, 0.0, axis=0).statistic
+  p, test = class_tests(d)
+  p_holm = stats.holm(p)
+  return pd.DataFrame(
+    {
+      'a': a,
+      'b': b,
+      'class': np.arange(width),
+      'seeds': len(shared),
+      'diff_pp': d.mean(axis=0),
+      'ci_low': low,
+      'ci_high': high,
+      't': t,
+      'p': p,
+      'p_holm': p_holm,
+      'different': p_holm < stats.ALPHA,
+      'test': test,
+    }
+  )
+
+
+def per_class_table(entries, pairs):
+  """class_differences of every (a, b) pair given, stacked (Holm within each pair's classes)."""
+  tables = [class_differences(entries, a, b) for a, b in pairs]
+  tables = [t for t in tables if not t.empty]
+  return (
+    pd.concat(tables, ignore_index=True)
+    if tables
+    else pd.DataFrame(columns=list(PER_CLASS_COLUMNS))
+  )
+
+
+VARIANCE_METHOD = (
+  'two-way crossed random-effects ANOVA, method of moments (expected mean squares); '
+  "negative estimates truncated at 0; 95% intervals by Satterthwaite's df (exact χ² for "
+  'a single mean square)'
+)
+COMPONENTS = ('init', 'data order', 'init × data order', 'nondeterminism (replicates)')
+RESIDUAL = 'init × data order + nondeterminism (no replicates)'  # R = 1: one residual
+MIN_CI_DF = 2.0
+INIT_COLUMNS = ('init_seed', 'config.init_seed')
+DATA_COLUMNS = ('data_seed', 'config.data_seed')
+
+
+def cell_array(frame, value, init, data):
+  """The values as an I × J × R array (balanced); ValueError naming the missing or short cells."""
+  counts = frame.groupby([init, data]).size()
+  inits, data_seeds = sorted(frame[init].unique()), sorted(frame[data].unique())
+  full = counts.reindex(pd.MultiIndex.from_product([inits, data_seeds]), fill_value=0)
+  if full.nunique() != 1 or full.iloc[0] < 1:
+    short = ', '.join(f'({i}, {j}): {n}' for (i, j), n in full.items() if n != full.max())
+    raise ValueError(
+      f'variance split: needs every (init_seed, data_seed) cell run the same number '
+      f'of times; runs per cell: {short or full.iloc[0]}'
+    )
+  ordered = frame.sort_values([init, data], kind='stable')
+  return ordered[value].to_numpy(float).reshape(len(inits), len(data_seeds), int(full.iloc[0]))
+
+
+def mean_squares(y):
+  """{name: (mean square, df)} of an I × J × R array (module doc)."""
+  n_i, n_j, n_r = y.shape
+  grand, cell = y.mean(), y.mean(axis=2)
+  row, col = cell.mean(axis=1), cell.mean(axis=0)
+  inter = cell - row[:, None] - col[None, :] + grand
+  out = {
+    'init': (n_j * n_r * np.sum((row - grand) ** 2) / (n_i - 1), n_i - 1),
+    'data order': (n_i * n_r * np.sum((col - grand) ** 2) / (n_j - 1), n_j - 1),
+    'init × data order': (n_r * np.sum(inter**2) / ((n_i - 1) * (n_j - 1)), (n_i - 1) * (n_j - 1)),
+  }
+  if n_r > 1:
+    out['nondeterminism (replicates)'] = (
+      np.sum((y - cell[..., None]) ** 2) / (n_i * n_j * (n_r - 1)),
+      n_i * n_j * (n_r - 1),
+    )
+  return out
+
+
+def coefficients(shape):
+  """{component: {mean square: c_k}}: each estimate as Σ c_k MS_k (module doc)."""
+  n_i, n_j, n_r = shape
+  ab = 'init × data order'
+  out = {
+    'init': {'init': 1 / (n_j * n_r), ab: -1 / (n_j * n_r)},
+    'data order': {'data order': 1 / (n_i * n_r), ab: -1 / (n_i * n_r)},
+  }
+  if n_r == 1:
+    return {**out, RESIDUAL: {ab: 1.0}}
+  e = 'nondeterminism (replicates)'
+  return {**out, ab: {ab: 1 / n_r, e: -1 / n_r}, e: {e: 1.0}}
+
+
+def estimates(ms, shape):
+  """{component: method-of-moments estimate} from mean_squares' {name: (MS, df)} of an I × J × R
+  array (module doc), untruncated."""
+  return {
+    c: sum(w * ms[k][0] for k, w in weights.items()) for c, weights in coefficients(shape).items()
+  }
+
+
+def interval(ms, weights):
+  """(low, high, ν) of Σ c_k MS_k by Satterthwaite's df (module doc)."""
+  value = sum(w * ms[k][0] for k, w in weights.items())
+  spread = sum((w * ms[k][0]) ** 2 / ms[k][1] for k, w in weights.items())
+  nu = value**2 / spread if spread > 0 else np.nan
+  if not value > 0 or not nu >= MIN_CI_DF:
+    return np.nan, np.nan, nu
+  return (nu * value / sps.chi2.ppf(0.975, nu), nu * value / sps.chi2.ppf(0.025, nu), nu)
+
+
+def variance_components(frame, value='value', init='init_seed', data='data_seed'):
+  """One row per component (COMPONENTS; with one run per cell the last two as RESIDUAL)."""
+  if frame[init].nunique() < 2 or frame[data].nunique() < 2:
+    raise ValueError('variance split: needs at least 2 init seeds and 2 data seeds')
+  y = cell_array(frame, value, init, data)
+  ms = mean_squares(y)
+  estimate = estimates(ms, y.shape)
+
+  def own(c):
+    return ms['init × data order' if c == RESIDUAL else c]
+
+  rows = [
+    {
+      'component': c,
+      'mean_square': own(c)[0],
+      'df': own(c)[1],
+      'estimate': estimate[c],
+      'variance': max(estimate[c], 0.0),
+      'truncated': estimate[c] < 0,
+      **dict(zip(('ci_low', 'ci_high', 'ci_df'), interval(ms, weights), strict=True)),
+      'replicates': y.shape[2],
+    }
+    for c, weights in coefficients(y.shape).items()
+  ]
+  table = pd.DataFrame(rows)
+  table['sd'] = np.sqrt(table['variance'])
+  total = table['variance'].sum()
+  table['share_pct'] = 100 * table['variance'] / total if total > 0 else np.nan
+  table['method'] = VARIANCE_METHOD
+  return table
+
+
+def seed_columns(runs):
+  """(init column, data column) the runs table records, or None when it has no such pair."""
+  init = next((c for c in INIT_COLUMNS if c in runs and runs[c].notna().any()), None)
+  data = next((c for c in DATA_COLUMNS if c in runs and runs[c].notna().any()), None)
+  return (init, data) if init and data else None
+
+
+def variance_table(runs, value='value'):
+  """variance_components per arm whose runs set init and data-order seeds apart."""
+  return split_by_arm(runs, value)[0]
+
+
+def split_by_arm(runs, value='value'):
+  """(variance_table, notes): why an arm whose seeds vary has no split."""
+  columns = seed_columns(runs)
+  if columns is None:
+    return pd.DataFrame(), []
+  tables, notes = [], []
+  for arm, group in runs.groupby('arm', sort=True):
+    if group[columns[0]].nunique() < 2 and group[columns[1]].nunique() < 2:
+      continue  # one init and one data seed (or seed = init = data): no split to make
+    if (group[columns[0]].astype(str) == group[columns[1]].astype(str)).all():
+      continue  # init and data seeds move together: the seeds of an ordinary study
+    try:
+      table = variance_components(group, value, *columns)
+    except ValueError as e:
+      notes.append(f'{arm}: {e}')
+      continue
+    tables.append(table.assign(arm=arm, runs=len(group)))
+  return (pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()), notes
+
+
+def loaded(runs, load):
+  """[(predictions, None) or (None, why)] of each run of `runs` from `load`."""
+  return [
+    (pred, None) if pred is not None else (None, inputs.NONE_SAVED)
+    for pred in map(load or (lambda run: None), runs['run'])
+  ]
+
+
+def unit_seeds(runs, columns):
+  """The model each run is (runrecord.rules.model_keys: the replicate rule)."""
+  seeds = runs['base_seed'] if 'base_seed' in runs else runs['seed']
+  return rules.model_keys(seeds, *([runs[c] for c in columns] if columns else []))
+
+
+def load_entries(runs, load=None, read=None):
+  """([{run, arm, seed, platform, pred, init, data}] of the runs with predictions, [(run, why) of
+  the runs without]); init and data: the recorded init and data-order seeds (None when not
+  recorded)."""
+  columns = seed_columns(runs)
+  got = read(runs) if read else loaded(runs, load)
+  preds = [pred for pred, _ in got]
+  missing = [(run, why) for run, (pred, why) in zip(runs['run'], got, strict=True) if pred is None]
+  seeds = unit_seeds(runs, columns)
+  entries = []
+  for i in (i for i, pred in enumerate(preds) if pred is not None):
+    row, pred = runs.iloc[i], preds[i]
+    entries.append(
+      {
+        'run': row['run'],
+        'arm': row['arm'],
+        'seed': seeds[i],
+        'platform': str(row.get('platform', '')),
+        'pred': pred,
+        'init': row[columns[0]] if columns else None,
+        'data': row[columns[1]] if columns else None,
+      }
+    )
+  return entries, missing
+
+
+def summary_line(table, missing, total, left_out=(), labels=None):
+  """The first page's agreement line, the runs and pairs left out counted by reason."""
+  reasons = collections.Counter(inputs.reason_kind(why) for _, why in missing)
+  apart = left_out_text(left_out, labels)
+  if not missing or set(reasons) == {inputs.NONE_SAVED}:
+    line = summary(table, len(missing), total)
+  elif len(missing) == total:
+    counted = ', '.join(f'{n} {why}' for why, n in reasons.most_common())
+    return (
+      f'Agreement: none of the {total} runs has predictions of the step its results came '
+      f'from ({counted}); churn, calibration and per-class need them.'
+    )
+  else:
+    counted = ', '.join(f'{n} {why}' for why, n in reasons.most_common())
+    line = (
+      summary(table).rstrip('.') + f'; {len(missing)} of {total} runs left out '
+      f'of the agreement, calibration and per-class tables ({counted}).'
+    )
+  return line[:-1] + f'; {apart}.' if apart else line
+
+
+def agreement_section(
+  runs, pairs, noise=(), identical=(), platform=(), load=None, labels=None, scale=None, read=None
+):
+  """The Agreement of the runs: churn ladder, calibration, training loss, per class, variance."""
+  entries, missing = load_entries(runs, load, read)
+  split, notes = split_by_arm(runs)
+  left_out = []  # pairs of runs on different test sets (another split seed): not compared
+  table = agreement_table(entries, pairs, noise, identical, platform, left_out)
+  for side in ('a', 'b'):
+    table[f'label_{side}'] = [(labels or {}).get(arm, arm) for arm in table[side]]
+  return Agreement(
+    table=table,
+    summary=summary_line(table, missing, len(runs), left_out, labels),
+    calibration=calibration_table(entries),
+    train_loss=loss_table(runs, scale=scale),
+    per_class=per_class_table(entries, pairs),
+    variance=split,
+    missing=[run for run, _ in missing],
+    variance_notes=notes,
+    left_out=left_out,
+  )
+
+
+def compared_pairs(out):
+  """The (a, b) arms the study compares: its declared contrasts."""
+  table = out.contrasts
+  if table is not None and not table.empty:
+    return list(zip(table['arm_a'], table['arm_b'], strict=True))
+  runs = out.runs
+  platform = (
+    runs.groupby('arm')['platform'].first().astype(str)
+    if 'platform' in runs
+    else pd.Series('', index=sorted(runs['arm'].unique()))
+  )
+  return [
+    (a, b)
+    for a, b in itertools.combinations(sorted(platform.index), 2)
+    if platform[a] == platform[b]
+  ]
+
+
+def from_analysis(out, labels, load=None, read=None):
+  """agreement_section of the analysis `out`: its compared pairs and the ladder's baselines."""
+  runs, group_by = out.runs, out.group_by
+  return agreement_section(
+    runs,
+    compared_pairs(out),
+    noise=noise_pairs(runs, group_by),
+    identical=identical_pairs(runs, group_by),
+    platform=platform_pairs(runs, group_by),
+    load=load,
+    read=read,
+    labels=labels,
+    scale=out.scale if out.metric == ACCURACY else None,
+  )

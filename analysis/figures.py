@@ -1,0 +1,1018 @@
+"""The study's figures, drawn at their printed size (one column 3.3 in, two columns 6.9 in) as
+vector PDF and 300-dpi PNG, each with its data set, n and platforms as a subtitle or caption: the
+metric per arm, the declared contrasts and each platform gap's decomposition as forest plots
+against the margin and the noise floors, the attribution's forest, the training curves and the
+churn ladder. Colour = platform (Okabe–Ito, colour-blind safe; black: measured across platforms),
+arms by short labels, markers and line styles. Reference: docs/statistics.md "Report and figures".
+"""
+
+import textwrap
+
+import matplotlib
+
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # noqa: E402 (after matplotlib.use: no display needed)
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib import ticker  # noqa: E402
+from matplotlib.colors import to_rgba  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+from analysis import agreement, inputs  # noqa: E402
+
+# Okabe & Ito (2008), without black (used for means) and yellow (too light on white paper).
+PALETTE = ('#0072B2', '#D55E00', '#009E73', '#CC79A7', '#56B4E9', '#E69F00', '#999999', '#882255')
+# Fixed colours of the platforms the project runs on; any other platform takes the next unused
+# palette colour in sorted name order (platform_colors).
+PLATFORM_COLORS = {'cpu': PALETTE[0], 'gpu': PALETTE[1], 'tpu': PALETTE[2]}
+ACROSS_PLATFORMS = 'black'  # a quantity measured across platforms (a gap, a platform difference)
+NO_PLATFORM = '#444444'  # runs that record no platform
+# An arm's marker and line style; 'D' is left for estimates (forest plots, means).
+ARM_MARKERS = ('o', 's', '^', 'v', 'P', 'X', '*', 'h', '<', '>')
+ARM_LINESTYLES = (
+  '-',
+  '--',
+  ':',
+  '-.',
+  (0, (6, 1.5)),
+  (0, (3, 1, 1, 1, 1, 1)),
+  (0, (1, 2.5)),
+  (0, (7, 2, 1.5, 2)),
+)  # eight distinct: one per arm of the digits study
+WIDTH_IN = 6.5  # a full text width of a two-column-free paper, inches (the experiments' figures)
+# The study's figures are drawn at their printed size (saved uncropped: save(..., crop=False)):
+ONE_COLUMN_IN = 3.3  # one column of a two-column paper, inches
+TWO_COLUMN_IN = 6.9  # both columns of a two-column paper, inches
+RC = {
+  'font.family': 'sans-serif',
+  'font.sans-serif': ['DejaVu Sans', 'Arial', 'Helvetica'],
+  'font.size': 8,
+  'axes.titlesize': 9,
+  'axes.labelsize': 8,
+  'legend.fontsize': 7,
+  'xtick.labelsize': 7,
+  'ytick.labelsize': 7,
+  'axes.spines.top': False,
+  'axes.spines.right': False,
+  'axes.linewidth': 0.6,
+  'axes.grid': True,
+  'axes.grid.axis': 'y',
+  'grid.color': '#DDDDDD',
+  'grid.linewidth': 0.5,
+  'lines.linewidth': 1.2,
+  'xtick.major.width': 0.6,
+  'ytick.major.width': 0.6,
+  'legend.frameon': False,
+  'figure.dpi': 100,
+  'savefig.dpi': 300,
+  'savefig.bbox': 'tight',
+  'savefig.pad_inches': 0.03,
+  'pdf.fonttype': 42,
+  'ps.fonttype': 42,
+}
+
+
+def apply():
+  """Set the study's matplotlib style (idempotent)."""
+  plt.rcParams.update(RC)
+
+
+def arm_colors(arms):
+  """{arm label: colour}, assigned in sorted label order so every figure agrees."""
+  return {arm: PALETTE[i % len(PALETTE)] for i, arm in enumerate(sorted(arms))}
+
+
+def platform_colors(platforms):
+  """{platform: colour}: PLATFORM_COLORS for cpu, gpu and tpu."""
+  names = sorted(set(map(str, platforms)))
+  spare = [c for c in PALETTE if c not in PLATFORM_COLORS.values()]
+  others = [p for p in names if p and p not in PLATFORM_COLORS]
+  out = {p: spare[others.index(p) % len(spare)] for p in others}
+  out.update({p: PLATFORM_COLORS[p] for p in names if p in PLATFORM_COLORS})
+  return {p: out.get(p, NO_PLATFORM) for p in names}
+
+
+def arm_styles(arms):
+  """{arm label: (marker, line style)} in the order given (the study's arm order)."""
+  arms = list(dict.fromkeys(arms))
+  return {
+    a: (ARM_MARKERS[i % len(ARM_MARKERS)], ARM_LINESTYLES[i % len(ARM_LINESTYLES)])
+    for i, a in enumerate(arms)
+  }
+
+
+def save(fig, out_dir, name, crop=True):
+  """Write `name`.pdf and `name`.png (300 dpi) into out_dir; returns the two paths."""
+  paths = [f'{out_dir}/{name}.pdf', f'{out_dir}/{name}.png']
+  with matplotlib.rc_context({'savefig.bbox': 'tight' if crop else 'standard'}):
+    for path in paths:
+      fig.savefig(path)
+  plt.close(fig)
+  return paths
+
+
+LABEL_CHARS = 30  # an arm label longer than this is cut (with '…'): a legend, not a config dump
+NAMED = ('profile=',)  # fields whose value names itself: 'tpu_default', not 'profile=tpu_default'
+
+
+ONE_ARM = 'all runs'  # the label of the only arm: nothing tells it from another
+
+
+def cut(text):
+  """`text` in at most LABEL_CHARS characters ('…' where cut)."""
+  return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1].rstrip(', ') + '…'
+
+
+def short_labels(labels, drop=(), one=ONE_ARM):
+  """{label: short label}: what differs between the arms 'a, b=1, c=2', at most LABEL_CHARS."""
+  labels = list(dict.fromkeys(map(str, labels)))
+  if len(labels) == 1:
+    return {labels[0]: one or cut(labels[0])}
+  parts = {
+    label: [p for p in label.split(', ') if p not in set((drop or {}).get(label, ()))]
+    or label.split(', ')
+    for label in labels
+  }
+  common = set.intersection(*(set(p) for p in parts.values()))
+  out = {}
+  for label in labels:
+    keep = [p for p in parts[label] if p not in common] or parts[label][:1]
+    keep = [p.split('=', 1)[1] if p.startswith(NAMED) else p for p in keep]
+    out[label] = cut(', '.join(p for p in keep if p) or label)
+  seen = {}
+  for label in labels:  # cut labels that collide get a number
+    seen.setdefault(out[label], []).append(label)
+  for text, group in seen.items():
+    if len(group) > 1 and text.endswith('…'):
+      out.update({label: f'{text} {i + 1}' for i, label in enumerate(group)})
+  return out
+
+
+def recorded(runs, *columns):
+  """The first of `columns` with a recorded value (inputs.distinct), else None."""
+  for column in columns:
+    if column in runs:
+      text = inputs.distinct(runs[column])
+      if text is not None:
+        return text
+  return None
+
+
+def context_line(out, width=None):
+  """'digits (test 360 images) · n = 16 seeds per arm, 256 runs · cpu: cpu; gpu: NVIDIA H100'."""
+  runs = out.runs
+  data = recorded(runs, 'config.data.name', 'data.name')
+  test = recorded(runs, 'data.test_size')
+  n = sorted(set(out.arms['n'])) if not out.arms.empty else [0]
+  units = getattr(out, 'units', None)
+  models = bool(
+    out.seeded
+    and units is not None
+    and units['seed'].astype(str).str.contains(' (init ', regex=False).any()
+  )
+  what = ('model' if models else 'seed' if out.seeded else 'run') + ('' if n == [1] else 's')
+  what += ' (seed, init, data)' if models else ''
+  each = f'{n[0]}' if len(n) == 1 else f'{n[0]}–{n[-1]}'
+  devices = '; '.join(
+    f'{p}: {f.device_kind}' if f.device_kind and f.device_kind.lower() != p.lower() else p
+    for p, f in out.software.platforms.items()
+  )
+  runs_text = f'{len(runs)} run{"" if len(runs) == 1 else "s"}'
+  parts = [
+    f'{data} (test {test} images)' if data and test else data or 'data set not recorded',
+    f'n = {each} {what} per arm, {runs_text}',
+    devices or 'platform not recorded',
+  ]
+  text = ' · '.join(parts)
+  return '\n'.join(textwrap.wrap(text, width)) if width else text
+
+
+def subtitle(fig, text, fontsize=6.5):
+  """The context line as the figure's subtitle, left-aligned above the axes."""
+  fig.suptitle(text, x=0.01, ha='left', fontsize=fontsize, color='#444444')
+
+
+def crosses_platforms(place):
+  """Does an arm label occur on more than one platform ({arm: (label, platform)})?"""
+  per_label = {}
+  for cat, platform in place.values():
+    per_label.setdefault(cat, set()).add(platform)
+  return any(len(p) > 1 for p in per_label.values())
+
+
+def drawn_entries(axes, rank):
+  """(handles, labels) of the drawn lines, in arm order (`rank` {label: position})."""
+  handles, labels = next(a for a in axes if a.get_lines()).get_legend_handles_labels()
+  order = sorted(range(len(labels)), key=lambda i: rank[labels[i]])
+  return [handles[i] for i in order], [labels[i] for i in order]
+
+
+def legend_entries(categories, place, same, colors, styles):
+  """(handles, labels) when an arm label occurs on several platforms: one key per arm."""
+  note = {}
+  for arm, other in same.items():
+    note.setdefault(place[arm][0], []).append(f'= {place[other][0]} on {place[arm][1]}')
+  handles = [
+    Line2D(
+      [],
+      [],
+      color='#333333',
+      linestyle=styles[c][1],
+      marker=styles[c][0],
+      markersize=3.2,
+      markerfacecolor='none',
+      markeredgewidth=0.7,
+      linewidth=1.0,
+    )
+    for c in categories
+  ]
+  labels = [c + (f' ({", ".join(note[c])})' if c in note else '') for c in categories]
+  platforms = sorted(colors)
+  under = {p: len(platforms) - 1 - i for i, p in enumerate(platforms)}  # as band() draws them
+  handles += [Line2D([], [], color=colors[p], linewidth=1.0 + 1.0 * under[p]) for p in platforms]
+  return handles, labels + [p + (' (wider: drawn beneath)' if under[p] else '') for p in platforms]
+
+
+ROW_IN = 0.2  # height of one row, inches
+PLATFORM_FACTOR = 'platform'
+# The gap's components in the forest's order: key -> row label ({a}, {b}: the platforms; e_A, e_B,
+# the profiles emulating them, are named in the panel's title).
+COMPONENT_ROWS = (
+  ('G', 'G  native gap'),
+  ('fid_A', 'fid_A  fidelity on {a}'),
+  ('fid_B', 'fid_B  fidelity on {b}'),
+  ('N_A', 'N_A  numerics on {a}'),
+  ('N_B', 'N_B  numerics on {b}'),
+  ('N', 'N  numerics part'),
+  ('N_interaction', 'N_A − N_B'),
+  ('P_eA', 'P_eA  platforms under e_A'),
+  ('P_eB', 'P_eB  platforms under e_B'),
+  ('P', 'P  platform part'),
+  ('R', 'R  residual G − N'),
+)
+# The gap figure's rows: (key, sign with which it enters G = fid_A − fid_B + N + P, label); the
+# identity itself is the x label, so no row label starts with an operator.
+SUM_ROWS = (
+  ('G', 1, 'native gap G ({a} − {b})'),
+  ('fid_A', 1, 'fidelity on {a}: fid_A'),
+  ('fid_B', -1, 'fidelity on {b}, negated: −fid_B'),
+  ('N', 1, 'numerics part N'),
+  ('P', 1, 'platform part P'),
+  ('R', 1, 'residual R = G − N'),
+)
+ON_A, ON_B = ('fid_A', 'N_A'), ('fid_B', 'N_B')  # components measured on one platform
+
+
+def frame_height(rows, extra=0.9, row=ROW_IN):
+  """Figure height (inches) for `rows` rows of `row` inches plus legend and axis label."""
+  return extra + row * max(rows, 1)
+
+
+def floors_of(noise):
+  """{platform: 95% half-width} of a noise dict ({platform:
+  stats.NoiseFloor})."""
+  return {p: f.half for p, f in (noise or {}).items() if f and np.isfinite(f.half)}
+
+
+def draw_limits(ax, margin, floors, unit, label=True):
+  """Zero line, ±margin (dashed) and one noise band ±half per platform ({platform: half}) in the
+  platform's colour, widest first, each with its own legend label unless `label` is False."""
+  colors = platform_colors(floors)
+  for p, half in sorted(floors.items(), key=lambda item: -item[1]):
+    if half > 0:
+      name = f'noise floor {p} ±{half:.2f} {unit}' if p else f'noise floor ±{half:.2f} {unit}'
+      ax.axvspan(
+        -half,
+        half,
+        facecolor=to_rgba(colors[p], 0.1),
+        linewidth=0.7,
+        edgecolor=to_rgba(colors[p], 0.8),
+        label=name if label else None,
+      )
+  if margin:
+    for sign in (-1, 1):
+      ax.axvline(
+        sign * margin,
+        color='black',
+        linestyle='--',
+        linewidth=0.7,
+        label=f'margin ±{margin:g} {unit}' if sign > 0 and label else None,
+      )
+  ax.axvline(0, color='#555555', linewidth=0.6)
+
+
+def draw_interval(
+  ax, y, est, ci95, ci90=None, color=ACROSS_PLATFORMS, filled=True, labels=(None,) * 3, marker='D'
+):
+  """A marker at `est`, a thin 95% CI line and, when given, a thick 90% CI line; `labels`."""
+  ax.plot(ci95, [y, y], color=color, linewidth=0.8, solid_capstyle='butt', label=labels[1])
+  if ci90 is not None and np.isfinite(ci90[0]):
+    ax.plot(
+      ci90, [y, y], color=color, linewidth=2.4, alpha=0.55, solid_capstyle='butt', label=labels[2]
+    )
+  ax.plot(
+    [est],
+    [y],
+    marker,
+    color=color,
+    markersize=3.4,
+    markerfacecolor=color if filled else 'white',
+    markeredgewidth=0.8,
+    label=labels[0],
+    zorder=3,
+  )
+
+
+def rows_axis(ax, labels, xlabel=None):
+  """Row labels top to bottom, the x label, an x grid."""
+  n = len(labels)
+  ax.set_yticks(np.arange(n)[::-1], labels)
+  ax.set_ylim(-0.6, n - 0.4)
+  ax.grid(axis='y', visible=False)
+  ax.grid(axis='x', color='#EEEEEE', linewidth=0.5)
+  ax.tick_params(axis='y', length=0)
+  if xlabel:
+    ax.set_xlabel(xlabel)
+
+
+def caption(fig, text):
+  """The study's context line (context) as a caption under the axes, left-aligned."""
+  fig.supxlabel(text, x=0.01, ha='left', fontsize=6, color='#444444')
+
+
+def legend_above(fig, handles, labels, ncol=2):
+  """The figure's legend above the axes, inside the figure (none without entries)."""
+  if handles:
+    fig.legend(
+      handles,
+      labels,
+      loc='outside upper center',
+      ncol=ncol,
+      handlelength=1.6,
+      columnspacing=1.0,
+      fontsize=6.5,
+    )
+
+
+def component_color(key, platforms):
+  """The platform's colour for a component measured on one platform, else ACROSS_PLATFORMS."""
+  colors = platform_colors(platforms)
+  return (
+    colors[platforms[0]]
+    if key in ON_A
+    else colors[platforms[1]]
+    if key in ON_B
+    else ACROSS_PLATFORMS
+  )
+
+
+def gap_rows(out):
+  """[(title, [(label, estimate, ci95, None, colour, note)])] of each gap in out.gap."""
+  table, groups = out.gap, []
+  for d in out.decomposition or []:
+    (a, b), (ea, eb) = d.platforms, d.profiles
+    rows = table[table['gap'] == d.gap].set_index('key')
+    title = f'gap {a} − {b}, {d.seeds} seeds\ne_A = {ea}, e_B = {eb}'
+    groups.append(
+      (
+        title,
+        [
+          (
+            label.format(a=a, b=b),
+            rows.loc[k, 'estimate'],
+            [rows.loc[k, 'ci_low'], rows.loc[k, 'ci_high']],
+            None,
+            component_color(k, (a, b)),
+            rows.loc[k, 'note'],
+          )
+          for k, label in COMPONENT_ROWS
+          if k in rows.index
+        ],
+      )
+    )
+  return groups
+
+
+def platform_term(term):
+  """Does a model term (factor=level, or an interaction a:b) involve the platform factor?"""
+  return any(
+    part.partition('=')[0].rsplit('.', 1)[-1] == PLATFORM_FACTOR for part in term.split(':')
+  )
+
+
+def effect_rows(out):
+  """(title, rows) of the model's main-effect terms."""
+  labels, decomposed = out.labels or {}, bool(out.decomposition)
+  rows = []
+  for r in out.terms.itertuples():
+    if platform_term(r.term):
+      if decomposed:
+        continue
+      label = f'{labels.get(r.term, r.term)}, mean over all arms'
+    else:
+      label = labels.get(r.term, r.term)
+    rows.append((label, r.estimate, [r.ci_low, r.ci_high], None, ACROSS_PLATFORMS, ''))
+  title = (
+    'main effects of the other factors\n(additive model over every arm)'
+    if decomposed
+    else 'main effects (additive model)'
+  )
+  return title, rows
+
+
+def draw_rows(ax, rows, labels=(None,) * 3, xlabel=None):
+  """One interval per row (label, estimate, ci95, ci90 or None, colour, note) top to bottom."""
+  for y, (_, est, ci, ci90, color, note) in zip(np.arange(len(rows))[::-1], rows, strict=True):
+    if note:
+      ax.text(0, y, 'not estimable', ha='center', va='center', fontsize=6, color='#777777')
+      continue
+    draw_interval(
+      ax, y, est, ci, ci90, color=color, labels=labels if y == len(rows) - 1 else (None,) * 3
+    )
+  rows_axis(ax, [r[0] for r in rows], xlabel)
+
+
+def gap_platforms(out):
+  """The platforms of every decomposed gap, sorted."""
+  return sorted({p for d in out.decomposition or [] for p in d.platforms})
+
+
+def estimate_key(color):
+  """A legend key drawn as an estimate is: its 'D' marker on its 95% CI line, in `color`."""
+  return plt.Line2D([], [], color=color, marker='D', markersize=3.4, linewidth=0.8)
+
+
+def platform_keys(platforms, across=True, prefix='on '):
+  """Legend keys: an estimate in each platform's colour ('on <platform>') and, with `across`."""
+  colors = platform_colors(platforms)
+  keys = [(estimate_key(colors[p]), f'{prefix}{p}') for p in platforms]
+  if across:
+    keys.append((estimate_key(ACROSS_PLATFORMS), 'across platforms'))
+  return keys
+
+
+def neutral_keys(handles, labels, platforms):
+  """The legend's (handles, labels) with the interval keys in dark grey."""
+  out = []
+  for h, label in zip(handles, labels, strict=True):
+    if label.startswith(('95% CI', '90% CI')):
+      h = plt.Line2D([], [], color='#333333', linewidth=h.get_linewidth(), alpha=h.get_alpha())
+    out.append(h)
+  return out, labels
+
+
+def draw_forest(out):
+  """The attribution forest (module doc): a panel per gap and one of main effects."""
+  apply()
+  groups = [g for g in [*gap_rows(out), effect_rows(out)] if g[1]]
+  sizes = [len(rows) + 2.2 for _, rows in groups]  # rows plus the panel's title
+  fig, axes = plt.subplots(
+    len(groups),
+    1,
+    sharex=True,
+    height_ratios=sizes,
+    squeeze=False,
+    figsize=(ONE_COLUMN_IN, frame_height(sum(sizes), extra=1.0)),
+    layout='constrained',
+  )
+  floors = floors_of(out.noise)
+  for i, (ax, (title, rows)) in enumerate(zip(axes[:, 0], groups, strict=True)):
+    draw_limits(ax, out.margin, floors, out.unit, label=i == 0)
+    draw_rows(ax, rows)
+    ax.set_title(title, loc='left', fontsize=6.5, pad=3)
+  axes[-1, 0].set_xlabel(f'estimate ± 95% CI ({out.unit})')
+  handles, labels = axes[0, 0].get_legend_handles_labels()
+  keys = platform_keys(gap_platforms(out)) if out.decomposition else []
+  legend_above(fig, handles + [k for k, _ in keys], labels + [t for _, t in keys])
+  return fig
+
+
+def sum_rows(out, d):
+  """[(label, value, ci95, ci90, colour, note)] (draw_rows) of one gap's SUM_ROWS."""
+  a, b = d.platforms
+  rows = out.gap[out.gap['gap'] == d.gap].set_index('key')
+  out_rows = []
+  for key, sign, label in SUM_ROWS:
+    r = rows.loc[key]
+    ci = sorted([sign * r['ci_low'], sign * r['ci_high']])
+    ci90 = [r['ci90_low'], r['ci90_high']] if key in ('G', 'R') else None
+    text = label.format(a=a, b=b) + (f':\n{verdict_line(d, out.unit)}' if key == 'G' else '')
+    out_rows.append((text, sign * r['estimate'], ci, ci90, component_color(key, (a, b)), r['note']))
+  return out_rows
+
+
+def draw_gap(out, context=None):
+  """The figure: per gap (out.decomposition) G and its parts (SUM_ROWS)."""
+  parts = out.decomposition or []
+  if not parts:
+    return None
+  apply()
+  rows = [row for d in parts for row in sum_rows(out, d)]
+  extra = 1.25 + (0.12 * (context.count('\n') + 1) if context else 0)
+  fig, ax = plt.subplots(
+    figsize=(ONE_COLUMN_IN, frame_height(len(rows), extra=extra, row=0.27)), layout='constrained'
+  )
+  if context:
+    caption(fig, context)
+  draw_limits(ax, parts[0].margin, floors_of(out.noise), out.unit)
+  draw_rows(ax, rows, (None, '95% CI', '90% CI (TOST)'))
+  ax.set_xlabel(
+    f'each part as it enters the gap ({out.unit}):\nG = fid_A − fid_B + N + P', loc='right'
+  )  # under the axes, not past the figure's edge
+  for k in range(1, len(rows)):  # a rule above each residual row and between gaps
+    if rows[k][0].startswith('residual') or rows[k][0].startswith('native gap'):
+      ax.axhline(len(rows) - k - 0.5, color='#BBBBBB', linewidth=0.5)
+  handles, labels = ax.get_legend_handles_labels()
+  keys = platform_keys(gap_platforms(out))
+  legend_above(fig, handles + [k for k, _ in keys], labels + [t for _, t in keys])
+  return fig
+
+
+def verdict_line(d, unit):
+  """'<verdict> at ±m unit': the second line of a pair's gap row."""
+  return f'{d.verdict} at ±{d.margin:g} {unit}' if d.margin else d.verdict
+
+
+def draw_contrasts(table, noise, margin, unit, context=None):
+  """The figure: one row per contrast label, an interval per platform (hollow: unpaired)."""
+  if table is None or table.empty:
+    return None
+  apply()
+  rows = list(dict.fromkeys(table['label']))
+  platforms = list(dict.fromkeys(table['platform']))
+  colors = platform_colors(platforms)
+  extra = 1.1 + (0.12 * (context.count('\n') + 1) if context else 0)
+  fig, ax = plt.subplots(
+    figsize=(ONE_COLUMN_IN, frame_height(len(rows), extra=extra)), layout='constrained'
+  )
+  if context:
+    caption(fig, context)
+  draw_limits(ax, margin, {p: h for p, h in noise.items() if h}, unit)
+  step = 0.32 / max(len(platforms) - 1, 1)
+  offsets = {p: 0.16 - i * step if len(platforms) > 1 else 0.0 for i, p in enumerate(platforms)}
+  seen = set()
+  for r in table.itertuples():
+    y = len(rows) - 1 - rows.index(r.label) + offsets[r.platform]
+    key = r.platform if len(platforms) > 1 else 'Δ'
+    draw_interval(
+      ax,
+      y,
+      r.diff,
+      [r.ci95_low, r.ci95_high],
+      [r.ci90_low, r.ci90_high],
+      color=colors[r.platform],
+      filled=r.paired,
+      marker='D',
+      labels=(None if key in seen else key, *(('95% CI', '90% CI') if not seen else (None, None))),
+    )
+    seen.add(key)
+  rows_axis(ax, rows, f'arm − reference arm ({unit})')
+  legend_above(fig, *neutral_keys(*ax.get_legend_handles_labels(), platforms))
+  return fig
+
+
+BOX_MIN_N = 10  # below this many seeds per arm a box (quartiles) says less than the points
+MARKS = 6  # markers per training curve
+SHADED_MAX = 4  # ± 1 sd bands only up to this many curves per panel: more overlap into grey
+
+
+def jitter(n, width=0.08, seed=0):
+  """Fixed horizontal offsets for n points (the same figure every time)."""
+  return np.random.default_rng(seed).uniform(-width, width, n)
+
+
+def wrap(label, inches, char_in=0.052):
+  """The label on two lines, broken after a '_', ' ' or ',' near its middle."""
+  if len(label) * char_in <= inches * 0.92:
+    return label
+  cuts = [i + 1 for i, ch in enumerate(label) if ch in '_ ,']
+  if not cuts:
+    return label
+  cut = min(cuts, key=lambda i: abs(i - len(label) / 2))
+  return label[:cut].rstrip() + '\n' + label[cut:].lstrip()
+
+
+def unit_label(out):
+  """Axis label of the metric, e.g. 'test accuracy (%)'."""
+  name = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
+  return f'{name} (%)' if out.scale == 100 else name
+
+
+def once(label, seen):
+  """`label` the first time it is asked for, None after (one legend entry per kind)."""
+  if label in seen:
+    return None
+  seen.add(label)
+  return label
+
+
+def layout(out):
+  """(categories in order, {arm: (category, platform)}, platforms in order)."""
+  info = out.arm_info
+  if info is None:
+    first = out.runs.groupby('arm').first()
+
+    def col(c):
+      return first[c].astype(str) if c in first else pd.Series('', index=first.index)
+
+    platform, device = col('platform'), col('device_kind')
+    arms = list(out.arms['arm'])
+    short = short_labels(arms, {a: (platform.get(a, ''), device.get(a, '')) for a in arms})
+    place = {a: (short[a], platform.get(a, '')) for a in arms}
+    return (
+      list(dict.fromkeys(short[a] for a in arms)),
+      place,
+      sorted({p for _, p in place.values()}),
+    )
+  place = {r.arm: (r.label, str(r.platform)) for r in info.itertuples()}
+  return list(dict.fromkeys(info['label'])), place, sorted(set(map(str, info['platform'])))
+
+
+def positions(categories, place, width=0.8):
+  """{arm: x}: each category at its index, its platforms side by side within `width`."""
+  present = {}
+  for cat, platform in place.values():
+    present.setdefault(cat, set()).add(platform)
+  x = {}
+  for arm, (cat, platform) in place.items():
+    own = sorted(present[cat])
+    step = width / len(own)
+    x[arm] = categories.index(cat) + (own.index(platform) - (len(own) - 1) / 2) * step
+  return x
+
+
+def draw_box(ax, x, values, color, seen):
+  ax.boxplot(
+    [values],
+    positions=[x],
+    widths=0.22,
+    showfliers=False,
+    patch_artist=True,
+    boxprops={'facecolor': color, 'alpha': 0.18, 'edgecolor': color},
+    medianprops={'color': color, 'linewidth': 1.0},
+    whiskerprops={'color': color},
+    capprops={'color': color},
+    label=once(f'quartiles (n ≥ {BOX_MIN_N})', seen),
+  )
+
+
+def draw_mean(ax, x, row, seen):
+  """An arm's mean (black diamond at `x`) with its 95% CI, or alone where n < 2 gives none."""
+  if np.isfinite(row.ci_low):
+    ax.errorbar(
+      x,
+      row.mean,
+      yerr=[[row.mean - row.ci_low], [row.ci_high - row.mean]],
+      fmt='D',
+      color='black',
+      markersize=2.8,
+      capsize=1.8,
+      linewidth=0.8,
+      zorder=4,
+      label=once(f'mean ± 95% CI ({row.ci_method})', seen),
+    )
+  else:
+    ax.plot(
+      x,
+      row.mean,
+      'D',
+      color='black',
+      markersize=2.8,
+      zorder=4,
+      label=once('mean (n < 2: no CI)', seen),
+    )
+
+
+def draw_accuracy_by_arm(out):
+  """The figure: points per seed (colour = platform, marker = arm), mean ± 95% CI (black)."""
+  categories, place, platforms = layout(out)
+  colors, seen = platform_colors(platforms), set()
+  x_of = positions(categories, place)
+  width = 0.8 / max(len(platforms), 1)
+  fig, ax = plt.subplots(figsize=(TWO_COLUMN_IN, 2.7), layout='constrained')
+  subtitle(fig, context_line(out, 150))
+  arms = sorted(out.arms.itertuples(), key=lambda r: categories.index(place[r.arm][0]))
+  # in arm order: a platform's legend key shows the first arm's marker
+  for i, row in enumerate(arms):
+    (_, platform), x = place[row.arm], x_of[row.arm]
+    values = out.units.loc[out.units['arm'] == row.arm, 'value'].to_numpy()
+    c = colors[platform]
+    if len(values) >= BOX_MIN_N:
+      draw_box(ax, x, values, c, seen)
+    name = (
+      f'{platform}: one seed' if len(platforms) > 1 else ('one seed' if out.seeded else 'one run')
+    )
+    ax.scatter(
+      x - width * 0.12 + jitter(len(values), width * 0.12, seed=i),
+      values,
+      s=8,
+      marker='o',
+      facecolors='none',
+      edgecolors=c,
+      alpha=0.85,
+      linewidths=0.7,
+      zorder=3,
+      label=once(name, seen),
+    )
+    draw_mean(ax, x + width * 0.22, row, seen)
+  ax.set_xticks(
+    range(len(categories)), [wrap(c, TWO_COLUMN_IN / len(categories)) for c in categories]
+  )
+  ax.set_xlim(-0.5, len(categories) - 0.5)
+  ax.set_ylabel(unit_label(out))
+  handles, labels = ax.get_legend_handles_labels()
+  handles = [
+    Patch(facecolor='#DDDDDD', edgecolor='#777777') if label.startswith('quartiles') else h
+    for h, label in zip(handles, labels, strict=True)
+  ]  # a box of any platform: grey key
+  ax.legend(handles, labels, loc='lower left', bbox_to_anchor=(0.0, 1.0), ncol=4, borderaxespad=0.2)
+  return fig
+
+
+def contrast_table(out):
+  """The table the contrasts figure draws: the declared contrasts, or every pair labelled A − B."""
+  if out.contrasts is not None:
+    return out.contrasts
+  pairs = out.pairs
+  if pairs.empty:
+    return pairs
+  return pairs.assign(
+    label=[f'{a} − {b}' for a, b in zip(pairs['arm_a'], pairs['arm_b'], strict=True)], platform=''
+  )
+
+
+def curve(frame, x, col, scale=1.0):
+  """(mean, sd) over runs of `col` per `x` (sd 0 where one run)."""
+  g = frame.groupby(x)[col]
+  return g.mean() * scale, g.std(ddof=1).fillna(0) * scale
+
+
+def markevery(n, k, arms):
+  """Every MARK_EVERY-th of n points marked, arm k of `arms` starting at its own offset."""
+  step = max(n // MARKS, 1)
+  return (k * step // max(arms, 1) % step, step)
+
+
+def band(ax, mean, sd, look, shade):
+  """The mean line (look = (colour, (marker, line style), label, k, arms, under))."""
+  color, (marker, linestyle), label, k, arms, under = look
+  if shade:
+    ax.fill_between(mean.index, mean - sd, mean + sd, color=color, alpha=0.15, linewidth=0)
+  ax.plot(
+    mean.index,
+    mean,
+    color=color,
+    linestyle=linestyle,
+    linewidth=1.0 + 1.0 * under,
+    marker=marker,
+    markevery=markevery(len(mean), k, arms),
+    markersize=3.2 + 1.6 * under,
+    markerfacecolor='none',
+    markeredgewidth=0.7 + 0.3 * under,
+    label=label,
+    zorder=3 - under,
+  )
+  return mean, sd if shade else 0 * sd
+
+
+def identical_to(panels, place, categories):
+  """{arm: the earlier arm (category order) of its platform whose mean curves equal its own exactly
+  in every panel}: identical arithmetic, drawn on top of each other."""
+  same = {}
+  arms = sorted(place, key=lambda a: categories.index(place[a][0]))
+  for i, arm in enumerate(arms):
+    for other in arms[:i]:
+      if place[other][1] != place[arm][1] or other in same:
+        continue
+      shared = [p for p in panels if arm in p and other in p]
+      if shared and all(p[arm][0].equals(p[other][0]) for p in shared):
+        same[arm] = other
+        break
+  return same
+
+
+def last_epochs(hist):
+  """The evaluations of the last half of the epochs (the zoomed test-accuracy panel)."""
+  return hist[hist['epoch'] >= hist['epoch'].max() / 2] if not hist.empty else hist
+
+
+def zoom(ax, spans):
+  """x and y limits around every arm's mean (± sd where shaded)."""
+  low = min(float((m - s).min()) for m, s in spans)
+  high = max(float((m + s).max()) for m, s in spans)
+  pad = 0.08 * (high - low) or 0.5
+  ax.set_xlim(
+    min(m.index.min() for m, _ in spans) - 0.05, max(m.index.max() for m, _ in spans) + 0.05
+  )
+  ax.set_ylim(low - pad, high + pad)
+
+
+def plain_log_axis(axis):
+  """A log axis labelled 0.2, 0.5, 1, 2 (not 2 × 10⁻¹)."""
+  axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+  axis.set_major_formatter(ticker.FormatStrFormatter('%g'))
+  axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def curve_panels(out, hist, steps):
+  """({arm: (mean, sd)} of the training loss per step, the same of the test metric)."""
+  keep = out.runs[['run', 'arm']]
+  steps = steps.merge(keep, on='run') if not steps.empty else steps
+  hist = hist.merge(keep, on='run') if not hist.empty and 'test_accuracy' in hist else hist.iloc[:0]
+  loss = {
+    a: curve(s, 'step', 'train_loss')
+    for a, s in (steps.groupby('arm', sort=True) if not steps.empty else ())
+  }
+  test = {
+    a: curve(h, 'epoch', 'test_accuracy', 100.0)
+    for a, h in (last_epochs(hist).groupby('arm', sort=True) if not hist.empty else ())
+  }
+  return loss, test
+
+
+def draw_training_curves(out, hist, steps):
+  """The figure: training loss per logged step, test metric per epoch (zoomed)."""
+  categories, place, platforms = layout(out)
+  loss, test = curve_panels(out, hist, steps)
+  if not loss and not test:
+    return None
+  colors, styles = platform_colors(platforms), arm_styles(categories)
+  same = identical_to((loss, test), place, categories)
+  crossed = crosses_platforms(place)
+
+  def name(a):
+    return place[a][0] + (f' ({place[a][1]})' if crossed else '')
+
+  def look(a):
+    return (
+      colors[place[a][1]],
+      styles[place[a][0]],
+      name(a) + (f' (identical to {place[same[a]][0]})' if a in same else ''),
+      categories.index(place[a][0]),
+      len(categories),
+      len(platforms) - 1 - platforms.index(place[a][1]),
+    )
+
+  shade = len(place) <= SHADED_MAX
+  fig, axes = plt.subplots(1, 2, figsize=(TWO_COLUMN_IN, 2.6), layout='constrained')
+  subtitle(fig, context_line(out, 150))
+  for a, (mean, sd) in loss.items():
+    band(axes[0], mean, sd, look(a), shade)
+  axes[0].set(xlabel='training step', ylabel='training loss', yscale='log')
+  plain_log_axis(axes[0].yaxis)
+  spans = [band(axes[1], mean, sd, look(a), shade) for a, (mean, sd) in test.items()]
+  if spans:
+    zoom(axes[1], spans)
+  axes[1].set(xlabel='epoch (last half)', ylabel='test accuracy (%)')
+  axes[1].xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+  for ax in axes:
+    ax.grid(axis='x', color='#EEEEEE', linewidth=0.5)
+    ax.set_visible(bool(ax.get_lines()))
+  rank = {look(a)[2]: categories.index(place[a][0]) for a in place}
+  fig.legend(
+    *(
+      legend_entries(categories, place, same, colors, styles)
+      if crossed
+      else drawn_entries(axes, rank)
+    ),
+    loc='outside right upper',
+    title='mean ± 1 sd over runs' if shade else 'mean over runs',
+    title_fontsize=6.5,
+    fontsize=6.5,
+    handlelength=2.6,
+  )
+  return fig
+
+
+ACROSS = 'across platforms'
+ACROSS_COLOR = '#000000'
+LADDER_ROW_IN = 0.17  # inches per row
+LADDER_LABEL_CHARS = 66
+# What a row's n counts (agreement.py: the units its interval is over).
+UNITS = {
+  'data order': 'init seeds',
+  'init': 'data seeds',
+  'seed': 'seed pairs',
+  'seed_all': 'clusters',
+}
+MAX_ROWS = 48  # beyond this many rows a page is unreadable: the numerics rows are cut to fit
+
+
+def drawn_rows(table):
+  """(the rows drawn, how many numerics-setting rows are left out to keep MAX_ROWS)."""
+  pooled = set(table.loc[table['kind'] == 'seed_all', 'platform_a'])
+  table = table[~((table['kind'] == 'seed') & table['platform_a'].isin(pooled))]
+  if len(table) <= MAX_ROWS:
+    return table, 0
+  contrast = table['kind'] == 'contrast'
+  keep = max(MAX_ROWS - int((~contrast).sum()), 0)
+  dropped = table[contrast].index[keep:]
+  return table.drop(index=dropped), len(dropped)
+
+
+def row_label(row, short=None):
+  """'kind: a vs b (n 8)' (one arm: 'kind: a (n 8)'), arms by their short labels ({label: short},
+  short_labels), wrapped."""
+  short = short or {}
+  kind = agreement.SHORT_TITLES[row['kind']]
+  a, b = (short.get(x, x) for x in (row.get('label_a', row['a']), row.get('label_b', row['b'])))
+  head = a.split(': ')[0] + ': '
+  if ': ' in a and b.startswith(head):  # 'cpu: f32 vs cpu: native' -> 'cpu: f32 vs native'
+    b = b[len(head) :]
+  pair = a if row['a'] == row['b'] else f'{a} vs {b}'
+  what = UNITS.get(row['kind'], 'seeds')
+  return textwrap.fill(f'{kind}: {pair} ({int(row["seeds"])} {what})', LADDER_LABEL_CHARS)
+
+
+def x_limit(table):
+  """The x axis' right end: 8 % past the largest interval bound or per-seed value drawn."""
+  values = [
+    v
+    for _, r in table.iterrows()
+    for v in (r['ci_high'], r['churn_pct'], *per_seed(r))
+    if np.isfinite(v)
+  ]
+  return min(100.0, max(1.0, 1.08 * max(values, default=1.0)))
+
+
+def row_color(row, colors):
+  return colors[row['platform_a']] if row['platform_a'] == row['platform_b'] else ACROSS_COLOR
+
+
+def per_seed(row):
+  return [float(v) for v in str(row['per_seed_pct']).split(', ') if v]
+
+
+def draw_churn_ladder(table, context=None):
+  """The ladder's figure (matplotlib Figure); `context` (context) as its subtitle."""
+  table, left_out = drawn_rows(table)
+  apply()
+  platforms = sorted(set(table['platform_a']) | set(table['platform_b']))
+  colors = platform_colors(platforms)
+  arms = [
+    x
+    for _, r in table.iterrows()
+    for x in (r.get('label_a', r['a']), r.get('label_b', r['b']))
+    if not str(x).startswith('every arm on ')
+  ]
+  short = short_labels(arms, one=None)  # one declared arm keeps its own label
+  labels = [row_label(r, short) for _, r in table.iterrows()]
+  lines = sum(label.count('\n') + 1 for label in labels)
+  fig, ax = plt.subplots(
+    figsize=(TWO_COLUMN_IN, 1.1 + LADDER_ROW_IN * max(lines, 2)), constrained_layout=True
+  )
+  if context:
+    subtitle(fig, context)
+  for y, (_, r) in enumerate(table.iterrows()):
+    color = row_color(r, colors)
+    if np.isfinite(r['ci_low']):
+      ax.plot([r['ci_low'], r['ci_high']], [y, y], color=color, lw=1.2)
+    ax.plot(per_seed(r), [y] * len(per_seed(r)), '.', color=color, ms=2.5, alpha=0.45)
+    ax.plot([r['churn_pct']], [y], 'o', color=color, ms=4)
+  ax.set_yticks(range(len(table)), labels, fontsize=6.5)
+  ax.invert_yaxis()
+  ax.set_xlim(0, x_limit(table))
+  ax.grid(axis='x', color='#DDDDDD', lw=0.5)
+  ax.grid(axis='y', visible=False)
+  unit = ' / '.join(sorted(set(table['unit'])))
+  ax.set_xlabel(
+    f'churn: % of test {unit} predicted differently\n(mean over seeds, 95% '
+    't-Wilson interval; dots: seeds; n in brackets)'
+  )
+  handles = [ax.plot([], [], 'o', color=colors[p], label=p)[0] for p in platforms]
+  if (table['platform_a'] != table['platform_b']).any():
+    handles.append(ax.plot([], [], 'o', color=ACROSS_COLOR, label=ACROSS)[0])
+  fig.legend(handles=handles, loc='outside upper right', ncol=len(handles), fontsize=6.5)
+  if left_out:
+    ax.set_title(
+      f'{left_out} numerics-setting pairs not drawn (MAX_ROWS): see report_agreement.csv',
+      fontsize=7,
+    )
+  return fig
+
+
+def study_figures(out, hist, steps, folder):
+  """The study's figures of the analysis `out` (analyse.Analysis) that its data allow."""
+  apply()
+  figs = {'accuracy_by_arm': draw_accuracy_by_arm(out)}
+  figs['contrasts'] = draw_contrasts(
+    contrast_table(out), floors_of(out.noise), out.margin, out.unit, context=context_line(out, 68)
+  )
+  att = out.attribution
+  figs['gap_decomposition'] = draw_gap(att, context_line(out, 68)) if att is not None else None
+  empty = pd.DataFrame(columns=['run'])
+  figs['training_curves'] = draw_training_curves(
+    out, empty if hist is None else hist, empty if steps is None else steps
+  )
+  table = out.agreement.table if out.agreement else None
+  ladder = table is not None and not table.empty
+  figs['churn_ladder'] = draw_churn_ladder(table, context_line(out, 150)) if ladder else None
+  return [p for name, fig in figs.items() if fig for p in save(fig, folder, name, crop=False)]
+
+
+def attribution_figures(att, folder):
+  """The attribution's figures as NAME.pdf and .png into `folder`: gap_decomposition."""
+  apply()
+  figs = {'gap_decomposition': draw_gap(att), 'attribution_forest': draw_forest(att)}
+  return [p for name, fig in figs.items() if fig for p in save(fig, folder, name, crop=False)]

@@ -1,2 +1,0 @@
-"""The numbers of an analysis: statistics, the gap decomposition, attribution, agreement; the typed
-result (result.py)."""
