@@ -109,22 +109,20 @@ def export_table(seeds, rng=0, seed_sd=SEED_SD, template=TEMPLATE):
 
 # What run_tool imports (measure loads them before it starts the clock).
 RUN_TOOL_MODULES = (
-  'analysis.inputs.csv_input',
-  'analysis.numbers.answer',
-  'analysis.numbers.attribution',
-  'analysis.words.report',
+  'analysis.inputs',
+  'analysis.analyse',
+  'analysis.attribution',
+  'analysis.report',
 )
 
 
 def run_tool(tool, path):
   """Run `tool` on the CSV at `path` as its command line would; the method it names."""
-  from analysis.inputs import csv_input
-  from analysis.numbers import answer, attribution
-  from analysis.words import report
+  from analysis import analyse, attribution, inputs, report
 
-  frame = csv_input.read_csv(path, record.DEFAULT_METRIC, 'seed', FACTORS)
+  frame = inputs.read_csv(path, record.DEFAULT_METRIC, 'seed', FACTORS)
   if tool == 'stats':  # what `python -m analysis.analyse --csv` does, every pair compared
-    out = answer.study_analysis(frame, {}, FACTORS, record.DEFAULT_METRIC, margin=0.3)
+    out = analyse.study_analysis(frame, {}, FACTORS, record.DEFAULT_METRIC, margin=0.3)
     report.render(out, 'md')
     pairs = out.pairs
     used = pairs['signed_rank_method'].where(pairs['paired'], pairs['mw_method'])

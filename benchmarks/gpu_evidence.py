@@ -26,7 +26,7 @@ import traceback
 from benchmarks import common
 from configs import digits
 from runrecord import files, record
-from sweeps import scripts
+from sweeps import runner
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THIS = 'benchmarks/gpu_evidence.py'
@@ -177,8 +177,8 @@ def gpu_tier(ctx):
 
 
 def records(root):
-  """{run path relative to root: its record (None: nothing saved)} (analysis.inputs.results)."""
-  from analysis.inputs import results  # pandas: only when records are read
+  """{run path relative to root: its record (None: nothing saved)} (analysis.inputs)."""
+  from analysis import inputs as results  # pandas: only when records are read
 
   found = results.read_all(root)
   return {os.path.relpath(run, root): r for run, r in found if not isinstance(r, Exception)}
@@ -223,14 +223,14 @@ def study_spec(ctx, seeds, only=None, extra=''):
 
 def planned(root):
   """The toy size's headline: how many runs the dry run planned (its command list)."""
-  commands = read(os.path.join(root, scripts.COMMANDS_FILE)).splitlines()
+  commands = read(os.path.join(root, runner.COMMANDS_FILE)).splitlines()
   return f'dry run: {len(commands)} run(s) planned'
 
 
 def sweep(ctx, label, spec, root, parallel, seeds=None):
   """sweeps.sweep of `spec` into `root` (a dry run at the toy size); met when every run is done."""
-  commands = os.path.join(root, scripts.COMMANDS_FILE)
-  slurm = os.path.join(root, scripts.SLURM_FILE)
+  commands = os.path.join(root, runner.COMMANDS_FILE)
+  slurm = os.path.join(root, runner.SLURM_FILE)
 
   def expect(ctx, step):
     if ctx.smoke:

@@ -269,7 +269,7 @@ seeds are the units (pooling their images in one sample would be too narrow).
 
 def markdown(result):
   """The report: setup, arms, what the numbers mean, the curves table and the final tables."""
-  from analysis.words import tables
+  from analysis import report as tables
 
   info = result['info']
   control = result['arms'].get('control', {}).get('label')
@@ -338,7 +338,7 @@ def figure(result, out_dir):
   """Distances vs step per pair kind, a vs b per group, losses, the final churn; PNG + PDF."""
   import matplotlib.pyplot as plt
 
-  from analysis.figures import style
+  from analysis import figures as style
 
   style.apply()
   colors = {kind: style.PALETTE[i] for kind, i in KIND_COLORS.items()}

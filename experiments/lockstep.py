@@ -14,7 +14,8 @@ import jax
 import numpy as np
 from statsmodels.stats.proportion import proportion_confint
 
-from analysis.numbers import agreement, inference
+from analysis import agreement
+from analysis import stats as inference
 from experiments import divergence
 from input_pipeline import base, batching
 from models import architecture
@@ -335,7 +336,7 @@ def differs(pred_a, pred_b):
 
 
 def logit_distance(la, lb, task):
-  """||La-Lb||/||La||, max |La-Lb| and the churn (analysis.numbers.agreement.churn)."""
+  """||La-Lb||/||La||, max |La-Lb| and the churn (analysis.agreement.churn)."""
   la, lb = np.asarray(la, np.float64), np.asarray(lb, np.float64)
   return {
     'rel_l2': norms((la - lb).ravel(), la.ravel())['rel_l2'],

@@ -349,7 +349,7 @@ def fmt(v):
 
 def markdown(result):
   """Products by reduction length, layers, the model, pairs."""
-  from analysis.words import tables
+  from analysis import report as tables
 
   settings, info = result['settings'], result['info']
   matmuls = [
@@ -387,7 +387,7 @@ def figure(result, out_dir):
   """Error vs reduction length per setting: matmuls and layers, log-log."""
   import matplotlib.pyplot as plt
 
-  from analysis.figures import style
+  from analysis import figures as style
 
   style.apply()
   colors = style.arm_colors(result['settings'])

@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 
-from analysis import cli
+from analysis import analyse as cli
 
 PREFIX = 'estimate-result: '  # a measuring process's result line (progress lines: PROGRESS)
 PROGRESS = 'estimate: '

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from analysis import cli
+from analysis import analyse as cli
 from configs import capacity, loader, validation
 from input_pipeline import registry
 from numerics import formats, profiles

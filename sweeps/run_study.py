@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from analysis import cli
+from analysis import analyse as cli
 from runrecord import record
 from sweeps import sweep
 from trainer import writers

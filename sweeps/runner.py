@@ -203,7 +203,7 @@ def last_line(path):
 
 def logged_speeds(workdir):
   """[(step, images/s)] of the training records in the run's metrics.jsonl ([] if unreadable)."""
-  from analysis.inputs import results
+  from analysis import inputs as results
 
   try:
     records = results.train_records(workdir)
@@ -229,7 +229,7 @@ def speed(workdir, since_step):
 def saved_results(workdir):
   """(the run's saved results or None, '' or why unreadable); nothing is opened without a
   checkpoints folder (a fresh run) or in a bucket."""
-  from analysis.inputs import results
+  from analysis import inputs as results
 
   if '://' in workdir or not os.path.isdir(str(record.checkpoint_dir(workdir))):
     return None, ''

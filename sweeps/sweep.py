@@ -23,8 +23,8 @@ import signal
 import subprocess
 import sys
 
-from analysis import cli
-from analysis.inputs import declaration
+from analysis import analyse as cli
+from analysis import declaration
 from configs import capacity, common, loader, validation
 from input_pipeline import registry
 from runrecord import files, record, sessions
@@ -405,7 +405,7 @@ def study_declaration(spec, root):
   if not declared or '://' in root or not os.path.exists(path):
     return declared or None, None
   diff = declaration.differences(declaration.read_file(path), declared)
-  from analysis.inputs import results
+  from analysis import inputs as results
 
   if diff and os.path.isdir(root) and results.find_runs(root):
     return None, (
