@@ -28,10 +28,10 @@ import zipfile
 import numpy as np
 from PIL import Image
 
-from input_pipeline import celeba_files
+from input_pipeline import celeba
 
 HEIGHT, WIDTH = 218, 178
-ATTR_NAMES, LANDMARK_NAMES = celeba_files.ATTR_NAMES, celeba_files.LANDMARK_NAMES
+ATTR_NAMES, LANDMARK_NAMES = celeba.ATTR_NAMES, celeba.LANDMARK_NAMES
 LANDMARKS_MEAN = (69, 111, 107, 111, 88, 135, 72, 152, 105, 152)
 EYEGLASSES, SMILING = ATTR_NAMES.index('Eyeglasses'), ATTR_NAMES.index('Smiling')
 

@@ -1,9 +1,7 @@
 """The results record, one owner: its fields (`Results`, new_record) and the table columns they
 become, its place in the Orbax checkpoint (save, read_results), the workdir's file names, the
-upgrade of older records, one run (run_identity), and the lists of fields the rules read. The
-rules themselves: the runs table, the arm, the pair, the replicate and the platform in
-runrecord/rules.py; the same run and a run's segments in runrecord/sessions.py. What each field
-and rule means: docs/record.md.
+upgrade of older records, one run (run_identity), and the lists of fields the rules read (the
+rules themselves: runrecord/rules.py). What each field and rule means: docs/record.md.
 """
 
 import copy
@@ -15,14 +13,17 @@ from typing import Any, TypedDict, cast
 
 from etils import epath
 
-# Orbax and numerics.profiles (both load JAX) are imported inside the functions that use them: the
-# analysis of a CSV reads only this module's field names and stays without JAX (~170 MB, seconds).
+from numerics import formats
+
+# Orbax (it loads JAX) is imported inside the functions that use it: the analysis of a CSV reads
+# only this module's field names and stays without JAX (~170 MB, seconds).
 
 RECORD_SCHEMA = 4  # 3: CPU_FACTS recorded; 4: run_id, segments' CPU facts
 # Every file a run's workdir holds, named once (the trainer writes them, the sweep and the analysis
 # read them): the checkpoints folder, the JSON-lines metrics, the lock, the sweep's log of a run.
 CHECKPOINTS = 'checkpoints'
 METRICS = 'metrics.jsonl'
+TENSORBOARD = 'tensorboard'
 LOCK_FILE = 'run.lock'
 LOG_FILE = 'train.log'
 STATE_ITEM = 'state'
@@ -144,7 +145,7 @@ SEGMENT_FACTS = LAYOUT + CPU_FACTS
 
 class Segment(TypedDict, total=False):
   """One stretch of steps [start_step, stop_step) a run trained on one device layout (`segments`;
-  runrecord/sessions.py start_segment): its LAYOUT and, on CPU, its CPU_FACTS (absent where
+  runrecord/rules.py start_segment): its LAYOUT and, on CPU, its CPU_FACTS (absent where
   None)."""
 
   start_step: int
@@ -355,25 +356,21 @@ def defaults():
 
 
 def upgrade_config(config: Any) -> Any:
-  """A saved config (dict) with its numerics through numerics.profiles.upgrade, as a new dict;
+  """A saved config (dict) with its numerics through numerics.formats.upgrade, as a new dict;
   anything without numerics comes back as it is."""
-  from numerics import profiles
-
   if isinstance(config, dict) and 'numerics' in config:
-    return {**config, 'numerics': profiles.upgrade(config['numerics'])}
+    return {**config, 'numerics': formats.upgrade(config['numerics'])}
   return config
 
 
 def upgrade(results: Mapping[str, Any]) -> Results:
   """A saved record (dict) as today's fields: its requested and effective numerics and its
-  config's numerics through numerics.profiles.upgrade (the removed `emulate` shorthand); a new
+  config's numerics through numerics.formats.upgrade (the removed `emulate` shorthand); a new
   dict."""
-  from numerics import profiles
-
   out = dict(results)
   if isinstance(out.get('numerics'), dict):
     out['numerics'] = {
-      part: profiles.upgrade(value) if isinstance(value, dict) else value
+      part: formats.upgrade(value) if isinstance(value, dict) else value
       for part, value in out['numerics'].items()
     }
   if 'config' in out:
