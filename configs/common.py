@@ -1,12 +1,7 @@
-"""The config: its schema (`base_config`: every field the code reads, with its default), presets
-and `key=value` pairs after the colon (`build`), the one override path (`apply_overrides`), and the
-one way a config is loaded (`load`: a file spec and overrides, from train.py's command line or a
-sweep). The config is locked: a misspelt field is an error, never a new field. Why not
-ml_collections.config_flags (its errors are tracebacks, it types overrides otherwise, and the
-sweeps load configs without flags): docs/configs.md.
-
-  config = common.load('configs/celeba.py:gpu,seed=3', [('optim.learning_rate', '0.003')])
-"""
+"""The config: its schema (`base_config`: every field the code reads, with its default), presets and
+`key=value` pairs after the colon (`build`), the one override path (`apply_overrides`), and the one
+way a config is loaded (`load`: a file spec and overrides, from train.py's command line or a sweep).
+The config is locked: a misspelt field is an error, never a new field."""
 
 import ast
 import difflib
@@ -232,9 +227,7 @@ def _override(config, dotted, value):
 
 def apply_overrides(config, overrides):
   """config[field] = value for each (dotted field, value) pair, each value typed like its field;
-  returns config. The one override path: a preset's `key=value` pairs (`build`), the command
-  line's `--config.<field>=<value>` (configs/loader.load) and a sweep's or experiment's arms all
-  come through here. Only for a config that is not resolved yet (a resolved one is frozen)."""
+  returns config."""
   for dotted, value in overrides:
     _override(config, dotted, value)
   return config
@@ -251,6 +244,8 @@ def build(arg, presets):
   return config
 
 
+# Not ml_collections.config_flags: its errors are tracebacks, it types overrides otherwise, and the
+# sweeps load configs without flags (docs/configs.md).
 def split_spec(spec):
   """'configs/digits.py:cpu,seed=3' -> (absolute file path, 'cpu,seed=3'). The file is the text
   up to the first '.py:' (or all of it when it ends in '.py'), so a folder name may hold ':'."""

@@ -1,10 +1,7 @@
 """The one resolution of a config and every check of its fields (`resolve`, at the entry point,
 before JAX may start), and the checks of a resolved config against what a run finds: the devices,
 their memory and the training split (`check_devices`, `check_dataset`: trainer/run.py `build`, the
-sweep). A failure is a `ConfigError`, one line naming the field and the fix. Resolving loads no
-JAX: the vocabularies come from numerics/formats.py, the model registry (models/: the module must
-exist) and the dataset registry (input_pipeline/). See docs/configs.md.
-"""
+sweep). A failure is a `ConfigError`, one line naming the field and the fix."""
 
 import functools
 import math
@@ -320,13 +317,7 @@ def check_devices(
   config: ml_collections.ConfigDict, num_devices: int, num_processes: int, device_bytes: int | None
 ) -> None:
   """Batch sizes must split evenly over `num_devices` and `num_processes` (and BatchNorm groups
-  within a device), and a step's activations must fit (`check_activations`).
-
-  Args:
-    num_devices, num_processes: the devices and processes the run's mesh spans.
-    device_bytes: the smallest device's memory, or None where devices do not report it (CPU: the
-      host's memory bounds the whole batch instead).
-  """
+  within a device), and a step's activations must fit (`check_activations`)."""
   for name in ('batch_size', 'eval_batch_size'):
     if config[name] % num_devices:
       raise ConfigError(
@@ -367,9 +358,8 @@ def check_activations(
 ) -> None:
   """Refuse a step whose activations cannot fit: the lower bounds `activation_bytes` (training,
   config.batch_size) and `eval_activation_bytes` (evaluation, config.eval_batch_size) of the
-  per-device batch against `device_bytes` (the smallest device's memory), or, where devices do
-  not report memory (CPU, whose devices share the host's), of the whole batch against
-  `host_bytes`."""
+  per-device batch against `device_bytes` (the smallest device's memory), or, where devices do not
+  report memory (CPU, whose devices share the host's), of the whole batch against `host_bytes`."""
   size, width = config.data.image_size, float(config.model.width)
   limit = device_bytes or host_bytes
   where = 'a device has' if device_bytes else 'this machine has'
@@ -407,14 +397,7 @@ def check_dataset(
   device_bytes: int | None = None,
 ) -> None:
   """The training split must give a full batch, its epochs must fit the step counter, and with
-  data.on_device it must fit on a device.
-
-  Args:
-    train_examples: images in the training split (loaded, or declared: registry.declared).
-    train_bytes: what the split's images and labels take (input_pipeline/batching.py nbytes).
-    device_bytes: the smallest device's memory (None where devices do not report it, e.g. CPU).
-      A device-resident split may take at most half of it: the rest is the model's.
-  """
+  data.on_device it must fit on a device."""
   if config.batch_size > train_examples:
     raise ConfigError(
       f'config.batch_size={config.batch_size} is larger than the '

@@ -1,13 +1,7 @@
-"""The datasets: the interface every loader returns (`Dataset` of two `Split`s) and the registry.
-
-A dataset is one module, `input_pipeline/<name>.py`, defining `DATASET = Declaration(...)` (its
-name, sizes, label layout and loader: input_pipeline/digits.py is the short example), plus a config
-file setting `data.name = '<name>'`. Nothing else lists datasets: the config checks, the trainer's
-loading and the data-less dataset a TPU program is compiled from (`declared`) ask this module. A
-dataset module keeps its heavy imports inside its loader, so checking a config loads no data
-library. Images are uint8 NHWC; normalisation and augmentation run on the device in the jitted step.
-See docs/configs.md ("Adding a dataset").
-"""
+"""The datasets: the interface every loader returns (`Dataset` of two `Split`s) and the registry: a
+dataset is one module, input_pipeline/<name>.py defining `DATASET = Declaration(...)`, its heavy
+imports inside its loader (checking a config loads no data library). docs/configs.md ("Adding a
+dataset")."""
 
 import dataclasses
 import hashlib
@@ -80,18 +74,16 @@ DataConfig = Any  # config.data: its ConfigDict, or a plain mapping of its field
 
 @dataclasses.dataclass(frozen=True)
 class Declaration:
-  """What a dataset module declares about itself, read before any data is loaded.
-
-  name: config.data.name, the module's own name. images: every image it holds (the training split
-    is about 1 - data.test_fraction of it: an epoch's steps, bounded before any data loads).
-  channels: 1 grey, 3 RGB. split_sizes: config.data -> (train, test) images a run loads.
-  labels: config.data -> (num_classes, task, label shape per example: () or (num_classes,)).
-  load: the whole config -> Dataset, the data themselves (imports its libraries when called);
-    raises DataError or FileNotFoundError (one line) when the data cannot be had.
-  tasks, splits: the values config.data.task and .split take; () when the dataset ignores them.
-  problems: config.data -> [one line per problem that would stop `load`], found without reading
-    the data (the sweep asks before it launches a run); None: none to look for.
-  """
+  """What a dataset module declares about itself, read before any data is loaded. name:
+  config.data.name, the module's own name. images: every image it holds (the training split is about
+  1 - data.test_fraction of it: an epoch's steps, bounded before any data loads). channels: 1 grey,
+  3 RGB. split_sizes: config.data -> (train, test) images a run loads. labels: config.data ->
+  (num_classes, task, label shape per example: () or (num_classes,)). load: the whole config ->
+  Dataset, the data themselves (imports its libraries when called); raises DataError or
+  FileNotFoundError (one line) when the data cannot be had. tasks, splits: the values
+  config.data.task and .split take; () when the dataset ignores them. problems: config.data -> [one
+  line per problem that would stop `load`], found without reading the data (the sweep asks before it
+  launches a run); None: none to look for."""
 
   name: str
   images: int

@@ -1,14 +1,6 @@
 """CelebA through TFDS `celeb_a` 2.1.0: the five official files (checked, parsed, fingerprinted),
 the splits, the decoded uint8 cache (memory-mapped, built once, atomically) and the loader, and its
-Declaration for the dataset registry. TFDS is read only to prepare and decode (celeba_tfds.py).
-
-  config.data.manual_dir  the five official files (`FILES`); never fetched
-  config.data.tfds_dir    where TFDS celeb_a is prepared once and reused ('' = <manual_dir>/tfds)
-  config.data.cache_dir   decoded uint8 images ('' = <tfds_dir>/decoded_cache; must be local)
-
-Tasks ('identity', 'attributes'), splits ('per_identity', 'official'), preprocessing, the cache:
-docs/celeba.md.
-"""
+Declaration for the dataset registry. TFDS is read only to prepare and decode (celeba_tfds.py)."""
 
 import collections
 import concurrent.futures
@@ -446,14 +438,7 @@ def _create_npy(path, count, size):
 
 
 def write_cache(folder, rows, meta, size, records, where):
-  """Decode the images of `rows` ({split name: metadata rows}) into `folder`/<split>.npy.
-
-  `records(partition)` yields (JPEG bytes, identity) of an official partition in record order;
-  `where` names their source in errors. Each image goes to its place in the file by a positioned
-  write (os.pwrite), never through a memory map: mapped pages written count in the process's RSS
-  (the whole cache, by the end), written pages do not. At most 4 images per thread are in flight,
-  so memory does not grow with the number of images beyond the per-image index (`targets`).
-  """
+  """Decode the images of `rows` ({split name: metadata rows}) into `folder`/<split>.npy."""
   targets = [None] * len(meta['names'])
   outputs = {}
   try:
@@ -473,14 +458,7 @@ def write_cache(folder, rows, meta, size, records, where):
 
 @contextlib.contextmanager
 def preparation_lock(cache_dir):
-  """Hold `<cache_dir>/.prepare.lock` exclusively: one process at a time prepares TFDS and decodes.
-
-  The runs of a sweep started together on fresh files (`sweeps.sweep --parallel N`) would
-  otherwise all prepare TFDS into one tfds_dir at once (and trip over each other's half-written
-  dataset) and all decode the same images. The others wait here, then find the cache built. An
-  flock dies with its process, so a killed preparation never leaves a stale lock; it serialises
-  processes of one machine (a cache_dir is local), not hosts sharing a network tfds_dir.
-  """
+  """Hold `<cache_dir>/.prepare.lock` exclusively: one process at a time prepares and decodes."""
   os.makedirs(cache_dir, exist_ok=True)
   with open(os.path.join(cache_dir, '.prepare.lock'), 'a') as lock:
     try:

@@ -1,10 +1,4 @@
-"""TFDS `celeb_a` 2.1.0 prepared offline from the five local files, and read back as JPEG bytes.
-
-`_LocalCelebA` is the installed builder with its downloads answered by the local files; the
-preparation is atomic (a `*.partial-<host>-<pid>` folder renamed into place, leftovers of dead
-processes removed: `remove_leftovers`). TensorFlow is imported here only. See docs/celeba.md
-("Preparation and the decoded cache").
-"""
+"""TFDS `celeb_a` 2.1.0 prepared offline from the five local files, and read back as JPEG bytes."""
 
 import json
 import os
@@ -115,14 +109,7 @@ KEY_SHIFT = 108  # record keys index << 108: up to 2**20 records per split
 
 
 def record_key(index):
-  """The TFDS key of the split's record number `index`: increasing, spread over the 128-bit keys.
-
-  With `disable_shuffling` TFDS keeps a split in memory up to 1000 MiB (its `shuffle`
-  MAX_MEM_BUFFER_SIZE), then moves it to 1000 temporary buckets by key range and reads them back
-  one at a time; the keys it would give itself (0, 1, 2, ...) all fall in bucket 0, which is then
-  read back whole (CelebA's train split: ~1.2 GiB, more for larger JPEGs). These keys keep the
-  order and put at most ceil(2**20 / 1000) = 1049 records in a bucket.
-  """
+  """The TFDS key of the split's record number `index`: increasing, spread over the 128-bit keys."""
   if index >> (128 - KEY_SHIFT):
     raise ValueError(f'celeb_a split has more than {2 ** (128 - KEY_SHIFT)} records')
   return index << KEY_SHIFT

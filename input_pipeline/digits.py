@@ -1,11 +1,4 @@
-"""The embedded default: scikit-learn's bundled `load_digits` (1,797 real 8x8 images, 10 classes).
-
-No download: the data ship inside scikit-learn. The 0..16 grey levels are scaled to uint8 and
-resized (bilinear) to `config.data.image_size`; the train/test split is stratified by class with
-`config.data.split_seed`, independent of the training seed. The shortest dataset module: its
-declaration (`DATASET`, input_pipeline/__init__.py) and its loader; docs/configs.md ("Adding a
-dataset").
-"""
+"""The embedded default: scikit-learn's `load_digits` (1,797 real 8x8 images, 10 classes)."""
 
 import math
 

@@ -1,12 +1,6 @@
 """The layers every model is built from: Conv2d, Linear and BatchNorm with torchvision's
 initialisation, parameter shapes and names, a scatter-free max pool, and what maps them to a
-torchvision state dict (`torch_keys`).
-
-Parameters are stored in `param_dtype` (f32) and cast to the compute `dtype` at use; every product
-goes through numerics/ops.py in the layer's format `fmt`, for the layer's `platform` (None: JAX's
-default backend), a noisy format keyed by its static `product_id` (`name_products` sets both);
-BatchNorm runs in f32. See docs/numerics.md.
-"""
+torchvision state dict (`torch_keys`)."""
 
 import functools
 import math
@@ -100,12 +94,10 @@ class Linear(nnx.Module):
 
 class BatchNorm(nnx.Module):
   """torch.nn.BatchNorm2d semantics (momentum 0.1, eps 1e-5, unbiased running variance), in f32.
-
   group_size=0 normalises over the whole global batch (under jit with the batch sharded across
   devices the mean is already global); group_size=K each consecutive group of K examples with its
-  own statistics, as per-core BatchNorm on a multi-core TPU; the running statistics then average
-  the groups'.
-  """
+  own statistics, as per-core BatchNorm on a multi-core TPU; the running statistics then average the
+  groups'."""
 
   def __init__(
     self,

@@ -1,14 +1,7 @@
 """ImageNet-pretrained torchvision weights from a local file: a torchvision-keyed state dict
 (.pth/.pt, needs torch; .safetensors or .npz, no torch) into a model of the registry, by its
 `torch_keys` (OIHW -> HWIO, fc transposed, BatchNorm running statistics kept). Nothing is
-downloaded.
-
-  model = load_torchvision('resnet50.pth')                 # the ResNet the file holds, eval mode
-  facts = load_into(model, 'resnet18.npz', ('stem', 'head'), 'resnet18')  # into a built model
-  python -m models.pretrained --in resnet18.pth --out resnet18.npz  # once, where torch is
-
-See docs/celeba.md ("Starting from ImageNet-pretrained weights").
-"""
+downloaded."""
 
 import argparse
 import hashlib
@@ -162,10 +155,9 @@ def _torch_shape(variable, key):
 
 
 def load_into(model, path, reinit=('stem', 'head'), name='resnet18'):
-  """Copy the weights and BatchNorm statistics at `path` into `model`, built by model module
-  `name` (its torch_keys, PARTS, TORCHVISION), except the `reinit` parts, which keep the model's
-  own initialisation. Every other key must be in the file with the model's shape; otherwise one
-  WeightsError names the missing, unexpected and mismatched keys. Returns facts for the record."""
+  """Copy the weights and BatchNorm statistics at `path` into `model`, built by model module `name`
+  (its torch_keys, PARTS, TORCHVISION), except the `reinit` parts, which keep the model's own
+  initialisation."""
   module = models.get(name)
   if not hasattr(module, 'torch_keys'):
     raise WeightsError(
@@ -236,10 +228,8 @@ def _copy_state(model, state, path, reinit, module):
 
 
 def load_torchvision(path, num_classes=1000, *, rngs=None, **model_kwargs):
-  """The registry's ResNet the file holds (ResNet-18 or ResNet-50) with its weights and
-  BatchNorm statistics, in eval mode (NHWC f32 input). The head keeps a fresh initialisation when
-  `num_classes` differs from the file's; `model_kwargs` go to the ResNet (dtype, conv_format, ...;
-  in_channels 3 and width 1.0 only)."""
+  """The registry's ResNet the file holds (ResNet-18 or ResNet-50) with its weights and BatchNorm
+  statistics, in eval mode (NHWC f32 input)."""
   from flax import nnx
 
   if model_kwargs.get('in_channels', 3) != 3:

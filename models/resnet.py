@@ -1,11 +1,6 @@
 """torchvision's ResNets in flax.nnx: ResNet-18 (basic blocks) and ResNet-50 (bottlenecks), with
 torchvision's structure, attribute names (= state-dict keys: `layer2.0.downsample.0`), parameter
-shapes and initialisation, and the activation values a training step keeps (the memory check).
-
-The registry's modules models/resnet18.py and models/resnet50.py build them from a config. With
-the ImageNet stem, 3 input channels, width 1 and 1000 classes they have torchvision's 11,689,512
-and 25,557,032 parameters. The config fields that shape them: docs/configs.md ("Field groups").
-"""
+shapes and initialisation, and the activation values a training step keeps (the memory check)."""
 
 import jax
 import jax.numpy as jnp
@@ -96,14 +91,7 @@ class Bottleneck(nnx.Module):
 
 
 class ResNet(nnx.Module):
-  """A torchvision ResNet of `block`s, `stage_blocks` per stage. Input: NHWC float images
-  (normalised); output: [N, num_classes] f32 logits.
-
-  stem='imagenet': 7x7/2 conv, BN, ReLU, 3x3/2 max-pool (torchvision); 'small': 3x3/1 conv, BN,
-  ReLU, no pool, for tiny images. `width` multiplies every stage's channels. Every convolution
-  computes in `conv_format`, the head in `dense_format` (numerics/formats.py), the convolutions as
-  `conv_impl` (numerics/ops.py); `batchnorm_group` > 0: per-group BatchNorm (layers.BatchNorm).
-  """
+  """A torchvision ResNet of `block`s, `stage_blocks` per stage."""
 
   def __init__(
     self,

@@ -1,10 +1,7 @@
 """The number formats a product can be emulated in (`FORMATS`, one entry each), the profiles that
-map product kinds to formats (`PROFILES`), and the values the config.numerics fields take.
-
-A new format is one `Format` entry in FORMATS; emulation (numerics/ops.py), the config checks, the
-record and the docs read this table. Importing it loads no JAX (the config checks read it before a
-backend may start): the rounding functions import JAX when they run. See docs/numerics.md.
-"""
+map product kinds to formats (`PROFILES`), and the values the config.numerics fields take. The
+rounding functions import JAX when they run: the config checks read this table before a backend
+may start. See docs/numerics.md."""
 
 import dataclasses
 from collections.abc import Callable, Mapping

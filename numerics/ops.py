@@ -1,12 +1,6 @@
-"""The two products every layer goes through, a convolution and a dense matmul, and their
-emulation in a number format of numerics/formats.py, forward and backward.
-
-`fmt` 'native' is the platform's own product under `jax_default_matmul_precision`; any other
-format is emulated (`emulated`): 'reference' multiplies the rounded operands at HIGHEST, 'fast' the
-very same operands on the format's own units (its FastPlan). Convolutions run as 'xla' or 'im2col'
-(`resolve_conv_impl`). The platform-dependent choices follow `platform`, the platform the step is
-traced for (None: JAX's default backend). See docs/numerics.md.
-"""
+"""The two products every layer goes through, a convolution and a dense matmul, and their emulation
+in a number format of numerics/formats.py, forward and backward, for `platform`, the platform a
+step is traced for (None: JAX's default backend). See docs/numerics.md."""
 
 import contextlib
 import functools
@@ -194,10 +188,8 @@ def dense(x, kernel, *, fmt=NATIVE, emulate_impl='auto', key=None, platform=None
 
 
 def resolve_impl(impl, platform=None, fmt=None):
-  """What emulate_impl `impl` means for `fmt` on `platform`: 'fast', 'reference' ('native' for
-  fmt 'native'). 'auto' is fast off CPU; on CPU the reference (neither measured faster there:
-  benchmarks/bench_emulate.py, BENCHMARKS.md "Emulated formats"). Without `fmt`, only checks
-  `impl` (no backend is asked)."""
+  """What emulate_impl `impl` means for `fmt` on `platform`: 'fast', 'reference' ('native' for fmt
+  'native')."""
   if impl not in EMULATE_IMPLS:
     raise ValueError(f'config.numerics.emulate_impl must be one of {EMULATE_IMPLS}, got {impl!r}')
   if fmt is None:
@@ -246,9 +238,7 @@ def _sum_passes(multiply, pa, pb, order):
 
 
 def emulated_bilinear(f, a, b, fmt, key=None, plan=None):
-  """f(a, b, precision), bilinear in (a, b), in format `fmt`; f32 result, no custom gradient.
-  `key`: a noisy format's (each operand draws from its own fold); `plan`: None for the reference,
-  else the fast form's FastPlan."""
+  """f(a, b, precision), bilinear in (a, b), in format `fmt`; f32 result, no custom gradient."""
   a, b = jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)
   if plan is None:
     keys = (None, None) if key is None else (jax.random.fold_in(key, 0), jax.random.fold_in(key, 1))
@@ -293,9 +283,8 @@ def retyped(f, a_shape, b_shape, precision):
 
 
 def _contract(eqn, values, precision):
-  """The convolution or matmul `eqn` on `values` (cast to their common dtype) at `precision`,
-  f32 result. XLA:CPU has no bf16 x bf16 -> f32 kernels: there the operands are converted to f32
-  first, exactly, for the same products."""
+  """The convolution or matmul `eqn` on `values` (cast to their common dtype) at `precision`, f32
+  result."""
   dtype = jnp.result_type(*values)
   params = dict(eqn.params, precision=(precision, precision), preferred_element_type=jnp.float32)
 

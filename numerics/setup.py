@@ -1,8 +1,7 @@
 """The one place JAX's numerics flags are set (`configure`, before any backend starts), and the
 record of what a run's numerics were (`describe`: requested and effective, the platform's default
 made explicit; `cpu_facts`: the processor and the instruction set XLA:CPU compiled for). See
-docs/numerics.md.
-"""
+docs/numerics.md."""
 
 import os
 import platform as host

@@ -1,8 +1,7 @@
 """The results record, one owner: its fields (`Results`, new_record) and the table columns they
 become, its place in the Orbax checkpoint (save, read_results), the workdir's file names, the
-upgrade of older records, one run (run_identity), and the lists of fields the rules read (the
-rules themselves: runrecord/rules.py). What each field and rule means: docs/record.md.
-"""
+upgrade of older records, one run (run_identity), and the lists of fields the rules read (the rules
+themselves: runrecord/rules.py). What each field and rule means: docs/record.md."""
 
 import copy
 import hashlib
@@ -145,8 +144,7 @@ SEGMENT_FACTS = LAYOUT + CPU_FACTS
 
 class Segment(TypedDict, total=False):
   """One stretch of steps [start_step, stop_step) a run trained on one device layout (`segments`;
-  runrecord/rules.py start_segment): its LAYOUT and, on CPU, its CPU_FACTS (absent where
-  None)."""
+  runrecord/rules.py start_segment): its LAYOUT and, on CPU, its CPU_FACTS (absent where None)."""
 
   start_step: int
   stop_step: int
@@ -205,16 +203,7 @@ def new_record(
   model_facts: dict[str, Any],
   versions: dict[str, str],
 ) -> Results:
-  """The record of a run about to start: status 'running', no history.
-
-  Args:
-    config: the resolved config (an ml_collections.ConfigDict).
-    facts: LAYOUT and CPU_FACTS of this run's devices (trainer/execution.py facts).
-    numerics: {'requested': ..., 'effective': ...} (numerics/setup.py describe).
-    data_info: the dataset's facts (data_facts).
-    model_facts: the pretrained weights' facts ({} without).
-    versions: {package: version}.
-  """
+  """The record of a run about to start: status 'running', no history."""
   from configs import common
 
   record: dict[str, Any] = {
@@ -274,9 +263,7 @@ def save(
   mngr: Any, step: int, results: Results, state: Any = None, extra: Mapping[str, Any] | None = None
 ) -> None:
   """Write the record `results` (and, unless None, `state`) as step `step` of the Orbax manager
-  `mngr`: <workdir>/checkpoints/<step>/{results, state}, asynchronously where `mngr` is. The
-  results are deep-copied: the caller keeps appending to its dict while the write runs.
-  `extra`: further items of the step, {name: Orbax save argument} (runrecord/predictions.py)."""
+  `mngr`: <workdir>/checkpoints/<step>/{results, state}, asynchronously where `mngr` is."""
   mngr.save(step, args=save_args(copy.deepcopy(results), state, extra), force=True)
 
 
@@ -302,19 +289,8 @@ def restore_args(abstract_state=None):
 
 
 def read_results(run: str) -> Results | None:
-  """The run's current record: its latest checkpoint step's `results` item.
-
-  Args:
-    run: a run folder (its --workdir), local or gs://.
-
-  Returns:
-    The record as saved (a dict, docs/record.md "Fields"; `upgrade` maps an old one), or None
-    when the run has no saved step yet.
-
-  Raises:
-    Orbax's and TensorStore's errors for an unreadable step (analysis/inputs/results.py turns them
-    into an excluded run with its reason).
-  """
+  """The run's current record: its latest checkpoint step's `results` item. Args: run: a run folder
+  (its --workdir), local or gs://."""
   import orbax.checkpoint as ocp
 
   options = ocp.CheckpointManagerOptions(read_only=True)
@@ -364,9 +340,8 @@ def upgrade_config(config: Any) -> Any:
 
 
 def upgrade(results: Mapping[str, Any]) -> Results:
-  """A saved record (dict) as today's fields: its requested and effective numerics and its
-  config's numerics through numerics.formats.upgrade (the removed `emulate` shorthand); a new
-  dict."""
+  """A saved record (dict) as today's fields: its requested and effective numerics and its config's
+  numerics through numerics.formats.upgrade (the removed `emulate` shorthand); a new dict."""
   out = dict(results)
   if isinstance(out.get('numerics'), dict):
     out['numerics'] = {

@@ -3,8 +3,7 @@
 (`model_keys`), the platform a run counts as (`platform_identity`, `jax_platform`), the same run
 (`config_differences`, `data_differences`, `layout_differences`, `identity_differences`: what a
 resumed session or the sweep compares) and the segments each layout trained (`start_segment`,
-`end_segment`). The fields are runrecord/record.py's; what the rules mean: docs/record.md. No JAX.
-"""
+`end_segment`)."""
 
 import json
 from collections.abc import Iterable, Mapping
@@ -15,19 +14,8 @@ from runrecord.record import Results, Segment
 
 
 def row(run: str, results: Results | None) -> dict[str, Any]:
-  """One row of the runs table from a run's record.
-
-  Args:
-    run: the run's folder, its `run` column.
-    results: its record (read_results), or None when nothing is saved yet.
-
-  Returns:
-    A dict: record.BASE_COLUMNS (run_id by record.run_identity, platform by platform_identity,
-    init and data seeds `seed` where not set apart) and the flattened parts (`final.*`,
-    `numerics.*`, `config.*`, ...); requested numerics fields the record predates, and config
-    fields but the seed, filled with their defaults (docs/record.md "Fields"). Without a record:
-    status 'no_results' and its reason.
-  """
+  """One row of the runs table from a run's record. Args: run: the run's folder, its `run` column.
+  results: its record (read_results), or None when nothing is saved yet."""
   if results is None:
     return {'run': run, 'status': 'no_results', 'reason': 'no saved checkpoint step'}
   results = record.upgrade(results)

@@ -1,13 +1,7 @@
-"""A run's workdir and checkpoints: the workdir made absolute, checked and locked before anything
-is written; the Orbax manager, its writes and their failures; what an existing workdir means for
-this run (start, resume, refuse, or with --restart start over); restoring the newest valid step,
-damaged ones set aside. What a checkpoint holds and every workdir file name: runrecord/record.py.
-See docs/operations.md (the workdir lock; resuming and stopping).
-
-A step whose restore fails, whose step counter disagrees or whose state digest (`state_digest`, a
-CRC-32 of every leaf's bytes) differs is moved to <workdir>/corrupt_checkpoints/. Each refusal is a
-one-line ConfigError before any compute; a run refused leaves nothing behind (`remove_created`).
-"""
+"""A run's workdir and checkpoints: the workdir made absolute, checked and locked before anything is
+written; the Orbax manager, its writes and their failures; what an existing workdir means for this
+run (start, resume, refuse, or with --restart start over); restoring the newest valid step, damaged
+ones set aside. What a checkpoint holds and every workdir file name: runrecord/record.py."""
 
 import contextlib
 import fcntl
@@ -57,8 +51,7 @@ def absolute_workdir(workdir):
 
 def check_workdir(workdir, extra_files=()):
   """The workdir must be a folder (or creatable as one), writable (probed with a temporary file),
-  and what a run keeps there the kind of entry the run uses (`check_layout`). Returns the folders
-  it created, outermost first (`remove_created` takes them away if the run is refused)."""
+  and what a run keeps there the kind of entry the run uses (`check_layout`)."""
   if not workdir:
     raise ConfigError('--workdir is required')
   check_path_encoding(workdir, '--workdir')
@@ -241,9 +234,7 @@ def _who():
 
 def claim(workdir):
   """Claim `workdir` for the run a sweep is about to start: an exclusive, non-blocking flock on
-  `<workdir>/sweep.claim`, which then names this process. The locked file descriptor (held until
-  `release_claim` or this process's death), or None when another live process holds it: of two
-  sweeps sharing a root, exactly one starts each run."""
+  `<workdir>/sweep.claim`, which then names this process."""
   os.makedirs(str(workdir), exist_ok=True)
   fd = _open(os.path.join(str(workdir), CLAIM_FILE))
   try:
@@ -266,8 +257,7 @@ def release_claim(fd):
 
 class WorkdirLock:
   """One live run per workdir: an flock on the workdir folder itself (run.lock where a filesystem
-  cannot lock folders), run.lock naming the holder, a dead holder's lock taken over. Context
-  manager: acquired on enter (or WorkdirLocked), released on exit."""
+  cannot lock folders), run.lock naming the holder, a dead holder's lock taken over."""
 
   def __init__(self, workdir, enabled=True):
     self.path = os.path.join(str(workdir), record.LOCK_FILE)
@@ -506,10 +496,8 @@ def check_workdir_run(
   mngr, workdir, config, restart, data=None, facts=None, allow_layout_change=False
 ):
   """What the workdir's saved run means for this one (runrecord/rules.py says what "the same run"
-  is): with `restart`, wiped; a failed run, or one with another config, data or platform
-  identity, refused; an unfinished one on another device layout refused unless
-  `allow_layout_change`. `data`: this run's record.data_facts; `facts`: execution_facts (None:
-  not compared). Returns the manager to use."""
+  is): with `restart`, wiped; a failed run, or one with another config, data or platform identity,
+  refused; an unfinished one on another device layout refused unless `allow_layout_change`."""
   step, saved = latest_results(mngr)
   if restart and mngr.all_steps():
     logging.warning('--restart: discarding the run in %s (latest step %s)', workdir, step)

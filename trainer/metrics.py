@@ -1,13 +1,8 @@
-"""What a run reports while it trains: metrics.jsonl, TensorBoard and the console line (writers
-with CLU's `write_scalars(step, scalars)` / `flush` / `close`), the clock behind images/s and the
-ETA (`ProgressClock`, CLU's ReportProgress in spirit), and `heartbeat(what)` for the silences.
-
-Hand-written, not CLU's: clu.metric_writers imports TensorFlow at import (clu 0.0.12), which the
-core does not install, and none of its writers resumes a metrics file at a step. At resume,
-metrics.jsonl loses the records after the restored step (a torn last line is dropped with a
-warning; a file missing gets its epoch records back from the results record); a file changed
-under a running run is rewritten whole. See docs/operations.md ("A training run").
-"""
+"""What a run reports while it trains: metrics.jsonl, TensorBoard and the console line (writers with
+CLU's `write_scalars(step, scalars)` / `flush` / `close`), the clock behind images/s and the ETA
+(`ProgressClock`, CLU's ReportProgress in spirit), and `heartbeat(what)` for the silences.
+Hand-written: clu.metric_writers imports TensorFlow (clu 0.0.12), which the core does not install,
+and none of its writers resumes a metrics file at a step. See docs/operations.md."""
 
 import contextlib
 import json
@@ -79,10 +74,7 @@ def kept_lines(source, step, warn_path=None):
 
 class JsonLinesWriter:
   """metrics.jsonl: `write_scalars(step, record)` appends `record` (holding 'kind' and `step`) as
-  one line, byte for byte `json.dumps(record)`. The file is the previous session's records up to
-  the resume step (read from that file's own handle, kept open: the renamed-over file stays
-  readable) or, where it was missing, the results' epoch records; then this session's. A local
-  file is rewritten through a temporary file and a rename, a bucket file whole."""
+  one line, byte for byte `json.dumps(record)`."""
 
   def __init__(self, workdir, resume_step=0, history=()):
     self.path = epath.Path(workdir) / record.METRICS

@@ -1,16 +1,7 @@
-"""What a training process is: its signals and the graceful stop, whether the platforms it asks
-for can start, jax.distributed, the library chatter it silences, JAX's GPU memory settings, and
-where it executes. Standard library only at import: train.py installs the signal handler first,
-and the sweep's checks read the platforms without starting JAX. See docs/operations.md.
-
-Graceful stop: while the training loop runs, the first SIGTERM (a TPU VM preemption, a SLURM time
-limit, `kill`) or SIGINT (Ctrl-C) only marks a stop, which the loop reads at every step boundary:
-it saves the last step it dispatched and train.py exits with 128 + the signal's number; a second
-signal ends the process at once, as does one outside the loop (`exit_at_once`). Several processes
-agree on the stop at the loop's sync points. `InFlight` keeps the host at most STEPS_IN_FLIGHT
-steps ahead of the device, which bounds how late a stop comes (docs/operations.md, "The stop's
-bound").
-"""
+"""What a training process is: its signals and the graceful stop, whether the platforms it asks for
+can start, jax.distributed, the library chatter it silences, JAX's GPU memory settings, and where it
+executes. Standard library only at import: train.py installs the signal handler first, and the
+sweep's checks read the platforms without starting JAX. See docs/operations.md."""
 
 import collections
 import importlib.metadata
@@ -360,9 +351,8 @@ def _orbax_coroutine(obj):
 def quiet_abandoned_work():
   """Drop what Orbax's abandoned asynchronous work prints through sys.excepthook and
   sys.unraisablehook (Orbax reports the failure itself, once, in the main thread): after a failed
-  write, tensorstore's callbacks into a closed event loop; after a failed restore, the pending
-  reads Orbax closes (~65 lines each). The hooks hold what they call: they also run while the
-  interpreter shuts down."""
+  write, tensorstore's callbacks into a closed event loop; after a failed restore, the pending reads
+  Orbax closes (~65 lines each)."""
 
   def on_exception(kind, exc, trace, previous=sys.excepthook, closed_loop=_closed_loop):
     if not closed_loop(exc):

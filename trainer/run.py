@@ -1,15 +1,5 @@
 """The run context: what a training run is built from, one way for every driver (the loop, the
-divergence tool, the step benchmarks, the TPU preflight).
-
-  config = validation.resolve(common.load(spec, overrides))  # the entry point, once
-  numerics_setup.configure(config)   # then, before any JAX backend starts (train.py does both)
-  ctx = run.build(config)            # checked against devices and data: dataset, mesh, phases
-  model, facts = run.init_model(ctx) # initial weights from init_seed (and model.init_from)
-
-The phases, their optimizers and trainable parts, the mesh and shardings, the data feed, and the
-model's structure (its products traced for the mesh's platform) are decided here; the steps that
-run on them: trainer/train.py. See docs/operations.md ("A training run").
-"""
+divergence tool, the step benchmarks, the TPU preflight)."""
 
 import dataclasses
 import functools
@@ -95,14 +85,11 @@ def build(
   device_bytes: int | None = None,
 ) -> Context:
   """The run's context from a resolved config whose XLA flags this process applied: the one place
-  that checks it against the devices and the data (validation.check_devices, check_dataset),
-  before any compute; ConfigError (one line) otherwise.
-
-  dataset: reuse one already loaded (arms of one comparison), or one declared without its data;
-    None: load config.data's.
-  devices: the mesh's devices (default: all), also compile-only ones (a TPU topology).
-  device_bytes: one device's memory where the devices do not report it (a TPU chip's HBM).
-  """
+  that checks it against the devices and the data (validation.check_devices, check_dataset), before
+  any compute; ConfigError (one line) otherwise. dataset: reuse one already loaded (arms of one
+  comparison), or one declared without its data; None: load config.data's. devices: the mesh's
+  devices (default: all), also compile-only ones (a TPU topology). device_bytes: one device's memory
+  where the devices do not report it (a TPU chip's HBM)."""
   validation.require_resolved(config, 'trainer.run.build')
   numerics_setup.require_configured(config)
   module = model_module(config)
@@ -156,12 +143,9 @@ def _init_state(ctx, key):
 
 def init_model(ctx: Context) -> tuple[nnx.Module, dict[str, Any]]:
   """(model, facts): the initial model from the init seed (common.init_seed_of) and, where given,
-  model.init_from (facts: what models/pretrained.py load_into says; else {}).
-
-  The weights are computed on the host CPU backend as one jitted computation compiled without
-  backend optimisations (no fused arithmetic), so a seed gives the same initial weights on TPU,
-  GPU and CPU: runs pair across platforms by seed. The key is an argument: runs that differ only
-  in seed share one compiled init."""
+  model.init_from (facts: what models/pretrained.py load_into says; else {})."""
+  # On the host CPU, one jitted computation compiled without backend optimisations (no fused
+  # arithmetic): a seed gives the same weights on TPU, GPU and CPU, so runs pair by seed.
   config = ctx.config
   try:
     host = jax.local_devices(backend='cpu')[0]
@@ -259,21 +243,21 @@ def trainable_mask(params, frozen, reinit, parts):
   }
 
 
+# Not optax.multi_transform with set_to_zero: its state's tree changes at the unfreeze, and a
+# checkpoint restores into the first phase's state.
 def masked_update(params, grads, opt_state, tx, mask):
   """One optimizer step touching only the parameters where `mask` is True: frozen ones get zero
-  gradients (XLA drops their weight gradients) and come back as the very same arrays. Not
-  optax.multi_transform with set_to_zero: its state's tree changes at the unfreeze, and a
-  checkpoint restores into the first phase's state."""
+  gradients (XLA drops their weight gradients) and come back as the very same arrays."""
   grads = jax.tree.map(lambda g, m: g if m else jnp.zeros_like(g), grads, mask)
   updates, opt_state = tx.update(grads, opt_state, params)
   params = jax.tree.map(lambda p, u, m: p + u.astype(p.dtype) if m else p, params, updates, mask)
   return params, opt_state
 
 
+# Not jax.make_mesh: on TPUs it orders the devices into a ring and interleaves a slice's hosts, so a
+# process's devices would no longer hold the contiguous slice of each batch it loads.
 def make_mesh(devices=None):
-  """The 1-D 'data' mesh over `devices` (default: all), in the order given. Not jax.make_mesh: on
-  TPUs it orders the devices into a ring and interleaves a slice's hosts, so a process's devices
-  would no longer hold the contiguous slice of each batch it loads (batching.process_slice)."""
+  """The 1-D 'data' mesh over `devices` (default: all), in the order given."""
   return Mesh(np.asarray(devices if devices is not None else jax.devices()), ('data',))
 
 
@@ -321,12 +305,12 @@ def abstract_batch(ctx, split, batch_size, mask=False):
   return out
 
 
+# Not functools.partial over a placed seed: the seed stays an argument of the compiled step (one
+# compilation per arm), lowered as its shape for compile-only devices, placed at the first call.
 @dataclasses.dataclass(frozen=True)
 class Seeded:
-  """A jitted step whose last argument, the run seed, is bound: `step(*args)` calls
-  `fn(*args, seed)`; `lower` and `compile` keep the binding. The seed stays an argument of the
-  compiled step (every seed of an arm shares one compilation) and is placed on the devices at the
-  first call (compile-only devices hold no array: it is lowered as its shape and sharding)."""
+  """A jitted step whose last argument, the run seed, is bound: `step(*args)` calls `fn(*args,
+  seed)`; `lower` and `compile` keep the binding."""
 
   fn: Any
   seed: Any  # uint32 scalar (numpy)
@@ -368,15 +352,22 @@ def _gather(data, indices):
   return {'image': data['image'][indices], 'label': data['label'][indices]}
 
 
+def make_gather(mesh):
+  """jit(data, indices) -> batch: a training batch's rows gathered from a device-resident split
+  (replicated), its indices sharded along 'data': the batch comes out sharded exactly as a
+  host-fed one, with the same uint8 values."""
+  replicated, sharded = shardings(mesh)
+  return jax.jit(_gather, in_shardings=(replicated, sharded), out_shardings=sharded)
+
+
 def feed(ctx, on_device=None):
-  """None (host feeding) or (device-resident training split, jitted gather of a batch's rows, the
-  batch sharded exactly as a host-fed one), as data.on_device says unless `on_device` is given."""
+  """None (host feeding) or (device-resident training split, jitted gather), as data.on_device
+  says unless `on_device` is given (a benchmark comparing both feeds of one run)."""
   if not (ctx.config.data.on_device if on_device is None else on_device):
     return None
   data = batching.on_devices(ctx.dataset.train, ctx.replicated)
-  gather = jax.jit(_gather, in_shardings=(ctx.replicated, ctx.sharded), out_shardings=ctx.sharded)
   indices = jax.ShapeDtypeStruct((ctx.config.batch_size,), np.int32, sharding=ctx.sharded)
-  return data, process.precompile(gather, checkpoint.abstract(data), indices)
+  return data, process.precompile(make_gather(ctx.mesh), checkpoint.abstract(data), indices)
 
 
 def batches(ctx, start, stop, device_feed=None):

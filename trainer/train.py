@@ -1,16 +1,5 @@
 """train_and_evaluate(config, workdir): the whole run, and the steps it runs, as in flax's
-examples/imagenet train.py: `train_step`, `eval_step`, `create_train_state`, the loop.
-
-The state is a plain pytree {'params', 'batch_stats', 'opt_state', 'step', 'sums'}, replicated over
-a 1-D device mesh and donated to each step; batches are sharded along 'data', so losses, accuracies
-and BatchNorm statistics are over the global batch, and `sums` accumulates the epoch's training
-loss and accuracy on device (no step waits for the host). Each step traces the model inside the
-noise key of (data seed, global step, 'train' or 'eval'), so a noisy format's noise depends on
-nothing else. The loop checks the workdir, builds the run context (trainer/run.py), builds or
-restores the state, trains phase by phase, evaluates, checkpoints and records (runrecord/). The
-same command on the same workdir resumes bit for bit; non-finite values stop the run as
-TrainingFailed; SIGTERM/SIGINT as process.Stopped after a checkpoint. See docs/operations.md.
-"""
+examples/imagenet train.py: `train_step`, `eval_step`, `create_train_state`, the loop."""
 
 import contextlib
 import dataclasses
@@ -53,8 +42,7 @@ def preprocess(images, mean, std, flip_key=None):
 
 def label_logits(logits, labels):
   """logits[i, labels[i]] without a gather (whose gradient is a scatter): the row masked to the
-  label's one-hot, summed (one nonzero term: exact). A negative label counts from the end, one out
-  of range gives NaN (optax's `take_along_axis`)."""
+  label's one-hot, summed (one nonzero term: exact)."""
   num_classes = logits.shape[-1]
   labels = jnp.where(labels < 0, labels + num_classes, labels)
   hit = labels[..., None] == lax.broadcasted_iota(labels.dtype, logits.shape, logits.ndim - 1)
@@ -76,10 +64,9 @@ def _cross_entropy_fwd(logits, labels):
 
 
 def _cross_entropy_bwd(residuals, g):
-  """softmax * g, rounded, then -g at the label, as optax's separate scatter kernel computes it.
-  Left alone, XLA contracts the two into a fused multiply-add (1 ulp off optax at the label); the
-  select on NaN between them keeps the product rounded on its own (f32 has no 'round here' op
-  that XLA keeps: reduce_precision and optimization_barrier were tried)."""
+  """softmax * g, rounded, then -g at the label, as optax's separate scatter kernel computes it."""
+  # Left alone, XLA fuses the two into one FMA (1 ulp off optax at the label); the select on NaN
+  # keeps the product rounded (reduce_precision and optimization_barrier do not survive XLA).
   lse_vjp, logits, labels = residuals
   (term,) = lse_vjp(g)
   term = jnp.where(jnp.isnan(term), jnp.full_like(term, jnp.nan), term)
@@ -242,10 +229,9 @@ def abstract_state(ctx):
 
 
 def enter_phase(ctx, state, phase, step):
-  """(state, jitted train step) of `phase` entered at global `step` (its start, or a resume's):
-  at the start of a later phase with optim.schedule 'per_phase' the optimizer state is made
-  afresh (the reference's new AdamW at the unfreeze). `state` may be abstract (run.is_abstract):
-  lowered and compiled only. With several processes the step is compiled here."""
+  """(state, jitted train step) of `phase` entered at global `step` (its start, or a resume's): at
+  the start of a later phase with optim.schedule 'per_phase' the optimizer state is made afresh (the
+  reference's new AdamW at the unfreeze)."""
   config = ctx.config
   tx = run.optimizer(ctx, phase)
   if step == phase.start > 0 and config.optim.schedule == 'per_phase':
@@ -306,9 +292,9 @@ def evaluate(ctx, step_fn, state):
 
 
 def watch(ctx, state):
-  """(jitted non-finite watch, its initial value): run after every train step, `bad` is [first
-  bad step, what] on device ([-1, 0] while all is finite), read by the host at sync points only.
-  Not donated: the loop keeps the last few as markers of its steps in flight (process.InFlight)."""
+  """(jitted non-finite watch, its initial value): run after every train step, `bad` is [first bad
+  step, what] on device ([-1, 0] while all is finite), read by the host at sync points only."""
+  # Not donated: the loop keeps the last few as markers of its steps in flight (process.InFlight).
   fn = jax.jit(
     all_finite, in_shardings=(ctx.replicated, ctx.replicated), out_shardings=ctx.replicated
   )
@@ -353,13 +339,7 @@ def versions():
 
 
 def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False):
-  """Train and evaluate the resolved `config` in `workdir`; the final results dict.
-
-  Raises ConfigError on bad input or an unusable workdir (before compute), TrainingFailed on a
-  non-finite loss or state, checkpoint.CheckpointWriteError / metrics.MetricsWriteError when a
-  checkpoint / metrics.jsonl cannot be written, process.Stopped after SIGTERM/SIGINT.
-  `allow_layout_change`: a saved run may continue on another device layout.
-  """
+  """Train and evaluate the resolved `config` in `workdir`; the final results dict."""
   validation.require_resolved(config, 'trainer.train.train_and_evaluate')
   created = checkpoint.check_workdir(workdir, checkpoint.LOCK_FILES)
   try:
@@ -532,8 +512,7 @@ def _after_step(ctx, mngr, out, p, bad, evaluation):
 
 def _stop_if_asked(ctx, mngr, out, p, bad, stops):
   """At the boundary before step `p.step + 1` is dispatched: if a signal asked for a stop (every
-  process agreeing), save step `p.step` (unless its checkpoint is written) and raise Stopped. The
-  stop waits for the steps in flight only."""
+  process agreeing), save step `p.step` (unless its checkpoint is written) and raise Stopped."""
   signum = stops.agreed(due(ctx, p.step).check)
   if not signum:
     return

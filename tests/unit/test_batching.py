@@ -6,7 +6,7 @@ import pytest
 import input_pipeline
 from configs import digits, validation
 from input_pipeline import batching
-from trainer import process, run, train
+from trainer import process, run
 
 
 def _split(n):
@@ -74,7 +74,7 @@ def test_device_gather_equals_host_batch_on_8_devices():
   replicated, sharded = run.shardings(mesh)
   data = batching.on_devices(split, replicated)
   assert data['image'].sharding.is_fully_replicated and len(data['image'].devices()) == 8
-  gather = train.make_gather(mesh)
+  gather = run.make_gather(mesh)
   for step in (0, 3, 7):  # crosses an epoch boundary (6 batches of 8 per epoch)
     rows = batching.train_batch_indices(len(split), 8, 5, step)
     on_device = gather(data, batching.to_global(rows.astype(np.int32), sharded))
