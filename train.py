@@ -18,31 +18,16 @@ from absl import app, flags, logging  # noqa: E402 (after the handler: Ctrl-C wh
 
 from configs import common  # noqa: E402 (after the handler: Ctrl-C while importing)
 
-flags.DEFINE_string(
-  'config',
-  None,
-  'Config file, presets and key=value pairs after a colon '
-  '(configs/celeba.py:gpu,seed=3); then any --config.<field>=<value>.',
-)
+CONFIG_HELP = 'Config file[:presets,key=value,...] (configs/celeba.py:gpu,seed=3), then --config.*'
+flags.DEFINE_string('config', None, CONFIG_HELP)
 flags.DEFINE_string('workdir', None, 'Folder for checkpoints, results and metrics.')
-flags.DEFINE_bool(
-  'restart',
-  False,
-  'Discard the run the workdir holds (another config, or a '
-  'failed run) and start over; without it such a workdir is refused.',
-)
-flags.DEFINE_bool(
-  'allow_layout_change',
-  False,
-  'Continue a saved run on another device layout '
-  '(devices, processes, platform or device kind); without it that is refused.',
-)
+flags.DEFINE_bool('restart', False, 'Discard the run the workdir holds and start over.')
+flags.DEFINE_bool('allow_layout_change', False, 'Continue a saved run on other devices.')
 FLAGS = flags.FLAGS
 
 
 def fail(message, code=2, at_once=False):
-  """`error: message` on stderr, exit `code`; `at_once` skips the shutdown (after a failed write,
-  Orbax's abandoned tasks print hundreds of lines there)."""
+  """`error: message`, exit `code`; `at_once` skips the shutdown (Orbax's abandoned writes)."""
   logging.flush()
   sys.stdout.flush()
   print(f'error: {message}', file=sys.stderr, flush=True)

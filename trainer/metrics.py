@@ -7,6 +7,8 @@ and none of its writers resumes a metrics file at a step. See docs/operations.md
 import contextlib
 import json
 import os
+import socket
+import struct
 import sys
 import threading
 import time
@@ -173,51 +175,74 @@ class JsonLinesWriter:
       self._source = None
 
 
-def _import_tensorboardx():
-  """tensorboardX, with torch hidden from its import: its writer imports torch (seconds, ~1 GB)
-  only to accept torch tensors, and a run writes floats."""
-  hide = 'torch' not in sys.modules
-  if hide:
-    sys.modules['torch'] = None  # type: ignore[assignment]  # `import torch` raises ImportError
-  try:
-    import tensorboardX
-  finally:
-    if hide:
-      del sys.modules['torch']
-  return tensorboardX
+def _varint(n):
+  out = bytearray()
+  while True:
+    out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+    n >>= 7
+    if not n:
+      return bytes(out)
+
+
+def _field(number, kind, payload):
+  """A protobuf field: kind 0 varint, 1 fixed64, 2 length-delimited (payload: bytes), 5 fixed32."""
+  return _varint(number << 3 | kind) + (_varint(len(payload)) if kind == 2 else b'') + payload
+
+
+_CRC32C = []  # the Castagnoli table, for the TFRecord framing
+for _byte in range(256):
+  for _ in range(8):
+    _byte = (_byte >> 1) ^ (0x82F63B78 if _byte & 1 else 0)
+  _CRC32C.append(_byte)
+
+
+def _masked_crc(data):
+  crc = 0xFFFFFFFF
+  for byte in data:
+    crc = _CRC32C[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+  crc ^= 0xFFFFFFFF
+  return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 class TensorBoardWriter:
-  """TensorBoard events (tensorboardX, no TensorFlow) under <workdir>/tensorboard: each number of a
-  record but its step and epoch, as '<kind>/<name>'; a resumed run purges the events after its
-  step. Writes nothing (one warning) where tensorboardX is not installed."""
+  """TensorBoard events under <workdir>/tensorboard: each number of a record but its step and epoch,
+  as '<kind>/<name>'; a resumed run's first event purges the later steps (a SessionLog START).
+  Hand-written (TFRecord framing of tensorflow.Event protos, as tensorboardX writes them): the
+  tensorboardX writer imports torch (seconds, a gigabyte) into every run."""
 
   def __init__(self, workdir, resume_step=0):
-    self._tb = None
-    try:
-      tensorboardx = _import_tensorboardx()
-    except ImportError:
-      logging.warning('tensorboardX is not installed: no TensorBoard events are written')
-      return
-    self._tb = tensorboardx.SummaryWriter(
-      str(epath.Path(workdir) / record.TENSORBOARD), purge_step=resume_step or None
-    )
+    folder = epath.Path(workdir) / record.TENSORBOARD
+    folder.mkdir(parents=True, exist_ok=True)
+    self.path = folder / f'events.out.tfevents.{int(time.time())}.{socket.gethostname()}'
+    self._local, self._data = '://' not in str(workdir), b''
+    self._write(_field(3, 2, b'brain.Event:2'), resume_step)
+    if resume_step:
+      self._write(_field(7, 2, _field(1, 0, _varint(1))), resume_step)  # SessionLog START
+
+  def _write(self, payload, step):
+    event = _field(1, 1, struct.pack('<d', time.time())) + _field(2, 0, _varint(step)) + payload
+    head = struct.pack('<Q', len(event))
+    self._data += head + struct.pack('<I', _masked_crc(head)) + event
+    self._data += struct.pack('<I', _masked_crc(event))
 
   def write_scalars(self, step: int, scalars: Record) -> None:
-    if self._tb is None:
-      return
     for key, value in scalars.items():
       if isinstance(value, (int, float)) and key not in ('step', 'epoch'):
-        self._tb.add_scalar(f'{scalars["kind"]}/{key}', value, step)
-    self._tb.flush()
+        tag = _field(1, 2, f'{scalars["kind"]}/{key}'.encode())
+        value = _field(1, 2, tag + _field(2, 5, struct.pack('<f', value)))
+        self._write(_field(5, 2, value), step)
+    self.flush()
 
   def flush(self) -> None:
-    if self._tb is not None:
-      self._tb.flush()
+    if self._local:  # appended; a bucket object is rewritten whole
+      with open(self.path, 'ab') as f:
+        f.write(self._data)
+      self._data = b''
+    else:
+      self.path.write_bytes(self._data)
 
   def close(self) -> None:
-    if self._tb is not None:
-      self._tb.close()
+    self.flush()
 
 
 class ConsoleWriter:

@@ -90,3 +90,46 @@ def test_eta_unknown_until_a_step_time_without_compile(tmp_path, monkeypatch):
   clock.now += 50
   assert reporter.throughput(5, 64)[1] is None  # no compile end reported: all of it may be compile
   assert metrics.duration(None, clock=True) == '?'
+
+
+def test_tensorboard_events_read_back_as_tensorboardx_writes_them(tmp_path):
+  """The hand-written event file against tensorboardX's own protos and CRC: every record's framing
+  checks, the first event names the file version, scalars come back with their tags and steps, and
+  a resumed writer's file starts with the SessionLog START that purges later steps."""
+  tensorboardx = pytest.importorskip('tensorboardX')
+  import struct
+
+  from tensorboardX.crc32c import crc32c
+  from tensorboardX.proto import event_pb2
+
+  def masked(data):
+    crc = crc32c(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+  def events(folder):
+    (path,) = folder.iterdir()
+    data, out = path.read_bytes(), []
+    while data:
+      (length,) = struct.unpack('<Q', data[:8])
+      assert struct.unpack('<I', data[8:12])[0] == masked(data[:8])
+      body = data[12 : 12 + length]
+      assert struct.unpack('<I', data[12 + length : 16 + length])[0] == masked(body)
+      out.append(event_pb2.Event.FromString(body))
+      data = data[16 + length :]
+    return out
+
+  writer = metrics.TensorBoardWriter(tmp_path / 'fresh')
+  writer.write_scalars(7, {'kind': 'train', 'step': 7, 'epoch': 1, 'train_loss': 0.25, 'lr': 3})
+  writer.close()
+  first, *scalars = events(tmp_path / 'fresh' / 'tensorboard')
+  assert first.file_version == 'brain.Event:2'
+  assert [(e.step, e.summary.value[0].tag, e.summary.value[0].simple_value) for e in scalars] == [
+    (7, 'train/train_loss', 0.25),
+    (7, 'train/lr', 3.0),
+  ]
+  resumed = metrics.TensorBoardWriter(tmp_path / 'resumed', resume_step=12)
+  resumed.close()
+  version, start = events(tmp_path / 'resumed' / 'tensorboard')
+  assert (version.step, start.step) == (12, 12)
+  assert start.session_log.status == event_pb2.SessionLog.START
+  assert tensorboardx.__version__  # the format is the one this tensorboardX reads and writes
