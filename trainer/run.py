@@ -55,6 +55,7 @@ class Context:
   mean: np.ndarray  # float32 [channels]: the normalisation
   std: np.ndarray
   graphdef: nnx.GraphDef  # the model's structure (its state comes from init_model)
+  data_seed: int  # of the data order, flips and product noise (common.data_seed_of)
 
 
 def load_dataset(config: ml_collections.ConfigDict) -> input_pipeline.Dataset:
@@ -122,6 +123,7 @@ def build(
     mean,
     std,
     graphdef,
+    common.data_seed_of(config),
   )
 
 
@@ -372,12 +374,12 @@ def feed(ctx, on_device=None):
 
 def batches(ctx, start, stop, device_feed=None):
   """Training batches of global steps [start, stop), sharded, prefetched (the order a function of
-  the data seed, common.data_seed_of, and the step alone)."""
+  the data seed and the step alone)."""
   c = ctx.config
   return batching.train_batches(
     ctx.dataset.train,
     c.batch_size,
-    common.data_seed_of(c),
+    ctx.data_seed,
     start,
     stop,
     ctx.sharded,

@@ -17,7 +17,7 @@ from absl import logging
 from flax import nnx
 from jax import lax
 
-from configs import common, validation
+from configs import validation
 from input_pipeline import batching
 from numerics import ops
 from numerics import setup as numerics_setup
@@ -240,7 +240,7 @@ def enter_phase(ctx, state, phase, step):
   mask = run.trainable_mask(
     state['params'], phase.frozen, config.model.reinit, ctx.model_module.PARTS
   )
-  seed = common.data_seed_of(config)
+  seed = ctx.data_seed
   step_fn = make_train_step(
     ctx.mesh,
     ctx.graphdef,
@@ -259,7 +259,7 @@ def enter_phase(ctx, state, phase, step):
 
 def eval_fn(ctx, state):
   """The jitted evaluation step for states like `state`."""
-  seed = common.data_seed_of(ctx.config)
+  seed = ctx.data_seed
   fn = make_eval_step(ctx.mesh, ctx.graphdef, ctx.dataset.task, ctx.mean, ctx.std, seed, ctx.config)
   batch = run.abstract_batch(ctx, ctx.dataset.test, run.eval_batch(ctx), mask=True)
   return process.precompile(
@@ -340,7 +340,7 @@ def versions():
 
 def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False):
   """Train and evaluate the resolved `config` in `workdir`; the final results dict."""
-  validation.require_resolved(config, 'trainer.train.train_and_evaluate')
+  validation.require_resolved(config, 'trainer.train.train_and_evaluate')  # before the workdir
   created = checkpoint.check_workdir(workdir, checkpoint.LOCK_FILES)
   try:
     with metrics.heartbeat(

@@ -21,7 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 from runrecord import record
 from tests.support.faults_common import metric_records, saved_steps, smoke_config
-from trainer import process, run, train
+from trainer import process, train
 
 SLOW_PRODUCTS = 300  # 256 x 256 products on one device after each step: ~0.2 s a step
 SIGNAL_AFTER = 3  # SIGINT once the device has finished this step
@@ -79,7 +79,7 @@ def slow_steps(monkeypatch):
     state, step_fn = enter_phase(ctx, state, phase, step)
     return state, slow_device(step_fn, ctx.mesh, markers)
 
-  monkeypatch.setattr(run, 'enter_phase', slow_enter_phase)
+  monkeypatch.setattr(train, 'enter_phase', slow_enter_phase)
   return markers
 
 
