@@ -196,10 +196,9 @@ def _check_model(config):
 
 
 def check_numerics(config):
-  """Every config.numerics value the code can honour (docs/numerics.md): the precision, dtypes,
-  product formats and profile (a profile and a different explicit format contradict), BatchNorm
-  grouping, GPU determinism, the XLA flags (their syntax, and that XLA knows them: `known_flags`)
-  and both implementation choices. ConfigError (one line) otherwise."""
+  """Every config.numerics value the code can honour: precision, dtypes, formats and profile (they
+  may not contradict), BatchNorm grouping, determinism, XLA flags (known to XLA) and
+  implementations."""
   n = config.numerics
   _one_of(config, 'numerics.matmul_precision', formats.PRECISIONS)
   for field in ('compute_dtype', 'param_dtype'):
@@ -356,10 +355,8 @@ def check_activations(
   device_bytes: int | None,
   host_bytes: int | None,
 ) -> None:
-  """Refuse a step whose activations cannot fit: the lower bounds `activation_bytes` (training,
-  config.batch_size) and `eval_activation_bytes` (evaluation, config.eval_batch_size) of the
-  per-device batch against `device_bytes` (the smallest device's memory), or, where devices do not
-  report memory (CPU, whose devices share the host's), of the whole batch against `host_bytes`."""
+  """Refuse a step whose activations cannot fit: the lower bounds of the per-device batch against a
+  device's memory, or, where devices report none (CPU), of the whole batch against the host's."""
   size, width = config.data.image_size, float(config.model.width)
   limit = device_bytes or host_bytes
   where = 'a device has' if device_bytes else 'this machine has'

@@ -74,16 +74,9 @@ DataConfig = Any  # config.data: its ConfigDict, or a plain mapping of its field
 
 @dataclasses.dataclass(frozen=True)
 class Declaration:
-  """What a dataset module declares about itself, read before any data is loaded. name:
-  config.data.name, the module's own name. images: every image it holds (the training split is about
-  1 - data.test_fraction of it: an epoch's steps, bounded before any data loads). channels: 1 grey,
-  3 RGB. split_sizes: config.data -> (train, test) images a run loads. labels: config.data ->
-  (num_classes, task, label shape per example: () or (num_classes,)). load: the whole config ->
-  Dataset, the data themselves (imports its libraries when called); raises DataError or
-  FileNotFoundError (one line) when the data cannot be had. tasks, splits: the values
-  config.data.task and .split take; () when the dataset ignores them. problems: config.data -> [one
-  line per problem that would stop `load`], found without reading the data (the sweep asks before it
-  launches a run); None: none to look for."""
+  """What a dataset module declares about itself, read before any data is loaded (docs/configs.md,
+  "Adding a dataset"): sizes, channels, label layout, its loader, the task and split values it
+  takes, and the problems found without reading data."""
 
   name: str
   images: int

@@ -43,12 +43,8 @@ def train_batch(split, batch_size, seed, step, process_index=0, process_count=1)
 
 
 def eval_batch_size(num_examples, batch_size, multiple=1):
-  """The global batch an evaluation of `num_examples` uses: as few batches as `batch_size` allows
-  (ceil(n / batch_size)), of one size (one compiled shape), that size the smallest multiple of
-  `multiple` (the devices the batch is split over) holding them: the padding is under `multiple`
-  examples a batch, and a test set smaller than `batch_size` is one batch of its own size rounded
-  up to `multiple` (360 digits test images on 8 devices: one batch of 360, not 4096 with 3736
-  copies of image 0)."""
+  """The global batch of an evaluation of `num_examples`: as few batches as `batch_size` allows, of
+  one size, the smallest multiple of `multiple` (the devices) holding them."""
   batches = -(-num_examples // batch_size)
   per_batch = -(-num_examples // max(batches, 1))
   return max(multiple, min(batch_size, -(-per_batch // multiple) * multiple))

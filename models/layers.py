@@ -93,11 +93,8 @@ class Linear(nnx.Module):
 
 
 class BatchNorm(nnx.Module):
-  """torch.nn.BatchNorm2d semantics (momentum 0.1, eps 1e-5, unbiased running variance), in f32.
-  group_size=0 normalises over the whole global batch (under jit with the batch sharded across
-  devices the mean is already global); group_size=K each consecutive group of K examples with its
-  own statistics, as per-core BatchNorm on a multi-core TPU; the running statistics then average the
-  groups'."""
+  """torch.nn.BatchNorm2d semantics (momentum 0.1, eps 1e-5, unbiased running variance) in f32, over
+  the global batch or (group_size K) per K examples, as per-core BatchNorm on a TPU."""
 
   def __init__(
     self,

@@ -203,10 +203,8 @@ def _conv_out(size, kernel, stride, padding):
 
 
 def activation_values(net, config):
-  """(train, eval) values per example, lower bounds of what a step holds: the outputs of every
-  convolution (a training step keeps them for the backward pass; each BatchNorm and ReLU output
-  adds about as much again), and the first convolution's input and output (what an evaluation
-  holds for a whole batch at once), of ResNet class `net` (ResNet18, ResNet50)."""
+  """(train, eval) values per example of ResNet class `net`, lower bounds: every convolution's
+  output (kept for the backward pass), and the first convolution's input and output."""
   image, width, stem = config.data.image_size, float(config.model.width), config.model.stem
   channels = stage_channels(width)
   size = _conv_out(image, 7, 2, 3) if stem == 'imagenet' else image

@@ -136,10 +136,8 @@ def native_formats(platform, precision):
 
 
 def effective_formats(platform, precision, requested, compute_dtype='float32', conv_as_dot=False):
-  """{'conv': format, 'dense': format} the products really run in: 'native' as native_formats
-  (`conv_as_dot`: im2col convolutions honour the dot's precision); bf16 activations make every
-  format but a noisy one 'bf16' (bf16 operands are exact in every format); emulated f32 on a TPU
-  runs at HIGHEST, six bf16 passes: 'bf16_6x'."""
+  """{'conv', 'dense'} formats the products really run in: 'native' made explicit, bf16 activations
+  as 'bf16' (noisy formats aside), emulated f32 on a TPU as 'bf16_6x'."""
   conv, dot = native_formats(platform, precision)
   native = {'conv': dot if conv_as_dot else conv, 'dense': dot}
   out = {}
@@ -157,10 +155,9 @@ def effective_formats(platform, precision, requested, compute_dtype='float32', c
 
 
 def describe(config):
-  """{'requested': config.numerics, 'effective': ...} of this run, JSON-serialisable: effective
-  holds the platform, device kind, the precision flag JAX holds, each kind's format
-  (effective_formats), the conv implementation and each kind's emulation ('auto' resolved), the
-  compute dtype, the BatchNorm grouping, GPU determinism and the XLA flags (docs/record.md)."""
+  """{'requested': config.numerics, 'effective': ...} of this run: the platform, the precision flag,
+  each kind's format, the implementations ('auto' resolved), dtype, BatchNorm grouping, XLA flags.
+  """
   n = config.numerics
   device = jax.devices()[0]
   platform = device.platform

@@ -54,11 +54,9 @@ def _arm_config(column: str) -> bool:
 
 
 def arm_columns(frame: Any) -> list[str]:
-  """The columns of runs table `frame` that define an arm: platform, device kind, every requested
-  numerics field (the named ones first, record.ARM_NAMED: a label then reads
-  'profile=tpu_default', not the formats the profile expands to), then every config field whose
-  recorded values differ between the runs (missing values aside), the seed, config.numerics and
-  record.IGNORED_FIELDS aside."""
+  """The columns of runs table `frame` that define an arm: platform, device kind, the requested
+  numerics (named ones first) and every config field whose values differ between the runs (seeds,
+  numerics and IGNORED_FIELDS aside)."""
   columns = list(frame.columns)
   named = [
     f'{record.ARM_PREFIX}{n}' for n in record.ARM_NAMED if f'{record.ARM_PREFIX}{n}' in columns
@@ -89,11 +87,9 @@ def model_keys(
   init_seeds: Iterable[Any] | None = None,
   data_seeds: Iterable[Any] | None = None,
 ) -> list[Any]:
-  """Each run's model within its arm, the unit replicates are averaged in and arms are paired by
-  (the replicate rule, record.MODEL_FIELDS): the seed itself where every run's init and data-order
-  seeds equal its seed or are not recorded (older records, a CSV without them), else for every run
-  'S (init I, data D)': runs of one seed with other initial weights or data order are never
-  replicates. A list aligned with `seeds`; None where the seed is."""
+  """Each run's model within its arm (the replicate rule, record.MODEL_FIELDS): its seed, or 'S
+  (init I, data D)' where any run's init or data seed differs from its seed; aligned with `seeds`.
+  """
 
   def text(v):
     if v is None or v != v:  # absent or NaN (a CSV's empty cell)
@@ -115,10 +111,8 @@ def pairing_columns(columns: Iterable[str]) -> list[str]:
 
 
 def platform_identity(results: Mapping[str, Any]) -> str | None:
-  """The platform record `results` ran on, as the analysis tells platforms apart (docs/record.md):
-  the JAX platform, on CPU followed by the processor's instruction set ('cpu-AVX2') and by XLA's
-  where a pin lowered it ('cpu-AVX512-max-AVX2'); the bare platform where the instruction set is
-  not recorded (records before schema 3) and on GPU and TPU."""
+  """The platform a record ran on, as the analysis tells them apart: the JAX platform, on CPU with
+  its instruction set ('cpu-AVX2') and XLA's where a pin lowered it ('cpu-AVX512-max-AVX2')."""
   segments = [s for s in results.get('segments') or [] if isinstance(s, dict)]
   if segments:  # each segment's facts, over the record's where a segment predates them
     top = {k: results.get(k) for k in record.SEGMENT_FACTS}

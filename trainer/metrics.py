@@ -205,10 +205,8 @@ def _masked_crc(data):
 
 
 class TensorBoardWriter:
-  """TensorBoard events under <workdir>/tensorboard: each number of a record but its step and epoch,
-  as '<kind>/<name>'; a resumed run's first event purges the later steps (a SessionLog START).
-  Hand-written (TFRecord framing of tensorflow.Event protos, as tensorboardX writes them): the
-  tensorboardX writer imports torch (seconds, a gigabyte) into every run."""
+  """TensorBoard events under <workdir>/tensorboard, '<kind>/<name>' per number; hand-written
+  (tensorboardX's format, tested against it): its writer imports torch into every run."""
 
   def __init__(self, workdir, resume_step=0):
     folder = epath.Path(workdir) / record.TENSORBOARD
@@ -337,10 +335,8 @@ def heartbeat(what, every_s=HEARTBEAT_S):
 
 
 class ProgressClock:
-  """Images/s and the ETA of a run of `total_steps`, timed from `resume_step`: images/s leaves out
-  evaluations and checkpoint saves (`paused`) and every interval with a compile; the ETA is the
-  remaining steps times the mean step time of the intervals without a compile, and `ahead` counts
-  the compiles still to come, which it cannot hold."""
+  """Images/s (evaluations, saves and compiles left out) and the ETA of a run of `total_steps`,
+  timed from `resume_step`; `ahead` counts the compiles still to come."""
 
   def __init__(self, total_steps, resume_step=0):
     self.total_steps = total_steps

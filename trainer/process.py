@@ -350,9 +350,7 @@ def _orbax_coroutine(obj):
 
 def quiet_abandoned_work():
   """Drop what Orbax's abandoned asynchronous work prints through sys.excepthook and
-  sys.unraisablehook (Orbax reports the failure itself, once, in the main thread): after a failed
-  write, tensorstore's callbacks into a closed event loop; after a failed restore, the pending reads
-  Orbax closes (~65 lines each)."""
+  sys.unraisablehook (Orbax reports the failure itself, once, in the main thread)."""
 
   def on_exception(kind, exc, trace, previous=sys.excepthook, closed_loop=_closed_loop):
     if not closed_loop(exc):

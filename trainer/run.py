@@ -85,12 +85,10 @@ def build(
   devices: Sequence[jax.Device] | None = None,
   device_bytes: int | None = None,
 ) -> Context:
-  """The run's context from a resolved config whose XLA flags this process applied: the one place
-  that checks it against the devices and the data (validation.check_devices, check_dataset), before
-  any compute; ConfigError (one line) otherwise. dataset: reuse one already loaded (arms of one
-  comparison), or one declared without its data; None: load config.data's. devices: the mesh's
-  devices (default: all), also compile-only ones (a TPU topology). device_bytes: one device's memory
-  where the devices do not report it (a TPU chip's HBM)."""
+  """The run's context from a resolved config whose XLA flags this process applied: the one check of
+  it against the devices and the data (ConfigError); `dataset` a loaded or declared one to reuse,
+  `devices` the mesh's (compile-only ones too), `device_bytes` their memory where they do not say.
+  """
   validation.require_resolved(config, 'trainer.run.build')
   numerics_setup.require_configured(config)
   module = model_module(config)
@@ -177,10 +175,8 @@ def init_model(ctx: Context) -> tuple[nnx.Module, dict[str, Any]]:
 
 
 def phases(config: ml_collections.ConfigDict, steps_per_epoch: int) -> list[Phase]:
-  """The run's phases, in order: a 'frozen' one first when optim.freeze_epochs is set (only the
-  parts model.reinit names train; BatchNorm statistics keep updating), then 'full'; together
-  [0, num_epochs * steps_per_epoch). optim.schedule 'per_phase' (the reference): each phase its
-  own AdamW state and warmup-cosine; 'continuous': one over all epochs (docs/configs.md)."""
+  """The run's phases: 'frozen' first when optim.freeze_epochs is set (only the reinit parts train),
+  then 'full'; 'per_phase' gives each its own schedule, 'continuous' one over all."""
   total = config.num_epochs * steps_per_epoch
   freeze = config.optim.freeze_epochs * steps_per_epoch
   if config.optim.schedule == 'continuous':
