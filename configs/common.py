@@ -218,11 +218,11 @@ def _override(config, dotted, value):
   value = typed(node[leaf], value, dotted)
   try:
     config.update_from_flattened_dict({dotted: value})
-  except TypeError:
+  except TypeError as e:
     raise ValueError(
       f'config.{dotted}={value!r}: give a {node.get_type(leaf).__name__}, like the '
       f'default {node[leaf]!r}'
-    ) from None
+    ) from e
 
 
 def apply_overrides(config, overrides):
@@ -273,12 +273,12 @@ def load_module(path):
   try:
     spec.loader.exec_module(module)
   except SyntaxError as e:
-    raise ValueError(f'--config: {path} line {e.lineno}: {e.msg}; fix the config file') from None
+    raise ValueError(f'--config: {path} line {e.lineno}: {e.msg}; fix the config file') from e
   except Exception as e:  # e.g. an import the file makes fails
     raise ValueError(
       f'--config: {path}: {type(e).__name__}: {(str(e).splitlines() or [""])[0]}; '
       'fix the config file'
-    ) from None
+    ) from e
   if not hasattr(module, 'get_config'):
     raise ValueError(f'--config: {path} defines no get_config(arg); see configs/digits.py')
   return module
@@ -304,14 +304,14 @@ def load(spec, overrides=()):
   try:
     config = module.get_config(arg or None)
   except ValueError as e:
-    raise ValueError(f'--config={spec}: {str(e).splitlines()[0]}') from None
+    raise ValueError(f'--config={spec}: {str(e).splitlines()[0]}') from e
   except AttributeError as e:  # a preset setting a field the locked config does not have
-    raise ValueError(f'--config={spec}: {_locked_message(e)}') from None
+    raise ValueError(f'--config={spec}: {_locked_message(e)}') from e
   except Exception as e:  # the config file's own code failed
     first = (str(e).splitlines() or [''])[0]
     raise ValueError(
       f'--config={spec}: {type(e).__name__}: {first}; fix the config file or the value given'
-    ) from None
+    ) from e
   if not isinstance(config, ml_collections.ConfigDict):
     raise ValueError(
       f'--config={spec}: get_config() returned a {type(config).__name__}, not an '
