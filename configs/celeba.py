@@ -1,12 +1,5 @@
 """CelebA identity classification as in the reference study: the TPU-vs-GPU ResNet-18 experiment
-published in AI-Hypercomputer/torchprime (GitHub, `torchprime/models/resnet18/`, July 2025).
-
-  python train.py --config=configs/celeba.py:tpu --config.data.manual_dir=DIR --workdir=W
-
-Defaults: 224x224, batch 2048, AdamW lr 0.01 / wd 0.001, 1 warmup epoch, 25 epochs of which the
-first 5 train the stem and head only, then a fresh optimizer and schedule (`optim.schedule`). See
-docs/celeba.md and docs/configs.md.
-"""
+published in AI-Hypercomputer/torchprime (GitHub, `torchprime/models/resnet18/`, July 2025)."""
 
 from configs import common
 

@@ -1,20 +1,21 @@
-"""The config's schema (`base_config`: every field the code reads, with its default), preset
-parsing, and the one override path of every config file's `get_config(arg)` and every entry point.
-
-`arg` is the text after the colon: presets and `key=value` pairs, big_vision style
-(`configs/celeba.py:gpu,seed=3`), applied in order; `--config.<field>=<value>` overrides come after
-`get_config` returns (configs/loader.py), through the same `apply_overrides`. The config is locked:
-a misspelt field is an error, never a new field. See docs/configs.md.
-"""
+"""The config: its schema (`base_config`: every field the code reads, with its default), presets and
+`key=value` pairs after the colon (`build`), the one override path (`apply_overrides`), and the one
+way a config is loaded (`load`: a file spec and overrides, from train.py's command line or a sweep).
+The config is locked: a misspelt field is an error, never a new field."""
 
 import ast
 import difflib
+import importlib.util
+import os
+import sys
 
 import ml_collections
 
 PRESETS = ('tpu', 'gpu', 'cpu', 'smoke')
-SCHEDULES = ('per_phase', 'continuous')  # optim.schedule (trainer/optim.py `phases`)
-DISTRIBUTED_MODES = ('auto', 'yes', 'no')  # distributed.initialize (trainer/distributed.py)
+SCHEDULES = ('per_phase', 'continuous')  # optim.schedule (trainer/run.py `phases`)
+DISTRIBUTED_MODES = ('auto', 'yes', 'no')  # distributed.initialize (trainer/process.py)
+STEMS = ('imagenet', 'small')  # model.stem (models/resnet.py)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRUE, FALSE = ('true', '1', 'yes'), ('false', '0', 'no')
 # Fields that no longer exist, with how to say the same thing today (one line each).
 REMOVED = {
@@ -63,11 +64,12 @@ def base_config():
   c.data.on_device = False
 
   c.model = ml_collections.ConfigDict()
-  c.model.name = 'resnet18'
+  c.model.name = 'resnet18'  # a module of models/ (resnet18, resnet50) or a dotted module path
   c.model.width = 1.0  # channel multiplier for every stage (1.0 = torchvision)
   c.model.stem = 'imagenet'  # 'imagenet' (7x7/2 + max-pool) or 'small' (3x3/1, tiny images)
-  c.model.init_from = ''  # torchvision-keyed ResNet-18 weights (.pth/.safetensors/.npz)
-  c.model.reinit = ('stem', 'head')  # parts re-initialised after loading `init_from`
+  c.model.init_from = ''  # torchvision-keyed weights of the model (.pth/.safetensors/.npz)
+  c.model.reinit = ('stem', 'head')  # parts (the model's PARTS) fresh after `init_from`, and
+  # the ones that train while the backbone is frozen
 
   c.optim = ml_collections.ConfigDict()
   c.optim.learning_rate = 0.01
@@ -85,11 +87,9 @@ def base_config():
   c.numerics.matmul_precision = 'default'  # any jax_default_matmul_precision value
   c.numerics.compute_dtype = 'float32'  # activations: 'float32' or 'bfloat16'
   c.numerics.param_dtype = 'float32'  # master weights
-  # Product formats (numerics/profiles.py): a named profile ('native', 'tpu_default',
-  # 'jax_gpu_default', 'torch_gpu_default', 'f32', 'bf16_noise'; '' = none) names both kinds at
-  # once; each kind's own format ('native', 'bf16', 'bf16_3x', 'tf32', 'f32', 'bf16_noise'; '' =
-  # as the profile says, else native). Resolution (configs/validation.py) writes the formats
-  # out: the saved config holds the profile and both formats.
+  # Product formats: a profile (numerics/formats.py PROFILES; '' = none) names both kinds at once;
+  # each kind's own format ('native' or one of numerics/formats.py FORMATS; '' = as the profile
+  # says, else native). Resolution writes the formats out: the saved config holds all three.
   c.numerics.profile = ''
   c.numerics.conv_format = ''
   c.numerics.dense_format = ''
@@ -103,8 +103,7 @@ def base_config():
   # order differs; numerics/ops.py).
   c.numerics.conv_impl = 'auto'
   # How emulated products are computed: 'reference' (rounded operands at HIGHEST), 'fast' (the same
-  # operands on the format's native units) or 'auto' (fast on GPU/TPU, CPU: as measured);
-  # emulate.py.
+  # operands on the format's native units) or 'auto' (fast on GPU/TPU, CPU: as measured); ops.py.
   c.numerics.emulate_impl = 'auto'
 
   c.distributed = ml_collections.ConfigDict()
@@ -219,18 +218,16 @@ def _override(config, dotted, value):
   value = typed(node[leaf], value, dotted)
   try:
     config.update_from_flattened_dict({dotted: value})
-  except TypeError:
+  except TypeError as e:
     raise ValueError(
       f'config.{dotted}={value!r}: give a {node.get_type(leaf).__name__}, like the '
       f'default {node[leaf]!r}'
-    ) from None
+    ) from e
 
 
 def apply_overrides(config, overrides):
   """config[field] = value for each (dotted field, value) pair, each value typed like its field;
-  returns config. The one override path: a preset's `key=value` pairs (`build`), the command
-  line's `--config.<field>=<value>` (configs/loader.load) and a sweep's or experiment's arms all
-  come through here. Only for a config that is not resolved yet (a resolved one is frozen)."""
+  returns config."""
   for dotted, value in overrides:
     _override(config, dotted, value)
   return config
@@ -245,3 +242,110 @@ def build(arg, presets):
   apply_overrides(config, overrides.items())
   config.preset = ','.join(names)
   return config
+
+
+# Not ml_collections.config_flags: its errors are tracebacks, it types overrides otherwise, and the
+# sweeps load configs without flags (docs/configs.md).
+def split_spec(spec):
+  """'configs/digits.py:cpu,seed=3' -> (absolute file path, 'cpu,seed=3'). The file is the text
+  up to the first '.py:' (or all of it when it ends in '.py'), so a folder name may hold ':'."""
+  spec = spec or ''
+  cut = spec.find('.py:')
+  path, arg = (spec[: cut + 3], spec[cut + 4 :]) if cut >= 0 else (spec, '')
+  if not path.endswith('.py'):
+    raise ValueError(f'--config={spec}: give a config file, e.g. --config=configs/digits.py:cpu')
+  full = path if os.path.isabs(path) else os.path.abspath(path)
+  if not os.path.isfile(full):
+    full = os.path.join(REPO, path) if not os.path.isabs(path) else full
+  if not os.path.isfile(full):
+    raise ValueError(f'--config: no file {path}; give a config file such as configs/digits.py')
+  return full, arg
+
+
+def load_module(path):
+  """Import a config file by path (the repository on sys.path for `from configs import ...`)."""
+  if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+  spec = importlib.util.spec_from_file_location(
+    f'config_{os.path.splitext(os.path.basename(path))[0]}_{abs(hash(path))}', path
+  )
+  module = importlib.util.module_from_spec(spec)
+  try:
+    spec.loader.exec_module(module)
+  except SyntaxError as e:
+    raise ValueError(f'--config: {path} line {e.lineno}: {e.msg}; fix the config file') from e
+  except Exception as e:  # e.g. an import the file makes fails
+    raise ValueError(
+      f'--config: {path}: {type(e).__name__}: {(str(e).splitlines() or [""])[0]}; '
+      'fix the config file'
+    ) from e
+  if not hasattr(module, 'get_config'):
+    raise ValueError(f'--config: {path} defines no get_config(arg); see configs/digits.py')
+  return module
+
+
+def repeated(overrides):
+  """A one-line ValueError when a field is given twice among `overrides` ([(field, text)]): the
+  later would silently win (`--config.seed=1 ... --config.seed=2`)."""
+  seen = {}
+  for key, value in overrides:
+    if key in seen and seen[key] != value:
+      raise ValueError(f'--config.{key} is given twice ({seen[key]} and {value}): give it once')
+    seen[key] = value
+
+
+def load(spec, overrides=()):
+  """The ConfigDict of `spec` ('FILE[:ARG]') with `overrides` applied (module docstring); a field
+  given twice with two values is refused (`repeated`), here and after the colon."""
+  overrides = list(overrides)
+  repeated(overrides)
+  path, arg = split_spec(spec)
+  module = load_module(path)
+  try:
+    config = module.get_config(arg or None)
+  except ValueError as e:
+    raise ValueError(f'--config={spec}: {str(e).splitlines()[0]}') from e
+  except AttributeError as e:  # a preset setting a field the locked config does not have
+    raise ValueError(f'--config={spec}: {_locked_message(e)}') from e
+  except Exception as e:  # the config file's own code failed
+    first = (str(e).splitlines() or [''])[0]
+    raise ValueError(
+      f'--config={spec}: {type(e).__name__}: {first}; fix the config file or the value given'
+    ) from e
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise ValueError(
+      f'--config={spec}: get_config() returned a {type(config).__name__}, not an '
+      'ml_collections.ConfigDict: build it as configs/digits.py does'
+    )
+  return apply_overrides(config, overrides)
+
+
+def _locked_message(error):
+  """The field name of ml_collections' 'Key "x" does not exist ... the config is locked' error."""
+  text = str(error)
+  name = text.split('Key "', 1)[-1].split('"', 1)[0] if 'Key "' in text else text.splitlines()[0]
+  return (
+    f'the config file sets a field that does not exist ({name}); see configs/common.py for '
+    'the fields'
+  )
+
+
+def split_argv(argv):
+  """(spec, [(field, text)], other args) from a command line with `--config=SPEC` (or
+  `--config SPEC`) and `--config.<field>=<value>` flags, as train.py takes them."""
+  spec, overrides, rest, i = None, [], [], 0
+  while i < len(argv):
+    arg = argv[i]
+    if arg.startswith('--config.'):
+      key, eq, value = arg[len('--config.') :].partition('=')
+      if not eq and i + 1 < len(argv):
+        i, value = i + 1, argv[i + 1]
+      overrides.append((key, value))
+    elif arg == '--config' and i + 1 < len(argv):
+      i, spec = i + 1, argv[i + 1]
+    elif arg.startswith('--config='):
+      spec = arg[len('--config=') :]
+    else:
+      rest.append(arg)
+    i += 1
+  return spec, overrides, rest

@@ -1,11 +1,4 @@
-"""The embedded default: scikit-learn's digits (no download).
-
-  python train.py --config=configs/digits.py:cpu --workdir=/tmp/digits
-  python -m sweeps.run_study --config=configs/digits.py:study --root=runs/study --parallel 2
-  python -m sweeps.sweep --config=configs/digits.py:variance --root=runs/variance --parallel 2
-
-Presets and the study it declares: docs/configs.md.
-"""
+"""The embedded default: scikit-learn's digits (no download)."""
 
 from configs import celeba, common
 

@@ -1,17 +1,7 @@
-"""The one resolution of a config, and every check of its fields.
-
-  config = validation.resolve(loader.load('configs/digits.py:smoke'))  # frozen, every field checked
-
-Every entry point (train.py, the sweep, the preflight, the divergence tool, the benchmarks) loads a
-config (configs/loader.py), resolves it once here and hands the frozen result on; trainer/,
-numerics/ and the launchers only read it (`require_resolved` says so where a driver forgot).
-`resolve` checks what the config alone decides. configs/capacity.py checks it against the numbers
-a run finds (devices and their memory; the training split): trainer/run.py `build`, the one place
-that has both, calls it, and the sweep calls `capacity.check_devices` with the devices its runs
-will see. A failure is a `ConfigError`, one line naming the field and the fix.
-No JAX here: the vocabularies come from numerics/formats.py, numerics/profiles.py,
-models/architecture.py and the dataset registry (input_pipeline/registry.py). See docs/configs.md.
-"""
+"""The one resolution of a config and every check of its fields (`resolve`, at the entry point,
+before JAX may start), and the checks of a resolved config against what a run finds: the devices,
+their memory and the training split (`check_devices`, `check_dataset`: trainer/run.py `build`, the
+sweep). A failure is a `ConfigError`, one line naming the field and the fix."""
 
 import functools
 import math
@@ -22,10 +12,10 @@ import sys
 
 import ml_collections
 
+import input_pipeline
+import models
 from configs import common
-from input_pipeline import base, registry
-from models import architecture
-from numerics import formats, profiles
+from numerics import formats
 
 
 class ConfigError(ValueError):
@@ -50,18 +40,9 @@ FLAG_PROBE = 'import jax; jax.devices("cpu")'
 
 
 def resolve(config):
-  """The resolved config: a frozen copy of `config` with every field checked and the numerics
-  formats written out (numerics/profiles.py `expand`).
-
-  Args:
-    config: a ConfigDict as configs/loader.py loads it (overrides applied), not resolved yet; it
-      is not changed.
-  Returns:
-    An ml_collections.FrozenConfigDict, final: what the trainer, the sweep and the record read.
-  Raises:
-    ConfigError: one line naming the first bad field and the fix.
-    TypeError: `config` is resolved already (resolve once, at the entry point).
-  """
+  """A frozen copy of the loaded `config` (not changed) with every field checked and the numerics
+  formats written out (numerics/formats.py `expand`): what the trainer, the sweep and the record
+  read. ConfigError: one line naming the first bad field; TypeError: resolved already."""
   if is_resolved(config):
     raise TypeError(
       'the config is already resolved: resolve it once, at the entry point, and '
@@ -69,7 +50,7 @@ def resolve(config):
     )
   config = config.copy_and_resolve_references()  # a copy: the caller's config stays as written
   check_fields(config)
-  profiles.expand(config)
+  formats.expand(config)
   return ml_collections.FrozenConfigDict(config)
 
 
@@ -177,16 +158,16 @@ def _check_optim(config):
 
 
 def _check_data(config):
-  """config.data's fields; returns the dataset's Declaration (input_pipeline/registry.py)."""
+  """config.data's fields; returns the dataset's Declaration (input_pipeline)."""
   data = config.data
   try:
-    dataset = registry.get(data.name)
-  except ValueError as e:
-    raise ConfigError(str(e).splitlines()[0]) from None
+    dataset = input_pipeline.get(data.name)
+  except input_pipeline.DataError as e:
+    raise ConfigError(str(e)) from e
   for field, choices in (('task', dataset.tasks), ('split', dataset.splits)):
     if choices:
       _one_of(config, f'data.{field}', choices, f' for {data.name}')
-  _one_of(config, 'data.normalization', sorted(base.NORMALIZATIONS))
+  _one_of(config, 'data.normalization', sorted(input_pipeline.NORMALIZATIONS))
   _int_in(config, 'data.image_size', 1)
   _int_in(config, 'data.prefetch', 0, 64, ' (batches prepared ahead, each held on the devices)')
   _number(config, 'data.test_fraction', 'in (0, 1)', lambda v: 0 < v < 1)
@@ -194,8 +175,12 @@ def _check_data(config):
 
 
 def _check_model(config):
-  _one_of(config, 'model.name', architecture.NAMES)
-  _one_of(config, 'model.stem', architecture.STEMS)
+  """The model module must exist (models/: not imported here; its contract is checked when it is
+  built) and its shape fields be usable."""
+  problem = models.missing(config.model.name)
+  if problem:
+    raise ConfigError(problem)
+  _one_of(config, 'model.stem', common.STEMS)
   _number(
     config,
     'model.width',
@@ -203,31 +188,32 @@ def _check_model(config):
     'width must give at least one channel)',
     lambda v: v >= WIDTH_MIN,
   )
-  unknown = [part for part in config.model.reinit if part not in architecture.PARTS]
-  if unknown:
-    raise ConfigError(f'config.model.reinit may name {sorted(architecture.PARTS)}, got {unknown}')
+  if config.model.init_from and config.model.width != 1.0:
+    raise ConfigError(
+      f'config.model.width must be 1.0 with config.model.init_from (pretrained weights are full '
+      f'width), got {config.model.width}; set model.width=1.0'
+    )
 
 
 def check_numerics(config):
-  """Every config.numerics value the code can honour (docs/numerics.md): the precision, dtypes,
-  product formats and profile (a profile and a different explicit format contradict), BatchNorm
-  grouping, GPU determinism, the XLA flags (their syntax, and that XLA knows them: `known_flags`)
-  and both implementation choices. ConfigError (one line) otherwise."""
+  """Every config.numerics value the code can honour: precision, dtypes, formats and profile (they
+  may not contradict), BatchNorm grouping, determinism, XLA flags (known to XLA) and
+  implementations."""
   n = config.numerics
   _one_of(config, 'numerics.matmul_precision', formats.PRECISIONS)
   for field in ('compute_dtype', 'param_dtype'):
     _one_of(config, f'numerics.{field}', formats.DTYPES)
-  if n.profile not in ('', *profiles.PROFILES):
+  if n.profile not in ('', *formats.PROFILES):
     raise ConfigError(
-      f'config.numerics.profile must be one of {tuple(profiles.PROFILES)} (or '
+      f'config.numerics.profile must be one of {tuple(formats.PROFILES)} (or '
       f'empty), got {n.profile!r}'
     )
-  named = profiles.named_formats(n)
-  for kind in profiles.KINDS:
+  named = formats.profile_formats(n)
+  for kind in formats.KINDS:
     explicit = n[f'{kind}_format']
-    if explicit not in ('', *formats.FORMATS):
+    if explicit not in ('', *formats.names()):
       raise ConfigError(
-        f'config.numerics.{kind}_format must be one of {formats.FORMATS} (or '
+        f'config.numerics.{kind}_format must be one of {formats.names()} (or '
         f'empty), got {explicit!r}'
       )
     if explicit and kind in named and explicit != named[kind]:
@@ -324,3 +310,102 @@ def estimated_steps_per_epoch(config, dataset):
   (`check_dataset` checks the exact count)."""
   train, _ = dataset.split_sizes(config.data)
   return max(1, int(train * 0.9) // config.batch_size)
+
+
+def check_devices(
+  config: ml_collections.ConfigDict, num_devices: int, num_processes: int, device_bytes: int | None
+) -> None:
+  """Batch sizes must split evenly over `num_devices` and `num_processes` (and BatchNorm groups
+  within a device), and a step's activations must fit (`check_activations`)."""
+  for name in ('batch_size', 'eval_batch_size'):
+    if config[name] % num_devices:
+      raise ConfigError(
+        f'config.{name}={config[name]} is not divisible by the {num_devices} '
+        f'devices: use a multiple of {num_devices}'
+      )
+    if config[name] % num_processes:
+      raise ConfigError(
+        f'config.{name}={config[name]} is not divisible by the {num_processes} processes'
+      )
+  group = config.numerics.batchnorm_group
+  if group and (config.batch_size // num_devices) % group:
+    raise ConfigError(
+      f'config.numerics.batchnorm_group={group} must divide the per-device batch '
+      f'{config.batch_size // num_devices} (batch_size / devices)'
+    )
+  check_activations(config, num_devices, device_bytes, input_pipeline.host_memory())
+
+
+def activation_bytes(config: ml_collections.ConfigDict, batch: int) -> int:
+  """A lower bound of a training step's activations for `batch` images, in the compute dtype: the
+  model module's `activation_values` (imported here: the contract of models/)."""
+  values, _ = models.get(config.model.name).activation_values(config)
+  return batch * values * formats.DTYPE_BYTES[config.numerics.compute_dtype]
+
+
+def eval_activation_bytes(config: ml_collections.ConfigDict, batch: int) -> int:
+  """A lower bound of an evaluation step's activations for `batch` images (the model module's)."""
+  _, values = models.get(config.model.name).activation_values(config)
+  return batch * values * formats.DTYPE_BYTES[config.numerics.compute_dtype]
+
+
+def check_activations(
+  config: ml_collections.ConfigDict,
+  num_devices: int,
+  device_bytes: int | None,
+  host_bytes: int | None,
+) -> None:
+  """Refuse a step whose activations cannot fit: the lower bounds of the per-device batch against a
+  device's memory, or, where devices report none (CPU), of the whole batch against the host's."""
+  size, width = config.data.image_size, float(config.model.width)
+  limit = device_bytes or host_bytes
+  where = 'a device has' if device_bytes else 'this machine has'
+  bounds = (('batch_size', activation_bytes), ('eval_batch_size', eval_activation_bytes))
+  for field, bound in bounds:
+    batch = config[field] // num_devices if device_bytes else config[field]
+    need, per_example = bound(config, batch), bound(config, 1)
+    if not limit or need <= limit:
+      continue
+    held = (
+      'convolution outputs' if field == 'batch_size' else "the first convolution's input and output"
+    )
+    what = (
+      f'({batch} images x {per_example / 2**20:,.1f} MiB of {held} at '
+      f'{size}x{size}, model.width {width:g}, {config.numerics.compute_dtype}), over the '
+      f'{limit / 2**30:,.1f} GiB {where}'
+    )
+    if field == 'batch_size':
+      raise ConfigError(
+        f'config.data.image_size={size}: a training step keeps at least '
+        f'{need / 2**30:,.1f} GiB of activations {what}: use a smaller '
+        'config.data.image_size or config.batch_size'
+      )
+    raise ConfigError(
+      f'config.eval_batch_size={config[field]}: an evaluation step holds at least '
+      f'{need / 2**30:,.1f} GiB of activations {what}: use a smaller '
+      'config.eval_batch_size'
+    )
+
+
+def check_dataset(
+  config: ml_collections.ConfigDict,
+  train_examples: int,
+  train_bytes: int,
+  device_bytes: int | None = None,
+) -> None:
+  """The training split must give a full batch, its epochs must fit the step counter, and with
+  data.on_device it must fit on a device."""
+  if config.batch_size > train_examples:
+    raise ConfigError(
+      f'config.batch_size={config.batch_size} is larger than the '
+      f'{train_examples} training examples: no full batch per epoch'
+    )
+  check_steps(config, train_examples // config.batch_size)  # full batches (batching.py)
+  need = train_bytes if config.data.on_device else 0
+  if device_bytes and need > device_bytes / 2:
+    raise ConfigError(
+      f'config.data.on_device=True needs {need / 2**30:.2f} GiB for the training '
+      f'split on every device, over half of the {device_bytes / 2**30:.2f} GiB a '
+      'device has: set config.data.on_device=False (host feeding) or a smaller '
+      'config.data.image_size'
+    )

@@ -1,10 +1,4 @@
-"""Deterministic, per-process batching of a `Split`, and prefetching to the devices.
-
-The global batch at (seed, epoch, index) is a pure function of those numbers and the split size,
-never of the device or process count: each process gathers only its contiguous slice of the global
-batch, so every example is read by exactly one process per epoch, and a run resumed at any step sees
-exactly the batches an uninterrupted run would have seen. See docs/performance.md ("Feeding").
-"""
+"""Deterministic, per-process batching of a `Split`, and prefetching to the devices."""
 
 import collections
 import concurrent.futures
@@ -49,24 +43,16 @@ def train_batch(split, batch_size, seed, step, process_index=0, process_count=1)
 
 
 def eval_batch_size(num_examples, batch_size, multiple=1):
-  """The global batch an evaluation of `num_examples` uses: as few batches as `batch_size` allows
-  (ceil(n / batch_size)), of one size (one compiled shape), that size the smallest multiple of
-  `multiple` (the devices the batch is split over) holding them: the padding is under `multiple`
-  examples a batch, and a test set smaller than `batch_size` is one batch of its own size rounded
-  up to `multiple` (360 digits test images on 8 devices: one batch of 360, not 4096 with 3736
-  copies of image 0)."""
+  """The global batch of an evaluation of `num_examples`: as few batches as `batch_size` allows, of
+  one size, the smallest multiple of `multiple` (the devices) holding them."""
   batches = -(-num_examples // batch_size)
   per_batch = -(-num_examples // max(batches, 1))
   return max(multiple, min(batch_size, -(-per_batch // multiple) * multiple))
 
 
 def eval_batches(split, batch_size, process_index=0, process_count=1):
-  """Every example of `split` exactly once, in order, in global batches of `batch_size` (the
-  trainer passes eval_batch_size's).
-
-  The last global batch is padded (with copies of example 0) to the full size; `mask` is 1 for real
-  examples and 0 for padding, so sums weighted by `mask` count each example exactly once.
-  """
+  """Every example of `split` exactly once, in order, in global batches of `batch_size` (the trainer
+  passes eval_batch_size's)."""
   n = len(split)
   start, stop = process_slice(batch_size, process_index, process_count)
   for begin in range(0, n, batch_size):
@@ -90,11 +76,7 @@ def to_global(batch, sharding):
 
 
 def on_devices(split, sharding):
-  """The whole `split` as global jax.Arrays {'image', 'label'} laid out by `sharding`.
-
-  With a replicated sharding every device holds every example (`config.data.on_device`); each
-  process reads its devices' parts from `split` (a memmap is read once per device, not loaded).
-  """
+  """The whole `split` as global jax.Arrays {'image', 'label'} laid out by `sharding`."""
 
   def put(array):
     return jax.make_array_from_callback(
@@ -112,11 +94,7 @@ def nbytes(split):
 def train_batches(
   split, batch_size, seed, start_step, stop_step, sharding, prefetch_size=2, on_device=None
 ):
-  """Global device batches for steps [start_step, stop_step), prepared ahead on a thread.
-
-  `on_device`: (device-resident split from `on_devices`, gather step from trainer.steps.make_gather)
-  to gather on the devices: only the batch's row indices travel (the same rows, the same order).
-  """
+  """Global device batches for steps [start_step, stop_step), prepared ahead on a thread."""
 
   def produce():
     for step in range(start_step, stop_step):

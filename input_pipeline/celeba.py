@@ -1,13 +1,6 @@
-"""CelebA through TFDS `celeb_a` 2.1.0, prepared offline from the five official files and decoded
-once into a memory-mapped uint8 cache; its Declaration for the dataset registry.
-
-  config.data.manual_dir  the five official files (`celeba_files.FILES`); never fetched
-  config.data.tfds_dir    where TFDS celeb_a is prepared once and reused ('' = <manual_dir>/tfds)
-  config.data.cache_dir   decoded uint8 images ('' = <tfds_dir>/decoded_cache; must be local)
-
-Tasks ('identity', 'attributes'), splits ('per_identity', 'official'), preprocessing, the cache's
-atomic build and its memory: docs/celeba.md.
-"""
+"""CelebA through TFDS `celeb_a` 2.1.0: the five official files (checked, parsed, fingerprinted),
+the splits, the decoded uint8 cache (memory-mapped, built once, atomically) and the loader, and its
+Declaration for the dataset registry. TFDS is read only to prepare and decode (celeba_tfds.py)."""
 
 import collections
 import concurrent.futures
@@ -15,18 +8,244 @@ import contextlib
 import errno
 import fcntl
 import functools
+import hashlib
 import importlib.util
 import io
 import json
 import math
 import os
+import re
 import shutil
+import warnings
+import zipfile
 
 import numpy as np
 from absl import logging
 from PIL import Image
 
-from input_pipeline import base, celeba_files, celeba_tfds, registry
+import input_pipeline
+from input_pipeline import DataError, Dataset, Declaration, Split
+
+CELEBA_PAGE = 'https://mmlab.ie.cuhk.edu.hk/projects/CelebA.html'
+ZIP = 'img_align_celeba.zip'
+MEMBER_DIR = 'img_align_celeba'  # the images are the zip's members img_align_celeba/<name>.jpg
+PARTITION = 'list_eval_partition.txt'
+ATTR = 'list_attr_celeba.txt'
+LANDMARKS = 'list_landmarks_align_celeba.txt'
+IDENTITY = 'identity_CelebA.txt'
+FILES = (ZIP, PARTITION, ATTR, LANDMARKS, IDENTITY)
+# Sizes of the official files (tensorflow_datasets/datasets/celeb_a/checksums.tsv).
+OFFICIAL_SIZES = {
+  ZIP: 1443490838,
+  PARTITION: 2836386,
+  ATTR: 26721026,
+  LANDMARKS: 12156055,
+  IDENTITY: 3424458,
+}
+ATTR_NAMES = (
+  '5_o_Clock_Shadow Arched_Eyebrows Attractive Bags_Under_Eyes Bald Bangs Big_Lips Big_Nose '
+  'Black_Hair Blond_Hair Blurry Brown_Hair Bushy_Eyebrows Chubby Double_Chin Eyeglasses Goatee '
+  'Gray_Hair Heavy_Makeup High_Cheekbones Male Mouth_Slightly_Open Mustache Narrow_Eyes No_Beard '
+  'Oval_Face Pale_Skin Pointy_Nose Receding_Hairline Rosy_Cheeks Sideburns Smiling Straight_Hair '
+  'Wavy_Hair Wearing_Earrings Wearing_Hat Wearing_Lipstick Wearing_Necklace Wearing_Necktie Young'
+).split()
+LANDMARK_NAMES = (
+  'lefteye_x lefteye_y righteye_x righteye_y nose_x nose_y leftmouth_x leftmouth_y '
+  'rightmouth_x rightmouth_y'
+).split()
+
+
+def _bad(file_name, problem):
+  return DataError(
+    f'config.data.manual_dir: {file_name} {problem}; replace it with the official '
+    f'file from {CELEBA_PAGE}'
+  )
+
+
+def check_present(manual_dir):
+  """One error listing every missing file (and where CelebA is obtained), before any work."""
+  if not manual_dir:
+    raise DataError(
+      f'config.data.manual_dir is empty: set it to a folder holding {", ".join(FILES)} '
+      f'(CelebA is obtained from {CELEBA_PAGE}; "Align&Cropped Images" and "Anno")'
+    )
+  missing = [f for f in FILES if not os.path.isfile(os.path.join(manual_dir, f))]
+  if missing:
+    raise FileNotFoundError(
+      f'config.data.manual_dir={manual_dir!r} lacks {", ".join(missing)}: '
+      f'download them from the official CelebA page {CELEBA_PAGE} and put all '
+      f'five files ({", ".join(FILES)}) in that folder'
+    )
+
+
+def _rows(path, header_lines, columns, file_name):
+  """Rows of a whitespace table as (names, int array [N, columns]), checking shape and count."""
+  with open(path) as f:
+    lines = f.read().split('\n')
+  if lines and lines[-1] == '':
+    lines = lines[:-1]
+  head, body = lines[:header_lines], lines[header_lines:]
+  if len(head) < header_lines:
+    raise _bad(file_name, 'is empty or lacks its header')
+  parts = [line.split(None, 1) for line in body]
+  for number, part in enumerate(parts, header_lines + 1):
+    if len(part) != 2 or not part[0].endswith('.jpg') or len(part[1].split()) != columns:
+      raise _bad(
+        file_name,
+        f'line {number} is not a name and {columns} numbers (truncated or not the official file?)',
+      )
+  try:  # fast: one C parse of every value (numpy >= 2.4 raises on a non-integer, older warned)
+    with warnings.catch_warnings():
+      warnings.simplefilter('error', DeprecationWarning)
+      text = ' '.join(part[1] for part in parts)
+      array = np.fromstring(text, dtype=np.int64, sep=' ') if parts else np.zeros(0, np.int64)
+  except (ValueError, DeprecationWarning):
+    array = None
+  if array is None or array.size != len(parts) * columns:
+    raise _not_integer(parts, header_lines, file_name)
+  names = [part[0] for part in parts]
+  return head, np.asarray(names), array.reshape(len(parts), columns)
+
+
+def _not_integer(parts, header_lines, file_name):
+  """The error naming the first value that is not a plain integer, with its line number."""
+  for number, (_, values) in enumerate(parts, header_lines + 1):
+    for value in values.split():
+      if not re.fullmatch(r'[-+]?[0-9]+', value):
+        return _bad(file_name, f'line {number} holds {value!r}, not an integer')
+  return _bad(file_name, 'holds a value that is not an integer')
+
+
+def _counted(manual_dir, file_name, headings):
+  """A file with a count line and a heading line (attributes, landmarks)."""
+  head, names, values = _rows(os.path.join(manual_dir, file_name), 2, len(headings), file_name)
+  if not head[0].strip().isdigit():
+    raise _bad(file_name, f'starts with {head[0][:40]!r}, not the row count')
+  if head[1].split() != list(headings):
+    raise _bad(file_name, 'has unexpected column names on line 2')
+  if int(head[0]) != len(names):
+    raise _bad(file_name, f'declares {int(head[0])} rows but has {len(names)} (truncated?)')
+  return names, values
+
+
+def _by_name(reference, names, values, file_name):
+  """`values` reordered to the sorted `reference` names; every name must be there exactly once."""
+  order = np.argsort(names, kind='stable')
+  names, values = names[order], values[order]
+  if len(names) != len(reference) or not np.array_equal(names, reference):
+    missing = np.setdiff1d(reference, names)
+    extra = np.setdiff1d(names, reference)
+    raise _bad(
+      file_name,
+      f'lists other images than {PARTITION}: {len(missing)} missing '
+      f'(e.g. {missing[:3].tolist()}), {len(extra)} extra or repeated '
+      f'(e.g. {extra[:3].tolist()}) (truncated?)',
+    )
+  return values
+
+
+def zip_members(manual_dir):
+  """{file name: ZipInfo} of the images `img_align_celeba/<name>.jpg` in img_align_celeba.zip
+  (see `members_of`); a truncated zip is an error."""
+  try:
+    with zipfile.ZipFile(os.path.join(manual_dir, ZIP)) as zf:
+      return members_of(zf)
+  except (zipfile.BadZipFile, OSError) as e:
+    raise _bad(ZIP, f'is not a readable zip ({e}; truncated download?)') from e
+
+
+def members_of(zf):
+  """{file name: ZipInfo} of the images in the open zip `zf`: only members at
+  `img_align_celeba/<name>.jpg` count (a stray `other/000004.jpg` or `__MACOSX/...` is ignored,
+  never taken for image 000004); one name twice is an error naming both entries."""
+  members, position = {}, {}
+  for index, info in enumerate(zf.infolist()):
+    folder, _, name = info.filename.partition('/')
+    if folder != MEMBER_DIR or '/' in name or not name.endswith('.jpg'):
+      continue
+    if name in members:
+      raise _bad(
+        ZIP,
+        f'holds {info.filename} twice (entries {position[name]} and {index}, '
+        f'{members[name].file_size} and {info.file_size} bytes)',
+      )
+    members[name], position[name] = info, index
+  return members
+
+
+def read_metadata(manual_dir):
+  """Check and parse the five files: sorted names, partition, identity, attributes (-1/1)."""
+  check_present(manual_dir)
+  _, names, partition = _rows(os.path.join(manual_dir, PARTITION), 0, 1, PARTITION)
+  order = np.argsort(names, kind='stable')
+  names, partition = names[order], partition[order, 0]
+  if len(names) == 0:
+    raise _bad(PARTITION, 'lists no images')
+  if len(np.unique(names)) != len(names):
+    raise _bad(PARTITION, 'lists an image twice')
+  if not np.isin(partition, (0, 1, 2)).all():
+    raise _bad(PARTITION, 'has a partition other than 0, 1 or 2')
+  _, id_names, identity = _rows(os.path.join(manual_dir, IDENTITY), 0, 1, IDENTITY)
+  identity = _by_name(names, id_names, identity, IDENTITY)[:, 0]
+  attr_names, attributes = _counted(manual_dir, ATTR, ATTR_NAMES)
+  attributes = _by_name(names, attr_names, attributes, ATTR)
+  if not np.isin(attributes, (-1, 1)).all():
+    raise _bad(ATTR, 'has attribute values other than -1 and 1')
+  lm_names, landmarks = _counted(manual_dir, LANDMARKS, LANDMARK_NAMES)
+  _by_name(names, lm_names, landmarks, LANDMARKS)
+  members = zip_members(manual_dir)
+  absent = [n for n in names if n not in members]
+  if absent:
+    raise _bad(ZIP, f'lacks {len(absent)} images listed in {PARTITION} (e.g. {absent[:3]})')
+  return {
+    'names': names,
+    'partition': partition.astype(np.int8),
+    'identity': identity.astype(np.int64),
+    'attributes': attributes.astype(np.int8),
+  }
+
+
+def source_fingerprint(manual_dir):
+  """A hash of the five files' contents: zip members' names, CRC-32s and sizes, and the txt
+  bytes."""
+  digest = hashlib.sha256()
+  for name, info in sorted(zip_members(manual_dir).items()):
+    digest.update(f'{name}:{info.CRC}:{info.file_size}\n'.encode())
+  for file_name in FILES[1:]:
+    with open(os.path.join(manual_dir, file_name), 'rb') as f:
+      digest.update(hashlib.sha256(f.read()).digest())
+  return digest.hexdigest()[:16]
+
+
+def official_sizes(manual_dir):
+  """True when all five files have the official byte sizes (i.e. this is the real CelebA)."""
+  return all(os.path.getsize(os.path.join(manual_dir, f)) == s for f, s in OFFICIAL_SIZES.items())
+
+
+def test_count(n, test_fraction):
+  """Test images of an identity with n images: round half up, at most n - 1 (0 for singletons)."""
+  return min(max(n - 1, 0), math.floor(n * test_fraction + 0.5))
+
+
+def split_identity(names, identity, test_fraction, split_seed):
+  """Boolean test mask over `names`: each identity split exactly (docs/celeba.md, "Task and
+  split")."""
+  keys = np.asarray(
+    [int(hashlib.sha256(f'{int(split_seed)}:{n}'.encode()).hexdigest()[:16], 16) for n in names],
+    dtype=np.uint64,
+  )
+  order = np.lexsort((np.argsort(np.argsort(names, kind='stable')), keys, identity))
+  ids, starts, counts = np.unique(identity[order], return_index=True, return_counts=True)
+  test = np.zeros(len(names), bool)
+  for start, count in zip(starts, counts, strict=True):
+    test[order[start : start + test_count(int(count), test_fraction)]] = True
+  return test
+
+
+def split_official(partition):
+  """(train mask, test mask) of the official partition: 0 train, 2 test (1, validation, unused)."""
+  return partition == 0, partition == 2
+
 
 NATIVE_SHAPE = (218, 178)  # H, W
 TASKS = ('identity', 'attributes')
@@ -43,7 +262,7 @@ OFFICIAL = {'train': 162770, 'test': 19962}  # partitions 0 and 2 of list_eval_p
 def split_sizes(data):
   """(train, test) images of `data.split`: 'official' CelebA's published partition; 'per_identity'
   declared as round-half-up of IMAGES x test_fraction (each identity splits by round-half-up of
-  n x test_fraction, celeba_files.split_identity: at most one image per identity away)."""
+  n x test_fraction, split_identity: at most one image per identity away)."""
   if data.split == 'official':
     return OFFICIAL['train'], OFFICIAL['test']
   test = math.floor(IMAGES * float(data.test_fraction) + 0.5)
@@ -58,16 +277,16 @@ def labels_of(data):
 
 
 def data_dirs(data):
-  """(manual_dir, tfds_dir, cache_dir) with defaults filled in; ValueError (or FileNotFoundError)
+  """(manual_dir, tfds_dir, cache_dir) with defaults filled in; DataError (or FileNotFoundError)
   naming the field when none is given or the cache would be on a bucket."""
   manual_dir = os.path.expanduser(data.manual_dir) if data.manual_dir else ''
   tfds_dir = data.tfds_dir or (os.path.join(manual_dir, 'tfds') if manual_dir else '')
   if not tfds_dir:
-    celeba_files.check_present(manual_dir)  # raises: names the five files and the CelebA page
+    check_present(manual_dir)  # raises: names the five files and the CelebA page
   tfds_dir = tfds_dir if '://' in tfds_dir else os.path.expanduser(tfds_dir)
   cache_dir = data.cache_dir or os.path.join(tfds_dir, 'decoded_cache')
   if '://' in cache_dir:
-    raise ValueError(
+    raise DataError(
       f'config.data.cache_dir={cache_dir!r} is a bucket path: set it to a local '
       'folder (the decoded cache is memory-mapped)'
     )
@@ -77,10 +296,12 @@ def data_dirs(data):
 def problems(data):
   """What stops CelebA from loading with `data` (config.data), found without reading the images
   (the sweep's check before it launches a run): one line each."""
+  from input_pipeline import celeba_tfds  # it imports this module
+
   try:
     manual_dir, tfds_dir, cache_dir = data_dirs(data)
-  except (OSError, ValueError) as e:
-    return [str(e).splitlines()[0]]
+  except (OSError, DataError) as e:
+    return [str(e)]
   prepared = '://' in tfds_dir or celeba_tfds.prepared_source(tfds_dir) is not None
   if not manual_dir:
     return (
@@ -92,9 +313,9 @@ def problems(data):
       ]
     )
   try:
-    celeba_files.check_present(manual_dir)
-  except (OSError, ValueError) as e:
-    return [str(e).splitlines()[0]]
+    check_present(manual_dir)
+  except (OSError, DataError) as e:
+    return [str(e)]
   if not (
     prepared
     or has_decoded_cache(cache_dir)
@@ -113,27 +334,29 @@ def has_decoded_cache(cache_dir):
 
 def _source(manual_dir, tfds_dir):
   """(metadata, source record): from the five files if given, else from the prepared tfds_dir."""
+  from input_pipeline import celeba_tfds  # it imports this module
+
   if manual_dir:
-    meta = celeba_files.read_metadata(manual_dir)
+    meta = read_metadata(manual_dir)
     source = {
-      'source_fingerprint': celeba_files.source_fingerprint(manual_dir),
-      'official_files': celeba_files.official_sizes(manual_dir),
+      'source_fingerprint': source_fingerprint(manual_dir),
+      'official_files': official_sizes(manual_dir),
       'manual_dir': os.path.abspath(manual_dir),
       'num_images': len(meta['names']),
     }
     return meta, source
   source = celeba_tfds.prepared_source(tfds_dir)
   if source is None:
-    celeba_files.check_present(manual_dir)  # raises: says what to download and where to put it
+    check_present(manual_dir)  # raises: says what to download and where to put it
   return celeba_tfds.read_metadata(tfds_dir), source
 
 
 def _split(data, meta):
   """(train rows, test rows) into the sorted metadata arrays."""
   if data.split == 'official':
-    train, test = celeba_files.split_official(meta['partition'])
+    train, test = split_official(meta['partition'])
   else:
-    test = celeba_files.split_identity(
+    test = split_identity(
       meta['names'], meta['identity'], float(data.test_fraction), int(data.split_seed)
     )
     train = ~test
@@ -152,11 +375,11 @@ def decode(jpeg, size, name):
         image = image.resize((size, size), Image.BILINEAR)
       return np.asarray(image, dtype=np.uint8)
   except Exception as e:
-    raise ValueError(
-      f'CelebA image {name} in {celeba_files.ZIP} cannot be used ({e}): replace '
-      f'config.data.manual_dir/{celeba_files.ZIP} with the official file from '
-      f'{celeba_files.CELEBA_PAGE}'
-    ) from None
+    raise DataError(
+      f'CelebA image {name} in {ZIP} cannot be used ({e}): replace '
+      f'config.data.manual_dir/{ZIP} with the official file from '
+      f'{CELEBA_PAGE}'
+    ) from e
 
 
 def _decode_into(records, meta, targets, outputs, size, where, num_threads=None):
@@ -172,7 +395,7 @@ def _decode_into(records, meta, targets, outputs, size, where, num_threads=None)
       for count, (jpeg, identity) in enumerate(records(partition), 1):
         row = part_rows[count - 1] if count <= len(part_rows) else None
         if row is None or identity != meta['identity'][row]:
-          raise ValueError(
+          raise DataError(
             f'{where}: record {count - 1} of partition {partition} does not match '
             'the CelebA files: delete its celeb_a folder'
           )
@@ -187,7 +410,7 @@ def _decode_into(records, meta, targets, outputs, size, where, num_threads=None)
       for future in pending:
         future.result()
       if count != len(part_rows):
-        raise ValueError(
+        raise DataError(
           f'{where} has {count} records in partition {partition}, not '
           f'{len(part_rows)}: delete its celeb_a folder'
         )
@@ -215,14 +438,7 @@ def _create_npy(path, count, size):
 
 
 def write_cache(folder, rows, meta, size, records, where):
-  """Decode the images of `rows` ({split name: metadata rows}) into `folder`/<split>.npy.
-
-  `records(partition)` yields (JPEG bytes, identity) of an official partition in record order;
-  `where` names their source in errors. Each image goes to its place in the file by a positioned
-  write (os.pwrite), never through a memory map: mapped pages written count in the process's RSS
-  (the whole cache, by the end), written pages do not. At most 4 images per thread are in flight,
-  so memory does not grow with the number of images beyond the per-image index (`targets`).
-  """
+  """Decode the images of `rows` ({split name: metadata rows}) into `folder`/<split>.npy."""
   targets = [None] * len(meta['names'])
   outputs = {}
   try:
@@ -242,14 +458,7 @@ def write_cache(folder, rows, meta, size, records, where):
 
 @contextlib.contextmanager
 def preparation_lock(cache_dir):
-  """Hold `<cache_dir>/.prepare.lock` exclusively: one process at a time prepares TFDS and decodes.
-
-  The runs of a sweep started together on fresh files (`sweeps.sweep --parallel N`) would
-  otherwise all prepare TFDS into one tfds_dir at once (and trip over each other's half-written
-  dataset) and all decode the same images. The others wait here, then find the cache built. An
-  flock dies with its process, so a killed preparation never leaves a stale lock; it serialises
-  processes of one machine (a cache_dir is local), not hosts sharing a network tfds_dir.
-  """
+  """Hold `<cache_dir>/.prepare.lock` exclusively: one process at a time prepares and decodes."""
   os.makedirs(cache_dir, exist_ok=True)
   with open(os.path.join(cache_dir, '.prepare.lock'), 'a') as lock:
     try:
@@ -267,7 +476,7 @@ def _check_space(cache_dir, needed):
   """Refuse before any work when `cache_dir`'s disk cannot hold the decoded cache."""
   free = shutil.disk_usage(cache_dir).free
   if free < needed:
-    raise ValueError(
+    raise DataError(
       f'config.data.cache_dir={cache_dir!r}: the decoded cache needs '
       f'{needed / 2**20:,.1f} MiB and that disk has {free / 2**20:,.1f} MiB free: '
       'free space there or set config.data.cache_dir to a larger local disk'
@@ -278,6 +487,8 @@ def _build_cache(path, manual_dir, tfds_dir, source, meta, rows, size):
   """Prepare TFDS if needed, then decode the splits' images into `path` once (atomically: into
   `<path>.partial-<host>-<pid>`, renamed when complete; leftovers of killed builds deleted
   first)."""
+  from input_pipeline import celeba_tfds  # it imports this module
+
   celeba_tfds.remove_leftovers(os.path.dirname(path))
   _check_space(os.path.dirname(path), sum(len(r) for r in rows.values()) * size * size * 3)
   if manual_dir:
@@ -315,12 +526,12 @@ def _labels(task, meta, train, test):
       labels[test],
       labels.shape[1],
       'multilabel',
-      {'label_rule': 'attributes: -1 -> 0, 1 -> 1', 'attribute_names': celeba_files.ATTR_NAMES},
+      {'label_rule': 'attributes: -1 -> 0, 1 -> 1', 'attribute_names': ATTR_NAMES},
     )
   ids = np.unique(meta['identity'][train])
   unseen = np.setdiff1d(meta['identity'][test], ids)
   if len(unseen):
-    raise ValueError(
+    raise DataError(
       f'{len(unseen)} test identities never appear in training (official partitions '
       "are identity-disjoint): use config.data.split='per_identity' for task identity"
     )
@@ -335,12 +546,14 @@ def _labels(task, meta, train, test):
 
 def load(config):
   """The CelebA `Dataset` for `config.data` (see the module docstring)."""
+  from input_pipeline import celeba_tfds  # it imports this module
+
   data = config.data
   manual_dir, tfds_dir, cache_dir = data_dirs(data)
   meta, source = _source(manual_dir, tfds_dir)
   train, test = _split(data, meta)
   size = int(data.image_size)
-  split_fp = base.fingerprint(meta['names'][test].tolist())
+  split_fp = input_pipeline.fingerprint(meta['names'][test].tolist())
   key = f'{source["source_fingerprint"]}-{data.split}-{size}px-{split_fp}'
   path = os.path.join(cache_dir, key)
   if not os.path.exists(os.path.join(path, 'done.json')):
@@ -376,17 +589,17 @@ def load(config):
     'decoded_cache': path,
     **label_info,
   }
-  return base.Dataset(
+  return Dataset(
     name='celeba',
-    train=base.Split(images['train'], train_labels),
-    test=base.Split(images['test'], test_labels),
+    train=Split(images['train'], train_labels),
+    test=Split(images['test'], test_labels),
     num_classes=num_classes,
     task=task,
     info=info,
   )
 
 
-DATASET = registry.Declaration(
+DATASET = Declaration(
   name='celeba',
   images=IMAGES,
   channels=3,

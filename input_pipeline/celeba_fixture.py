@@ -2,21 +2,10 @@
 
   python -m input_pipeline.celeba_fixture --out /tmp/celeba_fixture --identities 20
 
-writes into OUT exactly what `input_pipeline.celeba` expects in `config.data.manual_dir`:
-  img_align_celeba.zip             JPEGs `img_align_celeba/000001.jpg`, ... of 218x178 (HxW), RGB
-  list_eval_partition.txt          `000001.jpg 0` (0 train, 1 validation, 2 test; identity-disjoint)
-  list_attr_celeba.txt             count line, 40 names (trailing space), rows of -1/1
-                                   (official spacing)
-  list_landmarks_align_celeba.txt  count line, 10 names, rows of 5 (x, y) points (official spacing)
-  identity_CelebA.txt              `000001.jpg 2880` (no header)
-
-Identities get sparse CelebA-like ids (1..10177), varied image counts including singletons, and
-files are interleaved across identities as in CelebA. Each identity is a distinct hue with its own
-stripe pattern, plus per-image noise and brightness jitter, so identity is learnable even at 16 px.
-Attributes: most are fixed per identity (learnable through the identity's look); `Eyeglasses` (a
-dark band at eye height) and `Smiling` (a bright bar at mouth height) vary per image and are drawn
-in.
-See docs/celeba.md.
+writes into OUT the five files `input_pipeline.celeba` expects in `config.data.manual_dir`, in
+their official formats. Each identity (sparse CelebA-like ids, varied image counts, singletons
+included) is a hue with its own stripes plus per-image noise: learnable even at 16 px;
+`Eyeglasses` and `Smiling` vary per image and are drawn in. See docs/celeba.md.
 """
 
 import argparse
@@ -28,10 +17,10 @@ import zipfile
 import numpy as np
 from PIL import Image
 
-from input_pipeline import celeba_files
+from input_pipeline import celeba
 
 HEIGHT, WIDTH = 218, 178
-ATTR_NAMES, LANDMARK_NAMES = celeba_files.ATTR_NAMES, celeba_files.LANDMARK_NAMES
+ATTR_NAMES, LANDMARK_NAMES = celeba.ATTR_NAMES, celeba.LANDMARK_NAMES
 LANDMARKS_MEAN = (69, 111, 107, 111, 88, 135, 72, 152, 105, 152)
 EYEGLASSES, SMILING = ATTR_NAMES.index('Eyeglasses'), ATTR_NAMES.index('Smiling')
 

@@ -1,10 +1,4 @@
-"""TFDS `celeb_a` 2.1.0 prepared offline from the five local files, and read back as JPEG bytes.
-
-`_LocalCelebA` is the installed builder with its downloads answered by the local files; the
-preparation is atomic (a `*.partial-<host>-<pid>` folder renamed into place, leftovers of dead
-processes removed: `remove_leftovers`). TensorFlow is imported here only. See docs/celeba.md
-("Preparation and the decoded cache").
-"""
+"""TFDS `celeb_a` 2.1.0 prepared offline from the five local files, and read back as JPEG bytes."""
 
 import json
 import os
@@ -16,7 +10,7 @@ import zipfile
 import numpy as np
 from absl import logging
 
-from input_pipeline import celeba_files
+from input_pipeline import DataError, celeba
 
 VERSION = '2.1.0'
 PARTITION_SPLITS = ('train', 'validation', 'test')  # official partitions 0, 1, 2
@@ -45,11 +39,11 @@ def missing_tfds(field):
 
 
 def require_tfds(field):
-  """import_tfds(), or a ValueError with the one line `missing_tfds(field)`."""
+  """import_tfds(), or a DataError with the one line `missing_tfds(field)`."""
   try:
     return import_tfds()
-  except ImportError:
-    raise ValueError(missing_tfds(field)) from None
+  except ImportError as e:
+    raise DataError(missing_tfds(field)) from e
 
 
 def _builder_class():
@@ -58,11 +52,11 @@ def _builder_class():
   from tensorflow_datasets.datasets.celeb_a import celeb_a_dataset_builder as upstream
 
   urls = {
-    upstream.IMG_ALIGNED_DATA: celeba_files.ZIP,
-    upstream.EVAL_LIST: celeba_files.PARTITION,
-    upstream.ATTR_DATA: celeba_files.ATTR,
-    upstream.LANDMARKS_DATA: celeba_files.LANDMARKS,
-    upstream.IDENTITY_DATA: celeba_files.IDENTITY,
+    upstream.IMG_ALIGNED_DATA: celeba.ZIP,
+    upstream.EVAL_LIST: celeba.PARTITION,
+    upstream.ATTR_DATA: celeba.ATTR,
+    upstream.LANDMARKS_DATA: celeba.LANDMARKS,
+    upstream.IDENTITY_DATA: celeba.IDENTITY,
   }
 
   class LocalFiles:
@@ -76,8 +70,8 @@ def _builder_class():
 
     def iter_archive(self, path):
       zf = zipfile.ZipFile(os.fspath(path))  # read lazily; closed with the last member
-      for name, info in celeba_files.members_of(zf).items():
-        yield f'{celeba_files.MEMBER_DIR}/{name}', _Member(zf, info)
+      for name, info in celeba.members_of(zf).items():
+        yield f'{celeba.MEMBER_DIR}/{name}', _Member(zf, info)
 
   class _LocalCelebA(upstream.Builder, skip_registration=True):
     name = 'celeb_a'
@@ -115,14 +109,7 @@ KEY_SHIFT = 108  # record keys index << 108: up to 2**20 records per split
 
 
 def record_key(index):
-  """The TFDS key of the split's record number `index`: increasing, spread over the 128-bit keys.
-
-  With `disable_shuffling` TFDS keeps a split in memory up to 1000 MiB (its `shuffle`
-  MAX_MEM_BUFFER_SIZE), then moves it to 1000 temporary buckets by key range and reads them back
-  one at a time; the keys it would give itself (0, 1, 2, ...) all fall in bucket 0, which is then
-  read back whole (CelebA's train split: ~1.2 GiB, more for larger JPEGs). These keys keep the
-  order and put at most ceil(2**20 / 1000) = 1049 records in a bucket.
-  """
+  """The TFDS key of the split's record number `index`: increasing, spread over the 128-bit keys."""
   if index >> (128 - KEY_SHIFT):
     raise ValueError(f'celeb_a split has more than {2 ** (128 - KEY_SHIFT)} records')
   return index << KEY_SHIFT
@@ -250,14 +237,14 @@ def _check_existing(tfds_root, source):
   existing = prepared_source(tfds_root)
   if existing is not None:
     if existing['source_fingerprint'] != source['source_fingerprint']:
-      raise ValueError(
+      raise DataError(
         f'config.data.tfds_dir={tfds_root!r} holds celeb_a prepared from other files '
         f'({existing["manual_dir"]}): point config.data.tfds_dir at another folder or delete '
         f'{dataset_dir(tfds_root)}'
       )
     return True
   if (_path(dataset_dir(tfds_root)) / 'dataset_info.json').exists():
-    raise ValueError(
+    raise DataError(
       f'config.data.tfds_dir={tfds_root!r}: {dataset_dir(tfds_root)} holds a celeb_a '
       f"without this project's {SOURCE} (prepared by another tool, or by an older "
       'version killed before finishing): delete that folder to prepare it again'

@@ -1,18 +1,12 @@
-"""The embedded default: scikit-learn's bundled `load_digits` (1,797 real 8x8 images, 10 classes).
-
-No download: the data ship inside scikit-learn. The 0..16 grey levels are scaled to uint8 and
-resized (bilinear) to `config.data.image_size`; the train/test split is stratified by class with
-`config.data.split_seed`, independent of the training seed. The shortest dataset module: its
-declaration (`DATASET`, input_pipeline/registry.py) and its loader; docs/configs.md ("Adding a
-dataset").
-"""
+"""The embedded default: scikit-learn's `load_digits` (1,797 real 8x8 images, 10 classes)."""
 
 import math
 
 import numpy as np
 from PIL import Image
 
-from input_pipeline import base, registry
+import input_pipeline
+from input_pipeline import DataError, Dataset, Declaration, Split
 
 IMAGES = 1797
 CLASSES = 10
@@ -41,9 +35,9 @@ def load(config):
 
   digits = sk_datasets.load_digits()
   size = int(config.data.image_size)
-  need, host = len(digits.images) * size * size, base.host_memory()
+  need, host = len(digits.images) * size * size, input_pipeline.host_memory()
   if host and need > host / 2:  # the resized images are held in memory, on the host
-    raise ValueError(
+    raise DataError(
       f'config.data.image_size={size}: the {len(digits.images)} digits resized to '
       f'{size}x{size} take {need / 2**30:.1f} GiB of memory, over half of the '
       f'{host / 2**30:.1f} GiB this machine has: use a smaller '
@@ -63,20 +57,20 @@ def load(config):
   info = {
     'train_size': len(train_idx),
     'test_size': len(test_idx),
-    'split_fingerprint': base.fingerprint(test_idx.tolist()),
+    'split_fingerprint': input_pipeline.fingerprint(test_idx.tolist()),
     'split_seed': int(config.data.split_seed),
   }
-  return base.Dataset(
+  return Dataset(
     name='digits',
-    train=base.Split(images[train_idx], labels[train_idx]),
-    test=base.Split(images[test_idx], labels[test_idx]),
+    train=Split(images[train_idx], labels[train_idx]),
+    test=Split(images[test_idx], labels[test_idx]),
     num_classes=CLASSES,
     task='classification',
     info=info,
   )
 
 
-DATASET = registry.Declaration(
+DATASET = Declaration(
   name='digits',
   images=IMAGES,
   channels=1,

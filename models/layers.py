@@ -1,15 +1,15 @@
-"""Conv2d, Linear and BatchNorm with torchvision's initialisation and parameter shapes.
+"""The layers every model is built from: Conv2d, Linear and BatchNorm with torchvision's
+initialisation, parameter shapes and names, a scatter-free max pool, and what maps them to a
+torchvision state dict (`torch_keys`)."""
 
-Parameters are stored in f32 (`param_dtype`) and cast to the compute `dtype` at use; every product
-goes through numerics/ops.py in the layer's format `fmt`, a noisy one keyed by the layer's static
-`product_id`; BatchNorm statistics and normalisation are computed in float32. See docs/numerics.md.
-"""
-
+import functools
 import math
+import zlib
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax import lax
 
 from numerics import ops
 
@@ -38,9 +38,9 @@ class Conv2d(nnx.Module):
     self.kernel = nnx.Param(std * jax.random.normal(rngs.params(), shape, param_dtype))
     self.stride, self.padding = stride, [(padding, padding)] * 2
     self.dtype, self.fmt, self.emulate_impl = dtype, fmt, emulate_impl
-    self.product_id = 0  # set by the model from the layer's name (models/resnet.py)
-    ops.resolve_conv_impl(conv_impl)  # validates the name
-    self.conv_impl = conv_impl  # 'auto' is resolved per shape at trace time (numerics/ops.py)
+    ops.resolve_conv_impl(conv_impl)  # validates the name; 'auto' is resolved per shape
+    self.conv_impl = conv_impl
+    self.product_id, self.platform = 0, None  # name_products sets them
 
   def __call__(self, x):
     return ops.conv2d(
@@ -52,6 +52,7 @@ class Conv2d(nnx.Module):
       impl=self.conv_impl,
       emulate_impl=self.emulate_impl,
       key=ops.noise_key(self.fmt, self.product_id),
+      platform=self.platform,
     )
 
 
@@ -77,7 +78,7 @@ class Linear(nnx.Module):
       jax.random.uniform(rngs.params(), (out_features,), param_dtype, -bound, bound)
     )
     self.dtype, self.fmt, self.emulate_impl = dtype, fmt, emulate_impl
-    self.product_id = 0  # set by the model from the layer's name (models/resnet.py)
+    self.product_id, self.platform = 0, None  # name_products sets them
 
   def __call__(self, x):
     y = ops.dense(
@@ -86,18 +87,14 @@ class Linear(nnx.Module):
       fmt=self.fmt,
       emulate_impl=self.emulate_impl,
       key=ops.noise_key(self.fmt, self.product_id),
+      platform=self.platform,
     )
     return y + self.bias[...].astype(self.dtype)
 
 
 class BatchNorm(nnx.Module):
-  """torch.nn.BatchNorm2d semantics (momentum 0.1, eps 1e-5, unbiased running variance), in f32.
-
-  group_size=0 normalises over the whole global batch (under jit with the batch sharded across
-  devices the mean is already global). group_size=K normalises each consecutive group of K examples
-  with its own statistics, as per-core BatchNorm does on a multi-core TPU; the running statistics
-  then average the groups'.
-  """
+  """torch.nn.BatchNorm2d semantics (momentum 0.1, eps 1e-5, unbiased running variance) in f32, over
+  the global batch or (group_size K) per K examples, as per-core BatchNorm on a TPU."""
 
   def __init__(
     self,
@@ -120,20 +117,135 @@ class BatchNorm(nnx.Module):
   def __call__(self, x):
     x32 = x.astype(jnp.float32)
     if self.use_running_average:
-      mean, var = self.mean[...], self.var[...]
-    else:
-      groups = x32.shape[0] // self.group_size if self.group_size else 1
-      xg = x32.reshape((groups, -1) + x32.shape[1:])  # [G, B/G, H, W, C]
-      axes = tuple(range(1, xg.ndim - 1))
-      mean = jnp.mean(xg, axis=axes, keepdims=True)
-      var = jnp.mean(jnp.square(xg - mean), axis=axes, keepdims=True)
-      count = math.prod(xg.shape[1:-1])
-      unbiased = var * (count / max(count - 1, 1))
-      m = self.momentum
-      self.mean[...] = (1 - m) * self.mean[...] + m * jnp.mean(mean, axis=(0,) + axes)
-      self.var[...] = (1 - m) * self.var[...] + m * jnp.mean(unbiased, axis=(0,) + axes)
-      y = (xg - mean) * jax.lax.rsqrt(var + self.epsilon)
-      y = y.reshape(x32.shape) * self.scale[...] + self.bias[...]
-      return y.astype(self.dtype)
-    y = (x32 - mean) * jax.lax.rsqrt(var + self.epsilon) * self.scale[...] + self.bias[...]
-    return y.astype(self.dtype)
+      y = (x32 - self.mean[...]) * lax.rsqrt(self.var[...] + self.epsilon)
+      return (y * self.scale[...] + self.bias[...]).astype(self.dtype)
+    groups = x32.shape[0] // self.group_size if self.group_size else 1
+    xg = x32.reshape((groups, -1) + x32.shape[1:])  # [G, B/G, H, W, C]
+    axes = tuple(range(1, xg.ndim - 1))
+    mean = jnp.mean(xg, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(xg - mean), axis=axes, keepdims=True)
+    count = math.prod(xg.shape[1:-1])
+    unbiased = var * (count / max(count - 1, 1))
+    m = self.momentum
+    self.mean[...] = (1 - m) * self.mean[...] + m * jnp.mean(mean, axis=(0,) + axes)
+    self.var[...] = (1 - m) * self.var[...] + m * jnp.mean(unbiased, axis=(0,) + axes)
+    y = (xg - mean) * lax.rsqrt(var + self.epsilon)
+    return (y.reshape(x32.shape) * self.scale[...] + self.bias[...]).astype(self.dtype)
+
+
+def product_id(path):
+  """A layer's static noise id: the CRC-32 of its name ('layer2.0.downsample.0'), 31 bits."""
+  return zlib.crc32('.'.join(map(str, path)).encode()) & 0x7FFFFFFF
+
+
+def name_products(model, platform=None):
+  """Give every Conv2d and Linear of `model` its product_id (from its path) and the `platform` its
+  steps are traced for; returns `model`."""
+  for path, module in nnx.iter_modules(model):
+    if isinstance(module, (Conv2d, Linear)):
+      module.product_id, module.platform = product_id(path), platform
+  return model
+
+
+def count_params(model):
+  return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+
+def _same(value):
+  return value
+
+
+def torch_keys(model):
+  """{torchvision state-dict key: (nnx Variable, torch value -> nnx value)} of every layer of
+  `model`, keyed by its attribute path (a model whose paths mirror torchvision's names loads its
+  state dicts: models/pretrained.py)."""
+  out = {}
+  for path, module in nnx.iter_modules(model):
+    prefix = '.'.join(map(str, path))
+    if isinstance(module, Conv2d):
+      out[f'{prefix}.weight'] = (module.kernel, lambda w: w.transpose(2, 3, 1, 0))
+    elif isinstance(module, Linear):
+      out[f'{prefix}.weight'] = (module.kernel, lambda w: w.T)
+      out[f'{prefix}.bias'] = (module.bias, _same)
+    elif isinstance(module, BatchNorm):
+      for name, variable in (
+        ('weight', module.scale),
+        ('bias', module.bias),
+        ('running_mean', module.mean),
+        ('running_var', module.var),
+      ):
+        out[f'{prefix}.{name}'] = (variable, _same)
+  return out
+
+
+def _padded_slices(x, window, strides, padding):
+  """The window's strided slices of the -inf-padded NHWC `x`, in row-major window order."""
+  (top, bottom), (left, right) = padding
+  padded = lax.pad(
+    x, jnp.array(-jnp.inf, x.dtype), ((0, 0, 0), (top, bottom, 0), (left, right, 0), (0, 0, 0))
+  )
+  n, height, width, channels = padded.shape
+  out_h = (height - window[0]) // strides[0] + 1
+  out_w = (width - window[1]) // strides[1] + 1
+  return [
+    lax.slice(
+      padded,
+      (0, i, j, 0),
+      (n, i + (out_h - 1) * strides[0] + 1, j + (out_w - 1) * strides[1] + 1, channels),
+      (1, strides[0], strides[1], 1),
+    )
+    for i in range(window[0])
+    for j in range(window[1])
+  ]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
+def _max_pool(x, window, strides, padding):
+  return functools.reduce(lax.max, _padded_slices(x, window, strides, padding))
+
+
+def _max_pool_fwd(x, window, strides, padding):
+  """(max over the window, (the offset XLA's select `>=` chooses, as uint8; x's shape))."""
+  slices = _padded_slices(x, window, strides, padding)
+  out = chosen = slices[0]
+  choice = jnp.zeros(out.shape, jnp.uint8)
+  for offset, candidate in enumerate(slices[1:], start=1):
+    out = lax.max(out, candidate)
+    take = ~(chosen >= candidate)
+    chosen = jnp.where(take, candidate, chosen)
+    choice = jnp.where(take, jnp.uint8(offset), choice)
+  return out, (choice, x.shape)
+
+
+def _max_pool_bwd(window, strides, padding, residuals, cotangent):
+  choice, (_, height, width, _) = residuals
+  (top, _), (left, _) = padding
+  out_h, out_w = cotangent.shape[1:3]
+  zero = jnp.zeros((), cotangent.dtype)
+  total = None
+  offsets = [(i, j) for i in range(window[0]) for j in range(window[1])]
+  # Descending offsets = ascending windows for each input element: XLA:CPU's order of additions.
+  for offset in reversed(range(len(offsets))):
+    i, j = offsets[offset]
+    share = jnp.where(choice == offset, cotangent, zero)
+    # Output (r, c) came from padded input (i + r*stride, j + c*stride); crop the padding.
+    rows = (i - top, height + top - i - (out_h - 1) * strides[0] - 1, strides[0] - 1)
+    cols = (j - left, width + left - j - (out_w - 1) * strides[1] - 1, strides[1] - 1)
+    placed = lax.pad(share, zero, ((0, 0, 0), rows, cols, (0, 0, 0)))
+    total = placed if total is None else total + placed
+  return (total,)
+
+
+_max_pool.defvjp(_max_pool_fwd, _max_pool_bwd)
+
+
+def max_pool(x, window, strides, padding):
+  """flax's `nnx.max_pool(x, window, strides, padding)` on NHWC `x`, bit for bit, forward and
+  gradient, from dense ops only (no scatter: XLA's deterministic GPU mode has nothing to
+  serialise); padding ((top, bottom), (left, right)). The gradient's rule: docs/performance.md."""
+  if x.ndim != 4:
+    raise ValueError(f'max_pool: NHWC input expected, got shape {x.shape}')
+  if window[0] * window[1] > 256:  # the chosen offset is kept as uint8
+    raise ValueError(f'max_pool: windows of at most 256 elements, got {tuple(window)}')
+  pairs = tuple((int(lo), int(hi)) for lo, hi in padding)
+  return _max_pool(x, tuple(map(int, window)), tuple(map(int, strides)), pairs)

@@ -1,15 +1,7 @@
-"""ImageNet-pretrained ResNet-18 weights from a local torchvision-keyed file.
-
-Reads a torchvision (or timm: same keys) ResNet-18 state dict from `.pth` (needs torch),
-`.safetensors` or `.npz` (no torch needed) into `models.resnet.ResNet18` (OIHW -> HWIO, fc
-transposed, BatchNorm running statistics kept). Nothing is downloaded.
-
-  model = load_torchvision('resnet18.pth')                 # 1000 classes, eval mode
-  facts = load_into(model, 'resnet18.npz', ('stem', 'head'))  # into an existing model
-  python -m models.pretrained --in resnet18.pth --out resnet18.npz  # once, where torch is
-
-See docs/celeba.md ("Starting from ImageNet-pretrained weights").
-"""
+"""ImageNet-pretrained torchvision weights from a local file: a torchvision-keyed state dict
+(.pth/.pt, needs torch; .safetensors or .npz, no torch) into a model of the registry, by its
+`torch_keys` (OIHW -> HWIO, fc transposed, BatchNorm running statistics kept). Nothing is
+downloaded."""
 
 import argparse
 import hashlib
@@ -19,33 +11,32 @@ import re
 import sys
 import warnings
 
+import numpy as np
 
-def make_parser():
-  parser = argparse.ArgumentParser(
-    prog='python -m models.pretrained',
-    description='Convert a torchvision ResNet-18 state dict (.pth/.safetensors/.npz) to a file '
-    'that loads without torch (.npz or .safetensors).',
-  )
-  parser.add_argument('--in', dest='src', required=True, help='input state dict')
-  parser.add_argument('--out', dest='dst', required=True, help='output .npz or .safetensors')
-  return parser
-
-
-if __name__ == '__main__':  # --help and a bad flag before the imports below load JAX
-  make_parser().parse_args()
-
-import jax.numpy as jnp  # noqa: E402 (after --help: it answers without JAX)
-import numpy as np  # noqa: E402 (after --help: it answers without JAX)
-from flax import nnx  # noqa: E402 (after --help: it answers without JAX)
-
-from models import architecture, resnet  # noqa: E402 (after --help: it answers without JAX)
-from models.layers import BatchNorm, Conv2d, Linear  # noqa: E402 (after --help: it answers without JAX)
+import models
 
 FORMATS = ('.pth', '.pt', '.safetensors', '.npz')
-REINIT_PARTS = architecture.PARTS
 IGNORED_SUFFIX = '.num_batches_tracked'
 _BLOCK_KEY = re.compile(r'^layer([1-4])\.(\d+)\.(\w+)\.')
 _SHOWN = 6  # keys named per category in an error message
+RESNETS = {  # torchvision's ResNets by (blocks per stage, bottleneck)
+  ((2, 2, 2, 2), False): 'ResNet-18',
+  ((3, 4, 6, 3), False): 'ResNet-34',
+  ((3, 4, 6, 3), True): 'ResNet-50',
+  ((3, 4, 23, 3), True): 'ResNet-101',
+  ((3, 8, 36, 3), True): 'ResNet-152',
+}
+# How to write each format so that it loads here (the fix named when a file does not read).
+HOW_TO_SAVE = {
+  '.pth': 'torch.save(model.state_dict(), path)',
+  '.pt': 'torch.save(model.state_dict(), path)',
+  '.safetensors': 'safetensors.torch.save_file(model.state_dict(), path)',
+  '.npz': 'python -m models.pretrained --in resnet18.pth --out resnet18.npz',
+}
+
+
+class WeightsError(ValueError):
+  """A weights file that cannot be read or does not fit the model: one line, the fix included."""
 
 
 def sha256(path):
@@ -60,37 +51,23 @@ def sha256(path):
 def _check_path(path, field):
   if not path or not os.path.isfile(path):
     raise FileNotFoundError(
-      f'{field}: no file at {path!r}; give a torchvision ResNet-18 state '
-      f'dict ({", ".join(FORMATS)})'
+      f'{field}: no file at {path!r}; give a torchvision state dict ({", ".join(FORMATS)})'
     )
   ext = os.path.splitext(path)[1].lower()
   if ext not in FORMATS:
-    raise ValueError(f'{field}: unsupported file type {ext!r} of {path!r}; use one of {FORMATS}')
+    raise WeightsError(f'{field}: unsupported file type {ext!r} of {path!r}; use one of {FORMATS}')
   return ext
-
-
-# How to write each format so that it loads here (the fix named when a file does not read).
-HOW_TO_SAVE = {
-  '.pth': 'torch.save(model.state_dict(), path)',
-  '.pt': 'torch.save(model.state_dict(), path)',
-  '.safetensors': 'safetensors.torch.save_file(model.state_dict(), path)',
-  '.npz': 'python -m models.pretrained --in resnet18.pth --out resnet18.npz',
-}
-
-
-class _Unreadable(ValueError):
-  """_read_torch's own one-line error: the file and the fix (read_state_dict names the field)."""
 
 
 def _read_torch(path):
   try:
     import torch
-  except ImportError:
-    raise _Unreadable(
+  except ImportError as e:
+    raise WeightsError(
       f'{path!r} needs torch to read, which is not installed; convert it once '
       f'where torch is installed: python -m models.pretrained --in {path} --out '
       'resnet18.npz'
-    ) from None
+    ) from e
   # weights_only: tensors and plain containers only, no code (a hostile pickle is refused).
   with warnings.catch_warnings():  # its unpickler warns about pickle protocols before refusing
     warnings.simplefilter('ignore', UserWarning)
@@ -98,7 +75,7 @@ def _read_torch(path):
   if isinstance(obj, dict) and isinstance(obj.get('state_dict'), dict):
     obj = obj['state_dict']  # a training checkpoint wrapping the state dict
   if not isinstance(obj, dict):
-    raise _Unreadable(
+    raise WeightsError(
       f'{path!r} holds a {type(obj).__name__}, not a state dict; save model.state_dict()'
     )
   return {
@@ -121,37 +98,34 @@ def _read(path, ext):
 
 
 def read_state_dict(path, field='config.model.init_from'):
-  """{torchvision key: np.ndarray} from a .pth/.pt, .safetensors or .npz file.
-
-  Every failure is one ValueError line naming `field`, the file and the fix (a missing file:
-  FileNotFoundError): a damaged or hostile file (a pickle that would run code, a truncated
-  archive, a bad header) included, whatever its reader raised.
-  """
+  """{torchvision key: np.ndarray} from a .pth/.pt, .safetensors or .npz file; a missing file is a
+  FileNotFoundError, any other failure (a damaged or hostile file, whatever its reader raised) one
+  WeightsError line naming `field`, the file and the fix."""
   ext = _check_path(path, field)
   try:
     state = _read(path, ext)
-  except _Unreadable as e:  # ours: the file and the fix
-    raise ValueError(f'{field}: {e}') from None
-  except Exception as e:  # each reader raises its own kinds
+  except WeightsError as e:  # ours: the file and the fix
+    raise WeightsError(f'{field}: {e}') from e
+  except Exception as e:  # each reader raises its own kinds for a bad file
     detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else ''
     if isinstance(e, pickle.UnpicklingError):  # torch's own text suggests weights_only=False
       detail = (
         'torch.load(weights_only=True) refused it: it holds more than tensors and plain '
         'containers (damaged, or code that would run)'
       )
-    raise ValueError(
+    raise WeightsError(
       f'{field}: {path!r} is not a readable {ext} state dict '
-      f'({type(e).__name__}: {detail}); give a torchvision ResNet-18 state dict '
+      f'({type(e).__name__}: {detail}); give a torchvision state dict '
       f'written with {HOW_TO_SAVE[ext]}'
-    ) from None
+    ) from e
   # nn.DataParallel / DistributedDataParallel save every key under 'module.'.
   if state and all(k.startswith('module.') for k in state):
     state = {k[len('module.') :]: v for k, v in state.items()}
   return state
 
 
-def check_architecture(state, path='the file'):
-  """Raise one clear error unless `state` is a ResNet-18 (four stages of two basic blocks)."""
+def resnet_of(state):
+  """(torchvision ResNet name or 'not a torchvision ResNet', its block kind, blocks per stage)."""
   blocks, bottleneck = {}, False
   for key in state:
     m = _BLOCK_KEY.match(key)
@@ -160,60 +134,14 @@ def check_architecture(state, path='the file'):
       blocks[stage] = max(blocks.get(stage, 0), block + 1)
       bottleneck |= m.group(3) in ('conv3', 'bn3')
   found = tuple(blocks.get(s, 0) for s in (1, 2, 3, 4))
-  if found == architecture.STAGE_BLOCKS and not bottleneck:
-    return
-  known = {
-    ((2, 2, 2, 2), False): 'ResNet-18',
-    ((3, 4, 6, 3), False): 'ResNet-34',
-    ((3, 4, 6, 3), True): 'ResNet-50',
-    ((3, 4, 23, 3), True): 'ResNet-101',
-    ((3, 8, 36, 3), True): 'ResNet-152',
-  }
-  name = known.get((found, bottleneck), 'not a torchvision ResNet')
-  kind = 'bottleneck' if bottleneck else 'basic'
-  raise ValueError(
-    f'config.model.init_from: {path} holds {name} ({kind} blocks per stage '
-    f'{found}); only a torchvision ResNet-18 (basic blocks {architecture.STAGE_BLOCKS}) '
-    'can be loaded'
-  )
+  name = RESNETS.get((found, bottleneck), 'not a torchvision ResNet')
+  return name, 'bottleneck' if bottleneck else 'basic', found
 
 
-def _module_targets(prefix, module):
-  """{torch key: (nnx Variable, to_nnx)} for one Conv2d, BatchNorm or Linear."""
-  if isinstance(module, Conv2d):
-    return {f'{prefix}.weight': (module.kernel, lambda w: w.transpose(2, 3, 1, 0))}
-  if isinstance(module, Linear):
-    return {
-      f'{prefix}.weight': (module.kernel, lambda w: w.T),
-      f'{prefix}.bias': (module.bias, lambda b: b),
-    }
-  if isinstance(module, BatchNorm):
-
-    def same(v):
-      return v
-
-    return {
-      f'{prefix}.weight': (module.scale, same),
-      f'{prefix}.bias': (module.bias, same),
-      f'{prefix}.running_mean': (module.mean, same),
-      f'{prefix}.running_var': (module.var, same),
-    }
-  raise TypeError(f'{prefix}: unexpected module {type(module).__name__}')
-
-
-def targets(model):
-  """{torchvision key: (Variable, to_nnx)} for every weight and BN statistic of a ResNet18."""
-  out = {}
-  for name in architecture.STEM_NAMES + architecture.HEAD_NAMES:
-    out.update(_module_targets(name, getattr(model, name)))
-  for s in range(1, 5):
-    for b, block in enumerate(getattr(model, f'layer{s}')):
-      for name in ('conv1', 'bn1', 'conv2', 'bn2'):
-        out.update(_module_targets(f'layer{s}.{b}.{name}', getattr(block, name)))
-      if block.downsample is not None:
-        for i, module in enumerate(block.downsample):
-          out.update(_module_targets(f'layer{s}.{b}.downsample.{i}', module))
-  return out
+def _listed(keys):
+  keys = sorted(keys)
+  more = f' (+{len(keys) - _SHOWN} more)' if len(keys) > _SHOWN else ''
+  return ', '.join(keys[:_SHOWN]) + more
 
 
 def _torch_shape(variable, key):
@@ -226,50 +154,42 @@ def _torch_shape(variable, key):
   return shape
 
 
-def _listed(keys):
-  keys = sorted(keys)
-  more = f' (+{len(keys) - _SHOWN} more)' if len(keys) > _SHOWN else ''
-  return ', '.join(keys[:_SHOWN]) + more
-
-
-def _reinit_keys(reinit):
-  if isinstance(reinit, str):
-    reinit = (reinit,) if reinit else ()
-  bad = [p for p in reinit if p not in REINIT_PARTS]
-  if bad:
-    raise ValueError(
-      f'config.model.reinit: unknown part(s) {bad}; choose from '
-      f'{sorted(REINIT_PARTS)} (or () to load everything)'
+def load_into(model, path, reinit=('stem', 'head'), name='resnet18'):
+  """Copy the weights and BatchNorm statistics at `path` into `model`, built by model module `name`
+  (its torch_keys, PARTS, TORCHVISION), except the `reinit` parts, which keep the model's own
+  initialisation."""
+  module = models.get(name)
+  if not hasattr(module, 'torch_keys'):
+    raise WeightsError(
+      f'config.model.init_from: {module.__name__} has no torch_keys: it loads no weights'
     )
-  return tuple(reinit), tuple(n for p in reinit for n in REINIT_PARTS[p])
-
-
-def _check_width(model):
-  channels = tuple(getattr(model, f'layer{s}')[0].bn2.scale.shape[0] for s in range(1, 5))
-  if channels != architecture.STAGE_CHANNELS:
-    raise ValueError(
-      f'config.model.width must be 1.0 with config.model.init_from (stage channels '
-      f'{channels}, the file has {architecture.STAGE_CHANNELS}); set model.width=1.0'
-    )
-
-
-def load_into(model, path, reinit=('stem', 'head')):
-  """Copy the ResNet-18 weights and BN statistics at `path` into `model`, except `reinit` parts.
-
-  `reinit` names parts that keep the model's own fresh initialisation: 'stem' (conv1, bn1) and/or
-  'head' (fc). Every other key must be in the file with the model's shape; otherwise one error
-  names the missing, unexpected and mismatched keys. Returns facts for the run's results.
-  """
   state = read_state_dict(path)
-  check_architecture(state, repr(path))
-  return _copy_state(model, state, path, reinit)
+  expected = getattr(module, 'TORCHVISION', None)
+  held, kind, blocks = resnet_of(state)
+  if expected and held != expected:
+    raise WeightsError(
+      f'config.model.init_from: {path!r} holds {held} ({kind} blocks per stage {blocks}), not '
+      f'the {expected} config.model.name={name!r} builds: give {expected} weights, or the '
+      'model.name of the file'
+    )
+  return _copy_state(model, state, path, reinit, module)
 
 
-def _copy_state(model, state, path, reinit):
+def _copy_state(model, state, path, reinit, module):
   """load_into's work on an already-read state dict."""
-  reinit, skipped_prefixes = _reinit_keys(reinit)
-  _check_width(model)
-  wanted = {k: v for k, v in targets(model).items() if k.split('.')[0] not in skipped_prefixes}
+  import jax.numpy as jnp
+
+  reinit = (reinit,) if isinstance(reinit, str) and reinit else tuple(reinit or ())
+  bad = [p for p in reinit if p not in module.PARTS]
+  if bad:
+    raise WeightsError(
+      f'config.model.reinit: unknown part(s) {bad}; choose from '
+      f'{sorted(module.PARTS)} (or () to load everything)'
+    )
+  skipped_prefixes = {n for p in reinit for n in module.PARTS[p]}
+  wanted = {
+    k: v for k, v in module.torch_keys(model).items() if k.split('.')[0] not in skipped_prefixes
+  }
   present = {k for k in state if not k.endswith(IGNORED_SUFFIX)}
   skipped = {k for k in present if k.split('.')[0] in skipped_prefixes}
   missing = sorted(set(wanted) - present)
@@ -292,7 +212,7 @@ def _copy_state(model, state, path, reinit):
     hint = (
       ' (add "stem"/"head" to config.model.reinit if the model\'s differ)' if mismatched else ''
     )
-    raise ValueError(
+    raise WeightsError(
       f'config.model.init_from {path!r} does not fit the model: ' + '; '.join(parts) + hint
     )
   for key, (variable, to_nnx) in wanted.items():
@@ -308,33 +228,38 @@ def _copy_state(model, state, path, reinit):
 
 
 def load_torchvision(path, num_classes=1000, *, rngs=None, **model_kwargs):
-  """The NNX ResNet18 with the file's weights and BN statistics, in eval mode (NHWC f32 input).
+  """The registry's ResNet the file holds (ResNet-18 or ResNet-50) with its weights and BatchNorm
+  statistics, in eval mode (NHWC f32 input)."""
+  from flax import nnx
 
-  The head (fc) keeps a fresh initialisation when `num_classes` differs from the file's.
-  `model_kwargs` go to `ResNet18` (e.g. dtype, conv_format); in_channels must be 3, width 1.0.
-  """
   if model_kwargs.get('in_channels', 3) != 3:
-    raise ValueError(
-      f'in_channels must be 3 for a pretrained ResNet-18, got '
-      f'{model_kwargs["in_channels"]}; load_into(..., reinit=("stem",)) instead'
+    raise WeightsError(
+      f'in_channels must be 3 for a pretrained ResNet, got {model_kwargs["in_channels"]}; '
+      'load_into(..., reinit=("stem",)) instead'
     )
-  if float(model_kwargs.get('width', 1.0)) != 1.0:
-    raise ValueError(f'width must be 1.0 with a pretrained ResNet-18, got {model_kwargs["width"]}')
   state = read_state_dict(path)
-  check_architecture(state, repr(path))
-  if 'fc.weight' not in state:
-    raise ValueError(f'config.model.init_from {path!r} has no fc.weight (missing: fc.weight)')
+  held, kind, blocks = resnet_of(state)
+  name = held.lower().replace('-', '')
+  if models.missing(name) or 'fc.weight' not in state:
+    raise WeightsError(
+      f'{path!r} holds {held} ({kind} blocks per stage {blocks}): give ResNet-18 or ResNet-50 '
+      'weights with their fc.weight'
+    )
+  from models import resnet
+
+  module = models.get(name)
   file_classes = int(state['fc.weight'].shape[0])
-  model = resnet.ResNet18(num_classes, rngs=rngs or nnx.Rngs(0), **model_kwargs)
-  _copy_state(model, state, path, reinit=() if num_classes == file_classes else ('head',))
+  model = getattr(resnet, held.replace('-', ''))(
+    num_classes, rngs=rngs or nnx.Rngs(0), **model_kwargs
+  )
+  _copy_state(model, state, path, () if num_classes == file_classes else ('head',), module)
   model.eval()
   return model
 
 
 def convert(src, dst):
-  """Rewrite the ResNet-18 state dict at `src` as `dst` (.npz or .safetensors); returns facts."""
+  """Rewrite the state dict at `src` as `dst` (.npz or .safetensors); returns facts."""
   state = read_state_dict(src, field='--in')
-  check_architecture(state, repr(src))
   ext = os.path.splitext(dst)[1].lower()
   state = {k: np.ascontiguousarray(v) for k, v in state.items()}
   if ext == '.npz':
@@ -344,7 +269,7 @@ def convert(src, dst):
 
     save_file(state, dst)
   else:
-    raise ValueError(f'--out must end in .npz or .safetensors, got {dst!r}')
+    raise WeightsError(f'--out must end in .npz or .safetensors, got {dst!r}')
   return {
     'in': src,
     'in_sha256': sha256(src)[:16],
@@ -355,11 +280,17 @@ def convert(src, dst):
 
 
 def main(argv=None):
-  parser = make_parser()
+  parser = argparse.ArgumentParser(
+    prog='python -m models.pretrained',
+    description='Convert a torchvision state dict (.pth/.safetensors/.npz) to a file that loads '
+    'without torch (.npz or .safetensors).',
+  )
+  parser.add_argument('--in', dest='src', required=True, help='input state dict')
+  parser.add_argument('--out', dest='dst', required=True, help='output .npz or .safetensors')
   args = parser.parse_args(argv)
   try:
     facts = convert(args.src, args.dst)
-  except (OSError, ValueError, ImportError) as e:
+  except (OSError, WeightsError) as e:
     parser.error(str(e))  # one line and exit status 2, no traceback
   print(' '.join(f'{k}={v}' for k, v in facts.items()))
   return 0

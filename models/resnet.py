@@ -1,25 +1,46 @@
-"""ResNet-18 in flax.nnx with torchvision's structure, names and parameter shapes.
-
-Attribute paths mirror torchvision's state-dict keys (`conv1`, `bn1`, `layer1.0.conv1`,
-`layer2.0.downsample.0`, `fc`), so pretrained weights map one to one. With the ImageNet stem, 3
-input channels, width 1 and 1000 classes it has exactly torchvision's 11,689,512 parameters. Its
-structure in numbers (stages, stems, parts) is models/architecture.py; the config fields that
-shape it: docs/configs.md ("Field groups").
-"""
-
-import zlib
+"""torchvision's ResNets in flax.nnx: ResNet-18 (basic blocks) and ResNet-50 (bottlenecks), with
+torchvision's structure, attribute names (= state-dict keys: `layer2.0.downsample.0`), parameter
+shapes and initialisation, and the activation values a training step keeps (the memory check)."""
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from models import pool
-from models.architecture import STAGE_BLOCKS, STEMS, stage_channels
+from configs.common import STEMS
+from models import layers
 from models.layers import BatchNorm, Conv2d, Linear
-from numerics import profiles
+from numerics import formats
+
+STAGE_CHANNELS = (64, 128, 256, 512)
+PARTS = {'stem': ('conv1', 'bn1'), 'head': ('fc',)}  # for model.reinit and the frozen phase
+
+
+def stage_channels(width):
+  """The four stages' channel counts at `width` (at least 1 each)."""
+  return [max(1, int(round(c * width))) for c in STAGE_CHANNELS]
+
+
+def _downsample(in_channels, out_channels, stride, layer_kwargs, bn_kwargs, rngs):
+  """torchvision's shortcut where the shape changes: 1x1 conv (strided) + BN; else None."""
+  if stride == 1 and in_channels == out_channels:
+    return None
+  return nnx.List(
+    [
+      Conv2d(in_channels, out_channels, 1, stride=stride, **layer_kwargs, rngs=rngs),
+      BatchNorm(out_channels, **bn_kwargs),
+    ]
+  )
+
+
+def _shortcut(block, x):
+  return x if block.downsample is None else block.downsample[1](block.downsample[0](x))
 
 
 class BasicBlock(nnx.Module):
+  """Two 3x3 convolutions (the first strided) and the shortcut."""
+
+  expansion = 1
+
   def __init__(self, in_channels, channels, stride, *, layer_kwargs, bn_kwargs, rngs):
     self.conv1 = Conv2d(
       in_channels, channels, 3, stride=stride, padding=1, **layer_kwargs, rngs=rngs
@@ -27,37 +48,55 @@ class BasicBlock(nnx.Module):
     self.bn1 = BatchNorm(channels, **bn_kwargs)
     self.conv2 = Conv2d(channels, channels, 3, padding=1, **layer_kwargs, rngs=rngs)
     self.bn2 = BatchNorm(channels, **bn_kwargs)
-    if stride != 1 or in_channels != channels:
-      self.downsample = nnx.List(
-        [
-          Conv2d(in_channels, channels, 1, stride=stride, **layer_kwargs, rngs=rngs),
-          BatchNorm(channels, **bn_kwargs),
-        ]
-      )
-    else:
-      self.downsample = None
+    self.downsample = _downsample(in_channels, channels, stride, layer_kwargs, bn_kwargs, rngs)
 
   def __call__(self, x):
     y = jax.nn.relu(self.bn1(self.conv1(x)))
-    y = self.bn2(self.conv2(y))
-    shortcut = x if self.downsample is None else self.downsample[1](self.downsample[0](x))
-    return jax.nn.relu(y + shortcut)
+    return jax.nn.relu(self.bn2(self.conv2(y)) + _shortcut(self, x))
+
+  @staticmethod
+  def conv_values(size, out_size, in_channels, channels):
+    """Values per example of the block's convolution outputs (conv1, conv2, downsample)."""
+    down = out_size != size or in_channels != channels
+    return (2 + down) * out_size * out_size * channels
 
 
-class ResNet18(nnx.Module):
-  """ResNet-18. Input: NHWC float images (already normalised). Output: [N, num_classes] logits.
+class Bottleneck(nnx.Module):
+  """torchvision's Bottleneck (ResNet V1.5): 1x1 conv, 3x3 conv (strided), 1x1 conv to 4x the
+  channels, and the shortcut."""
 
-  stem='imagenet': 7x7/2 conv, BN, ReLU, 3x3/2 max-pool (torchvision). stem='small': 3x3/1 conv,
-  BN, ReLU, no pooling, for tiny images (8-32 px). `width` multiplies every stage's channels.
-  `conv_impl` ('auto', 'xla', 'im2col'; numerics/ops.py) picks how the convolutions are computed.
-  Product formats: `conv_format` for every convolution, `dense_format` for the head ('native' or
-  a numerics/emulate.py format). Every Conv2d and Linear gets a
-  static `product_id`, the CRC-32 of its torchvision name, for its noise key (numerics/ops.py).
-  `batchnorm_group` > 0 gives every BatchNorm per-group statistics (see `layers.BatchNorm`).
-  """
+  expansion = 4
+
+  def __init__(self, in_channels, channels, stride, *, layer_kwargs, bn_kwargs, rngs):
+    out = channels * self.expansion
+    self.conv1 = Conv2d(in_channels, channels, 1, **layer_kwargs, rngs=rngs)
+    self.bn1 = BatchNorm(channels, **bn_kwargs)
+    self.conv2 = Conv2d(channels, channels, 3, stride=stride, padding=1, **layer_kwargs, rngs=rngs)
+    self.bn2 = BatchNorm(channels, **bn_kwargs)
+    self.conv3 = Conv2d(channels, out, 1, **layer_kwargs, rngs=rngs)
+    self.bn3 = BatchNorm(out, **bn_kwargs)
+    self.downsample = _downsample(in_channels, out, stride, layer_kwargs, bn_kwargs, rngs)
+
+  def __call__(self, x):
+    y = jax.nn.relu(self.bn1(self.conv1(x)))
+    y = jax.nn.relu(self.bn2(self.conv2(y)))
+    return jax.nn.relu(self.bn3(self.conv3(y)) + _shortcut(self, x))
+
+  @staticmethod
+  def conv_values(size, out_size, in_channels, channels):
+    """Values per example of the block's convolution outputs (conv1..3, downsample)."""
+    out = channels * 4
+    down = out_size != size or in_channels != out
+    return size * size * channels + out_size * out_size * (channels + out + down * out)
+
+
+class ResNet(nnx.Module):
+  """A torchvision ResNet of `block`s, `stage_blocks` per stage."""
 
   def __init__(
     self,
+    block,
+    stage_blocks,
     num_classes=1000,
     *,
     in_channels=3,
@@ -83,32 +122,21 @@ class ResNet18(nnx.Module):
     )
     bn_kwargs = dict(dtype=dtype, param_dtype=param_dtype, group_size=batchnorm_group)
     channels = stage_channels(width)
-    self.stem = stem
-    if stem == 'imagenet':
-      self.conv1 = Conv2d(
-        in_channels, channels[0], 7, stride=2, padding=3, **layer_kwargs, rngs=rngs
-      )
-    else:
-      self.conv1 = Conv2d(
-        in_channels, channels[0], 3, stride=1, padding=1, **layer_kwargs, rngs=rngs
-      )
+    self.stem, self.dtype = stem, dtype
+    kernel, stride, padding = (7, 2, 3) if stem == 'imagenet' else (3, 1, 1)
+    self.conv1 = Conv2d(
+      in_channels, channels[0], kernel, stride=stride, padding=padding, **layer_kwargs, rngs=rngs
+    )
     self.bn1 = BatchNorm(channels[0], **bn_kwargs)
     stages, previous = [], channels[0]
-    for index, (c, blocks) in enumerate(zip(channels, STAGE_BLOCKS, strict=True)):
-      stride = 1 if index == 0 else 2
+    for index, (c, blocks) in enumerate(zip(channels, stage_blocks, strict=True)):
       stage = []
       for b in range(blocks):
+        stride = 2 if index and not b else 1
         stage.append(
-          BasicBlock(
-            previous,
-            c,
-            stride if b == 0 else 1,
-            layer_kwargs=layer_kwargs,
-            bn_kwargs=bn_kwargs,
-            rngs=rngs,
-          )
+          block(previous, c, stride, layer_kwargs=layer_kwargs, bn_kwargs=bn_kwargs, rngs=rngs)
         )
-        previous = c
+        previous = c * block.expansion
       stages.append(nnx.List(stage))
     self.layer1, self.layer2, self.layer3, self.layer4 = stages
     self.fc = Linear(
@@ -120,15 +148,12 @@ class ResNet18(nnx.Module):
       emulate_impl=emulate_impl,
       rngs=rngs,
     )
-    self.dtype = dtype
-    for path, module in nnx.iter_modules(self):
-      if isinstance(module, (Conv2d, Linear)):
-        module.product_id = product_id(path)
+    layers.name_products(self)
 
   def features(self, x):
     x = jax.nn.relu(self.bn1(self.conv1(x.astype(self.dtype))))
     if self.stem == 'imagenet':
-      x = pool.max_pool(x, (3, 3), (2, 2), ((1, 1), (1, 1)))  # nnx.max_pool's values, no scatter
+      x = layers.max_pool(x, (3, 3), (2, 2), ((1, 1), (1, 1)))
     for stage in (self.layer1, self.layer2, self.layer3, self.layer4):
       for block in stage:
         x = block(x)
@@ -138,32 +163,59 @@ class ResNet18(nnx.Module):
     return self.fc(self.features(x)).astype(jnp.float32)
 
 
-def product_id(path):
-  """A layer's static noise id: the CRC-32 of its torchvision name ('layer2.0.downsample.0'),
-  31 bits."""
-  return zlib.crc32('.'.join(map(str, path)).encode()) & 0x7FFFFFFF
+class ResNet18(ResNet):
+  """torchvision's resnet18: basic blocks, 2 per stage."""
+
+  BLOCK, STAGES = BasicBlock, (2, 2, 2, 2)
+
+  def __init__(self, num_classes=1000, **kwargs):
+    super().__init__(self.BLOCK, self.STAGES, num_classes, **kwargs)
 
 
-def count_params(model):
-  return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+class ResNet50(ResNet):
+  """torchvision's resnet50: bottleneck blocks, (3, 4, 6, 3) per stage."""
+
+  BLOCK, STAGES = Bottleneck, (3, 4, 6, 3)
+
+  def __init__(self, num_classes=1000, **kwargs):
+    super().__init__(self.BLOCK, self.STAGES, num_classes, **kwargs)
 
 
-def create_model(config, num_classes, in_channels, rngs):
-  """The model `config.model` and `config.numerics` describe (a resolved config: its model.name
-  is one of architecture.NAMES, its stem one of architecture.STEMS)."""
-  model_cfg, num_cfg = config.model, config.numerics
-  formats = profiles.formats(num_cfg)
-  return ResNet18(
-    num_classes,
-    in_channels=in_channels,
-    width=float(model_cfg.width),
-    stem=model_cfg.stem,
-    dtype=jnp.dtype(num_cfg.compute_dtype),
-    param_dtype=jnp.dtype(num_cfg.param_dtype),
-    conv_format=formats['conv'],
-    dense_format=formats['dense'],
-    batchnorm_group=int(num_cfg.batchnorm_group),
-    conv_impl=num_cfg.get('conv_impl', 'auto'),
-    emulate_impl=num_cfg.get('emulate_impl', 'auto'),
-    rngs=rngs,
+def options(config):
+  """ResNet's keyword arguments from a resolved config.model and config.numerics."""
+  m, n = config.model, config.numerics
+  requested = formats.kind_formats(n)
+  return dict(
+    width=float(m.width),
+    stem=m.stem,
+    dtype=jnp.dtype(n.compute_dtype),
+    param_dtype=jnp.dtype(n.param_dtype),
+    conv_format=requested['conv'],
+    dense_format=requested['dense'],
+    batchnorm_group=int(n.batchnorm_group),
+    conv_impl=n.conv_impl,
+    emulate_impl=n.emulate_impl,
   )
+
+
+def _conv_out(size, kernel, stride, padding):
+  return (size + 2 * padding - kernel) // stride + 1
+
+
+def activation_values(net, config):
+  """(train, eval) values per example of ResNet class `net`, lower bounds: every convolution's
+  output (kept for the backward pass), and the first convolution's input and output."""
+  image, width, stem = config.data.image_size, float(config.model.width), config.model.stem
+  channels = stage_channels(width)
+  size = _conv_out(image, 7, 2, 3) if stem == 'imagenet' else image
+  first = size * size * channels[0]
+  total = first
+  if stem == 'imagenet':
+    size = _conv_out(size, 3, 2, 1)  # the max-pool
+  previous = channels[0]
+  for index, (c, blocks) in enumerate(zip(channels, net.STAGES, strict=True)):
+    for b in range(blocks):
+      out_size = _conv_out(size, 3, 2 if index and not b else 1, 1)
+      total += net.BLOCK.conv_values(size, out_size, previous, c)
+      size, previous = out_size, c * net.BLOCK.expansion
+  return total, first + image * image

@@ -1,2 +1,2 @@
-"""Numerics as configuration: JAX flags, emulated product formats, and their records. See
-docs/numerics.md."""
+"""Numerics as configuration: the number formats and profiles (formats.py), the products every
+layer calls (ops.py), JAX's flags and the record of a run's numerics (setup.py)."""

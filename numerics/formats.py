@@ -1,10 +1,15 @@
-"""The values the config.numerics fields take: product formats, matmul precisions, dtypes and the
-two implementation choices. No JAX here: the config checks (configs/validation.py) and the analysis
-read them without loading a backend; docs/numerics.md says what each means."""
+"""The number formats a product can be emulated in (`FORMATS`, one entry each), the profiles that
+map product kinds to formats (`PROFILES`), and the values the config.numerics fields take. The
+rounding functions import JAX when they run: the config checks read this table before a backend
+may start. See docs/numerics.md."""
 
-FORMATS = ('native', 'bf16', 'bf16_3x', 'tf32', 'f32', 'bf16_noise')  # 'native': not emulated
-NOISY_FORMATS = ('bf16_noise',)  # these need a PRNG key
-FAST_FORMATS = ('bf16', 'bf16_3x', 'tf32')  # the formats with a faster exact form
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+NATIVE = 'native'  # a product as the platform computes it: not emulated, not in FORMATS
+KINDS = ('conv', 'dense')  # the model's product kinds, each with its own format
+UNSET = ''
 
 # jax_default_matmul_precision: the legacy levels, and the DotAlgorithmPreset names that take f32
 # operands (they set dots only: convolutions ignore them).
@@ -22,4 +27,236 @@ PRECISIONS = LEGACY_PRECISIONS + PRESET_PRECISIONS
 DTYPE_BYTES = {'float32': 4, 'bfloat16': 2}  # numerics.compute_dtype, param_dtype: bytes a value
 DTYPES = tuple(DTYPE_BYTES)
 CONV_IMPLS = ('auto', 'xla', 'im2col')  # numerics.conv_impl (numerics/ops.py)
-EMULATE_IMPLS = ('auto', 'reference', 'fast')  # numerics.emulate_impl (numerics/emulate.py)
+EMULATE_IMPLS = ('auto', 'reference', 'fast')  # numerics.emulate_impl (numerics/ops.py)
+
+
+def round_to_bits(x, dropped):
+  """f32 `x` rounded to nearest-even with its low `dropped` mantissa bits cleared, as f32: integer
+  operations on the bit pattern, the same on every backend (docs/numerics.md)."""
+  import jax.numpy as jnp
+  from jax import lax
+
+  x = jnp.asarray(x, jnp.float32)
+  bits = lax.bitcast_convert_type(x, jnp.uint32)
+  half = jnp.uint32((1 << (dropped - 1)) - 1)  # just under half an ulp of the target format
+  lsb = (bits >> jnp.uint32(dropped)) & jnp.uint32(1)  # the kept mantissa's last bit: ties to even
+  mask = jnp.uint32((0xFFFFFFFF << dropped) & 0xFFFFFFFF)
+  # A carry out of the mantissa increments the exponent, which is exactly right, up to +-inf.
+  out = lax.bitcast_convert_type((bits + half + lsb) & mask, jnp.float32)
+  return jnp.where(jnp.isnan(x), x, out)  # nan payloads could otherwise round to inf
+
+
+def round_bf16(x):
+  """x rounded to the nearest bfloat16 (ties to even), as f32."""
+  return round_to_bits(x, 16)
+
+
+def round_tf32(x):
+  """x rounded to the nearest TF32 value (10-bit mantissa, ties to even), as f32."""
+  return round_to_bits(x, 13)
+
+
+def split_bf16(x):
+  """(hi, lo): hi = bf16(x), lo = bf16(x - hi), the parts a 3-pass bf16 product multiplies."""
+  import jax.numpy as jnp
+
+  hi = round_bf16(x)
+  return hi, round_bf16(jnp.asarray(x, jnp.float32) - hi)
+
+
+def split_exact_bf16(x):
+  """(hi, lo), hi + lo == x exactly: hi = x with its low 16 bits cleared, lo = x - hi; for x of at
+  most 16 significant bits (TF32's 11) both are bf16 values, unless lo falls below f32's normal
+  range (|x| < 2^-116 for TF32 values: lo may then be flushed to zero, as XLA:CPU does)."""
+  import jax.numpy as jnp
+  from jax import lax
+
+  x = jnp.asarray(x, jnp.float32)
+  bits = lax.bitcast_convert_type(x, jnp.uint32)
+  hi = lax.bitcast_convert_type(bits & jnp.uint32(0xFFFF0000), jnp.float32)
+  finite = jnp.isfinite(x)
+  return jnp.where(finite, hi, x), jnp.where(finite, x - hi, 0.0)  # inf, nan: kept in hi
+
+
+def bf16_ulp(x):
+  """The spacing of bf16 values around each |x| (2^(e-7) for x in [2^e, 2^(e+1))), as f32; f32
+  subnormals sit on the grid of the smallest normal exponent (2^-133)."""
+  import jax.numpy as jnp
+  from jax import lax
+
+  x = jnp.asarray(x, jnp.float32)
+  exponent = lax.bitcast_convert_type(x, jnp.uint32) & jnp.uint32(0x7F800000)  # 2^e, sign dropped
+  return jnp.maximum(lax.bitcast_convert_type(exponent, jnp.float32) * 2.0**-7, 2.0**-133)
+
+
+def dither_bf16(x, key):
+  """x + u * bf16_ulp(x), u ~ Uniform(-1/2, 1/2) drawn from `key` per element: unbiased, with the
+  error distribution of round-to-nearest bf16 (|error| <= ulp/2, rms ulp/sqrt(12)); non-finite
+  values kept."""
+  import jax
+  import jax.numpy as jnp
+
+  x = jnp.asarray(x, jnp.float32)
+  u = jax.random.uniform(key, x.shape, jnp.float32, -0.5, 0.5)
+  return jnp.where(jnp.isfinite(x), x + u * bf16_ulp(x), x)
+
+
+@dataclasses.dataclass(frozen=True)
+class FastPlan:
+  """How the fast implementation multiplies a format's operand parts on one platform: cast to
+  `dtype` ('bfloat16', 'float32') at lax.Precision `precision`, f32 result; `split`: each part as
+  its exact bf16 hi/lo pair (split_exact_bf16: four passes, small terms first)."""
+
+  dtype: str
+  precision: str
+  split: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+  """One emulated number format of a product's operands, accumulated in f32."""
+
+  description: str  # one line: what it is, and which hardware computes it so
+  operands: Callable[[Any, Any], list]  # (f32 array, PRNG key or None) -> its parts, f32 values
+  passes: tuple[tuple[int, int], ...]  # (i, j): part i of x times part j of the kernel, in order
+  fast: Mapping[str, FastPlan] | None = None  # platform -> the fast form; None: reference only
+  noisy: bool = False  # its operands need a PRNG key (numerics/ops.py noise_key)
+
+
+ONE_PASS = ((0, 0),)
+THREE_PASSES = ((0, 1), (1, 0), (0, 0))  # hi/lo parts: small terms first, as XLA's X3
+ON_BF16_UNITS = FastPlan('bfloat16', 'DEFAULT')
+
+FORMATS: dict[str, Format] = {
+  'bf16': Format(
+    'operands rounded to bf16, one pass: a TPU at default precision',
+    lambda a, key: [round_bf16(a)],
+    ONE_PASS,
+    fast={'cpu': ON_BF16_UNITS, 'gpu': ON_BF16_UNITS, 'tpu': ON_BF16_UNITS},
+  ),
+  'bf16_3x': Format(
+    'operands split into bf16 hi + lo, three passes: a TPU at high precision',
+    lambda a, key: list(split_bf16(a)),
+    THREE_PASSES,
+    fast={'cpu': ON_BF16_UNITS, 'gpu': ON_BF16_UNITS, 'tpu': ON_BF16_UNITS},
+  ),
+  'tf32': Format(
+    'operands rounded to TF32 (10 mantissa bits), one pass: an A100/H100 at default precision',
+    lambda a, key: [round_tf32(a)],
+    ONE_PASS,
+    fast={
+      'gpu': FastPlan('float32', 'DEFAULT'),  # TF32 tensor cores on exact TF32 operands
+      'tpu': FastPlan('bfloat16', 'DEFAULT', split=True),  # 4 exact bf16 passes
+      'cpu': FastPlan('float32', 'HIGHEST'),  # no TF32 unit: the reference's product
+    },
+  ),
+  'f32': Format('operands kept in f32, one pass at HIGHEST', lambda a, key: [a], ONE_PASS),
+  'bf16_noise': Format(
+    'the noise control: operands moved by uniform noise of +-1/2 bf16 ulp, then an f32 product',
+    lambda a, key: [dither_bf16(a, key)],
+    ONE_PASS,
+    noisy=True,
+  ),
+}
+
+
+def names():
+  """Every value a `<kind>_format` field takes: 'native' and the FORMATS (read when called: a
+  format added to the table is known from then on)."""
+  return (NATIVE, *FORMATS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+  """A named arithmetic: the format of each product kind, and where it comes from."""
+
+  conv: str
+  dense: str
+  description: str
+
+
+PROFILES = {
+  'native': Profile(
+    NATIVE,
+    NATIVE,
+    'No emulation: each product as the platform computes it under numerics.matmul_precision (TPU '
+    'default: one bf16 pass; A100/H100 default: TF32; CPU: f32 whatever is asked). The arm that '
+    "measures a platform's own arithmetic; it differs between platforms by construction.",
+  ),
+  'tpu_default': Profile(
+    'bf16',
+    'bf16',
+    'XLA on a TPU at default precision: f32 operands of convolutions and matmuls rounded to bf16, '
+    'products accumulated in f32, one pass. JAX documents `jax.default_matmul_precision` and '
+    '"Matmul precision" (docs.jax.dev): the default is the fastest, least precise level, bfloat16 '
+    'on TPU, for dots and convolutions alike.',
+  ),
+  'jax_gpu_default': Profile(
+    'tf32',
+    'tf32',
+    'JAX on an A100/H100 at default precision: f32 operands of convolutions and matmuls read as '
+    'TF32 (10 mantissa bits), f32 accumulation: on recent NVIDIA GPUs the default level uses '
+    'TensorFloat-32 for both kinds of product (the JAX sources of tpu_default).',
+  ),
+  'torch_gpu_default': Profile(
+    'tf32',
+    'f32',
+    "PyTorch's defaults on Ampere and newer GPUs (the published GPU arm): convolutions in TF32, "
+    'matmuls (the head) in true f32. PyTorch\'s CUDA notes ("TensorFloat-32 (TF32) on Ampere (and '
+    'later) devices"): torch.backends.cudnn.allow_tf32 defaults to True, '
+    'torch.backends.cuda.matmul.allow_tf32 to False since PyTorch 1.12.',
+  ),
+  'f32': Profile(
+    'f32',
+    'f32',
+    'True f32 products everywhere (HIGHEST: f32 on GPU and CPU, six bf16 passes on a TPU, which '
+    "the record names 'bf16_6x'). IEEE-754 single precision is the common reference.",
+  ),
+  'bf16_noise': Profile(
+    'bf16_noise',
+    'bf16_noise',
+    'The noise control: every operand moved by independent uniform noise of +-1/2 bf16 ulp, then '
+    'an f32 product: the size of one-pass bf16 rounding without its systematic part, so the '
+    "spread of this arm's replicates is the noise floor a format's effect is compared with.",
+  ),
+}
+
+
+def _field(numerics, name):
+  return numerics.get(name, UNSET) if hasattr(numerics, 'get') else UNSET
+
+
+def profile_formats(numerics):
+  """{'conv': format, 'dense': format} of config.numerics.profile ({} for none)."""
+  profile = _field(numerics, 'profile')
+  if profile == UNSET:
+    return {}
+  return {kind: getattr(PROFILES[profile], kind) for kind in KINDS}
+
+
+def kind_formats(numerics):
+  """{'conv': format, 'dense': format} config.numerics asks for (any mapping of its fields,
+  expanded or not): each kind's explicit format, else the profile's, else 'native'."""
+  named = profile_formats(numerics)
+  return {kind: _field(numerics, f'{kind}_format') or named.get(kind, NATIVE) for kind in KINDS}
+
+
+def expand(config):
+  """Write kind_formats(config.numerics) into conv_format / dense_format of the (not yet frozen)
+  `config`, in place, and return it; idempotent."""
+  for kind, fmt in kind_formats(config.numerics).items():
+    config.numerics[f'{kind}_format'] = fmt
+  return config
+
+
+def upgrade(requested):
+  """A record's requested numerics (a dict) as today's fields: the removed `emulate` shorthand
+  (one format for both kinds; 'none' = not given) becomes the formats it set; a new dict."""
+  out = dict(requested or {})
+  mode = out.pop('emulate', None)
+  if mode in (None, 'none', UNSET):
+    return out
+  for kind in KINDS:
+    if out.get(f'{kind}_format', UNSET) in (UNSET, None):
+      out[f'{kind}_format'] = mode
+  return out

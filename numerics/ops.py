@@ -1,32 +1,29 @@
-"""The two products every layer goes through: a convolution and a dense matmul.
-
-Every Conv and Linear of the model calls these, so a numerics setting applied here applies to the
-whole model, forward and backward: `fmt` 'native' is the platform's own product under
-`jax_default_matmul_precision`, any other format is emulated (numerics/emulate.py). Convolutions
-run as 'xla' or 'im2col' (`resolve_conv_impl`; 'auto' by the measured shapes), and a noisy format
-takes its key from the step's `noise_scope`. See docs/numerics.md ("Convolutions: xla and im2col")
-and docs/performance.md ("Convolutions on CPU").
-"""
+"""The two products every layer goes through, a convolution and a dense matmul, and their emulation
+in a number format of numerics/formats.py, forward and backward, for `platform`, the platform a
+step is traced for (None: JAX's default backend). See docs/numerics.md."""
 
 import contextlib
+import functools
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.extend import core as jex_core
 
-from numerics import emulate as emulate_lib
-from numerics import target
-from numerics.formats import CONV_IMPLS
+from numerics import formats
+from numerics.formats import CONV_IMPLS, EMULATE_IMPLS, FORMATS, NATIVE
 
 CONV_DIMENSIONS = ('NHWC', 'HWIO', 'NHWC')
-NOISE_STREAMS = {'train': 0, 'eval': 1}
-NOISE_TAG = 0x6E6F6973  # folded into the seed's key first: the noise never reuses another stream
-_NOISE_SCOPE: list[
-  jax.Array
-] = []  # the keys of the open noise_scope()s, innermost last (trace time)
+HIGHEST = lax.Precision.HIGHEST
 IM2COL_MIN_MACS = 1_000_000  # per example: every 3x3 conv of ResNet-18 (width 1) at 32^2 and up
 IM2COL_SMALL_OUT_PIXELS = 4  # output maps of at most 2x2: ResNet-18's last stages on small images
 IM2COL_SMALL_OUT_MIN_MACS = 50_000  # ... from this size: not the smoke preset's (<= 36,864)
+SPLIT_PASSES = ((1, 1), (0, 1), (1, 0), (0, 0))  # a split plan's exact hi/lo parts, small first
+NOISE_STREAMS = {'train': 0, 'eval': 1}
+NOISE_TAG = 0x6E6F6973  # folded into the seed's key first: the noise never reuses another stream
+# Global, a trace-time context as jax.default_matmul_precision is: each layer reads the key of the
+# step being traced without every model threading a key argument through its blocks.
+_NOISE_SCOPE: list[jax.Array] = []
 
 
 def step_noise_key(seed, step, stream):
@@ -37,8 +34,7 @@ def step_noise_key(seed, step, stream):
 
 @contextlib.contextmanager
 def noise_scope(key):
-  """Products traced inside draw their noise from `key`: the step's (trainer/steps.py), keyed by
-  (run seed, global step, train or eval); each layer folds in its static id (`noise_key`)."""
+  """Products traced inside draw their noise from `key` (the step's: trainer/train.py)."""
   _NOISE_SCOPE.append(key)
   try:
     yield
@@ -47,32 +43,27 @@ def noise_scope(key):
 
 
 def noise_key(fmt, product_id):
-  """The key of the product `product_id` (a static int) in format `fmt`: None unless the format
-  is noisy; raises if a noisy product is traced outside noise_scope."""
-  if fmt not in emulate_lib.NOISY_FORMATS:
+  """The key of product `product_id` (a static int) in format `fmt`: None unless the format is
+  noisy; ValueError if a noisy product is traced outside noise_scope."""
+  if fmt == NATIVE or not FORMATS[fmt].noisy:
     return None
   if not _NOISE_SCOPE:
     raise ValueError(
       f'numerics: the {fmt!r} product needs a noise key: trace the model inside '
-      'numerics.ops.noise_scope(key) (trainer/steps.py does, per step)'
+      'numerics.ops.noise_scope(key) (trainer/train.py does, per step)'
     )
   return jax.random.fold_in(_NOISE_SCOPE[-1], product_id)
 
 
 def resolve_conv_impl(impl, platform=None, macs=None, *, kernel_hw=None, out_hw=None):
-  """'auto' -> 'xla' off CPU; on CPU 'im2col' except for the shapes where 'xla' is kept.
-
-  On CPU: 'im2col' with no shape given (`macs` None), for 1x1 kernels (`kernel_hw`), for
-  `macs` >= IM2COL_MIN_MACS per example, and for output maps (`out_hw`) of at most
-  IM2COL_SMALL_OUT_PIXELS pixels from IM2COL_SMALL_OUT_MIN_MACS on; 'xla' for the rest (as
-  benchmarks/bench_conv.py measured: BENCHMARKS.md, "Conv implementation", "Per convolution").
-  """
+  """'auto' -> 'xla' off CPU; on CPU 'im2col' without a shape, for 1x1 kernels, from
+  IM2COL_MIN_MACS per example, and for outputs of at most 2x2 from IM2COL_SMALL_OUT_MIN_MACS;
+  'xla' for the rest (benchmarks/bench_conv.py measured it: BENCHMARKS.md)."""
   if impl not in CONV_IMPLS:
     raise ValueError(f'config.numerics.conv_impl must be one of {CONV_IMPLS}, got {impl!r}')
   if impl != 'auto':
     return impl
-  platform = platform or target.current()
-  if platform != 'cpu':
+  if (platform or jax.default_backend()) != 'cpu':
     return 'xla'
   if macs is None or macs >= IM2COL_MIN_MACS:
     return 'im2col'
@@ -124,8 +115,7 @@ def _im2col_conv(x, kernel, stride, padding, precision=None):
   (pt, pb), (pl, pr) = _explicit_padding(padding, (h, w), (kh, kw), stride)
   if pt or pb or pl or pr:
     x = lax.pad(x, jnp.zeros((), x.dtype), ((0, 0, 0), (pt, pb, 0), (pl, pr, 0), (0, 0, 0)))
-  hp, wp = h + pt + pb, w + pl + pr
-  ho, wo = (hp - kh) // stride + 1, (wp - kw) // stride + 1
+  ho, wo = (h + pt + pb - kh) // stride + 1, (w + pl + pr - kw) // stride + 1
   slices = [
     lax.slice(
       x,
@@ -138,7 +128,6 @@ def _im2col_conv(x, kernel, stride, padding, precision=None):
   ]
   patches = slices[0] if len(slices) == 1 else lax.concatenate(slices, 3)  # [N,Ho,Wo,kh*kw*C]
   # Row-major HWIO -> [(i, j, c), O]: the same (i, j, c) order as the concatenated patches.
-  out_dtype = jnp.result_type(x, kernel)
   y = lax.dot_general(
     patches,
     kernel.reshape(kh * kw * cin, cout),
@@ -146,7 +135,7 @@ def _im2col_conv(x, kernel, stride, padding, precision=None):
     precision=precision,
     preferred_element_type=jnp.float32,
   )
-  return y.astype(out_dtype)
+  return y.astype(jnp.result_type(x, kernel))
 
 
 CONV_PRODUCTS = {'xla': _native_conv, 'im2col': _im2col_conv}
@@ -157,36 +146,248 @@ def _native_dense(x, kernel, precision=None):
 
 
 def conv2d(
-  x, kernel, stride=1, padding='SAME', *, fmt='native', impl='xla', emulate_impl='auto', key=None
+  x,
+  kernel,
+  stride=1,
+  padding='SAME',
+  *,
+  fmt=NATIVE,
+  impl='xla',
+  emulate_impl='auto',
+  key=None,
+  platform=None,
 ):
-  """NHWC x HWIO convolution; padding is 'SAME', 'VALID' or [(lo, hi), (lo, hi)].
-
-  `fmt`: the product format ('native': the platform's own; else numerics/emulate.py FORMATS).
-
-  `impl`: 'xla', 'im2col' or 'auto' (`resolve_conv_impl`); the numerics are the same up to the f32
-  summation order. `emulate_impl`, `key`: see numerics/emulate.py `emulated`.
-  """
+  """NHWC x HWIO convolution in format `fmt` (padding 'SAME', 'VALID' or [(lo, hi), (lo, hi)]);
+  `impl` as resolve_conv_impl (the numerics are the same up to the f32 summation order)."""
   impl = resolve_conv_impl(
     impl,
+    platform,
     macs=conv_macs(x.shape, kernel.shape, stride),
     kernel_hw=kernel.shape[:2],
     out_hw=conv_out_hw(x.shape, stride),
   )
   product = CONV_PRODUCTS[impl]
-  if fmt == 'native':
+  if fmt == NATIVE:
     return product(x, kernel, stride, padding)
-  return emulate_lib.emulated(
+  return emulated(
     lambda a, b, precision: product(a, b, stride, padding, precision),
     x,
     kernel,
     fmt,
     key=key,
     impl=emulate_impl,
+    platform=platform,
   )
 
 
-def dense(x, kernel, *, fmt='native', emulate_impl='auto', key=None):
-  """x [..., in] @ kernel [in, out]; `fmt` as in conv2d."""
-  if fmt == 'native':
+def dense(x, kernel, *, fmt=NATIVE, emulate_impl='auto', key=None, platform=None):
+  """x [..., in] @ kernel [in, out] in format `fmt`."""
+  if fmt == NATIVE:
     return _native_dense(x, kernel)
-  return emulate_lib.emulated(_native_dense, x, kernel, fmt, key=key, impl=emulate_impl)
+  return emulated(_native_dense, x, kernel, fmt, key=key, impl=emulate_impl, platform=platform)
+
+
+def resolve_impl(impl, platform=None, fmt=None):
+  """What emulate_impl `impl` means for `fmt` on `platform`: 'fast', 'reference' ('native' for fmt
+  'native')."""
+  if impl not in EMULATE_IMPLS:
+    raise ValueError(f'config.numerics.emulate_impl must be one of {EMULATE_IMPLS}, got {impl!r}')
+  if fmt is None:
+    return impl
+  if fmt == NATIVE:
+    return NATIVE
+  if FORMATS[fmt].fast is None:
+    return 'reference'  # no faster exact form
+  if impl != 'auto':
+    return impl
+  return 'reference' if (platform or jax.default_backend()) == 'cpu' else 'fast'
+
+
+def fast_plan(fmt, platform=None):
+  """The FastPlan of `fmt` on `platform` (default: JAX's default backend; one it does not name
+  computes as the CPU's)."""
+  plans = FORMATS[fmt].fast
+  if plans is None:
+    raise ValueError(f'numerics: {fmt!r} has no fast form')
+  return plans.get(platform or jax.default_backend(), plans['cpu'])
+
+
+def operand_parts(fmt, a, key=None):
+  """The parts of operand `a` that `fmt` multiplies, as f32 (FORMATS[fmt].operands): the one
+  rounding of both implementations."""
+  return FORMATS[fmt].operands(jnp.asarray(a, jnp.float32), key)
+
+
+def fast_operands(fmt, a, plan):
+  """What the fast path multiplies for `a`: operand_parts, exactly split into bf16 hi/lo parts
+  where `plan.split`, cast to `plan.dtype` (exact: they are values of it)."""
+  parts = operand_parts(fmt, a)
+  if plan.split:
+    (part,) = parts
+    parts = list(formats.split_exact_bf16(part))
+  return [p.astype(plan.dtype) for p in parts]
+
+
+def _sum_passes(multiply, pa, pb, order):
+  """sum over (i, j) in `order`, left to right, of multiply(pa[i], pb[j])."""
+  total = None
+  for i, j in order:
+    term = multiply(pa[i], pb[j])
+    total = term if total is None else total + term
+  return total
+
+
+def emulated_bilinear(f, a, b, fmt, key=None, plan=None):
+  """f(a, b, precision), bilinear in (a, b), in format `fmt`; f32 result, no custom gradient."""
+  a, b = jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)
+  if plan is None:
+    keys = (None, None) if key is None else (jax.random.fold_in(key, 0), jax.random.fold_in(key, 1))
+    pa, pb = operand_parts(fmt, a, keys[0]), operand_parts(fmt, b, keys[1])
+    return _sum_passes(lambda p, q: f(p, q, HIGHEST), pa, pb, FORMATS[fmt].passes)
+  pa, pb = fast_operands(fmt, a, plan), fast_operands(fmt, b, plan)
+  multiply = retyped(f, a.shape, b.shape, lax.Precision[plan.precision])
+  return _sum_passes(multiply, pa, pb, SPLIT_PASSES if plan.split else FORMATS[fmt].passes)
+
+
+# Primitives that only move or copy values: exact in any dtype, so the fast path runs them in the
+# operands' (narrow) dtype.
+_MOVES = {
+  'pad',
+  'slice',
+  'concatenate',
+  'reshape',
+  'transpose',
+  'rev',
+  'broadcast_in_dim',
+  'squeeze',
+  'expand_dims',
+  'split',
+  'copy',
+  'copy_p',
+}
+_CONTRACTIONS = {'dot_general', 'conv_general_dilated'}
+
+
+def retyped(f, a_shape, b_shape, precision):
+  """(p, q) -> f(p, q) with every convolution and matmul of f taking p's and q's dtype at
+  `precision` and giving an f32 result (the fast form); p, q of a_shape and b_shape."""
+  closed = jax.make_jaxpr(lambda p, q: f(p, q, HIGHEST))(
+    jax.ShapeDtypeStruct(a_shape, jnp.float32), jax.ShapeDtypeStruct(b_shape, jnp.float32)
+  )
+
+  def multiply(p, q):
+    (out,) = _eval_retyped(closed.jaxpr, closed.consts, [p, q], precision)
+    return out
+
+  return multiply
+
+
+def _contract(eqn, values, precision):
+  """The convolution or matmul `eqn` on `values` (cast to their common dtype) at `precision`, f32
+  result."""
+  dtype = jnp.result_type(*values)
+  params = dict(eqn.params, precision=(precision, precision), preferred_element_type=jnp.float32)
+
+  def bind(*vs):
+    return eqn.primitive.bind(*vs, **params)
+
+  def upcast(*vs):
+    return bind(*[v.astype(jnp.float32) for v in vs])
+
+  values = [jnp.asarray(v, dtype) for v in values]
+  if dtype == jnp.float32:
+    return bind(*values)
+  return lax.platform_dependent(*values, cpu=upcast, default=bind)
+
+
+def _eval_retyped(jaxpr, consts, args, precision):
+  """Evaluate `jaxpr` on `args` (see `retyped`): contractions re-typed, moves in their input's
+  dtype, any other operation on its inputs converted (exactly) to the dtypes the jaxpr declares."""
+  env = {}
+
+  def read(v):
+    return v.val if isinstance(v, jex_core.Literal) else env[v]
+
+  for var, value in zip(
+    list(jaxpr.constvars) + list(jaxpr.invars), list(consts) + list(args), strict=True
+  ):
+    env[var] = value
+  for eqn in jaxpr.eqns:
+    values = [read(v) for v in eqn.invars]
+    name = eqn.primitive.name
+    if name in _CONTRACTIONS:
+      outs = _contract(eqn, values, precision)
+    elif name in _MOVES:
+      dtype = jnp.result_type(values[0])
+      outs = eqn.primitive.bind(*[jnp.asarray(v, dtype) for v in values], **eqn.params)
+    elif name in ('jit', 'pjit'):
+      inner = eqn.params['jaxpr']
+      outs = _eval_retyped(inner.jaxpr, inner.consts, values, precision)
+    else:
+      if any(jex_core.jaxprs_in_params(eqn.params)):
+        raise ValueError(f'numerics: the fast path cannot re-type a {name!r} in a product')
+      values = [jnp.asarray(v, v_in.aval.dtype) for v, v_in in zip(values, eqn.invars, strict=True)]
+      outs = eqn.primitive.bind(*values, **eqn.params)
+    outs = outs if eqn.primitive.multiple_results else [outs]
+    for var, value in zip(eqn.outvars, outs, strict=True):
+      env[var] = value
+  return [read(v) for v in jaxpr.outvars]
+
+
+def _transposed(product, shape, argnum):
+  """The product transposed in argument `argnum` (0: x, 1: the kernel) of `shape`: the backward
+  product, bilinear in (the other argument or dy, dy or the other argument)."""
+  spec = jax.ShapeDtypeStruct(shape, jnp.float32)
+
+  def in_x(dy, k, precision):
+    return jax.linear_transpose(lambda x: product(x, k, precision), spec)(dy)[0]
+
+  def in_k(x, dy, precision):
+    return jax.linear_transpose(lambda k: product(x, k, precision), spec)(dy)[0]
+
+  return in_k if argnum else in_x
+
+
+def _pass_key(key, index):
+  """The key of one of a product's passes (0 forward, 1 input gradient, 2 kernel gradient)."""
+  return None if key is None else jax.random.fold_in(key, index)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3, 5))
+def _emulated(product, x, kernel, fmt, key, plan):
+  return emulated_bilinear(product, x, kernel, fmt, _pass_key(key, 0), plan)
+
+
+def _emulated_fwd(product, x, kernel, fmt, key, plan):
+  return emulated_bilinear(product, x, kernel, fmt, _pass_key(key, 0), plan), (x, kernel, key)
+
+
+def _emulated_bwd(product, fmt, plan, residuals, dy):
+  x, kernel, key = residuals
+  dy = dy.astype(jnp.float32)
+  dx = emulated_bilinear(_transposed(product, x.shape, 0), dy, kernel, fmt, _pass_key(key, 1), plan)
+  dk = emulated_bilinear(_transposed(product, kernel.shape, 1), x, dy, fmt, _pass_key(key, 2), plan)
+  return dx.astype(x.dtype), dk.astype(kernel.dtype), None
+
+
+_emulated.defvjp(_emulated_fwd, _emulated_bwd)
+
+
+def emulated(product, x, kernel, fmt, *, key=None, impl='auto', platform=None):
+  """product(x, kernel), bilinear (`product(a, b, precision)`), computed forward and backward in
+  format `fmt` by implementation `impl` for `platform`, with the dtype the native product would
+  have (accumulated in f32 first). `key`: required by, and only used by, a noisy format."""
+  if fmt not in FORMATS:
+    raise ValueError(
+      f"numerics: no emulated format {fmt!r}; one of {tuple(FORMATS)} ('native' uses the "
+      'platform product, without emulation)'
+    )
+  if FORMATS[fmt].noisy != (key is not None):
+    raise ValueError(
+      f'numerics: the {fmt!r} product '
+      + ('needs a PRNG key' if key is None else 'takes no PRNG key')
+    )
+  fast = resolve_impl(impl, platform, fmt) == 'fast'
+  plan = fast_plan(fmt, platform) if fast else None
+  out_dtype = jnp.result_type(x, kernel)
+  return _emulated(product, x, kernel, fmt, key, plan).astype(out_dtype)

@@ -1,13 +1,7 @@
-"""The one place JAX's numerics flags are set, and the record of what a run's numerics were.
-
-`configure(config)` applies a resolved config's process-wide settings (XLA flags, the default
-matmul precision) once per process, before JAX starts a backend: every entry point calls it right
-after resolving the config (the fields themselves are checked there, configs/validation.py).
-`describe(config)` returns the requested and the effective settings for the results, the
-platform's default made explicit: the product format each kind of product really ran in.
-`cpu_facts()` names the processor a CPU run ran on and the instruction set XLA:CPU compiled for.
-See docs/numerics.md.
-"""
+"""The one place JAX's numerics flags are set (`configure`, before any backend starts), and the
+record of what a run's numerics were (`describe`: requested and effective, the platform's default
+made explicit; `cpu_facts`: the processor and the instruction set XLA:CPU compiled for). See
+docs/numerics.md."""
 
 import os
 import platform as host
@@ -15,8 +9,7 @@ import platform as host
 import jax
 import jax.numpy as jnp
 
-from numerics import emulate as emulate_lib
-from numerics import ops, profiles, target
+from numerics import formats, ops
 
 LEGACY_LEVEL = {
   'default': 'default',
@@ -47,8 +40,7 @@ PRESET_FORMAT = {
 
 
 def xla_flags(config):
-  """The XLA flags this config needs: GPU determinism and `numerics.xla_flags`, in that order
-  (their syntax, and that XLA knows them, checked by configs/validation.py)."""
+  """The XLA flags this config needs: GPU determinism and `numerics.xla_flags`, in that order."""
   n = config.numerics
   wanted = ['--xla_gpu_deterministic_ops=true'] if n.gpu_deterministic else []
   return wanted + [f for f in n.xla_flags.split() if f not in wanted]
@@ -74,6 +66,7 @@ MAX_ISA_FLAG = '--xla_cpu_max_isa='
 CPUINFO = '/proc/cpuinfo'
 X86 = ('x86_64', 'amd64', 'i386', 'i686')
 
+# Global by nature: XLA reads XLA_FLAGS once per process, when its first backend starts.
 _applied = None  # the XLA flags configure() set in this process (None: it has not run)
 
 
@@ -84,16 +77,9 @@ def _missing(wanted):
 
 
 def configure(config):
-  """Apply a resolved config.numerics to this process, once, before JAX starts a backend.
-
-  The XLA flags (`xla_flags(config)`) go into XLA_FLAGS, which XLA reads once, when the first
-  backend starts; entry points call this first, before `jax.distributed.initialize` (which starts
-  the backends). One process applies one set of flags: a later call asking for flags the first
-  did not set raises ValueError naming them (such arms need processes of their own), since a flag
-  added once a backend runs would silently not take effect. The matmul precision becomes the
-  process default here, and `with_precision` also fixes it inside each jitted function, so that a
-  function's arithmetic does not depend on the context it is called from.
-  """
+  """Apply a resolved config.numerics to this process before JAX starts a backend: its XLA flags
+  into XLA_FLAGS (a later call asking for flags the first did not set is a ValueError: such arms
+  need processes of their own) and its matmul precision as the process default."""
   global _applied
   wanted = xla_flags(config)
   current, missing = _missing(wanted)
@@ -110,8 +96,7 @@ def configure(config):
 
 
 def require_configured(config):
-  """ValueError unless this process's XLA_FLAGS hold every flag `config` needs (configure(config)
-  ran first); changes nothing (trainer/run.py checks so before building a run)."""
+  """ValueError unless this process's XLA_FLAGS hold every flag `config` needs."""
   _, missing = _missing(xla_flags(config))
   if missing:
     raise ValueError(
@@ -126,56 +111,43 @@ def precision_scope(config):
   return jax.default_matmul_precision(config.numerics.matmul_precision)
 
 
-def with_precision(fn, config, platform=None):
-  """`fn` traced under config.numerics.matmul_precision, whatever the caller's context: the
-  one way the precision reaches a jitted computation (trainer/run.py wraps every step). With
-  `platform` (the platform of the devices it is compiled for), its platform-dependent choices are
-  made for that platform (numerics/target.py), not for this process's default backend."""
+def with_precision(fn, config):
+  """`fn` traced under config.numerics.matmul_precision, whatever the caller's context (every
+  jitted step is wrapped so); it keeps fn's name (HLO module names, profiles)."""
 
   def traced(*args, **kwargs):
-    with precision_scope(config), target.scope(platform):
+    with precision_scope(config):
       return fn(*args, **kwargs)
 
-  # The jitted computation keeps fn's name (HLO module names, profiles, dumps).
   traced.__name__ = getattr(fn, '__name__', None) or getattr(fn, 'func', fn).__name__
   return traced
 
 
 def native_formats(platform, precision):
-  """(conv format, dot format) of f32 operands under `precision` on `platform`, natively.
-
-  Convolutions honour only the legacy levels: under a DotAlgorithmPreset they run at the
-  platform's default. CPU computes f32 whatever is asked. Unknown platforms give 'unknown'.
-  """
+  """(conv format, dot format) of f32 operands under `precision` on `platform`, natively:
+  convolutions honour only the legacy levels; CPU computes f32; unknown platforms 'unknown'."""
   table = NATIVE_FORMAT.get(platform)
   if table is None:
     return 'unknown', 'unknown'
   if precision in PRESET_FORMAT:
-    conv = table['default']
-    return conv, ('f32' if platform == 'cpu' else PRESET_FORMAT[precision])
+    return table['default'], ('f32' if platform == 'cpu' else PRESET_FORMAT[precision])
   level = table[LEGACY_LEVEL[precision or 'default']]
   return level, level
 
 
-def kind_formats(platform, precision, requested, compute_dtype='float32', conv_as_dot=False):
-  """{'conv': format, 'dense': format} the model's products run in, all settings considered.
-
-  `requested`: profiles.formats() of the config. 'native' becomes the platform's format under
-  `precision` (native_formats; `conv_as_dot`: the convolutions are computed as dots, conv_impl
-  im2col, so they honour the dot's precision). bf16 activations make every format but the noise
-  control 'bf16' (bf16 operands are exact in every format; the noise moves them off the bf16
-  grid). Emulated f32 on a TPU runs at HIGHEST, six bf16 passes: 'bf16_6x'.
-  """
+def effective_formats(platform, precision, requested, compute_dtype='float32', conv_as_dot=False):
+  """{'conv', 'dense'} formats the products really run in: 'native' made explicit, bf16 activations
+  as 'bf16' (noisy formats aside), emulated f32 on a TPU as 'bf16_6x'."""
   conv, dot = native_formats(platform, precision)
   native = {'conv': dot if conv_as_dot else conv, 'dense': dot}
   out = {}
-  for kind in profiles.KINDS:
+  for kind in formats.KINDS:
     fmt = requested[kind]
-    if fmt in emulate_lib.NOISY_FORMATS:
+    if fmt != formats.NATIVE and formats.FORMATS[fmt].noisy:
       out[kind] = fmt
     elif compute_dtype == 'bfloat16':
       out[kind] = 'bf16'
-    elif fmt == 'native':
+    elif fmt == formats.NATIVE:
       out[kind] = native[kind]
     else:
       out[kind] = 'bf16_6x' if (fmt == 'f32' and platform == 'tpu') else fmt
@@ -183,46 +155,45 @@ def kind_formats(platform, precision, requested, compute_dtype='float32', conv_a
 
 
 def describe(config):
-  """Requested and effective numerics of this run, JSON-serialisable.
-
-  effective: the platform and device kind, the precision flag JAX holds, the product format of
-  the convolutions and of the dense layers ('conv_format', 'dense_format': kind_formats, the
-  platform default made explicit), how the convolutions are computed ('conv_impl': 'xla' or
-  'im2col', 'auto' resolved), which kinds are emulated and by which implementation
-  ('emulated', 'emulate_impl': {'conv': ..., 'dense': ...}, 'auto' resolved), the compute dtype,
-  the BatchNorm grouping, and whether GPU determinism is in XLA_FLAGS.
+  """{'requested': config.numerics, 'effective': ...} of this run: the platform, the precision flag,
+  each kind's format, the implementations ('auto' resolved), dtype, BatchNorm grouping, XLA flags.
   """
   n = config.numerics
   device = jax.devices()[0]
   platform = device.platform
   requested = {k: n[k] for k in n.keys()}
-  effective = dict(requested)
   flag = jax.config.jax_default_matmul_precision
-  wanted = profiles.formats(n)
+  wanted = formats.kind_formats(n)
   conv_impl = ops.resolve_conv_impl(n.conv_impl, platform)
-  formats = kind_formats(platform, flag, wanted, n.compute_dtype, conv_as_dot=conv_impl == 'im2col')
+  effective = effective_formats(
+    platform, flag, wanted, n.compute_dtype, conv_as_dot=conv_impl == 'im2col'
+  )
   if conv_impl == 'im2col' and n.conv_impl == 'auto':
     conv_impl = (
       f'im2col for 1x1 kernels, >= {ops.IM2COL_MIN_MACS} MACs/example and <= 2x2 '
       f'outputs from {ops.IM2COL_SMALL_OUT_MIN_MACS} MACs; xla otherwise'
     )
-  impl = n.emulate_impl
-  xla_flags = os.environ.get('XLA_FLAGS', '')
-  effective.update(
-    platform=platform,
-    device_kind=str(getattr(device, 'device_kind', '')),
-    matmul_precision_flag=str(flag),
-    conv_impl=conv_impl,
-    conv_format=formats['conv'],
-    dense_format=formats['dense'],
-    emulated={k: wanted[k] != 'native' for k in profiles.KINDS},
-    emulate_impl={k: emulate_lib.resolve_impl(impl, platform, wanted[k]) for k in profiles.KINDS},
-    compute_dtype=str(jnp.dtype(n.compute_dtype)),
-    batchnorm='global batch' if not n.batchnorm_group else f'groups of {n.batchnorm_group}',
-    gpu_deterministic=(platform == 'gpu' and '--xla_gpu_deterministic_ops=true' in xla_flags),
-    xla_flags=xla_flags,
-  )
-  return {'requested': requested, 'effective': effective}
+  flags = os.environ.get('XLA_FLAGS', '')
+  return {
+    'requested': requested,
+    'effective': {
+      **requested,
+      'platform': platform,
+      'device_kind': str(getattr(device, 'device_kind', '')),
+      'matmul_precision_flag': str(flag),
+      'conv_impl': conv_impl,
+      'conv_format': effective['conv'],
+      'dense_format': effective['dense'],
+      'emulated': {k: wanted[k] != formats.NATIVE for k in formats.KINDS},
+      'emulate_impl': {
+        k: ops.resolve_impl(n.emulate_impl, platform, wanted[k]) for k in formats.KINDS
+      },
+      'compute_dtype': str(jnp.dtype(n.compute_dtype)),
+      'batchnorm': 'global batch' if not n.batchnorm_group else f'groups of {n.batchnorm_group}',
+      'gpu_deterministic': platform == 'gpu' and '--xla_gpu_deterministic_ops=true' in flags,
+      'xla_flags': flags,
+    },
+  }
 
 
 def cpuinfo(path=CPUINFO):
@@ -243,10 +214,9 @@ def cpuinfo(path=CPUINFO):
 
 
 def xla_cpu_isa(cpu_flags, xla_flags):
-  """The instruction set XLA:CPU generates code for on an x86-64 host whose /proc/cpuinfo lists
-  `cpu_flags`: the highest XLA_CPU_ISAS level the host has, lowered to the last
-  --xla_cpu_max_isa in `xla_flags` (XLA ignores a value it does not know, with a warning, and so
-  does this). None where the host has no level (no flags read: not recorded)."""
+  """The instruction set XLA:CPU generates code for on an x86-64 host with /proc/cpuinfo flags
+  `cpu_flags`: its best XLA_CPU_ISAS level, lowered to the last --xla_cpu_max_isa in `xla_flags`
+  (a value XLA does not know is ignored, as XLA does); None where the host has no level."""
   have, levels = set(cpu_flags), []
   for name, needs in XLA_CPU_ISAS.items():
     if not have.issuperset(needs):
@@ -259,12 +229,9 @@ def xla_cpu_isa(cpu_flags, xla_flags):
 
 
 def cpu_facts(xla_flags=None):
-  """(model, instruction set, XLA's instruction set) of this host's processor (runrecord/record.py
-  CPU_FACTS names them): the model name /proc/cpuinfo gives (else platform.processor()); on x86-64
-  the best XLA_CPU_ISAS level the processor has and the level XLA:CPU generates code for
-  (xla_cpu_isa: that one, lowered by a --xla_cpu_max_isa in `xla_flags`, default this process's
-  XLA_FLAGS); elsewhere both are the machine's architecture (e.g. 'aarch64'). None for what cannot
-  be read (not recorded)."""
+  """(model, instruction set, XLA's instruction set) of this host's processor (record.CPU_FACTS):
+  /proc/cpuinfo's model name; on x86-64 its best XLA_CPU_ISAS level and XLA:CPU's (xla_cpu_isa,
+  `xla_flags` default this process's); elsewhere the machine's architecture twice; None unread."""
   xla_flags = os.environ.get('XLA_FLAGS', '') if xla_flags is None else xla_flags
   info, machine = cpuinfo(), host.machine().lower()
   flags = info.get('flags', '').split()

@@ -1,10 +1,6 @@
 """A run's per-example test predictions: the Orbax item `predictions` of each evaluation's
 checkpoint step (collect, save_items), and its reading (saved_steps, read_predictions). What the
-item holds, per task, and when two runs' predictions compare: docs/record.md "Test predictions".
-
-  read_predictions(workdir)           # the newest step holding predictions, or None
-  read_predictions(workdir, step=44)  # that step's, or None
-"""
+item holds, per task, and when two runs' predictions compare: docs/record.md "Test predictions"."""
 
 import logging
 import os

@@ -1,10 +1,7 @@
 """The results record, one owner: its fields (`Results`, new_record) and the table columns they
 become, its place in the Orbax checkpoint (save, read_results), the workdir's file names, the
-upgrade of older records, one run (run_identity), and the lists of fields the rules read. The
-rules themselves: the runs table, the arm, the pair, the replicate and the platform in
-runrecord/rules.py; the same run and a run's segments in runrecord/sessions.py. What each field
-and rule means: docs/record.md.
-"""
+upgrade of older records, one run (run_identity), and the lists of fields the rules read (the rules
+themselves: runrecord/rules.py). What each field and rule means: docs/record.md."""
 
 import copy
 import hashlib
@@ -15,14 +12,17 @@ from typing import Any, TypedDict, cast
 
 from etils import epath
 
-# Orbax and numerics.profiles (both load JAX) are imported inside the functions that use them: the
-# analysis of a CSV reads only this module's field names and stays without JAX (~170 MB, seconds).
+from numerics import formats
+
+# Orbax (it loads JAX) is imported inside the functions that use it: the analysis of a CSV reads
+# only this module's field names and stays without JAX (~170 MB, seconds).
 
 RECORD_SCHEMA = 4  # 3: CPU_FACTS recorded; 4: run_id, segments' CPU facts
 # Every file a run's workdir holds, named once (the trainer writes them, the sweep and the analysis
 # read them): the checkpoints folder, the JSON-lines metrics, the lock, the sweep's log of a run.
 CHECKPOINTS = 'checkpoints'
 METRICS = 'metrics.jsonl'
+TENSORBOARD = 'tensorboard'
 LOCK_FILE = 'run.lock'
 LOG_FILE = 'train.log'
 STATE_ITEM = 'state'
@@ -144,8 +144,7 @@ SEGMENT_FACTS = LAYOUT + CPU_FACTS
 
 class Segment(TypedDict, total=False):
   """One stretch of steps [start_step, stop_step) a run trained on one device layout (`segments`;
-  runrecord/sessions.py start_segment): its LAYOUT and, on CPU, its CPU_FACTS (absent where
-  None)."""
+  runrecord/rules.py start_segment): its LAYOUT and, on CPU, its CPU_FACTS (absent where None)."""
 
   start_step: int
   stop_step: int
@@ -204,16 +203,7 @@ def new_record(
   model_facts: dict[str, Any],
   versions: dict[str, str],
 ) -> Results:
-  """The record of a run about to start: status 'running', no history.
-
-  Args:
-    config: the resolved config (an ml_collections.ConfigDict).
-    facts: LAYOUT and CPU_FACTS of this run's devices (trainer/execution.py facts).
-    numerics: {'requested': ..., 'effective': ...} (numerics/setup.py describe).
-    data_info: the dataset's facts (data_facts).
-    model_facts: the pretrained weights' facts ({} without).
-    versions: {package: version}.
-  """
+  """The record of a run about to start: status 'running', no history."""
   from configs import common
 
   record: dict[str, Any] = {
@@ -273,9 +263,7 @@ def save(
   mngr: Any, step: int, results: Results, state: Any = None, extra: Mapping[str, Any] | None = None
 ) -> None:
   """Write the record `results` (and, unless None, `state`) as step `step` of the Orbax manager
-  `mngr`: <workdir>/checkpoints/<step>/{results, state}, asynchronously where `mngr` is. The
-  results are deep-copied: the caller keeps appending to its dict while the write runs.
-  `extra`: further items of the step, {name: Orbax save argument} (runrecord/predictions.py)."""
+  `mngr`: <workdir>/checkpoints/<step>/{results, state}, asynchronously where `mngr` is."""
   mngr.save(step, args=save_args(copy.deepcopy(results), state, extra), force=True)
 
 
@@ -301,19 +289,8 @@ def restore_args(abstract_state=None):
 
 
 def read_results(run: str) -> Results | None:
-  """The run's current record: its latest checkpoint step's `results` item.
-
-  Args:
-    run: a run folder (its --workdir), local or gs://.
-
-  Returns:
-    The record as saved (a dict, docs/record.md "Fields"; `upgrade` maps an old one), or None
-    when the run has no saved step yet.
-
-  Raises:
-    Orbax's and TensorStore's errors for an unreadable step (analysis/inputs/results.py turns them
-    into an excluded run with its reason).
-  """
+  """The run's current record: its latest checkpoint step's `results` item. Args: run: a run folder
+  (its --workdir), local or gs://."""
   import orbax.checkpoint as ocp
 
   options = ocp.CheckpointManagerOptions(read_only=True)
@@ -355,25 +332,20 @@ def defaults():
 
 
 def upgrade_config(config: Any) -> Any:
-  """A saved config (dict) with its numerics through numerics.profiles.upgrade, as a new dict;
+  """A saved config (dict) with its numerics through numerics.formats.upgrade, as a new dict;
   anything without numerics comes back as it is."""
-  from numerics import profiles
-
   if isinstance(config, dict) and 'numerics' in config:
-    return {**config, 'numerics': profiles.upgrade(config['numerics'])}
+    return {**config, 'numerics': formats.upgrade(config['numerics'])}
   return config
 
 
 def upgrade(results: Mapping[str, Any]) -> Results:
-  """A saved record (dict) as today's fields: its requested and effective numerics and its
-  config's numerics through numerics.profiles.upgrade (the removed `emulate` shorthand); a new
-  dict."""
-  from numerics import profiles
-
+  """A saved record (dict) as today's fields: its requested and effective numerics and its config's
+  numerics through numerics.formats.upgrade (the removed `emulate` shorthand); a new dict."""
   out = dict(results)
   if isinstance(out.get('numerics'), dict):
     out['numerics'] = {
-      part: profiles.upgrade(value) if isinstance(value, dict) else value
+      part: formats.upgrade(value) if isinstance(value, dict) else value
       for part, value in out['numerics'].items()
     }
   if 'config' in out:

@@ -1,32 +1,21 @@
-"""The runs table read from results records, and the rules it is grouped, paired and averaged by:
-one row per run (`row`), the columns that define an arm (`arm_columns`, `field_name` for its
-labels), the columns two runs pair on (`pairing_columns`), the replicate rule (`model_keys`) and
-the platform a run counts as (`platform_identity`, `jax_platform`).
-The fields and the lists of columns are runrecord/record.py's; what the rules mean: docs/record.md
-("The rules read from it"). No JAX here: the analysis of a CSV reads it.
-"""
+"""The rules read from results records: one row per run (`row`), the columns that define an arm
+(`arm_columns`, `field_name`), the columns two runs pair on (`pairing_columns`), the replicate rule
+(`model_keys`), the platform a run counts as (`platform_identity`, `jax_platform`), the same run
+(`config_differences`, `data_differences`, `layout_differences`, `identity_differences`: what a
+resumed session or the sweep compares) and the segments each layout trained (`start_segment`,
+`end_segment`)."""
 
+import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from runrecord import record
-from runrecord.record import Results
+from runrecord.record import Results, Segment
 
 
 def row(run: str, results: Results | None) -> dict[str, Any]:
-  """One row of the runs table from a run's record.
-
-  Args:
-    run: the run's folder, its `run` column.
-    results: its record (read_results), or None when nothing is saved yet.
-
-  Returns:
-    A dict: record.BASE_COLUMNS (run_id by record.run_identity, platform by platform_identity,
-    init and data seeds `seed` where not set apart) and the flattened parts (`final.*`,
-    `numerics.*`, `config.*`, ...); requested numerics fields the record predates, and config
-    fields but the seed, filled with their defaults (docs/record.md "Fields"). Without a record:
-    status 'no_results' and its reason.
-  """
+  """One row of the runs table from a run's record. Args: run: the run's folder, its `run` column.
+  results: its record (read_results), or None when nothing is saved yet."""
   if results is None:
     return {'run': run, 'status': 'no_results', 'reason': 'no saved checkpoint step'}
   results = record.upgrade(results)
@@ -65,11 +54,9 @@ def _arm_config(column: str) -> bool:
 
 
 def arm_columns(frame: Any) -> list[str]:
-  """The columns of runs table `frame` that define an arm: platform, device kind, every requested
-  numerics field (the named ones first, record.ARM_NAMED: a label then reads
-  'profile=tpu_default', not the formats the profile expands to), then every config field whose
-  recorded values differ between the runs (missing values aside), the seed, config.numerics and
-  record.IGNORED_FIELDS aside."""
+  """The columns of runs table `frame` that define an arm: platform, device kind, the requested
+  numerics (named ones first) and every config field whose values differ between the runs (seeds,
+  numerics and IGNORED_FIELDS aside)."""
   columns = list(frame.columns)
   named = [
     f'{record.ARM_PREFIX}{n}' for n in record.ARM_NAMED if f'{record.ARM_PREFIX}{n}' in columns
@@ -100,11 +87,9 @@ def model_keys(
   init_seeds: Iterable[Any] | None = None,
   data_seeds: Iterable[Any] | None = None,
 ) -> list[Any]:
-  """Each run's model within its arm, the unit replicates are averaged in and arms are paired by
-  (the replicate rule, record.MODEL_FIELDS): the seed itself where every run's init and data-order
-  seeds equal its seed or are not recorded (older records, a CSV without them), else for every run
-  'S (init I, data D)': runs of one seed with other initial weights or data order are never
-  replicates. A list aligned with `seeds`; None where the seed is."""
+  """Each run's model within its arm (the replicate rule, record.MODEL_FIELDS): its seed, or 'S
+  (init I, data D)' where any run's init or data seed differs from its seed; aligned with `seeds`.
+  """
 
   def text(v):
     if v is None or v != v:  # absent or NaN (a CSV's empty cell)
@@ -126,10 +111,8 @@ def pairing_columns(columns: Iterable[str]) -> list[str]:
 
 
 def platform_identity(results: Mapping[str, Any]) -> str | None:
-  """The platform record `results` ran on, as the analysis tells platforms apart (docs/record.md):
-  the JAX platform, on CPU followed by the processor's instruction set ('cpu-AVX2') and by XLA's
-  where a pin lowered it ('cpu-AVX512-max-AVX2'); the bare platform where the instruction set is
-  not recorded (records before schema 3) and on GPU and TPU."""
+  """The platform a record ran on, as the analysis tells them apart: the JAX platform, on CPU with
+  its instruction set ('cpu-AVX2') and XLA's where a pin lowered it ('cpu-AVX512-max-AVX2')."""
   segments = [s for s in results.get('segments') or [] if isinstance(s, dict)]
   if segments:  # each segment's facts, over the record's where a segment predates them
     top = {k: results.get(k) for k in record.SEGMENT_FACTS}
@@ -152,3 +135,85 @@ def jax_platform(identity: str) -> str:
   """The JAX platform ('cpu', 'gpu', 'tpu') of a platform identity ('cpu-AVX2', platform_identity):
   what a rule declared per JAX platform (an emulating profile, determinism) reads."""
   return str(identity).split('-', 1)[0]
+
+
+def data_differences(
+  saved: Mapping[str, Any] | None, current: Mapping[str, Any] | None
+) -> list[str]:
+  """['data.field: saved -> current', ...] over the record.DATA_IDENTITY fields both `data` dicts
+  hold."""
+  saved, current = saved or {}, current or {}
+  return [
+    f'data.{k}: {saved[k]!r} -> {current[k]!r}'
+    for k in record.DATA_IDENTITY
+    if k in saved and k in current and saved[k] != current[k]
+  ]
+
+
+def layout_differences(saved: Mapping[str, Any], facts: Mapping[str, Any]) -> list[str]:
+  """['num_devices: 8 -> 4', ...]: how the layout `facts` differs from the saved record's (the
+  platform identity apart: identity_differences)."""
+  return [
+    f'{k}: {saved.get(k)!r} -> {facts[k]!r}'
+    for k in record.LAYOUT
+    if saved.get(k) is not None and saved.get(k) != facts[k]
+  ]
+
+
+def identity_differences(saved: Mapping[str, Any], facts: Mapping[str, Any]) -> list[str]:
+  """['platform identity: cpu-AVX512 -> cpu-AVX2'] when the platform identity of `facts` (this
+  session) differs from the one the saved record's last segment ran on, else [] (a record whose
+  identity is not recorded, 'cpu' before schema 3, is not held against a session)."""
+  before, now = (platform_identity({**saved, 'segments': None}), platform_identity(facts))
+  if saved.get('platform') != facts.get('platform') or before in (None, now, saved.get('platform')):
+    return []  # another platform altogether: LAYOUT's 'platform' line says so
+  return [f'platform identity: {before} -> {now}']
+
+
+def start_segment(
+  results: Results, saved: Mapping[str, Any] | None, facts: Mapping[str, Any], step: int
+) -> None:
+  """results['segments']: the saved record's segments up to `step` (a record written before
+  segments existed: one segment on its own layout), then this session's, from `step` on `facts`'s
+  layout, merged into the last one when that has the same layout."""
+  saved = saved or {}
+  if saved.get('run_id'):
+    results['run_id'] = saved['run_id']  # a resume continues the run: its identity too
+  old = saved.get('segments') or (
+    [{'start_step': 0, 'stop_step': step, **{k: saved.get(k) for k in record.LAYOUT}}]
+    if step
+    else []
+  )
+  segments = [dict(s) for s in old if s['start_step'] < step]
+  if segments:
+    segments[-1]['stop_step'] = min(segments[-1]['stop_step'], step)
+  layout = {
+    k: facts.get(k) for k in record.SEGMENT_FACTS if k in record.LAYOUT or facts.get(k) is not None
+  }
+  if not (segments and {k: segments[-1].get(k, v) for k, v in layout.items()} == layout):
+    segments.append({'start_step': step, 'stop_step': step, **layout})
+  results['segments'] = cast(list[Segment], segments)  # each a Segment: the saved ones, `layout`
+
+
+def end_segment(results: Results, step: int) -> None:
+  """The current segment reaches `step` (called at every save)."""
+  results['segments'][-1]['stop_step'] = step
+
+
+def config_differences(
+  saved: Mapping[str, Any] | None, requested: Mapping[str, Any] | None
+) -> list[str]:
+  """['field: saved -> requested', ...]: the fields in which config dict `requested` is not the
+  same run as saved config dict `saved` (record.IGNORED_FIELDS aside; a field the saved config
+  predates counts as its default). Empty: the same run."""
+  old = record.flatten(json.loads(json.dumps(record.upgrade_config(saved or {}))), '')
+  new = record.flatten(json.loads(json.dumps(requested or {})), '')
+  default = record.defaults()
+  for name in set(new) - set(old):
+    if name in default:
+      old[name] = default[name]
+  return [
+    f'{k}: {old.get(k, "<absent>")!r} -> {new.get(k, "<absent>")!r}'
+    for k in sorted(set(old) | set(new))
+    if not record.within(k, record.IGNORED_FIELDS) and old.get(k) != new.get(k)
+  ]

@@ -1,3 +1,3 @@
-"""The training library: `trainer.loop.train_and_evaluate(config, workdir)` runs a resolved config
+"""The training library: `trainer.train.train_and_evaluate(config, workdir)` runs a resolved config
 (configs/validation.py); trainer/run.py builds what every driver trains from. See
 docs/operations.md."""

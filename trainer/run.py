@@ -1,22 +1,10 @@
-"""The run context: everything a training run is built from, built one way for every driver.
-
-  config = validation.resolve(loader.load(spec, overrides))   # configs/: the entry point, once
-  numerics_setup.configure(config)   # then, before any JAX backend starts (train.py does both)
-  ctx = run.build(config)            # checked against devices and data; dataset, mesh, phases
-  model, facts = run.init_model(ctx) # initial weights from init_seed (and model.init_from)
-  state = run.initial_state(ctx, model)
-  for phase in ctx.phases:
-    state, step_fn = run.enter_phase(ctx, state, phase, step)
-    for batch in run.batches(ctx, step, phase.stop, feed): state = step_fn(state, batch)
-
-The training loop, the divergence tool and the step benchmarks drive training through these
-functions only: the phases, the per-phase optimizer reset, the sharding and the numerics of every
-jitted step (traced under the config's matmul precision, for the mesh's platform) are decided
-here. See docs/numerics.md and docs/operations.md ("A training run").
-"""
+"""The run context: what a training run is built from, one way for every driver (the loop, the
+divergence tool, the step benchmarks, the TPU preflight)."""
 
 import dataclasses
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 import jax
@@ -26,13 +14,29 @@ import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from configs import capacity, common, validation
-from input_pipeline import base, batching, registry
-from models import resnet
+import input_pipeline
+import models
+from configs import common, validation
+from configs.validation import ConfigError
+from input_pipeline import batching
 from numerics import setup as numerics_setup
-from runrecord import predictions
-from trainer import checkpointing, distributed, optim, platforms, steps
+from trainer import checkpoint, process
+
+ZERO_SUMS = {'loss': 0.0, 'correct': 0.0, 'count': 0.0}  # the epoch's training sums, on device
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+  """Steps [start, stop) trained with `frozen` (backbone fixed) and a schedule over `length`."""
+
+  name: str
+  start: int
+  stop: int
+  frozen: bool
+  schedule_start: int  # the optimizer step count at `start` is step - schedule_start
+  schedule_length: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,123 +44,108 @@ class Context:
   """What a run is built from; every field derives from `config` (and the devices)."""
 
   config: ml_collections.ConfigDict  # resolved (configs/validation.py resolve)
-  dataset: base.Dataset  # loaded, or declared without its data (registry.declared)
+  dataset: input_pipeline.Dataset  # loaded, or declared without its data (input_pipeline.declared)
+  model_module: ModuleType  # the model's module (models/__init__.py: its contract checked)
   mesh: Mesh  # 1-D, axis 'data'
   replicated: NamedSharding  # of the state
   sharded: NamedSharding  # of a batch (along 'data')
   per_epoch: int  # steps per epoch
   total_steps: int
-  phases: list[optim.Phase]  # in order, covering [0, total_steps)
-  mean: np.ndarray  # float32 [channels]: the normalisation (base.normalization_constants)
+  phases: list[Phase]  # in order, covering [0, total_steps)
+  mean: np.ndarray  # float32 [channels]: the normalisation
   std: np.ndarray
   graphdef: nnx.GraphDef  # the model's structure (its state comes from init_model)
+  data_seed: int  # of the data order, flips and product noise (common.data_seed_of)
 
 
-# A training state: {'params', 'batch_stats', 'opt_state', 'step', ...} (trainer/steps.py
-# init_state), of arrays or, built by `abstract_state`, of ShapeDtypeStructs.
-State = dict[str, Any]
-
-
-def load_dataset(config: ml_collections.ConfigDict) -> base.Dataset:
-  """The dataset config.data names, loaded by its module (input_pipeline/registry.py); what its
-  loader refuses (missing files, a bad folder) as a one-line ConfigError."""
+def load_dataset(config: ml_collections.ConfigDict) -> input_pipeline.Dataset:
+  """The dataset config.data names, loaded by its module; what its loader refuses (missing
+  files, a bad folder: one line by the registry's contract) as a ConfigError."""
   try:
-    return registry.load(config)
-  except (FileNotFoundError, ValueError) as e:
-    raise validation.ConfigError(str(e).splitlines()[0]) from None
+    return input_pipeline.load(config)
+  except (FileNotFoundError, input_pipeline.DataError) as e:
+    raise ConfigError(str(e)) from e
+
+
+def model_module(config: ml_collections.ConfigDict) -> ModuleType:
+  """config.model.name's module, its contract and config.model.reinit's parts checked."""
+  try:
+    module = models.get(config.model.name)
+  except ValueError as e:  # the registry's one line
+    raise ConfigError(str(e)) from e
+  unknown = [part for part in config.model.reinit if part not in module.PARTS]
+  if unknown:
+    raise ConfigError(f'config.model.reinit may name {sorted(module.PARTS)}, got {unknown}')
+  return module
 
 
 def build(
   config: ml_collections.ConfigDict,
-  dataset: base.Dataset | None = None,
+  dataset: input_pipeline.Dataset | None = None,
   devices: Sequence[jax.Device] | None = None,
   device_bytes: int | None = None,
 ) -> Context:
-  """The run's context from a resolved config; the one place that checks the config against the
-  devices and the data (configs/capacity.py check_devices, then check_dataset), before any
-  compute.
-
-  Args:
-    config: the resolved config (configs/validation.py resolve), its XLA flags applied to this
-      process (numerics/setup.py configure).
-    dataset: reuse one already loaded (arms of one comparison), or one declared without its data
-      (input_pipeline/registry.py declared); None: load config.data's.
-    devices: the mesh's devices (default: all of them), also compile-only ones (a TPU topology,
-      sweeps/preflight.py): the batch must split over them and their processes.
-    device_bytes: one device's memory where the devices do not report it (a TPU chip's HBM).
-  Returns:
-    The Context.
-  Raises:
-    ConfigError: the batch does not split over the devices, the activations or a device-resident
-      split do not fit, the split gives no full batch; or the data cannot be loaded.
-    TypeError: the config was not resolved. ValueError: its XLA flags are not applied.
+  """The run's context from a resolved config whose XLA flags this process applied: the one check of
+  it against the devices and the data (ConfigError); `dataset` a loaded or declared one to reuse,
+  `devices` the mesh's (compile-only ones too), `device_bytes` their memory where they do not say.
   """
   validation.require_resolved(config, 'trainer.run.build')
   numerics_setup.require_configured(config)
+  module = model_module(config)
   devices = list(devices if devices is not None else jax.devices())
   processes = len({d.process_index for d in devices})
-  device_bytes = device_bytes or platforms.device_memory(jax.local_devices())
-  capacity.check_devices(config, len(devices), processes, device_bytes)  # before a long load
+  device_bytes = device_bytes or process.device_memory(jax.local_devices())
+  validation.check_devices(config, len(devices), processes, device_bytes)  # before a long load
   dataset = load_dataset(config) if dataset is None else dataset
-  capacity.check_dataset(config, len(dataset.train), batching.nbytes(dataset.train), device_bytes)
-  mesh = steps.make_mesh(devices)
-  replicated, sharded = steps.shardings(mesh)
+  validation.check_dataset(config, len(dataset.train), batching.nbytes(dataset.train), device_bytes)
+  mesh = make_mesh(devices)
+  replicated, sharded = shardings(mesh)
   per_epoch = batching.steps_per_epoch(len(dataset.train), config.batch_size)
-  mean, std = base.normalization_constants(config.data.normalization, dataset.image_shape[-1])
-  graphdef = nnx.graphdef(nnx.eval_shape(lambda: _create(config, dataset, jax.random.key(0))))
+  mean, std = input_pipeline.normalization_constants(
+    config.data.normalization, dataset.image_shape[-1]
+  )
+  platform = mesh.devices.flat[0].platform  # what every step is traced for
+  graphdef = nnx.graphdef(
+    nnx.eval_shape(lambda: create_model(config, dataset, jax.random.key(0), platform))
+  )
   return Context(
     config,
     dataset,
+    module,
     mesh,
     replicated,
     sharded,
     per_epoch,
     config.num_epochs * per_epoch,
-    optim.phases(config, per_epoch),
+    phases(config, per_epoch),
     mean,
     std,
     graphdef,
+    common.data_seed_of(config),
   )
 
 
-def platform(ctx: Context) -> str:
-  """The platform of the mesh's devices ('cpu', 'gpu', 'tpu'): what every step is traced for."""
-  return ctx.mesh.devices.flat[0].platform
-
-
-def _traced(ctx):
-  """How every jitted step is traced: under the config's matmul precision, for the mesh's
-  platform (numerics/setup.py with_precision)."""
-  return lambda fn: numerics_setup.with_precision(fn, ctx.config, platform(ctx))
-
-
-def _create(config, dataset, key):
-  return resnet.create_model(
-    config, dataset.num_classes, dataset.image_shape[-1], nnx.Rngs(params=key)
-  )
+def create_model(config, dataset, key, platform=None):
+  """The model of `config` for `dataset`, its products traced for `platform` (models.build)."""
+  channels = dataset.image_shape[-1]
+  return models.build(config, dataset.num_classes, channels, nnx.Rngs(params=key), platform)
 
 
 def param_shapes(ctx):
   """The model's parameters as ShapeDtypeStructs (pure dict), without initialising them."""
-  abstract = nnx.eval_shape(lambda: _create(ctx.config, ctx.dataset, jax.random.key(0)))
+  abstract = nnx.eval_shape(lambda: create_model(ctx.config, ctx.dataset, jax.random.key(0)))
   return nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
 
 
+def _init_state(ctx, key):
+  return nnx.state(create_model(ctx.config, ctx.dataset, key))
+
+
 def init_model(ctx: Context) -> tuple[nnx.Module, dict[str, Any]]:
-  """(model, facts): the initial model from the init seed (configs/common.py `init_seed_of`:
-  config.init_seed, else config.seed) and `model.init_from`, when given.
-
-  The initial weights are computed on the host CPU backend, as one jitted computation compiled
-  without backend optimisations (seconds on a small CPU, and no fused arithmetic), so a seed gives
-  the same initial weights on TPU, GPU and CPU: runs pair across platforms by seed. The key is an
-  argument, so runs that differ only in seed share one compiled init.
-
-  Returns:
-    (model, facts): the nnx model, not yet on the mesh; facts {} or, with model.init_from, what
-    models/pretrained.py load_into says (file, sha256, keys loaded, parts re-initialised).
-  Raises:
-    ConfigError: model.init_from cannot be read or does not fit the model (one line).
-  """
+  """(model, facts): the initial model from the init seed (common.init_seed_of) and, where given,
+  model.init_from (facts: what models/pretrained.py load_into says; else {})."""
+  # On the host CPU, one jitted computation compiled without backend optimisations (no fused
+  # arithmetic): a seed gives the same weights on TPU, GPU and CPU, so runs pair by seed.
   config = ctx.config
   try:
     host = jax.local_devices(backend='cpu')[0]
@@ -165,7 +154,7 @@ def init_model(ctx: Context) -> tuple[nnx.Module, dict[str, Any]]:
   key = jax.device_put(jax.random.key(common.init_seed_of(config)), host)
   with jax.default_device(host):
     init = (
-      jax.jit(lambda k: nnx.state(_create(config, ctx.dataset, k)))
+      jax.jit(functools.partial(_init_state, ctx))
       .lower(key)
       .compile({'xla_backend_optimization_level': 0})  # type: ignore[dict-item]  # XLA takes ints
     )
@@ -177,32 +166,102 @@ def init_model(ctx: Context) -> tuple[nnx.Module, dict[str, Any]]:
     from models import pretrained
 
     try:
-      facts = pretrained.load_into(model, config.model.init_from, tuple(config.model.reinit))
-    except (OSError, ValueError) as e:  # one line naming config.model.init_from, the file, the fix
-      raise validation.ConfigError(str(e).splitlines()[0]) from None
+      facts = pretrained.load_into(
+        model, config.model.init_from, tuple(config.model.reinit), config.model.name
+      )
+    except (OSError, pretrained.WeightsError) as e:  # one line: the field, the file, the fix
+      raise ConfigError(str(e)) from e
   return model, facts
 
 
-def optimizer(ctx: Context, phase: optim.Phase) -> optax.GradientTransformation:
-  return optim.make_optimizer(ctx.config, ctx.per_epoch, phase)
+def phases(config: ml_collections.ConfigDict, steps_per_epoch: int) -> list[Phase]:
+  """The run's phases: 'frozen' first when optim.freeze_epochs is set (only the reinit parts train),
+  then 'full'; 'per_phase' gives each its own schedule, 'continuous' one over all."""
+  total = config.num_epochs * steps_per_epoch
+  freeze = config.optim.freeze_epochs * steps_per_epoch
+  if config.optim.schedule == 'continuous':
+    out = [Phase('frozen', 0, freeze, True, 0, total)] if freeze else []
+    return out + [Phase('full', freeze, total, False, 0, total)]
+  out = [Phase('frozen', 0, freeze, True, 0, freeze)] if freeze else []
+  return out + [Phase('full', freeze, total, False, freeze, total - freeze)]
 
 
-def initial_state(ctx: Context, model: nnx.Module) -> State:
-  """The training state of `model` with the first phase's optimizer, replicated on the mesh."""
-  return replicate(ctx, steps.init_state(model, optimizer(ctx, ctx.phases[0])))
+def phase_at(all_phases: Sequence[Phase], step: int) -> Phase:
+  """The phase of `all_phases` holding global `step` (the last one past their end)."""
+  for phase in all_phases:
+    if phase.start <= step < phase.stop:
+      return phase
+  return all_phases[-1]
 
 
-def abstract_state(ctx: Context) -> State:
-  """`initial_state`'s shapes, dtypes and sharding (ShapeDtypeStructs), without initialising any
-  weight: what a step is lowered and compiled for on devices that hold no data."""
-  return replicate(
-    ctx,
-    jax.eval_shape(
-      lambda: steps.init_state(
-        _create(ctx.config, ctx.dataset, jax.random.key(0)), optimizer(ctx, ctx.phases[0])
-      )
-    ),
+def warmup_cosine(config, steps_per_epoch, length):
+  """optax schedule: linear 0 -> lr over warmup, cosine lr -> 0 at `length` steps."""
+  warmup = int(round(config.optim.warmup_epochs * steps_per_epoch))
+  warmup = max(0, min(warmup, length - 1))
+  return optax.warmup_cosine_decay_schedule(
+    init_value=0.0,
+    peak_value=config.optim.learning_rate,
+    warmup_steps=warmup,
+    decay_steps=max(length, 1),
+    end_value=0.0,
   )
+
+
+def learning_rate(config, steps_per_epoch, all_phases, step):
+  """The learning rate global step `step` uses, the optimizer's own schedule evaluated on the host
+  for the log (not optax.inject_hyperparams, which would put it into every checkpoint)."""
+  phase = phase_at(all_phases, step)
+  schedule = warmup_cosine(config, steps_per_epoch, phase.schedule_length)
+  return float(schedule(step - phase.schedule_start))
+
+
+def make_optimizer(config, steps_per_epoch, phase):
+  """AdamW (decoupled weight decay scaled by the lr, as torch.optim.AdamW) for `phase`."""
+  o = config.optim
+  return optax.adamw(
+    warmup_cosine(config, steps_per_epoch, phase.schedule_length),
+    b1=o.b1,
+    b2=o.b2,
+    eps=o.eps,
+    weight_decay=o.weight_decay,
+  )
+
+
+def optimizer(ctx: Context, phase: Phase) -> optax.GradientTransformation:
+  return make_optimizer(ctx.config, ctx.per_epoch, phase)
+
+
+def trainable_mask(params, frozen, reinit, parts):
+  """Pytree of Python bools like `params`: True where the parameter trains in this phase (all,
+  or while `frozen` only the `reinit` parts of the model's PARTS)."""
+  names = {name for part in reinit for name in parts[part]}
+  return {
+    key: jax.tree.map(lambda _, k=key: (not frozen) or k in names, value)
+    for key, value in params.items()
+  }
+
+
+# Not optax.multi_transform with set_to_zero: its state's tree changes at the unfreeze, and a
+# checkpoint restores into the first phase's state.
+def masked_update(params, grads, opt_state, tx, mask):
+  """One optimizer step touching only the parameters where `mask` is True: frozen ones get zero
+  gradients (XLA drops their weight gradients) and come back as the very same arrays."""
+  grads = jax.tree.map(lambda g, m: g if m else jnp.zeros_like(g), grads, mask)
+  updates, opt_state = tx.update(grads, opt_state, params)
+  params = jax.tree.map(lambda p, u, m: p + u.astype(p.dtype) if m else p, params, updates, mask)
+  return params, opt_state
+
+
+# Not jax.make_mesh: on TPUs it orders the devices into a ring and interleaves a slice's hosts, so a
+# process's devices would no longer hold the contiguous slice of each batch it loads.
+def make_mesh(devices=None):
+  """The 1-D 'data' mesh over `devices` (default: all), in the order given."""
+  return Mesh(np.asarray(devices if devices is not None else jax.devices()), ('data',))
+
+
+def shardings(mesh):
+  """(replicated, batch-sharded) NamedShardings."""
+  return NamedSharding(mesh, P()), NamedSharding(mesh, P('data'))
 
 
 def is_abstract(tree):
@@ -212,7 +271,7 @@ def is_abstract(tree):
 
 def replicate(ctx, tree):
   """`tree` replicated on the mesh: its arrays placed there, or, for an abstract tree, its
-  ShapeDtypeStructs given the replicated sharding (the one path for both builds)."""
+  ShapeDtypeStructs given the replicated sharding (one path for both builds)."""
   if is_abstract(tree):
     return jax.tree.map(
       lambda s: jax.ShapeDtypeStruct(
@@ -221,6 +280,12 @@ def replicate(ctx, tree):
       tree,
     )
   return jax.device_put(tree, ctx.replicated)
+
+
+def zero_sums(mesh):
+  """ZERO_SUMS as f32 arrays replicated on `mesh`."""
+  sums = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), ZERO_SUMS)
+  return jax.device_put(sums, shardings(mesh)[0])
 
 
 def abstract_batch(ctx, split, batch_size, mask=False):
@@ -238,141 +303,90 @@ def abstract_batch(ctx, split, batch_size, mask=False):
   return out
 
 
-def enter_phase(
-  ctx: Context, state: State, phase: optim.Phase, step: int
-) -> tuple[State, Callable[..., State]]:
-  """(state, jitted train step) for `phase`, entered at global `step`.
+# Not functools.partial over a placed seed: the seed stays an argument of the compiled step (one
+# compilation per arm), lowered as its shape for compile-only devices, placed at the first call.
+@dataclasses.dataclass(frozen=True)
+class Seeded:
+  """A jitted step whose last argument, the run seed, is bound: `step(*args)` calls `fn(*args,
+  seed)`; `lower` and `compile` keep the binding."""
 
-  At the start of a later phase with `optim.schedule='per_phase'` the optimizer state is made
-  afresh (the reference's new AdamW at the unfreeze); a run resumed inside a phase keeps its own.
+  fn: Any
+  seed: Any  # uint32 scalar (numpy)
+  sharding: Any  # replicated over the mesh
 
-  Args:
-    state: the training state (arrays, or ShapeDtypeStructs from `abstract_state` to lower and
-      compile only).
-    phase, step: the optim.Phase and the global step it is entered at (its start, or a resume's).
-  Returns:
-    (state, step_fn): the state, its optimizer state fresh where the schedule says so, and
-    step_fn(state, batch) -> state, the jitted step with the phase's optimizer, trainable mask,
-    the run's data seed and numerics (precompiled with several processes).
-  """
-  config = ctx.config
-  tx = optimizer(ctx, phase)
-  if step == phase.start > 0 and config.optim.schedule == 'per_phase':
-    init = jax.eval_shape if is_abstract(state) else lambda fn, x: fn(x)
-    state = {**state, 'opt_state': replicate(ctx, init(tx.init, state['params']))}
-  mask = optim.trainable_mask(state['params'], phase.frozen, config.model.reinit)
-  step_fn = steps.make_train_step(
-    ctx.mesh,
-    ctx.graphdef,
-    tx,
-    mask,
-    ctx.dataset.task,
-    ctx.mean,
-    ctx.std,
-    config.data.flip,
-    common.data_seed_of(config),
-    wrap=_traced(ctx),
+  def __call__(self, *args):
+    return self.fn(*args, self.placed_seed)
+
+  @functools.cached_property
+  def placed_seed(self):
+    return jax.device_put(self.seed, self.sharding)
+
+  def lower(self, *args):
+    spec = jax.ShapeDtypeStruct(self.seed.shape, self.seed.dtype, sharding=self.sharding)
+    return Seeded(self.fn.lower(*args, spec), self.seed, self.sharding)
+
+  def compile(self, *args, **kwargs):
+    return Seeded(self.fn.compile(*args, **kwargs), self.seed, self.sharding)
+
+  def as_text(self):
+    return self.fn.as_text()
+
+
+def jit_step(fn, mesh, seed, in_shardings, out_shardings, donate, config=None):
+  """`fn` jitted with these shardings (the seed's, replicated, appended), its last argument the
+  run seed bound (Seeded); with `config`, traced under its matmul precision (numerics/setup.py
+  with_precision: the step's arithmetic does not depend on the caller's context)."""
+  replicated, _ = shardings(mesh)
+  jitted = jax.jit(
+    numerics_setup.with_precision(fn, config) if config is not None else fn,
+    in_shardings=(*in_shardings, replicated),
+    out_shardings=out_shardings,
+    donate_argnums=donate,
   )
-  if jax.process_count() > 1:
-    step_fn = distributed.precompile(
-      step_fn,
-      checkpointing.abstract(state),
-      abstract_batch(ctx, ctx.dataset.train, config.batch_size),
-    )
-  return state, step_fn
+  return Seeded(jitted, np.asarray(seed, np.uint32), replicated)
 
 
-def eval_batch(ctx):
-  """The global evaluation batch: config.eval_batch_size at most, no larger than the test split
-  needs (batching.eval_batch_size, a multiple of the mesh's devices)."""
-  return batching.eval_batch_size(
-    len(ctx.dataset.test), ctx.config.eval_batch_size, ctx.mesh.devices.size
-  )
+def _gather(data, indices):
+  return {'image': data['image'][indices], 'label': data['label'][indices]}
 
 
-def eval_step(ctx, state):
-  """The jitted evaluation step (masked sums over a padded batch) for states like `state`."""
-  fn = steps.make_eval_step(
-    ctx.mesh,
-    ctx.graphdef,
-    ctx.dataset.task,
-    ctx.mean,
-    ctx.std,
-    common.data_seed_of(ctx.config),
-    wrap=_traced(ctx),
-  )
-  if jax.process_count() > 1:
-    batch = abstract_batch(ctx, ctx.dataset.test, eval_batch(ctx), mask=True)
-    fn = distributed.precompile(
-      fn, checkpointing.abstract(state), batch, checkpointing.abstract(state['sums'])
-    )
-  return fn
-
-
-def evaluate(ctx, step_fn, state):
-  """(metrics, predictions): top-1 accuracy (or mean per-label accuracy) and loss over every
-  example of the test split, and its per-example predictions in test-set order
-  (runrecord/predictions.py), fetched from the devices once, at the end.
-
-  Batches are gathered and put on the devices `data.prefetch` ahead on a thread, as in training.
-  """
-  config = ctx.config
-  totals = jax.device_put(
-    jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), steps.ZERO_SUMS), ctx.replicated
-  )
-  batches = (
-    batching.to_global(batch, ctx.sharded)
-    for batch in batching.eval_batches(
-      ctx.dataset.test, eval_batch(ctx), jax.process_index(), jax.process_count()
-    )
-  )
-  outputs = []
-  for batch in batching.prefetch(batches, config.data.prefetch):
-    totals, batch_outputs = step_fn(state, batch, totals)
-    outputs.append(batch_outputs)
-  totals, outputs = jax.device_get((totals, outputs))
-  metrics = {
-    'test_accuracy': float(totals['correct'] / totals['count']),
-    'test_loss': float(totals['loss'] / totals['count']),
-    'test_count': int(totals['count']),
-  }
-  return metrics, predictions.collect(ctx.dataset, outputs)
-
-
-def watch(ctx, state):
-  """(jitted non-finite watch, its initial value): see steps.make_watch."""
-  fn, bad = steps.make_watch(ctx.mesh), steps.no_bad_step(ctx.mesh)
-  if jax.process_count() > 1:
-    fn = distributed.precompile(fn, checkpointing.abstract(bad), checkpointing.abstract(state))
-  return fn, bad
+def make_gather(mesh):
+  """jit(data, indices) -> batch: a training batch's rows gathered from a device-resident split
+  (replicated), its indices sharded along 'data': the batch comes out sharded exactly as a
+  host-fed one, with the same uint8 values."""
+  replicated, sharded = shardings(mesh)
+  return jax.jit(_gather, in_shardings=(replicated, sharded), out_shardings=sharded)
 
 
 def feed(ctx, on_device=None):
-  """None (host feeding) or (device-resident training split, jitted gather): as data.on_device
-  says, unless `on_device` is given (a benchmark comparing both feeds of one run)."""
+  """None (host feeding) or (device-resident training split, jitted gather), as data.on_device
+  says unless `on_device` is given (a benchmark comparing both feeds of one run)."""
   if not (ctx.config.data.on_device if on_device is None else on_device):
     return None
-  data, gather = batching.on_devices(ctx.dataset.train, ctx.replicated), steps.make_gather(ctx.mesh)
-  if jax.process_count() > 1:
-    gather = distributed.precompile(
-      gather,
-      checkpointing.abstract(data),
-      jax.ShapeDtypeStruct((ctx.config.batch_size,), np.int32, sharding=ctx.sharded),
-    )
-  return data, gather
+  data = batching.on_devices(ctx.dataset.train, ctx.replicated)
+  indices = jax.ShapeDtypeStruct((ctx.config.batch_size,), np.int32, sharding=ctx.sharded)
+  return data, process.precompile(make_gather(ctx.mesh), checkpoint.abstract(data), indices)
 
 
 def batches(ctx, start, stop, device_feed=None):
-  """Training batches of global steps [start, stop), sharded, prefetched (the data order is a
-  function of the data seed, `configs.common.data_seed_of`, and the step alone)."""
+  """Training batches of global steps [start, stop), sharded, prefetched (the order a function of
+  the data seed and the step alone)."""
   c = ctx.config
   return batching.train_batches(
     ctx.dataset.train,
     c.batch_size,
-    common.data_seed_of(c),
+    ctx.data_seed,
     start,
     stop,
     ctx.sharded,
     c.data.prefetch,
     device_feed,
+  )
+
+
+def eval_batch(ctx):
+  """The global evaluation batch: config.eval_batch_size at most, no larger than the test split
+  needs, a multiple of the mesh's devices (batching.eval_batch_size)."""
+  return batching.eval_batch_size(
+    len(ctx.dataset.test), ctx.config.eval_batch_size, ctx.mesh.devices.size
   )

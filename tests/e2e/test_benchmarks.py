@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from benchmarks import bench_conv, bench_input, bench_step, bench_stop_latency
-from numerics import emulate
+from numerics import ops
 from tests.conftest import ROOT
 
 TINY = ['--image-size', '16', '--batch', '8', '--steps', '2', '--width', '0.125']
@@ -103,7 +103,9 @@ def test_bench_emulate_compares_native_reference_and_fast(capsys, keep_matmul_pr
   (row,) = [line for line in lines if line.startswith('| bf16 |')]
   cells = [c.strip() for c in row.split('|')[1:-1]]
   assert cells[1] == 'compute_dtype=bfloat16'  # CPU: no precision level computes bf16 products
-  assert all(float(c) > 0 for c in cells[2:8]) and cells[8] == emulate.AUTO_ON_CPU['bf16']
+  assert all(float(c) > 0 for c in cells[2:8]) and cells[8] == ops.resolve_impl(
+    'auto', 'cpu', 'bf16'
+  )
 
 
 def test_bench_emulate_native_variant_of_each_format():

@@ -11,7 +11,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from input_pipeline import batching, celeba, celeba_files, celeba_tfds
+from input_pipeline import batching, celeba, celeba_tfds
 from tests.conftest import ROOT
 from tests.support.celeba_data import meta_and_split, smoke_config
 
@@ -20,11 +20,11 @@ def test_fixture_has_singletons_and_official_formats(fixture_dir):
   out, owners = fixture_dir
   counts = np.unique(list(owners.values()), return_counts=True)[1]
   assert (counts == 1).any() and (counts > 3).any()
-  with open(os.path.join(out, celeba_files.ATTR)) as f:
+  with open(os.path.join(out, celeba.ATTR)) as f:
     lines = f.read().split('\n')
   assert lines[0] == str(len(owners)) and lines[1].endswith('Young ') and lines[-1] == ''
   assert lines[2][:13] in ('000001.jpg -1', '000001.jpg 1 ')
-  with zipfile.ZipFile(os.path.join(out, celeba_files.ZIP)) as zf:
+  with zipfile.ZipFile(os.path.join(out, celeba.ZIP)) as zf:
     assert 'img_align_celeba/000001.jpg' in zf.namelist()
 
 
@@ -45,7 +45,7 @@ def test_fixture_has_singletons_and_official_formats(fixture_dir):
   ],
 )
 def test_rounding_rule(n, fraction, expected):
-  assert celeba_files.test_count(n, fraction) == expected
+  assert celeba.test_count(n, fraction) == expected
 
 
 @pytest.mark.parametrize('fraction', [0.2, 0.5])
@@ -56,7 +56,7 @@ def test_per_identity_counts_exact_and_disjoint(fixture_dir, fraction):
   assert not set(meta['names'][train]) & set(meta['names'][test])
   for identity, n in zip(*np.unique(meta['identity'], return_counts=True), strict=True):
     n_test = int((meta['identity'][test] == identity).sum())
-    assert n_test == celeba_files.test_count(int(n), fraction)
+    assert n_test == celeba.test_count(int(n), fraction)
     assert (meta['identity'][train] == identity).sum() >= 1  # singletons and all others train
   assert [owners[name] for name in meta['names']] == meta['identity'].tolist()
 
@@ -100,7 +100,7 @@ def test_process_shards_disjoint_and_complete(dataset, processes):
 def test_images_match_their_files(fixture_dir, dataset):
   out, _ = fixture_dir
   meta, (train, test) = meta_and_split(out)
-  with zipfile.ZipFile(os.path.join(out, celeba_files.ZIP)) as zf:
+  with zipfile.ZipFile(os.path.join(out, celeba.ZIP)) as zf:
     for split, rows in ((dataset.train, train), (dataset.test, test)):
       for i in (0, len(rows) // 2, len(rows) - 1):
         name = meta['names'][rows[i]]
@@ -122,7 +122,7 @@ def test_identity_labels(fixture_dir, dataset):
 def test_attributes_parsed_from_minus_one_one(fixture_dir):
   out, _ = fixture_dir
   data = celeba.load(smoke_config(out, task='attributes'))
-  with open(os.path.join(out, celeba_files.ATTR)) as f:
+  with open(os.path.join(out, celeba.ATTR)) as f:
     rows = {line.split()[0]: [int(v) for v in line.split()[1:]] for line in f.readlines()[2:]}
   meta, (train, _) = meta_and_split(out)
   expected = np.asarray([rows[n] for n in meta['names'][train]])
@@ -134,7 +134,7 @@ def test_attributes_parsed_from_minus_one_one(fixture_dir):
 def test_official_split(fixture_dir):
   out, _ = fixture_dir
   data = celeba.load(smoke_config(out, task='attributes', split='official'))
-  meta = celeba_files.read_metadata(out)
+  meta = celeba.read_metadata(out)
   assert len(data.train) == (meta['partition'] == 0).sum()
   assert len(data.test) == (meta['partition'] == 2).sum()
   with pytest.raises(ValueError, match="identity-disjoint.*config.data.split='per_identity'"):

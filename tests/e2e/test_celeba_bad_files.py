@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from configs import validation
-from input_pipeline import celeba, celeba_files, celeba_fixture, celeba_tfds
+from input_pipeline import celeba, celeba_fixture, celeba_tfds
 from tests.support.celeba_data import copy_fixture, meta_and_split, smoke_config
 from trainer import run
 
@@ -21,11 +21,11 @@ def test_missing_files_listed(tmp_path, fixture_dir):
   with pytest.raises(FileNotFoundError) as error:
     celeba.load(smoke_config(str(tmp_path)))
   message = str(error.value)
-  assert all(f in message for f in celeba_files.FILES) and celeba_files.CELEBA_PAGE in message
+  assert all(f in message for f in celeba.FILES) and celeba.CELEBA_PAGE in message
   partial = tmp_path / 'partial'
   shutil.copytree(fixture_dir[0], partial, ignore=shutil.ignore_patterns('tfds'))
-  os.remove(partial / celeba_files.IDENTITY)
-  os.remove(partial / celeba_files.ZIP)
+  os.remove(partial / celeba.IDENTITY)
+  os.remove(partial / celeba.ZIP)
   with pytest.raises(FileNotFoundError, match='lacks img_align_celeba.zip, identity_CelebA.txt:'):
     celeba.load(smoke_config(str(partial)))
 
@@ -45,7 +45,7 @@ def test_core_install_without_tfds_is_one_line_and_leaves_no_lock(
     'tensorflow-datasets, which is not installed: pip install -r '
     'requirements-celeba.txt'
   )
-  assert sorted(os.listdir(target)) == sorted(celeba_files.FILES)  # no tfds/, no lock, no cache
+  assert sorted(os.listdir(target)) == sorted(celeba.FILES)  # no tfds/, no lock, no cache
   # A prepared tfds_dir whose decoded cache is not built yet needs TFDS to decode, too.
   config = smoke_config(
     '', tfds_dir=os.path.join(fixture_dir[0], 'tfds'), cache_dir=str(tmp_path / 'cache')
@@ -57,7 +57,7 @@ def test_core_install_without_tfds_is_one_line_and_leaves_no_lock(
 
 def test_truncated_zip_is_an_error(fixture_dir, tmp_path):
   target = copy_fixture(fixture_dir, tmp_path)
-  path = target / celeba_files.ZIP
+  path = target / celeba.ZIP
   path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
   with pytest.raises(ValueError, match='img_align_celeba.zip is not a readable zip.*truncated'):
     celeba.load(smoke_config(str(target)))
@@ -66,9 +66,9 @@ def test_truncated_zip_is_an_error(fixture_dir, tmp_path):
 @pytest.mark.parametrize(
   'file_name,pattern',
   [
-    (celeba_files.ATTR, 'list_attr_celeba.txt declares'),
-    (celeba_files.LANDMARKS, 'list_landmarks_align_celeba.txt declares'),
-    (celeba_files.IDENTITY, 'identity_CelebA.txt lists other images'),
+    (celeba.ATTR, 'list_attr_celeba.txt declares'),
+    (celeba.LANDMARKS, 'list_landmarks_align_celeba.txt declares'),
+    (celeba.IDENTITY, 'identity_CelebA.txt lists other images'),
   ],
 )
 def test_truncated_text_file_is_an_error(fixture_dir, tmp_path, file_name, pattern):
@@ -81,7 +81,7 @@ def test_truncated_text_file_is_an_error(fixture_dir, tmp_path, file_name, patte
 
 def test_bad_attribute_value_is_an_error(fixture_dir, tmp_path):
   target = copy_fixture(fixture_dir, tmp_path)
-  path = target / celeba_files.ATTR
+  path = target / celeba.ATTR
   lines = path.read_text().split('\n')
   lines[2] = lines[2][:-2] + ' 0'
   path.write_text('\n'.join(lines))
@@ -91,7 +91,7 @@ def test_bad_attribute_value_is_an_error(fixture_dir, tmp_path):
 
 def test_corrupt_jpeg_named(fixture_dir, tmp_path):
   target = copy_fixture(fixture_dir, tmp_path)
-  path = target / celeba_files.ZIP
+  path = target / celeba.ZIP
   with zipfile.ZipFile(path) as zf:
     members = {i.filename: zf.read(i) for i in zf.infolist()}
   victim = 'img_align_celeba/000004.jpg'
@@ -125,11 +125,7 @@ def test_bad_config_fields():
 
 @pytest.mark.parametrize(
   'file_name,line,value',
-  [
-    (celeba_files.ATTR, 5, 'x1'),
-    (celeba_files.IDENTITY, 3, '12.5'),
-    (celeba_files.PARTITION, 7, '0,'),
-  ],
+  [(celeba.ATTR, 5, 'x1'), (celeba.IDENTITY, 3, '12.5'), (celeba.PARTITION, 7, '0,')],
 )
 def test_non_integer_value_named_with_file_and_line(fixture_dir, tmp_path, file_name, line, value):
   target = copy_fixture(fixture_dir, tmp_path)
@@ -139,7 +135,7 @@ def test_non_integer_value_named_with_file_and_line(fixture_dir, tmp_path, file_
   lines[line - 1] = ' '.join(parts[:-1] + [value])
   path.write_text('\n'.join(lines))
   with pytest.raises(ValueError) as error:
-    celeba_files.read_metadata(str(target))
+    celeba.read_metadata(str(target))
   assert f'{file_name} line {line} holds {value!r}, not an integer' in str(error.value)
   assert '\n' not in str(error.value) and 'unmatched data' not in str(error.value)
 
@@ -158,10 +154,10 @@ def _rewrite_zip(path, extra):
 
 def test_stray_zip_member_does_not_replace_an_image(fixture_dir, dataset, tmp_path):
   target = copy_fixture(fixture_dir, tmp_path)
-  with zipfile.ZipFile(target / celeba_files.ZIP) as zf:
+  with zipfile.ZipFile(target / celeba.ZIP) as zf:
     stray = zf.read('img_align_celeba/000001.jpg')  # a valid JPEG, but not image 000004
   members = _rewrite_zip(
-    target / celeba_files.ZIP,
+    target / celeba.ZIP,
     [('__MACOSX/img_align_celeba/._000004.jpg', b'resource fork'), ('other/000004.jpg', stray)],
   )
   data = celeba.load(smoke_config(str(target), cache_dir=str(tmp_path / 'cache')))
@@ -177,10 +173,10 @@ def test_stray_zip_member_does_not_replace_an_image(fixture_dir, dataset, tmp_pa
 
 def test_duplicate_zip_member_names_both(fixture_dir, tmp_path):
   target = copy_fixture(fixture_dir, tmp_path)
-  members = _rewrite_zip(target / celeba_files.ZIP, [])
-  _rewrite_zip(target / celeba_files.ZIP, [('img_align_celeba/000004.jpg', b'other bytes')])
+  members = _rewrite_zip(target / celeba.ZIP, [])
+  _rewrite_zip(target / celeba.ZIP, [('img_align_celeba/000004.jpg', b'other bytes')])
   with pytest.raises(ValueError) as error:
-    celeba_files.read_metadata(str(target))
+    celeba.read_metadata(str(target))
   index = list(members).index('img_align_celeba/000004.jpg')
   assert (
     f'img_align_celeba.zip holds img_align_celeba/000004.jpg twice (entries {index} and '

@@ -18,7 +18,7 @@ import pytest
 from tensorflow_datasets.core import shuffle
 
 from benchmarks import bench_input
-from input_pipeline import celeba, celeba_files, celeba_fixture, celeba_tfds
+from input_pipeline import celeba, celeba_fixture, celeba_tfds
 from tests.conftest import ROOT
 from tests.support.celeba_data import copy_fixture, smoke_config
 
@@ -160,8 +160,8 @@ WRITE_CACHE = """
 import resource, sys, zipfile
 sys.path.insert(0, {repo!r})
 import numpy as np
-from input_pipeline import celeba, celeba_files
-meta = celeba_files.read_metadata({manual_dir!r})
+from input_pipeline import celeba
+meta = celeba.read_metadata({manual_dir!r})
 zf = zipfile.ZipFile({zip_path!r})
 def records(partition):  # (JPEG, identity) in record order, as celeba_tfds.iter_records gives
   for name, identity, part in zip(meta['names'], meta['identity'], meta['partition']):
@@ -190,7 +190,7 @@ def test_decoding_peak_rss_does_not_grow_with_the_images(tmp_path, subprocess_en
       out=str(out),
       count=count,
       size=218,
-      zip_path=os.path.join(manual_dir, celeba_files.ZIP),
+      zip_path=os.path.join(manual_dir, celeba.ZIP),
     )
     result = subprocess.run(
       [sys.executable, '-c', script],
@@ -202,8 +202,8 @@ def test_decoding_peak_rss_does_not_grow_with_the_images(tmp_path, subprocess_en
     assert result.returncode == 0, result.stderr[-2000:]
     peaks.append(int(result.stdout.split()[-1]) / 1024)
   written = np.load(tmp_path / 'cache852' / 'train.npy', mmap_mode='r')
-  meta = celeba_files.read_metadata(manual_dir)
-  with zipfile.ZipFile(os.path.join(manual_dir, celeba_files.ZIP)) as zf:
+  meta = celeba.read_metadata(manual_dir)
+  with zipfile.ZipFile(os.path.join(manual_dir, celeba.ZIP)) as zf:
     for row in (0, 500, 851):
       name = meta['names'][row]
       assert np.array_equal(

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from configs import loader
+from configs import common
 from experiments import divergence, lockstep
 from runrecord import record
 from tests.support.divergence_runs import SMOKE, run_main
-from trainer import checkpointing, loop
+from trainer import checkpoint, train
 
 TINY = ['--steps', '4', '--every', '2', '--probe', '64', '--devices', '1']
 
@@ -227,7 +227,7 @@ def test_arm_a_is_bit_identical_to_train_py(tmp_path):
     ('eval_batch_size', '512'),
     ('model.width', '0.0625'),
   ]
-  config = loader.load(SMOKE, overrides)
+  config = common.load(SMOKE, overrides)
   configs = {
     config.seed: {
       n: divergence.arm_config(config, {'numerics.profile': 'tpu_default'}, f'--{n}', config.seed)
@@ -237,12 +237,12 @@ def test_arm_a_is_bit_identical_to_train_py(tmp_path):
   lock = lockstep.prepare(configs, devices=0)
   steps_total = lock['ctx'].total_steps
   lockstep.train(lock, steps_total, every=steps_total, probe=8)
-  trained = loop.train_and_evaluate(configs[config.seed]['a'], str(tmp_path / 'run'))
+  trained = train.train_and_evaluate(configs[config.seed]['a'], str(tmp_path / 'run'))
   assert trained['status'] == 'completed' and trained['step'] == steps_total
-  mngr = checkpointing.manager(str(tmp_path / 'run'), 1)
+  mngr = checkpoint.manager(str(tmp_path / 'run'), 1)
   ours = lock['states'][config.seed, 'a']
-  abstract = checkpointing.abstract(ours)
-  state, _ = checkpointing.restore(mngr, steps_total, abstract)
+  abstract = checkpoint.abstract(ours)
+  state, _ = checkpoint.restore(mngr, steps_total, abstract)
   mngr.close()
   ours, theirs = (lockstep.flat(jax.device_get(s['params'])) for s in (ours, state))
   assert ours.keys() == theirs.keys()

@@ -17,7 +17,7 @@ from statsmodels.stats.proportion import proportion_confint
 from experiments import divergence, lockstep
 from numerics import setup as numerics_setup
 from tests.support.divergence_runs import SMOKE, run_main
-from trainer import run, steps
+from trainer import train
 
 
 def arm_configs(config, settings, seeds):
@@ -74,7 +74,7 @@ def test_final_test_counts_every_test_image():
   test = lock['ctx'].dataset.test
   for seed in (0, 1):
     ctx, state = lock['arms'][seed, 'control']['ctx'], lock['states'][seed, 'control']
-    evaluated, _ = run.evaluate(ctx, run.eval_step(ctx, state), state)
+    evaluated, _ = train.evaluate(ctx, train.eval_fn(ctx, state), state)
     # Equal counts of correct images (the evaluation sums them in float32).
     assert final['accuracy']['control']['per_seed'][seed] == pytest.approx(
       evaluated['test_accuracy'], abs=1e-7
@@ -86,7 +86,7 @@ def test_final_test_counts_every_test_image():
     def logits_of(params, batch_stats, images, ctx=ctx):
       model = nnx.merge(ctx.graphdef, params, batch_stats)
       model.eval()
-      return model(steps.preprocess(images, ctx.mean, ctx.std))
+      return model(train.preprocess(images, ctx.mean, ctx.std))
 
     with numerics_setup.precision_scope(ctx.config):
       logits = jax.jit(logits_of)(state['params'], state['batch_stats'], np.asarray(test.images))

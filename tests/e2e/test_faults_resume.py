@@ -9,9 +9,9 @@ import pytest
 from configs import celeba as celeba_config
 from configs import validation
 from input_pipeline import celeba_fixture
-from runrecord import predictions, record, sessions
+from runrecord import predictions, record, rules
 from tests.support.faults_common import SMOKE_ARGS, last_line, run_train, saved_steps, tree_hash
-from trainer import loop
+from trainer import train
 
 
 def _celeba(manual_dir):
@@ -30,7 +30,7 @@ def test_resume_on_other_celeba_files_is_refused_naming_the_data(tmp_path):
   celeba_fixture.generate(str(b), identities=16, max_images=9, seed=4)
   celeba_fixture.generate(str(c), identities=12, max_images=9, seed=3)
   workdir = tmp_path / 'run'
-  done = loop.train_and_evaluate(_celeba(a), str(workdir))
+  done = train.train_and_evaluate(_celeba(a), str(workdir))
   saved = predictions.read_predictions(str(workdir))  # the CelebA run's, in test-set order
   assert saved['step'] == done['step'] and saved['task'] == 'classification'
   assert saved['fingerprint'] == done['data']['split_fingerprint']
@@ -38,9 +38,9 @@ def test_resume_on_other_celeba_files_is_refused_naming_the_data(tmp_path):
   shutil.rmtree(workdir / 'checkpoints' / str(done['step']))  # as if stopped before the end
   before = tree_hash(workdir / 'checkpoints')
   with pytest.raises(validation.ConfigError) as same_classes:
-    loop.train_and_evaluate(_celeba(b), str(workdir))
+    train.train_and_evaluate(_celeba(b), str(workdir))
   with pytest.raises(validation.ConfigError) as other_classes:
-    loop.train_and_evaluate(_celeba(c), str(workdir))
+    train.train_and_evaluate(_celeba(c), str(workdir))
   for error in (same_classes, other_classes):
     message = str(error.value)
     assert 'holds a run trained on other data (data.source_fingerprint: ' in message
@@ -51,7 +51,7 @@ def test_resume_on_other_celeba_files_is_refused_naming_the_data(tmp_path):
   assert 'data.num_classes' not in str(same_classes.value)
   assert 'data.num_classes: 16 -> 12' in str(other_classes.value)
   assert tree_hash(workdir / 'checkpoints') == before
-  assert loop.train_and_evaluate(_celeba(a), str(workdir))['final'] == done['final']
+  assert train.train_and_evaluate(_celeba(a), str(workdir))['final'] == done['final']
   resumed = predictions.read_predictions(str(workdir))
   assert all(np.array_equal(resumed[k], saved[k]) for k in predictions.KEYS['classification'])
 
@@ -98,21 +98,21 @@ def test_segments_merge_on_one_layout_and_start_from_an_old_record():
   eight = {'platform': 'cpu', 'device_kind': 'cpu', 'num_devices': 8, 'num_processes': 1}
   four = dict(eight, num_devices=4)
   results = {}
-  sessions.start_segment(results, None, eight, 0)
-  sessions.end_segment(results, 12)
+  rules.start_segment(results, None, eight, 0)
+  rules.end_segment(results, 12)
   assert results['segments'] == [{'start_step': 0, 'stop_step': 12, **eight}]
   saved = dict(results)
-  sessions.start_segment(results, saved, eight, 12)  # resumed on the same layout: one segment
+  rules.start_segment(results, saved, eight, 12)  # resumed on the same layout: one segment
   assert results['segments'] == [{'start_step': 0, 'stop_step': 12, **eight}]
-  sessions.start_segment(results, saved, four, 8)  # an older checkpoint, another layout
+  rules.start_segment(results, saved, four, 8)  # an older checkpoint, another layout
   assert results['segments'] == [
     {'start_step': 0, 'stop_step': 8, **eight},
     {'start_step': 8, 'stop_step': 8, **four},
   ]
   old = dict(eight, step=20)  # a record written before segments existed
-  sessions.start_segment(results, old, four, 20)
+  rules.start_segment(results, old, four, 20)
   assert results['segments'] == [
     {'start_step': 0, 'stop_step': 20, **eight},
     {'start_step': 20, 'stop_step': 20, **four},
   ]
-  assert sessions.layout_differences(old, four) == ['num_devices: 8 -> 4']
+  assert rules.layout_differences(old, four) == ['num_devices: 8 -> 4']

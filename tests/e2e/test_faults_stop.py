@@ -24,13 +24,13 @@ from tests.support.faults_common import (
   smoke_config,
   without_wall_time,
 )
-from trainer import loop
+from trainer import train
 
 
 @pytest.fixture(scope='module')
 def reference(tmp_path_factory):
   workdir = tmp_path_factory.mktemp('stop') / 'reference'
-  return workdir, loop.train_and_evaluate(smoke_config(), str(workdir))
+  return workdir, train.train_and_evaluate(smoke_config(), str(workdir))
 
 
 def _stopped_line(name, step):

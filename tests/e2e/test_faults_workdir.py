@@ -8,18 +8,18 @@ import sys
 import numpy as np
 import pytest
 
-from configs import loader, validation
+from configs import common, validation
 from tests.conftest import ROOT
 from tests.support.faults_common import EVERY, SMOKE_ARGS, last_line, run_train, tree_hash
-from trainer import checkpointing, loop
+from trainer import checkpoint
 
 # Orbax's own coroutine for one array read, dropped while its read is in flight: what a failed
-# restore leaves behind for every other array (trainer/checkpointing.py restore_newest_valid).
+# restore leaves behind for every other array (trainer/checkpoint.py restore_newest_valid).
 ABANDONED_READ = r"""
 import sys
 import tensorstore as ts
 from orbax.checkpoint._src.serialization import limits, serialization
-from trainer import quiet
+from trainer import process
 
 class InFlight:
   def __await__(self):
@@ -32,7 +32,7 @@ serialization._read_shard = read_in_flight  # the read of the array's data, not 
 store = ts.open({'driver': 'zarr', 'kvstore': {'driver': 'memory'}}, create=True, shape=[4],
                 dtype=ts.float32).result()
 if sys.argv[1] == 'quiet':
-  quiet.quiet_abandoned_work()
+  process.quiet_abandoned_work()
 coro = serialization._read_array_index_and_device_put(
     [], (slice(0, 4),), store, global_shape=(4,), new_shard_shape=(4,), dtype=None,
     byte_limiter=limits.get_byte_limiter(), strict=True, dll=None, memory_kind=None)
@@ -67,14 +67,14 @@ def test_orbax_reads_abandoned_by_a_failed_restore_print_nothing(subprocess_env)
 def test_every_checkpoint_damaged_is_one_line_and_changes_nothing(tmp_path, subprocess_env):
   """Steps that Orbax cannot read (a state of other arrays, its data files cut short)."""
   config = validation.resolve(
-    loader.load('configs/digits.py:smoke', [('checkpoint_every_steps', EVERY)])
+    common.load('configs/digits.py:smoke', [('checkpoint_every_steps', EVERY)])
   )
   state = {'params': {'w': np.arange(4096.0)}}
   workdir = tmp_path / 'w'
-  mngr = checkpointing.manager(str(workdir), 3)
+  mngr = checkpoint.manager(str(workdir), 3)
   for step in (40, 44):
-    loop.save(mngr, step, {'status': 'running', 'config': config.to_dict()}, state)
-  checkpointing.close(mngr)
+    checkpoint.save(mngr, step, {'status': 'running', 'config': config.to_dict()}, state)
+  checkpoint.close(mngr)
   for path in (workdir / 'checkpoints').rglob('*'):
     if path.is_file() and path.parent.name == 'd':
       os.truncate(path, min(path.stat().st_size, 100))

@@ -8,7 +8,8 @@ from etils import epath
 
 from analysis import figures
 from experiments import numerics_probe
-from trainer import writers
+from runrecord import record
+from trainer import metrics
 
 
 def test_probe_says_no_difference_instead_of_naming_a_worst_layer(monkeypatch):
@@ -62,14 +63,14 @@ def test_resume_streams_metrics_and_keeps_the_same_records(tmp_path, caplog, mon
   """A resumed run keeps the whole records up to its step (torn and later lines dropped, a last
   line without newline ended), reading the file one line at a time: the whole file is never read
   at once. Deleted later, the file is rewritten whole from the kept handle."""
-  path = tmp_path / writers.METRICS
+  path = tmp_path / record.METRICS
   records = [{'kind': 'train', 'step': s, 'train_loss': 1.0 / s} for s in (5, 10, 15, 20)]
   text = '\n'.join(json.dumps(r) for r in records[:2]) + '\n{"kind": "tr\n\n'
   text += '\n'.join(json.dumps(r) for r in records[2:])  # no final newline
   path.write_text(text)
   for whole in ('read_text', 'read_bytes'):  # the old path read it whole
     monkeypatch.setattr(epath.Path, whole, lambda *a, **k: 1 / 0)
-  reporter = writers.JsonLinesWriter(tmp_path, resume_step=15)
+  reporter = metrics.JsonLinesWriter(tmp_path, resume_step=15)
   monkeypatch.undo()
   assert lines_of(path) == [json.dumps(r) for r in records[:3]]
   assert caplog.text.count('line 3 is not a whole JSON record') == 1

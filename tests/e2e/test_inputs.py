@@ -10,14 +10,13 @@ import sys
 
 import pytest
 
-from configs import common, digits, loader, validation
+from configs import common, digits, validation
 from runrecord import record
 from sweeps import estimate, runner, sweep
 from tests.conftest import ROOT
 from tests.support.commands import assert_one_line_refusal, write_config
 from tests.support.faults_common import run_train
-from trainer import clock as progress_clock
-from trainer import lock, loop, platforms, workdirs, writers
+from trainer import checkpoint, metrics, process, train
 
 
 def resolve(**overrides):
@@ -59,18 +58,18 @@ def test_edges_that_train_are_accepted_and_the_exact_step_count_is_checked():
 
 def test_jax_platforms_without_that_backend_is_one_line(monkeypatch):
   """No CUDA plugin or NVIDIA driver here: 'gpu' and 'cuda' are refused by name, 'cpu' passes."""
-  monkeypatch.setattr(platforms, 'plugins', lambda: [])
+  monkeypatch.setattr(process, 'plugins', lambda: [])
   for name in ('gpu', 'cuda', 'cpu,cuda'):
     with pytest.raises(ValueError, match=rf'^JAX_PLATFORMS={name}: .* needs a JAX GPU plugin'):
-      platforms.check({'JAX_PLATFORMS': name})
+      process.check_platforms({'JAX_PLATFORMS': name})
   with pytest.raises(ValueError, match="'metal' is not a JAX platform"):
-    platforms.check({'JAX_PLATFORMS': 'metal'})
-  monkeypatch.setattr(platforms, 'plugins', lambda: ['xla_cuda12'])
-  monkeypatch.setattr(platforms, 'nvidia_driver', lambda: False)
+    process.check_platforms({'JAX_PLATFORMS': 'metal'})
+  monkeypatch.setattr(process, 'plugins', lambda: ['xla_cuda12'])
+  monkeypatch.setattr(process, 'nvidia_driver', lambda: False)
   with pytest.raises(ValueError, match='needs an NVIDIA GPU and driver'):
-    platforms.check({'JAX_PLATFORMS': 'cuda'})
-  platforms.check({'JAX_PLATFORMS': 'cpu'})
-  platforms.check({})
+    process.check_platforms({'JAX_PLATFORMS': 'cuda'})
+  process.check_platforms({'JAX_PLATFORMS': 'cpu'})
+  process.check_platforms({})
 
 
 CLI_CASES = [
@@ -86,7 +85,7 @@ def test_train_py_refuses_in_one_line_and_leaves_no_workdir(
 ):
   """The last case is refused after the data loaded (as a CelebA run without
   tensorflow-datasets is): the workdir it had created is removed again (before: left empty)."""
-  if env.get('JAX_PLATFORMS') == 'cuda' and platforms.gpu_runs({'JAX_PLATFORMS': 'cuda'}):
+  if env.get('JAX_PLATFORMS') == 'cuda' and process.gpu_runs({'JAX_PLATFORMS': 'cuda'}):
     pytest.skip('this host has a CUDA backend')
   workdir = tmp_path / 'new' / 'w'
   proc = run_train(
@@ -130,7 +129,7 @@ def test_config_file_returning_no_config_is_one_line(tmp_path):
       match=r'get_config\(\) returned a (NoneType|dict), not an '
       r'ml_collections.ConfigDict',
     ):
-      loader.load(str(path))
+      common.load(str(path))
 
 
 def test_workdir_entries_of_the_wrong_kind(tmp_path):
@@ -139,20 +138,20 @@ def test_workdir_entries_of_the_wrong_kind(tmp_path):
   target = tmp_path / 'a_file'
   target.write_text('x')
   with pytest.raises(validation.ConfigError, match=r'a_file is a file, not a folder'):
-    workdirs.check_workdir(str(target))
+    checkpoint.check_workdir(str(target))
   with pytest.raises(validation.ConfigError, match=r'below cannot be created: .*a_file is a file'):
-    workdirs.check_workdir(str(target / 'below'))
+    checkpoint.check_workdir(str(target / 'below'))
   workdir = tmp_path / 'w'
-  (workdir / lock.LOCK_FILE).mkdir(parents=True)
+  (workdir / record.LOCK_FILE).mkdir(parents=True)
   with pytest.raises(validation.ConfigError, match=r'run.lock is a folder, not the file a run'):
-    workdirs.check_workdir(str(workdir), lock.FILES)
-  assert sorted(os.listdir(workdir)) == [lock.LOCK_FILE]
+    checkpoint.check_workdir(str(workdir), checkpoint.LOCK_FILES)
+  assert sorted(os.listdir(workdir)) == [record.LOCK_FILE]
 
 
 def test_run_refused_after_creating_its_workdir_leaves_nothing(tmp_path):
   workdir = tmp_path / 'a' / 'b'
   with pytest.raises(validation.ConfigError, match='larger than the 1437 training examples'):
-    loop.train_and_evaluate(resolve(batch_size=4096), str(workdir))
+    train.train_and_evaluate(resolve(batch_size=4096), str(workdir))
   assert os.listdir(tmp_path) == []
 
 
@@ -168,7 +167,7 @@ def test_sweep_dry_run_refuses_the_same_numbers(tmp_path, capsys, monkeypatch):
   assert 'got 18446744073709551616' in err and 'config.model.width must be' in err
   assert not (tmp_path / 'root').exists()
   monkeypatch.setenv('JAX_PLATFORMS', 'cuda')
-  monkeypatch.setattr(platforms, 'plugins', lambda: [])
+  monkeypatch.setattr(process, 'plugins', lambda: [])
   cfg = write_config(tmp_path, "[{'seed': 0}]", name='one.py')
   assert sweep.main(sweep_args(tmp_path, f'{cfg}:smoke')) == 2
   assert 'error: JAX_PLATFORMS=cuda: ' in capsys.readouterr().err
@@ -182,7 +181,7 @@ def test_sweep_parallel_zero_is_refused_and_a_huge_one_capped(tmp_path, capsys, 
   for heartbeat in ('-1', 'nan', 'inf'):  # before: a line every poll, or never one
     assert sweep.main(sweep_args(tmp_path, f'{cfg}:smoke', f'--heartbeat={heartbeat}')) == 2
     assert f'error: --heartbeat={float(heartbeat)}: give a positive' in capsys.readouterr().err
-  monkeypatch.setattr(platforms, 'gpu_runs', lambda environ=None: False)
+  monkeypatch.setattr(process, 'gpu_runs', lambda environ=None: False)
   runs, _, _ = sweep.expand(f'{cfg}:smoke', str(tmp_path / 'r'))
   slots, why = sweep.parallel_slots(1000, runs, [], 4 * 2**30, 64)
   assert slots == 3 and why.startswith('--parallel=1000 capped to 3: 4.0 GiB of memory hold')
@@ -197,7 +196,7 @@ def test_sweep_refuses_a_train_log_or_run_lock_folder_before_launching(tmp_path,
   cfg = write_config(tmp_path, "[{'seed': 0}, {'seed': 1}]")
   runs, _, _ = sweep.expand(f'{cfg}:smoke', str(tmp_path / 'root'))
   os.makedirs(os.path.join(runs[0].workdir, sweep.LOG_FILE))
-  os.makedirs(os.path.join(runs[1].workdir, lock.LOCK_FILE))
+  os.makedirs(os.path.join(runs[1].workdir, record.LOCK_FILE))
   assert sweep.main([f'--config={cfg}:smoke', f'--root={tmp_path / "root"}']) == 2
   err = capsys.readouterr().err
   assert 'seed0/train.log is a folder, not the file a run keeps there' in err
@@ -245,8 +244,8 @@ def test_estimate_of_a_completed_root_prices_nothing(tmp_path, capsys, monkeypat
 def test_eta_says_compiles_are_still_to_come(caplog):
   """Before: 'ETA 0:00:02' from the frozen phase's steps, then a 30 s compile of the next."""
   caplog.set_level('INFO')
-  timer = progress_clock.ProgressClock(100)
-  console = writers.ConsoleWriter(100, 4, timer)
+  timer = metrics.ProgressClock(100)
+  console = metrics.ConsoleWriter(100, 4, timer)
   timer.compiles_ahead(2)  # two phases ahead, and the first evaluation: 3 compiles
   timer.compiled(0)
   line = {
@@ -270,18 +269,18 @@ def test_eta_says_compiles_are_still_to_come(caplog):
 
 
 def test_done_line_names_this_session_and_all_sessions(monkeypatch):
-  monkeypatch.setattr(loop.time, 'time', lambda: 1000.0)
-  fresh = loop.Progress(None, {}, 0, {}, 0, 0.0, start_time=990.0)
-  assert loop.session_times(fresh) == '10.0 s'
-  resumed = loop.Progress(None, {}, 0, {}, 0, 147.7, start_time=990.0)
-  assert loop.session_times(resumed) == 'this session 10.0 s, all sessions 157.7 s'
+  monkeypatch.setattr(train.time, 'time', lambda: 1000.0)
+  fresh = train.Progress(None, {}, 0, {}, 0, 0.0, start_time=990.0)
+  assert train.session_times(fresh) == '10.0 s'
+  resumed = train.Progress(None, {}, 0, {}, 0, 147.7, start_time=990.0)
+  assert train.session_times(resumed) == 'this session 10.0 s, all sessions 157.7 s'
 
 
 SECOND_SIGNAL = """
 import os, signal, sys, time
 sys.path.insert(0, {root!r})
-from trainer import stop
-with stop.StopRequests():
+from trainer import process
+with process.StopRequests():
   os.kill(os.getpid(), signal.SIGTERM)
   os.kill(os.getpid(), signal.SIGTERM)
   time.sleep(30)
@@ -331,5 +330,5 @@ def test_a_workdir_made_by_another_process_meanwhile_is_used_not_refused(tmp_pat
     raise FileExistsError(17, 'File exists', path)  # ... and ours finds it there
 
   monkeypatch.setattr(os, 'mkdir', other_process_first)
-  assert workdirs.check_workdir(str(workdir)) == []  # none of it is ours to remove
+  assert checkpoint.check_workdir(str(workdir)) == []  # none of it is ours to remove
   assert workdir.is_dir()

@@ -26,7 +26,7 @@ from configs import digits, validation
 from runrecord import predictions, record
 from tests.conftest import ROOT
 from tests.support.commands import free_port
-from trainer import loop
+from trainer import train
 
 TRAIN = [sys.executable, os.path.join(ROOT, 'train.py')]
 FAULT_TRAIN = [sys.executable, os.path.join(ROOT, 'tests', 'support', 'fault_train.py')]
@@ -158,7 +158,7 @@ def assert_same_metrics(a, b, records_a, records_b, tolerance):
 def test_two_processes_match_one_and_resume(tmp_path, subprocess_env):
   config = digits.get_config('smoke')
   config.checkpoint_every_steps, config.batch_size = EVERY, BATCH
-  one = loop.train_and_evaluate(validation.resolve(config), str(tmp_path / 'one'))
+  one = train.train_and_evaluate(validation.resolve(config), str(tmp_path / 'one'))
   workdir = tmp_path / 'two'
   killed = run_two_processes(workdir, subprocess_env, fault='kill@step:8')
   assert killed[0][0] == -signal.SIGKILL, killed[0][1][-3000:]

@@ -13,11 +13,12 @@ import pandas as pd
 import pytest
 from flax import nnx
 
-from configs import common, digits, loader, validation
-from input_pipeline import base, batching
+import input_pipeline
+from configs import common, digits, validation
+from input_pipeline import batching
 from runrecord import predictions, record, rules
 from sweeps import sweep
-from trainer import checkpointing, execution, loop, run, steps
+from trainer import checkpoint, process, run, train
 
 ONE_EPOCH = {'num_epochs': 1, 'optim.freeze_epochs': 0}
 RUNS = {
@@ -41,7 +42,7 @@ def runs(tmp_path_factory):
   out = {}
   for name, overrides in RUNS.items():
     workdir = str(root / name)
-    out[name] = (workdir, loop.train_and_evaluate(smoke_config(**overrides), workdir))
+    out[name] = (workdir, train.train_and_evaluate(smoke_config(**overrides), workdir))
   return out
 
 
@@ -87,13 +88,13 @@ def test_saved_predictions_equal_those_of_the_restored_state(runs):
   """The state restored from the checkpoint, evaluated again: the saved arrays, bit for bit."""
   workdir, _ = runs['native']
   ctx = run.build(smoke_config(**RUNS['native']))
-  abstract = checkpointing.abstract(run.initial_state(ctx, run.init_model(ctx)[0]))
-  mngr = checkpointing.manager(workdir, 3)
+  abstract = checkpoint.abstract(train.initial_state(ctx, run.init_model(ctx)[0]))
+  mngr = checkpoint.manager(workdir, 3)
   try:
-    state, _ = checkpointing.restore(mngr, 22, abstract)
+    state, _ = checkpoint.restore(mngr, 22, abstract)
   finally:
-    checkpointing.close(mngr)
-  _, again = run.evaluate(ctx, run.eval_step(ctx, state), state)
+    checkpoint.close(mngr)
+  _, again = train.evaluate(ctx, train.eval_fn(ctx, state), state)
   preds = saved(runs, 'native')
   assert again['fingerprint'] == preds['fingerprint'] and again['task'] == preds['task']
   for key in ARRAYS:
@@ -149,7 +150,7 @@ def test_init_seed_drives_only_the_weights_data_seed_only_the_data():
     rows = batching.train_batch_indices(
       len(ctx.dataset.train), ctx.config.batch_size, common.data_seed_of(ctx.config), 3
     )
-    step_seed = int(run.eval_step(ctx, run.initial_state(ctx, model)).seed)
+    step_seed = int(train.eval_fn(ctx, train.initial_state(ctx, model)).seed)
     return jax.tree.leaves(nnx.state(model)), rows, step_seed
 
   def same(a, b):
@@ -179,7 +180,7 @@ def test_seed_fields_typed_and_named():
 def test_multilabel_predictions_are_bits_and_probabilities():
   """The attributes task: int8 labels and predicted bits (logit > 0), float32 sigmoid
   probabilities, [n, 40] in test order, the padding of the last batch dropped (11 = 8 + 3)."""
-  config = loader.load(
+  config = common.load(
     'configs/celeba.py:smoke',
     [('data.task', 'attributes'), ('eval_batch_size', 8), ('batch_size', 8)],
   )
@@ -187,13 +188,13 @@ def test_multilabel_predictions_are_bits_and_probabilities():
   rng = np.random.default_rng(0)
   images = rng.integers(0, 256, (11, 16, 16, 3), dtype=np.uint8)
   labels = rng.integers(0, 2, (11, 40), dtype=np.int32)
-  split = base.Split(images, labels)
-  dataset = base.Dataset(
+  split = input_pipeline.Split(images, labels)
+  dataset = input_pipeline.Dataset(
     'synthetic', split, split, 40, task='multilabel', info={'split_fingerprint': 'abc'}
   )
   ctx = run.build(config, dataset)
-  state = run.initial_state(ctx, run.init_model(ctx)[0])
-  metrics, preds = run.evaluate(ctx, run.eval_step(ctx, state), state)
+  state = train.initial_state(ctx, run.init_model(ctx)[0])
+  metrics, preds = train.evaluate(ctx, train.eval_fn(ctx, state), state)
   assert preds['task'] == 'multilabel' and preds['fingerprint'] == 'abc'
   assert set(preds) == set(predictions.KEYS['multilabel']) | {'task', 'fingerprint'}
   assert {k: (preds[k].dtype, preds[k].shape) for k in predictions.KEYS['multilabel']} == {
@@ -206,7 +207,7 @@ def test_multilabel_predictions_are_bits_and_probabilities():
   assert np.mean(preds['predicted'] == preds['label']) == pytest.approx(
     metrics['test_accuracy'], abs=1e-6
   )
-  logits = jax.jit(lambda s, x: steps.eval_logits(ctx.graphdef, s, 0, x, ctx.mean, ctx.std))(
+  logits = jax.jit(lambda s, x: train.eval_logits(ctx.graphdef, s, 0, x, ctx.mean, ctx.std))(
     state, images
   )
   # Not bit-exact: the eval step ran one example per device (eval batch 8 on 8 devices), this jit
@@ -239,7 +240,12 @@ def test_variance_preset_crosses_init_and_data_seeds_with_replicates_on_one_arm(
       rules.row(
         r.workdir,
         record.new_record(
-          r.config, execution.facts(), {'requested': r.config.numerics.to_dict()}, {}, {}, {}
+          r.config,
+          process.execution_facts(),
+          {'requested': r.config.numerics.to_dict()},
+          {},
+          {},
+          {},
         ),
       )
       for r in runs
@@ -247,6 +253,6 @@ def test_variance_preset_crosses_init_and_data_seeds_with_replicates_on_one_arm(
   )
   assert len(rows[rules.arm_columns(rows)].drop_duplicates()) == 1
   reference = validation.resolve(
-    loader.load('configs/digits.py:study', list(digits.study_arms(128)[0].items()))
+    common.load('configs/digits.py:study', list(digits.study_arms(128)[0].items()))
   )
   assert all(c.numerics == reference.numerics for c in configs)

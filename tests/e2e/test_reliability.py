@@ -26,7 +26,7 @@ import pytest
 
 from analysis import inputs, stats
 from configs import validation
-from runrecord import record, sessions
+from runrecord import record, rules
 from tests.conftest import ROOT
 from tests.support import fault_injection, faults_common
 from tests.support.faults_common import (
@@ -38,13 +38,13 @@ from tests.support.faults_common import (
   tree_hash,
   without_wall_time,
 )
-from trainer import checkpointing, lock, loop
+from trainer import checkpoint, train
 
 
 @pytest.fixture(scope='module')
 def reference(tmp_path_factory):
   workdir = tmp_path_factory.mktemp('reliability') / 'reference'
-  results = loop.train_and_evaluate(smoke_config(), str(workdir))
+  results = train.train_and_evaluate(smoke_config(), str(workdir))
   return workdir, results
 
 
@@ -103,11 +103,11 @@ def test_damaged_latest_checkpoint_falls_back_to_newest_valid(reference, tmp_pat
   for path in (workdir / 'checkpoints' / '44' / 'state').rglob('*'):
     if path.is_file() and path.parent.name == 'd':
       path.write_bytes(path.read_bytes()[:10])
-  again = loop.train_and_evaluate(smoke_config(), str(workdir))
+  again = train.train_and_evaluate(smoke_config(), str(workdir))
   assert 'Checkpoint step 44 cannot be restored' in caplog.text
   assert 'Resuming from step 40' in caplog.text
   assert without_wall_time(again) == without_wall_time(ref)
-  assert [p.name.split('-')[0] for p in (workdir / checkpointing.CORRUPT_DIR).iterdir()] == ['44']
+  assert [p.name.split('-')[0] for p in (workdir / checkpoint.CORRUPT_DIR).iterdir()] == ['44']
 
 
 @pytest.mark.timeout(300)
@@ -127,7 +127,7 @@ def test_flipped_byte_in_state_data_is_caught_by_the_digest(reference, tmp_path,
   data = bytearray(target.read_bytes())
   data[len(data) // 2] ^= 0x01
   target.write_bytes(bytes(data))
-  again = loop.train_and_evaluate(smoke_config(), str(workdir))
+  again = train.train_and_evaluate(smoke_config(), str(workdir))
   assert 'Checkpoint step 44 cannot be restored (ValueError: state digest' in caplog.text
   assert 'Resuming from step 40' in caplog.text
   assert without_wall_time(again) == without_wall_time(ref)
@@ -144,7 +144,7 @@ def test_torn_last_metrics_line_is_dropped_at_resume(reference, tmp_path, caplog
   lines = metrics.read_text().splitlines()
   # The crash cut the write of step 44's record (after step 40's checkpoint) mid-line.
   metrics.write_text('\n'.join(lines[:-2]) + '\n' + lines[-2][:25])
-  again = loop.train_and_evaluate(smoke_config(), str(workdir))
+  again = train.train_and_evaluate(smoke_config(), str(workdir))
   assert f'metrics.jsonl line {len(lines) - 1} is not a whole JSON record' in caplog.text
   assert without_wall_time(again) == without_wall_time(ref)
   assert metric_records(workdir) == metric_records(ref_dir)
@@ -221,15 +221,15 @@ def test_failed_save_is_reported_once_when_close_fails_too(tmp_path, monkeypatch
 
   monkeypatch.setattr(ocp.CheckpointManager, 'close', failing_close)
   fault_injection.install('enospc@save:4', monkeypatch.setattr)
-  with pytest.raises(checkpointing.CheckpointWriteError) as e:
-    loop.train_and_evaluate(smoke_config(), str(tmp_path / 'w'))
+  with pytest.raises(checkpoint.CheckpointWriteError) as e:
+    train.train_and_evaluate(smoke_config(), str(tmp_path / 'w'))
   assert str(e.value).startswith(
     'checkpoint of step 4 could not be written (No space left on device)'
   )
   # Without an error on its way out, the failed close is the error (read from Orbax's message).
-  mngr = checkpointing.manager(str(tmp_path / 'other'), 3)
-  with pytest.raises(checkpointing.CheckpointWriteError, match=r'No space left on device'):
-    checkpointing.close(mngr)
+  mngr = checkpoint.manager(str(tmp_path / 'other'), 3)
+  with pytest.raises(checkpoint.CheckpointWriteError, match=r'No space left on device'):
+    checkpoint.close(mngr)
 
 
 @pytest.mark.timeout(300)
@@ -239,14 +239,14 @@ def test_nan_stops_naming_the_step_and_analysis_excludes_it(reference, tmp_path)
   config = smoke_config(
     **{'optim.learning_rate': 1e30, 'log_every_steps': 2, 'checkpoint_every_steps': 2}
   )
-  with pytest.raises(loop.TrainingFailed, match=r'non-finite .* at step (\d+) \(epoch 1\)') as e:
-    loop.train_and_evaluate(config, str(workdir))
+  with pytest.raises(train.TrainingFailed, match=r'non-finite .* at step (\d+) \(epoch 1\)') as e:
+    train.train_and_evaluate(config, str(workdir))
   saved = record.read_results(str(workdir))
   assert saved['status'] == 'failed' and saved['reason'] == str(e.value)
   bad_step = saved['failed_step']
   assert f'at step {bad_step} ' in str(e.value)
   # The state steps kept are the last finite ones, all before the failing step.
-  mngr = checkpointing.manager(str(workdir), 3)
+  mngr = checkpoint.manager(str(workdir), 3)
   state_steps = [
     s for s in mngr.all_steps() if (workdir / 'checkpoints' / str(s) / 'state').exists()
   ]
@@ -265,54 +265,56 @@ def test_nan_stops_naming_the_step_and_analysis_excludes_it(reference, tmp_path)
   assert len(prepared.runs) == 1
   # The same command refuses the failed workdir; --restart discards it and fails the same way.
   with pytest.raises(validation.ConfigError, match=f'failed at step {bad_step}'):
-    loop.train_and_evaluate(config, str(workdir))
-  with pytest.raises(loop.TrainingFailed) as again:
-    loop.train_and_evaluate(config, str(workdir), restart=True)
+    train.train_and_evaluate(config, str(workdir))
+  with pytest.raises(train.TrainingFailed) as again:
+    train.train_and_evaluate(config, str(workdir), restart=True)
   assert str(again.value) == str(e.value)
 
 
 def test_lock_refuses_live_holder_and_takes_over_stale(tmp_path):
-  with lock.WorkdirLock(tmp_path):
-    with pytest.raises(lock.WorkdirLocked, match=f'pid {os.getpid()} on '):
-      lock.WorkdirLock(tmp_path).acquire()
+  with checkpoint.WorkdirLock(tmp_path):
+    with pytest.raises(checkpoint.WorkdirLocked, match=f'pid {os.getpid()} on '):
+      checkpoint.WorkdirLock(tmp_path).acquire()
   # A lock file left by a process that died (kill -9 leaves it behind): taken over.
   dead = subprocess.Popen([sys.executable, '-c', 'pass'])
   dead.wait()
-  (tmp_path / lock.LOCK_FILE).write_text(json.dumps({'pid': dead.pid, 'host': 'h'}))
-  taken = lock.WorkdirLock(tmp_path).acquire()
+  (tmp_path / record.LOCK_FILE).write_text(json.dumps({'pid': dead.pid, 'host': 'h'}))
+  taken = checkpoint.WorkdirLock(tmp_path).acquire()
   assert taken.previous['pid'] == dead.pid
-  assert json.loads((tmp_path / lock.LOCK_FILE).read_text())['pid'] == os.getpid()
+  assert json.loads((tmp_path / record.LOCK_FILE).read_text())['pid'] == os.getpid()
   taken.release()
 
 
 def test_lock_holds_when_run_lock_is_deleted(tmp_path):
-  with lock.WorkdirLock(tmp_path):
-    (tmp_path / lock.LOCK_FILE).unlink()
-    with pytest.raises(lock.WorkdirLocked, match='in use by a live run .*run.lock was deleted'):
-      lock.WorkdirLock(tmp_path).acquire()
-    assert lock.holder(tmp_path) == {}  # held, by a process run.lock no longer names
-  assert lock.holder(tmp_path) is None
-  with lock.WorkdirLock(tmp_path):  # released: free again
+  with checkpoint.WorkdirLock(tmp_path):
+    (tmp_path / record.LOCK_FILE).unlink()
+    with pytest.raises(
+      checkpoint.WorkdirLocked, match='in use by a live run .*run.lock was deleted'
+    ):
+      checkpoint.WorkdirLock(tmp_path).acquire()
+    assert checkpoint.holder(tmp_path) == {}  # held, by a process run.lock no longer names
+  assert checkpoint.holder(tmp_path) is None
+  with checkpoint.WorkdirLock(tmp_path):  # released: free again
     pass
 
 
 def test_lock_falls_back_to_the_file_where_folders_cannot_be_locked(tmp_path, monkeypatch):
   """NFS emulates flock with write locks, which a folder (opened read-only) cannot take: ENOLCK.
   The lock then holds on run.lock itself."""
-  real_flock = lock.fcntl.flock
+  real_flock = checkpoint.fcntl.flock
 
   def no_folder_locks(fd, operation):
-    if stat.S_ISDIR(os.fstat(fd).st_mode) and operation != lock.fcntl.LOCK_UN:
+    if stat.S_ISDIR(os.fstat(fd).st_mode) and operation != checkpoint.fcntl.LOCK_UN:
       raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
     return real_flock(fd, operation)
 
-  monkeypatch.setattr(lock.fcntl, 'flock', no_folder_locks)
-  with lock.WorkdirLock(tmp_path):
-    with pytest.raises(lock.WorkdirLocked, match=f'pid {os.getpid()} on '):
-      lock.WorkdirLock(tmp_path).acquire()
-    assert lock.holder(tmp_path)['pid'] == os.getpid()
-  assert lock.holder(tmp_path) is None
-  lock.WorkdirLock(tmp_path).acquire().release()
+  monkeypatch.setattr(checkpoint.fcntl, 'flock', no_folder_locks)
+  with checkpoint.WorkdirLock(tmp_path):
+    with pytest.raises(checkpoint.WorkdirLocked, match=f'pid {os.getpid()} on '):
+      checkpoint.WorkdirLock(tmp_path).acquire()
+    assert checkpoint.holder(tmp_path)['pid'] == os.getpid()
+  assert checkpoint.holder(tmp_path) is None
+  checkpoint.WorkdirLock(tmp_path).acquire().release()
 
 
 def test_config_comparison_ignores_only_non_arithmetic_fields():
@@ -329,11 +331,11 @@ def test_config_comparison_ignores_only_non_arithmetic_fields():
       'distributed.process_id': 1,
     },
   )
-  assert sessions.config_differences(saved, same.to_dict()) == []
-  assert sessions.config_differences(saved, smoke_config(eval_batch_size=128).to_dict()) == [
+  assert rules.config_differences(saved, same.to_dict()) == []
+  assert rules.config_differences(saved, smoke_config(eval_batch_size=128).to_dict()) == [
     'eval_batch_size: 256 -> 128'
   ]
-  assert sessions.config_differences(
+  assert rules.config_differences(
     saved, smoke_config(**{'numerics.conv_format': 'bf16'}).to_dict()
   ) == ["numerics.conv_format: 'native' -> 'bf16'"]
 
@@ -385,7 +387,7 @@ def test_bad_input_leaves_existing_run_untouched(
   shutil.copytree(ref_dir, workdir)
   shutil.rmtree(workdir / 'checkpoints' / '44')
   before = tree_hash(workdir / 'checkpoints')
-  holder = lock.WorkdirLock(workdir).acquire() if name == 'live_lock' else None
+  holder = checkpoint.WorkdirLock(workdir).acquire() if name == 'live_lock' else None
   try:
     proc = run_train(SMOKE_ARGS + extra + [f'--workdir={workdir}'], subprocess_env, fault=fault)
   finally:

@@ -1,6 +1,7 @@
-"""The stop's bound (trainer/stop.py, trainer/loop.py): a signal is read at the next step boundary
-the host reaches, and the host is never more than stop.STEPS_IN_FLIGHT steps ahead of the device,
-so a stop waits for at most that many steps and runs no log or evaluation of a later step.
+"""The stop's bound (trainer/process.py, trainer/train.py): a signal is read at the next step
+boundary the host reaches, and the host is never more than process.STEPS_IN_FLIGHT steps ahead of
+the device, so a stop waits for at most that many steps and runs no log or evaluation of a later
+step.
 
 The device is made slow on purpose (a chain of matrix products after each step, as a big model's
 step would be), and the signal is sent when the device has finished a known step (a thread waits
@@ -20,7 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 from runrecord import record
 from tests.support.faults_common import metric_records, saved_steps, smoke_config
-from trainer import loop, run, stop
+from trainer import process, train
 
 SLOW_PRODUCTS = 300  # 256 x 256 products on one device after each step: ~0.2 s a step
 SIGNAL_AFTER = 3  # SIGINT once the device has finished this step
@@ -72,13 +73,13 @@ def signal_when_finished(markers, step, sent):
 
 @pytest.fixture
 def slow_steps(monkeypatch):
-  markers, enter_phase = [], run.enter_phase
+  markers, enter_phase = [], train.enter_phase
 
   def slow_enter_phase(ctx, state, phase, step):
     state, step_fn = enter_phase(ctx, state, phase, step)
     return state, slow_device(step_fn, ctx.mesh, markers)
 
-  monkeypatch.setattr(run, 'enter_phase', slow_enter_phase)
+  monkeypatch.setattr(train, 'enter_phase', slow_enter_phase)
   return markers
 
 
@@ -96,10 +97,10 @@ def test_a_signal_stops_within_the_steps_in_flight_and_skips_the_epochs_evaluati
   config = smoke_config(log_every_steps=100, checkpoint_every_steps=0)
   sent = []
   signal_when_finished(slow_steps, SIGNAL_AFTER, sent)
-  with pytest.raises(stop.Stopped) as stopped:
-    loop.train_and_evaluate(config, str(workdir))
+  with pytest.raises(process.Stopped) as stopped:
+    train.train_and_evaluate(config, str(workdir))
   step = stopped.value.step
-  assert sent and SIGNAL_AFTER <= sent[0] <= step <= sent[0] + stop.STEPS_IN_FLIGHT + 1, (
+  assert sent and SIGNAL_AFTER <= sent[0] <= step <= sent[0] + process.STEPS_IN_FLIGHT + 1, (
     sent,
     step,
   )

@@ -15,10 +15,10 @@ from statsmodels.stats import power as smp
 
 from analysis import stats
 from configs import celeba, common, digits, validation
-from runrecord import record, sessions
+from runrecord import record, rules
 from sweeps import runner, sweep
 from tests.support.commands import write_config
-from trainer import checkpointing, resume
+from trainer import checkpoint
 
 DIGITS = os.path.join(runner.REPO, 'configs', 'digits.py')
 
@@ -265,9 +265,9 @@ def test_rerun_after_moving_the_data_skips_completed_and_resumes_unfinished(tmp_
   # train.py's resume applies the same rule to the moved run: it continues it.
   moved = runs[1].config
   saved = record.read_results(runs[1].workdir)
-  assert sessions.config_differences(saved['config'], moved.to_dict()) == []
-  mngr = checkpointing.manager(runs[1].workdir, 3)
+  assert rules.config_differences(saved['config'], moved.to_dict()) == []
+  mngr = checkpoint.manager(runs[1].workdir, 3)
   try:
-    assert resume.check_workdir_run(mngr, runs[1].workdir, moved, restart=False) is mngr
+    assert checkpoint.check_workdir_run(mngr, runs[1].workdir, moved, restart=False) is mngr
   finally:
     mngr.close()

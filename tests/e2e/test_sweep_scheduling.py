@@ -16,7 +16,7 @@ from analysis import inputs
 from sweeps import run_study, runner, sweep
 from tests.support.commands import write_config
 from tests.support.planted_runs import fake_runs
-from trainer import lock, writers
+from trainer import checkpoint, metrics
 
 
 def test_scheduler_one_run_per_gpu_reports_failures_and_continues(tmp_path, monkeypatch, capsys):
@@ -68,16 +68,16 @@ def test_launch_order_round_robins_arms():
     ('b', 1),
     ('c', 1),
   ]
-  assert writers.duration(3725) == '1h2m05s'
+  assert metrics.duration(3725) == '1h2m05s'
 
 
 def test_one_duration_format_for_the_consoles():
-  """trainer/writers.duration: the sweep's lines, the lockstep divergence's and (clock) the
+  """trainer/metrics.duration: the sweep's lines, the lockstep divergence's and (clock) the
   training line's ETA, rounded to the second (the ETA was truncated before)."""
-  assert writers.duration(3725) == '1h2m05s' and writers.duration(59.6) == '1m00s'
-  assert writers.duration(3725.4, clock=True) == '1:02:05'
-  assert writers.duration(59.6, clock=True) == '0:01:00'
-  assert writers.duration(None) == '?' and writers.duration(-3) == '0m00s'
+  assert metrics.duration(3725) == '1h2m05s' and metrics.duration(59.6) == '1m00s'
+  assert metrics.duration(3725.4, clock=True) == '1:02:05'
+  assert metrics.duration(59.6, clock=True) == '0:01:00'
+  assert metrics.duration(None) == '?' and metrics.duration(-3) == '0m00s'
 
 
 def test_tiny_study_end_to_end_then_resume_skips_everything(
@@ -160,8 +160,8 @@ def hold_lock(workdir, seconds):
       sys.executable,
       '-c',
       (
-        'import sys, time; sys.path.insert(0, sys.argv[1]); from trainer import lock; '
-        'l = lock.WorkdirLock(sys.argv[2]).acquire(); print("held", flush=True); '
+        'import sys, time; sys.path.insert(0, sys.argv[1]); from trainer import checkpoint; '
+        'l = checkpoint.WorkdirLock(sys.argv[2]).acquire(); print("held", flush=True); '
         'time.sleep(float(sys.argv[3]))'
       ),
       runner.REPO,
@@ -178,17 +178,17 @@ def hold_lock(workdir, seconds):
 def test_lock_holder_sees_a_live_run_and_not_a_released_or_dead_one(tmp_path):
   workdir = str(tmp_path / 'run')
   os.makedirs(workdir)
-  assert lock.holder(workdir) is None
-  with lock.WorkdirLock(workdir):
-    assert lock.holder(workdir)['pid'] == os.getpid()
-  assert lock.holder(workdir) is None
+  assert checkpoint.holder(workdir) is None
+  with checkpoint.WorkdirLock(workdir):
+    assert checkpoint.holder(workdir)['pid'] == os.getpid()
+  assert checkpoint.holder(workdir) is None
   holder = hold_lock(workdir, 60)
   try:
-    assert lock.holder(workdir)['pid'] == holder.pid
+    assert checkpoint.holder(workdir)['pid'] == holder.pid
   finally:
     holder.kill()
     holder.wait()
-  assert lock.holder(workdir) is None  # the kernel released the dead holder's lock
+  assert checkpoint.holder(workdir) is None  # the kernel released the dead holder's lock
 
 
 def test_a_held_workdir_is_waited_for_then_run_or_reported_in_use_not_failed(

@@ -9,7 +9,7 @@ import pytest
 
 from configs import common, digits, validation
 from runrecord import predictions
-from trainer import checkpointing, loop
+from trainer import checkpoint, train
 
 RESULT_KEYS = {
   'status',
@@ -37,7 +37,7 @@ def smoke_config(**overrides):
 @pytest.fixture(scope='module')
 def finished_run(tmp_path_factory):
   workdir = tmp_path_factory.mktemp('run') / 'w'
-  results = loop.train_and_evaluate(smoke_config(), str(workdir))
+  results = train.train_and_evaluate(smoke_config(), str(workdir))
   return workdir, results
 
 
@@ -58,8 +58,8 @@ def test_results_hold_every_required_field(finished_run):
 
 def test_results_item_is_readable_from_orbax(finished_run):
   workdir, results = finished_run
-  mngr = checkpointing.manager(str(workdir), 3)
-  saved = checkpointing.restore_results(mngr, mngr.latest_step())
+  mngr = checkpoint.manager(str(workdir), 3)
+  saved = checkpoint.restore_results(mngr, mngr.latest_step())
   assert saved['final'] == results['final'] and saved['status'] == 'completed'
   assert mngr.all_steps() == [22, 44]
 
@@ -80,7 +80,7 @@ def test_interrupted_run_resumes_at_its_step_and_ends_bit_identical(finished_run
   resumed = tmp_path / 'resumed'
   shutil.copytree(workdir, resumed)
   shutil.rmtree(resumed / 'checkpoints' / '44')  # as if killed during the second epoch
-  again = loop.train_and_evaluate(smoke_config(), str(resumed))
+  again = train.train_and_evaluate(smoke_config(), str(resumed))
   assert [h['epoch'] for h in again['history']] == [1, 2]
   assert again['final'] == results['final']
   assert again['history'][0] == results['history'][0]  # restored, not recomputed
@@ -95,7 +95,7 @@ def test_interrupted_run_resumes_at_its_step_and_ends_bit_identical(finished_run
 
 def test_completed_run_is_not_trained_again(finished_run):
   workdir, results = finished_run
-  again = loop.train_and_evaluate(smoke_config(), str(workdir))
+  again = train.train_and_evaluate(smoke_config(), str(workdir))
   assert again['final'] == results['final'] and again['wall_time_s'] == results['wall_time_s']
 
 
@@ -104,7 +104,7 @@ def test_device_resident_dataset_trains_bit_identically(finished_run, tmp_path):
   _, results = finished_run
   config = smoke_config(**{'data.on_device': True})
   workdir = tmp_path / 'on_device'
-  again = loop.train_and_evaluate(config, str(workdir))
+  again = train.train_and_evaluate(config, str(workdir))
 
   def strip(history):
     return [{k: v for k, v in h.items() if k != 'wall_time_s'} for h in history]

@@ -11,14 +11,15 @@ import shutil
 import numpy as np
 import pytest
 
+import input_pipeline
 from analysis import inputs
-from configs import common, digits, loader, validation
-from input_pipeline import base, batching
+from configs import common, digits, validation
+from input_pipeline import batching
 from runrecord import record, rules
 from sweeps import sweep
 from tests.support.commands import assert_one_line_refusal, write_config
 from tests.support.faults_common import run_train, smoke_config, tree_hash
-from trainer import loop
+from trainer import train
 
 
 def resolve(**overrides):
@@ -74,11 +75,11 @@ def test_a_config_path_holding_a_colon_is_found(tmp_path):
   """Before: '--config=runs/a:b/cfg.py:smoke' read 'give a config file' (split at the first ':')."""
   folder = tmp_path / 'a:b'
   folder.mkdir()
-  shutil.copy(os.path.join(loader.REPO, 'configs', 'digits.py'), folder / 'cfg.py')
-  assert loader.load(f'{folder}/cfg.py:smoke').batch_size == digits.get_config('smoke').batch_size
+  shutil.copy(os.path.join(common.REPO, 'configs', 'digits.py'), folder / 'cfg.py')
+  assert common.load(f'{folder}/cfg.py:smoke').batch_size == digits.get_config('smoke').batch_size
   with pytest.raises(ValueError, match=r'seed is given twice after the colon \(1 and 2\)'):
-    loader.load('configs/digits.py:smoke,seed=1,seed=2')
-  assert loader.load('configs/digits.py:smoke', [('seed', '3'), ('seed', '3')]).seed == 3
+    common.load('configs/digits.py:smoke,seed=1,seed=2')
+  assert common.load('configs/digits.py:smoke', [('seed', '3'), ('seed', '3')]).seed == 3
 
 
 def test_the_sweep_and_its_dry_run_refuse_the_same(tmp_path, capsys):
@@ -132,7 +133,7 @@ def test_no_evaluation_batch_is_padded_past_the_test_set(n, batch, devices, size
   """Case 13: 360 test images were evaluated in one batch of eval_batch_size (4096: 3736 copies of
   image 0; 4194304: RESOURCE_EXHAUSTED at the first evaluation, after an epoch of training)."""
   assert batching.eval_batch_size(n, batch, devices) == size
-  split = base.Split(np.zeros((n, 1, 1, 1), np.uint8), np.arange(n))
+  split = input_pipeline.Split(np.zeros((n, 1, 1, 1), np.uint8), np.arange(n))
   masks = [b['mask'] for b in batching.eval_batches(split, size)]
   assert {len(m) for m in masks} == {size} and sum(m.sum() for m in masks) == n
   assert len(masks) * size - n < devices * len(masks)  # padding: under one per device a batch
@@ -146,7 +147,7 @@ def test_a_resume_onto_another_platform_identity_is_refused_or_a_platform_of_its
   unchanged); with --allow_layout_change the run continues, its segments say where each part
   ran, and the analysis names it a platform of its own. The run keeps its run_id throughout."""
   workdir = tmp_path / 'run'
-  done = loop.train_and_evaluate(smoke_config(), str(workdir))
+  done = train.train_and_evaluate(smoke_config(), str(workdir))
   shutil.rmtree(workdir / 'checkpoints' / str(done['step']))  # as if stopped before the end
   before = tree_hash(workdir / 'checkpoints')
   start = record.read_results(str(workdir))
@@ -177,7 +178,7 @@ def test_a_resume_onto_another_platform_identity_is_refused_or_a_platform_of_its
   )
   assert tree_hash(workdir / 'checkpoints') == before
   monkeypatch.setenv('XLA_FLAGS', pinned['XLA_FLAGS'])  # what execution.facts() reads
-  final = loop.train_and_evaluate(smoke_config(), str(workdir), allow_layout_change=True)
+  final = train.train_and_evaluate(smoke_config(), str(workdir), allow_layout_change=True)
   assert final['status'] == 'completed' and final['run_id'] == done['run_id']
   assert [s['xla_cpu_isa'] for s in final['segments']] == [start['xla_cpu_isa'], 'SSE4_2']
   row = inputs.load_runs(str(workdir)).iloc[0]

@@ -21,7 +21,7 @@ import pytest
 from flax import nnx
 
 from benchmarks import bench_step
-from configs import loader, validation
+from configs import common, validation
 from experiments import numerics_probe
 from tests.conftest import GPU_TIER
 from tests.support import losses, lowering, pools
@@ -81,7 +81,7 @@ def test_gpu_deterministic_steps_repeat_bit_for_bit():
   """configs/celeba.py:gpu (gpu_deterministic=True) at 64^2: five steps (flips on, bf16
   activations) from one state, twice, give bit-identical states."""
   config = validation.resolve(
-    loader.load(
+    common.load(
       'configs/celeba.py:gpu',
       [
         ('data.image_size', 64),
@@ -99,7 +99,7 @@ def test_deterministic_step_within_5_percent_of_the_nondeterministic_one():
   """The study's GPU step (224^2, batch 256, bf16): the one speed assertion of the issue; the
   benchmark (bench_step --mode determinism) reports the same ratio at batch 256 and 2048."""
   config = validation.resolve(
-    loader.load(
+    common.load(
       'configs/celeba.py:gpu',
       [('data.image_size', 224), ('batch_size', 256), ('numerics.compute_dtype', 'bfloat16')],
     )

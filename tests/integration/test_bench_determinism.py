@@ -4,7 +4,7 @@ the same program: XLA:CPU is deterministic either way)."""
 import pytest
 
 from benchmarks import bench_step
-from trainer import steps
+from trainer import run
 
 # The smallest step --mode determinism measures: 8x8 images, the small stem, width 0.125, one
 # step in one window on one device.
@@ -16,9 +16,9 @@ TOY_STEP = (
 
 @pytest.mark.usefixtures('keep_matmul_precision', 'fast_compile')
 def test_bench_determinism_prints_both_variants_and_the_ratio(capsys, monkeypatch):
-  compiles, compile_step = [], steps.Seeded.compile  # the training step's compiles
+  compiles, compile_step = [], run.Seeded.compile  # the training step's compiles
   monkeypatch.setattr(
-    steps.Seeded, 'compile', lambda self, *a, **k: compiles.append(a) or compile_step(self, *a, **k)
+    run.Seeded, 'compile', lambda self, *a, **k: compiles.append(a) or compile_step(self, *a, **k)
   )
   bench_step.main([*TOY_STEP, '--repeat-steps', '2'])
   assert len(compiles) == 2  # the two variants from one lowering, no unused third

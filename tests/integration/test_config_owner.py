@@ -1,6 +1,6 @@
 """configs/ owns the config: resolution and every check that needs no device or data run without
 JAX or the trainer; checks that once waited for the trainer now answer at resolution; and a new
-dataset is one module plus its config (input_pipeline/registry.py), found, checked, declared for
+dataset is one module plus its config (input_pipeline/__init__.py), found, checked, declared for
 a compile-only build and trained without editing any other file."""
 
 import os
@@ -10,10 +10,9 @@ import sys
 import pytest
 
 import input_pipeline
-from configs import capacity, loader, validation
-from input_pipeline import registry
+from configs import common, validation
 from tests.conftest import ROOT
-from trainer import loop, run
+from trainer import run, train
 
 HEAVY = (
   'jax',
@@ -31,11 +30,18 @@ HEAVY = (
 )
 
 
-@pytest.mark.parametrize('spec', ['configs/digits.py:smoke', 'configs/celeba.py:tpu'])
+@pytest.mark.parametrize(
+  'spec',
+  [
+    'configs/digits.py:smoke',
+    'configs/celeba.py:tpu',
+    'configs/digits.py:smoke,model.name=resnet50',
+  ],
+)
 def test_resolving_a_config_loads_no_jax_and_no_trainer(spec):
   """Before: resolving (then in the trainer's validation module) imported the trainer, flax,
   optax and orbax to check a config (the sweep did so for every arm)."""
-  code = f'from configs import loader, validation; validation.resolve(loader.load({spec!r}))'
+  code = f'from configs import common, validation; validation.resolve(common.load({spec!r}))'
   proc = subprocess.run(
     [sys.executable, '-X', 'importtime', '-c', code],
     cwd=ROOT,
@@ -55,13 +61,14 @@ def test_resolving_a_config_loads_no_jax_and_no_trainer(spec):
 
 
 def smoke(**overrides):
-  return loader.load('configs/digits.py:smoke', list(overrides.items()))
+  return common.load('configs/digits.py:smoke', list(overrides.items()))
 
 
 @pytest.mark.parametrize(
   'field, value, message',
   [
-    ('model.name', 'resnet50', "config.model.name must be one of ('resnet18',)"),
+    ('model.name', 'resnet999', "config.model.name='resnet999': no model module models.resnet999"),
+    ('model.name', 'my_models.nope', "config.model.name='my_models.nope': no model module"),
     ('distributed.initialize', 'maybe', "config.distributed.initialize must be one of ('auto'"),
     ('data.name', 'mnist', "config.data.name must be one of ('celeba', 'digits')"),
     ('model.stem', 'tiny', "config.model.stem must be one of ('imagenet', 'small')"),
@@ -79,20 +86,20 @@ def test_device_checks_are_free_functions_of_numbers():
   """Batch divisibility given a device count and the activation bound given device memory, with
   no device; a training split given its size."""
   config = validation.resolve(smoke())
-  capacity.check_devices(config, 8, 1, None)
+  validation.check_devices(config, 8, 1, None)
   with pytest.raises(
     validation.ConfigError, match=f'config.batch_size={config.batch_size} is not divisible by the 3'
   ):
-    capacity.check_devices(config, 3, 1, None)
+    validation.check_devices(config, 3, 1, None)
   with pytest.raises(validation.ConfigError, match='a training step keeps at least'):
-    capacity.check_devices(config, 8, 1, 1000)  # 1000 bytes a device
+    validation.check_devices(config, 8, 1, 1000)  # 1000 bytes a device
   with pytest.raises(validation.ConfigError, match='larger than the 31 training examples'):
-    capacity.check_dataset(config, 31, 0)
+    validation.check_dataset(config, 31, 0)
 
 
 TINY = '''"""A generated dataset: 96 8x8 RGB images of 4 classes, each class a brightness band."""
 import numpy as np
-from input_pipeline import base, registry
+import input_pipeline
 IMAGES, CLASSES = 96, 4
 
 def split_sizes(data):
@@ -106,13 +113,14 @@ def load(config):
   noise = rng.integers(0, 40, (IMAGES, size, size, 3))
   images = (labels[:, None, None, None] * 60 + noise).astype(np.uint8)
   train, test = split_sizes(config.data)
-  return base.Dataset('tiny', base.Split(images[:train], labels[:train]),
-                      base.Split(images[train:], labels[train:]), CLASSES,
-                      info={'train_size': train, 'test_size': test})
+  return input_pipeline.Dataset('tiny', input_pipeline.Split(images[:train], labels[:train]),
+                                input_pipeline.Split(images[train:], labels[train:]), CLASSES,
+                                info={'train_size': train, 'test_size': test})
 
-DATASET = registry.Declaration(name='tiny', images=IMAGES, channels=3, split_sizes=split_sizes,
-                               labels=lambda data: (CLASSES, 'classification', ()), load=load,
-                               tasks=('bands',))
+DATASET = input_pipeline.Declaration(name='tiny', images=IMAGES, channels=3,
+                                     split_sizes=split_sizes,
+                                     labels=lambda data: (CLASSES, 'classification', ()),
+                                     load=load, tasks=('bands',))
 '''
 TINY_CONFIG = """from configs import common
 
@@ -146,19 +154,19 @@ def tiny(tmp_path, monkeypatch):
 def test_a_new_dataset_is_one_module_and_its_config(tiny, tmp_path):
   """Found by the registry, its own task checked at resolution, declared without data for a
   compile-only build, and trained and evaluated: no other file edited."""
-  assert 'tiny' in registry.names()
+  assert 'tiny' in input_pipeline.names()
   with pytest.raises(
     validation.ConfigError,
     match=r"config.data.task must be one of \('bands',\) "
     'for tiny',
   ):
-    validation.resolve(loader.load(f'{tiny}:data.task=identity'))
-  config = validation.resolve(loader.load(tiny))
-  declared = registry.declared(config)
+    validation.resolve(common.load(f'{tiny}:data.task=identity'))
+  config = validation.resolve(common.load(tiny))
+  declared = input_pipeline.declared(config)
   assert (len(declared.train), len(declared.test), declared.image_shape) == (77, 19, (8, 8, 3))
   ctx = run.build(config, declared)
   assert ctx.per_epoch == 77 // 16 and ctx.dataset.num_classes == 4
-  results = loop.train_and_evaluate(config, str(tmp_path / 'run'))
+  results = train.train_and_evaluate(config, str(tmp_path / 'run'))
   assert results['status'] == 'completed' and results['config']['data']['name'] == 'tiny'
   assert results['data']['test_size'] == 19 and results['data']['num_classes'] == 4
   assert results['final']['test_accuracy'] > 0.25  # four bands of brightness: above chance

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
+import models
 from benchmarks import bench_conv, bench_step
 from configs import digits, validation
-from models import resnet
 from numerics import ops
 from numerics import setup as numerics_setup
 from tests.support.floats import assert_within_summation_bound
@@ -299,7 +299,7 @@ def test_model_logits_and_gradients_agree_across_impls():
   results = {}
   for impl in ('xla', 'im2col'):
     config.numerics.conv_impl = impl
-    model = resnet.create_model(config, 10, 1, nnx.Rngs(0))
+    model = models.build(config, 10, 1, nnx.Rngs(0))
     assert model.layer2[0].downsample[0].conv_impl == impl
     graphdef = nnx.graphdef(model)
     params = nnx.to_pure_dict(nnx.state(model, nnx.Param))

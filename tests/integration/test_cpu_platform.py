@@ -12,7 +12,7 @@ from configs import digits
 from numerics import setup as numerics_setup
 from runrecord import record, rules
 from tests.support.planted_runs import make_record
-from trainer import execution
+from trainer import process
 
 AVX512_HOST = 'fpu sse4_1 sse4_2 avx avx2 fma avx512f avx512bw avx512_vnni'.split()
 AVX2_HOST = 'fpu sse4_1 sse4_2 avx avx2 fma'.split()
@@ -66,9 +66,9 @@ def test_cpuinfo_reads_the_first_processor_and_nothing_where_absent(tmp_path):
 
 
 def test_a_cpu_record_names_model_isa_and_xla_flags(monkeypatch, tmp_path):
-  """execution.facts() on a planted AVX-512 processor with XLA pinned to AVX2 (XLA_FLAGS): the
-  record and its row hold the model, both instruction sets and the flags; its platform is a third
-  one."""
+  """process.execution_facts() on a planted AVX-512 processor with XLA pinned to AVX2 (XLA_FLAGS):
+  the record and its row hold the model, both instruction sets and the flags; its platform is a
+  third one."""
   monkeypatch.setattr(
     numerics_setup,
     'cpuinfo',
@@ -76,7 +76,7 @@ def test_a_cpu_record_names_model_isa_and_xla_flags(monkeypatch, tmp_path):
   )
   monkeypatch.setattr(host, 'machine', lambda: 'x86_64')
   monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_max_isa=AVX2')
-  facts = execution.facts()
+  facts = process.execution_facts()
   assert {k: facts[k] for k in record.CPU_FACTS} == {
     'cpu_model': 'Planted Xeon',
     'cpu_isa': 'AVX512_VNNI',

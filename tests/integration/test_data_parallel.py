@@ -5,20 +5,21 @@ import jax
 import numpy as np
 from flax import nnx
 
+import models
 from configs import digits
 from models import resnet
-from trainer import optim, steps
+from trainer import run, train
 
 
 def _run(devices, batches, config):
-  model = resnet.create_model(config, 10, 1, nnx.Rngs(0))
-  phase = optim.phases(config, 4)[0]
-  tx = optim.make_optimizer(config, 4, phase)
-  mesh = steps.make_mesh(devices)
-  replicated, sharded = steps.shardings(mesh)
-  state = jax.device_put(steps.init_state(model, tx), replicated)
-  mask = optim.trainable_mask(state['params'], False, config.model.reinit)
-  step = steps.make_train_step(
+  model = models.build(config, 10, 1, nnx.Rngs(0))
+  phase = run.phases(config, 4)[0]
+  tx = run.make_optimizer(config, 4, phase)
+  mesh = run.make_mesh(devices)
+  replicated, sharded = run.shardings(mesh)
+  state = jax.device_put(train.create_train_state(model, tx), replicated)
+  mask = run.trainable_mask(state['params'], False, config.model.reinit, resnet.PARTS)
+  step = train.make_train_step(
     mesh, nnx.graphdef(model), tx, mask, 'classification', np.full(1, 0.5), np.full(1, 0.5), True, 0
   )
   for batch in batches:

@@ -1,4 +1,4 @@
-"""numerics/emulate.py's fast path against its reference: the same products of the same operands.
+"""numerics/ops.py's fast path against its reference: the same products of the same operands.
 
 - Every format's fast form (bf16; bf16_3x; tf32 as on a GPU and as on a TPU) equals the reference
   to f32 accumulation-order tolerance on every distinct ResNet-18 convolution and the dense head,
@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 
 from benchmarks import bench_conv
-from configs import loader, validation
+from configs import common, validation
 from experiments import numerics_probe
-from numerics import emulate, ops, rounding
+from numerics import formats, ops
 from numerics import setup as numerics_setup
 from tests.support.floats import F32_EDGES, random_f32, same_bits
-from trainer import run
+from trainer import run, train
 
 # The fast forms: (format, platform whose form is used). bf16 and bf16_3x have one form everywhere;
 # tf32 has the GPU's (TF32 tensor cores; also CPU's) and the TPU's (4 exact bf16 passes).
@@ -72,7 +72,7 @@ def forward_and_grads(product, mode, impl, platform, x, w, dy):
   """(y, dx, dw) of the emulated product under `impl`."""
 
   def f(a, b):
-    return emulate.emulated(product, a, b, mode, impl=impl, platform=platform)
+    return ops.emulated(product, a, b, mode, impl=impl, platform=platform)
 
   y, vjp = jax.vjp(f, x, w)
   return (y,) + vjp(dy)
@@ -137,10 +137,10 @@ def as_f32(a):
 @pytest.mark.parametrize('mode,platform', FORMS)
 @pytest.mark.parametrize('values', [F32_EDGES, random_f32(100_000, seed=3)])
 def test_fast_operands_are_the_reference_operands_bit_for_bit(mode, platform, values):
-  plan = emulate.fast_plan(mode, platform)
-  fast = [as_f32(p) for p in emulate.fast_operands(mode, values, plan)]
-  reference = [np.asarray(p) for p in emulate.operand_parts(mode, values)]
-  assert all(p.dtype == np.dtype(plan.dtype) for p in emulate.fast_operands(mode, values, plan))
+  plan = ops.fast_plan(mode, platform)
+  fast = [as_f32(p) for p in ops.fast_operands(mode, values, plan)]
+  reference = [np.asarray(p) for p in ops.operand_parts(mode, values)]
+  assert all(p.dtype == np.dtype(plan.dtype) for p in ops.fast_operands(mode, values, plan))
   if not plan.split:
     assert len(fast) == len(reference)
     assert all(same_bits(f, r) for f, r in zip(fast, reference, strict=True))
@@ -156,10 +156,10 @@ def test_fast_operands_are_the_reference_operands_bit_for_bit(mode, platform, va
 
 
 def test_split_parts_are_bf16_values_and_hi_never_overflows():
-  t = rounding.round_tf32(random_f32(100_000, seed=4))
+  t = formats.round_tf32(random_f32(100_000, seed=4))
   t = np.asarray(t)[np.isfinite(t) & (np.abs(t) >= 2.0**-116)]
   t = np.concatenate([t, [np.float32(2**128 - 2**117), -np.float32(2**128 - 2**117)]])  # TF32 max
-  hi, lo = (np.asarray(p) for p in rounding.split_exact_bf16(t))
+  hi, lo = (np.asarray(p) for p in formats.split_exact_bf16(t))
   for part in (hi, lo):
     assert same_bits(part.astype(ml_dtypes.bfloat16).astype(np.float32), part)
   assert np.all(np.isfinite(hi)) and same_bits(hi + lo, t)
@@ -174,9 +174,9 @@ def test_tpu_tf32_form_gives_exact_products():
 
   x = (rng.standard_normal((64, 1)) * scale((64, 1))).astype(np.float32)
   k = (rng.standard_normal((1, 48)) * scale((1, 48))).astype(np.float32)
-  exact = np.float64(rounding.round_tf32(x)) @ np.float64(rounding.round_tf32(k))
-  for plan in (emulate.fast_plan('tf32', 'tpu'), None):  # fast TPU form; the reference
-    y = emulate.emulated_bilinear(ops._native_dense, x, k, 'tf32', plan=plan)
+  exact = np.float64(formats.round_tf32(x)) @ np.float64(formats.round_tf32(k))
+  for plan in (ops.fast_plan('tf32', 'tpu'), None):  # fast TPU form; the reference
+    y = ops.emulated_bilinear(ops._native_dense, x, k, 'tf32', plan=plan)
     assert same_bits(y, exact.astype(np.float32)) and np.all(np.float64(y) == exact)
 
 
@@ -193,7 +193,7 @@ def contractions(mode, impl, product, x, w, lowering_platform):
   """[(op, precision, lhs dtype, rhs dtype, result dtype)] of the lowered forward + backward."""
 
   def f(a, b):
-    return emulate.emulated(product, a, b, mode, impl=impl, platform=lowering_platform)
+    return ops.emulated(product, a, b, mode, impl=impl, platform=lowering_platform)
 
   grads = jax.jit(jax.grad(lambda a, b: jnp.sum(f(a, b) ** 2), argnums=(0, 1)))
   platform = {'gpu': 'cuda'}.get(lowering_platform, lowering_platform)
@@ -227,36 +227,36 @@ def test_lowered_fast_products_take_bf16_and_give_f32(kind, lowering_platform):
 
 
 def test_resolve_impl():
-  assert emulate.resolve_impl('auto', 'gpu', 'bf16') == 'fast'
-  assert emulate.resolve_impl('auto', 'tpu', 'tf32') == 'fast'
-  for mode in emulate.FAST_FORMATS:
-    assert emulate.resolve_impl('auto', 'cpu', mode) == emulate.AUTO_ON_CPU[mode]
-    assert emulate.resolve_impl('reference', 'gpu', mode) == 'reference'
-    assert emulate.resolve_impl('fast', 'cpu', mode) == 'fast'
+  assert ops.resolve_impl('auto', 'gpu', 'bf16') == 'fast'
+  assert ops.resolve_impl('auto', 'tpu', 'tf32') == 'fast'
+  fast_formats = [f for f, entry in formats.FORMATS.items() if entry.fast]
+  assert fast_formats == ['bf16', 'bf16_3x', 'tf32']
+  for mode in fast_formats:
+    assert ops.resolve_impl('auto', 'cpu', mode) == 'reference'  # as measured on CPU
+    assert ops.resolve_impl('reference', 'gpu', mode) == 'reference'
+    assert ops.resolve_impl('fast', 'cpu', mode) == 'fast'
   for mode in ('f32', 'bf16_noise'):  # no faster exact form
-    assert emulate.resolve_impl('fast', 'gpu', mode) == 'reference'
-  assert emulate.resolve_impl('fast', 'gpu', 'native') == 'native'
-  assert emulate.resolve_impl('auto') == 'auto'  # validation only: no backend asked for
-  assert emulate.fast_plan('tf32', 'cpu') == (jnp.float32, emulate.HIGHEST, False)  # no TF32 unit
-  assert emulate.fast_plan('tf32', 'gpu') == (jnp.float32, emulate.DEFAULT, False)
+    assert ops.resolve_impl('fast', 'gpu', mode) == 'reference'
+  assert ops.resolve_impl('fast', 'gpu', 'native') == 'native'
+  assert ops.resolve_impl('auto') == 'auto'  # validation only: no backend asked for
+  assert ops.fast_plan('tf32', 'cpu') == formats.FastPlan('float32', 'HIGHEST', False)  # no TF32
+  assert ops.fast_plan('tf32', 'gpu') == formats.FastPlan('float32', 'DEFAULT', False)
   with pytest.raises(ValueError, match='emulate_impl must be one of'):
-    emulate.resolve_impl('quick')
+    ops.resolve_impl('quick')
 
 
 def test_fast_without_a_fast_form_is_the_reference():
   x, w = np.float32(np.random.default_rng(6).standard_normal((2, 8, 8)))
   key = jax.random.key(0)
   for mode, k in (('f32', None), ('bf16_noise', key)):
-    ys = [
-      emulate.emulated(ops._native_dense, x, w, mode, key=k, impl=i) for i in ('fast', 'reference')
-    ]
+    ys = [ops.emulated(ops._native_dense, x, w, mode, key=k, impl=i) for i in ('fast', 'reference')]
     assert same_bits(*ys)
 
 
 def loss_curve(impl, steps=6):
   """Per-step training losses of the digits smoke run in the bf16 format and `impl`."""
   config = validation.resolve(
-    loader.load(
+    common.load(
       'configs/digits.py:smoke',
       [('numerics.profile', 'tpu_default'), ('numerics.emulate_impl', impl)],
     )
@@ -264,7 +264,7 @@ def loss_curve(impl, steps=6):
   numerics_setup.configure(config)
   ctx = run.build(config)  # data parallel over the 8 (virtual) devices, as the trainer runs
   model, _ = run.init_model(ctx)
-  state, step_fn = run.enter_phase(ctx, run.initial_state(ctx, model), ctx.phases[0], 0)
+  state, step_fn = train.enter_phase(ctx, train.initial_state(ctx, model), ctx.phases[0], 0)
   sums = []
   for batch in run.batches(ctx, 0, steps):
     state = step_fn(state, batch)
@@ -285,7 +285,7 @@ def test_training_loss_curve_fast_equals_reference():
   assert ref_impl == {'conv': 'reference', 'dense': 'reference'}
   # Bit-exact by construction on XLA:CPU (was rtol 1e-5, params rtol 1e-4 + atol 1e-6): it has no
   # bf16 x bf16 -> f32 product, so the fast form converts its bf16 operands to f32, exactly, and
-  # multiplies the reference's rounded operands with the same f32 product (numerics/emulate.py).
+  # multiplies the reference's rounded operands with the same f32 product (numerics/ops.py).
   np.testing.assert_array_equal(fast, ref)
   for a, b in zip(jax.tree.leaves(fast_params), jax.tree.leaves(ref_params), strict=True):
     np.testing.assert_array_equal(a, b)

@@ -9,21 +9,21 @@ import pytest
 from benchmarks import bench_step, common
 from sweeps import estimate, runner, sweep
 from tests.conftest import ROOT
-from trainer import gpu_memory, platforms
+from trainer import process
 
 FRACTION = 'XLA_PYTHON_CLIENT_MEM_FRACTION'
 
 
 @pytest.fixture
 def no_memory_settings(monkeypatch):
-  for name in gpu_memory.MEMORY_VARIABLES:
+  for name in process.MEMORY_VARIABLES:
     monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture
 def gpu_host(monkeypatch):
-  """The runs have a GPU JAX can use (trainer/platforms.gpu_runs), as on a GPU host."""
-  monkeypatch.setattr(platforms, 'gpu_runs', lambda environ=None: True)
+  """The runs have a GPU JAX can use (trainer/process.gpu_runs), as on a GPU host."""
+  monkeypatch.setattr(process, 'gpu_runs', lambda environ=None: True)
 
 
 def test_runs_per_gpu_for_parallel_runs_and_gpu_lists():
@@ -39,7 +39,7 @@ def test_memory_fraction_splits_the_gpu_unless_alone_or_set_by_the_user(gpu_host
   assert runner.memory_fraction(2, {}) == {FRACTION: '0.450'}
   assert runner.memory_fraction(4, {}) == {FRACTION: '0.225'}
   assert runner.memory_fraction(3, {}) == {FRACTION: '0.300'}
-  for name in gpu_memory.MEMORY_VARIABLES:  # the user's setting applies to every run instead
+  for name in process.MEMORY_VARIABLES:  # the user's setting applies to every run instead
     assert runner.memory_fraction(4, {name: 'x'}) == {}
 
 
@@ -130,13 +130,13 @@ def test_cpu_runs_get_no_gpu_memory_fraction(tmp_path, no_memory_settings, monke
 def test_bench_vs_torch_allocates_on_demand_unless_told_otherwise(no_memory_settings, monkeypatch):
   common.allocate_gpu_memory_on_demand()
   assert os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'false'
-  assert gpu_memory.memory_settings() == 'XLA_PYTHON_CLIENT_PREALLOCATE=false'
+  assert process.memory_settings() == 'XLA_PYTHON_CLIENT_PREALLOCATE=false'
   monkeypatch.delenv('XLA_PYTHON_CLIENT_PREALLOCATE')
-  assert gpu_memory.memory_settings() == "JAX's default (a GPU preallocates 75 %)"
+  assert process.memory_settings() == "JAX's default (a GPU preallocates 75 %)"
   monkeypatch.setenv(FRACTION, '0.3')
   common.allocate_gpu_memory_on_demand()
   assert 'XLA_PYTHON_CLIENT_PREALLOCATE' not in os.environ
-  assert gpu_memory.memory_settings() == f'{FRACTION}=0.3'
+  assert process.memory_settings() == f'{FRACTION}=0.3'
 
 
 def test_bench_vs_torch_sets_it_first_and_records_it(

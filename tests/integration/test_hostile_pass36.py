@@ -12,13 +12,13 @@ import pytest
 from analysis import analyse, declaration, draw, export, inputs
 from configs import common, digits, validation
 from input_pipeline import batching
-from runrecord import files, record, rules, sessions
+from runrecord import files, record, rules
 from sweeps import sweep
 from tests.support.commands import cli_error, write_config
 from tests.support.planted_runs import plant
 from tests.support.planted_saved_predictions import LABELS, N, item
 from tests.support.planted_tables import DIGITS, runs_csv, table, write
-from trainer import resume
+from trainer import checkpoint
 
 LOCK = '.tpu-gpu-parity.lock'  # runrecord/files.py's lock file in a destination
 
@@ -102,8 +102,8 @@ def test_an_old_records_platform_identity_is_not_held_against_a_resume():
   any CPU without the identity refusal (its layout is still checked)."""
   old = {'platform': 'cpu', 'device_kind': 'cpu', 'num_devices': 8, 'num_processes': 1}
   now = {**old, 'cpu_model': 'x', 'cpu_isa': 'AVX2', 'xla_cpu_isa': 'SSE4_2'}
-  assert sessions.identity_differences(old, now) == []
-  assert sessions.identity_differences({**now, 'xla_cpu_isa': 'AVX2'}, now) == [
+  assert rules.identity_differences(old, now) == []
+  assert rules.identity_differences({**now, 'xla_cpu_isa': 'AVX2'}, now) == [
     'platform identity: cpu-AVX2 -> cpu-AVX2-max-SSE4_2'
   ]
 
@@ -242,7 +242,9 @@ def test_a_completed_run_is_not_refused_on_another_identity(tmp_path):
     def restore(self, step, args=None):
       return {record.RESULTS_ITEM: saved}
 
-  assert resume.check_workdir_run(Manager(), str(tmp_path), config, False, None, facts) is not None
+  assert (
+    checkpoint.check_workdir_run(Manager(), str(tmp_path), config, False, None, facts) is not None
+  )
 
 
 def test_a_file_system_without_locks_still_gets_its_report(tmp_path, capsys, monkeypatch):

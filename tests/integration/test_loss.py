@@ -1,4 +1,4 @@
-"""trainer/steps.py's cross-entropy: optax's values and gradients bit for bit, without gather or
+"""trainer/train.py's cross-entropy: optax's values and gradients bit for bit, without gather or
 scatter."""
 
 import re
@@ -11,7 +11,7 @@ import pytest
 
 from tests.support import losses
 from tests.support.losses import bits, mean_loss
-from trainer import steps
+from trainer import train
 
 
 @pytest.mark.parametrize('num_classes,scale', [(10, 1.0), (1000, 30.0), (7, 1e4)])
@@ -24,7 +24,7 @@ def test_labels_out_of_range_index_as_optax_does():
   rng = np.random.default_rng(0)
   logits = jnp.asarray(rng.standard_normal((4, 10)), jnp.float32)
   labels = jnp.asarray([3, -1, 10, -11], jnp.int32)
-  ours = steps.softmax_cross_entropy(logits, labels)
+  ours = train.softmax_cross_entropy(logits, labels)
   theirs = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
   np.testing.assert_array_equal(bits(ours), bits(theirs))
   assert np.isnan(np.asarray(ours)[2:]).all() and np.isfinite(np.asarray(ours)[:2]).all()
@@ -44,4 +44,4 @@ def test_loss_gradient_lowers_without_gather_or_scatter():
   assert re.search(
     r'stablehlo\.scatter\b', lowered(optax.softmax_cross_entropy_with_integer_labels)
   )
-  assert not re.search(r'stablehlo\.(gather|scatter|sort)\b', lowered(steps.softmax_cross_entropy))
+  assert not re.search(r'stablehlo\.(gather|scatter|sort)\b', lowered(train.softmax_cross_entropy))

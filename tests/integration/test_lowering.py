@@ -9,7 +9,7 @@ Lowering only traces (no compile, nothing runs), at a small width, image size an
 operations the step holds depends on the stem, the task, the product formats, the emulation
 implementation, the activation dtype and BatchNorm grouping, not on the sizes. Covered: every
 preset of configs/digits.py and configs/celeba.py with its own numerics, every profile of
-numerics/profiles.py on the ImageNet stem (f32 activations with the fast emulation, bf16
+numerics/formats.py on the ImageNet stem (f32 activations with the fast emulation, bf16
 activations with the reference one), per-core BatchNorm, the CelebA attributes task, random
 flips; one train step is also compiled for the CPU and its HLO checked.
 """
@@ -21,7 +21,7 @@ import pytest
 from flax import nnx
 
 from configs import celeba, digits
-from numerics import profiles
+from numerics import formats
 from tests.support.lowering import FORBIDDEN_HLO, forbidden_ops, lowered_steps
 
 PRESETS = [f'configs/digits.py:{p}' for p in digits.PRESETS if not p.startswith('_')] + [
@@ -35,7 +35,7 @@ def test_every_preset_lowers_without_scatter_or_sort(spec, keep_matmul_precision
   assert forbidden_ops(train) == [] and forbidden_ops(evaluate) == []
 
 
-@pytest.mark.parametrize('profile', list(profiles.PROFILES))
+@pytest.mark.parametrize('profile', list(formats.PROFILES))
 def test_every_profile_lowers_without_scatter_or_sort(profile, keep_matmul_precision):
   """On the ImageNet stem: f32 activations with the fast emulation (what GPUs and TPUs run), bf16
   activations with the reference one (what CPUs run); the train step, whose forward pass holds

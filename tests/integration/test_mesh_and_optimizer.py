@@ -1,5 +1,5 @@
 """Why the data mesh is not jax.make_mesh and the frozen backbone is not optax.multi_transform: the
-facts behind the one-line reasons in trainer/steps.py `make_mesh` and trainer/optim.py
+facts behind the one-line reasons in trainer/train.py `make_mesh` and trainer/run.py
 `masked_update`, checked against JAX and optax themselves."""
 
 import importlib.util
@@ -16,12 +16,13 @@ import pytest
 from jax.sharding import AxisType
 
 from configs import digits
+from models import resnet
 from tests.conftest import ROOT
-from trainer import optim, steps
+from trainer import run
 
 
 def test_on_cpu_jax_make_mesh_gives_the_data_mesh_order():
-  mesh = steps.make_mesh()
+  mesh = run.make_mesh()
   made = jax.make_mesh((jax.device_count(),), ('data',), (AxisType.Auto,))
   assert jax.device_count() == 8  # conftest's virtual CPU devices
   assert list(mesh.devices.flat) == list(made.devices.flat) == jax.devices()
@@ -33,13 +34,13 @@ import jax
 jax.config.update('jax_platforms', 'cpu')
 from jax.sharding import AxisType
 from sweeps import tpu
-from trainer import steps
+from trainer import run
 out = {}
 for name in sys.argv[1:]:
   devs = tpu.devices(tpu.parse_topology(name))
   made = jax.make_mesh((len(devs),), ('data',), (AxisType.Auto,), devices=devs)
   out[name] = {'given': [d.id for d in devs],
-               'data_mesh': [d.id for d in steps.make_mesh(devs).devices.flat],
+               'data_mesh': [d.id for d in run.make_mesh(devs).devices.flat],
                'make_mesh': [d.id for d in made.devices.flat],
                'make_mesh_hosts': [d.process_index for d in made.devices.flat]}
 print(json.dumps(out))
@@ -79,15 +80,13 @@ def test_one_optimizer_state_tree_for_both_phases_unlike_multi_transform():
   the masked update's AdamW has one tree in both phases; multi_transform's changes at the
   unfreeze, so a checkpoint saved after it would not restore."""
   config = digits.get_config('smoke')
-  frozen, full = optim.phases(config, 3)
+  frozen, full = run.phases(config, 3)
   params = _params()
 
   def tree(tx):
     return jax.tree.structure(tx.init(params))
 
-  assert tree(optim.make_optimizer(config, 3, frozen)) == tree(
-    optim.make_optimizer(config, 3, full)
-  )
+  assert tree(run.make_optimizer(config, 3, frozen)) == tree(run.make_optimizer(config, 3, full))
 
   def labelled(is_frozen):
     labels = {
@@ -105,8 +104,8 @@ def test_masked_update_keeps_frozen_arrays_bit_identical():
   params = {'conv1': {'kernel': jnp.array([-0.0, 1.0])}, 'layer1': {'kernel': jnp.array([-0.0])}}
   grads = jax.tree.map(jnp.ones_like, params)
   tx = optax.adamw(1e-3)
-  mask = optim.trainable_mask(params, True, ('stem',))
-  new, _ = optim.masked_update(params, grads, tx.init(params), tx, mask)
+  mask = run.trainable_mask(params, True, ('stem',), resnet.PARTS)
+  new, _ = run.masked_update(params, grads, tx.init(params), tx, mask)
   assert new['layer1']['kernel'] is params['layer1']['kernel']
   assert not np.array_equal(new['conv1']['kernel'], params['conv1']['kernel'])  # the stem trains
   zeroed = optax.apply_updates(params['layer1']['kernel'], jnp.zeros(1))

@@ -1,17 +1,48 @@
-"""ResNet-18: torchvision's parameter count, output shapes, dtypes, BatchNorm semantics."""
+"""ResNet-18 and ResNet-50: torchvision's parameter counts and names, output shapes, dtypes,
+BatchNorm semantics; the model registry."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+import models
 from configs import digits
 from models import layers, resnet
 
 
 def test_parameter_count_matches_torchvision():
   model = nnx.eval_shape(lambda: resnet.ResNet18(1000, rngs=nnx.Rngs(0)))
-  assert resnet.count_params(model) == 11_689_512
+  assert layers.count_params(model) == 11_689_512
+  model = nnx.eval_shape(lambda: resnet.ResNet50(1000, rngs=nnx.Rngs(0)))
+  assert layers.count_params(model) == 25_557_032
+
+
+def test_resnet50_follows_torchvision_bottlenecks():
+  """Bottleneck (V1.5: the stride on the 3x3 conv), expansion 4, 1x1 conv + BN downsample."""
+  model = nnx.eval_shape(lambda: resnet.ResNet50(10, rngs=nnx.Rngs(0)))
+  params = nnx.state(model, nnx.Param).to_pure_dict()
+  block = params['layer2'][0]
+  assert block['conv1']['kernel'].shape == (1, 1, 256, 128)
+  assert block['conv2']['kernel'].shape == (3, 3, 128, 128) and model.layer2[0].conv2.stride == 2
+  assert block['conv3']['kernel'].shape == (1, 1, 128, 512) and model.layer2[0].conv1.stride == 1
+  assert block['downsample'][0]['kernel'].shape == (1, 1, 256, 512)
+  assert model.layer1[0].downsample is not None and model.layer1[1].downsample is None
+  assert [len(s) for s in (model.layer1, model.layer2, model.layer3, model.layer4)] == [3, 4, 6, 3]
+  assert params['fc']['kernel'].shape == (2048, 10)
+  keys = layers.torch_keys(model)
+  assert len(keys) == 267 and 'layer4.2.bn3.running_var' in keys  # 320 less num_batches_tracked
+
+
+def test_the_registry_finds_modules_by_name_without_importing_them():
+  assert models.missing('resnet50') is None and models.missing('resnet18') is None
+  assert models.module_name('my_models.tiny') == 'my_models.tiny'
+  assert models.missing('resnet999').startswith("config.model.name='resnet999': no model module")
+  assert models.missing('no_package.tiny').startswith("config.model.name='no_package.tiny'")
+  assert 'not a module name' in models.missing('resnet-50')
+  config = digits.get_config('smoke')
+  config.model.name = 'resnet50'
+  assert models.build(config, 10, 1, nnx.Rngs(0)).layer4[0].conv3.kernel.shape == (1, 1, 64, 256)
 
 
 def test_parameter_paths_follow_torchvision_names():
@@ -42,7 +73,7 @@ def test_bfloat16_compute_keeps_float32_params_and_logits():
 
 def test_create_model_from_config():
   config = digits.get_config('smoke')
-  model = resnet.create_model(config, 10, 1, nnx.Rngs(0))
+  model = models.build(config, 10, 1, nnx.Rngs(0))
   assert model.conv1.kernel.shape == (3, 3, 1, 8)  # small stem, width 0.125
 
 

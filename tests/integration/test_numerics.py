@@ -14,7 +14,7 @@ from flax import nnx
 from configs import common, validation
 from experiments import numerics_probe
 from models.layers import BatchNorm
-from numerics import formats, ops, profiles, rounding, setup
+from numerics import formats, ops, setup
 from tests.support.floats import F32_EDGES, assert_within_summation_bound, random_f32, same_bits
 
 
@@ -31,25 +31,25 @@ def tf32_reference(x):
 def test_round_bf16_equals_ml_dtypes(values):
   with np.errstate(invalid='ignore', over='ignore'):
     ref = values.astype(ml_dtypes.bfloat16).astype(np.float32)
-  assert same_bits(rounding.round_bf16(values), ref)
+  assert same_bits(formats.round_bf16(values), ref)
 
 
 @pytest.mark.parametrize('values', [F32_EDGES, random_f32(200_000, seed=1)])
 def test_round_tf32_bit_exact(values):
-  assert same_bits(rounding.round_tf32(values), tf32_reference(values))
+  assert same_bits(formats.round_tf32(values), tf32_reference(values))
 
 
 def test_rounding_cases_by_hand():
   def r(f, v):
     return float(f(jnp.float32(v)))
 
-  assert r(rounding.round_bf16, 1.00390625) == 1.0  # a tie: to the even mantissa
-  assert r(rounding.round_bf16, 1.0 + 3 * 2**-8) == 1.0 + 2**-6  # a tie: up to the even one
-  assert r(rounding.round_bf16, np.finfo(np.float32).max) == np.inf  # overflow
-  assert r(rounding.round_tf32, 1.0 + 2**-11) == 1.0 and r(rounding.round_tf32, 1.00390625) > 1
-  assert r(rounding.round_tf32, 2**-149) == 0.0  # smallest subnormal: a tie, to even (zero)
-  assert np.isnan(r(rounding.round_tf32, np.nan)) and r(rounding.round_tf32, -np.inf) == -np.inf
-  hi, lo = rounding.split_bf16(jnp.float32(1.0 + 2**-8 + 2**-12))
+  assert r(formats.round_bf16, 1.00390625) == 1.0  # a tie: to the even mantissa
+  assert r(formats.round_bf16, 1.0 + 3 * 2**-8) == 1.0 + 2**-6  # a tie: up to the even one
+  assert r(formats.round_bf16, np.finfo(np.float32).max) == np.inf  # overflow
+  assert r(formats.round_tf32, 1.0 + 2**-11) == 1.0 and r(formats.round_tf32, 1.00390625) > 1
+  assert r(formats.round_tf32, 2**-149) == 0.0  # smallest subnormal: a tie, to even (zero)
+  assert np.isnan(r(formats.round_tf32, np.nan)) and r(formats.round_tf32, -np.inf) == -np.inf
+  hi, lo = formats.split_bf16(jnp.float32(1.0 + 2**-8 + 2**-12))
   assert float(hi) == 1.0 + 2**-7 and float(lo) == -15 * 2**-12  # above the tie: up; lo exact
 
 
@@ -113,7 +113,7 @@ def test_emulate_f32_matches_native_on_cpu(product):
 def test_emulated_dense_gradients_by_hand(mode):
   """dx = R(dy) @ R(k).T, dk = R(x).T @ R(dy), in float64 numpy: only f32 accumulation differs."""
   o = operands(1)
-  r = rounding.round_bf16 if mode == 'bf16' else rounding.round_tf32
+  r = formats.round_bf16 if mode == 'bf16' else formats.round_tf32
   x, k, dy = o['a'], o['b'], o['dyd']
   y, vjp = jax.vjp(lambda a, b: ops.dense(a, b, fmt=mode), x, k)
   dx, dk = vjp(dy)
@@ -145,12 +145,12 @@ def test_emulated_conv_gradients_by_hand(mode):
     return ops._native_conv(a, b, 2, [(1, 1)] * 2, jax.lax.Precision.HIGHEST)
 
   if mode == 'bf16_3x':
-    parts = rounding.split_bf16
+    parts = formats.split_bf16
 
     def pairs(u, v):
       return [(u[0], v[1]), (u[1], v[0]), (u[0], v[0])]
   else:
-    r = rounding.round_bf16 if mode == 'bf16' else rounding.round_tf32
+    r = formats.round_bf16 if mode == 'bf16' else formats.round_tf32
 
     def parts(v):
       return (r(v),)
@@ -324,9 +324,9 @@ def test_check_accepts_every_documented_value():
     config.numerics.matmul_precision = p
     validation.check_numerics(config)
   for field, values in (
-    ('profile', profiles.PROFILES),
-    ('conv_format', formats.FORMATS),
-    ('dense_format', formats.FORMATS),
+    ('profile', formats.PROFILES),
+    ('conv_format', formats.names()),
+    ('dense_format', formats.names()),
   ):
     for value in values:
       fresh = common.base_config()  # a profile and a format could contradict: one per config
@@ -336,7 +336,7 @@ def test_check_accepts_every_documented_value():
 
 def test_kind_formats_make_platform_defaults_explicit():
   def f(platform, precision, fmt, dtype='float32'):
-    return setup.kind_formats(platform, precision, {'conv': fmt, 'dense': fmt}, dtype)
+    return setup.effective_formats(platform, precision, {'conv': fmt, 'dense': fmt}, dtype)
 
   assert f('tpu', 'default', 'native') == {'conv': 'bf16', 'dense': 'bf16'}
   assert f('tpu', 'high', 'native')['dense'] == 'bf16_3x'

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
+import models
 from configs import digits
 from models import resnet
-from trainer import optim, steps
+from trainer import run, train
 
 
 def _config(**overrides):
@@ -21,11 +22,11 @@ def _config(**overrides):
 def test_per_phase_schedule_restarts_at_unfreeze():
   c = _config(num_epochs=5, freeze_epochs=2, warmup_epochs=1.0, learning_rate=0.01)
   per_epoch = 10
-  p = optim.phases(c, per_epoch)
+  p = run.phases(c, per_epoch)
   assert [(x.start, x.stop, x.frozen) for x in p] == [(0, 20, True), (20, 50, False)]
 
   def lr(s):
-    return optim.learning_rate(c, per_epoch, p, s)
+    return run.learning_rate(c, per_epoch, p, s)
 
   assert lr(0) == 0.0
   assert lr(10) == pytest.approx(0.01)  # end of warmup: the peak
@@ -39,14 +40,14 @@ def test_continuous_schedule_spans_all_epochs():
   c = _config(
     num_epochs=5, freeze_epochs=2, warmup_epochs=1.0, learning_rate=0.01, schedule='continuous'
   )
-  p = optim.phases(c, 10)
+  p = run.phases(c, 10)
   assert [(x.start, x.stop, x.schedule_start, x.schedule_length) for x in p] == [
     (0, 20, 0, 50),
     (20, 50, 0, 50),
   ]
 
   def lr(s):
-    return optim.learning_rate(c, 10, p, s)
+    return run.learning_rate(c, 10, p, s)
 
   assert lr(10) == pytest.approx(0.01)
   assert lr(20) == pytest.approx(0.01 * 0.5 * (1 + np.cos(np.pi * 10 / 40)), rel=1e-5)
@@ -54,20 +55,20 @@ def test_continuous_schedule_spans_all_epochs():
 
 
 def test_no_freeze_gives_one_phase():
-  p = optim.phases(_config(num_epochs=3, freeze_epochs=0), 7)
+  p = run.phases(_config(num_epochs=3, freeze_epochs=0), 7)
   assert [(x.start, x.stop, x.frozen) for x in p] == [(0, 21, False)]
 
 
 def _train_tiny(config, frozen, num_steps, seed):
   """(params before, batch stats before, state after, mask): `num_steps` steps on random batches."""
-  model = resnet.create_model(config, 10, 1, nnx.Rngs(0))
-  tx = optim.make_optimizer(config, 3, optim.phases(config, 3)[0])
-  state = steps.init_state(model, tx)
+  model = models.build(config, 10, 1, nnx.Rngs(0))
+  tx = run.make_optimizer(config, 3, run.phases(config, 3)[0])
+  state = train.create_train_state(model, tx)
   before = jax.tree.map(np.asarray, state['params'])
   stats_before = jax.tree.map(np.asarray, state['batch_stats'])
-  mask = optim.trainable_mask(state['params'], frozen, config.model.reinit)
-  mesh = steps.make_mesh(jax.devices()[:1])
-  step = steps.make_train_step(
+  mask = run.trainable_mask(state['params'], frozen, config.model.reinit, resnet.PARTS)
+  mesh = run.make_mesh(jax.devices()[:1])
+  step = train.make_train_step(
     mesh, nnx.graphdef(model), tx, mask, 'classification', np.zeros(1), np.ones(1), False, 0
   )
   rng = np.random.default_rng(seed)

@@ -1,4 +1,4 @@
-"""numerics/profiles.py: per-kind product formats and named profiles (expansion, contradictions,
+"""numerics/formats.py: per-kind product formats and named profiles (expansion, contradictions,
 the formats in describe() and in the arithmetic of a conv and a dense layer), and the noise control
 (unbiased, bf16-sized, keyed by seed and step in the train and eval steps)."""
 
@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from configs import common, loader, validation
+import models
+from configs import common, validation
 from models import layers, resnet
-from numerics import ops, profiles, setup
-from trainer import optim, run, steps
+from numerics import formats, ops, setup
+from trainer import run, train
 
 SMOKE = 'configs/digits.py:smoke'
 A, B = 1 + 2**-9, 1 + 2**-12  # A: TF32-exact, not bf16; B: neither TF32 nor bf16
@@ -29,26 +30,26 @@ SUMS = {'bf16': BF16_SUM, 'tf32': TF32_SUM, 'f32': F32_SUM}
 
 
 def test_every_profile_is_documented_and_listed():
-  assert set(CPU_FORMATS) == set(profiles.PROFILES)
-  for name, fn in profiles.PROFILES.items():
-    assert len(fn.__doc__) > 100, name
-  torch_doc = profiles.torch_gpu_default.__doc__
+  assert set(CPU_FORMATS) == set(formats.PROFILES)
+  for name, profile in formats.PROFILES.items():
+    assert len(profile.description) > 100, name
+  torch_doc = formats.PROFILES['torch_gpu_default'].description
   assert 'PyTorch' in torch_doc and 'TF32' in torch_doc and '1.12' in torch_doc
-  assert 'jax.default_matmul_precision' in profiles.tpu_default.__doc__
+  assert 'jax.default_matmul_precision' in formats.PROFILES['tpu_default'].description
 
 
 def resolved(arg='', overrides=()):
-  return validation.resolve(loader.load(f'{SMOKE},{arg}' if arg else SMOKE, overrides))
+  return validation.resolve(common.load(f'{SMOKE},{arg}' if arg else SMOKE, overrides))
 
 
 @pytest.mark.parametrize('profile', list(CPU_FORMATS))
 def test_profile_expands_idempotently_and_is_recorded(profile):
-  loaded = loader.load(f'{SMOKE},numerics.profile={profile}')
+  loaded = common.load(f'{SMOKE},numerics.profile={profile}')
   config = validation.resolve(loaded)
   saved = config.to_dict()['numerics']  # runrecord/record.py stores config.to_dict()
-  conv, dense = profiles.PROFILES[profile]()
+  conv, dense = formats.PROFILES[profile].conv, formats.PROFILES[profile].dense
   assert (saved['profile'], saved['conv_format'], saved['dense_format']) == (profile, conv, dense)
-  again = profiles.expand(profiles.expand(loaded.copy_and_resolve_references()))
+  again = formats.expand(formats.expand(loaded.copy_and_resolve_references()))
   assert again.to_dict() == config.to_dict()
   assert loaded.numerics.conv_format == ''  # resolution copies: the loaded config is as written
 
@@ -104,7 +105,7 @@ def test_the_removed_emulate_field_says_how_to_convert(arg, overrides):
 def test_overrides_before_resolution_replace_the_profile():
   """experiments/divergence applies arm overrides to a loaded config, then resolves it: a new
   profile is simply the profile (nothing was expanded yet)."""
-  config = loader.load(f'{SMOKE},numerics.profile=torch_gpu_default')
+  config = common.load(f'{SMOKE},numerics.profile=torch_gpu_default')
   common.apply_overrides(config, [('numerics.profile', 'f32')])
   config = validation.resolve(config)
   assert (config.numerics.conv_format, config.numerics.dense_format) == ('f32', 'f32')
@@ -121,7 +122,7 @@ def test_a_resolved_config_is_final():
   with pytest.raises(AttributeError, match='immutable'):
     config.numerics['conv_format'] = 'f32'
   with pytest.raises(TypeError, match='needs a resolved config'):
-    run.build(loader.load(SMOKE))
+    run.build(common.load(SMOKE))
 
 
 @pytest.mark.parametrize('profile', list(CPU_FORMATS))
@@ -131,7 +132,7 @@ def test_describe_records_each_kinds_format(profile):
   effective = described['effective']
   assert (effective['conv_format'], effective['dense_format']) == CPU_FORMATS[profile]
   assert described['requested']['profile'] == profile
-  wanted = dict(zip(profiles.KINDS, profiles.PROFILES[profile](), strict=True))
+  wanted = {kind: getattr(formats.PROFILES[profile], kind) for kind in formats.KINDS}
   emulated = {kind: fmt != 'native' for kind, fmt in wanted.items()}
   assert effective['emulated'] == emulated
   assert effective['emulate_impl'] == {
@@ -141,8 +142,8 @@ def test_describe_records_each_kinds_format(profile):
 
 def test_kind_formats_per_platform_precision_impl_and_dtype():
   def f(platform, precision, profile, dtype='float32', dot=False):
-    wanted = dict(zip(profiles.KINDS, profiles.PROFILES[profile](), strict=True))
-    return tuple(setup.kind_formats(platform, precision, wanted, dtype, dot).values())
+    wanted = {kind: getattr(formats.PROFILES[profile], kind) for kind in formats.KINDS}
+    return tuple(setup.effective_formats(platform, precision, wanted, dtype, dot).values())
 
   assert f('tpu', 'default', 'native') == ('bf16', 'bf16')
   assert f('gpu', 'default', 'native') == ('tf32', 'tf32')
@@ -158,7 +159,7 @@ def test_kind_formats_per_platform_precision_impl_and_dtype():
 def layer_outputs(profile):
   """(conv, dense) outputs of the model's first convolution and its head on A and B."""
   config = resolved(f'numerics.profile={profile}')
-  model = resnet.create_model(config, 2, 2, nnx.Rngs(0))
+  model = models.build(config, 2, 2, nnx.Rngs(0))
   kernel = np.zeros(model.conv1.kernel.shape, np.float32)
   kernel[1, 1, :, 0] = 1.0  # the centre tap of both input channels into output channel 0
   model.conv1.kernel[...] = jnp.asarray(kernel)
@@ -248,7 +249,7 @@ def test_step_noise_keys_depend_on_seed_step_and_stream_only():
     if isinstance(m, (layers.Conv2d, layers.Linear))
   }
   assert len(ids) == 21 and len(set(ids.values())) == 21  # 20 convolutions and the head
-  assert ids[('fc',)] == resnet.product_id(('fc',))
+  assert ids[('fc',)] == layers.product_id(('fc',))
   with pytest.raises(ValueError, match='needs a noise key'):
     ops.noise_key('bf16_noise', 1)
 
@@ -258,15 +259,15 @@ def tiny_steps(seed, dense_format='bf16_noise'):
   noise of 20 noisy convolutions costs minutes of compile time here; their keys are tested
   above)."""
   config = resolved(f'numerics.dense_format={dense_format},optim.freeze_epochs=0')
-  model = resnet.create_model(config, 10, 1, nnx.Rngs(0))
-  tx = optim.make_optimizer(config, 3, optim.phases(config, 3)[0])
-  state = steps.init_state(model, tx)
-  mask = optim.trainable_mask(state['params'], False, config.model.reinit)
-  mesh = steps.make_mesh(jax.devices()[:1])
-  train = steps.make_train_step(
+  model = models.build(config, 10, 1, nnx.Rngs(0))
+  tx = run.make_optimizer(config, 3, run.phases(config, 3)[0])
+  state = train.create_train_state(model, tx)
+  mask = run.trainable_mask(state['params'], False, config.model.reinit, resnet.PARTS)
+  mesh = run.make_mesh(jax.devices()[:1])
+  step = train.make_train_step(
     mesh, nnx.graphdef(model), tx, mask, 'classification', np.zeros(1), np.ones(1), False, seed
   )
-  evaluate = steps.make_eval_step(
+  evaluate = train.make_eval_step(
     mesh, nnx.graphdef(model), 'classification', np.zeros(1), np.ones(1), seed
   )
   rng = np.random.default_rng(0)
@@ -274,7 +275,7 @@ def tiny_steps(seed, dense_format='bf16_noise'):
     'image': rng.integers(0, 255, (8, 8, 8, 1), dtype=np.uint8),
     'label': rng.integers(0, 10, (8,)).astype(np.int32),
   }
-  return state, train, evaluate, batch
+  return state, step, evaluate, batch
 
 
 def same(s, t):
@@ -295,7 +296,7 @@ def test_noise_control_training_repeats_resumes_and_differs_per_seed():
     for _ in range(2):  # each from the host copy, as a resumed run
       end = train(jax.tree.map(jnp.asarray, saved), batch)
       totals, _ = evaluate(
-        end, {**batch, 'mask': np.ones(8, np.float32)}, jax.tree.map(jnp.asarray, steps.ZERO_SUMS)
+        end, {**batch, 'mask': np.ones(8, np.float32)}, jax.tree.map(jnp.asarray, run.ZERO_SUMS)
       )
       runs.append(jax.device_get((end, totals)))
     assert same(runs[0], runs[1])
@@ -311,7 +312,7 @@ def test_every_seed_of_an_arm_shares_one_compiled_step():
 
   def lowered(seed, fmt):
     state, train, evaluate, batch = tiny_steps(seed, fmt)
-    totals = {k: jnp.zeros((), jnp.float32) for k in steps.ZERO_SUMS}
+    totals = {k: jnp.zeros((), jnp.float32) for k in run.ZERO_SUMS}
     return (
       train.lower(state, batch).as_text(),
       evaluate.lower(state, {**batch, 'mask': jnp.ones(batch['label'].shape)}, totals).as_text(),

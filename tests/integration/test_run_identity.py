@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from analysis import analyse, export, inputs, stats
-from runrecord import record, sessions
+from runrecord import record, rules
 from tests.support.commands import cli_error, in_mount_namespace
 from tests.support.planted_runs import fake_results
 
@@ -106,9 +106,9 @@ def test_a_bind_mount_of_the_root_counts_each_run_once(tmp_path):
 def test_the_id_is_made_at_the_start_and_kept_by_a_resume():
   eight = {'platform': 'cpu', 'device_kind': 'cpu', 'num_devices': 8, 'num_processes': 1}
   fresh = {'run_id': record.new_run_id()}
-  sessions.start_segment(fresh, None, eight, 0)
+  rules.start_segment(fresh, None, eight, 0)
   saved = dict(fresh)
   resumed = {'run_id': record.new_run_id()}  # what new_record makes in the resuming session
-  sessions.start_segment(resumed, saved, eight, 12)
+  rules.start_segment(resumed, saved, eight, 12)
   assert resumed['run_id'] == saved['run_id'] and len(saved['run_id']) == 32
   assert record.new_run_id() != record.new_run_id()

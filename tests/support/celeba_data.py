@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from configs import celeba as celeba_config
-from input_pipeline import celeba, celeba_files, celeba_fixture
+from input_pipeline import celeba, celeba_fixture
 
 
 def smoke_config(manual_dir, **data):
@@ -36,7 +36,7 @@ def dataset(fixture_dir):
 def meta_and_split(manual_dir, **data):
   """(metadata, split) of the files in `manual_dir` under the smoke preset with `data` set."""
   config = smoke_config(manual_dir, **data)
-  meta = celeba_files.read_metadata(manual_dir)
+  meta = celeba.read_metadata(manual_dir)
   return meta, celeba._split(config.data, meta)
 
 

@@ -9,7 +9,7 @@ without notice), `term` / `int` (SIGTERM / SIGINT to this process: a preemption 
 limit, Ctrl-C), `enospc` (raise OSError(ENOSPC): a full disk).
 
 `install(spec, patch)` wraps the trainer's own functions (trainer.loop._after_step, record.save,
-loop._end_epoch's evaluation step): nothing in the production code knows about faults. In a test
+train._end_epoch's evaluation step): nothing in the production code knows about faults. In a test
 process pass pytest's `monkeypatch.setattr`; `python tests/support/fault_train.py ...` installs them
 from TRAIN_FAULT in a train.py process.
 """
@@ -19,7 +19,7 @@ import os
 import signal
 
 from runrecord import record
-from trainer import loop
+from trainer import train
 
 SIGNALS = {'kill': signal.SIGKILL, 'term': signal.SIGTERM, 'int': signal.SIGINT}
 ACTIONS = tuple(SIGNALS) + ('enospc',)
@@ -56,7 +56,7 @@ def install(spec, patch=setattr):
   faults = parse(spec)
   if not faults:
     return
-  after_step, save, end_epoch = loop._after_step, record.save, loop._end_epoch
+  after_step, save, end_epoch = train._after_step, record.save, train._end_epoch
 
   def faulty_after_step(ctx, mngr, reporter, p, *args):
     fire(faults, 'step', p.step)
@@ -77,6 +77,6 @@ def install(spec, patch=setattr):
 
     return end_epoch(ctx, reporter, p, faulty_eval, evaluate_now)
 
-  patch(loop, '_after_step', faulty_after_step)
+  patch(train, '_after_step', faulty_after_step)
   patch(record, 'save', faulty_save)
-  patch(loop, '_end_epoch', faulty_end_epoch)
+  patch(train, '_end_epoch', faulty_end_epoch)

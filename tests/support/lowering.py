@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+import input_pipeline
+import models
 from benchmarks import bench_step
-from configs import loader, validation
-from input_pipeline import base
-from models import resnet
-from trainer import run, steps
+from configs import common, validation
+from trainer import run, train
 
 # Small enough to trace in about a second; the stems keep their structure (the ImageNet stem's
 # max pool runs on a 4x4 map at 16^2).
@@ -35,36 +35,36 @@ def synthetic(config, task):
   if task == 'classification':
     return dataset
   labels = np.random.default_rng(0).integers(0, 2, (len(dataset.train), 40), dtype=np.int32)
-  split = base.Split(dataset.train.images, labels)
-  return base.Dataset('synthetic', split, split, 40, task='multilabel')
+  split = input_pipeline.Split(dataset.train.images, labels)
+  return input_pipeline.Dataset('synthetic', split, split, 40, task='multilabel')
 
 
 def lowered_steps(spec, overrides=(), task='classification', lower_eval=True):
-  """(train, eval) steps of `spec` (configs/loader.py) lowered for abstract state and batches:
+  """(train, eval) steps of `spec` (configs/common.py) lowered for abstract state and batches:
   the train step of the phase where every parameter trains, through the run context (eval None
   unless `lower_eval`)."""
   fields = dict(SMALL) | dict(overrides)  # `overrides` replace SMALL's (a field given once)
-  config = validation.resolve(loader.load(spec, list(fields.items())))
+  config = validation.resolve(common.load(spec, list(fields.items())))
   ctx = run.build(config, synthetic(config, task), jax.devices()[:1])
   phase = next(p for p in ctx.phases if not p.frozen)
   state = jax.eval_shape(
-    lambda: steps.init_state(
-      resnet.create_model(config, ctx.dataset.num_classes, 3, nnx.Rngs(params=0)),
+    lambda: train.create_train_state(
+      models.build(config, ctx.dataset.num_classes, 3, nnx.Rngs(params=0)),
       run.optimizer(ctx, phase),
     )
   )
   # Entered inside the phase (start + 1): the optimizer state is kept, nothing is computed.
-  _, train = run.enter_phase(ctx, state, phase, phase.start + 1)
+  _, step = train.enter_phase(ctx, state, phase, phase.start + 1)
   train_batch = run.abstract_batch(ctx, ctx.dataset.train, config.batch_size)
   if not lower_eval:
-    return train.lower(state, train_batch), None
+    return step.lower(state, train_batch), None
   eval_batch = run.abstract_batch(ctx, ctx.dataset.test, config.eval_batch_size, mask=True)
   totals = jax.eval_shape(
-    lambda: jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), steps.ZERO_SUMS)
+    lambda: jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), run.ZERO_SUMS)
   )
   return (
-    train.lower(state, train_batch),
-    run.eval_step(ctx, state).lower(state, eval_batch, totals),
+    step.lower(state, train_batch),
+    train.eval_fn(ctx, state).lower(state, eval_batch, totals),
   )
 
 

@@ -1,11 +1,11 @@
-"""models/pool.py beside flax's max pool: both pools' forward and gradient, their bits compared,
+"""models/layers.py beside flax's max pool: both pools' forward and gradient, their bits compared,
 and the inputs that exercise the tie rule (random, tied, signed zeros, -inf, NaN)."""
 
 import jax
 import numpy as np
 from flax import nnx
 
-from models import pool
+from models import layers
 
 STEM = ((3, 3), (2, 2), ((1, 1), (1, 1)))  # the ResNet stem's pool: window, strides, padding
 
@@ -15,7 +15,7 @@ def flax_pool(x, window=STEM[0], strides=STEM[1], padding=STEM[2]):
 
 
 def new_pool(x, window=STEM[0], strides=STEM[1], padding=STEM[2]):
-  return pool.max_pool(x, window, strides, padding)
+  return layers.max_pool(x, window, strides, padding)
 
 
 def forward_and_grad(fn, x, cotangent):

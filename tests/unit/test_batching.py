@@ -3,14 +3,15 @@
 import numpy as np
 import pytest
 
-from configs import capacity, digits, validation
-from input_pipeline import base, batching
-from trainer import platforms, steps
+import input_pipeline
+from configs import digits, validation
+from input_pipeline import batching
+from trainer import process, run
 
 
 def _split(n):
   images = np.arange(n, dtype=np.uint8).reshape(n, 1, 1, 1)
-  return base.Split(images, np.arange(n, dtype=np.int32))
+  return input_pipeline.Split(images, np.arange(n, dtype=np.int32))
 
 
 def test_train_batches_cover_each_example_at_most_once_per_epoch_for_any_process_count():
@@ -59,21 +60,21 @@ def test_prefetch_preserves_order_and_ends():
 
 
 def test_fingerprint_is_order_independent():
-  assert base.fingerprint(['b', 'a']) == base.fingerprint(['a', 'b'])
-  assert base.fingerprint(['a']) != base.fingerprint(['b'])
+  assert input_pipeline.fingerprint(['b', 'a']) == input_pipeline.fingerprint(['a', 'b'])
+  assert input_pipeline.fingerprint(['a']) != input_pipeline.fingerprint(['b'])
 
 
 def test_device_gather_equals_host_batch_on_8_devices():
   """data.on_device: the devices gather exactly the host batch's rows, sharded the same way."""
   rng = np.random.default_rng(0)
-  split = base.Split(
+  split = input_pipeline.Split(
     rng.integers(0, 256, (50, 4, 4, 3), dtype=np.uint8), rng.integers(0, 10, (50,), dtype=np.int32)
   )
-  mesh = steps.make_mesh()
-  replicated, sharded = steps.shardings(mesh)
+  mesh = run.make_mesh()
+  replicated, sharded = run.shardings(mesh)
   data = batching.on_devices(split, replicated)
   assert data['image'].sharding.is_fully_replicated and len(data['image'].devices()) == 8
-  gather = steps.make_gather(mesh)
+  gather = run.make_gather(mesh)
   for step in (0, 3, 7):  # crosses an epoch boundary (6 batches of 8 per epoch)
     rows = batching.train_batch_indices(len(split), 8, 5, step)
     on_device = gather(data, batching.to_global(rows.astype(np.int32), sharded))
@@ -89,16 +90,16 @@ def test_device_resident_split_must_fit_half_a_device():
   split = _split(64)  # 64 one-pixel images + 64 int32 labels = 320 bytes
   sizes = len(split), batching.nbytes(split)
   config.data.on_device = True
-  capacity.check_dataset(config, *sizes, device_bytes=1024)  # fits: 320 <= 512
+  validation.check_dataset(config, *sizes, device_bytes=1024)  # fits: 320 <= 512
   with pytest.raises(
     validation.ConfigError,
     match=r'config.data.on_device=True needs .* GiB .* '
     r'set config.data.on_device=False',
   ):
-    capacity.check_dataset(config, *sizes, device_bytes=600)
-  capacity.check_dataset(config, *sizes, device_bytes=None)  # CPU: no limit reported
+    validation.check_dataset(config, *sizes, device_bytes=600)
+  validation.check_dataset(config, *sizes, device_bytes=None)  # CPU: no limit reported
   config.data.on_device = False
-  capacity.check_dataset(config, *sizes, device_bytes=600)  # host feeding: no limit
+  validation.check_dataset(config, *sizes, device_bytes=600)  # host feeding: no limit
 
 
 class _Device:
@@ -112,5 +113,5 @@ class _Device:
 
 
 def test_device_memory_is_the_smallest_reported_limit():
-  assert platforms.device_memory([_Device({'bytes_limit': 8}), _Device({'bytes_limit': 5})]) == 5
-  assert platforms.device_memory([_Device(None), _Device(RuntimeError('n/a'))]) is None
+  assert process.device_memory([_Device({'bytes_limit': 8}), _Device({'bytes_limit': 5})]) == 5
+  assert process.device_memory([_Device(None), _Device(RuntimeError('n/a'))]) is None

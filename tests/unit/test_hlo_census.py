@@ -5,7 +5,7 @@ sweeps/tpu.py."""
 
 import pytest
 
-from configs import loader, validation
+from configs import common, validation
 from sweeps import preflight, tpu
 
 # A forward convolution at highest on bf16-converted input, a backward weight gradient at
@@ -87,7 +87,7 @@ def test_passes_weight_the_products_flops():
 
 
 def configured(*overrides):
-  config = validation.resolve(loader.load('configs/digits.py:smoke', list(overrides)))
+  config = validation.resolve(common.load('configs/digits.py:smoke', list(overrides)))
   return {k: preflight.configured(config, k) for k in ('conv', 'dense')}
 
 
@@ -114,12 +114,12 @@ def test_what_each_setting_asks_of_a_tpu(overrides, wanted):
 
 def test_as_configured_counts_each_kind_against_its_own_wish():
   config = validation.resolve(
-    loader.load('configs/digits.py:smoke', [('numerics.matmul_precision', 'BF16_BF16_F32_X3')])
+    common.load('configs/digits.py:smoke', [('numerics.matmul_precision', 'BF16_BF16_F32_X3')])
   )
   # conv asks default (1 of 2 conv products), dense the algorithm: the dot carrying it and the
   # convolution carrying `high`, its three passes, both count
   assert preflight.as_configured(preflight.products(PLANTED), config) == 3
-  f32 = validation.resolve(loader.load('configs/digits.py:smoke', [('numerics.profile', 'f32')]))
+  f32 = validation.resolve(common.load('configs/digits.py:smoke', [('numerics.profile', 'f32')]))
   assert preflight.as_configured(preflight.products(PLANTED), f32) == 1
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from analysis import inputs, stats
 from configs import common, validation
-from runrecord import record, rules, sessions
+from runrecord import record, rules
 from tests.support.planted_runs import make_record, smoke
 
 REPO = __file__.rsplit('/tests/', 1)[0]
@@ -75,9 +75,9 @@ def test_a_record_written_before_newer_fields_loads_and_joins_its_arm(tmp_path):
   assert list(runs[f'{record.ARM_PREFIX}conv_impl']) == ['auto', 'auto']
   out = stats.arms_and_pairs(runs, margin=0.5)
   assert len(out.arms) == 1 and out.arms['n'].iloc[0] == 2
-  assert sessions.config_differences(old['config'], today.to_dict()) == []
+  assert rules.config_differences(old['config'], today.to_dict()) == []
   changed = smoke(0, conv_impl='im2col')
-  assert sessions.config_differences(old['config'], changed.to_dict()) == [
+  assert rules.config_differences(old['config'], changed.to_dict()) == [
     "numerics.conv_impl: 'auto' -> 'im2col'"
   ]
 
@@ -99,26 +99,26 @@ def test_a_record_written_with_the_removed_emulate_field_maps_to_the_formats(tmp
   assert not [c for c in runs.columns if c.endswith('.emulate')]
   assert list(runs[f'{record.ARM_PREFIX}conv_format']) == ['bf16', 'bf16']
   assert len(stats.arms_and_pairs(runs, margin=0.5).arms) == 1
-  assert sessions.config_differences(old['config'], today.to_dict()) == []
+  assert rules.config_differences(old['config'], today.to_dict()) == []
   native = validation.resolve(smoke(0)).to_dict()
   as_written = json.loads(json.dumps(native))
   as_written['numerics']['emulate'] = 'none'  # what every record of the digits study holds
-  assert sessions.config_differences(as_written, native) == []
+  assert rules.config_differences(as_written, native) == []
 
 
 def test_same_run_rule_ignores_paths_and_cadence_but_not_arithmetic():
   saved = smoke(0).to_dict()
   moved = smoke(0)
   moved.data.manual_dir, moved.data.cache_dir, moved.log_every_steps = '/elsewhere', '/c', 7
-  assert sessions.config_differences(saved, moved.to_dict()) == []
+  assert rules.config_differences(saved, moved.to_dict()) == []
 
   def resolved(config):
     return validation.resolve(config).to_dict()
 
-  assert sessions.config_differences(
-    resolved(smoke(0)), resolved(smoke(0, conv_format='bf16'))
-  ) == ["numerics.conv_format: 'native' -> 'bf16'"]
-  assert sessions.config_differences(saved, smoke(1).to_dict()) == ['seed: 0 -> 1']
+  assert rules.config_differences(resolved(smoke(0)), resolved(smoke(0, conv_format='bf16'))) == [
+    "numerics.conv_format: 'native' -> 'bf16'"
+  ]
+  assert rules.config_differences(saved, smoke(1).to_dict()) == ['seed: 0 -> 1']
 
 
 def test_layout_and_arm_fields_are_defined_once():

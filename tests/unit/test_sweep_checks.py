@@ -7,7 +7,6 @@ import pytest
 
 from configs import celeba
 from input_pipeline import celeba as celeba_pipeline
-from input_pipeline import celeba_files
 from runrecord import record
 from sweeps import runner, sweep
 
@@ -57,7 +56,7 @@ def test_bad_config_missing_data_and_uncreatable_root_all_reported_nothing_writt
     'profile-tpu-default_num_epochs-0/seed0, profile-tpu-default_num_epochs-0/seed1, '
     'profile-tpu-default_num_epochs-0/seed2 and 1 more)'
   )
-  assert f"config.data.manual_dir='{missing}' lacks {', '.join(celeba_files.FILES)}" in err[1]
+  assert f"config.data.manual_dir='{missing}' lacks {', '.join(celeba_pipeline.FILES)}" in err[1]
   assert err[2] == (
     f'error: --root={tmp_path}/blocker/study cannot be created: '
     f'{tmp_path}/blocker is a file, not a folder: choose another path'
@@ -94,10 +93,10 @@ def test_celeba_data_checks_without_reading_images(tmp_path, monkeypatch):
   assert 'holds no CelebA prepared by this project' in celeba_pipeline.problems(data)[0]
   data.manual_dir = str(tmp_path / 'files')
   os.makedirs(data.manual_dir)
-  for name in celeba_files.FILES[1:]:
+  for name in celeba_pipeline.FILES[1:]:
     (tmp_path / 'files' / name).write_text('')
-  assert f'lacks {celeba_files.ZIP}' in celeba_pipeline.problems(data)[0]
-  (tmp_path / 'files' / celeba_files.ZIP).write_text('')
+  assert f'lacks {celeba_pipeline.ZIP}' in celeba_pipeline.problems(data)[0]
+  (tmp_path / 'files' / celeba_pipeline.ZIP).write_text('')
   assert celeba_pipeline.problems(data) == []
   monkeypatch.setattr(celeba_pipeline.importlib.util, 'find_spec', lambda name: None)
   assert celeba_pipeline.problems(data) == [

@@ -1,5 +1,5 @@
-"""Two sweeps on one root at once (sweeps/runner.py with trainer/lock.py's run claims): each run is
-started once, by one sweep, into one log; the other sweep waits for it and counts it done."""
+"""Two sweeps on one root at once (sweeps/runner.py with trainer/checkpoint.py's run claims): each
+run is started once, by one sweep, into one log; the other sweep waits for it and counts it done."""
 
 import io
 import os
@@ -9,7 +9,7 @@ import threading
 from runrecord import record
 from sweeps import runner
 from tests.support.planted_runs import fake_runs
-from trainer import lock
+from trainer import checkpoint
 
 # A stand-in for train.py: a second, then the run is complete (a file the test reads as such).
 RUN = 'import sys, time; time.sleep(1.0); print("ran"); open(sys.argv[1] + "/done", "w").close()'
@@ -52,18 +52,18 @@ def test_two_sweeps_on_one_root_start_each_run_once(tmp_path):
   for run in runs:
     log = open(os.path.join(run.workdir, runner.LOG_FILE)).read()
     assert log.count('\n# ') == 1 and log.count('\nran\n') == 1, log  # one owner wrote the log
-    assert lock.claim(run.workdir) is not None  # every claim was released
+    assert checkpoint.claim(run.workdir) is not None  # every claim was released
 
 
 def test_a_claim_is_exclusive_and_dies_with_its_holder(tmp_path):
   workdir = str(tmp_path / 'run')
-  held = lock.claim(workdir)
-  assert held is not None and lock.claim(workdir) is None
-  assert lock.claimant(workdir)['pid'] == os.getpid()
-  lock.release_claim(held)
-  again = lock.claim(workdir)
+  held = checkpoint.claim(workdir)
+  assert held is not None and checkpoint.claim(workdir) is None
+  assert checkpoint.claimant(workdir)['pid'] == os.getpid()
+  checkpoint.release_claim(held)
+  again = checkpoint.claim(workdir)
   assert again is not None
-  lock.release_claim(again)
+  checkpoint.release_claim(again)
 
 
 def test_completed_opens_no_checkpoint_manager_for_a_fresh_run(tmp_path, monkeypatch):

@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from trainer import clock as progress_clock
+from trainer import metrics
 
 BATCH = 8
 
@@ -14,12 +14,12 @@ BATCH = 8
 def clock(monkeypatch):
   """trainer/clock.py's time.time(), set by the test: clock.now = seconds."""
   fake = types.SimpleNamespace(now=0.0)
-  monkeypatch.setattr(progress_clock, 'time', types.SimpleNamespace(time=lambda: fake.now))
+  monkeypatch.setattr(metrics, 'time', types.SimpleNamespace(time=lambda: fake.now))
   return fake
 
 
 def test_evaluation_and_save_time_leave_images_per_sec_alone(tmp_path, clock):
-  reporter = progress_clock.ProgressClock(100)
+  reporter = metrics.ProgressClock(100)
   clock.now = 10.0
   reporter.compiled(0)  # the first step compiled; 0.1 s per step from here on
   clock.now = 11.0
@@ -43,7 +43,7 @@ def test_evaluation_and_save_time_leave_images_per_sec_alone(tmp_path, clock):
 
 def test_a_pause_that_began_before_a_compile_counts_only_after_it(tmp_path, clock):
   """compiled() inside a pause restarts the interval: only the pause's later part is left out."""
-  reporter = progress_clock.ProgressClock(50)
+  reporter = metrics.ProgressClock(50)
   with reporter.paused():
     clock.now = 5.0
     reporter.compiled(0)

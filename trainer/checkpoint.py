@@ -1,0 +1,581 @@
+"""A run's workdir and checkpoints: the workdir made absolute, checked and locked before anything is
+written; the Orbax manager, its writes and their failures; what an existing workdir means for this
+run (start, resume, refuse, or with --restart start over); restoring the newest valid step, damaged
+ones set aside. What a checkpoint holds and every workdir file name: runrecord/record.py."""
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+import time
+import uuid
+import zlib
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from absl import logging
+from etils import epath
+
+from configs.validation import ConfigError
+from runrecord import predictions, record, rules
+from trainer import process
+
+CORRUPT_DIR = 'corrupt_checkpoints'
+CLAIM_FILE = 'sweep.claim'
+LOCK_FILES = (record.LOCK_FILE, CLAIM_FILE)  # the files of a workdir the lock keeps
+# What a run keeps in its workdir, and what each entry must be where it already exists: the
+# layout checked before any compute, and what --restart deletes.
+RUN_FOLDERS = (record.CHECKPOINTS, record.TENSORBOARD, CORRUPT_DIR)
+RUN_FILES = (record.METRICS,)
+
+
+class CheckpointWriteError(RuntimeError):
+  """A checkpoint could not be written (disk full, permissions, ...): one line, for train.py."""
+
+
+class WorkdirLocked(ConfigError):
+  """Another live process holds the workdir."""
+
+
+def absolute_workdir(workdir):
+  """Local paths made absolute once, at the entry point (Orbax refuses relative ones); gs:// etc.
+  unchanged."""
+  return workdir if '://' in workdir else os.path.abspath(os.path.expanduser(workdir))
+
+
+def check_workdir(workdir, extra_files=()):
+  """The workdir must be a folder (or creatable as one), writable (probed with a temporary file),
+  and what a run keeps there the kind of entry the run uses (`check_layout`)."""
+  if not workdir:
+    raise ConfigError('--workdir is required')
+  check_path_encoding(workdir, '--workdir')
+  if '://' in str(workdir):
+    return []
+  existing = _nearest_existing(workdir)
+  if not os.path.isdir(existing):
+    where = '' if existing == os.path.abspath(workdir) else f' cannot be created: {existing}'
+    raise ConfigError(
+      f'--workdir={workdir}{where} is a file, not a folder: choose another '
+      'path, or move the file away'
+    )
+  created = []
+  try:
+    for folder in _missing_folders(workdir):
+      try:
+        os.mkdir(folder)
+        created.append(folder)
+      except FileExistsError:
+        if not os.path.isdir(folder):
+          raise
+        # another process of this run (or a second run started at once) made it first: theirs
+    probe = os.path.join(workdir, f'.write_probe_{uuid.uuid4().hex}')
+    with open(probe, 'w') as f:
+      f.write('ok')
+    os.remove(probe)
+  except OSError as e:
+    remove_created(created)
+    raise ConfigError(
+      f'--workdir={workdir} is not writable ({e.strerror}): choose another directory'
+    ) from e
+  try:
+    check_layout(workdir, extra_files)
+  except ConfigError:
+    remove_created(created)
+    raise
+  return created
+
+
+def check_path_encoding(path, flag):
+  """A path every writer can take: the file system's encoding (ASCII under LC_ALL=C) and UTF-8
+  (what Orbax and TensorStore pass to C++) must both spell it, or the first checkpoint fails."""
+  try:
+    str(path).encode(sys.getfilesystemencoding())
+    str(path).encode('utf-8')
+  except UnicodeEncodeError as e:
+    raise ConfigError(
+      f'{flag}={path!a} holds characters this process cannot pass to the checkpoint writer '
+      f'under its locale (file names in {sys.getfilesystemencoding()}): use a UTF-8 locale '
+      '(export LC_ALL=C.UTF-8, or PYTHONUTF8=1), or an ASCII path'
+    ) from e
+
+
+def _nearest_existing(path):
+  """`path` (absolute) or its closest existing ancestor."""
+  path = os.path.abspath(path)
+  while not os.path.lexists(path) and os.path.dirname(path) != path:
+    path = os.path.dirname(path)
+  return path
+
+
+def _missing_folders(workdir):
+  """The folders from the nearest existing ancestor down to `workdir`, outermost first."""
+  path, missing = os.path.abspath(workdir), []
+  while not os.path.lexists(path):
+    missing.insert(0, path)
+    path = os.path.dirname(path)
+  return missing
+
+
+def remove_created(created):
+  """Remove the folders check_workdir created (innermost first), each only while empty."""
+  for folder in reversed(created):
+    try:
+      os.rmdir(folder)
+    except OSError:
+      return  # not empty (or gone): keep it and everything above
+
+
+def layout_problem(path, folder):
+  """What is wrong with existing `path` for a run that keeps a folder (or a file) there, or None."""
+  kinds = ('folder', 'file') if folder else ('file', 'folder')
+  if folder != os.path.isdir(path):
+    return f'is a {kinds[1]}, not the {kinds[0]} a run keeps there'
+  if not os.access(path, os.W_OK | (os.X_OK if folder else 0)):
+    return 'is not writable'
+  return None
+
+
+def check_layout(workdir, extra_files=()):
+  """Every entry of the run layout (RUN_FOLDERS, RUN_FILES, `extra_files`: LOCK_FILES, a sweep's
+  train.log; each step folder under checkpoints/) that exists must be the kind the run uses, and
+  writable: one line naming the path otherwise, before anything is read or written there."""
+  entries = [(name, True) for name in RUN_FOLDERS]
+  entries += [(name, False) for name in RUN_FILES + tuple(extra_files)]
+  steps = os.path.join(workdir, record.CHECKPOINTS)
+  if os.path.isdir(steps):
+    entries += [
+      (os.path.join(record.CHECKPOINTS, name), True)
+      for name in sorted(os.listdir(steps))
+      if name.isdigit()
+    ]
+  for name, folder in entries:
+    path = os.path.join(workdir, name)
+    problem = layout_problem(path, folder) if os.path.lexists(path) else None
+    if problem:
+      raise ConfigError(
+        f'--workdir: {path} {problem}: move it out of the workdir (or fix its '
+        'permissions), or use another --workdir; nothing was written'
+      )
+
+
+def _read(path):
+  try:
+    with open(path) as f:
+      return json.loads(f.read() or '{}')
+  except (OSError, ValueError):
+    return {}
+
+
+def _probe(path, flags):
+  """Whether a shared flock on `path` is refused now (a live exclusive holder); None where the
+  filesystem cannot lock it. Nothing is written; a shared lock taken is dropped at once."""
+  try:
+    fd = os.open(path, flags)
+  except OSError:
+    return False
+  try:
+    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    return False
+  except BlockingIOError:
+    return True
+  except OSError:
+    return None
+  finally:
+    os.close(fd)
+
+
+def holder(workdir):
+  """The record ({'pid', 'host', 'started'}; {} if run.lock is gone) of the live process holding
+  `workdir`, or None: probed where WorkdirLock locks (the folder, or run.lock)."""
+  path = os.path.join(str(workdir), record.LOCK_FILE)
+  held = _probe(str(workdir), os.O_RDONLY | os.O_DIRECTORY)
+  if held is None:
+    held = _probe(path, os.O_RDONLY)
+  return _read(path) if held else None
+
+
+def _open(path):
+  """`path` opened read-write (created, 0o644, where missing): a file descriptor to flock."""
+  return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+
+def _flock(fd):
+  """`fd`, exclusively flocked without blocking; on failure `fd` is closed and the error raised
+  (BlockingIOError: another process holds it; another OSError: the filesystem cannot lock)."""
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError:
+    os.close(fd)
+    raise
+  return fd
+
+
+def _unlock(fd):
+  """Drop the flock on `fd` and close it (closed even when the unlock fails)."""
+  try:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+  finally:
+    os.close(fd)
+
+
+def _who():
+  return {
+    'pid': os.getpid(),
+    'host': socket.gethostname(),
+    'started': time.strftime('%Y-%m-%dT%H:%M:%S%z'),
+  }
+
+
+def claim(workdir):
+  """Claim `workdir` for the run a sweep is about to start: an exclusive, non-blocking flock on
+  `<workdir>/sweep.claim`, which then names this process."""
+  os.makedirs(str(workdir), exist_ok=True)
+  fd = _open(os.path.join(str(workdir), CLAIM_FILE))
+  try:
+    _flock(fd)
+  except OSError:
+    return None
+  os.ftruncate(fd, 0)
+  os.write(fd, json.dumps(_who()).encode())
+  return fd
+
+
+def claimant(workdir):
+  """The record ({'pid', 'host', 'started'}) of the process that last claimed `workdir`."""
+  return _read(os.path.join(str(workdir), CLAIM_FILE))
+
+
+def release_claim(fd):
+  _unlock(fd)
+
+
+class WorkdirLock:
+  """One live run per workdir: an flock on the workdir folder itself (run.lock where a filesystem
+  cannot lock folders), run.lock naming the holder, a dead holder's lock taken over."""
+
+  def __init__(self, workdir, enabled=True):
+    self.path = os.path.join(str(workdir), record.LOCK_FILE)
+    self.enabled = enabled and '://' not in str(workdir)
+    self._fd = None
+    self.previous = {}
+
+  def _lock(self):
+    folder = os.open(os.path.dirname(self.path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+      return _flock(folder)
+    except BlockingIOError:
+      raise
+    except OSError:  # e.g. EBADF/ENOLCK on NFS: lock the file instead
+      pass
+    return _flock(_open(self.path))
+
+  def acquire(self):
+    if not self.enabled:
+      return self
+    try:
+      fd = self._lock()
+    except OSError as e:
+      held = _read(self.path)
+      who = (
+        f'pid {held.get("pid", "?")} on {held.get("host", "?")}, started {held.get("started", "?")}'
+        if held.get('pid')
+        else f'its pid is unknown: {record.LOCK_FILE} was deleted'
+      )
+      raise WorkdirLocked(
+        f'workdir {os.path.dirname(self.path)} is in use by a live run ({who}): wait for it, '
+        'stop it, or use another --workdir'
+      ) from e
+    self.previous = _read(self.path)
+    if self.previous.get('pid'):
+      logging.warning(
+        'Taking over the stale lock of pid %s on %s (that process is gone)',
+        self.previous.get('pid'),
+        self.previous.get('host'),
+      )
+    with open(self.path, 'w') as f:
+      f.write(json.dumps(_who()))
+    self._fd = fd
+    return self
+
+  def release(self):
+    if self._fd is None:
+      return
+    try:
+      with open(self.path, 'w'):
+        pass  # an empty lock file: released cleanly, not stale
+    except OSError:
+      pass  # the workdir is gone: nothing to mark
+    try:
+      _unlock(self._fd)
+    finally:
+      self._fd = None
+
+  def __enter__(self):
+    return self.acquire()
+
+  def __exit__(self, *exc):
+    self.release()
+
+
+def manager(workdir, keep, async_save=True):
+  options = ocp.CheckpointManagerOptions(
+    max_to_keep=keep,
+    create=True,
+    enable_async_checkpointing=async_save,
+    cleanup_tmp_directories=True,
+  )
+  return ocp.CheckpointManager(
+    record.checkpoint_dir(workdir), options=options, item_names=record.ITEMS + (predictions.ITEM,)
+  )
+
+
+def _short(error):
+  return f'{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ""}'[:300]
+
+
+def _os_error(error):
+  """The strerror of the OSError behind `error` (its cause chain, or an errno Orbax names in its
+  message: tensorstore reports ENOSPC as `[os_error_code='28']`), or None."""
+  seen = error
+  while seen is not None:
+    if isinstance(seen, OSError) and seen.errno:
+      return os.strerror(seen.errno)
+    code = re.search(r"os_error_code='?(\d+)", str(seen))
+    if code:
+      return os.strerror(int(code.group(1)))
+    seen = seen.__cause__ or seen.__context__
+  return None
+
+
+def _write_error(step, error):
+  return CheckpointWriteError(
+    f'checkpoint of step {step} could not be written ({_os_error(error) or _short(error)}); the '
+    'checkpoints already saved are unchanged: free space or fix the workdir, then run the same '
+    'command again to resume'
+  )
+
+
+@contextlib.contextmanager
+def write_errors(step):
+  """Inside: a failing write (OSError, or Orbax's ValueError/RuntimeError) becomes the one
+  CheckpointWriteError naming `step`."""
+  try:
+    yield
+  except (OSError, ValueError, RuntimeError) as e:
+    raise _write_error(step, e) from e
+
+
+def wait(mngr, step=None):
+  """Block until pending writes are done; their failure is a CheckpointWriteError naming `step`
+  (default: the newest step started, the pending one)."""
+  pending = mngr.latest_step() if step is None else step
+  try:
+    mngr.wait_until_finished()
+  except Exception as e:
+    raise _write_error(pending, e) from e
+
+
+def close(mngr, quiet=False):
+  """Close `mngr` (it waits for the pending write): its failure a CheckpointWriteError, or, with
+  `quiet` (another error is already on its way out, often this same one), only logged."""
+  pending = mngr.latest_step()
+  try:
+    mngr.close()
+  except Exception as e:
+    if not quiet:
+      raise _write_error(pending, e) from e
+    logging.warning('Closing the checkpoint manager: %s', _short(e))
+
+
+def save(mngr, step, results, state=None, prediction_items=None):
+  """The run's results (and state, and an evaluation's predictions) as checkpoint step `step`
+  (record.save), the previous asynchronous write waited for first, so that its failure names its
+  own step. With a state, results['state_digest'] is set first (what a restore checks)."""
+  wait(mngr)
+  if state is not None:
+    results['state_digest'] = state_digest(state)
+  with write_errors(step):
+    record.save(mngr, step, results, state, predictions.save_items(prediction_items))
+
+
+def state_digest(state):
+  """A short hex digest of every leaf of `state`: path, dtype, shape and a CRC-32 of its bytes,
+  from the host's copy (the same state gives the same digest on any platform and layout)."""
+  digest = hashlib.sha256()
+  for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+    value = np.ascontiguousarray(jax.device_get(leaf))
+    crc = zlib.crc32(value.view(np.uint8).reshape(-1)) if value.size else 0
+    digest.update(f'{jax.tree_util.keystr(path)}:{value.dtype}:{value.shape}:{crc};'.encode())
+  return digest.hexdigest()[:16]
+
+
+def abstract(state):
+  """ShapeDtypeStructs (with shardings) describing `state`, for restoring into the same layout."""
+  return jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+
+
+def restore(mngr, step, abstract_state):
+  """(state, results) at `step`; `abstract_state` gives structure, dtypes and shardings."""
+  restored = mngr.restore(step, args=record.restore_args(abstract_state))
+  return restored[record.STATE_ITEM], restored[record.RESULTS_ITEM]
+
+
+def restore_results(mngr, step):
+  return mngr.restore(step, args=record.restore_args())[record.RESULTS_ITEM]
+
+
+def latest_results(mngr):
+  """(step, results) of the newest step whose results item reads, or (None, None)."""
+  for step in sorted(mngr.all_steps(), reverse=True):
+    try:
+      return step, dict(restore_results(mngr, step))
+    except Exception as e:
+      logging.warning('Checkpoint step %d: results unreadable (%s)', step, _short(e))
+  return None, None
+
+
+def restore_newest_valid(mngr, abstract_state):
+  """(step, state, results, bad steps) of the newest step that restores completely: both items
+  read, the step counter equals the step, the digest the one its results hold (records before
+  digests: not checked). Step None when none restores."""
+  bad = []
+  for step in sorted(mngr.all_steps(), reverse=True):
+    try:
+      state, results = restore(mngr, step, abstract_state)
+      counter = int(jax.device_get(state['step']))
+      if counter != step:
+        raise ValueError(f'state step counter {counter} != checkpoint step {step}')
+      saved_digest = results.get('state_digest')
+      digest = state_digest(state) if saved_digest else None
+      if digest != saved_digest:
+        raise ValueError(
+          f'state digest {digest} != saved {saved_digest}: its data files changed '
+          'after they were written'
+        )
+      return step, state, dict(results), bad
+    except Exception as e:
+      logging.warning(
+        'Checkpoint step %d cannot be restored (%s); trying an older one', step, _short(e)
+      )
+      bad.append(step)
+  return None, None, None, bad
+
+
+def set_aside(workdir, steps):
+  """Move damaged steps out of the manager's folder (kept for inspection, never resumed from)."""
+  target = epath.Path(workdir) / CORRUPT_DIR
+  target.mkdir(parents=True, exist_ok=True)
+  stamp = time.strftime('%Y%m%d-%H%M%S')
+  for step in steps:
+    src = record.checkpoint_dir(workdir) / str(step)
+    if src.exists():
+      src.rename(target / f'{step}-{stamp}-{os.getpid()}')
+
+
+def wipe(workdir, names=RUN_FOLDERS + RUN_FILES):
+  """Delete a previous run's outputs (for --restart)."""
+  for name in names:
+    path = epath.Path(workdir) / name
+    if path.is_dir():
+      shutil.rmtree(str(path)) if '://' not in str(path) else path.rmtree()
+    elif path.exists():
+      path.unlink()
+
+
+def _shown(diffs):
+  return '; '.join(diffs[:4]) + (f'; and {len(diffs) - 4} more' if len(diffs) > 4 else '')
+
+
+def check_workdir_run(
+  mngr, workdir, config, restart, data=None, facts=None, allow_layout_change=False
+):
+  """What the workdir's saved run means for this one (runrecord/rules.py says what "the same run"
+  is): with `restart`, wiped; a failed run, or one with another config, data or platform identity,
+  refused; an unfinished one on another device layout refused unless `allow_layout_change`."""
+  step, saved = latest_results(mngr)
+  if restart and mngr.all_steps():
+    logging.warning('--restart: discarding the run in %s (latest step %s)', workdir, step)
+    mngr.close()
+    process.barrier('restart_read')
+    if jax.process_index() == 0:
+      wipe(workdir)
+    process.barrier('restart_wiped')
+    return manager(workdir, config.keep_checkpoints)
+  if saved is None:
+    return mngr
+  if saved.get('status') == 'failed':
+    raise ConfigError(
+      f'workdir {workdir} holds a run that failed at step {saved.get("failed_step", step)} '
+      f'({saved.get("reason", "no reason recorded")}); pass --restart to discard it and start '
+      'over, or use another --workdir'
+    )
+  diffs = rules.config_differences(saved.get('config'), config.to_dict())
+  if diffs:
+    raise ConfigError(
+      f'workdir {workdir} holds a run with a different config ({_shown(diffs)}): pass --restart '
+      'to discard it and start over, or use another --workdir'
+    )
+  diffs = rules.data_differences(saved.get('data'), data)
+  if diffs:
+    raise ConfigError(
+      f'workdir {workdir} holds a run trained on other data ({_shown(diffs)}): to resume it, '
+      'point config.data (manual_dir, tfds_dir, cache_dir) at the data it was trained on; to '
+      'train on this data, use another --workdir'
+    )
+  unfinished = facts and saved.get('status') != 'completed'
+  moved = rules.identity_differences(saved, facts) if unfinished else []
+  if moved and not allow_layout_change:
+    raise ConfigError(
+      f'workdir {workdir} holds a run saved at step {step} on another platform identity '
+      f'({_shown(moved)}; the analysis groups runs by it): resume it where it ran (the same '
+      'XLA_FLAGS and instruction set), or pass --allow_layout_change to continue here as a run '
+      f'of its own platform ({rules.platform_identity(saved)}+{rules.platform_identity(facts)})'
+    )
+  diffs = (rules.layout_differences(saved, facts) if unfinished else []) + moved
+  if diffs and not allow_layout_change:
+    raise ConfigError(
+      f'workdir {workdir} holds a run saved at step {step} on another device layout '
+      f'({_shown(diffs)}): resume it on the same devices and processes, or pass '
+      '--allow_layout_change to continue on these (the results then record each segment)'
+    )
+  if diffs:
+    logging.warning(
+      'Continuing the run of %s on another device layout (%s): the results record each segment',
+      workdir,
+      _shown(diffs),
+    )
+  return mngr
+
+
+def resume(mngr, workdir, abstract_state, keep):
+  """(mngr, step, state, saved results) from the newest valid step, damaged newer ones set aside;
+  step None when the workdir holds no step; ConfigError when steps exist but none restores."""
+  if not mngr.all_steps():
+    return mngr, None, None, None
+  step, state, saved, bad = restore_newest_valid(mngr, abstract_state)
+  if step is None:
+    raise ConfigError(
+      f'no checkpoint in {record.checkpoint_dir(workdir)} can be restored (steps '
+      f'{sorted(bad)} are damaged): pass --restart to start over, or use another --workdir'
+    )
+  if bad:
+    logging.warning(
+      'Resuming from step %d: newer checkpoint steps %s are damaged and are moved to %s/%s',
+      step,
+      sorted(bad),
+      workdir,
+      CORRUPT_DIR,
+    )
+    mngr.close()
+    process.barrier('corrupt_read')
+    if jax.process_index() == 0:
+      set_aside(workdir, bad)
+    process.barrier('corrupt_moved')
+    mngr = manager(workdir, keep)
+  return mngr, step, state, saved

@@ -1,0 +1,373 @@
+"""What a training process is: its signals and the graceful stop, whether the platforms it asks for
+can start, jax.distributed, the library chatter it silences, JAX's GPU memory settings, and where it
+executes. Standard library only at import: train.py installs the signal handler first, and the
+sweep's checks read the platforms without starting JAX. See docs/operations.md."""
+
+import collections
+import importlib.metadata
+import importlib.util
+import logging as std_logging
+import os
+import pkgutil
+import signal
+import sys
+
+from absl import logging
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# Steps the host may dispatch ahead of the device: 2 keeps the next step queued while one runs (no
+# idle device between steps: bench_stop_latency.py measures the images/s at 1, 2 and unbounded).
+STEPS_IN_FLIGHT = 2
+KNOWN_PLATFORMS = ('cpu', 'gpu', 'cuda', 'rocm', 'tpu')
+NVIDIA_DRIVER = ('/proc/driver/nvidia/version', '/dev/nvidiactl')
+# The environment variables JAX's GPU backend reads when it starts (JAX's "GPU memory allocation").
+MEMORY_VARIABLES = (
+  'XLA_PYTHON_CLIENT_PREALLOCATE',
+  'XLA_PYTHON_CLIENT_MEM_FRACTION',
+  'XLA_PYTHON_CLIENT_ALLOCATOR',
+)
+JAX_DEFAULT = "JAX's default (a GPU preallocates 75 %)"
+
+
+class InFlight:
+  """The host's bound on steps dispatched but not done: `dispatched(marker)` after each step (a
+  small array the step determines and nothing donates: the non-finite watch's) waits until the
+  device has finished the step `limit` steps back; `limit` None: no bound (the benchmark's)."""
+
+  def __init__(self, limit):
+    self.limit = limit
+    self._markers = collections.deque()
+
+  def dispatched(self, marker):
+    if self.limit is None:
+      return
+    self._markers.append(marker)
+    while len(self._markers) > self.limit:
+      self._markers.popleft().block_until_ready()
+
+
+class Stopped(Exception):
+  """Training stopped on a signal after `step`, whose checkpoint is saved (None: before the first
+  step of a fresh run, nothing to save)."""
+
+  def __init__(self, signum, step):
+    self.signum, self.step = signum, step
+    self.exit_code = 128 + signum
+    name = signal.Signals(signum).name
+    super().__init__(
+      f'{name} received before the first step: nothing to save; run the same command again to start'
+      if step is None
+      else f'{name} received: stopped after step {step}, whose '
+      'checkpoint is saved; run the same command again to resume'
+    )
+
+
+def exit_at_once(signum, frame):
+  """Signal handler outside the training loop: one line on stderr, exit 128 + signum now."""
+  del frame
+  os.write(
+    2,
+    f'stopped: {signal.Signals(signum).name} received outside the training loop; '
+    'nothing new to save: run the same command again to resume\n'.encode(),
+  )
+  os._exit(128 + signum)
+
+
+def exit_on_second(signum, frame):
+  """Handler after the first signal in the loop: one line on stderr, exit 128 + signum now."""
+  del frame
+  os.write(
+    2,
+    f'stopped: a second signal ({signal.Signals(signum).name}) ended the run at once, '
+    'without saving this step; the newest finished checkpoint stays valid: run the '
+    'same command again to resume\n'.encode(),
+  )
+  os._exit(128 + signum)
+
+
+def install(handler):
+  """`handler` for SIGTERM and SIGINT (those not ignored); {signal: previous handler}."""
+  return {
+    sig: signal.signal(sig, handler) for sig in SIGNALS if signal.getsignal(sig) != signal.SIG_IGN
+  }
+
+
+class StopRequests:
+  """Context manager: while entered, SIGTERM/SIGINT mark a stop (see the module docstring)."""
+
+  def __init__(self):
+    self.signum = None
+    self._previous = {}
+    self._processes = 1
+
+  def _mark(self, signum, frame):
+    del frame
+    self.signum = signum
+    for sig in SIGNALS:  # a second signal ends the process now, with its line
+      signal.signal(sig, exit_on_second)
+
+  def __enter__(self):
+    import jax
+
+    self._processes = jax.process_count()
+    try:
+      self._previous = install(self._mark)
+    except ValueError:  # not the main thread: signals stay with whoever handles them there
+      self._previous = {}
+    return self
+
+  def __exit__(self, *exc):
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+
+  def agreed(self, sync_point):
+    """The signal number every process stops on after this step, or None to go on: one process,
+    whether a signal arrived; several, at sync points only, the largest any process received (an
+    all-gather: every process calls this at the same steps)."""
+    if self._processes == 1:
+      return self.signum
+    if not sync_point:
+      return None
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    gathered = multihost_utils.process_allgather(np.int32(self.signum or 0))
+    return int(np.max(gathered)) or None
+
+
+def requested_platforms(environ=os.environ):
+  """The platforms JAX_PLATFORMS names, in order ([] when unset or empty: JAX picks)."""
+  return [p.strip() for p in environ.get('JAX_PLATFORMS', '').split(',') if p.strip()]
+
+
+def plugins():
+  """Names of the installed JAX PJRT plugins (e.g. 'xla_cuda12'), as JAX discovers them."""
+  names = [e.name for e in importlib.metadata.entry_points(group='jax_plugins')]
+  if importlib.util.find_spec('jax_plugins') is not None:
+    import jax_plugins
+
+    names += [m.name for m in pkgutil.iter_modules(jax_plugins.__path__)]
+  return names
+
+
+def nvidia_driver():
+  """Whether an NVIDIA driver is visible on this host."""
+  return any(os.path.exists(path) for path in NVIDIA_DRIVER)
+
+
+def gpu_runs(environ=os.environ):
+  """Whether a run started with `environ` can use a GPU (for GPU-only settings)."""
+  names = requested_platforms(environ)
+  wants = not names or any(p in ('gpu', 'cuda', 'rocm') for p in names)
+  return wants and any('cuda' in p or 'rocm' in p for p in plugins())
+
+
+def _missing(platform):
+  """Why `platform` cannot start here, or None: 'tpu' needs libtpu, 'gpu'/'cuda'/'rocm' a JAX
+  PJRT plugin (and CUDA an NVIDIA driver); what this cannot see (a driver that fails to start)
+  still ends as one line in train.py."""
+  if platform not in KNOWN_PLATFORMS:
+    return f'{platform!r} is not a JAX platform (choose from {", ".join(KNOWN_PLATFORMS)})'
+  installed = plugins()
+  if platform == 'tpu' and importlib.util.find_spec('libtpu') is None:
+    return "'tpu' needs the TPU runtime (pip install 'jax[tpu]'), which is not installed"
+  if platform in ('gpu', 'cuda', 'rocm'):
+    kinds = ('cuda', 'rocm') if platform == 'gpu' else (platform,)
+    found = [k for k in kinds if any(k in p for p in installed)]
+    if not found:
+      return (
+        f'{platform!r} needs a JAX GPU plugin (pip install "jax[cuda12]"), which is not installed'
+      )
+    if found == ['cuda'] and not nvidia_driver():
+      return f'{platform!r} needs an NVIDIA GPU and driver, and this host shows none'
+  return None
+
+
+def check_platforms(environ=os.environ):
+  """One-line ValueError when a platform JAX_PLATFORMS names cannot start on this host (JAX would
+  fail with a 30-line traceback), checked before any backend starts."""
+  for platform in requested_platforms(environ):
+    why = _missing(platform)
+    if why:
+      raise ValueError(
+        f'JAX_PLATFORMS={environ["JAX_PLATFORMS"]}: {why}: unset JAX_PLATFORMS '
+        '(JAX then picks what the host has) or name a platform it has, e.g. cpu'
+      )
+
+
+def memory_stat(devices, key):
+  """`key` of each device's memory_stats() (e.g. 'bytes_limit'), for the devices reporting it."""
+  values = []
+  for device in devices:
+    try:
+      stats = device.memory_stats()
+    except Exception:  # backends without memory statistics (each raises its own kind)
+      stats = None
+    if stats and stats.get(key) is not None:
+      values.append(int(stats[key]))
+  return values
+
+
+def device_memory(devices):
+  """The smallest `bytes_limit` the devices report, or None when none reports one (CPU)."""
+  limits = [v for v in memory_stat(devices, 'bytes_limit') if v]
+  return min(limits) if limits else None
+
+
+def memory_settings(env=os.environ, separator=', ', none=JAX_DEFAULT):
+  """'NAME=value' of each MEMORY_VARIABLES entry set in `env`, joined; `none` if none is set (a
+  sweep's train.log header, a benchmark's environment line; docs/performance.md)."""
+  found = [f'{name}={env[name]}' for name in MEMORY_VARIABLES if name in env]
+  return separator.join(found) if found else none
+
+
+def cluster_detected(environ=None):
+  """Whether the environment names a multi-process job: JAX_COORDINATOR_ADDRESS, a SLURM job or
+  an Open MPI job of several tasks, a multi-host TPU slice."""
+  env = os.environ if environ is None else environ
+  if env.get('JAX_COORDINATOR_ADDRESS'):
+    return True
+  if int(env.get('SLURM_NTASKS', '1') or 1) > 1:
+    return True
+  if int(env.get('OMPI_COMM_WORLD_SIZE', '1') or 1) > 1:
+    return True
+  return len([h for h in env.get('TPU_WORKER_HOSTNAMES', '').split(',') if h]) > 1
+
+
+def explicit_cluster(config):
+  """{coordinator_address, num_processes, process_id} of the config, {} if it names none."""
+  d = config.distributed
+  if not d.coordinator_address:
+    return {}
+  return {
+    'coordinator_address': d.coordinator_address,
+    'num_processes': d.num_processes,
+    'process_id': d.process_id,
+  }
+
+
+def initialize_distributed(config):
+  """jax.distributed.initialize where config.distributed.initialize says so: 'auto' when the
+  config names a coordinator or the environment a multi-process job (cluster_detected), 'yes'
+  always, 'no' never. On CPU the cross-process collectives use gloo (JAX's default)."""
+  import jax
+
+  mode = config.distributed.initialize
+  cluster = explicit_cluster(config)
+  if mode == 'yes' or (mode == 'auto' and (cluster or cluster_detected())):
+    jax.distributed.initialize(**cluster)
+    logging.info('jax.distributed: process %d of %d', jax.process_index(), jax.process_count())
+
+
+def barrier(name, timeout_s=900):
+  """Wait for every process at `name` via the coordination service (not a gloo collective, whose
+  set-up gives up after 30 s). A no-op with one process."""
+  import jax
+
+  if jax.process_count() == 1:
+    return
+  import orbax.checkpoint as ocp
+
+  # Naming the processes makes Orbax wait at the coordination service's barrier; without them it
+  # would run a device collective (jax.experimental.multihost_utils.sync_global_devices).
+  ocp.multihost.sync_global_processes(
+    name, timeout=timeout_s, processes=set(range(jax.process_count()))
+  )
+
+
+_PRECOMPILED = [0]
+
+
+def precompile(fn, *abstract_args):
+  """With several processes: `fn` compiled for `abstract_args` now, then the others met, so that no
+  process enters a collective while another still compiles (gloo gives up after 30 s); the same
+  HLO. With one process `fn` unchanged."""
+  import jax
+
+  if jax.process_count() == 1:
+    return fn
+  compiled = fn.lower(*abstract_args).compile()
+  _PRECOMPILED[0] += 1
+  barrier(f'precompiled_{_PRECOMPILED[0]}')
+  return compiled
+
+
+def execution_facts():
+  """Where this run executes (runrecord/record.py LAYOUT and CPU_FACTS): platform, device kind,
+  device and process counts, and on CPU the processor (numerics.setup.cpu_facts; None on GPU and
+  TPU, whose device kind names the chip)."""
+  import jax
+
+  from numerics import setup as numerics_setup
+  from runrecord import record
+
+  device = jax.devices()[0]
+  cpu = numerics_setup.cpu_facts() if device.platform == 'cpu' else (None,) * 3
+  return {
+    'platform': device.platform,
+    'device_kind': device.device_kind,
+    **dict(zip(record.CPU_FACTS, cpu, strict=True)),
+    'num_devices': jax.device_count(),
+    'num_processes': jax.process_count(),
+  }
+
+
+def _from_orbax(record):
+  """Whether a log record comes from Orbax: its own modules, or an asyncio task of one."""
+  if '/orbax/' in record.pathname:
+    return True
+  if record.name != 'asyncio':
+    return False
+  trace = record.exc_info[2] if record.exc_info else None
+  while trace is not None:
+    if '/orbax/' in trace.tb_frame.f_code.co_filename:
+      return True
+    trace = trace.tb_next
+  return '/orbax/' in record.getMessage()
+
+
+class QuietLibraries(std_logging.Filter):
+  """Drops Orbax's per-save INFO chatter and the tracebacks its background threads log when a
+  write fails (Orbax re-raises those in the main thread, where they become one line), and JAX's
+  own INFO lines ('Unable to initialize backend tpu' at every start); warnings stay."""
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    if record.name.startswith('jax.') and record.levelno < std_logging.WARNING:
+      return False
+    return not _from_orbax(record) or (
+      record.levelno >= std_logging.WARNING and not record.exc_info
+    )
+
+
+def _closed_loop(exc):
+  return isinstance(exc, RuntimeError) and str(exc) == 'Event loop is closed'
+
+
+def _orbax_coroutine(obj):
+  code = getattr(obj, 'cr_code', None)
+  return code is not None and '/orbax/' in code.co_filename
+
+
+def quiet_abandoned_work():
+  """Drop what Orbax's abandoned asynchronous work prints through sys.excepthook and
+  sys.unraisablehook (Orbax reports the failure itself, once, in the main thread)."""
+
+  def on_exception(kind, exc, trace, previous=sys.excepthook, closed_loop=_closed_loop):
+    if not closed_loop(exc):
+      previous(kind, exc, trace)
+
+  def on_unraisable(
+    info, previous=sys.unraisablehook, closed_loop=_closed_loop, orbax=_orbax_coroutine
+  ):
+    if not (closed_loop(info.exc_value) or orbax(info.object)):
+      previous(info)
+
+  sys.excepthook, sys.unraisablehook = on_exception, on_unraisable
+
+
+def quiet_libraries():
+  """Quiet the libraries (QuietLibraries on absl's handler, TensorFlow's C++ INFO lines unless
+  set) and Orbax's abandoned work (quiet_abandoned_work)."""
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  logging.get_absl_handler().addFilter(QuietLibraries())
+  quiet_abandoned_work()
