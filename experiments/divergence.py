@@ -18,15 +18,15 @@ import time
 
 import numpy as np
 
-from configs import common, loader, validation
-from numerics import profiles
+from configs import common, validation
+from numerics import formats
 from runrecord import files
 
 # JAX, the trainer (experiments/lockstep.py), pandas and matplotlib load once main has read the
 # command line: --help and a bad flag are answered without them.
 
 DEFAULT_CONTROL = 'numerics.profile=bf16_noise'
-FORMAT_FIELDS = tuple(f'numerics.{kind}_format' for kind in profiles.KINDS)
+FORMAT_FIELDS = tuple(f'numerics.{kind}_format' for kind in formats.KINDS)
 OUTPUTS = ['divergence.md', 'divergence.json', 'divergence.png', 'divergence.pdf']
 GROUPS = ('stem', 'layer1', 'layer2', 'layer3', 'layer4', 'head')  # parameter groups, in order
 
@@ -92,13 +92,13 @@ def parse_setting(flag, text):
       )
     if key in ('numerics.gpu_deterministic', 'numerics.xla_flags'):  # XLA flags of the process
       raise ValueError(f'{flag}: {key} is process-wide; set it for both with --config.{key}=...')
-    out[key] = value  # text: typed like the field by configs/loader.py
+    out[key] = value  # text: typed like the field by configs/common.py
   return out
 
 
 def load_config(spec, overrides=()):
   """The config of `spec` with the --config.<field> overrides, not resolved (arms come first)."""
-  config = loader.load(spec)
+  config = common.load(spec)
   for key, value in overrides:
     try:
       common.apply_overrides(config, [(key, value)])

@@ -14,16 +14,17 @@ import jax
 import numpy as np
 from statsmodels.stats.proportion import proportion_confint
 
+import input_pipeline
 from analysis import agreement
 from analysis import stats as inference
 from experiments import divergence
-from input_pipeline import base, batching
-from models import architecture
+from input_pipeline import batching
+from models import resnet
 from numerics import setup as numerics_setup
-from trainer import optim, run, steps, writers
+from trainer import metrics, run
+from trainer import train as trainer  # this module's own `train` trains the lockstep
 
 GROUPS = divergence.GROUPS
-PART_OF = {name: part for part, names in architecture.PARTS.items() for name in names}
 CI_LEVEL, CI_ALPHA = 0.95, 0.05
 CI_NAME = '95% Wilson score interval (multilabel: over images)'
 ACROSS_NAME = '95% t-Wilson interval over seeds (independent pairs)'
@@ -41,7 +42,7 @@ class Progress:
 
   def say(self, text):
     self.last = self.clock()
-    self.log(f'[{writers.duration(self.last - self.start)}] {text}')
+    self.log(f'[{metrics.duration(self.last - self.start)}] {text}')
 
   def compiled(self, step):
     """The steps before `step` included a compile: the rate counts from here."""
@@ -53,7 +54,7 @@ class Progress:
       return f'step {step}/{total}, steps/s: measuring (compiling)'
     per_s = (step - self.since[1]) / (now - self.since[0])
     return (
-      f'step {step}/{total}, {per_s:.3g} steps/s, ETA {writers.duration((total - step) / per_s)}'
+      f'step {step}/{total}, {per_s:.3g} steps/s, ETA {metrics.duration((total - step) / per_s)}'
     )
 
   def step(self, step, total):
@@ -99,7 +100,7 @@ def make_predict(ctx):
   numerics, its noise included; one compile for every seed."""
 
   def logits(state, seed, images):
-    return steps.eval_logits(ctx.graphdef, state, seed, images, ctx.mean, ctx.std)
+    return trainer.eval_logits(ctx.graphdef, state, seed, images, ctx.mean, ctx.std)
 
   return jax.jit(numerics_setup.with_precision(logits, ctx.config))
 
@@ -127,7 +128,7 @@ def prepare(configs, devices=0, progress=None):
       ctx = run.build(config, dataset, mesh_devices)
       dataset = ctx.dataset
       if host is None:  # arm a: this seed's initial weights, for every arm of the seed
-        host = jax.device_get(run.initial_state(ctx, run.init_model(ctx)[0]))
+        host = jax.device_get(trainer.initial_state(ctx, run.init_model(ctx)[0]))
       check_same_params(host['params'], run.param_shapes(ctx), name)
       key = json.dumps(config.numerics.to_dict(), sort_keys=True)
       arms[seed, name] = {'seed': seed, 'name': name, 'ctx': ctx, 'key': key}
@@ -154,7 +155,9 @@ def enter_phase(lock, phase, step):
   """Each arm's state and jitted step for `phase` (a seed's arms of equal numerics share one)."""
   shared, fns = {}, {}
   for arm_id, arm in lock['arms'].items():
-    lock['states'][arm_id], fn = run.enter_phase(arm['ctx'], lock['states'][arm_id], phase, step)
+    lock['states'][arm_id], fn = trainer.enter_phase(
+      arm['ctx'], lock['states'][arm_id], phase, step
+    )
     fns[arm_id] = shared.setdefault((arm['seed'], arm['key']), fn)
   return fns
 
@@ -179,7 +182,7 @@ def arm_logits(lock, split, arm_id):
 
 def record(lock, step, probe, last_sums):
   """One row: every pair's distances now, and each arm's mean training loss since the last row."""
-  task = lock['ctx'].dataset.task
+  task, parts = lock['ctx'].dataset.task, lock['ctx'].model_module.PARTS
   keys = ('params', 'batch_stats', 'sums')
   host = {i: jax.device_get({k: s[k] for k in keys}) for i, s in lock['states'].items()}
   logits = {i: arm_logits(lock, probe, i) for i in lock['arms']}
@@ -189,7 +192,7 @@ def record(lock, step, probe, last_sums):
     pairs[p['kind']].append(
       {
         'seeds': p['seeds'],
-        **{k: param_distance(host[x][k], host[y][k]) for k in ('params', 'batch_stats')},
+        **{k: param_distance(host[x][k], host[y][k], parts) for k in ('params', 'batch_stats')},
         'logits': logit_distance(logits[x], logits[y], task),
       }
     )
@@ -218,7 +221,9 @@ def train(lock, num_steps, every, probe=256, progress=None):
   ctx, progress = lock['ctx'], progress or Progress()
   num_steps = check_steps(lock, num_steps)
   test = ctx.dataset.test
-  probe_split = base.Split(np.asarray(test.images[:probe]), np.asarray(test.labels[:probe]))
+  probe_split = input_pipeline.Split(
+    np.asarray(test.images[:probe]), np.asarray(test.labels[:probe])
+  )
   feeds = {seed: batches(lock, seed, 0, num_steps) for seed in lock['seeds']}
   last_sums = {i: {'loss': 0.0, 'correct': 0.0, 'count': 0.0} for i in lock['arms']}
   progress.say(
@@ -228,7 +233,7 @@ def train(lock, num_steps, every, probe=256, progress=None):
   rows, phase = [record(lock, 0, probe_split, last_sums)], None
   for step in range(num_steps):
     if phase is None or not phase.start <= step < phase.stop:
-      phase = optim.phase_at(ctx.phases, step)
+      phase = run.phase_at(ctx.phases, step)
       fns = enter_phase(lock, phase, step)
       progress.say(
         f'compiling the training step of phase {phase.name} for '
@@ -302,14 +307,16 @@ def norms(d, a):
   return {'rel_l2': rel, 'diff_norm': math.sqrt(dd), 'norm_a': math.sqrt(aa)}
 
 
-def param_distance(pa, pb):
-  """Relative L2 over all parameters and per group (stem, layer1..4, head), max |a-b|; float64."""
+def param_distance(pa, pb, parts=resnet.PARTS):
+  """Relative L2 over all parameters and per group (the model module's `parts`, else a top-level
+  name: stem, layer1..4, head), max |a-b|; float64."""
+  part_of = {name: part for part, names in parts.items() for name in names}
   a = {k: np.ravel(v).astype(np.float64) for k, v in flat(pa).items()}
   fb = flat(pb)
   d = {k: v - np.ravel(fb[k]).astype(np.float64) for k, v in a.items()}
 
   def group(key):  # conv1.kernel -> stem
-    return PART_OF.get(key.split('.')[0], key.split('.')[0])
+    return part_of.get(key.split('.')[0], key.split('.')[0])
 
   def part(values, g):
     return np.concatenate([v for k, v in values.items() if group(k) == g])

@@ -4,10 +4,10 @@
   python -m experiments.numerics_probe --out DIR --model-settings all --model-width 0.5   # more
 
 Matmuls of ResNet-18's reduction lengths, its distinct convolutions and fc layer, and a small
-ResNet-18's logits and gradients, under every setting (native precision flags, the emulated formats'
-reference `emu:` and fast `fast:` forms); pairs that should agree are compared directly. Writes
-numerics.md, numerics.json and numerics_error.{png,pdf} to --out. Reference: docs/numerics.md
-("Experiments on the numerics").
+model's (--model, ResNet-18 by default) logits and gradients, under every setting (native precision
+flags, the emulated formats' reference `emu:` and fast `fast:` forms); pairs that should agree are
+compared directly. Writes numerics.md, numerics.json and numerics_error.{png,pdf} to --out.
+Reference: docs/numerics.md ("Experiments on the numerics").
 """
 
 import argparse
@@ -25,6 +25,7 @@ from runrecord import files
 
 # JAX, flax and the model load where they are used: --help and a bad flag are answered without.
 
+FAST_FORMATS = [f for f, entry in formats.FORMATS.items() if entry.fast]  # with a fast form
 # name: (jax_default_matmul_precision, product format, emulate_impl). Presets set dots only; convs
 # then run at default.
 SETTINGS = {
@@ -33,8 +34,8 @@ SETTINGS = {
   'highest': ('highest', 'native', 'auto'),
   'BF16_BF16_F32': ('BF16_BF16_F32', 'native', 'auto'),
   'TF32_TF32_F32': ('TF32_TF32_F32', 'native', 'auto'),
-  **{f'emu:{m}': ('highest', m, 'reference') for m in ('bf16', 'bf16_3x', 'tf32', 'f32')},
-  **{f'fast:{m}': ('highest', m, 'fast') for m in formats.FAST_FORMATS},
+  **{f'emu:{m}': ('highest', m, 'reference') for m, e in formats.FORMATS.items() if not e.noisy},
+  **{f'fast:{m}': ('highest', m, 'fast') for m in FAST_FORMATS},
 }
 # (emulated, native) pairs whose agreement on a backend says the emulation reproduces it there,
 # for both implementations, and each fast implementation against its reference.
@@ -50,7 +51,7 @@ PAIRS = tuple(
     ('f32', 'highest'),
   )
   if f'{impl}:{m}' in SETTINGS
-) + tuple((f'fast:{m}', f'emu:{m}') for m in formats.FAST_FORMATS)
+) + tuple((f'fast:{m}', f'emu:{m}') for m in FAST_FORMATS)
 MATMUL_K = (64, 128, 147, 256, 512, 576, 1152, 2304, 4608)
 # ResNet-18's distinct convolutions: (name, kernel, in, out, stride).
 CONVS = (
@@ -84,6 +85,7 @@ def parse_args(argv):
   p.add_argument('--classes', type=int, default=1000, help='fc outputs (CelebA identity: 10177)')
   p.add_argument('--conv-spatial', type=int, default=4, help='conv output height and width')
   p.add_argument('--conv-batch', type=int, default=2, help='conv batch')
+  p.add_argument('--model', default='resnet18', help='model rows: model.name (models/)')
   p.add_argument('--model-width', type=float, default=0.125, help='model rows: model.width')
   p.add_argument('--model-image', type=int, default=8, help='model rows: image size')
   p.add_argument('--model-batch', type=int, default=8, help='model rows: batch')
@@ -92,7 +94,7 @@ def parse_args(argv):
     '--model-settings',
     default='default,emu:bf16,emu:tf32',
     help="settings for the model rows ('all': every one of --settings; each costs a "
-    "ResNet-18 forward/backward compile, ~10-30 s on a small CPU; '': none)",
+    "forward/backward compile of the model, ~10-30 s on a small CPU; '': none)",
   )
   p.add_argument('--seed', type=int, default=0, help='seed of the random operands')
   args = p.parse_args(argv)
@@ -206,11 +208,11 @@ def measure_products(settings, args, rng):
   return matmul, layers, {s: outs[s] or [] for s in settings}, [c[1] for c in cases]
 
 
-# --- the model: a small ResNet-18's logits and gradients against float64 ---
+# --- the model: a small --model's logits and gradients against float64 ---
 
 
 def numpy_init(tree, rng):
-  """Values for an abstract ResNet-18 state, torchvision's init drawn with numpy (initialising in
+  """Values for an abstract model state, torchvision's ResNet init drawn with numpy (initialising in
   JAX compiles the threefry RNG for every parameter: a minute on a small CPU)."""
   import jax
   import jax.numpy as jnp
@@ -232,25 +234,23 @@ def numpy_init(tree, rng):
 
 
 def model_parts(args, fmt, dtype=None, rng=None, impl='reference'):
-  """(graphdef, params, rest) of the small ResNet-18 in `dtype` (float32): abstract, or
-  numpy_init's values given `rng`."""
+  """(graphdef, params, rest) of the small --model (models.build, the small stem) in `dtype`
+  (float32), `fmt` for both product kinds: abstract, or numpy_init's values given `rng`."""
   import jax.numpy as jnp
   from flax import nnx
 
-  from models.resnet import ResNet18
+  import models
+  from configs import common
+
+  config = common.base_config()
+  config.model.name, config.model.width, config.model.stem = args.model, args.model_width, 'small'
+  dtype = jnp.dtype(dtype or jnp.float32).name
+  config.numerics.compute_dtype = config.numerics.param_dtype = dtype
+  config.numerics.conv_format = config.numerics.dense_format = fmt
+  config.numerics.emulate_impl = impl
 
   def make():
-    return ResNet18(
-      args.model_classes,
-      width=args.model_width,
-      stem='small',
-      dtype=dtype or jnp.float32,
-      param_dtype=dtype or jnp.float32,
-      conv_format=fmt,
-      dense_format=fmt,
-      emulate_impl=impl,
-      rngs=nnx.Rngs(args.seed),
-    )
+    return models.build(config, args.model_classes, 3, nnx.Rngs(args.seed))
 
   graphdef, params, rest = nnx.split(nnx.eval_shape(make), nnx.Param, ...)
   if rng is not None:
@@ -372,7 +372,8 @@ def markdown(result):
       {'setting': s, 'logits': fmt((e or {}).get('logits')), 'grads': fmt((e or {}).get('grads'))}
       for s, e in result['model'].items()
     ]
-    lines += ['\n### Small ResNet-18, one training-mode step\n', tables.markdown(model)]
+    name = info.get('args', {}).get('model', 'resnet18')
+    lines += [f'\n### Small {name}, one training-mode step\n', tables.markdown(model)]
   pairs = [
     {k: (v if isinstance(v, str) else fmt(v)) for k, v in r.items()} for r in result['pairs']
   ]
@@ -430,8 +431,13 @@ def main(argv=None):
   args = parse_args(argv)
   import jax
 
+  import models
+
   with contextlib.ExitStack() as stack:
-    try:  # a user's file in the way: one line, before anything is measured
+    try:  # a bad --model or a user's file in the way: one line, before anything is measured
+      problem = models.missing(args.model)
+      if problem:
+        raise ValueError(problem.replace('config.model.name', '--model'))
       dest = stack.enter_context(
         files.Destination(args.out, command='numerics_probe', may_write=OUTPUTS)
       )

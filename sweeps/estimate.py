@@ -260,9 +260,9 @@ def measure_phase(ctx, state, phase, timed_steps, programs, say):
   whose program ({HLO fingerprint: measurement}) was measured already is not run."""
   import jax
 
-  from trainer import run
+  from trainer import run, train
 
-  state, step_fn = run.enter_phase(ctx, state, phase, phase.start)
+  state, step_fn = train.enter_phase(ctx, state, phase, phase.start)
   count = min(timed_steps + 1, phase.stop - phase.start)
   batches = run.batches(ctx, phase.start, phase.start + count)
   first_batch = next(batches)
@@ -298,15 +298,15 @@ def measure_evaluation(ctx, state):
   import jax
 
   from input_pipeline import batching
-  from trainer import run, steps
+  from trainer import run, train
 
-  eval_fn = run.eval_step(ctx, state)
-  first, _ = timed(lambda: run.evaluate(ctx, eval_fn, state))
-  full, _ = timed(lambda: run.evaluate(ctx, eval_fn, state))
+  eval_fn = train.eval_fn(ctx, state)
+  first, _ = timed(lambda: train.evaluate(ctx, eval_fn, state))
+  full, _ = timed(lambda: train.evaluate(ctx, eval_fn, state))
   size = ctx.config.eval_batch_size
   test = batching.eval_batches(ctx.dataset.test, size, jax.process_index(), jax.process_count())
   batch = batching.to_global(next(test), ctx.sharded)
-  totals = steps.zero_sums(ctx.mesh)
+  totals = run.zero_sums(ctx.mesh)
   per_batch = full / batching.num_eval_batches(len(ctx.dataset.test), size)
   jax.clear_caches()
   again, _ = timed(lambda: eval_fn(state, batch, totals))
@@ -319,32 +319,32 @@ def measure_evaluation(ctx, state):
 
 def checkpoint_s(state):
   """Seconds to write one checkpoint of `state`, waited for (in a temporary folder)."""
-  from trainer import checkpointing, loop
+  from trainer import checkpoint
 
   with tempfile.TemporaryDirectory() as folder:
-    mngr = checkpointing.manager(folder, 1)
+    mngr = checkpoint.manager(folder, 1)
     start = time.perf_counter()
-    loop.save_state(mngr, 1, state, {})
-    checkpointing.wait(mngr)
+    checkpoint.save(mngr, 1, {}, state)
+    checkpoint.wait(mngr)
     seconds = time.perf_counter() - start
-    checkpointing.close(mngr)
+    checkpoint.close(mngr)
   return seconds
 
 
 def measure(config, timed_steps, launched, programs, say, ctx=None):
   """(what one run of `config` spends here, the run context); `ctx`: one whose data to reuse."""
-  from trainer import cadence, execution, run
+  from trainer import process, run, train
 
   say('loading the data, initialising the model')
   ctx = run.build(config, ctx.dataset if ctx is not None else None)
-  state = run.initial_state(ctx, run.init_model(ctx)[0])
+  state = train.initial_state(ctx, run.init_model(ctx)[0])
   startup_s = time.time() - launched
   phases = []
   for phase in ctx.phases:
     state, measured = measure_phase(ctx, state, phase, timed_steps, programs, say)
     phases.append(measured)
-  due = [cadence.due(ctx, step) for step in range(1, ctx.total_steps + 1)]
-  facts = execution.facts()
+  due = [train.due(ctx, step) for step in range(1, ctx.total_steps + 1)]
+  facts = process.execution_facts()
   say('compiling and running one evaluation, writing one checkpoint')
   return {
     'platform': facts['platform'],
@@ -386,13 +386,13 @@ def main(argv=None):
   p.add_argument('--steps', type=int, default=5, help='steps timed per phase after the compile')
   p.add_argument('--launched', type=float, default=None, help='time.time() the sweep started it')
   args = p.parse_args(argv)
-  from configs import loader, validation
+  from configs import common, validation
   from numerics import setup as numerics_setup
 
   try:  # bad input, before JAX starts
     with open(args.arms, encoding='utf-8') as f:
-      arms = [(a['slug'], loader.split_argv(a['flags'])[:2]) for a in json.load(f)]
-    configs = [(slug, validation.resolve(loader.load(*flags))) for slug, flags in arms]
+      arms = [(a['slug'], common.split_argv(a['flags'])[:2]) for a in json.load(f)]
+    configs = [(slug, validation.resolve(common.load(*flags))) for slug, flags in arms]
   except (OSError, ValueError) as e:
     cli.fail(str(e).splitlines()[0])
   for _, config in configs:

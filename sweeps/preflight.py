@@ -21,10 +21,10 @@ import sys
 import threading
 import time
 
+import input_pipeline
 from analysis import analyse as cli
-from configs import capacity, loader, validation
-from input_pipeline import registry
-from numerics import formats, profiles
+from configs import common, validation
+from numerics import formats
 from runrecord import files
 from sweeps import tpu
 
@@ -37,7 +37,7 @@ COLUMNS = tuple(
   'products_as_configured configured rounding_ops product_breakdown run_hours sweep_runs '
   'sweep_hours max_batch'.split()
 )
-PROGRAMS = ['frozen', 'full', 'eval']  # trainer/optim.py phase names, and the evaluation
+PROGRAMS = ['frozen', 'full', 'eval']  # trainer/run.py phase names, and the evaluation
 GIB = 2**30
 HEARTBEAT_S = 30
 # The compiler's out-of-memory refusal names the memory the program needs first (XLA prints
@@ -225,24 +225,24 @@ def mean_passes(found):
 def configured(config, kind, platform='tpu'):
   """The Product.how `config` asks of its `kind` products: a native product's precision flag (a
   DotAlgorithmPreset: dots carry it, convolutions the default), an emulated one's computation."""
-  from numerics import emulate
+  from numerics import ops
   from numerics import setup as numerics_setup
 
   n = config.numerics
-  fmt = profiles.formats(n)[kind]
-  if fmt == 'native':
+  fmt = formats.kind_formats(n)[kind]
+  if fmt == formats.NATIVE:
     flag = n.matmul_precision
     if flag in formats.PRESET_PRECISIONS:
       return 'default' if kind == 'conv' else f'dot_{flag.lower()}'
     return numerics_setup.LEGACY_LEVEL[flag]
-  if emulate.resolve_impl(n.emulate_impl, platform, fmt) == 'fast':
-    return emulate.fast_plan(fmt, platform).precision.name.lower()
+  if ops.resolve_impl(n.emulate_impl, platform, fmt) == 'fast':
+    return ops.fast_plan(fmt, platform).precision.lower()  # the entry's FORMATS[fmt].fast
   return 'highest'
 
 
 def as_configured(found, config, platform='tpu'):
   """How many of `found` carry what `configured` asks of their kind (or its SAME_PASSES level)."""
-  wanted = {kind: configured(config, kind, platform) for kind in profiles.KINDS}
+  wanted = {kind: configured(config, kind, platform) for kind in formats.KINDS}
 
   def same(how):
     return SAME_PASSES.get(how, how)
@@ -285,19 +285,19 @@ def programs(ctx):
   first step, as a run enters it) and of the evaluation."""
   import jax
 
-  from trainer import run, steps
+  from trainer import run, train
 
-  config, state, out = ctx.config, run.abstract_state(ctx), []
+  config, state, out = ctx.config, train.abstract_state(ctx), []
   train_batch = run.abstract_batch(ctx, ctx.dataset.train, config.batch_size)
   for phase in ctx.phases:
-    state, step_fn = run.enter_phase(ctx, state, phase, phase.start)
+    state, step_fn = train.enter_phase(ctx, state, phase, phase.start)
     out.append((phase.name, step_fn, (state, train_batch), config.batch_size))
   zeros = jax.eval_shape(
-    lambda: jax.tree.map(lambda v: jax.numpy.asarray(v, 'float32'), steps.ZERO_SUMS)
+    lambda: jax.tree.map(lambda v: jax.numpy.asarray(v, 'float32'), run.ZERO_SUMS)
   )
   eval_batch = run.abstract_batch(ctx, ctx.dataset.test, config.eval_batch_size, mask=True)
   eval_args = (state, eval_batch, run.replicate(ctx, zeros))
-  return out + [('eval', run.eval_step(ctx, state), eval_args, config.eval_batch_size)]
+  return out + [('eval', train.eval_fn(ctx, state), eval_args, config.eval_batch_size)]
 
 
 def memory(compiled):
@@ -344,17 +344,17 @@ def build_context(config, topology, devs):
   from trainer import run
 
   chip = tpu.CHIPS[topology.version]
-  return run.build(config, registry.declared(config), devs, device_bytes=chip.hbm_gib * GIB)
+  return run.build(config, input_pipeline.declared(config), devs, device_bytes=chip.hbm_gib * GIB)
 
 
 def refused_memory(reason, config, devices):
-  """GiB per chip a program refused for memory needs (the compiler's figure or configs/capacity's
-  lower bound of the activations), else None."""
+  """GiB per chip a program refused for memory needs (the compiler's figure or the lower bound of
+  the activations, configs/validation.py), else None."""
   found = EXHAUSTED.search(reason)
   if found:
     return float(found.group(1)) * UNITS_GIB[found.group(2)]
   if 'of activations' in reason:
-    return capacity.activation_bytes(config, config.batch_size // devices) / GIB
+    return validation.activation_bytes(config, config.batch_size // devices) / GIB
   return None
 
 
@@ -420,12 +420,12 @@ def max_batch(spec, overrides, topology, devs, config, max_compiles):
   x BatchNorm group; a batch the run's checks refuse does not fit, uncompiled."""
   chip = tpu.CHIPS[topology.version]
   unit = len(devs) * max(1, config.numerics.batchnorm_group)
-  limit = len(registry.declared(config).train) // unit * unit
+  limit = len(input_pipeline.declared(config).train) // unit * unit
 
   def fits(batch):
     try:
       overridden = list(overrides) + [('batch_size', str(batch))]
-      ctx = build_context(validation.resolve(loader.load(spec, overridden)), topology, devs)
+      ctx = build_context(validation.resolve(common.load(spec, overridden)), topology, devs)
     except ValueError:
       return False
     unfrozen = next(ph.name for ph in ctx.phases if not ph.frozen)
@@ -493,7 +493,7 @@ def write_csv(rows, folder):
 def main(argv=None):
   """Returns the exit code (module doc)."""
   start = time.time()
-  spec, overrides, rest = loader.split_argv(sys.argv[1:] if argv is None else argv)
+  spec, overrides, rest = common.split_argv(sys.argv[1:] if argv is None else argv)
   args = parse_args(rest)
   import jax
 
@@ -503,12 +503,12 @@ def main(argv=None):
     try:  # bad input: one line, before anything is compiled or written
       if not spec:
         raise ValueError('--config is required, e.g. --config=configs/digits.py:smoke')
-      config = validation.resolve(loader.load(spec, overrides))
+      config = validation.resolve(common.load(spec, overrides))
       topologies = [tpu.parse_topology(name) for name in args.topology]
       if args.max_compiles < 1:
         raise ValueError(f'--max-compiles={args.max_compiles}: give a positive number')
-      path, arg = loader.split_spec(spec)
-      module = loader.load_module(path)  # the runs of its get_sweep(arg), 1 without one
+      path, arg = common.split_spec(spec)
+      module = common.load_module(path)  # the runs of its get_sweep(arg), 1 without one
       runs = len(module.get_sweep(arg or None)) if hasattr(module, 'get_sweep') else 1
       if args.out:
         dest = stack.enter_context(

@@ -17,7 +17,7 @@ import time
 from analysis import analyse as cli
 from runrecord import record
 from sweeps import sweep
-from trainer import writers
+from trainer import metrics
 
 
 def parse_args(argv):
@@ -73,7 +73,7 @@ def main(argv=None):
   analyse.main(argv)  # bad input: one line, exit 2
   load = ', '.join(f'{x:.2f}' for x in os.getloadavg())
   print(
-    f'study finished in {writers.duration(time.time() - start)} (load average {load})'
+    f'study finished in {metrics.duration(time.time() - start)} (load average {load})'
     + ('; some runs failed: see above' if code else '')
   )
   return code

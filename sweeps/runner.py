@@ -19,7 +19,7 @@ from typing import Any
 
 from runrecord import record
 from sweeps import tpu
-from trainer import gpu_memory, lock, platforms, writers
+from trainer import metrics, process
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOG_FILE = record.LOG_FILE
@@ -60,8 +60,8 @@ def memory_fraction(sharing, environ):
   """{'XLA_PYTHON_CLIENT_MEM_FRACTION': GPU_SHARE / sharing} for a run sharing its GPU, else {}."""
   if (
     sharing <= 1
-    or any(name in environ for name in gpu_memory.MEMORY_VARIABLES)
-    or not platforms.gpu_runs(environ)
+    or any(name in environ for name in process.MEMORY_VARIABLES)
+    or not process.gpu_runs(environ)
   ):
     return {}
   return {'XLA_PYTHON_CLIENT_MEM_FRACTION': f'{GPU_SHARE / sharing:.3f}'}
@@ -253,10 +253,12 @@ def completed(run):
 
 def try_claim(run, progress, is_completed):
   """(this sweep's claim on `run` or None while another holds it, whether it completed there)."""
-  claim = lock.claim(run.workdir)
+  from trainer import checkpoint  # jax and orbax: not for --help
+
+  claim = checkpoint.claim(run.workdir)
   if claim is None or not is_completed(run):
     return claim, False
-  lock.release_claim(claim)
+  checkpoint.release_claim(claim)
   progress.done += 1
   progress.show(
     f'done    {run.slug}/seed{run.seed}: completed elsewhere (another sweep on this root)'
@@ -267,6 +269,8 @@ def try_claim(run, progress, is_completed):
 def take(queue, progress, is_completed):
   """(run, claim) of the next run to start, or (None, None): a run another sweep claimed waits in
   `progress.elsewhere` until released, then counts as done or is started here (to resume)."""
+  from trainer import checkpoint
+
   for run in list(progress.elsewhere):
     claim, done = try_claim(run, progress, is_completed)
     if claim is not None or done:
@@ -280,7 +284,7 @@ def take(queue, progress, is_completed):
       return run, claim
     if not done:
       progress.elsewhere.append(run)
-      holder = lock.claimant(run.workdir)
+      holder = checkpoint.claimant(run.workdir)
       progress.show(
         f'other   {run.slug}/seed{run.seed}: started by another sweep (pid '
         f'{holder.get("pid", "?")} on {holder.get("host", "?")}); waiting for it'
@@ -372,7 +376,7 @@ class Progress:
     )
     return (
       f'[sweep] {self.done}/{self.total} done, {running}, {self.failed} failed{busy} | '
-      f'elapsed {writers.duration(now - self.start)} | ETA {writers.duration(self.eta(measures))}'
+      f'elapsed {metrics.duration(now - self.start)} | ETA {metrics.duration(self.eta(measures))}'
     )
 
   def show(self, message=None):
@@ -414,7 +418,7 @@ def launch(run, argv, root, repo, gpu, batch_size, sharing=1, claim=None):
   os.makedirs(run.workdir, exist_ok=True)
   env = child_env(root, repo, gpu, sharing)
   log = open(os.path.join(run.workdir, LOG_FILE), 'a')
-  memory = ' '.join(filter(None, (gpu_memory.memory_settings(env, ' ', ''), tpu.settings(env))))
+  memory = ' '.join(filter(None, (process.memory_settings(env, ' ', ''), tpu.settings(env))))
   log.write(
     f'\n# {time.strftime("%Y-%m-%d %H:%M:%S")} {memory + " " if memory else ""}{" ".join(argv)}\n'
   )
@@ -429,7 +433,9 @@ def launch(run, argv, root, repo, gpu, batch_size, sharing=1, claim=None):
 
 def wait_for_lock(run, progress, stop, poll):
   """True once no live process holds the run's workdir (at most LOCK_WAIT_S), else False."""
-  holder, deadline = lock.holder(run.workdir), time.time() + LOCK_WAIT_S
+  from trainer import checkpoint
+
+  holder, deadline = checkpoint.holder(run.workdir), time.time() + LOCK_WAIT_S
   if holder is not None:
     progress.show(
       f'waiting: {run.workdir} is held by pid {holder.get("pid", "?")} on '
@@ -437,12 +443,14 @@ def wait_for_lock(run, progress, stop, poll):
     )
   while holder is not None and time.time() < deadline and stop.signum is None:
     time.sleep(poll)
-    holder = lock.holder(run.workdir)
+    holder = checkpoint.holder(run.workdir)
   return holder is None
 
 
 def reap(progress, stopping):
   """Collect finished children, print their end; the devices they free."""
+  from trainer import checkpoint
+
   freed = []
   for pid, a in list(progress.active.items()):
     code = a.proc.poll()
@@ -451,9 +459,9 @@ def reap(progress, stopping):
     del progress.active[pid]
     a.log.close()
     if a.claim is not None:
-      lock.release_claim(a.claim)
+      checkpoint.release_claim(a.claim)
     freed.append(a.gpu)
-    name, took = f'{a.run.slug}/seed{a.run.seed}', writers.duration(time.time() - a.started)
+    name, took = f'{a.run.slug}/seed{a.run.seed}', metrics.duration(time.time() - a.started)
     if stopping:
       progress.show(f'stopped {name} after {took} (exit code {code}; log: {a.logfile})')
     elif code == 0:
@@ -476,7 +484,7 @@ def stop_all(progress, stop, poll=0.2):
     a.proc.send_signal(sig)
   progress.show(
     f'stopping: {sig.name} sent to {len(progress.active)} running run(s); waiting for '
-    f'them to exit (at most {writers.duration(STOP_GRACE_S)}; signal again to kill them now)'
+    f'them to exit (at most {metrics.duration(STOP_GRACE_S)}; signal again to kill them now)'
   )
   deadline = time.time() + STOP_GRACE_S
   while progress.active:
@@ -506,6 +514,8 @@ def run_all(
   starts (`take`); `argv_of(run)`: its command; `batch_size(run)`: its global batch (the ETA).
   Returns (progress.failures [(run, exit code, last log line)], progress.held, stop signal or
   None)."""
+  from trainer import checkpoint
+
   queue, stop = list(queue), Stop()
   handed = slot_gpus(gpus, slots)
   free, sharing = [gpu for gpu, _ in handed], dict(handed)
@@ -517,13 +527,13 @@ def run_all(
           if run is None:
             break
           if not wait_for_lock(run, progress, stop, poll):
-            lock.release_claim(claim)
+            checkpoint.release_claim(claim)
             if stop.signum is not None:
               break
             progress.held.append(run)
             progress.show(
               f'in use  {run.slug}/seed{run.seed}: {run.workdir} is still held after '
-              f'{writers.duration(LOCK_WAIT_S)}; not run (rerun when its holder is done)'
+              f'{metrics.duration(LOCK_WAIT_S)}; not run (rerun when its holder is done)'
             )
             continue
           gpu = free.pop(0)

@@ -23,13 +23,13 @@ import signal
 import subprocess
 import sys
 
+import input_pipeline
 from analysis import analyse as cli
 from analysis import declaration
-from configs import capacity, common, loader, validation
-from input_pipeline import registry
-from runrecord import files, record, sessions
+from configs import common, validation
+from runrecord import files, record, rules
 from sweeps import runner, tpu
-from trainer import lock, platforms
+from trainer import process
 
 LIST_ALL, LIST_FIRST = 20, 10  # a dry run lists up to LIST_ALL commands, else the first LIST_FIRST
 
@@ -126,8 +126,8 @@ def check_overrides(module, arg, overrides, index):
 def expand(spec, root):
   """(runs, config file, arg): the runs of `spec`'s get_sweep(arg), a workdir each under `root`;
   one-line ValueError on a bad sweep declaration."""
-  path, arg = loader.split_spec(spec)
-  module = loader.load_module(path)
+  path, arg = common.split_spec(spec)
+  module = common.load_module(path)
   if not hasattr(module, 'get_sweep'):
     raise ValueError(
       f'--config: {path} has no get_sweep(arg); add one returning a list of '
@@ -161,13 +161,13 @@ def expand(spec, root):
 
 def saved_state(run):
   """('completed'|'todo'|'mismatch', detail) of the run's saved record, by the rule train.py's
-  resume uses (runrecord/sessions.py); another run's record is a conflict, named."""
+  resume uses (runrecord/rules.py); another run's record is a conflict, named."""
   saved, error = runner.saved_results(run.workdir)  # none in a bucket
   if error:
     return 'todo', f'unreadable results ({error}); relaunching'
   if not saved:
     return 'todo', ''
-  diffs = sessions.config_differences(saved.get('config'), run.config.to_dict())
+  diffs = rules.config_differences(saved.get('config'), run.config.to_dict())
   if diffs:
     return 'mismatch', (
       f'{run.workdir} holds a run with other settings ({"; ".join(diffs[:3])}): '
@@ -214,7 +214,7 @@ def data_problems(runs):
       continue
     seen.add(key)
     try:
-      check = registry.get(data.name).problems
+      check = input_pipeline.get(data.name).problems
     except ValueError:  # no such dataset: the config's own problem says so
       continue
     problems += check(data) if check else []
@@ -241,9 +241,9 @@ def run_folder_problem(workdir):
   if problem:
     return problem
   try:
-    from trainer import workdirs
+    from trainer import checkpoint
 
-    workdirs.check_layout(workdir, extra_files=lock.FILES + (LOG_FILE,))
+    checkpoint.check_layout(workdir, extra_files=checkpoint.LOCK_FILES + (LOG_FILE,))
   except validation.ConfigError as e:
     return str(e)
   return None
@@ -298,16 +298,16 @@ def device_problems(runs, env):
       continue
     count, platform, memory = seen
     try:
-      capacity.check_devices(run.config, count, 1, memory)
+      validation.check_devices(run.config, count, 1, memory)
     except validation.ConfigError as e:
       found.append((f'{e} (the {count} {platform} device(s) a run of this sweep sees)', run))
   return grouped(found), sorted(set(warnings))
 
 
 def environment_problems():
-  """The platforms JAX_PLATFORMS names must start on this host (trainer/platforms.py)."""
+  """The platforms JAX_PLATFORMS names must start on this host (trainer/process.py)."""
   try:
-    platforms.check()
+    process.check_platforms()
   except ValueError as e:
     return [str(e)]
   return []
@@ -315,10 +315,10 @@ def environment_problems():
 
 def workdir_problems(runs, root, files):
   """The root, the run folders and the emitted files must be writable; saved runs must match."""
-  from trainer import workdirs
+  from trainer import checkpoint
 
   try:
-    workdirs.check_path_encoding(root, '--root')
+    checkpoint.check_path_encoding(root, '--root')
   except validation.ConfigError as e:
     return [str(e)], {}
   folders = {os.path.abspath(root): '--root'}
@@ -367,12 +367,12 @@ def parallel_slots(requested, runs, gpus, host_bytes, cores):
       f'--parallel={slots} exceeds the {len(gpus)} {what}; one run per {"chip" if chips else "GPU"}'
     )
   configs = [r.config for r in runs if r.config is not None and not r.problem]
-  largest = max((capacity.activation_bytes(c, c.batch_size) for c in configs), default=0)
+  largest = max((validation.activation_bytes(c, c.batch_size) for c in configs), default=0)
   per_run, caps = RUN_OVERHEAD_BYTES + largest, []
   if host_bytes:
     held = f'{host_bytes / 2**30:.1f} GiB of memory hold about that many runs of'
     caps.append((max(1, int(host_bytes // per_run)), f'{held} {per_run / 2**30:.1f} GiB'))
-  if not gpus and not platforms.gpu_runs():
+  if not gpus and not process.gpu_runs():
     caps.append((max(1, cores), f'this host has {cores} CPU cores'))
   cap, why = min(caps, default=(slots, ''), key=lambda c: c[0])
   if slots <= cap:
@@ -466,8 +466,6 @@ def main(argv=None):
   """The exit code: 0 all completed, 1 a run failed or was in use, 2 bad input, 128 + N stopped by
   signal N."""
   args = parse_args(argv)
-  from input_pipeline import base
-
   try:
     gpus = placement(args)
     if args.estimate_steps < 1:
@@ -490,7 +488,7 @@ def main(argv=None):
     declared, problem = study_declaration(args.config, root)
     errors += [problem] if problem else []
     slots, capped = parallel_slots(
-      args.parallel, runs, gpus, base.host_memory(), os.cpu_count() or 1
+      args.parallel, runs, gpus, input_pipeline.host_memory(), os.cpu_count() or 1
     )
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)

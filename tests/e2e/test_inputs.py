@@ -307,7 +307,7 @@ def test_a_second_signal_exits_with_its_line():
 
 def test_train_py_is_at_most_100_lines_with_no_global_between_functions():
   """Issue 30: the entry point short (flax's main.py is "intentionally kept short"); its log
-  silencing lives in trainer/quiet.py, the parsed flags travel as values, not a global dict.
+  silencing lives in trainer/process.py, the parsed flags travel as values, not a global dict.
   Counted: the lines after the module docstring that are not blank (ruff format's layout, one
   argument a line and blank lines between sections, is not what makes an entry point long)."""
   with open(os.path.join(ROOT, 'train.py')) as f:

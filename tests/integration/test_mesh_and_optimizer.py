@@ -1,6 +1,6 @@
 """Why the data mesh is not jax.make_mesh and the frozen backbone is not optax.multi_transform: the
-facts behind the one-line reasons in trainer/train.py `make_mesh` and trainer/run.py
-`masked_update`, checked against JAX and optax themselves."""
+facts behind the one-line reasons in trainer/run.py `make_mesh` and `masked_update`, checked
+against JAX and optax themselves."""
 
 import importlib.util
 import json
@@ -76,7 +76,7 @@ def _params():
 
 
 def test_one_optimizer_state_tree_for_both_phases_unlike_multi_transform():
-  """The loop restores every checkpoint into the first phase's state (trainer/loop.py `_start`):
+  """The loop restores every checkpoint into the first phase's state (trainer/train.py `_start`):
   the masked update's AdamW has one tree in both phases; multi_transform's changes at the
   unfreeze, so a checkpoint saved after it would not restore."""
   config = digits.get_config('smoke')
