@@ -23,7 +23,7 @@ import numpy as np
 from benchmarks import common
 from runrecord import record
 
-pd = common.lazy('pandas')
+# pandas and the analysis load where a table is made or read: --help is answered without them.
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARMS = (
@@ -69,6 +69,8 @@ def runs_table(seeds, rng=0, seed_sd=SEED_SD):
   """4 arms x `seeds` runs: run, platform, profile, seed, accuracy: 70 % + the arm's effect + a
   seed effect (sd `seed_sd` pp, shared by the arms) + run noise (sd 0.3 pp), as a fraction rounded
   to 1/10,000 (a 10,000-image test set: ties, as real accuracies have them)."""
+  import pandas as pd
+
   rng = np.random.default_rng(rng)
   seed_effect = rng.normal(0, seed_sd, seeds)
   parts = [
@@ -91,6 +93,8 @@ def runs_table(seeds, rng=0, seed_sd=SEED_SD):
 def export_table(seeds, rng=0, seed_sd=SEED_SD, template=TEMPLATE):
   """runs_table(seeds) in analysis.export's format: each run a copy of `template`'s first run of its
   platform (tpu: of its cpu run) with its own run id, seed, profile and accuracy."""
+  import pandas as pd
+
   runs = runs_table(seeds, rng, seed_sd)
   source = pd.read_csv(template)
   first = source.groupby('platform', sort=False).head(1).set_index('platform')
@@ -172,6 +176,7 @@ def child(tool, path, max_gb, timeout):
 
 def versions():
   """The analysis stack's versions, the host, the date and the load (one line for the record)."""
+  import pandas as pd
   import scipy
   import statsmodels
 

@@ -1,6 +1,6 @@
 """The step's kernels alone, forward and backward, variants timed alternately: every distinct
 ResNet-18 convolution under conv_impl 'xla' and 'im2col', or (--pool) the stem's max pool, flax's
-against the scatter-free models/pool.py. Reference: docs/performance.md.
+against the scatter-free models/layers.py max_pool. Reference: docs/performance.md.
 
   python -m benchmarks.bench_conv                                   # 64^2, width 1, batch 64
   python -m benchmarks.bench_conv --sizes 16:0.25:small:128:1,8:0.125:small:64:1   # digits presets
@@ -16,9 +16,8 @@ import time
 import numpy as np
 
 from benchmarks import common
-from models import architecture
 
-jax, ops, pool = common.lazy('jax'), common.lazy('numerics.ops'), common.lazy('models.pool')
+# JAX, flax and the model load where a mode runs: --help and a bad flag are answered without them.
 
 IMPLS = ('xla', 'im2col')
 STEMS = ('imagenet', 'small')
@@ -32,26 +31,24 @@ def conv_out(size, k, stride, pad):
   return (size + 2 * pad - k) // stride + 1
 
 
-def stage_channels(width):
-  return [max(1, int(round(c * width))) for c in architecture.STAGE_CHANNELS]
-
-
 def resnet18_convs(image_size, width=1.0, stem='imagenet', in_channels=3):
   """The distinct convolutions of ResNet18(width, stem) on image_size^2, in model order."""
+  from models import resnet
+
   convs = {}  # (size, cin, cout, k, stride, pad, input_grad) -> names, insertion-ordered
 
   def add(name, size, cin, cout, k, stride, pad, input_grad=True):
     convs.setdefault((size, cin, cout, k, stride, pad, input_grad), []).append(name)
     return conv_out(size, k, stride, pad)
 
-  channels = stage_channels(width)
+  channels = resnet.stage_channels(width)
   if stem == 'imagenet':
     size = add('conv1', image_size, in_channels, channels[0], 7, 2, 3, input_grad=False)
     size = conv_out(size, 3, 2, 1)  # the max pool
   else:
     size = add('conv1', image_size, in_channels, channels[0], 3, 1, 1, input_grad=False)
   previous = channels[0]
-  for index, (c, blocks) in enumerate(zip(channels, architecture.STAGE_BLOCKS, strict=True)):
+  for index, (c, blocks) in enumerate(zip(channels, resnet.ResNet18.STAGES, strict=True)):
     for b in range(blocks):
       stride, name = (2 if index > 0 and b == 0 else 1), f'layer{index + 1}.{b}'
       new = add(f'{name}.conv1', size, previous, c, 3, stride, 1)
@@ -64,12 +61,16 @@ def resnet18_convs(image_size, width=1.0, stem='imagenet', in_channels=3):
 
 def macs(conv):
   """Multiply-adds per example, as numerics.ops counts them for 'auto'."""
+  from numerics import ops
+
   x, w = (1, conv.size, conv.size, conv.cin), (conv.k, conv.k, conv.cin, conv.cout)
   return ops.conv_macs(x, w, conv.stride)
 
 
 def auto_pick(conv, platform):
   """What `ops.conv2d(..., impl='auto')` runs for this convolution on `platform`."""
+  from numerics import ops
+
   out_hw = ops.conv_out_hw((1, conv.size, conv.size), conv.stride)
   kernel = (conv.k, conv.k)
   return ops.resolve_conv_impl('auto', platform, macs=macs(conv), kernel_hw=kernel, out_hw=out_hw)
@@ -77,6 +78,7 @@ def auto_pick(conv, platform):
 
 def timed_calls(compiled, operands):
   """run(n): seconds of n calls of compiled(*operands), the host blocking once at the end."""
+  import jax
 
   def run(n):
     start, result = time.perf_counter(), None
@@ -91,7 +93,11 @@ def timed_calls(compiled, operands):
 def compile_conv(impl, conv, batch):
   """(run(n), compile seconds) of value_and_grad(sum(conv(x, w) * g)) w.r.t. w, and x unless the
   stem's; g is a fixed random cotangent (XLA could simplify an all-ones one)."""
-  jnp = jax.numpy
+  import jax
+  import jax.numpy as jnp
+
+  from numerics import ops
+
   rng = np.random.default_rng(0)
   x = jnp.asarray(rng.normal(size=(batch, conv.size, conv.size, conv.cin)), jnp.float32)
   w = jnp.asarray(rng.normal(size=(conv.k, conv.k, conv.cin, conv.cout)), jnp.float32)
@@ -145,6 +151,8 @@ def parse_sizes(text, args):
 
 def conv_table(size, width, stem, batch, in_channels, args):
   """(Markdown table of one configuration, total of the best impls / total of auto's picks)."""
+  import jax
+
   rows, total = [], collections.Counter()
   for conv in resnet18_convs(size, width, stem, in_channels):
     result = measure_conv(conv, batch, args.repeats, args.min_time)
@@ -172,6 +180,8 @@ def conv_table(size, width, stem, batch, in_channels, args):
 
 
 def conv_mode(args):
+  import jax
+
   configs = parse_sizes(args.sizes or str(args.image_size), args)
   jax.jit(lambda x: x + 1).lower(1.0).compile()  # the backend's one-off start-up, untimed
   scores = []
@@ -188,21 +198,25 @@ def conv_mode(args):
 
 
 def pool_mode(args):
-  """The stem's 3x3/2 pool (padding 1), flax's and models/pool.py's, each compiled with XLA's
+  """The stem's 3x3/2 pool (padding 1), flax's and models/layers.py's, each compiled with XLA's
   deterministic GPU ops on and off: the gradient of sum(pool(x) * g), post-ReLU x."""
+  import jax
+  import jax.numpy as jnp
   from flax import nnx
 
   from benchmarks import bench_step
+  from models import layers
 
-  jnp = jax.numpy
   if min(args.batch, args.size, args.channels, args.steps, args.windows) < 1:
     common.fail('--batch, --size, --channels, --steps and --windows must be positive')
   window, strides, padding = (3, 3), (2, 2), ((1, 1), (1, 1))
-  pools = {'flax nnx.max_pool': nnx.max_pool, 'models/pool.py': pool.max_pool}
+  pools = {'flax nnx.max_pool': nnx.max_pool, 'models/layers.py': layers.max_pool}
   rng = np.random.default_rng(0)
   shape = (args.batch, args.size, args.size, args.channels)
   x = jnp.asarray(np.maximum(rng.standard_normal(shape), 0), args.dtype)
-  g = jnp.asarray(rng.standard_normal(pool.max_pool(x, window, strides, padding).shape), args.dtype)
+  g = jnp.asarray(
+    rng.standard_normal(layers.max_pool(x, window, strides, padding).shape), args.dtype
+  )
   runners = {}
   for name, fn in pools.items():
     loss = lambda v, g, fn=fn: jnp.sum((fn(v, window, strides, padding) * g).astype(jnp.float32))  # noqa: E731
@@ -221,7 +235,7 @@ def pool_mode(args):
   ]
   header = ['pool', 'xla_gpu_deterministic_ops', 'ms/call (median; min-max)']
   print(common.table([*header, 'vs flax, nondeterministic'], rows))
-  print(f'pool_speedup={reference / med[("models/pool.py", "deterministic")]:.3f}')
+  print(f'pool_speedup={reference / med[("models/layers.py", "deterministic")]:.3f}')
 
 
 CONV, POOL = 'the convolutions (no --pool)', '--pool'

@@ -21,14 +21,8 @@ import time
 import numpy as np
 
 from benchmarks import common
-
-celeba_config, batching = common.lazy('configs.celeba'), common.lazy('input_pipeline.batching')
-celeba, celeba_files = (
-  common.lazy('input_pipeline.celeba'),
-  common.lazy('input_pipeline.celeba_files'),
-)
-celeba_fixture = common.lazy('input_pipeline.celeba_fixture')
-celeba_tfds = common.lazy('input_pipeline.celeba_tfds')
+from configs import celeba as celeba_config
+from input_pipeline import celeba, celeba_fixture, celeba_tfds
 
 MIB = 2**20
 CELEBA = (202_599, 10_177)  # images, identities
@@ -108,7 +102,7 @@ def folder_bytes(path):
 def fixture(manual_dir, args, phases):
   """Whether this run generated the fixture in `manual_dir`: a fixture (or CelebA) there is read
   as it is; a folder holding other files is refused (one line)."""
-  if os.path.exists(os.path.join(manual_dir, celeba_files.PARTITION)):
+  if os.path.exists(os.path.join(manual_dir, celeba.PARTITION)):
     print(f'reading the fixture in {manual_dir} (not changed)', flush=True)
     return False
   if os.path.exists(manual_dir) and os.listdir(manual_dir):
@@ -126,6 +120,8 @@ def fixture(manual_dir, args, phases):
 
 
 def measure(args, workdir, phases):
+  from input_pipeline import batching  # JAX: not for --help
+
   manual_dir = os.path.join(workdir, 'files')
   generated = fixture(manual_dir, args, phases)
   scratch = tempfile.mkdtemp(prefix='bench_input_', dir=workdir)  # this run's TFDS and cache
@@ -133,11 +129,11 @@ def measure(args, workdir, phases):
     config = celeba_config.get_config('smoke')
     config.data.manual_dir, config.data.tfds_dir = manual_dir, os.path.join(scratch, 'tfds')
     config.data.image_size = args.image_size
-    with open(os.path.join(manual_dir, celeba_files.PARTITION)) as f:
+    with open(os.path.join(manual_dir, celeba.PARTITION)) as f:
       images = sum(1 for _ in f)
     for module, attribute, name, rate in (
-      (celeba_files, 'read_metadata', 'metadata', None),
-      (celeba_files, 'source_fingerprint', 'fingerprint', None),
+      (celeba, 'read_metadata', 'metadata', None),
+      (celeba, 'source_fingerprint', 'fingerprint', None),
       (celeba, '_split', 'split', None),
       (celeba_tfds, 'prepare', 'prepare (TFDS)', images),
       (celeba, 'write_cache', 'decode + write cache', images),
@@ -158,7 +154,7 @@ def measure(args, workdir, phases):
       f'{len(os.sched_getaffinity(0))} cores ({os.cpu_count()} on the machine)'
     )
     print(phases.table())
-    zip_mib = os.path.getsize(os.path.join(manual_dir, celeba_files.ZIP)) / MIB
+    zip_mib = os.path.getsize(os.path.join(manual_dir, celeba.ZIP)) / MIB
     tfds_mib = folder_bytes(celeba_tfds.dataset_dir(config.data.tfds_dir)) / MIB
     cache_mib = folder_bytes(data.info['decoded_cache']) / MIB
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

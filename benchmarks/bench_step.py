@@ -1,8 +1,8 @@
-"""This project's ResNet-18 training step (the trainer's own, from the config as train.py loads
-it) on synthetic data: its speed, and as modes its product formats (emulate), XLA's deterministic
-GPU ops (determinism), the trainer's feed (feed), an epoch's evaluation and save (epoch), where
-its device time goes (profile) and PyTorch's step (torch; `torch_resnet18` is the tests' PyTorch
-reference). Reference: docs/performance.md "The benchmark scripts".
+"""This project's training step (the trainer's own, for the model and config as train.py loads
+them) on synthetic data: its speed, and as modes its product formats (emulate), XLA's deterministic
+GPU ops (determinism), the trainer's feed (feed), an epoch's evaluation and save (epoch) and where
+its device time goes (profile); against PyTorch's step: benchmarks/bench_vs_torch.py.
+Reference: docs/performance.md "The benchmark scripts".
 
   python -m benchmarks.bench_step --config configs/celeba.py:gpu --batch 256 --format bf16
   python -m benchmarks.bench_step --mode determinism --steps 2 --windows 2   # CPU: 64^2
@@ -14,28 +14,25 @@ import functools
 import glob
 import gzip
 import json
+import math
 import os
 import re
 import shutil
 import statistics
 import tempfile
 import time
-import traceback
 
 import numpy as np
 
-from benchmarks import bench_conv, common
+import input_pipeline
+from benchmarks import common
+from configs import common as config_common
+from configs import validation
 from numerics import formats as format_names
 from runrecord import files
+from trainer import process
 
-jax, torch = common.lazy('jax'), common.lazy('torch')
-base, batching = common.lazy('input_pipeline.base'), common.lazy('input_pipeline.batching')
-resnet, validation = common.lazy('models.resnet'), common.lazy('configs.validation')
-emulate, ops = common.lazy('numerics.emulate'), common.lazy('numerics.ops')
-profiles, numerics_setup = common.lazy('numerics.profiles'), common.lazy('numerics.setup')
-checkpointing, loop = common.lazy('trainer.checkpointing'), common.lazy('trainer.loop')
-platforms, run = common.lazy('trainer.platforms'), common.lazy('trainer.run')
-config_common = common.lazy('configs.common')
+# JAX and the trainer load where a mode runs: --help and a bad flag are answered without them.
 
 # Dense peak TFLOP/s per device by product format, matched by substring of jax's device_kind
 # (first match wins): the NVIDIA H100, H200 and A100 datasheets (SXM unless named), Google Cloud's
@@ -60,8 +57,8 @@ def image_dataset(name, images, num_classes, batch_size, rng):
   if len(images) < batch_size:
     common.fail(f'{len(images)} images: need at least one batch of {batch_size}')
   labels = rng.integers(0, num_classes, len(images), dtype='int32')
-  train, test = base.Split(images, labels), base.Split(images[:1], labels[:1])
-  return base.Dataset(name, train, test, num_classes)
+  train, test = input_pipeline.Split(images, labels), input_pipeline.Split(images[:1], labels[:1])
+  return input_pipeline.Dataset(name, train, test, num_classes)
 
 
 def synthetic_dataset(config, num_classes=1000):
@@ -71,31 +68,56 @@ def synthetic_dataset(config, num_classes=1000):
   return image_dataset('synthetic', images, num_classes, n, rng)
 
 
-def analytic_macs(image_size, width=1.0, stem='imagenet', in_channels=3, num_classes=1000):
-  """Multiply-adds of one forward pass of ResNet18(width, stem) on image_size^2 (convs + fc)."""
-  macs = 0
-  for c in bench_conv.resnet18_convs(image_size, width, stem, in_channels):
-    macs += (
-      len(c.names)
-      * bench_conv.conv_out(c.size, c.k, c.stride, c.pad) ** 2
-      * c.k**2
-      * c.cin
-      * c.cout
-    )
-  return macs + bench_conv.stage_channels(width)[-1] * num_classes  # the fc layer
+def analytic_macs(config, num_classes=1000, in_channels=3):
+  """Multiply-adds of one forward pass of config's model (models.build) on one image: every
+  convolution and matmul of its jaxpr, traced without weights at native f32 and conv_impl xla (the
+  model's own products, not an emulated format's passes)."""
+  import jax
+  import ml_collections
+  from flax import nnx
+  from jax.extend import core
+
+  import models
+
+  native = ml_collections.ConfigDict(config.to_dict())
+  native.numerics.update(profile='', conv_format='native', dense_format='native', conv_impl='xla')
+  native.numerics.update(compute_dtype='float32', param_dtype='float32')
+  model = nnx.eval_shape(lambda: models.build(native, num_classes, in_channels, nnx.Rngs(0)))
+  graphdef, state = nnx.split(model)
+  size = config.data.image_size
+  image = jax.ShapeDtypeStruct((1, size, size, in_channels), 'float32')
+  closed = jax.make_jaxpr(lambda s, x: nnx.merge(graphdef, s)(x))(state, image)
+
+  def macs(jaxpr):
+    total = 0
+    for eqn in jaxpr.eqns:
+      out = math.prod(eqn.outvars[0].aval.shape)
+      if eqn.primitive.name == 'conv_general_dilated':  # output x the kernel's inputs per output
+        rhs = eqn.invars[1].aval.shape
+        total += out * math.prod(rhs) // rhs[eqn.params['dimension_numbers'].rhs_spec[0]]
+      elif eqn.primitive.name == 'dot_general':  # output x the contracted length
+        (contracted, _), _ = eqn.params['dimension_numbers']
+        total += out * math.prod(eqn.invars[0].aval.shape[d] for d in contracted)
+      total += sum(macs(inner) for inner in core.jaxprs_in_params(eqn.params))
+    return total
+
+  return macs(closed.jaxpr)
 
 
 def executed_format(platform, numerics, conv_impl):
   """The product format the hardware really runs the convolutions in (for the MFU peak)."""
-  requested = profiles.formats(numerics)
+  from numerics import ops
+  from numerics import setup as numerics_setup
+
+  requested = format_names.kind_formats(numerics)
   fmt = requested['conv']
-  if fmt == 'native':
+  if fmt == format_names.NATIVE:
     im2col = conv_impl == 'im2col'
     args = (platform, numerics.matmul_precision, requested, numerics.compute_dtype)
-    return numerics_setup.kind_formats(*args, conv_as_dot=im2col)['conv']
-  if emulate.resolve_impl(numerics.emulate_impl, platform, fmt) == 'reference':
+    return numerics_setup.effective_formats(*args, conv_as_dot=im2col)['conv']
+  if ops.resolve_impl(numerics.emulate_impl, platform, fmt) == 'reference':
     return numerics_setup.native_formats(platform, 'highest')[0]  # every pass at HIGHEST
-  return 'bf16_4x' if emulate.fast_plan(fmt, platform).split else fmt
+  return 'bf16_4x' if ops.fast_plan(fmt, platform).split else fmt
 
 
 def peak_tflops(device_kind, fmt):
@@ -123,15 +145,21 @@ class JaxStep:
   `dataset`; `run(n)` times n steps. `compile_step=False`: lowered only, for variants."""
 
   def __init__(self, config, devices=None, dataset=None, num_classes=1000, compile_step=True):
+    import jax
+
+    from models import layers
+    from numerics import ops
+    from trainer import run, train
+
     self.config = config
     self.devices = list(devices if devices is not None else jax.devices())
     self.ctx = run.build(config, dataset or synthetic_dataset(config, num_classes), self.devices)
     model, _ = run.init_model(self.ctx)
-    self.num_params = resnet.count_params(model)
+    self.num_params = layers.count_params(model)
     self.conv_impl = ops.resolve_conv_impl(config.numerics.conv_impl)
     phase = next(p for p in self.ctx.phases if not p.frozen)
-    state = run.initial_state(self.ctx, model)
-    self.state, step = run.enter_phase(self.ctx, state, phase, phase.start)
+    state = train.initial_state(self.ctx, model)
+    self.state, step = train.enter_phase(self.ctx, state, phase, phase.start)
     (self.batch,) = list(run.batches(self.ctx, phase.start, phase.start + 1))
     start = time.perf_counter()
     self.lowered = step.lower(self.state, self.batch)
@@ -141,6 +169,8 @@ class JaxStep:
 
   def run(self, n, step=None):
     """Seconds for n steps of `step` (default self.step), the host blocking once at the end."""
+    import jax
+
     step, state, start = step or self.step, self.state, time.perf_counter()
     for _ in range(n):
       state = step(state, self.batch)
@@ -159,22 +189,33 @@ def build_step(config, devices=None, dataset=None, num_classes=1000, compile_ste
 
 def selected_devices(args):
   """The first `--devices` devices (0: all of them)."""
+  import jax
+
   return jax.devices()[: args.devices] if args.devices else jax.devices()
+
+
+def model_name(config):
+  """The model's torchvision name (its module's TORCHVISION, e.g. 'ResNet-18'), else model.name."""
+  import models
+
+  return getattr(models.get(config.model.name), 'TORCHVISION', config.model.name)
 
 
 def model_line(c, devices):
   return (
-    f'ResNet-18 width {c.model.width:g}, {c.model.stem} stem, {c.data.image_size}^2, global '
+    f'{model_name(c)} width {c.model.width:g}, {c.model.stem} stem, {c.data.image_size}^2, global '
     f'batch {c.batch_size} on {len(devices)} {devices[0].platform} device(s)'
   )
 
 
 def numerics_line(config, conv_impl, platform):
   """Compute dtype, precision, each kind's format (emulation resolved), the conv implementation."""
+  from numerics import ops
+
   n, kinds = config.numerics, []
-  for kind, fmt in profiles.formats(n).items():
-    impl = emulate.resolve_impl(n.emulate_impl, platform, fmt)
-    emulated = f' (emulate_impl {n.emulate_impl} -> {impl})' if fmt != 'native' else ''
+  for kind, fmt in format_names.kind_formats(n).items():
+    impl = ops.resolve_impl(n.emulate_impl, platform, fmt)
+    emulated = f' (emulate_impl {n.emulate_impl} -> {impl})' if fmt != format_names.NATIVE else ''
     kinds.append(f'{kind} {fmt}{emulated}')
   return (
     f'compute {n.compute_dtype}, matmul_precision {n.matmul_precision}, {", ".join(kinds)}, '
@@ -188,15 +229,15 @@ def step_mode(args, config):
   times = common.alternate({0: bench.run}, args.warmup, args.windows, args.steps)[0]
   c, d, n, s = config, bench.devices[0], len(bench.devices), statistics.median(times)
   size, classes = c.data.image_size, bench.ctx.dataset.num_classes
-  macs = analytic_macs(size, c.model.width, c.model.stem, 3, classes)
+  macs = analytic_macs(c, classes)
   analytic = 6 * macs * c.batch_size / 1e12  # TFLOP: training = 3 x forward = 6 x MACs
   xla = bench.flops and bench.flops / 1e12
   fmt = executed_format(d.platform, c.numerics, bench.conv_impl)
   peak = peak_tflops(str(getattr(d, 'device_kind', '')), fmt)
   peak = peak and peak * n
-  memory = platforms.memory_stat(bench.devices, 'peak_bytes_in_use')
+  memory = process.memory_stat(bench.devices, 'peak_bytes_in_use')
   f, per_step = common.fmt, f'{args.windows} windows x {args.steps} steps'
-  model = f'ResNet-18 width {c.model.width:g}, {c.model.stem} stem, {classes} classes'
+  model = f'{model_name(c)} width {c.model.width:g}, {c.model.stem} stem, {classes} classes'
   mfu = f'{f(xla and peak and xla / s / peak, ".1%")} / {f(peak and analytic / s / peak, ".1%")}'
   gflop = f'{f(xla and xla * 1e3, ".1f")} / {analytic * 1e3:.1f}'
   rows = [
@@ -217,21 +258,24 @@ def step_mode(args, config):
 
 
 # --mode emulate: each format of --formats natively, with emulate_impl=reference and fast.
-EMULATED = format_names.FORMATS[1:]
-DEFAULT_FORMATS = ','.join(f for f in EMULATED if f not in format_names.NOISY_FORMATS)
+EMULATED = list(format_names.FORMATS)
+DEFAULT_FORMATS = ','.join(f for f, entry in format_names.FORMATS.items() if not entry.noisy)
 NATIVE = (('numerics.conv_format', 'native'), ('numerics.dense_format', 'native'))
 
 
 def emulate_variants(formats, platform):
   """{format: {'native' | 'reference' | 'fast': config overrides, or None where there is none}}:
   native is the precision level whose native format it is, else (bf16) bf16 activations."""
+  from numerics import setup as numerics_setup
+
   plan = {}
   for fmt in formats:
     emulated = (('numerics.conv_format', fmt), ('numerics.dense_format', fmt))
-    fast = fmt in format_names.FAST_FORMATS
+    fast = format_names.FORMATS[fmt].fast is not None
     plan[fmt] = {'native': None, 'reference': emulated + (('numerics.emulate_impl', 'reference'),)}
     plan[fmt]['fast'] = emulated + (('numerics.emulate_impl', 'fast'),) if fast else None
-    target = numerics_setup.kind_formats(platform, 'default', {'conv': fmt, 'dense': fmt})['conv']
+    both = {'conv': fmt, 'dense': fmt}
+    target = numerics_setup.effective_formats(platform, 'default', both)['conv']
     levels = ('default', 'high', 'highest')
     native = [lv for lv in levels if numerics_setup.native_formats(platform, lv) == (target,) * 2]
     if native:
@@ -242,6 +286,8 @@ def emulate_variants(formats, platform):
 
 
 def emulate_mode(args, config):
+  from numerics import ops
+
   formats = [f for f in args.formats.split(',') if f]
   if not formats or set(formats) - set(EMULATED):
     common.fail(f'--formats={args.formats}: choose from {",".join(EMULATED)}')
@@ -267,7 +313,7 @@ def emulate_mode(args, config):
     fast_s = v['fast'] and steps[v['fast']].compile_s
     compile_s = f'{steps[v["reference"]].compile_s:.1f} / {f(fast_s, ".1f")}'
     speeds = [f(x, '.1f') for x in (native, ref, fast)]
-    auto = emulate.resolve_impl('auto', platform, fmt)
+    auto = ops.resolve_impl('auto', platform, fmt)
     rows.append([fmt, setting or 'none on this platform', *speeds, *ratios, auto, compile_s])
   print(
     f'{model_line(config, devices)}, conv_impl {config.numerics.conv_impl}; median of '
@@ -299,11 +345,15 @@ def scatter_and_sort_ops(compiled):
 
 def repeats_identically(bench, compiled, steps):
   """Whether `steps` steps of `compiled` from one state, run twice, end in bit-identical states."""
+  import jax
+
+  from trainer import checkpoint
+
   start, digests = jax.device_get(bench.state), []
   for _ in range(2):
     bench.state = jax.device_put(start, bench.ctx.replicated)
     bench.run(steps, compiled)
-    digests.append(checkpointing.state_digest(bench.state))
+    digests.append(checkpoint.state_digest(bench.state))
   return digests[0] == digests[1]
 
 
@@ -409,9 +459,13 @@ def open_images(args, config, folder):
 
 def feed_runner(bench, feed):
   """run(n): seconds of n steps fed by `feed`, each followed by the trainer's non-finite watch."""
+  import jax
+
+  from trainer import run, train
+
   if feed == 'synthetic':
     return bench.run
-  watch, bad = run.watch(bench.ctx, bench.state)
+  watch, bad = train.watch(bench.ctx, bench.state)
   source = [run.feed(bench.ctx, on_device=True)] if feed == 'device' else []
   batches = run.batches(bench.ctx, 0, 1 << 40, *source)  # as long as the benchmark runs
 
@@ -429,6 +483,8 @@ def feed_runner(bench, feed):
 
 
 def feed_mode(args, config):
+  from input_pipeline import batching
+
   devices = selected_devices(args)
   with tempfile.TemporaryDirectory(prefix='bench_step_') as folder:
     images = open_images(args, config, folder)
@@ -471,36 +527,46 @@ def repeated_image_dataset(config, train_examples, test_examples, num_classes):
     images = np.lib.stride_tricks.as_strided(
       image, (n,) + image.shape[1:], strides, writeable=False
     )
-    return base.Split(images, rng.integers(0, num_classes, n, dtype=np.int32))
+    return input_pipeline.Split(images, rng.integers(0, num_classes, n, dtype=np.int32))
 
-  return base.Dataset('repeated', split(train_examples), split(test_examples), num_classes)
+  return input_pipeline.Dataset(
+    'repeated', split(train_examples), split(test_examples), num_classes
+  )
 
 
 def time_saves(bench, mngr, repeats, steps_during):
   """{'sync', 'total', 'step_while_writing'} seconds of `repeats` epoch-end saves."""
+  import jax
+
+  from trainer import checkpoint
 
   def save():
     step = int(jax.device_get(bench.state['step']))
-    loop.save_state(mngr, step, bench.state, {'status': 'running', 'step': step})
+    checkpoint.save(mngr, step, {'status': 'running', 'step': step}, bench.state)
 
   out = {'sync': [], 'total': [], 'step_while_writing': []}
   save()
   for _ in range(repeats):
     bench.run(1)  # a new step to save
-    checkpointing.wait(mngr)
+    checkpoint.wait(mngr)
     start = time.perf_counter()
     save()
     out['sync'].append(time.perf_counter() - start)
-    checkpointing.wait(mngr)
+    checkpoint.wait(mngr)
     out['total'].append(time.perf_counter() - start)
     bench.run(1)
     save()
     out['step_while_writing'].append(bench.run(steps_during) / steps_during)
-  checkpointing.wait(mngr)
+  checkpoint.wait(mngr)
   return out
 
 
 def epoch_mode(args, config):
+  import jax
+
+  from input_pipeline import batching
+  from trainer import checkpoint, train
+
   if args.test_examples < 1 or args.repeats < 1:
     common.fail('--test-examples and --repeats must be positive')
   if args.train_examples < config.batch_size:
@@ -513,15 +579,15 @@ def epoch_mode(args, config):
   bench = build_step(config, selected_devices(args), dataset)
   ctx = bench.ctx
   times = {'step': common.alternate({0: bench.run}, args.warmup, args.windows, args.steps)[0]}
-  evaluate = functools.partial(run.evaluate, ctx, run.eval_step(ctx, bench.state), bench.state)
+  evaluate = functools.partial(train.evaluate, ctx, train.eval_fn(ctx, bench.state), bench.state)
   evaluate()  # compiles
   times['eval'] = [timed(evaluate) for _ in range(args.repeats)]
   with tempfile.TemporaryDirectory(prefix='bench_step_') as workdir:
-    mngr = checkpointing.manager(workdir, keep=2)
+    mngr = checkpoint.manager(workdir, keep=2)
     try:
       times.update(time_saves(bench, mngr, args.repeats, min(args.steps, ctx.per_epoch)))
     finally:
-      checkpointing.close(mngr)
+      checkpoint.close(mngr)
   med = {name: statistics.median(t) for name, t in times.items()}
   epoch_s, test = ctx.per_epoch * med['step'], len(ctx.dataset.test)
   mib = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(bench.state)) / 2**20
@@ -681,6 +747,8 @@ def trace_summary(events, steps, categories=None):
 
 
 def profile_mode(args, config):
+  import jax
+
   bench = build_step(config, selected_devices(args), num_classes=args.num_classes)
   bench.run(args.warmup)
   with tempfile.TemporaryDirectory(prefix='bench_step_') as trace_dir:
@@ -737,136 +805,8 @@ def keep_trace(trace_dir, target):
     dest.write(write)
 
 
-# --mode torch: the same step in PyTorch at the config's precision (bf16 activations as autocast,
-# TF32 unless matmul_precision highest), eager and torch.compile.
-def torch_resnet18(num_classes=1000, width=1.0, blocks=(2, 2, 2, 2)):
-  """torchvision.models.resnet18's architecture, module names and init in plain torch.nn, so that
-  state_dict keys match torchvision's; `blocks` (3, 4, 6, 3) gives ResNet-34."""
-  nn = torch.nn
-
-  class BasicBlock(nn.Module):
-    def __init__(self, cin, c, stride):
-      super().__init__()
-      self.conv1 = nn.Conv2d(cin, c, 3, stride, 1, bias=False)
-      self.bn1 = nn.BatchNorm2d(c)
-      self.conv2 = nn.Conv2d(c, c, 3, 1, 1, bias=False)
-      self.bn2 = nn.BatchNorm2d(c)
-      self.relu = nn.ReLU(inplace=True)
-      self.downsample = None
-      if stride != 1 or cin != c:
-        self.downsample = nn.Sequential(nn.Conv2d(cin, c, 1, stride, bias=False), nn.BatchNorm2d(c))
-
-    def forward(self, x):
-      y = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
-      return self.relu(y + (x if self.downsample is None else self.downsample(x)))
-
-  class ResNet18(nn.Module):
-    def __init__(self):
-      super().__init__()
-      ch = bench_conv.stage_channels(width)
-      self.conv1 = nn.Conv2d(3, ch[0], 7, 2, 3, bias=False)
-      self.bn1 = nn.BatchNorm2d(ch[0])
-      self.relu = nn.ReLU(inplace=True)
-      self.maxpool = nn.MaxPool2d(3, 2, 1)
-      layers, prev = [], ch[0]
-      for i, (c, n) in enumerate(zip(ch, blocks, strict=True)):
-        stage = [BasicBlock(c if b else prev, c, 2 if i and not b else 1) for b in range(n)]
-        layers.append(nn.Sequential(*stage))
-        prev = c
-      self.layer1, self.layer2, self.layer3, self.layer4 = layers
-      self.avgpool = nn.AdaptiveAvgPool2d(1)
-      self.fc = nn.Linear(prev, num_classes)
-      for m in self.modules():
-        if isinstance(m, nn.Conv2d):
-          nn.init.kaiming_normal_(m.weight, mode='fan_out', nonlinearity='relu')
-
-    def forward(self, x):
-      x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-      x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-      return self.fc(torch.flatten(self.avgpool(x), 1))
-
-  return ResNet18()
-
-
-class TorchStep:
-  """A torch training step on one synthetic uint8 batch of `config`'s size; `run(n)` times n."""
-
-  def __init__(self, config, device, num_classes, compiled):
-    self.device, size, n = torch.device(device), config.data.image_size, config.batch_size
-    cuda = self.device.type == 'cuda'
-    if cuda:
-      tf32 = config.numerics.matmul_precision != 'highest'
-      torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
-      torch.backends.cudnn.benchmark = True
-    torch.manual_seed(0)
-    model = torch_resnet18(num_classes, config.model.width).to(self.device)
-    self.model = model.to(memory_format=torch.channels_last)
-    kind = {'fused': True} if cuda else {'foreach': True}
-    params = self.model.parameters()
-    self.opt = torch.optim.AdamW(params, 1e-3, (0.9, 0.999), 1e-8, weight_decay=0.001, **kind)
-    rng = np.random.default_rng(0)
-    images = rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8)
-    self.images = torch.from_numpy(images).to(self.device)  # NHWC uint8, as the JAX batch
-    labels = rng.integers(0, num_classes, (n,)).astype(np.int64)
-    self.labels = torch.from_numpy(labels).to(self.device)
-    self.autocast = config.numerics.compute_dtype == 'bfloat16'
-    self.step = torch.compile(self._step) if compiled else self._step
-    self.compile_s = self.run(1)  # the first call compiles (torch.compile) or warms the caches
-
-  def _step(self, images, labels):
-    x = images.permute(0, 3, 1, 2).float().div(255.0).sub(0.5).div(0.5)  # NHWC -> NCHW view
-    x = x.contiguous(memory_format=torch.channels_last)
-    with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
-      loss = torch.nn.functional.cross_entropy(self.model(x), labels)
-    loss.backward()
-    self.opt.step()
-    self.opt.zero_grad(set_to_none=True)
-    return loss.detach()
-
-  def run(self, n):
-    start, loss = time.perf_counter(), None
-    for _ in range(n):
-      loss = self.step(self.images, self.labels)
-    if loss is not None:
-      loss.item()  # the host waits once, at the end of the window
-    if self.device.type == 'cuda':
-      torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
-def torch_mode(args, config):
-  device = args.torch_device or ('cuda' if torch.cuda.is_available() else 'cpu')
-  jax_step = build_step(config, jax.devices()[:1], num_classes=args.num_classes)
-  variants = {f'jax (this project, conv_impl {jax_step.conv_impl})': jax_step}
-  variants['torch eager'] = TorchStep(config, device, args.num_classes, compiled=False)
-  if not args.no_compile:
-    try:
-      variants['torch.compile'] = TorchStep(config, device, args.num_classes, compiled=True)
-    except Exception as e:  # reported, its traceback on stderr; eager goes on alone
-      traceback.print_exc()
-      print(f'torch.compile failed ({type(e).__name__}; traceback on stderr)')
-  runners = {name: v.run for name, v in variants.items()}
-  times = common.alternate(runners, args.warmup, args.windows, args.steps)
-  med = {name: statistics.median(t) for name, t in times.items()}
-  jax_name = next(iter(variants))
-  best = min((n for n in variants if n != jax_name), key=med.get)
-  print(
-    f'{model_line(config, jax_step.devices)}, {args.num_classes} classes, compute '
-    f'{config.numerics.compute_dtype}, matmul_precision {config.numerics.matmul_precision}, '
-    f'full training step; {args.windows} alternating windows x {args.steps} steps'
-  )
-  rows = [
-    [name, common.spread(times[name], 1e3, 1), f'{config.batch_size / med[name]:.1f}']
-    + [f'{v.compile_s:.1f}']
-    for name, v in variants.items()
-  ]
-  print(common.table(['variant', 'ms/step median (min-max)', 'images/s', 'first call (s)'], rows))
-  print(f'best torch variant: {best}')
-  print(f'speedup_vs_torch={med[best] / med[jax_name]:.3f}')
-
-
 MODES = dict(step=step_mode, emulate=emulate_mode, determinism=determinism_mode, feed=feed_mode)
-MODES.update(epoch=epoch_mode, profile=profile_mode, torch=torch_mode)
+MODES.update(epoch=epoch_mode, profile=profile_mode)
 MODE_FLAGS = (  # (mode, flag, type, default, help)
   ('emulate', '--formats', str, DEFAULT_FORMATS, f'of {",".join(EMULATED)}'),
   ('determinism', '--variants', str, ','.join(VARIANTS), f'of {",".join(ALL_VARIANTS)}'),
@@ -878,7 +818,6 @@ MODE_FLAGS = (  # (mode, flag, type, default, help)
   ('epoch', '--repeats', int, 3, 'timed evaluations and saves'),
   ('profile', '--trace-dir', str, '', 'keep the trace here (for Perfetto or TensorBoard)'),
   ('profile', '--top', int, 25, 'kernels listed'),
-  ('torch', '--torch-device', str, '', "torch's device (default: cuda where there is one)"),
 )
 
 
@@ -889,26 +828,10 @@ def main(argv=None):
   parser.add_argument('--mode', default='step', choices=tuple(MODES), help='what is measured')
   common.add_step_args(parser)
   owners = common.mode_flags(parser, [(f'--mode {mode}', *rest) for mode, *rest in MODE_FLAGS])
-  common.mode_flag(
-    parser, owners, '--mode torch', '--no-compile', action='store_true', help='skip torch.compile'
-  )
   # --mode emulate resolves each variant's config itself
   args, config = common.parse_step_config(parser, argv, resolve=lambda a: a.mode != 'emulate')
   common.refuse_other_modes(parser, args, owners, f'--mode {args.mode}')
-  if args.mode == 'torch':  # the native ImageNet-stem model on one device, as torch runs it
-    native = {config.numerics.conv_format, config.numerics.dense_format} == {'native'}
-    if config.model.stem != 'imagenet' or not native or config.data.flip or args.devices > 1:
-      common.fail(
-        '--mode torch compares the native ImageNet-stem model on one device: model.stem '
-        "'imagenet', native product formats (no numerics.profile or *_format), no data.flip, "
-        '--devices 0 or 1'
-      )
-    common.allocate_gpu_memory_on_demand()  # JAX would take 75 % of the GPU, leaving torch little
-  environment = common.environment()
-  if args.mode == 'torch':
-    cuda = f', {torch.cuda.get_device_name(0)}' if torch.cuda.is_available() else ''
-    environment += f' | torch {torch.__version__}, threads {torch.get_num_threads()}{cuda}'
-  print(environment)
+  print(common.environment())
   print(common.command_line('bench_step', argv))
   MODES[args.mode](args, config)
 

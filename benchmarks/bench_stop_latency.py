@@ -1,6 +1,6 @@
 """Stop and resume: from a SIGTERM (a preemption notice) to the saved checkpoint, idle and under
-CPU load, steps in flight bounded (trainer/stop.py STEPS_IN_FLIGHT) and not; and (--resume-metrics)
-the peak memory of resuming a run whose metrics.jsonl is large.
+CPU load, steps in flight bounded (trainer/process.py STEPS_IN_FLIGHT) and not; and
+(--resume-metrics) the peak memory of resuming a run whose metrics.jsonl is large.
 
   python -m benchmarks.bench_stop_latency --configs configs/digits.py:study --trials 3 --load 0
   python -m benchmarks.bench_stop_latency --resume-metrics /tmp/mem1g --size-mb 1024
@@ -24,13 +24,12 @@ import time
 from absl import logging
 
 from benchmarks import common
-from configs import loader, validation
+from configs import common as config_common
+from configs import validation
 from runrecord import files, record
+from trainer import metrics, process
 
-jax, batching = common.lazy('jax'), common.lazy('input_pipeline.batching')
-numerics_setup, writers = common.lazy('numerics.setup'), common.lazy('trainer.writers')
-loop, quiet = common.lazy('trainer.loop'), common.lazy('trainer.quiet')
-run, stop = common.lazy('trainer.run'), common.lazy('trainer.stop')
+# JAX and the trainer load where a mode runs: --help and a bad flag are answered without them.
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The study's step time, and a slower one standing for a CelebA step on an accelerator (about
@@ -61,9 +60,11 @@ def signal_later(outputs, per_epoch, rng, sent):
 
 
 def trial(config, per_epoch, limit, rng):
-  """One signalled run (run.watch recording each step's output, STEPS_IN_FLIGHT = limit):
+  """One signalled run (train.watch recording each step's output, STEPS_IN_FLIGHT = limit):
   {'seconds', 'steps_after', 'evaluated_after', 'images_per_s'}."""
-  outputs, original, sent = [], run.watch, []
+  from trainer import train
+
+  outputs, original, sent = [], train.watch, []
 
   def watch(ctx, state):
     fn, bad = original(ctx, state)
@@ -74,18 +75,18 @@ def trial(config, per_epoch, limit, rng):
 
     return recording, bad
 
-  shipped, run.watch, stop.STEPS_IN_FLIGHT = stop.STEPS_IN_FLIGHT, watch, limit
+  shipped, train.watch, process.STEPS_IN_FLIGHT = process.STEPS_IN_FLIGHT, watch, limit
   try:
     with tempfile.TemporaryDirectory() as workdir:
       signal_later(outputs, per_epoch, rng, sent)
       try:
-        loop.train_and_evaluate(config, workdir)
+        train.train_and_evaluate(config, workdir)
         raise RuntimeError('the run ended before the signal: raise num_epochs')
-      except stop.Stopped as e:
+      except process.Stopped as e:
         saved_at, step = time.time(), e.step
       history = record.read_results(workdir)['history']
   finally:
-    run.watch, stop.STEPS_IN_FLIGHT = original, shipped
+    train.watch, process.STEPS_IN_FLIGHT = original, shipped
   signalled, done, steps, seconds = sent[0]
   return {
     'seconds': saved_at - signalled,
@@ -97,19 +98,21 @@ def trial(config, per_epoch, limit, rng):
 
 def throughput(config, rounds):
   """{in flight: median over rounds of each whole run's median logged images/s}."""
-  shipped, rates = stop.STEPS_IN_FLIGHT, {}
+  from trainer import train
+
+  shipped, rates = process.STEPS_IN_FLIGHT, {}
   try:
     for _ in range(rounds):
       for limit in (1, 2, 4, None):
-        stop.STEPS_IN_FLIGHT = limit
+        process.STEPS_IN_FLIGHT = limit
         with tempfile.TemporaryDirectory() as workdir:
-          loop.train_and_evaluate(config, workdir)
+          train.train_and_evaluate(config, workdir)
           with open(os.path.join(workdir, record.METRICS), encoding='utf-8') as f:
             logged = [json.loads(line) for line in f]
         per_log = [r['images_per_sec'] for r in logged if r['kind'] == 'train'][1:]  # 1st: compile
         rates.setdefault(limit, []).append(statistics.median(per_log))
   finally:
-    stop.STEPS_IN_FLIGHT = shipped
+    process.STEPS_IN_FLIGHT = shipped
   return {limit: statistics.median(v) for limit, v in rates.items()}
 
 
@@ -119,7 +122,7 @@ def resolved(spec, epochs=100):
   path, _, rest = spec.partition(':')
   try:
     return validation.resolve(
-      loader.load(f'{path}:{rest + "," if rest else ""}num_epochs={epochs}')
+      config_common.load(f'{path}:{rest + "," if rest else ""}num_epochs={epochs}')
     )
   except ValueError as e:
     common.fail(f'--configs {spec}: {e}')
@@ -139,7 +142,13 @@ def cell(results):
 
 def stop_latency(args, argv):
   os.environ.setdefault('JAX_PLATFORMS', 'cpu')  # before JAX loads
-  quiet.install()
+  import jax
+
+  from input_pipeline import batching
+  from numerics import setup as numerics_setup
+  from trainer import run
+
+  process.quiet_libraries()
   logging.set_verbosity(logging.ERROR)  # the loop's own lines (stop, save) per trial
   configs = [resolved(spec) for spec in args.configs]
   for config in configs:
@@ -148,7 +157,7 @@ def stop_latency(args, argv):
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
   print(common.environment())
   print(common.command_line('bench_stop_latency', argv))
-  shipped = stop.STEPS_IN_FLIGHT
+  shipped = process.STEPS_IN_FLIGHT
   flights = [shipped if v == 'shipped' else None if v == 'none' else int(v) for v in args.in_flight]
   header = ['config', 'step (s)', 'CPU hogs', 'trials']
   for flight in flights:
@@ -188,7 +197,7 @@ def stop_latency(args, argv):
 
 # --resume-metrics: a metrics.jsonl of about --size-mb of training records, written once (a file of
 # that size this project wrote is reused), opened as a run resumed at its last step opens it:
-# read one line at a time (trainer/writers.py kept_lines), so memory holds one line, not the file.
+# read one line at a time (trainer/metrics.py kept_lines), so memory holds one line, not the file.
 METRICS = record.METRICS
 LINE = dict(kind='train', step=0, epoch=1, train_loss=2.302585092994046, train_accuracy=0.1015625)
 LINE.update(learning_rate=0.0009999999999999998, images_per_sec=12345.678)  # as the loop writes
@@ -219,7 +228,7 @@ def resume_metrics(workdir, size_mb):
     except ValueError as e:
       common.fail(str(e))
   start = time.perf_counter()
-  writers.JsonLinesWriter(workdir, resume_step=last).close()
+  metrics.JsonLinesWriter(workdir, resume_step=last).close()
   seconds = time.perf_counter() - start
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
   row = [f'{os.path.getsize(path) / 2**20:.0f}', f'{last:,}', f'{seconds:.1f}', f'{peak:.0f}']

@@ -1,41 +1,19 @@
-"""What the benchmarks share: lazy modules, the record's first lines, the one-line error,
+"""What the benchmarks share: the record's first lines, the one-line error,
 alternating timed windows, tables, flags of one mode, and the step benchmarks' command line.
 Reference: docs/performance.md "The benchmark scripts".
 """
 
-import importlib.util
 import os
 import platform as platform_lib
 import statistics
 import sys
 import time
-import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from configs import loader
-from trainer import gpu_memory
-
-
-def lazy(name: str) -> types.ModuleType:
-  """Module `name`, executed on its first use (importlib.util.LazyLoader): JAX, torch, pandas and
-  the trainer load when a benchmark runs, not for --help. A missing module fails here, at once."""
-  if name in sys.modules:
-    return sys.modules[name]
-  spec = importlib.util.find_spec(name)
-  if spec is None or spec.loader is None:
-    raise ModuleNotFoundError(f'No module named {name!r}', name=name)
-  spec.loader = importlib.util.LazyLoader(spec.loader)
-  module = sys.modules[name] = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  parent, _, child = name.rpartition('.')
-  if parent:  # as `import parent.child` leaves it
-    setattr(sys.modules[parent], child, module)
-  return module
-
-
-flax, jax, optax = lazy('flax'), lazy('jax'), lazy('optax')
-validation, numerics_setup = lazy('configs.validation'), lazy('numerics.setup')
+from configs import common as config_common
+from configs import validation
+from trainer import process
 
 
 def description(doc: str) -> str:
@@ -52,7 +30,7 @@ def fail(message: str) -> NoReturn:
 def allocate_gpu_memory_on_demand() -> None:
   """XLA_PYTHON_CLIENT_PREALLOCATE=false unless one of JAX's memory variables is set: JAX then
   leaves room for torch in the same process. Call before anything starts JAX's backend."""
-  if not any(name in os.environ for name in gpu_memory.MEMORY_VARIABLES):
+  if not any(name in os.environ for name in process.MEMORY_VARIABLES):
     os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] = 'false'
 
 
@@ -67,12 +45,16 @@ def host() -> str:
 
 def environment() -> str:
   """Device, versions, host and GPU memory settings: the record's first line (starts JAX)."""
+  import flax
+  import jax
+  import optax
+
   d = jax.devices()[0]
   return (
     f'device: {d.platform} {getattr(d, "device_kind", "")} x{jax.device_count()} | '
     f'jax {jax.__version__}, jaxlib {getattr(jax.lib, "__version__", "")}, '
     f'flax {flax.__version__}, optax {optax.__version__}, python '
-    f'{platform_lib.python_version()} | {host()} | GPU memory: {gpu_memory.memory_settings()}'
+    f'{platform_lib.python_version()} | {host()} | GPU memory: {process.memory_settings()}'
   )
 
 
@@ -147,7 +129,7 @@ SHORTHANDS = (  # (argparse dest, the config field it sets), with its help text
   ('stem', 'model.stem', str, "model.stem: 'imagenet' or 'small'"),
   ('compute_dtype', 'numerics.compute_dtype', str, 'numerics.compute_dtype'),
   ('matmul_precision', 'numerics.matmul_precision', str, 'numerics.matmul_precision'),
-  ('profile', 'numerics.profile', str, 'numerics.profile (numerics/profiles.py)'),
+  ('profile', 'numerics.profile', str, 'numerics.profile (numerics/formats.py)'),
   ('format', 'numerics.conv_format', str, 'numerics.conv_format and numerics.dense_format'),
   ('format', 'numerics.dense_format', str, None),
   ('emulate_impl', 'numerics.emulate_impl', str, 'numerics.emulate_impl: auto, reference or fast'),
@@ -181,15 +163,17 @@ def shorthand_overrides(args, shorthands=SHORTHANDS) -> list[tuple[str, Any]]:
 
 
 def parse_step_config(parser, argv, overrides_of=shorthand_overrides, resolve=True):
-  """(args, config): `--config` and `--config.*` split off (configs/loader.py), the rest parsed
+  """(args, config): `--config` and `--config.*` split off (configs/common.py), the rest parsed
   by `parser`; the config loaded with overrides_of(args), then --config.*, resolved and its
   numerics applied before any backend starts (`resolve` False, or a function of the args giving
   False: returned as loaded, for a caller resolving variants of it). Bad input: one line, exit 2."""
-  spec, overrides, rest = loader.split_argv(list(sys.argv[1:] if argv is None else argv))
+  spec, overrides, rest = config_common.split_argv(list(sys.argv[1:] if argv is None else argv))
   args = parser.parse_args(rest)  # --help and a bad flag end here, before JAX loads
+  from numerics import setup as numerics_setup
+
   resolve = resolve(args) if callable(resolve) else resolve
   try:
-    loaded = loader.load(spec or DEFAULT_CONFIG, overrides_of(args) + overrides)
+    loaded = config_common.load(spec or DEFAULT_CONFIG, overrides_of(args) + overrides)
     config = validation.resolve(loaded)
     numerics_setup.configure(config)
   except ValueError as e:  # a bad file, field or value (ConfigError is a ValueError): one line

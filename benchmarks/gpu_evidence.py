@@ -87,9 +87,10 @@ PY = sys.executable
 # Benchmark commands at the GPU's size and at a toy size for CPU (smoke mode).
 STEP = 'benchmarks.bench_step --config configs/celeba.py:gpu'
 GPU_STEP = f'{STEP} --image-size 224 --compute-dtype bfloat16'
-TOY_STEP = f'{STEP} --image-size 16 --width 0.0625 --batch 8 --num-classes 10'
-TOY_STEP += ' --steps 1 --windows 1 --warmup 0'
-TORCH = 'benchmarks.bench_step --mode torch --image-size 224 --compute-dtype bfloat16 --steps 5'
+TOY = '--image-size 16 --width 0.0625 --batch 8 --num-classes 10 --steps 1 --windows 1 --warmup 0'
+TOY_STEP = f'{STEP} {TOY}'
+TORCH = 'benchmarks.bench_vs_torch --image-size 224 --compute-dtype bfloat16 --steps 5'
+TOY_TORCH = f'benchmarks.bench_vs_torch --config configs/celeba.py:gpu {TOY} --no-compile'
 KEY_VALUE = re.compile(r'^([A-Za-z_]\w*)=(-?[0-9][0-9.e+-]*)$')
 PYTEST_SUMMARY = re.compile(r'\d+ (passed|failed|skipped|errors?)\b.* in ')
 MEM_FRACTION = re.compile(r'XLA_PYTHON_CLIENT_MEM_FRACTION=([0-9.]+)')
@@ -139,7 +140,7 @@ def determinism(batch, variants, extra=''):
 
 def vs_torch(batch, preset='', windows=''):
   gpu = f'{TORCH} {preset} --batch {batch} {windows}'
-  return ('vs_torch', 'speedup_vs_torch', gpu, f'{TOY_STEP} --mode torch --no-compile')
+  return ('vs_torch', 'speedup_vs_torch', gpu, TOY_TORCH)
 
 
 def profile(batch, toy):

@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
-from benchmarks import bench_conv, bench_input, bench_step, bench_stop_latency
+from benchmarks import bench_conv, bench_input, bench_step, bench_stop_latency, bench_vs_torch
+from benchmarks import common as bench_common
+from configs import common, validation
 from numerics import ops
 from tests.conftest import ROOT
 
@@ -37,7 +39,7 @@ def test_bench_step_runs(capsys, keep_matmul_precision):
 
 
 def test_bench_step_loads_the_config_and_emulates(capsys, keep_matmul_precision):
-  """--config and --config.* reach the step through configs/loader.py, the emulated format too."""
+  """--config and --config.* reach the step through configs/common.py, the emulated format too."""
   bench_step.main(
     [
       '--config',
@@ -132,18 +134,24 @@ def test_bench_emulate_native_variant_of_each_format():
 
 
 def test_bench_vs_torch_runs(capsys, keep_matmul_precision):
-  bench_step.main(['--mode', 'torch', *TINY, '--windows', '2', '--warmup', '0', '--no-compile'])
+  bench_vs_torch.main([*TINY, '--windows', '2', '--warmup', '0', '--no-compile'])
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[-1].startswith('speedup_vs_torch=') and float(lines[-1].split('=')[1]) > 0
   assert any(line.startswith('| torch eager |') for line in lines)
 
 
+def analytic_gmacs(*overrides):
+  config = validation.resolve(common.load(bench_common.DEFAULT_CONFIG, list(overrides)))
+  return bench_step.analytic_macs(config) / 1e9
+
+
 def test_analytic_flops_match_reference():
-  # torchvision's model card of ResNet18_Weights.IMAGENET1K_V1 lists 1.81 "GFLOPS" at 224^2,
-  # which are multiply-adds (fvcore's count); the convolutions scale with the pixel count: 0.59 G
-  # at 128^2.
-  assert abs(bench_step.analytic_macs(224) / 1e9 - 1.814) < 0.001
-  assert abs(bench_step.analytic_macs(128) / 1e9 - 0.593) < 0.001
+  # torchvision's model cards of ResNet18_Weights and ResNet50_Weights.IMAGENET1K_V1 list 1.81 and
+  # 4.09 "GFLOPS" at 224^2, which are multiply-adds (fvcore's count); the convolutions scale with
+  # the pixel count: 0.59 G at 128^2.
+  assert abs(analytic_gmacs(('data.image_size', 224)) - 1.814) < 0.001
+  assert abs(analytic_gmacs(('data.image_size', 128)) - 0.593) < 0.001
+  assert abs(analytic_gmacs(('data.image_size', 224), ('model.name', 'resnet50')) - 4.09) < 0.001
   assert bench_step.peak_tflops('NVIDIA H100 80GB HBM3', 'bf16') == 989.0
   assert bench_step.peak_tflops('cpu', 'f32') is None
 
@@ -157,7 +165,7 @@ def test_bench_feed_runs_every_feed(capsys, keep_matmul_precision):
   ] == ['| synthetic', '| host', '| device']
 
 
-def test_profile_step_summarises_the_trace(capsys, keep_matmul_precision, tmp_path):
+def test_bench_step_profile_summarises_the_trace(capsys, keep_matmul_precision, tmp_path):
   bench_step.main(
     TINY + ['--mode', 'profile', '--warmup', '1', '--devices', '1', '--trace-dir', str(tmp_path)]
   )

@@ -38,6 +38,7 @@ COMMANDS = (
   'benchmarks.bench_input',
   'benchmarks.bench_step',
   'benchmarks.bench_stop_latency',
+  'benchmarks.bench_vs_torch',
 )
 HEAVY = (
   'jax',

@@ -15,11 +15,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from benchmarks.bench_step import torch_resnet18
+from benchmarks.bench_vs_torch import torch_resnet18, torch_resnet50
 from configs import digits, validation
 from models import layers, pretrained, resnet
 from tests.conftest import ROOT
-from tests.support.torch_resnet import torch_resnet50
 
 torch = pytest.importorskip(
   'torch', reason='torch (test-only extra) is not installed: the PyTorch parity tests need it'
@@ -114,7 +113,7 @@ def test_eval_logits_match_pytorch(net, files, images, ext):
 
 
 def test_resnet50_logits_match_pytorch_in_eval_and_train_mode(tmp_path, images):
-  """torchvision's resnet50 layout (tests/support/torch_resnet.py) with random weights, BN affine
+  """torchvision's resnet50 layout (benchmarks/bench_vs_torch.py) with random weights, BN affine
   parameters and running statistics, saved as a torchvision-keyed state dict: the file says which
   ResNet it holds, the registry's resnet50 loads it, and its logits (eval and train mode) and
   updated running statistics are PyTorch's within RTOL."""

@@ -14,7 +14,8 @@ from flax import nnx
 
 import models
 from benchmarks import bench_conv, bench_step
-from configs import digits, validation
+from benchmarks import common as bench_common
+from configs import common, digits, validation
 from numerics import ops
 from numerics import setup as numerics_setup
 from tests.support.floats import assert_within_summation_bound
@@ -223,7 +224,8 @@ def test_bench_conv_lists_every_resnet18_convolution():
   assert len(convs) == 11 and sum(len(c.names) for c in convs) == 20  # stem + 16 + 3 downsamples
   assert [c.input_grad for c in convs].count(False) == 1  # the stem's input is the images
   macs = sum(len(c.names) * bench_conv.macs(c) for c in convs)
-  assert macs + 512 * 1000 == bench_step.analytic_macs(64)
+  config = validation.resolve(common.load(bench_common.DEFAULT_CONFIG))  # 64^2, 1000 classes
+  assert macs + 512 * 1000 == bench_step.analytic_macs(config)
   small = bench_conv.resnet18_convs(8, 0.125, 'small', 1)
   assert sum(len(c.names) for c in small) == 20 and small[0].k == 3 and small[0].cin == 1
 

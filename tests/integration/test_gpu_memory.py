@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from benchmarks import bench_step, common
+from benchmarks import bench_step, bench_vs_torch, common
 from sweeps import estimate, runner, sweep
 from tests.conftest import ROOT
 from trainer import process
@@ -153,6 +153,6 @@ def test_bench_vs_torch_sets_it_first_and_records_it(
 
   monkeypatch.setattr(bench_step, 'build_step', stop)
   with pytest.raises(Stop):
-    bench_step.main(['--mode', 'torch', '--no-compile', '--image-size', '16', '--batch', '8'])
+    bench_vs_torch.main(['--no-compile', '--image-size', '16', '--batch', '8'])
   first = capsys.readouterr().out.splitlines()[0]
   assert '| GPU memory: XLA_PYTHON_CLIENT_PREALLOCATE=false |' in first and 'torch ' in first

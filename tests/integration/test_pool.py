@@ -1,4 +1,5 @@
-"""models/pool.py: flax's max pool bit for bit, forward and gradient, without a scatter."""
+"""models/layers.py max_pool: flax's max pool bit for bit, forward and gradient, without a
+scatter."""
 
 import re
 
@@ -107,5 +108,5 @@ def test_bench_pool_times_both_pools_both_ways(capsys):
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[-1].startswith('pool_speedup=') and float(lines[-1].split('=')[1]) > 0
   assert (
-    sum(line.startswith(('| flax nnx.max_pool |', '| models/pool.py |')) for line in lines) == 4
+    sum(line.startswith(('| flax nnx.max_pool |', '| models/layers.py |')) for line in lines) == 4
   )
