@@ -47,8 +47,8 @@ def smoke(c):
 
 PRESETS = {'__base__': base, 'tpu': tpu, 'gpu': gpu, 'cpu': cpu, 'smoke': smoke}
 
-# The factorial numerics study (get_sweep, get_study). Profiles: numerics/profiles.py. `native` is
-# each platform's own arithmetic; the others reproduce one platform's on every platform.
+# The factorial numerics study (get_sweep, get_study). Profiles: numerics/formats.py PROFILES.
+# `native` is each platform's own arithmetic; the others reproduce one platform's on every platform.
 PROFILES = ('native', 'tpu_default', 'jax_gpu_default', 'torch_gpu_default', 'f32')
 NOISE_PROFILE = 'bf16_noise'  # the noise control: its replicate spread is the noise floor
 DTYPES = ('float32', 'bfloat16')  # activations
@@ -72,7 +72,7 @@ PAIRED_SD_SOURCE = (
   'for pairing), as in the digits pilot, where the per-seed differences between '
   'arms had sd 1.1-1.4 pp at arm sds of 0.4-1.3 pp'
 )
-# statsmodels power (analysis/numbers/inference.py seeds_needed, paired, alpha 0.05, 80% power) at
+# statsmodels power (analysis/stats.py seeds_needed, paired, alpha 0.05, 80% power) at
 # PAIRED_SD_PP and MARGIN_PP: 15 seeds to detect a difference of the margin, 16 to show
 # equivalence within it; tests/e2e/test_sweep.py checks the number. It is the n of a two-arm paired
 # comparison; the factorial's main effects and the gap residual pool 4 or more arms per level.
@@ -110,7 +110,7 @@ def get_sweep(arg=None):
   return [{**arm, 'seed': seed} for arm in arms for seed in range(SEEDS)]
 
 
-# Short arm labels (analysis/inputs/declaration.py): an arm is named by what differs from the
+# Short arm labels (analysis/declaration.py): an arm is named by what differs from the
 # reference.
 LABELS = {
   'profile': '{}',
@@ -120,7 +120,7 @@ LABELS = {
 
 
 # "Explained by numerics" needs the numerics part to be at least this share of the platform gap
-# by the share's lower 95% bound (analysis/numbers/gap_verdict.py).
+# by the share's lower 95% bound (analysis/attribution.py).
 MIN_SHARE = 0.5
 MIN_SHARE_REASON = (
   'the numerics must be the larger part of the gap at 95% confidence for the '
@@ -129,7 +129,7 @@ MIN_SHARE_REASON = (
 
 
 def get_study(arg=None):
-  """The declaration (analysis/inputs/declaration.py) that sweeps.sweep writes into the root before
+  """The declaration (analysis/declaration.py) that sweeps.sweep writes into the root before
   the first run and the analysis reads: margin, factors, reference levels, controls, short labels,
   and the power calculation behind SEEDS."""
   del arg

@@ -93,7 +93,7 @@ SD_SOURCE = (
   'pilot of this preset on CPU (3 emulated arms f32/bf16/tf32 x 5 seeds): arm sds '
   '0.4-1.3 pp, sd of the per-seed differences between arms 1.1-1.4 pp'
 )
-# statsmodels power (analysis/numbers/inference.py seeds_needed, paired, alpha 0.05, 80% power) at
+# statsmodels power (analysis/stats.py seeds_needed, paired, alpha 0.05, 80% power) at
 # PAIRED_SD_PP and MARGIN_PP: 6 seeds both to detect the margin and to show equivalence within it;
 # tests/e2e/test_sweep.py checks the number.
 SEEDS = 6

@@ -22,8 +22,8 @@ class ConfigError(ValueError):
   """A config, flag or environment problem found before compute starts (one line)."""
 
 
-SEED_MAX = 2**32 - 1  # the seed reaches the steps as a uint32 (trainer/steps.py)
-STEP_MAX = 2**31 - 1  # the training state's step counter is an int32 (trainer/steps.py)
+SEED_MAX = 2**32 - 1  # the seed reaches the steps as a uint32 (trainer/train.py)
+STEP_MAX = 2**31 - 1  # the training state's step counter is an int32 (trainer/train.py)
 WIDTH_MIN = 1 / 64  # the stem's 64 channels times the width: at least one channel
 # Every seed a config holds and what takes it, each checked in [0, SEED_MAX] (before: a wrapped
 # init_seed 2^32 trained as 0; data_seed 2^32 an OverflowError after the workdir existed;
@@ -265,7 +265,7 @@ def known_flags(flags):
 
 
 def _check_distributed(config):
-  """config.distributed (trainer/distributed.py reads it): a named coordinator needs its
+  """config.distributed (trainer/process.py reads it): a named coordinator needs its
   process count and this process's id."""
   d = config.distributed
   _one_of(config, 'distributed.initialize', common.DISTRIBUTED_MODES)

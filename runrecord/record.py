@@ -80,7 +80,7 @@ XLA_FLAGS_COLUMN = 'numerics.effective.xla_flags'
 
 # The test set a run was evaluated on, as the datasets record it (input_pipeline: digits and
 # CelebA record the test split's fingerprint and size, CelebA the source files' fingerprint too):
-# runs compare example by example, and pair, only on one test set (analysis/inputs/columns.py).
+# runs compare example by example, and pair, only on one test set (analysis/inputs.py).
 TEST_SET = ('data.source_fingerprint', 'data.split_fingerprint', 'data.test_size')
 # Two runs share initial weights and data order (and so pair by seed) when these are equal:
 # the init and data seeds (both `seed` unless set apart), everything that builds the initial

@@ -1,4 +1,4 @@
-"""Graceful stop (trainer/stop.py): SIGTERM/SIGINT finish the step, save it, exit 128 + signal.
+"""Graceful stop (trainer/process.py): SIGTERM/SIGINT finish the step, save it, exit 128 + signal.
 
 The signals are real: tests/support/fault_injection.py sends them to the process at a chosen step
 (or inside the checkpoint write), the multi-process test sends one from outside to one of two.

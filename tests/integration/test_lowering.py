@@ -2,8 +2,8 @@
 
 XLA's deterministic GPU mode (`numerics.gpu_deterministic`, --xla_gpu_deterministic_ops) sorts a
 scatter's indices and serialises it: on an H100 the stem's max-pool gradient and the loss's
-gradient made the deterministic step 2x slower (BENCHMARKS.md). models/pool.py and
-trainer/steps.py replace both with dense ops; this file keeps every config of the project so.
+gradient made the deterministic step 2x slower (BENCHMARKS.md). models/layers.py (max_pool) and
+trainer/train.py replace both with dense ops; this file keeps every config of the project so.
 
 Lowering only traces (no compile, nothing runs), at a small width, image size and batch: which
 operations the step holds depends on the stem, the task, the product formats, the emulation

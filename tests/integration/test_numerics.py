@@ -100,7 +100,8 @@ def test_emulate_f32_matches_native_on_cpu(product):
   out = run(x, w, dy)
   # Bit-exact by construction (was rtol=atol=1e-6): 'f32' keeps the f32 operands as they are and
   # multiplies them with the same XLA product at HIGHEST, which XLA:CPU computes as its native f32
-  # one; the gradients are JAX's transposes of that same product (emulate.py: no custom gradient).
+  # one; the gradients are JAX's transposes of that same product (numerics/ops.py: no custom
+  # gradient).
   for g1, g0 in zip(out['f32'], out['native'], strict=True):
     np.testing.assert_array_equal(g1, g0)
   for g2, g0 in zip(
@@ -162,7 +163,7 @@ def test_emulated_conv_gradients_by_hand(mode):
   hand_dx = sum(jax.vjp(lambda a, b=b: hp(a, b), x)[1](c)[0] for c, b in pairs(pdy, pw))
   hand_dw = sum(jax.vjp(lambda b, a=a: hp(a, b), w)[1](c)[0] for a, c in pairs(px, pdy))
   # Bit-exact by construction (was atol 2e-6): the same native transposed convolutions of the same
-  # rounded parts, added in the same order of pairs as numerics/emulate.py adds them.
+  # rounded parts, added in the same order of pairs as numerics/ops.py adds them.
   np.testing.assert_array_equal(dx, hand_dx)
   np.testing.assert_array_equal(dw, hand_dw)
   _, vjp0 = jax.vjp(lambda a, b: conv(a, b, 'f32'), x, w)

@@ -8,7 +8,7 @@ batch of the evaluation that ends epoch n). Actions: `kill` (SIGKILL this proces
 without notice), `term` / `int` (SIGTERM / SIGINT to this process: a preemption notice, a time
 limit, Ctrl-C), `enospc` (raise OSError(ENOSPC): a full disk).
 
-`install(spec, patch)` wraps the trainer's own functions (trainer.loop._after_step, record.save,
+`install(spec, patch)` wraps the trainer's own functions (trainer.train._after_step, record.save,
 train._end_epoch's evaluation step): nothing in the production code knows about faults. In a test
 process pass pytest's `monkeypatch.setattr`; `python tests/support/fault_train.py ...` installs them
 from TRAIN_FAULT in a train.py process.

@@ -53,7 +53,7 @@ def fake_results(seed, acc, platform, dtype):
 
 
 def write_metrics(run, seed, scale):
-  """A metrics.jsonl as trainer/writers.py writes it: train records, epoch records, one bad line."""
+  """A metrics.jsonl as trainer/metrics.py writes it: train records, epoch records, one bad line."""
   lines = []
   for step in STEPS:
     lines.append(

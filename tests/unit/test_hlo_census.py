@@ -10,7 +10,7 @@ from sweeps import preflight, tpu
 
 # A forward convolution at highest on bf16-converted input, a backward weight gradient at
 # default, a dense product (printed by the TPU compiler as a convolution) and a dot with an
-# algorithm, and the rounding of numerics/rounding.py: a bitcast of f32 to u32 (counted), a
+# algorithm, and the rounding of numerics/formats.py: a bitcast of f32 to u32 (counted), a
 # bitcast of u32 back to f32 and one of a u32 PRNG value to f32 (not counted), a
 # reduce-precision (counted).
 # (A backslash at a line's end continues the HLO line: the text is the same as one long line.)

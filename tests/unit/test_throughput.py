@@ -1,4 +1,4 @@
-"""trainer/clock.py's meter: images/s is training throughput (evaluations and checkpoint saves
+"""trainer/metrics.py's meter: images/s is training throughput (evaluations and checkpoint saves
 left out), the ETA keeps every second but compiles."""
 
 import types
@@ -12,7 +12,7 @@ BATCH = 8
 
 @pytest.fixture
 def clock(monkeypatch):
-  """trainer/clock.py's time.time(), set by the test: clock.now = seconds."""
+  """trainer/metrics.py's time.time(), set by the test: clock.now = seconds."""
   fake = types.SimpleNamespace(now=0.0)
   monkeypatch.setattr(metrics, 'time', types.SimpleNamespace(time=lambda: fake.now))
   return fake
