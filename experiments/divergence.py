@@ -21,8 +21,7 @@ from configs import common, loader, validation
 from numerics import profiles
 from runrecord import files
 
-# JAX, the trainer (experiments/lockstep.py), pandas and matplotlib load once main has read the
-# command line: --help and a bad flag are answered without them.
+# JAX, the trainer (experiments/lockstep.py) and matplotlib load in main: --help answers without.
 
 DEFAULT_CONTROL = 'numerics.profile=bf16_noise'
 FORMAT_FIELDS = tuple(f'numerics.{kind}_format' for kind in profiles.KINDS)

@@ -380,15 +380,8 @@ def figure(result, out_dir):
   for ax, title in zip(axes, ('matmul (random normal)', 'ResNet-18 conv/fc shapes'), strict=True):
     ax.set(xscale='log', yscale='log', xlabel='reduction length K', title=title)
   axes[0].set_ylabel('relative L2 error vs float64')
-  handles, labels = axes[0].get_legend_handles_labels()  # below the axes: it covers no line
-  fig.legend(
-    handles,
-    labels,
-    loc='upper center',
-    bbox_to_anchor=(0.5, 0.0),
-    ncol=min(len(labels), 4),
-    frameon=False,
-  )
+  # Below the axes: it covers no line.
+  fig.legend(loc='upper center', bbox_to_anchor=(0.5, 0.0), ncol=min(len(colors), 4), frameon=False)
   fig.suptitle(f'{result["info"]["platform"]} ({result["info"]["device_kind"]})', fontsize=8)
   return style.save(fig, out_dir, 'numerics_error')
 

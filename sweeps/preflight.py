@@ -269,13 +269,9 @@ def programs(ctx):
 def memory(compiled):
   """{memory_per_chip_gib: arguments + outputs - aliased + temporaries + code, and each part}."""
   m = compiled.memory_analysis()
-  parts = {
-    'argument_gib': m.argument_size_in_bytes,
-    'output_gib': m.output_size_in_bytes,
-    'alias_gib': m.alias_size_in_bytes,
-    'temp_gib': m.temp_size_in_bytes,
-    'code_gib': m.generated_code_size_in_bytes,
-  }
+  kinds = ('argument', 'output', 'alias', 'temp')
+  parts = {f'{k}_gib': getattr(m, f'{k}_size_in_bytes') for k in kinds}
+  parts['code_gib'] = m.generated_code_size_in_bytes
   total = sum(parts.values()) - 2 * parts['alias_gib']  # aliased outputs are their arguments
   return {'memory_per_chip_gib': total / GIB, **{k: v / GIB for k, v in parts.items()}}
 

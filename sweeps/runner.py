@@ -7,6 +7,7 @@ import collections
 import contextlib
 import dataclasses
 import os
+import posixpath  # the paths of a root that may be a bucket's (gs://b/study)
 import re
 import shlex
 import signal
@@ -82,10 +83,6 @@ def slot_envs(root, gpus, slots):
 
 
 # --- the command list and the SLURM script: the runs launched elsewhere ---
-def join(root, *parts):  # not os.path.join: roots may be bucket paths
-  return '/'.join([root.rstrip('/'), *parts])
-
-
 def flag_value(value):
   """A config value as absl's --config.<field>= parses it back."""
   if isinstance(value, str):
@@ -106,10 +103,6 @@ def command(run, path, arg, python='python'):
   """The run's train.py argv, relative to the repository root."""
   flags = config_flags(run, path, arg)
   return [python, 'train.py', flags[0], f'--workdir={run.workdir}', *flags[1:]]
-
-
-def command_line(argv):
-  return ' '.join(shlex.quote(a) for a in argv)
 
 
 def check_one_line(text, what):
@@ -164,7 +157,7 @@ def slurm_script(commands_file, count, root, job_name, python=sys.executable):
       '# completed runs return at once, unfinished ones resume from their latest checkpoint.',
       'set -euo pipefail',
       f'cd {shlex.quote(REPO)}',
-      f'CACHE_DEFAULT={shlex.quote(join(root, CACHE_DIR))}',
+      f'CACHE_DEFAULT={shlex.quote(posixpath.join(root, CACHE_DIR))}',
       'export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$CACHE_DEFAULT}"',
       f'CMD=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {shlex.quote(commands_file)})',
       f'PYTHON={shlex.quote(python)}',
@@ -185,11 +178,6 @@ def tail(path, size=8192):
       return f.read().decode(errors='replace')
   except OSError:
     return ''
-
-
-def last_line(path):
-  lines = [line.strip() for line in tail(path).splitlines() if line.strip()]
-  return lines[-1] if lines else ''
 
 
 def logged_speeds(workdir):
@@ -434,7 +422,8 @@ def reap(progress, stopping):
       progress.durations.append(time.time() - a.started)
       progress.show(f'done    {name} in {took} (log: {a.logfile})')
     else:
-      line = last_line(a.logfile)
+      lines = [line.strip() for line in tail(a.logfile).splitlines() if line.strip()]
+      line = lines[-1] if lines else ''  # the log's last line
       progress.failures.append((a.run, code, line))
       progress.show(f'FAILED  {name}: exit code {code}, last log line: {line!r} (log: {a.logfile})')
   return freed

@@ -13,7 +13,9 @@ import collections
 import functools
 import json
 import os
+import posixpath
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -133,7 +135,7 @@ def expand(spec, root):
       config, problem = validation.resolve(config), ''
     except validation.ConfigError as e:
       problem = str(e).splitlines()[0]
-    workdir = runner.join(root, slug, f'seed{seed}')
+    workdir = posixpath.join(root, slug, f'seed{seed}')  # posixpath: a root may be gs://b/study
     runs.append(Run(arm, slug, seed, {'seed': seed, **arm}, workdir, config, problem))
   return runs, path, arg
 
@@ -378,7 +380,7 @@ def write_outputs(args, runs, path, arg, root, emitted, declared, chips=()):
   study_file = args.emit_study or (
     None if dry or '://' in root else os.path.join(root, declaration.STUDY_FILE)
   )
-  copy_to = runner.join(root, declaration.STUDY_FILE)
+  copy_to = posixpath.join(root, declaration.STUDY_FILE)
   if declared and study_file:
     files.write_file(study_file, declaration.dumps(declared), command='sweep', flag='--emit-study')
     where = os.path.abspath(study_file)
@@ -392,9 +394,7 @@ def write_outputs(args, runs, path, arg, root, emitted, declared, chips=()):
   commands_file, slurm_file = emitted
   if args.emit_commands or not dry:  # with TPU chips, each line takes a free one of them
     launcher = tpu.launcher(chips) if chips else []
-    text = ''.join(
-      runner.command_line(launcher + runner.command(r, path, arg)) + '\n' for r in runs
-    )
+    text = ''.join(shlex.join(launcher + runner.command(r, path, arg)) + '\n' for r in runs)
     files.write_file(commands_file, text, command='sweep', flag='--emit-commands')
     print(f'commands: {commands_file}')
   if args.emit_slurm or not dry:
@@ -408,7 +408,7 @@ def list_pending(todo, path, arg, emitted):
   """A dry run's listing: each command still to run, or the first LIST_FIRST and a count."""
   shown = todo if len(todo) <= LIST_ALL else todo[:LIST_FIRST]
   for run, detail in shown:
-    line = runner.command_line(runner.command(run, path, arg))
+    line = shlex.join(runner.command(run, path, arg))
     print(f'would run: {line}' + (f'  # {detail}' if detail else ''))
   if len(shown) < len(todo):
     where = f'all in {os.path.abspath(emitted)}' if emitted else '--emit-commands=FILE writes all'
