@@ -9,21 +9,19 @@ Writes divergence.{md,json,png,pdf} to --out; what each number means: docs/numer
 
 import argparse
 import contextlib
-import functools
-import json
-import os
 import sys
 import textwrap
 import time
 
 import numpy as np
 
+import experiments
+from analysis import analyse as cli
 from configs import common, validation
 from numerics import formats
 from runrecord import files
 
-# JAX, the trainer (experiments/lockstep.py), pandas and matplotlib load once main has read the
-# command line: --help and a bad flag are answered without them.
+# JAX, the trainer (experiments/lockstep.py) and matplotlib load in main: --help answers without.
 
 DEFAULT_CONTROL = 'numerics.profile=bf16_noise'
 FORMAT_FIELDS = tuple(f'numerics.{kind}_format' for kind in formats.KINDS)
@@ -31,15 +29,9 @@ OUTPUTS = ['divergence.md', 'divergence.json', 'divergence.png', 'divergence.pdf
 GROUPS = ('stem', 'layer1', 'layer2', 'layer3', 'layer4', 'head')  # parameter groups, in order
 
 
-def fail(message):
-  """Bad input: one line on stderr, exit code 2."""
-  print(f'error: {message}', file=sys.stderr)
-  sys.exit(2)
-
-
 def parse_args(argv):
   """(args, [(config field, value)] of the --config.<field>=<value> flags)."""
-  p = argparse.ArgumentParser(
+  p = cli.Parser(
     prog='python -m experiments.divergence',
     description=__doc__,
     formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -47,11 +39,7 @@ def parse_args(argv):
   p.add_argument('--config', required=True, help='config file and presets: configs/digits.py:cpu')
   p.add_argument('--a', required=True, help='arm a: numerics.<field>=<value>[,...]')
   p.add_argument('--b', default=None, help='arm b (default: the same as --a, a determinism check)')
-  p.add_argument(
-    '--control',
-    default=DEFAULT_CONTROL,
-    help='the control arm: arm a plus these numerics overrides; none: no control',
-  )
+  p.add_argument('--control', default=DEFAULT_CONTROL, help='arm a plus these; none: no control')
   seeds = p.add_mutually_exclusive_group()
   seeds.add_argument('--seeds', type=int, nargs='+', help='seeds (default: config.seed)')
   seeds.add_argument('--num-seeds', type=int, help='N seeds from config.seed on')
@@ -60,17 +48,15 @@ def parse_args(argv):
   p.add_argument('--probe', type=int, default=256, help='test images in the fixed probe batch')
   p.add_argument('--devices', type=int, default=0, help='data-parallel devices (0: all)')
   p.add_argument('--out', default='runs/divergence', help='folder for the table, JSON and figure')
-  p.error = fail  # one line, not argparse's usage block
   args, rest = p.parse_known_args(argv)
   for flag in ('steps', 'every', 'probe', 'num_seeds'):
-    value = getattr(args, flag)
-    if value is not None and value < 1:
-      fail(f'--{flag.replace("_", "-")}={value}: give a positive integer')
+    if (value := getattr(args, flag)) is not None and value < 1:
+      cli.fail(f'--{flag.replace("_", "-")}={value}: give a positive integer')
   if args.seeds and (min(args.seeds) < 0 or len(set(args.seeds)) != len(args.seeds)):
-    fail(f'--seeds={" ".join(map(str, args.seeds))}: give distinct non-negative integers')
+    cli.fail(f'--seeds={" ".join(map(str, args.seeds))}: give distinct non-negative integers')
   for item in rest:
     if not item.startswith('--config.') or '=' not in item:
-      fail(f'unrecognized argument {item}: set config fields as --config.<field>=<value>')
+      cli.fail(f'unrecognized argument {item}: set config fields as --config.<field>=<value>')
   return args, [tuple(item[len('--config.') :].split('=', 1)) for item in rest]
 
 
@@ -149,9 +135,7 @@ def determinism_failures(result):
 
 
 # --- the report: Markdown tables (what every number means) and the figure ---
-
 KIND_TITLES = {'b': 'a vs b', 'control': 'a vs control', 'ceiling': 'a vs a, other seed'}
-KIND_TICKS = {'b': 'a vs b', 'control': 'a vs\ncontrol', 'ceiling': 'a vs a,\nother seed'}
 # The colour of the pair's other model (style.PALETTE): arms a, b, control as style.arm_colors.
 KIND_COLORS = {'b': 1, 'control': 2, 'ceiling': 6}
 PARAMS = (('params', '‖Δθ‖/‖θa‖'),)
@@ -252,19 +236,15 @@ def header(result):
 
 PAIRS = {
   'b': '- **a vs b**: the same seed (the same initial weights and batches), other numerics.',
-  'control': """- **a vs control**: arm a plus {control}, the same seed: a perturbation of matched
-  magnitude; b's format does more than one if a vs b is clearly larger (docs/numerics.md).""",
-  'ceiling': """- **a vs a, other seed** (the ceiling): arm a of the next seed (other initial
-  weights and data order): how far apart two unrelated models of one arm are.""",
+  'control': '- **a vs control**: arm a plus {control}, the same seed: a matched perturbation.',
+  'ceiling': '- **a vs a, other seed** (the ceiling): two unrelated models of arm a.',
 }
 EXPLAIN = """
 Distances in float64, relative to arm a (x: the pair's other model); churn: the share of predicted
-labels that differ (multilabel: image × attribute labels, the analysis's churn); loss: each arm's
-mean training loss since the previous row. Each cell: the mean over seeds [{band}].
+labels that differ; loss: each arm's mean training loss since the previous row. Each cell: the mean
+over seeds [{band}]. How to read them: docs/numerics.md ("Experiments on the numerics").
 """
-FINAL = """The churn per seed (pair) with its {ci}, then the mean over seeds with its {across}:
-seeds are the units (pooling their images in one sample would be too narrow).
-"""
+FINAL = 'Per seed (pair) with its {ci}; across seeds, the mean with its {across}.\n'
 
 
 def markdown(result):
@@ -292,26 +272,21 @@ def markdown(result):
   )
 
 
-def plot_band(ax, x, series, color, label, lw=1.4):
-  """Mean line and min–max band; zeros left out on log axes."""
-
-  def get(key):
-    return np.array([np.nan if b[key] is None else b[key] for b in series], float)
-
-  mean, low, high = get('mean'), get('min'), get('max')
-  if ax.get_yscale() == 'log':
-    mean, low, high = (np.where(v > 0, v, np.nan) for v in (mean, low, high))
-  ax.plot(x, mean, marker='.', ms=3, color=color, lw=lw, label=label)
-  ax.fill_between(x, low, high, color=color, alpha=0.18, lw=0)
-
-
-def distance_panel(ax, x, curves, name, title, colors, log=True):
-  has = [np.any(np.array([b['max'] or 0 for b in c[name]]) > 0) for c in curves.values()]
-  if log and any(has):
+def panel(ax, x, lines, title, log=True, lw=1.4):
+  """Per (label, bands, colour): mean over seeds and min–max band; zeros left out on log axes."""
+  nonzero = any(b['max'] for _, bands, _ in lines for b in bands)
+  if log and nonzero:
     ax.set_yscale('log')
-  for kind, c in curves.items():
-    plot_band(ax, x, c[name], colors[kind], KIND_TITLES[kind])
-  if not any(has):
+  for label, bands, color in lines:
+    mean, low, high = (
+      np.array([np.nan if b[k] is None else b[k] for b in bands], float)
+      for k in ('mean', 'min', 'max')
+    )
+    if log and nonzero:
+      mean, low, high = (np.where(v > 0, v, np.nan) for v in (mean, low, high))
+    ax.plot(x, mean, marker='.', ms=3, color=color, lw=lw, label=label)
+    ax.fill_between(x, low, high, color=color, alpha=0.18, lw=0)
+  if not nonzero:
     ax.text(0.5, 0.85, 'exactly 0 at every step', ha='center', transform=ax.transAxes)
   ax.set(title=title, xlabel='step', xlim=(0, max(x[-1], 1)))
 
@@ -330,7 +305,7 @@ def final_panel(ax, final, colors):
       x = i + 0.12 + 0.05 * j
       ax.plot([x, x], [100 * q['ci_low'], 100 * q['ci_high']], color=color, lw=0.5, alpha=0.6)
       ax.plot([x], [100 * q['rate']], '.', color=color, ms=3, alpha=0.7)
-  ax.set_xticks(range(len(kinds)), [KIND_TICKS[k] for k in kinds], fontsize=6)
+  ax.set_xticks(range(len(kinds)), [textwrap.fill(KIND_TITLES[k], 10) for k in kinds], fontsize=6)
   ax.set(title='end: churn, % of test labels', xlim=(-0.5, len(kinds) - 0.5), ylim=(0, None))
 
 
@@ -342,33 +317,30 @@ def figure(result, out_dir):
 
   style.apply()
   colors = {kind: style.PALETTE[i] for kind, i in KIND_COLORS.items()}
-  info = result['info']
-
-  x, curves = result['steps'], result['curves']
+  info, x, curves = result['info'], result['steps'], result['curves']
   fig, axes = plt.subplots(3, 3, figsize=(style.WIDTH_IN, 6.0), constrained_layout=True)
   axes = axes.ravel()
   panels = [
-    ('params', 'params ‖θa−θx‖/‖θa‖', True),
-    ('params.max_abs', 'params max |θa−θx|', True),
-    ('batch_stats', 'BN statistics ‖Δ‖/‖a‖', True),
-    ('logits', 'probe logits ‖ΔL‖/‖La‖', True),
-    ('probe_disagreement', 'probe: churn (share of labels)', False),
+    ('params', 'params ‖θa−θx‖/‖θa‖'),
+    ('params.max_abs', 'params max |θa−θx|'),
+    ('batch_stats', 'BN statistics ‖Δ‖/‖a‖'),
+    ('logits', 'probe logits ‖ΔL‖/‖La‖'),
+    ('probe_disagreement', 'probe: churn (share of labels)'),
   ]
-  for ax, (name, title, log) in zip(axes, panels, strict=False):  # the first five of nine
-    distance_panel(ax, x, curves, name, title, colors, log)
+  for ax, (name, title) in zip(axes, panels, strict=False):  # the first five of nine
+    lines = [(KIND_TITLES[kind], c[name], colors[kind]) for kind, c in curves.items()]
+    panel(ax, x, lines, title, log=name != 'probe_disagreement')
   axes[0].legend(loc='lower right', fontsize=6)
-  groups = {g: curves['b'][f'params.{g}'] for g in GROUPS}
-  groups = {g: s for g, s in groups.items() if s[-1]['mean'] is not None}
-  if any(b['max'] for s in groups.values() for b in s):
-    axes[5].set_yscale('log')
-  for color, (g, series) in zip(style.PALETTE, groups.items(), strict=False):  # more colours
-    plot_band(axes[5], x, series, color, g, lw=0.9)
-  axes[5].set(title='a vs b per group ‖Δθ‖/‖θa‖', xlabel='step', xlim=(0, max(x[-1], 1)))
+  groups = [g for g in GROUPS if curves['b'][f'params.{g}'][-1]['mean'] is not None]
+  lines = [(g, curves['b'][f'params.{g}'], c) for g, c in zip(groups, style.PALETTE, strict=False)]
+  panel(axes[5], x, lines, 'a vs b per group ‖Δθ‖/‖θa‖', lw=0.9)
   axes[5].legend(ncol=2, fontsize=6, handlelength=1)
   arm_colors = style.arm_colors(result['losses'])
-  for arm, series in result['losses'].items():
-    plot_band(axes[6], x, series, arm_colors[arm], f'{arm}: {result["arms"][arm]["label"]}')
-  axes[6].set(title='train loss since last row', xlabel='step', xlim=(0, max(x[-1], 1)))
+  lines = [
+    (f'{arm}: {result["arms"][arm]["label"]}', series, arm_colors[arm])
+    for arm, series in result['losses'].items()
+  ]
+  panel(axes[6], x, lines, 'train loss since last row', log=False)
   axes[6].legend(fontsize=6)
   final_panel(axes[7], result['final'], colors)
   axes[8].axis('off')
@@ -379,16 +351,6 @@ def figure(result, out_dir):
   )
   axes[8].text(0, 0.5, textwrap.fill(legend, 34), fontsize=6.5, va='center')
   return style.save(fig, out_dir, 'divergence')
-
-
-def write_files(result, folder):
-  """divergence.md, divergence.json and the figure in `folder`; their paths."""
-  paths = [os.path.join(folder, f'divergence.{ext}') for ext in ('md', 'json')]
-  with open(paths[0], 'w', encoding='utf-8') as f:
-    f.write(markdown(result))
-  with open(paths[1], 'w', encoding='utf-8') as f:
-    json.dump(result, f, indent=1, default=str)
-  return paths + figure(result, folder)
 
 
 def main(argv=None):
@@ -418,7 +380,7 @@ def main(argv=None):
       lock = lockstep.prepare(configs, args.devices, progress)
       num_steps = lockstep.check_steps(lock, args.steps)
     except ValueError as e:
-      fail(str(e).splitlines()[0])
+      cli.fail(str(e).splitlines()[0])
     rows = lockstep.train(lock, num_steps, args.every, args.probe, progress)
     progress.say('predicting the whole test set with every arm')
     final = lockstep.final_test(lock)
@@ -459,11 +421,7 @@ def main(argv=None):
     info['deterministic'] = (not bad) if same else None
     info['seconds'] = round(time.time() - start, 1)
     print(markdown(result))
-    try:
-      for path in dest.write(functools.partial(write_files, result)):
-        print(f'wrote {path}')
-    except files.WriteFailed as e:
-      print(f'error: {e}', file=sys.stderr)
+    if experiments.write_report(dest, result, 'divergence', markdown, figure):
       return 1
   if same:
     failed = 'FAILED: ' + '; '.join(bad[:3])

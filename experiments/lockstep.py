@@ -162,11 +162,6 @@ def enter_phase(lock, phase, step):
   return fns
 
 
-def batches(lock, seed, start, stop):
-  """Training batches of steps [start, stop) in `seed`'s data order, as the trainer feeds them."""
-  return run.batches(lock['arms'][seed, 'a']['ctx'], start, stop)
-
-
 def arm_logits(lock, split, arm_id):
   """The arm's logits of `split`, in the trainer's evaluation batches (hence its eval noise)."""
   arm = lock['arms'][arm_id]
@@ -217,14 +212,14 @@ def check_steps(lock, num_steps):
 
 
 def train(lock, num_steps, every, probe=256, progress=None):
-  """Train every arm `num_steps` steps in lockstep; a row at 0, every `every` and at the end."""
+  """Train every arm `num_steps` steps in lockstep (check_steps); a row at 0, every `every` and at
+  the end."""
   ctx, progress = lock['ctx'], progress or Progress()
-  num_steps = check_steps(lock, num_steps)
   test = ctx.dataset.test
   probe_split = input_pipeline.Split(
     np.asarray(test.images[:probe]), np.asarray(test.labels[:probe])
   )
-  feeds = {seed: batches(lock, seed, 0, num_steps) for seed in lock['seeds']}
+  feeds = {s: run.batches(lock['arms'][s, 'a']['ctx'], 0, num_steps) for s in lock['seeds']}
   last_sums = {i: {'loss': 0.0, 'correct': 0.0, 'count': 0.0} for i in lock['arms']}
   progress.say(
     f'compiling the evaluation pass of {len(lock["predicts"])} distinct arm(s), then the first '
@@ -294,10 +289,8 @@ CURVES: dict[str, Callable[[dict], Any]] = {
 
 def flat(tree):
   """{'layer1.0.conv1.kernel': leaf, ...} in a fixed order."""
-  return {
-    '.'.join(str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path): leaf
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
-  }
+  keystr = jax.tree_util.keystr
+  return {keystr(p, simple=True, separator='.'): v for p, v in jax.tree.leaves_with_path(tree)}
 
 
 def norms(d, a):
@@ -394,19 +387,6 @@ def curves(rows):
   return out, {arm: [band(r['loss'][arm]) for r in rows] for arm in rows[0]['loss']}
 
 
-def proportion(count, nobs, interval=None):
-  """count/nobs with its 95% Wilson score interval (statsmodels), or the `interval` given."""
-  low, high = interval or proportion_confint(count, nobs, alpha=CI_ALPHA, method='wilson')
-  rate = count / nobs if nobs else None
-  return {
-    'count': int(count),
-    'n': int(nobs),
-    'rate': rate,
-    'ci_low': float(low),
-    'ci_high': float(high),
-  }
-
-
 def independent(pairs):
   """The pairs sharing no seed with an earlier one: (s0, s1), (s1, s2), ... keeps (s0, s1), ..."""
   used, kept = set(), []
@@ -421,9 +401,15 @@ def disagreement(pairs):
   """Whole-test-set churn per pair ({'seeds', 'count', 'n'[, 'ci_low', 'ci_high']}), across the
   independent pairs (band and t-Wilson interval over seeds), the band of all, and the total."""
   per_pair = []
-  for p in pairs:
-    interval = (p['ci_low'], p['ci_high']) if 'ci_low' in p else None  # over images: pair_churn
-    per_pair.append({'seeds': p['seeds'], **proportion(p['count'], p['n'], interval)})
+  for p in pairs:  # the Wilson interval (statsmodels), or pair_churn's over the images
+    count, n = p['count'], p['n']
+    low, high = p.get('ci_low'), p.get('ci_high')
+    if low is None:
+      low, high = proportion_confint(count, n, alpha=CI_ALPHA, method='wilson')
+    rate = count / n if n else None
+    per_pair.append(
+      {'seeds': p['seeds'], 'count': count, 'n': n, 'rate': rate, 'ci_low': low, 'ci_high': high}
+    )
   kept = independent(per_pair)
   rates = [p['rate'] for p in kept]
   low, high = inference.proportion_mean_ci(rates)

@@ -3,23 +3,21 @@
   python -m experiments.numerics_probe --out /tmp/numerics        # about a minute on a 2-core CPU
   python -m experiments.numerics_probe --out DIR --model-settings all --model-width 0.5   # more
 
-Matmuls of ResNet-18's reduction lengths, its distinct convolutions and fc layer, and a small
-model's (--model, ResNet-18 by default) logits and gradients, under every setting (native precision
-flags, the emulated formats' reference `emu:` and fast `fast:` forms); pairs that should agree are
-compared directly. Writes numerics.md, numerics.json and numerics_error.{png,pdf} to --out.
-Reference: docs/numerics.md ("Experiments on the numerics").
+Matmuls of ResNet-18's reduction lengths, its convolutions and fc layer, and a small ResNet-18's
+logits and gradients, under every setting; pairs that should agree are compared directly. Writes
+numerics.{md,json} and numerics_error.{png,pdf} to --out (docs/numerics.md).
 """
 
 import argparse
 import contextlib
 import functools
-import json
-import os
 import sys
 import time
 
 import numpy as np
 
+import experiments
+from analysis import analyse as cli
 from numerics import formats
 from runrecord import files
 
@@ -53,19 +51,16 @@ PAIRS = tuple(
   if f'{impl}:{m}' in SETTINGS
 ) + tuple((f'fast:{m}', f'emu:{m}') for m in FAST_FORMATS)
 MATMUL_K = (64, 128, 147, 256, 512, 576, 1152, 2304, 4608)
-# ResNet-18's distinct convolutions: (name, kernel, in, out, stride).
-CONVS = (
-  ('conv1', 7, 3, 64, 2),
-  ('layer1', 3, 64, 64, 1),
-  ('layer2.0.conv1', 3, 64, 128, 2),
-  ('layer2', 3, 128, 128, 1),
-  ('layer2.ds', 1, 64, 128, 2),
-  ('layer3.0.conv1', 3, 128, 256, 2),
-  ('layer3', 3, 256, 256, 1),
-  ('layer3.ds', 1, 128, 256, 2),
-  ('layer4.0.conv1', 3, 256, 512, 2),
-  ('layer4', 3, 512, 512, 1),
-  ('layer4.ds', 1, 256, 512, 2),
+# ResNet-18's distinct convolutions (name, kernel, in, out, stride): the stem, layer1's, then each
+# later layer's first (strided) 3x3, its other 3x3s and its 1x1 downsample.
+CONVS = (('conv1', 7, 3, 64, 2), ('layer1', 3, 64, 64, 1)) + tuple(
+  conv
+  for n, c in ((2, 128), (3, 256), (4, 512))
+  for conv in (
+    (f'layer{n}.0.conv1', 3, c // 2, c, 2),
+    (f'layer{n}', 3, c, c, 1),
+    (f'layer{n}.ds', 1, c // 2, c, 2),
+  )
 )
 NO_DIFFERENCE = 'no difference'  # the 'worst layer' of a pair whose layers all agree exactly
 OUTPUTS = ['numerics.md', 'numerics.json', 'numerics_error.png', 'numerics_error.pdf']
@@ -73,7 +68,7 @@ _START = [time.time()]  # when main started: the progress lines' clock
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(
+  p = cli.Parser(
     prog='python -m experiments.numerics_probe',
     description=__doc__,
     formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -93,8 +88,7 @@ def parse_args(argv):
   p.add_argument(
     '--model-settings',
     default='default,emu:bf16,emu:tf32',
-    help="settings for the model rows ('all': every one of --settings; each costs a "
-    "forward/backward compile of the model, ~10-30 s on a small CPU; '': none)",
+    help="for the model rows ('all': --settings, '': none; each compiles, ~10-30 s on a CPU)",
   )
   p.add_argument('--seed', type=int, default=0, help='seed of the random operands')
   args = p.parse_args(argv)
@@ -135,8 +129,6 @@ def run_setting(setting, fn, *args, what='products'):
 
 
 # --- the products: matmuls, ResNet-18's convolutions and fc layer, their float64 references ---
-
-
 def conv_ref(x, k, stride, pad):
   """NHWC x HWIO convolution in float64 numpy (im2col)."""
   x = np.pad(np.asarray(x, np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
@@ -154,22 +146,12 @@ def kaiming(rng, shape, fan):
   return (rng.standard_normal(shape) * np.sqrt(2.0 / fan)).astype(np.float32)
 
 
-def dense(a, b, fmt, impl):
-  from numerics import ops
-
-  return ops.dense(a, b, fmt=fmt, emulate_impl=impl)
-
-
-def conv(a, b, fmt, impl, stride, pad):
-  from numerics import ops
-
-  return ops.conv2d(a, b, stride, [(pad, pad)] * 2, fmt=fmt, emulate_impl=impl)
-
-
 def product_cases(args, rng):
-  """[(kind, name, K, fn(x, w, fmt, impl), x, w, float64 reference)]: a matmul per MATMUL_K,
-  then each layer of CONVS and the fc layer."""
-  cases = []
+  """[(kind, name, K, fn(x, w, fmt=, emulate_impl=), x, w, float64 reference)]: a matmul per
+  MATMUL_K, then each layer of CONVS and the fc layer."""
+  from numerics import ops
+
+  dense, cases = ops.dense, []
   for k in MATMUL_K:
     x, w = rng.standard_normal((args.rows, k)).astype(np.float32), kaiming(rng, (k, args.cols), k)
     cases.append(('matmul', f'K={k}', k, dense, x, w, x.astype(np.float64) @ w.astype(np.float64)))
@@ -180,7 +162,7 @@ def product_cases(args, rng):
       rng.standard_normal(shape).astype(np.float32) if name == 'conv1' else activations(rng, shape)
     )
     w, pad = kaiming(rng, (kk, kk, cin, cout), kk * kk * cout), kk // 2
-    fn = functools.partial(conv, stride=stride, pad=pad)
+    fn = functools.partial(ops.conv2d, stride=stride, padding=[(pad, pad)] * 2)
     cases.append(('layer', name, kk * kk * cin, fn, x, w, conv_ref(x, w, stride, pad)))
   x, w = activations(rng, (args.rows, 512)), kaiming(rng, (512, args.classes), 512)
   cases.append(('layer', 'fc', 512, dense, x, w, x.astype(np.float64) @ w.astype(np.float64)))
@@ -194,7 +176,7 @@ def measure_products(settings, args, rng):
   fns = [c[3] for c in cases]
 
   def every(xs, ws, fmt, impl):
-    return [f(x, w, fmt, impl) for f, x, w in zip(fns, xs, ws, strict=True)]
+    return [f(x, w, fmt=fmt, emulate_impl=impl) for f, x, w in zip(fns, xs, ws, strict=True)]
 
   outs = {s: run_setting(s, every, [c[4] for c in cases], [c[5] for c in cases]) for s in settings}
   matmul, layers = {s: {} for s in settings}, []
@@ -208,9 +190,7 @@ def measure_products(settings, args, rng):
   return matmul, layers, {s: outs[s] or [] for s in settings}, [c[1] for c in cases]
 
 
-# --- the model: a small --model's logits and gradients against float64 ---
-
-
+# --- the model: a small ResNet-18's logits and gradients against float64 ---
 def numpy_init(tree, rng):
   """Values for an abstract model state, torchvision's ResNet init drawn with numpy (initialising in
   JAX compiles the threefry RNG for every parameter: a minute on a small CPU)."""
@@ -340,9 +320,6 @@ def pair_diffs(outs, model_outs, settings, names):
   return rows
 
 
-# --- the report and the figure ---
-
-
 def fmt(v):
   return 'n/a' if v is None else ('0' if v == 0 else f'{v:.2e}')
 
@@ -404,27 +381,10 @@ def figure(result, out_dir):
   for ax, title in zip(axes, ('matmul (random normal)', 'ResNet-18 conv/fc shapes'), strict=True):
     ax.set(xscale='log', yscale='log', xlabel='reduction length K', title=title)
   axes[0].set_ylabel('relative L2 error vs float64')
-  handles, labels = axes[0].get_legend_handles_labels()  # below the axes: it covers no line
-  fig.legend(
-    handles,
-    labels,
-    loc='upper center',
-    bbox_to_anchor=(0.5, 0.0),
-    ncol=min(len(labels), 4),
-    frameon=False,
-  )
+  # Below the axes: it covers no line.
+  fig.legend(loc='upper center', bbox_to_anchor=(0.5, 0.0), ncol=min(len(colors), 4), frameon=False)
   fig.suptitle(f'{result["info"]["platform"]} ({result["info"]["device_kind"]})', fontsize=8)
   return style.save(fig, out_dir, 'numerics_error')
-
-
-def write_files(result, folder):
-  """numerics.md, numerics.json and the figure in `folder`; their paths."""
-  paths = [os.path.join(folder, name) for name in ('numerics.md', 'numerics.json')]
-  with open(paths[0], 'w', encoding='utf-8') as f:
-    f.write(markdown(result))
-  with open(paths[1], 'w', encoding='utf-8') as f:
-    json.dump(result, f, indent=1, default=str)
-  return paths + figure(result, folder)
 
 
 def main(argv=None):
@@ -467,11 +427,7 @@ def main(argv=None):
     }
     info['seconds'] = round(time.time() - start, 1)
     print(markdown(result))
-    try:
-      for path in dest.write(functools.partial(write_files, result)):
-        print(f'wrote {path}')
-    except files.WriteFailed as e:
-      print(f'error: {e}', file=sys.stderr)
+    if experiments.write_report(dest, result, 'numerics', markdown, figure):
       return 1
   print(f'({info["seconds"]} s)')
   return 0

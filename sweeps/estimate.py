@@ -18,6 +18,7 @@ import threading
 import time
 
 from analysis import analyse as cli
+from sweeps import runner
 
 PREFIX = 'estimate-result: '  # a measuring process's result line (progress lines: PROGRESS)
 PROGRESS = 'estimate: '
@@ -25,8 +26,6 @@ PARTS = ('start-up', 'compilation', 'steps', 'evaluation', 'checkpoints')
 
 
 # --- the sweep's side: the arms measured in processes, the table and the total ---
-
-
 def parts(m, cached):
   """{part: seconds} of one run of the measured arm `m`; `cached`: a later seed's, its compiles
   loaded from the cache."""
@@ -87,41 +86,30 @@ def summary(arms, slots, cache_dir):
     f'{wall / 60:.1f} min of wall-clock at {slots} run(s) at a time',
     '  = Σ arms devices × (first run + (runs - 1) × later run) / 3600, a run = start-up + '
     'Σ phases (compile + steps × s/step) + evaluations × s/evaluation + checkpoints × '
-    's/checkpoint; the first run of an arm compiles, the later ones load its compiles from '
-    'the cache',
+    "s/checkpoint; later runs load the first one's compiles from the cache",
     '  parts: ' + ', '.join(f'{k} {v:.3g}' for k, v in by_part.items()) + ' device-hours',
-    f'  the cold compiles measured here ({cold:.3g} device-hours) are now in the compilation '
-    f"cache {cache_dir}: the sweep's first runs load them instead, if it is kept",
-    "  not included: data preparation (CelebA's first decode) and the time between runs; "
-    'checkpoint writes measured waited for (runs write them while training)',
+    f'  the cold compiles measured here ({cold:.3g} device-hours) stay in the cache {cache_dir}',
+    "  not included: data preparation (CelebA's first decode) and the time between runs",
   ]
 
 
-def measure_group(arms, env, repo, timed_steps, say=print):
+def measure_group(arms, env, timed_steps, say=print):
   """{slug: measurement} of `arms` [(slug, config flags)] from one measuring process in `env`,
   its progress lines to say(); a ValueError with its last line if it fails."""
-  with tempfile.NamedTemporaryFile('w', suffix='.json', delete=False) as f:
-    json.dump([{'slug': slug, 'flags': list(flags)} for slug, flags in arms], f)
-  argv = [sys.executable, '-m', 'sweeps.estimate', f'--arms={f.name}', f'--steps={timed_steps}']
+  listed = json.dumps([{'slug': slug, 'flags': list(flags)} for slug, flags in arms])
+  argv = [sys.executable, '-m', 'sweeps.estimate', f'--arms={listed}', f'--steps={timed_steps}']
   argv.append(f'--launched={time.time()!r}')
   found, lines = {}, []
-  try:
-    with tempfile.TemporaryFile('w+') as err:
-      proc = subprocess.Popen(
-        argv, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=err, text=True
-      )
-      for line in proc.stdout:
-        lines.append(line.rstrip('\n'))
-        if line.startswith(PREFIX):
-          result = json.loads(line[len(PREFIX) :])
-          found[result.pop('slug')] = result
-        elif line.startswith(PROGRESS):
-          say(lines[-1])
-      code = proc.wait()
-      err.seek(0)
-      lines += err.read().splitlines()
-  finally:
-    os.unlink(f.name)
+  one_stream = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # no deadlock
+  with subprocess.Popen(argv, cwd=runner.REPO, env=env, **one_stream) as proc:
+    for line in proc.stdout:
+      lines.append(line.rstrip('\n'))
+      if line.startswith(PREFIX):
+        result = json.loads(line[len(PREFIX) :])
+        found[result.pop('slug')] = result
+      elif line.startswith(PROGRESS):
+        say(lines[-1])
+  code = proc.returncode
   if code or len(found) != len(arms):
     last = [line for line in lines if line.strip()]
     raise ValueError(last[-1] if last else f'exit code {code}')
@@ -150,7 +138,7 @@ def arms_of(runs):
   return firsts, collections.Counter(r.slug for r in runs)
 
 
-def measure_arms(runs, flags_of, envs, repo, timed_steps):
+def measure_arms(runs, flags_of, envs, timed_steps):
   """Measure each arm (its first run's config flags) in len(envs) processes at a time, one slot's
   environment each, and print the table; an exit code (2: an arm cannot be measured)."""
   firsts, counts = arms_of(runs)
@@ -172,7 +160,7 @@ def measure_arms(runs, flags_of, envs, repo, timed_steps):
   def one(chunk):
     env = free.pop()
     try:
-      return measure_group([(s, flags_of(firsts[s])) for s in chunk], env, repo, timed_steps, say)
+      return measure_group([(s, flags_of(firsts[s])) for s in chunk], env, timed_steps, say)
     finally:
       free.append(env)
 
@@ -194,13 +182,11 @@ def measure_arms(runs, flags_of, envs, repo, timed_steps):
 
 
 # --- `--estimate-tpu`: each arm's runs priced from its compiled TPU programs ---
-
-
-def arm_run_hours(flags, topology, repo, env=None):
+def arm_run_hours(flags, topology):
   """(run hours, chips) of an arm from `python -m sweeps.preflight`; a ValueError if it fails."""
   with tempfile.TemporaryDirectory() as out:
     argv = [sys.executable, '-m', 'sweeps.preflight', *flags, '--topology', topology, '--out', out]
-    proc = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, check=False)
+    proc = subprocess.run(argv, cwd=runner.REPO, capture_output=True, text=True, check=False)
     path = os.path.join(out, 'preflight.csv')
     if proc.returncode or not os.path.exists(path):
       lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
@@ -213,39 +199,34 @@ def arm_run_hours(flags, topology, repo, env=None):
   return float(rows[0]['run_hours']), int(rows[0]['chips'])
 
 
-def price_arms(runs, flags_of, topology, repo, slots, out=None):
+def price_arms(runs, flags_of, topology, slots):
   """Print each arm's run hours on `topology` (roofline estimates from compiled programs) and the
   sweep's chip-hours and wall-clock at `slots` runs at a time; an exit code."""
-  out = out or sys.stdout
   firsts, counts = arms_of(runs)
   print(
     f'estimate: compiling each of {len(firsts)} arm(s) for {topology} (sweeps.preflight); '
     'TPU compiles take minutes on a small CPU',
-    file=out,
     flush=True,
   )
   total, chips = 0.0, 1
   for slug, first in firsts.items():
     try:
-      hours, chips = arm_run_hours(flags_of(first), topology, repo)
+      hours, chips = arm_run_hours(flags_of(first), topology)
     except ValueError as e:
       print(f'error: --estimate-tpu: arm {slug}: {e}', file=sys.stderr)
       return 2
     total += counts[slug] * hours
-    print(f'estimate: {slug}: {counts[slug]} runs x {hours:.3g} h', file=out, flush=True)
+    print(f'estimate: {slug}: {counts[slug]} runs x {hours:.3g} h', flush=True)
   print(
     f'total: {total:.4g} run-hours on {topology} ({total * chips:.4g} chip-hours); about '
     f'{total / max(slots, 1):.3g} h of wall-clock at {slots} run(s) at a time. Roofline '
     'estimates from compiled programs, not executions (optimistic: docs/tpu.md)',
-    file=out,
     flush=True,
   )
   return 0
 
 
 # --- the measuring process: what train.py does for each arm, timed here ---
-
-
 def timed(fn):
   """(seconds, result) of fn(), waiting for the devices."""
   import jax
@@ -390,10 +371,9 @@ def main(argv=None):
   from numerics import setup as numerics_setup
 
   try:  # bad input, before JAX starts
-    with open(args.arms, encoding='utf-8') as f:
-      arms = [(a['slug'], common.split_argv(a['flags'])[:2]) for a in json.load(f)]
+    arms = [(a['slug'], common.split_argv(a['flags'])[:2]) for a in json.loads(args.arms)]
     configs = [(slug, validation.resolve(common.load(*flags))) for slug, flags in arms]
-  except (OSError, ValueError) as e:
+  except ValueError as e:
     cli.fail(str(e).splitlines()[0])
   for _, config in configs:
     numerics_setup.configure(config)  # before any backend starts, as in train.py

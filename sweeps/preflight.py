@@ -1,14 +1,10 @@
 """Compile a config's TPU programs on a host without a TPU, before renting one.
 
-  python -m sweeps.preflight --config=configs/celeba.py:tpu --topology v4-8 v5e-8 v5p-8 v6e-8 \
-      --out runs/preflight
   python -m sweeps.preflight --config=configs/digits.py:study --topology v5e:2x4 --max-batch
 
-The trainer's own steps (every training phase's and the evaluation's) compiled with libtpu for each
-topology's compile-only devices, from the dataset's declared sizes; per program its memory per chip,
-XLA's cost, a roofline time and the precision every product carries (the census of its HLO).
-Writes OUT/preflight.csv and prints a table. Compiled, not executed: docs/tpu.md says what this
-proves. Exit code 2 on bad input (and without libtpu), 1 if a program did not compile.
+Per topology and program (every training phase's step and the evaluation's): memory per chip,
+XLA's cost, a roofline time and the precision every product carries (the census of its HLO), in a
+table and OUT/preflight.csv. Exit code 2 on bad input, 1 if a program did not compile (docs/tpu.md).
 """
 
 import collections
@@ -18,7 +14,6 @@ import math
 import os
 import re
 import sys
-import threading
 import time
 
 import input_pipeline
@@ -52,24 +47,15 @@ def parse_args(rest):
     description=__doc__.split('\n')[0],
     epilog="and train.py's --config=FILE[:PRESETS] [--config.<field>=<value> ...]",
   )
-  p.add_argument(
-    '--topology', nargs='+', required=True, help='libtpu names (v5e:2x4) or accelerators (v5e-8)'
-  )
+  p.add_argument('--topology', nargs='+', required=True, help='v5e:2x4 (libtpu) or v5e-8 (GCP)')
   p.add_argument('--out', help='folder for preflight.csv (default: none written)')
-  p.add_argument(
-    '--programs',
-    nargs='+',
-    choices=PROGRAMS,
-    default=PROGRAMS,
-    help='programs to compile (default: all)',
-  )
+  p.add_argument('--programs', nargs='+', choices=PROGRAMS, default=PROGRAMS, help='(default: all)')
   p.add_argument('--max-batch', action='store_true', help='also search the largest batch that fits')
   p.add_argument('--max-compiles', type=int, default=6, help='compiles the search may spend')
   return p.parse_args(rest)
 
 
 # --- the census: what a compiled program's optimized HLO says about its numerics (docs/tpu.md) ---
-
 INSTRUCTION = re.compile(r'^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*')
 ARRAY_TYPE = re.compile(r'^([a-z]+[0-9]*)\[([0-9,]*)\]')
 OPCODE = re.compile(r'\s*([a-z][\w\-]*)\(')
@@ -84,11 +70,7 @@ PASSES = {'default': 1, 'high': 3, 'highest': 6}
 ALGORITHM_PASSES = re.compile(r'_x(\d+)$')
 # The bf16 DotAlgorithmPresets and the precision level of the same passes: the TPU compiler may
 # print a dot's algorithm as that level once it has rewritten the dot as a convolution.
-SAME_PASSES = {
-  'dot_bf16_bf16_f32': 'default',
-  'dot_bf16_bf16_f32_x3': 'high',
-  'dot_bf16_bf16_f32_x6': 'highest',
-}
+SAME_PASSES = {'dot_bf16_bf16_f32' + (f'_x{n}' if n > 1 else ''): p for p, n in PASSES.items()}
 
 
 class Product(
@@ -222,7 +204,7 @@ def mean_passes(found):
   return sum(p.flops * passes(p) for p in found) / total if total else 1.0
 
 
-def configured(config, kind, platform='tpu'):
+def configured(config, kind):
   """The Product.how `config` asks of its `kind` products: a native product's precision flag (a
   DotAlgorithmPreset: dots carry it, convolutions the default), an emulated one's computation."""
   from numerics import ops
@@ -235,14 +217,14 @@ def configured(config, kind, platform='tpu'):
     if flag in formats.PRESET_PRECISIONS:
       return 'default' if kind == 'conv' else f'dot_{flag.lower()}'
     return numerics_setup.LEGACY_LEVEL[flag]
-  if ops.resolve_impl(n.emulate_impl, platform, fmt) == 'fast':
-    return ops.fast_plan(fmt, platform).precision.lower()  # the entry's FORMATS[fmt].fast
+  if ops.resolve_impl(n.emulate_impl, 'tpu', fmt) == 'fast':
+    return ops.fast_plan(fmt, 'tpu').precision.name.lower()
   return 'highest'
 
 
-def as_configured(found, config, platform='tpu'):
+def as_configured(found, config):
   """How many of `found` carry what `configured` asks of their kind (or its SAME_PASSES level)."""
-  wanted = {kind: configured(config, kind, platform) for kind in formats.KINDS}
+  wanted = {kind: configured(config, kind) for kind in formats.KINDS}
 
   def same(how):
     return SAME_PASSES.get(how, how)
@@ -251,27 +233,11 @@ def as_configured(found, config, platform='tpu'):
 
 
 # --- the programs of a run, compiled for a topology ---
-
-
-@contextlib.contextmanager
-def heartbeat(label):  # a line every HEARTBEAT_S while a compile runs
-  done, start = threading.Event(), time.time()
-
-  def beat():
-    while not done.wait(HEARTBEAT_S):
-      print(f'[preflight]   ... {label}: still compiling, {time.time() - start:.0f} s', flush=True)
-
-  threading.Thread(target=beat, daemon=True).start()
-  try:
-    yield
-  finally:
-    done.set()
-
-
 def compile_program(fn, args, label):
   """(compiled executable or None, seconds, the compiler's refusal in one line or '')."""
+  print(f'[preflight]   compiling {label}', flush=True)
   start = time.time()
-  with heartbeat(label):
+  with cli.stage('preflight', f'compiling {label}', HEARTBEAT_S, HEARTBEAT_S):
     try:
       compiled = fn.lower(*args).compile()
     except Exception as e:  # a refusal (e.g. out of memory) is the program's row, not a crash
@@ -303,13 +269,9 @@ def programs(ctx):
 def memory(compiled):
   """{memory_per_chip_gib: arguments + outputs - aliased + temporaries + code, and each part}."""
   m = compiled.memory_analysis()
-  parts = {
-    'argument_gib': m.argument_size_in_bytes,
-    'output_gib': m.output_size_in_bytes,
-    'alias_gib': m.alias_size_in_bytes,
-    'temp_gib': m.temp_size_in_bytes,
-    'code_gib': m.generated_code_size_in_bytes,
-  }
+  kinds = ('argument', 'output', 'alias', 'temp')
+  parts = {f'{k}_gib': getattr(m, f'{k}_size_in_bytes') for k in kinds}
+  parts['code_gib'] = m.generated_code_size_in_bytes
   total = sum(parts.values()) - 2 * parts['alias_gib']  # aliased outputs are their arguments
   return {'memory_per_chip_gib': total / GIB, **{k: v / GIB for k, v in parts.items()}}
 
@@ -348,14 +310,14 @@ def build_context(config, topology, devs):
 
 
 def refused_memory(reason, config, devices):
-  """GiB per chip a program refused for memory needs (the compiler's figure or the lower bound of
-  the activations, configs/validation.py), else None."""
-  found = EXHAUSTED.search(reason)
+  """The memory columns of a program refused for memory: the GiB per chip it needs (the compiler's
+  figure or configs/capacity's lower bound of the activations); {} for another refusal."""
+  found, needed = EXHAUSTED.search(reason), None
   if found:
-    return float(found.group(1)) * UNITS_GIB[found.group(2)]
-  if 'of activations' in reason:
-    return validation.activation_bytes(config, config.batch_size // devices) / GIB
-  return None
+    needed = float(found.group(1)) * UNITS_GIB[found.group(2)]
+  elif 'of activations' in reason:
+    needed = validation.activation_bytes(config, config.batch_size // devices) / GIB
+  return {} if needed is None else {'memory_per_chip_gib': needed, 'fits': False}
 
 
 def summary(row):
@@ -389,8 +351,7 @@ def topology_rows(config, topology, devs, runs, wanted):
   except validation.ConfigError as e:
     reason = str(e).splitlines()[0]
     row = {**head, 'phase': '-', 'batch': config.batch_size, 'compiled': False, 'reason': reason}
-    if (needed := refused_memory(reason, config, facts['devices'])) is not None:
-      row.update(memory_per_chip_gib=needed, fits=False)
+    row.update(refused_memory(reason, config, facts['devices']))
     print(f'[preflight]   cannot build the run there: {reason}', flush=True)
     return [row], None
   rows, step_s = [], {}
@@ -398,15 +359,14 @@ def topology_rows(config, topology, devs, runs, wanted):
     if name not in wanted:
       continue
     label = f'{topology.name} {name} (batch {images})'
-    print(f'[preflight]   compiling {label}', flush=True)
     compiled, seconds, reason = compile_program(fn, args, label)
     row = {**head, 'phase': name, 'batch': images, 'compiled': compiled is not None}
     row.update(reason=reason, compile_s=round(seconds, 1))
     if compiled is not None:
       measured, step_s[name] = program_row(compiled, config, chip, facts, images)
       row.update(measured)
-    elif (needed := refused_memory(reason, config, facts['devices'])) is not None:
-      row.update(memory_per_chip_gib=needed, fits=False)
+    else:
+      row.update(refused_memory(reason, config, facts['devices']))
     rows.append(row)
     print(f'[preflight]   {name}: {summary(row)}', flush=True)
   seconds = tpu.run_seconds(ctx, step_s)
@@ -431,7 +391,6 @@ def max_batch(spec, overrides, topology, devs, config, max_compiles):
     unfrozen = next(ph.name for ph in ctx.phases if not ph.frozen)
     name, fn, args, _ = next(p for p in programs(ctx) if p[0] == unfrozen)
     label = f'{topology.name} {name} at batch {batch} (--max-batch)'
-    print(f'[preflight]   compiling {label}', flush=True)
     compiled, seconds, reason = compile_program(fn, args, label)
     gib = memory(compiled)['memory_per_chip_gib'] if compiled is not None else None
     ok = gib is not None and gib <= chip.hbm_gib
@@ -442,9 +401,6 @@ def max_batch(spec, overrides, topology, devs, config, max_compiles):
     return ok
 
   return tpu.largest_batch(fits, config.batch_size, unit, limit, max_compiles)
-
-
-# --- the command ---
 
 
 def markdown(rows):

@@ -1,13 +1,7 @@
-"""A whole study in one command: the sweep, then its analysis (the report, the attribution, the
-figures).
+"""A whole study in one command: `python -m sweeps.sweep` (it resumes), then `python -m
+analysis.analyse` of ROOT's runs and the --runs roots' into ROOT. Exit code 1 if a run failed.
 
   python -m sweeps.run_study --config=configs/digits.py:study --root=/tmp/study --parallel 2
-  python -m sweeps.run_study --config=configs/digits.py:study --root=runs/cpu --runs gs://b/gpu
-
-`python -m sweeps.sweep` (finished runs skipped: the command resumes), then `python -m
-analysis.analyse` of the root's runs and the --runs roots' into ROOT (report.md, report.tex, its
-CSV tables, the attribution, figures/). Exit code 1 if a run failed. See docs/operations.md
-("Sweeps and studies").
 """
 
 import os
@@ -23,23 +17,14 @@ from trainer import metrics
 def parse_args(argv):
   p = cli.Parser(
     prog='python -m sweeps.run_study',
-    description='A whole study in one command: the sweep, then its analysis (the report, the '
-    'attribution, the figures).',
+    description='The sweep, then its analysis (the report, the attribution, the figures).',
   )
-  sweep.add_run_args(
-    p, 'configs/digits.py:study', 'local folder for the runs, the report, figures/'
-  )
-  p.add_argument(
-    '--group-by', nargs='+', default=[], help='columns defining an arm (as analysis.analyse)'
-  )
-  p.add_argument(
-    '--metric', default=record.DEFAULT_METRIC, help=f'compared (default {record.DEFAULT_METRIC})'
-  )
+  sweep.add_run_args(p, 'configs/digits.py:study', 'local folder for the runs, report, figures/')
+  p.add_argument('--group-by', nargs='+', default=[], help='columns making an arm (as analyse)')
+  p.add_argument('--metric', default=record.DEFAULT_METRIC, help='compared (as analysis.analyse)')
   p.add_argument('--margin', help="equivalence margin, pp (default: the config's get_study())")
   p.add_argument('--margin-reason', help='why --margin (printed in the report)')
-  p.add_argument(
-    '--runs', nargs='+', default=[], metavar='ROOT', help='more roots analysed with this one'
-  )
+  p.add_argument('--runs', nargs='+', default=[], metavar='ROOT', help='more roots to analyse')
   p.add_argument('--all-pairs', action='store_true', help='also test every pair of arms')
   return p.parse_args(argv)
 
@@ -47,14 +32,12 @@ def parse_args(argv):
 def main(argv=None):
   args = parse_args(argv)
   missing = [r for r in args.runs if '://' not in r and not os.path.isdir(r)]
-  if '://' in args.root or missing:  # bad input: one line, before the sweep starts
-    print(
-      f'error: --root={args.root}: a study runs locally; for bucket roots use python -m '
-      'sweeps.sweep --dry-run, then python -m analysis.analyse --runs='
-      if '://' in args.root
-      else f'error: --runs: {missing[0]} is not a folder; give roots that hold runs',
-      file=sys.stderr,
-    )
+  problem = f'--runs: {missing[0]} is not a folder; give roots that hold runs' if missing else ''
+  if '://' in args.root:
+    problem = f'--root={args.root}: a study runs locally; for bucket roots use python -m '
+    problem += 'sweeps.sweep --dry-run, then python -m analysis.analyse --runs='
+  if problem:  # bad input: one line, before the sweep starts
+    print(f'error: {problem}', file=sys.stderr)
     return 2
   start, root = time.time(), os.path.abspath(args.root)
   devices = [f'--{k}={v}' for k, v in (('gpus', args.gpus), ('tpu-chips', args.tpu_chips)) if v]

@@ -7,6 +7,7 @@ import collections
 import contextlib
 import dataclasses
 import os
+import posixpath  # the paths of a root that may be a bucket's (gs://b/study)
 import re
 import shlex
 import signal
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from typing import Any
 
 from runrecord import record
@@ -34,7 +36,6 @@ STEP_COUNTER = re.compile(r'step (\d+)/(\d+)')
 # What an `#SBATCH` line may hold: SLURM reads it unquoted (a space ends the value, `%` starts a
 # file-name pattern), so user paths there are limited to these characters.
 SBATCH_SAFE = re.compile(r'[A-Za-z0-9._/+,:@=-]+')
-LINUX = sys.platform.startswith('linux')
 # Run first in a child: SIGKILL me when my parent (argv[1]) dies (prctl PR_SET_PDEATHSIG = 1; it
 # survives the exec), at once if it already has; then exec the run's command (argv[2:]).
 DIE_WITH_PARENT = (
@@ -46,8 +47,6 @@ DIE_WITH_PARENT = (
 
 
 # --- the environment and device of each run ---
-
-
 def slot_gpus(gpus, slots):
   """[(device, runs on it)] of each of `slots` runs at a time: a GPU id or tpu.Chip each from
   `gpus`, in order; without any, None (every GPU) shared by all."""
@@ -58,21 +57,18 @@ def slot_gpus(gpus, slots):
 
 def memory_fraction(sharing, environ):
   """{'XLA_PYTHON_CLIENT_MEM_FRACTION': GPU_SHARE / sharing} for a run sharing its GPU, else {}."""
-  if (
-    sharing <= 1
-    or any(name in environ for name in process.MEMORY_VARIABLES)
-    or not process.gpu_runs(environ)
-  ):
+  own = any(name in environ for name in process.MEMORY_VARIABLES)  # the user's: left alone
+  if sharing <= 1 or own or not process.gpu_runs(environ):
     return {}
   return {'XLA_PYTHON_CLIENT_MEM_FRACTION': f'{GPU_SHARE / sharing:.3f}'}
 
 
-def child_env(root, repo, gpu=None, sharing=1):
+def child_env(root, gpu=None, sharing=1):
   """A run's environment: the shared compilation cache, its device, its share of a GPU."""
   env = dict(os.environ)
   env.setdefault('JAX_COMPILATION_CACHE_DIR', os.path.join(root, CACHE_DIR))
   env.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.2')  # JAX's default: 1 s
-  env['PYTHONPATH'] = repo + (os.pathsep + env['PYTHONPATH'] if env.get('PYTHONPATH') else '')
+  env['PYTHONPATH'] = REPO + (os.pathsep + env['PYTHONPATH'] if env.get('PYTHONPATH') else '')
   if isinstance(gpu, tpu.Chip):
     env.update(tpu.environment(gpu.index))
   elif gpu is not None:
@@ -81,18 +77,12 @@ def child_env(root, repo, gpu=None, sharing=1):
   return env
 
 
-def slot_envs(root, repo, gpus, slots):
+def slot_envs(root, gpus, slots):
   """The environment of each of `slots` runs at a time, devices handed out as run_all does."""
-  return [child_env(root, repo, gpu, sharing) for gpu, sharing in slot_gpus(gpus, slots)]
+  return [child_env(root, gpu, sharing) for gpu, sharing in slot_gpus(gpus, slots)]
 
 
 # --- the command list and the SLURM script: the runs launched elsewhere ---
-
-
-def join(root, *parts):  # not os.path.join: roots may be bucket paths
-  return '/'.join([root.rstrip('/'), *parts])
-
-
 def flag_value(value):
   """A config value as absl's --config.<field>= parses it back."""
   if isinstance(value, str):
@@ -113,10 +103,6 @@ def command(run, path, arg, python='python'):
   """The run's train.py argv, relative to the repository root."""
   flags = config_flags(run, path, arg)
   return [python, 'train.py', flags[0], f'--workdir={run.workdir}', *flags[1:]]
-
-
-def command_line(argv):
-  return ' '.join(shlex.quote(a) for a in argv)
 
 
 def check_one_line(text, what):
@@ -171,7 +157,7 @@ def slurm_script(commands_file, count, root, job_name, python=sys.executable):
       '# completed runs return at once, unfinished ones resume from their latest checkpoint.',
       'set -euo pipefail',
       f'cd {shlex.quote(REPO)}',
-      f'CACHE_DEFAULT={shlex.quote(join(root, CACHE_DIR))}',
+      f'CACHE_DEFAULT={shlex.quote(posixpath.join(root, CACHE_DIR))}',
       'export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$CACHE_DEFAULT}"',
       f'CMD=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {shlex.quote(commands_file)})',
       f'PYTHON={shlex.quote(python)}',
@@ -185,8 +171,6 @@ def slurm_script(commands_file, count, root, job_name, python=sys.executable):
 
 
 # --- what is read of a run while it trains ---
-
-
 def tail(path, size=8192):
   try:
     with open(path, 'rb') as f:
@@ -194,11 +178,6 @@ def tail(path, size=8192):
       return f.read().decode(errors='replace')
   except OSError:
     return ''
-
-
-def last_line(path):
-  lines = [line.strip() for line in tail(path).splitlines() if line.strip()]
-  return lines[-1] if lines else ''
 
 
 def logged_speeds(workdir):
@@ -228,10 +207,10 @@ def speed(workdir, since_step):
 
 def saved_results(workdir):
   """(the run's saved results or None, '' or why unreadable); nothing is opened without a
-  checkpoints folder (a fresh run) or in a bucket."""
+  checkpoints folder (a fresh run)."""
   from analysis import inputs as results
 
-  if '://' in workdir or not os.path.isdir(str(record.checkpoint_dir(workdir))):
+  if not os.path.isdir(str(record.checkpoint_dir(workdir))):
     return None, ''
   try:
     with results.quiet_absl():
@@ -240,17 +219,12 @@ def saved_results(workdir):
     return None, type(e).__name__
 
 
-def says_completed(saved):
+def completed(run):
+  saved = saved_results(run.workdir)[0]
   return bool(saved) and saved.get('status') == 'completed'
 
 
-def completed(run):
-  return says_completed(saved_results(run.workdir)[0])
-
-
 # --- claims: which run a sweep starts next when several share a root ---
-
-
 def try_claim(run, progress, is_completed):
   """(this sweep's claim on `run` or None while another holds it, whether it completed there)."""
   from trainer import checkpoint  # jax and orbax: not for --help
@@ -293,8 +267,6 @@ def take(queue, progress, is_completed):
 
 
 # --- launch, watch, stop ---
-
-
 @dataclasses.dataclass
 class Active:
   """A running run and this sweep's claim on its workdir."""
@@ -334,18 +306,9 @@ class Progress:
     self.start = self.last_shown = time.time()
 
   @property
-  def failed(self):
-    return len(self.failures)
-
-  @property
-  def in_use(self):
-    return len(self.held)
-
-  @property
   def queued(self):
-    return (
-      self.total - self.done - self.failed - self.in_use - len(self.active) - len(self.elsewhere)
-    )
+    busy = len(self.failures) + len(self.held) + len(self.active) + len(self.elsewhere)
+    return self.total - self.done - busy
 
   def eta(self, measures):
     """Seconds to the end from [(images/s, running s, left s)]: (the running runs' left + queued x
@@ -372,10 +335,10 @@ class Progress:
     )
     running = f'{len(measures)} running' + (f' ({", ".join(speeds)})' if speeds else '')
     busy = (f', {len(self.elsewhere)} in another sweep' if self.elsewhere else '') + (
-      f', {self.in_use} in use elsewhere' if self.in_use else ''
+      f', {len(self.held)} in use elsewhere' if self.held else ''
     )
     return (
-      f'[sweep] {self.done}/{self.total} done, {running}, {self.failed} failed{busy} | '
+      f'[sweep] {self.done}/{self.total} done, {running}, {len(self.failures)} failed{busy} | '
       f'elapsed {metrics.duration(now - self.start)} | ETA {metrics.duration(self.eta(measures))}'
     )
 
@@ -387,48 +350,46 @@ class Progress:
     print(self.line(), file=out, flush=True)
 
 
-class Stop:
-  """SIGTERM/SIGINT while installed: the first sets `signum`, a later one `force` (no raising: no
-  child is started and then lost between two statements)."""
+@contextlib.contextmanager
+def stop_signals():
+  """SIGTERM/SIGINT while inside (the main thread's): the first sets `.signum`, a later one `.force`
+  (no raising: no child is started and then lost between two statements)."""
+  stop = types.SimpleNamespace(signum=None, force=False)
 
-  def __init__(self):
-    self.signum, self.force = None, False
-
-  def handle(self, signum, _frame):
-    if self.signum is None:
-      self.signum = signum
+  def handle(signum, _frame):
+    if stop.signum is None:
+      stop.signum = signum
     else:
-      self.force = True
+      stop.force = True
 
-  @contextlib.contextmanager
-  def installed(self):
-    if threading.current_thread() is not threading.main_thread():
-      yield self
-      return
-    old = {s: signal.signal(s, self.handle) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-      yield self
-    finally:
-      for s, handler in old.items():
-        signal.signal(s, handler)
+  main = threading.current_thread() is threading.main_thread()
+  old = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
+  try:
+    yield stop
+  finally:
+    for s, handler in old.items():
+      signal.signal(s, handler)
 
 
-def launch(run, argv, root, repo, gpu, batch_size, sharing=1, claim=None):
+def launch(run, argv, root, gpu, sharing=1, claim=None):
   """An Active: `argv` started for `run`, its output appended to the run's log."""
   os.makedirs(run.workdir, exist_ok=True)
-  env = child_env(root, repo, gpu, sharing)
+  env = child_env(root, gpu, sharing)
   log = open(os.path.join(run.workdir, LOG_FILE), 'a')
   memory = ' '.join(filter(None, (process.memory_settings(env, ' ', ''), tpu.settings(env))))
   log.write(
     f'\n# {time.strftime("%Y-%m-%d %H:%M:%S")} {memory + " " if memory else ""}{" ".join(argv)}\n'
   )
   log.flush()
-  if LINUX:  # through DIE_WITH_PARENT (a preexec_fn, Python run in the forked child, is unsafe
-    # once JAX's threads run in this process), in its own process group
+  if sys.platform.startswith('linux'):  # through DIE_WITH_PARENT (not a preexec_fn: Python in
+    # the forked child is unsafe once JAX's threads run in this process)
     argv = [sys.executable, '-c', DIE_WITH_PARENT, str(os.getpid()), *argv]
-  out = dict(stdout=log, stderr=subprocess.STDOUT, process_group=0)
-  proc = subprocess.Popen(argv, cwd=repo, env=env, **out)
-  return Active(run, proc, log, gpu, time.time(), batch_size, last_step(run.workdir), claim)
+  # In its own process group: a terminal's Ctrl-C reaches the sweep alone, which forwards it.
+  proc = subprocess.Popen(
+    argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, process_group=0
+  )
+  size = getattr(run.config, 'batch_size', None)  # the ETA's images per step
+  return Active(run, proc, log, gpu, time.time(), size, last_step(run.workdir), claim)
 
 
 def wait_for_lock(run, progress, stop, poll):
@@ -469,7 +430,8 @@ def reap(progress, stopping):
       progress.durations.append(time.time() - a.started)
       progress.show(f'done    {name} in {took} (log: {a.logfile})')
     else:
-      line = last_line(a.logfile)
+      lines = [line.strip() for line in tail(a.logfile).splitlines() if line.strip()]
+      line = lines[-1] if lines else ''  # the log's last line
       progress.failures.append((a.run, code, line))
       progress.show(f'FAILED  {name}: exit code {code}, last log line: {line!r} (log: {a.logfile})')
   return freed
@@ -498,28 +460,15 @@ def stop_all(progress, stop, poll=0.2):
 
 
 def run_all(
-  queue,
-  argv_of,
-  root,
-  repo,
-  progress,
-  slots,
-  gpus,
-  batch_size=None,
-  poll=0.5,
-  heartbeat=30,
-  is_completed=completed,
+  queue, argv_of, root, progress, slots, gpus, poll=0.5, heartbeat=30, is_completed=completed
 ):
   """Run `queue` in order, `slots` at a time (a device each from `gpus`), each claimed before it
-  starts (`take`); `argv_of(run)`: its command; `batch_size(run)`: its global batch (the ETA).
-  Returns (progress.failures [(run, exit code, last log line)], progress.held, stop signal or
-  None)."""
-  from trainer import checkpoint
+  starts (`take`), `argv_of(run)` its command; (progress.failures, progress.held, stop signal)."""
+  from trainer import checkpoint  # jax and orbax: not for --help
 
-  queue, stop = list(queue), Stop()
-  handed = slot_gpus(gpus, slots)
+  queue, handed = list(queue), slot_gpus(gpus, slots)
   free, sharing = [gpu for gpu, _ in handed], dict(handed)
-  with stop.installed():
+  with stop_signals() as stop:
     try:
       while (queue or progress.active or progress.elsewhere) and stop.signum is None:
         while free and stop.signum is None:
@@ -537,9 +486,7 @@ def run_all(
             )
             continue
           gpu = free.pop(0)
-          a = launch(
-            run, argv_of(run), root, repo, gpu, batch_size and batch_size(run), sharing[gpu], claim
-          )
+          a = launch(run, argv_of(run), root, gpu, sharing[gpu], claim)
           progress.active[a.proc.pid] = a
           on = (
             '' if gpu is None else f' on {gpu}' if isinstance(gpu, tpu.Chip) else f' on GPU {gpu}'

@@ -1,24 +1,21 @@
 """Run a study (arms x seeds, declared by the config file's `get_sweep(arg)`) as train.py runs.
 
   python -m sweeps.sweep --config=configs/digits.py:study --root=/tmp/study [--parallel 2]
-  python -m sweeps.sweep --config=configs/digits.py:study --root=/tmp/study --estimate
-  python -m sweeps.sweep --config=configs/celeba.py:gpu,data.manual_dir=/data/celeba \
-      --root=/runs/celeba --gpus 0,1,2,3
   python -m sweeps.sweep --config=configs/celeba.py:tpu --root=gs://b/study --dry-run \
       --emit-commands=cmds.txt --emit-slurm=study.sbatch
-  python -m sweeps.sweep --config=configs/digits.py:study,model.width=1.0 --root=runs/tpu \
-      --tpu-chips 0,1,2,3,4,5,6,7
 
 Each override dict of get_sweep(arg) is one `train.py` run in <root>/<arm slug>/seed<k>, launched
 once every run is checked; completed runs are skipped, unfinished ones resumed. Exit code 1 if a
-run failed. See docs/operations.md ("Sweeps and studies").
+run failed. More (--gpus, --tpu-chips, --estimate): docs/operations.md ("Sweeps and studies").
 """
 
 import collections
 import functools
 import json
 import os
+import posixpath
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -27,7 +24,7 @@ import input_pipeline
 from analysis import analyse as cli
 from analysis import declaration
 from configs import common, validation
-from runrecord import files, record, rules
+from runrecord import files, rules
 from sweeps import runner, tpu
 from trainer import process
 
@@ -40,15 +37,10 @@ Run = collections.namedtuple(
 )
 
 
-# --- the command line ---
-
-
 def add_run_args(p, example_config, root_help):
   """--config, --root, --parallel, --gpus, --tpu-chips: what running a sweep takes (run_study's
   too)."""
-  p.add_argument(
-    '--config', required=True, help=f'config file with get_sweep(), e.g. {example_config}'
-  )
+  p.add_argument('--config', required=True, help=f'file with get_sweep(), e.g. {example_config}')
   p.add_argument('--root', required=True, help=root_help)
   p.add_argument('--parallel', type=int, help='runs at a time (default 1, or one per GPU)')
   p.add_argument('--gpus', default='', help='comma-separated GPU ids: one run per GPU')
@@ -66,20 +58,11 @@ def parse_args(argv):
   p.add_argument('--emit-slurm', help=f'SLURM array script (default ROOT/{runner.SLURM_FILE})')
   p.add_argument('--emit-study', help='with --dry-run: write the study declaration here')
   p.add_argument(
-    '--dry-run', action='store_true', help='check and list the runs; write only what --emit-* name'
+    '--dry-run', action='store_true', help='check, list; write only what --emit-* name'
   )
-  p.add_argument(
-    '--estimate',
-    action='store_true',
-    help="a dry run that also measures each arm's runs here and prints the device-hours",
-  )
+  p.add_argument('--estimate', action='store_true', help='a dry run that measures the device-hours')
   p.add_argument('--estimate-steps', type=int, default=3, help='steps timed per phase (--estimate)')
-  p.add_argument(
-    '--estimate-tpu',
-    default='',
-    metavar='TOPOLOGY',
-    help='with --estimate: price the runs from their TPU programs compiled for TOPOLOGY',
-  )
+  p.add_argument('--estimate-tpu', metavar='TOPOLOGY', help='price from TPU programs (--estimate)')
   p.add_argument('--heartbeat', type=float, default=30.0, help='seconds between progress lines')
   return p.parse_args(argv)
 
@@ -101,8 +84,6 @@ def placement(args):
 
 
 # --- the runs of a study ---
-
-
 def arm_slug(arm, leaves):
   """'profile-tpu-default_compute_dtype-bfloat16': from the arm alone, in its order (stable when
   arms are added or removed), each field by its last part unless another field ends the same."""
@@ -154,7 +135,7 @@ def expand(spec, root):
       config, problem = validation.resolve(config), ''
     except validation.ConfigError as e:
       problem = str(e).splitlines()[0]
-    workdir = runner.join(root, slug, f'seed{seed}')
+    workdir = posixpath.join(root, slug, f'seed{seed}')  # posixpath: a root may be gs://b/study
     runs.append(Run(arm, slug, seed, {'seed': seed, **arm}, workdir, config, problem))
   return runs, path, arg
 
@@ -173,7 +154,7 @@ def saved_state(run):
       f'{run.workdir} holds a run with other settings ({"; ".join(diffs[:3])}): '
       'delete it or use another --root'
     )
-  return ('completed', '') if runner.says_completed(saved) else ('todo', '')
+  return ('completed' if saved.get('status') == 'completed' else 'todo'), ''
 
 
 def launch_order(runs):
@@ -185,8 +166,6 @@ def launch_order(runs):
 
 
 # --- what is checked before launch: every problem at once, a shared one in one line ---
-
-LOG_FILE = record.LOG_FILE  # each run's console output, appended by sweeps/runner.py
 # A train.py process besides its activations (Python, JAX, the data, the compiled steps): about
 # 0.8 GB measured for a digits run on CPU; rounded up.
 RUN_OVERHEAD_BYTES = 2**30
@@ -206,13 +185,8 @@ def grouped(problems):
 
 def data_problems(runs):
   """The problems of each distinct data setting, as its dataset module declares them."""
-  seen, problems = set(), []
-  for run in runs:
-    data = run.config.data
-    key = repr(sorted(data.to_dict().items()))
-    if key in seen:
-      continue
-    seen.add(key)
+  problems = []
+  for data in {repr(sorted(r.config.data.to_dict().items())): r.config.data for r in runs}.values():
     try:
       check = input_pipeline.get(data.name).problems
     except ValueError:  # no such dataset: the config's own problem says so
@@ -232,20 +206,6 @@ def folder_problem(folder, what):
     return f'{where} is a file, not a folder: choose another path'
   if not os.access(existing, os.W_OK | os.X_OK):
     return f'{where} is not writable: choose a folder you can write to, or fix its permissions'
-  return None
-
-
-def run_folder_problem(workdir):
-  """None if an existing run folder holds only the kinds of entry a run and its log use."""
-  problem = folder_problem(workdir, '--workdir')
-  if problem:
-    return problem
-  try:
-    from trainer import checkpoint
-
-    checkpoint.check_layout(workdir, extra_files=checkpoint.LOCK_FILES + (LOG_FILE,))
-  except validation.ConfigError as e:
-    return str(e)
   return None
 
 
@@ -304,15 +264,6 @@ def device_problems(runs, env):
   return grouped(found), sorted(set(warnings))
 
 
-def environment_problems():
-  """The platforms JAX_PLATFORMS names must start on this host (trainer/process.py)."""
-  try:
-    process.check_platforms()
-  except ValueError as e:
-    return [str(e)]
-  return []
-
-
 def workdir_problems(runs, root, files):
   """The root, the run folders and the emitted files must be writable; saved runs must match."""
   from trainer import checkpoint
@@ -329,7 +280,13 @@ def workdir_problems(runs, root, files):
     return problems, {}
   states = {}
   for run in runs:
-    problem = run_folder_problem(run.workdir) if os.path.exists(run.workdir) else None
+    exists = os.path.exists(run.workdir)
+    problem = folder_problem(run.workdir, '--workdir') if exists else None
+    try:  # an existing run folder must hold only what a run and its log write
+      if exists and not problem:
+        checkpoint.check_layout(run.workdir, extra_files=checkpoint.LOCK_FILES + (runner.LOG_FILE,))
+    except validation.ConfigError as e:
+      problem = str(e)
     state, detail = ('todo', '') if problem else saved_state(run)
     if state == 'mismatch':
       problem = detail
@@ -342,11 +299,14 @@ def check(runs, root, files, env=None):
   """(errors, warnings, {run folder: saved state}) before anything is launched or written;
   `files`: [(flag, path)] it writes; `env`: a run's (None: the devices are not checked)."""
   errors = grouped((r.problem, r) for r in runs if r.problem)
-  data = data_problems(runs)
+  data, environment = data_problems(runs), []
+  try:  # the platforms JAX_PLATFORMS names must start on this host
+    process.check_platforms()
+  except ValueError as e:
+    environment = [str(e)]
   if '://' in root:
-    elsewhere = data + environment_problems()
+    elsewhere = data + environment
     return errors, [f'{p} (checked on this machine; the hosts need it)' for p in elsewhere], {}
-  environment = environment_problems()
   devices, warnings = (
     device_problems(runs, env) if env is not None and not environment else ([], [])
   )
@@ -381,8 +341,6 @@ def parallel_slots(requested, runs, gpus, host_bytes, cores):
 
 
 # --- what it writes before launching: the command list, the SLURM script, the declaration ---
-
-
 def output_files(args, root):
   """(command list, SLURM script): in the root unless --emit-* say otherwise (a bucket's: both)."""
   if '://' in root and not (args.emit_commands and args.emit_slurm):
@@ -422,7 +380,7 @@ def write_outputs(args, runs, path, arg, root, emitted, declared, chips=()):
   study_file = args.emit_study or (
     None if dry or '://' in root else os.path.join(root, declaration.STUDY_FILE)
   )
-  copy_to = runner.join(root, declaration.STUDY_FILE)
+  copy_to = posixpath.join(root, declaration.STUDY_FILE)
   if declared and study_file:
     files.write_file(study_file, declaration.dumps(declared), command='sweep', flag='--emit-study')
     where = os.path.abspath(study_file)
@@ -436,9 +394,7 @@ def write_outputs(args, runs, path, arg, root, emitted, declared, chips=()):
   commands_file, slurm_file = emitted
   if args.emit_commands or not dry:  # with TPU chips, each line takes a free one of them
     launcher = tpu.launcher(chips) if chips else []
-    text = ''.join(
-      runner.command_line(launcher + runner.command(r, path, arg)) + '\n' for r in runs
-    )
+    text = ''.join(shlex.join(launcher + runner.command(r, path, arg)) + '\n' for r in runs)
     files.write_file(commands_file, text, command='sweep', flag='--emit-commands')
     print(f'commands: {commands_file}')
   if args.emit_slurm or not dry:
@@ -452,14 +408,11 @@ def list_pending(todo, path, arg, emitted):
   """A dry run's listing: each command still to run, or the first LIST_FIRST and a count."""
   shown = todo if len(todo) <= LIST_ALL else todo[:LIST_FIRST]
   for run, detail in shown:
-    line = runner.command_line(runner.command(run, path, arg))
+    line = shlex.join(runner.command(run, path, arg))
     print(f'would run: {line}' + (f'  # {detail}' if detail else ''))
   if len(shown) < len(todo):
     where = f'all in {os.path.abspath(emitted)}' if emitted else '--emit-commands=FILE writes all'
     print(f'... and {len(todo) - len(shown)} more ({where})')
-
-
-# --- the command ---
 
 
 def main(argv=None):
@@ -482,7 +435,7 @@ def main(argv=None):
     runs, path, arg = expand(args.config, root)
     emitted = output_files(args, root)
     runner.check_commands(runs, path, arg, root, emitted)
-    env = runner.child_env(root, runner.REPO, gpus[0] if gpus else None)  # a run's, on its device
+    env = runner.child_env(root, gpus[0] if gpus else None)  # a run's, on its device
     flagged = list(zip(('--emit-commands', '--emit-slurm'), emitted, strict=True))
     errors, warnings, states = check(runs, root, flagged, env)
     declared, problem = study_declaration(args.config, root)
@@ -493,7 +446,7 @@ def main(argv=None):
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
-  for line in warnings:
+  for line in warnings + ([capped] if capped else []):
     print(f'warning: {line}', file=sys.stderr)
   if errors:
     for line in errors:
@@ -503,8 +456,6 @@ def main(argv=None):
       file=sys.stderr,
     )
     return 2
-  if capped:
-    print(f'warning: {capped}', file=sys.stderr)
   todo = [(r, states.get(r.workdir, ('todo', ''))) for r in runs]  # a bucket's: all to run
   todo = [(r, detail) for r, (state, detail) in todo if state != 'completed']
   print(
@@ -534,9 +485,9 @@ def main(argv=None):
 
     pending = [r for r, _ in todo]
     if args.estimate_tpu:  # priced from the TPU programs compiled here
-      return estimate.price_arms(pending, flags_of, args.estimate_tpu, runner.REPO, slots)
-    envs = runner.slot_envs(runner.REPO if remote else root, runner.REPO, gpus, slots)
-    return estimate.measure_arms(pending, flags_of, envs, runner.REPO, args.estimate_steps)
+      return estimate.price_arms(pending, flags_of, args.estimate_tpu, slots)
+    envs = runner.slot_envs(runner.REPO if remote else root, gpus, slots)
+    return estimate.measure_arms(pending, flags_of, envs, args.estimate_steps)
   if args.dry_run:
     return 0
   return launch([r for r, _ in todo], path, arg, root, slots, gpus, len(runs), args.heartbeat)
@@ -547,16 +498,9 @@ def launch(todo, path, arg, root, slots, gpus, total, heartbeat):
   progress = runner.Progress(total, total - len(todo), slots)
   print('each run logs to <its workdir>/train.log (tail -f one to watch it)')
   progress.show()
+  argv_of = functools.partial(runner.command, path=path, arg=arg, python=sys.executable)
   failures, in_use, signum = runner.run_all(
-    launch_order(todo),
-    lambda r: runner.command(r, path, arg, sys.executable),
-    root,
-    runner.REPO,
-    progress,
-    slots,
-    gpus,
-    lambda r: r.config.batch_size,
-    heartbeat=heartbeat,
+    launch_order(todo), argv_of, root, progress, slots, gpus, heartbeat=heartbeat
   )
   if signum is not None:
     print(

@@ -16,16 +16,13 @@ import re
 import sys
 import time
 
-# --- topologies and chip figures ---
-
 ChipSpec = collections.namedtuple('ChipSpec', 'device_kind hbm_gib hbm_gb_s bf16_tflop_s megacore')
-CHIPS = {  # Google Cloud's TPU system architecture pages (SOURCES)
+CHIPS = {  # Google Cloud's TPU system architecture pages, https://cloud.google.com/tpu/docs/<v>
   'v4': ChipSpec('TPU v4', 32, 1200, 275, True),
   'v5e': ChipSpec('TPU v5 lite', 16, 819, 197, False),
   'v5p': ChipSpec('TPU v5', 95, 2765, 459, True),
   'v6e': ChipSpec('TPU v6 lite', 32, 1640, 918, False),
 }
-SOURCES = {v: f'https://cloud.google.com/tpu/docs/{v}' for v in CHIPS}
 # Google Cloud accelerator types: (libtpu topology, chips per host). v4-N and v5p-N count
 # TensorCores (2 per chip), v5e-N (v5litepod-N) and v6e-N count chips.
 ACCELERATOR_TYPES = {
@@ -46,7 +43,6 @@ ACCELERATOR_TYPES = {
 }
 ALIASES = {f'v5litepod-{n}': f'v5e-{n}' for n in (1, 4, 8, 16)}
 SHAPE = re.compile(r'^(v4|v5e|v5p|v6e):(\d+)x(\d+)(?:x(\d+))?$')
-INSTALL = 'pip install -r requirements-tpu.txt (or make setup-tpu): it adds libtpu, jax[tpu]'
 
 Topology = collections.namedtuple('Topology', 'name version libtpu_name options')
 
@@ -101,7 +97,8 @@ def devices(topology):
     importlib.import_module('libtpu')
   except ImportError as e:
     raise ValueError(
-      f'libtpu is not installed: no TPU program can be compiled here; {INSTALL}'
+      'libtpu is not installed: no TPU program can be compiled here; pip install -r '
+      'requirements-tpu.txt (or make setup-tpu): it adds libtpu, jax[tpu]'
     ) from e
   os.environ.setdefault('TPU_SKIP_MDS_QUERY', '1')  # no cloud metadata server to ask
   # libtpu's host-wide lock (/tmp/libtpu_lockfile) guards a TPU; compiling drives none.
@@ -127,8 +124,6 @@ def facts(devs):
 
 
 # --- the roofline estimate of a compiled program: an optimistic bound, not a measurement ---
-
-
 def roofline_s(flops, bytes_accessed, passes, chip):
   """max(FLOPs x MXU passes / bf16 peak, bytes accessed / HBM bandwidth), per chip."""
   return max(flops * passes / (chip.bf16_tflop_s * 1e12), bytes_accessed / (chip.hbm_gb_s * 1e9))
@@ -176,19 +171,8 @@ def largest_batch(fits, start, unit, limit, max_compiles=8):
 
 
 # --- one run per chip of a TPU VM (sweeps.sweep --tpu-chips) ---
-
 PORT_BASE = 8476
 LOCK_DIR = os.path.join(os.environ.get('TMPDIR', '/tmp'), 'tpu_chips')
-# libtpu's per-process variables (the ones Google's TPU VM runtime reads).
-VARIABLES = (
-  'TPU_VISIBLE_CHIPS',
-  'TPU_PROCESS_BOUNDS',
-  'TPU_CHIPS_PER_PROCESS_BOUNDS',
-  'TPU_PROCESS_PORT',
-  'TPU_PROCESS_ADDRESSES',
-  'CLOUD_TPU_TASK_ID',
-)
-POLL_S = 1
 
 
 class Chip(collections.namedtuple('Chip', 'index')):
@@ -214,7 +198,8 @@ def parse_chips(text):
 
 
 def environment(index):
-  """libtpu's per-process variables of a run on chip `index`, with a port of its own."""
+  """libtpu's per-process variables (those Google's TPU VM runtime reads) of a run on chip
+  `index`, with a port of its own."""
   port = PORT_BASE + index
   return {
     'TPU_VISIBLE_CHIPS': str(index),
@@ -226,6 +211,9 @@ def environment(index):
   }
 
 
+VARIABLES = tuple(environment(0))
+
+
 def settings(env):  # 'NAME=value ...' of the VARIABLES set in `env`: a run's train.log header
   return ' '.join(f'{name}={env[name]}' for name in VARIABLES if name in env)
 
@@ -234,19 +222,19 @@ def launcher(chips):  # the argv prefix that starts a command on the first free 
   return ['python', '-m', 'sweeps.tpu', f'--chips={",".join(str(c.index) for c in chips)}', '--']
 
 
-def claim(chips, lock_dir=LOCK_DIR, poll_s=POLL_S):
+def claim(chips):
   """(chip index, open lock descriptor) of the first of `chips` no other process holds (an
-  exclusive flock on LOCK_DIR/chip<i>), waiting while all are held."""
-  os.makedirs(lock_dir, exist_ok=True)
+  exclusive flock on LOCK_DIR/chip<i>), polling every second while all are held."""
+  os.makedirs(LOCK_DIR, exist_ok=True)
   while True:
     for chip in chips:
-      fd = os.open(os.path.join(lock_dir, f'chip{chip.index}'), os.O_RDWR | os.O_CREAT, 0o666)
+      fd = os.open(os.path.join(LOCK_DIR, f'chip{chip.index}'), os.O_RDWR | os.O_CREAT, 0o666)
       try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return chip.index, fd
       except BlockingIOError:
         os.close(fd)
-    time.sleep(poll_s)
+    time.sleep(1)
 
 
 def fail(message):

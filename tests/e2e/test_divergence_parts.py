@@ -17,7 +17,7 @@ from statsmodels.stats.proportion import proportion_confint
 from experiments import divergence, lockstep
 from numerics import setup as numerics_setup
 from tests.support.divergence_runs import SMOKE, run_main
-from trainer import train
+from trainer import run, train
 
 
 def arm_configs(config, settings, seeds):
@@ -50,7 +50,9 @@ def test_ceiling_arm_has_other_initial_weights_and_data_order():
   assert [lock['arms'][s, 'a']['ctx'].config.seed for s in (0, 1)] == [0, 1]
   params = {s: lockstep.flat(jax.device_get(lock['states'][s, 'a']['params'])) for s in (0, 1)}
   assert all(not np.array_equal(params[0][k], params[1][k]) for k in params[0] if 'kernel' in k)
-  batches = [jax.device_get(next(lockstep.batches(lock, s, 0, 1))['image']) for s in (0, 1)]
+  batches = [
+    jax.device_get(next(run.batches(lock['arms'][s, 'a']['ctx'], 0, 1))['image']) for s in (0, 1)
+  ]
   assert not np.array_equal(*batches)
   seed1_b = jax.device_get(lock['states'][1, 'b']['params'])
   assert all(np.array_equal(params[1][k], v) for k, v in lockstep.flat(seed1_b).items())
@@ -260,7 +262,7 @@ def test_matmul_precision_arms_lower_to_different_hlo():
   )
   lock = lockstep.prepare(configs, devices=1)
   fns = lockstep.enter_phase(lock, lock['ctx'].phases[0], 0)
-  batch = next(lockstep.batches(lock, 0, 0, 1))
+  batch = next(run.batches(lock['arms'][0, 'a']['ctx'], 0, 1))
   # Lowered outside any precision context: each arm's step fixes its own precision inside.
   texts = {name: fns[0, name].lower(lock['states'][0, name], batch).as_text() for name in 'ab'}
   assert fns[0, 'a'] is not fns[0, 'b'] and texts['a'] != texts['b']

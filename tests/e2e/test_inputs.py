@@ -195,7 +195,7 @@ def test_sweep_parallel_zero_is_refused_and_a_huge_one_capped(tmp_path, capsys, 
 def test_sweep_refuses_a_train_log_or_run_lock_folder_before_launching(tmp_path, capsys):
   cfg = write_config(tmp_path, "[{'seed': 0}, {'seed': 1}]")
   runs, _, _ = sweep.expand(f'{cfg}:smoke', str(tmp_path / 'root'))
-  os.makedirs(os.path.join(runs[0].workdir, sweep.LOG_FILE))
+  os.makedirs(os.path.join(runs[0].workdir, runner.LOG_FILE))
   os.makedirs(os.path.join(runs[1].workdir, record.LOCK_FILE))
   assert sweep.main([f'--config={cfg}:smoke', f'--root={tmp_path / "root"}']) == 2
   err = capsys.readouterr().err

@@ -213,7 +213,7 @@ def test_estimate_formula_and_parallel_measurement(monkeypatch, capsys):
   # process measuring a share of the arms (its start-up and data load paid once).
   running, seen, measured = [], [], []
 
-  def fake_group(arms, env, repo, steps, say):
+  def fake_group(arms, env, steps, say):
     running.append(env['SLOT'])
     seen.append(len(running))
     measured.append([slug for slug, _ in arms])
@@ -224,7 +224,7 @@ def test_estimate_formula_and_parallel_measurement(monkeypatch, capsys):
   monkeypatch.setattr(estimate, 'measure_group', fake_group)
   runs = [sweep.Run({}, arm, s, {}, '') for arm in 'abcd' for s in range(2)]
   envs = [{'SLOT': '0'}, {'SLOT': '1'}]
-  assert estimate.measure_arms(runs, lambda r: [], envs, ROOT, 2) == 0
+  assert estimate.measure_arms(runs, lambda r: [], envs, 2) == 0
   assert max(seen) == 2 and sorted(measured) == [['a', 'c'], ['b', 'd']]
   out = capsys.readouterr().out
   assert 'measuring 4 arm(s), 2 at a time, in 2 process(es)' in out

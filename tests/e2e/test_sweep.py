@@ -188,7 +188,7 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
     'model.width': 0.5,
   }
   run = sweep.Run(odd, 'odd', 4, odd, str(root / 'odd'))
-  config, _ = parse_train_command(runner.command_line(runner.command(run, DIGITS, 'smoke')))
+  config, _ = parse_train_command(shlex.join(runner.command(run, DIGITS, 'smoke')))
   assert (
     config.to_dict() == validation.resolve(sweep.check_overrides(digits, 'smoke', odd, 0)).to_dict()
   )

@@ -32,7 +32,6 @@ def test_scheduler_one_run_per_gpu_reports_failures_and_continues(tmp_path, monk
     runs,
     lambda run: [sys.executable, '-c', script, run.workdir],
     str(tmp_path),
-    runner.REPO,
     progress,
     2,
     [5, 7, 9],
@@ -40,7 +39,7 @@ def test_scheduler_one_run_per_gpu_reports_failures_and_continues(tmp_path, monk
   )
   assert [(f[0].workdir, f[1], f[2]) for f in failures] == [(runs[3].workdir, 3, 'boom')]
   assert (in_use, signum) == ([], None)
-  assert (progress.done, progress.failed, progress.active) == (6, 1, {})
+  assert (progress.done, len(progress.failures), progress.active) == (6, 1, {})
   out = capsys.readouterr().out
   log3 = f'{runs[3].workdir}/train.log'
   assert f"FAILED  a-1/seed1: exit code 3, last log line: 'boom' (log: {log3})" in out
@@ -206,7 +205,6 @@ def test_a_held_workdir_is_waited_for_then_run_or_reported_in_use_not_failed(
       runs,
       lambda run: [sys.executable, '-c', 'print("ran")'],
       str(tmp_path),
-      runner.REPO,
       progress,
       1,
       [],
@@ -217,7 +215,7 @@ def test_a_held_workdir_is_waited_for_then_run_or_reported_in_use_not_failed(
     lasting.wait()
     brief.wait()
   assert (failures, in_use, signum) == ([], [runs[1]], None)
-  assert (progress.done, progress.failed, progress.in_use) == (1, 0, 1)
+  assert (progress.done, len(progress.failures), len(progress.held)) == (1, 0, 1)
   assert 'ran' in open(os.path.join(runs[0].workdir, 'train.log')).read()
   assert not os.path.exists(os.path.join(runs[1].workdir, 'train.log'))
   out = capsys.readouterr().out

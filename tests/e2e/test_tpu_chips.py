@@ -39,9 +39,9 @@ def test_each_chip_gets_libtpus_variables_and_its_own_port():
 
 
 def test_child_env_of_a_chip_and_of_a_gpu():
-  env = runner.child_env('/r', ROOT, tpu.Chip(5))
+  env = runner.child_env('/r', tpu.Chip(5))
   assert {k: env[k] for k in tpu.VARIABLES} == tpu.environment(5)
-  gpu = runner.child_env('/r', ROOT, 2)
+  gpu = runner.child_env('/r', 2)
   assert gpu['CUDA_VISIBLE_DEVICES'] == '2'
 
 
@@ -84,7 +84,6 @@ def test_the_runner_gives_each_run_one_chip_never_two_runs_at_once(tmp_path, cap
     runs,
     lambda r: [sys.executable, '-c', RECORDER, r.workdir, '0.4'],
     str(tmp_path),
-    runner.REPO,
     progress,
     2,
     chips,

@@ -8,7 +8,6 @@ import pytest
 
 from benchmarks import bench_step, bench_vs_torch, common
 from sweeps import estimate, runner, sweep
-from tests.conftest import ROOT
 from trainer import process
 
 FRACTION = 'XLA_PYTHON_CLIENT_MEM_FRACTION'
@@ -46,10 +45,10 @@ def test_memory_fraction_splits_the_gpu_unless_alone_or_set_by_the_user(gpu_host
 def test_child_env_carries_the_fraction_and_keeps_the_users(
   no_memory_settings, monkeypatch, gpu_host
 ):
-  assert runner.child_env('/r', ROOT, None, sharing=4)[FRACTION] == '0.225'
-  assert FRACTION not in runner.child_env('/r', ROOT, 0, sharing=1)
+  assert runner.child_env('/r', None, sharing=4)[FRACTION] == '0.225'
+  assert FRACTION not in runner.child_env('/r', 0, sharing=1)
   monkeypatch.setenv('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
-  env = runner.child_env('/r', ROOT, None, sharing=4)
+  env = runner.child_env('/r', None, sharing=4)
   assert FRACTION not in env and env['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'false'
 
 
@@ -73,11 +72,8 @@ def test_estimate_processes_sharing_a_gpu_get_the_runs_fraction(
   )
   capsys.readouterr()
   assert code == 0 and [env.get(FRACTION) for env in seen] == ['0.450', '0.450']
-  assert [env.get(FRACTION) for env in runner.slot_envs('/r', ROOT, [0, 1], 2)] == [None, None]
-  assert [env['CUDA_VISIBLE_DEVICES'] for env in runner.slot_envs('/r', ROOT, [3, 3], 2)] == [
-    '3',
-    '3',
-  ]
+  assert [env.get(FRACTION) for env in runner.slot_envs('/r', [0, 1], 2)] == [None, None]
+  assert [env['CUDA_VISIBLE_DEVICES'] for env in runner.slot_envs('/r', [3, 3], 2)] == ['3', '3']
 
 
 def test_parallel_runs_on_one_gpu_start_with_the_fraction_recorded_in_train_log(
@@ -89,14 +85,7 @@ def test_parallel_runs_on_one_gpu_start_with_the_fraction_recorded_in_train_log(
   progress = runner.Progress(4, 0, 4)
   script = f'import os; print("fraction", os.environ.get("{FRACTION}"))'
   failures, _, _ = runner.run_all(
-    runs,
-    lambda run: [sys.executable, '-c', script],
-    str(tmp_path),
-    runner.REPO,
-    progress,
-    4,
-    [],
-    poll=0.05,
+    runs, lambda run: [sys.executable, '-c', script], str(tmp_path), progress, 4, [], poll=0.05
   )
   assert failures == []
   for run in runs:
@@ -116,7 +105,6 @@ def test_cpu_runs_get_no_gpu_memory_fraction(tmp_path, no_memory_settings, monke
     runs,
     lambda run: [sys.executable, '-c', 'pass'],
     str(tmp_path),
-    runner.REPO,
     runner.Progress(2, 0, 2),
     2,
     [],

@@ -25,7 +25,6 @@ def test_two_sweeps_on_one_root_start_each_run_once(tmp_path):
       runs,
       lambda run: [sys.executable, '-c', RUN, run.workdir],
       str(tmp_path),
-      runner.REPO,
       progress,
       2,
       [],
