@@ -11,19 +11,27 @@ NATIVE = 'native'  # a product as the platform computes it: not emulated, not in
 KINDS = ('conv', 'dense')  # the model's product kinds, each with its own format
 UNSET = ''
 
-# jax_default_matmul_precision: the legacy levels, and the DotAlgorithmPreset names that take f32
-# operands (they set dots only: convolutions ignore them).
-LEGACY_PRECISIONS = ('default', 'high', 'highest', 'bfloat16', 'tensorfloat32', 'float32')
-PRESET_PRECISIONS = (
-  'BF16_BF16_F32',
-  'BF16_BF16_F32_X3',
-  'BF16_BF16_F32_X6',
-  'BF16_BF16_F32_X9',
-  'TF32_TF32_F32',
-  'TF32_TF32_F32_X3',
-  'F32_F32_F32',
-)
-PRECISIONS = LEGACY_PRECISIONS + PRESET_PRECISIONS
+# jax_default_matmul_precision: the legacy levels (each with its level's name), and the
+# DotAlgorithmPreset names that take f32 operands (each with its dots' format; convs ignore them).
+LEGACY_LEVEL = {
+  'default': 'default',
+  'high': 'high',
+  'highest': 'highest',
+  'bfloat16': 'default',
+  'tensorfloat32': 'high',
+  'float32': 'highest',
+}
+PRESET_FORMAT = {
+  'BF16_BF16_F32': 'bf16',
+  'BF16_BF16_F32_X3': 'bf16_3x',
+  'BF16_BF16_F32_X6': 'bf16_6x',
+  'BF16_BF16_F32_X9': 'bf16_9x',
+  'TF32_TF32_F32': 'tf32',
+  'TF32_TF32_F32_X3': 'tf32_3x',
+  'F32_F32_F32': 'f32',
+}
+PRESET_PRECISIONS = tuple(PRESET_FORMAT)
+PRECISIONS = (*LEGACY_LEVEL, *PRESET_FORMAT)
 DTYPE_BYTES = {'float32': 4, 'bfloat16': 2}  # numerics.compute_dtype, param_dtype: bytes a value
 DTYPES = tuple(DTYPE_BYTES)
 CONV_IMPLS = ('auto', 'xla', 'im2col')  # numerics.conv_impl (numerics/ops.py)

@@ -251,20 +251,10 @@ def emulated_bilinear(f, a, b, fmt, key=None, plan=None):
 
 # Primitives that only move or copy values: exact in any dtype, so the fast path runs them in the
 # operands' (narrow) dtype.
-_MOVES = {
-  'pad',
-  'slice',
-  'concatenate',
-  'reshape',
-  'transpose',
-  'rev',
-  'broadcast_in_dim',
-  'squeeze',
-  'expand_dims',
-  'split',
-  'copy',
-  'copy_p',
-}
+_MOVES = frozenset(
+  'pad slice concatenate reshape transpose rev broadcast_in_dim squeeze expand_dims split '
+  'copy copy_p'.split()
+)
 _CONTRACTIONS = {'dot_general', 'conv_general_dilated'}
 
 

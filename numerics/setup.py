@@ -11,14 +11,6 @@ import jax.numpy as jnp
 
 from numerics import formats, ops
 
-LEGACY_LEVEL = {
-  'default': 'default',
-  'bfloat16': 'default',
-  'high': 'high',
-  'tensorfloat32': 'high',
-  'highest': 'highest',
-  'float32': 'highest',
-}
 # Product format of f32 operands at each legacy level, per platform: JAX's documentation of
 # `jax.default_matmul_precision` and `jax.lax.Precision` (docs.jax.dev: DEFAULT is one bf16 pass on
 # TPU, HIGH three, HIGHEST six; on NVIDIA GPUs DEFAULT and HIGH use TF32, HIGHEST true f32; CPUs
@@ -27,15 +19,6 @@ NATIVE_FORMAT = {
   'tpu': {'default': 'bf16', 'high': 'bf16_3x', 'highest': 'bf16_6x'},
   'gpu': {'default': 'tf32', 'high': 'tf32', 'highest': 'f32'},
   'cpu': {'default': 'f32', 'high': 'f32', 'highest': 'f32'},
-}
-PRESET_FORMAT = {
-  'BF16_BF16_F32': 'bf16',
-  'BF16_BF16_F32_X3': 'bf16_3x',
-  'BF16_BF16_F32_X6': 'bf16_6x',
-  'BF16_BF16_F32_X9': 'bf16_9x',
-  'TF32_TF32_F32': 'tf32',
-  'TF32_TF32_F32_X3': 'tf32_3x',
-  'F32_F32_F32': 'f32',
 }
 
 
@@ -129,9 +112,9 @@ def native_formats(platform, precision):
   table = NATIVE_FORMAT.get(platform)
   if table is None:
     return 'unknown', 'unknown'
-  if precision in PRESET_FORMAT:
-    return table['default'], ('f32' if platform == 'cpu' else PRESET_FORMAT[precision])
-  level = table[LEGACY_LEVEL[precision or 'default']]
+  if precision in formats.PRESET_FORMAT:
+    return table['default'], ('f32' if platform == 'cpu' else formats.PRESET_FORMAT[precision])
+  level = table[formats.LEGACY_LEVEL[precision or 'default']]
   return level, level
 
 

@@ -243,37 +243,23 @@ class TensorBoardWriter:
     self.flush()
 
 
-class ConsoleWriter:
-  """The console line of a logged training step (records of kind 'train'), with the clock's
-  images/s, ETA and compiles still to come; training accuracy in %."""
-
-  def __init__(self, total_steps, num_epochs, clock):
-    self.total_steps, self.num_epochs, self.clock = total_steps, num_epochs, clock
-
-  def write_scalars(self, step: int, scalars: Record) -> None:
-    if scalars['kind'] != 'train':
-      return
-    eta, ahead = scalars.get('eta_s'), self.clock.ahead
-    more = f' + {ahead} compile(s) to come' if ahead and eta is not None else ''
-    logging.info(
-      'step %d/%d (epoch %d/%d) loss %.4f acc %s lr %.2e | %.0f img/s | ETA %s%s',
-      step,
-      self.total_steps,
-      scalars['epoch'],
-      self.num_epochs,
-      scalars['train_loss'],
-      percent(scalars['train_accuracy']),
-      scalars['learning_rate'],
-      scalars['images_per_sec'],
-      duration(eta, clock=True),
-      more,
-    )
-
-  def flush(self) -> None:
-    """Nothing to do: each line goes to absl logging as it is written."""
-
-  def close(self) -> None:
-    """Nothing to release."""
+def console_line(scalars: Record, eta, total_steps, num_epochs, ahead):
+  """Log the console line of a training record: images/s, the ETA and the compiles (`ahead`) still
+  to come."""
+  more = f' + {ahead} compile(s) to come' if ahead and eta is not None else ''
+  logging.info(
+    'step %d/%d (epoch %d/%d) loss %.4f acc %s lr %.2e | %.0f img/s | ETA %s%s',
+    scalars['step'],
+    total_steps,
+    scalars['epoch'],
+    num_epochs,
+    scalars['train_loss'],
+    percent(scalars['train_accuracy']),
+    scalars['learning_rate'],
+    scalars['images_per_sec'],
+    duration(eta, clock=True),
+    more,
+  )
 
 
 class MultiWriter:

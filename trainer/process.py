@@ -27,6 +27,7 @@ MEMORY_VARIABLES = (
   'XLA_PYTHON_CLIENT_ALLOCATOR',
 )
 JAX_DEFAULT = "JAX's default (a GPU preallocates 75 %)"
+VERSIONED_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')  # recorded
 
 
 class InFlight:
@@ -310,6 +311,17 @@ def execution_facts():
     'num_devices': jax.device_count(),
     'num_processes': jax.process_count(),
   }
+
+
+def versions():
+  """The installed version of each VERSIONED_PACKAGES package (None where it is not installed)."""
+  out = {}
+  for name in VERSIONED_PACKAGES:
+    try:
+      out[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      out[name] = None
+  return out
 
 
 def _from_orbax(record):
