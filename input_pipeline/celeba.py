@@ -1,6 +1,5 @@
-"""CelebA through TFDS `celeb_a` 2.1.0: the five official files (checked, parsed, fingerprinted),
-the splits, the decoded uint8 cache (memory-mapped, built once, atomically) and the loader, and its
-Declaration for the dataset registry. TFDS is read only to prepare and decode (celeba_tfds.py)."""
+"""CelebA: the five official files (checked, parsed, fingerprinted), the splits, the decoded uint8
+cache (built once, atomically, from TFDS celeb_a: celeba_tfds.py), the loader, its Declaration."""
 
 import collections
 import concurrent.futures
@@ -24,7 +23,7 @@ from absl import logging
 from PIL import Image
 
 import input_pipeline
-from input_pipeline import DataError, Dataset, Declaration, Split
+from input_pipeline import DataError, Dataset, Declaration, Split, celeba_tfds
 
 CELEBA_PAGE = 'https://mmlab.ie.cuhk.edu.hk/projects/CelebA.html'
 ZIP = 'img_align_celeba.zip'
@@ -242,11 +241,6 @@ def split_identity(names, identity, test_fraction, split_seed):
   return test
 
 
-def split_official(partition):
-  """(train mask, test mask) of the official partition: 0 train, 2 test (1, validation, unused)."""
-  return partition == 0, partition == 2
-
-
 NATIVE_SHAPE = (218, 178)  # H, W
 TASKS = ('identity', 'attributes')
 SPLITS = ('per_identity', 'official')
@@ -296,8 +290,6 @@ def data_dirs(data):
 def problems(data):
   """What stops CelebA from loading with `data` (config.data), found without reading the images
   (the sweep's check before it launches a run): one line each."""
-  from input_pipeline import celeba_tfds  # it imports this module
-
   try:
     manual_dir, tfds_dir, cache_dir = data_dirs(data)
   except (OSError, DataError) as e:
@@ -334,8 +326,6 @@ def has_decoded_cache(cache_dir):
 
 def _source(manual_dir, tfds_dir):
   """(metadata, source record): from the five files if given, else from the prepared tfds_dir."""
-  from input_pipeline import celeba_tfds  # it imports this module
-
   if manual_dir:
     meta = read_metadata(manual_dir)
     source = {
@@ -353,8 +343,8 @@ def _source(manual_dir, tfds_dir):
 
 def _split(data, meta):
   """(train rows, test rows) into the sorted metadata arrays."""
-  if data.split == 'official':
-    train, test = split_official(meta['partition'])
+  if data.split == 'official':  # partition 0 trains, 2 tests (1, validation, unused)
+    train, test = meta['partition'] == 0, meta['partition'] == 2
   else:
     test = split_identity(
       meta['names'], meta['identity'], float(data.test_fraction), int(data.split_seed)
@@ -487,8 +477,6 @@ def _build_cache(path, manual_dir, tfds_dir, source, meta, rows, size):
   """Prepare TFDS if needed, then decode the splits' images into `path` once (atomically: into
   `<path>.partial-<host>-<pid>`, renamed when complete; leftovers of killed builds deleted
   first)."""
-  from input_pipeline import celeba_tfds  # it imports this module
-
   celeba_tfds.remove_leftovers(os.path.dirname(path))
   _check_space(os.path.dirname(path), sum(len(r) for r in rows.values()) * size * size * 3)
   if manual_dir:
@@ -546,8 +534,6 @@ def _labels(task, meta, train, test):
 
 def load(config):
   """The CelebA `Dataset` for `config.data` (see the module docstring)."""
-  from input_pipeline import celeba_tfds  # it imports this module
-
   data = config.data
   manual_dir, tfds_dir, cache_dir = data_dirs(data)
   meta, source = _source(manual_dir, tfds_dir)

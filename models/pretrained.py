@@ -1,7 +1,5 @@
-"""ImageNet-pretrained torchvision weights from a local file: a torchvision-keyed state dict
-(.pth/.pt, needs torch; .safetensors or .npz, no torch) into a model of the registry, by its
-`torch_keys` (OIHW -> HWIO, fc transposed, BatchNorm running statistics kept). Nothing is
-downloaded."""
+"""Pretrained torchvision weights from a local file (.pth/.pt with torch; .safetensors or .npz
+without) into a model of the registry, by its `torch_keys`; and their conversion to .npz."""
 
 import argparse
 import hashlib
@@ -41,11 +39,8 @@ class WeightsError(ValueError):
 
 def sha256(path):
   """Hex sha256 of the file at `path`."""
-  digest = hashlib.sha256()
   with open(path, 'rb') as f:
-    for chunk in iter(lambda: f.read(1 << 20), b''):
-      digest.update(chunk)
-  return digest.hexdigest()
+    return hashlib.file_digest(f, 'sha256').hexdigest()
 
 
 def _check_path(path, field):

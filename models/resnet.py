@@ -1,6 +1,7 @@
 """torchvision's ResNets in flax.nnx: ResNet-18 (basic blocks) and ResNet-50 (bottlenecks), with
-torchvision's structure, attribute names (= state-dict keys: `layer2.0.downsample.0`), parameter
-shapes and initialisation, and the activation values a training step keeps (the memory check)."""
+torchvision's structure, attribute names (= state-dict keys), shapes and initialisation."""
+
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -91,12 +92,13 @@ class Bottleneck(nnx.Module):
 
 
 class ResNet(nnx.Module):
-  """A torchvision ResNet of `block`s, `stage_blocks` per stage."""
+  """A torchvision ResNet of BLOCKs, STAGES per stage (the subclasses say which)."""
+
+  BLOCK: Any  # BasicBlock or Bottleneck
+  STAGES: tuple[int, ...]
 
   def __init__(
     self,
-    block,
-    stage_blocks,
     num_classes=1000,
     *,
     in_channels=3,
@@ -129,7 +131,8 @@ class ResNet(nnx.Module):
     )
     self.bn1 = BatchNorm(channels[0], **bn_kwargs)
     stages, previous = [], channels[0]
-    for index, (c, blocks) in enumerate(zip(channels, stage_blocks, strict=True)):
+    block = self.BLOCK
+    for index, (c, blocks) in enumerate(zip(channels, self.STAGES, strict=True)):
       stage = []
       for b in range(blocks):
         stride = 2 if index and not b else 1
@@ -168,17 +171,11 @@ class ResNet18(ResNet):
 
   BLOCK, STAGES = BasicBlock, (2, 2, 2, 2)
 
-  def __init__(self, num_classes=1000, **kwargs):
-    super().__init__(self.BLOCK, self.STAGES, num_classes, **kwargs)
-
 
 class ResNet50(ResNet):
   """torchvision's resnet50: bottleneck blocks, (3, 4, 6, 3) per stage."""
 
   BLOCK, STAGES = Bottleneck, (3, 4, 6, 3)
-
-  def __init__(self, num_classes=1000, **kwargs):
-    super().__init__(self.BLOCK, self.STAGES, num_classes, **kwargs)
 
 
 def options(config):

@@ -1,7 +1,6 @@
-"""What a training process is: its signals and the graceful stop, whether the platforms it asks for
-can start, jax.distributed, the library chatter it silences, JAX's GPU memory settings, and where it
-executes. Standard library only at import: train.py installs the signal handler first, and the
-sweep's checks read the platforms without starting JAX. See docs/operations.md."""
+"""What a training process is: its signals and graceful stop, the platforms it can start, its GPU
+memory settings, jax.distributed, where it executes, the library chatter it silences. Standard
+library only at import (train.py installs the signal handler first)."""
 
 import collections
 import importlib.metadata
@@ -32,8 +31,7 @@ VERSIONED_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'num
 
 class InFlight:
   """The host's bound on steps dispatched but not done: `dispatched(marker)` after each step (a
-  small array the step determines and nothing donates: the non-finite watch's) waits until the
-  device has finished the step `limit` steps back; `limit` None: no bound (the benchmark's)."""
+  small array nothing donates) waits for the step `limit` steps back; `limit` None: no bound."""
 
   def __init__(self, limit):
     self.limit = limit
@@ -63,27 +61,22 @@ class Stopped(Exception):
     )
 
 
-def exit_at_once(signum, frame):
-  """Signal handler outside the training loop: one line on stderr, exit 128 + signum now."""
-  del frame
-  os.write(
-    2,
-    f'stopped: {signal.Signals(signum).name} received outside the training loop; '
-    'nothing new to save: run the same command again to resume\n'.encode(),
-  )
+def _exit_now(signum, why):
+  """One line on stderr, exit 128 + signum now."""
+  os.write(2, f'stopped: {why}: run the same command again to resume\n'.encode())
   os._exit(128 + signum)
+
+
+def exit_at_once(signum, frame):
+  """The signal handler outside the training loop."""
+  name = signal.Signals(signum).name
+  _exit_now(signum, f'{name} received outside the training loop; nothing new to save')
 
 
 def exit_on_second(signum, frame):
-  """Handler after the first signal in the loop: one line on stderr, exit 128 + signum now."""
-  del frame
-  os.write(
-    2,
-    f'stopped: a second signal ({signal.Signals(signum).name}) ended the run at once, '
-    'without saving this step; the newest finished checkpoint stays valid: run the '
-    'same command again to resume\n'.encode(),
-  )
-  os._exit(128 + signum)
+  """The handler after the first signal in the loop."""
+  why = f'a second signal ({signal.Signals(signum).name}) ended the run at once, without saving '
+  _exit_now(signum, why + 'this step; the newest finished checkpoint stays valid')
 
 
 def install(handler):
@@ -164,9 +157,8 @@ def gpu_runs(environ=os.environ):
 
 
 def _missing(platform):
-  """Why `platform` cannot start here, or None: 'tpu' needs libtpu, 'gpu'/'cuda'/'rocm' a JAX
-  PJRT plugin (and CUDA an NVIDIA driver); what this cannot see (a driver that fails to start)
-  still ends as one line in train.py."""
+  """Why `platform` cannot start here, or None: 'tpu' needs libtpu, 'gpu'/'cuda'/'rocm' a JAX PJRT
+  plugin (and CUDA an NVIDIA driver)."""
   if platform not in KNOWN_PLATFORMS:
     return f'{platform!r} is not a JAX platform (choose from {", ".join(KNOWN_PLATFORMS)})'
   installed = plugins()
@@ -216,23 +208,18 @@ def device_memory(devices):
 
 
 def memory_settings(env=os.environ, separator=', ', none=JAX_DEFAULT):
-  """'NAME=value' of each MEMORY_VARIABLES entry set in `env`, joined; `none` if none is set (a
-  sweep's train.log header, a benchmark's environment line; docs/performance.md)."""
+  """'NAME=value' of each MEMORY_VARIABLES entry set in `env`, joined; `none` if none is set."""
   found = [f'{name}={env[name]}' for name in MEMORY_VARIABLES if name in env]
   return separator.join(found) if found else none
 
 
 def cluster_detected(environ=None):
-  """Whether the environment names a multi-process job: JAX_COORDINATOR_ADDRESS, a SLURM job or
-  an Open MPI job of several tasks, a multi-host TPU slice."""
+  """Whether the environment names a multi-process job: JAX_COORDINATOR_ADDRESS, a SLURM or Open MPI
+  job of several tasks, a multi-host TPU slice."""
   env = os.environ if environ is None else environ
-  if env.get('JAX_COORDINATOR_ADDRESS'):
-    return True
-  if int(env.get('SLURM_NTASKS', '1') or 1) > 1:
-    return True
-  if int(env.get('OMPI_COMM_WORLD_SIZE', '1') or 1) > 1:
-    return True
-  return len([h for h in env.get('TPU_WORKER_HOSTNAMES', '').split(',') if h]) > 1
+  tasks = [int(env.get(name) or 1) for name in ('SLURM_NTASKS', 'OMPI_COMM_WORLD_SIZE')]
+  hosts = [h for h in env.get('TPU_WORKER_HOSTNAMES', '').split(',') if h]
+  return bool(env.get('JAX_COORDINATOR_ADDRESS')) or max(tasks) > 1 or len(hosts) > 1
 
 
 def explicit_cluster(config):
@@ -248,9 +235,8 @@ def explicit_cluster(config):
 
 
 def initialize_distributed(config):
-  """jax.distributed.initialize where config.distributed.initialize says so: 'auto' when the
-  config names a coordinator or the environment a multi-process job (cluster_detected), 'yes'
-  always, 'no' never. On CPU the cross-process collectives use gloo (JAX's default)."""
+  """jax.distributed.initialize where config.distributed.initialize says so: 'auto' when the config
+  names a coordinator or the environment a multi-process job, 'yes' always, 'no' never."""
   import jax
 
   mode = config.distributed.initialize
@@ -261,8 +247,8 @@ def initialize_distributed(config):
 
 
 def barrier(name, timeout_s=900):
-  """Wait for every process at `name` via the coordination service (not a gloo collective, whose
-  set-up gives up after 30 s). A no-op with one process."""
+  """Wait for every process at `name` via the coordination service (not a gloo collective, which
+  gives up after 30 s)."""
   import jax
 
   if jax.process_count() == 1:
@@ -280,9 +266,8 @@ _PRECOMPILED = [0]
 
 
 def precompile(fn, *abstract_args):
-  """With several processes: `fn` compiled for `abstract_args` now, then the others met, so that no
-  process enters a collective while another still compiles (gloo gives up after 30 s); the same
-  HLO. With one process `fn` unchanged."""
+  """With several processes, `fn` compiled for `abstract_args`, then the others met: no process
+  enters a collective while another compiles. With one, `fn` unchanged."""
   import jax
 
   if jax.process_count() == 1:
@@ -294,9 +279,8 @@ def precompile(fn, *abstract_args):
 
 
 def execution_facts():
-  """Where this run executes (runrecord/record.py LAYOUT and CPU_FACTS): platform, device kind,
-  device and process counts, and on CPU the processor (numerics.setup.cpu_facts; None on GPU and
-  TPU, whose device kind names the chip)."""
+  """Where this run executes (runrecord/record.py LAYOUT and CPU_FACTS; the CPU facts None on GPU
+  and TPU, whose device kind names the chip)."""
   import jax
 
   from numerics import setup as numerics_setup
@@ -339,9 +323,8 @@ def _from_orbax(record):
 
 
 class QuietLibraries(std_logging.Filter):
-  """Drops Orbax's per-save INFO chatter and the tracebacks its background threads log when a
-  write fails (Orbax re-raises those in the main thread, where they become one line), and JAX's
-  own INFO lines ('Unable to initialize backend tpu' at every start); warnings stay."""
+  """Drops Orbax's INFO chatter and the tracebacks its threads log when a write fails (re-raised in
+  the main thread, where they become one line), and JAX's INFO lines; warnings stay."""
 
   def filter(self, record: std_logging.LogRecord) -> bool:
     if record.name.startswith('jax.') and record.levelno < std_logging.WARNING:
@@ -362,7 +345,7 @@ def _orbax_coroutine(obj):
 
 def quiet_abandoned_work():
   """Drop what Orbax's abandoned asynchronous work prints through sys.excepthook and
-  sys.unraisablehook (Orbax reports the failure itself, once, in the main thread)."""
+  sys.unraisablehook (Orbax reports the failure once, in the main thread)."""
 
   def on_exception(kind, exc, trace, previous=sys.excepthook, closed_loop=_closed_loop):
     if not closed_loop(exc):
@@ -378,8 +361,7 @@ def quiet_abandoned_work():
 
 
 def quiet_libraries():
-  """Quiet the libraries (QuietLibraries on absl's handler, TensorFlow's C++ INFO lines unless
-  set) and Orbax's abandoned work (quiet_abandoned_work)."""
+  """QuietLibraries on absl's handler, TensorFlow's C++ INFO lines off, quiet_abandoned_work."""
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   logging.get_absl_handler().addFilter(QuietLibraries())
   quiet_abandoned_work()
