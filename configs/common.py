@@ -121,8 +121,7 @@ def data_seed_of(config):
 
 
 def parse_arg(arg, presets):
-  """Split 'gpu,seed=3,model.width=0.5' into preset names and {key: text} overrides (typed by
-  `apply_overrides`, as the field's type)."""
+  """Split 'gpu,seed=3,model.width=0.5' into preset names and {key: text} overrides."""
   names, overrides = [], {}
   for item in filter(None, (s.strip() for s in (arg or '').split(','))):
     if '=' in item:
@@ -170,8 +169,8 @@ def _literal(text):
 
 
 def typed(old, value, dotted):
-  """`value` (text, or already a value) as the type of the field's `old`: `True`/`false`/`1` for
-  booleans, Python literals for numbers and tuples (a bare string: a 1-tuple), any text a string."""
+  """`value` (text, or already a value) as the type of the field's `old`: a bool, a Python literal
+  for numbers and tuples (a bare string: a 1-tuple), any text for a string."""
   if isinstance(old, tuple) and isinstance(value, (list, str)):
     if isinstance(value, str):
       value = _literal(value)
@@ -192,8 +191,8 @@ def typed(old, value, dotted):
 
 
 def _override(config, dotted, value):
-  """config[dotted] = value, typed like the field (ml_collections then checks and casts it); a
-  one-line ValueError naming the field and the fix."""
+  """config[dotted] = value, typed like the field; a one-line ValueError naming the field and
+  fix."""
   node = config
   *parents, leaf = dotted.split('.')
   for name in parents:
@@ -233,8 +232,8 @@ def build(arg, presets):
 # Not ml_collections.config_flags: its errors are tracebacks, it types overrides otherwise, and the
 # sweeps load configs without flags (docs/configs.md).
 def split_spec(spec):
-  """'configs/digits.py:cpu,seed=3' -> (absolute file path, 'cpu,seed=3'); the file ends at the
-  first '.py:', so a folder name may hold ':'."""
+  """'configs/digits.py:cpu,seed=3' -> (absolute file path, 'cpu,seed=3'); the path ends at
+  '.py:'."""
   spec = spec or ''
   cut = spec.find('.py:')
   path, arg = (spec[: cut + 3], spec[cut + 4 :]) if cut >= 0 else (spec, '')
@@ -271,8 +270,7 @@ def load_module(path):
 
 
 def repeated(overrides):
-  """A one-line ValueError when a field is given twice among `overrides` ([(field, text)]) with two
-  values: the later would silently win."""
+  """A one-line ValueError where `overrides` ([(field, text)]) give a field two values."""
   seen = {}
   for key, value in overrides:
     if key in seen and seen[key] != value:
@@ -316,8 +314,8 @@ def _locked_message(error):
 
 
 def split_argv(argv):
-  """(spec, [(field, text)], other args) of a command line's `--config[=]SPEC` and
-  `--config.<field>[=]<value>` flags."""
+  """(spec, [(field, text)], other args) of a command line's `--config` and `--config.<field>`
+  flags."""
   spec, overrides, rest, i = None, [], [], 0
   while i < len(argv):
     arg = argv[i]

@@ -1,6 +1,5 @@
 """The one resolution of a config and every check of its fields (`resolve`, before JAX may start),
-and its checks against the devices, their memory and the training split (`check_devices`,
-`check_dataset`). A failure is a `ConfigError`, one line naming the field and the fix."""
+and its checks against the devices and the data. A failure is a one-line `ConfigError`."""
 
 import functools
 import math
@@ -40,8 +39,7 @@ COUNTS = (
 
 
 def resolve(config):
-  """A frozen copy of `config` with every field checked and the numerics formats written out
-  (formats.expand): what the trainer, the sweep and the record read."""
+  """A frozen copy of `config`, every field checked, the numerics formats written out."""
   if is_resolved(config):
     raise TypeError(
       'the config is already resolved: resolve it once, at the entry point, and '
@@ -71,8 +69,7 @@ def _integer(value):
 
 
 def _int_in(config, name, low, high=None, why=''):
-  """The field's value if it is an integer (not a bool) in [low, high] (None: unbounded; low 0 or
-  1), else a ConfigError naming the field, the range and `why`."""
+  """The field's value if an integer (not a bool) in [low, high], else a ConfigError saying so."""
   value = config[name]  # ConfigDict takes dotted names
   if not (_integer(value) and low <= value and (high is None or value <= high)):
     kind = (
@@ -87,8 +84,7 @@ def _int_in(config, name, low, high=None, why=''):
 
 
 def _number(config, name, rule, ok):
-  """The field's value if it is a finite real number (not a bool) for which `ok(value)` holds,
-  else a ConfigError naming the field and `rule` (its range, in words)."""
+  """The field's value if a finite real number (not a bool) `ok` takes, else a ConfigError."""
   value = config[name]  # ConfigDict takes dotted names
   real = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
   if not (real and ok(value)):
@@ -104,7 +100,7 @@ def _one_of(config, name, choices, extra='', unnamed=()):
 
 def check_fields(config):
   """Every check of `config` that needs neither devices nor data; ConfigError on the first bad
-  field. Reads only."""
+  one."""
   for name, why in SEEDS.items():
     if not (config[name] is None and name in ('init_seed', 'data_seed')):
       _int_in(config, name, 0, SEED_MAX, f' ({why})')
@@ -160,8 +156,7 @@ def _check_data(config):
 
 
 def _check_model(config):
-  """The model module must exist (not imported here: its contract is checked when it is built) and
-  its shape fields be usable."""
+  """The model module must exist (its contract is checked when built), its shape fields usable."""
   problem = models.missing(config.model.name)
   if problem:
     raise ConfigError(problem)
@@ -210,8 +205,7 @@ def check_numerics(config):
 
 @functools.lru_cache(maxsize=None)
 def known_flags(flags):
-  """ConfigError naming config.numerics.xla_flags when XLA refuses any of `flags` (a tuple): a CPU
-  backend started with them in a child process (FLAG_PROBE)."""
+  """ConfigError when XLA refuses any of `flags` (a tuple), probed in a child process."""
   if not flags:
     return
   env = {**os.environ, 'XLA_FLAGS': ' '.join(flags), 'JAX_PLATFORMS': 'cpu'}
@@ -232,8 +226,7 @@ def known_flags(flags):
 
 
 def _check_distributed(config):
-  """config.distributed (trainer/distributed.py reads it): a named coordinator needs its
-  process count and this process's id."""
+  """A named coordinator needs its process count and this process's id."""
   d = config.distributed
   _one_of(config, 'distributed.initialize', common.DISTRIBUTED_MODES)
   if not d.coordinator_address:
@@ -259,8 +252,7 @@ def _check_distributed(config):
 
 
 def check_steps(config, per_epoch, estimated=False):
-  """The run's steps (num_epochs x `per_epoch`) must fit the int32 step counter (`estimated`:
-  `per_epoch` is a lower bound, said so in the message)."""
+  """The run's steps must fit the int32 step counter (`estimated`: `per_epoch` is a lower bound)."""
   total = config.num_epochs * per_epoch
   if total > STEP_MAX:
     about = 'about ' if estimated else ''
@@ -272,9 +264,7 @@ def check_steps(config, per_epoch, estimated=False):
 
 
 def estimated_steps_per_epoch(config, dataset):
-  """A lower bound of the steps per epoch from the training split `dataset` (its Declaration)
-  declares, less 10 % for how a split rounds: a run that fits is never refused here
-  (`check_dataset` checks the exact count)."""
+  """A lower bound of the steps per epoch (the declared training split less 10 %)."""
   train, _ = dataset.split_sizes(config.data)
   return max(1, int(train * 0.9) // config.batch_size)
 
@@ -282,8 +272,7 @@ def estimated_steps_per_epoch(config, dataset):
 def check_devices(
   config: ml_collections.ConfigDict, num_devices: int, num_processes: int, device_bytes: int | None
 ) -> None:
-  """Batch sizes must split evenly over `num_devices` and `num_processes` (and BatchNorm groups
-  within a device), and a step's activations must fit (`check_activations`)."""
+  """Batches must split evenly over devices and processes (and BatchNorm groups), and fit."""
   for name in ('batch_size', 'eval_batch_size'):
     if config[name] % num_devices:
       raise ConfigError(
@@ -304,8 +293,8 @@ def check_devices(
 
 
 def activation_bytes(config: ml_collections.ConfigDict, batch: int, evaluation=False) -> int:
-  """A lower bound of a training (or `evaluation`) step's activations for `batch` images in the
-  compute dtype: the model module's `activation_values`."""
+  """A lower bound of a training (or `evaluation`) step's activations for `batch` images, in
+  bytes."""
   values = models.get(config.model.name).activation_values(config)[evaluation]
   return batch * values * formats.DTYPE_BYTES[config.numerics.compute_dtype]
 
@@ -316,8 +305,7 @@ def check_activations(
   device_bytes: int | None,
   host_bytes: int | None,
 ) -> None:
-  """Refuse a step whose activations cannot fit: the lower bounds of the per-device batch against a
-  device's memory, or, where devices report none (CPU), of the whole batch against the host's."""
+  """Refuse a step whose activations cannot fit a device's memory (or, on CPU, the host's)."""
   size, width = config.data.image_size, float(config.model.width)
   limit = device_bytes or host_bytes
   where = 'a device has' if device_bytes else 'this machine has'
@@ -353,8 +341,8 @@ def check_dataset(
   train_bytes: int,
   device_bytes: int | None = None,
 ) -> None:
-  """The training split must give a full batch, its epochs must fit the step counter, and with
-  data.on_device it must fit on a device."""
+  """The training split must give a full batch and fit the step counter (and a device,
+  on_device)."""
   if config.batch_size > train_examples:
     raise ConfigError(
       f'config.batch_size={config.batch_size} is larger than the '

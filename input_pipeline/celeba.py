@@ -144,8 +144,7 @@ def _by_name(reference, names, values, file_name):
 
 
 def zip_members(manual_dir):
-  """{file name: ZipInfo} of the images `img_align_celeba/<name>.jpg` in img_align_celeba.zip
-  (see `members_of`); a truncated zip is an error."""
+  """{file name: ZipInfo} of the images in img_align_celeba.zip; a truncated zip is an error."""
   try:
     with zipfile.ZipFile(os.path.join(manual_dir, ZIP)) as zf:
       return members_of(zf)
@@ -154,9 +153,8 @@ def zip_members(manual_dir):
 
 
 def members_of(zf):
-  """{file name: ZipInfo} of the images in the open zip `zf`: only members at
-  `img_align_celeba/<name>.jpg` count (a stray `other/000004.jpg` or `__MACOSX/...` is ignored,
-  never taken for image 000004); one name twice is an error naming both entries."""
+  """{file name: ZipInfo} of the images `img_align_celeba/<name>.jpg` of the open zip `zf` (others
+  ignored); one name twice is an error naming both entries."""
   members, position = {}, {}
   for index, info in enumerate(zf.infolist()):
     folder, _, name = info.filename.partition('/')
@@ -205,7 +203,7 @@ def read_metadata(manual_dir):
 
 
 def source_fingerprint(manual_dir):
-  """A hash of the five files' contents: zip members' names, CRC-32s and sizes, and the txt
+  """A hash of the five files: the zip members' names, CRC-32s and sizes, and the txt files'
   bytes."""
   digest = hashlib.sha256()
   for name, info in sorted(zip_members(manual_dir).items()):
@@ -227,8 +225,7 @@ def test_count(n, test_fraction):
 
 
 def split_identity(names, identity, test_fraction, split_seed):
-  """Boolean test mask over `names`: each identity split exactly (docs/celeba.md, "Task and
-  split")."""
+  """Boolean test mask over `names`: each identity split exactly (docs/celeba.md)."""
   keys = np.asarray(
     [int(hashlib.sha256(f'{int(split_seed)}:{n}'.encode()).hexdigest()[:16], 16) for n in names],
     dtype=np.uint64,
@@ -254,9 +251,8 @@ OFFICIAL = {'train': 162770, 'test': 19962}  # partitions 0 and 2 of list_eval_p
 
 
 def split_sizes(data):
-  """(train, test) images of `data.split`: 'official' CelebA's published partition; 'per_identity'
-  declared as round-half-up of IMAGES x test_fraction (each identity splits by round-half-up of
-  n x test_fraction, split_identity: at most one image per identity away)."""
+  """(train, test) images of `data.split`: the official partition, or per_identity's round-half-up
+  of IMAGES x test_fraction (each identity at most one image away)."""
   if data.split == 'official':
     return OFFICIAL['train'], OFFICIAL['test']
   test = math.floor(IMAGES * float(data.test_fraction) + 0.5)
@@ -271,8 +267,7 @@ def labels_of(data):
 
 
 def data_dirs(data):
-  """(manual_dir, tfds_dir, cache_dir) with defaults filled in; DataError (or FileNotFoundError)
-  naming the field when none is given or the cache would be on a bucket."""
+  """(manual_dir, tfds_dir, cache_dir) with defaults filled in; one-line errors naming the field."""
   manual_dir = os.path.expanduser(data.manual_dir) if data.manual_dir else ''
   tfds_dir = data.tfds_dir or (os.path.join(manual_dir, 'tfds') if manual_dir else '')
   if not tfds_dir:
@@ -288,8 +283,7 @@ def data_dirs(data):
 
 
 def problems(data):
-  """What stops CelebA from loading with `data` (config.data), found without reading the images
-  (the sweep's check before it launches a run): one line each."""
+  """What stops CelebA from loading with `data`, found without reading the images: one line each."""
   try:
     manual_dir, tfds_dir, cache_dir = data_dirs(data)
   except (OSError, DataError) as e:
@@ -373,8 +367,8 @@ def decode(jpeg, size, name):
 
 
 def _decode_into(records, meta, targets, outputs, size, where, num_threads=None):
-  """Decode each record that has a target once: targets[row] = (split name, index) or None;
-  outputs[split name] = (file descriptor, byte offset of image 0)."""
+  """Decode each record with a target once: targets[row] = (split name, index) or None,
+  outputs[split name] = (file descriptor, offset of image 0)."""
   threads = num_threads or len(os.sched_getaffinity(0))
   row_bytes = size * size * 3
   partitions = sorted({int(meta['partition'][r]) for r, t in enumerate(targets) if t is not None})
@@ -474,9 +468,8 @@ def _check_space(cache_dir, needed):
 
 
 def _build_cache(path, manual_dir, tfds_dir, source, meta, rows, size):
-  """Prepare TFDS if needed, then decode the splits' images into `path` once (atomically: into
-  `<path>.partial-<host>-<pid>`, renamed when complete; leftovers of killed builds deleted
-  first)."""
+  """Prepare TFDS if needed, then decode the splits into `path` once, atomically (a partial folder
+  renamed when complete)."""
   celeba_tfds.remove_leftovers(os.path.dirname(path))
   _check_space(os.path.dirname(path), sum(len(r) for r in rows.values()) * size * size * 3)
   if manual_dir:

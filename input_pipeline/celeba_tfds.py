@@ -146,8 +146,8 @@ def _alive(pid):
 
 
 def remove_leftovers(folder):
-  """Delete the `*.partial-<host>-<pid>` entries of `folder` whose process is gone (this host only;
-  another host's are named in a warning, as are TFDS `incomplete.*` folders of older versions)."""
+  """Delete the `*.partial-<host>-<pid>` entries of `folder` whose process on this host is gone;
+  warn of other hosts' and of TFDS `incomplete.*` folders."""
   root = epath.Path(folder)
   if not root.is_dir():
     return
@@ -186,8 +186,7 @@ def prepared_source(tfds_root):
 
 
 def _check_existing(tfds_root, source):
-  """True when tfds_root already holds celeb_a prepared from these files; raises when it holds
-  another one (what to delete is named)."""
+  """True when tfds_root holds celeb_a prepared from these files; a DataError when another one."""
   existing = prepared_source(tfds_root)
   if existing is not None:
     if existing['source_fingerprint'] != source['source_fingerprint']:

@@ -45,8 +45,7 @@ def get(name):
 
 
 def build(config, num_classes, in_channels, rngs, platform=None):
-  """The model of config.model and config.numerics, its products traced for `platform` (None: JAX's
-  default backend) and named (layers.name_products)."""
+  """The model of config.model and config.numerics, its products traced for `platform` and named."""
   from models import layers
 
   model = get(config.model.name).create(config, num_classes, in_channels, rngs)

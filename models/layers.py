@@ -1,6 +1,5 @@
-"""The layers every model is built from: Conv2d, Linear and BatchNorm with torchvision's
-initialisation, parameter shapes and names, a scatter-free max pool, and what maps them to a
-torchvision state dict (`torch_keys`)."""
+"""The layers every model is built from (Conv2d, Linear, BatchNorm with torchvision's initialisation
+and names), a scatter-free max pool, and their torchvision state-dict keys (`torch_keys`)."""
 
 import functools
 import math
@@ -93,8 +92,8 @@ class Linear(nnx.Module):
 
 
 class BatchNorm(nnx.Module):
-  """torch.nn.BatchNorm2d semantics (momentum 0.1, eps 1e-5, unbiased running variance) in f32, over
-  the global batch or (group_size K) per K examples, as per-core BatchNorm on a TPU."""
+  """torch.nn.BatchNorm2d semantics in f32 (momentum 0.1, eps 1e-5, unbiased running variance), over
+  the global batch or per `group_size` examples (per-core BatchNorm on a TPU)."""
 
   def __init__(
     self,
@@ -139,8 +138,7 @@ def product_id(path):
 
 
 def name_products(model, platform=None):
-  """Give every Conv2d and Linear of `model` its product_id (from its path) and the `platform` its
-  steps are traced for; returns `model`."""
+  """Give every Conv2d and Linear of `model` its product_id and `platform`; returns `model`."""
   for path, module in nnx.iter_modules(model):
     if isinstance(module, (Conv2d, Linear)):
       module.product_id, module.platform = product_id(path), platform
@@ -156,9 +154,8 @@ def _same(value):
 
 
 def torch_keys(model):
-  """{torchvision state-dict key: (nnx Variable, torch value -> nnx value)} of every layer of
-  `model`, keyed by its attribute path (a model whose paths mirror torchvision's names loads its
-  state dicts: models/pretrained.py)."""
+  """{torchvision state-dict key: (nnx Variable, torch value -> nnx value)} of `model`'s layers, by
+  their attribute paths."""
   out = {}
   for path, module in nnx.iter_modules(model):
     prefix = '.'.join(map(str, path))
@@ -240,9 +237,8 @@ _max_pool.defvjp(_max_pool_fwd, _max_pool_bwd)
 
 
 def max_pool(x, window, strides, padding):
-  """flax's `nnx.max_pool(x, window, strides, padding)` on NHWC `x`, bit for bit, forward and
-  gradient, from dense ops only (no scatter: XLA's deterministic GPU mode has nothing to
-  serialise); padding ((top, bottom), (left, right)). The gradient's rule: docs/performance.md."""
+  """flax's `nnx.max_pool` on NHWC `x`, bit for bit forward and gradient, from dense ops only (no
+  scatter for XLA's deterministic GPU mode to serialise): docs/performance.md."""
   if x.ndim != 4:
     raise ValueError(f'max_pool: NHWC input expected, got shape {x.shape}')
   if window[0] * window[1] > 256:  # the chosen offset is kept as uint8

@@ -93,9 +93,8 @@ def _read(path, ext):
 
 
 def read_state_dict(path, field='config.model.init_from'):
-  """{torchvision key: np.ndarray} from a .pth/.pt, .safetensors or .npz file; a missing file is a
-  FileNotFoundError, any other failure (a damaged or hostile file, whatever its reader raised) one
-  WeightsError line naming `field`, the file and the fix."""
+  """{torchvision key: np.ndarray} from a .pth/.pt, .safetensors or .npz file; any failure but a
+  missing file one WeightsError line naming `field`, the file and the fix."""
   ext = _check_path(path, field)
   try:
     state = _read(path, ext)
@@ -150,9 +149,8 @@ def _torch_shape(variable, key):
 
 
 def load_into(model, path, reinit=('stem', 'head'), name='resnet18'):
-  """Copy the weights and BatchNorm statistics at `path` into `model`, built by model module `name`
-  (its torch_keys, PARTS, TORCHVISION), except the `reinit` parts, which keep the model's own
-  initialisation."""
+  """Copy the weights and BatchNorm statistics at `path` into `model` of model module `name`, but
+  the `reinit` parts."""
   module = models.get(name)
   if not hasattr(module, 'torch_keys'):
     raise WeightsError(
@@ -223,8 +221,8 @@ def _copy_state(model, state, path, reinit, module):
 
 
 def load_torchvision(path, num_classes=1000, *, rngs=None, **model_kwargs):
-  """The registry's ResNet the file holds (ResNet-18 or ResNet-50) with its weights and BatchNorm
-  statistics, in eval mode (NHWC f32 input)."""
+  """The ResNet the file holds (18 or 50) with its weights and BatchNorm statistics, in eval
+  mode."""
   from flax import nnx
 
   if model_kwargs.get('in_channels', 3) != 3:

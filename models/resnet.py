@@ -63,8 +63,7 @@ class BasicBlock(nnx.Module):
 
 
 class Bottleneck(nnx.Module):
-  """torchvision's Bottleneck (ResNet V1.5): 1x1 conv, 3x3 conv (strided), 1x1 conv to 4x the
-  channels, and the shortcut."""
+  """torchvision's Bottleneck (ResNet V1.5): 1x1, strided 3x3, 1x1 to 4x the channels, shortcut."""
 
   expansion = 4
 
@@ -201,7 +200,7 @@ def _conv_out(size, kernel, stride, padding):
 
 def activation_values(net, config):
   """(train, eval) values per example of ResNet class `net`, lower bounds: every convolution's
-  output (kept for the backward pass), and the first convolution's input and output."""
+  output, and the first convolution's input and output."""
   image, width, stem = config.data.image_size, float(config.model.width), config.model.stem
   channels = stage_channels(width)
   size = _conv_out(image, 7, 2, 3) if stem == 'imagenet' else image

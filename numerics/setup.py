@@ -1,7 +1,5 @@
 """The one place JAX's numerics flags are set (`configure`, before any backend starts), and the
-record of what a run's numerics were (`describe`: requested and effective, the platform's default
-made explicit; `cpu_facts`: the processor and the instruction set XLA:CPU compiled for). See
-docs/numerics.md."""
+record of a run's numerics (`describe`) and processor (`cpu_facts`)."""
 
 import os
 import platform as host
@@ -60,9 +58,8 @@ def _missing(wanted):
 
 
 def configure(config):
-  """Apply a resolved config.numerics to this process before JAX starts a backend: its XLA flags
-  into XLA_FLAGS (a later call asking for flags the first did not set is a ValueError: such arms
-  need processes of their own) and its matmul precision as the process default."""
+  """Apply a resolved config.numerics before JAX starts a backend: its XLA flags (ValueError where a
+  process already applied others) and its matmul precision as the default."""
   global _applied
   wanted = xla_flags(config)
   current, missing = _missing(wanted)
@@ -95,8 +92,7 @@ def precision_scope(config):
 
 
 def with_precision(fn, config):
-  """`fn` traced under config.numerics.matmul_precision, whatever the caller's context (every
-  jitted step is wrapped so); it keeps fn's name (HLO module names, profiles)."""
+  """`fn` traced under config.numerics.matmul_precision, keeping fn's name (HLO module names)."""
 
   def traced(*args, **kwargs):
     with precision_scope(config):
@@ -107,8 +103,7 @@ def with_precision(fn, config):
 
 
 def native_formats(platform, precision):
-  """(conv format, dot format) of f32 operands under `precision` on `platform`, natively:
-  convolutions honour only the legacy levels; CPU computes f32; unknown platforms 'unknown'."""
+  """(conv format, dot format) of f32 operands under `precision` on `platform`, natively."""
   table = NATIVE_FORMAT.get(platform)
   if table is None:
     return 'unknown', 'unknown'
@@ -138,9 +133,8 @@ def effective_formats(platform, precision, requested, compute_dtype='float32', c
 
 
 def describe(config):
-  """{'requested': config.numerics, 'effective': ...} of this run: the platform, the precision flag,
-  each kind's format, the implementations ('auto' resolved), dtype, BatchNorm grouping, XLA flags.
-  """
+  """{'requested': config.numerics, 'effective': ...}: platform, precision flag, formats, resolved
+  implementations, dtype, BatchNorm grouping, XLA flags."""
   n = config.numerics
   device = jax.devices()[0]
   platform = device.platform
@@ -197,9 +191,8 @@ def cpuinfo(path=CPUINFO):
 
 
 def xla_cpu_isa(cpu_flags, xla_flags):
-  """The instruction set XLA:CPU generates code for on an x86-64 host with /proc/cpuinfo flags
-  `cpu_flags`: its best XLA_CPU_ISAS level, lowered to the last --xla_cpu_max_isa in `xla_flags`
-  (a value XLA does not know is ignored, as XLA does); None where the host has no level."""
+  """XLA:CPU's instruction set on an x86-64 host with /proc/cpuinfo flags `cpu_flags`: its best
+  XLA_CPU_ISAS level, lowered by a --xla_cpu_max_isa in `xla_flags`; None without one."""
   have, levels = set(cpu_flags), []
   for name, needs in XLA_CPU_ISAS.items():
     if not have.issuperset(needs):
@@ -212,9 +205,8 @@ def xla_cpu_isa(cpu_flags, xla_flags):
 
 
 def cpu_facts(xla_flags=None):
-  """(model, instruction set, XLA's instruction set) of this host's processor (record.CPU_FACTS):
-  /proc/cpuinfo's model name; on x86-64 its best XLA_CPU_ISAS level and XLA:CPU's (xla_cpu_isa,
-  `xla_flags` default this process's); elsewhere the machine's architecture twice; None unread."""
+  """(model, instruction set, XLA's instruction set) of this host's processor (record.CPU_FACTS;
+  elsewhere than x86-64 the architecture twice; None unread)."""
   xla_flags = os.environ.get('XLA_FLAGS', '') if xla_flags is None else xla_flags
   info, machine = cpuinfo(), host.machine().lower()
   flags = info.get('flags', '').split()

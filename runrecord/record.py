@@ -1,7 +1,5 @@
-"""The results record, one owner: its fields (`Results`, new_record) and the table columns they
-become, its place in the Orbax checkpoint (save, read_results), the workdir's file names, the
-upgrade of older records, one run (run_identity), and the lists of fields the rules read (the rules
-themselves: runrecord/rules.py). What each field and rule means: docs/record.md."""
+"""The results record, one owner: its fields (`Results`, `new_record`), the columns and field lists
+the rules read (runrecord/rules.py), the workdir's file names, Orbax I/O, older records' upgrade."""
 
 import copy
 import hashlib
@@ -143,8 +141,7 @@ SEGMENT_FACTS = LAYOUT + CPU_FACTS
 
 
 class Segment(TypedDict, total=False):
-  """One stretch of steps [start_step, stop_step) a run trained on one device layout (`segments`;
-  runrecord/rules.py start_segment): its LAYOUT and, on CPU, its CPU_FACTS (absent where None)."""
+  """Steps [start_step, stop_step) a run trained on one device layout: its LAYOUT and CPU_FACTS."""
 
   start_step: int
   stop_step: int
@@ -158,8 +155,8 @@ class Segment(TypedDict, total=False):
 
 
 class Results(TypedDict, total=False):
-  """The results record as saved (JSON, the checkpoint step's `results` item): docs/record.md
-  ("Fields"). Not total: a record written before a field existed lacks it (`upgrade`, `row`)."""
+  """The results record as saved: docs/record.md ("Fields"). Not total: older records lack
+  fields."""
 
   schema: int  # RECORD_SCHEMA
   run_id: str  # new_run_id, kept by every resume
@@ -233,9 +230,8 @@ def new_run_id() -> str:
 
 
 def run_identity(results: Mapping[str, Any]) -> str:
-  """What tells two records of one run from records of two runs: the recorded `run_id`; for a
-  record written before ids existed, 'content-' and a digest of its whole JSON content (a copy is
-  the same run; distinct runs differ at least in wall time and history)."""
+  """What tells two records of one run from two runs' records: `run_id`, or for a record from before
+  ids, 'content-' and a digest of its JSON content."""
   if results.get('run_id'):
     return str(results['run_id'])
   text = json.dumps(results, sort_keys=True, default=str)
@@ -262,14 +258,12 @@ def final_metrics(history: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 def save(
   mngr: Any, step: int, results: Results, state: Any = None, extra: Mapping[str, Any] | None = None
 ) -> None:
-  """Write the record `results` (and, unless None, `state`) as step `step` of the Orbax manager
-  `mngr`: <workdir>/checkpoints/<step>/{results, state}, asynchronously where `mngr` is."""
+  """Write `results` (and `state`, `extra`'s items) as step `step` of the Orbax manager `mngr`."""
   mngr.save(step, args=save_args(copy.deepcopy(results), state, extra), force=True)
 
 
 def save_args(results: Results, state: Any = None, extra: Mapping[str, Any] | None = None) -> Any:
-  """The Orbax Composite that writes `results` (JSON), unless None `state`, and `extra`'s items
-  at one step."""
+  """The Orbax Composite of `results` (JSON), `state` unless None, and `extra`'s items."""
   import orbax.checkpoint as ocp
 
   items = {RESULTS_ITEM: ocp.args.JsonSave(results), **(extra or {})}
@@ -289,8 +283,7 @@ def restore_args(abstract_state=None):
 
 
 def read_results(run: str) -> Results | None:
-  """The run's current record: its latest checkpoint step's `results` item. Args: run: a run folder
-  (its --workdir), local or gs://."""
+  """The run's current record (its latest checkpoint step's `results`) of a run folder, or None."""
   import orbax.checkpoint as ocp
 
   options = ocp.CheckpointManagerOptions(read_only=True)
@@ -332,16 +325,14 @@ def defaults():
 
 
 def upgrade_config(config: Any) -> Any:
-  """A saved config (dict) with its numerics through numerics.formats.upgrade, as a new dict;
-  anything without numerics comes back as it is."""
+  """A saved config dict with its numerics upgraded (numerics.formats.upgrade); a new dict."""
   if isinstance(config, dict) and 'numerics' in config:
     return {**config, 'numerics': formats.upgrade(config['numerics'])}
   return config
 
 
 def upgrade(results: Mapping[str, Any]) -> Results:
-  """A saved record (dict) as today's fields: its requested and effective numerics and its config's
-  numerics through numerics.formats.upgrade (the removed `emulate` shorthand); a new dict."""
+  """A saved record as today's fields: its numerics and config's numerics upgraded; a new dict."""
   out = dict(results)
   if isinstance(out.get('numerics'), dict):
     out['numerics'] = {

@@ -1,6 +1,5 @@
-"""A run's workdir (checked and locked before anything is written) and its Orbax checkpoints: writes
-and their failures, what a saved run means for this one, resuming from the newest valid step.
-What a checkpoint holds and every workdir file name: runrecord/record.py."""
+"""A run's workdir (checked and locked before anything is written) and its Orbax checkpoints: their
+writes, what a saved run means for this one, resuming from the newest valid step."""
 
 import contextlib
 import fcntl
@@ -47,8 +46,8 @@ def absolute_workdir(workdir):
 
 
 def check_workdir(workdir, extra_files=()):
-  """The workdir must be a folder (or creatable as one), writable, and its entries the kinds a run
-  uses (`check_layout`); returns the folders it made."""
+  """The workdir must be a folder (or creatable), writable, its entries of the kinds a run uses;
+  returns the folders it made."""
   if not workdir:
     raise ConfigError('--workdir is required')
   check_path_encoding(workdir, '--workdir')
@@ -87,8 +86,7 @@ def check_workdir(workdir, extra_files=()):
 
 
 def check_path_encoding(path, flag):
-  """A path every writer can take: the file system's encoding (ASCII under LC_ALL=C) and UTF-8
-  (what Orbax and TensorStore pass to C++) must both spell it, or the first checkpoint fails."""
+  """A path both the file system's encoding and UTF-8 (what Orbax passes to C++) spell."""
   try:
     str(path).encode(sys.getfilesystemencoding())
     str(path).encode('utf-8')
@@ -129,8 +127,8 @@ def layout_problem(path, folder):
 
 
 def check_layout(workdir, extra_files=()):
-  """Each existing entry of the run layout (RUN_FOLDERS, RUN_FILES, `extra_files`, the step folders)
-  must be the kind the run uses, and writable: one line naming the path otherwise."""
+  """Each existing entry a run uses (RUN_FOLDERS, RUN_FILES, `extra_files`, step folders) must be of
+  its kind and writable: one line naming the path otherwise."""
   entries = [(name, True) for name in RUN_FOLDERS]
   entries += [(name, False) for name in RUN_FILES + tuple(extra_files)]
   steps = os.path.join(workdir, record.CHECKPOINTS)
@@ -159,8 +157,7 @@ def _read(path):
 
 
 def _probe(path, flags):
-  """Whether a shared flock on `path` is refused now (a live exclusive holder); None where the
-  filesystem cannot lock it. Nothing is written; a shared lock taken is dropped at once."""
+  """Whether a shared flock on `path` is refused now (a live holder); None where it cannot lock."""
   try:
     fd = os.open(path, flags)
   except OSError:
@@ -178,7 +175,7 @@ def _probe(path, flags):
 
 def holder(workdir):
   """The record ({'pid', 'host', 'started'}; {} if run.lock is gone) of the live process holding
-  `workdir`, or None: probed where WorkdirLock locks (the folder, or run.lock)."""
+  `workdir`, or None."""
   path = os.path.join(str(workdir), record.LOCK_FILE)
   held = _probe(str(workdir), os.O_RDONLY | os.O_DIRECTORY)
   if held is None:
@@ -192,8 +189,7 @@ def _open(path):
 
 
 def _flock(fd):
-  """`fd`, exclusively flocked without blocking; on failure `fd` is closed and the error raised
-  (BlockingIOError: another process holds it; another OSError: the filesystem cannot lock)."""
+  """`fd`, exclusively flocked without blocking; on failure closed and the error raised."""
   try:
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except OSError:
@@ -219,8 +215,7 @@ def _who():
 
 
 def claim(workdir):
-  """A sweep's claim of a run: the fd of an exclusive flock on `<workdir>/sweep.claim`, which names
-  this process; None when another process holds it."""
+  """A sweep's claim of a run: the fd of a flock on `<workdir>/sweep.claim` (None: held)."""
   os.makedirs(str(workdir), exist_ok=True)
   fd = _open(os.path.join(str(workdir), CLAIM_FILE))
   try:
@@ -241,8 +236,8 @@ release_claim = _unlock
 
 
 class WorkdirLock:
-  """One live run per workdir: an flock on the workdir folder itself (run.lock where a filesystem
-  cannot lock folders), run.lock naming the holder, a dead holder's lock taken over."""
+  """One live run per workdir: an flock on the folder (or run.lock), run.lock naming the holder, a
+  dead holder's lock taken over."""
 
   def __init__(self, workdir, enabled=True):
     self.path = os.path.join(str(workdir), record.LOCK_FILE)
@@ -317,8 +312,7 @@ def _short(error):
 
 
 def _os_error(error):
-  """The strerror of the OSError behind `error` (its cause chain, or an errno Orbax names in its
-  message: tensorstore reports ENOSPC as `[os_error_code='28']`), or None."""
+  """The strerror of the OSError behind `error` (its cause chain, or Orbax's `os_error_code`)."""
   seen = error
   while seen is not None:
     if isinstance(seen, OSError) and seen.errno:
@@ -339,8 +333,7 @@ def _write_error(step, error):
 
 
 def wait(mngr, step=None):
-  """Block until pending writes are done; their failure is a CheckpointWriteError naming `step`
-  (default: the newest step started, the pending one)."""
+  """Wait for pending writes; their failure a CheckpointWriteError naming `step`."""
   pending = mngr.latest_step() if step is None else step
   try:
     mngr.wait_until_finished()
@@ -349,8 +342,7 @@ def wait(mngr, step=None):
 
 
 def close(mngr, quiet=False):
-  """Close `mngr` (waiting for the pending write): its failure a CheckpointWriteError, or with
-  `quiet` (another error on its way out) a warning."""
+  """Close `mngr`: its failure a CheckpointWriteError, or with `quiet` a warning."""
   pending = mngr.latest_step()
   try:
     mngr.close()
@@ -361,8 +353,8 @@ def close(mngr, quiet=False):
 
 
 def save(mngr, step, results, state=None, prediction_items=None):
-  """The results (and state, and predictions) as step `step`, after the previous write (so that its
-  failure names its own step); with a state, results['state_digest'] set first."""
+  """The results (and state, predictions) as step `step`, after the previous write; with a state,
+  results['state_digest'] set first."""
   wait(mngr)
   if state is not None:
     results['state_digest'] = state_digest(state)
@@ -373,8 +365,7 @@ def save(mngr, step, results, state=None, prediction_items=None):
 
 
 def state_digest(state):
-  """A short hex digest of every leaf's path, dtype, shape and bytes (CRC-32), from the host's copy:
-  the same on any platform and layout."""
+  """A short digest of every leaf's path, dtype, shape and bytes: the same on any platform."""
   digest = hashlib.sha256()
   for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
     value = np.ascontiguousarray(jax.device_get(leaf))
@@ -409,8 +400,8 @@ def latest_results(mngr):
 
 
 def restore_newest_valid(mngr, abstract_state):
-  """(step, state, results, bad steps) of the newest step that restores completely: both items read,
-  the step counter and the state digest as saved. Step None when none restores."""
+  """(step, state, results, bad steps) of the newest step whose items read and whose step
+  counter and state digest are as saved; step None when none is."""
   bad = []
   for step in sorted(mngr.all_steps(), reverse=True):
     try:
@@ -469,8 +460,8 @@ def _shown(diffs):
 def check_workdir_run(
   mngr, workdir, config, restart, data=None, facts=None, allow_layout_change=False
 ):
-  """The manager after what the workdir's saved run means for this one: wiped with `restart`;
-  refused if failed or not the same run (config, data, layout: runrecord/rules.py)."""
+  """The manager after what the saved run means for this one: wiped with `restart`, refused if
+  failed or not the same run (runrecord/rules.py)."""
   step, saved = latest_results(mngr)
   if restart and mngr.all_steps():
     logging.warning('--restart: discarding the run in %s (latest step %s)', workdir, step)
@@ -522,8 +513,7 @@ def check_workdir_run(
 
 
 def resume(mngr, workdir, abstract_state, keep):
-  """(mngr, step, state, saved results) from the newest valid step, damaged newer ones set aside;
-  step None when the workdir holds no step; ConfigError when steps exist but none restores."""
+  """(mngr, step, state, saved results) from the newest valid step, newer damaged ones set aside."""
   if not mngr.all_steps():
     return mngr, None, None, None
   step, state, saved, bad = restore_newest_valid(mngr, abstract_state)

@@ -1,6 +1,5 @@
-"""What a training process is: its signals and graceful stop, the platforms it can start, its GPU
-memory settings, jax.distributed, where it executes, the library chatter it silences. Standard
-library only at import (train.py installs the signal handler first)."""
+"""What a training process is: signals and the graceful stop, the platforms it can start, GPU
+memory, jax.distributed, where it executes, quiet libraries. Standard library only at import."""
 
 import collections
 import importlib.metadata
@@ -30,8 +29,8 @@ VERSIONED_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'num
 
 
 class InFlight:
-  """The host's bound on steps dispatched but not done: `dispatched(marker)` after each step (a
-  small array nothing donates) waits for the step `limit` steps back; `limit` None: no bound."""
+  """The host's bound on steps dispatched but not done: `dispatched(marker)` after each step waits
+  for the step `limit` back (None: no bound)."""
 
   def __init__(self, limit):
     self.limit = limit
@@ -46,8 +45,8 @@ class InFlight:
 
 
 class Stopped(Exception):
-  """Training stopped on a signal after `step`, whose checkpoint is saved (None: before the first
-  step of a fresh run, nothing to save)."""
+  """Training stopped on a signal after `step`, whose checkpoint is saved (None: nothing to
+  save)."""
 
   def __init__(self, signum, step):
     self.signum, self.step = signum, step
@@ -115,9 +114,8 @@ class StopRequests:
       signal.signal(sig, handler)
 
   def agreed(self, sync_point):
-    """The signal number every process stops on after this step, or None to go on: one process,
-    whether a signal arrived; several, at sync points only, the largest any process received (an
-    all-gather: every process calls this at the same steps)."""
+    """The signal every process stops on after this step, or None: with several processes, at sync
+    points only, the largest any received (an all-gather)."""
     if self._processes == 1:
       return self.signum
     if not sync_point:
@@ -157,8 +155,7 @@ def gpu_runs(environ=os.environ):
 
 
 def _missing(platform):
-  """Why `platform` cannot start here, or None: 'tpu' needs libtpu, 'gpu'/'cuda'/'rocm' a JAX PJRT
-  plugin (and CUDA an NVIDIA driver)."""
+  """Why `platform` cannot start here (no libtpu, no JAX GPU plugin, no NVIDIA driver), or None."""
   if platform not in KNOWN_PLATFORMS:
     return f'{platform!r} is not a JAX platform (choose from {", ".join(KNOWN_PLATFORMS)})'
   installed = plugins()
@@ -177,8 +174,8 @@ def _missing(platform):
 
 
 def check_platforms(environ=os.environ):
-  """One-line ValueError when a platform JAX_PLATFORMS names cannot start on this host (JAX would
-  fail with a 30-line traceback), checked before any backend starts."""
+  """One-line ValueError when a platform JAX_PLATFORMS names cannot start here, before any
+  backend."""
   for platform in requested_platforms(environ):
     why = _missing(platform)
     if why:
@@ -214,8 +211,8 @@ def memory_settings(env=os.environ, separator=', ', none=JAX_DEFAULT):
 
 
 def cluster_detected(environ=None):
-  """Whether the environment names a multi-process job: JAX_COORDINATOR_ADDRESS, a SLURM or Open MPI
-  job of several tasks, a multi-host TPU slice."""
+  """Whether the environment names a multi-process job (a coordinator, SLURM, Open MPI, a TPU
+  slice)."""
   env = os.environ if environ is None else environ
   tasks = [int(env.get(name) or 1) for name in ('SLURM_NTASKS', 'OMPI_COMM_WORLD_SIZE')]
   hosts = [h for h in env.get('TPU_WORKER_HOSTNAMES', '').split(',') if h]
@@ -235,8 +232,8 @@ def explicit_cluster(config):
 
 
 def initialize_distributed(config):
-  """jax.distributed.initialize where config.distributed.initialize says so: 'auto' when the config
-  names a coordinator or the environment a multi-process job, 'yes' always, 'no' never."""
+  """jax.distributed.initialize when config.distributed.initialize is 'yes', or 'auto' and the
+  config or the environment names a multi-process job."""
   import jax
 
   mode = config.distributed.initialize
@@ -247,8 +244,7 @@ def initialize_distributed(config):
 
 
 def barrier(name, timeout_s=900):
-  """Wait for every process at `name` via the coordination service (not a gloo collective, which
-  gives up after 30 s)."""
+  """Wait for every process at `name` via the coordination service (gloo gives up after 30 s)."""
   import jax
 
   if jax.process_count() == 1:
@@ -266,8 +262,8 @@ _PRECOMPILED = [0]
 
 
 def precompile(fn, *abstract_args):
-  """With several processes, `fn` compiled for `abstract_args`, then the others met: no process
-  enters a collective while another compiles. With one, `fn` unchanged."""
+  """With several processes, `fn` compiled for `abstract_args`, then the others met (no process in a
+  collective while another compiles); with one, `fn`."""
   import jax
 
   if jax.process_count() == 1:
@@ -279,8 +275,7 @@ def precompile(fn, *abstract_args):
 
 
 def execution_facts():
-  """Where this run executes (runrecord/record.py LAYOUT and CPU_FACTS; the CPU facts None on GPU
-  and TPU, whose device kind names the chip)."""
+  """Where this run executes (runrecord/record.py LAYOUT and CPU_FACTS)."""
   import jax
 
   from numerics import setup as numerics_setup
@@ -323,8 +318,8 @@ def _from_orbax(record):
 
 
 class QuietLibraries(std_logging.Filter):
-  """Drops Orbax's INFO chatter and the tracebacks its threads log when a write fails (re-raised in
-  the main thread, where they become one line), and JAX's INFO lines; warnings stay."""
+  """Drops Orbax's INFO chatter and the tracebacks its threads log (re-raised in the main thread),
+  and JAX's INFO lines; warnings stay."""
 
   def filter(self, record: std_logging.LogRecord) -> bool:
     if record.name.startswith('jax.') and record.levelno < std_logging.WARNING:
@@ -344,8 +339,7 @@ def _orbax_coroutine(obj):
 
 
 def quiet_abandoned_work():
-  """Drop what Orbax's abandoned asynchronous work prints through sys.excepthook and
-  sys.unraisablehook (Orbax reports the failure once, in the main thread)."""
+  """Drop what Orbax's abandoned asynchronous work prints through sys.excepthook/unraisablehook."""
 
   def on_exception(kind, exc, trace, previous=sys.excepthook, closed_loop=_closed_loop):
     if not closed_loop(exc):

@@ -1,4 +1,4 @@
-"""The run context: what a run is built from (data, model, mesh, phases and optimizer, the steps'
+"""The run context: what a run is built from (data, model, mesh, phases, optimizer, the steps'
 jitting), one way for every driver (the loop, the tools, the TPU preflight)."""
 
 import dataclasses
@@ -73,7 +73,7 @@ def build(
   device_bytes: int | None = None,
 ) -> Context:
   """The run's context from a resolved, configured config, checked against the model, devices and
-  data (ConfigError); optionally the dataset, the mesh's devices and their memory to use."""
+  data (ConfigError); a dataset, the devices and their memory may be given."""
   validation.require_resolved(config, 'trainer.run.build')
   numerics_setup.require_configured(config)
   try:
@@ -129,8 +129,7 @@ def param_shapes(ctx):
 
 
 def init_model(ctx: Context) -> tuple[nnx.Module, dict[str, Any]]:
-  """(model, facts): the initial model from the init seed and, where given, model.init_from (facts:
-  what models/pretrained.py load_into says; else {})."""
+  """(model, facts): the initial model from the init seed, and from model.init_from where given."""
   # On the host CPU, one jitted computation compiled without backend optimisations (no fused
   # arithmetic): a seed gives the same weights on TPU, GPU and CPU, so runs pair by seed.
   config = ctx.config
@@ -162,8 +161,8 @@ def init_model(ctx: Context) -> tuple[nnx.Module, dict[str, Any]]:
 
 
 def phases(config: ml_collections.ConfigDict, steps_per_epoch: int) -> list[Phase]:
-  """The run's phases: 'frozen' (only the reinit parts train) while optim.freeze_epochs, then
-  'full'; 'per_phase' gives each its own schedule, 'continuous' one over all."""
+  """The run's phases: 'frozen' (only the reinit parts train) for optim.freeze_epochs, then
+  'full'."""
   total = config.num_epochs * steps_per_epoch
   freeze = config.optim.freeze_epochs * steps_per_epoch
   if config.optim.schedule == 'continuous':
@@ -195,8 +194,8 @@ def warmup_cosine(config, steps_per_epoch, length):
 
 
 def learning_rate(config, steps_per_epoch, all_phases, step):
-  """The learning rate global step `step` uses, the optimizer's own schedule evaluated on the host
-  for the log (not optax.inject_hyperparams, which would put it into every checkpoint)."""
+  """The learning rate of global step `step`, evaluated on the host for the log (not
+  optax.inject_hyperparams, which would put it into every checkpoint)."""
   phase = phase_at(all_phases, step)
   schedule = warmup_cosine(config, steps_per_epoch, phase.schedule_length)
   return float(schedule(step - phase.schedule_start))
@@ -219,8 +218,8 @@ def optimizer(ctx: Context, phase: Phase) -> optax.GradientTransformation:
 
 
 def trainable_mask(params, frozen, reinit, parts):
-  """Pytree of Python bools like `params`: True where the parameter trains (all, or while `frozen`
-  only the `reinit` parts of the model's PARTS)."""
+  """Python bools like `params`: True where the parameter trains (while `frozen`, the `reinit`
+  parts)."""
   names = {name for part in reinit for name in parts[part]}
   return {
     key: jax.tree.map(lambda _, k=key: (not frozen) or k in names, value)
@@ -231,8 +230,8 @@ def trainable_mask(params, frozen, reinit, parts):
 # Not optax.multi_transform with set_to_zero: its state's tree changes at the unfreeze, and a
 # checkpoint restores into the first phase's state.
 def masked_update(params, grads, opt_state, tx, mask):
-  """One optimizer step touching only the parameters where `mask` is True: frozen ones get zero
-  gradients (XLA drops their weight gradients) and come back as the very same arrays."""
+  """One optimizer step of the parameters where `mask` is True; the others come back the same
+  arrays."""
   grads = jax.tree.map(lambda g, m: g if m else jnp.zeros_like(g), grads, mask)
   updates, opt_state = tx.update(grads, opt_state, params)
   params = jax.tree.map(lambda p, u, m: p + u.astype(p.dtype) if m else p, params, updates, mask)
@@ -257,8 +256,7 @@ def is_abstract(tree):
 
 
 def replicate(ctx, tree):
-  """`tree` replicated on the mesh: its arrays placed there, or its ShapeDtypeStructs given the
-  replicated sharding (an abstract tree)."""
+  """`tree` replicated on the mesh (an abstract tree: its ShapeDtypeStructs given the sharding)."""
   if is_abstract(tree):
     return jax.tree.map(lambda s: s.update(sharding=ctx.replicated), tree)
   return jax.device_put(tree, ctx.replicated)
@@ -314,8 +312,8 @@ class Seeded:
 
 
 def jit_step(fn, mesh, seed, in_shardings, out_shardings, donate, config=None):
-  """`fn` jitted with these shardings (the seed's appended), its last argument the run seed bound
-  (Seeded); with `config`, traced under its matmul precision whatever the caller's context."""
+  """`fn` jitted with these shardings (the seed's appended), its last argument the run seed bound;
+  with `config`, traced under its matmul precision whatever the caller's context."""
   replicated, _ = shardings(mesh)
   jitted = jax.jit(
     numerics_setup.with_precision(fn, config) if config is not None else fn,
@@ -331,15 +329,14 @@ def _gather(data, indices):
 
 
 def make_gather(mesh):
-  """jit(data, indices) -> batch: a batch's rows gathered from a device-resident (replicated) split,
-  sharded exactly as a host-fed one."""
+  """jit(data, indices) -> batch gathered from a device-resident split, sharded as a host-fed
+  one."""
   replicated, sharded = shardings(mesh)
   return jax.jit(_gather, in_shardings=(replicated, sharded), out_shardings=sharded)
 
 
 def feed(ctx, on_device=None):
-  """None (host feeding) or (device-resident training split, jitted gather), as data.on_device (or
-  `on_device`) says."""
+  """None (host feeding) or (device-resident training split, jitted gather)."""
   if not (ctx.config.data.on_device if on_device is None else on_device):
     return None
   data = batching.on_devices(ctx.dataset.train, ctx.replicated)

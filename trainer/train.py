@@ -1,5 +1,5 @@
-"""train_and_evaluate(config, workdir): the whole run, and the steps it runs, as in flax's
-examples/imagenet train.py: `train_step`, `eval_step`, `create_train_state`, the loop."""
+"""train_and_evaluate(config, workdir) and the steps it runs, as in flax's examples/imagenet:
+`train_step`, `eval_step`, `create_train_state`, the loop."""
 
 import contextlib
 import dataclasses
@@ -38,8 +38,7 @@ def preprocess(images, mean, std, flip_key=None):
 
 
 def label_logits(logits, labels):
-  """logits[i, labels[i]] without a gather (whose gradient is a scatter): the row masked to the
-  label's one-hot and summed, exactly."""
+  """logits[i, labels[i]] without a gather (whose gradient is a scatter), exactly."""
   num_classes = logits.shape[-1]
   labels = jnp.where(labels < 0, labels + num_classes, labels)
   hit = labels[..., None] == lax.broadcasted_iota(labels.dtype, logits.shape, logits.ndim - 1)
@@ -49,9 +48,8 @@ def label_logits(logits, labels):
 
 @jax.custom_vjp
 def softmax_cross_entropy(logits, labels):
-  """optax.softmax_cross_entropy_with_integer_labels, values and gradients bit for bit
-  (tests/integration/test_loss.py), with no gather forward and no scatter backward (XLA's
-  deterministic GPU mode sorts a scatter's indices)."""
+  """optax.softmax_cross_entropy_with_integer_labels bit for bit, values and gradients, with no
+  gather forward or scatter backward (XLA's deterministic GPU mode sorts a scatter's indices)."""
   return jax.nn.logsumexp(logits, axis=-1) - label_logits(logits, labels)
 
 
@@ -133,8 +131,7 @@ def train_step(state, batch, seed, *, graphdef, tx, mask, task, mean, std, flip)
 
 
 def eval_logits(graphdef, state, seed, images, mean, std):
-  """Eval-mode logits of uint8 `images` for `state`, in the noise of (seed, the state's step,
-  'eval'): one key for a whole evaluation."""
+  """Eval-mode logits of uint8 `images` in the noise of (seed, the state's step, 'eval')."""
   model = nnx.merge(graphdef, state['params'], state['batch_stats'])
   model.eval()
   with ops.noise_scope(ops.step_noise_key(seed, state['step'], 'eval')):
@@ -142,8 +139,8 @@ def eval_logits(graphdef, state, seed, images, mean, std):
 
 
 def example_outputs(logits, labels, task):
-  """Per-example outputs of `logits`: the predicted class and the softmax probability of it and of
-  the label; multilabel, each label's predicted bit and sigmoid probability."""
+  """Per-example outputs: the predicted class and the softmax probability of it and of the label
+  (multilabel: each label's predicted bit and sigmoid probability)."""
   logits = logits.astype(jnp.float32)
   if task == 'multilabel':
     return {'predicted': (logits > 0).astype(jnp.int8), 'probability': jax.nn.sigmoid(logits)}
@@ -170,8 +167,7 @@ def eval_step(state, batch, totals, seed, *, graphdef, task, mean, std):
 
 
 def all_finite(bad, state):
-  """(first non-finite step, what) kept on device: `what` 1 = the training loss, 2 = the parameters
-  or BatchNorm statistics (where non-finite gradients end)."""
+  """[first non-finite step, what] kept on device: what 1 = the training loss, 2 = the state."""
   loss_ok = jnp.isfinite(state['sums']['loss'])
   leaves = jax.tree.leaves((state['params'], state['batch_stats']))
   state_ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
@@ -181,8 +177,8 @@ def all_finite(bad, state):
 
 
 def make_train_step(mesh, graphdef, tx, mask, task, mean, std, flip, seed, config=None):
-  """jit(state, batch) -> state: the state replicated and donated, the batch sharded, the seed bound
-  (run.jit_step); with `config`, under its matmul precision."""
+  """jit(state, batch) -> state: the state replicated and donated, the batch sharded, the seed
+  bound; with `config`, under its matmul precision."""
   replicated, sharded = run.shardings(mesh)
   fn = functools.partial(
     train_step,
@@ -198,8 +194,7 @@ def make_train_step(mesh, graphdef, tx, mask, task, mean, std, flip, seed, confi
 
 
 def make_eval_step(mesh, graphdef, task, mean, std, seed, config=None):
-  """jit(state, batch, totals) -> (totals, outputs), the outputs replicated (an all-gather: every
-  process reads the whole batch's)."""
+  """jit(state, batch, totals) -> (totals, outputs), the outputs replicated to every process."""
   replicated, sharded = run.shardings(mesh)
   fn = functools.partial(
     eval_step, graphdef=graphdef, task=task, mean=jnp.asarray(mean), std=jnp.asarray(std)
@@ -214,8 +209,7 @@ def initial_state(ctx, model):
 
 
 def abstract_state(ctx):
-  """`initial_state`'s shapes, dtypes and sharding without initialising a weight (a step compiled
-  where no data are)."""
+  """`initial_state`'s shapes, dtypes and sharding, without initialising a weight."""
 
   def state():
     model = run.create_model(ctx.config, ctx.dataset, jax.random.key(0))
@@ -225,8 +219,8 @@ def abstract_state(ctx):
 
 
 def enter_phase(ctx, state, phase, step):
-  """(state, jitted train step) of `phase` entered at global `step`; at a later phase's start under
-  'per_phase' a fresh optimizer state (the reference's new AdamW at the unfreeze)."""
+  """(state, jitted train step) of `phase` entered at `step`; a later phase's start under
+  'per_phase' gets a fresh optimizer state (the reference's new AdamW at the unfreeze)."""
   config = ctx.config
   tx = run.optimizer(ctx, phase)
   if step == phase.start > 0 and config.optim.schedule == 'per_phase':
@@ -262,8 +256,7 @@ def eval_fn(ctx, state):
 
 
 def evaluate(ctx, step_fn, state):
-  """(metrics, predictions): accuracy and loss over every test example, and the per-example
-  predictions in test-set order (runrecord/predictions.py), fetched once at the end."""
+  """(metrics, predictions) over every test example, the predictions in test-set order."""
   totals = run.zero_sums(ctx.mesh)
   batches = (
     batching.to_global(batch, ctx.sharded)
@@ -285,8 +278,7 @@ def evaluate(ctx, step_fn, state):
 
 
 def watch(ctx, state):
-  """(jitted non-finite watch, its initial value): after every step, `bad` is [first bad step, what]
-  on device ([-1, 0] while all is finite), read by the host at sync points only."""
+  """(jitted non-finite watch, its initial value [-1, 0]), read by the host at sync points only."""
   # Not donated: the loop keeps the last few as markers of its steps in flight (process.InFlight).
   fn = jax.jit(
     all_finite, in_shardings=(ctx.replicated, ctx.replicated), out_shardings=ctx.replicated
@@ -307,8 +299,7 @@ class Due:
 
 
 def due(ctx, step):
-  """What the loop does after `step` steps: the one rule of the log, epoch, evaluation and
-  checkpoint cadence (big_vision's `itstime` in spirit)."""
+  """What the loop does after `step` steps: the one cadence rule (big_vision's `itstime`)."""
   c = ctx.config
   epoch, in_epoch = divmod(step, ctx.per_epoch)
   epoch_end = in_epoch == 0
@@ -354,8 +345,7 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
 
 @dataclasses.dataclass
 class Progress:
-  """The loop's mutable state: the training state, the record, what was last logged and saved, and
-  where the loop reports (its writers and clock, set when training starts)."""
+  """The loop's mutable state: training state, record, what was last logged and saved, reporters."""
 
   state: Any
   results: dict
@@ -474,8 +464,7 @@ def _after_step(ctx, mngr, p, bad, evaluation):
 
 
 def _stop_if_asked(ctx, mngr, p, bad, stops):
-  """Before step `p.step + 1`: if a signal asked for a stop (every process agreeing), save step
-  `p.step` unless saved, and raise Stopped."""
+  """Before step `p.step + 1`: on a signal every process agrees on, save step `p.step` and stop."""
   signum = stops.agreed(due(ctx, p.step).check)
   if not signum:
     return
