@@ -80,9 +80,7 @@ def check_present(manual_dir):
 def _rows(path, header_lines, columns, file_name):
   """Rows of a whitespace table as (names, int array [N, columns]), checking shape and count."""
   with open(path) as f:
-    lines = f.read().split('\n')
-  if lines and lines[-1] == '':
-    lines = lines[:-1]
+    lines = f.read().splitlines()
   head, body = lines[:header_lines], lines[header_lines:]
   if len(head) < header_lines:
     raise _bad(file_name, 'is empty or lacks its header')
@@ -286,27 +284,18 @@ def problems(data):
   """What stops CelebA from loading with `data`, found without reading the images: one line each."""
   try:
     manual_dir, tfds_dir, cache_dir = data_dirs(data)
+    prepared = '://' in tfds_dir or celeba_tfds.prepared_source(tfds_dir) is not None
+    if manual_dir:
+      check_present(manual_dir)
   except (OSError, DataError) as e:
     return [str(e)]
-  prepared = '://' in tfds_dir or celeba_tfds.prepared_source(tfds_dir) is not None
-  if not manual_dir:
-    return (
-      []
-      if prepared
-      else [
-        f'config.data.tfds_dir={tfds_dir!r} holds no CelebA prepared by this project: set '
-        'config.data.manual_dir to the folder holding the five official files'
-      ]
-    )
-  try:
-    check_present(manual_dir)
-  except (OSError, DataError) as e:
-    return [str(e)]
-  if not (
-    prepared
-    or has_decoded_cache(cache_dir)
-    or importlib.util.find_spec('tensorflow_datasets') is not None
-  ):
+  if not (manual_dir or prepared):
+    return [
+      f'config.data.tfds_dir={tfds_dir!r} holds no CelebA prepared by this project: set '
+      'config.data.manual_dir to the folder holding the five official files'
+    ]
+  tfds = importlib.util.find_spec('tensorflow_datasets') is not None
+  if not (prepared or tfds or has_decoded_cache(cache_dir)):
     return [celeba_tfds.missing_tfds(f'config.data.manual_dir={manual_dir!r}')]
   return []
 
@@ -338,13 +327,10 @@ def _source(manual_dir, tfds_dir):
 def _split(data, meta):
   """(train rows, test rows) into the sorted metadata arrays."""
   if data.split == 'official':  # partition 0 trains, 2 tests (1, validation, unused)
-    train, test = meta['partition'] == 0, meta['partition'] == 2
-  else:
-    test = split_identity(
-      meta['names'], meta['identity'], float(data.test_fraction), int(data.split_seed)
-    )
-    train = ~test
-  return np.flatnonzero(train), np.flatnonzero(test)
+    return np.flatnonzero(meta['partition'] == 0), np.flatnonzero(meta['partition'] == 2)
+  fraction, seed = float(data.test_fraction), int(data.split_seed)
+  test = split_identity(meta['names'], meta['identity'], fraction, seed)
+  return np.flatnonzero(~test), np.flatnonzero(test)
 
 
 def decode(jpeg, size, name):
@@ -361,8 +347,7 @@ def decode(jpeg, size, name):
   except Exception as e:
     raise DataError(
       f'CelebA image {name} in {ZIP} cannot be used ({e}): replace '
-      f'config.data.manual_dir/{ZIP} with the official file from '
-      f'{CELEBA_PAGE}'
+      f'config.data.manual_dir/{ZIP} with the official file from {CELEBA_PAGE}'
     ) from e
 
 
@@ -456,36 +441,26 @@ def preparation_lock(cache_dir):
       fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _check_space(cache_dir, needed):
-  """Refuse before any work when `cache_dir`'s disk cannot hold the decoded cache."""
-  free = shutil.disk_usage(cache_dir).free
-  if free < needed:
+def _build_cache(path, manual_dir, tfds_dir, source, meta, rows, size):
+  """Prepare TFDS if needed, then decode the splits into `path` once, atomically (a partial folder
+  renamed when complete)."""
+  cache_dir = os.path.dirname(path)
+  celeba_tfds.remove_leftovers(cache_dir)
+  needed, free = sum(map(len, rows.values())) * size * size * 3, shutil.disk_usage(cache_dir).free
+  if free < needed:  # refused before any work
     raise DataError(
       f'config.data.cache_dir={cache_dir!r}: the decoded cache needs '
       f'{needed / 2**20:,.1f} MiB and that disk has {free / 2**20:,.1f} MiB free: '
       'free space there or set config.data.cache_dir to a larger local disk'
     )
-
-
-def _build_cache(path, manual_dir, tfds_dir, source, meta, rows, size):
-  """Prepare TFDS if needed, then decode the splits into `path` once, atomically (a partial folder
-  renamed when complete)."""
-  celeba_tfds.remove_leftovers(os.path.dirname(path))
-  _check_space(os.path.dirname(path), sum(len(r) for r in rows.values()) * size * size * 3)
   if manual_dir:
     celeba_tfds.prepare(manual_dir, tfds_dir, source, meta)
   tmp = celeba_tfds.partial_path(path)
   shutil.rmtree(tmp, ignore_errors=True)
   os.makedirs(tmp)
   try:
-    write_cache(
-      tmp,
-      rows,
-      meta,
-      size,
-      functools.partial(celeba_tfds.iter_records, tfds_dir),
-      f'config.data.tfds_dir={tfds_dir!r}',
-    )
+    records = functools.partial(celeba_tfds.iter_records, tfds_dir)
+    write_cache(tmp, rows, meta, size, records, f'config.data.tfds_dir={tfds_dir!r}')
     with open(os.path.join(tmp, 'done.json'), 'w') as f:
       json.dump({k: len(v) for k, v in rows.items()}, f)
       f.flush()
@@ -502,13 +477,8 @@ def _labels(task, meta, train, test):
   """(train labels, test labels, num_classes, base task, info) for `task`."""
   if task == 'attributes':
     labels = (meta['attributes'] > 0).astype(np.int32)
-    return (
-      labels[train],
-      labels[test],
-      labels.shape[1],
-      'multilabel',
-      {'label_rule': 'attributes: -1 -> 0, 1 -> 1', 'attribute_names': ATTR_NAMES},
-    )
+    info = {'label_rule': 'attributes: -1 -> 0, 1 -> 1', 'attribute_names': ATTR_NAMES}
+    return labels[train], labels[test], labels.shape[1], 'multilabel', info
   ids = np.unique(meta['identity'][train])
   unseen = np.setdiff1d(meta['identity'][test], ids)
   if len(unseen):

@@ -32,32 +32,17 @@ STATUSES = ('running', 'completed', 'failed')
 # (XLA's names of the levels, 'AVX2', 'AVX512', ...; the architecture off x86-64): cpu_facts in
 # numerics/setup.py.
 CPU_FACTS = ('cpu_model', 'cpu_isa', 'xla_cpu_isa')
-# Columns every run row has, in this order, before the flattened ones.
-BASE_COLUMNS = (
-  'run',
-  'run_id',
-  'status',
-  'reason',
-  'seed',
-  'init_seed',
-  'data_seed',
-  'platform',
-  'device_kind',
-  *CPU_FACTS,
-  'num_devices',
-  'num_processes',
-  'step',
-  'total_steps',
-  'wall_time_s',
-)
 # The seeds a run's initial weights and data order came from (configs/common.py init_seed_of,
 # data_seed_of): `seed` in records written before they existed.
 SEED_PARTS = ('init_seed', 'data_seed')
 # Two runs of one arm are the same model trained again (replicates: averaged as one value, their
-# spread the nondeterminism) only when these are equal; otherwise they are different models (the
-# replicate rule: `model_keys`, which every reader that averages replicates or pairs arms by seed
-# uses). `replicate` is not among them: it only names a repeated run.
+# spread the nondeterminism) only when these are equal (the replicate rule: rules.model_keys).
+# `replicate` is not among them: it only names a repeated run.
 MODEL_FIELDS = ('seed', *SEED_PARTS)
+# Columns every run row has, in this order, before the flattened ones.
+BASE_COLUMNS: tuple[str, ...] = ('run', 'run_id', 'status', 'reason', *MODEL_FIELDS)
+BASE_COLUMNS += ('platform', 'device_kind', *CPU_FACTS, 'num_devices', 'num_processes')
+BASE_COLUMNS += ('step', 'total_steps', 'wall_time_s')
 # Parts of a record that become columns as `part.field...` (nested dicts flattened).
 FLATTENED = ('final', 'numerics', 'config', 'data', 'model', 'versions')
 FINAL_METRICS = ('test_accuracy', 'test_loss', 'train_loss', 'train_accuracy')
@@ -83,56 +68,27 @@ TEST_SET = ('data.source_fingerprint', 'data.split_fingerprint', 'data.test_size
 # Two runs share initial weights and data order (and so pair by seed) when these are equal:
 # the init and data seeds (both `seed` unless set apart), everything that builds the initial
 # model or orders and transforms the data, and the test set they were evaluated on.
-PAIRING_FIELDS = (
-  'init_seed',
-  'data_seed',
-  'config.batch_size',
-  'config.model.name',
-  'config.model.width',
-  'config.model.stem',
-  'config.model.init_from',
-  'config.model.reinit',
-  'config.numerics.param_dtype',
-  'config.data.name',
-  'config.data.task',
-  'config.data.split',
-  'config.data.split_seed',
-  'config.data.test_fraction',
-  'config.data.image_size',
-  'config.data.normalization',
-  'config.data.flip',
-  *TEST_SET,
-)
+PAIRING_CONFIG = (
+  'batch_size model.name model.width model.stem model.init_from model.reinit numerics.param_dtype '
+  'data.name data.task data.split data.split_seed data.test_fraction data.image_size '
+  'data.normalization data.flip'
+).split()
+PAIRING_FIELDS = (*SEED_PARTS, *(f'config.{name}' for name in PAIRING_CONFIG), *TEST_SET)
 
 # Config fields that cannot change a run's arithmetic: a saved run with other values of these is
 # still the same run (resume continues it, the sweep counts it as done). Everything else (seed,
 # epochs, batch sizes, eval_every_epochs, numerics, optimizer, model, data) must match.
-IGNORED_FIELDS = (
-  'log_every_steps',
-  'checkpoint_every_steps',
-  'keep_checkpoints',
-  'preset',
-  'data.prefetch',
-  'data.on_device',
-  'data.manual_dir',
-  'data.tfds_dir',
-  'data.cache_dir',
-  'distributed',
+IGNORED_FIELDS = tuple(
+  'log_every_steps checkpoint_every_steps keep_checkpoints preset data.prefetch data.on_device '
+  'data.manual_dir data.tfds_dir data.cache_dir distributed'.split()
 )
-
 
 # The dataset facts that identify the data a run trains on (present in `data` when the dataset
 # reports them): the files, the split, the resolution and the number of classes. Where the files
 # live (paths, the decoded cache's folder) is not part of the data's identity.
-DATA_IDENTITY = (
-  'fingerprint',
-  'source_fingerprint',
-  'split_fingerprint',
-  'image_size',
-  'num_classes',
-  'train_size',
-  'test_size',
-  'task',
+DATA_IDENTITY = tuple(
+  'fingerprint source_fingerprint split_fingerprint image_size num_classes train_size test_size '
+  'task'.split()
 )
 # Where a run executes: a resume on another layout changes the run's arithmetic (summation order).
 LAYOUT = ('platform', 'device_kind', 'num_devices', 'num_processes')

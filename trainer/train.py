@@ -4,6 +4,7 @@
 import contextlib
 import dataclasses
 import functools
+import operator
 import signal
 import time
 from typing import Any
@@ -116,18 +117,10 @@ def train_step(state, batch, seed, *, graphdef, tx, mask, task, mean, std, flip)
     )
   params, opt_state = run.masked_update(state['params'], grads, state['opt_state'], tx, mask)
   n = jnp.asarray(correct.shape[0], jnp.float32)
-  sums = {
-    'loss': state['sums']['loss'] + loss * n,
-    'correct': state['sums']['correct'] + correct.sum(),
-    'count': state['sums']['count'] + n,
-  }
-  return {
-    'params': params,
-    'batch_stats': batch_stats,
-    'opt_state': opt_state,
-    'step': state['step'] + 1,
-    'sums': sums,
-  }
+  batch_sums = {'loss': loss * n, 'correct': correct.sum(), 'count': n}
+  sums = jax.tree.map(operator.add, state['sums'], batch_sums)
+  step = state['step'] + 1
+  return dict(params=params, batch_stats=batch_stats, opt_state=opt_state, step=step, sums=sums)
 
 
 def eval_logits(graphdef, state, seed, images, mean, std):
@@ -158,11 +151,8 @@ def eval_step(state, batch, totals, seed, *, graphdef, task, mean, std):
   logits = eval_logits(graphdef, state, seed, batch['image'], mean, std)
   loss, correct = loss_and_correct(logits, batch['label'], task)
   mask = batch['mask']
-  totals = {
-    'loss': totals['loss'] + (loss * mask).sum(),
-    'correct': totals['correct'] + (correct * mask).sum(),
-    'count': totals['count'] + mask.sum(),
-  }
+  batch_sums = {'loss': (loss * mask).sum(), 'correct': (correct * mask).sum(), 'count': mask.sum()}
+  totals = jax.tree.map(operator.add, totals, batch_sums)
   return totals, example_outputs(logits, batch['label'], task)
 
 
@@ -485,13 +475,9 @@ def _stop_if_asked(ctx, mngr, p, bad, stops):
 
 
 def _checkpoint(ctx, mngr, p, status='running'):
-  p.results.update(
-    status=status,
-    step=p.step,
-    total_steps=ctx.total_steps,
-    wall_time_s=p.wall_time(),
-    log_sums={k: float(v) for k, v in p.last_logged.items()},
-  )
+  log_sums = {k: float(v) for k, v in p.last_logged.items()}
+  p.results.update(status=status, step=p.step, total_steps=ctx.total_steps, log_sums=log_sums)
+  p.results['wall_time_s'] = p.wall_time()
   rules.end_segment(p.results, p.step)
   checkpoint.save(mngr, p.step, p.results, p.state, p.predictions)
   p.predictions = None
@@ -509,14 +495,8 @@ def _ensure_finite(ctx, mngr, p, bad):
     f'{(bad_step - 1) // ctx.per_epoch + 1}); the last finite state is checkpoint step '
     f'{p.last_finite}'
   )
-  p.results.update(
-    status='failed',
-    reason=reason,
-    failed_step=bad_step,
-    step=p.step,
-    total_steps=ctx.total_steps,
-    wall_time_s=p.wall_time(),
-  )
+  p.results.update(status='failed', reason=reason, failed_step=bad_step, step=p.step)
+  p.results.update(total_steps=ctx.total_steps, wall_time_s=p.wall_time())
   p.results.pop('state_digest', None)  # this step saves no state
   checkpoint.save(mngr, p.step, p.results)  # results only: the state is not finite
   checkpoint.wait(mngr, p.step)
