@@ -155,25 +155,16 @@ def conv2d(
 ):
   """NHWC x HWIO convolution in format `fmt` (padding 'SAME', 'VALID' or pairs); `impl` as
   resolve_conv_impl (the same products; the f32 summation order differs)."""
-  impl = resolve_conv_impl(
-    impl,
-    platform,
-    macs=conv_macs(x.shape, kernel.shape, stride),
-    kernel_hw=kernel.shape[:2],
-    out_hw=conv_out_hw(x.shape, stride),
-  )
+  macs, out_hw = conv_macs(x.shape, kernel.shape, stride), conv_out_hw(x.shape, stride)
+  impl = resolve_conv_impl(impl, platform, macs, kernel_hw=kernel.shape[:2], out_hw=out_hw)
   product = CONV_PRODUCTS[impl]
   if fmt == NATIVE:
     return product(x, kernel, stride, padding)
-  return emulated(
-    lambda a, b, precision: product(a, b, stride, padding, precision),
-    x,
-    kernel,
-    fmt,
-    key=key,
-    impl=emulate_impl,
-    platform=platform,
-  )
+
+  def conv(a, b, precision):
+    return product(a, b, stride, padding, precision)
+
+  return emulated(conv, x, kernel, fmt, key=key, impl=emulate_impl, platform=platform)
 
 
 def dense(x, kernel, *, fmt=NATIVE, emulate_impl='auto', key=None, platform=None):
@@ -285,15 +276,11 @@ def _contract(eqn, values, precision):
 def _eval_retyped(jaxpr, consts, args, precision):
   """Evaluate `jaxpr` on `args` (see `retyped`): contractions re-typed, moves in their input's
   dtype, any other operation on its inputs converted exactly to the declared dtypes."""
-  env = {}
+  env = dict(zip([*jaxpr.constvars, *jaxpr.invars], [*consts, *args], strict=True))
 
   def read(v):
     return v.val if isinstance(v, jex_core.Literal) else env[v]
 
-  for var, value in zip(
-    list(jaxpr.constvars) + list(jaxpr.invars), list(consts) + list(args), strict=True
-  ):
-    env[var] = value
   for eqn in jaxpr.eqns:
     values = [read(v) for v in eqn.invars]
     name = eqn.primitive.name

@@ -16,13 +16,8 @@ def row(run: str, results: Results | None) -> dict[str, Any]:
   results = record.upgrade(results)
   out = {name: results.get(name) for name in record.BASE_COLUMNS[1:]}
   out.update(run=run, run_id=record.run_identity(results), platform=platform_identity(results))
-  kinds = list(
-    dict.fromkeys(
-      s.get('device_kind')
-      for s in results.get('segments') or []
-      if isinstance(s, dict) and s.get('device_kind')
-    )
-  )
+  segments = [s for s in results.get('segments') or [] if isinstance(s, dict)]
+  kinds = list(dict.fromkeys(s['device_kind'] for s in segments if s.get('device_kind')))
   if len(kinds) > 1:  # trained on several device kinds (--allow_layout_change): none of them alone
     out['device_kind'] = '+'.join(map(str, kinds))
   if out['seed'] is None:
@@ -40,25 +35,14 @@ def row(run: str, results: Results | None) -> dict[str, Any]:
   return out
 
 
-def _arm_config(column: str) -> bool:
-  """Whether config column `column` can define an arm."""
-  return not record.within(
-    column[len(record.CONFIG_PREFIX) :], record.NOT_ARM_CONFIG + record.IGNORED_FIELDS
-  )
-
-
 def arm_columns(frame: Any) -> list[str]:
   """The columns of runs table `frame` that define an arm: platform, device kind, the requested
   numerics (named ones first), and the config fields that differ between runs (seeds aside)."""
   columns = list(frame.columns)
-  named = [
-    f'{record.ARM_PREFIX}{n}' for n in record.ARM_NAMED if f'{record.ARM_PREFIX}{n}' in columns
-  ]
-  config = [
-    c
-    for c in sorted(columns)
-    if c.startswith(record.CONFIG_PREFIX) and _arm_config(c) and frame[c].nunique() > 1
-  ]
+  named = [c for c in (record.ARM_PREFIX + n for n in record.ARM_NAMED) if c in columns]
+  fixed = record.NOT_ARM_CONFIG + record.IGNORED_FIELDS  # config fields that never make an arm
+  config = [c for c in sorted(columns) if c.startswith(record.CONFIG_PREFIX)]
+  config = [c for c in config if not record.within(field_name(c), fixed) and frame[c].nunique() > 1]
   return (
     [c for c in record.ARM_CONTEXT if c in columns]
     + named
@@ -68,8 +52,7 @@ def arm_columns(frame: Any) -> list[str]:
 
 
 def field_name(column: str) -> str:
-  """How an arm label names a column: 'optim.learning_rate' for a config column, else its last
-  part."""
+  """How an arm label names a column: 'optim.learning_rate' for a config column, else its end."""
   if column.startswith(record.CONFIG_PREFIX):
     return column[len(record.CONFIG_PREFIX) :]
   return column.rsplit('.', 1)[-1]

@@ -41,30 +41,20 @@ def percent(fraction):
   return f'{100 * float(fraction):.2f} %'
 
 
-def _kept(line, step):
-  """(kept, torn) of a metrics line for a run resumed at `step`."""
-  if not line.strip():
-    return False, False
-  try:
-    parsed = json.loads(line)
-  except ValueError:
-    return False, True
-  return parsed.get('step', 0) <= step, False
-
-
 def kept_lines(source, step, warn_path=None):
   """The lines of the open metrics file `source` a run resumed at `step` keeps, one at a time; with
-  `warn_path`, a warning per torn line."""
+  `warn_path`, a warning per torn line (blank lines go silently)."""
   source.seek(0)
   for number, line in enumerate(source, 1):
-    keep, torn = _kept(line, step)
-    if torn and warn_path is not None:
-      logging.warning(
-        '%s line %d is not a whole JSON record (a write cut short, e.g. by a crash '
-        'or a full disk): dropped',
-        warn_path,
-        number,
-      )
+    try:
+      keep = bool(line.strip()) and json.loads(line).get('step', 0) <= step
+    except ValueError:
+      keep = False
+      if warn_path is not None:
+        why = 'a write cut short, e.g. by a crash or a full disk'
+        logging.warning(
+          '%s line %d is not a whole JSON record (%s): dropped', warn_path, number, why
+        )
     if keep:
       yield line if line.endswith(b'\n') else line + b'\n'
 

@@ -19,10 +19,8 @@ STEPS_IN_FLIGHT = 2
 KNOWN_PLATFORMS = ('cpu', 'gpu', 'cuda', 'rocm', 'tpu')
 NVIDIA_DRIVER = ('/proc/driver/nvidia/version', '/dev/nvidiactl')
 # The environment variables JAX's GPU backend reads when it starts (JAX's "GPU memory allocation").
-MEMORY_VARIABLES = (
-  'XLA_PYTHON_CLIENT_PREALLOCATE',
-  'XLA_PYTHON_CLIENT_MEM_FRACTION',
-  'XLA_PYTHON_CLIENT_ALLOCATOR',
+MEMORY_VARIABLES = tuple(
+  f'XLA_PYTHON_CLIENT_{x}' for x in ('PREALLOCATE', 'MEM_FRACTION', 'ALLOCATOR')
 )
 JAX_DEFAULT = "JAX's default (a GPU preallocates 75 %)"
 VERSIONED_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')  # recorded
@@ -174,8 +172,7 @@ def _missing(platform):
 
 
 def check_platforms(environ=os.environ):
-  """One-line ValueError when a platform JAX_PLATFORMS names cannot start here, before any
-  backend."""
+  """One-line ValueError when a platform JAX_PLATFORMS names cannot start on this host."""
   for platform in requested_platforms(environ):
     why = _missing(platform)
     if why:
@@ -211,8 +208,7 @@ def memory_settings(env=os.environ, separator=', ', none=JAX_DEFAULT):
 
 
 def cluster_detected(environ=None):
-  """Whether the environment names a multi-process job (a coordinator, SLURM, Open MPI, a TPU
-  slice)."""
+  """Whether the environment names a multi-process job (coordinator, SLURM, MPI, TPU slice)."""
   env = os.environ if environ is None else environ
   tasks = [int(env.get(name) or 1) for name in ('SLURM_NTASKS', 'OMPI_COMM_WORLD_SIZE')]
   hosts = [h for h in env.get('TPU_WORKER_HOSTNAMES', '').split(',') if h]
@@ -222,13 +218,8 @@ def cluster_detected(environ=None):
 def explicit_cluster(config):
   """{coordinator_address, num_processes, process_id} of the config, {} if it names none."""
   d = config.distributed
-  if not d.coordinator_address:
-    return {}
-  return {
-    'coordinator_address': d.coordinator_address,
-    'num_processes': d.num_processes,
-    'process_id': d.process_id,
-  }
+  fields = ('coordinator_address', 'num_processes', 'process_id')
+  return {name: d[name] for name in fields} if d.coordinator_address else {}
 
 
 def initialize_distributed(config):
@@ -262,7 +253,7 @@ _PRECOMPILED = [0]
 
 
 def precompile(fn, *abstract_args):
-  """With several processes, `fn` compiled for `abstract_args`, then the others met (no process in a
+  """With several processes, `fn` compiled for `abstract_args`, then the others met (none in a
   collective while another compiles); with one, `fn`."""
   import jax
 
@@ -329,27 +320,21 @@ class QuietLibraries(std_logging.Filter):
     )
 
 
-def _closed_loop(exc):
-  return isinstance(exc, RuntimeError) and str(exc) == 'Event loop is closed'
-
-
-def _orbax_coroutine(obj):
-  code = getattr(obj, 'cr_code', None)
-  return code is not None and '/orbax/' in code.co_filename
-
-
 def quiet_abandoned_work():
   """Drop what Orbax's abandoned asynchronous work prints through sys.excepthook/unraisablehook."""
+  excepthook, unraisablehook = sys.excepthook, sys.unraisablehook
 
-  def on_exception(kind, exc, trace, previous=sys.excepthook, closed_loop=_closed_loop):
+  def closed_loop(exc):
+    return isinstance(exc, RuntimeError) and str(exc) == 'Event loop is closed'
+
+  def on_exception(kind, exc, trace):
     if not closed_loop(exc):
-      previous(kind, exc, trace)
+      excepthook(kind, exc, trace)
 
-  def on_unraisable(
-    info, previous=sys.unraisablehook, closed_loop=_closed_loop, orbax=_orbax_coroutine
-  ):
-    if not (closed_loop(info.exc_value) or orbax(info.object)):
-      previous(info)
+  def on_unraisable(info):
+    code = getattr(info.object, 'cr_code', None)  # an Orbax coroutine, abandoned
+    if not (closed_loop(info.exc_value) or (code and '/orbax/' in code.co_filename)):
+      unraisablehook(info)
 
   sys.excepthook, sys.unraisablehook = on_exception, on_unraisable
 

@@ -1,5 +1,5 @@
-"""The run context: what a run is built from (data, model, mesh, phases, optimizer, the steps'
-jitting), one way for every driver (the loop, the tools, the TPU preflight)."""
+"""The run context: what a run is built from (data, model, mesh, phases, optimizer, cadence, the
+steps' jitting), one way for every driver (the loop, the tools, the TPU preflight)."""
 
 import dataclasses
 import functools
@@ -172,6 +172,30 @@ def phases(config: ml_collections.ConfigDict, steps_per_epoch: int) -> list[Phas
   return out + [Phase('full', freeze, total, False, freeze, total - freeze)]
 
 
+@dataclasses.dataclass(frozen=True)
+class Due:
+  """What happens after a step: check non-finite values, log, end the epoch, evaluate, save."""
+
+  check: bool
+  log: bool
+  epoch: bool
+  evaluate: bool
+  save: bool
+
+
+def due(ctx, step):
+  """What the loop does after `step` steps: the one cadence rule (big_vision's `itstime`)."""
+  c = ctx.config
+  epoch, in_epoch = divmod(step, ctx.per_epoch)
+  epoch_end = in_epoch == 0
+  log = step % c.log_every_steps == 0 or epoch_end
+  save = bool(c.checkpoint_every_steps and step % c.checkpoint_every_steps == 0)
+  evaluate_now = epoch_end and (epoch % c.eval_every_epochs == 0 or epoch == c.num_epochs)
+  return Due(
+    check=log or save, log=log, epoch=epoch_end, evaluate=evaluate_now, save=save or epoch_end
+  )
+
+
 def phase_at(all_phases: Sequence[Phase], step: int) -> Phase:
   """The phase of `all_phases` holding global `step` (the last one past their end)."""
   for phase in all_phases:
@@ -203,14 +227,8 @@ def learning_rate(config, steps_per_epoch, all_phases, step):
 
 def make_optimizer(config, steps_per_epoch, phase):
   """AdamW (decoupled weight decay scaled by the lr, as torch.optim.AdamW) for `phase`."""
-  o = config.optim
-  return optax.adamw(
-    warmup_cosine(config, steps_per_epoch, phase.schedule_length),
-    b1=o.b1,
-    b2=o.b2,
-    eps=o.eps,
-    weight_decay=o.weight_decay,
-  )
+  o, schedule = config.optim, warmup_cosine(config, steps_per_epoch, phase.schedule_length)
+  return optax.adamw(schedule, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay)
 
 
 def optimizer(ctx: Context, phase: Phase) -> optax.GradientTransformation:

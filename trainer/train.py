@@ -248,12 +248,9 @@ def eval_fn(ctx, state):
 def evaluate(ctx, step_fn, state):
   """(metrics, predictions) over every test example, the predictions in test-set order."""
   totals = run.zero_sums(ctx.mesh)
-  batches = (
-    batching.to_global(batch, ctx.sharded)
-    for batch in batching.eval_batches(
-      ctx.dataset.test, run.eval_batch(ctx), jax.process_index(), jax.process_count()
-    )
-  )
+  where = (jax.process_index(), jax.process_count())
+  host_batches = batching.eval_batches(ctx.dataset.test, run.eval_batch(ctx), *where)
+  batches = (batching.to_global(batch, ctx.sharded) for batch in host_batches)
   outputs = []
   for batch in batching.prefetch(batches, ctx.config.data.prefetch):
     totals, batch_outputs = step_fn(state, batch, totals)
@@ -275,30 +272,6 @@ def watch(ctx, state):
   )
   bad = jax.device_put(np.array([-1, 0], np.int32), ctx.replicated)
   return process.precompile(fn, checkpoint.abstract(bad), checkpoint.abstract(state)), bad
-
-
-@dataclasses.dataclass(frozen=True)
-class Due:
-  """What happens after a step: check non-finite values, log, end the epoch, evaluate, save."""
-
-  check: bool
-  log: bool
-  epoch: bool
-  evaluate: bool
-  save: bool
-
-
-def due(ctx, step):
-  """What the loop does after `step` steps: the one cadence rule (big_vision's `itstime`)."""
-  c = ctx.config
-  epoch, in_epoch = divmod(step, ctx.per_epoch)
-  epoch_end = in_epoch == 0
-  log = step % c.log_every_steps == 0 or epoch_end
-  save = bool(c.checkpoint_every_steps and step % c.checkpoint_every_steps == 0)
-  evaluate_now = epoch_end and (epoch % c.eval_every_epochs == 0 or epoch == c.num_epochs)
-  return Due(
-    check=log or save, log=log, epoch=epoch_end, evaluate=evaluate_now, save=save or epoch_end
-  )
 
 
 def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False):
@@ -441,7 +414,7 @@ def session_times(p):
 
 def _after_step(ctx, mngr, p, bad, evaluation):
   """Whatever is due after step `p.step`: non-finite check, log, epoch end, checkpoint."""
-  now = due(ctx, p.step)
+  now = run.due(ctx, p.step)
   if now.check:
     _ensure_finite(ctx, mngr, p, bad)
   if now.log:
@@ -455,7 +428,7 @@ def _after_step(ctx, mngr, p, bad, evaluation):
 
 def _stop_if_asked(ctx, mngr, p, bad, stops):
   """Before step `p.step + 1`: on a signal every process agrees on, save step `p.step` and stop."""
-  signum = stops.agreed(due(ctx, p.step).check)
+  signum = stops.agreed(run.due(ctx, p.step).check)
   if not signum:
     return
   if p.step == 0:  # nothing trained yet: nothing to save
