@@ -126,12 +126,12 @@ def parse_arg(arg, presets):
   for item in filter(None, (s.strip() for s in (arg or '').split(','))):
     if '=' in item:
       key, value = item.split('=', 1)
-      if overrides.get(key.strip(), value) != value:  # the later would silently win
+      key = key.strip()
+      if overrides.get(key, value) != value:  # the later would silently win
         raise ValueError(
-          f'{key.strip()} is given twice after the colon ({overrides[key.strip()]} '
-          f'and {value}): give it once'
+          f'{key} is given twice after the colon ({overrides[key]} and {value}): give it once'
         )
-      overrides[key.strip()] = value
+      overrides[key] = value
     elif item in presets and not item.startswith('_'):
       names.append(item)
     else:

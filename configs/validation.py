@@ -240,11 +240,7 @@ def _check_distributed(config):
     raise ConfigError(
       f'config.distributed.coordinator_address must be host:port, got {d.coordinator_address!r}'
     )
-  if not _integer(d.num_processes) or d.num_processes < 1:
-    raise ConfigError(
-      'config.distributed.num_processes must be a positive integer with a '
-      f'coordinator_address, got {d.num_processes!r}'
-    )
+  _int_in(config, 'distributed.num_processes', 1, why=' with a coordinator_address')
   if not _integer(d.process_id) or not 0 <= d.process_id < d.num_processes:
     raise ConfigError(
       f'config.distributed.process_id must be in [0, {d.num_processes}), got {d.process_id!r}'
@@ -274,15 +270,12 @@ def check_devices(
 ) -> None:
   """Batches must split evenly over devices and processes (and BatchNorm groups), and fit."""
   for name in ('batch_size', 'eval_batch_size'):
-    if config[name] % num_devices:
-      raise ConfigError(
-        f'config.{name}={config[name]} is not divisible by the {num_devices} '
-        f'devices: use a multiple of {num_devices}'
-      )
-    if config[name] % num_processes:
-      raise ConfigError(
-        f'config.{name}={config[name]} is not divisible by the {num_processes} processes'
-      )
+    for count, what in ((num_devices, 'devices'), (num_processes, 'processes')):
+      if config[name] % count:
+        raise ConfigError(
+          f'config.{name}={config[name]} is not divisible by the {count} {what}: use a multiple '
+          f'of {count}'
+        )
   group = config.numerics.batchnorm_group
   if group and (config.batch_size // num_devices) % group:
     raise ConfigError(

@@ -70,12 +70,9 @@ class Linear(nnx.Module):
     rngs,
   ):
     bound = 1.0 / math.sqrt(in_features)
-    self.kernel = nnx.Param(
-      jax.random.uniform(rngs.params(), (in_features, out_features), param_dtype, -bound, bound)
-    )
-    self.bias = nnx.Param(
-      jax.random.uniform(rngs.params(), (out_features,), param_dtype, -bound, bound)
-    )
+    uniform = functools.partial(jax.random.uniform, dtype=param_dtype, minval=-bound, maxval=bound)
+    self.kernel = nnx.Param(uniform(rngs.params(), (in_features, out_features)))
+    self.bias = nnx.Param(uniform(rngs.params(), (out_features,)))
     self.dtype, self.fmt, self.emulate_impl = dtype, fmt, emulate_impl
     self.product_id, self.platform = 0, None  # name_products sets them
 
@@ -95,22 +92,14 @@ class BatchNorm(nnx.Module):
   """torch.nn.BatchNorm2d semantics in f32 (momentum 0.1, eps 1e-5, unbiased running variance), over
   the global batch or per `group_size` examples (per-core BatchNorm on a TPU)."""
 
-  def __init__(
-    self,
-    num_features,
-    *,
-    momentum=0.1,
-    epsilon=1e-5,
-    group_size=0,
-    dtype=jnp.float32,
-    param_dtype=jnp.float32,
-  ):
+  momentum, epsilon = 0.1, 1e-5  # torch's defaults
+
+  def __init__(self, num_features, *, group_size=0, dtype=jnp.float32, param_dtype=jnp.float32):
     self.scale = nnx.Param(jnp.ones((num_features,), param_dtype))
     self.bias = nnx.Param(jnp.zeros((num_features,), param_dtype))
     self.mean = nnx.BatchStat(jnp.zeros((num_features,), jnp.float32))
     self.var = nnx.BatchStat(jnp.ones((num_features,), jnp.float32))
-    self.momentum, self.epsilon, self.group_size = momentum, epsilon, group_size
-    self.dtype = dtype
+    self.group_size, self.dtype = group_size, dtype
     self.use_running_average = False  # toggled by model.train() / model.eval()
 
   def __call__(self, x):

@@ -193,15 +193,8 @@ def _copy_state(model, state, path, reinit, module):
     if k in present and tuple(state[k].shape) != _torch_shape(v, k)
   ]
   if missing or unexpected or mismatched:
-    parts = [
-      f'{label}: {_listed(keys)}'
-      for label, keys in (
-        ('missing', missing),
-        ('unexpected', unexpected),
-        ('shape mismatch', mismatched),
-      )
-      if keys
-    ]
+    found = {'missing': missing, 'unexpected': unexpected, 'shape mismatch': mismatched}
+    parts = [f'{label}: {_listed(keys)}' for label, keys in found.items() if keys]
     hint = (
       ' (add "stem"/"head" to config.model.reinit if the model\'s differ)' if mismatched else ''
     )

@@ -114,13 +114,8 @@ class ResNet(nnx.Module):
   ):
     if stem not in STEMS:  # a config's stem is checked at resolution (configs/validation.py)
       raise ValueError(f'stem must be one of {STEMS}, got {stem!r}')
-    layer_kwargs = dict(
-      dtype=dtype,
-      param_dtype=param_dtype,
-      fmt=conv_format,
-      conv_impl=conv_impl,
-      emulate_impl=emulate_impl,
-    )
+    numerics = dict(dtype=dtype, param_dtype=param_dtype, emulate_impl=emulate_impl)
+    layer_kwargs = dict(numerics, fmt=conv_format, conv_impl=conv_impl)
     bn_kwargs = dict(dtype=dtype, param_dtype=param_dtype, group_size=batchnorm_group)
     channels = stage_channels(width)
     self.stem, self.dtype = stem, dtype
@@ -141,15 +136,7 @@ class ResNet(nnx.Module):
         previous = c * block.expansion
       stages.append(nnx.List(stage))
     self.layer1, self.layer2, self.layer3, self.layer4 = stages
-    self.fc = Linear(
-      previous,
-      num_classes,
-      dtype=dtype,
-      param_dtype=param_dtype,
-      fmt=dense_format,
-      emulate_impl=emulate_impl,
-      rngs=rngs,
-    )
+    self.fc = Linear(previous, num_classes, **numerics, fmt=dense_format, rngs=rngs)
     layers.name_products(self)
 
   def features(self, x):

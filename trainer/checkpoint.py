@@ -207,11 +207,8 @@ def _unlock(fd):
 
 
 def _who():
-  return {
-    'pid': os.getpid(),
-    'host': socket.gethostname(),
-    'started': time.strftime('%Y-%m-%dT%H:%M:%S%z'),
-  }
+  started = time.strftime('%Y-%m-%dT%H:%M:%S%z')
+  return {'pid': os.getpid(), 'host': socket.gethostname(), 'started': started}
 
 
 def claim(workdir):
@@ -299,9 +296,7 @@ class WorkdirLock:
 
 def manager(workdir, keep):
   """The run's Orbax manager: asynchronous writes, the newest `keep` steps kept."""
-  options = ocp.CheckpointManagerOptions(
-    max_to_keep=keep, create=True, cleanup_tmp_directories=True
-  )
+  options = ocp.CheckpointManagerOptions(max_to_keep=keep, cleanup_tmp_directories=True)
   return ocp.CheckpointManager(
     record.checkpoint_dir(workdir), options=options, item_names=record.ITEMS + (predictions.ITEM,)
   )
