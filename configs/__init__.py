@@ -1,2 +1,2 @@
-"""Configs: the schema and the one loader (common.py), the config files (digits.py, celeba.py) and
-the one resolution and check of a config (validation.py). See docs/configs.md."""
+"""Configs: the schema and loader (common.py), the config files, the one resolution
+(validation.py)."""

@@ -84,8 +84,8 @@ def get_config(arg=None):
 
 
 def study_arms(batch_size):
-  """The arms (override dicts without seed): PROFILES x BatchNorm grouping (global, per core of
-  batch_size / TPU_CORES) x DTYPES, and the noise control at the reference levels."""
+  """The arms (override dicts without seed): PROFILES x BatchNorm grouping (global, per core) x
+  DTYPES, and the noise control at the reference levels."""
   groups = (0, max(1, batch_size // TPU_CORES))
   arms = [
     {'numerics.profile': p, 'numerics.batchnorm_group': g, 'numerics.compute_dtype': d}
@@ -103,9 +103,8 @@ def study_arms(batch_size):
 
 
 def get_sweep(arg=None):
-  """The factorial study: 21 arms x SEEDS seeds, on each platform (`python -m sweeps.sweep
-  --config=configs/celeba.py:gpu`, again with :tpu): platform x profile is crossed, and the
-  native arm gives each platform's own residual (README "Which setting explains a gap")."""
+  """The factorial study: 21 arms x SEEDS seeds, run on each platform (README "Which setting
+  explains a gap")."""
   arms = study_arms(get_config(arg).batch_size)
   return [{**arm, 'seed': seed} for arm in arms for seed in range(SEEDS)]
 
@@ -129,9 +128,8 @@ MIN_SHARE_REASON = (
 
 
 def get_study(arg=None):
-  """The declaration (analysis/declaration.py) that sweeps.sweep writes into the root before
-  the first run and the analysis reads: margin, factors, reference levels, controls, short labels,
-  and the power calculation behind SEEDS."""
+  """The declaration sweeps.sweep writes before the first run and the analysis reads: margin,
+  factors, reference levels, controls, labels, and the power calculation behind SEEDS."""
   del arg
   return {
     'margin': MARGIN_PP,

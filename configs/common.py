@@ -1,7 +1,5 @@
-"""The config: its schema (`base_config`: every field the code reads, with its default), presets and
-`key=value` pairs after the colon (`build`), the one override path (`apply_overrides`), and the one
-way a config is loaded (`load`: a file spec and overrides, from train.py's command line or a sweep).
-The config is locked: a misspelt field is an error, never a new field."""
+"""The config: its schema (`base_config`, locked: a misspelt field is an error), presets and
+`key=value` pairs after the colon (`build`), the one override path and the one loader (`load`)."""
 
 import ast
 import difflib
@@ -11,7 +9,6 @@ import sys
 
 import ml_collections
 
-PRESETS = ('tpu', 'gpu', 'cpu', 'smoke')
 SCHEDULES = ('per_phase', 'continuous')  # optim.schedule (trainer/run.py `phases`)
 DISTRIBUTED_MODES = ('auto', 'yes', 'no')  # distributed.initialize (trainer/process.py)
 STEMS = ('imagenet', 'small')  # model.stem (models/resnet.py)
@@ -31,9 +28,8 @@ def base_config():
   """Every field the code reads, with the reference study's values where it sets one."""
   c = ml_collections.ConfigDict()
   c.seed = 0  # initialisation, data order and augmentation; the data split has its own seed
-  # Either part of `seed` on its own (None: `seed`, so `seed` stays the one knob): the initial
-  # weights; the data order, the flips and the noise of a noisy product format (`init_seed_of`,
-  # `data_seed_of`).
+  # Either part of `seed` on its own (None: `seed`): the initial weights; the data order, the flips
+  # and the noise of a noisy product format.
   c.init_seed = ml_collections.config_dict.placeholder(int)
   c.data_seed = ml_collections.config_dict.placeholder(int)
   c.replicate = 0  # changes nothing but the run's name: same-seed replicates of one run
@@ -58,9 +54,8 @@ def base_config():
   c.data.tfds_dir = ''  # celeba: where the prepared TFDS dataset lives (local path or gs://)
   c.data.cache_dir = ''  # celeba: decoded-image cache; '' = <tfds_dir>/decoded_cache
   c.data.prefetch = 2  # batches prepared ahead on a host thread and put on the devices
-  # Keep the whole training split (uint8) on every device and gather each batch there from its
-  # indices: no per-step host gather or transfer. The batches, hence the results, are bit-identical
-  # to host feeding; it must fit (validation refuses a split over half of a device's memory).
+  # The whole training split (uint8) on every device, each batch gathered there: bit-identical to
+  # host feeding, no per-step transfer (refused over half of a device's memory).
   c.data.on_device = False
 
   c.model = ml_collections.ConfigDict()
@@ -88,22 +83,18 @@ def base_config():
   c.numerics.compute_dtype = 'float32'  # activations: 'float32' or 'bfloat16'
   c.numerics.param_dtype = 'float32'  # master weights
   # Product formats: a profile (numerics/formats.py PROFILES; '' = none) names both kinds at once;
-  # each kind's own format ('native' or one of numerics/formats.py FORMATS; '' = as the profile
-  # says, else native). Resolution writes the formats out: the saved config holds all three.
+  # each kind's own format ('native' or a FORMATS entry; '' = as the profile says, else native).
   c.numerics.profile = ''
   c.numerics.conv_format = ''
   c.numerics.dense_format = ''
   c.numerics.batchnorm_group = 0  # 0: BN over the global batch; K: per group of K examples
   c.numerics.gpu_deterministic = False  # --xla_gpu_deterministic_ops
-  # Further XLA flags of this run ('--xla_a=1 --xla_b=2'), set before JAX starts
-  # (numerics/setup.py).
-  c.numerics.xla_flags = ''
-  # How convolutions are computed: 'auto' (im2col for the shapes XLA:CPU runs slowly, xla for the
-  # rest and on GPU/TPU), 'xla' or 'im2col' (same product and operand rounding; f32 summation
-  # order differs; numerics/ops.py).
+  c.numerics.xla_flags = ''  # further XLA flags ('--xla_a=1 --xla_b=2'), set before JAX starts
+  # Convolutions: 'auto' (im2col for the shapes XLA:CPU runs slowly, else xla), 'xla' or 'im2col'
+  # (the same products; the f32 summation order differs). numerics/ops.py.
   c.numerics.conv_impl = 'auto'
-  # How emulated products are computed: 'reference' (rounded operands at HIGHEST), 'fast' (the same
-  # operands on the format's native units) or 'auto' (fast on GPU/TPU, CPU: as measured); ops.py.
+  # Emulated products: 'reference' (rounded operands at HIGHEST), 'fast' (the same operands on the
+  # format's native units) or 'auto' (fast on GPU/TPU).
   c.numerics.emulate_impl = 'auto'
 
   c.distributed = ml_collections.ConfigDict()
@@ -118,32 +109,29 @@ def base_config():
 
 
 def init_seed_of(config):
-  """The seed of the run's initial weights: config.init_seed, or config.seed where it is None
-  (a config dict or ConfigDict; a saved config from before the field: config.seed)."""
+  """The seed of the run's initial weights: config.init_seed, or config.seed where it is None."""
   value = config.get('init_seed')
   return int(config['seed'] if value is None else value)
 
 
 def data_seed_of(config):
-  """The seed of the run's data order, flips and product noise: config.data_seed, or config.seed
-  where it is None (as `init_seed_of`)."""
+  """The seed of the data order, flips and product noise: config.data_seed, or else config.seed."""
   value = config.get('data_seed')
   return int(config['seed'] if value is None else value)
 
 
 def parse_arg(arg, presets):
-  """Split 'gpu,seed=3,model.width=0.5' into preset names and {key: text} overrides (typed by
-  `apply_overrides`, as the field's type)."""
+  """Split 'gpu,seed=3,model.width=0.5' into preset names and {key: text} overrides."""
   names, overrides = [], {}
   for item in filter(None, (s.strip() for s in (arg or '').split(','))):
     if '=' in item:
       key, value = item.split('=', 1)
-      if overrides.get(key.strip(), value) != value:  # the later would silently win
+      key = key.strip()
+      if overrides.get(key, value) != value:  # the later would silently win
         raise ValueError(
-          f'{key.strip()} is given twice after the colon ({overrides[key.strip()]} '
-          f'and {value}): give it once'
+          f'{key} is given twice after the colon ({overrides[key]} and {value}): give it once'
         )
-      overrides[key.strip()] = value
+      overrides[key] = value
     elif item in presets and not item.startswith('_'):
       names.append(item)
     else:
@@ -164,8 +152,7 @@ def fields(config, prefix=''):
 
 
 def unknown_field(config, dotted):
-  """The one-line error for a field the config does not have (a removed one says what replaced
-  it)."""
+  """The one-line error for a field the config lacks (a removed one says what replaced it)."""
   if dotted in REMOVED:
     return ValueError(f'config.{dotted}: {REMOVED[dotted]}')
   close = difflib.get_close_matches(dotted, fields(config), n=1)
@@ -182,9 +169,8 @@ def _literal(text):
 
 
 def typed(old, value, dotted):
-  """`value` (text from a command line, or already a value) as the type of the field's `old`:
-  `True`/`false`/`1` for booleans, Python literals for numbers and tuples (one bare string
-  becomes a 1-tuple), anything for strings."""
+  """`value` (text, or already a value) as the type of the field's `old`: a bool, a Python literal
+  for numbers and tuples (a bare string: a 1-tuple), any text for a string."""
   if isinstance(old, tuple) and isinstance(value, (list, str)):
     if isinstance(value, str):
       value = _literal(value)
@@ -205,8 +191,8 @@ def typed(old, value, dotted):
 
 
 def _override(config, dotted, value):
-  """config[dotted] = value, typed like the field (ml_collections' `update_from_flattened_dict`
-  then checks and casts the type); one-line ValueError naming the field and the fix."""
+  """config[dotted] = value, typed like the field; a one-line ValueError naming the field and
+  fix."""
   node = config
   *parents, leaf = dotted.split('.')
   for name in parents:
@@ -226,8 +212,7 @@ def _override(config, dotted, value):
 
 
 def apply_overrides(config, overrides):
-  """config[field] = value for each (dotted field, value) pair, each value typed like its field;
-  returns config."""
+  """config[field] = value for each (dotted field, value) pair, typed like its field; config."""
   for dotted, value in overrides:
     _override(config, dotted, value)
   return config
@@ -247,8 +232,8 @@ def build(arg, presets):
 # Not ml_collections.config_flags: its errors are tracebacks, it types overrides otherwise, and the
 # sweeps load configs without flags (docs/configs.md).
 def split_spec(spec):
-  """'configs/digits.py:cpu,seed=3' -> (absolute file path, 'cpu,seed=3'). The file is the text
-  up to the first '.py:' (or all of it when it ends in '.py'), so a folder name may hold ':'."""
+  """'configs/digits.py:cpu,seed=3' -> (absolute file path, 'cpu,seed=3'); the path ends at
+  '.py:'."""
   spec = spec or ''
   cut = spec.find('.py:')
   path, arg = (spec[: cut + 3], spec[cut + 4 :]) if cut >= 0 else (spec, '')
@@ -285,8 +270,7 @@ def load_module(path):
 
 
 def repeated(overrides):
-  """A one-line ValueError when a field is given twice among `overrides` ([(field, text)]): the
-  later would silently win (`--config.seed=1 ... --config.seed=2`)."""
+  """A one-line ValueError where `overrides` ([(field, text)]) give a field two values."""
   seen = {}
   for key, value in overrides:
     if key in seen and seen[key] != value:
@@ -295,8 +279,7 @@ def repeated(overrides):
 
 
 def load(spec, overrides=()):
-  """The ConfigDict of `spec` ('FILE[:ARG]') with `overrides` applied (module docstring); a field
-  given twice with two values is refused (`repeated`), here and after the colon."""
+  """The ConfigDict of `spec` ('FILE[:ARG]') with `overrides` ([(field, text)]) applied."""
   overrides = list(overrides)
   repeated(overrides)
   path, arg = split_spec(spec)
@@ -331,8 +314,8 @@ def _locked_message(error):
 
 
 def split_argv(argv):
-  """(spec, [(field, text)], other args) from a command line with `--config=SPEC` (or
-  `--config SPEC`) and `--config.<field>=<value>` flags, as train.py takes them."""
+  """(spec, [(field, text)], other args) of a command line's `--config` and `--config.<field>`
+  flags."""
   spec, overrides, rest, i = None, [], [], 0
   while i < len(argv):
     arg = argv[i]

@@ -48,7 +48,7 @@ def smoke(c):
 
 
 def study(c):
-  """The README's factorial study (get_sweep: 8 arms x SEEDS seeds) in minutes on 2 cores: ~95% test
+  """The README's factorial study (8 arms x SEEDS seeds) in minutes on 2 cores: ~95% test
   accuracy."""
   cpu(c)
   c.data.image_size = 8  # the digits' native 8x8: no resize, a quarter of the cpu preset's compute
@@ -57,9 +57,8 @@ def study(c):
 
 
 def variance(c):
-  """Where a run's spread comes from (get_sweep: INIT_SEEDS x DATA_SEEDS x REPLICATES runs of the
-  study's reference arm): initial weights (init_seed), data order (data_seed), or the hardware
-  (replicates: same seeds, another run; bit-identical on CPU, TPU and deterministic GPU kernels)."""
+  """Where a run's spread comes from: INIT_SEEDS x DATA_SEEDS x REPLICATES runs of the study's
+  reference arm (initial weights, data order, or the hardware)."""
   study(c)
   c.numerics.profile = 'native'  # the study's reference arm (global BatchNorm, f32 activations)
 
@@ -130,8 +129,8 @@ def variance_runs():
 
 
 def get_sweep(arg=None):
-  """The study run by `python -m sweeps.run_study --config=configs/digits.py:study`: arms x seeds;
-  with the `variance` preset, `variance_runs`."""
+  """The study of `python -m sweeps.run_study`: arms x seeds, or with `variance`,
+  `variance_runs`."""
   config = get_config(arg)
   if 'variance' in config.preset.split(','):
     return variance_runs()

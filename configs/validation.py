@@ -1,7 +1,5 @@
-"""The one resolution of a config and every check of its fields (`resolve`, at the entry point,
-before JAX may start), and the checks of a resolved config against what a run finds: the devices,
-their memory and the training split (`check_devices`, `check_dataset`: trainer/run.py `build`, the
-sweep). A failure is a `ConfigError`, one line naming the field and the fix."""
+"""The one resolution of a config and every check of its fields (`resolve`, before JAX may start),
+and its checks against the devices and the data. A failure is a one-line `ConfigError`."""
 
 import functools
 import math
@@ -22,12 +20,10 @@ class ConfigError(ValueError):
   """A config, flag or environment problem found before compute starts (one line)."""
 
 
-SEED_MAX = 2**32 - 1  # the seed reaches the steps as a uint32 (trainer/train.py)
-STEP_MAX = 2**31 - 1  # the training state's step counter is an int32 (trainer/train.py)
+SEED_MAX = 2**32 - 1  # the seed reaches the steps as a uint32 (trainer/run.py Seeded)
+STEP_MAX = 2**31 - 1  # the training state's step counter is an int32
 WIDTH_MIN = 1 / 64  # the stem's 64 channels times the width: at least one channel
-# Every seed a config holds and what takes it, each checked in [0, SEED_MAX] (before: a wrapped
-# init_seed 2^32 trained as 0; data_seed 2^32 an OverflowError after the workdir existed;
-# split_seed -1 an error naming sklearn's random_state). init_seed, data_seed None: config.seed.
+# Every seed a config holds and what takes it, each in [0, SEED_MAX] (init_seed, data_seed: or None)
 SEEDS = {
   'seed': 'the PRNG takes it as a uint32',
   'init_seed': 'the PRNG takes it as a uint32; None: config.seed',
@@ -37,12 +33,13 @@ SEEDS = {
 # XLA reads XLA_FLAGS when its first backend starts and ends the process (a fatal 'F' log line)
 # on a flag it does not know; a CPU backend in a child process reads them the same way in a second.
 FLAG_PROBE = 'import jax; jax.devices("cpu")'
+COUNTS = (
+  'num_epochs batch_size eval_batch_size eval_every_epochs log_every_steps keep_checkpoints'
+).split()  # each a positive integer
 
 
 def resolve(config):
-  """A frozen copy of the loaded `config` (not changed) with every field checked and the numerics
-  formats written out (numerics/formats.py `expand`): what the trainer, the sweep and the record
-  read. ConfigError: one line naming the first bad field; TypeError: resolved already."""
+  """A frozen copy of `config`, every field checked, the numerics formats written out."""
   if is_resolved(config):
     raise TypeError(
       'the config is already resolved: resolve it once, at the entry point, and '
@@ -72,8 +69,7 @@ def _integer(value):
 
 
 def _int_in(config, name, low, high=None, why=''):
-  """The field's value if it is an integer (not a bool) in [low, high] (high None: unbounded;
-  low 0 or 1), else a ConfigError naming the field, the range and `why`."""
+  """The field's value if an integer (not a bool) in [low, high], else a ConfigError saying so."""
   value = config[name]  # ConfigDict takes dotted names
   if not (_integer(value) and low <= value and (high is None or value <= high)):
     kind = (
@@ -88,8 +84,7 @@ def _int_in(config, name, low, high=None, why=''):
 
 
 def _number(config, name, rule, ok):
-  """The field's value if it is a finite real number (not a bool, a string, NaN or inf) for which
-  `ok(value)` holds; else a ConfigError naming the field and `rule` (its range, in words)."""
+  """The field's value if a finite real number (not a bool) `ok` takes, else a ConfigError."""
   value = config[name]  # ConfigDict takes dotted names
   real = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
   if not (real and ok(value)):
@@ -97,42 +92,28 @@ def _number(config, name, rule, ok):
   return value
 
 
-def _one_of(config, name, choices, extra=''):
-  if config[name] not in choices:
+def _one_of(config, name, choices, extra='', unnamed=()):
+  """ConfigError unless the field is one of `choices` (or of `unnamed`, left out of the message)."""
+  if config[name] not in (*choices, *unnamed):
     raise ConfigError(f'config.{name} must be one of {tuple(choices)}{extra}, got {config[name]!r}')
 
 
 def check_fields(config):
   """Every check of `config` that needs neither devices nor data; ConfigError on the first bad
-  field. Reads only (resolution then writes the numerics formats out)."""
-  _check_seeds(config)
-  _check_counts(config)
+  one."""
+  for name, why in SEEDS.items():
+    if not (config[name] is None and name in ('init_seed', 'data_seed')):
+      _int_in(config, name, 0, SEED_MAX, f' ({why})')
+  for name in COUNTS:
+    _int_in(config, name, 1)
+  _int_in(config, 'replicate', 0, why=' (0, 1, 2, ...: same-seed replicates of one run)')
+  _int_in(config, 'checkpoint_every_steps', 0, why=' (0: every epoch)')
   _check_optim(config)
   dataset = _check_data(config)
   _check_model(config)
   check_numerics(config)
   _check_distributed(config)
   check_steps(config, estimated_steps_per_epoch(config, dataset), estimated=True)
-
-
-def _check_seeds(config):
-  for name, why in SEEDS.items():
-    if not (config[name] is None and name in ('init_seed', 'data_seed')):
-      _int_in(config, name, 0, SEED_MAX, f' ({why})')
-
-
-def _check_counts(config):
-  for name in (
-    'num_epochs',
-    'batch_size',
-    'eval_batch_size',
-    'eval_every_epochs',
-    'log_every_steps',
-    'keep_checkpoints',
-  ):
-    _int_in(config, name, 1)
-  _int_in(config, 'replicate', 0, why=' (0, 1, 2, ...: same-seed replicates of one run)')
-  _int_in(config, 'checkpoint_every_steps', 0, why=' (0: every epoch)')
 
 
 def _check_optim(config):
@@ -175,19 +156,13 @@ def _check_data(config):
 
 
 def _check_model(config):
-  """The model module must exist (models/: not imported here; its contract is checked when it is
-  built) and its shape fields be usable."""
+  """The model module must exist (its contract is checked when built), its shape fields usable."""
   problem = models.missing(config.model.name)
   if problem:
     raise ConfigError(problem)
   _one_of(config, 'model.stem', common.STEMS)
-  _number(
-    config,
-    'model.width',
-    f">= 1/64 = {WIDTH_MIN} (the stem's 64 channels times the "
-    'width must give at least one channel)',
-    lambda v: v >= WIDTH_MIN,
-  )
+  rule = f">= 1/64 = {WIDTH_MIN} (the stem's 64 channels times the width must give one channel)"
+  _number(config, 'model.width', rule, lambda v: v >= WIDTH_MIN)
   if config.model.init_from and config.model.width != 1.0:
     raise ConfigError(
       f'config.model.width must be 1.0 with config.model.init_from (pretrained weights are full '
@@ -196,26 +171,17 @@ def _check_model(config):
 
 
 def check_numerics(config):
-  """Every config.numerics value the code can honour: precision, dtypes, formats and profile (they
-  may not contradict), BatchNorm grouping, determinism, XLA flags (known to XLA) and
-  implementations."""
+  """Every config.numerics value the code can honour: precision, dtypes, formats and profile (not
+  contradicting), BatchNorm grouping, determinism, XLA flags (known to XLA), implementations."""
   n = config.numerics
   _one_of(config, 'numerics.matmul_precision', formats.PRECISIONS)
   for field in ('compute_dtype', 'param_dtype'):
     _one_of(config, f'numerics.{field}', formats.DTYPES)
-  if n.profile not in ('', *formats.PROFILES):
-    raise ConfigError(
-      f'config.numerics.profile must be one of {tuple(formats.PROFILES)} (or '
-      f'empty), got {n.profile!r}'
-    )
+  _one_of(config, 'numerics.profile', tuple(formats.PROFILES), ' (or empty)', ('',))
   named = formats.profile_formats(n)
   for kind in formats.KINDS:
     explicit = n[f'{kind}_format']
-    if explicit not in ('', *formats.names()):
-      raise ConfigError(
-        f'config.numerics.{kind}_format must be one of {formats.names()} (or '
-        f'empty), got {explicit!r}'
-      )
+    _one_of(config, f'numerics.{kind}_format', formats.names(), ' (or empty)', ('',))
     if explicit and kind in named and explicit != named[kind]:
       raise ConfigError(
         f'config.numerics.{kind}_format={explicit!r} contradicts '
@@ -239,16 +205,11 @@ def check_numerics(config):
 
 @functools.lru_cache(maxsize=None)
 def known_flags(flags):
-  """ConfigError naming config.numerics.xla_flags when XLA refuses any of `flags` (a tuple),
-  found by starting a CPU backend with them in a child process (FLAG_PROBE)."""
+  """ConfigError when XLA refuses any of `flags` (a tuple), probed in a child process."""
   if not flags:
     return
-  env = {
-    **os.environ,
-    'XLA_FLAGS': ' '.join(flags),
-    'JAX_PLATFORMS': 'cpu',
-    'TF_CPP_MIN_LOG_LEVEL': '0',
-  }
+  env = {**os.environ, 'XLA_FLAGS': ' '.join(flags), 'JAX_PLATFORMS': 'cpu'}
+  env['TF_CPP_MIN_LOG_LEVEL'] = '0'  # XLA's error lines say why
   probe = subprocess.run(
     [sys.executable, '-c', FLAG_PROBE], env=env, capture_output=True, text=True, check=False
   )
@@ -265,8 +226,7 @@ def known_flags(flags):
 
 
 def _check_distributed(config):
-  """config.distributed (trainer/process.py reads it): a named coordinator needs its
-  process count and this process's id."""
+  """A named coordinator needs its process count and this process's id."""
   d = config.distributed
   _one_of(config, 'distributed.initialize', common.DISTRIBUTED_MODES)
   if not d.coordinator_address:
@@ -280,11 +240,7 @@ def _check_distributed(config):
     raise ConfigError(
       f'config.distributed.coordinator_address must be host:port, got {d.coordinator_address!r}'
     )
-  if not _integer(d.num_processes) or d.num_processes < 1:
-    raise ConfigError(
-      'config.distributed.num_processes must be a positive integer with a '
-      f'coordinator_address, got {d.num_processes!r}'
-    )
+  _int_in(config, 'distributed.num_processes', 1, why=' with a coordinator_address')
   if not _integer(d.process_id) or not 0 <= d.process_id < d.num_processes:
     raise ConfigError(
       f'config.distributed.process_id must be in [0, {d.num_processes}), got {d.process_id!r}'
@@ -292,8 +248,7 @@ def _check_distributed(config):
 
 
 def check_steps(config, per_epoch, estimated=False):
-  """The run's steps (num_epochs x `per_epoch`) must fit the int32 step counter (`estimated`:
-  `per_epoch` is a lower bound, said so in the message)."""
+  """The run's steps must fit the int32 step counter (`estimated`: `per_epoch` is a lower bound)."""
   total = config.num_epochs * per_epoch
   if total > STEP_MAX:
     about = 'about ' if estimated else ''
@@ -305,9 +260,7 @@ def check_steps(config, per_epoch, estimated=False):
 
 
 def estimated_steps_per_epoch(config, dataset):
-  """A lower bound of the steps per epoch from the training split `dataset` (its Declaration)
-  declares, less 10 % for how a split rounds: a run that fits is never refused here
-  (`check_dataset` checks the exact count)."""
+  """A lower bound of the steps per epoch (the declared training split less 10 %)."""
   train, _ = dataset.split_sizes(config.data)
   return max(1, int(train * 0.9) // config.batch_size)
 
@@ -315,18 +268,14 @@ def estimated_steps_per_epoch(config, dataset):
 def check_devices(
   config: ml_collections.ConfigDict, num_devices: int, num_processes: int, device_bytes: int | None
 ) -> None:
-  """Batch sizes must split evenly over `num_devices` and `num_processes` (and BatchNorm groups
-  within a device), and a step's activations must fit (`check_activations`)."""
+  """Batches must split evenly over devices and processes (and BatchNorm groups), and fit."""
   for name in ('batch_size', 'eval_batch_size'):
-    if config[name] % num_devices:
-      raise ConfigError(
-        f'config.{name}={config[name]} is not divisible by the {num_devices} '
-        f'devices: use a multiple of {num_devices}'
-      )
-    if config[name] % num_processes:
-      raise ConfigError(
-        f'config.{name}={config[name]} is not divisible by the {num_processes} processes'
-      )
+    for count, what in ((num_devices, 'devices'), (num_processes, 'processes')):
+      if config[name] % count:
+        raise ConfigError(
+          f'config.{name}={config[name]} is not divisible by the {count} {what}: use a multiple '
+          f'of {count}'
+        )
   group = config.numerics.batchnorm_group
   if group and (config.batch_size // num_devices) % group:
     raise ConfigError(
@@ -336,16 +285,10 @@ def check_devices(
   check_activations(config, num_devices, device_bytes, input_pipeline.host_memory())
 
 
-def activation_bytes(config: ml_collections.ConfigDict, batch: int) -> int:
-  """A lower bound of a training step's activations for `batch` images, in the compute dtype: the
-  model module's `activation_values` (imported here: the contract of models/)."""
-  values, _ = models.get(config.model.name).activation_values(config)
-  return batch * values * formats.DTYPE_BYTES[config.numerics.compute_dtype]
-
-
-def eval_activation_bytes(config: ml_collections.ConfigDict, batch: int) -> int:
-  """A lower bound of an evaluation step's activations for `batch` images (the model module's)."""
-  _, values = models.get(config.model.name).activation_values(config)
+def activation_bytes(config: ml_collections.ConfigDict, batch: int, evaluation=False) -> int:
+  """A lower bound of a training (or `evaluation`) step's activations for `batch` images, in
+  bytes."""
+  values = models.get(config.model.name).activation_values(config)[evaluation]
   return batch * values * formats.DTYPE_BYTES[config.numerics.compute_dtype]
 
 
@@ -355,26 +298,24 @@ def check_activations(
   device_bytes: int | None,
   host_bytes: int | None,
 ) -> None:
-  """Refuse a step whose activations cannot fit: the lower bounds of the per-device batch against a
-  device's memory, or, where devices report none (CPU), of the whole batch against the host's."""
+  """Refuse a step whose activations cannot fit a device's memory (or, on CPU, the host's)."""
   size, width = config.data.image_size, float(config.model.width)
   limit = device_bytes or host_bytes
   where = 'a device has' if device_bytes else 'this machine has'
-  bounds = (('batch_size', activation_bytes), ('eval_batch_size', eval_activation_bytes))
-  for field, bound in bounds:
+  for field in ('batch_size', 'eval_batch_size'):
     batch = config[field] // num_devices if device_bytes else config[field]
-    need, per_example = bound(config, batch), bound(config, 1)
+    evaluation = field == 'eval_batch_size'
+    need = activation_bytes(config, batch, evaluation)
+    per_example = activation_bytes(config, 1, evaluation)
     if not limit or need <= limit:
       continue
-    held = (
-      'convolution outputs' if field == 'batch_size' else "the first convolution's input and output"
-    )
+    held = "the first convolution's input and output" if evaluation else 'convolution outputs'
     what = (
       f'({batch} images x {per_example / 2**20:,.1f} MiB of {held} at '
       f'{size}x{size}, model.width {width:g}, {config.numerics.compute_dtype}), over the '
       f'{limit / 2**30:,.1f} GiB {where}'
     )
-    if field == 'batch_size':
+    if not evaluation:
       raise ConfigError(
         f'config.data.image_size={size}: a training step keeps at least '
         f'{need / 2**30:,.1f} GiB of activations {what}: use a smaller '
@@ -393,8 +334,8 @@ def check_dataset(
   train_bytes: int,
   device_bytes: int | None = None,
 ) -> None:
-  """The training split must give a full batch, its epochs must fit the step counter, and with
-  data.on_device it must fit on a device."""
+  """The training split must give a full batch and fit the step counter (and a device,
+  on_device)."""
   if config.batch_size > train_examples:
     raise ConfigError(
       f'config.batch_size={config.batch_size} is larger than the '

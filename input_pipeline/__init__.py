@@ -1,7 +1,5 @@
-"""The datasets: the interface every loader returns (`Dataset` of two `Split`s) and the registry: a
-dataset is one module, input_pipeline/<name>.py defining `DATASET = Declaration(...)`, its heavy
-imports inside its loader (checking a config loads no data library). docs/configs.md ("Adding a
-dataset")."""
+"""The datasets: the interface every loader returns (`Dataset` of two `Split`s) and the registry, a
+dataset being one module defining `DATASET = Declaration(...)` (docs/configs.md)."""
 
 import dataclasses
 import hashlib
@@ -22,14 +20,12 @@ NORMALIZATIONS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 
 
 class DataError(ValueError):
-  """The data a config names cannot be had (a bad file or folder, too large): one line, the fix
-  included, before any compute (a missing file is a FileNotFoundError, also one line)."""
+  """The data a config names cannot be had: one line, the fix included, before any compute."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Split:
-  """One split: `images` uint8 [N, H, W, C] (np.ndarray or np.memmap), `labels` int32 [N] or
-  [N, K]."""
+  """One split: `images` uint8 [N, H, W, C] (array or memmap), `labels` int32 [N] or [N, K]."""
 
   images: np.ndarray
   labels: np.ndarray
@@ -48,9 +44,8 @@ class Split:
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
-  """What a loader returns. task: 'classification' (int labels [N], softmax cross-entropy, top-1
-  accuracy) or 'multilabel' (0/1 labels [N, K], sigmoid cross-entropy, mean per-label accuracy);
-  num_classes: classes, or K labels; info: JSON-serialisable facts for the run's record."""
+  """What a loader returns: the splits, the task ('classification' or 'multilabel'), the classes (or
+  labels), and JSON-serialisable facts (`info`) for the run's record."""
 
   name: str
   train: Split
@@ -74,9 +69,8 @@ DataConfig = Any  # config.data: its ConfigDict, or a plain mapping of its field
 
 @dataclasses.dataclass(frozen=True)
 class Declaration:
-  """What a dataset module declares about itself, read before any data is loaded (docs/configs.md,
-  "Adding a dataset"): sizes, channels, label layout, its loader, the task and split values it
-  takes, and the problems found without reading data."""
+  """What a dataset module declares, read before any data is loaded: sizes, channels, labels, its
+  loader, the tasks and splits it takes, the problems found without reading data."""
 
   name: str
   images: int
@@ -135,9 +129,8 @@ def _zeros(count, image_shape, label_shape):
 
 
 def declared(config) -> Dataset:
-  """The Dataset a run of `config` would load, without reading any data (a TPU program compiled
-  where the data are not): every fact a step depends on from the Declaration, the images and
-  labels zero-stride views of one zero (`np.broadcast_to`), shaped like the splits, never read."""
+  """The Dataset a run of `config` would load, without reading data: the facts from the Declaration,
+  the splits zero-stride views of one zero (a TPU program compiled where the data are not)."""
   dataset = get(config.data.name)
   train, test = dataset.split_sizes(config.data)
   num_classes, task, label_shape = dataset.labels(config.data)

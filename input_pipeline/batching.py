@@ -43,16 +43,16 @@ def train_batch(split, batch_size, seed, step, process_index=0, process_count=1)
 
 
 def eval_batch_size(num_examples, batch_size, multiple=1):
-  """The global batch of an evaluation of `num_examples`: as few batches as `batch_size` allows, of
-  one size, the smallest multiple of `multiple` (the devices) holding them."""
+  """The global evaluation batch: as few batches as `batch_size` allows, of one size, a multiple
+  of `multiple` (the devices)."""
   batches = -(-num_examples // batch_size)
   per_batch = -(-num_examples // max(batches, 1))
   return max(multiple, min(batch_size, -(-per_batch // multiple) * multiple))
 
 
 def eval_batches(split, batch_size, process_index=0, process_count=1):
-  """Every example of `split` exactly once, in order, in global batches of `batch_size` (the trainer
-  passes eval_batch_size's)."""
+  """Every example of `split` once, in order, in global batches of `batch_size` (the last
+  masked)."""
   n = len(split)
   start, stop = process_slice(batch_size, process_index, process_count)
   for begin in range(0, n, batch_size):

@@ -1,6 +1,5 @@
-"""CelebA through TFDS `celeb_a` 2.1.0: the five official files (checked, parsed, fingerprinted),
-the splits, the decoded uint8 cache (memory-mapped, built once, atomically) and the loader, and its
-Declaration for the dataset registry. TFDS is read only to prepare and decode (celeba_tfds.py)."""
+"""CelebA: the five official files (checked, parsed, fingerprinted), the splits, the decoded uint8
+cache (built once, atomically, from TFDS celeb_a: celeba_tfds.py), the loader, its Declaration."""
 
 import collections
 import concurrent.futures
@@ -24,7 +23,7 @@ from absl import logging
 from PIL import Image
 
 import input_pipeline
-from input_pipeline import DataError, Dataset, Declaration, Split
+from input_pipeline import DataError, Dataset, Declaration, Split, celeba_tfds
 
 CELEBA_PAGE = 'https://mmlab.ie.cuhk.edu.hk/projects/CelebA.html'
 ZIP = 'img_align_celeba.zip'
@@ -81,9 +80,7 @@ def check_present(manual_dir):
 def _rows(path, header_lines, columns, file_name):
   """Rows of a whitespace table as (names, int array [N, columns]), checking shape and count."""
   with open(path) as f:
-    lines = f.read().split('\n')
-  if lines and lines[-1] == '':
-    lines = lines[:-1]
+    lines = f.read().splitlines()
   head, body = lines[:header_lines], lines[header_lines:]
   if len(head) < header_lines:
     raise _bad(file_name, 'is empty or lacks its header')
@@ -145,8 +142,7 @@ def _by_name(reference, names, values, file_name):
 
 
 def zip_members(manual_dir):
-  """{file name: ZipInfo} of the images `img_align_celeba/<name>.jpg` in img_align_celeba.zip
-  (see `members_of`); a truncated zip is an error."""
+  """{file name: ZipInfo} of the images in img_align_celeba.zip; a truncated zip is an error."""
   try:
     with zipfile.ZipFile(os.path.join(manual_dir, ZIP)) as zf:
       return members_of(zf)
@@ -155,9 +151,8 @@ def zip_members(manual_dir):
 
 
 def members_of(zf):
-  """{file name: ZipInfo} of the images in the open zip `zf`: only members at
-  `img_align_celeba/<name>.jpg` count (a stray `other/000004.jpg` or `__MACOSX/...` is ignored,
-  never taken for image 000004); one name twice is an error naming both entries."""
+  """{file name: ZipInfo} of the images `img_align_celeba/<name>.jpg` of the open zip `zf` (others
+  ignored); one name twice is an error naming both entries."""
   members, position = {}, {}
   for index, info in enumerate(zf.infolist()):
     folder, _, name = info.filename.partition('/')
@@ -206,7 +201,7 @@ def read_metadata(manual_dir):
 
 
 def source_fingerprint(manual_dir):
-  """A hash of the five files' contents: zip members' names, CRC-32s and sizes, and the txt
+  """A hash of the five files: the zip members' names, CRC-32s and sizes, and the txt files'
   bytes."""
   digest = hashlib.sha256()
   for name, info in sorted(zip_members(manual_dir).items()):
@@ -228,8 +223,7 @@ def test_count(n, test_fraction):
 
 
 def split_identity(names, identity, test_fraction, split_seed):
-  """Boolean test mask over `names`: each identity split exactly (docs/celeba.md, "Task and
-  split")."""
+  """Boolean test mask over `names`: each identity split exactly (docs/celeba.md)."""
   keys = np.asarray(
     [int(hashlib.sha256(f'{int(split_seed)}:{n}'.encode()).hexdigest()[:16], 16) for n in names],
     dtype=np.uint64,
@@ -240,11 +234,6 @@ def split_identity(names, identity, test_fraction, split_seed):
   for start, count in zip(starts, counts, strict=True):
     test[order[start : start + test_count(int(count), test_fraction)]] = True
   return test
-
-
-def split_official(partition):
-  """(train mask, test mask) of the official partition: 0 train, 2 test (1, validation, unused)."""
-  return partition == 0, partition == 2
 
 
 NATIVE_SHAPE = (218, 178)  # H, W
@@ -260,9 +249,8 @@ OFFICIAL = {'train': 162770, 'test': 19962}  # partitions 0 and 2 of list_eval_p
 
 
 def split_sizes(data):
-  """(train, test) images of `data.split`: 'official' CelebA's published partition; 'per_identity'
-  declared as round-half-up of IMAGES x test_fraction (each identity splits by round-half-up of
-  n x test_fraction, split_identity: at most one image per identity away)."""
+  """(train, test) images of `data.split`: the official partition, or per_identity's round-half-up
+  of IMAGES x test_fraction (each identity at most one image away)."""
   if data.split == 'official':
     return OFFICIAL['train'], OFFICIAL['test']
   test = math.floor(IMAGES * float(data.test_fraction) + 0.5)
@@ -277,8 +265,7 @@ def labels_of(data):
 
 
 def data_dirs(data):
-  """(manual_dir, tfds_dir, cache_dir) with defaults filled in; DataError (or FileNotFoundError)
-  naming the field when none is given or the cache would be on a bucket."""
+  """(manual_dir, tfds_dir, cache_dir) with defaults filled in; one-line errors naming the field."""
   manual_dir = os.path.expanduser(data.manual_dir) if data.manual_dir else ''
   tfds_dir = data.tfds_dir or (os.path.join(manual_dir, 'tfds') if manual_dir else '')
   if not tfds_dir:
@@ -294,33 +281,21 @@ def data_dirs(data):
 
 
 def problems(data):
-  """What stops CelebA from loading with `data` (config.data), found without reading the images
-  (the sweep's check before it launches a run): one line each."""
-  from input_pipeline import celeba_tfds  # it imports this module
-
+  """What stops CelebA from loading with `data`, found without reading the images: one line each."""
   try:
     manual_dir, tfds_dir, cache_dir = data_dirs(data)
+    prepared = '://' in tfds_dir or celeba_tfds.prepared_source(tfds_dir) is not None
+    if manual_dir:
+      check_present(manual_dir)
   except (OSError, DataError) as e:
     return [str(e)]
-  prepared = '://' in tfds_dir or celeba_tfds.prepared_source(tfds_dir) is not None
-  if not manual_dir:
-    return (
-      []
-      if prepared
-      else [
-        f'config.data.tfds_dir={tfds_dir!r} holds no CelebA prepared by this project: set '
-        'config.data.manual_dir to the folder holding the five official files'
-      ]
-    )
-  try:
-    check_present(manual_dir)
-  except (OSError, DataError) as e:
-    return [str(e)]
-  if not (
-    prepared
-    or has_decoded_cache(cache_dir)
-    or importlib.util.find_spec('tensorflow_datasets') is not None
-  ):
+  if not (manual_dir or prepared):
+    return [
+      f'config.data.tfds_dir={tfds_dir!r} holds no CelebA prepared by this project: set '
+      'config.data.manual_dir to the folder holding the five official files'
+    ]
+  tfds = importlib.util.find_spec('tensorflow_datasets') is not None
+  if not (prepared or tfds or has_decoded_cache(cache_dir)):
     return [celeba_tfds.missing_tfds(f'config.data.manual_dir={manual_dir!r}')]
   return []
 
@@ -334,8 +309,6 @@ def has_decoded_cache(cache_dir):
 
 def _source(manual_dir, tfds_dir):
   """(metadata, source record): from the five files if given, else from the prepared tfds_dir."""
-  from input_pipeline import celeba_tfds  # it imports this module
-
   if manual_dir:
     meta = read_metadata(manual_dir)
     source = {
@@ -353,14 +326,11 @@ def _source(manual_dir, tfds_dir):
 
 def _split(data, meta):
   """(train rows, test rows) into the sorted metadata arrays."""
-  if data.split == 'official':
-    train, test = split_official(meta['partition'])
-  else:
-    test = split_identity(
-      meta['names'], meta['identity'], float(data.test_fraction), int(data.split_seed)
-    )
-    train = ~test
-  return np.flatnonzero(train), np.flatnonzero(test)
+  if data.split == 'official':  # partition 0 trains, 2 tests (1, validation, unused)
+    return np.flatnonzero(meta['partition'] == 0), np.flatnonzero(meta['partition'] == 2)
+  fraction, seed = float(data.test_fraction), int(data.split_seed)
+  test = split_identity(meta['names'], meta['identity'], fraction, seed)
+  return np.flatnonzero(~test), np.flatnonzero(test)
 
 
 def decode(jpeg, size, name):
@@ -377,14 +347,13 @@ def decode(jpeg, size, name):
   except Exception as e:
     raise DataError(
       f'CelebA image {name} in {ZIP} cannot be used ({e}): replace '
-      f'config.data.manual_dir/{ZIP} with the official file from '
-      f'{CELEBA_PAGE}'
+      f'config.data.manual_dir/{ZIP} with the official file from {CELEBA_PAGE}'
     ) from e
 
 
 def _decode_into(records, meta, targets, outputs, size, where, num_threads=None):
-  """Decode each record that has a target once: targets[row] = (split name, index) or None;
-  outputs[split name] = (file descriptor, byte offset of image 0)."""
+  """Decode each record with a target once: targets[row] = (split name, index) or None,
+  outputs[split name] = (file descriptor, offset of image 0)."""
   threads = num_threads or len(os.sched_getaffinity(0))
   row_bytes = size * size * 3
   partitions = sorted({int(meta['partition'][r]) for r, t in enumerate(targets) if t is not None})
@@ -472,39 +441,26 @@ def preparation_lock(cache_dir):
       fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _check_space(cache_dir, needed):
-  """Refuse before any work when `cache_dir`'s disk cannot hold the decoded cache."""
-  free = shutil.disk_usage(cache_dir).free
-  if free < needed:
+def _build_cache(path, manual_dir, tfds_dir, source, meta, rows, size):
+  """Prepare TFDS if needed, then decode the splits into `path` once, atomically (a partial folder
+  renamed when complete)."""
+  cache_dir = os.path.dirname(path)
+  celeba_tfds.remove_leftovers(cache_dir)
+  needed, free = sum(map(len, rows.values())) * size * size * 3, shutil.disk_usage(cache_dir).free
+  if free < needed:  # refused before any work
     raise DataError(
       f'config.data.cache_dir={cache_dir!r}: the decoded cache needs '
       f'{needed / 2**20:,.1f} MiB and that disk has {free / 2**20:,.1f} MiB free: '
       'free space there or set config.data.cache_dir to a larger local disk'
     )
-
-
-def _build_cache(path, manual_dir, tfds_dir, source, meta, rows, size):
-  """Prepare TFDS if needed, then decode the splits' images into `path` once (atomically: into
-  `<path>.partial-<host>-<pid>`, renamed when complete; leftovers of killed builds deleted
-  first)."""
-  from input_pipeline import celeba_tfds  # it imports this module
-
-  celeba_tfds.remove_leftovers(os.path.dirname(path))
-  _check_space(os.path.dirname(path), sum(len(r) for r in rows.values()) * size * size * 3)
   if manual_dir:
     celeba_tfds.prepare(manual_dir, tfds_dir, source, meta)
   tmp = celeba_tfds.partial_path(path)
   shutil.rmtree(tmp, ignore_errors=True)
   os.makedirs(tmp)
   try:
-    write_cache(
-      tmp,
-      rows,
-      meta,
-      size,
-      functools.partial(celeba_tfds.iter_records, tfds_dir),
-      f'config.data.tfds_dir={tfds_dir!r}',
-    )
+    records = functools.partial(celeba_tfds.iter_records, tfds_dir)
+    write_cache(tmp, rows, meta, size, records, f'config.data.tfds_dir={tfds_dir!r}')
     with open(os.path.join(tmp, 'done.json'), 'w') as f:
       json.dump({k: len(v) for k, v in rows.items()}, f)
       f.flush()
@@ -521,13 +477,8 @@ def _labels(task, meta, train, test):
   """(train labels, test labels, num_classes, base task, info) for `task`."""
   if task == 'attributes':
     labels = (meta['attributes'] > 0).astype(np.int32)
-    return (
-      labels[train],
-      labels[test],
-      labels.shape[1],
-      'multilabel',
-      {'label_rule': 'attributes: -1 -> 0, 1 -> 1', 'attribute_names': ATTR_NAMES},
-    )
+    info = {'label_rule': 'attributes: -1 -> 0, 1 -> 1', 'attribute_names': ATTR_NAMES}
+    return labels[train], labels[test], labels.shape[1], 'multilabel', info
   ids = np.unique(meta['identity'][train])
   unseen = np.setdiff1d(meta['identity'][test], ids)
   if len(unseen):
@@ -546,8 +497,6 @@ def _labels(task, meta, train, test):
 
 def load(config):
   """The CelebA `Dataset` for `config.data` (see the module docstring)."""
-  from input_pipeline import celeba_tfds  # it imports this module
-
   data = config.data
   manual_dir, tfds_dir, cache_dir = data_dirs(data)
   meta, source = _source(manual_dir, tfds_dir)

@@ -1,11 +1,9 @@
 """Synthetic CelebA-format fixtures: the five official files, tiny, learnable, never real faces.
 
-  python -m input_pipeline.celeba_fixture --out /tmp/celeba_fixture --identities 20
+python -m input_pipeline.celeba_fixture --out /tmp/celeba_fixture --identities 20
 
-writes into OUT the five files `input_pipeline.celeba` expects in `config.data.manual_dir`, in
-their official formats. Each identity (sparse CelebA-like ids, varied image counts, singletons
-included) is a hue with its own stripes plus per-image noise: learnable even at 16 px;
-`Eyeglasses` and `Smiling` vary per image and are drawn in. See docs/celeba.md.
+Each identity is a hue with its own stripes plus per-image noise; `Eyeglasses` and `Smiling` are
+drawn in. See docs/celeba.md.
 """
 
 import argparse
@@ -34,8 +32,7 @@ def image_counts(num_identities, max_images, rng):
 
 
 def exact_counts(num_identities, num_images, rng):
-  """Images per identity summing to exactly `num_images` (each at least 1; CelebA-sized when
-  called with 10,177 and 202,599: about 20 each, as in CelebA)."""
+  """Images per identity summing to exactly `num_images`, each at least 1."""
   if num_images < num_identities:
     raise ValueError(f'--images: {num_images} is fewer than --identities {num_identities}')
   return 1 + rng.multinomial(
@@ -61,8 +58,7 @@ def _draw(identity_index, num_identities, eyeglasses, smiling, rng):
 
 
 def _attr_row(name, values):
-  """`000001.jpg -1  1 ...`: the official spacing (first value bare, the rest right-aligned to
-  2)."""
+  """`000001.jpg -1  1 ...`: the official spacing (first value bare, the rest width 3)."""
   return f'{name} {values[0]}' + ''.join(f'{v:3d}' for v in values[1:])
 
 
@@ -72,11 +68,8 @@ def _landmark_row(name, values):
 
 
 def generate(out, identities=20, max_images=12, seed=0, quality=90, images=None, progress=None):
-  """Write a fixture into folder `out`; returns {file name: identity id} of every image.
-
-  `images`: the total image count (counts from `exact_counts`); None: `image_counts`' random ones.
-  `progress(done, total)` is called every 10,000 images.
-  """
+  """Write a fixture into folder `out` (`images` in all, else random counts per identity); returns
+  {file name: identity id}. `progress(done, total)` is called every 10,000 images."""
   rng = np.random.default_rng(seed)
   os.makedirs(out, exist_ok=True)
   ids = np.sort(rng.choice(np.arange(1, 10178), size=identities, replace=False))

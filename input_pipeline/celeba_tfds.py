@@ -1,14 +1,16 @@
 """TFDS `celeb_a` 2.1.0 prepared offline from the five local files, and read back as JPEG bytes."""
 
+import functools
 import json
 import os
 import re
-import shutil
 import socket
+import types
 import zipfile
 
 import numpy as np
 from absl import logging
+from etils import epath
 
 from input_pipeline import DataError, celeba
 
@@ -30,8 +32,7 @@ def import_tfds():
 
 
 def missing_tfds(field):
-  """The one line for a CelebA preparation (asked for by `field`, e.g. "config.data.manual_dir=
-  '/data/celeba'") on an install without tensorflow-datasets."""
+  """The one line for a preparation (asked for by `field`) without tensorflow-datasets installed."""
   return (
     f'{field}: preparing CelebA needs tensorflow-datasets, which is not installed: '
     'pip install -r requirements-celeba.txt'
@@ -48,7 +49,6 @@ def require_tfds(field):
 
 def _builder_class():
   """The unregistered local subclass of the installed `celeb_a` builder."""
-  from etils import epath
   from tensorflow_datasets.datasets.celeb_a import celeb_a_dataset_builder as upstream
 
   urls = {
@@ -62,8 +62,8 @@ def _builder_class():
   class LocalFiles:
     """Stands in for the download manager: URLs map to files in manual_dir, archives are read."""
 
-    def __init__(self, dl_manager, manual_dir):
-      self._dl, self._dir = dl_manager, manual_dir
+    def __init__(self, manual_dir):
+      self._dir = manual_dir
 
     def download(self, url_or_urls):
       return {k: epath.Path(self._dir) / urls[u] for k, u in url_or_urls.items()}
@@ -71,7 +71,9 @@ def _builder_class():
     def iter_archive(self, path):
       zf = zipfile.ZipFile(os.fspath(path))  # read lazily; closed with the last member
       for name, info in celeba.members_of(zf).items():
-        yield f'{celeba.MEMBER_DIR}/{name}', _Member(zf, info)
+        # Read when the builder writes the record (tfds.features.Image calls read() on it).
+        member = types.SimpleNamespace(read=functools.partial(zf.read, info))
+        yield f'{celeba.MEMBER_DIR}/{name}', member
 
   class _LocalCelebA(upstream.Builder, skip_registration=True):
     name = 'celeb_a'
@@ -96,7 +98,7 @@ def _builder_class():
       )
 
     def _split_generators(self, dl_manager):
-      return super()._split_generators(LocalFiles(dl_manager, self._manual_files_dir))
+      return super()._split_generators(LocalFiles(self._manual_files_dir))
 
     def _generate_examples(self, *args, **kwargs):
       for index, (_, record) in enumerate(super()._generate_examples(*args, **kwargs)):
@@ -115,17 +117,6 @@ def record_key(index):
   return index << KEY_SHIFT
 
 
-class _Member:
-  """One image of the zip, read only when the builder writes its record (`tfds.features.Image`
-  calls `read()` on anything that is not a path, array or bytes)."""
-
-  def __init__(self, zf, info):
-    self._zf, self._info = zf, info
-
-  def read(self):
-    return self._zf.read(self._info)
-
-
 def dataset_dir(tfds_root):
   return os.path.join(tfds_root, 'celeb_a', VERSION)
 
@@ -135,27 +126,8 @@ SOURCE, INDEX = 'celeb_a_source.json', 'celeb_a_index.npz'
 
 def _record_path(tfds_root, name):
   """`name` in the version folder, or beside it where a preparation before atomic ones put it."""
-  inside, beside = os.path.join(dataset_dir(tfds_root), name), os.path.join(tfds_root, name)
-  return beside if not _path(inside).exists() and _path(beside).exists() else inside
-
-
-def _source_path(tfds_root):
-  return _record_path(tfds_root, SOURCE)
-
-
-def _path(path):
-  """A local path as is (no etils/TF needed); a bucket path (gs://...) through etils.epath."""
-  if '://' not in str(path):
-    import pathlib
-
-    return pathlib.Path(path)
-  from etils import epath
-
-  return epath.Path(path)
-
-
-def _index_path(tfds_root):
-  return _record_path(tfds_root, INDEX)
+  inside, beside = epath.Path(dataset_dir(tfds_root)) / name, epath.Path(tfds_root) / name
+  return beside if not inside.exists() and beside.exists() else inside
 
 
 def partial_path(path):
@@ -170,34 +142,16 @@ def _alive(pid):
     os.kill(pid, 0)
   except ProcessLookupError:
     return False
-  except PermissionError:
-    return True
-  return True
-
-
-def _rmtree(path):
-  """Delete folder `path` (local or gs://) if it exists."""
-  if '://' not in str(path):
-    shutil.rmtree(path, ignore_errors=True)
-  elif _path(path).exists():
-    _path(path).rmtree()
+  return True  # or PermissionError: another user's live process
 
 
 def remove_leftovers(folder):
-  """Delete the `*.partial-<host>-<pid>` entries of `folder` whose process is gone (this host only;
-  another host's are named in a warning, as are TFDS `incomplete.*` folders of older versions)."""
-  root = _path(folder)
+  """Delete the `*.partial-<host>-<pid>` entries of `folder` whose process on this host is gone;
+  warn of other hosts' and of TFDS `incomplete.*` folders."""
+  root = epath.Path(folder)
   if not root.is_dir():
     return
-  stale = (
-    [
-      root / 'celeb_a' / p.name
-      for p in (root / 'celeb_a').iterdir()
-      if p.name.startswith('incomplete.')
-    ]
-    if (root / 'celeb_a').is_dir()
-    else []
-  )
+  stale = list((root / 'celeb_a').glob('incomplete.*'))
   for entry in root.iterdir():
     match = re.fullmatch(r'.+\.partial-(?:(.+)-)?([0-9]+)', entry.name)
     if not match:
@@ -207,7 +161,7 @@ def remove_leftovers(folder):
       stale.append(entry)
     elif not _alive(pid):
       logging.info('Deleting %s, left by a killed CelebA preparation (process %d)', entry, pid)
-      _rmtree(str(entry))
+      entry.rmtree(missing_ok=True)
   for entry in stale:
     logging.warning(
       '%s was left by a killed CelebA preparation (another host, or an older '
@@ -218,22 +172,21 @@ def remove_leftovers(folder):
 
 def read_metadata(tfds_root):
   """The parsed metadata saved beside the prepared dataset (for runs without manual_dir)."""
-  with _path(_index_path(tfds_root)).open('rb') as f:
+  with _record_path(tfds_root, INDEX).open('rb') as f:
     with np.load(f) as index:
       return {k: index[k] for k in index.files}
 
 
 def prepared_source(tfds_root):
   """The source record of the dataset prepared in `tfds_root`, or None if there is none yet."""
-  path = _path(_source_path(tfds_root))
-  if not (_path(dataset_dir(tfds_root)) / 'dataset_info.json').exists() or not path.exists():
+  path = _record_path(tfds_root, SOURCE)
+  if not (epath.Path(dataset_dir(tfds_root)) / 'dataset_info.json').exists() or not path.exists():
     return None
   return json.loads(path.read_text())
 
 
 def _check_existing(tfds_root, source):
-  """True when tfds_root already holds celeb_a prepared from these files; raises when it holds
-  another one (what to delete is named)."""
+  """True when tfds_root holds celeb_a prepared from these files; a DataError when another one."""
   existing = prepared_source(tfds_root)
   if existing is not None:
     if existing['source_fingerprint'] != source['source_fingerprint']:
@@ -243,7 +196,7 @@ def _check_existing(tfds_root, source):
         f'{dataset_dir(tfds_root)}'
       )
     return True
-  if (_path(dataset_dir(tfds_root)) / 'dataset_info.json').exists():
+  if (epath.Path(dataset_dir(tfds_root)) / 'dataset_info.json').exists():
     raise DataError(
       f'config.data.tfds_dir={tfds_root!r}: {dataset_dir(tfds_root)} holds a celeb_a '
       f"without this project's {SOURCE} (prepared by another tool, or by an older "
@@ -253,32 +206,31 @@ def _check_existing(tfds_root, source):
 
 
 def prepare(manual_dir, tfds_root, source, meta):
-  """Prepare celeb_a into `tfds_root` once, atomically; reuse it when it came from the same
-  files."""
+  """Prepare celeb_a into `tfds_root` once, atomically; reuse one prepared from the same files."""
   if _check_existing(tfds_root, source):
     return False
   remove_leftovers(tfds_root)
   tfds = import_tfds()
   partial = partial_path(os.path.join(tfds_root, 'celeb_a'))
-  _rmtree(partial)
+  epath.Path(partial).rmtree(missing_ok=True)
   try:
     builder = _builder_class()(manual_files_dir=manual_dir, data_dir=partial)
     builder.download_and_prepare(
       download_dir=os.path.join(partial, 'downloads'),
       download_config=tfds.download.DownloadConfig(try_download_gcs=False),
     )
-    done = _path(dataset_dir(partial))
+    done = epath.Path(dataset_dir(partial))
     with (done / INDEX).open('wb') as f:
       np.savez(f, **meta)
     (done / SOURCE).write_text(json.dumps(source, indent=1))
-    _path(dataset_dir(tfds_root)).parent.mkdir(parents=True, exist_ok=True)
+    epath.Path(dataset_dir(tfds_root)).parent.mkdir(parents=True, exist_ok=True)
     try:
       done.rename(dataset_dir(tfds_root))  # the step that makes it prepared
     except OSError:  # another host or cache_dir finished first: keep theirs if it is the same
       if not _check_existing(tfds_root, source):
         raise
   finally:
-    _rmtree(partial)
+    epath.Path(partial).rmtree(missing_ok=True)
   return True
 
 

@@ -13,8 +13,7 @@ CLASSES = 10
 
 
 def split_sizes(data):
-  """(train, test) images: the test split is ceil(IMAGES x data.test_fraction) images
-  (scikit-learn's train_test_split rule, as `load` splits), the rest trains."""
+  """(train, test) images: ceil(IMAGES x data.test_fraction) test, as train_test_split rounds."""
   test = math.ceil(IMAGES * float(data.test_fraction))
   return IMAGES - test, test
 

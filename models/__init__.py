@@ -1,17 +1,6 @@
-"""The models, one module each, found by `config.model.name`: a plain name is `models.<name>`
-(models/resnet18.py, models/resnet50.py), a dotted name is imported as given (a researcher's
-`my_models.tiny` on PYTHONPATH). A model module exports:
-
-  create(config, num_classes, in_channels, rngs) -> nnx.Module   NHWC float images -> f32 logits,
-      built from models/layers.py's layers (their products follow config.numerics)
-  PARTS: {part: top-level attribute names}   what model.reinit names and a frozen phase trains
-  activation_values(config) -> (train, eval)   values per example, lower bounds (the memory check)
-  torch_keys(model) -> {torchvision key: (Variable, to_nnx)}   optional: model.init_from loads by it
-  TORCHVISION: str   optional: the torchvision architecture its weights are (e.g. 'ResNet-50')
-
-Resolving a config checks that the module exists (no JAX loaded); `get` checks the contract when
-the model is built. See docs/configs.md ("Adding a model").
-"""
+"""The models, one module each, found by `config.model.name`: `models.<name>`, or a dotted module
+path imported as given. A model module exports `create`, `PARTS` and `activation_values` (and for
+`model.init_from`, `torch_keys` and `TORCHVISION`): docs/configs.md, "Adding a model"."""
 
 import importlib
 import importlib.util
@@ -25,8 +14,7 @@ def module_name(name):
 
 
 def missing(name):
-  """One line saying why no module `name` selects can be found (found: None), without importing
-  it (its parent packages are)."""
+  """One line saying why no module `name` selects is found (found: None), without importing it."""
   if not (isinstance(name, str) and all(p.isidentifier() for p in name.split('.'))):
     return f'config.model.name={name!r} is not a module name (e.g. resnet18, my_models.tiny)'
   try:
@@ -57,8 +45,7 @@ def get(name):
 
 
 def build(config, num_classes, in_channels, rngs, platform=None):
-  """The model config.model and config.numerics describe, its layers' products traced for
-  `platform` (the mesh's; None: JAX's default backend) and named (layers.name_products)."""
+  """The model of config.model and config.numerics, its products traced for `platform` and named."""
   from models import layers
 
   model = get(config.model.name).create(config, num_classes, in_channels, rngs)

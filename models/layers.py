@@ -1,6 +1,5 @@
-"""The layers every model is built from: Conv2d, Linear and BatchNorm with torchvision's
-initialisation, parameter shapes and names, a scatter-free max pool, and what maps them to a
-torchvision state dict (`torch_keys`)."""
+"""The layers every model is built from (Conv2d, Linear, BatchNorm with torchvision's initialisation
+and names), a scatter-free max pool, and their torchvision state-dict keys (`torch_keys`)."""
 
 import functools
 import math
@@ -71,12 +70,9 @@ class Linear(nnx.Module):
     rngs,
   ):
     bound = 1.0 / math.sqrt(in_features)
-    self.kernel = nnx.Param(
-      jax.random.uniform(rngs.params(), (in_features, out_features), param_dtype, -bound, bound)
-    )
-    self.bias = nnx.Param(
-      jax.random.uniform(rngs.params(), (out_features,), param_dtype, -bound, bound)
-    )
+    uniform = functools.partial(jax.random.uniform, dtype=param_dtype, minval=-bound, maxval=bound)
+    self.kernel = nnx.Param(uniform(rngs.params(), (in_features, out_features)))
+    self.bias = nnx.Param(uniform(rngs.params(), (out_features,)))
     self.dtype, self.fmt, self.emulate_impl = dtype, fmt, emulate_impl
     self.product_id, self.platform = 0, None  # name_products sets them
 
@@ -93,25 +89,17 @@ class Linear(nnx.Module):
 
 
 class BatchNorm(nnx.Module):
-  """torch.nn.BatchNorm2d semantics (momentum 0.1, eps 1e-5, unbiased running variance) in f32, over
-  the global batch or (group_size K) per K examples, as per-core BatchNorm on a TPU."""
+  """torch.nn.BatchNorm2d semantics in f32 (momentum 0.1, eps 1e-5, unbiased running variance), over
+  the global batch or per `group_size` examples (per-core BatchNorm on a TPU)."""
 
-  def __init__(
-    self,
-    num_features,
-    *,
-    momentum=0.1,
-    epsilon=1e-5,
-    group_size=0,
-    dtype=jnp.float32,
-    param_dtype=jnp.float32,
-  ):
+  momentum, epsilon = 0.1, 1e-5  # torch's defaults
+
+  def __init__(self, num_features, *, group_size=0, dtype=jnp.float32, param_dtype=jnp.float32):
     self.scale = nnx.Param(jnp.ones((num_features,), param_dtype))
     self.bias = nnx.Param(jnp.zeros((num_features,), param_dtype))
     self.mean = nnx.BatchStat(jnp.zeros((num_features,), jnp.float32))
     self.var = nnx.BatchStat(jnp.ones((num_features,), jnp.float32))
-    self.momentum, self.epsilon, self.group_size = momentum, epsilon, group_size
-    self.dtype = dtype
+    self.group_size, self.dtype = group_size, dtype
     self.use_running_average = False  # toggled by model.train() / model.eval()
 
   def __call__(self, x):
@@ -139,8 +127,7 @@ def product_id(path):
 
 
 def name_products(model, platform=None):
-  """Give every Conv2d and Linear of `model` its product_id (from its path) and the `platform` its
-  steps are traced for; returns `model`."""
+  """Give every Conv2d and Linear of `model` its product_id and `platform`; returns `model`."""
   for path, module in nnx.iter_modules(model):
     if isinstance(module, (Conv2d, Linear)):
       module.product_id, module.platform = product_id(path), platform
@@ -156,9 +143,8 @@ def _same(value):
 
 
 def torch_keys(model):
-  """{torchvision state-dict key: (nnx Variable, torch value -> nnx value)} of every layer of
-  `model`, keyed by its attribute path (a model whose paths mirror torchvision's names loads its
-  state dicts: models/pretrained.py)."""
+  """{torchvision state-dict key: (nnx Variable, torch value -> nnx value)} of `model`'s layers, by
+  their attribute paths."""
   out = {}
   for path, module in nnx.iter_modules(model):
     prefix = '.'.join(map(str, path))
@@ -240,9 +226,8 @@ _max_pool.defvjp(_max_pool_fwd, _max_pool_bwd)
 
 
 def max_pool(x, window, strides, padding):
-  """flax's `nnx.max_pool(x, window, strides, padding)` on NHWC `x`, bit for bit, forward and
-  gradient, from dense ops only (no scatter: XLA's deterministic GPU mode has nothing to
-  serialise); padding ((top, bottom), (left, right)). The gradient's rule: docs/performance.md."""
+  """flax's `nnx.max_pool` on NHWC `x`, bit for bit forward and gradient, from dense ops only (no
+  scatter for XLA's deterministic GPU mode to serialise): docs/performance.md."""
   if x.ndim != 4:
     raise ValueError(f'max_pool: NHWC input expected, got shape {x.shape}')
   if window[0] * window[1] > 256:  # the chosen offset is kept as uint8

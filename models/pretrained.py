@@ -1,7 +1,5 @@
-"""ImageNet-pretrained torchvision weights from a local file: a torchvision-keyed state dict
-(.pth/.pt, needs torch; .safetensors or .npz, no torch) into a model of the registry, by its
-`torch_keys` (OIHW -> HWIO, fc transposed, BatchNorm running statistics kept). Nothing is
-downloaded."""
+"""Pretrained torchvision weights from a local file (.pth/.pt with torch; .safetensors or .npz
+without) into a model of the registry, by its `torch_keys`; and their conversion to .npz."""
 
 import argparse
 import hashlib
@@ -41,11 +39,8 @@ class WeightsError(ValueError):
 
 def sha256(path):
   """Hex sha256 of the file at `path`."""
-  digest = hashlib.sha256()
   with open(path, 'rb') as f:
-    for chunk in iter(lambda: f.read(1 << 20), b''):
-      digest.update(chunk)
-  return digest.hexdigest()
+    return hashlib.file_digest(f, 'sha256').hexdigest()
 
 
 def _check_path(path, field):
@@ -98,9 +93,8 @@ def _read(path, ext):
 
 
 def read_state_dict(path, field='config.model.init_from'):
-  """{torchvision key: np.ndarray} from a .pth/.pt, .safetensors or .npz file; a missing file is a
-  FileNotFoundError, any other failure (a damaged or hostile file, whatever its reader raised) one
-  WeightsError line naming `field`, the file and the fix."""
+  """{torchvision key: np.ndarray} from a .pth/.pt, .safetensors or .npz file; any failure but a
+  missing file one WeightsError line naming `field`, the file and the fix."""
   ext = _check_path(path, field)
   try:
     state = _read(path, ext)
@@ -155,9 +149,8 @@ def _torch_shape(variable, key):
 
 
 def load_into(model, path, reinit=('stem', 'head'), name='resnet18'):
-  """Copy the weights and BatchNorm statistics at `path` into `model`, built by model module `name`
-  (its torch_keys, PARTS, TORCHVISION), except the `reinit` parts, which keep the model's own
-  initialisation."""
+  """Copy the weights and BatchNorm statistics at `path` into `model` of model module `name`, but
+  the `reinit` parts."""
   module = models.get(name)
   if not hasattr(module, 'torch_keys'):
     raise WeightsError(
@@ -200,15 +193,8 @@ def _copy_state(model, state, path, reinit, module):
     if k in present and tuple(state[k].shape) != _torch_shape(v, k)
   ]
   if missing or unexpected or mismatched:
-    parts = [
-      f'{label}: {_listed(keys)}'
-      for label, keys in (
-        ('missing', missing),
-        ('unexpected', unexpected),
-        ('shape mismatch', mismatched),
-      )
-      if keys
-    ]
+    found = {'missing': missing, 'unexpected': unexpected, 'shape mismatch': mismatched}
+    parts = [f'{label}: {_listed(keys)}' for label, keys in found.items() if keys]
     hint = (
       ' (add "stem"/"head" to config.model.reinit if the model\'s differ)' if mismatched else ''
     )
@@ -228,8 +214,8 @@ def _copy_state(model, state, path, reinit, module):
 
 
 def load_torchvision(path, num_classes=1000, *, rngs=None, **model_kwargs):
-  """The registry's ResNet the file holds (ResNet-18 or ResNet-50) with its weights and BatchNorm
-  statistics, in eval mode (NHWC f32 input)."""
+  """The ResNet the file holds (18 or 50) with its weights and BatchNorm statistics, in eval
+  mode."""
   from flax import nnx
 
   if model_kwargs.get('in_channels', 3) != 3:

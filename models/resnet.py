@@ -1,6 +1,7 @@
 """torchvision's ResNets in flax.nnx: ResNet-18 (basic blocks) and ResNet-50 (bottlenecks), with
-torchvision's structure, attribute names (= state-dict keys: `layer2.0.downsample.0`), parameter
-shapes and initialisation, and the activation values a training step keeps (the memory check)."""
+torchvision's structure, attribute names (= state-dict keys), shapes and initialisation."""
+
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -62,8 +63,7 @@ class BasicBlock(nnx.Module):
 
 
 class Bottleneck(nnx.Module):
-  """torchvision's Bottleneck (ResNet V1.5): 1x1 conv, 3x3 conv (strided), 1x1 conv to 4x the
-  channels, and the shortcut."""
+  """torchvision's Bottleneck (ResNet V1.5): 1x1, strided 3x3, 1x1 to 4x the channels, shortcut."""
 
   expansion = 4
 
@@ -91,12 +91,13 @@ class Bottleneck(nnx.Module):
 
 
 class ResNet(nnx.Module):
-  """A torchvision ResNet of `block`s, `stage_blocks` per stage."""
+  """A torchvision ResNet of BLOCKs, STAGES per stage (the subclasses say which)."""
+
+  BLOCK: Any  # BasicBlock or Bottleneck
+  STAGES: tuple[int, ...]
 
   def __init__(
     self,
-    block,
-    stage_blocks,
     num_classes=1000,
     *,
     in_channels=3,
@@ -113,13 +114,8 @@ class ResNet(nnx.Module):
   ):
     if stem not in STEMS:  # a config's stem is checked at resolution (configs/validation.py)
       raise ValueError(f'stem must be one of {STEMS}, got {stem!r}')
-    layer_kwargs = dict(
-      dtype=dtype,
-      param_dtype=param_dtype,
-      fmt=conv_format,
-      conv_impl=conv_impl,
-      emulate_impl=emulate_impl,
-    )
+    numerics = dict(dtype=dtype, param_dtype=param_dtype, emulate_impl=emulate_impl)
+    layer_kwargs = dict(numerics, fmt=conv_format, conv_impl=conv_impl)
     bn_kwargs = dict(dtype=dtype, param_dtype=param_dtype, group_size=batchnorm_group)
     channels = stage_channels(width)
     self.stem, self.dtype = stem, dtype
@@ -129,7 +125,8 @@ class ResNet(nnx.Module):
     )
     self.bn1 = BatchNorm(channels[0], **bn_kwargs)
     stages, previous = [], channels[0]
-    for index, (c, blocks) in enumerate(zip(channels, stage_blocks, strict=True)):
+    block = self.BLOCK
+    for index, (c, blocks) in enumerate(zip(channels, self.STAGES, strict=True)):
       stage = []
       for b in range(blocks):
         stride = 2 if index and not b else 1
@@ -139,15 +136,7 @@ class ResNet(nnx.Module):
         previous = c * block.expansion
       stages.append(nnx.List(stage))
     self.layer1, self.layer2, self.layer3, self.layer4 = stages
-    self.fc = Linear(
-      previous,
-      num_classes,
-      dtype=dtype,
-      param_dtype=param_dtype,
-      fmt=dense_format,
-      emulate_impl=emulate_impl,
-      rngs=rngs,
-    )
+    self.fc = Linear(previous, num_classes, **numerics, fmt=dense_format, rngs=rngs)
     layers.name_products(self)
 
   def features(self, x):
@@ -168,17 +157,11 @@ class ResNet18(ResNet):
 
   BLOCK, STAGES = BasicBlock, (2, 2, 2, 2)
 
-  def __init__(self, num_classes=1000, **kwargs):
-    super().__init__(self.BLOCK, self.STAGES, num_classes, **kwargs)
-
 
 class ResNet50(ResNet):
   """torchvision's resnet50: bottleneck blocks, (3, 4, 6, 3) per stage."""
 
   BLOCK, STAGES = Bottleneck, (3, 4, 6, 3)
-
-  def __init__(self, num_classes=1000, **kwargs):
-    super().__init__(self.BLOCK, self.STAGES, num_classes, **kwargs)
 
 
 def options(config):
@@ -204,7 +187,7 @@ def _conv_out(size, kernel, stride, padding):
 
 def activation_values(net, config):
   """(train, eval) values per example of ResNet class `net`, lower bounds: every convolution's
-  output (kept for the backward pass), and the first convolution's input and output."""
+  output, and the first convolution's input and output."""
   image, width, stem = config.data.image_size, float(config.model.width), config.model.stem
   channels = stage_channels(width)
   size = _conv_out(image, 7, 2, 3) if stem == 'imagenet' else image

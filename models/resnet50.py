@@ -1,5 +1,4 @@
-"""The registry's `resnet50`: torchvision's ResNet-50 (bottleneck blocks), built by
-models/resnet.py."""
+"""The registry's `resnet50`: torchvision's ResNet-50, built by models/resnet.py."""
 
 from models import layers, resnet
 

@@ -1,7 +1,5 @@
 """The number formats a product can be emulated in (`FORMATS`, one entry each), the profiles that
-map product kinds to formats (`PROFILES`), and the values the config.numerics fields take. The
-rounding functions import JAX when they run: the config checks read this table before a backend
-may start. See docs/numerics.md."""
+map product kinds to formats (`PROFILES`), the config.numerics values. JAX-free at import."""
 
 import dataclasses
 from collections.abc import Callable, Mapping
@@ -11,19 +9,27 @@ NATIVE = 'native'  # a product as the platform computes it: not emulated, not in
 KINDS = ('conv', 'dense')  # the model's product kinds, each with its own format
 UNSET = ''
 
-# jax_default_matmul_precision: the legacy levels, and the DotAlgorithmPreset names that take f32
-# operands (they set dots only: convolutions ignore them).
-LEGACY_PRECISIONS = ('default', 'high', 'highest', 'bfloat16', 'tensorfloat32', 'float32')
-PRESET_PRECISIONS = (
-  'BF16_BF16_F32',
-  'BF16_BF16_F32_X3',
-  'BF16_BF16_F32_X6',
-  'BF16_BF16_F32_X9',
-  'TF32_TF32_F32',
-  'TF32_TF32_F32_X3',
-  'F32_F32_F32',
-)
-PRECISIONS = LEGACY_PRECISIONS + PRESET_PRECISIONS
+# jax_default_matmul_precision: the legacy levels (each with its level's name), and the
+# DotAlgorithmPreset names that take f32 operands (each with its dots' format; convs ignore them).
+LEGACY_LEVEL = {
+  'default': 'default',
+  'high': 'high',
+  'highest': 'highest',
+  'bfloat16': 'default',
+  'tensorfloat32': 'high',
+  'float32': 'highest',
+}
+PRESET_FORMAT = {
+  'BF16_BF16_F32': 'bf16',
+  'BF16_BF16_F32_X3': 'bf16_3x',
+  'BF16_BF16_F32_X6': 'bf16_6x',
+  'BF16_BF16_F32_X9': 'bf16_9x',
+  'TF32_TF32_F32': 'tf32',
+  'TF32_TF32_F32_X3': 'tf32_3x',
+  'F32_F32_F32': 'f32',
+}
+PRESET_PRECISIONS = tuple(PRESET_FORMAT)
+PRECISIONS = (*LEGACY_LEVEL, *PRESET_FORMAT)
 DTYPE_BYTES = {'float32': 4, 'bfloat16': 2}  # numerics.compute_dtype, param_dtype: bytes a value
 DTYPES = tuple(DTYPE_BYTES)
 CONV_IMPLS = ('auto', 'xla', 'im2col')  # numerics.conv_impl (numerics/ops.py)
@@ -31,8 +37,8 @@ EMULATE_IMPLS = ('auto', 'reference', 'fast')  # numerics.emulate_impl (numerics
 
 
 def round_to_bits(x, dropped):
-  """f32 `x` rounded to nearest-even with its low `dropped` mantissa bits cleared, as f32: integer
-  operations on the bit pattern, the same on every backend (docs/numerics.md)."""
+  """f32 `x` rounded to nearest-even with its low `dropped` mantissa bits cleared, by integer
+  operations on the bit pattern: the same on every backend."""
   import jax.numpy as jnp
   from jax import lax
 
@@ -65,9 +71,8 @@ def split_bf16(x):
 
 
 def split_exact_bf16(x):
-  """(hi, lo), hi + lo == x exactly: hi = x with its low 16 bits cleared, lo = x - hi; for x of at
-  most 16 significant bits (TF32's 11) both are bf16 values, unless lo falls below f32's normal
-  range (|x| < 2^-116 for TF32 values: lo may then be flushed to zero, as XLA:CPU does)."""
+  """(hi, lo), hi + lo == x exactly, hi = x with its low 16 bits cleared: both bf16 values for x of
+  at most 16 significant bits (lo may flush to zero below f32's normal range, as on XLA:CPU)."""
   import jax.numpy as jnp
   from jax import lax
 
@@ -79,8 +84,7 @@ def split_exact_bf16(x):
 
 
 def bf16_ulp(x):
-  """The spacing of bf16 values around each |x| (2^(e-7) for x in [2^e, 2^(e+1))), as f32; f32
-  subnormals sit on the grid of the smallest normal exponent (2^-133)."""
+  """The spacing of bf16 values around each |x| (2^(e-7) for x in [2^e, 2^(e+1))), as f32."""
   import jax.numpy as jnp
   from jax import lax
 
@@ -90,9 +94,8 @@ def bf16_ulp(x):
 
 
 def dither_bf16(x, key):
-  """x + u * bf16_ulp(x), u ~ Uniform(-1/2, 1/2) drawn from `key` per element: unbiased, with the
-  error distribution of round-to-nearest bf16 (|error| <= ulp/2, rms ulp/sqrt(12)); non-finite
-  values kept."""
+  """x + u * bf16_ulp(x), u ~ Uniform(-1/2, 1/2) per element from `key`: unbiased, with the error
+  distribution of round-to-nearest bf16; non-finite values kept."""
   import jax
   import jax.numpy as jnp
 
@@ -103,9 +106,8 @@ def dither_bf16(x, key):
 
 @dataclasses.dataclass(frozen=True)
 class FastPlan:
-  """How the fast implementation multiplies a format's operand parts on one platform: cast to
-  `dtype` ('bfloat16', 'float32') at lax.Precision `precision`, f32 result; `split`: each part as
-  its exact bf16 hi/lo pair (split_exact_bf16: four passes, small terms first)."""
+  """How the fast implementation multiplies a format's operand parts on a platform: cast to `dtype`
+  at lax.Precision `precision`, f32 result; `split`: each part as its exact bf16 hi/lo pair."""
 
   dtype: str
   precision: str
@@ -161,8 +163,7 @@ FORMATS: dict[str, Format] = {
 
 
 def names():
-  """Every value a `<kind>_format` field takes: 'native' and the FORMATS (read when called: a
-  format added to the table is known from then on)."""
+  """Every value a `<kind>_format` field takes: 'native' and the FORMATS, read when called."""
   return (NATIVE, *FORMATS)
 
 
@@ -235,23 +236,21 @@ def profile_formats(numerics):
 
 
 def kind_formats(numerics):
-  """{'conv': format, 'dense': format} config.numerics asks for (any mapping of its fields,
-  expanded or not): each kind's explicit format, else the profile's, else 'native'."""
+  """{'conv': format, 'dense': format} config.numerics asks for: explicit, else the profile's, else
+  'native'."""
   named = profile_formats(numerics)
   return {kind: _field(numerics, f'{kind}_format') or named.get(kind, NATIVE) for kind in KINDS}
 
 
 def expand(config):
-  """Write kind_formats(config.numerics) into conv_format / dense_format of the (not yet frozen)
-  `config`, in place, and return it; idempotent."""
+  """Write kind_formats(config.numerics) into the (not yet frozen) `config`; returns it."""
   for kind, fmt in kind_formats(config.numerics).items():
     config.numerics[f'{kind}_format'] = fmt
   return config
 
 
 def upgrade(requested):
-  """A record's requested numerics (a dict) as today's fields: the removed `emulate` shorthand
-  (one format for both kinds; 'none' = not given) becomes the formats it set; a new dict."""
+  """A record's requested numerics with the removed `emulate` shorthand as the formats it set."""
   out = dict(requested or {})
   mode = out.pop('emulate', None)
   if mode in (None, 'none', UNSET):

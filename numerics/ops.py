@@ -1,6 +1,5 @@
 """The two products every layer goes through, a convolution and a dense matmul, and their emulation
-in a number format of numerics/formats.py, forward and backward, for `platform`, the platform a
-step is traced for (None: JAX's default backend). See docs/numerics.md."""
+in a number format, forward and backward, for the platform a step is traced for."""
 
 import contextlib
 import functools
@@ -43,8 +42,7 @@ def noise_scope(key):
 
 
 def noise_key(fmt, product_id):
-  """The key of product `product_id` (a static int) in format `fmt`: None unless the format is
-  noisy; ValueError if a noisy product is traced outside noise_scope."""
+  """The key of product `product_id` in format `fmt` (None unless the format is noisy)."""
   if fmt == NATIVE or not FORMATS[fmt].noisy:
     return None
   if not _NOISE_SCOPE:
@@ -56,9 +54,7 @@ def noise_key(fmt, product_id):
 
 
 def resolve_conv_impl(impl, platform=None, macs=None, *, kernel_hw=None, out_hw=None):
-  """'auto' -> 'xla' off CPU; on CPU 'im2col' without a shape, for 1x1 kernels, from
-  IM2COL_MIN_MACS per example, and for outputs of at most 2x2 from IM2COL_SMALL_OUT_MIN_MACS;
-  'xla' for the rest (benchmarks/bench_conv.py measured it: BENCHMARKS.md)."""
+  """'auto' -> 'xla' off CPU; on CPU 'im2col' for the shapes XLA:CPU runs slowly (BENCHMARKS.md)."""
   if impl not in CONV_IMPLS:
     raise ValueError(f'config.numerics.conv_impl must be one of {CONV_IMPLS}, got {impl!r}')
   if impl != 'auto':
@@ -157,27 +153,18 @@ def conv2d(
   key=None,
   platform=None,
 ):
-  """NHWC x HWIO convolution in format `fmt` (padding 'SAME', 'VALID' or [(lo, hi), (lo, hi)]);
-  `impl` as resolve_conv_impl (the numerics are the same up to the f32 summation order)."""
-  impl = resolve_conv_impl(
-    impl,
-    platform,
-    macs=conv_macs(x.shape, kernel.shape, stride),
-    kernel_hw=kernel.shape[:2],
-    out_hw=conv_out_hw(x.shape, stride),
-  )
+  """NHWC x HWIO convolution in format `fmt` (padding 'SAME', 'VALID' or pairs); `impl` as
+  resolve_conv_impl (the same products; the f32 summation order differs)."""
+  macs, out_hw = conv_macs(x.shape, kernel.shape, stride), conv_out_hw(x.shape, stride)
+  impl = resolve_conv_impl(impl, platform, macs, kernel_hw=kernel.shape[:2], out_hw=out_hw)
   product = CONV_PRODUCTS[impl]
   if fmt == NATIVE:
     return product(x, kernel, stride, padding)
-  return emulated(
-    lambda a, b, precision: product(a, b, stride, padding, precision),
-    x,
-    kernel,
-    fmt,
-    key=key,
-    impl=emulate_impl,
-    platform=platform,
-  )
+
+  def conv(a, b, precision):
+    return product(a, b, stride, padding, precision)
+
+  return emulated(conv, x, kernel, fmt, key=key, impl=emulate_impl, platform=platform)
 
 
 def dense(x, kernel, *, fmt=NATIVE, emulate_impl='auto', key=None, platform=None):
@@ -188,8 +175,7 @@ def dense(x, kernel, *, fmt=NATIVE, emulate_impl='auto', key=None, platform=None
 
 
 def resolve_impl(impl, platform=None, fmt=None):
-  """What emulate_impl `impl` means for `fmt` on `platform`: 'fast', 'reference' ('native' for fmt
-  'native')."""
+  """What emulate_impl `impl` means for `fmt` on `platform`: 'fast' or 'reference' (or 'native')."""
   if impl not in EMULATE_IMPLS:
     raise ValueError(f'config.numerics.emulate_impl must be one of {EMULATE_IMPLS}, got {impl!r}')
   if fmt is None:
@@ -204,8 +190,7 @@ def resolve_impl(impl, platform=None, fmt=None):
 
 
 def fast_plan(fmt, platform=None):
-  """The FastPlan of `fmt` on `platform` (default: JAX's default backend; one it does not name
-  computes as the CPU's)."""
+  """The FastPlan of `fmt` on `platform` (one the entry does not name computes as the CPU's)."""
   plans = FORMATS[fmt].fast
   if plans is None:
     raise ValueError(f'numerics: {fmt!r} has no fast form')
@@ -213,14 +198,13 @@ def fast_plan(fmt, platform=None):
 
 
 def operand_parts(fmt, a, key=None):
-  """The parts of operand `a` that `fmt` multiplies, as f32 (FORMATS[fmt].operands): the one
-  rounding of both implementations."""
+  """The parts of operand `a` that `fmt` multiplies, as f32: the one rounding of both forms."""
   return FORMATS[fmt].operands(jnp.asarray(a, jnp.float32), key)
 
 
 def fast_operands(fmt, a, plan):
-  """What the fast path multiplies for `a`: operand_parts, exactly split into bf16 hi/lo parts
-  where `plan.split`, cast to `plan.dtype` (exact: they are values of it)."""
+  """What the fast path multiplies for `a`: operand_parts (split exactly where `plan.split`) cast to
+  `plan.dtype`, exactly."""
   parts = operand_parts(fmt, a)
   if plan.split:
     (part,) = parts
@@ -251,26 +235,16 @@ def emulated_bilinear(f, a, b, fmt, key=None, plan=None):
 
 # Primitives that only move or copy values: exact in any dtype, so the fast path runs them in the
 # operands' (narrow) dtype.
-_MOVES = {
-  'pad',
-  'slice',
-  'concatenate',
-  'reshape',
-  'transpose',
-  'rev',
-  'broadcast_in_dim',
-  'squeeze',
-  'expand_dims',
-  'split',
-  'copy',
-  'copy_p',
-}
+_MOVES = frozenset(
+  'pad slice concatenate reshape transpose rev broadcast_in_dim squeeze expand_dims split '
+  'copy copy_p'.split()
+)
 _CONTRACTIONS = {'dot_general', 'conv_general_dilated'}
 
 
 def retyped(f, a_shape, b_shape, precision):
-  """(p, q) -> f(p, q) with every convolution and matmul of f taking p's and q's dtype at
-  `precision` and giving an f32 result (the fast form); p, q of a_shape and b_shape."""
+  """(p, q) -> f(p, q) with every contraction of f taking p's and q's dtype at `precision`, f32
+  result (the fast form)."""
   closed = jax.make_jaxpr(lambda p, q: f(p, q, HIGHEST))(
     jax.ShapeDtypeStruct(a_shape, jnp.float32), jax.ShapeDtypeStruct(b_shape, jnp.float32)
   )
@@ -283,8 +257,7 @@ def retyped(f, a_shape, b_shape, precision):
 
 
 def _contract(eqn, values, precision):
-  """The convolution or matmul `eqn` on `values` (cast to their common dtype) at `precision`, f32
-  result."""
+  """The contraction `eqn` on `values` (cast to their common dtype) at `precision`, f32 result."""
   dtype = jnp.result_type(*values)
   params = dict(eqn.params, precision=(precision, precision), preferred_element_type=jnp.float32)
 
@@ -302,16 +275,12 @@ def _contract(eqn, values, precision):
 
 def _eval_retyped(jaxpr, consts, args, precision):
   """Evaluate `jaxpr` on `args` (see `retyped`): contractions re-typed, moves in their input's
-  dtype, any other operation on its inputs converted (exactly) to the dtypes the jaxpr declares."""
-  env = {}
+  dtype, any other operation on its inputs converted exactly to the declared dtypes."""
+  env = dict(zip([*jaxpr.constvars, *jaxpr.invars], [*consts, *args], strict=True))
 
   def read(v):
     return v.val if isinstance(v, jex_core.Literal) else env[v]
 
-  for var, value in zip(
-    list(jaxpr.constvars) + list(jaxpr.invars), list(consts) + list(args), strict=True
-  ):
-    env[var] = value
   for eqn in jaxpr.eqns:
     values = [read(v) for v in eqn.invars]
     name = eqn.primitive.name
@@ -335,8 +304,7 @@ def _eval_retyped(jaxpr, consts, args, precision):
 
 
 def _transposed(product, shape, argnum):
-  """The product transposed in argument `argnum` (0: x, 1: the kernel) of `shape`: the backward
-  product, bilinear in (the other argument or dy, dy or the other argument)."""
+  """The product transposed in argument `argnum` (0: x, 1: the kernel): the backward product."""
   spec = jax.ShapeDtypeStruct(shape, jnp.float32)
 
   def in_x(dy, k, precision):
@@ -374,9 +342,8 @@ _emulated.defvjp(_emulated_fwd, _emulated_bwd)
 
 
 def emulated(product, x, kernel, fmt, *, key=None, impl='auto', platform=None):
-  """product(x, kernel), bilinear (`product(a, b, precision)`), computed forward and backward in
-  format `fmt` by implementation `impl` for `platform`, with the dtype the native product would
-  have (accumulated in f32 first). `key`: required by, and only used by, a noisy format."""
+  """product(x, kernel) (bilinear) forward and backward in format `fmt` by implementation `impl`,
+  in the native product's dtype; `key`: what a noisy format needs."""
   if fmt not in FORMATS:
     raise ValueError(
       f"numerics: no emulated format {fmt!r}; one of {tuple(FORMATS)} ('native' uses the "

@@ -1,7 +1,5 @@
 """The one place JAX's numerics flags are set (`configure`, before any backend starts), and the
-record of what a run's numerics were (`describe`: requested and effective, the platform's default
-made explicit; `cpu_facts`: the processor and the instruction set XLA:CPU compiled for). See
-docs/numerics.md."""
+record of a run's numerics (`describe`) and processor (`cpu_facts`)."""
 
 import os
 import platform as host
@@ -11,14 +9,6 @@ import jax.numpy as jnp
 
 from numerics import formats, ops
 
-LEGACY_LEVEL = {
-  'default': 'default',
-  'bfloat16': 'default',
-  'high': 'high',
-  'tensorfloat32': 'high',
-  'highest': 'highest',
-  'float32': 'highest',
-}
 # Product format of f32 operands at each legacy level, per platform: JAX's documentation of
 # `jax.default_matmul_precision` and `jax.lax.Precision` (docs.jax.dev: DEFAULT is one bf16 pass on
 # TPU, HIGH three, HIGHEST six; on NVIDIA GPUs DEFAULT and HIGH use TF32, HIGHEST true f32; CPUs
@@ -27,15 +17,6 @@ NATIVE_FORMAT = {
   'tpu': {'default': 'bf16', 'high': 'bf16_3x', 'highest': 'bf16_6x'},
   'gpu': {'default': 'tf32', 'high': 'tf32', 'highest': 'f32'},
   'cpu': {'default': 'f32', 'high': 'f32', 'highest': 'f32'},
-}
-PRESET_FORMAT = {
-  'BF16_BF16_F32': 'bf16',
-  'BF16_BF16_F32_X3': 'bf16_3x',
-  'BF16_BF16_F32_X6': 'bf16_6x',
-  'BF16_BF16_F32_X9': 'bf16_9x',
-  'TF32_TF32_F32': 'tf32',
-  'TF32_TF32_F32_X3': 'tf32_3x',
-  'F32_F32_F32': 'f32',
 }
 
 
@@ -77,9 +58,8 @@ def _missing(wanted):
 
 
 def configure(config):
-  """Apply a resolved config.numerics to this process before JAX starts a backend: its XLA flags
-  into XLA_FLAGS (a later call asking for flags the first did not set is a ValueError: such arms
-  need processes of their own) and its matmul precision as the process default."""
+  """Apply a resolved config.numerics before JAX starts a backend: its XLA flags (ValueError where a
+  process already applied others) and its matmul precision as the default."""
   global _applied
   wanted = xla_flags(config)
   current, missing = _missing(wanted)
@@ -112,8 +92,7 @@ def precision_scope(config):
 
 
 def with_precision(fn, config):
-  """`fn` traced under config.numerics.matmul_precision, whatever the caller's context (every
-  jitted step is wrapped so); it keeps fn's name (HLO module names, profiles)."""
+  """`fn` traced under config.numerics.matmul_precision, keeping fn's name (HLO module names)."""
 
   def traced(*args, **kwargs):
     with precision_scope(config):
@@ -124,14 +103,13 @@ def with_precision(fn, config):
 
 
 def native_formats(platform, precision):
-  """(conv format, dot format) of f32 operands under `precision` on `platform`, natively:
-  convolutions honour only the legacy levels; CPU computes f32; unknown platforms 'unknown'."""
+  """(conv format, dot format) of f32 operands under `precision` on `platform`, natively."""
   table = NATIVE_FORMAT.get(platform)
   if table is None:
     return 'unknown', 'unknown'
-  if precision in PRESET_FORMAT:
-    return table['default'], ('f32' if platform == 'cpu' else PRESET_FORMAT[precision])
-  level = table[LEGACY_LEVEL[precision or 'default']]
+  if precision in formats.PRESET_FORMAT:
+    return table['default'], ('f32' if platform == 'cpu' else formats.PRESET_FORMAT[precision])
+  level = table[formats.LEGACY_LEVEL[precision or 'default']]
   return level, level
 
 
@@ -155,9 +133,8 @@ def effective_formats(platform, precision, requested, compute_dtype='float32', c
 
 
 def describe(config):
-  """{'requested': config.numerics, 'effective': ...} of this run: the platform, the precision flag,
-  each kind's format, the implementations ('auto' resolved), dtype, BatchNorm grouping, XLA flags.
-  """
+  """{'requested': config.numerics, 'effective': ...}: platform, precision flag, formats, resolved
+  implementations, dtype, BatchNorm grouping, XLA flags."""
   n = config.numerics
   device = jax.devices()[0]
   platform = device.platform
@@ -214,9 +191,8 @@ def cpuinfo(path=CPUINFO):
 
 
 def xla_cpu_isa(cpu_flags, xla_flags):
-  """The instruction set XLA:CPU generates code for on an x86-64 host with /proc/cpuinfo flags
-  `cpu_flags`: its best XLA_CPU_ISAS level, lowered to the last --xla_cpu_max_isa in `xla_flags`
-  (a value XLA does not know is ignored, as XLA does); None where the host has no level."""
+  """XLA:CPU's instruction set on an x86-64 host with /proc/cpuinfo flags `cpu_flags`: its best
+  XLA_CPU_ISAS level, lowered by a --xla_cpu_max_isa in `xla_flags`; None without one."""
   have, levels = set(cpu_flags), []
   for name, needs in XLA_CPU_ISAS.items():
     if not have.issuperset(needs):
@@ -229,9 +205,8 @@ def xla_cpu_isa(cpu_flags, xla_flags):
 
 
 def cpu_facts(xla_flags=None):
-  """(model, instruction set, XLA's instruction set) of this host's processor (record.CPU_FACTS):
-  /proc/cpuinfo's model name; on x86-64 its best XLA_CPU_ISAS level and XLA:CPU's (xla_cpu_isa,
-  `xla_flags` default this process's); elsewhere the machine's architecture twice; None unread."""
+  """(model, instruction set, XLA's instruction set) of this host's processor (record.CPU_FACTS;
+  elsewhere than x86-64 the architecture twice; None unread)."""
   xla_flags = os.environ.get('XLA_FLAGS', '') if xla_flags is None else xla_flags
   info, machine = cpuinfo(), host.machine().lower()
   flags = info.get('flags', '').split()

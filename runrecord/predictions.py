@@ -1,6 +1,5 @@
-"""A run's per-example test predictions: the Orbax item `predictions` of each evaluation's
-checkpoint step (collect, save_items), and its reading (saved_steps, read_predictions). What the
-item holds, per task, and when two runs' predictions compare: docs/record.md "Test predictions"."""
+"""A run's per-example test predictions: the Orbax item of each evaluation's checkpoint step, and
+its reading. docs/record.md, "Test predictions"."""
 
 import logging
 import os
@@ -17,16 +16,15 @@ KEYS = {
 
 
 def dtype(key, task):
-  """The saved dtype of array `key`: labels and predictions int32 (classes) or int8 (bits),
-  probabilities float32."""
+  """The saved dtype of `key`: labels and predictions int32 (or int8 bits), probabilities f32."""
   if key in ('label', 'predicted'):
     return np.int32 if task == 'classification' else np.int8
   return np.float32
 
 
 def collect(dataset, outputs):
-  """The predictions item of one evaluation of `dataset`'s test split from `outputs`, the eval
-  step's per-batch outputs (host numpy dicts, in batch order, the last batch padded)."""
+  """The predictions item of one evaluation of `dataset`'s test split from the eval step's
+  outputs."""
   n, task = len(dataset.test), dataset.task
   arrays = {key: np.concatenate([o[key] for o in outputs])[:n] for key in outputs[0]}
   arrays['label'] = np.asarray(dataset.test.labels)
@@ -51,9 +49,8 @@ def saved_steps(workdir):
 
 
 def read_predictions(workdir, step=None):
-  """The predictions item saved at checkpoint `step` of run folder `workdir` (None: the newest
-  step holding one) as a dict of numpy arrays, `task`, `fingerprint` and `step`; None when that
-  step (or every step) has none. Needs neither the model nor the training state."""
+  """The predictions saved at checkpoint `step` of run folder `workdir` (None: the newest) with
+  `task`, `fingerprint` and `step`; None where there are none."""
   workdir = workdir if '://' in str(workdir) else os.path.abspath(workdir)  # Orbax: absolute
   steps = saved_steps(workdir)
   if step is None:

@@ -1,7 +1,5 @@
-"""The results record, one owner: its fields (`Results`, new_record) and the table columns they
-become, its place in the Orbax checkpoint (save, read_results), the workdir's file names, the
-upgrade of older records, one run (run_identity), and the lists of fields the rules read (the rules
-themselves: runrecord/rules.py). What each field and rule means: docs/record.md."""
+"""The results record, one owner: its fields (`Results`, `new_record`), the columns and field lists
+the rules read (runrecord/rules.py), the workdir's file names, Orbax I/O, older records' upgrade."""
 
 import copy
 import hashlib
@@ -34,32 +32,17 @@ STATUSES = ('running', 'completed', 'failed')
 # (XLA's names of the levels, 'AVX2', 'AVX512', ...; the architecture off x86-64): cpu_facts in
 # numerics/setup.py.
 CPU_FACTS = ('cpu_model', 'cpu_isa', 'xla_cpu_isa')
-# Columns every run row has, in this order, before the flattened ones.
-BASE_COLUMNS = (
-  'run',
-  'run_id',
-  'status',
-  'reason',
-  'seed',
-  'init_seed',
-  'data_seed',
-  'platform',
-  'device_kind',
-  *CPU_FACTS,
-  'num_devices',
-  'num_processes',
-  'step',
-  'total_steps',
-  'wall_time_s',
-)
 # The seeds a run's initial weights and data order came from (configs/common.py init_seed_of,
 # data_seed_of): `seed` in records written before they existed.
 SEED_PARTS = ('init_seed', 'data_seed')
 # Two runs of one arm are the same model trained again (replicates: averaged as one value, their
-# spread the nondeterminism) only when these are equal; otherwise they are different models (the
-# replicate rule: `model_keys`, which every reader that averages replicates or pairs arms by seed
-# uses). `replicate` is not among them: it only names a repeated run.
+# spread the nondeterminism) only when these are equal (the replicate rule: rules.model_keys).
+# `replicate` is not among them: it only names a repeated run.
 MODEL_FIELDS = ('seed', *SEED_PARTS)
+# Columns every run row has, in this order, before the flattened ones.
+BASE_COLUMNS: tuple[str, ...] = ('run', 'run_id', 'status', 'reason', *MODEL_FIELDS)
+BASE_COLUMNS += ('platform', 'device_kind', *CPU_FACTS, 'num_devices', 'num_processes')
+BASE_COLUMNS += ('step', 'total_steps', 'wall_time_s')
 # Parts of a record that become columns as `part.field...` (nested dicts flattened).
 FLATTENED = ('final', 'numerics', 'config', 'data', 'model', 'versions')
 FINAL_METRICS = ('test_accuracy', 'test_loss', 'train_loss', 'train_accuracy')
@@ -85,56 +68,27 @@ TEST_SET = ('data.source_fingerprint', 'data.split_fingerprint', 'data.test_size
 # Two runs share initial weights and data order (and so pair by seed) when these are equal:
 # the init and data seeds (both `seed` unless set apart), everything that builds the initial
 # model or orders and transforms the data, and the test set they were evaluated on.
-PAIRING_FIELDS = (
-  'init_seed',
-  'data_seed',
-  'config.batch_size',
-  'config.model.name',
-  'config.model.width',
-  'config.model.stem',
-  'config.model.init_from',
-  'config.model.reinit',
-  'config.numerics.param_dtype',
-  'config.data.name',
-  'config.data.task',
-  'config.data.split',
-  'config.data.split_seed',
-  'config.data.test_fraction',
-  'config.data.image_size',
-  'config.data.normalization',
-  'config.data.flip',
-  *TEST_SET,
-)
+PAIRING_CONFIG = (
+  'batch_size model.name model.width model.stem model.init_from model.reinit numerics.param_dtype '
+  'data.name data.task data.split data.split_seed data.test_fraction data.image_size '
+  'data.normalization data.flip'
+).split()
+PAIRING_FIELDS = (*SEED_PARTS, *(f'config.{name}' for name in PAIRING_CONFIG), *TEST_SET)
 
 # Config fields that cannot change a run's arithmetic: a saved run with other values of these is
 # still the same run (resume continues it, the sweep counts it as done). Everything else (seed,
 # epochs, batch sizes, eval_every_epochs, numerics, optimizer, model, data) must match.
-IGNORED_FIELDS = (
-  'log_every_steps',
-  'checkpoint_every_steps',
-  'keep_checkpoints',
-  'preset',
-  'data.prefetch',
-  'data.on_device',
-  'data.manual_dir',
-  'data.tfds_dir',
-  'data.cache_dir',
-  'distributed',
+IGNORED_FIELDS = tuple(
+  'log_every_steps checkpoint_every_steps keep_checkpoints preset data.prefetch data.on_device '
+  'data.manual_dir data.tfds_dir data.cache_dir distributed'.split()
 )
-
 
 # The dataset facts that identify the data a run trains on (present in `data` when the dataset
 # reports them): the files, the split, the resolution and the number of classes. Where the files
 # live (paths, the decoded cache's folder) is not part of the data's identity.
-DATA_IDENTITY = (
-  'fingerprint',
-  'source_fingerprint',
-  'split_fingerprint',
-  'image_size',
-  'num_classes',
-  'train_size',
-  'test_size',
-  'task',
+DATA_IDENTITY = tuple(
+  'fingerprint source_fingerprint split_fingerprint image_size num_classes train_size test_size '
+  'task'.split()
 )
 # Where a run executes: a resume on another layout changes the run's arithmetic (summation order).
 LAYOUT = ('platform', 'device_kind', 'num_devices', 'num_processes')
@@ -143,8 +97,7 @@ SEGMENT_FACTS = LAYOUT + CPU_FACTS
 
 
 class Segment(TypedDict, total=False):
-  """One stretch of steps [start_step, stop_step) a run trained on one device layout (`segments`;
-  runrecord/rules.py start_segment): its LAYOUT and, on CPU, its CPU_FACTS (absent where None)."""
+  """Steps [start_step, stop_step) a run trained on one device layout: its LAYOUT and CPU_FACTS."""
 
   start_step: int
   stop_step: int
@@ -158,8 +111,8 @@ class Segment(TypedDict, total=False):
 
 
 class Results(TypedDict, total=False):
-  """The results record as saved (JSON, the checkpoint step's `results` item): docs/record.md
-  ("Fields"). Not total: a record written before a field existed lacks it (`upgrade`, `row`)."""
+  """The results record as saved: docs/record.md ("Fields"). Not total: older records lack
+  fields."""
 
   schema: int  # RECORD_SCHEMA
   run_id: str  # new_run_id, kept by every resume
@@ -233,9 +186,8 @@ def new_run_id() -> str:
 
 
 def run_identity(results: Mapping[str, Any]) -> str:
-  """What tells two records of one run from records of two runs: the recorded `run_id`; for a
-  record written before ids existed, 'content-' and a digest of its whole JSON content (a copy is
-  the same run; distinct runs differ at least in wall time and history)."""
+  """What tells two records of one run from two runs' records: `run_id`, or for a record from before
+  ids, 'content-' and a digest of its JSON content."""
   if results.get('run_id'):
     return str(results['run_id'])
   text = json.dumps(results, sort_keys=True, default=str)
@@ -262,14 +214,12 @@ def final_metrics(history: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 def save(
   mngr: Any, step: int, results: Results, state: Any = None, extra: Mapping[str, Any] | None = None
 ) -> None:
-  """Write the record `results` (and, unless None, `state`) as step `step` of the Orbax manager
-  `mngr`: <workdir>/checkpoints/<step>/{results, state}, asynchronously where `mngr` is."""
+  """Write `results` (and `state`, `extra`'s items) as step `step` of the Orbax manager `mngr`."""
   mngr.save(step, args=save_args(copy.deepcopy(results), state, extra), force=True)
 
 
 def save_args(results: Results, state: Any = None, extra: Mapping[str, Any] | None = None) -> Any:
-  """The Orbax Composite that writes `results` (JSON), unless None `state`, and `extra`'s items
-  at one step."""
+  """The Orbax Composite of `results` (JSON), `state` unless None, and `extra`'s items."""
   import orbax.checkpoint as ocp
 
   items = {RESULTS_ITEM: ocp.args.JsonSave(results), **(extra or {})}
@@ -289,8 +239,7 @@ def restore_args(abstract_state=None):
 
 
 def read_results(run: str) -> Results | None:
-  """The run's current record: its latest checkpoint step's `results` item. Args: run: a run folder
-  (its --workdir), local or gs://."""
+  """The run's current record (its latest checkpoint step's `results`) of a run folder, or None."""
   import orbax.checkpoint as ocp
 
   options = ocp.CheckpointManagerOptions(read_only=True)
@@ -332,16 +281,14 @@ def defaults():
 
 
 def upgrade_config(config: Any) -> Any:
-  """A saved config (dict) with its numerics through numerics.formats.upgrade, as a new dict;
-  anything without numerics comes back as it is."""
+  """A saved config dict with its numerics upgraded (numerics.formats.upgrade); a new dict."""
   if isinstance(config, dict) and 'numerics' in config:
     return {**config, 'numerics': formats.upgrade(config['numerics'])}
   return config
 
 
 def upgrade(results: Mapping[str, Any]) -> Results:
-  """A saved record (dict) as today's fields: its requested and effective numerics and its config's
-  numerics through numerics.formats.upgrade (the removed `emulate` shorthand); a new dict."""
+  """A saved record as today's fields: its numerics and config's numerics upgraded; a new dict."""
   out = dict(results)
   if isinstance(out.get('numerics'), dict):
     out['numerics'] = {

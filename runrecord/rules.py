@@ -1,9 +1,5 @@
-"""The rules read from results records: one row per run (`row`), the columns that define an arm
-(`arm_columns`, `field_name`), the columns two runs pair on (`pairing_columns`), the replicate rule
-(`model_keys`), the platform a run counts as (`platform_identity`, `jax_platform`), the same run
-(`config_differences`, `data_differences`, `layout_differences`, `identity_differences`: what a
-resumed session or the sweep compares) and the segments each layout trained (`start_segment`,
-`end_segment`)."""
+"""The rules read from results records: one row per run, an arm's columns, pairing, the replicate
+rule, the platform a run counts as, the same run (what a resume or the sweep compares), segments."""
 
 import json
 from collections.abc import Iterable, Mapping
@@ -14,20 +10,14 @@ from runrecord.record import Results, Segment
 
 
 def row(run: str, results: Results | None) -> dict[str, Any]:
-  """One row of the runs table from a run's record. Args: run: the run's folder, its `run` column.
-  results: its record (read_results), or None when nothing is saved yet."""
+  """One row of the runs table from run folder `run`'s record (None: nothing saved yet)."""
   if results is None:
     return {'run': run, 'status': 'no_results', 'reason': 'no saved checkpoint step'}
   results = record.upgrade(results)
   out = {name: results.get(name) for name in record.BASE_COLUMNS[1:]}
   out.update(run=run, run_id=record.run_identity(results), platform=platform_identity(results))
-  kinds = list(
-    dict.fromkeys(
-      s.get('device_kind')
-      for s in results.get('segments') or []
-      if isinstance(s, dict) and s.get('device_kind')
-    )
-  )
+  segments = [s for s in results.get('segments') or [] if isinstance(s, dict)]
+  kinds = list(dict.fromkeys(s['device_kind'] for s in segments if s.get('device_kind')))
   if len(kinds) > 1:  # trained on several device kinds (--allow_layout_change): none of them alone
     out['device_kind'] = '+'.join(map(str, kinds))
   if out['seed'] is None:
@@ -45,27 +35,14 @@ def row(run: str, results: Results | None) -> dict[str, Any]:
   return out
 
 
-def _arm_config(column: str) -> bool:
-  """Whether config column `column` can define an arm (not in record.NOT_ARM_CONFIG or
-  record.IGNORED_FIELDS)."""
-  return not record.within(
-    column[len(record.CONFIG_PREFIX) :], record.NOT_ARM_CONFIG + record.IGNORED_FIELDS
-  )
-
-
 def arm_columns(frame: Any) -> list[str]:
   """The columns of runs table `frame` that define an arm: platform, device kind, the requested
-  numerics (named ones first) and every config field whose values differ between the runs (seeds,
-  numerics and IGNORED_FIELDS aside)."""
+  numerics (named ones first), and the config fields that differ between runs (seeds aside)."""
   columns = list(frame.columns)
-  named = [
-    f'{record.ARM_PREFIX}{n}' for n in record.ARM_NAMED if f'{record.ARM_PREFIX}{n}' in columns
-  ]
-  config = [
-    c
-    for c in sorted(columns)
-    if c.startswith(record.CONFIG_PREFIX) and _arm_config(c) and frame[c].nunique() > 1
-  ]
+  named = [c for c in (record.ARM_PREFIX + n for n in record.ARM_NAMED) if c in columns]
+  fixed = record.NOT_ARM_CONFIG + record.IGNORED_FIELDS  # config fields that never make an arm
+  config = [c for c in sorted(columns) if c.startswith(record.CONFIG_PREFIX)]
+  config = [c for c in config if not record.within(field_name(c), fixed) and frame[c].nunique() > 1]
   return (
     [c for c in record.ARM_CONTEXT if c in columns]
     + named
@@ -75,8 +52,7 @@ def arm_columns(frame: Any) -> list[str]:
 
 
 def field_name(column: str) -> str:
-  """How an arm label names a column: 'optim.learning_rate' for config.optim.learning_rate (the
-  spelling of a config override), the last part otherwise ('profile', 'compute_dtype')."""
+  """How an arm label names a column: 'optim.learning_rate' for a config column, else its end."""
   if column.startswith(record.CONFIG_PREFIX):
     return column[len(record.CONFIG_PREFIX) :]
   return column.rsplit('.', 1)[-1]
@@ -87,9 +63,8 @@ def model_keys(
   init_seeds: Iterable[Any] | None = None,
   data_seeds: Iterable[Any] | None = None,
 ) -> list[Any]:
-  """Each run's model within its arm (the replicate rule, record.MODEL_FIELDS): its seed, or 'S
-  (init I, data D)' where any run's init or data seed differs from its seed; aligned with `seeds`.
-  """
+  """Each run's model within its arm (the replicate rule): its seed, or 'S (init I, data D)' where
+  any run's init or data seed differs from its seed."""
 
   def text(v):
     if v is None or v != v:  # absent or NaN (a CSV's empty cell)
@@ -105,8 +80,7 @@ def model_keys(
 
 
 def pairing_columns(columns: Iterable[str]) -> list[str]:
-  """record.PAIRING_FIELDS present among `columns` (a CSV has none: its rows never pair by
-  these)."""
+  """record.PAIRING_FIELDS present among `columns`."""
   return [c for c in record.PAIRING_FIELDS if c in set(columns)]
 
 
@@ -132,16 +106,14 @@ def platform_identity(results: Mapping[str, Any]) -> str | None:
 
 
 def jax_platform(identity: str) -> str:
-  """The JAX platform ('cpu', 'gpu', 'tpu') of a platform identity ('cpu-AVX2', platform_identity):
-  what a rule declared per JAX platform (an emulating profile, determinism) reads."""
+  """The JAX platform ('cpu', 'gpu', 'tpu') of a platform identity ('cpu-AVX2')."""
   return str(identity).split('-', 1)[0]
 
 
 def data_differences(
   saved: Mapping[str, Any] | None, current: Mapping[str, Any] | None
 ) -> list[str]:
-  """['data.field: saved -> current', ...] over the record.DATA_IDENTITY fields both `data` dicts
-  hold."""
+  """['data.field: saved -> current', ...] over the record.DATA_IDENTITY fields both dicts hold."""
   saved, current = saved or {}, current or {}
   return [
     f'data.{k}: {saved[k]!r} -> {current[k]!r}'
@@ -151,8 +123,7 @@ def data_differences(
 
 
 def layout_differences(saved: Mapping[str, Any], facts: Mapping[str, Any]) -> list[str]:
-  """['num_devices: 8 -> 4', ...]: how the layout `facts` differs from the saved record's (the
-  platform identity apart: identity_differences)."""
+  """['num_devices: 8 -> 4', ...]: how layout `facts` differs from the saved record's."""
   return [
     f'{k}: {saved.get(k)!r} -> {facts[k]!r}'
     for k in record.LAYOUT
@@ -161,9 +132,8 @@ def layout_differences(saved: Mapping[str, Any], facts: Mapping[str, Any]) -> li
 
 
 def identity_differences(saved: Mapping[str, Any], facts: Mapping[str, Any]) -> list[str]:
-  """['platform identity: cpu-AVX512 -> cpu-AVX2'] when the platform identity of `facts` (this
-  session) differs from the one the saved record's last segment ran on, else [] (a record whose
-  identity is not recorded, 'cpu' before schema 3, is not held against a session)."""
+  """['platform identity: before -> now'] where this session's differs from the saved record's last
+  (one not recorded is not held against it), else []."""
   before, now = (platform_identity({**saved, 'segments': None}), platform_identity(facts))
   if saved.get('platform') != facts.get('platform') or before in (None, now, saved.get('platform')):
     return []  # another platform altogether: LAYOUT's 'platform' line says so
@@ -173,9 +143,8 @@ def identity_differences(saved: Mapping[str, Any], facts: Mapping[str, Any]) -> 
 def start_segment(
   results: Results, saved: Mapping[str, Any] | None, facts: Mapping[str, Any], step: int
 ) -> None:
-  """results['segments']: the saved record's segments up to `step` (a record written before
-  segments existed: one segment on its own layout), then this session's, from `step` on `facts`'s
-  layout, merged into the last one when that has the same layout."""
+  """results['segments']: the saved record's up to `step`, then this session's from `step` (merged
+  into the last one when it has the same layout)."""
   saved = saved or {}
   if saved.get('run_id'):
     results['run_id'] = saved['run_id']  # a resume continues the run: its identity too
@@ -203,9 +172,8 @@ def end_segment(results: Results, step: int) -> None:
 def config_differences(
   saved: Mapping[str, Any] | None, requested: Mapping[str, Any] | None
 ) -> list[str]:
-  """['field: saved -> requested', ...]: the fields in which config dict `requested` is not the
-  same run as saved config dict `saved` (record.IGNORED_FIELDS aside; a field the saved config
-  predates counts as its default). Empty: the same run."""
+  """['field: saved -> requested', ...] where config dict `requested` is not the same run as saved
+  `saved` (IGNORED_FIELDS aside; a field the saved one lacks: its default)."""
   old = record.flatten(json.loads(json.dumps(record.upgrade_config(saved or {}))), '')
   new = record.flatten(json.loads(json.dumps(requested or {})), '')
   default = record.defaults()

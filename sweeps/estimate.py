@@ -324,7 +324,7 @@ def measure(config, timed_steps, launched, programs, say, ctx=None):
   for phase in ctx.phases:
     state, measured = measure_phase(ctx, state, phase, timed_steps, programs, say)
     phases.append(measured)
-  due = [train.due(ctx, step) for step in range(1, ctx.total_steps + 1)]
+  due = [run.due(ctx, step) for step in range(1, ctx.total_steps + 1)]
   facts = process.execution_facts()
   say('compiling and running one evaluation, writing one checkpoint')
   return {

@@ -208,7 +208,6 @@ def configured(config, kind):
   """The Product.how `config` asks of its `kind` products: a native product's precision flag (a
   DotAlgorithmPreset: dots carry it, convolutions the default), an emulated one's computation."""
   from numerics import ops
-  from numerics import setup as numerics_setup
 
   n = config.numerics
   fmt = formats.kind_formats(n)[kind]
@@ -216,7 +215,7 @@ def configured(config, kind):
     flag = n.matmul_precision
     if flag in formats.PRESET_PRECISIONS:
       return 'default' if kind == 'conv' else f'dot_{flag.lower()}'
-    return numerics_setup.LEGACY_LEVEL[flag]
+    return formats.LEGACY_LEVEL[flag]
   if ops.resolve_impl(n.emulate_impl, 'tpu', fmt) == 'fast':
     return ops.fast_plan(fmt, 'tpu').precision.name.lower()
   return 'highest'

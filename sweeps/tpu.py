@@ -133,11 +133,11 @@ def run_seconds(ctx, step_s):
   """Σ phases steps x step_s + evaluations x eval batches x step_s('eval'): a run's seconds from
   {program: step_s}; None if a program is missing."""
   from input_pipeline import batching
-  from trainer import train
+  from trainer import run
 
   if any(step_s.get(p.name) is None for p in ctx.phases) or step_s.get('eval') is None:
     return None
-  evaluations = sum(train.due(ctx, s).evaluate for s in range(1, ctx.total_steps + 1))
+  evaluations = sum(run.due(ctx, s).evaluate for s in range(1, ctx.total_steps + 1))
   batches = batching.num_eval_batches(len(ctx.dataset.test), ctx.config.eval_batch_size)
   training = sum((p.stop - p.start) * step_s[p.name] for p in ctx.phases)
   return training + evaluations * batches * step_s['eval']

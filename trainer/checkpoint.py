@@ -1,7 +1,5 @@
-"""A run's workdir and checkpoints: the workdir made absolute, checked and locked before anything is
-written; the Orbax manager, its writes and their failures; what an existing workdir means for this
-run (start, resume, refuse, or with --restart start over); restoring the newest valid step, damaged
-ones set aside. What a checkpoint holds and every workdir file name: runrecord/record.py."""
+"""A run's workdir (checked and locked before anything is written) and its Orbax checkpoints: their
+writes, what a saved run means for this one, resuming from the newest valid step."""
 
 import contextlib
 import fcntl
@@ -9,11 +7,10 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import socket
 import sys
+import tempfile
 import time
-import uuid
 import zlib
 
 import jax
@@ -44,29 +41,29 @@ class WorkdirLocked(ConfigError):
 
 
 def absolute_workdir(workdir):
-  """Local paths made absolute once, at the entry point (Orbax refuses relative ones); gs:// etc.
-  unchanged."""
+  """A local path made absolute once, at the entry point (Orbax refuses relative ones)."""
   return workdir if '://' in workdir else os.path.abspath(os.path.expanduser(workdir))
 
 
 def check_workdir(workdir, extra_files=()):
-  """The workdir must be a folder (or creatable as one), writable (probed with a temporary file),
-  and what a run keeps there the kind of entry the run uses (`check_layout`)."""
+  """The workdir must be a folder (or creatable), writable, its entries of the kinds a run uses;
+  returns the folders it made."""
   if not workdir:
     raise ConfigError('--workdir is required')
   check_path_encoding(workdir, '--workdir')
   if '://' in str(workdir):
     return []
-  existing = _nearest_existing(workdir)
+  missing = _missing_folders(workdir)
+  existing = os.path.dirname(missing[0]) if missing else os.path.abspath(workdir)
   if not os.path.isdir(existing):
-    where = '' if existing == os.path.abspath(workdir) else f' cannot be created: {existing}'
+    where = f' cannot be created: {existing}' if missing else ''
     raise ConfigError(
       f'--workdir={workdir}{where} is a file, not a folder: choose another '
       'path, or move the file away'
     )
   created = []
   try:
-    for folder in _missing_folders(workdir):
+    for folder in missing:
       try:
         os.mkdir(folder)
         created.append(folder)
@@ -74,17 +71,14 @@ def check_workdir(workdir, extra_files=()):
         if not os.path.isdir(folder):
           raise
         # another process of this run (or a second run started at once) made it first: theirs
-    probe = os.path.join(workdir, f'.write_probe_{uuid.uuid4().hex}')
-    with open(probe, 'w') as f:
-      f.write('ok')
-    os.remove(probe)
+    with tempfile.TemporaryFile(dir=workdir):
+      pass  # the write probe
+    check_layout(workdir, extra_files)
   except OSError as e:
     remove_created(created)
     raise ConfigError(
       f'--workdir={workdir} is not writable ({e.strerror}): choose another directory'
     ) from e
-  try:
-    check_layout(workdir, extra_files)
   except ConfigError:
     remove_created(created)
     raise
@@ -92,8 +86,7 @@ def check_workdir(workdir, extra_files=()):
 
 
 def check_path_encoding(path, flag):
-  """A path every writer can take: the file system's encoding (ASCII under LC_ALL=C) and UTF-8
-  (what Orbax and TensorStore pass to C++) must both spell it, or the first checkpoint fails."""
+  """A path both the file system's encoding and UTF-8 (what Orbax passes to C++) spell."""
   try:
     str(path).encode(sys.getfilesystemencoding())
     str(path).encode('utf-8')
@@ -103,14 +96,6 @@ def check_path_encoding(path, flag):
       f'under its locale (file names in {sys.getfilesystemencoding()}): use a UTF-8 locale '
       '(export LC_ALL=C.UTF-8, or PYTHONUTF8=1), or an ASCII path'
     ) from e
-
-
-def _nearest_existing(path):
-  """`path` (absolute) or its closest existing ancestor."""
-  path = os.path.abspath(path)
-  while not os.path.lexists(path) and os.path.dirname(path) != path:
-    path = os.path.dirname(path)
-  return path
 
 
 def _missing_folders(workdir):
@@ -142,9 +127,8 @@ def layout_problem(path, folder):
 
 
 def check_layout(workdir, extra_files=()):
-  """Every entry of the run layout (RUN_FOLDERS, RUN_FILES, `extra_files`: LOCK_FILES, a sweep's
-  train.log; each step folder under checkpoints/) that exists must be the kind the run uses, and
-  writable: one line naming the path otherwise, before anything is read or written there."""
+  """Each existing entry a run uses (RUN_FOLDERS, RUN_FILES, `extra_files`, step folders) must be of
+  its kind and writable: one line naming the path otherwise."""
   entries = [(name, True) for name in RUN_FOLDERS]
   entries += [(name, False) for name in RUN_FILES + tuple(extra_files)]
   steps = os.path.join(workdir, record.CHECKPOINTS)
@@ -173,8 +157,7 @@ def _read(path):
 
 
 def _probe(path, flags):
-  """Whether a shared flock on `path` is refused now (a live exclusive holder); None where the
-  filesystem cannot lock it. Nothing is written; a shared lock taken is dropped at once."""
+  """Whether a shared flock on `path` is refused now (a live holder); None where it cannot lock."""
   try:
     fd = os.open(path, flags)
   except OSError:
@@ -192,7 +175,7 @@ def _probe(path, flags):
 
 def holder(workdir):
   """The record ({'pid', 'host', 'started'}; {} if run.lock is gone) of the live process holding
-  `workdir`, or None: probed where WorkdirLock locks (the folder, or run.lock)."""
+  `workdir`, or None."""
   path = os.path.join(str(workdir), record.LOCK_FILE)
   held = _probe(str(workdir), os.O_RDONLY | os.O_DIRECTORY)
   if held is None:
@@ -201,13 +184,12 @@ def holder(workdir):
 
 
 def _open(path):
-  """`path` opened read-write (created, 0o644, where missing): a file descriptor to flock."""
+  """`path` opened read-write, created where missing: a file descriptor to flock."""
   return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
 
 
 def _flock(fd):
-  """`fd`, exclusively flocked without blocking; on failure `fd` is closed and the error raised
-  (BlockingIOError: another process holds it; another OSError: the filesystem cannot lock)."""
+  """`fd`, exclusively flocked without blocking; on failure closed and the error raised."""
   try:
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except OSError:
@@ -225,16 +207,12 @@ def _unlock(fd):
 
 
 def _who():
-  return {
-    'pid': os.getpid(),
-    'host': socket.gethostname(),
-    'started': time.strftime('%Y-%m-%dT%H:%M:%S%z'),
-  }
+  started = time.strftime('%Y-%m-%dT%H:%M:%S%z')
+  return {'pid': os.getpid(), 'host': socket.gethostname(), 'started': started}
 
 
 def claim(workdir):
-  """Claim `workdir` for the run a sweep is about to start: an exclusive, non-blocking flock on
-  `<workdir>/sweep.claim`, which then names this process."""
+  """A sweep's claim of a run: the fd of a flock on `<workdir>/sweep.claim` (None: held)."""
   os.makedirs(str(workdir), exist_ok=True)
   fd = _open(os.path.join(str(workdir), CLAIM_FILE))
   try:
@@ -251,13 +229,12 @@ def claimant(workdir):
   return _read(os.path.join(str(workdir), CLAIM_FILE))
 
 
-def release_claim(fd):
-  _unlock(fd)
+release_claim = _unlock
 
 
 class WorkdirLock:
-  """One live run per workdir: an flock on the workdir folder itself (run.lock where a filesystem
-  cannot lock folders), run.lock naming the holder, a dead holder's lock taken over."""
+  """One live run per workdir: an flock on the folder (or run.lock), run.lock naming the holder, a
+  dead holder's lock taken over."""
 
   def __init__(self, workdir, enabled=True):
     self.path = os.path.join(str(workdir), record.LOCK_FILE)
@@ -272,8 +249,7 @@ class WorkdirLock:
     except BlockingIOError:
       raise
     except OSError:  # e.g. EBADF/ENOLCK on NFS: lock the file instead
-      pass
-    return _flock(_open(self.path))
+      return _flock(_open(self.path))
 
   def acquire(self):
     if not self.enabled:
@@ -306,15 +282,10 @@ class WorkdirLock:
   def release(self):
     if self._fd is None:
       return
-    try:
-      with open(self.path, 'w'):
-        pass  # an empty lock file: released cleanly, not stale
-    except OSError:
-      pass  # the workdir is gone: nothing to mark
-    try:
-      _unlock(self._fd)
-    finally:
-      self._fd = None
+    with contextlib.suppress(OSError), open(self.path, 'w'):
+      pass  # an empty lock file: released cleanly, not stale (unless the workdir is gone)
+    fd, self._fd = self._fd, None
+    _unlock(fd)
 
   def __enter__(self):
     return self.acquire()
@@ -323,13 +294,9 @@ class WorkdirLock:
     self.release()
 
 
-def manager(workdir, keep, async_save=True):
-  options = ocp.CheckpointManagerOptions(
-    max_to_keep=keep,
-    create=True,
-    enable_async_checkpointing=async_save,
-    cleanup_tmp_directories=True,
-  )
+def manager(workdir, keep):
+  """The run's Orbax manager: asynchronous writes, the newest `keep` steps kept."""
+  options = ocp.CheckpointManagerOptions(max_to_keep=keep, cleanup_tmp_directories=True)
   return ocp.CheckpointManager(
     record.checkpoint_dir(workdir), options=options, item_names=record.ITEMS + (predictions.ITEM,)
   )
@@ -340,8 +307,7 @@ def _short(error):
 
 
 def _os_error(error):
-  """The strerror of the OSError behind `error` (its cause chain, or an errno Orbax names in its
-  message: tensorstore reports ENOSPC as `[os_error_code='28']`), or None."""
+  """The strerror of the OSError behind `error` (its cause chain, or Orbax's `os_error_code`)."""
   seen = error
   while seen is not None:
     if isinstance(seen, OSError) and seen.errno:
@@ -361,19 +327,8 @@ def _write_error(step, error):
   )
 
 
-@contextlib.contextmanager
-def write_errors(step):
-  """Inside: a failing write (OSError, or Orbax's ValueError/RuntimeError) becomes the one
-  CheckpointWriteError naming `step`."""
-  try:
-    yield
-  except (OSError, ValueError, RuntimeError) as e:
-    raise _write_error(step, e) from e
-
-
 def wait(mngr, step=None):
-  """Block until pending writes are done; their failure is a CheckpointWriteError naming `step`
-  (default: the newest step started, the pending one)."""
+  """Wait for pending writes; their failure a CheckpointWriteError naming `step`."""
   pending = mngr.latest_step() if step is None else step
   try:
     mngr.wait_until_finished()
@@ -382,8 +337,7 @@ def wait(mngr, step=None):
 
 
 def close(mngr, quiet=False):
-  """Close `mngr` (it waits for the pending write): its failure a CheckpointWriteError, or, with
-  `quiet` (another error is already on its way out, often this same one), only logged."""
+  """Close `mngr`: its failure a CheckpointWriteError, or with `quiet` a warning."""
   pending = mngr.latest_step()
   try:
     mngr.close()
@@ -394,19 +348,19 @@ def close(mngr, quiet=False):
 
 
 def save(mngr, step, results, state=None, prediction_items=None):
-  """The run's results (and state, and an evaluation's predictions) as checkpoint step `step`
-  (record.save), the previous asynchronous write waited for first, so that its failure names its
-  own step. With a state, results['state_digest'] is set first (what a restore checks)."""
+  """The results (and state, predictions) as step `step`, after the previous write; with a state,
+  results['state_digest'] set first."""
   wait(mngr)
   if state is not None:
     results['state_digest'] = state_digest(state)
-  with write_errors(step):
+  try:
     record.save(mngr, step, results, state, predictions.save_items(prediction_items))
+  except (OSError, ValueError, RuntimeError) as e:  # Orbax's own kinds too
+    raise _write_error(step, e) from e
 
 
 def state_digest(state):
-  """A short hex digest of every leaf of `state`: path, dtype, shape and a CRC-32 of its bytes,
-  from the host's copy (the same state gives the same digest on any platform and layout)."""
+  """A short digest of every leaf's path, dtype, shape and bytes: the same on any platform."""
   digest = hashlib.sha256()
   for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
     value = np.ascontiguousarray(jax.device_get(leaf))
@@ -441,9 +395,8 @@ def latest_results(mngr):
 
 
 def restore_newest_valid(mngr, abstract_state):
-  """(step, state, results, bad steps) of the newest step that restores completely: both items
-  read, the step counter equals the step, the digest the one its results hold (records before
-  digests: not checked). Step None when none restores."""
+  """(step, state, results, bad steps) of the newest step whose items read and whose step
+  counter and state digest are as saved; step None when none is."""
   bad = []
   for step in sorted(mngr.all_steps(), reverse=True):
     try:
@@ -478,14 +431,21 @@ def set_aside(workdir, steps):
       src.rename(target / f'{step}-{stamp}-{os.getpid()}')
 
 
-def wipe(workdir, names=RUN_FOLDERS + RUN_FILES):
+def wipe(workdir):
   """Delete a previous run's outputs (for --restart)."""
-  for name in names:
+  for name in RUN_FOLDERS + RUN_FILES:
     path = epath.Path(workdir) / name
-    if path.is_dir():
-      shutil.rmtree(str(path)) if '://' not in str(path) else path.rmtree()
-    elif path.exists():
-      path.unlink()
+    path.rmtree() if path.is_dir() else path.unlink(missing_ok=True)
+
+
+def _reopened(mngr, workdir, keep, change, name):
+  """`mngr` closed, `change()` made to the workdir by process 0 while the others wait, reopened."""
+  mngr.close()
+  process.barrier(f'{name}_read')
+  if jax.process_index() == 0:
+    change()
+  process.barrier(f'{name}_changed')
+  return manager(workdir, keep)
 
 
 def _shown(diffs):
@@ -495,18 +455,12 @@ def _shown(diffs):
 def check_workdir_run(
   mngr, workdir, config, restart, data=None, facts=None, allow_layout_change=False
 ):
-  """What the workdir's saved run means for this one (runrecord/rules.py says what "the same run"
-  is): with `restart`, wiped; a failed run, or one with another config, data or platform identity,
-  refused; an unfinished one on another device layout refused unless `allow_layout_change`."""
+  """The manager after what the saved run means for this one: wiped with `restart`, refused if
+  failed or not the same run (runrecord/rules.py)."""
   step, saved = latest_results(mngr)
   if restart and mngr.all_steps():
     logging.warning('--restart: discarding the run in %s (latest step %s)', workdir, step)
-    mngr.close()
-    process.barrier('restart_read')
-    if jax.process_index() == 0:
-      wipe(workdir)
-    process.barrier('restart_wiped')
-    return manager(workdir, config.keep_checkpoints)
+    return _reopened(mngr, workdir, config.keep_checkpoints, lambda: wipe(workdir), 'restart')
   if saved is None:
     return mngr
   if saved.get('status') == 'failed':
@@ -554,8 +508,7 @@ def check_workdir_run(
 
 
 def resume(mngr, workdir, abstract_state, keep):
-  """(mngr, step, state, saved results) from the newest valid step, damaged newer ones set aside;
-  step None when the workdir holds no step; ConfigError when steps exist but none restores."""
+  """(mngr, step, state, saved results) from the newest valid step, newer damaged ones set aside."""
   if not mngr.all_steps():
     return mngr, None, None, None
   step, state, saved, bad = restore_newest_valid(mngr, abstract_state)
@@ -572,10 +525,5 @@ def resume(mngr, workdir, abstract_state, keep):
       workdir,
       CORRUPT_DIR,
     )
-    mngr.close()
-    process.barrier('corrupt_read')
-    if jax.process_index() == 0:
-      set_aside(workdir, bad)
-    process.barrier('corrupt_moved')
-    mngr = manager(workdir, keep)
+    mngr = _reopened(mngr, workdir, keep, lambda: set_aside(workdir, bad), 'corrupt')
   return mngr, step, state, saved

@@ -1,8 +1,6 @@
-"""What a run reports while it trains: metrics.jsonl, TensorBoard and the console line (writers with
-CLU's `write_scalars(step, scalars)` / `flush` / `close`), the clock behind images/s and the ETA
-(`ProgressClock`, CLU's ReportProgress in spirit), and `heartbeat(what)` for the silences.
-Hand-written: clu.metric_writers imports TensorFlow (clu 0.0.12), which the core does not install,
-and none of its writers resumes a metrics file at a step. See docs/operations.md."""
+"""What a run reports while it trains: metrics.jsonl, TensorBoard, the console line, the clock of
+images/s and ETA (CLU's ReportProgress in spirit), `heartbeat` for the silences. Hand-written:
+clu.metric_writers imports TensorFlow and cannot resume a metrics file at a step."""
 
 import contextlib
 import json
@@ -30,8 +28,7 @@ class MetricsWriteError(RuntimeError):
 
 
 def duration(seconds, clock=False):
-  """Seconds as the consoles show them: '1h2m05s' ('2m04s' under an hour), or with `clock`
-  '1:02:05'; '?' for None. Rounded to the second, a negative as 0."""
+  """Seconds as '1h2m05s' ('2m04s' under an hour) or with `clock` '1:02:05'; '?' for None."""
   if seconds is None:
     return '?'
   h, rest = divmod(int(round(max(seconds, 0))), 3600)
@@ -44,39 +41,26 @@ def percent(fraction):
   return f'{100 * float(fraction):.2f} %'
 
 
-def _kept(line, step):
-  """(kept, torn) of a metrics line (bytes) for a run resumed at `step`: whole JSON records up to
-  `step` are kept; blank lines go, silently."""
-  if not line.strip():
-    return False, False
-  try:
-    parsed = json.loads(line)
-  except ValueError:
-    return False, True
-  return parsed.get('step', 0) <= step, False
-
-
 def kept_lines(source, step, warn_path=None):
-  """The lines (bytes, newline-ended) of the open binary metrics file `source` a run resumed at
-  `step` keeps, read one at a time (memory holds one line); with `warn_path`, a warning per torn
-  line."""
+  """The lines of the open metrics file `source` a run resumed at `step` keeps, one at a time; with
+  `warn_path`, a warning per torn line (blank lines go silently)."""
   source.seek(0)
   for number, line in enumerate(source, 1):
-    keep, torn = _kept(line, step)
-    if torn and warn_path is not None:
-      logging.warning(
-        '%s line %d is not a whole JSON record (a write cut short, e.g. by a crash '
-        'or a full disk): dropped',
-        warn_path,
-        number,
-      )
+    try:
+      keep = bool(line.strip()) and json.loads(line).get('step', 0) <= step
+    except ValueError:
+      keep = False
+      if warn_path is not None:
+        why = 'a write cut short, e.g. by a crash or a full disk'
+        logging.warning(
+          '%s line %d is not a whole JSON record (%s): dropped', warn_path, number, why
+        )
     if keep:
       yield line if line.endswith(b'\n') else line + b'\n'
 
 
 class JsonLinesWriter:
-  """metrics.jsonl: `write_scalars(step, record)` appends `record` (holding 'kind' and `step`) as
-  one line, byte for byte `json.dumps(record)`."""
+  """metrics.jsonl: each record one line, `json.dumps(record)`; a resume drops later records."""
 
   def __init__(self, workdir, resume_step=0, history=()):
     self.path = epath.Path(workdir) / record.METRICS
@@ -205,8 +189,7 @@ def _masked_crc(data):
 
 
 class TensorBoardWriter:
-  """TensorBoard events under <workdir>/tensorboard, '<kind>/<name>' per number; hand-written
-  (tensorboardX's format, tested against it): its writer imports torch into every run."""
+  """TensorBoard events, '<kind>/<name>' per number; by hand (tensorboardX's imports torch)."""
 
   def __init__(self, workdir, resume_step=0):
     folder = epath.Path(workdir) / record.TENSORBOARD
@@ -243,37 +226,22 @@ class TensorBoardWriter:
     self.flush()
 
 
-class ConsoleWriter:
-  """The console line of a logged training step (records of kind 'train'), with the clock's
-  images/s, ETA and compiles still to come; training accuracy in %."""
-
-  def __init__(self, total_steps, num_epochs, clock):
-    self.total_steps, self.num_epochs, self.clock = total_steps, num_epochs, clock
-
-  def write_scalars(self, step: int, scalars: Record) -> None:
-    if scalars['kind'] != 'train':
-      return
-    eta, ahead = scalars.get('eta_s'), self.clock.ahead
-    more = f' + {ahead} compile(s) to come' if ahead and eta is not None else ''
-    logging.info(
-      'step %d/%d (epoch %d/%d) loss %.4f acc %s lr %.2e | %.0f img/s | ETA %s%s',
-      step,
-      self.total_steps,
-      scalars['epoch'],
-      self.num_epochs,
-      scalars['train_loss'],
-      percent(scalars['train_accuracy']),
-      scalars['learning_rate'],
-      scalars['images_per_sec'],
-      duration(eta, clock=True),
-      more,
-    )
-
-  def flush(self) -> None:
-    """Nothing to do: each line goes to absl logging as it is written."""
-
-  def close(self) -> None:
-    """Nothing to release."""
+def console_line(scalars: Record, eta, total_steps, num_epochs, ahead):
+  """Log a training record's console line, with the ETA and the compiles (`ahead`) still to come."""
+  more = f' + {ahead} compile(s) to come' if ahead and eta is not None else ''
+  logging.info(
+    'step %d/%d (epoch %d/%d) loss %.4f acc %s lr %.2e | %.0f img/s | ETA %s%s',
+    scalars['step'],
+    total_steps,
+    scalars['epoch'],
+    num_epochs,
+    scalars['train_loss'],
+    percent(scalars['train_accuracy']),
+    scalars['learning_rate'],
+    scalars['images_per_sec'],
+    duration(eta, clock=True),
+    more,
+  )
 
 
 class MultiWriter:
@@ -296,9 +264,8 @@ class MultiWriter:
 
 
 def create_writers(workdir, is_writer, resume_step=0, history=()):
-  """The files a run writes: metrics.jsonl and TensorBoard on process 0 (`is_writer`), nothing
-  elsewhere; `resume_step`: later records of a previous session are dropped; `history`: the
-  results' epoch entries, rewritten into metrics.jsonl when it is missing."""
+  """metrics.jsonl and TensorBoard on process 0 (nothing elsewhere), resumed at `resume_step`
+  (`history`: the epoch records, should metrics.jsonl be missing)."""
   if not is_writer:
     return MultiWriter([])
   return MultiWriter(
@@ -307,16 +274,14 @@ def create_writers(workdir, is_writer, resume_step=0, history=()):
 
 
 def say(line):
-  """A progress line on stdout, time-stamped, where absl shows INFO (not a benchmark that silenced
-  the trainer's logs)."""
+  """A time-stamped progress line on stdout, where absl shows INFO."""
   if logging.level_info():
     print(f'{time.strftime("%H:%M:%S")} {line}', file=sys.stdout, flush=True)
 
 
 @contextlib.contextmanager
 def heartbeat(what, every_s=HEARTBEAT_S):
-  """Print '<what>...' now, '<what>: still running, N s' every `every_s` seconds from a daemon
-  thread while the block runs, and '<what>: done in N s' when it ends (on stdout)."""
+  """Print '<what>...', '<what>: still running, N s' every `every_s`, then '<what>: done in N s'."""
   start, done = time.time(), threading.Event()
   say(f'{what}...')
 
@@ -335,8 +300,8 @@ def heartbeat(what, every_s=HEARTBEAT_S):
 
 
 class ProgressClock:
-  """Images/s (evaluations, saves and compiles left out) and the ETA of a run of `total_steps`,
-  timed from `resume_step`; `ahead` counts the compiles still to come."""
+  """Images/s (evaluations, saves and compiles left out) and the ETA of a run; `ahead` counts the
+  compiles still to come."""
 
   def __init__(self, total_steps, resume_step=0):
     self.total_steps = total_steps
@@ -369,8 +334,7 @@ class ProgressClock:
 
   @contextlib.contextmanager
   def paused(self):
-    """Work that is not training: its wall time is left out of the interval's images/s (the ETA
-    keeps it)."""
+    """Work that is not training: left out of the images/s (the ETA keeps it)."""
     start = time.time()
     try:
       yield
@@ -378,8 +342,7 @@ class ProgressClock:
       self._paused += time.time() - max(start, self._clock[0])
 
   def throughput(self, step, batch_size):
-    """(training images/s since the previous call or the last compile, paused time left out; the
-    ETA, None until a step time without a compile has been measured)."""
+    """(training images/s since the last call or compile; the ETA, None until measured)."""
     now = time.time()
     start, start_step = self._clock
     steps, seconds = max(step - start_step, 1), max(now - start, 1e-9)

@@ -1,7 +1,5 @@
-"""What a training process is: its signals and the graceful stop, whether the platforms it asks for
-can start, jax.distributed, the library chatter it silences, JAX's GPU memory settings, and where it
-executes. Standard library only at import: train.py installs the signal handler first, and the
-sweep's checks read the platforms without starting JAX. See docs/operations.md."""
+"""What a training process is: signals and the graceful stop, the platforms it can start, GPU
+memory, jax.distributed, where it executes, quiet libraries. Standard library only at import."""
 
 import collections
 import importlib.metadata
@@ -21,18 +19,16 @@ STEPS_IN_FLIGHT = 2
 KNOWN_PLATFORMS = ('cpu', 'gpu', 'cuda', 'rocm', 'tpu')
 NVIDIA_DRIVER = ('/proc/driver/nvidia/version', '/dev/nvidiactl')
 # The environment variables JAX's GPU backend reads when it starts (JAX's "GPU memory allocation").
-MEMORY_VARIABLES = (
-  'XLA_PYTHON_CLIENT_PREALLOCATE',
-  'XLA_PYTHON_CLIENT_MEM_FRACTION',
-  'XLA_PYTHON_CLIENT_ALLOCATOR',
+MEMORY_VARIABLES = tuple(
+  f'XLA_PYTHON_CLIENT_{x}' for x in ('PREALLOCATE', 'MEM_FRACTION', 'ALLOCATOR')
 )
 JAX_DEFAULT = "JAX's default (a GPU preallocates 75 %)"
+VERSIONED_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')  # recorded
 
 
 class InFlight:
-  """The host's bound on steps dispatched but not done: `dispatched(marker)` after each step (a
-  small array the step determines and nothing donates: the non-finite watch's) waits until the
-  device has finished the step `limit` steps back; `limit` None: no bound (the benchmark's)."""
+  """The host's bound on steps dispatched but not done: `dispatched(marker)` after each step waits
+  for the step `limit` back (None: no bound)."""
 
   def __init__(self, limit):
     self.limit = limit
@@ -47,8 +43,8 @@ class InFlight:
 
 
 class Stopped(Exception):
-  """Training stopped on a signal after `step`, whose checkpoint is saved (None: before the first
-  step of a fresh run, nothing to save)."""
+  """Training stopped on a signal after `step`, whose checkpoint is saved (None: nothing to
+  save)."""
 
   def __init__(self, signum, step):
     self.signum, self.step = signum, step
@@ -62,27 +58,22 @@ class Stopped(Exception):
     )
 
 
-def exit_at_once(signum, frame):
-  """Signal handler outside the training loop: one line on stderr, exit 128 + signum now."""
-  del frame
-  os.write(
-    2,
-    f'stopped: {signal.Signals(signum).name} received outside the training loop; '
-    'nothing new to save: run the same command again to resume\n'.encode(),
-  )
+def _exit_now(signum, why):
+  """One line on stderr, exit 128 + signum now."""
+  os.write(2, f'stopped: {why}: run the same command again to resume\n'.encode())
   os._exit(128 + signum)
+
+
+def exit_at_once(signum, frame):
+  """The signal handler outside the training loop."""
+  name = signal.Signals(signum).name
+  _exit_now(signum, f'{name} received outside the training loop; nothing new to save')
 
 
 def exit_on_second(signum, frame):
-  """Handler after the first signal in the loop: one line on stderr, exit 128 + signum now."""
-  del frame
-  os.write(
-    2,
-    f'stopped: a second signal ({signal.Signals(signum).name}) ended the run at once, '
-    'without saving this step; the newest finished checkpoint stays valid: run the '
-    'same command again to resume\n'.encode(),
-  )
-  os._exit(128 + signum)
+  """The handler after the first signal in the loop."""
+  why = f'a second signal ({signal.Signals(signum).name}) ended the run at once, without saving '
+  _exit_now(signum, why + 'this step; the newest finished checkpoint stays valid')
 
 
 def install(handler):
@@ -121,9 +112,8 @@ class StopRequests:
       signal.signal(sig, handler)
 
   def agreed(self, sync_point):
-    """The signal number every process stops on after this step, or None to go on: one process,
-    whether a signal arrived; several, at sync points only, the largest any process received (an
-    all-gather: every process calls this at the same steps)."""
+    """The signal every process stops on after this step, or None: with several processes, at sync
+    points only, the largest any received (an all-gather)."""
     if self._processes == 1:
       return self.signum
     if not sync_point:
@@ -163,9 +153,7 @@ def gpu_runs(environ=os.environ):
 
 
 def _missing(platform):
-  """Why `platform` cannot start here, or None: 'tpu' needs libtpu, 'gpu'/'cuda'/'rocm' a JAX
-  PJRT plugin (and CUDA an NVIDIA driver); what this cannot see (a driver that fails to start)
-  still ends as one line in train.py."""
+  """Why `platform` cannot start here (no libtpu, no JAX GPU plugin, no NVIDIA driver), or None."""
   if platform not in KNOWN_PLATFORMS:
     return f'{platform!r} is not a JAX platform (choose from {", ".join(KNOWN_PLATFORMS)})'
   installed = plugins()
@@ -184,8 +172,7 @@ def _missing(platform):
 
 
 def check_platforms(environ=os.environ):
-  """One-line ValueError when a platform JAX_PLATFORMS names cannot start on this host (JAX would
-  fail with a 30-line traceback), checked before any backend starts."""
+  """One-line ValueError when a platform JAX_PLATFORMS names cannot start on this host."""
   for platform in requested_platforms(environ):
     why = _missing(platform)
     if why:
@@ -215,41 +202,29 @@ def device_memory(devices):
 
 
 def memory_settings(env=os.environ, separator=', ', none=JAX_DEFAULT):
-  """'NAME=value' of each MEMORY_VARIABLES entry set in `env`, joined; `none` if none is set (a
-  sweep's train.log header, a benchmark's environment line; docs/performance.md)."""
+  """'NAME=value' of each MEMORY_VARIABLES entry set in `env`, joined; `none` if none is set."""
   found = [f'{name}={env[name]}' for name in MEMORY_VARIABLES if name in env]
   return separator.join(found) if found else none
 
 
 def cluster_detected(environ=None):
-  """Whether the environment names a multi-process job: JAX_COORDINATOR_ADDRESS, a SLURM job or
-  an Open MPI job of several tasks, a multi-host TPU slice."""
+  """Whether the environment names a multi-process job (coordinator, SLURM, MPI, TPU slice)."""
   env = os.environ if environ is None else environ
-  if env.get('JAX_COORDINATOR_ADDRESS'):
-    return True
-  if int(env.get('SLURM_NTASKS', '1') or 1) > 1:
-    return True
-  if int(env.get('OMPI_COMM_WORLD_SIZE', '1') or 1) > 1:
-    return True
-  return len([h for h in env.get('TPU_WORKER_HOSTNAMES', '').split(',') if h]) > 1
+  tasks = [int(env.get(name) or 1) for name in ('SLURM_NTASKS', 'OMPI_COMM_WORLD_SIZE')]
+  hosts = [h for h in env.get('TPU_WORKER_HOSTNAMES', '').split(',') if h]
+  return bool(env.get('JAX_COORDINATOR_ADDRESS')) or max(tasks) > 1 or len(hosts) > 1
 
 
 def explicit_cluster(config):
   """{coordinator_address, num_processes, process_id} of the config, {} if it names none."""
   d = config.distributed
-  if not d.coordinator_address:
-    return {}
-  return {
-    'coordinator_address': d.coordinator_address,
-    'num_processes': d.num_processes,
-    'process_id': d.process_id,
-  }
+  fields = ('coordinator_address', 'num_processes', 'process_id')
+  return {name: d[name] for name in fields} if d.coordinator_address else {}
 
 
 def initialize_distributed(config):
-  """jax.distributed.initialize where config.distributed.initialize says so: 'auto' when the
-  config names a coordinator or the environment a multi-process job (cluster_detected), 'yes'
-  always, 'no' never. On CPU the cross-process collectives use gloo (JAX's default)."""
+  """jax.distributed.initialize when config.distributed.initialize is 'yes', or 'auto' and the
+  config or the environment names a multi-process job."""
   import jax
 
   mode = config.distributed.initialize
@@ -260,8 +235,7 @@ def initialize_distributed(config):
 
 
 def barrier(name, timeout_s=900):
-  """Wait for every process at `name` via the coordination service (not a gloo collective, whose
-  set-up gives up after 30 s). A no-op with one process."""
+  """Wait for every process at `name` via the coordination service (gloo gives up after 30 s)."""
   import jax
 
   if jax.process_count() == 1:
@@ -279,9 +253,8 @@ _PRECOMPILED = [0]
 
 
 def precompile(fn, *abstract_args):
-  """With several processes: `fn` compiled for `abstract_args` now, then the others met, so that no
-  process enters a collective while another still compiles (gloo gives up after 30 s); the same
-  HLO. With one process `fn` unchanged."""
+  """With several processes, `fn` compiled for `abstract_args`, then the others met (none in a
+  collective while another compiles); with one, `fn`."""
   import jax
 
   if jax.process_count() == 1:
@@ -293,9 +266,7 @@ def precompile(fn, *abstract_args):
 
 
 def execution_facts():
-  """Where this run executes (runrecord/record.py LAYOUT and CPU_FACTS): platform, device kind,
-  device and process counts, and on CPU the processor (numerics.setup.cpu_facts; None on GPU and
-  TPU, whose device kind names the chip)."""
+  """Where this run executes (runrecord/record.py LAYOUT and CPU_FACTS)."""
   import jax
 
   from numerics import setup as numerics_setup
@@ -310,6 +281,17 @@ def execution_facts():
     'num_devices': jax.device_count(),
     'num_processes': jax.process_count(),
   }
+
+
+def versions():
+  """The installed version of each VERSIONED_PACKAGES package (None where it is not installed)."""
+  out = {}
+  for name in VERSIONED_PACKAGES:
+    try:
+      out[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      out[name] = None
+  return out
 
 
 def _from_orbax(record):
@@ -327,9 +309,8 @@ def _from_orbax(record):
 
 
 class QuietLibraries(std_logging.Filter):
-  """Drops Orbax's per-save INFO chatter and the tracebacks its background threads log when a
-  write fails (Orbax re-raises those in the main thread, where they become one line), and JAX's
-  own INFO lines ('Unable to initialize backend tpu' at every start); warnings stay."""
+  """Drops Orbax's INFO chatter and the tracebacks its threads log (re-raised in the main thread),
+  and JAX's INFO lines; warnings stay."""
 
   def filter(self, record: std_logging.LogRecord) -> bool:
     if record.name.startswith('jax.') and record.levelno < std_logging.WARNING:
@@ -339,35 +320,27 @@ class QuietLibraries(std_logging.Filter):
     )
 
 
-def _closed_loop(exc):
-  return isinstance(exc, RuntimeError) and str(exc) == 'Event loop is closed'
-
-
-def _orbax_coroutine(obj):
-  code = getattr(obj, 'cr_code', None)
-  return code is not None and '/orbax/' in code.co_filename
-
-
 def quiet_abandoned_work():
-  """Drop what Orbax's abandoned asynchronous work prints through sys.excepthook and
-  sys.unraisablehook (Orbax reports the failure itself, once, in the main thread)."""
+  """Drop what Orbax's abandoned asynchronous work prints through sys.excepthook/unraisablehook."""
+  excepthook, unraisablehook = sys.excepthook, sys.unraisablehook
 
-  def on_exception(kind, exc, trace, previous=sys.excepthook, closed_loop=_closed_loop):
+  def closed_loop(exc):
+    return isinstance(exc, RuntimeError) and str(exc) == 'Event loop is closed'
+
+  def on_exception(kind, exc, trace):
     if not closed_loop(exc):
-      previous(kind, exc, trace)
+      excepthook(kind, exc, trace)
 
-  def on_unraisable(
-    info, previous=sys.unraisablehook, closed_loop=_closed_loop, orbax=_orbax_coroutine
-  ):
-    if not (closed_loop(info.exc_value) or orbax(info.object)):
-      previous(info)
+  def on_unraisable(info):
+    code = getattr(info.object, 'cr_code', None)  # an Orbax coroutine, abandoned
+    if not (closed_loop(info.exc_value) or (code and '/orbax/' in code.co_filename)):
+      unraisablehook(info)
 
   sys.excepthook, sys.unraisablehook = on_exception, on_unraisable
 
 
 def quiet_libraries():
-  """Quiet the libraries (QuietLibraries on absl's handler, TensorFlow's C++ INFO lines unless
-  set) and Orbax's abandoned work (quiet_abandoned_work)."""
+  """QuietLibraries on absl's handler, TensorFlow's C++ INFO lines off, quiet_abandoned_work."""
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   logging.get_absl_handler().addFilter(QuietLibraries())
   quiet_abandoned_work()

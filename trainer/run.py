@@ -1,5 +1,5 @@
-"""The run context: what a training run is built from, one way for every driver (the loop, the
-divergence tool, the step benchmarks, the TPU preflight)."""
+"""The run context: what a run is built from (data, model, mesh, phases, optimizer, cadence, the
+steps' jitting), one way for every driver (the loop, the tools, the TPU preflight)."""
 
 import dataclasses
 import functools
@@ -59,24 +59,11 @@ class Context:
 
 
 def load_dataset(config: ml_collections.ConfigDict) -> input_pipeline.Dataset:
-  """The dataset config.data names, loaded by its module; what its loader refuses (missing
-  files, a bad folder: one line by the registry's contract) as a ConfigError."""
+  """The dataset config.data names, loaded; what its loader refuses (one line) a ConfigError."""
   try:
     return input_pipeline.load(config)
   except (FileNotFoundError, input_pipeline.DataError) as e:
     raise ConfigError(str(e)) from e
-
-
-def model_module(config: ml_collections.ConfigDict) -> ModuleType:
-  """config.model.name's module, its contract and config.model.reinit's parts checked."""
-  try:
-    module = models.get(config.model.name)
-  except ValueError as e:  # the registry's one line
-    raise ConfigError(str(e)) from e
-  unknown = [part for part in config.model.reinit if part not in module.PARTS]
-  if unknown:
-    raise ConfigError(f'config.model.reinit may name {sorted(module.PARTS)}, got {unknown}')
-  return module
 
 
 def build(
@@ -85,13 +72,17 @@ def build(
   devices: Sequence[jax.Device] | None = None,
   device_bytes: int | None = None,
 ) -> Context:
-  """The run's context from a resolved config whose XLA flags this process applied: the one check of
-  it against the devices and the data (ConfigError); `dataset` a loaded or declared one to reuse,
-  `devices` the mesh's (compile-only ones too), `device_bytes` their memory where they do not say.
-  """
+  """The run's context from a resolved, configured config, checked against the model, devices and
+  data (ConfigError); a dataset, the devices and their memory may be given."""
   validation.require_resolved(config, 'trainer.run.build')
   numerics_setup.require_configured(config)
-  module = model_module(config)
+  try:
+    module = models.get(config.model.name)  # its contract checked
+  except ValueError as e:  # the registry's one line
+    raise ConfigError(str(e)) from e
+  unknown = [part for part in config.model.reinit if part not in module.PARTS]
+  if unknown:
+    raise ConfigError(f'config.model.reinit may name {sorted(module.PARTS)}, got {unknown}')
   devices = list(devices if devices is not None else jax.devices())
   processes = len({d.process_index for d in devices})
   device_bytes = device_bytes or process.device_memory(jax.local_devices())
@@ -137,13 +128,8 @@ def param_shapes(ctx):
   return nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
 
 
-def _init_state(ctx, key):
-  return nnx.state(create_model(ctx.config, ctx.dataset, key))
-
-
 def init_model(ctx: Context) -> tuple[nnx.Module, dict[str, Any]]:
-  """(model, facts): the initial model from the init seed (common.init_seed_of) and, where given,
-  model.init_from (facts: what models/pretrained.py load_into says; else {})."""
+  """(model, facts): the initial model from the init seed, and from model.init_from where given."""
   # On the host CPU, one jitted computation compiled without backend optimisations (no fused
   # arithmetic): a seed gives the same weights on TPU, GPU and CPU, so runs pair by seed.
   config = ctx.config
@@ -154,7 +140,7 @@ def init_model(ctx: Context) -> tuple[nnx.Module, dict[str, Any]]:
   key = jax.device_put(jax.random.key(common.init_seed_of(config)), host)
   with jax.default_device(host):
     init = (
-      jax.jit(functools.partial(_init_state, ctx))
+      jax.jit(lambda key: nnx.state(create_model(config, ctx.dataset, key)))
       .lower(key)
       .compile({'xla_backend_optimization_level': 0})  # type: ignore[dict-item]  # XLA takes ints
     )
@@ -175,8 +161,8 @@ def init_model(ctx: Context) -> tuple[nnx.Module, dict[str, Any]]:
 
 
 def phases(config: ml_collections.ConfigDict, steps_per_epoch: int) -> list[Phase]:
-  """The run's phases: 'frozen' first when optim.freeze_epochs is set (only the reinit parts train),
-  then 'full'; 'per_phase' gives each its own schedule, 'continuous' one over all."""
+  """The run's phases: 'frozen' (only the reinit parts train) for optim.freeze_epochs, then
+  'full'."""
   total = config.num_epochs * steps_per_epoch
   freeze = config.optim.freeze_epochs * steps_per_epoch
   if config.optim.schedule == 'continuous':
@@ -184,6 +170,30 @@ def phases(config: ml_collections.ConfigDict, steps_per_epoch: int) -> list[Phas
     return out + [Phase('full', freeze, total, False, 0, total)]
   out = [Phase('frozen', 0, freeze, True, 0, freeze)] if freeze else []
   return out + [Phase('full', freeze, total, False, freeze, total - freeze)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Due:
+  """What happens after a step: check non-finite values, log, end the epoch, evaluate, save."""
+
+  check: bool
+  log: bool
+  epoch: bool
+  evaluate: bool
+  save: bool
+
+
+def due(ctx, step):
+  """What the loop does after `step` steps: the one cadence rule (big_vision's `itstime`)."""
+  c = ctx.config
+  epoch, in_epoch = divmod(step, ctx.per_epoch)
+  epoch_end = in_epoch == 0
+  log = step % c.log_every_steps == 0 or epoch_end
+  save = bool(c.checkpoint_every_steps and step % c.checkpoint_every_steps == 0)
+  evaluate_now = epoch_end and (epoch % c.eval_every_epochs == 0 or epoch == c.num_epochs)
+  return Due(
+    check=log or save, log=log, epoch=epoch_end, evaluate=evaluate_now, save=save or epoch_end
+  )
 
 
 def phase_at(all_phases: Sequence[Phase], step: int) -> Phase:
@@ -208,8 +218,8 @@ def warmup_cosine(config, steps_per_epoch, length):
 
 
 def learning_rate(config, steps_per_epoch, all_phases, step):
-  """The learning rate global step `step` uses, the optimizer's own schedule evaluated on the host
-  for the log (not optax.inject_hyperparams, which would put it into every checkpoint)."""
+  """The learning rate of global step `step`, evaluated on the host for the log (not
+  optax.inject_hyperparams, which would put it into every checkpoint)."""
   phase = phase_at(all_phases, step)
   schedule = warmup_cosine(config, steps_per_epoch, phase.schedule_length)
   return float(schedule(step - phase.schedule_start))
@@ -217,14 +227,8 @@ def learning_rate(config, steps_per_epoch, all_phases, step):
 
 def make_optimizer(config, steps_per_epoch, phase):
   """AdamW (decoupled weight decay scaled by the lr, as torch.optim.AdamW) for `phase`."""
-  o = config.optim
-  return optax.adamw(
-    warmup_cosine(config, steps_per_epoch, phase.schedule_length),
-    b1=o.b1,
-    b2=o.b2,
-    eps=o.eps,
-    weight_decay=o.weight_decay,
-  )
+  o, schedule = config.optim, warmup_cosine(config, steps_per_epoch, phase.schedule_length)
+  return optax.adamw(schedule, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay)
 
 
 def optimizer(ctx: Context, phase: Phase) -> optax.GradientTransformation:
@@ -232,8 +236,8 @@ def optimizer(ctx: Context, phase: Phase) -> optax.GradientTransformation:
 
 
 def trainable_mask(params, frozen, reinit, parts):
-  """Pytree of Python bools like `params`: True where the parameter trains in this phase (all,
-  or while `frozen` only the `reinit` parts of the model's PARTS)."""
+  """Python bools like `params`: True where the parameter trains (while `frozen`, the `reinit`
+  parts)."""
   names = {name for part in reinit for name in parts[part]}
   return {
     key: jax.tree.map(lambda _, k=key: (not frozen) or k in names, value)
@@ -244,8 +248,8 @@ def trainable_mask(params, frozen, reinit, parts):
 # Not optax.multi_transform with set_to_zero: its state's tree changes at the unfreeze, and a
 # checkpoint restores into the first phase's state.
 def masked_update(params, grads, opt_state, tx, mask):
-  """One optimizer step touching only the parameters where `mask` is True: frozen ones get zero
-  gradients (XLA drops their weight gradients) and come back as the very same arrays."""
+  """One optimizer step of the parameters where `mask` is True; the others come back the same
+  arrays."""
   grads = jax.tree.map(lambda g, m: g if m else jnp.zeros_like(g), grads, mask)
   updates, opt_state = tx.update(grads, opt_state, params)
   params = jax.tree.map(lambda p, u, m: p + u.astype(p.dtype) if m else p, params, updates, mask)
@@ -270,15 +274,9 @@ def is_abstract(tree):
 
 
 def replicate(ctx, tree):
-  """`tree` replicated on the mesh: its arrays placed there, or, for an abstract tree, its
-  ShapeDtypeStructs given the replicated sharding (one path for both builds)."""
+  """`tree` replicated on the mesh (an abstract tree: its ShapeDtypeStructs given the sharding)."""
   if is_abstract(tree):
-    return jax.tree.map(
-      lambda s: jax.ShapeDtypeStruct(
-        s.shape, s.dtype, sharding=ctx.replicated, weak_type=s.weak_type
-      ),
-      tree,
-    )
+    return jax.tree.map(lambda s: s.update(sharding=ctx.replicated), tree)
   return jax.device_put(tree, ctx.replicated)
 
 
@@ -307,8 +305,7 @@ def abstract_batch(ctx, split, batch_size, mask=False):
 # compilation per arm), lowered as its shape for compile-only devices, placed at the first call.
 @dataclasses.dataclass(frozen=True)
 class Seeded:
-  """A jitted step whose last argument, the run seed, is bound: `step(*args)` calls `fn(*args,
-  seed)`; `lower` and `compile` keep the binding."""
+  """A jitted step whose last argument, the run seed, is bound (`lower` and `compile` keep it)."""
 
   fn: Any
   seed: Any  # uint32 scalar (numpy)
@@ -333,9 +330,8 @@ class Seeded:
 
 
 def jit_step(fn, mesh, seed, in_shardings, out_shardings, donate, config=None):
-  """`fn` jitted with these shardings (the seed's, replicated, appended), its last argument the
-  run seed bound (Seeded); with `config`, traced under its matmul precision (numerics/setup.py
-  with_precision: the step's arithmetic does not depend on the caller's context)."""
+  """`fn` jitted with these shardings (the seed's appended), its last argument the run seed bound;
+  with `config`, traced under its matmul precision whatever the caller's context."""
   replicated, _ = shardings(mesh)
   jitted = jax.jit(
     numerics_setup.with_precision(fn, config) if config is not None else fn,
@@ -351,16 +347,14 @@ def _gather(data, indices):
 
 
 def make_gather(mesh):
-  """jit(data, indices) -> batch: a training batch's rows gathered from a device-resident split
-  (replicated), its indices sharded along 'data': the batch comes out sharded exactly as a
-  host-fed one, with the same uint8 values."""
+  """jit(data, indices) -> batch gathered from a device-resident split, sharded as a host-fed
+  one."""
   replicated, sharded = shardings(mesh)
   return jax.jit(_gather, in_shardings=(replicated, sharded), out_shardings=sharded)
 
 
 def feed(ctx, on_device=None):
-  """None (host feeding) or (device-resident training split, jitted gather), as data.on_device
-  says unless `on_device` is given (a benchmark comparing both feeds of one run)."""
+  """None (host feeding) or (device-resident training split, jitted gather)."""
   if not (ctx.config.data.on_device if on_device is None else on_device):
     return None
   data = batching.on_devices(ctx.dataset.train, ctx.replicated)
@@ -369,8 +363,7 @@ def feed(ctx, on_device=None):
 
 
 def batches(ctx, start, stop, device_feed=None):
-  """Training batches of global steps [start, stop), sharded, prefetched (the order a function of
-  the data seed and the step alone)."""
+  """Training batches of global steps [start, stop), sharded, prefetched."""
   c = ctx.config
   return batching.train_batches(
     ctx.dataset.train,
@@ -385,8 +378,7 @@ def batches(ctx, start, stop, device_feed=None):
 
 
 def eval_batch(ctx):
-  """The global evaluation batch: config.eval_batch_size at most, no larger than the test split
-  needs, a multiple of the mesh's devices (batching.eval_batch_size)."""
+  """The global evaluation batch (batching.eval_batch_size) of the test split on the mesh."""
   return batching.eval_batch_size(
     len(ctx.dataset.test), ctx.config.eval_batch_size, ctx.mesh.devices.size
   )

@@ -1,10 +1,10 @@
-"""train_and_evaluate(config, workdir): the whole run, and the steps it runs, as in flax's
-examples/imagenet train.py: `train_step`, `eval_step`, `create_train_state`, the loop."""
+"""train_and_evaluate(config, workdir) and the steps it runs, as in flax's examples/imagenet:
+`train_step`, `eval_step`, `create_train_state`, the loop."""
 
 import contextlib
 import dataclasses
 import functools
-import importlib.metadata
+import operator
 import signal
 import time
 from typing import Any
@@ -24,8 +24,6 @@ from numerics import setup as numerics_setup
 from runrecord import predictions, record, rules
 from trainer import checkpoint, metrics, process, run
 
-VERSIONED_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')
-
 
 class TrainingFailed(RuntimeError):
   """The run stopped on a non-finite loss or state; its results record status 'failed'."""
@@ -41,8 +39,7 @@ def preprocess(images, mean, std, flip_key=None):
 
 
 def label_logits(logits, labels):
-  """logits[i, labels[i]] without a gather (whose gradient is a scatter): the row masked to the
-  label's one-hot, summed (one nonzero term: exact)."""
+  """logits[i, labels[i]] without a gather (whose gradient is a scatter), exactly."""
   num_classes = logits.shape[-1]
   labels = jnp.where(labels < 0, labels + num_classes, labels)
   hit = labels[..., None] == lax.broadcasted_iota(labels.dtype, logits.shape, logits.ndim - 1)
@@ -52,9 +49,8 @@ def label_logits(logits, labels):
 
 @jax.custom_vjp
 def softmax_cross_entropy(logits, labels):
-  """optax.softmax_cross_entropy_with_integer_labels, values and gradients bit for bit
-  (tests/integration/test_loss.py), with no gather forward and no scatter backward (XLA's
-  deterministic GPU mode sorts a scatter's indices)."""
+  """optax.softmax_cross_entropy_with_integer_labels bit for bit, values and gradients, with no
+  gather forward or scatter backward (XLA's deterministic GPU mode sorts a scatter's indices)."""
   return jax.nn.logsumexp(logits, axis=-1) - label_logits(logits, labels)
 
 
@@ -121,23 +117,14 @@ def train_step(state, batch, seed, *, graphdef, tx, mask, task, mean, std, flip)
     )
   params, opt_state = run.masked_update(state['params'], grads, state['opt_state'], tx, mask)
   n = jnp.asarray(correct.shape[0], jnp.float32)
-  sums = {
-    'loss': state['sums']['loss'] + loss * n,
-    'correct': state['sums']['correct'] + correct.sum(),
-    'count': state['sums']['count'] + n,
-  }
-  return {
-    'params': params,
-    'batch_stats': batch_stats,
-    'opt_state': opt_state,
-    'step': state['step'] + 1,
-    'sums': sums,
-  }
+  batch_sums = {'loss': loss * n, 'correct': correct.sum(), 'count': n}
+  sums = jax.tree.map(operator.add, state['sums'], batch_sums)
+  step = state['step'] + 1
+  return dict(params=params, batch_stats=batch_stats, opt_state=opt_state, step=step, sums=sums)
 
 
 def eval_logits(graphdef, state, seed, images, mean, std):
-  """Eval-mode logits of uint8 `images` for `state` ({'params', 'batch_stats', 'step'} at least),
-  in the noise of (seed, the state's step, 'eval'): one key for a whole evaluation."""
+  """Eval-mode logits of uint8 `images` in the noise of (seed, the state's step, 'eval')."""
   model = nnx.merge(graphdef, state['params'], state['batch_stats'])
   model.eval()
   with ops.noise_scope(ops.step_noise_key(seed, state['step'], 'eval')):
@@ -145,9 +132,8 @@ def eval_logits(graphdef, state, seed, images, mean, std):
 
 
 def example_outputs(logits, labels, task):
-  """Per-example outputs of eval-mode f32 `logits`: classification, the predicted class (argmax,
-  as loss_and_correct counts it) and the softmax probability of it and of the label; multilabel,
-  each label's predicted bit (logit > 0) and sigmoid probability."""
+  """Per-example outputs: the predicted class and the softmax probability of it and of the label
+  (multilabel: each label's predicted bit and sigmoid probability)."""
   logits = logits.astype(jnp.float32)
   if task == 'multilabel':
     return {'predicted': (logits > 0).astype(jnp.int8), 'probability': jax.nn.sigmoid(logits)}
@@ -165,17 +151,13 @@ def eval_step(state, batch, totals, seed, *, graphdef, task, mean, std):
   logits = eval_logits(graphdef, state, seed, batch['image'], mean, std)
   loss, correct = loss_and_correct(logits, batch['label'], task)
   mask = batch['mask']
-  totals = {
-    'loss': totals['loss'] + (loss * mask).sum(),
-    'correct': totals['correct'] + (correct * mask).sum(),
-    'count': totals['count'] + mask.sum(),
-  }
+  batch_sums = {'loss': (loss * mask).sum(), 'correct': (correct * mask).sum(), 'count': mask.sum()}
+  totals = jax.tree.map(operator.add, totals, batch_sums)
   return totals, example_outputs(logits, batch['label'], task)
 
 
 def all_finite(bad, state):
-  """(first non-finite step, what) kept on device: `what` 1 = the training loss, 2 = the
-  parameters or BatchNorm statistics (non-finite gradients reach the parameters)."""
+  """[first non-finite step, what] kept on device: what 1 = the training loss, 2 = the state."""
   loss_ok = jnp.isfinite(state['sums']['loss'])
   leaves = jax.tree.leaves((state['params'], state['batch_stats']))
   state_ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
@@ -186,7 +168,7 @@ def all_finite(bad, state):
 
 def make_train_step(mesh, graphdef, tx, mask, task, mean, std, flip, seed, config=None):
   """jit(state, batch) -> state: the state replicated and donated, the batch sharded, the seed
-  bound (run.jit_step); with `config`, under its matmul precision."""
+  bound; with `config`, under its matmul precision."""
   replicated, sharded = run.shardings(mesh)
   fn = functools.partial(
     train_step,
@@ -202,8 +184,7 @@ def make_train_step(mesh, graphdef, tx, mask, task, mean, std, flip, seed, confi
 
 
 def make_eval_step(mesh, graphdef, task, mean, std, seed, config=None):
-  """jit(state, batch, totals) -> (totals, outputs), the outputs replicated (an all-gather: every
-  process reads the whole batch's)."""
+  """jit(state, batch, totals) -> (totals, outputs), the outputs replicated to every process."""
   replicated, sharded = run.shardings(mesh)
   fn = functools.partial(
     eval_step, graphdef=graphdef, task=task, mean=jnp.asarray(mean), std=jnp.asarray(std)
@@ -218,8 +199,7 @@ def initial_state(ctx, model):
 
 
 def abstract_state(ctx):
-  """`initial_state`'s shapes, dtypes and sharding, without initialising any weight: what a step
-  is lowered and compiled for on devices that hold no data."""
+  """`initial_state`'s shapes, dtypes and sharding, without initialising a weight."""
 
   def state():
     model = run.create_model(ctx.config, ctx.dataset, jax.random.key(0))
@@ -229,9 +209,8 @@ def abstract_state(ctx):
 
 
 def enter_phase(ctx, state, phase, step):
-  """(state, jitted train step) of `phase` entered at global `step` (its start, or a resume's): at
-  the start of a later phase with optim.schedule 'per_phase' the optimizer state is made afresh (the
-  reference's new AdamW at the unfreeze)."""
+  """(state, jitted train step) of `phase` entered at `step`; a later phase's start under
+  'per_phase' gets a fresh optimizer state (the reference's new AdamW at the unfreeze)."""
   config = ctx.config
   tx = run.optimizer(ctx, phase)
   if step == phase.start > 0 and config.optim.schedule == 'per_phase':
@@ -240,7 +219,6 @@ def enter_phase(ctx, state, phase, step):
   mask = run.trainable_mask(
     state['params'], phase.frozen, config.model.reinit, ctx.model_module.PARTS
   )
-  seed = ctx.data_seed
   step_fn = make_train_step(
     ctx.mesh,
     ctx.graphdef,
@@ -250,7 +228,7 @@ def enter_phase(ctx, state, phase, step):
     ctx.mean,
     ctx.std,
     config.data.flip,
-    seed,
+    ctx.data_seed,
     config,
   )
   batch = run.abstract_batch(ctx, ctx.dataset.train, config.batch_size)
@@ -259,8 +237,8 @@ def enter_phase(ctx, state, phase, step):
 
 def eval_fn(ctx, state):
   """The jitted evaluation step for states like `state`."""
-  seed = ctx.data_seed
-  fn = make_eval_step(ctx.mesh, ctx.graphdef, ctx.dataset.task, ctx.mean, ctx.std, seed, ctx.config)
+  task, seed = ctx.dataset.task, ctx.data_seed
+  fn = make_eval_step(ctx.mesh, ctx.graphdef, task, ctx.mean, ctx.std, seed, ctx.config)
   batch = run.abstract_batch(ctx, ctx.dataset.test, run.eval_batch(ctx), mask=True)
   return process.precompile(
     fn, checkpoint.abstract(state), batch, checkpoint.abstract(state['sums'])
@@ -268,16 +246,11 @@ def eval_fn(ctx, state):
 
 
 def evaluate(ctx, step_fn, state):
-  """(metrics, predictions): top-1 accuracy (or mean per-label accuracy) and loss over every test
-  example, and the per-example predictions in test-set order (runrecord/predictions.py), fetched
-  once at the end; batches put on the devices `data.prefetch` ahead on a thread."""
+  """(metrics, predictions) over every test example, the predictions in test-set order."""
   totals = run.zero_sums(ctx.mesh)
-  batches = (
-    batching.to_global(batch, ctx.sharded)
-    for batch in batching.eval_batches(
-      ctx.dataset.test, run.eval_batch(ctx), jax.process_index(), jax.process_count()
-    )
-  )
+  where = (jax.process_index(), jax.process_count())
+  host_batches = batching.eval_batches(ctx.dataset.test, run.eval_batch(ctx), *where)
+  batches = (batching.to_global(batch, ctx.sharded) for batch in host_batches)
   outputs = []
   for batch in batching.prefetch(batches, ctx.config.data.prefetch):
     totals, batch_outputs = step_fn(state, batch, totals)
@@ -292,50 +265,13 @@ def evaluate(ctx, step_fn, state):
 
 
 def watch(ctx, state):
-  """(jitted non-finite watch, its initial value): run after every train step, `bad` is [first bad
-  step, what] on device ([-1, 0] while all is finite), read by the host at sync points only."""
+  """(jitted non-finite watch, its initial value [-1, 0]), read by the host at sync points only."""
   # Not donated: the loop keeps the last few as markers of its steps in flight (process.InFlight).
   fn = jax.jit(
     all_finite, in_shardings=(ctx.replicated, ctx.replicated), out_shardings=ctx.replicated
   )
   bad = jax.device_put(np.array([-1, 0], np.int32), ctx.replicated)
   return process.precompile(fn, checkpoint.abstract(bad), checkpoint.abstract(state)), bad
-
-
-@dataclasses.dataclass(frozen=True)
-class Due:
-  """What happens after a step: `check` non-finite values, `log`, end the epoch (`epoch`),
-  `evaluate` at that epoch's end, `save` a checkpoint."""
-
-  check: bool
-  log: bool
-  epoch: bool
-  evaluate: bool
-  save: bool
-
-
-def due(ctx, step):
-  """What the loop does after global step `step` (1-based count of steps done): the one rule for
-  the log, epoch, evaluation and checkpoint cadence (big_vision's `itstime` in spirit)."""
-  c = ctx.config
-  epoch, in_epoch = divmod(step, ctx.per_epoch)
-  epoch_end = in_epoch == 0
-  log = step % c.log_every_steps == 0 or epoch_end
-  save = bool(c.checkpoint_every_steps and step % c.checkpoint_every_steps == 0)
-  evaluate_now = epoch_end and (epoch % c.eval_every_epochs == 0 or epoch == c.num_epochs)
-  return Due(
-    check=log or save, log=log, epoch=epoch_end, evaluate=evaluate_now, save=save or epoch_end
-  )
-
-
-def versions():
-  out = {}
-  for name in VERSIONED_PACKAGES:
-    try:
-      out[name] = importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-      out[name] = None
-  return out
 
 
 def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False):
@@ -351,17 +287,12 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
     checkpoint.remove_created(created)
     raise
   is_writer = jax.process_index() == 0
+  facts, data = process.execution_facts(), record.data_facts(ctx.dataset)
   with checkpoint.WorkdirLock(workdir, enabled=is_writer):
     mngr = checkpoint.manager(workdir, config.keep_checkpoints)
     try:
       mngr = checkpoint.check_workdir_run(
-        mngr,
-        workdir,
-        config,
-        restart,
-        record.data_facts(ctx.dataset),
-        process.execution_facts(),
-        allow_layout_change,
+        mngr, workdir, config, restart, data, facts, allow_layout_change
       )
       with metrics.heartbeat(
         'Initialising the model (compiled once) and looking for a checkpoint to resume from'
@@ -375,18 +306,9 @@ def train_and_evaluate(config, workdir, restart=False, allow_layout_change=False
   return results
 
 
-@dataclasses.dataclass(frozen=True)
-class Outputs:
-  """Where a run reports: the files, the throughput and ETA clock, the console line."""
-
-  writers: Any
-  clock: metrics.ProgressClock
-  console: metrics.ConsoleWriter
-
-
 @dataclasses.dataclass
 class Progress:
-  """The loop's mutable state: the training state, the record, and what was last logged/saved."""
+  """The loop's mutable state: training state, record, what was last logged and saved, reporters."""
 
   state: Any
   results: dict
@@ -397,6 +319,8 @@ class Progress:
   saved: int = -1  # the step of the newest checkpoint written (or restored), -1 none
   start_time: float = dataclasses.field(default_factory=time.time)
   predictions: Any = None  # the last evaluation's, until the checkpoint of its step holds them
+  writers: Any = None  # metrics.create_writers
+  clock: Any = None  # metrics.ProgressClock
 
   def wall_time(self):
     return self.elapsed_before + time.time() - self.start_time
@@ -415,7 +339,7 @@ def _start(ctx, workdir, mngr):
     numerics = numerics_setup.describe(config)
   facts = process.execution_facts()
   results = record.new_record(
-    config, facts, numerics, record.data_facts(ctx.dataset), model_facts, versions()
+    config, facts, numerics, record.data_facts(ctx.dataset), model_facts, process.versions()
   )
   mngr, step, restored, saved = checkpoint.resume(
     mngr, workdir, checkpoint.abstract(state), config.keep_checkpoints
@@ -443,13 +367,9 @@ def _train(ctx, workdir, mngr, p, is_writer):
     jax.device_count(),
     jax.process_count(),
   )
-  timer = metrics.ProgressClock(ctx.total_steps, p.step)
+  p.clock = metrics.ProgressClock(ctx.total_steps, p.step)
   with metrics.heartbeat('Opening metrics.jsonl and TensorBoard, building the evaluation step'):
-    out = Outputs(
-      metrics.create_writers(workdir, is_writer, p.step, p.results['history']),
-      timer,
-      metrics.ConsoleWriter(ctx.total_steps, ctx.config.num_epochs, timer),
-    )
+    p.writers = metrics.create_writers(workdir, is_writer, p.step, p.results['history'])
     evaluation = eval_fn(ctx, p.state)
     watch_fn, bad = watch(ctx, p.state)
     device_feed = run.feed(ctx)
@@ -457,7 +377,7 @@ def _train(ctx, workdir, mngr, p, is_writer):
     logging.info(
       'Training split on every device: %.2f GiB each', batching.nbytes(ctx.dataset.train) / 2**30
     )
-  out.clock.compiles_ahead(len([f for f in ctx.phases if p.step < f.stop]))
+  p.clock.compiles_ahead(len([f for f in ctx.phases if p.step < f.stop]))
   in_flight = process.InFlight(process.STEPS_IN_FLIGHT)
   with process.StopRequests() as stops:
     for phase in ctx.phases:
@@ -468,52 +388,47 @@ def _train(ctx, workdir, mngr, p, is_writer):
       logging.info('Phase %s: steps %d-%d%s', phase.name, phase.start, phase.stop, frozen)
       entered = p.step
       for batch in run.batches(ctx, p.step, phase.stop, device_feed):
-        _stop_if_asked(ctx, mngr, out, p, bad, stops)  # the boundary before step p.step + 1
-        if p.step == entered:
-          with metrics.heartbeat(f'Compiling the training step of phase {phase.name} (once)'):
-            p.state = step_fn(p.state, batch)  # the first call compiles (seconds to minutes)
-        else:
-          p.state = step_fn(p.state, batch)
+        _stop_if_asked(ctx, mngr, p, bad, stops)  # the boundary before step p.step + 1
+        compiling = f'Compiling the training step of phase {phase.name} (once)'
+        with metrics.heartbeat(compiling) if p.step == entered else contextlib.nullcontext():
+          p.state = step_fn(p.state, batch)  # the first call compiles (seconds to minutes)
         bad = watch_fn(bad, p.state)
         p.step += 1
         in_flight.dispatched(bad)  # the host stays at most STEPS_IN_FLIGHT steps ahead
         if p.step == entered + 1:
-          out.clock.compiled(entered)  # the phase's first call compiled its step function
-        _after_step(ctx, mngr, out, p, bad, evaluation)
+          p.clock.compiled(entered)  # the phase's first call compiled its step function
+        _after_step(ctx, mngr, p, bad, evaluation)
     checkpoint.wait(mngr, p.step)  # a signal now changes nothing: the run is complete
-  out.writers.close()
+  p.writers.close()
   final = metrics.percent(p.results['final']['test_accuracy'])
   logging.info('Done: test_accuracy %s, %s', final, session_times(p))
   return p.results
 
 
 def session_times(p):
-  """'12.3 s' for a run trained in one session; 'this session 12.3 s, all sessions 157.7 s' for a
-  resumed one (its wall_time_s counts every session)."""
+  """'12.3 s' for a run trained in one session; 'this session 12.3 s, all sessions 157.7 s'."""
   if not p.elapsed_before:
     return f'{p.wall_time():.1f} s'
   return f'this session {time.time() - p.start_time:.1f} s, all sessions {p.wall_time():.1f} s'
 
 
-def _after_step(ctx, mngr, out, p, bad, evaluation):
-  """Whatever is due after step `p.step`: the non-finite check, log, epoch end and evaluation,
-  checkpoint."""
-  now = due(ctx, p.step)
+def _after_step(ctx, mngr, p, bad, evaluation):
+  """Whatever is due after step `p.step`: non-finite check, log, epoch end, checkpoint."""
+  now = run.due(ctx, p.step)
   if now.check:
-    _ensure_finite(ctx, mngr, out, p, bad)
+    _ensure_finite(ctx, mngr, p, bad)
   if now.log:
-    _log(ctx, out, p)
+    _log(ctx, p)
   if now.epoch:
-    _end_epoch(ctx, out, p, evaluation, now.evaluate)
+    _end_epoch(ctx, p, evaluation, now.evaluate)
   if now.save:
-    with out.clock.paused():  # not training time (images/s)
+    with p.clock.paused():  # not training time (images/s)
       _checkpoint(ctx, mngr, p, 'completed' if p.step == ctx.total_steps else 'running')
 
 
-def _stop_if_asked(ctx, mngr, out, p, bad, stops):
-  """At the boundary before step `p.step + 1` is dispatched: if a signal asked for a stop (every
-  process agreeing), save step `p.step` (unless its checkpoint is written) and raise Stopped."""
-  signum = stops.agreed(due(ctx, p.step).check)
+def _stop_if_asked(ctx, mngr, p, bad, stops):
+  """Before step `p.step + 1`: on a signal every process agrees on, save step `p.step` and stop."""
+  signum = stops.agreed(run.due(ctx, p.step).check)
   if not signum:
     return
   if p.step == 0:  # nothing trained yet: nothing to save
@@ -524,29 +439,25 @@ def _stop_if_asked(ctx, mngr, out, p, bad, stops):
     p.step,
   )
   if p.saved != p.step:
-    _ensure_finite(ctx, mngr, out, p, bad)
-    with out.clock.paused():
+    _ensure_finite(ctx, mngr, p, bad)
+    with p.clock.paused():
       _checkpoint(ctx, mngr, p)
   checkpoint.wait(mngr, p.step)
-  out.writers.close()
+  p.writers.close()
   raise process.Stopped(signum, p.step)
 
 
 def _checkpoint(ctx, mngr, p, status='running'):
-  p.results.update(
-    status=status,
-    step=p.step,
-    total_steps=ctx.total_steps,
-    wall_time_s=p.wall_time(),
-    log_sums={k: float(v) for k, v in p.last_logged.items()},
-  )
+  log_sums = {k: float(v) for k, v in p.last_logged.items()}
+  p.results.update(status=status, step=p.step, total_steps=ctx.total_steps, log_sums=log_sums)
+  p.results['wall_time_s'] = p.wall_time()
   rules.end_segment(p.results, p.step)
   checkpoint.save(mngr, p.step, p.results, p.state, p.predictions)
   p.predictions = None
   p.last_finite = p.saved = p.step
 
 
-def _ensure_finite(ctx, mngr, out, p, bad):
+def _ensure_finite(ctx, mngr, p, bad):
   """At sync points only: stop the run if any step so far produced a non-finite value."""
   bad_step, what = (int(v) for v in jax.device_get(bad))
   if bad_step < 0:
@@ -557,26 +468,20 @@ def _ensure_finite(ctx, mngr, out, p, bad):
     f'{(bad_step - 1) // ctx.per_epoch + 1}); the last finite state is checkpoint step '
     f'{p.last_finite}'
   )
-  p.results.update(
-    status='failed',
-    reason=reason,
-    failed_step=bad_step,
-    step=p.step,
-    total_steps=ctx.total_steps,
-    wall_time_s=p.wall_time(),
-  )
+  p.results.update(status='failed', reason=reason, failed_step=bad_step, step=p.step)
+  p.results.update(total_steps=ctx.total_steps, wall_time_s=p.wall_time())
   p.results.pop('state_digest', None)  # this step saves no state
   checkpoint.save(mngr, p.step, p.results)  # results only: the state is not finite
   checkpoint.wait(mngr, p.step)
-  out.writers.close()
+  p.writers.close()
   raise TrainingFailed(reason)
 
 
-def _log(ctx, out, p):
+def _log(ctx, p):
   """The training loss and accuracy since the last log: console, metrics.jsonl, TensorBoard."""
   config, step = ctx.config, p.step
   sums = jax.device_get(p.state['sums'])
-  images_per_sec, eta = out.clock.throughput(step, config.batch_size)
+  images_per_sec, eta = p.clock.throughput(step, config.batch_size)
   count = max(sums['count'] - p.last_logged['count'], 1.0)
   loss = (sums['loss'] - p.last_logged['loss']) / count
   accuracy = (sums['correct'] - p.last_logged['correct']) / count
@@ -590,11 +495,11 @@ def _log(ctx, out, p):
     'learning_rate': run.learning_rate(config, ctx.per_epoch, ctx.phases, step - 1),
     'images_per_sec': images_per_sec,
   }
-  out.console.write_scalars(step, {**entry, 'eta_s': eta})
-  out.writers.write_scalars(step, entry)
+  metrics.console_line(entry, eta, ctx.total_steps, config.num_epochs, p.clock.ahead)
+  p.writers.write_scalars(step, entry)
 
 
-def _end_epoch(ctx, out, p, evaluation, evaluate_now):
+def _end_epoch(ctx, p, evaluation, evaluate_now):
   """The epoch's record (training sums, and the evaluation when due); sums reset on device."""
   epoch = p.step // ctx.per_epoch
   sums = jax.device_get(p.state['sums'])
@@ -606,12 +511,12 @@ def _end_epoch(ctx, out, p, evaluation, evaluate_now):
     'train_accuracy': float(sums['correct'] / sums['count']),
   }
   if evaluate_now:
-    first = out.clock.first_evaluation  # it compiles the evaluation step first
+    first = p.clock.first_evaluation  # it compiles the evaluation step first
     beat = metrics.heartbeat('Compiling the evaluation step and evaluating')
-    with out.clock.paused(), beat if first else contextlib.nullcontext():
+    with p.clock.paused(), beat if first else contextlib.nullcontext():
       scores, p.predictions = evaluate(ctx, evaluation, p.state)
       entry.update(scores)
-    out.clock.evaluated(p.step)
+    p.clock.evaluated(p.step)
     logging.info(
       'epoch %d: test_accuracy %s test_loss %.4f train_loss %.4f',
       epoch,
@@ -620,7 +525,7 @@ def _end_epoch(ctx, out, p, evaluation, evaluate_now):
       entry['train_loss'],
     )
   entry['wall_time_s'] = p.wall_time()
-  out.writers.write_scalars(entry['step'], entry)
+  p.writers.write_scalars(entry['step'], entry)
   p.results['history'].append({k: v for k, v in entry.items() if k != 'kind'})
   p.state['sums'] = run.zero_sums(ctx.mesh)
   p.last_logged = _floats(run.ZERO_SUMS)

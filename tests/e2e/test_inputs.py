@@ -245,7 +245,6 @@ def test_eta_says_compiles_are_still_to_come(caplog):
   """Before: 'ETA 0:00:02' from the frozen phase's steps, then a 30 s compile of the next."""
   caplog.set_level('INFO')
   timer = metrics.ProgressClock(100)
-  console = metrics.ConsoleWriter(100, 4, timer)
   timer.compiles_ahead(2)  # two phases ahead, and the first evaluation: 3 compiles
   timer.compiled(0)
   line = {
@@ -257,14 +256,16 @@ def test_eta_says_compiles_are_still_to_come(caplog):
     'learning_rate': 1e-3,
   }
   images_per_sec, eta = timer.throughput(5, 64)
-  console.write_scalars(5, {**line, 'images_per_sec': images_per_sec, 'eta_s': eta})
+  metrics.console_line({**line, 'images_per_sec': images_per_sec}, eta, 100, 4, timer.ahead)
   assert 'step 5/100 (epoch 1/4) loss 1.0000 acc 50.00 %' in caplog.text
   assert '+ 2 compile(s) to come' in caplog.text
   timer.compiled(10)
   timer.evaluated(20)
   caplog.clear()
   images_per_sec, eta = timer.throughput(30, 64)
-  console.write_scalars(30, {**line, 'step': 30, 'images_per_sec': images_per_sec, 'eta_s': eta})
+  metrics.console_line(
+    {**line, 'step': 30, 'images_per_sec': images_per_sec}, eta, 100, 4, timer.ahead
+  )
   assert 'ETA' in caplog.text and 'to come' not in caplog.text
 
 

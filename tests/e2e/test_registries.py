@@ -15,36 +15,39 @@ from numerics import formats, ops
 from runrecord import record
 from tests.conftest import ROOT
 from tests.support.faults_common import (
-  EVERY,
   TRAIN,
   last_line,
   metric_records,
   run_train,
-  smoke_config,
   without_wall_time,
 )
 from trainer import checkpoint, run, train
 
-RESNET50 = ['--config=configs/digits.py:smoke,model.name=resnet50']
+# One device, one phase, one epoch (22 steps), checkpoints only where a run stops or ends: one
+# training step compiled, shared by the three runs through the persistent compilation cache.
+RESNET50 = 'configs/digits.py:smoke,model.name=resnet50,num_epochs=1,optim.freeze_epochs=0'
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(600)
 def test_resnet50_trains_checkpoints_and_resumes_bit_identically(tmp_path, subprocess_env):
-  """`python train.py --config=configs/digits.py:smoke,model.name=resnet50 --workdir=W`: stopped by
-  SIGTERM during step 13, the same command again resumes and ends bit-identical to a run that was
+  """`python train.py --config=configs/digits.py:smoke,model.name=resnet50,... --workdir=W`: stopped
+  by SIGTERM during step 7, the same command again resumes and ends bit-identical to a run that was
   never stopped (results record and metrics.jsonl)."""
-  ref_dir = tmp_path / 'reference'
-  ref = train.train_and_evaluate(smoke_config(**{'model.name': 'resnet50'}), str(ref_dir))
+  env = {**subprocess_env, 'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
+  ref_dir, workdir = tmp_path / 'reference', tmp_path / 'w'
+  args = [f'--config={RESNET50}', '--config.checkpoint_every_steps=0']
+  proc = run_train(args + [f'--workdir={ref_dir}'], env, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  ref = record.read_results(str(ref_dir))
   assert ref['status'] == 'completed' and ref['config']['model']['name'] == 'resnet50'
-  assert ref['numerics']['effective']['platform'] == 'cpu'
-  workdir = tmp_path / 'w'
-  args = RESNET50 + [f'--config.checkpoint_every_steps={EVERY}', f'--workdir={workdir}']
-  proc = run_train(args, subprocess_env, fault='term@step:13', timeout=600)
+  assert ref['platform'] == 'cpu' and ref['num_devices'] == 1 and ref['step'] == 22
+  args.append(f'--workdir={workdir}')
+  proc = run_train(args, env, fault='term@step:7', timeout=300)
   assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]
-  assert last_line(proc.stderr)[0].startswith('stopped: SIGTERM received: stopped after step 13')
-  assert record.read_results(str(workdir))['step'] == 13
-  proc = run_train(args, subprocess_env, timeout=600)
-  assert proc.returncode == 0 and 'at step 13' in proc.stderr, proc.stderr[-3000:]
+  assert last_line(proc.stderr)[0].startswith('stopped: SIGTERM received: stopped after step 7')
+  assert record.read_results(str(workdir))['step'] == 7
+  proc = run_train(args, env, timeout=300)
+  assert proc.returncode == 0 and 'at step 7' in proc.stderr, proc.stderr[-3000:]
   assert without_wall_time(record.read_results(str(workdir))) == without_wall_time(ref)
   assert metric_records(workdir) == metric_records(ref_dir)
 

@@ -58,16 +58,16 @@ def install(spec, patch=setattr):
     return
   after_step, save, end_epoch = train._after_step, record.save, train._end_epoch
 
-  def faulty_after_step(ctx, mngr, reporter, p, *args):
+  def faulty_after_step(ctx, mngr, p, *args):
     fire(faults, 'step', p.step)
-    return after_step(ctx, mngr, reporter, p, *args)
+    return after_step(ctx, mngr, p, *args)
 
   def faulty_save(mngr, step, results, state=None, extra=None):
     fire(faults, 'save', step, ('enospc',))
     save(mngr, step, results, state, extra)
     fire(faults, 'save', step, tuple(SIGNALS))
 
-  def faulty_end_epoch(ctx, reporter, p, eval_fn, evaluate_now):
+  def faulty_end_epoch(ctx, p, eval_fn, evaluate_now):
     epoch = p.step // ctx.per_epoch
 
     def faulty_eval(*args):
@@ -75,7 +75,7 @@ def install(spec, patch=setattr):
       fire(faults, 'eval', epoch)
       return out
 
-    return end_epoch(ctx, reporter, p, faulty_eval, evaluate_now)
+    return end_epoch(ctx, p, faulty_eval, evaluate_now)
 
   patch(train, '_after_step', faulty_after_step)
   patch(record, 'save', faulty_save)
