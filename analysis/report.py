@@ -1,10 +1,5 @@
-"""The report's words: the one-page answer (the question, the answer in one sentence, the platforms
-and their software, each platform gap's decomposition and why its verdict, the declared contrasts
-against the noise floor and the margin), the setup, why each comparison got its verdict with its
-power, every table (Markdown, booktabs LaTeX a paper can \\input), and the attribution's report.
-Numbers and verdicts come from analyse.study_analysis; nothing is judged here.
-Reference: docs/statistics.md "Report and figures".
-"""
+"""The report's words: the one-page answer, the setup, why each verdict, every table (Markdown and
+booktabs LaTeX) and the attribution's report; nothing is judged here (docs/statistics.md)."""
 
 import collections
 import math
@@ -20,7 +15,7 @@ def num(x, digits=2):
   """A table number: fixed digits, small p-values as '<0.001', missing as '–'."""
   if x is None or (isinstance(x, float) and math.isnan(x)):
     return '–'
-  if isinstance(x, (bool,)) or not isinstance(x, (int, float)):
+  if isinstance(x, bool) or not isinstance(x, (int, float)):
     return str(x)
   return f'{x:.{digits}f}'
 
@@ -32,11 +27,6 @@ def pval(p):
   return '<0.001' if p < 0.001 else f'{p:.3f}'
 
 
-def det_text(det, why):
-  """'yes' / 'no (why)' / 'unknown (why)' for the arm table."""
-  return 'yes' if det is True else f'{"no" if det is False else "unknown"} ({why})'
-
-
 def display_arms(out):
   """The per-arm table as strings, for Markdown/LaTeX (with the short label when declared)."""
   unit = ' (%)' if out.scale == 100 else ''
@@ -44,7 +34,7 @@ def display_arms(out):
   short = dict(zip(info['arm'], info['label'], strict=True)) if info is not None else {}
   several = info is not None and info['platform'].nunique() > 1
   platform = dict(zip(info['arm'], info['platform'], strict=True)) if several else {}
-  rows = [
+  return [
     {
       **({'platform': platform[r['arm']]} if several else {}),
       'arm': short.get(r['arm'], r['arm']),
@@ -55,12 +45,13 @@ def display_arms(out):
       '95% CI': f'[{num(r["ci_low"])}, {num(r["ci_high"])}]',
       'CI method': r['ci_method'],
       'within-seed sd': (f'{num(r["within_sd"])} (df {r["within_df"]})' if r['within_df'] else '–'),
-      'deterministic': det_text(r['deterministic'], r['determinism']),
+      'deterministic': {True: 'yes', False: f'no ({r["determinism"]})'}.get(
+        r['deterministic'], f'unknown ({r["determinism"]})'
+      ),
       **({'seeds': r['seeds']} if not short else {}),
     }
     for _, r in out.arms.iterrows()
   ]
-  return rows
 
 
 def display_pairs(pairs, unit):
@@ -78,51 +69,30 @@ def display_pairs(pairs, unit):
 
   rows = []
   for _, r in pairs.iterrows():
+    row = {
+      'A': r['arm_a'],
+      'B': r['arm_b'],
+      'verdict': r['verdict'],
+      f'Δ A−B ({unit})': num(r['diff']),
+      '95% CI': ci(r, 'ci95_low', 'ci95_high'),
+      '90% CI': ci(r, 'ci90_low', 'ci90_high'),
+    }
+    tests = {
+      'equiv. (Holm TOST)': eq(r),
+      'TOST p': both(r, 'tost'),
+      'Welch p': both(r, 'welch'),
+      'paired p': both(r, 'paired') if r['paired'] else '–',
+      'rank test p (method)': (
+        f'{r["rank_test"]} {both(r, "rank")}, '
+        f'{r["signed_rank_method"] if r["paired"] else r["mw_method"]}'
+      ),
+      'effect size': f'd_z {num(r["d_z"])}' if r['paired'] else f"Hedges' g {num(r['hedges_g'])}",
+    }
     if r['verdict'] == 'identical arithmetic':  # reported, not tested: no test column filled
-      rows.append(untested_row(r, unit))
-      continue
-    rows.append(
-      {
-        'A': r['arm_a'],
-        'B': r['arm_b'],
-        'verdict': r['verdict'],
-        f'Δ A−B ({unit})': num(r['diff']),
-        '95% CI': f'[{num(r["ci95_low"])}, {num(r["ci95_high"])}]',
-        '90% CI': f'[{num(r["ci90_low"])}, {num(r["ci90_high"])}]',
-        'equiv. (Holm TOST)': eq(r),
-        'TOST p': both(r, 'tost'),
-        'Welch p': both(r, 'welch'),
-        'paired p': both(r, 'paired') if r['paired'] else '–',
-        'rank test p (method)': (
-          f'{r["rank_test"]} {both(r, "rank")}, '
-          f'{r["signed_rank_method"] if r["paired"] else r["mw_method"]}'
-        ),
-        'effect size': (
-          f'd_z {num(r["d_z"])}' if r['paired'] else f"Hedges' g {num(r['hedges_g'])}"
-        ),
-        'seeds 80% (Δ/eq.)': f'{r["n80_diff"]}/{r["n80_equiv"]}',
-      }
-    )
+      tests = dict.fromkeys(tests, 'not tested')
+    seeds = '–' if r['verdict'] == 'identical arithmetic' else f'{r["n80_diff"]}/{r["n80_equiv"]}'
+    rows.append({**row, **tests, 'seeds 80% (Δ/eq.)': seeds})
   return rows
-
-
-def untested_row(r, unit):
-  """display_pairs' row of an identical-arithmetic pair: Δ and its CIs, every test 'not tested'."""
-  return {
-    'A': r['arm_a'],
-    'B': r['arm_b'],
-    'verdict': r['verdict'],
-    f'Δ A−B ({unit})': num(r['diff']),
-    '95% CI': f'[{num(r["ci95_low"])}, {num(r["ci95_high"])}]',
-    '90% CI': f'[{num(r["ci90_low"])}, {num(r["ci90_high"])}]',
-    'equiv. (Holm TOST)': 'not tested',
-    'TOST p': 'not tested',
-    'Welch p': 'not tested',
-    'paired p': 'not tested',
-    'rank test p (method)': 'not tested',
-    'effect size': 'not tested',
-    'seeds 80% (Δ/eq.)': '–',
-  }
 
 
 def markdown(rows):
@@ -130,12 +100,8 @@ def markdown(rows):
   if not rows:
     return '(none)\n'
   cols = list(rows[0])
-
-  def esc(s):
-    return str(s).replace('|', '\\|')
-
   lines = ['| ' + ' | '.join(cols) + ' |', '|' + '|'.join('---' for _ in cols) + '|']
-  lines += ['| ' + ' | '.join(esc(r[c]) for c in cols) + ' |' for r in rows]
+  lines += ['| ' + ' | '.join(str(r[c]).replace('|', '\\|') for c in cols) + ' |' for r in rows]
   return '\n'.join(lines) + '\n'
 
 
@@ -171,8 +137,7 @@ def numeric_cell(text):
 
 
 def latex(rows, caption, label=None):
-  """A booktabs LaTeX table (needs \\usepackage{booktabs}) from a list of dicts of strings; columns
-  of numbers right-aligned, text left-aligned."""
+  """A booktabs LaTeX table (\\usepackage{booktabs}): number columns right-aligned, text left."""
   if not rows:
     return f'% {caption}: none\n'
   cols = list(rows[0])
@@ -258,6 +223,21 @@ def interval(low, high):
   return '' if low != low else f'[{signed(low)}, {signed(high)}]'
 
 
+def pair_name(d):
+  """'gpu − cpu': a decomposition's platform pair as the report writes it."""
+  return d.gap.replace(' - ', ' − ')
+
+
+def ci95(e):
+  """The 95% interval of an attribution.Estimate, signed."""
+  return interval(e.ci_low, e.ci_high)
+
+
+def ci90(t):
+  """The 90% interval of an attribution.Tost, signed."""
+  return interval(t.ci90_low, t.ci90_high)
+
+
 def ci(r, low='ci_low', high='ci_high'):
   return f'[{num(r[low])}, {num(r[high])}]'
 
@@ -281,7 +261,7 @@ def component_rows(table, gap_label, unit, margin):
 
 
 def numerics_state(d):
-  n = interval(d.N.ci_low, d.N.ci_high)
+  n = ci95(d.N)
   if not d.N_estimable:
     return 'the numerics part is not estimable from the arms run'
   where = (
@@ -304,8 +284,7 @@ def interaction_state(d):
   a, b = d.platforms
   return (
     f'the numerics part differs between the platforms (N_A − N_B '
-    f'{signed(d.N_interaction.estimate)} '
-    f'{interval(d.N_interaction.ci_low, d.N_interaction.ci_high)}: '
+    f'{signed(d.N_interaction.estimate)} {ci95(d.N_interaction)}: '
     f'{signed(d.N_A.estimate)} on {a}, {signed(d.N_B.estimate)} on {b}; N is their mean)'
   )
 
@@ -313,35 +292,27 @@ def interaction_state(d):
 def carriers(d):
   """What carries the residual R = fid_A − fid_B + P, in words."""
   (a, b), (ea, eb) = d.platforms, d.profiles
-  parts = (
-    ('fid_A', 1, f"{ea} not reproducing {a}'s native arithmetic on {a} (fid_A"),
-    ('fid_B', -1, f"{eb} not reproducing {b}'s native arithmetic on {b} (−fid_B"),
-    ('P', 1, 'the platforms under the same emulated arithmetic (P'),
-  )
-
-  def text(key, sign, name):
-    c = getattr(d, key)
-    return (
-      f'{name} {signed(sign * c.estimate)} '
-      f'{interval(*sorted([sign * c.ci_low, sign * c.ci_high]))})'
+  parts = [
+    (c, sign, name)
+    for c, sign, name in (
+      (d.fid_A, 1, f"{ea} not reproducing {a}'s native arithmetic on {a} (fid_A"),
+      (d.fid_B, -1, f"{eb} not reproducing {b}'s native arithmetic on {b} (−fid_B"),
+      (d.P, 1, 'the platforms under the same emulated arithmetic (P'),
     )
-
-  def known(key):
-    return getattr(d, key).estimate == getattr(d, key).estimate
-
-  found = [
-    text(*p)
-    for p in parts
-    if known(p[0]) and attribution.shown(getattr(d, p[0]).ci_low, getattr(d, p[0]).ci_high)
+    if c.estimate == c.estimate
   ]
+
+  def text(c, sign, name):
+    low, high = sorted([sign * c.ci_low, sign * c.ci_high])
+    return f'{name} {signed(sign * c.estimate)} {interval(low, high)})'
+
+  found = [text(*p) for p in parts if attribution.shown(p[0].ci_low, p[0].ci_high)]
   if found:
     return 'carried by ' + ' and '.join(found)
-  if not any(known(p[0]) for p in parts):
+  if not parts:
     return ''
-  key, sign, name = max(
-    (p for p in parts if known(p[0])), key=lambda p: abs(getattr(d, p[0]).estimate)
-  )
-  return f'no part of it is shown; the largest is {text(key, sign, name)}'
+  largest = max(parts, key=lambda p: abs(p[0].estimate))
+  return f'no part of it is shown; the largest is {text(*largest)}'
 
 
 def residual_state(d, unit):
@@ -349,26 +320,17 @@ def residual_state(d, unit):
   carried = carriers(d)
   if d.flags.residual_equivalent:
     return (
-      f'the residual lies within ±{m:g} {unit} '
-      f'(90% CI {interval(d.R_tost.ci90_low, d.R_tost.ci90_high)}, '
-      f'TOST p {pval(d.R_tost.p)})'
+      f'the residual lies within ±{m:g} {unit} (90% CI {ci90(d.R_tost)}, TOST p {pval(d.R_tost.p)})'
     )
   if d.flags.residual_shown:
-    return f'a residual remains (95% CI {interval(d.R.ci_low, d.R.ci_high)} excludes 0)' + (
+    return f'a residual remains (95% CI {ci95(d.R)} excludes 0)' + (
       f', {carried}' if carried else ''
     )
   if not m:
     return 'the residual cannot be shown within a margin (none given)'
-  return (
-    f'the residual is neither shown nor within ±{m:g} {unit} (90% CI '
-    f'{interval(d.R_tost.ci90_low, d.R_tost.ci90_high)})' + (f'; {carried}' if carried else '')
+  return f'the residual is neither shown nor within ±{m:g} {unit} (90% CI {ci90(d.R_tost)})' + (
+    f'; {carried}' if carried else ''
   )
-
-
-def share_state(d):
-  if d.flags.share_reaches:
-    return f"the share's lower 95% bound reaches the minimum {d.min_share:g}"
-  return f"the share's lower 95% bound is below the minimum {d.min_share:g}"
 
 
 def holm_text(d):
@@ -394,17 +356,15 @@ def rank_text(d):
 
 def gap_state(d, unit):
   """Whether the gap is shown (paired t, with its Holm p over several pairs) and within ±m."""
-  m, k = d.margin, d.pairs_compared
-  g90 = interval(d.G_tost.ci90_low, d.G_tost.ci90_high)
-  g95 = interval(d.G.ci_low, d.G.ci_high)
+  m, g90 = d.margin, ci90(d.G_tost)
   holm = (
     f'; paired-t p {pval(d.G_p_holm)}{holm_text(d)}'
-    if k > 1
-    else ' includes 0'
-    if not d.flags.gap_shown
+    if d.pairs_compared > 1
     else ' excludes 0'
+    if d.flags.gap_shown
+    else ' includes 0'
   )
-  shown = f'shown (95% CI {g95}{holm})'
+  shown = f'shown (95% CI {ci95(d.G)}{holm})'
   if d.flags.gap_equivalent:
     within = (
       f'lies within ±{m:g} {unit} (90% CI {g90}, TOST p {pval(d.G_tost_p_holm)}{holm_text(d)})'
@@ -427,13 +387,12 @@ def why(d, unit):
     return text + ': a real gap, smaller than the margin'
   if d.verdict == 'no gap' or not d.flags.gap_shown:
     return text
-  text += f'; {numerics_state(d)}'
+  parts = [text, numerics_state(d)]
   if d.flags.numerics_shown:
-    text += f'; {share_state(d)}'
-  text += f'; {residual_state(d, unit)}'
-  inter = interaction_state(d)
-  text += f'; {inter}' if inter else ''
-  return text + (f' (open: {d.open})' if d.open else '')
+    reaches = 'reaches' if d.flags.share_reaches else 'is below'
+    parts.append(f"the share's lower 95% bound {reaches} the minimum {d.min_share:g}")
+  parts += [residual_state(d, unit), interaction_state(d)]
+  return '; '.join(p for p in parts if p) + (f' (open: {d.open})' if d.open else '')
 
 
 def share_line(d):
@@ -499,7 +458,7 @@ def decomposition_lines(d, table, unit):
   return [
     markdown(component_rows(table, d.gap, unit, d.margin)).rstrip('\n'),
     '',
-    f'**{d.gap.replace(" - ", " − ")}: {d.verdict}** — {why(d, unit)}.',
+    f'**{pair_name(d)}: {d.verdict}** — {why(d, unit)}.',
     f'Signed-rank p of the gap {pval(d.G_signed_rank_p)} ({d.G_signed_rank_method}); '
     f'd_z {num(d.G_d_z)}; seeds used {d.seeds} ({seeds}).',
     f'{share_line(d)}; {seeds_line(d, unit)}.',
@@ -593,7 +552,7 @@ def attribution_report(out):
 
 def pairs_line(out):
   """Which platform pairs are decomposed, where they came from and how they enter the tests."""
-  pairs = ', '.join(d.gap.replace(' - ', ' − ') for d in out.decomposition)
+  pairs = ', '.join(pair_name(d) for d in out.decomposition)
   source = {'compare': 'declared (compare)', '--compare': 'from --compare (exploratory)'}.get(
     out.compare_flag, 'every pair of the platforms run (none declared), tpu before gpu before cpu'
   )
@@ -721,27 +680,23 @@ def listed(names, most=4):
   return names[0] if len(names) == 1 else ', '.join(names[:-1]) + ' and ' + names[-1]
 
 
-def pairs_clause(out):
-  """Without declared contrasts: how the pairs of arms came out, counted."""
-  seen = out.pairs['verdict'].value_counts()
-  counts = ', '.join(f'{seen[v]} {v}' for v in stats.VERDICTS if v in seen)
-  metric = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
-  return (
-    f'{len(out.pairs)} pairs of arms compared on {metric} (no declared contrasts, Holm over '
-    f'{stats.family_size(out.pairs)}): {counts}'
-  )
+def metric_name(out):
+  """'test accuracy': the metric's last field, in words."""
+  return out.metric.rsplit('.', 1)[-1].replace('_', ' ')
 
 
 def settings_clause(out):
-  """Which settings changed the metric, by the contrasts' verdicts."""
-  table = out.contrasts if out.contrasts is not None else out.pairs
+  """Which settings changed the metric, by the contrasts' verdicts (every pair's, counted)."""
+  table, metric = judged(out), metric_name(out)
   if table is None or table.empty:
     return ''
   if out.contrasts is None:
-    return pairs_clause(out)
+    return (
+      f'{len(out.pairs)} pairs of arms compared on {metric} (no declared contrasts, Holm over '
+      f'{stats.family_size(out.pairs)}): {counts(out.pairs)}'
+    )
   several = 'platform' in table and table['platform'].nunique() > 1
   by = {v: [r for _, r in table.iterrows() if r['verdict'] == v] for v in set(table['verdict'])}
-  metric = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
   m, unit = f'±{out.margin:g} {out.unit}', out.unit
 
   def show(rows):
@@ -792,8 +747,8 @@ def gap_clause(out):
     return ''
   d = att.decomposition[0]
   return (
-    f'{d.gap.replace(" - ", " − ")}: {d.verdict} (G {signed(d.G.estimate)} '
-    f'{interval(d.G.ci_low, d.G.ci_high)} {out.unit} at ±{d.margin:g} {out.unit})'
+    f'{pair_name(d)}: {d.verdict} (G {signed(d.G.estimate)} {ci95(d.G)} {out.unit} at '
+    f'±{d.margin:g} {out.unit})'
   )
 
 
@@ -843,8 +798,7 @@ def compared(out):
 
 def question(out):
   """What the study asks, from its platform pairs (the first is the question) and runs."""
-  platforms = sorted(out.software.platforms)
-  metric = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
+  platforms, metric = sorted(out.software.platforms), metric_name(out)
   n = sorted(set(out.arms['n']))
   info = out.arm_info
   arms = info['label'].nunique() if info is not None else len(out.arms)
@@ -966,8 +920,7 @@ def contrast_rows(out, table):
 
 def contrast_lines(out):
   """The declared contrasts (or every pair without a declaration) with their verdicts."""
-  table = out.contrasts if out.contrasts is not None else out.pairs
-  unit, m = out.unit, out.margin
+  table, unit, m = judged(out), out.unit, out.margin
   if table is None or table.empty:
     return ['**Comparisons:** none (no two arms with n ≥ 2 each).']
   floors = ', '.join(f'{p} ±{f.half:.2f}' for p, f in out.noise.items())
@@ -1012,8 +965,8 @@ def seeds_used(d, declared):
   """'seeds 0–5' of a decomposition, or 'seeds 0 1 2 4 5 (5 of the 6 declared: 3 lacks a cell)'."""
   used = [str(s) for s in d.seed_list]
   text = f'seeds {seed_text(pd.Series(d.seed_list))}'
-  if declared and set(map(str, declared)) - set(used):
-    left = [str(s) for s in declared if str(s) not in used]
+  left = [str(s) for s in declared or [] if str(s) not in used]
+  if left:
     text += (
       f' ({len(used)} of the {len(declared)} declared: {", ".join(left)} '
       f'{"lacks" if len(left) == 1 else "lack"} a cell of the gap)'
@@ -1022,20 +975,17 @@ def seeds_used(d, declared):
 
 
 def headline(out):
-  """'gpu − cpu: no gap (G +0.26 [-0.22, +0.75] pp, seeds 0–5); 13 contrasts."""
-  parts = []
+  """'gpu − cpu: no gap (G +0.26 [-0.22, +0.75] pp, seeds 0–5); 13 contrasts tested: ...'."""
   declared = out.scope.declared_seeds if out.scope else None
-  for d in out.attribution.decomposition if out.attribution else []:
-    parts.append(
-      f'{d.gap.replace(" - ", " − ")}: **{d.verdict}** (G {signed(d.G.estimate)} '
-      f'{interval(d.G.ci_low, d.G.ci_high)} {out.unit}, {seeds_used(d, declared)})'
-    )
-  table = out.contrasts if out.contrasts is not None else out.pairs
+  parts = [
+    f'{pair_name(d)}: **{d.verdict}** (G {signed(d.G.estimate)} {ci95(d.G)} {out.unit}, '
+    f'{seeds_used(d, declared)})'
+    for d in (out.attribution.decomposition if out.attribution else [])
+  ]
+  table = judged(out)
   if table is not None and not table.empty:
-    seen = table['verdict'].value_counts()
     parts.append(
-      f'{stats.family_size(table)} contrasts tested: '
-      + ', '.join(f'{seen[v]} {v}' for v in stats.VERDICTS[1:] if v in seen)
+      f'{stats.family_size(table)} contrasts tested: {counts(table, stats.VERDICTS[1:])}'
     )
   return '; '.join(parts)
 
@@ -1052,8 +1002,8 @@ def scope_lines(out):
       '',
     ]
   lines = [f'**Exploratory** ({"; ".join(sc.deviations)}).']
-  if out.confirmatory is not None:
-    conf = out.confirmatory
+  conf = out.confirmatory
+  if conf is not None:
     pairs = conf.attribution.decomposition if conf.attribution else []
     which = (
       f' and platform pairs {declaration.pairs_text([d.platforms for d in pairs])}' if pairs else ''
@@ -1088,6 +1038,14 @@ def answer_lines(out):
   ]
 
 
+def variance_table(out):
+  """The variance split's rows of strings (variance_rows), None without a split."""
+  split = out.agreement.variance if out.agreement else None
+  if split is None or split.empty:
+    return None
+  return variance_rows(split, out.unit, stats.arm_short_labels(out))
+
+
 def latex_tables(out):
   """Booktabs tables a paper can \\input: gap decomposition, contrasts, software."""
   unit, parts = out.unit, []
@@ -1100,7 +1058,7 @@ def latex_tables(out):
         label='tab:gap-' + '-'.join(d.gap.replace(' - ', ' ').split()),
       )
     )
-  table = out.contrasts if out.contrasts is not None else out.pairs
+  table = judged(out)
   if table is not None and not table.empty:
     parts.append(
       latex(
@@ -1133,16 +1091,18 @@ def verdict_why(r, margin, unit, m):
       'not tested, outside the Holm family'
     )
   holm = f'Holm over {m} pair{"s" if m > 1 else ""}'
-  tost = f'TOST p = {pval(r["tost_p_holm"])} ({holm}; raw {pval(r["tost_p"])})'
-  test = f'{r["test"]} p = {pval(r["test_p_holm"])} ({holm}; raw {pval(r["test_p"])})'
+
+  def test(name, key):
+    return f'{name} p = {pval(r[key + "_p_holm"])} ({holm}; raw {pval(r[key + "_p"])})'
+
+  tost, shown, rank = test('TOST', 'tost'), test(r['test'], 'test'), test(r['rank_test'], 'rank')
   ci90 = f'90% CI [{signed(r["ci90_low"])}, {signed(r["ci90_high"])}] {unit}'
   ci95 = f'95% CI [{signed(r["ci95_low"])}, {signed(r["ci95_high"])}] {unit}'
   if r['equivalent']:
     why = f'{tost} < {stats.ALPHA:g}: the difference lies within ±{margin:g} {unit} ({ci90})'
     if r['different']:
-      why += f'; a nonzero difference is also detected ({test}, {ci95}), inside the margin'
+      why += f'; a nonzero difference is also detected ({shown}, {ci95}), inside the margin'
     return why
-  rank = f'{r["rank_test"]} p = {pval(r["rank_p_holm"])} ({holm}; raw {pval(r["rank_p"])})'
   if r['different']:
     also = (
       f'; on the {r["lattice"]:.3g}-{unit} lattice of the metric the {rank} agrees'
@@ -1150,7 +1110,7 @@ def verdict_why(r, margin, unit, m):
       else ''
     )
     return (
-      f'{test} < {stats.ALPHA:g} and its {ci95} excludes 0{also}; equivalence within '
+      f'{shown} < {stats.ALPHA:g} and its {ci95} excludes 0{also}; equivalence within '
       f'±{margin:g} {unit} not shown ({tost})'
     )
   low, high = r['ci90_low'] <= -margin, r['ci90_high'] >= margin
@@ -1163,7 +1123,7 @@ def verdict_why(r, margin, unit, m):
       f'the {ci90} lies inside ±{margin:g} {unit}, but the Holm-adjusted TOST p is not '
       f'below {stats.ALPHA:g}'
     )
-  return f'neither shown: {tost}; {test}; {rank}; {where}'
+  return f'neither shown: {tost}; {shown}; {rank}; {where}'
 
 
 def power_line(r, margin, unit):
@@ -1179,37 +1139,32 @@ def power_line(r, margin, unit):
 
 
 def judged(out):
-  """(the table the report judges: declared contrasts, else every pair; its row names)."""
-  if out.contrasts is not None:
-    table = out.contrasts
-    several = table['platform'].nunique() > 1 if not table.empty else False
-    names = [
-      f'{r["platform"]}: {r["label"]} − reference' if several else f'{r["label"]} − reference'
-      for _, r in table.iterrows()
-    ]
-    return table, names
-  return out.pairs, [f'{r["arm_a"]} vs {r["arm_b"]}' for _, r in out.pairs.iterrows()]
+  """The table the report judges: the declared contrasts, else every pair."""
+  return out.contrasts if out.contrasts is not None else out.pairs
 
 
 def verdict_lines(out):
   """One line per judged comparison: the verdict in bold, Δ, why, the design, the power."""
-  unit = out.unit
-  table, names = judged(out)
-  tested = stats.family_size(table)
+  unit, table = out.unit, judged(out)
+  several = out.contrasts is not None and not table.empty and table['platform'].nunique() > 1
   lines = []
-  for name, (_, r) in zip(names, table.iterrows(), strict=True):
+  for _, r in table.iterrows():
+    name = f'{r["arm_a"]} vs {r["arm_b"]}'
+    if out.contrasts is not None:
+      name = (
+        f'{r["platform"]}: {r["label"]} − reference' if several else f'{r["label"]} − reference'
+      )
     power = '' if r['verdict'] == 'identical arithmetic' else f' {power_line(r, out.margin, unit)}.'
     lines.append(
       f'- **{name}: {r["verdict"]}.** Δ = {signed(r["diff"])} {unit}. Why: '
-      f'{verdict_why(r, out.margin, unit, tested)}. Design: {r["design"]}.{power}'
+      f'{verdict_why(r, out.margin, unit, stats.family_size(table))}. Design: {r["design"]}.{power}'
     )
   return lines or ['- no pair of arms with n ≥ 2 each: nothing to compare']
 
 
 def sizes(out):
   """'train 1437 / test 360 images; one test image = 0.278 pp' from the data.* columns."""
-  runs = out.runs
-  train, test = facts(runs, 'data.train_size'), facts(runs, 'data.test_size')
+  train, test = facts(out.runs, 'data.train_size'), facts(out.runs, 'data.test_size')
   text = f'train {train} / test {test} images'
   try:
     one = 100.0 / float(test)
@@ -1247,18 +1202,6 @@ def title(out):
   )
 
 
-def arm_fields(out):
-  """'differ in profile; grouped by platform, device_kind, ...': the grouping fields."""
-
-  def short(g):
-    return g.rsplit('.', 1)[-1]
-
-  table = out.arms
-  differ = [short(g) for g in out.group_by if g in table and table[g].astype(str).nunique() > 1]
-  grouped = f'grouped by {", ".join(short(g) for g in out.group_by)}'
-  return f'differ in {", ".join(differ)}; {grouped}' if differ else grouped
-
-
 def setup_lines(out):
   """The setup, one Markdown bullet each: data, sizes, training, arms, seeds, margin."""
   runs, unit, name = out.runs, out.unit, stats.arm_short_labels(out)
@@ -1268,6 +1211,14 @@ def setup_lines(out):
     else f'{name[r["arm"]]} ({r["n_runs"]} runs)'
     for _, r in out.arms.iterrows()
   )
+  short = [g.rsplit('.', 1)[-1] for g in out.group_by]
+  differ = [
+    s
+    for g, s in zip(out.group_by, short, strict=True)
+    if g in out.arms and out.arms[g].astype(str).nunique() > 1
+  ]
+  fields = f'grouped by {", ".join(short)}'
+  fields = f'differ in {", ".join(differ)}; {fields}' if differ else fields
   dataset = facts(runs, 'config.data.name', 'data.name')
   lines = (
     [
@@ -1286,11 +1237,11 @@ def setup_lines(out):
     f'metric: {out.metric}'
     + (' (in %)' if out.scale == 100 else '')
     + (f'; runs read from {out.source}' if out.source else ''),
-    f'arms ({arm_fields(out)}): {arms}',
+    f'arms ({fields}): {arms}',
     *seed_lines(out),
     f'equivalence margin: ±{out.margin:g} {unit} ({out.margin_reason})',
     f'decisions at α = {stats.ALPHA:g}, p-values Holm-adjusted over the '
-    f'{stats.family_size(judged(out)[0])} comparisons tested (identical arithmetic is reported, '
+    f'{stats.family_size(judged(out))} comparisons tested (identical arithmetic is reported, '
     'not tested)',
   ]
   return [f'- {line}' for line in lines]
@@ -1306,30 +1257,40 @@ def labelled(out, table):
 
 def details(out):
   """[(heading, caption, rows)] of the tables after the answer and the verdict lines."""
-  arms_cap, pairs_cap = captions(out, judged(out)[0])
-  table = labelled(out, judged(out)[0])
+  arms_cap, pairs_cap = captions(out, judged(out))
+  table = labelled(out, judged(out))
   parts = [
     ('Arms', arms_cap, display_arms(out)),
     ('Comparisons: every test', pairs_cap, display_pairs(table, out.unit)),
   ]
   if out.contrasts is not None and not out.pairs.empty:
-    parts.append(
-      (
-        'All pairs (--all-pairs; Holm over all pairs, not the declared family)',
-        '',
-        display_pairs(out.pairs, out.unit),
-      )
-    )
-  split = out.agreement.variance if out.agreement else None
-  if split is not None and not split.empty:
-    parts.append(
-      (
-        'Where the variance between runs comes from',
-        VARIANCE_CAPTION.format(unit=out.unit),
-        variance_rows(split, out.unit, stats.arm_short_labels(out)),
-      )
-    )
-  return parts + [(heading, '', rows) for heading, rows in detail_tables(out, table)]
+    heading = 'All pairs (--all-pairs; Holm over all pairs, not the declared family)'
+    parts.append((heading, '', display_pairs(out.pairs, out.unit)))
+  split = variance_table(out)
+  if split is not None:
+    caption = VARIANCE_CAPTION.format(unit=out.unit)
+    parts.append(('Where the variance between runs comes from', caption, split))
+  design = [{'A': r['arm_a'], 'B': r['arm_b'], 'design': r['design']} for _, r in table.iterrows()]
+  reps = [
+    {
+      'arm': r['arm'],
+      'seed': str(r['seed']),
+      'runs': str(r['n_runs']),
+      'values': r['values'],
+      'mean used': num(r['mean']),
+      'identical': 'yes' if r['identical'] else 'no',
+    }
+    for _, r in out.replicates.iterrows()
+  ]
+  return parts + [
+    ('Design of each comparison', '', design),
+    ('Repeated seeds (replicates averaged; their spread is the within-seed sd)', '', reps),
+    ('Runs excluded', '', excluded_rows(out.excluded)),
+  ]
+
+
+def excluded_rows(excluded):
+  return [{'run': r['run'], 'reason': r['reason']} for _, r in excluded.iterrows()]
 
 
 def excluded_lines(out):
@@ -1337,37 +1298,29 @@ def excluded_lines(out):
   excluded = out.excluded
   if excluded.empty:
     return []
-  counts = excluded['reason'].value_counts()
-  said = '; '.join(f'{n} {why}' for why, n in counts.head(5).items())
-  more = f'; {len(counts) - 5} other reasons' if len(counts) > 5 else ''
-  total = len(excluded) + len(out.runs)
+  counted = excluded['reason'].value_counts()
+  said = '; '.join(f'{n} {why}' for why, n in counted.head(5).items())
+  more = f'; {len(counted) - 5} other reasons' if len(counted) > 5 else ''
   return [
     '',
-    f'**Excluded:** {len(excluded)} of {total} runs ({said}{more}); each is listed under '
-    '"Runs excluded" below.',
+    f'**Excluded:** {len(excluded)} of {len(excluded) + len(out.runs)} runs ({said}{more}); each '
+    'is listed under "Runs excluded" below.',
   ]
 
 
 def render(out, fmt):
   """The whole report as one string."""
   if fmt == 'latex':
-    arms_cap, _ = captions(out, judged(out)[0])
-    split = out.agreement.variance if out.agreement else None
+    split = variance_table(out)
     extra = (
-      latex(
-        variance_rows(split, out.unit, stats.arm_short_labels(out)),
-        VARIANCE_CAPTION.format(unit=out.unit),
-        'tab:variance',
-      )
-      if split is not None and not split.empty
-      else ''
+      '' if split is None else latex(split, VARIANCE_CAPTION.format(unit=out.unit), 'tab:variance')
     )
-    return latex_tables(out) + latex(display_arms(out), arms_cap, 'tab:arms') + extra
-  answer_page = answer_lines(out) + excluded_lines(out)
+    arms = latex(display_arms(out), captions(out, judged(out))[0], 'tab:arms')
+    return latex_tables(out) + arms + extra
   parts = [
     f'# {title(out)}\n',
     '\n## Answer\n\n',
-    '\n'.join(answer_page) + '\n',
+    '\n'.join(answer_lines(out) + excluded_lines(out)) + '\n',
     '\n## Setup\n\n',
     '\n'.join(setup_lines(out)) + '\n',
     '\n## Why each verdict, and its power\n\n',
@@ -1380,12 +1333,8 @@ def render(out, fmt):
   return ''.join(parts)
 
 
-FINDINGS_COMPONENTS = ('G', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N', 'P', 'R')
-
-
 def judged_at(out, margin):
-  """(decompositions, contrast table) of the analysis `out` judged at
-  `margin`: its own at the margin it was analysed at."""
+  """(decompositions, contrast table) of the analysis `out` judged at `margin`."""
   att = out.attribution
   if margin == out.margin:
     return att.decomposition, out.contrasts
@@ -1395,15 +1344,14 @@ def judged_at(out, margin):
   return split, stats.contrast_table(out, out.declared, margin)
 
 
-def findings_components(analyses, unit, gap_label):
-  """Rows: the components of the pair `gap_label` ('gpu - cpu'); one column per (name)."""
-  gaps = [(name, out.attribution.gap, gap_label) for name, out in analyses]
+def findings_components(analyses, gap):
+  """Rows: each component of the pair `gap` ('gpu - cpu'), one column per (name, analysis)."""
+  tables = [(name, out.attribution.gap) for name, out in analyses]
   rows = []
-  for key in FINDINGS_COMPONENTS:
-    label = gaps[0][1].set_index('key').loc[key, 'component']
-    row = {'component': label}
-    for name, table, gap_label in gaps:
-      r = table[table['gap'] == gap_label].set_index('key').loc[key]
+  for key in ('G', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N', 'P', 'R'):
+    row = {'component': tables[0][1].set_index('key').loc[key, 'component']}
+    for name, table in tables:
+      r = table[table['gap'] == gap].set_index('key').loc[key]
       row[name] = (
         f'{signed(r["estimate"])} {interval(r["ci_low"], r["ci_high"])}'
         if r['note'] == ''
@@ -1423,43 +1371,33 @@ def findings_verdict_row(scope, d, table, unit):
   )
   return {
     'analysis': scope,
-    'pair': d.gap.replace(' - ', ' − '),
+    'pair': pair_name(d),
     'margin': f'±{d.margin:g} {unit}',
-    'native gap, 90% CI': interval(d.G_tost.ci90_low, d.G_tost.ci90_high),
-    'residual, 90% CI': interval(d.R_tost.ci90_low, d.R_tost.ci90_high),
+    'native gap, 90% CI': ci90(d.G_tost),
+    'residual, 90% CI': ci90(d.R_tost),
     'share (Fieller)': share,
     'verdict': f'**{d.verdict}**',
     'contrasts (Holm)': counts(table),
   }
 
 
-def counts(table):
-  """'3 equivalent, 11 inconclusive': the contrast verdicts counted."""
+def counts(table, verdicts=stats.VERDICTS):
+  """'3 equivalent, 11 inconclusive': the verdicts counted."""
   seen = collections.Counter(table['verdict'])
-  return ', '.join(f'{seen[v]} {v}' for v in stats.VERDICTS if seen[v])
-
-
-def platform_words(out):
-  return '; '.join(
-    f'{p}: {f.device_kind}, '
-    + ', '.join(
-      f'{k} {v}' for k, v in f.versions.items() if k in ('jax', 'jaxlib', 'flax', 'optax')
-    )
-    for p, f in out.software.platforms.items()
-  )
-
-
-def seeds_text(out):
-  seeds = out.scope.analysed_seeds
-  return f'seeds {seeds[0]}–{seeds[-1]}' if seeds else 'unseeded'
+  return ', '.join(f'{seen[v]} {v}' for v in verdicts if seen[v])
 
 
 def findings_columns(out):
   """[(column name, analysis)]: the confirmatory one (the declared seeds) first, when it differs."""
+
+  def seeds(analysis):
+    s = analysis.scope.analysed_seeds
+    return f'seeds {s[0]}–{s[-1]}' if s else 'unseeded'
+
   conf = out.confirmatory
-  first = [(f'confirmatory ({seeds_text(conf)})', conf)] if conf is not None else []
+  first = [(f'confirmatory ({seeds(conf)})', conf)] if conf is not None else []
   kind = 'exploratory' if out.scope.confirmatory is False else 'confirmatory'
-  return first + [(f'{kind} ({seeds_text(out)})', out)]
+  return first + [(f'{kind} ({seeds(out)})', out)]
 
 
 def findings_section(out, margins, source, command):
@@ -1468,8 +1406,7 @@ def findings_section(out, margins, source, command):
   columns = findings_columns(out)
   verdicts = []
   for name, analysis in columns:
-    ms = [analysis.margin] if analysis is not out or analysis.scope.confirmatory else margins
-    for m in ms:
+    for m in [analysis.margin] if analysis is not out or analysis.scope.confirmatory else margins:
       split, table = judged_at(analysis, m)
       verdicts += [(name, d, table) for d in split]
   declared = (
@@ -1477,6 +1414,13 @@ def findings_section(out, margins, source, command):
     f'{len(sc.declared_seeds or [])} seeds, margin ±{sc.declared_margin:g} {unit}'
     if sc.declared_margin is not None
     else 'Nothing was declared before the runs'
+  )
+  platforms = '; '.join(
+    f'{p}: {f.device_kind}, '
+    + ', '.join(
+      f'{k} {v}' for k, v in f.versions.items() if k in ('jax', 'jaxlib', 'flax', 'optax')
+    )
+    for p, f in out.software.platforms.items()
   )
   lines = [
     '',
@@ -1486,7 +1430,7 @@ def findings_section(out, margins, source, command):
     '',
     f'The digits study (`configs/digits.py:study`, {out.arm_info["label"].nunique()} arms) '
     f'on two platforms, {min(out.arms["n"])} seeds per arm, {len(out.runs)} runs, '
-    f'read from `{source}` (provenance: `results/README.md`). {platform_words(out)}. '
+    f'read from `{source}` (provenance: `results/README.md`). {platforms}. '
     f'Metric: final test accuracy in % ({sizes(out)}). The '
     f'platforms ran different {", ".join(out.software.confounds)} versions, so the gap '
     'and its residual include whatever those change.',
@@ -1498,25 +1442,15 @@ def findings_section(out, margins, source, command):
     '',
   ]
   for d in out.attribution.decomposition:
-    (a, b), where = (
-      d.profiles,
-      (f'on {d.N_only} only' if d.N_only else 'measured on both platforms'),
-    )
-    lines += [
-      f'{d.gap.replace(" - ", " − ")}: N = {a} − {b}, {where}:',
-      '',
-      markdown(findings_components(columns, unit, d.gap)).rstrip('\n'),
-      '',
-    ]
+    where = f'on {d.N_only} only' if d.N_only else 'measured on both platforms'
+    table = markdown(findings_components(columns, d.gap)).rstrip('\n')
+    lines += [f'{pair_name(d)}: N = {d.profiles[0]} − {d.profiles[1]}, {where}:', '', table, '']
+  rows = [findings_verdict_row(scope, d, t, unit) for scope, d, t in verdicts]
+  lines += [markdown(rows).rstrip('\n'), '']
   lines += [
-    markdown([findings_verdict_row(scope, d, t, unit) for scope, d, t in verdicts]).rstrip('\n'),
-    '',
+    f'- {scope}, {pair_name(d)}, ±{d.margin:g} {unit}: **{d.verdict}**: {why(d, unit)}.'
+    for scope, d, _ in verdicts
   ]
-  for scope, d, _ in verdicts:
-    lines.append(
-      f'- {scope}, {d.gap.replace(" - ", " − ")}, ±{d.margin:g} {unit}: '
-      f'**{d.verdict}**: {why(d, unit)}.'
-    )
   last = verdicts[-1][1]
   lines += [f'- {verdicts[-1][0]}, ±{last.margin:g} {unit}, {seeds_line(last, unit)}.', '']
   return '\n'.join(lines) + '\n'
