@@ -83,9 +83,11 @@ def parse_args(argv):
 
 def tables(att):
   """{file name: table} of the attribution `att`'s CSV files (None: not written)."""
+  import pandas as pd
+
   from analysis import attribution
 
-  flat = attribution.flat(att.decomposition) if att and att.decomposition else None
+  flat = pd.DataFrame([d.row() for d in att.decomposition]) if att and att.decomposition else None
   return {
     'attribution.csv': att.terms[attribution.CSV_COLUMNS] if att else None,
     'attribution_gap.csv': att.gap if att else None,

@@ -1,15 +1,5 @@
-"""Which numerical setting explains a difference in a metric: factor effects from a seed mixed
-model, and the split of each platform pair's native gap into a numerics part and a residual.
-
-Effects: metric ~ factors [+ interactions] + (1 | seed), statsmodels MixedLM (REML) up to
-MIXED_MAX_ROWS runs; beyond, or when the mixed fit fails, OLS with seed fixed effects (within
-transformation) and seed-clustered errors; HC3 errors without seed replication (`method` says
-which). The gap of a pair (A, B), per seed from the paired cell means at every other factor's
-reference level: G = fid_A − fid_B + N + P exactly, R = G − N; each component's mean with a
-t-interval over seeds, the share N / G with Fieller's interval, the pairs' gap tests Holm-adjusted,
-a verdict (VERDICTS) that cannot claim more than its intervals, and a MixedLM cross-check.
-Reference: docs/statistics.md "Attribution", "The gap decomposition".
-"""
+"""Which numerical setting explains a difference: factor effects from a seed mixed model, and each
+platform pair's native gap split into a numerics part and a residual (docs/statistics.md)."""
 
 import dataclasses
 import itertools
@@ -45,17 +35,13 @@ MIN_SHARE = declaration.MIN_SHARE
 
 
 class Estimate(NamedTuple):
-  """A component over seeds, or a linear contrast of a fit: estimate, standard error, 95% interval,
-  p (paired t, or the fit's)."""
+  """A component over seeds or a contrast of a fit: estimate, se, 95% interval, p."""
 
   estimate: float
   se: float
   ci_low: float
   ci_high: float
   p: float
-
-
-NOT_ESTIMABLE = Estimate(np.nan, np.nan, np.nan, np.nan, np.nan)
 
 
 class Tost(NamedTuple):
@@ -67,8 +53,7 @@ class Tost(NamedTuple):
 
 
 class CrossCheck(NamedTuple):
-  """The MixedLM over a gap's cells and seeds (named as a cross-check, not the estimator): G, N, R
-  with the estimate's own cell weights, or why one cannot be defined so; empty when it fails."""
+  """The MixedLM over a gap's cells and seeds: G, N, R (or why not); empty when its fit fails."""
 
   method: str = ''
   contrasts: dict[str, Estimate] = {}
@@ -93,8 +78,7 @@ class Flags(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class GapSummary:
-  """One platform pair's gap per seed: each estimable component's per-seed `values` over `seeds`,
-  its label and kind, the cell weights G, N and R used, and `missing` ({key: why not})."""
+  """One platform pair's gap: each component's per-seed `values`, label, kind and cell weights."""
 
   gap: str
   platforms: tuple[str, str]
@@ -111,9 +95,7 @@ class GapSummary:
 
 @dataclasses.dataclass(frozen=True)
 class Decomposition:
-  """One platform pair's gap judged: every component (Estimate), G's and R's TOST, G's signed-rank
-  test, the share explained, the seeds a decisive answer needs, the gap tests Holm-adjusted over the
-  pairs compared, the flags and the verdict with its open part. `row()`: its CSV row."""
+  """One platform pair's gap judged: its components, tests, share, flags and verdict."""
 
   gap: str
   platforms: tuple[str, str]
@@ -139,6 +121,7 @@ class Decomposition:
   R: Estimate
   G_tost: Tost
   R_tost: Tost
+  seeds_needed: dict[str, int]
   G_signed_rank_p: float
   G_signed_rank_method: str
   G_signed_rank_attainable: float
@@ -149,7 +132,6 @@ class Decomposition:
   share_ci_low: float
   share_ci_high: float
   share_method: str
-  seeds_needed: dict[str, int]
   G_p_holm: float = np.nan
   G_tost_p_holm: float = np.nan
   G_signed_rank_p_holm: float = np.nan
@@ -175,23 +157,9 @@ class Decomposition:
     for key, tost in (('G', self.G_tost), ('R', self.R_tost)):
       row.update({f'{key}_ci90_low': tost.ci90_low, f'{key}_ci90_high': tost.ci90_high})
       row[f'{key}_tost_p'] = tost.p
-    for field in (
-      'G_signed_rank_p',
-      'G_signed_rank_method',
-      'G_signed_rank_attainable',
-      'G_seeds_positive',
-      'G_seeds_negative',
-      'G_d_z',
-      'share',
-      'share_ci_low',
-      'share_ci_high',
-      'share_method',
-      'G_p_holm',
-      'G_tost_p_holm',
-      'G_signed_rank_p_holm',
-      'pairs_compared',
-    ):
-      row[field] = getattr(self, field)
+    names = [f.name for f in dataclasses.fields(self)]
+    for name in names[names.index('G_signed_rank_p') : names.index('pairs_compared') + 1]:
+      row[name] = getattr(self, name)  # the tests of G, the share and the Holm p-values
     row.update(self.flags._asdict() if self.flags else {})
     row.update(verdict=self.verdict, open=self.open, profile_a=self.profiles[0])
     row.update(profile_b=self.profiles[1], seeds_used=' '.join(map(str, self.seed_list)))
@@ -208,12 +176,8 @@ class Decomposition:
 
 @dataclasses.dataclass(frozen=True)
 class Attribution:
-  """Which numerical setting explains a difference: `terms` (the fitted effects, one row per term),
-  its `model` formula and `method`; the platform gap: `gap` (its component table) or `gap_note`
-  (why none), `decomposition` (one per pair, the question's first), `gap_summaries`, `native`,
-  `emulation`, `pairs_note` (pairs left out), `compare_flag` (where the pairs came from: 'compare',
-  '--compare', None: every pair); `arms` (each arm minus the reference, without a gap); `noise`
-  ({platform: stats.NoiseFloor}); `labels` ({term: short label})."""
+  """The fitted effects (`terms`, `model`, `method`) and the platform gap: its component table
+  `gap` (or `gap_note`, why none) and one `decomposition` per pair, the question's first."""
 
   metric: str
   source: str
@@ -262,12 +226,7 @@ def levels(runs, factor):
 def find_factor(name, columns, flag):
   """The --factors name that `name` means (as written, or resolving to the same column)."""
   for factor, col in columns.items():
-    if name in (factor, col) or col in (
-      f'{record.ARM_PREFIX}{name}',
-      f'numerics.effective.{name}',
-      f'config.{name}',
-      f'final.{name}',
-    ):
+    if name == factor or col in declaration.column_names(name):
       return factor
   raise ValueError(f'{flag}: {name!r} is not one of --factors ({", ".join(columns)}); add it there')
 
@@ -440,12 +399,6 @@ def contrast_row(model, weights):
   return {**estimate._asdict(), 'df': df}
 
 
-def term_table(model, X):
-  """One row per coefficient but the intercept: the CSV table."""
-  rows = [{'term': c, **contrast_row(model, {c: 1.0})} for c in X.columns if c != 'Intercept']
-  return pd.DataFrame(rows, columns=CSV_COLUMNS + ['se', 'df'])
-
-
 def arm_rows(model, X, runs, factors, ref):
   """Each observed arm (combination of factor levels) minus the reference arm, from the model."""
   keys = list(zip(*(runs[f] for f in factors), strict=True))
@@ -460,13 +413,6 @@ def arm_rows(model, X, runs, factors, ref):
     arm = ', '.join(f'{f}={v}' for f, v in zip(factors, key, strict=True))
     rows.append({'arm': arm, **contrast_row(model, w)})
   return pd.DataFrame(rows, columns=['arm'] + CSV_COLUMNS[1:] + ['se', 'df'])
-
-
-def formula(metric, factors, ref, interactions, has_seed):
-  terms = [f"C({f}, Treatment('{ref[f]}'))" for f in factors] + [
-    f'{a}:{b}' for a, b in interactions
-  ]
-  return f'{metric} ~ ' + ' + '.join(terms) + (' + (1 | seed)' if has_seed else '')
 
 
 def select(frame, metric, factors, seed_col):
@@ -569,7 +515,7 @@ def factor_attribution(
   compare=None,
   compare_flag='compare',
 ):
-  """The whole attribution (module doc) as an Attribution."""
+  """The whole attribution as an Attribution."""
   if margin is not None and not margin > 0:
     raise ValueError(f"--margin: must be a positive number in the metric's units, got {margin}")
   prep, columns, has_seed = select(frame, metric, list(factors), seed_col)
@@ -582,13 +528,12 @@ def factor_attribution(
       raise ValueError(
         f'--interactions: {item!r} is not A:B; write e.g. --interactions platform:profile'
       )
-    pairs.append(
-      (find_factor(a, columns, '--interactions'), find_factor(b, columns, '--interactions'))
-    )
+    pairs.append(tuple(find_factor(f, columns, '--interactions') for f in (a, b)))
   X = design(runs, list(columns), ref, pairs)
-  y, seeds = runs['value'], runs['seed'] if has_seed else None
-  model = fit(y, X, seeds)
+  model = fit(runs['value'], X, runs['seed'] if has_seed else None)
   unit = 'pp' if prep.scale == 100 else 'metric units'
+  formula = [f"C({f}, Treatment('{ref[f]}'))" for f in columns] + [f'{a}:{b}' for a, b in pairs]
+  terms = [{'term': c, **contrast_row(model, {c: 1.0})} for c in X.columns if c != 'Intercept']
   gap = gap_section(
     runs if has_seed else runs.drop(columns='seed'),
     columns,
@@ -614,9 +559,9 @@ def factor_attribution(
     margin=margin,
     margin_reason=margin_reason,
     unit=unit,
-    model=formula(prep.metric, list(columns), ref, pairs, has_seed),
+    model=f'{prep.metric} ~ ' + ' + '.join(formula) + (' + (1 | seed)' if has_seed else ''),
     method=model['method'],
-    terms=term_table(model, X),
+    terms=pd.DataFrame(terms, columns=CSV_COLUMNS + ['se', 'df']),
     n_runs=len(runs),
     excluded=prep.excluded,
     replicates=prep.replicates,
@@ -628,13 +573,19 @@ def factor_attribution(
   )
 
 
-def cell_means(runs, factor, others, ref):
-  """{(platform, level): Series over seeds} of the runs at every other factor's reference level,
-  replicates of a seed averaged."""
+def at_reference(runs, others, ref):
+  """Which runs hold every factor of `others` at its reference level."""
   keep = pd.Series(True, index=runs.index)
   for f in others:
     keep &= runs[f].astype(str) == str(ref[f])
-  cells = runs[keep].groupby(['platform', factor, 'seed'], sort=True)['value'].mean()
+  return keep
+
+
+def cell_means(runs, factor, others, ref):
+  """{(platform, level): Series over seeds} at the other factors' reference levels (replicates
+  averaged)."""
+  cells = runs[at_reference(runs, others, ref)]
+  cells = cells.groupby(['platform', factor, 'seed'], sort=True)['value'].mean()
   return {key: group.droplevel([0, 1]) for key, group in cells.groupby(level=[0, 1])}
 
 
@@ -676,14 +627,9 @@ def definitions(a, b, native, emu):
   ]
 
 
-def per_seed(cells, weights, seeds):
-  """A component's value per seed: sum of weight x cell mean, over `seeds`."""
-  return sum(w * cells[c].loc[seeds].to_numpy() for c, w in weights.items())
-
-
 def components(cells, a, b, native, emu):
   """The GapSummary of a's gap against b over the seeds common to every cell run."""
-  present = {c for c in cells}
+  present = set(cells)
   defs = definitions(a, b, native, emu)
   used = {c for _, _, _, w in defs for c in w if c in present}
   seeds = sorted(set.intersection(*(set(cells[c].index) for c in used)))
@@ -693,8 +639,8 @@ def components(cells, a, b, native, emu):
     labels[key], kinds[key] = label, kind
     if absent:
       missing[key] = 'not estimable: no runs of ' + ', '.join(f'{e} on {p}' for p, e in absent)
-    else:
-      values[key] = per_seed(cells, weights, seeds)
+    else:  # per seed: the sum of weight x cell mean
+      values[key] = sum(w * cells[c].loc[seeds].to_numpy() for c, w in weights.items())
   used = {key: dict(weights) for key, _, _, weights in defs if key in ('G', 'N', 'R')}
   only = None
   if ('N_A' in values) != ('N_B' in values):
@@ -714,18 +660,12 @@ def components(cells, a, b, native, emu):
 
 
 def component_stats(d, margin):
-  """Estimate, sd, se, df, 95% CI, paired-t p, signed-rank p and d_z of the per-seed values d."""
-  k = len(d)
-  mean = float(np.mean(d))
-  sd = float(np.std(d, ddof=1)) if k > 1 else np.nan
-  se = sd / np.sqrt(k) if k > 1 else np.nan
-  low, high = stats.diff_ci(mean, se, k - 1, 0.95) if k > 1 else (np.nan, np.nan)
-  if k < 2:
-    p = np.nan
-  elif se > 0:
-    p = float(2 * sps.t.sf(abs(mean) / se, k - 1))
-  else:
-    p = 1.0 if mean == 0 else 0.0
+  """Estimate, sd, se, df, 95% CI, paired-t p, signed-rank p and d_z of the per-seed values d
+  (2 seeds or more: decompose drops a pair with fewer)."""
+  k, mean, sd = len(d), float(np.mean(d)), float(np.std(d, ddof=1))
+  se = sd / np.sqrt(k)
+  low, high = stats.diff_ci(mean, se, k - 1, 0.95)
+  p = float(2 * sps.t.sf(abs(mean) / se, k - 1)) if se > 0 else 1.0 if mean == 0 else 0.0
   _, sr_p, sr_method = stats.signed_rank(d)
   out = {
     'estimate': mean,
@@ -743,7 +683,7 @@ def component_stats(d, margin):
     'ci90_high': np.nan,
     'tost_p': np.nan,
   }
-  if margin and k > 1:
+  if margin:
     out['ci90_low'], out['ci90_high'], out['tost_p'] = stats.tost(mean, se, k - 1, margin)
   return out
 
@@ -765,9 +705,7 @@ def component_table(summary, margin):
 def cross_check(runs, factor, others, ref, summary, native):
   """The CrossCheck of a gap: a MixedLM over its cells and seeds, the estimate's weights."""
   a, b = summary.platforms
-  keep = runs['seed'].isin(summary.seeds)
-  for f in others:
-    keep &= runs[f].astype(str) == str(ref[f])
+  keep = runs['seed'].isin(summary.seeds) & at_reference(runs, others, ref)
   sub = runs[keep].assign(cell=lambda r: r['platform'].astype(str) + '|' + r[factor].astype(str))
   cells_run = set(sub['cell'])
   X = design(sub, ['cell'], {'cell': f'{b}|{native}'})
@@ -987,28 +925,24 @@ def flags(d):
   )
 
 
-def disagreement(f, m):
-  """The open part of 'tests disagree': which test shows the gap, and the margin."""
-  which = (
-    'the signed-rank test rejects 0, the t-interval does not (a seed far from the others widens it)'
-    if f.rank_shown
-    else 'the t-interval excludes 0, the signed-rank test does not (the mean rests on a few seeds)'
-  )
-  within = f'; within {m} by TOST' if f.gap_equivalent else f'; not shown within {m}'
-  return which + within
-
-
 def verdict(f, margin, n_estimable=True):
   """(verdict, open part) from Flags (docs/statistics.md "The gap decomposition")."""
   m = f'±{margin:g}' if margin else 'a margin (none given)'
   if f.tests_disagree:
-    return 'tests disagree', disagreement(f, m)
-  if not f.gap_shown:
-    return (
-      ('no gap', '')
-      if f.gap_equivalent
-      else ('inconclusive', f'the gap: neither shown nor within {m}')
+    which = (
+      'the signed-rank test rejects 0, the t-interval does not (a seed far from the others '
+      'widens it)'
+      if f.rank_shown
+      else 'the t-interval excludes 0, the signed-rank test does not (the mean rests on a few '
+      'seeds)'
     )
+    return 'tests disagree', which + (
+      f'; within {m} by TOST' if f.gap_equivalent else f'; not shown within {m}'
+    )
+  if not f.gap_shown and f.gap_equivalent:
+    return 'no gap', ''
+  if not f.gap_shown:
+    return 'inconclusive', f'the gap: neither shown nor within {m}'
   if f.gap_equivalent:
     return 'gap within margin', ''
   if not n_estimable:
@@ -1051,23 +985,15 @@ def seeds_needed(table, margin):
 
 
 def judge(summary, table, margin, min_share=None):
-  """One gap's Decomposition from its component table."""
-  rows = table[table['gap'] == summary.gap].set_index('key')
+  """One gap's Decomposition (before Holm) from its component table (component_table)."""
+  rows = table.set_index('key')
 
-  def estimate(key):
-    ok = key in rows.index and rows.loc[key, 'note'] == ''
-    return Estimate(*(float(rows.loc[key, c]) for c in Estimate._fields)) if ok else NOT_ESTIMABLE
-
-  def tost(key):
-    ok = key in rows.index and rows.loc[key, 'note'] == ''
-    values = (
-      float(rows.loc[key, c]) if ok else np.nan for c in ('ci90_low', 'ci90_high', 'tost_p')
-    )
-    return Tost(*values)
+  def values(key, columns):
+    return [float(rows.loc[key, c]) if rows.loc[key, 'note'] == '' else np.nan for c in columns]
 
   n_estimable = 'N' in summary.values
   g = np.asarray(summary.values['G'], float)
-  share = stats.fieller(summary.values['N'], summary.values['G']) if n_estimable else (np.nan,) * 3
+  share = stats.fieller(summary.values['N'], g) if n_estimable else (np.nan,) * 3
   return Decomposition(
     gap=summary.gap,
     platforms=summary.platforms,
@@ -1080,9 +1006,9 @@ def judge(summary, table, margin, min_share=None):
     cross_check=summary.cross_check,
     N_label=summary.labels['N'],
     N_only=summary.n_only,
-    **{key: estimate(key) for key in KEYS},
-    G_tost=tost('G'),
-    R_tost=tost('R'),
+    **{key: Estimate(*values(key, Estimate._fields)) for key in KEYS},
+    G_tost=Tost(*values('G', ('ci90_low', 'ci90_high', 'tost_p'))),
+    R_tost=Tost(*values('R', ('ci90_low', 'ci90_high', 'tost_p'))),
     G_signed_rank_p=float(rows.loc['G', 'signed_rank_p']),
     G_signed_rank_method=rows.loc['G', 'signed_rank_method'],
     G_signed_rank_attainable=stats.signed_rank(np.abs(g))[1],
@@ -1093,7 +1019,7 @@ def judge(summary, table, margin, min_share=None):
     share_ci_low=share[1],
     share_ci_high=share[2],
     share_method="Fieller's interval over seeds",
-    seeds_needed=seeds_needed(table[table['gap'] == summary.gap], margin),
+    seeds_needed=seeds_needed(table, margin),
   )
 
 
@@ -1116,11 +1042,6 @@ def judge_family(summaries, tables, margin, min_share=None):
     said, open_part = verdict(f, d.margin, d.N_estimable)
     out.append(dataclasses.replace(d, flags=f, verdict=said, open=open_part))
   return out
-
-
-def flat(decomposition):
-  """attribution_decomposition.csv: one row per platform pair (Decomposition.row)."""
-  return pd.DataFrame([d.row() for d in decomposition])
 
 
 def platform_profile(runs, declared):

@@ -25,15 +25,15 @@ SEED_MAX = 2**32 - 1  # the PRNG's range (configs/validation.py SEED_MAX)
 ARMS = ('reference', 'noise_arm', 'noise_of', 'native')  # the keys naming an arm {factor: level}
 
 
+def column_names(name):
+  """The columns `name` may mean, in order: as written, then with a numerics/config/final prefix."""
+  prefixes = ('', record.ARM_PREFIX, 'numerics.effective.', record.CONFIG_PREFIX, 'final.')
+  return [prefix + name for prefix in prefixes]
+
+
 def resolve_column(frame, name, arg):
   """The column of `frame` that `name` means: exact, or with a numerics/config/final prefix."""
-  for candidate in (
-    name,
-    f'{record.ARM_PREFIX}{name}',
-    f'numerics.effective.{name}',
-    f'{record.CONFIG_PREFIX}{name}',
-    f'final.{name}',
-  ):
+  for candidate in column_names(name):
     if candidate in frame.columns:
       return candidate
   shown = ', '.join(c for c in frame.columns if not c.startswith(('config.', 'versions.', 'data.')))
