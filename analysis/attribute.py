@@ -1,12 +1,7 @@
-"""Which numerical setting explains a difference in a metric, as a command: the factor effects and
-each platform pair's gap decomposition (analysis/attribution.py), printed in words and written as
-tables and figures.
+"""Which numerical setting explains a difference, as a command: the factor effects and each
+platform pair's gap decomposition, printed and written as tables and figures.
 
-  python -m analysis.attribute --runs=/tmp/study --factors platform profile --margin 0.3 \
-      --noise-arm profile=noise --out /tmp/study
-  python -m analysis.attribute --csv=published.csv --factors platform compute_dtype --metric acc
-
-Reference: docs/statistics.md "Commands", "Attribution".
+  python -m analysis.attribute --csv published.csv --factors platform compute_dtype --out DIR
 """
 
 from analysis import analyse, declaration

@@ -549,7 +549,6 @@ def factor_attribution(
     runs,
     parse_pairs(noise_arm, '--noise-arm'),
     parse_pairs(noise_of or reference or {}, '--noise-of'),
-    unit,
     list(columns),
   )
   return Attribution(

@@ -1,9 +1,5 @@
-"""A study's declaration: what its analysis tests, fixed before the first run (a config file's
-get_study(), or the study.json sweeps.sweep writes into the root). Every key is optional and
-checked (SCHEMA: margin, factors, reference, noise arm, native arm, platform profiles, labels,
-platform pairs, the power calculation); the arms and levels it names must exist among the runs.
-Reference: docs/statistics.md "A study and its declaration".
-"""
+"""A study's declaration, fixed before the first run (a config's get_study() or a study.json):
+every key optional and checked (SCHEMA), its arms and levels present among the runs."""
 
 import difflib
 import importlib.util

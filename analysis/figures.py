@@ -1,10 +1,5 @@
-"""The study's figures, drawn at their printed size (one column 3.3 in, two columns 6.9 in) as
-vector PDF and 300-dpi PNG, each with its data set, n and platforms as a subtitle or caption: the
-metric per arm, the declared contrasts and each platform gap's decomposition as forest plots
-against the margin and the noise floors, the attribution's forest, the training curves and the
-churn ladder. Colour = platform (Okabe–Ito, colour-blind safe; black: measured across platforms),
-arms by short labels, markers and line styles. Reference: docs/statistics.md "Report and figures".
-"""
+"""The study's figures at their printed size, vector PDF and 300-dpi PNG, colour = platform
+(Okabe–Ito): the forest plots, the metric per arm, the training curves, the churn ladder."""
 
 import textwrap
 

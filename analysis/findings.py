@@ -1,8 +1,5 @@
-"""A maintainer's script: the README's section "What it finds on an H100 and a CPU", generated from
-the shipped export (results/): the platforms and their software, the gap decomposition of each
-platform pair the study compares at each margin, and the declared contrasts' verdicts. It prints
-the section, or with --write-readme writes it into this project's README.md between its markers
-(runrecord/files.py: the link followed, the mode kept, every byte outside the markers kept).
+"""A maintainer's script: the README's section "What it finds on an H100 and a CPU" from the
+shipped export, printed, or with --write-readme written between this README's markers.
 
   python -m analysis.findings --csv results/digits_h100_cpu.csv \
       --study results/digits_h100_cpu.study.json --margins 2 0.5 --write-readme

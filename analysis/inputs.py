@@ -1,9 +1,5 @@
-"""What the analysis reads: the runs' records under one or more roots (local or gs://, mixed), a CSV
-of runs (analysis.export's), the columns and labels of a runs table, and each run's saved test
-predictions. A run is counted once however it is reached: a folder by its identity (device and
-inode), a run by its recorded `run_id`. Bad input is one line per problem, naming the flag, the
-column, the line and the fix. Reference: docs/statistics.md "Input the analysis refuses",
-docs/record.md.
+"""What the analysis reads: run folders (local or gs://), a CSV of runs, the columns and labels of
+a runs table and each run's saved predictions; bad input: one line per problem (docs/statistics.md).
 """
 
 import collections

@@ -1,32 +1,27 @@
-"""Per-arm summaries, paired tests, the declared contrasts and Holm, from a runs table; the tests
-and intervals behind them, each checked against scipy/statsmodels (tests/unit/test_stats.py).
-
-Arms are runs with equal group-by columns (runrecord.rules.arm_columns); runs of one arm and model
-(runrecord.rules.model_keys) are replicates, averaged into one unit; arms pair by seed when their
-runs share initial weights and data order. Per pair: paired t (else Welch) with its 95% CI, TOST
-against the margin with its 90% CI, the rank test by design (signed rank, Mann–Whitney), effect
-size and power; verdicts (VERDICTS) with Holm over the pairs judged together. Intervals of an
-arm's mean: t below BCA_MIN_N values, BCa bootstrap, t again from BCA_MAX_N (BCa under-covers at
-small n; its jackknife costs n²). Reference: docs/statistics.md "Arms, seeds and replicates",
-"Contrasts and verdicts".
-"""
+"""Per-arm summaries, paired tests, the declared contrasts with Holm and the noise floors; the tests
+and intervals behind them, each checked against scipy/statsmodels (docs/statistics.md)."""
 
 import dataclasses
 import itertools
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
+from statsmodels.stats import multitest
 from statsmodels.stats import power as smp
 
 from analysis import declaration
 from analysis.declaration import resolve_column
-from analysis.inputs import arm_labels, seed_key, seed_text, whole_numbers
+from analysis.inputs import Software, arm_labels, seed_key, seed_text, whole_numbers
 from runrecord import record, rules
+
+if TYPE_CHECKING:
+  from analysis.agreement import Agreement
+  from analysis.attribution import Attribution
 
 ALPHA = 0.05
 POWER = 0.8
@@ -234,15 +229,10 @@ def hedges_g(a, b):
 
 
 def holm(pvalues):
-  """Holm step-down adjusted p-values; NaN entries stay NaN and do not count as tests."""
+  """Holm step-down adjusted p-values (statsmodels); NaN entries stay NaN and are no tests."""
   p = np.asarray(pvalues, float)
-  out = np.full_like(p, np.nan)
-  idx = np.flatnonzero(~np.isnan(p))
-  order = idx[np.argsort(p[idx], kind='stable')]
-  m, running = len(order), 0.0
-  for rank, i in enumerate(order):
-    running = max(running, min(1.0, (m - rank) * p[i]))
-    out[i] = running
+  out, tested = np.full_like(p, np.nan), ~np.isnan(p)
+  out[tested] = multitest.multipletests(p[tested], method='holm')[1]
   return out
 
 
@@ -272,10 +262,6 @@ def smallest_n(power_at, target):
   return high
 
 
-def _solver(is_paired):
-  return smp.TTestPower() if is_paired else smp.TTestIndPower()
-
-
 def nct_power(es, n, is_paired, alternative='two-sided'):
   """Power of a one-sample (paired) or two-sample t-test at effect size es, n per arm (pairs)."""
   df, nc = (n - 1, es * np.sqrt(n)) if is_paired else (2 * n - 2, es * np.sqrt(n / 2))
@@ -297,7 +283,7 @@ def power_at(sd, margin, n, is_paired=False):
   """(power to detect a true ±margin, power to show equivalence within it at 0)."""
   if not sd > 0 or n < 2:
     return np.nan, np.nan
-  es, solver = margin / sd, _solver(is_paired)
+  es, solver = margin / sd, smp.TTestPower() if is_paired else smp.TTestIndPower()
   with warnings.catch_warnings():
     warnings.simplefilter('ignore')
     diff = solver.power(es, n, ALPHA)
@@ -313,7 +299,7 @@ def seeds_needed(sd, margin, is_paired=False):
   """(n for 80% power to detect ±margin, n to show equivalence within ±margin at 0)."""
   if not sd > 0:
     return 2, 2
-  es, solver = margin / sd, _solver(is_paired)
+  es, solver = margin / sd, smp.TTestPower() if is_paired else smp.TTestIndPower()
   with warnings.catch_warnings():
     warnings.simplefilter('ignore')
     diff = smallest_n(lambda n: solver.power(es, n, ALPHA), POWER)
@@ -462,10 +448,8 @@ UNDECLARED = (
 
 @dataclasses.dataclass(frozen=True)
 class Prepared:
-  """The runs read for analysis. `runs`: one row per included run with `arm`, `value` (metric x
-  scale), `seed` (its model unit), `base_seed`, `seeded`, `det`, `det_why`; `units`: one value per
-  arm and seed; `replicates`, `excluded`: their tables; `pairing`: the pairing fields recorded;
-  `lattice`: the step of an accuracy on one test-set size, else None."""
+  """The runs read for analysis (one row per included run, with its arm, value and model unit),
+  one value per arm and seed (`units`), the replicates and the excluded runs."""
 
   runs: pd.DataFrame
   units: pd.DataFrame
@@ -481,9 +465,7 @@ class Prepared:
 
 @dataclasses.dataclass(frozen=True)
 class Stats(Prepared):
-  """Prepared plus `arms` (one row per arm), `pairs` (every pair's tests; empty unless asked),
-  `small` (arms with n < 2), the `margin` and why, and the `unit` ('pp' for percent, else
-  'units')."""
+  """Prepared plus one row per arm, every pair's tests (empty unless asked), the margin and unit."""
 
   arms: pd.DataFrame
   pairs: pd.DataFrame
@@ -491,11 +473,6 @@ class Stats(Prepared):
   margin: float
   margin_reason: str
   unit: str
-
-
-def fields_of(instance: Any) -> dict[str, Any]:
-  """{field: value} of a result, shallow (the tables are not copied)."""
-  return {f.name: getattr(instance, f.name) for f in dataclasses.fields(instance)}
 
 
 def prepare(frame, group_by, metric, seed_col=None, scale=None):
@@ -777,7 +754,7 @@ def arms_and_pairs(
   prep = prepare(frame, list(group_by), metric, seed_col, scale)
   arms = arm_table(prep)
   return Stats(
-    **fields_of(prep),
+    **vars(prep),
     arms=arms,
     pairs=pair_table(prep, arms, margin) if all_pairs else pd.DataFrame(),
     small=arms[arms['n'] < 2],
@@ -873,15 +850,13 @@ def contrast_table(out, declared, margin=None):
 
 
 class NoiseFloor(NamedTuple):
-  """How large a paired difference the matched perturbation alone gives at the study's seeds: the
-  sd of the per-seed differences noise arm − the arm it perturbs (`what`), over `n` seeds, and the
-  95% half-width of their mean, t(0.975, n − 1) × sd / √n; `text`: that in words."""
+  """The paired difference noise arm − the arm it perturbs (`what`) over `n` seeds: its sd and the
+  95% half-width of its mean, t(0.975, n − 1) × sd / √n."""
 
   sd: float
   half: float
   n: int
   what: str
-  text: str
 
 
 def arm_mask(runs, levels, flag):
@@ -893,7 +868,7 @@ def arm_mask(runs, levels, flag):
   return mask
 
 
-def noise_floor(runs, arm, base, scale_unit, factors=()):
+def noise_floor(runs, arm, base, factors=()):
   """The NoiseFloor of one platform's runs: noise arm `arm` against `base`."""
 
   def label(levels):
@@ -933,15 +908,10 @@ def noise_floor(runs, arm, base, scale_unit, factors=()):
     f'{label({k: levels[k] for k in changed if k in levels})}'
     + (f' at {label(common)}' if common else '')
   )
-  text = (
-    f'noise floor: the paired difference {what} over {len(d)} seeds; sd of the per-seed '
-    f'differences {sd:.3f} {scale_unit}; 95% half-width of their mean, '
-    f't(0.975, {len(d) - 1}) × sd / √{len(d)} = {half:.3f} {scale_unit}'
-  )
-  return NoiseFloor(sd, half, len(d), what, text)
+  return NoiseFloor(sd, half, len(d), what)
 
 
-def noise_floors(runs, arm, base, scale_unit, factors=()):
+def noise_floors(runs, arm, base, factors=()):
   """{platform: NoiseFloor} of each platform where the noise arm and its base share 2+ seeds."""
   if not arm:
     return {}
@@ -951,7 +921,7 @@ def noise_floors(runs, arm, base, scale_unit, factors=()):
   floors = {}
   for platform, group in runs.groupby(platforms, sort=True):
     try:
-      floors[platform] = noise_floor(group, arm, base, scale_unit, factors)
+      floors[platform] = noise_floor(group, arm, base, factors)
     except ValueError as e:
       if '--noise-of' in str(e) and 'matches' in str(e):
         raise
@@ -969,8 +939,7 @@ def arm_short_labels(out):
 
 @dataclasses.dataclass(frozen=True)
 class Scope:
-  """Confirmatory (True: the declared seeds at the declared margin and pairs), exploratory (False)
-  or nothing declared (None), with the `deviations` from the declaration in words."""
+  """Confirmatory (True), exploratory (False) or nothing declared (None), and the deviations."""
 
   declared_seeds: Optional[list[int]]
   declared_margin: Optional[float]
@@ -1010,3 +979,20 @@ def scope(out, declared, compare=None):
     and (set(wanted) != set(seeds) or m0 is not None or bool(compare)),
     confirmatory=(not deviations) if known else None,
   )
+
+
+@dataclasses.dataclass(frozen=True)
+class Analysis(Stats):
+  """A study's whole analysis (analyse.study_analysis): Stats, its declaration and declared
+  contrasts, noise floors, attribution, software, agreement, scope and the confirmatory one."""
+
+  declared: dict[str, Any] = dataclasses.field(default_factory=dict)
+  source: str = ''
+  contrasts: Optional[pd.DataFrame] = None
+  arm_info: Optional[pd.DataFrame] = None
+  noise: dict[str, NoiseFloor] = dataclasses.field(default_factory=dict)
+  attribution: Optional['Attribution'] = None
+  software: Optional[Software] = None
+  agreement: Optional['Agreement'] = None
+  scope: Optional[Scope] = None
+  confirmatory: Optional['Analysis'] = None
