@@ -105,35 +105,27 @@ def markdown(rows):
   return '\n'.join(lines) + '\n'
 
 
+# LaTeX's specials and the report's symbols, as LaTeX writes them.
+TEX = {
+  **{c: '\\' + c for c in '&%$#_{}'},
+  '\\': r'\textbackslash{}',
+  '~': r'\textasciitilde{}',
+  '^': r'\^{}',
+  'Δ': r'$\Delta$',
+  '−': '$-$',
+  '<': r'$<$',
+  '>': r'$>$',
+  '–': '--',
+  '±': r'$\pm$',
+  '≥': r'$\geq$',
+  '≤': r'$\leq$',
+  'α': r'$\alpha$',
+}
+
+
 def tex(s):
   """Escape LaTeX specials in a cell."""
-  table = {
-    '\\': r'\textbackslash{}',
-    '&': r'\&',
-    '%': r'\%',
-    '$': r'\$',
-    '#': r'\#',
-    '_': r'\_',
-    '{': r'\{',
-    '}': r'\}',
-    '~': r'\textasciitilde{}',
-    '^': r'\^{}',
-    'Δ': r'$\Delta$',
-    '−': '$-$',
-    '<': r'$<$',
-    '>': r'$>$',
-    '–': '--',
-    '±': r'$\pm$',
-    '≥': r'$\geq$',
-    '≤': r'$\leq$',
-    'α': r'$\alpha$',
-  }
-  return ''.join(table.get(ch, ch) for ch in str(s))
-
-
-def numeric_cell(text):
-  """Does a table cell hold a number or an interval (right-aligned in LaTeX)?"""
-  return bool(text) and (text[0] in '+-−–[<' or text[0].isdigit())
+  return ''.join(TEX.get(ch, ch) for ch in str(s))
 
 
 def latex(rows, caption, label=None):
@@ -141,7 +133,11 @@ def latex(rows, caption, label=None):
   if not rows:
     return f'% {caption}: none\n'
   cols = list(rows[0])
-  align = ''.join('r' if all(numeric_cell(str(r[c])) for r in rows) else 'l' for c in cols)
+
+  def numeric(text):  # a number or an interval: right-aligned
+    return bool(text) and (text[0] in '+-−–[<' or text[0].isdigit())
+
+  align = ''.join('r' if all(numeric(str(r[c])) for r in rows) else 'l' for c in cols)
   body = [' & '.join(tex(r[c]) for c in cols) + r' \\' for r in rows]
   return (
     '\n'.join(
@@ -188,28 +184,6 @@ def captions(out, pairs):
     'equivalence.'
   )
   return arms, pairs
-
-
-def detail_tables(out, pairs):
-  """[(title, rows)] of the report's last tables: the design of each judged pair, replicates."""
-  design = [{'A': r['arm_a'], 'B': r['arm_b'], 'design': r['design']} for _, r in pairs.iterrows()]
-  reps = [
-    {
-      'arm': r['arm'],
-      'seed': str(r['seed']),
-      'runs': str(r['n_runs']),
-      'values': r['values'],
-      'mean used': num(r['mean']),
-      'identical': 'yes' if r['identical'] else 'no',
-    }
-    for _, r in out.replicates.iterrows()
-  ]
-  exc = [{'run': r['run'], 'reason': r['reason']} for _, r in out.excluded.iterrows()]
-  return [
-    ('Design of each comparison', design),
-    ('Repeated seeds (replicates averaged; their spread is the within-seed sd)', reps),
-    ('Runs excluded', exc),
-  ]
 
 
 UNITS = {'pp': 'pp (percentage points: accuracy x 100)'}
