@@ -473,16 +473,6 @@ def select(frame, metric, factors, seed_col):
   )
 
 
-def default_factors(frame):
-  """platform, the requested numerics and the arm-defining config fields that vary among the
-  completed runs (by rules.field_name where that names the same column)."""
-  done = frame[stats.run_status(frame) == 'completed']
-  cols = [c for c in rules.arm_columns(done) if c != 'device_kind']
-  cols = [c for c in cols if done[c].astype(str).nunique() > 1]
-  short = rules.field_name
-  return [short(c) if resolve_column(frame, short(c), '') == c else c for c in cols]
-
-
 def references(runs, columns, given):
   """{factor: reference level}: given, else the first sorted level (platform too)."""
   chosen = {find_factor(k, columns, '--reference'): v for k, v in given.items()}
@@ -1076,7 +1066,7 @@ def declared_attribution(
   completed = frame[stats.run_status(frame) == 'completed']
   out = factor_attribution(
     frame,
-    declared.get('factors') or default_factors(frame),
+    declared['factors'],  # study_analysis attributes a declared study only
     metric=metric,
     seed_col=seed_col or 'seed',
     reference=declared.get('reference'),
