@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis import agreement, attribution, declaration, inputs, stats
+from analysis import agreement, declaration, gap, inputs, stats
 from analysis.inputs import seed_text
 
 
@@ -203,12 +203,12 @@ def pair_name(d):
 
 
 def ci95(e):
-  """The 95% interval of an attribution.Estimate, signed."""
+  """The 95% interval of an gap.Estimate, signed."""
   return interval(e.ci_low, e.ci_high)
 
 
 def ci90(t):
-  """The 90% interval of an attribution.Tost, signed."""
+  """The 90% interval of an gap.Tost, signed."""
   return interval(t.ci90_low, t.ci90_high)
 
 
@@ -280,7 +280,7 @@ def carriers(d):
     low, high = sorted([sign * c.ci_low, sign * c.ci_high])
     return f'{name} {signed(sign * c.estimate)} {interval(low, high)})'
 
-  found = [text(*p) for p in parts if attribution.shown(p[0].ci_low, p[0].ci_high)]
+  found = [text(*p) for p in parts if gap.shown(p[0].ci_low, p[0].ci_high)]
   if found:
     return 'carried by ' + ' and '.join(found)
   if not parts:
@@ -767,7 +767,7 @@ def compared(out):
   att = out.attribution
   if att and att.decomposition:
     return [tuple(d.platforms) for d in att.decomposition]
-  return attribution.default_pairs(out.software.platforms)
+  return gap.default_pairs(out.software.platforms)
 
 
 def question(out):
@@ -1312,9 +1312,7 @@ def judged_at(out, margin):
   att = out.attribution
   if margin == out.margin:
     return att.decomposition, out.contrasts
-  split = (
-    attribution.summarise(att.gap_summaries, margin, att.min_share)[1] if att.gap_summaries else []
-  )
+  split = gap.summarise(att.gap_summaries, margin, att.min_share)[1] if att.gap_summaries else []
   return split, stats.contrast_table(out, out.declared, margin)
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis import analyse, attribute, attribution, report, stats
+from analysis import analyse, attribute, attribution, gap, report, stats
 
 METRIC = 'final.test_accuracy'
 COL = {
@@ -116,13 +116,13 @@ def test_per_seed_identity_holds_exactly():
   frame = planted(
     {('gpu', NATIVE): 0.9, ('gpu', EMU_GPU): 0.5, ('cpu', EMU_GPU): 0.3, ('cpu', F32): -0.2}
   )
-  cells = attribution.cell_means(
+  cells = gap.cell_means(
     frame.assign(value=100 * frame[METRIC], **{f: frame[c].astype(str) for f, c in COL.items()}),
     'profile',
     ['batchnorm_group', 'compute_dtype'],
     REFERENCE,
   )
-  summary = attribution.components(cells, 'gpu', 'cpu', 'native', EMULATES)
+  summary = gap.components(cells, 'gpu', 'cpu', 'native', EMULATES)
   v = summary.values
   assert not summary.missing and len(summary.seeds) == 12
   np.testing.assert_allclose(v['G'], v['fid_A'] - v['fid_B'] + v['N'] + v['P'], atol=1e-9)
@@ -169,19 +169,19 @@ def test_each_planted_gap_gets_its_verdict(shift, verdict):
 
 
 def test_verdict_rules():
-  f = attribution.Flags(*[False] * len(attribution.Flags._fields))
-  assert attribution.verdict(f, 2)[0] == 'inconclusive'
-  assert attribution.verdict(f._replace(gap_equivalent=True), 2) == ('no gap', '')
+  f = gap.Flags(*[False] * len(gap.Flags._fields))
+  assert gap.verdict(f, 2)[0] == 'inconclusive'
+  assert gap.verdict(f._replace(gap_equivalent=True), 2) == ('no gap', '')
   shown = f._replace(gap_shown=True)
-  assert attribution.verdict(shown._replace(gap_equivalent=True), 2)[0] == 'gap within margin'
+  assert gap.verdict(shown._replace(gap_equivalent=True), 2)[0] == 'gap within margin'
   explained = shown._replace(numerics_shown=True, share_reaches=True, residual_equivalent=True)
-  assert attribution.verdict(explained, 2)[0] == 'explained by numerics'
-  assert attribution.verdict(explained._replace(share_reaches=False), 2) == (
+  assert gap.verdict(explained, 2)[0] == 'explained by numerics'
+  assert gap.verdict(explained._replace(share_reaches=False), 2) == (
     'partly explained',
     "the share's lower bound is below the minimum",
   )
-  assert attribution.verdict(shown._replace(residual_shown=True), 2)[0] == 'not explained'
-  assert attribution.verdict(shown, 2, n_estimable=False)[0] == 'inconclusive'
+  assert gap.verdict(shown._replace(residual_shown=True), 2)[0] == 'not explained'
+  assert gap.verdict(shown, 2, n_estimable=False)[0] == 'inconclusive'
 
 
 def test_heteroscedastic_arms_do_not_enter_the_gap_and_its_interval_covers():
@@ -283,7 +283,7 @@ def test_decomposition_csv_columns(tmp_path):
   ):
     assert col in table, col
   components = pd.read_csv(tmp_path / 'attribution_gap.csv')
-  assert list(components['key']) == list(attribution.KEYS)
+  assert list(components['key']) == list(gap.KEYS)
 
 
 def test_the_shipped_export_gap_is_the_native_arms_paired_mean():

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats import power as smp
 
-from analysis import analyse, attribution, report
+from analysis import analyse, attribution, gap, report
 from tests.support.planted_platforms import (
   DECLARED,
   EMULATES,
@@ -114,13 +114,13 @@ def test_a_command_line_pair_overrides_the_declared_ones_and_is_exploratory():
 
 def test_compare_names_jax_platforms_and_refuses_what_did_not_run():
   frame = planted(THREE, seeds=4).replace({'platform': {'cpu': 'cpu-AVX512'}})
-  pairs, notes = attribution.platform_pairs(
+  pairs, notes = gap.platform_pairs(
     ['tpu', 'gpu', 'cpu-AVX512'], [['gpu', 'cpu'], ['tpu', 'v5e']], 'compare'
   )
   assert pairs == [('gpu', 'cpu-AVX512')] and notes == ['tpu − v5e: no runs on v5e']
   with pytest.raises(ValueError, match='--compare: no runs on v5e'):
-    attribution.platform_pairs(['tpu', 'gpu'], [['tpu', 'v5e']], '--compare')
-  assert attribution.default_pairs(['cpu-AVX512', 'gpu', 'tpu']) == [
+    gap.platform_pairs(['tpu', 'gpu'], [['tpu', 'v5e']], '--compare')
+  assert gap.default_pairs(['cpu-AVX512', 'gpu', 'tpu']) == [
     ('tpu', 'gpu'),
     ('tpu', 'cpu-AVX512'),
     ('gpu', 'cpu-AVX512'),
