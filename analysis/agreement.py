@@ -12,7 +12,7 @@ import pandas as pd
 from scipy import stats as sps
 from scipy.sparse import csgraph
 
-from analysis import inputs, stats
+from analysis import inference, inputs, stats
 from analysis.inputs import seed_key
 from runrecord import record, rules
 
@@ -58,7 +58,7 @@ def seeds_of(units, arm):
 def seed_row(kind, a, b, pairing, values, labels, unit, units):
   """One row of the table: the mean over seeds of `values` (fractions) with its t-interval, %."""
   x = 100 * np.asarray(values, float)
-  low, high = (100 * v for v in stats.proportion_mean_ci(values)) if len(x) else (np.nan,) * 2
+  low, high = (100 * v for v in inference.proportion_mean_ci(values)) if len(x) else (np.nan,) * 2
 
   def first(arm):
     return next((e['platform'] for (u, _), es in units.items() if u == arm for e in es), '')
@@ -567,7 +567,7 @@ def per_arm(frame, columns):
     row = {'arm': arm, 'seeds': len(group)}
     for col in columns:
       x = group[col].dropna().to_numpy(float)
-      low, high = stats.t_ci(x)
+      low, high = inference.t_ci(x)
       row.update(
         {col: x.mean() if len(x) else np.nan, f'{col}_ci_low': low, f'{col}_ci_high': high}
       )
@@ -634,7 +634,8 @@ def class_tests(d):
   varies = finite & (np.ptp(np.where(np.isfinite(d), d, 0), axis=0) > 0)
   constant = finite & ~varies & ~np.all(d == 0, axis=0)
   exact = [
-    stats.signed_rank(column)[1] if c else np.nan for column, c in zip(d.T, constant, strict=True)
+    inference.signed_rank(column)[1] if c else np.nan
+    for column, c in zip(d.T, constant, strict=True)
   ]
   p = np.where(varies, t.pvalue, np.where(constant, exact, np.nan))
   return t.statistic, p, np.where(varies, T_TEST, np.where(constant, EXACT, NONE))
@@ -678,9 +679,9 @@ def class_differences(entries, a, b):
     return np.pad(x, (0, width - len(x)), constant_values=np.nan)
 
   d = 100 * np.array([pad(acc_a[s]) - pad(acc_b[s]) for s in shared])  # seeds × classes
-  low, high = stats.t_ci(d.T)
+  low, high = inference.t_ci(d.T)
   t, p, test = class_tests(d)
-  p_holm = stats.holm(p)
+  p_holm = inference.holm(p)
   return pd.DataFrame(
     {
       'a': a,
@@ -693,7 +694,7 @@ def class_differences(entries, a, b):
       't': t,
       'p': p,
       'p_holm': p_holm,
-      'different': p_holm < stats.ALPHA,
+      'different': p_holm < inference.ALPHA,
       'test': test,
     }
   )
@@ -710,152 +711,10 @@ def per_class_table(entries, pairs):
   )
 
 
-VARIANCE_METHOD = (
-  'two-way crossed random-effects ANOVA, method of moments (expected mean squares); '
-  "negative estimates truncated at 0; 95% intervals by Satterthwaite's df (exact χ² for "
-  'a single mean square)'
-)
-COMPONENTS = ('init', 'data order', 'init × data order', 'nondeterminism (replicates)')
-RESIDUAL = 'init × data order + nondeterminism (no replicates)'  # R = 1: one residual
-MIN_CI_DF = 2.0
-INIT_COLUMNS = ('init_seed', 'config.init_seed')
-DATA_COLUMNS = ('data_seed', 'config.data_seed')
-
-
-def cell_array(frame, value, init, data):
-  """The values as an I × J × R array (balanced); ValueError naming the missing or short cells."""
-  counts = frame.groupby([init, data]).size()
-  inits, data_seeds = sorted(frame[init].unique()), sorted(frame[data].unique())
-  full = counts.reindex(pd.MultiIndex.from_product([inits, data_seeds]), fill_value=0)
-  if full.nunique() != 1 or full.iloc[0] < 1:
-    short = ', '.join(f'({i}, {j}): {n}' for (i, j), n in full.items() if n != full.max())
-    raise ValueError(
-      f'variance split: needs every (init_seed, data_seed) cell run the same number '
-      f'of times; runs per cell: {short or full.iloc[0]}'
-    )
-  ordered = frame.sort_values([init, data], kind='stable')
-  return ordered[value].to_numpy(float).reshape(len(inits), len(data_seeds), int(full.iloc[0]))
-
-
-def mean_squares(y):
-  """{name: (mean square, df)} of an I × J × R array (module doc)."""
-  n_i, n_j, n_r = y.shape
-  grand, cell = y.mean(), y.mean(axis=2)
-  row, col = cell.mean(axis=1), cell.mean(axis=0)
-  inter = cell - row[:, None] - col[None, :] + grand
-  out = {
-    'init': (n_j * n_r * np.sum((row - grand) ** 2) / (n_i - 1), n_i - 1),
-    'data order': (n_i * n_r * np.sum((col - grand) ** 2) / (n_j - 1), n_j - 1),
-    'init × data order': (n_r * np.sum(inter**2) / ((n_i - 1) * (n_j - 1)), (n_i - 1) * (n_j - 1)),
-  }
-  if n_r > 1:
-    out['nondeterminism (replicates)'] = (
-      np.sum((y - cell[..., None]) ** 2) / (n_i * n_j * (n_r - 1)),
-      n_i * n_j * (n_r - 1),
-    )
-  return out
-
-
-def coefficients(shape):
-  """{component: {mean square: c_k}}: each estimate as Σ c_k MS_k (module doc)."""
-  n_i, n_j, n_r = shape
-  ab = 'init × data order'
-  out = {
-    'init': {'init': 1 / (n_j * n_r), ab: -1 / (n_j * n_r)},
-    'data order': {'data order': 1 / (n_i * n_r), ab: -1 / (n_i * n_r)},
-  }
-  if n_r == 1:
-    return {**out, RESIDUAL: {ab: 1.0}}
-  e = 'nondeterminism (replicates)'
-  return {**out, ab: {ab: 1 / n_r, e: -1 / n_r}, e: {e: 1.0}}
-
-
-def estimates(ms, shape):
-  """{component: method-of-moments estimate} from mean_squares' {name: (MS, df)} of an I × J × R
-  array (module doc), untruncated."""
-  return {
-    c: sum(w * ms[k][0] for k, w in weights.items()) for c, weights in coefficients(shape).items()
-  }
-
-
-def interval(ms, weights):
-  """(low, high, ν) of Σ c_k MS_k by Satterthwaite's df (module doc)."""
-  value = sum(w * ms[k][0] for k, w in weights.items())
-  spread = sum((w * ms[k][0]) ** 2 / ms[k][1] for k, w in weights.items())
-  nu = value**2 / spread if spread > 0 else np.nan
-  if not value > 0 or not nu >= MIN_CI_DF:
-    return np.nan, np.nan, nu
-  return (nu * value / sps.chi2.ppf(0.975, nu), nu * value / sps.chi2.ppf(0.025, nu), nu)
-
-
-def variance_components(frame, value='value', init='init_seed', data='data_seed'):
-  """One row per component (COMPONENTS; with one run per cell the last two as RESIDUAL)."""
-  if frame[init].nunique() < 2 or frame[data].nunique() < 2:
-    raise ValueError('variance split: needs at least 2 init seeds and 2 data seeds')
-  y = cell_array(frame, value, init, data)
-  ms = mean_squares(y)
-  estimate = estimates(ms, y.shape)
-
-  def own(c):
-    return ms['init × data order' if c == RESIDUAL else c]
-
-  rows = [
-    {
-      'component': c,
-      'mean_square': own(c)[0],
-      'df': own(c)[1],
-      'estimate': estimate[c],
-      'variance': max(estimate[c], 0.0),
-      'truncated': estimate[c] < 0,
-      **dict(zip(('ci_low', 'ci_high', 'ci_df'), interval(ms, weights), strict=True)),
-      'replicates': y.shape[2],
-    }
-    for c, weights in coefficients(y.shape).items()
-  ]
-  table = pd.DataFrame(rows)
-  table['sd'] = np.sqrt(table['variance'])
-  total = table['variance'].sum()
-  table['share_pct'] = 100 * table['variance'] / total if total > 0 else np.nan
-  table['method'] = VARIANCE_METHOD
-  return table
-
-
-def seed_columns(runs):
-  """(init column, data column) the runs table records, or None when it has no such pair."""
-  init = next((c for c in INIT_COLUMNS if c in runs and runs[c].notna().any()), None)
-  data = next((c for c in DATA_COLUMNS if c in runs and runs[c].notna().any()), None)
-  return (init, data) if init and data else None
-
-
-def variance_table(runs, value='value'):
-  """variance_components per arm whose runs set init and data-order seeds apart."""
-  return split_by_arm(runs, value)[0]
-
-
-def split_by_arm(runs, value='value'):
-  """(variance_table, notes): why an arm whose seeds vary has no split."""
-  columns = seed_columns(runs)
-  if columns is None:
-    return pd.DataFrame(), []
-  tables, notes = [], []
-  for arm, group in runs.groupby('arm', sort=True):
-    if group[columns[0]].nunique() < 2 and group[columns[1]].nunique() < 2:
-      continue  # one init and one data seed (or seed = init = data): no split to make
-    if (group[columns[0]].astype(str) == group[columns[1]].astype(str)).all():
-      continue  # init and data seeds move together: the seeds of an ordinary study
-    try:
-      table = variance_components(group, value, *columns)
-    except ValueError as e:
-      notes.append(f'{arm}: {e}')
-      continue
-    tables.append(table.assign(arm=arm, runs=len(group)))
-  return (pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()), notes
-
-
 def load_entries(runs, load=None, read=None):
   """([{run, arm, seed, platform, pred, init, data}] of the runs with predictions, [(run, why) of
   the runs without]); `read` reads the table's, `load` one run's (None: none saved)."""
-  columns = seed_columns(runs)
+  columns = stats.seed_columns(runs)
   if read is None:
     got = [
       (p, None if p is not None else inputs.NONE_SAVED)
@@ -911,7 +770,7 @@ def agreement_section(
 ):
   """The Agreement of the runs: churn ladder, calibration, training loss, per class, variance."""
   entries, missing = load_entries(runs, load, read)
-  split, notes = split_by_arm(runs)
+  split, notes = stats.split_by_arm(runs)
   left_out = []  # pairs of runs on different test sets (another split seed): not compared
   table = agreement_table(entries, pairs, noise, identical, platform, left_out)
   for side in ('a', 'b'):

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from analysis import declaration, stats
+from analysis import declaration, inference
 from runrecord import rules
 
 PLATFORM_ORDER = ('tpu', 'gpu', 'cpu')  # the project's question: tpu − gpu, then each against cpu
@@ -264,9 +264,9 @@ def component_stats(d, margin):
   (2 seeds or more: decompose drops a pair with fewer)."""
   k, mean, sd = len(d), float(np.mean(d)), float(np.std(d, ddof=1))
   se = sd / np.sqrt(k)
-  low, high = stats.diff_ci(mean, se, k - 1, 0.95)
+  low, high = inference.diff_ci(mean, se, k - 1, 0.95)
   p = float(2 * sps.t.sf(abs(mean) / se, k - 1)) if se > 0 else 1.0 if mean == 0 else 0.0
-  _, sr_p, sr_method = stats.signed_rank(d)
+  _, sr_p, sr_method = inference.signed_rank(d)
   out = {
     'estimate': mean,
     'sd': sd,
@@ -278,13 +278,13 @@ def component_stats(d, margin):
     'p': p,
     'signed_rank_p': sr_p,
     'signed_rank_method': sr_method,
-    'd_z': stats.d_z(d),
+    'd_z': inference.d_z(d),
     'ci90_low': np.nan,
     'ci90_high': np.nan,
     'tost_p': np.nan,
   }
   if margin:
-    out['ci90_low'], out['ci90_high'], out['tost_p'] = stats.tost(mean, se, k - 1, margin)
+    out['ci90_low'], out['ci90_high'], out['tost_p'] = inference.tost(mean, se, k - 1, margin)
   return out
 
 
@@ -376,14 +376,14 @@ def shown(low, high):
 def flags(d):
   """The verdict's inputs (Flags) from a Decomposition's numbers, after its Holm p-values."""
   k = d.pairs_compared
-  t_shows = bool(d.G_p_holm < stats.ALPHA)
-  rank_shows = bool(d.G_signed_rank_p_holm < stats.ALPHA)
-  rank_can = bool(d.G_signed_rank_attainable * k < stats.ALPHA)
+  t_shows = bool(d.G_p_holm < inference.ALPHA)
+  rank_shows = bool(d.G_signed_rank_p_holm < inference.ALPHA)
+  rank_can = bool(d.G_signed_rank_attainable * k < inference.ALPHA)
   sign = int(np.sign(d.G.estimate)) if t_shows else 0
   n_sign = shown(d.N.ci_low, d.N.ci_high) if d.N_estimable else 0
   return Flags(
     gap_shown=t_shows,
-    gap_equivalent=bool(d.G_tost_p_holm < stats.ALPHA),
+    gap_equivalent=bool(d.G_tost_p_holm < inference.ALPHA),
     rank_shown=rank_shows,
     tests_disagree=rank_shows != t_shows and (rank_shows or rank_can),
     numerics_shown=bool(sign) and n_sign == sign,
@@ -391,7 +391,7 @@ def flags(d):
     numerics_one_platform=bool(d.N_only),
     interaction_shown=bool(shown(d.N_interaction.ci_low, d.N_interaction.ci_high)),
     share_reaches=bool(d.share_ci_low >= d.min_share),
-    residual_equivalent=bool(d.R_tost.p < stats.ALPHA),
+    residual_equivalent=bool(d.R_tost.p < inference.ALPHA),
     residual_shown=bool(d.N_estimable and shown(d.R.ci_low, d.R.ci_high)),
   )
 
@@ -444,7 +444,7 @@ def seeds_needed(table, margin):
   row = {r['key']: r for _, r in table.iterrows() if r['note'] == ''}
 
   def need(key, which):
-    return stats.seeds_needed(row[key]['sd'], margin, True)[which]
+    return inference.seeds_needed(row[key]['sd'], margin, True)[which]
 
   out = {'gap nonzero': need('G', 0)}
   if 'N' in row:
@@ -464,7 +464,7 @@ def judge(summary, table, margin, min_share=None):
 
   n_estimable = 'N' in summary.values
   g = np.asarray(summary.values['G'], float)
-  share = stats.fieller(summary.values['N'], g) if n_estimable else (np.nan,) * 3
+  share = inference.fieller(summary.values['N'], g) if n_estimable else (np.nan,) * 3
   return Decomposition(
     gap=summary.gap,
     platforms=summary.platforms,
@@ -482,7 +482,7 @@ def judge(summary, table, margin, min_share=None):
     R_tost=Tost(*values('R', ('ci90_low', 'ci90_high', 'tost_p'))),
     G_signed_rank_p=float(rows.loc['G', 'signed_rank_p']),
     G_signed_rank_method=rows.loc['G', 'signed_rank_method'],
-    G_signed_rank_attainable=stats.signed_rank(np.abs(g))[1],
+    G_signed_rank_attainable=inference.signed_rank(np.abs(g))[1],
     G_seeds_positive=int((g > 0).sum()),
     G_seeds_negative=int((g < 0).sum()),
     G_d_z=float(rows.loc['G', 'd_z']),
@@ -497,9 +497,9 @@ def judge(summary, table, margin, min_share=None):
 def judge_family(summaries, tables, margin, min_share=None):
   """[Decomposition per pair]: each gap test (paired t, TOST)."""
   judged = [judge(s, t, margin, min_share) for s, t in zip(summaries, tables, strict=True)]
-  t = stats.holm([d.G.p for d in judged])
-  tost = stats.holm([d.G_tost.p for d in judged])
-  rank = stats.holm([d.G_signed_rank_p for d in judged])
+  t = inference.holm([d.G.p for d in judged])
+  tost = inference.holm([d.G_tost.p for d in judged])
+  rank = inference.holm([d.G_signed_rank_p for d in judged])
   out = []
   for i, d in enumerate(judged):
     d = dataclasses.replace(

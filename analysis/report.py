@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis import agreement, declaration, gap, inputs, stats
+from analysis import agreement, declaration, gap, inference, inputs, stats
 from analysis.inputs import seed_text
 
 
@@ -168,8 +168,8 @@ def captions(out, pairs):
   arms = (
     f'{out.metric} per arm: n = number of {"seeds" if out.seeded else "runs"}, one '
     f'value per {per}; sd between them; 95% CI of the mean by the method named '
-    f'(t-interval below n = {stats.BCA_MIN_N}, where the BCa bootstrap under-covers, and '
-    f'from n = {stats.BCA_MAX_N:,}, where the two agree); within-seed sd: '
+    f'(t-interval below n = {inference.BCA_MIN_N}, where the BCa bootstrap under-covers, and '
+    f'from n = {inference.BCA_MAX_N:,}, where the two agree); within-seed sd: '
     f'spread of replicates of one seed (nondeterminism), pooled, with its df. '
     f'Arms by {", ".join(out.group_by)}.'
   )
@@ -177,10 +177,10 @@ def captions(out, pairs):
     f'Δ = mean A − mean B in {unit} (over shared seeds when paired); 95% CI of the '
     f'difference test (paired t when paired, else Welch); 90% CI and TOST against the '
     f'margin ±{out.margin:g} {unit}; equivalent: Holm-adjusted TOST p < '
-    f'{stats.ALPHA:g} (raw decision in brackets when it differs); p-values raw (Holm '
+    f'{inference.ALPHA:g} (raw decision in brackets when it differs); p-values raw (Holm '
     f'over the {stats.family_size(pairs)} comparison(s) tested; '
     'identical arithmetic is not tested); '
-    f'seeds (pairs when paired) for 80% power, α = {stats.ALPHA:g}, at Δ = margin / for '
+    f'seeds (pairs when paired) for 80% power, α = {inference.ALPHA:g}, at Δ = margin / for '
     'equivalence.'
   )
   return arms, pairs
@@ -319,8 +319,8 @@ def rank_text(d):
   p = pval(d.G_signed_rank_p_holm if k > 1 else d.G_signed_rank_p)
   can = (
     ''
-    if d.G_signed_rank_attainable * k < stats.ALPHA
-    else f'; at {d.seeds} seeds it cannot reach {stats.ALPHA:g}'
+    if d.G_signed_rank_attainable * k < inference.ALPHA
+    else f'; at {d.seeds} seeds it cannot reach {inference.ALPHA:g}'
   )
   return (
     f'exact signed-rank p {p}{holm_text(d)}, {d.G_seeds_positive} of {d.seeds} '
@@ -400,7 +400,7 @@ def seeds_line(d, unit):
   }
   parts = [f'{names[q]}: {n}' for q, n in d.seeds_needed.items()]
   return (
-    f'seeds for 80% power (α = {stats.ALPHA:g}, paired t at the observed sd of each '
+    f'seeds for 80% power (α = {inference.ALPHA:g}, paired t at the observed sd of each '
     f'per-seed component, at the margin, the smallest effect of interest; now '
     f'{d.seeds}): ' + ', '.join(parts)
   )
@@ -562,7 +562,7 @@ VARIANCE_CAPTION = (
   'random-effects ANOVA (method of moments) of init seed × data-order seed (× replicates); '
   'variance in {unit}², sd in {unit}, share of the total; 95% interval of each variance '
   "by Satterthwaite's df (exact χ² for a single mean square), none below "
-  f'{agreement.MIN_CI_DF:g} df (the upper bound would exceed 39× the estimate).'
+  f'{inference.MIN_CI_DF:g} df (the upper bound would exceed 39× the estimate).'
 )
 
 
@@ -571,7 +571,7 @@ def ci_text(r):
   if r['truncated'] or not r['estimate'] > 0:
     return 'none: estimate truncated at 0'
   if not np.isfinite(r['ci_low']):
-    return f'none: df {r["ci_df"]:.2g} < {agreement.MIN_CI_DF:g} (more seeds needed)'
+    return f'none: df {r["ci_df"]:.2g} < {inference.MIN_CI_DF:g} (more seeds needed)'
   return f'[{num(r["ci_low"], 3)}, {num(r["ci_high"], 3)}] (df {r["ci_df"]:.2g})'
 
 
@@ -840,7 +840,7 @@ def gap_lines(out):
     return [f'**Platform gap:** {att.gap_note}.', '']
   lines = [
     '**Platform gap** (per seed: native gap G = fid_A − fid_B + N + P, numerics part N, '
-    f'residual R = G − N; mean over seeds with a t-interval; α = {stats.ALPHA:g}). '
+    f'residual R = G − N; mean over seeds with a t-interval; α = {inference.ALPHA:g}). '
     + pairs_line(att),
     '',
   ]
@@ -918,7 +918,7 @@ def contrast_lines(out):
   )
   rule = (
     f'{head}{floor}; margin ±{m:g} {unit}. Verdicts: equivalent = Holm TOST p < '
-    f'{stats.ALPHA:g} (90% CI inside ±{m:g}); different = Holm p < {stats.ALPHA:g} and '
+    f'{inference.ALPHA:g} (90% CI inside ±{m:g}); different = Holm p < {inference.ALPHA:g} and '
     '95% CI excluding 0 (on a lattice metric also the rank test); within margin = both: a '
     'difference shown, inside the margin (as "gap within margin"); identical arithmetic = '
     'equal effective numerics and every difference 0 (not tested, outside Holm); else '
@@ -1073,7 +1073,7 @@ def verdict_why(r, margin, unit, m):
   ci90 = f'90% CI [{signed(r["ci90_low"])}, {signed(r["ci90_high"])}] {unit}'
   ci95 = f'95% CI [{signed(r["ci95_low"])}, {signed(r["ci95_high"])}] {unit}'
   if r['equivalent']:
-    why = f'{tost} < {stats.ALPHA:g}: the difference lies within ±{margin:g} {unit} ({ci90})'
+    why = f'{tost} < {inference.ALPHA:g}: the difference lies within ±{margin:g} {unit} ({ci90})'
     if r['different']:
       why += f'; a nonzero difference is also detected ({shown}, {ci95}), inside the margin'
     return why
@@ -1084,7 +1084,7 @@ def verdict_why(r, margin, unit, m):
       else ''
     )
     return (
-      f'{shown} < {stats.ALPHA:g} and its {ci95} excludes 0{also}; equivalence within '
+      f'{shown} < {inference.ALPHA:g} and its {ci95} excludes 0{also}; equivalence within '
       f'±{margin:g} {unit} not shown ({tost})'
     )
   low, high = r['ci90_low'] <= -margin, r['ci90_high'] >= margin
@@ -1095,7 +1095,7 @@ def verdict_why(r, margin, unit, m):
   else:
     where = (
       f'the {ci90} lies inside ±{margin:g} {unit}, but the Holm-adjusted TOST p is not '
-      f'below {stats.ALPHA:g}'
+      f'below {inference.ALPHA:g}'
     )
   return f'neither shown: {tost}; {shown}; {rank}; {where}'
 
@@ -1106,7 +1106,7 @@ def power_line(r, margin, unit):
   sd = 'sd of the per-seed differences' if r['paired'] else 'pooled sd'
   return (
     f'Power (estimated from n = {r["power_from"]}; {sd} {num(r["power_sd"])} {unit}; '
-    f'α = {stats.ALPHA:g}): {num(r["power_diff"])} to detect a true Δ of ±{margin:g} {unit}, '
+    f'α = {inference.ALPHA:g}): {num(r["power_diff"])} to detect a true Δ of ±{margin:g} {unit}, '
     f'{num(r["power_equiv"])} to show equivalence when the true Δ is 0; 80% power needs '
     f'{r["n80_diff"]} / {r["n80_equiv"]} {what}'
   )
@@ -1214,7 +1214,7 @@ def setup_lines(out):
     f'arms ({fields}): {arms}',
     *seed_lines(out),
     f'equivalence margin: ±{out.margin:g} {unit} ({out.margin_reason})',
-    f'decisions at α = {stats.ALPHA:g}, p-values Holm-adjusted over the '
+    f'decisions at α = {inference.ALPHA:g}, p-values Holm-adjusted over the '
     f'{stats.family_size(judged(out))} comparisons tested (identical arithmetic is reported, '
     'not tested)',
   ]

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis import analyse, attribute, attribution, gap, report, stats
+from analysis import analyse, attribute, attribution, gap, inference, report
 
 METRIC = 'final.test_accuracy'
 COL = {
@@ -102,7 +102,7 @@ def test_the_gap_is_the_native_arms_paired_gap_not_a_pooled_platform_term():
   frame = planted({('gpu', NATIVE): 1.2})
   out, d = run(frame)
   by_hand = hand(frame, 'gpu', NATIVE) - hand(frame, 'cpu', NATIVE)
-  low, high = stats.t_ci(by_hand.to_numpy())
+  low, high = inference.t_ci(by_hand.to_numpy())
   assert d.G.estimate == pytest.approx(by_hand.mean(), abs=1e-9)
   assert (d.G.ci_low, d.G.ci_high) == pytest.approx((low, high), abs=1e-9)
   pooled = np.mean(
@@ -196,7 +196,7 @@ def test_heteroscedastic_arms_do_not_enter_the_gap_and_its_interval_covers():
   for _ in range(2000):
     seed = rng.normal(0, 0.8, n)
     g = (seed + 1.0 + rng.normal(0, 1.5, n)) - (seed + rng.normal(0, 0.3, n))
-    low, high = stats.t_ci(g)
+    low, high = inference.t_ci(g)
     covered += low <= 1.0 <= high
   assert covered / 2000 >= 0.93
 
@@ -212,7 +212,7 @@ def coverage(ratio_se, share=1.0, sims=3000, n=16, rng=0):
   fieller = delta = shown = 0
   for _ in range(sims):
     num, g = rng.multivariate_normal([share * g_true, g_true], cov, n).T
-    _, low, high = stats.fieller(num, g)
+    _, low, high = inference.fieller(num, g)
     if np.isfinite(low):
       shown += 1
       fieller += low <= share <= high
