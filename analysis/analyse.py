@@ -396,7 +396,7 @@ NOTES = {
 
 def write(out, hist, folder, rendered=None):
   """Every file of the analysis `out` and its figures (FIGURES, into folder/figures); the paths."""
-  from analysis import figures, inputs, report
+  from analysis import answer, figures, inputs
 
   rendered = rendered or {}
   paths = [
@@ -405,7 +405,7 @@ def write(out, hist, folder, rendered=None):
   ]
   paths += write_csv(tables(out), folder, SKIP_EMPTY, NOTES)
   if out.attribution:
-    paths.append(write_text(folder, 'attribution.md', report.attribution_report(out.attribution)))
+    paths.append(write_text(folder, 'attribution.md', answer.attribution_report(out.attribution)))
   os.makedirs(os.path.join(folder, 'figures'))
   steps = inputs.steps_frame(out.runs['run'])
   return paths + figures.study_figures(out, hist, steps, os.path.join(folder, 'figures'))

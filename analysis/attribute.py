@@ -92,10 +92,10 @@ def tables(att):
 
 def write(att, folder):
   """The attribution's files and figures into `folder`; the paths."""
-  from analysis import figures, report
+  from analysis import answer, figures
 
   paths = analyse.write_csv(tables(att), folder)
-  paths.append(analyse.write_text(folder, 'attribution.md', report.attribution_report(att)))
+  paths.append(analyse.write_text(folder, 'attribution.md', answer.attribution_report(att)))
   return paths + figures.attribution_figures(att, folder)
 
 
@@ -113,7 +113,7 @@ def main(argv=None):
   analyse.locale_proof()
   args = parse_args(argv)
   with analyse.destination(args.out, COMMAND, may_write()) as dest:  # refused before any compute
-    from analysis import attribution, inputs, report
+    from analysis import answer, attribution, inputs
 
     frame = (
       inputs.load_runs(args.runs)
@@ -137,7 +137,7 @@ def main(argv=None):
       compare=declaration.parse_compare(args.compare),
       compare_flag='--compare',
     )
-    print(report.attribution_report(out))
+    print(answer.attribution_report(out))
     written = dest.write(lambda folder: write(out, folder)) if dest else []
   for path in written:
     print(f'wrote {path}')

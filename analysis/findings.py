@@ -68,7 +68,7 @@ def parse_args(argv):
 
 def main(argv=None):
   args = parse_args(argv)
-  from analysis import inputs, report
+  from analysis import answer, inputs
 
   try:
     declared = declaration.load(args.study)
@@ -84,7 +84,7 @@ def main(argv=None):
       f'python -m analysis.analyse --csv {args.csv} --study {args.study}   # the full '
       'report (at the declared margin; add --margin 0.5)'
     )
-    text = report.findings_section(out, margins, args.csv, command)
+    text = answer.findings_section(out, margins, args.csv, command)
     if not args.write_readme:
       sys.stdout.write(text)
       return

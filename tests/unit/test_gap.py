@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis import analyse, attribute, attribution, gap, inference, report
+from analysis import analyse, answer, attribute, attribution, gap, inference
 
 METRIC = 'final.test_accuracy'
 COL = {
@@ -150,7 +150,7 @@ def test_a_gap_beyond_the_margin_numerics_explain_a_quarter_of_is_neither_no_gap
 def test_a_shown_gap_inside_the_margin_is_labelled_so():
   _, d = run(planted({('gpu', NATIVE): 0.6}, seeds=30), margin=2.0)
   assert d.flags.gap_shown and d.flags.gap_equivalent and d.verdict == 'gap within margin'
-  assert 'a real gap, smaller than the margin' in report.why(d, 'pp')
+  assert 'a real gap, smaller than the margin' in answer.why(d, 'pp')
 
 
 @pytest.mark.parametrize(
@@ -164,8 +164,8 @@ def test_a_shown_gap_inside_the_margin_is_labelled_so():
 )
 def test_each_planted_gap_gets_its_verdict(shift, verdict):
   out, d = run(planted(shift, seeds=16), margin=0.5 if verdict != 'no gap' else 2.0)
-  assert d.verdict == verdict, report.why(d, 'pp')
-  assert f'**gpu − cpu: {verdict}**' in report.attribution_report(out)
+  assert d.verdict == verdict, answer.why(d, 'pp')
+  assert f'**gpu − cpu: {verdict}**' in answer.attribution_report(out)
 
 
 def test_verdict_rules():
@@ -248,7 +248,7 @@ def test_a_missing_emulation_names_the_component_it_cannot_estimate():
   assert 'jax_gpu_default on cpu' in d.missing['N_B'] and 'P_eA' in d.missing
   assert d.N_estimable  # from the GPU alone, and labelled so
   assert 'one platform only' in d.N_label
-  assert 'not estimable: no runs of jax_gpu_default on cpu' in report.attribution_report(out)
+  assert 'not estimable: no runs of jax_gpu_default on cpu' in answer.attribution_report(out)
 
 
 def test_decomposition_csv_columns(tmp_path):
