@@ -1,12 +1,5 @@
-"""Agreement between models, from each run's saved test predictions: churn (the share of predicted
-test labels that differ: images, or image × attribute labels) per seed and over seeds with its
-t-Wilson interval, read against its baselines on the churn ladder (KINDS: nondeterminism,
-identical arithmetic, noise, each setting, platform, data order, init, seed); calibration (NLL,
-ECE) and the final training loss per arm; per-class differences with Holm over the classes; and
-where the variance between runs comes from (init × data order × replicates, a two-way crossed
-random-effects ANOVA by the method of moments, Satterthwaite intervals).
-Reference: docs/statistics.md "Agreement between models".
-"""
+"""Agreement between models from their saved test predictions: the churn ladder, calibration, the
+training loss, per-class differences and the variance split (docs/statistics.md "Agreement")."""
 
 import collections
 import dataclasses
@@ -17,8 +10,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
+from scipy.sparse import csgraph
 
-from analysis import inputs, stats
+from analysis import inference, inputs, stats
 from analysis.inputs import seed_key
 from runrecord import record, rules
 
@@ -27,10 +21,8 @@ NOISY_FORMATS = ('bf16_noise',)  # numerics/formats.py's (the analysis reads rec
 
 @dataclasses.dataclass(frozen=True)
 class Agreement:
-  """`table`: the churn ladder; `summary`: its first-page line; `calibration`, `train_loss`,
-  `per_class`, `variance`: their tables; `missing`: the runs without predictions;
-  `variance_notes`: arms whose seeds vary without a variance split, and why; `left_out`: the pairs
-  of runs on different test sets, not compared image by image."""
+  """The churn ladder (`table`) and its first-page `summary`, the calibration, training loss,
+  per-class and variance tables, and the runs and pairs of runs left out."""
 
   table: pd.DataFrame
   summary: str
@@ -56,19 +48,17 @@ def by_unit(entries):
   return units
 
 
-def unit_order(seed):
-  """Sort key of a model (runrecord.rules.model_keys): by its seed, numerically, then as text."""
-  return (seed_key(str(seed).split(' (')[0]), str(seed))
-
-
 def seeds_of(units, arm):
-  return sorted((s for a, s in units if a == arm), key=unit_order)
+  """The models of `arm` in seed order (runrecord.rules.model_keys: seed, then as text)."""
+  return sorted(
+    (s for a, s in units if a == arm), key=lambda s: (seed_key(str(s).split(' (')[0]), str(s))
+  )
 
 
 def seed_row(kind, a, b, pairing, values, labels, unit, units):
   """One row of the table: the mean over seeds of `values` (fractions) with its t-interval, %."""
   x = 100 * np.asarray(values, float)
-  low, high = (100 * v for v in stats.proportion_mean_ci(values)) if len(x) else (np.nan,) * 2
+  low, high = (100 * v for v in inference.proportion_mean_ci(values)) if len(x) else (np.nan,) * 2
 
   def first(arm):
     return next((e['platform'] for (u, _), es in units.items() if u == arm for e in es), '')
@@ -88,19 +78,15 @@ def seed_row(kind, a, b, pairing, values, labels, unit, units):
     'per_seed_pct': ', '.join(f'{v:.3g}' for v in x),
     'unit': unit,
     'check': '',
-    'values': list(values),
-  }  # kept for pooling, not a column
-
-
-def sources(units, arm, seed):
-  """(init, data) seeds of one model of `arm`, (None, None) where not recorded."""
-  first = units[(arm, seed)][0]
-  return first.get('init'), first.get('data')
+    'values': list(values),  # kept for pooling, not a column
+  }
 
 
 def both_differ(units, arm, s, t):
-  """Do models s and t of `arm` differ in initial weights and in data order."""
-  (i1, d1), (i2, d2) = sources(units, arm, s), sources(units, arm, t)
+  """Do models s and t of `arm` differ in initial weights and in data order (True unrecorded)."""
+  (i1, d1), (i2, d2) = (
+    (units[(arm, x)][0].get('init'), units[(arm, x)][0].get('data')) for x in (s, t)
+  )
   if None in (i1, d1, i2, d2):
     return True
   return str(i1) != str(i2) and str(d1) != str(d2)
@@ -119,39 +105,28 @@ def disjoint_pairs(units, arm):
   return pairs
 
 
-KINDS = (
-  'nondeterminism',
-  'identical',
-  'noise',
-  'contrast',
-  'platform',
-  'data order',
-  'init',
-  'seed',
-  'seed_all',
-)
+# The rungs of the churn ladder, in its order, and what each compares.
+KIND_TITLES = {
+  'nondeterminism': 'nondeterminism (same-seed replicates)',
+  'identical': 'identical arithmetic (0 by construction)',
+  'noise': 'perturbation (noise arm vs its arm)',
+  'contrast': 'numerics setting',
+  'platform': 'platform',
+  'data order': 'data order only (same init seed)',
+  'init': 'initial weights only (same data seed)',
+  'seed': 'seed: init and data order (two seeds of one arm)',
+  'seed_all': 'seed: init and data order (every arm of a platform, clustered)',
+}
+KINDS = tuple(KIND_TITLES)
+# What the first page calls each rung (the title's part before ' ('): which source of difference.
+SHORT_TITLES = {k: v.split(' (')[0] for k, v in KIND_TITLES.items()}
 SAME, DIFFERENT = 'same seed', 'different seeds'
 DEFINITION = 'churn, the share of predicted test labels that differ'  # named so everywhere
 CI_NAME = (
   '95% t-Wilson interval over seeds (the t-interval reshaped to stay inside [0, 100] %: '
   'analysis.stats.proportion_mean_ci)'
 )
-COLUMNS = (
-  'kind',
-  'a',
-  'b',
-  'platform_a',
-  'platform_b',
-  'pairing',
-  'churn_pct',
-  'ci_low',
-  'ci_high',
-  'seeds',
-  'seed_list',
-  'per_seed_pct',
-  'unit',
-  'check',
-)
+COLUMNS = tuple(k for k in seed_row('', '', '', '', [], [], '', {}) if k != 'values')
 
 
 def churn(pred_a, pred_b):
@@ -179,8 +154,7 @@ def pair_churn(entry_a, entry_b):
       f'agreement: {entry_a["run"]} and {entry_b["run"]} predict different test '
       f'data ({why}); compare runs of one data set'
     )
-  pa, pb = entry_a['pred'], entry_b['pred']
-  return churn(pa['predicted'], pb['predicted'])
+  return churn(entry_a['pred']['predicted'], entry_b['pred']['predicted'])
 
 
 def churns(pairs, left_out):
@@ -193,7 +167,7 @@ def churns(pairs, left_out):
         {'a': x['arm'], 'b': y['arm'], 'run_a': x['run'], 'run_b': y['run'], 'why': why}
       )
     else:
-      values.append(pair_churn(x, y))
+      values.append(churn(x['pred']['predicted'], y['pred']['predicted']))
   return values
 
 
@@ -205,26 +179,20 @@ def cross_mean(left, right, left_out):
 
 def same_seed(units, kind, a, b, left_out):
   """The row of the churn of a and b over their shared seeds (replicates' cross pairs averaged)."""
-  shared = [s for s in seeds_of(units, a) if (b, s) in units]
-  values = {s: cross_mean(units[(a, s)], units[(b, s)], left_out) for s in shared}
-  shared = [s for s in shared if values[s] is not None]
+  values = {
+    s: cross_mean(units[(a, s)], units[(b, s)], left_out)
+    for s in seeds_of(units, a)
+    if (b, s) in units
+  }
+  shared = [s for s, v in values.items() if v is not None]
   if not shared:
     return None
-  return seed_row(
-    kind,
-    a,
-    b,
-    SAME,
-    [values[s] for s in shared],
-    shared,
-    unit_name(units[(a, shared[0])][0]),
-    units,
-  )
+  unit = unit_name(units[(a, shared[0])][0])
+  return seed_row(kind, a, b, SAME, [values[s] for s in shared], shared, unit, units)
 
 
 def seed_churn(units, arm, left_out):
   """Churn between different seeds of one arm: disjoint_pairs (independent pairs)."""
-  seeds = seeds_of(units, arm)
   values = {
     p: cross_mean(units[(arm, p[0])], units[(arm, p[1])], left_out)
     for p in disjoint_pairs(units, arm)
@@ -232,30 +200,17 @@ def seed_churn(units, arm, left_out):
   pairs = [p for p, v in values.items() if v is not None]
   if not pairs:
     return None
-  values = [values[p] for p in pairs]
+  unit = unit_name(units[(arm, seeds_of(units, arm)[0])][0])
   labels = [f'{s}-{t}' for s, t in pairs]
-  row = seed_row(
-    'seed', arm, arm, DIFFERENT, values, labels, unit_name(units[(arm, seeds[0])][0]), units
-  )
+  row = seed_row('seed', arm, arm, DIFFERENT, [values[p] for p in pairs], labels, unit, units)
   return {**row, 'pairs': pairs}  # kept for clustering, not a column
 
 
 def clusters(pairs):
-  """[[indices of the pairs in one cluster]]: pairs sharing a seed, transitively (union-find)."""
-  parent = list(range(len(pairs)))
-
-  def find(i):
-    return i if parent[i] == i else find(parent[i])
-
-  first = {}
-  for i, pair in enumerate(pairs):
-    for seed in pair:
-      j = first.setdefault(seed, i)
-      parent[find(i)] = find(j)
-  groups = {}
-  for i in range(len(pairs)):
-    groups.setdefault(find(i), []).append(i)
-  return list(groups.values())
+  """[[indices of the pairs in one cluster]]: pairs sharing a seed, transitively."""
+  share = np.array([[bool(set(p) & set(q)) for q in pairs] for p in pairs])
+  count, label = csgraph.connected_components(share, directed=False)
+  return [np.flatnonzero(label == k).tolist() for k in range(count)]
 
 
 def platform_seed_churn(seed_rows):
@@ -265,21 +220,13 @@ def platform_seed_churn(seed_rows):
     group = [r for r in seed_rows if r['platform_a'] == platform]
     if len(group) < 2:
       continue
-    pairs = [p for r in group for p in r['pairs']]
-    churns = [v for r in group for v in r['values']]
-    found = clusters(pairs)
-    values = [float(np.mean([churns[i] for i in c])) for c in found]
+    values = [v for r in group for v in r['values']]
+    found = clusters([p for r in group for p in r['pairs']])
     name = f'every arm on {platform}'
-    row = seed_row('seed_all', name, name, DIFFERENT, values, [], group[0]['unit'], {})
-    rows.append(
-      {
-        **row,
-        'platform_a': platform,
-        'platform_b': platform,
-        'seed_list': f'{len(churns)} pairs of {len(group)} arms in {len(values)} '
-        'clusters of shared seeds',
-      }
-    )
+    means = [float(np.mean([values[i] for i in c])) for c in found]
+    row = seed_row('seed_all', name, name, DIFFERENT, means, [], group[0]['unit'], {})
+    listed = f'{len(values)} pairs of {len(group)} arms in {len(found)} clusters of shared seeds'
+    rows.append({**row, 'platform_a': platform, 'platform_b': platform, 'seed_list': listed})
   return rows
 
 
@@ -292,7 +239,7 @@ def source_churn(entries, arm, varied, fixed, left_out):
   values, labels = [], []
   for level in sorted(cells, key=seed_key):
     varied_levels = sorted(cells[level], key=seed_key)
-    pairs = list(zip(varied_levels[0::2], varied_levels[1::2], strict=False))
+    pairs = zip(varied_levels[0::2], varied_levels[1::2], strict=False)
     means = [cross_mean(cells[level][x], cells[level][y], left_out) for x, y in pairs]
     means = [m for m in means if m is not None]
     if means:
@@ -313,28 +260,9 @@ def replicate_churn(units, arm, left_out):
   repeated = [s for s in repeated if values[s]]
   if not repeated:
     return None
-  values = [np.mean(values[s]) for s in repeated]
-  return seed_row(
-    'nondeterminism',
-    arm,
-    arm,
-    SAME,
-    values,
-    repeated,
-    unit_name(units[(arm, repeated[0])][0]),
-    units,
-  )
-
-
-def check_identical(row):
-  """The identical-arithmetic row's check: every seed's churn exactly 0, as constructed."""
-  zero = row['churn_pct'] == 0  # a mean of non-negative churns is 0 only when every one is
-  return {
-    **row,
-    'check': 'exactly 0, as constructed'
-    if zero
-    else 'NOT 0: the arithmetic is not identical (a bug, or a platform difference)',
-  }
+  unit = unit_name(units[(arm, repeated[0])][0])
+  means = [np.mean(values[s]) for s in repeated]
+  return seed_row('nondeterminism', arm, arm, SAME, means, repeated, unit, units)
 
 
 def agreement_table(entries, pairs=(), noise=(), identical=(), platform=(), left_out=None):
@@ -353,7 +281,14 @@ def agreement_table(entries, pairs=(), noise=(), identical=(), platform=(), left
   ):
     for a, b in given:
       row = same_seed(units, kind, a, b, left_out) if a in arms and b in arms else None
-      rows.append(check_identical(row) if row and kind == 'identical' else row)
+      if row and kind == 'identical':  # a mean of non-negative churns is 0 only when each one is
+        zero = row['churn_pct'] == 0
+        row['check'] = (
+          'exactly 0, as constructed'
+          if zero
+          else 'NOT 0: the arithmetic is not identical (a bug, or a platform difference)'
+        )
+      rows.append(row)
   rows += [
     source_churn(entries, arm, *roles, left_out)
     for roles in (('data', 'init'), ('init', 'data'))
@@ -393,62 +328,34 @@ def summary(table, missing=0, total=0):
       f'Agreement: no predictions in any of the {total} runs (a CSV, or records written '
       'before runs saved their test predictions); churn needs runs that save them.'
     )
-  kinds = [k for k in KINDS if rung(table, k) is not None]
-  if 'seed_all' in kinds:
-    kinds.remove('seed')
-  if not kinds:
+  rungs = {k: table[table['kind'] == k] for k in KINDS if (table['kind'] == k).any()}
+  if 'seed_all' in rungs:
+    del rungs['seed']
+  if not rungs:
     return 'Agreement: no pair of runs shares a seed, so no churn could be computed.'
   left = f'; {missing} of {total} runs without predictions left out' if missing else ''
   read = reading(table)
   return (
     f'Agreement ({DEFINITION}; mean over seeds): '
-    + ', '.join(rung_text(table, k) for k in kinds)
+    + ', '.join(rung_text(rows, k) for k, rows in rungs.items())
     + left
     + (f'. Same model? {read[0].upper()}{read[1:]}' if read else '')
     + '.'
   )
 
 
-KIND_TITLES = {
-  'nondeterminism': 'nondeterminism (same-seed replicates)',
-  'identical': 'identical arithmetic (0 by construction)',
-  'noise': 'perturbation (noise arm vs its arm)',
-  'contrast': 'numerics setting',
-  'platform': 'platform',
-  'data order': 'data order only (same init seed)',
-  'init': 'initial weights only (same data seed)',
-  'seed': 'seed: init and data order (two seeds of one arm)',
-  'seed_all': 'seed: init and data order (every arm of a platform, clustered)',
-}
-
-
-# What the first page calls each rung (the title's part before ' ('): which source of difference.
-SHORT_TITLES = {k: v.split(' (')[0] for k, v in KIND_TITLES.items()}
-
-
-def rung(table, kind):
-  """The rows of one kind, or None."""
-  rows = table[table['kind'] == kind]
-  return rows if not rows.empty else None
-
-
-def span(rows):
-  """'3.5 %' for one row (or rows that round alike), '1.2–3.5 %' (their range of means)."""
+def rung_text(rows, kind):
+  """'numerics setting 1.2–3.5 %' (the range of the rows' means); identical arithmetic says
+  whether it was exactly 0."""
   low, high = (f'{v:.2g}' for v in (rows['churn_pct'].min(), rows['churn_pct'].max()))
-  return f'{low} %' if low == high else f'{low}–{high} %'
-
-
-def rung_text(table, kind):
-  """'numerics setting 1.2–3.5 %'; identical arithmetic says whether it was exactly 0."""
-  rows = rung(table, kind)
-  title = SHORT_TITLES[kind]
-  if kind != 'identical':
-    return f'{title} {span(rows)}'
+  span = f'{SHORT_TITLES[kind]} {low} %' if low == high else f'{SHORT_TITLES[kind]} {low}–{high} %'
   failed = ~rows['check'].str.startswith('exactly 0')
+  if kind != 'identical':
+    return span
   return (
-    f'{title} exactly 0 (checked)'
+    f'{SHORT_TITLES[kind]} exactly 0 (checked)'
     if not failed.any()
-    else f'{title} {span(rows)}, NOT 0 in {int(failed.sum())} of {len(rows)} pairs'
+    else f'{span}, NOT 0 in {int(failed.sum())} of {len(rows)} pairs'
   )
 
 
@@ -526,18 +433,9 @@ def reading(table):
   )
 
 
-EFFECTIVE = 'numerics.effective.'
-ARITHMETIC = tuple(
-  EFFECTIVE + f
-  for f in (
-    'conv_format',
-    'dense_format',
-    'compute_dtype',
-    'batchnorm_group',
-    'param_dtype',
-    'matmul_precision',
-  )
-)
+EFFECTIVE = stats.EFFECTIVE
+# The recorded arithmetic of an arm: stats.IDENTICAL_FIELDS but where it ran and the XLA flags.
+ARITHMETIC = tuple(EFFECTIVE + f for f in stats.IDENTICAL_FIELDS[2:-1])
 EMULATED = (EFFECTIVE + 'emulated.conv', EFFECTIVE + 'emulated.dense')
 NOISE_FREE = 'f32'  # the format a noisy format perturbs
 
@@ -644,23 +542,21 @@ def run_calibration(pred):
 
 def run_table(entries):
   """One row per run with predictions: run, arm, seed, platform, accuracy_pct, nll, ece_pct."""
+  columns = ['run', 'arm', 'seed', 'platform', 'accuracy_pct', 'nll', 'ece_pct']
   rows = []
   for e in entries:
     c = run_calibration(e['pred'])
-    rows.append(
-      {
-        'run': e['run'],
-        'arm': e['arm'],
-        'seed': e['seed'],
-        'platform': e['platform'],
-        'accuracy_pct': 100 * c['accuracy'],
-        'nll': c['nll'],
-        'ece_pct': 100 * c['ece'],
-      }
-    )
-  return pd.DataFrame(
-    rows, columns=['run', 'arm', 'seed', 'platform', 'accuracy_pct', 'nll', 'ece_pct']
-  )
+    values = [
+      e['run'],
+      e['arm'],
+      e['seed'],
+      e['platform'],
+      100 * c['accuracy'],
+      c['nll'],
+      100 * c['ece'],
+    ]
+    rows.append(dict(zip(columns, values, strict=True)))
+  return pd.DataFrame(rows, columns=columns)
 
 
 def per_arm(frame, columns):
@@ -671,7 +567,7 @@ def per_arm(frame, columns):
     row = {'arm': arm, 'seeds': len(group)}
     for col in columns:
       x = group[col].dropna().to_numpy(float)
-      low, high = stats.t_ci(x)
+      low, high = inference.t_ci(x)
       row.update(
         {col: x.mean() if len(x) else np.nan, f'{col}_ci_low': low, f'{col}_ci_high': high}
       )
@@ -688,11 +584,12 @@ def calibration_table(entries):
   return table
 
 
-def loss_table(runs, loss='final.train_loss', accuracy=ACCURACY, scale=None):
+def loss_table(runs, scale=None):
   """Per arm: the final training loss beside the test accuracy (%)."""
-  if loss not in runs or accuracy not in runs:
+  loss = 'final.train_loss'
+  if loss not in runs or ACCURACY not in runs:
     return pd.DataFrame()
-  values = pd.to_numeric(runs[accuracy], errors='coerce')
+  values = pd.to_numeric(runs[ACCURACY], errors='coerce')
   if scale is None:
     scale = 100.0 if values.abs().max() <= 1 else 1.0
   frame = pd.DataFrame(
@@ -722,27 +619,26 @@ PER_CLASS_COLUMNS = (
   'different',
   'test',
 )
-T_TEST, EXACT, NONE = (
-  'paired t',
-  'exact signed-rank (constant difference)',
-  'none (every difference 0)',
-)
+T_TEST = 'paired t'
+EXACT = 'exact signed-rank (constant difference)'
+NONE = 'none (every difference 0)'
 
 
 def class_tests(d):
-  """(p, test name) per class (column) of the seeds × classes differences d (module doc)."""
+  """(t, p, test name) per class (column) of the seeds × classes differences d: the paired t-test,
+  the exact signed-rank test where every seed's difference is the same nonzero value."""
   with warnings.catch_warnings(), np.errstate(invalid='ignore', divide='ignore'):
     warnings.simplefilter('ignore')
-    t_p = sps.ttest_1samp(d, 0.0, axis=0).pvalue
+    t = sps.ttest_1samp(d, 0.0, axis=0)
   finite = np.all(np.isfinite(d), axis=0)  # a class absent from the test set: NaN, no test
   varies = finite & (np.ptp(np.where(np.isfinite(d), d, 0), axis=0) > 0)
   constant = finite & ~varies & ~np.all(d == 0, axis=0)
   exact = [
-    stats.signed_rank(column)[1] if c else np.nan for column, c in zip(d.T, constant, strict=True)
+    inference.signed_rank(column)[1] if c else np.nan
+    for column, c in zip(d.T, constant, strict=True)
   ]
-  p = np.where(varies, t_p, np.where(constant, exact, np.nan))
-  test = np.where(varies, T_TEST, np.where(constant, EXACT, NONE))
-  return p, test
+  p = np.where(varies, t.pvalue, np.where(constant, exact, np.nan))
+  return t.statistic, p, np.where(varies, T_TEST, np.where(constant, EXACT, NONE))
 
 
 def class_accuracy(pred):
@@ -783,12 +679,9 @@ def class_differences(entries, a, b):
     return np.pad(x, (0, width - len(x)), constant_values=np.nan)
 
   d = 100 * np.array([pad(acc_a[s]) - pad(acc_b[s]) for s in shared])  # seeds × classes
-  low, high = stats.t_ci(d.T)
-  with warnings.catch_warnings(), np.errstate(invalid='ignore', divide='ignore'):
-    warnings.simplefilter('ignore')
-    t = sps.ttest_1samp(d, 0.0, axis=0).statistic
-  p, test = class_tests(d)
-  p_holm = stats.holm(p)
+  low, high = inference.t_ci(d.T)
+  t, p, test = class_tests(d)
+  p_holm = inference.holm(p)
   return pd.DataFrame(
     {
       'a': a,
@@ -801,7 +694,7 @@ def class_differences(entries, a, b):
       't': t,
       'p': p,
       'p_holm': p_holm,
-      'different': p_holm < stats.ALPHA,
+      'different': p_holm < inference.ALPHA,
       'test': test,
     }
   )
@@ -818,202 +711,53 @@ def per_class_table(entries, pairs):
   )
 
 
-VARIANCE_METHOD = (
-  'two-way crossed random-effects ANOVA, method of moments (expected mean squares); '
-  "negative estimates truncated at 0; 95% intervals by Satterthwaite's df (exact χ² for "
-  'a single mean square)'
-)
-COMPONENTS = ('init', 'data order', 'init × data order', 'nondeterminism (replicates)')
-RESIDUAL = 'init × data order + nondeterminism (no replicates)'  # R = 1: one residual
-MIN_CI_DF = 2.0
-INIT_COLUMNS = ('init_seed', 'config.init_seed')
-DATA_COLUMNS = ('data_seed', 'config.data_seed')
-
-
-def cell_array(frame, value, init, data):
-  """The values as an I × J × R array (balanced); ValueError naming the missing or short cells."""
-  counts = frame.groupby([init, data]).size()
-  inits, data_seeds = sorted(frame[init].unique()), sorted(frame[data].unique())
-  full = counts.reindex(pd.MultiIndex.from_product([inits, data_seeds]), fill_value=0)
-  if full.nunique() != 1 or full.iloc[0] < 1:
-    short = ', '.join(f'({i}, {j}): {n}' for (i, j), n in full.items() if n != full.max())
-    raise ValueError(
-      f'variance split: needs every (init_seed, data_seed) cell run the same number '
-      f'of times; runs per cell: {short or full.iloc[0]}'
-    )
-  ordered = frame.sort_values([init, data], kind='stable')
-  return ordered[value].to_numpy(float).reshape(len(inits), len(data_seeds), int(full.iloc[0]))
-
-
-def mean_squares(y):
-  """{name: (mean square, df)} of an I × J × R array (module doc)."""
-  n_i, n_j, n_r = y.shape
-  grand, cell = y.mean(), y.mean(axis=2)
-  row, col = cell.mean(axis=1), cell.mean(axis=0)
-  inter = cell - row[:, None] - col[None, :] + grand
-  out = {
-    'init': (n_j * n_r * np.sum((row - grand) ** 2) / (n_i - 1), n_i - 1),
-    'data order': (n_i * n_r * np.sum((col - grand) ** 2) / (n_j - 1), n_j - 1),
-    'init × data order': (n_r * np.sum(inter**2) / ((n_i - 1) * (n_j - 1)), (n_i - 1) * (n_j - 1)),
-  }
-  if n_r > 1:
-    out['nondeterminism (replicates)'] = (
-      np.sum((y - cell[..., None]) ** 2) / (n_i * n_j * (n_r - 1)),
-      n_i * n_j * (n_r - 1),
-    )
-  return out
-
-
-def coefficients(shape):
-  """{component: {mean square: c_k}}: each estimate as Σ c_k MS_k (module doc)."""
-  n_i, n_j, n_r = shape
-  ab = 'init × data order'
-  out = {
-    'init': {'init': 1 / (n_j * n_r), ab: -1 / (n_j * n_r)},
-    'data order': {'data order': 1 / (n_i * n_r), ab: -1 / (n_i * n_r)},
-  }
-  if n_r == 1:
-    return {**out, RESIDUAL: {ab: 1.0}}
-  e = 'nondeterminism (replicates)'
-  return {**out, ab: {ab: 1 / n_r, e: -1 / n_r}, e: {e: 1.0}}
-
-
-def estimates(ms, shape):
-  """{component: method-of-moments estimate} from mean_squares' {name: (MS, df)} of an I × J × R
-  array (module doc), untruncated."""
-  return {
-    c: sum(w * ms[k][0] for k, w in weights.items()) for c, weights in coefficients(shape).items()
-  }
-
-
-def interval(ms, weights):
-  """(low, high, ν) of Σ c_k MS_k by Satterthwaite's df (module doc)."""
-  value = sum(w * ms[k][0] for k, w in weights.items())
-  spread = sum((w * ms[k][0]) ** 2 / ms[k][1] for k, w in weights.items())
-  nu = value**2 / spread if spread > 0 else np.nan
-  if not value > 0 or not nu >= MIN_CI_DF:
-    return np.nan, np.nan, nu
-  return (nu * value / sps.chi2.ppf(0.975, nu), nu * value / sps.chi2.ppf(0.025, nu), nu)
-
-
-def variance_components(frame, value='value', init='init_seed', data='data_seed'):
-  """One row per component (COMPONENTS; with one run per cell the last two as RESIDUAL)."""
-  if frame[init].nunique() < 2 or frame[data].nunique() < 2:
-    raise ValueError('variance split: needs at least 2 init seeds and 2 data seeds')
-  y = cell_array(frame, value, init, data)
-  ms = mean_squares(y)
-  estimate = estimates(ms, y.shape)
-
-  def own(c):
-    return ms['init × data order' if c == RESIDUAL else c]
-
-  rows = [
-    {
-      'component': c,
-      'mean_square': own(c)[0],
-      'df': own(c)[1],
-      'estimate': estimate[c],
-      'variance': max(estimate[c], 0.0),
-      'truncated': estimate[c] < 0,
-      **dict(zip(('ci_low', 'ci_high', 'ci_df'), interval(ms, weights), strict=True)),
-      'replicates': y.shape[2],
-    }
-    for c, weights in coefficients(y.shape).items()
-  ]
-  table = pd.DataFrame(rows)
-  table['sd'] = np.sqrt(table['variance'])
-  total = table['variance'].sum()
-  table['share_pct'] = 100 * table['variance'] / total if total > 0 else np.nan
-  table['method'] = VARIANCE_METHOD
-  return table
-
-
-def seed_columns(runs):
-  """(init column, data column) the runs table records, or None when it has no such pair."""
-  init = next((c for c in INIT_COLUMNS if c in runs and runs[c].notna().any()), None)
-  data = next((c for c in DATA_COLUMNS if c in runs and runs[c].notna().any()), None)
-  return (init, data) if init and data else None
-
-
-def variance_table(runs, value='value'):
-  """variance_components per arm whose runs set init and data-order seeds apart."""
-  return split_by_arm(runs, value)[0]
-
-
-def split_by_arm(runs, value='value'):
-  """(variance_table, notes): why an arm whose seeds vary has no split."""
-  columns = seed_columns(runs)
-  if columns is None:
-    return pd.DataFrame(), []
-  tables, notes = [], []
-  for arm, group in runs.groupby('arm', sort=True):
-    if group[columns[0]].nunique() < 2 and group[columns[1]].nunique() < 2:
-      continue  # one init and one data seed (or seed = init = data): no split to make
-    if (group[columns[0]].astype(str) == group[columns[1]].astype(str)).all():
-      continue  # init and data seeds move together: the seeds of an ordinary study
-    try:
-      table = variance_components(group, value, *columns)
-    except ValueError as e:
-      notes.append(f'{arm}: {e}')
-      continue
-    tables.append(table.assign(arm=arm, runs=len(group)))
-  return (pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()), notes
-
-
-def loaded(runs, load):
-  """[(predictions, None) or (None, why)] of each run of `runs` from `load`."""
-  return [
-    (pred, None) if pred is not None else (None, inputs.NONE_SAVED)
-    for pred in map(load or (lambda run: None), runs['run'])
-  ]
-
-
-def unit_seeds(runs, columns):
-  """The model each run is (runrecord.rules.model_keys: the replicate rule)."""
-  seeds = runs['base_seed'] if 'base_seed' in runs else runs['seed']
-  return rules.model_keys(seeds, *([runs[c] for c in columns] if columns else []))
-
-
 def load_entries(runs, load=None, read=None):
   """([{run, arm, seed, platform, pred, init, data}] of the runs with predictions, [(run, why) of
-  the runs without]); init and data: the recorded init and data-order seeds (None when not
-  recorded)."""
-  columns = seed_columns(runs)
-  got = read(runs) if read else loaded(runs, load)
-  preds = [pred for pred, _ in got]
+  the runs without]); `read` reads the table's, `load` one run's (None: none saved)."""
+  columns = stats.seed_columns(runs)
+  if read is None:
+    got = [
+      (p, None if p is not None else inputs.NONE_SAVED)
+      for p in map(load or (lambda run: None), runs['run'])
+    ]
+  else:
+    got = read(runs)
   missing = [(run, why) for run, (pred, why) in zip(runs['run'], got, strict=True) if pred is None]
-  seeds = unit_seeds(runs, columns)
+  base = runs['base_seed'] if 'base_seed' in runs else runs['seed']  # the model: the replicate rule
+  seeds = rules.model_keys(base, *([runs[c] for c in columns] if columns else []))
   entries = []
-  for i in (i for i, pred in enumerate(preds) if pred is not None):
-    row, pred = runs.iloc[i], preds[i]
-    entries.append(
-      {
-        'run': row['run'],
-        'arm': row['arm'],
-        'seed': seeds[i],
-        'platform': str(row.get('platform', '')),
-        'pred': pred,
-        'init': row[columns[0]] if columns else None,
-        'data': row[columns[1]] if columns else None,
-      }
-    )
+  for i, (pred, _) in enumerate(got):
+    if pred is not None:
+      row = runs.iloc[i]
+      init, data = (row[c] for c in columns) if columns else (None, None)
+      platform = str(row.get('platform', ''))
+      entries.append(
+        {
+          'run': row['run'],
+          'arm': row['arm'],
+          'seed': seeds[i],
+          'platform': platform,
+          'pred': pred,
+          'init': init,
+          'data': data,
+        }
+      )
   return entries, missing
 
 
 def summary_line(table, missing, total, left_out=(), labels=None):
   """The first page's agreement line, the runs and pairs left out counted by reason."""
   reasons = collections.Counter(inputs.reason_kind(why) for _, why in missing)
+  counted = ', '.join(f'{n} {why}' for why, n in reasons.most_common())
   apart = left_out_text(left_out, labels)
   if not missing or set(reasons) == {inputs.NONE_SAVED}:
     line = summary(table, len(missing), total)
   elif len(missing) == total:
-    counted = ', '.join(f'{n} {why}' for why, n in reasons.most_common())
     return (
       f'Agreement: none of the {total} runs has predictions of the step its results came '
       f'from ({counted}); churn, calibration and per-class need them.'
     )
   else:
-    counted = ', '.join(f'{n} {why}' for why, n in reasons.most_common())
     line = (
       summary(table).rstrip('.') + f'; {len(missing)} of {total} runs left out '
       f'of the agreement, calibration and per-class tables ({counted}).'
@@ -1026,7 +770,7 @@ def agreement_section(
 ):
   """The Agreement of the runs: churn ladder, calibration, training loss, per class, variance."""
   entries, missing = load_entries(runs, load, read)
-  split, notes = split_by_arm(runs)
+  split, notes = stats.split_by_arm(runs)
   left_out = []  # pairs of runs on different test sets (another split seed): not compared
   table = agreement_table(entries, pairs, noise, identical, platform, left_out)
   for side in ('a', 'b'):

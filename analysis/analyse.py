@@ -1,14 +1,8 @@
-"""A study's whole analysis in one command: the report (the answer first), its tables, the
-attribution and the figures, from one or more roots of runs (local and gs://, mixed) or a CSV.
+"""A study's whole analysis in one command (the report, its tables, the attribution and the figures)
+and what the analysis commands share; light at import (docs/statistics.md "Commands").
 
-  python -m analysis.analyse --runs runs/study --out runs/study
   python -m analysis.analyse --csv results/digits_h100_cpu.csv \
-    --study results/digits_h100_cpu.study.json
-
-The analysis is one typed result (study_analysis -> Analysis); this module also holds what the
-analysis commands share (their flags, one-line errors, progress). It imports the statistics only
-inside the functions that run them, so that --help and a bad flag answer at once. Every file goes
-through runrecord/files.py. Reference: docs/statistics.md "Commands", "Report and figures".
+    --study results/digits_h100_cpu.study.json --out DIR
 """
 
 import argparse
@@ -28,10 +22,7 @@ from runrecord import files, record
 if TYPE_CHECKING:
   import pandas as pd
 
-  from analysis.agreement import Agreement
-  from analysis.attribution import Attribution
-  from analysis.inputs import Software
-  from analysis.stats import NoiseFloor, Scope
+  from analysis.stats import Analysis
 
 COMMAND = 'analysis.analyse'
 RUNS_HELP = 'one or more roots holding the runs (local or gs://, mixed)'
@@ -196,41 +187,6 @@ def write_text(folder, name, text):
   return path
 
 
-@dataclasses.dataclass(frozen=True)
-class Analysis:
-  """A study's whole analysis: stats.Stats's fields (its runs, arms, pairs, ...), its `declared`
-  declaration and `source`, the declared `contrasts` and `arm_info` (stats.arm_levels; None
-  undeclared), `noise` floors, `attribution`, `software`, `agreement`, `scope`, and for an
-  exploratory analysis the `confirmatory` one (the declared seeds at the declared margin)."""
-
-  runs: 'pd.DataFrame'
-  units: 'pd.DataFrame'
-  replicates: 'pd.DataFrame'
-  excluded: 'pd.DataFrame'
-  seeded: bool
-  group_by: Sequence[str]
-  metric: str
-  scale: float
-  pairing: list[str]
-  lattice: Optional[float]
-  arms: 'pd.DataFrame'
-  pairs: 'pd.DataFrame'
-  small: 'pd.DataFrame'
-  margin: float
-  margin_reason: str
-  unit: str
-  declared: dict[str, Any] = dataclasses.field(default_factory=dict)
-  source: str = ''
-  contrasts: Optional['pd.DataFrame'] = None
-  arm_info: Optional['pd.DataFrame'] = None
-  noise: dict[str, 'NoiseFloor'] = dataclasses.field(default_factory=dict)
-  attribution: Optional['Attribution'] = None
-  software: Optional['Software'] = None
-  agreement: Optional['Agreement'] = None
-  scope: Optional['Scope'] = None
-  confirmatory: Optional['Analysis'] = None
-
-
 def study_analysis(
   frame: 'pd.DataFrame',
   declared: Optional[dict[str, Any]] = None,
@@ -244,7 +200,7 @@ def study_analysis(
   source: str = '',
   read_predictions: Optional[Callable[['pd.DataFrame'], list[Any]]] = None,
   compare: Optional[Sequence[Sequence[str]]] = None,
-) -> Analysis:
+) -> 'Analysis':
   """The whole analysis of a study's runs table (inputs.load_study's or inputs.read_csv's)."""
   import pandas as pd  # noqa: F811 (the statistics load when an analysis runs, not for --help)
 
@@ -260,11 +216,8 @@ def study_analysis(
   numbers = stats.arms_and_pairs(
     frame, group_by, metric, margin, why, seed_col, scale, all_pairs=all_pairs or not declares
   )
-  out = Analysis(
-    **stats.fields_of(numbers),
-    declared=declared,
-    source=source,
-    software=inputs.software(numbers.runs),
+  out = stats.Analysis(
+    **vars(numbers), declared=declared, source=source, software=inputs.software(numbers.runs)
   )
   if declares:
     out = dataclasses.replace(out, arm_info=stats.arm_levels(out, declared))
@@ -275,7 +228,6 @@ def study_analysis(
         out.runs,
         declared.get('noise_arm') or {},
         declared.get('noise_of') or declared.get('reference') or {},
-        out.unit,
         list(stats.factor_columns(out.runs, declared).values()),
       ),
       attribution=attribution.declared_attribution(
@@ -444,7 +396,7 @@ NOTES = {
 
 def write(out, hist, folder, rendered=None):
   """Every file of the analysis `out` and its figures (FIGURES, into folder/figures); the paths."""
-  from analysis import figures, inputs, report
+  from analysis import answer, figures, inputs
 
   rendered = rendered or {}
   paths = [
@@ -453,7 +405,7 @@ def write(out, hist, folder, rendered=None):
   ]
   paths += write_csv(tables(out), folder, SKIP_EMPTY, NOTES)
   if out.attribution:
-    paths.append(write_text(folder, 'attribution.md', report.attribution_report(out.attribution)))
+    paths.append(write_text(folder, 'attribution.md', answer.attribution_report(out.attribution)))
   os.makedirs(os.path.join(folder, 'figures'))
   steps = inputs.steps_frame(out.runs['run'])
   return paths + figures.study_figures(out, hist, steps, os.path.join(folder, 'figures'))

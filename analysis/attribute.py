@@ -1,12 +1,7 @@
-"""Which numerical setting explains a difference in a metric, as a command: the factor effects and
-each platform pair's gap decomposition (analysis/attribution.py), printed in words and written as
-tables and figures.
+"""Which numerical setting explains a difference, as a command: the factor effects and each
+platform pair's gap decomposition, printed and written as tables and figures.
 
-  python -m analysis.attribute --runs=/tmp/study --factors platform profile --margin 0.3 \
-      --noise-arm profile=noise --out /tmp/study
-  python -m analysis.attribute --csv=published.csv --factors platform compute_dtype --metric acc
-
-Reference: docs/statistics.md "Commands", "Attribution".
+  python -m analysis.attribute --csv published.csv --factors platform compute_dtype --out DIR
 """
 
 from analysis import analyse, declaration
@@ -83,9 +78,11 @@ def parse_args(argv):
 
 def tables(att):
   """{file name: table} of the attribution `att`'s CSV files (None: not written)."""
+  import pandas as pd
+
   from analysis import attribution
 
-  flat = attribution.flat(att.decomposition) if att and att.decomposition else None
+  flat = pd.DataFrame([d.row() for d in att.decomposition]) if att and att.decomposition else None
   return {
     'attribution.csv': att.terms[attribution.CSV_COLUMNS] if att else None,
     'attribution_gap.csv': att.gap if att else None,
@@ -95,10 +92,10 @@ def tables(att):
 
 def write(att, folder):
   """The attribution's files and figures into `folder`; the paths."""
-  from analysis import figures, report
+  from analysis import answer, figures
 
   paths = analyse.write_csv(tables(att), folder)
-  paths.append(analyse.write_text(folder, 'attribution.md', report.attribution_report(att)))
+  paths.append(analyse.write_text(folder, 'attribution.md', answer.attribution_report(att)))
   return paths + figures.attribution_figures(att, folder)
 
 
@@ -116,7 +113,7 @@ def main(argv=None):
   analyse.locale_proof()
   args = parse_args(argv)
   with analyse.destination(args.out, COMMAND, may_write()) as dest:  # refused before any compute
-    from analysis import attribution, inputs, report
+    from analysis import answer, attribution, inputs
 
     frame = (
       inputs.load_runs(args.runs)
@@ -140,7 +137,7 @@ def main(argv=None):
       compare=declaration.parse_compare(args.compare),
       compare_flag='--compare',
     )
-    print(report.attribution_report(out))
+    print(answer.attribution_report(out))
     written = dest.write(lambda folder: write(out, folder)) if dest else []
   for path in written:
     print(f'wrote {path}')

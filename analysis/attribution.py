@@ -1,28 +1,17 @@
-"""Which numerical setting explains a difference in a metric: factor effects from a seed mixed
-model, and the split of each platform pair's native gap into a numerics part and a residual.
-
-Effects: metric ~ factors [+ interactions] + (1 | seed), statsmodels MixedLM (REML) up to
-MIXED_MAX_ROWS runs; beyond, or when the mixed fit fails, OLS with seed fixed effects (within
-transformation) and seed-clustered errors; HC3 errors without seed replication (`method` says
-which). The gap of a pair (A, B), per seed from the paired cell means at every other factor's
-reference level: G = fid_A − fid_B + N + P exactly, R = G − N; each component's mean with a
-t-interval over seeds, the share N / G with Fieller's interval, the pairs' gap tests Holm-adjusted,
-a verdict (VERDICTS) that cannot claim more than its intervals, and a MixedLM cross-check.
-Reference: docs/statistics.md "Attribution", "The gap decomposition".
-"""
+"""Which numerical setting explains a difference: factor effects from a seed mixed model, and each
+platform pair's native gap split into a numerics part and a residual (docs/statistics.md)."""
 
 import dataclasses
-import itertools
 import warnings
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
 import statsmodels.api as sm
-from scipy import stats as sps
 
-from analysis import declaration, inputs, stats
+from analysis import declaration, gap, inputs, stats
 from analysis.declaration import resolve_column
+from analysis.gap import Decomposition, GapSummary
 from runrecord import record, rules
 
 CSV_COLUMNS = ['term', 'estimate', 'ci_low', 'ci_high', 'p']
@@ -30,190 +19,12 @@ MIXED_MAX_ROWS = 20_000  # MixedLM loops over the seeds every iteration (BENCHMA
 MEMORY_LIMIT_GB = 2.0
 DESIGN_COPIES = 6  # runs x columns arrays alive at once in a fit (design, demeaned, pinv, scores)
 FAILED_FIT = ('boundary', 'singular', 'Hessian')  # words of MixedLM warnings that void its fit
-PLATFORM_ORDER = ('tpu', 'gpu', 'cpu')  # the project's question: tpu − gpu, then each against cpu
-KEYS = ('G', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N', 'N_interaction', 'P_eA', 'P_eB', 'P', 'R')
-VERDICTS = (
-  'no gap',
-  'gap within margin',
-  'explained by numerics',
-  'partly explained',
-  'not explained',
-  'tests disagree',
-  'inconclusive',
-)
-MIN_SHARE = declaration.MIN_SHARE
-
-
-class Estimate(NamedTuple):
-  """A component over seeds, or a linear contrast of a fit: estimate, standard error, 95% interval,
-  p (paired t, or the fit's)."""
-
-  estimate: float
-  se: float
-  ci_low: float
-  ci_high: float
-  p: float
-
-
-NOT_ESTIMABLE = Estimate(np.nan, np.nan, np.nan, np.nan, np.nan)
-
-
-class Tost(NamedTuple):
-  """An equivalence test against ±margin: its 90% interval and p."""
-
-  ci90_low: float
-  ci90_high: float
-  p: float
-
-
-class CrossCheck(NamedTuple):
-  """The MixedLM over a gap's cells and seeds (named as a cross-check, not the estimator): G, N, R
-  with the estimate's own cell weights, or why one cannot be defined so; empty when it fails."""
-
-  method: str = ''
-  contrasts: dict[str, Estimate] = {}
-  notes: dict[str, str] = {}
-
-
-class Flags(NamedTuple):
-  """What a gap's verdict rests on (flags)."""
-
-  gap_shown: bool
-  gap_equivalent: bool
-  rank_shown: bool
-  tests_disagree: bool
-  numerics_shown: bool
-  numerics_opposite: bool
-  numerics_one_platform: bool
-  interaction_shown: bool
-  share_reaches: bool
-  residual_equivalent: bool
-  residual_shown: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class GapSummary:
-  """One platform pair's gap per seed: each estimable component's per-seed `values` over `seeds`,
-  its label and kind, the cell weights G, N and R used, and `missing` ({key: why not})."""
-
-  gap: str
-  platforms: tuple[str, str]
-  profiles: tuple[str, str]
-  seeds: list[Any]
-  values: dict[str, np.ndarray]
-  labels: dict[str, str]
-  kinds: dict[str, str]
-  weights: dict[str, dict[tuple[str, str], float]]
-  n_only: Optional[str]
-  missing: dict[str, str]
-  cross_check: CrossCheck = CrossCheck()
-
-
-@dataclasses.dataclass(frozen=True)
-class Decomposition:
-  """One platform pair's gap judged: every component (Estimate), G's and R's TOST, G's signed-rank
-  test, the share explained, the seeds a decisive answer needs, the gap tests Holm-adjusted over the
-  pairs compared, the flags and the verdict with its open part. `row()`: its CSV row."""
-
-  gap: str
-  platforms: tuple[str, str]
-  profiles: tuple[str, str]
-  margin: Optional[float]
-  min_share: float
-  seed_list: list[Any]
-  missing: dict[str, str]
-  N_estimable: bool
-  cross_check: CrossCheck
-  N_label: str
-  N_only: Optional[str]
-  G: Estimate
-  fid_A: Estimate
-  fid_B: Estimate
-  N_A: Estimate
-  N_B: Estimate
-  N: Estimate
-  N_interaction: Estimate
-  P_eA: Estimate
-  P_eB: Estimate
-  P: Estimate
-  R: Estimate
-  G_tost: Tost
-  R_tost: Tost
-  G_signed_rank_p: float
-  G_signed_rank_method: str
-  G_signed_rank_attainable: float
-  G_seeds_positive: int
-  G_seeds_negative: int
-  G_d_z: float
-  share: float
-  share_ci_low: float
-  share_ci_high: float
-  share_method: str
-  seeds_needed: dict[str, int]
-  G_p_holm: float = np.nan
-  G_tost_p_holm: float = np.nan
-  G_signed_rank_p_holm: float = np.nan
-  pairs_compared: int = 1
-  flags: Optional[Flags] = None
-  verdict: str = ''
-  open: str = ''
-
-  @property
-  def seeds(self):
-    return len(self.seed_list)
-
-  def row(self):
-    """attribution_decomposition.csv's row: every number, flag and the verdict."""
-    a, b = self.platforms
-    row = {'platform_a': a, 'platform_b': b, 'gap': self.gap, 'margin': self.margin}
-    row.update(min_share=self.min_share, seeds=self.seeds, N_estimable=self.N_estimable)
-    row.update(N_label=self.N_label, N_only=self.N_only)
-    for key in KEYS:
-      c = getattr(self, key)
-      row.update({key: c.estimate, f'{key}_se': c.se, f'{key}_ci_low': c.ci_low})
-      row.update({f'{key}_ci_high': c.ci_high, f'{key}_p': c.p})
-    for key, tost in (('G', self.G_tost), ('R', self.R_tost)):
-      row.update({f'{key}_ci90_low': tost.ci90_low, f'{key}_ci90_high': tost.ci90_high})
-      row[f'{key}_tost_p'] = tost.p
-    for field in (
-      'G_signed_rank_p',
-      'G_signed_rank_method',
-      'G_signed_rank_attainable',
-      'G_seeds_positive',
-      'G_seeds_negative',
-      'G_d_z',
-      'share',
-      'share_ci_low',
-      'share_ci_high',
-      'share_method',
-      'G_p_holm',
-      'G_tost_p_holm',
-      'G_signed_rank_p_holm',
-      'pairs_compared',
-    ):
-      row[field] = getattr(self, field)
-    row.update(self.flags._asdict() if self.flags else {})
-    row.update(verdict=self.verdict, open=self.open, profile_a=self.profiles[0])
-    row.update(profile_b=self.profiles[1], seeds_used=' '.join(map(str, self.seed_list)))
-    row['not_estimable'] = '; '.join(f'{k}: {v}' for k, v in self.missing.items())
-    for key in ('G', 'N', 'R'):
-      c = self.cross_check.contrasts.get(key)
-      row[f'{key}_mixed_model'] = c.estimate if c else np.nan
-      row[f'{key}_mixed_model_ci_low'] = c.ci_low if c else np.nan
-      row[f'{key}_mixed_model_ci_high'] = c.ci_high if c else np.nan
-      row[f'{key}_mixed_model_note'] = self.cross_check.notes.get(key, '')
-    row.update({f'seeds_for_{q.replace(" ", "_")}': n for q, n in self.seeds_needed.items()})
-    return row
 
 
 @dataclasses.dataclass(frozen=True)
 class Attribution:
-  """Which numerical setting explains a difference: `terms` (the fitted effects, one row per term),
-  its `model` formula and `method`; the platform gap: `gap` (its component table) or `gap_note`
-  (why none), `decomposition` (one per pair, the question's first), `gap_summaries`, `native`,
-  `emulation`, `pairs_note` (pairs left out), `compare_flag` (where the pairs came from: 'compare',
-  '--compare', None: every pair); `arms` (each arm minus the reference, without a gap); `noise`
-  ({platform: stats.NoiseFloor}); `labels` ({term: short label})."""
+  """The fitted effects (`terms`, `model`, `method`) and the platform gap: its component table
+  `gap` (or `gap_note`, why none) and one `decomposition` per pair, the question's first."""
 
   metric: str
   source: str
@@ -262,12 +73,7 @@ def levels(runs, factor):
 def find_factor(name, columns, flag):
   """The --factors name that `name` means (as written, or resolving to the same column)."""
   for factor, col in columns.items():
-    if name in (factor, col) or col in (
-      f'{record.ARM_PREFIX}{name}',
-      f'numerics.effective.{name}',
-      f'config.{name}',
-      f'final.{name}',
-    ):
+    if name == factor or col in declaration.column_names(name):
       return factor
   raise ValueError(f'{flag}: {name!r} is not one of --factors ({", ".join(columns)}); add it there')
 
@@ -410,7 +216,7 @@ def fit(y, X, seeds):
 
 
 def contrast(model, weights):
-  """(Estimate, df) of sum(weights[col] * coef[col]) (statsmodels t_test)."""
+  """(gap.Estimate, df) of sum(weights[col] * coef[col]) (statsmodels t_test)."""
   res = model['result']
   k = res.k_fe if model['kind'] == 'mixed' else len(res.params)
   names = list(res.params.index[:k])
@@ -421,10 +227,10 @@ def contrast(model, weights):
     elif w:  # the within fit has no intercept: only differences of cells are estimable
       raise ValueError(f'{col} is not estimable by {model["method"].split(";")[0]}')
   if not L.any():
-    return Estimate(0.0, 0.0, 0.0, 0.0, np.nan), np.inf
+    return gap.Estimate(0.0, 0.0, 0.0, 0.0, np.nan), np.inf
   tt = res.t_test(L[None, :])
   low, high = np.ravel(tt.conf_int(alpha=0.05))
-  estimate = Estimate(
+  estimate = gap.Estimate(
     float(np.ravel(tt.effect)[0]),
     float(np.ravel(tt.sd)[0]),
     float(low),
@@ -438,12 +244,6 @@ def contrast_row(model, weights):
   """contrast as the columns of a CSV table: estimate, se, ci_low, ci_high, p, df."""
   estimate, df = contrast(model, weights)
   return {**estimate._asdict(), 'df': df}
-
-
-def term_table(model, X):
-  """One row per coefficient but the intercept: the CSV table."""
-  rows = [{'term': c, **contrast_row(model, {c: 1.0})} for c in X.columns if c != 'Intercept']
-  return pd.DataFrame(rows, columns=CSV_COLUMNS + ['se', 'df'])
 
 
 def arm_rows(model, X, runs, factors, ref):
@@ -460,13 +260,6 @@ def arm_rows(model, X, runs, factors, ref):
     arm = ', '.join(f'{f}={v}' for f, v in zip(factors, key, strict=True))
     rows.append({'arm': arm, **contrast_row(model, w)})
   return pd.DataFrame(rows, columns=['arm'] + CSV_COLUMNS[1:] + ['se', 'df'])
-
-
-def formula(metric, factors, ref, interactions, has_seed):
-  terms = [f"C({f}, Treatment('{ref[f]}'))" for f in factors] + [
-    f'{a}:{b}' for a, b in interactions
-  ]
-  return f'{metric} ~ ' + ' + '.join(terms) + (' + (1 | seed)' if has_seed else '')
 
 
 def select(frame, metric, factors, seed_col):
@@ -527,16 +320,6 @@ def select(frame, metric, factors, seed_col):
   )
 
 
-def default_factors(frame):
-  """platform, the requested numerics and the arm-defining config fields that vary among the
-  completed runs (by rules.field_name where that names the same column)."""
-  done = frame[stats.run_status(frame) == 'completed']
-  cols = [c for c in rules.arm_columns(done) if c != 'device_kind']
-  cols = [c for c in cols if done[c].astype(str).nunique() > 1]
-  short = rules.field_name
-  return [short(c) if resolve_column(frame, short(c), '') == c else c for c in cols]
-
-
 def references(runs, columns, given):
   """{factor: reference level}: given, else the first sorted level (platform too)."""
   chosen = {find_factor(k, columns, '--reference'): v for k, v in given.items()}
@@ -569,7 +352,7 @@ def factor_attribution(
   compare=None,
   compare_flag='compare',
 ):
-  """The whole attribution (module doc) as an Attribution."""
+  """The whole attribution as an Attribution."""
   if margin is not None and not margin > 0:
     raise ValueError(f"--margin: must be a positive number in the metric's units, got {margin}")
   prep, columns, has_seed = select(frame, metric, list(factors), seed_col)
@@ -582,14 +365,13 @@ def factor_attribution(
       raise ValueError(
         f'--interactions: {item!r} is not A:B; write e.g. --interactions platform:profile'
       )
-    pairs.append(
-      (find_factor(a, columns, '--interactions'), find_factor(b, columns, '--interactions'))
-    )
+    pairs.append(tuple(find_factor(f, columns, '--interactions') for f in (a, b)))
   X = design(runs, list(columns), ref, pairs)
-  y, seeds = runs['value'], runs['seed'] if has_seed else None
-  model = fit(y, X, seeds)
+  model = fit(runs['value'], X, runs['seed'] if has_seed else None)
   unit = 'pp' if prep.scale == 100 else 'metric units'
-  gap = gap_section(
+  formula = [f"C({f}, Treatment('{ref[f]}'))" for f in columns] + [f'{a}:{b}' for a, b in pairs]
+  terms = [{'term': c, **contrast_row(model, {c: 1.0})} for c in X.columns if c != 'Intercept']
+  section = gap_section(
     runs if has_seed else runs.drop(columns='seed'),
     columns,
     ref,
@@ -604,7 +386,6 @@ def factor_attribution(
     runs,
     parse_pairs(noise_arm, '--noise-arm'),
     parse_pairs(noise_of or reference or {}, '--noise-of'),
-    unit,
     list(columns),
   )
   return Attribution(
@@ -614,167 +395,31 @@ def factor_attribution(
     margin=margin,
     margin_reason=margin_reason,
     unit=unit,
-    model=formula(prep.metric, list(columns), ref, pairs, has_seed),
+    model=f'{prep.metric} ~ ' + ' + '.join(formula) + (' + (1 | seed)' if has_seed else ''),
     method=model['method'],
-    terms=term_table(model, X),
+    terms=pd.DataFrame(terms, columns=CSV_COLUMNS + ['se', 'df']),
     n_runs=len(runs),
     excluded=prep.excluded,
     replicates=prep.replicates,
     noise=noise,
     min_share=min_share,
     compare_flag=compare_flag if compare else None,
-    arms=None if gap['gap'] is not None else arm_rows(model, X, runs, list(columns), ref),
-    **gap,
+    arms=None if section['gap'] is not None else arm_rows(model, X, runs, list(columns), ref),
+    **section,
   )
-
-
-def cell_means(runs, factor, others, ref):
-  """{(platform, level): Series over seeds} of the runs at every other factor's reference level,
-  replicates of a seed averaged."""
-  keep = pd.Series(True, index=runs.index)
-  for f in others:
-    keep &= runs[f].astype(str) == str(ref[f])
-  cells = runs[keep].groupby(['platform', factor, 'seed'], sort=True)['value'].mean()
-  return {key: group.droplevel([0, 1]) for key, group in cells.groupby(level=[0, 1])}
-
-
-def definitions(a, b, native, emu):
-  """[(key, label, kind, {cell: weight})] of every component of platform a's gap against b."""
-  ea, eb = emu[a], emu[b]
-  return [
-    ('G', f'native gap ({a} − {b})', 'gap', {(a, native): 1, (b, native): -1}),
-    ('fid_A', f'fidelity on {a}: native − {ea}', 'fidelity', {(a, native): 1, (a, ea): -1}),
-    ('fid_B', f'fidelity on {b}: native − {eb}', 'fidelity', {(b, native): 1, (b, eb): -1}),
-    ('N_A', f'numerics on {a}: {ea} − {eb}', 'numerics', {(a, ea): 1, (a, eb): -1}),
-    ('N_B', f'numerics on {b}: {ea} − {eb}', 'numerics', {(b, ea): 1, (b, eb): -1}),
-    (
-      'N',
-      f'numerics part: {ea} − {eb}, mean of both platforms',
-      'numerics total',
-      {(a, ea): 0.5, (a, eb): -0.5, (b, ea): 0.5, (b, eb): -0.5},
-    ),
-    (
-      'N_interaction',
-      f'numerics on {a} − on {b}',
-      'numerics interaction',
-      {(a, ea): 1, (a, eb): -1, (b, ea): -1, (b, eb): 1},
-    ),
-    ('P_eA', f'platforms under {ea}: {a} − {b}', 'platform', {(a, ea): 1, (b, ea): -1}),
-    ('P_eB', f'platforms under {eb}: {a} − {b}', 'platform', {(a, eb): 1, (b, eb): -1}),
-    (
-      'P',
-      f'platforms under the same emulated arithmetic, mean of {ea} and {eb}',
-      'platform total',
-      {(a, ea): 0.5, (b, ea): -0.5, (a, eb): 0.5, (b, eb): -0.5},
-    ),
-    (
-      'R',
-      'platform residual: gap − numerics part',
-      'residual',
-      {(a, native): 1, (b, native): -1, (a, ea): -0.5, (a, eb): 0.5, (b, ea): -0.5, (b, eb): 0.5},
-    ),
-  ]
-
-
-def per_seed(cells, weights, seeds):
-  """A component's value per seed: sum of weight x cell mean, over `seeds`."""
-  return sum(w * cells[c].loc[seeds].to_numpy() for c, w in weights.items())
-
-
-def components(cells, a, b, native, emu):
-  """The GapSummary of a's gap against b over the seeds common to every cell run."""
-  present = {c for c in cells}
-  defs = definitions(a, b, native, emu)
-  used = {c for _, _, _, w in defs for c in w if c in present}
-  seeds = sorted(set.intersection(*(set(cells[c].index) for c in used)))
-  values, missing, labels, kinds = {}, {}, {}, {}
-  for key, label, kind, weights in defs:
-    absent = [c for c in weights if c not in present]
-    labels[key], kinds[key] = label, kind
-    if absent:
-      missing[key] = 'not estimable: no runs of ' + ', '.join(f'{e} on {p}' for p, e in absent)
-    else:
-      values[key] = per_seed(cells, weights, seeds)
-  used = {key: dict(weights) for key, _, _, weights in defs if key in ('G', 'N', 'R')}
-  only = None
-  if ('N_A' in values) != ('N_B' in values):
-    key = 'N_A' if 'N_A' in values else 'N_B'  # one platform ran both emulations: N from it alone
-    only = a if key == 'N_A' else b
-    values['N'] = values[key]
-    labels['N'] = labels[key] + ' (one platform only)'
-    missing.pop('N', None)
-    values['R'] = values['G'] - values['N']
-    labels['R'] = labels['R'] + f' (N from {only} only)'
-    missing.pop('R', None)
-    used['N'] = dict(next(w for k, _, _, w in defs if k == key))
-    used['R'] = {c: used['G'].get(c, 0) - used['N'].get(c, 0) for c in {*used['G'], *used['N']}}
-  return GapSummary(
-    f'{a} - {b}', (a, b), (emu[a], emu[b]), seeds, values, labels, kinds, used, only, missing
-  )
-
-
-def component_stats(d, margin):
-  """Estimate, sd, se, df, 95% CI, paired-t p, signed-rank p and d_z of the per-seed values d."""
-  k = len(d)
-  mean = float(np.mean(d))
-  sd = float(np.std(d, ddof=1)) if k > 1 else np.nan
-  se = sd / np.sqrt(k) if k > 1 else np.nan
-  low, high = stats.diff_ci(mean, se, k - 1, 0.95) if k > 1 else (np.nan, np.nan)
-  if k < 2:
-    p = np.nan
-  elif se > 0:
-    p = float(2 * sps.t.sf(abs(mean) / se, k - 1))
-  else:
-    p = 1.0 if mean == 0 else 0.0
-  _, sr_p, sr_method = stats.signed_rank(d)
-  out = {
-    'estimate': mean,
-    'sd': sd,
-    'se': se,
-    'df': k - 1,
-    'seeds': k,
-    'ci_low': low,
-    'ci_high': high,
-    'p': p,
-    'signed_rank_p': sr_p,
-    'signed_rank_method': sr_method,
-    'd_z': stats.d_z(d),
-    'ci90_low': np.nan,
-    'ci90_high': np.nan,
-    'tost_p': np.nan,
-  }
-  if margin and k > 1:
-    out['ci90_low'], out['ci90_high'], out['tost_p'] = stats.tost(mean, se, k - 1, margin)
-  return out
-
-
-def component_table(summary, margin):
-  """One row per component (attribution_gap.csv): gap, key, component (label), kind."""
-  rows = []
-  for key, label in summary.labels.items():
-    row = {'gap': summary.gap, 'key': key, 'component': label, 'kind': summary.kinds[key]}
-    if key in summary.values:
-      row.update(component_stats(summary.values[key], margin if key in ('G', 'R') else None))
-      row['note'] = ''
-    else:
-      row['note'] = summary.missing[key]
-    rows.append(row)
-  return pd.DataFrame(rows)
 
 
 def cross_check(runs, factor, others, ref, summary, native):
-  """The CrossCheck of a gap: a MixedLM over its cells and seeds, the estimate's weights."""
+  """The gap.CrossCheck of a gap: a MixedLM over its cells and seeds, the estimate's weights."""
   a, b = summary.platforms
-  keep = runs['seed'].isin(summary.seeds)
-  for f in others:
-    keep &= runs[f].astype(str) == str(ref[f])
+  keep = runs['seed'].isin(summary.seeds) & gap.at_reference(runs, others, ref)
   sub = runs[keep].assign(cell=lambda r: r['platform'].astype(str) + '|' + r[factor].astype(str))
   cells_run = set(sub['cell'])
   X = design(sub, ['cell'], {'cell': f'{b}|{native}'})
   try:
     model = fit(sub['value'], X, sub['seed'])
   except (ValueError, np.linalg.LinAlgError):
-    return CrossCheck()
+    return gap.CrossCheck()
   contrasts, notes = {}, {}
   for key, weights in summary.weights.items():
     if key not in summary.values:
@@ -787,26 +432,7 @@ def cross_check(runs, factor, others, ref, summary, native):
       {f'cell={p}|{e}': v for (p, e), v in weights.items() if f'cell={p}|{e}' in X}, dtype=float
     )
     contrasts[key] = contrast(model, w)[0]
-  return CrossCheck(model['method'], contrasts, notes)
-
-
-def default_emulation(runs, native_factor, platforms, given):
-  """{platform: the level emulating its native arithmetic}: given, else <p>_default."""
-  lv = set(runs[native_factor])
-  out = {}
-  for p in platforms:
-    guess = [c for c in (f'{p}_default', f'jax_{p}_default') if c in lv]
-    out[p] = given.get(p, guess[0] if guess else None)
-    if out[p] is None:
-      raise LookupError(
-        f'no level of {native_factor} emulates {p}; give --platform-profile {p}=LEVEL'
-      )
-    if out[p] not in lv:
-      raise ValueError(
-        f'--platform-profile: {native_factor} has no level {out[p]!r}; '
-        f'levels: {", ".join(sorted(lv))}'
-      )
-  return out
+  return gap.CrossCheck(model['method'], contrasts, notes)
 
 
 def native_arm(runs, columns, given):
@@ -827,54 +453,14 @@ def native_arm(runs, columns, given):
   return None
 
 
-def platform_rank(platform):
-  """Sort key of a platform identity: its JAX platform's place in PLATFORM_ORDER, then the name."""
-  kind = rules.jax_platform(platform)
-  return (PLATFORM_ORDER.index(kind) if kind in PLATFORM_ORDER else len(PLATFORM_ORDER), platform)
-
-
-def default_pairs(platforms):
-  """Every pair (a, b) of the platforms, a before b in PLATFORM_ORDER: tpu − gpu first."""
-  return list(itertools.combinations(sorted(set(platforms), key=platform_rank), 2))
-
-
-def resolve_platform(name, platforms, flag):
-  """The platform identity `name` means ('cpu' -> 'cpu-AVX512'); None without runs."""
-  if name in platforms:
-    return name
-  same = sorted(p for p in platforms if rules.jax_platform(p) == name)
-  if len(same) > 1:
-    raise ValueError(f'{flag}: {name!r} means {", ".join(same)}; name one of them')
-  return same[0] if same else None
-
-
-def platform_pairs(platforms, given, flag):
-  """(pairs to decompose, notes): `given` resolved to the platforms run, else default_pairs."""
-  if not given:
-    return default_pairs(platforms), []
-  pairs, notes = [], []
-  for a, b in given:
-    found = [resolve_platform(str(p), platforms, flag) for p in (a, b)]
-    absent = [str(p) for p, f in zip((a, b), found, strict=True) if f is None]
-    if absent and flag == '--compare':
-      raise ValueError(
-        f'--compare: no runs on {", ".join(absent)}; platforms run: {", ".join(sorted(platforms))}'
-      )
-    if absent:
-      notes.append(f'{a} − {b}: no runs on {", ".join(absent)}')
-    elif tuple(found) not in pairs and found[0] != found[1]:
-      pairs.append(tuple(found))
-  return pairs, notes
-
-
 def decompose(runs, columns, ref, native, given_map, pairs):
-  """([GapSummary per pair, with its cross-check], emulation map, notes)."""
+  """([gap.GapSummary per pair, with its cross-check], emulation map, notes)."""
   nf, nl = native
   plat = next((f for f, c in columns.items() if c == 'platform'), None)
   needed = sorted({p for pair in pairs for p in pair})
-  emu = default_emulation(runs, nf, needed, given_map)
+  emu = gap.default_emulation(runs, nf, needed, given_map)
   others = [f for f in columns if f not in (nf, plat)]
-  cells = cell_means(runs, nf, others, ref)
+  cells = gap.cell_means(runs, nf, others, ref)
   summaries, notes = [], []
   for a, b in pairs:
     absent = [p for p in (a, b) if (p, nl) not in cells]
@@ -883,7 +469,7 @@ def decompose(runs, columns, ref, native, given_map, pairs):
         f"{a} − {b}: no {nf}={nl} run on {', '.join(absent)} at the other factors' reference levels"
       )
       continue
-    summary = components(cells, a, b, nl, emu)
+    summary = gap.components(cells, a, b, nl, emu)
     if len(summary.seeds) < 2:
       notes.append(f'{a} − {b}: fewer than 2 seeds ran every cell of the gap')
       continue
@@ -892,13 +478,6 @@ def decompose(runs, columns, ref, native, given_map, pairs):
   if not summaries:
     raise LookupError('; '.join(notes) or 'no platform pair to compare')
   return summaries, {p: emu[p] for p in needed}, notes
-
-
-def summarise(summaries, margin, min_share=None):
-  """(component table of every gap, [Decomposition per gap]) at `margin`."""
-  tables = [component_table(s, margin) for s in summaries]
-  judged = judge_family(summaries, tables, margin, min_share)
-  return pd.concat(tables, ignore_index=True), judged
 
 
 def gap_section(
@@ -923,7 +502,7 @@ def gap_section(
       f'runs from one platform ({", ".join(map(str, platforms)) or "unknown"}): no '
       'platform gap; each arm minus the reference arm instead'
     )
-  pairs, left_out = platform_pairs(platforms, compare, compare_flag)
+  pairs, left_out = gap.platform_pairs(platforms, compare, compare_flag)
   if 'seed' not in runs or runs['seed'].isna().all():
     return none('gap decomposition unavailable: no seed column, so no arm pairs with another')
   arm = native_arm(runs, columns, parse_pairs(native, '--native'))
@@ -948,7 +527,7 @@ def gap_section(
     return none(
       f'gap decomposition unavailable: {e.args[0]}; each arm minus the reference arm instead'
     )
-  table, judged = summarise(summaries, margin, min_share)
+  table, judged = gap.summarise(summaries, margin, min_share)
   return {
     'gap': table,
     'native': arm,
@@ -957,170 +536,6 @@ def gap_section(
     'decomposition': judged,
     'pairs_note': '; '.join(left_out + notes),
   }
-
-
-def shown(low, high):
-  """+1 when a 95% CI lies above 0, -1 below, 0 when it includes 0 (or is NaN)."""
-  return 1 if low > 0 else -1 if high < 0 else 0
-
-
-def flags(d):
-  """The verdict's inputs (Flags) from a Decomposition's numbers, after its Holm p-values."""
-  k = d.pairs_compared
-  t_shows = bool(d.G_p_holm < stats.ALPHA)
-  rank_shows = bool(d.G_signed_rank_p_holm < stats.ALPHA)
-  rank_can = bool(d.G_signed_rank_attainable * k < stats.ALPHA)
-  sign = int(np.sign(d.G.estimate)) if t_shows else 0
-  n_sign = shown(d.N.ci_low, d.N.ci_high) if d.N_estimable else 0
-  return Flags(
-    gap_shown=t_shows,
-    gap_equivalent=bool(d.G_tost_p_holm < stats.ALPHA),
-    rank_shown=rank_shows,
-    tests_disagree=rank_shows != t_shows and (rank_shows or rank_can),
-    numerics_shown=bool(sign) and n_sign == sign,
-    numerics_opposite=bool(sign) and n_sign == -sign,
-    numerics_one_platform=bool(d.N_only),
-    interaction_shown=bool(shown(d.N_interaction.ci_low, d.N_interaction.ci_high)),
-    share_reaches=bool(d.share_ci_low >= d.min_share),
-    residual_equivalent=bool(d.R_tost.p < stats.ALPHA),
-    residual_shown=bool(d.N_estimable and shown(d.R.ci_low, d.R.ci_high)),
-  )
-
-
-def disagreement(f, m):
-  """The open part of 'tests disagree': which test shows the gap, and the margin."""
-  which = (
-    'the signed-rank test rejects 0, the t-interval does not (a seed far from the others widens it)'
-    if f.rank_shown
-    else 'the t-interval excludes 0, the signed-rank test does not (the mean rests on a few seeds)'
-  )
-  within = f'; within {m} by TOST' if f.gap_equivalent else f'; not shown within {m}'
-  return which + within
-
-
-def verdict(f, margin, n_estimable=True):
-  """(verdict, open part) from Flags (docs/statistics.md "The gap decomposition")."""
-  m = f'±{margin:g}' if margin else 'a margin (none given)'
-  if f.tests_disagree:
-    return 'tests disagree', disagreement(f, m)
-  if not f.gap_shown:
-    return (
-      ('no gap', '')
-      if f.gap_equivalent
-      else ('inconclusive', f'the gap: neither shown nor within {m}')
-    )
-  if f.gap_equivalent:
-    return 'gap within margin', ''
-  if not n_estimable:
-    return 'inconclusive', 'the numerics part: not estimable from the arms run'
-  if f.numerics_shown:
-    why = [
-      w
-      for ok, w in (
-        (f.share_reaches, "the share's lower bound is below the minimum"),
-        (f.residual_equivalent, f'the residual is not within {m}'),
-        (not f.numerics_one_platform, 'the numerics part is measured on one platform only'),
-      )
-      if not ok
-    ]
-    return ('explained by numerics', '') if not why else ('partly explained', '; '.join(why))
-  if f.residual_shown:
-    return 'not explained', ''
-  return (
-    'inconclusive',
-    f'the numerics part (not shown) and the residual (not shown, not within {m})',
-  )
-
-
-def seeds_needed(table, margin):
-  """{question: seeds} for 80% power (paired t, alpha 0.05) at the observed per-seed sds."""
-  if not margin:
-    return {}
-  row = {r['key']: r for _, r in table.iterrows() if r['note'] == ''}
-
-  def need(key, which):
-    return stats.seeds_needed(row[key]['sd'], margin, True)[which]
-
-  out = {'gap nonzero': need('G', 0)}
-  if 'N' in row:
-    out['numerics part nonzero'] = need('N', 0)
-  out['gap within margin'] = need('G', 1)
-  if 'R' in row:
-    out['residual within margin'] = need('R', 1)
-  return out
-
-
-def judge(summary, table, margin, min_share=None):
-  """One gap's Decomposition from its component table."""
-  rows = table[table['gap'] == summary.gap].set_index('key')
-
-  def estimate(key):
-    ok = key in rows.index and rows.loc[key, 'note'] == ''
-    return Estimate(*(float(rows.loc[key, c]) for c in Estimate._fields)) if ok else NOT_ESTIMABLE
-
-  def tost(key):
-    ok = key in rows.index and rows.loc[key, 'note'] == ''
-    values = (
-      float(rows.loc[key, c]) if ok else np.nan for c in ('ci90_low', 'ci90_high', 'tost_p')
-    )
-    return Tost(*values)
-
-  n_estimable = 'N' in summary.values
-  g = np.asarray(summary.values['G'], float)
-  share = stats.fieller(summary.values['N'], summary.values['G']) if n_estimable else (np.nan,) * 3
-  return Decomposition(
-    gap=summary.gap,
-    platforms=summary.platforms,
-    profiles=summary.profiles,
-    margin=margin,
-    min_share=MIN_SHARE if min_share is None else min_share,
-    seed_list=list(summary.seeds),
-    missing=dict(summary.missing),
-    N_estimable=n_estimable,
-    cross_check=summary.cross_check,
-    N_label=summary.labels['N'],
-    N_only=summary.n_only,
-    **{key: estimate(key) for key in KEYS},
-    G_tost=tost('G'),
-    R_tost=tost('R'),
-    G_signed_rank_p=float(rows.loc['G', 'signed_rank_p']),
-    G_signed_rank_method=rows.loc['G', 'signed_rank_method'],
-    G_signed_rank_attainable=stats.signed_rank(np.abs(g))[1],
-    G_seeds_positive=int((g > 0).sum()),
-    G_seeds_negative=int((g < 0).sum()),
-    G_d_z=float(rows.loc['G', 'd_z']),
-    share=share[0],
-    share_ci_low=share[1],
-    share_ci_high=share[2],
-    share_method="Fieller's interval over seeds",
-    seeds_needed=seeds_needed(table[table['gap'] == summary.gap], margin),
-  )
-
-
-def judge_family(summaries, tables, margin, min_share=None):
-  """[Decomposition per pair]: each gap test (paired t, TOST)."""
-  judged = [judge(s, t, margin, min_share) for s, t in zip(summaries, tables, strict=True)]
-  t = stats.holm([d.G.p for d in judged])
-  tost = stats.holm([d.G_tost.p for d in judged])
-  rank = stats.holm([d.G_signed_rank_p for d in judged])
-  out = []
-  for i, d in enumerate(judged):
-    d = dataclasses.replace(
-      d,
-      G_p_holm=float(t[i]),
-      G_tost_p_holm=float(tost[i]),
-      G_signed_rank_p_holm=float(rank[i]),
-      pairs_compared=len(judged),
-    )
-    f = flags(d)
-    said, open_part = verdict(f, d.margin, d.N_estimable)
-    out.append(dataclasses.replace(d, flags=f, verdict=said, open=open_part))
-  return out
-
-
-def flat(decomposition):
-  """attribution_decomposition.csv: one row per platform pair (Decomposition.row)."""
-  return pd.DataFrame([d.row() for d in decomposition])
 
 
 def platform_profile(runs, declared):
@@ -1156,7 +571,7 @@ def declared_attribution(
   completed = frame[stats.run_status(frame) == 'completed']
   out = factor_attribution(
     frame,
-    declared.get('factors') or default_factors(frame),
+    declared['factors'],  # study_analysis attributes a declared study only
     metric=metric,
     seed_col=seed_col or 'seed',
     reference=declared.get('reference'),
@@ -1183,4 +598,4 @@ def check_compare(frame, compare, declares):
     )
   done = frame[stats.run_status(frame) == 'completed']
   present = sorted(set(done['platform'].astype(str))) if 'platform' in done else []
-  platform_pairs(present, compare, '--compare')
+  gap.platform_pairs(present, compare, '--compare')

@@ -1,9 +1,5 @@
-"""A study's declaration: what its analysis tests, fixed before the first run (a config file's
-get_study(), or the study.json sweeps.sweep writes into the root). Every key is optional and
-checked (SCHEMA: margin, factors, reference, noise arm, native arm, platform profiles, labels,
-platform pairs, the power calculation); the arms and levels it names must exist among the runs.
-Reference: docs/statistics.md "A study and its declaration".
-"""
+"""A study's declaration, fixed before the first run (a config's get_study() or a study.json):
+every key optional and checked (SCHEMA), its arms and levels present among the runs."""
 
 import difflib
 import importlib.util
@@ -25,15 +21,15 @@ SEED_MAX = 2**32 - 1  # the PRNG's range (configs/validation.py SEED_MAX)
 ARMS = ('reference', 'noise_arm', 'noise_of', 'native')  # the keys naming an arm {factor: level}
 
 
+def column_names(name):
+  """The columns `name` may mean, in order: as written, then with a numerics/config/final prefix."""
+  prefixes = ('', record.ARM_PREFIX, 'numerics.effective.', record.CONFIG_PREFIX, 'final.')
+  return [prefix + name for prefix in prefixes]
+
+
 def resolve_column(frame, name, arg):
   """The column of `frame` that `name` means: exact, or with a numerics/config/final prefix."""
-  for candidate in (
-    name,
-    f'{record.ARM_PREFIX}{name}',
-    f'numerics.effective.{name}',
-    f'{record.CONFIG_PREFIX}{name}',
-    f'final.{name}',
-  ):
+  for candidate in column_names(name):
     if candidate in frame.columns:
       return candidate
   shown = ', '.join(c for c in frame.columns if not c.startswith(('config.', 'versions.', 'data.')))

@@ -1,7 +1,6 @@
-"""The study's figures as a command, the same figures analysis.analyse draws into its figures/
-(what each shows: docs/statistics.md "Report and figures").
+"""The study's figures as a command, the figures analysis.analyse draws into figures/.
 
-  python -m analysis.draw --runs ROOT [ROOT ...] --out FIGURES [--study FILE] [--margin 0.5]
+python -m analysis.draw --runs ROOT [ROOT ...] --out FIGURES [--study FILE] [--margin 0.5]
 """
 
 from analysis import analyse

@@ -1,14 +1,7 @@
-"""Export runs as a compact CSV: one row per run, the record's columns (status, seed, platform,
-device kind, final metrics, requested and effective numerics, config, data facts, versions, its
-`run_id`), without the per-epoch history, the training state or the columns no run fills; `run` is
-the run's path relative to the roots' common parent folder. `--study` writes the study's
-declaration beside it as FILE.study.json; an export without --study removes the declaration an
-earlier export wrote there (never a user's). The CSV reads back (inputs.read_csv) to the tables of
-the runs it came from.
+"""Export runs as a compact CSV, one row per run (docs/statistics.md "Commands"); --study writes the
+declaration beside it as FILE.study.json, and an export without it removes the one it wrote.
 
-  python -m analysis.export --runs /data/h100 /data/cpu --out results/digits_h100_cpu.csv \
-      --study configs/digits.py:study
-Reference: docs/statistics.md "Commands".
+  python -m analysis.export --runs /data/h100 /data/cpu --out results/digits_h100_cpu.csv
 """
 
 import os

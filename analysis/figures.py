@@ -1,10 +1,5 @@
-"""The study's figures, drawn at their printed size (one column 3.3 in, two columns 6.9 in) as
-vector PDF and 300-dpi PNG, each with its data set, n and platforms as a subtitle or caption: the
-metric per arm, the declared contrasts and each platform gap's decomposition as forest plots
-against the margin and the noise floors, the attribution's forest, the training curves and the
-churn ladder. Colour = platform (Okabe–Ito, colour-blind safe; black: measured across platforms),
-arms by short labels, markers and line styles. Reference: docs/statistics.md "Report and figures".
-"""
+"""The study's figures at their printed size, vector PDF and 300-dpi PNG, colour = platform
+(Okabe–Ito): the forest plots, the metric per arm, the training curves, the churn ladder."""
 
 import textwrap
 
@@ -93,15 +88,6 @@ def platform_colors(platforms):
   return {p: out.get(p, NO_PLATFORM) for p in names}
 
 
-def arm_styles(arms):
-  """{arm label: (marker, line style)} in the order given (the study's arm order)."""
-  arms = list(dict.fromkeys(arms))
-  return {
-    a: (ARM_MARKERS[i % len(ARM_MARKERS)], ARM_LINESTYLES[i % len(ARM_LINESTYLES)])
-    for i, a in enumerate(arms)
-  }
-
-
 def save(fig, out_dir, name, crop=True):
   """Write `name`.pdf and `name`.png (300 dpi) into out_dir; returns the two paths."""
   paths = [f'{out_dir}/{name}.pdf', f'{out_dir}/{name}.png']
@@ -114,8 +100,6 @@ def save(fig, out_dir, name, crop=True):
 
 LABEL_CHARS = 30  # an arm label longer than this is cut (with '…'): a legend, not a config dump
 NAMED = ('profile=',)  # fields whose value names itself: 'tpu_default', not 'profile=tpu_default'
-
-
 ONE_ARM = 'all runs'  # the label of the only arm: nothing tells it from another
 
 
@@ -188,54 +172,17 @@ def context_line(out, width=None):
   return '\n'.join(textwrap.wrap(text, width)) if width else text
 
 
-def subtitle(fig, text, fontsize=6.5):
+def subtitle(fig, text):
   """The context line as the figure's subtitle, left-aligned above the axes."""
-  fig.suptitle(text, x=0.01, ha='left', fontsize=fontsize, color='#444444')
+  fig.suptitle(text, x=0.01, ha='left', fontsize=6.5, color='#444444')
 
 
-def crosses_platforms(place):
-  """Does an arm label occur on more than one platform ({arm: (label, platform)})?"""
-  per_label = {}
-  for cat, platform in place.values():
-    per_label.setdefault(cat, set()).add(platform)
-  return any(len(p) > 1 for p in per_label.values())
-
-
-def drawn_entries(axes, rank):
-  """(handles, labels) of the drawn lines, in arm order (`rank` {label: position})."""
-  handles, labels = next(a for a in axes if a.get_lines()).get_legend_handles_labels()
-  order = sorted(range(len(labels)), key=lambda i: rank[labels[i]])
-  return [handles[i] for i in order], [labels[i] for i in order]
-
-
-def legend_entries(categories, place, same, colors, styles):
-  """(handles, labels) when an arm label occurs on several platforms: one key per arm."""
-  note = {}
-  for arm, other in same.items():
-    note.setdefault(place[arm][0], []).append(f'= {place[other][0]} on {place[arm][1]}')
-  handles = [
-    Line2D(
-      [],
-      [],
-      color='#333333',
-      linestyle=styles[c][1],
-      marker=styles[c][0],
-      markersize=3.2,
-      markerfacecolor='none',
-      markeredgewidth=0.7,
-      linewidth=1.0,
-    )
-    for c in categories
-  ]
-  labels = [c + (f' ({", ".join(note[c])})' if c in note else '') for c in categories]
-  platforms = sorted(colors)
-  under = {p: len(platforms) - 1 - i for i, p in enumerate(platforms)}  # as band() draws them
-  handles += [Line2D([], [], color=colors[p], linewidth=1.0 + 1.0 * under[p]) for p in platforms]
-  return handles, labels + [p + (' (wider: drawn beneath)' if under[p] else '') for p in platforms]
+def caption(fig, text):
+  """The context line as a caption under the axes, left-aligned."""
+  fig.supxlabel(text, x=0.01, ha='left', fontsize=6, color='#444444')
 
 
 ROW_IN = 0.2  # height of one row, inches
-PLATFORM_FACTOR = 'platform'
 # The gap's components in the forest's order: key -> row label ({a}, {b}: the platforms; e_A, e_B,
 # the profiles emulating them, are named in the panel's title).
 COMPONENT_ROWS = (
@@ -261,7 +208,6 @@ SUM_ROWS = (
   ('P', 1, 'platform part P'),
   ('R', 1, 'residual R = G − N'),
 )
-ON_A, ON_B = ('fid_A', 'N_A'), ('fid_B', 'N_B')  # components measured on one platform
 
 
 def frame_height(rows, extra=0.9, row=ROW_IN):
@@ -270,8 +216,7 @@ def frame_height(rows, extra=0.9, row=ROW_IN):
 
 
 def floors_of(noise):
-  """{platform: 95% half-width} of a noise dict ({platform:
-  stats.NoiseFloor})."""
+  """{platform: 95% half-width} of a noise dict ({platform: stats.NoiseFloor})."""
   return {p: f.half for p, f in (noise or {}).items() if f and np.isfinite(f.half)}
 
 
@@ -292,32 +237,28 @@ def draw_limits(ax, margin, floors, unit, label=True):
       )
   if margin:
     for sign in (-1, 1):
-      ax.axvline(
-        sign * margin,
-        color='black',
-        linestyle='--',
-        linewidth=0.7,
-        label=f'margin ±{margin:g} {unit}' if sign > 0 and label else None,
-      )
+      name = f'margin ±{margin:g} {unit}' if sign > 0 and label else None
+      ax.axvline(sign * margin, color='black', linestyle='--', linewidth=0.7, label=name)
   ax.axvline(0, color='#555555', linewidth=0.6)
 
 
 def draw_interval(
-  ax, y, est, ci95, ci90=None, color=ACROSS_PLATFORMS, filled=True, labels=(None,) * 3, marker='D'
+  ax, y, est, ci95, ci90=None, color=ACROSS_PLATFORMS, filled=True, labels=(None,) * 3
 ):
-  """A marker at `est`, a thin 95% CI line and, when given, a thick 90% CI line; `labels`."""
+  """A diamond at `est`, a thin 95% CI line and, when given, a thick 90% CI line; `labels`."""
   ax.plot(ci95, [y, y], color=color, linewidth=0.8, solid_capstyle='butt', label=labels[1])
   if ci90 is not None and np.isfinite(ci90[0]):
     ax.plot(
       ci90, [y, y], color=color, linewidth=2.4, alpha=0.55, solid_capstyle='butt', label=labels[2]
     )
+  face = color if filled else 'white'
   ax.plot(
     [est],
     [y],
-    marker,
+    'D',
     color=color,
     markersize=3.4,
-    markerfacecolor=color if filled else 'white',
+    markerfacecolor=face,
     markeredgewidth=0.8,
     label=labels[0],
     zorder=3,
@@ -336,19 +277,14 @@ def rows_axis(ax, labels, xlabel=None):
     ax.set_xlabel(xlabel)
 
 
-def caption(fig, text):
-  """The study's context line (context) as a caption under the axes, left-aligned."""
-  fig.supxlabel(text, x=0.01, ha='left', fontsize=6, color='#444444')
-
-
-def legend_above(fig, handles, labels, ncol=2):
+def legend_above(fig, handles, labels):
   """The figure's legend above the axes, inside the figure (none without entries)."""
   if handles:
     fig.legend(
       handles,
       labels,
       loc='outside upper center',
-      ncol=ncol,
+      ncol=2,
       handlelength=1.6,
       columnspacing=1.0,
       fontsize=6.5,
@@ -358,70 +294,11 @@ def legend_above(fig, handles, labels, ncol=2):
 def component_color(key, platforms):
   """The platform's colour for a component measured on one platform, else ACROSS_PLATFORMS."""
   colors = platform_colors(platforms)
-  return (
-    colors[platforms[0]]
-    if key in ON_A
-    else colors[platforms[1]]
-    if key in ON_B
-    else ACROSS_PLATFORMS
-  )
+  on = {'fid_A': platforms[0], 'N_A': platforms[0], 'fid_B': platforms[1], 'N_B': platforms[1]}
+  return colors[on[key]] if key in on else ACROSS_PLATFORMS
 
 
-def gap_rows(out):
-  """[(title, [(label, estimate, ci95, None, colour, note)])] of each gap in out.gap."""
-  table, groups = out.gap, []
-  for d in out.decomposition or []:
-    (a, b), (ea, eb) = d.platforms, d.profiles
-    rows = table[table['gap'] == d.gap].set_index('key')
-    title = f'gap {a} − {b}, {d.seeds} seeds\ne_A = {ea}, e_B = {eb}'
-    groups.append(
-      (
-        title,
-        [
-          (
-            label.format(a=a, b=b),
-            rows.loc[k, 'estimate'],
-            [rows.loc[k, 'ci_low'], rows.loc[k, 'ci_high']],
-            None,
-            component_color(k, (a, b)),
-            rows.loc[k, 'note'],
-          )
-          for k, label in COMPONENT_ROWS
-          if k in rows.index
-        ],
-      )
-    )
-  return groups
-
-
-def platform_term(term):
-  """Does a model term (factor=level, or an interaction a:b) involve the platform factor?"""
-  return any(
-    part.partition('=')[0].rsplit('.', 1)[-1] == PLATFORM_FACTOR for part in term.split(':')
-  )
-
-
-def effect_rows(out):
-  """(title, rows) of the model's main-effect terms."""
-  labels, decomposed = out.labels or {}, bool(out.decomposition)
-  rows = []
-  for r in out.terms.itertuples():
-    if platform_term(r.term):
-      if decomposed:
-        continue
-      label = f'{labels.get(r.term, r.term)}, mean over all arms'
-    else:
-      label = labels.get(r.term, r.term)
-    rows.append((label, r.estimate, [r.ci_low, r.ci_high], None, ACROSS_PLATFORMS, ''))
-  title = (
-    'main effects of the other factors\n(additive model over every arm)'
-    if decomposed
-    else 'main effects (additive model)'
-  )
-  return title, rows
-
-
-def draw_rows(ax, rows, labels=(None,) * 3, xlabel=None):
+def draw_rows(ax, rows, labels=(None,) * 3):
   """One interval per row (label, estimate, ci95, ci90 or None, colour, note) top to bottom."""
   for y, (_, est, ci, ci90, color, note) in zip(np.arange(len(rows))[::-1], rows, strict=True):
     if note:
@@ -430,42 +307,55 @@ def draw_rows(ax, rows, labels=(None,) * 3, xlabel=None):
     draw_interval(
       ax, y, est, ci, ci90, color=color, labels=labels if y == len(rows) - 1 else (None,) * 3
     )
-  rows_axis(ax, [r[0] for r in rows], xlabel)
+  rows_axis(ax, [r[0] for r in rows])
 
 
-def gap_platforms(out):
-  """The platforms of every decomposed gap, sorted."""
-  return sorted({p for d in out.decomposition or [] for p in d.platforms})
-
-
-def estimate_key(color):
-  """A legend key drawn as an estimate is: its 'D' marker on its 95% CI line, in `color`."""
-  return plt.Line2D([], [], color=color, marker='D', markersize=3.4, linewidth=0.8)
-
-
-def platform_keys(platforms, across=True, prefix='on '):
-  """Legend keys: an estimate in each platform's colour ('on <platform>') and, with `across`."""
+def platform_keys(out):
+  """Legend keys of the gaps' platforms: an estimate in each one's colour, and across them."""
+  platforms = sorted({p for d in out.decomposition or [] for p in d.platforms})
   colors = platform_colors(platforms)
-  keys = [(estimate_key(colors[p]), f'{prefix}{p}') for p in platforms]
-  if across:
-    keys.append((estimate_key(ACROSS_PLATFORMS), 'across platforms'))
-  return keys
-
-
-def neutral_keys(handles, labels, platforms):
-  """The legend's (handles, labels) with the interval keys in dark grey."""
-  out = []
-  for h, label in zip(handles, labels, strict=True):
-    if label.startswith(('95% CI', '90% CI')):
-      h = plt.Line2D([], [], color='#333333', linewidth=h.get_linewidth(), alpha=h.get_alpha())
-    out.append(h)
-  return out, labels
+  keys = [(colors[p], f'on {p}') for p in platforms] + [(ACROSS_PLATFORMS, 'across platforms')]
+  return [Line2D([], [], color=c, marker='D', markersize=3.4, linewidth=0.8) for c, _ in keys], [
+    t for _, t in keys
+  ]
 
 
 def draw_forest(out):
-  """The attribution forest (module doc): a panel per gap and one of main effects."""
+  """The attribution forest: a panel per gap (COMPONENT_ROWS) and one of main effects."""
   apply()
-  groups = [g for g in [*gap_rows(out), effect_rows(out)] if g[1]]
+  groups, labels = [], out.labels or {}
+  for d in out.decomposition or []:
+    (a, b), (ea, eb) = d.platforms, d.profiles
+    rows = out.gap[out.gap['gap'] == d.gap].set_index('key')
+    group = [
+      (
+        label.format(a=a, b=b),
+        rows.loc[k, 'estimate'],
+        [rows.loc[k, 'ci_low'], rows.loc[k, 'ci_high']],
+        None,
+        component_color(k, (a, b)),
+        rows.loc[k, 'note'],
+      )
+      for k, label in COMPONENT_ROWS
+      if k in rows.index
+    ]
+    groups.append((f'gap {a} − {b}, {d.seeds} seeds\ne_A = {ea}, e_B = {eb}', group))
+  effects = []
+  for r in out.terms.itertuples():
+    # does the term (factor=level, or an interaction a:b) involve the platform?
+    platform = any(
+      part.partition('=')[0].rsplit('.', 1)[-1] == 'platform' for part in r.term.split(':')
+    )
+    if platform and out.decomposition:
+      continue
+    label = labels.get(r.term, r.term) + (', mean over all arms' if platform else '')
+    effects.append((label, r.estimate, [r.ci_low, r.ci_high], None, ACROSS_PLATFORMS, ''))
+  title = (
+    'main effects of the other factors\n(additive model over every arm)'
+    if out.decomposition
+    else 'main effects (additive model)'
+  )
+  groups = [g for g in [*groups, (title, effects)] if g[1]]
   sizes = [len(rows) + 2.2 for _, rows in groups]  # rows plus the panel's title
   fig, axes = plt.subplots(
     len(groups),
@@ -482,33 +372,32 @@ def draw_forest(out):
     draw_rows(ax, rows)
     ax.set_title(title, loc='left', fontsize=6.5, pad=3)
   axes[-1, 0].set_xlabel(f'estimate ± 95% CI ({out.unit})')
-  handles, labels = axes[0, 0].get_legend_handles_labels()
-  keys = platform_keys(gap_platforms(out)) if out.decomposition else []
-  legend_above(fig, handles + [k for k, _ in keys], labels + [t for _, t in keys])
+  handles, texts = axes[0, 0].get_legend_handles_labels()
+  keys, names = platform_keys(out) if out.decomposition else ([], [])
+  legend_above(fig, handles + keys, texts + names)
   return fig
 
 
-def sum_rows(out, d):
-  """[(label, value, ci95, ci90, colour, note)] (draw_rows) of one gap's SUM_ROWS."""
-  a, b = d.platforms
-  rows = out.gap[out.gap['gap'] == d.gap].set_index('key')
-  out_rows = []
-  for key, sign, label in SUM_ROWS:
-    r = rows.loc[key]
-    ci = sorted([sign * r['ci_low'], sign * r['ci_high']])
-    ci90 = [r['ci90_low'], r['ci90_high']] if key in ('G', 'R') else None
-    text = label.format(a=a, b=b) + (f':\n{verdict_line(d, out.unit)}' if key == 'G' else '')
-    out_rows.append((text, sign * r['estimate'], ci, ci90, component_color(key, (a, b)), r['note']))
-  return out_rows
+def verdict_line(d, unit):
+  """'<verdict> at ±m unit': the second line of a pair's gap row."""
+  return f'{d.verdict} at ±{d.margin:g} {unit}' if d.margin else d.verdict
 
 
 def draw_gap(out, context=None):
-  """The figure: per gap (out.decomposition) G and its parts (SUM_ROWS)."""
+  """The figure: per gap (out.decomposition) G and its parts as they enter G (SUM_ROWS)."""
   parts = out.decomposition or []
   if not parts:
     return None
   apply()
-  rows = [row for d in parts for row in sum_rows(out, d)]
+  rows = []
+  for d in parts:
+    (a, b), table = d.platforms, out.gap[out.gap['gap'] == d.gap].set_index('key')
+    for key, sign, label in SUM_ROWS:
+      r = table.loc[key]
+      ci = sorted([sign * r['ci_low'], sign * r['ci_high']])
+      ci90 = [r['ci90_low'], r['ci90_high']] if key in ('G', 'R') else None
+      text = label.format(a=a, b=b) + (f':\n{verdict_line(d, out.unit)}' if key == 'G' else '')
+      rows.append((text, sign * r['estimate'], ci, ci90, component_color(key, (a, b)), r['note']))
   extra = 1.25 + (0.12 * (context.count('\n') + 1) if context else 0)
   fig, ax = plt.subplots(
     figsize=(ONE_COLUMN_IN, frame_height(len(rows), extra=extra, row=0.27)), layout='constrained'
@@ -524,14 +413,9 @@ def draw_gap(out, context=None):
     if rows[k][0].startswith('residual') or rows[k][0].startswith('native gap'):
       ax.axhline(len(rows) - k - 0.5, color='#BBBBBB', linewidth=0.5)
   handles, labels = ax.get_legend_handles_labels()
-  keys = platform_keys(gap_platforms(out))
-  legend_above(fig, handles + [k for k, _ in keys], labels + [t for _, t in keys])
+  keys, names = platform_keys(out)
+  legend_above(fig, handles + keys, labels + names)
   return fig
-
-
-def verdict_line(d, unit):
-  """'<verdict> at ±m unit': the second line of a pair's gap row."""
-  return f'{d.verdict} at ±{d.margin:g} {unit}' if d.margin else d.verdict
 
 
 def draw_contrasts(table, noise, margin, unit, context=None):
@@ -555,31 +439,27 @@ def draw_contrasts(table, noise, margin, unit, context=None):
   for r in table.itertuples():
     y = len(rows) - 1 - rows.index(r.label) + offsets[r.platform]
     key = r.platform if len(platforms) > 1 else 'Δ'
+    labels = (None if key in seen else key, *(('95% CI', '90% CI') if not seen else (None, None)))
+    ci95, ci90 = [r.ci95_low, r.ci95_high], [r.ci90_low, r.ci90_high]
     draw_interval(
-      ax,
-      y,
-      r.diff,
-      [r.ci95_low, r.ci95_high],
-      [r.ci90_low, r.ci90_high],
-      color=colors[r.platform],
-      filled=r.paired,
-      marker='D',
-      labels=(None if key in seen else key, *(('95% CI', '90% CI') if not seen else (None, None))),
+      ax, y, r.diff, ci95, ci90, color=colors[r.platform], filled=r.paired, labels=labels
     )
     seen.add(key)
   rows_axis(ax, rows, f'arm − reference arm ({unit})')
-  legend_above(fig, *neutral_keys(*ax.get_legend_handles_labels(), platforms))
+  handles, labels = ax.get_legend_handles_labels()
+  handles = [
+    Line2D([], [], color='#333333', linewidth=h.get_linewidth(), alpha=h.get_alpha())
+    if t.startswith(('95% CI', '90% CI'))
+    else h
+    for h, t in zip(handles, labels, strict=True)
+  ]  # the interval keys in dark grey: they stand for every platform
+  legend_above(fig, handles, labels)
   return fig
 
 
 BOX_MIN_N = 10  # below this many seeds per arm a box (quartiles) says less than the points
 MARKS = 6  # markers per training curve
 SHADED_MAX = 4  # ± 1 sd bands only up to this many curves per panel: more overlap into grey
-
-
-def jitter(n, width=0.08, seed=0):
-  """Fixed horizontal offsets for n points (the same figure every time)."""
-  return np.random.default_rng(seed).uniform(-width, width, n)
 
 
 def wrap(label, inches, char_in=0.052):
@@ -591,12 +471,6 @@ def wrap(label, inches, char_in=0.052):
     return label
   cut = min(cuts, key=lambda i: abs(i - len(label) / 2))
   return label[:cut].rstrip() + '\n' + label[cut:].lstrip()
-
-
-def unit_label(out):
-  """Axis label of the metric, e.g. 'test accuracy (%)'."""
-  name = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
-  return f'{name} (%)' if out.scale == 100 else name
 
 
 def once(label, seen):
@@ -637,42 +511,13 @@ def positions(categories, place, width=0.8):
   x = {}
   for arm, (cat, platform) in place.items():
     own = sorted(present[cat])
-    step = width / len(own)
-    x[arm] = categories.index(cat) + (own.index(platform) - (len(own) - 1) / 2) * step
+    x[arm] = categories.index(cat) + (own.index(platform) - (len(own) - 1) / 2) * (width / len(own))
   return x
-
-
-def draw_box(ax, x, values, color, seen):
-  ax.boxplot(
-    [values],
-    positions=[x],
-    widths=0.22,
-    showfliers=False,
-    patch_artist=True,
-    boxprops={'facecolor': color, 'alpha': 0.18, 'edgecolor': color},
-    medianprops={'color': color, 'linewidth': 1.0},
-    whiskerprops={'color': color},
-    capprops={'color': color},
-    label=once(f'quartiles (n ≥ {BOX_MIN_N})', seen),
-  )
 
 
 def draw_mean(ax, x, row, seen):
   """An arm's mean (black diamond at `x`) with its 95% CI, or alone where n < 2 gives none."""
-  if np.isfinite(row.ci_low):
-    ax.errorbar(
-      x,
-      row.mean,
-      yerr=[[row.mean - row.ci_low], [row.ci_high - row.mean]],
-      fmt='D',
-      color='black',
-      markersize=2.8,
-      capsize=1.8,
-      linewidth=0.8,
-      zorder=4,
-      label=once(f'mean ± 95% CI ({row.ci_method})', seen),
-    )
-  else:
+  if not np.isfinite(row.ci_low):
     ax.plot(
       x,
       row.mean,
@@ -682,10 +527,24 @@ def draw_mean(ax, x, row, seen):
       zorder=4,
       label=once('mean (n < 2: no CI)', seen),
     )
+    return
+  ax.errorbar(
+    x,
+    row.mean,
+    yerr=[[row.mean - row.ci_low], [row.ci_high - row.mean]],
+    fmt='D',
+    color='black',
+    markersize=2.8,
+    capsize=1.8,
+    linewidth=0.8,
+    zorder=4,
+    label=once(f'mean ± 95% CI ({row.ci_method})', seen),
+  )
 
 
 def draw_accuracy_by_arm(out):
-  """The figure: points per seed (colour = platform, marker = arm), mean ± 95% CI (black)."""
+  """The figure: points per seed (colour = platform), mean ± 95% CI (black), quartiles from
+  BOX_MIN_N seeds."""
   categories, place, platforms = layout(out)
   colors, seen = platform_colors(platforms), set()
   x_of = positions(categories, place)
@@ -699,12 +558,24 @@ def draw_accuracy_by_arm(out):
     values = out.units.loc[out.units['arm'] == row.arm, 'value'].to_numpy()
     c = colors[platform]
     if len(values) >= BOX_MIN_N:
-      draw_box(ax, x, values, c, seen)
+      ax.boxplot(
+        [values],
+        positions=[x],
+        widths=0.22,
+        showfliers=False,
+        patch_artist=True,
+        boxprops={'facecolor': c, 'alpha': 0.18, 'edgecolor': c},
+        medianprops={'color': c, 'linewidth': 1.0},
+        whiskerprops={'color': c},
+        capprops={'color': c},
+        label=once(f'quartiles (n ≥ {BOX_MIN_N})', seen),
+      )
     name = (
       f'{platform}: one seed' if len(platforms) > 1 else ('one seed' if out.seeded else 'one run')
     )
+    jitter = np.random.default_rng(i).uniform(-width * 0.12, width * 0.12, len(values))  # fixed
     ax.scatter(
-      x - width * 0.12 + jitter(len(values), width * 0.12, seed=i),
+      x - width * 0.12 + jitter,
       values,
       s=8,
       marker='o',
@@ -720,7 +591,8 @@ def draw_accuracy_by_arm(out):
     range(len(categories)), [wrap(c, TWO_COLUMN_IN / len(categories)) for c in categories]
   )
   ax.set_xlim(-0.5, len(categories) - 0.5)
-  ax.set_ylabel(unit_label(out))
+  metric = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
+  ax.set_ylabel(f'{metric} (%)' if out.scale == 100 else metric)
   handles, labels = ax.get_legend_handles_labels()
   handles = [
     Patch(facecolor='#DDDDDD', edgecolor='#777777') if label.startswith('quartiles') else h
@@ -737,9 +609,8 @@ def contrast_table(out):
   pairs = out.pairs
   if pairs.empty:
     return pairs
-  return pairs.assign(
-    label=[f'{a} − {b}' for a, b in zip(pairs['arm_a'], pairs['arm_b'], strict=True)], platform=''
-  )
+  labels = [f'{a} − {b}' for a, b in zip(pairs['arm_a'], pairs['arm_b'], strict=True)]
+  return pairs.assign(label=labels, platform='')
 
 
 def curve(frame, x, col, scale=1.0):
@@ -748,17 +619,13 @@ def curve(frame, x, col, scale=1.0):
   return g.mean() * scale, g.std(ddof=1).fillna(0) * scale
 
 
-def markevery(n, k, arms):
-  """Every MARK_EVERY-th of n points marked, arm k of `arms` starting at its own offset."""
-  step = max(n // MARKS, 1)
-  return (k * step // max(arms, 1) % step, step)
-
-
 def band(ax, mean, sd, look, shade):
-  """The mean line (look = (colour, (marker, line style), label, k, arms, under))."""
+  """The mean line (look = (colour, (marker, line style), label, k, arms, under)), ± sd shaded;
+  each arm's markers start at its own offset."""
   color, (marker, linestyle), label, k, arms, under = look
   if shade:
     ax.fill_between(mean.index, mean - sd, mean + sd, color=color, alpha=0.15, linewidth=0)
+  step = max(len(mean) // MARKS, 1)
   ax.plot(
     mean.index,
     mean,
@@ -766,7 +633,7 @@ def band(ax, mean, sd, look, shade):
     linestyle=linestyle,
     linewidth=1.0 + 1.0 * under,
     marker=marker,
-    markevery=markevery(len(mean), k, arms),
+    markevery=(k * step // max(arms, 1) % step, step),
     markersize=3.2 + 1.6 * under,
     markerfacecolor='none',
     markeredgewidth=0.7 + 0.3 * under,
@@ -792,11 +659,6 @@ def identical_to(panels, place, categories):
   return same
 
 
-def last_epochs(hist):
-  """The evaluations of the last half of the epochs (the zoomed test-accuracy panel)."""
-  return hist[hist['epoch'] >= hist['epoch'].max() / 2] if not hist.empty else hist
-
-
 def zoom(ax, spans):
   """x and y limits around every arm's mean (± sd where shaded)."""
   low = min(float((m - s).min()) for m, s in spans)
@@ -808,27 +670,53 @@ def zoom(ax, spans):
   ax.set_ylim(low - pad, high + pad)
 
 
-def plain_log_axis(axis):
-  """A log axis labelled 0.2, 0.5, 1, 2 (not 2 × 10⁻¹)."""
-  axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-  axis.set_major_formatter(ticker.FormatStrFormatter('%g'))
-  axis.set_minor_formatter(ticker.NullFormatter())
-
-
 def curve_panels(out, hist, steps):
-  """({arm: (mean, sd)} of the training loss per step, the same of the test metric)."""
+  """({arm: (mean, sd)} of the training loss per step, the same of the test accuracy per epoch
+  over the last half of the epochs)."""
   keep = out.runs[['run', 'arm']]
   steps = steps.merge(keep, on='run') if not steps.empty else steps
   hist = hist.merge(keep, on='run') if not hist.empty and 'test_accuracy' in hist else hist.iloc[:0]
+  hist = hist[hist['epoch'] >= hist['epoch'].max() / 2] if not hist.empty else hist
   loss = {
     a: curve(s, 'step', 'train_loss')
     for a, s in (steps.groupby('arm', sort=True) if not steps.empty else ())
   }
   test = {
     a: curve(h, 'epoch', 'test_accuracy', 100.0)
-    for a, h in (last_epochs(hist).groupby('arm', sort=True) if not hist.empty else ())
+    for a, h in (hist.groupby('arm', sort=True) if not hist.empty else ())
   }
   return loss, test
+
+
+def legend_entries(categories, place, same, colors):
+  """(handles, labels) when an arm label occurs on several platforms: one key per arm (its marker
+  and line style) and per platform (its colour, wider where drawn beneath)."""
+  note = {}
+  for arm, other in same.items():
+    note.setdefault(place[arm][0], []).append(f'= {place[other][0]} on {place[arm][1]}')
+  styles = [
+    (ARM_MARKERS[i % len(ARM_MARKERS)], ARM_LINESTYLES[i % len(ARM_LINESTYLES)])
+    for i in range(len(categories))
+  ]
+  handles = [
+    Line2D(
+      [],
+      [],
+      color='#333333',
+      linestyle=line,
+      marker=marker,
+      markersize=3.2,
+      markerfacecolor='none',
+      markeredgewidth=0.7,
+      linewidth=1.0,
+    )
+    for marker, line in styles
+  ]
+  labels = [c + (f' ({", ".join(note[c])})' if c in note else '') for c in categories]
+  platforms = sorted(colors)
+  under = {p: len(platforms) - 1 - i for i, p in enumerate(platforms)}  # as band() draws them
+  handles += [Line2D([], [], color=colors[p], linewidth=1.0 + 1.0 * under[p]) for p in platforms]
+  return handles, labels + [p + (' (wider: drawn beneath)' if under[p] else '') for p in platforms]
 
 
 def draw_training_curves(out, hist, steps):
@@ -837,19 +725,21 @@ def draw_training_curves(out, hist, steps):
   loss, test = curve_panels(out, hist, steps)
   if not loss and not test:
     return None
-  colors, styles = platform_colors(platforms), arm_styles(categories)
+  colors = platform_colors(platforms)
   same = identical_to((loss, test), place, categories)
-  crossed = crosses_platforms(place)
-
-  def name(a):
-    return place[a][0] + (f' ({place[a][1]})' if crossed else '')
+  per_label = {}
+  for cat, platform in place.values():
+    per_label.setdefault(cat, set()).add(platform)
+  crossed = any(len(p) > 1 for p in per_label.values())  # an arm label on several platforms
 
   def look(a):
+    k = categories.index(place[a][0])
+    name = place[a][0] + (f' ({place[a][1]})' if crossed else '')
     return (
       colors[place[a][1]],
-      styles[place[a][0]],
-      name(a) + (f' (identical to {place[same[a]][0]})' if a in same else ''),
-      categories.index(place[a][0]),
+      (ARM_MARKERS[k % len(ARM_MARKERS)], ARM_LINESTYLES[k % len(ARM_LINESTYLES)]),
+      name + (f' (identical to {place[same[a]][0]})' if a in same else ''),
+      k,
       len(categories),
       len(platforms) - 1 - platforms.index(place[a][1]),
     )
@@ -860,7 +750,9 @@ def draw_training_curves(out, hist, steps):
   for a, (mean, sd) in loss.items():
     band(axes[0], mean, sd, look(a), shade)
   axes[0].set(xlabel='training step', ylabel='training loss', yscale='log')
-  plain_log_axis(axes[0].yaxis)
+  axes[0].yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))  # 0.2, 0.5, 1, 2
+  axes[0].yaxis.set_major_formatter(ticker.FormatStrFormatter('%g'))
+  axes[0].yaxis.set_minor_formatter(ticker.NullFormatter())
   spans = [band(axes[1], mean, sd, look(a), shade) for a, (mean, sd) in test.items()]
   if spans:
     zoom(axes[1], spans)
@@ -869,13 +761,15 @@ def draw_training_curves(out, hist, steps):
   for ax in axes:
     ax.grid(axis='x', color='#EEEEEE', linewidth=0.5)
     ax.set_visible(bool(ax.get_lines()))
-  rank = {look(a)[2]: categories.index(place[a][0]) for a in place}
+  if crossed:
+    entries = legend_entries(categories, place, same, colors)
+  else:  # the drawn lines, in arm order
+    rank = {look(a)[2]: categories.index(place[a][0]) for a in place}
+    handles, labels = next(a for a in axes if a.get_lines()).get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: rank[labels[i]])
+    entries = [handles[i] for i in order], [labels[i] for i in order]
   fig.legend(
-    *(
-      legend_entries(categories, place, same, colors, styles)
-      if crossed
-      else drawn_entries(axes, rank)
-    ),
+    *entries,
     loc='outside right upper',
     title='mean ± 1 sd over runs' if shade else 'mean over runs',
     title_fontsize=6.5,
@@ -885,8 +779,6 @@ def draw_training_curves(out, hist, steps):
   return fig
 
 
-ACROSS = 'across platforms'
-ACROSS_COLOR = '#000000'
 LADDER_ROW_IN = 0.17  # inches per row
 LADDER_LABEL_CHARS = 66
 # What a row's n counts (agreement.py: the units its interval is over).
@@ -925,27 +817,12 @@ def row_label(row, short=None):
   return textwrap.fill(f'{kind}: {pair} ({int(row["seeds"])} {what})', LADDER_LABEL_CHARS)
 
 
-def x_limit(table):
-  """The x axis' right end: 8 % past the largest interval bound or per-seed value drawn."""
-  values = [
-    v
-    for _, r in table.iterrows()
-    for v in (r['ci_high'], r['churn_pct'], *per_seed(r))
-    if np.isfinite(v)
-  ]
-  return min(100.0, max(1.0, 1.08 * max(values, default=1.0)))
-
-
-def row_color(row, colors):
-  return colors[row['platform_a']] if row['platform_a'] == row['platform_b'] else ACROSS_COLOR
-
-
 def per_seed(row):
   return [float(v) for v in str(row['per_seed_pct']).split(', ') if v]
 
 
 def draw_churn_ladder(table, context=None):
-  """The ladder's figure (matplotlib Figure); `context` (context) as its subtitle."""
+  """The ladder's figure (matplotlib Figure); `context` (context_line) as its subtitle."""
   table, left_out = drawn_rows(table)
   apply()
   platforms = sorted(set(table['platform_a']) | set(table['platform_b']))
@@ -965,14 +842,21 @@ def draw_churn_ladder(table, context=None):
   if context:
     subtitle(fig, context)
   for y, (_, r) in enumerate(table.iterrows()):
-    color = row_color(r, colors)
+    color = colors[r['platform_a']] if r['platform_a'] == r['platform_b'] else ACROSS_PLATFORMS
     if np.isfinite(r['ci_low']):
       ax.plot([r['ci_low'], r['ci_high']], [y, y], color=color, lw=1.2)
     ax.plot(per_seed(r), [y] * len(per_seed(r)), '.', color=color, ms=2.5, alpha=0.45)
     ax.plot([r['churn_pct']], [y], 'o', color=color, ms=4)
   ax.set_yticks(range(len(table)), labels, fontsize=6.5)
   ax.invert_yaxis()
-  ax.set_xlim(0, x_limit(table))
+  # the x axis ends 8 % past the largest interval bound or per-seed value drawn
+  values = [
+    v
+    for _, r in table.iterrows()
+    for v in (r['ci_high'], r['churn_pct'], *per_seed(r))
+    if np.isfinite(v)
+  ]
+  ax.set_xlim(0, min(100.0, max(1.0, 1.08 * max(values, default=1.0))))
   ax.grid(axis='x', color='#DDDDDD', lw=0.5)
   ax.grid(axis='y', visible=False)
   unit = ' / '.join(sorted(set(table['unit'])))
@@ -982,7 +866,7 @@ def draw_churn_ladder(table, context=None):
   )
   handles = [ax.plot([], [], 'o', color=colors[p], label=p)[0] for p in platforms]
   if (table['platform_a'] != table['platform_b']).any():
-    handles.append(ax.plot([], [], 'o', color=ACROSS_COLOR, label=ACROSS)[0])
+    handles.append(ax.plot([], [], 'o', color=ACROSS_PLATFORMS, label='across platforms')[0])
   fig.legend(handles=handles, loc='outside upper right', ncol=len(handles), fontsize=6.5)
   if left_out:
     ax.set_title(
@@ -993,7 +877,7 @@ def draw_churn_ladder(table, context=None):
 
 
 def study_figures(out, hist, steps, folder):
-  """The study's figures of the analysis `out` (analyse.Analysis) that its data allow."""
+  """The study's figures of the analysis `out` (stats.Analysis) that its data allow."""
   apply()
   figs = {'accuracy_by_arm': draw_accuracy_by_arm(out)}
   figs['contrasts'] = draw_contrasts(
@@ -1012,7 +896,7 @@ def study_figures(out, hist, steps, folder):
 
 
 def attribution_figures(att, folder):
-  """The attribution's figures as NAME.pdf and .png into `folder`: gap_decomposition."""
+  """The attribution's figures as NAME.pdf and .png into `folder`: gap_decomposition, forest."""
   apply()
   figs = {'gap_decomposition': draw_gap(att), 'attribution_forest': draw_forest(att)}
   return [p for name, fig in figs.items() if fig for p in save(fig, folder, name, crop=False)]

@@ -1,8 +1,5 @@
-"""A maintainer's script: the README's section "What it finds on an H100 and a CPU", generated from
-the shipped export (results/): the platforms and their software, the gap decomposition of each
-platform pair the study compares at each margin, and the declared contrasts' verdicts. It prints
-the section, or with --write-readme writes it into this project's README.md between its markers
-(runrecord/files.py: the link followed, the mode kept, every byte outside the markers kept).
+"""A maintainer's script: the README's section "What it finds on an H100 and a CPU" from the
+shipped export, printed, or with --write-readme written between this README's markers.
 
   python -m analysis.findings --csv results/digits_h100_cpu.csv \
       --study results/digits_h100_cpu.study.json --margins 2 0.5 --write-readme
@@ -71,7 +68,7 @@ def parse_args(argv):
 
 def main(argv=None):
   args = parse_args(argv)
-  from analysis import inputs, report
+  from analysis import answer, inputs
 
   try:
     declared = declaration.load(args.study)
@@ -87,7 +84,7 @@ def main(argv=None):
       f'python -m analysis.analyse --csv {args.csv} --study {args.study}   # the full '
       'report (at the declared margin; add --margin 0.5)'
     )
-    text = report.findings_section(out, margins, args.csv, command)
+    text = answer.findings_section(out, margins, args.csv, command)
     if not args.write_readme:
       sys.stdout.write(text)
       return

@@ -1,9 +1,5 @@
-"""What the analysis reads: the runs' records under one or more roots (local or gs://, mixed), a CSV
-of runs (analysis.export's), the columns and labels of a runs table, and each run's saved test
-predictions. A run is counted once however it is reached: a folder by its identity (device and
-inode), a run by its recorded `run_id`. Bad input is one line per problem, naming the flag, the
-column, the line and the fix. Reference: docs/statistics.md "Input the analysis refuses",
-docs/record.md.
+"""What the analysis reads: run folders (local or gs://), a CSV of runs, the columns and labels of
+a runs table and each run's saved predictions; bad input: one line per problem (docs/statistics.md).
 """
 
 import collections
@@ -114,23 +110,17 @@ def platform_problems(frame):
   return lines
 
 
-def run_name(frame, index):
+def row_name(frame, index):
   """How a message names row `index`: its run, else its line of the file."""
   return frame.at[index, 'run'] if 'run' in frame else f'line {line_numbers([index])[0]}'
 
 
-def data_config_columns(frame):
-  """The config.data.* columns of `frame` that can change the data (where it lives aside)."""
-  prefix = f'{record.CONFIG_PREFIX}data.'
-  return [
-    c
-    for c in frame.columns
-    if c.startswith(prefix)
-    and not any(
-      c[len(record.CONFIG_PREFIX) :] == f or c[len(record.CONFIG_PREFIX) :].startswith(f + '.')
-      for f in record.IGNORED_FIELDS
-    )
-  ]
+def ignored(column):
+  """Is `column` a config field that cannot change a run's numbers (record.IGNORED_FIELDS)?"""
+  field = column[len(record.CONFIG_PREFIX) :]
+  return column.startswith(record.CONFIG_PREFIX) and any(
+    field == f or field.startswith(f + '.') for f in record.IGNORED_FIELDS
+  )
 
 
 def test_set_problems(frame):
@@ -140,7 +130,7 @@ def test_set_problems(frame):
   fields = [c for c in record.TEST_SET if c in done]
   if not fields or done.empty:
     return []
-  config = data_config_columns(done)
+  config = [c for c in done if c.startswith(f'{record.CONFIG_PREFIX}data.') and not ignored(c)]
   groups = (
     done.groupby(config, dropna=False, observed=True, sort=False)[fields]
     if config
@@ -154,7 +144,7 @@ def test_set_problems(frame):
     for field in [f for f in fields if counts.loc[key, f] > 1]:
       values = rows[field].dropna()
       shown = ', '.join(
-        f'{v!r} ({(values == v).sum()} runs, e.g. {run_name(done, values.index[values == v][0])})'
+        f'{v!r} ({(values == v).sum()} runs, e.g. {row_name(done, values.index[values == v][0])})'
         for v in pd.unique(values)[:MAX_SHOWN]
       )
       lines.append(
@@ -240,10 +230,7 @@ def unused(column, metric, names):
     return False
   if column.startswith('final.'):
     return metric is not None
-  field = column[len(record.CONFIG_PREFIX) :]
-  return column.startswith(record.CONFIG_PREFIX) and any(
-    field == f or field.startswith(f + '.') for f in record.IGNORED_FIELDS
-  )
+  return ignored(column)
 
 
 def compact(chunk, plain):
@@ -877,8 +864,7 @@ def read_predictions(runs: pd.DataFrame) -> list[Read]:
 
 
 class Platform(NamedTuple):
-  """A platform's recorded device kind, device count, package versions and CPU facts (each the
-  distinct values as text: inputs.distinct)."""
+  """A platform's recorded device kind, device count, package versions and CPU facts (distinct)."""
 
   device_kind: Optional[str]
   devices: Optional[str]

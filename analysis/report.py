@@ -1,26 +1,19 @@
-"""The report's words: the one-page answer (the question, the answer in one sentence, the platforms
-and their software, each platform gap's decomposition and why its verdict, the declared contrasts
-against the noise floor and the margin), the setup, why each comparison got its verdict with its
-power, every table (Markdown, booktabs LaTeX a paper can \\input), and the attribution's report.
-Numbers and verdicts come from analyse.study_analysis; nothing is judged here.
-Reference: docs/statistics.md "Report and figures".
-"""
+"""The report's words: the one-page answer, the setup, why each verdict, every table (Markdown and
+booktabs LaTeX) and the attribution's report; nothing is judged here (docs/statistics.md)."""
 
 import collections
 import math
 
 import numpy as np
-import pandas as pd
 
-from analysis import agreement, attribution, declaration, inputs, stats
-from analysis.inputs import seed_text
+from analysis import inference, inputs, stats
 
 
 def num(x, digits=2):
   """A table number: fixed digits, small p-values as '<0.001', missing as '–'."""
   if x is None or (isinstance(x, float) and math.isnan(x)):
     return '–'
-  if isinstance(x, (bool,)) or not isinstance(x, (int, float)):
+  if isinstance(x, bool) or not isinstance(x, (int, float)):
     return str(x)
   return f'{x:.{digits}f}'
 
@@ -32,11 +25,6 @@ def pval(p):
   return '<0.001' if p < 0.001 else f'{p:.3f}'
 
 
-def det_text(det, why):
-  """'yes' / 'no (why)' / 'unknown (why)' for the arm table."""
-  return 'yes' if det is True else f'{"no" if det is False else "unknown"} ({why})'
-
-
 def display_arms(out):
   """The per-arm table as strings, for Markdown/LaTeX (with the short label when declared)."""
   unit = ' (%)' if out.scale == 100 else ''
@@ -44,7 +32,7 @@ def display_arms(out):
   short = dict(zip(info['arm'], info['label'], strict=True)) if info is not None else {}
   several = info is not None and info['platform'].nunique() > 1
   platform = dict(zip(info['arm'], info['platform'], strict=True)) if several else {}
-  rows = [
+  return [
     {
       **({'platform': platform[r['arm']]} if several else {}),
       'arm': short.get(r['arm'], r['arm']),
@@ -55,12 +43,13 @@ def display_arms(out):
       '95% CI': f'[{num(r["ci_low"])}, {num(r["ci_high"])}]',
       'CI method': r['ci_method'],
       'within-seed sd': (f'{num(r["within_sd"])} (df {r["within_df"]})' if r['within_df'] else '–'),
-      'deterministic': det_text(r['deterministic'], r['determinism']),
+      'deterministic': {True: 'yes', False: f'no ({r["determinism"]})'}.get(
+        r['deterministic'], f'unknown ({r["determinism"]})'
+      ),
       **({'seeds': r['seeds']} if not short else {}),
     }
     for _, r in out.arms.iterrows()
   ]
-  return rows
 
 
 def display_pairs(pairs, unit):
@@ -78,51 +67,30 @@ def display_pairs(pairs, unit):
 
   rows = []
   for _, r in pairs.iterrows():
+    row = {
+      'A': r['arm_a'],
+      'B': r['arm_b'],
+      'verdict': r['verdict'],
+      f'Δ A−B ({unit})': num(r['diff']),
+      '95% CI': ci(r, 'ci95_low', 'ci95_high'),
+      '90% CI': ci(r, 'ci90_low', 'ci90_high'),
+    }
+    tests = {
+      'equiv. (Holm TOST)': eq(r),
+      'TOST p': both(r, 'tost'),
+      'Welch p': both(r, 'welch'),
+      'paired p': both(r, 'paired') if r['paired'] else '–',
+      'rank test p (method)': (
+        f'{r["rank_test"]} {both(r, "rank")}, '
+        f'{r["signed_rank_method"] if r["paired"] else r["mw_method"]}'
+      ),
+      'effect size': f'd_z {num(r["d_z"])}' if r['paired'] else f"Hedges' g {num(r['hedges_g'])}",
+    }
     if r['verdict'] == 'identical arithmetic':  # reported, not tested: no test column filled
-      rows.append(untested_row(r, unit))
-      continue
-    rows.append(
-      {
-        'A': r['arm_a'],
-        'B': r['arm_b'],
-        'verdict': r['verdict'],
-        f'Δ A−B ({unit})': num(r['diff']),
-        '95% CI': f'[{num(r["ci95_low"])}, {num(r["ci95_high"])}]',
-        '90% CI': f'[{num(r["ci90_low"])}, {num(r["ci90_high"])}]',
-        'equiv. (Holm TOST)': eq(r),
-        'TOST p': both(r, 'tost'),
-        'Welch p': both(r, 'welch'),
-        'paired p': both(r, 'paired') if r['paired'] else '–',
-        'rank test p (method)': (
-          f'{r["rank_test"]} {both(r, "rank")}, '
-          f'{r["signed_rank_method"] if r["paired"] else r["mw_method"]}'
-        ),
-        'effect size': (
-          f'd_z {num(r["d_z"])}' if r['paired'] else f"Hedges' g {num(r['hedges_g'])}"
-        ),
-        'seeds 80% (Δ/eq.)': f'{r["n80_diff"]}/{r["n80_equiv"]}',
-      }
-    )
+      tests = dict.fromkeys(tests, 'not tested')
+    seeds = '–' if r['verdict'] == 'identical arithmetic' else f'{r["n80_diff"]}/{r["n80_equiv"]}'
+    rows.append({**row, **tests, 'seeds 80% (Δ/eq.)': seeds})
   return rows
-
-
-def untested_row(r, unit):
-  """display_pairs' row of an identical-arithmetic pair: Δ and its CIs, every test 'not tested'."""
-  return {
-    'A': r['arm_a'],
-    'B': r['arm_b'],
-    'verdict': r['verdict'],
-    f'Δ A−B ({unit})': num(r['diff']),
-    '95% CI': f'[{num(r["ci95_low"])}, {num(r["ci95_high"])}]',
-    '90% CI': f'[{num(r["ci90_low"])}, {num(r["ci90_high"])}]',
-    'equiv. (Holm TOST)': 'not tested',
-    'TOST p': 'not tested',
-    'Welch p': 'not tested',
-    'paired p': 'not tested',
-    'rank test p (method)': 'not tested',
-    'effect size': 'not tested',
-    'seeds 80% (Δ/eq.)': '–',
-  }
 
 
 def markdown(rows):
@@ -130,53 +98,44 @@ def markdown(rows):
   if not rows:
     return '(none)\n'
   cols = list(rows[0])
-
-  def esc(s):
-    return str(s).replace('|', '\\|')
-
   lines = ['| ' + ' | '.join(cols) + ' |', '|' + '|'.join('---' for _ in cols) + '|']
-  lines += ['| ' + ' | '.join(esc(r[c]) for c in cols) + ' |' for r in rows]
+  lines += ['| ' + ' | '.join(str(r[c]).replace('|', '\\|') for c in cols) + ' |' for r in rows]
   return '\n'.join(lines) + '\n'
+
+
+# LaTeX's specials and the report's symbols, as LaTeX writes them.
+TEX = {
+  **{c: '\\' + c for c in '&%$#_{}'},
+  '\\': r'\textbackslash{}',
+  '~': r'\textasciitilde{}',
+  '^': r'\^{}',
+  'Δ': r'$\Delta$',
+  '−': '$-$',
+  '<': r'$<$',
+  '>': r'$>$',
+  '–': '--',
+  '±': r'$\pm$',
+  '≥': r'$\geq$',
+  '≤': r'$\leq$',
+  'α': r'$\alpha$',
+}
 
 
 def tex(s):
   """Escape LaTeX specials in a cell."""
-  table = {
-    '\\': r'\textbackslash{}',
-    '&': r'\&',
-    '%': r'\%',
-    '$': r'\$',
-    '#': r'\#',
-    '_': r'\_',
-    '{': r'\{',
-    '}': r'\}',
-    '~': r'\textasciitilde{}',
-    '^': r'\^{}',
-    'Δ': r'$\Delta$',
-    '−': '$-$',
-    '<': r'$<$',
-    '>': r'$>$',
-    '–': '--',
-    '±': r'$\pm$',
-    '≥': r'$\geq$',
-    '≤': r'$\leq$',
-    'α': r'$\alpha$',
-  }
-  return ''.join(table.get(ch, ch) for ch in str(s))
-
-
-def numeric_cell(text):
-  """Does a table cell hold a number or an interval (right-aligned in LaTeX)?"""
-  return bool(text) and (text[0] in '+-−–[<' or text[0].isdigit())
+  return ''.join(TEX.get(ch, ch) for ch in str(s))
 
 
 def latex(rows, caption, label=None):
-  """A booktabs LaTeX table (needs \\usepackage{booktabs}) from a list of dicts of strings; columns
-  of numbers right-aligned, text left-aligned."""
+  """A booktabs LaTeX table (\\usepackage{booktabs}): number columns right-aligned, text left."""
   if not rows:
     return f'% {caption}: none\n'
   cols = list(rows[0])
-  align = ''.join('r' if all(numeric_cell(str(r[c])) for r in rows) else 'l' for c in cols)
+
+  def numeric(text):  # a number or an interval: right-aligned
+    return bool(text) and (text[0] in '+-−–[<' or text[0].isdigit())
+
+  align = ''.join('r' if all(numeric(str(r[c])) for r in rows) else 'l' for c in cols)
   body = [' & '.join(tex(r[c]) for c in cols) + r' \\' for r in rows]
   return (
     '\n'.join(
@@ -207,8 +166,8 @@ def captions(out, pairs):
   arms = (
     f'{out.metric} per arm: n = number of {"seeds" if out.seeded else "runs"}, one '
     f'value per {per}; sd between them; 95% CI of the mean by the method named '
-    f'(t-interval below n = {stats.BCA_MIN_N}, where the BCa bootstrap under-covers, and '
-    f'from n = {stats.BCA_MAX_N:,}, where the two agree); within-seed sd: '
+    f'(t-interval below n = {inference.BCA_MIN_N}, where the BCa bootstrap under-covers, and '
+    f'from n = {inference.BCA_MAX_N:,}, where the two agree); within-seed sd: '
     f'spread of replicates of one seed (nondeterminism), pooled, with its df. '
     f'Arms by {", ".join(out.group_by)}.'
   )
@@ -216,38 +175,13 @@ def captions(out, pairs):
     f'Δ = mean A − mean B in {unit} (over shared seeds when paired); 95% CI of the '
     f'difference test (paired t when paired, else Welch); 90% CI and TOST against the '
     f'margin ±{out.margin:g} {unit}; equivalent: Holm-adjusted TOST p < '
-    f'{stats.ALPHA:g} (raw decision in brackets when it differs); p-values raw (Holm '
+    f'{inference.ALPHA:g} (raw decision in brackets when it differs); p-values raw (Holm '
     f'over the {stats.family_size(pairs)} comparison(s) tested; '
     'identical arithmetic is not tested); '
-    f'seeds (pairs when paired) for 80% power, α = {stats.ALPHA:g}, at Δ = margin / for '
+    f'seeds (pairs when paired) for 80% power, α = {inference.ALPHA:g}, at Δ = margin / for '
     'equivalence.'
   )
   return arms, pairs
-
-
-def detail_tables(out, pairs):
-  """[(title, rows)] of the report's last tables: the design of each judged pair, replicates."""
-  design = [{'A': r['arm_a'], 'B': r['arm_b'], 'design': r['design']} for _, r in pairs.iterrows()]
-  reps = [
-    {
-      'arm': r['arm'],
-      'seed': str(r['seed']),
-      'runs': str(r['n_runs']),
-      'values': r['values'],
-      'mean used': num(r['mean']),
-      'identical': 'yes' if r['identical'] else 'no',
-    }
-    for _, r in out.replicates.iterrows()
-  ]
-  exc = [{'run': r['run'], 'reason': r['reason']} for _, r in out.excluded.iterrows()]
-  return [
-    ('Design of each comparison', design),
-    ('Repeated seeds (replicates averaged; their spread is the within-seed sd)', reps),
-    ('Runs excluded', exc),
-  ]
-
-
-UNITS = {'pp': 'pp (percentage points: accuracy x 100)'}
 
 
 def signed(x):
@@ -256,6 +190,21 @@ def signed(x):
 
 def interval(low, high):
   return '' if low != low else f'[{signed(low)}, {signed(high)}]'
+
+
+def pair_name(d):
+  """'gpu − cpu': a decomposition's platform pair as the report writes it."""
+  return d.gap.replace(' - ', ' − ')
+
+
+def ci95(e):
+  """The 95% interval of an gap.Estimate, signed."""
+  return interval(e.ci_low, e.ci_high)
+
+
+def ci90(t):
+  """The 90% interval of an gap.Tost, signed."""
+  return interval(t.ci90_low, t.ci90_high)
 
 
 def ci(r, low='ci_low', high='ci_high'):
@@ -280,162 +229,6 @@ def component_rows(table, gap_label, unit, margin):
   return rows
 
 
-def numerics_state(d):
-  n = interval(d.N.ci_low, d.N.ci_high)
-  if not d.N_estimable:
-    return 'the numerics part is not estimable from the arms run'
-  where = (
-    f' (measured on {d.N_only} only: the other platform did not run both emulating '
-    'profiles, so its interaction with the platform is untested)'
-    if d.N_only
-    else ''
-  )
-  if d.flags.numerics_shown:
-    return f"the numerics part has the gap's sign and excludes 0 ({n}){where}"
-  if d.flags.numerics_opposite:
-    return f'the numerics part has the opposite sign ({n}){where}'
-  return f"the numerics part's 95% CI {n} includes 0{where}"
-
-
-def interaction_state(d):
-  """The interaction N_A − N_B in words when its 95% CI excludes 0, else ''."""
-  if not d.flags.interaction_shown:
-    return ''
-  a, b = d.platforms
-  return (
-    f'the numerics part differs between the platforms (N_A − N_B '
-    f'{signed(d.N_interaction.estimate)} '
-    f'{interval(d.N_interaction.ci_low, d.N_interaction.ci_high)}: '
-    f'{signed(d.N_A.estimate)} on {a}, {signed(d.N_B.estimate)} on {b}; N is their mean)'
-  )
-
-
-def carriers(d):
-  """What carries the residual R = fid_A − fid_B + P, in words."""
-  (a, b), (ea, eb) = d.platforms, d.profiles
-  parts = (
-    ('fid_A', 1, f"{ea} not reproducing {a}'s native arithmetic on {a} (fid_A"),
-    ('fid_B', -1, f"{eb} not reproducing {b}'s native arithmetic on {b} (−fid_B"),
-    ('P', 1, 'the platforms under the same emulated arithmetic (P'),
-  )
-
-  def text(key, sign, name):
-    c = getattr(d, key)
-    return (
-      f'{name} {signed(sign * c.estimate)} '
-      f'{interval(*sorted([sign * c.ci_low, sign * c.ci_high]))})'
-    )
-
-  def known(key):
-    return getattr(d, key).estimate == getattr(d, key).estimate
-
-  found = [
-    text(*p)
-    for p in parts
-    if known(p[0]) and attribution.shown(getattr(d, p[0]).ci_low, getattr(d, p[0]).ci_high)
-  ]
-  if found:
-    return 'carried by ' + ' and '.join(found)
-  if not any(known(p[0]) for p in parts):
-    return ''
-  key, sign, name = max(
-    (p for p in parts if known(p[0])), key=lambda p: abs(getattr(d, p[0]).estimate)
-  )
-  return f'no part of it is shown; the largest is {text(key, sign, name)}'
-
-
-def residual_state(d, unit):
-  m = d.margin
-  carried = carriers(d)
-  if d.flags.residual_equivalent:
-    return (
-      f'the residual lies within ±{m:g} {unit} '
-      f'(90% CI {interval(d.R_tost.ci90_low, d.R_tost.ci90_high)}, '
-      f'TOST p {pval(d.R_tost.p)})'
-    )
-  if d.flags.residual_shown:
-    return f'a residual remains (95% CI {interval(d.R.ci_low, d.R.ci_high)} excludes 0)' + (
-      f', {carried}' if carried else ''
-    )
-  if not m:
-    return 'the residual cannot be shown within a margin (none given)'
-  return (
-    f'the residual is neither shown nor within ±{m:g} {unit} (90% CI '
-    f'{interval(d.R_tost.ci90_low, d.R_tost.ci90_high)})' + (f'; {carried}' if carried else '')
-  )
-
-
-def share_state(d):
-  if d.flags.share_reaches:
-    return f"the share's lower 95% bound reaches the minimum {d.min_share:g}"
-  return f"the share's lower 95% bound is below the minimum {d.min_share:g}"
-
-
-def holm_text(d):
-  """' (Holm over the 3 pairs compared)' for several pairs, '' for one."""
-  k = d.pairs_compared
-  return f', Holm over the {k} pairs compared' if k > 1 else ''
-
-
-def rank_text(d):
-  """The signed-rank test beside the t-interval: its p and the seeds' signs."""
-  k = d.pairs_compared
-  p = pval(d.G_signed_rank_p_holm if k > 1 else d.G_signed_rank_p)
-  can = (
-    ''
-    if d.G_signed_rank_attainable * k < stats.ALPHA
-    else f'; at {d.seeds} seeds it cannot reach {stats.ALPHA:g}'
-  )
-  return (
-    f'exact signed-rank p {p}{holm_text(d)}, {d.G_seeds_positive} of {d.seeds} '
-    f'seeds above 0 and {d.G_seeds_negative} below{can}'
-  )
-
-
-def gap_state(d, unit):
-  """Whether the gap is shown (paired t, with its Holm p over several pairs) and within ±m."""
-  m, k = d.margin, d.pairs_compared
-  g90 = interval(d.G_tost.ci90_low, d.G_tost.ci90_high)
-  g95 = interval(d.G.ci_low, d.G.ci_high)
-  holm = (
-    f'; paired-t p {pval(d.G_p_holm)}{holm_text(d)}'
-    if k > 1
-    else ' includes 0'
-    if not d.flags.gap_shown
-    else ' excludes 0'
-  )
-  shown = f'shown (95% CI {g95}{holm})'
-  if d.flags.gap_equivalent:
-    within = (
-      f'lies within ±{m:g} {unit} (90% CI {g90}, TOST p {pval(d.G_tost_p_holm)}{holm_text(d)})'
-    )
-    return f'the native gap is {"" if d.flags.gap_shown else "not "}{shown} and {within}'
-  nor = f' ±{m:g} {unit} (90% CI {g90})' if m else ' a margin (none was given)'
-  if d.flags.gap_shown:
-    return f'the native gap is {shown} and not within{nor}'
-  return f'the native gap is neither {shown} nor within{nor}'
-
-
-def why(d, unit):
-  """Why the decomposition `d` (analysis/attribution.py judge_family) got its verdict."""
-  text = gap_state(d, unit)
-  if d.verdict == 'tests disagree' or d.flags.rank_shown != d.flags.gap_shown:
-    text += f'; {rank_text(d)}'
-  if d.verdict == 'tests disagree':
-    return text + ': the t-interval and the signed-rank test disagree on whether there is a gap'
-  if d.verdict == 'gap within margin':
-    return text + ': a real gap, smaller than the margin'
-  if d.verdict == 'no gap' or not d.flags.gap_shown:
-    return text
-  text += f'; {numerics_state(d)}'
-  if d.flags.numerics_shown:
-    text += f'; {share_state(d)}'
-  text += f'; {residual_state(d, unit)}'
-  inter = interaction_state(d)
-  text += f'; {inter}' if inter else ''
-  return text + (f' (open: {d.open})' if d.open else '')
-
-
 def share_line(d):
   """The share of the gap the numerics part accounts for, with its interval and method."""
   if d.share != d.share:
@@ -452,184 +245,12 @@ def share_line(d):
   )
 
 
-def seeds_line(d, unit):
-  """The seeds (per arm) each part of a decisive answer needs at the observed per-seed sds."""
-  if not d.margin:
-    return (
-      'seeds for 80% power: none computed (no margin, so no smallest effect of interest to power)'
-    )
-  m = f'±{d.margin:g} {unit}'
-  names = {
-    'gap nonzero': f'a gap of {m} shown ≠ 0',
-    'numerics part nonzero': f'a numerics part of {m} shown ≠ 0',
-    'gap within margin': f'a gap of 0 shown within {m}',
-    'residual within margin': f'a residual of 0 shown within {m}',
-  }
-  parts = [f'{names[q]}: {n}' for q, n in d.seeds_needed.items()]
-  return (
-    f'seeds for 80% power (α = {stats.ALPHA:g}, paired t at the observed sd of each '
-    f'per-seed component, at the margin, the smallest effect of interest; now '
-    f'{d.seeds}): ' + ', '.join(parts)
-  )
-
-
-def cross_check_line(d, unit):
-  """The mixed model's G, N and R over the same cells with the estimate's own definitions."""
-  c = d.cross_check
-  if 'G' not in c.contrasts and 'G' not in c.notes:
-    return 'cross-check (mixed model over the same cells): fit failed'
-  parts = [
-    f'{k} {signed(c.contrasts[k].estimate)} '
-    f'{interval(c.contrasts[k].ci_low, c.contrasts[k].ci_high)}'
-    if k in c.contrasts
-    else f'{k}: {c.notes[k]}'
-    for k in ('G', 'N', 'R')
-    if k in c.contrasts or k in c.notes
-  ]
-  same = f' (N from {d.N_only} only, as the estimate)' if d.N_only else ''
-  return (
-    f'cross-check, {c.method.split(" (")[0]} over the same cells{same} (one residual '
-    f'variance for every cell): ' + ', '.join(parts) + f' {unit}'
-  )
-
-
-def decomposition_lines(d, table, unit):
-  """Markdown lines of one gap's decomposition: table, verdict with why, share, seeds, check."""
-  seeds = seed_text(pd.Series(d.seed_list, dtype=object))
-  return [
-    markdown(component_rows(table, d.gap, unit, d.margin)).rstrip('\n'),
-    '',
-    f'**{d.gap.replace(" - ", " − ")}: {d.verdict}** — {why(d, unit)}.',
-    f'Signed-rank p of the gap {pval(d.G_signed_rank_p)} ({d.G_signed_rank_method}); '
-    f'd_z {num(d.G_d_z)}; seeds used {d.seeds} ({seeds}).',
-    f'{share_line(d)}; {seeds_line(d, unit)}.',
-    f'{cross_check_line(d, unit)}.',
-  ]
-
-
-def noise_text(out):
-  """The noise floor in one sentence, each platform's number after the definition."""
-  if not out.noise:
-    return 'noise floor unavailable: no --noise-arm given, or it shares < 2 seeds with its base arm'
-  floors = list(out.noise.items())
-  descriptions = {f.what for _, f in floors}
-  what = (
-    next(iter(descriptions)) if len(descriptions) == 1 else 'the noise arm − the arm it perturbs'
-  )
-  per = ', '.join(
-    f'{p + " " if p else ""}±{f.half:.3f} {out.unit} (sd {f.sd:.3f}, {f.n} seeds)'
-    for p, f in floors
-  )
-  return (
-    f'noise floor (95% half-width of the mean paired difference {what}, '
-    f't(0.975, n − 1) × sd / √n over the n seeds both ran): {per}'
-  )
-
-
-def attribution_report(out):
-  """The attribution report as Markdown: model, method, units, the tables, the excluded runs."""
-  u, labels = out.unit, out.labels or {}
-  half = min((f.half for f in out.noise.values()), default=np.nan)
-  lines = [
-    f'# Attribution of {out.metric}' + (f' ({out.source})' if out.source else ''),
-    '',
-    f'model: {out.model}',
-    f'method: {out.method}',
-    f'runs: {out.n_runs} used, {len(out.excluded)} excluded, '
-    f'{len(out.replicates)} arm/seed(s) run more than once (each run kept)',
-    f"units: {UNITS.get(u, u)}; each term = difference from its factor's reference level "
-    '(other factors fixed), 95% CI and two-sided p, no multiplicity correction',
-    f'reference levels: {", ".join(f"{k}={v}" for k, v in out.reference.items())}',
-    noise_text(out),
-    '',
-  ]
-
-  def ratio(e):
-    return num(abs(e) / half) if half > 0 else '–'
-
-  lines.append(
-    markdown(
-      [
-        {
-          'term': labels.get(r['term'], r['term']),
-          f'estimate ({u})': num(r['estimate']),
-          '95% CI': ci(r),
-          'p': pval(r['p']),
-          'abs. estimate / smallest noise half-width': ratio(r['estimate']),
-        }
-        for _, r in out.terms.iterrows()
-      ]
-    )
-  )
-  margin = (
-    f'±{out.margin:g} {u}' + (f' ({out.margin_reason})' if out.margin_reason else '')
-    if out.margin
-    else 'none given'
-  )
-  lines += ['## Platform gap', '', gap_note(out), f'equivalence margin: {margin}', '']
-  for d in out.decomposition:
-    lines += decomposition_lines(d, out.gap, u) + ['']
-  if out.arms is not None:
-    lines.append(
-      markdown(
-        [
-          {
-            'arm': r['arm'],
-            f'minus reference arm ({u})': num(r['estimate']),
-            '95% CI': ci(r),
-            'p': pval(r['p']),
-          }
-          for _, r in out.arms.iterrows()
-        ]
-      )
-    )
-  lines += [
-    '## Excluded runs',
-    '',
-    markdown([{'run': r['run'], 'reason': r['reason']} for _, r in out.excluded.iterrows()]),
-  ]
-  return '\n'.join(lines)
-
-
-def pairs_line(out):
-  """Which platform pairs are decomposed, where they came from and how they enter the tests."""
-  pairs = ', '.join(d.gap.replace(' - ', ' − ') for d in out.decomposition)
-  source = {'compare': 'declared (compare)', '--compare': 'from --compare (exploratory)'}.get(
-    out.compare_flag, 'every pair of the platforms run (none declared), tpu before gpu before cpu'
-  )
-  holm = (
-    f"; each pair's gap tests (paired t, TOST, signed rank) Holm-adjusted over the "
-    f'{len(out.decomposition)} pairs'
-    if len(out.decomposition) > 1
-    else ''
-  )
-  left = f'; left out: {out.pairs_note}' if out.pairs_note else ''
-  return f'Platform pairs (G = A − B): {pairs}, {source}{holm}{left}.'
-
-
-def gap_note(out):
-  """How the gap was measured (pairs, native arm, emulation per platform)."""
-  if out.native is None:
-    return out.gap_note
-  factor, level = out.native
-  return (
-    pairs_line(out) + ' '
-    f"native arm {factor}={level}; emulation of each platform's native arithmetic: "
-    + ', '.join(f'{p}={q}' for p, q in out.emulation.items())
-    + '. Each component is a per-seed combination of the cells (platform, '
-    f"{factor}) at the other factors' reference levels, its mean with a t-interval over "
-    'seeds; G = fid_A − fid_B + N + P exactly. (The effects table above is the main-effects '
-    f'model: its platform term averages different arithmetic, as {factor}={level} differs '
-    'between platforms; it is not the gap.)'
-  )
-
-
 VARIANCE_CAPTION = (
   'Where the variance between runs of one arm comes from: the two-way crossed '
   'random-effects ANOVA (method of moments) of init seed × data-order seed (× replicates); '
   'variance in {unit}², sd in {unit}, share of the total; 95% interval of each variance '
   "by Satterthwaite's df (exact χ² for a single mean square), none below "
-  f'{agreement.MIN_CI_DF:g} df (the upper bound would exceed 39× the estimate).'
+  f'{inference.MIN_CI_DF:g} df (the upper bound would exceed 39× the estimate).'
 )
 
 
@@ -638,7 +259,7 @@ def ci_text(r):
   if r['truncated'] or not r['estimate'] > 0:
     return 'none: estimate truncated at 0'
   if not np.isfinite(r['ci_low']):
-    return f'none: df {r["ci_df"]:.2g} < {agreement.MIN_CI_DF:g} (more seeds needed)'
+    return f'none: df {r["ci_df"]:.2g} < {inference.MIN_CI_DF:g} (more seeds needed)'
   return f'[{num(r["ci_low"], 3)}, {num(r["ci_high"], 3)}] (df {r["ci_df"]:.2g})'
 
 
@@ -682,134 +303,6 @@ def variance_rows(table, unit, labels=None):
   return out
 
 
-def variance_line(section, unit, labels=None):
-  """'**Variance between runs** of native (3 init × 3 ...): init 62 % (sd 1.1 pp)."""
-  labels = labels or {}
-  lines = []
-  table = section.variance if section is not None else None
-  if table is not None and not table.empty:
-    for arm, group in table.groupby('arm', sort=False):
-      parts = [
-        f'{r["component"]} {num(r["share_pct"], 0)} % (sd {num(r["sd"], 2)} {unit}'
-        + (', truncated at 0' if r['truncated'] else '')
-        + ')'
-        for _, r in group.iterrows()
-      ]
-      lines.append(
-        f'**Variance between runs** of {labels.get(arm, arm)} ({variance_design(group)}): '
-        + ', '.join(parts)
-        + '; intervals in "Where the variance comes from" below.'
-      )
-  for note in section.variance_notes if section is not None else []:
-    lines.append(f'**Variance between runs**: no split for {note}.')
-  return lines
-
-
-def row_name(r, several):
-  """'bf16 activations' (or 'gpu: bf16 activations' with several platforms; 'A − B' unlabelled)."""
-  name = (
-    r['label'] if 'label' in r and isinstance(r['label'], str) else f'{r["arm_a"]} − {r["arm_b"]}'
-  )
-  return f'{r["platform"]}: {name}' if several and r.get('platform') else name
-
-
-def listed(names, most=4):
-  """'a, b and c' ('a, b, c, d and 3 more' beyond `most`)."""
-  names = list(names)
-  if len(names) > most:
-    return ', '.join(names[:most]) + f' and {len(names) - most} more'
-  return names[0] if len(names) == 1 else ', '.join(names[:-1]) + ' and ' + names[-1]
-
-
-def pairs_clause(out):
-  """Without declared contrasts: how the pairs of arms came out, counted."""
-  seen = out.pairs['verdict'].value_counts()
-  counts = ', '.join(f'{seen[v]} {v}' for v in stats.VERDICTS if v in seen)
-  metric = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
-  return (
-    f'{len(out.pairs)} pairs of arms compared on {metric} (no declared contrasts, Holm over '
-    f'{stats.family_size(out.pairs)}): {counts}'
-  )
-
-
-def settings_clause(out):
-  """Which settings changed the metric, by the contrasts' verdicts."""
-  table = out.contrasts if out.contrasts is not None else out.pairs
-  if table is None or table.empty:
-    return ''
-  if out.contrasts is None:
-    return pairs_clause(out)
-  several = 'platform' in table and table['platform'].nunique() > 1
-  by = {v: [r for _, r in table.iterrows() if r['verdict'] == v] for v in set(table['verdict'])}
-  metric = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
-  m, unit = f'±{out.margin:g} {out.unit}', out.unit
-
-  def show(rows):
-    return listed(
-      f'{row_name(r, several)} '
-      f'({signed(r["diff"])} {interval(r["ci95_low"], r["ci95_high"])} {unit})'
-      for r in rows
-    )
-
-  parts = []
-  if by.get('different'):
-    parts.append(f'{show(by["different"])} changed {metric} (a difference shown, not within {m})')
-  if by.get('within margin'):
-    parts.append(f'{show(by["within margin"])} changed it, by less than the margin {m}')
-  if by.get('inconclusive'):
-    parts.append(f'{listed(row_name(r, several) for r in by["inconclusive"])} are undecided')
-  tested = len(table) - len(by.get('identical arithmetic', []))
-  if by.get('equivalent'):
-    lead = 'no numerics setting changed ' + metric if len(parts) == 0 else 'the others did not'
-    parts.append(f'{lead} beyond {m} ({len(by["equivalent"])} of {tested} tested equivalent)')
-  if by.get('identical arithmetic'):
-    same = listed(row_name(r, several) for r in by['identical arithmetic'])
-    parts.append(
-      f"{same} {'is' if len(by['identical arithmetic']) == 1 else 'are'} the reference's "
-      'own arithmetic (exactly 0, not tested)'
-    )
-  return '; '.join(parts)
-
-
-def churn_clause(out):
-  """By how much the settings changed the model: their churn against two seeds'."""
-  table = out.agreement.table if out.agreement else None
-  read = agreement.against_seeds(table) if table is not None and not table.empty else None
-  if read is None:
-    return ''
-  return (
-    f'by churn, {read.changed} of {read.rows} settings changed the model: '
-    f'{read.low:.2g}–{read.high:.2g} % of the test predictions differ from the '
-    f"reference arm's, {read.ratio_low:.2g}–{read.ratio_high:.2g} × the "
-    f'{read.base} between two seeds of one arm ({agreement.seed_verdict(read)})'
-  )
-
-
-def gap_clause(out):
-  """The question's pair and its verdict, '' without a decomposition."""
-  att = out.attribution
-  if not att or not att.decomposition:
-    return ''
-  d = att.decomposition[0]
-  return (
-    f'{d.gap.replace(" - ", " − ")}: {d.verdict} (G {signed(d.G.estimate)} '
-    f'{interval(d.G.ci_low, d.G.ci_high)} {out.unit} at ±{d.margin:g} {out.unit})'
-  )
-
-
-def sentence(out):
-  """'**Answer.** …' in one sentence: the gap of the question's pair."""
-  platforms = sorted(out.software.platforms)
-  where = f'on {listed(platforms)}, ' if platforms else ''
-  settings = settings_clause(out)
-  parts = [
-    p for p in (gap_clause(out), (where + settings) if settings else '', churn_clause(out)) if p
-  ]
-  if not parts:
-    return '**Answer.** Nothing to answer: no two arms with n ≥ 2 each were compared.'
-  return f'**Answer.** {"; ".join(parts)}.'
-
-
 NOT_RECORDED = 'not recorded'
 
 
@@ -820,109 +313,6 @@ def facts(runs, *columns):
     if text is not None:
       return text
   return NOT_RECORDED
-
-
-def setting(runs):
-  """'digits, resnet18 width 0.25, 4 epochs, 8 px': the recorded facts of the runs."""
-  parts = [
-    facts(runs, 'config.data.name', 'data.name'),
-    f'{facts(runs, "config.model.name")} width {facts(runs, "config.model.width")}',
-    f'{facts(runs, "config.num_epochs")} epochs',
-    f'{facts(runs, "config.data.image_size", "data.image_size")} px',
-  ]
-  return ', '.join(p for p in parts if NOT_RECORDED not in p)
-
-
-def compared(out):
-  """[(a, b)] of the platform pairs the study answers: its decomposition's."""
-  att = out.attribution
-  if att and att.decomposition:
-    return [tuple(d.platforms) for d in att.decomposition]
-  return attribution.default_pairs(out.software.platforms)
-
-
-def question(out):
-  """What the study asks, from its platform pairs (the first is the question) and runs."""
-  platforms = sorted(out.software.platforms)
-  metric = out.metric.rsplit('.', 1)[-1].replace('_', ' ')
-  n = sorted(set(out.arms['n']))
-  info = out.arm_info
-  arms = info['label'].nunique() if info is not None else len(out.arms)
-  pairs = compared(out)
-  also = f' Also compared: {declaration.pairs_text(pairs[1:])}.' if len(pairs) > 1 else ''
-  ask = (
-    f'Does training on {pairs[0][0]} give the same {metric} as on {pairs[0][1]}, and which '
-    f'numerical setting explains a difference?{also}'
-    if len(platforms) > 1
-    else f'Which numerical setting changes {metric} on '
-    f'{platforms[0] if platforms else "this platform"}, beyond the noise floor?'
-  )
-  what = ', '.join(
-    p
-    for p in (
-      setting(out.runs),
-      f'{arms} arms',
-      f'{n[0]}{"–" + str(n[-1]) if len(n) > 1 else ""} seeds per arm',
-    )
-    if p
-  )
-  return (
-    f'**Question.** {ask} ({what}.) Equivalence margin ±{out.margin:g} {out.unit}: '
-    f'{out.margin_reason}.'
-  )
-
-
-def software_lines(out):
-  """One line per platform (device, versions) and the confound line when versions differ."""
-  info = out.software
-  lines = []
-  for platform, recorded in info.platforms.items():
-    versions = ', '.join(f'{p} {v}' for p, v in recorded.versions.items() if v)
-    devices = f' × {recorded.devices}' if recorded.devices else ''
-    cpu = ', '.join(
-      f'{f} {recorded.cpu[f]}'
-      for f in ('cpu_model', 'cpu_isa', 'xla_cpu_isa')
-      if recorded.cpu.get(f)
-    )
-    lines.append(
-      f'- {platform}: {recorded.device_kind or NOT_RECORDED}{devices}'
-      f'{f" ({cpu})" if cpu else ""}; {versions or "versions not recorded"}'
-    )
-  recorded = any(v for f in info.platforms.values() for v in f.versions.values())
-  if info.confounds:
-    lines.append(
-      f'- **Confound:** {", ".join(info.confounds)} differ between the platforms; the '
-      'platform gap and its residual include whatever those versions change.'
-    )
-  elif len(info.platforms) > 1 and recorded:
-    lines.append('- The platforms ran the same recorded library versions.')
-  elif len(info.platforms) > 1:
-    lines.append(
-      '- Library versions: not recorded, so whether the platforms ran the same software is unknown.'
-    )
-  return ["**Platforms and software** (from the runs' records):", *lines]
-
-
-def gap_lines(out):
-  """The decomposition of each platform gap (the attribution's words)."""
-  att = out.attribution
-  if not att:
-    return []
-  if not att.decomposition:
-    return [f'**Platform gap:** {att.gap_note}.', '']
-  lines = [
-    '**Platform gap** (per seed: native gap G = fid_A − fid_B + N + P, numerics part N, '
-    f'residual R = G − N; mean over seeds with a t-interval; α = {stats.ALPHA:g}). '
-    + pairs_line(att),
-    '',
-  ]
-  for d in att.decomposition:
-    lines += decomposition_lines(d, att.gap, out.unit) + ['']
-  return lines
-
-
-# Without a declaration every pair is tested; beyond this many the answer gives their counts.
-MAX_UNDECLARED_ROWS = 12
 
 
 def contrast_verdict(r, margin):
@@ -964,128 +354,12 @@ def contrast_rows(out, table):
   return rows
 
 
-def contrast_lines(out):
-  """The declared contrasts (or every pair without a declaration) with their verdicts."""
-  table = out.contrasts if out.contrasts is not None else out.pairs
-  unit, m = out.unit, out.margin
-  if table is None or table.empty:
-    return ['**Comparisons:** none (no two arms with n ≥ 2 each).']
-  floors = ', '.join(f'{p} ±{f.half:.2f}' for p, f in out.noise.items())
-  ref = (
-    out.arm_info.loc[out.arm_info['role'] == 'reference', 'label'].iloc[0]
-    if out.contrasts is not None
-    else None
-  )
-  head = (
-    f'**Factor effects**: each arm − the reference arm ({ref}) on its platform, paired by '
-    f'seed where the runs pair; Holm over the {stats.family_size(table)} declared contrasts tested'
-    if ref
-    else '**Comparisons** (no declared contrasts: every pair, '
-    f'Holm over {stats.family_size(table)})'
-  )
-  floor = (
-    f'; noise floor (95% half-width of the mean paired difference noise arm − the arm it '
-    f"perturbs, at this study's seeds): {floors} {unit}"
-    if floors
-    else '; no noise floor'
-  )
-  rule = (
-    f'{head}{floor}; margin ±{m:g} {unit}. Verdicts: equivalent = Holm TOST p < '
-    f'{stats.ALPHA:g} (90% CI inside ±{m:g}); different = Holm p < {stats.ALPHA:g} and '
-    '95% CI excluding 0 (on a lattice metric also the rank test); within margin = both: a '
-    'difference shown, inside the margin (as "gap within margin"); identical arithmetic = '
-    'equal effective numerics and every difference 0 (not tested, outside Holm); else '
-    'inconclusive.'
-  )
-  if not ref and len(table) > MAX_UNDECLARED_ROWS:  # every pair of many arms: counts, not a page
-    counts = table['verdict'].value_counts()
-    said = ', '.join(f'{counts.get(v, 0)} {v}' for v in stats.VERDICTS[1:])
-    return [
-      f'{rule} {said}; every pair is in "Comparisons: every test" below. Declare the '
-      "study's contrasts (get_study() in the config file, or --study FILE) to have them "
-      'answered here.'
-    ]
-  return [rule, '', markdown(contrast_rows(out, table)).rstrip('\n')]
-
-
-def seeds_used(d, declared):
-  """'seeds 0–5' of a decomposition, or 'seeds 0 1 2 4 5 (5 of the 6 declared: 3 lacks a cell)'."""
-  used = [str(s) for s in d.seed_list]
-  text = f'seeds {seed_text(pd.Series(d.seed_list))}'
-  if declared and set(map(str, declared)) - set(used):
-    left = [str(s) for s in declared if str(s) not in used]
-    text += (
-      f' ({len(used)} of the {len(declared)} declared: {", ".join(left)} '
-      f'{"lacks" if len(left) == 1 else "lack"} a cell of the gap)'
-    )
-  return text
-
-
-def headline(out):
-  """'gpu − cpu: no gap (G +0.26 [-0.22, +0.75] pp, seeds 0–5); 13 contrasts."""
-  parts = []
-  declared = out.scope.declared_seeds if out.scope else None
-  for d in out.attribution.decomposition if out.attribution else []:
-    parts.append(
-      f'{d.gap.replace(" - ", " − ")}: **{d.verdict}** (G {signed(d.G.estimate)} '
-      f'{interval(d.G.ci_low, d.G.ci_high)} {out.unit}, {seeds_used(d, declared)})'
-    )
-  table = out.contrasts if out.contrasts is not None else out.pairs
-  if table is not None and not table.empty:
-    seen = table['verdict'].value_counts()
-    parts.append(
-      f'{stats.family_size(table)} contrasts tested: '
-      + ', '.join(f'{seen[v]} {v}' for v in stats.VERDICTS[1:] if v in seen)
-    )
-  return '; '.join(parts)
-
-
-def scope_lines(out):
-  """Confirmatory vs exploratory: the declared seeds at the declared margin first."""
-  sc = out.scope
-  if sc is None or sc.confirmatory is None:
-    return ['**Exploratory**: the study declares no seeds or margin before its runs.', '']
-  if sc.confirmatory:
-    return [
-      f'**Confirmatory**: the declared seeds at the declared margin '
-      f'(±{sc.declared_margin:g} {out.unit}).',
-      '',
-    ]
-  lines = [f'**Exploratory** ({"; ".join(sc.deviations)}).']
-  if out.confirmatory is not None:
-    conf = out.confirmatory
-    pairs = conf.attribution.decomposition if conf.attribution else []
-    which = (
-      f' and platform pairs {declaration.pairs_text([d.platforms for d in pairs])}' if pairs else ''
-    )
-    lines.append(
-      f'**Confirmatory answer** (the declared seeds at the declared ±{conf.margin:g} '
-      f'{out.unit}{which}): {headline(conf)}. The rest of this page is exploratory.'
-    )
-  elif sc.declared_seeds is None:
-    lines.append('No confirmatory answer: the study declares no seeds to re-analyse.')
-  else:
-    lines.append('No confirmatory answer: the declared seeds were not all run.')
-  return [' '.join(lines), '']
-
-
-def answer_lines(out):
-  """The one-page answer (Markdown lines) of an analyse.Analysis."""
-  agreement = [] if not out.agreement else ['', out.agreement.summary]
-  split = variance_line(out.agreement, out.unit, stats.arm_short_labels(out))
-  return [
-    question(out),
-    '',
-    sentence(out),
-    '',
-    *scope_lines(out),
-    *software_lines(out),
-    '',
-    *gap_lines(out),
-    *contrast_lines(out),
-    *agreement,
-    *(['', *split] if split else []),
-  ]
+def variance_table(out):
+  """The variance split's rows of strings (variance_rows), None without a split."""
+  split = out.agreement.variance if out.agreement else None
+  if split is None or split.empty:
+    return None
+  return variance_rows(split, out.unit, stats.arm_short_labels(out))
 
 
 def latex_tables(out):
@@ -1100,7 +374,7 @@ def latex_tables(out):
         label='tab:gap-' + '-'.join(d.gap.replace(' - ', ' ').split()),
       )
     )
-  table = out.contrasts if out.contrasts is not None else out.pairs
+  table = judged(out)
   if table is not None and not table.empty:
     parts.append(
       latex(
@@ -1133,16 +407,18 @@ def verdict_why(r, margin, unit, m):
       'not tested, outside the Holm family'
     )
   holm = f'Holm over {m} pair{"s" if m > 1 else ""}'
-  tost = f'TOST p = {pval(r["tost_p_holm"])} ({holm}; raw {pval(r["tost_p"])})'
-  test = f'{r["test"]} p = {pval(r["test_p_holm"])} ({holm}; raw {pval(r["test_p"])})'
+
+  def test(name, key):
+    return f'{name} p = {pval(r[key + "_p_holm"])} ({holm}; raw {pval(r[key + "_p"])})'
+
+  tost, shown, rank = test('TOST', 'tost'), test(r['test'], 'test'), test(r['rank_test'], 'rank')
   ci90 = f'90% CI [{signed(r["ci90_low"])}, {signed(r["ci90_high"])}] {unit}'
   ci95 = f'95% CI [{signed(r["ci95_low"])}, {signed(r["ci95_high"])}] {unit}'
   if r['equivalent']:
-    why = f'{tost} < {stats.ALPHA:g}: the difference lies within ±{margin:g} {unit} ({ci90})'
+    why = f'{tost} < {inference.ALPHA:g}: the difference lies within ±{margin:g} {unit} ({ci90})'
     if r['different']:
-      why += f'; a nonzero difference is also detected ({test}, {ci95}), inside the margin'
+      why += f'; a nonzero difference is also detected ({shown}, {ci95}), inside the margin'
     return why
-  rank = f'{r["rank_test"]} p = {pval(r["rank_p_holm"])} ({holm}; raw {pval(r["rank_p"])})'
   if r['different']:
     also = (
       f'; on the {r["lattice"]:.3g}-{unit} lattice of the metric the {rank} agrees'
@@ -1150,7 +426,7 @@ def verdict_why(r, margin, unit, m):
       else ''
     )
     return (
-      f'{test} < {stats.ALPHA:g} and its {ci95} excludes 0{also}; equivalence within '
+      f'{shown} < {inference.ALPHA:g} and its {ci95} excludes 0{also}; equivalence within '
       f'±{margin:g} {unit} not shown ({tost})'
     )
   low, high = r['ci90_low'] <= -margin, r['ci90_high'] >= margin
@@ -1161,9 +437,9 @@ def verdict_why(r, margin, unit, m):
   else:
     where = (
       f'the {ci90} lies inside ±{margin:g} {unit}, but the Holm-adjusted TOST p is not '
-      f'below {stats.ALPHA:g}'
+      f'below {inference.ALPHA:g}'
     )
-  return f'neither shown: {tost}; {test}; {rank}; {where}'
+  return f'neither shown: {tost}; {shown}; {rank}; {where}'
 
 
 def power_line(r, margin, unit):
@@ -1172,44 +448,39 @@ def power_line(r, margin, unit):
   sd = 'sd of the per-seed differences' if r['paired'] else 'pooled sd'
   return (
     f'Power (estimated from n = {r["power_from"]}; {sd} {num(r["power_sd"])} {unit}; '
-    f'α = {stats.ALPHA:g}): {num(r["power_diff"])} to detect a true Δ of ±{margin:g} {unit}, '
+    f'α = {inference.ALPHA:g}): {num(r["power_diff"])} to detect a true Δ of ±{margin:g} {unit}, '
     f'{num(r["power_equiv"])} to show equivalence when the true Δ is 0; 80% power needs '
     f'{r["n80_diff"]} / {r["n80_equiv"]} {what}'
   )
 
 
 def judged(out):
-  """(the table the report judges: declared contrasts, else every pair; its row names)."""
-  if out.contrasts is not None:
-    table = out.contrasts
-    several = table['platform'].nunique() > 1 if not table.empty else False
-    names = [
-      f'{r["platform"]}: {r["label"]} − reference' if several else f'{r["label"]} − reference'
-      for _, r in table.iterrows()
-    ]
-    return table, names
-  return out.pairs, [f'{r["arm_a"]} vs {r["arm_b"]}' for _, r in out.pairs.iterrows()]
+  """The table the report judges: the declared contrasts, else every pair."""
+  return out.contrasts if out.contrasts is not None else out.pairs
 
 
 def verdict_lines(out):
   """One line per judged comparison: the verdict in bold, Δ, why, the design, the power."""
-  unit = out.unit
-  table, names = judged(out)
-  tested = stats.family_size(table)
+  unit, table = out.unit, judged(out)
+  several = out.contrasts is not None and not table.empty and table['platform'].nunique() > 1
   lines = []
-  for name, (_, r) in zip(names, table.iterrows(), strict=True):
+  for _, r in table.iterrows():
+    name = f'{r["arm_a"]} vs {r["arm_b"]}'
+    if out.contrasts is not None:
+      name = (
+        f'{r["platform"]}: {r["label"]} − reference' if several else f'{r["label"]} − reference'
+      )
     power = '' if r['verdict'] == 'identical arithmetic' else f' {power_line(r, out.margin, unit)}.'
     lines.append(
       f'- **{name}: {r["verdict"]}.** Δ = {signed(r["diff"])} {unit}. Why: '
-      f'{verdict_why(r, out.margin, unit, tested)}. Design: {r["design"]}.{power}'
+      f'{verdict_why(r, out.margin, unit, stats.family_size(table))}. Design: {r["design"]}.{power}'
     )
   return lines or ['- no pair of arms with n ≥ 2 each: nothing to compare']
 
 
 def sizes(out):
   """'train 1437 / test 360 images; one test image = 0.278 pp' from the data.* columns."""
-  runs = out.runs
-  train, test = facts(runs, 'data.train_size'), facts(runs, 'data.test_size')
+  train, test = facts(out.runs, 'data.train_size'), facts(out.runs, 'data.test_size')
   text = f'train {train} / test {test} images'
   try:
     one = 100.0 / float(test)
@@ -1247,18 +518,6 @@ def title(out):
   )
 
 
-def arm_fields(out):
-  """'differ in profile; grouped by platform, device_kind, ...': the grouping fields."""
-
-  def short(g):
-    return g.rsplit('.', 1)[-1]
-
-  table = out.arms
-  differ = [short(g) for g in out.group_by if g in table and table[g].astype(str).nunique() > 1]
-  grouped = f'grouped by {", ".join(short(g) for g in out.group_by)}'
-  return f'differ in {", ".join(differ)}; {grouped}' if differ else grouped
-
-
 def setup_lines(out):
   """The setup, one Markdown bullet each: data, sizes, training, arms, seeds, margin."""
   runs, unit, name = out.runs, out.unit, stats.arm_short_labels(out)
@@ -1268,6 +527,14 @@ def setup_lines(out):
     else f'{name[r["arm"]]} ({r["n_runs"]} runs)'
     for _, r in out.arms.iterrows()
   )
+  short = [g.rsplit('.', 1)[-1] for g in out.group_by]
+  differ = [
+    s
+    for g, s in zip(out.group_by, short, strict=True)
+    if g in out.arms and out.arms[g].astype(str).nunique() > 1
+  ]
+  fields = f'grouped by {", ".join(short)}'
+  fields = f'differ in {", ".join(differ)}; {fields}' if differ else fields
   dataset = facts(runs, 'config.data.name', 'data.name')
   lines = (
     [
@@ -1286,11 +553,11 @@ def setup_lines(out):
     f'metric: {out.metric}'
     + (' (in %)' if out.scale == 100 else '')
     + (f'; runs read from {out.source}' if out.source else ''),
-    f'arms ({arm_fields(out)}): {arms}',
+    f'arms ({fields}): {arms}',
     *seed_lines(out),
     f'equivalence margin: ±{out.margin:g} {unit} ({out.margin_reason})',
-    f'decisions at α = {stats.ALPHA:g}, p-values Holm-adjusted over the '
-    f'{stats.family_size(judged(out)[0])} comparisons tested (identical arithmetic is reported, '
+    f'decisions at α = {inference.ALPHA:g}, p-values Holm-adjusted over the '
+    f'{stats.family_size(judged(out))} comparisons tested (identical arithmetic is reported, '
     'not tested)',
   ]
   return [f'- {line}' for line in lines]
@@ -1306,68 +573,57 @@ def labelled(out, table):
 
 def details(out):
   """[(heading, caption, rows)] of the tables after the answer and the verdict lines."""
-  arms_cap, pairs_cap = captions(out, judged(out)[0])
-  table = labelled(out, judged(out)[0])
+  arms_cap, pairs_cap = captions(out, judged(out))
+  table = labelled(out, judged(out))
   parts = [
     ('Arms', arms_cap, display_arms(out)),
     ('Comparisons: every test', pairs_cap, display_pairs(table, out.unit)),
   ]
   if out.contrasts is not None and not out.pairs.empty:
-    parts.append(
-      (
-        'All pairs (--all-pairs; Holm over all pairs, not the declared family)',
-        '',
-        display_pairs(out.pairs, out.unit),
-      )
-    )
-  split = out.agreement.variance if out.agreement else None
-  if split is not None and not split.empty:
-    parts.append(
-      (
-        'Where the variance between runs comes from',
-        VARIANCE_CAPTION.format(unit=out.unit),
-        variance_rows(split, out.unit, stats.arm_short_labels(out)),
-      )
-    )
-  return parts + [(heading, '', rows) for heading, rows in detail_tables(out, table)]
-
-
-def excluded_lines(out):
-  """The first page's count of the runs left out, by reason (the Excluded table lists each run)."""
-  excluded = out.excluded
-  if excluded.empty:
-    return []
-  counts = excluded['reason'].value_counts()
-  said = '; '.join(f'{n} {why}' for why, n in counts.head(5).items())
-  more = f'; {len(counts) - 5} other reasons' if len(counts) > 5 else ''
-  total = len(excluded) + len(out.runs)
-  return [
-    '',
-    f'**Excluded:** {len(excluded)} of {total} runs ({said}{more}); each is listed under '
-    '"Runs excluded" below.',
+    heading = 'All pairs (--all-pairs; Holm over all pairs, not the declared family)'
+    parts.append((heading, '', display_pairs(out.pairs, out.unit)))
+  split = variance_table(out)
+  if split is not None:
+    caption = VARIANCE_CAPTION.format(unit=out.unit)
+    parts.append(('Where the variance between runs comes from', caption, split))
+  design = [{'A': r['arm_a'], 'B': r['arm_b'], 'design': r['design']} for _, r in table.iterrows()]
+  reps = [
+    {
+      'arm': r['arm'],
+      'seed': str(r['seed']),
+      'runs': str(r['n_runs']),
+      'values': r['values'],
+      'mean used': num(r['mean']),
+      'identical': 'yes' if r['identical'] else 'no',
+    }
+    for _, r in out.replicates.iterrows()
   ]
+  return parts + [
+    ('Design of each comparison', '', design),
+    ('Repeated seeds (replicates averaged; their spread is the within-seed sd)', '', reps),
+    ('Runs excluded', '', excluded_rows(out.excluded)),
+  ]
+
+
+def excluded_rows(excluded):
+  return [{'run': r['run'], 'reason': r['reason']} for _, r in excluded.iterrows()]
 
 
 def render(out, fmt):
   """The whole report as one string."""
+  from analysis import answer  # the first page's words (answer.py builds on these tables)
+
   if fmt == 'latex':
-    arms_cap, _ = captions(out, judged(out)[0])
-    split = out.agreement.variance if out.agreement else None
+    split = variance_table(out)
     extra = (
-      latex(
-        variance_rows(split, out.unit, stats.arm_short_labels(out)),
-        VARIANCE_CAPTION.format(unit=out.unit),
-        'tab:variance',
-      )
-      if split is not None and not split.empty
-      else ''
+      '' if split is None else latex(split, VARIANCE_CAPTION.format(unit=out.unit), 'tab:variance')
     )
-    return latex_tables(out) + latex(display_arms(out), arms_cap, 'tab:arms') + extra
-  answer_page = answer_lines(out) + excluded_lines(out)
+    arms = latex(display_arms(out), captions(out, judged(out))[0], 'tab:arms')
+    return latex_tables(out) + arms + extra
   parts = [
     f'# {title(out)}\n',
     '\n## Answer\n\n',
-    '\n'.join(answer_page) + '\n',
+    '\n'.join(answer.answer_lines(out) + answer.excluded_lines(out)) + '\n',
     '\n## Setup\n\n',
     '\n'.join(setup_lines(out)) + '\n',
     '\n## Why each verdict, and its power\n\n',
@@ -1380,143 +636,7 @@ def render(out, fmt):
   return ''.join(parts)
 
 
-FINDINGS_COMPONENTS = ('G', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N', 'P', 'R')
-
-
-def judged_at(out, margin):
-  """(decompositions, contrast table) of the analysis `out` judged at
-  `margin`: its own at the margin it was analysed at."""
-  att = out.attribution
-  if margin == out.margin:
-    return att.decomposition, out.contrasts
-  split = (
-    attribution.summarise(att.gap_summaries, margin, att.min_share)[1] if att.gap_summaries else []
-  )
-  return split, stats.contrast_table(out, out.declared, margin)
-
-
-def findings_components(analyses, unit, gap_label):
-  """Rows: the components of the pair `gap_label` ('gpu - cpu'); one column per (name)."""
-  gaps = [(name, out.attribution.gap, gap_label) for name, out in analyses]
-  rows = []
-  for key in FINDINGS_COMPONENTS:
-    label = gaps[0][1].set_index('key').loc[key, 'component']
-    row = {'component': label}
-    for name, table, gap_label in gaps:
-      r = table[table['gap'] == gap_label].set_index('key').loc[key]
-      row[name] = (
-        f'{signed(r["estimate"])} {interval(r["ci_low"], r["ci_high"])}'
-        if r['note'] == ''
-        else r['note']
-      )
-    rows.append(row)
-  return rows
-
-
-def findings_verdict_row(scope, d, table, unit):
-  share = (
-    f'{d.share:.2f} [{d.share_ci_low:.2f}, {d.share_ci_high:.2f}]'
-    if np.isfinite(d.share_ci_low)
-    else f'{d.share:.2f}, unbounded'
-    if d.share == d.share
-    else '–'
-  )
-  return {
-    'analysis': scope,
-    'pair': d.gap.replace(' - ', ' − '),
-    'margin': f'±{d.margin:g} {unit}',
-    'native gap, 90% CI': interval(d.G_tost.ci90_low, d.G_tost.ci90_high),
-    'residual, 90% CI': interval(d.R_tost.ci90_low, d.R_tost.ci90_high),
-    'share (Fieller)': share,
-    'verdict': f'**{d.verdict}**',
-    'contrasts (Holm)': counts(table),
-  }
-
-
-def counts(table):
-  """'3 equivalent, 11 inconclusive': the contrast verdicts counted."""
+def counts(table, verdicts=stats.VERDICTS):
+  """'3 equivalent, 11 inconclusive': the verdicts counted."""
   seen = collections.Counter(table['verdict'])
-  return ', '.join(f'{seen[v]} {v}' for v in stats.VERDICTS if seen[v])
-
-
-def platform_words(out):
-  return '; '.join(
-    f'{p}: {f.device_kind}, '
-    + ', '.join(
-      f'{k} {v}' for k, v in f.versions.items() if k in ('jax', 'jaxlib', 'flax', 'optax')
-    )
-    for p, f in out.software.platforms.items()
-  )
-
-
-def seeds_text(out):
-  seeds = out.scope.analysed_seeds
-  return f'seeds {seeds[0]}–{seeds[-1]}' if seeds else 'unseeded'
-
-
-def findings_columns(out):
-  """[(column name, analysis)]: the confirmatory one (the declared seeds) first, when it differs."""
-  conf = out.confirmatory
-  first = [(f'confirmatory ({seeds_text(conf)})', conf)] if conf is not None else []
-  kind = 'exploratory' if out.scope.confirmatory is False else 'confirmatory'
-  return first + [(f'{kind} ({seeds_text(out)})', out)]
-
-
-def findings_section(out, margins, source, command):
-  """The README section's Markdown between its markers, for analyse.study_analysis's `out`."""
-  unit, sc = out.unit, out.scope
-  columns = findings_columns(out)
-  verdicts = []
-  for name, analysis in columns:
-    ms = [analysis.margin] if analysis is not out or analysis.scope.confirmatory else margins
-    for m in ms:
-      split, table = judged_at(analysis, m)
-      verdicts += [(name, d, table) for d in split]
-  declared = (
-    f'Declared before the runs (`{source.replace(".csv", ".study.json")}`): '
-    f'{len(sc.declared_seeds or [])} seeds, margin ±{sc.declared_margin:g} {unit}'
-    if sc.declared_margin is not None
-    else 'Nothing was declared before the runs'
-  )
-  lines = [
-    '',
-    '```bash',
-    command,
-    '```',
-    '',
-    f'The digits study (`configs/digits.py:study`, {out.arm_info["label"].nunique()} arms) '
-    f'on two platforms, {min(out.arms["n"])} seeds per arm, {len(out.runs)} runs, '
-    f'read from `{source}` (provenance: `results/README.md`). {platform_words(out)}. '
-    f'Metric: final test accuracy in % ({sizes(out)}). The '
-    f'platforms ran different {", ".join(out.software.confounds)} versions, so the gap '
-    'and its residual include whatever those change.',
-    '',
-    f'{declared}; the analysis of exactly those is confirmatory, everything else '
-    f'exploratory. {pairs_line(out.attribution)} Each component per seed '
-    'from the paired cell means (every other factor at its reference level), mean over seeds '
-    'with its 95% t-interval; G = fid_A − fid_B + N + P exactly; R = G − N.',
-    '',
-  ]
-  for d in out.attribution.decomposition:
-    (a, b), where = (
-      d.profiles,
-      (f'on {d.N_only} only' if d.N_only else 'measured on both platforms'),
-    )
-    lines += [
-      f'{d.gap.replace(" - ", " − ")}: N = {a} − {b}, {where}:',
-      '',
-      markdown(findings_components(columns, unit, d.gap)).rstrip('\n'),
-      '',
-    ]
-  lines += [
-    markdown([findings_verdict_row(scope, d, t, unit) for scope, d, t in verdicts]).rstrip('\n'),
-    '',
-  ]
-  for scope, d, _ in verdicts:
-    lines.append(
-      f'- {scope}, {d.gap.replace(" - ", " − ")}, ±{d.margin:g} {unit}: '
-      f'**{d.verdict}**: {why(d, unit)}.'
-    )
-  last = verdicts[-1][1]
-  lines += [f'- {verdicts[-1][0]}, ±{last.margin:g} {unit}, {seeds_line(last, unit)}.', '']
-  return '\n'.join(lines) + '\n'
+  return ', '.join(f'{seen[v]} {v}' for v in verdicts if seen[v])

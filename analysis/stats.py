@@ -1,326 +1,23 @@
-"""Per-arm summaries, paired tests, the declared contrasts and Holm, from a runs table; the tests
-and intervals behind them, each checked against scipy/statsmodels (tests/unit/test_stats.py).
-
-Arms are runs with equal group-by columns (runrecord.rules.arm_columns); runs of one arm and model
-(runrecord.rules.model_keys) are replicates, averaged into one unit; arms pair by seed when their
-runs share initial weights and data order. Per pair: paired t (else Welch) with its 95% CI, TOST
-against the margin with its 90% CI, the rank test by design (signed rank, Mann–Whitney), effect
-size and power; verdicts (VERDICTS) with Holm over the pairs judged together. Intervals of an
-arm's mean: t below BCA_MIN_N values, BCa bootstrap, t again from BCA_MAX_N (BCa under-covers at
-small n; its jackknife costs n²). Reference: docs/statistics.md "Arms, seeds and replicates",
-"Contrasts and verdicts".
-"""
+"""Per-arm summaries, paired tests, the declared contrasts with Holm and the noise floors; the tests
+and intervals behind them, each checked against scipy/statsmodels (docs/statistics.md)."""
 
 import dataclasses
 import itertools
-import math
-import warnings
 from collections.abc import Sequence
-from typing import Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
-from statsmodels.stats import power as smp
 
-from analysis import declaration
+from analysis import declaration, inference
 from analysis.declaration import resolve_column
-from analysis.inputs import arm_labels, seed_key, seed_text, whole_numbers
+from analysis.inputs import Software, arm_labels, seed_key, seed_text, whole_numbers
 from runrecord import record, rules
 
-ALPHA = 0.05
-POWER = 0.8
-BOOTSTRAP_SEED = 0
-BOOTSTRAP_RESAMPLES = 9999
-BCA_MIN_N = 50  # below this the arm table uses t-intervals (BCa under-covers, see above)
-BCA_MAX_N = 5000  # from this on t-intervals again (they agree with BCa, which costs n^2)
-T_METHOD = 't-interval'
-BCA_METHOD = 'BCa bootstrap'
-MW_EXACT_MAX_N = 100
-MW_PERMUTATION_MAX_SPLITS = 5000  # C(14, 7) = 3432: 7 + 7 values; about 0.03 s
-MW_EXACT = 'exact'
-SIGNED_RANK_EXACT_MAX_N = 50  # dynamic programming: microseconds
-SR_EXACT = 'exact (sign flips, ties as midranks)'
-SR_NORMAL = 'normal approx. (tie corrected)'
-MW_PERMUTATION = 'exact permutation (ties)'
-MW_NORMAL = 'normal approx. (tie and continuity corrected)'
-
-
-def ci_method(n):
-  """The interval method the arm table uses for a mean of n values."""
-  return T_METHOD if n < BCA_MIN_N or n >= BCA_MAX_N else BCA_METHOD
-
-
-def t_ci(x, level=0.95):
-  """Student t-interval of the mean along the last axis: (low, high), arrays for 2-D x."""
-  x = np.asarray(x, float)
-  n = x.shape[-1]
-  if n < 2:
-    return np.full(x.shape[:-1], np.nan)[()], np.full(x.shape[:-1], np.nan)[()]
-  half = sps.t.ppf(0.5 + level / 2, n - 1) * x.std(-1, ddof=1) / np.sqrt(n)
-  return x.mean(-1) - half, x.mean(-1) + half
-
-
-def bca_ci(x, level=0.95):
-  """BCa bootstrap interval of the mean along the last axis (scipy.stats.bootstrap, fixed rng)."""
-  x = np.asarray(x, float)
-  if x.ndim == 1 and len(x) < 2:
-    return np.nan, np.nan
-  if x.ndim == 1 and np.ptp(x) == 0:
-    return x[0], x[0]
-  with warnings.catch_warnings():
-    warnings.simplefilter('ignore')
-    res = sps.bootstrap(
-      (x,),
-      np.mean,
-      axis=-1,
-      confidence_level=level,
-      method='BCa',
-      n_resamples=BOOTSTRAP_RESAMPLES,
-      batch=100,
-      rng=np.random.default_rng(BOOTSTRAP_SEED),
-    )
-  return res.confidence_interval.low, res.confidence_interval.high
-
-
-def mean_ci(x, level=0.95):
-  """(low, high, method): the arm table's interval of the mean along the last axis of x."""
-  x = np.asarray(x, float)
-  method = ci_method(x.shape[-1])
-  low, high = (t_ci if method == T_METHOD else bca_ci)(x, level)
-  return low, high, method
-
-
-def proportion_mean_ci(p, level=0.95):
-  """(low, high) of the mean of per-unit proportions p (one per independent unit)."""
-  p = np.asarray(p, float)
-  m = len(p)
-  if m < 2:
-    return np.nan, np.nan
-  mean, s = float(p.mean()), float(p.std(ddof=1))
-  if s == 0 or mean <= 0 or mean >= 1:
-    return mean, mean
-  k = sps.t.ppf(0.5 + level / 2, m - 1) ** 2 * s**2 / (m * mean * (1 - mean))
-  root = math.sqrt(k * mean * (1 - mean) + k * k / 4)
-  return (mean + k / 2 - root) / (1 + k), (mean + k / 2 + root) / (1 + k)
-
-
-def welch(a, b):
-  """(t, df, p): two-sided Welch t-test of mean(a) - mean(b)."""
-  r = sps.ttest_ind(a, b, equal_var=False)
-  return r.statistic, r.df, r.pvalue
-
-
-def paired(a, b):
-  """(t, df, p): two-sided paired t-test of mean(a - b); a and b aligned by seed."""
-  with warnings.catch_warnings():
-    warnings.simplefilter('ignore')
-    r = sps.ttest_rel(a, b)
-  return r.statistic, r.df, r.pvalue
-
-
-def welch_se_df(a, b):
-  """(standard error, Welch–Satterthwaite df) of mean(a) - mean(b)."""
-  va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
-  se = np.sqrt(va + vb)
-  df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else np.inf
-  return se, df
-
-
-def diff_ci(diff, se, df, level):
-  """t-interval (low, high) at `level` of a difference estimate with standard error se."""
-  half = sps.t.ppf(0.5 + level / 2, df) * se if se > 0 else 0.0
-  return diff - half, diff + half
-
-
-def tost(diff, se, df, margin):
-  """(ci90_low, ci90_high, p): TOST of |true difference| < margin for an estimate with t errors."""
-  if se == 0:
-    return diff, diff, (0.0 if abs(diff) < margin else 1.0)
-  p_low = sps.t.sf((diff + margin) / se, df)
-  p_high = sps.t.cdf((diff - margin) / se, df)
-  return (*diff_ci(diff, se, df, 1 - 2 * ALPHA), max(p_low, p_high))
-
-
-def mw_method(a, b):
-  """The Mann–Whitney method: exact without ties, a permutation test with ties, else normal."""
-  pooled = np.concatenate([a, b])
-  ties = len(np.unique(pooled)) < len(pooled)
-  if not ties and max(len(a), len(b)) <= MW_EXACT_MAX_N:
-    return MW_EXACT
-  if ties and math.comb(len(pooled), len(a)) <= MW_PERMUTATION_MAX_SPLITS:
-    return MW_PERMUTATION
-  return MW_NORMAL
-
-
-def mann_whitney(a, b):
-  """(U of a, two-sided p, method): scipy.stats.mannwhitneyu by the method mw_method chooses."""
-  method = mw_method(a, b)
-  res = sps.mannwhitneyu(
-    a, b, alternative='two-sided', method='exact' if method == MW_EXACT else 'asymptotic'
-  )
-  if method != MW_PERMUTATION:
-    return res.statistic, res.pvalue, method
-  center = len(a) * len(b) / 2
-
-  def distance(x, y, axis):
-    return np.abs(sps.mannwhitneyu(x, y, axis=axis, method='asymptotic').statistic - center)
-
-  perm = sps.permutation_test(
-    (a, b),
-    distance,
-    permutation_type='independent',
-    vectorized=True,
-    alternative='greater',
-    n_resamples=np.inf,
-  )
-  return res.statistic, perm.pvalue, method
-
-
-def signed_rank(d):
-  """(W, two-sided p, method): Wilcoxon's signed-rank test, exact with ties up to 50 values."""
-  d = np.asarray(d, float)
-  nonzero = d[d != 0]
-  if len(nonzero) == 0:
-    return np.nan, 1.0, 'all differences 0'
-  if len(nonzero) > SIGNED_RANK_EXACT_MAX_N:
-    with warnings.catch_warnings():
-      warnings.simplefilter('ignore')
-      res = sps.wilcoxon(nonzero, method='approx')
-    return float(res.statistic), float(res.pvalue), SR_NORMAL
-  halves = np.rint(2 * sps.rankdata(np.abs(nonzero))).astype(int)  # midranks x 2: integers
-  counts = np.zeros(halves.sum() + 1)
-  counts[0] = 1.0
-  for h in halves:  # each rank enters the positive sum or not
-    counts[h:] = counts[h:] + counts[:-h].copy() if h else counts[h:]
-  probs = counts / counts.sum()
-  w = int(halves[nonzero > 0].sum())
-  p = min(1.0, 2 * min(probs[: w + 1].sum(), probs[w:].sum()))
-  return min(w, halves.sum() - w) / 2, float(p), SR_EXACT
-
-
-def d_z(d):
-  """Paired standardised effect mean(d) / sd(d) (Cohen's d_z); NaN when sd is 0 or n < 2."""
-  d = np.asarray(d, float)
-  sd = np.std(d, ddof=1) if len(d) > 1 else np.nan
-  return float(np.mean(d) / sd) if sd > 0 else np.nan
-
-
-def fieller(num, den, level=0.95):
-  """(s = mean(num) / mean(den), low, high): Fieller's interval for a ratio of paired means."""
-  num, den = np.asarray(num, float), np.asarray(den, float)
-  k = len(num)
-  gbar, nbar = den.mean(), num.mean()
-  if k < 2 or gbar == 0:
-    return np.nan, np.nan, np.nan
-  cov = np.cov(num, den, ddof=1) / k
-  v_nn, v_ng, v_gg = cov[0, 0], cov[0, 1], cov[1, 1]
-  t2 = sps.t.ppf(0.5 + level / 2, k - 1) ** 2
-  a, b, c = gbar**2 - t2 * v_gg, nbar * gbar - t2 * v_ng, nbar**2 - t2 * v_nn
-  s = nbar / gbar
-  if a <= 0 or b * b - a * c < 0:
-    return s, -np.inf, np.inf
-  root = np.sqrt(b * b - a * c)
-  return s, (b - root) / a, (b + root) / a
-
-
-def hedges_g(a, b):
-  """Bias-corrected standardised mean difference (mean(a) - mean(b)) / pooled sd × J."""
-  na, nb = len(a), len(b)
-  sp = np.sqrt(((na - 1) * np.var(a, ddof=1) + (nb - 1) * np.var(b, ddof=1)) / (na + nb - 2))
-  if sp == 0:
-    return np.nan
-  return (np.mean(a) - np.mean(b)) / sp * (1 - 3 / (4 * (na + nb) - 9))
-
-
-def holm(pvalues):
-  """Holm step-down adjusted p-values; NaN entries stay NaN and do not count as tests."""
-  p = np.asarray(pvalues, float)
-  out = np.full_like(p, np.nan)
-  idx = np.flatnonzero(~np.isnan(p))
-  order = idx[np.argsort(p[idx], kind='stable')]
-  m, running = len(order), 0.0
-  for rank, i in enumerate(order):
-    running = max(running, min(1.0, (m - rank) * p[i]))
-    out[i] = running
-  return out
-
-
-def within_sd(values, labels):
-  """(pooled within-group sd, df) of `values` grouped by `labels`."""
-  values = pd.Series(np.asarray(values, float))
-  labels = np.asarray(labels)
-  df = len(values) - len(pd.unique(labels))
-  if not df:
-    return np.nan, 0
-  deviations = values - values.groupby(labels).transform('mean')
-  return float(np.sqrt((deviations**2).sum() / df)), df
-
-
-def smallest_n(power_at, target):
-  """Smallest integer n >= 2 with power_at(n) >= target (doubling, then bisection)."""
-  if power_at(2) >= target:
-    return 2
-  low, high = 2, 4
-  while power_at(high) < target:
-    low, high = high, high * 2
-    if high > 10**7:
-      return np.inf
-  while high - low > 1:
-    mid = (low + high) // 2
-    low, high = (mid, high) if power_at(mid) < target else (low, mid)
-  return high
-
-
-def _solver(is_paired):
-  return smp.TTestPower() if is_paired else smp.TTestIndPower()
-
-
-def nct_power(es, n, is_paired, alternative='two-sided'):
-  """Power of a one-sample (paired) or two-sample t-test at effect size es, n per arm (pairs)."""
-  df, nc = (n - 1, es * np.sqrt(n)) if is_paired else (2 * n - 2, es * np.sqrt(n / 2))
-
-  def tail(value, normal):  # scipy's far tails: NaN
-    return normal if value != value else value
-
-  if alternative == 'larger':
-    crit = sps.t.ppf(1 - ALPHA, df)
-    return float(tail(sps.nct.sf(crit, df, nc), sps.norm.sf(crit - nc)))
-  crit = sps.t.ppf(1 - ALPHA / 2, df)
-  return float(
-    tail(sps.nct.sf(crit, df, nc), sps.norm.sf(crit - nc))
-    + tail(sps.nct.cdf(-crit, df, nc), sps.norm.cdf(-crit - nc))
-  )
-
-
-def power_at(sd, margin, n, is_paired=False):
-  """(power to detect a true ±margin, power to show equivalence within it at 0)."""
-  if not sd > 0 or n < 2:
-    return np.nan, np.nan
-  es, solver = margin / sd, _solver(is_paired)
-  with warnings.catch_warnings():
-    warnings.simplefilter('ignore')
-    diff = solver.power(es, n, ALPHA)
-    one_side = solver.power(es, n, ALPHA, alternative='larger')
-  if diff != diff:
-    diff = nct_power(es, n, is_paired)
-  if one_side != one_side:
-    one_side = nct_power(es, n, is_paired, 'larger')
-  return diff, max(0.0, 2 * one_side - 1)
-
-
-def seeds_needed(sd, margin, is_paired=False):
-  """(n for 80% power to detect ±margin, n to show equivalence within ±margin at 0)."""
-  if not sd > 0:
-    return 2, 2
-  es, solver = margin / sd, _solver(is_paired)
-  with warnings.catch_warnings():
-    warnings.simplefilter('ignore')
-    diff = smallest_n(lambda n: solver.power(es, n, ALPHA), POWER)
-    equiv = smallest_n(
-      lambda n: solver.power(es, n, ALPHA, alternative='larger'), 1 - (1 - POWER) / 2
-    )
-  return diff, equiv
+if TYPE_CHECKING:
+  from analysis.agreement import Agreement
+  from analysis.attribution import Attribution
 
 
 def run_deterministic(platform, value):
@@ -462,10 +159,8 @@ UNDECLARED = (
 
 @dataclasses.dataclass(frozen=True)
 class Prepared:
-  """The runs read for analysis. `runs`: one row per included run with `arm`, `value` (metric x
-  scale), `seed` (its model unit), `base_seed`, `seeded`, `det`, `det_why`; `units`: one value per
-  arm and seed; `replicates`, `excluded`: their tables; `pairing`: the pairing fields recorded;
-  `lattice`: the step of an accuracy on one test-set size, else None."""
+  """The runs read for analysis (one row per included run, with its arm, value and model unit),
+  one value per arm and seed (`units`), the replicates and the excluded runs."""
 
   runs: pd.DataFrame
   units: pd.DataFrame
@@ -481,9 +176,7 @@ class Prepared:
 
 @dataclasses.dataclass(frozen=True)
 class Stats(Prepared):
-  """Prepared plus `arms` (one row per arm), `pairs` (every pair's tests; empty unless asked),
-  `small` (arms with n < 2), the `margin` and why, and the `unit` ('pp' for percent, else
-  'units')."""
+  """Prepared plus one row per arm, every pair's tests (empty unless asked), the margin and unit."""
 
   arms: pd.DataFrame
   pairs: pd.DataFrame
@@ -491,11 +184,6 @@ class Stats(Prepared):
   margin: float
   margin_reason: str
   unit: str
-
-
-def fields_of(instance: Any) -> dict[str, Any]:
-  """{field: value} of a result, shallow (the tables are not copied)."""
-  return {f.name: getattr(instance, f.name) for f in dataclasses.fields(instance)}
 
 
 def prepare(frame, group_by, metric, seed_col=None, scale=None):
@@ -583,9 +271,9 @@ def arm_table(prep):
     runs = prep.runs[prep.runs['arm'] == arm]
     reps = prep.replicates[prep.replicates['arm'] == arm]
     x = units['value'].to_numpy()
-    low, high, method = mean_ci(x)
+    low, high, method = inference.mean_ci(x)
     seeded = runs[runs['seeded']]
-    wsd, wdf = within_sd(seeded['value'], seeded['seed'])
+    wsd, wdf = inference.within_sd(seeded['value'], seeded['seed'])
     det, why = determinism(runs, reps)
     rows.append(
       {
@@ -649,7 +337,7 @@ def compare(prep, arm_a, arm_b, margin):
   a = units.loc[units['arm'] == arm_a, 'value'].to_numpy()
   b = units.loc[units['arm'] == arm_b, 'value'].to_numpy()
   is_paired, shared, why = design(prep, arm_a, arm_b)
-  t, df, p = welch(a, b)
+  t, df, p = inference.welch(a, b)
   row = {
     'arm_a': arm_a,
     'arm_b': arm_b,
@@ -676,21 +364,21 @@ def compare(prep, arm_a, arm_b, margin):
   if is_paired:
     xa, xb = values_by_seed(prep, arm_a, shared), values_by_seed(prep, arm_b, shared)
     d, n = xa - xb, len(shared)
-    row['paired_t'], df, row['paired_p'] = paired(xa, xb)
-    row['signed_rank_w'], row['signed_rank_p'], row['signed_rank_method'] = signed_rank(d)
+    row['paired_t'], df, row['paired_p'] = inference.paired(xa, xb)
+    row['signed_rank_w'], row['signed_rank_p'], row['signed_rank_method'] = inference.signed_rank(d)
     row.update(
       rank_test='signed-rank',
       rank_p=row['signed_rank_p'],
-      d_z=d_z(d),
+      d_z=inference.d_z(d),
       identical=bool(np.all(d == 0)) and identical_arithmetic(prep, arm_a, arm_b),
     )
     sd = np.std(d, ddof=1)
     se = sd / np.sqrt(n)
     row.update(diff=d.mean(), test='paired t', test_p=row['paired_p'], power_from=f'{n} pairs')
   else:
-    row['mw_u'], row['mw_p'], row['mw_method'] = mann_whitney(a, b)
-    row.update(rank_test='Mann–Whitney', rank_p=row['mw_p'], hedges_g=hedges_g(a, b))
-    se, df = welch_se_df(a, b)
+    row['mw_u'], row['mw_p'], row['mw_method'] = inference.mann_whitney(a, b)
+    row.update(rank_test='Mann–Whitney', rank_p=row['mw_p'], hedges_g=inference.hedges_g(a, b))
+    se, df = inference.welch_se_df(a, b)
     sd = np.sqrt(
       ((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1)) / (len(a) + len(b) - 2)
     )
@@ -700,10 +388,10 @@ def compare(prep, arm_a, arm_b, margin):
       diff=a.mean() - b.mean(), test='Welch t', test_p=p, power_from=f'{len(a)} + {len(b)} {what}'
     )
   row['power_sd'], row['power_n'] = sd, n
-  row['ci95_low'], row['ci95_high'] = diff_ci(row['diff'], se, df, 1 - ALPHA)
-  row['ci90_low'], row['ci90_high'], row['tost_p'] = tost(row['diff'], se, df, margin)
-  row['power_diff'], row['power_equiv'] = power_at(sd, margin, n, is_paired)
-  row['n80_diff'], row['n80_equiv'] = seeds_needed(sd, margin, is_paired)
+  row['ci95_low'], row['ci95_high'] = inference.diff_ci(row['diff'], se, df, 1 - inference.ALPHA)
+  row['ci90_low'], row['ci90_high'], row['tost_p'] = inference.tost(row['diff'], se, df, margin)
+  row['power_diff'], row['power_equiv'] = inference.power_at(sd, margin, n, is_paired)
+  row['n80_diff'], row['n80_equiv'] = inference.seeds_needed(sd, margin, is_paired)
   row['lattice'] = prep.lattice
   return row
 
@@ -715,14 +403,14 @@ def judge(rows):
     return pairs
   tested = ~pairs['identical'].astype(bool)
   for test in ('welch', 'paired', 'tost', 'mw', 'signed_rank', 'rank', 'test'):
-    pairs[f'{test}_p_holm'] = holm(pairs[f'{test}_p'].where(tested))
-  pairs['equivalent_raw'] = (pairs['tost_p'] < ALPHA) & tested
-  pairs['equivalent'] = pairs['tost_p_holm'] < ALPHA
+    pairs[f'{test}_p_holm'] = inference.holm(pairs[f'{test}_p'].where(tested))
+  pairs['equivalent_raw'] = (pairs['tost_p'] < inference.ALPHA) & tested
+  pairs['equivalent'] = pairs['tost_p_holm'] < inference.ALPHA
   on_lattice = pairs['lattice'].notna()
   pairs['different'] = (
-    (pairs['test_p_holm'] < ALPHA)
+    (pairs['test_p_holm'] < inference.ALPHA)
     & ((pairs['ci95_low'] > 0) | (pairs['ci95_high'] < 0))
-    & (~on_lattice | (pairs['rank_p_holm'] < ALPHA))
+    & (~on_lattice | (pairs['rank_p_holm'] < inference.ALPHA))
   )
   pairs['verdict'] = np.select(
     [~tested, pairs['equivalent'] & pairs['different'], pairs['equivalent'], pairs['different']],
@@ -777,7 +465,7 @@ def arms_and_pairs(
   prep = prepare(frame, list(group_by), metric, seed_col, scale)
   arms = arm_table(prep)
   return Stats(
-    **fields_of(prep),
+    **vars(prep),
     arms=arms,
     pairs=pair_table(prep, arms, margin) if all_pairs else pd.DataFrame(),
     small=arms[arms['n'] < 2],
@@ -873,15 +561,13 @@ def contrast_table(out, declared, margin=None):
 
 
 class NoiseFloor(NamedTuple):
-  """How large a paired difference the matched perturbation alone gives at the study's seeds: the
-  sd of the per-seed differences noise arm − the arm it perturbs (`what`), over `n` seeds, and the
-  95% half-width of their mean, t(0.975, n − 1) × sd / √n; `text`: that in words."""
+  """The paired difference noise arm − the arm it perturbs (`what`) over `n` seeds: its sd and the
+  95% half-width of its mean, t(0.975, n − 1) × sd / √n."""
 
   sd: float
   half: float
   n: int
   what: str
-  text: str
 
 
 def arm_mask(runs, levels, flag):
@@ -893,7 +579,7 @@ def arm_mask(runs, levels, flag):
   return mask
 
 
-def noise_floor(runs, arm, base, scale_unit, factors=()):
+def noise_floor(runs, arm, base, factors=()):
   """The NoiseFloor of one platform's runs: noise arm `arm` against `base`."""
 
   def label(levels):
@@ -933,15 +619,10 @@ def noise_floor(runs, arm, base, scale_unit, factors=()):
     f'{label({k: levels[k] for k in changed if k in levels})}'
     + (f' at {label(common)}' if common else '')
   )
-  text = (
-    f'noise floor: the paired difference {what} over {len(d)} seeds; sd of the per-seed '
-    f'differences {sd:.3f} {scale_unit}; 95% half-width of their mean, '
-    f't(0.975, {len(d) - 1}) × sd / √{len(d)} = {half:.3f} {scale_unit}'
-  )
-  return NoiseFloor(sd, half, len(d), what, text)
+  return NoiseFloor(sd, half, len(d), what)
 
 
-def noise_floors(runs, arm, base, scale_unit, factors=()):
+def noise_floors(runs, arm, base, factors=()):
   """{platform: NoiseFloor} of each platform where the noise arm and its base share 2+ seeds."""
   if not arm:
     return {}
@@ -951,7 +632,7 @@ def noise_floors(runs, arm, base, scale_unit, factors=()):
   floors = {}
   for platform, group in runs.groupby(platforms, sort=True):
     try:
-      floors[platform] = noise_floor(group, arm, base, scale_unit, factors)
+      floors[platform] = noise_floor(group, arm, base, factors)
     except ValueError as e:
       if '--noise-of' in str(e) and 'matches' in str(e):
         raise
@@ -969,8 +650,7 @@ def arm_short_labels(out):
 
 @dataclasses.dataclass(frozen=True)
 class Scope:
-  """Confirmatory (True: the declared seeds at the declared margin and pairs), exploratory (False)
-  or nothing declared (None), with the `deviations` from the declaration in words."""
+  """Confirmatory (True), exploratory (False) or nothing declared (None), and the deviations."""
 
   declared_seeds: Optional[list[int]]
   declared_margin: Optional[float]
@@ -1010,3 +690,58 @@ def scope(out, declared, compare=None):
     and (set(wanted) != set(seeds) or m0 is not None or bool(compare)),
     confirmatory=(not deviations) if known else None,
   )
+
+
+@dataclasses.dataclass(frozen=True)
+class Analysis(Stats):
+  """A study's whole analysis (analyse.study_analysis): Stats, its declaration and declared
+  contrasts, noise floors, attribution, software, agreement, scope and the confirmatory one."""
+
+  declared: dict[str, Any] = dataclasses.field(default_factory=dict)
+  source: str = ''
+  contrasts: Optional[pd.DataFrame] = None
+  arm_info: Optional[pd.DataFrame] = None
+  noise: dict[str, NoiseFloor] = dataclasses.field(default_factory=dict)
+  attribution: Optional['Attribution'] = None
+  software: Optional[Software] = None
+  agreement: Optional['Agreement'] = None
+  scope: Optional[Scope] = None
+  confirmatory: Optional['Analysis'] = None
+
+
+INIT_COLUMNS = ('init_seed', 'config.init_seed')
+
+
+DATA_COLUMNS = ('data_seed', 'config.data_seed')
+
+
+def seed_columns(runs):
+  """(init column, data column) the runs table records, or None when it has no such pair."""
+  init = next((c for c in INIT_COLUMNS if c in runs and runs[c].notna().any()), None)
+  data = next((c for c in DATA_COLUMNS if c in runs and runs[c].notna().any()), None)
+  return (init, data) if init and data else None
+
+
+def variance_table(runs, value='value'):
+  """variance_components per arm whose runs set init and data-order seeds apart."""
+  return split_by_arm(runs, value)[0]
+
+
+def split_by_arm(runs, value='value'):
+  """(variance_table, notes): why an arm whose seeds vary has no split."""
+  columns = seed_columns(runs)
+  if columns is None:
+    return pd.DataFrame(), []
+  tables, notes = [], []
+  for arm, group in runs.groupby('arm', sort=True):
+    if group[columns[0]].nunique() < 2 and group[columns[1]].nunique() < 2:
+      continue  # one init and one data seed (or seed = init = data): no split to make
+    if (group[columns[0]].astype(str) == group[columns[1]].astype(str)).all():
+      continue  # init and data seeds move together: the seeds of an ordinary study
+    try:
+      table = inference.variance_components(group, value, *columns)
+    except ValueError as e:
+      notes.append(f'{arm}: {e}')
+      continue
+    tables.append(table.assign(arm=arm, runs=len(group)))
+  return (pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()), notes

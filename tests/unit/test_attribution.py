@@ -7,7 +7,7 @@ import pytest
 import statsmodels.formula.api as smf
 from scipy import stats as sps
 
-from analysis import analyse, attribute, attribution, declaration, draw, report
+from analysis import analyse, answer, attribute, attribution, declaration, draw
 from runrecord import record
 
 METRIC = 'final.test_accuracy'
@@ -55,7 +55,7 @@ def runs_frame(
 
 
 def show(out):
-  text = report.attribution_report(out)
+  text = answer.attribution_report(out)
   print(text)
   return text
 
@@ -110,7 +110,7 @@ def test_planted_effects_inside_their_cis_and_match_statsmodels_mixedlm():
   for platform in ('gpu', 'tpu'):
     d = data[platform, 'noise'] - data[platform, 'f32']
     floor = out.noise[platform]
-    assert 'profile=noise − profile=f32 over 8 seeds' in floor.text and floor.n == 8
+    assert floor.what == 'profile=noise − profile=f32' and floor.n == 8
     assert floor.sd == pytest.approx(d.std(ddof=1), rel=1e-12)
     assert floor.half == pytest.approx(2.364624 * d.std(ddof=1) / np.sqrt(8), rel=1e-6)
     assert floor.sd != pytest.approx(data[platform, 'noise'].std(ddof=1), rel=0.05)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis import agreement, analyse, report, stats
+from analysis import agreement, analyse, inference, report, stats
 from experiments import lockstep
 from runrecord import rules
 from tests.support.planted_predictions import LABELS, prediction
@@ -162,7 +162,7 @@ def test_the_variance_split_reaches_report_md_and_tex_with_intervals_or_the_df_t
   assert (split.loc['init', 'ci_low'], split.loc['init', 'ci_high']) == pytest.approx(
     (nu * init / sps.chi2.ppf(0.975, nu), nu * init / sps.chi2.ppf(0.025, nu))
   )
-  residual = split.loc[agreement.RESIDUAL]
+  residual = split.loc[inference.RESIDUAL]
   assert residual['estimate'] == pytest.approx(ms_r)
   assert (residual['ci_low'], residual['ci_high']) == pytest.approx(
     (6 * ms_r / sps.chi2.ppf(0.975, 6), 6 * ms_r / sps.chi2.ppf(0.025, 6))
@@ -200,7 +200,7 @@ def test_churn_intervals_stay_inside_0_and_100_percent():
   assert x.mean() - half < 0  # the t-interval: below 0 %
   assert 0 <= row['ci_low'] <= row['churn_pct'] <= row['ci_high'] <= 100
   flipped = np.array([0.995, 1.0, 1.0, 0.99])  # near 100 %: the t-interval passes 100
-  low, high = (100 * v for v in stats.proportion_mean_ci(flipped))
+  low, high = (100 * v for v in inference.proportion_mean_ci(flipped))
   t_high = 100 * (flipped.mean() + sps.t.ppf(0.975, 3) * flipped.std(ddof=1) / 2)
   assert t_high > 100 and low <= 100 * flipped.mean() <= high <= 100
 
@@ -243,7 +243,7 @@ def test_one_definition_of_disagreement_for_the_attributes_task():
   assert pair['count'] / pair['n'] == pytest.approx(bits) == agreement.churn(a, b)
   assert np.mean((a != b).any(axis=1)) > 5 * bits  # the other definition
   shares = (a != b).mean(axis=1)
-  assert (pair['ci_low'], pair['ci_high']) == pytest.approx(stats.proportion_mean_ci(shares))
+  assert (pair['ci_low'], pair['ci_high']) == pytest.approx(inference.proportion_mean_ci(shares))
   out = lockstep.disagreement([pair, lockstep.pair_churn(a, a, [1, 1])])
   assert out['pairs'][0]['rate'] == pytest.approx(bits) and out['pairs'][1]['rate'] == 0
   assert 0 <= out['across']['t_low'] <= out['across']['mean'] <= out['across']['t_high'] <= 1
@@ -256,8 +256,8 @@ def test_the_t_wilson_interval_covers_near_0_where_the_t_interval_does_not():
   mu, m, phi, n, sims = 0.01, 6, 3, 360, 3000
   q = rng.beta(mu * n / phi, (1 - mu) * n / phi, (sims, m))
   p = rng.binomial(n, q) / n
-  t_low, t_high = stats.t_ci(p)
+  t_low, t_high = inference.t_ci(p)
   t_cover = np.mean((t_low <= mu) & (mu <= t_high))
-  wilson = np.array([stats.proportion_mean_ci(row) for row in p])
+  wilson = np.array([inference.proportion_mean_ci(row) for row in p])
   w_cover = np.mean((wilson[:, 0] <= mu) & (mu <= wilson[:, 1]))
   assert w_cover >= 0.915 and w_cover > t_cover + 0.02, (w_cover, t_cover)
