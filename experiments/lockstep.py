@@ -16,7 +16,7 @@ from statsmodels.stats.proportion import proportion_confint
 
 import input_pipeline
 from analysis import agreement
-from analysis import stats as inference
+from analysis import inference
 from experiments import divergence
 from input_pipeline import batching
 from models import resnet
