@@ -50,6 +50,7 @@ lint: setup-test
 	$(PY) -m ruff check .
 	$(PY) -m codespell_lib
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf runs .jax_cache .pytest_cache .mypy_cache .ruff_cache

@@ -11,7 +11,6 @@ import ml_collections
 
 SCHEDULES = ('per_phase', 'continuous')  # optim.schedule (trainer/run.py `phases`)
 DISTRIBUTED_MODES = ('auto', 'yes', 'no')  # distributed.initialize (trainer/process.py)
-STEMS = ('imagenet', 'small')  # model.stem (models/resnet.py)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRUE, FALSE = ('true', '1', 'yes'), ('false', '0', 'no')
 # Fields that no longer exist, with how to say the same thing today (one line each).

@@ -160,7 +160,7 @@ def _check_model(config):
   problem = models.missing(config.model.name)
   if problem:
     raise ConfigError(problem)
-  _one_of(config, 'model.stem', common.STEMS)
+  _one_of(config, 'model.stem', models.STEMS)
   rule = f">= 1/64 = {WIDTH_MIN} (the stem's 64 channels times the width must give one channel)"
   _number(config, 'model.width', rule, lambda v: v >= WIDTH_MIN)
   if config.model.init_from and config.model.width != 1.0:

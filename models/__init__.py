@@ -6,6 +6,7 @@ import importlib
 import importlib.util
 
 REQUIRED = ('create', 'PARTS', 'activation_values')
+STEMS = ('imagenet', 'small')  # model.stem of the ResNets (models/resnet.py)
 
 
 def module_name(name):

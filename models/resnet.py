@@ -7,8 +7,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from configs.common import STEMS
-from models import layers
+from models import STEMS, layers
 from models.layers import BatchNorm, Conv2d, Linear
 from numerics import formats
 
