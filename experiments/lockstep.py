@@ -264,10 +264,14 @@ def final_test(lock):
   }
 
 
+def group_curve(group: str) -> Callable[[dict], Any]:
+  return lambda row: row['params']['groups'].get(group, {}).get('rel_l2')
+
+
 # The per-step curves: name -> the value of one pair's row.
 CURVES: dict[str, Callable[[dict], Any]] = {
   'params': lambda r: r['params']['rel_l2'],
-  **{f'params.{g}': lambda r, g=g: r['params']['groups'].get(g, {}).get('rel_l2') for g in GROUPS},
+  **{f'params.{g}': group_curve(g) for g in GROUPS},
   'params.max_abs': lambda r: r['params']['max_abs'],
   'batch_stats': lambda r: r['batch_stats']['rel_l2'],
   'logits': lambda r: r['logits']['rel_l2'],
