@@ -10,6 +10,7 @@ docs/performance.md.
 import argparse
 import importlib
 import json
+import math
 import os
 import platform as platform_lib
 import resource
@@ -44,13 +45,10 @@ def parse_args(argv):
     prog='python -m benchmarks.bench_analysis', description=common.description(__doc__)
   )
   sizes = [1_000, 10_000, 100_000]
-  p.add_argument(
-    '--sizes', type=int, nargs='+', default=sizes, help='rows per table, 4 arms x seeds'
-  )
+  p.add_argument('--sizes', type=int, nargs='+', default=sizes, help='rows: 4 arms x seeds')
   p.add_argument('--tools', nargs='+', choices=TOOLS, default=list(TOOLS), help='what is measured')
   p.add_argument('--seed-sd', type=float, default=SEED_SD, help='sd of the seed effect, pp')
-  limit = 'address-space limit of each measurement, GB'
-  p.add_argument('--max-memory-gb', type=float, default=8.0, help=limit)
+  p.add_argument('--max-memory-gb', type=float, default=8.0, help='address-space limit, GB')
   p.add_argument('--timeout', type=int, default=600, help='seconds per measurement')
   p.add_argument('--measure', choices=TOOLS, help=argparse.SUPPRESS)  # the child's side
   p.add_argument('--csv', help=argparse.SUPPRESS)
@@ -91,8 +89,8 @@ def runs_table(seeds, rng=0, seed_sd=SEED_SD):
 
 
 def export_table(seeds, rng=0, seed_sd=SEED_SD, template=TEMPLATE):
-  """runs_table(seeds) in analysis.export's format: each run a copy of `template`'s first run of its
-  platform (tpu: of its cpu run) with its own run id, seed, profile and accuracy."""
+  """runs_table(seeds) in analysis.export's format: `template`'s first run of its platform (tpu:
+  of cpu) with the run's id, seed, profile and accuracy."""
   import pandas as pd
 
   runs = runs_table(seeds, rng, seed_sd)
@@ -112,12 +110,7 @@ def export_table(seeds, rng=0, seed_sd=SEED_SD, template=TEMPLATE):
 
 
 # What run_tool imports (measure loads them before it starts the clock).
-RUN_TOOL_MODULES = (
-  'analysis.inputs',
-  'analysis.analyse',
-  'analysis.attribution',
-  'analysis.report',
-)
+RUN_TOOL_MODULES = ('inputs', 'analyse', 'agreement', 'attribution', 'report')  # analysis.*
 
 
 def run_tool(tool, path):
@@ -138,10 +131,9 @@ def run_tool(tool, path):
 
 
 def measure(tool, path):
-  """The child: one JSON line with seconds, peak RSS and the method the tool reports; every module
-  run_tool imports is imported here, before the clock starts."""
+  """The child: one JSON line with seconds, peak RSS and the tool's method, timed after imports."""
   for module in RUN_TOOL_MODULES:
-    importlib.import_module(module)
+    importlib.import_module(f'analysis.{module}')
   after_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
   start = time.perf_counter()
   method = run_tool(tool, path)
@@ -174,25 +166,19 @@ def child(tool, path, max_gb, timeout):
   return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def versions():
-  """The analysis stack's versions, the host, the date and the load (one line for the record)."""
-  import pandas as pd
-  import scipy
-  import statsmodels
-
-  return (
-    f'python {platform_lib.python_version()}, numpy {np.__version__}, pandas '
-    f'{pd.__version__}, scipy {scipy.__version__}, statsmodels {statsmodels.__version__} | '
-    + common.host()
-  )
-
-
 def main(argv=None):
   args = parse_args(argv)
   if args.measure:
     measure(args.measure, args.csv)
     return
-  print(versions())
+  import pandas as pd
+  import scipy
+  import statsmodels
+
+  print(
+    f'python {platform_lib.python_version()}, numpy {np.__version__}, pandas {pd.__version__}, '
+    f'scipy {scipy.__version__}, statsmodels {statsmodels.__version__} | {common.host()}'
+  )
   print(common.command_line('bench_analysis', argv))
   rows, worst = [], {'seconds': 0.0, 'peak_mb': 0.0}
   with tempfile.TemporaryDirectory(prefix='bench_analysis_') as tmp:
@@ -204,16 +190,14 @@ def main(argv=None):
         row = [f'{n:,}', f'{len(ARMS)} x {n // len(ARMS):,}', tool]
         if 'failed' in r:
           rows.append(row + ['–', '–', '–', f'failed: {r["failed"]}'])
-          worst['seconds'] = float('inf')
+          worst['seconds'] = math.inf
           continue
-        rows.append(
-          row
-          + [f'{r["seconds"]:.1f}', f'{r["peak_mb"]:.0f}', f'{r["imports_mb"]:.0f}', r['method']]
-        )
+        memory = [f'{r["peak_mb"]:.0f}', f'{r["imports_mb"]:.0f}']
+        rows.append(row + [f'{r["seconds"]:.1f}', *memory, r['method']])
         worst = {k: max(worst[k], r[k]) for k in worst}
   header = ['rows', 'arms x seeds', 'tool', 'seconds', 'peak RSS (MB)', 'after imports (MB)']
-  print(common.table([*header, 'method'], rows))
-  print(f'max_seconds={worst["seconds"]:.1f} max_peak_mb={worst["peak_mb"]:.0f}')
+  line = f'max_seconds={worst["seconds"]:.1f} max_peak_mb={worst["peak_mb"]:.0f}'
+  common.report('', [*header, 'method'], rows, line)
 
 
 if __name__ == '__main__':

@@ -91,8 +91,8 @@ def timed_calls(compiled, operands):
 
 
 def compile_conv(impl, conv, batch):
-  """(run(n), compile seconds) of value_and_grad(sum(conv(x, w) * g)) w.r.t. w, and x unless the
-  stem's; g is a fixed random cotangent (XLA could simplify an all-ones one)."""
+  """(run(n), compile s) of value_and_grad(sum(conv(x, w) * g)) w.r.t. w (and x but for the stem);
+  g random (XLA could simplify an all-ones cotangent)."""
   import jax
   import jax.numpy as jnp
 
@@ -116,8 +116,7 @@ def compile_conv(impl, conv, batch):
 
 
 def measure_conv(conv, batch, repeats, min_time):
-  """{impl: (compile s, median s per call)}: both compiled, then `repeats` alternating rounds, each
-  timing enough calls of either to last `min_time` s."""
+  """{impl: (compile s, median s per call)} of `repeats` alternating rounds of >= `min_time` s."""
   compiled = {impl: compile_conv(impl, conv, batch) for impl in IMPLS}
   calls = {
     impl: max(1, math.ceil(min_time / max(run(1), 1e-6))) for impl, (run, _) in compiled.items()
@@ -130,8 +129,7 @@ def measure_conv(conv, batch, repeats, min_time):
 
 
 def parse_sizes(text, args):
-  """'64,16:0.25:small:128:1' -> [(size, width, stem, batch, in_channels)]; a bad entry: one line,
-  exit 2."""
+  """'64,16:0.25:small:128:1' -> [(size, width, stem, batch, in_channels)]; bad: exit 2."""
   configs = []
   for entry in text.split(','):
     fields = entry.strip().split(':')
@@ -198,8 +196,8 @@ def conv_mode(args):
 
 
 def pool_mode(args):
-  """The stem's 3x3/2 pool (padding 1), flax's and models/layers.py's, each compiled with XLA's
-  deterministic GPU ops on and off: the gradient of sum(pool(x) * g), post-ReLU x."""
+  """The stem's 3x3/2 pool, flax's and models/layers.py's, with XLA's deterministic GPU ops on and
+  off: the gradient of sum(pool(x) * g), post-ReLU x."""
   import jax
   import jax.numpy as jnp
   from flax import nnx
@@ -223,19 +221,17 @@ def pool_mode(args):
     lowered = jax.jit(jax.grad(loss)).lower(x, g)
     for mode, options in bench_step.VARIANTS.items():
       runners[(name, mode)] = timed_calls(lowered.compile(options), (x, g))
-  times = common.alternate(runners, args.warmup, args.windows, args.steps)
+  times = common.alternate(runners, args)
   med = {key: statistics.median(t) for key, t in times.items()}
-  print(
-    f'{args.batch}x{args.size}x{args.size}x{args.channels} {args.dtype}, forward + backward; '
-    f'median of {args.windows} alternating windows x {args.steps} calls'
-  )
+  title = f'{args.batch}x{args.size}x{args.size}x{args.channels} {args.dtype}, forward + backward; '
   reference = med[('flax nnx.max_pool', 'nondeterministic')]
   rows = [
     [*key, common.spread(t, 1e3, 3), f'{reference / med[key]:.2f}x'] for key, t in times.items()
   ]
   header = ['pool', 'xla_gpu_deterministic_ops', 'ms/call (median; min-max)']
-  print(common.table([*header, 'vs flax, nondeterministic'], rows))
-  print(f'pool_speedup={reference / med[("models/layers.py", "deterministic")]:.3f}')
+  speedup = reference / med[('models/layers.py', 'deterministic')]
+  title += common.windows(args, 'calls')
+  common.report(title, [*header, 'vs flax, nondeterministic'], rows, f'pool_speedup={speedup:.3f}')
 
 
 CONV, POOL = 'the convolutions (no --pool)', '--pool'

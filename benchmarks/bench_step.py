@@ -1,8 +1,7 @@
 """This project's training step (the trainer's own, for the model and config as train.py loads
 them) on synthetic data: its speed, and as modes its product formats (emulate), XLA's deterministic
 GPU ops (determinism), the trainer's feed (feed), an epoch's evaluation and save (epoch) and where
-its device time goes (profile); against PyTorch's step: benchmarks/bench_vs_torch.py.
-Reference: docs/performance.md "The benchmark scripts".
+its device time goes (profile). Reference: docs/performance.md "The benchmark scripts".
 
   python -m benchmarks.bench_step --config configs/celeba.py:gpu --batch 256 --format bf16
   python -m benchmarks.bench_step --mode determinism --steps 2 --windows 2   # CPU: 64^2
@@ -21,6 +20,7 @@ import shutil
 import statistics
 import tempfile
 import time
+import timeit
 
 import numpy as np
 
@@ -52,26 +52,26 @@ PEAK_TFLOPS = (
 PASSES = {'bf16_3x': 3, 'bf16_4x': 4, 'bf16_6x': 6, 'bf16_9x': 9, 'tf32_3x': 3, 'f32': 6}
 
 
-def image_dataset(name, images, num_classes, batch_size, rng):
-  """uint8 [N, H, W, 3] `images`, random labels; the first image also the test split."""
-  if len(images) < batch_size:
-    common.fail(f'{len(images)} images: need at least one batch of {batch_size}')
-  labels = rng.integers(0, num_classes, len(images), dtype='int32')
-  train, test = input_pipeline.Split(images, labels), input_pipeline.Split(images[:1], labels[:1])
-  return input_pipeline.Dataset(name, train, test, num_classes)
+def image_dataset(name, images, num_classes, rng, test=None):
+  """uint8 [N, H, W, 3] `images` (and `test`; default the first image), random labels."""
+  test = images[:1] if test is None else test
+
+  def split(x):
+    return input_pipeline.Split(x, rng.integers(0, num_classes, len(x), dtype=np.int32))
+
+  return input_pipeline.Dataset(name, split(images), split(test), num_classes)
 
 
 def synthetic_dataset(config, num_classes=1000):
   """One global batch of random uint8 images at config.data.image_size, random labels."""
   rng, size, n = np.random.default_rng(0), config.data.image_size, config.batch_size
   images = rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8)
-  return image_dataset('synthetic', images, num_classes, n, rng)
+  return image_dataset('synthetic', images, num_classes, rng)
 
 
 def analytic_macs(config, num_classes=1000, in_channels=3):
-  """Multiply-adds of one forward pass of config's model (models.build) on one image: every
-  convolution and matmul of its jaxpr, traced without weights at native f32 and conv_impl xla (the
-  model's own products, not an emulated format's passes)."""
+  """Multiply-adds of one forward pass of config's model on one image: every convolution and
+  matmul of its jaxpr, traced at native f32 and conv_impl xla (not an emulated format's passes)."""
   import jax
   import ml_collections
   from flax import nnx
@@ -104,22 +104,6 @@ def analytic_macs(config, num_classes=1000, in_channels=3):
   return macs(closed.jaxpr)
 
 
-def executed_format(platform, numerics, conv_impl):
-  """The product format the hardware really runs the convolutions in (for the MFU peak)."""
-  from numerics import ops
-  from numerics import setup as numerics_setup
-
-  requested = format_names.kind_formats(numerics)
-  fmt = requested['conv']
-  if fmt == format_names.NATIVE:
-    im2col = conv_impl == 'im2col'
-    args = (platform, numerics.matmul_precision, requested, numerics.compute_dtype)
-    return numerics_setup.effective_formats(*args, conv_as_dot=im2col)['conv']
-  if ops.resolve_impl(numerics.emulate_impl, platform, fmt) == 'reference':
-    return numerics_setup.native_formats(platform, 'highest')[0]  # every pass at HIGHEST
-  return 'bf16_4x' if ops.fast_plan(fmt, platform).split else fmt
-
-
 def peak_tflops(device_kind, fmt):
   """Dense peak TFLOP/s of one device for `fmt`, or None (unknown device, CPU)."""
   for key, peaks in PEAK_TFLOPS:
@@ -128,16 +112,6 @@ def peak_tflops(device_kind, fmt):
         return peaks[fmt]
       return peaks['bf16'] / PASSES[fmt] if fmt in PASSES and 'bf16' in peaks else None
   return None
-
-
-def cost_flops(compiled):
-  """XLA's flop count of a compiled computation (per call), or None."""
-  try:
-    cost = compiled.cost_analysis()
-  except Exception:  # backends without a cost analysis raise their own kinds
-    return None
-  cost = (cost or [None])[0] if isinstance(cost, (list, tuple)) else cost
-  return float(cost['flops']) if cost and 'flops' in cost else None
 
 
 class JaxStep:
@@ -165,7 +139,6 @@ class JaxStep:
     self.lowered = step.lower(self.state, self.batch)
     self.step = self.lowered.compile() if compile_step else None
     self.compile_s = time.perf_counter() - start
-    self.flops = cost_flops(self.step) if compile_step else None
 
   def run(self, n, step=None):
     """Seconds for n steps of `step` (default self.step), the host blocking once at the end."""
@@ -179,32 +152,28 @@ class JaxStep:
     return time.perf_counter() - start
 
 
-def build_step(config, devices=None, dataset=None, num_classes=1000, compile_step=True):
-  """JaxStep(...); a config the devices cannot run: one line, exit 2."""
+def build_step(args, config, dataset=None, compile_step=True):
+  """JaxStep on the first --devices devices (0: all); a config they cannot run: one line, exit 2."""
+  import jax
+
+  devices = jax.devices()[: args.devices] if args.devices else jax.devices()
   try:
-    return JaxStep(config, devices, dataset, num_classes, compile_step)
+    return JaxStep(config, devices, dataset, args.num_classes, compile_step)
   except validation.ConfigError as e:
     common.fail(str(e))
 
 
-def selected_devices(args):
-  """The first `--devices` devices (0: all of them)."""
-  import jax
-
-  return jax.devices()[: args.devices] if args.devices else jax.devices()
-
-
-def model_name(config):
-  """The model's torchvision name (its module's TORCHVISION, e.g. 'ResNet-18'), else model.name."""
+def model_line(bench):
+  """'ResNet-18 width 1, imagenet stem, 1000 classes, 64x64x3 uint8, global batch 64 on 1 gpu
+  device(s)': the model (its torchvision name) and its input."""
   import models
 
-  return getattr(models.get(config.model.name), 'TORCHVISION', config.model.name)
-
-
-def model_line(c, devices):
+  c, size, d = bench.config, bench.config.data.image_size, bench.devices
+  name = getattr(models.get(c.model.name), 'TORCHVISION', c.model.name)
   return (
-    f'{model_name(c)} width {c.model.width:g}, {c.model.stem} stem, {c.data.image_size}^2, global '
-    f'batch {c.batch_size} on {len(devices)} {devices[0].platform} device(s)'
+    f'{name} width {c.model.width:g}, {c.model.stem} stem, {bench.ctx.dataset.num_classes} '
+    f'classes, {size}x{size}x3 uint8, global batch {c.batch_size} on {len(d)} {d[0].platform} '
+    'device(s)'
   )
 
 
@@ -225,27 +194,44 @@ def numerics_line(config, conv_impl, platform):
 
 def step_mode(args, config):
   """ms/step, images/s, XLA's and the analytic FLOPs, MFU, peak device memory."""
-  bench = build_step(config, selected_devices(args), num_classes=args.num_classes)
-  times = common.alternate({0: bench.run}, args.warmup, args.windows, args.steps)[0]
+  from numerics import ops
+  from numerics import setup as numerics_setup
+
+  bench = build_step(args, config)
+  times = common.alternate({0: bench.run}, args)[0]
   c, d, n, s = config, bench.devices[0], len(bench.devices), statistics.median(times)
-  size, classes = c.data.image_size, bench.ctx.dataset.num_classes
-  macs = analytic_macs(c, classes)
-  analytic = 6 * macs * c.batch_size / 1e12  # TFLOP: training = 3 x forward = 6 x MACs
-  xla = bench.flops and bench.flops / 1e12
-  fmt = executed_format(d.platform, c.numerics, bench.conv_impl)
+  analytic = 6 * analytic_macs(c, bench.ctx.dataset.num_classes) * c.batch_size / 1e12  # 3 x fwd
+  try:  # XLA's flop count of the compiled step; backends without one raise their own kinds
+    cost = bench.step.cost_analysis()
+  except Exception:
+    cost = None
+  cost = (cost or [None])[0] if isinstance(cost, (list, tuple)) else cost
+  xla = float(cost['flops']) / 1e12 if cost and 'flops' in cost else None
+  # The format the hardware really runs the convolutions in, for the MFU peak.
+  requested = format_names.kind_formats(c.numerics)
+  fmt = requested['conv']
+  if fmt == format_names.NATIVE:
+    native = (d.platform, c.numerics.matmul_precision, requested, c.numerics.compute_dtype)
+    im2col = bench.conv_impl == 'im2col'
+    fmt = numerics_setup.effective_formats(*native, conv_as_dot=im2col)['conv']
+  elif ops.resolve_impl(c.numerics.emulate_impl, d.platform, fmt) == 'reference':
+    fmt = numerics_setup.native_formats(d.platform, 'highest')[0]  # every pass at HIGHEST
+  elif ops.fast_plan(fmt, d.platform).split:
+    fmt = 'bf16_4x'
   peak = peak_tflops(str(getattr(d, 'device_kind', '')), fmt)
   peak = peak and peak * n
   memory = process.memory_stat(bench.devices, 'peak_bytes_in_use')
-  f, per_step = common.fmt, f'{args.windows} windows x {args.steps} steps'
-  model = f'{model_name(c)} width {c.model.width:g}, {c.model.stem} stem, {classes} classes'
+  f = common.fmt
   mfu = f'{f(xla and peak and xla / s / peak, ".1%")} / {f(peak and analytic / s / peak, ".1%")}'
   gflop = f'{f(xla and xla * 1e3, ".1f")} / {analytic * 1e3:.1f}'
   rows = [
-    ('config', f'{model}, {bench.num_params:,} params'),
-    ('input', f'{size}x{size}x3 uint8, global batch {c.batch_size} on {n} device(s)'),
+    ('config', f'{model_line(bench)}, {bench.num_params:,} params'),
     ('numerics', f'{numerics_line(c, bench.conv_impl, d.platform)}, executed format {fmt}'),
     ('compile (lower+compile)', f'{bench.compile_s:.1f} s'),
-    ('ms/step (median; min-max)', f'{common.spread(times)}, {per_step}'),
+    (
+      'ms/step (median; min-max)',
+      f'{common.spread(times)}, {args.windows} windows x {args.steps} steps',
+    ),
     ('images/s', f'{c.batch_size / s:.1f}'),
     ('GFLOP/step: XLA cost analysis / analytic 6xMACs', gflop),
     ('achieved TFLOP/s: XLA / analytic', f'{f(xla and xla / s, ".3f")} / {analytic / s:.3f}'),
@@ -253,8 +239,7 @@ def step_mode(args, config):
     ('MFU: XLA / analytic', mfu),
     ('peak device memory', f'{f(max(memory) / 2**30 if memory else None, ".2f")} GiB'),
   ]
-  print(common.table(['quantity', 'value'], rows))
-  print(f'images_per_sec={c.batch_size / s:.2f}')
+  common.report('', ['quantity', 'value'], rows, f'images_per_sec={c.batch_size / s:.2f}')
 
 
 # --mode emulate: each format of --formats natively, with emulate_impl=reference and fast.
@@ -274,10 +259,11 @@ def emulate_variants(formats, platform):
     fast = format_names.FORMATS[fmt].fast is not None
     plan[fmt] = {'native': None, 'reference': emulated + (('numerics.emulate_impl', 'reference'),)}
     plan[fmt]['fast'] = emulated + (('numerics.emulate_impl', 'fast'),) if fast else None
-    both = {'conv': fmt, 'dense': fmt}
-    target = numerics_setup.effective_formats(platform, 'default', both)['conv']
+    target = numerics_setup.effective_formats(platform, 'default', {'conv': fmt, 'dense': fmt})
     levels = ('default', 'high', 'highest')
-    native = [lv for lv in levels if numerics_setup.native_formats(platform, lv) == (target,) * 2]
+    native = [
+      lv for lv in levels if numerics_setup.native_formats(platform, lv) == (target['conv'],) * 2
+    ]
     if native:
       plan[fmt]['native'] = NATIVE + (('numerics.matmul_precision', native[0]),)
     elif fmt == 'bf16':
@@ -286,23 +272,20 @@ def emulate_variants(formats, platform):
 
 
 def emulate_mode(args, config):
+  import jax
+
   from numerics import ops
 
   formats = [f for f in args.formats.split(',') if f]
   if not formats or set(formats) - set(EMULATED):
     common.fail(f'--formats={args.formats}: choose from {",".join(EMULATED)}')
-  devices = selected_devices(args)
-  platform, steps = devices[0].platform, {}
+  platform, steps = jax.devices()[0].platform, {}
   plan = emulate_variants(formats, platform)
   for overrides in sorted({o for v in plan.values() for o in v.values() if o is not None}):
     print(f'compiling {dict(overrides)} ...', flush=True)
     variant = config_common.apply_overrides(config.copy_and_resolve_references(), overrides)
-    steps[overrides] = build_step(
-      validation.resolve(variant), devices, num_classes=args.num_classes
-    )
-  times = common.alternate(
-    {o: s.run for o, s in steps.items()}, args.warmup, args.windows, args.steps
-  )
+    steps[overrides] = build_step(args, validation.resolve(variant))
+  times = common.alternate({o: s.run for o, s in steps.items()}, args)
   ips = {o: config.batch_size / statistics.median(t) for o, t in times.items()}
   rows, fast_vs_ref, f = [], [], common.fmt
   for fmt, v in plan.items():
@@ -315,14 +298,12 @@ def emulate_mode(args, config):
     speeds = [f(x, '.1f') for x in (native, ref, fast)]
     auto = ops.resolve_impl('auto', platform, fmt)
     rows.append([fmt, setting or 'none on this platform', *speeds, *ratios, auto, compile_s])
-  print(
-    f'{model_line(config, devices)}, conv_impl {config.numerics.conv_impl}; median of '
-    f'{args.windows} alternating windows x {args.steps} steps; ratios of images/s'
-  )
   header = ['format', 'native setting', 'native img/s', 'reference img/s', 'fast img/s']
   header += ['reference / native', 'fast / native', 'fast / reference', 'auto here']
-  print(common.table([*header, 'compile s (ref / fast)'], rows))
-  print(f'fast_vs_reference={min(fast_vs_ref) if fast_vs_ref else float("nan"):.4f}')
+  title = f'{model_line(steps[plan[formats[0]]["reference"]])}, conv_impl '
+  title += f'{config.numerics.conv_impl}; {common.windows(args)}; ratios of images/s'
+  least = min(fast_vs_ref) if fast_vs_ref else float('nan')
+  common.report(title, [*header, 'compile s (ref / fast)'], rows, f'fast_vs_reference={least:.4f}')
 
 
 # --mode determinism: one lowering compiled with XLA's deterministic GPU ops on, off and more.
@@ -359,9 +340,7 @@ def repeats_identically(bench, compiled, steps):
 
 def determinism_measure(args, config, names=tuple(VARIANTS)):
   """(bench, {variant: {'compiled', 'compile_s', 'ops', 'times', 'repeats'}}, [notes])."""
-  devices = selected_devices(args)
-  bench = build_step(config, devices, num_classes=args.num_classes, compile_step=False)
-  out, notes = {}, []
+  bench, out, notes = build_step(args, config, compile_step=False), {}, []
   with tempfile.TemporaryDirectory(prefix='bench_step_') as folder:
     autotune = os.path.join(folder, 'autotune_results.textproto')
     open(autotune, 'w').close()  # empty until the nondeterministic compilation writes it
@@ -382,7 +361,7 @@ def determinism_measure(args, config, names=tuple(VARIANTS)):
       out[name] = {'compiled': compiled, 'compile_s': time.perf_counter() - start}
       out[name]['ops'] = scatter_and_sort_ops(compiled)
   runners = {name: functools.partial(bench.run, step=v['compiled']) for name, v in out.items()}
-  times = common.alternate(runners, args.warmup, args.windows, args.steps)
+  times = common.alternate(runners, args)
   for name, v in out.items():
     v['times'] = times[name]
     v['repeats'] = repeats_identically(bench, v['compiled'], args.repeat_steps)
@@ -396,10 +375,8 @@ def determinism_table(bench, results, args):
   rows = []
   for name, v in results.items():
     ops = ', '.join(f'{k} {n}' for k, n in sorted(v['ops'].items())) or 'none'
-    repeats = 'yes' if v['repeats'] else 'no'
-    rows.append(
-      [name, common.spread(v['times']), f'{ips[name]:.1f}', ops, repeats, f'{v["compile_s"]:.1f}']
-    )
+    row = [name, common.spread(v['times']), f'{ips[name]:.1f}', ops]
+    rows.append(row + ['yes' if v['repeats'] else 'no', f'{v["compile_s"]:.1f}'])
   header = [
     OPTION,
     'ms/step (median; min-max)',
@@ -408,8 +385,7 @@ def determinism_table(bench, results, args):
   ]
   header += [f'{args.repeat_steps} steps repeat bit for bit', 'compile s']
   numerics = numerics_line(c, bench.conv_impl, bench.devices[0].platform)
-  title = f'{model_line(c, bench.devices)}, {numerics}; median of {args.windows} alternating '
-  title += f'windows x {args.steps} steps\n'
+  title = f'{model_line(bench)}, {numerics}; {common.windows(args)}\n'
   base = ips.get('nondeterministic')
   ratios = {n: ips[n] / base for n in ips if base and n != 'nondeterministic'}
   return title + common.table(header, rows), ratios
@@ -436,25 +412,6 @@ def determinism_mode(args, config):
 
 # --mode feed: one resident batch, the host's feed (run.batches) and the devices' (on_device).
 FEEDS = ('synthetic', 'host', 'device')
-
-
-def open_images(args, config, folder):
-  """The uint8 [N, H, W, 3] memmap to feed from: --images, or random images written to disk."""
-  size = config.data.image_size
-  if args.images:
-    images = np.load(args.images, mmap_mode='r')
-    if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:3] != (size,) * 2:
-      common.fail(
-        f'--images {args.images}: need uint8 [N, {size}, {size}, 3] (data.image_size {size}), '
-        f'got {images.dtype} {images.shape}'
-      )
-    return images
-  path, rng, n = os.path.join(folder, 'train.npy'), np.random.default_rng(0), args.examples
-  out = np.lib.format.open_memmap(path, 'w+', np.uint8, (n or 8 * config.batch_size, size, size, 3))
-  for begin in range(0, len(out), 1024):  # chunks: bounded host memory at any size
-    out[begin : begin + 1024] = rng.integers(0, 256, out[begin : begin + 1024].shape, np.uint8)
-  out.flush()
-  return np.load(path, mmap_mode='r')
 
 
 def feed_runner(bench, feed):
@@ -485,53 +442,50 @@ def feed_runner(bench, feed):
 def feed_mode(args, config):
   from input_pipeline import batching
 
-  devices = selected_devices(args)
+  size = config.data.image_size
   with tempfile.TemporaryDirectory(prefix='bench_step_') as folder:
-    images = open_images(args, config, folder)
-    rng = np.random.default_rng(1)
-    bench = build_step(
-      config, devices, image_dataset('feed', images, args.num_classes, config.batch_size, rng)
-    )
-    runners = {feed: feed_runner(bench, feed) for feed in FEEDS}
-    times = common.alternate(runners, args.warmup, args.windows, args.steps)
+    if args.images:  # the uint8 [N, H, W, 3] memmap to feed from: --images, or random images
+      images = np.load(args.images, mmap_mode='r')
+      if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:3] != (size,) * 2:
+        common.fail(
+          f'--images {args.images}: need uint8 [N, {size}, {size}, 3] (data.image_size {size}), '
+          f'got {images.dtype} {images.shape}'
+        )
+    else:
+      path, rng, n = os.path.join(folder, 'train.npy'), np.random.default_rng(0), args.examples
+      shape = (n or 8 * config.batch_size, size, size, 3)
+      images = np.lib.format.open_memmap(path, 'w+', np.uint8, shape)
+      for begin in range(0, len(images), 1024):  # chunks: bounded host memory at any size
+        images[begin : begin + 1024] = rng.integers(0, 256, images[begin : begin + 1024].shape)
+      images.flush()
+      images = np.load(path, mmap_mode='r')
+    if len(images) < config.batch_size:
+      common.fail(f'{len(images)} images: need at least one batch of {config.batch_size}')
+    dataset = image_dataset('feed', images, args.num_classes, np.random.default_rng(1))
+    bench = build_step(args, config, dataset)
+    times = common.alternate({feed: feed_runner(bench, feed) for feed in FEEDS}, args)
   gib = batching.nbytes(bench.ctx.dataset.train) / 2**30
-  print(
-    f'{len(images)} images {images.shape[1:]} uint8 ({gib:.2f} GiB, '
-    f'{"--images" if args.images else "random, memory-mapped"}), global batch '
-    f'{config.batch_size} on {len(devices)} device(s), prefetch {config.data.prefetch}, '
-    f'{args.windows} windows x {args.steps} steps per feed, alternating'
-  )
   med = {feed: statistics.median(t) for feed, t in times.items()}
   ratios = {feed: med['synthetic'] / med[feed] for feed in FEEDS}
   rows = [
     [f, common.spread(times[f]), f'{config.batch_size / med[f]:.1f}', f'{ratios[f]:.3f}']
     for f in FEEDS
   ]
-  print(common.table(['feed', 'ms/step median (min-max)', 'images/s', 'vs synthetic'], rows))
   best = max(('host', 'device'), key=ratios.get)
-  print(f'faster real feed: {best}')
-  print(f'real_vs_synthetic={ratios[best]:.4f}')
+  common.report(
+    f'{len(images)} images {images.shape[1:]} uint8 ({gib:.2f} GiB, '
+    f'{"--images" if args.images else "random, memory-mapped"}), global batch '
+    f'{config.batch_size} on {len(bench.devices)} device(s), prefetch {config.data.prefetch}, '
+    f'{args.windows} windows x {args.steps} steps per feed, alternating',
+    ['feed', 'ms/step median (min-max)', 'images/s', 'vs synthetic'],
+    rows,
+    f'faster real feed: {best}',
+    f'real_vs_synthetic={ratios[best]:.4f}',
+  )
 
 
 # --mode epoch: an evaluation and an epoch-end save as shares of an epoch (CelebA's, by default).
 CELEBA_TRAIN, CELEBA_TEST = 162_038, 40_561
-
-
-def repeated_image_dataset(config, train_examples, test_examples, num_classes):
-  """Both splits as one random image repeated (a stride-0 view), random labels."""
-  rng, size = np.random.default_rng(0), config.data.image_size
-  image = rng.integers(0, 256, (1, size, size, 3), dtype=np.uint8)
-
-  def split(n):
-    strides = (0, *image.strides[1:])
-    images = np.lib.stride_tricks.as_strided(
-      image, (n,) + image.shape[1:], strides, writeable=False
-    )
-    return input_pipeline.Split(images, rng.integers(0, num_classes, n, dtype=np.int32))
-
-  return input_pipeline.Dataset(
-    'repeated', split(train_examples), split(test_examples), num_classes
-  )
 
 
 def time_saves(bench, mngr, repeats, steps_during):
@@ -573,15 +527,18 @@ def epoch_mode(args, config):
     common.fail(
       f'--train-examples={args.train_examples}: need at least one batch of {config.batch_size}'
     )
-  dataset = repeated_image_dataset(
-    config, args.train_examples, args.test_examples, args.num_classes
+  rng, size = np.random.default_rng(0), config.data.image_size
+  image = rng.integers(0, 256, (1, size, size, 3), dtype=np.uint8)  # repeated: stride-0 views
+  train_images, test_images = (
+    np.broadcast_to(image, (n, size, size, 3)) for n in (args.train_examples, args.test_examples)
   )
-  bench = build_step(config, selected_devices(args), dataset)
+  dataset = image_dataset('repeated', train_images, args.num_classes, rng, test_images)
+  bench = build_step(args, config, dataset)
   ctx = bench.ctx
-  times = {'step': common.alternate({0: bench.run}, args.warmup, args.windows, args.steps)[0]}
+  times = {'step': common.alternate({0: bench.run}, args)[0]}
   evaluate = functools.partial(train.evaluate, ctx, train.eval_fn(ctx, bench.state), bench.state)
   evaluate()  # compiles
-  times['eval'] = [timed(evaluate) for _ in range(args.repeats)]
+  times['eval'] = timeit.repeat(evaluate, repeat=args.repeats, number=1)
   with tempfile.TemporaryDirectory(prefix='bench_step_') as workdir:
     mngr = checkpoint.manager(workdir, keep=2)
     try:
@@ -600,28 +557,23 @@ def epoch_mode(args, config):
 
   while_writing = f'{med["step_while_writing"] / med["step"]:.2f}x the step'
   evaluation = f'{test:,} examples, {batches} batch(es) of {config.eval_batch_size}'
-  total = f'{med["eval"] + med["sync"]:.3f} s'
   rows = [
     row('training step', 'step', f'x {ctx.per_epoch} = {epoch_s:.2f} s', 'ms', '100%'),
     row(f'evaluation ({evaluation})', 'eval', 'x 1'),
     row(f'checkpoint save, synchronous part ({mib:.0f} MiB state)', 'sync', 'x 1'),
     row('checkpoint save, total (until written; the rest runs in the background)', 'total'),
     row('training step while the write runs', 'step_while_writing', '', 'ms', while_writing),
-    ['overhead per epoch (evaluation + synchronous save)', total, '', f'{overhead:.1%}'],
+    ['overhead per epoch (evaluation + synchronous save)', f'{med["eval"] + med["sync"]:.3f} s']
+    + ['', f'{overhead:.1%}'],
   ]
-  print(
-    f'{model_line(config, bench.devices)}, compute {config.numerics.compute_dtype}; epoch = '
+  common.report(
+    f'{model_line(bench)}, compute {config.numerics.compute_dtype}; epoch = '
     f'{ctx.per_epoch} steps ({len(ctx.dataset.train):,} examples); medians (min-max) of '
-    f'{args.windows} step windows x {args.steps} steps and {args.repeats} evaluations and saves'
+    f'{args.windows} step windows x {args.steps} steps and {args.repeats} evaluations and saves',
+    ['item', 'time', 'per epoch', "share of the epoch's training time"],
+    rows,
+    f'epoch_overhead_fraction={overhead:.4f}',
   )
-  print(common.table(['item', 'time', 'per epoch', "share of the epoch's training time"], rows))
-  print(f'epoch_overhead_fraction={overhead:.4f}')
-
-
-def timed(fn):
-  start = time.perf_counter()
-  fn()
-  return time.perf_counter() - start
 
 
 # --mode profile: a Perfetto trace of --steps steps, read back. A kernel's category by its name
@@ -643,22 +595,6 @@ MOVES = set(
 REDUCTIONS = {'reduce', 'reduce-window', 'select-and-scatter', 'scatter', 'sort'}
 
 
-def category(name):
-  """A kernel's category from its name alone."""
-  return next((c for c, keys in CATEGORIES if any(k in name.lower() for k in keys)), 'other')
-
-
-def category_of_ops(ops, text):
-  targets = ' '.join(re.findall(r'custom_call_target="([^"]+)"', text)).lower()
-  if 'convolution' in ops or 'conv' in targets:
-    return 'convolution'
-  if 'dot' in ops or 'gemm' in targets or 'matmul' in targets:
-    return 'matmul'
-  if ops & REDUCTIONS:
-    return 'reduction fusion'
-  return 'copy/transpose' if ops <= MOVES else 'elementwise fusion'
-
-
 def hlo_categories(text):
   """{HLO instruction name: category} from a compiled module's text: a fusion by what its fused
   computation holds, whatever the backend names it (XLA:CPU's 'ynn_fusion' may be a dot)."""
@@ -672,14 +608,21 @@ def hlo_categories(text):
       bodies[current].append((match.group(1), match.group(2)))
       lines[match.group(1)] = line
   out = {}
-  for instructions in bodies.values():
-    for name, opcode in instructions:
-      ops, text_of = {opcode}, lines[name]
-      callee = re.search(r'calls=%?([\w.\-]+)', lines[name])
-      if callee and callee.group(1) in bodies:
-        ops = {op for _, op in bodies[callee.group(1)]}
-        text_of = ' '.join(lines[n] for n, _ in bodies[callee.group(1)])
-      out[name] = category_of_ops(ops, text_of)
+  for name, opcode in (i for instructions in bodies.values() for i in instructions):
+    ops, text_of = {opcode}, lines[name]
+    callee = re.search(r'calls=%?([\w.\-]+)', lines[name])
+    if callee and callee.group(1) in bodies:
+      ops = {op for _, op in bodies[callee.group(1)]}
+      text_of = ' '.join(lines[n] for n, _ in bodies[callee.group(1)])
+    targets = ' '.join(re.findall(r'custom_call_target="([^"]+)"', text_of)).lower()
+    if 'convolution' in ops or 'conv' in targets:
+      out[name] = 'convolution'
+    elif 'dot' in ops or 'gemm' in targets or 'matmul' in targets:
+      out[name] = 'matmul'
+    elif ops & REDUCTIONS:
+      out[name] = 'reduction fusion'
+    else:
+      out[name] = 'copy/transpose' if ops <= MOVES else 'elementwise fusion'
   return out
 
 
@@ -705,25 +648,16 @@ def device_events(events):
   return ops, 'host XLA operations (CPU: thread-pool work overlaps, so busy time is a union)'
 
 
-def busy_time(events):
-  """Length of the union of the events' [ts, ts + dur) intervals (microseconds)."""
-  total, end = 0.0, None
-  for start, stop in sorted((e['ts'], e['ts'] + e['dur']) for e in events):
-    if end is None or start > end:
-      total, end = total + stop - start, stop
-    elif stop > end:
-      total, end = total + stop - end, stop
-  return total
-
-
 def event_category(event, categories):
   """The event's category: from the HLO instruction it ran (args 'hlo_op'), else its name."""
-  op = event.get('args', {}).get('hlo_op', event['name'])
-  return categories.get(op) or categories.get(event['name']) or category(event['name'])
+  op, name = event.get('args', {}).get('hlo_op', event['name']), event['name']
+  by_name = next((c for c, keys in CATEGORIES if any(k in name.lower() for k in keys)), 'other')
+  return categories.get(op) or categories.get(name) or by_name
 
 
 def trace_summary(events, steps, categories=None):
-  """Per step, in microseconds: busy and wall time, kernel time by category and by kernel."""
+  """Per step, in microseconds: busy (the union of the kernels' intervals) and wall time, kernel
+  time by category and by kernel."""
   if not events:
     raise ValueError('the trace holds no device events (is a profiler plugin available?)')
   by_category, by_kernel, counts, kinds = collections.Counter(), collections.Counter(), {}, {}
@@ -732,12 +666,12 @@ def trace_summary(events, steps, categories=None):
     by_category[kinds[e['name']]] += e['dur'] / steps
     by_kernel[e['name']] += e['dur'] / steps
     counts[e['name']] = counts.get(e['name'], 0) + 1 / steps
-  span = max(e['ts'] + e['dur'] for e in events) - min(e['ts'] for e in events)
-  total = sum(e['dur'] for e in events)
+  start, stop = np.array(sorted((e['ts'], e['ts'] + e['dur']) for e in events), float).T
+  covered = np.maximum.accumulate(np.concatenate([[-np.inf], stop[:-1]]))  # by earlier kernels
   return dict(
-    busy=busy_time(events) / steps,
-    span=span / steps,
-    kernel_sum=total / steps,
+    busy=float(np.maximum(stop - np.maximum(start, covered), 0).sum()) / steps,
+    span=(stop.max() - start.min()) / steps,
+    kernel_sum=sum(e['dur'] for e in events) / steps,
     launches=len(events) / steps,
     by_category=by_category,
     by_kernel=by_kernel,
@@ -749,60 +683,51 @@ def trace_summary(events, steps, categories=None):
 def profile_mode(args, config):
   import jax
 
-  bench = build_step(config, selected_devices(args), num_classes=args.num_classes)
+  bench = build_step(args, config)
   bench.run(args.warmup)
   with tempfile.TemporaryDirectory(prefix='bench_step_') as trace_dir:
     with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
       seconds = bench.run(args.steps)
     with gzip.open(find_trace(trace_dir), 'rt') as f:
       data = json.load(f)
-    if args.trace_dir:
-      keep_trace(trace_dir, args.trace_dir)
+    if args.trace_dir:  # through runrecord/files.py, beside earlier runs' traces
+      names = [
+        os.path.relpath(p, trace_dir)
+        for p in glob.glob(os.path.join(trace_dir, '**'), recursive=True)
+        if os.path.isfile(p)
+      ]
+
+      def write(staging):
+        shutil.copytree(trace_dir, staging, dirs_exist_ok=True)
+        return [os.path.join(staging, name) for name in names]
+
+      command = f'bench_step profile {os.path.dirname(names[0])}'  # its own writer: none replaced
+      kwargs = dict(command=command, flag='--trace-dir', may_write=names)
+      with files.Destination(args.trace_dir, **kwargs) as dest:
+        dest.write(write)
   where = f'; trace in {args.trace_dir}' if args.trace_dir else ''
-  print(
-    f'traced {args.steps} steps: {seconds / args.steps * 1e3:.2f} ms/step wall under the '
-    f'profiler{where}'
-  )
   events, source = device_events(data['traceEvents'] if isinstance(data, dict) else data)
   s = trace_summary(events, args.steps, hlo_categories(bench.step.as_text()))
   total = s['kernel_sum']
   print(
-    f'events from: {source}\nper step: device busy {s["busy"] / 1e3:.3f} ms of '
+    f'traced {args.steps} steps: {seconds / args.steps * 1e3:.2f} ms/step wall under the '
+    f'profiler{where}\nevents from: {source}\nper step: device busy {s["busy"] / 1e3:.3f} ms of '
     f'{s["span"] / 1e3:.3f} ms span ({s["busy"] / s["span"]:.1%} busy), {s["launches"]:.0f} '
     f'kernels, sum of kernel times {total / 1e3:.3f} ms\n'
   )
   rows = [[n, f'{us / 1e3:.3f}', f'{us / total:.1%}'] for n, us in s['by_category'].most_common()]
   print(common.table(['category', 'ms/step', 'share of kernel time'], rows) + '\n')
   rows = [
-    [
-      f'`{n if len(n) <= 90 else n[:87] + "..."}`',
-      s['kinds'][n],
-      f'{s["counts"][n]:.0f}',
-      f'{us / 1e3:.3f}',
-      f'{us / total:.1%}',
-    ]
+    [f'`{n if len(n) <= 90 else n[:87] + "..."}`', s['kinds'][n], f'{s["counts"][n]:.0f}']
+    + [f'{us / 1e3:.3f}', f'{us / total:.1%}']
     for n, us in s['by_kernel'].most_common(args.top)
   ]
-  print(
-    common.table([f'top {args.top} kernels', 'category', 'calls/step', 'ms/step', 'share'], rows)
+  common.report(
+    '',
+    [f'top {args.top} kernels', 'category', 'calls/step', 'ms/step', 'share'],
+    rows,
+    f'device_busy_fraction={s["busy"] / s["span"]:.4f}',
   )
-  print(f'device_busy_fraction={s["busy"] / s["span"]:.4f}')
-
-
-def keep_trace(trace_dir, target):
-  """The trace copied into `target` through runrecord/files.py, beside earlier runs' traces."""
-  paths = glob.glob(os.path.join(trace_dir, '**'), recursive=True)
-  names = [os.path.relpath(p, trace_dir) for p in paths if os.path.isfile(p)]
-
-  def write(staging):
-    for name in names:
-      os.makedirs(os.path.dirname(os.path.join(staging, name)), exist_ok=True)
-      shutil.copyfile(os.path.join(trace_dir, name), os.path.join(staging, name))
-    return [os.path.join(staging, name) for name in names]
-
-  command = f'bench_step profile {os.path.dirname(names[0])}'  # its own writer: none replaced
-  with files.Destination(target, command=command, flag='--trace-dir', may_write=names) as dest:
-    dest.write(write)
 
 
 MODES = dict(step=step_mode, emulate=emulate_mode, determinism=determinism_mode, feed=feed_mode)

@@ -18,10 +18,8 @@ from benchmarks import bench_step, common
 
 
 def torch_resnet(bottleneck=False, blocks=(2, 2, 2, 2), num_classes=1000, width=1.0):
-  """torchvision's ResNet in plain torch.nn (torchvision cannot be installed beside this torch):
-  its architecture, module names (so state_dict keys are torchvision's) and initialisation (kaiming
-  fan_out convolutions, BN 1 and 0, no zero-initialised residual BN); basic blocks, or bottlenecks
-  (1x1, 3x3 with the stride, 1x1 to 4x the channels); downsample = 1x1 conv + BN."""
+  """torchvision's ResNet in plain torch.nn (torchvision cannot be installed beside this torch): its
+  architecture, module names, state_dict keys and initialisation (docs/performance.md)."""
   import torch
   from torch import nn
 
@@ -156,11 +154,11 @@ class TorchStep:
 def compare(args, config):
   """The JAX step, torch eager and torch.compile in alternating windows: a table, and the fastest
   torch variant's ms/step over this project's as `speedup_vs_torch=`."""
-  import jax
   import torch
 
   device = args.torch_device or ('cuda' if torch.cuda.is_available() else 'cpu')
-  jax_step = bench_step.build_step(config, jax.devices()[:1], num_classes=args.num_classes)
+  args.devices = 1
+  jax_step = bench_step.build_step(args, config)
   variants = {f'jax (this project, conv_impl {jax_step.conv_impl})': jax_step}
   variants['torch eager'] = TorchStep(config, device, args.num_classes, compiled=False)
   if not args.no_compile:
@@ -169,24 +167,24 @@ def compare(args, config):
     except Exception as e:  # reported, its traceback on stderr; eager goes on alone
       traceback.print_exc()
       print(f'torch.compile failed ({type(e).__name__}; traceback on stderr)')
-  runners = {name: v.run for name, v in variants.items()}
-  times = common.alternate(runners, args.warmup, args.windows, args.steps)
+  times = common.alternate({name: v.run for name, v in variants.items()}, args)
   med = {name: statistics.median(t) for name, t in times.items()}
   jax_name = next(iter(variants))
   best = min((n for n in variants if n != jax_name), key=med.get)
-  print(
-    f'{bench_step.model_line(config, jax_step.devices)}, {args.num_classes} classes, compute '
-    f'{config.numerics.compute_dtype}, matmul_precision {config.numerics.matmul_precision}, '
-    f'full training step; {args.windows} alternating windows x {args.steps} steps'
-  )
+  title = f'{bench_step.model_line(jax_step)}, compute {config.numerics.compute_dtype}, '
+  title += f'matmul_precision {config.numerics.matmul_precision}, full training step; '
   rows = [
     [name, common.spread(times[name], 1e3, 1), f'{config.batch_size / med[name]:.1f}']
     + [f'{v.compile_s:.1f}']
     for name, v in variants.items()
   ]
-  print(common.table(['variant', 'ms/step median (min-max)', 'images/s', 'first call (s)'], rows))
-  print(f'best torch variant: {best}')
-  print(f'speedup_vs_torch={med[best] / med[jax_name]:.3f}')
+  common.report(
+    title + common.windows(args),
+    ['variant', 'ms/step median (min-max)', 'images/s', 'first call (s)'],
+    rows,
+    f'best torch variant: {best}',
+    f'speedup_vs_torch={med[best] / med[jax_name]:.3f}',
+  )
 
 
 def main(argv=None):

@@ -1,5 +1,5 @@
-"""What the benchmarks share: the record's first lines, the one-line error,
-alternating timed windows, tables, flags of one mode, and the step benchmarks' command line.
+"""What the benchmarks share: the record's first lines, the one-line error, alternating timed
+windows, tables, flags of one mode, and the step benchmarks' command line.
 Reference: docs/performance.md "The benchmark scripts".
 """
 
@@ -28,8 +28,8 @@ def fail(message: str) -> NoReturn:
 
 
 def allocate_gpu_memory_on_demand() -> None:
-  """XLA_PYTHON_CLIENT_PREALLOCATE=false unless one of JAX's memory variables is set: JAX then
-  leaves room for torch in the same process. Call before anything starts JAX's backend."""
+  """XLA_PYTHON_CLIENT_PREALLOCATE=false unless a JAX memory variable is set: room for torch in
+  the same process. Call before anything starts JAX's backend."""
   if not any(name in os.environ for name in process.MEMORY_VARIABLES):
     os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] = 'false'
 
@@ -64,19 +64,22 @@ def command_line(module: str, argv: Sequence[str] | None) -> str:
   return f'command: python -m benchmarks.{module} ' + ' '.join(args)
 
 
-def alternate(
-  runners: Mapping[Any, Callable[[int], float]], warmup: int, windows: int, steps: int
-) -> dict[Any, list[float]]:
+def alternate(runners: Mapping[Any, Callable[[int], float]], args) -> dict[Any, list[float]]:
   """{name: [seconds per step of each window]}: every runner (run(n) -> seconds of n steps) runs
-  `warmup` untimed steps, then `windows` rounds time `steps` steps of each in turn, so that a busy
-  or throttling machine slows them all alike."""
+  `args.warmup` untimed steps, then `args.windows` rounds time `args.steps` steps of each in turn,
+  so that a busy or throttling machine slows them all alike."""
   for run_steps in runners.values():
-    run_steps(warmup)
+    run_steps(args.warmup)
   times: dict[Any, list[float]] = {name: [] for name in runners}
-  for _ in range(windows):
+  for _ in range(args.windows):
     for name, run_steps in runners.items():
-      times[name].append(run_steps(steps) / steps)
+      times[name].append(run_steps(args.steps) / args.steps)
   return times
+
+
+def windows(args, unit: str = 'steps') -> str:
+  """How alternate() timed: 'median of 5 alternating windows x 10 steps'."""
+  return f'median of {args.windows} alternating windows x {args.steps} {unit}'
 
 
 def fmt(value: float | None, spec: str) -> str:
@@ -94,6 +97,11 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
   """A Markdown table of `rows` under `header`."""
   lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   return '\n'.join(lines + ['| ' + ' | '.join(map(str, row)) + ' |' for row in rows])
+
+
+def report(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]], *lines: str) -> None:
+  """Prints `title` (unless empty), the table of `rows` under `header`, then `lines`."""
+  print('\n'.join([*([title] if title else []), table(header, rows), *lines]))
 
 
 def mode_flag(parser, owners: dict[str, str], owner: str, flag: str, **kwargs) -> None:
@@ -122,7 +130,7 @@ def refuse_other_modes(parser, args, owners: dict[str, str], chosen: str) -> Non
 # The step benchmarks' config: `--config FILE[:ARGS]` as train.py takes it (default: the CelebA
 # study's model and numerics at 64^2, batch 64), then the shorthand flags, then --config.* flags.
 DEFAULT_CONFIG = 'configs/celeba.py:data.image_size=64,batch_size=64'
-SHORTHANDS = (  # (argparse dest, the config field it sets), with its help text
+SHORTHANDS = (  # (argparse dest, the config field it sets, type, help: None for a second field)
   ('image_size', 'data.image_size', int, 'data.image_size'),
   ('batch', 'batch_size', int, 'batch_size (global)'),
   ('width', 'model.width', float, 'model.width'),
@@ -135,19 +143,22 @@ SHORTHANDS = (  # (argparse dest, the config field it sets), with its help text
   ('emulate_impl', 'numerics.emulate_impl', str, 'numerics.emulate_impl: auto, reference or fast'),
   ('conv_impl', 'numerics.conv_impl', str, 'numerics.conv_impl: auto, xla or im2col'),
   ('prefetch', 'data.prefetch', int, 'data.prefetch (batches prepared ahead)'),
+  ('flip', 'data.flip', None, 'data.flip'),
 )
 
 
-def add_step_args(parser, shorthands=SHORTHANDS) -> None:
+def add_step_args(parser) -> None:
   """The shorthand config flags (default: the config's value) and the timing flags."""
   parser.epilog = (
     f'--config FILE[:ARGS] (default {DEFAULT_CONFIG}) and --config.FIELD=VALUE overrides as '
     'train.py takes them; each shorthand flag sets one field, checked as train.py checks it.'
   )
-  for dest, _, kind, text in shorthands:
-    if text:
-      parser.add_argument('--' + dest.replace('_', '-'), type=kind, help=text)
-  parser.add_argument('--flip', action='store_true', default=None, help='data.flip')
+  for dest, _, kind, text in SHORTHANDS:
+    flag = '--' + dest.replace('_', '-')
+    if kind is None:
+      parser.add_argument(flag, action='store_true', default=None, help=text)
+    elif text:
+      parser.add_argument(flag, type=kind, help=text)
   parser.add_argument('--num-classes', type=int, default=1000, help='classes of the synthetic data')
   parser.add_argument('--steps', type=int, default=10, help='steps per timed window')
   parser.add_argument('--windows', type=int, default=5, help='timed windows (median reported)')
@@ -155,27 +166,20 @@ def add_step_args(parser, shorthands=SHORTHANDS) -> None:
   parser.add_argument('--devices', type=int, default=0, help='use the first N devices (0: all)')
 
 
-def shorthand_overrides(args, shorthands=SHORTHANDS) -> list[tuple[str, Any]]:
-  """[(config field, value)] of the shorthand flags given, --flip included."""
-  given = [(field, getattr(args, dest, None)) for dest, field, _, _ in shorthands]
-  given.append(('data.flip', getattr(args, 'flip', None)))
-  return [(field, value) for field, value in given if value is not None]
-
-
-def parse_step_config(parser, argv, overrides_of=shorthand_overrides, resolve=True):
-  """(args, config): `--config` and `--config.*` split off (configs/common.py), the rest parsed
-  by `parser`; the config loaded with overrides_of(args), then --config.*, resolved and its
-  numerics applied before any backend starts (`resolve` False, or a function of the args giving
-  False: returned as loaded, for a caller resolving variants of it). Bad input: one line, exit 2."""
+def parse_step_config(parser, argv, resolve=True):
+  """(args, config): `--config` and `--config.*` split off, the rest parsed by `parser`; the config
+  loaded with the shorthand flags given, then --config.*, resolved and its numerics applied before
+  any backend starts (`resolve(args)` False: returned as loaded). Bad input: one line, exit 2."""
   spec, overrides, rest = config_common.split_argv(list(sys.argv[1:] if argv is None else argv))
   args = parser.parse_args(rest)  # --help and a bad flag end here, before JAX loads
   from numerics import setup as numerics_setup
 
-  resolve = resolve(args) if callable(resolve) else resolve
+  given = [(field, getattr(args, dest)) for dest, field, _, _ in SHORTHANDS]
   try:
-    loaded = config_common.load(spec or DEFAULT_CONFIG, overrides_of(args) + overrides)
+    given = [(field, value) for field, value in given if value is not None]
+    loaded = config_common.load(spec or DEFAULT_CONFIG, given + overrides)
     config = validation.resolve(loaded)
     numerics_setup.configure(config)
   except ValueError as e:  # a bad file, field or value (ConfigError is a ValueError): one line
     fail(str(e))
-  return args, (config if resolve else loaded)
+  return args, (config if resolve is True or resolve(args) else loaded)

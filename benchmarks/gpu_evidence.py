@@ -15,6 +15,7 @@ import glob
 import importlib
 import json
 import os
+import pathlib
 import re
 import signal
 import subprocess
@@ -102,10 +103,7 @@ TOY_STUDY = 'smoke,num_epochs=1,optim.freeze_epochs=0,batch_size=256,arms=1'
 
 
 def read(path):
-  if not os.path.exists(path):
-    return ''
-  with open(path, encoding='utf-8', errors='replace') as f:
-    return f.read()
+  return pathlib.Path(path).read_text('utf-8', 'replace') if os.path.exists(path) else ''
 
 
 def result_line(key):
@@ -139,14 +137,7 @@ def determinism(batch, variants, extra=''):
 
 
 def vs_torch(batch, preset='', windows=''):
-  gpu = f'{TORCH} {preset} --batch {batch} {windows}'
-  return ('vs_torch', 'speedup_vs_torch', gpu, TOY_TORCH)
-
-
-def profile(batch, toy):
-  mode = '--mode profile --top'
-  toy = f'{TOY_STEP} {mode} 5' if toy else None
-  return (f'profile_{batch}', 'device_busy_fraction', f'{GPU_STEP} --batch {batch} {mode} 40', toy)
+  return ('vs_torch', 'speedup_vs_torch', f'{TORCH} {preset} --batch {batch} {windows}', TOY_TORCH)
 
 
 def key_values(ctx):
@@ -179,9 +170,9 @@ def gpu_tier(ctx):
 
 def records(root):
   """{run path relative to root: its record (None: nothing saved)} (analysis.inputs)."""
-  from analysis import inputs as results  # pandas: only when records are read
+  from analysis import inputs  # pandas: only when records are read
 
-  found = results.read_all(root)
+  found = inputs.read_all(root)
   return {os.path.relpath(run, root): r for run, r in found if not isinstance(r, Exception)}
 
 
@@ -200,14 +191,17 @@ def runs_line(root, seeds=None):
 def replicate_line(root_a, root_b):
   """Same-seed pairs of two roots: bit-identical final states, equal accuracies, largest gap."""
   a, b = records(root_a), records(root_b)
-  done = {k for k in a.keys() & b.keys() if a[k] and b[k]}
   pairs = [
-    (a[k], b[k]) for k in sorted(done) if a[k].get('status') == b[k].get('status') == 'completed'
+    (a[k], b[k])
+    for k in sorted(a.keys() & b.keys())
+    if a[k] and b[k] and a[k].get('status') == b[k].get('status') == 'completed'
   ]
   if not pairs:
     return 'no completed same-seed pair'
-  digests = [(x.get('state_digest'), y.get('state_digest')) for x, y in pairs]
-  same = sum(x is not None and x == y for x, y in digests)
+  same = sum(
+    x.get('state_digest') is not None and x['state_digest'] == y.get('state_digest')
+    for x, y in pairs
+  )
   gaps = [abs(x['final']['test_accuracy'] - y['final']['test_accuracy']) * 100 for x, y in pairs]
   return (
     f'{len(pairs)} same-seed pairs: bit-identical final states {same}, equal test '
@@ -224,14 +218,14 @@ def study_spec(ctx, seeds, only=None, extra=''):
 
 def planned(root):
   """The toy size's headline: how many runs the dry run planned (its command list)."""
-  commands = read(os.path.join(root, runner.COMMANDS_FILE)).splitlines()
-  return f'dry run: {len(commands)} run(s) planned'
+  return (
+    f'dry run: {len(read(os.path.join(root, runner.COMMANDS_FILE)).splitlines())} run(s) planned'
+  )
 
 
 def sweep(ctx, label, spec, root, parallel, seeds=None):
   """sweeps.sweep of `spec` into `root` (a dry run at the toy size); met when every run is done."""
   commands = os.path.join(root, runner.COMMANDS_FILE)
-  slurm = os.path.join(root, runner.SLURM_FILE)
 
   def expect(ctx, step):
     if ctx.smoke:
@@ -243,8 +237,19 @@ def sweep(ctx, label, spec, root, parallel, seeds=None):
   argv = [PY, '-m', 'sweeps.sweep', f'--config={spec}', f'--root={root}']
   argv += [f'--parallel={parallel}', '--heartbeat=60']
   if ctx.smoke:
+    slurm = os.path.join(root, runner.SLURM_FILE)
     argv += ['--dry-run', f'--emit-commands={commands}', f'--emit-slurm={slurm}']
   return Step(label, argv, ok=(0, 1), expect=expect)
+
+
+def export_step(roots, csv_path, spec):
+  """The runs' records as one CSV with the study's declaration (analysis.export, on the CPU)."""
+
+  def expect(ctx, step):
+    return None if len(read(csv_path).splitlines()) > 1 else f'{csv_path}: no table written'
+
+  argv = [PY, '-m', 'analysis.export', '--runs', *roots, '--out', csv_path, '--study', spec]
+  return Step('export', argv, {'JAX_PLATFORMS': 'cpu'}, expect=expect)
 
 
 def shared_gpu(ctx):
@@ -261,16 +266,6 @@ def shared_gpu_headline(ctx):
   fractions = collections.Counter(m.group(1) if m else 'none' for m in found)
   named = ', '.join(f'{v} in {n}' for v, n in sorted(fractions.items())) or 'none'
   return f'{runs_line(root)}; MEM_FRACTION in train.log: {named}'
-
-
-def export_step(roots, csv_path, spec):
-  """The runs' records as one CSV with the study's declaration (analysis.export, on the CPU)."""
-
-  def expect(ctx, step):
-    return None if len(read(csv_path).splitlines()) > 1 else f'{csv_path}: no table written'
-
-  argv = [PY, '-m', 'analysis.export', '--runs', *roots, '--out', csv_path, '--study', spec]
-  return Step('export', argv, {'JAX_PLATFORMS': 'cpu'}, expect=expect)
 
 
 def study_slice(first):
@@ -336,6 +331,8 @@ EPOCH = ('epoch', 'epoch_overhead_fraction', f'{GPU_STEP} --mode epoch', TOY_EPO
 XLA = 'nondeterministic,exclude_nondeterministic,deterministic_autotuned'
 ALL_VARIANTS = f'deterministic,{XLA}'
 PRESET = '--config configs/celeba.py:gpu'
+PROFILE = '--mode profile --top'
+TOY_PROFILE = f'{TOY_STEP} {PROFILE} 5'
 PARTS = [
   Part('gpu_tier', 3.0, 'GPU_TESTS=1 pytest tests/gpu', gpu_tier, pytest_summary),
   bench(
@@ -355,7 +352,13 @@ PARTS = [
   bench('vs_torch_256', 2.5, 'against torch, bf16, batch 256', vs_torch(256)),
   bench('vs_torch_2048', 3.5, 'against torch, bf16, batch 2048', vs_torch(2048, '', '--windows 3')),
   bench('vs_torch_2048_deterministic', 4.0, 'gpu preset', vs_torch(2048, PRESET, '--windows 3')),
-  bench('profile', 5.0, 'profiles at batch 256 and 2048', profile(256, True), profile(2048, False)),
+  bench(
+    'profile',
+    5.0,
+    'profiles at batch 256 and 2048',
+    ('profile_256', 'device_busy_fraction', f'{GPU_STEP} --batch 256 {PROFILE} 40', TOY_PROFILE),
+    ('profile_2048', 'device_busy_fraction', f'{GPU_STEP} --batch 2048 {PROFILE} 40', None),
+  ),
   bench('epoch', 4.0, 'a CelebA epoch at batch 2048, its evaluation and save', EPOCH),
   Part('shared_gpu', 3.0, 'four runs sharing the GPU', shared_gpu, shared_gpu_headline),
   *STUDY_PARTS,
@@ -419,18 +422,6 @@ def run_step(step, ctx, seconds_left):
       return None
 
 
-def step_failure(step, ctx, code):
-  """Why the command failed or missed its criterion (naming a missing module), or None."""
-  if code is None:
-    why = 'timed out'
-  else:
-    why = f'exit {code}' if code not in step.ok else step.expect and step.expect(ctx, step)
-  found = MISSING_MODULE.findall(read(os.path.join(ctx.folder, step.label + '.err')))
-  return (
-    f'{why}; missing module {found[-1]} (No module named {found[-1]})' if why and found else why
-  )
-
-
 def run_part(part, out, smoke, part_minutes):
   """Run the part's commands; returns its status. Its outputs and status.json go to OUT/<part>
   together when it ends, replacing what an earlier run of it wrote there."""
@@ -443,13 +434,18 @@ def run_part(part, out, smoke, part_minutes):
     for step in part.steps(ctx):
       began = time.time()
       code = run_step(step, ctx, part_minutes * 60 - (began - start))
-      failure = step_failure(step, ctx, code)
-      command = ' '.join(step.argv)
-      seconds = round(time.time() - began, 1)
+      if code is None:  # why the command failed or missed its criterion, naming a missing module
+        failure = 'timed out'
+      else:
+        failure = f'exit {code}' if code not in step.ok else step.expect and step.expect(ctx, step)
+      missing = MISSING_MODULE.findall(read(os.path.join(ctx.folder, step.label + '.err')))
+      if failure and missing:
+        failure += f'; missing module {missing[-1]} (No module named {missing[-1]})'
+      seconds, command = round(time.time() - began, 1), ' '.join(step.argv)
       status['commands'].append(
         dict(label=step.label, exit_code=code, seconds=seconds, command=command)
+        | {'criterion': failure or 'met'}
       )
-      status['commands'][-1]['criterion'] = failure or 'met'
       if failure:
         status['status'] = 'timed out' if code is None else f'failed: {step.label}: {failure}'
         break
@@ -596,10 +592,8 @@ def describe(plan, out, smoke=False):
   if not plan.calls:
     rest = plan.later or plan.too_long
     lines.append('no part fits this slot' if rest else 'nothing to run: every part is completed')
-  parts = sum(len(c.parts) for c in plan.calls)
-  lines.append(
-    f'planned: {plan.total:g} of {plan.budget:g} min ({len(plan.calls)} call(s), {parts} part(s))'
-  )
+  parts = f'{len(plan.calls)} call(s), {sum(len(c.parts) for c in plan.calls)} part(s)'
+  lines.append(f'planned: {plan.total:g} of {plan.budget:g} min ({parts})')
   if plan.later:
     minutes = sum(p.minutes for p in plan.later)
     lines.append(f'next slot ({len(plan.later)} part(s), {minutes:g} min): {listed(plan.later)}')

@@ -117,10 +117,6 @@ def settings(args):
   return out
 
 
-def label(setting):
-  return ','.join(f'{k.split(".", 1)[1]}={v}' for k, v in setting.items()) or 'config as given'
-
-
 def determinism_failures(result):
   """With identical settings for a and b: every nonzero a-vs-b difference (empty: deterministic)."""
   bad = [
@@ -354,8 +350,7 @@ def figure(result, out_dir):
 
 
 def main(argv=None):
-  """Run the comparison; returns 0, or 1 (determinism check failed; an output not written); bad
-  input exits 2 with nothing written."""
+  """0, or 1 (determinism check failed; an output not written); bad input: exit 2."""
   args, overrides = parse_args(argv)
   import jax
 
@@ -413,7 +408,8 @@ def main(argv=None):
       'final': final,
       'records': rows,
       'arms': {
-        n: {'label': label(s), 'overrides': s, 'numerics': lock['numerics'][n]}
+        n: {'label': ','.join(f'{k[9:]}={v}' for k, v in s.items()) or 'config as given'}
+        | {'overrides': s, 'numerics': lock['numerics'][n]}
         for n, s in arms.items()
       },
     }

@@ -4,6 +4,7 @@ arms from the same initial weights, bit for bit, and what is measured between th
 What each number means: docs/numerics.md ("Experiments on the numerics").
 """
 
+import functools
 import json
 import math
 import time
@@ -15,8 +16,7 @@ import numpy as np
 from statsmodels.stats.proportion import proportion_confint
 
 import input_pipeline
-from analysis import agreement
-from analysis import inference
+from analysis import agreement, inference
 from experiments import divergence
 from input_pipeline import batching
 from models import resnet
@@ -95,16 +95,6 @@ def check_same_params(host_params, abstract_params, name):
       )
 
 
-def make_predict(ctx):
-  """jit(state, seed, images) -> eval-mode logits: the trainer's evaluation pass in the arm's
-  numerics, its noise included; one compile for every seed."""
-
-  def logits(state, seed, images):
-    return trainer.eval_logits(ctx.graphdef, state, seed, images, ctx.mean, ctx.std)
-
-  return jax.jit(numerics_setup.with_precision(logits, ctx.config))
-
-
 def prepare(configs, devices=0, progress=None):
   """The lockstep of {seed: {'a': config, 'b': config[, 'control': config]}} (resolved): each
   (seed, arm)'s run context and initial state, and the pairs compared."""
@@ -137,7 +127,9 @@ def prepare(configs, devices=0, progress=None):
           numerics[name] = numerics_setup.describe(config)
       # Each arm its own buffers (the steps donate them), bit-identical.
       states[seed, name] = jax.device_put(jax.tree.map(np.copy, host), ctx.replicated)
-      predicts.setdefault(key, make_predict(ctx))
+      if key not in predicts:  # eval-mode logits in the arm's numerics; one compile for all seeds
+        logits = functools.partial(trainer.eval_logits, ctx.graphdef, mean=ctx.mean, std=ctx.std)
+        predicts[key] = jax.jit(numerics_setup.with_precision(logits, ctx.config))
   return {
     'ctx': arms[seeds[0], 'a']['ctx'],
     'seeds': seeds,
@@ -387,16 +379,6 @@ def curves(rows):
   return out, {arm: [band(r['loss'][arm]) for r in rows] for arm in rows[0]['loss']}
 
 
-def independent(pairs):
-  """The pairs sharing no seed with an earlier one: (s0, s1), (s1, s2), ... keeps (s0, s1), ..."""
-  used, kept = set(), []
-  for p in pairs:
-    if not used & set(p['seeds']):
-      kept.append(p)
-      used |= set(p['seeds'])
-  return kept
-
-
 def disagreement(pairs):
   """Whole-test-set churn per pair ({'seeds', 'count', 'n'[, 'ci_low', 'ci_high']}), across the
   independent pairs (band and t-Wilson interval over seeds), the band of all, and the total."""
@@ -410,7 +392,11 @@ def disagreement(pairs):
     per_pair.append(
       {'seeds': p['seeds'], 'count': count, 'n': n, 'rate': rate, 'ci_low': low, 'ci_high': high}
     )
-  kept = independent(per_pair)
+  used, kept = set(), []  # the independent pairs: (s0, s1), (s1, s2), ... keeps (s0, s1), ...
+  for p in per_pair:
+    if not used & set(p['seeds']):
+      kept.append(p)
+      used |= set(p['seeds'])
   rates = [p['rate'] for p in kept]
   low, high = inference.proportion_mean_ci(rates)
   bounded = {'t_low': float(low), 't_high': float(high)} if len(rates) > 1 else {}
