@@ -53,10 +53,8 @@ class Stopped(Exception):
 
   def __init__(self, signum, step):
     self.signum, self.step, self.exit_code = signum, step, 128 + signum
-    super().__init__(
-      f'{signal.Signals(signum).name} received: stopped after step {step}, whose checkpoint is '
-      'saved; run the same command again to resume'
-    )
+    name = signal.Signals(signum).name
+    super().__init__(f'{name} received: stopped after step {step}, whose checkpoint is saved')
 
 
 # Where a signal stands: 'off' (not ours), 'at_once' (exit now: nothing of this session to save;
@@ -159,13 +157,11 @@ class StopRequests:
 
 
 def exit_stopped(stopped):
-  """The stopped line, then exit now: the checkpoint is saved and verified, the manager closed;
-  what is left (Orbax's and TensorBoard's threads, JAX's backend shutdown) only delays the exit."""
+  """The stopped line, then exit now: the checkpoint is saved and verified; what is left (Orbax's
+  and TensorBoard's threads, JAX's backend shutdown) would only delay the exit by seconds."""
   logging.flush()
   sys.stdout.flush()
-  sys.stderr.write(f'stopped: {stopped}\n')
-  sys.stderr.flush()
-  os._exit(stopped.exit_code)
+  _exit_now(stopped.signum, str(stopped))
 
 
 def requested_platforms(environ=os.environ):

@@ -132,8 +132,8 @@ def test_usr1_and_hup_save_resume_bit_identically_and_the_process_is_gone_at_onc
 ):
   """SIGUSR1 (SLURM's --signal warning) at step 9, then SIGHUP (the SSH session closing) at step
   30 of the resumed run: each saves its step, exits 128 + N with its line, the process gone within
-  2 s of that line (measured here, 2 cores at load 5: 0.3 s; before the exit skipped Python's
-  shutdown, 5.7-15.4 s at load 10-13); the same command then ends bit-identical to the
+  2 s of that line (measured here, 2 cores at load 5-9: 0.28-0.40 s; before the exit skipped
+  Python's shutdown, 5.7-15.4 s at load 10-13); the same command then ends bit-identical to the
   uninterrupted run."""
   ref_dir, ref = reference
   workdir = tmp_path / 'w'
