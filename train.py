@@ -4,7 +4,8 @@
   python train.py --config=configs/digits.py:smoke --workdir=/tmp/smoke --config.seed=3
 
 Exit codes: 0 done; 1 failed (non-finite values, a failed write: its message says what to do); 2 bad
-input, before any compute; 128 + N stopped by signal N (143 SIGTERM, 130 SIGINT), saved: resumable.
+input, before any compute; 128 + N stopped by signal N (143 SIGTERM, 130 SIGINT, 129 SIGHUP, 138
+SIGUSR1), saved: resumable.
 """
 
 import os
@@ -64,10 +65,8 @@ def main(parsed):
     if 'Unable to initialize backend' not in str(e):
       raise
     fail(str(e).splitlines()[0])
-  except process.Stopped as e:  # SIGTERM/SIGINT in the training loop: saved, resumable
-    logging.flush()
-    print(f'stopped: {e}', file=sys.stderr)
-    sys.exit(e.exit_code)
+  except process.Stopped as e:  # a signal in the training loop: saved, verified, resumable
+    process.exit_stopped(e)
 
 
 def parse_flags(argv):

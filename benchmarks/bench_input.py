@@ -3,6 +3,7 @@ load (parse, prepare, decode) and a cached one, then gathered batches; per phase
 seconds, images per second of each (per CPU-second: one core's rate) and the peak memory.
 
   nice -n 10 python -m benchmarks.bench_input --full --workdir /tmp/celeba_full --image-size 128
+  python -m benchmarks.bench_input --feed 4 --batch 1024   # the host feed, workers 1..4, 224 px
 
 The fixture goes to WORKDIR/files (one there is read, not changed).
 Reference: docs/performance.md.
@@ -26,6 +27,51 @@ from input_pipeline import celeba, celeba_fixture, celeba_tfds
 
 MIB = 2**20
 CELEBA = (202_599, 10_177)  # images, identities
+# Images/s one host must feed for configs/celeba.py:tpu to run at the roofline: the frozen step's
+# (the faster) of the preflight's table in docs/tpu.md (compiled for each type, not executed).
+NEEDED = {'v4-8': 24_434, 'v5e-8': 30_960, 'v5p-8': 58_638, 'v6e-8': 65_983}
+
+
+def feed(args, workdir):
+  """Training batches gathered from a memory-mapped uint8 .npy (the decoded cache's format) of
+  --feed-images at --image-size, in page cache, by 1..--feed workers: images/s, per worker."""
+  from input_pipeline import Split, batching  # JAX: not for --help
+
+  path, size, rows = os.path.join(workdir, 'feed.npy'), args.image_size, []
+  shape = (args.feed_images, size, size, 3)
+  array = np.lib.format.open_memmap(path, mode='w+', dtype=np.uint8, shape=shape)
+  for start in range(0, len(array), 1024):  # random bytes, in parts (not all in memory)
+    part = array[start : start + 1024]
+    part[:] = np.random.default_rng(start).integers(0, 256, part.shape, np.uint8)
+  array.flush()
+  split = Split(np.load(path, mmap_mode='r'), np.zeros(len(array), np.int32))
+  try:
+    for workers in range(1, args.feed + 1):
+      batching.train_batch(split, args.batch, 0, 0, workers=workers)  # warm: page cache
+      start = time.perf_counter()
+      for step in range(args.gather_steps):
+        batching.train_batch(split, args.batch, 0, step, workers=workers)
+      rate = args.gather_steps * args.batch / (time.perf_counter() - start)
+      needs = ', '.join(f'{t} {n * workers / rate:.0f}' for t, n in NEEDED.items())
+      rows.append(
+        [
+          workers,
+          f'{rate:,.0f}',
+          f'{rate / workers:,.0f}',
+          f'{rate * size**2 * 3 / 1e9:.2f}',
+          needs,
+        ]
+      )
+  finally:
+    if not args.keep:
+      os.remove(path)
+  per_worker = 'workers needed at this rate per worker'
+  print(common.table(['workers', 'images/s', 'per worker', 'GB/s', per_worker], rows))
+  needed = ', '.join(f'{t} {n:,}' for t, n in NEEDED.items())
+  print(
+    f'needed at the roofline, images/s per host (docs/tpu.md: compiled, not executed): {needed}'
+  )
+  print(f'{len(os.sched_getaffinity(0))} cores here, load {os.getloadavg()[0]:.1f} (1 min)')
 
 
 def status_mib():
@@ -184,10 +230,14 @@ def main(argv=None):
   parser.add_argument('--batch', type=int, default=256, help='images per gathered batch')
   parser.add_argument('--gather-steps', type=int, default=200, help='batches gathered')
   parser.add_argument('--keep', action='store_true', help='keep the fixture, TFDS and cache')
+  parser.add_argument('--feed', type=int, help='only the host feed: workers 1..FEED')
+  parser.add_argument('--feed-images', type=int, default=4096, help='images the feed reads from')
   args = parser.parse_args(argv)
   images, identities = CELEBA if args.full else (None, 40)
   args.images, args.identities = args.images or images, args.identities or identities
   positive = (args.identities, args.max_images, args.image_size, args.batch, args.gather_steps)
+  if args.feed is not None and not (args.feed > 0 and args.feed_images >= args.batch):
+    common.fail('--feed must be positive and --feed-images at least --batch')
   if min(positive) < 1 or (args.images or args.identities) < args.identities:
     common.fail(
       '--identities, --max-images, --image-size, --batch and --gather-steps must be positive, '
@@ -199,7 +249,10 @@ def main(argv=None):
   os.makedirs(workdir, exist_ok=True)
   phases = Phases()
   try:
-    measure(args, workdir, phases)
+    if args.feed:
+      feed(args, workdir)
+    else:
+      measure(args, workdir, phases)
   finally:
     phases.close()
     if created and not args.keep:

@@ -9,10 +9,16 @@ import os
 import pkgutil
 import signal
 import sys
+import threading
 
 from absl import logging
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
+SIGNALS = (
+  signal.SIGTERM,
+  signal.SIGINT,
+  signal.SIGHUP,
+  signal.SIGUSR1,
+)  # SSH gone, SLURM's warning
 # Steps the host may dispatch ahead of the device: 2 keeps the next step queued while one runs (no
 # idle device between steps: bench_stop_latency.py measures the images/s at 1, 2 and unbounded).
 STEPS_IN_FLIGHT = 2
@@ -43,31 +49,31 @@ class InFlight:
 
 
 class Stopped(Exception):
-  """Training stopped on a signal after `step`, whose checkpoint is saved (None: nothing to
-  save)."""
+  """Training stopped on a signal after `step`, whose checkpoint is saved and verified."""
 
   def __init__(self, signum, step):
-    self.signum, self.step = signum, step
-    self.exit_code = 128 + signum
+    self.signum, self.step, self.exit_code = signum, step, 128 + signum
     name = signal.Signals(signum).name
-    super().__init__(
-      f'{name} received before the first step: nothing to save; run the same command again to start'
-      if step is None
-      else f'{name} received: stopped after step {step}, whose '
-      'checkpoint is saved; run the same command again to resume'
-    )
+    super().__init__(f'{name} received: stopped after step {step}, whose checkpoint is saved')
+
+
+# Where a signal stands: 'off' (not ours), 'at_once' (exit now: nothing of this session to save;
+# `why` says what stands) or 'graceful' (a StopRequests loop saves its step first).
+_STATE = {'mode': 'off', 'why': 'outside the training loop; the newest finished checkpoint stands'}
+_EXITING = threading.Lock()
 
 
 def _exit_now(signum, why):
-  """One line on stderr, exit 128 + signum now."""
-  os.write(2, f'stopped: {why}: run the same command again to resume\n'.encode())
-  os._exit(128 + signum)
+  """`stopped: why` on stderr, exit 128 + signum now (once: the watch thread and a handler may
+  race)."""
+  if _EXITING.acquire(blocking=False):
+    os.write(2, f'stopped: {why}; run the same command again to resume\n'.encode())
+    os._exit(128 + signum)
 
 
 def exit_at_once(signum, frame):
-  """The signal handler outside the training loop."""
-  name = signal.Signals(signum).name
-  _exit_now(signum, f'{name} received outside the training loop; nothing new to save')
+  """The signal handler outside the training loop's steps."""
+  _exit_now(signum, f'{signal.Signals(signum).name} received {_STATE["why"]}')
 
 
 def exit_on_second(signum, frame):
@@ -76,40 +82,65 @@ def exit_on_second(signum, frame):
   _exit_now(signum, why + 'this step; the newest finished checkpoint stays valid')
 
 
+def _watch(fd):
+  """Reads the signals Python's C handler writes to the wakeup fd, at once even while the main
+  thread sits in a compile (Python handlers wait for it): exits where the mode says at once."""
+  while data := os.read(fd, 64):
+    for signum in data:
+      if signum in SIGNALS and _STATE['mode'] == 'at_once':
+        exit_at_once(signum, None)
+
+
 def install(handler):
-  """`handler` for SIGTERM and SIGINT (those not ignored); {signal: previous handler}."""
-  return {
+  """`handler` for SIGNALS (those not ignored), the watch thread started once (main thread only);
+  {signal: previous handler}."""
+  previous = {
     sig: signal.signal(sig, handler) for sig in SIGNALS if signal.getsignal(sig) != signal.SIG_IGN
   }
+  if not _STATE.get('watching'):
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    threading.Thread(target=_watch, args=(read,), daemon=True, name='signal-watch').start()
+    _STATE['watching'] = True
+  _STATE['mode'] = 'at_once'
+  return previous
 
 
 class StopRequests:
-  """Context manager: while entered, SIGTERM/SIGINT mark a stop (see the module docstring)."""
+  """While entered, a signal before `started()` (this session's first step) exits at once, the
+  newest checkpoint standing; after it, it marks a stop the loop makes at a step boundary."""
 
-  def __init__(self):
-    self.signum = None
-    self._previous = {}
-    self._processes = 1
+  def __init__(self, saved_step=None):
+    self.signum, self._previous, self._processes, self._outside = None, {}, 1, {}
+    stands = f'checkpoint (step {saved_step})' if saved_step else 'checkpoint (none yet)'
+    self._why = f"before this session's first step: exited at once; the newest {stands} stands"
 
   def _mark(self, signum, frame):
-    del frame
+    if _STATE['mode'] != 'graceful':
+      exit_at_once(signum, frame)
     self.signum = signum
     for sig in SIGNALS:  # a second signal ends the process now, with its line
       signal.signal(sig, exit_on_second)
 
+  def started(self):
+    _STATE['mode'] = 'graceful'
+
   def __enter__(self):
     import jax
 
-    self._processes = jax.process_count()
+    self._processes, self._outside = jax.process_count(), dict(_STATE)
     try:
       self._previous = install(self._mark)
     except ValueError:  # not the main thread: signals stay with whoever handles them there
       self._previous = {}
+    _STATE['why'] = self._why
     return self
 
   def __exit__(self, *exc):
     for sig, handler in self._previous.items():
       signal.signal(sig, handler)
+    _STATE.update(mode=self._outside['mode'], why=self._outside['why'])
 
   def agreed(self, sync_point):
     """The signal every process stops on after this step, or None: with several processes, at sync
@@ -123,6 +154,14 @@ class StopRequests:
 
     gathered = multihost_utils.process_allgather(np.int32(self.signum or 0))
     return int(np.max(gathered)) or None
+
+
+def exit_stopped(stopped):
+  """The stopped line, then exit now: the checkpoint is saved and verified; what is left (Orbax's
+  and TensorBoard's threads, JAX's backend shutdown) would only delay the exit by seconds."""
+  logging.flush()
+  sys.stdout.flush()
+  _exit_now(stopped.signum, str(stopped))
 
 
 def requested_platforms(environ=os.environ):

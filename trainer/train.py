@@ -379,7 +379,7 @@ def _train(ctx, workdir, mngr, p, is_writer):
     )
   p.clock.compiles_ahead(len([f for f in ctx.phases if p.step < f.stop]))
   in_flight = process.InFlight(process.STEPS_IN_FLIGHT)
-  with process.StopRequests() as stops:
+  with process.StopRequests(p.saved if p.saved > 0 else None) as stops:
     for phase in ctx.phases:
       if p.step >= phase.stop:
         continue
@@ -397,6 +397,7 @@ def _train(ctx, workdir, mngr, p, is_writer):
         in_flight.dispatched(bad)  # the host stays at most STEPS_IN_FLIGHT steps ahead
         if p.step == entered + 1:
           p.clock.compiled(entered)  # the phase's first call compiled its step function
+          stops.started()  # a signal now saves this session's steps (before it: exits at once)
         _after_step(ctx, mngr, p, bad, evaluation)
     checkpoint.wait(mngr, p.step)  # a signal now changes nothing: the run is complete
   p.writers.close()
@@ -431,8 +432,6 @@ def _stop_if_asked(ctx, mngr, p, bad, stops):
   signum = stops.agreed(run.due(ctx, p.step).check)
   if not signum:
     return
-  if p.step == 0:  # nothing trained yet: nothing to save
-    raise process.Stopped(signum, None)
   logging.warning(
     '%s: stopping after step %d; its checkpoint is being written (a second signal stops at once)',
     signal.Signals(signum).name,
@@ -443,6 +442,11 @@ def _stop_if_asked(ctx, mngr, p, bad, stops):
     with p.clock.paused():
       _checkpoint(ctx, mngr, p)
   checkpoint.wait(mngr, p.step)
+  mngr.reload()  # the exit skips Python's shutdown: the step's finished folder verified first
+  if p.step not in mngr.all_steps():
+    raise checkpoint.CheckpointWriteError(
+      f'the checkpoint of step {p.step} is not in {mngr.directory}'
+    )
   p.writers.close()
   raise process.Stopped(signum, p.step)
 

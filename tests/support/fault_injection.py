@@ -6,7 +6,8 @@ Points: `step` (right after train step n is dispatched, before what is due after
 `int` fire once the write is dispatched, while Orbax writes asynchronously), `eval` (after each
 batch of the evaluation that ends epoch n). Actions: `kill` (SIGKILL this process: a preemption
 without notice), `term` / `int` (SIGTERM / SIGINT to this process: a preemption notice, a time
-limit, Ctrl-C), `enospc` (raise OSError(ENOSPC): a full disk).
+limit, Ctrl-C), `hup` / `usr1` (an SSH session closing, SLURM's --signal warning), `enospc`
+(raise OSError(ENOSPC): a full disk).
 
 `install(spec, patch)` wraps the trainer's own functions (trainer.train._after_step, record.save,
 train._end_epoch's evaluation step): nothing in the production code knows about faults. In a test
@@ -22,6 +23,7 @@ from runrecord import record
 from trainer import train
 
 SIGNALS = {'kill': signal.SIGKILL, 'term': signal.SIGTERM, 'int': signal.SIGINT}
+SIGNALS.update(hup=signal.SIGHUP, usr1=signal.SIGUSR1)
 ACTIONS = tuple(SIGNALS) + ('enospc',)
 POINTS = ('step', 'save', 'eval')
 

@@ -84,6 +84,24 @@ def test_device_gather_equals_host_batch_on_8_devices():
       np.testing.assert_array_equal(np.asarray(on_device[key]), np.asarray(host[key]))
 
 
+def test_batches_are_the_same_bytes_for_any_number_of_feed_workers(tmp_path):
+  """The threaded gather from a memory-mapped .npy (as the CelebA cache) gives each step the bytes
+  one worker gives, for 2..12 workers (more than rows): a batch stays a function of (seed, step)."""
+  rng = np.random.default_rng(0)
+  np.save(tmp_path / 'train.npy', rng.integers(0, 256, (37, 6, 5, 3), dtype=np.uint8))
+  split = input_pipeline.Split(
+    np.load(tmp_path / 'train.npy', mmap_mode='r'), rng.integers(0, 10, (37,), dtype=np.int32)
+  )
+  for step in (0, 4, 5):  # crosses an epoch boundary (4 batches of 9 per epoch)
+    one = batching.train_batch(split, 9, 3, step, workers=1)
+    rows = batching.train_batch_indices(37, 9, 3, step)
+    np.testing.assert_array_equal(one['image'], np.asarray(split.images)[rows])
+    for workers in (2, 3, 7, 12):
+      many = batching.train_batch(split, 9, 3, step, workers=workers)
+      assert many['image'].tobytes() == one['image'].tobytes()
+      np.testing.assert_array_equal(many['label'], one['label'])
+
+
 def test_device_resident_split_must_fit_half_a_device():
   config = digits.get_config('smoke')
   config.batch_size = 8
