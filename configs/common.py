@@ -99,14 +99,12 @@ def base_config():
 
 def init_seed_of(config):
   """The seed of the run's initial weights: config.init_seed, or config.seed where it is None."""
-  value = config.get('init_seed')
-  return int(config['seed'] if value is None else value)
+  return int(config['seed'] if config.get('init_seed') is None else config['init_seed'])
 
 
 def data_seed_of(config):
   """The seed of the data order, flips and product noise: config.data_seed, or else config.seed."""
-  value = config.get('data_seed')
-  return int(config['seed'] if value is None else value)
+  return int(config['seed'] if config.get('data_seed') is None else config['data_seed'])
 
 
 def parse_arg(arg, presets):
@@ -280,8 +278,7 @@ def load(spec, overrides=()):
 
 
 def split_argv(argv):
-  """(spec, [(field, text)], other args) of a command line's `--config` and `--config.<field>`
-  flags."""
+  """(spec, [(field, text)], other args) of a command line's --config and --config.<field> flags."""
   spec, overrides, rest, i = None, [], [], 0
   while i < len(argv):
     arg = argv[i]

@@ -53,9 +53,46 @@ def resolve(config):
     _int_in(config, name, 1)
   _int_in(config, 'replicate', 0, why=' (0, 1, 2, ...: same-seed replicates of one run)')
   _int_in(config, 'checkpoint_every_steps', 0, why=' (0: every epoch)')
-  _check_optim(config)
-  dataset = _check_data(config)
-  _check_model(config)
+  for name in ('optim.learning_rate', 'optim.eps'):
+    _number(config, name, '> 0', lambda v: v > 0)
+  for name in ('optim.weight_decay', 'optim.warmup_epochs'):
+    _number(config, name, '>= 0', lambda v: v >= 0)
+  for name in ('optim.b1', 'optim.b2'):  # 1 zeroes AdamW's bias correction: NaN at step 1
+    _number(config, name, 'in [0, 1)', lambda v: 0 <= v < 1)
+  _int_in(config, 'optim.freeze_epochs', 0)
+  if config.optim.freeze_epochs >= config.num_epochs:
+    raise ConfigError(
+      f'config.optim.freeze_epochs ({config.optim.freeze_epochs}) must be smaller than '
+      f'config.num_epochs ({config.num_epochs}): nothing would train unfrozen'
+    )
+  _one_of(config, 'optim.schedule', common.SCHEDULES)
+  if config.optim.freeze_epochs and not config.model.reinit:
+    raise ConfigError(
+      'config.optim.freeze_epochs > 0 needs config.model.reinit to name the parts '
+      "that train while the backbone is frozen, e.g. ('stem', 'head')"
+    )
+  try:
+    dataset = input_pipeline.get(config.data.name)
+  except input_pipeline.DataError as e:
+    raise ConfigError(str(e)) from e
+  for field, choices in (('task', dataset.tasks), ('split', dataset.splits)):
+    if choices:
+      _one_of(config, f'data.{field}', choices, f' for {config.data.name}')
+  _one_of(config, 'data.normalization', sorted(input_pipeline.NORMALIZATIONS))
+  _int_in(config, 'data.image_size', 1)
+  _int_in(config, 'data.prefetch', 0, 64, ' (batches prepared ahead, each held on the devices)')
+  _number(config, 'data.test_fraction', 'in (0, 1)', lambda v: 0 < v < 1)
+  problem = models.missing(config.model.name)
+  if problem:
+    raise ConfigError(problem)
+  _one_of(config, 'model.stem', common.STEMS)
+  rule = f">= 1/64 = {WIDTH_MIN} (the stem's 64 channels times the width must give one channel)"
+  _number(config, 'model.width', rule, lambda v: v >= WIDTH_MIN)
+  if config.model.init_from and config.model.width != 1.0:
+    raise ConfigError(
+      f'config.model.width must be 1.0 with config.model.init_from (pretrained weights are full '
+      f'width), got {config.model.width}; set model.width=1.0'
+    )
   check_numerics(config)
   _check_distributed(config)
   train, _ = dataset.split_sizes(config.data)  # less 10 %: a lower bound of the steps per epoch
@@ -81,13 +118,9 @@ def _int_in(config, name, low, high=None, why=''):
   """The field's value if an integer (not a bool) in [low, high], else a ConfigError saying so."""
   value = config[name]  # ConfigDict takes dotted names
   if not (_integer(value) and low <= value and (high is None or value <= high)):
-    kind = (
-      f'an integer in [{low}, {high}]'
-      if high is not None
-      else 'an integer >= 0'
-      if low == 0
-      else 'a positive integer'
-    )
+    kind = 'an integer >= 0' if low == 0 else 'a positive integer'
+    if high is not None:
+      kind = f'an integer in [{low}, {high}]'
     raise ConfigError(f'config.{name} must be {kind}{why}, got {value!r}')
   return value
 
@@ -107,63 +140,8 @@ def _one_of(config, name, choices, extra='', unnamed=()):
     raise ConfigError(f'config.{name} must be one of {tuple(choices)}{extra}, got {config[name]!r}')
 
 
-def _check_optim(config):
-  o = config.optim
-  for name in ('optim.learning_rate', 'optim.eps'):
-    _number(config, name, '> 0', lambda v: v > 0)
-  for name in ('optim.weight_decay', 'optim.warmup_epochs'):
-    _number(config, name, '>= 0', lambda v: v >= 0)
-  for name in ('optim.b1', 'optim.b2'):  # 1 zeroes AdamW's bias correction: NaN at step 1
-    _number(config, name, 'in [0, 1)', lambda v: 0 <= v < 1)
-  _int_in(config, 'optim.freeze_epochs', 0)
-  if o.freeze_epochs >= config.num_epochs:
-    raise ConfigError(
-      f'config.optim.freeze_epochs ({o.freeze_epochs}) must be smaller than '
-      f'config.num_epochs ({config.num_epochs}): nothing would train unfrozen'
-    )
-  _one_of(config, 'optim.schedule', common.SCHEDULES)
-  if o.freeze_epochs and not config.model.reinit:
-    raise ConfigError(
-      'config.optim.freeze_epochs > 0 needs config.model.reinit to name the parts '
-      "that train while the backbone is frozen, e.g. ('stem', 'head')"
-    )
-
-
-def _check_data(config):
-  """config.data's fields; returns the dataset's Declaration (input_pipeline)."""
-  data = config.data
-  try:
-    dataset = input_pipeline.get(data.name)
-  except input_pipeline.DataError as e:
-    raise ConfigError(str(e)) from e
-  for field, choices in (('task', dataset.tasks), ('split', dataset.splits)):
-    if choices:
-      _one_of(config, f'data.{field}', choices, f' for {data.name}')
-  _one_of(config, 'data.normalization', sorted(input_pipeline.NORMALIZATIONS))
-  _int_in(config, 'data.image_size', 1)
-  _int_in(config, 'data.prefetch', 0, 64, ' (batches prepared ahead, each held on the devices)')
-  _number(config, 'data.test_fraction', 'in (0, 1)', lambda v: 0 < v < 1)
-  return dataset
-
-
-def _check_model(config):
-  """The model module must exist (its contract is checked when built), its shape fields usable."""
-  problem = models.missing(config.model.name)
-  if problem:
-    raise ConfigError(problem)
-  _one_of(config, 'model.stem', common.STEMS)
-  rule = f">= 1/64 = {WIDTH_MIN} (the stem's 64 channels times the width must give one channel)"
-  _number(config, 'model.width', rule, lambda v: v >= WIDTH_MIN)
-  if config.model.init_from and config.model.width != 1.0:
-    raise ConfigError(
-      f'config.model.width must be 1.0 with config.model.init_from (pretrained weights are full '
-      f'width), got {config.model.width}; set model.width=1.0'
-    )
-
-
 def check_numerics(config):
-  """Every config.numerics value the code can honour: precision, dtypes, formats and profile (not
-  contradicting), BatchNorm grouping, determinism, XLA flags (known to XLA), implementations."""
+  """Every config.numerics value the code can honour (formats and profile not contradicting)."""
   n = config.numerics
   _one_of(config, 'numerics.matmul_precision', formats.PRECISIONS)
   for field in ('compute_dtype', 'param_dtype'):
