@@ -73,9 +73,8 @@ PAIRED_SD_SOURCE = (
   'arms had sd 1.1-1.4 pp at arm sds of 0.4-1.3 pp'
 )
 # statsmodels power (analysis/stats.py seeds_needed, paired, alpha 0.05, 80% power) at
-# PAIRED_SD_PP and MARGIN_PP: 15 seeds to detect a difference of the margin, 16 to show
-# equivalence within it; tests/e2e/test_sweep.py checks the number. It is the n of a two-arm paired
-# comparison; the factorial's main effects and the gap residual pool 4 or more arms per level.
+# PAIRED_SD_PP and MARGIN_PP: 15 seeds to detect the margin, 16 to show equivalence within it
+# (tests/e2e/test_sweep.py checks it); main effects pool 4 or more arms per level.
 SEEDS = 16
 
 
@@ -84,8 +83,7 @@ def get_config(arg=None):
 
 
 def study_arms(batch_size):
-  """The arms (override dicts without seed): PROFILES x BatchNorm grouping (global, per core) x
-  DTYPES, and the noise control at the reference levels."""
+  """The arms (overrides without seed): PROFILES x BatchNorm grouping x DTYPES, and the noise arm"""
   groups = (0, max(1, batch_size // TPU_CORES))
   arms = [
     {'numerics.profile': p, 'numerics.batchnorm_group': g, 'numerics.compute_dtype': d}
@@ -93,24 +91,16 @@ def study_arms(batch_size):
     for g in groups
     for d in DTYPES
   ]
-  return arms + [
-    {
-      'numerics.profile': NOISE_PROFILE,
-      'numerics.batchnorm_group': 0,
-      'numerics.compute_dtype': DTYPES[0],
-    }
-  ]
+  return arms + [{**arms[0], 'numerics.profile': NOISE_PROFILE}]  # arms[0]: the reference levels
 
 
 def get_sweep(arg=None):
-  """The factorial study: 21 arms x SEEDS seeds, run on each platform (README "Which setting
-  explains a gap")."""
+  """The factorial study: 21 arms x SEEDS seeds, run on each platform (README, "Which setting")."""
   arms = study_arms(get_config(arg).batch_size)
   return [{**arm, 'seed': seed} for arm in arms for seed in range(SEEDS)]
 
 
-# Short arm labels (analysis/declaration.py): an arm is named by what differs from the
-# reference.
+# Short arm labels (analysis/declaration.py): an arm is named by what differs from the reference.
 LABELS = {
   'profile': '{}',
   'batchnorm_group': 'BN/{}',
@@ -128,8 +118,7 @@ MIN_SHARE_REASON = (
 
 
 def get_study(arg=None):
-  """The declaration sweeps.sweep writes before the first run and the analysis reads: margin,
-  factors, reference levels, controls, labels, and the power calculation behind SEEDS."""
+  """The declaration the sweep writes and the analysis reads (docs/statistics.md)."""
   del arg
   return {
     'margin': MARGIN_PP,

@@ -27,10 +27,8 @@ def base_config():
   """Every field the code reads, with the reference study's values where it sets one."""
   c = ml_collections.ConfigDict()
   c.seed = 0  # initialisation, data order and augmentation; the data split has its own seed
-  # Either part of `seed` on its own (None: `seed`): the initial weights; the data order, the flips
-  # and the noise of a noisy product format.
-  c.init_seed = ml_collections.config_dict.placeholder(int)
-  c.data_seed = ml_collections.config_dict.placeholder(int)
+  c.init_seed = ml_collections.config_dict.placeholder(int)  # initial weights (None: `seed`)
+  c.data_seed = ml_collections.config_dict.placeholder(int)  # order, flips, noise (None: `seed`)
   c.replicate = 0  # changes nothing but the run's name: same-seed replicates of one run
   c.num_epochs = 25
   c.batch_size = 2048  # global train batch, divided over all devices of all processes
@@ -53,17 +51,14 @@ def base_config():
   c.data.tfds_dir = ''  # celeba: where the prepared TFDS dataset lives (local path or gs://)
   c.data.cache_dir = ''  # celeba: decoded-image cache; '' = <tfds_dir>/decoded_cache
   c.data.prefetch = 2  # batches prepared ahead on a host thread and put on the devices
-  # The whole training split (uint8) on every device, each batch gathered there: bit-identical to
-  # host feeding, no per-step transfer (refused over half of a device's memory).
-  c.data.on_device = False
+  c.data.on_device = False  # the training split on every device, batches gathered there
 
   c.model = ml_collections.ConfigDict()
   c.model.name = 'resnet18'  # a module of models/ (resnet18, resnet50) or a dotted module path
   c.model.width = 1.0  # channel multiplier for every stage (1.0 = torchvision)
   c.model.stem = 'imagenet'  # 'imagenet' (7x7/2 + max-pool) or 'small' (3x3/1, tiny images)
   c.model.init_from = ''  # torchvision-keyed weights of the model (.pth/.safetensors/.npz)
-  c.model.reinit = ('stem', 'head')  # parts (the model's PARTS) fresh after `init_from`, and
-  # the ones that train while the backbone is frozen
+  c.model.reinit = ('stem', 'head')  # PARTS fresh after init_from, trained while it is frozen
 
   c.optim = ml_collections.ConfigDict()
   c.optim.learning_rate = 0.01
@@ -73,28 +68,22 @@ def base_config():
   c.optim.eps = 1e-8
   c.optim.warmup_epochs = 1.0
   c.optim.freeze_epochs = 5  # first epochs: only stem and head train
-  # 'per_phase': at unfreeze, a fresh AdamW and a fresh warmup-cosine over the remaining epochs
-  # (the reference). 'continuous': one AdamW and one warmup-cosine over all epochs.
+  # 'per_phase' (reference): a fresh AdamW and warmup-cosine at unfreeze; 'continuous': one of each
   c.optim.schedule = 'per_phase'
 
   c.numerics = ml_collections.ConfigDict()
   c.numerics.matmul_precision = 'default'  # any jax_default_matmul_precision value
   c.numerics.compute_dtype = 'float32'  # activations: 'float32' or 'bfloat16'
   c.numerics.param_dtype = 'float32'  # master weights
-  # Product formats: a profile (numerics/formats.py PROFILES; '' = none) names both kinds at once;
-  # each kind's own format ('native' or a FORMATS entry; '' = as the profile says, else native).
+  # A profile (formats.PROFILES) names both kinds' formats; a kind's own: '' = the profile's/native
   c.numerics.profile = ''
   c.numerics.conv_format = ''
   c.numerics.dense_format = ''
   c.numerics.batchnorm_group = 0  # 0: BN over the global batch; K: per group of K examples
   c.numerics.gpu_deterministic = False  # --xla_gpu_deterministic_ops
   c.numerics.xla_flags = ''  # further XLA flags ('--xla_a=1 --xla_b=2'), set before JAX starts
-  # Convolutions: 'auto' (im2col for the shapes XLA:CPU runs slowly, else xla), 'xla' or 'im2col'
-  # (the same products; the f32 summation order differs). numerics/ops.py.
-  c.numerics.conv_impl = 'auto'
-  # Emulated products: 'reference' (rounded operands at HIGHEST), 'fast' (the same operands on the
-  # format's native units) or 'auto' (fast on GPU/TPU).
-  c.numerics.emulate_impl = 'auto'
+  c.numerics.conv_impl = 'auto'  # 'xla', 'im2col' or 'auto' (im2col where XLA:CPU is slow)
+  c.numerics.emulate_impl = 'auto'  # 'reference', 'fast' (native units) or 'auto' (fast off CPU)
 
   c.distributed = ml_collections.ConfigDict()
   c.distributed.initialize = 'auto'  # 'auto' (cluster env detected), 'yes' or 'no'
@@ -109,14 +98,12 @@ def base_config():
 
 def init_seed_of(config):
   """The seed of the run's initial weights: config.init_seed, or config.seed where it is None."""
-  value = config.get('init_seed')
-  return int(config['seed'] if value is None else value)
+  return int(config['seed'] if config.get('init_seed') is None else config['init_seed'])
 
 
 def data_seed_of(config):
   """The seed of the data order, flips and product noise: config.data_seed, or else config.seed."""
-  value = config.get('data_seed')
-  return int(config['seed'] if value is None else value)
+  return int(config['seed'] if config.get('data_seed') is None else config['data_seed'])
 
 
 def parse_arg(arg, presets):
@@ -189,31 +176,21 @@ def typed(old, value, dotted):
   return parsed
 
 
-def _override(config, dotted, value):
-  """config[dotted] = value, typed like the field; a one-line ValueError naming the field and
-  fix."""
-  node = config
-  *parents, leaf = dotted.split('.')
-  for name in parents:
-    if name not in node or not hasattr(node[name], 'items'):
-      raise unknown_field(config, dotted)
-    node = node[name]
-  if leaf not in node or hasattr(node[leaf], 'items'):
-    raise unknown_field(config, dotted)
-  value = typed(node[leaf], value, dotted)
-  try:
-    config.update_from_flattened_dict({dotted: value})
-  except TypeError as e:
-    raise ValueError(
-      f'config.{dotted}={value!r}: give a {node.get_type(leaf).__name__}, like the '
-      f'default {node[leaf]!r}'
-    ) from e
-
-
 def apply_overrides(config, overrides):
   """config[field] = value for each (dotted field, value) pair, typed like its field; config."""
   for dotted, value in overrides:
-    _override(config, dotted, value)
+    if dotted not in fields(config):
+      raise unknown_field(config, dotted)
+    parent, _, leaf = dotted.rpartition('.')
+    node = config[parent] if parent else config
+    value = typed(node[leaf], value, dotted)
+    try:
+      config.update_from_flattened_dict({dotted: value})
+    except TypeError as e:
+      raise ValueError(
+        f'config.{dotted}={value!r}: give a {node.get_type(leaf).__name__}, like the '
+        f'default {node[leaf]!r}'
+      ) from e
   return config
 
 
@@ -231,16 +208,15 @@ def build(arg, presets):
 # Not ml_collections.config_flags: its errors are tracebacks, it types overrides otherwise, and the
 # sweeps load configs without flags (docs/configs.md).
 def split_spec(spec):
-  """'configs/digits.py:cpu,seed=3' -> (absolute file path, 'cpu,seed=3'); the path ends at
-  '.py:'."""
+  """'configs/digits.py:cpu,seed=3' -> (absolute path, 'cpu,seed=3'); the path ends at '.py:'."""
   spec = spec or ''
   cut = spec.find('.py:')
   path, arg = (spec[: cut + 3], spec[cut + 4 :]) if cut >= 0 else (spec, '')
   if not path.endswith('.py'):
     raise ValueError(f'--config={spec}: give a config file, e.g. --config=configs/digits.py:cpu')
-  full = path if os.path.isabs(path) else os.path.abspath(path)
+  full = os.path.abspath(path)
   if not os.path.isfile(full):
-    full = os.path.join(REPO, path) if not os.path.isabs(path) else full
+    full = os.path.join(REPO, path)  # an absolute `path` stays itself
   if not os.path.isfile(full):
     raise ValueError(f'--config: no file {path}; give a config file such as configs/digits.py')
   return full, arg
@@ -268,19 +244,12 @@ def load_module(path):
   return module
 
 
-def repeated(overrides):
-  """A one-line ValueError where `overrides` ([(field, text)]) give a field two values."""
-  seen = {}
-  for key, value in overrides:
-    if key in seen and seen[key] != value:
-      raise ValueError(f'--config.{key} is given twice ({seen[key]} and {value}): give it once')
-    seen[key] = value
-
-
 def load(spec, overrides=()):
   """The ConfigDict of `spec` ('FILE[:ARG]') with `overrides` ([(field, text)]) applied."""
-  overrides = list(overrides)
-  repeated(overrides)
+  overrides, seen = list(overrides), {}
+  for key, value in overrides:
+    if seen.setdefault(key, value) != value:
+      raise ValueError(f'--config.{key} is given twice ({seen[key]} and {value}): give it once')
   path, arg = split_spec(spec)
   module = load_module(path)
   try:
@@ -288,7 +257,12 @@ def load(spec, overrides=()):
   except ValueError as e:
     raise ValueError(f'--config={spec}: {str(e).splitlines()[0]}') from e
   except AttributeError as e:  # a preset setting a field the locked config does not have
-    raise ValueError(f'--config={spec}: {_locked_message(e)}') from e
+    text = str(e)  # ml_collections: 'Key "x" does not exist ... the config is locked'
+    name = text.split('Key "', 1)[-1].split('"', 1)[0] if 'Key "' in text else text.splitlines()[0]
+    raise ValueError(
+      f'--config={spec}: the config file sets a field that does not exist ({name}); see '
+      'configs/common.py for the fields'
+    ) from e
   except Exception as e:  # the config file's own code failed
     first = (str(e).splitlines() or [''])[0]
     raise ValueError(
@@ -302,19 +276,8 @@ def load(spec, overrides=()):
   return apply_overrides(config, overrides)
 
 
-def _locked_message(error):
-  """The field name of ml_collections' 'Key "x" does not exist ... the config is locked' error."""
-  text = str(error)
-  name = text.split('Key "', 1)[-1].split('"', 1)[0] if 'Key "' in text else text.splitlines()[0]
-  return (
-    f'the config file sets a field that does not exist ({name}); see configs/common.py for '
-    'the fields'
-  )
-
-
 def split_argv(argv):
-  """(spec, [(field, text)], other args) of a command line's `--config` and `--config.<field>`
-  flags."""
+  """(spec, [(field, text)], other args) of a command line's --config and --config.<field> flags."""
   spec, overrides, rest, i = None, [], [], 0
   while i < len(argv):
     arg = argv[i]

@@ -48,8 +48,7 @@ def smoke(c):
 
 
 def study(c):
-  """The README's factorial study (8 arms x SEEDS seeds) in minutes on 2 cores: ~95% test
-  accuracy."""
+  """The README's factorial study (8 arms x SEEDS seeds) in minutes on 2 cores: ~95% accuracy."""
   cpu(c)
   c.data.image_size = 8  # the digits' native 8x8: no resize, a quarter of the cpu preset's compute
   c.num_epochs = 4
@@ -57,8 +56,7 @@ def study(c):
 
 
 def variance(c):
-  """Where a run's spread comes from: INIT_SEEDS x DATA_SEEDS x REPLICATES runs of the study's
-  reference arm (initial weights, data order, or the hardware)."""
+  """Where a run's spread comes from: INIT_SEEDS x DATA_SEEDS x REPLICATES runs of one arm."""
   study(c)
   c.numerics.profile = 'native'  # the study's reference arm (global BatchNorm, f32 activations)
 
@@ -73,13 +71,7 @@ PRESETS = {
   'variance': variance,
 }
 
-# The CPU-sized factorial of `make study`: configs/celeba.py's factors and levels (profile,
-# BatchNorm grouping, activation dtype) as a one-factor-at-a-time fraction around the reference
-# arm (native products, global BatchNorm, f32 activations): every profile at the reference levels,
-# then per-core BatchNorm and bf16 activations each once, and the noise control. Each main effect
-# is estimated (additive model; interactions are not), and run on two platforms the design holds
-# the native arm and the profiles emulating each platform: the gap decomposition is defined. On
-# CPU the native arm computes f32, so native and f32 are the same arithmetic there.
+# `make study`: a one-factor-at-a-time fraction of configs/celeba.py's factorial (docs/configs.md).
 # Declared before the study ran (the power calculation behind SEEDS):
 MARGIN_PP = 2.0
 MARGIN_REASON = (
@@ -92,9 +84,8 @@ SD_SOURCE = (
   'pilot of this preset on CPU (3 emulated arms f32/bf16/tf32 x 5 seeds): arm sds '
   '0.4-1.3 pp, sd of the per-seed differences between arms 1.1-1.4 pp'
 )
-# statsmodels power (analysis/stats.py seeds_needed, paired, alpha 0.05, 80% power) at
-# PAIRED_SD_PP and MARGIN_PP: 6 seeds both to detect the margin and to show equivalence within it;
-# tests/e2e/test_sweep.py checks the number.
+# statsmodels power (analysis/stats.py seeds_needed) at PAIRED_SD_PP and MARGIN_PP: 6 seeds both
+# to detect the margin and to show equivalence within it (tests/e2e/test_sweep.py checks it).
 SEEDS = 6
 # The variance preset's crossed design: every init seed with every data seed, each run REPLICATES
 # times (a run's `seed` numbers its (init, data) cell, so its replicates share it).
@@ -129,8 +120,7 @@ def variance_runs():
 
 
 def get_sweep(arg=None):
-  """The study of `python -m sweeps.run_study`: arms x seeds, or with `variance`,
-  `variance_runs`."""
+  """The study of `python -m sweeps.run_study`: arms x seeds, or with `variance`, variance_runs."""
   config = get_config(arg)
   if 'variance' in config.preset.split(','):
     return variance_runs()

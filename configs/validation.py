@@ -40,24 +40,70 @@ COUNTS = (
 
 def resolve(config):
   """A frozen copy of `config`, every field checked, the numerics formats written out."""
-  if is_resolved(config):
+  if isinstance(config, ml_collections.FrozenConfigDict):
     raise TypeError(
       'the config is already resolved: resolve it once, at the entry point, and '
       'hand the resolved config on'
     )
   config = config.copy_and_resolve_references()  # a copy: the caller's config stays as written
-  check_fields(config)
+  for name, why in SEEDS.items():
+    if not (config[name] is None and name in ('init_seed', 'data_seed')):
+      _int_in(config, name, 0, SEED_MAX, f' ({why})')
+  for name in COUNTS:
+    _int_in(config, name, 1)
+  _int_in(config, 'replicate', 0, why=' (0, 1, 2, ...: same-seed replicates of one run)')
+  _int_in(config, 'checkpoint_every_steps', 0, why=' (0: every epoch)')
+  for name in ('optim.learning_rate', 'optim.eps'):
+    _number(config, name, '> 0', lambda v: v > 0)
+  for name in ('optim.weight_decay', 'optim.warmup_epochs'):
+    _number(config, name, '>= 0', lambda v: v >= 0)
+  for name in ('optim.b1', 'optim.b2'):  # 1 zeroes AdamW's bias correction: NaN at step 1
+    _number(config, name, 'in [0, 1)', lambda v: 0 <= v < 1)
+  _int_in(config, 'optim.freeze_epochs', 0)
+  if config.optim.freeze_epochs >= config.num_epochs:
+    raise ConfigError(
+      f'config.optim.freeze_epochs ({config.optim.freeze_epochs}) must be smaller than '
+      f'config.num_epochs ({config.num_epochs}): nothing would train unfrozen'
+    )
+  _one_of(config, 'optim.schedule', common.SCHEDULES)
+  if config.optim.freeze_epochs and not config.model.reinit:
+    raise ConfigError(
+      'config.optim.freeze_epochs > 0 needs config.model.reinit to name the parts '
+      "that train while the backbone is frozen, e.g. ('stem', 'head')"
+    )
+  try:
+    dataset = input_pipeline.get(config.data.name)
+  except input_pipeline.DataError as e:
+    raise ConfigError(str(e)) from e
+  for field, choices in (('task', dataset.tasks), ('split', dataset.splits)):
+    if choices:
+      _one_of(config, f'data.{field}', choices, f' for {config.data.name}')
+  _one_of(config, 'data.normalization', sorted(input_pipeline.NORMALIZATIONS))
+  _int_in(config, 'data.image_size', 1)
+  _int_in(config, 'data.prefetch', 0, 64, ' (batches prepared ahead, each held on the devices)')
+  _number(config, 'data.test_fraction', 'in (0, 1)', lambda v: 0 < v < 1)
+  problem = models.missing(config.model.name)
+  if problem:
+    raise ConfigError(problem)
+  _one_of(config, 'model.stem', models.STEMS)
+  rule = f">= 1/64 = {WIDTH_MIN} (the stem's 64 channels times the width must give one channel)"
+  _number(config, 'model.width', rule, lambda v: v >= WIDTH_MIN)
+  if config.model.init_from and config.model.width != 1.0:
+    raise ConfigError(
+      f'config.model.width must be 1.0 with config.model.init_from (pretrained weights are full '
+      f'width), got {config.model.width}; set model.width=1.0'
+    )
+  check_numerics(config)
+  _check_distributed(config)
+  train, _ = dataset.split_sizes(config.data)  # less 10 %: a lower bound of the steps per epoch
+  check_steps(config, max(1, int(train * 0.9) // config.batch_size), estimated=True)
   formats.expand(config)
   return ml_collections.FrozenConfigDict(config)
 
 
-def is_resolved(config):
-  return isinstance(config, ml_collections.FrozenConfigDict)
-
-
 def require_resolved(config, who):
   """TypeError unless `config` came from `resolve` (`who`: the function that needs it)."""
-  if not is_resolved(config):
+  if not isinstance(config, ml_collections.FrozenConfigDict):
     raise TypeError(
       f'{who} needs a resolved config: call configs.validation.resolve(config) '
       'once, at the entry point, and pass its result'
@@ -72,13 +118,9 @@ def _int_in(config, name, low, high=None, why=''):
   """The field's value if an integer (not a bool) in [low, high], else a ConfigError saying so."""
   value = config[name]  # ConfigDict takes dotted names
   if not (_integer(value) and low <= value and (high is None or value <= high)):
-    kind = (
-      f'an integer in [{low}, {high}]'
-      if high is not None
-      else 'an integer >= 0'
-      if low == 0
-      else 'a positive integer'
-    )
+    kind = 'an integer >= 0' if low == 0 else 'a positive integer'
+    if high is not None:
+      kind = f'an integer in [{low}, {high}]'
     raise ConfigError(f'config.{name} must be {kind}{why}, got {value!r}')
   return value
 
@@ -98,81 +140,8 @@ def _one_of(config, name, choices, extra='', unnamed=()):
     raise ConfigError(f'config.{name} must be one of {tuple(choices)}{extra}, got {config[name]!r}')
 
 
-def check_fields(config):
-  """Every check of `config` that needs neither devices nor data; ConfigError on the first bad
-  one."""
-  for name, why in SEEDS.items():
-    if not (config[name] is None and name in ('init_seed', 'data_seed')):
-      _int_in(config, name, 0, SEED_MAX, f' ({why})')
-  for name in COUNTS:
-    _int_in(config, name, 1)
-  _int_in(config, 'replicate', 0, why=' (0, 1, 2, ...: same-seed replicates of one run)')
-  _int_in(config, 'checkpoint_every_steps', 0, why=' (0: every epoch)')
-  _check_optim(config)
-  dataset = _check_data(config)
-  _check_model(config)
-  check_numerics(config)
-  _check_distributed(config)
-  check_steps(config, estimated_steps_per_epoch(config, dataset), estimated=True)
-
-
-def _check_optim(config):
-  o = config.optim
-  for name in ('optim.learning_rate', 'optim.eps'):
-    _number(config, name, '> 0', lambda v: v > 0)
-  for name in ('optim.weight_decay', 'optim.warmup_epochs'):
-    _number(config, name, '>= 0', lambda v: v >= 0)
-  for name in ('optim.b1', 'optim.b2'):  # 1 zeroes AdamW's bias correction: NaN at step 1
-    _number(config, name, 'in [0, 1)', lambda v: 0 <= v < 1)
-  _int_in(config, 'optim.freeze_epochs', 0)
-  if o.freeze_epochs >= config.num_epochs:
-    raise ConfigError(
-      f'config.optim.freeze_epochs ({o.freeze_epochs}) must be smaller than '
-      f'config.num_epochs ({config.num_epochs}): nothing would train unfrozen'
-    )
-  _one_of(config, 'optim.schedule', common.SCHEDULES)
-  if o.freeze_epochs and not config.model.reinit:
-    raise ConfigError(
-      'config.optim.freeze_epochs > 0 needs config.model.reinit to name the parts '
-      "that train while the backbone is frozen, e.g. ('stem', 'head')"
-    )
-
-
-def _check_data(config):
-  """config.data's fields; returns the dataset's Declaration (input_pipeline)."""
-  data = config.data
-  try:
-    dataset = input_pipeline.get(data.name)
-  except input_pipeline.DataError as e:
-    raise ConfigError(str(e)) from e
-  for field, choices in (('task', dataset.tasks), ('split', dataset.splits)):
-    if choices:
-      _one_of(config, f'data.{field}', choices, f' for {data.name}')
-  _one_of(config, 'data.normalization', sorted(input_pipeline.NORMALIZATIONS))
-  _int_in(config, 'data.image_size', 1)
-  _int_in(config, 'data.prefetch', 0, 64, ' (batches prepared ahead, each held on the devices)')
-  _number(config, 'data.test_fraction', 'in (0, 1)', lambda v: 0 < v < 1)
-  return dataset
-
-
-def _check_model(config):
-  """The model module must exist (its contract is checked when built), its shape fields usable."""
-  problem = models.missing(config.model.name)
-  if problem:
-    raise ConfigError(problem)
-  _one_of(config, 'model.stem', models.STEMS)
-  rule = f">= 1/64 = {WIDTH_MIN} (the stem's 64 channels times the width must give one channel)"
-  _number(config, 'model.width', rule, lambda v: v >= WIDTH_MIN)
-  if config.model.init_from and config.model.width != 1.0:
-    raise ConfigError(
-      f'config.model.width must be 1.0 with config.model.init_from (pretrained weights are full '
-      f'width), got {config.model.width}; set model.width=1.0'
-    )
-
-
 def check_numerics(config):
-  """Every config.numerics value the code can honour: precision, dtypes, formats and profile (not
-  contradicting), BatchNorm grouping, determinism, XLA flags (known to XLA), implementations."""
+  """Every config.numerics value the code can honour (formats and profile not contradicting)."""
   n = config.numerics
   _one_of(config, 'numerics.matmul_precision', formats.PRECISIONS)
   for field in ('compute_dtype', 'param_dtype'):
@@ -259,12 +228,6 @@ def check_steps(config, per_epoch, estimated=False):
     )
 
 
-def estimated_steps_per_epoch(config, dataset):
-  """A lower bound of the steps per epoch (the declared training split less 10 %)."""
-  train, _ = dataset.split_sizes(config.data)
-  return max(1, int(train * 0.9) // config.batch_size)
-
-
 def check_devices(
   config: ml_collections.ConfigDict, num_devices: int, num_processes: int, device_bytes: int | None
 ) -> None:
@@ -286,8 +249,7 @@ def check_devices(
 
 
 def activation_bytes(config: ml_collections.ConfigDict, batch: int, evaluation=False) -> int:
-  """A lower bound of a training (or `evaluation`) step's activations for `batch` images, in
-  bytes."""
+  """A lower bound of a training (or `evaluation`) step's activations for `batch` images, bytes."""
   values = models.get(config.model.name).activation_values(config)[evaluation]
   return batch * values * formats.DTYPE_BYTES[config.numerics.compute_dtype]
 
@@ -299,33 +261,27 @@ def check_activations(
   host_bytes: int | None,
 ) -> None:
   """Refuse a step whose activations cannot fit a device's memory (or, on CPU, the host's)."""
-  size, width = config.data.image_size, float(config.model.width)
-  limit = device_bytes or host_bytes
+  size, limit = config.data.image_size, device_bytes or host_bytes
   where = 'a device has' if device_bytes else 'this machine has'
-  for field in ('batch_size', 'eval_batch_size'):
+  steps = {
+    'batch_size': (f'data.image_size={size}: a training step keeps', 'convolution outputs'),
+    'eval_batch_size': (
+      f'eval_batch_size={config.eval_batch_size}: an evaluation step holds',
+      "the first convolution's input and output",
+    ),
+  }
+  for field, (step, held) in steps.items():
     batch = config[field] // num_devices if device_bytes else config[field]
     evaluation = field == 'eval_batch_size'
+    fix = 'config.eval_batch_size' if evaluation else 'config.data.image_size or config.batch_size'
     need = activation_bytes(config, batch, evaluation)
-    per_example = activation_bytes(config, 1, evaluation)
-    if not limit or need <= limit:
-      continue
-    held = "the first convolution's input and output" if evaluation else 'convolution outputs'
-    what = (
-      f'({batch} images x {per_example / 2**20:,.1f} MiB of {held} at '
-      f'{size}x{size}, model.width {width:g}, {config.numerics.compute_dtype}), over the '
-      f'{limit / 2**30:,.1f} GiB {where}'
-    )
-    if not evaluation:
+    if limit and need > limit:
       raise ConfigError(
-        f'config.data.image_size={size}: a training step keeps at least '
-        f'{need / 2**30:,.1f} GiB of activations {what}: use a smaller '
-        'config.data.image_size or config.batch_size'
+        f'config.{step} at least {need / 2**30:,.1f} GiB of activations ({batch} images x '
+        f'{activation_bytes(config, 1, evaluation) / 2**20:,.1f} MiB of {held} at {size}x{size}, '
+        f'model.width {float(config.model.width):g}, {config.numerics.compute_dtype}), over the '
+        f'{limit / 2**30:,.1f} GiB {where}: use a smaller {fix}'
       )
-    raise ConfigError(
-      f'config.eval_batch_size={config[field]}: an evaluation step holds at least '
-      f'{need / 2**30:,.1f} GiB of activations {what}: use a smaller '
-      'config.eval_batch_size'
-    )
 
 
 def check_dataset(
@@ -334,8 +290,7 @@ def check_dataset(
   train_bytes: int,
   device_bytes: int | None = None,
 ) -> None:
-  """The training split must give a full batch and fit the step counter (and a device,
-  on_device)."""
+  """The training split must give a full batch, fit the step counter (and on_device, a device)."""
   if config.batch_size > train_examples:
     raise ConfigError(
       f'config.batch_size={config.batch_size} is larger than the '

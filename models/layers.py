@@ -36,9 +36,7 @@ class Conv2d(nnx.Module):
     std = math.sqrt(2.0 / (out_channels * kernel_size * kernel_size))
     self.kernel = nnx.Param(std * jax.random.normal(rngs.params(), shape, param_dtype))
     self.stride, self.padding = stride, [(padding, padding)] * 2
-    self.dtype, self.fmt, self.emulate_impl = dtype, fmt, emulate_impl
-    ops.resolve_conv_impl(conv_impl)  # validates the name; 'auto' is resolved per shape
-    self.conv_impl = conv_impl
+    self.dtype, self.fmt, self.emulate_impl, self.conv_impl = dtype, fmt, emulate_impl, conv_impl
     self.product_id, self.platform = 0, None  # name_products sets them
 
   def __call__(self, x):
@@ -142,9 +140,11 @@ def _same(value):
   return value
 
 
+BATCHNORM_KEYS = {'weight': 'scale', 'bias': 'bias', 'running_mean': 'mean', 'running_var': 'var'}
+
+
 def torch_keys(model):
-  """{torchvision state-dict key: (nnx Variable, torch value -> nnx value)} of `model`'s layers, by
-  their attribute paths."""
+  """{torchvision state-dict key: (nnx Variable, torch value -> nnx value)} of `model`."""
   out = {}
   for path, module in nnx.iter_modules(model):
     prefix = '.'.join(map(str, path))
@@ -154,45 +154,19 @@ def torch_keys(model):
       out[f'{prefix}.weight'] = (module.kernel, lambda w: w.T)
       out[f'{prefix}.bias'] = (module.bias, _same)
     elif isinstance(module, BatchNorm):
-      for name, variable in (
-        ('weight', module.scale),
-        ('bias', module.bias),
-        ('running_mean', module.mean),
-        ('running_var', module.var),
-      ):
-        out[f'{prefix}.{name}'] = (variable, _same)
+      for key, attr in BATCHNORM_KEYS.items():
+        out[f'{prefix}.{key}'] = (getattr(module, attr), _same)
   return out
-
-
-def _padded_slices(x, window, strides, padding):
-  """The window's strided slices of the -inf-padded NHWC `x`, in row-major window order."""
-  (top, bottom), (left, right) = padding
-  padded = lax.pad(
-    x, jnp.array(-jnp.inf, x.dtype), ((0, 0, 0), (top, bottom, 0), (left, right, 0), (0, 0, 0))
-  )
-  n, height, width, channels = padded.shape
-  out_h = (height - window[0]) // strides[0] + 1
-  out_w = (width - window[1]) // strides[1] + 1
-  return [
-    lax.slice(
-      padded,
-      (0, i, j, 0),
-      (n, i + (out_h - 1) * strides[0] + 1, j + (out_w - 1) * strides[1] + 1, channels),
-      (1, strides[0], strides[1], 1),
-    )
-    for i in range(window[0])
-    for j in range(window[1])
-  ]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
 def _max_pool(x, window, strides, padding):
-  return functools.reduce(lax.max, _padded_slices(x, window, strides, padding))
+  return functools.reduce(lax.max, ops.window_slices(x, window, strides, padding, -jnp.inf))
 
 
 def _max_pool_fwd(x, window, strides, padding):
   """(max over the window, (the offset XLA's select `>=` chooses, as uint8; x's shape))."""
-  slices = _padded_slices(x, window, strides, padding)
+  slices = ops.window_slices(x, window, strides, padding, -jnp.inf)
   out = chosen = slices[0]
   choice = jnp.zeros(out.shape, jnp.uint8)
   for offset, candidate in enumerate(slices[1:], start=1):

@@ -2,7 +2,6 @@
 without) into a model of the registry, by its `torch_keys`; and their conversion to .npz."""
 
 import argparse
-import hashlib
 import os
 import pickle
 import re
@@ -12,6 +11,7 @@ import warnings
 import numpy as np
 
 import models
+from runrecord.files import sha256
 
 FORMATS = ('.pth', '.pt', '.safetensors', '.npz')
 IGNORED_SUFFIX = '.num_batches_tracked'
@@ -35,23 +35,6 @@ HOW_TO_SAVE = {
 
 class WeightsError(ValueError):
   """A weights file that cannot be read or does not fit the model: one line, the fix included."""
-
-
-def sha256(path):
-  """Hex sha256 of the file at `path`."""
-  with open(path, 'rb') as f:
-    return hashlib.file_digest(f, 'sha256').hexdigest()
-
-
-def _check_path(path, field):
-  if not path or not os.path.isfile(path):
-    raise FileNotFoundError(
-      f'{field}: no file at {path!r}; give a torchvision state dict ({", ".join(FORMATS)})'
-    )
-  ext = os.path.splitext(path)[1].lower()
-  if ext not in FORMATS:
-    raise WeightsError(f'{field}: unsupported file type {ext!r} of {path!r}; use one of {FORMATS}')
-  return ext
 
 
 def _read_torch(path):
@@ -80,24 +63,26 @@ def _read_torch(path):
   }
 
 
-def _read(path, ext):
-  """{key: array} of the file, by its format; any reader's failure propagates."""
-  if ext in ('.pth', '.pt'):
-    return _read_torch(path)
-  if ext == '.safetensors':
-    from safetensors.numpy import load_file
-
-    return load_file(path)
-  with np.load(path, allow_pickle=False) as data:  # no pickled objects: no code runs
-    return {k: data[k] for k in data.files}
-
-
 def read_state_dict(path, field='config.model.init_from'):
   """{torchvision key: np.ndarray} from a .pth/.pt, .safetensors or .npz file; any failure but a
   missing file one WeightsError line naming `field`, the file and the fix."""
-  ext = _check_path(path, field)
+  if not path or not os.path.isfile(path):
+    raise FileNotFoundError(
+      f'{field}: no file at {path!r}; give a torchvision state dict ({", ".join(FORMATS)})'
+    )
+  ext = os.path.splitext(path)[1].lower()
+  if ext not in FORMATS:
+    raise WeightsError(f'{field}: unsupported file type {ext!r} of {path!r}; use one of {FORMATS}')
   try:
-    state = _read(path, ext)
+    if ext in ('.pth', '.pt'):
+      state = _read_torch(path)
+    elif ext == '.safetensors':
+      from safetensors.numpy import load_file
+
+      state = load_file(path)
+    else:
+      with np.load(path, allow_pickle=False) as data:  # no pickled objects: no code runs
+        state = {k: data[k] for k in data.files}
   except WeightsError as e:  # ours: the file and the fix
     raise WeightsError(f'{field}: {e}') from e
   except Exception as e:  # each reader raises its own kinds for a bad file
@@ -149,8 +134,7 @@ def _torch_shape(variable, key):
 
 
 def load_into(model, path, reinit=('stem', 'head'), name='resnet18'):
-  """Copy the weights and BatchNorm statistics at `path` into `model` of model module `name`, but
-  the `reinit` parts."""
+  """Copy the weights and BatchNorm statistics at `path` into `model` of `name`, but `reinit`."""
   module = models.get(name)
   if not hasattr(module, 'torch_keys'):
     raise WeightsError(
@@ -214,8 +198,7 @@ def _copy_state(model, state, path, reinit, module):
 
 
 def load_torchvision(path, num_classes=1000, *, rngs=None, **model_kwargs):
-  """The ResNet the file holds (18 or 50) with its weights and BatchNorm statistics, in eval
-  mode."""
+  """The ResNet the file holds (18 or 50) with its weights and BatchNorm statistics, eval mode."""
   from flax import nnx
 
   if model_kwargs.get('in_channels', 3) != 3:

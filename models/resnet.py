@@ -150,6 +150,29 @@ class ResNet(nnx.Module):
   def __call__(self, x):
     return self.fc(self.features(x)).astype(jnp.float32)
 
+  @classmethod
+  def create(cls, config, num_classes, in_channels, rngs):
+    """The registry's `create`: this ResNet of a resolved config."""
+    return cls(num_classes, in_channels=in_channels, rngs=rngs, **options(config))
+
+  @classmethod
+  def activation_values(cls, config):
+    """(train, eval) values per example, lower bounds: all conv outputs; the first conv's in+out."""
+    image, width, stem = config.data.image_size, float(config.model.width), config.model.stem
+    channels = stage_channels(width)
+    size = _conv_out(image, 7, 2, 3) if stem == 'imagenet' else image
+    first = size * size * channels[0]
+    total = first
+    if stem == 'imagenet':
+      size = _conv_out(size, 3, 2, 1)  # the max-pool
+    previous = channels[0]
+    for index, (c, blocks) in enumerate(zip(channels, cls.STAGES, strict=True)):
+      for b in range(blocks):
+        out_size = _conv_out(size, 3, 2 if index and not b else 1, 1)
+        total += cls.BLOCK.conv_values(size, out_size, previous, c)
+        size, previous = out_size, c * cls.BLOCK.expansion
+    return total, first + image * image
+
 
 class ResNet18(ResNet):
   """torchvision's resnet18: basic blocks, 2 per stage."""
@@ -182,22 +205,3 @@ def options(config):
 
 def _conv_out(size, kernel, stride, padding):
   return (size + 2 * padding - kernel) // stride + 1
-
-
-def activation_values(net, config):
-  """(train, eval) values per example of ResNet class `net`, lower bounds: every convolution's
-  output, and the first convolution's input and output."""
-  image, width, stem = config.data.image_size, float(config.model.width), config.model.stem
-  channels = stage_channels(width)
-  size = _conv_out(image, 7, 2, 3) if stem == 'imagenet' else image
-  first = size * size * channels[0]
-  total = first
-  if stem == 'imagenet':
-    size = _conv_out(size, 3, 2, 1)  # the max-pool
-  previous = channels[0]
-  for index, (c, blocks) in enumerate(zip(channels, net.STAGES, strict=True)):
-    for b in range(blocks):
-      out_size = _conv_out(size, 3, 2 if index and not b else 1, 1)
-      total += net.BLOCK.conv_values(size, out_size, previous, c)
-      size, previous = out_size, c * net.BLOCK.expansion
-  return total, first + image * image

@@ -83,31 +83,23 @@ def split_exact_bf16(x):
   return jnp.where(finite, hi, x), jnp.where(finite, x - hi, 0.0)  # inf, nan: kept in hi
 
 
-def bf16_ulp(x):
-  """The spacing of bf16 values around each |x| (2^(e-7) for x in [2^e, 2^(e+1))), as f32."""
+def dither_bf16(x, key):
+  """x + u * ulp, u ~ Uniform(-1/2, 1/2) per element from `key`, ulp the bf16 spacing at |x|:
+  unbiased, with the error distribution of round-to-nearest bf16; non-finite values kept."""
+  import jax
   import jax.numpy as jnp
   from jax import lax
 
   x = jnp.asarray(x, jnp.float32)
   exponent = lax.bitcast_convert_type(x, jnp.uint32) & jnp.uint32(0x7F800000)  # 2^e, sign dropped
-  return jnp.maximum(lax.bitcast_convert_type(exponent, jnp.float32) * 2.0**-7, 2.0**-133)
-
-
-def dither_bf16(x, key):
-  """x + u * bf16_ulp(x), u ~ Uniform(-1/2, 1/2) per element from `key`: unbiased, with the error
-  distribution of round-to-nearest bf16; non-finite values kept."""
-  import jax
-  import jax.numpy as jnp
-
-  x = jnp.asarray(x, jnp.float32)
+  ulp = jnp.maximum(lax.bitcast_convert_type(exponent, jnp.float32) * 2.0**-7, 2.0**-133)
   u = jax.random.uniform(key, x.shape, jnp.float32, -0.5, 0.5)
-  return jnp.where(jnp.isfinite(x), x + u * bf16_ulp(x), x)
+  return jnp.where(jnp.isfinite(x), x + u * ulp, x)
 
 
 @dataclasses.dataclass(frozen=True)
 class FastPlan:
-  """How the fast implementation multiplies a format's operand parts on a platform: cast to `dtype`
-  at lax.Precision `precision`, f32 result; `split`: each part as its exact bf16 hi/lo pair."""
+  """The fast form of a format's parts: as `dtype` at `precision`; `split`: as bf16 hi/lo."""
 
   dtype: str
   precision: str
@@ -223,23 +215,18 @@ PROFILES = {
 }
 
 
-def _field(numerics, name):
-  return numerics.get(name, UNSET) if hasattr(numerics, 'get') else UNSET
-
-
 def profile_formats(numerics):
   """{'conv': format, 'dense': format} of config.numerics.profile ({} for none)."""
-  profile = _field(numerics, 'profile')
+  profile = numerics.get('profile', UNSET)
   if profile == UNSET:
     return {}
   return {kind: getattr(PROFILES[profile], kind) for kind in KINDS}
 
 
 def kind_formats(numerics):
-  """{'conv': format, 'dense': format} config.numerics asks for: explicit, else the profile's, else
-  'native'."""
+  """{'conv': format, 'dense': format} config.numerics asks for: explicit, else the profile's."""
   named = profile_formats(numerics)
-  return {kind: _field(numerics, f'{kind}_format') or named.get(kind, NATIVE) for kind in KINDS}
+  return {kind: numerics.get(f'{kind}_format', UNSET) or named.get(kind, NATIVE) for kind in KINDS}
 
 
 def expand(config):

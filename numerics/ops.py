@@ -64,12 +64,8 @@ def resolve_conv_impl(impl, platform=None, macs=None, *, kernel_hw=None, out_hw=
   if macs is None or macs >= IM2COL_MIN_MACS:
     return 'im2col'
   pointwise = kernel_hw is not None and tuple(kernel_hw) == (1, 1)
-  small_out = (
-    out_hw is not None
-    and out_hw[0] * out_hw[1] <= IM2COL_SMALL_OUT_PIXELS
-    and macs >= IM2COL_SMALL_OUT_MIN_MACS
-  )
-  return 'im2col' if pointwise or small_out else 'xla'
+  small_out = out_hw is not None and out_hw[0] * out_hw[1] <= IM2COL_SMALL_OUT_PIXELS
+  return 'im2col' if pointwise or (small_out and macs >= IM2COL_SMALL_OUT_MIN_MACS) else 'xla'
 
 
 def conv_out_hw(x_shape, stride):
@@ -86,50 +82,46 @@ def conv_macs(x_shape, kernel_shape, stride):
 
 def _native_conv(x, kernel, stride, padding, precision=None):
   return lax.conv_general_dilated(
-    x,
-    kernel,
-    window_strides=(stride, stride),
-    padding=padding,
-    dimension_numbers=CONV_DIMENSIONS,
-    precision=precision,
+    x, kernel, (stride, stride), padding, dimension_numbers=CONV_DIMENSIONS, precision=precision
   )
 
 
-def _explicit_padding(padding, in_hw, kernel_hw, stride):
-  """'SAME' / 'VALID' / [(lo, hi), (lo, hi)] -> [(lo, hi), (lo, hi)], as lax computes them."""
-  if isinstance(padding, str):
-    return lax.padtype_to_pads(in_hw, kernel_hw, (stride, stride), padding)
-  return [tuple(int(p) for p in pair) for pair in padding]
+def window_slices(x, window, strides, padding, fill):
+  """The strided slices of NHWC `x` padded with `fill`, one per window offset, row-major."""
+  (top, bottom), (left, right) = padding
+  if top or bottom or left or right:
+    pads = ((0, 0, 0), (top, bottom, 0), (left, right, 0), (0, 0, 0))
+    x = lax.pad(x, jnp.array(fill, x.dtype), pads)
+  n, height, width, channels = x.shape
+  out_h = (height - window[0]) // strides[0] + 1
+  out_w = (width - window[1]) // strides[1] + 1
+  return [
+    lax.slice(
+      x,
+      (0, i, j, 0),
+      (n, i + (out_h - 1) * strides[0] + 1, j + (out_w - 1) * strides[1] + 1, channels),
+      (1, strides[0], strides[1], 1),
+    )
+    for i in range(window[0])
+    for j in range(window[1])
+  ]
 
 
 def _im2col_conv(x, kernel, stride, padding, precision=None):
   """NHWC x HWIO convolution as k*k strided slices, one concatenation and one matmul."""
   kh, kw, cin, cout = kernel.shape
-  n, h, w, c = x.shape
+  _, h, w, c = x.shape
   if c != cin:
     raise ValueError(f'conv2d: input has {c} channels, kernel expects {cin}')
-  (pt, pb), (pl, pr) = _explicit_padding(padding, (h, w), (kh, kw), stride)
-  if pt or pb or pl or pr:
-    x = lax.pad(x, jnp.zeros((), x.dtype), ((0, 0, 0), (pt, pb, 0), (pl, pr, 0), (0, 0, 0)))
-  ho, wo = (h + pt + pb - kh) // stride + 1, (w + pl + pr - kw) // stride + 1
-  slices = [
-    lax.slice(
-      x,
-      (0, i, j, 0),
-      (n, i + (ho - 1) * stride + 1, j + (wo - 1) * stride + 1, c),
-      (1, stride, stride, 1),
-    )
-    for i in range(kh)
-    for j in range(kw)
-  ]
+  if isinstance(padding, str):  # 'SAME' / 'VALID' -> [(lo, hi), (lo, hi)], as lax computes them
+    padding = lax.padtype_to_pads((h, w), (kh, kw), (stride, stride), padding)
+  pairs = [tuple(int(p) for p in pair) for pair in padding]
+  slices = window_slices(x, (kh, kw), (stride, stride), pairs, 0)
   patches = slices[0] if len(slices) == 1 else lax.concatenate(slices, 3)  # [N,Ho,Wo,kh*kw*C]
   # Row-major HWIO -> [(i, j, c), O]: the same (i, j, c) order as the concatenated patches.
+  flat = kernel.reshape(kh * kw * cin, cout)
   y = lax.dot_general(
-    patches,
-    kernel.reshape(kh * kw * cin, cout),
-    (((3,), (0,)), ((), ())),
-    precision=precision,
-    preferred_element_type=jnp.float32,
+    patches, flat, (((3,), (0,)), ((), ())), precision=precision, preferred_element_type=jnp.float32
   )
   return y.astype(jnp.result_type(x, kernel))
 
@@ -153,8 +145,7 @@ def conv2d(
   key=None,
   platform=None,
 ):
-  """NHWC x HWIO convolution in format `fmt` (padding 'SAME', 'VALID' or pairs); `impl` as
-  resolve_conv_impl (the same products; the f32 summation order differs)."""
+  """NHWC x HWIO convolution in format `fmt` (padding 'SAME', 'VALID' or pairs) by `impl`."""
   macs, out_hw = conv_macs(x.shape, kernel.shape, stride), conv_out_hw(x.shape, stride)
   impl = resolve_conv_impl(impl, platform, macs, kernel_hw=kernel.shape[:2], out_hw=out_hw)
   product = CONV_PRODUCTS[impl]
@@ -203,8 +194,7 @@ def operand_parts(fmt, a, key=None):
 
 
 def fast_operands(fmt, a, plan):
-  """What the fast path multiplies for `a`: operand_parts (split exactly where `plan.split`) cast to
-  `plan.dtype`, exactly."""
+  """What the fast path multiplies for `a`: operand_parts (split where plan.split) as plan.dtype."""
   parts = operand_parts(fmt, a)
   if plan.split:
     (part,) = parts
@@ -243,34 +233,24 @@ _CONTRACTIONS = {'dot_general', 'conv_general_dilated'}
 
 
 def retyped(f, a_shape, b_shape, precision):
-  """(p, q) -> f(p, q) with every contraction of f taking p's and q's dtype at `precision`, f32
-  result (the fast form)."""
+  """(p, q) -> f(p, q), every contraction in p's and q's dtype at `precision`, f32 result."""
   closed = jax.make_jaxpr(lambda p, q: f(p, q, HIGHEST))(
     jax.ShapeDtypeStruct(a_shape, jnp.float32), jax.ShapeDtypeStruct(b_shape, jnp.float32)
   )
-
-  def multiply(p, q):
-    (out,) = _eval_retyped(closed.jaxpr, closed.consts, [p, q], precision)
-    return out
-
-  return multiply
+  return lambda p, q: _eval_retyped(closed.jaxpr, closed.consts, [p, q], precision)[0]
 
 
 def _contract(eqn, values, precision):
   """The contraction `eqn` on `values` (cast to their common dtype) at `precision`, f32 result."""
   dtype = jnp.result_type(*values)
   params = dict(eqn.params, precision=(precision, precision), preferred_element_type=jnp.float32)
-
-  def bind(*vs):
-    return eqn.primitive.bind(*vs, **params)
-
-  def upcast(*vs):
-    return bind(*[v.astype(jnp.float32) for v in vs])
-
+  bind = functools.partial(eqn.primitive.bind, **params)
   values = [jnp.asarray(v, dtype) for v in values]
   if dtype == jnp.float32:
     return bind(*values)
-  return lax.platform_dependent(*values, cpu=upcast, default=bind)
+  return lax.platform_dependent(
+    *values, cpu=lambda *vs: bind(*[v.astype(jnp.float32) for v in vs]), default=bind
+  )
 
 
 def _eval_retyped(jaxpr, consts, args, precision):
@@ -342,13 +322,7 @@ _emulated.defvjp(_emulated_fwd, _emulated_bwd)
 
 
 def emulated(product, x, kernel, fmt, *, key=None, impl='auto', platform=None):
-  """product(x, kernel) (bilinear) forward and backward in format `fmt` by implementation `impl`,
-  in the native product's dtype; `key`: what a noisy format needs."""
-  if fmt not in FORMATS:
-    raise ValueError(
-      f"numerics: no emulated format {fmt!r}; one of {tuple(FORMATS)} ('native' uses the "
-      'platform product, without emulation)'
-    )
+  """product(x, kernel) (bilinear) forward and backward in format `fmt`, in its native dtype."""
   if FORMATS[fmt].noisy != (key is not None):
     raise ValueError(
       f'numerics: the {fmt!r} product '

@@ -9,10 +9,8 @@ import jax.numpy as jnp
 
 from numerics import formats, ops
 
-# Product format of f32 operands at each legacy level, per platform: JAX's documentation of
-# `jax.default_matmul_precision` and `jax.lax.Precision` (docs.jax.dev: DEFAULT is one bf16 pass on
-# TPU, HIGH three, HIGHEST six; on NVIDIA GPUs DEFAULT and HIGH use TF32, HIGHEST true f32; CPUs
-# compute f32 at every level).
+# Product format of f32 operands at each legacy level, per platform (docs.jax.dev,
+# `jax.lax.Precision` and "Matmul precision"; docs/numerics.md).
 NATIVE_FORMAT = {
   'tpu': {'default': 'bf16', 'high': 'bf16_3x', 'highest': 'bf16_6x'},
   'gpu': {'default': 'tf32', 'high': 'tf32', 'highest': 'f32'},
@@ -27,12 +25,8 @@ def xla_flags(config):
   return wanted + [f for f in n.xla_flags.split() if f not in wanted]
 
 
-# XLA:CPU's instruction-set levels, lowest first: the values --xla_cpu_max_isa takes (jaxlib
-# 0.10.2's flag help: SSE4_2, AVX, AVX2, AVX512, AVX512_VNNI, AVX512_BF16, AMX, AMX_FP16; any case),
-# each with the /proc/cpuinfo flags a host needs for it (a level needs every level below it too).
-# Measured with jaxlib 0.10.2 on an AVX2 host: the flag moves the code XLA generates itself (loop
-# fusions: a*b+c is one FMA from AVX2 on), not the dots, convolutions and reductions, which run in
-# YNNPACK fusions whose kernels do not follow it (nor did they with those fusions switched off).
+# XLA:CPU's instruction-set levels, lowest first, as --xla_cpu_max_isa names them (jaxlib 0.10.2),
+# each with the /proc/cpuinfo flags it needs (and every level below it): docs/numerics.md.
 XLA_CPU_ISAS = {
   'SSE4_2': ('sse4_2',),
   'AVX': ('avx',),
@@ -58,8 +52,7 @@ def _missing(wanted):
 
 
 def configure(config):
-  """Apply a resolved config.numerics before JAX starts a backend: its XLA flags (ValueError where a
-  process already applied others) and its matmul precision as the default."""
+  """Apply a resolved config.numerics before JAX starts: XLA flags (once), matmul precision."""
   global _applied
   wanted = xla_flags(config)
   current, missing = _missing(wanted)
@@ -133,8 +126,7 @@ def effective_formats(platform, precision, requested, compute_dtype='float32', c
 
 
 def describe(config):
-  """{'requested': config.numerics, 'effective': ...}: platform, precision flag, formats, resolved
-  implementations, dtype, BatchNorm grouping, XLA flags."""
+  """{'requested': config.numerics, 'effective': the arithmetic in effect on this platform}."""
   n = config.numerics
   device = jax.devices()[0]
   platform = device.platform
@@ -177,22 +169,15 @@ def cpuinfo(path=CPUINFO):
   """{field: value} of the first processor listed in /proc/cpuinfo; {} where there is none."""
   try:
     with open(path, encoding='utf-8', errors='replace') as f:
-      text = f.read()
+      first = f.read().strip().split('\n\n', 1)[0]  # the first processor's block
   except OSError:
     return {}
-  out = {}
-  for line in text.splitlines():
-    if not line.strip() and out:
-      break
-    key, sep, value = line.partition(':')
-    if sep:
-      out.setdefault(key.strip(), value.strip())
-  return out
+  fields = [line.partition(':') for line in first.splitlines()]
+  return {key.strip(): value.strip() for key, sep, value in fields if sep}
 
 
 def xla_cpu_isa(cpu_flags, xla_flags):
-  """XLA:CPU's instruction set on an x86-64 host with /proc/cpuinfo flags `cpu_flags`: its best
-  XLA_CPU_ISAS level, lowered by a --xla_cpu_max_isa in `xla_flags`; None without one."""
+  """XLA:CPU's XLA_CPU_ISAS level on x86-64 for cpuinfo `cpu_flags`, under a pin; or None."""
   have, levels = set(cpu_flags), []
   for name, needs in XLA_CPU_ISAS.items():
     if not have.issuperset(needs):
@@ -205,8 +190,7 @@ def xla_cpu_isa(cpu_flags, xla_flags):
 
 
 def cpu_facts(xla_flags=None):
-  """(model, instruction set, XLA's instruction set) of this host's processor (record.CPU_FACTS;
-  elsewhere than x86-64 the architecture twice; None unread)."""
+  """(model, instruction set, XLA's instruction set) of this host's processor (record.CPU_FACTS)."""
   xla_flags = os.environ.get('XLA_FLAGS', '') if xla_flags is None else xla_flags
   info, machine = cpuinfo(), host.machine().lower()
   flags = info.get('flags', '').split()

@@ -15,20 +15,16 @@ KEYS = {
 }
 
 
-def dtype(key, task):
-  """The saved dtype of `key`: labels and predictions int32 (or int8 bits), probabilities f32."""
-  if key in ('label', 'predicted'):
-    return np.int32 if task == 'classification' else np.int8
-  return np.float32
-
-
 def collect(dataset, outputs):
-  """The predictions item of one evaluation of `dataset`'s test split from the eval step's
-  outputs."""
+  """The predictions item of one evaluation of `dataset`'s test split from the eval outputs."""
   n, task = len(dataset.test), dataset.task
   arrays = {key: np.concatenate([o[key] for o in outputs])[:n] for key in outputs[0]}
   arrays['label'] = np.asarray(dataset.test.labels)
-  item = {key: arrays[key].astype(dtype(key, task)) for key in KEYS[task]}
+  labels = np.int32 if task == 'classification' else np.int8  # multilabel: bits
+  item = {
+    key: arrays[key].astype(labels if key in ('label', 'predicted') else np.float32)
+    for key in KEYS[task]
+  }
   return {**item, 'task': task, 'fingerprint': str(dataset.info.get('split_fingerprint', ''))}
 
 
@@ -44,13 +40,11 @@ def saved_steps(workdir):
   folder = record.checkpoint_dir(workdir)
   if not folder.exists():
     return []
-  steps = [int(p.name) for p in folder.iterdir() if p.name.isdigit() and (p / ITEM).exists()]
-  return sorted(steps)
+  return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit() and (p / ITEM).exists())
 
 
 def read_predictions(workdir, step=None):
-  """The predictions saved at checkpoint `step` of run folder `workdir` (None: the newest) with
-  `task`, `fingerprint` and `step`; None where there are none."""
+  """The predictions (with task, fingerprint, step) at `step` of `workdir` (None: newest)."""
   workdir = workdir if '://' in str(workdir) else os.path.abspath(workdir)  # Orbax: absolute
   steps = saved_steps(workdir)
   if step is None:

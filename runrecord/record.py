@@ -12,12 +12,9 @@ from etils import epath
 
 from numerics import formats
 
-# Orbax (it loads JAX) is imported inside the functions that use it: the analysis of a CSV reads
-# only this module's field names and stays without JAX (~170 MB, seconds).
-
+# Orbax (it loads JAX) is imported where used: an analysis of a CSV stays without JAX.
 RECORD_SCHEMA = 4  # 3: CPU_FACTS recorded; 4: run_id, segments' CPU facts
-# Every file a run's workdir holds, named once (the trainer writes them, the sweep and the analysis
-# read them): the checkpoints folder, the JSON-lines metrics, the lock, the sweep's log of a run.
+# Every file a run's workdir holds, named once (docs/record.md, "Layout").
 CHECKPOINTS = 'checkpoints'
 METRICS = 'metrics.jsonl'
 TENSORBOARD = 'tensorboard'
@@ -28,16 +25,11 @@ RESULTS_ITEM = 'results'
 ITEMS = (STATE_ITEM, RESULTS_ITEM)
 STATUSES = ('running', 'completed', 'failed')
 
-# A CPU run's processor: its model name, its instruction set and the one XLA:CPU generated code for
-# (XLA's names of the levels, 'AVX2', 'AVX512', ...; the architecture off x86-64): cpu_facts in
-# numerics/setup.py.
+# A CPU run's processor, its instruction set and XLA:CPU's (numerics/setup.py cpu_facts).
 CPU_FACTS = ('cpu_model', 'cpu_isa', 'xla_cpu_isa')
-# The seeds a run's initial weights and data order came from (configs/common.py init_seed_of,
-# data_seed_of): `seed` in records written before they existed.
+# The seeds of the initial weights and of the data order (`seed` in older records).
 SEED_PARTS = ('init_seed', 'data_seed')
-# Two runs of one arm are the same model trained again (replicates: averaged as one value, their
-# spread the nondeterminism) only when these are equal (the replicate rule: rules.model_keys).
-# `replicate` is not among them: it only names a repeated run.
+# The replicate rule (rules.model_keys): runs of one arm equal in these are one model trained again.
 MODEL_FIELDS = ('seed', *SEED_PARTS)
 # Columns every run row has, in this order, before the flattened ones.
 BASE_COLUMNS: tuple[str, ...] = ('run', 'run_id', 'status', 'reason', *MODEL_FIELDS)
@@ -48,26 +40,18 @@ FLATTENED = ('final', 'numerics', 'config', 'data', 'model', 'versions')
 FINAL_METRICS = ('test_accuracy', 'test_loss', 'train_loss', 'train_accuracy')
 DEFAULT_METRIC = 'final.test_accuracy'
 
-# An arm: runs equal in these columns, in every requested numerics field and in every config field
-# that differs between the runs, but the fields that cannot change the result (IGNORED_FIELDS), the
-# seed (an arm's replicate index) and config.numerics (the numerics.requested.* columns).
+# An arm (rules.arm_columns; docs/record.md, "The rules read from it").
 ARM_CONTEXT = ('platform', 'device_kind')
 ARM_PREFIX = 'numerics.requested.'
 ARM_NAMED = ('profile',)  # the name of a whole arithmetic: listed first
 CONFIG_PREFIX = 'config.'
 NOT_ARM_CONFIG = ('seed', 'init_seed', 'data_seed', 'replicate', 'numerics')
-# Whether a GPU run used deterministic kernels (TPU and CPU runs repeat bit for bit anyway).
 DETERMINISM_COLUMN = 'numerics.effective.gpu_deterministic'
-# The XLA flags in effect (XLA_FLAGS as the run started, numerics/setup.py describe).
 XLA_FLAGS_COLUMN = 'numerics.effective.xla_flags'
 
-# The test set a run was evaluated on, as the datasets record it (input_pipeline: digits and
-# CelebA record the test split's fingerprint and size, CelebA the source files' fingerprint too):
-# runs compare example by example, and pair, only on one test set (analysis/inputs.py).
+# The test set a run was evaluated on: runs compare and pair only on one (analysis/inputs.py).
 TEST_SET = ('data.source_fingerprint', 'data.split_fingerprint', 'data.test_size')
-# Two runs share initial weights and data order (and so pair by seed) when these are equal:
-# the init and data seeds (both `seed` unless set apart), everything that builds the initial
-# model or orders and transforms the data, and the test set they were evaluated on.
+# Two runs pair by seed when these are equal: seeds, what builds the model or orders the data.
 PAIRING_CONFIG = (
   'batch_size model.name model.width model.stem model.init_from model.reinit numerics.param_dtype '
   'data.name data.task data.split data.split_seed data.test_fraction data.image_size '
@@ -75,44 +59,24 @@ PAIRING_CONFIG = (
 ).split()
 PAIRING_FIELDS = (*SEED_PARTS, *(f'config.{name}' for name in PAIRING_CONFIG), *TEST_SET)
 
-# Config fields that cannot change a run's arithmetic: a saved run with other values of these is
-# still the same run (resume continues it, the sweep counts it as done). Everything else (seed,
-# epochs, batch sizes, eval_every_epochs, numerics, optimizer, model, data) must match.
+# Config fields that cannot change a run's arithmetic: not held against the same run, nor an arm.
 IGNORED_FIELDS = tuple(
   'log_every_steps checkpoint_every_steps keep_checkpoints preset data.prefetch data.on_device '
   'data.manual_dir data.tfds_dir data.cache_dir distributed'.split()
 )
 
-# The dataset facts that identify the data a run trains on (present in `data` when the dataset
-# reports them): the files, the split, the resolution and the number of classes. Where the files
-# live (paths, the decoded cache's folder) is not part of the data's identity.
+# The dataset facts that identify a run's data (where the files live is not among them).
 DATA_IDENTITY = tuple(
   'fingerprint source_fingerprint split_fingerprint image_size num_classes train_size test_size '
   'task'.split()
 )
-# Where a run executes: a resume on another layout changes the run's arithmetic (summation order).
+# Where a run executes: a resume on another layout changes its arithmetic (summation order).
 LAYOUT = ('platform', 'device_kind', 'num_devices', 'num_processes')
-# What each segment records: its layout and, on CPU, the processor (its platform identity).
-SEGMENT_FACTS = LAYOUT + CPU_FACTS
-
-
-class Segment(TypedDict, total=False):
-  """Steps [start_step, stop_step) a run trained on one device layout: its LAYOUT and CPU_FACTS."""
-
-  start_step: int
-  stop_step: int
-  platform: str
-  device_kind: str
-  num_devices: int
-  num_processes: int
-  cpu_model: str | None
-  cpu_isa: str | None
-  xla_cpu_isa: str | None
+SEGMENT_FACTS = LAYOUT + CPU_FACTS  # each segment: start_step, stop_step and these
 
 
 class Results(TypedDict, total=False):
-  """The results record as saved: docs/record.md ("Fields"). Not total: older records lack
-  fields."""
+  """The results record as saved (docs/record.md, "Fields"); not total: older records lack some."""
 
   schema: int  # RECORD_SCHEMA
   run_id: str  # new_run_id, kept by every resume
@@ -141,7 +105,7 @@ class Results(TypedDict, total=False):
   history: list[dict[str, Any]]  # one entry per epoch
   log_sums: dict[str, float]  # training sums at the last log
   state_digest: str  # of the state saved beside the record
-  segments: list[Segment]
+  segments: list[dict[str, Any]]  # steps [start_step, stop_step) on one layout
 
 
 def checkpoint_dir(workdir: str) -> epath.Path:
@@ -186,8 +150,7 @@ def new_run_id() -> str:
 
 
 def run_identity(results: Mapping[str, Any]) -> str:
-  """What tells two records of one run from two runs' records: `run_id`, or for a record from before
-  ids, 'content-' and a digest of its JSON content."""
+  """A record's run: `run_id`, or before ids 'content-' and a digest of its JSON content."""
   if results.get('run_id'):
     return str(results['run_id'])
   text = json.dumps(results, sort_keys=True, default=str)
@@ -201,31 +164,20 @@ def data_facts(dataset: Any) -> dict[str, Any]:
 
 def final_metrics(history: Sequence[Mapping[str, Any]]) -> dict[str, float]:
   """The run's headline numbers: the last evaluation and the last epoch's training metrics."""
-  evaluated = [h for h in history if 'test_accuracy' in h]
-  last = history[-1]
-  return {
-    'test_accuracy': evaluated[-1]['test_accuracy'],
-    'test_loss': evaluated[-1]['test_loss'],
-    'train_loss': last['train_loss'],
-    'train_accuracy': last['train_accuracy'],
-  }
+  evaluated = [h for h in history if 'test_accuracy' in h][-1]
+  return {k: (evaluated if k.startswith('test_') else history[-1])[k] for k in FINAL_METRICS}
 
 
 def save(
   mngr: Any, step: int, results: Results, state: Any = None, extra: Mapping[str, Any] | None = None
 ) -> None:
-  """Write `results` (and `state`, `extra`'s items) as step `step` of the Orbax manager `mngr`."""
-  mngr.save(step, args=save_args(copy.deepcopy(results), state, extra), force=True)
-
-
-def save_args(results: Results, state: Any = None, extra: Mapping[str, Any] | None = None) -> Any:
-  """The Orbax Composite of `results` (JSON), `state` unless None, and `extra`'s items."""
+  """Write `results` (and `state` unless None, `extra`'s Orbax items) as step `step` of `mngr`."""
   import orbax.checkpoint as ocp
 
-  items = {RESULTS_ITEM: ocp.args.JsonSave(results), **(extra or {})}
+  items = {RESULTS_ITEM: ocp.args.JsonSave(copy.deepcopy(results)), **(extra or {})}
   if state is not None:
     items[STATE_ITEM] = ocp.args.StandardSave(state)
-  return ocp.args.Composite(**items)
+  mngr.save(step, args=ocp.args.Composite(**items), force=True)
 
 
 def restore_args(abstract_state=None):

@@ -3,10 +3,10 @@ rule, the platform a run counts as, the same run (what a resume or the sweep com
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from typing import Any
 
 from runrecord import record
-from runrecord.record import Results, Segment
+from runrecord.record import Results
 
 
 def row(run: str, results: Results | None) -> dict[str, Any]:
@@ -90,12 +90,8 @@ def platform_identity(results: Mapping[str, Any]) -> str | None:
   segments = [s for s in results.get('segments') or [] if isinstance(s, dict)]
   if segments:  # each segment's facts, over the record's where a segment predates them
     top = {k: results.get(k) for k in record.SEGMENT_FACTS}
-    names = list(
-      dict.fromkeys(
-        platform_identity({**top, **{k: v for k, v in s.items() if v is not None}})
-        for s in segments
-      )
-    )
+    merged = [{**top, **{k: v for k, v in s.items() if v is not None}} for s in segments]
+    names = list(dict.fromkeys(map(platform_identity, merged)))
     if len(names) > 1:
       return '+'.join(str(n) for n in names)
   platform = results.get('platform')
@@ -132,8 +128,7 @@ def layout_differences(saved: Mapping[str, Any], facts: Mapping[str, Any]) -> li
 
 
 def identity_differences(saved: Mapping[str, Any], facts: Mapping[str, Any]) -> list[str]:
-  """['platform identity: before -> now'] where this session's differs from the saved record's last
-  (one not recorded is not held against it), else []."""
+  """['platform identity: before -> now'] where this session's differs from the saved one."""
   before, now = (platform_identity({**saved, 'segments': None}), platform_identity(facts))
   if saved.get('platform') != facts.get('platform') or before in (None, now, saved.get('platform')):
     return []  # another platform altogether: LAYOUT's 'platform' line says so
@@ -143,8 +138,7 @@ def identity_differences(saved: Mapping[str, Any], facts: Mapping[str, Any]) -> 
 def start_segment(
   results: Results, saved: Mapping[str, Any] | None, facts: Mapping[str, Any], step: int
 ) -> None:
-  """results['segments']: the saved record's up to `step`, then this session's from `step` (merged
-  into the last one when it has the same layout)."""
+  """results['segments']: the saved ones up to `step`, then this session's (merged: one layout)."""
   saved = saved or {}
   if saved.get('run_id'):
     results['run_id'] = saved['run_id']  # a resume continues the run: its identity too
@@ -161,7 +155,7 @@ def start_segment(
   }
   if not (segments and {k: segments[-1].get(k, v) for k, v in layout.items()} == layout):
     segments.append({'start_step': step, 'stop_step': step, **layout})
-  results['segments'] = cast(list[Segment], segments)  # each a Segment: the saved ones, `layout`
+  results['segments'] = segments  # the saved ones, then `layout`'s
 
 
 def end_segment(results: Results, step: int) -> None:
@@ -172,8 +166,7 @@ def end_segment(results: Results, step: int) -> None:
 def config_differences(
   saved: Mapping[str, Any] | None, requested: Mapping[str, Any] | None
 ) -> list[str]:
-  """['field: saved -> requested', ...] where config dict `requested` is not the same run as saved
-  `saved` (IGNORED_FIELDS aside; a field the saved one lacks: its default)."""
+  """['field: saved -> requested', ...] of two configs not the same run (IGNORED_FIELDS aside)."""
   old = record.flatten(json.loads(json.dumps(record.upgrade_config(saved or {}))), '')
   new = record.flatten(json.loads(json.dumps(requested or {})), '')
   default = record.defaults()

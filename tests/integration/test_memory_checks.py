@@ -32,14 +32,14 @@ def test_activation_values_count_what_the_model_computes(
   assert len(seen) == convs  # the stem, the blocks' convolutions, 3 (ResNet-50: 4) downsamples
   config = digits.get_config('smoke')
   config.data.image_size, config.model.width, config.model.stem = size, width, stem
-  train, evaluate = resnet.activation_values(net, config)
+  train, evaluate = net.activation_values(config)
   assert train == sum(y.size for y in seen)
   assert evaluate == seen[0].size + size * size  # the first convolution's output and its input
 
 
 def test_activation_check_refuses_what_cannot_fit_with_its_numbers():
   config = celeba.get_config('gpu')  # 224 px, batch 2048, width 1.0, float32
-  per_image = resnet.activation_values(resnet.ResNet18, config)[0] * 4
+  per_image = resnet.ResNet18.activation_values(config)[0] * 4
   validation.check_activations(config, 8, 80 * GIB, None)  # 256 per H100: fits
   with pytest.raises(validation.ConfigError) as e:
     validation.check_activations(config, 1, 16 * GIB, None)
