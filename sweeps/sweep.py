@@ -44,7 +44,7 @@ def add_run_args(p, example_config, root_help):
   p.add_argument('--root', required=True, help=root_help)
   p.add_argument('--parallel', type=int, help='runs at a time (default 1, or one per GPU)')
   p.add_argument('--gpus', default='', help='comma-separated GPU ids: one run per GPU')
-  p.add_argument('--tpu-chips', default='', help='comma-separated TPU chip ids: one run per chip')
+  p.add_argument('--tpu-chips', help='comma-separated TPU chip ids: one run per chip')
 
 
 def parse_args(argv):

@@ -346,3 +346,24 @@ def test_out_as_a_link_to_a_users_folder_is_written_through_and_the_rest_left(tm
     assert os.stat(real / 'notes.txt').st_mode & 0o777 == 0o600
     (row,) = csv.DictReader(open(real / 'preflight.csv'))
     assert row['phase'] == 'eval' and row['compiled'] == 'True'
+
+
+@pytest.mark.parametrize(
+  'name, chips, hosts',
+  [
+    ('v5e-16', 16, 2),
+    ('v6e-16', 16, 2),
+    ('v5litepod-8', 8, 1),
+    ('v6e-8', 8, 1),
+    ('v4-8', 4, 1),
+    ('v4-16', 8, 2),
+    ('v5p-8', 4, 1),
+    ('v5e:2x4', 8, 2),  # libtpu's name: its default hosts of 2x2x1
+  ],
+)
+def test_accelerator_types_compile_on_googles_hosts(name, chips, hosts):
+  """v5e and v6e: 8 chips per host, v4 and v5p: 4 (docs/tpu.md); before, v5e-16 was 4 hosts of 4."""
+  from sweeps import tpu
+
+  facts = tpu.facts(tpu.devices(tpu.parse_topology(name)))
+  assert (facts['chips'], facts['hosts']) == (chips, hosts)
