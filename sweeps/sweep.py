@@ -485,7 +485,7 @@ def main(argv=None):
 
     pending = [r for r, _ in todo]
     if args.estimate_tpu:  # priced from the TPU programs compiled here
-      return estimate.price_arms(pending, flags_of, args.estimate_tpu, slots)
+      return estimate.price_arms(pending, flags_of, args.estimate_tpu, slots if chips else 1)
     envs = runner.slot_envs(runner.REPO if remote else root, gpus, slots)
     return estimate.measure_arms(pending, flags_of, envs, args.estimate_steps)
   if args.dry_run:

@@ -103,8 +103,7 @@ def devices(topology):
     raise ValueError(f'--topology {topology.name}: libtpu refuses it ({first})') from e
 
 
-def facts(devs):
-  """{'chips', 'hosts', 'devices', 'device_kind'} of the compile-only devices `devs`."""
+def facts(devs):  # {'chips', 'hosts', 'devices', 'device_kind'} of compile-only devices
   return {
     'chips': len({tuple(d.coords) for d in devs}),  # a chip per coordinate
     'hosts': len({d.process_index for d in devs}),
@@ -119,18 +118,52 @@ def roofline_s(flops, bytes_accessed, passes, chip):
   return max(flops * passes / (chip.bf16_tflop_s * 1e12), bytes_accessed / (chip.hbm_gb_s * 1e9))
 
 
-def run_seconds(ctx, step_s):
-  """Σ phases steps x step_s + evaluations x eval batches x step_s('eval'): a run's seconds from
-  {program: step_s}; None if a program is missing."""
+# What a run spends besides the roofline (docs/tpu.md "Hours a run takes"): a stated disk rate
+# for checkpoint writes (assumed, not measured on a TPU VM) and the host feed's gather rate,
+# measured here (one thread, 256 random 224x224x3 images at a time from a uint8 memmap: 1.5-1.7
+# GB/s on this 2-core host under load 7).
+DISK_MB_S, FEED_GB_S = 200, 1.5
+TERMS = {
+  'startup': 'measured here: this process until its first compile (imports, config, libtpu)',
+  'compilation': "measured here: this preflight's compile of each program, assumed the same there",
+  'steps': "compiled: the training steps' roofline",
+  'evaluation': "compiled: the evaluations' roofline (evaluations x batches x eval step)",
+  'checkpoints': f'assumed: the state bytes x checkpoints at {DISK_MB_S} MB/s',
+  'feed': f'measured here: a host gathers {FEED_GB_S} GB/s; what steps wait beyond the roofline',
+}
+
+
+def run_terms(ctx, step_s, compile_s, startup_s, hosts):
+  """{TERMS name: seconds} of one run from {program: roofline step s, compile s}; None if a
+  program is missing."""
+  import jax
+
   from input_pipeline import batching
-  from trainer import run
+  from trainer import run, train
 
   if any(step_s.get(p.name) is None for p in ctx.phases) or step_s.get('eval') is None:
     return None
-  evaluations = sum(run.due(ctx, s).evaluate for s in range(1, ctx.total_steps + 1))
-  batches = batching.num_eval_batches(len(ctx.dataset.test), ctx.config.eval_batch_size)
-  training = sum((p.stop - p.start) * step_s[p.name] for p in ctx.phases)
-  return training + evaluations * batches * step_s['eval']
+  due = [run.due(ctx, s) for s in range(1, ctx.total_steps + 1)]
+  batches = batching.num_eval_batches(len(ctx.dataset.test), run.eval_batch(ctx))
+  state = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(train.abstract_state(ctx)))
+  feed_s = ctx.config.batch_size / hosts * ctx.dataset.train.images[0].nbytes / FEED_GB_S / 1e9
+  steps = [(p.stop - p.start, step_s[p.name]) for p in ctx.phases]
+  return {
+    'startup': startup_s,
+    'compilation': sum(compile_s.values()),
+    'steps': sum(n * s for n, s in steps),
+    'evaluation': sum(d.evaluate for d in due) * batches * step_s['eval'],
+    'checkpoints': sum(d.save for d in due) * state / (DISK_MB_S * 1e6),
+    'feed': sum(n * max(feed_s - s, 0.0) for n, s in steps),
+  }
+
+
+def readable(seconds):
+  """'11.2 ms', '3.4 s', '2m05s', '1h02m05s'."""
+  if seconds < 60:
+    return f'{seconds * 1e3:.3g} ms' if seconds < 1 else f'{seconds:.3g} s'
+  h, rest = divmod(round(seconds), 3600)
+  return (f'{h}h{rest // 60:02d}m' if h else f'{rest // 60}m') + f'{rest % 60:02d}s'
 
 
 def largest_batch(fits, start, unit, limit, max_compiles=8):
