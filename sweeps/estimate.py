@@ -218,7 +218,7 @@ def price_arms(runs, flags_of, topology, slots):
     except ValueError as e:
       print(f'error: --estimate-tpu: arm {slug}: {e}', file=sys.stderr)
       return 2
-    total += counts[slug] * sum(terms.values())
+    total += counts[slug] * sum(terms.values()) - (counts[slug] - 1) * terms['compilation']
     by_term = {k: v + counts[slug] * terms[k] for k, v in by_term.items()}
     said = ', '.join(f'{k} {tpu.readable(v)}' for k, v in terms.items())
     print(f'estimate: {slug}: {counts[slug]} runs x {tpu.readable(sum(terms.values()))} ({said})')

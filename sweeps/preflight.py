@@ -214,7 +214,7 @@ def configured(config, kind):
       return 'default' if kind == 'conv' else f'dot_{flag.lower()}'
     return formats.LEGACY_LEVEL[flag]
   if ops.resolve_impl(n.emulate_impl, 'tpu', fmt) == 'fast':
-    return ops.fast_plan(fmt, 'tpu').precision.name.lower()
+    return ops.fast_plan(fmt, 'tpu').precision.lower()
   return 'highest'
 
 
@@ -334,7 +334,7 @@ def topology_rows(config, topology, devs, runs, wanted, startup_s):
     'accelerator': facts['device_kind'],
     **{k: facts[k] for k in ('chips', 'hosts', 'devices')},
     'hbm_per_chip_gib': chip.hbm_gib,
-    'sweep_runs': runs,
+    'sweep_runs': runs[0],
   }
   print(
     f'[preflight] {topology.name}: {facts["devices"]} x {facts["device_kind"]} '
@@ -368,9 +368,8 @@ def topology_rows(config, topology, devs, runs, wanted, startup_s):
   terms = tpu.run_terms(ctx, step_s, compile_s, startup_s, facts['hosts']) or {}
   hours = {f'{k}_s': v for k, v in terms.items()}
   if terms:
-    hours.update(
-      run_hours=sum(terms.values()) / 3600, sweep_hours=runs * sum(terms.values()) / 3600
-    )
+    run_s, cached = sum(terms.values()), (runs[0] - runs[1]) * terms['compilation']
+    hours.update(run_hours=run_s / 3600, sweep_hours=(runs[0] * run_s - cached) / 3600)
   for row in rows:
     row.update(hours)
   return rows, ctx
@@ -445,8 +444,9 @@ def memory_notes(rows):
   out = []
   for a, b in zip(rows, rows[1:], strict=False):
     if b['phase'] != 'eval' and a['memory_per_chip_gib'] > b['memory_per_chip_gib']:
-      parts = ('argument', 'temp', 'code')
-      said = [f'{p} {a[f"{p}_gib"]:.3g} vs {b[f"{p}_gib"]:.3g}' for p in parts]
+      said = [
+        f'{p} {a[f"{p}_gib"]:.3g} vs {b[f"{p}_gib"]:.3g}' for p in ('argument', 'temp', 'code')
+      ]
       out.append(
         f'  - {a["phase"]} needs more than {b["phase"]} per chip: GiB of {", ".join(said)} '
         "(XLA's buffer assignment: memory_analysis())"
@@ -485,7 +485,9 @@ def main(argv=None):
         raise ValueError(f'--max-compiles={args.max_compiles}: give a positive number')
       path, arg = common.split_spec(spec)
       module = common.load_module(path)  # the runs of its get_sweep(arg), 1 without one
-      runs = len(module.get_sweep(arg or None)) if hasattr(module, 'get_sweep') else 1
+      sweep = module.get_sweep(arg or None) if hasattr(module, 'get_sweep') else [{}]
+      arms = {repr(sorted((k, v) for k, v in o.items() if k != 'seed')) for o in sweep}
+      runs = (len(sweep), len(arms))  # later seeds of an arm load its compiles from the cache
       if args.out:
         dest = stack.enter_context(
           files.Destination(args.out, command='preflight', may_write=['preflight.csv'])

@@ -406,3 +406,32 @@ def test_a_runs_hours_add_every_term_the_roofline_leaves_out():
     for source in tpu.TERMS.values()
   )
   assert tpu.readable(1.39e-06 * 3600) == '5 ms' and tpu.readable(7390) == '2h03m10s'
+
+
+def test_out_is_checked_before_compiling_and_a_topology_named_twice_compiles_once(tmp_path):
+  """Before: a bad --out died with a traceback after every compile; a topology named twice (or by
+  two names) was compiled twice."""
+  (tmp_path / 'a_file').write_text('not a folder')
+  os.symlink(tmp_path / 'a_file' / 'below', tmp_path / 'link')
+  argv = [sys.executable, '-m', 'sweeps.preflight', '--config=configs/digits.py:smoke']
+  argv += ['--topology', 'v5e-1', 'v5litepod-1', 'v5e-1', '--programs', 'eval', '--out']
+  env = {**os.environ, 'PYTHONPATH': ROOT}
+  bad = subprocess.run(
+    [*argv, str(tmp_path / 'link')], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+  )
+  lines = bad.stderr.strip().splitlines()
+  assert (bad.returncode, len(lines)) == (2, 1) and 'cannot write there' in lines[0], bad.stderr
+  assert 'compiling' not in bad.stdout
+  os.symlink(tmp_path / 'not_yet' / 'out', tmp_path / 'dangling')  # followed: made, written
+  good = subprocess.run(
+    [*argv, str(tmp_path / 'dangling')],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=900,
+  )
+  assert good.returncode == 0, good.stderr[-2000:]
+  assert good.stdout.count('[preflight]   compiling ') == 1
+  assert (tmp_path / 'not_yet' / 'out' / 'preflight.csv').exists()
+  assert 'e-0' not in good.stdout.split('| topology |')[1]  # no '1.39e-06 h'
