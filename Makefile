@@ -15,22 +15,32 @@ export JAX_PLATFORMS ?= cpu
 
 .PHONY: setup setup-test setup-tpu study train smoke test lint clean
 
+# The pins need Python >= 3.11: on a TPU VM image with 3.10, PYTHON="$$(uv python find 3.11)"
+# after `uv python install 3.11` (docs/tpu.md, "From a fresh TPU VM").
 $(PY):
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "make: $(PYTHON) is Python " + sys.version.split()[0] + "; the pins need 3.11+: see docs/tpu.md (uv python install 3.11)")'
+	@echo "[make] creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
 setup: | $(PY)
+	@echo "[make] installing requirements.txt into $(VENV): about 2 min the first time, seconds after"
 	$(PIP_INSTALL) -r requirements.txt
+	@echo "[make] installed"
 
 setup-test: | $(PY)
+	@echo "[make] installing requirements-test.txt into $(VENV): a few minutes the first time"
 	$(PIP_INSTALL) -r requirements-test.txt
 
 setup-tpu: | $(PY)
+	@echo "[make] installing requirements-tpu.txt into $(VENV): libtpu is a 213 MB wheel"
 	$(PIP_INSTALL) -r requirements-tpu.txt
+	@echo "[make] installed"
 
 # The main job on the embedded default (scikit-learn digits, no download): a numerics study
 # (8 arms x 6 seeds) -> statistics report -> attribution -> figures, in runs/study (~6 min on 2 cores).
 study: setup
+	@echo "[make] starting the study: progress lines follow; the ETA appears once a run is measured"
 	$(PY) -m sweeps.run_study --config=configs/digits.py:study --root=runs/study --parallel 2
 
 # One training run on the embedded default (a few minutes on 2 cores).

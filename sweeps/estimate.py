@@ -27,8 +27,7 @@ PARTS = ('start-up', 'compilation', 'steps', 'evaluation', 'checkpoints')
 
 # --- the sweep's side: the arms measured in processes, the table and the total ---
 def parts(m, cached):
-  """{part: seconds} of one run of the measured arm `m`; `cached`: a later seed's, its compiles
-  loaded from the cache."""
+  """{part: seconds} of one run of the measured arm `m` (`cached`: a later seed's)."""
   key = 'cached_compile_s' if cached else 'compile_s'
   return {
     'start-up': m['startup_s'],
@@ -130,8 +129,7 @@ def groups(firsts, slots):
   return out
 
 
-def arms_of(runs):
-  """({slug: the arm's first run}, {slug: its runs}), in the runs' order."""
+def arms_of(runs):  # ({slug: the arm's first run}, {slug: its runs}), in the runs' order
   firsts = {}
   for r in runs:
     firsts.setdefault(r.slug, r)
@@ -183,7 +181,10 @@ def measure_arms(runs, flags_of, envs, timed_steps):
 
 # --- `--estimate-tpu`: each arm's runs priced from its compiled TPU programs ---
 def arm_run_hours(flags, topology):
-  """(run hours, chips) of an arm from `python -m sweeps.preflight`; a ValueError if it fails."""
+  """({tpu.TERMS name: seconds} of a run of an arm, chips) from `python -m sweeps.preflight`; a
+  ValueError if it fails."""
+  from sweeps import tpu
+
   with tempfile.TemporaryDirectory() as out:
     argv = [sys.executable, '-m', 'sweeps.preflight', *flags, '--topology', topology, '--out', out]
     proc = subprocess.run(argv, cwd=runner.REPO, capture_output=True, text=True, check=False)
@@ -196,39 +197,45 @@ def arm_run_hours(flags, topology):
   if not rows[0].get('run_hours', ''):
     reasons = sorted({r['reason'] for r in rows if r['reason']})
     raise ValueError(f'{topology}: not every program compiled ({"; ".join(reasons)})')
-  return float(rows[0]['run_hours']), int(rows[0]['chips'])
+  return {k: float(rows[0][f'{k}_s']) for k in tpu.TERMS}, int(rows[0]['chips'])
 
 
 def price_arms(runs, flags_of, topology, slots):
-  """Print each arm's run hours on `topology` (roofline estimates from compiled programs) and the
-  sweep's chip-hours and wall-clock at `slots` runs at a time; an exit code."""
+  """Print each arm's run on `topology` by term (tpu.TERMS: roofline, compile, start-up, ...) and
+  the sweep's chip-hours and wall-clock at `slots` runs at a time; an exit code."""
+  from sweeps import tpu
+
   firsts, counts = arms_of(runs)
   print(
     f'estimate: compiling each of {len(firsts)} arm(s) for {topology} (sweeps.preflight); '
     'TPU compiles take minutes on a small CPU',
     flush=True,
   )
-  total, chips = 0.0, 1
+  total, chips, by_term = 0.0, 1, dict.fromkeys(tpu.TERMS, 0.0)
   for slug, first in firsts.items():
     try:
-      hours, chips = arm_run_hours(flags_of(first), topology)
+      terms, chips = arm_run_hours(flags_of(first), topology)
     except ValueError as e:
       print(f'error: --estimate-tpu: arm {slug}: {e}', file=sys.stderr)
       return 2
-    total += counts[slug] * hours
-    print(f'estimate: {slug}: {counts[slug]} runs x {hours:.3g} h', flush=True)
+    total += counts[slug] * sum(terms.values()) - (counts[slug] - 1) * terms['compilation']
+    by_term = {k: v + counts[slug] * terms[k] for k, v in by_term.items()}
+    said = ', '.join(f'{k} {tpu.readable(v)}' for k, v in terms.items())
+    print(f'estimate: {slug}: {counts[slug]} runs x {tpu.readable(sum(terms.values()))} ({said})')
   print(
-    f'total: {total:.4g} run-hours on {topology} ({total * chips:.4g} chip-hours); about '
-    f'{total / max(slots, 1):.3g} h of wall-clock at {slots} run(s) at a time. Roofline '
-    'estimates from compiled programs, not executions (optimistic: docs/tpu.md)',
+    f'total: {total / 3600:.4g} run-hours on {topology} ({total * chips / 3600:.4g} chip-hours: '
+    + ', '.join(f'{k} {v * chips / 3600:.3g}' for k, v in by_term.items())
+    + f'); about {tpu.readable(total / slots)} of wall-clock at {slots} run(s) at a time '
+    f'({"--tpu-chips" if slots > 1 else "give --tpu-chips to run several side by side"})',
+    *(f'  {k}: {v}' for k, v in tpu.TERMS.items()),
+    sep='\n',
     flush=True,
   )
   return 0
 
 
 # --- the measuring process: what train.py does for each arm, timed here ---
-def timed(fn):
-  """(seconds, result) of fn(), waiting for the devices."""
+def timed(fn):  # (seconds, result) of fn(), waiting for the devices
   import jax
 
   start = time.perf_counter()
@@ -274,8 +281,7 @@ def measure_phase(ctx, state, phase, timed_steps, programs, say):
   return state, programs[program]
 
 
-def measure_evaluation(ctx, state):
-  """{evaluation_s, evaluation_compile_s, evaluation_cached_compile_s}."""
+def measure_evaluation(ctx, state):  # {evaluation_s, evaluation_(cached_)compile_s}
   import jax
 
   from input_pipeline import batching
@@ -284,7 +290,7 @@ def measure_evaluation(ctx, state):
   eval_fn = train.eval_fn(ctx, state)
   first, _ = timed(lambda: train.evaluate(ctx, eval_fn, state))
   full, _ = timed(lambda: train.evaluate(ctx, eval_fn, state))
-  size = ctx.config.eval_batch_size
+  size = run.eval_batch(ctx)
   test = batching.eval_batches(ctx.dataset.test, size, jax.process_index(), jax.process_count())
   batch = batching.to_global(next(test), ctx.sharded)
   totals = run.zero_sums(ctx.mesh)

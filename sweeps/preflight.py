@@ -29,8 +29,8 @@ COLUMNS = tuple(
   'topology accelerator chips hosts devices phase batch compiled reason compile_s '
   'memory_per_chip_gib argument_gib output_gib alias_gib temp_gib code_gib hbm_per_chip_gib fits '
   'gflop_per_step gbyte_per_chip mxu_passes roofline_ms images_per_s products '
-  'products_as_configured configured rounding_ops product_breakdown run_hours sweep_runs '
-  'sweep_hours max_batch'.split()
+  'products_as_configured configured rounding_ops product_breakdown startup_s compilation_s '
+  'steps_s evaluation_s checkpoints_s feed_s run_hours sweep_runs sweep_hours max_batch'.split()
 )
 PROGRAMS = ['frozen', 'full', 'eval']  # trainer/run.py phase names, and the evaluation
 GIB = 2**30
@@ -76,13 +76,10 @@ SAME_PASSES = {'dot_bf16_bf16_f32' + (f'_x{n}' if n > 1 else ''): p for p, n in 
 class Product(
   collections.namedtuple('Product', 'kind direction operands precision algorithm flops')
 ):
-  """One dot or convolution: kind 'conv', 'dense' (or 'other'), direction 'forward' or 'backward',
-  operand types ('f32', 'bf16'), precision ('default', 'high', 'highest'; 'a,b' when the two
-  differ), a DotAlgorithmPreset's algorithm or '', FLOPs."""
+  """One dot or convolution of the optimized HLO (the census: docs/tpu.md)."""
 
   @property
-  def how(self):
-    """The precision it carries, or its algorithm where one is set."""
+  def how(self):  # the precision it carries, or its algorithm where one is set
     return self.algorithm or self.precision
 
   @property
@@ -217,7 +214,7 @@ def configured(config, kind):
       return 'default' if kind == 'conv' else f'dot_{flag.lower()}'
     return formats.LEGACY_LEVEL[flag]
   if ops.resolve_impl(n.emulate_impl, 'tpu', fmt) == 'fast':
-    return ops.fast_plan(fmt, 'tpu').precision.name.lower()
+    return ops.fast_plan(fmt, 'tpu').precision.lower()
   return 'highest'
 
 
@@ -260,9 +257,9 @@ def programs(ctx):
   zeros = jax.eval_shape(
     lambda: jax.tree.map(lambda v: jax.numpy.asarray(v, 'float32'), run.ZERO_SUMS)
   )
-  eval_batch = run.abstract_batch(ctx, ctx.dataset.test, config.eval_batch_size, mask=True)
-  eval_args = (state, eval_batch, run.replicate(ctx, zeros))
-  return out + [('eval', train.eval_fn(ctx, state), eval_args, config.eval_batch_size)]
+  size = run.eval_batch(ctx)  # the batch a run evaluates in (trainer/train.py)
+  eval_args = (state, run.abstract_batch(ctx, ctx.dataset.test, size, mask=True))
+  return out + [('eval', train.eval_fn(ctx, state), (*eval_args, run.replicate(ctx, zeros)), size)]
 
 
 def memory(compiled):
@@ -319,8 +316,7 @@ def refused_memory(reason, config, devices):
   return {} if needed is None else {'memory_per_chip_gib': needed, 'fits': False}
 
 
-def summary(row):
-  """One progress line for a program's row (its numbers: the table at the end)."""
+def summary(row):  # a program's progress line (its numbers: the table at the end)
   gib = row.get('memory_per_chip_gib')
   fits = 'fits' if row.get('fits') else 'does not fit'
   memory = '' if gib is None else f': {gib:.3g} of {row["hbm_per_chip_gib"]} GiB per chip, {fits}'
@@ -329,7 +325,7 @@ def summary(row):
   return f'compiled in {row["compile_s"]} s{memory}'
 
 
-def topology_rows(config, topology, devs, runs, wanted):
+def topology_rows(config, topology, devs, runs, wanted, startup_s):
   """(rows, run context) of the `wanted` programs on `topology`; one row with the reason (and no
   context) when the run cannot be built there."""
   chip, facts = tpu.CHIPS[topology.version], tpu.facts(devs)
@@ -338,7 +334,7 @@ def topology_rows(config, topology, devs, runs, wanted):
     'accelerator': facts['device_kind'],
     **{k: facts[k] for k in ('chips', 'hosts', 'devices')},
     'hbm_per_chip_gib': chip.hbm_gib,
-    'sweep_runs': runs,
+    'sweep_runs': runs[0],
   }
   print(
     f'[preflight] {topology.name}: {facts["devices"]} x {facts["device_kind"]} '
@@ -353,7 +349,7 @@ def topology_rows(config, topology, devs, runs, wanted):
     row.update(refused_memory(reason, config, facts['devices']))
     print(f'[preflight]   cannot build the run there: {reason}', flush=True)
     return [row], None
-  rows, step_s = [], {}
+  rows, step_s, compile_s = [], {}, {}
   for name, fn, args, images in programs(ctx):
     if name not in wanted:
       continue
@@ -361,6 +357,7 @@ def topology_rows(config, topology, devs, runs, wanted):
     compiled, seconds, reason = compile_program(fn, args, label)
     row = {**head, 'phase': name, 'batch': images, 'compiled': compiled is not None}
     row.update(reason=reason, compile_s=round(seconds, 1))
+    compile_s[name] = seconds
     if compiled is not None:
       measured, step_s[name] = program_row(compiled, config, chip, facts, images)
       row.update(measured)
@@ -368,9 +365,13 @@ def topology_rows(config, topology, devs, runs, wanted):
       row.update(refused_memory(reason, config, facts['devices']))
     rows.append(row)
     print(f'[preflight]   {name}: {summary(row)}', flush=True)
-  seconds = tpu.run_seconds(ctx, step_s)
-  for row in rows if seconds is not None else ():
-    row.update(run_hours=seconds / 3600, sweep_hours=runs * seconds / 3600)
+  terms = tpu.run_terms(ctx, step_s, compile_s, startup_s, facts['hosts']) or {}
+  hours = {f'{k}_s': v for k, v in terms.items()}
+  if terms:
+    run_s, cached = sum(terms.values()), (runs[0] - runs[1]) * terms['compilation']
+    hours.update(run_hours=run_s / 3600, sweep_hours=(runs[0] * run_s - cached) / 3600)
+  for row in rows:
+    row.update(hours)
   return rows, ctx
 
 
@@ -427,13 +428,30 @@ def markdown(rows):
     first = next(r for r in rows if r['topology'] == name)
     hours = 'no run estimate (it needs every program compiled)'
     if first.get('run_hours') is not None:
-      hours = (
-        f'a run {first["run_hours"]:.3g} h, the sweep ({first["sweep_runs"]} runs) '
-        f'{first["sweep_hours"]:.3g} h at the roofline'
-      )
+      terms = ', '.join(f'{k} {tpu.readable(first[k + "_s"])}' for k in tpu.TERMS)
+      run, sweep = (tpu.readable(first[k] * 3600) for k in ('run_hours', 'sweep_hours'))
+      hours = f'a run {run} = {terms}; the sweep ({first["sweep_runs"]} runs in turn) {sweep}'
     largest = f'; largest batch that fits: {first["max_batch"]}' if first.get('max_batch') else ''
     lines.append(f'- {name}: {hours}{largest}')
+    lines += memory_notes([r for r in rows if r['topology'] == name and r['compiled']])
+  if any(r.get('run_hours') is not None for r in rows):
+    lines += ['', 'Where each term comes from:'] + [f'- {k}: {v}' for k, v in tpu.TERMS.items()]
   return '\n'.join(lines)
+
+
+def memory_notes(rows):
+  """A line where a training step needs more memory per chip than a later phase's: where it goes."""
+  out = []
+  for a, b in zip(rows, rows[1:], strict=False):
+    if b['phase'] != 'eval' and a['memory_per_chip_gib'] > b['memory_per_chip_gib']:
+      said = [
+        f'{p} {a[f"{p}_gib"]:.3g} vs {b[f"{p}_gib"]:.3g}' for p in ('argument', 'temp', 'code')
+      ]
+      out.append(
+        f'  - {a["phase"]} needs more than {b["phase"]} per chip: GiB of {", ".join(said)} '
+        "(XLA's buffer assignment: memory_analysis())"
+      )
+  return out
 
 
 def write_csv(rows, folder):
@@ -459,12 +477,17 @@ def main(argv=None):
       if not spec:
         raise ValueError('--config is required, e.g. --config=configs/digits.py:smoke')
       config = validation.resolve(common.load(spec, overrides))
-      topologies = [tpu.parse_topology(name) for name in args.topology]
+      topologies = {}  # a topology named twice (or by two names) is compiled once
+      for t in map(tpu.parse_topology, args.topology):
+        topologies.setdefault((t.libtpu_name, repr(t.options)), t)
+      topologies = list(topologies.values())
       if args.max_compiles < 1:
         raise ValueError(f'--max-compiles={args.max_compiles}: give a positive number')
       path, arg = common.split_spec(spec)
       module = common.load_module(path)  # the runs of its get_sweep(arg), 1 without one
-      runs = len(module.get_sweep(arg or None)) if hasattr(module, 'get_sweep') else 1
+      sweep = module.get_sweep(arg or None) if hasattr(module, 'get_sweep') else [{}]
+      arms = {repr(sorted((k, v) for k, v in o.items() if k != 'seed')) for o in sweep}
+      runs = (len(sweep), len(arms))  # later seeds of an arm load its compiles from the cache
       if args.out:
         dest = stack.enter_context(
           files.Destination(args.out, command='preflight', may_write=['preflight.csv'])
@@ -475,9 +498,9 @@ def main(argv=None):
       devices = [tpu.devices(t) for t in topologies]
     except ValueError as e:
       cli.fail(str(e).splitlines()[0])
-    rows = []
+    rows, startup_s = [], time.time() - start
     for topology, devs in zip(topologies, devices, strict=True):
-      found, ctx = topology_rows(config, topology, devs, runs, args.programs)
+      found, ctx = topology_rows(config, topology, devs, runs, args.programs, startup_s)
       if args.max_batch and ctx is not None:
         largest, spent = max_batch(spec, overrides, topology, devs, config, args.max_compiles)
         print(f'[preflight]   largest batch that fits: {largest} ({spent} compiles)', flush=True)
@@ -491,8 +514,8 @@ def main(argv=None):
         cli.fail(e, code=1)
   print(markdown(rows))
   print(
-    f'[preflight] took {time.time() - start:.0f} s on this host ({os.cpu_count()} CPUs): '
-    'compiled programs, not executions; the roofline is an optimistic step time'
+    f'[preflight] took {tpu.readable(time.time() - start)} on this host ({os.cpu_count()} CPUs): '
+    'compiled programs, not executions'
   )
   return 0 if all(r['compiled'] for r in rows) else 1
 

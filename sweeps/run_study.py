@@ -40,7 +40,8 @@ def main(argv=None):
     print(f'error: {problem}', file=sys.stderr)
     return 2
   start, root = time.time(), os.path.abspath(args.root)
-  devices = [f'--{k}={v}' for k, v in (('gpus', args.gpus), ('tpu-chips', args.tpu_chips)) if v]
+  devices = [f'--gpus={args.gpus}'] if args.gpus else []
+  devices += [f'--tpu-chips={args.tpu_chips}'] if args.tpu_chips is not None else []
   parallel = [f'--parallel={args.parallel}'] if args.parallel else []
   code = sweep.main([f'--config={args.config}', f'--root={args.root}', *parallel, *devices])
   if code == 2 or code >= 128:  # bad input found before any run, or stopped by a signal

@@ -205,6 +205,16 @@ def speed(workdir, since_step):
   return (statistics.median(measured) if measured else None), last
 
 
+def compile_s(workdir, since_step, batch_size):
+  """Seconds the logged intervals after `since_step` took beyond the median speed: the compiles."""
+  records = [(max(since_step, 0), None)] + [r for r in logged_speeds(workdir) if r[0] > since_step]
+  median = statistics.median(ips for _, ips in records[1:]) if records[1:] else None
+  return sum(
+    (step - prev) * (batch_size or 0) * max(1 / ips - 1 / median, 0.0)
+    for (prev, _), (step, ips) in zip(records, records[1:], strict=False)
+  )
+
+
 def saved_results(workdir):
   """(the run's saved results or None, '' or why unreadable); nothing is opened without a
   checkpoints folder (a fresh run)."""
@@ -302,7 +312,7 @@ class Progress:
   def __init__(self, total, done, slots, out=None):
     self.total, self.done, self.slots, self.out = total, done, slots, out
     self.failures, self.held, self.durations, self.active = [], [], [], {}
-    self.elsewhere = []
+    self.elsewhere, self.unlaunched = [], set()  # unlaunched: arms none of whose runs started
     self.start = self.last_shown = time.time()
 
   @property
@@ -311,20 +321,16 @@ class Progress:
     return self.total - self.done - busy
 
   def eta(self, measures):
-    """Seconds to the end from [(images/s, running s, left s)]: (the running runs' left + queued x
-    the mean finished run (else running + left)) / slots; None until that is known."""
-    finished = [running + left for _, running, left in measures if left is not None]
-    per_run = statistics.mean(self.durations or finished) if self.durations or finished else None
-    work = 0.0
-    for _, running, left in measures:
-      if left is None and per_run is None:
-        return None
-      work += left if left is not None else max(per_run - running, 0.0)
-    if self.queued:
-      if per_run is None:
-        return None
-      work += self.queued * per_run
-    return work / self.slots
+    """Seconds to the end from [(images/s, running s, left s)], over the slots: the running runs'
+    left, a queued arm's first run at the finished runs' mean, a later seed at that less the
+    compiles their logged speed shows (it loads them from the cache); None until that is known."""
+    known = self.durations or [(r + left,) * 2 for _, r, left in measures if left is not None]
+    if not known and (self.queued or any(left is None for *_, left in measures)):
+      return None
+    cold, warm = (statistics.mean(x) for x in zip(*known, strict=True)) if known else (0.0, 0.0)
+    work = sum(left if left is not None else max(cold - r, 0.0) for _, r, left in measures)
+    first_seeds = min(len(self.unlaunched), self.queued)
+    return (work + first_seeds * cold + (self.queued - first_seeds) * warm) / self.slots
 
   def line(self, now=None):
     now = now or time.time()
@@ -427,7 +433,10 @@ def reap(progress, stopping):
       progress.show(f'stopped {name} after {took} (exit code {code}; log: {a.logfile})')
     elif code == 0:
       progress.done += 1
-      progress.durations.append(time.time() - a.started)
+      took_s = time.time() - a.started
+      progress.durations.append(
+        (took_s, took_s - compile_s(a.run.workdir, a.since_step, a.batch_size))
+      )
       progress.show(f'done    {name} in {took} (log: {a.logfile})')
     else:
       lines = [line.strip() for line in tail(a.logfile).splitlines() if line.strip()]
@@ -467,6 +476,7 @@ def run_all(
   from trainer import checkpoint  # jax and orbax: not for --help
 
   queue, handed = list(queue), slot_gpus(gpus, slots)
+  progress.unlaunched = {r.slug for r in queue}
   free, sharing = [gpu for gpu, _ in handed], dict(handed)
   with stop_signals() as stop:
     try:
@@ -488,6 +498,7 @@ def run_all(
           gpu = free.pop(0)
           a = launch(run, argv_of(run), root, gpu, sharing[gpu], claim)
           progress.active[a.proc.pid] = a
+          progress.unlaunched.discard(run.slug)
           on = (
             '' if gpu is None else f' on {gpu}' if isinstance(gpu, tpu.Chip) else f' on GPU {gpu}'
           )

@@ -44,7 +44,7 @@ def add_run_args(p, example_config, root_help):
   p.add_argument('--root', required=True, help=root_help)
   p.add_argument('--parallel', type=int, help='runs at a time (default 1, or one per GPU)')
   p.add_argument('--gpus', default='', help='comma-separated GPU ids: one run per GPU')
-  p.add_argument('--tpu-chips', default='', help='comma-separated TPU chip ids: one run per chip')
+  p.add_argument('--tpu-chips', help='comma-separated TPU chip ids: one run per chip')
 
 
 def parse_args(argv):
@@ -485,7 +485,7 @@ def main(argv=None):
 
     pending = [r for r, _ in todo]
     if args.estimate_tpu:  # priced from the TPU programs compiled here
-      return estimate.price_arms(pending, flags_of, args.estimate_tpu, slots)
+      return estimate.price_arms(pending, flags_of, args.estimate_tpu, slots if chips else 1)
     envs = runner.slot_envs(runner.REPO if remote else root, gpus, slots)
     return estimate.measure_arms(pending, flags_of, envs, args.estimate_steps)
   if args.dry_run:

@@ -11,8 +11,10 @@ import collections
 import contextlib
 import fcntl
 import importlib
+import math
 import os
 import re
+import shutil
 import sys
 import time
 
@@ -23,23 +25,18 @@ CHIPS = {  # Google Cloud's TPU system architecture pages, https://cloud.google.
   'v5p': ChipSpec('TPU v5', 95, 2765, 459, True),
   'v6e': ChipSpec('TPU v6 lite', 32, 1640, 918, False),
 }
-# Google Cloud accelerator types: (libtpu topology, chips per host). v4-N and v5p-N count
-# TensorCores (2 per chip), v5e-N (v5litepod-N) and v6e-N count chips.
+# Chips per host of a TPU VM as Google Cloud sells it, and the host's shape: the "System
+# architecture" section of https://cloud.google.com/tpu/docs/<version> (docs/tpu.md).
+HOSTS = {'v4': (4, (2, 2, 1)), 'v5p': (4, (2, 2, 1)), 'v5e': (8, (2, 4, 1)), 'v6e': (8, (2, 4, 1))}
+# Accelerator types -> libtpu topology. v4-N and v5p-N count TensorCores (2 per chip), v5e-N
+# (v5litepod-N) and v6e-N count chips.
 ACCELERATOR_TYPES = {
-  'v4-8': ('v4:2x2x1', (2, 2, 1)),
-  'v4-16': ('v4:2x2x2', (2, 2, 1)),
-  'v4-32': ('v4:2x2x4', (2, 2, 1)),
-  'v5p-8': ('v5p:2x2x1', (2, 2, 1)),
-  'v5p-16': ('v5p:2x2x2', (2, 2, 1)),
-  'v5p-32': ('v5p:2x2x4', (2, 2, 1)),
-  'v5e-1': ('v5e:1x1', (1, 1, 1)),
-  'v5e-4': ('v5e:2x2', (2, 2, 1)),
-  'v5e-8': ('v5e:2x4', (2, 4, 1)),
-  'v5e-16': ('v5e:4x4', (2, 2, 1)),
-  'v6e-1': ('v6e:1x1', (1, 1, 1)),
-  'v6e-4': ('v6e:2x2', (2, 2, 1)),
-  'v6e-8': ('v6e:2x4', (2, 4, 1)),
-  'v6e-16': ('v6e:4x4', (2, 2, 1)),
+  **{f'{v}-{n}': f'{v}:2x2x{n // 8}' for v in ('v4', 'v5p') for n in (8, 16, 32)},
+  **{
+    f'{v}-{n}': f'{v}:{s}'
+    for v in ('v5e', 'v6e')
+    for n, s in ((1, '1x1'), (4, '2x2'), (8, '2x4'), (16, '4x4'))
+  },
 }
 ALIASES = {f'v5litepod-{n}': f'v5e-{n}' for n in (1, 4, 8, 16)}
 SHAPE = re.compile(r'^(v4|v5e|v5p|v6e):(\d+)x(\d+)(?:x(\d+))?$')
@@ -48,14 +45,10 @@ Topology = collections.namedtuple('Topology', 'name version libtpu_name options'
 
 
 def parse_topology(name):
-  """The Topology of libtpu's name (v5e:2x4, v4:2x2x1) or an accelerator type (v5e-8); v4 and v5p
-  as libtpu's 'megacore' chips (one device per chip)."""
-  key = ALIASES.get(name, name)
-  if key in ACCELERATOR_TYPES:
-    libtpu_name, per_host = ACCELERATOR_TYPES[key]
-    version = libtpu_name.split(':')[0]
-    return Topology(name, version, libtpu_name, topology_options(version, per_host))
-  found = SHAPE.match(name)
+  """The Topology of an accelerator type (v5e-8: on Google's hosts, HOSTS) or of libtpu's name
+  (v5e:2x4: on libtpu's default 2x2x1 hosts); v4 and v5p as 'megacore' chips, a device each."""
+  libtpu_name = ACCELERATOR_TYPES.get(ALIASES.get(name, name))
+  found = SHAPE.match(libtpu_name or name)
   if not found:
     raise ValueError(
       f'--topology {name}: not a TPU topology; give VERSION:SHAPE with VERSION one '
@@ -63,17 +56,14 @@ def parse_topology(name):
       f'({", ".join(sorted(ACCELERATOR_TYPES))})'
     )
   version = found.group(1)
-  dims = tuple(int(d) for d in found.groups()[1:] if d)
-  chips = dims[0] * dims[1] * (dims[2] if len(dims) > 2 else 1)
-  per_host = (dims + (1,))[:3] if chips < 4 else None  # libtpu's default hosts hold 2x2x1
-  return Topology(name, version, name, topology_options(version, per_host))
-
-
-def topology_options(version, per_host):
+  dims = (tuple(int(d) for d in found.groups()[1:] if d) + (1,))[:3]
+  per_host = dims if math.prod(dims) < 4 else None  # libtpu's default hosts hold 2x2x1
+  if libtpu_name:
+    per_host = dims if math.prod(dims) <= HOSTS[version][0] else HOSTS[version][1]
   options = {'chip_config_name': 'megacore'} if CHIPS[version].megacore else {}
   if per_host:
-    options['chips_per_host_bounds'] = tuple(per_host)
-  return options
+    options['chips_per_host_bounds'] = per_host
+  return Topology(name, version, libtpu_name or name, options)
 
 
 @contextlib.contextmanager
@@ -113,8 +103,7 @@ def devices(topology):
     raise ValueError(f'--topology {topology.name}: libtpu refuses it ({first})') from e
 
 
-def facts(devs):
-  """{'chips', 'hosts', 'devices', 'device_kind'} of the compile-only devices `devs`."""
+def facts(devs):  # {'chips', 'hosts', 'devices', 'device_kind'} of compile-only devices
   return {
     'chips': len({tuple(d.coords) for d in devs}),  # a chip per coordinate
     'hosts': len({d.process_index for d in devs}),
@@ -129,18 +118,52 @@ def roofline_s(flops, bytes_accessed, passes, chip):
   return max(flops * passes / (chip.bf16_tflop_s * 1e12), bytes_accessed / (chip.hbm_gb_s * 1e9))
 
 
-def run_seconds(ctx, step_s):
-  """Σ phases steps x step_s + evaluations x eval batches x step_s('eval'): a run's seconds from
-  {program: step_s}; None if a program is missing."""
+# What a run spends besides the roofline (docs/tpu.md "Hours a run takes"): a stated disk rate
+# for checkpoint writes (assumed, not measured on a TPU VM) and the host feed's gather rate,
+# measured here (one thread, 256 random 224x224x3 images at a time from a uint8 memmap: 1.5-1.7
+# GB/s on this 2-core host under load 7).
+DISK_MB_S, FEED_GB_S = 200, 1.5
+TERMS = {
+  'startup': 'measured here: this process until its first compile (imports, config, libtpu)',
+  'compilation': "measured here: this preflight's compile of each program, assumed the same there",
+  'steps': "compiled: the training steps' roofline",
+  'evaluation': "compiled: the evaluations' roofline (evaluations x batches x eval step)",
+  'checkpoints': f'assumed: the state bytes x checkpoints at {DISK_MB_S} MB/s',
+  'feed': f'measured here: a host gathers {FEED_GB_S} GB/s; what steps wait beyond the roofline',
+}
+
+
+def run_terms(ctx, step_s, compile_s, startup_s, hosts):
+  """{TERMS name: seconds} of one run from {program: roofline step s, compile s}; None if a
+  program is missing."""
+  import jax
+
   from input_pipeline import batching
-  from trainer import run
+  from trainer import run, train
 
   if any(step_s.get(p.name) is None for p in ctx.phases) or step_s.get('eval') is None:
     return None
-  evaluations = sum(run.due(ctx, s).evaluate for s in range(1, ctx.total_steps + 1))
-  batches = batching.num_eval_batches(len(ctx.dataset.test), ctx.config.eval_batch_size)
-  training = sum((p.stop - p.start) * step_s[p.name] for p in ctx.phases)
-  return training + evaluations * batches * step_s['eval']
+  due = [run.due(ctx, s) for s in range(1, ctx.total_steps + 1)]
+  batches = batching.num_eval_batches(len(ctx.dataset.test), run.eval_batch(ctx))
+  state = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(train.abstract_state(ctx)))
+  feed_s = ctx.config.batch_size / hosts * ctx.dataset.train.images[0].nbytes / FEED_GB_S / 1e9
+  steps = [(p.stop - p.start, step_s[p.name]) for p in ctx.phases]
+  return {
+    'startup': startup_s,
+    'compilation': sum(compile_s.values()),
+    'steps': sum(n * s for n, s in steps),
+    'evaluation': sum(d.evaluate for d in due) * batches * step_s['eval'],
+    'checkpoints': sum(d.save for d in due) * state / (DISK_MB_S * 1e6),
+    'feed': sum(n * max(feed_s - s, 0.0) for n, s in steps),
+  }
+
+
+def readable(seconds):
+  """'11.2 ms', '3.4 s', '2m05s', '1h02m05s'."""
+  if seconds < 60:
+    return f'{seconds * 1e3:.3g} ms' if seconds < 1 else f'{seconds:.3g} s'
+  h, rest = divmod(round(seconds), 3600)
+  return (f'{h}h{rest // 60:02d}m' if h else f'{rest // 60}m') + f'{rest % 60:02d}s'
 
 
 def largest_batch(fits, start, unit, limit, max_compiles=8):
@@ -171,7 +194,10 @@ def largest_batch(fits, start, unit, limit, max_compiles=8):
 
 
 # --- one run per chip of a TPU VM (sweeps.sweep --tpu-chips) ---
-PORT_BASE = 8476
+# Process ports from 8483, past jax.distributed's Cloud TPU coordinator port (8482,
+# jax/_src/clusters/cloud_tpu_cluster.py) and libtpu's default process port 8476; runtime metrics
+# ports from libtpu's default 8431 (TPU_RUNTIME_METRICS_PORTS): 8 chips end below both.
+PORT_BASE, METRICS_PORT_BASE = 8483, 8431
 LOCK_DIR = os.path.join(os.environ.get('TMPDIR', '/tmp'), 'tpu_chips')
 
 
@@ -182,24 +208,44 @@ class Chip(collections.namedtuple('Chip', 'index')):
     return f'TPU chip {self.index}'
 
 
-def parse_chips(text):
-  """[Chip] of '0,1,2,3' ('' = none); one-line ValueError on a bad or repeated id."""
+def host_chips():
+  """(chips on this host, how known): JAX's PCI scan of the TPU chips, else the largest host of
+  the accelerator type TPU_ACCELERATOR_TYPE names (a TPU VM sets it), else the largest of HOSTS."""
+  with contextlib.suppress(ImportError, OSError):
+    from jax._src import hardware_utils
+
+    found, _ = hardware_utils.num_available_tpu_chips_and_device_id()
+    if found:
+      return found, 'the TPU chips on its PCI bus'
+  kind = os.environ.get('TPU_ACCELERATOR_TYPE', '').split('-')[0].replace('v5litepod', 'v5e')
+  if kind in HOSTS:
+    return HOSTS[kind][0], f'a {kind} host (TPU_ACCELERATOR_TYPE)'
+  return max(n for n, _ in HOSTS.values()), 'the largest TPU VM host (no TPU found here)'
+
+
+def parse_chips(text, flag='--tpu-chips'):
+  """[Chip] of '0,1,2,3' (None: none); one-line ValueError on an empty list, a bad or repeated id,
+  or an id past this host's chips (host_chips)."""
+  if text is None:
+    return []
   try:
-    ids = [int(c) for c in (text or '').split(',') if c.strip()]
+    ids = [int(c) for c in text.split(',') if c.strip()]
   except ValueError:
+    ids = None
+  if not ids:
+    raise ValueError(f'{flag}={text!r}: give comma-separated chip ids, e.g. {flag}=0,1,2,3')
+  count, how = host_chips()
+  if any(i < 0 or i >= count for i in ids) or len(set(ids)) != len(ids):
     raise ValueError(
-      f'--tpu-chips={text}: give comma-separated chip ids, e.g. --tpu-chips 0,1,2,3'
-    ) from None
-  if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
-    raise ValueError(
-      f'--tpu-chips={text}: give each chip id (>= 0) once; two runs cannot share a TPU chip'
+      f'{flag}={text}: give each chip id once, from 0 to {count - 1} ({count} chips: {how}); '
+      'two runs cannot share a TPU chip'
     )
   return [Chip(i) for i in ids]
 
 
 def environment(index):
   """libtpu's per-process variables (those Google's TPU VM runtime reads) of a run on chip
-  `index`, with a port of its own."""
+  `index`, with process and metrics ports of its own."""
   port = PORT_BASE + index
   return {
     'TPU_VISIBLE_CHIPS': str(index),
@@ -207,6 +253,7 @@ def environment(index):
     'TPU_CHIPS_PER_PROCESS_BOUNDS': '1,1,1',
     'TPU_PROCESS_PORT': str(port),
     'TPU_PROCESS_ADDRESSES': f'localhost:{port}',
+    'TPU_RUNTIME_METRICS_PORTS': str(METRICS_PORT_BASE + index),
     'CLOUD_TPU_TASK_ID': '0',
   }
 
@@ -225,10 +272,17 @@ def launcher(chips):  # the argv prefix that starts a command on the first free 
 def claim(chips):
   """(chip index, open lock descriptor) of the first of `chips` no other process holds (an
   exclusive flock on LOCK_DIR/chip<i>), polling every second while all are held."""
-  os.makedirs(LOCK_DIR, exist_ok=True)
+  try:
+    os.makedirs(LOCK_DIR, exist_ok=True)
+  except OSError as e:
+    fail(f'{LOCK_DIR}: cannot hold the chip locks there ({e.strerror}); move it or set TMPDIR')
   while True:
     for chip in chips:
-      fd = os.open(os.path.join(LOCK_DIR, f'chip{chip.index}'), os.O_RDWR | os.O_CREAT, 0o666)
+      path = os.path.join(LOCK_DIR, f'chip{chip.index}')
+      try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+      except OSError as e:
+        fail(f'{path}: cannot open the chip lock ({e.strerror}); move it or set TMPDIR')
       try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return chip.index, fd
@@ -258,15 +312,17 @@ def main(argv=None):
   if not command:
     fail('give the command after --, e.g. -- python train.py --config=...; see --help')
   try:
-    chips = parse_chips(args.chips)
+    chips = parse_chips(args.chips, '--chips')
   except ValueError as e:
     fail(e)
+  if command[0] == 'python':  # the command list's `python`: this interpreter
+    command = [sys.executable, *command[1:]]
+  if not shutil.which(command[0]):
+    fail(f'{command[0]}: no such command; give the command after --, e.g. -- python train.py')
   index, fd = claim(chips)
   os.set_inheritable(fd, True)  # the command holds the chip's lock until it exits
   os.environ.update(environment(index))
   print(f'tpu_chips: {settings(os.environ)}', flush=True)
-  if command[0] == 'python':  # the command list's `python`: this interpreter
-    command = [sys.executable, *command[1:]]
   os.execvp(command[0], command)
 
 

@@ -5,6 +5,7 @@ needed: the children record their environment and the times they held it."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -23,18 +24,22 @@ RECORDER = (
 )
 
 
-def test_each_chip_gets_libtpus_variables_and_its_own_port():
+def test_each_chip_gets_libtpus_variables_and_ports_of_its_own():
   envs = [tpu.environment(i) for i in range(8)]
   assert envs[3] == {
     'TPU_VISIBLE_CHIPS': '3',
     'TPU_PROCESS_BOUNDS': '1,1,1',
     'TPU_CHIPS_PER_PROCESS_BOUNDS': '1,1,1',
-    'TPU_PROCESS_PORT': '8479',
-    'TPU_PROCESS_ADDRESSES': 'localhost:8479',
+    'TPU_PROCESS_PORT': '8486',
+    'TPU_PROCESS_ADDRESSES': 'localhost:8486',
+    'TPU_RUNTIME_METRICS_PORTS': '8434',
     'CLOUD_TPU_TASK_ID': '0',
   }
-  ports = [e['TPU_PROCESS_PORT'] for e in envs]
-  assert len(set(ports)) == 8
+  ports = [int(e[k]) for e in envs for k in ('TPU_PROCESS_PORT', 'TPU_RUNTIME_METRICS_PORTS')]
+  assert len(set(ports)) == 16 and all(1024 < p < 65536 for p in ports)
+  from jax._src.clusters import cloud_tpu_cluster  # jax.distributed's default coordinator port
+
+  assert int(cloud_tpu_cluster.coordinator_port) not in ports
   assert all(e['TPU_PROCESS_ADDRESSES'] == f'localhost:{e["TPU_PROCESS_PORT"]}' for e in envs)
 
 
@@ -46,11 +51,29 @@ def test_child_env_of_a_chip_and_of_a_gpu():
 
 
 @pytest.mark.parametrize(
-  'text, error', [('0,0', 'once'), ('a,1', 'comma-separated'), ('-1', 'once')]
+  'text, error',
+  [
+    ('0,0', 'once'),
+    ('a,1', 'comma-separated'),
+    ('-1', 'once'),
+    ('', 'comma-separated'),
+    (' , ', 'comma-separated'),
+    ('60000', 'from 0 to 7 (8 chips'),
+    ('8', 'from 0 to 7 (8 chips'),
+  ],
 )
-def test_a_chip_list_that_would_share_a_chip_is_refused(text, error):
-  with pytest.raises(ValueError, match=error):
+def test_a_chip_list_that_would_share_or_miss_a_chip_is_refused(text, error):
+  with pytest.raises(ValueError, match=re.escape(error)):
     tpu.parse_chips(text)
+
+
+@pytest.mark.parametrize('accelerator, chips', [('v4-8', 4), ('v5p-8', 4), ('v5litepod-8', 8)])
+def test_chip_ids_are_checked_against_the_hosts_chips(monkeypatch, accelerator, chips):
+  """No TPU here: the host's chips come from the accelerator type a TPU VM sets."""
+  monkeypatch.setenv('TPU_ACCELERATOR_TYPE', accelerator)
+  assert len(tpu.parse_chips(','.join(map(str, range(chips))))) == chips
+  with pytest.raises(ValueError, match=f'from 0 to {chips - 1} .{chips} chips: a v'):
+    tpu.parse_chips(','.join(map(str, range(chips + 1))))
 
 
 def records(runs):
@@ -115,7 +138,11 @@ def test_the_command_lists_launcher_claims_a_free_chip(tmp_path):
 
   outs = [p.communicate(timeout=120)[0] for p in procs]
   assert [p.returncode for p in procs] == [0, 0, 0]
-  held = []
+  held, ports = [], set()
+  for out in outs[:2]:
+    record = json.loads(out.strip().splitlines()[-1])
+    ports |= {record['TPU_PROCESS_PORT'], record['TPU_RUNTIME_METRICS_PORTS']}
+  assert len(ports) == 4  # the two processes on chips 0 and 1: distinct process, metrics ports
   for out in outs:
     record = json.loads(out.strip().splitlines()[-1])
     chip = record['TPU_VISIBLE_CHIPS']
@@ -124,6 +151,27 @@ def test_the_command_lists_launcher_claims_a_free_chip(tmp_path):
     held.append((chip, record['start'], record['end']))
   assert {c for c, _, _ in held[:2]} == {'0', '1'}
   never_shared(held)
+
+
+@pytest.mark.parametrize(
+  'chips, command, error',
+  [
+    ('', ['true'], "--chips='': give comma-separated chip ids"),
+    (' , ', ['true'], "--chips=' , ': give comma-separated chip ids"),
+    ('60000', ['true'], '--chips=60000: give each chip id once, from 0 to 7'),
+    ('0', ['no-such-command-here'], 'no-such-command-here: no such command'),
+    ('0', ['true'], 'tpu_chips: cannot hold the chip locks there'),
+  ],
+)
+def test_the_launchers_bad_input_is_one_line_exit_2_at_once(tmp_path, chips, command, error):
+  """Before: an empty list hung forever, 60000 gave port 68476, a file at $TMPDIR/tpu_chips and a
+  missing command were tracebacks."""
+  (tmp_path / 'tpu_chips').write_text('a file where the lock folder goes')
+  env = {**os.environ, 'PYTHONPATH': ROOT, 'TMPDIR': str(tmp_path)}
+  argv = [sys.executable, '-m', 'sweeps.tpu', f'--chips={chips}', '--', *command]
+  proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+  lines = proc.stderr.strip().splitlines()
+  assert (proc.returncode, len(lines)) == (2, 1) and error in lines[0], proc.stderr
 
 
 def test_a_dry_run_prints_each_chips_environment_and_emits_the_launcher(tmp_path):
@@ -161,6 +209,9 @@ def test_a_dry_run_prints_each_chips_environment_and_emits_the_launcher(tmp_path
   'flags, error',
   [
     (['--tpu-chips', '0,0'], 'two runs cannot share a TPU chip'),
+    (['--tpu-chips', '60000'], 'from 0 to 7'),
+    (['--tpu-chips', ' , '], 'give comma-separated chip ids'),
+    (['--tpu-chips='], 'give comma-separated chip ids'),
     (['--tpu-chips', '0,1', '--gpus', '0'], 'give one of them'),
     (['--tpu-chips', '0,1', '--parallel', '3'], 'exceeds the 2 TPU chips of --tpu-chips'),
   ],

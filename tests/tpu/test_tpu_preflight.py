@@ -285,6 +285,8 @@ def test_sweep_estimate_prices_each_arm_from_its_compiled_tpu_program(tmp_path):
       '--estimate',
       '--estimate-tpu',
       'v5e-1',
+      '--tpu-chips',
+      '0,1',
     ],
     cwd=ROOT,
     capture_output=True,
@@ -293,12 +295,15 @@ def test_sweep_estimate_prices_each_arm_from_its_compiled_tpu_program(tmp_path):
     timeout=900,
   )
   assert proc.returncode == 0, proc.stderr[-2000:]
+  from sweeps import tpu
+
   (arm,) = [line for line in proc.stdout.splitlines() if line.startswith('estimate: profile-f32: ')]
-  runs, hours = arm[len('estimate: profile-f32: ') :].split(' runs x ')
-  assert runs == '3' and float(hours.split()[0]) > 0
+  assert arm.startswith('estimate: profile-f32: 3 runs x ')
+  assert all(f'{term} ' in arm for term in tpu.TERMS), arm
   total = next(line for line in proc.stdout.splitlines() if line.startswith('total: '))
-  assert float(total.split()[1]) == pytest.approx(3 * float(hours.split()[0]), rel=0.01)
-  assert 'run-hours on v5e-1' in total and 'not executions' in total
+  assert float(total.split()[1]) > 0 and 'run-hours on v5e-1' in total
+  assert 'at 2 run(s) at a time (--tpu-chips)' in total  # the chips the sweep uses
+  assert all(f'  {term}: {source}' in proc.stdout for term, source in tpu.TERMS.items())
 
 
 def test_a_product_the_compiler_computes_otherwise_than_asked_is_counted_out(tmp_path):
@@ -346,3 +351,87 @@ def test_out_as_a_link_to_a_users_folder_is_written_through_and_the_rest_left(tm
     assert os.stat(real / 'notes.txt').st_mode & 0o777 == 0o600
     (row,) = csv.DictReader(open(real / 'preflight.csv'))
     assert row['phase'] == 'eval' and row['compiled'] == 'True'
+
+
+@pytest.mark.parametrize(
+  'name, chips, hosts',
+  [
+    ('v5e-16', 16, 2),
+    ('v6e-16', 16, 2),
+    ('v5litepod-8', 8, 1),
+    ('v6e-8', 8, 1),
+    ('v4-8', 4, 1),
+    ('v4-16', 8, 2),
+    ('v5p-8', 4, 1),
+    ('v5e:2x4', 8, 2),  # libtpu's name: its default hosts of 2x2x1
+  ],
+)
+def test_accelerator_types_compile_on_googles_hosts(name, chips, hosts):
+  """v5e and v6e: 8 chips per host, v4 and v5p: 4 (docs/tpu.md); before, v5e-16 was 4 hosts of 4."""
+  from sweeps import tpu
+
+  facts = tpu.facts(tpu.devices(tpu.parse_topology(name)))
+  assert (facts['chips'], facts['hosts']) == (chips, hosts)
+
+
+@pytest.mark.parametrize('topology, batch', [('v5e-8', 4056), ('v4-8', 4052)])
+def test_the_eval_program_is_compiled_at_the_batch_a_run_evaluates_in(topology, batch):
+  """Before: compiled at config.eval_batch_size (4096); a run evaluates in batches of one size, a
+  multiple of the devices (trainer/run.py eval_batch)."""
+  from configs import common, validation
+  from sweeps import preflight, tpu
+
+  config = validation.resolve(common.load('configs/celeba.py:tpu', []))
+  t = tpu.parse_topology(topology)
+  ctx = preflight.build_context(config, t, tpu.devices(t))
+  name, _, args, images = preflight.programs(ctx)[-1]
+  assert (name, images, args[1]['image'].shape[0]) == ('eval', batch, batch)
+
+
+def test_a_runs_hours_add_every_term_the_roofline_leaves_out():
+  """CelebA on v5e-8 at the roofline step times of docs/tpu.md: every term non-zero, each source
+  named (measured here, compiled or assumed); before, a run was the roofline alone (149 s)."""
+  from configs import common, validation
+  from sweeps import preflight, tpu
+
+  config = validation.resolve(common.load('configs/celeba.py:tpu', []))
+  t = tpu.parse_topology('v5e-8')
+  ctx = preflight.build_context(config, t, tpu.devices(t))
+  step_s = {'frozen': 0.0662, 'full': 0.075, 'eval': 0.0183}
+  terms = tpu.run_terms(ctx, step_s, dict.fromkeys(step_s, 300.0), 20.0, hosts=1)
+  assert list(terms) == list(tpu.TERMS) and all(v > 0 for v in terms.values()), terms
+  assert terms['compilation'] == 900 and terms['startup'] == 20
+  assert all(
+    source.split(':')[0] in ('measured here', 'compiled', 'assumed')
+    for source in tpu.TERMS.values()
+  )
+  assert tpu.readable(1.39e-06 * 3600) == '5 ms' and tpu.readable(7390) == '2h03m10s'
+
+
+def test_out_is_checked_before_compiling_and_a_topology_named_twice_compiles_once(tmp_path):
+  """Before: a bad --out died with a traceback after every compile; a topology named twice (or by
+  two names) was compiled twice."""
+  (tmp_path / 'a_file').write_text('not a folder')
+  os.symlink(tmp_path / 'a_file' / 'below', tmp_path / 'link')
+  argv = [sys.executable, '-m', 'sweeps.preflight', '--config=configs/digits.py:smoke']
+  argv += ['--topology', 'v5e-1', 'v5litepod-1', 'v5e-1', '--programs', 'eval', '--out']
+  env = {**os.environ, 'PYTHONPATH': ROOT}
+  bad = subprocess.run(
+    [*argv, str(tmp_path / 'link')], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+  )
+  lines = bad.stderr.strip().splitlines()
+  assert (bad.returncode, len(lines)) == (2, 1) and 'cannot write there' in lines[0], bad.stderr
+  assert 'compiling' not in bad.stdout
+  os.symlink(tmp_path / 'not_yet' / 'out', tmp_path / 'dangling')  # followed: made, written
+  good = subprocess.run(
+    [*argv, str(tmp_path / 'dangling')],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=900,
+  )
+  assert good.returncode == 0, good.stderr[-2000:]
+  assert good.stdout.count('[preflight]   compiling ') == 1
+  assert (tmp_path / 'not_yet' / 'out' / 'preflight.csv').exists()
+  assert 'e-0' not in good.stdout.split('| topology |')[1]  # no '1.39e-06 h'
