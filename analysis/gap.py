@@ -14,11 +14,7 @@ from analysis import declaration, inference
 from runrecord import rules
 
 PLATFORM_ORDER = ('tpu', 'gpu', 'cpu')  # the project's question: tpu − gpu, then each against cpu
-
-
 KEYS = ('G', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N', 'N_interaction', 'P_eA', 'P_eB', 'P', 'R')
-
-
 VERDICTS = (
   'no gap',
   'gap within margin',
@@ -28,8 +24,6 @@ VERDICTS = (
   'tests disagree',
   'inconclusive',
 )
-
-
 MIN_SHARE = declaration.MIN_SHARE
 
 
@@ -192,38 +186,27 @@ def cell_means(runs, factor, others, ref):
 def definitions(a, b, native, emu):
   """[(key, label, kind, {cell: weight})] of every component of platform a's gap against b."""
   ea, eb = emu[a], emu[b]
+  mean_n = {(a, ea): 0.5, (a, eb): -0.5, (b, ea): 0.5, (b, eb): -0.5}
+  mean_p = {(a, ea): 0.5, (b, ea): -0.5, (a, eb): 0.5, (b, eb): -0.5}
+  across = {(a, ea): 1, (a, eb): -1, (b, ea): -1, (b, eb): 1}
+  residual = {(a, native): 1, (b, native): -1, **{c: -w for c, w in mean_n.items()}}
   return [
     ('G', f'native gap ({a} − {b})', 'gap', {(a, native): 1, (b, native): -1}),
     ('fid_A', f'fidelity on {a}: native − {ea}', 'fidelity', {(a, native): 1, (a, ea): -1}),
     ('fid_B', f'fidelity on {b}: native − {eb}', 'fidelity', {(b, native): 1, (b, eb): -1}),
     ('N_A', f'numerics on {a}: {ea} − {eb}', 'numerics', {(a, ea): 1, (a, eb): -1}),
     ('N_B', f'numerics on {b}: {ea} − {eb}', 'numerics', {(b, ea): 1, (b, eb): -1}),
-    (
-      'N',
-      f'numerics part: {ea} − {eb}, mean of both platforms',
-      'numerics total',
-      {(a, ea): 0.5, (a, eb): -0.5, (b, ea): 0.5, (b, eb): -0.5},
-    ),
-    (
-      'N_interaction',
-      f'numerics on {a} − on {b}',
-      'numerics interaction',
-      {(a, ea): 1, (a, eb): -1, (b, ea): -1, (b, eb): 1},
-    ),
+    ('N', f'numerics part: {ea} − {eb}, mean of both platforms', 'numerics total', mean_n),
+    ('N_interaction', f'numerics on {a} − on {b}', 'numerics interaction', across),
     ('P_eA', f'platforms under {ea}: {a} − {b}', 'platform', {(a, ea): 1, (b, ea): -1}),
     ('P_eB', f'platforms under {eb}: {a} − {b}', 'platform', {(a, eb): 1, (b, eb): -1}),
     (
       'P',
       f'platforms under the same emulated arithmetic, mean of {ea} and {eb}',
       'platform total',
-      {(a, ea): 0.5, (b, ea): -0.5, (a, eb): 0.5, (b, eb): -0.5},
+      mean_p,
     ),
-    (
-      'R',
-      'platform residual: gap − numerics part',
-      'residual',
-      {(a, native): 1, (b, native): -1, (a, ea): -0.5, (a, eb): 0.5, (b, ea): -0.5, (b, eb): 0.5},
-    ),
+    ('R', 'platform residual: gap − numerics part', 'residual', residual),
   ]
 
 
@@ -267,25 +250,10 @@ def component_stats(d, margin):
   low, high = inference.diff_ci(mean, se, k - 1, 0.95)
   p = float(2 * sps.t.sf(abs(mean) / se, k - 1)) if se > 0 else 1.0 if mean == 0 else 0.0
   _, sr_p, sr_method = inference.signed_rank(d)
-  out = {
-    'estimate': mean,
-    'sd': sd,
-    'se': se,
-    'df': k - 1,
-    'seeds': k,
-    'ci_low': low,
-    'ci_high': high,
-    'p': p,
-    'signed_rank_p': sr_p,
-    'signed_rank_method': sr_method,
-    'd_z': inference.d_z(d),
-    'ci90_low': np.nan,
-    'ci90_high': np.nan,
-    'tost_p': np.nan,
-  }
-  if margin:
-    out['ci90_low'], out['ci90_high'], out['tost_p'] = inference.tost(mean, se, k - 1, margin)
-  return out
+  tost = inference.tost(mean, se, k - 1, margin) if margin else (np.nan,) * 3
+  out = dict(estimate=mean, sd=sd, se=se, df=k - 1, seeds=k, ci_low=low, ci_high=high, p=p)
+  out.update(signed_rank_p=sr_p, signed_rank_method=sr_method, d_z=inference.d_z(d))
+  return {**out, **dict(zip(('ci90_low', 'ci90_high', 'tost_p'), tost, strict=True))}
 
 
 def component_table(summary, margin):

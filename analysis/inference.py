@@ -12,50 +12,20 @@ from statsmodels.stats import multitest
 from statsmodels.stats import power as smp
 
 ALPHA = 0.05
-
-
 POWER = 0.8
-
-
 BOOTSTRAP_SEED = 0
-
-
 BOOTSTRAP_RESAMPLES = 9999
-
-
 BCA_MIN_N = 50  # below this the arm table uses t-intervals (BCa under-covers, see above)
-
-
 BCA_MAX_N = 5000  # from this on t-intervals again (they agree with BCa, which costs n^2)
-
-
 T_METHOD = 't-interval'
-
-
 BCA_METHOD = 'BCa bootstrap'
-
-
 MW_EXACT_MAX_N = 100
-
-
 MW_PERMUTATION_MAX_SPLITS = 5000  # C(14, 7) = 3432: 7 + 7 values; about 0.03 s
-
-
 MW_EXACT = 'exact'
-
-
 SIGNED_RANK_EXACT_MAX_N = 50  # dynamic programming: microseconds
-
-
 SR_EXACT = 'exact (sign flips, ties as midranks)'
-
-
 SR_NORMAL = 'normal approx. (tie corrected)'
-
-
 MW_PERMUTATION = 'exact permutation (ties)'
-
-
 MW_NORMAL = 'normal approx. (tie and continuity corrected)'
 
 
@@ -332,14 +302,8 @@ VARIANCE_METHOD = (
   "negative estimates truncated at 0; 95% intervals by Satterthwaite's df (exact χ² for "
   'a single mean square)'
 )
-
-
 COMPONENTS = ('init', 'data order', 'init × data order', 'nondeterminism (replicates)')
-
-
 RESIDUAL = 'init × data order + nondeterminism (no replicates)'  # R = 1: one residual
-
-
 MIN_CI_DF = 2.0
 
 

@@ -72,9 +72,8 @@ def display_pairs(pairs, unit):
       'B': r['arm_b'],
       'verdict': r['verdict'],
       f'Δ A−B ({unit})': num(r['diff']),
-      '95% CI': ci(r, 'ci95_low', 'ci95_high'),
-      '90% CI': ci(r, 'ci90_low', 'ci90_high'),
     }
+    row |= {'95% CI': ci(r, 'ci95_low', 'ci95_high'), '90% CI': ci(r, 'ci90_low', 'ci90_high')}
     tests = {
       'equiv. (Holm TOST)': eq(r),
       'TOST p': both(r, 'tost'),
@@ -104,21 +103,10 @@ def markdown(rows):
 
 
 # LaTeX's specials and the report's symbols, as LaTeX writes them.
-TEX = {
-  **{c: '\\' + c for c in '&%$#_{}'},
-  '\\': r'\textbackslash{}',
-  '~': r'\textasciitilde{}',
-  '^': r'\^{}',
-  'Δ': r'$\Delta$',
-  '−': '$-$',
-  '<': r'$<$',
-  '>': r'$>$',
-  '–': '--',
-  '±': r'$\pm$',
-  '≥': r'$\geq$',
-  '≤': r'$\leq$',
-  'α': r'$\alpha$',
-}
+TEX = {c: '\\' + c for c in '&%$#_{}'} | {'\\': r'\textbackslash{}', '~': r'\textasciitilde{}'}
+SYMBOLS: tuple[str, ...] = (r'\^{}', r'$\Delta$', '$-$', r'$<$', r'$>$', '--', r'$\pm$', r'$\geq$')
+SYMBOLS += (r'$\leq$', r'$\alpha$')
+TEX |= dict(zip('^Δ−<>–±≥≤α', SYMBOLS, strict=True))
 
 
 def tex(s):
@@ -137,26 +125,11 @@ def latex(rows, caption, label=None):
 
   align = ''.join('r' if all(numeric(str(r[c])) for r in rows) else 'l' for c in cols)
   body = [' & '.join(tex(r[c]) for c in cols) + r' \\' for r in rows]
-  return (
-    '\n'.join(
-      [
-        r'\begin{table}[t]',
-        r'\centering',
-        r'\small',
-        r'\begin{tabular}{' + align + '}',
-        r'\toprule',
-        ' & '.join(tex(c) for c in cols) + r' \\',
-        r'\midrule',
-        *body,
-        r'\bottomrule',
-        r'\end{tabular}',
-        rf'\caption{{{tex(caption)}}}',
-        *([rf'\label{{{label}}}'] if label else []),
-        r'\end{table}',
-      ]
-    )
-    + '\n'
-  )
+  head = [r'\begin{table}[t]', r'\centering', r'\small', r'\begin{tabular}{' + align + '}']
+  head += [r'\toprule', ' & '.join(tex(c) for c in cols) + r' \\', r'\midrule']
+  tail = [r'\bottomrule', r'\end{tabular}', rf'\caption{{{tex(caption)}}}']
+  tail += [rf'\label{{{label}}}'] if label else []
+  return '\n'.join([*head, *body, *tail, r'\end{table}']) + '\n'
 
 
 def captions(out, pairs):
@@ -288,18 +261,10 @@ def variance_rows(table, unit, labels=None):
   out = []
   for arm, group in table.groupby('arm', sort=False):
     for _, r in group.iterrows():
-      out.append(
-        {
-          'arm': labels.get(arm, arm),
-          'design': variance_design(group),
-          'component': r['component'],
-          f'variance ({unit}²)': num(r['variance'], 3),
-          f'sd ({unit})': num(r['sd'], 3),
-          'share (%)': num(r['share_pct'], 1),
-          '95% CI of the variance': ci_text(r),
-          'note': truncation(r, unit),
-        }
-      )
+      row = {'arm': labels.get(arm, arm), 'design': variance_design(group)}
+      row |= {'component': r['component'], f'variance ({unit}²)': num(r['variance'], 3)}
+      row |= {f'sd ({unit})': num(r['sd'], 3), 'share (%)': num(r['share_pct'], 1)}
+      out.append(row | {'95% CI of the variance': ci_text(r), 'note': truncation(r, unit)})
   return out
 
 
@@ -338,19 +303,15 @@ def contrast_rows(out, table):
     floor = out.noise.get(r.get('platform'))
     half = floor.half if floor else None
     floor = '–' if half is None else 'within' if abs(r['diff']) < half else 'beyond'
-    rows.append(
-      {
-        **({'platform': r['platform']} if several else {}),
-        'arm − reference' if 'label' in r else 'A − B': r['label']
-        if 'label' in r
-        else f'{r["arm_a"]} − {r["arm_b"]}',
-        f'Δ ({out.unit})': signed(r['diff']),
-        '95% CI': interval(r['ci95_low'], r['ci95_high']),
-        '90% CI': interval(r['ci90_low'], r['ci90_high']),
-        'noise floor': floor,
-        'verdict (Holm)': contrast_verdict(r, out.margin),
-      }
-    )
+    row = {'platform': r['platform']} if several else {}
+    if 'label' in r:
+      row['arm − reference'] = r['label']
+    else:
+      row['A − B'] = f'{r["arm_a"]} − {r["arm_b"]}'
+    row[f'Δ ({out.unit})'] = signed(r['diff'])
+    row |= {'95% CI': interval(r['ci95_low'], r['ci95_high'])}
+    row |= {'90% CI': interval(r['ci90_low'], r['ci90_high']), 'noise floor': floor}
+    rows.append(row | {'verdict (Holm)': contrast_verdict(r, out.margin)})
   return rows
 
 

@@ -349,16 +349,11 @@ def compare(prep, arm_a, arm_b, margin):
     'welch_t': t,
     'welch_df': df,
     'welch_p': p,
-    'paired_t': np.nan,
-    'paired_p': np.nan,
-    'mw_u': np.nan,
-    'mw_p': np.nan,
+    **dict.fromkeys(('paired_t', 'paired_p', 'mw_u', 'mw_p'), np.nan),
     'mw_method': 'not used (paired)',
-    'signed_rank_w': np.nan,
-    'signed_rank_p': np.nan,
+    **dict.fromkeys(('signed_rank_w', 'signed_rank_p'), np.nan),
     'signed_rank_method': 'not used (unpaired)',
-    'hedges_g': np.nan,
-    'd_z': np.nan,
+    **dict.fromkeys(('hedges_g', 'd_z'), np.nan),
     'identical': False,
   }
   if is_paired:
@@ -710,8 +705,6 @@ class Analysis(Stats):
 
 
 INIT_COLUMNS = ('init_seed', 'config.init_seed')
-
-
 DATA_COLUMNS = ('data_seed', 'config.data_seed')
 
 

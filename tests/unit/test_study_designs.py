@@ -261,3 +261,31 @@ def test_the_t_wilson_interval_covers_near_0_where_the_t_interval_does_not():
   wilson = np.array([inference.proportion_mean_ci(row) for row in p])
   w_cover = np.mean((wilson[:, 0] <= mu) & (mu <= wilson[:, 1]))
   assert w_cover >= 0.915 and w_cover > t_cover + 0.02, (w_cover, t_cover)
+
+
+def test_one_failed_run_is_excluded_counted_with_its_repair_and_the_levels_keep_their_type():
+  """Issue 42, item 15: a failed run's empty numerics cells turned batchnorm_group into floats
+  (0.0, 16.0) and the report stopped at '--reference: batchnorm_group has no level '0''. By hand:
+  the study with the failed run equals the study without its row, and the first page counts it."""
+  import os
+
+  from analysis import answer, declaration, inputs
+  from tests.conftest import ROOT
+
+  csv = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
+  declared = declaration.load(csv.replace('.csv', '.study.json'))
+  frame = inputs.read_csv(csv).astype(object)
+  frame.loc[0, ['status', 'reason']] = ['failed', 'loss is NaN at step 40']
+  for column in [c for c in frame if c.startswith(('final.', 'numerics.'))]:
+    frame.loc[0, column] = None
+  frame = frame.infer_objects()
+  assert frame['numerics.requested.batchnorm_group'].dtype.kind == 'f'  # the column turned float
+  out = analyse.study_analysis(frame, declared)
+  alone = analyse.study_analysis(frame.iloc[1:].reset_index(drop=True), declared)
+  assert out.attribution.reference['batchnorm_group'] == '0'
+  pd.testing.assert_frame_equal(out.contrasts, alone.contrasts)
+  assert out.attribution.decomposition[0].G == alone.attribution.decomposition[0].G
+  assert list(out.excluded['status']) == ['failed'] and len(out.runs) == 255
+  line = answer.excluded_lines(out)[1]
+  assert line.startswith('**Excluded:** 1 of 256 runs (1 failed: loss is NaN at step 40)')
+  assert 'python -m sweeps.sweep' in line and 'make study' in line
