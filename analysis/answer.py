@@ -380,6 +380,8 @@ def settings_clause(out):
     parts.append(f'{show(by["different"])} changed {metric} (a difference shown, not within {m})')
   if by.get('within margin'):
     parts.append(f'{show(by["within margin"])} changed it, by less than the margin {m}')
+  if by.get('not equivalent'):
+    parts.append(f'{show(by["not equivalent"])} changed it by more than {m} (90% CI wholly beyond)')
   if by.get('inconclusive'):
     parts.append(f'{listed(row_name(r, several) for r in by["inconclusive"])} are undecided')
   tested = len(table) - len(by.get('identical arithmetic', []))
@@ -568,6 +570,8 @@ def contrast_lines(out):
     'equal effective numerics and every difference 0 (not tested, outside Holm); else '
     'inconclusive.'
   )
+  if (table['verdict'] == 'not equivalent').any():
+    rule = rule[:-1] + f'; not equivalent = the 90% CI wholly outside ±{m:g}, no difference shown.'
   if not ref and len(table) > MAX_UNDECLARED_ROWS:  # every pair of many arms: counts, not a page
     counts = table['verdict'].value_counts()
     said = ', '.join(f'{counts.get(v, 0)} {v}' for v in stats.VERDICTS[1:])

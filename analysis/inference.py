@@ -182,6 +182,14 @@ def signed_rank(d):
   return min(w, halves.sum() - w) / 2, float(p), SR_EXACT
 
 
+def rank_floor(n_a, n_b=None):
+  """The smallest two-sided p the rank test can give at these sizes (untied, as extreme as can be):
+  signed-rank over n_a pairs, else Mann–Whitney of n_a against n_b."""
+  if n_b is None:
+    return signed_rank(np.arange(1.0, n_a + 1))[1]
+  return mann_whitney(np.arange(n_a) + n_b, np.arange(n_b))[1]
+
+
 def d_z(d):
   """Paired standardised effect mean(d) / sd(d) (Cohen's d_z); NaN when sd is 0 or n < 2."""
   d = np.asarray(d, float)

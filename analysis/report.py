@@ -280,15 +280,30 @@ def facts(runs, *columns):
   return NOT_RECORDED
 
 
+def rank_bound(r):
+  """(smallest p the rank test can give, 'n seeds') when only the rank test kept a row from
+  'different' (its t-test Holm p < α and 95% CI excluding 0), else None."""
+  shown = r['test_p_holm'] < inference.ALPHA and (r['ci95_low'] > 0 or r['ci95_high'] < 0)
+  if r['different'] or not shown or not r['rank_p_holm'] >= inference.ALPHA:
+    return None
+  sizes = (r['n_pairs'],) if r['paired'] else (r['n_a'], r['n_b'])
+  return inference.rank_floor(*sizes), ' + '.join(str(int(n)) for n in sizes) + ' seeds'
+
+
 def contrast_verdict(r, margin):
   """The verdict in a few words, from a contrast row: 'within margin (a difference shown)'."""
   if r['verdict'] == 'equivalent' and (r['ci95_low'] > 0 or r['ci95_high'] < 0):
     return 'equivalent (its 95% CI excludes 0 before Holm, not after)'
+  if r['verdict'] == 'not equivalent':
+    return f'not equivalent: 90% CI wholly past {"−" if r["ci90_high"] < 0 else "+"}{margin:g}'
   if r['verdict'] != 'inconclusive':
     return r['verdict'] + {
       'identical arithmetic': ' (not tested)',
       'within margin': ' (a difference shown)',
     }.get(r['verdict'], '')
+  bound = rank_bound(r)
+  if bound and bound[0] >= inference.ALPHA:
+    return f'inconclusive: the rank test cannot reach α = {inference.ALPHA:g} at {bound[1]}'
   low, high = r['ci90_low'] <= -margin, r['ci90_high'] >= margin
   if low or high:
     return f'inconclusive: 90% CI past {"±" if low and high else "−" if low else "+"}{margin:g}'
@@ -390,8 +405,12 @@ def verdict_why(r, margin, unit, m):
       f'{shown} < {inference.ALPHA:g} and its {ci95} excludes 0{also}; equivalence within '
       f'±{margin:g} {unit} not shown ({tost})'
     )
+  bound = rank_bound(r)
   low, high = r['ci90_low'] <= -margin, r['ci90_high'] >= margin
-  if low and high:
+  if r['verdict'] == 'not equivalent':
+    side = '−' if r['ci90_high'] < 0 else '+'
+    where = f'not equivalent: the {ci90} lies wholly past {side}{margin:g} {unit}'
+  elif low and high:
     where = f'the {ci90} is wider than the margin ±{margin:g} {unit} on both sides'
   elif low or high:
     where = f'the {ci90} extends past {"−" if low else "+"}{margin:g} {unit}'
@@ -400,7 +419,12 @@ def verdict_why(r, margin, unit, m):
       f'the {ci90} lies inside ±{margin:g} {unit}, but the Holm-adjusted TOST p is not '
       f'below {inference.ALPHA:g}'
     )
-  return f'neither shown: {tost}; {shown}; {rank}; {where}'
+  if bound is None:
+    return f'neither shown: {tost}; {shown}; {rank}; {where}'
+  rule = f'cannot reach α = {inference.ALPHA:g} at {bound[1]} (its smallest two-sided p is '
+  rule = rule + f'{bound[0]:.3g})' if bound[0] >= inference.ALPHA else 'is not below α after Holm'
+  lattice = 'the rank test, required on a lattice metric'
+  return f'{shown} and its {ci95} excludes 0, but {rank}: {lattice}, {rule}; {where}'
 
 
 def power_line(r, margin, unit):

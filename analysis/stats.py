@@ -150,7 +150,14 @@ IDENTICAL_FIELDS = (
   'xla_flags',
 )
 # A pair's verdicts, in the order the reports count them (judge).
-VERDICTS = ('identical arithmetic', 'within margin', 'equivalent', 'different', 'inconclusive')
+VERDICTS = (
+  'identical arithmetic',
+  'within margin',
+  'equivalent',
+  'different',
+  'not equivalent',
+  'inconclusive',
+)
 UNDECLARED = (
   'none declared: 0.5 pp is the analysis.stats default, not a study decision; '
   'declare one (--margin, --margin-reason)'
@@ -391,8 +398,8 @@ def compare(prep, arm_a, arm_b, margin):
   return row
 
 
-def judge(rows):
-  """The pair table of compare() rows judged as one family."""
+def judge(rows, margin):
+  """The pair table of compare() rows judged as one family at ±`margin`."""
   pairs = pd.DataFrame(rows)
   if pairs.empty:
     return pairs
@@ -407,9 +414,11 @@ def judge(rows):
     & ((pairs['ci95_low'] > 0) | (pairs['ci95_high'] < 0))
     & (~on_lattice | (pairs['rank_p_holm'] < inference.ALPHA))
   )
+  beyond = (pairs['ci90_low'] > margin) | (pairs['ci90_high'] < -margin)
   pairs['verdict'] = np.select(
-    [~tested, pairs['equivalent'] & pairs['different'], pairs['equivalent'], pairs['different']],
-    ['identical arithmetic', 'within margin', 'equivalent', 'different'],
+    [~tested, pairs['equivalent'] & pairs['different'], pairs['equivalent'], pairs['different']]
+    + [beyond],
+    ['identical arithmetic', 'within margin', 'equivalent', 'different', 'not equivalent'],
     'inconclusive',
   )
   return pairs
@@ -423,7 +432,7 @@ def family_size(table):
 def pair_table(prep, arms, margin):
   """One row per pair of arms with n >= 2 (arm_a before arm_b; diff = mean A − mean B)."""
   ok = arms.loc[arms['n'] >= 2, 'arm']
-  return judge([compare(prep, a, b, margin) for a, b in itertools.combinations(ok, 2)])
+  return judge([compare(prep, a, b, margin) for a, b in itertools.combinations(ok, 2)], margin)
 
 
 def margin_choice(margin=None, reason=None, declared=None, declared_reason=None):
@@ -545,8 +554,8 @@ def contrast_table(out, declared, margin=None):
   """The declared contrasts judged as one family (compare rows + judge) with platform."""
   arms = out.arm_info
   arms = arm_levels(out, declared) if arms is None else arms
-  rows = [compare(out, a, b, margin or out.margin) for a, b in family(arms)]
-  table = judge(rows)
+  margin = margin or out.margin
+  table = judge([compare(out, a, b, margin) for a, b in family(arms)], margin)
   if table.empty:
     return table
   info = arms.set_index('arm')

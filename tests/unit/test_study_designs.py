@@ -289,3 +289,33 @@ def test_one_failed_run_is_excluded_counted_with_its_repair_and_the_levels_keep_
   line = answer.excluded_lines(out)[1]
   assert line.startswith('**Excluded:** 1 of 256 runs (1 failed: loss is NaN at step 40)')
   assert 'python -m sweeps.sweep' in line and 'make study' in line
+
+
+def test_a_rank_test_bound_contrast_says_so_and_a_ci_wholly_past_the_margin_is_not_equivalent():
+  """Issue 42, item 3: five paired seeds on the 1/360 lattice whose differences are 4, 5, 6, 4 and
+  7 test images. By hand: mean 5.2 images = 1.4444 pp, sd √1.7 images, t = 5.2 / (√1.7 / √5) =
+  8.918 on 4 df (p 0.00088), the 90% CI 1.4444 ± 2.1318 × 0.16197 = [1.099, 1.790] pp; the exact
+  signed-rank p cannot go below 2 / 2^5 = 0.0625. At ±0.5 the 90% CI lies wholly past +0.5: not
+  equivalent; at ±1.6 it straddles +1.6: inconclusive, because of the rank test."""
+  from tests.unit.test_stats import lattice_frame
+
+  d = np.array([4, 5, 6, 4, 7]) / 360 * 100
+  se = d.std(ddof=1) / np.sqrt(5)
+  assert d.mean() == pytest.approx(1.44444, abs=1e-5) and se == pytest.approx(0.161971, abs=1e-6)
+  half = sps.t.ppf(0.95, 4) * se
+  for margin, verdict, short in (
+    (0.5, 'not equivalent', 'not equivalent: 90% CI wholly past +0.5'),
+    (1.6, 'inconclusive', 'inconclusive: the rank test cannot reach α = 0.05 at 5 seeds'),
+  ):
+    out = stats.arms_and_pairs(lattice_frame([4, 5, 6, 4, 7], 5), margin=margin)
+    pair = out.pairs.iloc[0]
+    assert pair['diff'] == pytest.approx(d.mean()) and pair['paired_p'] == pytest.approx(
+      2 * sps.t.sf(d.mean() / se, 4)
+    )
+    assert (pair['ci90_low'], pair['ci90_high']) == pytest.approx((1.0991, 1.7898), abs=1e-4)
+    assert pair['ci90_low'] == pytest.approx(d.mean() - half)
+    assert pair['signed_rank_p'] == pytest.approx(0.0625) and pair['verdict'] == verdict
+    assert report.contrast_verdict(pair, margin) == short
+    why = report.verdict_why(pair, margin, 'pp', 1)
+    assert 'cannot reach α = 0.05 at 5 seeds (its smallest two-sided p is 0.0625)' in why
+    assert ('lies wholly past +0.5 pp' in why) == (margin == 0.5)
