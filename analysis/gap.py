@@ -245,10 +245,10 @@ def components(cells, a, b, native, emu):
 def component_stats(d, margin):
   """Estimate, sd, se, df, 95% CI, paired-t p, signed-rank p and d_z of the per-seed values d
   (2 seeds or more: decompose drops a pair with fewer)."""
-  k, mean, sd = len(d), float(np.mean(d)), float(np.std(d, ddof=1))
+  k, mean, sd = len(d), float(np.mean(d)), inference.spread_sd(d)
   se = sd / np.sqrt(k)
   low, high = inference.diff_ci(mean, se, k - 1, 0.95)
-  p = float(2 * sps.t.sf(abs(mean) / se, k - 1)) if se > 0 else 1.0 if mean == 0 else 0.0
+  p = float(2 * sps.t.sf(abs(mean) / se, k - 1)) if se > 0 else inference.exact(mean)[1]
   _, sr_p, sr_method = inference.signed_rank(d)
   tost = inference.tost(mean, se, k - 1, margin) if margin else (np.nan,) * 3
   out = dict(estimate=mean, sd=sd, se=se, df=k - 1, seeds=k, ci_low=low, ci_high=high, p=p)

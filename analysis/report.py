@@ -296,6 +296,8 @@ def contrast_verdict(r, margin):
     return 'equivalent (its 95% CI excludes 0 before Holm, not after)'
   if r['verdict'] == 'not equivalent':
     return f'not equivalent: 90% CI wholly past {"−" if r["ci90_high"] < 0 else "+"}{margin:g}'
+  if r['power_sd'] == 0 and r['verdict'] != 'identical arithmetic':
+    return r['verdict'] + ' (exact: no variance)'
   if r['verdict'] != 'inconclusive':
     return r['verdict'] + {
       'identical arithmetic': ' (not tested)',
@@ -317,7 +319,13 @@ def contrast_rows(out, table):
   for _, r in table.iterrows():
     floor = out.noise.get(r.get('platform'))
     half = floor.half if floor else None
-    floor = '–' if half is None else 'within' if abs(r['diff']) < half else 'beyond'
+    floor = (
+      '–'
+      if half is None
+      else 'within'
+      if abs(r['diff']) - half <= inference.RESOLUTION
+      else 'beyond'
+    )
     row = {'platform': r['platform']} if several else {}
     if 'label' in r:
       row['arm − reference'] = r['label']
@@ -383,6 +391,13 @@ def verdict_why(r, margin, unit, m):
       'not tested, outside the Holm family'
     )
   holm = f'Holm over {m} pair{"s" if m > 1 else ""}'
+  if r['power_sd'] == 0:
+    each = 'paired difference' if r['paired'] else 'value of each arm'
+    return (
+      f'every {each} is the same (Δ {signed(r["diff"])} {unit} on every seed): no variance, so '
+      f'the tests are exact: t-test p = {pval(r["test_p"])}, TOST p = {pval(r["tost_p"])} (|Δ| '
+      f'{"<" if r["tost_p"] == 0 else "≥"} {margin:g} {unit}); {holm}'
+    )
 
   def test(name, key):
     return f'{name} p = {pval(r[key + "_p_holm"])} ({holm}; raw {pval(r[key + "_p"])})'

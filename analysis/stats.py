@@ -374,7 +374,7 @@ def compare(prep, arm_a, arm_b, margin):
       d_z=inference.d_z(d),
       identical=bool(np.all(d == 0)) and identical_arithmetic(prep, arm_a, arm_b),
     )
-    sd = np.std(d, ddof=1)
+    sd = inference.spread_sd(d)
     se = sd / np.sqrt(n)
     row.update(diff=d.mean(), test='paired t', test_p=row['paired_p'], power_from=f'{n} pairs')
   else:
@@ -613,7 +613,7 @@ def noise_floor(runs, arm, base, factors=()):
     raise ValueError(
       f'--noise-arm: {label(arm)} shares {len(d)} seed(s) with {label(base)}; it needs 2 or more'
     )
-  sd = float(np.std(d, ddof=1))
+  sd = inference.spread_sd(d)
   half = float(sps.t.ppf(0.975, len(d) - 1) * sd / np.sqrt(len(d)))
   levels = {**base, **same}  # the base arm's levels; the noise arm's other levels are the same
   changed = [k for k in arm if k not in levels or str(levels[k]) != str(arm[k])]

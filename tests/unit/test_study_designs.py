@@ -319,3 +319,40 @@ def test_a_rank_test_bound_contrast_says_so_and_a_ci_wholly_past_the_margin_is_n
     why = report.verdict_why(pair, margin, 'pp', 1)
     assert 'cannot reach α = 0.05 at 5 seeds (its smallest two-sided p is 0.0625)' in why
     assert ('lies wholly past +0.5 pp' in why) == (margin == 0.5)
+
+
+def test_zero_variance_has_one_exact_rule_in_contrasts_gap_and_noise_floor():
+  """Issue 42, items 5 and 8: arm y repeats x bit for bit (not the same recorded arithmetic: it is
+  tested), z sits 0.3 pp above x on every seed, w varies. By hand: x − y is 0 on every seed, so the
+  exact t-test p is 1 and the TOST p at ±0.5 is 0 (|0| < 0.5); z − x is +0.3 on every seed (float
+  noise in the sd): exact p 0, 95% CI [0.3, 0.3], no d_z; all three pairs with x stay in Holm's
+  family of 6."""
+  import types
+
+  from analysis import gap
+  from tests.support.planted_stats import frame
+
+  rng = np.random.default_rng(3)
+  x = 0.9 + rng.integers(-9, 9, 6) / 1000
+  arms = {'x': x, 'y': x.copy(), 'z': x + 0.003, 'w': x + rng.normal(0, 0.004, 6)}
+  out = stats.arms_and_pairs(frame(arms, {k: 'gpu' for k in arms}), margin=0.5)
+  pairs = out.pairs.set_index(['arm_a', 'arm_b'])
+  same = pairs.loc[('compute_dtype=x', 'compute_dtype=y')]
+  shift = pairs.loc[('compute_dtype=x', 'compute_dtype=z')]
+  assert stats.family_size(out.pairs) == 6 and out.pairs['test_p_holm'].notna().all()
+  assert (same['paired_p'], same['tost_p'], same['verdict']) == (1.0, 0.0, 'equivalent')
+  assert (shift['paired_p'], shift['tost_p']) == (0.0, 0.0) and np.isnan(shift['d_z'])
+  assert shift['ci95_low'] == shift['ci95_high'] == pytest.approx(-0.3)
+  assert shift['verdict'] == 'within margin'  # shown exactly, and inside ±0.5
+  assert report.contrast_verdict(same, 0.5) == 'equivalent (exact: no variance)'
+  why = report.verdict_why(same, 0.5, 'pp', 6)
+  assert 'no variance, so the tests are exact: t-test p = 1' in why and 'Holm over 6' in why
+  assert inference.tost(0.5 - 1e-13, 0.0, 5, 0.5)[2] == 1.0  # at the margin: not within
+  assert inference.tost(0.3, 0.0, 5, 0.5)[2] == 0.0
+  gap_row = gap.component_stats(100 * (x - arms['y']), 0.5)  # the gap's rule is the same
+  assert (gap_row['p'], gap_row['tost_p'], gap_row['sd']) == (1.0, 0.0, 0.0)
+  assert np.isnan(gap_row['d_z'])
+  floor = stats.NoiseFloor(0.0, 0.0, 6, 'y − x')
+  fake = types.SimpleNamespace(noise={'gpu': floor}, unit='pp', margin=0.5)
+  table = pd.DataFrame([same]).assign(platform='gpu', label='y')
+  assert report.contrast_rows(fake, table)[0]['noise floor'] == 'within'  # 0.00 within ±0.00
