@@ -585,8 +585,9 @@ def contrast_lines(out):
 
 def seeds_used(d, declared):
   """'seeds 0–5' of a decomposition, or 'seeds 0 1 2 4 5 (5 of the 6 declared: 3 lacks a cell)'."""
-  used = [str(s) for s in d.seed_list]
+  used = [str(s).split(' ')[0] for s in d.seed_list]  # '0 (init 0, data 1)': base seed 0
   text = f'seeds {seed_text(pd.Series(d.seed_list))}'
+  text += f'; only {len(used)}: {len(used) - 1} df' if len(used) < 3 else ''
   left = [str(s) for s in declared or [] if str(s) not in used]
   if left:
     text += (
@@ -612,6 +613,10 @@ def headline(out):
   return '; '.join(parts)
 
 
+def pairs_note(out):
+  return out.attribution.pairs_note if out.attribution else ''
+
+
 def scope_lines(out):
   """Confirmatory vs exploratory: the declared seeds at the declared margin first."""
   sc = out.scope
@@ -630,6 +635,8 @@ def scope_lines(out):
     which = (
       f' and platform pairs {declaration.pairs_text([d.platforms for d in pairs])}' if pairs else ''
     )
+    which += f'; not analysed: {conf.attribution.pairs_note}' if pairs_note(conf) else ''
+
     lines.append(
       f'**Confirmatory answer** (the declared seeds at the declared ±{conf.margin:g} '
       f'{out.unit}{which}): {headline(conf)}. The rest of this page is exploratory.'

@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import posixpath
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Optional, Union
@@ -156,11 +157,11 @@ def test_set_problems(frame):
 
 
 def seed_key(seed):
-  """Sort seeds numerically when they are numbers, else as text."""
+  """Sort seeds numerically, text seeds by their numbers ('2 (init 2, data 1)' before '10 (...')."""
   try:
-    return (0, float(seed), '')
+    return (0, float(seed), ())
   except (TypeError, ValueError):
-    return (1, 0.0, str(seed))
+    return (1, 0.0, tuple(int(p) if p.isdigit() else p for p in re.split(r'(\d+)', str(seed))))
 
 
 def seed_text(seeds):

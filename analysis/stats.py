@@ -330,6 +330,7 @@ def design(prep, arm_a, arm_b):
   )
   left = len(seeds_a | seeds_b) - len(shared)
   rest = f'; {left} unshared seed(s) left out of the paired tests' if left else ''
+  rest += f'; only {len(shared)} shared: {len(shared) - 1} df' if len(shared) < 3 else ''
   return True, shared, f'paired: {len(shared)} shared seeds, {how}{rest}'
 
 
@@ -673,7 +674,8 @@ def scope(out, declared, compare=None):
   deviations = []
   if wanted is not None and seeds != sorted(wanted):
     deviations.append(
-      f'{len(seeds)} seeds analysed, {len(wanted)} declared (seeds {seed_text(pd.Series(wanted))})'
+      f'runs on {len(seeds)} seeds ({out.arms["n"].max()} per arm at most), {len(wanted)} '
+      f'declared (seeds {seed_text(pd.Series(wanted))})'
     )
   if m0 is not None and out.margin != m0:
     deviations.append(f'margin ±{out.margin:g}, declared ±{m0:g}')
