@@ -601,7 +601,8 @@ def headline(out):
   """'gpu − cpu: no gap (G +0.26 [-0.22, +0.75] pp, seeds 0–5); 13 contrasts tested: ...'."""
   declared = out.scope.declared_seeds if out.scope else None
   parts = [
-    f'{pair_name(d)}: **{d.verdict}** (G {signed(d.G.estimate)} {ci95(d.G)} {out.unit}, '
+    f'{pair_name(d)}: **{d.verdict}**{", but " + d.open if d.verdict[0] == "e" and d.open else ""}'
+    f' (G {signed(d.G.estimate)} {ci95(d.G)} {out.unit}, '
     f'{seeds_used(d, declared)})'
     for d in (out.attribution.decomposition if out.attribution else [])
   ]

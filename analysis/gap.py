@@ -25,6 +25,7 @@ VERDICTS = (
   'inconclusive',
 )
 MIN_SHARE = declaration.MIN_SHARE
+RESIDUAL_SHARE = 0.25  # a residual shown ≠ 0 and above this share of the gap is said beside it
 
 
 class Estimate(NamedTuple):
@@ -479,5 +480,8 @@ def judge_family(summaries, tables, margin, min_share=None):
     )
     f = flags(d)
     said, open_part = verdict(f, d.margin, d.N_estimable)
+    share = abs(d.R.estimate / d.G.estimate) if d.G.estimate else np.inf
+    if said == 'explained by numerics' and f.residual_shown and share > RESIDUAL_SHARE:
+      open_part = f'a residual ≠ 0 is shown, {share:.0%} of the gap (over {RESIDUAL_SHARE:.0%})'
     out.append(dataclasses.replace(d, flags=f, verdict=said, open=open_part))
   return out
