@@ -211,8 +211,9 @@ def study_analysis(
     margin, margin_reason, declared.get('margin'), declared.get('margin_reason')
   )
   declares = bool(declared.get('factors') and declared.get('reference'))
-  if compare:
-    attribution.check_compare(frame, compare, declares)
+  if compare or declared.get('compare'):
+    flag = '--compare' if compare else 'study compare'
+    attribution.check_compare(frame, compare or declared['compare'], declares, flag)
   numbers = stats.arms_and_pairs(
     frame, group_by, metric, margin, why, seed_col, scale, all_pairs=all_pairs or not declares
   )

@@ -561,13 +561,13 @@ def declared_attribution(
   return dataclasses.replace(out, labels=term_labels(out.terms['term'], declared))
 
 
-def check_compare(frame, compare, declares):
-  """Refuse, before any statistic, --compare pairs naming a platform without completed runs."""
-  if not declares:
+def check_compare(frame, compare, declares, flag='--compare'):
+  """Refuse, before any statistic, compare pairs naming a platform without completed runs."""
+  if not declares and flag == '--compare':
     raise ValueError(
       '--compare: the platform gap is decomposed only for a declared study (factors, '
       "reference and native arm: the root's study.json, or --study)"
     )
   done = frame[stats.run_status(frame) == 'completed']
   present = sorted(set(done['platform'].astype(str))) if 'platform' in done else []
-  gap.platform_pairs(present, compare, '--compare')
+  gap.platform_pairs(present, compare, flag)

@@ -3,6 +3,7 @@ R = G − N, each component's mean with its t-interval, the share N / G, the tes
 (docs/statistics.md "The gap decomposition")."""
 
 import dataclasses
+import difflib
 import itertools
 from typing import Any, NamedTuple, Optional
 
@@ -303,6 +304,7 @@ def default_pairs(platforms):
 
 def resolve_platform(name, platforms, flag):
   """The platform identity `name` means ('cpu' -> 'cpu-AVX512'); None without runs."""
+  name = name if name in platforms else name.lower()  # run labels are lower-cased
   if name in platforms:
     return name
   same = sorted(p for p in platforms if rules.jax_platform(p) == name)
@@ -319,10 +321,11 @@ def platform_pairs(platforms, given, flag):
   for a, b in given:
     found = [resolve_platform(str(p), platforms, flag) for p in (a, b)]
     absent = [str(p) for p, f in zip((a, b), found, strict=True) if f is None]
-    if absent and flag == '--compare':
-      raise ValueError(
-        f'--compare: no runs on {", ".join(absent)}; platforms run: {", ".join(sorted(platforms))}'
-      )
+    if absent and flag != 'compare':  # checked before any statistic; not the re-analyses
+      close = difflib.get_close_matches(absent[0].lower(), platforms, n=1)
+      near = f' (nearest: {close[0]})' if close else ''
+      ran = ', '.join(sorted(platforms))
+      raise ValueError(f'{flag}: no runs on {", ".join(absent)}{near}; platforms run: {ran}')
     if absent:
       notes.append(f'{a} − {b}: no runs on {", ".join(absent)}')
     elif tuple(found) not in pairs and found[0] != found[1]:

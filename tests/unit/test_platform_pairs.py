@@ -351,3 +351,22 @@ def test_a_large_residual_shown_beside_explained_by_numerics_is_said():
     f'**explained by numerics**, but a residual ≠ 0 is shown, {share:.0%} of the gap (over 25%)'
   )
   assert said in answer.headline(out)
+
+
+def test_declared_compare_names_are_case_folded_and_a_misspelt_one_is_refused(tmp_path, capsys):
+  """Issue 42, item 11: compare [["GPU", "CPU"]] means gpu − cpu; [["gpu", "cpuu"]] is one line,
+  exit 2, the nearest name, nothing written."""
+  import json
+
+  frame = planted(THREE, ('gpu', 'cpu'), seeds=4)
+  assert [d.gap for d in decompose(frame, compare=[['GPU', 'CPU']])[0].decomposition] == [
+    'gpu - cpu'
+  ]
+  csv, study, out = tmp_path / 'runs.csv', tmp_path / 'study.json', tmp_path / 'out'
+  frame.to_csv(csv, index=False)
+  study.write_text(json.dumps({**DECLARED, 'compare': [['gpu', 'cpuu']]}))
+  with pytest.raises(SystemExit) as stop:
+    analyse.main(['--csv', str(csv), '--study', str(study), '--out', str(out)])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert stop.value.code == 2 and not out.exists()
+  assert err == ['error: study compare: no runs on cpuu (nearest: cpu); platforms run: cpu, gpu']
