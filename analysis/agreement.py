@@ -63,23 +63,10 @@ def seed_row(kind, a, b, pairing, values, labels, unit, units):
   def first(arm):
     return next((e['platform'] for (u, _), es in units.items() if u == arm for e in es), '')
 
-  return {
-    'kind': kind,
-    'a': a,
-    'b': b,
-    'platform_a': first(a),
-    'platform_b': first(b),
-    'pairing': pairing,
-    'churn_pct': x.mean() if len(x) else np.nan,
-    'ci_low': low,
-    'ci_high': high,
-    'seeds': len(x),
-    'seed_list': ', '.join(map(str, labels)),
-    'per_seed_pct': ', '.join(f'{v:.3g}' for v in x),
-    'unit': unit,
-    'check': '',
-    'values': list(values),  # kept for pooling, not a column
-  }
+  row = dict(kind=kind, a=a, b=b, platform_a=first(a), platform_b=first(b), pairing=pairing)
+  row |= dict(churn_pct=x.mean() if len(x) else np.nan, ci_low=low, ci_high=high, seeds=len(x))
+  row |= dict(seed_list=', '.join(map(str, labels)), per_seed_pct=', '.join(f'{v:.3g}' for v in x))
+  return row | dict(unit=unit, check='', values=list(values))  # values: for pooling, no column
 
 
 def both_differ(units, arm, s, t):
@@ -546,16 +533,8 @@ def run_table(entries):
   rows = []
   for e in entries:
     c = run_calibration(e['pred'])
-    values = [
-      e['run'],
-      e['arm'],
-      e['seed'],
-      e['platform'],
-      100 * c['accuracy'],
-      c['nll'],
-      100 * c['ece'],
-    ]
-    rows.append(dict(zip(columns, values, strict=True)))
+    values = [100 * c['accuracy'], c['nll'], 100 * c['ece']]
+    rows.append(dict(zip(columns, [e[k] for k in columns[:4]] + values, strict=True)))
   return pd.DataFrame(rows, columns=columns)
 
 
@@ -605,19 +584,8 @@ def loss_table(runs, scale=None):
   return table
 
 
-PER_CLASS_COLUMNS = (
-  'a',
-  'b',
-  'class',
-  'seeds',
-  'diff_pp',
-  'ci_low',
-  'ci_high',
-  't',
-  'p',
-  'p_holm',
-  'different',
-  'test',
+PER_CLASS_COLUMNS = tuple(
+  'a b class seeds diff_pp ci_low ci_high t p p_holm different test'.split()
 )
 T_TEST = 'paired t'
 EXACT = 'exact signed-rank (constant difference)'
@@ -682,22 +650,9 @@ def class_differences(entries, a, b):
   low, high = inference.t_ci(d.T)
   t, p, test = class_tests(d)
   p_holm = inference.holm(p)
-  return pd.DataFrame(
-    {
-      'a': a,
-      'b': b,
-      'class': np.arange(width),
-      'seeds': len(shared),
-      'diff_pp': d.mean(axis=0),
-      'ci_low': low,
-      'ci_high': high,
-      't': t,
-      'p': p,
-      'p_holm': p_holm,
-      'different': p_holm < inference.ALPHA,
-      'test': test,
-    }
-  )
+  values = [a, b, np.arange(width), len(shared), d.mean(axis=0), low, high, t, p, p_holm]
+  values += [p_holm < inference.ALPHA, test]
+  return pd.DataFrame(dict(zip(PER_CLASS_COLUMNS, values, strict=True)))
 
 
 def per_class_table(entries, pairs):
@@ -731,17 +686,8 @@ def load_entries(runs, load=None, read=None):
       row = runs.iloc[i]
       init, data = (row[c] for c in columns) if columns else (None, None)
       platform = str(row.get('platform', ''))
-      entries.append(
-        {
-          'run': row['run'],
-          'arm': row['arm'],
-          'seed': seeds[i],
-          'platform': platform,
-          'pred': pred,
-          'init': init,
-          'data': data,
-        }
-      )
+      entries.append(dict(run=row['run'], arm=row['arm'], seed=seeds[i], platform=platform))
+      entries[-1].update(pred=pred, init=init, data=data)
   return entries, missing
 
 

@@ -211,8 +211,9 @@ def study_analysis(
     margin, margin_reason, declared.get('margin'), declared.get('margin_reason')
   )
   declares = bool(declared.get('factors') and declared.get('reference'))
-  if compare:
-    attribution.check_compare(frame, compare, declares)
+  if compare or declared.get('compare'):
+    flag = '--compare' if compare else 'study compare'
+    attribution.check_compare(frame, compare or declared['compare'], declares, flag)
   numbers = stats.arms_and_pairs(
     frame, group_by, metric, margin, why, seed_col, scale, all_pairs=all_pairs or not declares
   )
@@ -243,18 +244,9 @@ def study_analysis(
   out = dataclasses.replace(out, scope=sc)
   if sc.confirmatory is False and sc.declared_seeds_present:
     seeds = pd.to_numeric(frame[seed_col or 'seed'], errors='coerce')
-    confirmatory = study_analysis(
-      frame[seeds.isin(sc.declared_seeds)],
-      declared,
-      group_by,
-      metric,
-      declared.get('margin'),
-      None,
-      seed_col,
-      scale,
-      all_pairs,
-      source,
-    )
+    kept, margin = frame[seeds.isin(sc.declared_seeds)], declared.get('margin')
+    rest = (seed_col, scale, all_pairs, source)
+    confirmatory = study_analysis(kept, declared, group_by, metric, margin, None, *rest)
     out = dataclasses.replace(out, confirmatory=confirmatory)
   return out
 
@@ -452,14 +444,11 @@ def main(argv=None):
     with stage(COMMAND, f'reading {" ".join(args.runs) if args.runs else args.csv}'):
       frame, hist, declared, source = load(args)
     with stage(COMMAND, f'{len(frame)} runs: the contrasts, the gap, the attribution, agreement'):
+      given = (args.group_by, args.metric, args.margin, args.margin_reason, args.seed_col)
       out = study_analysis(
         frame,
         declared,
-        args.group_by,
-        args.metric,
-        args.margin,
-        args.margin_reason,
-        args.seed_col,
+        *given,
         args.scale,
         args.all_pairs,
         source,

@@ -1,5 +1,5 @@
 """The study's answer in words: why each platform gap got its verdict, the report's first page,
-the attribution's report (attribution.md) and the README's findings section (docs/statistics.md)."""
+and the attribution's report (attribution.md) (docs/statistics.md)."""
 
 import numpy as np
 import pandas as pd
@@ -244,13 +244,9 @@ def attribution_report(out):
   lines.append(
     markdown(
       [
-        {
-          'term': labels.get(r['term'], r['term']),
-          f'estimate ({u})': num(r['estimate']),
-          '95% CI': report.ci(r),
-          'p': pval(r['p']),
-          'abs. estimate / smallest noise half-width': ratio(r['estimate']),
-        }
+        {'term': labels.get(r['term'], r['term']), f'estimate ({u})': num(r['estimate'])}
+        | {'95% CI': report.ci(r), 'p': pval(r['p'])}
+        | {'abs. estimate / smallest noise half-width': ratio(r['estimate'])}
         for _, r in out.terms.iterrows()
       ]
     )
@@ -267,12 +263,8 @@ def attribution_report(out):
     lines.append(
       markdown(
         [
-          {
-            'arm': r['arm'],
-            f'minus reference arm ({u})': num(r['estimate']),
-            '95% CI': report.ci(r),
-            'p': pval(r['p']),
-          }
+          {'arm': r['arm'], f'minus reference arm ({u})': num(r['estimate'])}
+          | {'95% CI': report.ci(r), 'p': pval(r['p'])}
           for _, r in out.arms.iterrows()
         ]
       )
@@ -388,6 +380,8 @@ def settings_clause(out):
     parts.append(f'{show(by["different"])} changed {metric} (a difference shown, not within {m})')
   if by.get('within margin'):
     parts.append(f'{show(by["within margin"])} changed it, by less than the margin {m}')
+  if by.get('not equivalent'):
+    parts.append(f'{show(by["not equivalent"])} changed it by more than {m} (90% CI wholly beyond)')
   if by.get('inconclusive'):
     parts.append(f'{listed(row_name(r, several) for r in by["inconclusive"])} are undecided')
   tested = len(table) - len(by.get('identical arithmetic', []))
@@ -576,6 +570,8 @@ def contrast_lines(out):
     'equal effective numerics and every difference 0 (not tested, outside Holm); else '
     'inconclusive.'
   )
+  if (table['verdict'] == 'not equivalent').any():
+    rule = rule[:-1] + f'; not equivalent = the 90% CI wholly outside ±{m:g}, no difference shown.'
   if not ref and len(table) > MAX_UNDECLARED_ROWS:  # every pair of many arms: counts, not a page
     counts = table['verdict'].value_counts()
     said = ', '.join(f'{counts.get(v, 0)} {v}' for v in stats.VERDICTS[1:])
@@ -589,8 +585,9 @@ def contrast_lines(out):
 
 def seeds_used(d, declared):
   """'seeds 0–5' of a decomposition, or 'seeds 0 1 2 4 5 (5 of the 6 declared: 3 lacks a cell)'."""
-  used = [str(s) for s in d.seed_list]
+  used = [str(s).split(' ')[0] for s in d.seed_list]  # '0 (init 0, data 1)': base seed 0
   text = f'seeds {seed_text(pd.Series(d.seed_list))}'
+  text += f'; only {len(used)}: {len(used) - 1} df' if len(used) < 3 else ''
   left = [str(s) for s in declared or [] if str(s) not in used]
   if left:
     text += (
@@ -604,7 +601,8 @@ def headline(out):
   """'gpu − cpu: no gap (G +0.26 [-0.22, +0.75] pp, seeds 0–5); 13 contrasts tested: ...'."""
   declared = out.scope.declared_seeds if out.scope else None
   parts = [
-    f'{pair_name(d)}: **{d.verdict}** (G {signed(d.G.estimate)} {ci95(d.G)} {out.unit}, '
+    f'{pair_name(d)}: **{d.verdict}**{", but " + d.open if d.verdict[0] == "e" and d.open else ""}'
+    f' (G {signed(d.G.estimate)} {ci95(d.G)} {out.unit}, '
     f'{seeds_used(d, declared)})'
     for d in (out.attribution.decomposition if out.attribution else [])
   ]
@@ -614,6 +612,10 @@ def headline(out):
       f'{stats.family_size(table)} contrasts tested: {report.counts(table, stats.VERDICTS[1:])}'
     )
   return '; '.join(parts)
+
+
+def pairs_note(out):
+  return out.attribution.pairs_note if out.attribution else ''
 
 
 def scope_lines(out):
@@ -634,6 +636,8 @@ def scope_lines(out):
     which = (
       f' and platform pairs {declaration.pairs_text([d.platforms for d in pairs])}' if pairs else ''
     )
+    which += f'; not analysed: {conf.attribution.pairs_note}' if pairs_note(conf) else ''
+
     lines.append(
       f'**Confirmatory answer** (the declared seeds at the declared ±{conf.margin:g} '
       f'{out.unit}{which}): {headline(conf)}. The rest of this page is exploratory.'
@@ -672,123 +676,15 @@ def excluded_lines(out):
   counted = excluded['reason'].value_counts()
   said = '; '.join(f'{n} {why}' for why, n in counted.head(5).items())
   more = f'; {len(counted) - 5} other reasons' if len(counted) > 5 else ''
+  repair = (
+    ' To repair them, run the sweep command that made them again (`python -m sweeps.sweep ...` '
+    'or `make study`: completed runs are skipped, the others rerun or resumed from their last '
+    'checkpoint), then this analysis.'
+    if (excluded['status'] != 'completed').any()
+    else ''
+  )
   return [
     '',
     f'**Excluded:** {len(excluded)} of {len(excluded) + len(out.runs)} runs ({said}{more}); each '
-    'is listed under "Runs excluded" below.',
+    f'is listed under "Runs excluded" below.{repair}',
   ]
-
-
-def judged_at(out, margin):
-  """(decompositions, contrast table) of the analysis `out` judged at `margin`."""
-  att = out.attribution
-  if margin == out.margin:
-    return att.decomposition, out.contrasts
-  split = gap.summarise(att.gap_summaries, margin, att.min_share)[1] if att.gap_summaries else []
-  return split, stats.contrast_table(out, out.declared, margin)
-
-
-def findings_components(analyses, gap):
-  """Rows: each component of the pair `gap` ('gpu - cpu'), one column per (name, analysis)."""
-  tables = [(name, out.attribution.gap) for name, out in analyses]
-  rows = []
-  for key in ('G', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N', 'P', 'R'):
-    row = {'component': tables[0][1].set_index('key').loc[key, 'component']}
-    for name, table in tables:
-      r = table[table['gap'] == gap].set_index('key').loc[key]
-      row[name] = (
-        f'{signed(r["estimate"])} {interval(r["ci_low"], r["ci_high"])}'
-        if r['note'] == ''
-        else r['note']
-      )
-    rows.append(row)
-  return rows
-
-
-def findings_verdict_row(scope, d, table, unit):
-  share = (
-    f'{d.share:.2f} [{d.share_ci_low:.2f}, {d.share_ci_high:.2f}]'
-    if np.isfinite(d.share_ci_low)
-    else f'{d.share:.2f}, unbounded'
-    if d.share == d.share
-    else '–'
-  )
-  return {
-    'analysis': scope,
-    'pair': pair_name(d),
-    'margin': f'±{d.margin:g} {unit}',
-    'native gap, 90% CI': ci90(d.G_tost),
-    'residual, 90% CI': ci90(d.R_tost),
-    'share (Fieller)': share,
-    'verdict': f'**{d.verdict}**',
-    'contrasts (Holm)': report.counts(table),
-  }
-
-
-def findings_columns(out):
-  """[(column name, analysis)]: the confirmatory one (the declared seeds) first, when it differs."""
-
-  def seeds(analysis):
-    s = analysis.scope.analysed_seeds
-    return f'seeds {s[0]}–{s[-1]}' if s else 'unseeded'
-
-  conf = out.confirmatory
-  first = [(f'confirmatory ({seeds(conf)})', conf)] if conf is not None else []
-  kind = 'exploratory' if out.scope.confirmatory is False else 'confirmatory'
-  return first + [(f'{kind} ({seeds(out)})', out)]
-
-
-def findings_section(out, margins, source, command):
-  """The README section's Markdown between its markers, for analyse.study_analysis's `out`."""
-  unit, sc = out.unit, out.scope
-  columns = findings_columns(out)
-  verdicts = []
-  for name, analysis in columns:
-    for m in [analysis.margin] if analysis is not out or analysis.scope.confirmatory else margins:
-      split, table = judged_at(analysis, m)
-      verdicts += [(name, d, table) for d in split]
-  declared = (
-    f'Declared before the runs (`{source.replace(".csv", ".study.json")}`): '
-    f'{len(sc.declared_seeds or [])} seeds, margin ±{sc.declared_margin:g} {unit}'
-    if sc.declared_margin is not None
-    else 'Nothing was declared before the runs'
-  )
-  platforms = '; '.join(
-    f'{p}: {f.device_kind}, '
-    + ', '.join(
-      f'{k} {v}' for k, v in f.versions.items() if k in ('jax', 'jaxlib', 'flax', 'optax')
-    )
-    for p, f in out.software.platforms.items()
-  )
-  lines = [
-    '',
-    '```bash',
-    command,
-    '```',
-    '',
-    f'The digits study (`configs/digits.py:study`, {out.arm_info["label"].nunique()} arms) '
-    f'on two platforms, {min(out.arms["n"])} seeds per arm, {len(out.runs)} runs, '
-    f'read from `{source}` (provenance: `results/README.md`). {platforms}. '
-    f'Metric: final test accuracy in % ({report.sizes(out)}). The '
-    f'platforms ran different {", ".join(out.software.confounds)} versions, so the gap '
-    'and its residual include whatever those change.',
-    '',
-    f'{declared}; the analysis of exactly those is confirmatory, everything else '
-    f'exploratory. {pairs_line(out.attribution)} Each component per seed '
-    'from the paired cell means (every other factor at its reference level), mean over seeds '
-    'with its 95% t-interval; G = fid_A − fid_B + N + P exactly; R = G − N.',
-    '',
-  ]
-  for d in out.attribution.decomposition:
-    where = f'on {d.N_only} only' if d.N_only else 'measured on both platforms'
-    table = markdown(findings_components(columns, d.gap)).rstrip('\n')
-    lines += [f'{pair_name(d)}: N = {d.profiles[0]} − {d.profiles[1]}, {where}:', '', table, '']
-  rows = [findings_verdict_row(scope, d, t, unit) for scope, d, t in verdicts]
-  lines += [markdown(rows).rstrip('\n'), '']
-  lines += [
-    f'- {scope}, {pair_name(d)}, ±{d.margin:g} {unit}: **{d.verdict}**: {why(d, unit)}.'
-    for scope, d, _ in verdicts
-  ]
-  last = verdicts[-1][1]
-  lines += [f'- {verdicts[-1][0]}, ±{last.margin:g} {unit}, {seeds_line(last, unit)}.', '']
-  return '\n'.join(lines) + '\n'

@@ -230,13 +230,8 @@ def contrast(model, weights):
     return gap.Estimate(0.0, 0.0, 0.0, 0.0, np.nan), np.inf
   tt = res.t_test(L[None, :])
   low, high = np.ravel(tt.conf_int(alpha=0.05))
-  estimate = gap.Estimate(
-    float(np.ravel(tt.effect)[0]),
-    float(np.ravel(tt.sd)[0]),
-    float(low),
-    float(high),
-    float(np.ravel(tt.pvalue)[0]),
-  )
+  effect, sd, p = (float(np.ravel(v)[0]) for v in (tt.effect, tt.sd, tt.pvalue))
+  estimate = gap.Estimate(effect, sd, float(low), float(high), p)
   return estimate, float(getattr(tt, 'df_denom', None) or np.inf)
 
 
@@ -277,19 +272,9 @@ def select(frame, metric, factors, seed_col):
       raise
     seed_col, has_seed = None, False
   # one copy, of the columns the attribution reads (an export has ~100 more)
-  needed = {
-    'run',
-    'status',
-    'reason',
-    'platform',
-    'device_kind',
-    record.DETERMINISM_COLUMN,
-    metric_col,
-    seed_col,
-    *cols.values(),
-    *rules.arm_columns(frame),
-    *rules.pairing_columns(frame.columns),
-  }
+  needed = {'run', 'status', 'reason', 'platform', 'device_kind', record.DETERMINISM_COLUMN}
+  needed |= {metric_col, seed_col, *cols.values(), *rules.arm_columns(frame)}
+  needed |= set(rules.pairing_columns(frame.columns))
   frame = frame[[c for c in frame.columns if c in needed]].copy()
   values = pd.to_numeric(frame[metric_col], errors='coerce')
   frame[metric_col] = values.where(np.isfinite(values))
@@ -309,8 +294,8 @@ def select(frame, metric, factors, seed_col):
       ]
     )
     runs = runs[~missing]
-  for name, col in cols.items():
-    runs[name] = runs[col].astype(str)
+  for name, col in cols.items():  # 0 stays '0' when a failed run left the column's cell empty
+    runs[name] = inputs.whole_numbers(runs[col]).astype(str)
   return (
     dataclasses.replace(
       prep, runs=runs.reset_index(drop=True), excluded=excluded.reset_index(drop=True)
@@ -371,17 +356,9 @@ def factor_attribution(
   unit = 'pp' if prep.scale == 100 else 'metric units'
   formula = [f"C({f}, Treatment('{ref[f]}'))" for f in columns] + [f'{a}:{b}' for a, b in pairs]
   terms = [{'term': c, **contrast_row(model, {c: 1.0})} for c in X.columns if c != 'Intercept']
-  section = gap_section(
-    runs if has_seed else runs.drop(columns='seed'),
-    columns,
-    ref,
-    native,
-    platform_profile,
-    margin,
-    min_share,
-    compare,
-    compare_flag,
-  )
+  seeded = runs if has_seed else runs.drop(columns='seed')
+  given = (native, platform_profile, margin, min_share, compare, compare_flag)
+  section = gap_section(seeded, columns, ref, *given)
   noise = stats.noise_floors(
     runs,
     parse_pairs(noise_arm, '--noise-arm'),
@@ -528,14 +505,9 @@ def gap_section(
       f'gap decomposition unavailable: {e.args[0]}; each arm minus the reference arm instead'
     )
   table, judged = gap.summarise(summaries, margin, min_share)
-  return {
-    'gap': table,
-    'native': arm,
-    'emulation': emu,
-    'gap_summaries': summaries,
-    'decomposition': judged,
-    'pairs_note': '; '.join(left_out + notes),
-  }
+  note = '; '.join(left_out + notes)
+  out = dict(gap=table, native=arm, emulation=emu, gap_summaries=summaries, pairs_note=note)
+  return {**out, 'decomposition': judged}
 
 
 def platform_profile(runs, declared):
@@ -589,13 +561,13 @@ def declared_attribution(
   return dataclasses.replace(out, labels=term_labels(out.terms['term'], declared))
 
 
-def check_compare(frame, compare, declares):
-  """Refuse, before any statistic, --compare pairs naming a platform without completed runs."""
-  if not declares:
+def check_compare(frame, compare, declares, flag='--compare'):
+  """Refuse, before any statistic, compare pairs naming a platform without completed runs."""
+  if not declares and flag == '--compare':
     raise ValueError(
       '--compare: the platform gap is decomposed only for a declared study (factors, '
       "reference and native arm: the root's study.json, or --study)"
     )
   done = frame[stats.run_status(frame) == 'completed']
   present = sorted(set(done['platform'].astype(str))) if 'platform' in done else []
-  gap.platform_pairs(present, compare, '--compare')
+  gap.platform_pairs(present, compare, flag)

@@ -25,16 +25,8 @@ ACROSS_PLATFORMS = 'black'  # a quantity measured across platforms (a gap, a pla
 NO_PLATFORM = '#444444'  # runs that record no platform
 # An arm's marker and line style; 'D' is left for estimates (forest plots, means).
 ARM_MARKERS = ('o', 's', '^', 'v', 'P', 'X', '*', 'h', '<', '>')
-ARM_LINESTYLES = (
-  '-',
-  '--',
-  ':',
-  '-.',
-  (0, (6, 1.5)),
-  (0, (3, 1, 1, 1, 1, 1)),
-  (0, (1, 2.5)),
-  (0, (7, 2, 1.5, 2)),
-)  # eight distinct: one per arm of the digits study
+DASHES = ((6, 1.5), (3, 1, 1, 1, 1, 1), (1, 2.5), (7, 2, 1.5, 2))
+ARM_LINESTYLES = ('-', '--', ':', '-.', *((0, d) for d in DASHES))  # 8: the digits study's arms
 WIDTH_IN = 6.5  # a full text width of a two-column-free paper, inches (the experiments' figures)
 # The study's figures are drawn at their printed size (saved uncropped: save(..., crop=False)):
 ONE_COLUMN_IN = 3.3  # one column of a two-column paper, inches
@@ -227,14 +219,8 @@ def draw_limits(ax, margin, floors, unit, label=True):
   for p, half in sorted(floors.items(), key=lambda item: -item[1]):
     if half > 0:
       name = f'noise floor {p} ±{half:.2f} {unit}' if p else f'noise floor ±{half:.2f} {unit}'
-      ax.axvspan(
-        -half,
-        half,
-        facecolor=to_rgba(colors[p], 0.1),
-        linewidth=0.7,
-        edgecolor=to_rgba(colors[p], 0.8),
-        label=name if label else None,
-      )
+      look = dict(facecolor=to_rgba(colors[p], 0.1), edgecolor=to_rgba(colors[p], 0.8))
+      ax.axvspan(-half, half, linewidth=0.7, **look, label=name if label else None)
   if margin:
     for sign in (-1, 1):
       name = f'margin ±{margin:g} {unit}' if sign > 0 and label else None
@@ -252,17 +238,8 @@ def draw_interval(
       ci90, [y, y], color=color, linewidth=2.4, alpha=0.55, solid_capstyle='butt', label=labels[2]
     )
   face = color if filled else 'white'
-  ax.plot(
-    [est],
-    [y],
-    'D',
-    color=color,
-    markersize=3.4,
-    markerfacecolor=face,
-    markeredgewidth=0.8,
-    label=labels[0],
-    zorder=3,
-  )
+  look = dict(color=color, markersize=3.4, markerfacecolor=face, markeredgewidth=0.8)
+  ax.plot([est], [y], 'D', **look, label=labels[0], zorder=3)
 
 
 def rows_axis(ax, labels, xlabel=None):
@@ -280,15 +257,8 @@ def rows_axis(ax, labels, xlabel=None):
 def legend_above(fig, handles, labels):
   """The figure's legend above the axes, inside the figure (none without entries)."""
   if handles:
-    fig.legend(
-      handles,
-      labels,
-      loc='outside upper center',
-      ncol=2,
-      handlelength=1.6,
-      columnspacing=1.0,
-      fontsize=6.5,
-    )
+    look = dict(ncol=2, handlelength=1.6, columnspacing=1.0, fontsize=6.5)
+    fig.legend(handles, labels, loc='outside upper center', **look)
 
 
 def component_color(key, platforms):
@@ -357,15 +327,9 @@ def draw_forest(out):
   )
   groups = [g for g in [*groups, (title, effects)] if g[1]]
   sizes = [len(rows) + 2.2 for _, rows in groups]  # rows plus the panel's title
-  fig, axes = plt.subplots(
-    len(groups),
-    1,
-    sharex=True,
-    height_ratios=sizes,
-    squeeze=False,
-    figsize=(ONE_COLUMN_IN, frame_height(sum(sizes), extra=1.0)),
-    layout='constrained',
-  )
+  size = (ONE_COLUMN_IN, frame_height(sum(sizes), extra=1.0))
+  look = dict(sharex=True, height_ratios=sizes, squeeze=False, layout='constrained')
+  fig, axes = plt.subplots(len(groups), 1, figsize=size, **look)
   floors = floors_of(out.noise)
   for i, (ax, (title, rows)) in enumerate(zip(axes[:, 0], groups, strict=True)):
     draw_limits(ax, out.margin, floors, out.unit, label=i == 0)
@@ -517,29 +481,13 @@ def positions(categories, place, width=0.8):
 
 def draw_mean(ax, x, row, seen):
   """An arm's mean (black diamond at `x`) with its 95% CI, or alone where n < 2 gives none."""
+  look = dict(color='black', markersize=2.8, zorder=4)
   if not np.isfinite(row.ci_low):
-    ax.plot(
-      x,
-      row.mean,
-      'D',
-      color='black',
-      markersize=2.8,
-      zorder=4,
-      label=once('mean (n < 2: no CI)', seen),
-    )
+    ax.plot(x, row.mean, 'D', **look, label=once('mean (n < 2: no CI)', seen))
     return
-  ax.errorbar(
-    x,
-    row.mean,
-    yerr=[[row.mean - row.ci_low], [row.ci_high - row.mean]],
-    fmt='D',
-    color='black',
-    markersize=2.8,
-    capsize=1.8,
-    linewidth=0.8,
-    zorder=4,
-    label=once(f'mean ± 95% CI ({row.ci_method})', seen),
-  )
+  bar = [[row.mean - row.ci_low], [row.ci_high - row.mean]]
+  label = once(f'mean ± 95% CI ({row.ci_method})', seen)
+  ax.errorbar(x, row.mean, yerr=bar, fmt='D', **look, capsize=1.8, linewidth=0.8, label=label)
 
 
 def draw_accuracy_by_arm(out):
@@ -558,34 +506,16 @@ def draw_accuracy_by_arm(out):
     values = out.units.loc[out.units['arm'] == row.arm, 'value'].to_numpy()
     c = colors[platform]
     if len(values) >= BOX_MIN_N:
-      ax.boxplot(
-        [values],
-        positions=[x],
-        widths=0.22,
-        showfliers=False,
-        patch_artist=True,
-        boxprops={'facecolor': c, 'alpha': 0.18, 'edgecolor': c},
-        medianprops={'color': c, 'linewidth': 1.0},
-        whiskerprops={'color': c},
-        capprops={'color': c},
-        label=once(f'quartiles (n ≥ {BOX_MIN_N})', seen),
-      )
+      box = dict(boxprops={'facecolor': c, 'alpha': 0.18, 'edgecolor': c}, patch_artist=True)
+      box |= dict(medianprops={'color': c, 'linewidth': 1.0}, whiskerprops={'color': c})
+      box |= dict(capprops={'color': c}, widths=0.22, showfliers=False)
+      ax.boxplot([values], positions=[x], **box, label=once(f'quartiles (n ≥ {BOX_MIN_N})', seen))
     name = (
       f'{platform}: one seed' if len(platforms) > 1 else ('one seed' if out.seeded else 'one run')
     )
     jitter = np.random.default_rng(i).uniform(-width * 0.12, width * 0.12, len(values))  # fixed
-    ax.scatter(
-      x - width * 0.12 + jitter,
-      values,
-      s=8,
-      marker='o',
-      facecolors='none',
-      edgecolors=c,
-      alpha=0.85,
-      linewidths=0.7,
-      zorder=3,
-      label=once(name, seen),
-    )
+    look = dict(s=8, marker='o', facecolors='none', edgecolors=c, alpha=0.85, linewidths=0.7)
+    ax.scatter(x - width * 0.12 + jitter, values, **look, zorder=3, label=once(name, seen))
     draw_mean(ax, x + width * 0.22, row, seen)
   ax.set_xticks(
     range(len(categories)), [wrap(c, TWO_COLUMN_IN / len(categories)) for c in categories]
@@ -626,20 +556,10 @@ def band(ax, mean, sd, look, shade):
   if shade:
     ax.fill_between(mean.index, mean - sd, mean + sd, color=color, alpha=0.15, linewidth=0)
   step = max(len(mean) // MARKS, 1)
-  ax.plot(
-    mean.index,
-    mean,
-    color=color,
-    linestyle=linestyle,
-    linewidth=1.0 + 1.0 * under,
-    marker=marker,
-    markevery=(k * step // max(arms, 1) % step, step),
-    markersize=3.2 + 1.6 * under,
-    markerfacecolor='none',
-    markeredgewidth=0.7 + 0.3 * under,
-    label=label,
-    zorder=3 - under,
-  )
+  look = dict(color=color, linestyle=linestyle, linewidth=1.0 + 1.0 * under, marker=marker)
+  look |= dict(markersize=3.2 + 1.6 * under, markerfacecolor='none', zorder=3 - under)
+  every = (k * step // max(arms, 1) % step, step)
+  ax.plot(mean.index, mean, markevery=every, markeredgewidth=0.7 + 0.3 * under, label=label, **look)
   return mean, sd if shade else 0 * sd
 
 
@@ -698,20 +618,8 @@ def legend_entries(categories, place, same, colors):
     (ARM_MARKERS[i % len(ARM_MARKERS)], ARM_LINESTYLES[i % len(ARM_LINESTYLES)])
     for i in range(len(categories))
   ]
-  handles = [
-    Line2D(
-      [],
-      [],
-      color='#333333',
-      linestyle=line,
-      marker=marker,
-      markersize=3.2,
-      markerfacecolor='none',
-      markeredgewidth=0.7,
-      linewidth=1.0,
-    )
-    for marker, line in styles
-  ]
+  look = dict(color='#333333', markersize=3.2, markerfacecolor='none', markeredgewidth=0.7)
+  handles = [Line2D([], [], linestyle=line, marker=m, linewidth=1.0, **look) for m, line in styles]
   labels = [c + (f' ({", ".join(note[c])})' if c in note else '') for c in categories]
   platforms = sorted(colors)
   under = {p: len(platforms) - 1 - i for i, p in enumerate(platforms)}  # as band() draws them
@@ -768,14 +676,9 @@ def draw_training_curves(out, hist, steps):
     handles, labels = next(a for a in axes if a.get_lines()).get_legend_handles_labels()
     order = sorted(range(len(labels)), key=lambda i: rank[labels[i]])
     entries = [handles[i] for i in order], [labels[i] for i in order]
-  fig.legend(
-    *entries,
-    loc='outside right upper',
-    title='mean ± 1 sd over runs' if shade else 'mean over runs',
-    title_fontsize=6.5,
-    fontsize=6.5,
-    handlelength=2.6,
-  )
+  title = 'mean ± 1 sd over runs' if shade else 'mean over runs'
+  look = dict(title_fontsize=6.5, fontsize=6.5, handlelength=2.6)
+  fig.legend(*entries, loc='outside right upper', title=title, **look)
   return fig
 
 

@@ -3,6 +3,7 @@ R = G − N, each component's mean with its t-interval, the share N / G, the tes
 (docs/statistics.md "The gap decomposition")."""
 
 import dataclasses
+import difflib
 import itertools
 from typing import Any, NamedTuple, Optional
 
@@ -14,11 +15,7 @@ from analysis import declaration, inference
 from runrecord import rules
 
 PLATFORM_ORDER = ('tpu', 'gpu', 'cpu')  # the project's question: tpu − gpu, then each against cpu
-
-
 KEYS = ('G', 'fid_A', 'fid_B', 'N_A', 'N_B', 'N', 'N_interaction', 'P_eA', 'P_eB', 'P', 'R')
-
-
 VERDICTS = (
   'no gap',
   'gap within margin',
@@ -28,9 +25,8 @@ VERDICTS = (
   'tests disagree',
   'inconclusive',
 )
-
-
 MIN_SHARE = declaration.MIN_SHARE
+RESIDUAL_SHARE = 0.25  # a residual shown ≠ 0 and above this share of the gap is said beside it
 
 
 class Estimate(NamedTuple):
@@ -192,38 +188,27 @@ def cell_means(runs, factor, others, ref):
 def definitions(a, b, native, emu):
   """[(key, label, kind, {cell: weight})] of every component of platform a's gap against b."""
   ea, eb = emu[a], emu[b]
+  mean_n = {(a, ea): 0.5, (a, eb): -0.5, (b, ea): 0.5, (b, eb): -0.5}
+  mean_p = {(a, ea): 0.5, (b, ea): -0.5, (a, eb): 0.5, (b, eb): -0.5}
+  across = {(a, ea): 1, (a, eb): -1, (b, ea): -1, (b, eb): 1}
+  residual = {(a, native): 1, (b, native): -1, **{c: -w for c, w in mean_n.items()}}
   return [
     ('G', f'native gap ({a} − {b})', 'gap', {(a, native): 1, (b, native): -1}),
     ('fid_A', f'fidelity on {a}: native − {ea}', 'fidelity', {(a, native): 1, (a, ea): -1}),
     ('fid_B', f'fidelity on {b}: native − {eb}', 'fidelity', {(b, native): 1, (b, eb): -1}),
     ('N_A', f'numerics on {a}: {ea} − {eb}', 'numerics', {(a, ea): 1, (a, eb): -1}),
     ('N_B', f'numerics on {b}: {ea} − {eb}', 'numerics', {(b, ea): 1, (b, eb): -1}),
-    (
-      'N',
-      f'numerics part: {ea} − {eb}, mean of both platforms',
-      'numerics total',
-      {(a, ea): 0.5, (a, eb): -0.5, (b, ea): 0.5, (b, eb): -0.5},
-    ),
-    (
-      'N_interaction',
-      f'numerics on {a} − on {b}',
-      'numerics interaction',
-      {(a, ea): 1, (a, eb): -1, (b, ea): -1, (b, eb): 1},
-    ),
+    ('N', f'numerics part: {ea} − {eb}, mean of both platforms', 'numerics total', mean_n),
+    ('N_interaction', f'numerics on {a} − on {b}', 'numerics interaction', across),
     ('P_eA', f'platforms under {ea}: {a} − {b}', 'platform', {(a, ea): 1, (b, ea): -1}),
     ('P_eB', f'platforms under {eb}: {a} − {b}', 'platform', {(a, eb): 1, (b, eb): -1}),
     (
       'P',
       f'platforms under the same emulated arithmetic, mean of {ea} and {eb}',
       'platform total',
-      {(a, ea): 0.5, (b, ea): -0.5, (a, eb): 0.5, (b, eb): -0.5},
+      mean_p,
     ),
-    (
-      'R',
-      'platform residual: gap − numerics part',
-      'residual',
-      {(a, native): 1, (b, native): -1, (a, ea): -0.5, (a, eb): 0.5, (b, ea): -0.5, (b, eb): 0.5},
-    ),
+    ('R', 'platform residual: gap − numerics part', 'residual', residual),
   ]
 
 
@@ -262,30 +247,15 @@ def components(cells, a, b, native, emu):
 def component_stats(d, margin):
   """Estimate, sd, se, df, 95% CI, paired-t p, signed-rank p and d_z of the per-seed values d
   (2 seeds or more: decompose drops a pair with fewer)."""
-  k, mean, sd = len(d), float(np.mean(d)), float(np.std(d, ddof=1))
+  k, mean, sd = len(d), float(np.mean(d)), inference.spread_sd(d)
   se = sd / np.sqrt(k)
   low, high = inference.diff_ci(mean, se, k - 1, 0.95)
-  p = float(2 * sps.t.sf(abs(mean) / se, k - 1)) if se > 0 else 1.0 if mean == 0 else 0.0
+  p = float(2 * sps.t.sf(abs(mean) / se, k - 1)) if se > 0 else inference.exact(mean)[1]
   _, sr_p, sr_method = inference.signed_rank(d)
-  out = {
-    'estimate': mean,
-    'sd': sd,
-    'se': se,
-    'df': k - 1,
-    'seeds': k,
-    'ci_low': low,
-    'ci_high': high,
-    'p': p,
-    'signed_rank_p': sr_p,
-    'signed_rank_method': sr_method,
-    'd_z': inference.d_z(d),
-    'ci90_low': np.nan,
-    'ci90_high': np.nan,
-    'tost_p': np.nan,
-  }
-  if margin:
-    out['ci90_low'], out['ci90_high'], out['tost_p'] = inference.tost(mean, se, k - 1, margin)
-  return out
+  tost = inference.tost(mean, se, k - 1, margin) if margin else (np.nan,) * 3
+  out = dict(estimate=mean, sd=sd, se=se, df=k - 1, seeds=k, ci_low=low, ci_high=high, p=p)
+  out.update(signed_rank_p=sr_p, signed_rank_method=sr_method, d_z=inference.d_z(d))
+  return {**out, **dict(zip(('ci90_low', 'ci90_high', 'tost_p'), tost, strict=True))}
 
 
 def component_table(summary, margin):
@@ -334,6 +304,7 @@ def default_pairs(platforms):
 
 def resolve_platform(name, platforms, flag):
   """The platform identity `name` means ('cpu' -> 'cpu-AVX512'); None without runs."""
+  name = name if name in platforms else name.lower()  # run labels are lower-cased
   if name in platforms:
     return name
   same = sorted(p for p in platforms if rules.jax_platform(p) == name)
@@ -350,10 +321,11 @@ def platform_pairs(platforms, given, flag):
   for a, b in given:
     found = [resolve_platform(str(p), platforms, flag) for p in (a, b)]
     absent = [str(p) for p, f in zip((a, b), found, strict=True) if f is None]
-    if absent and flag == '--compare':
-      raise ValueError(
-        f'--compare: no runs on {", ".join(absent)}; platforms run: {", ".join(sorted(platforms))}'
-      )
+    if absent and flag != 'compare':  # checked before any statistic; not the re-analyses
+      close = difflib.get_close_matches(absent[0].lower(), platforms, n=1)
+      near = f' (nearest: {close[0]})' if close else ''
+      ran = ', '.join(sorted(platforms))
+      raise ValueError(f'{flag}: no runs on {", ".join(absent)}{near}; platforms run: {ran}')
     if absent:
       notes.append(f'{a} − {b}: no runs on {", ".join(absent)}')
     elif tuple(found) not in pairs and found[0] != found[1]:
@@ -511,5 +483,8 @@ def judge_family(summaries, tables, margin, min_share=None):
     )
     f = flags(d)
     said, open_part = verdict(f, d.margin, d.N_estimable)
+    share = abs(d.R.estimate / d.G.estimate) if d.G.estimate else np.inf
+    if said == 'explained by numerics' and f.residual_shown and share > RESIDUAL_SHARE:
+      open_part = f'a residual ≠ 0 is shown, {share:.0%} of the gap (over {RESIDUAL_SHARE:.0%})'
     out.append(dataclasses.replace(d, flags=f, verdict=said, open=open_part))
   return out

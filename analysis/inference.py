@@ -12,50 +12,21 @@ from statsmodels.stats import multitest
 from statsmodels.stats import power as smp
 
 ALPHA = 0.05
-
-
 POWER = 0.8
-
-
 BOOTSTRAP_SEED = 0
-
-
 BOOTSTRAP_RESAMPLES = 9999
-
-
 BCA_MIN_N = 50  # below this the arm table uses t-intervals (BCa under-covers, see above)
-
-
 BCA_MAX_N = 5000  # from this on t-intervals again (they agree with BCa, which costs n^2)
-
-
 T_METHOD = 't-interval'
-
-
 BCA_METHOD = 'BCa bootstrap'
-
-
+RESOLUTION = 1e-9  # relative: a spread below this share of the values' size is float noise
 MW_EXACT_MAX_N = 100
-
-
 MW_PERMUTATION_MAX_SPLITS = 5000  # C(14, 7) = 3432: 7 + 7 values; about 0.03 s
-
-
 MW_EXACT = 'exact'
-
-
 SIGNED_RANK_EXACT_MAX_N = 50  # dynamic programming: microseconds
-
-
 SR_EXACT = 'exact (sign flips, ties as midranks)'
-
-
 SR_NORMAL = 'normal approx. (tie corrected)'
-
-
 MW_PERMUTATION = 'exact permutation (ties)'
-
-
 MW_NORMAL = 'normal approx. (tie and continuity corrected)'
 
 
@@ -118,14 +89,35 @@ def proportion_mean_ci(p, level=0.95):
   return (mean + k / 2 - root) / (1 + k), (mean + k / 2 + root) / (1 + k)
 
 
+def spread_sd(d):
+  """The sd of d (ddof 1), exactly 0 when the values are equal to float resolution (RESOLUTION
+  of their size, at least 1): the one zero-variance rule of contrasts, gaps and noise floors."""
+  d = np.asarray(d, float)
+  return 0.0 if np.ptp(d) <= RESOLUTION * max(1.0, np.abs(d).max()) else float(np.std(d, ddof=1))
+
+
+def exact(mean):
+  """(t, p) of a mean whose values do not vary: p = 1 at 0 (to float resolution), else 0."""
+  zero = abs(mean) <= RESOLUTION
+  return (0.0 if zero else np.copysign(np.inf, mean)), (1.0 if zero else 0.0)
+
+
 def welch(a, b):
-  """(t, df, p): two-sided Welch t-test of mean(a) - mean(b)."""
+  """(t, df, p): two-sided Welch t-test of mean(a) - mean(b) (exact when neither arm varies)."""
+  if spread_sd(a) == spread_sd(b) == 0:
+    t, p = exact(np.mean(a) - np.mean(b))
+    return t, len(a) + len(b) - 2, p
   r = sps.ttest_ind(a, b, equal_var=False)
   return r.statistic, r.df, r.pvalue
 
 
 def paired(a, b):
-  """(t, df, p): two-sided paired t-test of mean(a - b); a and b aligned by seed."""
+  """(t, df, p): two-sided paired t-test of mean(a - b); a and b aligned by seed (exact when every
+  difference is the same)."""
+  d = np.asarray(a, float) - np.asarray(b, float)
+  if spread_sd(d) == 0:
+    t, p = exact(d.mean())
+    return t, len(d) - 1, p
   with warnings.catch_warnings():
     warnings.simplefilter('ignore')
     r = sps.ttest_rel(a, b)
@@ -148,8 +140,8 @@ def diff_ci(diff, se, df, level):
 
 def tost(diff, se, df, margin):
   """(ci90_low, ci90_high, p): TOST of |true difference| < margin for an estimate with t errors."""
-  if se == 0:
-    return diff, diff, (0.0 if abs(diff) < margin else 1.0)
+  if se == 0:  # no variance: within only if |diff| is below the margin beyond float resolution
+    return diff, diff, (0.0 if abs(diff) < margin - RESOLUTION * max(1.0, margin) else 1.0)
   p_low = sps.t.sf((diff + margin) / se, df)
   p_high = sps.t.cdf((diff - margin) / se, df)
   return (*diff_ci(diff, se, df, 1 - 2 * ALPHA), max(p_low, p_high))
@@ -212,10 +204,17 @@ def signed_rank(d):
   return min(w, halves.sum() - w) / 2, float(p), SR_EXACT
 
 
+def rank_floor(n_a, n_b=None):
+  """The smallest two-sided p the rank test can give at these sizes (untied, as extreme as can be):
+  signed-rank over n_a pairs, else Mann–Whitney of n_a against n_b."""
+  if n_b is None:
+    return signed_rank(np.arange(1.0, n_a + 1))[1]
+  return mann_whitney(np.arange(n_a) + n_b, np.arange(n_b))[1]
+
+
 def d_z(d):
   """Paired standardised effect mean(d) / sd(d) (Cohen's d_z); NaN when sd is 0 or n < 2."""
-  d = np.asarray(d, float)
-  sd = np.std(d, ddof=1) if len(d) > 1 else np.nan
+  sd = spread_sd(d) if len(d) > 1 else np.nan
   return float(np.mean(d) / sd) if sd > 0 else np.nan
 
 
@@ -241,7 +240,7 @@ def hedges_g(a, b):
   """Bias-corrected standardised mean difference (mean(a) - mean(b)) / pooled sd × J."""
   na, nb = len(a), len(b)
   sp = np.sqrt(((na - 1) * np.var(a, ddof=1) + (nb - 1) * np.var(b, ddof=1)) / (na + nb - 2))
-  if sp == 0:
+  if spread_sd(a) == spread_sd(b) == 0 or sp == 0:
     return np.nan
   return (np.mean(a) - np.mean(b)) / sp * (1 - 3 / (4 * (na + nb) - 9))
 
@@ -332,14 +331,8 @@ VARIANCE_METHOD = (
   "negative estimates truncated at 0; 95% intervals by Satterthwaite's df (exact χ² for "
   'a single mean square)'
 )
-
-
 COMPONENTS = ('init', 'data order', 'init × data order', 'nondeterminism (replicates)')
-
-
 RESIDUAL = 'init × data order + nondeterminism (no replicates)'  # R = 1: one residual
-
-
 MIN_CI_DF = 2.0
 
 

@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import posixpath
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Optional, Union
@@ -156,11 +157,11 @@ def test_set_problems(frame):
 
 
 def seed_key(seed):
-  """Sort seeds numerically when they are numbers, else as text."""
+  """Sort seeds numerically, text seeds by their numbers ('2 (init 2, data 1)' before '10 (...')."""
   try:
-    return (0, float(seed), '')
+    return (0, float(seed), ())
   except (TypeError, ValueError):
-    return (1, 0.0, str(seed))
+    return (1, 0.0, tuple(int(p) if p.isdigit() else p for p in re.split(r'(\d+)', str(seed))))
 
 
 def seed_text(seeds):
@@ -336,9 +337,13 @@ def accuracy_scale_problems(column, numbers):
       ),
     )
   return [
-    f'{column}, line {n}: {v:g} is {fix} (one scale for the whole column)'
-    for n, v in zip(line_numbers(odd.index), odd, strict=True)
+    f'{column}, line {n}: {v:g} is {fix} (one scale for the whole column)' for n, v in each(odd)
   ]
+
+
+def each(values):
+  """(line number, value) of each cell of `values`."""
+  return zip(line_numbers(values.index), values, strict=True)
 
 
 def metric_problems(frame, column, scale=None):
@@ -349,14 +354,14 @@ def metric_problems(frame, column, scale=None):
   lines = [
     f'{column}, line {n}: {v!r} is not a number; write the number, or leave the cell empty '
     'to exclude the run'
-    for n, v in zip(line_numbers(text.index), text, strict=True)
+    for n, v in each(text)
   ]
   numbers = numbers.dropna().astype(float)
   infinite = numbers[~np.isfinite(numbers)]
   lines += [
     f"{column}, line {n}: {v} is not finite; write the run's value, or leave the cell "
     'empty to exclude the run'
-    for n, v in zip(line_numbers(infinite.index), infinite, strict=True)
+    for n, v in each(infinite)
   ]
   numbers = numbers[np.isfinite(numbers)]
   kind = (
@@ -366,20 +371,20 @@ def metric_problems(frame, column, scale=None):
     low = numbers[numbers < 0]
     lines += [
       f'{column}, line {n}: {v:g} is negative, and {kind} is >= 0; correct the value'
-      for n, v in zip(line_numbers(low.index), low, strict=True)
+      for n, v in each(low)
     ]
   if kind == 'an accuracy' and scale is not None:
     high = numbers[numbers * scale > 100]
     return lines + [
       f'{column}, line {n}: {v:g} x --scale {scale:g} is above 100 %; correct the value or --scale'
-      for n, v in zip(line_numbers(high.index), high, strict=True)
+      for n, v in each(high)
     ]
   if kind == 'an accuracy':
     high = numbers[numbers > 100]
     lines += [
       f'{column}, line {n}: {v:g} is above 100; an accuracy is a fraction in [0, 1] or a '
       'percent in [0, 100]: correct the value'
-      for n, v in zip(line_numbers(high.index), high, strict=True)
+      for n, v in each(high)
     ]
     lines += accuracy_scale_problems(column, numbers)
   return lines
@@ -432,7 +437,7 @@ def seed_problems(frame, column, required):
   empty = values.isna() & completed_rows(frame) & required
   lines = [
     f"{column}, line {n}: {v!r} is not a whole-number seed; write the run's integer seed"
-    for n, v in zip(line_numbers(values[bad].index), values[bad], strict=True)
+    for n, v in each(values[bad])
   ]
   return lines + [
     f"{column}, line {n}: the seed is empty; write the run's integer seed (the "

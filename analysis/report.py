@@ -72,9 +72,8 @@ def display_pairs(pairs, unit):
       'B': r['arm_b'],
       'verdict': r['verdict'],
       f'Δ A−B ({unit})': num(r['diff']),
-      '95% CI': ci(r, 'ci95_low', 'ci95_high'),
-      '90% CI': ci(r, 'ci90_low', 'ci90_high'),
     }
+    row |= {'95% CI': ci(r, 'ci95_low', 'ci95_high'), '90% CI': ci(r, 'ci90_low', 'ci90_high')}
     tests = {
       'equiv. (Holm TOST)': eq(r),
       'TOST p': both(r, 'tost'),
@@ -104,21 +103,10 @@ def markdown(rows):
 
 
 # LaTeX's specials and the report's symbols, as LaTeX writes them.
-TEX = {
-  **{c: '\\' + c for c in '&%$#_{}'},
-  '\\': r'\textbackslash{}',
-  '~': r'\textasciitilde{}',
-  '^': r'\^{}',
-  'Δ': r'$\Delta$',
-  '−': '$-$',
-  '<': r'$<$',
-  '>': r'$>$',
-  '–': '--',
-  '±': r'$\pm$',
-  '≥': r'$\geq$',
-  '≤': r'$\leq$',
-  'α': r'$\alpha$',
-}
+TEX = {c: '\\' + c for c in '&%$#_{}'} | {'\\': r'\textbackslash{}', '~': r'\textasciitilde{}'}
+SYMBOLS: tuple[str, ...] = (r'\^{}', r'$\Delta$', '$-$', r'$<$', r'$>$', '--', r'$\pm$', r'$\geq$')
+SYMBOLS += (r'$\leq$', r'$\alpha$')
+TEX |= dict(zip('^Δ−<>–±≥≤α', SYMBOLS, strict=True))
 
 
 def tex(s):
@@ -137,26 +125,11 @@ def latex(rows, caption, label=None):
 
   align = ''.join('r' if all(numeric(str(r[c])) for r in rows) else 'l' for c in cols)
   body = [' & '.join(tex(r[c]) for c in cols) + r' \\' for r in rows]
-  return (
-    '\n'.join(
-      [
-        r'\begin{table}[t]',
-        r'\centering',
-        r'\small',
-        r'\begin{tabular}{' + align + '}',
-        r'\toprule',
-        ' & '.join(tex(c) for c in cols) + r' \\',
-        r'\midrule',
-        *body,
-        r'\bottomrule',
-        r'\end{tabular}',
-        rf'\caption{{{tex(caption)}}}',
-        *([rf'\label{{{label}}}'] if label else []),
-        r'\end{table}',
-      ]
-    )
-    + '\n'
-  )
+  head = [r'\begin{table}[t]', r'\centering', r'\small', r'\begin{tabular}{' + align + '}']
+  head += [r'\toprule', ' & '.join(tex(c) for c in cols) + r' \\', r'\midrule']
+  tail = [r'\bottomrule', r'\end{tabular}', rf'\caption{{{tex(caption)}}}']
+  tail += [rf'\label{{{label}}}'] if label else []
+  return '\n'.join([*head, *body, *tail, r'\end{table}']) + '\n'
 
 
 def captions(out, pairs):
@@ -288,18 +261,10 @@ def variance_rows(table, unit, labels=None):
   out = []
   for arm, group in table.groupby('arm', sort=False):
     for _, r in group.iterrows():
-      out.append(
-        {
-          'arm': labels.get(arm, arm),
-          'design': variance_design(group),
-          'component': r['component'],
-          f'variance ({unit}²)': num(r['variance'], 3),
-          f'sd ({unit})': num(r['sd'], 3),
-          'share (%)': num(r['share_pct'], 1),
-          '95% CI of the variance': ci_text(r),
-          'note': truncation(r, unit),
-        }
-      )
+      row = {'arm': labels.get(arm, arm), 'design': variance_design(group)}
+      row |= {'component': r['component'], f'variance ({unit}²)': num(r['variance'], 3)}
+      row |= {f'sd ({unit})': num(r['sd'], 3), 'share (%)': num(r['share_pct'], 1)}
+      out.append(row | {'95% CI of the variance': ci_text(r), 'note': truncation(r, unit)})
   return out
 
 
@@ -315,15 +280,32 @@ def facts(runs, *columns):
   return NOT_RECORDED
 
 
+def rank_bound(r):
+  """(smallest p the rank test can give, 'n seeds') when only the rank test kept a row from
+  'different' (its t-test Holm p < α and 95% CI excluding 0), else None."""
+  shown = r['test_p_holm'] < inference.ALPHA and (r['ci95_low'] > 0 or r['ci95_high'] < 0)
+  if r['different'] or not shown or not r['rank_p_holm'] >= inference.ALPHA:
+    return None
+  sizes = (r['n_pairs'],) if r['paired'] else (r['n_a'], r['n_b'])
+  return inference.rank_floor(*sizes), ' + '.join(str(int(n)) for n in sizes) + ' seeds'
+
+
 def contrast_verdict(r, margin):
   """The verdict in a few words, from a contrast row: 'within margin (a difference shown)'."""
   if r['verdict'] == 'equivalent' and (r['ci95_low'] > 0 or r['ci95_high'] < 0):
     return 'equivalent (its 95% CI excludes 0 before Holm, not after)'
+  if r['verdict'] == 'not equivalent':
+    return f'not equivalent: 90% CI wholly past {"−" if r["ci90_high"] < 0 else "+"}{margin:g}'
+  if r['power_sd'] == 0 and r['verdict'] != 'identical arithmetic':
+    return r['verdict'] + ' (exact: no variance)'
   if r['verdict'] != 'inconclusive':
     return r['verdict'] + {
       'identical arithmetic': ' (not tested)',
       'within margin': ' (a difference shown)',
     }.get(r['verdict'], '')
+  bound = rank_bound(r)
+  if bound and bound[0] >= inference.ALPHA:
+    return f'inconclusive: the rank test cannot reach α = {inference.ALPHA:g} at {bound[1]}'
   low, high = r['ci90_low'] <= -margin, r['ci90_high'] >= margin
   if low or high:
     return f'inconclusive: 90% CI past {"±" if low and high else "−" if low else "+"}{margin:g}'
@@ -337,20 +319,22 @@ def contrast_rows(out, table):
   for _, r in table.iterrows():
     floor = out.noise.get(r.get('platform'))
     half = floor.half if floor else None
-    floor = '–' if half is None else 'within' if abs(r['diff']) < half else 'beyond'
-    rows.append(
-      {
-        **({'platform': r['platform']} if several else {}),
-        'arm − reference' if 'label' in r else 'A − B': r['label']
-        if 'label' in r
-        else f'{r["arm_a"]} − {r["arm_b"]}',
-        f'Δ ({out.unit})': signed(r['diff']),
-        '95% CI': interval(r['ci95_low'], r['ci95_high']),
-        '90% CI': interval(r['ci90_low'], r['ci90_high']),
-        'noise floor': floor,
-        'verdict (Holm)': contrast_verdict(r, out.margin),
-      }
+    floor = (
+      '–'
+      if half is None
+      else 'within'
+      if abs(r['diff']) - half <= inference.RESOLUTION
+      else 'beyond'
     )
+    row = {'platform': r['platform']} if several else {}
+    if 'label' in r:
+      row['arm − reference'] = r['label']
+    else:
+      row['A − B'] = f'{r["arm_a"]} − {r["arm_b"]}'
+    row[f'Δ ({out.unit})'] = signed(r['diff'])
+    row |= {'95% CI': interval(r['ci95_low'], r['ci95_high'])}
+    row |= {'90% CI': interval(r['ci90_low'], r['ci90_high']), 'noise floor': floor}
+    rows.append(row | {'verdict (Holm)': contrast_verdict(r, out.margin)})
   return rows
 
 
@@ -407,6 +391,13 @@ def verdict_why(r, margin, unit, m):
       'not tested, outside the Holm family'
     )
   holm = f'Holm over {m} pair{"s" if m > 1 else ""}'
+  if r['power_sd'] == 0:
+    each = 'paired difference' if r['paired'] else 'value of each arm'
+    return (
+      f'every {each} is the same (Δ {signed(r["diff"])} {unit} on every seed): no variance, so '
+      f'the tests are exact: t-test p = {pval(r["test_p"])}, TOST p = {pval(r["tost_p"])} (|Δ| '
+      f'{"<" if r["tost_p"] == 0 else "≥"} {margin:g} {unit}); {holm}'
+    )
 
   def test(name, key):
     return f'{name} p = {pval(r[key + "_p_holm"])} ({holm}; raw {pval(r[key + "_p"])})'
@@ -429,8 +420,12 @@ def verdict_why(r, margin, unit, m):
       f'{shown} < {inference.ALPHA:g} and its {ci95} excludes 0{also}; equivalence within '
       f'±{margin:g} {unit} not shown ({tost})'
     )
+  bound = rank_bound(r)
   low, high = r['ci90_low'] <= -margin, r['ci90_high'] >= margin
-  if low and high:
+  if r['verdict'] == 'not equivalent':
+    side = '−' if r['ci90_high'] < 0 else '+'
+    where = f'not equivalent: the {ci90} lies wholly past {side}{margin:g} {unit}'
+  elif low and high:
     where = f'the {ci90} is wider than the margin ±{margin:g} {unit} on both sides'
   elif low or high:
     where = f'the {ci90} extends past {"−" if low else "+"}{margin:g} {unit}'
@@ -439,7 +434,12 @@ def verdict_why(r, margin, unit, m):
       f'the {ci90} lies inside ±{margin:g} {unit}, but the Holm-adjusted TOST p is not '
       f'below {inference.ALPHA:g}'
     )
-  return f'neither shown: {tost}; {shown}; {rank}; {where}'
+  if bound is None:
+    return f'neither shown: {tost}; {shown}; {rank}; {where}'
+  rule = f'cannot reach α = {inference.ALPHA:g} at {bound[1]} (its smallest two-sided p is '
+  rule = rule + f'{bound[0]:.3g})' if bound[0] >= inference.ALPHA else 'is not below α after Holm'
+  lattice = 'the rank test, required on a lattice metric'
+  return f'{shown} and its {ci95} excludes 0, but {rank}: {lattice}, {rule}; {where}'
 
 
 def power_line(r, margin, unit):

@@ -150,7 +150,14 @@ IDENTICAL_FIELDS = (
   'xla_flags',
 )
 # A pair's verdicts, in the order the reports count them (judge).
-VERDICTS = ('identical arithmetic', 'within margin', 'equivalent', 'different', 'inconclusive')
+VERDICTS = (
+  'identical arithmetic',
+  'within margin',
+  'equivalent',
+  'different',
+  'not equivalent',
+  'inconclusive',
+)
 UNDECLARED = (
   'none declared: 0.5 pp is the analysis.stats default, not a study decision; '
   'declare one (--margin, --margin-reason)'
@@ -323,6 +330,7 @@ def design(prep, arm_a, arm_b):
   )
   left = len(seeds_a | seeds_b) - len(shared)
   rest = f'; {left} unshared seed(s) left out of the paired tests' if left else ''
+  rest += f'; only {len(shared)} shared: {len(shared) - 1} df' if len(shared) < 3 else ''
   return True, shared, f'paired: {len(shared)} shared seeds, {how}{rest}'
 
 
@@ -349,16 +357,11 @@ def compare(prep, arm_a, arm_b, margin):
     'welch_t': t,
     'welch_df': df,
     'welch_p': p,
-    'paired_t': np.nan,
-    'paired_p': np.nan,
-    'mw_u': np.nan,
-    'mw_p': np.nan,
+    **dict.fromkeys(('paired_t', 'paired_p', 'mw_u', 'mw_p'), np.nan),
     'mw_method': 'not used (paired)',
-    'signed_rank_w': np.nan,
-    'signed_rank_p': np.nan,
+    **dict.fromkeys(('signed_rank_w', 'signed_rank_p'), np.nan),
     'signed_rank_method': 'not used (unpaired)',
-    'hedges_g': np.nan,
-    'd_z': np.nan,
+    **dict.fromkeys(('hedges_g', 'd_z'), np.nan),
     'identical': False,
   }
   if is_paired:
@@ -372,7 +375,7 @@ def compare(prep, arm_a, arm_b, margin):
       d_z=inference.d_z(d),
       identical=bool(np.all(d == 0)) and identical_arithmetic(prep, arm_a, arm_b),
     )
-    sd = np.std(d, ddof=1)
+    sd = inference.spread_sd(d)
     se = sd / np.sqrt(n)
     row.update(diff=d.mean(), test='paired t', test_p=row['paired_p'], power_from=f'{n} pairs')
   else:
@@ -396,8 +399,8 @@ def compare(prep, arm_a, arm_b, margin):
   return row
 
 
-def judge(rows):
-  """The pair table of compare() rows judged as one family."""
+def judge(rows, margin):
+  """The pair table of compare() rows judged as one family at ±`margin`."""
   pairs = pd.DataFrame(rows)
   if pairs.empty:
     return pairs
@@ -412,9 +415,11 @@ def judge(rows):
     & ((pairs['ci95_low'] > 0) | (pairs['ci95_high'] < 0))
     & (~on_lattice | (pairs['rank_p_holm'] < inference.ALPHA))
   )
+  beyond = (pairs['ci90_low'] > margin) | (pairs['ci90_high'] < -margin)
   pairs['verdict'] = np.select(
-    [~tested, pairs['equivalent'] & pairs['different'], pairs['equivalent'], pairs['different']],
-    ['identical arithmetic', 'within margin', 'equivalent', 'different'],
+    [~tested, pairs['equivalent'] & pairs['different'], pairs['equivalent'], pairs['different']]
+    + [beyond],
+    ['identical arithmetic', 'within margin', 'equivalent', 'different', 'not equivalent'],
     'inconclusive',
   )
   return pairs
@@ -428,7 +433,7 @@ def family_size(table):
 def pair_table(prep, arms, margin):
   """One row per pair of arms with n >= 2 (arm_a before arm_b; diff = mean A − mean B)."""
   ok = arms.loc[arms['n'] >= 2, 'arm']
-  return judge([compare(prep, a, b, margin) for a, b in itertools.combinations(ok, 2)])
+  return judge([compare(prep, a, b, margin) for a, b in itertools.combinations(ok, 2)], margin)
 
 
 def margin_choice(margin=None, reason=None, declared=None, declared_reason=None):
@@ -550,8 +555,8 @@ def contrast_table(out, declared, margin=None):
   """The declared contrasts judged as one family (compare rows + judge) with platform."""
   arms = out.arm_info
   arms = arm_levels(out, declared) if arms is None else arms
-  rows = [compare(out, a, b, margin or out.margin) for a, b in family(arms)]
-  table = judge(rows)
+  margin = margin or out.margin
+  table = judge([compare(out, a, b, margin) for a, b in family(arms)], margin)
   if table.empty:
     return table
   info = arms.set_index('arm')
@@ -609,7 +614,7 @@ def noise_floor(runs, arm, base, factors=()):
     raise ValueError(
       f'--noise-arm: {label(arm)} shares {len(d)} seed(s) with {label(base)}; it needs 2 or more'
     )
-  sd = float(np.std(d, ddof=1))
+  sd = inference.spread_sd(d)
   half = float(sps.t.ppf(0.975, len(d) - 1) * sd / np.sqrt(len(d)))
   levels = {**base, **same}  # the base arm's levels; the noise arm's other levels are the same
   changed = [k for k in arm if k not in levels or str(levels[k]) != str(arm[k])]
@@ -669,7 +674,8 @@ def scope(out, declared, compare=None):
   deviations = []
   if wanted is not None and seeds != sorted(wanted):
     deviations.append(
-      f'{len(seeds)} seeds analysed, {len(wanted)} declared (seeds {seed_text(pd.Series(wanted))})'
+      f'runs on {len(seeds)} seeds ({out.arms["n"].max()} per arm at most), {len(wanted)} '
+      f'declared (seeds {seed_text(pd.Series(wanted))})'
     )
   if m0 is not None and out.margin != m0:
     deviations.append(f'margin ±{out.margin:g}, declared ±{m0:g}')
@@ -710,8 +716,6 @@ class Analysis(Stats):
 
 
 INIT_COLUMNS = ('init_seed', 'config.init_seed')
-
-
 DATA_COLUMNS = ('data_seed', 'config.data_seed')
 
 

@@ -6,15 +6,13 @@ ENOSPC, and a real full tmpfs) leaves the previous report whole and says so."""
 import errno
 import hashlib
 import os
-import shutil
 import sys
 
 import pandas as pd
 import pytest
 
-from analysis import analyse, attribute, draw, export, findings
+from analysis import analyse, attribute, draw, export
 from runrecord import files, record
-from tests.conftest import ROOT
 from tests.support.commands import cli_error, in_mount_namespace
 from tests.support.planted_runs import plant
 from tests.support.planted_tables import runs_csv
@@ -120,7 +118,7 @@ def test_bad_input_writes_nothing_not_even_the_lock(tmp_path, capsys, report):
   assert tree(out) == before and not (tmp_path / 'new').exists()
 
 
-@pytest.mark.parametrize('command', ['attribute', 'export', 'findings', 'draw'])
+@pytest.mark.parametrize('command', ['attribute', 'export', 'draw'])
 def test_every_writer_is_refused_while_its_destination_is_held_and_fails_whole(
   command, tmp_path, capsys, monkeypatch
 ):
@@ -128,31 +126,15 @@ def test_every_writer_is_refused_while_its_destination_is_held_and_fails_whole(
   target = {
     'attribute': tmp_path / 'out',
     'export': tmp_path / 'runs.csv',
-    'findings': tmp_path / 'README.md',
     'draw': tmp_path / 'figures',
   }[command]
   runs = plant(tmp_path / 'root') if command in ('export', 'draw') else None
-  if command == 'findings':  # this project's README, a copy of it
-    shutil.copy(os.path.join(ROOT, 'README.md'), target)
-    monkeypatch.setattr(findings, 'README', str(target))
   argv = {
     'attribute': ['--csv', csv, '--factors', 'platform', 'compute_dtype', '--out', str(target)],
     'export': ['--runs', str(runs), '--out', str(target)],
-    'findings': [
-      '--csv',
-      os.path.join(ROOT, 'results', 'digits_h100_cpu.csv'),
-      '--study',
-      os.path.join(ROOT, 'results', 'digits_h100_cpu.study.json'),
-      '--write-readme',
-    ],
     'draw': ['--runs', str(runs), '--out', str(target)],
   }[command]
-  main = {
-    'attribute': attribute.main,
-    'export': export.main,
-    'findings': findings.main,
-    'draw': draw.main,
-  }[command]
+  main = {'attribute': attribute.main, 'export': export.main, 'draw': draw.main}[command]
   main(argv)
   capsys.readouterr()
   folder = command in ('attribute', 'draw')

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from analysis import analyse, draw, export, findings
+from analysis import analyse, draw, export
 from runrecord import files
 from tests.support.commands import cli_error, run_module
 from tests.support.planted_runs import plant
@@ -87,57 +87,6 @@ def readme(path, text, mode=0o600):
   path.write_text(text, encoding='utf-8')
   os.chmod(path, mode)
   return path
-
-
-FIRST, LAST = findings.FIRST, findings.LAST
-
-
-def test_findings_writes_between_its_markers_and_keeps_every_other_byte(tmp_path):
-  """Case 4. Before: markers not under a '## ' heading cut everything above them; a symlinked
-  README was replaced by a regular file; a 600 file became 644."""
-  real = readme(tmp_path / 'real.md', f'intro, no heading\n{FIRST}\nold\n{LAST}\r\nafter\n')
-  os.symlink(real, tmp_path / 'README.md')
-  findings.write_readme(str(tmp_path / 'README.md'), '\nnew section\n\n')
-  assert os.readlink(tmp_path / 'README.md') == str(real)
-  assert (
-    real.read_text(encoding='utf-8')
-    == f'intro, no heading\n{FIRST}\n\nnew section\n\n{LAST}\nafter\n'
-  )
-  with open(real, 'rb') as f:
-    assert f.read().endswith(f'{LAST}\r\nafter\n'.encode())  # its line ending kept
-  assert os.stat(real).st_mode & 0o777 == 0o600
-
-
-@pytest.mark.parametrize(
-  'text',
-  [
-    f'# Project\n{LAST}\n\n## Found\n{FIRST}\nold\n',  # the end marker before the start
-    f'# Project\nquoted: `{FIRST}`\n\n## Found\n{FIRST}\nold\n{LAST}\n',  # quoted earlier
-    f'# Project\n{FIRST}\nold\n{LAST} trailing text\n',  # text after the end marker
-    f'# Project\n{FIRST}\nold\n',  # no end marker
-  ],
-)
-def test_findings_refuses_misplaced_markers_in_one_line_and_writes_nothing(text, tmp_path, capsys):
-  """Case 4. Before: an end marker before the start duplicated content, markers quoted in an
-  earlier section replaced the wrong one, text after the end marker lost a character."""
-  path = readme(tmp_path / 'README.md', text)
-  before = state(path)
-  with pytest.raises(ValueError) as e:
-    findings.write_readme(str(path), 'new\n')
-  assert '\n' not in str(e.value) and 'README' in str(e.value)
-  assert state(path) == before and os.listdir(tmp_path) == ['README.md']
-
-
-def test_the_findings_command_writes_only_this_projects_readme(tmp_path, capsys, monkeypatch):
-  """The command line has no path: --write-readme writes analysis/../README.md (here a copy)."""
-  path = readme(tmp_path / 'README.md', f'# Project\n{FIRST}\nold\n{LAST}\n')
-  monkeypatch.setattr(findings, 'README', str(path))
-  argv = ['--csv', runs_csv(tmp_path / 'a.csv'), '--study', str(tmp_path / 'none.json')]
-  cli_error(capsys, findings.main, argv + ['--write-readme'])  # bad input: one line, untouched
-  assert path.read_text(encoding='utf-8') == f'# Project\n{FIRST}\nold\n{LAST}\n'
-  with pytest.raises(SystemExit):
-    findings.parse_args(['--csv', 'x.csv', '--study', 'x.json', '--readme', 'OTHER.md'])
-  assert 'unrecognized arguments: --readme' in capsys.readouterr().err
 
 
 def test_export_to_a_symlink_writes_its_target_and_keeps_the_link(tmp_path):

@@ -29,7 +29,7 @@ def test_the_answer_fits_one_screen_and_comes_first():
   assert '**Question.** Does training on gpu give the same test accuracy as on cpu' in first
   assert '**gpu − cpu: ' in first and '| platform residual: gap − numerics part |' in first
   assert 'share of the gap explained by numerics' in first and 'seeds for 80% power' in first
-  assert '**Exploratory** (8 seeds analysed, 6 declared (seeds 0–5))' in first
+  assert '**Exploratory** (runs on 8 seeds (8 per arm at most), 6 declared (seeds 0–5))' in first
   assert (
     '**Confirmatory answer** (the declared seeds at the declared ±2 pp and platform pairs '
     'gpu − cpu)'

@@ -152,10 +152,10 @@ def test_a_list_of_seeds_is_the_confirmatory_set(tmp_path, capsys, study_csv):
   study = study_file(tmp_path, seeds=[0, 1, 2, 3])
   out = analyse.study_analysis(inputs.read_csv(study_csv), declaration.load(study))
   assert out.scope.declared_seeds == [0, 1, 2, 3] and out.scope.confirmatory is False
-  assert out.scope.deviations == ['6 seeds analysed, 4 declared (seeds 0–3)']
+  assert out.scope.deviations == ['runs on 6 seeds (6 per arm at most), 4 declared (seeds 0–3)']
   assert out.confirmatory.scope.analysed_seeds == [0, 1, 2, 3]
   analyse.main(['--csv', study_csv, '--study', study])
-  assert '6 seeds analysed, 4 declared (seeds 0–3)' in capsys.readouterr().out
+  assert 'runs on 6 seeds (6 per arm at most), 4 declared (seeds 0–3)' in capsys.readouterr().out
 
 
 def test_get_study_is_checked_as_study_json_is(tmp_path):

@@ -1,6 +1,5 @@
-"""The shipped result: what analysis.findings makes of results/digits_h100_cpu.csv (the README's
-"What it finds on an H100 and a CPU"), and analysis.export's CSV reads back to the tables of the
-runs it came from."""
+"""The shipped result: the verdicts of results/digits_h100_cpu.csv, and analysis.export's CSV
+reads back to the tables of the runs it came from."""
 
 import os
 
@@ -9,33 +8,22 @@ import pandas as pd
 import pytest
 from conftest import ROOT
 
-from analysis import analyse, declaration, export, findings, inputs
+from analysis import analyse, declaration, export, inputs
 from tests.support.planted_runs import SMALL, fake_run
 
 CSV = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
 STUDY = os.path.join(ROOT, 'results', 'digits_h100_cpu.study.json')
 
 
-def test_the_section_of_the_shipped_csv(monkeypatch, capsys):
-  """The README section analysis.findings makes of results/ (its computation; the maintainer
-  writes it into README.md with --write-readme)."""
-  monkeypatch.chdir(ROOT)  # the section names the files as the command gives them
-  findings.main(
-    [
-      '--csv',
-      'results/digits_h100_cpu.csv',
-      '--study',
-      'results/digits_h100_cpu.study.json',
-      '--margins',
-      '2',
-      '0.5',
-    ]
-  )
-  section = capsys.readouterr().out
-  assert '| ±2 pp |' in section and '| ±0.5 pp |' in section and 'residual, 90% CI' in section
-  assert '16 seeds per arm, 256 runs' in section and 'flax, jax, jaxlib' in section
-  assert section.count('**no gap**') == 2 + 2 and section.count('**inconclusive**') == 1 + 1
-  assert findings.FIRST not in section and findings.LAST not in section
+@pytest.mark.parametrize('margin, verdict', [(2, 'no gap'), (0.5, 'inconclusive')])
+def test_the_verdicts_of_the_shipped_csv(margin, verdict):
+  """The shipped result (the README's "What it finds on an H100 and a CPU"): the declared seeds at
+  the declared ±2 pp give no gap; all 16 seeds give no gap at ±2 and inconclusive at ±0.5."""
+  out = analyse.study_analysis(inputs.read_csv(CSV), declaration.load(STUDY), margin=margin)
+  assert [d.verdict for d in out.attribution.decomposition] == [verdict]
+  assert [d.verdict for d in out.confirmatory.attribution.decomposition] == ['no gap']
+  assert set(out.arms['n']) == {16} and len(out.runs) == 256
+  assert out.software.confounds[:3] == ['flax', 'jax', 'jaxlib']
 
 
 def test_export_reads_back_to_the_tables_of_its_runs(tmp_path, capsys):

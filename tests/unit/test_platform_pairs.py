@@ -5,7 +5,10 @@ declared and overridden pairs, a missing emulating arm, a heavy-tailed seed, an 
 fails on one platform, an interaction, seeds needed at an effect of 0, and the confirmatory line's
 seeds."""
 
+import types
+
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats as sps
 from statsmodels.stats import power as smp
@@ -300,3 +303,70 @@ def test_the_confirmatory_line_lists_the_seeds_the_decomposition_used():
   assert conf.seed_list == [0, 1, 2, 4, 5]
   line = ' '.join(answer.scope_lines(out))
   assert 'seeds 0–2 4 5 (5 of the 6 declared: 3 lacks a cell of the gap)' in line
+
+
+def test_a_declared_pair_that_cannot_be_analysed_is_named_and_two_seeds_are_said():
+  """Issue 42, item 2: tpu ran seeds 0 1 6 7, gpu 0–7, cpu 2–7; six seeds declared. Confirmatory
+  (seeds 0–5): tpu − gpu shares seeds 0 and 1 only (1 df), tpu − cpu shares none and is named
+  with its reason, gpu − cpu shares 2–5. By hand: G(tpu − gpu) is the mean over seeds 0 and 1 of
+  the native cells' difference."""
+  from analysis import inputs
+
+  frame = planted(THREE, seeds=8)
+  ran = {'tpu': {0, 1, 6, 7}, 'gpu': set(range(8)), 'cpu': set(range(2, 8))}
+  frame = frame[[s in ran[p] for p, s in zip(frame['platform'], frame['seed'], strict=True)]]
+  out = analyse.study_analysis(frame.reset_index(drop=True), {**DECLARED, 'seeds': 6})
+  conf = {d.gap: d for d in out.confirmatory.attribution.decomposition}
+  assert sorted(conf) == ['gpu - cpu', 'tpu - gpu'] and conf['tpu - gpu'].seed_list == [0, 1]
+  g = (cell(frame, 'tpu', 'native') - cell(frame, 'gpu', 'native')).loc[[0, 1]]
+  assert conf['tpu - gpu'].G.estimate == pytest.approx(g.mean())
+  line = ' '.join(answer.scope_lines(out))
+  assert 'runs on 8 seeds (8 per arm at most), 6 declared (seeds 0–5)' in line
+  assert 'not analysed: tpu − cpu: fewer than 2 seeds ran every cell of the gap' in line
+  assert 'seeds 0 1; only 2: 1 df' in line
+  assert 'seeds 2–5 (4 of the 6 declared: 0, 1 lack a cell of the gap)' in line
+  units = pd.Series(['10 (init 10, data 0)', '2 (init 2, data 1)', '0 (init 0, data 0)'])
+  assert inputs.seed_text(units) == '0 (init 0, data 0) 2 (init 2, data 1) 10 (init 10, data 0)'
+  crossed = types.SimpleNamespace(seed_list=list(units))
+  assert 'lack' not in answer.seeds_used(crossed, [0, 2, 10])  # every declared seed was used
+
+
+def test_a_large_residual_shown_beside_explained_by_numerics_is_said():
+  """Issue 42, item 4: gpu native +2.6 pp over cpu, the gpu emulation +1.6 on both platforms, sd
+  0.05: by hand R = G − N ≈ +1.0 pp per seed, 38 % of the gap, its 95% CI excludes 0; at ±2 pp the
+  residual is within the margin, so the verdict stays 'explained by numerics', and the residual is
+  said beside it (more than RESIDUAL_SHARE = 25 % of the gap)."""
+  shift = {('gpu', 'native'): 2.6, ('gpu', 'jax_gpu_default'): 1.6, ('cpu', 'jax_gpu_default'): 1.6}
+  frame = planted(shift, ('gpu', 'cpu'), seeds=10, sd=0.05)
+  out = analyse.study_analysis(frame, DECLARED)
+  (d,) = out.attribution.decomposition
+  g = cell(frame, 'gpu', 'native') - cell(frame, 'cpu', 'native')
+  n = sum(cell(frame, p, 'jax_gpu_default') - cell(frame, p, 'f32') for p in ('gpu', 'cpu')) / 2
+  r = g - n
+  assert d.R.estimate == pytest.approx(r.mean()) and d.G.estimate == pytest.approx(g.mean())
+  assert t_interval(r)[0] > 0 and d.R.ci_low == pytest.approx(t_interval(r)[0])
+  share = abs(r.mean() / g.mean())
+  assert 0.3 < share < 0.5 and d.verdict == 'explained by numerics'
+  said = (
+    f'**explained by numerics**, but a residual ≠ 0 is shown, {share:.0%} of the gap (over 25%)'
+  )
+  assert said in answer.headline(out)
+
+
+def test_declared_compare_names_are_case_folded_and_a_misspelt_one_is_refused(tmp_path, capsys):
+  """Issue 42, item 11: compare [["GPU", "CPU"]] means gpu − cpu; [["gpu", "cpuu"]] is one line,
+  exit 2, the nearest name, nothing written."""
+  import json
+
+  frame = planted(THREE, ('gpu', 'cpu'), seeds=4)
+  assert [d.gap for d in decompose(frame, compare=[['GPU', 'CPU']])[0].decomposition] == [
+    'gpu - cpu'
+  ]
+  csv, study, out = tmp_path / 'runs.csv', tmp_path / 'study.json', tmp_path / 'out'
+  frame.to_csv(csv, index=False)
+  study.write_text(json.dumps({**DECLARED, 'compare': [['gpu', 'cpuu']]}))
+  with pytest.raises(SystemExit) as stop:
+    analyse.main(['--csv', str(csv), '--study', str(study), '--out', str(out)])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert stop.value.code == 2 and not out.exists()
+  assert err == ['error: study compare: no runs on cpuu (nearest: cpu); platforms run: cpu, gpu']

@@ -276,10 +276,10 @@ def test_on_a_lattice_a_different_verdict_needs_the_rank_test_too():
   assert pair['lattice'] == pytest.approx(100 / 360) and pair['paired_p'] < 0.01
   assert pair['signed_rank_p'] == pytest.approx(2 / 64)
   rows = [stats.compare(out, *out.pairs.iloc[0][['arm_a', 'arm_b']], 0.2)] * 3
-  judged = stats.judge(rows)
+  judged = stats.judge(rows, 0.2)
   assert (judged['test_p_holm'] < 0.05).all() and not judged['different'].any()
   off = [dict(r, lattice=None) for r in rows]  # the same numbers off a lattice: 'different'
-  assert stats.judge(off)['different'].all()
+  assert stats.judge(off, 0.2)['different'].all()
 
 
 def test_identical_arithmetic_is_reported_not_tested_and_outside_holm():

@@ -261,3 +261,98 @@ def test_the_t_wilson_interval_covers_near_0_where_the_t_interval_does_not():
   wilson = np.array([inference.proportion_mean_ci(row) for row in p])
   w_cover = np.mean((wilson[:, 0] <= mu) & (mu <= wilson[:, 1]))
   assert w_cover >= 0.915 and w_cover > t_cover + 0.02, (w_cover, t_cover)
+
+
+def test_one_failed_run_is_excluded_counted_with_its_repair_and_the_levels_keep_their_type():
+  """Issue 42, item 15: a failed run's empty numerics cells turned batchnorm_group into floats
+  (0.0, 16.0) and the report stopped at '--reference: batchnorm_group has no level '0''. By hand:
+  the study with the failed run equals the study without its row, and the first page counts it."""
+  import os
+
+  from analysis import answer, declaration, inputs
+  from tests.conftest import ROOT
+
+  csv = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
+  declared = declaration.load(csv.replace('.csv', '.study.json'))
+  frame = inputs.read_csv(csv).astype(object)
+  frame.loc[0, ['status', 'reason']] = ['failed', 'loss is NaN at step 40']
+  for column in [c for c in frame if c.startswith(('final.', 'numerics.'))]:
+    frame.loc[0, column] = None
+  frame = frame.infer_objects()
+  assert frame['numerics.requested.batchnorm_group'].dtype.kind == 'f'  # the column turned float
+  out = analyse.study_analysis(frame, declared)
+  alone = analyse.study_analysis(frame.iloc[1:].reset_index(drop=True), declared)
+  assert out.attribution.reference['batchnorm_group'] == '0'
+  pd.testing.assert_frame_equal(out.contrasts, alone.contrasts)
+  assert out.attribution.decomposition[0].G == alone.attribution.decomposition[0].G
+  assert list(out.excluded['status']) == ['failed'] and len(out.runs) == 255
+  line = answer.excluded_lines(out)[1]
+  assert line.startswith('**Excluded:** 1 of 256 runs (1 failed: loss is NaN at step 40)')
+  assert 'python -m sweeps.sweep' in line and 'make study' in line
+
+
+def test_a_rank_test_bound_contrast_says_so_and_a_ci_wholly_past_the_margin_is_not_equivalent():
+  """Issue 42, item 3: five paired seeds on the 1/360 lattice whose differences are 4, 5, 6, 4 and
+  7 test images. By hand: mean 5.2 images = 1.4444 pp, sd √1.7 images, t = 5.2 / (√1.7 / √5) =
+  8.918 on 4 df (p 0.00088), the 90% CI 1.4444 ± 2.1318 × 0.16197 = [1.099, 1.790] pp; the exact
+  signed-rank p cannot go below 2 / 2^5 = 0.0625. At ±0.5 the 90% CI lies wholly past +0.5: not
+  equivalent; at ±1.6 it straddles +1.6: inconclusive, because of the rank test."""
+  from tests.unit.test_stats import lattice_frame
+
+  d = np.array([4, 5, 6, 4, 7]) / 360 * 100
+  se = d.std(ddof=1) / np.sqrt(5)
+  assert d.mean() == pytest.approx(1.44444, abs=1e-5) and se == pytest.approx(0.161971, abs=1e-6)
+  half = sps.t.ppf(0.95, 4) * se
+  for margin, verdict, short in (
+    (0.5, 'not equivalent', 'not equivalent: 90% CI wholly past +0.5'),
+    (1.6, 'inconclusive', 'inconclusive: the rank test cannot reach α = 0.05 at 5 seeds'),
+  ):
+    out = stats.arms_and_pairs(lattice_frame([4, 5, 6, 4, 7], 5), margin=margin)
+    pair = out.pairs.iloc[0]
+    assert pair['diff'] == pytest.approx(d.mean()) and pair['paired_p'] == pytest.approx(
+      2 * sps.t.sf(d.mean() / se, 4)
+    )
+    assert (pair['ci90_low'], pair['ci90_high']) == pytest.approx((1.0991, 1.7898), abs=1e-4)
+    assert pair['ci90_low'] == pytest.approx(d.mean() - half)
+    assert pair['signed_rank_p'] == pytest.approx(0.0625) and pair['verdict'] == verdict
+    assert report.contrast_verdict(pair, margin) == short
+    why = report.verdict_why(pair, margin, 'pp', 1)
+    assert 'cannot reach α = 0.05 at 5 seeds (its smallest two-sided p is 0.0625)' in why
+    assert ('lies wholly past +0.5 pp' in why) == (margin == 0.5)
+
+
+def test_zero_variance_has_one_exact_rule_in_contrasts_gap_and_noise_floor():
+  """Issue 42, items 5 and 8: arm y repeats x bit for bit (not the same recorded arithmetic: it is
+  tested), z sits 0.3 pp above x on every seed, w varies. By hand: x − y is 0 on every seed, so the
+  exact t-test p is 1 and the TOST p at ±0.5 is 0 (|0| < 0.5); z − x is +0.3 on every seed (float
+  noise in the sd): exact p 0, 95% CI [0.3, 0.3], no d_z; all three pairs with x stay in Holm's
+  family of 6."""
+  import types
+
+  from analysis import gap
+  from tests.support.planted_stats import frame
+
+  rng = np.random.default_rng(3)
+  x = 0.9 + rng.integers(-9, 9, 6) / 1000
+  arms = {'x': x, 'y': x.copy(), 'z': x + 0.003, 'w': x + rng.normal(0, 0.004, 6)}
+  out = stats.arms_and_pairs(frame(arms, {k: 'gpu' for k in arms}), margin=0.5)
+  pairs = out.pairs.set_index(['arm_a', 'arm_b'])
+  same = pairs.loc[('compute_dtype=x', 'compute_dtype=y')]
+  shift = pairs.loc[('compute_dtype=x', 'compute_dtype=z')]
+  assert stats.family_size(out.pairs) == 6 and out.pairs['test_p_holm'].notna().all()
+  assert (same['paired_p'], same['tost_p'], same['verdict']) == (1.0, 0.0, 'equivalent')
+  assert (shift['paired_p'], shift['tost_p']) == (0.0, 0.0) and np.isnan(shift['d_z'])
+  assert shift['ci95_low'] == shift['ci95_high'] == pytest.approx(-0.3)
+  assert shift['verdict'] == 'within margin'  # shown exactly, and inside ±0.5
+  assert report.contrast_verdict(same, 0.5) == 'equivalent (exact: no variance)'
+  why = report.verdict_why(same, 0.5, 'pp', 6)
+  assert 'no variance, so the tests are exact: t-test p = 1' in why and 'Holm over 6' in why
+  assert inference.tost(0.5 - 1e-13, 0.0, 5, 0.5)[2] == 1.0  # at the margin: not within
+  assert inference.tost(0.3, 0.0, 5, 0.5)[2] == 0.0
+  gap_row = gap.component_stats(100 * (x - arms['y']), 0.5)  # the gap's rule is the same
+  assert (gap_row['p'], gap_row['tost_p'], gap_row['sd']) == (1.0, 0.0, 0.0)
+  assert np.isnan(gap_row['d_z'])
+  floor = stats.NoiseFloor(0.0, 0.0, 6, 'y − x')
+  fake = types.SimpleNamespace(noise={'gpu': floor}, unit='pp', margin=0.5)
+  table = pd.DataFrame([same]).assign(platform='gpu', label='y')
+  assert report.contrast_rows(fake, table)[0]['noise floor'] == 'within'  # 0.00 within ±0.00
