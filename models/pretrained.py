@@ -2,6 +2,7 @@
 without) into a model of the registry, by its `torch_keys`; and their conversion to .npz."""
 
 import argparse
+import hashlib
 import os
 import pickle
 import re
@@ -11,7 +12,6 @@ import warnings
 import numpy as np
 
 import models
-from runrecord.files import sha256
 
 FORMATS = ('.pth', '.pt', '.safetensors', '.npz')
 IGNORED_SUFFIX = '.num_batches_tracked'
@@ -224,6 +224,12 @@ def load_torchvision(path, num_classes=1000, *, rngs=None, **model_kwargs):
   _copy_state(model, state, path, () if num_classes == file_classes else ('head',), module)
   model.eval()
   return model
+
+
+def sha256(path):
+  """The file's SHA-256 (hex); models sit below runrecord/, whose files.sha256 is the same."""
+  with open(path, 'rb') as f:
+    return hashlib.file_digest(f, 'sha256').hexdigest()
 
 
 def convert(src, dst):
