@@ -41,9 +41,7 @@ FACTORS = ['platform', 'profile']
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(
-    prog='python -m benchmarks.bench_analysis', description=common.description(__doc__)
-  )
+  p = common.parser('bench_analysis', __doc__)
   sizes = [1_000, 10_000, 100_000]
   p.add_argument('--sizes', type=int, nargs='+', default=sizes, help='rows: 4 arms x seeds')
   p.add_argument('--tools', nargs='+', choices=TOOLS, default=list(TOOLS), help='what is measured')
@@ -175,11 +173,11 @@ def main(argv=None):
   import scipy
   import statsmodels
 
-  print(
-    f'python {platform_lib.python_version()}, numpy {np.__version__}, pandas {pd.__version__}, '
-    f'scipy {scipy.__version__}, statsmodels {statsmodels.__version__} | {common.host()}'
+  versions = f'numpy {np.__version__}, pandas {pd.__version__}, scipy {scipy.__version__}'
+  first = (
+    f'python {platform_lib.python_version()}, {versions}, statsmodels {statsmodels.__version__}'
   )
-  print(common.command_line('bench_analysis', argv))
+  common.command_line('bench_analysis', argv, f'{first} | {common.host()}')
   rows, worst = [], {'seconds': 0.0, 'peak_mb': 0.0}
   with tempfile.TemporaryDirectory(prefix='bench_analysis_') as tmp:
     for n in args.sizes:

@@ -177,7 +177,7 @@ def conv_table(size, width, stem, batch, in_channels, args):
   return common.table([*header, 'auto', 'best'], rows), total['best'] / total['auto']
 
 
-def conv_mode(args):
+def conv_mode(args: argparse.Namespace):
   import jax
 
   configs = parse_sizes(args.sizes or str(args.image_size), args)
@@ -253,9 +253,7 @@ MODE_FLAGS = (  # (mode, flag, type, default, help)
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(
-    prog='python -m benchmarks.bench_conv', description=common.description(__doc__)
-  )
+  parser = common.parser('bench_conv', __doc__)
   parser.add_argument('--pool', action='store_true', help="the stem's max pool, not convolutions")
   parser.add_argument('--batch', type=int, help='images per call (default 64; --pool: 256)')
   owners = common.mode_flags(parser, MODE_FLAGS)
@@ -264,8 +262,7 @@ def main(argv=None):
   if args.stem not in STEMS or args.dtype not in ('bfloat16', 'float32'):
     common.fail(f'--stem: one of {STEMS}; --dtype: bfloat16 or float32')
   args.batch = args.batch or (256 if args.pool else 64)
-  print(common.environment())
-  print(common.command_line('bench_conv', argv))
+  common.command_line('bench_conv', argv)
   if args.pool:
     pool_mode(args)
   else:

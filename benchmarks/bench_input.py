@@ -9,7 +9,6 @@ The fixture goes to WORKDIR/files (one there is read, not changed).
 Reference: docs/performance.md.
 """
 
-import argparse
 import contextlib
 import functools
 import os
@@ -218,9 +217,7 @@ def measure(args, workdir, phases):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(
-    prog='python -m benchmarks.bench_input', description=common.description(__doc__)
-  )
+  parser = common.parser('bench_input', __doc__)
   parser.add_argument('--workdir', help='the fixture goes to WORKDIR/files (default: a temp dir)')
   parser.add_argument('--full', action='store_true', help="CelebA's size: 202,599 images")
   parser.add_argument('--images', type=int, help='images of the fixture (default: random counts)')
@@ -243,7 +240,7 @@ def main(argv=None):
       '--identities, --max-images, --image-size, --batch and --gather-steps must be positive, '
       '--images at least --identities'
     )
-  print(common.command_line('bench_input', argv))
+  common.command_line('bench_input', argv, None)
   workdir = args.workdir or tempfile.mkdtemp(prefix='bench_input_')
   created = args.workdir is None or not os.path.exists(workdir)
   os.makedirs(workdir, exist_ok=True)

@@ -7,7 +7,6 @@ its device time goes (profile). Reference: docs/performance.md "The benchmark sc
   python -m benchmarks.bench_step --mode determinism --steps 2 --windows 2   # CPU: 64^2
 """
 
-import argparse
 import collections
 import functools
 import glob
@@ -747,17 +746,14 @@ MODE_FLAGS = (  # (mode, flag, type, default, help)
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(
-    prog='python -m benchmarks.bench_step', description=common.description(__doc__)
-  )
+  parser = common.parser('bench_step', __doc__)
   parser.add_argument('--mode', default='step', choices=tuple(MODES), help='what is measured')
   common.add_step_args(parser)
   owners = common.mode_flags(parser, [(f'--mode {mode}', *rest) for mode, *rest in MODE_FLAGS])
   # --mode emulate resolves each variant's config itself
   args, config = common.parse_step_config(parser, argv, resolve=lambda a: a.mode != 'emulate')
   common.refuse_other_modes(parser, args, owners, f'--mode {args.mode}')
-  print(common.environment())
-  print(common.command_line('bench_step', argv))
+  common.command_line('bench_step', argv)
   MODES[args.mode](args, config)
 
 

@@ -8,7 +8,6 @@ CPU load, steps in flight bounded (trainer/process.py STEPS_IN_FLIGHT) and not; 
 Reference: docs/performance.md "The benchmark scripts".
 """
 
-import argparse
 import json
 import os
 import random
@@ -155,8 +154,7 @@ def stop_latency(args, argv):
     numerics_setup.configure(config)  # one process: every config must need the same XLA flags
   jax.config.update('jax_compilation_cache_dir', os.path.join(REPO, '.jax_cache'))
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
-  print(common.environment())
-  print(common.command_line('bench_stop_latency', argv))
+  common.command_line('bench_stop_latency', argv)
   shipped = process.STEPS_IN_FLIGHT
   flights = [shipped if v == 'shipped' else None if v == 'none' else int(v) for v in args.in_flight]
   header = ['config', 'step (s)', 'CPU hogs', 'trials']
@@ -248,9 +246,7 @@ MODE_FLAGS = (  # (mode, flag, type, default, help)
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(
-    prog='python -m benchmarks.bench_stop_latency', description=common.description(__doc__)
-  )
+  p = common.parser('bench_stop_latency', __doc__)
   p.add_argument('--resume-metrics', metavar='WORKDIR', help='resume a run of this folder')
   owners = common.mode_flags(p, MODE_FLAGS)
   common.mode_flag(p, owners, STOP, '--configs', nargs='+', default=CONFIGS, help='config specs')

@@ -7,7 +7,6 @@ only=4-7`). Reference: docs/performance.md "The GPU evidence".
   python -m benchmarks.gpu_evidence --smoke --out /tmp/evidence   # every part, toy size, CPU
 """
 
-import argparse
 import collections
 import contextlib
 import csv
@@ -603,9 +602,7 @@ def describe(plan, out, smoke=False):
 
 
 def parse_args(argv):
-  p = argparse.ArgumentParser(
-    prog='python -m benchmarks.gpu_evidence', description=common.description(__doc__)
-  )
+  p = common.parser('gpu_evidence', __doc__)
   p.add_argument('--list', action='store_true', help='each part and its minutes on an H100')
   p.add_argument('--budget', type=float, metavar='MIN', help='plan a MIN-minute slot; runs nothing')
   p.add_argument('--part', help="'all' or part names, comma-separated, run in that order")
