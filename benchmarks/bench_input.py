@@ -52,15 +52,8 @@ def feed(args, workdir):
         batching.train_batch(split, args.batch, 0, step, workers=workers)
       rate = args.gather_steps * args.batch / (time.perf_counter() - start)
       needs = ', '.join(f'{t} {n * workers / rate:.0f}' for t, n in NEEDED.items())
-      rows.append(
-        [
-          workers,
-          f'{rate:,.0f}',
-          f'{rate / workers:,.0f}',
-          f'{rate * size**2 * 3 / 1e9:.2f}',
-          needs,
-        ]
-      )
+      gbps = rate * size**2 * 3 / 1e9
+      rows.append([workers, f'{rate:,.0f}', f'{rate / workers:,.0f}', f'{gbps:.2f}', needs])
   finally:
     if not args.keep:
       os.remove(path)
@@ -152,15 +145,13 @@ def fixture(manual_dir, args, phases):
     return False
   if os.path.exists(manual_dir) and os.listdir(manual_dir):
     common.fail(f'--workdir: {manual_dir} holds files but no fixture; give another --workdir')
+
+  def progress(done, total):
+    print(f'  generated {done}/{total}', flush=True)
+
   with phases.phase('generate fixture (not part of a load)', args.images):
-    celeba_fixture.generate(
-      manual_dir,
-      args.identities,
-      args.max_images,
-      seed=0,
-      images=args.images,
-      progress=lambda done, total: print(f'  generated {done}/{total}', flush=True),
-    )
+    kwargs = dict(seed=0, images=args.images, progress=progress)
+    celeba_fixture.generate(manual_dir, args.identities, args.max_images, **kwargs)
   return True
 
 

@@ -223,14 +223,12 @@ def step_mode(args, config):
   f = common.fmt
   mfu = f'{f(xla and peak and xla / s / peak, ".1%")} / {f(peak and analytic / s / peak, ".1%")}'
   gflop = f'{f(xla and xla * 1e3, ".1f")} / {analytic * 1e3:.1f}'
+  windows = f'{args.windows} windows x {args.steps} steps'
   rows = [
     ('config', f'{model_line(bench)}, {bench.num_params:,} params'),
     ('numerics', f'{numerics_line(c, bench.conv_impl, d.platform)}, executed format {fmt}'),
     ('compile (lower+compile)', f'{bench.compile_s:.1f} s'),
-    (
-      'ms/step (median; min-max)',
-      f'{common.spread(times)}, {args.windows} windows x {args.steps} steps',
-    ),
+    ('ms/step (median; min-max)', f'{common.spread(times)}, {windows}'),
     ('images/s', f'{c.batch_size / s:.1f}'),
     ('GFLOP/step: XLA cost analysis / analytic 6xMACs', gflop),
     ('achieved TFLOP/s: XLA / analytic', f'{f(xla and xla / s, ".3f")} / {analytic / s:.3f}'),
@@ -376,12 +374,8 @@ def determinism_table(bench, results, args):
     ops = ', '.join(f'{k} {n}' for k, n in sorted(v['ops'].items())) or 'none'
     row = [name, common.spread(v['times']), f'{ips[name]:.1f}', ops]
     rows.append(row + ['yes' if v['repeats'] else 'no', f'{v["compile_s"]:.1f}'])
-  header = [
-    OPTION,
-    'ms/step (median; min-max)',
-    'images/s',
-    'scatter/sort ops in the compiled step',
-  ]
+  ops_header = 'scatter/sort ops in the compiled step'
+  header = [OPTION, 'ms/step (median; min-max)', 'images/s', ops_header]
   header += [f'{args.repeat_steps} steps repeat bit for bit', 'compile s']
   numerics = numerics_line(c, bench.conv_impl, bench.devices[0].platform)
   title = f'{model_line(bench)}, {numerics}; {common.windows(args)}\n'
@@ -690,11 +684,8 @@ def profile_mode(args, config):
     with gzip.open(find_trace(trace_dir), 'rt') as f:
       data = json.load(f)
     if args.trace_dir:  # through runrecord/files.py, beside earlier runs' traces
-      names = [
-        os.path.relpath(p, trace_dir)
-        for p in glob.glob(os.path.join(trace_dir, '**'), recursive=True)
-        if os.path.isfile(p)
-      ]
+      paths = glob.glob(os.path.join(trace_dir, '**'), recursive=True)
+      names = [os.path.relpath(p, trace_dir) for p in paths if os.path.isfile(p)]
 
       def write(staging):
         shutil.copytree(trace_dir, staging, dirs_exist_ok=True)
@@ -721,12 +712,8 @@ def profile_mode(args, config):
     + [f'{us / 1e3:.3f}', f'{us / total:.1%}']
     for n, us in s['by_kernel'].most_common(args.top)
   ]
-  common.report(
-    '',
-    [f'top {args.top} kernels', 'category', 'calls/step', 'ms/step', 'share'],
-    rows,
-    f'device_busy_fraction={s["busy"] / s["span"]:.4f}',
-  )
+  header = [f'top {args.top} kernels', 'category', 'calls/step', 'ms/step', 'share']
+  common.report('', header, rows, f'device_busy_fraction={s["busy"] / s["span"]:.4f}')
 
 
 MODES = dict(step=step_mode, emulate=emulate_mode, determinism=determinism_mode, feed=feed_mode)

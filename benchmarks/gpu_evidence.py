@@ -190,17 +190,12 @@ def runs_line(root, seeds=None):
 def replicate_line(root_a, root_b):
   """Same-seed pairs of two roots: bit-identical final states, equal accuracies, largest gap."""
   a, b = records(root_a), records(root_b)
-  pairs = [
-    (a[k], b[k])
-    for k in sorted(a.keys() & b.keys())
-    if a[k] and b[k] and a[k].get('status') == b[k].get('status') == 'completed'
-  ]
+  both = [k for k in sorted(a.keys() & b.keys()) if a[k] and b[k]]
+  pairs = [(a[k], b[k]) for k in both if a[k].get('status') == b[k].get('status') == 'completed']
   if not pairs:
     return 'no completed same-seed pair'
-  same = sum(
-    x.get('state_digest') is not None and x['state_digest'] == y.get('state_digest')
-    for x, y in pairs
-  )
+  digests = [(x.get('state_digest'), y.get('state_digest')) for x, y in pairs]
+  same = sum(d is not None and d == e for d, e in digests)
   gaps = [abs(x['final']['test_accuracy'] - y['final']['test_accuracy']) * 100 for x, y in pairs]
   return (
     f'{len(pairs)} same-seed pairs: bit-identical final states {same}, equal test '
@@ -217,9 +212,8 @@ def study_spec(ctx, seeds, only=None, extra=''):
 
 def planned(root):
   """The toy size's headline: how many runs the dry run planned (its command list)."""
-  return (
-    f'dry run: {len(read(os.path.join(root, runner.COMMANDS_FILE)).splitlines())} run(s) planned'
-  )
+  planned = len(read(os.path.join(root, runner.COMMANDS_FILE)).splitlines())
+  return f'dry run: {planned} run(s) planned'
 
 
 def sweep(ctx, label, spec, root, parallel, seeds=None):
@@ -530,10 +524,10 @@ def pack(out, path):
 
 
 # A slot of device time: a fresh machine's start-up (counted once), then calls of at most
-# CALL_MINUTES each, each paying CALL_OVERHEAD_MINUTES (transfer, wheels, Python and JAX start).
+# CALL_MINUTES each, each paying OVERHEAD (transfer, wheels, Python and JAX start).
 STARTUP_MINUTES = 3.0
 CALL_MINUTES = 9.0  # a device command ends at 10 minutes: a call's overhead and parts stay under 9
-CALL_OVERHEAD_MINUTES = 0.5
+OVERHEAD = 0.5  # minutes
 Call = collections.namedtuple('Call', 'parts minutes')  # minutes: overhead + the parts'
 Plan = collections.namedtuple('Plan', 'calls later too_long total budget startup overhead limit')
 
@@ -545,13 +539,7 @@ def by_priority(parts, priority):
 
 
 def make_plan(
-  parts,
-  priority,
-  budget,
-  done=(),
-  startup=STARTUP_MINUTES,
-  limit=CALL_MINUTES,
-  overhead=CALL_OVERHEAD_MINUTES,
+  parts, priority, budget, done=(), startup=STARTUP_MINUTES, limit=CALL_MINUTES, overhead=OVERHEAD
 ):
   """The Plan of a `budget`-minute slot for the `parts` not `done`: in priority order, each joins
   the current call if it fits there and in the budget, else opens the next call if that fits,
@@ -612,9 +600,7 @@ def parse_args(argv):
   stop = 'a part still running after this is stopped (default %(default)s)'
   p.add_argument('--part-minutes', type=float, default=PART_MINUTES, help=stop)
   p.add_argument('--call-minutes', type=float, help='start only parts expected to end within it')
-  p.add_argument(
-    '--pack', metavar='FILE', help='write --out there as a .tar.gz, no training states'
-  )
+  p.add_argument('--pack', metavar='FILE', help='pack --out into a .tar.gz, no training states')
   args = p.parse_args(argv)
   for name in ('budget', 'part_minutes', 'call_minutes'):
     value = getattr(args, name)
