@@ -40,27 +40,6 @@ TEMPLATE = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
 FACTORS = ['platform', 'profile']
 
 
-def parse_args(argv):
-  p = common.parser('bench_analysis', __doc__)
-  sizes = [1_000, 10_000, 100_000]
-  p.add_argument('--sizes', type=int, nargs='+', default=sizes, help='rows: 4 arms x seeds')
-  p.add_argument('--tools', nargs='+', choices=TOOLS, default=list(TOOLS), help='what is measured')
-  p.add_argument('--seed-sd', type=float, default=SEED_SD, help='sd of the seed effect, pp')
-  p.add_argument('--max-memory-gb', type=float, default=8.0, help='address-space limit, GB')
-  p.add_argument('--timeout', type=int, default=600, help='seconds per measurement')
-  p.add_argument('--measure', choices=TOOLS, help=argparse.SUPPRESS)  # the child's side
-  p.add_argument('--csv', help=argparse.SUPPRESS)
-  args = p.parse_args(argv)
-  bad = [n for n in args.sizes if n < 8 or n % len(ARMS)]
-  if bad:
-    common.fail(f'--sizes: {bad[0]} is not a multiple of 4 (>= 8); give rows = 4 arms x seeds')
-  if not args.seed_sd >= 0:
-    common.fail(f'--seed-sd: {args.seed_sd} must be a non-negative sd in pp')
-  if not args.max_memory_gb > 0:
-    common.fail(f'--max-memory-gb: {args.max_memory_gb} must be positive')
-  return args
-
-
 def runs_table(seeds, rng=0, seed_sd=SEED_SD):
   """4 arms x `seeds` runs: run, platform, profile, seed, accuracy: 70 % + the arm's effect + a
   seed effect (sd `seed_sd` pp, shared by the arms) + run noise (sd 0.3 pp), as a fraction rounded
@@ -165,7 +144,23 @@ def child(tool, path, max_gb, timeout):
 
 
 def main(argv=None):
-  args = parse_args(argv)
+  p = common.parser('bench_analysis', __doc__)
+  sizes = [1_000, 10_000, 100_000]
+  p.add_argument('--sizes', type=int, nargs='+', default=sizes, help='rows: 4 arms x seeds')
+  p.add_argument('--tools', nargs='+', choices=TOOLS, default=list(TOOLS), help='what is measured')
+  p.add_argument('--seed-sd', type=float, default=SEED_SD, help='sd of the seed effect, pp')
+  p.add_argument('--max-memory-gb', type=float, default=8.0, help='address-space limit, GB')
+  p.add_argument('--timeout', type=int, default=600, help='seconds per measurement')
+  p.add_argument('--measure', choices=TOOLS, help=argparse.SUPPRESS)  # the child's side
+  p.add_argument('--csv', help=argparse.SUPPRESS)
+  args = p.parse_args(argv)
+  bad = [n for n in args.sizes if n < 8 or n % len(ARMS)]
+  if bad:
+    common.fail(f'--sizes: {bad[0]} is not a multiple of 4 (>= 8); give rows = 4 arms x seeds')
+  if not args.seed_sd >= 0:
+    common.fail(f'--seed-sd: {args.seed_sd} must be a non-negative sd in pp')
+  if not args.max_memory_gb > 0:
+    common.fail(f'--max-memory-gb: {args.max_memory_gb} must be positive')
   if args.measure:
     measure(args.measure, args.csv)
     return

@@ -115,19 +115,6 @@ def compile_conv(impl, conv, batch):
   return timed_calls(compiled, (x, w, g)), time.perf_counter() - start
 
 
-def measure_conv(conv, batch, repeats, min_time):
-  """{impl: (compile s, median s per call)} of `repeats` alternating rounds of >= `min_time` s."""
-  compiled = {impl: compile_conv(impl, conv, batch) for impl in IMPLS}
-  calls = {
-    impl: max(1, math.ceil(min_time / max(run(1), 1e-6))) for impl, (run, _) in compiled.items()
-  }
-  times = {impl: [] for impl in IMPLS}
-  for r in range(repeats):
-    for impl in IMPLS if r % 2 == 0 else IMPLS[::-1]:
-      times[impl].append(compiled[impl][0](calls[impl]) / calls[impl])
-  return {impl: (compiled[impl][1], statistics.median(times[impl])) for impl in IMPLS}
-
-
 def parse_sizes(text, args):
   """'64,16:0.25:small:128:1' -> [(size, width, stem, batch, in_channels)]; bad: exit 2."""
   configs = []
@@ -153,7 +140,18 @@ def conv_table(size, width, stem, batch, in_channels, args):
 
   rows, total = [], collections.Counter()
   for conv in resnet18_convs(size, width, stem, in_channels):
-    result = measure_conv(conv, batch, args.repeats, args.min_time)
+    compiled = {impl: compile_conv(impl, conv, batch) for impl in IMPLS}
+    calls = {
+      impl: max(1, math.ceil(args.min_time / max(run(1), 1e-6)))
+      for impl, (run, _) in compiled.items()
+    }
+    times = {impl: [] for impl in IMPLS}
+    for r in range(args.repeats):
+      for impl in IMPLS if r % 2 == 0 else IMPLS[::-1]:
+        times[impl].append(compiled[impl][0](calls[impl]) / calls[impl])
+    result = {
+      impl: (compiled[impl][1], statistics.median(times[impl])) for impl in IMPLS
+    }  # (compile s, median s per call) of alternating rounds
     auto = auto_pick(conv, jax.default_backend())
     best = min(IMPLS, key=lambda impl: result[impl][1])
     count = len(conv.names)

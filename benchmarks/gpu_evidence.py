@@ -589,7 +589,20 @@ def describe(plan, out, smoke=False):
   return lines
 
 
-def parse_args(argv):
+def parts_named(names):
+  """'all' (by PRIORITY) or comma-separated names, in the order given; one line on a bad one."""
+  known = {p.name: p for p in PARTS}
+  wanted = [n.strip() for n in names.split(',') if n.strip()]
+  if wanted == ['all']:
+    return by_priority(PARTS, PRIORITY)
+  if set(wanted) - set(known) or not wanted or len(set(wanted)) != len(wanted):
+    common.fail(
+      f'--part={names}: give all or part names among {", ".join(known)} (--list), each once'
+    )
+  return [known[n] for n in wanted]
+
+
+def main(argv=None):
   p = common.parser('gpu_evidence', __doc__)
   p.add_argument('--list', action='store_true', help='each part and its minutes on an H100')
   p.add_argument('--budget', type=float, metavar='MIN', help='plan a MIN-minute slot; runs nothing')
@@ -606,24 +619,6 @@ def parse_args(argv):
     value = getattr(args, name)
     if value is not None and not 0 <= value < float('inf'):
       common.fail(f'--{name.replace("_", "-")}={value}: give a number of minutes, 0 or more')
-  return args
-
-
-def parts_named(names):
-  """'all' (by PRIORITY) or comma-separated names, in the order given; one line on a bad one."""
-  known = {p.name: p for p in PARTS}
-  wanted = [n.strip() for n in names.split(',') if n.strip()]
-  if wanted == ['all']:
-    return by_priority(PARTS, PRIORITY)
-  if set(wanted) - set(known) or not wanted or len(set(wanted)) != len(wanted):
-    common.fail(
-      f'--part={names}: give all or part names among {", ".join(known)} (--list), each once'
-    )
-  return [known[n] for n in wanted]
-
-
-def main(argv=None):
-  args = parse_args(argv)
   if args.list:
     for p in PARTS:
       print(f'{p.name:30s} {p.minutes:4.1f} min  {p.what}')
