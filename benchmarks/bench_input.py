@@ -137,29 +137,24 @@ def folder_bytes(path):
   return sum(os.stat(os.path.join(d, f)).st_blocks * 512 for d, _, names in walk for f in names)
 
 
-def fixture(manual_dir, args, phases):
-  """Whether this run generated the fixture in `manual_dir`: a fixture (or CelebA) there is read
-  as it is; a folder holding other files is refused (one line)."""
-  if os.path.exists(os.path.join(manual_dir, celeba.PARTITION)):
-    print(f'reading the fixture in {manual_dir} (not changed)', flush=True)
-    return False
-  if os.path.exists(manual_dir) and os.listdir(manual_dir):
-    common.fail(f'--workdir: {manual_dir} holds files but no fixture; give another --workdir')
-
-  def progress(done, total):
-    print(f'  generated {done}/{total}', flush=True)
-
-  with phases.phase('generate fixture (not part of a load)', args.images):
-    kwargs = dict(seed=0, images=args.images, progress=progress)
-    celeba_fixture.generate(manual_dir, args.identities, args.max_images, **kwargs)
-  return True
-
-
 def measure(args, workdir, phases):
   from input_pipeline import batching  # JAX: not for --help
 
   manual_dir = os.path.join(workdir, 'files')
-  generated = fixture(manual_dir, args, phases)
+  # A fixture (or CelebA) there is read as it is; a folder holding other files is refused.
+  generated = not os.path.exists(os.path.join(manual_dir, celeba.PARTITION))
+  if not generated:
+    print(f'reading the fixture in {manual_dir} (not changed)', flush=True)
+  elif os.path.exists(manual_dir) and os.listdir(manual_dir):
+    common.fail(f'--workdir: {manual_dir} holds files but no fixture; give another --workdir')
+  else:
+
+    def progress(done, total):
+      print(f'  generated {done}/{total}', flush=True)
+
+    with phases.phase('generate fixture (not part of a load)', args.images):
+      kwargs = dict(seed=0, images=args.images, progress=progress)
+      celeba_fixture.generate(manual_dir, args.identities, args.max_images, **kwargs)
   scratch = tempfile.mkdtemp(prefix='bench_input_', dir=workdir)  # this run's TFDS and cache
   try:
     config = celeba_config.get_config('smoke')

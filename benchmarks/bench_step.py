@@ -481,33 +481,6 @@ def feed_mode(args, config):
 CELEBA_TRAIN, CELEBA_TEST = 162_038, 40_561
 
 
-def time_saves(bench, mngr, repeats, steps_during):
-  """{'sync', 'total', 'step_while_writing'} seconds of `repeats` epoch-end saves."""
-  import jax
-
-  from trainer import checkpoint
-
-  def save():
-    step = int(jax.device_get(bench.state['step']))
-    checkpoint.save(mngr, step, {'status': 'running', 'step': step}, bench.state)
-
-  out = {'sync': [], 'total': [], 'step_while_writing': []}
-  save()
-  for _ in range(repeats):
-    bench.run(1)  # a new step to save
-    checkpoint.wait(mngr)
-    start = time.perf_counter()
-    save()
-    out['sync'].append(time.perf_counter() - start)
-    checkpoint.wait(mngr)
-    out['total'].append(time.perf_counter() - start)
-    bench.run(1)
-    save()
-    out['step_while_writing'].append(bench.run(steps_during) / steps_during)
-  checkpoint.wait(mngr)
-  return out
-
-
 def epoch_mode(args, config):
   import jax
 
@@ -533,9 +506,27 @@ def epoch_mode(args, config):
   evaluate()  # compiles
   times['eval'] = timeit.repeat(evaluate, repeat=args.repeats, number=1)
   with tempfile.TemporaryDirectory(prefix='bench_step_') as workdir:
-    mngr = checkpoint.manager(workdir, keep=2)
+    mngr, during = checkpoint.manager(workdir, keep=2), min(args.steps, ctx.per_epoch)
+
+    def save():
+      step = int(jax.device_get(bench.state['step']))
+      checkpoint.save(mngr, step, {'status': 'running', 'step': step}, bench.state)
+
+    times.update(sync=[], total=[], step_while_writing=[])  # seconds of epoch-end saves
     try:
-      times.update(time_saves(bench, mngr, args.repeats, min(args.steps, ctx.per_epoch)))
+      save()
+      for _ in range(args.repeats):
+        bench.run(1)  # a new step to save
+        checkpoint.wait(mngr)
+        start = time.perf_counter()
+        save()
+        times['sync'].append(time.perf_counter() - start)
+        checkpoint.wait(mngr)
+        times['total'].append(time.perf_counter() - start)
+        bench.run(1)
+        save()
+        times['step_while_writing'].append(bench.run(during) / during)
+      checkpoint.wait(mngr)
     finally:
       checkpoint.close(mngr)
   med = {name: statistics.median(t) for name, t in times.items()}

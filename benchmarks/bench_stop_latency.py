@@ -127,18 +127,6 @@ def resolved(spec, epochs=100):
     common.fail(f'--configs {spec}: {e}')
 
 
-def cell(results):
-  """'steps median / max | seconds median / max | evaluations | images/s' of one setting."""
-  seconds = [r['seconds'] for r in results]
-  steps = [r['steps_after'] for r in results]
-  rates = [r['images_per_s'] for r in results if r['images_per_s']]
-  return (
-    f'{statistics.median(steps):g} / {max(steps)} | {statistics.median(seconds):.2f} / '
-    f'{max(seconds):.2f} | {sum(r["evaluated_after"] for r in results)} | '
-    f'{common.fmt(statistics.median(rates) if rates else None, ".0f")}'
-  )
-
-
 def stop_latency(args, argv):
   os.environ.setdefault('JAX_PLATFORMS', 'cpu')  # before JAX loads
   import jax
@@ -179,8 +167,17 @@ def stop_latency(args, argv):
           hog.wait()
       rates = [r['images_per_s'] for r in results[0] if r['images_per_s']]
       step_s = config.batch_size / statistics.median(rates) if rates else float('nan')
-      cells = ' | '.join(cell(r) for r in results)
-      print(f'| {spec} | {step_s:.3f} | {load} | {args.trials} | {cells} |', flush=True)
+      cells = []  # per setting: steps median / max | seconds median / max | evaluations | images/s
+      for setting in results:
+        seconds = [r['seconds'] for r in setting]
+        steps = [r['steps_after'] for r in setting]
+        rates = [r['images_per_s'] for r in setting if r['images_per_s']]
+        cells.append(
+          f'{statistics.median(steps):g} / {max(steps)} | {statistics.median(seconds):.2f} / '
+          f'{max(seconds):.2f} | {sum(r["evaluated_after"] for r in setting)} | '
+          f'{common.fmt(statistics.median(rates) if rates else None, ".0f")}'
+        )
+      print(f'| {spec} | {step_s:.3f} | {load} | {args.trials} | {" | ".join(cells)} |', flush=True)
   print(f'bound: steps after the signal <= STEPS_IN_FLIGHT + 1 = {shipped + 1}')
   if args.throughput_rounds:
     config = resolved(args.configs[0], args.throughput_epochs)
