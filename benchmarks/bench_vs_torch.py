@@ -189,13 +189,8 @@ def main(argv=None):
   parser.add_argument('--no-compile', action='store_true', help='skip torch.compile')
   args, config = common.parse_step_config(parser, argv)
   native = {config.numerics.conv_format, config.numerics.dense_format} == {'native'}
-  if (
-    config.model.name not in REFERENCES
-    or config.model.stem != 'imagenet'
-    or not native
-    or config.data.flip
-    or args.devices > 1
-  ):
+  plain = native and config.model.stem == 'imagenet' and not config.data.flip and args.devices <= 1
+  if config.model.name not in REFERENCES or not plain:
     common.fail(
       f'bench_vs_torch compares a model with a PyTorch reference ({", ".join(REFERENCES)}), '
       "native, with the ImageNet stem, on one device: model.stem 'imagenet', native product "
