@@ -8,6 +8,7 @@ docs/performance.md.
 """
 
 import argparse
+import functools
 import importlib
 import json
 import math
@@ -124,10 +125,7 @@ def child(tool, path, max_gb, timeout):
   hard = resource.getrlimit(resource.RLIMIT_AS)[1]
   limit = int(max_gb * 1024**3)
   limit = limit if hard == resource.RLIM_INFINITY else min(hard, limit)
-
-  def cap():
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-
+  cap = functools.partial(resource.setrlimit, resource.RLIMIT_AS, (limit, hard))
   cmd = [sys.executable, '-m', 'benchmarks.bench_analysis', '--measure', tool, '--csv', path]
   env, start = {**os.environ, 'PYTHONPATH': ROOT}, time.perf_counter()
   try:

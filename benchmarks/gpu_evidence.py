@@ -435,10 +435,8 @@ def run_part(part, out, smoke, part_minutes):
       if failure and missing:
         failure += f'; missing module {missing[-1]} (No module named {missing[-1]})'
       seconds, command = round(time.time() - began, 1), ' '.join(step.argv)
-      status['commands'].append(
-        dict(label=step.label, exit_code=code, seconds=seconds, command=command)
-        | {'criterion': failure or 'met'}
-      )
+      ran = dict(label=step.label, exit_code=code, seconds=seconds, command=command)
+      status['commands'].append({**ran, 'criterion': failure or 'met'})
       if failure:
         status['status'] = 'timed out' if code is None else f'failed: {step.label}: {failure}'
         break
