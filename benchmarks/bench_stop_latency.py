@@ -37,27 +37,6 @@ CONFIGS = ['configs/digits.py:study', 'configs/digits.py:study,model.width=0.5,d
 START_STEP = 3  # the signal's clock starts once the device has finished this step
 
 
-def signal_later(outputs, per_epoch, rng, sent):
-  """A thread: once the device has finished step START_STEP (its watch output, in `outputs`, is
-  ready), time the next two, wait a uniform fraction of an epoch of steps, send SIGTERM; `sent`
-  gets (time, steps done, steps timed, their seconds)."""
-
-  def finished(step):
-    while len(outputs) < step:  # appended by the loop's thread: atomic under the GIL
-      time.sleep(0.002)
-    outputs[step - 1].block_until_ready()
-    return time.time()
-
-  def send():
-    first = finished(START_STEP)
-    time.sleep(rng.uniform(0, per_epoch) * (finished(START_STEP + 2) - first) / 2)
-    now, done = time.time(), sum(o.is_ready() for o in list(outputs))
-    sent.append((now, done, done - START_STEP, now - first))
-    os.kill(os.getpid(), signal.SIGTERM)
-
-  threading.Thread(target=send, daemon=True).start()
-
-
 def trial(config, per_epoch, limit, rng):
   """One signalled run (train.watch recording each step's output, STEPS_IN_FLIGHT = limit):
   {'seconds', 'steps_after', 'evaluated_after', 'images_per_s'}."""
@@ -74,10 +53,23 @@ def trial(config, per_epoch, limit, rng):
 
     return recording, bad
 
+  def finished(step):  # when the device finished `step` (its watch output is ready)
+    while len(outputs) < step:  # appended by the loop's thread: atomic under the GIL
+      time.sleep(0.002)
+    outputs[step - 1].block_until_ready()
+    return time.time()
+
+  def send():  # after step START_STEP, time two, wait a uniform fraction of an epoch, SIGTERM
+    first = finished(START_STEP)
+    time.sleep(rng.uniform(0, per_epoch) * (finished(START_STEP + 2) - first) / 2)
+    now, done = time.time(), sum(o.is_ready() for o in list(outputs))
+    sent.append((now, done, done - START_STEP, now - first))  # steps timed, their seconds
+    os.kill(os.getpid(), signal.SIGTERM)
+
   shipped, train.watch, process.STEPS_IN_FLIGHT = process.STEPS_IN_FLIGHT, watch, limit
   try:
     with tempfile.TemporaryDirectory() as workdir:
-      signal_later(outputs, per_epoch, rng, sent)
+      threading.Thread(target=send, daemon=True).start()
       try:
         train.train_and_evaluate(config, workdir)
         raise RuntimeError('the run ended before the signal: raise num_epochs')
