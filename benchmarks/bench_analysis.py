@@ -8,6 +8,7 @@ docs/performance.md.
 """
 
 import argparse
+import functools
 import importlib
 import json
 import math
@@ -38,29 +39,6 @@ TOOLS = ('stats', 'attribution')
 # An exported study (python -m analysis.export): the format the tables are generated in.
 TEMPLATE = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
 FACTORS = ['platform', 'profile']
-
-
-def parse_args(argv):
-  p = argparse.ArgumentParser(
-    prog='python -m benchmarks.bench_analysis', description=common.description(__doc__)
-  )
-  sizes = [1_000, 10_000, 100_000]
-  p.add_argument('--sizes', type=int, nargs='+', default=sizes, help='rows: 4 arms x seeds')
-  p.add_argument('--tools', nargs='+', choices=TOOLS, default=list(TOOLS), help='what is measured')
-  p.add_argument('--seed-sd', type=float, default=SEED_SD, help='sd of the seed effect, pp')
-  p.add_argument('--max-memory-gb', type=float, default=8.0, help='address-space limit, GB')
-  p.add_argument('--timeout', type=int, default=600, help='seconds per measurement')
-  p.add_argument('--measure', choices=TOOLS, help=argparse.SUPPRESS)  # the child's side
-  p.add_argument('--csv', help=argparse.SUPPRESS)
-  args = p.parse_args(argv)
-  bad = [n for n in args.sizes if n < 8 or n % len(ARMS)]
-  if bad:
-    common.fail(f'--sizes: {bad[0]} is not a multiple of 4 (>= 8); give rows = 4 arms x seeds')
-  if not args.seed_sd >= 0:
-    common.fail(f'--seed-sd: {args.seed_sd} must be a non-negative sd in pp')
-  if not args.max_memory_gb > 0:
-    common.fail(f'--max-memory-gb: {args.max_memory_gb} must be positive')
-  return args
 
 
 def runs_table(seeds, rng=0, seed_sd=SEED_SD):
@@ -147,10 +125,7 @@ def child(tool, path, max_gb, timeout):
   hard = resource.getrlimit(resource.RLIMIT_AS)[1]
   limit = int(max_gb * 1024**3)
   limit = limit if hard == resource.RLIM_INFINITY else min(hard, limit)
-
-  def cap():
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-
+  cap = functools.partial(resource.setrlimit, resource.RLIMIT_AS, (limit, hard))
   cmd = [sys.executable, '-m', 'benchmarks.bench_analysis', '--measure', tool, '--csv', path]
   env, start = {**os.environ, 'PYTHONPATH': ROOT}, time.perf_counter()
   try:
@@ -167,7 +142,23 @@ def child(tool, path, max_gb, timeout):
 
 
 def main(argv=None):
-  args = parse_args(argv)
+  p = common.parser('bench_analysis', __doc__)
+  sizes = [1_000, 10_000, 100_000]
+  p.add_argument('--sizes', type=int, nargs='+', default=sizes, help='rows: 4 arms x seeds')
+  p.add_argument('--tools', nargs='+', choices=TOOLS, default=list(TOOLS), help='what is measured')
+  p.add_argument('--seed-sd', type=float, default=SEED_SD, help='sd of the seed effect, pp')
+  p.add_argument('--max-memory-gb', type=float, default=8.0, help='address-space limit, GB')
+  p.add_argument('--timeout', type=int, default=600, help='seconds per measurement')
+  p.add_argument('--measure', choices=TOOLS, help=argparse.SUPPRESS)  # the child's side
+  p.add_argument('--csv', help=argparse.SUPPRESS)
+  args = p.parse_args(argv)
+  bad = [n for n in args.sizes if n < 8 or n % len(ARMS)]
+  if bad:
+    common.fail(f'--sizes: {bad[0]} is not a multiple of 4 (>= 8); give rows = 4 arms x seeds')
+  if not args.seed_sd >= 0:
+    common.fail(f'--seed-sd: {args.seed_sd} must be a non-negative sd in pp')
+  if not args.max_memory_gb > 0:
+    common.fail(f'--max-memory-gb: {args.max_memory_gb} must be positive')
   if args.measure:
     measure(args.measure, args.csv)
     return
@@ -175,11 +166,11 @@ def main(argv=None):
   import scipy
   import statsmodels
 
-  print(
-    f'python {platform_lib.python_version()}, numpy {np.__version__}, pandas {pd.__version__}, '
-    f'scipy {scipy.__version__}, statsmodels {statsmodels.__version__} | {common.host()}'
+  versions = f'numpy {np.__version__}, pandas {pd.__version__}, scipy {scipy.__version__}'
+  first = (
+    f'python {platform_lib.python_version()}, {versions}, statsmodels {statsmodels.__version__}'
   )
-  print(common.command_line('bench_analysis', argv))
+  common.command_line('bench_analysis', argv, f'{first} | {common.host()}')
   rows, worst = [], {'seconds': 0.0, 'peak_mb': 0.0}
   with tempfile.TemporaryDirectory(prefix='bench_analysis_') as tmp:
     for n in args.sizes:

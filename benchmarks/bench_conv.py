@@ -115,19 +115,6 @@ def compile_conv(impl, conv, batch):
   return timed_calls(compiled, (x, w, g)), time.perf_counter() - start
 
 
-def measure_conv(conv, batch, repeats, min_time):
-  """{impl: (compile s, median s per call)} of `repeats` alternating rounds of >= `min_time` s."""
-  compiled = {impl: compile_conv(impl, conv, batch) for impl in IMPLS}
-  calls = {
-    impl: max(1, math.ceil(min_time / max(run(1), 1e-6))) for impl, (run, _) in compiled.items()
-  }
-  times = {impl: [] for impl in IMPLS}
-  for r in range(repeats):
-    for impl in IMPLS if r % 2 == 0 else IMPLS[::-1]:
-      times[impl].append(compiled[impl][0](calls[impl]) / calls[impl])
-  return {impl: (compiled[impl][1], statistics.median(times[impl])) for impl in IMPLS}
-
-
 def parse_sizes(text, args):
   """'64,16:0.25:small:128:1' -> [(size, width, stem, batch, in_channels)]; bad: exit 2."""
   configs = []
@@ -153,7 +140,18 @@ def conv_table(size, width, stem, batch, in_channels, args):
 
   rows, total = [], collections.Counter()
   for conv in resnet18_convs(size, width, stem, in_channels):
-    result = measure_conv(conv, batch, args.repeats, args.min_time)
+    compiled = {impl: compile_conv(impl, conv, batch) for impl in IMPLS}
+    calls = {
+      impl: max(1, math.ceil(args.min_time / max(run(1), 1e-6)))
+      for impl, (run, _) in compiled.items()
+    }
+    times = {impl: [] for impl in IMPLS}
+    for r in range(args.repeats):
+      for impl in IMPLS if r % 2 == 0 else IMPLS[::-1]:
+        times[impl].append(compiled[impl][0](calls[impl]) / calls[impl])
+    result = {
+      impl: (compiled[impl][1], statistics.median(times[impl])) for impl in IMPLS
+    }  # (compile s, median s per call) of alternating rounds
     auto = auto_pick(conv, jax.default_backend())
     best = min(IMPLS, key=lambda impl: result[impl][1])
     count = len(conv.names)
@@ -177,7 +175,7 @@ def conv_table(size, width, stem, batch, in_channels, args):
   return common.table([*header, 'auto', 'best'], rows), total['best'] / total['auto']
 
 
-def conv_mode(args):
+def conv_mode(args: argparse.Namespace):
   import jax
 
   configs = parse_sizes(args.sizes or str(args.image_size), args)
@@ -253,9 +251,7 @@ MODE_FLAGS = (  # (mode, flag, type, default, help)
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(
-    prog='python -m benchmarks.bench_conv', description=common.description(__doc__)
-  )
+  parser = common.parser('bench_conv', __doc__)
   parser.add_argument('--pool', action='store_true', help="the stem's max pool, not convolutions")
   parser.add_argument('--batch', type=int, help='images per call (default 64; --pool: 256)')
   owners = common.mode_flags(parser, MODE_FLAGS)
@@ -264,8 +260,7 @@ def main(argv=None):
   if args.stem not in STEMS or args.dtype not in ('bfloat16', 'float32'):
     common.fail(f'--stem: one of {STEMS}; --dtype: bfloat16 or float32')
   args.batch = args.batch or (256 if args.pool else 64)
-  print(common.environment())
-  print(common.command_line('bench_conv', argv))
+  common.command_line('bench_conv', argv)
   if args.pool:
     pool_mode(args)
   else:

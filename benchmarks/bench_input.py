@@ -9,7 +9,6 @@ The fixture goes to WORKDIR/files (one there is read, not changed).
 Reference: docs/performance.md.
 """
 
-import argparse
 import contextlib
 import functools
 import os
@@ -53,15 +52,8 @@ def feed(args, workdir):
         batching.train_batch(split, args.batch, 0, step, workers=workers)
       rate = args.gather_steps * args.batch / (time.perf_counter() - start)
       needs = ', '.join(f'{t} {n * workers / rate:.0f}' for t, n in NEEDED.items())
-      rows.append(
-        [
-          workers,
-          f'{rate:,.0f}',
-          f'{rate / workers:,.0f}',
-          f'{rate * size**2 * 3 / 1e9:.2f}',
-          needs,
-        ]
-      )
+      gbps = rate * size**2 * 3 / 1e9
+      rows.append([workers, f'{rate:,.0f}', f'{rate / workers:,.0f}', f'{gbps:.2f}', needs])
   finally:
     if not args.keep:
       os.remove(path)
@@ -145,31 +137,24 @@ def folder_bytes(path):
   return sum(os.stat(os.path.join(d, f)).st_blocks * 512 for d, _, names in walk for f in names)
 
 
-def fixture(manual_dir, args, phases):
-  """Whether this run generated the fixture in `manual_dir`: a fixture (or CelebA) there is read
-  as it is; a folder holding other files is refused (one line)."""
-  if os.path.exists(os.path.join(manual_dir, celeba.PARTITION)):
-    print(f'reading the fixture in {manual_dir} (not changed)', flush=True)
-    return False
-  if os.path.exists(manual_dir) and os.listdir(manual_dir):
-    common.fail(f'--workdir: {manual_dir} holds files but no fixture; give another --workdir')
-  with phases.phase('generate fixture (not part of a load)', args.images):
-    celeba_fixture.generate(
-      manual_dir,
-      args.identities,
-      args.max_images,
-      seed=0,
-      images=args.images,
-      progress=lambda done, total: print(f'  generated {done}/{total}', flush=True),
-    )
-  return True
-
-
 def measure(args, workdir, phases):
   from input_pipeline import batching  # JAX: not for --help
 
   manual_dir = os.path.join(workdir, 'files')
-  generated = fixture(manual_dir, args, phases)
+  # A fixture (or CelebA) there is read as it is; a folder holding other files is refused.
+  generated = not os.path.exists(os.path.join(manual_dir, celeba.PARTITION))
+  if not generated:
+    print(f'reading the fixture in {manual_dir} (not changed)', flush=True)
+  elif os.path.exists(manual_dir) and os.listdir(manual_dir):
+    common.fail(f'--workdir: {manual_dir} holds files but no fixture; give another --workdir')
+  else:
+
+    def progress(done, total):
+      print(f'  generated {done}/{total}', flush=True)
+
+    with phases.phase('generate fixture (not part of a load)', args.images):
+      kwargs = dict(seed=0, images=args.images, progress=progress)
+      celeba_fixture.generate(manual_dir, args.identities, args.max_images, **kwargs)
   scratch = tempfile.mkdtemp(prefix='bench_input_', dir=workdir)  # this run's TFDS and cache
   try:
     config = celeba_config.get_config('smoke')
@@ -218,9 +203,7 @@ def measure(args, workdir, phases):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(
-    prog='python -m benchmarks.bench_input', description=common.description(__doc__)
-  )
+  parser = common.parser('bench_input', __doc__)
   parser.add_argument('--workdir', help='the fixture goes to WORKDIR/files (default: a temp dir)')
   parser.add_argument('--full', action='store_true', help="CelebA's size: 202,599 images")
   parser.add_argument('--images', type=int, help='images of the fixture (default: random counts)')
@@ -243,7 +226,7 @@ def main(argv=None):
       '--identities, --max-images, --image-size, --batch and --gather-steps must be positive, '
       '--images at least --identities'
     )
-  print(common.command_line('bench_input', argv))
+  common.command_line('bench_input', argv, None)
   workdir = args.workdir or tempfile.mkdtemp(prefix='bench_input_')
   created = args.workdir is None or not os.path.exists(workdir)
   os.makedirs(workdir, exist_ok=True)

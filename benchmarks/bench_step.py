@@ -7,7 +7,6 @@ its device time goes (profile). Reference: docs/performance.md "The benchmark sc
   python -m benchmarks.bench_step --mode determinism --steps 2 --windows 2   # CPU: 64^2
 """
 
-import argparse
 import collections
 import functools
 import glob
@@ -224,14 +223,12 @@ def step_mode(args, config):
   f = common.fmt
   mfu = f'{f(xla and peak and xla / s / peak, ".1%")} / {f(peak and analytic / s / peak, ".1%")}'
   gflop = f'{f(xla and xla * 1e3, ".1f")} / {analytic * 1e3:.1f}'
+  windows = f'{args.windows} windows x {args.steps} steps'
   rows = [
     ('config', f'{model_line(bench)}, {bench.num_params:,} params'),
     ('numerics', f'{numerics_line(c, bench.conv_impl, d.platform)}, executed format {fmt}'),
     ('compile (lower+compile)', f'{bench.compile_s:.1f} s'),
-    (
-      'ms/step (median; min-max)',
-      f'{common.spread(times)}, {args.windows} windows x {args.steps} steps',
-    ),
+    ('ms/step (median; min-max)', f'{common.spread(times)}, {windows}'),
     ('images/s', f'{c.batch_size / s:.1f}'),
     ('GFLOP/step: XLA cost analysis / analytic 6xMACs', gflop),
     ('achieved TFLOP/s: XLA / analytic', f'{f(xla and xla / s, ".3f")} / {analytic / s:.3f}'),
@@ -377,12 +374,8 @@ def determinism_table(bench, results, args):
     ops = ', '.join(f'{k} {n}' for k, n in sorted(v['ops'].items())) or 'none'
     row = [name, common.spread(v['times']), f'{ips[name]:.1f}', ops]
     rows.append(row + ['yes' if v['repeats'] else 'no', f'{v["compile_s"]:.1f}'])
-  header = [
-    OPTION,
-    'ms/step (median; min-max)',
-    'images/s',
-    'scatter/sort ops in the compiled step',
-  ]
+  ops_header = 'scatter/sort ops in the compiled step'
+  header = [OPTION, 'ms/step (median; min-max)', 'images/s', ops_header]
   header += [f'{args.repeat_steps} steps repeat bit for bit', 'compile s']
   numerics = numerics_line(c, bench.conv_impl, bench.devices[0].platform)
   title = f'{model_line(bench)}, {numerics}; {common.windows(args)}\n'
@@ -488,33 +481,6 @@ def feed_mode(args, config):
 CELEBA_TRAIN, CELEBA_TEST = 162_038, 40_561
 
 
-def time_saves(bench, mngr, repeats, steps_during):
-  """{'sync', 'total', 'step_while_writing'} seconds of `repeats` epoch-end saves."""
-  import jax
-
-  from trainer import checkpoint
-
-  def save():
-    step = int(jax.device_get(bench.state['step']))
-    checkpoint.save(mngr, step, {'status': 'running', 'step': step}, bench.state)
-
-  out = {'sync': [], 'total': [], 'step_while_writing': []}
-  save()
-  for _ in range(repeats):
-    bench.run(1)  # a new step to save
-    checkpoint.wait(mngr)
-    start = time.perf_counter()
-    save()
-    out['sync'].append(time.perf_counter() - start)
-    checkpoint.wait(mngr)
-    out['total'].append(time.perf_counter() - start)
-    bench.run(1)
-    save()
-    out['step_while_writing'].append(bench.run(steps_during) / steps_during)
-  checkpoint.wait(mngr)
-  return out
-
-
 def epoch_mode(args, config):
   import jax
 
@@ -540,9 +506,27 @@ def epoch_mode(args, config):
   evaluate()  # compiles
   times['eval'] = timeit.repeat(evaluate, repeat=args.repeats, number=1)
   with tempfile.TemporaryDirectory(prefix='bench_step_') as workdir:
-    mngr = checkpoint.manager(workdir, keep=2)
+    mngr, during = checkpoint.manager(workdir, keep=2), min(args.steps, ctx.per_epoch)
+
+    def save():
+      step = int(jax.device_get(bench.state['step']))
+      checkpoint.save(mngr, step, {'status': 'running', 'step': step}, bench.state)
+
+    times.update(sync=[], total=[], step_while_writing=[])  # seconds of epoch-end saves
     try:
-      times.update(time_saves(bench, mngr, args.repeats, min(args.steps, ctx.per_epoch)))
+      save()
+      for _ in range(args.repeats):
+        bench.run(1)  # a new step to save
+        checkpoint.wait(mngr)
+        start = time.perf_counter()
+        save()
+        times['sync'].append(time.perf_counter() - start)
+        checkpoint.wait(mngr)
+        times['total'].append(time.perf_counter() - start)
+        bench.run(1)
+        save()
+        times['step_while_writing'].append(bench.run(during) / during)
+      checkpoint.wait(mngr)
     finally:
       checkpoint.close(mngr)
   med = {name: statistics.median(t) for name, t in times.items()}
@@ -691,11 +675,8 @@ def profile_mode(args, config):
     with gzip.open(find_trace(trace_dir), 'rt') as f:
       data = json.load(f)
     if args.trace_dir:  # through runrecord/files.py, beside earlier runs' traces
-      names = [
-        os.path.relpath(p, trace_dir)
-        for p in glob.glob(os.path.join(trace_dir, '**'), recursive=True)
-        if os.path.isfile(p)
-      ]
+      paths = glob.glob(os.path.join(trace_dir, '**'), recursive=True)
+      names = [os.path.relpath(p, trace_dir) for p in paths if os.path.isfile(p)]
 
       def write(staging):
         shutil.copytree(trace_dir, staging, dirs_exist_ok=True)
@@ -722,12 +703,8 @@ def profile_mode(args, config):
     + [f'{us / 1e3:.3f}', f'{us / total:.1%}']
     for n, us in s['by_kernel'].most_common(args.top)
   ]
-  common.report(
-    '',
-    [f'top {args.top} kernels', 'category', 'calls/step', 'ms/step', 'share'],
-    rows,
-    f'device_busy_fraction={s["busy"] / s["span"]:.4f}',
-  )
+  header = [f'top {args.top} kernels', 'category', 'calls/step', 'ms/step', 'share']
+  common.report('', header, rows, f'device_busy_fraction={s["busy"] / s["span"]:.4f}')
 
 
 MODES = dict(step=step_mode, emulate=emulate_mode, determinism=determinism_mode, feed=feed_mode)
@@ -747,17 +724,14 @@ MODE_FLAGS = (  # (mode, flag, type, default, help)
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(
-    prog='python -m benchmarks.bench_step', description=common.description(__doc__)
-  )
+  parser = common.parser('bench_step', __doc__)
   parser.add_argument('--mode', default='step', choices=tuple(MODES), help='what is measured')
   common.add_step_args(parser)
   owners = common.mode_flags(parser, [(f'--mode {mode}', *rest) for mode, *rest in MODE_FLAGS])
   # --mode emulate resolves each variant's config itself
   args, config = common.parse_step_config(parser, argv, resolve=lambda a: a.mode != 'emulate')
   common.refuse_other_modes(parser, args, owners, f'--mode {args.mode}')
-  print(common.environment())
-  print(common.command_line('bench_step', argv))
+  common.command_line('bench_step', argv)
   MODES[args.mode](args, config)
 
 

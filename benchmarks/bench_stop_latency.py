@@ -8,7 +8,6 @@ CPU load, steps in flight bounded (trainer/process.py STEPS_IN_FLIGHT) and not; 
 Reference: docs/performance.md "The benchmark scripts".
 """
 
-import argparse
 import json
 import os
 import random
@@ -38,27 +37,6 @@ CONFIGS = ['configs/digits.py:study', 'configs/digits.py:study,model.width=0.5,d
 START_STEP = 3  # the signal's clock starts once the device has finished this step
 
 
-def signal_later(outputs, per_epoch, rng, sent):
-  """A thread: once the device has finished step START_STEP (its watch output, in `outputs`, is
-  ready), time the next two, wait a uniform fraction of an epoch of steps, send SIGTERM; `sent`
-  gets (time, steps done, steps timed, their seconds)."""
-
-  def finished(step):
-    while len(outputs) < step:  # appended by the loop's thread: atomic under the GIL
-      time.sleep(0.002)
-    outputs[step - 1].block_until_ready()
-    return time.time()
-
-  def send():
-    first = finished(START_STEP)
-    time.sleep(rng.uniform(0, per_epoch) * (finished(START_STEP + 2) - first) / 2)
-    now, done = time.time(), sum(o.is_ready() for o in list(outputs))
-    sent.append((now, done, done - START_STEP, now - first))
-    os.kill(os.getpid(), signal.SIGTERM)
-
-  threading.Thread(target=send, daemon=True).start()
-
-
 def trial(config, per_epoch, limit, rng):
   """One signalled run (train.watch recording each step's output, STEPS_IN_FLIGHT = limit):
   {'seconds', 'steps_after', 'evaluated_after', 'images_per_s'}."""
@@ -75,10 +53,23 @@ def trial(config, per_epoch, limit, rng):
 
     return recording, bad
 
+  def finished(step):  # when the device finished `step` (its watch output is ready)
+    while len(outputs) < step:  # appended by the loop's thread: atomic under the GIL
+      time.sleep(0.002)
+    outputs[step - 1].block_until_ready()
+    return time.time()
+
+  def send():  # after step START_STEP, time two, wait a uniform fraction of an epoch, SIGTERM
+    first = finished(START_STEP)
+    time.sleep(rng.uniform(0, per_epoch) * (finished(START_STEP + 2) - first) / 2)
+    now, done = time.time(), sum(o.is_ready() for o in list(outputs))
+    sent.append((now, done, done - START_STEP, now - first))  # steps timed, their seconds
+    os.kill(os.getpid(), signal.SIGTERM)
+
   shipped, train.watch, process.STEPS_IN_FLIGHT = process.STEPS_IN_FLIGHT, watch, limit
   try:
     with tempfile.TemporaryDirectory() as workdir:
-      signal_later(outputs, per_epoch, rng, sent)
+      threading.Thread(target=send, daemon=True).start()
       try:
         train.train_and_evaluate(config, workdir)
         raise RuntimeError('the run ended before the signal: raise num_epochs')
@@ -128,18 +119,6 @@ def resolved(spec, epochs=100):
     common.fail(f'--configs {spec}: {e}')
 
 
-def cell(results):
-  """'steps median / max | seconds median / max | evaluations | images/s' of one setting."""
-  seconds = [r['seconds'] for r in results]
-  steps = [r['steps_after'] for r in results]
-  rates = [r['images_per_s'] for r in results if r['images_per_s']]
-  return (
-    f'{statistics.median(steps):g} / {max(steps)} | {statistics.median(seconds):.2f} / '
-    f'{max(seconds):.2f} | {sum(r["evaluated_after"] for r in results)} | '
-    f'{common.fmt(statistics.median(rates) if rates else None, ".0f")}'
-  )
-
-
 def stop_latency(args, argv):
   os.environ.setdefault('JAX_PLATFORMS', 'cpu')  # before JAX loads
   import jax
@@ -155,8 +134,7 @@ def stop_latency(args, argv):
     numerics_setup.configure(config)  # one process: every config must need the same XLA flags
   jax.config.update('jax_compilation_cache_dir', os.path.join(REPO, '.jax_cache'))
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
-  print(common.environment())
-  print(common.command_line('bench_stop_latency', argv))
+  common.command_line('bench_stop_latency', argv)
   shipped = process.STEPS_IN_FLIGHT
   flights = [shipped if v == 'shipped' else None if v == 'none' else int(v) for v in args.in_flight]
   header = ['config', 'step (s)', 'CPU hogs', 'trials']
@@ -181,8 +159,17 @@ def stop_latency(args, argv):
           hog.wait()
       rates = [r['images_per_s'] for r in results[0] if r['images_per_s']]
       step_s = config.batch_size / statistics.median(rates) if rates else float('nan')
-      cells = ' | '.join(cell(r) for r in results)
-      print(f'| {spec} | {step_s:.3f} | {load} | {args.trials} | {cells} |', flush=True)
+      cells = []  # per setting: steps median / max | seconds median / max | evaluations | images/s
+      for setting in results:
+        seconds = [r['seconds'] for r in setting]
+        steps = [r['steps_after'] for r in setting]
+        rates = [r['images_per_s'] for r in setting if r['images_per_s']]
+        cells.append(
+          f'{statistics.median(steps):g} / {max(steps)} | {statistics.median(seconds):.2f} / '
+          f'{max(seconds):.2f} | {sum(r["evaluated_after"] for r in setting)} | '
+          f'{common.fmt(statistics.median(rates) if rates else None, ".0f")}'
+        )
+      print(f'| {spec} | {step_s:.3f} | {load} | {args.trials} | {" | ".join(cells)} |', flush=True)
   print(f'bound: steps after the signal <= STEPS_IN_FLIGHT + 1 = {shipped + 1}')
   if args.throughput_rounds:
     config = resolved(args.configs[0], args.throughput_epochs)
@@ -248,9 +235,7 @@ MODE_FLAGS = (  # (mode, flag, type, default, help)
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(
-    prog='python -m benchmarks.bench_stop_latency', description=common.description(__doc__)
-  )
+  p = common.parser('bench_stop_latency', __doc__)
   p.add_argument('--resume-metrics', metavar='WORKDIR', help='resume a run of this folder')
   owners = common.mode_flags(p, MODE_FLAGS)
   common.mode_flag(p, owners, STOP, '--configs', nargs='+', default=CONFIGS, help='config specs')

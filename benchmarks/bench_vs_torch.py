@@ -7,7 +7,6 @@ Reference: docs/performance.md "The benchmark scripts".
   python -m benchmarks.bench_vs_torch --image-size 224 --batch 256 --compute-dtype bfloat16   # GPU
 """
 
-import argparse
 import statistics
 import time
 import traceback
@@ -31,18 +30,12 @@ def torch_resnet(bottleneck=False, blocks=(2, 2, 2, 2), num_classes=1000, width=
     def __init__(self, cin, c, stride):
       super().__init__()
       out = c * self.expansion
-      if bottleneck:
-        self.conv1 = nn.Conv2d(cin, c, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(c)
-        self.conv2 = nn.Conv2d(c, c, 3, stride, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(c)
-        self.conv3 = nn.Conv2d(c, out, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(out)
-      else:
-        self.conv1 = nn.Conv2d(cin, c, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(c)
-        self.conv2 = nn.Conv2d(c, c, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(c)
+      convs = [(cin, c, 3, stride, 1), (c, c, 3, 1, 1)]  # (in, out, kernel, stride, padding)
+      if bottleneck:  # torchvision's v1.5: the stride on the 3x3
+        convs = [(cin, c, 1, 1, 0), (c, c, 3, stride, 1), (c, out, 1, 1, 0)]
+      for i, (a, b, k, s, p) in enumerate(convs, 1):
+        setattr(self, f'conv{i}', nn.Conv2d(a, b, k, s, p, bias=False))
+        setattr(self, f'bn{i}', nn.BatchNorm2d(b))
       self.relu = nn.ReLU(inplace=True)
       self.downsample = None
       if stride != 1 or cin != out:
@@ -188,9 +181,7 @@ def compare(args, config):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(
-    prog='python -m benchmarks.bench_vs_torch', description=common.description(__doc__)
-  )
+  parser = common.parser('bench_vs_torch', __doc__)
   common.add_step_args(parser)
   parser.add_argument(
     '--torch-device', default='', help="torch's device (default: cuda where there is one)"
@@ -198,13 +189,8 @@ def main(argv=None):
   parser.add_argument('--no-compile', action='store_true', help='skip torch.compile')
   args, config = common.parse_step_config(parser, argv)
   native = {config.numerics.conv_format, config.numerics.dense_format} == {'native'}
-  if (
-    config.model.name not in REFERENCES
-    or config.model.stem != 'imagenet'
-    or not native
-    or config.data.flip
-    or args.devices > 1
-  ):
+  plain = native and config.model.stem == 'imagenet' and not config.data.flip and args.devices <= 1
+  if config.model.name not in REFERENCES or not plain:
     common.fail(
       f'bench_vs_torch compares a model with a PyTorch reference ({", ".join(REFERENCES)}), '
       "native, with the ImageNet stem, on one device: model.stem 'imagenet', native product "
@@ -214,10 +200,8 @@ def main(argv=None):
   import torch
 
   cuda = f', {torch.cuda.get_device_name(0)}' if torch.cuda.is_available() else ''
-  print(
-    f'{common.environment()} | torch {torch.__version__}, threads {torch.get_num_threads()}{cuda}'
-  )
-  print(common.command_line('bench_vs_torch', argv))
+  torch_line = f'torch {torch.__version__}, threads {torch.get_num_threads()}{cuda}'
+  common.command_line('bench_vs_torch', argv, f'{common.environment()} | {torch_line}')
   compare(args, config)
 
 

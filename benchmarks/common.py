@@ -3,6 +3,7 @@ windows, tables, flags of one mode, and the step benchmarks' command line.
 Reference: docs/performance.md "The benchmark scripts".
 """
 
+import argparse
 import os
 import platform as platform_lib
 import statistics
@@ -16,9 +17,10 @@ from configs import validation
 from trainer import process
 
 
-def description(doc: str) -> str:
-  """A command's --help description: its docstring's first paragraph, whole."""
-  return ' '.join(doc.split('\n\n')[0].split())
+def parser(module: str, doc: str) -> argparse.ArgumentParser:
+  """`python -m benchmarks.<module>`'s parser, described by its docstring's first paragraph."""
+  text = ' '.join(doc.split('\n\n')[0].split())
+  return argparse.ArgumentParser(prog=f'python -m benchmarks.{module}', description=text)
 
 
 def fail(message: str) -> NoReturn:
@@ -58,10 +60,14 @@ def environment() -> str:
   )
 
 
-def command_line(module: str, argv: Sequence[str] | None) -> str:
-  """'command: python -m benchmarks.<module> <arguments>' (argv None: this process's)."""
-  args = sys.argv[1:] if argv is None else argv
-  return f'command: python -m benchmarks.{module} ' + ' '.join(args)
+def command_line(module: str, argv: Sequence[str] | None, first: str | None = '') -> None:
+  """Prints `first` (default environment(); None: nothing), then 'command: python -m
+  benchmarks.<module> <arguments>' (argv None: this process's)."""
+  if first is not None:
+    print(first or environment())
+  print(
+    f'command: python -m benchmarks.{module} ' + ' '.join(sys.argv[1:] if argv is None else argv)
+  )
 
 
 def alternate(runners: Mapping[Any, Callable[[int], float]], args) -> dict[Any, list[float]]:

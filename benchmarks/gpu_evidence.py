@@ -7,7 +7,6 @@ only=4-7`). Reference: docs/performance.md "The GPU evidence".
   python -m benchmarks.gpu_evidence --smoke --out /tmp/evidence   # every part, toy size, CPU
 """
 
-import argparse
 import collections
 import contextlib
 import csv
@@ -191,17 +190,12 @@ def runs_line(root, seeds=None):
 def replicate_line(root_a, root_b):
   """Same-seed pairs of two roots: bit-identical final states, equal accuracies, largest gap."""
   a, b = records(root_a), records(root_b)
-  pairs = [
-    (a[k], b[k])
-    for k in sorted(a.keys() & b.keys())
-    if a[k] and b[k] and a[k].get('status') == b[k].get('status') == 'completed'
-  ]
+  both = [k for k in sorted(a.keys() & b.keys()) if a[k] and b[k]]
+  pairs = [(a[k], b[k]) for k in both if a[k].get('status') == b[k].get('status') == 'completed']
   if not pairs:
     return 'no completed same-seed pair'
-  same = sum(
-    x.get('state_digest') is not None and x['state_digest'] == y.get('state_digest')
-    for x, y in pairs
-  )
+  digests = [(x.get('state_digest'), y.get('state_digest')) for x, y in pairs]
+  same = sum(d is not None and d == e for d, e in digests)
   gaps = [abs(x['final']['test_accuracy'] - y['final']['test_accuracy']) * 100 for x, y in pairs]
   return (
     f'{len(pairs)} same-seed pairs: bit-identical final states {same}, equal test '
@@ -218,9 +212,8 @@ def study_spec(ctx, seeds, only=None, extra=''):
 
 def planned(root):
   """The toy size's headline: how many runs the dry run planned (its command list)."""
-  return (
-    f'dry run: {len(read(os.path.join(root, runner.COMMANDS_FILE)).splitlines())} run(s) planned'
-  )
+  planned = len(read(os.path.join(root, runner.COMMANDS_FILE)).splitlines())
+  return f'dry run: {planned} run(s) planned'
 
 
 def sweep(ctx, label, spec, root, parallel, seeds=None):
@@ -442,10 +435,8 @@ def run_part(part, out, smoke, part_minutes):
       if failure and missing:
         failure += f'; missing module {missing[-1]} (No module named {missing[-1]})'
       seconds, command = round(time.time() - began, 1), ' '.join(step.argv)
-      status['commands'].append(
-        dict(label=step.label, exit_code=code, seconds=seconds, command=command)
-        | {'criterion': failure or 'met'}
-      )
+      ran = dict(label=step.label, exit_code=code, seconds=seconds, command=command)
+      status['commands'].append({**ran, 'criterion': failure or 'met'})
       if failure:
         status['status'] = 'timed out' if code is None else f'failed: {step.label}: {failure}'
         break
@@ -531,10 +522,10 @@ def pack(out, path):
 
 
 # A slot of device time: a fresh machine's start-up (counted once), then calls of at most
-# CALL_MINUTES each, each paying CALL_OVERHEAD_MINUTES (transfer, wheels, Python and JAX start).
+# CALL_MINUTES each, each paying OVERHEAD (transfer, wheels, Python and JAX start).
 STARTUP_MINUTES = 3.0
 CALL_MINUTES = 9.0  # a device command ends at 10 minutes: a call's overhead and parts stay under 9
-CALL_OVERHEAD_MINUTES = 0.5
+OVERHEAD = 0.5  # minutes
 Call = collections.namedtuple('Call', 'parts minutes')  # minutes: overhead + the parts'
 Plan = collections.namedtuple('Plan', 'calls later too_long total budget startup overhead limit')
 
@@ -546,13 +537,7 @@ def by_priority(parts, priority):
 
 
 def make_plan(
-  parts,
-  priority,
-  budget,
-  done=(),
-  startup=STARTUP_MINUTES,
-  limit=CALL_MINUTES,
-  overhead=CALL_OVERHEAD_MINUTES,
+  parts, priority, budget, done=(), startup=STARTUP_MINUTES, limit=CALL_MINUTES, overhead=OVERHEAD
 ):
   """The Plan of a `budget`-minute slot for the `parts` not `done`: in priority order, each joins
   the current call if it fits there and in the budget, else opens the next call if that fits,
@@ -602,30 +587,6 @@ def describe(plan, out, smoke=False):
   return lines
 
 
-def parse_args(argv):
-  p = argparse.ArgumentParser(
-    prog='python -m benchmarks.gpu_evidence', description=common.description(__doc__)
-  )
-  p.add_argument('--list', action='store_true', help='each part and its minutes on an H100')
-  p.add_argument('--budget', type=float, metavar='MIN', help='plan a MIN-minute slot; runs nothing')
-  p.add_argument('--part', help="'all' or part names, comma-separated, run in that order")
-  p.add_argument('--out', help='the evidence folder (one per machine)')
-  p.add_argument('--smoke', action='store_true', help='toy sizes on CPU (every part by default)')
-  p.add_argument('--force', action='store_true', help='run parts already completed again')
-  stop = 'a part still running after this is stopped (default %(default)s)'
-  p.add_argument('--part-minutes', type=float, default=PART_MINUTES, help=stop)
-  p.add_argument('--call-minutes', type=float, help='start only parts expected to end within it')
-  p.add_argument(
-    '--pack', metavar='FILE', help='write --out there as a .tar.gz, no training states'
-  )
-  args = p.parse_args(argv)
-  for name in ('budget', 'part_minutes', 'call_minutes'):
-    value = getattr(args, name)
-    if value is not None and not 0 <= value < float('inf'):
-      common.fail(f'--{name.replace("_", "-")}={value}: give a number of minutes, 0 or more')
-  return args
-
-
 def parts_named(names):
   """'all' (by PRIORITY) or comma-separated names, in the order given; one line on a bad one."""
   known = {p.name: p for p in PARTS}
@@ -640,7 +601,22 @@ def parts_named(names):
 
 
 def main(argv=None):
-  args = parse_args(argv)
+  p = common.parser('gpu_evidence', __doc__)
+  p.add_argument('--list', action='store_true', help='each part and its minutes on an H100')
+  p.add_argument('--budget', type=float, metavar='MIN', help='plan a MIN-minute slot; runs nothing')
+  p.add_argument('--part', help="'all' or part names, comma-separated, run in that order")
+  p.add_argument('--out', help='the evidence folder (one per machine)')
+  p.add_argument('--smoke', action='store_true', help='toy sizes on CPU (every part by default)')
+  p.add_argument('--force', action='store_true', help='run parts already completed again')
+  stop = 'a part still running after this is stopped (default %(default)s)'
+  p.add_argument('--part-minutes', type=float, default=PART_MINUTES, help=stop)
+  p.add_argument('--call-minutes', type=float, help='start only parts expected to end within it')
+  p.add_argument('--pack', metavar='FILE', help='pack --out into a .tar.gz, no training states')
+  args = p.parse_args(argv)
+  for name in ('budget', 'part_minutes', 'call_minutes'):
+    value = getattr(args, name)
+    if value is not None and not 0 <= value < float('inf'):
+      common.fail(f'--{name.replace("_", "-")}={value}: give a number of minutes, 0 or more')
   if args.list:
     for p in PARTS:
       print(f'{p.name:30s} {p.minutes:4.1f} min  {p.what}')
