@@ -28,18 +28,6 @@ def numerics_state(d):
   return f"the numerics part's 95% CI {n} includes 0{where}"
 
 
-def interaction_state(d):
-  """The interaction N_A − N_B in words when its 95% CI excludes 0, else ''."""
-  if not d.flags.interaction_shown:
-    return ''
-  a, b = d.platforms
-  return (
-    f'the numerics part differs between the platforms (N_A − N_B '
-    f'{signed(d.N_interaction.estimate)} {ci95(d.N_interaction)}: '
-    f'{signed(d.N_A.estimate)} on {a}, {signed(d.N_B.estimate)} on {b}; N is their mean)'
-  )
-
-
 def carriers(d):
   """What carries the residual R = fid_A − fid_B + P, in words."""
   (a, b), (ea, eb) = d.platforms, d.profiles
@@ -90,21 +78,6 @@ def holm_text(d):
   return f', Holm over the {k} pairs compared' if k > 1 else ''
 
 
-def rank_text(d):
-  """The signed-rank test beside the t-interval: its p and the seeds' signs."""
-  k = d.pairs_compared
-  p = pval(d.G_signed_rank_p_holm if k > 1 else d.G_signed_rank_p)
-  can = (
-    ''
-    if d.G_signed_rank_attainable * k < inference.ALPHA
-    else f'; at {d.seeds} seeds it cannot reach {inference.ALPHA:g}'
-  )
-  return (
-    f'exact signed-rank p {p}{holm_text(d)}, {d.G_seeds_positive} of {d.seeds} '
-    f'seeds above 0 and {d.G_seeds_negative} below{can}'
-  )
-
-
 def gap_state(d, unit):
   """Whether the gap is shown (paired t, with its Holm p over several pairs) and within ±m."""
   m, g90 = d.margin, ci90(d.G_tost)
@@ -131,7 +104,17 @@ def why(d, unit):
   """Why the decomposition `d` (analysis/attribution.py judge_family) got its verdict."""
   text = gap_state(d, unit)
   if d.verdict == 'tests disagree' or d.flags.rank_shown != d.flags.gap_shown:
-    text += f'; {rank_text(d)}'
+    k = d.pairs_compared
+    p = pval(d.G_signed_rank_p_holm if k > 1 else d.G_signed_rank_p)
+    can = (
+      ''
+      if d.G_signed_rank_attainable * k < inference.ALPHA
+      else f'; at {d.seeds} seeds it cannot reach {inference.ALPHA:g}'
+    )
+    text += (
+      f'; exact signed-rank p {p}{holm_text(d)}, {d.G_seeds_positive} of {d.seeds} '
+      f'seeds above 0 and {d.G_seeds_negative} below{can}'
+    )
   if d.verdict == 'tests disagree':
     return text + ': the t-interval and the signed-rank test disagree on whether there is a gap'
   if d.verdict == 'gap within margin':
@@ -142,7 +125,14 @@ def why(d, unit):
   if d.flags.numerics_shown:
     reaches = 'reaches' if d.flags.share_reaches else 'is below'
     parts.append(f"the share's lower 95% bound {reaches} the minimum {d.min_share:g}")
-  parts += [residual_state(d, unit), interaction_state(d)]
+  parts.append(residual_state(d, unit))
+  if d.flags.interaction_shown:
+    parts.append(
+      f'the numerics part differs between the platforms (N_A − N_B '
+      f'{signed(d.N_interaction.estimate)} {ci95(d.N_interaction)}: '
+      f'{signed(d.N_A.estimate)} on {d.platforms[0]}, {signed(d.N_B.estimate)} on '
+      f'{d.platforms[1]}; N is their mean)'
+    )
   return '; '.join(p for p in parts if p) + (f' (open: {d.open})' if d.open else '')
 
 
@@ -397,40 +387,30 @@ def settings_clause(out):
   return '; '.join(parts)
 
 
-def churn_clause(out):
-  """By how much the settings changed the model: their churn against two seeds'."""
-  table = out.agreement.table if out.agreement else None
-  read = agreement.against_seeds(table) if table is not None and not table.empty else None
-  if read is None:
-    return ''
-  return (
-    f'by churn, {read.changed} of {read.rows} settings changed the model: '
-    f'{read.low:.2g}–{read.high:.2g} % of the test predictions differ from the '
-    f"reference arm's, {read.ratio_low:.2g}–{read.ratio_high:.2g} × the "
-    f'{read.base} between two seeds of one arm ({agreement.seed_verdict(read)})'
-  )
-
-
-def gap_clause(out):
-  """The question's pair and its verdict, '' without a decomposition."""
-  att = out.attribution
-  if not att or not att.decomposition:
-    return ''
-  d = att.decomposition[0]
-  return (
-    f'{pair_name(d)}: {d.verdict} (G {signed(d.G.estimate)} {ci95(d.G)} {out.unit} at '
-    f'±{d.margin:g} {out.unit})'
-  )
-
-
 def sentence(out):
   """'**Answer.** …' in one sentence: the gap of the question's pair."""
   platforms = sorted(out.software.platforms)
   where = f'on {listed(platforms)}, ' if platforms else ''
   settings = settings_clause(out)
-  parts = [
-    p for p in (gap_clause(out), (where + settings) if settings else '', churn_clause(out)) if p
-  ]
+  att, agree = out.attribution, out.agreement
+  d = att.decomposition[0] if att and att.decomposition else None
+  gap_text = (
+    f'{pair_name(d)}: {d.verdict} (G {signed(d.G.estimate)} {ci95(d.G)} {out.unit} at '
+    f'±{d.margin:g} {out.unit})'
+    if d
+    else ''
+  )
+  table = agree.table if agree else None
+  read = agreement.against_seeds(table) if table is not None and not table.empty else None
+  churn = (
+    f'by churn, {read.changed} of {read.rows} settings changed the model: '
+    f'{read.low:.2g}–{read.high:.2g} % of the test predictions differ from the '
+    f"reference arm's, {read.ratio_low:.2g}–{read.ratio_high:.2g} × the "
+    f'{read.base} between two seeds of one arm ({agreement.seed_verdict(read)})'
+    if read is not None
+    else ''
+  )
+  parts = [p for p in (gap_text, (where + settings) if settings else '', churn) if p]
   if not parts:
     return '**Answer.** Nothing to answer: no two arms with n ≥ 2 each were compared.'
   return f'**Answer.** {"; ".join(parts)}.'
