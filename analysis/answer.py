@@ -300,29 +300,6 @@ def gap_note(out):
   )
 
 
-def variance_line(section, unit, labels=None):
-  """'**Variance between runs** of native (3 init × 3 ...): init 62 % (sd 1.1 pp)."""
-  labels = labels or {}
-  lines = []
-  table = section.variance if section is not None else None
-  if table is not None and not table.empty:
-    for arm, group in table.groupby('arm', sort=False):
-      parts = [
-        f'{r["component"]} {num(r["share_pct"], 0)} % (sd {num(r["sd"], 2)} {unit}'
-        + (', truncated at 0' if r['truncated'] else '')
-        + ')'
-        for _, r in group.iterrows()
-      ]
-      lines.append(
-        f'**Variance between runs** of {labels.get(arm, arm)} ({report.variance_design(group)}): '
-        + ', '.join(parts)
-        + '; intervals in "Where the variance comes from" below.'
-      )
-  for note in section.variance_notes if section is not None else []:
-    lines.append(f'**Variance between runs**: no split for {note}.')
-  return lines
-
-
 def row_name(r, several):
   """'bf16 activations' (or 'gpu: bf16 activations' with several platforms; 'A − B' unlabelled)."""
   name = (
@@ -632,7 +609,23 @@ def scope_lines(out):
 def answer_lines(out):
   """The one-page answer (Markdown lines) of an analyse.Analysis."""
   agreement = [] if not out.agreement else ['', out.agreement.summary]
-  split = variance_line(out.agreement, out.unit, stats.arm_short_labels(out))
+  section, unit, labels, split = out.agreement, out.unit, stats.arm_short_labels(out), []
+  table = section.variance if section is not None else None
+  if table is not None and not table.empty:
+    for arm, group in table.groupby('arm', sort=False):
+      parts = [
+        f'{r["component"]} {num(r["share_pct"], 0)} % (sd {num(r["sd"], 2)} {unit}'
+        + (', truncated at 0' if r['truncated'] else '')
+        + ')'
+        for _, r in group.iterrows()
+      ]
+      split.append(
+        f'**Variance between runs** of {labels.get(arm, arm)} ({report.variance_design(group)}): '
+        + ', '.join(parts)
+        + '; intervals in "Where the variance comes from" below.'
+      )
+  for note in section.variance_notes if section is not None else []:
+    split.append(f'**Variance between runs**: no split for {note}.')
   return [
     question(out),
     '',

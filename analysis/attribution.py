@@ -521,21 +521,6 @@ def platform_profile(runs, declared):
   }
 
 
-def term_labels(terms, declared):
-  """{term: short label}: 'profile=tpu_default' -> 'tpu_default'."""
-  out = {}
-  for term in terms:
-    factor, _, level = term.partition('=')
-    out[term] = (
-      f'platform {level}'
-      if factor == 'platform'
-      else declaration.factor_label(declared, factor, level)
-      if level and ':' not in term
-      else term
-    )
-  return out
-
-
 def declared_attribution(
   frame, declared, metric, seed_col, margin, margin_reason, source, compare=None
 ):
@@ -558,7 +543,17 @@ def declared_attribution(
     compare=compare or declared.get('compare'),
     compare_flag='--compare' if compare else 'compare',
   )
-  return dataclasses.replace(out, labels=term_labels(out.terms['term'], declared))
+  labels = {}  # {term: short label}: 'profile=tpu_default' -> 'tpu_default'
+  for term in out.terms['term']:
+    factor, _, level = term.partition('=')
+    labels[term] = (
+      f'platform {level}'
+      if factor == 'platform'
+      else declaration.factor_label(declared, factor, level)
+      if level and ':' not in term
+      else term
+    )
+  return dataclasses.replace(out, labels=labels)
 
 
 def check_compare(frame, compare, declares, flag='--compare'):

@@ -590,24 +590,6 @@ def zoom(ax, spans):
   ax.set_ylim(low - pad, high + pad)
 
 
-def curve_panels(out, hist, steps):
-  """({arm: (mean, sd)} of the training loss per step, the same of the test accuracy per epoch
-  over the last half of the epochs)."""
-  keep = out.runs[['run', 'arm']]
-  steps = steps.merge(keep, on='run') if not steps.empty else steps
-  hist = hist.merge(keep, on='run') if not hist.empty and 'test_accuracy' in hist else hist.iloc[:0]
-  hist = hist[hist['epoch'] >= hist['epoch'].max() / 2] if not hist.empty else hist
-  loss = {
-    a: curve(s, 'step', 'train_loss')
-    for a, s in (steps.groupby('arm', sort=True) if not steps.empty else ())
-  }
-  test = {
-    a: curve(h, 'epoch', 'test_accuracy', 100.0)
-    for a, h in (hist.groupby('arm', sort=True) if not hist.empty else ())
-  }
-  return loss, test
-
-
 def legend_entries(categories, place, same, colors):
   """(handles, labels) when an arm label occurs on several platforms: one key per arm (its marker
   and line style) and per platform (its colour, wider where drawn beneath)."""
@@ -630,7 +612,18 @@ def legend_entries(categories, place, same, colors):
 def draw_training_curves(out, hist, steps):
   """The figure: training loss per logged step, test metric per epoch (zoomed)."""
   categories, place, platforms = layout(out)
-  loss, test = curve_panels(out, hist, steps)
+  keep = out.runs[['run', 'arm']]
+  steps = steps.merge(keep, on='run') if not steps.empty else steps
+  hist = hist.merge(keep, on='run') if not hist.empty and 'test_accuracy' in hist else hist.iloc[:0]
+  hist = hist[hist['epoch'] >= hist['epoch'].max() / 2] if not hist.empty else hist
+  loss = {
+    a: curve(s, 'step', 'train_loss')
+    for a, s in (steps.groupby('arm', sort=True) if not steps.empty else ())
+  }
+  test = {
+    a: curve(h, 'epoch', 'test_accuracy', 100.0)
+    for a, h in (hist.groupby('arm', sort=True) if not hist.empty else ())
+  }
   if not loss and not test:
     return None
   colors = platform_colors(platforms)

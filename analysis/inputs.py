@@ -262,37 +262,6 @@ def join_chunks(chunks):
   return pd.DataFrame(columns)
 
 
-def read_columns(path, header, metric=None, names=(), seed='seed'):
-  """The CSV's used columns (unused), CHUNK_ROWS rows at a time, text made categorical."""
-  keep = [c for c in header if not unused(c, metric, set(names))]
-  plain = {'run', ID, 'status', 'reason', metric, seed}
-  frame = join_chunks(
-    [compact(chunk, plain) for chunk in pd.read_csv(path, usecols=keep, chunksize=CHUNK_ROWS)]
-  )
-  frame, notes = normalise_platforms(frame)  # first: its notes name the cells as written
-  frame = strip_text(frame)
-  frame, once = one_row_per_run(frame)
-  for note in notes + once:
-    print(f'note: --csv {path}: {note}', file=sys.stderr)
-  return frame
-
-
-def strip_text(frame):
-  """`frame` with surrounding spaces dropped from its text cells: 'f32 ' would be an arm."""
-  for name in frame.columns:
-    values = frame[name]
-    if isinstance(values.dtype, pd.CategoricalDtype):
-      cats = list(values.cat.categories)
-      stripped = [c.strip() if isinstance(c, str) else c for c in cats]
-      if stripped != cats:
-        frame[name] = (
-          values.astype(object)
-          .map(lambda v: v.strip() if isinstance(v, str) else v)
-          .astype('category')
-        )
-  return frame
-
-
 def one_row_per_run(frame):
   """(frame, notes): rows sharing a `run_id` and every value but `run` kept once."""
   if ID not in frame or not frame[ID].notna().any():
@@ -467,22 +436,6 @@ def check_csv(frame, path, metric=None, seed=None, seed_required=False, scale=No
   )
 
 
-def duplicate_columns(path, header):
-  """Why a header naming a column twice is refused ('' when none): pandas would read 'x' as x.1."""
-  repeated = [name for name, count in collections.Counter(header).items() if count > 1]
-  if not repeated:
-    return ''
-
-  def at(name):
-    return ', '.join(str(i + 1) for i, h in enumerate(header) if h == name)
-
-  return (
-    f'--csv: {path} has duplicate column names: '
-    + '; '.join(f'{name} (columns {at(name)})' for name in repeated)
-    + '; rename them so each column has its own name'
-  )
-
-
 def read_csv(
   path: Union[str, os.PathLike[str]],
   metric: Optional[str] = None,
@@ -494,12 +447,35 @@ def read_csv(
   """A CSV of runs as a runs table (`run` = 'FILE:ROW' without a run column)."""
   try:
     header = list(pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0])
-    repeated = duplicate_columns(path, header)
-    if repeated:  # a ValueError of its own: not one of those below
-      raise ValueError(repeated)
+    repeated = [name for name, count in collections.Counter(header).items() if count > 1]
+    if repeated:  # a ValueError of its own, not one of those below: pandas would read x as x.1
+      where = [', '.join(str(i + 1) for i, h in enumerate(header) if h == n) for n in repeated]
+      raise ValueError(
+        f'--csv: {path} has duplicate column names: '
+        + '; '.join(f'{n} (columns {at})' for n, at in zip(repeated, where, strict=True))
+        + '; rename them so each column has its own name'
+      )
     if metric:
       metric = declaration.resolve_column(pd.DataFrame(columns=header), metric, '--metric')
-    frame = read_columns(path, header, metric, names, seed_col or 'seed')
+    keep = [c for c in header if not unused(c, metric, set(names))]
+    plain = {'run', ID, 'status', 'reason', metric, seed_col or 'seed'}
+    frame = join_chunks(
+      [compact(chunk, plain) for chunk in pd.read_csv(path, usecols=keep, chunksize=CHUNK_ROWS)]
+    )
+    frame, notes = normalise_platforms(frame)  # first: its notes name the cells as written
+    for name in frame.columns:  # surrounding spaces dropped from text cells: 'f32 ' is no arm
+      values = frame[name]
+      if isinstance(values.dtype, pd.CategoricalDtype):
+        cats = list(values.cat.categories)
+        if [c.strip() if isinstance(c, str) else c for c in cats] != cats:
+          frame[name] = (
+            values.astype(object)
+            .map(lambda v: v.strip() if isinstance(v, str) else v)
+            .astype('category')
+          )
+    frame, once = one_row_per_run(frame)
+    for note in notes + once:
+      print(f'note: --csv {path}: {note}', file=sys.stderr)
   except pd.errors.EmptyDataError:
     raise ValueError(
       f'--csv: {path} is empty: no runs to analyse; give a CSV with a header row '
@@ -535,8 +511,9 @@ def identity(path):
   return f'inode {stat.st_dev}:{stat.st_ino}'
 
 
-def open_root(root):
-  """`root` as an epath.Path, refused in one line when it is missing, no folder or unreachable."""
+def walk(root):
+  """(run folders, [(unreadable folder, its OSError)]) under `root`, sorted."""
+  found, unreadable, seen = [], [], set()
   path = epath.Path(root)
   try:
     exists, is_dir = path.exists(), path.is_dir()
@@ -557,13 +534,7 @@ def open_root(root):
     )
   if not is_dir:
     raise ValueError(f'--runs: {root} is not a folder; give the folder holding the runs')
-  return path
-
-
-def walk(root):
-  """(run folders, [(unreadable folder, its OSError)]) under `root`, sorted."""
-  found, unreadable, seen = [], [], set()
-  todo, linked = [open_root(root)], []
+  todo, linked = [path], []
   while todo or linked:
     folder = todo.pop() if todo else linked.pop()
     key = identity(folder)
