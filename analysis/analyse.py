@@ -408,13 +408,6 @@ def may_write():
   return list(FILES) + [f'figures/{n}.{e}' for n in FIGURES for e in ('pdf', 'png')]
 
 
-def print_csv_tables(out):
-  """`--format csv`: each CSV table of the report, '# NAME' then its rows."""
-  for name, table in tables(out).items():
-    if table is not None and len(table.columns):
-      sys.stdout.write(f'# {name[:-4].removeprefix("report_")}\n{table.to_csv(index=False)}\n')
-
-
 def publish(out, hist, fmt='md', out_dir=None, dest=None):
   """Warn of arms with n < 2, print the report in `fmt` and, with `out_dir`."""
   for arm in out.small['arm']:
@@ -423,7 +416,9 @@ def publish(out, hist, fmt='md', out_dir=None, dest=None):
     )
   rendered = {}
   if fmt == 'csv':
-    print_csv_tables(out)
+    for name, table in tables(out).items():
+      if table is not None and len(table.columns):
+        sys.stdout.write(f'# {name[:-4].removeprefix("report_")}\n{table.to_csv(index=False)}\n')
   else:
     rendered[fmt] = render(out, fmt)
     sys.stdout.write(rendered[fmt])

@@ -442,37 +442,6 @@ def question(out):
   )
 
 
-def software_lines(out):
-  """One line per platform (device, versions) and the confound line when versions differ."""
-  info = out.software
-  lines = []
-  for platform, recorded in info.platforms.items():
-    versions = ', '.join(f'{p} {v}' for p, v in recorded.versions.items() if v)
-    devices = f' × {recorded.devices}' if recorded.devices else ''
-    cpu = ', '.join(
-      f'{f} {recorded.cpu[f]}'
-      for f in ('cpu_model', 'cpu_isa', 'xla_cpu_isa')
-      if recorded.cpu.get(f)
-    )
-    lines.append(
-      f'- {platform}: {recorded.device_kind or report.NOT_RECORDED}{devices}'
-      f'{f" ({cpu})" if cpu else ""}; {versions or "versions not recorded"}'
-    )
-  recorded = any(v for f in info.platforms.values() for v in f.versions.values())
-  if info.confounds:
-    lines.append(
-      f'- **Confound:** {", ".join(info.confounds)} differ between the platforms; the '
-      'platform gap and its residual include whatever those versions change.'
-    )
-  elif len(info.platforms) > 1 and recorded:
-    lines.append('- The platforms ran the same recorded library versions.')
-  elif len(info.platforms) > 1:
-    lines.append(
-      '- Library versions: not recorded, so whether the platforms ran the same software is unknown.'
-    )
-  return ["**Platforms and software** (from the runs' records):", *lines]
-
-
 def gap_lines(out):
   """The decomposition of each platform gap (the attribution's words)."""
   att = out.attribution
@@ -609,6 +578,32 @@ def scope_lines(out):
 def answer_lines(out):
   """The one-page answer (Markdown lines) of an analyse.Analysis."""
   agreement = [] if not out.agreement else ['', out.agreement.summary]
+  info = out.software
+  software = []  # per platform (device, versions), the confound line when versions differ
+  for platform, recorded in info.platforms.items():
+    versions = ', '.join(f'{p} {v}' for p, v in recorded.versions.items() if v)
+    devices = f' × {recorded.devices}' if recorded.devices else ''
+    cpu = ', '.join(
+      f'{f} {recorded.cpu[f]}'
+      for f in ('cpu_model', 'cpu_isa', 'xla_cpu_isa')
+      if recorded.cpu.get(f)
+    )
+    software.append(
+      f'- {platform}: {recorded.device_kind or report.NOT_RECORDED}{devices}'
+      f'{f" ({cpu})" if cpu else ""}; {versions or "versions not recorded"}'
+    )
+  recorded = any(v for f in info.platforms.values() for v in f.versions.values())
+  if info.confounds:
+    software.append(
+      f'- **Confound:** {", ".join(info.confounds)} differ between the platforms; the '
+      'platform gap and its residual include whatever those versions change.'
+    )
+  elif len(info.platforms) > 1 and recorded:
+    software.append('- The platforms ran the same recorded library versions.')
+  elif len(info.platforms) > 1:
+    software.append(
+      '- Library versions: not recorded, so whether the platforms ran the same software is unknown.'
+    )
   section, unit, labels, split = out.agreement, out.unit, stats.arm_short_labels(out), []
   table = section.variance if section is not None else None
   if table is not None and not table.empty:
@@ -632,7 +627,8 @@ def answer_lines(out):
     sentence(out),
     '',
     *scope_lines(out),
-    *software_lines(out),
+    "**Platforms and software** (from the runs' records):",
+    *software,
     '',
     *gap_lines(out),
     *contrast_lines(out),

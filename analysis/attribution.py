@@ -78,8 +78,8 @@ def find_factor(name, columns, flag):
   raise ValueError(f'{flag}: {name!r} is not one of --factors ({", ".join(columns)}); add it there')
 
 
-def check_size(runs, factors, ref, interactions=()):
-  """Refuse (naming --factors) a design whose arrays would not fit in MEMORY_LIMIT_GB."""
+def design(runs, factors, ref, interactions=()):
+  """Treatment-coded design (Intercept, `factor=level`, `A=a:B=b`); confounded terms refused."""
   counts = {f: runs[f].nunique() for f in factors}
   k = 1 + sum(c - 1 for c in counts.values())
   for a, b in interactions:
@@ -94,11 +94,6 @@ def check_size(runs, factors, ref, interactions=()):
       f'{counts[widest]:,} levels; a factor is a setting with a few levels: drop it from '
       '--factors (or the interactions that multiply it)'
     )
-
-
-def design(runs, factors, ref, interactions=()):
-  """Treatment-coded design (Intercept, `factor=level`, `A=a:B=b`); confounded terms refused."""
-  check_size(runs, factors, ref, interactions)
   columns, by_factor = {'Intercept': np.ones(len(runs))}, {}
   for f in factors:
     by_factor[f] = [f'{f}={lv}' for lv in levels(runs, f) if lv != ref[f]]
