@@ -200,23 +200,6 @@ def clusters(pairs):
   return [np.flatnonzero(label == k).tolist() for k in range(count)]
 
 
-def platform_seed_churn(seed_rows):
-  """Per platform with >= 2 arms: one 'seed_all' row over the seed pairs of all its arms."""
-  rows = []
-  for platform in sorted({r['platform_a'] for r in seed_rows}):
-    group = [r for r in seed_rows if r['platform_a'] == platform]
-    if len(group) < 2:
-      continue
-    values = [v for r in group for v in r['values']]
-    found = clusters([p for r in group for p in r['pairs']])
-    name = f'every arm on {platform}'
-    means = [float(np.mean([values[i] for i in c])) for c in found]
-    row = seed_row('seed_all', name, name, DIFFERENT, means, [], group[0]['unit'], {})
-    listed = f'{len(values)} pairs of {len(group)} arms in {len(found)} clusters of shared seeds'
-    rows.append({**row, 'platform_a': platform, 'platform_b': platform, 'seed_list': listed})
-  return rows
-
-
 def source_churn(entries, arm, varied, fixed, left_out):
   """Churn from one source of one arm: runs equal in `fixed` ('init' or 'data')."""
   cells = {}
@@ -282,7 +265,18 @@ def agreement_table(entries, pairs=(), noise=(), identical=(), platform=(), left
     for arm in arms
   ]
   seeds = [r for r in (seed_churn(units, arm, left_out) for arm in arms) if r is not None]
-  rows += seeds + platform_seed_churn(seeds)
+  rows += seeds
+  for where in sorted({r['platform_a'] for r in seeds}):  # 'seed_all': every arm of a platform
+    group = [r for r in seeds if r['platform_a'] == where]
+    if len(group) < 2:
+      continue
+    values = [v for r in group for v in r['values']]
+    found = clusters([p for r in group for p in r['pairs']])
+    name = f'every arm on {where}'
+    means = [float(np.mean([values[i] for i in c])) for c in found]
+    row = seed_row('seed_all', name, name, DIFFERENT, means, [], group[0]['unit'], {})
+    listed = f'{len(values)} pairs of {len(group)} arms in {len(found)} clusters of shared seeds'
+    rows.append({**row, 'platform_a': where, 'platform_b': where, 'seed_list': listed})
   table = pd.DataFrame([r for r in rows if r is not None], columns=list(COLUMNS))
   order = table['kind'].map({k: i for i, k in enumerate(KINDS)})
   return table.iloc[np.argsort(order.to_numpy(), kind='stable')].reset_index(drop=True)

@@ -341,12 +341,6 @@ def load(args):
   return frame, frame.iloc[:0][['run']], declared, args.csv
 
 
-def label_prefix(source):
-  """The name a study's LaTeX labels carry: its CSV's stem or its roots' last folders."""
-  names = [os.path.splitext(os.path.basename(s.rstrip('/')))[0] for s in source.split()]
-  return re.sub(r'[^A-Za-z0-9]+', '-', '-'.join(names)).strip('-') or 'study'
-
-
 def render(out, fmt):
   """report.render, the LaTeX labels made the study's own (tab:NAME -> tab:PREFIX-NAME)."""
   from analysis import report
@@ -354,7 +348,9 @@ def render(out, fmt):
   text = report.render(out, fmt)
   if fmt != 'latex':
     return text
-  return text.replace(r'\label{tab:', rf'\label{{tab:{label_prefix(out.source)}-')
+  names = [os.path.splitext(os.path.basename(s.rstrip('/')))[0] for s in out.source.split()]
+  prefix = re.sub(r'[^A-Za-z0-9]+', '-', '-'.join(names)).strip('-') or 'study'  # CSV stem, roots
+  return text.replace(r'\label{tab:', rf'\label{{tab:{prefix}-')
 
 
 def tables(out):
