@@ -227,15 +227,6 @@ VARIANCE_CAPTION = (
 )
 
 
-def ci_text(r):
-  """'[low, high] (df ν)', or why there is no interval."""
-  if r['truncated'] or not r['estimate'] > 0:
-    return 'none: estimate truncated at 0'
-  if not np.isfinite(r['ci_low']):
-    return f'none: df {r["ci_df"]:.2g} < {inference.MIN_CI_DF:g} (more seeds needed)'
-  return f'[{num(r["ci_low"], 3)}, {num(r["ci_high"], 3)}] (df {r["ci_df"]:.2g})'
-
-
 def truncation(r, unit):
   """The truncation of a negative estimate in words ('' when none)."""
   if not r['truncated']:
@@ -264,7 +255,14 @@ def variance_rows(table, unit, labels=None):
       row = {'arm': labels.get(arm, arm), 'design': variance_design(group)}
       row |= {'component': r['component'], f'variance ({unit}²)': num(r['variance'], 3)}
       row |= {f'sd ({unit})': num(r['sd'], 3), 'share (%)': num(r['share_pct'], 1)}
-      out.append(row | {'95% CI of the variance': ci_text(r), 'note': truncation(r, unit)})
+      ci = (
+        'none: estimate truncated at 0'
+        if r['truncated'] or not r['estimate'] > 0
+        else f'none: df {r["ci_df"]:.2g} < {inference.MIN_CI_DF:g} (more seeds needed)'
+        if not np.isfinite(r['ci_low'])
+        else f'[{num(r["ci_low"], 3)}, {num(r["ci_high"], 3)}] (df {r["ci_df"]:.2g})'
+      )
+      out.append(row | {'95% CI of the variance': ci, 'note': truncation(r, unit)})
   return out
 
 
