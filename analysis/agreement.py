@@ -200,23 +200,6 @@ def clusters(pairs):
   return [np.flatnonzero(label == k).tolist() for k in range(count)]
 
 
-def platform_seed_churn(seed_rows):
-  """Per platform with >= 2 arms: one 'seed_all' row over the seed pairs of all its arms."""
-  rows = []
-  for platform in sorted({r['platform_a'] for r in seed_rows}):
-    group = [r for r in seed_rows if r['platform_a'] == platform]
-    if len(group) < 2:
-      continue
-    values = [v for r in group for v in r['values']]
-    found = clusters([p for r in group for p in r['pairs']])
-    name = f'every arm on {platform}'
-    means = [float(np.mean([values[i] for i in c])) for c in found]
-    row = seed_row('seed_all', name, name, DIFFERENT, means, [], group[0]['unit'], {})
-    listed = f'{len(values)} pairs of {len(group)} arms in {len(found)} clusters of shared seeds'
-    rows.append({**row, 'platform_a': platform, 'platform_b': platform, 'seed_list': listed})
-  return rows
-
-
 def source_churn(entries, arm, varied, fixed, left_out):
   """Churn from one source of one arm: runs equal in `fixed` ('init' or 'data')."""
   cells = {}
@@ -282,7 +265,18 @@ def agreement_table(entries, pairs=(), noise=(), identical=(), platform=(), left
     for arm in arms
   ]
   seeds = [r for r in (seed_churn(units, arm, left_out) for arm in arms) if r is not None]
-  rows += seeds + platform_seed_churn(seeds)
+  rows += seeds
+  for where in sorted({r['platform_a'] for r in seeds}):  # 'seed_all': every arm of a platform
+    group = [r for r in seeds if r['platform_a'] == where]
+    if len(group) < 2:
+      continue
+    values = [v for r in group for v in r['values']]
+    found = clusters([p for r in group for p in r['pairs']])
+    name = f'every arm on {where}'
+    means = [float(np.mean([values[i] for i in c])) for c in found]
+    row = seed_row('seed_all', name, name, DIFFERENT, means, [], group[0]['unit'], {})
+    listed = f'{len(values)} pairs of {len(group)} arms in {len(found)} clusters of shared seeds'
+    rows.append({**row, 'platform_a': where, 'platform_b': where, 'seed_list': listed})
   table = pd.DataFrame([r for r in rows if r is not None], columns=list(COLUMNS))
   order = table['kind'].map({k: i for i, k in enumerate(KINDS)})
   return table.iloc[np.argsort(order.to_numpy(), kind='stable')].reset_index(drop=True)
@@ -592,23 +586,6 @@ EXACT = 'exact signed-rank (constant difference)'
 NONE = 'none (every difference 0)'
 
 
-def class_tests(d):
-  """(t, p, test name) per class (column) of the seeds × classes differences d: the paired t-test,
-  the exact signed-rank test where every seed's difference is the same nonzero value."""
-  with warnings.catch_warnings(), np.errstate(invalid='ignore', divide='ignore'):
-    warnings.simplefilter('ignore')
-    t = sps.ttest_1samp(d, 0.0, axis=0)
-  finite = np.all(np.isfinite(d), axis=0)  # a class absent from the test set: NaN, no test
-  varies = finite & (np.ptp(np.where(np.isfinite(d), d, 0), axis=0) > 0)
-  constant = finite & ~varies & ~np.all(d == 0, axis=0)
-  exact = [
-    inference.signed_rank(column)[1] if c else np.nan
-    for column, c in zip(d.T, constant, strict=True)
-  ]
-  p = np.where(varies, t.pvalue, np.where(constant, exact, np.nan))
-  return t.statistic, p, np.where(varies, T_TEST, np.where(constant, EXACT, NONE))
-
-
 def class_accuracy(pred):
   """Accuracy per class (classification: over the images of each true class)."""
   label, predicted = np.asarray(pred['label']), np.asarray(pred['predicted'])
@@ -648,7 +625,18 @@ def class_differences(entries, a, b):
 
   d = 100 * np.array([pad(acc_a[s]) - pad(acc_b[s]) for s in shared])  # seeds × classes
   low, high = inference.t_ci(d.T)
-  t, p, test = class_tests(d)
+  with warnings.catch_warnings(), np.errstate(invalid='ignore', divide='ignore'):
+    warnings.simplefilter('ignore')
+    t = sps.ttest_1samp(d, 0.0, axis=0)
+  finite = np.all(np.isfinite(d), axis=0)  # a class absent from the test set: NaN, no test
+  varies = finite & (np.ptp(np.where(np.isfinite(d), d, 0), axis=0) > 0)
+  constant = finite & ~varies & ~np.all(d == 0, axis=0)
+  exact = [
+    inference.signed_rank(column)[1] if c else np.nan
+    for column, c in zip(d.T, constant, strict=True)
+  ]
+  p = np.where(varies, t.pvalue, np.where(constant, exact, np.nan))
+  t, p, test = t.statistic, p, np.where(varies, T_TEST, np.where(constant, EXACT, NONE))
   p_holm = inference.holm(p)
   values = [a, b, np.arange(width), len(shared), d.mean(axis=0), low, high, t, p, p_holm]
   values += [p_holm < inference.ALPHA, test]
@@ -664,31 +652,6 @@ def per_class_table(entries, pairs):
     if tables
     else pd.DataFrame(columns=list(PER_CLASS_COLUMNS))
   )
-
-
-def load_entries(runs, load=None, read=None):
-  """([{run, arm, seed, platform, pred, init, data}] of the runs with predictions, [(run, why) of
-  the runs without]); `read` reads the table's, `load` one run's (None: none saved)."""
-  columns = stats.seed_columns(runs)
-  if read is None:
-    got = [
-      (p, None if p is not None else inputs.NONE_SAVED)
-      for p in map(load or (lambda run: None), runs['run'])
-    ]
-  else:
-    got = read(runs)
-  missing = [(run, why) for run, (pred, why) in zip(runs['run'], got, strict=True) if pred is None]
-  base = runs['base_seed'] if 'base_seed' in runs else runs['seed']  # the model: the replicate rule
-  seeds = rules.model_keys(base, *([runs[c] for c in columns] if columns else []))
-  entries = []
-  for i, (pred, _) in enumerate(got):
-    if pred is not None:
-      row = runs.iloc[i]
-      init, data = (row[c] for c in columns) if columns else (None, None)
-      platform = str(row.get('platform', ''))
-      entries.append(dict(run=row['run'], arm=row['arm'], seed=seeds[i], platform=platform))
-      entries[-1].update(pred=pred, init=init, data=data)
-  return entries, missing
 
 
 def summary_line(table, missing, total, left_out=(), labels=None):
@@ -715,7 +678,25 @@ def agreement_section(
   runs, pairs, noise=(), identical=(), platform=(), load=None, labels=None, scale=None, read=None
 ):
   """The Agreement of the runs: churn ladder, calibration, training loss, per class, variance."""
-  entries, missing = load_entries(runs, load, read)
+  columns = stats.seed_columns(runs)
+  if read is None:
+    got = [
+      (p, None if p is not None else inputs.NONE_SAVED)
+      for p in map(load or (lambda run: None), runs['run'])
+    ]
+  else:
+    got = read(runs)
+  missing = [(run, why) for run, (pred, why) in zip(runs['run'], got, strict=True) if pred is None]
+  base = runs['base_seed'] if 'base_seed' in runs else runs['seed']  # the model: the replicate rule
+  seeds = rules.model_keys(base, *([runs[c] for c in columns] if columns else []))
+  entries = []
+  for i, (pred, _) in enumerate(got):
+    if pred is not None:
+      row = runs.iloc[i]
+      init, data = (row[c] for c in columns) if columns else (None, None)
+      where = str(row.get('platform', ''))
+      entries.append(dict(run=row['run'], arm=row['arm'], seed=seeds[i], platform=where))
+      entries[-1].update(pred=pred, init=init, data=data)
   split, notes = stats.split_by_arm(runs)
   left_out = []  # pairs of runs on different test sets (another split seed): not compared
   table = agreement_table(entries, pairs, noise, identical, platform, left_out)

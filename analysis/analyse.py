@@ -341,12 +341,6 @@ def load(args):
   return frame, frame.iloc[:0][['run']], declared, args.csv
 
 
-def label_prefix(source):
-  """The name a study's LaTeX labels carry: its CSV's stem or its roots' last folders."""
-  names = [os.path.splitext(os.path.basename(s.rstrip('/')))[0] for s in source.split()]
-  return re.sub(r'[^A-Za-z0-9]+', '-', '-'.join(names)).strip('-') or 'study'
-
-
 def render(out, fmt):
   """report.render, the LaTeX labels made the study's own (tab:NAME -> tab:PREFIX-NAME)."""
   from analysis import report
@@ -354,7 +348,9 @@ def render(out, fmt):
   text = report.render(out, fmt)
   if fmt != 'latex':
     return text
-  return text.replace(r'\label{tab:', rf'\label{{tab:{label_prefix(out.source)}-')
+  names = [os.path.splitext(os.path.basename(s.rstrip('/')))[0] for s in out.source.split()]
+  prefix = re.sub(r'[^A-Za-z0-9]+', '-', '-'.join(names)).strip('-') or 'study'  # CSV stem, roots
+  return text.replace(r'\label{tab:', rf'\label{{tab:{prefix}-')
 
 
 def tables(out):
@@ -408,13 +404,6 @@ def may_write():
   return list(FILES) + [f'figures/{n}.{e}' for n in FIGURES for e in ('pdf', 'png')]
 
 
-def print_csv_tables(out):
-  """`--format csv`: each CSV table of the report, '# NAME' then its rows."""
-  for name, table in tables(out).items():
-    if table is not None and len(table.columns):
-      sys.stdout.write(f'# {name[:-4].removeprefix("report_")}\n{table.to_csv(index=False)}\n')
-
-
 def publish(out, hist, fmt='md', out_dir=None, dest=None):
   """Warn of arms with n < 2, print the report in `fmt` and, with `out_dir`."""
   for arm in out.small['arm']:
@@ -423,7 +412,9 @@ def publish(out, hist, fmt='md', out_dir=None, dest=None):
     )
   rendered = {}
   if fmt == 'csv':
-    print_csv_tables(out)
+    for name, table in tables(out).items():
+      if table is not None and len(table.columns):
+        sys.stdout.write(f'# {name[:-4].removeprefix("report_")}\n{table.to_csv(index=False)}\n')
   else:
     rendered[fmt] = render(out, fmt)
     sys.stdout.write(rendered[fmt])

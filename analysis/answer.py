@@ -28,18 +28,6 @@ def numerics_state(d):
   return f"the numerics part's 95% CI {n} includes 0{where}"
 
 
-def interaction_state(d):
-  """The interaction N_A − N_B in words when its 95% CI excludes 0, else ''."""
-  if not d.flags.interaction_shown:
-    return ''
-  a, b = d.platforms
-  return (
-    f'the numerics part differs between the platforms (N_A − N_B '
-    f'{signed(d.N_interaction.estimate)} {ci95(d.N_interaction)}: '
-    f'{signed(d.N_A.estimate)} on {a}, {signed(d.N_B.estimate)} on {b}; N is their mean)'
-  )
-
-
 def carriers(d):
   """What carries the residual R = fid_A − fid_B + P, in words."""
   (a, b), (ea, eb) = d.platforms, d.profiles
@@ -90,21 +78,6 @@ def holm_text(d):
   return f', Holm over the {k} pairs compared' if k > 1 else ''
 
 
-def rank_text(d):
-  """The signed-rank test beside the t-interval: its p and the seeds' signs."""
-  k = d.pairs_compared
-  p = pval(d.G_signed_rank_p_holm if k > 1 else d.G_signed_rank_p)
-  can = (
-    ''
-    if d.G_signed_rank_attainable * k < inference.ALPHA
-    else f'; at {d.seeds} seeds it cannot reach {inference.ALPHA:g}'
-  )
-  return (
-    f'exact signed-rank p {p}{holm_text(d)}, {d.G_seeds_positive} of {d.seeds} '
-    f'seeds above 0 and {d.G_seeds_negative} below{can}'
-  )
-
-
 def gap_state(d, unit):
   """Whether the gap is shown (paired t, with its Holm p over several pairs) and within ±m."""
   m, g90 = d.margin, ci90(d.G_tost)
@@ -131,7 +104,17 @@ def why(d, unit):
   """Why the decomposition `d` (analysis/attribution.py judge_family) got its verdict."""
   text = gap_state(d, unit)
   if d.verdict == 'tests disagree' or d.flags.rank_shown != d.flags.gap_shown:
-    text += f'; {rank_text(d)}'
+    k = d.pairs_compared
+    p = pval(d.G_signed_rank_p_holm if k > 1 else d.G_signed_rank_p)
+    can = (
+      ''
+      if d.G_signed_rank_attainable * k < inference.ALPHA
+      else f'; at {d.seeds} seeds it cannot reach {inference.ALPHA:g}'
+    )
+    text += (
+      f'; exact signed-rank p {p}{holm_text(d)}, {d.G_seeds_positive} of {d.seeds} '
+      f'seeds above 0 and {d.G_seeds_negative} below{can}'
+    )
   if d.verdict == 'tests disagree':
     return text + ': the t-interval and the signed-rank test disagree on whether there is a gap'
   if d.verdict == 'gap within margin':
@@ -142,7 +125,14 @@ def why(d, unit):
   if d.flags.numerics_shown:
     reaches = 'reaches' if d.flags.share_reaches else 'is below'
     parts.append(f"the share's lower 95% bound {reaches} the minimum {d.min_share:g}")
-  parts += [residual_state(d, unit), interaction_state(d)]
+  parts.append(residual_state(d, unit))
+  if d.flags.interaction_shown:
+    parts.append(
+      f'the numerics part differs between the platforms (N_A − N_B '
+      f'{signed(d.N_interaction.estimate)} {ci95(d.N_interaction)}: '
+      f'{signed(d.N_A.estimate)} on {d.platforms[0]}, {signed(d.N_B.estimate)} on '
+      f'{d.platforms[1]}; N is their mean)'
+    )
   return '; '.join(p for p in parts if p) + (f' (open: {d.open})' if d.open else '')
 
 
@@ -310,29 +300,6 @@ def gap_note(out):
   )
 
 
-def variance_line(section, unit, labels=None):
-  """'**Variance between runs** of native (3 init × 3 ...): init 62 % (sd 1.1 pp)."""
-  labels = labels or {}
-  lines = []
-  table = section.variance if section is not None else None
-  if table is not None and not table.empty:
-    for arm, group in table.groupby('arm', sort=False):
-      parts = [
-        f'{r["component"]} {num(r["share_pct"], 0)} % (sd {num(r["sd"], 2)} {unit}'
-        + (', truncated at 0' if r['truncated'] else '')
-        + ')'
-        for _, r in group.iterrows()
-      ]
-      lines.append(
-        f'**Variance between runs** of {labels.get(arm, arm)} ({report.variance_design(group)}): '
-        + ', '.join(parts)
-        + '; intervals in "Where the variance comes from" below.'
-      )
-  for note in section.variance_notes if section is not None else []:
-    lines.append(f'**Variance between runs**: no split for {note}.')
-  return lines
-
-
 def row_name(r, several):
   """'bf16 activations' (or 'gpu: bf16 activations' with several platforms; 'A − B' unlabelled)."""
   name = (
@@ -397,40 +364,30 @@ def settings_clause(out):
   return '; '.join(parts)
 
 
-def churn_clause(out):
-  """By how much the settings changed the model: their churn against two seeds'."""
-  table = out.agreement.table if out.agreement else None
-  read = agreement.against_seeds(table) if table is not None and not table.empty else None
-  if read is None:
-    return ''
-  return (
-    f'by churn, {read.changed} of {read.rows} settings changed the model: '
-    f'{read.low:.2g}–{read.high:.2g} % of the test predictions differ from the '
-    f"reference arm's, {read.ratio_low:.2g}–{read.ratio_high:.2g} × the "
-    f'{read.base} between two seeds of one arm ({agreement.seed_verdict(read)})'
-  )
-
-
-def gap_clause(out):
-  """The question's pair and its verdict, '' without a decomposition."""
-  att = out.attribution
-  if not att or not att.decomposition:
-    return ''
-  d = att.decomposition[0]
-  return (
-    f'{pair_name(d)}: {d.verdict} (G {signed(d.G.estimate)} {ci95(d.G)} {out.unit} at '
-    f'±{d.margin:g} {out.unit})'
-  )
-
-
 def sentence(out):
   """'**Answer.** …' in one sentence: the gap of the question's pair."""
   platforms = sorted(out.software.platforms)
   where = f'on {listed(platforms)}, ' if platforms else ''
   settings = settings_clause(out)
-  parts = [
-    p for p in (gap_clause(out), (where + settings) if settings else '', churn_clause(out)) if p
-  ]
+  att, agree = out.attribution, out.agreement
+  d = att.decomposition[0] if att and att.decomposition else None
+  gap_text = (
+    f'{pair_name(d)}: {d.verdict} (G {signed(d.G.estimate)} {ci95(d.G)} {out.unit} at '
+    f'±{d.margin:g} {out.unit})'
+    if d
+    else ''
+  )
+  table = agree.table if agree else None
+  read = agreement.against_seeds(table) if table is not None and not table.empty else None
+  churn = (
+    f'by churn, {read.changed} of {read.rows} settings changed the model: '
+    f'{read.low:.2g}–{read.high:.2g} % of the test predictions differ from the '
+    f"reference arm's, {read.ratio_low:.2g}–{read.ratio_high:.2g} × the "
+    f'{read.base} between two seeds of one arm ({agreement.seed_verdict(read)})'
+    if read is not None
+    else ''
+  )
+  parts = [p for p in (gap_text, (where + settings) if settings else '', churn) if p]
   if not parts:
     return '**Answer.** Nothing to answer: no two arms with n ≥ 2 each were compared.'
   return f'**Answer.** {"; ".join(parts)}.'
@@ -483,37 +440,6 @@ def question(out):
     f'**Question.** {ask} ({what}.) Equivalence margin ±{out.margin:g} {out.unit}: '
     f'{out.margin_reason}.'
   )
-
-
-def software_lines(out):
-  """One line per platform (device, versions) and the confound line when versions differ."""
-  info = out.software
-  lines = []
-  for platform, recorded in info.platforms.items():
-    versions = ', '.join(f'{p} {v}' for p, v in recorded.versions.items() if v)
-    devices = f' × {recorded.devices}' if recorded.devices else ''
-    cpu = ', '.join(
-      f'{f} {recorded.cpu[f]}'
-      for f in ('cpu_model', 'cpu_isa', 'xla_cpu_isa')
-      if recorded.cpu.get(f)
-    )
-    lines.append(
-      f'- {platform}: {recorded.device_kind or report.NOT_RECORDED}{devices}'
-      f'{f" ({cpu})" if cpu else ""}; {versions or "versions not recorded"}'
-    )
-  recorded = any(v for f in info.platforms.values() for v in f.versions.values())
-  if info.confounds:
-    lines.append(
-      f'- **Confound:** {", ".join(info.confounds)} differ between the platforms; the '
-      'platform gap and its residual include whatever those versions change.'
-    )
-  elif len(info.platforms) > 1 and recorded:
-    lines.append('- The platforms ran the same recorded library versions.')
-  elif len(info.platforms) > 1:
-    lines.append(
-      '- Library versions: not recorded, so whether the platforms ran the same software is unknown.'
-    )
-  return ["**Platforms and software** (from the runs' records):", *lines]
 
 
 def gap_lines(out):
@@ -652,14 +578,57 @@ def scope_lines(out):
 def answer_lines(out):
   """The one-page answer (Markdown lines) of an analyse.Analysis."""
   agreement = [] if not out.agreement else ['', out.agreement.summary]
-  split = variance_line(out.agreement, out.unit, stats.arm_short_labels(out))
+  info = out.software
+  software = []  # per platform (device, versions), the confound line when versions differ
+  for platform, recorded in info.platforms.items():
+    versions = ', '.join(f'{p} {v}' for p, v in recorded.versions.items() if v)
+    devices = f' × {recorded.devices}' if recorded.devices else ''
+    cpu = ', '.join(
+      f'{f} {recorded.cpu[f]}'
+      for f in ('cpu_model', 'cpu_isa', 'xla_cpu_isa')
+      if recorded.cpu.get(f)
+    )
+    software.append(
+      f'- {platform}: {recorded.device_kind or report.NOT_RECORDED}{devices}'
+      f'{f" ({cpu})" if cpu else ""}; {versions or "versions not recorded"}'
+    )
+  recorded = any(v for f in info.platforms.values() for v in f.versions.values())
+  if info.confounds:
+    software.append(
+      f'- **Confound:** {", ".join(info.confounds)} differ between the platforms; the '
+      'platform gap and its residual include whatever those versions change.'
+    )
+  elif len(info.platforms) > 1 and recorded:
+    software.append('- The platforms ran the same recorded library versions.')
+  elif len(info.platforms) > 1:
+    software.append(
+      '- Library versions: not recorded, so whether the platforms ran the same software is unknown.'
+    )
+  section, unit, labels, split = out.agreement, out.unit, stats.arm_short_labels(out), []
+  table = section.variance if section is not None else None
+  if table is not None and not table.empty:
+    for arm, group in table.groupby('arm', sort=False):
+      parts = [
+        f'{r["component"]} {num(r["share_pct"], 0)} % (sd {num(r["sd"], 2)} {unit}'
+        + (', truncated at 0' if r['truncated'] else '')
+        + ')'
+        for _, r in group.iterrows()
+      ]
+      split.append(
+        f'**Variance between runs** of {labels.get(arm, arm)} ({report.variance_design(group)}): '
+        + ', '.join(parts)
+        + '; intervals in "Where the variance comes from" below.'
+      )
+  for note in section.variance_notes if section is not None else []:
+    split.append(f'**Variance between runs**: no split for {note}.')
   return [
     question(out),
     '',
     sentence(out),
     '',
     *scope_lines(out),
-    *software_lines(out),
+    "**Platforms and software** (from the runs' records):",
+    *software,
     '',
     *gap_lines(out),
     *contrast_lines(out),

@@ -78,8 +78,8 @@ def find_factor(name, columns, flag):
   raise ValueError(f'{flag}: {name!r} is not one of --factors ({", ".join(columns)}); add it there')
 
 
-def check_size(runs, factors, ref, interactions=()):
-  """Refuse (naming --factors) a design whose arrays would not fit in MEMORY_LIMIT_GB."""
+def design(runs, factors, ref, interactions=()):
+  """Treatment-coded design (Intercept, `factor=level`, `A=a:B=b`); confounded terms refused."""
   counts = {f: runs[f].nunique() for f in factors}
   k = 1 + sum(c - 1 for c in counts.values())
   for a, b in interactions:
@@ -94,11 +94,6 @@ def check_size(runs, factors, ref, interactions=()):
       f'{counts[widest]:,} levels; a factor is a setting with a few levels: drop it from '
       '--factors (or the interactions that multiply it)'
     )
-
-
-def design(runs, factors, ref, interactions=()):
-  """Treatment-coded design (Intercept, `factor=level`, `A=a:B=b`); confounded terms refused."""
-  check_size(runs, factors, ref, interactions)
   columns, by_factor = {'Intercept': np.ones(len(runs))}, {}
   for f in factors:
     by_factor[f] = [f'{f}={lv}' for lv in levels(runs, f) if lv != ref[f]]
@@ -521,21 +516,6 @@ def platform_profile(runs, declared):
   }
 
 
-def term_labels(terms, declared):
-  """{term: short label}: 'profile=tpu_default' -> 'tpu_default'."""
-  out = {}
-  for term in terms:
-    factor, _, level = term.partition('=')
-    out[term] = (
-      f'platform {level}'
-      if factor == 'platform'
-      else declaration.factor_label(declared, factor, level)
-      if level and ':' not in term
-      else term
-    )
-  return out
-
-
 def declared_attribution(
   frame, declared, metric, seed_col, margin, margin_reason, source, compare=None
 ):
@@ -558,7 +538,17 @@ def declared_attribution(
     compare=compare or declared.get('compare'),
     compare_flag='--compare' if compare else 'compare',
   )
-  return dataclasses.replace(out, labels=term_labels(out.terms['term'], declared))
+  labels = {}  # {term: short label}: 'profile=tpu_default' -> 'tpu_default'
+  for term in out.terms['term']:
+    factor, _, level = term.partition('=')
+    labels[term] = (
+      f'platform {level}'
+      if factor == 'platform'
+      else declaration.factor_label(declared, factor, level)
+      if level and ':' not in term
+      else term
+    )
+  return dataclasses.replace(out, labels=labels)
 
 
 def check_compare(frame, compare, declares, flag='--compare'):

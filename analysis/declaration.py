@@ -250,16 +250,13 @@ SCHEMA = {
 }
 
 
-def nearest_key(key):
-  close = difflib.get_close_matches(str(key), SCHEMA, n=1, cutoff=0.6)
-  return f'did you mean {close[0]!r}?' if close else f'the keys: {", ".join(SCHEMA)}'
-
-
 def problems(declared):
   """['key: why', ...]: every unknown key, every value of the wrong type or range."""
-  lines = [
-    f'{key!r} is not a declaration key; {nearest_key(key)}' for key in declared if key not in SCHEMA
-  ]
+  lines = []
+  for key in (k for k in declared if k not in SCHEMA):
+    close = difflib.get_close_matches(str(key), SCHEMA, n=1, cutoff=0.6)
+    near = f'did you mean {close[0]!r}?' if close else f'the keys: {", ".join(SCHEMA)}'
+    lines.append(f'{key!r} is not a declaration key; {near}')
   for key, problem_of in SCHEMA.items():
     value = declared.get(key)
     problem = None if value is None else problem_of(value)

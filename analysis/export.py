@@ -30,10 +30,12 @@ def parse_args(argv):
   return p.parse_args(argv)
 
 
-def relative_runs(runs, roots):
-  """The run paths relative to the roots' common parent folder (the roots' own names kept)."""
+def export(roots):
+  """The runs table of the roots as exported: empty columns dropped, runs relative."""
   from analysis import inputs
 
+  frame = inputs.load_runs(roots, checked=False)  # a copy of the table as it is
+  frame = frame.dropna(axis=1, how='all')
   parents = [r.rstrip('/').split('/')[:-1] for r in inputs.as_roots(roots)]
   common = []
   for parts in zip(*parents, strict=False):
@@ -41,16 +43,7 @@ def relative_runs(runs, roots):
       break
     common.append(parts[0])
   prefix = '/'.join(common) + '/'
-  return [r[len(prefix) :] if r.startswith(prefix) else r for r in runs]
-
-
-def export(roots):
-  """The runs table of the roots as exported: empty columns dropped, runs relative."""
-  from analysis import inputs
-
-  frame = inputs.load_runs(roots, checked=False)  # a copy of the table as it is
-  frame = frame.dropna(axis=1, how='all')
-  frame['run'] = relative_runs(frame['run'], roots)
+  frame['run'] = [r[len(prefix) :] if r.startswith(prefix) else r for r in frame['run']]
   return frame
 
 

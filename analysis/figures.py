@@ -479,17 +479,6 @@ def positions(categories, place, width=0.8):
   return x
 
 
-def draw_mean(ax, x, row, seen):
-  """An arm's mean (black diamond at `x`) with its 95% CI, or alone where n < 2 gives none."""
-  look = dict(color='black', markersize=2.8, zorder=4)
-  if not np.isfinite(row.ci_low):
-    ax.plot(x, row.mean, 'D', **look, label=once('mean (n < 2: no CI)', seen))
-    return
-  bar = [[row.mean - row.ci_low], [row.ci_high - row.mean]]
-  label = once(f'mean ± 95% CI ({row.ci_method})', seen)
-  ax.errorbar(x, row.mean, yerr=bar, fmt='D', **look, capsize=1.8, linewidth=0.8, label=label)
-
-
 def draw_accuracy_by_arm(out):
   """The figure: points per seed (colour = platform), mean ± 95% CI (black), quartiles from
   BOX_MIN_N seeds."""
@@ -516,7 +505,13 @@ def draw_accuracy_by_arm(out):
     jitter = np.random.default_rng(i).uniform(-width * 0.12, width * 0.12, len(values))  # fixed
     look = dict(s=8, marker='o', facecolors='none', edgecolors=c, alpha=0.85, linewidths=0.7)
     ax.scatter(x - width * 0.12 + jitter, values, **look, zorder=3, label=once(name, seen))
-    draw_mean(ax, x + width * 0.22, row, seen)
+    at, dot = x + width * 0.22, dict(color='black', markersize=2.8, zorder=4)  # mean, 95% CI
+    if not np.isfinite(row.ci_low):
+      ax.plot(at, row.mean, 'D', **dot, label=once('mean (n < 2: no CI)', seen))
+    else:
+      bar = [[row.mean - row.ci_low], [row.ci_high - row.mean]]
+      label = once(f'mean ± 95% CI ({row.ci_method})', seen)
+      ax.errorbar(at, row.mean, yerr=bar, fmt='D', **dot, capsize=1.8, linewidth=0.8, label=label)
   ax.set_xticks(
     range(len(categories)), [wrap(c, TWO_COLUMN_IN / len(categories)) for c in categories]
   )
@@ -579,35 +574,6 @@ def identical_to(panels, place, categories):
   return same
 
 
-def zoom(ax, spans):
-  """x and y limits around every arm's mean (± sd where shaded)."""
-  low = min(float((m - s).min()) for m, s in spans)
-  high = max(float((m + s).max()) for m, s in spans)
-  pad = 0.08 * (high - low) or 0.5
-  ax.set_xlim(
-    min(m.index.min() for m, _ in spans) - 0.05, max(m.index.max() for m, _ in spans) + 0.05
-  )
-  ax.set_ylim(low - pad, high + pad)
-
-
-def curve_panels(out, hist, steps):
-  """({arm: (mean, sd)} of the training loss per step, the same of the test accuracy per epoch
-  over the last half of the epochs)."""
-  keep = out.runs[['run', 'arm']]
-  steps = steps.merge(keep, on='run') if not steps.empty else steps
-  hist = hist.merge(keep, on='run') if not hist.empty and 'test_accuracy' in hist else hist.iloc[:0]
-  hist = hist[hist['epoch'] >= hist['epoch'].max() / 2] if not hist.empty else hist
-  loss = {
-    a: curve(s, 'step', 'train_loss')
-    for a, s in (steps.groupby('arm', sort=True) if not steps.empty else ())
-  }
-  test = {
-    a: curve(h, 'epoch', 'test_accuracy', 100.0)
-    for a, h in (hist.groupby('arm', sort=True) if not hist.empty else ())
-  }
-  return loss, test
-
-
 def legend_entries(categories, place, same, colors):
   """(handles, labels) when an arm label occurs on several platforms: one key per arm (its marker
   and line style) and per platform (its colour, wider where drawn beneath)."""
@@ -630,7 +596,18 @@ def legend_entries(categories, place, same, colors):
 def draw_training_curves(out, hist, steps):
   """The figure: training loss per logged step, test metric per epoch (zoomed)."""
   categories, place, platforms = layout(out)
-  loss, test = curve_panels(out, hist, steps)
+  keep = out.runs[['run', 'arm']]
+  steps = steps.merge(keep, on='run') if not steps.empty else steps
+  hist = hist.merge(keep, on='run') if not hist.empty and 'test_accuracy' in hist else hist.iloc[:0]
+  hist = hist[hist['epoch'] >= hist['epoch'].max() / 2] if not hist.empty else hist
+  loss = {
+    a: curve(s, 'step', 'train_loss')
+    for a, s in (steps.groupby('arm', sort=True) if not steps.empty else ())
+  }
+  test = {
+    a: curve(h, 'epoch', 'test_accuracy', 100.0)
+    for a, h in (hist.groupby('arm', sort=True) if not hist.empty else ())
+  }
   if not loss and not test:
     return None
   colors = platform_colors(platforms)
@@ -662,8 +639,14 @@ def draw_training_curves(out, hist, steps):
   axes[0].yaxis.set_major_formatter(ticker.FormatStrFormatter('%g'))
   axes[0].yaxis.set_minor_formatter(ticker.NullFormatter())
   spans = [band(axes[1], mean, sd, look(a), shade) for a, (mean, sd) in test.items()]
-  if spans:
-    zoom(axes[1], spans)
+  if spans:  # x and y limits around every arm's mean (± sd where shaded)
+    low = min(float((m - s).min()) for m, s in spans)
+    high = max(float((m + s).max()) for m, s in spans)
+    pad = 0.08 * (high - low) or 0.5
+    axes[1].set_xlim(
+      min(m.index.min() for m, _ in spans) - 0.05, max(m.index.max() for m, _ in spans) + 0.05
+    )
+    axes[1].set_ylim(low - pad, high + pad)
   axes[1].set(xlabel='epoch (last half)', ylabel='test accuracy (%)')
   axes[1].xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
   for ax in axes:

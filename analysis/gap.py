@@ -291,15 +291,11 @@ def default_emulation(runs, native_factor, platforms, given):
   return out
 
 
-def platform_rank(platform):
-  """Sort key of a platform identity: its JAX platform's place in PLATFORM_ORDER, then the name."""
-  kind = rules.jax_platform(platform)
-  return (PLATFORM_ORDER.index(kind) if kind in PLATFORM_ORDER else len(PLATFORM_ORDER), platform)
-
-
 def default_pairs(platforms):
   """Every pair (a, b) of the platforms, a before b in PLATFORM_ORDER: tpu − gpu first."""
-  return list(itertools.combinations(sorted(set(platforms), key=platform_rank), 2))
+  rank = {kind: i for i, kind in enumerate(PLATFORM_ORDER)}  # then by name
+  ranked = sorted(set(platforms), key=lambda p: (rank.get(rules.jax_platform(p), len(rank)), p))
+  return list(itertools.combinations(ranked, 2))
 
 
 def resolve_platform(name, platforms, flag):

@@ -336,21 +336,6 @@ RESIDUAL = 'init × data order + nondeterminism (no replicates)'  # R = 1: one r
 MIN_CI_DF = 2.0
 
 
-def cell_array(frame, value, init, data):
-  """The values as an I × J × R array (balanced); ValueError naming the missing or short cells."""
-  counts = frame.groupby([init, data]).size()
-  inits, data_seeds = sorted(frame[init].unique()), sorted(frame[data].unique())
-  full = counts.reindex(pd.MultiIndex.from_product([inits, data_seeds]), fill_value=0)
-  if full.nunique() != 1 or full.iloc[0] < 1:
-    short = ', '.join(f'({i}, {j}): {n}' for (i, j), n in full.items() if n != full.max())
-    raise ValueError(
-      f'variance split: needs every (init_seed, data_seed) cell run the same number '
-      f'of times; runs per cell: {short or full.iloc[0]}'
-    )
-  ordered = frame.sort_values([init, data], kind='stable')
-  return ordered[value].to_numpy(float).reshape(len(inits), len(data_seeds), int(full.iloc[0]))
-
-
 def mean_squares(y):
   """{name: (mean square, df)} of an I × J × R array (module doc)."""
   n_i, n_j, n_r = y.shape
@@ -406,7 +391,17 @@ def variance_components(frame, value='value', init='init_seed', data='data_seed'
   """One row per component (COMPONENTS; with one run per cell the last two as RESIDUAL)."""
   if frame[init].nunique() < 2 or frame[data].nunique() < 2:
     raise ValueError('variance split: needs at least 2 init seeds and 2 data seeds')
-  y = cell_array(frame, value, init, data)
+  counts = frame.groupby([init, data]).size()
+  inits, data_seeds = sorted(frame[init].unique()), sorted(frame[data].unique())
+  full = counts.reindex(pd.MultiIndex.from_product([inits, data_seeds]), fill_value=0)
+  if full.nunique() != 1 or full.iloc[0] < 1:
+    short = ', '.join(f'({i}, {j}): {n}' for (i, j), n in full.items() if n != full.max())
+    raise ValueError(
+      f'variance split: needs every (init_seed, data_seed) cell run the same number '
+      f'of times; runs per cell: {short or full.iloc[0]}'
+    )
+  ordered = frame.sort_values([init, data], kind='stable')
+  y = ordered[value].to_numpy(float).reshape(len(inits), len(data_seeds), int(full.iloc[0]))
   ms = mean_squares(y)
   estimate = estimates(ms, y.shape)
 

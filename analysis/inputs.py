@@ -85,32 +85,6 @@ def normalise_platforms(frame):
   return frame, notes
 
 
-def platform_problems(frame):
-  """One line per completed run without a platform, and per names that differ only in case."""
-  if PLATFORM not in frame:
-    return []
-  done = frame.loc[completed_rows(frame), PLATFORM]
-  names = done.astype(object).map(platform_name)
-  empty = names[names == '']
-  lines = [
-    f'{PLATFORM}, line {n}: the platform is empty; write the platform the run ran on '
-    '(e.g. gpu), or leave the run out'
-    for n in line_numbers(empty.index)
-  ]
-  spelled = {}
-  for name in pd.unique(names[names != '']):
-    spelled.setdefault(name.lower(), []).append(name)
-  for spellings in (s for s in spelled.values() if len(s) > 1):
-    where = '; '.join(
-      f'{s!r} on line {line_numbers(names.index[names == s])[0]}' for s in spellings
-    )
-    lines.append(
-      f'{PLATFORM}: {where} differ only in case: one platform or two? write one '
-      'spelling per platform'
-    )
-  return lines
-
-
 def row_name(frame, index):
   """How a message names row `index`: its run, else its line of the file."""
   return frame.at[index, 'run'] if 'run' in frame else f'line {line_numbers([index])[0]}'
@@ -262,37 +236,6 @@ def join_chunks(chunks):
   return pd.DataFrame(columns)
 
 
-def read_columns(path, header, metric=None, names=(), seed='seed'):
-  """The CSV's used columns (unused), CHUNK_ROWS rows at a time, text made categorical."""
-  keep = [c for c in header if not unused(c, metric, set(names))]
-  plain = {'run', ID, 'status', 'reason', metric, seed}
-  frame = join_chunks(
-    [compact(chunk, plain) for chunk in pd.read_csv(path, usecols=keep, chunksize=CHUNK_ROWS)]
-  )
-  frame, notes = normalise_platforms(frame)  # first: its notes name the cells as written
-  frame = strip_text(frame)
-  frame, once = one_row_per_run(frame)
-  for note in notes + once:
-    print(f'note: --csv {path}: {note}', file=sys.stderr)
-  return frame
-
-
-def strip_text(frame):
-  """`frame` with surrounding spaces dropped from its text cells: 'f32 ' would be an arm."""
-  for name in frame.columns:
-    values = frame[name]
-    if isinstance(values.dtype, pd.CategoricalDtype):
-      cats = list(values.cat.categories)
-      stripped = [c.strip() if isinstance(c, str) else c for c in cats]
-      if stripped != cats:
-        frame[name] = (
-          values.astype(object)
-          .map(lambda v: v.strip() if isinstance(v, str) else v)
-          .astype('category')
-        )
-  return frame
-
-
 def one_row_per_run(frame):
   """(frame, notes): rows sharing a `run_id` and every value but `run` kept once."""
   if ID not in frame or not frame[ID].notna().any():
@@ -317,28 +260,6 @@ def one_row_per_run(frame):
     for i in same.index
   ]
   return frame.drop(index=drop), notes
-
-
-def accuracy_scale_problems(column, numbers):
-  """One line per row on the minority scale when fractions and percents are mixed."""
-  fractions = numbers[(numbers > 0) & (numbers <= 1)]
-  percents = numbers[(numbers > 1) & (numbers <= 100)]
-  if fractions.empty or percents.empty:
-    return []
-  if len(percents) <= len(fractions):
-    odd, fix = percents, f'in percent while {len(fractions)} rows are fractions: divide it by 100'
-  else:  # a percent at most 1 is possible (a run at 0.8 %): say how to keep it
-    odd, fix = (
-      fractions,
-      (
-        f'at most 1 while {len(percents)} rows are in percent: a fraction? '
-        'multiply it by 100; a real percent below 1? give --scale 1 (the column '
-        'is in percent)'
-      ),
-    )
-  return [
-    f'{column}, line {n}: {v:g} is {fix} (one scale for the whole column)' for n, v in each(odd)
-  ]
 
 
 def each(values):
@@ -386,17 +307,68 @@ def metric_problems(frame, column, scale=None):
       'percent in [0, 100]: correct the value'
       for n, v in each(high)
     ]
-    lines += accuracy_scale_problems(column, numbers)
+    fractions = numbers[(numbers > 0) & (numbers <= 1)]  # mixed with percents: the fewer named
+    percents = numbers[(numbers > 1) & (numbers <= 100)]
+    if fractions.empty or percents.empty:
+      return lines
+    if len(percents) <= len(fractions):
+      odd, fix = percents, f'in percent while {len(fractions)} rows are fractions: divide it by 100'
+    else:  # a percent at most 1 is possible (a run at 0.8 %): say how to keep it
+      odd, fix = (
+        fractions,
+        (
+          f'at most 1 while {len(percents)} rows are in percent: a fraction? '
+          'multiply it by 100; a real percent below 1? give --scale 1 (the column '
+          'is in percent)'
+        ),
+      )
+    lines += [
+      f'{column}, line {n}: {v:g} is {fix} (one scale for the whole column)' for n, v in each(odd)
+    ]
   return lines
 
 
-def identity_problems(frame):
-  """One line per `run_id` held by rows with different values (one_row_per_run kept them)."""
-  if ID not in frame:
-    return []
-  ids = frame[ID].astype(object)
-  repeated = ids[ids.notna() & ids.duplicated(keep=False)]
-  lines = []
+def check_csv(frame, path, metric=None, seed=None, seed_required=False, scale=None):
+  """A ValueError of one line per problem of the CSV's metric, other numbers (CHECKED)."""
+  lines = metric_problems(frame, metric, scale) if metric else []
+  lines += [
+    line for c in CHECKED if c in frame and c != metric for line in metric_problems(frame, c)
+  ]
+  if PLATFORM in frame:  # a completed run without a platform, names that differ only in case
+    names = frame.loc[completed_rows(frame), PLATFORM].astype(object).map(platform_name)
+    lines += [
+      f'{PLATFORM}, line {n}: the platform is empty; write the platform the run ran on '
+      '(e.g. gpu), or leave the run out'
+      for n in line_numbers(names[names == ''].index)
+    ]
+    spelled: dict[str, list[str]] = {}
+    for name in pd.unique(names[names != '']):
+      spelled.setdefault(name.lower(), []).append(name)
+    for spellings in (s for s in spelled.values() if len(s) > 1):
+      where = '; '.join(
+        f'{s!r} on line {line_numbers(names.index[names == s])[0]}' for s in spellings
+      )
+      lines.append(
+        f'{PLATFORM}: {where} differ only in case: one platform or two? write one '
+        'spelling per platform'
+      )
+  lines += test_set_problems(frame)
+  if 'run' in frame:  # a run id on more than one line, or empty
+    empty = frame['run'].isna()
+    lines += [
+      f'run, line {n}: the run id is empty; give each run its own id'
+      for n in line_numbers(frame.index[empty])
+    ]
+    runs = frame.loc[~empty, 'run'].astype(str)
+    repeated = runs[runs.duplicated(keep=False)]
+    lines += [
+      f'run, lines {", ".join(map(str, line_numbers(rows.index)))}: run id {run!r} appears '
+      f'{len(rows)} times; give each run its own id (runs of one seed are replicates only '
+      'under different ids)'
+      for run, rows in repeated.groupby(repeated, sort=False)
+    ]
+  ids = frame[ID].astype(object) if ID in frame else pd.Series([], dtype=object)
+  repeated = ids[ids.notna() & ids.duplicated(keep=False)]  # kept apart by one_row_per_run
   for run_id, rows in repeated.groupby(repeated, sort=False):
     places = ', '.join(
       f'line {n}' + (f' ({frame.at[i, "run"]})' if 'run' in frame else '')
@@ -406,55 +378,19 @@ def identity_problems(frame):
       f'{ID}: run id {run_id!r} holds different values on {places}: one run with two '
       'records (a copy taken at another step?); keep the one you mean'
     )
-  return lines
-
-
-def run_id_problems(frame):
-  """One line per run id that appears on more than one line, and per empty run id."""
-  if 'run' not in frame:
-    return []
-  empty = frame['run'].isna()
-  lines = [
-    f'run, line {n}: the run id is empty; give each run its own id'
-    for n in line_numbers(frame.index[empty])
-  ]
-  runs = frame.loc[~empty, 'run'].astype(str)
-  repeated = runs[runs.duplicated(keep=False)]
-  return lines + [
-    f'run, lines {", ".join(map(str, line_numbers(rows.index)))}: run id {run!r} appears '
-    f'{len(rows)} times; give each run its own id (runs of one seed are replicates only '
-    'under different ids)'
-    for run, rows in repeated.groupby(repeated, sort=False)
-  ]
-
-
-def seed_problems(frame, column, required):
-  """One line per seed that is not a whole number, or (`required`) is missing on a completed run."""
-  values = frame[column]
-  numbers = pd.to_numeric(values, errors='coerce')
-  whole = numbers.notna() & np.isfinite(numbers) & (numbers == np.floor(numbers))
-  bad = values.notna() & ~whole
-  empty = values.isna() & completed_rows(frame) & required
-  lines = [
-    f"{column}, line {n}: {v!r} is not a whole-number seed; write the run's integer seed"
-    for n, v in each(values[bad])
-  ]
-  return lines + [
-    f"{column}, line {n}: the seed is empty; write the run's integer seed (the "
-    'attribution groups runs by seed)'
-    for n in line_numbers(values[empty].index)
-  ]
-
-
-def check_csv(frame, path, metric=None, seed=None, seed_required=False, scale=None):
-  """A ValueError of one line per problem of the CSV's metric, other numbers (CHECKED)."""
-  lines = metric_problems(frame, metric, scale) if metric else []
-  lines += [
-    line for c in CHECKED if c in frame and c != metric for line in metric_problems(frame, c)
-  ]
-  lines += platform_problems(frame) + test_set_problems(frame)
-  lines += run_id_problems(frame) + identity_problems(frame)
-  lines += seed_problems(frame, seed, seed_required) if seed else []
+  if seed:  # a seed that is not a whole number, or (seed_required) missing on a completed run
+    values = frame[seed]
+    numbers = pd.to_numeric(values, errors='coerce')
+    whole = numbers.notna() & np.isfinite(numbers) & (numbers == np.floor(numbers))
+    lines += [
+      f"{seed}, line {n}: {v!r} is not a whole-number seed; write the run's integer seed"
+      for n, v in each(values[values.notna() & ~whole])
+    ]
+    lines += [
+      f"{seed}, line {n}: the seed is empty; write the run's integer seed (the "
+      'attribution groups runs by seed)'
+      for n in line_numbers(values[values.isna() & completed_rows(frame) & seed_required].index)
+    ]
   if not lines:
     return
   more = len(lines) - MAX_LINES
@@ -464,22 +400,6 @@ def check_csv(frame, path, metric=None, seed=None, seed_required=False, scale=No
   raise ValueError(
     '\n'.join(f'--csv {path}: {line}' for line in shown)
     + f'\n--csv {path}: {len(lines)} problem(s) above; nothing was analysed'
-  )
-
-
-def duplicate_columns(path, header):
-  """Why a header naming a column twice is refused ('' when none): pandas would read 'x' as x.1."""
-  repeated = [name for name, count in collections.Counter(header).items() if count > 1]
-  if not repeated:
-    return ''
-
-  def at(name):
-    return ', '.join(str(i + 1) for i, h in enumerate(header) if h == name)
-
-  return (
-    f'--csv: {path} has duplicate column names: '
-    + '; '.join(f'{name} (columns {at(name)})' for name in repeated)
-    + '; rename them so each column has its own name'
   )
 
 
@@ -494,12 +414,35 @@ def read_csv(
   """A CSV of runs as a runs table (`run` = 'FILE:ROW' without a run column)."""
   try:
     header = list(pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0])
-    repeated = duplicate_columns(path, header)
-    if repeated:  # a ValueError of its own: not one of those below
-      raise ValueError(repeated)
+    repeated = [name for name, count in collections.Counter(header).items() if count > 1]
+    if repeated:  # a ValueError of its own, not one of those below: pandas would read x as x.1
+      where = [', '.join(str(i + 1) for i, h in enumerate(header) if h == n) for n in repeated]
+      raise ValueError(
+        f'--csv: {path} has duplicate column names: '
+        + '; '.join(f'{n} (columns {at})' for n, at in zip(repeated, where, strict=True))
+        + '; rename them so each column has its own name'
+      )
     if metric:
       metric = declaration.resolve_column(pd.DataFrame(columns=header), metric, '--metric')
-    frame = read_columns(path, header, metric, names, seed_col or 'seed')
+    keep = [c for c in header if not unused(c, metric, set(names))]
+    plain = {'run', ID, 'status', 'reason', metric, seed_col or 'seed'}
+    frame = join_chunks(
+      [compact(chunk, plain) for chunk in pd.read_csv(path, usecols=keep, chunksize=CHUNK_ROWS)]
+    )
+    frame, notes = normalise_platforms(frame)  # first: its notes name the cells as written
+    for name in frame.columns:  # surrounding spaces dropped from text cells: 'f32 ' is no arm
+      values = frame[name]
+      if isinstance(values.dtype, pd.CategoricalDtype):
+        cats = list(values.cat.categories)
+        if [c.strip() if isinstance(c, str) else c for c in cats] != cats:
+          frame[name] = (
+            values.astype(object)
+            .map(lambda v: v.strip() if isinstance(v, str) else v)
+            .astype('category')
+          )
+    frame, once = one_row_per_run(frame)
+    for note in notes + once:
+      print(f'note: --csv {path}: {note}', file=sys.stderr)
   except pd.errors.EmptyDataError:
     raise ValueError(
       f'--csv: {path} is empty: no runs to analyse; give a CSV with a header row '
@@ -535,8 +478,9 @@ def identity(path):
   return f'inode {stat.st_dev}:{stat.st_ino}'
 
 
-def open_root(root):
-  """`root` as an epath.Path, refused in one line when it is missing, no folder or unreachable."""
+def walk(root):
+  """(run folders, [(unreadable folder, its OSError)]) under `root`, sorted."""
+  found, unreadable, seen = [], [], set()
   path = epath.Path(root)
   try:
     exists, is_dir = path.exists(), path.is_dir()
@@ -557,13 +501,7 @@ def open_root(root):
     )
   if not is_dir:
     raise ValueError(f'--runs: {root} is not a folder; give the folder holding the runs')
-  return path
-
-
-def walk(root):
-  """(run folders, [(unreadable folder, its OSError)]) under `root`, sorted."""
-  found, unreadable, seen = [], [], set()
-  todo, linked = [open_root(root)], []
+  todo, linked = [path], []
   while todo or linked:
     folder = todo.pop() if todo else linked.pop()
     key = identity(folder)

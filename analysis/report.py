@@ -227,15 +227,6 @@ VARIANCE_CAPTION = (
 )
 
 
-def ci_text(r):
-  """'[low, high] (df ν)', or why there is no interval."""
-  if r['truncated'] or not r['estimate'] > 0:
-    return 'none: estimate truncated at 0'
-  if not np.isfinite(r['ci_low']):
-    return f'none: df {r["ci_df"]:.2g} < {inference.MIN_CI_DF:g} (more seeds needed)'
-  return f'[{num(r["ci_low"], 3)}, {num(r["ci_high"], 3)}] (df {r["ci_df"]:.2g})'
-
-
 def truncation(r, unit):
   """The truncation of a negative estimate in words ('' when none)."""
   if not r['truncated']:
@@ -264,7 +255,14 @@ def variance_rows(table, unit, labels=None):
       row = {'arm': labels.get(arm, arm), 'design': variance_design(group)}
       row |= {'component': r['component'], f'variance ({unit}²)': num(r['variance'], 3)}
       row |= {f'sd ({unit})': num(r['sd'], 3), 'share (%)': num(r['share_pct'], 1)}
-      out.append(row | {'95% CI of the variance': ci_text(r), 'note': truncation(r, unit)})
+      ci = (
+        'none: estimate truncated at 0'
+        if r['truncated'] or not r['estimate'] > 0
+        else f'none: df {r["ci_df"]:.2g} < {inference.MIN_CI_DF:g} (more seeds needed)'
+        if not np.isfinite(r['ci_low'])
+        else f'[{num(r["ci_low"], 3)}, {num(r["ci_high"], 3)}] (df {r["ci_df"]:.2g})'
+      )
+      out.append(row | {'95% CI of the variance': ci, 'note': truncation(r, unit)})
   return out
 
 
@@ -346,42 +344,6 @@ def variance_table(out):
   return variance_rows(split, out.unit, stats.arm_short_labels(out))
 
 
-def latex_tables(out):
-  """Booktabs tables a paper can \\input: gap decomposition, contrasts, software."""
-  unit, parts = out.unit, []
-  att = out.attribution
-  for d in att.decomposition if att else []:
-    parts.append(
-      latex(
-        component_rows(att.gap, d.gap, unit, d.margin),
-        f'{d.gap} decomposition at ±{d.margin:g} {unit}: {d.verdict}. {share_line(d)}.',
-        label='tab:gap-' + '-'.join(d.gap.replace(' - ', ' ').split()),
-      )
-    )
-  table = judged(out)
-  if table is not None and not table.empty:
-    parts.append(
-      latex(
-        contrast_rows(out, table),
-        f'Each arm minus the reference arm ({unit}), 95% and 90% CIs; verdicts '
-        f'Holm-adjusted over the {stats.family_size(table)} contrasts tested, '
-        f'margin ±{out.margin:g} {unit}.',
-        label='tab:contrasts',
-      )
-    )
-  rows = [
-    {
-      'platform': p,
-      'device': f.device_kind or NOT_RECORDED,
-      **{k: v or '–' for k, v in f.versions.items()},
-    }
-    for p, f in out.software.platforms.items()
-  ]
-  if rows:
-    parts.append(latex(rows, 'Platforms and library versions of the runs.', label='tab:software'))
-  return ''.join(parts)
-
-
 def verdict_why(r, margin, unit, m):
   """Why pair_table/contrast row `r` got its verdict; m = the number of pairs Holm adjusts over."""
   if r['verdict'] == 'identical arithmetic':
@@ -442,18 +404,6 @@ def verdict_why(r, margin, unit, m):
   return f'{shown} and its {ci95} excludes 0, but {rank}: {lattice}, {rule}; {where}'
 
 
-def power_line(r, margin, unit):
-  """What the design used could detect, and the seeds 80% power needs, from this pair's data."""
-  what = 'pairs' if r['paired'] else 'seeds per arm'
-  sd = 'sd of the per-seed differences' if r['paired'] else 'pooled sd'
-  return (
-    f'Power (estimated from n = {r["power_from"]}; {sd} {num(r["power_sd"])} {unit}; '
-    f'α = {inference.ALPHA:g}): {num(r["power_diff"])} to detect a true Δ of ±{margin:g} {unit}, '
-    f'{num(r["power_equiv"])} to show equivalence when the true Δ is 0; 80% power needs '
-    f'{r["n80_diff"]} / {r["n80_equiv"]} {what}'
-  )
-
-
 def judged(out):
   """The table the report judges: the declared contrasts, else every pair."""
   return out.contrasts if out.contrasts is not None else out.pairs
@@ -470,7 +420,16 @@ def verdict_lines(out):
       name = (
         f'{r["platform"]}: {r["label"]} − reference' if several else f'{r["label"]} − reference'
       )
-    power = '' if r['verdict'] == 'identical arithmetic' else f' {power_line(r, out.margin, unit)}.'
+    what = 'pairs' if r['paired'] else 'seeds per arm'
+    sd = 'sd of the per-seed differences' if r['paired'] else 'pooled sd'
+    power = (
+      ''
+      if r['verdict'] == 'identical arithmetic'
+      else f' Power (estimated from n = {r["power_from"]}; {sd} {num(r["power_sd"])} {unit}; '
+      f'α = {inference.ALPHA:g}): {num(r["power_diff"])} to detect a true Δ of '
+      f'±{out.margin:g} {unit}, {num(r["power_equiv"])} to show equivalence when the true Δ is '
+      f'0; 80% power needs {r["n80_diff"]} / {r["n80_equiv"]} {what}.'
+    )
     lines.append(
       f'- **{name}: {r["verdict"]}.** Δ = {signed(r["diff"])} {unit}. Why: '
       f'{verdict_why(r, out.margin, unit, stats.family_size(table))}. Design: {r["design"]}.{power}'
@@ -487,16 +446,6 @@ def sizes(out):
   except ValueError:
     return text
   return text + (f'; one test image = {one:.3g} pp' if out.scale == 100 else '')
-
-
-def seed_lines(out):
-  """The seeds: once when every arm has the same ones, else per arm."""
-  if not out.seeded:
-    return ['seeds: no seed column: every row is its own run, so no pair is paired']
-  per_arm = dict(zip(out.arms['arm'], out.arms['seeds'], strict=True))
-  if len(set(per_arm.values())) == 1:
-    return [f'seeds (every arm): {next(iter(per_arm.values()))}']
-  return [f'seeds of {arm}: {seeds}' for arm, seeds in per_arm.items()]
 
 
 def title(out):
@@ -549,12 +498,20 @@ def setup_lines(out):
       'has no config.* / data.* columns)'
     ]
   )
+  per_arm = dict(zip(out.arms['arm'], out.arms['seeds'], strict=True)) if out.seeded else {}
+  seeds = (
+    ['seeds: no seed column: every row is its own run, so no pair is paired']
+    if not out.seeded
+    else [f'seeds (every arm): {next(iter(per_arm.values()))}']
+    if len(set(per_arm.values())) == 1
+    else [f'seeds of {arm}: {seeds}' for arm, seeds in per_arm.items()]
+  )
   lines += [
     f'metric: {out.metric}'
     + (' (in %)' if out.scale == 100 else '')
     + (f'; runs read from {out.source}' if out.source else ''),
     f'arms ({fields}): {arms}',
-    *seed_lines(out),
+    *seeds,
     f'equivalence margin: ±{out.margin:g} {unit} ({out.margin_reason})',
     f'decisions at α = {inference.ALPHA:g}, p-values Holm-adjusted over the '
     f'{stats.family_size(judged(out))} comparisons tested (identical arithmetic is reported, '
@@ -601,12 +558,12 @@ def details(out):
   return parts + [
     ('Design of each comparison', '', design),
     ('Repeated seeds (replicates averaged; their spread is the within-seed sd)', '', reps),
-    ('Runs excluded', '', excluded_rows(out.excluded)),
+    (
+      'Runs excluded',
+      '',
+      [{'run': r['run'], 'reason': r['reason']} for _, r in out.excluded.iterrows()],
+    ),
   ]
-
-
-def excluded_rows(excluded):
-  return [{'run': r['run'], 'reason': r['reason']} for _, r in excluded.iterrows()]
 
 
 def render(out, fmt):
@@ -619,7 +576,38 @@ def render(out, fmt):
       '' if split is None else latex(split, VARIANCE_CAPTION.format(unit=out.unit), 'tab:variance')
     )
     arms = latex(display_arms(out), captions(out, judged(out))[0], 'tab:arms')
-    return latex_tables(out) + arms + extra
+    unit, parts = out.unit, []
+    att = out.attribution
+    for d in att.decomposition if att else []:
+      parts.append(
+        latex(
+          component_rows(att.gap, d.gap, unit, d.margin),
+          f'{d.gap} decomposition at ±{d.margin:g} {unit}: {d.verdict}. {share_line(d)}.',
+          label='tab:gap-' + '-'.join(d.gap.replace(' - ', ' ').split()),
+        )
+      )
+    table = judged(out)
+    if table is not None and not table.empty:
+      parts.append(
+        latex(
+          contrast_rows(out, table),
+          f'Each arm minus the reference arm ({unit}), 95% and 90% CIs; verdicts '
+          f'Holm-adjusted over the {stats.family_size(table)} contrasts tested, '
+          f'margin ±{out.margin:g} {unit}.',
+          label='tab:contrasts',
+        )
+      )
+    rows = [
+      {
+        'platform': p,
+        'device': f.device_kind or NOT_RECORDED,
+        **{k: v or '–' for k, v in f.versions.items()},
+      }
+      for p, f in out.software.platforms.items()
+    ]
+    if rows:
+      parts.append(latex(rows, 'Platforms and library versions of the runs.', label='tab:software'))
+    return ''.join(parts) + arms + extra
   parts = [
     f'# {title(out)}\n',
     '\n## Answer\n\n',

@@ -53,36 +53,6 @@ def status_reasons(frame):
   ]
 
 
-def split_runs(frame, metric):
-  """(included runs, excluded table with run/status/reason, metric values of all rows)."""
-  status = run_status(frame)
-  values = pd.to_numeric(frame[metric], errors='coerce')
-  bad = status.ne('completed') | ~np.isfinite(values)
-  why = [
-    w
-    if s != 'completed'
-    else f'no value for {metric}'
-    if pd.isna(v)
-    else f'{metric} = {v} is not finite'
-    for s, w, v in zip(status[bad], status_reasons(frame[bad]), values[bad], strict=True)
-  ]
-  excluded = pd.DataFrame({'run': frame.loc[bad, 'run'], 'status': status[bad], 'reason': why})
-  return frame[~bad].copy(), excluded.reset_index(drop=True), values
-
-
-def check_some_completed(frame):
-  """Raise, listing every run with its reason, when no run of `frame` completed."""
-  if run_status(frame).eq('completed').any():
-    return
-  listed = '; '.join(
-    f'{run} ({why})' for run, why in zip(frame['run'], status_reasons(frame), strict=True)
-  )
-  raise ValueError(
-    f'--runs/--csv: none of the {len(frame)} runs is completed, so there is nothing to '
-    f'analyse; finish or rerun them: {listed}'
-  )
-
-
 def replicate_table(runs):
   """One row per arm and seed run more than once: the runs, their values, mean and range."""
   columns = ['arm', 'seed', 'n_runs', 'runs', 'values', 'mean', 'range', 'identical']
@@ -105,25 +75,6 @@ def replicate_table(runs):
   table['range'] = table['high'] - table['low']
   table['identical'] = table['range'] == 0
   return table[columns]
-
-
-def unit_table(runs):
-  """One row per arm and seed (per run when unseeded): arm, seed, value = mean over its runs."""
-  key = runs['seed'].where(runs['seeded'], runs['run'])
-  units = (
-    runs.assign(unit=key)
-    .groupby(['arm', 'unit'], sort=False)
-    .agg(seed=('seed', 'first'), value=('value', 'mean'), n_runs=('run', 'size'))
-    .reset_index()
-  )
-  return units[['arm', 'seed', 'unit', 'value', 'n_runs']]
-
-
-def model_units(runs, seed_col):
-  """The model each run is averaged and paired by (runrecord.rules.model_keys)."""
-  parts = [runs[c] if seed_col == 'seed' and c in runs else None for c in record.SEED_PARTS]
-  keys = rules.model_keys(runs['base_seed'], *parts)
-  return pd.Series(keys, index=runs.index, dtype=object)
 
 
 def lattice(runs, metric, scale):
@@ -197,12 +148,31 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   """Split the runs into included / excluded, label each included run's arm, average replicates."""
   if frame.empty:
     raise ValueError('--runs/--csv: no runs to analyse; check the path')
-  check_some_completed(frame)
+  if not run_status(frame).eq('completed').any():
+    listed = '; '.join(
+      f'{run} ({why})' for run, why in zip(frame['run'], status_reasons(frame), strict=True)
+    )
+    raise ValueError(
+      f'--runs/--csv: none of the {len(frame)} runs is completed, so there is nothing to '
+      f'analyse; finish or rerun them: {listed}'
+    )
   metric = resolve_column(frame, metric, '--metric')
   group_by = [resolve_column(frame, g, '--group-by') for g in group_by] or rules.arm_columns(frame)
   seeded = seed_col is not None or 'seed' in frame.columns
   seed_col = resolve_column(frame, seed_col, '--seed-col') if seed_col else 'seed'
-  runs, excluded, values = split_runs(frame, metric)
+  status = run_status(frame)
+  values = pd.to_numeric(frame[metric], errors='coerce')
+  bad = status.ne('completed') | ~np.isfinite(values)
+  why = [
+    w
+    if s != 'completed'
+    else f'no value for {metric}'
+    if pd.isna(v)
+    else f'{metric} = {v} is not finite'
+    for s, w, v in zip(status[bad], status_reasons(frame[bad]), values[bad], strict=True)
+  ]
+  excluded = pd.DataFrame({'run': frame.loc[bad, 'run'], 'status': status[bad], 'reason': why})
+  excluded, runs = excluded.reset_index(drop=True), frame[~bad].copy()
   if runs.empty:
     raise ValueError(
       f'--runs/--csv: none of the {len(frame)} runs is completed with a {metric}; '
@@ -212,7 +182,9 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
     scale = 100.0 if 'acc' in metric.lower() and values[runs.index].abs().max() <= 1 else 1.0
   runs['value'] = values[runs.index] * scale
   runs['base_seed'] = whole_numbers(runs[seed_col]) if seeded else None
-  runs['seed'] = model_units(runs, seed_col) if seeded else None
+  parts = [runs[c] if seed_col == 'seed' and c in runs else None for c in record.SEED_PARTS]
+  keys = rules.model_keys(runs['base_seed'], *parts) if seeded else None
+  runs['seed'] = pd.Series(keys, index=runs.index, dtype=object) if seeded else None
   runs['seeded'] = seeded & runs['seed'].notna()
   runs['arm'] = arm_labels(runs, group_by)
   unknown = [None] * len(runs)
@@ -226,7 +198,10 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   seeded_runs = runs[runs['seeded']]
   return Prepared(
     runs=runs,
-    units=unit_table(runs),
+    units=runs.assign(unit=runs['seed'].where(runs['seeded'], runs['run']))
+    .groupby(['arm', 'unit'], sort=False)
+    .agg(seed=('seed', 'first'), value=('value', 'mean'), n_runs=('run', 'size'))
+    .reset_index()[['arm', 'seed', 'unit', 'value', 'n_runs']],
     replicates=replicate_table(seeded_runs),
     excluded=excluded,
     seeded=seeded,
