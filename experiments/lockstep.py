@@ -1,8 +1,5 @@
-"""Several arms and seeds of one run trained in lockstep through train.py's run context, a seed's
-arms from the same initial weights, bit for bit, and what is measured between them: pairs 'b' and
-'control' (arm a against them, same seed), 'ceiling' (arm a of one seed against the next seed's).
-What each number means: docs/numerics.md ("Experiments on the numerics").
-"""
+"""Arms and seeds of one run trained in lockstep (a seed's arms from the same initial weights, bit
+for bit) and the distances between them; what each number means: docs/numerics.md."""
 
 import functools
 import json
@@ -79,22 +76,6 @@ def pair_list(seeds, names):
   return out
 
 
-def check_same_params(host_params, abstract_params, name):
-  """A one-line ValueError unless arm `name`'s parameters have arm a's names, shapes, dtypes."""
-  fa, fb = flat(host_params), flat(abstract_params)
-
-  def desc(value):
-    return 'absent' if value is None else f'{np.dtype(value.dtype)}{list(value.shape)}'
-
-  for key in sorted(fa.keys() | fb.keys()):
-    if desc(fa.get(key)) != desc(fb.get(key)):
-      raise ValueError(
-        f'{"--control" if name == "control" else "--a/--b"}: parameter {key} is '
-        f'{desc(fa.get(key))} in arm a, {desc(fb.get(key))} in arm {name}; identical initial '
-        'weights need equal parameters (e.g. the same numerics.param_dtype)'
-      )
-
-
 def prepare(configs, devices=0, progress=None):
   """The lockstep of {seed: {'a': config, 'b': config[, 'control': config]}} (resolved): each
   (seed, arm)'s run context and initial state, and the pairs compared."""
@@ -119,7 +100,18 @@ def prepare(configs, devices=0, progress=None):
       dataset = ctx.dataset
       if host is None:  # arm a: this seed's initial weights, for every arm of the seed
         host = jax.device_get(trainer.initial_state(ctx, run.init_model(ctx)[0]))
-      check_same_params(host['params'], run.param_shapes(ctx), name)
+      fa, fb = flat(host['params']), flat(run.param_shapes(ctx))
+      for k in sorted(fa.keys() | fb.keys()):  # identical initial weights need equal parameters
+        da, db = (
+          'absent' if v is None else f'{np.dtype(v.dtype)}{list(v.shape)}'
+          for v in (fa.get(k), fb.get(k))
+        )
+        if da != db:
+          raise ValueError(
+            f'{"--control" if name == "control" else "--a/--b"}: parameter {k} is {da} in arm '
+            f'a, {db} in arm {name}; identical initial weights need equal parameters (e.g. the '
+            'same numerics.param_dtype)'
+          )
       key = json.dumps(config.numerics.to_dict(), sort_keys=True)
       arms[seed, name] = {'seed': seed, 'name': name, 'ctx': ctx, 'key': key}
       if name not in numerics:
@@ -264,14 +256,13 @@ def final_test(lock):
   }
 
 
-def group_curve(group: str) -> Callable[[dict], Any]:
-  return lambda row: row['params']['groups'].get(group, {}).get('rel_l2')
-
-
 # The per-step curves: name -> the value of one pair's row.
 CURVES: dict[str, Callable[[dict], Any]] = {
   'params': lambda r: r['params']['rel_l2'],
-  **{f'params.{g}': group_curve(g) for g in GROUPS},
+  **{
+    f'params.{g}': functools.partial(lambda g, r: r['params']['groups'].get(g, {}).get('rel_l2'), g)
+    for g in GROUPS
+  },
   'params.max_abs': lambda r: r['params']['max_abs'],
   'batch_stats': lambda r: r['batch_stats']['rel_l2'],
   'logits': lambda r: r['logits']['rel_l2'],
