@@ -117,9 +117,6 @@ def settings(args):
 
 # --- the report: Markdown tables (what every number means) and the figure ---
 KIND_TITLES = {'b': 'a vs b', 'control': 'a vs control', 'ceiling': 'a vs a, other seed'}
-# The colour of the pair's other model (style.PALETTE): arms a, b, control as style.arm_colors.
-KIND_COLORS = {'b': 1, 'control': 2, 'ceiling': 6}
-PARAMS = (('params', '‖Δθ‖/‖θa‖'),)
 PROBE = (('logits', 'logits ‖ΔL‖/‖La‖'), ('probe_disagreement', 'churn'))
 
 
@@ -220,7 +217,7 @@ def markdown(result):
       *(PAIRS[kind].format(control=control) for kind in curves),
       EXPLAIN.format(band=info['band']),
       '## Parameter distance during training\n',
-      tables.markdown(curve_table(result, PARAMS, True)),
+      tables.markdown(curve_table(result, [('params', '‖Δθ‖/‖θa‖')], True)),
       '## Probe logits during training\n',
       tables.markdown(curve_table(result, PROBE, False)),
       f'## Per group at step {result["steps"][-1]}\n',
@@ -258,7 +255,7 @@ def figure(result, out_dir):
   from analysis import figures as style
 
   style.apply()
-  colors = {kind: style.PALETTE[i] for kind, i in KIND_COLORS.items()}
+  colors = {'b': style.PALETTE[1], 'control': style.PALETTE[2], 'ceiling': style.PALETTE[6]}
   info, x, curves = result['info'], result['steps'], result['curves']
   fig, axes = plt.subplots(3, 3, figsize=(style.WIDTH_IN, 6.0), constrained_layout=True)
   axes = axes.ravel()
@@ -331,13 +328,26 @@ def main(argv=None):
       )
       numerics_setup.configure(configs[seeds[0]]['a'])  # process-wide flags, before any backend
       lock = lockstep.prepare(configs, args.devices, progress)
-      num_steps = lockstep.check_steps(lock, args.steps)
+      total = lock['ctx'].total_steps
+      if args.steps is not None and not 1 <= args.steps <= total:
+        raise ValueError(
+          f'--steps={args.steps}: give 1..{total} (the config trains {total} steps; more need a '
+          'larger --config.num_epochs)'
+        )
+      num_steps = args.steps or total
     except ValueError as e:
       cli.fail(str(e).splitlines()[0])
     rows = lockstep.train(lock, num_steps, args.every, args.probe, progress)
     progress.say('predicting the whole test set with every arm')
     final = lockstep.final_test(lock)
-    curves, losses = lockstep.curves(rows)
+    curves = {  # {pair kind: {curve: [band per row]}}, {arm: [band of its loss per row]}
+      kind: {
+        name: [lockstep.band(map(get, r['pairs'][kind])) for r in rows]
+        for name, get in lockstep.CURVES.items()
+      }
+      for kind in rows[0]['pairs']
+    }
+    losses = {arm: [lockstep.band(r['loss'][arm]) for r in rows] for arm in rows[0]['loss']}
     device = jax.devices()[0]
     first = configs[seeds[0]]
     same = first['a'].numerics.to_dict() == first['b'].numerics.to_dict()
@@ -345,7 +355,7 @@ def main(argv=None):
       'config_spec': args.config,
       'seeds': seeds,
       'steps': num_steps,
-      'total_steps': lock['ctx'].total_steps,
+      'total_steps': total,
       'every': args.every,
       'devices': lock['devices'],
       'probe': min(args.probe, len(lock['ctx'].dataset.test)),
