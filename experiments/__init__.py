@@ -8,8 +8,7 @@ from runrecord import files
 
 
 def write_report(dest, result, stem, markdown, figure):
-  """STEM.md (`markdown(result)`), STEM.json and `figure(result, folder)`'s files, written through
-  `dest` (a runrecord/files.py Destination) and named; 0, or 1 when the write fails."""
+  """STEM.md, STEM.json and `figure`'s files written through `dest`; 0, or 1 if the write fails."""
 
   def write(folder):
     md, js = pathlib.Path(folder, f'{stem}.md'), pathlib.Path(folder, f'{stem}.json')

@@ -3,8 +3,7 @@
   python -m experiments.divergence --config=configs/digits.py:study --a numerics.profile=f32 \
       --b numerics.profile=tpu_default --seeds 0 1 2 3 4 --out runs/divergence
 
-Writes divergence.{md,json,png,pdf} to --out; what each number means: docs/numerics.md
-("Experiments on the numerics"). Without --b, a determinism check (exit code 1 if it fails).
+Writes divergence.{md,json,png,pdf} to --out (docs/numerics.md); without --b, a determinism check.
 """
 
 import argparse
@@ -105,8 +104,7 @@ def arm_config(config, overrides, flag, seed):
 
 
 def settings(args):
-  """{'a': overrides, 'b': ..., ['control': ...]}; a control naming a profile replaces arm a's
-  product formats unless it names them too."""
+  """{'a': overrides, 'b': ..., ['control': ...]}; a control's profile replaces arm a's formats."""
   out = {'a': parse_setting('--a', args.a)}
   out['b'] = out['a'] if args.b is None else parse_setting('--b', args.b)
   if args.control.strip().lower() != 'none':
@@ -117,24 +115,8 @@ def settings(args):
   return out
 
 
-def determinism_failures(result):
-  """With identical settings for a and b: every nonzero a-vs-b difference (empty: deterministic)."""
-  bad = [
-    f'seed {p["seeds"][0]}: {what} differ by {p[what]["max_abs"]:.3e} at step {r["step"]}'
-    for r in result['records']
-    for p in r['pairs']['b']
-    for what in ('params', 'batch_stats', 'logits')
-    if p[what]['max_abs'] != 0
-  ]
-  count = result['final']['disagreement']['b']['total']['count']
-  return bad + ([f'{count} predicted test labels differ at the end'] if count else [])
-
-
 # --- the report: Markdown tables (what every number means) and the figure ---
 KIND_TITLES = {'b': 'a vs b', 'control': 'a vs control', 'ceiling': 'a vs a, other seed'}
-# The colour of the pair's other model (style.PALETTE): arms a, b, control as style.arm_colors.
-KIND_COLORS = {'b': 1, 'control': 2, 'ceiling': 6}
-PARAMS = (('params', '‖Δθ‖/‖θa‖'),)
 PROBE = (('logits', 'logits ‖ΔL‖/‖La‖'), ('probe_disagreement', 'churn'))
 
 
@@ -171,65 +153,6 @@ def curve_table(result, metrics, with_loss):
   return rows
 
 
-def group_table(result):
-  """The last row's parameter distance per group, max |Δθ| and BN statistics, per pair kind."""
-  rows = []
-  for kind, c in result['curves'].items():
-    groups = {
-      g: cell(c[f'params.{g}'][-1]) for g in GROUPS if c[f'params.{g}'][-1]['mean'] is not None
-    }
-    rows.append(
-      {
-        'pair': KIND_TITLES[kind],
-        **groups,
-        'max\\|Δθ\\|': cell(c['params.max_abs'][-1]),
-        'BN stats ‖Δ‖/‖a‖': cell(c['batch_stats'][-1]),
-      }
-    )
-  return rows
-
-
-def final_table(result):
-  """Whole-test-set churn per pair kind: per seed, then across seeds."""
-  rows = []
-  for kind, d in result['final']['disagreement'].items():
-    across, total = d['across'], d['total']
-    rows.append(
-      {
-        'pair': KIND_TITLES[kind],
-        'pairs': str(len(d['pairs'])),
-        'per seed % [95% Wilson]': '; '.join(
-          f'{pct(p["rate"])} [{interval(p["ci_low"], p["ci_high"])}]' for p in d['pairs']
-        ),
-        'mean over seeds %': '–' if across['mean'] is None else pct(across['mean']),
-        '95% t-Wilson CI over seeds %': interval(across['t_low'], across['t_high']),
-        'seeds in the CI': str(across['pairs']),
-        'labels differing (all seeds)': f'{total["count"]} of {total["n"]}',
-      }
-    )
-  return rows
-
-
-def header(result):
-  arms, info, final = result['arms'], result['info'], result['final']
-  lines = [
-    f'# Divergence: a = {arms["a"]["label"]} vs b = {arms["b"]["label"]}\n',
-    f'{info["config_spec"]}, seeds {", ".join(map(str, info["seeds"]))}, {info["steps"]} of '
-    f'{info["total_steps"]} training steps, {info["platform"]} ({info["device_kind"]}), '
-    f'{info["devices"]} device(s); probe: the first {info["probe"]} test images; test set: '
-    f'{final["test_count"]} images.\n',
-  ]
-  for name, arm in arms.items():
-    e = arm['numerics']['effective']
-    acc = {k: (100 * v if isinstance(v, float) else v) for k, v in final['accuracy'][name].items()}
-    lines.append(
-      f'- arm {name} ({arm["label"]}): conv {e["conv_format"]}, dense {e["dense_format"]}, '
-      f'precision {e["matmul_precision_flag"]}, compute {e["compute_dtype"]}, BN '
-      f'{e["batchnorm"]}; final test accuracy {cell(acc, ".2f")} %'
-    )
-  return lines
-
-
 PAIRS = {
   'b': '- **a vs b**: the same seed (the same initial weights and batches), other numerics.',
   'control': '- **a vs control**: arm a plus {control}, the same seed: a matched perturbation.',
@@ -247,23 +170,61 @@ def markdown(result):
   """The report: setup, arms, what the numbers mean, the curves table and the final tables."""
   from analysis import report as tables
 
-  info = result['info']
-  control = result['arms'].get('control', {}).get('label')
+  arms, info, final, curves = result['arms'], result['info'], result['final'], result['curves']
+  lines = [
+    f'# Divergence: a = {arms["a"]["label"]} vs b = {arms["b"]["label"]}\n',
+    f'{info["config_spec"]}, seeds {", ".join(map(str, info["seeds"]))}, {info["steps"]} of '
+    f'{info["total_steps"]} training steps, {info["platform"]} ({info["device_kind"]}), '
+    f'{info["devices"]} device(s); probe: the first {info["probe"]} test images; test set: '
+    f'{final["test_count"]} images.\n',
+  ]
+  for name, arm in arms.items():
+    e = arm['numerics']['effective']
+    acc = {k: (100 * v if isinstance(v, float) else v) for k, v in final['accuracy'][name].items()}
+    lines.append(
+      f'- arm {name} ({arm["label"]}): conv {e["conv_format"]}, dense {e["dense_format"]}, '
+      f'precision {e["matmul_precision_flag"]}, compute {e["compute_dtype"]}, BN '
+      f'{e["batchnorm"]}; final test accuracy {cell(acc, ".2f")} %'
+    )
+  groups = [  # the last row's parameter distance per group, max |Δθ| and BN statistics
+    {
+      'pair': KIND_TITLES[kind],
+      **{g: cell(c[f'params.{g}'][-1]) for g in GROUPS if c[f'params.{g}'][-1]['mean'] is not None},
+      'max\\|Δθ\\|': cell(c['params.max_abs'][-1]),
+      'BN stats ‖Δ‖/‖a‖': cell(c['batch_stats'][-1]),
+    }
+    for kind, c in curves.items()
+  ]
+  churn = [  # whole-test-set churn per pair kind: per seed, then across seeds
+    {
+      'pair': KIND_TITLES[kind],
+      'pairs': str(len(d['pairs'])),
+      'per seed % [95% Wilson]': '; '.join(
+        f'{pct(p["rate"])} [{interval(p["ci_low"], p["ci_high"])}]' for p in d['pairs']
+      ),
+      'mean over seeds %': '–' if d['across']['mean'] is None else pct(d['across']['mean']),
+      '95% t-Wilson CI over seeds %': interval(d['across']['t_low'], d['across']['t_high']),
+      'seeds in the CI': str(d['across']['pairs']),
+      'labels differing (all seeds)': f'{d["total"]["count"]} of {d["total"]["n"]}',
+    }
+    for kind, d in final['disagreement'].items()
+  ]
+  control = arms.get('control', {}).get('label')
   return '\n'.join(
     [
-      *header(result),
+      *lines,
       '\nPairs:\n',
-      *(PAIRS[kind].format(control=control) for kind in result['curves']),
+      *(PAIRS[kind].format(control=control) for kind in curves),
       EXPLAIN.format(band=info['band']),
       '## Parameter distance during training\n',
-      tables.markdown(curve_table(result, PARAMS, True)),
+      tables.markdown(curve_table(result, [('params', '‖Δθ‖/‖θa‖')], True)),
       '## Probe logits during training\n',
       tables.markdown(curve_table(result, PROBE, False)),
       f'## Per group at step {result["steps"][-1]}\n',
-      tables.markdown(group_table(result)),
+      tables.markdown(groups),
       '## Churn on the whole test set (share of predicted labels that differ)\n',
       FINAL.format(ci=info['interval'], across=info['across_interval']),
-      tables.markdown(final_table(result)),
+      tables.markdown(churn),
     ]
   )
 
@@ -287,24 +248,6 @@ def panel(ax, x, lines, title, log=True, lw=1.4):
   ax.set(title=title, xlabel='step', xlim=(0, max(x[-1], 1)))
 
 
-def final_panel(ax, final, colors):
-  """Whole-test-set churn per pair kind: the mean over seeds with its t-Wilson interval, and each
-  pair's rate with its own interval beside it."""
-  kinds = list(final['disagreement'])
-  for i, kind in enumerate(kinds):
-    d, color = final['disagreement'][kind], colors[kind]
-    a = d['across']
-    if a['t_low'] is not None:
-      ax.plot([i, i], [100 * a['t_low'], 100 * a['t_high']], color=color, lw=1.4)
-    ax.plot([i], [100 * a['mean']], 'o', color=color)
-    for j, q in enumerate(d['pairs']):
-      x = i + 0.12 + 0.05 * j
-      ax.plot([x, x], [100 * q['ci_low'], 100 * q['ci_high']], color=color, lw=0.5, alpha=0.6)
-      ax.plot([x], [100 * q['rate']], '.', color=color, ms=3, alpha=0.7)
-  ax.set_xticks(range(len(kinds)), [textwrap.fill(KIND_TITLES[k], 10) for k in kinds], fontsize=6)
-  ax.set(title='end: churn, % of test labels', xlim=(-0.5, len(kinds) - 0.5), ylim=(0, None))
-
-
 def figure(result, out_dir):
   """Distances vs step per pair kind, a vs b per group, losses, the final churn; PNG + PDF."""
   import matplotlib.pyplot as plt
@@ -312,7 +255,7 @@ def figure(result, out_dir):
   from analysis import figures as style
 
   style.apply()
-  colors = {kind: style.PALETTE[i] for kind, i in KIND_COLORS.items()}
+  colors = {'b': style.PALETTE[1], 'control': style.PALETTE[2], 'ceiling': style.PALETTE[6]}
   info, x, curves = result['info'], result['steps'], result['curves']
   fig, axes = plt.subplots(3, 3, figsize=(style.WIDTH_IN, 6.0), constrained_layout=True)
   axes = axes.ravel()
@@ -338,7 +281,19 @@ def figure(result, out_dir):
   ]
   panel(axes[6], x, lines, 'train loss since last row', log=False)
   axes[6].legend(fontsize=6)
-  final_panel(axes[7], result['final'], colors)
+  ax, kinds = axes[7], list(result['final']['disagreement'])  # churn: mean over seeds, per seed
+  for i, kind in enumerate(kinds):
+    d, color = result['final']['disagreement'][kind], colors[kind]
+    a = d['across']
+    if a['t_low'] is not None:
+      ax.plot([i, i], [100 * a['t_low'], 100 * a['t_high']], color=color, lw=1.4)
+    ax.plot([i], [100 * a['mean']], 'o', color=color)
+    for j, q in enumerate(d['pairs']):
+      at = i + 0.12 + 0.05 * j
+      ax.plot([at, at], [100 * q['ci_low'], 100 * q['ci_high']], color=color, lw=0.5, alpha=0.6)
+      ax.plot([at], [100 * q['rate']], '.', color=color, ms=3, alpha=0.7)
+  ax.set_xticks(range(len(kinds)), [textwrap.fill(KIND_TITLES[k], 10) for k in kinds], fontsize=6)
+  ax.set(title='end: churn, % of test labels', xlim=(-0.5, len(kinds) - 0.5), ylim=(0, None))
   axes[8].axis('off')
   legend = (
     f'lines: mean over seeds; bands: {info["band"]}; final: churn (share of predicted labels '
@@ -373,13 +328,26 @@ def main(argv=None):
       )
       numerics_setup.configure(configs[seeds[0]]['a'])  # process-wide flags, before any backend
       lock = lockstep.prepare(configs, args.devices, progress)
-      num_steps = lockstep.check_steps(lock, args.steps)
+      total = lock['ctx'].total_steps
+      if args.steps is not None and not 1 <= args.steps <= total:
+        raise ValueError(
+          f'--steps={args.steps}: give 1..{total} (the config trains {total} steps; more need a '
+          'larger --config.num_epochs)'
+        )
+      num_steps = args.steps or total
     except ValueError as e:
       cli.fail(str(e).splitlines()[0])
     rows = lockstep.train(lock, num_steps, args.every, args.probe, progress)
     progress.say('predicting the whole test set with every arm')
     final = lockstep.final_test(lock)
-    curves, losses = lockstep.curves(rows)
+    curves = {  # {pair kind: {curve: [band per row]}}, {arm: [band of its loss per row]}
+      kind: {
+        name: [lockstep.band(map(get, r['pairs'][kind])) for r in rows]
+        for name, get in lockstep.CURVES.items()
+      }
+      for kind in rows[0]['pairs']
+    }
+    losses = {arm: [lockstep.band(r['loss'][arm]) for r in rows] for arm in rows[0]['loss']}
     device = jax.devices()[0]
     first = configs[seeds[0]]
     same = first['a'].numerics.to_dict() == first['b'].numerics.to_dict()
@@ -387,7 +355,7 @@ def main(argv=None):
       'config_spec': args.config,
       'seeds': seeds,
       'steps': num_steps,
-      'total_steps': lock['ctx'].total_steps,
+      'total_steps': total,
       'every': args.every,
       'devices': lock['devices'],
       'probe': min(args.probe, len(lock['ctx'].dataset.test)),
@@ -413,7 +381,15 @@ def main(argv=None):
         for n, s in arms.items()
       },
     }
-    bad = determinism_failures(result) if same else []
+    bad = [
+      f'seed {p["seeds"][0]}: {what} differ by {p[what]["max_abs"]:.3e} at step {r["step"]}'
+      for r in rows
+      for p in r['pairs']['b']
+      for what in ('params', 'batch_stats', 'logits')
+      if same and p[what]['max_abs'] != 0
+    ]
+    if same and (count := final['disagreement']['b']['total']['count']):
+      bad.append(f'{count} predicted test labels differ at the end')
     info['deterministic'] = (not bad) if same else None
     info['seconds'] = round(time.time() - start, 1)
     print(markdown(result))

@@ -1,8 +1,5 @@
-"""Several arms and seeds of one run trained in lockstep through train.py's run context, a seed's
-arms from the same initial weights, bit for bit, and what is measured between them: pairs 'b' and
-'control' (arm a against them, same seed), 'ceiling' (arm a of one seed against the next seed's).
-What each number means: docs/numerics.md ("Experiments on the numerics").
-"""
+"""Arms and seeds of one run trained in lockstep (a seed's arms from the same initial weights, bit
+for bit) and the distances between them; what each number means: docs/numerics.md."""
 
 import functools
 import json
@@ -32,8 +29,7 @@ BAND_NAME = 'min–max over seeds'
 
 
 class Progress:
-  """Progress lines from the first second (each with the time since the start), then at least
-  every `interval` s while training: steps done, steps/s since the last compile, and the ETA."""
+  """Timed lines from the first second, then every `interval` s: steps, steps/s, the ETA."""
 
   def __init__(self, log=None, interval=10.0, clock=time.time):
     self.log, self.interval, self.clock = log or (lambda _: None), interval, clock
@@ -79,25 +75,8 @@ def pair_list(seeds, names):
   return out
 
 
-def check_same_params(host_params, abstract_params, name):
-  """A one-line ValueError unless arm `name`'s parameters have arm a's names, shapes, dtypes."""
-  fa, fb = flat(host_params), flat(abstract_params)
-
-  def desc(value):
-    return 'absent' if value is None else f'{np.dtype(value.dtype)}{list(value.shape)}'
-
-  for key in sorted(fa.keys() | fb.keys()):
-    if desc(fa.get(key)) != desc(fb.get(key)):
-      raise ValueError(
-        f'{"--control" if name == "control" else "--a/--b"}: parameter {key} is '
-        f'{desc(fa.get(key))} in arm a, {desc(fb.get(key))} in arm {name}; identical initial '
-        'weights need equal parameters (e.g. the same numerics.param_dtype)'
-      )
-
-
 def prepare(configs, devices=0, progress=None):
-  """The lockstep of {seed: {'a': config, 'b': config[, 'control': config]}} (resolved): each
-  (seed, arm)'s run context and initial state, and the pairs compared."""
+  """Each (seed, arm)'s run context and initial state of {seed: {arm: resolved config}}."""
   progress = progress or Progress()
   if jax.process_count() > 1:
     raise ValueError('experiments.divergence runs in a single process; run it on one host')
@@ -119,7 +98,18 @@ def prepare(configs, devices=0, progress=None):
       dataset = ctx.dataset
       if host is None:  # arm a: this seed's initial weights, for every arm of the seed
         host = jax.device_get(trainer.initial_state(ctx, run.init_model(ctx)[0]))
-      check_same_params(host['params'], run.param_shapes(ctx), name)
+      fa, fb = flat(host['params']), flat(run.param_shapes(ctx))
+      for k in sorted(fa.keys() | fb.keys()):  # identical initial weights need equal parameters
+        da, db = (
+          'absent' if v is None else f'{np.dtype(v.dtype)}{list(v.shape)}'
+          for v in (fa.get(k), fb.get(k))
+        )
+        if da != db:
+          raise ValueError(
+            f'{"--control" if name == "control" else "--a/--b"}: parameter {k} is {da} in arm '
+            f'a, {db} in arm {name}; identical initial weights need equal parameters (e.g. the '
+            'same numerics.param_dtype)'
+          )
       key = json.dumps(config.numerics.to_dict(), sort_keys=True)
       arms[seed, name] = {'seed': seed, 'name': name, 'ctx': ctx, 'key': key}
       if name not in numerics:
@@ -172,7 +162,7 @@ def record(lock, step, probe, last_sums):
   task, parts = lock['ctx'].dataset.task, lock['ctx'].model_module.PARTS
   keys = ('params', 'batch_stats', 'sums')
   host = {i: jax.device_get({k: s[k] for k in keys}) for i, s in lock['states'].items()}
-  logits = {i: arm_logits(lock, probe, i) for i in lock['arms']}
+  logits = {i: arm_logits(lock, probe, i).astype(np.float64) for i in lock['arms']}
   pairs = {kind: [] for kind in dict.fromkeys(p['kind'] for p in lock['pairs'])}
   for p in lock['pairs']:
     x, y = p['x'], p['y']
@@ -180,7 +170,13 @@ def record(lock, step, probe, last_sums):
       {
         'seeds': p['seeds'],
         **{k: param_distance(host[x][k], host[y][k], parts) for k in ('params', 'batch_stats')},
-        'logits': logit_distance(logits[x], logits[y], task),
+        'logits': {  # float64
+          'rel_l2': norms((logits[x] - logits[y]).ravel(), logits[x].ravel())['rel_l2'],
+          'max_abs': float(np.max(np.abs(logits[x] - logits[y]))),
+          'pred_differs': agreement.churn(
+            predictions(logits[x], task), predictions(logits[y], task)
+          ),
+        },
       }
     )
   loss = {name: [] for name in lock['names']}
@@ -192,20 +188,8 @@ def record(lock, step, probe, last_sums):
   return {'step': step, 'pairs': pairs, 'loss': loss}
 
 
-def check_steps(lock, num_steps):
-  """`num_steps` (None: all), or a one-line ValueError past the config's training."""
-  total = lock['ctx'].total_steps
-  if num_steps is not None and not 1 <= num_steps <= total:
-    raise ValueError(
-      f'--steps={num_steps}: give 1..{total} (the config trains {total} steps; more need a '
-      'larger --config.num_epochs)'
-    )
-  return num_steps or total
-
-
 def train(lock, num_steps, every, probe=256, progress=None):
-  """Train every arm `num_steps` steps in lockstep (check_steps); a row at 0, every `every` and at
-  the end."""
+  """Train every arm `num_steps` steps in lockstep; a row at 0, every `every` and at the end."""
   ctx, progress = lock['ctx'], progress or Progress()
   test = ctx.dataset.test
   probe_split = input_pipeline.Split(
@@ -264,14 +248,13 @@ def final_test(lock):
   }
 
 
-def group_curve(group: str) -> Callable[[dict], Any]:
-  return lambda row: row['params']['groups'].get(group, {}).get('rel_l2')
-
-
 # The per-step curves: name -> the value of one pair's row.
 CURVES: dict[str, Callable[[dict], Any]] = {
   'params': lambda r: r['params']['rel_l2'],
-  **{f'params.{g}': group_curve(g) for g in GROUPS},
+  **{
+    f'params.{g}': functools.partial(lambda g, r: r['params']['groups'].get(g, {}).get('rel_l2'), g)
+    for g in GROUPS
+  },
   'params.max_abs': lambda r: r['params']['max_abs'],
   'batch_stats': lambda r: r['batch_stats']['rel_l2'],
   'logits': lambda r: r['logits']['rel_l2'],
@@ -293,21 +276,18 @@ def norms(d, a):
 
 
 def param_distance(pa, pb, parts=resnet.PARTS):
-  """Relative L2 over all parameters and per group (the model module's `parts`, else a top-level
-  name: stem, layer1..4, head), max |a-b|; float64."""
+  """Relative L2, overall and per group (`parts`, else the top-level name), max |a-b|; float64."""
   part_of = {name: part for part, names in parts.items() for name in names}
   a = {k: np.ravel(v).astype(np.float64) for k, v in flat(pa).items()}
   fb = flat(pb)
   d = {k: v - np.ravel(fb[k]).astype(np.float64) for k, v in a.items()}
-
-  def group(key):  # conv1.kernel -> stem
-    return part_of.get(key.split('.')[0], key.split('.')[0])
+  group = {k: part_of.get(k.split('.')[0], k.split('.')[0]) for k in a}  # conv1.kernel -> stem
 
   def part(values, g):
-    return np.concatenate([v for k, v in values.items() if group(k) == g])
+    return np.concatenate([v for k, v in values.items() if group[k] == g])
 
   every = np.concatenate(list(d.values()))
-  names = sorted({group(k) for k in a}, key=lambda g: (GROUPS.index(g) if g in GROUPS else 9, g))
+  names = sorted(set(group.values()), key=lambda g: (GROUPS.index(g) if g in GROUPS else 9, g))
   return {
     **norms(every, np.concatenate(list(a.values()))),
     'max_abs': float(np.max(np.abs(every), initial=0.0)),
@@ -327,19 +307,8 @@ def differs(pred_a, pred_b):
   return d.reshape(d.shape[0], -1).mean(axis=1)
 
 
-def logit_distance(la, lb, task):
-  """||La-Lb||/||La||, max |La-Lb| and the churn (analysis.agreement.churn)."""
-  la, lb = np.asarray(la, np.float64), np.asarray(lb, np.float64)
-  return {
-    'rel_l2': norms((la - lb).ravel(), la.ravel())['rel_l2'],
-    'max_abs': float(np.max(np.abs(la - lb))),
-    'pred_differs': agreement.churn(predictions(la, task), predictions(lb, task)),
-  }
-
-
 def pair_churn(pred_a, pred_b, seeds):
-  """One pair's whole-test-set churn: {'seeds', 'count', 'n', 'labels'} and, with several labels
-  per image, its interval over the images (they are not independent within an image)."""
+  """One pair's whole-test-set churn; with several labels per image, its interval over images."""
   shares = differs(pred_a, pred_b)
   labels = int(np.asarray(pred_a).size // max(len(shares), 1))
   count = int(round(float(shares.sum()) * labels))
@@ -354,34 +323,23 @@ def band(values):
   x = np.asarray([v for v in values if v is not None], np.float64)
   if not x.size:
     return dict.fromkeys(('mean', 'min', 'max', 'sd', 't_low', 't_high'), None) | {'n': 0}
-  low, high = inference.t_ci(x, CI_LEVEL)
-
-  def finite(value):
-    return float(value) if np.isfinite(value) else None
-
+  sd, low, high = (
+    float(v) if np.isfinite(v) else None
+    for v in (x.std(ddof=1) if x.size > 1 else np.nan, *inference.t_ci(x, CI_LEVEL))
+  )
   return {
     'n': int(x.size),
     'mean': float(x.mean()),
     'min': float(x.min()),
     'max': float(x.max()),
-    'sd': finite(x.std(ddof=1)) if x.size > 1 else None,
-    't_low': finite(low),
-    't_high': finite(high),
+    'sd': sd,
+    't_low': low,
+    't_high': high,
   }
-
-
-def curves(rows):
-  """{pair kind: {curve: [band per row]}}, {arm: [band of its loss per row]}."""
-  out = {
-    kind: {name: [band(map(get, r['pairs'][kind])) for r in rows] for name, get in CURVES.items()}
-    for kind in rows[0]['pairs']
-  }
-  return out, {arm: [band(r['loss'][arm]) for r in rows] for arm in rows[0]['loss']}
 
 
 def disagreement(pairs):
-  """Whole-test-set churn per pair ({'seeds', 'count', 'n'[, 'ci_low', 'ci_high']}), across the
-  independent pairs (band and t-Wilson interval over seeds), the band of all, and the total."""
+  """Churn per pair, across the independent pairs (t-Wilson over seeds), the band and total."""
   per_pair = []
   for p in pairs:  # the Wilson interval (statsmodels), or pair_churn's over the images
     count, n = p['count'], p['n']

@@ -3,9 +3,8 @@
   python -m experiments.numerics_probe --out /tmp/numerics        # about a minute on a 2-core CPU
   python -m experiments.numerics_probe --out DIR --model-settings all --model-width 0.5   # more
 
-Matmuls of ResNet-18's reduction lengths, its convolutions and fc layer, and a small ResNet-18's
-logits and gradients, under every setting; pairs that should agree are compared directly. Writes
-numerics.{md,json} and numerics_error.{png,pdf} to --out (docs/numerics.md).
+ResNet-18's matmuls, convolutions and fc layer, and a small model's logits and gradients, under
+every setting. Writes numerics.{md,json} and numerics_error.{png,pdf} to --out (docs/numerics.md).
 """
 
 import argparse
@@ -24,8 +23,7 @@ from runrecord import files
 # JAX, flax and the model load where they are used: --help and a bad flag are answered without.
 
 FAST_FORMATS = [f for f, entry in formats.FORMATS.items() if entry.fast]  # with a fast form
-# name: (jax_default_matmul_precision, product format, emulate_impl). Presets set dots only; convs
-# then run at default.
+# name: (jax_default_matmul_precision, product format, emulate_impl); presets set dots, not convs.
 SETTINGS = {
   'default': ('default', 'native', 'auto'),
   'high': ('high', 'native', 'auto'),
@@ -95,8 +93,7 @@ def parse_args(argv):
   if args.model_settings == 'all':
     args.model_settings = args.settings
   chosen = (args.settings + ',' + args.model_settings).split(',')
-  unknown = [s for s in chosen if s and s not in SETTINGS]
-  if unknown:
+  if unknown := [s for s in chosen if s and s not in SETTINGS]:
     p.error(f'--settings: unknown {unknown}; choose from {list(SETTINGS)}')
   return args
 
@@ -113,8 +110,7 @@ def progress(message):
 
 
 def run_setting(setting, fn, *args, what='products'):
-  """fn(*args, fmt, impl) jitted and run under the setting's precision flag; None if the backend
-  does not support it."""
+  """fn(*args, fmt, impl) jitted and run under the setting's precision flag; None if unsupported."""
   import jax
 
   progress(f'{what}: {setting}')
@@ -129,26 +125,12 @@ def run_setting(setting, fn, *args, what='products'):
 
 
 # --- the products: matmuls, ResNet-18's convolutions and fc layer, their float64 references ---
-def conv_ref(x, k, stride, pad):
-  """NHWC x HWIO convolution in float64 numpy (im2col)."""
-  x = np.pad(np.asarray(x, np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
-  kh = k.shape[0]
-  win = np.lib.stride_tricks.sliding_window_view(x, (kh, kh), axis=(1, 2))[:, ::stride, ::stride]
-  return np.einsum('nhwcij,ijco->nhwo', win, np.asarray(k, np.float64), optimize=True)
-
-
-def activations(rng, shape):
-  """Post-ReLU-like inputs (non-negative, half zeros), float32."""
-  return np.maximum(rng.standard_normal(shape), 0).astype(np.float32)
-
-
 def kaiming(rng, shape, fan):
   return (rng.standard_normal(shape) * np.sqrt(2.0 / fan)).astype(np.float32)
 
 
-def product_cases(args, rng):
-  """[(kind, name, K, fn(x, w, fmt=, emulate_impl=), x, w, float64 reference)]: a matmul per
-  MATMUL_K, then each layer of CONVS and the fc layer."""
+def measure_products(settings, args, rng):
+  """Errors of the matmuls per K and of the layers, the outputs, case names; one compile each."""
   from numerics import ops
 
   dense, cases = ops.dense, []
@@ -158,21 +140,17 @@ def product_cases(args, rng):
   for name, kk, cin, cout, stride in CONVS:
     size = args.conv_spatial * stride  # input size; the output is conv_spatial, K does not care
     shape = (args.conv_batch, size, size, cin)
-    x = (
-      rng.standard_normal(shape).astype(np.float32) if name == 'conv1' else activations(rng, shape)
-    )
+    x = rng.standard_normal(shape).astype(np.float32)
+    x = x if name == 'conv1' else np.maximum(x, 0)  # post-ReLU-like: half zeros
     w, pad = kaiming(rng, (kk, kk, cin, cout), kk * kk * cout), kk // 2
     fn = functools.partial(ops.conv2d, stride=stride, padding=[(pad, pad)] * 2)
-    cases.append(('layer', name, kk * kk * cin, fn, x, w, conv_ref(x, w, stride, pad)))
-  x, w = activations(rng, (args.rows, 512)), kaiming(rng, (512, args.classes), 512)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))  # im2col
+    win = np.lib.stride_tricks.sliding_window_view(xp, (kk, kk), axis=(1, 2))[:, ::stride, ::stride]
+    ref = np.einsum('nhwcij,ijco->nhwo', win, w.astype(np.float64), optimize=True)
+    cases.append(('layer', name, kk * kk * cin, fn, x, w, ref))
+  x = np.maximum(rng.standard_normal((args.rows, 512)), 0).astype(np.float32)
+  w = kaiming(rng, (512, args.classes), 512)
   cases.append(('layer', 'fc', 512, dense, x, w, x.astype(np.float64) @ w.astype(np.float64)))
-  return cases
-
-
-def measure_products(settings, args, rng):
-  """({setting: {K: err}} of the matmuls, [{name, K, setting: err}] of the layers, {setting:
-  outputs}, case names); one program (one compile) per setting."""
-  cases = product_cases(args, rng)
   fns = [c[3] for c in cases]
 
   def every(xs, ws, fmt, impl):
@@ -192,8 +170,7 @@ def measure_products(settings, args, rng):
 
 # --- the model: a small ResNet-18's logits and gradients against float64 ---
 def numpy_init(tree, rng):
-  """Values for an abstract model state, torchvision's ResNet init drawn with numpy (initialising in
-  JAX compiles the threefry RNG for every parameter: a minute on a small CPU)."""
+  """torchvision's ResNet init drawn with numpy (JAX's would compile threefry per parameter)."""
   import jax
   import jax.numpy as jnp
 
@@ -214,8 +191,7 @@ def numpy_init(tree, rng):
 
 
 def model_parts(args, fmt, dtype=None, rng=None, impl='reference'):
-  """(graphdef, params, rest) of the small --model (models.build, the small stem) in `dtype`
-  (float32), `fmt` for both product kinds: abstract, or numpy_init's values given `rng`."""
+  """(graphdef, params, rest) of the small --model in `dtype`, abstract unless `rng` is given."""
   import jax.numpy as jnp
   from flax import nnx
 
@@ -229,10 +205,8 @@ def model_parts(args, fmt, dtype=None, rng=None, impl='reference'):
   config.numerics.conv_format = config.numerics.dense_format = fmt
   config.numerics.emulate_impl = impl
 
-  def make():
-    return models.build(config, args.model_classes, 3, nnx.Rngs(args.seed))
-
-  graphdef, params, rest = nnx.split(nnx.eval_shape(make), nnx.Param, ...)
+  model = nnx.eval_shape(lambda: models.build(config, args.model_classes, 3, nnx.Rngs(args.seed)))
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
   if rng is not None:
     params, rest = numpy_init(params, rng), numpy_init(rest, rng)
   return graphdef, params, rest
@@ -262,8 +236,7 @@ def flat(tree):
 
 
 def measure_model(settings, args, rng):
-  """{setting: {'logits': err, 'grads': err}} against the float64 model (BatchNorm and pooling
-  stay f32 in every setting), and the outputs for the pairs."""
+  """{setting: {'logits': err, 'grads': err}} against float64 (BN stays f32), and the outputs."""
   import jax
   import jax.numpy as jnp
 
@@ -275,12 +248,8 @@ def measure_model(settings, args, rng):
   progress('model: float64 reference')
   with jax.enable_x64(True):
     graphdef64, _, _ = model_parts(args, 'native', jnp.float64)
-
-    def cast(tree):
-      return jax.device_put(jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), tree), cpu)
-
-    x64, y64 = jax.device_put(x.astype(np.float64), cpu), jax.device_put(y, cpu)
-    ref = jax.jit(lambda *a: loss_and_grads(graphdef64, *a))(cast(params32), cast(rest32), x64, y64)
+    f64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), (params32, rest32, x))
+    ref = jax.jit(lambda *a: loss_and_grads(graphdef64, *a))(*jax.device_put((*f64, y), cpu))
     ref_logits, ref_grads = np.asarray(ref[0]), flat(ref[1])
   errs, outs = {}, {}
   for s in settings:
@@ -297,8 +266,7 @@ def measure_model(settings, args, rng):
 
 
 def pair_diffs(outs, model_outs, settings, names):
-  """Per pair: worst ||a - b|| / ||b|| over the matmuls and over the layers (with which layer),
-  and the model's logits and gradients difference."""
+  """Per pair: worst ||a - b|| / ||b|| of the matmuls and of the layers, the model's difference."""
   rows = []
   for a, b in PAIRS:
     if a not in settings or b not in settings or not outs[a] or not outs[b]:
@@ -395,8 +363,7 @@ def main(argv=None):
 
   with contextlib.ExitStack() as stack:
     try:  # a bad --model or a user's file in the way: one line, before anything is measured
-      problem = models.missing(args.model)
-      if problem:
+      if problem := models.missing(args.model):
         raise ValueError(problem.replace('config.model.name', '--model'))
       dest = stack.enter_context(
         files.Destination(args.out, command='numerics_probe', may_write=OUTPUTS)
