@@ -1,10 +1,5 @@
-"""Synthetic CelebA-format fixtures: the five official files, tiny, learnable, never real faces.
-
-python -m input_pipeline.celeba_fixture --out /tmp/celeba_fixture --identities 20
-
-Each identity is a hue with its own stripes plus per-image noise; `Eyeglasses` and `Smiling` are
-drawn in. See docs/celeba.md.
-"""
+"""Synthetic CelebA files, never real faces: each identity a hue with stripes, per-image noise,
+`Eyeglasses` and `Smiling` drawn in. `python -m input_pipeline.celeba_fixture --out DIR`."""
 
 import argparse
 import colorsys

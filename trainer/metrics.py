@@ -1,6 +1,5 @@
-"""What a run reports while it trains: metrics.jsonl, TensorBoard, the console line, the clock of
-images/s and ETA (CLU's ReportProgress in spirit), `heartbeat` for the silences. Hand-written:
-clu.metric_writers imports TensorFlow and cannot resume a metrics file at a step."""
+"""What a run reports while it trains: metrics.jsonl, TensorBoard, the console line, images/s and
+ETA, `heartbeat`. By hand: clu.metric_writers imports TensorFlow and cannot resume at a step."""
 
 import contextlib
 import json
