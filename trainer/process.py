@@ -246,29 +246,21 @@ def memory_settings(env=os.environ, separator=', ', none=JAX_DEFAULT):
   return separator.join(found) if found else none
 
 
-def cluster_detected(environ=None):
-  """Whether the environment names a multi-process job (coordinator, SLURM, MPI, TPU slice)."""
-  env = os.environ if environ is None else environ
-  tasks = [int(env.get(name) or 1) for name in ('SLURM_NTASKS', 'OMPI_COMM_WORLD_SIZE')]
-  hosts = [h for h in env.get('TPU_WORKER_HOSTNAMES', '').split(',') if h]
-  return bool(env.get('JAX_COORDINATOR_ADDRESS')) or max(tasks) > 1 or len(hosts) > 1
-
-
-def explicit_cluster(config):
-  """{coordinator_address, num_processes, process_id} of the config, {} if it names none."""
-  d = config.distributed
-  fields = ('coordinator_address', 'num_processes', 'process_id')
-  return {name: d[name] for name in fields} if d.coordinator_address else {}
-
-
 def initialize_distributed(config):
   """jax.distributed.initialize when config.distributed.initialize is 'yes', or 'auto' and the
   config or the environment names a multi-process job."""
   import jax
 
-  mode = config.distributed.initialize
-  cluster = explicit_cluster(config)
-  if mode == 'yes' or (mode == 'auto' and (cluster or cluster_detected())):
+  d, env = config.distributed, os.environ
+  fields = ('coordinator_address', 'num_processes', 'process_id')
+  cluster = {name: d[name] for name in fields} if d.coordinator_address else {}
+  mode = 'yes' if d.initialize == 'auto' and cluster else d.initialize
+  if mode == 'auto':  # a multi-process job the environment names: coordinator, SLURM, MPI, TPU
+    tasks = [int(env.get(name) or 1) for name in ('SLURM_NTASKS', 'OMPI_COMM_WORLD_SIZE')]
+    hosts = [h for h in env.get('TPU_WORKER_HOSTNAMES', '').split(',') if h]
+    if env.get('JAX_COORDINATOR_ADDRESS') or max(tasks) > 1 or len(hosts) > 1:
+      mode = 'yes'
+  if mode == 'yes':
     jax.distributed.initialize(**cluster)
     logging.info('jax.distributed: process %d of %d', jax.process_index(), jax.process_count())
 
