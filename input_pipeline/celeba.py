@@ -376,29 +376,19 @@ def _decode_to(fd, offset, jpeg, size, name):
   DECODED['images'] += 1
 
 
-def _create_npy(path, count, size):
-  """An empty uint8 [count, size, size, 3] .npy (sparse until written): (open fd, data offset)."""
-  header = {
-    'descr': np.lib.format.dtype_to_descr(np.dtype(np.uint8)),
-    'fortran_order': False,
-    'shape': (count, size, size, 3),
-  }
-  with open(path, 'wb') as f:
-    np.lib.format.write_array_header_1_0(f, header)
-    offset = f.tell()
-    f.truncate(offset + count * size * size * 3)
-  return os.open(path, os.O_WRONLY), offset
-
-
 def write_cache(folder, rows, meta, size, records, where):
   """Decode the images of `rows` ({split name: metadata rows}) into `folder`/<split>.npy."""
   targets = [None] * len(meta['names'])
   outputs = {}
   try:
-    for split_name, split_rows in rows.items():
-      outputs[split_name] = _create_npy(
-        os.path.join(folder, f'{split_name}.npy'), len(split_rows), size
-      )
+    for split_name, split_rows in rows.items():  # an empty .npy each, sparse until written
+      path, shape = os.path.join(folder, f'{split_name}.npy'), (len(split_rows), size, size, 3)
+      with open(path, 'wb') as f:
+        np.lib.format.write_array_header_1_0(
+          f, {'descr': '|u1', 'fortran_order': False, 'shape': shape}
+        )
+        f.truncate(f.tell() + math.prod(shape))
+        outputs[split_name] = os.open(path, os.O_WRONLY), f.tell()
       for index, row in enumerate(split_rows):
         targets[row] = (split_name, index)
     _decode_into(records, meta, targets, outputs, size, where)
@@ -457,28 +447,6 @@ def _build_cache(path, manual_dir, tfds_dir, source, meta, rows, size):
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _labels(task, meta, train, test):
-  """(train labels, test labels, num_classes, base task, info) for `task`."""
-  if task == 'attributes':
-    labels = (meta['attributes'] > 0).astype(np.int32)
-    info = {'label_rule': 'attributes: -1 -> 0, 1 -> 1', 'attribute_names': ATTR_NAMES}
-    return labels[train], labels[test], labels.shape[1], 'multilabel', info
-  ids = np.unique(meta['identity'][train])
-  unseen = np.setdiff1d(meta['identity'][test], ids)
-  if len(unseen):
-    raise DataError(
-      f'{len(unseen)} test identities never appear in training (official partitions '
-      "are identity-disjoint): use config.data.split='per_identity' for task identity"
-    )
-  labels = np.searchsorted(ids, meta['identity']).astype(np.int32)
-  info = {'label_rule': 'rank of the identity id among the training ids'}
-  if np.array_equal(ids, np.arange(1, len(ids) + 1)):
-    info['label_rule'] += ' (= identity - 1 here)'
-  else:
-    info['identity_ids'] = ids.tolist()  # label k is CelebA identity identity_ids[k]
-  return labels[train], labels[test], len(ids), 'classification', info
-
-
 def load(config):
   """The CelebA `Dataset` for `config.data` (see the module docstring)."""
   data = config.data
@@ -501,7 +469,25 @@ def load(config):
       if not os.path.exists(os.path.join(path, 'done.json')):  # not built while we waited
         _build_cache(path, manual_dir, tfds_dir, source, meta, {'train': train, 'test': test}, size)
   images = {s: np.load(os.path.join(path, f'{s}.npy'), mmap_mode='r') for s in ('train', 'test')}
-  train_labels, test_labels, num_classes, task, label_info = _labels(data.task, meta, train, test)
+  if data.task == 'attributes':
+    labels = (meta['attributes'] > 0).astype(np.int32)
+    num_classes, task = labels.shape[1], 'multilabel'
+    label_info = {'label_rule': 'attributes: -1 -> 0, 1 -> 1', 'attribute_names': ATTR_NAMES}
+  else:
+    ids = np.unique(meta['identity'][train])
+    unseen = np.setdiff1d(meta['identity'][test], ids)
+    if len(unseen):
+      raise DataError(
+        f'{len(unseen)} test identities never appear in training (official partitions '
+        "are identity-disjoint): use config.data.split='per_identity' for task identity"
+      )
+    labels = np.searchsorted(ids, meta['identity']).astype(np.int32)
+    num_classes, task = len(ids), 'classification'
+    label_info = {'label_rule': 'rank of the identity id among the training ids'}
+    if np.array_equal(ids, np.arange(1, len(ids) + 1)):
+      label_info['label_rule'] += ' (= identity - 1 here)'
+    else:
+      label_info['identity_ids'] = ids.tolist()  # label k is CelebA identity identity_ids[k]
   counts = np.unique(meta['identity'], return_counts=True)[1]
   info = {
     'task': data.task,
@@ -524,8 +510,8 @@ def load(config):
   }
   return Dataset(
     name='celeba',
-    train=Split(images['train'], train_labels),
-    test=Split(images['test'], test_labels),
+    train=Split(images['train'], labels[train]),
+    test=Split(images['test'], labels[test]),
     num_classes=num_classes,
     task=task,
     info=info,

@@ -368,16 +368,6 @@ def restore_results(mngr, step):
   return mngr.restore(step, args=record.restore_args())[record.RESULTS_ITEM]
 
 
-def latest_results(mngr):
-  """(step, results) of the newest step whose results item reads, or (None, None)."""
-  for step in sorted(mngr.all_steps(), reverse=True):
-    try:
-      return step, dict(restore_results(mngr, step))
-    except Exception as e:
-      logging.warning('Checkpoint step %d: results unreadable (%s)', step, _short(e))
-  return None, None
-
-
 def restore_newest_valid(mngr, abstract_state):
   """(step, state, results, bad steps) of the newest step whose items read and whose step
   counter and state digest are as saved; step None when none is."""
@@ -441,7 +431,13 @@ def check_workdir_run(
 ):
   """The manager after what the saved run means for this one: wiped with `restart`, refused if
   failed or not the same run (runrecord/rules.py)."""
-  step, saved = latest_results(mngr)
+  step, saved = None, None  # of the newest step whose results item reads
+  for candidate in sorted(mngr.all_steps(), reverse=True):
+    try:
+      step, saved = candidate, dict(restore_results(mngr, candidate))
+      break
+    except Exception as e:
+      logging.warning('Checkpoint step %d: results unreadable (%s)', candidate, _short(e))
   if restart and mngr.all_steps():
     logging.warning('--restart: discarding the run in %s (latest step %s)', workdir, step)
     return _reopened(mngr, workdir, config.keep_checkpoints, lambda: wipe(workdir), 'restart')

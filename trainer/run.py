@@ -342,15 +342,14 @@ def jit_step(fn, mesh, seed, in_shardings, out_shardings, donate, config=None):
   return Seeded(jitted, np.asarray(seed, np.uint32), replicated)
 
 
-def _gather(data, indices):
-  return {'image': data['image'][indices], 'label': data['label'][indices]}
-
-
 def make_gather(mesh):
-  """jit(data, indices) -> batch gathered from a device-resident split, sharded as a host-fed
-  one."""
+  """jit(data, indices) -> a batch gathered from a device-resident split, sharded as host-fed."""
   replicated, sharded = shardings(mesh)
-  return jax.jit(_gather, in_shardings=(replicated, sharded), out_shardings=sharded)
+  return jax.jit(
+    lambda data, indices: {'image': data['image'][indices], 'label': data['label'][indices]},
+    in_shardings=(replicated, sharded),
+    out_shardings=sharded,
+  )
 
 
 def feed(ctx, on_device=None):
