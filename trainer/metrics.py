@@ -253,10 +253,6 @@ class MultiWriter:
     for writer in self.writers:
       writer.write_scalars(step, scalars)
 
-  def flush(self) -> None:
-    for writer in self.writers:
-      writer.flush()
-
   def close(self) -> None:
     for writer in self.writers:
       writer.close()
@@ -267,9 +263,8 @@ def create_writers(workdir, is_writer, resume_step=0, history=()):
   (`history`: the epoch records, should metrics.jsonl be missing)."""
   if not is_writer:
     return MultiWriter([])
-  return MultiWriter(
-    [JsonLinesWriter(workdir, resume_step, history), TensorBoardWriter(workdir, resume_step)]
-  )
+  jsonl = JsonLinesWriter(workdir, resume_step, history)
+  return MultiWriter([jsonl, TensorBoardWriter(workdir, resume_step)])
 
 
 def say(line):

@@ -10,6 +10,7 @@ import pkgutil
 import signal
 import sys
 import threading
+import traceback
 
 from absl import logging
 
@@ -64,8 +65,7 @@ _EXITING = threading.Lock()
 
 
 def _exit_now(signum, why):
-  """`stopped: why` on stderr, exit 128 + signum now (once: the watch thread and a handler may
-  race)."""
+  """`stopped: why` on stderr, exit 128 + signum now; once (the watch thread, a handler race)."""
   if _EXITING.acquire(blocking=False):
     os.write(2, f'stopped: {why}; run the same command again to resume\n'.encode())
     os._exit(128 + signum)
@@ -332,10 +332,8 @@ def _from_orbax(record):
   if record.name != 'asyncio':
     return False
   trace = record.exc_info[2] if record.exc_info else None
-  while trace is not None:
-    if '/orbax/' in trace.tb_frame.f_code.co_filename:
-      return True
-    trace = trace.tb_next
+  if any('/orbax/' in frame.f_code.co_filename for frame, _ in traceback.walk_tb(trace)):
+    return True
   return '/orbax/' in record.getMessage()
 
 

@@ -387,7 +387,27 @@ def _train(ctx, workdir, mngr, p, is_writer):
       logging.info('Phase %s: steps %d-%d%s', phase.name, phase.start, phase.stop, frozen)
       entered = p.step
       for batch in run.batches(ctx, p.step, phase.stop, device_feed):
-        _stop_if_asked(ctx, mngr, p, bad, stops)  # the boundary before step p.step + 1
+        # Before step p.step + 1: on a signal every process agrees on, save step p.step and stop.
+        signum = stops.agreed(run.due(ctx, p.step).check)
+        if signum:
+          logging.warning(
+            '%s: stopping after step %d; its checkpoint is being written (a second signal stops '
+            'at once)',
+            signal.Signals(signum).name,
+            p.step,
+          )
+          if p.saved != p.step:
+            _ensure_finite(ctx, mngr, p, bad)
+            with p.clock.paused():
+              _checkpoint(ctx, mngr, p)
+          checkpoint.wait(mngr, p.step)
+          mngr.reload()  # the exit skips Python's shutdown: the step's finished folder verified
+          if p.step not in mngr.all_steps():
+            raise checkpoint.CheckpointWriteError(
+              f'the checkpoint of step {p.step} is not in {mngr.directory}'
+            )
+          p.writers.close()
+          raise process.Stopped(signum, p.step)
         compiling = f'Compiling the training step of phase {phase.name} (once)'
         with metrics.heartbeat(compiling) if p.step == entered else contextlib.nullcontext():
           p.state = step_fn(p.state, batch)  # the first call compiles (seconds to minutes)
@@ -441,30 +461,6 @@ def _after_step(ctx, mngr, p, bad, evaluation):
   if now.save:
     with p.clock.paused():  # not training time (images/s)
       _checkpoint(ctx, mngr, p, 'completed' if p.step == ctx.total_steps else 'running')
-
-
-def _stop_if_asked(ctx, mngr, p, bad, stops):
-  """Before step `p.step + 1`: on a signal every process agrees on, save step `p.step` and stop."""
-  signum = stops.agreed(run.due(ctx, p.step).check)
-  if not signum:
-    return
-  logging.warning(
-    '%s: stopping after step %d; its checkpoint is being written (a second signal stops at once)',
-    signal.Signals(signum).name,
-    p.step,
-  )
-  if p.saved != p.step:
-    _ensure_finite(ctx, mngr, p, bad)
-    with p.clock.paused():
-      _checkpoint(ctx, mngr, p)
-  checkpoint.wait(mngr, p.step)
-  mngr.reload()  # the exit skips Python's shutdown: the step's finished folder verified first
-  if p.step not in mngr.all_steps():
-    raise checkpoint.CheckpointWriteError(
-      f'the checkpoint of step {p.step} is not in {mngr.directory}'
-    )
-  p.writers.close()
-  raise process.Stopped(signum, p.step)
 
 
 def _checkpoint(ctx, mngr, p, status='running'):
