@@ -7,6 +7,7 @@ import contextlib
 import errno
 import fcntl
 import functools
+import glob
 import hashlib
 import importlib.util
 import io
@@ -99,18 +100,13 @@ def _rows(path, header_lines, columns, file_name):
   except (ValueError, DeprecationWarning):
     array = None
   if array is None or array.size != len(parts) * columns:
-    raise _not_integer(parts, header_lines, file_name)
+    for number, (_, values) in enumerate(parts, header_lines + 1):  # name the first bad value
+      for value in values.split():
+        if not re.fullmatch(r'[-+]?[0-9]+', value):
+          raise _bad(file_name, f'line {number} holds {value!r}, not an integer')
+    raise _bad(file_name, 'holds a value that is not an integer')
   names = [part[0] for part in parts]
   return head, np.asarray(names), array.reshape(len(parts), columns)
-
-
-def _not_integer(parts, header_lines, file_name):
-  """The error naming the first value that is not a plain integer, with its line number."""
-  for number, (_, values) in enumerate(parts, header_lines + 1):
-    for value in values.split():
-      if not re.fullmatch(r'[-+]?[0-9]+', value):
-        return _bad(file_name, f'line {number} holds {value!r}, not an integer')
-  return _bad(file_name, 'holds a value that is not an integer')
 
 
 def _counted(manual_dir, file_name, headings):
@@ -212,28 +208,9 @@ def source_fingerprint(manual_dir):
   return digest.hexdigest()[:16]
 
 
-def official_sizes(manual_dir):
-  """True when all five files have the official byte sizes (i.e. this is the real CelebA)."""
-  return all(os.path.getsize(os.path.join(manual_dir, f)) == s for f, s in OFFICIAL_SIZES.items())
-
-
 def test_count(n, test_fraction):
   """Test images of an identity with n images: round half up, at most n - 1 (0 for singletons)."""
   return min(max(n - 1, 0), math.floor(n * test_fraction + 0.5))
-
-
-def split_identity(names, identity, test_fraction, split_seed):
-  """Boolean test mask over `names`: each identity split exactly (docs/celeba.md)."""
-  keys = np.asarray(
-    [int(hashlib.sha256(f'{int(split_seed)}:{n}'.encode()).hexdigest()[:16], 16) for n in names],
-    dtype=np.uint64,
-  )
-  order = np.lexsort((np.argsort(np.argsort(names, kind='stable')), keys, identity))
-  ids, starts, counts = np.unique(identity[order], return_index=True, return_counts=True)
-  test = np.zeros(len(names), bool)
-  for start, count in zip(starts, counts, strict=True):
-    test[order[start : start + test_count(int(count), test_fraction)]] = True
-  return test
 
 
 NATIVE_SHAPE = (218, 178)  # H, W
@@ -295,16 +272,10 @@ def problems(data):
       'config.data.manual_dir to the folder holding the five official files'
     ]
   tfds = importlib.util.find_spec('tensorflow_datasets') is not None
-  if not (prepared or tfds or has_decoded_cache(cache_dir)):
+  cached = glob.glob(os.path.join(glob.escape(cache_dir), '*', 'done.json'))  # a finished cache
+  if not (prepared or tfds or cached):
     return [celeba_tfds.missing_tfds(f'config.data.manual_dir={manual_dir!r}')]
   return []
-
-
-def has_decoded_cache(cache_dir):
-  """Whether `cache_dir` holds a finished decoded cache (a subfolder with done.json)."""
-  if not os.path.isdir(cache_dir):
-    return False
-  return any(os.path.isfile(os.path.join(cache_dir, d, 'done.json')) for d in os.listdir(cache_dir))
 
 
 def _source(manual_dir, tfds_dir):
@@ -313,7 +284,9 @@ def _source(manual_dir, tfds_dir):
     meta = read_metadata(manual_dir)
     source = {
       'source_fingerprint': source_fingerprint(manual_dir),
-      'official_files': official_sizes(manual_dir),
+      'official_files': all(  # the official byte sizes: this is the real CelebA
+        os.path.getsize(os.path.join(manual_dir, f)) == s for f, s in OFFICIAL_SIZES.items()
+      ),
       'manual_dir': os.path.abspath(manual_dir),
       'num_images': len(meta['names']),
     }
@@ -328,8 +301,19 @@ def _split(data, meta):
   """(train rows, test rows) into the sorted metadata arrays."""
   if data.split == 'official':  # partition 0 trains, 2 tests (1, validation, unused)
     return np.flatnonzero(meta['partition'] == 0), np.flatnonzero(meta['partition'] == 2)
-  fraction, seed = float(data.test_fraction), int(data.split_seed)
-  test = split_identity(meta['names'], meta['identity'], fraction, seed)
+  names, identity = meta['names'], meta['identity']  # each identity split exactly (docs/celeba.md)
+  keys = np.asarray(
+    [
+      int(hashlib.sha256(f'{int(data.split_seed)}:{n}'.encode()).hexdigest()[:16], 16)
+      for n in names
+    ],
+    dtype=np.uint64,
+  )
+  order = np.lexsort((np.argsort(np.argsort(names, kind='stable')), keys, identity))
+  _, starts, counts = np.unique(identity[order], return_index=True, return_counts=True)
+  test = np.zeros(len(names), bool)
+  for start, count in zip(starts, counts, strict=True):
+    test[order[start : start + test_count(int(count), float(data.test_fraction))]] = True
   return np.flatnonzero(~test), np.flatnonzero(test)
 
 
@@ -392,29 +376,19 @@ def _decode_to(fd, offset, jpeg, size, name):
   DECODED['images'] += 1
 
 
-def _create_npy(path, count, size):
-  """An empty uint8 [count, size, size, 3] .npy (sparse until written): (open fd, data offset)."""
-  header = {
-    'descr': np.lib.format.dtype_to_descr(np.dtype(np.uint8)),
-    'fortran_order': False,
-    'shape': (count, size, size, 3),
-  }
-  with open(path, 'wb') as f:
-    np.lib.format.write_array_header_1_0(f, header)
-    offset = f.tell()
-    f.truncate(offset + count * size * size * 3)
-  return os.open(path, os.O_WRONLY), offset
-
-
 def write_cache(folder, rows, meta, size, records, where):
   """Decode the images of `rows` ({split name: metadata rows}) into `folder`/<split>.npy."""
   targets = [None] * len(meta['names'])
   outputs = {}
   try:
-    for split_name, split_rows in rows.items():
-      outputs[split_name] = _create_npy(
-        os.path.join(folder, f'{split_name}.npy'), len(split_rows), size
-      )
+    for split_name, split_rows in rows.items():  # an empty .npy each, sparse until written
+      path, shape = os.path.join(folder, f'{split_name}.npy'), (len(split_rows), size, size, 3)
+      with open(path, 'wb') as f:
+        np.lib.format.write_array_header_1_0(
+          f, {'descr': '|u1', 'fortran_order': False, 'shape': shape}
+        )
+        f.truncate(f.tell() + math.prod(shape))
+        outputs[split_name] = os.open(path, os.O_WRONLY), f.tell()
       for index, row in enumerate(split_rows):
         targets[row] = (split_name, index)
     _decode_into(records, meta, targets, outputs, size, where)
@@ -473,28 +447,6 @@ def _build_cache(path, manual_dir, tfds_dir, source, meta, rows, size):
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _labels(task, meta, train, test):
-  """(train labels, test labels, num_classes, base task, info) for `task`."""
-  if task == 'attributes':
-    labels = (meta['attributes'] > 0).astype(np.int32)
-    info = {'label_rule': 'attributes: -1 -> 0, 1 -> 1', 'attribute_names': ATTR_NAMES}
-    return labels[train], labels[test], labels.shape[1], 'multilabel', info
-  ids = np.unique(meta['identity'][train])
-  unseen = np.setdiff1d(meta['identity'][test], ids)
-  if len(unseen):
-    raise DataError(
-      f'{len(unseen)} test identities never appear in training (official partitions '
-      "are identity-disjoint): use config.data.split='per_identity' for task identity"
-    )
-  labels = np.searchsorted(ids, meta['identity']).astype(np.int32)
-  info = {'label_rule': 'rank of the identity id among the training ids'}
-  if np.array_equal(ids, np.arange(1, len(ids) + 1)):
-    info['label_rule'] += ' (= identity - 1 here)'
-  else:
-    info['identity_ids'] = ids.tolist()  # label k is CelebA identity identity_ids[k]
-  return labels[train], labels[test], len(ids), 'classification', info
-
-
 def load(config):
   """The CelebA `Dataset` for `config.data` (see the module docstring)."""
   data = config.data
@@ -517,7 +469,25 @@ def load(config):
       if not os.path.exists(os.path.join(path, 'done.json')):  # not built while we waited
         _build_cache(path, manual_dir, tfds_dir, source, meta, {'train': train, 'test': test}, size)
   images = {s: np.load(os.path.join(path, f'{s}.npy'), mmap_mode='r') for s in ('train', 'test')}
-  train_labels, test_labels, num_classes, task, label_info = _labels(data.task, meta, train, test)
+  if data.task == 'attributes':
+    labels = (meta['attributes'] > 0).astype(np.int32)
+    num_classes, task = labels.shape[1], 'multilabel'
+    label_info = {'label_rule': 'attributes: -1 -> 0, 1 -> 1', 'attribute_names': ATTR_NAMES}
+  else:
+    ids = np.unique(meta['identity'][train])
+    unseen = np.setdiff1d(meta['identity'][test], ids)
+    if len(unseen):
+      raise DataError(
+        f'{len(unseen)} test identities never appear in training (official partitions '
+        "are identity-disjoint): use config.data.split='per_identity' for task identity"
+      )
+    labels = np.searchsorted(ids, meta['identity']).astype(np.int32)
+    num_classes, task = len(ids), 'classification'
+    label_info = {'label_rule': 'rank of the identity id among the training ids'}
+    if np.array_equal(ids, np.arange(1, len(ids) + 1)):
+      label_info['label_rule'] += ' (= identity - 1 here)'
+    else:
+      label_info['identity_ids'] = ids.tolist()  # label k is CelebA identity identity_ids[k]
   counts = np.unique(meta['identity'], return_counts=True)[1]
   info = {
     'task': data.task,
@@ -540,8 +510,8 @@ def load(config):
   }
   return Dataset(
     name='celeba',
-    train=Split(images['train'], train_labels),
-    test=Split(images['test'], test_labels),
+    train=Split(images['train'], labels[train]),
+    test=Split(images['test'], labels[test]),
     num_classes=num_classes,
     task=task,
     info=info,

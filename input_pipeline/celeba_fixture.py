@@ -1,10 +1,5 @@
-"""Synthetic CelebA-format fixtures: the five official files, tiny, learnable, never real faces.
-
-python -m input_pipeline.celeba_fixture --out /tmp/celeba_fixture --identities 20
-
-Each identity is a hue with its own stripes plus per-image noise; `Eyeglasses` and `Smiling` are
-drawn in. See docs/celeba.md.
-"""
+"""Synthetic CelebA files, never real faces: each identity a hue with stripes, per-image noise,
+`Eyeglasses` and `Smiling` drawn in. `python -m input_pipeline.celeba_fixture --out DIR`."""
 
 import argparse
 import colorsys
@@ -21,23 +16,6 @@ HEIGHT, WIDTH = 218, 178
 ATTR_NAMES, LANDMARK_NAMES = celeba.ATTR_NAMES, celeba.LANDMARK_NAMES
 LANDMARKS_MEAN = (69, 111, 107, 111, 88, 135, 72, 152, 105, 152)
 EYEGLASSES, SMILING = ATTR_NAMES.index('Eyeglasses'), ATTR_NAMES.index('Smiling')
-
-
-def image_counts(num_identities, max_images, rng):
-  """Images per identity: about a quarter singletons (at least one), the rest 2..max_images."""
-  counts = rng.integers(2, max(2, max_images) + 1, size=num_identities)
-  singles = max(1, num_identities // 4)
-  counts[rng.permutation(num_identities)[:singles]] = 1
-  return counts
-
-
-def exact_counts(num_identities, num_images, rng):
-  """Images per identity summing to exactly `num_images`, each at least 1."""
-  if num_images < num_identities:
-    raise ValueError(f'--images: {num_images} is fewer than --identities {num_identities}')
-  return 1 + rng.multinomial(
-    num_images - num_identities, np.full(num_identities, 1 / num_identities)
-  )
 
 
 def _draw(identity_index, num_identities, eyeglasses, smiling, rng):
@@ -57,27 +35,19 @@ def _draw(identity_index, num_identities, eyeglasses, smiling, rng):
   return np.clip(image, 0, 255).astype(np.uint8)
 
 
-def _attr_row(name, values):
-  """`000001.jpg -1  1 ...`: the official spacing (first value bare, the rest width 3)."""
-  return f'{name} {values[0]}' + ''.join(f'{v:3d}' for v in values[1:])
-
-
-def _landmark_row(name, values):
-  """`000001.jpg 69  109  106 ...`: the official spacing (first value bare, the rest width 5)."""
-  return f'{name} {values[0]}' + ''.join(f'{v:5d}' for v in values[1:])
-
-
 def generate(out, identities=20, max_images=12, seed=0, quality=90, images=None, progress=None):
   """Write a fixture into folder `out` (`images` in all, else random counts per identity); returns
   {file name: identity id}. `progress(done, total)` is called every 10,000 images."""
   rng = np.random.default_rng(seed)
   os.makedirs(out, exist_ok=True)
   ids = np.sort(rng.choice(np.arange(1, 10178), size=identities, replace=False))
-  counts = (
-    image_counts(identities, max_images, rng)
-    if images is None
-    else exact_counts(identities, images, rng)
-  )
+  if images is None:  # about a quarter singletons (at least one), the rest 2..max_images
+    counts = rng.integers(2, max(2, max_images) + 1, size=identities)
+    counts[rng.permutation(identities)[: max(1, identities // 4)]] = 1
+  elif images < identities:
+    raise ValueError(f'--images: {images} is fewer than --identities {identities}')
+  else:  # each identity at least one image, exactly `images` in all
+    counts = 1 + rng.multinomial(images - identities, np.full(identities, 1 / identities))
   owners = rng.permutation(np.repeat(np.arange(identities), counts))  # interleaved, as in CelebA
   partition_of = rng.choice(3, size=identities, p=(0.8, 0.1, 0.1))  # identity-disjoint partitions
   partition_of[: min(3, identities)] = np.arange(min(3, identities))  # every partition non-empty
@@ -96,8 +66,10 @@ def generate(out, identities=20, max_images=12, seed=0, quality=90, images=None,
       Image.fromarray(image).save(buffer, format='JPEG', quality=quality)
       zf.writestr(f'img_align_celeba/{name}', buffer.getvalue())
       landmarks = np.asarray(LANDMARKS_MEAN) + rng.integers(-4, 5, size=len(LANDMARKS_MEAN))
-      attr_rows.append(_attr_row(name, attrs.tolist()))
-      landmark_rows.append(_landmark_row(name, landmarks.tolist()))
+      # The official spacing: the first value bare, the rest width 3 (attributes) or 5.
+      a, m = attrs.tolist(), landmarks.tolist()
+      attr_rows.append(f'{name} {a[0]}' + ''.join(f'{v:3d}' for v in a[1:]))
+      landmark_rows.append(f'{name} {m[0]}' + ''.join(f'{v:5d}' for v in m[1:]))
       id_rows.append(f'{name} {ids[owner]}')
       part_rows.append(f'{name} {partition_of[owner]}')
   n = len(names)

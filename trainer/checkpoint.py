@@ -53,7 +53,10 @@ def check_workdir(workdir, extra_files=()):
   check_path_encoding(workdir, '--workdir')
   if '://' in str(workdir):
     return []
-  missing = _missing_folders(workdir)
+  path, missing = os.path.abspath(workdir), []  # the folders to make, outermost first
+  while not os.path.lexists(path):
+    missing.insert(0, path)
+    path = os.path.dirname(path)
   existing = os.path.dirname(missing[0]) if missing else os.path.abspath(workdir)
   if not os.path.isdir(existing):
     where = f' cannot be created: {existing}' if missing else ''
@@ -98,15 +101,6 @@ def check_path_encoding(path, flag):
     ) from e
 
 
-def _missing_folders(workdir):
-  """The folders from the nearest existing ancestor down to `workdir`, outermost first."""
-  path, missing = os.path.abspath(workdir), []
-  while not os.path.lexists(path):
-    missing.insert(0, path)
-    path = os.path.dirname(path)
-  return missing
-
-
 def remove_created(created):
   """Remove the folders check_workdir created (innermost first), each only while empty."""
   for folder in reversed(created):
@@ -114,16 +108,6 @@ def remove_created(created):
       os.rmdir(folder)
     except OSError:
       return  # not empty (or gone): keep it and everything above
-
-
-def layout_problem(path, folder):
-  """What is wrong with existing `path` for a run that keeps a folder (or a file) there, or None."""
-  kinds = ('folder', 'file') if folder else ('file', 'folder')
-  if folder != os.path.isdir(path):
-    return f'is a {kinds[1]}, not the {kinds[0]} a run keeps there'
-  if not os.access(path, os.W_OK | (os.X_OK if folder else 0)):
-    return 'is not writable'
-  return None
 
 
 def check_layout(workdir, extra_files=()):
@@ -140,7 +124,12 @@ def check_layout(workdir, extra_files=()):
     ]
   for name, folder in entries:
     path = os.path.join(workdir, name)
-    problem = layout_problem(path, folder) if os.path.lexists(path) else None
+    kinds = ('folder', 'file') if folder else ('file', 'folder')
+    problem = None
+    if os.path.lexists(path) and folder != os.path.isdir(path):
+      problem = f'is a {kinds[1]}, not the {kinds[0]} a run keeps there'
+    elif os.path.lexists(path) and not os.access(path, os.W_OK | (os.X_OK if folder else 0)):
+      problem = 'is not writable'
     if problem:
       raise ConfigError(
         f'--workdir: {path} {problem}: move it out of the workdir (or fix its '
@@ -306,22 +295,17 @@ def _short(error):
   return f'{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ""}'[:300]
 
 
-def _os_error(error):
-  """The strerror of the OSError behind `error` (its cause chain, or Orbax's `os_error_code`)."""
-  seen = error
-  while seen is not None:
-    if isinstance(seen, OSError) and seen.errno:
-      return os.strerror(seen.errno)
-    code = re.search(r"os_error_code='?(\d+)", str(seen))
-    if code:
-      return os.strerror(int(code.group(1)))
-    seen = seen.__cause__ or seen.__context__
-  return None
-
-
 def _write_error(step, error):
+  """Naming the strerror behind `error` (its cause chain, or Orbax's `os_error_code`)."""
+  seen, why = error, _short(error)
+  while seen is not None:
+    code = re.search(r"os_error_code='?(\d+)", str(seen))
+    if isinstance(seen, OSError) and seen.errno or code:
+      why = os.strerror(seen.errno if isinstance(seen, OSError) and seen.errno else int(code[1]))
+      break
+    seen = seen.__cause__ or seen.__context__
   return CheckpointWriteError(
-    f'checkpoint of step {step} could not be written ({_os_error(error) or _short(error)}); the '
+    f'checkpoint of step {step} could not be written ({why}); the '
     'checkpoints already saved are unchanged: free space or fix the workdir, then run the same '
     'command again to resume'
   )
@@ -382,16 +366,6 @@ def restore(mngr, step, abstract_state):
 
 def restore_results(mngr, step):
   return mngr.restore(step, args=record.restore_args())[record.RESULTS_ITEM]
-
-
-def latest_results(mngr):
-  """(step, results) of the newest step whose results item reads, or (None, None)."""
-  for step in sorted(mngr.all_steps(), reverse=True):
-    try:
-      return step, dict(restore_results(mngr, step))
-    except Exception as e:
-      logging.warning('Checkpoint step %d: results unreadable (%s)', step, _short(e))
-  return None, None
 
 
 def restore_newest_valid(mngr, abstract_state):
@@ -457,7 +431,13 @@ def check_workdir_run(
 ):
   """The manager after what the saved run means for this one: wiped with `restart`, refused if
   failed or not the same run (runrecord/rules.py)."""
-  step, saved = latest_results(mngr)
+  step, saved = None, None  # of the newest step whose results item reads
+  for candidate in sorted(mngr.all_steps(), reverse=True):
+    try:
+      step, saved = candidate, dict(restore_results(mngr, candidate))
+      break
+    except Exception as e:
+      logging.warning('Checkpoint step %d: results unreadable (%s)', candidate, _short(e))
   if restart and mngr.all_steps():
     logging.warning('--restart: discarding the run in %s (latest step %s)', workdir, step)
     return _reopened(mngr, workdir, config.keep_checkpoints, lambda: wipe(workdir), 'restart')

@@ -1,6 +1,5 @@
-"""What a run reports while it trains: metrics.jsonl, TensorBoard, the console line, the clock of
-images/s and ETA (CLU's ReportProgress in spirit), `heartbeat` for the silences. Hand-written:
-clu.metric_writers imports TensorFlow and cannot resume a metrics file at a step."""
+"""What a run reports while it trains: metrics.jsonl, TensorBoard, the console line, images/s and
+ETA, `heartbeat`. By hand: clu.metric_writers imports TensorFlow and cannot resume at a step."""
 
 import contextlib
 import json
@@ -254,10 +253,6 @@ class MultiWriter:
     for writer in self.writers:
       writer.write_scalars(step, scalars)
 
-  def flush(self) -> None:
-    for writer in self.writers:
-      writer.flush()
-
   def close(self) -> None:
     for writer in self.writers:
       writer.close()
@@ -268,9 +263,8 @@ def create_writers(workdir, is_writer, resume_step=0, history=()):
   (`history`: the epoch records, should metrics.jsonl be missing)."""
   if not is_writer:
     return MultiWriter([])
-  return MultiWriter(
-    [JsonLinesWriter(workdir, resume_step, history), TensorBoardWriter(workdir, resume_step)]
-  )
+  jsonl = JsonLinesWriter(workdir, resume_step, history)
+  return MultiWriter([jsonl, TensorBoardWriter(workdir, resume_step)])
 
 
 def say(line):

@@ -10,6 +10,7 @@ import pkgutil
 import signal
 import sys
 import threading
+import traceback
 
 from absl import logging
 
@@ -64,8 +65,7 @@ _EXITING = threading.Lock()
 
 
 def _exit_now(signum, why):
-  """`stopped: why` on stderr, exit 128 + signum now (once: the watch thread and a handler may
-  race)."""
+  """`stopped: why` on stderr, exit 128 + signum now; once (the watch thread, a handler race)."""
   if _EXITING.acquire(blocking=False):
     os.write(2, f'stopped: {why}; run the same command again to resume\n'.encode())
     os._exit(128 + signum)
@@ -246,29 +246,21 @@ def memory_settings(env=os.environ, separator=', ', none=JAX_DEFAULT):
   return separator.join(found) if found else none
 
 
-def cluster_detected(environ=None):
-  """Whether the environment names a multi-process job (coordinator, SLURM, MPI, TPU slice)."""
-  env = os.environ if environ is None else environ
-  tasks = [int(env.get(name) or 1) for name in ('SLURM_NTASKS', 'OMPI_COMM_WORLD_SIZE')]
-  hosts = [h for h in env.get('TPU_WORKER_HOSTNAMES', '').split(',') if h]
-  return bool(env.get('JAX_COORDINATOR_ADDRESS')) or max(tasks) > 1 or len(hosts) > 1
-
-
-def explicit_cluster(config):
-  """{coordinator_address, num_processes, process_id} of the config, {} if it names none."""
-  d = config.distributed
-  fields = ('coordinator_address', 'num_processes', 'process_id')
-  return {name: d[name] for name in fields} if d.coordinator_address else {}
-
-
 def initialize_distributed(config):
   """jax.distributed.initialize when config.distributed.initialize is 'yes', or 'auto' and the
   config or the environment names a multi-process job."""
   import jax
 
-  mode = config.distributed.initialize
-  cluster = explicit_cluster(config)
-  if mode == 'yes' or (mode == 'auto' and (cluster or cluster_detected())):
+  d, env = config.distributed, os.environ
+  fields = ('coordinator_address', 'num_processes', 'process_id')
+  cluster = {name: d[name] for name in fields} if d.coordinator_address else {}
+  mode = 'yes' if d.initialize == 'auto' and cluster else d.initialize
+  if mode == 'auto':  # a multi-process job the environment names: coordinator, SLURM, MPI, TPU
+    tasks = [int(env.get(name) or 1) for name in ('SLURM_NTASKS', 'OMPI_COMM_WORLD_SIZE')]
+    hosts = [h for h in env.get('TPU_WORKER_HOSTNAMES', '').split(',') if h]
+    if env.get('JAX_COORDINATOR_ADDRESS') or max(tasks) > 1 or len(hosts) > 1:
+      mode = 'yes'
+  if mode == 'yes':
     jax.distributed.initialize(**cluster)
     logging.info('jax.distributed: process %d of %d', jax.process_index(), jax.process_count())
 
@@ -340,10 +332,8 @@ def _from_orbax(record):
   if record.name != 'asyncio':
     return False
   trace = record.exc_info[2] if record.exc_info else None
-  while trace is not None:
-    if '/orbax/' in trace.tb_frame.f_code.co_filename:
-      return True
-    trace = trace.tb_next
+  if any('/orbax/' in frame.f_code.co_filename for frame, _ in traceback.walk_tb(trace)):
+    return True
   return '/orbax/' in record.getMessage()
 
 

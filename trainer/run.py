@@ -1,6 +1,7 @@
 """The run context: what a run is built from (data, model, mesh, phases, optimizer, cadence, the
 steps' jitting), one way for every driver (the loop, the tools, the TPU preflight)."""
 
+import collections
 import dataclasses
 import functools
 from collections.abc import Sequence
@@ -172,15 +173,8 @@ def phases(config: ml_collections.ConfigDict, steps_per_epoch: int) -> list[Phas
   return out + [Phase('full', freeze, total, False, freeze, total - freeze)]
 
 
-@dataclasses.dataclass(frozen=True)
-class Due:
-  """What happens after a step: check non-finite values, log, end the epoch, evaluate, save."""
-
-  check: bool
-  log: bool
-  epoch: bool
-  evaluate: bool
-  save: bool
+# What happens after a step (booleans): check non-finite values, log, end the epoch, evaluate, save.
+Due = collections.namedtuple('Due', 'check log epoch evaluate save')
 
 
 def due(ctx, step):
@@ -342,15 +336,14 @@ def jit_step(fn, mesh, seed, in_shardings, out_shardings, donate, config=None):
   return Seeded(jitted, np.asarray(seed, np.uint32), replicated)
 
 
-def _gather(data, indices):
-  return {'image': data['image'][indices], 'label': data['label'][indices]}
-
-
 def make_gather(mesh):
-  """jit(data, indices) -> batch gathered from a device-resident split, sharded as a host-fed
-  one."""
+  """jit(data, indices) -> a batch gathered from a device-resident split, sharded as host-fed."""
   replicated, sharded = shardings(mesh)
-  return jax.jit(_gather, in_shardings=(replicated, sharded), out_shardings=sharded)
+  return jax.jit(
+    lambda data, indices: {'image': data['image'][indices], 'label': data['label'][indices]},
+    in_shardings=(replicated, sharded),
+    out_shardings=sharded,
+  )
 
 
 def feed(ctx, on_device=None):

@@ -131,21 +131,6 @@ def eval_logits(graphdef, state, seed, images, mean, std):
     return model(preprocess(images, mean, std))
 
 
-def example_outputs(logits, labels, task):
-  """Per-example outputs: the predicted class and the softmax probability of it and of the label
-  (multilabel: each label's predicted bit and sigmoid probability)."""
-  logits = logits.astype(jnp.float32)
-  if task == 'multilabel':
-    return {'predicted': (logits > 0).astype(jnp.int8), 'probability': jax.nn.sigmoid(logits)}
-  predicted = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-  probs = jax.nn.softmax(logits, axis=-1)
-  return {
-    'predicted': predicted,
-    'p_predicted': label_logits(probs, predicted),
-    'p_label': label_logits(probs, labels),
-  }
-
-
 def eval_step(state, batch, totals, seed, *, graphdef, task, mean, std):
   """Masked sums over a padded batch (every example counts once) and its per-example outputs."""
   logits = eval_logits(graphdef, state, seed, batch['image'], mean, std)
@@ -153,7 +138,21 @@ def eval_step(state, batch, totals, seed, *, graphdef, task, mean, std):
   mask = batch['mask']
   batch_sums = {'loss': (loss * mask).sum(), 'correct': (correct * mask).sum(), 'count': mask.sum()}
   totals = jax.tree.map(operator.add, totals, batch_sums)
-  return totals, example_outputs(logits, batch['label'], task)
+  # Per example: the predicted class and the softmax probability of it and of the label
+  # (multilabel: each label's predicted bit and sigmoid probability).
+  logits = logits.astype(jnp.float32)
+  if task == 'multilabel':
+    return totals, {
+      'predicted': (logits > 0).astype(jnp.int8),
+      'probability': jax.nn.sigmoid(logits),
+    }
+  predicted = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+  probs = jax.nn.softmax(logits, axis=-1)
+  return totals, {
+    'predicted': predicted,
+    'p_predicted': label_logits(probs, predicted),
+    'p_label': label_logits(probs, batch['label']),
+  }
 
 
 def all_finite(bad, state):
@@ -388,7 +387,27 @@ def _train(ctx, workdir, mngr, p, is_writer):
       logging.info('Phase %s: steps %d-%d%s', phase.name, phase.start, phase.stop, frozen)
       entered = p.step
       for batch in run.batches(ctx, p.step, phase.stop, device_feed):
-        _stop_if_asked(ctx, mngr, p, bad, stops)  # the boundary before step p.step + 1
+        # Before step p.step + 1: on a signal every process agrees on, save step p.step and stop.
+        signum = stops.agreed(run.due(ctx, p.step).check)
+        if signum:
+          logging.warning(
+            '%s: stopping after step %d; its checkpoint is being written (a second signal stops '
+            'at once)',
+            signal.Signals(signum).name,
+            p.step,
+          )
+          if p.saved != p.step:
+            _ensure_finite(ctx, mngr, p, bad)
+            with p.clock.paused():
+              _checkpoint(ctx, mngr, p)
+          checkpoint.wait(mngr, p.step)
+          mngr.reload()  # the exit skips Python's shutdown: the step's finished folder verified
+          if p.step not in mngr.all_steps():
+            raise checkpoint.CheckpointWriteError(
+              f'the checkpoint of step {p.step} is not in {mngr.directory}'
+            )
+          p.writers.close()
+          raise process.Stopped(signum, p.step)
         compiling = f'Compiling the training step of phase {phase.name} (once)'
         with metrics.heartbeat(compiling) if p.step == entered else contextlib.nullcontext():
           p.state = step_fn(p.state, batch)  # the first call compiles (seconds to minutes)
@@ -418,37 +437,30 @@ def _after_step(ctx, mngr, p, bad, evaluation):
   now = run.due(ctx, p.step)
   if now.check:
     _ensure_finite(ctx, mngr, p, bad)
-  if now.log:
-    _log(ctx, p)
+  if now.log:  # the training loss and accuracy since the last log: console, jsonl, TensorBoard
+    config, step = ctx.config, p.step
+    sums = jax.device_get(p.state['sums'])
+    images_per_sec, eta = p.clock.throughput(step, config.batch_size)
+    count = max(sums['count'] - p.last_logged['count'], 1.0)
+    loss = (sums['loss'] - p.last_logged['loss']) / count
+    accuracy = (sums['correct'] - p.last_logged['correct']) / count
+    p.last_logged = sums
+    entry = {
+      'kind': 'train',
+      'step': step,
+      'epoch': (step - 1) // ctx.per_epoch + 1,
+      'train_loss': float(loss),
+      'train_accuracy': float(accuracy),
+      'learning_rate': run.learning_rate(config, ctx.per_epoch, ctx.phases, step - 1),
+      'images_per_sec': images_per_sec,
+    }
+    metrics.console_line(entry, eta, ctx.total_steps, config.num_epochs, p.clock.ahead)
+    p.writers.write_scalars(step, entry)
   if now.epoch:
     _end_epoch(ctx, p, evaluation, now.evaluate)
   if now.save:
     with p.clock.paused():  # not training time (images/s)
       _checkpoint(ctx, mngr, p, 'completed' if p.step == ctx.total_steps else 'running')
-
-
-def _stop_if_asked(ctx, mngr, p, bad, stops):
-  """Before step `p.step + 1`: on a signal every process agrees on, save step `p.step` and stop."""
-  signum = stops.agreed(run.due(ctx, p.step).check)
-  if not signum:
-    return
-  logging.warning(
-    '%s: stopping after step %d; its checkpoint is being written (a second signal stops at once)',
-    signal.Signals(signum).name,
-    p.step,
-  )
-  if p.saved != p.step:
-    _ensure_finite(ctx, mngr, p, bad)
-    with p.clock.paused():
-      _checkpoint(ctx, mngr, p)
-  checkpoint.wait(mngr, p.step)
-  mngr.reload()  # the exit skips Python's shutdown: the step's finished folder verified first
-  if p.step not in mngr.all_steps():
-    raise checkpoint.CheckpointWriteError(
-      f'the checkpoint of step {p.step} is not in {mngr.directory}'
-    )
-  p.writers.close()
-  raise process.Stopped(signum, p.step)
 
 
 def _checkpoint(ctx, mngr, p, status='running'):
@@ -479,28 +491,6 @@ def _ensure_finite(ctx, mngr, p, bad):
   checkpoint.wait(mngr, p.step)
   p.writers.close()
   raise TrainingFailed(reason)
-
-
-def _log(ctx, p):
-  """The training loss and accuracy since the last log: console, metrics.jsonl, TensorBoard."""
-  config, step = ctx.config, p.step
-  sums = jax.device_get(p.state['sums'])
-  images_per_sec, eta = p.clock.throughput(step, config.batch_size)
-  count = max(sums['count'] - p.last_logged['count'], 1.0)
-  loss = (sums['loss'] - p.last_logged['loss']) / count
-  accuracy = (sums['correct'] - p.last_logged['correct']) / count
-  p.last_logged = sums
-  entry = {
-    'kind': 'train',
-    'step': step,
-    'epoch': (step - 1) // ctx.per_epoch + 1,
-    'train_loss': float(loss),
-    'train_accuracy': float(accuracy),
-    'learning_rate': run.learning_rate(config, ctx.per_epoch, ctx.phases, step - 1),
-    'images_per_sec': images_per_sec,
-  }
-  metrics.console_line(entry, eta, ctx.total_steps, config.num_epochs, p.clock.ahead)
-  p.writers.write_scalars(step, entry)
 
 
 def _end_epoch(ctx, p, evaluation, evaluate_now):
