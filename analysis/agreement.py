@@ -164,35 +164,6 @@ def cross_mean(left, right, left_out):
   return float(np.mean(values)) if values else None
 
 
-def same_seed(units, kind, a, b, left_out):
-  """The row of the churn of a and b over their shared seeds (replicates' cross pairs averaged)."""
-  values = {
-    s: cross_mean(units[(a, s)], units[(b, s)], left_out)
-    for s in seeds_of(units, a)
-    if (b, s) in units
-  }
-  shared = [s for s, v in values.items() if v is not None]
-  if not shared:
-    return None
-  unit = unit_name(units[(a, shared[0])][0])
-  return seed_row(kind, a, b, SAME, [values[s] for s in shared], shared, unit, units)
-
-
-def seed_churn(units, arm, left_out):
-  """Churn between different seeds of one arm: disjoint_pairs (independent pairs)."""
-  values = {
-    p: cross_mean(units[(arm, p[0])], units[(arm, p[1])], left_out)
-    for p in disjoint_pairs(units, arm)
-  }
-  pairs = [p for p, v in values.items() if v is not None]
-  if not pairs:
-    return None
-  unit = unit_name(units[(arm, seeds_of(units, arm)[0])][0])
-  labels = [f'{s}-{t}' for s, t in pairs]
-  row = seed_row('seed', arm, arm, DIFFERENT, [values[p] for p in pairs], labels, unit, units)
-  return {**row, 'pairs': pairs}  # kept for clustering, not a column
-
-
 def clusters(pairs):
   """[[indices of the pairs in one cluster]]: pairs sharing a seed, transitively."""
   share = np.array([[bool(set(p) & set(q)) for q in pairs] for p in pairs])
@@ -200,47 +171,20 @@ def clusters(pairs):
   return [np.flatnonzero(label == k).tolist() for k in range(count)]
 
 
-def source_churn(entries, arm, varied, fixed, left_out):
-  """Churn from one source of one arm: runs equal in `fixed` ('init' or 'data')."""
-  cells = {}
-  for e in entries:
-    if e['arm'] == arm and e.get('init') is not None and e.get('data') is not None:
-      cells.setdefault(e[fixed], {}).setdefault(e[varied], []).append(e)
-  values, labels = [], []
-  for level in sorted(cells, key=seed_key):
-    varied_levels = sorted(cells[level], key=seed_key)
-    pairs = zip(varied_levels[0::2], varied_levels[1::2], strict=False)
-    means = [cross_mean(cells[level][x], cells[level][y], left_out) for x, y in pairs]
-    means = [m for m in means if m is not None]
-    if means:
-      values.append(np.mean(means))
-      labels.append(level)
-  if not values:
-    return None
-  kind = 'data order' if varied == 'data' else 'init'
-  one = next(iter(next(iter(cells.values())).values()))[0]
-  row = seed_row(kind, arm, arm, DIFFERENT, values, labels, unit_name(one), by_unit(entries))
-  return {**row, 'seed_list': f'{fixed} seeds ' + row['seed_list']}
-
-
-def replicate_churn(units, arm, left_out):
-  """Churn between same-seed replicates of one arm: per seed with >= 2 runs."""
-  repeated = [s for s in seeds_of(units, arm) if len(units[(arm, s)]) > 1]
-  values = {s: churns(itertools.combinations(units[(arm, s)], 2), left_out) for s in repeated}
-  repeated = [s for s in repeated if values[s]]
-  if not repeated:
-    return None
-  unit = unit_name(units[(arm, repeated[0])][0])
-  means = [np.mean(values[s]) for s in repeated]
-  return seed_row('nondeterminism', arm, arm, SAME, means, repeated, unit, units)
-
-
 def agreement_table(entries, pairs=(), noise=(), identical=(), platform=(), left_out=None):
   """The churn table (report_agreement.csv, COLUMNS)."""
   left_out = [] if left_out is None else left_out
   units = by_unit(entries)
   arms = sorted({a for a, _ in units})
-  rows = [replicate_churn(units, arm, left_out) for arm in arms]
+  rows = []
+  for arm in arms:  # nondeterminism: same-seed replicates, per seed with >= 2 runs
+    repeated = [s for s in seeds_of(units, arm) if len(units[(arm, s)]) > 1]
+    found = {s: churns(itertools.combinations(units[(arm, s)], 2), left_out) for s in repeated}
+    repeated = [s for s in repeated if found[s]]
+    if repeated:
+      unit = unit_name(units[(arm, repeated[0])][0])
+      means = [np.mean(found[s]) for s in repeated]
+      rows.append(seed_row('nondeterminism', arm, arm, SAME, means, repeated, unit, units))
   same = {frozenset(p) for p in identical}
   pairs = [p for p in pairs if frozenset(p) not in same]  # said once, as identical arithmetic
   for kind, given in (
@@ -249,9 +193,17 @@ def agreement_table(entries, pairs=(), noise=(), identical=(), platform=(), left
     ('contrast', pairs),
     ('platform', platform),
   ):
-    for a, b in given:
-      row = same_seed(units, kind, a, b, left_out) if a in arms and b in arms else None
-      if row and kind == 'identical':  # a mean of non-negative churns is 0 only when each one is
+    for a, b in given:  # the churn of a and b over their shared seeds (cross pairs averaged)
+      shared = seeds_of(units, a) if a in arms and b in arms else []
+      by_seed = {
+        s: cross_mean(units[(a, s)], units[(b, s)], left_out) for s in shared if (b, s) in units
+      }
+      shared = [s for s, v in by_seed.items() if v is not None]
+      if not shared:
+        continue
+      unit = unit_name(units[(a, shared[0])][0])
+      row = seed_row(kind, a, b, SAME, [by_seed[s] for s in shared], shared, unit, units)
+      if kind == 'identical':  # a mean of non-negative churns is 0 only when each one is
         zero = row['churn_pct'] == 0
         row['check'] = (
           'exactly 0, as constructed'
@@ -259,12 +211,39 @@ def agreement_table(entries, pairs=(), noise=(), identical=(), platform=(), left
           else 'NOT 0: the arithmetic is not identical (a bug, or a platform difference)'
         )
       rows.append(row)
-  rows += [
-    source_churn(entries, arm, *roles, left_out)
-    for roles in (('data', 'init'), ('init', 'data'))
-    for arm in arms
-  ]
-  seeds = [r for r in (seed_churn(units, arm, left_out) for arm in arms) if r is not None]
+  for varied, fixed in (('data', 'init'), ('init', 'data')):
+    for arm in arms:  # churn from one source of one arm: runs equal in `fixed` ('init' or 'data')
+      cells = {}
+      for e in entries:
+        if e['arm'] == arm and e.get('init') is not None and e.get('data') is not None:
+          cells.setdefault(e[fixed], {}).setdefault(e[varied], []).append(e)
+      values, labels = [], []
+      for level in sorted(cells, key=seed_key):
+        varied_levels = sorted(cells[level], key=seed_key)
+        pairs_of = zip(varied_levels[0::2], varied_levels[1::2], strict=False)
+        means = [cross_mean(cells[level][x], cells[level][y], left_out) for x, y in pairs_of]
+        means = [m for m in means if m is not None]
+        if means:
+          values.append(np.mean(means))
+          labels.append(level)
+      if values:
+        kind = 'data order' if varied == 'data' else 'init'
+        one = unit_name(next(iter(next(iter(cells.values())).values()))[0])
+        row = seed_row(kind, arm, arm, DIFFERENT, values, labels, one, units)
+        rows.append({**row, 'seed_list': f'{fixed} seeds ' + row['seed_list']})
+  seeds = []
+  for arm in arms:  # churn between different seeds of one arm: disjoint_pairs (independent)
+    by_pair = {
+      p: cross_mean(units[(arm, p[0])], units[(arm, p[1])], left_out)
+      for p in disjoint_pairs(units, arm)
+    }
+    found_pairs = [p for p, v in by_pair.items() if v is not None]
+    if found_pairs:
+      unit = unit_name(units[(arm, seeds_of(units, arm)[0])][0])
+      labels = [f'{s}-{t}' for s, t in found_pairs]
+      means = [by_pair[p] for p in found_pairs]
+      row = seed_row('seed', arm, arm, DIFFERENT, means, labels, unit, units)
+      seeds.append({**row, 'pairs': found_pairs})  # pairs: kept for clustering, not a column
   rows += seeds
   for where in sorted({r['platform_a'] for r in seeds}):  # 'seed_all': every arm of a platform
     group = [r for r in seeds if r['platform_a'] == where]
@@ -315,28 +294,24 @@ def summary(table, missing=0, total=0):
   if not rungs:
     return 'Agreement: no pair of runs shares a seed, so no churn could be computed.'
   left = f'; {missing} of {total} runs without predictions left out' if missing else ''
-  read = reading(table)
+  read, texts = reading(table), []
+  for kind, rows in rungs.items():  # 'numerics setting 1.2–3.5 %': the range of the rows' means
+    low, high = (f'{v:.2g}' for v in (rows['churn_pct'].min(), rows['churn_pct'].max()))
+    title = SHORT_TITLES[kind]
+    span = f'{title} {low} %' if low == high else f'{title} {low}–{high} %'
+    failed = ~rows['check'].str.startswith('exactly 0')  # identical arithmetic: exactly 0?
+    if kind != 'identical':
+      texts.append(span)
+    elif not failed.any():
+      texts.append(f'{title} exactly 0 (checked)')
+    else:
+      texts.append(f'{span}, NOT 0 in {int(failed.sum())} of {len(rows)} pairs')
   return (
     f'Agreement ({DEFINITION}; mean over seeds): '
-    + ', '.join(rung_text(rows, k) for k, rows in rungs.items())
+    + ', '.join(texts)
     + left
     + (f'. Same model? {read[0].upper()}{read[1:]}' if read else '')
     + '.'
-  )
-
-
-def rung_text(rows, kind):
-  """'numerics setting 1.2–3.5 %' (the range of the rows' means); identical arithmetic says
-  whether it was exactly 0."""
-  low, high = (f'{v:.2g}' for v in (rows['churn_pct'].min(), rows['churn_pct'].max()))
-  span = f'{SHORT_TITLES[kind]} {low} %' if low == high else f'{SHORT_TITLES[kind]} {low}–{high} %'
-  failed = ~rows['check'].str.startswith('exactly 0')
-  if kind != 'identical':
-    return span
-  return (
-    f'{SHORT_TITLES[kind]} exactly 0 (checked)'
-    if not failed.any()
-    else f'{span}, NOT 0 in {int(failed.sum())} of {len(rows)} pairs'
   )
 
 

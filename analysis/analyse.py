@@ -404,28 +404,6 @@ def may_write():
   return list(FILES) + [f'figures/{n}.{e}' for n in FIGURES for e in ('pdf', 'png')]
 
 
-def publish(out, hist, fmt='md', out_dir=None, dest=None):
-  """Warn of arms with n < 2, print the report in `fmt` and, with `out_dir`."""
-  for arm in out.small['arm']:
-    print(
-      f'warning: arm {arm!r} has n < 2 completed runs: reported, its tests skipped', file=sys.stderr
-    )
-  rendered = {}
-  if fmt == 'csv':
-    for name, table in tables(out).items():
-      if table is not None and len(table.columns):
-        sys.stdout.write(f'# {name[:-4].removeprefix("report_")}\n{table.to_csv(index=False)}\n')
-  else:
-    rendered[fmt] = render(out, fmt)
-    sys.stdout.write(rendered[fmt])
-  if not out_dir:
-    return []
-  if dest is None:
-    with files.Destination(out_dir, command=COMMAND, may_write=may_write()) as held:
-      return held.write(lambda folder: write(out, hist, folder, rendered))
-  return dest.write(lambda folder: write(out, hist, folder, rendered))
-
-
 def main(argv=None):
   locale_proof()
   args = parse_args(argv)
@@ -447,7 +425,22 @@ def main(argv=None):
         compare=declaration.parse_compare(args.compare),
       )
     with stage(COMMAND, 'the report' + (f' and its files into {args.out}' if args.out else '')):
-      written = publish(out, hist, args.format, args.out, dest)
+      for arm in out.small['arm']:
+        print(
+          f'warning: arm {arm!r} has n < 2 completed runs: reported, its tests skipped',
+          file=sys.stderr,
+        )
+      rendered = {}
+      if args.format == 'csv':
+        for name, table in tables(out).items():
+          if table is not None and len(table.columns):
+            sys.stdout.write(
+              f'# {name[:-4].removeprefix("report_")}\n{table.to_csv(index=False)}\n'
+            )
+      else:
+        rendered[args.format] = render(out, args.format)
+        sys.stdout.write(rendered[args.format])
+      written = dest.write(lambda folder: write(out, hist, folder, rendered)) if dest else []
   for path in written:
     print(f'wrote {path}', file=sys.stderr)
 

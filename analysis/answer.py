@@ -442,24 +442,6 @@ def question(out):
   )
 
 
-def gap_lines(out):
-  """The decomposition of each platform gap (the attribution's words)."""
-  att = out.attribution
-  if not att:
-    return []
-  if not att.decomposition:
-    return [f'**Platform gap:** {att.gap_note}.', '']
-  lines = [
-    '**Platform gap** (per seed: native gap G = fid_A − fid_B + N + P, numerics part N, '
-    f'residual R = G − N; mean over seeds with a t-interval; α = {inference.ALPHA:g}). '
-    + pairs_line(att),
-    '',
-  ]
-  for d in att.decomposition:
-    lines += decomposition_lines(d, att.gap, out.unit) + ['']
-  return lines
-
-
 # Without a declaration every pair is tested; beyond this many the answer gives their counts.
 MAX_UNDECLARED_ROWS = 12
 
@@ -540,10 +522,6 @@ def headline(out):
   return '; '.join(parts)
 
 
-def pairs_note(out):
-  return out.attribution.pairs_note if out.attribution else ''
-
-
 def scope_lines(out):
   """Confirmatory vs exploratory: the declared seeds at the declared margin first."""
   sc = out.scope
@@ -562,7 +540,11 @@ def scope_lines(out):
     which = (
       f' and platform pairs {declaration.pairs_text([d.platforms for d in pairs])}' if pairs else ''
     )
-    which += f'; not analysed: {conf.attribution.pairs_note}' if pairs_note(conf) else ''
+    which += (
+      f'; not analysed: {conf.attribution.pairs_note}'
+      if conf.attribution and conf.attribution.pairs_note
+      else ''
+    )
 
     lines.append(
       f'**Confirmatory answer** (the declared seeds at the declared ±{conf.margin:g} '
@@ -621,6 +603,18 @@ def answer_lines(out):
       )
   for note in section.variance_notes if section is not None else []:
     split.append(f'**Variance between runs**: no split for {note}.')
+  att, gap = out.attribution, []  # the decomposition of each platform gap
+  if att and not att.decomposition:
+    gap = [f'**Platform gap:** {att.gap_note}.', '']
+  elif att:
+    gap = [
+      '**Platform gap** (per seed: native gap G = fid_A − fid_B + N + P, numerics part N, '
+      f'residual R = G − N; mean over seeds with a t-interval; α = {inference.ALPHA:g}). '
+      + pairs_line(att),
+      '',
+    ]
+    for d in att.decomposition:
+      gap += decomposition_lines(d, att.gap, out.unit) + ['']
   return [
     question(out),
     '',
@@ -630,7 +624,7 @@ def answer_lines(out):
     "**Platforms and software** (from the runs' records):",
     *software,
     '',
-    *gap_lines(out),
+    *gap,
     *contrast_lines(out),
     *agreement,
     *(['', *split] if split else []),
