@@ -7,7 +7,6 @@ against the scatter-free models/layers.py max_pool. Reference: docs/performance.
   python -m benchmarks.bench_conv --pool                            # the stem at 224^2, batch 256
 """
 
-import argparse
 import collections
 import math
 import statistics
@@ -175,24 +174,6 @@ def conv_table(size, width, stem, batch, in_channels, args):
   return common.table([*header, 'auto', 'best'], rows), total['best'] / total['auto']
 
 
-def conv_mode(args: argparse.Namespace):
-  import jax
-
-  configs = parse_sizes(args.sizes or str(args.image_size), args)
-  jax.jit(lambda x: x + 1).lower(1.0).compile()  # the backend's one-off start-up, untimed
-  scores = []
-  for size, width, stem, batch, in_channels in configs:
-    print(
-      f'\nResNet-18 convolutions at {size}x{size}x{in_channels}, width {width:g}, {stem} stem, '
-      f'batch {batch}, f32 forward + backward (ms per call, median of {args.repeats})\n'
-    )
-    text, score = conv_table(size, width, stem, batch, in_channels, args)
-    print(text)
-    print(f'\nauto_vs_best[{size}:{width:g}:{stem}:{batch}:{in_channels}]={score:.3f}')
-    scores.append(score)
-  print(f'auto_vs_best={min(scores):.3f}')
-
-
 def pool_mode(args):
   """The stem's 3x3/2 pool, flax's and models/layers.py's, with XLA's deterministic GPU ops on and
   off: the gradient of sum(pool(x) * g), post-ReLU x."""
@@ -262,9 +243,22 @@ def main(argv=None):
   args.batch = args.batch or (256 if args.pool else 64)
   common.command_line('bench_conv', argv)
   if args.pool:
-    pool_mode(args)
-  else:
-    conv_mode(args)
+    return pool_mode(args)
+  import jax
+
+  configs = parse_sizes(args.sizes or str(args.image_size), args)
+  jax.jit(lambda x: x + 1).lower(1.0).compile()  # the backend's one-off start-up, untimed
+  scores = []
+  for size, width, stem, batch, in_channels in configs:
+    print(
+      f'\nResNet-18 convolutions at {size}x{size}x{in_channels}, width {width:g}, {stem} stem, '
+      f'batch {batch}, f32 forward + backward (ms per call, median of {args.repeats})\n'
+    )
+    text, score = conv_table(size, width, stem, batch, in_channels, args)
+    print(text)
+    print(f'\nauto_vs_best[{size}:{width:g}:{stem}:{batch}:{in_channels}]={score:.3f}')
+    scores.append(score)
+  print(f'auto_vs_best={min(scores):.3f}')
 
 
 if __name__ == '__main__':

@@ -119,69 +119,6 @@ def resolved(spec, epochs=100):
     common.fail(f'--configs {spec}: {e}')
 
 
-def stop_latency(args, argv):
-  os.environ.setdefault('JAX_PLATFORMS', 'cpu')  # before JAX loads
-  import jax
-
-  from input_pipeline import batching
-  from numerics import setup as numerics_setup
-  from trainer import run
-
-  process.quiet_libraries()
-  logging.set_verbosity(logging.ERROR)  # the loop's own lines (stop, save) per trial
-  configs = [resolved(spec) for spec in args.configs]
-  for config in configs:
-    numerics_setup.configure(config)  # one process: every config must need the same XLA flags
-  jax.config.update('jax_compilation_cache_dir', os.path.join(REPO, '.jax_cache'))
-  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
-  common.command_line('bench_stop_latency', argv)
-  shipped = process.STEPS_IN_FLIGHT
-  flights = [shipped if v == 'shipped' else None if v == 'none' else int(v) for v in args.in_flight]
-  header = ['config', 'step (s)', 'CPU hogs', 'trials']
-  for flight in flights:
-    header += [
-      f'{"none" if flight is None else flight} in flight: steps after the signal, median / max'
-    ]
-    header += ['seconds to the saved checkpoint, median / max', 'evaluations after the signal']
-    header.append('images/s before it')
-  print(common.table(header, []))
-  rng = random.Random(args.seed)
-  for spec, config in zip(args.configs, configs, strict=True):
-    numerics_setup.configure(config)  # its matmul precision
-    per_epoch = batching.steps_per_epoch(len(run.load_dataset(config).train), config.batch_size)
-    for load in args.load:
-      hogs = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(load)]
-      try:
-        results = [[trial(config, per_epoch, f, rng) for _ in range(args.trials)] for f in flights]
-      finally:
-        for hog in hogs:
-          hog.kill()
-          hog.wait()
-      rates = [r['images_per_s'] for r in results[0] if r['images_per_s']]
-      step_s = config.batch_size / statistics.median(rates) if rates else float('nan')
-      cells = []  # per setting: steps median / max | seconds median / max | evaluations | images/s
-      for setting in results:
-        seconds = [r['seconds'] for r in setting]
-        steps = [r['steps_after'] for r in setting]
-        rates = [r['images_per_s'] for r in setting if r['images_per_s']]
-        cells.append(
-          f'{statistics.median(steps):g} / {max(steps)} | {statistics.median(seconds):.2f} / '
-          f'{max(seconds):.2f} | {sum(r["evaluated_after"] for r in setting)} | '
-          f'{common.fmt(statistics.median(rates) if rates else None, ".0f")}'
-        )
-      print(f'| {spec} | {step_s:.3f} | {load} | {args.trials} | {" | ".join(cells)} |', flush=True)
-  print(f'bound: steps after the signal <= STEPS_IN_FLIGHT + 1 = {shipped + 1}')
-  if args.throughput_rounds:
-    config = resolved(args.configs[0], args.throughput_epochs)
-    numerics_setup.configure(config)
-    rates = throughput(config, args.throughput_rounds)
-    named = ', '.join(f'{"none" if k is None else k} in flight {v:.0f}' for k, v in rates.items())
-    print(
-      f'throughput ({args.configs[0]}, {args.throughput_epochs} epochs, median images/s of '
-      f'{args.throughput_rounds} alternating rounds): {named}'
-    )
-
-
 # --resume-metrics: a metrics.jsonl of about --size-mb of training records, written once (a file of
 # that size this project wrote is reused), opened as a run resumed at its last step opens it:
 # read one line at a time (trainer/metrics.py kept_lines), so memory holds one line, not the file.
@@ -256,7 +193,66 @@ def main(argv=None):
     common.fail('--trials and --throughput-epochs must be positive')
   if min(args.load) < 0 or args.throughput_rounds < 0:
     common.fail('--load and --throughput-rounds must not be negative')
-  return stop_latency(args, argv)
+  os.environ.setdefault('JAX_PLATFORMS', 'cpu')  # before JAX loads
+  import jax
+
+  from input_pipeline import batching
+  from numerics import setup as numerics_setup
+  from trainer import run
+
+  process.quiet_libraries()
+  logging.set_verbosity(logging.ERROR)  # the loop's own lines (stop, save) per trial
+  configs = [resolved(spec) for spec in args.configs]
+  for config in configs:
+    numerics_setup.configure(config)  # one process: every config must need the same XLA flags
+  jax.config.update('jax_compilation_cache_dir', os.path.join(REPO, '.jax_cache'))
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
+  common.command_line('bench_stop_latency', argv)
+  shipped = process.STEPS_IN_FLIGHT
+  flights = [shipped if v == 'shipped' else None if v == 'none' else int(v) for v in args.in_flight]
+  header = ['config', 'step (s)', 'CPU hogs', 'trials']
+  for flight in flights:
+    header += [
+      f'{"none" if flight is None else flight} in flight: steps after the signal, median / max'
+    ]
+    header += ['seconds to the saved checkpoint, median / max', 'evaluations after the signal']
+    header.append('images/s before it')
+  print(common.table(header, []))
+  rng = random.Random(args.seed)
+  for spec, config in zip(args.configs, configs, strict=True):
+    numerics_setup.configure(config)  # its matmul precision
+    per_epoch = batching.steps_per_epoch(len(run.load_dataset(config).train), config.batch_size)
+    for load in args.load:
+      hogs = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(load)]
+      try:
+        results = [[trial(config, per_epoch, f, rng) for _ in range(args.trials)] for f in flights]
+      finally:
+        for hog in hogs:
+          hog.kill()
+          hog.wait()
+      rates = [r['images_per_s'] for r in results[0] if r['images_per_s']]
+      step_s = config.batch_size / statistics.median(rates) if rates else float('nan')
+      cells = []  # per setting: steps median / max | seconds median / max | evaluations | images/s
+      for setting in results:
+        seconds = [r['seconds'] for r in setting]
+        steps = [r['steps_after'] for r in setting]
+        rates = [r['images_per_s'] for r in setting if r['images_per_s']]
+        cells.append(
+          f'{statistics.median(steps):g} / {max(steps)} | {statistics.median(seconds):.2f} / '
+          f'{max(seconds):.2f} | {sum(r["evaluated_after"] for r in setting)} | '
+          f'{common.fmt(statistics.median(rates) if rates else None, ".0f")}'
+        )
+      print(f'| {spec} | {step_s:.3f} | {load} | {args.trials} | {" | ".join(cells)} |', flush=True)
+  print(f'bound: steps after the signal <= STEPS_IN_FLIGHT + 1 = {shipped + 1}')
+  if args.throughput_rounds:
+    config = resolved(args.configs[0], args.throughput_epochs)
+    numerics_setup.configure(config)
+    rates = throughput(config, args.throughput_rounds)
+    named = ', '.join(f'{"none" if k is None else k} in flight {v:.0f}' for k, v in rates.items())
+    print(
+      f'throughput ({args.configs[0]}, {args.throughput_epochs} epochs, median images/s of '
+      f'{args.throughput_rounds} alternating rounds): {named}'
+    )
 
 
 if __name__ == '__main__':

@@ -587,19 +587,6 @@ def describe(plan, out, smoke=False):
   return lines
 
 
-def parts_named(names):
-  """'all' (by PRIORITY) or comma-separated names, in the order given; one line on a bad one."""
-  known = {p.name: p for p in PARTS}
-  wanted = [n.strip() for n in names.split(',') if n.strip()]
-  if wanted == ['all']:
-    return by_priority(PARTS, PRIORITY)
-  if set(wanted) - set(known) or not wanted or len(set(wanted)) != len(wanted):
-    common.fail(
-      f'--part={names}: give all or part names among {", ".join(known)} (--list), each once'
-    )
-  return [known[n] for n in wanted]
-
-
 def main(argv=None):
   p = common.parser('gpu_evidence', __doc__)
   p.add_argument('--list', action='store_true', help='each part and its minutes on an H100')
@@ -640,7 +627,15 @@ def main(argv=None):
     return 0
   if not args.part and not args.smoke:
     common.fail('--part: give all or part names (--list), or --smoke')
-  parts, out = parts_named(args.part or 'all'), os.path.abspath(args.out)
+  known = {p.name: p for p in PARTS}  # 'all' (by PRIORITY) or names, in the order given
+  wanted = [n.strip() for n in (args.part or 'all').split(',') if n.strip()]
+  bad = set(wanted) - set(known) or not wanted or len(set(wanted)) < len(wanted)
+  if bad and wanted != ['all']:
+    common.fail(
+      f'--part={args.part}: give all or part names among {", ".join(known)} (--list), each once'
+    )
+  parts = by_priority(PARTS, PRIORITY) if wanted == ['all'] else [known[n] for n in wanted]
+  out = os.path.abspath(args.out)
   names = SUMMARY_FILES + [n for part in parts for n in part_files(part, out, args.smoke)]
   try:  # a file of the user's where a part would write: refused before any part runs
     with files.Destination(out, command='gpu_evidence', may_write=names):
