@@ -1,8 +1,5 @@
-"""A sweep's cost before it runs (`sweeps.sweep --estimate`): each arm's runs measured here, in
-`python -m sweeps.estimate` processes with the environment its runs get, or (`--estimate-tpu`)
-priced from its TPU programs compiled here. The formula and what it leaves out: docs/operations.md
-("Sweeps and studies").
-"""
+"""A sweep's cost before it runs (`sweeps.sweep --estimate`): its runs measured in child processes,
+or (`--estimate-tpu`) priced from their compiled TPU programs; docs/operations.md ("Sweeps ...")."""
 
 import collections
 import concurrent.futures

@@ -1,13 +1,5 @@
-"""Run a study (arms x seeds, declared by the config file's `get_sweep(arg)`) as train.py runs.
-
-  python -m sweeps.sweep --config=configs/digits.py:study --root=/tmp/study [--parallel 2]
-  python -m sweeps.sweep --config=configs/celeba.py:tpu --root=gs://b/study --dry-run \
-      --emit-commands=cmds.txt --emit-slurm=study.sbatch
-
-Each override dict of get_sweep(arg) is one `train.py` run in <root>/<arm slug>/seed<k>, launched
-once every run is checked; completed runs are skipped, unfinished ones resumed. Exit code 1 if a
-run failed. More (--gpus, --tpu-chips, --estimate): docs/operations.md ("Sweeps and studies").
-"""
+"""Run a study (arms x seeds, the config's `get_sweep(arg)`) as train.py runs, <root>/<arm>/seed<k>:
+done runs skipped, unfinished resumed, exit 1 if one failed (docs/operations.md, "Sweeps")."""
 
 import collections
 import functools
