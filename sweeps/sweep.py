@@ -329,37 +329,6 @@ def study_declaration(spec, root):
   return (declared if diff else None), None
 
 
-def write_outputs(args, runs, path, arg, root, emitted, declared, chips=()):
-  """The declaration, the command list and the SLURM script, through runrecord/files.py; a dry
-  run writes only what --emit-* name."""
-  dry = args.dry_run or args.estimate
-  study_file = args.emit_study or (
-    None if dry or '://' in root else os.path.join(root, declaration.STUDY_FILE)
-  )
-  copy_to = posixpath.join(root, declaration.STUDY_FILE)
-  if declared and study_file:
-    files.write_file(study_file, declaration.dumps(declared), command='sweep', flag='--emit-study')
-    where = os.path.abspath(study_file)
-    copy = f' (copy it to {copy_to} before the runs start)' if where != copy_to else ''
-    print(f'study declaration: {where}{copy}')
-  elif declared:
-    print(
-      f'study declaration: not written (a dry run writes only what --emit-* name; '
-      f'--emit-study=FILE writes it, to copy to {copy_to} before the runs start)'
-    )
-  commands_file, slurm_file = emitted
-  if args.emit_commands or not dry:  # with TPU chips, each line takes a free one of them
-    launcher = tpu.launcher(chips) if chips else []
-    text = ''.join(shlex.join(launcher + runner.command(r, path, arg)) + '\n' for r in runs)
-    files.write_file(commands_file, text, command='sweep', flag='--emit-commands')
-    print(f'commands: {commands_file}')
-  if args.emit_slurm or not dry:
-    name = 'sweep-' + os.path.splitext(os.path.basename(path))[0]
-    text = runner.slurm_script(commands_file, len(runs), root, name)
-    files.write_file(slurm_file, text, command='sweep', flag='--emit-slurm')
-    print(f'slurm:    {slurm_file}  (sbatch {slurm_file})')
-
-
 def main(argv=None):
   """The exit code: 0 all completed, 1 a run failed or was in use, 2 bad input, 128 + N stopped by
   signal N."""
@@ -429,7 +398,34 @@ def main(argv=None):
   )
   chips = [g for g in gpus if isinstance(g, tpu.Chip)]
   try:
-    write_outputs(args, runs, path, arg, root, emitted, declared, chips)
+    dry = args.dry_run or args.estimate
+    study_file = args.emit_study or (
+      None if dry or '://' in root else os.path.join(root, declaration.STUDY_FILE)
+    )
+    copy_to = posixpath.join(root, declaration.STUDY_FILE)
+    if declared and study_file:
+      files.write_file(
+        study_file, declaration.dumps(declared), command='sweep', flag='--emit-study'
+      )
+      where = os.path.abspath(study_file)
+      copy = f' (copy it to {copy_to} before the runs start)' if where != copy_to else ''
+      print(f'study declaration: {where}{copy}')
+    elif declared:
+      print(
+        f'study declaration: not written (a dry run writes only what --emit-* name; '
+        f'--emit-study=FILE writes it, to copy to {copy_to} before the runs start)'
+      )
+    commands_file, slurm_file = emitted
+    if args.emit_commands or not dry:  # with TPU chips, each line takes a free one of them
+      launcher = tpu.launcher(chips) if chips else []
+      text = ''.join(shlex.join(launcher + runner.command(r, path, arg)) + '\n' for r in runs)
+      files.write_file(commands_file, text, command='sweep', flag='--emit-commands')
+      print(f'commands: {commands_file}')
+    if args.emit_slurm or not dry:
+      name = 'sweep-' + os.path.splitext(os.path.basename(path))[0]
+      text = runner.slurm_script(commands_file, len(runs), root, name)
+      files.write_file(slurm_file, text, command='sweep', flag='--emit-slurm')
+      print(f'slurm:    {slurm_file}  (sbatch {slurm_file})')
   except ValueError as e:  # a user's file in the way, or the disk full: one line
     print(f'error: {e}', file=sys.stderr)
     return 1 if isinstance(e, files.WriteFailed) else 2
