@@ -1,8 +1,5 @@
-"""A sweep's cost before it runs (`sweeps.sweep --estimate`): each arm's runs measured here, in
-`python -m sweeps.estimate` processes with the environment its runs get, or (`--estimate-tpu`)
-priced from its TPU programs compiled here. The formula and what it leaves out: docs/operations.md
-("Sweeps and studies").
-"""
+"""A sweep's cost before it runs (`sweeps.sweep --estimate`): its runs measured in child processes,
+or (`--estimate-tpu`) priced from their compiled TPU programs; docs/operations.md ("Sweeps ...")."""
 
 import collections
 import concurrent.futures
@@ -346,23 +343,6 @@ def measure(config, timed_steps, launched, programs, say, ctx=None):
   }, ctx
 
 
-def measure_all(arms, timed_steps, launched):
-  """[(slug, measurement)] of [(slug, resolved config)]: the start-up the first arm's, the data
-  loaded once per data config, each training program measured once."""
-  out, programs, contexts = [], {}, {}
-  for slug, config in arms:
-    say = functools.partial(print, f'{PROGRESS}{slug}:', flush=True)  # measure_group reads them
-    data = json.dumps(config.data.to_dict(), sort_keys=True, default=str)
-    begin = launched if not out else time.time()
-    measured, contexts[data] = measure(
-      config, timed_steps, begin, programs, say, contexts.get(data)
-    )
-    if out:  # this arm's own set-up, plus the process start it did not pay here
-      measured['startup_s'] += out[0][1]['startup_s']
-    out.append((slug, measured))
-  return out
-
-
 def main(argv=None):
   p = cli.Parser(
     prog='python -m sweeps.estimate',
@@ -383,7 +363,16 @@ def main(argv=None):
     cli.fail(str(e).splitlines()[0])
   for _, config in configs:
     numerics_setup.configure(config)  # before any backend starts, as in train.py
-  for slug, result in measure_all(configs, args.steps, args.launched or time.time()):
+  out, programs, contexts = [], {}, {}
+  for slug, config in configs:
+    say = functools.partial(print, f'{PROGRESS}{slug}:', flush=True)  # measure_group reads them
+    data = json.dumps(config.data.to_dict(), sort_keys=True, default=str)
+    begin = (args.launched or time.time()) if not out else time.time()
+    measured, contexts[data] = measure(config, args.steps, begin, programs, say, contexts.get(data))
+    if out:  # this arm's own set-up, plus the process start it did not pay here
+      measured['startup_s'] += out[0][1]['startup_s']
+    out.append((slug, measured))
+  for slug, result in out:
     print(PREFIX + json.dumps({'slug': slug, **result}), flush=True)
   return 0
 

@@ -1,11 +1,5 @@
 """Compile a config's TPU programs on a host without a TPU, before renting one.
-
-  python -m sweeps.preflight --config=configs/digits.py:study --topology v5e:2x4 --max-batch
-
-Per topology and program (every training phase's step and the evaluation's): memory per chip,
-XLA's cost, a roofline time and the precision every product carries (the census of its HLO), in a
-table and OUT/preflight.csv. Exit code 2 on bad input, 1 if a program did not compile (docs/tpu.md).
-"""
+Per topology and program: memory per chip, XLA cost, roofline time, precisions (docs/tpu.md)."""
 
 import collections
 import contextlib

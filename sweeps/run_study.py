@@ -1,8 +1,5 @@
 """A whole study in one command: `python -m sweeps.sweep` (it resumes), then `python -m
-analysis.analyse` of ROOT's runs and the --runs roots' into ROOT. Exit code 1 if a run failed.
-
-  python -m sweeps.run_study --config=configs/digits.py:study --root=/tmp/study --parallel 2
-"""
+analysis.analyse` of ROOT's runs and the --runs roots' into ROOT. Exit code 1 if a run failed."""
 
 import os
 import sys

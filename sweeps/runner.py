@@ -1,7 +1,5 @@
-"""How a sweep's runs are launched: here (train.py children, watched, stopped, each claimed so
-that sweeps sharing a root start a run once) or elsewhere (the command list, the SLURM script).
-The progress line, its images/s and ETA: docs/operations.md ("Sweeps and studies").
-"""
+"""How a sweep's runs are launched: here (train.py children, watched, stopped, claimed once per
+shared root) or elsewhere (command list, SLURM script); docs/operations.md ("Sweeps ...")."""
 
 import collections
 import contextlib
@@ -321,9 +319,8 @@ class Progress:
     return self.total - self.done - busy
 
   def eta(self, measures):
-    """Seconds to the end from [(images/s, running s, left s)], over the slots: the running runs'
-    left, a queued arm's first run at the finished runs' mean, a later seed at that less the
-    compiles their logged speed shows (it loads them from the cache); None until that is known."""
+    """Seconds to the end from [(images/s, running s, left s)] over the slots (docs/operations.md);
+    a later seed costs the finished runs' mean less their compiles. None until that is known."""
     known = self.durations or [(r + left,) * 2 for _, r, left in measures if left is not None]
     if not known and (self.queued or any(left is None for *_, left in measures)):
       return None

@@ -1,13 +1,5 @@
-"""Run a study (arms x seeds, declared by the config file's `get_sweep(arg)`) as train.py runs.
-
-  python -m sweeps.sweep --config=configs/digits.py:study --root=/tmp/study [--parallel 2]
-  python -m sweeps.sweep --config=configs/celeba.py:tpu --root=gs://b/study --dry-run \
-      --emit-commands=cmds.txt --emit-slurm=study.sbatch
-
-Each override dict of get_sweep(arg) is one `train.py` run in <root>/<arm slug>/seed<k>, launched
-once every run is checked; completed runs are skipped, unfinished ones resumed. Exit code 1 if a
-run failed. More (--gpus, --tpu-chips, --estimate): docs/operations.md ("Sweeps and studies").
-"""
+"""Run a study (arms x seeds, the config's `get_sweep(arg)`) as train.py runs, <root>/<arm>/seed<k>:
+done runs skipped, unfinished resumed, exit 1 if one failed (docs/operations.md, "Sweeps")."""
 
 import collections
 import functools
@@ -65,22 +57,6 @@ def parse_args(argv):
   p.add_argument('--estimate-tpu', metavar='TOPOLOGY', help='price from TPU programs (--estimate)')
   p.add_argument('--heartbeat', type=float, default=30.0, help='seconds between progress lines')
   return p.parse_args(argv)
-
-
-def placement(args):
-  """The slots' devices: the GPU ids of --gpus or the tpu.Chip of --tpu-chips, never both."""
-  try:
-    gpus = [int(g) for g in args.gpus.split(',') if g.strip()]
-  except ValueError:
-    raise ValueError(
-      f'--gpus={args.gpus}: give comma-separated GPU ids, e.g. --gpus 0,1,2,3'
-    ) from None
-  chips = tpu.parse_chips(args.tpu_chips)
-  if gpus and chips:
-    raise ValueError('--gpus and --tpu-chips: give one of them (a run uses GPUs or a TPU chip)')
-  if args.estimate_tpu and not args.estimate:
-    raise ValueError('--estimate-tpu prices the runs: give it with --estimate')
-  return gpus or chips
 
 
 # --- the runs of a study ---
@@ -181,18 +157,6 @@ def grouped(problems):
     more = f' and {len(names) - 3} more' if len(names) > 3 else ''
     out.append(f'{message} (runs: {", ".join(names[:3])}{more})')
   return out
-
-
-def data_problems(runs):
-  """The problems of each distinct data setting, as its dataset module declares them."""
-  problems = []
-  for data in {repr(sorted(r.config.data.to_dict().items())): r.config.data for r in runs}.values():
-    try:
-      check = input_pipeline.get(data.name).problems
-    except ValueError:  # no such dataset: the config's own problem says so
-      continue
-    problems += check(data) if check else []
-  return problems
 
 
 def folder_problem(folder, what):
@@ -299,7 +263,13 @@ def check(runs, root, files, env=None):
   """(errors, warnings, {run folder: saved state}) before anything is launched or written;
   `files`: [(flag, path)] it writes; `env`: a run's (None: the devices are not checked)."""
   errors = grouped((r.problem, r) for r in runs if r.problem)
-  data, environment = data_problems(runs), []
+  data, environment = [], []  # each distinct data setting's problems, as its dataset declares them
+  for spec in {repr(sorted(r.config.data.to_dict().items())): r.config.data for r in runs}.values():
+    try:
+      problems_of = input_pipeline.get(spec.name).problems
+    except ValueError:  # no such dataset: the config's own problem says so
+      continue
+    data += problems_of(spec) if problems_of else []
   try:  # the platforms JAX_PLATFORMS names must start on this host
     process.check_platforms()
   except ValueError as e:
@@ -341,20 +311,6 @@ def parallel_slots(requested, runs, gpus, host_bytes, cores):
 
 
 # --- what it writes before launching: the command list, the SLURM script, the declaration ---
-def output_files(args, root):
-  """(command list, SLURM script): in the root unless --emit-* say otherwise (a bucket's: both)."""
-  if '://' in root and not (args.emit_commands and args.emit_slurm):
-    raise ValueError(
-      f'--root={root}: the command list and the SLURM script are written on this '
-      'machine, not into a bucket: give --emit-commands=FILE and --emit-slurm=FILE '
-      '(local paths)'
-    )
-  return (
-    os.path.abspath(args.emit_commands or os.path.join(root, runner.COMMANDS_FILE)),
-    os.path.abspath(args.emit_slurm or os.path.join(root, runner.SLURM_FILE)),
-  )
-
-
 def study_declaration(spec, root):
   """(get_study() to write into the root or None, problem or None): once runs exist, a changed
   declaration is refused."""
@@ -373,54 +329,23 @@ def study_declaration(spec, root):
   return (declared if diff else None), None
 
 
-def write_outputs(args, runs, path, arg, root, emitted, declared, chips=()):
-  """The declaration, the command list and the SLURM script, through runrecord/files.py; a dry
-  run writes only what --emit-* name."""
-  dry = args.dry_run or args.estimate
-  study_file = args.emit_study or (
-    None if dry or '://' in root else os.path.join(root, declaration.STUDY_FILE)
-  )
-  copy_to = posixpath.join(root, declaration.STUDY_FILE)
-  if declared and study_file:
-    files.write_file(study_file, declaration.dumps(declared), command='sweep', flag='--emit-study')
-    where = os.path.abspath(study_file)
-    copy = f' (copy it to {copy_to} before the runs start)' if where != copy_to else ''
-    print(f'study declaration: {where}{copy}')
-  elif declared:
-    print(
-      f'study declaration: not written (a dry run writes only what --emit-* name; '
-      f'--emit-study=FILE writes it, to copy to {copy_to} before the runs start)'
-    )
-  commands_file, slurm_file = emitted
-  if args.emit_commands or not dry:  # with TPU chips, each line takes a free one of them
-    launcher = tpu.launcher(chips) if chips else []
-    text = ''.join(shlex.join(launcher + runner.command(r, path, arg)) + '\n' for r in runs)
-    files.write_file(commands_file, text, command='sweep', flag='--emit-commands')
-    print(f'commands: {commands_file}')
-  if args.emit_slurm or not dry:
-    name = 'sweep-' + os.path.splitext(os.path.basename(path))[0]
-    text = runner.slurm_script(commands_file, len(runs), root, name)
-    files.write_file(slurm_file, text, command='sweep', flag='--emit-slurm')
-    print(f'slurm:    {slurm_file}  (sbatch {slurm_file})')
-
-
-def list_pending(todo, path, arg, emitted):
-  """A dry run's listing: each command still to run, or the first LIST_FIRST and a count."""
-  shown = todo if len(todo) <= LIST_ALL else todo[:LIST_FIRST]
-  for run, detail in shown:
-    line = shlex.join(runner.command(run, path, arg))
-    print(f'would run: {line}' + (f'  # {detail}' if detail else ''))
-  if len(shown) < len(todo):
-    where = f'all in {os.path.abspath(emitted)}' if emitted else '--emit-commands=FILE writes all'
-    print(f'... and {len(todo) - len(shown)} more ({where})')
-
-
 def main(argv=None):
   """The exit code: 0 all completed, 1 a run failed or was in use, 2 bad input, 128 + N stopped by
   signal N."""
   args = parse_args(argv)
   try:
-    gpus = placement(args)
+    try:
+      gpus = [int(g) for g in args.gpus.split(',') if g.strip()]
+    except ValueError:
+      raise ValueError(
+        f'--gpus={args.gpus}: give comma-separated GPU ids, e.g. --gpus 0,1,2,3'
+      ) from None
+    chips = tpu.parse_chips(args.tpu_chips)
+    if gpus and chips:
+      raise ValueError('--gpus and --tpu-chips: give one of them (a run uses GPUs or a TPU chip)')
+    if args.estimate_tpu and not args.estimate:
+      raise ValueError('--estimate-tpu prices the runs: give it with --estimate')
+    gpus = gpus or chips
     if args.estimate_steps < 1:
       raise ValueError(f'--estimate-steps={args.estimate_steps}: give a positive number of steps')
     if not 0 < args.heartbeat < float('inf'):  # NaN fails too: it would never print
@@ -433,7 +358,16 @@ def main(argv=None):
         'the command list on the hosts); run locally with a local folder'
       )
     runs, path, arg = expand(args.config, root)
-    emitted = output_files(args, root)
+    if '://' in root and not (args.emit_commands and args.emit_slurm):
+      raise ValueError(
+        f'--root={root}: the command list and the SLURM script are written on this '
+        'machine, not into a bucket: give --emit-commands=FILE and --emit-slurm=FILE '
+        '(local paths)'
+      )
+    emitted = (
+      os.path.abspath(args.emit_commands or os.path.join(root, runner.COMMANDS_FILE)),
+      os.path.abspath(args.emit_slurm or os.path.join(root, runner.SLURM_FILE)),
+    )
     runner.check_commands(runs, path, arg, root, emitted)
     env = runner.child_env(root, gpus[0] if gpus else None)  # a run's, on its device
     flagged = list(zip(('--emit-commands', '--emit-slurm'), emitted, strict=True))
@@ -464,12 +398,46 @@ def main(argv=None):
   )
   chips = [g for g in gpus if isinstance(g, tpu.Chip)]
   try:
-    write_outputs(args, runs, path, arg, root, emitted, declared, chips)
+    dry = args.dry_run or args.estimate
+    study_file = args.emit_study or (
+      None if dry or '://' in root else os.path.join(root, declaration.STUDY_FILE)
+    )
+    copy_to = posixpath.join(root, declaration.STUDY_FILE)
+    if declared and study_file:
+      files.write_file(
+        study_file, declaration.dumps(declared), command='sweep', flag='--emit-study'
+      )
+      where = os.path.abspath(study_file)
+      copy = f' (copy it to {copy_to} before the runs start)' if where != copy_to else ''
+      print(f'study declaration: {where}{copy}')
+    elif declared:
+      print(
+        f'study declaration: not written (a dry run writes only what --emit-* name; '
+        f'--emit-study=FILE writes it, to copy to {copy_to} before the runs start)'
+      )
+    commands_file, slurm_file = emitted
+    if args.emit_commands or not dry:  # with TPU chips, each line takes a free one of them
+      launcher = tpu.launcher(chips) if chips else []
+      text = ''.join(shlex.join(launcher + runner.command(r, path, arg)) + '\n' for r in runs)
+      files.write_file(commands_file, text, command='sweep', flag='--emit-commands')
+      print(f'commands: {commands_file}')
+    if args.emit_slurm or not dry:
+      name = 'sweep-' + os.path.splitext(os.path.basename(path))[0]
+      text = runner.slurm_script(commands_file, len(runs), root, name)
+      files.write_file(slurm_file, text, command='sweep', flag='--emit-slurm')
+      print(f'slurm:    {slurm_file}  (sbatch {slurm_file})')
   except ValueError as e:  # a user's file in the way, or the disk full: one line
     print(f'error: {e}', file=sys.stderr)
     return 1 if isinstance(e, files.WriteFailed) else 2
   if args.dry_run or args.estimate:
-    list_pending(todo, path, arg, args.emit_commands)
+    shown = todo if len(todo) <= LIST_ALL else todo[:LIST_FIRST]
+    for run, detail in shown:
+      line = shlex.join(runner.command(run, path, arg))
+      print(f'would run: {line}' + (f'  # {detail}' if detail else ''))
+    if len(shown) < len(todo):
+      emit = args.emit_commands
+      where = f'all in {os.path.abspath(emit)}' if emit else '--emit-commands=FILE writes all'
+      print(f'... and {len(todo) - len(shown)} more ({where})')
     if chips:
       print('each run takes a free TPU chip and runs with its variables (sweeps/tpu.py):')
       for chip in chips[:slots]:

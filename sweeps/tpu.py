@@ -1,10 +1,5 @@
-"""TPU topologies (compiled for on a host without a TPU), each chip's figures, the roofline
-estimate of a compiled program, and one run per chip of a TPU VM (docs/tpu.md):
-
-  python -m sweeps.tpu --chips=0,1,2,3 -- python train.py ...   # the command lists' launcher
-
-The standard library only at import: the launcher runs under whichever `python` a list names.
-"""
+"""TPU topologies, each chip's figures, a compiled program's roofline estimate, and one run per chip
+(`python -m sweeps.tpu --chips=0,1 -- python train.py ...`); the standard library only at import."""
 
 import argparse
 import collections
