@@ -281,7 +281,8 @@ SECOND_SIGNAL = """
 import os, signal, sys, time
 sys.path.insert(0, {root!r})
 from trainer import process
-with process.StopRequests():
+with process.StopRequests() as stop:
+  stop.started()  # in the loop: the first signal marks a stop, the second ends the process
   os.kill(os.getpid(), signal.SIGTERM)
   os.kill(os.getpid(), signal.SIGTERM)
   time.sleep(30)

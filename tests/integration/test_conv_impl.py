@@ -6,6 +6,8 @@ scaled by 1/8 to keep the test fast; the spatial sizes, kernels, strides and pad
 ones), NHWC x HWIO.
 """
 
+import argparse
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -231,9 +233,7 @@ def test_bench_conv_lists_every_resnet18_convolution():
 
 
 def test_bench_conv_parse_sizes():
-  args = bench_conv.argparse.Namespace(
-    image_size=64, width=1.0, stem='imagenet', batch=64, in_channels=3
-  )
+  args = argparse.Namespace(image_size=64, width=1.0, stem='imagenet', batch=64, in_channels=3)
   assert bench_conv.parse_sizes('32,16:0.25:small:128:1', args) == [
     (32, 1.0, 'imagenet', 64, 3),
     (16, 0.25, 'small', 128, 1),
