@@ -12,7 +12,7 @@ import pandas as pd
 from scipy import stats as sps
 from scipy.sparse import csgraph
 
-from analysis import inference, inputs, stats
+from analysis import inputs, stats
 from analysis.inputs import seed_key
 from runrecord import record, rules
 
@@ -58,7 +58,7 @@ def seeds_of(units, arm):
 def seed_row(kind, a, b, pairing, values, labels, unit, units):
   """One row of the table: the mean over seeds of `values` (fractions) with its t-interval, %."""
   x = 100 * np.asarray(values, float)
-  low, high = (100 * v for v in inference.proportion_mean_ci(values)) if len(x) else (np.nan,) * 2
+  low, high = (100 * v for v in stats.proportion_mean_ci(values)) if len(x) else (np.nan,) * 2
 
   def first(arm):
     return next((e['platform'] for (u, _), es in units.items() if u == arm for e in es), '')
@@ -515,7 +515,7 @@ def per_arm(frame, columns):
     row = {'arm': arm, 'seeds': len(group)}
     for col in columns:
       x = group[col].dropna().to_numpy(float)
-      low, high = inference.t_ci(x)
+      low, high = stats.t_ci(x)
       row.update(
         {col: x.mean() if len(x) else np.nan, f'{col}_ci_low': low, f'{col}_ci_high': high}
       )
@@ -599,7 +599,7 @@ def class_differences(entries, a, b):
     return np.pad(x, (0, width - len(x)), constant_values=np.nan)
 
   d = 100 * np.array([pad(acc_a[s]) - pad(acc_b[s]) for s in shared])  # seeds × classes
-  low, high = inference.t_ci(d.T)
+  low, high = stats.t_ci(d.T)
   with warnings.catch_warnings(), np.errstate(invalid='ignore', divide='ignore'):
     warnings.simplefilter('ignore')
     t = sps.ttest_1samp(d, 0.0, axis=0)
@@ -607,14 +607,13 @@ def class_differences(entries, a, b):
   varies = finite & (np.ptp(np.where(np.isfinite(d), d, 0), axis=0) > 0)
   constant = finite & ~varies & ~np.all(d == 0, axis=0)
   exact = [
-    inference.signed_rank(column)[1] if c else np.nan
-    for column, c in zip(d.T, constant, strict=True)
+    stats.signed_rank(column)[1] if c else np.nan for column, c in zip(d.T, constant, strict=True)
   ]
   p = np.where(varies, t.pvalue, np.where(constant, exact, np.nan))
   t, p, test = t.statistic, p, np.where(varies, T_TEST, np.where(constant, EXACT, NONE))
-  p_holm = inference.holm(p)
+  p_holm = stats.holm(p)
   values = [a, b, np.arange(width), len(shared), d.mean(axis=0), low, high, t, p, p_holm]
-  values += [p_holm < inference.ALPHA, test]
+  values += [p_holm < stats.ALPHA, test]
   return pd.DataFrame(dict(zip(PER_CLASS_COLUMNS, values, strict=True)))
 
 

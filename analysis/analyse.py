@@ -355,9 +355,9 @@ def render(out, fmt):
 
 def tables(out):
   """{file name: table} of the analysis's CSV files (None: not written)."""
-  from analysis import attribute
+  from analysis import attribution
 
-  ag, att = out.agreement, attribute.tables(out.attribution)
+  ag, att = out.agreement, attribution.tables(out.attribution)
   return {
     'report_arms.csv': out.arms,
     'report_pairs.csv': out.pairs,
@@ -384,7 +384,7 @@ NOTES = {
 
 def write(out, hist, folder, rendered=None):
   """Every file of the analysis `out` and its figures (FIGURES, into folder/figures); the paths."""
-  from analysis import answer, figures, inputs
+  from analysis import figures, inputs, report
 
   rendered = rendered or {}
   paths = [
@@ -393,7 +393,7 @@ def write(out, hist, folder, rendered=None):
   ]
   paths += write_csv(tables(out), folder, SKIP_EMPTY, NOTES)
   if out.attribution:
-    paths.append(write_text(folder, 'attribution.md', answer.attribution_report(out.attribution)))
+    paths.append(write_text(folder, 'attribution.md', report.attribution_report(out.attribution)))
   os.makedirs(os.path.join(folder, 'figures'))
   steps = inputs.steps_frame(out.runs['run'])
   return paths + figures.study_figures(out, hist, steps, os.path.join(folder, 'figures'))

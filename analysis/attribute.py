@@ -76,26 +76,12 @@ def parse_args(argv):
   return p.parse_args(argv)
 
 
-def tables(att):
-  """{file name: table} of the attribution `att`'s CSV files (None: not written)."""
-  import pandas as pd
-
-  from analysis import attribution
-
-  flat = pd.DataFrame([d.row() for d in att.decomposition]) if att and att.decomposition else None
-  return {
-    'attribution.csv': att.terms[attribution.CSV_COLUMNS] if att else None,
-    'attribution_gap.csv': att.gap if att else None,
-    'attribution_decomposition.csv': flat,
-  }
-
-
 def write(att, folder):
   """The attribution's files and figures into `folder`; the paths."""
-  from analysis import answer, figures
+  from analysis import attribution, figures, report
 
-  paths = analyse.write_csv(tables(att), folder)
-  paths.append(analyse.write_text(folder, 'attribution.md', answer.attribution_report(att)))
+  paths = analyse.write_csv(attribution.tables(att), folder)
+  paths.append(analyse.write_text(folder, 'attribution.md', report.attribution_report(att)))
   return paths + figures.attribution_figures(att, folder)
 
 
@@ -113,7 +99,7 @@ def main(argv=None):
   analyse.locale_proof()
   args = parse_args(argv)
   with analyse.destination(args.out, COMMAND, may_write()) as dest:  # refused before any compute
-    from analysis import answer, attribution, inputs
+    from analysis import attribution, inputs, report
 
     frame = (
       inputs.load_runs(args.runs)
@@ -137,7 +123,7 @@ def main(argv=None):
       compare=declaration.parse_compare(args.compare),
       compare_flag='--compare',
     )
-    print(answer.attribution_report(out))
+    print(report.attribution_report(out))
     written = dest.write(lambda folder: write(out, folder)) if dest else []
   for path in written:
     print(f'wrote {path}')

@@ -20,7 +20,7 @@ import pandas as pd
 from etils import epath
 
 from analysis import declaration
-from runrecord import predictions, record, rules
+from runrecord import record, rules
 
 PLATFORM = 'platform'
 MAX_SHOWN = 3  # values named per test-set problem
@@ -715,12 +715,12 @@ def known(value):
 def item_problem(pred, test_size=None, fingerprint=None):
   """Why a predictions item cannot be compared image by image (None: it can)."""
   task = pred.get('task')
-  if task not in predictions.KEYS:
-    return f'task {task!r} is neither of {", ".join(predictions.KEYS)}'
-  absent = [k for k in predictions.KEYS[task] if k not in pred]
+  if task not in record.PREDICTION_KEYS:
+    return f'task {task!r} is neither of {", ".join(record.PREDICTION_KEYS)}'
+  absent = [k for k in record.PREDICTION_KEYS[task] if k not in pred]
   if absent:
     return f'no {", ".join(absent)} array'
-  lengths = {k: len(np.asarray(pred[k])) for k in predictions.KEYS[task]}
+  lengths = {k: len(np.asarray(pred[k])) for k in record.PREDICTION_KEYS[task]}
   if len(set(lengths.values())) > 1:
     return 'arrays of different lengths (' + ', '.join(f'{k} {n}' for k, n in lengths.items()) + ')'
   n = next(iter(lengths.values()))
@@ -771,7 +771,7 @@ def predictions_at(run: str, step: Any, test_size: Any = None, fingerprint: Any 
   if step is None:
     return None, NO_STEP
   try:
-    steps = predictions.saved_steps(run)
+    steps = record.saved_steps(run)
   except OSError as e:
     return None, f'{DAMAGED} ({type(e).__name__}: {e})'
   if not steps:
@@ -779,7 +779,7 @@ def predictions_at(run: str, step: Any, test_size: Any = None, fingerprint: Any 
   if step not in steps:
     return None, f'{NOT_AT_STEP} ({step}; the newest at step {steps[-1]}: an older evaluation)'
   try:
-    pred = predictions.read_predictions(run, step)
+    pred = record.read_predictions(run, step)
   except Exception as e:  # Orbax/TensorStore's own error types: the run's reason
     quiet_failed_reads(run)
     first = (str(e).strip().splitlines() or [''])[0][:200]

@@ -13,7 +13,7 @@ import numpy as np
 from statsmodels.stats.proportion import proportion_confint
 
 import input_pipeline
-from analysis import agreement, inference
+from analysis import agreement, stats
 from experiments import divergence
 from input_pipeline import batching
 from models import resnet
@@ -314,7 +314,7 @@ def pair_churn(pred_a, pred_b, seeds):
   count = int(round(float(shares.sum()) * labels))
   pair = {'seeds': seeds, 'count': count, 'n': int(len(shares) * labels), 'labels': labels}
   if labels > 1:
-    pair['ci_low'], pair['ci_high'] = inference.proportion_mean_ci(shares)
+    pair['ci_low'], pair['ci_high'] = stats.proportion_mean_ci(shares)
   return pair
 
 
@@ -325,7 +325,7 @@ def band(values):
     return dict.fromkeys(('mean', 'min', 'max', 'sd', 't_low', 't_high'), None) | {'n': 0}
   sd, low, high = (
     float(v) if np.isfinite(v) else None
-    for v in (x.std(ddof=1) if x.size > 1 else np.nan, *inference.t_ci(x, CI_LEVEL))
+    for v in (x.std(ddof=1) if x.size > 1 else np.nan, *stats.t_ci(x, CI_LEVEL))
   )
   return {
     'n': int(x.size),
@@ -356,7 +356,7 @@ def disagreement(pairs):
       kept.append(p)
       used |= set(p['seeds'])
   rates = [p['rate'] for p in kept]
-  low, high = inference.proportion_mean_ci(rates)
+  low, high = stats.proportion_mean_ci(rates)
   bounded = {'t_low': float(low), 't_high': float(high)} if len(rates) > 1 else {}
   return {
     'pairs': per_pair,

@@ -1,13 +1,17 @@
 """The results record, one owner: its fields (`Results`, `new_record`), the columns and field lists
-the rules read (runrecord/rules.py), the workdir's file names, Orbax I/O, older records' upgrade."""
+the rules read (runrecord/rules.py), the workdir's file names, Orbax I/O, older records' upgrade,
+and each evaluation's per-example test predictions (docs/record.md, "Test predictions")."""
 
 import copy
 import hashlib
 import json
+import logging
+import os
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypedDict, cast
 
+import numpy as np
 from etils import epath
 
 from numerics import formats
@@ -255,3 +259,66 @@ def upgrade(results: Mapping[str, Any]) -> Results:
 def within(name: str, fields: Iterable[str]) -> bool:
   """Whether dotted field `name` is one of `fields` or inside one of them."""
   return any(name == f or name.startswith(f + '.') for f in fields)
+
+
+PREDICTIONS_ITEM = 'predictions'
+PREDICTION_KEYS = {
+  'classification': ('label', 'predicted', 'p_predicted', 'p_label'),
+  'multilabel': ('label', 'predicted', 'probability'),
+}
+
+
+def collect_predictions(dataset, outputs):
+  """The predictions item of one evaluation of `dataset`'s test split from the eval outputs."""
+  n, task = len(dataset.test), dataset.task
+  arrays = {key: np.concatenate([o[key] for o in outputs])[:n] for key in outputs[0]}
+  arrays['label'] = np.asarray(dataset.test.labels)
+  labels = np.int32 if task == 'classification' else np.int8  # multilabel: bits
+  item = {
+    key: arrays[key].astype(labels if key in ('label', 'predicted') else np.float32)
+    for key in PREDICTION_KEYS[task]
+  }
+  return {**item, 'task': task, 'fingerprint': str(dataset.info.get('split_fingerprint', ''))}
+
+
+def predictions_save_args(predictions):
+  """{item name: Orbax save argument} for `save`: nothing when None."""
+  import orbax.checkpoint as ocp  # loads JAX: not at import
+
+  return {} if predictions is None else {PREDICTIONS_ITEM: ocp.args.PyTreeSave(predictions)}
+
+
+def saved_steps(workdir):
+  """The checkpoint steps of `workdir` that hold a predictions item, oldest first."""
+  folder = checkpoint_dir(workdir)
+  if not folder.exists():
+    return []
+  return sorted(
+    int(p.name) for p in folder.iterdir() if p.name.isdigit() and (p / PREDICTIONS_ITEM).exists()
+  )
+
+
+def read_predictions(workdir, step=None):
+  """The predictions (with task, fingerprint, step) at `step` of `workdir` (None: newest)."""
+  workdir = workdir if '://' in str(workdir) else os.path.abspath(workdir)  # Orbax: absolute
+  steps = saved_steps(workdir)
+  if step is None:
+    step = steps[-1] if steps else None
+  if step not in steps:
+    return None
+  import orbax.checkpoint as ocp
+
+  absl_log = logging.getLogger('absl')  # Orbax warns three lines per read-only manager
+  level = absl_log.level
+  absl_log.setLevel(logging.ERROR)
+  try:
+    options = ocp.CheckpointManagerOptions(read_only=True)
+    with ocp.CheckpointManager(
+      checkpoint_dir(workdir), item_names=(PREDICTIONS_ITEM,), options=options
+    ) as mngr:
+      restored = mngr.restore(
+        step, args=ocp.args.Composite(**{PREDICTIONS_ITEM: ocp.args.PyTreeRestore()})
+      )
+  finally:
+    absl_log.setLevel(level)
+  return {**dict(restored[PREDICTIONS_ITEM]), 'step': int(step)}

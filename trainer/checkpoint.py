@@ -20,7 +20,7 @@ from absl import logging
 from etils import epath
 
 from configs.validation import ConfigError
-from runrecord import predictions, record, rules
+from runrecord import record, rules
 from trainer import process
 
 CORRUPT_DIR = 'corrupt_checkpoints'
@@ -287,7 +287,9 @@ def manager(workdir, keep):
   """The run's Orbax manager: asynchronous writes, the newest `keep` steps kept."""
   options = ocp.CheckpointManagerOptions(max_to_keep=keep, cleanup_tmp_directories=True)
   return ocp.CheckpointManager(
-    record.checkpoint_dir(workdir), options=options, item_names=record.ITEMS + (predictions.ITEM,)
+    record.checkpoint_dir(workdir),
+    options=options,
+    item_names=record.ITEMS + (record.PREDICTIONS_ITEM,),
   )
 
 
@@ -338,7 +340,7 @@ def save(mngr, step, results, state=None, prediction_items=None):
   if state is not None:
     results['state_digest'] = state_digest(state)
   try:
-    record.save(mngr, step, results, state, predictions.save_items(prediction_items))
+    record.save(mngr, step, results, state, record.predictions_save_args(prediction_items))
   except (OSError, ValueError, RuntimeError) as e:  # Orbax's own kinds too
     raise _write_error(step, e) from e
 

@@ -21,7 +21,7 @@ from configs import validation
 from input_pipeline import batching
 from numerics import ops
 from numerics import setup as numerics_setup
-from runrecord import predictions, record, rules
+from runrecord import record, rules
 from trainer import checkpoint, metrics, process, run
 
 
@@ -260,7 +260,7 @@ def evaluate(ctx, step_fn, state):
     'test_loss': float(totals['loss'] / totals['count']),
     'test_count': int(totals['count']),
   }
-  return scores, predictions.collect(ctx.dataset, outputs)
+  return scores, record.collect_predictions(ctx.dataset, outputs)
 
 
 def watch(ctx, state):

@@ -9,7 +9,7 @@ import pytest
 from configs import celeba as celeba_config
 from configs import validation
 from input_pipeline import celeba_fixture
-from runrecord import predictions, record, rules
+from runrecord import record, rules
 from tests.support.faults_common import SMOKE_ARGS, last_line, run_train, saved_steps, tree_hash
 from trainer import train
 
@@ -31,7 +31,7 @@ def test_resume_on_other_celeba_files_is_refused_naming_the_data(tmp_path):
   celeba_fixture.generate(str(c), identities=12, max_images=9, seed=3)
   workdir = tmp_path / 'run'
   done = train.train_and_evaluate(_celeba(a), str(workdir))
-  saved = predictions.read_predictions(str(workdir))  # the CelebA run's, in test-set order
+  saved = record.read_predictions(str(workdir))  # the CelebA run's, in test-set order
   assert saved['step'] == done['step'] and saved['task'] == 'classification'
   assert saved['fingerprint'] == done['data']['split_fingerprint']
   assert saved['predicted'].shape == (done['data']['test_size'],)
@@ -52,8 +52,8 @@ def test_resume_on_other_celeba_files_is_refused_naming_the_data(tmp_path):
   assert 'data.num_classes: 16 -> 12' in str(other_classes.value)
   assert tree_hash(workdir / 'checkpoints') == before
   assert train.train_and_evaluate(_celeba(a), str(workdir))['final'] == done['final']
-  resumed = predictions.read_predictions(str(workdir))
-  assert all(np.array_equal(resumed[k], saved[k]) for k in predictions.KEYS['classification'])
+  resumed = record.read_predictions(str(workdir))
+  assert all(np.array_equal(resumed[k], saved[k]) for k in record.PREDICTION_KEYS['classification'])
 
 
 @pytest.mark.timeout(600)

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from configs import digits, validation
-from runrecord import predictions, record
+from runrecord import record
 from tests.conftest import ROOT
 from tests.support.commands import free_port
 from trainer import train
@@ -189,7 +189,7 @@ def test_two_processes_match_one_and_resume(tmp_path, subprocess_env):
   assert len(keys) == len(set(keys))
   assert keys == [(r['kind'], r['step']) for r in records_one]
   # The predictions, gathered from both processes' devices: every test example once, in order.
-  preds, preds_one = (predictions.read_predictions(str(w)) for w in (workdir, tmp_path / 'one'))
+  preds, preds_one = (record.read_predictions(str(w)) for w in (workdir, tmp_path / 'one'))
   assert preds['step'] == two['step'] and np.array_equal(preds['label'], preds_one['label'])
   # The same predictions counted twice (a fraction of 360 in float64 both times): abs 1e-6 only
   # absorbs the recorded value's float formatting.

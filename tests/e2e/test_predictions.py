@@ -1,4 +1,4 @@
-"""Per-example predictions in every run (runrecord/predictions.py), and the init/data seeds.
+"""Per-example predictions in every run (runrecord/record.py), and the init/data seeds.
 
 One-epoch digits smoke runs (22 steps, one phase): seed 0 native (the reference), seed 0 f32
 (the same arithmetic on CPU), seed 0 tpu_default (bf16 products), seed 1, and seed 1 with
@@ -16,7 +16,7 @@ from flax import nnx
 import input_pipeline
 from configs import common, digits, validation
 from input_pipeline import batching
-from runrecord import predictions, record, rules
+from runrecord import record, rules
 from sweeps import sweep
 from trainer import checkpoint, process, run, train
 
@@ -28,7 +28,7 @@ RUNS = {
   'seed1': {'numerics.profile': 'native', 'seed': 1},
   'split': {'numerics.profile': 'native', 'seed': 1, 'init_seed': 0, 'data_seed': 0},
 }
-ARRAYS = predictions.KEYS['classification']
+ARRAYS = record.PREDICTION_KEYS['classification']
 
 
 def smoke_config(**overrides):
@@ -47,7 +47,7 @@ def runs(tmp_path_factory):
 
 
 def saved(runs, name):
-  return predictions.read_predictions(runs[name][0])
+  return record.read_predictions(runs[name][0])
 
 
 def churn(a, b):
@@ -60,7 +60,7 @@ def test_saved_predictions_hold_every_example_in_test_order(runs):
   workdir, results = runs['native']
   preds = saved(runs, 'native')
   n = results['data']['test_size']
-  assert preds['step'] == results['step'] == 22 and predictions.saved_steps(workdir) == [22]
+  assert preds['step'] == results['step'] == 22 and record.saved_steps(workdir) == [22]
   assert preds['task'] == 'classification'
   assert preds['fingerprint'] == results['data']['split_fingerprint']
   assert {k: preds[k].dtype for k in ARRAYS} == {
@@ -130,13 +130,13 @@ def test_init_and_data_seed_given_replace_the_seed(runs):
 
 def test_a_step_or_record_without_predictions_reads_none(runs, tmp_path):
   workdir, results = runs['native']
-  assert predictions.read_predictions(workdir, step=21) is None
-  assert predictions.read_predictions(str(tmp_path / 'nothing')) is None
+  assert record.read_predictions(workdir, step=21) is None
+  assert record.read_predictions(str(tmp_path / 'nothing')) is None
   old = tmp_path / 'old'
   record.write_results(str(old), results, step=22)
   assert record.read_results(str(old))['final'] == results['final']
-  assert predictions.read_predictions(str(old)) is None
-  assert predictions.read_predictions(str(old), step=22) is None
+  assert record.read_predictions(str(old)) is None
+  assert record.read_predictions(str(old), step=22) is None
 
 
 def test_init_seed_drives_only_the_weights_data_seed_only_the_data():
@@ -196,8 +196,8 @@ def test_multilabel_predictions_are_bits_and_probabilities():
   state = train.initial_state(ctx, run.init_model(ctx)[0])
   metrics, preds = train.evaluate(ctx, train.eval_fn(ctx, state), state)
   assert preds['task'] == 'multilabel' and preds['fingerprint'] == 'abc'
-  assert set(preds) == set(predictions.KEYS['multilabel']) | {'task', 'fingerprint'}
-  assert {k: (preds[k].dtype, preds[k].shape) for k in predictions.KEYS['multilabel']} == {
+  assert set(preds) == set(record.PREDICTION_KEYS['multilabel']) | {'task', 'fingerprint'}
+  assert {k: (preds[k].dtype, preds[k].shape) for k in record.PREDICTION_KEYS['multilabel']} == {
     'label': (np.int8, (11, 40)),
     'predicted': (np.int8, (11, 40)),
     'probability': (np.float32, (11, 40)),

@@ -13,7 +13,7 @@ from absl import flags
 from ml_collections import config_flags
 from statsmodels.stats import power as smp
 
-from analysis import inference
+from analysis import stats
 from configs import celeba, common, digits, validation
 from runrecord import record, rules
 from sweeps import runner, sweep
@@ -68,7 +68,7 @@ def test_declared_seed_count_is_the_power_calculation(module):
   power, alpha 0.05), = statsmodels' own solve_power; get_sweep runs that many seeds per arm."""
   declared = module.get_study()
   sd, margin, seeds = declared['paired_sd'], declared['margin'], declared['seeds']
-  assert seeds == max(inference.seeds_needed(sd, margin, is_paired=True))
+  assert seeds == max(stats.seeds_needed(sd, margin, is_paired=True))
   solver = smp.TTestPower()
   assert seeds == max(
     math.ceil(solver.solve_power(margin / sd, alpha=0.05, power=0.8)),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from configs import common, digits, validation
-from runrecord import predictions
+from runrecord import record
 from trainer import checkpoint, train
 
 RESULT_KEYS = {
@@ -85,9 +85,9 @@ def test_interrupted_run_resumes_at_its_step_and_ends_bit_identical(finished_run
   assert again['final'] == results['final']
   assert again['history'][0] == results['history'][0]  # restored, not recomputed
   # The final evaluation's predictions, recomputed after the resume: bit for bit the same.
-  before, after = (predictions.read_predictions(str(w), 44) for w in (workdir, resumed))
+  before, after = (record.read_predictions(str(w), 44) for w in (workdir, resumed))
   assert after['step'] == 44 and set(after) == set(before)
-  assert all(np.array_equal(after[k], before[k]) for k in predictions.KEYS['classification'])
+  assert all(np.array_equal(after[k], before[k]) for k in record.PREDICTION_KEYS['classification'])
   records = [json.loads(line) for line in (resumed / 'metrics.jsonl').read_text().splitlines()]
   steps = [r['step'] for r in records if r['kind'] == 'train']
   assert len(steps) == len(set(steps))  # no duplicated records after the resume

@@ -11,7 +11,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from analysis import agreement, analyse, inputs
-from runrecord import predictions, record
+from runrecord import record
 from tests.support.commands import run_module
 from tests.support.planted_runs import fake_results
 from tests.support.planted_saved_predictions import CLASSES, FINGERPRINT, LABELS, N, item
@@ -29,14 +29,14 @@ def plant(run, seed, dtype, items):
   """A completed run folder whose steps 5 and 10 hold results and `items` ({step: predictions})."""
   base = fake_results(seed, 0.8 + 0.01 * seed + 0.001 * (dtype == 'bfloat16'), dtype=dtype)
   base['data'] = {**base['data'], 'test_size': N, 'split_fingerprint': FINGERPRINT}
-  names = record.ITEMS + (predictions.ITEM,)
+  names = record.ITEMS + (record.PREDICTIONS_ITEM,)
   with ocp.CheckpointManager(os.path.abspath(record.checkpoint_dir(run)), item_names=names) as mngr:
     for step in (5, 10):
       record.save(
         mngr,
         step,
         {**base, 'step': step, 'wall_time_s': float(step)},
-        extra=predictions.save_items(items.get(step)),
+        extra=record.predictions_save_args(items.get(step)),
       )
     mngr.wait_until_finished()
 
@@ -83,7 +83,7 @@ def test_a_final_step_without_predictions_leaves_the_run_out_of_these_sections_o
   arm's final ones: churn 37.5 % instead of 20 %, no warning."""
   runs = copy_root(root, tmp_path)
   bf16 = runs / 'bfloat16' / 's3'
-  shutil.rmtree(record.checkpoint_dir(bf16) / '10' / predictions.ITEM)
+  shutil.rmtree(record.checkpoint_dir(bf16) / '10' / record.PREDICTIONS_ITEM)
   out = analysed(runs)
   assert contrast_churn(out) == pytest.approx(20.0)  # seeds 0-2, the final models only
   assert out.agreement.missing == [str(bf16)]
@@ -111,7 +111,9 @@ def test_a_damaged_predictions_item_excludes_that_run_from_these_sections_only(r
   runs = copy_root(root, tmp_path)
   damaged = runs / 'float32' / 's1'
   truncate(
-    os.path.join(str(record.checkpoint_dir(damaged)), '10', predictions.ITEM, 'manifest.ocdbt')
+    os.path.join(
+      str(record.checkpoint_dir(damaged)), '10', record.PREDICTIONS_ITEM, 'manifest.ocdbt'
+    )
   )
   done = run_module(['analysis.analyse', '--runs', str(runs)])
   assert done.returncode == 0 and 'Traceback' not in done.stderr, done.stderr[-3000:]

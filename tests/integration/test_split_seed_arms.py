@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from analysis import agreement, analyse
-from runrecord import predictions, record
+from runrecord import record
 
 N, CLASSES, SEEDS = 200, 10, (0, 1, 2)
 FINGERPRINTS = {0: 'f00d0000f00d0000', 7: 'beef0000beef0000'}  # the test split of each split seed
@@ -96,9 +96,9 @@ def results(seed, dtype, split_seed, acc):
 
 def plant(run, res, pred):
   """A completed run folder whose step 10 holds `res` and the predictions `pred`."""
-  names = record.ITEMS + (predictions.ITEM,)
+  names = record.ITEMS + (record.PREDICTIONS_ITEM,)
   with ocp.CheckpointManager(os.path.abspath(record.checkpoint_dir(run)), item_names=names) as mngr:
-    record.save(mngr, 10, res, extra=predictions.save_items(pred))
+    record.save(mngr, 10, res, extra=record.predictions_save_args(pred))
     mngr.wait_until_finished()
 
 

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.proportion import proportion_confint
 
-from analysis import agreement, analyse, declaration, figures, inference, inputs, stats
+from analysis import agreement, analyse, declaration, figures, inputs, stats
 from tests.conftest import ROOT
 from tests.support.planted_predictions import N, planted_loader, prediction
 
@@ -264,11 +264,11 @@ def test_seed_rows_of_every_arm_of_a_platform_pooled_by_clusters_of_shared_seeds
   clustered = np.array([np.mean(v) for v in per_pair.values()])
   pooled = table.loc['seed_all']
   assert pooled['seeds'] == 3 and pooled['churn_pct'] == pytest.approx(clustered.mean())
-  low, high = (100 * v for v in inference.proportion_mean_ci(clustered / 100))
+  low, high = (100 * v for v in stats.proportion_mean_ci(clustered / 100))
   assert (pooled['ci_low'], pooled['ci_high']) == pytest.approx((low, high))
   assert '9 pairs of 3 arms in 3 clusters' in pooled['seed_list']
   naive = np.concatenate(list(per_pair.values()))  # 9 "independent" pairs: narrower, wrongly
-  naive_low, naive_high = (100 * v for v in inference.proportion_mean_ci(naive / 100))
+  naive_low, naive_high = (100 * v for v in stats.proportion_mean_ci(naive / 100))
   assert naive_high - naive_low < high - low
 
 

@@ -13,7 +13,7 @@ import statsmodels.api as sm
 from pandas.core.groupby import groupby as pd_groupby
 from scipy import stats as sps
 
-from analysis import analyse, attribute, attribution, inference, inputs, report, stats
+from analysis import analyse, attribute, attribution, inputs, report, stats
 from benchmarks import bench_analysis
 from runrecord import rules
 from tests.support.planted_runs import make_record, smoke
@@ -125,25 +125,25 @@ def test_mann_whitney_method_by_size():
   """Exact where cheap and defined, else the normal approximation scipy uses."""
   rng = np.random.default_rng(3)
   a, b = rng.normal(size=6), rng.normal(size=7)
-  u, p, method = inference.mann_whitney(a, b)
+  u, p, method = stats.mann_whitney(a, b)
   ref = sps.mannwhitneyu(a, b, method='exact')
-  assert method == inference.MW_EXACT and (u, p) == (ref.statistic, pytest.approx(ref.pvalue))
+  assert method == stats.MW_EXACT and (u, p) == (ref.statistic, pytest.approx(ref.pvalue))
   # Ties (discrete accuracies): the exact permutation test over the midranks, by enumeration.
   a, b = np.array([0.70, 0.71, 0.69, 0.72, 0.70]), np.array([0.68, 0.69, 0.70, 0.67, 0.66, 0.69])
-  u, p, method = inference.mann_whitney(a, b)
+  u, p, method = stats.mann_whitney(a, b)
   ranks = sps.rankdata(np.concatenate([a, b]))
   us = [ranks[list(i)].sum() - 15 for i in itertools.combinations(range(11), 5)]
-  assert method == inference.MW_PERMUTATION
+  assert method == stats.MW_PERMUTATION
   assert p == pytest.approx(np.mean([abs(x - 15) >= abs(u - 15) - 1e-9 for x in us]))
   # Large, or ties beyond the enumeration limit: normal, tie- and continuity-corrected.
   for a, b in (
-    (rng.normal(size=inference.MW_EXACT_MAX_N + 1), rng.normal(size=50)),
+    (rng.normal(size=stats.MW_EXACT_MAX_N + 1), rng.normal(size=50)),
     (rng.integers(0, 9, 40) / 10, rng.integers(0, 9, 40) / 10),
   ):
-    u, p, method = inference.mann_whitney(a, b)
+    u, p, method = stats.mann_whitney(a, b)
     ref = sps.mannwhitneyu(a, b, method='asymptotic', use_continuity=True)
-    assert method == inference.MW_NORMAL and (u, p) == (ref.statistic, pytest.approx(ref.pvalue))
-  assert inference.mann_whitney(rng.normal(size=100), rng.normal(size=100))[2] == inference.MW_EXACT
+    assert method == stats.MW_NORMAL and (u, p) == (ref.statistic, pytest.approx(ref.pvalue))
+  assert stats.mann_whitney(rng.normal(size=100), rng.normal(size=100))[2] == stats.MW_EXACT
 
 
 def test_stats_at_hundreds_of_seeds_names_the_mann_whitney_method_in_the_tables():
@@ -153,31 +153,26 @@ def test_stats_at_hundreds_of_seeds_names_the_mann_whitney_method_in_the_tables(
   frame = frame[frame['profile'] == 'native'].drop(columns='seed')  # unpaired: Mann–Whitney
   out = analyse.study_analysis(frame, {}, ['platform'], 'accuracy', margin=0.3)
   pair = out.pairs.iloc[0]
-  assert pair['mw_method'] == inference.MW_NORMAL
+  assert pair['mw_method'] == stats.MW_NORMAL
   a, b = (
     100 * frame.loc[frame['platform'] == arm, 'accuracy'] for arm in (pair['arm_a'], pair['arm_b'])
   )
   assert pair['mw_p'] == pytest.approx(sps.mannwhitneyu(a, b, method='asymptotic').pvalue)
   text = report.render(out, 'md')
-  assert f'{inference.MW_NORMAL}' in text.split('## Comparisons: every test')[1]
+  assert f'{stats.MW_NORMAL}' in text.split('## Comparisons: every test')[1]
 
 
 def test_arm_interval_method_by_size():
   """t below BCA_MIN_N, BCa bootstrap up to BCA_MAX_N, t again from there (the jackknife of the
   BCa interval costs n^2; the intervals agree there): mean_ci returns exactly the t-interval."""
   assert [
-    inference.ci_method(n)
-    for n in (
-      inference.BCA_MIN_N - 1,
-      inference.BCA_MIN_N,
-      inference.BCA_MAX_N - 1,
-      inference.BCA_MAX_N,
-    )
-  ] == [inference.T_METHOD, inference.BCA_METHOD, inference.BCA_METHOD, inference.T_METHOD]
-  x = np.random.default_rng(4).lognormal(0, 1, inference.BCA_MAX_N)
-  low, high, method = inference.mean_ci(x)
-  assert method == inference.T_METHOD and (low, high) == inference.t_ci(x)
-  bca = inference.bca_ci(x)
+    stats.ci_method(n)
+    for n in (stats.BCA_MIN_N - 1, stats.BCA_MIN_N, stats.BCA_MAX_N - 1, stats.BCA_MAX_N)
+  ] == [stats.T_METHOD, stats.BCA_METHOD, stats.BCA_METHOD, stats.T_METHOD]
+  x = np.random.default_rng(4).lognormal(0, 1, stats.BCA_MAX_N)
+  low, high, method = stats.mean_ci(x)
+  assert method == stats.T_METHOD and (low, high) == stats.t_ci(x)
+  bca = stats.bca_ci(x)
   assert abs(bca[0] - low) < 0.05 * (high - low) and abs(bca[1] - high) < 0.05 * (high - low)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import analyse, attribution, gap, inputs, report, stats
+from analysis import analyse, attribution, inputs, report, stats
 from sweeps import run_study
 from tests.conftest import ROOT
 from tests.support.planted_runs import SMALL, fake_run
@@ -189,4 +189,4 @@ def test_the_documented_python_use_runs_and_gives_the_typed_result(monkeypatch):
   contrasts, verdict, confirmatory = eval(lines[-1], scope)
   assert isinstance(scope['study'], stats.Analysis)
   assert isinstance(scope['study'].attribution, attribution.Attribution)
-  assert len(contrasts) > 0 and verdict in gap.VERDICTS and confirmatory in (True, False)
+  assert len(contrasts) > 0 and verdict in attribution.VERDICTS and confirmatory in (True, False)

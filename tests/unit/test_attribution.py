@@ -7,7 +7,7 @@ import pytest
 import statsmodels.formula.api as smf
 from scipy import stats as sps
 
-from analysis import analyse, answer, attribute, attribution, declaration, draw
+from analysis import analyse, attribute, attribution, declaration, draw, report
 from runrecord import record
 
 METRIC = 'final.test_accuracy'
@@ -55,7 +55,7 @@ def runs_frame(
 
 
 def show(out):
-  text = answer.attribution_report(out)
+  text = report.attribution_report(out)
   print(text)
   return text
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis import agreement, analyse, answer, report, stats
+from analysis import agreement, analyse, report, stats
 from configs import digits
 from tests.support.planted_predictions import prediction
 from tests.support.planted_tables import DIGITS, digits_frame
@@ -87,7 +87,7 @@ def raw(frame, name):
 
 def test_the_first_page_answers_in_one_sentence_which_settings_changed_the_model(study):
   out, frame, loaded = study
-  line = answer.sentence(out)
+  line = report.sentence(out)
   d_bf16 = raw(frame, 'bf16 activations') - raw(frame, 'native')
   d_bn = raw(frame, 'BN/16') - raw(frame, 'native')
 
@@ -160,7 +160,7 @@ def test_a_difference_shown_inside_the_margin_is_called_within_margin(study):
 
 def test_the_noise_floor_is_one_clean_line():
   att = analyse.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(6)), DIGITS).attribution
-  text = answer.noise_text(att)
+  text = report.noise_text(att)
   assert text.count('noise floor') == 1
   assert (
     'mean paired difference profile=bf16_noise − profile=f32 at batchnorm_group=0, '
@@ -173,6 +173,6 @@ def test_the_noise_floor_is_one_clean_line():
 
 def test_without_declared_contrasts_the_sentence_counts_the_pairs():
   out = analyse.study_analysis(digits_frame(('cpu', 'gpu'), seeds=range(4)), {})
-  line = answer.sentence(out)
+  line = report.sentence(out)
   assert f'{len(out.pairs)} pairs of arms compared on test accuracy (no declared contrasts' in line
   assert len(line) < 400 and 'profile=' not in line

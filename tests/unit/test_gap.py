@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis import analyse, answer, attribute, attribution, gap, inference
+from analysis import analyse, attribution, report, stats
 
 METRIC = 'final.test_accuracy'
 COL = {
@@ -102,7 +102,7 @@ def test_the_gap_is_the_native_arms_paired_gap_not_a_pooled_platform_term():
   frame = planted({('gpu', NATIVE): 1.2})
   out, d = run(frame)
   by_hand = hand(frame, 'gpu', NATIVE) - hand(frame, 'cpu', NATIVE)
-  low, high = inference.t_ci(by_hand.to_numpy())
+  low, high = stats.t_ci(by_hand.to_numpy())
   assert d.G.estimate == pytest.approx(by_hand.mean(), abs=1e-9)
   assert (d.G.ci_low, d.G.ci_high) == pytest.approx((low, high), abs=1e-9)
   pooled = np.mean(
@@ -116,13 +116,13 @@ def test_per_seed_identity_holds_exactly():
   frame = planted(
     {('gpu', NATIVE): 0.9, ('gpu', EMU_GPU): 0.5, ('cpu', EMU_GPU): 0.3, ('cpu', F32): -0.2}
   )
-  cells = gap.cell_means(
+  cells = attribution.cell_means(
     frame.assign(value=100 * frame[METRIC], **{f: frame[c].astype(str) for f, c in COL.items()}),
     'profile',
     ['batchnorm_group', 'compute_dtype'],
     REFERENCE,
   )
-  summary = gap.components(cells, 'gpu', 'cpu', 'native', EMULATES)
+  summary = attribution.components(cells, 'gpu', 'cpu', 'native', EMULATES)
   v = summary.values
   assert not summary.missing and len(summary.seeds) == 12
   np.testing.assert_allclose(v['G'], v['fid_A'] - v['fid_B'] + v['N'] + v['P'], atol=1e-9)
@@ -150,7 +150,7 @@ def test_a_gap_beyond_the_margin_numerics_explain_a_quarter_of_is_neither_no_gap
 def test_a_shown_gap_inside_the_margin_is_labelled_so():
   _, d = run(planted({('gpu', NATIVE): 0.6}, seeds=30), margin=2.0)
   assert d.flags.gap_shown and d.flags.gap_equivalent and d.verdict == 'gap within margin'
-  assert 'a real gap, smaller than the margin' in answer.why(d, 'pp')
+  assert 'a real gap, smaller than the margin' in report.why(d, 'pp')
 
 
 @pytest.mark.parametrize(
@@ -164,24 +164,24 @@ def test_a_shown_gap_inside_the_margin_is_labelled_so():
 )
 def test_each_planted_gap_gets_its_verdict(shift, verdict):
   out, d = run(planted(shift, seeds=16), margin=0.5 if verdict != 'no gap' else 2.0)
-  assert d.verdict == verdict, answer.why(d, 'pp')
-  assert f'**gpu − cpu: {verdict}**' in answer.attribution_report(out)
+  assert d.verdict == verdict, report.why(d, 'pp')
+  assert f'**gpu − cpu: {verdict}**' in report.attribution_report(out)
 
 
 def test_verdict_rules():
-  f = gap.Flags(*[False] * len(gap.Flags._fields))
-  assert gap.verdict(f, 2)[0] == 'inconclusive'
-  assert gap.verdict(f._replace(gap_equivalent=True), 2) == ('no gap', '')
+  f = attribution.Flags(*[False] * len(attribution.Flags._fields))
+  assert attribution.verdict(f, 2)[0] == 'inconclusive'
+  assert attribution.verdict(f._replace(gap_equivalent=True), 2) == ('no gap', '')
   shown = f._replace(gap_shown=True)
-  assert gap.verdict(shown._replace(gap_equivalent=True), 2)[0] == 'gap within margin'
+  assert attribution.verdict(shown._replace(gap_equivalent=True), 2)[0] == 'gap within margin'
   explained = shown._replace(numerics_shown=True, share_reaches=True, residual_equivalent=True)
-  assert gap.verdict(explained, 2)[0] == 'explained by numerics'
-  assert gap.verdict(explained._replace(share_reaches=False), 2) == (
+  assert attribution.verdict(explained, 2)[0] == 'explained by numerics'
+  assert attribution.verdict(explained._replace(share_reaches=False), 2) == (
     'partly explained',
     "the share's lower bound is below the minimum",
   )
-  assert gap.verdict(shown._replace(residual_shown=True), 2)[0] == 'not explained'
-  assert gap.verdict(shown, 2, n_estimable=False)[0] == 'inconclusive'
+  assert attribution.verdict(shown._replace(residual_shown=True), 2)[0] == 'not explained'
+  assert attribution.verdict(shown, 2, n_estimable=False)[0] == 'inconclusive'
 
 
 def test_heteroscedastic_arms_do_not_enter_the_gap_and_its_interval_covers():
@@ -196,7 +196,7 @@ def test_heteroscedastic_arms_do_not_enter_the_gap_and_its_interval_covers():
   for _ in range(2000):
     seed = rng.normal(0, 0.8, n)
     g = (seed + 1.0 + rng.normal(0, 1.5, n)) - (seed + rng.normal(0, 0.3, n))
-    low, high = inference.t_ci(g)
+    low, high = stats.t_ci(g)
     covered += low <= 1.0 <= high
   assert covered / 2000 >= 0.93
 
@@ -212,7 +212,7 @@ def coverage(ratio_se, share=1.0, sims=3000, n=16, rng=0):
   fieller = delta = shown = 0
   for _ in range(sims):
     num, g = rng.multivariate_normal([share * g_true, g_true], cov, n).T
-    _, low, high = inference.fieller(num, g)
+    _, low, high = stats.fieller(num, g)
     if np.isfinite(low):
       shown += 1
       fieller += low <= share <= high
@@ -248,12 +248,12 @@ def test_a_missing_emulation_names_the_component_it_cannot_estimate():
   assert 'jax_gpu_default on cpu' in d.missing['N_B'] and 'P_eA' in d.missing
   assert d.N_estimable  # from the GPU alone, and labelled so
   assert 'one platform only' in d.N_label
-  assert 'not estimable: no runs of jax_gpu_default on cpu' in answer.attribution_report(out)
+  assert 'not estimable: no runs of jax_gpu_default on cpu' in report.attribution_report(out)
 
 
 def test_decomposition_csv_columns(tmp_path):
   out, _ = run(planted({('gpu', NATIVE): 1.0}))
-  analyse.write_csv(attribute.tables(out), str(tmp_path))
+  analyse.write_csv(attribution.tables(out), str(tmp_path))
   table = pd.read_csv(tmp_path / 'attribution_decomposition.csv')
   for col in (
     'G',
@@ -283,7 +283,7 @@ def test_decomposition_csv_columns(tmp_path):
   ):
     assert col in table, col
   components = pd.read_csv(tmp_path / 'attribution_gap.csv')
-  assert list(components['key']) == list(gap.KEYS)
+  assert list(components['key']) == list(attribution.KEYS)
 
 
 def test_the_shipped_export_gap_is_the_native_arms_paired_mean():

@@ -13,7 +13,7 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats import power as smp
 
-from analysis import analyse, answer, attribution, gap
+from analysis import analyse, attribution, report
 from tests.support.planted_platforms import (
   DECLARED,
   EMULATES,
@@ -88,7 +88,7 @@ def test_three_platforms_give_tpu_minus_gpu_first_and_it_differs_from_both_pairs
     holm[i] = running
   got = [d[g].G_p_holm for g in ('tpu - gpu', 'tpu - cpu', 'gpu - cpu')]
   assert got == pytest.approx(holm, rel=1e-9) and d_tg.pairs_compared == 3
-  assert 'Holm-adjusted over the 3 pairs' in answer.pairs_line(out)
+  assert 'Holm-adjusted over the 3 pairs' in report.pairs_line(out)
 
 
 def test_declared_pairs_are_the_ones_decomposed_and_the_question_asks_the_first():
@@ -96,12 +96,12 @@ def test_declared_pairs_are_the_ones_decomposed_and_the_question_asks_the_first(
   out = analyse.study_analysis(frame, {**DECLARED, 'compare': [['tpu', 'gpu']]})
   assert [d.gap for d in out.attribution.decomposition] == ['tpu - gpu']
   assert out.attribution.decomposition[0].pairs_compared == 1
-  question = answer.question(out)
+  question = report.question(out)
   assert 'Does training on tpu give the same test accuracy as on gpu' in question
   assert 'Also compared' not in question and out.scope.confirmatory is True
-  assert 'declared (compare)' in answer.pairs_line(out.attribution)
+  assert 'declared (compare)' in report.pairs_line(out.attribution)
   every = analyse.study_analysis(frame, DECLARED)
-  assert 'Also compared: tpu − cpu, gpu − cpu.' in answer.question(every)
+  assert 'Also compared: tpu − cpu, gpu − cpu.' in report.question(every)
 
 
 def test_a_command_line_pair_overrides_the_declared_ones_and_is_exploratory():
@@ -112,18 +112,18 @@ def test_a_command_line_pair_overrides_the_declared_ones_and_is_exploratory():
   assert out.scope.confirmatory is False
   assert 'platform pairs gpu − cpu from --compare (declared: tpu − gpu)' in out.scope.deviations
   assert [d.gap for d in out.confirmatory.attribution.decomposition] == ['tpu - gpu']
-  assert 'from --compare (exploratory)' in answer.pairs_line(out.attribution)
+  assert 'from --compare (exploratory)' in report.pairs_line(out.attribution)
 
 
 def test_compare_names_jax_platforms_and_refuses_what_did_not_run():
   frame = planted(THREE, seeds=4).replace({'platform': {'cpu': 'cpu-AVX512'}})
-  pairs, notes = gap.platform_pairs(
+  pairs, notes = attribution.platform_pairs(
     ['tpu', 'gpu', 'cpu-AVX512'], [['gpu', 'cpu'], ['tpu', 'v5e']], 'compare'
   )
   assert pairs == [('gpu', 'cpu-AVX512')] and notes == ['tpu − v5e: no runs on v5e']
   with pytest.raises(ValueError, match='--compare: no runs on v5e'):
-    gap.platform_pairs(['tpu', 'gpu'], [['tpu', 'v5e']], '--compare')
-  assert gap.default_pairs(['cpu-AVX512', 'gpu', 'tpu']) == [
+    attribution.platform_pairs(['tpu', 'gpu'], [['tpu', 'v5e']], '--compare')
+  assert attribution.default_pairs(['cpu-AVX512', 'gpu', 'tpu']) == [
     ('tpu', 'gpu'),
     ('tpu', 'cpu-AVX512'),
     ('gpu', 'cpu-AVX512'),
@@ -167,12 +167,12 @@ def test_a_missing_emulating_arm_is_named_and_cannot_make_explained_and_the_chec
   assert d.flags.numerics_shown and d.flags.share_reaches and d.flags.residual_equivalent
   assert d.verdict == 'partly explained'
   assert 'the numerics part is measured on one platform only' in d.open
-  why = answer.why(d, 'pp')
+  why = report.why(d, 'pp')
   assert 'measured on gpu only' in why and 'untested' in why
   check = d.cross_check
   assert check.contrasts['N'].estimate == pytest.approx(n_hand.mean(), abs=1e-6)  # not half of it
   assert check.contrasts['R'].estimate == pytest.approx(d.R.estimate, abs=1e-6)
-  assert '(N from gpu only, as the estimate)' in answer.cross_check_line(d, 'pp')
+  assert '(N from gpu only, as the estimate)' in report.cross_check_line(d, 'pp')
 
 
 def gap_only(g, seeds):
@@ -201,7 +201,7 @@ def test_a_heavy_tailed_seed_is_a_disagreement_of_the_tests_never_no_gap():
   assert low < 0 < high and (d.G.ci_low, d.G.ci_high) == pytest.approx((low, high))
   assert d.G_signed_rank_p == pytest.approx(2 / 2**16) and d.flags.gap_equivalent
   assert d.verdict == 'tests disagree' and d.verdict != 'no gap'
-  why = answer.why(d, 'pp')
+  why = report.why(d, 'pp')
   assert 'the signed-rank test rejects 0, the t-interval does not' in d.open
   assert 'exact signed-rank p <0.001' in why and '16 of 16 seeds above 0' in why
   assert 'within ±2 by TOST' in d.open
@@ -216,7 +216,7 @@ def test_a_gap_the_t_test_shows_and_a_rank_test_that_could_does_not_is_a_disagre
   assert d.verdict == 'tests disagree' and 'the signed-rank test does not' in d.open
   five = gap_only(np.array([5.0, 5.1, 5.2, 5.3, 5.4]), 5)  # 2 / 2^5 > 0.05: it cannot, no clash
   (d5,) = decompose(five, margin=0.5)[1].values()
-  assert d5.verdict != 'tests disagree' and 'cannot reach 0.05' in answer.why(d5, 'pp')
+  assert d5.verdict != 'tests disagree' and 'cannot reach 0.05' in report.why(d5, 'pp')
 
 
 def test_an_emulation_that_fails_on_one_platform_is_named_as_what_carries_the_residual():
@@ -239,12 +239,12 @@ def test_an_emulation_that_fails_on_one_platform_is_named_as_what_carries_the_re
   low, high = t_interval(fid)
   assert d.fid_A.estimate == pytest.approx(fid.mean(), abs=1e-9) and low > 0.5
   assert d.verdict == 'not explained'
-  carried = answer.carriers(d)
+  carried = report.carriers(d)
   assert carried == (
     f"carried by jax_gpu_default not reproducing gpu's native arithmetic on gpu "
     f'(fid_A {fid.mean():+.2f} [{low:+.2f}, {high:+.2f}])'
   )
-  assert carried in answer.why(d, 'pp')
+  assert carried in report.why(d, 'pp')
 
 
 def test_a_shown_interaction_is_mentioned():
@@ -274,9 +274,9 @@ def test_a_shown_interaction_is_mentioned():
   assert (
     f'the numerics part differs between the platforms (N_A − N_B {inter.mean():+.2f} '
     f'[{low:+.2f}, {high:+.2f}]'
-  ) in answer.why(d, 'pp')
+  ) in report.why(d, 'pp')
   (quiet,) = decompose(planted({}, ('gpu', 'cpu'), seeds=12), margin=0.3)[1].values()
-  assert not quiet.flags.interaction_shown or 'differs between the platforms' in answer.why(
+  assert not quiet.flags.interaction_shown or 'differs between the platforms' in report.why(
     quiet, 'pp'
   )
 
@@ -289,10 +289,10 @@ def test_seeds_needed_are_powered_at_the_margin_not_at_an_observed_zero():
   g = cell(frame, 'gpu', 'native') - cell(frame, 'cpu', 'native')
   hand = int(np.ceil(smp.TTestPower().solve_power(2.0 / g.std(ddof=1), alpha=0.05, power=0.8)))
   assert d.seeds_needed['gap nonzero'] == max(hand, 2) < 20
-  assert 'a gap of ±2 pp shown ≠ 0' in answer.seeds_line(d, 'pp')
+  assert 'a gap of ±2 pp shown ≠ 0' in report.seeds_line(d, 'pp')
   (none,) = decompose(frame, margin=None)[1].values()
   assert none.seeds_needed == {}
-  assert 'no margin, so no smallest effect of interest' in answer.seeds_line(none, 'pp')
+  assert 'no margin, so no smallest effect of interest' in report.seeds_line(none, 'pp')
 
 
 def test_the_confirmatory_line_lists_the_seeds_the_decomposition_used():
@@ -301,7 +301,7 @@ def test_the_confirmatory_line_lists_the_seeds_the_decomposition_used():
   out = analyse.study_analysis(frame, {**DECLARED, 'seeds': 6})
   (conf,) = out.confirmatory.attribution.decomposition
   assert conf.seed_list == [0, 1, 2, 4, 5]
-  line = ' '.join(answer.scope_lines(out))
+  line = ' '.join(report.scope_lines(out))
   assert 'seeds 0–2 4 5 (5 of the 6 declared: 3 lacks a cell of the gap)' in line
 
 
@@ -320,7 +320,7 @@ def test_a_declared_pair_that_cannot_be_analysed_is_named_and_two_seeds_are_said
   assert sorted(conf) == ['gpu - cpu', 'tpu - gpu'] and conf['tpu - gpu'].seed_list == [0, 1]
   g = (cell(frame, 'tpu', 'native') - cell(frame, 'gpu', 'native')).loc[[0, 1]]
   assert conf['tpu - gpu'].G.estimate == pytest.approx(g.mean())
-  line = ' '.join(answer.scope_lines(out))
+  line = ' '.join(report.scope_lines(out))
   assert 'runs on 8 seeds (8 per arm at most), 6 declared (seeds 0–5)' in line
   assert 'not analysed: tpu − cpu: fewer than 2 seeds ran every cell of the gap' in line
   assert 'seeds 0 1; only 2: 1 df' in line
@@ -328,7 +328,7 @@ def test_a_declared_pair_that_cannot_be_analysed_is_named_and_two_seeds_are_said
   units = pd.Series(['10 (init 10, data 0)', '2 (init 2, data 1)', '0 (init 0, data 0)'])
   assert inputs.seed_text(units) == '0 (init 0, data 0) 2 (init 2, data 1) 10 (init 10, data 0)'
   crossed = types.SimpleNamespace(seed_list=list(units))
-  assert 'lack' not in answer.seeds_used(crossed, [0, 2, 10])  # every declared seed was used
+  assert 'lack' not in report.seeds_used(crossed, [0, 2, 10])  # every declared seed was used
 
 
 def test_a_large_residual_shown_beside_explained_by_numerics_is_said():
@@ -350,7 +350,7 @@ def test_a_large_residual_shown_beside_explained_by_numerics_is_said():
   said = (
     f'**explained by numerics**, but a residual ≠ 0 is shown, {share:.0%} of the gap (over 25%)'
   )
-  assert said in answer.headline(out)
+  assert said in report.headline(out)
 
 
 def test_declared_compare_names_are_case_folded_and_a_misspelt_one_is_refused(tmp_path, capsys):

@@ -13,18 +13,18 @@ from statsmodels.stats import multitest, weightstats
 from statsmodels.stats import power as smp
 from statsmodels.stats.meta_analysis import effectsize_smd
 
-from analysis import analyse, inference, report, stats
+from analysis import analyse, report, stats
 from tests.support.planted_stats import frame, why
 
 
 def tost_ind(a, b, margin):
   """Welch TOST (unequal variances, Welch–Satterthwaite df): (ci90_low, ci90_high, p)."""
-  return inference.tost(np.mean(a) - np.mean(b), *inference.welch_se_df(a, b), margin)
+  return stats.tost(np.mean(a) - np.mean(b), *stats.welch_se_df(a, b), margin)
 
 
 def tost_paired(d, margin):
   """Paired TOST on per-seed differences d: (ci90_low, ci90_high, p)."""
-  return inference.tost(np.mean(d), np.std(d, ddof=1) / np.sqrt(len(d)), len(d) - 1, margin)
+  return stats.tost(np.mean(d), np.std(d, ddof=1) / np.sqrt(len(d)), len(d) - 1, margin)
 
 
 def test_planted_shift_is_different():
@@ -86,62 +86,62 @@ def test_holm_can_undo_a_raw_equivalence_and_the_report_shows_both():
 def test_every_statistic_equals_scipy_and_statsmodels():
   rng = np.random.default_rng(2)
   a, b = 70 + rng.normal(0, 0.8, 7), 69.5 + rng.normal(0, 0.5, 6)
-  t, df, p = inference.welch(a, b)
+  t, df, p = stats.welch(a, b)
   sm_t, sm_p, sm_df = weightstats.ttest_ind(a, b, usevar='unequal')
   assert (t, p, df) == pytest.approx((sm_t, sm_p, sm_df))
   low, high, tp = tost_ind(a, b, 0.6)
   assert tp == pytest.approx(weightstats.ttost_ind(a, b, -0.6, 0.6, usevar='unequal')[0])
   cm = weightstats.CompareMeans(weightstats.DescrStatsW(a), weightstats.DescrStatsW(b))
   assert (low, high) == pytest.approx(cm.tconfint_diff(alpha=0.1, usevar='unequal'))
-  assert inference.diff_ci(
-    a.mean() - b.mean(), *inference.welch_se_df(a, b), 0.95
-  ) == pytest.approx(cm.tconfint_diff(alpha=0.05, usevar='unequal'))
+  assert stats.diff_ci(a.mean() - b.mean(), *stats.welch_se_df(a, b), 0.95) == pytest.approx(
+    cm.tconfint_diff(alpha=0.05, usevar='unequal')
+  )
   x, y = a[:6], b  # paired by position
   low, high, tp = tost_paired(x - y, 0.6)
   assert tp == pytest.approx(weightstats.ttost_paired(x, y, -0.6, 0.6)[0])
   assert (low, high) == pytest.approx(weightstats.DescrStatsW(x - y).tconfint_mean(alpha=0.1))
-  assert inference.paired(x, y)[2] == pytest.approx(sps.ttest_rel(x, y).pvalue)
-  assert inference.t_ci(a) == pytest.approx(weightstats.DescrStatsW(a).tconfint_mean(alpha=0.05))
-  g = inference.hedges_g(a, b)
+  assert stats.paired(x, y)[2] == pytest.approx(sps.ttest_rel(x, y).pvalue)
+  assert stats.t_ci(a) == pytest.approx(weightstats.DescrStatsW(a).tconfint_mean(alpha=0.05))
+  g = stats.hedges_g(a, b)
   assert g == pytest.approx(
     effectsize_smd(a.mean(), a.std(ddof=1), 7, b.mean(), b.std(ddof=1), 6)[0]
   )
   ps = [0.01, np.nan, 0.04, 0.03, 0.2]
   expect = multitest.multipletests([0.01, 0.04, 0.03, 0.2], method='holm')[1]
-  assert np.isnan(inference.holm(ps)[1])
-  assert inference.holm(ps)[[0, 2, 3, 4]] == pytest.approx(expect)
-  low, high = inference.bca_ci(a)
+  assert np.isnan(stats.holm(ps)[1])
+  assert stats.holm(ps)[[0, 2, 3, 4]] == pytest.approx(expect)
+  low, high = stats.bca_ci(a)
   ref = sps.bootstrap(
     (a,),
     np.mean,
     method='BCa',
-    n_resamples=inference.BOOTSTRAP_RESAMPLES,
-    rng=np.random.default_rng(inference.BOOTSTRAP_SEED),
+    n_resamples=stats.BOOTSTRAP_RESAMPLES,
+    rng=np.random.default_rng(stats.BOOTSTRAP_SEED),
   ).confidence_interval
   assert (low, high) == pytest.approx((ref.low, ref.high)) and low < a.mean() < high
   groups = [a[:3], a[3:], b]  # pooled within-group sd = sqrt(ANOVA residual mean square)
   values, labels = np.concatenate(groups), np.repeat([0, 1, 2], [3, 4, 6])
   resid = values - pd.Series(values).groupby(labels).transform('mean').to_numpy()
-  assert inference.within_sd(values, labels) == pytest.approx((np.sqrt((resid**2).sum() / 10), 10))
+  assert stats.within_sd(values, labels) == pytest.approx((np.sqrt((resid**2).sum() / 10), 10))
   power = smp.TTestPower().power(0.5 / 0.4, 9, 0.05)
-  assert inference.power_at(0.4, 0.5, 9, is_paired=True)[0] == pytest.approx(power)
+  assert stats.power_at(0.4, 0.5, 9, is_paired=True)[0] == pytest.approx(power)
 
 
 def test_arm_intervals_cover_95_percent():
   """The arm table's intervals at n = 5, 12, 30 (t) and 50 (first BCa size) cover 93–97% of
   normal data sets. 20000 sets per t size: binomial SE 0.15 pp; 2000 for BCa: SE 0.5 pp."""
   rng = np.random.default_rng(8)
-  for n, sets in ((5, 20000), (12, 20000), (30, 20000), (inference.BCA_MIN_N, 2000)):
-    low, high, method = inference.mean_ci(rng.normal(70, 0.8, (sets, n)))
-    assert method == ('t-interval' if n < inference.BCA_MIN_N else 'BCa bootstrap')
+  for n, sets in ((5, 20000), (12, 20000), (30, 20000), (stats.BCA_MIN_N, 2000)):
+    low, high, method = stats.mean_ci(rng.normal(70, 0.8, (sets, n)))
+    assert method == ('t-interval' if n < stats.BCA_MIN_N else 'BCa bootstrap')
     assert 0.93 <= np.mean((low < 70) & (70 < high)) <= 0.97, n
 
 
 def test_bca_under_covers_where_the_arm_table_does_not_use_it():
   rng = np.random.default_rng(9)
-  low, high = inference.bca_ci(rng.normal(0, 1, (2000, 12)))
+  low, high = stats.bca_ci(rng.normal(0, 1, (2000, 12)))
   assert np.mean((low < 0) & (0 < high)) < 0.92  # the defect: 95% nominal, about 90% actual
-  assert inference.ci_method(12) == inference.ci_method(30) == 't-interval'
+  assert stats.ci_method(12) == stats.ci_method(30) == 't-interval'
 
 
 def test_pairwise_table_matches_direct_calls_and_exact_mann_whitney():
@@ -178,21 +178,21 @@ def test_three_runs_per_arm_cannot_reach_significance_with_exact_mann_whitney():
 
 def test_seeds_needed_matches_statsmodels_and_monte_carlo():
   # 0.2 pp difference / equivalence, 80% power: 6 at sd .1, 17-18 at .2, 37-40 at .3.
-  assert inference.seeds_needed(0.1, 0.2)[0] == 6
-  assert inference.seeds_needed(0.2, 0.2) == (17, 18)
-  assert 37 <= inference.seeds_needed(0.3, 0.2)[0] <= inference.seeds_needed(0.3, 0.2)[1] <= 40
+  assert stats.seeds_needed(0.1, 0.2)[0] == 6
+  assert stats.seeds_needed(0.2, 0.2) == (17, 18)
+  assert 37 <= stats.seeds_needed(0.3, 0.2)[0] <= stats.seeds_needed(0.3, 0.2)[1] <= 40
   n = smp.TTestIndPower().solve_power(effect_size=2 / 3, alpha=0.05, power=0.8)
-  assert inference.seeds_needed(0.3, 0.2)[0] == int(np.ceil(n))
+  assert stats.seeds_needed(0.3, 0.2)[0] == int(np.ceil(n))
   n = smp.TTestPower().solve_power(effect_size=2 / 3, alpha=0.05, power=0.8)
-  assert inference.seeds_needed(0.3, 0.2, is_paired=True)[0] == int(np.ceil(n))
+  assert stats.seeds_needed(0.3, 0.2, is_paired=True)[0] == int(np.ceil(n))
   # Monte Carlo: with n_equiv seeds per arm and no true difference, TOST succeeds ~80% of the time.
-  n_eq = inference.seeds_needed(0.2, 0.2)[1]
+  n_eq = stats.seeds_needed(0.2, 0.2)[1]
   rng = np.random.default_rng(3)
   x, y = rng.normal(0, 0.2, (4000, n_eq)), rng.normal(0, 0.2, (4000, n_eq))
   se = np.sqrt(x.var(1, ddof=1) / n_eq + y.var(1, ddof=1) / n_eq)
   hit = np.abs(x.mean(1) - y.mean(1)) + sps.t.ppf(0.95, 2 * n_eq - 2) * se < 0.2
   assert 0.77 < hit.mean() < 0.88
-  assert inference.power_at(0.2, 0.2, n_eq)[1] == pytest.approx(hit.mean(), abs=0.03)
+  assert stats.power_at(0.2, 0.2, n_eq)[1] == pytest.approx(hit.mean(), abs=0.03)
 
 
 def test_nondeterministic_arm_pairs_with_deterministic_one_on_shared_seeds():
@@ -231,11 +231,11 @@ def test_signed_rank_equals_scipys_exact_test_with_ties_and_zeros():
   rng = np.random.default_rng(5)
   for n in (6, 9, 12):
     d = rng.integers(-3, 4, size=n) * 0.278  # accuracy on 360 images: ties and zeros
-    w, p, method = inference.signed_rank(d)
+    w, p, method = stats.signed_rank(d)
     nonzero = d[d != 0]
     ref = sps.wilcoxon(nonzero, method=sps.PermutationMethod(n_resamples=np.inf))
     assert (w, p) == pytest.approx((ref.statistic, ref.pvalue)) and method.startswith('exact')
-  assert inference.signed_rank(np.zeros(5))[1] == 1.0
+  assert stats.signed_rank(np.zeros(5))[1] == 1.0
 
 
 def test_paired_pairs_get_signed_rank_and_d_z_unpaired_ones_mann_whitney_and_g():
@@ -247,16 +247,16 @@ def test_paired_pairs_get_signed_rank_and_d_z_unpaired_ones_mann_whitney_and_g()
   assert pair['paired'] and pair['d_z'] == pytest.approx(d.mean() / d.std(ddof=1))
   assert pair['signed_rank_p'] == pytest.approx(sps.wilcoxon(d).pvalue)  # exact, no ties here
   # the unpaired effect size of the same data is far smaller: the seed spread stays in it
-  assert abs(inference.hedges_g(100 * a, 100 * b)) < abs(pair['d_z']) / 3
+  assert abs(stats.hedges_g(100 * a, 100 * b)) < abs(pair['d_z']) / 3
 
 
 def test_power_is_a_number_where_statsmodels_returns_nan():
   from statsmodels.stats import power as smp
 
   assert np.isnan(smp.TTestPower().power(2 / 0.76, 16, 0.05))  # the case the report showed as "–"
-  power, _ = inference.power_at(0.76, 2.0, 16, is_paired=True)
+  power, _ = stats.power_at(0.76, 2.0, 16, is_paired=True)
   assert power == pytest.approx(1.0, abs=1e-9)
-  assert inference.nct_power(0.5, 16, True) == pytest.approx(smp.TTestPower().power(0.5, 16, 0.05))
+  assert stats.nct_power(0.5, 16, True) == pytest.approx(smp.TTestPower().power(0.5, 16, 0.05))
 
 
 def lattice_frame(diffs_in_images, n_seeds, test_size=360):
@@ -302,7 +302,7 @@ def test_identical_arithmetic_is_reported_not_tested_and_outside_holm():
   assert same['verdict'] == 'identical arithmetic' and np.isnan(same['tost_p_holm'])
   tested = pairs[pairs['verdict'] != 'identical arithmetic']
   assert len(tested) == 2
-  np.testing.assert_allclose(tested['tost_p_holm'], inference.holm(tested['tost_p']))
+  np.testing.assert_allclose(tested['tost_p_holm'], stats.holm(tested['tost_p']))
   # equal values without equal recorded arithmetic are tested like any pair
   plain = stats.arms_and_pairs(
     frame({'native': a, 'f32': a}, {'native': 'cpu', 'f32': 'cpu'}), margin=0.5

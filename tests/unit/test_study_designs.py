@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis import agreement, analyse, inference, report, stats
+from analysis import agreement, analyse, report, stats
 from experiments import lockstep
 from runrecord import rules
 from tests.support.planted_predictions import LABELS, prediction
@@ -162,7 +162,7 @@ def test_the_variance_split_reaches_report_md_and_tex_with_intervals_or_the_df_t
   assert (split.loc['init', 'ci_low'], split.loc['init', 'ci_high']) == pytest.approx(
     (nu * init / sps.chi2.ppf(0.975, nu), nu * init / sps.chi2.ppf(0.025, nu))
   )
-  residual = split.loc[inference.RESIDUAL]
+  residual = split.loc[stats.RESIDUAL]
   assert residual['estimate'] == pytest.approx(ms_r)
   assert (residual['ci_low'], residual['ci_high']) == pytest.approx(
     (6 * ms_r / sps.chi2.ppf(0.975, 6), 6 * ms_r / sps.chi2.ppf(0.025, 6))
@@ -200,7 +200,7 @@ def test_churn_intervals_stay_inside_0_and_100_percent():
   assert x.mean() - half < 0  # the t-interval: below 0 %
   assert 0 <= row['ci_low'] <= row['churn_pct'] <= row['ci_high'] <= 100
   flipped = np.array([0.995, 1.0, 1.0, 0.99])  # near 100 %: the t-interval passes 100
-  low, high = (100 * v for v in inference.proportion_mean_ci(flipped))
+  low, high = (100 * v for v in stats.proportion_mean_ci(flipped))
   t_high = 100 * (flipped.mean() + sps.t.ppf(0.975, 3) * flipped.std(ddof=1) / 2)
   assert t_high > 100 and low <= 100 * flipped.mean() <= high <= 100
 
@@ -243,7 +243,7 @@ def test_one_definition_of_disagreement_for_the_attributes_task():
   assert pair['count'] / pair['n'] == pytest.approx(bits) == agreement.churn(a, b)
   assert np.mean((a != b).any(axis=1)) > 5 * bits  # the other definition
   shares = (a != b).mean(axis=1)
-  assert (pair['ci_low'], pair['ci_high']) == pytest.approx(inference.proportion_mean_ci(shares))
+  assert (pair['ci_low'], pair['ci_high']) == pytest.approx(stats.proportion_mean_ci(shares))
   out = lockstep.disagreement([pair, lockstep.pair_churn(a, a, [1, 1])])
   assert out['pairs'][0]['rate'] == pytest.approx(bits) and out['pairs'][1]['rate'] == 0
   assert 0 <= out['across']['t_low'] <= out['across']['mean'] <= out['across']['t_high'] <= 1
@@ -256,9 +256,9 @@ def test_the_t_wilson_interval_covers_near_0_where_the_t_interval_does_not():
   mu, m, phi, n, sims = 0.01, 6, 3, 360, 3000
   q = rng.beta(mu * n / phi, (1 - mu) * n / phi, (sims, m))
   p = rng.binomial(n, q) / n
-  t_low, t_high = inference.t_ci(p)
+  t_low, t_high = stats.t_ci(p)
   t_cover = np.mean((t_low <= mu) & (mu <= t_high))
-  wilson = np.array([inference.proportion_mean_ci(row) for row in p])
+  wilson = np.array([stats.proportion_mean_ci(row) for row in p])
   w_cover = np.mean((wilson[:, 0] <= mu) & (mu <= wilson[:, 1]))
   assert w_cover >= 0.915 and w_cover > t_cover + 0.02, (w_cover, t_cover)
 
@@ -269,7 +269,7 @@ def test_one_failed_run_is_excluded_counted_with_its_repair_and_the_levels_keep_
   the study with the failed run equals the study without its row, and the first page counts it."""
   import os
 
-  from analysis import answer, declaration, inputs
+  from analysis import declaration, inputs, report
   from tests.conftest import ROOT
 
   csv = os.path.join(ROOT, 'results', 'digits_h100_cpu.csv')
@@ -286,7 +286,7 @@ def test_one_failed_run_is_excluded_counted_with_its_repair_and_the_levels_keep_
   pd.testing.assert_frame_equal(out.contrasts, alone.contrasts)
   assert out.attribution.decomposition[0].G == alone.attribution.decomposition[0].G
   assert list(out.excluded['status']) == ['failed'] and len(out.runs) == 255
-  line = answer.excluded_lines(out)[1]
+  line = report.excluded_lines(out)[1]
   assert line.startswith('**Excluded:** 1 of 256 runs (1 failed: loss is NaN at step 40)')
   assert 'python -m sweeps.sweep' in line and 'make study' in line
 
@@ -329,7 +329,7 @@ def test_zero_variance_has_one_exact_rule_in_contrasts_gap_and_noise_floor():
   family of 6."""
   import types
 
-  from analysis import gap
+  from analysis import attribution
   from tests.support.planted_stats import frame
 
   rng = np.random.default_rng(3)
@@ -347,9 +347,9 @@ def test_zero_variance_has_one_exact_rule_in_contrasts_gap_and_noise_floor():
   assert report.contrast_verdict(same, 0.5) == 'equivalent (exact: no variance)'
   why = report.verdict_why(same, 0.5, 'pp', 6)
   assert 'no variance, so the tests are exact: t-test p = 1' in why and 'Holm over 6' in why
-  assert inference.tost(0.5 - 1e-13, 0.0, 5, 0.5)[2] == 1.0  # at the margin: not within
-  assert inference.tost(0.3, 0.0, 5, 0.5)[2] == 0.0
-  gap_row = gap.component_stats(100 * (x - arms['y']), 0.5)  # the gap's rule is the same
+  assert stats.tost(0.5 - 1e-13, 0.0, 5, 0.5)[2] == 1.0  # at the margin: not within
+  assert stats.tost(0.3, 0.0, 5, 0.5)[2] == 0.0
+  gap_row = attribution.component_stats(100 * (x - arms['y']), 0.5)  # the gap's rule is the same
   assert (gap_row['p'], gap_row['tost_p'], gap_row['sd']) == (1.0, 0.0, 0.0)
   assert np.isnan(gap_row['d_z'])
   floor = stats.NoiseFloor(0.0, 0.0, 6, 'y − x')

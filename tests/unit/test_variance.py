@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import statsmodels.api as sm
 
-from analysis import inference, stats
+from analysis import stats
 
 SD = {'init': 1.0, 'data order': 0.6, 'init × data order': 0.0, 'nondeterminism (replicates)': 0.3}
 
@@ -51,7 +51,7 @@ def test_the_split_recovers_planted_components_on_average():
   found = []
   for _ in range(300):
     y = simulate(rng, 8, 8, 2)['value'].to_numpy().reshape(8, 8, 2)
-    found.append(inference.estimates(inference.mean_squares(y), y.shape))
+    found.append(stats.estimates(stats.mean_squares(y), y.shape))
   mean = pd.DataFrame(found).mean()
   for component, sd in SD.items():
     assert mean[component] == pytest.approx(sd**2, abs=0.06), component
@@ -59,12 +59,12 @@ def test_the_split_recovers_planted_components_on_average():
 
 def test_one_large_study_is_close_and_the_naive_one_way_split_is_not():
   frame = simulate(np.random.default_rng(1), 30, 30, 3)
-  table = inference.variance_components(frame).set_index('component')
+  table = stats.variance_components(frame).set_index('component')
   assert table.loc['nondeterminism (replicates)', 'variance'] == pytest.approx(0.09, rel=0.1)
   assert table.loc['data order', 'variance'] == pytest.approx(0.36, rel=0.5)
   assert table.loc['init', 'variance'] == pytest.approx(1.0, rel=0.5)
   assert table['share_pct'].sum() == pytest.approx(100)
-  assert table['method'].iloc[0] == inference.VARIANCE_METHOD
+  assert table['method'].iloc[0] == stats.VARIANCE_METHOD
   # One-way by init seed: data order lands in the residual, 5× the nondeterminism.
   naive = one_way(frame, factor='init_seed')
   assert naive['within'] > 4 * table.loc['nondeterminism (replicates)', 'variance']
@@ -74,7 +74,7 @@ def test_the_split_equals_mixedlm_reml_variance_components():
   """On a balanced design with positive estimates REML (statsmodels MixedLM, crossed effects as
   variance components of one group) and the ANOVA estimates coincide."""
   frame = simulate(np.random.default_rng(0), 6, 6, 3, {**SD, 'init × data order': 0.2})
-  table = inference.variance_components(frame).set_index('component')
+  table = stats.variance_components(frame).set_index('component')
   assert not table['truncated'].any()
   frame['cell'] = frame['init_seed'].astype(str) + '_' + frame['data_seed'].astype(str)
   frame['group'] = 1
@@ -96,7 +96,7 @@ def test_the_split_equals_mixedlm_reml_variance_components():
 
 def test_negative_estimates_are_truncated_and_say_so():
   frame = simulate(np.random.default_rng(3), 4, 4, 2, {**SD, 'init': 0.0, 'data order': 0.0})
-  table = inference.variance_components(frame).set_index('component')
+  table = stats.variance_components(frame).set_index('component')
   negative = table['estimate'] < 0
   assert negative.any()
   assert (table.loc[negative, 'variance'] == 0).all() and table.loc[negative, 'truncated'].all()
@@ -105,9 +105,9 @@ def test_negative_estimates_are_truncated_and_say_so():
 def test_unbalanced_or_unreplicated_designs_are_refused_by_cell():
   frame = simulate(np.random.default_rng(4), 3, 3, 2)
   with pytest.raises(ValueError, match=r'runs per cell: \(0, 0\): 1'):
-    inference.variance_components(frame.iloc[1:])
-  one = inference.variance_components(frame[frame['replicate'] == 0])  # R = 1: one residual
-  assert list(one['component']) == ['init', 'data order', inference.RESIDUAL]
+    stats.variance_components(frame.iloc[1:])
+  one = stats.variance_components(frame[frame['replicate'] == 0])  # R = 1: one residual
+  assert list(one['component']) == ['init', 'data order', stats.RESIDUAL]
 
 
 def test_variance_table_per_arm_only_where_the_runs_record_both_seeds():
