@@ -110,6 +110,11 @@ def test_every_statistic_equals_scipy_and_statsmodels():
   expect = multitest.multipletests([0.01, 0.04, 0.03, 0.2], method='holm')[1]
   assert np.isnan(stats.holm(ps)[1])
   assert stats.holm(ps)[[0, 2, 3, 4]] == pytest.approx(expect)
+  rng = np.random.default_rng(0)
+  for n in (1, 2, 3, 13, 40):  # ties included: equal to statsmodels bit for bit
+    p = rng.uniform(0, 1, n) ** 3
+    p[-1] = p[0]
+    np.testing.assert_array_equal(stats.holm(p), multitest.multipletests(p, method='holm')[1])
   low, high = stats.bca_ci(a)
   ref = sps.bootstrap(
     (a,),
