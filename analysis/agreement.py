@@ -40,14 +40,6 @@ def unit_name(entry):
   return 'image × attribute labels' if np.ndim(entry['pred']['predicted']) > 1 else 'images'
 
 
-def by_unit(entries):
-  """{(arm, seed): [entries]} in the entries' order."""
-  units = {}
-  for e in entries:
-    units.setdefault((e['arm'], e['seed']), []).append(e)
-  return units
-
-
 def seeds_of(units, arm):
   """The models of `arm` in seed order (runrecord.rules.model_keys: seed, then as text)."""
   return sorted(
@@ -174,7 +166,9 @@ def clusters(pairs):
 def agreement_table(entries, pairs=(), noise=(), identical=(), platform=(), left_out=None):
   """The churn table (report_agreement.csv, COLUMNS)."""
   left_out = [] if left_out is None else left_out
-  units = by_unit(entries)
+  units = {}  # {(arm, seed): [entries]} in the entries' order
+  for e in entries:
+    units.setdefault((e['arm'], e['seed']), []).append(e)
   arms = sorted({a for a, _ in units})
   rows = []
   for arm in arms:  # nondeterminism: same-seed replicates, per seed with >= 2 runs
@@ -630,7 +624,7 @@ def per_class_table(entries, pairs):
 
 def summary_line(table, missing, total, left_out=(), labels=None):
   """The first page's agreement line, the runs and pairs left out counted by reason."""
-  reasons = collections.Counter(inputs.reason_kind(why) for _, why in missing)
+  reasons = collections.Counter(str(why).split(' (', 1)[0] for _, why in missing)  # kinds
   counted = ', '.join(f'{n} {why}' for why, n in reasons.most_common())
   apart = left_out_text(left_out, labels)
   if not missing or set(reasons) == {inputs.NONE_SAVED}:

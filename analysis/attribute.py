@@ -85,12 +85,6 @@ def write(att, folder):
   return paths + figures.attribution_figures(att, folder)
 
 
-def named_columns(args):
-  """The columns the command line names (factors, and those of the arms): read from a CSV."""
-  arms = args.reference + args.noise_arm + args.native + args.platform_profile
-  return args.factors + [str(a).split('=')[0] for a in arms]
-
-
 def may_write():
   return list(FILES) + [f'{n}.{e}' for n in FIGURES for e in ('pdf', 'png')]
 
@@ -101,10 +95,12 @@ def main(argv=None):
   with analyse.destination(args.out, COMMAND, may_write()) as dest:  # refused before any compute
     from analysis import attribution, inputs, report
 
+    arms = args.reference + args.noise_arm + args.native + args.platform_profile
+    named = args.factors + [str(a).split('=')[0] for a in arms]  # read from a CSV as named
     frame = (
       inputs.load_runs(args.runs)
       if args.runs
-      else inputs.read_csv(args.csv, args.metric, args.seed_col, named_columns(args), True)
+      else inputs.read_csv(args.csv, args.metric, args.seed_col, named, True)
     )
     out = attribution.factor_attribution(
       frame,

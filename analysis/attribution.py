@@ -331,13 +331,6 @@ def platform_pairs(platforms, given, flag):
   return pairs, notes
 
 
-def summarise(summaries, margin, min_share=None):
-  """(component table of every gap, [Decomposition per gap]) at `margin`."""
-  tables = [component_table(s, margin) for s in summaries]
-  judged = judge_family(summaries, tables, margin, min_share)
-  return pd.concat(tables, ignore_index=True), judged
-
-
 def shown(low, high):
   """+1 when a 95% CI lies above 0, -1 below, 0 when it includes 0 (or is NaN)."""
   return 1 if low > 0 else -1 if high < 0 else 0
@@ -973,10 +966,11 @@ def gap_section(
     return none(
       f'gap decomposition unavailable: {e.args[0]}; each arm minus the reference arm instead'
     )
-  table, judged = summarise(summaries, margin, min_share)
+  tables = [component_table(s, margin) for s in summaries]
+  judged = judge_family(summaries, tables, margin, min_share)
   note = '; '.join(left_out + notes)
-  out = dict(gap=table, native=arm, emulation=emu, gap_summaries=summaries, pairs_note=note)
-  return {**out, 'decomposition': judged}
+  out = dict(native=arm, emulation=emu, gap_summaries=summaries, pairs_note=note)
+  return {**out, 'gap': pd.concat(tables, ignore_index=True), 'decomposition': judged}
 
 
 def platform_profile(runs, declared):

@@ -125,21 +125,11 @@ def short_labels(labels, drop=(), one=ONE_ARM):
   return out
 
 
-def recorded(runs, *columns):
-  """The first of `columns` with a recorded value (inputs.distinct), else None."""
-  for column in columns:
-    if column in runs:
-      text = inputs.distinct(runs[column])
-      if text is not None:
-        return text
-  return None
-
-
 def context_line(out, width=None):
   """'digits (test 360 images) · n = 16 seeds per arm, 256 runs · cpu: cpu; gpu: NVIDIA H100'."""
   runs = out.runs
-  data = recorded(runs, 'config.data.name', 'data.name')
-  test = recorded(runs, 'data.test_size')
+  data = inputs.recorded(runs, 'config.data.name', 'data.name')
+  test = inputs.recorded(runs, 'data.test_size')
   n = sorted(set(out.arms['n'])) if not out.arms.empty else [0]
   units = getattr(out, 'units', None)
   models = bool(

@@ -199,6 +199,12 @@ def distinct(values):
   return seen[0] if len(seen) == 1 else ', '.join(seen) + ' (differ between runs)'
 
 
+def recorded(runs, *columns):
+  """The distinct values (distinct) of the first of `columns` the runs record, else None."""
+  texts = (distinct(runs[column]) for column in columns if column in runs)
+  return next((text for text in texts if text is not None), None)
+
+
 def unused(column, metric, names):
   """Whether no analysis of `metric` (None: every metric) and of the columns `names` reads it."""
   if column in names or column == metric or column in ALWAYS_READ:
@@ -521,11 +527,6 @@ def walk(root):
   return sorted(found), sorted(unreadable, key=lambda item: item[0])
 
 
-def find_runs(root):
-  """Sorted run folders (as strings) under `root` (unreadable folders left out)."""
-  return walk(root)[0]
-
-
 @contextlib.contextmanager
 def quiet_absl():
   """Silence Orbax's per-manager absl warnings (read-only notices) while reading many runs."""
@@ -698,11 +699,6 @@ def steps_frame(runs):
 def load_steps(roots):
   """One row per run and logged training step under the roots (steps_frame)."""
   return steps_frame(find_all(roots))
-
-
-def reason_kind(reason):
-  """The kind of a reason predictions_at gives (the text before its details)."""
-  return str(reason).split(' (', 1)[0]
 
 
 def known(value):

@@ -272,12 +272,9 @@ NOT_RECORDED = 'not recorded'
 
 
 def facts(runs, *columns):
-  """The distinct recorded values of the first of `columns` the runs have."""
-  for col in columns:
-    text = inputs.distinct(runs[col]) if col in runs else None
-    if text is not None:
-      return text
-  return NOT_RECORDED
+  """The distinct recorded values of the first of `columns` the runs have (inputs.recorded)."""
+  text = inputs.recorded(runs, *columns)
+  return NOT_RECORDED if text is None else text
 
 
 def rank_bound(r):

@@ -321,7 +321,7 @@ def study_declaration(spec, root):
   diff = declaration.differences(declaration.read_file(path), declared)
   from analysis import inputs as results
 
-  if diff and os.path.isdir(root) and results.find_runs(root):
+  if diff and os.path.isdir(root) and results.walk(root)[0]:
     return None, (
       f'{path}: get_study() differs from the declaration its runs were made under '
       f'({"; ".join(diff[:3])}); restore it, or use a new --root for a new study'
