@@ -735,11 +735,6 @@ def design(prep, arm_a, arm_b):
   return True, shared, f'paired: {len(shared)} shared seeds, {how}{rest}'
 
 
-def values_by_seed(prep, arm, seeds):
-  units = prep.units[prep.units['arm'] == arm].set_index('seed')
-  return units.loc[seeds, 'value'].to_numpy()
-
-
 def compare(prep, arm_a, arm_b, margin):
   """Every test of one pair of arms (a dict of pair_table's columns, before Holm)."""
   units = prep.units
@@ -766,7 +761,8 @@ def compare(prep, arm_a, arm_b, margin):
     'identical': False,
   }
   if is_paired:
-    xa, xb = values_by_seed(prep, arm_a, shared), values_by_seed(prep, arm_b, shared)
+    by_seed = units.set_index('seed')
+    xa, xb = (by_seed[by_seed['arm'] == x].loc[shared, 'value'].to_numpy() for x in (arm_a, arm_b))
     d, n = xa - xb, len(shared)
     row['paired_t'], df, row['paired_p'] = paired(xa, xb)
     row['signed_rank_w'], row['signed_rank_p'], row['signed_rank_method'] = signed_rank(d)
