@@ -176,13 +176,9 @@ def folder_problem(folder, what):
 # Run in a child with a run's environment: its devices, their platform and smallest memory.
 DEVICE_PROBE = """
 import json, jax
-def limit(device):
-  try:
-    return (device.memory_stats() or {}).get('bytes_limit')
-  except Exception:  # backends without memory statistics (CPU)
-    return None
-limits = [v for v in map(limit, jax.local_devices()) if v]
-print(json.dumps([jax.device_count(), jax.devices()[0].platform, min(limits) if limits else None]))
+from trainer import process
+memory = process.device_memory(jax.local_devices())
+print(json.dumps([jax.device_count(), jax.devices()[0].platform, memory]))
 """
 # What the probe leaves out of a run's environment: it compiles nothing and allocates nothing.
 PROBE_ENV = {'XLA_PYTHON_CLIENT_PREALLOCATE': 'false', 'JAX_COMPILATION_CACHE_DIR': None}
@@ -196,7 +192,7 @@ def devices_seen(environment):
   env.update({k: v for k, v in PROBE_ENV.items() if v is not None})
   argv = [sys.executable, '-c', DEVICE_PROBE]
   try:
-    probe = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    probe = subprocess.run(argv, cwd=runner.REPO, env=env, capture_output=True, timeout=600)
     return tuple(json.loads(probe.stdout.splitlines()[-1])) if probe.returncode == 0 else None
   except (subprocess.SubprocessError, OSError, ValueError, IndexError):
     return None
