@@ -302,13 +302,8 @@ def _split(data, meta):
   if data.split == 'official':  # partition 0 trains, 2 tests (1, validation, unused)
     return np.flatnonzero(meta['partition'] == 0), np.flatnonzero(meta['partition'] == 2)
   names, identity = meta['names'], meta['identity']  # each identity split exactly (docs/celeba.md)
-  keys = np.asarray(
-    [
-      int(hashlib.sha256(f'{int(data.split_seed)}:{n}'.encode()).hexdigest()[:16], 16)
-      for n in names
-    ],
-    dtype=np.uint64,
-  )
+  hashes = [hashlib.sha256(f'{int(data.split_seed)}:{n}'.encode()).hexdigest() for n in names]
+  keys = np.asarray([int(h[:16], 16) for h in hashes], dtype=np.uint64)
   order = np.lexsort((np.argsort(np.argsort(names, kind='stable')), keys, identity))
   _, starts, counts = np.unique(identity[order], return_index=True, return_counts=True)
   test = np.zeros(len(names), bool)

@@ -14,12 +14,8 @@ import traceback
 
 from absl import logging
 
-SIGNALS = (
-  signal.SIGTERM,
-  signal.SIGINT,
-  signal.SIGHUP,
-  signal.SIGUSR1,
-)  # SSH gone, SLURM's warning
+# The stop signals: SIGHUP (SSH gone) and SIGUSR1 (SLURM's warning) besides SIGTERM and SIGINT.
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
 # Steps the host may dispatch ahead of the device: 2 keeps the next step queued while one runs (no
 # idle device between steps: bench_stop_latency.py measures the images/s at 1, 2 and unbounded).
 STEPS_IN_FLIGHT = 2
