@@ -27,10 +27,10 @@ def base_config():
   """Every field the code reads, with the reference study's values where it sets one."""
   c = ml_collections.ConfigDict()
   c.seed = 0  # initialisation, data order and augmentation; the data split has its own seed
-  # init_seed (initial weights) and data_seed (order, flips, noise): int fields, None unless set,
-  # when they follow `seed` (ml_collections' placeholder: a typed field with no value).
-  c.init_seed = ml_collections.config_dict.placeholder(int)
-  c.data_seed = ml_collections.config_dict.placeholder(int)
+  # init_seed (initial weights) and data_seed (order, flips, noise): int fields that follow `seed`
+  # while None (a typed reference: `--config.init_seed=3` is checked as an int).
+  c.init_seed = ml_collections.FieldReference(None, field_type=int)
+  c.data_seed = ml_collections.FieldReference(None, field_type=int)
   c.replicate = 0  # changes nothing but the run's name: same-seed replicates of one run
   c.num_epochs = 25
   c.batch_size = 2048  # global train batch, divided over all devices of all processes
