@@ -2,6 +2,7 @@
 the rules read (runrecord/rules.py), the workdir's file names, Orbax I/O, older records' upgrade,
 and each evaluation's per-example test predictions (docs/record.md, "Test predictions")."""
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -308,17 +309,26 @@ def read_predictions(workdir, step=None):
     return None
   import orbax.checkpoint as ocp
 
-  absl_log = logging.getLogger('absl')  # Orbax warns three lines per read-only manager
+  options = ocp.CheckpointManagerOptions(read_only=True)
+  with (
+    orbax_warnings_off(),
+    ocp.CheckpointManager(
+      checkpoint_dir(workdir), item_names=(PREDICTIONS_ITEM,), options=options
+    ) as mngr,
+  ):  # Orbax warns three lines per read-only manager
+    restored = mngr.restore(
+      step, args=ocp.args.Composite(**{PREDICTIONS_ITEM: ocp.args.PyTreeRestore()})
+    )
+  return {**dict(restored[PREDICTIONS_ITEM]), 'step': int(step)}
+
+
+@contextlib.contextmanager
+def orbax_warnings_off():
+  """Orbax's absl warnings kept off stderr while inside (its errors still shown)."""
+  absl_log = logging.getLogger('absl')
   level = absl_log.level
   absl_log.setLevel(logging.ERROR)
   try:
-    options = ocp.CheckpointManagerOptions(read_only=True)
-    with ocp.CheckpointManager(
-      checkpoint_dir(workdir), item_names=(PREDICTIONS_ITEM,), options=options
-    ) as mngr:
-      restored = mngr.restore(
-        step, args=ocp.args.Composite(**{PREDICTIONS_ITEM: ocp.args.PyTreeRestore()})
-      )
+    yield
   finally:
     absl_log.setLevel(level)
-  return {**dict(restored[PREDICTIONS_ITEM]), 'step': int(step)}

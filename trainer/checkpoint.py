@@ -290,14 +290,8 @@ def manager(workdir, keep):
     # would slice each replicated array per device, compiling a program per shape (12 s at the
     # first save of ResNet-18 on 8 CPU devices) to copy the same bytes.
     handler = ocp.type_handlers.ArrayHandler(use_replica_parallel=False)
-    absl_log = logging.get_absl_logger()
-    absl_log.disabled = (
-      True  # Orbax warns on stderr of any handler replaced: a bad input's one line
-    )
-    try:
+    with record.orbax_warnings_off():  # its warning of a replaced handler: a second stderr line
       ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
-    finally:
-      absl_log.disabled = False
   options = ocp.CheckpointManagerOptions(max_to_keep=keep, cleanup_tmp_directories=True)
   return ocp.CheckpointManager(
     record.checkpoint_dir(workdir),
