@@ -253,8 +253,9 @@ def hedges_g(a, b):
 
 
 def holm(pvalues):
-  """Holm step-down adjusted p-values; NaN entries stay NaN and are no tests. By hand because
-  statsmodels' multipletests runs a whole gc.collect() per call; equal to it in the tests."""
+  """Holm step-down adjusted p-values, p_(i) sorted: min(1, max over j <= i of (m - j + 1) p_(j));
+  NaN entries stay NaN and are no tests. By hand because statsmodels' multipletests runs a whole
+  gc.collect() per call; equal to it in the tests."""
   p = np.asarray(pvalues, float)
   out, tested = np.full_like(p, np.nan), ~np.isnan(p)
   q = p[tested]
