@@ -14,7 +14,7 @@ TOY_STEP = (
 ).split()
 
 
-@pytest.mark.usefixtures('keep_matmul_precision', 'fast_compile')
+@pytest.mark.usefixtures('keep_matmul_precision')
 def test_bench_determinism_prints_both_variants_and_the_ratio(capsys, monkeypatch):
   compiles, compile_step = [], run.Seeded.compile  # the training step's compiles
   monkeypatch.setattr(
@@ -36,7 +36,7 @@ def test_bench_determinism_prints_both_variants_and_the_ratio(capsys, monkeypatc
     assert cells[3] == 'none' and cells[4] == 'yes', row
 
 
-@pytest.mark.usefixtures('keep_matmul_precision', 'fast_compile')
+@pytest.mark.usefixtures('keep_matmul_precision')
 def test_the_xla_variants_compile_and_the_autotuned_one_says_why_it_is_absent_on_cpu(capsys):
   """exclude_nondeterministic compiles and runs (the step has no select-and-scatter, which that
   flag refuses); XLA:CPU has no autotuner, so the autotuned variant is left out with its reason."""

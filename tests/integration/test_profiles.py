@@ -284,7 +284,6 @@ def same(s, t):
   )
 
 
-@pytest.mark.usefixtures('fast_compile')
 def test_noise_control_training_repeats_resumes_and_differs_per_seed():
   """Two train steps then an evaluation: repeated, and resumed (the second step from a host copy
   of the state), bit for bit; another seed gives other noise in training and in evaluation."""
