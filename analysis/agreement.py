@@ -259,11 +259,10 @@ def left_out_text(left_out, labels=None):
   """'6 pairs of runs on different test sets left out of the churn (f32 vs split7)."""
   if not left_out:
     return ''
-
-  def name(arm):
-    return (labels or {}).get(arm, arm)
-
-  counts = collections.Counter((name(p['a']), name(p['b']), p['why']) for p in left_out)
+  labels = labels or {}
+  counts = collections.Counter(
+    (labels.get(p['a'], p['a']), labels.get(p['b'], p['b']), p['why']) for p in left_out
+  )
   said = '; '.join(
     f'{a} vs {b}: {why}, {n} pair{"" if n == 1 else "s"}'
     for (a, b, why), n in counts.most_common(3)
@@ -383,10 +382,9 @@ def reading(table):
   )
 
 
-EFFECTIVE = stats.EFFECTIVE
 # The recorded arithmetic of an arm: stats.IDENTICAL_FIELDS but where it ran and the XLA flags.
-ARITHMETIC = tuple(EFFECTIVE + f for f in stats.IDENTICAL_FIELDS[2:-1])
-EMULATED = (EFFECTIVE + 'emulated.conv', EFFECTIVE + 'emulated.dense')
+ARITHMETIC = tuple(stats.EFFECTIVE + f for f in stats.IDENTICAL_FIELDS[2:-1])
+EMULATED = (stats.EFFECTIVE + 'emulated.conv', stats.EFFECTIVE + 'emulated.dense')
 NOISE_FREE = 'f32'  # the format a noisy format perturbs
 
 
@@ -567,6 +565,11 @@ def class_accuracy(pred):
     return right / count
 
 
+def pad(x, width):
+  """x with NaN appended up to `width` entries (classes absent from a run's predictions)."""
+  return np.pad(x, (0, width - len(x)), constant_values=np.nan)
+
+
 def seed_accuracies(entries, arm):
   """{seed: per-class accuracy averaged over the arm's replicates of that seed}."""
   by_seed = {}
@@ -574,11 +577,7 @@ def seed_accuracies(entries, arm):
     if e['arm'] == arm:
       by_seed.setdefault(e['seed'], []).append(class_accuracy(e['pred']))
   width = max((len(a) for v in by_seed.values() for a in v), default=0)
-
-  def pad(a):
-    return np.pad(a, (0, width - len(a)), constant_values=np.nan)
-
-  return {s: np.mean([pad(a) for a in v], axis=0) for s, v in by_seed.items()}
+  return {s: np.mean([pad(a, width) for a in v], axis=0) for s, v in by_seed.items()}
 
 
 def class_differences(entries, a, b):
@@ -587,12 +586,8 @@ def class_differences(entries, a, b):
   shared = sorted(set(acc_a) & set(acc_b), key=seed_key)
   if len(shared) < 2:
     return pd.DataFrame(columns=list(PER_CLASS_COLUMNS))
-  width = max(len(acc_a[shared[0]]), len(acc_b[shared[0]]))
-
-  def pad(x):
-    return np.pad(x, (0, width - len(x)), constant_values=np.nan)
-
-  d = 100 * np.array([pad(acc_a[s]) - pad(acc_b[s]) for s in shared])  # seeds × classes
+  width = max(len(acc_a[shared[0]]), len(acc_b[shared[0]]))  # d: seeds × classes
+  d = 100 * np.array([pad(acc_a[s], width) - pad(acc_b[s], width) for s in shared])
   low, high = stats.t_ci(d.T)
   with warnings.catch_warnings(), np.errstate(invalid='ignore', divide='ignore'):
     warnings.simplefilter('ignore')

@@ -194,6 +194,7 @@ def definitions(a, b, native, emu):
   mean_p = {(a, ea): 0.5, (b, ea): -0.5, (a, eb): 0.5, (b, eb): -0.5}
   across = {(a, ea): 1, (a, eb): -1, (b, ea): -1, (b, eb): 1}
   residual = {(a, native): 1, (b, native): -1, **{c: -w for c, w in mean_n.items()}}
+  same = f'platforms under the same emulated arithmetic, mean of {ea} and {eb}'
   return [
     ('G', f'native gap ({a} − {b})', 'gap', {(a, native): 1, (b, native): -1}),
     ('fid_A', f'fidelity on {a}: native − {ea}', 'fidelity', {(a, native): 1, (a, ea): -1}),
@@ -204,12 +205,7 @@ def definitions(a, b, native, emu):
     ('N_interaction', f'numerics on {a} − on {b}', 'numerics interaction', across),
     ('P_eA', f'platforms under {ea}: {a} − {b}', 'platform', {(a, ea): 1, (b, ea): -1}),
     ('P_eB', f'platforms under {eb}: {a} − {b}', 'platform', {(a, eb): 1, (b, eb): -1}),
-    (
-      'P',
-      f'platforms under the same emulated arithmetic, mean of {ea} and {eb}',
-      'platform total',
-      mean_p,
-    ),
+    ('P', same, 'platform total', mean_p),
     ('R', 'platform residual: gap − numerics part', 'residual', residual),
   ]
 
@@ -664,15 +660,8 @@ def fit(y, X, seeds):
   if seeds.value_counts().max() < 2:
     return ols(y, X, 'HC3', note='one run per seed, so seed effects cannot be separated')
   if n > MIXED_MAX_ROWS:
-    return seed_fixed_effects(
-      y,
-      X,
-      seeds,
-      (
-        f'MixedLM not fitted: {n:,} runs > {MIXED_MAX_ROWS:,} (its fit loops over the seeds; '
-        'BENCHMARKS.md)'
-      ),
-    )
+    why = f'{n:,} runs > {MIXED_MAX_ROWS:,} (its fit loops over the seeds; BENCHMARKS.md)'
+    return seed_fixed_effects(y, X, seeds, f'MixedLM not fitted: {why}')
   model, why = mixed(y, X, seeds)
   return model or seed_fixed_effects(y, X, seeds, f'mixed fit failed ({why})')
 
@@ -749,22 +738,15 @@ def select(frame, metric, factors, seed_col):
   missing = absent.any(axis=1)
   if missing.any():
     why = [f'no value for {", ".join(absent.columns[row])}' for row in absent[missing].to_numpy()]
-    excluded = pd.concat(
-      [
-        excluded,
-        pd.DataFrame({'run': runs.loc[missing, 'run'], 'status': 'completed', 'reason': why}),
-      ]
-    )
+    more = pd.DataFrame({'run': runs.loc[missing, 'run'], 'status': 'completed', 'reason': why})
+    excluded = pd.concat([excluded, more])
     runs = runs[~missing]
   for name, col in cols.items():  # 0 stays '0' when a failed run left the column's cell empty
     runs[name] = inputs.whole_numbers(runs[col]).astype(str)
-  return (
-    dataclasses.replace(
-      prep, runs=runs.reset_index(drop=True), excluded=excluded.reset_index(drop=True)
-    ),
-    cols,
-    has_seed,
+  prep = dataclasses.replace(
+    prep, runs=runs.reset_index(drop=True), excluded=excluded.reset_index(drop=True)
   )
+  return prep, cols, has_seed
 
 
 def references(runs, columns, given):
@@ -919,17 +901,7 @@ def decompose(runs, columns, ref, native, given_map, pairs):
   return summaries, {p: emu[p] for p in needed}, notes
 
 
-def gap_section(
-  runs,
-  columns,
-  ref,
-  native,
-  platform_profile,
-  margin,
-  min_share=None,
-  compare=None,
-  compare_flag='compare',
-):
+def gap_section(runs, columns, ref, native, platform_profile, margin, min_share, compare, flag):
   """The Attribution's gap fields (gap, gap_note, native, emulation, decomposition)."""
   platforms = sorted(set(runs['platform'].astype(str))) if 'platform' in runs else []
 
@@ -941,7 +913,7 @@ def gap_section(
       f'runs from one platform ({", ".join(map(str, platforms)) or "unknown"}): no '
       'platform gap; each arm minus the reference arm instead'
     )
-  pairs, left_out = platform_pairs(platforms, compare, compare_flag)
+  pairs, left_out = platform_pairs(platforms, compare, flag)
   if 'seed' not in runs or runs['seed'].isna().all():
     return none('gap decomposition unavailable: no seed column, so no arm pairs with another')
   arm = native_arm(runs, columns, parse_pairs(native, '--native'))
@@ -984,9 +956,7 @@ def platform_profile(runs, declared):
   }
 
 
-def declared_attribution(
-  frame, declared, metric, seed_col, margin, margin_reason, source, compare=None
-):
+def declared_attribution(frame, declared, metric, seed_col, margin, margin_reason, source, compare):
   """The attribution with the declared factors, arms and platform pairs (`compare`: --compare's)."""
   completed = frame[stats.run_status(frame) == 'completed']
   out = factor_attribution(

@@ -275,9 +275,8 @@ def platform_keys(out):
   platforms = sorted({p for d in out.decomposition or [] for p in d.platforms})
   colors = platform_colors(platforms)
   keys = [(colors[p], f'on {p}') for p in platforms] + [(ACROSS_PLATFORMS, 'across platforms')]
-  return [Line2D([], [], color=c, marker='D', markersize=3.4, linewidth=0.8) for c, _ in keys], [
-    t for _, t in keys
-  ]
+  handles = [Line2D([], [], color=c, marker='D', markersize=3.4, linewidth=0.8) for c, _ in keys]
+  return handles, [t for _, t in keys]
 
 
 def draw_forest(out):
@@ -602,10 +601,8 @@ def draw_training_curves(out, hist, steps):
     return None
   colors = platform_colors(platforms)
   same = identical_to((loss, test), place, categories)
-  per_label = {}
-  for cat, platform in place.values():
-    per_label.setdefault(cat, set()).add(platform)
-  crossed = any(len(p) > 1 for p in per_label.values())  # an arm label on several platforms
+  # an arm label on several platforms: more (label, platform) pairs than labels
+  crossed = len(set(place.values())) > len({cat for cat, _ in place.values()})
 
   def look(a):
     k = categories.index(place[a][0])

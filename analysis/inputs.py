@@ -70,13 +70,9 @@ def normalise_platforms(frame):
   if not renamed:
     return frame, []
   mapped = values.astype(object).map(lambda v: renamed.get(v, v) if isinstance(v, str) else v)
-  frame = frame.assign(
-    **{
-      PLATFORM: mapped.astype('category')
-      if isinstance(values.dtype, pd.CategoricalDtype)
-      else mapped
-    }
-  )
+  if isinstance(values.dtype, pd.CategoricalDtype):
+    mapped = mapped.astype('category')
+  frame = frame.assign(**{PLATFORM: mapped})
   notes = [
     f'platform {old!r} read as {new!r} (JAX spells the platform in lower case, without spaces)'
     for old, new in renamed.items()
@@ -227,18 +223,14 @@ def join_chunks(chunks):
   columns = {}
   for name in chunks[0].columns:
     parts = [chunk[name] for chunk in chunks]
-    if all(isinstance(part.dtype, pd.CategoricalDtype) for part in parts):
+    cats = [isinstance(part.dtype, pd.CategoricalDtype) for part in parts]
+    if all(cats):
       columns[name] = pd.Series(
         pd.api.types.union_categoricals(parts, ignore_order=True), name=name
       )
     else:
-      columns[name] = pd.concat(
-        [
-          part.astype(object) if isinstance(part.dtype, pd.CategoricalDtype) else part
-          for part in parts
-        ],
-        ignore_index=True,
-      )
+      plain = [part.astype(object) if cat else part for part, cat in zip(parts, cats, strict=True)]
+      columns[name] = pd.concat(plain, ignore_index=True)
   return pd.DataFrame(columns)
 
 
@@ -320,13 +312,10 @@ def metric_problems(frame, column, scale=None):
     if len(percents) <= len(fractions):
       odd, fix = percents, f'in percent while {len(fractions)} rows are fractions: divide it by 100'
     else:  # a percent at most 1 is possible (a run at 0.8 %): say how to keep it
-      odd, fix = (
-        fractions,
-        (
-          f'at most 1 while {len(percents)} rows are in percent: a fraction? '
-          'multiply it by 100; a real percent below 1? give --scale 1 (the column '
-          'is in percent)'
-        ),
+      odd = fractions
+      fix = (
+        f'at most 1 while {len(percents)} rows are in percent: a fraction? multiply it by 100; '
+        'a real percent below 1? give --scale 1 (the column is in percent)'
       )
     lines += [
       f'{column}, line {n}: {v:g} is {fix} (one scale for the whole column)' for n, v in each(odd)
@@ -653,15 +642,13 @@ def load(roots: Roots) -> tuple[pd.DataFrame, pd.DataFrame]:
   return check_runs(runs_frame(records)), histories_frame(records)
 
 
-def load_study(roots: Roots, study: Optional[str] = None, config: Optional[str] = None):
+def load_study(roots: Roots, study: Optional[str] = None):
   """(runs, histories, declaration) of a study's run folders: the declaration from `study`."""
   frame, hist = load(roots)
   if study:
     declared, where = declaration.load(study), str(study)
   else:
     declared, where = declaration.from_roots(roots)
-    if not declared and config:
-      declared, where = declaration.from_config(config), f'{config} get_study()'
   declaration.check_levels(declared, frame, where)
   return frame, hist, declared or {}
 
@@ -694,11 +681,6 @@ def steps_frame(runs):
     for entry in train_records(run)
   ]
   return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
-
-
-def load_steps(roots):
-  """One row per run and logged training step under the roots (steps_frame)."""
-  return steps_frame(find_all(roots))
 
 
 def known(value):
@@ -786,20 +768,9 @@ def predictions_at(run: str, step: Any, test_size: Any = None, fingerprint: Any 
 
 def read_predictions(runs: pd.DataFrame) -> list[Read]:
   """predictions_at of each row of the runs table `runs` (its run, step, test size, fingerprint)."""
-
-  def column(name):
-    return runs[name] if name in runs else [None] * len(runs)
-
-  return [
-    predictions_at(*row)
-    for row in zip(
-      runs['run'],
-      column('step'),
-      column('data.test_size'),
-      column('data.split_fingerprint'),
-      strict=True,
-    )
-  ]
+  none = [None] * len(runs)
+  columns = [runs.get(c, none) for c in ('step', 'data.test_size', 'data.split_fingerprint')]
+  return [predictions_at(*row) for row in zip(runs['run'], *columns, strict=True)]
 
 
 class Platform(NamedTuple):

@@ -344,7 +344,6 @@ VARIANCE_METHOD = (
   "negative estimates truncated at 0; 95% intervals by Satterthwaite's df (exact χ² for "
   'a single mean square)'
 )
-COMPONENTS = ('init', 'data order', 'init × data order', 'nondeterminism (replicates)')
 RESIDUAL = 'init × data order + nondeterminism (no replicates)'  # R = 1: one residual
 MIN_CI_DF = 2.0
 
@@ -401,7 +400,7 @@ def interval(ms, weights):
 
 
 def variance_components(frame, value='value', init='init_seed', data='data_seed'):
-  """One row per component (COMPONENTS; with one run per cell the last two as RESIDUAL)."""
+  """One row per component (coefficients; with one run per cell the last two as RESIDUAL)."""
   if frame[init].nunique() < 2 or frame[data].nunique() < 2:
     raise ValueError('variance split: needs at least 2 init seeds and 2 data seeds')
   counts = frame.groupby([init, data]).size()
@@ -466,14 +465,9 @@ def run_status(frame):
 def status_reasons(frame):
   """Why each run is not completed: 'failed: loss is NaN', 'running: step 3/10' ('' if it is)."""
   reason = frame['reason'] if 'reason' in frame else pd.Series('', index=frame.index)
-  progress = (
-    f'step {a}/{b}'
-    for a, b in zip(
-      frame.get('step', [None] * len(frame)),
-      frame.get('total_steps', [None] * len(frame)),
-      strict=True,
-    )
-  )
+  none = [None] * len(frame)
+  steps = zip(frame.get('step', none), frame.get('total_steps', none), strict=True)
+  progress = (f'step {a}/{b}' for a, b in steps)
   return [
     f'{s}: {r}' if isinstance(r, str) and r else f'{s}: {p}' if s != 'completed' else ''
     for s, r, p in zip(run_status(frame), reason, progress, strict=True)
@@ -949,12 +943,11 @@ def family(arms):
   return pairs
 
 
-def contrast_table(out, declared, margin=None):
+def contrast_table(out, declared):
   """The declared contrasts judged as one family (compare rows + judge) with platform."""
   arms = out.arm_info
   arms = arm_levels(out, declared) if arms is None else arms
-  margin = margin or out.margin
-  table = judge([compare(out, a, b, margin) for a, b in family(arms)], margin)
+  table = judge([compare(out, a, b, out.margin) for a, b in family(arms)], out.margin)
   if table.empty:
     return table
   info = arms.set_index('arm')
@@ -1124,13 +1117,8 @@ def seed_columns(runs):
   return (init, data) if init and data else None
 
 
-def variance_table(runs, value='value'):
-  """variance_components per arm whose runs set init and data-order seeds apart."""
-  return split_by_arm(runs, value)[0]
-
-
 def split_by_arm(runs, value='value'):
-  """(variance_table, notes): why an arm whose seeds vary has no split."""
+  """(variance_components per arm whose runs set init and data seeds apart, why a split failed)."""
   columns = seed_columns(runs)
   if columns is None:
     return pd.DataFrame(), []

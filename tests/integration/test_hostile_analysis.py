@@ -54,7 +54,9 @@ def test_a_root_given_twice_is_read_once(tmp_path, second):
   ]
   os.makedirs(tmp_path / 'x', exist_ok=True)
   assert len(inputs.load_runs([root, again])) == 4
-  assert len(inputs.load_steps([root, again])) == 0  # no metrics.jsonl, and no error
+  assert (
+    len(inputs.steps_frame(inputs.find_all([root, again]))) == 0
+  )  # no metrics.jsonl, and no error
 
 
 def test_a_run_under_two_roots_is_one_line_naming_both_places(tmp_path, capsys):

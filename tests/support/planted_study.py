@@ -90,4 +90,4 @@ def make_study(
 
 def analysed(root, **kw):
   runs, hist = inputs.load(str(root))
-  return analyse.study_analysis(runs, **kw), hist, inputs.load_steps(str(root))
+  return analyse.study_analysis(runs, **kw), hist, inputs.steps_frame(inputs.find_all(str(root)))

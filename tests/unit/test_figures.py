@@ -47,7 +47,7 @@ def test_all_figures_written_and_readable(tmp_path, capsys):
 
 def test_load_steps_reads_train_records_only(tmp_path):
   make_study(tmp_path / 'runs', arms=(('tpu', 'float32', 0.9),), seeds=range(2))
-  steps = inputs.load_steps(str(tmp_path / 'runs'))
+  steps = inputs.steps_frame(inputs.find_all(str(tmp_path / 'runs')))
   assert list(steps.columns) == ['run', 'step', 'epoch', 'train_loss', 'train_accuracy']
   assert len(steps) == 2 * len(STEPS) and list(steps['step'][:5]) == list(STEPS)
   assert steps['train_loss'].iloc[1] == pytest.approx(2.0 / 4)

@@ -115,6 +115,6 @@ def test_variance_table_per_arm_only_where_the_runs_record_both_seeds():
     columns={'init_seed': 'config.init_seed'}
   )
   frame['arm'] = 'a'
-  table = stats.variance_table(frame)
+  table = stats.split_by_arm(frame)[0]
   assert set(table['arm']) == {'a'} and (table['runs'] == 18).all()
-  assert stats.variance_table(frame.drop(columns='config.init_seed')).empty
+  assert stats.split_by_arm(frame.drop(columns='config.init_seed'))[0].empty
