@@ -79,9 +79,8 @@ def export_table(seeds, rng=0, seed_sd=SEED_SD, template=TEMPLATE):
   table['run'] = runs['run'].to_numpy()
   for column in ('seed', 'config.seed'):
     table[column] = runs['seed'].to_numpy()
-  for column in ('requested', 'effective'):
-    table[f'numerics.{column}.profile'] = runs['profile'].to_numpy()
-  table['config.numerics.profile'] = runs['profile'].to_numpy()
+  for column in ('numerics.requested', 'numerics.effective', 'config.numerics'):
+    table[f'{column}.profile'] = runs['profile'].to_numpy()
   table['numerics.effective.platform'] = table['platform']
   table[record.DEFAULT_METRIC] = runs['accuracy'].to_numpy()
   return table[source.columns]
@@ -166,10 +165,8 @@ def main(argv=None):
   import scipy
   import statsmodels
 
-  versions = f'numpy {np.__version__}, pandas {pd.__version__}, scipy {scipy.__version__}'
-  first = (
-    f'python {platform_lib.python_version()}, {versions}, statsmodels {statsmodels.__version__}'
-  )
+  versions = ', '.join(f'{m.__name__} {m.__version__}' for m in (np, pd, scipy, statsmodels))
+  first = f'python {platform_lib.python_version()}, {versions}'
   common.command_line('bench_analysis', argv, f'{first} | {common.host()}')
   rows, worst = [], {'seconds': 0.0, 'peak_mb': 0.0}
   with tempfile.TemporaryDirectory(prefix='bench_analysis_') as tmp:

@@ -148,9 +148,8 @@ def conv_table(size, width, stem, batch, in_channels, args):
     for r in range(args.repeats):
       for impl in IMPLS if r % 2 == 0 else IMPLS[::-1]:
         times[impl].append(compiled[impl][0](calls[impl]) / calls[impl])
-    result = {
-      impl: (compiled[impl][1], statistics.median(times[impl])) for impl in IMPLS
-    }  # (compile s, median s per call) of alternating rounds
+    # (compile s, median s per call) of alternating rounds
+    result = {impl: (compiled[impl][1], statistics.median(times[impl])) for impl in IMPLS}
     auto = auto_pick(conv, jax.default_backend())
     best = min(IMPLS, key=lambda impl: result[impl][1])
     count = len(conv.names)

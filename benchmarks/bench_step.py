@@ -305,12 +305,10 @@ def emulate_mode(args, config):
 
 # --mode determinism: one lowering compiled with XLA's deterministic GPU ops on, off and more.
 OPTION, EXCLUDE = 'xla_gpu_deterministic_ops', 'xla_gpu_exclude_nondeterministic_ops'
-DUMP_AUTOTUNE = 'xla_gpu_dump_autotune_results_to'
-LOAD_AUTOTUNE = 'xla_gpu_load_autotune_results_from'
 VARIANTS = {'deterministic': {OPTION: True}, 'nondeterministic': {OPTION: False}}
 EXTRA_VARIANTS = {
   'exclude_nondeterministic': {OPTION: False, EXCLUDE: True},
-  'deterministic_autotuned': {OPTION: True},  # + LOAD_AUTOTUNE: nondeterministic's results
+  'deterministic_autotuned': {OPTION: True},  # + the nondeterministic's autotuning results
 }
 ALL_VARIANTS = (*VARIANTS, *EXTRA_VARIANTS)
 SCATTER_OR_SORT = re.compile(r'\b(scatter|select-and-scatter|sort)\(')
@@ -344,7 +342,7 @@ def determinism_measure(args, config, names=tuple(VARIANTS)):
     for name in names:
       options = {**VARIANTS, **EXTRA_VARIANTS}[name]
       if name == 'nondeterministic':
-        options = {**options, DUMP_AUTOTUNE: autotune}
+        options = {**options, 'xla_gpu_dump_autotune_results_to': autotune}
       elif name == 'deterministic_autotuned' and not os.path.getsize(autotune):
         notes.append(
           'deterministic_autotuned left out: the nondeterministic compilation wrote no '
@@ -352,7 +350,7 @@ def determinism_measure(args, config, names=tuple(VARIANTS)):
         )
         continue
       elif name == 'deterministic_autotuned':
-        options = {**options, LOAD_AUTOTUNE: autotune}
+        options = {**options, 'xla_gpu_load_autotune_results_from': autotune}
       start = time.perf_counter()
       compiled = bench.lowered.compile(options)
       out[name] = {'compiled': compiled, 'compile_s': time.perf_counter() - start}
@@ -640,8 +638,7 @@ def event_category(event, categories):
 
 
 def trace_summary(events, steps, categories=None):
-  """Per step, in microseconds: busy (the union of the kernels' intervals) and wall time, kernel
-  time by category and by kernel."""
+  """Per step (microseconds): busy (kernels' union) and span, kernel time by category and kernel."""
   if not events:
     raise ValueError('the trace holds no device events (is a profiler plugin available?)')
   by_category, by_kernel, counts, kinds = collections.Counter(), collections.Counter(), {}, {}

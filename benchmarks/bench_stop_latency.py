@@ -108,8 +108,7 @@ def throughput(config, rounds):
 
 
 def resolved(spec, epochs=100):
-  """The resolved config of `spec` with num_epochs=`epochs` (100: no run ends before its
-  signal); a bad spec: one line."""
+  """`spec` resolved with num_epochs=`epochs` (100: no run ends before its signal); bad: exit 2."""
   path, _, rest = spec.partition(':')
   try:
     return validation.resolve(
@@ -211,12 +210,10 @@ def main(argv=None):
   shipped = process.STEPS_IN_FLIGHT
   flights = [shipped if v == 'shipped' else None if v == 'none' else int(v) for v in args.in_flight]
   header = ['config', 'step (s)', 'CPU hogs', 'trials']
-  for flight in flights:
-    header += [
-      f'{"none" if flight is None else flight} in flight: steps after the signal, median / max'
-    ]
-    header += ['seconds to the saved checkpoint, median / max', 'evaluations after the signal']
-    header.append('images/s before it')
+  rest = ['seconds to the saved checkpoint, median / max', 'evaluations after the signal']
+  for n in flights:
+    steps = f'{"none" if n is None else n} in flight: steps after the signal, median / max'
+    header += [steps, *rest, 'images/s before it']
   print(common.table(header, []))
   rng = random.Random(args.seed)
   for spec, config in zip(args.configs, configs, strict=True):

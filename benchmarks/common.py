@@ -1,7 +1,5 @@
 """What the benchmarks share: the record's first lines, the one-line error, alternating timed
-windows, tables, flags of one mode, and the step benchmarks' command line.
-Reference: docs/performance.md "The benchmark scripts".
-"""
+windows, tables, flags of one mode, the step benchmarks' command line (docs/performance.md)."""
 
 import argparse
 import os
@@ -61,8 +59,7 @@ def environment() -> str:
 
 
 def command_line(module: str, argv: Sequence[str] | None, first: str | None = '') -> None:
-  """Prints `first` (default environment(); None: nothing), then 'command: python -m
-  benchmarks.<module> <arguments>' (argv None: this process's)."""
+  """Prints `first` (default environment(); None: nothing), then 'command: ...' of `argv`."""
   if first is not None:
     print(first or environment())
   print(
@@ -173,16 +170,14 @@ def add_step_args(parser) -> None:
 
 
 def parse_step_config(parser, argv, resolve=True):
-  """(args, config): `--config` and `--config.*` split off, the rest parsed by `parser`; the config
-  loaded with the shorthand flags given, then --config.*, resolved and its numerics applied before
-  any backend starts (`resolve(args)` False: returned as loaded). Bad input: one line, exit 2."""
+  """(args, config) of `argv`: --config, the shorthand flags, then --config.* loaded, resolved,
+  numerics applied before any backend starts (`resolve(args)` False: as loaded). Bad: exit 2."""
   spec, overrides, rest = config_common.split_argv(list(sys.argv[1:] if argv is None else argv))
   args = parser.parse_args(rest)  # --help and a bad flag end here, before JAX loads
   from numerics import setup as numerics_setup
 
-  given = [(field, getattr(args, dest)) for dest, field, _, _ in SHORTHANDS]
+  given = [(f, getattr(args, d)) for d, f, _, _ in SHORTHANDS if getattr(args, d) is not None]
   try:
-    given = [(field, value) for field, value in given if value is not None]
     loaded = config_common.load(spec or DEFAULT_CONFIG, given + overrides)
     config = validation.resolve(loaded)
     numerics_setup.configure(config)

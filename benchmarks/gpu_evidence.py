@@ -427,10 +427,8 @@ def run_part(part, out, smoke, part_minutes):
     for step in part.steps(ctx):
       began = time.time()
       code = run_step(step, ctx, part_minutes * 60 - (began - start))
-      if code is None:  # why the command failed or missed its criterion, naming a missing module
-        failure = 'timed out'
-      else:
-        failure = f'exit {code}' if code not in step.ok else step.expect and step.expect(ctx, step)
+      failure = 'timed out' if code is None else f'exit {code}' if code not in step.ok else None
+      failure = failure or (step.expect and step.expect(ctx, step))
       missing = MISSING_MODULE.findall(read(os.path.join(ctx.folder, step.label + '.err')))
       if failure and missing:
         failure += f'; missing module {missing[-1]} (No module named {missing[-1]})'

@@ -282,9 +282,8 @@ def figure(result, out_dir):
   panel(axes[6], x, lines, 'train loss since last row', log=False)
   axes[6].legend(fontsize=6)
   ax, kinds = axes[7], list(result['final']['disagreement'])  # churn: mean over seeds, per seed
-  for i, kind in enumerate(kinds):
-    d, color = result['final']['disagreement'][kind], colors[kind]
-    a = d['across']
+  for i, (kind, d) in enumerate(result['final']['disagreement'].items()):
+    a, color = d['across'], colors[kind]
     if a['t_low'] is not None:
       ax.plot([i, i], [100 * a['t_low'], 100 * a['t_high']], color=color, lw=1.4)
     ax.plot([i], [100 * a['mean']], 'o', color=color)

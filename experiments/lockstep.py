@@ -66,13 +66,11 @@ def pair_list(seeds, names):
     if kind != 'a'
     for s in seeds
   ]
-  links = len(seeds) if len(seeds) > 2 else len(seeds) - 1  # 2 seeds: one pair, not it twice
-  for i in range(links):
-    other = seeds[(i + 1) % len(seeds)]
-    out.append(
-      {'kind': 'ceiling', 'seeds': [seeds[i], other], 'x': (seeds[i], 'a'), 'y': (other, 'a')}
-    )
-  return out
+  ring = seeds[1:] + seeds[:1] if len(seeds) > 2 else seeds[1:]  # 2 seeds: one pair, not it twice
+  return out + [
+    {'kind': 'ceiling', 'seeds': [s, t], 'x': (s, 'a'), 'y': (t, 'a')}
+    for s, t in zip(seeds, ring, strict=False)
+  ]
 
 
 def prepare(configs, devices=0, progress=None):

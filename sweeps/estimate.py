@@ -178,8 +178,7 @@ def measure_arms(runs, flags_of, envs, timed_steps):
 
 # --- `--estimate-tpu`: each arm's runs priced from its compiled TPU programs ---
 def arm_run_hours(flags, topology):
-  """({tpu.TERMS name: seconds} of a run of an arm, chips) from `python -m sweeps.preflight`; a
-  ValueError if it fails."""
+  """({tpu.TERMS name: seconds} of a run of the arm, chips) from sweeps.preflight; or ValueError."""
   from sweeps import tpu
 
   with tempfile.TemporaryDirectory() as out:
@@ -198,8 +197,7 @@ def arm_run_hours(flags, topology):
 
 
 def price_arms(runs, flags_of, topology, slots):
-  """Print each arm's run on `topology` by term (tpu.TERMS: roofline, compile, start-up, ...) and
-  the sweep's chip-hours and wall-clock at `slots` runs at a time; an exit code."""
+  """Prints each arm's run on `topology` by tpu.TERMS, then the sweep's totals; an exit code."""
   from sweeps import tpu
 
   firsts, counts = arms_of(runs)

@@ -76,10 +76,6 @@ class Product(
   def how(self):  # the precision it carries, or its algorithm where one is set
     return self.algorithm or self.precision
 
-  @property
-  def arithmetic(self):  # 'f32 x f32 @ highest'
-    return f'{" x ".join(self.operands)} @ {self.how}'
-
 
 def split_type(rest):
   if not rest.startswith('('):
@@ -175,8 +171,8 @@ def rounding_ops(text):
 
 def breakdown(found):
   """'conv forward f32 x f32 @ highest: 20; ...': the products grouped, in a stable order."""
-  groups = collections.Counter((p.kind, p.direction, p.arithmetic) for p in found)
-  return '; '.join(f'{k} {d} {how}: {n}' for (k, d, how), n in sorted(groups.items()))
+  groups = collections.Counter((p.kind, p.direction, ' x '.join(p.operands), p.how) for p in found)
+  return '; '.join(f'{k} {d} {ops} @ {how}: {n}' for (k, d, ops, how), n in sorted(groups.items()))
 
 
 def passes(product):
@@ -215,11 +211,8 @@ def configured(config, kind):
 def as_configured(found, config):
   """How many of `found` carry what `configured` asks of their kind (or its SAME_PASSES level)."""
   wanted = {kind: configured(config, kind) for kind in formats.KINDS}
-
-  def same(how):
-    return SAME_PASSES.get(how, how)
-
-  return sum(same(p.how) == same(wanted.get(p.kind)) for p in found)
+  wanted = {kind: SAME_PASSES.get(how, how) for kind, how in wanted.items()}
+  return sum(SAME_PASSES.get(p.how, p.how) == wanted.get(p.kind) for p in found)
 
 
 # --- the programs of a run, compiled for a topology ---
@@ -237,8 +230,7 @@ def compile_program(fn, args, label):
 
 
 def programs(ctx):
-  """[(name, jitted step, abstract args, images per step)] of every training phase (entered at its
-  first step, as a run enters it) and of the evaluation."""
+  """[(name, jitted step, abstract args, images per step)] of each phase (at its start) and eval."""
   import jax
 
   from trainer import run, train
@@ -320,8 +312,7 @@ def summary(row):  # a program's progress line (its numbers: the table at the en
 
 
 def topology_rows(config, topology, devs, runs, wanted, startup_s):
-  """(rows, run context) of the `wanted` programs on `topology`; one row with the reason (and no
-  context) when the run cannot be built there."""
+  """(rows, run context) of the `wanted` programs on `topology`; unbuildable: ([why], None)."""
   chip, facts = tpu.CHIPS[topology.version], tpu.facts(devs)
   head = {
     'topology': topology.name,

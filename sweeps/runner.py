@@ -75,11 +75,6 @@ def child_env(root, gpu=None, sharing=1):
   return env
 
 
-def slot_envs(root, gpus, slots):
-  """The environment of each of `slots` runs at a time, devices handed out as run_all does."""
-  return [child_env(root, gpu, sharing) for gpu, sharing in slot_gpus(gpus, slots)]
-
-
 # --- the command list and the SLURM script: the runs launched elsewhere ---
 def flag_value(value):
   """A config value as absl's --config.<field>= parses it back."""
@@ -127,8 +122,7 @@ def sbatch_folder(commands_file):
 
 
 def check_commands(runs, path, arg, root, emitted):
-  """Every string of the command list and the SLURM script, checked before anything is written
-  (a shell reads them quoted)."""
+  """Every string of the command list and SLURM script, checked before anything is written."""
   check_one_line(root, '--root')
   check_one_line(path + (arg or ''), '--config')
   for flag, file in zip(('--emit-commands', '--emit-slurm'), emitted, strict=True):
@@ -214,8 +208,7 @@ def compile_s(workdir, since_step, batch_size):
 
 
 def saved_results(workdir):
-  """(the run's saved results or None, '' or why unreadable); nothing is opened without a
-  checkpoints folder (a fresh run)."""
+  """(saved results or None, '' or why unreadable); a run without checkpoints: (None, '')."""
   from analysis import inputs as results
 
   if not os.path.isdir(str(record.checkpoint_dir(workdir))):

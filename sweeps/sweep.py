@@ -30,8 +30,7 @@ Run = collections.namedtuple(
 
 
 def add_run_args(p, example_config, root_help):
-  """--config, --root, --parallel, --gpus, --tpu-chips: what running a sweep takes (run_study's
-  too)."""
+  """--config, --root, --parallel, --gpus, --tpu-chips: what a sweep (and run_study) takes."""
   p.add_argument('--config', required=True, help=f'file with get_sweep(), e.g. {example_config}')
   p.add_argument('--root', required=True, help=root_help)
   p.add_argument('--parallel', type=int, help='runs at a time (default 1, or one per GPU)')
@@ -72,17 +71,8 @@ def arm_slug(arm, leaves):
   return '_'.join(parts) or 'default'
 
 
-def check_overrides(module, arg, overrides, index):
-  """The config with the run's overrides applied (one-line ValueError naming the field)."""
-  try:
-    return common.apply_overrides(module.get_config(arg), overrides.items())
-  except ValueError as e:
-    raise ValueError(f'get_sweep() run {index}: {e}; use a dotted field of get_config()') from None
-
-
 def expand(spec, root):
-  """(runs, config file, arg): the runs of `spec`'s get_sweep(arg), a workdir each under `root`;
-  one-line ValueError on a bad sweep declaration."""
+  """(runs, config file, arg) of `spec`'s get_sweep(arg), under `root`; a bad one: ValueError."""
   path, arg = common.split_spec(spec)
   module = common.load_module(path)
   if not hasattr(module, 'get_sweep'):
@@ -96,7 +86,10 @@ def expand(spec, root):
   leaves = common.fields(module.get_config(arg))
   runs, seen, slugs = [], set(), {}
   for i, overrides in enumerate(sweep):
-    config = check_overrides(module, arg, overrides, i)
+    try:
+      config = common.apply_overrides(module.get_config(arg), overrides.items())
+    except ValueError as e:
+      raise ValueError(f'get_sweep() run {i}: {e}; use a dotted field of get_config()') from None
     arm = {k: v for k, v in overrides.items() if k != 'seed'}
     slug, seed = arm_slug(arm, leaves), int(config.seed)
     if slugs.setdefault(slug, arm) != arm:
@@ -301,15 +294,12 @@ def parallel_slots(requested, runs, gpus, host_bytes, cores):
   if not gpus and not process.gpu_runs():
     caps.append((max(1, cores), f'this host has {cores} CPU cores'))
   cap, why = min(caps, default=(slots, ''), key=lambda c: c[0])
-  if slots <= cap:
-    return slots, None
-  return cap, f'--parallel={slots} capped to {cap}: {why}'
+  return (slots, None) if slots <= cap else (cap, f'--parallel={slots} capped to {cap}: {why}')
 
 
 # --- what it writes before launching: the command list, the SLURM script, the declaration ---
 def study_declaration(spec, root):
-  """(get_study() to write into the root or None, problem or None): once runs exist, a changed
-  declaration is refused."""
+  """(get_study() to write or None, problem or None): a changed one is refused once runs exist."""
   declared = declaration.from_config(spec)
   path = os.path.join(root, declaration.STUDY_FILE)
   if not declared or '://' in root or not os.path.exists(path):
@@ -326,8 +316,7 @@ def study_declaration(spec, root):
 
 
 def main(argv=None):
-  """The exit code: 0 all completed, 1 a run failed or was in use, 2 bad input, 128 + N stopped by
-  signal N."""
+  """The exit code: 0 all completed, 1 a run failed or was in use, 2 bad input, 128 + N signal N."""
   args = parse_args(argv)
   try:
     try:
@@ -379,12 +368,9 @@ def main(argv=None):
   for line in warnings + ([capped] if capped else []):
     print(f'warning: {line}', file=sys.stderr)
   if errors:
-    for line in errors:
+    summary = f'{len(errors)} problem(s) found before launching: nothing was run or written'
+    for line in [*errors, summary]:
       print(f'error: {line}', file=sys.stderr)
-    print(
-      f'error: {len(errors)} problem(s) found before launching: nothing was run or written',
-      file=sys.stderr,
-    )
     return 2
   todo = [(r, states.get(r.workdir, ('todo', ''))) for r in runs]  # a bucket's: all to run
   todo = [(r, detail) for r, (state, detail) in todo if state != 'completed']
@@ -392,7 +378,6 @@ def main(argv=None):
     f'{len(runs)} runs ({len({r.slug for r in runs})} arms) under {root}: '
     f'{len(runs) - len(todo)} completed (skipped), {len(todo)} to run'
   )
-  chips = [g for g in gpus if isinstance(g, tpu.Chip)]
   try:
     dry = args.dry_run or args.estimate
     study_file = args.emit_study or (
@@ -444,13 +429,12 @@ def main(argv=None):
   if args.estimate:
     from sweeps import estimate
 
-    def flags_of(run):
-      return runner.config_flags(run, path, arg)
-
+    flags_of = functools.partial(runner.config_flags, path=path, arg=arg)
     pending = [r for r, _ in todo]
     if args.estimate_tpu:  # priced from the TPU programs compiled here
       return estimate.price_arms(pending, flags_of, args.estimate_tpu, slots if chips else 1)
-    envs = runner.slot_envs(runner.REPO if remote else root, gpus, slots)
+    cache_root = runner.REPO if remote else root  # each slot's environment, as run_all's
+    envs = [runner.child_env(cache_root, g, n) for g, n in runner.slot_gpus(gpus, slots)]
     return estimate.measure_arms(pending, flags_of, envs, args.estimate_steps)
   if args.dry_run:
     return 0

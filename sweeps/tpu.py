@@ -76,8 +76,7 @@ def silenced_stderr():
 
 
 def devices(topology):
-  """The compile-only devices of `topology` (they hold no data); libtpu missing or refusing it: a
-  one-line ValueError."""
+  """The compile-only devices of `topology`; libtpu missing or refusing it: one-line ValueError."""
   try:
     importlib.import_module('libtpu')
   except ImportError as e:
@@ -129,8 +128,7 @@ TERMS = {
 
 
 def run_terms(ctx, step_s, compile_s, startup_s, hosts):
-  """{TERMS name: seconds} of one run from {program: roofline step s, compile s}; None if a
-  program is missing."""
+  """{TERMS name: seconds} of a run from {program: roofline step s, compile s}; None if partial."""
   import jax
 
   from input_pipeline import batching
@@ -239,8 +237,7 @@ def parse_chips(text, flag='--tpu-chips'):
 
 
 def environment(index):
-  """libtpu's per-process variables (those Google's TPU VM runtime reads) of a run on chip
-  `index`, with process and metrics ports of its own."""
+  """libtpu's per-process variables (a TPU VM runtime's) of a run on chip `index`, its own ports."""
   port = PORT_BASE + index
   return {
     'TPU_VISIBLE_CHIPS': str(index),

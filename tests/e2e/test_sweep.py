@@ -176,7 +176,7 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
   for line, run in zip(lines, runs, strict=True):
     config, workdir = parse_train_command(line)
     expected = validation.resolve(
-      sweep.check_overrides(digits, 'smoke,model.width=0.25', run.overrides, 0)
+      common.apply_overrides(digits.get_config('smoke,model.width=0.25'), run.overrides.items())
     )
     assert workdir == run.workdir and config.to_dict() == expected.to_dict()
     assert run.config.to_dict() == expected.to_dict()  # expand keeps each run's resolved config
@@ -190,7 +190,8 @@ def test_command_list_reproduces_each_run_and_slurm_runs_its_line(tmp_path, caps
   run = sweep.Run(odd, 'odd', 4, odd, str(root / 'odd'))
   config, _ = parse_train_command(shlex.join(runner.command(run, DIGITS, 'smoke')))
   assert (
-    config.to_dict() == validation.resolve(sweep.check_overrides(digits, 'smoke', odd, 0)).to_dict()
+    config.to_dict()
+    == validation.resolve(common.apply_overrides(digits.get_config('smoke'), odd.items())).to_dict()
   )
   script = (root / runner.SLURM_FILE).read_text()
   assert script.startswith('#!/bin/bash\n') and f'#SBATCH --array=0-{n - 1}\n' in script
@@ -241,16 +242,14 @@ def test_rerun_after_moving_the_data_skips_completed_and_resumes_unfinished(tmp_
   runs, _, _ = sweep.expand('configs/digits.py:smoke', root)
   for i, run in enumerate(runs[:2]):
     saved = validation.resolve(
-      sweep.check_overrides(
-        digits,
-        'smoke',
+      common.apply_overrides(
+        digits.get_config('smoke'),
         {
           **run.overrides,
           'data.manual_dir': '/old/a',
           'data.tfds_dir': '/old/b',
           'data.cache_dir': '/old/c',
-        },
-        0,
+        }.items(),
       )
     )
     record.write_results(

@@ -72,8 +72,10 @@ def test_estimate_processes_sharing_a_gpu_get_the_runs_fraction(
   )
   capsys.readouterr()
   assert code == 0 and [env.get(FRACTION) for env in seen] == ['0.450', '0.450']
-  assert [env.get(FRACTION) for env in runner.slot_envs('/r', [0, 1], 2)] == [None, None]
-  assert [env['CUDA_VISIBLE_DEVICES'] for env in runner.slot_envs('/r', [3, 3], 2)] == ['3', '3']
+  envs = [runner.child_env('/r', gpu, n) for gpu, n in runner.slot_gpus([0, 1], 2)]
+  assert [env.get(FRACTION) for env in envs] == [None, None]
+  envs = [runner.child_env('/r', gpu, n) for gpu, n in runner.slot_gpus([3, 3], 2)]
+  assert [env['CUDA_VISIBLE_DEVICES'] for env in envs] == ['3', '3']
 
 
 def test_parallel_runs_on_one_gpu_start_with_the_fraction_recorded_in_train_log(
