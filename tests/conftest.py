@@ -24,11 +24,13 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 if not GPU_TIER:  # the GPU tier measures speed
   os.environ['JAX_DISABLE_MOST_OPTIMIZATIONS'] = '1'
 
-# A test runner started in the background by a shell without job control inherits SIGINT ignored,
-# and so would every train.py it starts (the trainer keeps an ignored signal ignored, as a
-# background job should): the tests that send SIGINT need it deliverable.
+# A test runner started in the background by a shell without job control inherits SIGINT ignored
+# (under nohup, SIGHUP), and so would every train.py it starts (the trainer keeps an ignored signal
+# ignored, as a background job should): the tests that send them need them deliverable.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
   signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+  signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 import jax  # noqa: E402 (imported once JAX_PLATFORMS and XLA_FLAGS above are set)
 import pytest  # noqa: E402 (after the environment, with jax)

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -154,8 +155,19 @@ def assert_same_metrics(a, b, records_a, records_b, tolerance):
   assert abs(a['final']['test_accuracy'] - b['final']['test_accuracy']) <= 0.04
 
 
+@pytest.fixture
+def optimised(monkeypatch):
+  """XLA's optimised programs in this process and its subprocesses (conftest turns most
+  optimisations off): the summation order the tolerances below were measured in."""
+  monkeypatch.setenv('JAX_DISABLE_MOST_OPTIMIZATIONS', '0')
+  before = jax.config.read('jax_disable_most_optimizations')
+  jax.config.update('jax_disable_most_optimizations', False)
+  yield
+  jax.config.update('jax_disable_most_optimizations', before)
+
+
 @pytest.mark.timeout(900)
-def test_two_processes_match_one_and_resume(tmp_path, subprocess_env):
+def test_two_processes_match_one_and_resume(optimised, tmp_path, subprocess_env):
   config = digits.get_config('smoke')
   config.checkpoint_every_steps, config.batch_size = EVERY, BATCH
   one = train.train_and_evaluate(validation.resolve(config), str(tmp_path / 'one'))
