@@ -1,6 +1,7 @@
 """Arms and seeds of one run trained in lockstep (a seed's arms from the same initial weights, bit
 for bit) and the distances between them; what each number means: docs/numerics.md."""
 
+import dataclasses
 import functools
 import json
 import math
@@ -132,13 +133,14 @@ def prepare(configs, devices=0, progress=None):
 
 
 def enter_phase(lock, phase, step):
-  """Each arm's state and jitted step for `phase` (a seed's arms of equal numerics share one)."""
+  """Each arm's state and jitted step for `phase`: arms of equal numerics share one compilation,
+  whatever their seed (an argument of the step, bound per arm)."""
   shared, fns = {}, {}
   for arm_id, arm in lock['arms'].items():
     lock['states'][arm_id], fn = trainer.enter_phase(
       arm['ctx'], lock['states'][arm_id], phase, step
     )
-    fns[arm_id] = shared.setdefault((arm['seed'], arm['key']), fn)
+    fns[arm_id] = dataclasses.replace(shared.setdefault(arm['key'], fn), seed=fn.seed)
   return fns
 
 
@@ -206,7 +208,7 @@ def train(lock, num_steps, every, probe=256, progress=None):
       fns = enter_phase(lock, phase, step)
       progress.say(
         f'compiling the training step of phase {phase.name} for '
-        f'{len(set(map(id, fns.values())))} arm(s) (their first step)'
+        f'{len({id(f.fn) for f in fns.values()})} distinct arm(s) (their first step)'
       )
     for seed in lock['seeds']:
       batch = next(feeds[seed])

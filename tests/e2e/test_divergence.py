@@ -212,7 +212,7 @@ def test_identical_settings_give_exactly_zero(tmp_path, capsys):
     'building seed 0 arm b',
     'compiling the evaluation pass of 1 distinct arm(s), then the first row',
   ]
-  assert 'compiling the training step of phase frozen for 1 arm(s)' in lines[4]
+  assert 'compiling the training step of phase frozen for 1 distinct arm(s)' in lines[4]
   assert re.search(r'step 4/4, [0-9.e+]+ steps/s, ETA 0m00s \(frozen\)', out.err)
 
 
