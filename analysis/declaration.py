@@ -60,7 +60,12 @@ def check_margin(value, where):
 
 
 def text_problem(value):
-  return None if isinstance(value, str) else f'{value!r} is not text; write it in quotes'
+  """Why `value` is not one line of text (it is printed inside a sentence of report.md)."""
+  if not isinstance(value, str):
+    return f'{value!r} is not text; write it in quotes'
+  if value and value.splitlines() != [value]:
+    return f'{value!r} holds a line break; write it on one line'
+  return None
 
 
 def real(value):

@@ -65,6 +65,12 @@ def refused(capsys, study_csv, study, main=analyse.main, extra=()):
     ('compare', [['tpu', 'tpu']], "compare: ['tpu', 'tpu'] compares tpu with itself"),
     ('compare', 'tpu,gpu', "compare: 'tpu,gpu' is not a list of platform pairs"),
     ('margin_reason', 3, 'margin_reason: 3 is not text'),
+    (
+      'margin_reason',
+      'wide\n## Injected\n| a | b |',
+      "margin_reason: 'wide\\n## Injected\\n| a | b |' holds a line break; write it on one line",
+    ),
+    ('seed_sd_source', 'pilot\r', "seed_sd_source: 'pilot\\r' holds a line break"),
   ],
 )
 def test_each_key_is_typed_and_in_range_naming_the_file_and_key(
@@ -188,3 +194,14 @@ def test_the_shipped_declarations_pass():
     'results/digits_h100_cpu.study.json',
   ):
     assert declaration.problems(declaration.load(spec)) == []
+
+
+def test_a_margin_reason_on_two_lines_is_refused_from_the_flag_too(tmp_path, capsys, study_csv):
+  """Issue 42, item 12. Before: a newline in margin_reason wrote a heading and a table into
+  report.md (the reason is printed inside a sentence), exit 0."""
+  out = tmp_path / 'out'
+  argv = ['--csv', study_csv, '--margin', '1', '--margin-reason', 'pilot\n## Injected']
+  assert cli_error(capsys, analyse.main, [*argv, '--out', str(out)]) == [
+    "error: --margin-reason: 'pilot\\n## Injected' holds a line break; write it on one line"
+  ]
+  assert not out.exists()
