@@ -165,14 +165,20 @@ def platform_profile_problem(value):
 
 def label_problem(spec):
   """Why a factor's label `spec` is neither a text formatting one level ('BN/{}') nor
-  {level: label}."""
+  {level: label}, one label per level."""
   if isinstance(spec, dict):
     bad = [f'{k}: {v!r}' for k, v in spec.items() if not isinstance(v, str)]
+    same = [k for k, v in spec.items() if list(spec.values()).count(v) > 1]
+    if same and not bad:
+      return f'levels {", ".join(map(str, same))} have one label; give each level its own'
     return f'{bad[0]} is not a label (text)' if bad else None
   if not isinstance(spec, str):
     return f'{spec!r} is neither a format text ("BN/{{}}") nor {{level: label}}'
   try:
-    spec.format('x')
+    if spec.format('x') == spec.format('y'):
+      return (
+        f'{spec!r} gives every level one label; write {{}} where the level goes, e.g. "BN/{{}}"'
+      )
   except (IndexError, KeyError, ValueError) as e:
     return (
       f'{spec!r} does not format one level ({type(e).__name__}: {e}); write {{}} where the '

@@ -924,6 +924,13 @@ def arm_levels(out, declared):
   clash = table[table.duplicated(['platform', 'label'], keep=False)]
   if not clash.empty:
     a, b = clash['arm'].iloc[:2]
+    la, lb = (clash.iloc[i][list(columns)].to_dict() for i in (0, 1))
+    if la != lb:  # the declaration's labels, not its factors, made them one
+      differ = ', '.join(f'{f}={la[f]} and {lb[f]}' for f in columns if la[f] != lb[f])
+      raise ValueError(
+        f'--study: labels: arms {a!r} and {b!r} differ in {differ} but are both labelled '
+        f'{clash["label"].iloc[0]!r}; give each level its own label'
+      )
     raise ValueError(
       f'--study: arms {a!r} and {b!r} ({len(clash)} arms in all) have the same declared '
       'factor levels on one platform; declare the factor that separates them '

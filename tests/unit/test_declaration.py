@@ -205,3 +205,37 @@ def test_a_margin_reason_on_two_lines_is_refused_from_the_flag_too(tmp_path, cap
     "error: --margin-reason: 'pilot\\n## Injected' holds a line break; write it on one line"
   ]
   assert not out.exists()
+
+
+@pytest.mark.parametrize(
+  'labels, says',
+  [
+    (
+      {'profile': 'same'},
+      'profile: \'same\' gives every level one label; write {} where the level goes, e.g. "BN/{}"',
+    ),
+    (
+      {'profile': {'native': 'x', 'f32': 'x'}},
+      'profile: levels native, f32 have one label; give each level its own',
+    ),
+  ],
+)
+def test_labels_that_make_two_levels_one_text_are_named_not_the_factors(
+  tmp_path, capsys, study_csv, labels, says
+):
+  """Issue 42, item 13. Before: 'have the same declared factor levels on one platform; declare
+  the factor that separates them', though the factors were declared and the labels merged them."""
+  study = study_file(tmp_path, labels={**DIGITS['labels'], **labels})
+  assert refused(capsys, study_csv, study) == [f'error: {study}: labels: {says}']
+
+
+def test_labels_of_two_factors_that_meet_in_one_text_are_named(tmp_path, capsys, study_csv):
+  """Issue 42, item 13, across factors: profile tpu_default labelled 'BN/16' meets batchnorm_group
+  16's 'BN/{}' (each factor's labels are distinct; two arms read the same)."""
+  labels = {**DIGITS['labels'], 'profile': {'tpu_default': 'BN/16'}}
+  with pytest.raises(SystemExit) as stop:
+    analyse.main(['--csv', study_csv, '--study', study_file(tmp_path, labels=labels)])
+  last = capsys.readouterr().err.strip().splitlines()[-1]
+  assert stop.value.code == 2 and last.startswith("error: --study: labels: arms '")
+  assert 'differ in profile=tpu_default and native, batchnorm_group=0 and 16' in last
+  assert last.endswith("both labelled 'BN/16'; give each level its own label")
