@@ -586,14 +586,24 @@ def one_record_per_run(records):
       kept.append((run, results))
       continue
     other, saved = first[key]
-    if json.dumps(saved, sort_keys=True, default=str) != json.dumps(
-      results, sort_keys=True, default=str
-    ):
+    differ = sorted(
+      k
+      for k in saved.keys() | results.keys()
+      if json.dumps(saved.get(k), sort_keys=True, default=str)
+      != json.dumps(results.get(k), sort_keys=True, default=str)
+    )
+    if differ:
+      (a, s), (b, t) = ((r.get('step'), r.get('status')) for r in (saved, results))
+      what, why = (
+        f'step {a}, {s} vs step {b}, {t}',
+        'one is a copy of the other taken at another point',
+      )
+      if (a, s) == (b, t):
+        what = f'both at step {a}, {s}, differing in {", ".join(differ[:4])}'
+        why = 'copies that went on separately'
       raise ValueError(
-        f'--runs: run {key} is at {other} and at {run} with different records '
-        f'(step {saved.get("step")}, {saved.get("status")} vs step '
-        f'{results.get("step")}, {results.get("status")}): one is a copy of the '
-        'other taken at another point; keep the one you mean'
+        f'--runs: run {key} is at {other} and at {run} with different records ({what}): {why}; '
+        'keep the one you mean'
       )
     notes.append(f'note: {run} is the run at {other} (run id {key}, the same record): counted once')
   for note in notes:

@@ -65,7 +65,25 @@ def test_one_id_with_two_records_is_one_line_naming_both_places(tmp_path, capsys
   lines = cli_error(capsys, analyse.main, ['--runs', root, str(tmp_path / 'copy')])
   assert len(lines) == 1 and lines[0].startswith(f'error: --runs: run {later["run_id"]} is at ')
   assert f'{root}/float32/s1' in lines[0] and f'{tmp_path}/copy/float32/s1' in lines[0]
-  assert 'with different records (step 20, completed vs step 10, completed)' in lines[0]
+  assert (
+    'with different records (step 20, completed vs step 10, completed): one is a copy' in lines[0]
+  )
+
+
+def test_two_copies_resumed_to_the_same_step_are_not_said_taken_at_another_point(tmp_path, capsys):
+  """Issue 42, item 14. Before: 'one is a copy of the other taken at another point' of two copies
+  of a stopped run, both resumed to the same step (each with its own wall time)."""
+  root = plant(tmp_path / 'runs')
+  shutil.copytree(root, tmp_path / 'copy')
+  for folder, wall in ((root, 50.0), (f'{tmp_path}/copy', 60.0)):
+    stopped = record.read_results(f'{folder}/float32/s1')
+    record.write_results(f'{folder}/float32/s1', {**stopped, 'wall_time_s': wall}, step=20)
+  lines = cli_error(capsys, analyse.main, ['--runs', root, str(tmp_path / 'copy')])
+  assert len(lines) == 1 and 'another point' not in lines[0]
+  assert lines[0].endswith(
+    '(both at step 10, completed, differing in wall_time_s): copies that went on separately; '
+    'keep the one you mean'
+  )
 
 
 def test_the_export_carries_the_run_id_and_an_export_beside_its_folders_counts_once(
