@@ -96,8 +96,12 @@ def ignored(column):
 
 def test_set_problems(frame):
   """One line per record.TEST_SET field with several values among the completed runs of one data
-  config: their accuracies do not compare."""
+  config, or one for runs of several datasets: their accuracies do not compare."""
   done = frame[completed_rows(frame)]
+  name = f'{record.CONFIG_PREFIX}data.name'
+  if name in done and done[name].nunique() > 1:
+    said = ', '.join(f'{k} ({n} runs)' for k, n in sorted(done[name].value_counts().items()))
+    return [f'{name}: runs of several datasets ({said}); analyse each dataset apart']
   fields = [c for c in record.TEST_SET if c in done]
   if not fields or done.empty:
     return []

@@ -67,6 +67,21 @@ def test_another_test_split_on_one_platform_is_refused(tmp_path, capsys):
   )
 
 
+def test_runs_of_two_datasets_are_refused_not_compared_as_platforms(tmp_path, capsys):
+  """Issue 42, item 9. Before: digits runs on cpu and CelebA runs on gpu read as the platform gap
+  ('cpu − gpu −0.30'), exit 0."""
+  frame = table().assign(**{'config.data.name': 'digits'})
+  gpu = frame['platform'] == 'gpu'
+  frame.loc[gpu, 'config.data.name'], frame.loc[gpu, 'data.split_fingerprint'] = 'celeba', 'beef'
+  out = tmp_path / 'out'
+  lines = cli_error(capsys, analyse.main, ['--csv', write(frame, tmp_path), '--out', str(out)])
+  assert lines[0] == (
+    f'error: --csv {tmp_path}/runs.csv: config.data.name: runs of several datasets (celeba (12 '
+    'runs), digits (12 runs)); analyse each dataset apart'
+  )
+  assert not out.exists()
+
+
 def test_a_test_size_varying_inside_an_arm_is_refused(tmp_path, capsys):
   frame = table()
   frame.loc[2, 'data.test_size'] = 359
