@@ -982,8 +982,12 @@ def settings_clause(out):
 
 def sentence(out):
   """'**Answer.** …' in one sentence: the gap of the question's pair."""
-  platforms = sorted(out.software.platforms)
-  where = f'on {listed(platforms)}, ' if platforms else ''
+  table, platforms = judged(out), sorted(out.software.platforms)
+  has = table is not None and 'platform' in table
+  tested = sorted(set(table['platform'].astype(str))) if has else platforms
+  left = [p for p in platforms if p not in tested]  # ran, but no contrast of theirs was tested
+  where = f'on {listed(tested)}' + (f' ({listed(left)}: no contrast tested)' if left else '')
+  where = f'{where}, ' if tested else ''
   settings = settings_clause(out)
   att, agree = out.attribution, out.agreement
   d = att.decomposition[0] if att and att.decomposition else None

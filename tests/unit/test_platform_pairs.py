@@ -370,3 +370,14 @@ def test_declared_compare_names_are_case_folded_and_a_misspelt_one_is_refused(tm
   err = capsys.readouterr().err.strip().splitlines()
   assert stop.value.code == 2 and not out.exists()
   assert err == ['error: study compare: no runs on cpuu (nearest: cpu); platforms run: cpu, gpu']
+
+
+def test_the_answer_names_only_platforms_with_tested_contrasts():
+  """Issue 42, item 10. Before: 'on cpu, gpu and tpu, …' where tpu ran only its native arm, so
+  none of its contrasts was tested."""
+  frame = planted(THREE)
+  frame = frame[(frame['platform'] != 'tpu') | (frame[PROFILE] == 'native')]
+  said = report.sentence(analyse.study_analysis(frame.reset_index(drop=True), DECLARED))
+  assert '; on cpu and gpu (tpu: no contrast tested), ' in said and 'cpu, gpu and tpu' not in said
+  every = report.sentence(analyse.study_analysis(planted(THREE), DECLARED))
+  assert '; on cpu, gpu and tpu, ' in every and 'no contrast tested' not in every
