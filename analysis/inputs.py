@@ -239,29 +239,22 @@ def join_chunks(chunks):
 
 
 def one_row_per_run(frame):
-  """(frame, notes): rows sharing a `run_id` and every value but `run` kept once."""
-  if ID not in frame or not frame[ID].notna().any():
-    return frame, []
-  ids = frame[ID].astype(object)
-  repeated = ids.notna() & ids.duplicated(keep=False)
+  """(frame, notes): rows equal in every value but `run` (its `run_id` included where the CSV has
+  one) are one run met twice, kept once; an id with two contents is check_csv's to refuse."""
+  others = [c for c in frame.columns if c != 'run']
+  if ID not in frame and 'wall_time_s' not in frame:  # no run's own facts (a published table):
+    return frame, []  # equal rows are different runs
+  repeated = frame.duplicated(others, keep=False)
   if not repeated.any():
     return frame, []
-  others = [c for c in frame.columns if c != 'run']
-  content = frame.loc[repeated, others].astype(str)
-  same = content.drop_duplicates()
-  if same[ID].duplicated().any():  # an id with two contents: check_csv refuses it
-    return frame, []
-  drop = content.index.difference(same.index)
-
-  def lines_of(i):
-    return ', '.join(map(str, line_numbers(ids.index[ids == frame.at[i, ID]])))
-
-  notes = [
-    f'run id {frame.at[i, ID]} on lines {lines_of(i)}: '
-    'one run met twice (the same values): counted once'
-    for i in same.index
-  ]
-  return frame.drop(index=drop), notes
+  notes = []
+  for _, rows in frame[repeated].groupby(others, dropna=False, sort=False, observed=True):
+    which = (
+      f'run id {rows[ID].iloc[0]} on lines' if ID in rows and rows[ID].notna().all() else 'lines'
+    )
+    lines = ', '.join(map(str, line_numbers(rows.index)))
+    notes.append(f'{which} {lines}: one run met twice (the same values): counted once')
+  return frame[~frame.duplicated(others)], notes
 
 
 def each(values):
@@ -581,10 +574,17 @@ def read_all(roots):
 
 
 def one_record_per_run(records):
-  """`records` with each run once by its identity (record.run_identity)."""
+  """`records` with each run once by its identity (record.run_identity; a record without its
+  run_id, e.g. a copy where it was removed, is the run whose other content it has)."""
+
+  def bare(r):
+    return record.run_identity({k: v for k, v in r.items() if k != 'run_id'})
+
+  dicts = [r for _, r in records if isinstance(r, dict)]
+  ids = {bare(r): str(r['run_id']) for r in dicts if r.get('run_id')}
   first, kept, notes = {}, [], []
   for run, results in records:
-    key = record.run_identity(results) if isinstance(results, dict) else None
+    key = None if not isinstance(results, dict) else ids.get(bare(results), bare(results))
     if key is None or key not in first:
       first.setdefault(key, (run, results))
       kept.append((run, results))
@@ -592,7 +592,7 @@ def one_record_per_run(records):
     other, saved = first[key]
     differ = sorted(
       k
-      for k in saved.keys() | results.keys()
+      for k in (saved.keys() | results.keys()) - {'run_id'}
       if json.dumps(saved.get(k), sort_keys=True, default=str)
       != json.dumps(results.get(k), sort_keys=True, default=str)
     )

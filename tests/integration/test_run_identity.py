@@ -46,6 +46,21 @@ def test_a_copied_root_counts_each_run_once(tmp_path, capsys, with_ids):
   assert f'note: {tmp_path}/backup/bfloat16/s0 is the run at {root}/bfloat16/s0 (run id ' in err
 
 
+def test_a_copied_run_whose_run_id_was_removed_counts_once(tmp_path, capsys):
+  """Issue 42, item 7. Before: the copy, keyed by its content (no id), was a second run of the
+  seed, a replicate 'identical: yes' of the original."""
+  root = plant(tmp_path / 'runs')
+  shutil.copytree(f'{root}/float32/s1', tmp_path / 'copy')
+  results = record.read_results(str(tmp_path / 'copy'))
+  shutil.rmtree(tmp_path / 'copy')
+  record.write_results(str(tmp_path / 'copy'), {k: v for k, v in results.items() if k != 'run_id'})
+  out = analysed([root, str(tmp_path / 'copy')])
+  assert list(out.arms['n_runs']) == [3, 3] and out.replicates.empty
+  assert (
+    f'note: {tmp_path}/copy is the run at {root}/float32/s1 (run id ' in capsys.readouterr().err
+  )
+
+
 def test_two_distinct_old_runs_with_equal_results_stay_two(tmp_path):
   """Records without an id are identified by their whole content: two runs of one seed that
   happen to reach the same accuracy (a deterministic platform) still differ in wall time."""

@@ -151,6 +151,16 @@ def test_a_real_percent_below_one_is_kept_with_scale_one(tmp_path, capsys):
   assert 'x --scale 100 is above 100 %' in lines[0]
 
 
+def test_copied_rows_of_an_export_without_run_ids_count_once_not_as_replicates(tmp_path, capsys):
+  """Issue 42, item 7. Before: an export without a run_id column (written before ids), 3 of its
+  rows copied under other `run` paths: the copies became replicates, 'identical: yes'."""
+  frame = table().drop(columns=['run_id']).assign(wall_time_s=lambda f: 10.0 + f.index)
+  again = frame.iloc[:3].assign(run=lambda f: 'copy/' + f['run'])
+  out = analyse.study_analysis(inputs.read_csv(write(pd.concat([frame, again]), tmp_path)))
+  assert len(out.runs) == 24 and out.replicates.empty
+  assert 'lines 2, 26: one run met twice (the same values): counted once' in capsys.readouterr().err
+
+
 def test_a_run_met_twice_in_a_csv_counts_once_and_two_records_of_one_id_are_refused(
   tmp_path, capsys
 ):
