@@ -43,11 +43,14 @@ pytest_plugins = ('tests.support.celeba_data',)
 
 
 def pytest_collection_modifyitems(items):
-  """Each test gets its folder's tier as a marker."""
+  """Each test gets its folder's tier as a marker; the costly tiers first, so that under
+  pytest-xdist the longest tests start early and the short ones fill the end."""
   for item in items:
     tier = pathlib.Path(item.path).parent.name
     if tier in TIERS:
       item.add_marker(getattr(pytest.mark, tier))
+  first = ('tpu', 'e2e', 'integration')
+  items.sort(key=lambda i: (first + (i.path.parent.name,)).index(i.path.parent.name))
 
 
 CACHE_DIR = os.environ.get('TEST_JAX_CACHE', os.path.join(ROOT, '.jax_cache'))
