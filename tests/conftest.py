@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(items):
     tier = pathlib.Path(item.path).parent.name
     if tier in TIERS:
       item.add_marker(getattr(pytest.mark, tier))
-  first = ('tpu', 'e2e', 'integration')
+  first = ('e2e', 'integration', 'tpu')
   items.sort(key=lambda i: (first + (i.path.parent.name,)).index(i.path.parent.name))
 
 
