@@ -577,14 +577,18 @@ def one_record_per_run(records):
   """`records` with each run once by its identity (record.run_identity; a record without its
   run_id, e.g. a copy where it was removed, is the run whose other content it has)."""
 
-  def bare(r):
-    return record.run_identity({k: v for k, v in r.items() if k != 'run_id'})
-
-  dicts = [r for _, r in records if isinstance(r, dict)]
-  ids = {bare(r): str(r['run_id']) for r in dicts if r.get('run_id')}
+  bare = [  # each record's identity without its run_id (records without one: run_identity)
+    record.run_identity({k: v for k, v in r.items() if k != 'run_id'})
+    if isinstance(r, dict)
+    else None
+    for _, r in records
+  ]
+  ids = {
+    b: str(r['run_id']) for b, (_, r) in zip(bare, records, strict=True) if b and r.get('run_id')
+  }
   first, kept, notes = {}, [], []
-  for run, results in records:
-    key = None if not isinstance(results, dict) else ids.get(bare(results), bare(results))
+  for (run, results), b in zip(records, bare, strict=True):
+    key = ids.get(b, b)
     if key is None or key not in first:
       first.setdefault(key, (run, results))
       kept.append((run, results))

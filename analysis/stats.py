@@ -830,8 +830,8 @@ def pair_table(prep, arms, margin):
 
 def margin_choice(margin=None, reason=None, declared=None, declared_reason=None):
   """(margin, reason text): the study's declared margin unless `margin`."""
-  if reason is not None and declaration.text_problem(reason):
-    raise ValueError(f'--margin-reason: {declaration.text_problem(reason)}')
+  if reason is not None and (problem := declaration.text_problem(reason)):
+    raise ValueError(f'--margin-reason: {problem}')
   if margin is not None:
     margin = declaration.check_margin(margin, '--margin')
   if declared is not None:

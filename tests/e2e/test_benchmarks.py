@@ -13,6 +13,7 @@ from benchmarks import common as bench_common
 from configs import common, validation
 from numerics import ops
 from tests.conftest import ROOT
+from tests.support.commands import run_module
 
 TINY = ['--image-size', '16', '--batch', '8', '--steps', '2', '--width', '0.125']
 
@@ -169,14 +170,7 @@ def test_bench_step_profile_summarises_the_trace(tmp_path, subprocess_env):
   """In its own process: once a process has made TPU topology devices (tests/tpu, libtpu loaded),
   a CPU profile of it holds no XLA operations."""
   args = ['--mode', 'profile', '--warmup', '1', '--devices', '1', '--trace-dir', str(tmp_path)]
-  proc = subprocess.run(
-    [sys.executable, '-m', 'benchmarks.bench_step', *TINY, *args],
-    cwd=ROOT,
-    capture_output=True,
-    text=True,
-    env=subprocess_env,
-    timeout=600,
-  )
+  proc = run_module(['benchmarks.bench_step', *TINY, *args], subprocess_env, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   lines = proc.stdout.strip().splitlines()
   fraction = float(lines[-1].split('=')[1])
