@@ -257,15 +257,19 @@ def variance_rows(table, unit, labels=None):
       row = {'arm': labels.get(arm, arm), 'design': variance_design(group)}
       row |= {'component': r['component'], f'variance ({unit}²)': num(r['variance'], 3)}
       row |= {f'sd ({unit})': num(r['sd'], 3), 'share (%)': num(r['share_pct'], 1)}
-      ci = (
-        'none: estimate truncated at 0'
-        if r['truncated'] or not r['estimate'] > 0
-        else f'none: df {r["ci_df"]:.2g} < {stats.MIN_CI_DF:g} (more seeds needed)'
-        if not np.isfinite(r['ci_low'])
-        else f'[{num(r["ci_low"], 3)}, {num(r["ci_high"], 3)}] (df {r["ci_df"]:.2g})'
-      )
-      out.append(row | {'95% CI of the variance': ci, 'note': truncation(r, unit)})
+      out.append(row | {'95% CI of the variance': variance_ci(r), 'note': truncation(r, unit)})
   return out
+
+
+def variance_ci(r):
+  """A component's 95% interval in words, or why it has none (truncated, exactly 0, few df)."""
+  if r['truncated']:
+    return 'none: estimate truncated at 0'
+  if not r['estimate'] > 0:
+    return 'none: estimate exactly 0 (no spread between these runs)'
+  if not np.isfinite(r['ci_low']):
+    return f'none: df {r["ci_df"]:.2g} < {stats.MIN_CI_DF:g} (more seeds needed)'
+  return f'[{num(r["ci_low"], 3)}, {num(r["ci_high"], 3)}] (df {r["ci_df"]:.2g})'
 
 
 NOT_RECORDED = 'not recorded'
@@ -960,7 +964,8 @@ def settings_clause(out):
 
   parts = []
   if by.get('different'):
-    parts.append(f'{show(by["different"])} changed {metric} (a difference shown, not within {m})')
+    shown = f'a difference shown; within {m} not shown'
+    parts.append(f'{show(by["different"])} changed {metric} ({shown})')
   if by.get('within margin'):
     parts.append(f'{show(by["within margin"])} changed it, by less than the margin {m}')
   if by.get('not equivalent'):
@@ -1210,12 +1215,13 @@ def answer_lines(out):
   table = section.variance if section is not None else None
   if table is not None and not table.empty:
     for arm, group in table.groupby('arm', sort=False):
-      parts = [
-        f'{r["component"]} {num(r["share_pct"], 0)} % (sd {num(r["sd"], 2)} {unit}'
-        + (', truncated at 0' if r['truncated'] else '')
-        + ')'
-        for _, r in group.iterrows()
-      ]
+      parts = []
+      for _, r in group.iterrows():
+        ci = variance_ci(r)
+        ci = f'variance 95% CI {ci}' if ci.startswith('[') else 'no interval: ' + ci[6:]
+        parts.append(
+          f'{r["component"]} {num(r["share_pct"], 0)} % (sd {num(r["sd"], 2)} {unit}; {ci})'
+        )
       split.append(
         f'**Variance between runs** of {labels.get(arm, arm)} ({variance_design(group)}): '
         + ', '.join(parts)

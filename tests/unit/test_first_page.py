@@ -101,7 +101,7 @@ def test_the_first_page_answers_in_one_sentence_which_settings_changed_the_model
   assert line.startswith(
     '**Answer.** on cpu, bf16 activations '
     f'({d_bf16.mean():+.2f} [{lo:+.2f}, {hi:+.2f}] pp) changed test accuracy '
-    '(a difference shown, not within ±2 pp); BN/16'
+    '(a difference shown; within ±2 pp not shown); BN/16'
   )
   lo, hi = ci(d_bn)
   assert (

@@ -179,6 +179,9 @@ def test_the_variance_split_reaches_report_md_and_tex_with_intervals_or_the_df_t
   assert '4 init × 3 data-order seeds, no replicates (12 runs)' in section
   first = md.split('## Setup')[0]
   assert '**Variance between runs** of native (4 init × 3 data-order seeds' in first
+  lo, hi = split.loc['init', 'ci_low'], split.loc['init', 'ci_high']
+  assert f'(sd {split.loc["init", "sd"]:.2f} pp; variance 95% CI [{lo:.3f}, {hi:.3f}]' in first
+  assert 'data order 0 % (sd 0.00 pp; no interval: estimate truncated at 0)' in first
   tex = report.render(out, 'latex')
   assert r'\label{tab:variance}' in tex and 'truncated at 0' in tex
 
@@ -356,3 +359,22 @@ def test_zero_variance_has_one_exact_rule_in_contrasts_gap_and_noise_floor():
   fake = types.SimpleNamespace(noise={'gpu': floor}, unit='pp', margin=0.5)
   table = pd.DataFrame([same]).assign(platform='gpu', label='y')
   assert report.contrast_rows(fake, table)[0]['noise floor'] == 'within'  # 0.00 within ±0.00
+
+
+def test_bit_identical_replicates_give_a_component_exactly_0_not_truncated():
+  y = [[[80.0, 80.0], [81.0, 81.0]], [[83.0, 83.0], [82.5, 82.5]]]  # replicates bit-identical
+  frame = pd.DataFrame(
+    [
+      {'value': y[i][j][k], 'init_seed': i, 'data_seed': j}
+      for i in range(2)
+      for j in range(2)
+      for k in range(2)
+    ]
+  )
+  table = stats.variance_components(frame).assign(arm='native', runs=8)
+  rows = {r['component']: r for r in report.variance_rows(table, 'pp')}
+  zero = table[table['estimate'] == 0]
+  assert len(zero) == 1 and not zero['truncated'].iloc[0]  # MS within = 0 exactly
+  row = rows[zero['component'].iloc[0]]
+  assert row['95% CI of the variance'] == 'none: estimate exactly 0 (no spread between these runs)'
+  assert row['note'] == ''
