@@ -533,122 +533,101 @@ def curve(frame, x, col, scale=1.0):
   return g.mean() * scale, g.std(ddof=1).fillna(0) * scale
 
 
-def band(ax, mean, sd, look, shade):
-  """The mean line (look = (colour, (marker, line style), label, k, arms, under)), ± sd shaded;
-  each arm's markers start at its own offset."""
-  color, (marker, linestyle), label, k, arms, under = look
+def arm_look(k):
+  """The k-th arm label's colour, marker and line style (the same on every platform's row)."""
+  look = dict(color=PALETTE[k % len(PALETTE)], marker=ARM_MARKERS[k % len(ARM_MARKERS)])
+  look |= dict(linestyle=ARM_LINESTYLES[k % len(ARM_LINESTYLES)], markerfacecolor='none')
+  return look | dict(markersize=3.2, markeredgewidth=0.7, linewidth=1.0)
+
+
+def draw_curve(ax, mean, sd, k, n, shade, label):
+  """Arm k of n (`label`): its mean line, ± sd shaded; its markers start at its own offset, so that
+  curves drawn on top of each other stay apart."""
+  look = arm_look(k)
   if shade:
-    ax.fill_between(mean.index, mean - sd, mean + sd, color=color, alpha=0.15, linewidth=0)
+    ax.fill_between(mean.index, mean - sd, mean + sd, color=look['color'], alpha=0.15, lw=0)
   step = max(len(mean) // MARKS, 1)
-  look = dict(color=color, linestyle=linestyle, linewidth=1.0 + 1.0 * under, marker=marker)
-  look |= dict(markersize=3.2 + 1.6 * under, markerfacecolor='none', zorder=3 - under)
-  every = (k * step // max(arms, 1) % step, step)
-  ax.plot(mean.index, mean, markevery=every, markeredgewidth=0.7 + 0.3 * under, label=label, **look)
-  return mean, sd if shade else 0 * sd
+  ax.plot(mean.index, mean, markevery=(k * step // max(n, 1) % step, step), label=label, **look)
 
 
-def identical_to(panels, place, categories):
-  """{arm: the earlier arm (category order) of its platform whose mean curves equal its own exactly
-  in every panel}: identical arithmetic, drawn on top of each other."""
+def identical_to(panels, labels):
+  """{label: the earlier label whose mean curves equal its own exactly in every panel} of one
+  platform: identical arithmetic, drawn on top of each other."""
   same = {}
-  arms = sorted(place, key=lambda a: categories.index(place[a][0]))
-  for i, arm in enumerate(arms):
-    for other in arms[:i]:
-      if place[other][1] != place[arm][1] or other in same:
-        continue
-      shared = [p for p in panels if arm in p and other in p]
-      if shared and all(p[arm][0].equals(p[other][0]) for p in shared):
-        same[arm] = other
+  for i, label in enumerate(labels):
+    for other in labels[:i]:
+      shared = [p for p in panels if label in p and other in p]
+      if other not in same and shared and all(p[label][0].equals(p[other][0]) for p in shared):
+        same[label] = other
         break
   return same
 
 
-def legend_entries(categories, place, same, colors):
-  """(handles, labels) when an arm label occurs on several platforms: one key per arm (its marker
-  and line style) and per platform (its colour, wider where drawn beneath)."""
-  note = {}
-  for arm, other in same.items():
-    note.setdefault(place[arm][0], []).append(f'= {place[other][0]} on {place[arm][1]}')
-  styles = [
-    (ARM_MARKERS[i % len(ARM_MARKERS)], ARM_LINESTYLES[i % len(ARM_LINESTYLES)])
-    for i in range(len(categories))
-  ]
-  look = dict(color='#333333', markersize=3.2, markerfacecolor='none', markeredgewidth=0.7)
-  handles = [Line2D([], [], linestyle=line, marker=m, linewidth=1.0, **look) for m, line in styles]
-  labels = [c + (f' ({", ".join(note[c])})' if c in note else '') for c in categories]
-  platforms = sorted(colors)
-  under = {p: len(platforms) - 1 - i for i, p in enumerate(platforms)}  # as band() draws them
-  handles += [Line2D([], [], color=colors[p], linewidth=1.0 + 1.0 * under[p]) for p in platforms]
-  return handles, labels + [p + (' (wider: drawn beneath)' if under[p] else '') for p in platforms]
-
-
 def draw_training_curves(out, hist, steps):
-  """The figure: training loss per logged step, test metric per epoch (zoomed)."""
+  """One row per platform: training loss per logged step, the test metric per epoch, and its
+  difference from the platform's first arm (the reference where declared), which is where arms
+  whose curves overlap are told apart. Colour, marker and line style are the arm's."""
   categories, place, platforms = layout(out)
   keep = out.runs[['run', 'arm']]
   steps = steps.merge(keep, on='run') if not steps.empty else steps
   hist = hist.merge(keep, on='run') if not hist.empty and 'test_accuracy' in hist else hist.iloc[:0]
-  hist = hist[hist['epoch'] >= hist['epoch'].max() / 2] if not hist.empty else hist
-  loss = {
-    a: curve(s, 'step', 'train_loss')
-    for a, s in (steps.groupby('arm', sort=True) if not steps.empty else ())
-  }
-  test = {
-    a: curve(h, 'epoch', 'test_accuracy', 100.0)
-    for a, h in (hist.groupby('arm', sort=True) if not hist.empty else ())
-  }
-  if not loss and not test:
+  loss = {p: {} for p in platforms}
+  test = {p: {} for p in platforms}
+  for a, s in steps.groupby('arm', sort=True) if not steps.empty else ():
+    loss[place[a][1]][place[a][0]] = curve(s, 'step', 'train_loss')
+  for a, h in hist.groupby('arm', sort=True) if not hist.empty else ():
+    test[place[a][1]][place[a][0]] = curve(h, 'epoch', 'test_accuracy', 100.0)
+  rows = [p for p in platforms if loss[p] or test[p]]
+  if not rows:
     return None
-  colors = platform_colors(platforms)
-  same = identical_to((loss, test), place, categories)
-  # an arm label on several platforms: more (label, platform) pairs than labels
-  crossed = len(set(place.values())) > len({cat for cat, _ in place.values()})
-
-  def look(a):
-    k = categories.index(place[a][0])
-    name = place[a][0] + (f' ({place[a][1]})' if crossed else '')
-    return (
-      colors[place[a][1]],
-      (ARM_MARKERS[k % len(ARM_MARKERS)], ARM_LINESTYLES[k % len(ARM_LINESTYLES)]),
-      name + (f' (identical to {place[same[a]][0]})' if a in same else ''),
-      k,
-      len(categories),
-      len(platforms) - 1 - platforms.index(place[a][1]),
-    )
-
-  shade = len(place) <= SHADED_MAX
-  fig, axes = plt.subplots(1, 2, figsize=(TWO_COLUMN_IN, 2.6), layout='constrained')
+  names = ['training loss'] * bool(steps.size) + ['test accuracy (%)'] * bool(hist.size) * 2
+  fig, axes = plt.subplots(
+    len(rows),
+    len(names),
+    figsize=(TWO_COLUMN_IN, 0.5 + 2.1 * len(rows)),
+    sharex='col',
+    sharey='col',
+    squeeze=False,
+    layout='constrained',
+  )
   subtitle(fig, context_line(out, 150))
-  for a, (mean, sd) in loss.items():
-    band(axes[0], mean, sd, look(a), shade)
-  axes[0].set(xlabel='training step', ylabel='training loss', yscale='log')
-  axes[0].yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))  # 0.2, 0.5, 1, 2
-  axes[0].yaxis.set_major_formatter(ticker.FormatStrFormatter('%g'))
-  axes[0].yaxis.set_minor_formatter(ticker.NullFormatter())
-  spans = [band(axes[1], mean, sd, look(a), shade) for a, (mean, sd) in test.items()]
-  if spans:  # x and y limits around every arm's mean (± sd where shaded)
-    low = min(float((m - s).min()) for m, s in spans)
-    high = max(float((m + s).max()) for m, s in spans)
-    pad = 0.08 * (high - low) or 0.5
-    axes[1].set_xlim(
-      min(m.index.min() for m, _ in spans) - 0.05, max(m.index.max() for m, _ in spans) + 0.05
-    )
-    axes[1].set_ylim(low - pad, high + pad)
-  axes[1].set(xlabel='epoch (last half)', ylabel='test accuracy (%)')
-  axes[1].xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
-  for ax in axes:
-    ax.grid(axis='x', color='#EEEEEE', linewidth=0.5)
-    ax.set_visible(bool(ax.get_lines()))
-  if crossed:
-    entries = legend_entries(categories, place, same, colors)
-  else:  # the drawn lines, in arm order
-    rank = {look(a)[2]: categories.index(place[a][0]) for a in place}
-    handles, labels = next(a for a in axes if a.get_lines()).get_legend_handles_labels()
-    order = sorted(range(len(labels)), key=lambda i: rank[labels[i]])
-    entries = [handles[i] for i in order], [labels[i] for i in order]
+  shade = max(max(len(loss[p]), len(test[p])) for p in rows) <= SHADED_MAX
+  notes = {}
+  for row, p in zip(axes, rows, strict=True):
+    order = [c for c in categories if c in loss[p] or c in test[p]]
+    for label, other in identical_to((loss[p], test[p]), order).items():
+      notes.setdefault(label, []).append(f'= {other}' + (f' on {p}' if len(rows) > 1 else ''))
+    base = next((c for c in order if c in test[p]), None)
+    panels = [(loss[p], shade)] * bool(steps.size) + [(test[p], shade)] * bool(hist.size)
+    if hist.size:  # each arm's mean minus the base arm's, over the epochs both have
+      panels.append(({c: (m - test[p][base][0], 0 * m) for c, (m, _) in test[p].items()}, False))
+    for ax, (curves, shaded) in zip(row, panels, strict=True):
+      for c, (mean, sd) in curves.items():
+        draw_curve(ax, mean.dropna(), sd, categories.index(c), len(categories), shaded, c)
+    prefix = f'{p}: ' if len(rows) > 1 else ''
+    for ax, name in zip(row, names, strict=True):
+      ax.set_ylabel(prefix + name, fontsize=7)
+      ax.grid(axis='x', color='#EEEEEE', linewidth=0.5)
+    if hist.size:
+      row[-1].set_ylabel(wrap(f'{prefix}test accuracy − {base} (pp)', 1.8), fontsize=7)
+      row[-1].axhline(0, color='#999999', linewidth=0.5, zorder=0)
+  for ax, name in zip(axes[-1], names, strict=True):
+    ax.set_xlabel('training step' if name == 'training loss' else 'epoch')
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(nbins=5, integer=True))
+  if steps.size:
+    for ax in axes[:, 0]:
+      ax.set_yscale('log')
+      ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))  # 0.2, 0.5, 1, 2
+      ax.yaxis.set_major_formatter(ticker.FormatStrFormatter('%g'))
+      ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+  drawn = [c for c in categories if any(c in loss[p] or c in test[p] for p in rows)]
+  handles = [Line2D([], [], **arm_look(categories.index(c))) for c in drawn]
+  labels = [c + (f' ({", ".join(notes[c])})' if c in notes else '') for c in drawn]
   title = 'mean ± 1 sd over runs' if shade else 'mean over runs'
   look = dict(title_fontsize=6.5, fontsize=6.5, handlelength=2.6)
-  fig.legend(*entries, loc='outside right upper', title=title, **look)
+  fig.legend(
+    handles, [wrap(t, 1.3) for t in labels], loc='outside right upper', title=title, **look
+  )
   return fig
 
 

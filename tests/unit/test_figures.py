@@ -240,25 +240,30 @@ def curves_study():
   )  # what it draws from
 
 
-def test_identical_curves_stay_distinguishable_and_colour_is_the_platform():
+def test_identical_curves_stay_distinguishable_one_row_per_platform_and_colour_is_the_arm():
   out, hist, steps = curves_study()
   figures.apply()
   fig = figures.draw_training_curves(out, hist, steps)
-  lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
-  native, f32 = lines['native (cpu)'], lines['f32 (cpu) (identical to native)']
+  rows = [fig.axes[:3], fig.axes[3:6]]
+  assert [row[0].get_ylabel() for row in rows] == ['cpu: training loss', 'gpu: training loss']
+  cpu, gpu = ({line.get_label(): line for line in row[0].get_lines()} for row in rows)
+  native, f32 = cpu['native'], cpu['f32']
   assert list(native.get_ydata()) == list(f32.get_ydata())  # drawn on top of each other ...
   assert native.get_marker() != f32.get_marker()  # ... yet told apart
   assert native.get_linestyle() != f32.get_linestyle()
   assert native.get_markevery() != f32.get_markevery()  # markers at different steps
-  for label, line in lines.items():
-    assert to_hex(line.get_color()) == to_hex(figures.PLATFORM_COLORS[label.split('(')[1][:3]]), (
-      label
-    )
-  gpu = {label: line.get_marker() for label, line in lines.items() if '(gpu)' in label}
-  assert gpu == {'native (gpu)': native.get_marker(), 'f32 (gpu)': f32.get_marker()}
+  for row in (cpu, gpu):  # an arm's colour and marker are the same on every platform's row
+    assert to_hex(row['native'].get_color()) == to_hex(figures.PALETTE[0])
+    assert to_hex(row['f32'].get_color()) == to_hex(figures.PALETTE[1])
+    assert row['f32'].get_marker() == f32.get_marker()
   labels = [t.get_text() for t in fig.legends[0].get_texts()]
-  assert labels == ['native', 'f32 (= native on cpu)', 'cpu (wider: drawn beneath)', 'gpu']
-  assert lines['native (cpu)'].get_linewidth() > lines['native (gpu)'].get_linewidth()
+  assert labels == ['native', 'f32 (= native on cpu)']
+  # the third panel: each arm's test accuracy minus native's, in pp; by hand 0.9 − d/e with
+  # d = 0.1 (native) and 0.2 (f32) on gpu: f32 − native = −10/e pp
+  delta = {line.get_label(): line for line in rows[1][2].get_lines()}
+  assert list(delta['f32'].get_ydata()) == pytest.approx([-10 / e for e in range(1, 5)])
+  assert list(delta['native'].get_ydata()) == [0.0] * 4
+  assert 'gpu: test accuracy − native (pp)' in rows[1][2].get_ylabel().replace('\n', ' ')
 
 
 def test_training_curves_are_built_from_per_step_records(tmp_path):
@@ -266,17 +271,17 @@ def test_training_curves_are_built_from_per_step_records(tmp_path):
   out, hist, steps = analysed(tmp_path / 'runs')
   figures.apply()
   fig = figures.draw_training_curves(out, hist, steps)
-  loss_ax, test_ax = fig.axes[:2]
+  loss_ax, test_ax = fig.axes[:2]  # the first row: gpu
+  assert loss_ax.get_ylabel() == 'gpu: training loss'
   lines = {line.get_label(): line for line in loss_ax.get_lines()}
   gpu = lines['gpu']  # one platform per arm here: arms are labelled by the group-by label
   assert list(gpu.get_xdata()) == list(STEPS)
   expect = [np.mean([2 * 2.0 / s + 0.01 * seed for seed in range(5)]) for s in STEPS]
   assert list(gpu.get_ydata()) == pytest.approx(expect)
-  assert loss_ax.get_yscale() == 'log' and 'step' in loss_ax.get_xlabel()
-  low, high = test_ax.get_ylim()
-  assert low > 60 and high - low < 40  # zoomed to the last epochs, not 0–100%
-  assert min(test_ax.get_lines()[0].get_xdata()) == 3  # the last half of 5 epochs
-  assert len(loss_ax.collections) == 2  # ± 1 sd bands: 2 curves
+  assert loss_ax.get_yscale() == 'log' and fig.axes[3].get_xlabel() == 'training step'
+  epochs = sorted(hist['epoch'].unique())
+  assert list(test_ax.get_lines()[0].get_xdata()) == epochs  # every epoch, not the last half
+  assert len(loss_ax.collections) == 1  # ± 1 sd band: 1 curve in the panel
   assert not legend_problems(fig)
 
 
