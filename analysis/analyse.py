@@ -206,7 +206,7 @@ def study_analysis(
 
   from analysis import agreement, attribution, inputs, stats
 
-  declared = declared or {}
+  declared, frame = declared or {}, inputs.split_device_kinds(frame)
   margin, why = stats.margin_choice(
     margin, margin_reason, declared.get('margin'), declared.get('margin_reason')
   )

@@ -97,7 +97,7 @@ def main(argv=None):
 
     arms = args.reference + args.noise_arm + args.native + args.platform_profile
     named = args.factors + [str(a).split('=')[0] for a in arms]  # read from a CSV as named
-    frame = (
+    frame = inputs.split_device_kinds(
       inputs.load_runs(args.runs)
       if args.runs
       else inputs.read_csv(args.csv, args.metric, args.seed_col, named, True)

@@ -187,24 +187,39 @@ def cell_means(runs, factor, others, ref):
   return {key: group.droplevel([0, 1]) for key, group in cells.groupby(level=[0, 1])}
 
 
+def weights(*terms):
+  """{cell: weight} of (cell, weight) terms, summed per cell: where one profile emulates both
+  platforms their cells meet and cancel (a dict literal would keep one of them)."""
+  out = {}
+  for cell, w in terms:
+    out[cell] = out.get(cell, 0) + w
+  return out
+
+
 def definitions(a, b, native, emu):
   """[(key, label, kind, {cell: weight})] of every component of platform a's gap against b."""
   ea, eb = emu[a], emu[b]
-  mean_n = {(a, ea): 0.5, (a, eb): -0.5, (b, ea): 0.5, (b, eb): -0.5}
-  mean_p = {(a, ea): 0.5, (b, ea): -0.5, (a, eb): 0.5, (b, eb): -0.5}
-  across = {(a, ea): 1, (a, eb): -1, (b, ea): -1, (b, eb): 1}
-  residual = {(a, native): 1, (b, native): -1, **{c: -w for c, w in mean_n.items()}}
+
+  def minus(x, y, half=1):
+    return weights((x, half), (y, -half))
+
+  mean_n = weights(*minus((a, ea), (a, eb), 0.5).items(), *minus((b, ea), (b, eb), 0.5).items())
+  mean_p = weights(*minus((a, ea), (b, ea), 0.5).items(), *minus((a, eb), (b, eb), 0.5).items())
+  across = weights(*minus((a, ea), (a, eb)).items(), ((b, ea), -1), ((b, eb), 1))
+  gap = minus((a, native), (b, native))
+  residual = weights(*gap.items(), *((c, -w) for c, w in mean_n.items()))
   same = f'platforms under the same emulated arithmetic, mean of {ea} and {eb}'
+  one = f' (0: {ea} emulates both)' if ea == eb else ''
   return [
-    ('G', f'native gap ({a} − {b})', 'gap', {(a, native): 1, (b, native): -1}),
-    ('fid_A', f'fidelity on {a}: native − {ea}', 'fidelity', {(a, native): 1, (a, ea): -1}),
-    ('fid_B', f'fidelity on {b}: native − {eb}', 'fidelity', {(b, native): 1, (b, eb): -1}),
-    ('N_A', f'numerics on {a}: {ea} − {eb}', 'numerics', {(a, ea): 1, (a, eb): -1}),
-    ('N_B', f'numerics on {b}: {ea} − {eb}', 'numerics', {(b, ea): 1, (b, eb): -1}),
-    ('N', f'numerics part: {ea} − {eb}, mean of both platforms', 'numerics total', mean_n),
+    ('G', f'native gap ({a} − {b})', 'gap', gap),
+    ('fid_A', f'fidelity on {a}: native − {ea}', 'fidelity', minus((a, native), (a, ea))),
+    ('fid_B', f'fidelity on {b}: native − {eb}', 'fidelity', minus((b, native), (b, eb))),
+    ('N_A', f'numerics on {a}: {ea} − {eb}{one}', 'numerics', minus((a, ea), (a, eb))),
+    ('N_B', f'numerics on {b}: {ea} − {eb}{one}', 'numerics', minus((b, ea), (b, eb))),
+    ('N', f'numerics part: {ea} − {eb}, mean of both platforms{one}', 'numerics total', mean_n),
     ('N_interaction', f'numerics on {a} − on {b}', 'numerics interaction', across),
-    ('P_eA', f'platforms under {ea}: {a} − {b}', 'platform', {(a, ea): 1, (b, ea): -1}),
-    ('P_eB', f'platforms under {eb}: {a} − {b}', 'platform', {(a, eb): 1, (b, eb): -1}),
+    ('P_eA', f'platforms under {ea}: {a} − {b}', 'platform', minus((a, ea), (b, ea))),
+    ('P_eB', f'platforms under {eb}: {a} − {b}', 'platform', minus((a, eb), (b, eb))),
     ('P', same, 'platform total', mean_p),
     ('R', 'platform residual: gap − numerics part', 'residual', residual),
   ]
@@ -275,7 +290,8 @@ def default_emulation(runs, native_factor, platforms, given):
   lv = set(runs[native_factor])
   out = {}
   for p in platforms:
-    guess = [c for c in (f'{p}_default', f'jax_{p}_default') if c in lv]
+    kind = rules.jax_platform(p)  # a platform split by device kind: its JAX platform's default
+    guess = [c for k in (p, kind) for c in (f'{k}_default', f'jax_{k}_default') if c in lv]
     out[p] = given.get(p, guess[0] if guess else None)
     if out[p] is None:
       raise LookupError(
@@ -296,15 +312,13 @@ def default_pairs(platforms):
   return list(itertools.combinations(ranked, 2))
 
 
-def resolve_platform(name, platforms, flag):
-  """The platform identity `name` means ('cpu' -> 'cpu-AVX512'); None without runs."""
+def resolve_platform(name, platforms):
+  """The platform identities `name` means ('cpu' -> ['cpu-AVX512'], 'gpu' -> each device kind's
+  when split: inputs.split_device_kinds); [] without runs."""
   name = name if name in platforms else name.lower()  # run labels are lower-cased
   if name in platforms:
-    return name
-  same = sorted(p for p in platforms if rules.jax_platform(p) == name)
-  if len(same) > 1:
-    raise ValueError(f'{flag}: {name!r} means {", ".join(same)}; name one of them')
-  return same[0] if same else None
+    return [name]
+  return sorted(p for p in platforms if rules.jax_platform(p) == name)
 
 
 def platform_pairs(platforms, given, flag):
@@ -313,8 +327,8 @@ def platform_pairs(platforms, given, flag):
     return default_pairs(platforms), []
   pairs, notes = [], []
   for a, b in given:
-    found = [resolve_platform(str(p), platforms, flag) for p in (a, b)]
-    absent = [str(p) for p, f in zip((a, b), found, strict=True) if f is None]
+    found = [resolve_platform(str(p), platforms) for p in (a, b)]
+    absent = [str(p) for p, f in zip((a, b), found, strict=True) if not f]
     if absent and flag != 'compare':  # checked before any statistic; not the re-analyses
       close = difflib.get_close_matches(absent[0].lower(), platforms, n=1)
       near = f' (nearest: {close[0]})' if close else ''
@@ -322,8 +336,8 @@ def platform_pairs(platforms, given, flag):
       raise ValueError(f'{flag}: no runs on {", ".join(absent)}{near}; platforms run: {ran}')
     if absent:
       notes.append(f'{a} − {b}: no runs on {", ".join(absent)}')
-    elif tuple(found) not in pairs and found[0] != found[1]:
-      pairs.append(tuple(found))
+    else:  # a platform split by device kind: each kind its own pair
+      pairs += [(x, y) for x in found[0] for y in found[1] if x != y and (x, y) not in pairs]
   return pairs, notes
 
 

@@ -251,9 +251,9 @@ def legend_above(fig, handles, labels):
     fig.legend(handles, labels, loc='outside upper center', **look)
 
 
-def component_color(key, platforms):
-  """The platform's colour for a component measured on one platform, else ACROSS_PLATFORMS."""
-  colors = platform_colors(platforms)
+def component_color(key, platforms, colors):
+  """The platform's colour (`colors`: platform_colors of every platform the figure shows) for a
+  component measured on one platform, else ACROSS_PLATFORMS."""
   on = {'fid_A': platforms[0], 'N_A': platforms[0], 'fid_B': platforms[1], 'N_B': platforms[1]}
   return colors[on[key]] if key in on else ACROSS_PLATFORMS
 
@@ -283,6 +283,7 @@ def draw_forest(out):
   """The attribution forest: a panel per gap (COMPONENT_ROWS) and one of main effects."""
   apply()
   groups, labels = [], out.labels or {}
+  colors = platform_colors({p for d in out.decomposition or [] for p in d.platforms})
   for d in out.decomposition or []:
     (a, b), (ea, eb) = d.platforms, d.profiles
     rows = out.gap[out.gap['gap'] == d.gap].set_index('key')
@@ -292,7 +293,7 @@ def draw_forest(out):
         rows.loc[k, 'estimate'],
         [rows.loc[k, 'ci_low'], rows.loc[k, 'ci_high']],
         None,
-        component_color(k, (a, b)),
+        component_color(k, (a, b), colors),
         rows.loc[k, 'note'],
       )
       for k, label in COMPONENT_ROWS
@@ -342,7 +343,7 @@ def draw_gap(out, context=None):
   if not parts:
     return None
   apply()
-  rows = []
+  rows, colors = [], platform_colors({p for d in parts for p in d.platforms})
   for d in parts:
     (a, b), table = d.platforms, out.gap[out.gap['gap'] == d.gap].set_index('key')
     for key, sign, label in SUM_ROWS:
@@ -350,7 +351,9 @@ def draw_gap(out, context=None):
       ci = sorted([sign * r['ci_low'], sign * r['ci_high']])
       ci90 = [r['ci90_low'], r['ci90_high']] if key in ('G', 'R') else None
       text = label.format(a=a, b=b) + (f':\n{verdict_line(d, out.unit)}' if key == 'G' else '')
-      rows.append((text, sign * r['estimate'], ci, ci90, component_color(key, (a, b)), r['note']))
+      rows.append(
+        (text, sign * r['estimate'], ci, ci90, component_color(key, (a, b), colors), r['note'])
+      )
   extra = 1.25 + (0.12 * (context.count('\n') + 1) if context else 0)
   fig, ax = plt.subplots(
     figsize=(ONE_COLUMN_IN, frame_height(len(rows), extra=extra, row=0.27)), layout='constrained'

@@ -81,6 +81,25 @@ def normalise_platforms(frame):
   return frame, notes
 
 
+RECORDED_PLATFORM = 'platform_recorded'  # a split platform's name as its runs recorded it
+
+
+def split_device_kinds(frame):
+  """Runs of one platform on several device kinds (an H100 and an A100) as a platform each,
+  'gpu-NVIDIA A100' and 'gpu-NVIDIA H100' (the JAX platform first, as a CPU's instruction set
+  is): never pooled into one. RECORDED_PLATFORM keeps the recorded name."""
+  if PLATFORM not in frame or 'device_kind' not in frame or RECORDED_PLATFORM in frame:
+    return frame
+  platform, kind = frame[PLATFORM].astype(object), frame['device_kind'].astype(object)
+  known = kind.notna() & kind.astype(str).str.strip().ne('') & platform.notna()
+  several = kind[known].groupby(platform[known]).nunique()
+  split = known & platform.isin(several[several > 1].index)
+  if not split.any():
+    return frame
+  named = platform.astype(str) + '-' + kind.astype(str).str.strip()
+  return frame.assign(**{PLATFORM: platform.where(~split, named), RECORDED_PLATFORM: platform})
+
+
 def row_name(frame, index):
   """How a message names row `index`: its run, else its line of the file."""
   return frame.at[index, 'run'] if 'run' in frame else f'line {line_numbers([index])[0]}'

@@ -1249,12 +1249,30 @@ def answer_lines(out):
     *scope_lines(out),
     "**Platforms and software** (from the runs' records):",
     *software,
+    *kinds_lines(out),
     '',
     *gap,
     *contrast_lines(out),
     *agreement,
     *(['', *split] if split else []),
   ]
+
+
+def kinds_lines(out):
+  """The first page's word on platforms split by device kind (inputs.split_device_kinds)."""
+  runs = out.runs
+  if inputs.RECORDED_PLATFORM not in runs:
+    return []
+  lines = []
+  split = runs[runs['platform'].astype(str) != runs[inputs.RECORDED_PLATFORM].astype(str)]
+  for name, group in split.groupby(inputs.RECORDED_PLATFORM, sort=True, observed=True):
+    counts = group.groupby('platform', sort=True, observed=True).size()
+    kinds = listed(f'{p} ({n} runs)' for p, n in counts.items())
+    lines.append(
+      f'- **Device kinds:** {name} ran on {len(counts)} device kinds, analysed as a platform each '
+      f'with its own pairs, never pooled: {kinds}.'
+    )
+  return lines
 
 
 def excluded_lines(out):

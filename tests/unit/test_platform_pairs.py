@@ -381,3 +381,47 @@ def test_the_answer_names_only_platforms_with_tested_contrasts():
   assert '; on cpu and gpu (tpu: no contrast tested), ' in said and 'cpu, gpu and tpu' not in said
   every = report.sentence(analyse.study_analysis(planted(THREE), DECLARED))
   assert '; on cpu, gpu and tpu, ' in every and 'no contrast tested' not in every
+
+
+def test_two_device_kinds_on_one_platform_are_split_with_their_own_pairs_never_pooled():
+  """Issue 42, item 1: gpu ran seeds 0–7 on an H100 and again on an A100 whose native arm is
+  1 pp higher (other noise). Each kind is a platform of its own (never pooled): the pairs are
+  A100 − H100 (the device kind's effect), A100 − cpu and H100 − cpu; a declared gpu − cpu means
+  both kinds' pairs; the first page names the kinds. By hand: each G is the mean over seeds of the
+  two native cells' difference, from the raw table."""
+  shift = {('gpu', 'native'): 2.4, ('gpu', 'jax_gpu_default'): 0.3, ('cpu', 'jax_gpu_default'): 0.3}
+  h100 = planted(shift, platforms=('gpu', 'cpu'), seeds=8)
+  a100 = planted({**shift, ('gpu', 'native'): 3.4}, platforms=('gpu', 'cpu'), seeds=8, rng=1)
+  a100 = a100[a100['platform'] == 'gpu'].assign(run=lambda f: f['run'] + '-a100')
+  frame = pd.concat([h100, a100], ignore_index=True)
+  kinds = {'/r/gpu': 'NVIDIA H100', '/r/cpu': 'cpu'}
+  frame['device_kind'] = [
+    'NVIDIA A100' if r.endswith('-a100') else kinds[r[:6]] for r in frame['run']
+  ]
+  out = analyse.study_analysis(frame, DECLARED)
+  gaps = {d.gap: d for d in out.attribution.decomposition}
+  a, h = 'gpu-NVIDIA A100', 'gpu-NVIDIA H100'
+  assert sorted(gaps) == [f'{a} - cpu', f'{a} - {h}', f'{h} - cpu']
+  named = frame.assign(
+    platform=[
+      a if r.endswith('-a100') else p for r, p in zip(frame['run'], frame['platform'], strict=True)
+    ]
+  )
+  named.loc[named['platform'] == 'gpu', 'platform'] = h
+  for x, y in ((a, h), (a, 'cpu'), (h, 'cpu')):
+    g = cell(named, x, 'native') - cell(named, y, 'native')
+    assert gaps[f'{x} - {y}'].G.estimate == pytest.approx(g.mean())
+  kinds = gaps[f'{a} - {h}']
+  assert kinds.G.estimate == pytest.approx(1.0, abs=0.6)  # the planted +1 pp
+  # one profile emulates both kinds: the numerics part is 0 (its cells cancel), the residual is G
+  assert kinds.N.estimate == 0 and kinds.R.estimate == pytest.approx(kinds.G.estimate)
+  first = report.render(out, 'md').split('## Setup')[0]
+  assert (
+    '- **Device kinds:** gpu ran on 2 device kinds, analysed as a platform each with its own '
+    f'pairs, never pooled: {a} (24 runs) and {h} (24 runs).'
+  ) in first
+  declared = analyse.study_analysis(frame, {**DECLARED, 'compare': [['gpu', 'cpu']]})
+  assert sorted(d.gap for d in declared.attribution.decomposition) == [f'{a} - cpu', f'{h} - cpu']
+  one_kind = analyse.study_analysis(h100.assign(device_kind='x'), DECLARED)
+  assert 'Device kinds' not in report.render(one_kind, 'md')
+  assert {d.gap for d in one_kind.attribution.decomposition} == {'gpu - cpu'}
