@@ -207,6 +207,11 @@ def study_analysis(
   from analysis import agreement, attribution, inputs, stats
 
   declared, frame = declared or {}, inputs.split_device_kinds(frame)
+  if 'acc' not in metric.lower() and margin is None:  # a margin in pp is an accuracy's
+    raise ValueError(
+      f'--margin: {metric} is not an accuracy by name (no "acc"), so neither the default nor a '
+      "declared margin (pp) applies to it; give --margin in the metric's own units"
+    )
   margin, why = stats.margin_choice(
     margin, margin_reason, declared.get('margin'), declared.get('margin_reason')
   )
@@ -242,7 +247,7 @@ def study_analysis(
   )
   sc = stats.scope(out, declared, compare)
   out = dataclasses.replace(out, scope=sc)
-  if sc.confirmatory is False and sc.declared_seeds_present:
+  if sc.confirmatory is False and sc.declared_seeds_present and 'acc' in metric.lower():
     seeds = pd.to_numeric(frame[seed_col or 'seed'], errors='coerce')
     kept, margin = frame[seeds.isin(sc.declared_seeds)], declared.get('margin')
     rest = (seed_col, scale, all_pairs, source)

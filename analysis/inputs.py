@@ -451,6 +451,11 @@ def read_csv(
             .map(lambda v: v.strip() if isinstance(v, str) else v)
             .astype('category')
           )
+    if 'status' in frame:  # 'completed ' is completed
+      frame['status'] = frame['status'].map(lambda v: v.strip() if isinstance(v, str) else v)
+    if seed_col in (None, 'seed') and 'seed' not in frame and 'config.seed' in frame:
+      frame['seed'] = frame['config.seed']  # one seed for the contrasts, the gap and the scope
+      notes.append('no seed column: config.seed read as the seed')
     frame, once = one_row_per_run(frame)
     for note in notes + once:
       print(f'note: --csv {path}: {note}', file=sys.stderr)

@@ -1177,6 +1177,8 @@ def scope_lines(out):
     )
   elif sc.declared_seeds is None:
     lines.append('No confirmatory answer: the study declares no seeds to re-analyse.')
+  elif 'acc' not in out.metric.lower():
+    lines.append(f'No confirmatory answer: the declared margin (pp) is not one of {out.metric}.')
   else:
     lines.append('No confirmatory answer: the declared seeds were not all run.')
   return [' '.join(lines), '']

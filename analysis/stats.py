@@ -477,12 +477,14 @@ def status_reasons(frame):
 def replicate_table(runs):
   """One row per arm and seed run more than once: the runs, their values, mean and range."""
   columns = ['arm', 'seed', 'n_runs', 'runs', 'values', 'mean', 'range', 'identical']
-  repeated = runs[runs.groupby(['arm', 'seed'], sort=False)['value'].transform('size') > 1]
+  keys = ['arm', 'seed', 'config']  # a --group-by arm pools configs: replicates share one
+  runs = runs if 'config' in runs else runs.assign(config='')
+  repeated = runs[runs.groupby(keys, sort=False)['value'].transform('size') > 1]
   if repeated.empty:
     return pd.DataFrame(columns=columns)
   repeated = repeated.assign(text=[f'{x:.4g}' for x in repeated['value']])
   table = (
-    repeated.groupby(['arm', 'seed'], sort=False)
+    repeated.groupby(keys, sort=False)
     .agg(
       n_runs=('run', 'size'),
       runs=('run', ', '.join),
@@ -499,11 +501,12 @@ def replicate_table(runs):
 
 
 def lattice(runs, metric, scale):
-  """The step of an accuracy measured on one recorded test-set size N (100 / N pp)."""
+  """The step of an accuracy measured on one recorded test-set size N: 100 / N pp, whether the
+  table holds fractions (scale 100) or percentages (scale 1)."""
   if 'acc' not in metric.lower() or 'data.test_size' not in runs:
     return None
   sizes = pd.to_numeric(runs['data.test_size'], errors='coerce').dropna().unique()
-  return float(scale / sizes[0]) if len(sizes) == 1 and sizes[0] > 0 else None
+  return float(max(scale, 100.0) / sizes[0]) if len(sizes) == 1 and sizes[0] > 0 else None
 
 
 DEFAULT_METRIC = record.DEFAULT_METRIC
@@ -578,7 +581,8 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
       f'analyse; finish or rerun them: {listed}'
     )
   metric = resolve_column(frame, metric, '--metric')
-  group_by = [resolve_column(frame, g, '--group-by') for g in group_by] or rules.arm_columns(frame)
+  arm_cols = rules.arm_columns(frame)
+  group_by = [resolve_column(frame, g, '--group-by') for g in group_by] or arm_cols
   seeded = seed_col is not None or 'seed' in frame.columns
   seed_col = resolve_column(frame, seed_col, '--seed-col') if seed_col else 'seed'
   status = run_status(frame)
@@ -608,6 +612,7 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   runs['seed'] = pd.Series(keys, index=runs.index, dtype=object) if seeded else None
   runs['seeded'] = seeded & runs['seed'].notna()
   runs['arm'] = arm_labels(runs, group_by)
+  runs['config'] = arm_labels(runs, rules.arm_columns(frame)) if group_by != arm_cols else ''
   unknown = [None] * len(runs)
   det = [
     run_deterministic(p, v)
@@ -676,7 +681,7 @@ def arm_table(prep):
     x = units['value'].to_numpy()
     low, high, method = mean_ci(x)
     seeded = runs[runs['seeded']]
-    wsd, wdf = within_sd(seeded['value'], seeded['seed'])
+    wsd, wdf = within_sd(seeded['value'], seeded['seed'].astype(str) + '|' + seeded['config'])
     det, why = determinism(runs, reps)
     rows.append(
       {
@@ -832,6 +837,8 @@ def margin_choice(margin=None, reason=None, declared=None, declared_reason=None)
   """(margin, reason text): the study's declared margin unless `margin`."""
   if reason is not None and (problem := declaration.text_problem(reason)):
     raise ValueError(f'--margin-reason: {problem}')
+  if reason is not None and margin is None:
+    raise ValueError('--margin-reason: given without --margin; give the margin it explains too')
   if margin is not None:
     margin = declaration.check_margin(margin, '--margin')
   if declared is not None:
@@ -870,7 +877,7 @@ def arms_and_pairs(
     small=arms[arms['n'] < 2],
     margin=margin,
     margin_reason=margin_reason or 'no reason given',
-    unit='pp' if prep.scale == 100 else 'units',
+    unit='pp' if prep.scale == 100 or 'acc' in prep.metric.lower() else 'units',
   )
 
 
@@ -936,6 +943,25 @@ def arm_levels(out, declared):
       'factor levels on one platform; declare the factor that separates them '
       '(get_study factors) or --group-by only the declared ones'
     )
+  for key in ('reference', 'noise_arm', 'noise_of'):  # each names one arm per platform
+    hit = table[
+      [matches(r[list(columns)].to_dict(), declared.get(key)) for _, r in table.iterrows()]
+    ]
+    several = hit[hit.duplicated('platform', keep=False)]
+    several = (
+      several[several['platform'] == several['platform'].iloc[0]] if len(several) else several
+    )
+    if not several.empty:
+      unnamed = [f for f in columns if f not in (declared.get(key) or {}) and f != 'platform']
+      raise ValueError(
+        f'--study: {key} matches {len(several)} arms on {several["platform"].iloc[0]} '
+        f'({"; ".join(several["label"])}); give its level of {", ".join(unnamed)} too'
+      )
+    if key == 'noise_of' and hit['role'].eq('noise').any():
+      raise ValueError(
+        '--study: noise_of names the noise arm itself; name the arm the noise perturbs '
+        '(the reference, or the emulation it is added to)'
+      )
   return table.reset_index(drop=True)
 
 
@@ -980,7 +1006,7 @@ def arm_mask(runs, levels, flag):
   mask = pd.Series(True, index=runs.index)
   for name, level in levels.items():
     col = name if name in runs else resolve_column(runs, name, flag)
-    mask &= runs[col].astype(str) == str(level)
+    mask &= runs[col].map(declaration.level_text) == declaration.level_text(level)  # 16.0 is 16
   return mask
 
 
