@@ -414,7 +414,7 @@ def read_file(path):
 
 def load(source: Union[str, os.PathLike[str]]) -> dict[str, Any]:
   """The declaration in a .json file or a config spec 'FILE[:ARG]' (get_study)."""
-  return read_file(source) if str(source).endswith('.json') else from_config(source)
+  return read_file(source) if str(source).lower().endswith('.json') else from_config(source)
 
 
 def differences(saved, declared):

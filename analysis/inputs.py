@@ -53,7 +53,7 @@ def line_numbers(index):
 
 
 def platform_name(value):
-  """`value` as JAX spells a platform: spaces dropped, the part before the first '-' lower case."""
+  """`value` as JAX spells a platform: the part before the first '-' lower case, no outer spaces."""
   if value is None or (isinstance(value, float) and value != value):
     return ''
   head, sep, tail = str(value).strip().partition('-')
@@ -74,7 +74,7 @@ def normalise_platforms(frame):
     mapped = mapped.astype('category')
   frame = frame.assign(**{PLATFORM: mapped})
   notes = [
-    f'platform {old!r} read as {new!r} (JAX spells the platform in lower case, without spaces)'
+    f'platform {old!r} read as {new!r} (JAX spells the platform in lower case)'
     for old, new in renamed.items()
     if new
   ]
@@ -425,6 +425,8 @@ def read_csv(
   """A CSV of runs as a runs table (`run` = 'FILE:ROW' without a run column)."""
   try:
     header = list(pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0])
+    if len(header) == 1 and ';' in str(header[0]):
+      raise ValueError(f'--csv: {path} is separated by ";"; save it with commas (a CSV)')
     repeated = [name for name, count in collections.Counter(header).items() if count > 1]
     if repeated:  # a ValueError of its own, not one of those below: pandas would read x as x.1
       where = [', '.join(str(i + 1) for i, h in enumerate(header) if h == n) for n in repeated]

@@ -130,3 +130,17 @@ def test_one_profile_emulating_both_platforms_gives_a_numerics_part_of_exactly_0
   gap = pd.read_csv(out / 'attribution_gap.csv').set_index('key')
   assert gap.loc['N', 'estimate'] == 0 and gap.loc['N_A', 'estimate'] == 0  # it was −95 pp
   assert gap.loc['R', 'estimate'] == pytest.approx(gap.loc['G', 'estimate'], abs=1e-12)
+
+
+def test_a_semicolon_csv_is_one_line_and_a_study_dot_json_in_capitals_is_read(
+  small, tmp_path, capsys
+):
+  from analysis import declaration
+
+  path = tmp_path / 'runs.csv'
+  small.head(4).to_csv(path, index=False, sep=';', decimal=',')
+  lines = cli_error(capsys, analyse.main, ['--csv', str(path), '--out', str(tmp_path / 'o')])
+  assert lines == [f'error: --csv: {path} is separated by ";"; save it with commas (a CSV)']
+  upper = tmp_path / 'study.JSON'
+  upper.write_text(open(STUDY).read())
+  assert declaration.load(str(upper)) == declaration.load(STUDY)  # was: 'no config file'
