@@ -67,8 +67,7 @@ def runs_table(seeds, rng=0, seed_sd=SEED_SD):
 
 
 def export_table(seeds, rng=0, seed_sd=SEED_SD, template=TEMPLATE):
-  """runs_table(seeds) in analysis.export's format: `template`'s first run of its platform (tpu:
-  of cpu) with the run's id, seed, profile and accuracy."""
+  """runs_table(seeds) as analysis.export writes it: `template`'s first run per platform."""
   import pandas as pd
 
   runs = runs_table(seeds, rng, seed_sd)

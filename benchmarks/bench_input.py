@@ -162,14 +162,11 @@ def measure(args, workdir, phases):
     config.data.image_size = args.image_size
     with open(os.path.join(manual_dir, celeba.PARTITION)) as f:
       images = sum(1 for _ in f)
-    for module, attribute, name, rate in (
-      (celeba, 'read_metadata', 'metadata', None),
-      (celeba, 'source_fingerprint', 'fingerprint', None),
-      (celeba, '_split', 'split', None),
-      (celeba_tfds, 'prepare', 'prepare (TFDS)', images),
-      (celeba, 'write_cache', 'decode + write cache', images),
-    ):
-      phases.wrap(module, attribute, name, rate)
+    phases.wrap(celeba, 'read_metadata', 'metadata')
+    phases.wrap(celeba, 'source_fingerprint', 'fingerprint')
+    phases.wrap(celeba, '_split', 'split')
+    phases.wrap(celeba_tfds, 'prepare', 'prepare (TFDS)', images)
+    phases.wrap(celeba, 'write_cache', 'decode + write cache', images)
     with phases.phase('first load (all of the above)', images):
       data = celeba.load(config)
     with phases.phase('cached load (no decoding)'):

@@ -54,11 +54,9 @@ PASSES = {'bf16_3x': 3, 'bf16_4x': 4, 'bf16_6x': 6, 'bf16_9x': 9, 'tf32_3x': 3, 
 def image_dataset(name, images, num_classes, rng, test=None):
   """uint8 [N, H, W, 3] `images` (and `test`; default the first image), random labels."""
   test = images[:1] if test is None else test
-
-  def split(x):
-    return input_pipeline.Split(x, rng.integers(0, num_classes, len(x), dtype=np.int32))
-
-  return input_pipeline.Dataset(name, split(images), split(test), num_classes)
+  labels = [rng.integers(0, num_classes, len(x), dtype=np.int32) for x in (images, test)]
+  splits = map(input_pipeline.Split, (images, test), labels)
+  return input_pipeline.Dataset(name, *splits, num_classes)
 
 
 def synthetic_dataset(config, num_classes=1000):
@@ -105,12 +103,10 @@ def analytic_macs(config, num_classes=1000, in_channels=3):
 
 def peak_tflops(device_kind, fmt):
   """Dense peak TFLOP/s of one device for `fmt`, or None (unknown device, CPU)."""
-  for key, peaks in PEAK_TFLOPS:
-    if key.lower() in device_kind.lower():
-      if fmt in peaks:
-        return peaks[fmt]
-      return peaks['bf16'] / PASSES[fmt] if fmt in PASSES and 'bf16' in peaks else None
-  return None
+  peaks = next((p for key, p in PEAK_TFLOPS if key.lower() in device_kind.lower()), {})
+  if fmt in peaks or fmt not in PASSES or 'bf16' not in peaks:
+    return peaks.get(fmt)
+  return peaks['bf16'] / PASSES[fmt]
 
 
 class JaxStep:
@@ -163,8 +159,7 @@ def build_step(args, config, dataset=None, compile_step=True):
 
 
 def model_line(bench):
-  """'ResNet-18 width 1, imagenet stem, 1000 classes, 64x64x3 uint8, global batch 64 on 1 gpu
-  device(s)': the model (its torchvision name) and its input."""
+  """The model (its torchvision name) and its input: 'ResNet-18 width 1, imagenet stem, ...'."""
   import models
 
   c, size, d = bench.config, bench.config.data.image_size, bench.devices
@@ -211,8 +206,7 @@ def step_mode(args, config):
   fmt = requested['conv']
   if fmt == format_names.NATIVE:
     native = (d.platform, c.numerics.matmul_precision, requested, c.numerics.compute_dtype)
-    im2col = bench.conv_impl == 'im2col'
-    fmt = numerics_setup.effective_formats(*native, conv_as_dot=im2col)['conv']
+    fmt = numerics_setup.effective_formats(*native, conv_as_dot=bench.conv_impl == 'im2col')['conv']
   elif ops.resolve_impl(c.numerics.emulate_impl, d.platform, fmt) == 'reference':
     fmt = numerics_setup.native_formats(d.platform, 'highest')[0]  # every pass at HIGHEST
   elif ops.fast_plan(fmt, d.platform).split:

@@ -38,8 +38,7 @@ START_STEP = 3  # the signal's clock starts once the device has finished this st
 
 
 def trial(config, per_epoch, limit, rng):
-  """One signalled run (train.watch recording each step's output, STEPS_IN_FLIGHT = limit):
-  {'seconds', 'steps_after', 'evaluated_after', 'images_per_s'}."""
+  """One signalled run (train.watch recording each step's output, STEPS_IN_FLIGHT = limit)."""
   from trainer import train
 
   outputs, original, sent = [], train.watch, []

@@ -144,11 +144,28 @@ class TorchStep:
     return time.perf_counter() - start
 
 
-def compare(args, config):
-  """The JAX step, torch eager and torch.compile in alternating windows: a table, and the fastest
-  torch variant's ms/step over this project's as `speedup_vs_torch=`."""
+def main(argv=None):
+  parser = common.parser('bench_vs_torch', __doc__)
+  common.add_step_args(parser)
+  where = "torch's device (default: cuda where there is one)"
+  parser.add_argument('--torch-device', default='', help=where)
+  parser.add_argument('--no-compile', action='store_true', help='skip torch.compile')
+  args, config = common.parse_step_config(parser, argv)
+  native = {config.numerics.conv_format, config.numerics.dense_format} == {'native'}
+  plain = native and config.model.stem == 'imagenet' and not config.data.flip and args.devices <= 1
+  if config.model.name not in REFERENCES or not plain:
+    common.fail(
+      f'bench_vs_torch compares a model with a PyTorch reference ({", ".join(REFERENCES)}), '
+      "native, with the ImageNet stem, on one device: model.stem 'imagenet', native product "
+      'formats (no numerics.profile or *_format), no data.flip, --devices 0 or 1'
+    )
+  common.allocate_gpu_memory_on_demand()  # JAX would take 75 % of the GPU, leaving torch little
   import torch
 
+  cuda = f', {torch.cuda.get_device_name(0)}' if torch.cuda.is_available() else ''
+  torch_line = f'torch {torch.__version__}, threads {torch.get_num_threads()}{cuda}'
+  common.command_line('bench_vs_torch', argv, f'{common.environment()} | {torch_line}')
+  # JAX's step, torch eager and torch.compile alternately; speedup_vs_torch: best torch ms / JAX's
   device = args.torch_device or ('cuda' if torch.cuda.is_available() else 'cpu')
   args.devices = 1
   jax_step = bench_step.build_step(args, config)
@@ -167,9 +184,8 @@ def compare(args, config):
   title = f'{bench_step.model_line(jax_step)}, compute {config.numerics.compute_dtype}, '
   title += f'matmul_precision {config.numerics.matmul_precision}, full training step; '
   rows = [
-    [name, common.spread(times[name], 1e3, 1), f'{config.batch_size / med[name]:.1f}']
-    + [f'{v.compile_s:.1f}']
-    for name, v in variants.items()
+    [n, common.spread(times[n], 1e3, 1), f'{config.batch_size / med[n]:.1f}', f'{v.compile_s:.1f}']
+    for n, v in variants.items()
   ]
   common.report(
     title + common.windows(args),
@@ -178,31 +194,6 @@ def compare(args, config):
     f'best torch variant: {best}',
     f'speedup_vs_torch={med[best] / med[jax_name]:.3f}',
   )
-
-
-def main(argv=None):
-  parser = common.parser('bench_vs_torch', __doc__)
-  common.add_step_args(parser)
-  parser.add_argument(
-    '--torch-device', default='', help="torch's device (default: cuda where there is one)"
-  )
-  parser.add_argument('--no-compile', action='store_true', help='skip torch.compile')
-  args, config = common.parse_step_config(parser, argv)
-  native = {config.numerics.conv_format, config.numerics.dense_format} == {'native'}
-  plain = native and config.model.stem == 'imagenet' and not config.data.flip and args.devices <= 1
-  if config.model.name not in REFERENCES or not plain:
-    common.fail(
-      f'bench_vs_torch compares a model with a PyTorch reference ({", ".join(REFERENCES)}), '
-      "native, with the ImageNet stem, on one device: model.stem 'imagenet', native product "
-      'formats (no numerics.profile or *_format), no data.flip, --devices 0 or 1'
-    )
-  common.allocate_gpu_memory_on_demand()  # JAX would take 75 % of the GPU, leaving torch little
-  import torch
-
-  cuda = f', {torch.cuda.get_device_name(0)}' if torch.cuda.is_available() else ''
-  torch_line = f'torch {torch.__version__}, threads {torch.get_num_threads()}{cuda}'
-  common.command_line('bench_vs_torch', argv, f'{common.environment()} | {torch_line}')
-  compare(args, config)
 
 
 if __name__ == '__main__':

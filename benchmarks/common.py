@@ -62,15 +62,13 @@ def command_line(module: str, argv: Sequence[str] | None, first: str | None = ''
   """Prints `first` (default environment(); None: nothing), then 'command: ...' of `argv`."""
   if first is not None:
     print(first or environment())
-  print(
-    f'command: python -m benchmarks.{module} ' + ' '.join(sys.argv[1:] if argv is None else argv)
-  )
+  args = sys.argv[1:] if argv is None else argv
+  print(f'command: python -m benchmarks.{module} ' + ' '.join(args))
 
 
 def alternate(runners: Mapping[Any, Callable[[int], float]], args) -> dict[Any, list[float]]:
-  """{name: [seconds per step of each window]}: every runner (run(n) -> seconds of n steps) runs
-  `args.warmup` untimed steps, then `args.windows` rounds time `args.steps` steps of each in turn,
-  so that a busy or throttling machine slows them all alike."""
+  """{name: [seconds per step of each window]} of runners run(n) -> seconds of n steps: each in
+  turn per window, so that a busy or throttling machine slows them all alike."""
   for run_steps in runners.values():
     run_steps(args.warmup)
   times: dict[Any, list[float]] = {name: [] for name in runners}

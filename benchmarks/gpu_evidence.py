@@ -416,8 +416,7 @@ def run_step(step, ctx, seconds_left):
 
 
 def run_part(part, out, smoke, part_minutes):
-  """Run the part's commands; returns its status. Its outputs and status.json go to OUT/<part>
-  together when it ends, replacing what an earlier run of it wrote there."""
+  """Run the part's commands; its status. Its files replace OUT/<part>'s together when it ends."""
   status = {'part': part.name, 'smoke': smoke, 'status': 'completed', 'commands': []}
   status['started'], start = common.host(), time.time()
 
@@ -537,9 +536,7 @@ def by_priority(parts, priority):
 def make_plan(
   parts, priority, budget, done=(), startup=STARTUP_MINUTES, limit=CALL_MINUTES, overhead=OVERHEAD
 ):
-  """The Plan of a `budget`-minute slot for the `parts` not `done`: in priority order, each joins
-  the current call if it fits there and in the budget, else opens the next call if that fits,
-  else waits for the next slot; a part longer than a call is listed as such."""
+  """The Plan of a `budget`-minute slot for the `parts` not `done`, filled in priority order."""
   calls, later, too_long, total = [], [], [], startup
   for part in by_priority([p for p in parts if p.name not in done], priority):
     if overhead + part.minutes > limit:

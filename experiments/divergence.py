@@ -95,10 +95,8 @@ def load_config(spec, overrides=()):
 def arm_config(config, overrides, flag, seed):
   """The resolved config of one arm and seed: `config` with the arm's numerics overrides."""
   try:
-    arm = common.apply_overrides(
-      config.copy_and_resolve_references(), [*overrides.items(), ('seed', seed)]
-    )
-    return validation.resolve(arm)
+    arm = config.copy_and_resolve_references()
+    return validation.resolve(common.apply_overrides(arm, [*overrides.items(), ('seed', seed)]))
   except ValueError as e:  # ConfigError: one line naming the field
     raise ValueError(f'{flag}: {str(e).splitlines()[0]}') from None
 
@@ -295,9 +293,8 @@ def figure(result, out_dir):
   ax.set(title='end: churn, % of test labels', xlim=(-0.5, len(kinds) - 0.5), ylim=(0, None))
   axes[8].axis('off')
   legend = (
-    f'lines: mean over seeds; bands: {info["band"]}; final: churn (share of predicted labels '
-    f'that differ), mean over seeds, {info["across_interval"]}; dots: each seed, '
-    f'{info["interval"]}'
+    f'lines: mean over seeds; bands: {info["band"]}; final: churn (share of predicted labels that '
+    f'differ), mean over seeds, {info["across_interval"]}; dots: each seed, {info["interval"]}'
   )
   axes[8].text(0, 0.5, textwrap.fill(legend, 34), fontsize=6.5, va='center')
   return style.save(fig, out_dir, 'divergence')

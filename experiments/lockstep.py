@@ -50,9 +50,8 @@ class Progress:
     if self.since is None or step <= self.since[1] or now <= self.since[0]:
       return f'step {step}/{total}, steps/s: measuring (compiling)'
     per_s = (step - self.since[1]) / (now - self.since[0])
-    return (
-      f'step {step}/{total}, {per_s:.3g} steps/s, ETA {metrics.duration((total - step) / per_s)}'
-    )
+    eta = metrics.duration((total - step) / per_s)
+    return f'step {step}/{total}, {per_s:.3g} steps/s, ETA {eta}'
 
   def step(self, step, total):
     if self.clock() - self.last >= self.interval:
@@ -135,11 +134,9 @@ def prepare(configs, devices=0, progress=None):
 def enter_phase(lock, phase, step):
   """Each arm's state and jitted step for `phase`: arms of equal numerics share one compilation,
   whatever their seed (an argument of the step, bound per arm)."""
-  shared, fns = {}, {}
+  shared, fns, states = {}, {}, lock['states']
   for arm_id, arm in lock['arms'].items():
-    lock['states'][arm_id], fn = trainer.enter_phase(
-      arm['ctx'], lock['states'][arm_id], phase, step
-    )
+    states[arm_id], fn = trainer.enter_phase(arm['ctx'], states[arm_id], phase, step)
     fns[arm_id] = dataclasses.replace(shared.setdefault(arm['key'], fn), seed=fn.seed)
   return fns
 
@@ -166,16 +163,15 @@ def record(lock, step, probe, last_sums):
   pairs = {kind: [] for kind in dict.fromkeys(p['kind'] for p in lock['pairs'])}
   for p in lock['pairs']:
     x, y = p['x'], p['y']
+    lx, ly = logits[x], logits[y]
     pairs[p['kind']].append(
       {
         'seeds': p['seeds'],
         **{k: param_distance(host[x][k], host[y][k], parts) for k in ('params', 'batch_stats')},
         'logits': {  # float64
-          'rel_l2': norms((logits[x] - logits[y]).ravel(), logits[x].ravel())['rel_l2'],
-          'max_abs': float(np.max(np.abs(logits[x] - logits[y]))),
-          'pred_differs': agreement.churn(
-            predictions(logits[x], task), predictions(logits[y], task)
-          ),
+          'rel_l2': norms((lx - ly).ravel(), lx.ravel())['rel_l2'],
+          'max_abs': float(np.max(np.abs(lx - ly))),
+          'pred_differs': agreement.churn(predictions(lx, task), predictions(ly, task)),
         },
       }
     )
@@ -192,9 +188,7 @@ def train(lock, num_steps, every, probe=256, progress=None):
   """Train every arm `num_steps` steps in lockstep; a row at 0, every `every` and at the end."""
   ctx, progress = lock['ctx'], progress or Progress()
   test = ctx.dataset.test
-  probe_split = input_pipeline.Split(
-    np.asarray(test.images[:probe]), np.asarray(test.labels[:probe])
-  )
+  probe_split = input_pipeline.Split(*(np.asarray(a[:probe]) for a in (test.images, test.labels)))
   feeds = {s: run.batches(lock['arms'][s, 'a']['ctx'], 0, num_steps) for s in lock['seeds']}
   last_sums = {i: {'loss': 0.0, 'correct': 0.0, 'count': 0.0} for i in lock['arms']}
   progress.say(
@@ -327,15 +321,8 @@ def band(values):
     float(v) if np.isfinite(v) else None
     for v in (x.std(ddof=1) if x.size > 1 else np.nan, *stats.t_ci(x, CI_LEVEL))
   )
-  return {
-    'n': int(x.size),
-    'mean': float(x.mean()),
-    'min': float(x.min()),
-    'max': float(x.max()),
-    'sd': sd,
-    't_low': low,
-    't_high': high,
-  }
+  spread = {'n': int(x.size), 'mean': float(x.mean()), 'min': float(x.min()), 'max': float(x.max())}
+  return {**spread, 'sd': sd, 't_low': low, 't_high': high}
 
 
 def disagreement(pairs):

@@ -24,29 +24,18 @@ from runrecord import files
 
 FAST_FORMATS = [f for f, entry in formats.FORMATS.items() if entry.fast]  # with a fast form
 # name: (jax_default_matmul_precision, product format, emulate_impl); presets set dots, not convs.
+PRECISIONS = ('default', 'high', 'highest', 'BF16_BF16_F32', 'TF32_TF32_F32')  # flags, natively
 SETTINGS = {
-  'default': ('default', 'native', 'auto'),
-  'high': ('high', 'native', 'auto'),
-  'highest': ('highest', 'native', 'auto'),
-  'BF16_BF16_F32': ('BF16_BF16_F32', 'native', 'auto'),
-  'TF32_TF32_F32': ('TF32_TF32_F32', 'native', 'auto'),
+  **{p: (p, 'native', 'auto') for p in PRECISIONS},
   **{f'emu:{m}': ('highest', m, 'reference') for m, e in formats.FORMATS.items() if not e.noisy},
   **{f'fast:{m}': ('highest', m, 'fast') for m in FAST_FORMATS},
 }
 # (emulated, native) pairs whose agreement on a backend says the emulation reproduces it there,
-# for both implementations, and each fast implementation against its reference.
+# for both implementations, and each fast implementation against its reference; (format, native):
+NATIVE_OF = [('bf16', 'default'), ('bf16', 'BF16_BF16_F32'), ('bf16_3x', 'high')]
+NATIVE_OF += [('tf32', 'default'), ('tf32', 'TF32_TF32_F32'), ('f32', 'highest')]
 PAIRS = tuple(
-  (f'{impl}:{m}', native)
-  for impl in ('emu', 'fast')
-  for m, native in (
-    ('bf16', 'default'),
-    ('bf16', 'BF16_BF16_F32'),
-    ('bf16_3x', 'high'),
-    ('tf32', 'default'),
-    ('tf32', 'TF32_TF32_F32'),
-    ('f32', 'highest'),
-  )
-  if f'{impl}:{m}' in SETTINGS
+  (f'{i}:{m}', native) for i in ('emu', 'fast') for m, native in NATIVE_OF if f'{i}:{m}' in SETTINGS
 ) + tuple((f'fast:{m}', f'emu:{m}') for m in FAST_FORMATS)
 MATMUL_K = (64, 128, 147, 256, 512, 576, 1152, 2304, 4608)
 # ResNet-18's distinct convolutions (name, kernel, in, out, stride): the stem, layer1's, then each
@@ -83,11 +72,8 @@ def parse_args(argv):
   p.add_argument('--model-image', type=int, default=8, help='model rows: image size')
   p.add_argument('--model-batch', type=int, default=8, help='model rows: batch')
   p.add_argument('--model-classes', type=int, default=10, help='model rows: classes')
-  p.add_argument(
-    '--model-settings',
-    default='default,emu:bf16,emu:tf32',
-    help="for the model rows ('all': --settings, '': none; each compiles, ~10-30 s on a CPU)",
-  )
+  rows = "for the model rows ('all': --settings, '': none; each compiles, ~10-30 s on a CPU)"
+  p.add_argument('--model-settings', default='default,emu:bf16,emu:tf32', help=rows)
   p.add_argument('--seed', type=int, default=0, help='seed of the random operands')
   args = p.parse_args(argv)
   if args.model_settings == 'all':
@@ -204,7 +190,6 @@ def model_parts(args, fmt, dtype=None, rng=None, impl='reference'):
   config.numerics.compute_dtype = config.numerics.param_dtype = dtype
   config.numerics.conv_format = config.numerics.dense_format = fmt
   config.numerics.emulate_impl = impl
-
   model = nnx.eval_shape(lambda: models.build(config, args.model_classes, 3, nnx.Rngs(args.seed)))
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)
   if rng is not None:

@@ -90,8 +90,7 @@ def summary(arms, slots, cache_dir):
 
 
 def measure_group(arms, env, timed_steps, say=print):
-  """{slug: measurement} of `arms` [(slug, config flags)] from one measuring process in `env`,
-  its progress lines to say(); a ValueError with its last line if it fails."""
+  """{slug: measurement} of `arms` [(slug, config flags)] from one measuring process in `env`."""
   listed = json.dumps([{'slug': slug, 'flags': list(flags)} for slug, flags in arms])
   argv = [sys.executable, '-m', 'sweeps.estimate', f'--arms={listed}', f'--steps={timed_steps}']
   argv.append(f'--launched={time.time()!r}')
@@ -112,20 +111,6 @@ def measure_group(arms, env, timed_steps, say=print):
   return found
 
 
-def groups(firsts, slots):
-  """The arms in processes, round-robin, at most `slots` per set of XLA flags (one per process)."""
-  from numerics import setup as numerics_setup
-
-  by_flags = collections.defaultdict(list)
-  for slug, run in firsts.items():
-    by_flags[tuple(numerics_setup.xla_flags(run.config)) if run.config else ()].append(slug)
-  out = []
-  for slugs in by_flags.values():
-    n = min(slots, len(slugs))
-    out += [slugs[i::n] for i in range(n)]
-  return out
-
-
 def arms_of(runs):  # ({slug: the arm's first run}, {slug: its runs}), in the runs' order
   firsts = {}
   for r in runs:
@@ -136,14 +121,19 @@ def arms_of(runs):  # ({slug: the arm's first run}, {slug: its runs}), in the ru
 def measure_arms(runs, flags_of, envs, timed_steps):
   """Measure each arm (its first run's config flags) in len(envs) processes at a time, one slot's
   environment each, and print the table; an exit code (2: an arm cannot be measured)."""
+  from numerics import setup as numerics_setup
+
   firsts, counts = arms_of(runs)
-  start, slots = time.time(), len(envs)
-  chunks = groups(firsts, slots)
+  start, slots, by_flags, chunks = time.time(), len(envs), collections.defaultdict(list), []
+  for slug, run in firsts.items():  # processes: round-robin, `slots` at most per set of XLA flags
+    by_flags[tuple(numerics_setup.xla_flags(run.config)) if run.config else ()].append(slug)
+  for slugs in by_flags.values():
+    n = min(slots, len(slugs))
+    chunks += [slugs[i::n] for i in range(n)]
   print(
-    f'estimate: measuring {len(firsts)} arm(s), {slots} at a time, in {len(chunks)} '
-    f'process(es): a start-up and a data load per process; per distinct training program '
-    f'one cold compile, one cache load and {timed_steps} steps; per arm one evaluation and '
-    'one checkpoint',
+    f'estimate: measuring {len(firsts)} arm(s), {slots} at a time, in {len(chunks)} process(es): a '
+    'start-up and a data load per process; per distinct training program one cold compile, one '
+    f'cache load and {timed_steps} steps; per arm one evaluation and one checkpoint',
     flush=True,
   )
   free, lock = list(envs), threading.Lock()
@@ -276,46 +266,12 @@ def measure_phase(ctx, state, phase, timed_steps, programs, say):
   return state, programs[program]
 
 
-def measure_evaluation(ctx, state):  # {evaluation_s, evaluation_(cached_)compile_s}
+def measure(config, timed_steps, launched, programs, say, ctx=None):
+  """(what one run of `config` spends here, the run context); `ctx`: one whose data to reuse."""
   import jax
 
   from input_pipeline import batching
-  from trainer import run, train
-
-  eval_fn = train.eval_fn(ctx, state)
-  first, _ = timed(lambda: train.evaluate(ctx, eval_fn, state))
-  full, _ = timed(lambda: train.evaluate(ctx, eval_fn, state))
-  size = run.eval_batch(ctx)
-  test = batching.eval_batches(ctx.dataset.test, size, jax.process_index(), jax.process_count())
-  batch = batching.to_global(next(test), ctx.sharded)
-  totals = run.zero_sums(ctx.mesh)
-  per_batch = full / batching.num_eval_batches(len(ctx.dataset.test), size)
-  jax.clear_caches()
-  again, _ = timed(lambda: eval_fn(state, batch, totals))
-  return {
-    'evaluation_s': full,
-    'evaluation_compile_s': max(first - full, 0.0),
-    'evaluation_cached_compile_s': max(again - per_batch, 0.0),
-  }
-
-
-def checkpoint_s(state):
-  """Seconds to write one checkpoint of `state`, waited for (in a temporary folder)."""
-  from trainer import checkpoint
-
-  with tempfile.TemporaryDirectory() as folder:
-    mngr = checkpoint.manager(folder, 1)
-    start = time.perf_counter()
-    checkpoint.save(mngr, 1, {}, state)
-    checkpoint.wait(mngr)
-    seconds = time.perf_counter() - start
-    checkpoint.close(mngr)
-  return seconds
-
-
-def measure(config, timed_steps, launched, programs, say, ctx=None):
-  """(what one run of `config` spends here, the run context); `ctx`: one whose data to reuse."""
-  from trainer import process, run, train
+  from trainer import checkpoint, process, run, train
 
   say('loading the data, initialising the model')
   ctx = run.build(config, ctx.dataset if ctx is not None else None)
@@ -328,6 +284,23 @@ def measure(config, timed_steps, launched, programs, say, ctx=None):
   due = [run.due(ctx, step) for step in range(1, ctx.total_steps + 1)]
   facts = process.execution_facts()
   say('compiling and running one evaluation, writing one checkpoint')
+  eval_fn = train.eval_fn(ctx, state)
+  first, _ = timed(lambda: train.evaluate(ctx, eval_fn, state))
+  full, _ = timed(lambda: train.evaluate(ctx, eval_fn, state))
+  size = run.eval_batch(ctx)
+  test = batching.eval_batches(ctx.dataset.test, size, jax.process_index(), jax.process_count())
+  batch = batching.to_global(next(test), ctx.sharded)
+  totals = run.zero_sums(ctx.mesh)
+  per_batch = full / batching.num_eval_batches(len(ctx.dataset.test), size)
+  jax.clear_caches()
+  again, _ = timed(lambda: eval_fn(state, batch, totals))
+  with tempfile.TemporaryDirectory() as folder:  # one checkpoint, waited for
+    mngr = checkpoint.manager(folder, 1)
+    start = time.perf_counter()
+    checkpoint.save(mngr, 1, {}, state)
+    checkpoint.wait(mngr)
+    saved_s = time.perf_counter() - start
+    checkpoint.close(mngr)
   return {
     'platform': facts['platform'],
     'device_kind': facts['device_kind'],
@@ -336,8 +309,10 @@ def measure(config, timed_steps, launched, programs, say, ctx=None):
     'phases': phases,
     'evaluations': sum(d.evaluate for d in due),
     'checkpoints': sum(d.save for d in due),
-    **measure_evaluation(ctx, state),
-    'checkpoint_s': checkpoint_s(state),
+    'evaluation_s': full,
+    'evaluation_compile_s': max(first - full, 0.0),
+    'evaluation_cached_compile_s': max(again - per_batch, 0.0),
+    'checkpoint_s': saved_s,
   }, ctx
 
 

@@ -79,8 +79,7 @@ class Product(
 
 def split_type(rest):
   if not rest.startswith('('):
-    type_text, _, after = rest.partition(' ')
-    return type_text, after
+    return rest.partition(' ')[::2]  # (type text, the rest)
   depth = 0
   for i, c in enumerate(rest):
     depth += {'(': 1, ')': -1}.get(c, 0)
@@ -196,8 +195,7 @@ def configured(config, kind):
   DotAlgorithmPreset: dots carry it, convolutions the default), an emulated one's computation."""
   from numerics import ops
 
-  n = config.numerics
-  fmt = formats.kind_formats(n)[kind]
+  n, fmt = config.numerics, formats.kind_formats(config.numerics)[kind]
   if fmt == formats.NATIVE:
     flag = n.matmul_precision
     if flag in formats.PRESET_PRECISIONS:
@@ -302,15 +300,6 @@ def refused_memory(reason, config, devices):
   return {} if needed is None else {'memory_per_chip_gib': needed, 'fits': False}
 
 
-def summary(row):  # a program's progress line (its numbers: the table at the end)
-  gib = row.get('memory_per_chip_gib')
-  fits = 'fits' if row.get('fits') else 'does not fit'
-  memory = '' if gib is None else f': {gib:.3g} of {row["hbm_per_chip_gib"]} GiB per chip, {fits}'
-  if not row['compiled']:
-    return f'NOT compiled after {row["compile_s"]} s: {row["reason"]}{memory}'
-  return f'compiled in {row["compile_s"]} s{memory}'
-
-
 def topology_rows(config, topology, devs, runs, wanted, startup_s):
   """(rows, run context) of the `wanted` programs on `topology`; unbuildable: ([why], None)."""
   chip, facts = tpu.CHIPS[topology.version], tpu.facts(devs)
@@ -346,10 +335,14 @@ def topology_rows(config, topology, devs, runs, wanted, startup_s):
     if compiled is not None:
       measured, step_s[name] = program_row(compiled, config, chip, facts, images)
       row.update(measured)
+      said = f'compiled in {row["compile_s"]} s'
     else:
       row.update(refused_memory(reason, config, facts['devices']))
+      said = f'NOT compiled after {row["compile_s"]} s: {reason}'
     rows.append(row)
-    print(f'[preflight]   {name}: {summary(row)}', flush=True)
+    gib, fits = row.get('memory_per_chip_gib'), 'fits' if row.get('fits') else 'does not fit'
+    needs = '' if gib is None else f': {gib:.3g} of {chip.hbm_gib} GiB per chip, {fits}'
+    print(f'[preflight]   {name}: {said}{needs}', flush=True)  # its numbers: the table at the end
   terms = tpu.run_terms(ctx, step_s, compile_s, startup_s, facts['hosts']) or {}
   hours = {f'{k}_s': v for k, v in terms.items()}
   if terms:
@@ -418,25 +411,19 @@ def markdown(rows):
       hours = f'a run {run} = {terms}; the sweep ({first["sweep_runs"]} runs in turn) {sweep}'
     largest = f'; largest batch that fits: {first["max_batch"]}' if first.get('max_batch') else ''
     lines.append(f'- {name}: {hours}{largest}')
-    lines += memory_notes([r for r in rows if r['topology'] == name and r['compiled']])
+    done = [r for r in rows if r['topology'] == name and r['compiled']]
+    for a, b in zip(done, done[1:], strict=False):  # a step needing more than a later phase's
+      if b['phase'] != 'eval' and a['memory_per_chip_gib'] > b['memory_per_chip_gib']:
+        said = [
+          f'{p} {a[f"{p}_gib"]:.3g} vs {b[f"{p}_gib"]:.3g}' for p in ('argument', 'temp', 'code')
+        ]
+        lines.append(
+          f'  - {a["phase"]} needs more than {b["phase"]} per chip: GiB of {", ".join(said)} '
+          "(XLA's buffer assignment: memory_analysis())"
+        )
   if any(r.get('run_hours') is not None for r in rows):
     lines += ['', 'Where each term comes from:'] + [f'- {k}: {v}' for k, v in tpu.TERMS.items()]
   return '\n'.join(lines)
-
-
-def memory_notes(rows):
-  """A line where a training step needs more memory per chip than a later phase's: where it goes."""
-  out = []
-  for a, b in zip(rows, rows[1:], strict=False):
-    if b['phase'] != 'eval' and a['memory_per_chip_gib'] > b['memory_per_chip_gib']:
-      said = [
-        f'{p} {a[f"{p}_gib"]:.3g} vs {b[f"{p}_gib"]:.3g}' for p in ('argument', 'temp', 'code')
-      ]
-      out.append(
-        f'  - {a["phase"]} needs more than {b["phase"]} per chip: GiB of {", ".join(said)} '
-        "(XLA's buffer assignment: memory_analysis())"
-      )
-  return out
 
 
 def write_csv(rows, folder):

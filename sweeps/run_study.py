@@ -11,7 +11,7 @@ from sweeps import sweep
 from trainer import metrics
 
 
-def parse_args(argv):
+def main(argv=None):
   p = cli.Parser(
     prog='python -m sweeps.run_study',
     description='The sweep, then its analysis (the report, the attribution, the figures).',
@@ -23,11 +23,7 @@ def parse_args(argv):
   p.add_argument('--margin-reason', help='why --margin (printed in the report)')
   p.add_argument('--runs', nargs='+', default=[], metavar='ROOT', help='more roots to analyse')
   p.add_argument('--all-pairs', action='store_true', help='also test every pair of arms')
-  return p.parse_args(argv)
-
-
-def main(argv=None):
-  args = parse_args(argv)
+  args = p.parse_args(argv)
   missing = [r for r in args.runs if '://' not in r and not os.path.isdir(r)]
   problem = f'--runs: {missing[0]} is not a folder; give roots that hold runs' if missing else ''
   if '://' in args.root:

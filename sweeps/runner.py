@@ -290,9 +290,8 @@ class Active:
     ips, step = speed(self.run.workdir, self.since_step)
     found = STEP_COUNTER.findall(tail(self.logfile))  # the log's last `step s/T`
     total = int(found[-1][1]) if found else None
-    left = None
-    if ips and total and self.batch_size:
-      left = max(total - step, 0) * self.batch_size / ips
+    known = ips and total and self.batch_size
+    left = max(total - step, 0) * self.batch_size / ips if known else None
     return ips, now - self.started, left
 
 
@@ -424,9 +423,8 @@ def reap(progress, stopping):
     elif code == 0:
       progress.done += 1
       took_s = time.time() - a.started
-      progress.durations.append(
-        (took_s, took_s - compile_s(a.run.workdir, a.since_step, a.batch_size))
-      )
+      compiling = compile_s(a.run.workdir, a.since_step, a.batch_size)
+      progress.durations.append((took_s, took_s - compiling))
       progress.show(f'done    {name} in {took} (log: {a.logfile})')
     else:
       lines = [line.strip() for line in tail(a.logfile).splitlines() if line.strip()]

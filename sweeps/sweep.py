@@ -48,9 +48,8 @@ def parse_args(argv):
   p.add_argument('--emit-commands', help=f'command list (default ROOT/{runner.COMMANDS_FILE})')
   p.add_argument('--emit-slurm', help=f'SLURM array script (default ROOT/{runner.SLURM_FILE})')
   p.add_argument('--emit-study', help='with --dry-run: write the study declaration here')
-  p.add_argument(
-    '--dry-run', action='store_true', help='check, list; write only what --emit-* name'
-  )
+  dry = 'check, list; write only what --emit-* name'
+  p.add_argument('--dry-run', action='store_true', help=dry)
   p.add_argument('--estimate', action='store_true', help='a dry run that measures the device-hours')
   p.add_argument('--estimate-steps', type=int, default=3, help='steps timed per phase (--estimate)')
   p.add_argument('--estimate-tpu', metavar='TOPOLOGY', help='price from TPU programs (--estimate)')
@@ -266,9 +265,8 @@ def check(runs, root, files, env=None):
   if '://' in root:
     elsewhere = data + environment
     return errors, [f'{p} (checked on this machine; the hosts need it)' for p in elsewhere], {}
-  devices, warnings = (
-    device_problems(runs, env) if env is not None and not environment else ([], [])
-  )
+  checked = env is not None and not environment
+  devices, warnings = device_problems(runs, env) if checked else ([], [])
   folders, states = workdir_problems(runs, root, files)
   return errors + environment + devices + data + folders, warnings, states
 
@@ -345,9 +343,8 @@ def main(argv=None):
     runs, path, arg = expand(args.config, root)
     if '://' in root and not (args.emit_commands and args.emit_slurm):
       raise ValueError(
-        f'--root={root}: the command list and the SLURM script are written on this '
-        'machine, not into a bucket: give --emit-commands=FILE and --emit-slurm=FILE '
-        '(local paths)'
+        f'--root={root}: the command list and the SLURM script are written on this machine, not '
+        'into a bucket: give --emit-commands=FILE and --emit-slurm=FILE (local paths)'
       )
     emitted = (
       os.path.abspath(args.emit_commands or os.path.join(root, runner.COMMANDS_FILE)),

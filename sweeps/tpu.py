@@ -25,15 +25,10 @@ CHIPS = {  # Google Cloud's TPU system architecture pages, https://cloud.google.
 HOSTS = {'v4': (4, (2, 2, 1)), 'v5p': (4, (2, 2, 1)), 'v5e': (8, (2, 4, 1)), 'v6e': (8, (2, 4, 1))}
 # Accelerator types -> libtpu topology. v4-N and v5p-N count TensorCores (2 per chip), v5e-N
 # (v5litepod-N) and v6e-N count chips.
-ACCELERATOR_TYPES = {
-  **{f'{v}-{n}': f'{v}:2x2x{n // 8}' for v in ('v4', 'v5p') for n in (8, 16, 32)},
-  **{
-    f'{v}-{n}': f'{v}:{s}'
-    for v in ('v5e', 'v6e')
-    for n, s in ((1, '1x1'), (4, '2x2'), (8, '2x4'), (16, '4x4'))
-  },
-}
-ALIASES = {f'v5litepod-{n}': f'v5e-{n}' for n in (1, 4, 8, 16)}
+GRIDS = {1: '1x1', 4: '2x2', 8: '2x4', 16: '4x4'}  # of v5e-N and v6e-N
+ACCELERATOR_TYPES = {f'{v}-{n}': f'{v}:2x2x{n // 8}' for v in ('v4', 'v5p') for n in (8, 16, 32)}
+ACCELERATOR_TYPES.update({f'{v}-{n}': f'{v}:{s}' for v in ('v5e', 'v6e') for n, s in GRIDS.items()})
+ALIASES = {f'v5litepod-{n}': f'v5e-{n}' for n in GRIDS}
 SHAPE = re.compile(r'^(v4|v5e|v5p|v6e):(\d+)x(\d+)(?:x(\d+))?$')
 
 Topology = collections.namedtuple('Topology', 'name version libtpu_name options')
@@ -202,8 +197,7 @@ class Chip(collections.namedtuple('Chip', 'index')):
 
 
 def host_chips():
-  """(chips on this host, how known): JAX's PCI scan of the TPU chips, else the largest host of
-  the accelerator type TPU_ACCELERATOR_TYPE names (a TPU VM sets it), else the largest of HOSTS."""
+  """(chips on this host, how known): its PCI bus, TPU_ACCELERATOR_TYPE's host, or HOSTS' max."""
   with contextlib.suppress(ImportError, OSError):
     from jax._src import hardware_utils
 
@@ -217,8 +211,7 @@ def host_chips():
 
 
 def parse_chips(text, flag='--tpu-chips'):
-  """[Chip] of '0,1,2,3' (None: none); one-line ValueError on an empty list, a bad or repeated id,
-  or an id past this host's chips (host_chips)."""
+  """[Chip] of '0,1,2,3' (None: none); a bad list or an id past this host's: one-line ValueError."""
   if text is None:
     return []
   try:
@@ -262,8 +255,7 @@ def launcher(chips):  # the argv prefix that starts a command on the first free 
 
 
 def claim(chips):
-  """(chip index, open lock descriptor) of the first of `chips` no other process holds (an
-  exclusive flock on LOCK_DIR/chip<i>), polling every second while all are held."""
+  """(chip index, open lock descriptor) of the first of `chips` no other process flocks (polled)."""
   try:
     os.makedirs(LOCK_DIR, exist_ok=True)
   except OSError as e:
@@ -289,8 +281,7 @@ def fail(message):
 
 
 def main(argv=None):
-  """`python -m sweeps.tpu --chips=0,1,... -- COMMAND...`: COMMAND on the first free chip, with
-  its variables; the chip's lock is held until COMMAND exits."""
+  """`python -m sweeps.tpu --chips=0,1,... -- COMMAND...`: COMMAND on the first free chip."""
   p = argparse.ArgumentParser(
     prog='python -m sweeps.tpu',
     description="Run a command on the first free TPU chip of --chips with libtpu's per-process "
