@@ -295,7 +295,7 @@ def default_emulation(runs, native_factor, platforms, given):
     out[p] = given.get(p, guess[0] if guess else None)
     if out[p] is None:
       raise LookupError(
-        f'no level of {native_factor} emulates {p}; name it in the study\'s platform_profile '
+        f"no level of {native_factor} emulates {p}; name it in the study's platform_profile "
         f'(analysis.attribute: --platform-profile {p}=LEVEL)'
       )
     if out[p] not in lv:
