@@ -1170,6 +1170,17 @@ def scope_lines(out):
       if conf.attribution and conf.attribution.pairs_note
       else ''
     )
+    ran = set(conf.runs['platform'].astype(str)) if 'platform' in conf.runs else set()
+    gone = [  # a declared (else default) pair one of whose platforms ran no declared seed
+      f'{a} − {b}: {" and ".join(p for p in (a, b) if p not in ran)} ran none of the declared seeds'
+      for a, b in attribution.platform_pairs(
+        sorted(set(out.runs['platform'].astype(str))) if 'platform' in out.runs else [],
+        out.declared.get('compare'),
+        'compare',
+      )[0]
+      if (a not in ran or b not in ran) and f'{a} − {b}' not in which
+    ]
+    which += f'; not analysed: {"; ".join(gone)}' if gone else ''
 
     lines.append(
       f'**Confirmatory answer** (the declared seeds at the declared ±{conf.margin:g} '

@@ -144,3 +144,14 @@ def test_a_semicolon_csv_is_one_line_and_a_study_dot_json_in_capitals_is_read(
   upper = tmp_path / 'study.JSON'
   upper.write_text(open(STUDY).read())
   assert declaration.load(str(upper)) == declaration.load(STUDY)  # was: 'no config file'
+
+
+def test_a_platform_without_the_declared_seeds_is_named_in_the_confirmatory_line(small):
+  """gpu renumbered to seeds 100–105: the confirmatory re-analysis (declared seeds 0–5) has cpu
+  only, and read '6 contrasts tested: 6 equivalent' without a word on gpu − cpu."""
+  from analysis import declaration, report
+
+  frame = small.assign(seed=small['seed'] + 100 * (small['platform'] == 'gpu'))
+  out = analyse.study_analysis(frame, declaration.load(STUDY))
+  line = ' '.join(report.scope_lines(out))
+  assert '; not analysed: gpu − cpu: gpu ran none of the declared seeds)' in line, line
