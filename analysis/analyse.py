@@ -207,7 +207,7 @@ def study_analysis(
   from analysis import agreement, attribution, inputs, stats
 
   declared, frame = declared or {}, inputs.split_device_kinds(frame)
-  if 'acc' not in metric.lower() and margin is None:  # a margin in pp is an accuracy's
+  if not inputs.is_accuracy(metric) and margin is None:  # a margin in pp is an accuracy's
     raise ValueError(
       f'--margin: {metric} is not an accuracy by name (no "acc"), so neither the default nor a '
       "declared margin (pp) applies to it; give --margin in the metric's own units"
@@ -247,7 +247,7 @@ def study_analysis(
   )
   sc = stats.scope(out, declared, compare)
   out = dataclasses.replace(out, scope=sc)
-  if sc.confirmatory is False and sc.declared_seeds_present and 'acc' in metric.lower():
+  if sc.confirmatory is False and sc.declared_seeds_present and inputs.is_accuracy(metric):
     seeds = pd.to_numeric(frame[seed_col or 'seed'], errors='coerce')
     kept, margin = frame[seeds.isin(sc.declared_seeds)], declared.get('margin')
     rest = (seed_col, scale, all_pairs, source)

@@ -81,6 +81,11 @@ def normalise_platforms(frame):
   return frame, notes
 
 
+def is_accuracy(metric):
+  """Is `metric` an accuracy by its name (one in [0, 1] or in %, judged in pp)?"""
+  return 'acc' in str(metric).lower()
+
+
 RECORDED_PLATFORM = 'platform_recorded'  # a split platform's name as its runs recorded it
 
 
@@ -299,9 +304,7 @@ def metric_problems(frame, column, scale=None):
     for n, v in each(infinite)
   ]
   numbers = numbers[np.isfinite(numbers)]
-  kind = (
-    'an accuracy' if 'acc' in column.lower() else 'a loss' if 'loss' in column.lower() else None
-  )
+  kind = 'an accuracy' if is_accuracy(column) else 'a loss' if 'loss' in column.lower() else None
   if kind:
     low = numbers[numbers < 0]
     lines += [

@@ -1188,7 +1188,7 @@ def scope_lines(out):
     )
   elif sc.declared_seeds is None:
     lines.append('No confirmatory answer: the study declares no seeds to re-analyse.')
-  elif 'acc' not in out.metric.lower():
+  elif not inputs.is_accuracy(out.metric):
     lines.append(f'No confirmatory answer: the declared margin (pp) is not one of {out.metric}.')
   else:
     lines.append('No confirmatory answer: the declared seeds were not all run.')

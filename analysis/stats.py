@@ -15,7 +15,7 @@ from statsmodels.stats import power as smp
 
 from analysis import declaration
 from analysis.declaration import resolve_column
-from analysis.inputs import Software, arm_labels, seed_key, seed_text, whole_numbers
+from analysis.inputs import Software, arm_labels, is_accuracy, seed_key, seed_text, whole_numbers
 from runrecord import record, rules
 
 ALPHA = 0.05
@@ -503,7 +503,7 @@ def replicate_table(runs):
 def lattice(runs, metric, scale):
   """The step of an accuracy measured on one recorded test-set size N: 100 / N pp, whether the
   table holds fractions (scale 100) or percentages (scale 1)."""
-  if 'acc' not in metric.lower() or 'data.test_size' not in runs:
+  if not is_accuracy(metric) or 'data.test_size' not in runs:
     return None
   sizes = pd.to_numeric(runs['data.test_size'], errors='coerce').dropna().unique()
   return float(max(scale, 100.0) / sizes[0]) if len(sizes) == 1 and sizes[0] > 0 else None
@@ -604,7 +604,7 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
       'see the excluded list'
     )
   if scale is None:
-    scale = 100.0 if 'acc' in metric.lower() and values[runs.index].abs().max() <= 1 else 1.0
+    scale = 100.0 if is_accuracy(metric) and values[runs.index].abs().max() <= 1 else 1.0
   runs['value'] = values[runs.index] * scale
   runs['base_seed'] = whole_numbers(runs[seed_col]) if seeded else None
   parts = [runs[c] if seed_col == 'seed' and c in runs else None for c in record.SEED_PARTS]
@@ -612,7 +612,7 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   runs['seed'] = pd.Series(keys, index=runs.index, dtype=object) if seeded else None
   runs['seeded'] = seeded & runs['seed'].notna()
   runs['arm'] = arm_labels(runs, group_by)
-  runs['config'] = arm_labels(runs, rules.arm_columns(frame)) if group_by != arm_cols else ''
+  runs['config'] = arm_labels(runs, arm_cols) if group_by != arm_cols else ''
   unknown = [None] * len(runs)
   det = [
     run_deterministic(p, v)
@@ -877,7 +877,7 @@ def arms_and_pairs(
     small=arms[arms['n'] < 2],
     margin=margin,
     margin_reason=margin_reason or 'no reason given',
-    unit='pp' if prep.scale == 100 or 'acc' in prep.metric.lower() else 'units',
+    unit='pp' if prep.scale == 100 or is_accuracy(prep.metric) else 'units',
   )
 
 
