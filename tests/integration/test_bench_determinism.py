@@ -22,6 +22,8 @@ def test_bench_determinism_prints_both_variants_and_the_ratio(capsys, monkeypatc
   )
   bench_step.main([*TOY_STEP, '--repeat-steps', '2'])
   assert len(compiles) == 2  # the two variants from one lowering, no unused third
+  # deterministic first: after nondeterministic it would reuse XLA's in-process autotuned kernels
+  assert [options[0][bench_step.OPTION] for options in compiles] == [True, False]
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[-1].startswith('deterministic_vs_nondeterministic=')
   assert float(lines[-1].split('=')[1]) > 0

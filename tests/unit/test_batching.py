@@ -133,3 +133,23 @@ class _Device:
 def test_device_memory_is_the_smallest_reported_limit():
   assert process.device_memory([_Device({'bytes_limit': 8}), _Device({'bytes_limit': 5})]) == 5
   assert process.device_memory([_Device(None), _Device(RuntimeError('n/a'))]) is None
+
+
+def test_gather_of_a_strided_view_copies_only_the_rows_it_takes():
+  """A stride-0 view (bench_step's epoch images) is gathered row by row: np.take would first copy
+  the whole view contiguous (CelebA at 224 px: 23 GiB, which killed the GPU's epoch benchmark)."""
+  import tracemalloc
+
+  image = np.arange(8 * 8 * 3, dtype=np.uint8).reshape(1, 8, 8, 3)
+  view = np.broadcast_to(image, (200_000, 8, 8, 3))  # 38 MiB if made contiguous
+  rows = np.array([3, 5, 199_999])
+  tracemalloc.start()
+  try:
+    got = batching.gather(view, rows, workers=2)
+    peak = tracemalloc.get_traced_memory()[1]
+  finally:
+    tracemalloc.stop()
+  assert peak < 2**20, peak
+  np.testing.assert_array_equal(got, np.repeat(image, 3, axis=0))
+  strided = np.arange(6 * 4 * 4 * 3, dtype=np.uint8).reshape(6, 4, 4, 3)[:, ::2]
+  np.testing.assert_array_equal(batching.gather(strided, np.array([4, 0])), strided[[4, 0]])
