@@ -218,7 +218,8 @@ def study_analysis(
   declares = bool(declared.get('factors') and declared.get('reference'))
   if compare or declared.get('compare'):
     flag = '--compare' if compare else 'study compare'
-    attribution.check_compare(frame, compare or declared['compare'], declares, flag)
+    kinds = declared.get('device_kinds') or 'split'
+    attribution.check_compare(frame, compare or declared['compare'], declares, flag, kinds)
   numbers = stats.arms_and_pairs(
     frame, group_by, metric, margin, why, seed_col, scale, all_pairs=all_pairs or not declares
   )

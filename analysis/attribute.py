@@ -71,6 +71,13 @@ def parse_args(argv):
   )
   analyse.add_compare_argument(p)
   p.add_argument(
+    '--device-kinds',
+    choices=('split', 'blocked'),
+    default='split',
+    help="a platform's runs on several device kinds: each kind a platform (split) or one "
+    'platform with the kind as a blocking factor, its effect stated (blocked)',
+  )
+  p.add_argument(
     '--out', help=f'folder for {", ".join(FILES)}; {", ".join(FIGURES)} (.pdf and .png)'
   )
   return p.parse_args(argv)
@@ -118,6 +125,7 @@ def main(argv=None):
       min_share=args.min_share,
       compare=declaration.parse_compare(args.compare),
       compare_flag='--compare',
+      device_kinds=args.device_kinds,
     )
     print(report.attribution_report(out))
     written = dest.write(lambda folder: write(out, folder)) if dest else []

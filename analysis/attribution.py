@@ -57,6 +57,19 @@ class CrossCheck(NamedTuple):
   notes: dict[str, str] = {}
 
 
+class KindEffect(NamedTuple):
+  """A blocked platform's device kind against its first kind at the native arm: the mean over
+  the seeds both ran of the per-seed difference, with its 95% t-interval."""
+
+  platform: str
+  kind: str
+  base: str
+  estimate: float
+  ci_low: float
+  ci_high: float
+  seeds: tuple
+
+
 class Flags(NamedTuple):
   """What a gap's verdict rests on (flags)."""
 
@@ -187,6 +200,60 @@ def cell_means(runs, factor, others, ref):
   return {key: group.droplevel([0, 1]) for key, group in cells.groupby(level=[0, 1])}
 
 
+def kind_blocks(runs):
+  """{recorded platform: [its device kinds' platform names]} of the platforms split by device
+  kind (inputs.split_device_kinds), for a study that declares device_kinds 'blocked'."""
+  if inputs.RECORDED_PLATFORM not in runs:
+    return {}
+  names = runs[['platform', inputs.RECORDED_PLATFORM]].astype(str)
+  split = names[names['platform'] != names[inputs.RECORDED_PLATFORM]].drop_duplicates()
+  blocks = {p: sorted(g['platform']) for p, g in split.groupby(inputs.RECORDED_PLATFORM)}
+  unknown = names['platform'].isin(blocks)  # runs of a split platform that recorded no kind
+  if unknown.any():
+    p = names['platform'][unknown].iloc[0]
+    raise ValueError(
+      f"device_kinds 'blocked': {int(unknown.sum())} run(s) on {p} recorded no device_kind beside "
+      f'runs on {len(blocks[p])} kinds, so their block is unknown; fill their device_kind or '
+      "declare device_kinds 'split'"
+    )
+  return blocks
+
+
+def block_cells(cells, blocks):
+  """`cells` with a cell per blocked platform and level: per seed, the mean over its device kinds'
+  cells, on the seeds every kind ran (the kind a blocking factor, each kind weighted alike)."""
+  out = dict(cells)
+  for platform, kinds in blocks.items():
+    for level in sorted({lv for p, lv in cells if p in kinds}, key=str):
+      parts = [cells.get((k, level)) for k in kinds]
+      if all(x is not None for x in parts):
+        joined = pd.concat(parts, axis=1, join='inner')
+        if len(joined):
+          out[(platform, level)] = joined.mean(axis=1)
+  return out
+
+
+def missing_kinds(cells, kinds, platform, level):
+  """How a gap names a blocked platform's absent cell: the kinds that lack `level`."""
+  lacking = [k for k in kinds if (k, level) not in cells]
+  if lacking:
+    return f'{", ".join(lacking)} (blocked in {platform}: every kind needs it)'
+  return f'{platform} (its kinds share no seed there)'
+
+
+def kind_effects(cells, blocks, level):
+  """[KindEffect] of each blocked platform's kinds after its first, at the native arm `level`."""
+  out = []
+  for platform, (base, *others) in blocks.items():
+    for kind in others:
+      if (kind, level) in cells and (base, level) in cells:
+        d = (cells[(kind, level)] - cells[(base, level)]).dropna()
+        low, high = stats.t_ci(d.to_numpy())
+        seeds = tuple(sorted(d.index, key=inputs.seed_key))
+        out.append(KindEffect(platform, kind, base, float(d.mean()), low, high, seeds))
+  return out
+
+
 def weights(*terms):
   """{cell: weight} of (cell, weight) terms, summed per cell: where one profile emulates both
   platforms their cells meet and cancel (a dict literal would keep one of them)."""
@@ -225,8 +292,9 @@ def definitions(a, b, native, emu):
   ]
 
 
-def components(cells, a, b, native, emu):
-  """The GapSummary of a's gap against b over the seeds common to every cell run."""
+def components(cells, a, b, native, emu, where=None):
+  """The GapSummary of a's gap against b over the seeds common to every cell run; `where`:
+  {platform: how a missing cell names it} (a blocked platform's kinds that lack it)."""
   present = set(cells)
   defs = definitions(a, b, native, emu)
   used = {c for _, _, _, w in defs for c in w if c in present}
@@ -236,7 +304,8 @@ def components(cells, a, b, native, emu):
     absent = [c for c in weights if c not in present]
     labels[key], kinds[key] = label, kind
     if absent:
-      missing[key] = 'not estimable: no runs of ' + ', '.join(f'{e} on {p}' for p, e in absent)
+      on = [f'{e} on {(where or {}).get((p, e), p)}' for p, e in absent]
+      missing[key] = 'not estimable: no runs of ' + ', '.join(on)
     else:  # per seed: the sum of weight x cell mean
       values[key] = sum(w * cells[c].loc[seeds].to_numpy() for c, w in weights.items())
   used = {key: dict(weights) for key, _, _, weights in defs if key in ('G', 'N', 'R')}
@@ -528,6 +597,8 @@ class Attribution:
   labels: dict[str, str] = dataclasses.field(default_factory=dict)
   pairs_note: str = ''
   compare_flag: Optional[str] = None
+  device_kinds: str = 'split'  # or 'blocked': see kind_blocks
+  kind_effects: list[KindEffect] = dataclasses.field(default_factory=list)
 
 
 def parse_pairs(items, flag):
@@ -739,6 +810,7 @@ def select(frame, metric, factors, seed_col):
     seed_col, has_seed = None, False
   # one copy, of the columns the attribution reads (an export has ~100 more)
   needed = {'run', 'status', 'reason', 'platform', 'device_kind', record.DETERMINISM_COLUMN}
+  needed.add(inputs.RECORDED_PLATFORM)
   needed |= {metric_col, seed_col, *cols.values(), *rules.arm_columns(frame)}
   needed |= set(rules.pairing_columns(frame.columns))
   frame = frame[[c for c in frame.columns if c in needed]].copy()
@@ -795,10 +867,13 @@ def factor_attribution(
   min_share=None,
   compare=None,
   compare_flag='compare',
+  device_kinds='split',
 ):
   """The whole attribution as an Attribution."""
   if margin is not None and not margin > 0:
     raise ValueError(f"--margin: must be a positive number in the metric's units, got {margin}")
+  if problem := declaration.device_kinds_problem(device_kinds):
+    raise ValueError(f'--device-kinds: {problem}')
   prep, columns, has_seed = select(frame, metric, list(factors), seed_col)
   runs = prep.runs
   ref = references(runs, columns, parse_pairs(reference, '--reference'))
@@ -816,7 +891,7 @@ def factor_attribution(
   formula = [f"C({f}, Treatment('{ref[f]}'))" for f in columns] + [f'{a}:{b}' for a, b in pairs]
   terms = [{'term': c, **contrast_row(model, {c: 1.0})} for c in X.columns if c != 'Intercept']
   seeded = runs if has_seed else runs.drop(columns='seed')
-  given = (native, platform_profile, margin, min_share, compare, compare_flag)
+  given = (native, platform_profile, margin, min_share, compare, compare_flag, device_kinds)
   section = gap_section(seeded, columns, ref, *given)
   noise = stats.noise_floors(
     runs,
@@ -841,6 +916,7 @@ def factor_attribution(
     min_share=min_share,
     compare_flag=compare_flag if compare else None,
     arms=None if section['gap'] is not None else arm_rows(model, X, runs, list(columns), ref),
+    device_kinds=device_kinds,
     **section,
   )
 
@@ -889,23 +965,37 @@ def native_arm(runs, columns, given):
   return None
 
 
-def decompose(runs, columns, ref, native, given_map, pairs):
-  """([GapSummary per pair, with its cross-check], emulation map, notes)."""
+def decompose(runs, columns, ref, native, given_map, pairs, blocks=None):
+  """([GapSummary per pair, with its cross-check], emulation map, notes, [KindEffect]); `blocks`:
+  kind_blocks' platforms, each a cell of its kinds' per-seed mean (block_cells)."""
   nf, nl = native
   plat = next((f for f, c in columns.items() if c == 'platform'), None)
   needed = sorted({p for pair in pairs for p in pair})
   emu = default_emulation(runs, nf, needed, given_map)
   others = [f for f in columns if f not in (nf, plat)]
-  cells = cell_means(runs, nf, others, ref)
+  blocks = blocks or {}
+  kinds = cell_means(runs, nf, others, ref)
+  cells, effects = block_cells(kinds, blocks), kind_effects(kinds, blocks, nl)
+  pooled = {k: p for p, ks in blocks.items() for k in ks}
+  runs = runs.assign(platform=runs['platform'].map(lambda p: pooled.get(p, p)))
   summaries, notes = [], []
   for a, b in pairs:
     absent = [p for p in (a, b) if (p, nl) not in cells]
+    unblocked = [p for p in absent if p in blocks]
+    if unblocked:
+      notes.append(
+        f'{a} − {b}: the device kinds of {unblocked[0]} ({", ".join(blocks[unblocked[0]])}) share '
+        f"no seed at {nf}={nl}; blocking needs each seed on every kind (or device_kinds 'split')"
+      )
+      continue
     if absent:
       notes.append(
         f"{a} − {b}: no {nf}={nl} run on {', '.join(absent)} at the other factors' reference levels"
       )
       continue
-    summary = components(cells, a, b, nl, emu)
+    levels_run = {emu[a], emu[b], nl}
+    where = {(p, e): missing_kinds(kinds, blocks[p], p, e) for p in blocks for e in levels_run}
+    summary = components(cells, a, b, nl, emu, where)
     if len(summary.seeds) < 2:
       notes.append(f'{a} − {b}: fewer than 2 seeds ran every cell of the gap')
       continue
@@ -913,12 +1003,18 @@ def decompose(runs, columns, ref, native, given_map, pairs):
     summaries.append(dataclasses.replace(summary, cross_check=check))
   if not summaries:
     raise LookupError('; '.join(notes) or 'no platform pair to compare')
-  return summaries, {p: emu[p] for p in needed}, notes
+  return summaries, {p: emu[p] for p in needed}, notes, effects
 
 
-def gap_section(runs, columns, ref, native, platform_profile, margin, min_share, compare, flag):
+def gap_section(
+  runs, columns, ref, native, platform_profile, margin, min_share, compare, flag, device_kinds
+):
   """The Attribution's gap fields (gap, gap_note, native, emulation, decomposition)."""
   platforms = sorted(set(runs['platform'].astype(str))) if 'platform' in runs else []
+  blocks = kind_blocks(runs) if device_kinds == 'blocked' else {}
+  if blocks:  # each blocked platform one, its device kinds pooled as blocks
+    kinds = {k for ks in blocks.values() for k in ks}
+    platforms = sorted({p for p in platforms if p not in kinds} | set(blocks))
 
   def none(note):
     return {'gap': None, 'gap_note': note}
@@ -938,7 +1034,10 @@ def gap_section(runs, columns, ref, native, platform_profile, margin, min_share,
       'each arm minus the reference arm instead'
     )
   given = parse_pairs(platform_profile, '--platform-profile')
-  bad = set(given) - set(platforms)
+  every = set(platforms) | {k for ks in blocks.values() for k in ks}
+  bad = {p for p in given if p not in every and not resolve_platform(p, sorted(every))}
+  for p in every - set(given):  # 'gpu' names each of its device kinds' platforms too
+    given.update({p: given[rules.jax_platform(p)]} if rules.jax_platform(p) in given else {})
   if bad:
     raise ValueError(
       f'--platform-profile: no runs on {", ".join(sorted(bad))}; platforms: {", ".join(platforms)}'
@@ -946,8 +1045,8 @@ def gap_section(runs, columns, ref, native, platform_profile, margin, min_share,
   try:
     if not pairs:
       raise LookupError('none of the declared platform pairs ran (' + '; '.join(left_out) + ')')
-    summaries, emu, notes = decompose(
-      runs.assign(platform=runs['platform'].astype(str)), columns, ref, arm, given, pairs
+    summaries, emu, notes, effects = decompose(
+      runs.assign(platform=runs['platform'].astype(str)), columns, ref, arm, given, pairs, blocks
     )
   except LookupError as e:
     return none(
@@ -957,6 +1056,7 @@ def gap_section(runs, columns, ref, native, platform_profile, margin, min_share,
   judged = judge_family(summaries, tables, margin, min_share)
   note = '; '.join(left_out + notes)
   out = dict(native=arm, emulation=emu, gap_summaries=summaries, pairs_note=note)
+  out['kind_effects'] = effects
   return {**out, 'gap': pd.concat(tables, ignore_index=True), 'decomposition': judged}
 
 
@@ -990,6 +1090,7 @@ def declared_attribution(frame, declared, metric, seed_col, margin, margin_reaso
     margin_reason=margin_reason,
     compare=compare or declared.get('compare'),
     compare_flag='--compare' if compare else 'compare',
+    device_kinds=declared.get('device_kinds') or 'split',
   )
   labels = {}  # {term: short label}: 'profile=tpu_default' -> 'tpu_default'
   for term in out.terms['term']:
@@ -1004,8 +1105,9 @@ def declared_attribution(frame, declared, metric, seed_col, margin, margin_reaso
   return dataclasses.replace(out, labels=labels)
 
 
-def check_compare(frame, compare, declares, flag='--compare'):
-  """Refuse, before any statistic, compare pairs naming a platform without completed runs."""
+def check_compare(frame, compare, declares, flag='--compare', device_kinds='split'):
+  """Refuse, before any statistic, compare pairs naming a platform without completed runs (a
+  device kind's platform where the kinds are blocked: its pairs are the pooled platform's)."""
   if not declares and flag == '--compare':
     raise ValueError(
       '--compare: the platform gap is decomposed only for a declared study (factors, '
@@ -1013,7 +1115,9 @@ def check_compare(frame, compare, declares, flag='--compare'):
     )
   done = frame[stats.run_status(frame) == 'completed']
   present = sorted(set(done['platform'].astype(str))) if 'platform' in done else []
-  platform_pairs(present, compare, flag)
+  blocks = kind_blocks(done) if device_kinds == 'blocked' else {}
+  pooled = {k: p for p, ks in blocks.items() for k in ks}
+  platform_pairs(sorted({pooled.get(p, p) for p in present}), compare, flag)
 
 
 def tables(att):

@@ -218,6 +218,16 @@ def compare_problem(value):
   return None
 
 
+def device_kinds_problem(value):
+  """Why `value` is no way to analyse a platform's runs on several device kinds (None: it is)."""
+  if value in ('split', 'blocked'):
+    return None
+  return (
+    f"{value!r}: give 'split' (each device kind a platform of its own, the default) or 'blocked' "
+    '(one platform, each seed the mean over its kinds, the kind effect stated)'
+  )
+
+
 def parse_compare(items):
   """--compare A:B [C:D ...] as [[A, B], ...] (None when not given)."""
   if not items:
@@ -250,6 +260,7 @@ SCHEMA = {
   'native': lambda v: arm_problem(v, single=True),
   'platform_profile': platform_profile_problem,
   'compare': compare_problem,
+  'device_kinds': device_kinds_problem,
   'min_share': share_problem,
   'min_share_reason': text_problem,
   'labels': labels_problem,

@@ -900,7 +900,14 @@ def pairs_line(out):
     else ''
   )
   left = f'; left out: {out.pairs_note}' if out.pairs_note else ''
-  return f'Platform pairs (G = A − B): {pairs}, {source}{holm}{left}.'
+  said = kind_effects_text(out) if out.device_kinds == 'blocked' else ''
+  blocked = (
+    f' Device kinds blocked: a platform that ran on several is one in its pairs, each seed the '
+    f'mean over its kinds; the kind effect at the native arm: {said}.'
+    if said
+    else ''
+  )
+  return f'Platform pairs (G = A − B): {pairs}, {source}{holm}{left}.{blocked}'
 
 
 def gap_note(out):
@@ -1271,6 +1278,22 @@ def answer_lines(out):
   ]
 
 
+def kind_effects_text(att, platform=None):
+  """'gpu-H100 − gpu-A100 -1.13 pp (95% CI [...], paired t over 8 seeds: 0–7)' of a blocked
+  platform's kind effects ('' without any)."""
+  effects = [e for e in att.kind_effects if platform in (None, e.platform)]
+  return (
+    listed(
+      f'{e.kind} − {e.base} {signed(e.estimate)} {att.unit} (95% CI '
+      f'[{signed(e.ci_low)}, {signed(e.ci_high)}], paired t over {len(e.seeds)} '
+      f'seeds: {seed_text(pd.Series(e.seeds))})'
+      for e in effects
+    )
+    if effects
+    else ''
+  )
+
+
 def kinds_lines(out):
   """The first page's word on platforms split by device kind (inputs.split_device_kinds)."""
   runs = out.runs
@@ -1278,12 +1301,27 @@ def kinds_lines(out):
     return []
   lines = []
   split = runs[runs['platform'].astype(str) != runs[inputs.RECORDED_PLATFORM].astype(str)]
+  att = out.attribution
+  blocked = att is not None and att.device_kinds == 'blocked'
   for name, group in split.groupby(inputs.RECORDED_PLATFORM, sort=True, observed=True):
     counts = group.groupby('platform', sort=True, observed=True).size()
     kinds = listed(f'{p} ({n} runs)' for p, n in counts.items())
+    if not blocked:
+      lines.append(
+        f'- **Device kinds:** {name} ran on {len(counts)} device kinds, analysed as a platform '
+        f'each with its own pairs, never pooled: {kinds}.'
+      )
+      continue
+    said = kind_effects_text(att, name)
     lines.append(
-      f'- **Device kinds:** {name} ran on {len(counts)} device kinds, analysed as a platform each '
-      f'with its own pairs, never pooled: {kinds}.'
+      f'- **Device kinds:** {name} ran on {len(counts)} device kinds, {kinds}, pooled in its '
+      f'platform pairs with the kind as a blocking factor (each seed the mean over the kinds, '
+      f'on the seeds every kind ran; study device_kinds "blocked"); contrasts stay per kind. '
+      + (
+        f'Device kind effect at the native arm: {said}.'
+        if said
+        else 'No seed ran on every kind at the native arm: no kind effect and no pooled pair.'
+      )
     )
   return lines
 

@@ -5,6 +5,7 @@ declared and overridden pairs, a missing emulating arm, a heavy-tailed seed, an 
 fails on one platform, an interaction, seeds needed at an effect of 0, and the confirmatory line's
 seeds."""
 
+import json
 import types
 
 import numpy as np
@@ -13,7 +14,8 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats import power as smp
 
-from analysis import analyse, attribution, report
+from analysis import analyse, attribute, attribution, report
+from tests.support.commands import cli_error
 from tests.support.planted_platforms import (
   DECLARED,
   EMULATES,
@@ -425,3 +427,117 @@ def test_two_device_kinds_on_one_platform_are_split_with_their_own_pairs_never_p
   one_kind = analyse.study_analysis(h100.assign(device_kind='x'), DECLARED)
   assert 'Device kinds' not in report.render(one_kind, 'md')
   assert {d.gap for d in one_kind.attribution.decomposition} == {'gpu - cpu'}
+
+
+def two_kinds():
+  """gpu seeds 0–7 on an H100 and again on an A100 whose native arm is 1 pp higher; cpu once."""
+  shift = {('gpu', 'native'): 2.4, ('gpu', 'jax_gpu_default'): 0.3, ('cpu', 'jax_gpu_default'): 0.3}
+  h100 = planted(shift, platforms=('gpu', 'cpu'), seeds=8)
+  a100 = planted({**shift, ('gpu', 'native'): 3.4}, platforms=('gpu', 'cpu'), seeds=8, rng=1)
+  a100 = a100[a100['platform'] == 'gpu'].assign(run=lambda f: f['run'] + '-a100')
+  frame = pd.concat([h100, a100], ignore_index=True)
+  kinds = {'/r/gpu': 'NVIDIA H100', '/r/cpu': 'cpu'}
+  frame['device_kind'] = [
+    'NVIDIA A100' if r.endswith('-a100') else kinds[r[:6]] for r in frame['run']
+  ]
+  return frame
+
+
+def test_two_device_kinds_blocked_pool_each_seed_over_the_kinds_and_state_the_kind_effect(
+  tmp_path, capsys
+):
+  """Issue 42, item 1, the other design: study device_kinds 'blocked' keeps gpu one platform in
+  its pairs, the device kind a blocking factor. By hand from the raw table: each seed's gpu cell
+  is the mean of its H100 and A100 runs, G and the fidelity part are means over seeds of those
+  cells' differences; the kind effect is the paired per-seed H100 − A100 difference with its t
+  interval (the planted −1 pp), stated on the first page; a wrong value is one line, exit 2."""
+  frame = two_kinds()
+  out = analyse.study_analysis(frame, {**DECLARED, 'device_kinds': 'blocked'})
+  att = out.attribution
+  assert [d.gap for d in att.decomposition] == ['gpu - cpu']  # one pair, not one per kind
+  is_a100 = frame['run'].str.endswith('-a100')
+  a, h = frame[is_a100], frame[~is_a100]
+
+  def pooled(profile):
+    return (cell(a, 'gpu', profile) + cell(h, 'gpu', profile)) / 2
+
+  d = att.decomposition[0]
+  g = pooled('native') - cell(h, 'cpu', 'native')
+  assert d.G.estimate == pytest.approx(g.mean(), abs=1e-9)
+  assert (d.G.ci_low, d.G.ci_high) == pytest.approx(t_interval(g), abs=1e-9)
+  fid = pooled('native') - pooled('jax_gpu_default')
+  assert d.fid_A.estimate == pytest.approx(fid.mean(), abs=1e-9)
+  assert list(d.seed_list) == list(range(8))
+  (effect,) = att.kind_effects
+  k = cell(h, 'gpu', 'native') - cell(a, 'gpu', 'native')
+  assert (effect.kind, effect.base) == ('gpu-NVIDIA H100', 'gpu-NVIDIA A100')
+  assert effect.estimate == pytest.approx(k.mean(), abs=1e-9)
+  assert effect.estimate == pytest.approx(-1.0, abs=0.6)  # the planted −1 pp
+  assert (effect.ci_low, effect.ci_high) == pytest.approx(t_interval(k), abs=1e-9)
+  first = report.render(out, 'md').split('## Setup')[0]
+  low, high = t_interval(k)
+  assert (
+    '- **Device kinds:** gpu ran on 2 device kinds, gpu-NVIDIA A100 (24 runs) and gpu-NVIDIA H100 '
+    '(24 runs), pooled in its platform pairs with the kind as a blocking factor (each seed the '
+    'mean over the kinds, on the seeds every kind ran; study device_kinds "blocked"); contrasts '
+    'stay per kind. Device kind effect at the native arm: gpu-NVIDIA H100 − gpu-NVIDIA A100 '
+    f'{k.mean():+.2f} pp (95% CI [{low:+.2f}, {high:+.2f}], paired t over 8 seeds: 0–7).'
+  ) in first
+  # a seed only one kind ran is left out of the pooled cells, and said as the seeds used
+  short = frame[~(is_a100 & (frame['seed'] == 7))]
+  d7 = analyse.study_analysis(short, {**DECLARED, 'device_kinds': 'blocked'})
+  assert list(d7.attribution.decomposition[0].seed_list) == list(range(7))
+  # kinds that share no seed: no pooled cell, and the note says why (not 'no native run on gpu')
+  apart = frame[
+    ~(is_a100 & (frame['seed'] < 4))
+    & ~(~is_a100 & frame['run'].str.startswith('/r/gpu') & (frame['seed'] >= 4))
+  ]
+  none = analyse.study_analysis(apart, {**DECLARED, 'device_kinds': 'blocked'}).attribution
+  assert none.decomposition == [] and none.kind_effects == []
+  assert (
+    'gpu − cpu: the device kinds of gpu (gpu-NVIDIA A100, gpu-NVIDIA H100) share no seed at '
+    "profile=native; blocking needs each seed on every kind (or device_kinds 'split')"
+  ) in none.gap_note
+  # one kind lacks the emulating arm: the parts that need it name that kind, not 'gpu'
+  lacks = frame[~(is_a100 & (frame[PROFILE] == 'jax_gpu_default'))]
+  (d,) = analyse.study_analysis(
+    lacks, {**DECLARED, 'device_kinds': 'blocked'}
+  ).attribution.decomposition
+  assert d.missing['fid_A'] == (
+    'not estimable: no runs of jax_gpu_default on gpu-NVIDIA A100 (blocked in gpu: every kind '
+    'needs it)'
+  )
+  # runs of the split platform that recorded no kind have no block: refused, not pooled unsaid
+  h100_seed0 = ~is_a100 & (frame['platform'] == 'gpu') & (frame['seed'] == 0)
+  unknown = frame.assign(device_kind=frame['device_kind'].where(~h100_seed0, ''))
+  with pytest.raises(ValueError, match='3 run\\(s\\) on gpu recorded no device_kind beside runs'):
+    analyse.study_analysis(unknown, {**DECLARED, 'device_kinds': 'blocked'})
+  # analysis.attribute, which reads no study, takes the same choice as a flag
+  csv = tmp_path / 'runs.csv'
+  frame.to_csv(csv, index=False)
+  emulates = [f'{p}={q}' for p, q in EMULATES.items() if p != 'tpu']
+  argv = ['--csv', str(csv), '--factors', 'platform', PROFILE, '--reference', f'{PROFILE}=native']
+  argv += ['--native', f'{PROFILE}=native', '--platform-profile', *emulates, '--metric', METRIC]
+  attribute.main([*argv, '--device-kinds', 'blocked'])
+  printed = capsys.readouterr().out
+  assert 'Platform pairs (G = A − B): gpu − cpu, ' in printed
+  # split, `--platform-profile gpu=...` names each kind's platform (was: 'no runs on gpu')
+  attribute.main(argv)
+  assert (
+    '(G = A − B): gpu-NVIDIA A100 − gpu-NVIDIA H100, gpu-NVIDIA A100 − cpu, gpu-NVIDIA H100 − '
+    in (capsys.readouterr().out)
+  )
+  assert 'Device kinds blocked: ' in printed and f'{k.mean():+.2f} pp (95% CI' in printed
+  # the declaration's value is checked: one line, exit 2, nothing written
+  study = tmp_path / 'study.json'
+  study.write_text(json.dumps({**DECLARED, 'device_kinds': 'pooled'}))
+  argv = ['--csv', str(csv), '--study', str(study), '--out', str(tmp_path / 'o')]
+  (line,) = cli_error(capsys, analyse.main, argv)
+  assert line.startswith('error: ') and "device_kinds: 'pooled': give 'split'" in line, line
+  assert not (tmp_path / 'o').exists()
+  # blocked, a compared pair names the pooled platform; one naming a kind is refused the same way
+  kind_pair = {**DECLARED, 'device_kinds': 'blocked', 'compare': [['gpu-NVIDIA A100', 'cpu']]}
+  study.write_text(json.dumps(kind_pair))
+  (line,) = cli_error(capsys, analyse.main, argv)
+  assert line.startswith('error: study compare: no runs on gpu-NVIDIA A100'), line
+  assert line.endswith('platforms run: cpu, gpu') and not (tmp_path / 'o').exists(), line
