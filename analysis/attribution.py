@@ -58,8 +58,7 @@ class CrossCheck(NamedTuple):
 
 
 class KindEffect(NamedTuple):
-  """A blocked platform's device kind against its first kind at the native arm: the mean over
-  the seeds both ran of the per-seed difference, with its 95% t-interval."""
+  """A blocked platform's `kind` − `base` at the native arm: the mean per-seed difference, 95% t."""
 
   platform: str
   kind: str
@@ -235,10 +234,9 @@ def block_cells(cells, blocks):
 
 def missing_kinds(cells, kinds, platform, level):
   """How a gap names a blocked platform's absent cell: the kinds that lack `level`."""
-  lacking = [k for k in kinds if (k, level) not in cells]
-  if lacking:
+  if lacking := [k for k in kinds if (k, level) not in cells]:
     return f'{", ".join(lacking)} (blocked in {platform}: every kind needs it)'
-  return f'{platform} (its kinds share no seed there)'
+  return f'{platform} (its kinds share no seed there; blocking needs each seed on every kind)'
 
 
 def kind_effects(cells, blocks, level):
@@ -978,23 +976,16 @@ def decompose(runs, columns, ref, native, given_map, pairs, blocks=None):
   cells, effects = block_cells(kinds, blocks), kind_effects(kinds, blocks, nl)
   pooled = {k: p for p, ks in blocks.items() for k in ks}
   runs = runs.assign(platform=runs['platform'].map(lambda p: pooled.get(p, p)))
+  levels = {*emu.values(), nl}
+  where = {(p, e): missing_kinds(kinds, ks, p, e) for p, ks in blocks.items() for e in levels}
   summaries, notes = [], []
   for a, b in pairs:
-    absent = [p for p in (a, b) if (p, nl) not in cells]
-    unblocked = [p for p in absent if p in blocks]
-    if unblocked:
-      notes.append(
-        f'{a} − {b}: the device kinds of {unblocked[0]} ({", ".join(blocks[unblocked[0]])}) share '
-        f"no seed at {nf}={nl}; blocking needs each seed on every kind (or device_kinds 'split')"
-      )
-      continue
+    absent = [where.get((p, nl), p) for p in (a, b) if (p, nl) not in cells]
     if absent:
       notes.append(
         f"{a} − {b}: no {nf}={nl} run on {', '.join(absent)} at the other factors' reference levels"
       )
       continue
-    levels_run = {emu[a], emu[b], nl}
-    where = {(p, e): missing_kinds(kinds, blocks[p], p, e) for p in blocks for e in levels_run}
     summary = components(cells, a, b, nl, emu, where)
     if len(summary.seeds) < 2:
       notes.append(f'{a} − {b}: fewer than 2 seeds ran every cell of the gap')

@@ -901,13 +901,8 @@ def pairs_line(out):
   )
   left = f'; left out: {out.pairs_note}' if out.pairs_note else ''
   said = kind_effects_text(out) if out.device_kinds == 'blocked' else ''
-  blocked = (
-    f' Device kinds blocked: a platform that ran on several is one in its pairs, each seed the '
-    f'mean over its kinds; the kind effect at the native arm: {said}.'
-    if said
-    else ''
-  )
-  return f'Platform pairs (G = A − B): {pairs}, {source}{holm}{left}.{blocked}'
+  said = f' Device kinds blocked (each seed the mean over its kinds): {said}.' if said else ''
+  return f'Platform pairs (G = A − B): {pairs}, {source}{holm}{left}.{said}'
 
 
 def gap_note(out):
@@ -1282,16 +1277,12 @@ def kind_effects_text(att, platform=None):
   """'gpu-H100 − gpu-A100 -1.13 pp (95% CI [...], paired t over 8 seeds: 0–7)' of a blocked
   platform's kind effects ('' without any)."""
   effects = [e for e in att.kind_effects if platform in (None, e.platform)]
-  return (
-    listed(
-      f'{e.kind} − {e.base} {signed(e.estimate)} {att.unit} (95% CI '
-      f'[{signed(e.ci_low)}, {signed(e.ci_high)}], paired t over {len(e.seeds)} '
-      f'seeds: {seed_text(pd.Series(e.seeds))})'
-      for e in effects
-    )
-    if effects
-    else ''
-  )
+  said = [
+    f'{e.kind} − {e.base} {signed(e.estimate)} {att.unit} (95% CI {interval(e.ci_low, e.ci_high)}'
+    f', paired t over {len(e.seeds)} seeds: {seed_text(pd.Series(e.seeds))})'
+    for e in effects
+  ]
+  return listed(said) if said else ''
 
 
 def kinds_lines(out):
@@ -1312,16 +1303,12 @@ def kinds_lines(out):
         f'each with its own pairs, never pooled: {kinds}.'
       )
       continue
-    said = kind_effects_text(att, name)
+    said = kind_effects_text(att, name) or 'none (no seed ran on every kind)'
     lines.append(
       f'- **Device kinds:** {name} ran on {len(counts)} device kinds, {kinds}, pooled in its '
       f'platform pairs with the kind as a blocking factor (each seed the mean over the kinds, '
       f'on the seeds every kind ran; study device_kinds "blocked"); contrasts stay per kind. '
-      + (
-        f'Device kind effect at the native arm: {said}.'
-        if said
-        else 'No seed ran on every kind at the native arm: no kind effect and no pooled pair.'
-      )
+      f'Device kind effect at the native arm: {said}.'
     )
   return lines
 

@@ -391,15 +391,7 @@ def test_two_device_kinds_on_one_platform_are_split_with_their_own_pairs_never_p
   A100 − H100 (the device kind's effect), A100 − cpu and H100 − cpu; a declared gpu − cpu means
   both kinds' pairs; the first page names the kinds. By hand: each G is the mean over seeds of the
   two native cells' difference, from the raw table."""
-  shift = {('gpu', 'native'): 2.4, ('gpu', 'jax_gpu_default'): 0.3, ('cpu', 'jax_gpu_default'): 0.3}
-  h100 = planted(shift, platforms=('gpu', 'cpu'), seeds=8)
-  a100 = planted({**shift, ('gpu', 'native'): 3.4}, platforms=('gpu', 'cpu'), seeds=8, rng=1)
-  a100 = a100[a100['platform'] == 'gpu'].assign(run=lambda f: f['run'] + '-a100')
-  frame = pd.concat([h100, a100], ignore_index=True)
-  kinds = {'/r/gpu': 'NVIDIA H100', '/r/cpu': 'cpu'}
-  frame['device_kind'] = [
-    'NVIDIA A100' if r.endswith('-a100') else kinds[r[:6]] for r in frame['run']
-  ]
+  frame = two_kinds()
   out = analyse.study_analysis(frame, DECLARED)
   gaps = {d.gap: d for d in out.attribution.decomposition}
   a, h = 'gpu-NVIDIA A100', 'gpu-NVIDIA H100'
@@ -424,6 +416,7 @@ def test_two_device_kinds_on_one_platform_are_split_with_their_own_pairs_never_p
   ) in first
   declared = analyse.study_analysis(frame, {**DECLARED, 'compare': [['gpu', 'cpu']]})
   assert sorted(d.gap for d in declared.attribution.decomposition) == [f'{a} - cpu', f'{h} - cpu']
+  h100 = frame[~frame['run'].str.endswith('-a100')]
   one_kind = analyse.study_analysis(h100.assign(device_kind='x'), DECLARED)
   assert 'Device kinds' not in report.render(one_kind, 'md')
   assert {d.gap for d in one_kind.attribution.decomposition} == {'gpu - cpu'}
@@ -495,8 +488,8 @@ def test_two_device_kinds_blocked_pool_each_seed_over_the_kinds_and_state_the_ki
   none = analyse.study_analysis(apart, {**DECLARED, 'device_kinds': 'blocked'}).attribution
   assert none.decomposition == [] and none.kind_effects == []
   assert (
-    'gpu − cpu: the device kinds of gpu (gpu-NVIDIA A100, gpu-NVIDIA H100) share no seed at '
-    "profile=native; blocking needs each seed on every kind (or device_kinds 'split')"
+    'gpu − cpu: no profile=native run on gpu (its kinds share no seed there; blocking needs each '
+    "seed on every kind) at the other factors' reference levels"
   ) in none.gap_note
   # one kind lacks the emulating arm: the parts that need it name that kind, not 'gpu'
   lacks = frame[~(is_a100 & (frame[PROFILE] == 'jax_gpu_default'))]
@@ -527,7 +520,10 @@ def test_two_device_kinds_blocked_pool_each_seed_over_the_kinds_and_state_the_ki
     '(G = A − B): gpu-NVIDIA A100 − gpu-NVIDIA H100, gpu-NVIDIA A100 − cpu, gpu-NVIDIA H100 − '
     in (capsys.readouterr().out)
   )
-  assert 'Device kinds blocked: ' in printed and f'{k.mean():+.2f} pp (95% CI' in printed
+  assert (
+    'Device kinds blocked (each seed the mean over its kinds): ' in printed
+    and f'{k.mean():+.2f} pp (95% CI' in printed
+  )
   # the declaration's value is checked: one line, exit 2, nothing written
   study = tmp_path / 'study.json'
   study.write_text(json.dumps({**DECLARED, 'device_kinds': 'pooled'}))
