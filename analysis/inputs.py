@@ -3,7 +3,6 @@ a runs table and each run's saved predictions; bad input: one line per problem (
 """
 
 import collections
-import contextlib
 import dataclasses
 import json
 import logging
@@ -542,18 +541,6 @@ def walk(root):
   return sorted(found), sorted(unreadable, key=lambda item: item[0])
 
 
-@contextlib.contextmanager
-def quiet_absl():
-  """Silence Orbax's per-manager absl warnings (read-only notices) while reading many runs."""
-  logger = logging.getLogger('absl')
-  level = logger.level
-  logger.setLevel(logging.ERROR)
-  try:
-    yield
-  finally:
-    logger.setLevel(level)
-
-
 def as_roots(roots):
   """A list of roots from one root (str or path) or several."""
   return [str(roots)] if isinstance(roots, (str, epath.Path)) else [str(r) for r in roots]
@@ -593,7 +580,7 @@ def read_all(roots):
   locked = []
   runs = find_all(roots, locked)
   out = []
-  with quiet_absl():
+  with record.orbax_warnings_off():
     for run in runs:
       try:
         out.append((run, record.read_results(run)))

@@ -209,12 +209,10 @@ def compile_s(workdir, since_step, batch_size):
 
 def saved_results(workdir):
   """(saved results or None, '' or why unreadable); a run without checkpoints: (None, '')."""
-  from analysis import inputs as results
-
   if not os.path.isdir(str(record.checkpoint_dir(workdir))):
     return None, ''
   try:
-    with results.quiet_absl():
+    with record.orbax_warnings_off():
       return record.read_results(workdir), ''
   except Exception as e:  # e.g. a run being written: relaunched, and it resumes or says why
     return None, type(e).__name__
