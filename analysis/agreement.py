@@ -101,10 +101,6 @@ KINDS = tuple(KIND_TITLES)
 SHORT_TITLES = {k: v.split(' (')[0] for k, v in KIND_TITLES.items()}
 SAME, DIFFERENT = 'same seed', 'different seeds'
 DEFINITION = 'churn, the share of predicted test labels that differ'  # named so everywhere
-CI_NAME = (
-  '95% t-Wilson interval over seeds (the t-interval reshaped to stay inside [0, 100] %: '
-  'analysis.stats.proportion_mean_ci)'
-)
 COLUMNS = tuple(k for k in seed_row('', '', '', '', [], [], '', {}) if k != 'values')
 
 
@@ -198,12 +194,8 @@ def agreement_table(entries, pairs=(), noise=(), identical=(), platform=(), left
       unit = unit_name(units[(a, shared[0])][0])
       row = seed_row(kind, a, b, SAME, [by_seed[s] for s in shared], shared, unit, units)
       if kind == 'identical':  # a mean of non-negative churns is 0 only when each one is
-        zero = row['churn_pct'] == 0
-        row['check'] = (
-          'exactly 0, as constructed'
-          if zero
-          else 'NOT 0: the arithmetic is not identical (a bug, or a platform difference)'
-        )
+        bad = 'NOT 0: the arithmetic is not identical (a bug, or a platform difference)'
+        row['check'] = 'exactly 0, as constructed' if row['churn_pct'] == 0 else bad
       rows.append(row)
   for varied, fixed in (('data', 'init'), ('init', 'data')):
     for arm in arms:  # churn from one source of one arm: runs equal in `fixed` ('init' or 'data')
@@ -250,7 +242,7 @@ def agreement_table(entries, pairs=(), noise=(), identical=(), platform=(), left
     row = seed_row('seed_all', name, name, DIFFERENT, means, [], group[0]['unit'], {})
     listed = f'{len(values)} pairs of {len(group)} arms in {len(found)} clusters of shared seeds'
     rows.append({**row, 'platform_a': where, 'platform_b': where, 'seed_list': listed})
-  table = pd.DataFrame([r for r in rows if r is not None], columns=list(COLUMNS))
+  table = pd.DataFrame(rows, columns=list(COLUMNS))
   order = table['kind'].map({k: i for i, k in enumerate(KINDS)})
   return table.iloc[np.argsort(order.to_numpy(), kind='stable')].reset_index(drop=True)
 
@@ -287,7 +279,7 @@ def summary(table, missing=0, total=0):
   if not rungs:
     return 'Agreement: no pair of runs shares a seed, so no churn could be computed.'
   left = f'; {missing} of {total} runs without predictions left out' if missing else ''
-  read, texts = reading(table), []
+  texts = []
   for kind, rows in rungs.items():  # 'numerics setting 1.2–3.5 %': the range of the rows' means
     low, high = (f'{v:.2g}' for v in (rows['churn_pct'].min(), rows['churn_pct'].max()))
     title = SHORT_TITLES[kind]
@@ -299,13 +291,15 @@ def summary(table, missing=0, total=0):
       texts.append(f'{title} exactly 0 (checked)')
     else:
       texts.append(f'{span}, NOT 0 in {int(failed.sum())} of {len(rows)} pairs')
-  return (
-    f'Agreement ({DEFINITION}; mean over seeds): '
-    + ', '.join(texts)
-    + left
-    + (f'. Same model? {read[0].upper()}{read[1:]}' if read else '')
-    + '.'
+  read = against_seeds(table)  # the numerics rows against the seed-to-seed churn
+  same = (
+    f'. Same model? Read against the churn between two seeds ({read.base}): {read.changed} of '
+    f'{read.rows} numerics settings change the model (churn above 0), '
+    f"{read.ratio_low:.2g}–{read.ratio_high:.2g} × a new seed's churn; {seed_verdict(read)}"
+    if read
+    else ''
   )
+  return f'Agreement ({DEFINITION}; mean over seeds): ' + ', '.join(texts) + left + same + '.'
 
 
 def baseline(table, platform):
@@ -366,19 +360,6 @@ def seed_verdict(read):
   return (
     f'{read.below} of them change fewer predictions than a new seed does, the others '
     'about as many (intervals overlapping)'
-  )
-
-
-def reading(table):
-  """The numerics rows read against the seed-to-seed churn of their platform, in words."""
-  read = against_seeds(table)
-  if read is None:
-    return ''
-  return (
-    f'read against the churn between two seeds ({read.base}): {read.changed} of '
-    f'{read.rows} numerics settings change the model (churn above 0), '
-    f"{read.ratio_low:.2g}–{read.ratio_high:.2g} × a new seed's churn; "
-    f'{seed_verdict(read)}'
   )
 
 
@@ -508,17 +489,14 @@ def per_arm(frame, columns):
     for col in columns:
       x = group[col].dropna().to_numpy(float)
       low, high = stats.t_ci(x)
-      row.update(
-        {col: x.mean() if len(x) else np.nan, f'{col}_ci_low': low, f'{col}_ci_high': high}
-      )
+      row |= {col: x.mean() if len(x) else np.nan, f'{col}_ci_low': low, f'{col}_ci_high': high}
     rows.append(row)
   return pd.DataFrame(rows)
 
 
 def calibration_table(entries):
   """Per arm: accuracy_pct, nll and ece_pct (ECE_NAME) with their t-intervals over seeds."""
-  runs = run_table(entries)
-  table = per_arm(runs, ['accuracy_pct', 'nll', 'ece_pct'])
+  table = per_arm(run_table(entries), ['accuracy_pct', 'nll', 'ece_pct'])
   if not table.empty:
     table['ece_binning'] = ECE_NAME
   return table
@@ -526,20 +504,13 @@ def calibration_table(entries):
 
 def loss_table(runs, scale=None):
   """Per arm: the final training loss beside the test accuracy (%)."""
-  loss = 'final.train_loss'
-  if loss not in runs or ACCURACY not in runs:
+  if 'final.train_loss' not in runs or ACCURACY not in runs:
     return pd.DataFrame()
   values = pd.to_numeric(runs[ACCURACY], errors='coerce')
   if scale is None:
     scale = 100.0 if values.abs().max() <= 1 else 1.0
-  frame = pd.DataFrame(
-    {
-      'arm': runs['arm'],
-      'seed': runs['seed'],
-      'train_loss': pd.to_numeric(runs[loss], errors='coerce'),
-      'test_accuracy_pct': scale * values,
-    }
-  )
+  loss = pd.to_numeric(runs['final.train_loss'], errors='coerce')
+  frame = runs[['arm', 'seed']].assign(train_loss=loss, test_accuracy_pct=scale * values)
   table = per_arm(frame, ['test_accuracy_pct', 'train_loss'])
   table['train_loss_ratio'] = table['train_loss'] / table['train_loss'].min()
   return table
@@ -698,15 +669,7 @@ def compared_pairs(out):
 
 def from_analysis(out, labels, load=None, read=None):
   """agreement_section of the analysis `out`: its compared pairs and the ladder's baselines."""
-  runs, group_by = out.runs, out.group_by
-  return agreement_section(
-    runs,
-    compared_pairs(out),
-    noise=noise_pairs(runs, group_by),
-    identical=identical_pairs(runs, group_by),
-    platform=platform_pairs(runs, group_by),
-    load=load,
-    read=read,
-    labels=labels,
-    scale=out.scale if out.metric == ACCURACY else None,
-  )
+  runs, by = out.runs, out.group_by
+  baselines = (noise_pairs(runs, by), identical_pairs(runs, by), platform_pairs(runs, by))
+  scale = out.scale if out.metric == ACCURACY else None
+  return agreement_section(runs, compared_pairs(out), *baselines, load, labels, scale, read)

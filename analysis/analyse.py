@@ -242,12 +242,9 @@ def study_analysis(
       ),
     )
   # The run folders' saved predictions, read by `read_predictions`; a CSV's rows have none.
-  labels = stats.arm_short_labels(out)
-  out = dataclasses.replace(
-    out, agreement=agreement.from_analysis(out, labels, read=read_predictions)
-  )
+  agree = agreement.from_analysis(out, stats.arm_short_labels(out), read=read_predictions)
   sc = stats.scope(out, declared, compare)
-  out = dataclasses.replace(out, scope=sc)
+  out = dataclasses.replace(out, agreement=agree, scope=sc)
   if sc.confirmatory is False and sc.declared_seeds_present and inputs.is_accuracy(metric):
     seeds = pd.to_numeric(frame[seed_col or 'seed'], errors='coerce')
     kept, margin = frame[seeds.isin(sc.declared_seeds)], declared.get('margin')
@@ -324,15 +321,6 @@ def parse_args(argv):
   return p.parse_args(argv)
 
 
-def named_columns(args, declared):
-  """The columns the command line and the declaration name: read from a CSV whatever their kind."""
-  names = list(args.group_by) + list(declared.get('factors') or [])
-  for key in ('reference', 'noise_arm', 'native'):
-    arm = declared.get(key) or {}
-    names += list(arm) if isinstance(arm, dict) else [str(a).split('=')[0] for a in arm]
-  return names
-
-
 def load(args):
   """(runs table, histories, declaration, source) of the command line."""
   from analysis import inputs
@@ -340,9 +328,11 @@ def load(args):
   if args.runs:
     return (*inputs.load_study(args.runs, args.study), ' '.join(args.runs))
   declared = declaration.load(args.study) if args.study else {}
-  frame = inputs.read_csv(
-    args.csv, args.metric, args.seed_col, named_columns(args, declared), scale=args.scale
-  )
+  names = list(args.group_by) + list(declared.get('factors') or [])  # read whatever their kind
+  for key in ('reference', 'noise_arm', 'native'):
+    arm = declared.get(key) or {}
+    names += list(arm) if isinstance(arm, dict) else [str(a).split('=')[0] for a in arm]
+  frame = inputs.read_csv(args.csv, args.metric, args.seed_col, names, scale=args.scale)
   declaration.check_levels(declared, frame, args.study)
   return frame, frame.iloc[:0][['run']], declared, args.csv
 
@@ -420,16 +410,10 @@ def main(argv=None):
       frame, hist, declared, source = load(args)
     with stage(COMMAND, f'{len(frame)} runs: the contrasts, the gap, the attribution, agreement'):
       given = (args.group_by, args.metric, args.margin, args.margin_reason, args.seed_col)
-      out = study_analysis(
-        frame,
-        declared,
-        *given,
-        args.scale,
-        args.all_pairs,
-        source,
-        read_predictions=inputs.read_predictions if args.runs else None,
-        compare=declaration.parse_compare(args.compare),
-      )
+      rest = (args.scale, args.all_pairs, source)
+      read = inputs.read_predictions if args.runs else None
+      compare = declaration.parse_compare(args.compare)
+      out = study_analysis(frame, declared, *given, *rest, read, compare)
     with stage(COMMAND, 'the report' + (f' and its files into {args.out}' if args.out else '')):
       for arm in out.small['arm']:
         print(
@@ -440,9 +424,8 @@ def main(argv=None):
       if args.format == 'csv':
         for name, table in tables(out).items():
           if table is not None and len(table.columns):
-            sys.stdout.write(
-              f'# {name[:-4].removeprefix("report_")}\n{table.to_csv(index=False)}\n'
-            )
+            head = name[:-4].removeprefix('report_')
+            sys.stdout.write(f'# {head}\n{table.to_csv(index=False)}\n')
       else:
         rendered[args.format] = render(out, args.format)
         sys.stdout.write(rendered[args.format])

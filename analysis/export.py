@@ -37,12 +37,7 @@ def export(roots):
   frame = inputs.load_runs(roots, checked=False)  # a copy of the table as it is
   frame = frame.dropna(axis=1, how='all')
   parents = [r.rstrip('/').split('/')[:-1] for r in inputs.as_roots(roots)]
-  common = []
-  for parts in zip(*parents, strict=False):
-    if len(set(parts)) > 1:
-      break
-    common.append(parts[0])
-  prefix = '/'.join(common) + '/'
+  prefix = '/'.join(os.path.commonprefix(parents)) + '/'
   frame['run'] = [r[len(prefix) :] if r.startswith(prefix) else r for r in frame['run']]
   return frame
 

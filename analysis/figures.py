@@ -159,11 +159,6 @@ def subtitle(fig, text):
   fig.suptitle(text, x=0.01, ha='left', fontsize=6.5, color='#444444')
 
 
-def caption(fig, text):
-  """The context line as a caption under the axes, left-aligned."""
-  fig.supxlabel(text, x=0.01, ha='left', fontsize=6, color='#444444')
-
-
 ROW_IN = 0.2  # height of one row, inches
 # The gap's components in the forest's order: key -> row label ({a}, {b}: the platforms; e_A, e_B,
 # the profiles emulating them, are named in the panel's title).
@@ -195,6 +190,17 @@ SUM_ROWS = (
 def frame_height(rows, extra=0.9, row=ROW_IN):
   """Figure height (inches) for `rows` rows of `row` inches plus legend and axis label."""
   return extra + row * max(rows, 1)
+
+
+def one_column(rows, extra, context=None, row=ROW_IN):
+  """A one-column figure and its axes for `rows` rows, `context` (context_line) as its caption
+  under the axes, left-aligned."""
+  extra += 0.12 * (context.count('\n') + 1) if context else 0
+  size = (ONE_COLUMN_IN, frame_height(rows, extra=extra, row=row))
+  fig, ax = plt.subplots(figsize=size, layout='constrained')
+  if context:
+    fig.supxlabel(context, x=0.01, ha='left', fontsize=6, color='#444444')
+  return fig, ax
 
 
 def floors_of(noise):
@@ -354,12 +360,7 @@ def draw_gap(out, context=None):
       rows.append(
         (text, sign * r['estimate'], ci, ci90, component_color(key, (a, b), colors), r['note'])
       )
-  extra = 1.25 + (0.12 * (context.count('\n') + 1) if context else 0)
-  fig, ax = plt.subplots(
-    figsize=(ONE_COLUMN_IN, frame_height(len(rows), extra=extra, row=0.27)), layout='constrained'
-  )
-  if context:
-    caption(fig, context)
+  fig, ax = one_column(len(rows), 1.25, context, row=0.27)
   draw_limits(ax, parts[0].margin, floors_of(out.noise), out.unit)
   draw_rows(ax, rows, (None, '95% CI', '90% CI (TOST)'))
   ax.set_xlabel(
@@ -382,12 +383,7 @@ def draw_contrasts(table, noise, margin, unit, context=None):
   rows = list(dict.fromkeys(table['label']))
   platforms = list(dict.fromkeys(table['platform']))
   colors = platform_colors(platforms)
-  extra = 1.1 + (0.12 * (context.count('\n') + 1) if context else 0)
-  fig, ax = plt.subplots(
-    figsize=(ONE_COLUMN_IN, frame_height(len(rows), extra=extra)), layout='constrained'
-  )
-  if context:
-    caption(fig, context)
+  fig, ax = one_column(len(rows), 1.1, context)
   draw_limits(ax, margin, {p: h for p, h in noise.items() if h}, unit)
   step = 0.32 / max(len(platforms) - 1, 1)
   offsets = {p: 0.16 - i * step if len(platforms) > 1 else 0.0 for i, p in enumerate(platforms)}
@@ -450,11 +446,8 @@ def layout(out):
     arms = list(out.arms['arm'])
     short = short_labels(arms, {a: (platform.get(a, ''), device.get(a, '')) for a in arms})
     place = {a: (short[a], platform.get(a, '')) for a in arms}
-    return (
-      list(dict.fromkeys(short[a] for a in arms)),
-      place,
-      sorted({p for _, p in place.values()}),
-    )
+    categories = list(dict.fromkeys(short[a] for a in arms))
+    return categories, place, sorted({p for _, p in place.values()})
   place = {r.arm: (r.label, str(r.platform)) for r in info.itertuples()}
   return list(dict.fromkeys(info['label'])), place, sorted(set(map(str, info['platform'])))
 
@@ -584,15 +577,9 @@ def draw_training_curves(out, hist, steps):
   if not rows:
     return None
   names = ['training loss'] * bool(steps.size) + ['test accuracy (%)'] * bool(hist.size) * 2
-  fig, axes = plt.subplots(
-    len(rows),
-    len(names),
-    figsize=(TWO_COLUMN_IN, 0.5 + 2.1 * len(rows)),
-    sharex='col',
-    sharey='col',
-    squeeze=False,
-    layout='constrained',
-  )
+  size = (TWO_COLUMN_IN, 0.5 + 2.1 * len(rows))
+  look = dict(sharex='col', sharey='col', squeeze=False, layout='constrained')
+  fig, axes = plt.subplots(len(rows), len(names), figsize=size, **look)
   subtitle(fig, context_line(out, 150))
   shade = max(max(len(loss[p]), len(test[p])) for p in rows) <= SHADED_MAX
   notes = {}
@@ -724,10 +711,8 @@ def draw_churn_ladder(table, context=None):
     handles.append(ax.plot([], [], 'o', color=ACROSS_PLATFORMS, label='across platforms')[0])
   fig.legend(handles=handles, loc='outside upper right', ncol=len(handles), fontsize=6.5)
   if left_out:
-    ax.set_title(
-      f'{left_out} numerics-setting pairs not drawn (MAX_ROWS): see report_agreement.csv',
-      fontsize=7,
-    )
+    note = f'{left_out} numerics-setting pairs not drawn (MAX_ROWS): see report_agreement.csv'
+    ax.set_title(note, fontsize=7)
   return fig
 
 

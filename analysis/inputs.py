@@ -64,8 +64,7 @@ def normalise_platforms(frame):
   if PLATFORM not in frame:
     return frame, []
   values = frame[PLATFORM]
-  distinct = [v for v in pd.unique(values.dropna())]
-  renamed = {v: platform_name(v) for v in distinct if platform_name(v) != v}
+  renamed = {v: platform_name(v) for v in pd.unique(values.dropna()) if platform_name(v) != v}
   if not renamed:
     return frame, []
   mapped = values.astype(object).map(lambda v: renamed.get(v, v) if isinstance(v, str) else v)
@@ -194,23 +193,17 @@ def label_columns(keys, names):
   return chosen or list(range(len(names)))
 
 
-def arm_label(values, names, chosen):
-  """'tpu, compute_dtype=bfloat16': the chosen group values, platform and device kind unnamed."""
-  return ', '.join(
-    str(values[i])
-    if names[i] in record.ARM_CONTEXT
-    else f'{rules.field_name(names[i])}={values[i]}'
-    for i in chosen
-  )
-
-
 def arm_labels(runs, group_by):
   """Each run's arm label: the values of `group_by` (as text), each distinct key labelled once."""
   texts = [whole_numbers(runs[g]).astype(str) for g in group_by]
   keys = list(zip(*texts, strict=True)) if texts else [()] * len(runs)
   distinct = list(dict.fromkeys(keys))
   chosen = label_columns(distinct, group_by)
-  label = {k: arm_label(k, group_by, chosen) for k in distinct}
+  named = [g not in record.ARM_CONTEXT for g in group_by]  # 'tpu, compute_dtype=bfloat16'
+  label = {
+    k: ', '.join(f'{rules.field_name(group_by[i])}={k[i]}' if named[i] else k[i] for i in chosen)
+    for k in distinct
+  }
   return [label[k] for k in keys]
 
 
@@ -252,9 +245,8 @@ def join_chunks(chunks):
     parts = [chunk[name] for chunk in chunks]
     cats = [isinstance(part.dtype, pd.CategoricalDtype) for part in parts]
     if all(cats):
-      columns[name] = pd.Series(
-        pd.api.types.union_categoricals(parts, ignore_order=True), name=name
-      )
+      joined = pd.api.types.union_categoricals(parts, ignore_order=True)
+      columns[name] = pd.Series(joined, name=name)
     else:
       plain = [part.astype(object) if cat else part for part, cat in zip(parts, cats, strict=True)]
       columns[name] = pd.concat(plain, ignore_index=True)
@@ -618,10 +610,8 @@ def one_record_per_run(records):
     )
     if differ:
       (a, s), (b, t) = ((r.get('step'), r.get('status')) for r in (saved, results))
-      what, why = (
-        f'step {a}, {s} vs step {b}, {t}',
-        'one is a copy of the other taken at another point',
-      )
+      what = f'step {a}, {s} vs step {b}, {t}'
+      why = 'one is a copy of the other taken at another point'
       if (a, s) == (b, t):
         what = f'both at step {a}, {s}, differing in {", ".join(differ[:4])}'
         why = 'copies that went on separately'

@@ -416,9 +416,7 @@ def verdict_lines(out):
   for _, r in table.iterrows():
     name = f'{r["arm_a"]} vs {r["arm_b"]}'
     if out.contrasts is not None:
-      name = (
-        f'{r["platform"]}: {r["label"]} − reference' if several else f'{r["label"]} − reference'
-      )
+      name = (f'{r["platform"]}: ' if several else '') + f'{r["label"]} − reference'
     what = 'pairs' if r['paired'] else 'seeds per arm'
     sd = 'sd of the per-seed differences' if r['paired'] else 'pooled sd'
     power = (
@@ -544,24 +542,15 @@ def details(out):
     parts.append(('Where the variance between runs comes from', caption, split))
   design = [{'A': r['arm_a'], 'B': r['arm_b'], 'design': r['design']} for _, r in table.iterrows()]
   reps = [
-    {
-      'arm': r['arm'],
-      'seed': str(r['seed']),
-      'runs': str(r['n_runs']),
-      'values': r['values'],
-      'mean used': num(r['mean']),
-      'identical': 'yes' if r['identical'] else 'no',
-    }
+    {'arm': r['arm'], 'seed': str(r['seed']), 'runs': str(r['n_runs']), 'values': r['values']}
+    | {'mean used': num(r['mean']), 'identical': 'yes' if r['identical'] else 'no'}
     for _, r in out.replicates.iterrows()
   ]
+  excluded = [{'run': r['run'], 'reason': r['reason']} for _, r in out.excluded.iterrows()]
   return parts + [
     ('Design of each comparison', '', design),
     ('Repeated seeds (replicates averaged; their spread is the within-seed sd)', '', reps),
-    (
-      'Runs excluded',
-      '',
-      [{'run': r['run'], 'reason': r['reason']} for _, r in out.excluded.iterrows()],
-    ),
+    ('Runs excluded', '', excluded),
   ]
 
 
@@ -577,30 +566,19 @@ def render(out, fmt):
     unit, parts = out.unit, []
     att = out.attribution
     for d in att.decomposition if att else []:
-      parts.append(
-        latex(
-          component_rows(att.gap, d.gap, unit, d.margin),
-          f'{d.gap} decomposition at ±{d.margin:g} {unit}: {d.verdict}. {share_line(d)}.',
-          label='tab:gap-' + '-'.join(d.gap.replace(' - ', ' ').split()),
-        )
-      )
+      caption = f'{d.gap} decomposition at ±{d.margin:g} {unit}: {d.verdict}. {share_line(d)}.'
+      label = 'tab:gap-' + '-'.join(d.gap.replace(' - ', ' ').split())
+      parts.append(latex(component_rows(att.gap, d.gap, unit, d.margin), caption, label))
     table = judged(out)
     if table is not None and not table.empty:
-      parts.append(
-        latex(
-          contrast_rows(out, table),
-          f'Each arm minus the reference arm ({unit}), 95% and 90% CIs; verdicts '
-          f'Holm-adjusted over the {stats.family_size(table)} contrasts tested, '
-          f'margin ±{out.margin:g} {unit}.',
-          label='tab:contrasts',
-        )
+      caption = (
+        f'Each arm minus the reference arm ({unit}), 95% and 90% CIs; verdicts Holm-adjusted '
+        f'over the {stats.family_size(table)} contrasts tested, margin ±{out.margin:g} {unit}.'
       )
+      parts.append(latex(contrast_rows(out, table), caption, 'tab:contrasts'))
     rows = [
-      {
-        'platform': p,
-        'device': f.device_kind or NOT_RECORDED,
-        **{k: v or '–' for k, v in f.versions.items()},
-      }
+      {'platform': p, 'device': f.device_kind or NOT_RECORDED}
+      | {k: v or '–' for k, v in f.versions.items()}
       for p, f in out.software.platforms.items()
     ]
     if rows:
@@ -817,9 +795,7 @@ def noise_text(out):
     return 'noise floor unavailable: no --noise-arm given, or it shares < 2 seeds with its base arm'
   floors = list(out.noise.items())
   descriptions = {f.what for _, f in floors}
-  what = (
-    next(iter(descriptions)) if len(descriptions) == 1 else 'the noise arm − the arm it perturbs'
-  )
+  what = descriptions.pop() if len(descriptions) == 1 else 'the noise arm − the arm it perturbs'
   per = ', '.join(
     f'{p + " " if p else ""}±{f.half:.3f} {out.unit} (sd {f.sd:.3f}, {f.n} seeds)'
     for p, f in floors
@@ -851,16 +827,13 @@ def attribution_report(out):
   def ratio(e):
     return num(abs(e) / half) if half > 0 else '–'
 
-  lines.append(
-    markdown(
-      [
-        {'term': labels.get(r['term'], r['term']), f'estimate ({u})': num(r['estimate'])}
-        | {'95% CI': ci(r), 'p': pval(r['p'])}
-        | {'abs. estimate / smallest noise half-width': ratio(r['estimate'])}
-        for _, r in out.terms.iterrows()
-      ]
-    )
-  )
+  terms = [
+    {'term': labels.get(r['term'], r['term']), f'estimate ({u})': num(r['estimate'])}
+    | {'95% CI': ci(r), 'p': pval(r['p'])}
+    | {'abs. estimate / smallest noise half-width': ratio(r['estimate'])}
+    for _, r in out.terms.iterrows()
+  ]
+  lines.append(markdown(terms))
   margin = (
     f'±{out.margin:g} {u}' + (f' ({out.margin_reason})' if out.margin_reason else '')
     if out.margin
@@ -870,15 +843,12 @@ def attribution_report(out):
   for d in out.decomposition:
     lines += decomposition_lines(d, out.gap, u) + ['']
   if out.arms is not None:
-    lines.append(
-      markdown(
-        [
-          {'arm': r['arm'], f'minus reference arm ({u})': num(r['estimate'])}
-          | {'95% CI': ci(r), 'p': pval(r['p'])}
-          for _, r in out.arms.iterrows()
-        ]
-      )
-    )
+    arms = [
+      {'arm': r['arm'], f'minus reference arm ({u})': num(r['estimate'])}
+      | {'95% CI': ci(r), 'p': pval(r['p'])}
+      for _, r in out.arms.iterrows()
+    ]
+    lines.append(markdown(arms))
   lines += [
     '## Excluded runs',
     '',
@@ -1054,15 +1024,8 @@ def question(out):
     else f'Which numerical setting changes {metric} on '
     f'{platforms[0] if platforms else "this platform"}, beyond the noise floor?'
   )
-  what = ', '.join(
-    p
-    for p in (
-      setting(out.runs),
-      f'{arms} arms',
-      f'{n[0]}{"–" + str(n[-1]) if len(n) > 1 else ""} seeds per arm',
-    )
-    if p
-  )
+  seeds = f'{n[0]}{"–" + str(n[-1]) if len(n) > 1 else ""} seeds per arm'
+  what = ', '.join(p for p in (setting(out.runs), f'{arms} arms', seeds) if p)
   return (
     f'**Question.** {ask} ({what}.) Equivalence margin ±{out.margin:g} {out.unit}: '
     f'{out.margin_reason}.'
@@ -1173,13 +1136,11 @@ def scope_lines(out):
       else ''
     )
     ran = set(conf.runs['platform'].astype(str)) if 'platform' in conf.runs else set()
+    platforms = sorted(set(out.runs['platform'].astype(str))) if 'platform' in out.runs else []
+    wanted = attribution.platform_pairs(platforms, out.declared.get('compare'), 'compare')[0]
     gone = [  # a declared (else default) pair one of whose platforms ran no declared seed
       f'{a} − {b}: {" and ".join(p for p in (a, b) if p not in ran)} ran none of the declared seeds'
-      for a, b in attribution.platform_pairs(
-        sorted(set(out.runs['platform'].astype(str))) if 'platform' in out.runs else [],
-        out.declared.get('compare'),
-        'compare',
-      )[0]
+      for a, b in wanted
       if (a not in ran or b not in ran) and f'{a} − {b}' not in which
     ]
     which += f'; not analysed: {"; ".join(gone)}' if gone else ''

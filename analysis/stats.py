@@ -614,21 +614,16 @@ def prepare(frame, group_by, metric, seed_col=None, scale=None):
   runs['arm'] = arm_labels(runs, group_by)
   runs['config'] = arm_labels(runs, arm_cols) if group_by != arm_cols else ''
   unknown = [None] * len(runs)
-  det = [
-    run_deterministic(p, v)
-    for p, v in zip(
-      runs.get('platform', unknown), runs.get(record.DETERMINISM_COLUMN, unknown), strict=True
-    )
-  ]
+  platforms, recorded = runs.get('platform', unknown), runs.get(record.DETERMINISM_COLUMN, unknown)
+  det = [run_deterministic(p, v) for p, v in zip(platforms, recorded, strict=True)]
   runs['det'], runs['det_why'] = [d for d, _ in det], [w for _, w in det]
-  seeded_runs = runs[runs['seeded']]
   return Prepared(
     runs=runs,
     units=runs.assign(unit=runs['seed'].where(runs['seeded'], runs['run']))
     .groupby(['arm', 'unit'], sort=False)
     .agg(seed=('seed', 'first'), value=('value', 'mean'), n_runs=('run', 'size'))
     .reset_index()[['arm', 'seed', 'unit', 'value', 'n_runs']],
-    replicates=replicate_table(seeded_runs),
+    replicates=replicate_table(runs[runs['seeded']]),
     excluded=excluded,
     seeded=seeded,
     group_by=group_by,
@@ -713,11 +708,8 @@ def design(prep, arm_a, arm_b):
   seeds_b = set(units.loc[units['arm'] == arm_b, 'seed'].dropna())
   shared = sorted(seeds_a & seeds_b, key=seed_key)
   if len(shared) < 2:
-    return (
-      False,
-      shared,
-      ('unpaired: no shared seeds' if not shared else 'unpaired: 1 shared seed, 2 needed'),
-    )
+    why = 'unpaired: no shared seeds' if not shared else 'unpaired: 1 shared seed, 2 needed'
+    return False, shared, why
   runs = prep.runs
   both = runs[runs['arm'].isin([arm_a, arm_b]) & runs['seed'].isin(shared)]
   values = both[prep.pairing].astype(str).groupby(both['seed']).nunique()
@@ -1141,14 +1133,13 @@ class Analysis(Stats):
   confirmatory: Optional['Analysis'] = None
 
 
-INIT_COLUMNS = ('init_seed', 'config.init_seed')
-DATA_COLUMNS = ('data_seed', 'config.data_seed')
-
-
 def seed_columns(runs):
-  """(init column, data column) the runs table records, or None when it has no such pair."""
-  init = next((c for c in INIT_COLUMNS if c in runs and runs[c].notna().any()), None)
-  data = next((c for c in DATA_COLUMNS if c in runs and runs[c].notna().any()), None)
+  """(init column, data column) the runs table records (SEED, else config.SEED), or None."""
+
+  def recorded(seed):
+    return next((c for c in (seed, f'config.{seed}') if c in runs and runs[c].notna().any()), None)
+
+  init, data = recorded('init_seed'), recorded('data_seed')
   return (init, data) if init and data else None
 
 
