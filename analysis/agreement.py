@@ -670,6 +670,15 @@ def compared_pairs(out):
 def from_analysis(out, labels, load=None, read=None):
   """agreement_section of the analysis `out`: its compared pairs and the ladder's baselines."""
   runs, by = out.runs, out.group_by
-  baselines = (noise_pairs(runs, by), identical_pairs(runs, by), platform_pairs(runs, by))
   scale = out.scale if out.metric == ACCURACY else None
-  return agreement_section(runs, compared_pairs(out), *baselines, load, labels, scale, read)
+  return agreement_section(
+    runs,
+    compared_pairs(out),
+    noise=noise_pairs(runs, by),
+    identical=identical_pairs(runs, by),
+    platform=platform_pairs(runs, by),
+    load=load,
+    labels=labels,
+    scale=scale,
+    read=read,
+  )

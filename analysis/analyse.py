@@ -413,7 +413,7 @@ def main(argv=None):
       rest = (args.scale, args.all_pairs, source)
       read = inputs.read_predictions if args.runs else None
       compare = declaration.parse_compare(args.compare)
-      out = study_analysis(frame, declared, *given, *rest, read, compare)
+      out = study_analysis(frame, declared, *given, *rest, read_predictions=read, compare=compare)
     with stage(COMMAND, 'the report' + (f' and its files into {args.out}' if args.out else '')):
       for arm in out.small['arm']:
         print(

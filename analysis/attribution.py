@@ -218,6 +218,11 @@ def kind_blocks(runs):
   return blocks
 
 
+def pooled_names(blocks):
+  """{a device kind's platform: the platform it is blocked in} of kind_blocks' `blocks`."""
+  return {k: p for p, ks in blocks.items() for k in ks}
+
+
 def block_cells(cells, blocks):
   """`cells` with a cell per blocked platform and level: per seed, the mean over its device kinds'
   cells, on the seeds every kind ran (the kind a blocking factor, each kind weighted alike)."""
@@ -974,7 +979,7 @@ def decompose(runs, columns, ref, native, given_map, pairs, blocks=None):
   blocks = blocks or {}
   kinds = cell_means(runs, nf, others, ref)
   cells, effects = block_cells(kinds, blocks), kind_effects(kinds, blocks, nl)
-  pooled = {k: p for p, ks in blocks.items() for k in ks}
+  pooled = pooled_names(blocks)
   runs = runs.assign(platform=runs['platform'].map(lambda p: pooled.get(p, p)))
   levels = {*emu.values(), nl}
   where = {(p, e): missing_kinds(kinds, ks, p, e) for p, ks in blocks.items() for e in levels}
@@ -1003,9 +1008,8 @@ def gap_section(
   """The Attribution's gap fields (gap, gap_note, native, emulation, decomposition)."""
   platforms = sorted(set(runs['platform'].astype(str))) if 'platform' in runs else []
   blocks = kind_blocks(runs) if device_kinds == 'blocked' else {}
-  if blocks:  # each blocked platform one, its device kinds pooled as blocks
-    kinds = {k for ks in blocks.values() for k in ks}
-    platforms = sorted({p for p in platforms if p not in kinds} | set(blocks))
+  pooled = pooled_names(blocks)  # each blocked platform one, its device kinds pooled as blocks
+  platforms = sorted({pooled.get(p, p) for p in platforms})
 
   def none(note):
     return {'gap': None, 'gap_note': note}
@@ -1025,7 +1029,7 @@ def gap_section(
       'each arm minus the reference arm instead'
     )
   given = parse_pairs(platform_profile, '--platform-profile')
-  every = set(platforms) | {k for ks in blocks.values() for k in ks}
+  every = set(platforms) | set(pooled)
   bad = {p for p in given if p not in every and not resolve_platform(p, sorted(every))}
   for p in every - set(given):  # 'gpu' names each of its device kinds' platforms too
     given.update({p: given[rules.jax_platform(p)]} if rules.jax_platform(p) in given else {})
@@ -1107,7 +1111,7 @@ def check_compare(frame, compare, declares, flag='--compare', device_kinds='spli
   done = frame[stats.run_status(frame) == 'completed']
   present = sorted(set(done['platform'].astype(str))) if 'platform' in done else []
   blocks = kind_blocks(done) if device_kinds == 'blocked' else {}
-  pooled = {k: p for p, ks in blocks.items() for k in ks}
+  pooled = pooled_names(blocks)
   platform_pairs(sorted({pooled.get(p, p) for p in present}), compare, flag)
 
 
