@@ -387,7 +387,7 @@ def determinism_mode(args, config):
     )
   if args.repeat_steps < 1:
     common.fail(f'--repeat-steps={args.repeat_steps}: give a positive number of steps')
-  # deterministic compiles first: after nondeterministic it most likely reused that compilation's
+  # deterministic compiles first: after nondeterministic it reused that compilation's
   # autotuned kernels from XLA's in-process cache (H200, batch 2048: 111 ms/step against 150 ms in
   # a deterministic process of its own, BENCHMARKS.md); nondeterministic's results go to the last
   names.sort(key=lambda n: (n != 'deterministic', n != 'nondeterministic'))
