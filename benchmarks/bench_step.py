@@ -387,9 +387,10 @@ def determinism_mode(args, config):
     )
   if args.repeat_steps < 1:
     common.fail(f'--repeat-steps={args.repeat_steps}: give a positive number of steps')
-  # deterministic compiles first: after nondeterministic it reused that compilation's
-  # autotuned kernels from XLA's in-process cache (H200, batch 2048: 111 ms/step against 150 ms in
-  # a deterministic process of its own, BENCHMARKS.md); nondeterministic's results go to the last
+  # deterministic compiles first: compiled after nondeterministic it ran at nondeterministic's speed
+  # (most likely reusing its autotuned kernels from XLA's in-process cache), 111 ms/step against
+  # 150 ms when compiled first (H200, batch 2048, BENCHMARKS.md). nondeterministic second: the
+  # variants after it (deterministic_autotuned) load its autotuning results
   names.sort(key=lambda n: (n != 'deterministic', n != 'nondeterministic'))
   bench, results, notes = determinism_measure(args, config, names)
   text, ratios = determinism_table(bench, results, args)
