@@ -22,18 +22,16 @@ from tests.support.faults_common import (
   TRAIN,
   last_line,
   metric_records,
+  reference_run,
   run_train,
   saved_steps,
-  smoke_config,
   without_wall_time,
 )
-from trainer import train
 
 
 @pytest.fixture(scope='module')
 def reference(tmp_path_factory):
-  workdir = tmp_path_factory.mktemp('stop') / 'reference'
-  return workdir, train.train_and_evaluate(smoke_config(), str(workdir))
+  return reference_run(tmp_path_factory)
 
 
 def _stopped_line(name, step):

@@ -43,9 +43,7 @@ from trainer import checkpoint, train
 
 @pytest.fixture(scope='module')
 def reference(tmp_path_factory):
-  workdir = tmp_path_factory.mktemp('reliability') / 'reference'
-  results = train.train_and_evaluate(smoke_config(), str(workdir))
-  return workdir, results
+  return faults_common.reference_run(tmp_path_factory)
 
 
 @pytest.mark.timeout(600)

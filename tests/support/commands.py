@@ -1,7 +1,8 @@
 """Running the project's commands from a test: a CLI's one-line refusal, a module or train.py in
 a subprocess (or a shell script in a private mount namespace), a sweep config file, a free port
-for jax.distributed."""
+for jax.distributed, work done once per test session."""
 
+import fcntl
 import os
 import shutil
 import socket
@@ -75,3 +76,20 @@ def free_port():
   with socket.socket() as s:
     s.bind(('localhost', 0))
     return s.getsockname()[1]
+
+
+def once_per_session(tmp_path_factory, name, make):
+  """The folder `make(folder)` fills, made once per test session, also under pytest-xdist: the
+  first worker makes it under a lock in the session's shared temporary folder, the others wait and
+  reuse it (a module-scoped fixture is set up again each time a worker comes back to its module)."""
+  base = tmp_path_factory.getbasetemp()
+  shared = base.parent if os.environ.get('PYTEST_XDIST_WORKER') else base
+  folder, done = shared / name, shared / f'{name}.done'
+  with open(shared / f'{name}.lock', 'w') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not done.exists():
+      shutil.rmtree(folder, ignore_errors=True)
+      folder.mkdir()
+      make(folder)
+      done.touch()
+  return folder

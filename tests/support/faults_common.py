@@ -8,7 +8,9 @@ import subprocess
 import sys
 
 from configs import common, digits, validation
+from runrecord import record
 from tests.conftest import ROOT
+from tests.support import commands
 
 TRAIN = [sys.executable, os.path.join(ROOT, 'train.py')]
 # train.py with TRAIN_FAULT's faults installed from the test side (tests/support/fault_injection.py)
@@ -22,6 +24,19 @@ def smoke_config(**overrides):
   c = digits.get_config('smoke')
   c.checkpoint_every_steps = EVERY
   return validation.resolve(common.apply_overrides(c, overrides.items()))
+
+
+def reference_run(tmp_path_factory):
+  """(workdir, results) of the uninterrupted smoke run the fault tests compare with, trained in this
+  process once per test session and shared by test_reliability.py and test_faults_stop.py; nothing
+  may write into it (copy it first)."""
+  from trainer import train
+
+  def make(folder):
+    train.train_and_evaluate(smoke_config(), str(folder / 'reference'))
+
+  workdir = commands.once_per_session(tmp_path_factory, 'fault_reference', make) / 'reference'
+  return workdir, record.read_results(str(workdir))
 
 
 def run_train(args, env, fault=None, timeout=240):

@@ -10,7 +10,6 @@ not installed.
 """
 
 import csv
-import fcntl
 import importlib.util
 import json
 import os
@@ -20,6 +19,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
+from tests.support import commands
 
 pytestmark = pytest.mark.skipif(
   importlib.util.find_spec('libtpu') is None,
@@ -60,17 +60,13 @@ def preflight(tmp, *args, env=None):
 
 
 def once_per_session(tmp_path_factory, name, *args):
-  """`preflight(*args)` run once per test session, also under pytest-xdist: the first worker
-  runs it, under a lock in the session's shared temporary folder, the others read its result."""
-  base = tmp_path_factory.getbasetemp()
-  shared = base.parent if os.environ.get('PYTEST_XDIST_WORKER') else base
-  folder, result = shared / f'tpu_preflight_{name}', shared / f'tpu_preflight_{name}.json'
-  with open(shared / f'tpu_preflight_{name}.lock', 'w') as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    if not result.exists():
-      folder.mkdir(exist_ok=True)
-      result.write_text(json.dumps(preflight(str(folder), *args)))
-    return json.loads(result.read_text())
+  """`preflight(*args)` run once per test session, also under pytest-xdist."""
+
+  def run(folder):
+    (folder / 'result.json').write_text(json.dumps(preflight(str(folder), *args)))
+
+  folder = commands.once_per_session(tmp_path_factory, f'tpu_preflight_{name}', run)
+  return json.loads((folder / 'result.json').read_text())
 
 
 @pytest.fixture(scope='module')
