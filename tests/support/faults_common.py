@@ -11,6 +11,7 @@ from configs import common, digits, validation
 from runrecord import record
 from tests.conftest import ROOT
 from tests.support import commands
+from trainer import train
 
 TRAIN = [sys.executable, os.path.join(ROOT, 'train.py')]
 # train.py with TRAIN_FAULT's faults installed from the test side (tests/support/fault_injection.py)
@@ -30,7 +31,6 @@ def reference_run(tmp_path_factory):
   """(workdir, results) of the uninterrupted smoke run the fault tests compare with, trained in this
   process once per test session and shared by test_reliability.py and test_faults_stop.py; nothing
   may write into it (copy it first)."""
-  from trainer import train
 
   def make(folder):
     train.train_and_evaluate(smoke_config(), str(folder / 'reference'))

@@ -59,7 +59,7 @@ def preflight(tmp, *args, env=None):
   return proc.returncode, proc.stdout, proc.stderr, rows
 
 
-def once_per_session(tmp_path_factory, name, *args):
+def preflight_once(tmp_path_factory, name, *args):
   """`preflight(*args)` run once per test session, also under pytest-xdist."""
 
   def run(folder):
@@ -72,7 +72,7 @@ def once_per_session(tmp_path_factory, name, *args):
 @pytest.fixture(scope='module')
 def smoke(tmp_path_factory):
   """The smoke config, emulated bf16 products (tpu_default), on the three topologies."""
-  return once_per_session(
+  return preflight_once(
     tmp_path_factory,
     'smoke',
     '--config=configs/digits.py:smoke',
@@ -86,7 +86,7 @@ def smoke(tmp_path_factory):
 def study(tmp_path_factory):
   """The study config, f32 products (profile f32), on the single-host v5e (the topologies are
   the smoke fixture's question; this one's is the precision of every product)."""
-  return once_per_session(
+  return preflight_once(
     tmp_path_factory,
     'study',
     '--config=configs/digits.py:study',
