@@ -93,7 +93,7 @@ def create_train_state(model, tx):
   return {
     'params': params,
     'batch_stats': nnx.to_pure_dict(nnx.state(model, nnx.BatchStat)),
-    'opt_state': tx.init(params),
+    'opt_state': jax.jit(tx.init)(params),  # one program, not an eager zeros_like per leaf
     'step': jnp.zeros((), jnp.int32),
     'sums': jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), run.ZERO_SUMS),
   }
@@ -213,7 +213,7 @@ def enter_phase(ctx, state, phase, step):
   config = ctx.config
   tx = run.optimizer(ctx, phase)
   if step == phase.start > 0 and config.optim.schedule == 'per_phase':
-    init = jax.eval_shape if run.is_abstract(state) else lambda fn, x: fn(x)
+    init = jax.eval_shape if run.is_abstract(state) else lambda fn, x: jax.jit(fn)(x)
     state = {**state, 'opt_state': run.replicate(ctx, init(tx.init, state['params']))}
   mask = run.trainable_mask(
     state['params'], phase.frozen, config.model.reinit, ctx.model_module.PARTS

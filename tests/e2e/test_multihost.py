@@ -19,13 +19,12 @@ import signal
 import subprocess
 import sys
 
-import jax
 import numpy as np
 import pytest
 
 from configs import digits, validation
 from runrecord import record
-from tests.conftest import ROOT
+from tests.conftest import ROOT, cpu_xla_flags
 from tests.support.commands import free_port
 from trainer import train
 
@@ -155,19 +154,8 @@ def assert_same_metrics(a, b, records_a, records_b, tolerance):
   assert abs(a['final']['test_accuracy'] - b['final']['test_accuracy']) <= 0.04
 
 
-@pytest.fixture
-def optimised(monkeypatch):
-  """XLA's optimised programs in this process and its subprocesses (conftest turns most
-  optimisations off): the summation order the tolerances below were measured in."""
-  monkeypatch.setenv('JAX_DISABLE_MOST_OPTIMIZATIONS', '0')
-  before = jax.config.read('jax_disable_most_optimizations')
-  jax.config.update('jax_disable_most_optimizations', False)
-  yield
-  jax.config.update('jax_disable_most_optimizations', before)
-
-
 @pytest.mark.timeout(900)
-def test_two_processes_match_one_and_resume(optimised, tmp_path, subprocess_env):
+def test_two_processes_match_one_and_resume(tmp_path, subprocess_env):
   config = digits.get_config('smoke')
   config.checkpoint_every_steps, config.batch_size = EVERY, BATCH
   one = train.train_and_evaluate(validation.resolve(config), str(tmp_path / 'one'))
@@ -217,7 +205,7 @@ def test_config_xla_flags_in_effect_in_every_process(tmp_path, subprocess_env):
   before jax.distributed.initialize starts the backends; set later, XLA would ignore them."""
   port = free_port()
   env = dict(subprocess_env)
-  env['XLA_FLAGS'] = '--xla_force_host_platform_device_count=4'
+  env['XLA_FLAGS'] = cpu_xla_flags(4)
   procs = []
   for i in range(2):
     args = [

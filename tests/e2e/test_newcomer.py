@@ -14,7 +14,7 @@ import time
 
 import pandas as pd
 import pytest
-from conftest import ROOT
+from conftest import ROOT, cpu_xla_flags
 
 from analysis import analyse, attribute, attribution, report
 from runrecord import record
@@ -24,7 +24,7 @@ QUICK = 'configs/digits.py:smoke,optim.freeze_epochs=0,num_epochs=1'  # one phas
 
 
 def test_train_py_with_a_relative_workdir(tmp_path, subprocess_env):
-  env = {**subprocess_env, 'XLA_FLAGS': ''}  # one CPU device: the cheapest compile
+  env = {**subprocess_env, 'XLA_FLAGS': cpu_xla_flags(1)}  # one CPU device: the cheapest compile
   proc = subprocess.run(
     [
       sys.executable,
@@ -52,7 +52,7 @@ def test_train_py_with_a_relative_workdir(tmp_path, subprocess_env):
 def test_make_smoke_from_a_fresh_clone(tmp_path, subprocess_env):
   clone = tmp_path / 'clone'
   subprocess.run(['git', 'clone', '-q', ROOT, str(clone)], check=True, timeout=120)
-  env = {**subprocess_env, 'PIP_NO_INDEX': '1', 'XLA_FLAGS': ''}
+  env = {**subprocess_env, 'PIP_NO_INDEX': '1', 'XLA_FLAGS': cpu_xla_flags(1)}
   env.pop('PYTHONPATH')  # the clone's own code
   proc = subprocess.run(
     ['make', 'smoke', f'VENV={sys.prefix}'],

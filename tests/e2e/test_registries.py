@@ -13,7 +13,7 @@ import pytest
 from configs import common, validation
 from numerics import formats, ops
 from runrecord import record
-from tests.conftest import ROOT
+from tests.conftest import ROOT, cpu_xla_flags
 from tests.support.faults_common import (
   TRAIN,
   last_line,
@@ -33,7 +33,7 @@ def test_resnet50_trains_checkpoints_and_resumes_bit_identically(tmp_path, subpr
   """`python train.py --config=configs/digits.py:smoke,model.name=resnet50,... --workdir=W`: stopped
   by SIGTERM during step 7, the same command again resumes and ends bit-identical to a run that was
   never stopped (results record and metrics.jsonl)."""
-  env = {**subprocess_env, 'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
+  env = {**subprocess_env, 'XLA_FLAGS': cpu_xla_flags(1)}
   ref_dir, workdir = tmp_path / 'reference', tmp_path / 'w'
   args = [f'--config={RESNET50}', '--config.checkpoint_every_steps=0']
   proc = run_train(args + [f'--workdir={ref_dir}'], env, timeout=300)

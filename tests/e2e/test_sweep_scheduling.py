@@ -14,6 +14,7 @@ from PIL import Image
 
 from analysis import inputs
 from sweeps import run_study, runner, sweep
+from tests.conftest import cpu_xla_flags
 from tests.support.commands import write_config
 from tests.support.planted_runs import fake_runs
 from trainer import checkpoint, metrics
@@ -302,7 +303,7 @@ def wait_until(condition, timeout, what):
 def test_signals_stop_every_run_and_the_rerun_completes_them(tmp_path, subprocess_env):
   """SIGTERM: forwarded to both runs, waited for (exit 143); SIGKILL: the runs die with the sweep;
   the rerun then completes both runs (no run 'in use', none failed)."""
-  env = {**subprocess_env, 'XLA_FLAGS': ''}  # one CPU device: the cheapest compile
+  env = {**subprocess_env, 'XLA_FLAGS': cpu_xla_flags(1)}  # one CPU device: the cheapest compile
   cfg = write_config(tmp_path, "[{'seed': s} for s in (0, 1)]")
   root = tmp_path / 'study'
   argv = [
