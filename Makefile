@@ -52,7 +52,7 @@ smoke: setup
 	$(PY) train.py --config=configs/digits.py:smoke --workdir=runs/digits_smoke
 
 test: setup-test
-	$(PY) -m pytest tests -q -n 2 --dist worksteal --durations=15
+	$(PY) -m pytest tests -q -n 3 --dist worksteal --durations=15
 
 # The checks CI runs before the tests (.ci/run); pre-commit runs the same on each commit.
 lint: setup-test
