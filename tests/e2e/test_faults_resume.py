@@ -10,6 +10,7 @@ from configs import celeba as celeba_config
 from configs import validation
 from input_pipeline import celeba_fixture
 from runrecord import record, rules
+from tests.conftest import cpu_xla_flags
 from tests.support.faults_common import SMOKE_ARGS, last_line, run_train, saved_steps, tree_hash
 from trainer import train
 
@@ -66,7 +67,7 @@ def test_resume_on_other_device_count_needs_opt_in_and_records_segments(tmp_path
   proc = run_train(args, subprocess_env, fault='term@step:7')
   assert proc.returncode == 128 + signal.SIGTERM and 7 in saved_steps(workdir), proc.stderr[-3000:]
   four = dict(subprocess_env)
-  four['XLA_FLAGS'] = four['XLA_FLAGS'].replace('device_count=8', 'device_count=4')
+  four['XLA_FLAGS'] = cpu_xla_flags(4)
   before = tree_hash(workdir / 'checkpoints')
   proc = run_train(args, four)
   last, only_logs = last_line(proc.stderr)

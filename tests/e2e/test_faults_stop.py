@@ -13,7 +13,7 @@ import time
 import pytest
 
 from runrecord import record
-from tests.conftest import ROOT
+from tests.conftest import ROOT, cpu_xla_flags
 from tests.support.commands import free_port
 from tests.support.faults_common import (
   EVERY,
@@ -173,9 +173,7 @@ def test_sigterm_during_the_first_compile_exits_at_once(tmp_path, subprocess_env
 
 def _two_processes(workdir, env, port):
   env = dict(env)
-  env['XLA_FLAGS'] = env.get('XLA_FLAGS', '').replace(
-    '--xla_force_host_platform_device_count=8', '--xla_force_host_platform_device_count=4'
-  )
+  env['XLA_FLAGS'] = cpu_xla_flags(4)
   return [
     subprocess.Popen(
       TRAIN

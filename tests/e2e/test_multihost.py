@@ -38,9 +38,7 @@ def run_two_processes(workdir, env, fault=None, timeout=400, extra=()):
   """Start processes 0 and 1 of one job; returns [(returncode, stderr)] in process order."""
   port = free_port()
   env = dict(env)
-  env['XLA_FLAGS'] = env.get('XLA_FLAGS', '').replace(
-    '--xla_force_host_platform_device_count=8', '--xla_force_host_platform_device_count=4'
-  )
+  env['XLA_FLAGS'] = cpu_xla_flags(4)
   if fault:
     env['TRAIN_FAULT'] = fault
   procs = []
@@ -94,9 +92,7 @@ def one_process_on_four_devices(workdir, env):
   doubles, so every cross-device reduction sums in another order, and nothing else changes. Only
   the step-5 record is needed: the run is killed at the first evaluation batch (after it)."""
   env = dict(env)
-  env['XLA_FLAGS'] = env.get('XLA_FLAGS', '').replace(
-    '--xla_force_host_platform_device_count=8', '--xla_force_host_platform_device_count=4'
-  )
+  env['XLA_FLAGS'] = cpu_xla_flags(4)
   env['TRAIN_FAULT'] = 'kill@eval:1'
   args = [
     '--config=configs/digits.py:smoke',
@@ -215,7 +211,8 @@ def test_config_xla_flags_in_effect_in_every_process(tmp_path, subprocess_env):
       f'--config.batch_size={BATCH}',
       f'--workdir={tmp_path / "run"}',
       '--config.numerics.gpu_deterministic=True',
-      f'--config.numerics.xla_flags=--xla_dump_to={tmp_path / f"dump{i}"}',
+      f'--config.numerics.xla_flags=--xla_dump_to={tmp_path / f"dump{i}"} '
+      '--xla_dump_hlo_module_re=train_step',
       f'--config.distributed.coordinator_address=localhost:{port}',
       '--config.distributed.num_processes=2',
       f'--config.distributed.process_id={i}',

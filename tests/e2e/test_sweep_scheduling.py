@@ -84,7 +84,7 @@ def test_tiny_study_end_to_end_then_resume_skips_everything(
   tmp_path, subprocess_env, monkeypatch, capsys
 ):
   monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', subprocess_env['JAX_COMPILATION_CACHE_DIR'])
-  monkeypatch.setenv('XLA_FLAGS', '')  # one CPU device: the cheapest compile
+  monkeypatch.setenv('XLA_FLAGS', cpu_xla_flags(1))  # one CPU device: the cheapest compile
   cfg = write_config(
     tmp_path, "[{'numerics.profile': p, 'seed': s} for p in ('f32', 'tpu_default') for s in (0, 1)]"
   )
