@@ -20,14 +20,23 @@ GPU_TIER = os.environ.get('GPU_TESTS') == '1'
 if not GPU_TIER:
   os.environ['JAX_PLATFORMS'] = 'cpu'
 OPT_LEVEL = '' if GPU_TIER else '--xla_backend_optimization_level=1'
+DEVICE_COUNT = '--xla_force_host_platform_device_count='
+# The user's own XLA_FLAGS, without the two this file adds: it runs twice, as pytest's `conftest`
+# and as the `tests.conftest` test modules import, and the second run finds them already there.
+USER_XLA_FLAGS = ' '.join(
+  f
+  for f in os.environ.get('XLA_FLAGS', '').split()
+  if not f.startswith(DEVICE_COUNT) and f != OPT_LEVEL
+)
 
 
 def cpu_xla_flags(devices):
-  """XLA_FLAGS for a subprocess on `devices` CPU devices at the tests' optimisation level."""
-  return f'--xla_force_host_platform_device_count={devices} {OPT_LEVEL}'.strip()
+  """XLA_FLAGS for a subprocess on `devices` CPU devices at the tests' optimisation level, after
+  the user's own flags."""
+  return f'{USER_XLA_FLAGS} {DEVICE_COUNT}{devices} {OPT_LEVEL}'.strip()
 
 
-os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + cpu_xla_flags(8)).strip()
+os.environ['XLA_FLAGS'] = cpu_xla_flags(8)
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 # The tests' subprocesses keep every compiled program in the persistent cache (JAX's default keeps
 # those that compiled for over 1 s): a warm smoke run of train.py compiles 38 smaller programs
