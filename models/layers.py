@@ -113,10 +113,19 @@ class BatchNorm(nnx.Module):
     count = math.prod(xg.shape[1:-1])
     unbiased = var * (count / max(count - 1, 1))
     m = self.momentum
-    self.mean[...] = (1 - m) * self.mean[...] + m * jnp.mean(mean, axis=(0,) + axes)
-    self.var[...] = (1 - m) * self.var[...] + m * jnp.mean(unbiased, axis=(0,) + axes)
+    assign(self.mean, (1 - m) * self.mean[...] + m * jnp.mean(mean, axis=(0,) + axes))
+    assign(self.var, (1 - m) * self.var[...] + m * jnp.mean(unbiased, axis=(0,) + axes))
     y = (xg - mean) * lax.rsqrt(var + self.epsilon)
     return (y.reshape(x32.shape) * self.scale[...] + self.bias[...]).astype(self.dtype)
+
+
+def assign(variable, value):
+  """`variable[...] = value` without flax's sharding check on a traced value: a tracer's `sharding`
+  builds JAX's error message, which scans the whole trace (0.5 s of a ResNet-50's 3.7 s tracing)."""
+  if isinstance(value, jax.core.Tracer) and value.shape == variable.shape:
+    variable.set_value(value.astype(variable.dtype))
+  else:
+    variable[...] = value
 
 
 def product_id(path):

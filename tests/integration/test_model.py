@@ -106,3 +106,28 @@ def test_batchnorm_matches_torch_semantics():
   # The running statistics' differences (above) through one normalisation: the running mean's
   # 0.1 d_mean over sqrt(running var) (~1.3), the running variance's relative error halved.
   np.testing.assert_allclose(y_eval, expected, rtol=(n + 13) * u, atol=float(np.max(0.1 * d_mean)))
+
+
+def test_a_traced_batchnorm_update_equals_flaxs_and_builds_no_error_message(monkeypatch):
+  """Under jit the running statistics are those flax's own `variable[...] = value` gives, bit for
+  bit, and tracing them asks no tracer for its sharding (JAX answers with an error message that
+  scans the whole trace)."""
+  x = jnp.asarray(np.random.default_rng(1).normal(1.0, 2.0, (8, 3, 3, 4)).astype(np.float32))
+
+  def trained():  # a new jitted function each time: each call traces
+    bn = layers.BatchNorm(4)
+    nnx.jit(lambda bn, x: bn(x))(bn, x)
+    return [np.asarray(v[...]) for v in (bn.mean, bn.var)]
+
+  asked = []
+  sharding = jnp.zeros(()).sharding
+  monkeypatch.setattr(jax.core.Tracer, 'sharding', property(lambda t: asked.append(t) or sharding))
+  with monkeypatch.context() as m:
+    m.setattr(layers, 'assign', lambda variable, value: variable.__setitem__(..., value))
+    reference = trained()
+  assert asked  # flax's own assignment asks
+  asked.clear()
+  stats = trained()
+  assert asked == []
+  for a, b in zip(reference, stats, strict=True):
+    assert a.dtype == b.dtype == np.float32 and np.array_equal(a, b)
