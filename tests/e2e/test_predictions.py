@@ -18,6 +18,7 @@ from configs import common, digits, validation
 from input_pipeline import batching
 from runrecord import record, rules
 from sweeps import sweep
+from tests.support import commands
 from trainer import checkpoint, process, run, train
 
 ONE_EPOCH = {'num_epochs': 1, 'optim.freeze_epochs': 0}
@@ -38,12 +39,15 @@ def smoke_config(**overrides):
 
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory):
-  root = tmp_path_factory.mktemp('predictions')
-  out = {}
-  for name, overrides in RUNS.items():
-    workdir = str(root / name)
-    out[name] = (workdir, train.train_and_evaluate(smoke_config(**overrides), workdir))
-  return out
+  """{name: (workdir, results)} of the five runs, trained once per test session (also under
+  pytest-xdist, whose workers would each train them again); nothing may write into them."""
+
+  def make(root):
+    for name, overrides in RUNS.items():
+      train.train_and_evaluate(smoke_config(**overrides), str(root / name))
+
+  root = commands.once_per_session(tmp_path_factory, 'predictions', make)
+  return {name: (str(root / name), record.read_results(str(root / name))) for name in RUNS}
 
 
 def saved(runs, name):
